@@ -1,0 +1,306 @@
+//! The Internet checksum: full computation (RFC 1071) and incremental update (RFC 1624).
+//!
+//! The sum is accumulated over *native-endian* 16-bit words, which RFC 1071 §2(B) shows
+//! is byte-order independent up to a final byte swap; this lets the inner loop add whole
+//! 32-bit words into 64-bit lanes with no shuffles, which LLVM vectorises. The AVX-512 or
+//! AVX2 build of the same loop is chosen at run time when the CPU has it (measured in
+//! `benches/wire.rs`, reported in `docs/PERFORMANCE.md`).
+
+use core::net::{Ipv4Addr, Ipv6Addr};
+
+/// A running one's-complement sum. Add bytes and fields in any order (each `add_bytes`
+/// run must start at an even offset of the checksummed data, which holds for every
+/// header and payload boundary in IP), then `finish`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Checksum {
+    /// Sum of native-endian words; never folded until `fold`.
+    acc: u64,
+}
+
+impl Checksum {
+    pub const fn new() -> Self {
+        Checksum { acc: 0 }
+    }
+
+    /// Add a run of bytes. An odd trailing byte is padded with zero, as the RFC says for
+    /// the end of the data; so only the last run may have odd length.
+    #[inline]
+    pub fn add_bytes(&mut self, data: &[u8]) -> &mut Self {
+        self.acc = add_carry(self.acc, sum_native(data));
+        self
+    }
+
+    /// Add one 16-bit field given as its host value (as read big-endian from the wire).
+    #[inline(always)]
+    pub fn add_u16(&mut self, v: u16) -> &mut Self {
+        self.acc += u16::from_ne_bytes(v.to_be_bytes()) as u64;
+        self
+    }
+
+    #[inline(always)]
+    pub fn add_u32(&mut self, v: u32) -> &mut Self {
+        self.acc += u32::from_ne_bytes(v.to_be_bytes()) as u64;
+        self
+    }
+
+    /// Add another partial sum (e.g. a pseudo-header).
+    #[inline(always)]
+    pub fn add(&mut self, other: Checksum) -> &mut Self {
+        self.acc = add_carry(self.acc, other.acc);
+        self
+    }
+
+    /// The folded 16-bit one's-complement sum, as a host value of the big-endian field.
+    #[inline(always)]
+    pub fn fold(self) -> u16 {
+        let mut s = self.acc;
+        s = (s & 0xffff_ffff) + (s >> 32);
+        s = (s & 0xffff_ffff) + (s >> 32);
+        s = (s & 0xffff) + (s >> 16);
+        s = (s & 0xffff) + (s >> 16);
+        s = (s & 0xffff) + (s >> 16);
+        u16::from_be(s as u16)
+    }
+
+    /// The checksum field value: the complement of the folded sum.
+    #[inline(always)]
+    pub fn finish(self) -> u16 {
+        !self.fold()
+    }
+}
+
+#[inline(always)]
+fn add_carry(a: u64, b: u64) -> u64 {
+    let (s, c) = a.overflowing_add(b);
+    s + c as u64
+}
+
+/// Checksum field value for `data` alone (e.g. an IPv4 header with its checksum zeroed).
+#[inline]
+pub fn checksum(data: &[u8]) -> u16 {
+    Checksum::new().add_bytes(data).finish()
+}
+
+/// True when `data`, which contains its own checksum field, sums to all ones.
+#[inline]
+pub fn verify(data: &[u8]) -> bool {
+    Checksum::new().add_bytes(data).fold() == 0xffff
+}
+
+/// The IPv4 pseudo-header of RFC 768/793: addresses, protocol and upper-layer length.
+#[inline]
+pub fn pseudo_header_v4(src: Ipv4Addr, dst: Ipv4Addr, protocol: u8, length: u16) -> Checksum {
+    let mut c = Checksum::new();
+    c.add_u32(u32::from(src))
+        .add_u32(u32::from(dst))
+        .add_u16(protocol as u16)
+        .add_u16(length);
+    c
+}
+
+/// The IPv6 pseudo-header of RFC 8200 §8.1 (the 32-bit length covers jumbograms).
+#[inline]
+pub fn pseudo_header_v6(src: &Ipv6Addr, dst: &Ipv6Addr, next_header: u8, length: u32) -> Checksum {
+    let mut c = Checksum::new();
+    c.add_bytes(&src.octets())
+        .add_bytes(&dst.octets())
+        .add_u32(length)
+        .add_u32(next_header as u32);
+    c
+}
+
+/// RFC 1624 eqn. 3: the new checksum field after one 16-bit word changed from `old` to
+/// `new`. Never produces 0xffff from a non-0xffff input... except that RFC 1624 notes the
+/// only way to reach -0 is a header that sums to zero, which cannot happen for IP headers.
+#[inline(always)]
+pub fn update16(field: u16, old: u16, new: u16) -> u16 {
+    let mut s = (!field) as u32 + (!old) as u32 + new as u32;
+    s = (s & 0xffff) + (s >> 16);
+    s = (s & 0xffff) + (s >> 16);
+    !(s as u16)
+}
+
+/// RFC 1624 for a 32-bit field (two words).
+#[inline(always)]
+pub fn update32(field: u16, old: u32, new: u32) -> u16 {
+    let mut s = (!field) as u64
+        + (!(old >> 16) & 0xffff) as u64
+        + (!old & 0xffff) as u64
+        + (new >> 16) as u64
+        + (new & 0xffff) as u64;
+    s = (s & 0xffff) + (s >> 16);
+    s = (s & 0xffff) + (s >> 16);
+    s = (s & 0xffff) + (s >> 16);
+    !(s as u16)
+}
+
+/// Sum of native-endian words of `data`, not folded, odd tail byte zero-padded.
+#[inline]
+fn sum_native(data: &[u8]) -> u64 {
+    // Short runs (headers) are dominated by call overhead; keep them on the plain path.
+    if data.len() >= 256 {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::is_x86_feature_detected!("avx512bw") {
+                #[allow(unsafe_code)]
+                // SAFETY: `sum_native_avx512` only requires AVX-512F/BW, which the CPU's
+                // own feature report (cached by std) just confirmed.
+                return unsafe { sum_native_avx512(data) };
+            }
+            if std::is_x86_feature_detected!("avx2") {
+                #[allow(unsafe_code)]
+                // SAFETY: `sum_native_avx2` only requires AVX2, confirmed just above.
+                return unsafe { sum_native_avx2(data) };
+            }
+        }
+    }
+    sum_native_portable(data)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+fn sum_native_avx512(data: &[u8]) -> u64 {
+    sum_native_body(data)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn sum_native_avx2(data: &[u8]) -> u64 {
+    sum_native_body(data)
+}
+
+fn sum_native_portable(data: &[u8]) -> u64 {
+    sum_native_body(data)
+}
+
+/// The loop itself. Each native 32-bit word is split into its two 16-bit halves, added
+/// into 32-bit lanes: AND, shift and add run on every vector ALU port, where widening
+/// 32→64-bit loads would queue on the shuffle port. A lane gains < 2^17 per block, so
+/// blocks are folded into the 64-bit total every `FOLD_EVERY` blocks, long before a lane
+/// can overflow.
+#[inline(always)]
+fn sum_native_body(data: &[u8]) -> u64 {
+    const FOLD_EVERY: usize = 16_384;
+    let mut total: u64 = 0;
+    let mut blocks = data.chunks_exact(64);
+    loop {
+        let mut lanes = [0u32; 16];
+        let mut n = 0;
+        for block in blocks.by_ref() {
+            for (i, lane) in lanes.iter_mut().enumerate() {
+                let w = u32::from_ne_bytes([
+                    block[4 * i],
+                    block[4 * i + 1],
+                    block[4 * i + 2],
+                    block[4 * i + 3],
+                ]);
+                *lane += (w & 0xffff) + (w >> 16);
+            }
+            n += 1;
+            if n == FOLD_EVERY {
+                break;
+            }
+        }
+        for lane in lanes {
+            total += lane as u64;
+        }
+        if n < FOLD_EVERY {
+            break;
+        }
+    }
+    let rest = blocks.remainder();
+    let mut words = rest.chunks_exact(4);
+    for w in &mut words {
+        total = add_carry(total, u32::from_ne_bytes([w[0], w[1], w[2], w[3]]) as u64);
+    }
+    let tail = words.remainder();
+    let mut last = [0u8; 4];
+    last[..tail.len()].copy_from_slice(tail);
+    add_carry(total, u32::from_ne_bytes(last) as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Straight from the RFC's definition: big-endian 16-bit words, end-around carry.
+    fn reference(data: &[u8]) -> u16 {
+        let mut s: u32 = 0;
+        for ch in data.chunks(2) {
+            let w = if ch.len() == 2 {
+                u16::from_be_bytes([ch[0], ch[1]])
+            } else {
+                (ch[0] as u16) << 8
+            };
+            s += w as u32;
+            s = (s & 0xffff) + (s >> 16);
+        }
+        !(s as u16)
+    }
+
+    #[test]
+    fn rfc1071_example() {
+        // RFC 1071 §3 example bytes: sum is 0xddf2.
+        let bytes = [0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7];
+        assert_eq!(Checksum::new().add_bytes(&bytes).fold(), 0xddf2);
+    }
+
+    #[test]
+    fn matches_reference_all_lengths() {
+        let data: Vec<u8> = (0..3000u32)
+            .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+            .collect();
+        for len in (0..300).chain([1499, 1500, 1501, 2047, 2048, 3000]) {
+            assert_eq!(checksum(&data[..len]), reference(&data[..len]), "len {len}");
+            assert_eq!(
+                sum_native_portable(&data[..len]) % 0xffff,
+                sum_native(&data[..len]) % 0xffff
+            );
+        }
+    }
+
+    #[test]
+    fn all_ones_data_does_not_lose_carries() {
+        let data = vec![0xffu8; 70_000];
+        assert_eq!(checksum(&data), reference(&data));
+    }
+
+    #[test]
+    fn verify_accepts_filled_header() {
+        // A real IPv4 header (checksum 0xb861 from the classic example).
+        let mut h = [
+            0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0, 0, 0xc0, 0xa8, 0x00,
+            0x01, 0xc0, 0xa8, 0x00, 0xc7,
+        ];
+        let c = checksum(&h);
+        assert_eq!(c, 0xb861);
+        h[10..12].copy_from_slice(&c.to_be_bytes());
+        assert!(verify(&h));
+        h[3] ^= 1;
+        assert!(!verify(&h));
+    }
+
+    #[test]
+    fn incremental_matches_full() {
+        let mut h = [
+            0x45u8, 0, 0, 0x54, 0x12, 0x34, 0x40, 0, 0x40, 0x01, 0, 0, 198, 18, 0, 1, 198, 19, 7, 9,
+        ];
+        let c = checksum(&h);
+        h[10..12].copy_from_slice(&c.to_be_bytes());
+        for ttl in (1..=64u8).rev() {
+            let old = u16::from_be_bytes([h[8], h[9]]);
+            h[8] = ttl - 1;
+            let new = u16::from_be_bytes([h[8], h[9]]);
+            let field = u16::from_be_bytes([h[10], h[11]]);
+            let upd = update16(field, old, new);
+            h[10..12].copy_from_slice(&upd.to_be_bytes());
+            assert!(verify(&h), "ttl {ttl}");
+        }
+        let old = u32::from_be_bytes([h[12], h[13], h[14], h[15]]);
+        let new: u32 = 0xc6130203;
+        h[12..16].copy_from_slice(&new.to_be_bytes());
+        let upd = update32(u16::from_be_bytes([h[10], h[11]]), old, new);
+        h[10..12].copy_from_slice(&upd.to_be_bytes());
+        assert!(verify(&h));
+    }
+}
