@@ -1,0 +1,247 @@
+//! Packet buffers.
+//!
+//! A buffer is one contiguous byte area: `HEADROOM` bytes reserved in front so that
+//! encapsulation prepends headers in place, then the packet, then tailroom. Packets
+//! larger than a regular buffer (jumbograms, IP parcels, GSO frames from a vnet-header
+//! device) are taken from the pool's *large* class, not chained: every parser and
+//! checksum then sees one slice, and nodes never walk chains. This is decided here once.
+
+use core::num::NonZeroU32;
+
+/// Bytes reserved before the packet for prepending headers (≥ 128 by design; 256 fits
+/// Ethernet + VLAN + IPv6 + UDP + GTP-U with extensions + ESP with room to spare).
+pub const HEADROOM: usize = 256;
+
+/// Index of a buffer in its worker's pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BufIdx(pub(crate) u32);
+
+impl BufIdx {
+    pub fn get(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// Index of an interface (software or device) in the dataplane's interface table.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Default,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+pub struct IfIndex(pub u16);
+
+impl IfIndex {
+    pub fn get(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// Why a buffer was dropped: the node that dropped it and the index of its counter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DropReason {
+    pub node: u16,
+    pub counter: u16,
+}
+
+/// Per-packet metadata, carried from node to node. Named fields only; what a field
+/// means is defined by the node that writes it and documented there.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Meta {
+    /// Interface the packet arrived on.
+    pub rx_if: IfIndex,
+    /// Interface to send on; set by a rewrite node before `interface-output`.
+    pub tx_if: IfIndex,
+    /// Result of the last lookup (an adjacency or tunnel index).
+    pub adj: u32,
+    /// A per-packet argument from one node to the next (e.g. an ICMP type, code and
+    /// MTU for `ip4-icmp-error`); meaningless unless the sending node says so.
+    pub param: u32,
+    /// Hash of the flow, when a node computed one (0 = not computed).
+    pub flow_hash: u32,
+    /// Set when a node dropped the buffer.
+    pub drop: Option<DropReason>,
+    /// Set on packets selected by `trace add`.
+    pub trace: Option<NonZeroU32>,
+    /// Offset of the L3 header from the buffer's headroom start (for nodes that need
+    /// to look back at L2 after advancing past it).
+    pub l3_start: u16,
+}
+
+/// Not enough headroom (prepend) or data (advance) for the requested change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum BufferError {
+    #[error("not enough headroom to prepend")]
+    NoHeadroom,
+    #[error("not enough data to advance past")]
+    Short,
+    #[error("packet larger than the buffer")]
+    TooLarge,
+}
+
+/// One packet buffer. `start..end` is the packet within `data`.
+pub struct Buffer {
+    data: Box<[u8]>,
+    start: u32,
+    end: u32,
+    pub meta: Meta,
+}
+
+impl Buffer {
+    pub(crate) fn new(capacity: usize) -> Buffer {
+        Buffer {
+            data: vec![0u8; HEADROOM + capacity].into_boxed_slice(),
+            start: HEADROOM as u32,
+            end: HEADROOM as u32,
+            meta: Meta::default(),
+        }
+    }
+
+    /// Reset to empty with full headroom and fresh metadata.
+    #[inline]
+    pub fn reset(&mut self) {
+        self.start = HEADROOM as u32;
+        self.end = HEADROOM as u32;
+        self.meta = Meta::default();
+    }
+
+    /// The packet bytes.
+    #[inline(always)]
+    pub fn bytes(&self) -> &[u8] {
+        &self.data[self.start as usize..self.end as usize]
+    }
+
+    #[inline(always)]
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.data[self.start as usize..self.end as usize]
+    }
+
+    #[inline(always)]
+    pub fn len(&self) -> usize {
+        (self.end - self.start) as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.start == self.end
+    }
+
+    pub fn headroom(&self) -> usize {
+        self.start as usize
+    }
+
+    pub fn tailroom(&self) -> usize {
+        self.data.len() - self.end as usize
+    }
+
+    /// Largest packet this buffer can hold starting at the standard headroom.
+    pub fn capacity(&self) -> usize {
+        self.data.len() - HEADROOM
+    }
+
+    /// Drop `n` bytes from the front (e.g. past a header that was consumed).
+    #[inline(always)]
+    pub fn advance(&mut self, n: usize) -> Result<(), BufferError> {
+        if n > self.len() {
+            return Err(BufferError::Short);
+        }
+        self.start += n as u32;
+        Ok(())
+    }
+
+    /// Grow the packet by `n` bytes at the front and return them for writing.
+    #[inline(always)]
+    pub fn prepend(&mut self, n: usize) -> Result<&mut [u8], BufferError> {
+        if n > self.start as usize {
+            return Err(BufferError::NoHeadroom);
+        }
+        self.start -= n as u32;
+        let s = self.start as usize;
+        Ok(&mut self.data[s..s + n])
+    }
+
+    /// Cut the packet to `len` bytes (e.g. to drop Ethernet padding).
+    #[inline(always)]
+    pub fn truncate(&mut self, len: usize) {
+        if len < self.len() {
+            self.end = self.start + len as u32;
+        }
+    }
+
+    /// Set the packet length, growing into tailroom (contents of new bytes unspecified).
+    #[inline(always)]
+    pub fn set_len(&mut self, len: usize) -> Result<(), BufferError> {
+        if self.start as usize + len > self.data.len() {
+            return Err(BufferError::TooLarge);
+        }
+        self.end = self.start + len as u32;
+        Ok(())
+    }
+
+    /// Replace the contents with `bytes` at the standard headroom.
+    pub fn write(&mut self, bytes: &[u8]) -> Result<(), BufferError> {
+        if bytes.len() > self.capacity() {
+            return Err(BufferError::TooLarge);
+        }
+        self.start = HEADROOM as u32;
+        self.end = (HEADROOM + bytes.len()) as u32;
+        self.data[HEADROOM..HEADROOM + bytes.len()].copy_from_slice(bytes);
+        Ok(())
+    }
+
+    /// Offset of the current start from the beginning of the data area; with
+    /// `rewind_to` it lets a node return to a header it advanced past.
+    pub fn offset(&self) -> usize {
+        self.start as usize
+    }
+
+    /// Move the start back (or forward) to an offset previously read with `offset`.
+    pub fn rewind_to(&mut self, offset: usize) -> Result<(), BufferError> {
+        if offset > self.end as usize {
+            return Err(BufferError::Short);
+        }
+        self.start = offset as u32;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prepend_advance_truncate() {
+        let mut b = Buffer::new(2048);
+        b.write(&[1, 2, 3, 4, 5, 6]).unwrap();
+        assert_eq!(b.headroom(), HEADROOM);
+        b.advance(2).unwrap();
+        assert_eq!(b.bytes(), &[3, 4, 5, 6]);
+        b.prepend(4).unwrap().copy_from_slice(&[9, 9, 9, 9]);
+        assert_eq!(b.bytes(), &[9, 9, 9, 9, 3, 4, 5, 6]);
+        b.truncate(5);
+        assert_eq!(b.len(), 5);
+        assert_eq!(b.advance(6), Err(BufferError::Short));
+        assert_eq!(b.prepend(HEADROOM), Err(BufferError::NoHeadroom));
+        assert_eq!(b.write(&vec![0u8; 2049]), Err(BufferError::TooLarge));
+        let off = b.offset();
+        b.advance(3).unwrap();
+        b.rewind_to(off).unwrap();
+        assert_eq!(b.len(), 5);
+    }
+
+    #[test]
+    fn meta_is_small() {
+        // Metadata travels with every packet through every node: keep it in one cache line.
+        assert!(
+            core::mem::size_of::<Meta>() <= 40,
+            "{}",
+            core::mem::size_of::<Meta>()
+        );
+    }
+}

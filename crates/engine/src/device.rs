@@ -1,0 +1,45 @@
+//! The one interface every I/O backend implements: receive into pool buffers, transmit
+//! (and free) pool buffers. Protocol logic never lives behind it.
+
+use crate::buffer::BufIdx;
+use crate::pool::Pool;
+
+/// What a receive call found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RxStatus {
+    /// Packets may keep coming (live device or generator with more to send).
+    Open,
+    /// The source is finished (pcap file read, generator count reached); never polled
+    /// again.
+    Exhausted,
+}
+
+/// Result of a transmit call: the device took `sent`; it freed all buffers either way.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TxResult {
+    pub sent: usize,
+    pub sent_bytes: usize,
+    /// Buffers the device could not send (counted as `tx_errors`).
+    pub failed: usize,
+}
+
+pub trait Device: Send {
+    /// Backend kind: names the input node (`<kind>-input`) and shows in `show interfaces`.
+    fn kind(&self) -> &'static str;
+
+    /// Whether this device ever receives (a null sink does not).
+    fn has_rx(&self) -> bool {
+        true
+    }
+
+    /// Append up to `max` received packets to `out`, in buffers from `pool`.
+    fn rx(&mut self, pool: &mut Pool, out: &mut Vec<BufIdx>, max: usize) -> RxStatus;
+
+    /// Send and free every buffer in `bufs` (left empty).
+    fn tx(&mut self, pool: &mut Pool, bufs: &mut Vec<BufIdx>) -> TxResult;
+
+    /// Write out anything buffered (called at shutdown).
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}

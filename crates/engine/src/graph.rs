@@ -1,0 +1,526 @@
+//! The node graph: nodes wired by name, validated when built, dispatched in vectors.
+//!
+//! Every graph has three engine nodes: `error-drop` (frees dropped buffers; the reason
+//! was counted by the dropping node), `interface-output` (queues buffers for their
+//! `tx_if`) and `interface-tx` (the devices' transmit time, accounted by the worker).
+//! Input nodes (`pg-input`, `pcap-input`, …) are graph members too, so their time and
+//! packets show in the runtime and `trace add` can name them.
+
+use crate::buffer::{BufIdx, DropReason, IfIndex};
+use crate::clock;
+use crate::node::{CounterInfo, Counters, Counts, NextNodes, Node, Verdict};
+use crate::pool::Pool;
+use crate::stats::{per_packet, CounterSnapshot, NodeRuntime, NodeSnapshot};
+use crate::trace::{TraceLog, TraceRecord};
+use crate::VECTOR_SIZE;
+
+pub const ERROR_DROP: &str = "error-drop";
+pub const INTERFACE_OUTPUT: &str = "interface-output";
+pub const INTERFACE_TX: &str = "interface-tx";
+
+/// A node's position in its graph.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct NodeId(pub(crate) usize);
+
+impl NodeId {
+    pub fn get(self) -> usize {
+        self.0
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GraphError {
+    #[error("node {from:?} names next node {to:?}, which is not in the graph")]
+    UnknownNext { from: String, to: String },
+    #[error("two nodes are named {0:?}")]
+    DuplicateName(String),
+    #[error("no node named {0:?}")]
+    NoSuchNode(String),
+    #[error("{0:?} is not an input node (trace add takes an input node)")]
+    NotAnInput(String),
+}
+
+crate::counters! {
+    /// `interface-output`'s own drops.
+    pub enum OutputCounter {
+        NoDevice(Error, "no-device", "transmit interface has no device"),
+    }
+}
+
+/// The dispatch inputs a node's runner borrows for one vector.
+struct DispatchIo<'a> {
+    pool: &'a mut Pool,
+    input: &'a [BufIdx],
+    next: &'a [usize],
+    queues: &'a mut [Vec<BufIdx>],
+    counters: &'a mut [u64],
+    node: u16,
+    drop_queue: usize,
+    trace: Option<&'a mut TraceLog>,
+}
+
+/// Object-safe wrapper so the graph can hold nodes of different types.
+trait Runner<C>: Send {
+    fn run(&mut self, cx: &mut C, io: DispatchIo<'_>);
+}
+
+struct NodeBox<N>(N);
+
+impl<C, N: Node<C>> Runner<C> for NodeBox<N> {
+    fn run(&mut self, cx: &mut C, io: DispatchIo<'_>) {
+        let DispatchIo {
+            pool,
+            input,
+            next,
+            queues,
+            counters,
+            node,
+            drop_queue,
+            trace,
+        } = io;
+        match trace {
+            None => {
+                for &bi in input {
+                    let b = pool.get_mut(bi);
+                    let mut counts = Counts::new(counters);
+                    match self.0.process(cx, &mut counts, b) {
+                        Verdict::Next(n) => queues[next[n.index()]].push(bi),
+                        Verdict::Drop(c) => {
+                            counters[c.index()] += 1;
+                            b.meta.drop = Some(DropReason {
+                                node,
+                                counter: c.index() as u16,
+                            });
+                            queues[drop_queue].push(bi);
+                        }
+                    }
+                }
+            }
+            Some(log) => {
+                for &bi in input {
+                    let b = pool.get_mut(bi);
+                    let traced = b.meta.trace;
+                    let text = traced.map(|_| self.0.trace(b));
+                    let mut counts = Counts::new(counters);
+                    let verdict = self.0.process(cx, &mut counts, b);
+                    let shown = match verdict {
+                        Verdict::Next(n) => {
+                            queues[next[n.index()]].push(bi);
+                            N::Next::NAMES[n.index()].to_string()
+                        }
+                        Verdict::Drop(c) => {
+                            counters[c.index()] += 1;
+                            b.meta.drop = Some(DropReason {
+                                node,
+                                counter: c.index() as u16,
+                            });
+                            queues[drop_queue].push(bi);
+                            format!("drop: {}", <N::Counter as Counters>::INFO[c.index()].name)
+                        }
+                    };
+                    if let (Some(id), Some(text)) = (traced, text) {
+                        log.push(TraceRecord {
+                            packet: id.get(),
+                            node: self.0.name(),
+                            text,
+                            verdict: shown,
+                        });
+                    }
+                }
+            }
+        }
+    }
+}
+
+enum Kind<C> {
+    Process(Box<dyn Runner<C>>),
+    Input,
+    ErrorDrop,
+    InterfaceOutput,
+    InterfaceTx,
+}
+
+impl<C> Kind<C> {
+    fn label(&self) -> &'static str {
+        match self {
+            Kind::Process(_) => "internal",
+            Kind::Input => "input",
+            Kind::ErrorDrop => "drop",
+            Kind::InterfaceOutput | Kind::InterfaceTx => "output",
+        }
+    }
+}
+
+struct Slot<C> {
+    name: String,
+    kind: Kind<C>,
+    next_names: Vec<String>,
+    next: Vec<usize>,
+    counter_info: &'static [CounterInfo],
+    counters: Vec<u64>,
+    runtime: NodeRuntime,
+}
+
+/// Collects nodes, then resolves every next-node name.
+pub struct GraphBuilder<C> {
+    slots: Vec<Slot<C>>,
+}
+
+impl<C: 'static> Default for GraphBuilder<C> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<C: 'static> GraphBuilder<C> {
+    pub fn new() -> Self {
+        let mut g = GraphBuilder { slots: Vec::new() };
+        g.push(ERROR_DROP, Kind::ErrorDrop, vec![], &[]);
+        g.push(
+            INTERFACE_OUTPUT,
+            Kind::InterfaceOutput,
+            vec![],
+            OutputCounter::INFO,
+        );
+        g.push(INTERFACE_TX, Kind::InterfaceTx, vec![], &[]);
+        g
+    }
+
+    fn push(
+        &mut self,
+        name: &str,
+        kind: Kind<C>,
+        next_names: Vec<String>,
+        info: &'static [CounterInfo],
+    ) -> NodeId {
+        self.slots.push(Slot {
+            name: name.to_string(),
+            kind,
+            next: Vec::new(),
+            next_names,
+            counter_info: info,
+            counters: vec![0; info.len()],
+            runtime: NodeRuntime::default(),
+        });
+        NodeId(self.slots.len() - 1)
+    }
+
+    /// Add a processing node. Its next nodes are resolved in `build`.
+    pub fn add<N: Node<C>>(&mut self, node: N) -> NodeId {
+        let name = node.name();
+        let next = N::Next::NAMES.iter().map(|s| s.to_string()).collect();
+        self.push(
+            name,
+            Kind::Process(Box::new(NodeBox(node))),
+            next,
+            <N::Counter as Counters>::INFO,
+        )
+    }
+
+    /// Add an input node (e.g. `pg-input`) that hands its packets to `next`.
+    pub fn add_input(&mut self, name: &str, next: &str) -> NodeId {
+        if let Some(i) = self.slots.iter().position(|s| s.name == name) {
+            return NodeId(i);
+        }
+        self.push(name, Kind::Input, vec![next.to_string()], &[])
+    }
+
+    pub fn build(mut self) -> Result<Graph<C>, GraphError> {
+        for (i, s) in self.slots.iter().enumerate() {
+            if self.slots[..i].iter().any(|o| o.name == s.name) {
+                return Err(GraphError::DuplicateName(s.name.clone()));
+            }
+        }
+        let names: Vec<String> = self.slots.iter().map(|s| s.name.clone()).collect();
+        for s in &mut self.slots {
+            s.next = s
+                .next_names
+                .iter()
+                .map(|n| {
+                    names
+                        .iter()
+                        .position(|x| x == n)
+                        .ok_or_else(|| GraphError::UnknownNext {
+                            from: s.name.clone(),
+                            to: n.clone(),
+                        })
+                })
+                .collect::<Result<_, _>>()?;
+        }
+        let n = self.slots.len();
+        Ok(Graph {
+            slots: self.slots,
+            queues: (0..n)
+                .map(|_| Vec::with_capacity(2 * VECTOR_SIZE))
+                .collect(),
+            tx: Vec::new(),
+            trace: TraceLog::default(),
+        })
+    }
+}
+
+/// A built graph, owned by one worker.
+pub struct Graph<C> {
+    slots: Vec<Slot<C>>,
+    queues: Vec<Vec<BufIdx>>,
+    /// Per-interface transmit queues filled by `interface-output`.
+    pub(crate) tx: Vec<Vec<BufIdx>>,
+    pub(crate) trace: TraceLog,
+}
+
+impl<C> Graph<C> {
+    pub fn node_id(&self, name: &str) -> Result<NodeId, GraphError> {
+        self.slots
+            .iter()
+            .position(|s| s.name == name)
+            .map(NodeId)
+            .ok_or_else(|| GraphError::NoSuchNode(name.to_string()))
+    }
+
+    pub fn node_names(&self) -> impl Iterator<Item = &str> {
+        self.slots.iter().map(|s| s.name.as_str())
+    }
+
+    /// The next nodes of a node by name (for `show graph` and tests).
+    pub fn next_of(&self, id: NodeId) -> Vec<&str> {
+        self.slots[id.0]
+            .next
+            .iter()
+            .map(|&n| self.slots[n].name.as_str())
+            .collect()
+    }
+
+    /// Hand a vector from an input node to its next node, accounting the input's time.
+    /// Marks packets for an armed trace.
+    pub fn inject(&mut self, input: NodeId, pool: &mut Pool, bufs: &[BufIdx], cycles: u64) {
+        let slot = &mut self.slots[input.0];
+        slot.runtime.calls += 1;
+        slot.runtime.cycles += cycles;
+        if bufs.is_empty() {
+            return;
+        }
+        slot.runtime.vectors += 1;
+        slot.runtime.packets += bufs.len() as u64;
+        let next = slot.next[0];
+        if self.trace.active && self.trace.armed_any() {
+            for &b in bufs {
+                if let Some(id) = self.trace.mark(input.0) {
+                    pool.get_mut(b).meta.trace = Some(id);
+                    let len = pool.get(b).len();
+                    self.trace.push(TraceRecord {
+                        packet: id.get(),
+                        node: "input",
+                        text: format!(
+                            "{} len {} rx_if {}",
+                            self.slots[input.0].name,
+                            len,
+                            pool.get(b).meta.rx_if.0
+                        ),
+                        verdict: self.slots[next].name.clone(),
+                    });
+                }
+            }
+        }
+        self.queues[next].extend_from_slice(bufs);
+    }
+
+    /// Add time and packets to `interface-tx` (the worker's device flush).
+    pub(crate) fn account_tx(&mut self, packets: u64, cycles: u64) {
+        let tx = self
+            .slots
+            .iter_mut()
+            .find(|s| matches!(s.kind, Kind::InterfaceTx))
+            .expect("built-in node");
+        tx.runtime.calls += 1;
+        if packets > 0 {
+            tx.runtime.vectors += 1;
+        }
+        tx.runtime.packets += packets;
+        tx.runtime.cycles += cycles;
+    }
+
+    pub(crate) fn count_no_device(&mut self, n: u64) {
+        let out = self
+            .slots
+            .iter_mut()
+            .find(|s| matches!(s.kind, Kind::InterfaceOutput))
+            .expect("built-in node");
+        out.counters[OutputCounter::NoDevice.index()] += n;
+    }
+
+    /// Run every queued buffer to completion: until all queues are empty, dispatch each
+    /// non-empty node in graph order, in vectors of at most `VECTOR_SIZE`.
+    pub fn run(&mut self, cx: &mut C, pool: &mut Pool) {
+        loop {
+            let mut any = false;
+            for i in 0..self.slots.len() {
+                if !self.queues[i].is_empty() {
+                    any = true;
+                    self.dispatch(i, cx, pool);
+                }
+            }
+            if !any {
+                break;
+            }
+        }
+        if self.trace.active && !self.trace.armed_any() {
+            self.trace.active = false;
+        }
+    }
+
+    fn dispatch(&mut self, i: usize, cx: &mut C, pool: &mut Pool) {
+        let mut input = std::mem::take(&mut self.queues[i]);
+        let tracing = self.trace.active;
+        for chunk in input.chunks(VECTOR_SIZE) {
+            let t0 = clock::now();
+            let Slot {
+                kind,
+                next,
+                counters,
+                ..
+            } = &mut self.slots[i];
+            match kind {
+                Kind::Process(runner) => {
+                    runner.run(
+                        cx,
+                        DispatchIo {
+                            pool,
+                            input: chunk,
+                            next,
+                            queues: &mut self.queues,
+                            counters,
+                            node: i as u16,
+                            drop_queue: 0,
+                            trace: if tracing { Some(&mut self.trace) } else { None },
+                        },
+                    );
+                }
+                Kind::ErrorDrop => {
+                    if tracing {
+                        for &b in chunk {
+                            let m = pool.get(b).meta;
+                            if let (Some(id), Some(r)) = (m.trace, m.drop) {
+                                let s = &self.slots[r.node as usize];
+                                // `error-drop` is slot 0, the drop queue every node uses.
+                                let c = s
+                                    .counter_info
+                                    .get(r.counter as usize)
+                                    .map_or("?", |c| c.name);
+                                self.trace.push(TraceRecord {
+                                    packet: id.get(),
+                                    node: ERROR_DROP,
+                                    text: format!("{}: {}", s.name, c),
+                                    verdict: "freed".into(),
+                                });
+                            }
+                        }
+                    }
+                    pool.free_many(chunk);
+                }
+                Kind::InterfaceOutput => {
+                    for &b in chunk {
+                        let m = pool.get(b).meta;
+                        let q = m.tx_if.get();
+                        if q >= self.tx.len() {
+                            self.tx.resize_with(q + 1, Vec::new);
+                        }
+                        if let (true, Some(id)) = (tracing, m.trace) {
+                            self.trace.push(TraceRecord {
+                                packet: id.get(),
+                                node: INTERFACE_OUTPUT,
+                                text: format!("tx_if {} len {}", q, pool.get(b).len()),
+                                verdict: "tx".into(),
+                            });
+                        }
+                        self.tx[q].push(b);
+                    }
+                }
+                Kind::Input | Kind::InterfaceTx => {
+                    // Nothing is ever queued to these; free defensively so nothing leaks.
+                    pool.free_many(chunk);
+                }
+            }
+            let t1 = clock::now();
+            let rt = &mut self.slots[i].runtime;
+            rt.calls += 1;
+            rt.vectors += 1;
+            rt.packets += chunk.len() as u64;
+            rt.cycles += t1.wrapping_sub(t0);
+        }
+        input.clear();
+        // Keep the allocation; keep anything a self-loop queued meanwhile.
+        let queued = std::mem::replace(&mut self.queues[i], input);
+        self.queues[i].extend_from_slice(&queued);
+    }
+
+    /// Take the transmit queue of an interface (the worker hands it to the device).
+    pub(crate) fn tx_queue(&mut self, ifx: IfIndex) -> Option<&mut Vec<BufIdx>> {
+        self.tx.get_mut(ifx.get())
+    }
+
+    pub fn trace_add(&mut self, input: &str, count: u32) -> Result<(), GraphError> {
+        let id = self.node_id(input)?;
+        if !matches!(self.slots[id.0].kind, Kind::Input) {
+            return Err(GraphError::NotAnInput(input.to_string()));
+        }
+        self.trace.arm(id.0, count);
+        Ok(())
+    }
+
+    pub fn trace_records(&self) -> &[TraceRecord] {
+        self.trace.records()
+    }
+
+    pub fn trace_clear(&mut self) {
+        self.trace.clear()
+    }
+
+    pub fn runtime_of(&self, id: NodeId) -> NodeRuntime {
+        self.slots[id.0].runtime
+    }
+
+    pub fn node_snapshots(&self) -> Vec<NodeSnapshot> {
+        self.slots
+            .iter()
+            .map(|s| NodeSnapshot {
+                name: s.name.clone(),
+                kind: s.kind.label(),
+                runtime: s.runtime,
+                cycles_per_packet: per_packet(s.runtime.cycles, s.runtime.packets),
+            })
+            .collect()
+    }
+
+    pub fn counter_snapshots(&self) -> Vec<CounterSnapshot> {
+        let mut out = Vec::new();
+        for s in &self.slots {
+            for (info, &count) in s.counter_info.iter().zip(&s.counters) {
+                out.push(CounterSnapshot {
+                    node: s.name.clone(),
+                    counter: info.name,
+                    severity: info.severity,
+                    description: info.description,
+                    count,
+                });
+            }
+        }
+        out
+    }
+
+    pub fn clear_runtime(&mut self) {
+        for s in &mut self.slots {
+            s.runtime = NodeRuntime::default();
+        }
+    }
+
+    pub fn clear_counters(&mut self) {
+        for s in &mut self.slots {
+            s.counters.iter_mut().for_each(|c| *c = 0);
+        }
+    }
+
+    /// Is the named node an input?
+    pub fn is_input(&self, id: NodeId) -> bool {
+        matches!(self.slots[id.0].kind, Kind::Input)
+    }
+}

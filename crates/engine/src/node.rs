@@ -1,0 +1,128 @@
+//! What a node is: a per-packet function with named next nodes and named counters.
+//!
+//! The dispatcher (in `graph`) owns the vector loop, the traced/untraced choice and the
+//! stats; a node only says what happens to one packet. Next nodes are resolved by name
+//! when the graph is built, so a wrong name fails at start-up.
+
+use crate::buffer::Buffer;
+
+/// How bad a counter's event is, for `show errors`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    /// Normal operation worth counting (e.g. echo replies sent).
+    Info,
+    /// The packet was dropped for a reason that is the sender's business.
+    Warn,
+    /// The packet was dropped and that points at a problem here.
+    Error,
+}
+
+/// One counter's name (short, stable, for scripts) and description (for people).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CounterInfo {
+    pub name: &'static str,
+    pub severity: Severity,
+    pub description: &'static str,
+}
+
+/// A node's set of next nodes, as an enum. Use [`next_nodes!`](crate::next_nodes).
+pub trait NextNodes: Copy + 'static {
+    /// Target node names, indexed by `index()`.
+    const NAMES: &'static [&'static str];
+    fn index(self) -> usize;
+}
+
+/// A node's counters, as an enum. Use [`counters!`](crate::counters).
+pub trait Counters: Copy + 'static {
+    const INFO: &'static [CounterInfo];
+    fn index(self) -> usize;
+}
+
+/// What a node decided for one packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict<N, C> {
+    Next(N),
+    /// Drop and count under this counter (the dispatcher sends it to `error-drop`).
+    Drop(C),
+}
+
+/// A node's own counters, for events that are not drops.
+pub struct Counts<'a, C: Counters> {
+    slots: &'a mut [u64],
+    _c: core::marker::PhantomData<C>,
+}
+
+impl<'a, C: Counters> Counts<'a, C> {
+    pub(crate) fn new(slots: &'a mut [u64]) -> Self {
+        Counts {
+            slots,
+            _c: core::marker::PhantomData,
+        }
+    }
+    #[inline(always)]
+    pub fn inc(&mut self, c: C) {
+        self.slots[c.index()] += 1;
+    }
+}
+
+/// A graph node over context `C` (the feature's tables and per-worker state).
+pub trait Node<C>: Send + 'static {
+    type Next: NextNodes;
+    type Counter: Counters;
+
+    /// The node's name, e.g. `ip4-input`.
+    fn name(&self) -> &'static str;
+
+    /// Decide what happens to one packet. Must not panic on any packet contents.
+    fn process(
+        &mut self,
+        cx: &mut C,
+        counts: &mut Counts<'_, Self::Counter>,
+        buf: &mut Buffer,
+    ) -> Verdict<Self::Next, Self::Counter>;
+
+    /// One line describing the packet as this node sees it, for `show trace`. Called
+    /// before `process`, only for traced packets.
+    fn trace(&self, buf: &Buffer) -> String {
+        let b = buf.bytes();
+        let n = b.len().min(16);
+        let hex: Vec<String> = b[..n].iter().map(|x| format!("{x:02x}")).collect();
+        format!("len {} {}", b.len(), hex.join(""))
+    }
+}
+
+/// Define a `NextNodes` enum: `next_nodes! { pub enum FooNext { A = "node-a", B = "node-b" } }`.
+#[macro_export]
+macro_rules! next_nodes {
+    ($(#[$m:meta])* $vis:vis enum $name:ident { $($variant:ident = $target:literal),+ $(,)? }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        #[repr(u8)]
+        $vis enum $name { $($variant),+ }
+        impl $crate::node::NextNodes for $name {
+            const NAMES: &'static [&'static str] = &[$($target),+];
+            #[inline(always)]
+            fn index(self) -> usize { self as usize }
+        }
+    };
+}
+
+/// Define a `Counters` enum with a severity and description per counter:
+/// `counters! { pub enum FooCounter { Bad(Warn, "bad", "what went wrong") } }`.
+#[macro_export]
+macro_rules! counters {
+    ($(#[$m:meta])* $vis:vis enum $name:ident { $($variant:ident ($sev:ident, $cname:literal, $desc:literal)),+ $(,)? }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        #[repr(u16)]
+        $vis enum $name { $($variant),+ }
+        impl $crate::node::Counters for $name {
+            const INFO: &'static [$crate::node::CounterInfo] = &[$($crate::node::CounterInfo {
+                name: $cname, severity: $crate::node::Severity::$sev, description: $desc,
+            }),+];
+            #[inline(always)]
+            fn index(self) -> usize { self as usize }
+        }
+    };
+}

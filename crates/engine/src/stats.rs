@@ -1,0 +1,112 @@
+//! Runtime statistics and the snapshots the control plane reads.
+//!
+//! Counters are plain integers owned by the worker; the control plane asks the worker
+//! for a snapshot between vectors and merges snapshots across workers.
+
+use serde::Serialize;
+
+/// Per-node runtime, VPP `show runtime` style.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct NodeRuntime {
+    /// Times the node was dispatched (input nodes: polled).
+    pub calls: u64,
+    /// Dispatches that carried at least one packet.
+    pub vectors: u64,
+    pub packets: u64,
+    /// TSC cycles spent in the node.
+    pub cycles: u64,
+}
+
+impl NodeRuntime {
+    pub fn add(&mut self, o: &NodeRuntime) {
+        self.calls += o.calls;
+        self.vectors += o.vectors;
+        self.packets += o.packets;
+        self.cycles += o.cycles;
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NodeSnapshot {
+    pub name: String,
+    /// `input`, `internal`, `drop`, `output`.
+    pub kind: &'static str,
+    #[serde(flatten)]
+    pub runtime: NodeRuntime,
+    pub cycles_per_packet: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CounterSnapshot {
+    pub node: String,
+    pub counter: &'static str,
+    pub severity: crate::node::Severity,
+    pub description: &'static str,
+    pub count: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct PortCounters {
+    pub rx_packets: u64,
+    pub rx_bytes: u64,
+    pub tx_packets: u64,
+    pub tx_bytes: u64,
+    /// Packets the device could not take (full ring, link down).
+    pub tx_errors: u64,
+    /// Receive-side refusals (no buffer, frame too large).
+    pub rx_errors: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PortSnapshot {
+    pub if_index: u16,
+    pub name: String,
+    pub kind: &'static str,
+    pub counters: PortCounters,
+}
+
+/// Everything `show runtime`, `show errors` and `show interfaces` print.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Snapshot {
+    pub worker: usize,
+    pub tsc_hz: u64,
+    /// TSC cycles since the runtime was last cleared.
+    pub elapsed_cycles: u64,
+    /// Loop iterations of the worker.
+    pub loops: u64,
+    pub nodes: Vec<NodeSnapshot>,
+    pub counters: Vec<CounterSnapshot>,
+    pub ports: Vec<PortSnapshot>,
+    pub pool: crate::pool::PoolStats,
+}
+
+impl Snapshot {
+    /// Merge another worker's snapshot of the same graph into this one.
+    pub fn merge(&mut self, o: &Snapshot) {
+        self.loops += o.loops;
+        self.elapsed_cycles = self.elapsed_cycles.max(o.elapsed_cycles);
+        for (a, b) in self.nodes.iter_mut().zip(&o.nodes) {
+            a.runtime.add(&b.runtime);
+            a.cycles_per_packet = per_packet(a.runtime.cycles, a.runtime.packets);
+        }
+        for (a, b) in self.counters.iter_mut().zip(&o.counters) {
+            a.count += b.count;
+        }
+        for (a, b) in self.ports.iter_mut().zip(&o.ports) {
+            a.counters.rx_packets += b.counters.rx_packets;
+            a.counters.rx_bytes += b.counters.rx_bytes;
+            a.counters.tx_packets += b.counters.tx_packets;
+            a.counters.tx_bytes += b.counters.tx_bytes;
+            a.counters.tx_errors += b.counters.tx_errors;
+            a.counters.rx_errors += b.counters.rx_errors;
+        }
+    }
+}
+
+pub fn per_packet(cycles: u64, packets: u64) -> f64 {
+    if packets == 0 {
+        0.0
+    } else {
+        cycles as f64 / packets as f64
+    }
+}

@@ -1,0 +1,269 @@
+//! One worker thread's run-to-completion loop.
+//!
+//! Each iteration: answer control requests, let the context pick up newly published
+//! tables, poll every receiving device for one vector, run the graph until it is
+//! empty, hand each transmit queue to its device. Nothing here blocks on the packet
+//! path; control requests are answered between vectors.
+
+use crate::buffer::{BufIdx, IfIndex, Meta};
+use crate::clock;
+use crate::device::{Device, RxStatus};
+use crate::graph::{Graph, NodeId};
+use crate::pool::Pool;
+use crate::stats::{PortCounters, PortSnapshot, Snapshot};
+use crate::trace::TraceRecord;
+use crate::VECTOR_SIZE;
+use crossbeam_channel::{Receiver, Sender};
+
+/// Per-worker feature state the graph's nodes share (tables, rate limiters, …).
+pub trait Context: Send {
+    /// Called once per loop iteration, between vectors: pick up published tables.
+    fn refresh(&mut self) {}
+}
+
+/// One interface with a device on this worker.
+pub struct Port {
+    pub if_index: IfIndex,
+    pub name: String,
+    pub device: Box<dyn Device>,
+    /// The input node its packets enter through (`<kind>-input`).
+    pub input: NodeId,
+    pub counters: PortCounters,
+    rx_done: bool,
+}
+
+impl Port {
+    pub fn new(if_index: IfIndex, name: String, device: Box<dyn Device>, input: NodeId) -> Port {
+        let rx_done = !device.has_rx();
+        Port {
+            if_index,
+            name,
+            device,
+            input,
+            counters: PortCounters::default(),
+            rx_done,
+        }
+    }
+}
+
+/// Requests from the control plane, answered between vectors.
+pub enum WorkerCmd {
+    Snapshot(Sender<Snapshot>),
+    ClearRuntime,
+    TraceAdd {
+        node: String,
+        count: u32,
+        reply: Sender<Result<(), String>>,
+    },
+    TraceShow(Sender<Vec<TraceRecord>>),
+    TraceClear,
+    Stop,
+}
+
+pub struct Worker<C: Context> {
+    pub id: usize,
+    pub graph: Graph<C>,
+    pub pool: Pool,
+    pub ports: Vec<Port>,
+    pub cx: C,
+    /// `ports` index by interface index.
+    port_of: Vec<Option<usize>>,
+    scratch: Vec<BufIdx>,
+    loops: u64,
+    cleared_at: u64,
+}
+
+impl<C: Context> Worker<C> {
+    pub fn new(id: usize, graph: Graph<C>, pool: Pool, ports: Vec<Port>, cx: C) -> Self {
+        let max_if = ports
+            .iter()
+            .map(|p| p.if_index.get() + 1)
+            .max()
+            .unwrap_or(0);
+        let mut port_of = vec![None; max_if];
+        for (i, p) in ports.iter().enumerate() {
+            port_of[p.if_index.get()] = Some(i);
+        }
+        Worker {
+            id,
+            graph,
+            pool,
+            ports,
+            cx,
+            port_of,
+            scratch: Vec::with_capacity(VECTOR_SIZE),
+            loops: 0,
+            cleared_at: clock::now(),
+        }
+    }
+
+    /// True when every receiving device is exhausted (pcap files read, counts sent).
+    pub fn inputs_done(&self) -> bool {
+        self.ports.iter().all(|p| p.rx_done)
+    }
+
+    /// One loop iteration; returns the packets received.
+    pub fn poll_once(&mut self) -> usize {
+        self.loops += 1;
+        self.cx.refresh();
+        let mut received = 0;
+        for p in 0..self.ports.len() {
+            if self.ports[p].rx_done {
+                continue;
+            }
+            let t0 = clock::now();
+            self.scratch.clear();
+            let port = &mut self.ports[p];
+            let status = port
+                .device
+                .rx(&mut self.pool, &mut self.scratch, VECTOR_SIZE);
+            let mut bytes = 0;
+            for &b in &self.scratch {
+                let buf = self.pool.get_mut(b);
+                buf.meta = Meta {
+                    rx_if: port.if_index,
+                    ..Meta::default()
+                };
+                bytes += buf.len() as u64;
+            }
+            port.counters.rx_packets += self.scratch.len() as u64;
+            port.counters.rx_bytes += bytes;
+            if status == RxStatus::Exhausted {
+                port.rx_done = true;
+            }
+            received += self.scratch.len();
+            let input = port.input;
+            let t1 = clock::now();
+            self.graph
+                .inject(input, &mut self.pool, &self.scratch, t1.wrapping_sub(t0));
+        }
+        self.graph.run(&mut self.cx, &mut self.pool);
+        self.flush_tx();
+        received
+    }
+
+    fn flush_tx(&mut self) {
+        let t0 = clock::now();
+        let mut packets = 0u64;
+        for q in 0..self.graph.tx.len() {
+            let ifx = IfIndex(q as u16);
+            let Some(queue) = self.graph.tx_queue(ifx) else {
+                continue;
+            };
+            if queue.is_empty() {
+                continue;
+            }
+            match self.port_of.get(q).copied().flatten() {
+                Some(pi) => {
+                    let port = &mut self.ports[pi];
+                    packets += queue.len() as u64;
+                    let r = port.device.tx(&mut self.pool, queue);
+                    port.counters.tx_packets += r.sent as u64;
+                    port.counters.tx_bytes += r.sent_bytes as u64;
+                    port.counters.tx_errors += r.failed as u64;
+                }
+                None => {
+                    let n = queue.len() as u64;
+                    let mut q2 = std::mem::take(queue);
+                    self.pool.free_many(&q2);
+                    q2.clear();
+                    *self.graph.tx_queue(ifx).expect("exists") = q2;
+                    self.graph.count_no_device(n);
+                }
+            }
+        }
+        let t1 = clock::now();
+        self.graph.account_tx(packets, t1.wrapping_sub(t0));
+    }
+
+    /// Answer one control request; false means stop.
+    pub fn handle(&mut self, cmd: WorkerCmd) -> bool {
+        match cmd {
+            WorkerCmd::Snapshot(reply) => {
+                let _ = reply.send(self.snapshot());
+            }
+            WorkerCmd::ClearRuntime => self.clear_runtime(),
+            WorkerCmd::TraceAdd { node, count, reply } => {
+                let _ = reply.send(
+                    self.graph
+                        .trace_add(&node, count)
+                        .map_err(|e| e.to_string()),
+                );
+            }
+            WorkerCmd::TraceShow(reply) => {
+                let _ = reply.send(self.graph.trace_records().to_vec());
+            }
+            WorkerCmd::TraceClear => self.graph.trace_clear(),
+            WorkerCmd::Stop => return false,
+        }
+        true
+    }
+
+    /// Run until told to stop (or, with `until_inputs_done`, until every input is
+    /// exhausted and the graph drained). Sleeps briefly when idle so an idle gateway
+    /// does not spin a core at 100 %.
+    pub fn run(&mut self, cmds: &Receiver<WorkerCmd>, until_inputs_done: bool) {
+        let mut idle = 0u32;
+        loop {
+            while let Ok(cmd) = cmds.try_recv() {
+                if !self.handle(cmd) {
+                    self.shutdown();
+                    return;
+                }
+            }
+            if self.poll_once() == 0 {
+                if until_inputs_done && self.inputs_done() {
+                    self.shutdown();
+                    return;
+                }
+                idle += 1;
+                if idle > 256 {
+                    std::thread::sleep(std::time::Duration::from_micros(100));
+                }
+            } else {
+                idle = 0;
+            }
+        }
+    }
+
+    /// Flush devices (pcap writers) before exit.
+    pub fn shutdown(&mut self) {
+        for p in &mut self.ports {
+            if let Err(e) = p.device.flush() {
+                eprintln!("vecgate: flushing {}: {e}", p.name);
+            }
+        }
+    }
+
+    pub fn clear_runtime(&mut self) {
+        self.graph.clear_runtime();
+        self.graph.clear_counters();
+        for p in &mut self.ports {
+            p.counters = PortCounters::default();
+        }
+        self.loops = 0;
+        self.cleared_at = clock::now();
+    }
+
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            worker: self.id,
+            tsc_hz: clock::hz(),
+            elapsed_cycles: clock::now().wrapping_sub(self.cleared_at),
+            loops: self.loops,
+            nodes: self.graph.node_snapshots(),
+            counters: self.graph.counter_snapshots(),
+            ports: self
+                .ports
+                .iter()
+                .map(|p| PortSnapshot {
+                    if_index: p.if_index.0,
+                    name: p.name.clone(),
+                    kind: p.device.kind(),
+                    counters: p.counters.clone(),
+                })
+                .collect(),
+            pool: self.pool.stats(),
+        }
+    }
+}
