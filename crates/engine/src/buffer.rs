@@ -195,6 +195,13 @@ impl Buffer {
         Ok(())
     }
 
+    /// The `n` bytes just before the packet start (e.g. an Ethernet header a node
+    /// advanced past), if the buffer has them.
+    pub fn preceding(&self, n: usize) -> Option<&[u8]> {
+        let s = self.start as usize;
+        s.checked_sub(n).map(|from| &self.data[from..s])
+    }
+
     /// Offset of the current start from the beginning of the data area; with
     /// `rewind_to` it lets a node return to a header it advanced past.
     pub fn offset(&self) -> usize {

@@ -1,0 +1,127 @@
+//! The per-worker context every IP node receives: the current tables, rate limiters,
+//! and the queue of events for the control plane (learned neighbours).
+
+use crate::tables::Tables;
+use arc_swap::{ArcSwap, Cache};
+use crossbeam_channel::Sender;
+use engine::{clock, IfIndex};
+use std::net::IpAddr;
+use std::sync::Arc;
+use wire::EthernetAddress;
+
+/// What the dataplane tells the control plane. Sent with `try_send`: a full queue
+/// loses the event (counted by the node), never blocks a worker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IpEvent {
+    NeighbourLearned {
+        if_index: IfIndex,
+        ip: IpAddr,
+        mac: EthernetAddress,
+    },
+}
+
+/// A token bucket on the TSC: `rate` tokens per second, up to `burst`.
+pub struct TokenBucket {
+    tokens: u64,
+    burst: u64,
+    cycles_per_token: u64,
+    last: u64,
+}
+
+impl TokenBucket {
+    pub fn new(rate_per_sec: u64, burst: u64) -> Self {
+        let hz = clock::hz();
+        TokenBucket {
+            tokens: burst,
+            burst,
+            cycles_per_token: (hz / rate_per_sec.max(1)).max(1),
+            last: clock::now(),
+        }
+    }
+
+    /// Take one token if there is one.
+    pub fn take(&mut self) -> bool {
+        let now = clock::now();
+        let earned = now.wrapping_sub(self.last) / self.cycles_per_token;
+        if earned > 0 {
+            self.tokens = (self.tokens + earned).min(self.burst);
+            self.last = now;
+        }
+        if self.tokens > 0 {
+            self.tokens -= 1;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// Rate limits for packets the gateway originates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// ICMP/ICMPv6 errors per second per worker (RFC 1812 §4.3.2.8, RFC 4443 §2.4(f)).
+    pub icmp_errors_per_sec: u64,
+    pub icmp_burst: u64,
+    /// ARP requests / neighbour solicitations per second per worker.
+    pub solicit_per_sec: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            icmp_errors_per_sec: 1000,
+            icmp_burst: 100,
+            solicit_per_sec: 100,
+        }
+    }
+}
+
+pub struct IpContext {
+    cache: Cache<Arc<ArcSwap<Tables>>, Arc<Tables>>,
+    pub tables: Arc<Tables>,
+    pub events: Option<Sender<IpEvent>>,
+    pub icmp4: TokenBucket,
+    pub icmp6: TokenBucket,
+    pub solicit: TokenBucket,
+    /// IPv4 identification for packets this worker originates.
+    pub ident: u16,
+}
+
+impl IpContext {
+    pub fn new(
+        shared: Arc<ArcSwap<Tables>>,
+        events: Option<Sender<IpEvent>>,
+        limits: Limits,
+    ) -> Self {
+        let tables = shared.load_full();
+        IpContext {
+            cache: Cache::new(shared),
+            tables,
+            events,
+            icmp4: TokenBucket::new(limits.icmp_errors_per_sec, limits.icmp_burst),
+            icmp6: TokenBucket::new(limits.icmp_errors_per_sec, limits.icmp_burst),
+            solicit: TokenBucket::new(limits.solicit_per_sec, limits.solicit_per_sec.clamp(1, 10)),
+            ident: 0,
+        }
+    }
+
+    /// Report a neighbour; false if the queue was full.
+    pub fn learn(&self, if_index: IfIndex, ip: IpAddr, mac: EthernetAddress) -> bool {
+        match &self.events {
+            Some(tx) => tx
+                .try_send(IpEvent::NeighbourLearned { if_index, ip, mac })
+                .is_ok(),
+            None => true,
+        }
+    }
+}
+
+impl engine::worker::Context for IpContext {
+    #[inline]
+    fn refresh(&mut self) {
+        let t = self.cache.load();
+        if !Arc::ptr_eq(t, &self.tables) {
+            self.tables = Arc::clone(t);
+        }
+    }
+}

@@ -1,0 +1,26 @@
+//! IPv4/IPv6 forwarding for vecgate: the FIB (a poptrie), adjacencies and neighbours,
+//! the control-plane state that builds them, and the graph nodes that use them:
+//!
+//! ```text
+//! <dev>-input → ethernet-input ─┬→ ip4-input → ip4-lookup ─┬→ ip4-rewrite → interface-output
+//!                               │                          ├→ ip4-local (echo, ICMP unreachable)
+//!                               │                          └→ ip4-icmp-error → ip4-lookup
+//!                               ├→ ip6-input → ip6-lookup → ip6-rewrite / ip6-local (echo, ND) / ip6-icmp-error
+//!                               └→ arp-input (reply for own addresses, learn)
+//! ```
+//!
+//! Nodes never lock or allocate per packet; they read the `Tables` version their worker
+//! holds and report learned neighbours through a bounded queue.
+#![forbid(unsafe_code)]
+
+pub mod context;
+pub mod lpm;
+pub mod nodes;
+pub mod prefix;
+pub mod state;
+pub mod tables;
+
+pub use context::{IpContext, IpEvent, Limits};
+pub use prefix::{IfAddr, Prefix};
+pub use state::{InterfaceSpec, RouteTarget, RouterState, StateError};
+pub use tables::Tables;

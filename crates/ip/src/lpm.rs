@@ -1,0 +1,394 @@
+//! Longest-prefix match: a poptrie (Asai & Ohara, SIGCOMM 2015) over IPv4 or IPv6 keys.
+//!
+//! Layout: a direct-indexed table on the top `DIRECT_BITS` bits, then nodes of 64
+//! slots (6-bit strides). A node keeps two bitmaps instead of 64 pointers: `children`
+//! marks slots that continue into a child node, `leaf_runs` marks slots where a new run
+//! of equal leaf values starts. Children and leaves of a node are stored contiguously,
+//! so the index of slot `v`'s child or leaf is a base plus a popcount. A node is 24
+//! bytes; a route set of a million prefixes compiles to tens of MB and a lookup touches
+//! one direct entry and one node per 6 bits past the direct table.
+//!
+//! The trie is immutable: the control plane compiles a new one from the route set and
+//! publishes it (see `tables`). Values are adjacency indices < 2^31; 0 means no route.
+
+use std::marker::PhantomData;
+
+pub const DIRECT_BITS: u8 = 16;
+pub const STRIDE: u8 = 6;
+const NODE_FLAG: u32 = 1 << 31;
+
+/// An address usable as a trie key.
+pub trait LpmKey:
+    Copy + Ord + Eq + std::hash::Hash + Send + Sync + 'static + std::fmt::Debug
+{
+    const BITS: u8;
+    /// `width` bits of the key starting `depth` bits from the top, zero-padded past the
+    /// end of the key.
+    fn stride(self, depth: u8, width: u8) -> usize;
+    /// The key with all bits after the first `len` cleared.
+    fn masked(self, len: u8) -> Self;
+}
+
+impl LpmKey for u32 {
+    const BITS: u8 = 32;
+    #[inline(always)]
+    fn stride(self, depth: u8, width: u8) -> usize {
+        ((((self as u64) << 32) << depth) >> (64 - width)) as usize
+    }
+    #[inline(always)]
+    fn masked(self, len: u8) -> Self {
+        if len == 0 {
+            0
+        } else {
+            self & (u32::MAX << (32 - len))
+        }
+    }
+}
+
+impl LpmKey for u128 {
+    const BITS: u8 = 128;
+    #[inline(always)]
+    fn stride(self, depth: u8, width: u8) -> usize {
+        ((self << depth) >> (128 - width)) as usize
+    }
+    #[inline(always)]
+    fn masked(self, len: u8) -> Self {
+        if len == 0 {
+            0
+        } else {
+            self & (u128::MAX << (128 - len))
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct PNode {
+    children: u64,
+    leaf_runs: u64,
+    child_base: u32,
+    leaf_base: u32,
+}
+
+/// A compiled, immutable longest-prefix-match table.
+pub struct Poptrie<K: LpmKey> {
+    direct: Box<[u32]>,
+    nodes: Vec<PNode>,
+    leaves: Vec<u32>,
+    routes: usize,
+    _k: PhantomData<K>,
+}
+
+/// One route for compilation: a masked key, its length, its value (non-zero, < 2^31).
+pub type Route<K> = (K, u8, u32);
+
+impl<K: LpmKey> Poptrie<K> {
+    /// An empty table (every lookup misses).
+    pub fn empty() -> Self {
+        Self::build(&[])
+    }
+
+    /// Compile `routes`, which must be sorted by (key, length) with unique pairs and
+    /// masked keys (as a `BTreeMap<(K, u8), u32>` iterates).
+    pub fn build(routes: &[Route<K>]) -> Self {
+        debug_assert!(routes
+            .windows(2)
+            .all(|w| (w[0].0, w[0].1) < (w[1].0, w[1].1)));
+        let mut t = Poptrie {
+            direct: vec![0u32; 1 << DIRECT_BITS].into_boxed_slice(),
+            nodes: Vec::new(),
+            leaves: Vec::new(),
+            routes: routes.len(),
+            _k: PhantomData,
+        };
+        // Short routes paint the direct table, shortest first so longer ones win.
+        let mut short: Vec<&Route<K>> = routes.iter().filter(|r| r.1 <= DIRECT_BITS).collect();
+        short.sort_by_key(|r| r.1);
+        for &&(k, len, v) in &short {
+            let start = k.stride(0, DIRECT_BITS);
+            let n = 1usize << (DIRECT_BITS - len);
+            t.direct[start..start + n].fill(v);
+        }
+        // Long routes, grouped by their direct slot (contiguous in key order).
+        let long: Vec<Route<K>> = routes
+            .iter()
+            .copied()
+            .filter(|r| r.1 > DIRECT_BITS)
+            .collect();
+        let mut i = 0;
+        while i < long.len() {
+            let slot = long[i].0.stride(0, DIRECT_BITS);
+            let mut j = i;
+            while j < long.len() && long[j].0.stride(0, DIRECT_BITS) == slot {
+                j += 1;
+            }
+            let idx = t.nodes.len();
+            t.nodes.push(PNode::default());
+            let default = t.direct[slot];
+            t.build_node(idx, &long[i..j], DIRECT_BITS, default);
+            t.direct[slot] = NODE_FLAG | idx as u32;
+            i = j;
+        }
+        t.nodes.shrink_to_fit();
+        t.leaves.shrink_to_fit();
+        t
+    }
+
+    /// Fill node `idx` covering bits `depth..depth+STRIDE` from `routes` (all longer
+    /// than `depth`, all sharing the node's prefix), inheriting `default`.
+    fn build_node(&mut self, idx: usize, routes: &[Route<K>], depth: u8, default: u32) {
+        let end = depth + STRIDE;
+        let mut slots = [default; 64];
+        let mut short: Vec<&Route<K>> = routes.iter().filter(|r| r.1 <= end).collect();
+        short.sort_by_key(|r| r.1);
+        for &&(k, len, v) in &short {
+            let start = k.stride(depth, STRIDE);
+            let n = 1usize << (end - len);
+            slots[start..start + n].fill(v);
+        }
+        // Groups of longer routes, one child each, in slot order.
+        let mut groups: Vec<(usize, usize, usize)> = Vec::new();
+        let mut i = 0;
+        while i < routes.len() {
+            if routes[i].1 <= end {
+                i += 1;
+                continue;
+            }
+            let s = routes[i].0.stride(depth, STRIDE);
+            let mut j = i;
+            // Routes of this slot are contiguous in key order; shorter ones (painted
+            // above) may sit among them, skip those.
+            while j < routes.len() && routes[j].0.stride(depth, STRIDE) == s {
+                j += 1;
+            }
+            groups.push((s, i, j));
+            i = j;
+        }
+        let mut children = 0u64;
+        for &(s, _, _) in &groups {
+            children |= 1 << s;
+        }
+        let leaf_base = self.leaves.len() as u32;
+        let mut leaf_runs = 0u64;
+        let mut prev: Option<u32> = None;
+        for (v, &val) in slots.iter().enumerate() {
+            if children & (1 << v) != 0 {
+                continue;
+            }
+            if prev != Some(val) {
+                leaf_runs |= 1 << v;
+                self.leaves.push(val);
+                prev = Some(val);
+            }
+        }
+        let child_base = self.nodes.len() as u32;
+        self.nodes
+            .resize(self.nodes.len() + groups.len(), PNode::default());
+        self.nodes[idx] = PNode {
+            children,
+            leaf_runs,
+            child_base,
+            leaf_base,
+        };
+        for (n, &(s, a, b)) in groups.iter().enumerate() {
+            let sub: Vec<Route<K>> = routes[a..b].iter().copied().filter(|r| r.1 > end).collect();
+            self.build_node(child_base as usize + n, &sub, end, slots[s]);
+        }
+    }
+
+    /// The value of the longest prefix covering `key`, or 0.
+    #[inline(always)]
+    pub fn lookup(&self, key: K) -> u32 {
+        let mut e = self.direct[key.stride(0, DIRECT_BITS)];
+        let mut depth = DIRECT_BITS;
+        while e & NODE_FLAG != 0 {
+            let node = &self.nodes[(e & !NODE_FLAG) as usize];
+            let v = key.stride(depth, STRIDE);
+            let upto = u64::MAX >> (63 - v);
+            if node.children & (1u64 << v) != 0 {
+                e = NODE_FLAG | (node.child_base + (node.children & upto).count_ones() - 1);
+                depth += STRIDE;
+            } else {
+                return self.leaves
+                    [(node.leaf_base + (node.leaf_runs & upto).count_ones() - 1) as usize];
+            }
+        }
+        e
+    }
+
+    /// Look up a batch: the direct table for every key first, then each node level for
+    /// every key still walking, so independent cache misses overlap (measured in
+    /// `benches/fib.rs`: the gain is large once the table outgrows the caches).
+    #[inline]
+    pub fn lookup_batch(&self, keys: &[K], out: &mut [u32]) {
+        let n = keys.len().min(out.len());
+        let mut pending = 0usize;
+        for i in 0..n {
+            out[i] = self.direct[keys[i].stride(0, DIRECT_BITS)];
+            pending |= (out[i] & NODE_FLAG != 0) as usize;
+        }
+        if pending == 0 {
+            return;
+        }
+        let mut depth = DIRECT_BITS;
+        loop {
+            let mut more = false;
+            for i in 0..n {
+                let e = out[i];
+                if e & NODE_FLAG == 0 {
+                    continue;
+                }
+                // Values never have NODE_FLAG set, so a finished entry stays finished;
+                // every walking entry is at `depth` because all started together.
+                let node = &self.nodes[(e & !NODE_FLAG) as usize];
+                let v = keys[i].stride(depth, STRIDE);
+                let upto = u64::MAX >> (63 - v);
+                if node.children & (1u64 << v) != 0 {
+                    out[i] =
+                        NODE_FLAG | (node.child_base + (node.children & upto).count_ones() - 1);
+                    more = true;
+                } else {
+                    out[i] = self.leaves
+                        [(node.leaf_base + (node.leaf_runs & upto).count_ones() - 1) as usize];
+                }
+            }
+            if !more {
+                return;
+            }
+            depth += STRIDE;
+        }
+    }
+
+    pub fn route_count(&self) -> usize {
+        self.routes
+    }
+
+    /// Bytes of lookup structure (direct table, nodes, leaves).
+    pub fn memory_bytes(&self) -> usize {
+        self.direct.len() * 4
+            + self.nodes.len() * std::mem::size_of::<PNode>()
+            + self.leaves.len() * 4
+    }
+
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+
+    fn naive<K: LpmKey>(routes: &BTreeMap<(K, u8), u32>, key: K) -> u32 {
+        routes
+            .iter()
+            .filter(|((p, l), _)| key.masked(*l) == *p)
+            .max_by_key(|((_, l), _)| *l)
+            .map_or(0, |(_, v)| *v)
+    }
+
+    fn compile<K: LpmKey>(m: &BTreeMap<(K, u8), u32>) -> Poptrie<K> {
+        let v: Vec<Route<K>> = m.iter().map(|(&(k, l), &v)| (k, l, v)).collect();
+        Poptrie::build(&v)
+    }
+
+    #[test]
+    fn v4_basics() {
+        let mut m = BTreeMap::new();
+        let p = |a: [u8; 4]| u32::from_be_bytes(a);
+        m.insert((0u32, 0u8), 1);
+        m.insert((p([198, 18, 0, 0]), 15), 2);
+        m.insert((p([198, 18, 0, 0]), 24), 3);
+        m.insert((p([198, 18, 0, 128]), 25), 4);
+        m.insert((p([198, 18, 0, 129]), 32), 5);
+        m.insert((p([198, 19, 255, 0]), 24), 6);
+        let t = compile(&m);
+        assert_eq!(t.lookup(p([8, 8, 8, 8])), 1);
+        assert_eq!(t.lookup(p([198, 18, 1, 1])), 2);
+        assert_eq!(t.lookup(p([198, 18, 0, 1])), 3);
+        assert_eq!(t.lookup(p([198, 18, 0, 130])), 4);
+        assert_eq!(t.lookup(p([198, 18, 0, 129])), 5);
+        assert_eq!(t.lookup(p([198, 19, 255, 9])), 6);
+        assert_eq!(t.lookup(p([198, 19, 254, 9])), 2);
+        let empty = Poptrie::<u32>::empty();
+        assert_eq!(empty.lookup(p([1, 2, 3, 4])), 0);
+    }
+
+    #[test]
+    fn v6_deep_prefixes() {
+        let mut m = BTreeMap::new();
+        let a = |s: &str| u128::from(s.parse::<std::net::Ipv6Addr>().unwrap());
+        m.insert((a("2001:db8::"), 32), 1);
+        m.insert((a("2001:db8:1::"), 48), 2);
+        m.insert((a("2001:db8:1:2::"), 64), 3);
+        m.insert((a("2001:db8:1:2::7"), 128), 4);
+        let t = compile(&m);
+        assert_eq!(t.lookup(a("2001:db8:ffff::1")), 1);
+        assert_eq!(t.lookup(a("2001:db8:1:3::1")), 2);
+        assert_eq!(t.lookup(a("2001:db8:1:2::8")), 3);
+        assert_eq!(t.lookup(a("2001:db8:1:2::7")), 4);
+        assert_eq!(t.lookup(a("2001:db9::")), 0);
+        let keys = [
+            a("2001:db8:ffff::1"),
+            a("2001:db8:1:2::7"),
+            a("2001:db9::"),
+            a("2001:db8:1:3::1"),
+        ];
+        let mut out = [0u32; 4];
+        t.lookup_batch(&keys, &mut out);
+        assert_eq!(out, [1, 4, 0, 2]);
+    }
+
+    fn arb_routes_v4() -> impl Strategy<Value = BTreeMap<(u32, u8), u32>> {
+        // Keys concentrated in a few /8s so prefixes nest and collide.
+        proptest::collection::vec((0u32..4, any::<u32>(), 0u8..=32, 1u32..1000), 0..200).prop_map(
+            |v| {
+                v.into_iter()
+                    .map(|(hi, lo, len, val)| {
+                        let k = (hi << 30) | (lo >> 2);
+                        ((k.masked(len), len), val)
+                    })
+                    .collect()
+            },
+        )
+    }
+
+    fn arb_routes_v6() -> impl Strategy<Value = BTreeMap<(u128, u8), u32>> {
+        proptest::collection::vec((0u128..4, any::<u128>(), 0u8..=128, 1u32..1000), 0..200)
+            .prop_map(|v| {
+                v.into_iter()
+                    .map(|(hi, lo, len, val)| {
+                        let k = (hi << 126) | (lo >> 2);
+                        ((k.masked(len), len), val)
+                    })
+                    .collect()
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn v4_matches_naive(m in arb_routes_v4(), keys in proptest::collection::vec(any::<u32>(), 64)) {
+            let t = compile(&m);
+            let mut probes: Vec<u32> = keys.iter().map(|k| (k & 0xc000_0000) | (k >> 2) ).collect();
+            // Also probe each route's own first and last address.
+            for &(k, l) in m.keys() { probes.push(k); probes.push(k | if l == 32 { 0 } else { u32::MAX >> l }); }
+            let mut out = vec![0u32; probes.len()];
+            t.lookup_batch(&probes, &mut out);
+            for (i, &k) in probes.iter().enumerate() {
+                prop_assert_eq!(t.lookup(k), naive(&m, k), "key {:#x}", k);
+                prop_assert_eq!(out[i], naive(&m, k));
+            }
+        }
+
+        #[test]
+        fn v6_matches_naive(m in arb_routes_v6(), keys in proptest::collection::vec(any::<u128>(), 64)) {
+            let t = compile(&m);
+            let mut probes: Vec<u128> = keys.iter().map(|k| (k & (3u128 << 126)) | (k >> 2)).collect();
+            for &(k, l) in m.keys() { probes.push(k); probes.push(k | if l == 128 { 0 } else { u128::MAX >> l }); }
+            for &k in &probes {
+                prop_assert_eq!(t.lookup(k), naive(&m, k), "key {:#x}", k);
+            }
+        }
+    }
+}

@@ -1,0 +1,75 @@
+//! `ethernet-input`: accept frames for this interface, dispatch by EtherType, strip L2.
+
+use crate::context::IpContext;
+use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
+use wire::ethernet::{EthernetFrame, HEADER_LEN};
+use wire::EtherType;
+
+next_nodes! {
+    pub enum EthernetInputNext { Ip4 = "ip4-input", Ip6 = "ip6-input", Arp = "arp-input" }
+}
+
+counters! {
+    pub enum EthernetInputCounter {
+        Truncated(Warn, "truncated", "frame shorter than an Ethernet header"),
+        L2Mismatch(Warn, "l2-mismatch", "destination MAC neither ours, broadcast nor multicast"),
+        UnknownEthertype(Warn, "unknown-ethertype", "EtherType is not IPv4, IPv6 or ARP"),
+        VlanNoSubif(Warn, "vlan-no-subif", "VLAN-tagged frame and no sub-interface for its VLAN"),
+        NoL3Interface(Error, "no-l3-interface", "received on an interface without L3 configuration"),
+    }
+}
+
+pub struct EthernetInput;
+
+impl Node<IpContext> for EthernetInput {
+    type Next = EthernetInputNext;
+    type Counter = EthernetInputCounter;
+
+    fn name(&self) -> &'static str {
+        "ethernet-input"
+    }
+
+    #[inline]
+    fn process(
+        &mut self,
+        cx: &mut IpContext,
+        _: &mut Counts<'_, Self::Counter>,
+        buf: &mut Buffer,
+    ) -> Verdict<Self::Next, Self::Counter> {
+        use EthernetInputCounter as C;
+        let Ok(f) = EthernetFrame::new_checked(buf.bytes()) else {
+            return Verdict::Drop(C::Truncated);
+        };
+        let Some(ifl) = cx.tables.interface(buf.meta.rx_if) else {
+            return Verdict::Drop(C::NoL3Interface);
+        };
+        let dst = f.dst_addr();
+        if dst != ifl.mac && dst.is_unicast() {
+            return Verdict::Drop(C::L2Mismatch);
+        }
+        let next = match f.ethertype() {
+            EtherType::Ipv4 => EthernetInputNext::Ip4,
+            EtherType::Ipv6 => EthernetInputNext::Ip6,
+            EtherType::Arp => EthernetInputNext::Arp,
+            EtherType::Vlan | EtherType::QinQ => return Verdict::Drop(C::VlanNoSubif),
+            EtherType::Unknown(_) => return Verdict::Drop(C::UnknownEthertype),
+        };
+        // Cannot fail: new_checked proved HEADER_LEN bytes.
+        let _ = buf.advance(HEADER_LEN);
+        buf.meta.l3_start = buf.offset() as u16;
+        Verdict::Next(next)
+    }
+
+    fn trace(&self, buf: &Buffer) -> String {
+        match EthernetFrame::new_checked(buf.bytes()) {
+            Ok(f) => format!(
+                "{} -> {} type {:?} len {}",
+                f.src_addr(),
+                f.dst_addr(),
+                f.ethertype(),
+                buf.len()
+            ),
+            Err(e) => format!("malformed: {e}"),
+        }
+    }
+}

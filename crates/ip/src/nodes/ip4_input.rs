@@ -1,0 +1,74 @@
+//! `ip4-input`: validate the IPv4 header (version, IHL, total length against the frame,
+//! checksum, options, source), trim Ethernet padding.
+
+use crate::context::IpContext;
+use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
+use wire::ipv4::{Ipv4Error, Ipv4Packet, HEADER_LEN};
+
+next_nodes! {
+    pub enum Ip4InputNext { Lookup = "ip4-lookup" }
+}
+
+counters! {
+    pub enum Ip4InputCounter {
+        Truncated(Warn, "truncated", "frame shorter than the IPv4 header or its total length"),
+        BadVersion(Warn, "bad-version", "version field is not 4"),
+        BadHeaderLength(Warn, "bad-ihl", "IHL below 5"),
+        BadTotalLength(Warn, "bad-length", "total length below the header length"),
+        BadChecksum(Warn, "bad-checksum", "header checksum mismatch"),
+        BadOption(Warn, "bad-option", "malformed IPv4 option"),
+        BadSource(Warn, "bad-source", "source address is multicast or limited broadcast"),
+    }
+}
+
+pub struct Ip4Input;
+
+fn counter(e: Ipv4Error) -> Ip4InputCounter {
+    match e {
+        Ipv4Error::Truncated => Ip4InputCounter::Truncated,
+        Ipv4Error::BadVersion => Ip4InputCounter::BadVersion,
+        Ipv4Error::BadHeaderLength => Ip4InputCounter::BadHeaderLength,
+        Ipv4Error::BadTotalLength => Ip4InputCounter::BadTotalLength,
+        Ipv4Error::BadChecksum => Ip4InputCounter::BadChecksum,
+        Ipv4Error::BadOption => Ip4InputCounter::BadOption,
+    }
+}
+
+impl Node<IpContext> for Ip4Input {
+    type Next = Ip4InputNext;
+    type Counter = Ip4InputCounter;
+
+    fn name(&self) -> &'static str {
+        "ip4-input"
+    }
+
+    #[inline]
+    fn process(
+        &mut self,
+        _: &mut IpContext,
+        _: &mut Counts<'_, Self::Counter>,
+        buf: &mut Buffer,
+    ) -> Verdict<Self::Next, Self::Counter> {
+        let p = match Ipv4Packet::new_checked(buf.bytes()) {
+            Ok(p) => p,
+            Err(e) => return Verdict::Drop(counter(e)),
+        };
+        if !p.verify_checksum() {
+            return Verdict::Drop(Ip4InputCounter::BadChecksum);
+        }
+        if p.header_len() > HEADER_LEN && p.check_options().is_err() {
+            return Verdict::Drop(Ip4InputCounter::BadOption);
+        }
+        let src = p.src_addr();
+        if src.is_multicast() || src.is_broadcast() {
+            return Verdict::Drop(Ip4InputCounter::BadSource);
+        }
+        let total = p.total_len();
+        buf.truncate(total);
+        Verdict::Next(Ip4InputNext::Lookup)
+    }
+
+    fn trace(&self, buf: &Buffer) -> String {
+        super::trace_ip4(buf.bytes())
+    }
+}

@@ -1,0 +1,96 @@
+//! `ip4-local`: packets addressed to the gateway. Answers echo requests in place;
+//! everything else gets the ICMP error a host would send.
+
+use super::IcmpRequest;
+use crate::context::IpContext;
+use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
+use wire::checksum;
+use wire::icmpv4::{unreach, Icmpv4Packet, Icmpv4Type};
+use wire::ipv4::Ipv4Packet;
+use wire::IpProtocol;
+
+next_nodes! {
+    pub enum Ip4LocalNext { Lookup = "ip4-lookup", IcmpError = "ip4-icmp-error" }
+}
+
+counters! {
+    pub enum Ip4LocalCounter {
+        EchoReplies(Info, "echo-replies", "ICMP echo replies sent"),
+        IcmpMalformed(Warn, "icmp-malformed", "ICMP message truncated or with a bad checksum"),
+        IcmpIgnored(Info, "icmp-ignored", "ICMP messages other than echo request, consumed"),
+        PortUnreachable(Info, "port-unreachable", "UDP to a port nothing listens on (ICMP requested)"),
+        ProtocolUnreachable(Info, "protocol-unreachable", "protocol not handled locally (ICMP requested)"),
+        Fragment(Warn, "fragment", "fragment addressed to the gateway: local reassembly not implemented"),
+        Truncated(Error, "truncated", "shorter than an IPv4 header"),
+    }
+}
+
+pub struct Ip4Local;
+
+impl Node<IpContext> for Ip4Local {
+    type Next = Ip4LocalNext;
+    type Counter = Ip4LocalCounter;
+
+    fn name(&self) -> &'static str {
+        "ip4-local"
+    }
+
+    fn process(
+        &mut self,
+        _: &mut IpContext,
+        counts: &mut Counts<'_, Self::Counter>,
+        buf: &mut Buffer,
+    ) -> Verdict<Self::Next, Self::Counter> {
+        use Ip4LocalCounter as C;
+        let Ok(p) = Ipv4Packet::new_checked(buf.bytes()) else {
+            return Verdict::Drop(C::Truncated);
+        };
+        if p.is_fragment() {
+            return Verdict::Drop(C::Fragment);
+        }
+        let hl = p.header_len();
+        match p.protocol() {
+            IpProtocol::Icmp => {
+                let Ok(icmp) = Icmpv4Packet::new_checked(p.payload()) else {
+                    return Verdict::Drop(C::IcmpMalformed);
+                };
+                if !icmp.verify_checksum() {
+                    return Verdict::Drop(C::IcmpMalformed);
+                }
+                if icmp.msg_type() != Icmpv4Type::EchoRequest {
+                    return Verdict::Drop(C::IcmpIgnored);
+                }
+                let (src, dst) = (p.src_addr(), p.dst_addr());
+                let total = p.total_len();
+                let b = buf.bytes_mut();
+                let mut ip = Ipv4Packet::new_unchecked(&mut b[..total]);
+                ip.set_src_addr(dst);
+                ip.set_dst_addr(src);
+                ip.set_ttl(64);
+                ip.fill_checksum();
+                // Type 8 → 0, code unchanged: patch the ICMP checksum for that one word.
+                let code = b[hl + 1] as u16;
+                let mut icmp = Icmpv4Packet::new_unchecked(&mut b[hl..total]);
+                let old = icmp.checksum();
+                icmp.set_msg_type(Icmpv4Type::EchoReply);
+                icmp.set_checksum(checksum::update16(old, 0x0800 | code, code));
+                counts.inc(C::EchoReplies);
+                Verdict::Next(Ip4LocalNext::Lookup)
+            }
+            IpProtocol::Udp => {
+                counts.inc(C::PortUnreachable);
+                buf.meta.param = IcmpRequest::new(3, unreach::PORT, 0).encode();
+                Verdict::Next(Ip4LocalNext::IcmpError)
+            }
+            _ => {
+                counts.inc(C::ProtocolUnreachable);
+                buf.meta.param = IcmpRequest::new(3, unreach::PROTOCOL, 0).encode();
+                Verdict::Next(Ip4LocalNext::IcmpError)
+            }
+        }
+    }
+
+    fn trace(&self, buf: &Buffer) -> String {
+        super::trace_ip4(buf.bytes())
+    }
+}

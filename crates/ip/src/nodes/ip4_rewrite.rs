@@ -1,0 +1,129 @@
+//! `ip4-rewrite`: TTL and MTU checks, TTL decrement with an incremental checksum
+//! (RFC 1624), and the adjacency's Ethernet header prepended in the headroom.
+
+use super::{solicit, IcmpRequest};
+use crate::context::IpContext;
+use crate::tables::{l2_rewrite, Adjacency};
+use engine::{counters, next_nodes, Buffer, Counts, IfIndex, Node, Verdict};
+use std::net::Ipv4Addr;
+use wire::icmpv4::unreach;
+use wire::ipv4::Ipv4Packet;
+use wire::EtherType;
+
+next_nodes! {
+    pub enum Ip4RewriteNext { Output = "interface-output", IcmpError = "ip4-icmp-error" }
+}
+
+counters! {
+    pub enum Ip4RewriteCounter {
+        TtlExpired(Info, "ttl-expired", "TTL would reach 0 (ICMP time exceeded requested)"),
+        FragNeeded(Info, "frag-needed", "larger than the MTU with DF set (ICMP frag-needed requested)"),
+        MtuExceeded(Warn, "mtu-exceeded", "larger than the MTU without DF: fragmentation is not implemented yet"),
+        Unresolved(Warn, "neighbour-unresolved", "next hop MAC unknown and solicitation rate-limited"),
+        ArpSent(Info, "arp-request-sent", "next hop MAC unknown: packet replaced by an ARP request"),
+        NoHeadroom(Error, "no-headroom", "no headroom for the Ethernet header"),
+        BadAdjacency(Error, "bad-adjacency", "adjacency is not a forwarding one"),
+        Truncated(Error, "truncated", "shorter than an IPv4 header"),
+    }
+}
+
+pub struct Ip4Rewrite;
+
+impl Ip4Rewrite {
+    fn solicit(
+        cx: &mut IpContext,
+        buf: &mut Buffer,
+        counts: &mut Counts<'_, Ip4RewriteCounter>,
+        tx_if: IfIndex,
+        target: Ipv4Addr,
+    ) -> Verdict<Ip4RewriteNext, Ip4RewriteCounter> {
+        let IpContext {
+            tables,
+            solicit: limiter,
+            ..
+        } = cx;
+        let Some(ifl) = tables.interface(tx_if) else {
+            return Verdict::Drop(Ip4RewriteCounter::BadAdjacency);
+        };
+        if !limiter.take() || !solicit::arp_request(buf, ifl, target) {
+            return Verdict::Drop(Ip4RewriteCounter::Unresolved);
+        }
+        buf.meta.tx_if = tx_if;
+        counts.inc(Ip4RewriteCounter::ArpSent);
+        Verdict::Next(Ip4RewriteNext::Output)
+    }
+}
+
+impl Node<IpContext> for Ip4Rewrite {
+    type Next = Ip4RewriteNext;
+    type Counter = Ip4RewriteCounter;
+
+    fn name(&self) -> &'static str {
+        "ip4-rewrite"
+    }
+
+    #[inline]
+    fn process(
+        &mut self,
+        cx: &mut IpContext,
+        counts: &mut Counts<'_, Self::Counter>,
+        buf: &mut Buffer,
+    ) -> Verdict<Self::Next, Self::Counter> {
+        use Ip4RewriteCounter as C;
+        let adj = buf.meta.adj;
+        let Ok(mut p) = Ipv4Packet::new_checked(buf.bytes_mut()) else {
+            return Verdict::Drop(C::Truncated);
+        };
+        if p.ttl() <= 1 {
+            counts.inc(C::TtlExpired);
+            buf.meta.param = IcmpRequest::new(11, 0, 0).encode();
+            return Verdict::Next(Ip4RewriteNext::IcmpError);
+        }
+        let len = p.total_len();
+        let df = p.dont_frag();
+        let dst = p.dst_addr();
+        let (tx_if, mtu, rewrite) = match cx.tables.adjacency(adj) {
+            Adjacency::Rewrite {
+                tx_if,
+                rewrite,
+                mtu,
+            } => (*tx_if, *mtu, *rewrite),
+            Adjacency::Glean { tx_if, mtu } => {
+                let (tx_if, mtu) = (*tx_if, *mtu);
+                let found = cx.tables.neighbours4.get(&dst).copied();
+                match (found, cx.tables.interface(tx_if)) {
+                    (Some(n), Some(ifl)) => (tx_if, mtu, l2_rewrite(ifl, n.mac, EtherType::Ipv4)),
+                    _ => return Self::solicit(cx, buf, counts, tx_if, dst),
+                }
+            }
+            Adjacency::Incomplete {
+                tx_if,
+                via: std::net::IpAddr::V4(via),
+                ..
+            } => {
+                let (tx_if, via) = (*tx_if, *via);
+                return Self::solicit(cx, buf, counts, tx_if, via);
+            }
+            _ => return Verdict::Drop(C::BadAdjacency),
+        };
+        if len > mtu as usize {
+            if df {
+                counts.inc(C::FragNeeded);
+                buf.meta.param = IcmpRequest::new(3, unreach::FRAG_NEEDED, mtu).encode();
+                return Verdict::Next(Ip4RewriteNext::IcmpError);
+            }
+            return Verdict::Drop(C::MtuExceeded);
+        }
+        p.decrement_ttl();
+        match buf.prepend(14) {
+            Ok(h) => h.copy_from_slice(&rewrite),
+            Err(_) => return Verdict::Drop(C::NoHeadroom),
+        }
+        buf.meta.tx_if = tx_if;
+        Verdict::Next(Ip4RewriteNext::Output)
+    }
+
+    fn trace(&self, buf: &Buffer) -> String {
+        format!("adj {} {}", buf.meta.adj, super::trace_ip4(buf.bytes()))
+    }
+}

@@ -1,0 +1,96 @@
+//! `ip6-input`: validate the fixed header and the hop-by-hop header (the one extension
+//! header routers must process, RFC 8200 §4.3), trim padding, send link-scope and other
+//! multicast to `ip6-local`.
+
+use super::IcmpRequest;
+use crate::context::IpContext;
+use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
+use wire::ipv6::{Ipv6Error, Ipv6Packet, HEADER_LEN};
+use wire::ipv6_ext::{walk_chain, OptionAction};
+use wire::IpProtocol;
+
+next_nodes! {
+    pub enum Ip6InputNext { Lookup = "ip6-lookup", Local = "ip6-local", IcmpError = "ip6-icmp-error" }
+}
+
+counters! {
+    pub enum Ip6InputCounter {
+        Truncated(Warn, "truncated", "frame shorter than the IPv6 header or its payload length"),
+        BadVersion(Warn, "bad-version", "version field is not 6"),
+        BadJumbo(Warn, "bad-jumbo", "payload length 0 without a valid jumbo payload option"),
+        BadSource(Warn, "bad-source", "source address is multicast"),
+        BadHopByHop(Warn, "bad-hop-by-hop", "malformed hop-by-hop options header"),
+        OptionDiscard(Warn, "option-discard", "unrecognised hop-by-hop option says discard"),
+        OptionParamProblem(Info, "option-param-problem", "unrecognised hop-by-hop option: ICMP parameter problem requested"),
+    }
+}
+
+pub struct Ip6Input;
+
+impl Node<IpContext> for Ip6Input {
+    type Next = Ip6InputNext;
+    type Counter = Ip6InputCounter;
+
+    fn name(&self) -> &'static str {
+        "ip6-input"
+    }
+
+    #[inline]
+    fn process(
+        &mut self,
+        _: &mut IpContext,
+        counts: &mut Counts<'_, Self::Counter>,
+        buf: &mut Buffer,
+    ) -> Verdict<Self::Next, Self::Counter> {
+        use Ip6InputCounter as C;
+        let p = match Ipv6Packet::new_checked(buf.bytes()) {
+            Ok(p) => p,
+            Err(Ipv6Error::BadVersion) => return Verdict::Drop(C::BadVersion),
+            Err(_) => return Verdict::Drop(C::Truncated),
+        };
+        let dst_multicast = p.dst_addr().is_multicast();
+        if p.src_addr().is_multicast() {
+            return Verdict::Drop(C::BadSource);
+        }
+        let mut len = HEADER_LEN + p.payload_len();
+        if p.next_header() == IpProtocol::HopByHop {
+            let Ok(info) = walk_chain(IpProtocol::HopByHop, p.payload()) else {
+                return Verdict::Drop(C::BadHopByHop);
+            };
+            if let Some((off, action)) = info.unknown_option {
+                let icmp = match action {
+                    OptionAction::Skip => false,
+                    OptionAction::Discard => false,
+                    OptionAction::DiscardSendIcmp => true,
+                    OptionAction::DiscardSendIcmpUnlessMulticast => !dst_multicast,
+                };
+                if !icmp {
+                    return Verdict::Drop(C::OptionDiscard);
+                }
+                counts.inc(C::OptionParamProblem);
+                buf.meta.param = IcmpRequest::new(4, 2, (HEADER_LEN + off) as u16).encode();
+                return Verdict::Next(Ip6InputNext::IcmpError);
+            }
+            if p.is_jumbo_candidate() {
+                // RFC 2675: the jumbo option carries a length > 65535 that must fit.
+                match info.jumbo_len {
+                    Some(j) if j > 65_535 && HEADER_LEN + j as usize <= buf.len() => {
+                        len = HEADER_LEN + j as usize
+                    }
+                    _ => return Verdict::Drop(C::BadJumbo),
+                }
+            } else if info.jumbo_len.is_some() {
+                return Verdict::Drop(C::BadJumbo);
+            }
+        }
+        buf.truncate(len);
+        if dst_multicast {
+            return Verdict::Next(Ip6InputNext::Local);
+        }
+        Verdict::Next(Ip6InputNext::Lookup)
+    }
+
+    fn trace(&self, buf: &Buffer) -> String {
+        super::trace_ip6(buf.bytes())
+    }
+}

@@ -1,0 +1,62 @@
+//! `ip6-lookup`: longest-prefix match on the IPv6 destination.
+
+use super::IcmpRequest;
+use crate::context::IpContext;
+use crate::tables::Adjacency;
+use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
+use wire::icmpv6::unreach;
+
+next_nodes! {
+    pub enum Ip6LookupNext { Rewrite = "ip6-rewrite", Local = "ip6-local", IcmpError = "ip6-icmp-error" }
+}
+
+counters! {
+    pub enum Ip6LookupCounter {
+        NoRoute(Info, "no-route", "no route to the destination (ICMPv6 unreachable requested)"),
+        Blackhole(Info, "blackhole", "matched a blackhole route"),
+        Truncated(Error, "truncated", "shorter than an IPv6 header (ip6-input should have dropped it)"),
+    }
+}
+
+pub struct Ip6Lookup;
+
+impl Node<IpContext> for Ip6Lookup {
+    type Next = Ip6LookupNext;
+    type Counter = Ip6LookupCounter;
+
+    fn name(&self) -> &'static str {
+        "ip6-lookup"
+    }
+
+    #[inline]
+    fn process(
+        &mut self,
+        cx: &mut IpContext,
+        counts: &mut Counts<'_, Self::Counter>,
+        buf: &mut Buffer,
+    ) -> Verdict<Self::Next, Self::Counter> {
+        let Some(d) = buf.bytes().get(24..40) else {
+            return Verdict::Drop(Ip6LookupCounter::Truncated);
+        };
+        let mut a = [0u8; 16];
+        a.copy_from_slice(d);
+        let adj = cx.tables.fib6.lookup(u128::from_be_bytes(a));
+        buf.meta.adj = adj;
+        match cx.tables.adjacency(adj) {
+            Adjacency::Rewrite { .. } | Adjacency::Glean { .. } | Adjacency::Incomplete { .. } => {
+                Verdict::Next(Ip6LookupNext::Rewrite)
+            }
+            Adjacency::Local => Verdict::Next(Ip6LookupNext::Local),
+            Adjacency::Miss => {
+                counts.inc(Ip6LookupCounter::NoRoute);
+                buf.meta.param = IcmpRequest::new(1, unreach::NO_ROUTE, 0).encode();
+                Verdict::Next(Ip6LookupNext::IcmpError)
+            }
+            Adjacency::Blackhole => Verdict::Drop(Ip6LookupCounter::Blackhole),
+        }
+    }
+
+    fn trace(&self, buf: &Buffer) -> String {
+        super::trace_ip6(buf.bytes())
+    }
+}

@@ -1,0 +1,125 @@
+//! `ip6-rewrite`: hop-limit and MTU checks (IPv6 routers never fragment: packet too big,
+//! RFC 8201), hop-limit decrement, Ethernet header from the adjacency.
+
+use super::{solicit, IcmpRequest};
+use crate::context::IpContext;
+use crate::tables::{l2_rewrite, Adjacency};
+use engine::{counters, next_nodes, Buffer, Counts, IfIndex, Node, Verdict};
+use std::net::Ipv6Addr;
+use wire::ipv6::Ipv6Packet;
+use wire::EtherType;
+
+next_nodes! {
+    pub enum Ip6RewriteNext { Output = "interface-output", IcmpError = "ip6-icmp-error" }
+}
+
+counters! {
+    pub enum Ip6RewriteCounter {
+        HopLimitExpired(Info, "hop-limit-expired", "hop limit would reach 0 (ICMPv6 time exceeded requested)"),
+        PacketTooBig(Info, "packet-too-big", "larger than the MTU (ICMPv6 packet too big requested)"),
+        Unresolved(Warn, "neighbour-unresolved", "next hop MAC unknown and solicitation rate-limited"),
+        NsSent(Info, "ns-sent", "next hop MAC unknown: packet replaced by a neighbour solicitation"),
+        NoHeadroom(Error, "no-headroom", "no headroom for the Ethernet header"),
+        BadAdjacency(Error, "bad-adjacency", "adjacency is not a forwarding one"),
+        Truncated(Error, "truncated", "shorter than an IPv6 header"),
+    }
+}
+
+pub struct Ip6Rewrite;
+
+impl Ip6Rewrite {
+    fn solicit(
+        cx: &mut IpContext,
+        buf: &mut Buffer,
+        counts: &mut Counts<'_, Ip6RewriteCounter>,
+        tx_if: IfIndex,
+        target: Ipv6Addr,
+    ) -> Verdict<Ip6RewriteNext, Ip6RewriteCounter> {
+        let IpContext {
+            tables,
+            solicit: limiter,
+            ..
+        } = cx;
+        let Some(ifl) = tables.interface(tx_if) else {
+            return Verdict::Drop(Ip6RewriteCounter::BadAdjacency);
+        };
+        if !limiter.take() || !solicit::neighbor_solicit(buf, ifl, target) {
+            return Verdict::Drop(Ip6RewriteCounter::Unresolved);
+        }
+        buf.meta.tx_if = tx_if;
+        counts.inc(Ip6RewriteCounter::NsSent);
+        Verdict::Next(Ip6RewriteNext::Output)
+    }
+}
+
+impl Node<IpContext> for Ip6Rewrite {
+    type Next = Ip6RewriteNext;
+    type Counter = Ip6RewriteCounter;
+
+    fn name(&self) -> &'static str {
+        "ip6-rewrite"
+    }
+
+    #[inline]
+    fn process(
+        &mut self,
+        cx: &mut IpContext,
+        counts: &mut Counts<'_, Self::Counter>,
+        buf: &mut Buffer,
+    ) -> Verdict<Self::Next, Self::Counter> {
+        use Ip6RewriteCounter as C;
+        // ip6-input trimmed the buffer to the packet, jumbograms included.
+        let len = buf.len();
+        let Ok(p) = Ipv6Packet::new_checked(buf.bytes()) else {
+            return Verdict::Drop(C::Truncated);
+        };
+        let hl = p.hop_limit();
+        if hl <= 1 {
+            counts.inc(C::HopLimitExpired);
+            buf.meta.param = IcmpRequest::new(3, 0, 0).encode();
+            return Verdict::Next(Ip6RewriteNext::IcmpError);
+        }
+        let dst = p.dst_addr();
+        let (tx_if, mtu, rewrite) = match cx.tables.adjacency(buf.meta.adj) {
+            Adjacency::Rewrite {
+                tx_if,
+                rewrite,
+                mtu,
+            } => (*tx_if, *mtu, *rewrite),
+            Adjacency::Glean { tx_if, mtu } => {
+                let (tx_if, mtu) = (*tx_if, *mtu);
+                let found = cx.tables.neighbours6.get(&dst).copied();
+                match (found, cx.tables.interface(tx_if)) {
+                    (Some(n), Some(ifl)) => (tx_if, mtu, l2_rewrite(ifl, n.mac, EtherType::Ipv6)),
+                    _ => return Self::solicit(cx, buf, counts, tx_if, dst),
+                }
+            }
+            Adjacency::Incomplete {
+                tx_if,
+                via: std::net::IpAddr::V6(via),
+                ..
+            } => {
+                let (tx_if, via) = (*tx_if, *via);
+                return Self::solicit(cx, buf, counts, tx_if, via);
+            }
+            _ => return Verdict::Drop(C::BadAdjacency),
+        };
+        let mut p = Ipv6Packet::new_unchecked(buf.bytes_mut());
+        if len > mtu as usize {
+            counts.inc(C::PacketTooBig);
+            buf.meta.param = IcmpRequest::new(2, 0, mtu).encode();
+            return Verdict::Next(Ip6RewriteNext::IcmpError);
+        }
+        p.set_hop_limit(hl - 1);
+        match buf.prepend(14) {
+            Ok(h) => h.copy_from_slice(&rewrite),
+            Err(_) => return Verdict::Drop(C::NoHeadroom),
+        }
+        buf.meta.tx_if = tx_if;
+        Verdict::Next(Ip6RewriteNext::Output)
+    }
+
+    fn trace(&self, buf: &Buffer) -> String {
+        format!("adj {} {}", buf.meta.adj, super::trace_ip6(buf.bytes()))
+    }
+}

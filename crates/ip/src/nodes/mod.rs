@@ -1,0 +1,94 @@
+//! The forwarding nodes. Each file is one node: its next nodes, its counters, its
+//! per-packet function and its trace line.
+
+pub mod arp_input;
+pub mod ethernet_input;
+pub mod ip4_icmp_error;
+pub mod ip4_input;
+pub mod ip4_local;
+pub mod ip4_lookup;
+pub mod ip4_rewrite;
+pub mod ip6_icmp_error;
+pub mod ip6_input;
+pub mod ip6_local;
+pub mod ip6_lookup;
+pub mod ip6_rewrite;
+pub mod solicit;
+
+use crate::context::IpContext;
+use engine::GraphBuilder;
+
+/// Add every forwarding node to a graph.
+pub fn register(g: &mut GraphBuilder<IpContext>) {
+    g.add(ethernet_input::EthernetInput);
+    g.add(arp_input::ArpInput);
+    g.add(ip4_input::Ip4Input);
+    g.add(ip4_lookup::Ip4Lookup);
+    g.add(ip4_rewrite::Ip4Rewrite);
+    g.add(ip4_local::Ip4Local);
+    g.add(ip4_icmp_error::Ip4IcmpError);
+    g.add(ip6_input::Ip6Input);
+    g.add(ip6_lookup::Ip6Lookup);
+    g.add(ip6_rewrite::Ip6Rewrite);
+    g.add(ip6_local::Ip6Local);
+    g.add(ip6_icmp_error::Ip6IcmpError);
+}
+
+/// What a node asks `ipN-icmp-error` to send, carried in `Meta::param`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IcmpRequest {
+    pub msg_type: u8,
+    pub code: u8,
+    /// Next-hop MTU (IPv4 frag-needed, IPv6 packet-too-big) or pointer (IPv6
+    /// parameter problem).
+    pub value: u16,
+}
+
+impl IcmpRequest {
+    pub const fn new(msg_type: u8, code: u8, value: u16) -> Self {
+        IcmpRequest {
+            msg_type,
+            code,
+            value,
+        }
+    }
+    pub const fn encode(self) -> u32 {
+        ((self.msg_type as u32) << 24) | ((self.code as u32) << 16) | self.value as u32
+    }
+    pub const fn decode(p: u32) -> Self {
+        IcmpRequest {
+            msg_type: (p >> 24) as u8,
+            code: (p >> 16) as u8,
+            value: p as u16,
+        }
+    }
+}
+
+/// Short address summary for trace lines.
+pub(crate) fn trace_ip4(b: &[u8]) -> String {
+    match wire::ipv4::Ipv4Packet::new_checked(b) {
+        Ok(p) => format!(
+            "{} -> {} {} ttl {} len {}",
+            p.src_addr(),
+            p.dst_addr(),
+            p.protocol(),
+            p.ttl(),
+            p.total_len()
+        ),
+        Err(e) => format!("malformed IPv4: {e}"),
+    }
+}
+
+pub(crate) fn trace_ip6(b: &[u8]) -> String {
+    match wire::ipv6::Ipv6Packet::new_checked(b) {
+        Ok(p) => format!(
+            "{} -> {} {} hlim {} plen {}",
+            p.src_addr(),
+            p.dst_addr(),
+            p.next_header(),
+            p.hop_limit(),
+            p.payload_len()
+        ),
+        Err(e) => format!("malformed IPv6: {e}"),
+    }
+}

@@ -1,0 +1,493 @@
+//! The router's control-plane state and the one typed API that changes it. The config
+//! loader, the CLI and the JSON API all call these functions; each change is validated
+//! whole before anything is applied, and `build` turns the state into a new immutable
+//! [`Tables`] to publish.
+
+use crate::lpm::{LpmKey, Poptrie, Route};
+use crate::prefix::{IfAddr, Prefix};
+use crate::tables::{l2_rewrite, Adjacency, IfL3, Neighbour, Tables, ADJ_LOCAL};
+use engine::IfIndex;
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
+use wire::{EtherType, EthernetAddress};
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StateError {
+    #[error("no interface named {0:?}")]
+    UnknownInterface(String),
+    #[error("interface name {0:?} used twice")]
+    DuplicateInterface(String),
+    #[error("next hop {0} is not on a connected subnet of any interface")]
+    NextHopNotConnected(IpAddr),
+    #[error("next hop {hop} is not on a connected subnet of {interface}")]
+    NextHopNotOnInterface { hop: IpAddr, interface: String },
+    #[error("next hop {hop} and prefix {prefix} are of different address families")]
+    FamilyMismatch { hop: IpAddr, prefix: Prefix },
+    #[error("{0} is the connected subnet of an interface; it cannot be a static route")]
+    ConnectedPrefix(Prefix),
+    #[error("no route for {0}")]
+    NoSuchRoute(Prefix),
+    #[error("neighbour {0} is not on a connected subnet of {1}")]
+    NeighbourNotConnected(IpAddr, String),
+}
+
+/// An interface as configured.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InterfaceSpec {
+    pub name: String,
+    pub mac: EthernetAddress,
+    pub mtu: u16,
+    pub addresses: Vec<IfAddr>,
+}
+
+/// Where a route sends packets.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RouteTarget {
+    /// Through a next hop on a connected subnet (optionally pinned to an interface).
+    Via {
+        next_hop: IpAddr,
+        interface: Option<String>,
+    },
+    /// Directly attached out of an interface (destinations resolved per packet).
+    Interface(String),
+    /// Discard silently.
+    Blackhole,
+}
+
+/// One row of `show ip fib`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct FibEntry {
+    pub prefix: String,
+    /// `local`, `attached`, `via`, `blackhole`.
+    pub kind: &'static str,
+    pub next_hop: Option<String>,
+    pub interface: Option<String>,
+    pub adjacency: u32,
+    /// For `via`: is the next hop's MAC known?
+    pub resolved: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum AdjKey {
+    Blackhole,
+    Attached(IfIndex),
+    NextHop(IfIndex, IpAddr),
+}
+
+pub struct RouterState {
+    interfaces: Vec<IfL3>,
+    routes: BTreeMap<Prefix, RouteTarget>,
+    neighbours: HashMap<IpAddr, Neighbour>,
+    adj_ids: HashMap<AdjKey, u32>,
+    adj_keys: Vec<AdjKey>,
+    generation: u64,
+    fib4: Option<Arc<Poptrie<u32>>>,
+    fib6: Option<Arc<Poptrie<u128>>>,
+}
+
+impl RouterState {
+    pub fn new(specs: Vec<InterfaceSpec>) -> Result<RouterState, StateError> {
+        let mut interfaces = Vec::new();
+        for s in specs {
+            if interfaces.iter().any(|i: &IfL3| i.name == s.name) {
+                return Err(StateError::DuplicateInterface(s.name));
+            }
+            let mut ip4 = Vec::new();
+            let mut ip6 = Vec::new();
+            for a in &s.addresses {
+                match a.addr {
+                    IpAddr::V4(v) => ip4.push((v, a.len)),
+                    IpAddr::V6(v) => ip6.push((v, a.len)),
+                }
+            }
+            interfaces.push(IfL3 {
+                ip6_link_local: wire::ipv6::link_local_from_mac(&s.mac),
+                name: s.name,
+                mac: s.mac,
+                mtu: s.mtu,
+                ip4,
+                ip6,
+            });
+        }
+        Ok(RouterState {
+            interfaces,
+            routes: BTreeMap::new(),
+            neighbours: HashMap::new(),
+            adj_ids: HashMap::new(),
+            adj_keys: Vec::new(),
+            generation: 0,
+            fib4: None,
+            fib6: None,
+        })
+    }
+
+    pub fn interfaces(&self) -> &[IfL3] {
+        &self.interfaces
+    }
+
+    pub fn if_index(&self, name: &str) -> Result<IfIndex, StateError> {
+        self.interfaces
+            .iter()
+            .position(|i| i.name == name)
+            .map(|i| IfIndex(i as u16))
+            .ok_or_else(|| StateError::UnknownInterface(name.to_string()))
+    }
+
+    fn connected_if(&self, a: IpAddr) -> Option<IfIndex> {
+        self.interfaces
+            .iter()
+            .position(|i| match a {
+                IpAddr::V4(v) => i
+                    .ip4
+                    .iter()
+                    .any(|(x, l)| Prefix::covering(IpAddr::V4(*x), *l).contains(IpAddr::V4(v))),
+                IpAddr::V6(v) => i
+                    .ip6
+                    .iter()
+                    .any(|(x, l)| Prefix::covering(IpAddr::V6(*x), *l).contains(IpAddr::V6(v))),
+            })
+            .map(|i| IfIndex(i as u16))
+    }
+
+    fn is_connected_prefix(&self, p: &Prefix) -> bool {
+        self.interfaces.iter().any(|i| {
+            i.ip4
+                .iter()
+                .any(|(a, l)| Prefix::covering(IpAddr::V4(*a), *l) == *p)
+                || i.ip6
+                    .iter()
+                    .any(|(a, l)| Prefix::covering(IpAddr::V6(*a), *l) == *p)
+        })
+    }
+
+    /// Check a route without applying it.
+    pub fn validate_route(&self, prefix: &Prefix, target: &RouteTarget) -> Result<(), StateError> {
+        if self.is_connected_prefix(prefix) {
+            return Err(StateError::ConnectedPrefix(*prefix));
+        }
+        match target {
+            RouteTarget::Via {
+                next_hop,
+                interface,
+            } => {
+                if matches!(prefix, Prefix::V4(..)) != next_hop.is_ipv4() {
+                    return Err(StateError::FamilyMismatch {
+                        hop: *next_hop,
+                        prefix: *prefix,
+                    });
+                }
+                let on = self
+                    .connected_if(*next_hop)
+                    .ok_or(StateError::NextHopNotConnected(*next_hop))?;
+                if let Some(name) = interface {
+                    let want = self.if_index(name)?;
+                    if want != on {
+                        return Err(StateError::NextHopNotOnInterface {
+                            hop: *next_hop,
+                            interface: name.clone(),
+                        });
+                    }
+                }
+                Ok(())
+            }
+            RouteTarget::Interface(name) => self.if_index(name).map(|_| ()),
+            RouteTarget::Blackhole => Ok(()),
+        }
+    }
+
+    /// Add or replace a route.
+    pub fn add_route(&mut self, prefix: Prefix, target: RouteTarget) -> Result<(), StateError> {
+        self.validate_route(&prefix, &target)?;
+        self.routes.insert(prefix, target);
+        self.invalidate(&prefix);
+        Ok(())
+    }
+
+    /// Add many routes at once, all or nothing (the config loader's path).
+    pub fn add_routes(
+        &mut self,
+        routes: impl IntoIterator<Item = (Prefix, RouteTarget)>,
+    ) -> Result<(), (usize, StateError)> {
+        let routes: Vec<_> = routes.into_iter().collect();
+        for (i, (p, t)) in routes.iter().enumerate() {
+            self.validate_route(p, t).map_err(|e| (i, e))?;
+        }
+        for (p, t) in routes {
+            self.routes.insert(p, t);
+        }
+        self.fib4 = None;
+        self.fib6 = None;
+        Ok(())
+    }
+
+    pub fn del_route(&mut self, prefix: &Prefix) -> Result<(), StateError> {
+        self.routes
+            .remove(prefix)
+            .ok_or(StateError::NoSuchRoute(*prefix))?;
+        self.invalidate(prefix);
+        Ok(())
+    }
+
+    fn invalidate(&mut self, p: &Prefix) {
+        match p {
+            Prefix::V4(..) => self.fib4 = None,
+            Prefix::V6(..) => self.fib6 = None,
+        }
+    }
+
+    pub fn route_count(&self) -> usize {
+        self.routes.len()
+    }
+
+    /// Record a neighbour. Learned entries never replace static ones. Returns whether
+    /// anything changed (so the caller publishes only then).
+    pub fn set_neighbour(
+        &mut self,
+        if_index: IfIndex,
+        ip: IpAddr,
+        mac: EthernetAddress,
+        is_static: bool,
+    ) -> bool {
+        if let Some(old) = self.neighbours.get(&ip) {
+            if old.is_static && !is_static {
+                return false;
+            }
+            if old.mac == mac && old.if_index == if_index && old.is_static == is_static {
+                return false;
+            }
+        }
+        self.neighbours.insert(
+            ip,
+            Neighbour {
+                if_index,
+                mac,
+                is_static,
+            },
+        );
+        true
+    }
+
+    /// A configured neighbour; its address must be on a connected subnet of `ifname`.
+    pub fn add_static_neighbour(
+        &mut self,
+        ifname: &str,
+        ip: IpAddr,
+        mac: EthernetAddress,
+    ) -> Result<(), StateError> {
+        let i = self.if_index(ifname)?;
+        if self.connected_if(ip) != Some(i) {
+            return Err(StateError::NeighbourNotConnected(ip, ifname.to_string()));
+        }
+        self.set_neighbour(i, ip, mac, true);
+        Ok(())
+    }
+
+    pub fn neighbours(&self) -> impl Iterator<Item = (&IpAddr, &Neighbour)> {
+        self.neighbours.iter()
+    }
+
+    fn adj_id(&mut self, k: AdjKey) -> u32 {
+        if let Some(&i) = self.adj_ids.get(&k) {
+            return i;
+        }
+        let id = 2 + self.adj_keys.len() as u32;
+        self.adj_keys.push(k);
+        self.adj_ids.insert(k, id);
+        id
+    }
+
+    fn target_adj(&mut self, t: &RouteTarget) -> u32 {
+        let key = match t {
+            RouteTarget::Blackhole => AdjKey::Blackhole,
+            RouteTarget::Interface(n) => AdjKey::Attached(self.if_index(n).unwrap_or(IfIndex(0))),
+            RouteTarget::Via { next_hop, .. } => AdjKey::NextHop(
+                self.connected_if(*next_hop).unwrap_or(IfIndex(0)),
+                *next_hop,
+            ),
+        };
+        self.adj_id(key)
+    }
+
+    /// Every FIB entry in lookup terms: (prefix, adjacency id, description).
+    fn entries(&mut self) -> Vec<(Prefix, u32, FibEntry)> {
+        let mut out = Vec::new();
+        let ifs = self.interfaces.clone();
+        for (i, ifl) in ifs.iter().enumerate() {
+            let glean = self.adj_id(AdjKey::Attached(IfIndex(i as u16)));
+            let addrs: Vec<(IpAddr, u8)> = ifl
+                .ip4
+                .iter()
+                .map(|(a, l)| (IpAddr::V4(*a), *l))
+                .chain(ifl.ip6.iter().map(|(a, l)| (IpAddr::V6(*a), *l)))
+                .chain([(IpAddr::V6(ifl.ip6_link_local), 64)])
+                .collect();
+            for (a, l) in addrs {
+                let host = Prefix::covering(a, if a.is_ipv4() { 32 } else { 128 });
+                out.push((
+                    host,
+                    ADJ_LOCAL,
+                    FibEntry {
+                        prefix: host.to_string(),
+                        kind: "local",
+                        next_hop: None,
+                        interface: Some(ifl.name.clone()),
+                        adjacency: ADJ_LOCAL,
+                        resolved: true,
+                    },
+                ));
+                let is_ll = matches!(a, IpAddr::V6(v) if v == ifl.ip6_link_local);
+                if !is_ll {
+                    let net = Prefix::covering(a, l);
+                    out.push((
+                        net,
+                        glean,
+                        FibEntry {
+                            prefix: net.to_string(),
+                            kind: "attached",
+                            next_hop: None,
+                            interface: Some(ifl.name.clone()),
+                            adjacency: glean,
+                            resolved: true,
+                        },
+                    ));
+                }
+            }
+        }
+        let routes: Vec<(Prefix, RouteTarget)> =
+            self.routes.iter().map(|(p, t)| (*p, t.clone())).collect();
+        for (p, t) in routes {
+            let adj = self.target_adj(&t);
+            let (kind, nh, ifn) = match &t {
+                RouteTarget::Blackhole => ("blackhole", None, None),
+                RouteTarget::Interface(n) => ("attached", None, Some(n.clone())),
+                RouteTarget::Via { next_hop, .. } => {
+                    let ifn = self
+                        .connected_if(*next_hop)
+                        .map(|i| self.interfaces[i.get()].name.clone());
+                    ("via", Some(next_hop.to_string()), ifn)
+                }
+            };
+            let resolved = match &t {
+                RouteTarget::Via { next_hop, .. } => self.neighbours.contains_key(next_hop),
+                _ => true,
+            };
+            out.push((
+                p,
+                adj,
+                FibEntry {
+                    prefix: p.to_string(),
+                    kind,
+                    next_hop: nh,
+                    interface: ifn,
+                    adjacency: adj,
+                    resolved,
+                },
+            ));
+        }
+        out
+    }
+
+    /// The routing table as `show ip fib` prints it, longest prefixes last.
+    pub fn fib_entries(&mut self) -> Vec<FibEntry> {
+        self.entries().into_iter().map(|(_, _, e)| e).collect()
+    }
+
+    fn adjacencies(&self) -> Vec<Adjacency> {
+        let mut v = vec![Adjacency::Miss, Adjacency::Local];
+        for k in &self.adj_keys {
+            v.push(match *k {
+                AdjKey::Blackhole => Adjacency::Blackhole,
+                AdjKey::Attached(i) => Adjacency::Glean {
+                    tx_if: i,
+                    mtu: self.interfaces[i.get()].mtu,
+                },
+                AdjKey::NextHop(i, via) => {
+                    let ifl = &self.interfaces[i.get()];
+                    match self.neighbours.get(&via) {
+                        Some(n) => {
+                            let et = if via.is_ipv4() {
+                                EtherType::Ipv4
+                            } else {
+                                EtherType::Ipv6
+                            };
+                            Adjacency::Rewrite {
+                                tx_if: i,
+                                rewrite: l2_rewrite(ifl, n.mac, et),
+                                mtu: ifl.mtu,
+                            }
+                        }
+                        None => Adjacency::Incomplete {
+                            tx_if: i,
+                            mtu: ifl.mtu,
+                            via,
+                        },
+                    }
+                }
+            });
+        }
+        v
+    }
+
+    /// Compile everything that changed into a new `Tables` (FIBs are recompiled only
+    /// after route changes; neighbour changes only rebuild the adjacencies).
+    pub fn build(&mut self) -> Tables {
+        if self.fib4.is_none() || self.fib6.is_none() {
+            let entries = self.entries();
+            let mut r4: BTreeMap<(u32, u8), u32> = BTreeMap::new();
+            let mut r6: BTreeMap<(u128, u8), u32> = BTreeMap::new();
+            for (p, adj, _) in &entries {
+                match p {
+                    Prefix::V4(a, l) => {
+                        r4.insert((u32::from(*a), *l), *adj);
+                    }
+                    Prefix::V6(a, l) => {
+                        r6.insert((u128::from(*a), *l), *adj);
+                    }
+                }
+            }
+            if self.fib4.is_none() {
+                self.fib4 = Some(Arc::new(compile(&r4)));
+            }
+            if self.fib6.is_none() {
+                self.fib6 = Some(Arc::new(compile(&r6)));
+            }
+        }
+        self.generation += 1;
+        let mut n4 = HashMap::new();
+        let mut n6 = HashMap::new();
+        for (ip, n) in &self.neighbours {
+            match ip {
+                IpAddr::V4(a) => {
+                    n4.insert(*a, *n);
+                }
+                IpAddr::V6(a) => {
+                    n6.insert(*a, *n);
+                }
+            }
+        }
+        Tables {
+            generation: self.generation,
+            interfaces: Arc::new(self.interfaces.clone()),
+            fib4: self.fib4.clone().expect("compiled above"),
+            fib6: self.fib6.clone().expect("compiled above"),
+            adjacencies: Arc::new(self.adjacencies()),
+            neighbours4: Arc::new(n4),
+            neighbours6: Arc::new(n6),
+        }
+    }
+}
+
+fn compile<K: LpmKey>(m: &BTreeMap<(K, u8), u32>) -> Poptrie<K> {
+    let v: Vec<Route<K>> = m.iter().map(|(&(k, l), &v)| (k, l, v)).collect();
+    Poptrie::build(&v)
+}
+
+/// Convenience for tests and the default gateway.
+pub fn v4(a: &str) -> Ipv4Addr {
+    a.parse().expect("literal IPv4 address")
+}
+pub fn v6(a: &str) -> Ipv6Addr {
+    a.parse().expect("literal IPv6 address")
+}
