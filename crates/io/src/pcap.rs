@@ -1,0 +1,145 @@
+//! pcap files as an interface: the receive side reads a capture (each record becomes
+//! one received frame, until the file ends), the transmit side appends every sent frame
+//! to another capture. Together they run a whole graph offline (`vecgate pcap`).
+
+use engine::device::{Device, RxStatus, TxResult};
+use engine::{BufIdx, Pool};
+use pcap_file::pcap::{PcapPacket, PcapReader, PcapWriter};
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+#[derive(Debug, thiserror::Error)]
+pub enum PcapError {
+    #[error("cannot open {path}: {source}")]
+    Open {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path} is not a pcap file: {source}")]
+    Format {
+        path: String,
+        source: pcap_file::PcapError,
+    },
+}
+
+pub struct PcapDevice {
+    reader: Option<PcapReader<File>>,
+    writer: Option<PcapWriter<BufWriter<File>>>,
+    /// Records that could not be read or did not fit a buffer.
+    pub rx_errors: u64,
+}
+
+impl PcapDevice {
+    /// Either side may be absent (a pcap interface that only captures, or only replays).
+    pub fn open(input: Option<&Path>, output: Option<&Path>) -> Result<PcapDevice, PcapError> {
+        let reader = match input {
+            Some(p) => {
+                let f = File::open(p).map_err(|e| PcapError::Open {
+                    path: p.display().to_string(),
+                    source: e,
+                })?;
+                Some(PcapReader::new(f).map_err(|e| PcapError::Format {
+                    path: p.display().to_string(),
+                    source: e,
+                })?)
+            }
+            None => None,
+        };
+        let writer = match output {
+            Some(p) => {
+                let f = File::create(p).map_err(|e| PcapError::Open {
+                    path: p.display().to_string(),
+                    source: e,
+                })?;
+                Some(
+                    PcapWriter::new(BufWriter::new(f)).map_err(|e| PcapError::Format {
+                        path: p.display().to_string(),
+                        source: e,
+                    })?,
+                )
+            }
+            None => None,
+        };
+        Ok(PcapDevice {
+            reader,
+            writer,
+            rx_errors: 0,
+        })
+    }
+}
+
+impl Device for PcapDevice {
+    fn kind(&self) -> &'static str {
+        "pcap"
+    }
+
+    fn has_rx(&self) -> bool {
+        self.reader.is_some()
+    }
+
+    fn rx(&mut self, pool: &mut Pool, out: &mut Vec<BufIdx>, max: usize) -> RxStatus {
+        let Some(r) = self.reader.as_mut() else {
+            return RxStatus::Exhausted;
+        };
+        for _ in 0..max {
+            match r.next_packet() {
+                None => return RxStatus::Exhausted,
+                Some(Err(_)) => {
+                    // A damaged record ends the file: its length can't be trusted.
+                    self.rx_errors += 1;
+                    return RxStatus::Exhausted;
+                }
+                Some(Ok(pkt)) => {
+                    let Some(b) = pool.alloc(pkt.data.len()) else {
+                        self.rx_errors += 1;
+                        continue;
+                    };
+                    if pool.get_mut(b).write(&pkt.data).is_err() {
+                        pool.free(b);
+                        self.rx_errors += 1;
+                        continue;
+                    }
+                    out.push(b);
+                }
+            }
+        }
+        RxStatus::Open
+    }
+
+    fn tx(&mut self, pool: &mut Pool, bufs: &mut Vec<BufIdx>) -> TxResult {
+        let mut r = TxResult::default();
+        let ts = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or(Duration::ZERO);
+        for &b in bufs.iter() {
+            let data = pool.get(b).bytes();
+            match self.writer.as_mut() {
+                Some(w) => match w.write_packet(&PcapPacket::new(ts, data.len() as u32, data)) {
+                    Ok(_) => {
+                        r.sent += 1;
+                        r.sent_bytes += data.len();
+                    }
+                    Err(_) => r.failed += 1,
+                },
+                None => {
+                    // Receive-only pcap interface: transmit is a sink.
+                    r.sent += 1;
+                    r.sent_bytes += data.len();
+                }
+            }
+        }
+        pool.free_many(bufs);
+        bufs.clear();
+        r
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        if let Some(w) = self.writer.take() {
+            let mut inner = w.into_writer();
+            std::io::Write::flush(&mut inner)?;
+        }
+        Ok(())
+    }
+}

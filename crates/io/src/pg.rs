@@ -1,0 +1,609 @@
+//! The packet generator: streams of packets built once from a template and varied per
+//! packet (addresses or ports incremented or randomised over a range, with the IPv4
+//! header and L4 checksums patched incrementally, RFC 1624), sent at a rate or as fast
+//! as possible, for a count or forever. It is an interface's receive side: the graph
+//! sees its packets as arriving on that interface (`pg-input`).
+
+use engine::device::{Device, RxStatus, TxResult};
+use engine::{clock, BufIdx, Pool};
+use std::net::IpAddr;
+use wire::checksum;
+use wire::ethernet::EthernetRepr;
+use wire::icmpv4::{Icmpv4Packet, Icmpv4Repr};
+use wire::icmpv6::Icmpv6Repr;
+use wire::ipv4::{Ipv4Packet, Ipv4Repr};
+use wire::ipv6::{Ipv6Packet, Ipv6Repr};
+use wire::tcp::{TcpFlags, TcpPacket, TcpRepr};
+use wire::udp::{UdpPacket, UdpRepr};
+use wire::{EtherType, EthernetAddress, IpProtocol};
+
+/// The transport part of a template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum L4Spec {
+    Udp {
+        src_port: u16,
+        dst_port: u16,
+    },
+    Tcp {
+        src_port: u16,
+        dst_port: u16,
+        flags: u16,
+    },
+    IcmpEcho {
+        ident: u16,
+        seq: u16,
+    },
+}
+
+/// One template packet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PacketSpec {
+    pub src_mac: EthernetAddress,
+    pub dst_mac: EthernetAddress,
+    pub src: IpAddr,
+    pub dst: IpAddr,
+    pub ttl: u8,
+    pub l4: L4Spec,
+    /// Frame length in bytes, Ethernet header included, FCS excluded.
+    pub frame_size: usize,
+}
+
+/// Which template field a modifier varies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Field {
+    SrcAddr,
+    DstAddr,
+    SrcPort,
+    DstPort,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Pattern {
+    /// base, base+1, … base+count-1, then again.
+    Increment { count: u32 },
+    /// base + a uniform random offset in [0, count).
+    Random { count: u32 },
+    /// Exactly these values (for addresses: the low 32 bits), cycled.
+    List(Vec<u32>),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModifierSpec {
+    pub field: Field,
+    pub pattern: Pattern,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamSpec {
+    pub name: String,
+    pub packet: PacketSpec,
+    pub modifiers: Vec<ModifierSpec>,
+    /// Packets to send; `None` = forever.
+    pub count: Option<u64>,
+    /// Packets per second; `None` = as fast as the worker takes them.
+    pub rate_pps: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TemplateError {
+    #[error("frame size {size} is below the {min} bytes the headers need")]
+    TooSmall { size: usize, min: usize },
+    #[error("frame size {0} is above the 9216-byte jumbo frame limit")]
+    TooLarge(usize),
+    #[error("source and destination are different address families")]
+    MixedFamilies,
+    #[error("ICMP echo over IPv6 has no ports to modify")]
+    NoPorts,
+    #[error("a list modifier needs at least one value")]
+    EmptyList,
+    #[error("count must be at least 1")]
+    ZeroCount,
+}
+
+/// Where a template keeps the fields modifiers touch.
+#[derive(Debug, Clone, Copy, Default)]
+struct Layout {
+    /// Offset of the varied 32 bits of the source/destination address.
+    src_addr: usize,
+    dst_addr: usize,
+    src_port: Option<usize>,
+    dst_port: Option<usize>,
+    ip_checksum: Option<usize>,
+    /// L4 checksum (UDP/TCP; ICMPv6 covers the pseudo-header too), and whether a
+    /// computed zero must be sent as 0xffff (UDP).
+    l4_checksum: Option<(usize, bool)>,
+}
+
+/// Build the template frame and the layout of its variable fields.
+fn build(spec: &PacketSpec) -> Result<(Vec<u8>, Layout), TemplateError> {
+    if spec.frame_size > 9216 {
+        return Err(TemplateError::TooLarge(spec.frame_size));
+    }
+    let (l3, et) = match (spec.src, spec.dst) {
+        (IpAddr::V4(_), IpAddr::V4(_)) => (20, EtherType::Ipv4),
+        (IpAddr::V6(_), IpAddr::V6(_)) => (40, EtherType::Ipv6),
+        _ => return Err(TemplateError::MixedFamilies),
+    };
+    let l4 = match spec.l4 {
+        L4Spec::Udp { .. } => 8,
+        L4Spec::Tcp { .. } => 20,
+        L4Spec::IcmpEcho { .. } => 8,
+    };
+    let min = 14 + l3 + l4;
+    if spec.frame_size < min {
+        return Err(TemplateError::TooSmall {
+            size: spec.frame_size,
+            min,
+        });
+    }
+    let mut f = vec![0u8; spec.frame_size];
+    f[..14].copy_from_slice(
+        &EthernetRepr {
+            src: spec.src_mac,
+            dst: spec.dst_mac,
+            ethertype: et,
+        }
+        .to_bytes(),
+    );
+    let l4_off = 14 + l3;
+    let l4_len = spec.frame_size - l4_off;
+    // A recognisable payload: bytes counting up.
+    for (i, b) in f[l4_off + l4..].iter_mut().enumerate() {
+        *b = i as u8;
+    }
+    let proto = match (&spec.l4, et) {
+        (L4Spec::Udp { .. }, _) => IpProtocol::Udp,
+        (L4Spec::Tcp { .. }, _) => IpProtocol::Tcp,
+        (L4Spec::IcmpEcho { .. }, EtherType::Ipv4) => IpProtocol::Icmp,
+        (L4Spec::IcmpEcho { .. }, _) => IpProtocol::Icmpv6,
+    };
+    let mut lay = Layout::default();
+    match (spec.src, spec.dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            Ipv4Repr {
+                src: s,
+                dst: d,
+                protocol: proto,
+                payload_len: l4_len,
+                ttl: spec.ttl,
+                dscp: 0,
+                ecn: 0,
+                ident: 0,
+                dont_frag: false,
+            }
+            .emit(&mut Ipv4Packet::new_unchecked(&mut f[14..34]));
+            lay.src_addr = 14 + 12;
+            lay.dst_addr = 14 + 16;
+            lay.ip_checksum = Some(14 + 10);
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            Ipv6Repr {
+                src: s,
+                dst: d,
+                next_header: proto,
+                payload_len: l4_len,
+                hop_limit: spec.ttl,
+                traffic_class: 0,
+                flow_label: 0,
+            }
+            .emit(&mut Ipv6Packet::new_unchecked(&mut f[14..54]));
+            lay.src_addr = 14 + 8 + 12;
+            lay.dst_addr = 14 + 24 + 12;
+        }
+        _ => return Err(TemplateError::MixedFamilies),
+    }
+    let seg = &mut f[l4_off..];
+    match spec.l4 {
+        L4Spec::Udp { src_port, dst_port } => {
+            let mut u = UdpPacket::new_unchecked(&mut *seg);
+            UdpRepr { src_port, dst_port }.emit(&mut u, l4_len - 8);
+            match (spec.src, spec.dst) {
+                (IpAddr::V4(s), IpAddr::V4(d)) => u.fill_checksum_v4(s, d),
+                (IpAddr::V6(s), IpAddr::V6(d)) => u.fill_checksum_v6(&s, &d),
+                _ => {}
+            }
+            lay.src_port = Some(l4_off);
+            lay.dst_port = Some(l4_off + 2);
+            lay.l4_checksum = Some((l4_off + 6, true));
+        }
+        L4Spec::Tcp {
+            src_port,
+            dst_port,
+            flags,
+        } => {
+            let mut t = TcpPacket::new_unchecked(&mut *seg);
+            TcpRepr {
+                src_port,
+                dst_port,
+                seq: 1,
+                ack: 0,
+                flags: TcpFlags(flags),
+                window: 65535,
+                mss: None,
+            }
+            .emit(&mut t);
+            match (spec.src, spec.dst) {
+                (IpAddr::V4(s), IpAddr::V4(d)) => t.fill_checksum_v4(s, d),
+                (IpAddr::V6(s), IpAddr::V6(d)) => t.fill_checksum_v6(&s, &d),
+                _ => {}
+            }
+            lay.src_port = Some(l4_off);
+            lay.dst_port = Some(l4_off + 2);
+            lay.l4_checksum = Some((l4_off + 16, false));
+        }
+        L4Spec::IcmpEcho { ident, seq } => match (spec.src, spec.dst) {
+            (IpAddr::V4(_), IpAddr::V4(_)) => {
+                let data = seg[8..].to_vec();
+                Icmpv4Repr::EchoRequest {
+                    ident,
+                    seq,
+                    data: &data,
+                }
+                .emit(seg);
+                // The ICMPv4 checksum covers no addresses: address changes leave it valid.
+                let _ = Icmpv4Packet::new_unchecked(&*seg);
+            }
+            (IpAddr::V6(s), IpAddr::V6(d)) => {
+                let data = seg[8..].to_vec();
+                Icmpv6Repr::EchoRequest {
+                    ident,
+                    seq,
+                    data: &data,
+                }
+                .emit(seg, &s, &d);
+                lay.l4_checksum = Some((l4_off + 2, false));
+            }
+            _ => {}
+        },
+    }
+    Ok((f, lay))
+}
+
+struct Modifier {
+    offset: usize,
+    wide: bool,
+    base: u32,
+    pattern: Pattern,
+    next: u32,
+    /// Checksums to patch: (offset, is UDP).
+    fixups: Vec<(usize, bool)>,
+}
+
+struct Stream {
+    name: String,
+    template: Vec<u8>,
+    modifiers: Vec<Modifier>,
+    remaining: Option<u64>,
+    rate_pps: Option<u64>,
+    sent: u64,
+    started: Option<u64>,
+}
+
+/// A generator interface: one or more streams, served round-robin.
+pub struct PacketGenerator {
+    streams: Vec<Stream>,
+    rng: u64,
+    hz: u64,
+    next_stream: usize,
+}
+
+impl PacketGenerator {
+    pub fn new(specs: &[StreamSpec]) -> Result<PacketGenerator, (String, TemplateError)> {
+        let mut streams = Vec::new();
+        for s in specs {
+            let (template, lay) = build(&s.packet).map_err(|e| (s.name.clone(), e))?;
+            let mut modifiers = Vec::new();
+            for m in &s.modifiers {
+                match &m.pattern {
+                    Pattern::List(v) if v.is_empty() => {
+                        return Err((s.name.clone(), TemplateError::EmptyList))
+                    }
+                    Pattern::Increment { count: 0 } | Pattern::Random { count: 0 } => {
+                        return Err((s.name.clone(), TemplateError::ZeroCount))
+                    }
+                    _ => {}
+                }
+                let (offset, wide, fixups) = match m.field {
+                    Field::SrcAddr | Field::DstAddr => {
+                        let off = if m.field == Field::SrcAddr {
+                            lay.src_addr
+                        } else {
+                            lay.dst_addr
+                        };
+                        // Addresses are in the IPv4 header checksum and every pseudo-header.
+                        let fix = lay
+                            .ip_checksum
+                            .map(|c| (c, false))
+                            .into_iter()
+                            .chain(lay.l4_checksum.filter(|_| !is_icmp4(&s.packet)))
+                            .collect();
+                        (off, true, fix)
+                    }
+                    Field::SrcPort | Field::DstPort => {
+                        let off = if m.field == Field::SrcPort {
+                            lay.src_port
+                        } else {
+                            lay.dst_port
+                        };
+                        let off = off.ok_or((s.name.clone(), TemplateError::NoPorts))?;
+                        (off, false, lay.l4_checksum.into_iter().collect())
+                    }
+                };
+                let base = if wide {
+                    u32::from_be_bytes(template[offset..offset + 4].try_into().expect("4 bytes"))
+                } else {
+                    u16::from_be_bytes([template[offset], template[offset + 1]]) as u32
+                };
+                modifiers.push(Modifier {
+                    offset,
+                    wide,
+                    base,
+                    pattern: m.pattern.clone(),
+                    next: 0,
+                    fixups,
+                });
+            }
+            streams.push(Stream {
+                name: s.name.clone(),
+                template,
+                modifiers,
+                remaining: s.count,
+                rate_pps: s.rate_pps,
+                sent: 0,
+                started: None,
+            });
+        }
+        Ok(PacketGenerator {
+            streams,
+            rng: 0x9e37_79b9_7f4a_7c15,
+            hz: clock::hz(),
+            next_stream: 0,
+        })
+    }
+
+    pub fn stream_names(&self) -> impl Iterator<Item = &str> {
+        self.streams.iter().map(|s| s.name.as_str())
+    }
+
+    /// Packets generated so far, all streams.
+    pub fn sent(&self) -> u64 {
+        self.streams.iter().map(|s| s.sent).sum()
+    }
+
+    fn rand(&mut self) -> u32 {
+        // xorshift64*: cheap and good enough to spread flows.
+        let mut x = self.rng;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.rng = x;
+        (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 32) as u32
+    }
+}
+
+fn is_icmp4(p: &PacketSpec) -> bool {
+    matches!(p.l4, L4Spec::IcmpEcho { .. }) && p.src.is_ipv4()
+}
+
+/// Apply one modifier's value `v` to a frame built from the template.
+#[inline]
+fn apply(frame: &mut [u8], m: &Modifier, v: u32) {
+    let (old, new) = if m.wide {
+        let new = v;
+        frame[m.offset..m.offset + 4].copy_from_slice(&new.to_be_bytes());
+        (m.base, new)
+    } else {
+        let new = v as u16;
+        frame[m.offset..m.offset + 2].copy_from_slice(&new.to_be_bytes());
+        (m.base, new as u32)
+    };
+    for &(c, udp) in &m.fixups {
+        let cur = u16::from_be_bytes([frame[c], frame[c + 1]]);
+        if udp && cur == 0 {
+            continue; // UDP over IPv4 without a checksum stays without one.
+        }
+        let mut n = if m.wide {
+            checksum::update32(cur, old, new)
+        } else {
+            checksum::update16(cur, old as u16, new as u16)
+        };
+        if udp && n == 0 {
+            n = 0xffff;
+        }
+        frame[c..c + 2].copy_from_slice(&n.to_be_bytes());
+    }
+}
+
+impl Device for PacketGenerator {
+    fn kind(&self) -> &'static str {
+        "pg"
+    }
+
+    fn rx(&mut self, pool: &mut Pool, out: &mut Vec<BufIdx>, max: usize) -> RxStatus {
+        let now = clock::now();
+        let n_streams = self.streams.len();
+        let start_len = out.len();
+        let mut live = 0;
+        for k in 0..n_streams {
+            let si = (self.next_stream + k) % n_streams;
+            let budget = max - (out.len() - start_len);
+            if budget == 0 {
+                live += 1;
+                continue;
+            }
+            let hz = self.hz;
+            let s = &mut self.streams[si];
+            if s.remaining == Some(0) {
+                continue;
+            }
+            live += 1;
+            let started = *s.started.get_or_insert(now);
+            let mut want = budget as u64;
+            if let Some(r) = s.rate_pps {
+                let due =
+                    (now.wrapping_sub(started) as u128 * r as u128 / hz.max(1) as u128) as u64 + 1;
+                want = want.min(due.saturating_sub(s.sent));
+            }
+            if let Some(rem) = s.remaining {
+                want = want.min(rem);
+            }
+            let first = out.len();
+            let got = pool.alloc_regular_many(want as usize, out);
+            for idx in first..first + got {
+                // Values for this packet, drawn before borrowing the buffer.
+                let mut vals = [0u32; 4];
+                for (j, m) in self.streams[si].modifiers.iter_mut().enumerate().take(4) {
+                    vals[j] = match &m.pattern {
+                        Pattern::Increment { count } => {
+                            let v = m.base.wrapping_add(m.next);
+                            m.next = (m.next + 1) % count;
+                            v
+                        }
+                        Pattern::List(l) => {
+                            let v = l[m.next as usize];
+                            m.next = (m.next + 1) % l.len() as u32;
+                            v
+                        }
+                        Pattern::Random { .. } => 0,
+                    };
+                }
+                for j in 0..self.streams[si].modifiers.len().min(4) {
+                    if let Pattern::Random { count } = self.streams[si].modifiers[j].pattern {
+                        let r = self.rand() % count;
+                        vals[j] = self.streams[si].modifiers[j].base.wrapping_add(r);
+                    }
+                }
+                let s = &self.streams[si];
+                let b = pool.get_mut(out[idx]);
+                // Template sizes were checked against the regular buffer capacity.
+                let _ = b.write(&s.template);
+                let frame = b.bytes_mut();
+                for (j, m) in s.modifiers.iter().enumerate().take(4) {
+                    apply(
+                        frame,
+                        m,
+                        if m.wide || vals[j] <= 0xffff {
+                            vals[j]
+                        } else {
+                            vals[j] & 0xffff
+                        },
+                    );
+                }
+            }
+            let s = &mut self.streams[si];
+            s.sent += got as u64;
+            if let Some(rem) = s.remaining.as_mut() {
+                *rem -= got as u64;
+            }
+        }
+        self.next_stream = (self.next_stream + 1) % n_streams.max(1);
+        if live == 0 {
+            RxStatus::Exhausted
+        } else {
+            RxStatus::Open
+        }
+    }
+
+    /// A generator interface transmits into nothing (packets routed back out of it are
+    /// counted and freed).
+    fn tx(&mut self, pool: &mut Pool, bufs: &mut Vec<BufIdx>) -> TxResult {
+        crate::null::NullSink.tx(pool, bufs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wire::udp::UdpPacket;
+
+    fn spec(count: u64) -> StreamSpec {
+        StreamSpec {
+            name: "t".into(),
+            packet: PacketSpec {
+                src_mac: EthernetAddress([2, 0, 0, 0, 0, 2]),
+                dst_mac: EthernetAddress([2, 0, 0, 0, 0, 1]),
+                src: "198.18.0.2".parse().unwrap(),
+                dst: "198.19.1.1".parse().unwrap(),
+                ttl: 64,
+                l4: L4Spec::Udp {
+                    src_port: 1024,
+                    dst_port: 2152,
+                },
+                frame_size: 64,
+            },
+            modifiers: vec![
+                ModifierSpec {
+                    field: Field::SrcAddr,
+                    pattern: Pattern::Increment { count: 256 },
+                },
+                ModifierSpec {
+                    field: Field::SrcPort,
+                    pattern: Pattern::Random { count: 1000 },
+                },
+            ],
+            count: Some(count),
+            rate_pps: None,
+        }
+    }
+
+    #[test]
+    fn every_packet_has_valid_checksums() {
+        let mut g = PacketGenerator::new(&[spec(600)]).unwrap();
+        let mut pool = Pool::new(1024, 0);
+        let mut out = Vec::new();
+        let mut srcs = std::collections::HashSet::new();
+        while g.rx(&mut pool, &mut out, 256) == RxStatus::Open {}
+        assert_eq!(out.len(), 600);
+        for &b in &out {
+            let f = pool.get(b).bytes();
+            assert_eq!(f.len(), 64);
+            let ip = Ipv4Packet::new_checked(&f[14..]).unwrap();
+            assert!(ip.verify_checksum());
+            let u = UdpPacket::new_checked(ip.payload()).unwrap();
+            assert!(
+                u.verify_checksum_v4(ip.src_addr(), ip.dst_addr()),
+                "udp checksum"
+            );
+            assert!((1024..2024).contains(&u.src_port()));
+            srcs.insert(ip.src_addr());
+        }
+        assert_eq!(srcs.len(), 256);
+    }
+
+    #[test]
+    fn ipv6_icmp_and_errors() {
+        let mut s = spec(10);
+        s.packet.src = "2001:db8::2".parse().unwrap();
+        s.packet.dst = "2001:db8:1::1".parse().unwrap();
+        s.packet.l4 = L4Spec::IcmpEcho { ident: 1, seq: 1 };
+        s.modifiers = vec![ModifierSpec {
+            field: Field::DstAddr,
+            pattern: Pattern::Increment { count: 4 },
+        }];
+        let mut g = PacketGenerator::new(&[s.clone()]).unwrap();
+        let mut pool = Pool::new(64, 0);
+        let mut out = Vec::new();
+        g.rx(&mut pool, &mut out, 256);
+        for &b in &out {
+            let f = pool.get(b).bytes();
+            let ip = Ipv6Packet::new_checked(&f[14..]).unwrap();
+            let icmp = wire::icmpv6::Icmpv6Packet::new_checked(ip.payload()).unwrap();
+            assert!(icmp.verify_checksum(&ip.src_addr(), &ip.dst_addr()));
+        }
+        let mut bad = s.clone();
+        bad.packet.frame_size = 40;
+        assert!(matches!(
+            PacketGenerator::new(&[bad]),
+            Err((_, TemplateError::TooSmall { .. }))
+        ));
+        let mut ports = s;
+        ports.modifiers = vec![ModifierSpec {
+            field: Field::SrcPort,
+            pattern: Pattern::Increment { count: 4 },
+        }];
+        assert!(matches!(
+            PacketGenerator::new(&[ports]),
+            Err((_, TemplateError::NoPorts))
+        ));
+    }
+}
