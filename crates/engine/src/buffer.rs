@@ -23,19 +23,7 @@ impl BufIdx {
 }
 
 /// Index of an interface (software or device) in the dataplane's interface table.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    Default,
-    serde::Serialize,
-    serde::Deserialize,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default, serde::Serialize, serde::Deserialize)]
 pub struct IfIndex(pub u16);
 
 impl IfIndex {
@@ -245,10 +233,6 @@ mod tests {
     #[test]
     fn meta_is_small() {
         // Metadata travels with every packet through every node: keep it in one cache line.
-        assert!(
-            core::mem::size_of::<Meta>() <= 40,
-            "{}",
-            core::mem::size_of::<Meta>()
-        );
+        assert!(core::mem::size_of::<Meta>() <= 40, "{}", core::mem::size_of::<Meta>());
     }
 }

@@ -68,16 +68,7 @@ struct NodeBox<N>(N);
 
 impl<C, N: Node<C>> Runner<C> for NodeBox<N> {
     fn run(&mut self, cx: &mut C, io: DispatchIo<'_>) {
-        let DispatchIo {
-            pool,
-            input,
-            next,
-            queues,
-            counters,
-            node,
-            drop_queue,
-            trace,
-        } = io;
+        let DispatchIo { pool, input, next, queues, counters, node, drop_queue, trace } = io;
         match trace {
             None => {
                 for &bi in input {
@@ -87,10 +78,7 @@ impl<C, N: Node<C>> Runner<C> for NodeBox<N> {
                         Verdict::Next(n) => queues[next[n.index()]].push(bi),
                         Verdict::Drop(c) => {
                             counters[c.index()] += 1;
-                            b.meta.drop = Some(DropReason {
-                                node,
-                                counter: c.index() as u16,
-                            });
+                            b.meta.drop = Some(DropReason { node, counter: c.index() as u16 });
                             queues[drop_queue].push(bi);
                         }
                     }
@@ -110,21 +98,13 @@ impl<C, N: Node<C>> Runner<C> for NodeBox<N> {
                         }
                         Verdict::Drop(c) => {
                             counters[c.index()] += 1;
-                            b.meta.drop = Some(DropReason {
-                                node,
-                                counter: c.index() as u16,
-                            });
+                            b.meta.drop = Some(DropReason { node, counter: c.index() as u16 });
                             queues[drop_queue].push(bi);
                             format!("drop: {}", <N::Counter as Counters>::INFO[c.index()].name)
                         }
                     };
                     if let (Some(id), Some(text)) = (traced, text) {
-                        log.push(TraceRecord {
-                            packet: id.get(),
-                            node: self.0.name(),
-                            text,
-                            verdict: shown,
-                        });
+                        log.push(TraceRecord { packet: id.get(), node: self.0.name(), text, verdict: shown });
                     }
                 }
             }
@@ -176,23 +156,12 @@ impl<C: 'static> GraphBuilder<C> {
     pub fn new() -> Self {
         let mut g = GraphBuilder { slots: Vec::new() };
         g.push(ERROR_DROP, Kind::ErrorDrop, vec![], &[]);
-        g.push(
-            INTERFACE_OUTPUT,
-            Kind::InterfaceOutput,
-            vec![],
-            OutputCounter::INFO,
-        );
+        g.push(INTERFACE_OUTPUT, Kind::InterfaceOutput, vec![], OutputCounter::INFO);
         g.push(INTERFACE_TX, Kind::InterfaceTx, vec![], &[]);
         g
     }
 
-    fn push(
-        &mut self,
-        name: &str,
-        kind: Kind<C>,
-        next_names: Vec<String>,
-        info: &'static [CounterInfo],
-    ) -> NodeId {
+    fn push(&mut self, name: &str, kind: Kind<C>, next_names: Vec<String>, info: &'static [CounterInfo]) -> NodeId {
         self.slots.push(Slot {
             name: name.to_string(),
             kind,
@@ -209,12 +178,7 @@ impl<C: 'static> GraphBuilder<C> {
     pub fn add<N: Node<C>>(&mut self, node: N) -> NodeId {
         let name = node.name();
         let next = N::Next::NAMES.iter().map(|s| s.to_string()).collect();
-        self.push(
-            name,
-            Kind::Process(Box::new(NodeBox(node))),
-            next,
-            <N::Counter as Counters>::INFO,
-        )
+        self.push(name, Kind::Process(Box::new(NodeBox(node))), next, <N::Counter as Counters>::INFO)
     }
 
     /// Add an input node (e.g. `pg-input`) that hands its packets to `next`.
@@ -236,23 +200,13 @@ impl<C: 'static> GraphBuilder<C> {
             s.next = s
                 .next_names
                 .iter()
-                .map(|n| {
-                    names
-                        .iter()
-                        .position(|x| x == n)
-                        .ok_or_else(|| GraphError::UnknownNext {
-                            from: s.name.clone(),
-                            to: n.clone(),
-                        })
-                })
+                .map(|n| names.iter().position(|x| x == n).ok_or_else(|| GraphError::UnknownNext { from: s.name.clone(), to: n.clone() }))
                 .collect::<Result<_, _>>()?;
         }
         let n = self.slots.len();
         Ok(Graph {
             slots: self.slots,
-            queues: (0..n)
-                .map(|_| Vec::with_capacity(2 * VECTOR_SIZE))
-                .collect(),
+            queues: (0..n).map(|_| Vec::with_capacity(2 * VECTOR_SIZE)).collect(),
             tx: Vec::new(),
             trace: TraceLog::default(),
         })
@@ -270,11 +224,7 @@ pub struct Graph<C> {
 
 impl<C> Graph<C> {
     pub fn node_id(&self, name: &str) -> Result<NodeId, GraphError> {
-        self.slots
-            .iter()
-            .position(|s| s.name == name)
-            .map(NodeId)
-            .ok_or_else(|| GraphError::NoSuchNode(name.to_string()))
+        self.slots.iter().position(|s| s.name == name).map(NodeId).ok_or_else(|| GraphError::NoSuchNode(name.to_string()))
     }
 
     pub fn node_names(&self) -> impl Iterator<Item = &str> {
@@ -283,11 +233,7 @@ impl<C> Graph<C> {
 
     /// The next nodes of a node by name (for `show graph` and tests).
     pub fn next_of(&self, id: NodeId) -> Vec<&str> {
-        self.slots[id.0]
-            .next
-            .iter()
-            .map(|&n| self.slots[n].name.as_str())
-            .collect()
+        self.slots[id.0].next.iter().map(|&n| self.slots[n].name.as_str()).collect()
     }
 
     /// Hand a vector from an input node to its next node, accounting the input's time.
@@ -310,12 +256,7 @@ impl<C> Graph<C> {
                     self.trace.push(TraceRecord {
                         packet: id.get(),
                         node: "input",
-                        text: format!(
-                            "{} len {} rx_if {}",
-                            self.slots[input.0].name,
-                            len,
-                            pool.get(b).meta.rx_if.0
-                        ),
+                        text: format!("{} len {} rx_if {}", self.slots[input.0].name, len, pool.get(b).meta.rx_if.0),
                         verdict: self.slots[next].name.clone(),
                     });
                 }
@@ -326,11 +267,7 @@ impl<C> Graph<C> {
 
     /// Add time and packets to `interface-tx` (the worker's device flush).
     pub(crate) fn account_tx(&mut self, packets: u64, cycles: u64) {
-        let tx = self
-            .slots
-            .iter_mut()
-            .find(|s| matches!(s.kind, Kind::InterfaceTx))
-            .expect("built-in node");
+        let tx = self.slots.iter_mut().find(|s| matches!(s.kind, Kind::InterfaceTx)).expect("built-in node");
         tx.runtime.calls += 1;
         if packets > 0 {
             tx.runtime.vectors += 1;
@@ -340,11 +277,7 @@ impl<C> Graph<C> {
     }
 
     pub(crate) fn count_no_device(&mut self, n: u64) {
-        let out = self
-            .slots
-            .iter_mut()
-            .find(|s| matches!(s.kind, Kind::InterfaceOutput))
-            .expect("built-in node");
+        let out = self.slots.iter_mut().find(|s| matches!(s.kind, Kind::InterfaceOutput)).expect("built-in node");
         out.counters[OutputCounter::NoDevice.index()] += n;
     }
 
@@ -373,12 +306,7 @@ impl<C> Graph<C> {
         let tracing = self.trace.active;
         for chunk in input.chunks(VECTOR_SIZE) {
             let t0 = clock::now();
-            let Slot {
-                kind,
-                next,
-                counters,
-                ..
-            } = &mut self.slots[i];
+            let Slot { kind, next, counters, .. } = &mut self.slots[i];
             match kind {
                 Kind::Process(runner) => {
                     runner.run(
@@ -402,10 +330,7 @@ impl<C> Graph<C> {
                             if let (Some(id), Some(r)) = (m.trace, m.drop) {
                                 let s = &self.slots[r.node as usize];
                                 // `error-drop` is slot 0, the drop queue every node uses.
-                                let c = s
-                                    .counter_info
-                                    .get(r.counter as usize)
-                                    .map_or("?", |c| c.name);
+                                let c = s.counter_info.get(r.counter as usize).map_or("?", |c| c.name);
                                 self.trace.push(TraceRecord {
                                     packet: id.get(),
                                     node: ERROR_DROP,

@@ -5,14 +5,8 @@
 /// Mix one 32-bit word into a running hash (the MurmurHash3 block step).
 #[inline(always)]
 pub fn mix(h: u32, w: u32) -> u32 {
-    let k = w
-        .wrapping_mul(0xcc9e_2d51)
-        .rotate_left(15)
-        .wrapping_mul(0x1b87_3593);
-    (h ^ k)
-        .rotate_left(13)
-        .wrapping_mul(5)
-        .wrapping_add(0xe654_6b64)
+    let k = w.wrapping_mul(0xcc9e_2d51).rotate_left(15).wrapping_mul(0x1b87_3593);
+    (h ^ k).rotate_left(13).wrapping_mul(5).wrapping_add(0xe654_6b64)
 }
 
 /// Final avalanche (MurmurHash3 fmix32).

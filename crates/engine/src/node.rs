@@ -55,10 +55,7 @@ pub struct Counts<'a, C: Counters> {
 
 impl<'a, C: Counters> Counts<'a, C> {
     pub(crate) fn new(slots: &'a mut [u64]) -> Self {
-        Counts {
-            slots,
-            _c: core::marker::PhantomData,
-        }
+        Counts { slots, _c: core::marker::PhantomData }
     }
     #[inline(always)]
     pub fn inc(&mut self, c: C) {
@@ -75,12 +72,7 @@ pub trait Node<C>: Send + 'static {
     fn name(&self) -> &'static str;
 
     /// Decide what happens to one packet. Must not panic on any packet contents.
-    fn process(
-        &mut self,
-        cx: &mut C,
-        counts: &mut Counts<'_, Self::Counter>,
-        buf: &mut Buffer,
-    ) -> Verdict<Self::Next, Self::Counter>;
+    fn process(&mut self, cx: &mut C, counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter>;
 
     /// One line describing the packet as this node sees it, for `show trace`. Called
     /// before `process`, only for traced packets.

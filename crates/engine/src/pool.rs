@@ -36,27 +36,14 @@ impl Pool {
         bufs.extend((0..large).map(|_| Buffer::new(LARGE_CAPACITY)));
         // Reverse so the first allocations get the lowest indices.
         let free_regular = (0..regular as u32).rev().map(BufIdx).collect();
-        let free_large = (regular as u32..(regular + large) as u32)
-            .rev()
-            .map(BufIdx)
-            .collect();
-        Pool {
-            bufs,
-            regular,
-            free_regular,
-            free_large,
-            alloc_failures: 0,
-        }
+        let free_large = (regular as u32..(regular + large) as u32).rev().map(BufIdx).collect();
+        Pool { bufs, regular, free_regular, free_large, alloc_failures: 0 }
     }
 
     /// A buffer that can hold `len` bytes after the headroom, reset and empty.
     #[inline]
     pub fn alloc(&mut self, len: usize) -> Option<BufIdx> {
-        let list = if len <= REGULAR_CAPACITY {
-            &mut self.free_regular
-        } else {
-            &mut self.free_large
-        };
+        let list = if len <= REGULAR_CAPACITY { &mut self.free_regular } else { &mut self.free_large };
         match list.pop() {
             Some(i) => {
                 self.bufs[i.get()].reset();

@@ -42,10 +42,7 @@ impl TraceLog {
     /// Called for each packet entering through `input_node`.
     #[inline]
     pub(crate) fn mark(&mut self, input_node: usize) -> Option<NonZeroU32> {
-        let e = self
-            .armed
-            .iter_mut()
-            .find(|(n, c)| *n == input_node && *c > 0)?;
+        let e = self.armed.iter_mut().find(|(n, c)| *n == input_node && *c > 0)?;
         e.1 -= 1;
         self.next_id += 1;
         NonZeroU32::new(self.next_id)

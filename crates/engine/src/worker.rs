@@ -26,23 +26,17 @@ pub struct Port {
     pub if_index: IfIndex,
     pub name: String,
     pub device: Box<dyn Device>,
-    /// The input node its packets enter through (`<kind>-input`).
-    pub input: NodeId,
+    /// The input node its packets enter through (`<kind>-input`); none for
+    /// transmit-only devices.
+    pub input: Option<NodeId>,
     pub counters: PortCounters,
     rx_done: bool,
 }
 
 impl Port {
-    pub fn new(if_index: IfIndex, name: String, device: Box<dyn Device>, input: NodeId) -> Port {
-        let rx_done = !device.has_rx();
-        Port {
-            if_index,
-            name,
-            device,
-            input,
-            counters: PortCounters::default(),
-            rx_done,
-        }
+    pub fn new(if_index: IfIndex, name: String, device: Box<dyn Device>, input: Option<NodeId>) -> Port {
+        let rx_done = !device.has_rx() || input.is_none();
+        Port { if_index, name, device, input, counters: PortCounters::default(), rx_done }
     }
 }
 
@@ -50,11 +44,7 @@ impl Port {
 pub enum WorkerCmd {
     Snapshot(Sender<Snapshot>),
     ClearRuntime,
-    TraceAdd {
-        node: String,
-        count: u32,
-        reply: Sender<Result<(), String>>,
-    },
+    TraceAdd { node: String, count: u32, reply: Sender<Result<(), String>> },
     TraceShow(Sender<Vec<TraceRecord>>),
     TraceClear,
     Stop,
@@ -75,26 +65,12 @@ pub struct Worker<C: Context> {
 
 impl<C: Context> Worker<C> {
     pub fn new(id: usize, graph: Graph<C>, pool: Pool, ports: Vec<Port>, cx: C) -> Self {
-        let max_if = ports
-            .iter()
-            .map(|p| p.if_index.get() + 1)
-            .max()
-            .unwrap_or(0);
+        let max_if = ports.iter().map(|p| p.if_index.get() + 1).max().unwrap_or(0);
         let mut port_of = vec![None; max_if];
         for (i, p) in ports.iter().enumerate() {
             port_of[p.if_index.get()] = Some(i);
         }
-        Worker {
-            id,
-            graph,
-            pool,
-            ports,
-            cx,
-            port_of,
-            scratch: Vec::with_capacity(VECTOR_SIZE),
-            loops: 0,
-            cleared_at: clock::now(),
-        }
+        Worker { id, graph, pool, ports, cx, port_of, scratch: Vec::with_capacity(VECTOR_SIZE), loops: 0, cleared_at: clock::now() }
     }
 
     /// True when every receiving device is exhausted (pcap files read, counts sent).
@@ -114,16 +90,11 @@ impl<C: Context> Worker<C> {
             let t0 = clock::now();
             self.scratch.clear();
             let port = &mut self.ports[p];
-            let status = port
-                .device
-                .rx(&mut self.pool, &mut self.scratch, VECTOR_SIZE);
+            let status = port.device.rx(&mut self.pool, &mut self.scratch, VECTOR_SIZE);
             let mut bytes = 0;
             for &b in &self.scratch {
                 let buf = self.pool.get_mut(b);
-                buf.meta = Meta {
-                    rx_if: port.if_index,
-                    ..Meta::default()
-                };
+                buf.meta = Meta { rx_if: port.if_index, ..Meta::default() };
                 bytes += buf.len() as u64;
             }
             port.counters.rx_packets += self.scratch.len() as u64;
@@ -132,10 +103,11 @@ impl<C: Context> Worker<C> {
                 port.rx_done = true;
             }
             received += self.scratch.len();
-            let input = port.input;
             let t1 = clock::now();
-            self.graph
-                .inject(input, &mut self.pool, &self.scratch, t1.wrapping_sub(t0));
+            match port.input {
+                Some(input) => self.graph.inject(input, &mut self.pool, &self.scratch, t1.wrapping_sub(t0)),
+                None => self.pool.free_many(&self.scratch),
+            }
         }
         self.graph.run(&mut self.cx, &mut self.pool);
         self.flush_tx();
@@ -184,11 +156,7 @@ impl<C: Context> Worker<C> {
             }
             WorkerCmd::ClearRuntime => self.clear_runtime(),
             WorkerCmd::TraceAdd { node, count, reply } => {
-                let _ = reply.send(
-                    self.graph
-                        .trace_add(&node, count)
-                        .map_err(|e| e.to_string()),
-                );
+                let _ = reply.send(self.graph.trace_add(&node, count).map_err(|e| e.to_string()));
             }
             WorkerCmd::TraceShow(reply) => {
                 let _ = reply.send(self.graph.trace_records().to_vec());
@@ -256,12 +224,7 @@ impl<C: Context> Worker<C> {
             ports: self
                 .ports
                 .iter()
-                .map(|p| PortSnapshot {
-                    if_index: p.if_index.0,
-                    name: p.name.clone(),
-                    kind: p.device.kind(),
-                    counters: p.counters.clone(),
-                })
+                .map(|p| PortSnapshot { if_index: p.if_index.0, name: p.name.clone(), kind: p.device.kind(), counters: p.counters.clone() })
                 .collect(),
             pool: self.pool.stats(),
         }

@@ -3,10 +3,7 @@
 
 use engine::device::{Device, RxStatus, TxResult};
 use engine::worker::{Context, Port, Worker};
-use engine::{
-    counters, next_nodes, BufIdx, Buffer, Counts, GraphBuilder, GraphError, IfIndex, Node, Pool,
-    Verdict,
-};
+use engine::{counters, next_nodes, BufIdx, Buffer, Counts, GraphBuilder, GraphError, IfIndex, Node, Pool, Verdict};
 
 struct Cx;
 impl Context for Cx {}
@@ -27,12 +24,7 @@ impl Node<Cx> for Parity {
     fn name(&self) -> &'static str {
         "parity"
     }
-    fn process(
-        &mut self,
-        _: &mut Cx,
-        c: &mut Counts<'_, ParityCounter>,
-        b: &mut Buffer,
-    ) -> Verdict<ParityNext, ParityCounter> {
+    fn process(&mut self, _: &mut Cx, c: &mut Counts<'_, ParityCounter>, b: &mut Buffer) -> Verdict<ParityNext, ParityCounter> {
         c.inc(ParityCounter::Seen);
         match b.bytes().first() {
             Some(x) if x % 2 == 0 => {
@@ -52,12 +44,7 @@ impl Node<Cx> for Bad {
     fn name(&self) -> &'static str {
         "bad"
     }
-    fn process(
-        &mut self,
-        _: &mut Cx,
-        _: &mut Counts<'_, ParityCounter>,
-        _: &mut Buffer,
-    ) -> Verdict<BadNext, ParityCounter> {
+    fn process(&mut self, _: &mut Cx, _: &mut Counts<'_, ParityCounter>, _: &mut Buffer) -> Verdict<BadNext, ParityCounter> {
         Verdict::Next(BadNext::Nowhere)
     }
 }
@@ -87,11 +74,7 @@ impl Device for Counter {
         let n = bufs.len();
         pool.free_many(bufs);
         bufs.clear();
-        TxResult {
-            sent: n,
-            sent_bytes: n,
-            failed: 0,
-        }
+        TxResult { sent: n, sent_bytes: n, failed: 0 }
     }
 }
 
@@ -107,16 +90,11 @@ impl Device for Sink {
         RxStatus::Exhausted
     }
     fn tx(&mut self, pool: &mut Pool, bufs: &mut Vec<BufIdx>) -> TxResult {
-        self.0
-            .fetch_add(bufs.len(), std::sync::atomic::Ordering::Relaxed);
+        self.0.fetch_add(bufs.len(), std::sync::atomic::Ordering::Relaxed);
         let n = bufs.len();
         pool.free_many(bufs);
         bufs.clear();
-        TxResult {
-            sent: n,
-            sent_bytes: n,
-            failed: 0,
-        }
+        TxResult { sent: n, sent_bytes: n, failed: 0 }
     }
 }
 
@@ -144,18 +122,8 @@ fn worker(total: u32) -> (Worker<Cx>, std::sync::Arc<std::sync::atomic::AtomicUs
     let graph = g.build().unwrap();
     let sunk = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let ports = vec![
-        Port::new(
-            IfIndex(0),
-            "src0".into(),
-            Box::new(Counter { sent: 0, total }),
-            input,
-        ),
-        Port::new(
-            IfIndex(1),
-            "sink0".into(),
-            Box::new(Sink(sunk.clone())),
-            input,
-        ),
+        Port::new(IfIndex(0), "src0".into(), Box::new(Counter { sent: 0, total }), input),
+        Port::new(IfIndex(1), "sink0".into(), Box::new(Sink(sunk.clone())), input),
     ];
     (Worker::new(0, graph, Pool::new(1024, 1), ports, Cx), sunk)
 }
@@ -170,11 +138,7 @@ fn drops_are_counted_and_nothing_leaks() {
     assert_eq!(w.pool.in_use(), 0, "every buffer returned to the pool");
     assert_eq!(sunk.load(std::sync::atomic::Ordering::Relaxed), 501);
     let snap = w.snapshot();
-    let odd = snap
-        .counters
-        .iter()
-        .find(|c| c.node == "parity" && c.counter == "odd")
-        .unwrap();
+    let odd = snap.counters.iter().find(|c| c.node == "parity" && c.counter == "odd").unwrap();
     assert_eq!(odd.count, 500);
     let seen = snap.counters.iter().find(|c| c.counter == "seen").unwrap();
     assert_eq!(seen.count, 1001);
@@ -191,10 +155,7 @@ fn drops_are_counted_and_nothing_leaks() {
 #[test]
 fn trace_follows_the_next_n_packets() {
     let (mut w, _) = worker(10);
-    assert!(
-        w.graph.trace_add("parity", 3).is_err(),
-        "only inputs can be traced"
-    );
+    assert!(w.graph.trace_add("parity", 3).is_err(), "only inputs can be traced");
     w.graph.trace_add("test-input", 3).unwrap();
     while !w.inputs_done() {
         w.poll_once();
@@ -204,16 +165,8 @@ fn trace_follows_the_next_n_packets() {
     assert_eq!(packets.len(), 3);
     // Packet 2 carried byte 1: odd, dropped with its reason.
     let p2: Vec<_> = recs.iter().filter(|r| r.packet == 2).collect();
-    assert!(
-        p2.iter()
-            .any(|r| r.node == "parity" && r.verdict == "drop: odd"),
-        "{p2:?}"
-    );
-    assert!(p2
-        .iter()
-        .any(|r| r.node == "error-drop" && r.text == "parity: odd"));
+    assert!(p2.iter().any(|r| r.node == "parity" && r.verdict == "drop: odd"), "{p2:?}");
+    assert!(p2.iter().any(|r| r.node == "error-drop" && r.text == "parity: odd"));
     let p1: Vec<_> = recs.iter().filter(|r| r.packet == 1).collect();
-    assert!(p1
-        .iter()
-        .any(|r| r.node == "parity" && r.verdict == "interface-output"));
+    assert!(p1.iter().any(|r| r.node == "parity" && r.verdict == "interface-output"));
 }

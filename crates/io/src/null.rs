@@ -25,10 +25,6 @@ impl Device for NullSink {
         let n = bufs.len();
         pool.free_many(bufs);
         bufs.clear();
-        TxResult {
-            sent: n,
-            sent_bytes: bytes,
-            failed: 0,
-        }
+        TxResult { sent: n, sent_bytes: bytes, failed: 0 }
     }
 }

@@ -13,15 +13,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 #[derive(Debug, thiserror::Error)]
 pub enum PcapError {
     #[error("cannot open {path}: {source}")]
-    Open {
-        path: String,
-        source: std::io::Error,
-    },
+    Open { path: String, source: std::io::Error },
     #[error("{path} is not a pcap file: {source}")]
-    Format {
-        path: String,
-        source: pcap_file::PcapError,
-    },
+    Format { path: String, source: pcap_file::PcapError },
 }
 
 pub struct PcapDevice {
@@ -36,37 +30,19 @@ impl PcapDevice {
     pub fn open(input: Option<&Path>, output: Option<&Path>) -> Result<PcapDevice, PcapError> {
         let reader = match input {
             Some(p) => {
-                let f = File::open(p).map_err(|e| PcapError::Open {
-                    path: p.display().to_string(),
-                    source: e,
-                })?;
-                Some(PcapReader::new(f).map_err(|e| PcapError::Format {
-                    path: p.display().to_string(),
-                    source: e,
-                })?)
+                let f = File::open(p).map_err(|e| PcapError::Open { path: p.display().to_string(), source: e })?;
+                Some(PcapReader::new(f).map_err(|e| PcapError::Format { path: p.display().to_string(), source: e })?)
             }
             None => None,
         };
         let writer = match output {
             Some(p) => {
-                let f = File::create(p).map_err(|e| PcapError::Open {
-                    path: p.display().to_string(),
-                    source: e,
-                })?;
-                Some(
-                    PcapWriter::new(BufWriter::new(f)).map_err(|e| PcapError::Format {
-                        path: p.display().to_string(),
-                        source: e,
-                    })?,
-                )
+                let f = File::create(p).map_err(|e| PcapError::Open { path: p.display().to_string(), source: e })?;
+                Some(PcapWriter::new(BufWriter::new(f)).map_err(|e| PcapError::Format { path: p.display().to_string(), source: e })?)
             }
             None => None,
         };
-        Ok(PcapDevice {
-            reader,
-            writer,
-            rx_errors: 0,
-        })
+        Ok(PcapDevice { reader, writer, rx_errors: 0 })
     }
 }
 
@@ -110,9 +86,7 @@ impl Device for PcapDevice {
 
     fn tx(&mut self, pool: &mut Pool, bufs: &mut Vec<BufIdx>) -> TxResult {
         let mut r = TxResult::default();
-        let ts = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or(Duration::ZERO);
+        let ts = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
         for &b in bufs.iter() {
             let data = pool.get(b).bytes();
             match self.writer.as_mut() {

@@ -20,19 +20,9 @@ use wire::{EtherType, EthernetAddress, IpProtocol};
 /// The transport part of a template.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum L4Spec {
-    Udp {
-        src_port: u16,
-        dst_port: u16,
-    },
-    Tcp {
-        src_port: u16,
-        dst_port: u16,
-        flags: u16,
-    },
-    IcmpEcho {
-        ident: u16,
-        seq: u16,
-    },
+    Udp { src_port: u16, dst_port: u16 },
+    Tcp { src_port: u16, dst_port: u16, flags: u16 },
+    IcmpEcho { ident: u16, seq: u16 },
 }
 
 /// One template packet.
@@ -65,6 +55,8 @@ pub enum Pattern {
     Random { count: u32 },
     /// Exactly these values (for addresses: the low 32 bits), cycled.
     List(Vec<u32>),
+    /// Exactly these whole addresses (of the stream's family), cycled.
+    Addresses(Vec<IpAddr>),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -131,20 +123,10 @@ fn build(spec: &PacketSpec) -> Result<(Vec<u8>, Layout), TemplateError> {
     };
     let min = 14 + l3 + l4;
     if spec.frame_size < min {
-        return Err(TemplateError::TooSmall {
-            size: spec.frame_size,
-            min,
-        });
+        return Err(TemplateError::TooSmall { size: spec.frame_size, min });
     }
     let mut f = vec![0u8; spec.frame_size];
-    f[..14].copy_from_slice(
-        &EthernetRepr {
-            src: spec.src_mac,
-            dst: spec.dst_mac,
-            ethertype: et,
-        }
-        .to_bytes(),
-    );
+    f[..14].copy_from_slice(&EthernetRepr { src: spec.src_mac, dst: spec.dst_mac, ethertype: et }.to_bytes());
     let l4_off = 14 + l3;
     let l4_len = spec.frame_size - l4_off;
     // A recognisable payload: bytes counting up.
@@ -160,33 +142,15 @@ fn build(spec: &PacketSpec) -> Result<(Vec<u8>, Layout), TemplateError> {
     let mut lay = Layout::default();
     match (spec.src, spec.dst) {
         (IpAddr::V4(s), IpAddr::V4(d)) => {
-            Ipv4Repr {
-                src: s,
-                dst: d,
-                protocol: proto,
-                payload_len: l4_len,
-                ttl: spec.ttl,
-                dscp: 0,
-                ecn: 0,
-                ident: 0,
-                dont_frag: false,
-            }
-            .emit(&mut Ipv4Packet::new_unchecked(&mut f[14..34]));
+            Ipv4Repr { src: s, dst: d, protocol: proto, payload_len: l4_len, ttl: spec.ttl, dscp: 0, ecn: 0, ident: 0, dont_frag: false }
+                .emit(&mut Ipv4Packet::new_unchecked(&mut f[14..34]));
             lay.src_addr = 14 + 12;
             lay.dst_addr = 14 + 16;
             lay.ip_checksum = Some(14 + 10);
         }
         (IpAddr::V6(s), IpAddr::V6(d)) => {
-            Ipv6Repr {
-                src: s,
-                dst: d,
-                next_header: proto,
-                payload_len: l4_len,
-                hop_limit: spec.ttl,
-                traffic_class: 0,
-                flow_label: 0,
-            }
-            .emit(&mut Ipv6Packet::new_unchecked(&mut f[14..54]));
+            Ipv6Repr { src: s, dst: d, next_header: proto, payload_len: l4_len, hop_limit: spec.ttl, traffic_class: 0, flow_label: 0 }
+                .emit(&mut Ipv6Packet::new_unchecked(&mut f[14..54]));
             lay.src_addr = 14 + 8 + 12;
             lay.dst_addr = 14 + 24 + 12;
         }
@@ -206,22 +170,9 @@ fn build(spec: &PacketSpec) -> Result<(Vec<u8>, Layout), TemplateError> {
             lay.dst_port = Some(l4_off + 2);
             lay.l4_checksum = Some((l4_off + 6, true));
         }
-        L4Spec::Tcp {
-            src_port,
-            dst_port,
-            flags,
-        } => {
+        L4Spec::Tcp { src_port, dst_port, flags } => {
             let mut t = TcpPacket::new_unchecked(&mut *seg);
-            TcpRepr {
-                src_port,
-                dst_port,
-                seq: 1,
-                ack: 0,
-                flags: TcpFlags(flags),
-                window: 65535,
-                mss: None,
-            }
-            .emit(&mut t);
+            TcpRepr { src_port, dst_port, seq: 1, ack: 0, flags: TcpFlags(flags), window: 65535, mss: None }.emit(&mut t);
             match (spec.src, spec.dst) {
                 (IpAddr::V4(s), IpAddr::V4(d)) => t.fill_checksum_v4(s, d),
                 (IpAddr::V6(s), IpAddr::V6(d)) => t.fill_checksum_v6(&s, &d),
@@ -234,23 +185,13 @@ fn build(spec: &PacketSpec) -> Result<(Vec<u8>, Layout), TemplateError> {
         L4Spec::IcmpEcho { ident, seq } => match (spec.src, spec.dst) {
             (IpAddr::V4(_), IpAddr::V4(_)) => {
                 let data = seg[8..].to_vec();
-                Icmpv4Repr::EchoRequest {
-                    ident,
-                    seq,
-                    data: &data,
-                }
-                .emit(seg);
+                Icmpv4Repr::EchoRequest { ident, seq, data: &data }.emit(seg);
                 // The ICMPv4 checksum covers no addresses: address changes leave it valid.
                 let _ = Icmpv4Packet::new_unchecked(&*seg);
             }
             (IpAddr::V6(s), IpAddr::V6(d)) => {
                 let data = seg[8..].to_vec();
-                Icmpv6Repr::EchoRequest {
-                    ident,
-                    seq,
-                    data: &data,
-                }
-                .emit(seg, &s, &d);
+                Icmpv6Repr::EchoRequest { ident, seq, data: &data }.emit(seg, &s, &d);
                 lay.l4_checksum = Some((l4_off + 2, false));
             }
             _ => {}
@@ -262,6 +203,10 @@ fn build(spec: &PacketSpec) -> Result<(Vec<u8>, Layout), TemplateError> {
 struct Modifier {
     offset: usize,
     wide: bool,
+    /// For `Pattern::Addresses`: the address bytes, and where the address starts.
+    addrs: Vec<[u8; 16]>,
+    addr_start: usize,
+    addr_len: usize,
     base: u32,
     pattern: Pattern,
     next: u32,
@@ -295,8 +240,13 @@ impl PacketGenerator {
             let mut modifiers = Vec::new();
             for m in &s.modifiers {
                 match &m.pattern {
-                    Pattern::List(v) if v.is_empty() => {
-                        return Err((s.name.clone(), TemplateError::EmptyList))
+                    Pattern::List(v) if v.is_empty() => return Err((s.name.clone(), TemplateError::EmptyList)),
+                    Pattern::Addresses(v) if v.is_empty() => return Err((s.name.clone(), TemplateError::EmptyList)),
+                    Pattern::Addresses(v) if v.iter().any(|a| a.is_ipv4() != s.packet.src.is_ipv4()) => {
+                        return Err((s.name.clone(), TemplateError::MixedFamilies))
+                    }
+                    Pattern::Addresses(_) if !matches!(m.field, Field::SrcAddr | Field::DstAddr) => {
+                        return Err((s.name.clone(), TemplateError::NoPorts))
                     }
                     Pattern::Increment { count: 0 } | Pattern::Random { count: 0 } => {
                         return Err((s.name.clone(), TemplateError::ZeroCount))
@@ -305,11 +255,7 @@ impl PacketGenerator {
                 }
                 let (offset, wide, fixups) = match m.field {
                     Field::SrcAddr | Field::DstAddr => {
-                        let off = if m.field == Field::SrcAddr {
-                            lay.src_addr
-                        } else {
-                            lay.dst_addr
-                        };
+                        let off = if m.field == Field::SrcAddr { lay.src_addr } else { lay.dst_addr };
                         // Addresses are in the IPv4 header checksum and every pseudo-header.
                         let fix = lay
                             .ip_checksum
@@ -320,11 +266,7 @@ impl PacketGenerator {
                         (off, true, fix)
                     }
                     Field::SrcPort | Field::DstPort => {
-                        let off = if m.field == Field::SrcPort {
-                            lay.src_port
-                        } else {
-                            lay.dst_port
-                        };
+                        let off = if m.field == Field::SrcPort { lay.src_port } else { lay.dst_port };
                         let off = off.ok_or((s.name.clone(), TemplateError::NoPorts))?;
                         (off, false, lay.l4_checksum.into_iter().collect())
                     }
@@ -334,14 +276,23 @@ impl PacketGenerator {
                 } else {
                     u16::from_be_bytes([template[offset], template[offset + 1]]) as u32
                 };
-                modifiers.push(Modifier {
-                    offset,
-                    wide,
-                    base,
-                    pattern: m.pattern.clone(),
-                    next: 0,
-                    fixups,
-                });
+                let addr_len = if s.packet.src.is_ipv4() { 4 } else { 16 };
+                let addrs = match &m.pattern {
+                    Pattern::Addresses(v) => v
+                        .iter()
+                        .map(|a| {
+                            let mut b = [0u8; 16];
+                            match a {
+                                IpAddr::V4(x) => b[..4].copy_from_slice(&x.octets()),
+                                IpAddr::V6(x) => b.copy_from_slice(&x.octets()),
+                            }
+                            b
+                        })
+                        .collect(),
+                    _ => Vec::new(),
+                };
+                let addr_start = offset + 4 - addr_len;
+                modifiers.push(Modifier { offset, wide, addrs, addr_start, addr_len, base, pattern: m.pattern.clone(), next: 0, fixups });
             }
             streams.push(Stream {
                 name: s.name.clone(),
@@ -353,12 +304,7 @@ impl PacketGenerator {
                 started: None,
             });
         }
-        Ok(PacketGenerator {
-            streams,
-            rng: 0x9e37_79b9_7f4a_7c15,
-            hz: clock::hz(),
-            next_stream: 0,
-        })
+        Ok(PacketGenerator { streams, rng: 0x9e37_79b9_7f4a_7c15, hz: clock::hz(), next_stream: 0 })
     }
 
     pub fn stream_names(&self) -> impl Iterator<Item = &str> {
@@ -385,9 +331,36 @@ fn is_icmp4(p: &PacketSpec) -> bool {
     matches!(p.l4, L4Spec::IcmpEcho { .. }) && p.src.is_ipv4()
 }
 
+/// Write a whole address from an address list (`i` is its index), patching every
+/// checksum word by word.
+#[inline]
+fn apply_address(frame: &mut [u8], m: &Modifier, i: u32) {
+    let new = &m.addrs[i as usize][..m.addr_len];
+    for w in 0..m.addr_len / 4 {
+        let at = m.addr_start + 4 * w;
+        let old = u32::from_be_bytes([frame[at], frame[at + 1], frame[at + 2], frame[at + 3]]);
+        let nw = u32::from_be_bytes([new[4 * w], new[4 * w + 1], new[4 * w + 2], new[4 * w + 3]]);
+        for &(c, udp) in &m.fixups {
+            let cur = u16::from_be_bytes([frame[c], frame[c + 1]]);
+            if udp && cur == 0 {
+                continue;
+            }
+            let mut n = checksum::update32(cur, old, nw);
+            if udp && n == 0 {
+                n = 0xffff;
+            }
+            frame[c..c + 2].copy_from_slice(&n.to_be_bytes());
+        }
+        frame[at..at + 4].copy_from_slice(&nw.to_be_bytes());
+    }
+}
+
 /// Apply one modifier's value `v` to a frame built from the template.
 #[inline]
 fn apply(frame: &mut [u8], m: &Modifier, v: u32) {
+    if !m.addrs.is_empty() {
+        return apply_address(frame, m, v);
+    }
     let (old, new) = if m.wide {
         let new = v;
         frame[m.offset..m.offset + 4].copy_from_slice(&new.to_be_bytes());
@@ -402,11 +375,7 @@ fn apply(frame: &mut [u8], m: &Modifier, v: u32) {
         if udp && cur == 0 {
             continue; // UDP over IPv4 without a checksum stays without one.
         }
-        let mut n = if m.wide {
-            checksum::update32(cur, old, new)
-        } else {
-            checksum::update16(cur, old as u16, new as u16)
-        };
+        let mut n = if m.wide { checksum::update32(cur, old, new) } else { checksum::update16(cur, old as u16, new as u16) };
         if udp && n == 0 {
             n = 0xffff;
         }
@@ -440,8 +409,7 @@ impl Device for PacketGenerator {
             let started = *s.started.get_or_insert(now);
             let mut want = budget as u64;
             if let Some(r) = s.rate_pps {
-                let due =
-                    (now.wrapping_sub(started) as u128 * r as u128 / hz.max(1) as u128) as u64 + 1;
+                let due = (now.wrapping_sub(started) as u128 * r as u128 / hz.max(1) as u128) as u64 + 1;
                 want = want.min(due.saturating_sub(s.sent));
             }
             if let Some(rem) = s.remaining {
@@ -465,6 +433,11 @@ impl Device for PacketGenerator {
                             v
                         }
                         Pattern::Random { .. } => 0,
+                        Pattern::Addresses(l) => {
+                            let v = m.next;
+                            m.next = (m.next + 1) % l.len() as u32;
+                            v
+                        }
                     };
                 }
                 for j in 0..self.streams[si].modifiers.len().min(4) {
@@ -479,15 +452,7 @@ impl Device for PacketGenerator {
                 let _ = b.write(&s.template);
                 let frame = b.bytes_mut();
                 for (j, m) in s.modifiers.iter().enumerate().take(4) {
-                    apply(
-                        frame,
-                        m,
-                        if m.wide || vals[j] <= 0xffff {
-                            vals[j]
-                        } else {
-                            vals[j] & 0xffff
-                        },
-                    );
+                    apply(frame, m, if m.wide || vals[j] <= 0xffff { vals[j] } else { vals[j] & 0xffff });
                 }
             }
             let s = &mut self.streams[si];
@@ -525,21 +490,12 @@ mod tests {
                 src: "198.18.0.2".parse().unwrap(),
                 dst: "198.19.1.1".parse().unwrap(),
                 ttl: 64,
-                l4: L4Spec::Udp {
-                    src_port: 1024,
-                    dst_port: 2152,
-                },
+                l4: L4Spec::Udp { src_port: 1024, dst_port: 2152 },
                 frame_size: 64,
             },
             modifiers: vec![
-                ModifierSpec {
-                    field: Field::SrcAddr,
-                    pattern: Pattern::Increment { count: 256 },
-                },
-                ModifierSpec {
-                    field: Field::SrcPort,
-                    pattern: Pattern::Random { count: 1000 },
-                },
+                ModifierSpec { field: Field::SrcAddr, pattern: Pattern::Increment { count: 256 } },
+                ModifierSpec { field: Field::SrcPort, pattern: Pattern::Random { count: 1000 } },
             ],
             count: Some(count),
             rate_pps: None,
@@ -560,10 +516,7 @@ mod tests {
             let ip = Ipv4Packet::new_checked(&f[14..]).unwrap();
             assert!(ip.verify_checksum());
             let u = UdpPacket::new_checked(ip.payload()).unwrap();
-            assert!(
-                u.verify_checksum_v4(ip.src_addr(), ip.dst_addr()),
-                "udp checksum"
-            );
+            assert!(u.verify_checksum_v4(ip.src_addr(), ip.dst_addr()), "udp checksum");
             assert!((1024..2024).contains(&u.src_port()));
             srcs.insert(ip.src_addr());
         }
@@ -576,10 +529,7 @@ mod tests {
         s.packet.src = "2001:db8::2".parse().unwrap();
         s.packet.dst = "2001:db8:1::1".parse().unwrap();
         s.packet.l4 = L4Spec::IcmpEcho { ident: 1, seq: 1 };
-        s.modifiers = vec![ModifierSpec {
-            field: Field::DstAddr,
-            pattern: Pattern::Increment { count: 4 },
-        }];
+        s.modifiers = vec![ModifierSpec { field: Field::DstAddr, pattern: Pattern::Increment { count: 4 } }];
         let mut g = PacketGenerator::new(&[s.clone()]).unwrap();
         let mut pool = Pool::new(64, 0);
         let mut out = Vec::new();
@@ -590,20 +540,24 @@ mod tests {
             let icmp = wire::icmpv6::Icmpv6Packet::new_checked(ip.payload()).unwrap();
             assert!(icmp.verify_checksum(&ip.src_addr(), &ip.dst_addr()));
         }
+        let mut list = s.clone();
+        let addrs: Vec<IpAddr> = vec!["2001:db8:aa::1".parse().unwrap(), "2001:db8:bb:cc::7".parse().unwrap()];
+        list.modifiers = vec![ModifierSpec { field: Field::DstAddr, pattern: Pattern::Addresses(addrs.clone()) }];
+        let mut g = PacketGenerator::new(&[list]).unwrap();
+        out.clear();
+        g.rx(&mut pool, &mut out, 4);
+        for (k, &b) in out.iter().enumerate() {
+            let f = pool.get(b).bytes();
+            let ip = Ipv6Packet::new_checked(&f[14..]).unwrap();
+            assert_eq!(IpAddr::V6(ip.dst_addr()), addrs[k % 2]);
+            let icmp = wire::icmpv6::Icmpv6Packet::new_checked(ip.payload()).unwrap();
+            assert!(icmp.verify_checksum(&ip.src_addr(), &ip.dst_addr()), "checksum after whole-address rewrite");
+        }
         let mut bad = s.clone();
         bad.packet.frame_size = 40;
-        assert!(matches!(
-            PacketGenerator::new(&[bad]),
-            Err((_, TemplateError::TooSmall { .. }))
-        ));
+        assert!(matches!(PacketGenerator::new(&[bad]), Err((_, TemplateError::TooSmall { .. }))));
         let mut ports = s;
-        ports.modifiers = vec![ModifierSpec {
-            field: Field::SrcPort,
-            pattern: Pattern::Increment { count: 4 },
-        }];
-        assert!(matches!(
-            PacketGenerator::new(&[ports]),
-            Err((_, TemplateError::NoPorts))
-        ));
+        ports.modifiers = vec![ModifierSpec { field: Field::SrcPort, pattern: Pattern::Increment { count: 4 } }];
+        assert!(matches!(PacketGenerator::new(&[ports]), Err((_, TemplateError::NoPorts))));
     }
 }

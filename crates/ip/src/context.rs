@@ -13,11 +13,7 @@ use wire::EthernetAddress;
 /// loses the event (counted by the node), never blocks a worker.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum IpEvent {
-    NeighbourLearned {
-        if_index: IfIndex,
-        ip: IpAddr,
-        mac: EthernetAddress,
-    },
+    NeighbourLearned { if_index: IfIndex, ip: IpAddr, mac: EthernetAddress },
 }
 
 /// A token bucket on the TSC: `rate` tokens per second, up to `burst`.
@@ -31,12 +27,7 @@ pub struct TokenBucket {
 impl TokenBucket {
     pub fn new(rate_per_sec: u64, burst: u64) -> Self {
         let hz = clock::hz();
-        TokenBucket {
-            tokens: burst,
-            burst,
-            cycles_per_token: (hz / rate_per_sec.max(1)).max(1),
-            last: clock::now(),
-        }
+        TokenBucket { tokens: burst, burst, cycles_per_token: (hz / rate_per_sec.max(1)).max(1), last: clock::now() }
     }
 
     /// Take one token if there is one.
@@ -68,11 +59,7 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits {
-            icmp_errors_per_sec: 1000,
-            icmp_burst: 100,
-            solicit_per_sec: 100,
-        }
+        Limits { icmp_errors_per_sec: 1000, icmp_burst: 100, solicit_per_sec: 100 }
     }
 }
 
@@ -88,11 +75,7 @@ pub struct IpContext {
 }
 
 impl IpContext {
-    pub fn new(
-        shared: Arc<ArcSwap<Tables>>,
-        events: Option<Sender<IpEvent>>,
-        limits: Limits,
-    ) -> Self {
+    pub fn new(shared: Arc<ArcSwap<Tables>>, events: Option<Sender<IpEvent>>, limits: Limits) -> Self {
         let tables = shared.load_full();
         IpContext {
             cache: Cache::new(shared),
@@ -108,9 +91,7 @@ impl IpContext {
     /// Report a neighbour; false if the queue was full.
     pub fn learn(&self, if_index: IfIndex, ip: IpAddr, mac: EthernetAddress) -> bool {
         match &self.events {
-            Some(tx) => tx
-                .try_send(IpEvent::NeighbourLearned { if_index, ip, mac })
-                .is_ok(),
+            Some(tx) => tx.try_send(IpEvent::NeighbourLearned { if_index, ip, mac }).is_ok(),
             None => true,
         }
     }

@@ -18,9 +18,7 @@ pub const STRIDE: u8 = 6;
 const NODE_FLAG: u32 = 1 << 31;
 
 /// An address usable as a trie key.
-pub trait LpmKey:
-    Copy + Ord + Eq + std::hash::Hash + Send + Sync + 'static + std::fmt::Debug
-{
+pub trait LpmKey: Copy + Ord + Eq + std::hash::Hash + Send + Sync + 'static + std::fmt::Debug {
     const BITS: u8;
     /// `width` bits of the key starting `depth` bits from the top, zero-padded past the
     /// end of the key.
@@ -90,9 +88,7 @@ impl<K: LpmKey> Poptrie<K> {
     /// Compile `routes`, which must be sorted by (key, length) with unique pairs and
     /// masked keys (as a `BTreeMap<(K, u8), u32>` iterates).
     pub fn build(routes: &[Route<K>]) -> Self {
-        debug_assert!(routes
-            .windows(2)
-            .all(|w| (w[0].0, w[0].1) < (w[1].0, w[1].1)));
+        debug_assert!(routes.windows(2).all(|w| (w[0].0, w[0].1) < (w[1].0, w[1].1)));
         let mut t = Poptrie {
             direct: vec![0u32; 1 << DIRECT_BITS].into_boxed_slice(),
             nodes: Vec::new(),
@@ -109,11 +105,7 @@ impl<K: LpmKey> Poptrie<K> {
             t.direct[start..start + n].fill(v);
         }
         // Long routes, grouped by their direct slot (contiguous in key order).
-        let long: Vec<Route<K>> = routes
-            .iter()
-            .copied()
-            .filter(|r| r.1 > DIRECT_BITS)
-            .collect();
+        let long: Vec<Route<K>> = routes.iter().copied().filter(|r| r.1 > DIRECT_BITS).collect();
         let mut i = 0;
         while i < long.len() {
             let slot = long[i].0.stride(0, DIRECT_BITS);
@@ -181,14 +173,8 @@ impl<K: LpmKey> Poptrie<K> {
             }
         }
         let child_base = self.nodes.len() as u32;
-        self.nodes
-            .resize(self.nodes.len() + groups.len(), PNode::default());
-        self.nodes[idx] = PNode {
-            children,
-            leaf_runs,
-            child_base,
-            leaf_base,
-        };
+        self.nodes.resize(self.nodes.len() + groups.len(), PNode::default());
+        self.nodes[idx] = PNode { children, leaf_runs, child_base, leaf_base };
         for (n, &(s, a, b)) in groups.iter().enumerate() {
             let sub: Vec<Route<K>> = routes[a..b].iter().copied().filter(|r| r.1 > end).collect();
             self.build_node(child_base as usize + n, &sub, end, slots[s]);
@@ -208,8 +194,7 @@ impl<K: LpmKey> Poptrie<K> {
                 e = NODE_FLAG | (node.child_base + (node.children & upto).count_ones() - 1);
                 depth += STRIDE;
             } else {
-                return self.leaves
-                    [(node.leaf_base + (node.leaf_runs & upto).count_ones() - 1) as usize];
+                return self.leaves[(node.leaf_base + (node.leaf_runs & upto).count_ones() - 1) as usize];
             }
         }
         e
@@ -243,12 +228,10 @@ impl<K: LpmKey> Poptrie<K> {
                 let v = keys[i].stride(depth, STRIDE);
                 let upto = u64::MAX >> (63 - v);
                 if node.children & (1u64 << v) != 0 {
-                    out[i] =
-                        NODE_FLAG | (node.child_base + (node.children & upto).count_ones() - 1);
+                    out[i] = NODE_FLAG | (node.child_base + (node.children & upto).count_ones() - 1);
                     more = true;
                 } else {
-                    out[i] = self.leaves
-                        [(node.leaf_base + (node.leaf_runs & upto).count_ones() - 1) as usize];
+                    out[i] = self.leaves[(node.leaf_base + (node.leaf_runs & upto).count_ones() - 1) as usize];
                 }
             }
             if !more {
@@ -264,9 +247,7 @@ impl<K: LpmKey> Poptrie<K> {
 
     /// Bytes of lookup structure (direct table, nodes, leaves).
     pub fn memory_bytes(&self) -> usize {
-        self.direct.len() * 4
-            + self.nodes.len() * std::mem::size_of::<PNode>()
-            + self.leaves.len() * 4
+        self.direct.len() * 4 + self.nodes.len() * std::mem::size_of::<PNode>() + self.leaves.len() * 4
     }
 
     pub fn node_count(&self) -> usize {
@@ -281,11 +262,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     fn naive<K: LpmKey>(routes: &BTreeMap<(K, u8), u32>, key: K) -> u32 {
-        routes
-            .iter()
-            .filter(|((p, l), _)| key.masked(*l) == *p)
-            .max_by_key(|((_, l), _)| *l)
-            .map_or(0, |(_, v)| *v)
+        routes.iter().filter(|((p, l), _)| key.masked(*l) == *p).max_by_key(|((_, l), _)| *l).map_or(0, |(_, v)| *v)
     }
 
     fn compile<K: LpmKey>(m: &BTreeMap<(K, u8), u32>) -> Poptrie<K> {
@@ -329,12 +306,7 @@ mod tests {
         assert_eq!(t.lookup(a("2001:db8:1:2::8")), 3);
         assert_eq!(t.lookup(a("2001:db8:1:2::7")), 4);
         assert_eq!(t.lookup(a("2001:db9::")), 0);
-        let keys = [
-            a("2001:db8:ffff::1"),
-            a("2001:db8:1:2::7"),
-            a("2001:db9::"),
-            a("2001:db8:1:3::1"),
-        ];
+        let keys = [a("2001:db8:ffff::1"), a("2001:db8:1:2::7"), a("2001:db9::"), a("2001:db8:1:3::1")];
         let mut out = [0u32; 4];
         t.lookup_batch(&keys, &mut out);
         assert_eq!(out, [1, 4, 0, 2]);
@@ -342,28 +314,25 @@ mod tests {
 
     fn arb_routes_v4() -> impl Strategy<Value = BTreeMap<(u32, u8), u32>> {
         // Keys concentrated in a few /8s so prefixes nest and collide.
-        proptest::collection::vec((0u32..4, any::<u32>(), 0u8..=32, 1u32..1000), 0..200).prop_map(
-            |v| {
-                v.into_iter()
-                    .map(|(hi, lo, len, val)| {
-                        let k = (hi << 30) | (lo >> 2);
-                        ((k.masked(len), len), val)
-                    })
-                    .collect()
-            },
-        )
+        proptest::collection::vec((0u32..4, any::<u32>(), 0u8..=32, 1u32..1000), 0..200).prop_map(|v| {
+            v.into_iter()
+                .map(|(hi, lo, len, val)| {
+                    let k = (hi << 30) | (lo >> 2);
+                    ((k.masked(len), len), val)
+                })
+                .collect()
+        })
     }
 
     fn arb_routes_v6() -> impl Strategy<Value = BTreeMap<(u128, u8), u32>> {
-        proptest::collection::vec((0u128..4, any::<u128>(), 0u8..=128, 1u32..1000), 0..200)
-            .prop_map(|v| {
-                v.into_iter()
-                    .map(|(hi, lo, len, val)| {
-                        let k = (hi << 126) | (lo >> 2);
-                        ((k.masked(len), len), val)
-                    })
-                    .collect()
-            })
+        proptest::collection::vec((0u128..4, any::<u128>(), 0u8..=128, 1u32..1000), 0..200).prop_map(|v| {
+            v.into_iter()
+                .map(|(hi, lo, len, val)| {
+                    let k = (hi << 126) | (lo >> 2);
+                    ((k.masked(len), len), val)
+                })
+                .collect()
+        })
     }
 
     proptest! {

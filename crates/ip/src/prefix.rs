@@ -32,10 +32,7 @@ impl Prefix {
                 }
                 let m = u32::from(a).masked(len);
                 if m != u32::from(a) {
-                    return Err(PrefixError::HostBits(
-                        len,
-                        format!("{}/{}", Ipv4Addr::from(m), len),
-                    ));
+                    return Err(PrefixError::HostBits(len, format!("{}/{}", Ipv4Addr::from(m), len)));
                 }
                 Ok(Prefix::V4(a, len))
             }
@@ -45,10 +42,7 @@ impl Prefix {
                 }
                 let m = u128::from(a).masked(len);
                 if m != u128::from(a) {
-                    return Err(PrefixError::HostBits(
-                        len,
-                        format!("{}/{}", Ipv6Addr::from(m), len),
-                    ));
+                    return Err(PrefixError::HostBits(len, format!("{}/{}", Ipv6Addr::from(m), len)));
                 }
                 Ok(Prefix::V6(a, len))
             }
@@ -146,18 +140,10 @@ mod tests {
 
     #[test]
     fn parse_strictly() {
-        assert_eq!(
-            "198.18.0.0/15".parse::<Prefix>().unwrap().to_string(),
-            "198.18.0.0/15"
-        );
+        assert_eq!("198.18.0.0/15".parse::<Prefix>().unwrap().to_string(), "198.18.0.0/15");
         assert_eq!("2001:db8::/32".parse::<Prefix>().unwrap().len(), 32);
-        assert!(
-            matches!("198.18.0.1/24".parse::<Prefix>(), Err(PrefixError::HostBits(24, s)) if s == "198.18.0.0/24")
-        );
-        assert_eq!(
-            "198.18.0.0/33".parse::<Prefix>(),
-            Err(PrefixError::Length(33))
-        );
+        assert!(matches!("198.18.0.1/24".parse::<Prefix>(), Err(PrefixError::HostBits(24, s)) if s == "198.18.0.0/24"));
+        assert_eq!("198.18.0.0/33".parse::<Prefix>(), Err(PrefixError::Length(33)));
         assert_eq!("198.18.0.0".parse::<Prefix>(), Err(PrefixError::Syntax));
         let p: Prefix = "198.18.0.0/15".parse().unwrap();
         assert!(p.contains("198.19.255.255".parse().unwrap()));

@@ -46,10 +46,7 @@ pub struct InterfaceSpec {
 #[serde(rename_all = "snake_case")]
 pub enum RouteTarget {
     /// Through a next hop on a connected subnet (optionally pinned to an interface).
-    Via {
-        next_hop: IpAddr,
-        interface: Option<String>,
-    },
+    Via { next_hop: IpAddr, interface: Option<String> },
     /// Directly attached out of an interface (destinations resolved per packet).
     Interface(String),
     /// Discard silently.
@@ -139,26 +136,16 @@ impl RouterState {
         self.interfaces
             .iter()
             .position(|i| match a {
-                IpAddr::V4(v) => i
-                    .ip4
-                    .iter()
-                    .any(|(x, l)| Prefix::covering(IpAddr::V4(*x), *l).contains(IpAddr::V4(v))),
-                IpAddr::V6(v) => i
-                    .ip6
-                    .iter()
-                    .any(|(x, l)| Prefix::covering(IpAddr::V6(*x), *l).contains(IpAddr::V6(v))),
+                IpAddr::V4(v) => i.ip4.iter().any(|(x, l)| Prefix::covering(IpAddr::V4(*x), *l).contains(IpAddr::V4(v))),
+                IpAddr::V6(v) => i.ip6.iter().any(|(x, l)| Prefix::covering(IpAddr::V6(*x), *l).contains(IpAddr::V6(v))),
             })
             .map(|i| IfIndex(i as u16))
     }
 
     fn is_connected_prefix(&self, p: &Prefix) -> bool {
         self.interfaces.iter().any(|i| {
-            i.ip4
-                .iter()
-                .any(|(a, l)| Prefix::covering(IpAddr::V4(*a), *l) == *p)
-                || i.ip6
-                    .iter()
-                    .any(|(a, l)| Prefix::covering(IpAddr::V6(*a), *l) == *p)
+            i.ip4.iter().any(|(a, l)| Prefix::covering(IpAddr::V4(*a), *l) == *p)
+                || i.ip6.iter().any(|(a, l)| Prefix::covering(IpAddr::V6(*a), *l) == *p)
         })
     }
 
@@ -168,26 +155,15 @@ impl RouterState {
             return Err(StateError::ConnectedPrefix(*prefix));
         }
         match target {
-            RouteTarget::Via {
-                next_hop,
-                interface,
-            } => {
+            RouteTarget::Via { next_hop, interface } => {
                 if matches!(prefix, Prefix::V4(..)) != next_hop.is_ipv4() {
-                    return Err(StateError::FamilyMismatch {
-                        hop: *next_hop,
-                        prefix: *prefix,
-                    });
+                    return Err(StateError::FamilyMismatch { hop: *next_hop, prefix: *prefix });
                 }
-                let on = self
-                    .connected_if(*next_hop)
-                    .ok_or(StateError::NextHopNotConnected(*next_hop))?;
+                let on = self.connected_if(*next_hop).ok_or(StateError::NextHopNotConnected(*next_hop))?;
                 if let Some(name) = interface {
                     let want = self.if_index(name)?;
                     if want != on {
-                        return Err(StateError::NextHopNotOnInterface {
-                            hop: *next_hop,
-                            interface: name.clone(),
-                        });
+                        return Err(StateError::NextHopNotOnInterface { hop: *next_hop, interface: name.clone() });
                     }
                 }
                 Ok(())
@@ -206,10 +182,7 @@ impl RouterState {
     }
 
     /// Add many routes at once, all or nothing (the config loader's path).
-    pub fn add_routes(
-        &mut self,
-        routes: impl IntoIterator<Item = (Prefix, RouteTarget)>,
-    ) -> Result<(), (usize, StateError)> {
+    pub fn add_routes(&mut self, routes: impl IntoIterator<Item = (Prefix, RouteTarget)>) -> Result<(), (usize, StateError)> {
         let routes: Vec<_> = routes.into_iter().collect();
         for (i, (p, t)) in routes.iter().enumerate() {
             self.validate_route(p, t).map_err(|e| (i, e))?;
@@ -223,9 +196,7 @@ impl RouterState {
     }
 
     pub fn del_route(&mut self, prefix: &Prefix) -> Result<(), StateError> {
-        self.routes
-            .remove(prefix)
-            .ok_or(StateError::NoSuchRoute(*prefix))?;
+        self.routes.remove(prefix).ok_or(StateError::NoSuchRoute(*prefix))?;
         self.invalidate(prefix);
         Ok(())
     }
@@ -243,13 +214,7 @@ impl RouterState {
 
     /// Record a neighbour. Learned entries never replace static ones. Returns whether
     /// anything changed (so the caller publishes only then).
-    pub fn set_neighbour(
-        &mut self,
-        if_index: IfIndex,
-        ip: IpAddr,
-        mac: EthernetAddress,
-        is_static: bool,
-    ) -> bool {
+    pub fn set_neighbour(&mut self, if_index: IfIndex, ip: IpAddr, mac: EthernetAddress, is_static: bool) -> bool {
         if let Some(old) = self.neighbours.get(&ip) {
             if old.is_static && !is_static {
                 return false;
@@ -258,24 +223,12 @@ impl RouterState {
                 return false;
             }
         }
-        self.neighbours.insert(
-            ip,
-            Neighbour {
-                if_index,
-                mac,
-                is_static,
-            },
-        );
+        self.neighbours.insert(ip, Neighbour { if_index, mac, is_static });
         true
     }
 
     /// A configured neighbour; its address must be on a connected subnet of `ifname`.
-    pub fn add_static_neighbour(
-        &mut self,
-        ifname: &str,
-        ip: IpAddr,
-        mac: EthernetAddress,
-    ) -> Result<(), StateError> {
+    pub fn add_static_neighbour(&mut self, ifname: &str, ip: IpAddr, mac: EthernetAddress) -> Result<(), StateError> {
         let i = self.if_index(ifname)?;
         if self.connected_if(ip) != Some(i) {
             return Err(StateError::NeighbourNotConnected(ip, ifname.to_string()));
@@ -302,10 +255,7 @@ impl RouterState {
         let key = match t {
             RouteTarget::Blackhole => AdjKey::Blackhole,
             RouteTarget::Interface(n) => AdjKey::Attached(self.if_index(n).unwrap_or(IfIndex(0))),
-            RouteTarget::Via { next_hop, .. } => AdjKey::NextHop(
-                self.connected_if(*next_hop).unwrap_or(IfIndex(0)),
-                *next_hop,
-            ),
+            RouteTarget::Via { next_hop, .. } => AdjKey::NextHop(self.connected_if(*next_hop).unwrap_or(IfIndex(0)), *next_hop),
         };
         self.adj_id(key)
     }
@@ -355,17 +305,14 @@ impl RouterState {
                 }
             }
         }
-        let routes: Vec<(Prefix, RouteTarget)> =
-            self.routes.iter().map(|(p, t)| (*p, t.clone())).collect();
+        let routes: Vec<(Prefix, RouteTarget)> = self.routes.iter().map(|(p, t)| (*p, t.clone())).collect();
         for (p, t) in routes {
             let adj = self.target_adj(&t);
             let (kind, nh, ifn) = match &t {
                 RouteTarget::Blackhole => ("blackhole", None, None),
                 RouteTarget::Interface(n) => ("attached", None, Some(n.clone())),
                 RouteTarget::Via { next_hop, .. } => {
-                    let ifn = self
-                        .connected_if(*next_hop)
-                        .map(|i| self.interfaces[i.get()].name.clone());
+                    let ifn = self.connected_if(*next_hop).map(|i| self.interfaces[i.get()].name.clone());
                     ("via", Some(next_hop.to_string()), ifn)
                 }
             };
@@ -373,18 +320,7 @@ impl RouterState {
                 RouteTarget::Via { next_hop, .. } => self.neighbours.contains_key(next_hop),
                 _ => true,
             };
-            out.push((
-                p,
-                adj,
-                FibEntry {
-                    prefix: p.to_string(),
-                    kind,
-                    next_hop: nh,
-                    interface: ifn,
-                    adjacency: adj,
-                    resolved,
-                },
-            ));
+            out.push((p, adj, FibEntry { prefix: p.to_string(), kind, next_hop: nh, interface: ifn, adjacency: adj, resolved }));
         }
         out
     }
@@ -399,30 +335,15 @@ impl RouterState {
         for k in &self.adj_keys {
             v.push(match *k {
                 AdjKey::Blackhole => Adjacency::Blackhole,
-                AdjKey::Attached(i) => Adjacency::Glean {
-                    tx_if: i,
-                    mtu: self.interfaces[i.get()].mtu,
-                },
+                AdjKey::Attached(i) => Adjacency::Glean { tx_if: i, mtu: self.interfaces[i.get()].mtu },
                 AdjKey::NextHop(i, via) => {
                     let ifl = &self.interfaces[i.get()];
                     match self.neighbours.get(&via) {
                         Some(n) => {
-                            let et = if via.is_ipv4() {
-                                EtherType::Ipv4
-                            } else {
-                                EtherType::Ipv6
-                            };
-                            Adjacency::Rewrite {
-                                tx_if: i,
-                                rewrite: l2_rewrite(ifl, n.mac, et),
-                                mtu: ifl.mtu,
-                            }
+                            let et = if via.is_ipv4() { EtherType::Ipv4 } else { EtherType::Ipv6 };
+                            Adjacency::Rewrite { tx_if: i, rewrite: l2_rewrite(ifl, n.mac, et), mtu: ifl.mtu }
                         }
-                        None => Adjacency::Incomplete {
-                            tx_if: i,
-                            mtu: ifl.mtu,
-                            via,
-                        },
+                        None => Adjacency::Incomplete { tx_if: i, mtu: ifl.mtu, via },
                     }
                 }
             });

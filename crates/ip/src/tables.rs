@@ -26,20 +26,12 @@ pub enum Adjacency {
     /// Silently discard (a `blackhole` route).
     Blackhole,
     /// Resolved next hop: prepend this Ethernet header, send on `tx_if`.
-    Rewrite {
-        tx_if: IfIndex,
-        rewrite: [u8; 14],
-        mtu: u16,
-    },
+    Rewrite { tx_if: IfIndex, rewrite: [u8; 14], mtu: u16 },
     /// Attached subnet: the destination itself is the next hop; resolve it in the
     /// neighbour table per packet.
     Glean { tx_if: IfIndex, mtu: u16 },
     /// Next hop `via` not yet resolved: solicit it.
-    Incomplete {
-        tx_if: IfIndex,
-        mtu: u16,
-        via: std::net::IpAddr,
-    },
+    Incomplete { tx_if: IfIndex, mtu: u16, via: std::net::IpAddr },
 }
 
 /// A resolved neighbour.
@@ -75,10 +67,7 @@ impl IfL3 {
         let all_nodes = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1);
         *a == all_nodes
             || *a == wire::ipv6::solicited_node(&self.ip6_link_local)
-            || self
-                .ip6
-                .iter()
-                .any(|(x, _)| *a == wire::ipv6::solicited_node(x))
+            || self.ip6.iter().any(|(x, _)| *a == wire::ipv6::solicited_node(x))
     }
     /// Source address for packets this gateway originates out of this interface.
     pub fn ip4_source(&self) -> Option<Ipv4Addr> {
@@ -126,10 +115,5 @@ impl Tables {
 
 /// The Ethernet header for sending to `dst` from interface `ifl`.
 pub fn l2_rewrite(ifl: &IfL3, dst: EthernetAddress, ethertype: wire::EtherType) -> [u8; 14] {
-    wire::ethernet::EthernetRepr {
-        src: ifl.mac,
-        dst,
-        ethertype,
-    }
-    .to_bytes()
+    wire::ethernet::EthernetRepr { src: ifl.mac, dst, ethertype }.to_bytes()
 }

@@ -12,13 +12,9 @@ fn bench_checksum(c: &mut Criterion) {
     for len in [20usize, 64, 576, 1500, 9000] {
         let data: Vec<u8> = (0..len).map(|i| (i * 7) as u8).collect();
         g.throughput(Throughput::Bytes(len as u64));
-        g.bench_function(format!("rfc1071/{len}"), |b| {
-            b.iter(|| checksum::checksum(black_box(&data)))
-        });
+        g.bench_function(format!("rfc1071/{len}"), |b| b.iter(|| checksum::checksum(black_box(&data))));
     }
-    g.bench_function("rfc1624/update16", |b| {
-        b.iter(|| checksum::update16(black_box(0x1234), black_box(0x4011), black_box(0x3f11)))
-    });
+    g.bench_function("rfc1624/update16", |b| b.iter(|| checksum::update16(black_box(0x1234), black_box(0x4011), black_box(0x3f11))));
     g.finish();
 }
 
@@ -44,12 +40,8 @@ fn bench_parse(c: &mut Criterion) {
             p.verify_checksum()
         })
     });
-    g.bench_function("ipv4/repr", |b| {
-        b.iter(|| Ipv4Repr::parse(&Ipv4Packet::new_checked(black_box(&b4[..])).unwrap()))
-    });
-    g.bench_function("udp/new_checked", |b| {
-        b.iter(|| UdpPacket::new_checked(black_box(&b4[20..])).map(|u| u.dst_port()))
-    });
+    g.bench_function("ipv4/repr", |b| b.iter(|| Ipv4Repr::parse(&Ipv4Packet::new_checked(black_box(&b4[..])).unwrap())));
+    g.bench_function("udp/new_checked", |b| b.iter(|| UdpPacket::new_checked(black_box(&b4[20..])).map(|u| u.dst_port())));
     let mut b6 = vec![0u8; 40 + 16 + 8];
     b6[0] = 0x60;
     b6[5] = 24;

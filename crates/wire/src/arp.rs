@@ -166,15 +166,9 @@ mod tests {
         assert!(ArpPacket::new_checked(&b[..27]).is_err());
         let mut x = b;
         x[1] = 6; // IEEE 802 hardware type
-        assert_eq!(
-            ArpPacket::new_checked(&x[..]).unwrap_err(),
-            ArpError::UnsupportedHardware
-        );
+        assert_eq!(ArpPacket::new_checked(&x[..]).unwrap_err(), ArpError::UnsupportedHardware);
         let mut y = b;
         y[5] = 16;
-        assert_eq!(
-            ArpPacket::new_checked(&y[..]).unwrap_err(),
-            ArpError::UnsupportedProtocol
-        );
+        assert_eq!(ArpPacket::new_checked(&y[..]).unwrap_err(), ArpError::UnsupportedProtocol);
     }
 }

@@ -91,10 +91,7 @@ pub fn verify(data: &[u8]) -> bool {
 #[inline]
 pub fn pseudo_header_v4(src: Ipv4Addr, dst: Ipv4Addr, protocol: u8, length: u16) -> Checksum {
     let mut c = Checksum::new();
-    c.add_u32(u32::from(src))
-        .add_u32(u32::from(dst))
-        .add_u16(protocol as u16)
-        .add_u16(length);
+    c.add_u32(u32::from(src)).add_u32(u32::from(dst)).add_u16(protocol as u16).add_u16(length);
     c
 }
 
@@ -102,10 +99,7 @@ pub fn pseudo_header_v4(src: Ipv4Addr, dst: Ipv4Addr, protocol: u8, length: u16)
 #[inline]
 pub fn pseudo_header_v6(src: &Ipv6Addr, dst: &Ipv6Addr, next_header: u8, length: u32) -> Checksum {
     let mut c = Checksum::new();
-    c.add_bytes(&src.octets())
-        .add_bytes(&dst.octets())
-        .add_u32(length)
-        .add_u32(next_header as u32);
+    c.add_bytes(&src.octets()).add_bytes(&dst.octets()).add_u32(length).add_u32(next_header as u32);
     c
 }
 
@@ -123,11 +117,7 @@ pub fn update16(field: u16, old: u16, new: u16) -> u16 {
 /// RFC 1624 for a 32-bit field (two words).
 #[inline(always)]
 pub fn update32(field: u16, old: u32, new: u32) -> u16 {
-    let mut s = (!field) as u64
-        + (!(old >> 16) & 0xffff) as u64
-        + (!old & 0xffff) as u64
-        + (new >> 16) as u64
-        + (new & 0xffff) as u64;
+    let mut s = (!field) as u64 + (!(old >> 16) & 0xffff) as u64 + (!old & 0xffff) as u64 + (new >> 16) as u64 + (new & 0xffff) as u64;
     s = (s & 0xffff) + (s >> 16);
     s = (s & 0xffff) + (s >> 16);
     s = (s & 0xffff) + (s >> 16);
@@ -188,12 +178,7 @@ fn sum_native_body(data: &[u8]) -> u64 {
         let mut n = 0;
         for block in blocks.by_ref() {
             for (i, lane) in lanes.iter_mut().enumerate() {
-                let w = u32::from_ne_bytes([
-                    block[4 * i],
-                    block[4 * i + 1],
-                    block[4 * i + 2],
-                    block[4 * i + 3],
-                ]);
+                let w = u32::from_ne_bytes([block[4 * i], block[4 * i + 1], block[4 * i + 2], block[4 * i + 3]]);
                 *lane += (w & 0xffff) + (w >> 16);
             }
             n += 1;
@@ -227,11 +212,7 @@ mod tests {
     fn reference(data: &[u8]) -> u16 {
         let mut s: u32 = 0;
         for ch in data.chunks(2) {
-            let w = if ch.len() == 2 {
-                u16::from_be_bytes([ch[0], ch[1]])
-            } else {
-                (ch[0] as u16) << 8
-            };
+            let w = if ch.len() == 2 { u16::from_be_bytes([ch[0], ch[1]]) } else { (ch[0] as u16) << 8 };
             s += w as u32;
             s = (s & 0xffff) + (s >> 16);
         }
@@ -247,15 +228,10 @@ mod tests {
 
     #[test]
     fn matches_reference_all_lengths() {
-        let data: Vec<u8> = (0..3000u32)
-            .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
-            .collect();
+        let data: Vec<u8> = (0..3000u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
         for len in (0..300).chain([1499, 1500, 1501, 2047, 2048, 3000]) {
             assert_eq!(checksum(&data[..len]), reference(&data[..len]), "len {len}");
-            assert_eq!(
-                sum_native_portable(&data[..len]) % 0xffff,
-                sum_native(&data[..len]) % 0xffff
-            );
+            assert_eq!(sum_native_portable(&data[..len]) % 0xffff, sum_native(&data[..len]) % 0xffff);
         }
     }
 
@@ -268,10 +244,7 @@ mod tests {
     #[test]
     fn verify_accepts_filled_header() {
         // A real IPv4 header (checksum 0xb861 from the classic example).
-        let mut h = [
-            0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0, 0, 0xc0, 0xa8, 0x00,
-            0x01, 0xc0, 0xa8, 0x00, 0xc7,
-        ];
+        let mut h = [0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0, 0, 0xc0, 0xa8, 0x00, 0x01, 0xc0, 0xa8, 0x00, 0xc7];
         let c = checksum(&h);
         assert_eq!(c, 0xb861);
         h[10..12].copy_from_slice(&c.to_be_bytes());
@@ -282,9 +255,7 @@ mod tests {
 
     #[test]
     fn incremental_matches_full() {
-        let mut h = [
-            0x45u8, 0, 0, 0x54, 0x12, 0x34, 0x40, 0, 0x40, 0x01, 0, 0, 198, 18, 0, 1, 198, 19, 7, 9,
-        ];
+        let mut h = [0x45u8, 0, 0, 0x54, 0x12, 0x34, 0x40, 0, 0x40, 0x01, 0, 0, 198, 18, 0, 1, 198, 19, 7, 9];
         let c = checksum(&h);
         h[10..12].copy_from_slice(&c.to_be_bytes());
         for ttl in (1..=64u8).rev() {

@@ -51,11 +51,7 @@ impl EthernetAddress {
 impl fmt::Display for EthernetAddress {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
         let b = self.0;
-        write!(
-            f,
-            "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
-            b[0], b[1], b[2], b[3], b[4], b[5]
-        )
+        write!(f, "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", b[0], b[1], b[2], b[3], b[4], b[5])
     }
 }
 
@@ -201,11 +197,7 @@ pub struct EthernetRepr {
 
 impl EthernetRepr {
     pub fn parse<T: AsRef<[u8]>>(f: &EthernetFrame<T>) -> Result<Self, EthernetError> {
-        Ok(EthernetRepr {
-            src: f.src_addr(),
-            dst: f.dst_addr(),
-            ethertype: f.ethertype(),
-        })
+        Ok(EthernetRepr { src: f.src_addr(), dst: f.dst_addr(), ethertype: f.ethertype() })
     }
     pub const fn buffer_len(&self) -> usize {
         HEADER_LEN
@@ -230,10 +222,7 @@ mod tests {
 
     #[test]
     fn truncated() {
-        assert_eq!(
-            EthernetFrame::new_checked(&[0u8; 13][..]).unwrap_err(),
-            EthernetError::Truncated
-        );
+        assert_eq!(EthernetFrame::new_checked(&[0u8; 13][..]).unwrap_err(), EthernetError::Truncated);
     }
 
     #[test]

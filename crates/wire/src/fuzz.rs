@@ -52,10 +52,7 @@ pub fn ipv6(data: &[u8]) {
     if let Ok(r) = ipv6::Ipv6Repr::parse(&p) {
         let mut b = vec![0u8; r.buffer_len() + r.payload_len];
         r.emit(&mut ipv6::Ipv6Packet::new_unchecked(&mut b[..]));
-        assert_eq!(
-            ipv6::Ipv6Repr::parse(&ipv6::Ipv6Packet::new_checked(&b[..]).unwrap()).unwrap(),
-            r
-        );
+        assert_eq!(ipv6::Ipv6Repr::parse(&ipv6::Ipv6Packet::new_checked(&b[..]).unwrap()).unwrap(), r);
     }
 }
 
@@ -106,10 +103,7 @@ pub fn tcp(data: &[u8]) {
     if let Ok(r) = tcp::TcpRepr::parse(&p) {
         let mut b = vec![0u8; r.buffer_len()];
         r.emit(&mut tcp::TcpPacket::new_unchecked(&mut b[..]));
-        assert_eq!(
-            tcp::TcpRepr::parse(&tcp::TcpPacket::new_checked(&b[..]).unwrap()).unwrap(),
-            r
-        );
+        assert_eq!(tcp::TcpRepr::parse(&tcp::TcpPacket::new_checked(&b[..]).unwrap()).unwrap(), r);
     }
 }
 

@@ -52,13 +52,7 @@ impl From<Icmpv4Type> for u8 {
 impl Icmpv4Type {
     /// Error messages must never be answered with another error (RFC 1122 §3.2.2).
     pub fn is_error(self) -> bool {
-        matches!(
-            self,
-            Icmpv4Type::DstUnreachable
-                | Icmpv4Type::Redirect
-                | Icmpv4Type::TimeExceeded
-                | Icmpv4Type::ParamProblem
-        )
+        matches!(self, Icmpv4Type::DstUnreachable | Icmpv4Type::Redirect | Icmpv4Type::TimeExceeded | Icmpv4Type::ParamProblem)
     }
 }
 
@@ -148,31 +142,11 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Icmpv4Packet<T> {
 /// A parsed ICMPv4 message; `data` borrows the packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Icmpv4Repr<'a> {
-    EchoRequest {
-        ident: u16,
-        seq: u16,
-        data: &'a [u8],
-    },
-    EchoReply {
-        ident: u16,
-        seq: u16,
-        data: &'a [u8],
-    },
-    DstUnreachable {
-        code: u8,
-        next_hop_mtu: u16,
-        data: &'a [u8],
-    },
-    TimeExceeded {
-        code: u8,
-        data: &'a [u8],
-    },
-    Other {
-        msg_type: u8,
-        code: u8,
-        rest: u32,
-        data: &'a [u8],
-    },
+    EchoRequest { ident: u16, seq: u16, data: &'a [u8] },
+    EchoReply { ident: u16, seq: u16, data: &'a [u8] },
+    DstUnreachable { code: u8, next_hop_mtu: u16, data: &'a [u8] },
+    TimeExceeded { code: u8, data: &'a [u8] },
+    Other { msg_type: u8, code: u8, rest: u32, data: &'a [u8] },
 }
 
 impl<'a> Icmpv4Repr<'a> {
@@ -183,31 +157,11 @@ impl<'a> Icmpv4Repr<'a> {
         let b: &'a [u8] = p.buffer;
         let data = &b[HEADER_LEN..];
         Ok(match p.msg_type() {
-            Icmpv4Type::EchoRequest => Icmpv4Repr::EchoRequest {
-                ident: p.echo_ident(),
-                seq: p.echo_seq(),
-                data,
-            },
-            Icmpv4Type::EchoReply => Icmpv4Repr::EchoReply {
-                ident: p.echo_ident(),
-                seq: p.echo_seq(),
-                data,
-            },
-            Icmpv4Type::DstUnreachable => Icmpv4Repr::DstUnreachable {
-                code: p.code(),
-                next_hop_mtu: p.next_hop_mtu(),
-                data,
-            },
-            Icmpv4Type::TimeExceeded => Icmpv4Repr::TimeExceeded {
-                code: p.code(),
-                data,
-            },
-            t => Icmpv4Repr::Other {
-                msg_type: t.into(),
-                code: p.code(),
-                rest: crate::be32(b, 4),
-                data,
-            },
+            Icmpv4Type::EchoRequest => Icmpv4Repr::EchoRequest { ident: p.echo_ident(), seq: p.echo_seq(), data },
+            Icmpv4Type::EchoReply => Icmpv4Repr::EchoReply { ident: p.echo_ident(), seq: p.echo_seq(), data },
+            Icmpv4Type::DstUnreachable => Icmpv4Repr::DstUnreachable { code: p.code(), next_hop_mtu: p.next_hop_mtu(), data },
+            Icmpv4Type::TimeExceeded => Icmpv4Repr::TimeExceeded { code: p.code(), data },
+            t => Icmpv4Repr::Other { msg_type: t.into(), code: p.code(), rest: crate::be32(b, 4), data },
         })
     }
     pub fn buffer_len(&self) -> usize {
@@ -224,30 +178,11 @@ impl<'a> Icmpv4Repr<'a> {
     pub fn emit(&self, buf: &mut [u8]) {
         let mut p = Icmpv4Packet::new_unchecked(&mut buf[..self.buffer_len()]);
         let (t, code, hi, lo, data) = match *self {
-            Icmpv4Repr::EchoRequest { ident, seq, data } => {
-                (Icmpv4Type::EchoRequest, 0, ident, seq, data)
-            }
-            Icmpv4Repr::EchoReply { ident, seq, data } => {
-                (Icmpv4Type::EchoReply, 0, ident, seq, data)
-            }
-            Icmpv4Repr::DstUnreachable {
-                code,
-                next_hop_mtu,
-                data,
-            } => (Icmpv4Type::DstUnreachable, code, 0, next_hop_mtu, data),
+            Icmpv4Repr::EchoRequest { ident, seq, data } => (Icmpv4Type::EchoRequest, 0, ident, seq, data),
+            Icmpv4Repr::EchoReply { ident, seq, data } => (Icmpv4Type::EchoReply, 0, ident, seq, data),
+            Icmpv4Repr::DstUnreachable { code, next_hop_mtu, data } => (Icmpv4Type::DstUnreachable, code, 0, next_hop_mtu, data),
             Icmpv4Repr::TimeExceeded { code, data } => (Icmpv4Type::TimeExceeded, code, 0, 0, data),
-            Icmpv4Repr::Other {
-                msg_type,
-                code,
-                rest,
-                data,
-            } => (
-                msg_type.into(),
-                code,
-                (rest >> 16) as u16,
-                rest as u16,
-                data,
-            ),
+            Icmpv4Repr::Other { msg_type, code, rest, data } => (msg_type.into(), code, (rest >> 16) as u16, rest as u16, data),
         };
         p.set_msg_type(t);
         p.set_code(code);
@@ -284,19 +219,12 @@ mod tests {
 
     #[test]
     fn bad_checksum_and_truncation() {
-        let r = Icmpv4Repr::EchoRequest {
-            ident: 1,
-            seq: 2,
-            data: b"abcd",
-        };
+        let r = Icmpv4Repr::EchoRequest { ident: 1, seq: 2, data: b"abcd" };
         let mut b = vec![0u8; r.buffer_len()];
         r.emit(&mut b);
         b[9] ^= 0x40;
         let p = Icmpv4Packet::new_checked(&b[..]).unwrap();
         assert_eq!(Icmpv4Repr::parse(&p).unwrap_err(), Icmpv4Error::BadChecksum);
-        assert_eq!(
-            Icmpv4Packet::new_checked(&b[..7]).unwrap_err(),
-            Icmpv4Error::Truncated
-        );
+        assert_eq!(Icmpv4Packet::new_checked(&b[..7]).unwrap_err(), Icmpv4Error::Truncated);
     }
 }

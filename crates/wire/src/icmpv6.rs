@@ -139,63 +139,24 @@ pub struct NaFlags {
 
 impl NaFlags {
     fn to_word(self) -> u32 {
-        ((self.router as u32) << 31)
-            | ((self.solicited as u32) << 30)
-            | ((self.override_ as u32) << 29)
+        ((self.router as u32) << 31) | ((self.solicited as u32) << 30) | ((self.override_ as u32) << 29)
     }
     fn from_word(w: u32) -> Self {
-        NaFlags {
-            router: w & (1 << 31) != 0,
-            solicited: w & (1 << 30) != 0,
-            override_: w & (1 << 29) != 0,
-        }
+        NaFlags { router: w & (1 << 31) != 0, solicited: w & (1 << 30) != 0, override_: w & (1 << 29) != 0 }
     }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Icmpv6Repr<'a> {
-    EchoRequest {
-        ident: u16,
-        seq: u16,
-        data: &'a [u8],
-    },
-    EchoReply {
-        ident: u16,
-        seq: u16,
-        data: &'a [u8],
-    },
-    DstUnreachable {
-        code: u8,
-        data: &'a [u8],
-    },
-    PacketTooBig {
-        mtu: u32,
-        data: &'a [u8],
-    },
-    TimeExceeded {
-        code: u8,
-        data: &'a [u8],
-    },
-    ParamProblem {
-        code: u8,
-        pointer: u32,
-        data: &'a [u8],
-    },
-    NeighborSolicit {
-        target: Ipv6Addr,
-        source_lladdr: Option<EthernetAddress>,
-    },
-    NeighborAdvert {
-        flags: NaFlags,
-        target: Ipv6Addr,
-        target_lladdr: Option<EthernetAddress>,
-    },
-    Other {
-        msg_type: u8,
-        code: u8,
-        word1: u32,
-        data: &'a [u8],
-    },
+    EchoRequest { ident: u16, seq: u16, data: &'a [u8] },
+    EchoReply { ident: u16, seq: u16, data: &'a [u8] },
+    DstUnreachable { code: u8, data: &'a [u8] },
+    PacketTooBig { mtu: u32, data: &'a [u8] },
+    TimeExceeded { code: u8, data: &'a [u8] },
+    ParamProblem { code: u8, pointer: u32, data: &'a [u8] },
+    NeighborSolicit { target: Ipv6Addr, source_lladdr: Option<EthernetAddress> },
+    NeighborAdvert { flags: NaFlags, target: Ipv6Addr, target_lladdr: Option<EthernetAddress> },
+    Other { msg_type: u8, code: u8, word1: u32, data: &'a [u8] },
 }
 
 /// Find the link-layer address option of `want` type among ND options; validates all
@@ -222,45 +183,19 @@ fn nd_lladdr(opts: &[u8], want: u8) -> Result<Option<EthernetAddress>, Icmpv6Err
 impl<'a> Icmpv6Repr<'a> {
     /// Parse with the checksum verified against the pseudo-header. `hop_limit` is the
     /// IPv6 hop limit, which ND messages require to be 255 (RFC 4861 §7.1).
-    pub fn parse(
-        p: &Icmpv6Packet<&'a [u8]>,
-        src: &Ipv6Addr,
-        dst: &Ipv6Addr,
-        hop_limit: u8,
-    ) -> Result<Self, Icmpv6Error> {
+    pub fn parse(p: &Icmpv6Packet<&'a [u8]>, src: &Ipv6Addr, dst: &Ipv6Addr, hop_limit: u8) -> Result<Self, Icmpv6Error> {
         if !p.verify_checksum(src, dst) {
             return Err(Icmpv6Error::BadChecksum);
         }
         let b: &'a [u8] = p.buffer;
         let data = &b[HEADER_LEN..];
         Ok(match p.msg_type() {
-            types::ECHO_REQUEST => Icmpv6Repr::EchoRequest {
-                ident: p.echo_ident(),
-                seq: p.echo_seq(),
-                data,
-            },
-            types::ECHO_REPLY => Icmpv6Repr::EchoReply {
-                ident: p.echo_ident(),
-                seq: p.echo_seq(),
-                data,
-            },
-            types::DST_UNREACHABLE => Icmpv6Repr::DstUnreachable {
-                code: p.code(),
-                data,
-            },
-            types::PACKET_TOO_BIG => Icmpv6Repr::PacketTooBig {
-                mtu: p.word1(),
-                data,
-            },
-            types::TIME_EXCEEDED => Icmpv6Repr::TimeExceeded {
-                code: p.code(),
-                data,
-            },
-            types::PARAM_PROBLEM => Icmpv6Repr::ParamProblem {
-                code: p.code(),
-                pointer: p.word1(),
-                data,
-            },
+            types::ECHO_REQUEST => Icmpv6Repr::EchoRequest { ident: p.echo_ident(), seq: p.echo_seq(), data },
+            types::ECHO_REPLY => Icmpv6Repr::EchoReply { ident: p.echo_ident(), seq: p.echo_seq(), data },
+            types::DST_UNREACHABLE => Icmpv6Repr::DstUnreachable { code: p.code(), data },
+            types::PACKET_TOO_BIG => Icmpv6Repr::PacketTooBig { mtu: p.word1(), data },
+            types::TIME_EXCEEDED => Icmpv6Repr::TimeExceeded { code: p.code(), data },
+            types::PARAM_PROBLEM => Icmpv6Repr::ParamProblem { code: p.code(), pointer: p.word1(), data },
             t @ (types::NEIGHBOR_SOLICIT | types::NEIGHBOR_ADVERT) => {
                 if hop_limit != 255 || p.code() != 0 {
                     return Err(Icmpv6Error::BadNdHeader);
@@ -271,24 +206,12 @@ impl<'a> Icmpv6Repr<'a> {
                 }
                 let opts = &b[ND_LEN..];
                 if t == types::NEIGHBOR_SOLICIT {
-                    Icmpv6Repr::NeighborSolicit {
-                        target,
-                        source_lladdr: nd_lladdr(opts, 1)?,
-                    }
+                    Icmpv6Repr::NeighborSolicit { target, source_lladdr: nd_lladdr(opts, 1)? }
                 } else {
-                    Icmpv6Repr::NeighborAdvert {
-                        flags: NaFlags::from_word(p.word1()),
-                        target,
-                        target_lladdr: nd_lladdr(opts, 2)?,
-                    }
+                    Icmpv6Repr::NeighborAdvert { flags: NaFlags::from_word(p.word1()), target, target_lladdr: nd_lladdr(opts, 2)? }
                 }
             }
-            t => Icmpv6Repr::Other {
-                msg_type: t,
-                code: p.code(),
-                word1: p.word1(),
-                data,
-            },
+            t => Icmpv6Repr::Other { msg_type: t, code: p.code(), word1: p.word1(), data },
         })
     }
 
@@ -301,12 +224,9 @@ impl<'a> Icmpv6Repr<'a> {
             | Icmpv6Repr::TimeExceeded { data, .. }
             | Icmpv6Repr::ParamProblem { data, .. }
             | Icmpv6Repr::Other { data, .. } => HEADER_LEN + data.len(),
-            Icmpv6Repr::NeighborSolicit {
-                source_lladdr: l, ..
+            Icmpv6Repr::NeighborSolicit { source_lladdr: l, .. } | Icmpv6Repr::NeighborAdvert { target_lladdr: l, .. } => {
+                ND_LEN + if l.is_some() { LLADDR_OPT_LEN } else { 0 }
             }
-            | Icmpv6Repr::NeighborAdvert {
-                target_lladdr: l, ..
-            } => ND_LEN + if l.is_some() { LLADDR_OPT_LEN } else { 0 },
         }
     }
 
@@ -317,40 +237,20 @@ impl<'a> Icmpv6Repr<'a> {
         let mut p = Icmpv6Packet::new_unchecked(&mut *buf);
         let echo = |i: u16, s: u16| ((i as u32) << 16) | s as u32;
         let (t, code, w, data): (u8, u8, u32, &[u8]) = match *self {
-            Icmpv6Repr::EchoRequest { ident, seq, data } => {
-                (types::ECHO_REQUEST, 0, echo(ident, seq), data)
-            }
-            Icmpv6Repr::EchoReply { ident, seq, data } => {
-                (types::ECHO_REPLY, 0, echo(ident, seq), data)
-            }
+            Icmpv6Repr::EchoRequest { ident, seq, data } => (types::ECHO_REQUEST, 0, echo(ident, seq), data),
+            Icmpv6Repr::EchoReply { ident, seq, data } => (types::ECHO_REPLY, 0, echo(ident, seq), data),
             Icmpv6Repr::DstUnreachable { code, data } => (types::DST_UNREACHABLE, code, 0, data),
             Icmpv6Repr::PacketTooBig { mtu, data } => (types::PACKET_TOO_BIG, 0, mtu, data),
             Icmpv6Repr::TimeExceeded { code, data } => (types::TIME_EXCEEDED, code, 0, data),
-            Icmpv6Repr::ParamProblem {
-                code,
-                pointer,
-                data,
-            } => (types::PARAM_PROBLEM, code, pointer, data),
-            Icmpv6Repr::Other {
-                msg_type,
-                code,
-                word1,
-                data,
-            } => (msg_type, code, word1, data),
-            Icmpv6Repr::NeighborSolicit {
-                target,
-                source_lladdr,
-            } => {
+            Icmpv6Repr::ParamProblem { code, pointer, data } => (types::PARAM_PROBLEM, code, pointer, data),
+            Icmpv6Repr::Other { msg_type, code, word1, data } => (msg_type, code, word1, data),
+            Icmpv6Repr::NeighborSolicit { target, source_lladdr } => {
                 p.set_header(types::NEIGHBOR_SOLICIT, 0, 0);
                 emit_nd_tail(buf, &target, 1, source_lladdr);
                 Icmpv6Packet::new_unchecked(&mut *buf).fill_checksum(src, dst);
                 return;
             }
-            Icmpv6Repr::NeighborAdvert {
-                flags,
-                target,
-                target_lladdr,
-            } => {
+            Icmpv6Repr::NeighborAdvert { flags, target, target_lladdr } => {
                 p.set_header(types::NEIGHBOR_ADVERT, 0, flags.to_word());
                 emit_nd_tail(buf, &target, 2, target_lladdr);
                 Icmpv6Packet::new_unchecked(&mut *buf).fill_checksum(src, dst);
@@ -378,10 +278,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn addrs() -> (Ipv6Addr, Ipv6Addr) {
-        (
-            "2001:db8::1".parse().unwrap(),
-            "2001:db8::2".parse().unwrap(),
-        )
+        ("2001:db8::1".parse().unwrap(), "2001:db8::2".parse().unwrap())
     }
 
     proptest! {
@@ -419,36 +316,21 @@ mod tests {
     #[test]
     fn nd_validation() {
         let (s, d) = addrs();
-        let r = Icmpv6Repr::NeighborSolicit {
-            target: d,
-            source_lladdr: Some(EthernetAddress([2, 0, 0, 0, 0, 1])),
-        };
+        let r = Icmpv6Repr::NeighborSolicit { target: d, source_lladdr: Some(EthernetAddress([2, 0, 0, 0, 0, 1])) };
         let mut buf = vec![0u8; r.buffer_len()];
         r.emit(&mut buf, &s, &d);
         let p = Icmpv6Packet::new_checked(&buf[..]).unwrap();
-        assert_eq!(
-            Icmpv6Repr::parse(&p, &s, &d, 64).unwrap_err(),
-            Icmpv6Error::BadNdHeader
-        );
+        assert_eq!(Icmpv6Repr::parse(&p, &s, &d, 64).unwrap_err(), Icmpv6Error::BadNdHeader);
         // Option length zero.
         buf[25] = 0;
         let mut p = Icmpv6Packet::new_checked(&mut buf[..]).unwrap();
         p.fill_checksum(&s, &d);
         let p = Icmpv6Packet::new_checked(&buf[..]).unwrap();
-        assert_eq!(
-            Icmpv6Repr::parse(&p, &s, &d, 255).unwrap_err(),
-            Icmpv6Error::BadOption
-        );
-        assert_eq!(
-            Icmpv6Packet::new_checked(&buf[..20]).unwrap_err(),
-            Icmpv6Error::Truncated
-        );
+        assert_eq!(Icmpv6Repr::parse(&p, &s, &d, 255).unwrap_err(), Icmpv6Error::BadOption);
+        assert_eq!(Icmpv6Packet::new_checked(&buf[..20]).unwrap_err(), Icmpv6Error::Truncated);
         // Wrong pseudo-header (another source) → bad checksum.
         let other: Ipv6Addr = "2001:db8::9".parse().unwrap();
         let p = Icmpv6Packet::new_checked(&buf[..]).unwrap();
-        assert_eq!(
-            Icmpv6Repr::parse(&p, &other, &d, 255).unwrap_err(),
-            Icmpv6Error::BadChecksum
-        );
+        assert_eq!(Icmpv6Repr::parse(&p, &other, &d, 255).unwrap_err(), Icmpv6Error::BadChecksum);
     }
 }

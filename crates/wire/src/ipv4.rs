@@ -160,9 +160,7 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
         &self.buffer.as_ref()[..self.header_len()]
     }
     pub fn options(&self) -> Ipv4Options<'_> {
-        Ipv4Options {
-            data: &self.buffer.as_ref()[HEADER_LEN..self.header_len()],
-        }
+        Ipv4Options { data: &self.buffer.as_ref()[HEADER_LEN..self.header_len()] }
     }
     /// Walk every option; refuses lengths that run past the header.
     pub fn check_options(&self) -> Result<(), Ipv4Error> {
@@ -271,10 +269,7 @@ impl<'a> Iterator for Ipv4Options<'a> {
                         self.data = &[];
                         return Some(Err(Ipv4Error::BadOption));
                     }
-                    let opt = Ipv4Option {
-                        kind,
-                        data: &self.data[2..len],
-                    };
+                    let opt = Ipv4Option { kind, data: &self.data[2..len] };
                     self.data = &self.data[len..];
                     return Some(Ok(opt));
                 }
@@ -359,40 +354,22 @@ mod tests {
     #[test]
     fn malformed_headers_are_typed() {
         let good = sample();
-        assert_eq!(
-            Ipv4Packet::new_checked(&good[..19]).unwrap_err(),
-            Ipv4Error::Truncated
-        );
+        assert_eq!(Ipv4Packet::new_checked(&good[..19]).unwrap_err(), Ipv4Error::Truncated);
         let mut v = good;
         v[0] = 0x65;
-        assert_eq!(
-            Ipv4Packet::new_checked(&v[..]).unwrap_err(),
-            Ipv4Error::BadVersion
-        );
+        assert_eq!(Ipv4Packet::new_checked(&v[..]).unwrap_err(), Ipv4Error::BadVersion);
         let mut ihl = good;
         ihl[0] = 0x44;
-        assert_eq!(
-            Ipv4Packet::new_checked(&ihl[..]).unwrap_err(),
-            Ipv4Error::BadHeaderLength
-        );
+        assert_eq!(Ipv4Packet::new_checked(&ihl[..]).unwrap_err(), Ipv4Error::BadHeaderLength);
         let mut tl = good;
         tl[3] = 10;
-        assert_eq!(
-            Ipv4Packet::new_checked(&tl[..]).unwrap_err(),
-            Ipv4Error::BadTotalLength
-        );
+        assert_eq!(Ipv4Packet::new_checked(&tl[..]).unwrap_err(), Ipv4Error::BadTotalLength);
         let mut long = good;
         long[3] = 100;
-        assert_eq!(
-            Ipv4Packet::new_checked(&long[..]).unwrap_err(),
-            Ipv4Error::Truncated
-        );
+        assert_eq!(Ipv4Packet::new_checked(&long[..]).unwrap_err(), Ipv4Error::Truncated);
         let mut cs = good;
         cs[8] = 3;
-        assert_eq!(
-            Ipv4Repr::parse(&Ipv4Packet::new_checked(&cs[..]).unwrap()).unwrap_err(),
-            Ipv4Error::BadChecksum
-        );
+        assert_eq!(Ipv4Repr::parse(&Ipv4Packet::new_checked(&cs[..]).unwrap()).unwrap_err(), Ipv4Error::BadChecksum);
     }
 
     #[test]

@@ -189,39 +189,13 @@ impl Ipv6Repr {
 /// The solicited-node multicast address of RFC 4291 §2.7.1 (ff02::1:ffXX:XXXX).
 pub fn solicited_node(addr: &Ipv6Addr) -> Ipv6Addr {
     let o = addr.octets();
-    Ipv6Addr::new(
-        0xff02,
-        0,
-        0,
-        0,
-        0,
-        1,
-        0xff00 | o[13] as u16,
-        u16::from_be_bytes([o[14], o[15]]),
-    )
+    Ipv6Addr::new(0xff02, 0, 0, 0, 0, 1, 0xff00 | o[13] as u16, u16::from_be_bytes([o[14], o[15]]))
 }
 
 /// The modified EUI-64 link-local address of RFC 4291 App. A for a MAC.
 pub fn link_local_from_mac(mac: &crate::EthernetAddress) -> Ipv6Addr {
     let m = mac.0;
-    Ipv6Addr::from([
-        0xfe,
-        0x80,
-        0,
-        0,
-        0,
-        0,
-        0,
-        0,
-        m[0] ^ 2,
-        m[1],
-        m[2],
-        0xff,
-        0xfe,
-        m[3],
-        m[4],
-        m[5],
-    ])
+    Ipv6Addr::from([0xfe, 0x80, 0, 0, 0, 0, 0, 0, m[0] ^ 2, m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]])
 }
 
 #[cfg(test)]
@@ -243,34 +217,19 @@ mod tests {
         }
         .emit(&mut Ipv6Packet::new_unchecked(&mut b[..]));
         assert!(Ipv6Packet::new_checked(&b[..]).is_ok());
-        assert_eq!(
-            Ipv6Packet::new_checked(&b[..47]).unwrap_err(),
-            Ipv6Error::Truncated
-        );
-        assert_eq!(
-            Ipv6Packet::new_checked(&b[..39]).unwrap_err(),
-            Ipv6Error::Truncated
-        );
+        assert_eq!(Ipv6Packet::new_checked(&b[..47]).unwrap_err(), Ipv6Error::Truncated);
+        assert_eq!(Ipv6Packet::new_checked(&b[..39]).unwrap_err(), Ipv6Error::Truncated);
         let mut v = b;
         v[0] = 0x40;
-        assert_eq!(
-            Ipv6Packet::new_checked(&v[..]).unwrap_err(),
-            Ipv6Error::BadVersion
-        );
+        assert_eq!(Ipv6Packet::new_checked(&v[..]).unwrap_err(), Ipv6Error::BadVersion);
     }
 
     #[test]
     fn solicited_node_and_link_local() {
         let a: Ipv6Addr = "2001:db8::1:2:3344:5566".parse().unwrap();
-        assert_eq!(
-            solicited_node(&a),
-            "ff02::1:ff44:5566".parse::<Ipv6Addr>().unwrap()
-        );
+        assert_eq!(solicited_node(&a), "ff02::1:ff44:5566".parse::<Ipv6Addr>().unwrap());
         let mac = crate::EthernetAddress([0x02, 0, 0x5e, 0x10, 0x20, 0x30]);
-        assert_eq!(
-            link_local_from_mac(&mac),
-            "fe80::5eff:fe10:2030".parse::<Ipv6Addr>().unwrap()
-        );
+        assert_eq!(link_local_from_mac(&mac), "fe80::5eff:fe10:2030".parse::<Ipv6Addr>().unwrap());
     }
 
     proptest! {

@@ -55,10 +55,7 @@ impl<T: AsRef<[u8]>> ExtHeader<T> {
     }
     /// For options headers: the TLV area.
     pub fn options(&self) -> Ipv6Options<'_> {
-        Ipv6Options {
-            data: &self.buffer.as_ref()[2..self.header_len()],
-            pos: 2,
-        }
+        Ipv6Options { data: &self.buffer.as_ref()[2..self.header_len()], pos: 2 }
     }
     /// For a routing header: (routing type, segments left).
     pub fn routing(&self) -> (u8, u8) {
@@ -127,11 +124,7 @@ impl<'a> Iterator for Ipv6Options<'a> {
                 self.data = &[];
                 return Some(Err(Ipv6ExtError::BadOption));
             }
-            let opt = Ipv6Option {
-                kind,
-                data: &self.data[2..2 + len],
-                offset: self.pos,
-            };
+            let opt = Ipv6Option { kind, data: &self.data[2..2 + len], offset: self.pos };
             self.data = &self.data[2 + len..];
             self.pos += 2 + len;
             if kind == Ipv6Option::PADN {
@@ -158,12 +151,7 @@ impl FragmentRepr {
             return Err(Ipv6ExtError::Truncated);
         }
         let off = crate::be16(b, 2);
-        Ok(FragmentRepr {
-            next_header: b[0].into(),
-            offset: off & 0xfff8,
-            more: off & 1 != 0,
-            ident: crate::be32(b, 4),
-        })
+        Ok(FragmentRepr { next_header: b[0].into(), offset: off & 0xfff8, more: off & 1 != 0, ident: crate::be32(b, 4) })
     }
     pub fn emit(&self, b: &mut [u8]) {
         b[0] = self.next_header.into();
@@ -192,10 +180,7 @@ pub struct ChainInfo {
 }
 
 fn is_extension(p: IpProtocol) -> bool {
-    matches!(
-        p,
-        IpProtocol::HopByHop | IpProtocol::Ipv6Route | IpProtocol::Ipv6Frag | IpProtocol::Ipv6Opts
-    )
+    matches!(p, IpProtocol::HopByHop | IpProtocol::Ipv6Route | IpProtocol::Ipv6Frag | IpProtocol::Ipv6Opts)
 }
 
 /// Walk the chain starting with `first` over `payload` (the bytes after the fixed IPv6
@@ -253,19 +238,13 @@ pub fn walk_chain(first: IpProtocol, payload: &[u8]) -> Result<ChainInfo, Ipv6Ex
     Err(Ipv6ExtError::ChainTooLong)
 }
 
-fn scan_options<T: AsRef<[u8]>>(
-    h: &ExtHeader<T>,
-    base: usize,
-    info: &mut ChainInfo,
-) -> Result<(), Ipv6ExtError> {
+fn scan_options<T: AsRef<[u8]>>(h: &ExtHeader<T>, base: usize, info: &mut ChainInfo) -> Result<(), Ipv6ExtError> {
     for o in h.options() {
         let o = o?;
         match o.kind {
             Ipv6Option::ROUTER_ALERT => {}
             Ipv6Option::JUMBO if o.data.len() == 4 => {
-                info.jumbo_len = Some(u32::from_be_bytes([
-                    o.data[0], o.data[1], o.data[2], o.data[3],
-                ]));
+                info.jumbo_len = Some(u32::from_be_bytes([o.data[0], o.data[1], o.data[2], o.data[3]]));
             }
             _ => {
                 let action = o.action();
@@ -296,44 +275,26 @@ mod tests {
         p[10] = 0x87;
         p[11] = 4;
         // Fragment header, first fragment, next = UDP
-        FragmentRepr {
-            next_header: IpProtocol::Udp,
-            offset: 0,
-            more: true,
-            ident: 9,
-        }
-        .emit(&mut p[16..24]);
+        FragmentRepr { next_header: IpProtocol::Udp, offset: 0, more: true, ident: 9 }.emit(&mut p[16..24]);
         let info = walk_chain(IpProtocol::HopByHop, &p).unwrap();
         assert_eq!(info.upper, Some(IpProtocol::Udp));
         assert_eq!(info.upper_offset, 24);
         assert!(info.hop_by_hop);
         assert_eq!(info.fragment.unwrap().ident, 9);
-        assert_eq!(
-            info.unknown_option,
-            Some((10, OptionAction::DiscardSendIcmp))
-        );
+        assert_eq!(info.unknown_option, Some((10, OptionAction::DiscardSendIcmp)));
     }
 
     #[test]
     fn errors_are_typed() {
         // Header length claims 16 bytes, only 8 present.
         let p = [17u8, 1, 0, 0, 0, 0, 0, 0];
-        assert_eq!(
-            walk_chain(IpProtocol::Ipv6Opts, &p),
-            Err(Ipv6ExtError::Truncated)
-        );
+        assert_eq!(walk_chain(IpProtocol::Ipv6Opts, &p), Err(Ipv6ExtError::Truncated));
         // Option length runs past the header.
         let q = [17u8, 0, 0x22, 9, 0, 0, 0, 0];
-        assert_eq!(
-            walk_chain(IpProtocol::Ipv6Opts, &q),
-            Err(Ipv6ExtError::BadOption)
-        );
+        assert_eq!(walk_chain(IpProtocol::Ipv6Opts, &q), Err(Ipv6ExtError::BadOption));
         // Hop-by-hop in second place.
         let r = [0u8, 0, 1, 4, 0, 0, 0, 0, 17, 0, 1, 4, 0, 0, 0, 0];
-        assert_eq!(
-            walk_chain(IpProtocol::Ipv6Opts, &r),
-            Err(Ipv6ExtError::HopByHopNotFirst)
-        );
+        assert_eq!(walk_chain(IpProtocol::Ipv6Opts, &r), Err(Ipv6ExtError::HopByHopNotFirst));
         // A loop of destination-options headers is cut off.
         let mut s = vec![0u8; 8 * 12];
         for i in 0..12 {
@@ -341,22 +302,13 @@ mod tests {
             s[i * 8 + 2] = 1;
             s[i * 8 + 3] = 4;
         }
-        assert_eq!(
-            walk_chain(IpProtocol::Ipv6Opts, &s),
-            Err(Ipv6ExtError::ChainTooLong)
-        );
+        assert_eq!(walk_chain(IpProtocol::Ipv6Opts, &s), Err(Ipv6ExtError::ChainTooLong));
     }
 
     #[test]
     fn later_fragment_has_no_upper() {
         let mut p = [0u8; 16];
-        FragmentRepr {
-            next_header: IpProtocol::Udp,
-            offset: 1448,
-            more: false,
-            ident: 1,
-        }
-        .emit(&mut p);
+        FragmentRepr { next_header: IpProtocol::Udp, offset: 1448, more: false, ident: 1 }.emit(&mut p);
         let info = walk_chain(IpProtocol::Ipv6Frag, &p).unwrap();
         assert_eq!(info.upper, None);
         assert_eq!(info.fragment.unwrap().offset, 1448);

@@ -255,21 +255,12 @@ mod tests {
 
     #[test]
     fn malformed() {
-        assert_eq!(
-            TcpPacket::new_checked(&[0u8; 19][..]).unwrap_err(),
-            TcpError::Truncated
-        );
+        assert_eq!(TcpPacket::new_checked(&[0u8; 19][..]).unwrap_err(), TcpError::Truncated);
         let mut b = [0u8; 24];
         b[12] = 0x40;
-        assert_eq!(
-            TcpPacket::new_checked(&b[..]).unwrap_err(),
-            TcpError::BadDataOffset
-        );
+        assert_eq!(TcpPacket::new_checked(&b[..]).unwrap_err(), TcpError::BadDataOffset);
         b[12] = 0x70;
-        assert_eq!(
-            TcpPacket::new_checked(&b[..]).unwrap_err(),
-            TcpError::Truncated
-        );
+        assert_eq!(TcpPacket::new_checked(&b[..]).unwrap_err(), TcpError::Truncated);
         b[12] = 0x60;
         b[20] = 2;
         b[21] = 9;

@@ -83,23 +83,11 @@ impl<T: AsRef<[u8]>> UdpPacket<T> {
     }
     /// IPv4: a zero checksum means "not computed" and is accepted.
     pub fn verify_checksum_v4(&self, src: Ipv4Addr, dst: Ipv4Addr) -> bool {
-        self.checksum() == 0
-            || self.sum_with(checksum::pseudo_header_v4(
-                src,
-                dst,
-                IpProtocol::Udp.into(),
-                self.len() as u16,
-            )) == 0xffff
+        self.checksum() == 0 || self.sum_with(checksum::pseudo_header_v4(src, dst, IpProtocol::Udp.into(), self.len() as u16)) == 0xffff
     }
     /// IPv6: zero is *not* accepted here; RFC 6936 acceptance is the caller's decision.
     pub fn verify_checksum_v6(&self, src: &Ipv6Addr, dst: &Ipv6Addr) -> bool {
-        self.checksum() != 0
-            && self.sum_with(checksum::pseudo_header_v6(
-                src,
-                dst,
-                IpProtocol::Udp.into(),
-                self.len() as u32,
-            )) == 0xffff
+        self.checksum() != 0 && self.sum_with(checksum::pseudo_header_v6(src, dst, IpProtocol::Udp.into(), self.len() as u32)) == 0xffff
     }
 }
 
@@ -134,21 +122,11 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> UdpPacket<T> {
     }
     pub fn fill_checksum_v4(&mut self, src: Ipv4Addr, dst: Ipv4Addr) {
         let len = self.len() as u16;
-        self.fill_with(checksum::pseudo_header_v4(
-            src,
-            dst,
-            IpProtocol::Udp.into(),
-            len,
-        ))
+        self.fill_with(checksum::pseudo_header_v4(src, dst, IpProtocol::Udp.into(), len))
     }
     pub fn fill_checksum_v6(&mut self, src: &Ipv6Addr, dst: &Ipv6Addr) {
         let len = self.len() as u32;
-        self.fill_with(checksum::pseudo_header_v6(
-            src,
-            dst,
-            IpProtocol::Udp.into(),
-            len,
-        ))
+        self.fill_with(checksum::pseudo_header_v6(src, dst, IpProtocol::Udp.into(), len))
     }
 }
 
@@ -160,10 +138,7 @@ pub struct UdpRepr {
 
 impl UdpRepr {
     pub fn parse<T: AsRef<[u8]>>(p: &UdpPacket<T>) -> Result<Self, UdpError> {
-        Ok(UdpRepr {
-            src_port: p.src_port(),
-            dst_port: p.dst_port(),
-        })
+        Ok(UdpRepr { src_port: p.src_port(), dst_port: p.dst_port() })
     }
     pub const fn buffer_len(&self) -> usize {
         HEADER_LEN
@@ -205,28 +180,16 @@ mod tests {
 
     #[test]
     fn malformed() {
-        assert_eq!(
-            UdpPacket::new_checked(&[0u8; 7][..]).unwrap_err(),
-            UdpError::Truncated
-        );
+        assert_eq!(UdpPacket::new_checked(&[0u8; 7][..]).unwrap_err(), UdpError::Truncated);
         let mut b = [0u8; 12];
         b[5] = 4;
-        assert_eq!(
-            UdpPacket::new_checked(&b[..]).unwrap_err(),
-            UdpError::BadLength
-        );
+        assert_eq!(UdpPacket::new_checked(&b[..]).unwrap_err(), UdpError::BadLength);
         b[5] = 13;
-        assert_eq!(
-            UdpPacket::new_checked(&b[..]).unwrap_err(),
-            UdpError::Truncated
-        );
+        assert_eq!(UdpPacket::new_checked(&b[..]).unwrap_err(), UdpError::Truncated);
         b[5] = 12;
         let p = UdpPacket::new_checked(&b[..]).unwrap();
         // Zero checksum: fine on IPv4, refused on IPv6.
         assert!(p.verify_checksum_v4(Ipv4Addr::new(198, 18, 0, 1), Ipv4Addr::new(198, 18, 0, 2)));
-        assert!(!p.verify_checksum_v6(
-            &"2001:db8::1".parse().unwrap(),
-            &"2001:db8::2".parse().unwrap()
-        ));
+        assert!(!p.verify_checksum_v6(&"2001:db8::1".parse().unwrap(), &"2001:db8::2".parse().unwrap()));
     }
 }

@@ -91,12 +91,7 @@ pub struct VlanRepr {
 
 impl VlanRepr {
     pub fn parse<T: AsRef<[u8]>>(t: &VlanTag<T>) -> Result<Self, VlanError> {
-        Ok(VlanRepr {
-            pcp: t.pcp(),
-            dei: t.dei(),
-            vid: VlanId::new(t.vid()).ok_or(VlanError::ReservedVid)?,
-            ethertype: t.ethertype(),
-        })
+        Ok(VlanRepr { pcp: t.pcp(), dei: t.dei(), vid: VlanId::new(t.vid()).ok_or(VlanError::ReservedVid)?, ethertype: t.ethertype() })
     }
     pub const fn buffer_len(&self) -> usize {
         TAG_LEN

@@ -55,11 +55,7 @@ impl Node<IpContext> for ArpInput {
             return Verdict::Drop(C::NotForUs);
         }
         // Learn the sender when it talks to us and is not already known as it is.
-        let known = cx
-            .tables
-            .neighbours4
-            .get(&r.sender_ip)
-            .is_some_and(|n| n.mac == r.sender_hw && n.if_index == rx);
+        let known = cx.tables.neighbours4.get(&r.sender_ip).is_some_and(|n| n.mac == r.sender_hw && n.if_index == rx);
         if !known && !r.sender_ip.is_unspecified() && r.sender_hw.is_unicast() {
             if cx.learn(rx, IpAddr::V4(r.sender_ip), r.sender_hw) {
                 counts.inc(C::Learned);
@@ -93,14 +89,8 @@ impl Node<IpContext> for ArpInput {
     }
 
     fn trace(&self, buf: &Buffer) -> String {
-        match ArpPacket::new_checked(buf.bytes())
-            .ok()
-            .and_then(|p| ArpRepr::parse(&p).ok())
-        {
-            Some(r) => format!(
-                "{:?} who-has {} tell {} ({})",
-                r.operation, r.target_ip, r.sender_ip, r.sender_hw
-            ),
+        match ArpPacket::new_checked(buf.bytes()).ok().and_then(|p| ArpRepr::parse(&p).ok()) {
+            Some(r) => format!("{:?} who-has {} tell {} ({})", r.operation, r.target_ip, r.sender_ip, r.sender_hw),
             None => "malformed ARP".into(),
         }
     }

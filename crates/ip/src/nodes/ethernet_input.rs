@@ -30,12 +30,7 @@ impl Node<IpContext> for EthernetInput {
     }
 
     #[inline]
-    fn process(
-        &mut self,
-        cx: &mut IpContext,
-        _: &mut Counts<'_, Self::Counter>,
-        buf: &mut Buffer,
-    ) -> Verdict<Self::Next, Self::Counter> {
+    fn process(&mut self, cx: &mut IpContext, _: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
         use EthernetInputCounter as C;
         let Ok(f) = EthernetFrame::new_checked(buf.bytes()) else {
             return Verdict::Drop(C::Truncated);
@@ -62,13 +57,7 @@ impl Node<IpContext> for EthernetInput {
 
     fn trace(&self, buf: &Buffer) -> String {
         match EthernetFrame::new_checked(buf.bytes()) {
-            Ok(f) => format!(
-                "{} -> {} type {:?} len {}",
-                f.src_addr(),
-                f.dst_addr(),
-                f.ethertype(),
-                buf.len()
-            ),
+            Ok(f) => format!("{} -> {} type {:?} len {}", f.src_addr(), f.dst_addr(), f.ethertype(), buf.len()),
             Err(e) => format!("malformed: {e}"),
         }
     }

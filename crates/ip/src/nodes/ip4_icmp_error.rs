@@ -30,10 +30,7 @@ counters! {
 pub struct Ip4IcmpError;
 
 fn is_icmp_error(p: &Ipv4Packet<&[u8]>) -> bool {
-    p.protocol() == IpProtocol::Icmp
-        && p.payload()
-            .first()
-            .is_some_and(|&t| Icmpv4Type::from(t).is_error())
+    p.protocol() == IpProtocol::Icmp && p.payload().first().is_some_and(|&t| Icmpv4Type::from(t).is_error())
 }
 
 impl Node<IpContext> for Ip4IcmpError {
@@ -56,12 +53,7 @@ impl Node<IpContext> for Ip4IcmpError {
             return Verdict::Drop(C::Malformed);
         };
         let orig_src = p.src_addr();
-        if p.frag_offset() != 0
-            || orig_src.is_multicast()
-            || orig_src.is_broadcast()
-            || orig_src.is_unspecified()
-            || is_icmp_error(&p)
-        {
+        if p.frag_offset() != 0 || orig_src.is_multicast() || orig_src.is_broadcast() || orig_src.is_unspecified() || is_icmp_error(&p) {
             return Verdict::Drop(C::Suppressed);
         }
         let src = cx
@@ -105,12 +97,6 @@ impl Node<IpContext> for Ip4IcmpError {
 
     fn trace(&self, buf: &Buffer) -> String {
         let r = IcmpRequest::decode(buf.meta.param);
-        format!(
-            "type {} code {} value {} for {}",
-            r.msg_type,
-            r.code,
-            r.value,
-            super::trace_ip4(buf.bytes())
-        )
+        format!("type {} code {} value {} for {}", r.msg_type, r.code, r.value, super::trace_ip4(buf.bytes()))
     }
 }

@@ -43,12 +43,7 @@ impl Node<IpContext> for Ip4Input {
     }
 
     #[inline]
-    fn process(
-        &mut self,
-        _: &mut IpContext,
-        _: &mut Counts<'_, Self::Counter>,
-        buf: &mut Buffer,
-    ) -> Verdict<Self::Next, Self::Counter> {
+    fn process(&mut self, _: &mut IpContext, _: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
         let p = match Ipv4Packet::new_checked(buf.bytes()) {
             Ok(p) => p,
             Err(e) => return Verdict::Drop(counter(e)),

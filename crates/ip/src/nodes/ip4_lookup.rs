@@ -42,9 +42,7 @@ impl Node<IpContext> for Ip4Lookup {
         let adj = cx.tables.fib4.lookup(dst);
         buf.meta.adj = adj;
         match cx.tables.adjacency(adj) {
-            Adjacency::Rewrite { .. } | Adjacency::Glean { .. } | Adjacency::Incomplete { .. } => {
-                Verdict::Next(Ip4LookupNext::Rewrite)
-            }
+            Adjacency::Rewrite { .. } | Adjacency::Glean { .. } | Adjacency::Incomplete { .. } => Verdict::Next(Ip4LookupNext::Rewrite),
             Adjacency::Local => Verdict::Next(Ip4LookupNext::Local),
             Adjacency::Miss => {
                 counts.inc(Ip4LookupCounter::NoRoute);

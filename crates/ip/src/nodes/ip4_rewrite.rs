@@ -37,11 +37,7 @@ impl Ip4Rewrite {
         tx_if: IfIndex,
         target: Ipv4Addr,
     ) -> Verdict<Ip4RewriteNext, Ip4RewriteCounter> {
-        let IpContext {
-            tables,
-            solicit: limiter,
-            ..
-        } = cx;
+        let IpContext { tables, solicit: limiter, .. } = cx;
         let Some(ifl) = tables.interface(tx_if) else {
             return Verdict::Drop(Ip4RewriteCounter::BadAdjacency);
         };
@@ -83,11 +79,7 @@ impl Node<IpContext> for Ip4Rewrite {
         let df = p.dont_frag();
         let dst = p.dst_addr();
         let (tx_if, mtu, rewrite) = match cx.tables.adjacency(adj) {
-            Adjacency::Rewrite {
-                tx_if,
-                rewrite,
-                mtu,
-            } => (*tx_if, *mtu, *rewrite),
+            Adjacency::Rewrite { tx_if, rewrite, mtu } => (*tx_if, *mtu, *rewrite),
             Adjacency::Glean { tx_if, mtu } => {
                 let (tx_if, mtu) = (*tx_if, *mtu);
                 let found = cx.tables.neighbours4.get(&dst).copied();
@@ -96,11 +88,7 @@ impl Node<IpContext> for Ip4Rewrite {
                     _ => return Self::solicit(cx, buf, counts, tx_if, dst),
                 }
             }
-            Adjacency::Incomplete {
-                tx_if,
-                via: std::net::IpAddr::V4(via),
-                ..
-            } => {
+            Adjacency::Incomplete { tx_if, via: std::net::IpAddr::V4(via), .. } => {
                 let (tx_if, via) = (*tx_if, *via);
                 return Self::solicit(cx, buf, counts, tx_if, via);
             }

@@ -49,15 +49,8 @@ impl Node<IpContext> for Ip6IcmpError {
         let multicast_ok = req.msg_type == 2 || (req.msg_type == 4 && req.code == 2);
         let about_error = walk_chain(p.next_header(), p.payload())
             .ok()
-            .is_some_and(|i| {
-                i.upper == Some(IpProtocol::Icmpv6)
-                    && p.payload().get(i.upper_offset).is_some_and(|&t| t < 128)
-            });
-        if orig_src.is_unspecified()
-            || orig_src.is_multicast()
-            || about_error
-            || (orig_dst.is_multicast() && !multicast_ok)
-        {
+            .is_some_and(|i| i.upper == Some(IpProtocol::Icmpv6) && p.payload().get(i.upper_offset).is_some_and(|&t| t < 128));
+        if orig_src.is_unspecified() || orig_src.is_multicast() || about_error || (orig_dst.is_multicast() && !multicast_ok) {
             return Verdict::Drop(C::Suppressed);
         }
         let Some(src) = cx.tables.interface(buf.meta.rx_if).map(|i| i.ip6_source()) else {
@@ -91,12 +84,6 @@ impl Node<IpContext> for Ip6IcmpError {
 
     fn trace(&self, buf: &Buffer) -> String {
         let r = IcmpRequest::decode(buf.meta.param);
-        format!(
-            "type {} code {} value {} for {}",
-            r.msg_type,
-            r.code,
-            r.value,
-            super::trace_ip6(buf.bytes())
-        )
+        format!("type {} code {} value {} for {}", r.msg_type, r.code, r.value, super::trace_ip6(buf.bytes()))
     }
 }

@@ -74,9 +74,7 @@ impl Node<IpContext> for Ip6Input {
             if p.is_jumbo_candidate() {
                 // RFC 2675: the jumbo option carries a length > 65535 that must fit.
                 match info.jumbo_len {
-                    Some(j) if j > 65_535 && HEADER_LEN + j as usize <= buf.len() => {
-                        len = HEADER_LEN + j as usize
-                    }
+                    Some(j) if j > 65_535 && HEADER_LEN + j as usize <= buf.len() => len = HEADER_LEN + j as usize,
                     _ => return Verdict::Drop(C::BadJumbo),
                 }
             } else if info.jumbo_len.is_some() {

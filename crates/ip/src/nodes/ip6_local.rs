@@ -98,11 +98,7 @@ impl Node<IpContext> for Ip6Local {
             Icmpv6Repr::EchoRequest { .. } => {
                 // Reply from the address asked (or the interface's, for multicast), with
                 // any extension headers dropped: move the ICMPv6 message up.
-                let reply_src = if dst.is_multicast() {
-                    ifl.ip6_source()
-                } else {
-                    dst
-                };
+                let reply_src = if dst.is_multicast() { ifl.ip6_source() } else { dst };
                 let icmp_len = bytes.len() - off;
                 let b = buf.bytes_mut();
                 b.copy_within(off.., HEADER_LEN);
@@ -123,10 +119,7 @@ impl Node<IpContext> for Ip6Local {
                 counts.inc(C::EchoReplies);
                 Verdict::Next(Ip6LocalNext::Lookup)
             }
-            Icmpv6Repr::NeighborSolicit {
-                target,
-                source_lladdr,
-            } => {
+            Icmpv6Repr::NeighborSolicit { target, source_lladdr } => {
                 if !ifl.has_ip6(&target) {
                     return Verdict::Drop(C::NdNotForUs);
                 }
@@ -142,11 +135,7 @@ impl Node<IpContext> for Ip6Local {
                     (src, source_lladdr.unwrap_or_else(|| ethernet_source(buf)))
                 };
                 let na = Icmpv6Repr::NeighborAdvert {
-                    flags: NaFlags {
-                        router: true,
-                        solicited: !src.is_unspecified(),
-                        override_: true,
-                    },
+                    flags: NaFlags { router: true, solicited: !src.is_unspecified(), override_: true },
                     target,
                     target_lladdr: Some(ifl.mac),
                 };
@@ -175,11 +164,7 @@ impl Node<IpContext> for Ip6Local {
                 counts.inc(C::NaSent);
                 Verdict::Next(Ip6LocalNext::Output)
             }
-            Icmpv6Repr::NeighborAdvert {
-                target,
-                target_lladdr,
-                ..
-            } => {
+            Icmpv6Repr::NeighborAdvert { target, target_lladdr, .. } => {
                 if let Some(mac) = target_lladdr {
                     learn(cx, counts, rx, target, mac);
                 }
@@ -197,23 +182,11 @@ impl Node<IpContext> for Ip6Local {
 /// The Ethernet source of the frame this packet arrived in (still in the headroom,
 /// just before the L3 start, since ethernet-input only advanced past it).
 fn ethernet_source(buf: &Buffer) -> EthernetAddress {
-    buf.preceding(14).map_or(EthernetAddress::BROADCAST, |h| {
-        EthernetAddress::from_bytes(&h[6..12])
-    })
+    buf.preceding(14).map_or(EthernetAddress::BROADCAST, |h| EthernetAddress::from_bytes(&h[6..12]))
 }
 
-fn learn(
-    cx: &IpContext,
-    counts: &mut Counts<'_, Ip6LocalCounter>,
-    rx: engine::IfIndex,
-    ip: Ipv6Addr,
-    mac: EthernetAddress,
-) {
-    let known = cx
-        .tables
-        .neighbours6
-        .get(&ip)
-        .is_some_and(|n| n.mac == mac && n.if_index == rx);
+fn learn(cx: &IpContext, counts: &mut Counts<'_, Ip6LocalCounter>, rx: engine::IfIndex, ip: Ipv6Addr, mac: EthernetAddress) {
+    let known = cx.tables.neighbours6.get(&ip).is_some_and(|n| n.mac == mac && n.if_index == rx);
     if known || !mac.is_unicast() {
         return;
     }

@@ -43,9 +43,7 @@ impl Node<IpContext> for Ip6Lookup {
         let adj = cx.tables.fib6.lookup(u128::from_be_bytes(a));
         buf.meta.adj = adj;
         match cx.tables.adjacency(adj) {
-            Adjacency::Rewrite { .. } | Adjacency::Glean { .. } | Adjacency::Incomplete { .. } => {
-                Verdict::Next(Ip6LookupNext::Rewrite)
-            }
+            Adjacency::Rewrite { .. } | Adjacency::Glean { .. } | Adjacency::Incomplete { .. } => Verdict::Next(Ip6LookupNext::Rewrite),
             Adjacency::Local => Verdict::Next(Ip6LookupNext::Local),
             Adjacency::Miss => {
                 counts.inc(Ip6LookupCounter::NoRoute);

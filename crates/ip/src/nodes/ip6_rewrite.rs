@@ -35,11 +35,7 @@ impl Ip6Rewrite {
         tx_if: IfIndex,
         target: Ipv6Addr,
     ) -> Verdict<Ip6RewriteNext, Ip6RewriteCounter> {
-        let IpContext {
-            tables,
-            solicit: limiter,
-            ..
-        } = cx;
+        let IpContext { tables, solicit: limiter, .. } = cx;
         let Some(ifl) = tables.interface(tx_if) else {
             return Verdict::Drop(Ip6RewriteCounter::BadAdjacency);
         };
@@ -81,11 +77,7 @@ impl Node<IpContext> for Ip6Rewrite {
         }
         let dst = p.dst_addr();
         let (tx_if, mtu, rewrite) = match cx.tables.adjacency(buf.meta.adj) {
-            Adjacency::Rewrite {
-                tx_if,
-                rewrite,
-                mtu,
-            } => (*tx_if, *mtu, *rewrite),
+            Adjacency::Rewrite { tx_if, rewrite, mtu } => (*tx_if, *mtu, *rewrite),
             Adjacency::Glean { tx_if, mtu } => {
                 let (tx_if, mtu) = (*tx_if, *mtu);
                 let found = cx.tables.neighbours6.get(&dst).copied();
@@ -94,11 +86,7 @@ impl Node<IpContext> for Ip6Rewrite {
                     _ => return Self::solicit(cx, buf, counts, tx_if, dst),
                 }
             }
-            Adjacency::Incomplete {
-                tx_if,
-                via: std::net::IpAddr::V6(via),
-                ..
-            } => {
+            Adjacency::Incomplete { tx_if, via: std::net::IpAddr::V6(via), .. } => {
                 let (tx_if, via) = (*tx_if, *via);
                 return Self::solicit(cx, buf, counts, tx_if, via);
             }

@@ -46,49 +46,27 @@ pub struct IcmpRequest {
 
 impl IcmpRequest {
     pub const fn new(msg_type: u8, code: u8, value: u16) -> Self {
-        IcmpRequest {
-            msg_type,
-            code,
-            value,
-        }
+        IcmpRequest { msg_type, code, value }
     }
     pub const fn encode(self) -> u32 {
         ((self.msg_type as u32) << 24) | ((self.code as u32) << 16) | self.value as u32
     }
     pub const fn decode(p: u32) -> Self {
-        IcmpRequest {
-            msg_type: (p >> 24) as u8,
-            code: (p >> 16) as u8,
-            value: p as u16,
-        }
+        IcmpRequest { msg_type: (p >> 24) as u8, code: (p >> 16) as u8, value: p as u16 }
     }
 }
 
 /// Short address summary for trace lines.
 pub(crate) fn trace_ip4(b: &[u8]) -> String {
     match wire::ipv4::Ipv4Packet::new_checked(b) {
-        Ok(p) => format!(
-            "{} -> {} {} ttl {} len {}",
-            p.src_addr(),
-            p.dst_addr(),
-            p.protocol(),
-            p.ttl(),
-            p.total_len()
-        ),
+        Ok(p) => format!("{} -> {} {} ttl {} len {}", p.src_addr(), p.dst_addr(), p.protocol(), p.ttl(), p.total_len()),
         Err(e) => format!("malformed IPv4: {e}"),
     }
 }
 
 pub(crate) fn trace_ip6(b: &[u8]) -> String {
     match wire::ipv6::Ipv6Packet::new_checked(b) {
-        Ok(p) => format!(
-            "{} -> {} {} hlim {} plen {}",
-            p.src_addr(),
-            p.dst_addr(),
-            p.next_header(),
-            p.hop_limit(),
-            p.payload_len()
-        ),
+        Ok(p) => format!("{} -> {} {} hlim {} plen {}", p.src_addr(), p.dst_addr(), p.next_header(), p.hop_limit(), p.payload_len()),
         Err(e) => format!("malformed IPv6: {e}"),
     }
 }

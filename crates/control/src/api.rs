@@ -1,0 +1,161 @@
+//! The typed API. Every operation is one `Request`; the CLI parses text into one, the
+//! JSON socket deserialises one, and `Control::handle` is the only code that acts on
+//! them. Replies carry structured `data` (for automation) and `text` (for people).
+
+use crate::dataplane::{route_target, Control};
+use crate::format;
+use engine::stats::Snapshot;
+use engine::worker::WorkerCmd;
+use ip::Prefix;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Request {
+    ShowRuntime,
+    ShowErrors {
+        /// Include counters that are zero.
+        #[serde(default)]
+        all: bool,
+    },
+    ShowTrace,
+    TraceAdd {
+        node: String,
+        count: u32,
+    },
+    TraceClear,
+    ShowInterfaces,
+    ShowIpFib,
+    ShowNeighbours,
+    IpRouteAdd {
+        prefix: String,
+        via: Option<String>,
+        interface: Option<String>,
+        #[serde(default)]
+        blackhole: bool,
+    },
+    IpRouteDel {
+        prefix: String,
+    },
+    ClearRuntime,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Reply {
+    pub ok: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub data: serde_json::Value,
+    pub text: String,
+}
+
+impl Reply {
+    pub fn ok(data: serde_json::Value, text: String) -> Reply {
+        Reply { ok: true, error: None, data, text }
+    }
+    pub fn err(msg: impl Into<String>) -> Reply {
+        let m = msg.into();
+        Reply { ok: false, error: Some(m.clone()), data: serde_json::Value::Null, text: format!("error: {m}") }
+    }
+}
+
+const WORKER_TIMEOUT: Duration = Duration::from_secs(2);
+
+impl Control {
+    /// Ask every worker for its snapshot and merge them.
+    pub fn snapshot(&self) -> Result<Snapshot, String> {
+        let mut merged: Option<Snapshot> = None;
+        for w in &self.workers {
+            let (tx, rx) = crossbeam_channel::bounded(1);
+            w.send(WorkerCmd::Snapshot(tx)).map_err(|_| "worker has stopped".to_string())?;
+            let s = rx.recv_timeout(WORKER_TIMEOUT).map_err(|_| "worker did not answer".to_string())?;
+            match merged.as_mut() {
+                None => merged = Some(s),
+                Some(m) => m.merge(&s),
+            }
+        }
+        merged.ok_or_else(|| "no workers are running".to_string())
+    }
+
+    fn broadcast(&self, make: impl Fn() -> WorkerCmd) -> Result<(), String> {
+        for w in &self.workers {
+            w.send(make()).map_err(|_| "worker has stopped".to_string())?;
+        }
+        Ok(())
+    }
+
+    /// Carry out one request.
+    pub fn handle(&mut self, req: &Request) -> Reply {
+        match self.try_handle(req) {
+            Ok(r) => r,
+            Err(e) => Reply::err(e),
+        }
+    }
+
+    fn try_handle(&mut self, req: &Request) -> Result<Reply, String> {
+        Ok(match req {
+            Request::ShowRuntime => {
+                let s = self.snapshot()?;
+                Reply::ok(serde_json::to_value(&s).map_err(|e| e.to_string())?, format::runtime(&s))
+            }
+            Request::ShowErrors { all } => {
+                let s = self.snapshot()?;
+                let rows: Vec<_> = s.counters.iter().filter(|c| *all || c.count > 0).cloned().collect();
+                Reply::ok(serde_json::to_value(&rows).map_err(|e| e.to_string())?, format::errors(&rows))
+            }
+            Request::ShowTrace => {
+                let mut all = Vec::new();
+                for w in &self.workers {
+                    let (tx, rx) = crossbeam_channel::bounded(1);
+                    w.send(WorkerCmd::TraceShow(tx)).map_err(|_| "worker has stopped".to_string())?;
+                    all.extend(rx.recv_timeout(WORKER_TIMEOUT).map_err(|_| "worker did not answer".to_string())?);
+                }
+                Reply::ok(serde_json::to_value(&all).map_err(|e| e.to_string())?, format::trace(&all))
+            }
+            Request::TraceAdd { node, count } => {
+                for w in &self.workers {
+                    let (tx, rx) = crossbeam_channel::bounded(1);
+                    w.send(WorkerCmd::TraceAdd { node: node.clone(), count: *count, reply: tx })
+                        .map_err(|_| "worker has stopped".to_string())?;
+                    rx.recv_timeout(WORKER_TIMEOUT).map_err(|_| "worker did not answer".to_string())??;
+                }
+                Reply::ok(serde_json::Value::Null, format!("tracing the next {count} packets from {node}"))
+            }
+            Request::TraceClear => {
+                self.broadcast(|| WorkerCmd::TraceClear)?;
+                Reply::ok(serde_json::Value::Null, "trace cleared".into())
+            }
+            Request::ClearRuntime => {
+                self.broadcast(|| WorkerCmd::ClearRuntime)?;
+                Reply::ok(serde_json::Value::Null, "runtime and counters cleared".into())
+            }
+            Request::ShowInterfaces => {
+                let s = self.snapshot().ok();
+                let rows = format::interface_rows(self.state.interfaces(), &self.interfaces, s.as_ref());
+                Reply::ok(serde_json::to_value(&rows).map_err(|e| e.to_string())?, format::interfaces(&rows))
+            }
+            Request::ShowIpFib => {
+                let rows = self.state.fib_entries();
+                Reply::ok(serde_json::to_value(&rows).map_err(|e| e.to_string())?, format::fib(&rows, self.shared.load().generation))
+            }
+            Request::ShowNeighbours => {
+                let rows = format::neighbour_rows(&self.state);
+                Reply::ok(serde_json::to_value(&rows).map_err(|e| e.to_string())?, format::neighbours(&rows))
+            }
+            Request::IpRouteAdd { prefix, via, interface, blackhole } => {
+                let p: Prefix = prefix.parse().map_err(|e| format!("prefix {prefix:?}: {e}"))?;
+                let t = route_target(via.as_deref(), interface.as_deref(), *blackhole)?;
+                self.state.add_route(p, t).map_err(|e| e.to_string())?;
+                self.publish();
+                Reply::ok(serde_json::Value::Null, format!("route {p} added"))
+            }
+            Request::IpRouteDel { prefix } => {
+                let p: Prefix = prefix.parse().map_err(|e| format!("prefix {prefix:?}: {e}"))?;
+                self.state.del_route(&p).map_err(|e| e.to_string())?;
+                self.publish();
+                Reply::ok(serde_json::Value::Null, format!("route {p} deleted"))
+            }
+        })
+    }
+}

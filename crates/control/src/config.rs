@@ -1,0 +1,297 @@
+//! The configuration file.
+//!
+//! Parsing is strict (`deny_unknown_fields`): a misspelt key is an error, not a silent
+//! default. Every error names the file, the field path (`route[2].via`) and what was
+//! expected. See `docs/CONFIGURATION.md`.
+
+use serde::Deserialize;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{file}: {field}: {message}")]
+pub struct ConfigError {
+    pub file: String,
+    /// Path of the offending field, e.g. `route[2].via`, or `(file)`.
+    pub field: String,
+    pub message: String,
+}
+
+impl ConfigError {
+    pub fn new(file: &str, field: impl Into<String>, message: impl Into<String>) -> Self {
+        ConfigError { file: file.to_string(), field: field.into(), message: message.into() }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub dataplane: DataplaneConfig,
+    #[serde(default, rename = "interface")]
+    pub interfaces: Vec<InterfaceConfig>,
+    #[serde(default, rename = "route")]
+    pub routes: Vec<RouteConfig>,
+    #[serde(default, rename = "neighbour")]
+    pub neighbours: Vec<NeighbourConfig>,
+    #[serde(default, rename = "stream")]
+    pub streams: Vec<StreamConfig>,
+    /// Where relative paths (pcap files) are resolved; the config file's folder.
+    #[serde(skip)]
+    pub base_dir: PathBuf,
+    /// The file name, for error messages.
+    #[serde(skip)]
+    pub source: String,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DataplaneConfig {
+    /// Regular buffers in the worker's pool.
+    #[serde(default = "default_buffers")]
+    pub buffers: usize,
+    /// Large (256 KiB) buffers for jumbograms and parcels.
+    #[serde(default = "default_large_buffers")]
+    pub large_buffers: usize,
+    #[serde(default = "default_icmp_rate")]
+    pub icmp_errors_per_sec: u64,
+    #[serde(default = "default_solicit_rate")]
+    pub solicitations_per_sec: u64,
+    /// Control socket path.
+    #[serde(default = "default_socket")]
+    pub socket: String,
+    /// CPU core to pin the worker to (none: not pinned).
+    #[serde(default)]
+    pub worker_core: Option<usize>,
+}
+
+fn default_buffers() -> usize {
+    16384
+}
+fn default_large_buffers() -> usize {
+    16
+}
+fn default_icmp_rate() -> u64 {
+    1000
+}
+fn default_solicit_rate() -> u64 {
+    100
+}
+pub fn default_socket() -> String {
+    "/run/vecgate.sock".into()
+}
+
+impl Default for DataplaneConfig {
+    fn default() -> Self {
+        DataplaneConfig {
+            buffers: default_buffers(),
+            large_buffers: default_large_buffers(),
+            icmp_errors_per_sec: default_icmp_rate(),
+            solicitations_per_sec: default_solicit_rate(),
+            socket: default_socket(),
+            worker_core: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum InterfaceKind {
+    /// Packet generator (receive side) that discards what is sent to it.
+    Pg,
+    /// Reads `input` as its receive side, writes its transmit side to `output`.
+    Pcap,
+    /// Transmit-only sink.
+    Null,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct InterfaceConfig {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub kind: InterfaceKind,
+    pub mac: String,
+    #[serde(default = "default_mtu")]
+    pub mtu: u16,
+    #[serde(default)]
+    pub addresses: Vec<String>,
+    /// pcap: file read as the receive side.
+    pub input: Option<String>,
+    /// pcap: file the transmit side writes.
+    pub output: Option<String>,
+}
+
+fn default_mtu() -> u16 {
+    1500
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    pub prefix: String,
+    pub via: Option<String>,
+    pub interface: Option<String>,
+    #[serde(default)]
+    pub blackhole: bool,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct NeighbourConfig {
+    pub interface: String,
+    pub ip: String,
+    pub mac: String,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum StreamProtocol {
+    Udp,
+    Tcp,
+    IcmpEcho,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct StreamConfig {
+    pub name: String,
+    /// The pg interface whose receive side the stream feeds.
+    pub interface: String,
+    /// Frame size in bytes, Ethernet header included, FCS excluded.
+    pub size: usize,
+    pub count: Option<u64>,
+    /// Packets per second (absent: as fast as possible).
+    pub rate: Option<u64>,
+    pub protocol: StreamProtocol,
+    pub src: String,
+    pub dst: String,
+    pub src_mac: Option<String>,
+    pub dst_mac: Option<String>,
+    #[serde(default = "default_port")]
+    pub src_port: u16,
+    #[serde(default = "default_port")]
+    pub dst_port: u16,
+    #[serde(default = "default_ttl")]
+    pub ttl: u8,
+    /// TCP flags as a number (0x02 = SYN).
+    #[serde(default)]
+    pub tcp_flags: u16,
+    #[serde(default)]
+    pub modify: Vec<ModifyConfig>,
+}
+
+fn default_port() -> u16 {
+    1024
+}
+fn default_ttl() -> u8 {
+    64
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum ModifyField {
+    Src,
+    Dst,
+    SrcPort,
+    DstPort,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ModifyConfig {
+    pub field: ModifyField,
+    /// Cycle through this many consecutive values from the template's.
+    pub increment: Option<u32>,
+    /// Pick uniformly among this many values from the template's.
+    pub random: Option<u32>,
+}
+
+impl Config {
+    /// Parse TOML text; `source` names it in errors.
+    pub fn parse(text: &str, source: &str, base_dir: &Path) -> Result<Config, ConfigError> {
+        let de = toml::Deserializer::new(text);
+        let mut cfg: Config = serde_path_to_error::deserialize(de).map_err(|e| {
+            let path = e.path().to_string();
+            let inner = e.into_inner();
+            let msg = inner.message().to_string();
+            let at = inner.span().map(|s| {
+                let line = text[..s.start.min(text.len())].matches('\n').count() + 1;
+                format!(" (line {line})")
+            });
+            ConfigError::new(source, if path == "." { "(file)".to_string() } else { path }, format!("{msg}{}", at.unwrap_or_default()))
+        })?;
+        cfg.base_dir = base_dir.to_path_buf();
+        cfg.source = source.to_string();
+        Ok(cfg)
+    }
+
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let name = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::new(&name, "(file)", format!("cannot read: {e}")))?;
+        let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        Config::parse(&text, &name, &dir)
+    }
+
+    /// The built-in default gateway.
+    pub fn default_gateway() -> Config {
+        Config::parse(crate::DEFAULT_CONFIG, "(built-in default gateway)", Path::new(".")).expect("the built-in configuration is valid")
+    }
+
+    pub fn resolve(&self, p: &str) -> PathBuf {
+        let p = Path::new(p);
+        if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            self.base_dir.join(p)
+        }
+    }
+
+    pub fn err(&self, field: impl Into<String>, message: impl Into<String>) -> ConfigError {
+        ConfigError::new(&self.source, field, message)
+    }
+}
+
+/// Parse a field value, naming the field and what was expected on failure.
+pub fn parse_field<T: std::str::FromStr>(cfg: &Config, field: &str, value: &str, expected: &str) -> Result<T, ConfigError>
+where
+    T::Err: std::fmt::Display,
+{
+    value.parse::<T>().map_err(|e| cfg.err(field, format!("{value:?}: expected {expected} ({e})")))
+}
+
+pub fn parse_ip(cfg: &Config, field: &str, value: &str) -> Result<IpAddr, ConfigError> {
+    parse_field(cfg, field, value, "an IPv4 or IPv6 address")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_field_is_named_with_path_and_line() {
+        let text = "[[interface]]\nname = \"pg0\"\ntype = \"pg\"\nmac = \"02:00:00:00:00:01\"\nmtu_bytes = 9000\n";
+        let e = Config::parse(text, "gw.toml", Path::new(".")).unwrap_err();
+        assert_eq!(e.file, "gw.toml");
+        assert!(e.field.starts_with("interface[0]"), "{e}");
+        assert!(e.message.contains("mtu_bytes"), "{e}");
+        assert!(e.message.contains("line 5"), "{e}");
+    }
+
+    #[test]
+    fn wrong_type_is_named() {
+        let text = "[[interface]]\nname = \"pg0\"\ntype = \"ethernet\"\nmac = \"02:00:00:00:00:01\"\n";
+        let e = Config::parse(text, "gw.toml", Path::new(".")).unwrap_err();
+        assert!(e.field.contains("interface[0].type"), "{e}");
+        assert!(e.message.contains("pg") && e.message.contains("pcap"), "{e}");
+        let e = Config::parse("[dataplane]\nbuffers = \"many\"\n", "gw.toml", Path::new(".")).unwrap_err();
+        assert_eq!(e.field, "dataplane.buffers", "{e}");
+    }
+
+    #[test]
+    fn the_default_gateway_parses() {
+        let c = Config::default_gateway();
+        assert!(c.interfaces.len() >= 2);
+        assert!(!c.streams.is_empty());
+    }
+}

@@ -1,0 +1,270 @@
+//! Assemble a dataplane from a configuration: router state, the first published tables,
+//! and a worker (graph, pool, devices). Everything is validated before anything is
+//! built, so a bad configuration changes nothing.
+
+use crate::config::ConfigError;
+use crate::config::{parse_field, parse_ip, Config, InterfaceKind, ModifyField, StreamProtocol};
+use arc_swap::ArcSwap;
+use crossbeam_channel::{Receiver, Sender};
+use engine::device::Device;
+use engine::worker::{Port, Worker, WorkerCmd};
+use engine::{GraphBuilder, IfIndex, Pool};
+use ip::{IfAddr, InterfaceSpec, IpContext, IpEvent, Limits, Prefix, RouteTarget, RouterState, Tables};
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+use wire::EthernetAddress;
+
+/// What the control plane keeps about an interface beyond its L3 view.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct InterfaceInfo {
+    pub name: String,
+    pub kind: &'static str,
+}
+
+/// The control plane's side of a running dataplane.
+pub struct Control {
+    pub state: RouterState,
+    pub shared: Arc<ArcSwap<Tables>>,
+    pub events: Receiver<IpEvent>,
+    pub interfaces: Vec<InterfaceInfo>,
+    pub workers: Vec<Sender<WorkerCmd>>,
+}
+
+impl Control {
+    /// Compile the state into new tables and publish them to every worker.
+    pub fn publish(&mut self) {
+        let t = self.state.build();
+        self.shared.store(Arc::new(t));
+    }
+
+    /// Apply neighbour events from the workers; publish once if anything changed.
+    pub fn process_events(&mut self) -> usize {
+        let mut changed = 0;
+        while let Ok(ev) = self.events.try_recv() {
+            match ev {
+                IpEvent::NeighbourLearned { if_index, ip, mac } => {
+                    if self.state.set_neighbour(if_index, ip, mac, false) {
+                        changed += 1;
+                    }
+                }
+            }
+        }
+        if changed > 0 {
+            self.publish();
+        }
+        changed
+    }
+}
+
+fn kind_name(k: InterfaceKind) -> &'static str {
+    match k {
+        InterfaceKind::Pg => "pg",
+        InterfaceKind::Pcap => "pcap",
+        InterfaceKind::Null => "null",
+    }
+}
+
+/// Build router state and tables from the config (no devices).
+pub fn build_state(cfg: &Config) -> Result<RouterState, ConfigError> {
+    let mut specs = Vec::new();
+    for (i, ic) in cfg.interfaces.iter().enumerate() {
+        let f = |n: &str| format!("interface[{i}].{n}");
+        if cfg.interfaces[..i].iter().any(|o| o.name == ic.name) {
+            return Err(cfg.err(f("name"), format!("{:?} is already the name of another interface", ic.name)));
+        }
+        if ic.name.is_empty() || ic.name.len() > 32 {
+            return Err(cfg.err(f("name"), "expected 1 to 32 characters"));
+        }
+        let mac: EthernetAddress = parse_field(cfg, &f("mac"), &ic.mac, "a MAC address like 02:00:00:00:00:01")?;
+        if !mac.is_unicast() {
+            return Err(cfg.err(f("mac"), format!("{}: expected a unicast MAC (group bit clear)", ic.mac)));
+        }
+        let mut addresses = Vec::new();
+        for (j, a) in ic.addresses.iter().enumerate() {
+            let ia: IfAddr = parse_field(cfg, &format!("interface[{i}].addresses[{j}]"), a, "ADDRESS/LENGTH, e.g. 198.18.0.1/24")?;
+            addresses.push(ia);
+        }
+        let min_mtu = if addresses.iter().any(|a| a.addr.is_ipv6()) { 1280 } else { 68 };
+        if ic.mtu < min_mtu || ic.mtu as usize > engine::pool::REGULAR_CAPACITY - 14 {
+            return Err(cfg.err(f("mtu"), format!("{}: expected {min_mtu} to {} bytes", ic.mtu, engine::pool::REGULAR_CAPACITY - 14)));
+        }
+        match ic.kind {
+            InterfaceKind::Pcap if ic.input.is_none() && ic.output.is_none() => {
+                return Err(cfg.err(f("input"), "a pcap interface needs `input`, `output` or both"));
+            }
+            InterfaceKind::Pg | InterfaceKind::Null if ic.input.is_some() || ic.output.is_some() => {
+                return Err(cfg.err(f("input"), "only pcap interfaces take `input`/`output` files"));
+            }
+            _ => {}
+        }
+        specs.push(InterfaceSpec { name: ic.name.clone(), mac, mtu: ic.mtu, addresses });
+    }
+    let mut state = RouterState::new(specs).map_err(|e| cfg.err("interface", e.to_string()))?;
+    for (i, n) in cfg.neighbours.iter().enumerate() {
+        let ipa = parse_ip(cfg, &format!("neighbour[{i}].ip"), &n.ip)?;
+        let mac: EthernetAddress = parse_field(cfg, &format!("neighbour[{i}].mac"), &n.mac, "a MAC address")?;
+        state.add_static_neighbour(&n.interface, ipa, mac).map_err(|e| cfg.err(format!("neighbour[{i}]"), e.to_string()))?;
+    }
+    let mut routes = Vec::new();
+    for (i, r) in cfg.routes.iter().enumerate() {
+        let prefix: Prefix = parse_field(cfg, &format!("route[{i}].prefix"), &r.prefix, "a prefix like 198.19.0.0/16")?;
+        let target = route_target(r.via.as_deref(), r.interface.as_deref(), r.blackhole).map_err(|m| cfg.err(format!("route[{i}]"), m))?;
+        routes.push((prefix, target));
+    }
+    state.add_routes(routes).map_err(|(i, e)| cfg.err(format!("route[{i}]"), e.to_string()))?;
+    Ok(state)
+}
+
+/// The one way text fields become a `RouteTarget` (config and API alike).
+pub fn route_target(via: Option<&str>, interface: Option<&str>, blackhole: bool) -> Result<RouteTarget, String> {
+    match (via, interface, blackhole) {
+        (None, None, true) => Ok(RouteTarget::Blackhole),
+        (Some(_), _, true) | (_, Some(_), true) => Err("a blackhole route takes neither `via` nor `interface`".into()),
+        (Some(v), i, false) => {
+            let next_hop: IpAddr = v.parse().map_err(|_| format!("via {v:?}: expected an IPv4 or IPv6 address"))?;
+            Ok(RouteTarget::Via { next_hop, interface: i.map(str::to_string) })
+        }
+        (None, Some(i), false) => Ok(RouteTarget::Interface(i.to_string())),
+        (None, None, false) => Err("expected `via`, `interface` or `blackhole = true`".into()),
+    }
+}
+
+fn stream_specs(cfg: &Config) -> Result<BTreeMap<String, Vec<io::pg::StreamSpec>>, ConfigError> {
+    use io::pg::{Field, L4Spec, ModifierSpec, PacketSpec, Pattern, StreamSpec};
+    let mut by_if: BTreeMap<String, Vec<StreamSpec>> = BTreeMap::new();
+    for (i, s) in cfg.streams.iter().enumerate() {
+        let f = |n: &str| format!("stream[{i}].{n}");
+        let Some(ic) = cfg.interfaces.iter().find(|x| x.name == s.interface) else {
+            return Err(cfg.err(f("interface"), format!("{:?}: expected the name of a pg interface", s.interface)));
+        };
+        if ic.kind != InterfaceKind::Pg {
+            return Err(
+                cfg.err(f("interface"), format!("{:?} is a {} interface; streams need a pg interface", s.interface, kind_name(ic.kind)))
+            );
+        }
+        let src = parse_ip(cfg, &f("src"), &s.src)?;
+        let dst = parse_ip(cfg, &f("dst"), &s.dst)?;
+        let src_mac: EthernetAddress =
+            parse_field(cfg, &f("src_mac"), s.src_mac.as_deref().unwrap_or("02:fe:00:00:00:01"), "a MAC address")?;
+        let dst_mac: EthernetAddress = parse_field(cfg, &f("dst_mac"), s.dst_mac.as_deref().unwrap_or(&ic.mac), "a MAC address")?;
+        let l4 = match s.protocol {
+            StreamProtocol::Udp => L4Spec::Udp { src_port: s.src_port, dst_port: s.dst_port },
+            StreamProtocol::Tcp => L4Spec::Tcp { src_port: s.src_port, dst_port: s.dst_port, flags: s.tcp_flags },
+            StreamProtocol::IcmpEcho => L4Spec::IcmpEcho { ident: s.src_port, seq: 1 },
+        };
+        let mut modifiers = Vec::new();
+        for (j, m) in s.modify.iter().enumerate() {
+            let pattern = match (m.increment, m.random) {
+                (Some(n), None) => Pattern::Increment { count: n },
+                (None, Some(n)) => Pattern::Random { count: n },
+                _ => return Err(cfg.err(format!("stream[{i}].modify[{j}]"), "expected exactly one of `increment` or `random`")),
+            };
+            let field = match m.field {
+                ModifyField::Src => Field::SrcAddr,
+                ModifyField::Dst => Field::DstAddr,
+                ModifyField::SrcPort => Field::SrcPort,
+                ModifyField::DstPort => Field::DstPort,
+            };
+            modifiers.push(ModifierSpec { field, pattern });
+        }
+        if s.rate == Some(0) {
+            return Err(cfg.err(f("rate"), "expected at least 1 packet per second (omit it for line rate)"));
+        }
+        let spec = StreamSpec {
+            name: s.name.clone(),
+            packet: PacketSpec { src_mac, dst_mac, src, dst, ttl: s.ttl, l4, frame_size: s.size },
+            modifiers,
+            count: s.count,
+            rate_pps: s.rate,
+        };
+        // Build it once now so template errors name this stream.
+        io::pg::PacketGenerator::new(std::slice::from_ref(&spec)).map_err(|(_, e)| cfg.err(format!("stream[{i}]"), e.to_string()))?;
+        by_if.entry(s.interface.clone()).or_default().push(spec);
+    }
+    Ok(by_if)
+}
+
+/// Everything a running dataplane is made of.
+pub struct Assembly {
+    pub control: Control,
+    pub worker: Worker<IpContext>,
+}
+
+/// Validate the whole configuration and build the dataplane. Nothing runs yet.
+pub fn assemble(cfg: &Config) -> Result<Assembly, ConfigError> {
+    let mut state = build_state(cfg)?;
+    let mut streams = stream_specs(cfg)?;
+    let mut devices: Vec<Box<dyn Device>> = Vec::new();
+    for (i, ic) in cfg.interfaces.iter().enumerate() {
+        let dev: Box<dyn Device> = match ic.kind {
+            InterfaceKind::Pg => {
+                let specs = streams.remove(&ic.name).unwrap_or_default();
+                Box::new(io::pg::PacketGenerator::new(&specs).map_err(|(s, e)| cfg.err(format!("stream {s:?}"), e.to_string()))?)
+            }
+            InterfaceKind::Null => Box::new(io::null::NullSink),
+            InterfaceKind::Pcap => {
+                let input = ic.input.as_ref().map(|p| cfg.resolve(p));
+                let output = ic.output.as_ref().map(|p| cfg.resolve(p));
+                Box::new(
+                    io::pcap::PcapDevice::open(input.as_deref(), output.as_deref())
+                        .map_err(|e| cfg.err(format!("interface[{i}]"), e.to_string()))?,
+                )
+            }
+        };
+        devices.push(dev);
+    }
+    let tables = state.build();
+    let shared = Arc::new(ArcSwap::from_pointee(tables));
+    let (ev_tx, ev_rx) = crossbeam_channel::bounded(4096);
+    let limits = Limits {
+        icmp_errors_per_sec: cfg.dataplane.icmp_errors_per_sec,
+        icmp_burst: 100,
+        solicit_per_sec: cfg.dataplane.solicitations_per_sec,
+    };
+    let cx = IpContext::new(shared.clone(), Some(ev_tx), limits);
+
+    let mut g = GraphBuilder::new();
+    ip::nodes::register(&mut g);
+    let mut inputs = BTreeMap::new();
+    for ic in &cfg.interfaces {
+        if ic.kind != InterfaceKind::Null {
+            let name = format!("{}-input", kind_name(ic.kind));
+            let id = g.add_input(&name, "ethernet-input");
+            inputs.insert(ic.name.clone(), id);
+        }
+    }
+    let graph = g.build().map_err(|e| cfg.err("(graph)", e.to_string()))?;
+    let ports = cfg
+        .interfaces
+        .iter()
+        .zip(devices)
+        .enumerate()
+        .map(|(i, (ic, dev))| Port::new(IfIndex(i as u16), ic.name.clone(), dev, inputs.get(&ic.name).copied()))
+        .collect();
+    let pool = Pool::new(cfg.dataplane.buffers, cfg.dataplane.large_buffers);
+    let worker = Worker::new(0, graph, pool, ports, cx);
+    let interfaces = cfg.interfaces.iter().map(|ic| InterfaceInfo { name: ic.name.clone(), kind: kind_name(ic.kind) }).collect();
+    Ok(Assembly { control: Control { state, shared, events: ev_rx, interfaces, workers: Vec::new() }, worker })
+}
+
+/// Run a worker on its own thread (pinned if asked); returns its join handle.
+pub fn spawn(
+    control: &mut Control,
+    mut worker: Worker<IpContext>,
+    core: Option<usize>,
+    until_inputs_done: bool,
+) -> std::thread::JoinHandle<Worker<IpContext>> {
+    let (tx, rx) = crossbeam_channel::unbounded();
+    control.workers.push(tx);
+    std::thread::Builder::new()
+        .name(format!("vecgate-worker-{}", worker.id))
+        .spawn(move || {
+            if let Some(c) = core {
+                core_affinity::set_for_current(core_affinity::CoreId { id: c });
+            }
+            worker.run(&rx, until_inputs_done);
+            worker
+        })
+        .expect("spawn worker thread")
+}

@@ -1,0 +1,192 @@
+//! Text tables for people. The JSON API returns the same data structured.
+
+use crate::dataplane::InterfaceInfo;
+use engine::stats::{CounterSnapshot, Snapshot};
+use engine::trace::TraceRecord;
+use ip::tables::IfL3;
+use ip::RouterState;
+use serde::Serialize;
+use std::fmt::Write;
+
+/// Per-node runtime, like VPP's `show runtime`, with the path total.
+pub fn runtime(s: &Snapshot) -> String {
+    let mut o = String::new();
+    let secs = s.elapsed_cycles as f64 / s.tsc_hz.max(1) as f64;
+    let _ = writeln!(
+        o,
+        "Time {:.1} s, {} loops, TSC {:.2} GHz, buffers free {}/{}",
+        secs,
+        s.loops,
+        s.tsc_hz as f64 / 1e9,
+        s.pool.regular_free,
+        s.pool.regular_total
+    );
+    let _ = writeln!(
+        o,
+        "{:<22} {:>8} {:>12} {:>12} {:>14} {:>11} {:>10}",
+        "Name", "Kind", "Calls", "Vectors", "Packets", "Cycles/pkt", "Pkts/call"
+    );
+    for n in s.nodes.iter().filter(|n| n.runtime.calls > 0 || n.runtime.packets > 0) {
+        let per_call = if n.runtime.vectors > 0 { n.runtime.packets as f64 / n.runtime.vectors as f64 } else { 0.0 };
+        let _ = writeln!(
+            o,
+            "{:<22} {:>8} {:>12} {:>12} {:>14} {:>11.1} {:>10.1}",
+            n.name, n.kind, n.runtime.calls, n.runtime.vectors, n.runtime.packets, n.cycles_per_packet, per_call
+        );
+    }
+    let input_packets: u64 = s.nodes.iter().filter(|n| n.kind == "input").map(|n| n.runtime.packets).sum();
+    let graph_cycles: u64 = s.nodes.iter().filter(|n| n.kind != "input").map(|n| n.runtime.cycles).sum();
+    if input_packets > 0 {
+        let _ = writeln!(
+            o,
+            "graph: {:.1} cycles/packet over {} packets received ({:.2} Mpps received)",
+            graph_cycles as f64 / input_packets as f64,
+            input_packets,
+            input_packets as f64 / secs.max(1e-9) / 1e6
+        );
+    }
+    o
+}
+
+pub fn errors(rows: &[CounterSnapshot]) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "{:>12}  {:<18} {:<24} {:<6} Description", "Count", "Node", "Counter", "Sev");
+    for c in rows {
+        let sev = match c.severity {
+            engine::Severity::Info => "info",
+            engine::Severity::Warn => "warn",
+            engine::Severity::Error => "error",
+        };
+        let _ = writeln!(o, "{:>12}  {:<18} {:<24} {:<6} {}", c.count, c.node, c.counter, sev, c.description);
+    }
+    if rows.is_empty() {
+        o.push_str("(no counters are non-zero)\n");
+    }
+    o
+}
+
+pub fn trace(recs: &[TraceRecord]) -> String {
+    let mut o = String::new();
+    let mut last = None;
+    let mut step = 0;
+    for r in recs {
+        if last != Some(r.packet) {
+            let _ = writeln!(o, "Packet {}", r.packet);
+            last = Some(r.packet);
+            step = 0;
+        }
+        let _ = writeln!(o, "  {:02} {:<18} {}  -> {}", step, r.node, r.text, r.verdict);
+        step += 1;
+    }
+    if recs.is_empty() {
+        o.push_str("(no trace; `trace add <input-node> <count>` first, e.g. trace add pg-input 10)\n");
+    }
+    o
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct InterfaceRow {
+    pub index: usize,
+    pub name: String,
+    pub kind: &'static str,
+    pub mac: String,
+    pub mtu: u16,
+    pub addresses: Vec<String>,
+    pub rx_packets: u64,
+    pub rx_bytes: u64,
+    pub tx_packets: u64,
+    pub tx_bytes: u64,
+    pub tx_errors: u64,
+}
+
+pub fn interface_rows(l3: &[IfL3], info: &[InterfaceInfo], s: Option<&Snapshot>) -> Vec<InterfaceRow> {
+    l3.iter()
+        .enumerate()
+        .map(|(i, ifl)| {
+            let c = s.and_then(|s| s.ports.iter().find(|p| p.if_index as usize == i)).map(|p| p.counters.clone()).unwrap_or_default();
+            let mut addresses: Vec<String> = ifl.ip4.iter().map(|(a, l)| format!("{a}/{l}")).collect();
+            addresses.extend(ifl.ip6.iter().map(|(a, l)| format!("{a}/{l}")));
+            addresses.push(format!("{}/64", ifl.ip6_link_local));
+            InterfaceRow {
+                index: i,
+                name: ifl.name.clone(),
+                kind: info.get(i).map_or("?", |x| x.kind),
+                mac: ifl.mac.to_string(),
+                mtu: ifl.mtu,
+                addresses,
+                rx_packets: c.rx_packets,
+                rx_bytes: c.rx_bytes,
+                tx_packets: c.tx_packets,
+                tx_bytes: c.tx_bytes,
+                tx_errors: c.tx_errors,
+            }
+        })
+        .collect()
+}
+
+pub fn interfaces(rows: &[InterfaceRow]) -> String {
+    let mut o = String::new();
+    for r in rows {
+        let _ = writeln!(o, "{} ({}) index {} mac {} mtu {}", r.name, r.kind, r.index, r.mac, r.mtu);
+        for a in &r.addresses {
+            let _ = writeln!(o, "    {a}");
+        }
+        let _ = writeln!(
+            o,
+            "    rx {} packets {} bytes   tx {} packets {} bytes   tx errors {}",
+            r.rx_packets, r.rx_bytes, r.tx_packets, r.tx_bytes, r.tx_errors
+        );
+    }
+    o
+}
+
+pub fn fib(rows: &[ip::state::FibEntry], generation: u64) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "FIB generation {generation}, {} entries", rows.len());
+    let _ = writeln!(o, "{:<44} {:<10} {:<28} {:<10} {:>5}  {}", "Prefix", "Kind", "Next hop", "Interface", "Adj", "");
+    for r in rows {
+        let _ = writeln!(
+            o,
+            "{:<44} {:<10} {:<28} {:<10} {:>5}  {}",
+            r.prefix,
+            r.kind,
+            r.next_hop.as_deref().unwrap_or("-"),
+            r.interface.as_deref().unwrap_or("-"),
+            r.adjacency,
+            if r.resolved { "" } else { "(unresolved)" }
+        );
+    }
+    o
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct NeighbourRow {
+    pub ip: String,
+    pub mac: String,
+    pub interface: String,
+    #[serde(rename = "static")]
+    pub is_static: bool,
+}
+
+pub fn neighbour_rows(state: &RouterState) -> Vec<NeighbourRow> {
+    let mut v: Vec<NeighbourRow> = state
+        .neighbours()
+        .map(|(ip, n)| NeighbourRow {
+            ip: ip.to_string(),
+            mac: n.mac.to_string(),
+            interface: state.interfaces().get(n.if_index.get()).map_or("?".into(), |i| i.name.clone()),
+            is_static: n.is_static,
+        })
+        .collect();
+    v.sort_by(|a, b| a.ip.cmp(&b.ip));
+    v
+}
+
+pub fn neighbours(rows: &[NeighbourRow]) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "{:<40} {:<18} {:<10} Type", "Address", "MAC", "Interface");
+    for r in rows {
+        let _ = writeln!(o, "{:<40} {:<18} {:<10} {}", r.ip, r.mac, r.interface, if r.is_static { "static" } else { "learned" });
+    }
+    o
+}

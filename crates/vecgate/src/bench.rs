@@ -1,0 +1,313 @@
+//! `vecgate bench <scenario>`: generator → graph → null sink, one core, fixed packet
+//! count, per-node TSC cycles like VPP's `show runtime`.
+//!
+//! `cycles_per_packet` sums every node except the generator's input node, per packet
+//! generated (the figure comparable with VPP's path clocks); `total_cycles_per_packet`
+//! is the whole run's TSC per packet, generator and loop included.
+
+use anyhow::{anyhow, bail, Result};
+use control::config::Config;
+use control::dataplane::{assemble, Assembly};
+use engine::clock;
+use io::pg::{Field, L4Spec, ModifierSpec, PacketGenerator, PacketSpec, Pattern, StreamSpec};
+use ip::{Prefix, RouteTarget};
+use serde::Serialize;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::path::Path;
+use std::time::Instant;
+
+pub const SCENARIOS: &[&str] = &["ip4-forward", "ip6-forward", "ip4-forward-1m", "ip6-forward-1m"];
+
+const BASE: &str = r#"
+[dataplane]
+buffers = 4096
+icmp_errors_per_sec = 1000
+
+[[interface]]
+name = "pg0"
+type = "pg"
+mac = "02:00:00:00:00:01"
+addresses = ["198.18.0.1/24", "2001:db8::1/64"]
+
+[[interface]]
+name = "null0"
+type = "null"
+mac = "02:00:00:00:00:02"
+addresses = ["198.18.1.1/24", "2001:db8:1::1/64"]
+
+[[neighbour]]
+interface = "null0"
+ip = "198.18.1.2"
+mac = "02:00:00:00:01:02"
+[[neighbour]]
+interface = "null0"
+ip = "198.18.1.3"
+mac = "02:00:00:00:01:03"
+[[neighbour]]
+interface = "null0"
+ip = "198.18.1.4"
+mac = "02:00:00:00:01:04"
+[[neighbour]]
+interface = "null0"
+ip = "198.18.1.5"
+mac = "02:00:00:00:01:05"
+[[neighbour]]
+interface = "null0"
+ip = "2001:db8:1::2"
+mac = "02:00:00:00:01:02"
+[[neighbour]]
+interface = "null0"
+ip = "2001:db8:1::3"
+mac = "02:00:00:00:01:03"
+[[neighbour]]
+interface = "null0"
+ip = "2001:db8:1::4"
+mac = "02:00:00:00:01:04"
+[[neighbour]]
+interface = "null0"
+ip = "2001:db8:1::5"
+mac = "02:00:00:00:01:05"
+
+# The small FIB.
+[[route]]
+prefix = "198.19.0.0/16"
+via = "198.18.1.2"
+[[route]]
+prefix = "198.19.1.0/24"
+via = "198.18.1.3"
+[[route]]
+prefix = "198.19.128.0/17"
+via = "198.18.1.4"
+[[route]]
+prefix = "198.19.2.0/23"
+via = "198.18.1.5"
+[[route]]
+prefix = "2001:db8:100::/48"
+via = "2001:db8:1::2"
+[[route]]
+prefix = "2001:db8:100:1::/64"
+via = "2001:db8:1::3"
+[[route]]
+prefix = "2001:db8:200::/40"
+via = "2001:db8:1::4"
+[[route]]
+prefix = "2001:db8:101::/48"
+via = "2001:db8:1::5"
+"#;
+
+#[derive(Serialize)]
+struct NodeRow {
+    name: String,
+    calls: u64,
+    vectors: u64,
+    packets: u64,
+    cycles_per_packet: f64,
+}
+
+#[derive(Serialize)]
+struct Report {
+    scenario: String,
+    packets: u64,
+    delivered: u64,
+    mpps: f64,
+    cycles_per_packet: f64,
+    total_cycles_per_packet: f64,
+    tsc_hz: u64,
+    cpu: String,
+    routes: usize,
+    fib_bytes: usize,
+    nodes: Vec<NodeRow>,
+}
+
+/// A small deterministic PRNG (xorshift64*) so runs are comparable.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    /// Pick from a weighted list.
+    fn pick<T: Copy>(&mut self, w: &[(T, u32)]) -> T {
+        let total: u32 = w.iter().map(|x| x.1).sum();
+        let mut r = (self.next() % total as u64) as u32;
+        for &(v, n) in w {
+            if r < n {
+                return v;
+            }
+            r -= n;
+        }
+        w[0].0
+    }
+}
+
+/// IPv4 prefix lengths roughly as in a full BGP table (/24 dominates).
+const V4_MIX: &[(u8, u32)] = &[(8, 1), (12, 2), (14, 3), (16, 12), (18, 15), (19, 25), (20, 40), (21, 50), (22, 110), (23, 100), (24, 600)];
+/// IPv6: /48 dominates, then /32, /44, /40, /36, /29.
+const V6_MIX: &[(u8, u32)] = &[(29, 30), (32, 150), (36, 50), (40, 90), (44, 110), (46, 30), (47, 20), (48, 480), (56, 25), (64, 15)];
+
+fn random_prefixes(rng: &mut Rng, n: usize, v6: bool) -> Vec<Prefix> {
+    let mut set = std::collections::BTreeSet::new();
+    while set.len() < n {
+        if v6 {
+            let len = rng.pick(V6_MIX);
+            // Global unicast 2000::/3, as real tables.
+            let a = (0x2000u128 << 112) | (((rng.next() as u128) << 64 | rng.next() as u128) >> 3);
+            let masked = a & (u128::MAX << (128 - len));
+            set.insert(Prefix::V6(Ipv6Addr::from(masked), len));
+        } else {
+            let len = rng.pick(V4_MIX);
+            let a = (rng.next() >> 32) as u32;
+            // Keep clear of the interfaces' own /24s: they are connected routes.
+            if a >> 16 == 0xc612 {
+                continue;
+            }
+            set.insert(Prefix::V4(Ipv4Addr::from(a & (u32::MAX << (32 - len))), len));
+        }
+    }
+    set.into_iter().collect()
+}
+
+fn random_address_in(rng: &mut Rng, p: &Prefix) -> IpAddr {
+    match *p {
+        Prefix::V4(a, l) => {
+            let host = if l == 32 { 0 } else { (rng.next() >> 32) as u32 & (u32::MAX >> l) };
+            IpAddr::V4(Ipv4Addr::from(u32::from(a) | host))
+        }
+        Prefix::V6(a, l) => {
+            let r = (rng.next() as u128) << 64 | rng.next() as u128;
+            let host = if l == 128 { 0 } else { r & (u128::MAX >> l) };
+            IpAddr::V6(Ipv6Addr::from(u128::from(a) | host))
+        }
+    }
+}
+
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split(':').nth(1)).map(|s| s.trim().to_string()))
+        .unwrap_or_else(|| "unknown".into())
+}
+
+pub fn bench(scenario: &str, packets: u64, json: bool, core: usize) -> Result<()> {
+    if !SCENARIOS.contains(&scenario) {
+        bail!("unknown scenario {scenario:?}; expected one of {}", SCENARIOS.join(", "));
+    }
+    let v6 = scenario.starts_with("ip6");
+    let big = scenario.ends_with("-1m");
+    let cfg = Config::parse(BASE, "(bench scenario)", Path::new("."))?;
+    let Assembly { mut control, mut worker } = assemble(&cfg)?;
+    let mut rng = Rng(0x5eed_cafe_f00d_0001);
+
+    let (src, dst): (IpAddr, IpAddr) =
+        if v6 { ("2001:db8::2".parse()?, "2001:db8:100::1".parse()?) } else { ("198.18.0.2".parse()?, "198.19.0.1".parse()?) };
+    let mut modifiers = vec![ModifierSpec { field: Field::SrcPort, pattern: Pattern::Increment { count: 256 } }];
+    if big {
+        let t0 = Instant::now();
+        let prefixes = random_prefixes(&mut rng, 1_000_000, v6);
+        let hops: Vec<IpAddr> = (2..=5)
+            .map(|i| if v6 { format!("2001:db8:1::{i}").parse().unwrap() } else { format!("198.18.1.{i}").parse().unwrap() })
+            .collect();
+        let routes: Vec<(Prefix, RouteTarget)> =
+            prefixes.iter().enumerate().map(|(i, p)| (*p, RouteTarget::Via { next_hop: hops[i % hops.len()], interface: None })).collect();
+        control.state.add_routes(routes).map_err(|(i, e)| anyhow!("route {i}: {e}"))?;
+        control.publish();
+        worker.poll_once(); // pick up the new tables
+        let dsts: Vec<IpAddr> = (0..65_536)
+            .map(|_| {
+                let p = prefixes[(rng.next() % prefixes.len() as u64) as usize];
+                random_address_in(&mut rng, &p)
+            })
+            .collect();
+        modifiers.push(ModifierSpec { field: Field::DstAddr, pattern: Pattern::Addresses(dsts) });
+        if !json {
+            eprintln!("loaded {} routes in {:.2} s", control.state.route_count(), t0.elapsed().as_secs_f64());
+        }
+    }
+    let warmup = (packets / 10).max(1024);
+    let stream = StreamSpec {
+        name: scenario.into(),
+        packet: PacketSpec {
+            src_mac: "02:fe:00:00:00:01".parse()?,
+            dst_mac: "02:00:00:00:00:01".parse()?,
+            src,
+            dst,
+            ttl: 64,
+            l4: L4Spec::Udp { src_port: 1024, dst_port: 9 },
+            frame_size: 64,
+        },
+        modifiers,
+        count: Some(warmup + packets),
+        rate_pps: None,
+    };
+    worker.ports[0].device = Box::new(PacketGenerator::new(&[stream]).map_err(|(_, e)| anyhow!(e))?);
+    core_affinity::set_for_current(core_affinity::CoreId { id: core });
+
+    let mut generated = 0u64;
+    while generated < warmup {
+        generated += worker.poll_once() as u64;
+    }
+    worker.clear_runtime();
+    let t0 = Instant::now();
+    let c0 = clock::now();
+    while !worker.inputs_done() {
+        worker.poll_once();
+    }
+    let cycles = clock::now() - c0;
+    let secs = t0.elapsed().as_secs_f64();
+    let s = worker.snapshot();
+    let input = s.nodes.iter().find(|n| n.name == "pg-input").map(|n| n.runtime.packets).unwrap_or(0);
+    let graph_cycles: u64 = s.nodes.iter().filter(|n| n.kind != "input").map(|n| n.runtime.cycles).sum();
+    let delivered = s.ports.iter().find(|p| p.name == "null0").map(|p| p.counters.tx_packets).unwrap_or(0);
+    let tables = control.shared.load();
+    let fib_bytes = if v6 { tables.fib6.memory_bytes() } else { tables.fib4.memory_bytes() };
+    let report = Report {
+        scenario: scenario.into(),
+        packets: input,
+        delivered,
+        mpps: input as f64 / secs / 1e6,
+        cycles_per_packet: graph_cycles as f64 / input.max(1) as f64,
+        total_cycles_per_packet: cycles as f64 / input.max(1) as f64,
+        tsc_hz: s.tsc_hz,
+        cpu: cpu_model(),
+        routes: control.state.route_count(),
+        fib_bytes,
+        nodes: s
+            .nodes
+            .iter()
+            .filter(|n| n.runtime.packets > 0)
+            .map(|n| NodeRow {
+                name: n.name.clone(),
+                calls: n.runtime.calls,
+                vectors: n.runtime.vectors,
+                packets: n.runtime.packets,
+                cycles_per_packet: n.cycles_per_packet,
+            })
+            .collect(),
+    };
+    if json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        print!("{}", control::format::runtime(&s));
+        println!(
+            "{}: {} packets, {} delivered, {:.2} Mpps, {:.1} cycles/packet in the graph, {:.1} total ({}; TSC {:.2} GHz; {} routes, FIB {:.1} MB)",
+            report.scenario,
+            report.packets,
+            report.delivered,
+            report.mpps,
+            report.cycles_per_packet,
+            report.total_cycles_per_packet,
+            report.cpu,
+            report.tsc_hz as f64 / 1e9,
+            report.routes,
+            report.fib_bytes as f64 / 1e6
+        );
+    }
+    if delivered != input {
+        bail!("only {delivered} of {input} packets reached the sink: the scenario is broken");
+    }
+    Ok(())
+}

@@ -1,0 +1,78 @@
+//! `vecgate`: run the dataplane, talk to a running one, run pcaps offline, benchmark.
+#![forbid(unsafe_code)]
+
+mod bench;
+mod run;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(name = "vecgate", version, about = "A vector packet processing dataplane for UDP tunnel gateways")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Option<Cmd>,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run the gateway (the built-in default gateway without --config), printing live stats.
+    Run {
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Stop after this many seconds (default: run until SIGINT/SIGTERM).
+        #[arg(long)]
+        duration: Option<f64>,
+        /// Seconds between live stats screens (0: none).
+        #[arg(long, default_value_t = 1.0)]
+        interval: f64,
+        /// Control socket path (overrides the config's).
+        #[arg(long)]
+        socket: Option<PathBuf>,
+    },
+    /// Send a command to a running instance, e.g. `vecgate ctl show runtime`.
+    Ctl {
+        #[arg(long, default_value = "/run/vecgate.sock")]
+        socket: PathBuf,
+        /// Print the reply's JSON instead of its text.
+        #[arg(long)]
+        json: bool,
+        /// The command words (`vecgate ctl help` lists them).
+        #[arg(trailing_var_arg = true, required = true)]
+        words: Vec<String>,
+    },
+    /// Run a config's pcap inputs through the graph to completion, write pcap outputs, exit.
+    Pcap {
+        #[arg(long)]
+        config: PathBuf,
+        /// Print the final runtime and counters as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Benchmark a scenario: generator → graph → null sink on one core.
+    Bench {
+        /// ip4-forward, ip6-forward, ip4-forward-1m, ip6-forward-1m
+        scenario: String,
+        #[arg(long, default_value_t = 20_000_000)]
+        packets: u64,
+        #[arg(long)]
+        json: bool,
+        /// CPU core to pin to.
+        #[arg(long, default_value_t = 1)]
+        core: usize,
+    },
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let r = match cli.cmd.unwrap_or(Cmd::Run { config: None, duration: None, interval: 1.0, socket: None }) {
+        Cmd::Run { config, duration, interval, socket } => run::run(config.as_deref(), duration, interval, socket),
+        Cmd::Ctl { socket, json, words } => run::ctl(&socket, json, &words),
+        Cmd::Pcap { config, json } => run::pcap(&config, json),
+        Cmd::Bench { scenario, packets, json, core } => bench::bench(&scenario, packets, json, core),
+    };
+    if let Err(e) = r {
+        eprintln!("vecgate: {e:#}");
+        std::process::exit(1);
+    }
+}
