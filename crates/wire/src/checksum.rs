@@ -127,7 +127,10 @@ pub fn update32(field: u16, old: u32, new: u32) -> u16 {
 /// Sum of native-endian words of `data`, not folded, odd tail byte zero-padded.
 #[inline]
 fn sum_native(data: &[u8]) -> u64 {
-    // Short runs (headers) are dominated by call overhead; keep them on the plain path.
+    // Headers (≤ 64 bytes): plain 32-bit words, no vector lanes to set up and reduce.
+    if data.len() <= 64 {
+        return sum_native_short(data);
+    }
     if data.len() >= 256 {
         #[cfg(target_arch = "x86_64")]
         {
@@ -157,6 +160,19 @@ fn sum_native_avx512(data: &[u8]) -> u64 {
 #[target_feature(enable = "avx2")]
 fn sum_native_avx2(data: &[u8]) -> u64 {
     sum_native_body(data)
+}
+
+#[inline(always)]
+fn sum_native_short(data: &[u8]) -> u64 {
+    let mut total: u64 = 0;
+    let mut words = data.chunks_exact(4);
+    for w in &mut words {
+        total += u32::from_ne_bytes([w[0], w[1], w[2], w[3]]) as u64;
+    }
+    let tail = words.remainder();
+    let mut last = [0u8; 4];
+    last[..tail.len()].copy_from_slice(tail);
+    total + u32::from_ne_bytes(last) as u64
 }
 
 fn sum_native_portable(data: &[u8]) -> u64 {

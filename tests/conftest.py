@@ -1,0 +1,124 @@
+"""Shared fixtures: the vecgate binary, a scratch folder, and helpers to run a graph
+offline over pcap files built and dissected by scapy (an independent implementation)."""
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(os.environ.get("VECGATE_BIN", ROOT / "target" / "release" / "vecgate"))
+
+# The gateway under test: eth0 faces the hosts that send, eth1 faces a router.
+GW_MAC0 = "02:00:00:00:00:01"
+GW_MAC1 = "02:00:00:00:00:02"
+HOST_MAC = "02:fe:00:00:00:01"
+ROUTER_MAC = "02:00:00:00:01:02"
+
+
+@pytest.fixture(scope="session")
+def vecgate():
+    if not BIN.exists():
+        subprocess.run(["cargo", "build", "--release", "-p", "vecgate"], cwd=ROOT, check=True)
+    return BIN
+
+
+def gateway_config(tmp: Path, extra: str = "") -> Path:
+    cfg = tmp / "gw.toml"
+    cfg.write_text(f"""
+[dataplane]
+buffers = 1024
+icmp_errors_per_sec = 100000
+
+[[interface]]
+name = "eth0"
+type = "pcap"
+mac = "{GW_MAC0}"
+mtu = 1500
+addresses = ["198.18.0.1/24", "2001:db8::1/64"]
+input = "in.pcap"
+output = "out0.pcap"
+
+[[interface]]
+name = "eth1"
+type = "pcap"
+mac = "{GW_MAC1}"
+mtu = 1400
+addresses = ["198.18.1.1/24", "2001:db8:1::1/64"]
+output = "out1.pcap"
+
+[[route]]
+prefix = "198.19.0.0/16"
+via = "198.18.1.2"
+
+[[route]]
+prefix = "2001:db8:100::/48"
+via = "2001:db8:1::2"
+
+[[route]]
+prefix = "198.19.254.0/24"
+blackhole = true
+
+[[neighbour]]
+interface = "eth1"
+ip = "198.18.1.2"
+mac = "{ROUTER_MAC}"
+
+[[neighbour]]
+interface = "eth1"
+ip = "2001:db8:1::2"
+mac = "{ROUTER_MAC}"
+
+[[neighbour]]
+interface = "eth0"
+ip = "198.18.0.2"
+mac = "{HOST_MAC}"
+
+[[neighbour]]
+interface = "eth0"
+ip = "2001:db8::2"
+mac = "{HOST_MAC}"
+{extra}
+""")
+    return cfg
+
+
+def write_pcap(path: Path, frames):
+    """A classic pcap (Ethernet link type) of raw frames, any length, even broken ones."""
+    import struct
+    with open(path, "wb") as f:
+        f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
+        for i, fr in enumerate(frames):
+            f.write(struct.pack("<IIII", 1_700_000_000, i, len(fr), len(fr)))
+            f.write(fr)
+
+
+def run_pcap(vecgate, tmp: Path, packets, extra: str = ""):
+    """Write `packets` (scapy or raw bytes) to in.pcap, run the graph, return
+    (eth0 output, eth1 output, counters {(node, counter): count})."""
+    from scapy.all import rdpcap
+
+    write_pcap(tmp / "in.pcap", [bytes(p) for p in packets])
+    cfg = gateway_config(tmp, extra)
+    out = subprocess.run([str(vecgate), "pcap", "--config", str(cfg), "--json"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    snap = json.loads(out.stdout)
+    counters = {(c["node"], c["counter"]): c["count"] for c in snap["counters"]}
+    out0 = rdpcap(str(tmp / "out0.pcap")) if (tmp / "out0.pcap").stat().st_size > 24 else []
+    out1 = rdpcap(str(tmp / "out1.pcap")) if (tmp / "out1.pcap").stat().st_size > 24 else []
+    return list(out0), list(out1), counters, snap
+
+
+def tshark_clean(pcap: Path):
+    """tshark dissects the capture with no malformed-packet or checksum warnings."""
+    if shutil.which("tshark") is None:
+        pytest.fail("tshark is not installed (scripts/test.sh installs it)")
+    r = subprocess.run(
+        ["tshark", "-r", str(pcap), "-o", "ip.check_checksum:TRUE", "-o", "udp.check_checksum:TRUE", "-o", "tcp.check_checksum:TRUE",
+         "-T", "fields", "-e", "frame.number", "-e", "_ws.malformed", "-e", "_ws.expert.severity", "-e", "_ws.expert.message"],
+        capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    bad = [l for l in r.stdout.splitlines() if "alformed" in l or "Bad checksum" in l or "incorrect" in l.lower()]
+    return bad, r.stdout

@@ -1,0 +1,261 @@
+"""Whole-graph golden tests: scapy builds the input, vecgate runs it offline
+(`vecgate pcap`), scapy and tshark dissect what came out."""
+from conftest import GW_MAC0, GW_MAC1, HOST_MAC, ROUTER_MAC, run_pcap, tshark_clean
+
+from scapy.all import ARP, ICMP, IP, UDP, TCP, Ether, Raw, IPv6, ICMPv6EchoRequest, ICMPv6EchoReply, \
+    ICMPv6ND_NS, ICMPv6ND_NA, ICMPv6NDOptSrcLLAddr, ICMPv6DestUnreach, ICMPv6TimeExceeded, ICMPv6PacketTooBig, \
+    IPv6ExtHdrHopByHop, HBHOptUnknown, ICMPv6ParamProblem, IPerror, UDPerror, raw
+
+
+def eth0(payload):
+    return Ether(src=HOST_MAC, dst=GW_MAC0) / payload
+
+
+def with_raw_option(ip_pkt, option: bytes):
+    """An IPv4 packet with `option` bytes (a multiple of 4) inserted as its options and a
+    correct header checksum: only the option itself is wrong."""
+    from scapy.utils import checksum
+    b = bytearray(raw(ip_pkt))
+    hdr = bytearray(b[:20]) + bytearray(option)
+    hdr[0] = 0x40 | (len(hdr) // 4)
+    total = len(hdr) + len(b) - 20
+    hdr[2:4] = total.to_bytes(2, "big")
+    hdr[10:12] = b"\x00\x00"
+    hdr[10:12] = checksum(bytes(hdr)).to_bytes(2, "big")
+    return raw(Ether(src=HOST_MAC, dst=GW_MAC0, type=0x0800)) + bytes(hdr) + bytes(b[20:])
+
+
+def checksums_valid(pkt):
+    """Recompute every checksum with scapy and compare with what vecgate wrote."""
+    fresh = pkt.__class__(raw(pkt))
+    for layer in (IP, UDP, TCP, ICMP):
+        if fresh.haslayer(layer) and hasattr(fresh[layer], "chksum"):
+            l = fresh[layer]
+            if layer is UDP and l.chksum == 0:
+                continue
+            got = l.chksum
+            l2 = l.copy()
+            del l2.chksum
+            # Rebuild from the enclosing IP to get the right pseudo-header.
+            if layer is IP:
+                want = IP(raw(fresh[IP].copy().__class__(raw(fresh[IP])))).chksum
+                c = fresh[IP].copy()
+                del c.chksum
+                want = IP(raw(c)).chksum
+            else:
+                ipc = fresh[IP].copy() if fresh.haslayer(IP) else fresh[IPv6].copy()
+                del ipc[layer].chksum
+                want = ipc.__class__(raw(ipc))[layer].chksum
+            if got != want:
+                return False
+    return True
+
+
+def test_ipv4_forwarding_rewrites_and_keeps_checksums(vecgate, tmp_path):
+    pkts = [eth0(IP(src="198.18.0.2", dst=f"198.19.0.{i}", ttl=64) / UDP(sport=1000 + i, dport=9) / Raw(b"x" * 18)) for i in range(1, 33)]
+    out0, out1, c, _ = run_pcap(vecgate, tmp_path, pkts)
+    assert len(out1) == 32 and len(out0) == 0
+    for i, p in enumerate(out1, start=1):
+        assert p[Ether].src == GW_MAC1 and p[Ether].dst == ROUTER_MAC
+        assert p[IP].ttl == 63 and p[IP].dst == f"198.19.0.{i}"
+        assert p[UDP].sport == 1000 + i and bytes(p[Raw]) == b"x" * 18
+        assert checksums_valid(p), p.show(dump=True)
+    bad, _ = tshark_clean(tmp_path / "out1.pcap")
+    assert not bad, bad
+
+
+def test_ipv4_malformed_is_dropped_with_named_counters(vecgate, tmp_path):
+    good = eth0(IP(src="198.18.0.2", dst="198.19.0.9") / UDP(sport=1, dport=2) / Raw(b"abcd"))
+    bad_csum = eth0(IP(src="198.18.0.2", dst="198.19.0.9", chksum=0x1234) / UDP(sport=1, dport=2))
+    ihl4 = bytearray(raw(good))
+    ihl4[14] = 0x44
+    bad_version = bytearray(raw(good))
+    bad_version[14] = 0x65
+    long_total = eth0(IP(src="198.18.0.2", dst="198.19.0.9", len=200) / UDP(sport=1, dport=2))
+    truncated = raw(good)[:14 + 12]
+    short_frame = raw(good)[:10]
+    bad_option = with_raw_option(IP(src="198.18.0.2", dst="198.19.0.9") / UDP(sport=1, dport=2), b"\x07\x09\x00\x00")
+    multicast_src = eth0(IP(src="224.0.0.5", dst="198.19.0.9") / UDP())
+    blackhole = eth0(IP(src="198.18.0.2", dst="198.19.254.7") / UDP())
+    unknown_type = Ether(src=HOST_MAC, dst=GW_MAC0, type=0x88b5) / Raw(b"\x00" * 46)
+    other_mac = Ether(src=HOST_MAC, dst="02:aa:bb:cc:dd:ee") / IP(src="198.18.0.2", dst="198.19.0.9") / UDP()
+    vlan = raw(Ether(src=HOST_MAC, dst=GW_MAC0, type=0x8100) / Raw(b"\x00\x05\x08\x00" + raw(IP(src="198.18.0.2", dst="198.19.0.9") / UDP())))
+    out0, out1, c, _ = run_pcap(vecgate, tmp_path, [good, bad_csum, bytes(ihl4), bytes(bad_version), long_total, truncated,
+                                                   short_frame, bad_option, multicast_src, blackhole, unknown_type, other_mac, vlan])
+    assert len(out1) == 1 and out1[0][IP].dst == "198.19.0.9"
+    assert c[("ip4-input", "bad-checksum")] == 1
+    assert c[("ip4-input", "bad-ihl")] == 1
+    assert c[("ip4-input", "bad-version")] == 1
+    assert c[("ip4-input", "truncated")] == 2  # total length beyond the frame; header cut short
+    assert c[("ethernet-input", "truncated")] == 1
+    assert c[("ip4-input", "bad-option")] == 1
+    assert c[("ip4-input", "bad-source")] == 1
+    assert c[("ip4-lookup", "blackhole")] == 1
+    assert c[("ethernet-input", "unknown-ethertype")] == 1
+    assert c[("ethernet-input", "l2-mismatch")] == 1
+    assert c[("ethernet-input", "vlan-no-subif")] == 1
+
+
+def test_ipv4_icmp_errors(vecgate, tmp_path):
+    ttl1 = eth0(IP(src="198.18.0.2", dst="198.19.3.3", ttl=1, id=77) / UDP(sport=5555, dport=33434) / Raw(b"q" * 20))
+    no_route = eth0(IP(src="198.18.0.2", dst="198.18.200.1") / UDP(sport=5556, dport=9))
+    too_big_df = eth0(IP(src="198.18.0.2", dst="198.19.0.5", flags="DF") / UDP(sport=5557, dport=9) / Raw(b"b" * 1400))
+    too_big = eth0(IP(src="198.18.0.2", dst="198.19.0.5") / UDP(sport=5558, dport=9) / Raw(b"b" * 1400))
+    udp_to_gw = eth0(IP(src="198.18.0.2", dst="198.18.0.1") / UDP(sport=5559, dport=7777))
+    gre_to_gw = eth0(IP(src="198.18.0.2", dst="198.18.0.1", proto=47) / Raw(b"\x00" * 8))
+    # Never an error about an ICMP error.
+    err_about_err = eth0(IP(src="198.18.0.2", dst="198.19.0.5", ttl=1) / ICMP(type=3, code=1) / Raw(b"\x00" * 28))
+    out0, out1, c, _ = run_pcap(vecgate, tmp_path, [ttl1, no_route, too_big_df, too_big, udp_to_gw, gre_to_gw, err_about_err])
+    assert len(out1) == 0
+    # Different paths leave in graph order, not arrival order: index by (type, code).
+    kinds = sorted((p[ICMP].type, p[ICMP].code) for p in out0)
+    assert kinds == [(3, 0), (3, 2), (3, 3), (3, 4), (11, 0)], kinds
+    by = {(p[ICMP].type, p[ICMP].code): p for p in out0}
+    for p in out0:
+        assert p[Ether].dst == HOST_MAC and p[Ether].src == GW_MAC0
+        assert p[IP].dst == "198.18.0.2" and p[IP].src == "198.18.0.1"
+        assert checksums_valid(p), p.show(dump=True)
+        assert p[IP].len <= 576
+    # The quote is the offending packet as received (TTL 1 untouched, ID kept).
+    q = by[(11, 0)][IPerror]
+    assert q.ttl == 1 and q.id == 77 and by[(11, 0)][UDPerror].dport == 33434
+    assert by[(3, 4)][ICMP].nexthopmtu == 1400
+    assert c[("ip4-rewrite", "mtu-exceeded")] == 1
+    assert c[("ip4-icmp-error", "suppressed")] == 1
+    assert c[("ip4-icmp-error", "sent")] == 5
+    bad, _ = tshark_clean(tmp_path / "out0.pcap")
+    assert not bad, bad
+
+
+def test_icmp_error_rate_limit(vecgate, tmp_path):
+    pkts = [eth0(IP(src="198.18.0.2", dst="198.19.3.3", ttl=1) / UDP(sport=i, dport=9)) for i in range(300)]
+    extra = ""
+    out0, _, c, _ = run_pcap(vecgate, tmp_path, pkts, extra)
+    # The burst allowance is 100: the rest is counted, not sent.
+    assert len(out0) == c[("ip4-icmp-error", "sent")]
+    assert c[("ip4-icmp-error", "sent")] + c[("ip4-icmp-error", "rate-limited")] == 300
+    assert c[("ip4-icmp-error", "rate-limited")] >= 150
+
+
+def test_echo_and_arp_for_gateway(vecgate, tmp_path):
+    ping = eth0(IP(src="198.18.0.2", dst="198.18.0.1") / ICMP(id=0x77, seq=3) / Raw(b"ping-payload"))
+    arp_req = Ether(src="02:fe:00:00:00:09", dst="ff:ff:ff:ff:ff:ff") / ARP(op=1, hwsrc="02:fe:00:00:00:09", psrc="198.18.0.9", pdst="198.18.0.1")
+    arp_other = Ether(src="02:fe:00:00:00:09", dst="ff:ff:ff:ff:ff:ff") / ARP(op=1, hwsrc="02:fe:00:00:00:09", psrc="198.18.0.9", pdst="198.18.0.77")
+    out0, out1, c, _ = run_pcap(vecgate, tmp_path, [ping, arp_req, arp_other])
+    assert len(out0) == 2
+    rep = next(p for p in out0 if p.haslayer(ICMP))
+    arp = next(p for p in out0 if p.haslayer(ARP))
+    assert rep[ICMP].type == 0 and rep[ICMP].id == 0x77 and rep[ICMP].seq == 3 and bytes(rep[Raw]) == b"ping-payload"
+    assert rep[IP].src == "198.18.0.1" and rep[IP].dst == "198.18.0.2"
+    assert checksums_valid(rep)
+    a = arp[ARP]
+    assert a.op == 2 and a.psrc == "198.18.0.1" and a.hwsrc == GW_MAC0 and a.pdst == "198.18.0.9" and a.hwdst == "02:fe:00:00:00:09"
+    assert arp[Ether].dst == "02:fe:00:00:00:09"
+    assert c[("arp-input", "replies-sent")] == 1
+    assert c[("arp-input", "not-for-us")] == 1
+    assert c[("ip4-local", "echo-replies")] == 1
+
+
+def test_ipv6_forwarding_and_errors(vecgate, tmp_path):
+    fwd = [eth0(IPv6(src="2001:db8::2", dst=f"2001:db8:100::{i:x}", hlim=64) / UDP(sport=2000 + i, dport=9) / Raw(b"y" * 10)) for i in range(1, 9)]
+    hl1 = eth0(IPv6(src="2001:db8::2", dst="2001:db8:100::99", hlim=1) / UDP(sport=1, dport=2))
+    no_route = eth0(IPv6(src="2001:db8::2", dst="2001:db8:77::1") / UDP(sport=1, dport=2))
+    too_big = eth0(IPv6(src="2001:db8::2", dst="2001:db8:100::5") / UDP(sport=1, dport=2) / Raw(b"z" * 1400))
+    out0, out1, c, _ = run_pcap(vecgate, tmp_path, fwd + [hl1, no_route, too_big])
+    assert len(out1) == 8
+    for i, p in enumerate(out1, start=1):
+        assert p[IPv6].hlim == 63 and p[Ether].dst == ROUTER_MAC and p[Ether].src == GW_MAC1
+        u = p[UDP].chksum
+        c2 = p[IPv6].copy()
+        del c2[UDP].chksum
+        assert IPv6(raw(c2))[UDP].chksum == u
+    types = sorted(type(p[IPv6].payload).__name__ for p in out0)
+    assert types == ["ICMPv6DestUnreach", "ICMPv6PacketTooBig", "ICMPv6TimeExceeded"], types
+    ptb = next(p for p in out0 if p.haslayer(ICMPv6PacketTooBig))
+    assert ptb[ICMPv6PacketTooBig].mtu == 1400
+    for p in out0:
+        assert p[IPv6].dst == "2001:db8::2" and p[IPv6].src == "2001:db8::1"
+        assert len(raw(p[IPv6])) <= 1280
+        ck = p[IPv6].payload.cksum
+        c2 = p[IPv6].copy()
+        del c2.payload.cksum
+        assert IPv6(raw(c2)).payload.cksum == ck
+    bad, _ = tshark_clean(tmp_path / "out0.pcap")
+    assert not bad, bad
+    bad, _ = tshark_clean(tmp_path / "out1.pcap")
+    assert not bad, bad
+
+
+def test_ipv6_echo_nd_and_hop_by_hop(vecgate, tmp_path):
+    ping = eth0(IPv6(src="2001:db8::2", dst="2001:db8::1") / ICMPv6EchoRequest(id=9, seq=4, data=b"hello6"))
+    ns = Ether(src="02:fe:00:00:00:07", dst="33:33:ff:00:00:01") / IPv6(src="2001:db8::7", dst="ff02::1:ff00:1", hlim=255) / \
+        ICMPv6ND_NS(tgt="2001:db8::1") / ICMPv6NDOptSrcLLAddr(lladdr="02:fe:00:00:00:07")
+    ns_bad_hlim = Ether(src="02:fe:00:00:00:07", dst="33:33:ff:00:00:01") / IPv6(src="2001:db8::7", dst="ff02::1:ff00:1", hlim=64) / \
+        ICMPv6ND_NS(tgt="2001:db8::1")
+    # Unknown hop-by-hop option with action 10: discard and send parameter problem.
+    hbh = eth0(IPv6(src="2001:db8::2", dst="2001:db8:100::1") / IPv6ExtHdrHopByHop(options=[HBHOptUnknown(otype=0x87, optdata=b"ab")]) / UDP())
+    # Action 01: discard silently.
+    hbh_quiet = eth0(IPv6(src="2001:db8::2", dst="2001:db8:100::1") / IPv6ExtHdrHopByHop(options=[HBHOptUnknown(otype=0x47, optdata=b"ab")]) / UDP())
+    out0, out1, c, _ = run_pcap(vecgate, tmp_path, [ping, ns, ns_bad_hlim, hbh, hbh_quiet])
+    assert len(out1) == 0
+    assert len(out0) == 3
+    rep = next(p for p in out0 if p.haslayer(ICMPv6EchoReply))
+    assert rep.haslayer(ICMPv6EchoReply) and rep[ICMPv6EchoReply].id == 9 and rep[ICMPv6EchoReply].data == b"hello6"
+    na = next(p for p in out0 if p.haslayer(ICMPv6ND_NA))
+    assert na.haslayer(ICMPv6ND_NA) and na[ICMPv6ND_NA].tgt == "2001:db8::1" and na[ICMPv6ND_NA].S == 1
+    assert na[IPv6].hlim == 255 and na[IPv6].dst == "2001:db8::7" and na[Ether].dst == "02:fe:00:00:00:07"
+    pp = next(p for p in out0 if p.haslayer(ICMPv6ParamProblem))
+    assert pp.haslayer(ICMPv6ParamProblem) and pp[ICMPv6ParamProblem].code == 2 and pp[ICMPv6ParamProblem].ptr == 42
+    assert c[("ip6-local", "icmp-malformed")] == 1
+    assert c[("ip6-input", "option-discard")] == 1
+    assert c[("ip6-local", "learned")] == 1
+    bad, _ = tshark_clean(tmp_path / "out0.pcap")
+    assert not bad, bad
+
+
+def test_unresolved_next_hop_sends_arp_and_ns(vecgate, tmp_path):
+    extra = """
+[[route]]
+prefix = "198.19.50.0/24"
+via = "198.18.1.50"
+
+[[route]]
+prefix = "2001:db8:500::/48"
+via = "2001:db8:1::50"
+"""
+    p4 = eth0(IP(src="198.18.0.2", dst="198.19.50.1") / UDP())
+    p6 = eth0(IPv6(src="2001:db8::2", dst="2001:db8:500::1") / UDP())
+    attached = eth0(IP(src="198.18.0.2", dst="198.18.1.77") / UDP())
+    out0, out1, c, _ = run_pcap(vecgate, tmp_path, [p4, p6, attached], extra)
+    assert len(out1) == 3
+    arps = sorted((p for p in out1 if p.haslayer(ARP)), key=lambda p: p[ARP].pdst)
+    assert [a[ARP].pdst for a in arps] == ["198.18.1.50", "198.18.1.77"]
+    assert arps[0][ARP].psrc == "198.18.1.1" and arps[0][Ether].dst == "ff:ff:ff:ff:ff:ff" and arps[0][ARP].op == 1
+    ns = next(p for p in out1 if p.haslayer(ICMPv6ND_NS))
+    assert ns.haslayer(ICMPv6ND_NS) and ns[ICMPv6ND_NS].tgt == "2001:db8:1::50"
+    assert ns[IPv6].dst == "ff02::1:ff00:50" and ns[Ether].dst == "33:33:ff:00:00:50" and ns[IPv6].hlim == 255
+    assert c[("ip4-rewrite", "arp-request-sent")] == 2
+    assert c[("ip6-rewrite", "ns-sent")] == 1
+
+
+def test_garbage_never_crashes(vecgate, tmp_path):
+    import random
+    rnd = random.Random(1234)
+    pkts = []
+    base = [raw(eth0(IP(src="198.18.0.2", dst="198.19.0.9") / UDP() / Raw(b"x" * 30))),
+            raw(eth0(IPv6(src="2001:db8::2", dst="2001:db8::1") / IPv6ExtHdrHopByHop() / ICMPv6EchoRequest())),
+            raw(Ether(src=HOST_MAC, dst="ff:ff:ff:ff:ff:ff") / ARP(pdst="198.18.0.1"))]
+    for _ in range(3000):
+        b = bytearray(rnd.choice(base))
+        for _ in range(rnd.randint(1, 6)):
+            b[rnd.randrange(12, len(b))] = rnd.randrange(256)
+        pkts.append(bytes(b[: rnd.randint(1, len(b))]))
+    out0, out1, c, snap = run_pcap(vecgate, tmp_path, pkts)
+    rx = next(p for p in snap["ports"] if p["name"] == "eth0")["counters"]["rx_packets"]
+    assert rx == 3000
+    dropped = next(n for n in snap["nodes"] if n["name"] == "error-drop")["packets"]
+    sent = sum(p["counters"]["tx_packets"] for p in snap["ports"])
+    # Nothing accepted is silently lost: every packet was sent or dropped with a reason
+    # (ICMP errors and replies reuse the buffer of the packet that caused them).
+    assert dropped + sent == 3000
+    assert snap["pool"]["regular_free"] == snap["pool"]["regular_total"]
