@@ -13,21 +13,21 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Request {
-    ShowRuntime,
+    ShowRuntime {},
     ShowErrors {
         /// Include counters that are zero.
         #[serde(default)]
         all: bool,
     },
-    ShowTrace,
+    ShowTrace {},
     TraceAdd {
         node: String,
         count: u32,
     },
-    TraceClear,
-    ShowInterfaces,
-    ShowIpFib,
-    ShowNeighbours,
+    TraceClear {},
+    ShowInterfaces {},
+    ShowIpFib {},
+    ShowNeighbours {},
     IpRouteAdd {
         prefix: String,
         via: Option<String>,
@@ -38,7 +38,7 @@ pub enum Request {
     IpRouteDel {
         prefix: String,
     },
-    ClearRuntime,
+    ClearRuntime {},
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -95,7 +95,7 @@ impl Control {
 
     fn try_handle(&mut self, req: &Request) -> Result<Reply, String> {
         Ok(match req {
-            Request::ShowRuntime => {
+            Request::ShowRuntime {} => {
                 let s = self.snapshot()?;
                 Reply::ok(serde_json::to_value(&s).map_err(|e| e.to_string())?, format::runtime(&s))
             }
@@ -104,7 +104,7 @@ impl Control {
                 let rows: Vec<_> = s.counters.iter().filter(|c| *all || c.count > 0).cloned().collect();
                 Reply::ok(serde_json::to_value(&rows).map_err(|e| e.to_string())?, format::errors(&rows))
             }
-            Request::ShowTrace => {
+            Request::ShowTrace {} => {
                 let mut all = Vec::new();
                 for w in &self.workers {
                     let (tx, rx) = crossbeam_channel::bounded(1);
@@ -122,24 +122,24 @@ impl Control {
                 }
                 Reply::ok(serde_json::Value::Null, format!("tracing the next {count} packets from {node}"))
             }
-            Request::TraceClear => {
+            Request::TraceClear {} => {
                 self.broadcast(|| WorkerCmd::TraceClear)?;
                 Reply::ok(serde_json::Value::Null, "trace cleared".into())
             }
-            Request::ClearRuntime => {
+            Request::ClearRuntime {} => {
                 self.broadcast(|| WorkerCmd::ClearRuntime)?;
                 Reply::ok(serde_json::Value::Null, "runtime and counters cleared".into())
             }
-            Request::ShowInterfaces => {
+            Request::ShowInterfaces {} => {
                 let s = self.snapshot().ok();
                 let rows = format::interface_rows(self.state.interfaces(), &self.interfaces, s.as_ref());
                 Reply::ok(serde_json::to_value(&rows).map_err(|e| e.to_string())?, format::interfaces(&rows))
             }
-            Request::ShowIpFib => {
+            Request::ShowIpFib {} => {
                 let rows = self.state.fib_entries();
                 Reply::ok(serde_json::to_value(&rows).map_err(|e| e.to_string())?, format::fib(&rows, self.shared.load().generation))
             }
-            Request::ShowNeighbours => {
+            Request::ShowNeighbours {} => {
                 let rows = format::neighbour_rows(&self.state);
                 Reply::ok(serde_json::to_value(&rows).map_err(|e| e.to_string())?, format::neighbours(&rows))
             }

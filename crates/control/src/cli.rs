@@ -21,18 +21,18 @@ commands:
 pub fn parse(words: &[String]) -> Result<Request, String> {
     let w: Vec<&str> = words.iter().map(String::as_str).collect();
     match w.as_slice() {
-        ["show", "runtime" | "run"] => Ok(Request::ShowRuntime),
+        ["show", "runtime" | "run"] => Ok(Request::ShowRuntime {}),
         ["show", "errors" | "error"] => Ok(Request::ShowErrors { all: false }),
         ["show", "errors" | "error", "all"] => Ok(Request::ShowErrors { all: true }),
-        ["show", "trace"] => Ok(Request::ShowTrace),
+        ["show", "trace"] => Ok(Request::ShowTrace {}),
         ["trace", "add", node, count] => Ok(Request::TraceAdd {
             node: node.to_string(),
             count: count.parse().map_err(|_| format!("count {count:?}: expected a number"))?,
         }),
-        ["trace", "clear"] | ["clear", "trace"] => Ok(Request::TraceClear),
-        ["show", "interfaces" | "interface" | "int"] => Ok(Request::ShowInterfaces),
-        ["show", "ip" | "ip6", "fib"] => Ok(Request::ShowIpFib),
-        ["show", "neighbours" | "neighbors"] | ["show", "ip", "neighbours" | "neighbors"] => Ok(Request::ShowNeighbours),
+        ["trace", "clear"] | ["clear", "trace"] => Ok(Request::TraceClear {}),
+        ["show", "interfaces" | "interface" | "int"] => Ok(Request::ShowInterfaces {}),
+        ["show", "ip" | "ip6", "fib"] => Ok(Request::ShowIpFib {}),
+        ["show", "neighbours" | "neighbors"] | ["show", "ip", "neighbours" | "neighbors"] => Ok(Request::ShowNeighbours {}),
         ["ip", "route", "add", prefix, rest @ ..] => {
             let (via, interface, blackhole) = match rest {
                 ["via", v] => (Some(v.to_string()), None, false),
@@ -44,7 +44,7 @@ pub fn parse(words: &[String]) -> Result<Request, String> {
             Ok(Request::IpRouteAdd { prefix: prefix.to_string(), via, interface, blackhole })
         }
         ["ip", "route", "del" | "delete", prefix] => Ok(Request::IpRouteDel { prefix: prefix.to_string() }),
-        ["clear", "runtime" | "errors"] => Ok(Request::ClearRuntime),
+        ["clear", "runtime" | "errors"] => Ok(Request::ClearRuntime {}),
         _ => Err(format!("unknown command {:?}\n{HELP}", w.join(" "))),
     }
 }
@@ -59,7 +59,7 @@ mod tests {
 
     #[test]
     fn commands() {
-        assert_eq!(p("show runtime"), Ok(Request::ShowRuntime));
+        assert_eq!(p("show runtime"), Ok(Request::ShowRuntime {}));
         assert_eq!(p("trace add pg-input 10"), Ok(Request::TraceAdd { node: "pg-input".into(), count: 10 }));
         assert_eq!(
             p("ip route add 198.19.0.0/16 via 198.18.2.2"),

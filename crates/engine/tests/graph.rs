@@ -122,8 +122,8 @@ fn worker(total: u32) -> (Worker<Cx>, std::sync::Arc<std::sync::atomic::AtomicUs
     let graph = g.build().unwrap();
     let sunk = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let ports = vec![
-        Port::new(IfIndex(0), "src0".into(), Box::new(Counter { sent: 0, total }), input),
-        Port::new(IfIndex(1), "sink0".into(), Box::new(Sink(sunk.clone())), input),
+        Port::new(IfIndex(0), "src0".into(), Box::new(Counter { sent: 0, total }), Some(input)),
+        Port::new(IfIndex(1), "sink0".into(), Box::new(Sink(sunk.clone())), None),
     ];
     (Worker::new(0, graph, Pool::new(1024, 1), ports, Cx), sunk)
 }

@@ -215,7 +215,7 @@ pub fn bench(scenario: &str, packets: u64, json: bool, core: usize) -> Result<()
             prefixes.iter().enumerate().map(|(i, p)| (*p, RouteTarget::Via { next_hop: hops[i % hops.len()], interface: None })).collect();
         control.state.add_routes(routes).map_err(|(i, e)| anyhow!("route {i}: {e}"))?;
         control.publish();
-        worker.poll_once(); // pick up the new tables
+        engine::worker::Context::refresh(&mut worker.cx); // pick up the new tables
         let dsts: Vec<IpAddr> = (0..65_536)
             .map(|_| {
                 let p = prefixes[(rng.next() % prefixes.len() as u64) as usize];
@@ -227,7 +227,8 @@ pub fn bench(scenario: &str, packets: u64, json: bool, core: usize) -> Result<()
             eprintln!("loaded {} routes in {:.2} s", control.state.route_count(), t0.elapsed().as_secs_f64());
         }
     }
-    let warmup = (packets / 10).max(1024);
+    // Whole vectors, so the warm-up ends exactly where the measured run begins.
+    let warmup = (packets / 10).max(1024).div_ceil(engine::VECTOR_SIZE as u64) * engine::VECTOR_SIZE as u64;
     let stream = StreamSpec {
         name: scenario.into(),
         packet: PacketSpec {
