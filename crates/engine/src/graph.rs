@@ -69,6 +69,7 @@ struct NodeBox<N>(N);
 impl<C, N: Node<C>> Runner<C> for NodeBox<N> {
     fn run(&mut self, cx: &mut C, io: DispatchIo<'_>) {
         let DispatchIo { pool, input, next, queues, counters, node, drop_queue, trace } = io;
+        self.0.prepare(cx, pool, input);
         match trace {
             None => {
                 for &bi in input {

@@ -4,7 +4,8 @@
 //! stats; a node only says what happens to one packet. Next nodes are resolved by name
 //! when the graph is built, so a wrong name fails at start-up.
 
-use crate::buffer::Buffer;
+use crate::buffer::{BufIdx, Buffer};
+use crate::pool::Pool;
 
 /// How bad a counter's event is, for `show errors`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -73,6 +74,13 @@ pub trait Node<C>: Send + 'static {
 
     /// Decide what happens to one packet. Must not panic on any packet contents.
     fn process(&mut self, cx: &mut C, counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter>;
+
+    /// Called once per vector, before `process` runs on each packet: a node may do work
+    /// that gains from seeing the whole vector at once, such as starting every table
+    /// lookup before waiting on any (see `ip4-lookup`). Only where a benchmark shows the
+    /// gain; the default does nothing.
+    #[inline(always)]
+    fn prepare(&mut self, _cx: &mut C, _pool: &mut Pool, _input: &[BufIdx]) {}
 
     /// One line describing the packet as this node sees it, for `show trace`. Called
     /// before `process`, only for traced packets.

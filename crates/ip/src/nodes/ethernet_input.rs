@@ -29,7 +29,7 @@ impl Node<IpContext> for EthernetInput {
         "ethernet-input"
     }
 
-    #[inline]
+    #[inline(always)]
     fn process(&mut self, cx: &mut IpContext, _: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
         use EthernetInputCounter as C;
         let Ok(f) = EthernetFrame::new_checked(buf.bytes()) else {

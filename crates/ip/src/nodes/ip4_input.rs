@@ -42,7 +42,7 @@ impl Node<IpContext> for Ip4Input {
         "ip4-input"
     }
 
-    #[inline]
+    #[inline(always)]
     fn process(&mut self, _: &mut IpContext, _: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
         let p = match Ipv4Packet::new_checked(buf.bytes()) {
             Ok(p) => p,

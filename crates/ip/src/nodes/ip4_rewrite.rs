@@ -58,7 +58,7 @@ impl Node<IpContext> for Ip4Rewrite {
         "ip4-rewrite"
     }
 
-    #[inline]
+    #[inline(always)]
     fn process(
         &mut self,
         cx: &mut IpContext,

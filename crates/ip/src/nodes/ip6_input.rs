@@ -35,7 +35,7 @@ impl Node<IpContext> for Ip6Input {
         "ip6-input"
     }
 
-    #[inline]
+    #[inline(always)]
     fn process(
         &mut self,
         _: &mut IpContext,

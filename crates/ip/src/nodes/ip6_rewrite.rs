@@ -56,7 +56,7 @@ impl Node<IpContext> for Ip6Rewrite {
         "ip6-rewrite"
     }
 
-    #[inline]
+    #[inline(always)]
     fn process(
         &mut self,
         cx: &mut IpContext,
