@@ -28,9 +28,9 @@ impl Node<IpContext> for Ip4Lookup {
         "ip4-lookup"
     }
 
-    /// Look up the whole vector level by level (`Poptrie::lookup_batch`), so the cache
-    /// misses of independent packets overlap; `process` then only dispatches on
-    /// `meta.adj`. Measured in docs/PERFORMANCE.md (the 1M-prefix scenarios).
+    /// Look up the whole vector first; for tables larger than the caches level by level
+    /// (`Poptrie::lookup_batch`), so the misses of independent packets overlap.
+    /// `process` then only dispatches on `meta.adj`. Measured in docs/PERFORMANCE.md.
     fn prepare(&mut self, cx: &mut IpContext, pool: &mut Pool, input: &[BufIdx]) {
         let n = input.len().min(VECTOR_SIZE);
         let mut keys = [0 as u32; VECTOR_SIZE];
@@ -40,7 +40,14 @@ impl Node<IpContext> for Ip4Lookup {
                 *k = u32::from_be_bytes([d[0], d[1], d[2], d[3]]);
             }
         }
-        cx.tables.fib4.lookup_batch(&keys[..n], &mut adj[..n]);
+        let fib = &cx.tables.fib4;
+        if fib.prefers_batch() {
+            fib.lookup_batch(&keys[..n], &mut adj[..n]);
+        } else {
+            for (a, &k) in adj.iter_mut().zip(&keys[..n]) {
+                *a = fib.lookup(k);
+            }
+        }
         for (a, &b) in adj.iter().zip(&input[..n]) {
             pool.get_mut(b).meta.adj = *a;
         }
