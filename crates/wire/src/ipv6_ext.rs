@@ -305,6 +305,23 @@ mod tests {
         assert_eq!(walk_chain(IpProtocol::Ipv6Opts, &s), Err(Ipv6ExtError::ChainTooLong));
     }
 
+    proptest::proptest! {
+        #[test]
+        fn fragment_roundtrip(nh: u8, off in 0u16..8192, more: bool, ident: u32) {
+            let r = FragmentRepr { next_header: nh.into(), offset: off << 3, more, ident };
+            let mut b = [0u8; FRAGMENT_HEADER_LEN];
+            r.emit(&mut b);
+            proptest::prop_assert_eq!(FragmentRepr::parse(&b).unwrap(), r);
+        }
+
+        #[test]
+        fn walk_never_panics(first: u8, data in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..96)) {
+            if let Ok(info) = walk_chain(first.into(), &data) {
+                proptest::prop_assert!(info.upper_offset <= data.len());
+            }
+        }
+    }
+
     #[test]
     fn later_fragment_has_no_upper() {
         let mut p = [0u8; 16];
