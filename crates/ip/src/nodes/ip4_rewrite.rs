@@ -1,14 +1,13 @@
 //! `ip4-rewrite`: TTL and MTU checks, TTL decrement with an incremental checksum
 //! (RFC 1624), and the adjacency's Ethernet header prepended in the headroom.
 
+use super::family::{resolve, Ip4, Resolved};
 use super::{solicit, IcmpRequest};
 use crate::context::IpContext;
-use crate::tables::{l2_rewrite, Adjacency};
 use engine::{counters, next_nodes, Buffer, Counts, IfIndex, Node, Verdict};
 use std::net::Ipv4Addr;
 use wire::icmpv4::unreach;
 use wire::ipv4::Ipv4Packet;
-use wire::EtherType;
 
 next_nodes! {
     pub enum Ip4RewriteNext { Output = "interface-output", IcmpError = "ip4-icmp-error" }
@@ -78,21 +77,10 @@ impl Node<IpContext> for Ip4Rewrite {
         let len = p.total_len();
         let df = p.dont_frag();
         let dst = p.dst_addr();
-        let (tx_if, mtu, rewrite) = match cx.tables.adjacency(adj) {
-            Adjacency::Rewrite { tx_if, rewrite, mtu } => (*tx_if, *mtu, *rewrite),
-            Adjacency::Glean { tx_if, mtu } => {
-                let (tx_if, mtu) = (*tx_if, *mtu);
-                let found = cx.tables.neighbours4.get(&dst).copied();
-                match (found, cx.tables.interface(tx_if)) {
-                    (Some(n), Some(ifl)) => (tx_if, mtu, l2_rewrite(ifl, n.mac, EtherType::Ipv4)),
-                    _ => return Self::solicit(cx, buf, counts, tx_if, dst),
-                }
-            }
-            Adjacency::Incomplete { tx_if, via: std::net::IpAddr::V4(via), .. } => {
-                let (tx_if, via) = (*tx_if, *via);
-                return Self::solicit(cx, buf, counts, tx_if, via);
-            }
-            _ => return Verdict::Drop(C::BadAdjacency),
+        let (tx_if, mtu, rewrite) = match resolve::<Ip4>(&cx.tables, adj, dst) {
+            Resolved::Send { tx_if, mtu, rewrite } => (tx_if, mtu, rewrite),
+            Resolved::Solicit { tx_if, target } => return Self::solicit(cx, buf, counts, tx_if, target),
+            Resolved::Bad => return Verdict::Drop(C::BadAdjacency),
         };
         if len > mtu as usize {
             if df {

@@ -1,13 +1,12 @@
 //! `ip6-rewrite`: hop-limit and MTU checks (IPv6 routers never fragment: packet too big,
 //! RFC 8201), hop-limit decrement, Ethernet header from the adjacency.
 
+use super::family::{resolve, Ip6, Resolved};
 use super::{solicit, IcmpRequest};
 use crate::context::IpContext;
-use crate::tables::{l2_rewrite, Adjacency};
 use engine::{counters, next_nodes, Buffer, Counts, IfIndex, Node, Verdict};
 use std::net::Ipv6Addr;
 use wire::ipv6::Ipv6Packet;
-use wire::EtherType;
 
 next_nodes! {
     pub enum Ip6RewriteNext { Output = "interface-output", IcmpError = "ip6-icmp-error" }
@@ -76,21 +75,10 @@ impl Node<IpContext> for Ip6Rewrite {
             return Verdict::Next(Ip6RewriteNext::IcmpError);
         }
         let dst = p.dst_addr();
-        let (tx_if, mtu, rewrite) = match cx.tables.adjacency(buf.meta.adj) {
-            Adjacency::Rewrite { tx_if, rewrite, mtu } => (*tx_if, *mtu, *rewrite),
-            Adjacency::Glean { tx_if, mtu } => {
-                let (tx_if, mtu) = (*tx_if, *mtu);
-                let found = cx.tables.neighbours6.get(&dst).copied();
-                match (found, cx.tables.interface(tx_if)) {
-                    (Some(n), Some(ifl)) => (tx_if, mtu, l2_rewrite(ifl, n.mac, EtherType::Ipv6)),
-                    _ => return Self::solicit(cx, buf, counts, tx_if, dst),
-                }
-            }
-            Adjacency::Incomplete { tx_if, via: std::net::IpAddr::V6(via), .. } => {
-                let (tx_if, via) = (*tx_if, *via);
-                return Self::solicit(cx, buf, counts, tx_if, via);
-            }
-            _ => return Verdict::Drop(C::BadAdjacency),
+        let (tx_if, mtu, rewrite) = match resolve::<Ip6>(&cx.tables, buf.meta.adj, dst) {
+            Resolved::Send { tx_if, mtu, rewrite } => (tx_if, mtu, rewrite),
+            Resolved::Solicit { tx_if, target } => return Self::solicit(cx, buf, counts, tx_if, target),
+            Resolved::Bad => return Verdict::Drop(C::BadAdjacency),
         };
         let mut p = Ipv6Packet::new_unchecked(buf.bytes_mut());
         if len > mtu as usize {

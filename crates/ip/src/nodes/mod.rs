@@ -3,16 +3,16 @@
 
 pub mod arp_input;
 pub mod ethernet_input;
+pub mod family;
 pub mod ip4_icmp_error;
 pub mod ip4_input;
 pub mod ip4_local;
-pub mod ip4_lookup;
 pub mod ip4_rewrite;
 pub mod ip6_icmp_error;
 pub mod ip6_input;
 pub mod ip6_local;
-pub mod ip6_lookup;
 pub mod ip6_rewrite;
+pub mod ip_lookup;
 pub mod solicit;
 
 use crate::context::IpContext;
@@ -23,12 +23,12 @@ pub fn register(g: &mut GraphBuilder<IpContext>) {
     g.add(ethernet_input::EthernetInput);
     g.add(arp_input::ArpInput);
     g.add(ip4_input::Ip4Input);
-    g.add(ip4_lookup::Ip4Lookup);
+    g.add(ip_lookup::IpLookup::<family::Ip4>::default());
     g.add(ip4_rewrite::Ip4Rewrite);
     g.add(ip4_local::Ip4Local);
     g.add(ip4_icmp_error::Ip4IcmpError);
     g.add(ip6_input::Ip6Input);
-    g.add(ip6_lookup::Ip6Lookup);
+    g.add(ip_lookup::IpLookup::<family::Ip6>::default());
     g.add(ip6_rewrite::Ip6Rewrite);
     g.add(ip6_local::Ip6Local);
     g.add(ip6_icmp_error::Ip6IcmpError);
