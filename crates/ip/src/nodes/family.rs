@@ -30,6 +30,22 @@ pub trait Family: Send + 'static {
     fn fib(t: &Tables) -> &Poptrie<Self::Key>;
     fn neighbour(t: &Tables, a: &Self::Addr) -> Option<Neighbour>;
     fn from_ip(a: IpAddr) -> Option<Self::Addr>;
+    /// Overwrite `buf` with a solicitation for `target` out of `ifl` (ARP request or
+    /// neighbour solicitation); false if the interface cannot send one.
+    fn write_solicitation(buf: &mut engine::Buffer, ifl: &crate::tables::IfL3, target: Self::Addr) -> bool;
+}
+
+/// Replace a packet whose next hop is unresolved by a solicitation for it, within the
+/// worker's solicitation rate. True if the buffer now holds the solicitation, ready for
+/// `interface-output` on `tx_if`.
+pub fn solicit<F: Family>(cx: &mut crate::context::IpContext, buf: &mut engine::Buffer, tx_if: IfIndex, target: F::Addr) -> bool {
+    let crate::context::IpContext { tables, solicit: limiter, .. } = cx;
+    let Some(ifl) = tables.interface(tx_if) else { return false };
+    if !limiter.take() || !F::write_solicitation(buf, ifl, target) {
+        return false;
+    }
+    buf.meta.tx_if = tx_if;
+    true
 }
 
 engine::next_nodes! {
@@ -75,6 +91,9 @@ impl Family for Ip4 {
             IpAddr::V6(_) => None,
         }
     }
+    fn write_solicitation(buf: &mut engine::Buffer, ifl: &crate::tables::IfL3, target: Ipv4Addr) -> bool {
+        super::solicit::arp_request(buf, ifl, target)
+    }
 }
 
 impl Family for Ip6 {
@@ -111,6 +130,9 @@ impl Family for Ip6 {
             IpAddr::V6(v) => Some(v),
             IpAddr::V4(_) => None,
         }
+    }
+    fn write_solicitation(buf: &mut engine::Buffer, ifl: &crate::tables::IfL3, target: Ipv6Addr) -> bool {
+        super::solicit::neighbor_solicit(buf, ifl, target)
     }
 }
 

@@ -1,8 +1,8 @@
 //! `ip4-rewrite`: TTL and MTU checks, TTL decrement with an incremental checksum
 //! (RFC 1624), and the adjacency's Ethernet header prepended in the headroom.
 
-use super::family::{resolve, Ip4, Resolved};
-use super::{solicit, IcmpRequest};
+use super::family::{resolve, solicit, Ip4, Resolved};
+use super::IcmpRequest;
 use crate::context::IpContext;
 use engine::{counters, next_nodes, Buffer, Counts, IfIndex, Node, Verdict};
 use std::net::Ipv4Addr;
@@ -36,14 +36,9 @@ impl Ip4Rewrite {
         tx_if: IfIndex,
         target: Ipv4Addr,
     ) -> Verdict<Ip4RewriteNext, Ip4RewriteCounter> {
-        let IpContext { tables, solicit: limiter, .. } = cx;
-        let Some(ifl) = tables.interface(tx_if) else {
-            return Verdict::Drop(Ip4RewriteCounter::BadAdjacency);
-        };
-        if !limiter.take() || !solicit::arp_request(buf, ifl, target) {
+        if !solicit::<Ip4>(cx, buf, tx_if, target) {
             return Verdict::Drop(Ip4RewriteCounter::Unresolved);
         }
-        buf.meta.tx_if = tx_if;
         counts.inc(Ip4RewriteCounter::ArpSent);
         Verdict::Next(Ip4RewriteNext::Output)
     }

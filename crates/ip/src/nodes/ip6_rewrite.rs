@@ -1,8 +1,8 @@
 //! `ip6-rewrite`: hop-limit and MTU checks (IPv6 routers never fragment: packet too big,
 //! RFC 8201), hop-limit decrement, Ethernet header from the adjacency.
 
-use super::family::{resolve, Ip6, Resolved};
-use super::{solicit, IcmpRequest};
+use super::family::{resolve, solicit, Ip6, Resolved};
+use super::IcmpRequest;
 use crate::context::IpContext;
 use engine::{counters, next_nodes, Buffer, Counts, IfIndex, Node, Verdict};
 use std::net::Ipv6Addr;
@@ -34,14 +34,9 @@ impl Ip6Rewrite {
         tx_if: IfIndex,
         target: Ipv6Addr,
     ) -> Verdict<Ip6RewriteNext, Ip6RewriteCounter> {
-        let IpContext { tables, solicit: limiter, .. } = cx;
-        let Some(ifl) = tables.interface(tx_if) else {
-            return Verdict::Drop(Ip6RewriteCounter::BadAdjacency);
-        };
-        if !limiter.take() || !solicit::neighbor_solicit(buf, ifl, target) {
+        if !solicit::<Ip6>(cx, buf, tx_if, target) {
             return Verdict::Drop(Ip6RewriteCounter::Unresolved);
         }
-        buf.meta.tx_if = tx_if;
         counts.inc(Ip6RewriteCounter::NsSent);
         Verdict::Next(Ip6RewriteNext::Output)
     }
