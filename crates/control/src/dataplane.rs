@@ -15,6 +15,9 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use wire::EthernetAddress;
 
+/// The largest interface MTU (a 9216-byte jumbo frame less its Ethernet header).
+pub const MAX_MTU: u16 = 9202;
+
 /// What the control plane keeps about an interface beyond its L3 view.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct InterfaceInfo {
@@ -86,8 +89,9 @@ pub fn build_state(cfg: &Config) -> Result<RouterState, ConfigError> {
             addresses.push(ia);
         }
         let min_mtu = if addresses.iter().any(|a| a.addr.is_ipv6()) { 1280 } else { 68 };
-        if ic.mtu < min_mtu || ic.mtu as usize > engine::pool::REGULAR_CAPACITY - 14 {
-            return Err(cfg.err(f("mtu"), format!("{}: expected {min_mtu} to {} bytes", ic.mtu, engine::pool::REGULAR_CAPACITY - 14)));
+        // Frames above the regular buffer size travel in the pool's large buffers.
+        if ic.mtu < min_mtu || ic.mtu > MAX_MTU {
+            return Err(cfg.err(f("mtu"), format!("{}: expected {min_mtu} to {MAX_MTU} bytes", ic.mtu)));
         }
         match ic.kind {
             InterfaceKind::Pcap if ic.input.is_none() && ic.output.is_none() => {
