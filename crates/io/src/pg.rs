@@ -9,7 +9,7 @@ use engine::{clock, BufIdx, Pool};
 use std::net::IpAddr;
 use wire::checksum;
 use wire::ethernet::EthernetRepr;
-use wire::icmpv4::{Icmpv4Packet, Icmpv4Repr};
+use wire::icmpv4::Icmpv4Repr;
 use wire::icmpv6::Icmpv6Repr;
 use wire::ipv4::{Ipv4Packet, Ipv4Repr};
 use wire::ipv6::{Ipv6Packet, Ipv6Repr};
@@ -90,6 +90,8 @@ pub enum TemplateError {
     EmptyList,
     #[error("count must be at least 1")]
     ZeroCount,
+    #[error("at most {MAX_MODIFIERS} modifiers per stream")]
+    TooManyModifiers,
 }
 
 /// Where a template keeps the fields modifiers touch.
@@ -185,9 +187,8 @@ fn build(spec: &PacketSpec) -> Result<(Vec<u8>, Layout), TemplateError> {
         L4Spec::IcmpEcho { ident, seq } => match (spec.src, spec.dst) {
             (IpAddr::V4(_), IpAddr::V4(_)) => {
                 let data = seg[8..].to_vec();
-                Icmpv4Repr::EchoRequest { ident, seq, data: &data }.emit(seg);
                 // The ICMPv4 checksum covers no addresses: address changes leave it valid.
-                let _ = Icmpv4Packet::new_unchecked(&*seg);
+                Icmpv4Repr::EchoRequest { ident, seq, data: &data }.emit(seg);
             }
             (IpAddr::V6(s), IpAddr::V6(d)) => {
                 let data = seg[8..].to_vec();
@@ -199,6 +200,9 @@ fn build(spec: &PacketSpec) -> Result<(Vec<u8>, Layout), TemplateError> {
     }
     Ok((f, lay))
 }
+
+/// Modifiers a stream may have (values are drawn into a fixed array per packet).
+pub const MAX_MODIFIERS: usize = 4;
 
 struct Modifier {
     offset: usize,
@@ -237,6 +241,9 @@ impl PacketGenerator {
         let mut streams = Vec::new();
         for s in specs {
             let (template, lay) = build(&s.packet).map_err(|e| (s.name.clone(), e))?;
+            if s.modifiers.len() > MAX_MODIFIERS {
+                return Err((s.name.clone(), TemplateError::TooManyModifiers));
+            }
             let mut modifiers = Vec::new();
             for m in &s.modifiers {
                 match &m.pattern {
@@ -419,8 +426,8 @@ impl Device for PacketGenerator {
             let got = pool.alloc_regular_many(want as usize, out);
             for idx in first..first + got {
                 // Values for this packet, drawn before borrowing the buffer.
-                let mut vals = [0u32; 4];
-                for (j, m) in self.streams[si].modifiers.iter_mut().enumerate().take(4) {
+                let mut vals = [0u32; MAX_MODIFIERS];
+                for (j, m) in self.streams[si].modifiers.iter_mut().enumerate().take(MAX_MODIFIERS) {
                     vals[j] = match &m.pattern {
                         Pattern::Increment { count } => {
                             let v = m.base.wrapping_add(m.next);
@@ -440,7 +447,7 @@ impl Device for PacketGenerator {
                         }
                     };
                 }
-                for j in 0..self.streams[si].modifiers.len().min(4) {
+                for j in 0..self.streams[si].modifiers.len().min(MAX_MODIFIERS) {
                     if let Pattern::Random { count } = self.streams[si].modifiers[j].pattern {
                         let r = self.rand() % count;
                         vals[j] = self.streams[si].modifiers[j].base.wrapping_add(r);
@@ -451,7 +458,7 @@ impl Device for PacketGenerator {
                 // Template sizes were checked against the regular buffer capacity.
                 let _ = b.write(&s.template);
                 let frame = b.bytes_mut();
-                for (j, m) in s.modifiers.iter().enumerate().take(4) {
+                for (j, m) in s.modifiers.iter().enumerate().take(MAX_MODIFIERS) {
                     apply(frame, m, if m.wide || vals[j] <= 0xffff { vals[j] } else { vals[j] & 0xffff });
                 }
             }
@@ -556,6 +563,9 @@ mod tests {
         let mut bad = s.clone();
         bad.packet.frame_size = 40;
         assert!(matches!(PacketGenerator::new(&[bad]), Err((_, TemplateError::TooSmall { .. }))));
+        let mut many = s.clone();
+        many.modifiers = vec![ModifierSpec { field: Field::DstAddr, pattern: Pattern::Increment { count: 2 } }; 5];
+        assert!(matches!(PacketGenerator::new(&[many]), Err((_, TemplateError::TooManyModifiers))));
         let mut ports = s;
         ports.modifiers = vec![ModifierSpec { field: Field::SrcPort, pattern: Pattern::Increment { count: 4 } }];
         assert!(matches!(PacketGenerator::new(&[ports]), Err((_, TemplateError::NoPorts))));

@@ -104,8 +104,7 @@ pub fn pseudo_header_v6(src: &Ipv6Addr, dst: &Ipv6Addr, next_header: u8, length:
 }
 
 /// RFC 1624 eqn. 3: the new checksum field after one 16-bit word changed from `old` to
-/// `new`. Never produces 0xffff from a non-0xffff input... except that RFC 1624 notes the
-/// only way to reach -0 is a header that sums to zero, which cannot happen for IP headers.
+/// `new`. Eqn. 3 (not eqn. 2) is the form that cannot turn a valid field into -0.
 #[inline(always)]
 pub fn update16(field: u16, old: u16, new: u16) -> u16 {
     let mut s = (!field) as u32 + (!old) as u32 + new as u32;

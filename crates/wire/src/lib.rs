@@ -8,7 +8,8 @@
 //! - a small `Copy` error enum that says *why* the bytes were refused; nodes map each
 //!   variant one-to-one to a named drop counter.
 //!
-//! Invariants: nothing in this crate allocates, does I/O, or panics on any input. Getters
+//! Invariants: nothing on the packet path here allocates, does I/O, or panics on any
+//! input (the `fuzz` module is test support and may allocate and assert). Getters
 //! on a view built by `new_checked` index within the checked range; `new_unchecked` is
 //! for buffers this process just emitted or sized itself.
 //!
