@@ -25,6 +25,13 @@ seeds = {
     "udp": [raw(IP(src="198.18.0.1", dst="198.18.0.2") / UDP(sport=2152, dport=2152) / Raw(b"gtp"))[20:], raw(UDP(len=8))],
     "tcp": [raw(TCP(flags="S", options=[("MSS", 1460), ("NOP", None), ("WScale", 7)])), raw(TCP(flags="PA") / Raw(b"data"))],
 }
+from scapy.contrib.gtp import GTP_U_Header, GTPPDUSessionContainer, GTPEchoRequest
+seeds["gtpu"] = [
+    GTP_U_Header(teid=0x1234) / IP(src="198.18.0.1", dst="198.19.0.1") / UDP(),
+    GTP_U_Header(teid=7, E=1, next_ex=0x85) / GTPPDUSessionContainer(type=1, QFI=9) / IP(src="198.18.0.1", dst="198.19.0.1") / UDP(),
+    GTP_U_Header(teid=7, E=1, next_ex=0x85) / GTPPDUSessionContainer(type=0, QFI=5, RQI=1) / IPv6(src=S6, dst=D6) / UDP(),
+    GTP_U_Header(teid=0, S=1, seq=5, gtp_type=1) / GTPEchoRequest(),
+]
 out = Path(__file__).parent / "corpus"
 for target, pkts in seeds.items():
     d = out / target

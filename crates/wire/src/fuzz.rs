@@ -111,6 +111,17 @@ pub fn tcp(data: &[u8]) {
     }
 }
 
+pub fn gtpu(data: &[u8]) {
+    let Ok(p) = gtpu::GtpuPacket::new_checked(data) else { return };
+    if let Ok(r) = gtpu::GtpuRepr::parse(&p) {
+        let mut b = vec![0u8; r.buffer_len()];
+        r.emit(&mut b);
+        let q = gtpu::GtpuPacket::new_checked(&b[..]).unwrap();
+        let r2 = gtpu::GtpuRepr::parse(&q).unwrap();
+        assert_eq!((r2.msg_type, r2.teid, r2.pdu_session, r2.payload_len), (r.msg_type, r.teid, r.pdu_session, r.payload_len));
+    }
+}
+
 /// Every target by name, for the corpus replay test and the fuzz crate.
 pub const TARGETS: &[(&str, fn(&[u8]))] = &[
     ("ethernet", ethernet),
@@ -121,4 +132,5 @@ pub const TARGETS: &[(&str, fn(&[u8]))] = &[
     ("icmpv6", icmpv6),
     ("udp", udp),
     ("tcp", tcp),
+    ("gtpu", gtpu),
 ];

@@ -23,6 +23,7 @@ pub mod arp;
 pub mod checksum;
 pub mod ethernet;
 pub mod fuzz;
+pub mod gtpu;
 pub mod icmpv4;
 pub mod icmpv6;
 pub mod ip;
