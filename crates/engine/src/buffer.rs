@@ -58,9 +58,6 @@ pub struct Meta {
     pub drop: Option<DropReason>,
     /// Set on packets selected by `trace add`.
     pub trace: Option<NonZeroU32>,
-    /// Offset of the L3 header from the buffer's headroom start (for nodes that need
-    /// to look back at L2 after advancing past it).
-    pub l3_start: u16,
 }
 
 /// Not enough headroom (prepend) or data (advance) for the requested change.
@@ -189,21 +186,6 @@ impl Buffer {
         let s = self.start as usize;
         s.checked_sub(n).map(|from| &self.data[from..s])
     }
-
-    /// Offset of the current start from the beginning of the data area; with
-    /// `rewind_to` it lets a node return to a header it advanced past.
-    pub fn offset(&self) -> usize {
-        self.start as usize
-    }
-
-    /// Move the start back (or forward) to an offset previously read with `offset`.
-    pub fn rewind_to(&mut self, offset: usize) -> Result<(), BufferError> {
-        if offset > self.end as usize {
-            return Err(BufferError::Short);
-        }
-        self.start = offset as u32;
-        Ok(())
-    }
 }
 
 #[cfg(test)]
@@ -224,10 +206,9 @@ mod tests {
         assert_eq!(b.advance(6), Err(BufferError::Short));
         assert_eq!(b.prepend(HEADROOM), Err(BufferError::NoHeadroom));
         assert_eq!(b.write(&vec![0u8; 2049]), Err(BufferError::TooLarge));
-        let off = b.offset();
         b.advance(3).unwrap();
-        b.rewind_to(off).unwrap();
-        assert_eq!(b.len(), 5);
+        assert_eq!(b.preceding(3), Some(&[9, 9, 9][..]));
+        assert_eq!(b.bytes(), &[9, 3]);
     }
 
     #[test]

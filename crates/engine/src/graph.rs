@@ -17,6 +17,10 @@ use crate::VECTOR_SIZE;
 pub const ERROR_DROP: &str = "error-drop";
 pub const INTERFACE_OUTPUT: &str = "interface-output";
 pub const INTERFACE_TX: &str = "interface-tx";
+/// Slots of the built-in nodes: `GraphBuilder::new` adds them first, in this order.
+const ERROR_DROP_SLOT: usize = 0;
+const INTERFACE_OUTPUT_SLOT: usize = 1;
+const INTERFACE_TX_SLOT: usize = 2;
 
 /// A node's position in its graph.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -228,15 +232,6 @@ impl<C> Graph<C> {
         self.slots.iter().position(|s| s.name == name).map(NodeId).ok_or_else(|| GraphError::NoSuchNode(name.to_string()))
     }
 
-    pub fn node_names(&self) -> impl Iterator<Item = &str> {
-        self.slots.iter().map(|s| s.name.as_str())
-    }
-
-    /// The next nodes of a node by name (for `show graph` and tests).
-    pub fn next_of(&self, id: NodeId) -> Vec<&str> {
-        self.slots[id.0].next.iter().map(|&n| self.slots[n].name.as_str()).collect()
-    }
-
     /// Hand a vector from an input node to its next node, accounting the input's time.
     /// Marks packets for an armed trace.
     pub fn inject(&mut self, input: NodeId, pool: &mut Pool, bufs: &[BufIdx], cycles: u64) {
@@ -268,7 +263,7 @@ impl<C> Graph<C> {
 
     /// Add time and packets to `interface-tx` (the worker's device flush).
     pub(crate) fn account_tx(&mut self, packets: u64, cycles: u64) {
-        let tx = self.slots.iter_mut().find(|s| matches!(s.kind, Kind::InterfaceTx)).expect("built-in node");
+        let tx = &mut self.slots[INTERFACE_TX_SLOT];
         tx.runtime.calls += 1;
         if packets > 0 {
             tx.runtime.vectors += 1;
@@ -278,8 +273,7 @@ impl<C> Graph<C> {
     }
 
     pub(crate) fn count_no_device(&mut self, n: u64) {
-        let out = self.slots.iter_mut().find(|s| matches!(s.kind, Kind::InterfaceOutput)).expect("built-in node");
-        out.counters[OutputCounter::NoDevice.index()] += n;
+        self.slots[INTERFACE_OUTPUT_SLOT].counters[OutputCounter::NoDevice.index()] += n;
     }
 
     /// Run every queued buffer to completion: until all queues are empty, dispatch each
@@ -319,7 +313,7 @@ impl<C> Graph<C> {
                             queues: &mut self.queues,
                             counters,
                             node: i as u16,
-                            drop_queue: 0,
+                            drop_queue: ERROR_DROP_SLOT,
                             trace: if tracing { Some(&mut self.trace) } else { None },
                         },
                     );
@@ -330,7 +324,6 @@ impl<C> Graph<C> {
                             let m = pool.get(b).meta;
                             if let (Some(id), Some(r)) = (m.trace, m.drop) {
                                 let s = &self.slots[r.node as usize];
-                                // `error-drop` is slot 0, the drop queue every node uses.
                                 let c = s.counter_info.get(r.counter as usize).map_or("?", |c| c.name);
                                 self.trace.push(TraceRecord {
                                     packet: id.get(),
@@ -401,10 +394,6 @@ impl<C> Graph<C> {
         self.trace.clear()
     }
 
-    pub fn runtime_of(&self, id: NodeId) -> NodeRuntime {
-        self.slots[id.0].runtime
-    }
-
     pub fn node_snapshots(&self) -> Vec<NodeSnapshot> {
         self.slots
             .iter()
@@ -443,10 +432,5 @@ impl<C> Graph<C> {
         for s in &mut self.slots {
             s.counters.iter_mut().for_each(|c| *c = 0);
         }
-    }
-
-    /// Is the named node an input?
-    pub fn is_input(&self, id: NodeId) -> bool {
-        matches!(self.slots[id.0].kind, Kind::Input)
     }
 }

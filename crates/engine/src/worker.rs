@@ -136,10 +136,8 @@ impl<C: Context> Worker<C> {
                 }
                 None => {
                     let n = queue.len() as u64;
-                    let mut q2 = std::mem::take(queue);
-                    self.pool.free_many(&q2);
-                    q2.clear();
-                    *self.graph.tx_queue(ifx).expect("exists") = q2;
+                    self.pool.free_many(queue);
+                    queue.clear();
                     self.graph.count_no_device(n);
                 }
             }

@@ -219,7 +219,6 @@ struct Modifier {
 }
 
 struct Stream {
-    name: String,
     template: Vec<u8>,
     modifiers: Vec<Modifier>,
     remaining: Option<u64>,
@@ -301,26 +300,9 @@ impl PacketGenerator {
                 let addr_start = offset + 4 - addr_len;
                 modifiers.push(Modifier { offset, wide, addrs, addr_start, addr_len, base, pattern: m.pattern.clone(), next: 0, fixups });
             }
-            streams.push(Stream {
-                name: s.name.clone(),
-                template,
-                modifiers,
-                remaining: s.count,
-                rate_pps: s.rate_pps,
-                sent: 0,
-                started: None,
-            });
+            streams.push(Stream { template, modifiers, remaining: s.count, rate_pps: s.rate_pps, sent: 0, started: None });
         }
         Ok(PacketGenerator { streams, rng: 0x9e37_79b9_7f4a_7c15, hz: clock::hz(), next_stream: 0 })
-    }
-
-    pub fn stream_names(&self) -> impl Iterator<Item = &str> {
-        self.streams.iter().map(|s| s.name.as_str())
-    }
-
-    /// Packets generated so far, all streams.
-    pub fn sent(&self) -> u64 {
-        self.streams.iter().map(|s| s.sent).sum()
     }
 
     fn rand(&mut self) -> u32 {

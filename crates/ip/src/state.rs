@@ -8,7 +8,7 @@ use crate::prefix::{IfAddr, Prefix};
 use crate::tables::{l2_rewrite, Adjacency, IfL3, Neighbour, Tables, ADJ_LOCAL};
 use engine::IfIndex;
 use std::collections::{BTreeMap, HashMap};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 use std::sync::Arc;
 use wire::{EtherType, EthernetAddress};
 
@@ -403,12 +403,4 @@ impl RouterState {
 fn compile<K: LpmKey>(m: &BTreeMap<(K, u8), u32>) -> Poptrie<K> {
     let v: Vec<Route<K>> = m.iter().map(|(&(k, l), &v)| (k, l, v)).collect();
     Poptrie::build(&v)
-}
-
-/// Convenience for tests and the default gateway.
-pub fn v4(a: &str) -> Ipv4Addr {
-    a.parse().expect("literal IPv4 address")
-}
-pub fn v6(a: &str) -> Ipv6Addr {
-    a.parse().expect("literal IPv6 address")
 }

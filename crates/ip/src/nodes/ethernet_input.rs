@@ -42,7 +42,6 @@ impl Node<IpContext> for EthernetInput {
                 };
                 if let Some(next) = next {
                     let _ = buf.advance(HEADER_LEN);
-                    buf.meta.l3_start = buf.offset() as u16;
                     return Verdict::Next(next);
                 }
             }
@@ -66,7 +65,6 @@ impl Node<IpContext> for EthernetInput {
         };
         // Cannot fail: new_checked proved HEADER_LEN bytes.
         let _ = buf.advance(HEADER_LEN);
-        buf.meta.l3_start = buf.offset() as u16;
         Verdict::Next(next)
     }
 

@@ -7,7 +7,6 @@ use crate::context::IpContext;
 use crate::tables::Adjacency;
 use engine::{counters, next_nodes, Buffer, Counts, IfIndex, Node, Verdict};
 use std::net::Ipv4Addr;
-use wire::checksum;
 use wire::icmpv4::unreach;
 use wire::ipv4::Ipv4Packet;
 
@@ -69,10 +68,7 @@ impl Node<IpContext> for Ip4Rewrite {
             if let Some(h) = buf.bytes_mut().first_chunk_mut::<20>() {
                 let len = u16::from_be_bytes([h[2], h[3]]) as usize;
                 if h[8] > 1 && len <= *mtu as usize {
-                    let old = u16::from_be_bytes([h[8], h[9]]);
-                    h[8] -= 1;
-                    let c = checksum::update16(u16::from_be_bytes([h[10], h[11]]), old, old - 0x0100);
-                    h[10..12].copy_from_slice(&c.to_be_bytes());
+                    Ipv4Packet::new_unchecked(&mut h[..]).decrement_ttl();
                     let Ok(l2) = buf.prepend(14) else { return Verdict::Drop(C::NoHeadroom) };
                     l2.copy_from_slice(rewrite);
                     buf.meta.tx_if = *tx_if;
