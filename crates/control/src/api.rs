@@ -39,6 +39,17 @@ pub enum Request {
         prefix: String,
     },
     ClearRuntime {},
+    /// Create a GTP-U tunnel (the fields of a `[[gtpu_tunnel]]` table).
+    CreateGtpuTunnel(crate::gtpu::GtpuTunnelConfig),
+    DeleteGtpuTunnel {
+        /// The tunnel's interface name, `gtpu_tunnel<id>`.
+        name: String,
+    },
+    ShowGtpuTunnels {
+        /// At most this many rows (default 100; there may be a million tunnels).
+        #[serde(default)]
+        limit: Option<usize>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -146,15 +157,51 @@ impl Control {
             Request::IpRouteAdd { prefix, via, interface, blackhole } => {
                 let p: Prefix = prefix.parse().map_err(|e| format!("prefix {prefix:?}: {e}"))?;
                 let t = route_target(via.as_deref(), interface.as_deref(), *blackhole)?;
+                let t = crate::gtpu::resolve_target(&self.gtpu, &self.state, t)?;
                 self.state.add_route(p, t).map_err(|e| e.to_string())?;
-                self.publish();
+                self.publish_routes();
                 Reply::ok(serde_json::Value::Null, format!("route {p} added"))
             }
             Request::IpRouteDel { prefix } => {
                 let p: Prefix = prefix.parse().map_err(|e| format!("prefix {prefix:?}: {e}"))?;
                 self.state.del_route(&p).map_err(|e| e.to_string())?;
-                self.publish();
+                self.publish_routes();
                 Reply::ok(serde_json::Value::Null, format!("route {p} deleted"))
+            }
+            Request::CreateGtpuTunnel(c) => {
+                let spec = c.to_spec(&self.state).map_err(|(f, m)| format!("{f}: {m}"))?;
+                let had_ue = spec.ue.is_some();
+                let id = self.gtpu.create(&mut self.state, spec).map_err(|e| e.to_string())?;
+                if had_ue {
+                    // The UE route changed the FIB; tunnels' outer routes may have moved.
+                    self.gtpu.refresh_outer(&mut self.state);
+                }
+                self.publish();
+                let name = format!("gtpu_tunnel{id}");
+                Reply::ok(serde_json::json!({ "name": name, "id": id }), format!("created {name}"))
+            }
+            Request::DeleteGtpuTunnel { name } => {
+                let (id, _) = crate::gtpu::tunnel_by_name(&self.gtpu, name).ok_or_else(|| format!("no tunnel named {name:?}"))?;
+                self.gtpu.delete(&mut self.state, id).map_err(|e| e.to_string())?;
+                self.publish_routes();
+                Reply::ok(serde_json::Value::Null, format!("deleted {name}"))
+            }
+            Request::ShowGtpuTunnels { limit } => {
+                let rows = crate::gtpu::rows(&self.gtpu, &self.state, limit.unwrap_or(100));
+                let mut text = crate::gtpu::format_rows(&rows, self.gtpu.len());
+                if !self.recent_gtpu_events.is_empty() {
+                    text += "recent path-management events:\n";
+                    for e in &self.recent_gtpu_events {
+                        text += &format!("  {e:?}\n");
+                    }
+                }
+                let data = serde_json::json!({
+                    "total": self.gtpu.len(),
+                    "tunnels": rows,
+                    "techniques": self.gtpu.techniques(),
+                    "events": self.recent_gtpu_events.iter().map(|e| format!("{e:?}")).collect::<Vec<_>>(),
+                });
+                Reply::ok(data, text)
             }
         })
     }

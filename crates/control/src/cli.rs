@@ -16,7 +16,13 @@ commands:
   ip route add <prefix> interface <name>
   ip route add <prefix> blackhole
   ip route del <prefix>
-  clear runtime                        zero runtime stats and counters";
+  clear runtime                        zero runtime stats and counters
+  create gtpu tunnel local <addr> remote <addr> teid-in <n> teid-out <n>
+         [qfi <0-63>] [uplink] [sequence] [checksum zero|software|offload]
+         [accept-zero-checksum] [src-port fixed|flow-hash] [ue <prefix>]
+         [decap-next ip4|ip6|ip | decap-next ethernet <interface>]
+  delete gtpu tunnel <gtpu_tunnelN>
+  show gtpu tunnels [<limit>]";
 
 pub fn parse(words: &[String]) -> Result<Request, String> {
     let w: Vec<&str> = words.iter().map(String::as_str).collect();
@@ -45,8 +51,103 @@ pub fn parse(words: &[String]) -> Result<Request, String> {
         }
         ["ip", "route", "del" | "delete", prefix] => Ok(Request::IpRouteDel { prefix: prefix.to_string() }),
         ["clear", "runtime" | "errors"] => Ok(Request::ClearRuntime {}),
+        ["create", "gtpu", "tunnel", rest @ ..] => gtpu_tunnel(rest).map(Request::CreateGtpuTunnel),
+        ["delete" | "del", "gtpu", "tunnel", name] => Ok(Request::DeleteGtpuTunnel { name: name.to_string() }),
+        ["show", "gtpu", "tunnels" | "tunnel"] => Ok(Request::ShowGtpuTunnels { limit: None }),
+        ["show", "gtpu", "tunnels" | "tunnel", n] => {
+            Ok(Request::ShowGtpuTunnels { limit: Some(n.parse().map_err(|_| format!("limit {n:?}: expected a number"))?) })
+        }
         _ => Err(format!("unknown command {:?}\n{HELP}", w.join(" "))),
     }
+}
+
+fn gtpu_tunnel(w: &[&str]) -> Result<crate::gtpu::GtpuTunnelConfig, String> {
+    use crate::gtpu::{DecapNextName, GtpuTunnelConfig};
+    let num = |k: &str, v: &str| -> Result<u32, String> {
+        let r = match v.strip_prefix("0x") {
+            Some(h) => u32::from_str_radix(h, 16),
+            None => v.parse(),
+        };
+        r.map_err(|_| format!("{k} {v:?}: expected a number"))
+    };
+    let mut c = GtpuTunnelConfig {
+        local: String::new(),
+        remote: String::new(),
+        teid_in: 0,
+        teid_out: 0,
+        qfi: None,
+        pdu_direction: Default::default(),
+        decap_next: DecapNextName::Ip4,
+        decap_interface: None,
+        sequence: false,
+        checksum: None,
+        accept_zero_checksum: false,
+        src_port: Default::default(),
+        ue: None,
+    };
+    let mut i = 0;
+    while i < w.len() {
+        let v = w.get(i + 1).copied();
+        let need = || v.ok_or_else(|| format!("{} needs a value", w[i]));
+        match w[i] {
+            "local" => c.local = need()?.to_string(),
+            "remote" => c.remote = need()?.to_string(),
+            "teid-in" => c.teid_in = num("teid-in", need()?)?,
+            "teid-out" => c.teid_out = num("teid-out", need()?)?,
+            "qfi" => c.qfi = Some(need()?.parse().map_err(|_| "qfi: expected 0 to 63".to_string())?),
+            "ue" => c.ue = Some(need()?.to_string()),
+            "checksum" => {
+                c.checksum = Some(match need()? {
+                    "zero" => gtpu::ChecksumMode::Zero,
+                    "software" => gtpu::ChecksumMode::Software,
+                    "offload" => gtpu::ChecksumMode::Offload,
+                    o => return Err(format!("checksum {o:?}: expected zero, software or offload")),
+                })
+            }
+            "src-port" => {
+                c.src_port = match need()? {
+                    "fixed" => gtpu::SrcPort::Fixed,
+                    "flow-hash" => gtpu::SrcPort::FlowHash,
+                    o => return Err(format!("src-port {o:?}: expected fixed or flow-hash")),
+                }
+            }
+            "decap-next" => {
+                c.decap_next = match need()? {
+                    "ip4" => DecapNextName::Ip4,
+                    "ip6" => DecapNextName::Ip6,
+                    "ip" => DecapNextName::Ip,
+                    "ethernet" => {
+                        let iface = w.get(i + 2).ok_or("decap-next ethernet needs an interface")?;
+                        c.decap_interface = Some(iface.to_string());
+                        i += 1;
+                        DecapNextName::Ethernet
+                    }
+                    o => return Err(format!("decap-next {o:?}: expected ip4, ip6, ip or ethernet <interface>")),
+                }
+            }
+            "uplink" => {
+                c.pdu_direction = gtpu::PduDirection::Uplink;
+                i += 1;
+                continue;
+            }
+            "sequence" => {
+                c.sequence = true;
+                i += 1;
+                continue;
+            }
+            "accept-zero-checksum" => {
+                c.accept_zero_checksum = true;
+                i += 1;
+                continue;
+            }
+            o => return Err(format!("unknown tunnel option {o:?}\n{HELP}")),
+        }
+        i += 2;
+    }
+    if c.local.is_empty() || c.remote.is_empty() {
+        return Err("create gtpu tunnel needs local <addr> and remote <addr>".into());
+    }
+    Ok(c)
 }
 
 #[cfg(test)]
@@ -68,6 +169,29 @@ mod tests {
         assert!(p("ip route add 198.19.0.0/16 sideways").is_err());
         assert!(p("trace add pg-input many").is_err());
         assert!(p("make coffee").unwrap_err().contains("commands:"));
+    }
+
+    #[test]
+    fn gtpu_commands() {
+        let Ok(Request::CreateGtpuTunnel(c)) =
+            p("create gtpu tunnel local 198.18.1.1 remote 198.18.1.2 teid-in 0x10 teid-out 32 qfi 9 sequence ue 198.19.0.1/32")
+        else {
+            panic!("expected a create request")
+        };
+        assert_eq!((c.teid_in, c.teid_out, c.qfi, c.sequence), (16, 32, Some(9), true));
+        assert_eq!(c.ue.as_deref(), Some("198.19.0.1/32"));
+        assert!(p("create gtpu tunnel local 198.18.1.1 remote 198.18.1.2 teid-in x").is_err());
+        assert!(p("create gtpu tunnel teid-in 1").is_err());
+        assert_eq!(p("delete gtpu tunnel gtpu_tunnel3"), Ok(Request::DeleteGtpuTunnel { name: "gtpu_tunnel3".into() }));
+        // The JSON form is the config table's fields plus the op.
+        let r: Request =
+            serde_json::from_str(r#"{"op":"create_gtpu_tunnel","local":"2001:db8::1","remote":"2001:db8::2","teid_in":1,"teid_out":2,"checksum":"zero","accept_zero_checksum":true}"#)
+                .unwrap();
+        assert!(matches!(r, Request::CreateGtpuTunnel(ref c) if c.accept_zero_checksum && c.checksum == Some(gtpu::ChecksumMode::Zero)));
+        assert!(serde_json::from_str::<Request>(
+            r#"{"op":"create_gtpu_tunnel","local":"a","remote":"b","teid_in":1,"teid_out":2,"bogus":1}"#
+        )
+        .is_err());
     }
 
     #[test]

@@ -36,6 +36,10 @@ pub struct Config {
     pub neighbours: Vec<NeighbourConfig>,
     #[serde(default, rename = "stream")]
     pub streams: Vec<StreamConfig>,
+    #[serde(default)]
+    pub gtpu: GtpuConfig,
+    #[serde(default, rename = "gtpu_tunnel")]
+    pub gtpu_tunnels: Vec<crate::gtpu::GtpuTunnelConfig>,
     /// Where relative paths (pcap files) are resolved; the config file's folder.
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -91,6 +95,28 @@ impl Default for DataplaneConfig {
             socket: default_socket(),
             worker_core: None,
         }
+    }
+}
+
+/// The `[gtpu]` section: feature-wide GTP-U settings.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct GtpuConfig {
+    /// The six fast-path techniques, each on by default (`[gtpu.techniques]`).
+    #[serde(default)]
+    pub techniques: gtpu::Techniques,
+    /// Error Indications and extension notifications sent per second per worker.
+    #[serde(default = "default_gtpu_replies")]
+    pub replies_per_sec: u64,
+}
+
+fn default_gtpu_replies() -> u64 {
+    100
+}
+
+impl Default for GtpuConfig {
+    fn default() -> Self {
+        GtpuConfig { techniques: gtpu::Techniques::default(), replies_per_sec: default_gtpu_replies() }
     }
 }
 
@@ -150,6 +176,8 @@ pub enum StreamProtocol {
     Udp,
     Tcp,
     IcmpEcho,
+    /// A GTP-U G-PDU carrying inner UDP (`teid`, `inner_src`, `inner_dst`).
+    Gtpu,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -179,6 +207,12 @@ pub struct StreamConfig {
     pub tcp_flags: u16,
     #[serde(default)]
     pub modify: Vec<ModifyConfig>,
+    /// For `protocol = "gtpu"`.
+    pub teid: Option<u32>,
+    pub inner_src: Option<String>,
+    pub inner_dst: Option<String>,
+    /// Outer UDP checksum of a gtpu stream (default: computed).
+    pub udp_checksum: Option<bool>,
 }
 
 fn default_port() -> u16 {
@@ -195,6 +229,7 @@ pub enum ModifyField {
     Dst,
     SrcPort,
     DstPort,
+    Teid,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]

@@ -9,7 +9,8 @@ use crossbeam_channel::{Receiver, Sender};
 use engine::device::Device;
 use engine::worker::{Port, Worker, WorkerCmd};
 use engine::{GraphBuilder, IfIndex, Pool};
-use ip::{IfAddr, InterfaceSpec, IpContext, IpEvent, Limits, Prefix, RouteTarget, RouterState, Tables};
+use gtpu::{GtpuContext, GtpuEvent, GtpuState, GtpuTables, HasGtpu};
+use ip::{HasIp, IfAddr, InterfaceSpec, IpContext, IpEvent, Limits, Prefix, RouteTarget, RouterState, Tables};
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -25,11 +26,50 @@ pub struct InterfaceInfo {
     pub kind: &'static str,
 }
 
+/// A worker's context: one part per feature. The IP nodes see the IP part, the GTP-U
+/// nodes both.
+pub struct WorkerContext {
+    pub ip: IpContext,
+    pub gtpu: GtpuContext,
+}
+
+impl engine::worker::Context for WorkerContext {
+    #[inline]
+    fn refresh(&mut self) {
+        // IP first: `Control::publish` stores GTP-U first, so a worker that sees a new
+        // route into a tunnel also sees the tunnel.
+        self.ip.refresh();
+        self.gtpu.refresh();
+    }
+}
+
+impl HasIp for WorkerContext {
+    #[inline(always)]
+    fn ip(&mut self) -> &mut IpContext {
+        &mut self.ip
+    }
+}
+
+impl HasGtpu for WorkerContext {
+    #[inline(always)]
+    fn split(&mut self) -> (&mut IpContext, &mut GtpuContext) {
+        (&mut self.ip, &mut self.gtpu)
+    }
+}
+
+/// Path-management events kept for `show gtpu tunnels`.
+const RECENT_EVENTS: usize = 32;
+
 /// The control plane's side of a running dataplane.
 pub struct Control {
     pub state: RouterState,
+    pub gtpu: GtpuState,
     pub shared: Arc<ArcSwap<Tables>>,
+    pub gtpu_shared: Arc<ArcSwap<GtpuTables>>,
     pub events: Receiver<IpEvent>,
+    pub gtpu_events: Receiver<GtpuEvent>,
+    /// The latest GTP-U path-management events, newest last.
+    pub recent_gtpu_events: std::collections::VecDeque<GtpuEvent>,
     pub interfaces: Vec<InterfaceInfo>,
     pub workers: Vec<Sender<WorkerCmd>>,
 }
@@ -37,8 +77,16 @@ pub struct Control {
 impl Control {
     /// Compile the state into new tables and publish them to every worker.
     pub fn publish(&mut self) {
+        self.state.set_udp_demux(self.gtpu.udp_demux());
         let t = self.state.build();
+        self.gtpu_shared.store(Arc::new(self.gtpu.build()));
         self.shared.store(Arc::new(t));
+    }
+
+    /// After a route change: re-resolve tunnels' outer adjacencies, then publish.
+    pub fn publish_routes(&mut self) {
+        self.gtpu.refresh_outer(&mut self.state);
+        self.publish();
     }
 
     /// Apply neighbour events from the workers; publish once if anything changed.
@@ -52,6 +100,12 @@ impl Control {
                     }
                 }
             }
+        }
+        while let Ok(ev) = self.gtpu_events.try_recv() {
+            if self.recent_gtpu_events.len() == RECENT_EVENTS {
+                self.recent_gtpu_events.pop_front();
+            }
+            self.recent_gtpu_events.push_back(ev);
         }
         if changed > 0 {
             self.publish();
@@ -68,8 +122,8 @@ fn kind_name(k: InterfaceKind) -> &'static str {
     }
 }
 
-/// Build router state and tables from the config (no devices).
-pub fn build_state(cfg: &Config) -> Result<RouterState, ConfigError> {
+/// Build router and GTP-U state from the config (no devices).
+pub fn build_state(cfg: &Config) -> Result<(RouterState, GtpuState), ConfigError> {
     let mut specs = Vec::new();
     for (i, ic) in cfg.interfaces.iter().enumerate() {
         let f = |n: &str| format!("interface[{i}].{n}");
@@ -110,14 +164,24 @@ pub fn build_state(cfg: &Config) -> Result<RouterState, ConfigError> {
         let mac: EthernetAddress = parse_field(cfg, &format!("neighbour[{i}].mac"), &n.mac, "a MAC address")?;
         state.add_static_neighbour(&n.interface, ipa, mac).map_err(|e| cfg.err(format!("neighbour[{i}]"), e.to_string()))?;
     }
+    // Tunnels before routes, so routes can name them (`interface = "gtpu_tunnel0"`).
+    let mut gtpu = GtpuState::new(cfg.gtpu.techniques);
+    let mut specs = Vec::with_capacity(cfg.gtpu_tunnels.len());
+    for (i, t) in cfg.gtpu_tunnels.iter().enumerate() {
+        specs.push(t.to_spec(&state).map_err(|(f, m)| cfg.err(format!("gtpu_tunnel[{i}].{f}"), m))?);
+    }
+    gtpu.create_many(&mut state, specs).map_err(|(i, e)| cfg.err(format!("gtpu_tunnel[{i}]"), e.to_string()))?;
     let mut routes = Vec::new();
     for (i, r) in cfg.routes.iter().enumerate() {
         let prefix: Prefix = parse_field(cfg, &format!("route[{i}].prefix"), &r.prefix, "a prefix like 198.19.0.0/16")?;
         let target = route_target(r.via.as_deref(), r.interface.as_deref(), r.blackhole).map_err(|m| cfg.err(format!("route[{i}]"), m))?;
+        let target = crate::gtpu::resolve_target(&gtpu, &state, target).map_err(|m| cfg.err(format!("route[{i}].interface"), m))?;
         routes.push((prefix, target));
     }
     state.add_routes(routes).map_err(|(i, e)| cfg.err(format!("route[{i}]"), e.to_string()))?;
-    Ok(state)
+    gtpu.refresh_outer(&mut state);
+    state.set_udp_demux(gtpu.udp_demux());
+    Ok((state, gtpu))
 }
 
 /// The one way text fields become a `RouteTarget` (config and API alike).
@@ -156,7 +220,20 @@ fn stream_specs(cfg: &Config) -> Result<BTreeMap<String, Vec<io::pg::StreamSpec>
             StreamProtocol::Udp => L4Spec::Udp { src_port: s.src_port, dst_port: s.dst_port },
             StreamProtocol::Tcp => L4Spec::Tcp { src_port: s.src_port, dst_port: s.dst_port, flags: s.tcp_flags },
             StreamProtocol::IcmpEcho => L4Spec::IcmpEcho { ident: s.src_port, seq: 1 },
+            StreamProtocol::Gtpu => {
+                let (Some(teid), Some(isrc), Some(idst)) = (s.teid, s.inner_src.as_deref(), s.inner_dst.as_deref()) else {
+                    return Err(cfg.err(f("protocol"), "a gtpu stream needs `teid`, `inner_src` and `inner_dst`"));
+                };
+                let inner_src = parse_ip(cfg, &f("inner_src"), isrc)?;
+                let inner_dst = parse_ip(cfg, &f("inner_dst"), idst)?;
+                L4Spec::Gtpu { teid, inner_src, inner_dst, checksum: s.udp_checksum.unwrap_or(true) }
+            }
         };
+        if s.protocol != StreamProtocol::Gtpu
+            && (s.teid.is_some() || s.inner_src.is_some() || s.inner_dst.is_some() || s.udp_checksum.is_some())
+        {
+            return Err(cfg.err(f("teid"), "`teid`, `inner_src`, `inner_dst` and `udp_checksum` are for protocol = \"gtpu\" streams"));
+        }
         let mut modifiers = Vec::new();
         for (j, m) in s.modify.iter().enumerate() {
             let pattern = match (m.increment, m.random) {
@@ -169,6 +246,7 @@ fn stream_specs(cfg: &Config) -> Result<BTreeMap<String, Vec<io::pg::StreamSpec>
                 ModifyField::Dst => Field::DstAddr,
                 ModifyField::SrcPort => Field::SrcPort,
                 ModifyField::DstPort => Field::DstPort,
+                ModifyField::Teid => Field::Teid,
             };
             modifiers.push(ModifierSpec { field, pattern });
         }
@@ -192,12 +270,12 @@ fn stream_specs(cfg: &Config) -> Result<BTreeMap<String, Vec<io::pg::StreamSpec>
 /// Everything a running dataplane is made of.
 pub struct Assembly {
     pub control: Control,
-    pub worker: Worker<IpContext>,
+    pub worker: Worker<WorkerContext>,
 }
 
 /// Validate the whole configuration and build the dataplane. Nothing runs yet.
 pub fn assemble(cfg: &Config) -> Result<Assembly, ConfigError> {
-    let mut state = build_state(cfg)?;
+    let (mut state, mut gtpu) = build_state(cfg)?;
     let mut streams = stream_specs(cfg)?;
     let mut devices: Vec<Box<dyn Device>> = Vec::new();
     for (i, ic) in cfg.interfaces.iter().enumerate() {
@@ -226,10 +304,16 @@ pub fn assemble(cfg: &Config) -> Result<Assembly, ConfigError> {
         icmp_burst: 100,
         solicit_per_sec: cfg.dataplane.solicitations_per_sec,
     };
-    let cx = IpContext::new(shared.clone(), Some(ev_tx), limits);
+    let gtpu_shared = Arc::new(ArcSwap::from_pointee(gtpu.build()));
+    let (gev_tx, gev_rx) = crossbeam_channel::bounded(1024);
+    let cx = WorkerContext {
+        ip: IpContext::new(shared.clone(), Some(ev_tx), limits),
+        gtpu: GtpuContext::new(gtpu_shared.clone(), Some(gev_tx), cfg.gtpu.replies_per_sec),
+    };
 
     let mut g = GraphBuilder::new();
     ip::nodes::register(&mut g);
+    gtpu::nodes::register(&mut g);
     let mut inputs = BTreeMap::new();
     for ic in &cfg.interfaces {
         if ic.kind != InterfaceKind::Null {
@@ -249,16 +333,27 @@ pub fn assemble(cfg: &Config) -> Result<Assembly, ConfigError> {
     let pool = Pool::new(cfg.dataplane.buffers, cfg.dataplane.large_buffers);
     let worker = Worker::new(0, graph, pool, ports, cx);
     let interfaces = cfg.interfaces.iter().map(|ic| InterfaceInfo { name: ic.name.clone(), kind: kind_name(ic.kind) }).collect();
-    Ok(Assembly { control: Control { state, shared, events: ev_rx, interfaces, workers: Vec::new() }, worker })
+    let control = Control {
+        state,
+        gtpu,
+        shared,
+        gtpu_shared,
+        events: ev_rx,
+        gtpu_events: gev_rx,
+        recent_gtpu_events: Default::default(),
+        interfaces,
+        workers: Vec::new(),
+    };
+    Ok(Assembly { control, worker })
 }
 
 /// Run a worker on its own thread (pinned if asked); returns its join handle.
 pub fn spawn(
     control: &mut Control,
-    mut worker: Worker<IpContext>,
+    mut worker: Worker<WorkerContext>,
     core: Option<usize>,
     until_inputs_done: bool,
-) -> std::thread::JoinHandle<Worker<IpContext>> {
+) -> std::thread::JoinHandle<Worker<WorkerContext>> {
     let (tx, rx) = crossbeam_channel::unbounded();
     control.workers.push(tx);
     std::thread::Builder::new()

@@ -15,6 +15,7 @@ pub mod cli;
 pub mod config;
 pub mod dataplane;
 pub mod format;
+pub mod gtpu;
 pub mod server;
 
 /// The gateway `vecgate run` starts with no configuration file.

@@ -24,6 +24,7 @@ pub mod graph;
 pub mod hash;
 pub mod node;
 pub mod pool;
+pub mod prefetch;
 pub mod stats;
 pub mod trace;
 pub mod worker;

@@ -20,9 +20,28 @@ use wire::{EtherType, EthernetAddress, IpProtocol};
 /// The transport part of a template.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum L4Spec {
-    Udp { src_port: u16, dst_port: u16 },
-    Tcp { src_port: u16, dst_port: u16, flags: u16 },
-    IcmpEcho { ident: u16, seq: u16 },
+    Udp {
+        src_port: u16,
+        dst_port: u16,
+    },
+    Tcp {
+        src_port: u16,
+        dst_port: u16,
+        flags: u16,
+    },
+    IcmpEcho {
+        ident: u16,
+        seq: u16,
+    },
+    /// A GTP-U G-PDU (UDP 2152, no optional fields) carrying an inner UDP packet between
+    /// `inner_src` and `inner_dst`; the outer UDP checksum is computed when `checksum`,
+    /// zero otherwise.
+    Gtpu {
+        teid: u32,
+        inner_src: IpAddr,
+        inner_dst: IpAddr,
+        checksum: bool,
+    },
 }
 
 /// One template packet.
@@ -45,6 +64,8 @@ pub enum Field {
     DstAddr,
     SrcPort,
     DstPort,
+    /// The GTP-U TEID of a `Gtpu` stream.
+    Teid,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,6 +111,8 @@ pub enum TemplateError {
     EmptyList,
     #[error("count must be at least 1")]
     ZeroCount,
+    #[error("only a gtpu stream has a TEID to modify")]
+    NoTeid,
     #[error("at most {MAX_MODIFIERS} modifiers per stream")]
     TooManyModifiers,
 }
@@ -102,6 +125,7 @@ struct Layout {
     dst_addr: usize,
     src_port: Option<usize>,
     dst_port: Option<usize>,
+    teid: Option<usize>,
     ip_checksum: Option<usize>,
     /// L4 checksum (UDP/TCP; ICMPv6 covers the pseudo-header too), and whether a
     /// computed zero must be sent as 0xffff (UDP).
@@ -122,6 +146,7 @@ fn build(spec: &PacketSpec) -> Result<(Vec<u8>, Layout), TemplateError> {
         L4Spec::Udp { .. } => 8,
         L4Spec::Tcp { .. } => 20,
         L4Spec::IcmpEcho { .. } => 8,
+        L4Spec::Gtpu { inner_src, .. } => 8 + 8 + if inner_src.is_ipv4() { 20 } else { 40 } + 8,
     };
     let min = 14 + l3 + l4;
     if spec.frame_size < min {
@@ -136,7 +161,7 @@ fn build(spec: &PacketSpec) -> Result<(Vec<u8>, Layout), TemplateError> {
         *b = i as u8;
     }
     let proto = match (&spec.l4, et) {
-        (L4Spec::Udp { .. }, _) => IpProtocol::Udp,
+        (L4Spec::Udp { .. } | L4Spec::Gtpu { .. }, _) => IpProtocol::Udp,
         (L4Spec::Tcp { .. }, _) => IpProtocol::Tcp,
         (L4Spec::IcmpEcho { .. }, EtherType::Ipv4) => IpProtocol::Icmp,
         (L4Spec::IcmpEcho { .. }, _) => IpProtocol::Icmpv6,
@@ -183,6 +208,65 @@ fn build(spec: &PacketSpec) -> Result<(Vec<u8>, Layout), TemplateError> {
             lay.src_port = Some(l4_off);
             lay.dst_port = Some(l4_off + 2);
             lay.l4_checksum = Some((l4_off + 16, false));
+        }
+        L4Spec::Gtpu { teid, inner_src, inner_dst, checksum } => {
+            let glen = l4_len - 16;
+            seg[8..16].copy_from_slice(&[0x30, 255, (glen >> 8) as u8, glen as u8, 0, 0, 0, 0]);
+            seg[12..16].copy_from_slice(&teid.to_be_bytes());
+            let inner = &mut seg[16..];
+            let ihl = match (inner_src, inner_dst) {
+                (IpAddr::V4(s), IpAddr::V4(d)) => {
+                    Ipv4Repr {
+                        src: s,
+                        dst: d,
+                        protocol: IpProtocol::Udp,
+                        payload_len: glen - 20,
+                        ttl: 64,
+                        dscp: 0,
+                        ecn: 0,
+                        ident: 0,
+                        dont_frag: false,
+                    }
+                    .emit(&mut Ipv4Packet::new_unchecked(&mut inner[..20]));
+                    let mut u = UdpPacket::new_unchecked(&mut inner[20..]);
+                    UdpRepr { src_port: 1024, dst_port: 1024 }.emit(&mut u, glen - 28);
+                    u.fill_checksum_v4(s, d);
+                    20
+                }
+                (IpAddr::V6(s), IpAddr::V6(d)) => {
+                    Ipv6Repr {
+                        src: s,
+                        dst: d,
+                        next_header: IpProtocol::Udp,
+                        payload_len: glen - 40,
+                        hop_limit: 64,
+                        traffic_class: 0,
+                        flow_label: 0,
+                    }
+                    .emit(&mut Ipv6Packet::new_unchecked(&mut inner[..40]));
+                    let mut u = UdpPacket::new_unchecked(&mut inner[40..]);
+                    UdpRepr { src_port: 1024, dst_port: 1024 }.emit(&mut u, glen - 48);
+                    u.fill_checksum_v6(&s, &d);
+                    40
+                }
+                _ => return Err(TemplateError::MixedFamilies),
+            };
+            let _ = ihl;
+            let mut u = UdpPacket::new_unchecked(&mut *seg);
+            UdpRepr { src_port: wire::gtpu::PORT, dst_port: wire::gtpu::PORT }.emit(&mut u, l4_len - 8);
+            if checksum {
+                match (spec.src, spec.dst) {
+                    (IpAddr::V4(s), IpAddr::V4(d)) => u.fill_checksum_v4(s, d),
+                    (IpAddr::V6(s), IpAddr::V6(d)) => u.fill_checksum_v6(&s, &d),
+                    _ => {}
+                }
+                lay.l4_checksum = Some((l4_off + 6, true));
+            } else {
+                u.set_checksum(0);
+            }
+            lay.src_port = Some(l4_off);
+            lay.dst_port = Some(l4_off + 2);
+            lay.teid = Some(l4_off + 12);
         }
         L4Spec::IcmpEcho { ident, seq } => match (spec.src, spec.dst) {
             (IpAddr::V4(_), IpAddr::V4(_)) => {
@@ -260,6 +344,10 @@ impl PacketGenerator {
                     _ => {}
                 }
                 let (offset, wide, fixups) = match m.field {
+                    Field::Teid => {
+                        let off = lay.teid.ok_or((s.name.clone(), TemplateError::NoTeid))?;
+                        (off, true, lay.l4_checksum.into_iter().collect())
+                    }
                     Field::SrcAddr | Field::DstAddr => {
                         let off = if m.field == Field::SrcAddr { lay.src_addr } else { lay.dst_addr };
                         // Addresses are in the IPv4 header checksum and every pseudo-header.

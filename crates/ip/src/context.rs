@@ -106,3 +106,17 @@ impl engine::worker::Context for IpContext {
         }
     }
 }
+
+/// A worker context that holds an [`IpContext`]. The IP nodes are generic over it, so a
+/// dataplane that adds features (GTP-U, GUE, …) composes one context holding each
+/// feature's part, and every node reaches the part it reads.
+pub trait HasIp: engine::worker::Context + Send + 'static {
+    fn ip(&mut self) -> &mut IpContext;
+}
+
+impl HasIp for IpContext {
+    #[inline(always)]
+    fn ip(&mut self) -> &mut IpContext {
+        self
+    }
+}

@@ -20,7 +20,7 @@ pub mod prefix;
 pub mod state;
 pub mod tables;
 
-pub use context::{IpContext, IpEvent, Limits};
+pub use context::{HasIp, IpContext, IpEvent, Limits};
 pub use prefix::{IfAddr, Prefix};
 pub use state::{InterfaceSpec, RouteTarget, RouterState, StateError};
 pub use tables::Tables;

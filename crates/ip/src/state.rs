@@ -5,7 +5,7 @@
 
 use crate::lpm::{LpmKey, Poptrie, Route};
 use crate::prefix::{IfAddr, Prefix};
-use crate::tables::{l2_rewrite, Adjacency, IfL3, Neighbour, Tables, ADJ_LOCAL};
+use crate::tables::{l2_rewrite, Adjacency, IfL3, Neighbour, Tables, TunnelRef, UdpDemux, ADJ_LOCAL, MAX_INDEX};
 use engine::IfIndex;
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
@@ -30,6 +30,12 @@ pub enum StateError {
     NoSuchRoute(Prefix),
     #[error("neighbour {0} is not on a connected subnet of {1}")]
     NeighbourNotConnected(IpAddr, String),
+    #[error("{0} is already routed into a tunnel")]
+    TunnelRouteExists(Prefix),
+    #[error("{0} is already a static route")]
+    StaticRouteExists(Prefix),
+    #[error("more than {MAX_INDEX} adjacencies")]
+    TooManyAdjacencies,
 }
 
 /// An interface as configured.
@@ -51,6 +57,8 @@ pub enum RouteTarget {
     Interface(String),
     /// Discard silently.
     Blackhole,
+    /// Into a tunnel (the tunnel is the outgoing interface).
+    Tunnel(TunnelRef),
 }
 
 /// One row of `show ip fib`.
@@ -76,6 +84,10 @@ enum AdjKey {
 pub struct RouterState {
     interfaces: Vec<IfL3>,
     routes: BTreeMap<Prefix, RouteTarget>,
+    /// Routes that tunnel features own (a UE address to its GTP-U tunnel), kept apart
+    /// from static routes so a million of them cost 8 bytes of target each.
+    tunnel_routes: BTreeMap<Prefix, TunnelRef>,
+    udp: Arc<UdpDemux>,
     neighbours: HashMap<IpAddr, Neighbour>,
     adj_ids: HashMap<AdjKey, u32>,
     adj_keys: Vec<AdjKey>,
@@ -111,6 +123,8 @@ impl RouterState {
         Ok(RouterState {
             interfaces,
             routes: BTreeMap::new(),
+            tunnel_routes: BTreeMap::new(),
+            udp: Arc::new(UdpDemux::default()),
             neighbours: HashMap::new(),
             adj_ids: HashMap::new(),
             adj_keys: Vec::new(),
@@ -154,6 +168,9 @@ impl RouterState {
         if self.is_connected_prefix(prefix) {
             return Err(StateError::ConnectedPrefix(*prefix));
         }
+        if self.tunnel_routes.contains_key(prefix) {
+            return Err(StateError::TunnelRouteExists(*prefix));
+        }
         match target {
             RouteTarget::Via { next_hop, interface } => {
                 if matches!(prefix, Prefix::V4(..)) != next_hop.is_ipv4() {
@@ -169,8 +186,66 @@ impl RouterState {
                 Ok(())
             }
             RouteTarget::Interface(name) => self.if_index(name).map(|_| ()),
-            RouteTarget::Blackhole => Ok(()),
+            RouteTarget::Blackhole | RouteTarget::Tunnel(_) => Ok(()),
         }
+    }
+
+    /// Check a route a tunnel feature owns (a UE prefix) without applying it.
+    pub fn validate_tunnel_route(&self, prefix: &Prefix) -> Result<(), StateError> {
+        if self.is_connected_prefix(prefix) {
+            return Err(StateError::ConnectedPrefix(*prefix));
+        }
+        if self.routes.contains_key(prefix) {
+            return Err(StateError::StaticRouteExists(*prefix));
+        }
+        if self.tunnel_routes.contains_key(prefix) {
+            return Err(StateError::TunnelRouteExists(*prefix));
+        }
+        Ok(())
+    }
+
+    /// Add tunnel-owned routes, all or nothing.
+    pub fn add_tunnel_routes(&mut self, routes: &[(Prefix, TunnelRef)]) -> Result<(), (usize, StateError)> {
+        let mut seen = std::collections::HashSet::new();
+        for (i, (p, _)) in routes.iter().enumerate() {
+            self.validate_tunnel_route(p).map_err(|e| (i, e))?;
+            if !seen.insert(*p) {
+                return Err((i, StateError::TunnelRouteExists(*p)));
+            }
+        }
+        for (p, t) in routes {
+            self.tunnel_routes.insert(*p, *t);
+            self.invalidate(p);
+        }
+        Ok(())
+    }
+
+    /// Remove tunnel-owned routes (those not present are ignored).
+    pub fn del_tunnel_routes(&mut self, prefixes: &[Prefix]) {
+        for p in prefixes {
+            if self.tunnel_routes.remove(p).is_some() {
+                self.invalidate(p);
+            }
+        }
+    }
+
+    /// Remove every static route into `t` (the tunnel is being deleted); returns how many.
+    pub fn del_routes_into(&mut self, t: TunnelRef) -> usize {
+        let gone: Vec<Prefix> = self.routes.iter().filter(|(_, r)| **r == RouteTarget::Tunnel(t)).map(|(p, _)| *p).collect();
+        for p in &gone {
+            self.routes.remove(p);
+            self.invalidate(p);
+        }
+        gone.len()
+    }
+
+    pub fn tunnel_route_count(&self) -> usize {
+        self.tunnel_routes.len()
+    }
+
+    /// Set the local UDP demux (tunnel features' ports and bypass endpoints).
+    pub fn set_udp_demux(&mut self, d: UdpDemux) {
+        self.udp = Arc::new(d);
     }
 
     /// Add or replace a route.
@@ -245,7 +320,8 @@ impl RouterState {
         if let Some(&i) = self.adj_ids.get(&k) {
             return i;
         }
-        let id = 2 + self.adj_keys.len() as u32;
+        // Adjacency ids share the FIB value space with tunnel references.
+        let id = (2 + self.adj_keys.len() as u32).min(MAX_INDEX);
         self.adj_keys.push(k);
         self.adj_ids.insert(k, id);
         id
@@ -253,6 +329,7 @@ impl RouterState {
 
     fn target_adj(&mut self, t: &RouteTarget) -> u32 {
         let key = match t {
+            RouteTarget::Tunnel(r) => return r.encode(),
             RouteTarget::Blackhole => AdjKey::Blackhole,
             RouteTarget::Interface(n) => AdjKey::Attached(self.if_index(n).unwrap_or(IfIndex(0))),
             RouteTarget::Via { next_hop, .. } => AdjKey::NextHop(self.connected_if(*next_hop).unwrap_or(IfIndex(0)), *next_hop),
@@ -310,6 +387,7 @@ impl RouterState {
             let adj = self.target_adj(&t);
             let (kind, nh, ifn) = match &t {
                 RouteTarget::Blackhole => ("blackhole", None, None),
+                RouteTarget::Tunnel(r) => ("tunnel", None, Some(r.if_name())),
                 RouteTarget::Interface(n) => ("attached", None, Some(n.clone())),
                 RouteTarget::Via { next_hop, .. } => {
                     let ifn = self.connected_if(*next_hop).map(|i| self.interfaces[i.get()].name.clone());
@@ -325,9 +403,28 @@ impl RouterState {
         out
     }
 
-    /// The routing table as `show ip fib` prints it, longest prefixes last.
+    /// The value every tunnel-owned route compiles to, without building descriptions
+    /// (there may be a million of them).
+    fn tunnel_entries(&self) -> impl Iterator<Item = (Prefix, u32)> + '_ {
+        self.tunnel_routes.iter().map(|(p, t)| (*p, t.encode()))
+    }
+
+    /// The routing table as `show ip fib` prints it (tunnel-owned routes are listed by
+    /// their feature's `show`, and counted here only through `tunnel_route_count`).
     pub fn fib_entries(&mut self) -> Vec<FibEntry> {
         self.entries().into_iter().map(|(_, _, e)| e).collect()
+    }
+
+    /// Where `a` goes now, in FIB terms: an adjacency index or an encoded tunnel. Builds
+    /// the tables first if a route changed.
+    pub fn lookup(&mut self, a: IpAddr) -> u32 {
+        if self.fib4.is_none() || self.fib6.is_none() {
+            self.build();
+        }
+        match a {
+            IpAddr::V4(v) => self.fib4.as_ref().map_or(0, |f| f.lookup(u32::from(v))),
+            IpAddr::V6(v) => self.fib6.as_ref().map_or(0, |f| f.lookup(u128::from(v))),
+        }
     }
 
     fn adjacencies(&self) -> Vec<Adjacency> {
@@ -358,7 +455,8 @@ impl RouterState {
             let entries = self.entries();
             let mut r4: BTreeMap<(u32, u8), u32> = BTreeMap::new();
             let mut r6: BTreeMap<(u128, u8), u32> = BTreeMap::new();
-            for (p, adj, _) in &entries {
+            let tunnel: Vec<(Prefix, u32)> = self.tunnel_entries().collect();
+            for (p, adj) in entries.iter().map(|(p, a, _)| (p, a)).chain(tunnel.iter().map(|(p, a)| (p, a))) {
                 match p {
                     Prefix::V4(a, l) => {
                         r4.insert((u32::from(*a), *l), *adj);
@@ -396,6 +494,7 @@ impl RouterState {
             adjacencies: Arc::new(self.adjacencies()),
             neighbours4: Arc::new(n4),
             neighbours6: Arc::new(n6),
+            udp: self.udp.clone(),
         }
     }
 }

@@ -16,6 +16,86 @@ pub const ADJ_MISS: u32 = 0;
 /// Adjacency index 1: addressed to this gateway.
 pub const ADJ_LOCAL: u32 = 1;
 
+/// The tunnel features a FIB value, a route or a UDP port can lead to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TunnelKind {
+    /// GTP-U over an IPv4 outer header (`gtpu4-encap`).
+    Gtpu4 = 1,
+    /// GTP-U over an IPv6 outer header (`gtpu6-encap`).
+    Gtpu6 = 2,
+}
+
+/// Bits of a FIB value above this hold a [`TunnelKind`]; below, an adjacency index or
+/// a tunnel id. A route to a tunnel needs no adjacency of its own, so a million
+/// downlink routes (one per UE address) cost the trie's leaves and nothing more.
+pub const TUNNEL_SHIFT: u32 = 28;
+/// The largest adjacency index and tunnel id.
+pub const MAX_INDEX: u32 = (1 << TUNNEL_SHIFT) - 1;
+
+/// A tunnel as a FIB value: its kind and its id within that feature's table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+pub struct TunnelRef {
+    pub kind: TunnelKind,
+    pub id: u32,
+}
+
+impl TunnelRef {
+    #[inline(always)]
+    pub const fn encode(self) -> u32 {
+        ((self.kind as u32) << TUNNEL_SHIFT) | (self.id & MAX_INDEX)
+    }
+
+    /// The tunnel a FIB value names; `None` for an adjacency index.
+    #[inline(always)]
+    pub const fn decode(v: u32) -> Option<TunnelRef> {
+        let kind = match v >> TUNNEL_SHIFT {
+            1 => TunnelKind::Gtpu4,
+            2 => TunnelKind::Gtpu6,
+            _ => return None,
+        };
+        Some(TunnelRef { kind, id: v & MAX_INDEX })
+    }
+
+    /// The tunnel's interface name, as routes and `show` use it.
+    pub fn if_name(self) -> String {
+        match self.kind {
+            TunnelKind::Gtpu4 | TunnelKind::Gtpu6 => format!("gtpu_tunnel{}", self.id),
+        }
+    }
+}
+
+/// Which feature's input node takes a UDP packet addressed to the gateway.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UdpApp {
+    Gtpu,
+}
+
+/// The local UDP demux: ports that tunnel features listen on, and the endpoint addresses
+/// for which `ipN-input` sends such packets straight to the feature, skipping the route
+/// lookup and `ipN-local` (the GTP-U deck's "bypass the first lookup").
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UdpDemux {
+    pub ports: Vec<(u16, UdpApp)>,
+    pub bypass4: Vec<(Ipv4Addr, u16, UdpApp)>,
+    pub bypass6: Vec<(Ipv6Addr, u16, UdpApp)>,
+}
+
+impl UdpDemux {
+    #[inline(always)]
+    pub fn port(&self, port: u16) -> Option<UdpApp> {
+        self.ports.iter().find(|(p, _)| *p == port).map(|(_, a)| *a)
+    }
+    #[inline(always)]
+    pub fn bypass4(&self, dst: Ipv4Addr, port: u16) -> Option<UdpApp> {
+        self.bypass4.iter().find(|(a, p, _)| *a == dst && *p == port).map(|(_, _, x)| *x)
+    }
+    #[inline(always)]
+    pub fn bypass6(&self, dst: &Ipv6Addr, port: u16) -> Option<UdpApp> {
+        self.bypass6.iter().find(|(a, p, _)| a == dst && *p == port).map(|(_, _, x)| *x)
+    }
+}
+
 /// What to do with a packet a lookup sent here.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Adjacency {
@@ -87,6 +167,7 @@ pub struct Tables {
     pub adjacencies: Arc<Vec<Adjacency>>,
     pub neighbours4: Arc<HashMap<Ipv4Addr, Neighbour>>,
     pub neighbours6: Arc<HashMap<Ipv6Addr, Neighbour>>,
+    pub udp: Arc<UdpDemux>,
 }
 
 impl Tables {
@@ -99,6 +180,7 @@ impl Tables {
             adjacencies: Arc::new(vec![Adjacency::Miss, Adjacency::Local]),
             neighbours4: Arc::new(HashMap::new()),
             neighbours6: Arc::new(HashMap::new()),
+            udp: Arc::new(UdpDemux::default()),
         }
     }
 

@@ -1,6 +1,6 @@
 //! `arp-input`: answer requests for our addresses, learn the senders that talk to us.
 
-use crate::context::IpContext;
+use crate::context::HasIp;
 use crate::tables::l2_rewrite;
 use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
 use std::net::IpAddr;
@@ -26,7 +26,7 @@ counters! {
 
 pub struct ArpInput;
 
-impl Node<IpContext> for ArpInput {
+impl<Cx: HasIp> Node<Cx> for ArpInput {
     type Next = ArpInputNext;
     type Counter = ArpInputCounter;
 
@@ -34,12 +34,8 @@ impl Node<IpContext> for ArpInput {
         "arp-input"
     }
 
-    fn process(
-        &mut self,
-        cx: &mut IpContext,
-        counts: &mut Counts<'_, Self::Counter>,
-        buf: &mut Buffer,
-    ) -> Verdict<Self::Next, Self::Counter> {
+    fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
+        let cx = cx.ip();
         use ArpInputCounter as C;
         let Ok(p) = ArpPacket::new_checked(buf.bytes()) else {
             return Verdict::Drop(C::Malformed);

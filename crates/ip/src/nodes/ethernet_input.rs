@@ -1,6 +1,6 @@
 //! `ethernet-input`: accept frames for this interface, dispatch by EtherType, strip L2.
 
-use crate::context::IpContext;
+use crate::context::HasIp;
 use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
 use wire::ethernet::{EthernetFrame, HEADER_LEN};
 use wire::EtherType;
@@ -21,7 +21,7 @@ counters! {
 
 pub struct EthernetInput;
 
-impl Node<IpContext> for EthernetInput {
+impl<Cx: HasIp> Node<Cx> for EthernetInput {
     type Next = EthernetInputNext;
     type Counter = EthernetInputCounter;
 
@@ -30,7 +30,8 @@ impl Node<IpContext> for EthernetInput {
     }
 
     #[inline(always)]
-    fn process(&mut self, cx: &mut IpContext, _: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
+    fn process(&mut self, cx: &mut Cx, _: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
+        let cx = cx.ip();
         use EthernetInputCounter as C;
         // Fast path: one bounds proof for the 14 header bytes, unicast to us, IPv4/IPv6.
         if let (Some(h), Some(ifl)) = (buf.bytes().first_chunk::<HEADER_LEN>(), cx.tables.interface(buf.meta.rx_if)) {

@@ -4,7 +4,7 @@
 
 use super::IcmpRequest;
 use crate::lpm::{LpmKey, Poptrie};
-use crate::tables::{l2_rewrite, Adjacency, Neighbour, Tables};
+use crate::tables::{l2_rewrite, Adjacency, Neighbour, Tables, TunnelKind};
 use engine::node::NextNodes;
 use engine::IfIndex;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -13,12 +13,14 @@ use wire::EtherType;
 pub trait Family: Send + 'static {
     type Key: LpmKey;
     type Addr: Copy + Eq + std::hash::Hash + std::fmt::Display;
-    /// The lookup node's next nodes (Rewrite, Local, IcmpError, in that order).
+    /// The lookup node's next nodes (Rewrite, Local, IcmpError, tunnel encaps).
     type LookupNext: NextNodes;
     const LOOKUP: &'static str;
     const REWRITE: Self::LookupNext;
     const LOCAL: Self::LookupNext;
     const ICMP_ERROR: Self::LookupNext;
+    /// The encap node of each tunnel kind.
+    fn tunnel_next(k: TunnelKind) -> Self::LookupNext;
     /// Minimum header length and where the destination address sits in it.
     const HEADER_LEN: usize;
     const DST_AT: usize;
@@ -49,10 +51,16 @@ pub fn solicit<F: Family>(cx: &mut crate::context::IpContext, buf: &mut engine::
 }
 
 engine::next_nodes! {
-    pub enum Ip4LookupNext { Rewrite = "ip4-rewrite", Local = "ip4-local", IcmpError = "ip4-icmp-error" }
+    pub enum Ip4LookupNext {
+        Rewrite = "ip4-rewrite", Local = "ip4-local", IcmpError = "ip4-icmp-error",
+        Gtpu4Encap = "gtpu4-encap", Gtpu6Encap = "gtpu6-encap",
+    }
 }
 engine::next_nodes! {
-    pub enum Ip6LookupNext { Rewrite = "ip6-rewrite", Local = "ip6-local", IcmpError = "ip6-icmp-error" }
+    pub enum Ip6LookupNext {
+        Rewrite = "ip6-rewrite", Local = "ip6-local", IcmpError = "ip6-icmp-error",
+        Gtpu4Encap = "gtpu4-encap", Gtpu6Encap = "gtpu6-encap",
+    }
 }
 
 pub struct Ip4;
@@ -66,6 +74,13 @@ impl Family for Ip4 {
     const REWRITE: Ip4LookupNext = Ip4LookupNext::Rewrite;
     const LOCAL: Ip4LookupNext = Ip4LookupNext::Local;
     const ICMP_ERROR: Ip4LookupNext = Ip4LookupNext::IcmpError;
+    #[inline(always)]
+    fn tunnel_next(k: TunnelKind) -> Ip4LookupNext {
+        match k {
+            TunnelKind::Gtpu4 => Ip4LookupNext::Gtpu4Encap,
+            TunnelKind::Gtpu6 => Ip4LookupNext::Gtpu6Encap,
+        }
+    }
     const HEADER_LEN: usize = 20;
     const DST_AT: usize = 16;
     const ETHERTYPE: EtherType = EtherType::Ipv4;
@@ -104,6 +119,13 @@ impl Family for Ip6 {
     const REWRITE: Ip6LookupNext = Ip6LookupNext::Rewrite;
     const LOCAL: Ip6LookupNext = Ip6LookupNext::Local;
     const ICMP_ERROR: Ip6LookupNext = Ip6LookupNext::IcmpError;
+    #[inline(always)]
+    fn tunnel_next(k: TunnelKind) -> Ip6LookupNext {
+        match k {
+            TunnelKind::Gtpu4 => Ip6LookupNext::Gtpu4Encap,
+            TunnelKind::Gtpu6 => Ip6LookupNext::Gtpu6Encap,
+        }
+    }
     const HEADER_LEN: usize = 40;
     const DST_AT: usize = 24;
     const ETHERTYPE: EtherType = EtherType::Ipv6;

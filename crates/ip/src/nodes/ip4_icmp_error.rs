@@ -4,7 +4,7 @@
 //! errors, non-first fragments or multicast/broadcast sources (RFC 1812 §4.3.2.7).
 
 use super::IcmpRequest;
-use crate::context::IpContext;
+use crate::context::HasIp;
 use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
 use wire::icmpv4::{Icmpv4Packet, Icmpv4Type};
 use wire::ipv4::{Ipv4Packet, Ipv4Repr, HEADER_LEN};
@@ -33,7 +33,7 @@ fn is_icmp_error(p: &Ipv4Packet<&[u8]>) -> bool {
     p.protocol() == IpProtocol::Icmp && p.payload().first().is_some_and(|&t| Icmpv4Type::from(t).is_error())
 }
 
-impl Node<IpContext> for Ip4IcmpError {
+impl<Cx: HasIp> Node<Cx> for Ip4IcmpError {
     type Next = Ip4IcmpErrorNext;
     type Counter = Ip4IcmpErrorCounter;
 
@@ -41,12 +41,8 @@ impl Node<IpContext> for Ip4IcmpError {
         "ip4-icmp-error"
     }
 
-    fn process(
-        &mut self,
-        cx: &mut IpContext,
-        counts: &mut Counts<'_, Self::Counter>,
-        buf: &mut Buffer,
-    ) -> Verdict<Self::Next, Self::Counter> {
+    fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
+        let cx = cx.ip();
         use Ip4IcmpErrorCounter as C;
         let req = IcmpRequest::decode(buf.meta.param);
         let Ok(p) = Ipv4Packet::new_checked(buf.bytes()) else {

@@ -1,12 +1,12 @@
 //! `ip4-input`: validate the IPv4 header (version, IHL, total length against the frame,
 //! checksum, options, source), trim Ethernet padding.
 
-use crate::context::IpContext;
+use crate::context::HasIp;
 use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
 use wire::ipv4::{Ipv4Error, Ipv4Packet, HEADER_LEN};
 
 next_nodes! {
-    pub enum Ip4InputNext { Lookup = "ip4-lookup" }
+    pub enum Ip4InputNext { Lookup = "ip4-lookup", Gtpu4Input = "gtpu4-input" }
 }
 
 counters! {
@@ -34,7 +34,7 @@ fn counter(e: Ipv4Error) -> Ip4InputCounter {
     }
 }
 
-impl Node<IpContext> for Ip4Input {
+impl<Cx: HasIp> Node<Cx> for Ip4Input {
     type Next = Ip4InputNext;
     type Counter = Ip4InputCounter;
 
@@ -43,12 +43,24 @@ impl Node<IpContext> for Ip4Input {
     }
 
     #[inline(always)]
-    fn process(&mut self, _: &mut IpContext, _: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
+    fn process(&mut self, cx: &mut Cx, _: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
+        let udp = &*cx.ip().tables.udp;
         // Fast path for the common header (version 4, IHL 5): one bounds proof for all
         // 20 bytes; anything else, and every error, takes the general path below.
         if let Some(h) = buf.bytes().first_chunk::<HEADER_LEN>() {
             let total = u16::from_be_bytes([h[2], h[3]]) as usize;
             if h[0] == 0x45 && total >= HEADER_LEN && total <= buf.len() && wire::checksum::verify(h) && h[12] < 224 {
+                // A tunnel packet to one of our endpoints skips the lookup (an
+                // unfragmented UDP packet; the tunnel node checks the rest).
+                if h[9] == 17 && !udp.bypass4.is_empty() && h[6] & 0x3f == 0 && h[7] == 0 {
+                    if let Some(p) = buf.bytes().get(22..24) {
+                        let dst = std::net::Ipv4Addr::new(h[16], h[17], h[18], h[19]);
+                        if udp.bypass4(dst, u16::from_be_bytes([p[0], p[1]])).is_some() {
+                            buf.truncate(total);
+                            return Verdict::Next(Ip4InputNext::Gtpu4Input);
+                        }
+                    }
+                }
                 buf.truncate(total);
                 return Verdict::Next(Ip4InputNext::Lookup);
             }

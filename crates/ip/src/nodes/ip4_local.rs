@@ -2,7 +2,8 @@
 //! everything else gets the ICMP error a host would send.
 
 use super::IcmpRequest;
-use crate::context::IpContext;
+use crate::context::HasIp;
+use crate::tables::UdpApp;
 use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
 use wire::checksum;
 use wire::icmpv4::{unreach, Icmpv4Packet, Icmpv4Type};
@@ -10,7 +11,7 @@ use wire::ipv4::Ipv4Packet;
 use wire::IpProtocol;
 
 next_nodes! {
-    pub enum Ip4LocalNext { Lookup = "ip4-lookup", IcmpError = "ip4-icmp-error" }
+    pub enum Ip4LocalNext { Lookup = "ip4-lookup", IcmpError = "ip4-icmp-error", Gtpu4Input = "gtpu4-input" }
 }
 
 counters! {
@@ -27,7 +28,7 @@ counters! {
 
 pub struct Ip4Local;
 
-impl Node<IpContext> for Ip4Local {
+impl<Cx: HasIp> Node<Cx> for Ip4Local {
     type Next = Ip4LocalNext;
     type Counter = Ip4LocalCounter;
 
@@ -35,12 +36,7 @@ impl Node<IpContext> for Ip4Local {
         "ip4-local"
     }
 
-    fn process(
-        &mut self,
-        _: &mut IpContext,
-        counts: &mut Counts<'_, Self::Counter>,
-        buf: &mut Buffer,
-    ) -> Verdict<Self::Next, Self::Counter> {
+    fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
         use Ip4LocalCounter as C;
         let Ok(p) = Ipv4Packet::new_checked(buf.bytes()) else {
             return Verdict::Drop(C::Truncated);
@@ -78,6 +74,10 @@ impl Node<IpContext> for Ip4Local {
                 Verdict::Next(Ip4LocalNext::Lookup)
             }
             IpProtocol::Udp => {
+                let port = p.payload().get(2..4).map(|d| u16::from_be_bytes([d[0], d[1]]));
+                if let Some(UdpApp::Gtpu) = port.and_then(|port| cx.ip().tables.udp.port(port)) {
+                    return Verdict::Next(Ip4LocalNext::Gtpu4Input);
+                }
                 counts.inc(C::PortUnreachable);
                 buf.meta.param = IcmpRequest::new(3, unreach::PORT, 0).encode();
                 Verdict::Next(Ip4LocalNext::IcmpError)

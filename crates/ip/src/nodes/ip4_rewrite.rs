@@ -3,7 +3,7 @@
 
 use super::family::{resolve, solicit, Ip4, Resolved};
 use super::IcmpRequest;
-use crate::context::IpContext;
+use crate::context::{HasIp, IpContext};
 use crate::tables::Adjacency;
 use engine::{counters, next_nodes, Buffer, Counts, IfIndex, Node, Verdict};
 use std::net::Ipv4Addr;
@@ -45,7 +45,7 @@ impl Ip4Rewrite {
     }
 }
 
-impl Node<IpContext> for Ip4Rewrite {
+impl<Cx: HasIp> Node<Cx> for Ip4Rewrite {
     type Next = Ip4RewriteNext;
     type Counter = Ip4RewriteCounter;
 
@@ -54,12 +54,8 @@ impl Node<IpContext> for Ip4Rewrite {
     }
 
     #[inline(always)]
-    fn process(
-        &mut self,
-        cx: &mut IpContext,
-        counts: &mut Counts<'_, Self::Counter>,
-        buf: &mut Buffer,
-    ) -> Verdict<Self::Next, Self::Counter> {
+    fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
+        let cx = cx.ip();
         use Ip4RewriteCounter as C;
         let adj = buf.meta.adj;
         // Fast path: a resolved next hop, TTL > 1, within the MTU (ip4-input validated

@@ -4,7 +4,7 @@
 //! multicast destination only for packet-too-big and parameter problem code 2.
 
 use super::IcmpRequest;
-use crate::context::IpContext;
+use crate::context::HasIp;
 use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
 use wire::icmpv6::Icmpv6Packet;
 use wire::ipv6::{Ipv6Packet, Ipv6Repr, HEADER_LEN, MIN_MTU};
@@ -26,7 +26,7 @@ counters! {
 
 pub struct Ip6IcmpError;
 
-impl Node<IpContext> for Ip6IcmpError {
+impl<Cx: HasIp> Node<Cx> for Ip6IcmpError {
     type Next = Ip6IcmpErrorNext;
     type Counter = Ip6IcmpErrorCounter;
 
@@ -34,12 +34,8 @@ impl Node<IpContext> for Ip6IcmpError {
         "ip6-icmp-error"
     }
 
-    fn process(
-        &mut self,
-        cx: &mut IpContext,
-        counts: &mut Counts<'_, Self::Counter>,
-        buf: &mut Buffer,
-    ) -> Verdict<Self::Next, Self::Counter> {
+    fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
+        let cx = cx.ip();
         use Ip6IcmpErrorCounter as C;
         let req = IcmpRequest::decode(buf.meta.param);
         let Ok(p) = Ipv6Packet::new_checked(buf.bytes()) else {

@@ -3,14 +3,14 @@
 //! multicast to `ip6-local`.
 
 use super::IcmpRequest;
-use crate::context::IpContext;
+use crate::context::HasIp;
 use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
 use wire::ipv6::{Ipv6Error, Ipv6Packet, HEADER_LEN};
 use wire::ipv6_ext::{walk_chain, OptionAction};
 use wire::IpProtocol;
 
 next_nodes! {
-    pub enum Ip6InputNext { Lookup = "ip6-lookup", Local = "ip6-local", IcmpError = "ip6-icmp-error" }
+    pub enum Ip6InputNext { Lookup = "ip6-lookup", Local = "ip6-local", IcmpError = "ip6-icmp-error", Gtpu6Input = "gtpu6-input" }
 }
 
 counters! {
@@ -27,7 +27,7 @@ counters! {
 
 pub struct Ip6Input;
 
-impl Node<IpContext> for Ip6Input {
+impl<Cx: HasIp> Node<Cx> for Ip6Input {
     type Next = Ip6InputNext;
     type Counter = Ip6InputCounter;
 
@@ -36,18 +36,25 @@ impl Node<IpContext> for Ip6Input {
     }
 
     #[inline(always)]
-    fn process(
-        &mut self,
-        _: &mut IpContext,
-        counts: &mut Counts<'_, Self::Counter>,
-        buf: &mut Buffer,
-    ) -> Verdict<Self::Next, Self::Counter> {
+    fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
         use Ip6InputCounter as C;
+        let udp = &*cx.ip().tables.udp;
         // Fast path: version 6, no hop-by-hop header, unicast source and destination,
         // payload within the frame; one bounds proof for the 40 header bytes.
         if let Some(h) = buf.bytes().first_chunk::<HEADER_LEN>() {
             let end = HEADER_LEN + u16::from_be_bytes([h[4], h[5]]) as usize;
             if h[0] >> 4 == 6 && h[6] != 0 && h[8] != 0xff && h[24] != 0xff && end <= buf.len() && end > HEADER_LEN {
+                // A tunnel packet to one of our endpoints skips the lookup.
+                if h[6] == 17 && !udp.bypass6.is_empty() {
+                    if let Some(p) = buf.bytes().get(42..44) {
+                        let mut d = [0u8; 16];
+                        d.copy_from_slice(&h[24..40]);
+                        if udp.bypass6(&std::net::Ipv6Addr::from(d), u16::from_be_bytes([p[0], p[1]])).is_some() {
+                            buf.truncate(end);
+                            return Verdict::Next(Ip6InputNext::Gtpu6Input);
+                        }
+                    }
+                }
                 buf.truncate(end);
                 return Verdict::Next(Ip6InputNext::Lookup);
             }

@@ -3,8 +3,8 @@
 //! addresses, learn from solicitations and advertisements), ICMPv6 errors for the rest.
 
 use super::IcmpRequest;
-use crate::context::IpContext;
-use crate::tables::l2_rewrite;
+use crate::context::{HasIp, IpContext};
+use crate::tables::{l2_rewrite, UdpApp};
 use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
 use std::net::{IpAddr, Ipv6Addr};
 use wire::icmpv6::{unreach, Icmpv6Packet, Icmpv6Repr, NaFlags};
@@ -13,7 +13,7 @@ use wire::ipv6_ext::walk_chain;
 use wire::{EtherType, EthernetAddress, IpProtocol};
 
 next_nodes! {
-    pub enum Ip6LocalNext { Lookup = "ip6-lookup", IcmpError = "ip6-icmp-error", Output = "interface-output" }
+    pub enum Ip6LocalNext { Lookup = "ip6-lookup", IcmpError = "ip6-icmp-error", Output = "interface-output", Gtpu6Input = "gtpu6-input" }
 }
 
 counters! {
@@ -38,7 +38,7 @@ counters! {
 
 pub struct Ip6Local;
 
-impl Node<IpContext> for Ip6Local {
+impl<Cx: HasIp> Node<Cx> for Ip6Local {
     type Next = Ip6LocalNext;
     type Counter = Ip6LocalCounter;
 
@@ -46,12 +46,8 @@ impl Node<IpContext> for Ip6Local {
         "ip6-local"
     }
 
-    fn process(
-        &mut self,
-        cx: &mut IpContext,
-        counts: &mut Counts<'_, Self::Counter>,
-        buf: &mut Buffer,
-    ) -> Verdict<Self::Next, Self::Counter> {
+    fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
+        let cx = cx.ip();
         use Ip6LocalCounter as C;
         let Ok(p) = Ipv6Packet::new_checked(buf.bytes()) else {
             return Verdict::Drop(C::BadExtHeader);
@@ -74,6 +70,11 @@ impl Node<IpContext> for Ip6Local {
         match info.upper {
             Some(IpProtocol::Icmpv6) => {}
             Some(IpProtocol::Udp) => {
+                // Tunnel input nodes take UDP right after the fixed header only.
+                let port = buf.bytes().get(off + 2..off + 4).map(|d| u16::from_be_bytes([d[0], d[1]]));
+                if let (0, Some(UdpApp::Gtpu)) = (info.upper_offset, port.and_then(|port| cx.tables.udp.port(port))) {
+                    return Verdict::Next(Ip6LocalNext::Gtpu6Input);
+                }
                 counts.inc(C::PortUnreachable);
                 buf.meta.param = IcmpRequest::new(1, unreach::PORT, 0).encode();
                 return Verdict::Next(Ip6LocalNext::IcmpError);

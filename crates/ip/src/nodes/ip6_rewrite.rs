@@ -3,7 +3,7 @@
 
 use super::family::{resolve, solicit, Ip6, Resolved};
 use super::IcmpRequest;
-use crate::context::IpContext;
+use crate::context::{HasIp, IpContext};
 use engine::{counters, next_nodes, Buffer, Counts, IfIndex, Node, Verdict};
 use std::net::Ipv6Addr;
 use wire::ipv6::Ipv6Packet;
@@ -42,7 +42,7 @@ impl Ip6Rewrite {
     }
 }
 
-impl Node<IpContext> for Ip6Rewrite {
+impl<Cx: HasIp> Node<Cx> for Ip6Rewrite {
     type Next = Ip6RewriteNext;
     type Counter = Ip6RewriteCounter;
 
@@ -51,12 +51,8 @@ impl Node<IpContext> for Ip6Rewrite {
     }
 
     #[inline(always)]
-    fn process(
-        &mut self,
-        cx: &mut IpContext,
-        counts: &mut Counts<'_, Self::Counter>,
-        buf: &mut Buffer,
-    ) -> Verdict<Self::Next, Self::Counter> {
+    fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
+        let cx = cx.ip();
         use Ip6RewriteCounter as C;
         // ip6-input trimmed the buffer to the packet, jumbograms included.
         let len = buf.len();

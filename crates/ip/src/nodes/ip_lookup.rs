@@ -2,8 +2,8 @@
 //! decides where the packet goes. One node, generic over the address family.
 
 use super::family::Family;
-use crate::context::IpContext;
-use crate::tables::Adjacency;
+use crate::context::HasIp;
+use crate::tables::{Adjacency, TunnelRef, MAX_INDEX};
 use engine::{counters, BufIdx, Buffer, Counts, Node, Pool, Verdict, VECTOR_SIZE};
 
 counters! {
@@ -22,7 +22,7 @@ impl<F: Family> Default for IpLookup<F> {
     }
 }
 
-impl<F: Family> Node<IpContext> for IpLookup<F> {
+impl<Cx: HasIp, F: Family> Node<Cx> for IpLookup<F> {
     type Next = F::LookupNext;
     type Counter = LookupCounter;
 
@@ -33,7 +33,8 @@ impl<F: Family> Node<IpContext> for IpLookup<F> {
     /// Look up the whole vector first; for tables larger than the caches level by level
     /// (`Poptrie::lookup_batch`), so the misses of independent packets overlap.
     /// `process` then only dispatches on `meta.adj`. Measured in docs/PERFORMANCE.md.
-    fn prepare(&mut self, cx: &mut IpContext, pool: &mut Pool, input: &[BufIdx]) {
+    fn prepare(&mut self, cx: &mut Cx, pool: &mut Pool, input: &[BufIdx]) {
+        let cx = cx.ip();
         let n = input.len().min(VECTOR_SIZE);
         let mut keys = [F::key(&[0u8; 16]); VECTOR_SIZE];
         let mut adj = [0u32; VECTOR_SIZE];
@@ -56,17 +57,21 @@ impl<F: Family> Node<IpContext> for IpLookup<F> {
     }
 
     #[inline(always)]
-    fn process(
-        &mut self,
-        cx: &mut IpContext,
-        counts: &mut Counts<'_, Self::Counter>,
-        buf: &mut Buffer,
-    ) -> Verdict<Self::Next, Self::Counter> {
+    fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
+        let cx = cx.ip();
         if buf.len() < F::HEADER_LEN {
             return Verdict::Drop(LookupCounter::Truncated);
         }
         // `prepare` looked the destination up for the whole vector.
-        match cx.tables.adjacency(buf.meta.adj) {
+        let adj = buf.meta.adj;
+        if adj > MAX_INDEX {
+            // A route into a tunnel: its encap node takes the tunnel id.
+            if let Some(t) = TunnelRef::decode(adj) {
+                buf.meta.param = t.id;
+                return Verdict::Next(F::tunnel_next(t.kind));
+            }
+        }
+        match cx.tables.adjacency(adj) {
             Adjacency::Rewrite { .. } | Adjacency::Glean { .. } | Adjacency::Incomplete { .. } => Verdict::Next(F::REWRITE),
             Adjacency::Local => Verdict::Next(F::LOCAL),
             Adjacency::Miss => {

@@ -15,11 +15,11 @@ pub mod ip6_rewrite;
 pub mod ip_lookup;
 pub mod solicit;
 
-use crate::context::IpContext;
+use crate::context::HasIp;
 use engine::GraphBuilder;
 
 /// Add every forwarding node to a graph.
-pub fn register(g: &mut GraphBuilder<IpContext>) {
+pub fn register<Cx: HasIp>(g: &mut GraphBuilder<Cx>) {
     g.add(ethernet_input::EthernetInput);
     g.add(arp_input::ArpInput);
     g.add(ip4_input::Ip4Input);

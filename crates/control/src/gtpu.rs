@@ -1,0 +1,188 @@
+//! GTP-U tunnels in the control plane: the one text form of a tunnel (shared by the
+//! config file's `[[gtpu_tunnel]]`, the JSON API's `create_gtpu_tunnel` and the CLI),
+//! its conversion to a validated [`TunnelSpec`], and the rows `show gtpu tunnels` prints.
+
+use gtpu::{ChecksumMode, DecapNext, PduDirection, SrcPort, TunnelSpec};
+use ip::tables::{TunnelKind, TunnelRef};
+use ip::{Prefix, RouteTarget, RouterState};
+use serde::{Deserialize, Serialize};
+use std::net::IpAddr;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DecapNextName {
+    #[default]
+    Ip4,
+    Ip6,
+    Ip,
+    Ethernet,
+}
+
+/// A tunnel as text: config, API and CLI all fill this in.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GtpuTunnelConfig {
+    pub local: String,
+    pub remote: String,
+    pub teid_in: u32,
+    pub teid_out: u32,
+    /// Add a PDU Session Container with this QFI (0..=63).
+    #[serde(default)]
+    pub qfi: Option<u8>,
+    #[serde(default)]
+    pub pdu_direction: PduDirection,
+    #[serde(default)]
+    pub decap_next: DecapNextName,
+    /// For `decap_next = "ethernet"`: the interface inner frames leave by.
+    #[serde(default)]
+    pub decap_interface: Option<String>,
+    #[serde(default)]
+    pub sequence: bool,
+    /// Default: zero over IPv4 (as VPP does), software over IPv6.
+    #[serde(default)]
+    pub checksum: Option<ChecksumMode>,
+    #[serde(default)]
+    pub accept_zero_checksum: bool,
+    #[serde(default)]
+    pub src_port: SrcPort,
+    /// Downlink route into the tunnel (the UE address or prefix).
+    #[serde(default)]
+    pub ue: Option<String>,
+}
+
+/// A field-named error, for config messages (`gtpu_tunnel[3].remote: …`).
+pub type FieldError = (&'static str, String);
+
+impl GtpuTunnelConfig {
+    /// Parse the text fields; semantic checks (our address, duplicates) follow in
+    /// `GtpuState::validate`.
+    pub fn to_spec(&self, router: &RouterState) -> Result<TunnelSpec, FieldError> {
+        let local: IpAddr = self.local.parse().map_err(|_| ("local", format!("{:?}: expected an IPv4 or IPv6 address", self.local)))?;
+        let remote: IpAddr = self.remote.parse().map_err(|_| ("remote", format!("{:?}: expected an IPv4 or IPv6 address", self.remote)))?;
+        let mut s = TunnelSpec::new(local, remote, self.teid_in, self.teid_out);
+        if let Some(q) = self.qfi {
+            s.qfi = Some(wire::gtpu::Qfi::new(q).ok_or(("qfi", format!("{q}: expected 0 to 63")))?);
+        }
+        s.pdu_direction = self.pdu_direction;
+        s.decap_next = match (self.decap_next, &self.decap_interface) {
+            (DecapNextName::Ethernet, Some(i)) => DecapNext::Ethernet(router.if_index(i).map_err(|e| ("decap_interface", e.to_string()))?),
+            (DecapNextName::Ethernet, None) => {
+                return Err(("decap_interface", "decap_next ethernet needs the interface frames leave by".into()))
+            }
+            (_, Some(_)) => return Err(("decap_interface", "only decap_next = \"ethernet\" takes an interface".into())),
+            (DecapNextName::Ip4, None) => DecapNext::Ip4,
+            (DecapNextName::Ip6, None) => DecapNext::Ip6,
+            (DecapNextName::Ip, None) => DecapNext::Ip,
+        };
+        s.sequence = self.sequence;
+        if let Some(c) = self.checksum {
+            if c == ChecksumMode::Offload && local.is_ipv4() {
+                return Err(("checksum", "offload is for IPv6 outer headers; over IPv4 choose zero or software".into()));
+            }
+            s.checksum = c;
+        }
+        if self.accept_zero_checksum && local.is_ipv4() {
+            return Err(("accept_zero_checksum", "IPv4 always accepts a zero UDP checksum; this is an IPv6 setting".into()));
+        }
+        s.accept_zero_checksum = self.accept_zero_checksum;
+        s.src_port = self.src_port;
+        if let Some(u) = &self.ue {
+            s.ue = Some(u.parse::<Prefix>().map_err(|e| ("ue", format!("{u:?}: {e}")))?);
+        }
+        Ok(s)
+    }
+}
+
+/// The tunnel an interface name like `gtpu_tunnel3` names.
+pub fn tunnel_by_name(g: &gtpu::GtpuState, name: &str) -> Option<(u32, TunnelKind)> {
+    let id: u32 = name.strip_prefix("gtpu_tunnel")?.parse().ok()?;
+    let t = g.tunnel(id)?;
+    Some((id, if t.v6 { TunnelKind::Gtpu6 } else { TunnelKind::Gtpu4 }))
+}
+
+/// A route out of `interface = "gtpu_tunnelN"` becomes a route into that tunnel.
+pub fn resolve_target(g: &gtpu::GtpuState, router: &RouterState, t: RouteTarget) -> Result<RouteTarget, String> {
+    match t {
+        RouteTarget::Interface(name) if router.if_index(&name).is_err() => match tunnel_by_name(g, &name) {
+            Some((id, kind)) => Ok(RouteTarget::Tunnel(TunnelRef { kind, id })),
+            None if name.starts_with("gtpu_tunnel") => Err(format!("no tunnel named {name:?}")),
+            None => Ok(RouteTarget::Interface(name)),
+        },
+        RouteTarget::Via { interface: Some(name), .. } if name.starts_with("gtpu_tunnel") => {
+            Err(format!("{name} is a tunnel: route into it with `interface {name}`, not via a next hop"))
+        }
+        other => Ok(other),
+    }
+}
+
+/// One row of `show gtpu tunnels`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TunnelRow {
+    pub name: String,
+    pub local: String,
+    pub remote: String,
+    pub teid_in: u32,
+    pub teid_out: u32,
+    pub qfi: Option<u8>,
+    pub checksum: ChecksumMode,
+    pub accept_zero_checksum: bool,
+    pub src_port: SrcPort,
+    pub sequence: bool,
+    pub decap_next: String,
+    pub ue: Option<String>,
+    pub outer_adjacency: u32,
+}
+
+pub fn rows(g: &gtpu::GtpuState, router: &RouterState, limit: usize) -> Vec<TunnelRow> {
+    g.tunnels()
+        .take(limit)
+        .map(|(id, t)| {
+            let s = t.spec();
+            TunnelRow {
+                name: format!("gtpu_tunnel{id}"),
+                local: s.local.to_string(),
+                remote: s.remote.to_string(),
+                teid_in: s.teid_in,
+                teid_out: s.teid_out,
+                qfi: s.qfi.map(|q| q.get()),
+                checksum: s.checksum,
+                accept_zero_checksum: s.accept_zero_checksum,
+                src_port: s.src_port,
+                sequence: s.sequence,
+                decap_next: match s.decap_next {
+                    DecapNext::Ip4 => "ip4".into(),
+                    DecapNext::Ip6 => "ip6".into(),
+                    DecapNext::Ip => "ip".into(),
+                    DecapNext::Ethernet(i) => format!("ethernet {}", router.interfaces().get(i.get()).map_or("?", |x| x.name.as_str())),
+                },
+                ue: s.ue.map(|p| p.to_string()),
+                outer_adjacency: g.outer_adj(id),
+            }
+        })
+        .collect()
+}
+
+pub fn format_rows(rows: &[TunnelRow], total: usize) -> String {
+    let mut s = format!("{total} GTP-U tunnels\n");
+    for r in rows {
+        s += &format!(
+            "{:<16} {} -> {} teid in {:#x} out {:#x}{}{} checksum {:?} src-port {:?} decap {}{} adj {}\n",
+            r.name,
+            r.local,
+            r.remote,
+            r.teid_in,
+            r.teid_out,
+            r.qfi.map(|q| format!(" qfi {q}")).unwrap_or_default(),
+            if r.sequence { " seq" } else { "" },
+            r.checksum,
+            r.src_port,
+            r.decap_next,
+            r.ue.as_ref().map(|u| format!(" ue {u}")).unwrap_or_default(),
+            r.outer_adjacency,
+        );
+    }
+    if rows.len() < total {
+        s += &format!("… {} more\n", total - rows.len());
+    }
+    s
+}

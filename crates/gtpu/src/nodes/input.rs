@@ -1,0 +1,359 @@
+//! `gtpu4-input` / `gtpu6-input`: GTP-U packets addressed to one of our endpoints.
+//!
+//! Validates the outer UDP (length, checksum — a zero IPv6 checksum only for tunnels
+//! that accept it, RFC 6936), the GTP-U header and its extension chain, looks the
+//! (endpoint, TEID) key up, strips the outer headers and hands the inner packet on.
+//! Echo Requests are answered; G-PDUs to an unknown TEID get a rate-limited Error
+//! Indication; Error Indications and Echo Responses from peers go to the control plane.
+
+use super::{reply_datagram, udp_checksum_ok, Outer, OuterError};
+use crate::context::{GtpuEvent, HasGtpu};
+use crate::messages;
+use crate::tables::GtpuTables;
+use crate::teid_table::TeidKey;
+use crate::tunnel::DecapNext;
+use engine::{counters, next_nodes, BufIdx, Buffer, Counts, Node, Pool, Verdict, VECTOR_SIZE};
+use wire::gtpu::{GtpuError, GtpuPacket, GtpuRepr, MessageType};
+
+next_nodes! {
+    pub enum GtpuInputNext {
+        Ip4Input = "ip4-input", Ip6Input = "ip6-input",
+        Ip4Lookup = "ip4-lookup", Ip6Lookup = "ip6-lookup",
+        Output = "interface-output",
+    }
+}
+
+counters! {
+    pub enum GtpuInputCounter {
+        Decapsulated(Info, "decapsulated", "G-PDUs decapsulated"),
+        EchoReplies(Info, "echo-replies", "Echo Responses sent"),
+        ErrorIndicationsSent(Info, "error-indications-sent", "Error Indications sent for unknown TEIDs"),
+        NotificationsSent(Info, "ext-notifications-sent", "Supported Extension Headers Notifications sent"),
+        EventQueueFull(Warn, "event-queue-full", "path-management event lost: control queue full"),
+        OuterTruncated(Warn, "outer-truncated", "outer IP header truncated"),
+        NotPlainUdp(Warn, "outer-not-plain-udp", "IPv6 extension headers before UDP, or an outer fragment (not reassembled yet)"),
+        BadUdpLength(Warn, "bad-udp-length", "UDP length shorter than UDP + GTP-U headers or past the packet"),
+        BadUdpChecksum(Warn, "bad-udp-checksum", "outer UDP checksum mismatch"),
+        ZeroChecksumRefused(Warn, "zero-checksum-refused", "zero UDP checksum over IPv6 on a tunnel not configured to accept it (RFC 6936)"),
+        GtpTruncated(Warn, "gtp-truncated", "GTP-U header, optional fields or length field past the packet"),
+        BadVersion(Warn, "bad-version", "not GTPv1 (or GTP' with PT 0)"),
+        BadExtension(Warn, "bad-extension", "extension header of length 0 or past the message"),
+        TooManyExtensions(Warn, "too-many-extensions", "more extension headers than the walk allows"),
+        BadPduSession(Warn, "bad-pdu-session", "malformed PDU Session Container"),
+        UnknownRequiredExtension(Warn, "unknown-required-extension", "unknown extension header marked comprehension required"),
+        UnknownTeid(Warn, "unknown-teid", "G-PDU for a TEID with no tunnel (Error Indication rate-limited away)"),
+        BadSignalling(Warn, "bad-signalling", "path-management message with a non-zero TEID or malformed IEs"),
+        EchoResponses(Info, "echo-responses", "Echo Responses received (reported to the control plane)"),
+        ErrorIndications(Info, "error-indications", "Error Indications received (reported to the control plane)"),
+        EndMarkers(Info, "end-markers", "End Markers received (a path switch finished), consumed"),
+        Notifications(Info, "ext-notifications", "Supported Extension Headers Notifications received, consumed"),
+        UnknownMessage(Warn, "unknown-message", "GTP-U message type not handled"),
+        BadInner(Warn, "bad-inner", "inner packet does not match the tunnel's decap-next or is truncated"),
+        NoHeadroom(Error, "no-room", "no room to build a reply"),
+    }
+}
+
+/// Marks `meta.param` of packets whose tunnel `prepare` already looked up (in `meta.adj`).
+const PREPARED: u32 = 0x4750_5055;
+const NOT_FOUND: u32 = u32::MAX;
+
+pub struct GtpuInput<O: Outer>(std::marker::PhantomData<O>);
+
+impl<O: Outer> Default for GtpuInput<O> {
+    fn default() -> Self {
+        GtpuInput(std::marker::PhantomData)
+    }
+}
+
+/// The decap key of a plain G-PDU (the fast path's shape), for `prepare`.
+#[inline(always)]
+fn quick_key<O: Outer>(t: &GtpuTables, b: &[u8]) -> Option<TeidKey> {
+    let (hl, _, dst) = O::outer(b).ok()?;
+    let g = b.get(hl + 8..hl + 16)?;
+    if g[0] != 0x30 || g[1] != 255 {
+        return None;
+    }
+    let e = O::endpoint(t, &dst)?;
+    Some(GtpuTables::key(e, u32::from_be_bytes([g[4], g[5], g[6], g[7]])))
+}
+
+/// Look a key up through the last-key cache.
+#[inline(always)]
+fn lookup(t: &GtpuTables, last: &mut Option<(TeidKey, u32)>, k: TeidKey) -> u32 {
+    if t.techniques.lookup_cache {
+        if let Some((lk, id)) = *last {
+            if lk == k {
+                return id;
+            }
+        }
+    }
+    let id = t.decap.get(k).unwrap_or(NOT_FOUND);
+    if id != NOT_FOUND {
+        *last = Some((k, id));
+    }
+    id
+}
+
+fn gtp_counter(e: GtpuError) -> GtpuInputCounter {
+    match e {
+        GtpuError::Truncated => GtpuInputCounter::GtpTruncated,
+        GtpuError::BadVersion => GtpuInputCounter::BadVersion,
+        GtpuError::BadExtension => GtpuInputCounter::BadExtension,
+        GtpuError::UnknownRequiredExtension => GtpuInputCounter::UnknownRequiredExtension,
+        GtpuError::TooManyExtensions => GtpuInputCounter::TooManyExtensions,
+        GtpuError::BadPduSessionContainer => GtpuInputCounter::BadPduSession,
+    }
+}
+
+/// The outer and GTP-U facts `process` decides on, read before the buffer changes.
+struct Parsed<A> {
+    hl: usize,
+    src: A,
+    dst: A,
+    src_port: u16,
+    zero_checksum: bool,
+    msg: MessageType,
+    teid: u32,
+    seq: u16,
+    /// GTP-U header length (with optional fields and extensions) and payload length.
+    ghl: usize,
+    payload: usize,
+}
+
+fn parse<O: Outer>(b: &[u8]) -> Result<Parsed<O::Addr>, GtpuInputCounter> {
+    use GtpuInputCounter as C;
+    let (hl, src, dst) = O::outer(b).map_err(|e| match e {
+        OuterError::Truncated => C::OuterTruncated,
+        OuterError::NotPlainUdp => C::NotPlainUdp,
+    })?;
+    let u = b.get(hl..hl + 8).ok_or(C::BadUdpLength)?;
+    let ulen = u16::from_be_bytes([u[4], u[5]]) as usize;
+    if ulen < 16 || hl + ulen > b.len() {
+        return Err(if ulen >= 8 && hl + ulen <= b.len() { C::GtpTruncated } else { C::BadUdpLength });
+    }
+    let zero_checksum = u[6] == 0 && u[7] == 0;
+    let seg = &b[hl..hl + ulen];
+    if !zero_checksum && !udp_checksum_ok(O::pseudo(&src, &dst), seg) {
+        return Err(C::BadUdpChecksum);
+    }
+    let src_port = u16::from_be_bytes([u[0], u[1]]);
+    let g = &seg[8..];
+    // Fast path: a G-PDU without optional fields.
+    if g[0] == 0x30 && g[1] == 255 {
+        let glen = u16::from_be_bytes([g[2], g[3]]) as usize;
+        if 8 + glen > g.len() {
+            return Err(C::GtpTruncated);
+        }
+        let teid = u32::from_be_bytes([g[4], g[5], g[6], g[7]]);
+        return Ok(Parsed { hl, src, dst, src_port, zero_checksum, msg: MessageType::GPdu, teid, seq: 0, ghl: 8, payload: glen });
+    }
+    let p = GtpuPacket::new_checked(g).map_err(gtp_counter)?;
+    let repr = GtpuRepr::parse(&p).map_err(gtp_counter)?;
+    let total = 8 + p.length();
+    Ok(Parsed {
+        hl,
+        src,
+        dst,
+        src_port,
+        zero_checksum,
+        msg: repr.msg_type,
+        teid: repr.teid.0,
+        seq: repr.seq.unwrap_or(0),
+        ghl: total - repr.payload_len,
+        payload: repr.payload_len,
+    })
+}
+
+impl<O: Outer> GtpuInput<O> {
+    const REPLY: GtpuInputNext = if O::IS_V6 { GtpuInputNext::Ip6Lookup } else { GtpuInputNext::Ip4Lookup };
+
+    /// Replace the packet by a GTP-U message from our address to the sender.
+    fn reply(buf: &mut Buffer, ours: O::Addr, peer: O::Addr, dst_port: u16, msg: &[u8]) -> Verdict<GtpuInputNext, GtpuInputCounter> {
+        let mut out = [0u8; 40 + 8 + messages::MAX_MESSAGE];
+        let n = reply_datagram::<O>(ours, peer, dst_port, msg, &mut out);
+        if buf.write(&out[..n]).is_err() {
+            return Verdict::Drop(GtpuInputCounter::NoHeadroom);
+        }
+        Verdict::Next(Self::REPLY)
+    }
+
+    /// Hand the inner packet (now at the buffer start) on by its decap-next.
+    #[inline(always)]
+    fn forward(buf: &mut Buffer, next: DecapNext, skip_input: bool) -> Verdict<GtpuInputNext, GtpuInputCounter> {
+        use GtpuInputNext as N;
+        let b = buf.bytes();
+        let version = b.first().map_or(0, |v| v >> 4);
+        match (next, version) {
+            (DecapNext::Ip4 | DecapNext::Ip, 4) => {
+                if skip_input {
+                    // The checks of ip4-input's fast path, without the node hop; anything
+                    // unusual still goes through ip4-input.
+                    if let Some(h) = b.first_chunk::<20>() {
+                        let total = u16::from_be_bytes([h[2], h[3]]) as usize;
+                        if h[0] == 0x45 && total >= 20 && total <= b.len() && wire::checksum::verify(h) && h[12] < 224 {
+                            buf.truncate(total);
+                            return Verdict::Next(N::Ip4Lookup);
+                        }
+                    }
+                }
+                Verdict::Next(N::Ip4Input)
+            }
+            (DecapNext::Ip6 | DecapNext::Ip, 6) => {
+                if skip_input {
+                    if let Some(h) = b.first_chunk::<40>() {
+                        let end = 40 + u16::from_be_bytes([h[4], h[5]]) as usize;
+                        if h[6] != 0 && h[8] != 0xff && h[24] != 0xff && end <= b.len() && end > 40 {
+                            buf.truncate(end);
+                            return Verdict::Next(N::Ip6Lookup);
+                        }
+                    }
+                }
+                Verdict::Next(N::Ip6Input)
+            }
+            (DecapNext::Ethernet(tx), _) if b.len() >= 14 => {
+                buf.meta.tx_if = tx;
+                Verdict::Next(N::Output)
+            }
+            _ => Verdict::Drop(GtpuInputCounter::BadInner),
+        }
+    }
+}
+
+impl<Cx: HasGtpu, O: Outer> Node<Cx> for GtpuInput<O> {
+    type Next = GtpuInputNext;
+    type Counter = GtpuInputCounter;
+
+    fn name(&self) -> &'static str {
+        O::INPUT
+    }
+
+    /// With `batch_lookup`: compute every plain G-PDU's key, prefetch its table slot
+    /// (with `prefetch`), then look them all up, so the table misses of one vector
+    /// overlap. `process` then finds the tunnel id in `meta.adj`.
+    fn prepare(&mut self, cx: &mut Cx, pool: &mut Pool, input: &[BufIdx]) {
+        let (_, g) = cx.split();
+        let t = &*g.tables;
+        if !t.techniques.batch_lookup || t.decap.is_empty() {
+            return;
+        }
+        let n = input.len().min(VECTOR_SIZE);
+        let mut keys = [None; VECTOR_SIZE];
+        for (k, &b) in keys.iter_mut().zip(&input[..n]) {
+            *k = quick_key::<O>(t, pool.get(b).bytes());
+        }
+        if t.techniques.prefetch {
+            for k in keys[..n].iter().flatten() {
+                if let Some(s) = t.decap.home_slot(*k) {
+                    engine::prefetch::read(s);
+                }
+            }
+        }
+        for (k, &b) in keys[..n].iter().zip(&input[..n]) {
+            let m = &mut pool.get_mut(b).meta;
+            if let Some(k) = k {
+                m.adj = lookup(t, &mut g.last, *k);
+                m.param = PREPARED;
+            } else {
+                m.param = 0;
+            }
+        }
+    }
+
+    fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
+        use GtpuInputCounter as C;
+        let (_, g) = cx.split();
+        let p = match parse::<O>(buf.bytes()) {
+            Ok(p) => p,
+            Err(C::UnknownRequiredExtension) if g.replies.take() => {
+                // §5.2.1: tell the sender which extension headers we do support.
+                let Ok((hl, src, dst)) = O::outer(buf.bytes()) else { return Verdict::Drop(C::UnknownRequiredExtension) };
+                let sport = buf.bytes().get(hl..hl + 2).map_or(wire::gtpu::PORT, |s| u16::from_be_bytes([s[0], s[1]]));
+                let mut m = [0u8; messages::MAX_MESSAGE];
+                let n = messages::supported_extensions(0, &mut m);
+                counts.inc(C::NotificationsSent);
+                return Self::reply(buf, dst, src, sport, &m[..n]);
+            }
+            Err(c) => return Verdict::Drop(c),
+        };
+        let t = &*g.tables;
+        match p.msg {
+            MessageType::GPdu => {
+                let id = if buf.meta.param == PREPARED {
+                    buf.meta.adj
+                } else {
+                    match O::endpoint(t, &p.dst) {
+                        Some(e) => lookup(t, &mut g.last, GtpuTables::key(e, p.teid)),
+                        None => NOT_FOUND,
+                    }
+                };
+                let Some(tun) = t.tunnel(id) else {
+                    if !g.replies.take() {
+                        return Verdict::Drop(C::UnknownTeid);
+                    }
+                    let mut m = [0u8; messages::MAX_MESSAGE];
+                    let n = messages::error_indication(p.teid, p.dst.into(), p.src_port, &mut m);
+                    counts.inc(C::ErrorIndicationsSent);
+                    return Self::reply(buf, p.dst, p.src, wire::gtpu::PORT, &m[..n]);
+                };
+                if p.zero_checksum && !tun.accept_zero_checksum {
+                    return Verdict::Drop(C::ZeroChecksumRefused);
+                }
+                let (next, skip) = (tun.decap_next, t.techniques.skip_inner_input);
+                if buf.advance(p.hl + 8 + p.ghl).is_err() {
+                    return Verdict::Drop(C::GtpTruncated);
+                }
+                buf.truncate(p.payload);
+                counts.inc(C::Decapsulated);
+                Self::forward(buf, next, skip)
+            }
+            MessageType::EchoRequest => {
+                if p.teid != 0 {
+                    return Verdict::Drop(C::BadSignalling);
+                }
+                let mut m = [0u8; messages::MAX_MESSAGE];
+                let n = messages::echo_response(p.seq, &mut m);
+                counts.inc(C::EchoReplies);
+                // §4.4.2.2: the response goes to the request's source port.
+                Self::reply(buf, p.dst, p.src, p.src_port, &m[..n])
+            }
+            MessageType::EchoResponse => {
+                let ies = buf.bytes().get(p.hl + 8 + p.ghl..p.hl + 8 + p.ghl + p.payload).unwrap_or(&[]);
+                let ev = GtpuEvent::EchoResponse { peer: p.src.into(), recovery: messages::parse_recovery(ies) };
+                if !g.report(ev) {
+                    counts.inc(C::EventQueueFull);
+                }
+                Verdict::Drop(C::EchoResponses)
+            }
+            MessageType::ErrorIndication => {
+                let ies = buf.bytes().get(p.hl + 8 + p.ghl..p.hl + 8 + p.ghl + p.payload).unwrap_or(&[]);
+                let Some((teid, _peer)) = messages::parse_error_indication(ies) else {
+                    return Verdict::Drop(C::BadSignalling);
+                };
+                if !g.report(GtpuEvent::ErrorIndication { peer: p.src.into(), teid }) {
+                    counts.inc(C::EventQueueFull);
+                }
+                Verdict::Drop(C::ErrorIndications)
+            }
+            MessageType::EndMarker => Verdict::Drop(C::EndMarkers),
+            MessageType::SupportedExtensionHeadersNotification => Verdict::Drop(C::Notifications),
+            _ => Verdict::Drop(C::UnknownMessage),
+        }
+    }
+
+    fn trace(&self, buf: &Buffer) -> String {
+        match parse::<O>(buf.bytes()) {
+            Ok(p) => format!(
+                "{} -> {} sport {} {:?} teid {:#x} gtp-header {} payload {}{}",
+                p.src,
+                p.dst,
+                p.src_port,
+                p.msg,
+                p.teid,
+                p.ghl,
+                p.payload,
+                if p.zero_checksum { " udp-checksum 0" } else { "" }
+            ),
+            Err(c) => format!("rejected: {}", <GtpuInputCounter as engine::Counters>::INFO[c as usize].name),
+        }
+    }
+}

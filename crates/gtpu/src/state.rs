@@ -1,0 +1,280 @@
+//! The GTP-U control-plane state and the one typed API that changes it: the config
+//! loader, the CLI and the JSON API all create and delete tunnels through
+//! [`GtpuState`]. Every change is validated whole before anything is applied.
+
+use crate::tables::{GtpuTables, Techniques};
+use crate::teid_table::{TeidKey, TeidTable};
+use crate::tunnel::{DecapNext, Tunnel, TunnelSpec};
+use ip::tables::{TunnelKind, TunnelRef, UdpApp, UdpDemux, ADJ_MISS, MAX_INDEX};
+use ip::{Prefix, RouterState, StateError};
+use std::collections::HashSet;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GtpuError {
+    #[error("local address {0} is not an address of any interface")]
+    LocalNotOurs(IpAddr),
+    #[error("local {local} and remote {remote} are of different address families")]
+    FamilyMismatch { local: IpAddr, remote: IpAddr },
+    #[error("remote {0} is one of the gateway's own addresses")]
+    RemoteIsLocal(IpAddr),
+    #[error("teid_in 0 is reserved for path management messages (TS 29.281 §5.1)")]
+    ZeroTeid,
+    #[error("local {local} already has a tunnel with teid_in {teid} (gtpu_tunnel{id})")]
+    Duplicate { local: IpAddr, teid: u32, id: u32 },
+    #[error("no tunnel gtpu_tunnel{0}")]
+    NoSuchTunnel(u32),
+    #[error("decap_next ethernet: no interface with index {0}")]
+    NoSuchInterface(usize),
+    #[error("ue {0}: {1}")]
+    Ue(Prefix, StateError),
+    #[error("more than {MAX_INDEX} tunnels")]
+    TooMany,
+}
+
+pub struct GtpuState {
+    tables: GtpuTables,
+    free: Vec<u32>,
+    count: usize,
+}
+
+impl Default for GtpuState {
+    fn default() -> Self {
+        GtpuState::new(Techniques::default())
+    }
+}
+
+impl GtpuState {
+    pub fn new(techniques: Techniques) -> Self {
+        GtpuState { tables: GtpuTables { techniques, ..GtpuTables::default() }, free: Vec::new(), count: 0 }
+    }
+
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    pub fn techniques(&self) -> Techniques {
+        self.tables.techniques
+    }
+
+    pub fn set_techniques(&mut self, t: Techniques) {
+        self.tables.techniques = t;
+    }
+
+    pub fn tunnel(&self, id: u32) -> Option<&Tunnel> {
+        self.tables.tunnel(id)
+    }
+
+    /// Live tunnels in id order.
+    pub fn tunnels(&self) -> impl Iterator<Item = (u32, &Tunnel)> {
+        (0..self.tables.tunnels.len() as u32).filter_map(|i| self.tables.tunnel(i).map(|t| (i, t)))
+    }
+
+    pub fn outer_adj(&self, id: u32) -> u32 {
+        self.tables.outer_adj(id)
+    }
+
+    fn endpoint(&self, a: IpAddr) -> Option<u32> {
+        match a {
+            IpAddr::V4(v) => self.tables.endpoint4(v),
+            IpAddr::V6(v) => self.tables.endpoint6(&v),
+        }
+    }
+
+    fn endpoint_or_add(&mut self, a: IpAddr) -> u32 {
+        if let Some(e) = self.endpoint(a) {
+            return e;
+        }
+        match a {
+            IpAddr::V4(v) => self.tables.endpoints4.push(v),
+            IpAddr::V6(v) => self.tables.endpoints6.push(v),
+        }
+        self.endpoint(a).expect("just added")
+    }
+
+    /// The decap key of a spec, if its endpoint exists yet.
+    fn decap_key(&self, local: IpAddr, teid: u32) -> Option<TeidKey> {
+        self.endpoint(local).map(|e| GtpuTables::key(e, teid))
+    }
+
+    /// The tunnel with this local endpoint and incoming TEID.
+    pub fn find(&self, local: IpAddr, teid_in: u32) -> Option<u32> {
+        self.decap_key(local, teid_in).and_then(|k| self.tables.decap.get(k))
+    }
+
+    /// Check one spec against the router and the existing tunnels.
+    pub fn validate(&self, router: &RouterState, spec: &TunnelSpec) -> Result<(), GtpuError> {
+        let ours = |a: IpAddr| {
+            router.interfaces().iter().any(|i| match a {
+                IpAddr::V4(v) => i.has_ip4(v),
+                IpAddr::V6(v) => i.has_ip6(&v),
+            })
+        };
+        if spec.local.is_ipv4() != spec.remote.is_ipv4() {
+            return Err(GtpuError::FamilyMismatch { local: spec.local, remote: spec.remote });
+        }
+        if !ours(spec.local) {
+            return Err(GtpuError::LocalNotOurs(spec.local));
+        }
+        if ours(spec.remote) {
+            return Err(GtpuError::RemoteIsLocal(spec.remote));
+        }
+        if spec.teid_in == 0 {
+            return Err(GtpuError::ZeroTeid);
+        }
+        if let Some(id) = self.find(spec.local, spec.teid_in) {
+            return Err(GtpuError::Duplicate { local: spec.local, teid: spec.teid_in, id });
+        }
+        if let DecapNext::Ethernet(i) = spec.decap_next {
+            if i.get() >= router.interfaces().len() {
+                return Err(GtpuError::NoSuchInterface(i.get()));
+            }
+        }
+        if let Some(ue) = spec.ue {
+            router.validate_tunnel_route(&ue).map_err(|e| GtpuError::Ue(ue, e))?;
+        }
+        Ok(())
+    }
+
+    /// Create one tunnel; returns its id (its interface is `gtpu_tunnel<id>`).
+    pub fn create(&mut self, router: &mut RouterState, spec: TunnelSpec) -> Result<u32, GtpuError> {
+        self.create_many(router, vec![spec]).map(|ids| ids[0]).map_err(|(_, e)| e)
+    }
+
+    /// Create many tunnels, all or nothing (the config loader's path). On error, the
+    /// index of the offending spec.
+    pub fn create_many(&mut self, router: &mut RouterState, specs: Vec<TunnelSpec>) -> Result<Vec<u32>, (usize, GtpuError)> {
+        let mut keys = HashSet::with_capacity(specs.len());
+        for (i, s) in specs.iter().enumerate() {
+            self.validate(router, s).map_err(|e| (i, e))?;
+            if !keys.insert((s.local, s.teid_in)) {
+                return Err((i, GtpuError::Duplicate { local: s.local, teid: s.teid_in, id: u32::MAX }));
+            }
+        }
+        drop(keys);
+        // Ids: reuse freed ones first (the newest freed last), then append.
+        let mut ids = Vec::with_capacity(specs.len());
+        let mut next = self.tables.tunnels.len() as u32;
+        let reuse = self.free.len().min(specs.len());
+        let reused: Vec<u32> = self.free.split_off(self.free.len() - reuse);
+        ids.extend(reused.iter().rev().copied());
+        while ids.len() < specs.len() {
+            if next > MAX_INDEX {
+                self.free.extend(reused.iter().copied());
+                return Err((ids.len(), GtpuError::TooMany));
+            }
+            ids.push(next);
+            next += 1;
+        }
+        let routes: Vec<(Prefix, TunnelRef)> =
+            specs.iter().zip(&ids).filter_map(|(s, &id)| s.ue.map(|p| (p, TunnelRef { kind: kind(s), id }))).collect();
+        if let Err((j, e)) = router.add_tunnel_routes(&routes) {
+            self.free.extend(reused.iter().copied());
+            let bad = routes[j].1.id;
+            let i = ids.iter().position(|&x| x == bad).unwrap_or(0);
+            return Err((i, GtpuError::Ue(routes[j].0, e)));
+        }
+        if next as usize > self.tables.tunnels.len() {
+            self.tables.tunnels.resize(next as usize);
+            Arc::make_mut(&mut self.tables.outer_adj).resize(next as usize, ADJ_MISS);
+        }
+        if self.tables.decap.len() + specs.len() > 2 * self.tables.decap.len().max(1) {
+            // A bulk load: size the table once instead of growing it step by step.
+            let mut t = TeidTable::with_capacity(self.tables.decap.len() + specs.len());
+            let live: Vec<(u32, TeidKey)> =
+                self.tunnels().map(|(id, tun)| (id, GtpuTables::key(self.endpoint(tun.local()).expect("endpoint"), tun.teid_in))).collect();
+            for (id, k) in live {
+                t.insert(k, id);
+            }
+            self.tables.decap = t;
+        }
+        for (s, &id) in specs.iter().zip(&ids) {
+            let e = self.endpoint_or_add(s.local);
+            self.tables.decap.insert(GtpuTables::key(e, s.teid_in), id);
+            *self.tables.tunnels.get_mut(id as usize).expect("resized above") = Tunnel::build(s);
+            self.count += 1;
+        }
+        if specs.len() < 64 {
+            for (s, &id) in specs.iter().zip(&ids) {
+                let a = outer(router.lookup(s.remote));
+                Arc::make_mut(&mut self.tables.outer_adj)[id as usize] = a;
+            }
+        } else {
+            self.refresh_outer(router);
+        }
+        Ok(ids)
+    }
+
+    /// Delete a tunnel, its UE route and every static route into it.
+    pub fn delete(&mut self, router: &mut RouterState, id: u32) -> Result<TunnelSpec, GtpuError> {
+        let t = self.tables.tunnel(id).ok_or(GtpuError::NoSuchTunnel(id))?;
+        let spec = t.spec();
+        if let Some(k) = self.decap_key(spec.local, spec.teid_in) {
+            self.tables.decap.remove(k);
+        }
+        if let Some(ue) = spec.ue {
+            router.del_tunnel_routes(&[ue]);
+        }
+        router.del_routes_into(TunnelRef { kind: kind(&spec), id });
+        *self.tables.tunnels.get_mut(id as usize).expect("live tunnel") = Tunnel::default();
+        Arc::make_mut(&mut self.tables.outer_adj)[id as usize] = ADJ_MISS;
+        self.free.push(id);
+        self.count -= 1;
+        Ok(spec)
+    }
+
+    /// Re-resolve every tunnel's outer adjacency (after a route change).
+    pub fn refresh_outer(&mut self, router: &mut RouterState) {
+        let adj: Vec<u32> = (0..self.tables.tunnels.len() as u32)
+            .map(|i| match self.tables.tunnel(i) {
+                Some(t) => outer(router.lookup(t.remote())),
+                None => ADJ_MISS,
+            })
+            .collect();
+        self.tables.outer_adj = Arc::new(adj);
+    }
+
+    /// What the IP nodes need to know to hand GTP-U packets to us.
+    pub fn udp_demux(&self) -> UdpDemux {
+        let port = wire::gtpu::PORT;
+        let mut d = UdpDemux { ports: vec![(port, UdpApp::Gtpu)], ..UdpDemux::default() };
+        if self.tables.techniques.skip_outer_lookup {
+            d.bypass4 = self.tables.endpoints4.iter().map(|a| (*a, port, UdpApp::Gtpu)).collect();
+            d.bypass6 = self.tables.endpoints6.iter().map(|a| (*a, port, UdpApp::Gtpu)).collect();
+        }
+        d
+    }
+
+    /// A new version of the tables to publish (cheap: chunks are shared).
+    pub fn build(&mut self) -> GtpuTables {
+        self.tables.generation += 1;
+        self.tables.clone()
+    }
+
+    pub fn memory_bytes(&self) -> usize {
+        self.tables.memory_bytes()
+    }
+}
+
+fn kind(s: &TunnelSpec) -> TunnelKind {
+    if s.is_v6() {
+        TunnelKind::Gtpu6
+    } else {
+        TunnelKind::Gtpu4
+    }
+}
+
+/// A tunnel's outer route must end at an adjacency; a route into another tunnel is
+/// left to the route lookup.
+fn outer(v: u32) -> u32 {
+    if TunnelRef::decode(v).is_some() {
+        ADJ_MISS
+    } else {
+        v
+    }
+}

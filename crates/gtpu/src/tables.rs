@@ -1,0 +1,119 @@
+//! What the GTP-U nodes read: tunnels by id, the decap table, our endpoint addresses,
+//! each tunnel's outer adjacency, and which fast-path techniques are on. Built by
+//! [`crate::state::GtpuState`], published whole through an `ArcSwap` like the IP tables.
+
+use crate::cow::CowVec;
+use crate::teid_table::{key, TeidKey, TeidTable};
+use crate::tunnel::Tunnel;
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
+
+/// The six fast-path techniques of the Intel/VPP GTP-U deck. Each can be turned off so
+/// its gain can be measured (`docs/PERFORMANCE.md`); all are on by default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Techniques {
+    /// Remember the last decap key and its tunnel; consecutive packets of one tunnel
+    /// skip the table.
+    pub lookup_cache: bool,
+    /// Send decapsulated packets straight to `ipN-lookup` after a minimal check of the
+    /// inner header, instead of through a second `ipN-input`.
+    pub skip_inner_input: bool,
+    /// `ipN-input` sends UDP to our endpoints' GTP-U port straight to `gtpuN-input`,
+    /// skipping the route lookup and `ipN-local`.
+    pub skip_outer_lookup: bool,
+    /// The tunnel holds its resolved outer adjacency; encap goes straight to
+    /// `ipN-rewrite` instead of a second route lookup.
+    pub encap_adjacency: bool,
+    /// Look up the whole vector's keys in one loop before dispatching (multi-packet
+    /// loop), so independent table reads overlap.
+    pub batch_lookup: bool,
+    /// Prefetch each packet's table slot (decap) or tunnel entry (encap) for the whole
+    /// vector before the first one is read.
+    pub prefetch: bool,
+}
+
+impl Default for Techniques {
+    fn default() -> Self {
+        Techniques::all(true)
+    }
+}
+
+impl Techniques {
+    pub const NAMES: [&'static str; 6] =
+        ["lookup_cache", "skip_inner_input", "skip_outer_lookup", "encap_adjacency", "batch_lookup", "prefetch"];
+
+    pub fn all(on: bool) -> Self {
+        Techniques { lookup_cache: on, skip_inner_input: on, skip_outer_lookup: on, encap_adjacency: on, batch_lookup: on, prefetch: on }
+    }
+
+    /// Turn one technique on or off by name; false if there is no such technique.
+    pub fn set(&mut self, name: &str, on: bool) -> bool {
+        let f = match name {
+            "lookup_cache" => &mut self.lookup_cache,
+            "skip_inner_input" => &mut self.skip_inner_input,
+            "skip_outer_lookup" => &mut self.skip_outer_lookup,
+            "encap_adjacency" => &mut self.encap_adjacency,
+            "batch_lookup" => &mut self.batch_lookup,
+            "prefetch" => &mut self.prefetch,
+            _ => return false,
+        };
+        *f = on;
+        true
+    }
+}
+
+/// Bit set in the endpoint part of a decap key for IPv6 endpoints.
+pub const V6_ENDPOINT: u32 = 1 << 31;
+
+#[derive(Clone, Default)]
+pub struct GtpuTables {
+    pub generation: u64,
+    pub tunnels: CowVec<Tunnel>,
+    pub decap: TeidTable,
+    /// Our GTP-U endpoint addresses; the index is the endpoint part of a decap key.
+    pub endpoints4: Vec<Ipv4Addr>,
+    pub endpoints6: Vec<Ipv6Addr>,
+    /// Each tunnel's outer adjacency (an IP adjacency index), refreshed on route changes.
+    pub outer_adj: Arc<Vec<u32>>,
+    pub techniques: Techniques,
+}
+
+impl Default for CowVec<Tunnel> {
+    fn default() -> Self {
+        CowVec::new(0, Tunnel::default())
+    }
+}
+
+impl GtpuTables {
+    #[inline(always)]
+    pub fn endpoint4(&self, a: Ipv4Addr) -> Option<u32> {
+        self.endpoints4.iter().position(|x| *x == a).map(|i| i as u32)
+    }
+
+    #[inline(always)]
+    pub fn endpoint6(&self, a: &Ipv6Addr) -> Option<u32> {
+        self.endpoints6.iter().position(|x| x == a).map(|i| i as u32 | V6_ENDPOINT)
+    }
+
+    /// The decap key of `teid` on an endpoint.
+    #[inline(always)]
+    pub fn key(endpoint: u32, teid: u32) -> TeidKey {
+        key(endpoint, teid)
+    }
+
+    #[inline(always)]
+    pub fn tunnel(&self, id: u32) -> Option<&Tunnel> {
+        self.tunnels.get(id as usize).filter(|t| t.live)
+    }
+
+    #[inline(always)]
+    pub fn outer_adj(&self, id: u32) -> u32 {
+        self.outer_adj.get(id as usize).copied().unwrap_or(ip::tables::ADJ_MISS)
+    }
+
+    /// Bytes of the dataplane tables.
+    pub fn memory_bytes(&self) -> usize {
+        self.tunnels.memory_bytes() + self.decap.memory_bytes() + self.outer_adj.len() * 4
+    }
+}
