@@ -117,3 +117,38 @@ def test_run_without_arguments_prints_live_stats(vecgate, tmp_path):
     assert r.returncode == 0, r.stderr
     assert r.stdout.count("ip4-lookup") >= 2, r.stdout[-2000:]
     assert "cycles/packet" in r.stdout
+
+
+def test_gtpu_tunnels_live(vecgate, running):
+    """The default gateway runs GTP-U; tunnels are created, shown, routed into and
+    deleted under traffic through the CLI and the JSON API."""
+    proc, sock = running
+    time.sleep(1.0)
+    nodes = {n["name"]: n for n in json.loads(ctl(vecgate, sock, "show", "runtime", json_out=True).stdout)["data"]["nodes"]}
+    for n in ["gtpu4-input", "gtpu6-input", "gtpu4-encap", "gtpu6-encap"]:
+        assert nodes[n]["packets"] > 100, (n, nodes[n])
+    r = ctl(vecgate, sock, "create", "gtpu", "tunnel", "local", "198.18.1.1", "remote", "198.18.1.9", "teid-in", "0x500",
+            "teid-out", "0x600", "qfi", "5", "ue", "198.19.101.0/24")
+    assert r.returncode == 0 and "created gtpu_tunnel2" in r.stdout, r.stdout + r.stderr
+    # Same local endpoint and TEID again: refused, naming the existing tunnel.
+    r = ctl(vecgate, sock, "create", "gtpu", "tunnel", "local", "198.18.1.1", "remote", "198.18.1.9", "teid-in", "0x500",
+            "teid-out", "1")
+    assert r.returncode != 0 and "gtpu_tunnel2" in (r.stdout + r.stderr)
+    r = ctl(vecgate, sock, "ip", "route", "add", "198.19.102.0/24", "interface", "gtpu_tunnel2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    fib = ctl(vecgate, sock, "show", "ip", "fib").stdout
+    assert "198.19.102.0/24" in fib and "gtpu_tunnel2" in fib
+    j = json.loads(ctl(vecgate, sock, "show", "gtpu", "tunnels", json_out=True).stdout)["data"]
+    assert j["total"] == 3
+    t = [x for x in j["tunnels"] if x["name"] == "gtpu_tunnel2"][0]
+    assert (t["teid_in"], t["teid_out"], t["qfi"], t["ue"]) == (0x500, 0x600, 5, "198.19.101.0/24")
+    r = ctl(vecgate, sock, "delete", "gtpu", "tunnel", "gtpu_tunnel2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    fib = ctl(vecgate, sock, "show", "ip", "fib").stdout
+    assert "198.19.102.0/24" not in fib
+    before = {n["name"]: n["packets"] for n in json.loads(ctl(vecgate, sock, "show", "runtime", json_out=True).stdout)["data"]["nodes"]}
+    time.sleep(0.5)
+    after = {n["name"]: n["packets"] for n in json.loads(ctl(vecgate, sock, "show", "runtime", json_out=True).stdout)["data"]["nodes"]}
+    assert after["gtpu4-encap"] > before["gtpu4-encap"], "the default tunnels keep carrying traffic"
+    errs = {(e["node"], e["counter"]): e["count"] for e in json.loads(ctl(vecgate, sock, "show", "errors", json_out=True).stdout)["data"]}
+    assert errs.get(("gtpu4-encap", "no-tunnel"), 0) == 0 and errs.get(("gtpu4-input", "unknown-teid"), 0) == 0

@@ -71,7 +71,12 @@ fn route_churn_loses_no_packets() {
     assert!(worker.cx.ip.tables.generation > first + 100, "tables were republished under traffic");
     let s = worker.snapshot();
     let sink = s.ports.iter().find(|p| p.name == "null0").unwrap();
-    assert_eq!(sink.counters.tx_packets, 200_000, "every packet forwarded across {} table versions", worker.cx.ip.tables.generation - first);
+    assert_eq!(
+        sink.counters.tx_packets,
+        200_000,
+        "every packet forwarded across {} table versions",
+        worker.cx.ip.tables.generation - first
+    );
     assert!(
         s.counters.iter().all(|c| c.count == 0 || c.severity == engine::Severity::Info),
         "no drops: {:?}",

@@ -9,6 +9,7 @@ use super::{udp_checksum, Outer};
 use crate::context::HasGtpu;
 use crate::tunnel::{ChecksumMode, SrcPort, Tunnel};
 use engine::{counters, hash, next_nodes, BufIdx, Buffer, Counts, Node, Pool, Verdict, VECTOR_SIZE};
+use ip::nodes::IcmpRequest;
 use ip::tables::Adjacency;
 use wire::checksum;
 
@@ -16,6 +17,7 @@ next_nodes! {
     pub enum GtpuEncapNext {
         Ip4Rewrite = "ip4-rewrite", Ip4Lookup = "ip4-lookup",
         Ip6Rewrite = "ip6-rewrite", Ip6Lookup = "ip6-lookup",
+        Ip4IcmpError = "ip4-icmp-error", Ip6IcmpError = "ip6-icmp-error",
     }
 }
 
@@ -26,6 +28,8 @@ counters! {
         NoTunnel(Error, "no-tunnel", "route names a tunnel that does not exist (deleted while the packet was in flight)"),
         NoHeadroom(Error, "no-headroom", "not enough headroom for the outer headers"),
         TooBig(Warn, "too-big", "encapsulated packet longer than an IP packet can be"),
+        InnerTtlExpired(Info, "inner-ttl-expired", "inner TTL or hop limit would reach 0 (ICMP time exceeded requested)"),
+        BadInner(Warn, "bad-inner", "inner packet is not IPv4 or IPv6"),
     }
 }
 
@@ -147,6 +151,28 @@ impl<Cx: HasGtpu, O: Outer> Node<Cx> for GtpuEncap<O> {
         let Some(t) = g.tables.tunnel(id) else {
             return Verdict::Drop(GtpuEncapCounter::NoTunnel);
         };
+        // Entering the tunnel is a routing hop for the inner packet (as ipN-rewrite does
+        // for any other interface): TTL / hop limit down by one, ICMP when it runs out.
+        let b = buf.bytes_mut();
+        match b.first().map(|v| v >> 4) {
+            Some(4) if b.len() >= 20 => {
+                if b[8] <= 1 {
+                    counts.inc(GtpuEncapCounter::InnerTtlExpired);
+                    buf.meta.param = IcmpRequest::new(11, 0, 0).encode();
+                    return Verdict::Next(GtpuEncapNext::Ip4IcmpError);
+                }
+                wire::ipv4::Ipv4Packet::new_unchecked(&mut b[..20]).decrement_ttl();
+            }
+            Some(6) if b.len() >= 40 => {
+                if b[7] <= 1 {
+                    counts.inc(GtpuEncapCounter::InnerTtlExpired);
+                    buf.meta.param = IcmpRequest::new(3, 0, 0).encode();
+                    return Verdict::Next(GtpuEncapNext::Ip6IcmpError);
+                }
+                b[7] -= 1;
+            }
+            _ => return Verdict::Drop(GtpuEncapCounter::BadInner),
+        }
         let seq = if t.sequence { g.seq.get_mut(id as usize) } else { None };
         if let Err(c) = Self::encap(t, seq, buf, counts) {
             return Verdict::Drop(c);
