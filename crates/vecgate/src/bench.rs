@@ -16,7 +16,29 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::Path;
 use std::time::Instant;
 
-pub const SCENARIOS: &[&str] = &["ip4-forward", "ip6-forward", "ip4-forward-1m", "ip6-forward-1m"];
+pub const SCENARIOS: &[&str] =
+    &["ip4-forward", "ip6-forward", "ip4-forward-1m", "ip6-forward-1m", "gtpu4-encap", "gtpu4-decap", "gtpu6-encap", "gtpu6-decap"];
+
+/// Options of the GTP-U scenarios (ignored by the forwarding ones).
+#[derive(Debug, Clone)]
+pub struct GtpuOptions {
+    /// Inner IP packet size in bytes.
+    pub inner_size: usize,
+    /// Outer UDP checksum; default as VPP does it (zero over IPv4, software over IPv6).
+    pub checksum: Option<gtpu::ChecksumMode>,
+    pub tunnels: u32,
+    /// Inner family: "ip4" (default) or "ip6" (needed above 32768 encap tunnels: the
+    /// allowed IPv4 range has no room for a million UE addresses).
+    pub inner: String,
+    /// Techniques to turn off (`all` for every one).
+    pub disable: Vec<String>,
+}
+
+impl Default for GtpuOptions {
+    fn default() -> Self {
+        GtpuOptions { inner_size: 64, checksum: None, tunnels: 1, inner: "ip4".into(), disable: Vec::new() }
+    }
+}
 
 const BASE: &str = r#"
 [dataplane]
@@ -116,7 +138,31 @@ struct Report {
     cpu: String,
     routes: usize,
     fib_bytes: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    gtpu: Option<GtpuReport>,
     nodes: Vec<NodeRow>,
+}
+
+#[derive(Serialize)]
+struct GtpuReport {
+    tunnels: u32,
+    inner: String,
+    inner_size: usize,
+    checksum: gtpu::ChecksumMode,
+    techniques: gtpu::Techniques,
+    /// Seconds to create the tunnels and publish the tables.
+    load_seconds: f64,
+    /// Dataplane GTP-U tables, and the whole process's resident memory after loading.
+    table_bytes: usize,
+    rss_bytes: u64,
+}
+
+/// The process's resident set size (VmRSS).
+fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse().ok()))
+        .map_or(0, |kb: u64| kb * 1024)
 }
 
 /// A small deterministic PRNG (xorshift64*) so runs are comparable.
@@ -192,54 +238,25 @@ fn cpu_model() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
-pub fn bench(scenario: &str, packets: u64, json: bool, core: usize) -> Result<()> {
+pub fn bench(scenario: &str, packets: u64, json: bool, core: usize, opts: &GtpuOptions) -> Result<()> {
     if !SCENARIOS.contains(&scenario) {
         bail!("unknown scenario {scenario:?}; expected one of {}", SCENARIOS.join(", "));
     }
-    let v6 = scenario.starts_with("ip6");
-    let big = scenario.ends_with("-1m");
     let cfg = Config::parse(BASE, "(bench scenario)", Path::new("."))?;
     let Assembly { mut control, mut worker } = assemble(&cfg)?;
-    let mut rng = Rng(0x5eed_cafe_f00d_0001);
-
-    let (src, dst): (IpAddr, IpAddr) =
-        if v6 { ("2001:db8::2".parse()?, "2001:db8:100::1".parse()?) } else { ("198.18.0.2".parse()?, "198.19.0.1".parse()?) };
-    let mut modifiers = vec![ModifierSpec { field: Field::SrcPort, pattern: Pattern::Increment { count: 256 } }];
-    if big {
-        let t0 = Instant::now();
-        let prefixes = random_prefixes(&mut rng, 1_000_000, v6);
-        let hops: Vec<IpAddr> = (2..=5)
-            .map(|i| if v6 { format!("2001:db8:1::{i}").parse().unwrap() } else { format!("198.18.1.{i}").parse().unwrap() })
-            .collect();
-        let routes: Vec<(Prefix, RouteTarget)> =
-            prefixes.iter().enumerate().map(|(i, p)| (*p, RouteTarget::Via { next_hop: hops[i % hops.len()], interface: None })).collect();
-        control.state.add_routes(routes).map_err(|(i, e)| anyhow!("route {i}: {e}"))?;
-        control.publish();
-        engine::worker::Context::refresh(&mut worker.cx); // pick up the new tables
-        let dsts: Vec<IpAddr> = (0..65_536)
-            .map(|_| {
-                let p = prefixes[(rng.next() % prefixes.len() as u64) as usize];
-                random_address_in(&mut rng, &p)
-            })
-            .collect();
-        modifiers.push(ModifierSpec { field: Field::DstAddr, pattern: Pattern::Addresses(dsts) });
-        if !json {
-            eprintln!("loaded {} routes in {:.2} s", control.state.route_count(), t0.elapsed().as_secs_f64());
-        }
-    }
+    let (packet, modifiers, gtpu_report) = if scenario.starts_with("gtpu") {
+        let (p, m, r) = gtpu_setup(scenario, opts, &mut control, json)?;
+        (p, m, Some(r))
+    } else {
+        let (p, m) = forward_setup(scenario, &mut control, json)?;
+        (p, m, None)
+    };
+    engine::worker::Context::refresh(&mut worker.cx); // pick up the new tables
     // Whole vectors, so the warm-up ends exactly where the measured run begins.
     let warmup = (packets / 10).max(1024).div_ceil(engine::VECTOR_SIZE as u64) * engine::VECTOR_SIZE as u64;
     let stream = StreamSpec {
         name: scenario.into(),
-        packet: PacketSpec {
-            src_mac: "02:fe:00:00:00:01".parse()?,
-            dst_mac: "02:00:00:00:00:01".parse()?,
-            src,
-            dst,
-            ttl: 64,
-            l4: L4Spec::Udp { src_port: 1024, dst_port: 9 },
-            frame_size: 64,
-        },
+        packet,
         modifiers,
         count: Some(warmup + packets),
         rate_pps: None,
@@ -264,7 +281,7 @@ pub fn bench(scenario: &str, packets: u64, json: bool, core: usize) -> Result<()
     let graph_cycles: u64 = s.nodes.iter().filter(|n| n.kind != "input").map(|n| n.runtime.cycles).sum();
     let delivered = s.ports.iter().find(|p| p.name == "null0").map(|p| p.counters.tx_packets).unwrap_or(0);
     let tables = control.shared.load();
-    let fib_bytes = if v6 { tables.fib6.memory_bytes() } else { tables.fib4.memory_bytes() };
+    let fib_bytes = tables.fib4.memory_bytes() + tables.fib6.memory_bytes();
     let report = Report {
         scenario: scenario.into(),
         packets: input,
@@ -276,6 +293,7 @@ pub fn bench(scenario: &str, packets: u64, json: bool, core: usize) -> Result<()
         cpu: cpu_model(),
         routes: control.state.route_count(),
         fib_bytes,
+        gtpu: gtpu_report,
         nodes: s
             .nodes
             .iter()
@@ -311,4 +329,156 @@ pub fn bench(scenario: &str, packets: u64, json: bool, core: usize) -> Result<()
         bail!("only {delivered} of {input} packets reached the sink: the scenario is broken");
     }
     Ok(())
+}
+
+/// The forwarding scenarios: 64-byte UDP over 256 flows, optionally into a million
+/// BGP-like routes.
+fn forward_setup(scenario: &str, control: &mut control::dataplane::Control, json: bool) -> Result<(PacketSpec, Vec<ModifierSpec>)> {
+    let v6 = scenario.starts_with("ip6");
+    let big = scenario.ends_with("-1m");
+    let mut rng = Rng(0x5eed_cafe_f00d_0001);
+    let (src, dst): (IpAddr, IpAddr) =
+        if v6 { ("2001:db8::2".parse()?, "2001:db8:100::1".parse()?) } else { ("198.18.0.2".parse()?, "198.19.0.1".parse()?) };
+    let mut modifiers = vec![ModifierSpec { field: Field::SrcPort, pattern: Pattern::Increment { count: 256 } }];
+    if big {
+        let t0 = Instant::now();
+        let prefixes = random_prefixes(&mut rng, 1_000_000, v6);
+        let hops: Vec<IpAddr> = (2..=5)
+            .map(|i| if v6 { format!("2001:db8:1::{i}").parse().unwrap() } else { format!("198.18.1.{i}").parse().unwrap() })
+            .collect();
+        let routes: Vec<(Prefix, RouteTarget)> =
+            prefixes.iter().enumerate().map(|(i, p)| (*p, RouteTarget::Via { next_hop: hops[i % hops.len()], interface: None })).collect();
+        control.state.add_routes(routes).map_err(|(i, e)| anyhow!("route {i}: {e}"))?;
+        control.publish();
+        let dsts: Vec<IpAddr> = (0..65_536)
+            .map(|_| {
+                let p = prefixes[(rng.next() % prefixes.len() as u64) as usize];
+                random_address_in(&mut rng, &p)
+            })
+            .collect();
+        modifiers.push(ModifierSpec { field: Field::DstAddr, pattern: Pattern::Addresses(dsts) });
+        if !json {
+            eprintln!("loaded {} routes in {:.2} s", control.state.route_count(), t0.elapsed().as_secs_f64());
+        }
+    }
+    let packet = PacketSpec {
+        src_mac: "02:fe:00:00:00:01".parse()?,
+        dst_mac: "02:00:00:00:00:01".parse()?,
+        src,
+        dst,
+        ttl: 64,
+        l4: L4Spec::Udp { src_port: 1024, dst_port: 9 },
+        frame_size: 64,
+    };
+    Ok((packet, modifiers))
+}
+
+/// The GTP-U scenarios. Tunnels run from our null0 address to 198.18.1.2 /
+/// 2001:db8:1::2 (a resolved neighbour), TEIDs 1..=N. Encap: UDP from pg0 to the UE
+/// addresses (one per tunnel, chosen at random per packet when N > 1). Decap: G-PDUs
+/// from the peer with random TEIDs in 1..=N, inner packets routed out of null0.
+fn gtpu_setup(
+    scenario: &str,
+    o: &GtpuOptions,
+    control: &mut control::dataplane::Control,
+    json: bool,
+) -> Result<(PacketSpec, Vec<ModifierSpec>, GtpuReport)> {
+    use gtpu::{ChecksumMode, DecapNext, TunnelSpec};
+    let outer6 = scenario.starts_with("gtpu6");
+    let encap = scenario.ends_with("encap");
+    let inner6 = match o.inner.as_str() {
+        "ip4" => false,
+        "ip6" => true,
+        x => bail!("--inner {x:?}: expected ip4 or ip6"),
+    };
+    let n = o.tunnels.max(1);
+    if encap && !inner6 && n > 32_768 {
+        bail!("{n} tunnels with IPv4 UE addresses do not fit in 198.18.128.0/17; use --inner ip6");
+    }
+    let min = if inner6 { 48 } else { 28 };
+    if o.inner_size < min || o.inner_size > 8000 {
+        bail!("--inner-size {}: expected {min} to 8000 bytes", o.inner_size);
+    }
+    let checksum = o.checksum.unwrap_or(if outer6 { ChecksumMode::Software } else { ChecksumMode::Zero });
+    let mut techniques = gtpu::Techniques::default();
+    for d in &o.disable {
+        if d == "all" {
+            techniques = gtpu::Techniques::all(false);
+        } else if !techniques.set(d, false) {
+            bail!("--disable {d:?}: expected all or one of {}", gtpu::Techniques::NAMES.join(", "));
+        }
+    }
+    control.gtpu.set_techniques(techniques);
+    let (local, remote): (IpAddr, IpAddr) =
+        if outer6 { ("2001:db8:1::1".parse()?, "2001:db8:1::2".parse()?) } else { ("198.18.1.1".parse()?, "198.18.1.2".parse()?) };
+    let ue_base: IpAddr = if inner6 { "2001:db8:1000::".parse()? } else { "198.18.128.0".parse()? };
+    let ue = |i: u32| -> IpAddr {
+        match ue_base {
+            IpAddr::V4(a) => IpAddr::V4(Ipv4Addr::from(u32::from(a) + i)),
+            IpAddr::V6(a) => IpAddr::V6(Ipv6Addr::from(u128::from(a) + i as u128)),
+        }
+    };
+    let t0 = Instant::now();
+    let specs: Vec<TunnelSpec> = (0..n)
+        .map(|i| {
+            let mut s = TunnelSpec::new(local, remote, i + 1, 0x8000_0000 | (i + 1));
+            s.checksum = checksum;
+            s.accept_zero_checksum = outer6 && checksum == ChecksumMode::Zero;
+            s.decap_next = if inner6 { DecapNext::Ip6 } else { DecapNext::Ip4 };
+            if encap {
+                s.ue = Some(Prefix::covering(ue(i), if inner6 { 128 } else { 32 }));
+            }
+            s
+        })
+        .collect();
+    control.gtpu.create_many(&mut control.state, specs).map_err(|(i, e)| anyhow!("tunnel {i}: {e}"))?;
+    control.publish();
+    let load_seconds = t0.elapsed().as_secs_f64();
+    if !json {
+        eprintln!("created {n} tunnels in {load_seconds:.2} s; resident {:.1} MB", rss_bytes() as f64 / 1e6);
+    }
+    let outer_l3 = if outer6 { 40 } else { 20 };
+    let (isrc, idst): (IpAddr, IpAddr) =
+        if inner6 { ("2001:db8::2".parse()?, "2001:db8:100::1".parse()?) } else { ("198.18.0.2".parse()?, "198.19.0.1".parse()?) };
+    let mut modifiers = Vec::new();
+    let packet = if encap {
+        if n > 1 {
+            modifiers.push(ModifierSpec { field: Field::DstAddr, pattern: Pattern::Random { count: n } });
+        }
+        modifiers.push(ModifierSpec { field: Field::SrcPort, pattern: Pattern::Increment { count: 256 } });
+        PacketSpec {
+            src_mac: "02:fe:00:00:00:01".parse()?,
+            dst_mac: "02:00:00:00:00:01".parse()?,
+            src: isrc,
+            dst: ue(0),
+            ttl: 64,
+            l4: L4Spec::Udp { src_port: 1024, dst_port: 9 },
+            frame_size: 14 + o.inner_size,
+        }
+    } else {
+        if n > 1 {
+            modifiers.push(ModifierSpec { field: Field::Teid, pattern: Pattern::Random { count: n } });
+        }
+        PacketSpec {
+            src_mac: "02:fe:00:00:00:01".parse()?,
+            dst_mac: "02:00:00:00:00:01".parse()?,
+            src: remote,
+            dst: local,
+            ttl: 64,
+            l4: L4Spec::Gtpu { teid: 1, inner_src: ue(0), inner_dst: idst, checksum: checksum != ChecksumMode::Zero },
+            frame_size: 14 + outer_l3 + 16 + o.inner_size,
+        }
+    };
+    let _ = isrc;
+    let report = GtpuReport {
+        tunnels: n,
+        inner: o.inner.clone(),
+        inner_size: o.inner_size,
+        checksum,
+        techniques,
+        load_seconds,
+        table_bytes: control.gtpu.memory_bytes(),
+        rss_bytes: rss_bytes(),
+    };
+    Ok((packet, modifiers, report))
 }

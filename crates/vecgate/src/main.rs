@@ -51,7 +51,8 @@ enum Cmd {
     },
     /// Benchmark a scenario: generator → graph → null sink on one core.
     Bench {
-        /// ip4-forward, ip6-forward, ip4-forward-1m, ip6-forward-1m
+        /// ip4-forward, ip6-forward, ip4-forward-1m, ip6-forward-1m, gtpu4-encap,
+        /// gtpu4-decap, gtpu6-encap, gtpu6-decap
         scenario: String,
         #[arg(long, default_value_t = 20_000_000)]
         packets: u64,
@@ -60,6 +61,22 @@ enum Cmd {
         /// CPU core to pin to.
         #[arg(long, default_value_t = 1)]
         core: usize,
+        /// GTP-U scenarios: inner IP packet size in bytes.
+        #[arg(long, default_value_t = 64)]
+        inner_size: usize,
+        /// GTP-U scenarios: outer UDP checksum, zero or software (default: zero over
+        /// IPv4, software over IPv6, as VPP does).
+        #[arg(long)]
+        checksum: Option<String>,
+        /// GTP-U scenarios: number of tunnels (random tunnel per packet when > 1).
+        #[arg(long, default_value_t = 1)]
+        tunnels: u32,
+        /// GTP-U scenarios: inner family, ip4 or ip6.
+        #[arg(long, default_value = "ip4")]
+        inner: String,
+        /// GTP-U scenarios: turn a fast-path technique off (repeatable; `all`).
+        #[arg(long)]
+        disable: Vec<String>,
     },
 }
 
@@ -69,7 +86,18 @@ fn main() {
         Cmd::Run { config, duration, interval, socket } => run::run(config.as_deref(), duration, interval, socket),
         Cmd::Ctl { socket, json, words } => run::ctl(&socket, json, &words),
         Cmd::Pcap { config, json } => run::pcap(&config, json),
-        Cmd::Bench { scenario, packets, json, core } => bench::bench(&scenario, packets, json, core),
+        Cmd::Bench { scenario, packets, json, core, inner_size, checksum, tunnels, inner, disable } => {
+            let checksum = match checksum.as_deref() {
+                None => Ok(None),
+                Some("zero") => Ok(Some(gtpu::ChecksumMode::Zero)),
+                Some("software") => Ok(Some(gtpu::ChecksumMode::Software)),
+                Some("offload") => Ok(Some(gtpu::ChecksumMode::Offload)),
+                Some(x) => Err(anyhow::anyhow!("--checksum {x:?}: expected zero, software or offload")),
+            };
+            checksum.and_then(|checksum| {
+                bench::bench(&scenario, packets, json, core, &bench::GtpuOptions { inner_size, checksum, tunnels, inner, disable })
+            })
+        }
     };
     if let Err(e) = r {
         eprintln!("vecgate: {e:#}");

@@ -120,6 +120,7 @@ struct Parsed<A> {
     payload: usize,
 }
 
+#[inline(always)]
 fn parse<O: Outer>(b: &[u8]) -> Result<Parsed<O::Addr>, GtpuInputCounter> {
     use GtpuInputCounter as C;
     let (hl, src, dst) = O::outer(b).map_err(|e| match e {
@@ -190,7 +191,7 @@ impl<O: Outer> GtpuInput<O> {
                     // unusual still goes through ip4-input.
                     if let Some(h) = b.first_chunk::<20>() {
                         let total = u16::from_be_bytes([h[2], h[3]]) as usize;
-                        if h[0] == 0x45 && total >= 20 && total <= b.len() && wire::checksum::verify(h) && h[12] < 224 {
+                        if h[0] == 0x45 && total >= 20 && total <= b.len() && wire::checksum::verify_ipv4_header(h) && h[12] < 224 {
                             buf.truncate(total);
                             return Verdict::Next(N::Ip4Lookup);
                         }
@@ -259,6 +260,7 @@ impl<Cx: HasGtpu, O: Outer> Node<Cx> for GtpuInput<O> {
         }
     }
 
+    #[inline(always)]
     fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
         use GtpuInputCounter as C;
         let (_, g) = cx.split();

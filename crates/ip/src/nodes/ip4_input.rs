@@ -49,7 +49,7 @@ impl<Cx: HasIp> Node<Cx> for Ip4Input {
         // 20 bytes; anything else, and every error, takes the general path below.
         if let Some(h) = buf.bytes().first_chunk::<HEADER_LEN>() {
             let total = u16::from_be_bytes([h[2], h[3]]) as usize;
-            if h[0] == 0x45 && total >= HEADER_LEN && total <= buf.len() && wire::checksum::verify(h) && h[12] < 224 {
+            if h[0] == 0x45 && total >= HEADER_LEN && total <= buf.len() && wire::checksum::verify_ipv4_header(h) && h[12] < 224 {
                 // A tunnel packet to one of our endpoints skips the lookup (an
                 // unfragmented UDP packet; the tunnel node checks the rest).
                 if h[9] == 17 && !udp.bypass4.is_empty() && h[6] & 0x3f == 0 && h[7] == 0 {
