@@ -24,8 +24,9 @@ pub enum GtpuEvent {
 pub struct GtpuContext {
     cache: Cache<Arc<ArcSwap<GtpuTables>>, Arc<GtpuTables>>,
     pub tables: Arc<GtpuTables>,
-    /// The last decap key looked up and its tunnel (reset with every new table version).
-    pub last: Option<(TeidKey, u32)>,
+    /// The last decap key looked up, its tunnel and decap data (reset with every new
+    /// table version).
+    pub last: Option<(TeidKey, u32, u32)>,
     /// Next sequence number per tunnel, for tunnels that send them.
     pub seq: Vec<u16>,
     /// Error Indications and Supported Extension Headers Notifications we send.

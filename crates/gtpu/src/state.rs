@@ -186,17 +186,20 @@ impl GtpuState {
         if self.tables.decap.len() + specs.len() > 2 * self.tables.decap.len().max(1) {
             // A bulk load: size the table once instead of growing it step by step.
             let mut t = TeidTable::with_capacity(self.tables.decap.len() + specs.len());
-            let live: Vec<(u32, TeidKey)> =
-                self.tunnels().map(|(id, tun)| (id, GtpuTables::key(self.endpoint(tun.local()).expect("endpoint"), tun.teid_in))).collect();
-            for (id, k) in live {
-                t.insert(k, id);
+            let live: Vec<(u32, TeidKey, u32)> = self
+                .tunnels()
+                .map(|(id, tun)| (id, GtpuTables::key(self.endpoint(tun.local()).expect("endpoint"), tun.teid_in), tun.decap_aux()))
+                .collect();
+            for (id, k, aux) in live {
+                t.insert_entry(k, id, aux);
             }
             self.tables.decap = t;
         }
         for (s, &id) in specs.iter().zip(&ids) {
             let e = self.endpoint_or_add(s.local);
-            self.tables.decap.insert(GtpuTables::key(e, s.teid_in), id);
-            *self.tables.tunnels.get_mut(id as usize).expect("resized above") = Tunnel::build(s);
+            let t = Tunnel::build(s);
+            self.tables.decap.insert_entry(GtpuTables::key(e, s.teid_in), id, t.decap_aux());
+            *self.tables.tunnels.get_mut(id as usize).expect("resized above") = t;
             self.count += 1;
         }
         if specs.len() < 64 {

@@ -1,5 +1,7 @@
 //! `TeidTable`: the decap lookup from (local endpoint, TEID) to a tunnel id.
 //!
+//! Each slot holds the key, the tunnel id and 32 bits of `aux` data the caller keeps with
+//! it (GTP-U keeps what decap needs, so a decap reads one slot and never the tunnel).
 //! Open addressing with linear probing over 16-byte slots (four per cache line), a
 //! Fibonacci hash of the 64-bit key, load factor at most 1/2, and backward-shift
 //! deletion (no tombstones, so a long-lived table never degrades). The slots live in a
@@ -24,9 +26,10 @@ const EMPTY: u32 = u32::MAX;
 pub struct Slot {
     key: TeidKey,
     value: u32,
+    aux: u32,
 }
 
-const FREE: Slot = Slot { key: 0, value: EMPTY };
+const FREE: Slot = Slot { key: 0, value: EMPTY, aux: 0 };
 
 #[derive(Clone)]
 pub struct TeidTable {
@@ -74,6 +77,12 @@ impl TeidTable {
 
     #[inline(always)]
     pub fn get(&self, k: TeidKey) -> Option<u32> {
+        self.get_entry(k).map(|(v, _)| v)
+    }
+
+    /// The value and its aux data.
+    #[inline(always)]
+    pub fn get_entry(&self, k: TeidKey) -> Option<(u32, u32)> {
         let mut i = self.home(k);
         loop {
             let s = self.slots.get(i)?;
@@ -81,7 +90,7 @@ impl TeidTable {
                 return None;
             }
             if s.key == k {
-                return Some(s.value);
+                return Some((s.value, s.aux));
             }
             i = (i + 1) & self.mask();
         }
@@ -89,6 +98,11 @@ impl TeidTable {
 
     /// Insert or replace; returns the previous value.
     pub fn insert(&mut self, k: TeidKey, v: u32) -> Option<u32> {
+        self.insert_entry(k, v, 0)
+    }
+
+    /// Insert or replace a value with its aux data; returns the previous value.
+    pub fn insert_entry(&mut self, k: TeidKey, v: u32, aux: u32) -> Option<u32> {
         assert!(v != EMPTY, "tunnel id {v} is reserved");
         if (self.len + 1) * 2 > 1 << self.bits {
             self.grow();
@@ -97,12 +111,12 @@ impl TeidTable {
         loop {
             let s = *self.slots.get(i).expect("slot index within the table");
             if s.value == EMPTY {
-                *self.slots.get_mut(i).expect("slot index") = Slot { key: k, value: v };
+                *self.slots.get_mut(i).expect("slot index") = Slot { key: k, value: v, aux };
                 self.len += 1;
                 return None;
             }
             if s.key == k {
-                self.slots.get_mut(i).expect("slot index").value = v;
+                *self.slots.get_mut(i).expect("slot index") = Slot { key: k, value: v, aux };
                 return Some(s.value);
             }
             i = (i + 1) & self.mask();
@@ -151,7 +165,7 @@ impl TeidTable {
         for i in 0..1 << self.bits {
             let s = *self.slots.get(i).expect("slot index");
             if s.value != EMPTY {
-                bigger.insert(s.key, s.value);
+                bigger.insert_entry(s.key, s.value, s.aux);
             }
         }
         *self = bigger;

@@ -119,8 +119,11 @@ pub const MAX_REWRITE: usize = 68;
 /// Offset of the GTP-U header's optional fields in a tunnel without a container.
 const UDP_LEN: usize = 8;
 
-/// A tunnel as the dataplane reads it.
+/// A tunnel as the dataplane reads it. `repr(C)` keeps the fields encap reads (the
+/// rewrite, its lengths and modes, the pseudo-header sum) in the first 96 bytes, in the
+/// order written, so two prefetches cover them.
 #[derive(Debug, Clone)]
+#[repr(C)]
 pub struct Tunnel {
     /// Outer IP + UDP + GTP-U (+ extension) header with every length zero and the IPv4
     /// header checksum computed for that zero length.
@@ -242,6 +245,31 @@ impl Tunnel {
         t
     }
 
+    /// What decap needs, packed into the TEID table slot next to the tunnel id: the
+    /// decap-next kind (bits 0–1), accept-zero-checksum (bit 2), and for Ethernet the
+    /// outgoing interface (bits 16–31).
+    pub fn decap_aux(&self) -> u32 {
+        let (kind, tx) = match self.decap_next {
+            DecapNext::Ip4 => (0, 0),
+            DecapNext::Ip6 => (1, 0),
+            DecapNext::Ip => (2, 0),
+            DecapNext::Ethernet(i) => (3, i.get() as u32),
+        };
+        kind | (self.accept_zero_checksum as u32) << 2 | tx << 16
+    }
+
+    /// Inverse of [`Tunnel::decap_aux`].
+    #[inline(always)]
+    pub fn decode_aux(aux: u32) -> (DecapNext, bool) {
+        let next = match aux & 3 {
+            0 => DecapNext::Ip4,
+            1 => DecapNext::Ip6,
+            2 => DecapNext::Ip,
+            _ => DecapNext::Ethernet(IfIndex((aux >> 16) as u16)),
+        };
+        (next, aux & 4 != 0)
+    }
+
     /// The GTP-U header length of encapsulated packets.
     pub fn gtp_len(&self) -> usize {
         self.rewrite_len as usize - self.udp_at as usize - UDP_LEN
@@ -305,6 +333,24 @@ mod tests {
         let t6 = Tunnel::build(&s6);
         assert_eq!(t6.rewrite_len, 40 + 8 + 8);
         assert_eq!(t6.spec(), s6);
+    }
+
+    #[test]
+    fn decap_aux_round_trips() {
+        let mut s = TunnelSpec::new("2001:db8::1".parse().unwrap(), "2001:db8::2".parse().unwrap(), 1, 2);
+        for next in [DecapNext::Ip4, DecapNext::Ip6, DecapNext::Ip, DecapNext::Ethernet(IfIndex(513))] {
+            for zero in [false, true] {
+                s.decap_next = next;
+                s.accept_zero_checksum = zero;
+                assert_eq!(Tunnel::decode_aux(Tunnel::build(&s).decap_aux()), (next, zero));
+            }
+        }
+    }
+
+    #[test]
+    fn entry_stays_compact() {
+        // A million of them must fit the memory budget (docs/PERFORMANCE.md).
+        assert!(std::mem::size_of::<Tunnel>() <= 128, "{}", std::mem::size_of::<Tunnel>());
     }
 
     #[test]

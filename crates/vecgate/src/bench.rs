@@ -252,15 +252,9 @@ pub fn bench(scenario: &str, packets: u64, json: bool, core: usize, opts: &GtpuO
         (p, m, None)
     };
     engine::worker::Context::refresh(&mut worker.cx); // pick up the new tables
-    // Whole vectors, so the warm-up ends exactly where the measured run begins.
+                                                      // Whole vectors, so the warm-up ends exactly where the measured run begins.
     let warmup = (packets / 10).max(1024).div_ceil(engine::VECTOR_SIZE as u64) * engine::VECTOR_SIZE as u64;
-    let stream = StreamSpec {
-        name: scenario.into(),
-        packet,
-        modifiers,
-        count: Some(warmup + packets),
-        rate_pps: None,
-    };
+    let stream = StreamSpec { name: scenario.into(), packet, modifiers, count: Some(warmup + packets), rate_pps: None };
     worker.ports[0].device = Box::new(PacketGenerator::new(&[stream]).map_err(|(_, e)| anyhow!(e))?);
     core_affinity::set_for_current(core_affinity::CoreId { id: core });
 

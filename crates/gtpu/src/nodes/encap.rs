@@ -138,8 +138,13 @@ impl<Cx: HasGtpu, O: Outer> Node<Cx> for GtpuEncap<O> {
             return;
         }
         for &b in &input[..input.len().min(VECTOR_SIZE)] {
-            if let Some(tun) = t.tunnels.get(pool.get(b).meta.param as usize) {
+            let id = pool.get(b).meta.param as usize;
+            if let Some(tun) = t.tunnels.get(id) {
                 engine::prefetch::read(tun);
+                engine::prefetch::read(&tun.pseudo);
+            }
+            if let Some(a) = t.outer_adj.get(id) {
+                engine::prefetch::read(a);
             }
         }
     }

@@ -11,7 +11,7 @@ use crate::context::{GtpuEvent, HasGtpu};
 use crate::messages;
 use crate::tables::GtpuTables;
 use crate::teid_table::TeidKey;
-use crate::tunnel::DecapNext;
+use crate::tunnel::{DecapNext, Tunnel};
 use engine::{counters, next_nodes, BufIdx, Buffer, Counts, Node, Pool, Verdict, VECTOR_SIZE};
 use wire::gtpu::{GtpuError, GtpuPacket, GtpuRepr, MessageType};
 
@@ -53,8 +53,10 @@ counters! {
     }
 }
 
-/// Marks `meta.param` of packets whose tunnel `prepare` already looked up (in `meta.adj`).
-const PREPARED: u32 = 0x4750_5055;
+/// Set in `meta.param` of packets whose key `prepare` already looked up: the tunnel id
+/// (or `NOT_FOUND`) is in `meta.adj`, the decap data (`Tunnel::decap_aux`, which leaves
+/// this bit clear) in the rest of `meta.param`.
+const PREPARED: u32 = 1 << 3;
 const NOT_FOUND: u32 = u32::MAX;
 
 pub struct GtpuInput<O: Outer>(std::marker::PhantomData<O>);
@@ -77,21 +79,23 @@ fn quick_key<O: Outer>(t: &GtpuTables, b: &[u8]) -> Option<TeidKey> {
     Some(GtpuTables::key(e, u32::from_be_bytes([g[4], g[5], g[6], g[7]])))
 }
 
-/// Look a key up through the last-key cache.
+/// Look a key up through the last-key cache: (tunnel id or `NOT_FOUND`, decap data).
 #[inline(always)]
-fn lookup(t: &GtpuTables, last: &mut Option<(TeidKey, u32)>, k: TeidKey) -> u32 {
+fn lookup(t: &GtpuTables, last: &mut Option<(TeidKey, u32, u32)>, k: TeidKey) -> (u32, u32) {
     if t.techniques.lookup_cache {
-        if let Some((lk, id)) = *last {
+        if let Some((lk, id, aux)) = *last {
             if lk == k {
-                return id;
+                return (id, aux);
             }
         }
     }
-    let id = t.decap.get(k).unwrap_or(NOT_FOUND);
-    if id != NOT_FOUND {
-        *last = Some((k, id));
+    match t.decap.get_entry(k) {
+        Some((id, aux)) => {
+            *last = Some((k, id, aux));
+            (id, aux)
+        }
+        None => (NOT_FOUND, 0),
     }
-    id
 }
 
 fn gtp_counter(e: GtpuError) -> GtpuInputCounter {
@@ -235,6 +239,9 @@ impl<Cx: HasGtpu, O: Outer> Node<Cx> for GtpuInput<O> {
         let (_, g) = cx.split();
         let t = &*g.tables;
         if !t.techniques.batch_lookup || t.decap.is_empty() {
+            for &b in input {
+                pool.get_mut(b).meta.param = 0;
+            }
             return;
         }
         let n = input.len().min(VECTOR_SIZE);
@@ -252,8 +259,9 @@ impl<Cx: HasGtpu, O: Outer> Node<Cx> for GtpuInput<O> {
         for (k, &b) in keys[..n].iter().zip(&input[..n]) {
             let m = &mut pool.get_mut(b).meta;
             if let Some(k) = k {
-                m.adj = lookup(t, &mut g.last, *k);
-                m.param = PREPARED;
+                let (id, aux) = lookup(t, &mut g.last, *k);
+                m.adj = id;
+                m.param = PREPARED | aux;
             } else {
                 m.param = 0;
             }
@@ -280,15 +288,15 @@ impl<Cx: HasGtpu, O: Outer> Node<Cx> for GtpuInput<O> {
         let t = &*g.tables;
         match p.msg {
             MessageType::GPdu => {
-                let id = if buf.meta.param == PREPARED {
-                    buf.meta.adj
+                let (id, aux) = if buf.meta.param & PREPARED != 0 {
+                    (buf.meta.adj, buf.meta.param)
                 } else {
                     match O::endpoint(t, &p.dst) {
                         Some(e) => lookup(t, &mut g.last, GtpuTables::key(e, p.teid)),
-                        None => NOT_FOUND,
+                        None => (NOT_FOUND, 0),
                     }
                 };
-                let Some(tun) = t.tunnel(id) else {
+                if id == NOT_FOUND {
                     if !g.replies.take() {
                         return Verdict::Drop(C::UnknownTeid);
                     }
@@ -296,11 +304,13 @@ impl<Cx: HasGtpu, O: Outer> Node<Cx> for GtpuInput<O> {
                     let n = messages::error_indication(p.teid, p.dst.into(), p.src_port, &mut m);
                     counts.inc(C::ErrorIndicationsSent);
                     return Self::reply(buf, p.dst, p.src, wire::gtpu::PORT, &m[..n]);
-                };
-                if p.zero_checksum && !tun.accept_zero_checksum {
+                }
+                // Everything decap needs came with the table slot: no tunnel entry read.
+                let (next, accept_zero) = Tunnel::decode_aux(aux);
+                if p.zero_checksum && !accept_zero {
                     return Verdict::Drop(C::ZeroChecksumRefused);
                 }
-                let (next, skip) = (tun.decap_next, t.techniques.skip_inner_input);
+                let skip = t.techniques.skip_inner_input;
                 if buf.advance(p.hl + 8 + p.ghl).is_err() {
                     return Verdict::Drop(C::GtpTruncated);
                 }
