@@ -204,7 +204,7 @@ impl GtpuState {
         }
         if specs.len() < 64 {
             for (s, &id) in specs.iter().zip(&ids) {
-                let a = outer(router.lookup(s.remote));
+                let a = outer(router.resolve_endpoint(s.remote));
                 Arc::make_mut(&mut self.tables.outer_adj)[id as usize] = a;
             }
         } else {
@@ -235,7 +235,7 @@ impl GtpuState {
     pub fn refresh_outer(&mut self, router: &mut RouterState) {
         let adj: Vec<u32> = (0..self.tables.tunnels.len() as u32)
             .map(|i| match self.tables.tunnel(i) {
-                Some(t) => outer(router.lookup(t.remote())),
+                Some(t) => outer(router.resolve_endpoint(t.remote())),
                 None => ADJ_MISS,
             })
             .collect();

@@ -126,7 +126,10 @@ const UDP_LEN: usize = 8;
 #[repr(C)]
 pub struct Tunnel {
     /// Outer IP + UDP + GTP-U (+ extension) header with every length zero and the IPv4
-    /// header checksum computed for that zero length.
+    /// header checksum computed for that zero length, right-aligned: the header is the
+    /// last `rewrite_len` bytes. Encap copies all `MAX_REWRITE` bytes into the headroom
+    /// (a fixed-size copy the compiler inlines as a few vector moves, where a
+    /// variable-length one is a `memcpy` call) and then starts the packet at the header.
     pub rewrite: [u8; MAX_REWRITE],
     pub rewrite_len: u8,
     /// Offset of the UDP header in `rewrite` (the outer IP header length).
@@ -241,8 +244,16 @@ impl Tunnel {
         let gl = gtp.header_len();
         gtp.emit(&mut t.rewrite[ip_len + UDP_LEN..ip_len + UDP_LEN + gl]);
         t.udp_at = ip_len as u8;
-        t.rewrite_len = (ip_len + UDP_LEN + gl) as u8;
+        let rl = ip_len + UDP_LEN + gl;
+        t.rewrite_len = rl as u8;
+        t.rewrite.copy_within(0..rl, MAX_REWRITE - rl);
+        t.rewrite[..MAX_REWRITE - rl].fill(0);
         t
+    }
+
+    /// The outer header (the meaningful end of `rewrite`).
+    pub fn header(&self) -> &[u8] {
+        &self.rewrite[MAX_REWRITE - self.rewrite_len as usize..]
     }
 
     /// What decap needs, packed into the TEID table slot next to the tunnel id: the
@@ -277,23 +288,26 @@ impl Tunnel {
 
     pub fn local(&self) -> IpAddr {
         if self.v6 {
-            IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(&self.rewrite[8..24]).unwrap_or([0; 16])))
+            IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(&self.header()[8..24]).unwrap_or([0; 16])))
         } else {
-            IpAddr::V4(Ipv4Addr::new(self.rewrite[12], self.rewrite[13], self.rewrite[14], self.rewrite[15]))
+            let h = self.header();
+            IpAddr::V4(Ipv4Addr::new(h[12], h[13], h[14], h[15]))
         }
     }
 
     pub fn remote(&self) -> IpAddr {
         if self.v6 {
-            IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(&self.rewrite[24..40]).unwrap_or([0; 16])))
+            IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(&self.header()[24..40]).unwrap_or([0; 16])))
         } else {
-            IpAddr::V4(Ipv4Addr::new(self.rewrite[16], self.rewrite[17], self.rewrite[18], self.rewrite[19]))
+            let h = self.header();
+            IpAddr::V4(Ipv4Addr::new(h[16], h[17], h[18], h[19]))
         }
     }
 
     pub fn teid_out(&self) -> u32 {
         let g = self.udp_at as usize + UDP_LEN + 4;
-        u32::from_be_bytes([self.rewrite[g], self.rewrite[g + 1], self.rewrite[g + 2], self.rewrite[g + 3]])
+        let h = self.header();
+        u32::from_be_bytes([h[g], h[g + 1], h[g + 2], h[g + 3]])
     }
 
     /// The spec this tunnel was built from.
@@ -356,6 +370,6 @@ mod tests {
     #[test]
     fn ipv4_template_checksum_is_valid_for_length_zero() {
         let t = Tunnel::build(&TunnelSpec::new("198.18.0.1".parse().unwrap(), "198.18.1.1".parse().unwrap(), 1, 2));
-        assert!(checksum::verify(&t.rewrite[..20]));
+        assert!(checksum::verify(&t.header()[..20]));
     }
 }

@@ -415,6 +415,18 @@ impl RouterState {
         self.entries().into_iter().map(|(_, _, e)| e).collect()
     }
 
+    /// The adjacency a tunnel endpoint's packets leave by: the FIB's answer, except that
+    /// an attached subnet (resolved per packet from the neighbour table) becomes the
+    /// neighbour's own adjacency — a precomputed rewrite once it is resolved, a
+    /// solicitation until then. This is what lets encap skip the second lookup.
+    pub fn resolve_endpoint(&mut self, a: IpAddr) -> u32 {
+        let v = self.lookup(a);
+        match self.adj_keys.get((v as usize).wrapping_sub(2)) {
+            Some(&AdjKey::Attached(i)) => self.adj_id(AdjKey::NextHop(i, a)),
+            _ => v,
+        }
+    }
+
     /// Where `a` goes now, in FIB terms: an adjacency index or an encoded tunnel. Builds
     /// the tables first if a route changed.
     pub fn lookup(&mut self, a: IpAddr) -> u32 {

@@ -7,7 +7,7 @@
 
 use super::{udp_checksum, Outer};
 use crate::context::HasGtpu;
-use crate::tunnel::{ChecksumMode, SrcPort, Tunnel};
+use crate::tunnel::{ChecksumMode, SrcPort, Tunnel, MAX_REWRITE};
 use engine::{counters, hash, next_nodes, BufIdx, Buffer, Counts, Node, Pool, Verdict, VECTOR_SIZE};
 use ip::nodes::IcmpRequest;
 use ip::tables::Adjacency;
@@ -85,8 +85,13 @@ impl<O: Outer> GtpuEncap<O> {
         if ip_payload > u16::MAX as usize || (!O::IS_V6 && total > u16::MAX as usize) {
             return Err(GtpuEncapCounter::TooBig);
         }
-        let h = buf.prepend(rl).map_err(|_| GtpuEncapCounter::NoHeadroom)?;
-        h.copy_from_slice(&t.rewrite[..rl]);
+        // Copy the whole right-aligned template (fixed size), then start at its header.
+        let room = buf.prepend(MAX_REWRITE).map_err(|_| GtpuEncapCounter::NoHeadroom)?;
+        room.copy_from_slice(&t.rewrite);
+        if buf.advance(MAX_REWRITE - rl).is_err() {
+            return Err(GtpuEncapCounter::NoHeadroom);
+        }
+        let Some(h) = buf.bytes_mut().get_mut(..rl) else { return Err(GtpuEncapCounter::NoHeadroom) };
         if O::IS_V6 {
             h[4..6].copy_from_slice(&(ip_payload as u16).to_be_bytes());
         } else {
