@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 RUNS=${RUNS:-5}
 PACKETS=${PACKETS:-10000000}
 CASES=${CASES:-matrix}
-cargo build --release -p vecgate >/dev/null
+cargo build --release -q -p vecgate
 B=./target/release/vecgate
 
 run() { # label, args...

@@ -14,6 +14,7 @@
 #![forbid(unsafe_code)]
 
 pub mod context;
+pub mod fib;
 pub mod lpm;
 pub mod nodes;
 pub mod prefix;

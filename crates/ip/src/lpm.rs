@@ -27,10 +27,16 @@ pub trait LpmKey: Copy + Ord + Eq + std::hash::Hash + Send + Sync + 'static + st
     fn stride(self, depth: u8, width: u8) -> usize;
     /// The key with all bits after the first `len` cleared.
     fn masked(self, len: u8) -> Self;
+    /// The key folded to 64 bits, for hashing.
+    fn fold64(self) -> u64;
 }
 
 impl LpmKey for u32 {
     const BITS: u8 = 32;
+    #[inline(always)]
+    fn fold64(self) -> u64 {
+        self as u64
+    }
     #[inline(always)]
     fn stride(self, depth: u8, width: u8) -> usize {
         ((((self as u64) << 32) << depth) >> (64 - width)) as usize
@@ -47,6 +53,10 @@ impl LpmKey for u32 {
 
 impl LpmKey for u128 {
     const BITS: u8 = 128;
+    #[inline(always)]
+    fn fold64(self) -> u64 {
+        (self as u64) ^ ((self >> 64) as u64).rotate_left(31)
+    }
     #[inline(always)]
     fn stride(self, depth: u8, width: u8) -> usize {
         ((self << depth) >> (128 - width)) as usize

@@ -3,7 +3,8 @@
 //! whole before anything is applied, and `build` turns the state into a new immutable
 //! [`Tables`] to publish.
 
-use crate::lpm::{LpmKey, Poptrie, Route};
+use crate::fib::Fib;
+use crate::lpm::{LpmKey, Route};
 use crate::prefix::{IfAddr, Prefix};
 use crate::tables::{l2_rewrite, Adjacency, IfL3, Neighbour, Tables, TunnelRef, UdpDemux, ADJ_LOCAL, MAX_INDEX};
 use engine::IfIndex;
@@ -92,8 +93,8 @@ pub struct RouterState {
     adj_ids: HashMap<AdjKey, u32>,
     adj_keys: Vec<AdjKey>,
     generation: u64,
-    fib4: Option<Arc<Poptrie<u32>>>,
-    fib6: Option<Arc<Poptrie<u128>>>,
+    fib4: Option<Arc<Fib<u32>>>,
+    fib6: Option<Arc<Fib<u128>>>,
 }
 
 impl RouterState {
@@ -511,7 +512,7 @@ impl RouterState {
     }
 }
 
-fn compile<K: LpmKey>(m: &BTreeMap<(K, u8), u32>) -> Poptrie<K> {
+fn compile<K: LpmKey + Default>(m: &BTreeMap<(K, u8), u32>) -> Fib<K> {
     let v: Vec<Route<K>> = m.iter().map(|(&(k, l), &v)| (k, l, v)).collect();
-    Poptrie::build(&v)
+    Fib::build(&v)
 }

@@ -4,7 +4,7 @@
 //! version between vectors, so a packet sees one consistent version from input to
 //! output, and an old version is freed only when the last worker dropped it.
 
-use crate::lpm::Poptrie;
+use crate::fib::Fib;
 use engine::IfIndex;
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -162,8 +162,8 @@ pub struct Tables {
     /// Increments on every publish (shown by `show ip fib`).
     pub generation: u64,
     pub interfaces: Arc<Vec<IfL3>>,
-    pub fib4: Arc<Poptrie<u32>>,
-    pub fib6: Arc<Poptrie<u128>>,
+    pub fib4: Arc<Fib<u32>>,
+    pub fib6: Arc<Fib<u128>>,
     pub adjacencies: Arc<Vec<Adjacency>>,
     pub neighbours4: Arc<HashMap<Ipv4Addr, Neighbour>>,
     pub neighbours6: Arc<HashMap<Ipv6Addr, Neighbour>>,
@@ -175,8 +175,8 @@ impl Tables {
         Tables {
             generation: 0,
             interfaces: Arc::new(Vec::new()),
-            fib4: Arc::new(Poptrie::empty()),
-            fib6: Arc::new(Poptrie::empty()),
+            fib4: Arc::new(Fib::empty()),
+            fib6: Arc::new(Fib::empty()),
             adjacencies: Arc::new(vec![Adjacency::Miss, Adjacency::Local]),
             neighbours4: Arc::new(HashMap::new()),
             neighbours6: Arc::new(HashMap::new()),

@@ -51,10 +51,12 @@ type = "pg"
 mac = "02:00:00:00:00:01"
 addresses = ["198.18.0.1/24", "2001:db8::1/64"]
 
+# A jumbo MTU towards the tunnel peer, so 1492-byte inner packets fit encapsulated.
 [[interface]]
 name = "null0"
 type = "null"
 mac = "02:00:00:00:00:02"
+mtu = 9000
 addresses = ["198.18.1.1/24", "2001:db8:1::1/64"]
 
 [[neighbour]]

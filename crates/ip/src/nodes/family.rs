@@ -3,7 +3,8 @@
 //! Twin nodes are one generic node over `Family` (`IpLookup<Ip4>` is `ip4-lookup`).
 
 use super::IcmpRequest;
-use crate::lpm::{LpmKey, Poptrie};
+use crate::fib::Fib;
+use crate::lpm::LpmKey;
 use crate::tables::{l2_rewrite, Adjacency, Neighbour, Tables, TunnelKind};
 use engine::node::NextNodes;
 use engine::IfIndex;
@@ -29,7 +30,7 @@ pub trait Family: Send + 'static {
     const NO_ROUTE: IcmpRequest;
     fn key(dst: &[u8]) -> Self::Key;
     fn addr(key: Self::Key) -> Self::Addr;
-    fn fib(t: &Tables) -> &Poptrie<Self::Key>;
+    fn fib(t: &Tables) -> &Fib<Self::Key>;
     fn neighbour(t: &Tables, a: &Self::Addr) -> Option<Neighbour>;
     fn from_ip(a: IpAddr) -> Option<Self::Addr>;
     /// Overwrite `buf` with a solicitation for `target` out of `ifl` (ARP request or
@@ -94,7 +95,7 @@ impl Family for Ip4 {
         Ipv4Addr::from(k)
     }
     #[inline(always)]
-    fn fib(t: &Tables) -> &Poptrie<u32> {
+    fn fib(t: &Tables) -> &Fib<u32> {
         &t.fib4
     }
     fn neighbour(t: &Tables, a: &Ipv4Addr) -> Option<Neighbour> {
@@ -141,7 +142,7 @@ impl Family for Ip6 {
         Ipv6Addr::from(k)
     }
     #[inline(always)]
-    fn fib(t: &Tables) -> &Poptrie<u128> {
+    fn fib(t: &Tables) -> &Fib<u128> {
         &t.fib6
     }
     fn neighbour(t: &Tables, a: &Ipv6Addr) -> Option<Neighbour> {
