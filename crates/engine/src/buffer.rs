@@ -58,6 +58,9 @@ pub struct Meta {
     pub drop: Option<DropReason>,
     /// Set on packets selected by `trace add`.
     pub trace: Option<NonZeroU32>,
+    /// The receiving device verified the L4 checksum (virtio-net DATA_VALID, AF_XDP RX
+    /// metadata), so nodes need not recompute it.
+    pub l4_checksum_ok: bool,
 }
 
 /// Not enough headroom (prepend) or data (advance) for the requested change.

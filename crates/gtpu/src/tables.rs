@@ -63,6 +63,10 @@ impl Techniques {
     }
 }
 
+/// Tables at least this large get the batched lookup and prefetching (when those
+/// techniques are on): below it they stay in cache and the extra pass only costs.
+pub const LARGE_TABLE_BYTES: usize = 1 << 20;
+
 /// Bit set in the endpoint part of a decap key for IPv6 endpoints.
 pub const V6_ENDPOINT: u32 = 1 << 31;
 

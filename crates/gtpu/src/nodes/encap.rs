@@ -139,7 +139,7 @@ impl<Cx: HasGtpu, O: Outer> Node<Cx> for GtpuEncap<O> {
     fn prepare(&mut self, cx: &mut Cx, pool: &mut Pool, input: &[BufIdx]) {
         let (_, g) = cx.split();
         let t = &*g.tables;
-        if !t.techniques.prefetch || t.tunnels.len() < 4096 {
+        if !t.techniques.prefetch || t.tunnels.memory_bytes() < crate::tables::LARGE_TABLE_BYTES {
             return;
         }
         for &b in &input[..input.len().min(VECTOR_SIZE)] {

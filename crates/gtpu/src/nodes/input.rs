@@ -124,8 +124,9 @@ struct Parsed<A> {
     payload: usize,
 }
 
+/// `trusted`: the device already verified the UDP checksum.
 #[inline(always)]
-fn parse<O: Outer>(b: &[u8]) -> Result<Parsed<O::Addr>, GtpuInputCounter> {
+fn parse<O: Outer>(b: &[u8], trusted: bool) -> Result<Parsed<O::Addr>, GtpuInputCounter> {
     use GtpuInputCounter as C;
     let (hl, src, dst) = O::outer(b).map_err(|e| match e {
         OuterError::Truncated => C::OuterTruncated,
@@ -138,7 +139,7 @@ fn parse<O: Outer>(b: &[u8]) -> Result<Parsed<O::Addr>, GtpuInputCounter> {
     }
     let zero_checksum = u[6] == 0 && u[7] == 0;
     let seg = &b[hl..hl + ulen];
-    if !zero_checksum && !udp_checksum_ok(O::pseudo(&src, &dst), seg) {
+    if !zero_checksum && !trusted && !udp_checksum_ok(O::pseudo(&src, &dst), seg) {
         return Err(C::BadUdpChecksum);
     }
     let src_port = u16::from_be_bytes([u[0], u[1]]);
@@ -232,13 +233,15 @@ impl<Cx: HasGtpu, O: Outer> Node<Cx> for GtpuInput<O> {
         O::INPUT
     }
 
-    /// With `batch_lookup`: compute every plain G-PDU's key, prefetch its table slot
-    /// (with `prefetch`), then look them all up, so the table misses of one vector
-    /// overlap. `process` then finds the tunnel id in `meta.adj`.
+    /// With `batch_lookup` and a table larger than the caches: compute every plain
+    /// G-PDU's key, prefetch its table slot (with `prefetch`), then look them all up, so
+    /// the table misses of one vector overlap. `process` then finds the tunnel id in
+    /// `meta.adj`. A small table stays in cache and the extra pass would only cost
+    /// (about 90 instructions per packet with one tunnel; docs/PERFORMANCE.md).
     fn prepare(&mut self, cx: &mut Cx, pool: &mut Pool, input: &[BufIdx]) {
         let (_, g) = cx.split();
         let t = &*g.tables;
-        if !t.techniques.batch_lookup || t.decap.is_empty() {
+        if !t.techniques.batch_lookup || t.decap.memory_bytes() < crate::tables::LARGE_TABLE_BYTES {
             for &b in input {
                 pool.get_mut(b).meta.param = 0;
             }
@@ -272,7 +275,7 @@ impl<Cx: HasGtpu, O: Outer> Node<Cx> for GtpuInput<O> {
     fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
         use GtpuInputCounter as C;
         let (_, g) = cx.split();
-        let p = match parse::<O>(buf.bytes()) {
+        let p = match parse::<O>(buf.bytes(), buf.meta.l4_checksum_ok) {
             Ok(p) => p,
             Err(C::UnknownRequiredExtension) if g.replies.take() => {
                 // §5.2.1: tell the sender which extension headers we do support.
@@ -353,7 +356,7 @@ impl<Cx: HasGtpu, O: Outer> Node<Cx> for GtpuInput<O> {
     }
 
     fn trace(&self, buf: &Buffer) -> String {
-        match parse::<O>(buf.bytes()) {
+        match parse::<O>(buf.bytes(), buf.meta.l4_checksum_ok) {
             Ok(p) => format!(
                 "{} -> {} sport {} {:?} teid {:#x} gtp-header {} payload {}{}",
                 p.src,
@@ -397,9 +400,9 @@ mod tests {
         #[test]
         fn parse_never_panics(gtp in prop::collection::vec(any::<u8>(), 0..96), delta in -20i32..20, raw in prop::collection::vec(any::<u8>(), 0..80)) {
             let f = frame4(&gtp, delta);
-            let _ = parse::<Ip4Outer>(&f);
-            let _ = parse::<Ip4Outer>(&raw);
-            let _ = parse::<Ip6Outer>(&raw);
+            let _ = parse::<Ip4Outer>(&f, false);
+            let _ = parse::<Ip4Outer>(&raw, false);
+            let _ = parse::<Ip6Outer>(&raw, true);
             let t = GtpuTables::default();
             let _ = quick_key::<Ip4Outer>(&t, &f);
             let _ = messages::parse_error_indication(&raw);
@@ -413,7 +416,7 @@ mod tests {
             let mut g = vec![0u8; repr.header_len()];
             repr.emit(&mut g);
             g.extend_from_slice(&payload);
-            let p = parse::<Ip4Outer>(&frame4(&g, 0)).map_err(|c| c as u16);
+            let p = parse::<Ip4Outer>(&frame4(&g, 0), false).map_err(|c| c as u16);
             let p = p.expect("a valid G-PDU");
             prop_assert_eq!((p.teid, p.payload, p.ghl), (teid, payload.len(), repr.header_len()));
             prop_assert!(p.zero_checksum);
