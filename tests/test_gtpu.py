@@ -265,7 +265,7 @@ def test_techniques_do_not_change_the_output(vecgate, tmp_path):
            [from_gnb4(GTP_U_Header(teid=0x100) / inner4(dst=f"198.19.0.{i}")) for i in range(1, 5)]
     _, on, c_on, _ = run_pcap(vecgate, tmp_path, pkts, tunnels())
     off = "[gtpu.techniques]\n" + "\n".join(f"{t} = false" for t in
-        ["lookup_cache", "skip_inner_input", "skip_outer_lookup", "encap_adjacency", "batch_lookup", "prefetch"])
+        ["lookup_cache", "skip_inner_input", "skip_outer_lookup", "encap_adjacency", "batch_lookup", "prefetch", "checksum_from_inner"])
     _, offo, c_off, snap = run_pcap(vecgate, tmp_path, pkts, tunnels(techniques=off))
     assert sorted(raw(p) for p in on) == sorted(raw(p) for p in offo)
     assert len(on) == 12

@@ -11,6 +11,7 @@ const EMPTY: u32 = u32::MAX;
 /// Exact-match table of host routes: open addressing, linear probing, load ≤ 1/2, built
 /// once per FIB version (never changed in place).
 pub struct HostTable<K: LpmKey> {
+    /// (key, value); `u128` keys make these 32-byte slots — still two per cache line.
     slots: Vec<(K, u32)>,
     bits: u32,
     len: usize,

@@ -466,24 +466,25 @@ impl RouterState {
     pub fn build(&mut self) -> Tables {
         if self.fib4.is_none() || self.fib6.is_none() {
             let entries = self.entries();
-            let mut r4: BTreeMap<(u32, u8), u32> = BTreeMap::new();
-            let mut r6: BTreeMap<(u128, u8), u32> = BTreeMap::new();
+            // Plain vectors, sorted once: a million routes in two allocations the
+            // allocator returns whole, where a map's million small nodes would stay
+            // resident as heap fragments after the build.
+            let mut r4: Vec<Route<u32>> = Vec::new();
+            let mut r6: Vec<Route<u128>> = Vec::new();
             let tunnel: Vec<(Prefix, u32)> = self.tunnel_entries().collect();
             for (p, adj) in entries.iter().map(|(p, a, _)| (p, a)).chain(tunnel.iter().map(|(p, a)| (p, a))) {
                 match p {
-                    Prefix::V4(a, l) => {
-                        r4.insert((u32::from(*a), *l), *adj);
-                    }
-                    Prefix::V6(a, l) => {
-                        r6.insert((u128::from(*a), *l), *adj);
-                    }
+                    Prefix::V4(a, l) => r4.push((u32::from(*a), *l, *adj)),
+                    Prefix::V6(a, l) => r6.push((u128::from(*a), *l, *adj)),
                 }
             }
+            drop(tunnel);
+            drop(entries);
             if self.fib4.is_none() {
-                self.fib4 = Some(Arc::new(compile(&r4)));
+                self.fib4 = Some(Arc::new(compile(r4)));
             }
             if self.fib6.is_none() {
-                self.fib6 = Some(Arc::new(compile(&r6)));
+                self.fib6 = Some(Arc::new(compile(r6)));
             }
         }
         self.generation += 1;
@@ -512,7 +513,15 @@ impl RouterState {
     }
 }
 
-fn compile<K: LpmKey + Default>(m: &BTreeMap<(K, u8), u32>) -> Fib<K> {
-    let v: Vec<Route<K>> = m.iter().map(|(&(k, l), &v)| (k, l, v)).collect();
-    Fib::build(&v)
+/// Compile routes into a FIB; for a prefix listed twice the later entry wins.
+fn compile<K: LpmKey + Default>(mut v: Vec<Route<K>>) -> Fib<K> {
+    v.sort_by_key(|r| (r.0, r.1)); // stable: duplicates keep their order
+    let mut out: Vec<Route<K>> = Vec::with_capacity(v.len());
+    for r in v {
+        match out.last_mut() {
+            Some(last) if (last.0, last.1) == (r.0, r.1) => *last = r,
+            _ => out.push(r),
+        }
+    }
+    Fib::build(&out)
 }

@@ -61,6 +61,60 @@ pub fn inner_flow_hash(b: &[u8]) -> u32 {
     }
 }
 
+/// The ones'-complement sum of a whole inner IP packet computed from its headers alone,
+/// when its upper-layer checksum vouches for the rest: a TCP, UDP (with a checksum) or
+/// ICMPv6 segment with a correct checksum sums to the complement of its pseudo-header,
+/// an ICMPv4 message to all ones. `None` when nothing vouches: UDP without a checksum,
+/// fragments, IPv4 options or IPv6 extension headers, other protocols, lengths that
+/// disagree. The result equals the full sum whenever the inner checksum is correct; when
+/// it is not, the outer checksum will not verify and the tunnel's far end drops a packet
+/// its destination would have dropped anyway (as with Linux's local checksum offload).
+#[inline(always)]
+pub fn inner_sum_from_headers(p: &[u8]) -> Option<wire::checksum::Checksum> {
+    use wire::checksum::{pseudo_header_v4, pseudo_header_v6, Checksum};
+    let mut c = Checksum::new();
+    let (hl, proto, seg_len, pseudo) = match p.first()? >> 4 {
+        4 => {
+            let h = p.first_chunk::<20>()?;
+            let total = u16::from_be_bytes([h[2], h[3]]) as usize;
+            if h[0] != 0x45 || total != p.len() || (h[6] & 0x3f) != 0 || h[7] != 0 {
+                return None;
+            }
+            c.add_bytes(h);
+            let src = std::net::Ipv4Addr::new(h[12], h[13], h[14], h[15]);
+            let dst = std::net::Ipv4Addr::new(h[16], h[17], h[18], h[19]);
+            let seg = (total - 20) as u16;
+            (20, h[9], total - 20, (h[9] != 1).then(|| pseudo_header_v4(src, dst, h[9], seg)))
+        }
+        6 => {
+            let h = p.first_chunk::<40>()?;
+            let plen = u16::from_be_bytes([h[4], h[5]]) as usize;
+            if 40 + plen != p.len() {
+                return None;
+            }
+            c.add_bytes(h);
+            let src = std::net::Ipv6Addr::from(<[u8; 16]>::try_from(&h[8..24]).ok()?);
+            let dst = std::net::Ipv6Addr::from(<[u8; 16]>::try_from(&h[24..40]).ok()?);
+            (40, h[6], plen, Some(pseudo_header_v6(&src, &dst, h[6], plen as u32)))
+        }
+        _ => return None,
+    };
+    let seg = &p[hl..];
+    let vouched = match (proto, hl) {
+        (6, _) => seg_len >= 20,
+        (17, _) => seg_len >= 8 && u16::from_be_bytes([seg[4], seg[5]]) as usize == seg_len && (seg[6] | seg[7]) != 0,
+        (1, 20) | (58, 40) => seg_len >= 4,
+        _ => false,
+    };
+    if !vouched {
+        return None;
+    }
+    // A correct segment plus its pseudo-header sums to all ones, so the segment alone
+    // sums to the pseudo-header's complement (ICMPv4, without one: to all ones).
+    c.add_u16(pseudo.map_or(0xffff, |ph| !ph.fold()));
+    Some(c)
+}
+
 impl<O: Outer> GtpuEncap<O> {
     const REWRITE: GtpuEncapNext = if O::IS_V6 { GtpuEncapNext::Ip6Rewrite } else { GtpuEncapNext::Ip4Rewrite };
     const LOOKUP: GtpuEncapNext = if O::IS_V6 { GtpuEncapNext::Ip6Lookup } else { GtpuEncapNext::Ip4Lookup };
@@ -70,6 +124,7 @@ impl<O: Outer> GtpuEncap<O> {
     fn encap(
         t: &Tunnel,
         seq: Option<&mut u16>,
+        from_inner: bool,
         buf: &mut Buffer,
         counts: &mut Counts<'_, GtpuEncapCounter>,
     ) -> Result<(), GtpuEncapCounter> {
@@ -118,7 +173,20 @@ impl<O: Outer> GtpuEncap<O> {
                     counts.inc(GtpuEncapCounter::OffloadFallback);
                 }
                 let seg = &mut buf.bytes_mut()[ua..];
-                let c = udp_checksum(t.pseudo, seg);
+                let hdrs = rl - ua;
+                let derived = if from_inner { inner_sum_from_headers(&seg[hdrs..]) } else { None };
+                let c = match derived {
+                    // UDP + GTP-U headers summed, the inner packet from its headers.
+                    Some(inner) => {
+                        let mut c = t.pseudo;
+                        c.add_u32(seg.len() as u32).add_bytes(&seg[..hdrs]).add(inner);
+                        match c.finish() {
+                            0 => 0xffff,
+                            x => x,
+                        }
+                    }
+                    None => udp_checksum(t.pseudo, seg),
+                };
                 seg[6..8].copy_from_slice(&c.to_be_bytes());
             }
         }
@@ -184,7 +252,7 @@ impl<Cx: HasGtpu, O: Outer> Node<Cx> for GtpuEncap<O> {
             _ => return Verdict::Drop(GtpuEncapCounter::BadInner),
         }
         let seq = if t.sequence { g.seq.get_mut(id as usize) } else { None };
-        if let Err(c) = Self::encap(t, seq, buf, counts) {
+        if let Err(c) = Self::encap(t, seq, g.tables.techniques.checksum_from_inner, buf, counts) {
             return Verdict::Drop(c);
         }
         counts.inc(GtpuEncapCounter::Encapsulated);
@@ -200,5 +268,106 @@ impl<Cx: HasGtpu, O: Outer> Node<Cx> for GtpuEncap<O> {
 
     fn trace(&self, buf: &Buffer) -> String {
         format!("tunnel gtpu_tunnel{} inner len {}", buf.meta.param, buf.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use wire::checksum::{self, Checksum};
+
+    fn ipv4(proto: u8, seg: &[u8]) -> Vec<u8> {
+        let mut p = vec![0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, proto, 0, 0, 198, 18, 0, 2, 198, 19, 7, 9];
+        let total = (20 + seg.len()) as u16;
+        p[2..4].copy_from_slice(&total.to_be_bytes());
+        let c = checksum::checksum(&p);
+        p[10..12].copy_from_slice(&c.to_be_bytes());
+        p.extend_from_slice(seg);
+        p
+    }
+
+    fn ipv6(nh: u8, seg: &[u8]) -> Vec<u8> {
+        let mut p = vec![0u8; 40];
+        p[0] = 0x60;
+        p[4..6].copy_from_slice(&(seg.len() as u16).to_be_bytes());
+        p[6] = nh;
+        p[7] = 64;
+        p[8..24].copy_from_slice(&"2001:db8::2".parse::<std::net::Ipv6Addr>().unwrap().octets());
+        p[24..40].copy_from_slice(&"2001:db8:200::1".parse::<std::net::Ipv6Addr>().unwrap().octets());
+        p.extend_from_slice(seg);
+        p
+    }
+
+    /// Fill the L4 checksum field at `at` in the packet's segment.
+    fn fill(p: &mut [u8], at: usize) {
+        let v6 = p[0] >> 4 == 6;
+        let hl = if v6 { 40 } else { 20 };
+        let proto = if v6 { p[6] } else { p[9] };
+        let seg_len = p.len() - hl;
+        let mut c = if proto == 1 {
+            Checksum::new()
+        } else if v6 {
+            let s = std::net::Ipv6Addr::from(<[u8; 16]>::try_from(&p[8..24]).unwrap());
+            let d = std::net::Ipv6Addr::from(<[u8; 16]>::try_from(&p[24..40]).unwrap());
+            checksum::pseudo_header_v6(&s, &d, proto, seg_len as u32)
+        } else {
+            checksum::pseudo_header_v4(
+                std::net::Ipv4Addr::new(p[12], p[13], p[14], p[15]),
+                std::net::Ipv4Addr::new(p[16], p[17], p[18], p[19]),
+                proto,
+                seg_len as u16,
+            )
+        };
+        p[hl + at..hl + at + 2].copy_from_slice(&[0, 0]);
+        c.add_bytes(&p[hl..]);
+        let v = match c.finish() {
+            0 if proto == 17 => 0xffff,
+            x => x,
+        };
+        p[hl + at..hl + at + 2].copy_from_slice(&v.to_be_bytes());
+    }
+
+    proptest! {
+        /// For inner packets with correct checksums, the sum from headers equals the sum
+        /// of every byte, so the outer checksum is the same either way.
+        #[test]
+        fn header_sum_equals_full_sum(kind in 0u8..5, body in prop::collection::vec(any::<u8>(), 20..1500)) {
+            let udp = |b: &[u8]| {
+                let mut s = b.to_vec();
+                let l = s.len() as u16;
+                s[4..6].copy_from_slice(&l.to_be_bytes());
+                s
+            };
+            let (mut p, at) = match kind {
+                0 => (ipv4(17, &udp(&body)), 6),
+                1 => (ipv4(6, &body), 16),
+                2 => (ipv4(1, &body), 2),
+                3 => (ipv6(17, &udp(&body)), 6),
+                _ => (ipv6(58, &body), 2),
+            };
+            fill(&mut p, at);
+            let derived = inner_sum_from_headers(&p).expect("vouched for");
+            let mut full = Checksum::new();
+            full.add_bytes(&p);
+            // Equal as ones'-complement numbers (0 and 0xffff are both zero).
+            let (a, b) = (derived.fold(), full.fold());
+            prop_assert!(a == b || (a == 0xffff && b == 0) || (a == 0 && b == 0xffff), "{a:#x} vs {b:#x}");
+        }
+    }
+
+    #[test]
+    fn nothing_vouches_for_these() {
+        let mut udp0 = vec![0u8; 16];
+        udp0[4..6].copy_from_slice(&16u16.to_be_bytes());
+        assert!(inner_sum_from_headers(&ipv4(17, &udp0)).is_none(), "UDP without a checksum");
+        let mut frag = ipv4(6, &[0u8; 40]);
+        frag[6] = 0x20;
+        assert!(inner_sum_from_headers(&frag).is_none(), "a fragment");
+        assert!(inner_sum_from_headers(&ipv4(47, &[0u8; 40])).is_none(), "GRE");
+        assert!(inner_sum_from_headers(&ipv6(0, &[0u8; 40])).is_none(), "an extension header");
+        let mut short = ipv4(6, &[0u8; 40]);
+        short.truncate(50);
+        assert!(inner_sum_from_headers(&short).is_none(), "length mismatch");
     }
 }
