@@ -8,9 +8,6 @@ use crate::lpm::{LpmKey, Poptrie, Route};
 
 const EMPTY: u32 = u32::MAX;
 
-/// IPv4 host routes below this count stay in the trie.
-pub const HOST_TABLE_MIN: usize = 256;
-
 /// Exact-match table of host routes: open addressing, linear probing, load ≤ 1/2, built
 /// once per FIB version (never changed in place).
 pub struct HostTable<K: LpmKey> {
@@ -93,14 +90,14 @@ impl<K: LpmKey + Default> Fib<K> {
         Fib { hosts: HostTable::build(&[]), trie: Poptrie::empty() }
     }
 
-    /// Build from routes sorted by (prefix, length). The gateway's own addresses, and a
-    /// few IPv4 host routes, stay in the trie: a /32 is three levels deep there, and
-    /// every lookup would pay for probing the hash. An IPv6 host route other than our
-    /// own addresses (a UE) is 19 levels deep, so one is enough to use the hash.
+    /// Build from routes sorted by (prefix, length). With no host routes but the
+    /// gateway's own addresses, everything stays in the trie (a router's usual table:
+    /// no lookup pays for a hash probe). One other host route (a UE address) moves them
+    /// all to the hash: a /32 is three trie levels deep and a /128 nineteen, where the
+    /// probe is one multiply and, usually, one slot (measured in docs/PERFORMANCE.md).
     pub fn build(routes: &[Route<K>]) -> Self {
-        let n = routes.iter().filter(|r| r.1 == K::BITS && r.2 != crate::tables::ADJ_LOCAL).count();
-        let min = if K::BITS > 64 { 1 } else { HOST_TABLE_MIN };
-        if n < min {
+        let hosts_beyond_ours = routes.iter().any(|r| r.1 == K::BITS && r.2 != crate::tables::ADJ_LOCAL);
+        if !hosts_beyond_ours {
             return Fib { hosts: HostTable::build(&[]), trie: Poptrie::build(routes) };
         }
         let hosts: Vec<(K, u32)> = routes.iter().filter(|r| r.1 == K::BITS).map(|r| (r.0, r.2)).collect();

@@ -80,7 +80,7 @@ pub fn inner_sum_from_headers(p: &[u8]) -> Option<wire::checksum::Checksum> {
             if h[0] != 0x45 || total != p.len() || (h[6] & 0x3f) != 0 || h[7] != 0 {
                 return None;
             }
-            c.add_bytes(h);
+            c.add_array(h);
             let src = std::net::Ipv4Addr::new(h[12], h[13], h[14], h[15]);
             let dst = std::net::Ipv4Addr::new(h[16], h[17], h[18], h[19]);
             let seg = (total - 20) as u16;
@@ -92,7 +92,7 @@ pub fn inner_sum_from_headers(p: &[u8]) -> Option<wire::checksum::Checksum> {
             if 40 + plen != p.len() {
                 return None;
             }
-            c.add_bytes(h);
+            c.add_array(h);
             let src = std::net::Ipv6Addr::from(<[u8; 16]>::try_from(&h[8..24]).ok()?);
             let dst = std::net::Ipv6Addr::from(<[u8; 16]>::try_from(&h[24..40]).ok()?);
             (40, h[6], plen, Some(pseudo_header_v6(&src, &dst, h[6], plen as u32)))
