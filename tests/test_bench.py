@@ -32,3 +32,35 @@ def test_bench_scenario_shape(vecgate, scenario):
 def test_unknown_scenario_is_refused(vecgate):
     r = subprocess.run([str(vecgate), "bench", "warp-drive"], capture_output=True, text=True, timeout=30)
     assert r.returncode != 0 and "ip4-forward" in r.stderr
+
+
+@pytest.mark.parametrize("scenario,args,node", [
+    ("gtpu4-encap", [], "gtpu4-encap"),
+    ("gtpu4-decap", ["--tunnels", "5000", "--checksum", "software"], "gtpu4-input"),
+    ("gtpu6-encap", ["--inner-size", "1492", "--inner", "ip6"], "gtpu6-encap"),
+    ("gtpu6-decap", ["--checksum", "zero", "--disable", "all"], "gtpu6-input"),
+])
+def test_gtpu_bench_scenarios(vecgate, scenario, args, node):
+    r = subprocess.run([str(vecgate), "bench", scenario, "--packets", "100000", "--json", "--core", "0"] + args,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["delivered"] == rep["packets"] >= 100000
+    names = {n["name"]: n for n in rep["nodes"]}
+    assert names[node]["packets"] == rep["packets"]
+    g = rep["gtpu"]
+    assert g["tunnels"] == (5000 if "--tunnels" in args else 1)
+    assert g["rss_bytes"] > 0 and g["table_bytes"] > 0
+    if "--disable" in args:
+        assert not any(g["techniques"].values())
+        # Without the bypass, GTP-U goes through the route lookup and ipN-local.
+        assert "ip6-local" in names
+    else:
+        assert all(g["techniques"].values())
+
+
+def test_gtpu_bench_refuses_bad_options(vecgate):
+    for args, words in [(["--disable", "warp"], "lookup_cache"), (["--checksum", "maybe"], "zero"),
+                        (["--tunnels", "100000"], "--inner ip6")]:
+        r = subprocess.run([str(vecgate), "bench", "gtpu4-encap", "--packets", "1000"] + args, capture_output=True, text=True, timeout=60)
+        assert r.returncode != 0 and words in r.stderr, (args, r.stderr)

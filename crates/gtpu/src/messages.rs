@@ -18,8 +18,12 @@ pub mod ie {
 
 /// The extension header types vecgate understands, for the Supported Extension Headers
 /// Notification.
-pub const SUPPORTED_EXTENSIONS: [u8; 3] =
-    [wire::gtpu::ext::UDP_PORT, wire::gtpu::ext::PDU_SESSION_CONTAINER, wire::gtpu::ext::PDCP_PDU_NUMBER];
+pub const SUPPORTED_EXTENSIONS: [u8; 4] = [
+    wire::gtpu::ext::UDP_PORT,
+    wire::gtpu::ext::LONG_PDCP_PDU_NUMBER,
+    wire::gtpu::ext::PDU_SESSION_CONTAINER,
+    wire::gtpu::ext::PDCP_PDU_NUMBER,
+];
 
 /// The longest message built here.
 pub const MAX_MESSAGE: usize = 64;

@@ -332,7 +332,10 @@ impl GtpuRepr {
                 ext::PDU_SESSION_CONTAINER => r.pdu_session = Some(PduSession::parse(c)?),
                 ext::UDP_PORT if c.len() >= 2 => r.udp_port = Some(u16::from_be_bytes([c[0], c[1]])),
                 ext::PDCP_PDU_NUMBER if c.len() >= 2 => r.pdcp_number = Some(u16::from_be_bytes([c[0], c[1]])),
-                ext::UDP_PORT | ext::PDCP_PDU_NUMBER => return Err(GtpuError::BadExtension),
+                // Known (3 octets: an 18-bit number), used at handover by the RAN; vecgate
+                // forwards G-PDUs whatever their PDCP numbers, so it only checks the size.
+                ext::LONG_PDCP_PDU_NUMBER if c.len() >= 3 => {}
+                ext::UDP_PORT | ext::PDCP_PDU_NUMBER | ext::LONG_PDCP_PDU_NUMBER => return Err(GtpuError::BadExtension),
                 other => {
                     if unknown_extension_action(other) == UnknownExtension::Reject {
                         return Err(GtpuError::UnknownRequiredExtension);
@@ -482,6 +485,14 @@ mod tests {
         let mut skip = b.clone();
         skip[11] = 0x03;
         assert!(GtpuRepr::parse(&GtpuPacket::new_checked(&skip[..]).unwrap()).is_ok());
+        // Long PDCP PDU Number (0x82) has bit 8 set but is known: a well-formed one (8
+        // octets) is accepted, a short one is malformed rather than unknown.
+        let mut short_pdcp = b.clone();
+        short_pdcp[11] = 0x82;
+        assert_eq!(GtpuRepr::parse(&GtpuPacket::new_checked(&short_pdcp[..]).unwrap()).unwrap_err(), GtpuError::BadExtension);
+        let long_pdcp = [0x34, 255, 0, 16, 0, 0, 0, 7, 0, 0, 0, 0x82, 2, 0x01, 0x02, 0x03, 0, 0, 0, 0, 0x45, 0, 0, 0];
+        let r = GtpuRepr::parse(&GtpuPacket::new_checked(&long_pdcp[..]).unwrap()).unwrap();
+        assert_eq!((r.teid, r.payload_len), (Teid(7), 4));
         let mut req = b.clone();
         req[11] = 0x8f;
         assert_eq!(GtpuRepr::parse(&GtpuPacket::new_checked(&req[..]).unwrap()).unwrap_err(), GtpuError::UnknownRequiredExtension);
