@@ -214,7 +214,7 @@ fn build(spec: &PacketSpec) -> Result<(Vec<u8>, Layout), TemplateError> {
             seg[8..16].copy_from_slice(&[0x30, 255, (glen >> 8) as u8, glen as u8, 0, 0, 0, 0]);
             seg[12..16].copy_from_slice(&teid.to_be_bytes());
             let inner = &mut seg[16..];
-            let ihl = match (inner_src, inner_dst) {
+            match (inner_src, inner_dst) {
                 (IpAddr::V4(s), IpAddr::V4(d)) => {
                     Ipv4Repr {
                         src: s,
@@ -231,7 +231,6 @@ fn build(spec: &PacketSpec) -> Result<(Vec<u8>, Layout), TemplateError> {
                     let mut u = UdpPacket::new_unchecked(&mut inner[20..]);
                     UdpRepr { src_port: 1024, dst_port: 1024 }.emit(&mut u, glen - 28);
                     u.fill_checksum_v4(s, d);
-                    20
                 }
                 (IpAddr::V6(s), IpAddr::V6(d)) => {
                     Ipv6Repr {
@@ -247,11 +246,9 @@ fn build(spec: &PacketSpec) -> Result<(Vec<u8>, Layout), TemplateError> {
                     let mut u = UdpPacket::new_unchecked(&mut inner[40..]);
                     UdpRepr { src_port: 1024, dst_port: 1024 }.emit(&mut u, glen - 48);
                     u.fill_checksum_v6(&s, &d);
-                    40
                 }
                 _ => return Err(TemplateError::MixedFamilies),
-            };
-            let _ = ihl;
+            }
             let mut u = UdpPacket::new_unchecked(&mut *seg);
             UdpRepr { src_port: wire::gtpu::PORT, dst_port: wire::gtpu::PORT }.emit(&mut u, l4_len - 8);
             if checksum {

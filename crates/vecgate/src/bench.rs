@@ -465,7 +465,6 @@ fn gtpu_setup(
             frame_size: 14 + outer_l3 + 16 + o.inner_size,
         }
     };
-    let _ = isrc;
     let report = GtpuReport {
         tunnels: n,
         inner: o.inner.clone(),
