@@ -272,3 +272,16 @@ def test_techniques_do_not_change_the_output(vecgate, tmp_path):
     # Without the bypasses, GTP-U went through ip4-local and the inner packets through ip4-input.
     nodes = {n["name"]: n["packets"] for n in snap["nodes"]}
     assert nodes["ip4-local"] >= 4 and nodes["gtpu4-input"] == 4
+
+
+def test_decap_ethernet_pdu_session_goes_out_as_is(vecgate, tmp_path):
+    """decap_next = ethernet (an Ethernet PDU session on N6): the inner frame leaves by
+    the configured interface byte for byte; an inner frame too short to be Ethernet is
+    dropped and counted."""
+    extra = tunnels(v4='decap_next = "ethernet"\ndecap_interface = "eth1"')
+    frame = Ether(src="02:aa:00:00:00:01", dst="02:bb:00:00:00:02") / IP(src="198.18.50.1", dst="198.18.50.2") / UDP(sport=7, dport=9) / Raw(b"l2-session")
+    pkts = [from_gnb4(GTP_U_Header(teid=0x100, gtp_type=255) / Raw(raw(frame))),
+            from_gnb4(GTP_U_Header(teid=0x100, gtp_type=255) / Raw(b"\x01\x02\x03"))]
+    _, out1, c, _ = run_pcap(vecgate, tmp_path, pkts, extra)
+    assert c[("gtpu4-input", "decapsulated")] == 2 and c[("gtpu4-input", "bad-inner")] == 1
+    assert [raw(p) for p in out1] == [raw(frame)]
