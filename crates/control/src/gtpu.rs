@@ -134,10 +134,16 @@ pub struct TunnelRow {
 }
 
 pub fn rows(g: &gtpu::GtpuState, router: &RouterState, limit: usize) -> Vec<TunnelRow> {
-    g.tunnels()
-        .take(limit)
+    let shown: Vec<(u32, &gtpu::Tunnel)> = g.tunnels().take(limit).collect();
+    // The UE prefixes of the shown tunnels, from the router in one pass.
+    let last = shown.last().map_or(0, |(id, _)| *id);
+    let ue: std::collections::HashMap<u32, Prefix> =
+        router.tunnel_routes_of(|r| r.id <= last).into_iter().map(|(p, r)| (r.id, p)).collect();
+    shown
+        .into_iter()
         .map(|(id, t)| {
-            let s = t.spec();
+            let mut s = t.spec();
+            s.ue = ue.get(&id).copied();
             TunnelRow {
                 name: format!("gtpu_tunnel{id}"),
                 local: s.local.to_string(),

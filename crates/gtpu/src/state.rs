@@ -213,17 +213,24 @@ impl GtpuState {
         Ok(ids)
     }
 
+    /// A tunnel's spec, its UE prefix included (from the router).
+    pub fn spec(&self, router: &RouterState, id: u32) -> Option<TunnelSpec> {
+        let mut s = self.tables.tunnel(id)?.spec();
+        let t = TunnelRef { kind: kind(&s), id };
+        s.ue = router.tunnel_routes_of(|r| r == t).first().map(|(p, _)| *p);
+        Some(s)
+    }
+
     /// Delete a tunnel, its UE route and every static route into it.
     pub fn delete(&mut self, router: &mut RouterState, id: u32) -> Result<TunnelSpec, GtpuError> {
         let t = self.tables.tunnel(id).ok_or(GtpuError::NoSuchTunnel(id))?;
-        let spec = t.spec();
+        let mut spec = t.spec();
         if let Some(k) = self.decap_key(spec.local, spec.teid_in) {
             self.tables.decap.remove(k);
         }
-        if let Some(ue) = spec.ue {
-            router.del_tunnel_routes(&[ue]);
-        }
-        router.del_routes_into(TunnelRef { kind: kind(&spec), id });
+        let r = TunnelRef { kind: kind(&spec), id };
+        spec.ue = router.del_tunnel_routes_into(r).first().copied();
+        router.del_routes_into(r);
         *self.tables.tunnels.get_mut(id as usize).expect("live tunnel") = Tunnel::default();
         Arc::make_mut(&mut self.tables.outer_adj)[id as usize] = ADJ_MISS;
         self.free.push(id);
@@ -279,5 +286,58 @@ fn outer(v: u32) -> u32 {
         ADJ_MISS
     } else {
         v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ip::{IfAddr, InterfaceSpec};
+
+    fn router() -> RouterState {
+        RouterState::new(vec![InterfaceSpec {
+            name: "n3".into(),
+            mac: "02:00:00:00:00:01".parse().unwrap(),
+            mtu: 1500,
+            addresses: vec!["198.18.1.1/24".parse::<IfAddr>().unwrap(), "2001:db8:1::1/64".parse::<IfAddr>().unwrap()],
+        }])
+        .unwrap()
+    }
+
+    #[test]
+    fn the_ue_route_lives_in_the_router_and_goes_with_the_tunnel() {
+        let mut r = router();
+        let mut g = GtpuState::default();
+        let mut s = TunnelSpec::new("198.18.1.1".parse().unwrap(), "198.18.1.2".parse().unwrap(), 5, 6);
+        s.ue = Some("198.19.0.9/32".parse().unwrap());
+        let id = g.create(&mut r, s.clone()).unwrap();
+        assert_eq!(g.spec(&r, id), Some(s.clone()));
+        assert_eq!(r.tunnel_route_count(), 1);
+        assert_eq!(r.lookup("198.19.0.9".parse().unwrap()), TunnelRef { kind: TunnelKind::Gtpu4, id }.encode());
+        // The same UE cannot go to a second tunnel while the first holds it.
+        let mut dup = TunnelSpec::new("198.18.1.1".parse().unwrap(), "198.18.1.3".parse().unwrap(), 7, 8);
+        dup.ue = s.ue;
+        assert!(matches!(g.create(&mut r, dup.clone()), Err(GtpuError::Ue(..))));
+        assert_eq!(g.delete(&mut r, id).unwrap(), s);
+        assert_eq!(r.tunnel_route_count(), 0);
+        assert_eq!(g.find(s.local, 5), None);
+        // Freed: the UE and the id can be used again.
+        assert_eq!(g.create(&mut r, dup).unwrap(), id);
+        assert!(matches!(g.delete(&mut r, id + 1), Err(GtpuError::NoSuchTunnel(_))));
+    }
+
+    #[test]
+    fn validation_names_the_problem() {
+        let mut r = router();
+        let mut g = GtpuState::default();
+        let v4 = |l: &str, rem: &str, t| TunnelSpec::new(l.parse().unwrap(), rem.parse().unwrap(), t, 1);
+        assert_eq!(g.create(&mut r, v4("198.18.9.9", "198.18.1.2", 1)), Err(GtpuError::LocalNotOurs("198.18.9.9".parse().unwrap())));
+        assert!(matches!(g.create(&mut r, v4("198.18.1.1", "2001:db8::2", 1)), Err(GtpuError::FamilyMismatch { .. })));
+        assert_eq!(g.create(&mut r, v4("198.18.1.1", "198.18.1.1", 1)), Err(GtpuError::RemoteIsLocal("198.18.1.1".parse().unwrap())));
+        assert_eq!(g.create(&mut r, v4("198.18.1.1", "198.18.1.2", 0)), Err(GtpuError::ZeroTeid));
+        // A batch is all or nothing: a duplicate inside it creates none.
+        let batch = vec![v4("198.18.1.1", "198.18.1.2", 3), v4("198.18.1.1", "198.18.1.4", 3)];
+        assert!(matches!(g.create_many(&mut r, batch), Err((1, GtpuError::Duplicate { .. }))));
+        assert!(g.is_empty());
     }
 }

@@ -1,6 +1,7 @@
 //! A GTP-U tunnel: what the operator configures ([`TunnelSpec`]) and what the dataplane
 //! reads ([`Tunnel`]: the precomputed outer IP/UDP/GTP-U header and the per-packet
-//! choices, in about 100 bytes so a million tunnels fit in a hundred megabytes).
+//! choices, in about 100 bytes so a million tunnels fit in a hundred megabytes). The UE
+//! prefix is not in the entry: it is a route, and the router holds it.
 
 use engine::IfIndex;
 use ip::Prefix;
@@ -146,7 +147,6 @@ pub struct Tunnel {
     pub teid_in: u32,
     /// The UDP pseudo-header sum of the addresses and protocol (lengths added per packet).
     pub pseudo: Checksum,
-    pub ue: Option<Prefix>,
 }
 
 impl Default for Tunnel {
@@ -166,7 +166,6 @@ impl Default for Tunnel {
             decap_next: DecapNext::Ip4,
             teid_in: 0,
             pseudo: Checksum::new(),
-            ue: None,
         }
     }
 }
@@ -199,7 +198,6 @@ impl Tunnel {
             qfi: spec.qfi.map_or(0, |q| q.get()),
             decap_next: spec.decap_next,
             teid_in: spec.teid_in,
-            ue: spec.ue,
             ..Tunnel::default()
         };
         let ip_len = match (spec.local, spec.remote) {
@@ -310,7 +308,8 @@ impl Tunnel {
         u32::from_be_bytes([h[g], h[g + 1], h[g + 2], h[g + 3]])
     }
 
-    /// The spec this tunnel was built from.
+    /// The spec this tunnel was built from, without its UE prefix (the router keeps
+    /// that: `GtpuState::spec` adds it back).
     pub fn spec(&self) -> TunnelSpec {
         TunnelSpec {
             local: self.local(),
@@ -324,7 +323,7 @@ impl Tunnel {
             checksum: self.checksum,
             accept_zero_checksum: self.accept_zero_checksum && self.v6,
             src_port: self.src_port,
-            ue: self.ue,
+            ue: None,
         }
     }
 }
@@ -338,7 +337,6 @@ mod tests {
         let mut s = TunnelSpec::new("198.18.0.1".parse().unwrap(), "198.18.0.2".parse().unwrap(), 100, 200);
         s.qfi = Qfi::new(9);
         s.sequence = true;
-        s.ue = Some("198.19.0.5/32".parse().unwrap());
         let t = Tunnel::build(&s);
         assert_eq!(t.spec(), s);
         assert_eq!(t.rewrite_len, 20 + 8 + 12 + 4);

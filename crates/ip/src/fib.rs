@@ -11,26 +11,27 @@ const EMPTY: u32 = u32::MAX;
 /// Exact-match table of host routes: open addressing, linear probing, load ≤ 1/2, built
 /// once per FIB version (never changed in place).
 pub struct HostTable<K: LpmKey> {
-    /// (key, value); `u128` keys make these 32-byte slots — still two per cache line.
-    slots: Vec<(K, u32)>,
+    /// (packed key, value): 8-byte slots for IPv4, 24-byte for IPv6.
+    slots: Vec<(K::Packed, u32)>,
     bits: u32,
     len: usize,
 }
 
-impl<K: LpmKey + Default> HostTable<K> {
+impl<K: LpmKey> HostTable<K> {
+    /// Build from (key, value) pairs with distinct keys.
     pub fn build(hosts: &[(K, u32)]) -> Self {
         if hosts.is_empty() {
             return HostTable { slots: Vec::new(), bits: 0, len: 0 };
         }
         let bits = (hosts.len() * 2).next_power_of_two().trailing_zeros().max(3);
-        let mut t = HostTable { slots: vec![(K::default(), EMPTY); 1 << bits], bits, len: hosts.len() };
+        let mut t = HostTable { slots: vec![(K::Packed::default(), EMPTY); 1 << bits], bits, len: hosts.len() };
         let mask = (1usize << bits) - 1;
         for &(k, v) in hosts {
             let mut i = t.home(k);
-            while t.slots[i].1 != EMPTY && t.slots[i].0 != k {
+            while t.slots[i].1 != EMPTY && t.slots[i].0 != k.pack() {
                 i = (i + 1) & mask;
             }
-            t.slots[i] = (k, v);
+            t.slots[i] = (k.pack(), v);
         }
         t
     }
@@ -52,13 +53,14 @@ impl<K: LpmKey> HostTable<K> {
             return None;
         }
         let mask = self.slots.len() - 1;
+        let pk = k.pack();
         let mut i = self.home(k);
         loop {
             let (sk, v) = *self.slots.get(i)?;
             if v == EMPTY {
                 return None;
             }
-            if sk == k {
+            if sk == pk {
                 return Some(v);
             }
             i = (i + 1) & mask;
@@ -67,7 +69,7 @@ impl<K: LpmKey> HostTable<K> {
 
     /// The slot a lookup of `k` starts at, for prefetching.
     #[inline(always)]
-    pub fn home_slot(&self, k: K) -> Option<&(K, u32)> {
+    pub fn home_slot(&self, k: K) -> Option<&(K::Packed, u32)> {
         if self.len == 0 {
             return None;
         }
@@ -75,7 +77,7 @@ impl<K: LpmKey> HostTable<K> {
     }
 
     pub fn memory_bytes(&self) -> usize {
-        self.slots.len() * std::mem::size_of::<(K, u32)>()
+        self.slots.len() * std::mem::size_of::<(K::Packed, u32)>()
     }
 }
 

@@ -29,10 +29,19 @@ pub trait LpmKey: Copy + Ord + Eq + std::hash::Hash + Send + Sync + 'static + st
     fn masked(self, len: u8) -> Self;
     /// The key folded to 64 bits, for hashing.
     fn fold64(self) -> u64;
+    /// The key as stored in a hash slot: a `u128` as two `u64`s, so a slot of key and
+    /// value takes 24 bytes rather than the 32 that `u128`'s 16-byte alignment forces.
+    type Packed: Copy + Eq + Default + Send + Sync + 'static;
+    fn pack(self) -> Self::Packed;
 }
 
 impl LpmKey for u32 {
     const BITS: u8 = 32;
+    type Packed = u32;
+    #[inline(always)]
+    fn pack(self) -> u32 {
+        self
+    }
     #[inline(always)]
     fn fold64(self) -> u64 {
         self as u64
@@ -53,6 +62,11 @@ impl LpmKey for u32 {
 
 impl LpmKey for u128 {
     const BITS: u8 = 128;
+    type Packed = [u64; 2];
+    #[inline(always)]
+    fn pack(self) -> [u64; 2] {
+        [(self >> 64) as u64, self as u64]
+    }
     #[inline(always)]
     fn fold64(self) -> u64 {
         (self as u64) ^ ((self >> 64) as u64).rotate_left(31)

@@ -240,6 +240,19 @@ impl RouterState {
         gone.len()
     }
 
+    /// Remove every tunnel-owned route into `t`; returns the prefixes removed. One pass
+    /// over the routes: the router is the one place a UE prefix is kept.
+    pub fn del_tunnel_routes_into(&mut self, t: TunnelRef) -> Vec<Prefix> {
+        let gone: Vec<Prefix> = self.tunnel_routes.iter().filter(|(_, r)| **r == t).map(|(p, _)| *p).collect();
+        self.del_tunnel_routes(&gone);
+        gone
+    }
+
+    /// The tunnel-owned prefixes of the tunnels `want` selects, in one pass.
+    pub fn tunnel_routes_of(&self, want: impl Fn(TunnelRef) -> bool) -> Vec<(Prefix, TunnelRef)> {
+        self.tunnel_routes.iter().filter(|(_, r)| want(**r)).map(|(p, r)| (*p, *r)).collect()
+    }
+
     pub fn tunnel_route_count(&self) -> usize {
         self.tunnel_routes.len()
     }
