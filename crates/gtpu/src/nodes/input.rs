@@ -13,6 +13,7 @@ use crate::tables::GtpuTables;
 use crate::teid_table::TeidKey;
 use crate::tunnel::{DecapNext, Tunnel};
 use engine::{counters, next_nodes, BufIdx, Buffer, Counts, Node, Pool, Verdict, VECTOR_SIZE};
+use ip::nodes::{ip4_input, ip6_input};
 use wire::gtpu::{GtpuError, GtpuPacket, GtpuRepr, MessageType};
 
 next_nodes! {
@@ -192,26 +193,20 @@ impl<O: Outer> GtpuInput<O> {
         match (next, version) {
             (DecapNext::Ip4 | DecapNext::Ip, 4) => {
                 if skip_input {
-                    // The checks of ip4-input's fast path, without the node hop; anything
-                    // unusual still goes through ip4-input.
-                    if let Some(h) = b.first_chunk::<20>() {
-                        let total = u16::from_be_bytes([h[2], h[3]]) as usize;
-                        if h[0] == 0x45 && total >= 20 && total <= b.len() && wire::checksum::verify_ipv4_header(h) && h[12] < 224 {
-                            buf.truncate(total);
-                            return Verdict::Next(N::Ip4Lookup);
-                        }
+                    // ip4-input's fast-path checks, without the node hop; anything unusual
+                    // still goes through ip4-input.
+                    if let Some(total) = b.first_chunk::<20>().and_then(|h| ip4_input::fast_path_len(h, b.len())) {
+                        buf.truncate(total);
+                        return Verdict::Next(N::Ip4Lookup);
                     }
                 }
                 Verdict::Next(N::Ip4Input)
             }
             (DecapNext::Ip6 | DecapNext::Ip, 6) => {
                 if skip_input {
-                    if let Some(h) = b.first_chunk::<40>() {
-                        let end = 40 + u16::from_be_bytes([h[4], h[5]]) as usize;
-                        if h[6] != 0 && h[8] != 0xff && h[24] != 0xff && end <= b.len() && end > 40 {
-                            buf.truncate(end);
-                            return Verdict::Next(N::Ip6Lookup);
-                        }
+                    if let Some(end) = b.first_chunk::<40>().and_then(|h| ip6_input::fast_path_len(h, b.len())) {
+                        buf.truncate(end);
+                        return Verdict::Next(N::Ip6Lookup);
                     }
                 }
                 Verdict::Next(N::Ip6Input)

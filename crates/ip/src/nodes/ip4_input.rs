@@ -23,6 +23,16 @@ counters! {
 
 pub struct Ip4Input;
 
+/// The fast path's test, shared with nodes that hand on a packet without the hop through
+/// `ip4-input` (GTP-U decap): version 4 with IHL 5, a total length within the frame, a
+/// good header checksum, a source below multicast. The total length, or `None` for the
+/// general path with its counters.
+#[inline(always)]
+pub fn fast_path_len(h: &[u8; HEADER_LEN], frame_len: usize) -> Option<usize> {
+    let total = u16::from_be_bytes([h[2], h[3]]) as usize;
+    (h[0] == 0x45 && total >= HEADER_LEN && total <= frame_len && wire::checksum::verify_ipv4_header(h) && h[12] < 224).then_some(total)
+}
+
 fn counter(e: Ipv4Error) -> Ip4InputCounter {
     match e {
         Ipv4Error::Truncated => Ip4InputCounter::Truncated,
@@ -48,8 +58,7 @@ impl<Cx: HasIp> Node<Cx> for Ip4Input {
         // Fast path for the common header (version 4, IHL 5): one bounds proof for all
         // 20 bytes; anything else, and every error, takes the general path below.
         if let Some(h) = buf.bytes().first_chunk::<HEADER_LEN>() {
-            let total = u16::from_be_bytes([h[2], h[3]]) as usize;
-            if h[0] == 0x45 && total >= HEADER_LEN && total <= buf.len() && wire::checksum::verify_ipv4_header(h) && h[12] < 224 {
+            if let Some(total) = fast_path_len(h, buf.len()) {
                 // A tunnel packet to one of our endpoints skips the lookup (an
                 // unfragmented UDP packet; the tunnel node checks the rest).
                 if h[9] == 17 && !udp.bypass4.is_empty() && h[6] & 0x3f == 0 && h[7] == 0 {

@@ -27,6 +27,15 @@ counters! {
 
 pub struct Ip6Input;
 
+/// The fast path's test, shared with nodes that skip the hop through `ip6-input` (GTP-U
+/// decap): version 6, no hop-by-hop header, unicast source and destination, a non-empty
+/// payload within the frame. The packet's end, or `None` for the general path.
+#[inline(always)]
+pub fn fast_path_len(h: &[u8; HEADER_LEN], frame_len: usize) -> Option<usize> {
+    let end = HEADER_LEN + u16::from_be_bytes([h[4], h[5]]) as usize;
+    (h[0] >> 4 == 6 && h[6] != 0 && h[8] != 0xff && h[24] != 0xff && end <= frame_len && end > HEADER_LEN).then_some(end)
+}
+
 impl<Cx: HasIp> Node<Cx> for Ip6Input {
     type Next = Ip6InputNext;
     type Counter = Ip6InputCounter;
@@ -42,8 +51,7 @@ impl<Cx: HasIp> Node<Cx> for Ip6Input {
         // Fast path: version 6, no hop-by-hop header, unicast source and destination,
         // payload within the frame; one bounds proof for the 40 header bytes.
         if let Some(h) = buf.bytes().first_chunk::<HEADER_LEN>() {
-            let end = HEADER_LEN + u16::from_be_bytes([h[4], h[5]]) as usize;
-            if h[0] >> 4 == 6 && h[6] != 0 && h[8] != 0xff && h[24] != 0xff && end <= buf.len() && end > HEADER_LEN {
+            if let Some(end) = fast_path_len(h, buf.len()) {
                 // A tunnel packet to one of our endpoints skips the lookup.
                 if h[6] == 17 && !udp.bypass6.is_empty() {
                     if let Some(p) = buf.bytes().get(42..44) {
