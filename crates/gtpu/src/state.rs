@@ -3,7 +3,7 @@
 //! [`GtpuState`]. Every change is validated whole before anything is applied.
 
 use crate::tables::{GtpuTables, Techniques};
-use crate::teid_table::{TeidKey, TeidTable};
+use crate::teid_table::{self, TeidKey, TeidTable};
 use crate::tunnel::{DecapNext, Tunnel, TunnelSpec};
 use ip::tables::{TunnelKind, TunnelRef, UdpApp, UdpDemux, ADJ_MISS, MAX_INDEX};
 use ip::{Prefix, RouterState, StateError};
@@ -99,7 +99,7 @@ impl GtpuState {
 
     /// The decap key of a spec, if its endpoint exists yet.
     fn decap_key(&self, local: IpAddr, teid: u32) -> Option<TeidKey> {
-        self.endpoint(local).map(|e| GtpuTables::key(e, teid))
+        self.endpoint(local).map(|e| teid_table::key(e, teid))
     }
 
     /// The tunnel with this local endpoint and incoming TEID.
@@ -188,7 +188,7 @@ impl GtpuState {
             let mut t = TeidTable::with_capacity(self.tables.decap.len() + specs.len());
             let live: Vec<(u32, TeidKey, u32)> = self
                 .tunnels()
-                .map(|(id, tun)| (id, GtpuTables::key(self.endpoint(tun.local()).expect("endpoint"), tun.teid_in), tun.decap_aux()))
+                .map(|(id, tun)| (id, teid_table::key(self.endpoint(tun.local()).expect("endpoint"), tun.teid_in), tun.decap_aux()))
                 .collect();
             for (id, k, aux) in live {
                 t.insert_entry(k, id, aux);
@@ -198,7 +198,7 @@ impl GtpuState {
         for (s, &id) in specs.iter().zip(&ids) {
             let e = self.endpoint_or_add(s.local);
             let t = Tunnel::build(s);
-            self.tables.decap.insert_entry(GtpuTables::key(e, s.teid_in), id, t.decap_aux());
+            self.tables.decap.insert_entry(teid_table::key(e, s.teid_in), id, t.decap_aux());
             *self.tables.tunnels.get_mut(id as usize).expect("resized above") = t;
             self.count += 1;
         }

@@ -3,7 +3,7 @@
 //! [`crate::state::GtpuState`], published whole through an `ArcSwap` like the IP tables.
 
 use crate::cow::CowVec;
-use crate::teid_table::{key, TeidKey, TeidTable};
+use crate::teid_table::TeidTable;
 use crate::tunnel::Tunnel;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
@@ -112,12 +112,6 @@ impl GtpuTables {
     #[inline(always)]
     pub fn endpoint6(&self, a: &Ipv6Addr) -> Option<u32> {
         self.endpoints6.iter().position(|x| x == a).map(|i| i as u32 | V6_ENDPOINT)
-    }
-
-    /// The decap key of `teid` on an endpoint.
-    #[inline(always)]
-    pub fn key(endpoint: u32, teid: u32) -> TeidKey {
-        key(endpoint, teid)
     }
 
     #[inline(always)]

@@ -3,14 +3,12 @@
 //! choices, in about 100 bytes so a million tunnels fit in a hundred megabytes). The UE
 //! prefix is not in the entry: it is a route, and the router holds it.
 
+use crate::nodes::{Ip4Outer, Ip6Outer, Outer};
 use engine::IfIndex;
 use ip::Prefix;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use wire::checksum::{self, Checksum};
 use wire::gtpu::{GtpuRepr, MessageType, PduSession, Qfi, Teid};
-use wire::ipv4::{Ipv4Packet, Ipv4Repr};
-use wire::ipv6::{Ipv6Packet, Ipv6Repr};
-use wire::IpProtocol;
 
 /// The outer UDP checksum, per tunnel (draft-murakami-dmm-udp-checksum-impact-gtpu).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -200,39 +198,23 @@ impl Tunnel {
             teid_in: spec.teid_in,
             ..Tunnel::default()
         };
+        // The same outer header as every packet we originate (`Outer::emit_header`),
+        // with its length left at zero for the encap node to add.
         let ip_len = match (spec.local, spec.remote) {
             (IpAddr::V4(src), IpAddr::V4(dst)) => {
-                let repr = Ipv4Repr {
-                    src,
-                    dst,
-                    protocol: IpProtocol::Udp,
-                    payload_len: 0,
-                    ttl: 64,
-                    dscp: 0,
-                    ecn: 0,
-                    ident: 0,
-                    // An atomic datagram (RFC 6864): identification 0 is fine, and a
-                    // path that cannot carry it answers with frag-needed.
-                    dont_frag: true,
-                };
-                let mut h = [0u8; 20];
-                repr.emit(&mut Ipv4Packet::new_unchecked(&mut h[..]));
+                let n = Ip4Outer::emit_header(src, dst, 0, &mut t.rewrite);
                 // Total length 0 in the template: the encap node adds the real one to
                 // the checksum incrementally.
-                h[2..4].copy_from_slice(&[0, 0]);
-                h[10..12].copy_from_slice(&[0, 0]);
-                let c = checksum::checksum(&h);
-                h[10..12].copy_from_slice(&c.to_be_bytes());
-                t.rewrite[..20].copy_from_slice(&h);
-                t.pseudo = checksum::pseudo_header_v4(src, dst, 17, 0);
-                20
+                t.rewrite[2..4].copy_from_slice(&[0, 0]);
+                t.rewrite[10..12].copy_from_slice(&[0, 0]);
+                let c = checksum::checksum(&t.rewrite[..n]);
+                t.rewrite[10..12].copy_from_slice(&c.to_be_bytes());
+                t.pseudo = Ip4Outer::pseudo(&src, &dst);
+                n
             }
             (IpAddr::V6(src), IpAddr::V6(dst)) => {
-                let repr =
-                    Ipv6Repr { src, dst, next_header: IpProtocol::Udp, payload_len: 0, hop_limit: 64, traffic_class: 0, flow_label: 0 };
-                repr.emit(&mut Ipv6Packet::new_unchecked(&mut t.rewrite[..40]));
-                t.pseudo = checksum::pseudo_header_v6(&src, &dst, 17, 0);
-                40
+                t.pseudo = Ip6Outer::pseudo(&src, &dst);
+                Ip6Outer::emit_header(src, dst, 0, &mut t.rewrite)
             }
             _ => 0,
         };

@@ -5,7 +5,7 @@
 //! tunnel's mode, then goes straight to `ipN-rewrite` with the tunnel's outer
 //! adjacency (or through `ipN-lookup` when that technique is off or unresolved).
 
-use super::{udp_checksum, Outer};
+use super::{udp_checksum, udp_checksum_field, Outer};
 use crate::context::HasGtpu;
 use crate::tunnel::{ChecksumMode, SrcPort, Tunnel, MAX_REWRITE};
 use engine::{counters, hash, next_nodes, BufIdx, Buffer, Counts, Node, Pool, Verdict, VECTOR_SIZE};
@@ -180,10 +180,7 @@ impl<O: Outer> GtpuEncap<O> {
                     Some(inner) => {
                         let mut c = t.pseudo;
                         c.add_u32(seg.len() as u32).add_bytes(&seg[..hdrs]).add(inner);
-                        match c.finish() {
-                            0 => 0xffff,
-                            x => x,
-                        }
+                        udp_checksum_field(c)
                     }
                     None => udp_checksum(t.pseudo, seg),
                 };

@@ -10,7 +10,7 @@ use super::{reply_datagram, udp_checksum_ok, Outer, OuterError};
 use crate::context::{GtpuEvent, HasGtpu};
 use crate::messages;
 use crate::tables::GtpuTables;
-use crate::teid_table::TeidKey;
+use crate::teid_table::{self, TeidKey};
 use crate::tunnel::{DecapNext, Tunnel};
 use engine::{counters, next_nodes, BufIdx, Buffer, Counts, Node, Pool, Verdict, VECTOR_SIZE};
 use ip::nodes::{ip4_input, ip6_input};
@@ -77,7 +77,7 @@ fn quick_key<O: Outer>(t: &GtpuTables, b: &[u8]) -> Option<TeidKey> {
         return None;
     }
     let e = O::endpoint(t, &dst)?;
-    Some(GtpuTables::key(e, u32::from_be_bytes([g[4], g[5], g[6], g[7]])))
+    Some(teid_table::key(e, u32::from_be_bytes([g[4], g[5], g[6], g[7]])))
 }
 
 /// Look a key up through the last-key cache: (tunnel id or `NOT_FOUND`, decap data).
@@ -290,7 +290,7 @@ impl<Cx: HasGtpu, O: Outer> Node<Cx> for GtpuInput<O> {
                     (buf.meta.adj, buf.meta.param)
                 } else {
                     match O::endpoint(t, &p.dst) {
-                        Some(e) => lookup(t, &mut g.last, GtpuTables::key(e, p.teid)),
+                        Some(e) => lookup(t, &mut g.last, teid_table::key(e, p.teid)),
                         None => (NOT_FOUND, 0),
                     }
                 };

@@ -76,6 +76,8 @@ impl Outer for Ip4Outer {
         checksum::pseudo_header_v4(*src, *dst, 17, 0)
     }
     fn emit_header(src: Ipv4Addr, dst: Ipv4Addr, payload_len: usize, out: &mut [u8]) -> usize {
+        // An atomic datagram (RFC 6864): identification 0 is fine, and a path that cannot
+        // carry it answers with frag-needed.
         let r = Ipv4Repr { src, dst, protocol: IpProtocol::Udp, payload_len, ttl: 64, dscp: 0, ecn: 0, ident: 0, dont_frag: true };
         r.emit(&mut Ipv4Packet::new_unchecked(&mut out[..20]));
         20
@@ -115,11 +117,18 @@ impl Outer for Ip6Outer {
 }
 
 /// The UDP checksum field for `seg` (UDP header with a zero checksum field, then the
-/// payload) under pseudo-header sum `pseudo`. Zero is sent as all ones (RFC 768).
+/// payload) under pseudo-header sum `pseudo`.
 #[inline(always)]
 pub fn udp_checksum(pseudo: Checksum, seg: &[u8]) -> u16 {
     let mut c = pseudo;
     c.add_u32(seg.len() as u32).add_bytes(seg);
+    udp_checksum_field(c)
+}
+
+/// The UDP checksum field for a complete sum: its complement, with zero sent as all
+/// ones (RFC 768: zero means "no checksum").
+#[inline(always)]
+pub fn udp_checksum_field(c: Checksum) -> u16 {
     match c.finish() {
         0 => 0xffff,
         x => x,
