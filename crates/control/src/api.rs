@@ -171,18 +171,19 @@ impl Control {
             Request::CreateGtpuTunnel(c) => {
                 let spec = c.to_spec(&self.state).map_err(|(f, m)| format!("{f}: {m}"))?;
                 let had_ue = spec.ue.is_some();
+                let kind = spec.kind();
                 let id = self.gtpu.create(&mut self.state, spec).map_err(|e| e.to_string())?;
                 if had_ue {
                     // The UE route changed the FIB; tunnels' outer routes may have moved.
                     self.gtpu.refresh_outer(&mut self.state);
                 }
                 self.publish();
-                let name = format!("gtpu_tunnel{id}");
+                let name = ip::tables::TunnelRef { kind, id }.if_name();
                 Reply::ok(serde_json::json!({ "name": name, "id": id }), format!("created {name}"))
             }
             Request::DeleteGtpuTunnel { name } => {
-                let (id, _) = crate::gtpu::tunnel_by_name(&self.gtpu, name).ok_or_else(|| format!("no tunnel named {name:?}"))?;
-                self.gtpu.delete(&mut self.state, id).map_err(|e| e.to_string())?;
+                let t = crate::gtpu::tunnel_by_name(&self.gtpu, name).ok_or_else(|| format!("no tunnel named {name:?}"))?;
+                self.gtpu.delete(&mut self.state, t.id).map_err(|e| e.to_string())?;
                 self.publish_routes();
                 Reply::ok(serde_json::Value::Null, format!("deleted {name}"))
             }

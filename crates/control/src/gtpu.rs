@@ -3,7 +3,7 @@
 //! its conversion to a validated [`TunnelSpec`], and the rows `show gtpu tunnels` prints.
 
 use gtpu::{ChecksumMode, DecapNext, PduDirection, SrcPort, TunnelSpec};
-use ip::tables::{TunnelKind, TunnelRef};
+use ip::tables::{TunnelRef, GTPU_IF_PREFIX};
 use ip::{Prefix, RouteTarget, RouterState};
 use serde::{Deserialize, Serialize};
 use std::net::IpAddr;
@@ -94,21 +94,21 @@ impl GtpuTunnelConfig {
 }
 
 /// The tunnel an interface name like `gtpu_tunnel3` names.
-pub fn tunnel_by_name(g: &gtpu::GtpuState, name: &str) -> Option<(u32, TunnelKind)> {
-    let id: u32 = name.strip_prefix("gtpu_tunnel")?.parse().ok()?;
+pub fn tunnel_by_name(g: &gtpu::GtpuState, name: &str) -> Option<TunnelRef> {
+    let id = TunnelRef::gtpu_id(name)?;
     let t = g.tunnel(id)?;
-    Some((id, if t.v6 { TunnelKind::Gtpu6 } else { TunnelKind::Gtpu4 }))
+    Some(TunnelRef { kind: t.kind(), id })
 }
 
 /// A route out of `interface = "gtpu_tunnelN"` becomes a route into that tunnel.
 pub fn resolve_target(g: &gtpu::GtpuState, router: &RouterState, t: RouteTarget) -> Result<RouteTarget, String> {
     match t {
         RouteTarget::Interface(name) if router.if_index(&name).is_err() => match tunnel_by_name(g, &name) {
-            Some((id, kind)) => Ok(RouteTarget::Tunnel(TunnelRef { kind, id })),
-            None if name.starts_with("gtpu_tunnel") => Err(format!("no tunnel named {name:?}")),
+            Some(t) => Ok(RouteTarget::Tunnel(t)),
+            None if name.starts_with(GTPU_IF_PREFIX) => Err(format!("no tunnel named {name:?}")),
             None => Ok(RouteTarget::Interface(name)),
         },
-        RouteTarget::Via { interface: Some(name), .. } if name.starts_with("gtpu_tunnel") => {
+        RouteTarget::Via { interface: Some(name), .. } if name.starts_with(GTPU_IF_PREFIX) => {
             Err(format!("{name} is a tunnel: route into it with `interface {name}`, not via a next hop"))
         }
         other => Ok(other),
@@ -145,7 +145,7 @@ pub fn rows(g: &gtpu::GtpuState, router: &RouterState, limit: usize) -> Vec<Tunn
             let mut s = t.spec();
             s.ue = ue.get(&id).copied();
             TunnelRow {
-                name: format!("gtpu_tunnel{id}"),
+                name: TunnelRef { kind: t.kind(), id }.if_name(),
                 local: s.local.to_string(),
                 remote: s.remote.to_string(),
                 teid_in: s.teid_in,

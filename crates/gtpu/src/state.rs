@@ -5,7 +5,7 @@
 use crate::tables::{GtpuTables, Techniques};
 use crate::teid_table::{self, TeidKey, TeidTable};
 use crate::tunnel::{DecapNext, Tunnel, TunnelSpec};
-use ip::tables::{TunnelKind, TunnelRef, UdpApp, UdpDemux, ADJ_MISS, MAX_INDEX};
+use ip::tables::{TunnelRef, UdpApp, UdpDemux, ADJ_MISS, MAX_INDEX};
 use ip::{Prefix, RouterState, StateError};
 use std::collections::HashSet;
 use std::net::IpAddr;
@@ -172,7 +172,7 @@ impl GtpuState {
             next += 1;
         }
         let routes: Vec<(Prefix, TunnelRef)> =
-            specs.iter().zip(&ids).filter_map(|(s, &id)| s.ue.map(|p| (p, TunnelRef { kind: kind(s), id }))).collect();
+            specs.iter().zip(&ids).filter_map(|(s, &id)| s.ue.map(|p| (p, TunnelRef { kind: s.kind(), id }))).collect();
         if let Err((j, e)) = router.add_tunnel_routes(&routes) {
             self.free.extend(reused.iter().copied());
             let bad = routes[j].1.id;
@@ -216,7 +216,7 @@ impl GtpuState {
     /// A tunnel's spec, its UE prefix included (from the router).
     pub fn spec(&self, router: &RouterState, id: u32) -> Option<TunnelSpec> {
         let mut s = self.tables.tunnel(id)?.spec();
-        let t = TunnelRef { kind: kind(&s), id };
+        let t = TunnelRef { kind: s.kind(), id };
         s.ue = router.tunnel_routes_of(|r| r == t).first().map(|(p, _)| *p);
         Some(s)
     }
@@ -228,7 +228,7 @@ impl GtpuState {
         if let Some(k) = self.decap_key(spec.local, spec.teid_in) {
             self.tables.decap.remove(k);
         }
-        let r = TunnelRef { kind: kind(&spec), id };
+        let r = TunnelRef { kind: spec.kind(), id };
         spec.ue = router.del_tunnel_routes_into(r).first().copied();
         router.del_routes_into(r);
         *self.tables.tunnels.get_mut(id as usize).expect("live tunnel") = Tunnel::default();
@@ -271,14 +271,6 @@ impl GtpuState {
     }
 }
 
-fn kind(s: &TunnelSpec) -> TunnelKind {
-    if s.is_v6() {
-        TunnelKind::Gtpu6
-    } else {
-        TunnelKind::Gtpu4
-    }
-}
-
 /// A tunnel's outer route must end at an adjacency; a route into another tunnel is
 /// left to the route lookup.
 fn outer(v: u32) -> u32 {
@@ -313,7 +305,7 @@ mod tests {
         let id = g.create(&mut r, s.clone()).unwrap();
         assert_eq!(g.spec(&r, id), Some(s.clone()));
         assert_eq!(r.tunnel_route_count(), 1);
-        assert_eq!(r.lookup("198.19.0.9".parse().unwrap()), TunnelRef { kind: TunnelKind::Gtpu4, id }.encode());
+        assert_eq!(r.lookup("198.19.0.9".parse().unwrap()), TunnelRef { kind: ip::tables::TunnelKind::Gtpu4, id }.encode());
         // The same UE cannot go to a second tunnel while the first holds it.
         let mut dup = TunnelSpec::new("198.18.1.1".parse().unwrap(), "198.18.1.3".parse().unwrap(), 7, 8);
         dup.ue = s.ue;

@@ -5,6 +5,7 @@
 
 use crate::nodes::{Ip4Outer, Ip6Outer, Outer};
 use engine::IfIndex;
+use ip::tables::TunnelKind;
 use ip::Prefix;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use wire::checksum::{self, Checksum};
@@ -23,6 +24,19 @@ pub enum ChecksumMode {
     /// Left to the device (virtio-net NEEDS_CSUM, AF_XDP TX metadata); computed in
     /// software, and counted, when the outgoing device cannot.
     Offload,
+}
+
+impl std::str::FromStr for ChecksumMode {
+    type Err = String;
+    /// The names the config uses (`zero`, `software`, `offload`), for the CLI and bench.
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "zero" => Ok(ChecksumMode::Zero),
+            "software" => Ok(ChecksumMode::Software),
+            "offload" => Ok(ChecksumMode::Offload),
+            _ => Err(format!("{s:?}: expected zero, software or offload")),
+        }
+    }
 }
 
 /// The UDP source port of encapsulated packets.
@@ -109,6 +123,15 @@ impl TunnelSpec {
 
     pub fn is_v6(&self) -> bool {
         self.local.is_ipv6()
+    }
+
+    /// Which encap node (and FIB tunnel kind) the outer family means.
+    pub fn kind(&self) -> TunnelKind {
+        if self.is_v6() {
+            TunnelKind::Gtpu6
+        } else {
+            TunnelKind::Gtpu4
+        }
     }
 }
 
@@ -259,6 +282,14 @@ impl Tunnel {
             _ => DecapNext::Ethernet(IfIndex((aux >> 16) as u16)),
         };
         (next, aux & 4 != 0)
+    }
+
+    pub fn kind(&self) -> TunnelKind {
+        if self.v6 {
+            TunnelKind::Gtpu6
+        } else {
+            TunnelKind::Gtpu4
+        }
     }
 
     /// The GTP-U header length of encapsulated packets.

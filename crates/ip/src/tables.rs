@@ -33,6 +33,9 @@ pub const TUNNEL_SHIFT: u32 = 28;
 /// The largest adjacency index and tunnel id.
 pub const MAX_INDEX: u32 = (1 << TUNNEL_SHIFT) - 1;
 
+/// GTP-U tunnel interfaces are `gtpu_tunnel<id>`.
+pub const GTPU_IF_PREFIX: &str = "gtpu_tunnel";
+
 /// A tunnel as a FIB value: its kind and its id within that feature's table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub struct TunnelRef {
@@ -60,8 +63,14 @@ impl TunnelRef {
     /// The tunnel's interface name, as routes and `show` use it.
     pub fn if_name(self) -> String {
         match self.kind {
-            TunnelKind::Gtpu4 | TunnelKind::Gtpu6 => format!("gtpu_tunnel{}", self.id),
+            TunnelKind::Gtpu4 | TunnelKind::Gtpu6 => format!("{GTPU_IF_PREFIX}{}", self.id),
         }
+    }
+
+    /// The GTP-U tunnel id an interface name like `gtpu_tunnel3` names (both outer
+    /// families share one id space, so the name does not tell the kind).
+    pub fn gtpu_id(if_name: &str) -> Option<u32> {
+        if_name.strip_prefix(GTPU_IF_PREFIX)?.parse().ok()
     }
 }
 

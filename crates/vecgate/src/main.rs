@@ -67,7 +67,7 @@ enum Cmd {
         /// GTP-U scenarios: outer UDP checksum, zero or software (default: zero over
         /// IPv4, software over IPv6, as VPP does).
         #[arg(long)]
-        checksum: Option<String>,
+        checksum: Option<gtpu::ChecksumMode>,
         /// GTP-U scenarios: number of tunnels (random tunnel per packet when > 1).
         #[arg(long, default_value_t = 1)]
         tunnels: u32,
@@ -87,16 +87,7 @@ fn main() {
         Cmd::Ctl { socket, json, words } => run::ctl(&socket, json, &words),
         Cmd::Pcap { config, json } => run::pcap(&config, json),
         Cmd::Bench { scenario, packets, json, core, inner_size, checksum, tunnels, inner, disable } => {
-            let checksum = match checksum.as_deref() {
-                None => Ok(None),
-                Some("zero") => Ok(Some(gtpu::ChecksumMode::Zero)),
-                Some("software") => Ok(Some(gtpu::ChecksumMode::Software)),
-                Some("offload") => Ok(Some(gtpu::ChecksumMode::Offload)),
-                Some(x) => Err(anyhow::anyhow!("--checksum {x:?}: expected zero, software or offload")),
-            };
-            checksum.and_then(|checksum| {
-                bench::bench(&scenario, packets, json, core, &bench::GtpuOptions { inner_size, checksum, tunnels, inner, disable })
-            })
+            bench::bench(&scenario, packets, json, core, &bench::GtpuOptions { inner_size, checksum, tunnels, inner, disable })
         }
     };
     if let Err(e) = r {
