@@ -175,9 +175,10 @@ impl Control {
                 let id = self.gtpu.create(&mut self.state, spec).map_err(|e| e.to_string())?;
                 if had_ue {
                     // The UE route changed the FIB; tunnels' outer routes may have moved.
-                    self.gtpu.refresh_outer(&mut self.state);
+                    self.publish_routes();
+                } else {
+                    self.publish();
                 }
-                self.publish();
                 let name = ip::tables::TunnelRef { kind, id }.if_name();
                 Reply::ok(serde_json::json!({ "name": name, "id": id }), format!("created {name}"))
             }

@@ -329,7 +329,9 @@ impl Tunnel {
             remote: self.remote(),
             teid_in: self.teid_in,
             teid_out: self.teid_out(),
-            qfi: Qfi::new(self.qfi).filter(|_| self.qfi != 0 || self.gtp_len() > 12),
+            // A container makes the GTP-U header longer than the 12 bytes of the
+            // optional fields alone.
+            qfi: Qfi::new(self.qfi).filter(|_| self.gtp_len() > 12),
             pdu_direction: self.pdu_direction,
             decap_next: self.decap_next,
             sequence: self.sequence,
