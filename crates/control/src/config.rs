@@ -129,6 +129,8 @@ pub enum InterfaceKind {
     Pcap,
     /// Transmit-only sink.
     Null,
+    /// A Linux packet socket on host interface `host_if` (TPACKET_V3 ring, vnet headers).
+    AfPacket,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -137,7 +139,8 @@ pub struct InterfaceConfig {
     pub name: String,
     #[serde(rename = "type")]
     pub kind: InterfaceKind,
-    pub mac: String,
+    /// Our MAC on the link. af_packet: defaults to the host interface's own.
+    pub mac: Option<String>,
     #[serde(default = "default_mtu")]
     pub mtu: u16,
     #[serde(default)]
@@ -146,6 +149,23 @@ pub struct InterfaceConfig {
     pub input: Option<String>,
     /// pcap: file the transmit side writes.
     pub output: Option<String>,
+    /// af_packet: the host interface to bind to.
+    pub host_if: Option<String>,
+    /// af_packet: exchange virtio-net headers with the kernel (checksum and GSO offload
+    /// pass-through). Default true.
+    pub vnet_hdr: Option<bool>,
+    /// af_packet: milliseconds before a partly filled receive block is handed over.
+    pub rx_retire_ms: Option<u32>,
+    /// af_packet: receive ring layout, "v3" (default: blocks, best throughput) or "v2"
+    /// (a slot per frame, handed over at once: lowest latency at low rates).
+    pub rx_ring: Option<RxRing>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum RxRing {
+    V2,
+    V3,
 }
 
 fn default_mtu() -> u16 {

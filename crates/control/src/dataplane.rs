@@ -119,6 +119,22 @@ fn kind_name(k: InterfaceKind) -> &'static str {
         InterfaceKind::Pg => "pg",
         InterfaceKind::Pcap => "pcap",
         InterfaceKind::Null => "null",
+        InterfaceKind::AfPacket => "af_packet",
+    }
+}
+
+/// An interface's MAC: the configured one, or (kernel-backed interfaces) the host
+/// interface's own.
+fn interface_mac(cfg: &Config, i: usize) -> Result<EthernetAddress, ConfigError> {
+    let ic = &cfg.interfaces[i];
+    let f = format!("interface[{i}].mac");
+    match (&ic.mac, ic.kind, ic.host_if.as_deref()) {
+        (Some(m), _, _) => parse_field(cfg, &f, m, "a MAC address like 02:00:00:00:00:01"),
+        (None, InterfaceKind::AfPacket, Some(h)) => match io::linux::mac(h) {
+            Some(m) => Ok(EthernetAddress(m)),
+            None => Err(cfg.err(f, format!("no `mac` given and host interface {h:?} has none to borrow"))),
+        },
+        (None, _, _) => Err(cfg.err(f, "expected a MAC address like 02:00:00:00:00:01")),
     }
 }
 
@@ -133,9 +149,9 @@ pub fn build_state(cfg: &Config) -> Result<(RouterState, GtpuState), ConfigError
         if ic.name.is_empty() || ic.name.len() > 32 {
             return Err(cfg.err(f("name"), "expected 1 to 32 characters"));
         }
-        let mac: EthernetAddress = parse_field(cfg, &f("mac"), &ic.mac, "a MAC address like 02:00:00:00:00:01")?;
+        let mac = interface_mac(cfg, i)?;
         if !mac.is_unicast() {
-            return Err(cfg.err(f("mac"), format!("{}: expected a unicast MAC (group bit clear)", ic.mac)));
+            return Err(cfg.err(f("mac"), format!("{mac}: expected a unicast MAC (group bit clear)")));
         }
         let mut addresses = Vec::new();
         for (j, a) in ic.addresses.iter().enumerate() {
@@ -151,8 +167,16 @@ pub fn build_state(cfg: &Config) -> Result<(RouterState, GtpuState), ConfigError
             InterfaceKind::Pcap if ic.input.is_none() && ic.output.is_none() => {
                 return Err(cfg.err(f("input"), "a pcap interface needs `input`, `output` or both"));
             }
-            InterfaceKind::Pg | InterfaceKind::Null if ic.input.is_some() || ic.output.is_some() => {
+            InterfaceKind::Pg | InterfaceKind::Null | InterfaceKind::AfPacket if ic.input.is_some() || ic.output.is_some() => {
                 return Err(cfg.err(f("input"), "only pcap interfaces take `input`/`output` files"));
+            }
+            InterfaceKind::AfPacket if ic.host_if.is_none() => {
+                return Err(cfg.err(f("host_if"), "an af_packet interface needs `host_if`, the host interface to bind to"));
+            }
+            InterfaceKind::Pg | InterfaceKind::Null | InterfaceKind::Pcap
+                if ic.host_if.is_some() || ic.vnet_hdr.is_some() || ic.rx_retire_ms.is_some() || ic.rx_ring.is_some() =>
+            {
+                return Err(cfg.err(f("host_if"), "`host_if`, `vnet_hdr`, `rx_ring` and `rx_retire_ms` are for af_packet interfaces"));
             }
             _ => {}
         }
@@ -215,7 +239,11 @@ fn stream_specs(cfg: &Config) -> Result<BTreeMap<String, Vec<io::pg::StreamSpec>
         let dst = parse_ip(cfg, &f("dst"), &s.dst)?;
         let src_mac: EthernetAddress =
             parse_field(cfg, &f("src_mac"), s.src_mac.as_deref().unwrap_or("02:fe:00:00:00:01"), "a MAC address")?;
-        let dst_mac: EthernetAddress = parse_field(cfg, &f("dst_mac"), s.dst_mac.as_deref().unwrap_or(&ic.mac), "a MAC address")?;
+        let if_mac = cfg.interfaces.iter().position(|x| x.name == s.interface).map(|k| interface_mac(cfg, k)).transpose()?;
+        let dst_mac: EthernetAddress = match s.dst_mac.as_deref() {
+            Some(m) => parse_field(cfg, &f("dst_mac"), m, "a MAC address")?,
+            None => if_mac.expect("the stream's interface was found above"),
+        };
         let l4 = match s.protocol {
             StreamProtocol::Udp => L4Spec::Udp { src_port: s.src_port, dst_port: s.dst_port },
             StreamProtocol::Tcp => L4Spec::Tcp { src_port: s.src_port, dst_port: s.dst_port, flags: s.tcp_flags },
@@ -285,6 +313,16 @@ pub fn assemble(cfg: &Config) -> Result<Assembly, ConfigError> {
                 Box::new(io::pg::PacketGenerator::new(&specs).map_err(|(s, e)| cfg.err(format!("stream {s:?}"), e.to_string()))?)
             }
             InterfaceKind::Null => Box::new(io::null::NullSink),
+            InterfaceKind::AfPacket => {
+                let host_if = ic.host_if.as_deref().expect("validated in build_state");
+                let mut c = io::af_packet::AfPacketConfig::new(host_if);
+                c.vnet_hdr = ic.vnet_hdr.unwrap_or(true);
+                c.retire_ms = ic.rx_retire_ms.unwrap_or(c.retire_ms);
+                if ic.rx_ring == Some(crate::config::RxRing::V2) {
+                    c.ring = io::af_packet::RingVersion::V2;
+                }
+                Box::new(io::af_packet::AfPacket::open(c).map_err(|e| cfg.err(format!("interface[{i}].host_if"), e.to_string()))?)
+            }
             InterfaceKind::Pcap => {
                 let input = ic.input.as_ref().map(|p| cfg.resolve(p));
                 let output = ic.output.as_ref().map(|p| cfg.resolve(p));

@@ -97,13 +97,16 @@ pub struct InterfaceRow {
     pub tx_packets: u64,
     pub tx_bytes: u64,
     pub tx_errors: u64,
+    /// The device's own non-zero counters (kernel drops, full queues, link events).
+    pub device: Vec<(&'static str, u64)>,
 }
 
 pub fn interface_rows(l3: &[IfL3], info: &[InterfaceInfo], s: Option<&Snapshot>) -> Vec<InterfaceRow> {
     l3.iter()
         .enumerate()
         .map(|(i, ifl)| {
-            let c = s.and_then(|s| s.ports.iter().find(|p| p.if_index as usize == i)).map(|p| p.counters.clone()).unwrap_or_default();
+            let port = s.and_then(|s| s.ports.iter().find(|p| p.if_index as usize == i));
+            let c = port.map(|p| p.counters.clone()).unwrap_or_default();
             let mut addresses: Vec<String> = ifl.ip4.iter().map(|(a, l)| format!("{a}/{l}")).collect();
             addresses.extend(ifl.ip6.iter().map(|(a, l)| format!("{a}/{l}")));
             addresses.push(format!("{}/64", ifl.ip6_link_local));
@@ -119,6 +122,7 @@ pub fn interface_rows(l3: &[IfL3], info: &[InterfaceInfo], s: Option<&Snapshot>)
                 tx_packets: c.tx_packets,
                 tx_bytes: c.tx_bytes,
                 tx_errors: c.tx_errors,
+                device: port.map(|p| p.device.clone()).unwrap_or_default(),
             }
         })
         .collect()
@@ -136,6 +140,10 @@ pub fn interfaces(rows: &[InterfaceRow]) -> String {
             "    rx {} packets {} bytes   tx {} packets {} bytes   tx errors {}",
             r.rx_packets, r.rx_bytes, r.tx_packets, r.tx_bytes, r.tx_errors
         );
+        if !r.device.is_empty() {
+            let parts: Vec<String> = r.device.iter().map(|(n, v)| format!("{n} {v}")).collect();
+            let _ = writeln!(o, "    device: {}", parts.join("   "));
+        }
     }
     o
 }

@@ -61,6 +61,45 @@ pub struct Meta {
     /// The receiving device verified the L4 checksum (virtio-net DATA_VALID, AF_XDP RX
     /// metadata), so nodes need not recompute it.
     pub l4_checksum_ok: bool,
+    /// Checksum and segmentation work left for the transmitting device (virtio-net
+    /// header semantics); default: none.
+    pub offload: Offload,
+}
+
+/// Segmentation a GSO frame still needs: what kind, in segments of `Offload::gso_size`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GsoKind {
+    #[default]
+    None,
+    Tcp4,
+    Tcp6,
+    /// UDP segmentation (USO): each segment a UDP datagram of its own.
+    UdpL4,
+}
+
+/// Work a packet carries for the device that sends it, as the Linux kernel hands it over
+/// a vnet header: a partial L4 checksum (the checksum field holds the pseudo-header sum;
+/// the device sums from `csum_start` to the end and stores the result at
+/// `csum_start + csum_offset`) and TCP/UDP segmentation of a large frame.
+///
+/// `csum_start` is an absolute position in the buffer's storage, not relative to the
+/// packet start, so it stays right while nodes prepend and strip headers in front of
+/// it; 0 means no checksum is pending (no L4 header can start inside the headroom's first
+/// byte). Any node that moves or rewrites the bytes after it must finish the checksum
+/// first (`Buffer::take_partial_checksum` and the wire library's `complete_partial`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Offload {
+    pub csum_start: u16,
+    pub csum_offset: u16,
+    pub gso: GsoKind,
+    /// Payload bytes per segment (the MSS for TCP); 0 unless `gso` is set.
+    pub gso_size: u16,
+}
+
+impl Offload {
+    pub fn has_partial_checksum(&self) -> bool {
+        self.csum_start != 0
+    }
 }
 
 /// Not enough headroom (prepend) or data (advance) for the requested change.
@@ -181,6 +220,34 @@ impl Buffer {
         self.end = (HEADROOM + bytes.len()) as u32;
         self.data[HEADROOM..HEADROOM + bytes.len()].copy_from_slice(bytes);
         Ok(())
+    }
+
+    /// The packet's start as an absolute position in the buffer's storage (the frame of
+    /// reference of `Offload::csum_start`).
+    #[inline(always)]
+    pub fn offset(&self) -> usize {
+        self.start as usize
+    }
+
+    /// A pending partial checksum as (start, offset) relative to the packet start, and
+    /// clears it from the metadata: the caller completes it. `None` if there is none or
+    /// it no longer lies inside the packet (a node cut the packet in front of it).
+    pub fn take_partial_checksum(&mut self) -> Option<(usize, usize)> {
+        let o = self.meta.offload;
+        if !o.has_partial_checksum() {
+            return None;
+        }
+        self.meta.offload.csum_start = 0;
+        self.meta.offload.csum_offset = 0;
+        let start = (o.csum_start as usize).checked_sub(self.start as usize)?;
+        (start + o.csum_offset as usize + 2 <= self.len()).then_some((start, o.csum_offset as usize))
+    }
+
+    /// Marks a partial checksum at `start` (relative to the packet start) with its field
+    /// `offset` bytes further on.
+    pub fn set_partial_checksum(&mut self, start: usize, offset: usize) {
+        self.meta.offload.csum_start = (self.start as usize + start) as u16;
+        self.meta.offload.csum_offset = offset as u16;
     }
 
     /// The `n` bytes just before the packet start (e.g. an Ethernet header a node

@@ -38,6 +38,12 @@ pub trait Device: Send {
     /// Send and free every buffer in `bufs` (left empty).
     fn tx(&mut self, pool: &mut Pool, bufs: &mut Vec<BufIdx>) -> TxResult;
 
+    /// The device's own named counters (kernel drops, ring-full events, link state
+    /// changes, …) for `show interfaces`; cumulative since the device opened.
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
+
     /// Write out anything buffered (called at shutdown).
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())

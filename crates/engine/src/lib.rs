@@ -29,7 +29,7 @@ pub mod stats;
 pub mod trace;
 pub mod worker;
 
-pub use buffer::{BufIdx, Buffer, IfIndex, Meta, HEADROOM};
+pub use buffer::{BufIdx, Buffer, GsoKind, IfIndex, Meta, Offload, HEADROOM};
 pub use graph::{Graph, GraphBuilder, GraphError, NodeId};
 pub use node::{CounterInfo, Counters, Counts, NextNodes, Node, Severity, Verdict};
 pub use pool::Pool;

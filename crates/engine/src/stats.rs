@@ -63,6 +63,8 @@ pub struct PortSnapshot {
     pub name: String,
     pub kind: &'static str,
     pub counters: PortCounters,
+    /// The device's own counters (`Device::counters`), non-zero ones only.
+    pub device: Vec<(&'static str, u64)>,
 }
 
 /// Everything `show runtime`, `show errors` and `show interfaces` print.
@@ -99,6 +101,12 @@ impl Snapshot {
             a.counters.tx_bytes += b.counters.tx_bytes;
             a.counters.tx_errors += b.counters.tx_errors;
             a.counters.rx_errors += b.counters.rx_errors;
+            for &(name, v) in &b.device {
+                match a.device.iter_mut().find(|c| c.0 == name) {
+                    Some(c) => c.1 += v,
+                    None => a.device.push((name, v)),
+                }
+            }
         }
     }
 }

@@ -5,7 +5,7 @@
 //! empty, hand each transmit queue to its device. Nothing here blocks on the packet
 //! path; control requests are answered between vectors.
 
-use crate::buffer::{BufIdx, IfIndex, Meta};
+use crate::buffer::{BufIdx, IfIndex};
 use crate::clock;
 use crate::device::{Device, RxStatus};
 use crate::graph::{Graph, NodeId};
@@ -94,7 +94,9 @@ impl<C: Context> Worker<C> {
             let mut bytes = 0;
             for &b in &self.scratch {
                 let buf = self.pool.get_mut(b);
-                buf.meta = Meta { rx_if: port.if_index, ..Meta::default() };
+                // Devices hand over fresh metadata (with offload state from a vnet
+                // header, where they have one); the port is ours to fill in.
+                buf.meta.rx_if = port.if_index;
                 bytes += buf.len() as u64;
             }
             port.counters.rx_packets += self.scratch.len() as u64;
@@ -222,7 +224,13 @@ impl<C: Context> Worker<C> {
             ports: self
                 .ports
                 .iter()
-                .map(|p| PortSnapshot { if_index: p.if_index.0, name: p.name.clone(), kind: p.device.kind(), counters: p.counters.clone() })
+                .map(|p| PortSnapshot {
+                    if_index: p.if_index.0,
+                    name: p.name.clone(),
+                    kind: p.device.kind(),
+                    counters: p.counters.clone(),
+                    device: p.device.counters().into_iter().filter(|c| c.1 != 0).collect(),
+                })
                 .collect(),
             pool: self.pool.stats(),
         }

@@ -1,9 +1,19 @@
-//! I/O backends behind `engine::device::Device`: the packet generator (`pg`), pcap files
-//! as an interface's receive and transmit sides (`pcap`), and a null sink. Backends move
-//! bytes; they hold no protocol logic (the generator builds its template packets once,
-//! at configuration time, with the wire library's emitters).
-#![forbid(unsafe_code)]
+//! I/O backends behind `engine::device::Device`.
+//!
+//! - [`af_packet`]: a Linux packet socket (TPACKET_V3 receive ring, batched transmit,
+//!   virtio-net headers for checksum and segmentation offload).
+//! - [`pg`]: the packet generator; [`pcap`]: pcap files as an interface's receive and
+//!   transmit sides; [`null`]: a sink.
+//!
+//! Backends move bytes; they hold no protocol logic (the generator builds its template
+//! packets once, at configuration time, with the wire library's emitters). `unsafe` lives
+//! only in the kernel-facing backends ([`linux`], [`af_packet`]), each block with a
+//! `SAFETY` note.
+#![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod af_packet;
+pub mod linux;
 pub mod null;
 pub mod pcap;
 pub mod pg;
+pub mod vnet;

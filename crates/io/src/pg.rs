@@ -524,6 +524,7 @@ impl Device for PacketGenerator {
                 let b = pool.get_mut(out[idx]);
                 // Template sizes were checked against the regular buffer capacity.
                 let _ = b.write(&s.template);
+                b.meta = engine::Meta::default();
                 let frame = b.bytes_mut();
                 for (j, m) in s.modifiers.iter().enumerate().take(MAX_MODIFIERS) {
                     apply(frame, m, if m.wide || vals[j] <= 0xffff { vals[j] } else { vals[j] & 0xffff });

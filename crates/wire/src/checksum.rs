@@ -102,6 +102,24 @@ pub fn verify(data: &[u8]) -> bool {
     Checksum::new().add_bytes(data).fold() == 0xffff
 }
 
+/// Completes a partial L4 checksum, as a device does for a packet handed over with
+/// `NEEDS_CSUM`: the field at `start + offset` holds the pseudo-header sum (not
+/// complemented); the checksum of `data[start..]` replaces it. A result of zero is sent
+/// as all ones (for UDP zero means "no checksum"; for TCP the two are equivalent).
+/// Returns false, changing nothing, when the field lies outside `data`.
+pub fn complete_partial(data: &mut [u8], start: usize, offset: usize) -> bool {
+    let field = start + offset;
+    if field + 2 > data.len() {
+        return false;
+    }
+    let c = match checksum(&data[start..]) {
+        0 => 0xffff,
+        c => c,
+    };
+    data[field..field + 2].copy_from_slice(&c.to_be_bytes());
+    true
+}
+
 /// `verify` for an option-less IPv4 header: five words summed inline, for the fast paths
 /// that check one per packet (a call and a length-generic loop cost more than the sum).
 #[inline(always)]
@@ -250,6 +268,23 @@ fn sum_native_body(data: &[u8]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A partial checksum completed as a device would equals the checksum computed over
+    /// pseudo-header and segment in one go.
+    #[test]
+    fn complete_partial_equals_full_sum() {
+        let src = Ipv4Addr::new(198, 18, 0, 2);
+        let dst = Ipv4Addr::new(198, 18, 1, 2);
+        let mut seg = vec![0x30, 0x39, 0x00, 0x35, 0x00, 0x0d, 0, 0, b'h', b'e', b'l', b'l', b'o'];
+        let ph = pseudo_header_v4(src, dst, 17, seg.len() as u16);
+        let full = Checksum::new().add(ph).add_bytes(&seg).finish();
+        seg[6..8].copy_from_slice(&ph.fold().to_be_bytes());
+        let mut frame = vec![0xaa; 20];
+        frame.extend_from_slice(&seg);
+        assert!(complete_partial(&mut frame, 20, 6));
+        assert_eq!(u16::from_be_bytes([frame[26], frame[27]]), full);
+        assert!(!complete_partial(&mut frame, 30, 6), "field beyond the data is refused");
+    }
 
     /// Straight from the RFC's definition: big-endian 16-bit words, end-around carry.
     fn reference(data: &[u8]) -> u16 {

@@ -72,7 +72,7 @@ impl<Cx: HasIp> Node<Cx> for Ip4Rewrite {
                 }
             }
         }
-        let Ok(mut p) = Ipv4Packet::new_checked(buf.bytes_mut()) else {
+        let Ok(p) = Ipv4Packet::new_checked(buf.bytes()) else {
             return Verdict::Drop(C::Truncated);
         };
         if p.ttl() <= 1 {
@@ -88,7 +88,7 @@ impl<Cx: HasIp> Node<Cx> for Ip4Rewrite {
             Resolved::Solicit { tx_if, target } => return Self::solicit(cx, buf, counts, tx_if, target),
             Resolved::Bad => return Verdict::Drop(C::BadAdjacency),
         };
-        if len > mtu as usize {
+        if super::wire_segment_len(buf, len) > mtu as usize {
             if df {
                 counts.inc(C::FragNeeded);
                 buf.meta.param = IcmpRequest::new(3, unreach::FRAG_NEEDED, mtu).encode();
@@ -96,7 +96,7 @@ impl<Cx: HasIp> Node<Cx> for Ip4Rewrite {
             }
             return Verdict::Drop(C::MtuExceeded);
         }
-        p.decrement_ttl();
+        Ipv4Packet::new_unchecked(buf.bytes_mut()).decrement_ttl();
         match buf.prepend(14) {
             Ok(h) => h.copy_from_slice(&rewrite),
             Err(_) => return Verdict::Drop(C::NoHeadroom),

@@ -71,13 +71,12 @@ impl<Cx: HasIp> Node<Cx> for Ip6Rewrite {
             Resolved::Solicit { tx_if, target } => return Self::solicit(cx, buf, counts, tx_if, target),
             Resolved::Bad => return Verdict::Drop(C::BadAdjacency),
         };
-        let mut p = Ipv6Packet::new_unchecked(buf.bytes_mut());
-        if len > mtu as usize {
+        if super::wire_segment_len(buf, len) > mtu as usize {
             counts.inc(C::PacketTooBig);
             buf.meta.param = IcmpRequest::new(2, 0, mtu).encode();
             return Verdict::Next(Ip6RewriteNext::IcmpError);
         }
-        p.set_hop_limit(hl - 1);
+        Ipv6Packet::new_unchecked(buf.bytes_mut()).set_hop_limit(hl - 1);
         match buf.prepend(14) {
             Ok(h) => h.copy_from_slice(&rewrite),
             Err(_) => return Verdict::Drop(C::NoHeadroom),

@@ -57,6 +57,22 @@ impl IcmpRequest {
 }
 
 /// Short address summary for trace lines.
+/// The size of the largest packet `buf` puts on the wire, for the MTU check: its length,
+/// or for a GSO frame (left whole for the transmitting kernel to segment) the headers
+/// plus one segment's payload.
+pub fn wire_segment_len(buf: &engine::Buffer, len: usize) -> usize {
+    let o = buf.meta.offload;
+    if o.gso == engine::GsoKind::None {
+        return len;
+    }
+    let Some(l4) = (o.csum_start as usize).checked_sub(buf.offset()) else { return len };
+    let l4_len = match o.gso {
+        engine::GsoKind::UdpL4 => 8,
+        _ => buf.bytes().get(l4 + 12).map_or(20, |b| (*b as usize >> 4) * 4),
+    };
+    (l4 + l4_len + o.gso_size as usize).min(len)
+}
+
 pub(crate) fn trace_ip4(b: &[u8]) -> String {
     match wire::ipv4::Ipv4Packet::new_checked(b) {
         Ok(p) => format!("{} -> {} {} ttl {} len {}", p.src_addr(), p.dst_addr(), p.protocol(), p.ttl(), p.total_len()),

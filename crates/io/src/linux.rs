@@ -1,0 +1,156 @@
+//! What the Linux backends need to know about a host interface, read from sysfs (no
+//! ioctls needed), and the few syscall wrappers they share.
+
+use std::io;
+use std::os::fd::{FromRawFd, OwnedFd};
+
+/// Errors opening a kernel-backed interface, naming the host interface.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("host interface {0:?} does not exist")]
+    NoSuchInterface(String),
+    #[error("{what} on {ifname:?}: {source}")]
+    Sys { ifname: String, what: &'static str, source: io::Error },
+}
+
+impl OpenError {
+    pub fn sys(ifname: &str, what: &'static str) -> OpenError {
+        OpenError::Sys { ifname: ifname.to_string(), what, source: io::Error::last_os_error() }
+    }
+}
+
+fn sysfs(ifname: &str, attr: &str) -> Option<String> {
+    if ifname.is_empty() || ifname.contains('/') || ifname.starts_with('.') {
+        return None;
+    }
+    std::fs::read_to_string(format!("/sys/class/net/{ifname}/{attr}")).ok().map(|s| s.trim().to_string())
+}
+
+/// The kernel's index of a host interface.
+pub fn if_index(ifname: &str) -> Result<i32, OpenError> {
+    sysfs(ifname, "ifindex").and_then(|s| s.parse().ok()).ok_or_else(|| OpenError::NoSuchInterface(ifname.to_string()))
+}
+
+/// The MAC address of a host interface.
+pub fn mac(ifname: &str) -> Option<[u8; 6]> {
+    let s = sysfs(ifname, "address")?;
+    let mut out = [0u8; 6];
+    let mut parts = s.split(':');
+    for o in &mut out {
+        *o = u8::from_str_radix(parts.next()?, 16).ok()?;
+    }
+    Some(out)
+}
+
+/// Whether the host interface exists and its carrier is up (`operstate` up or unknown,
+/// which is what TAP devices and some virtual links report).
+pub fn link_up(ifname: &str) -> bool {
+    matches!(sysfs(ifname, "operstate").as_deref(), Some("up") | Some("unknown"))
+}
+
+/// Whether the interface still exists (it may be deleted under us).
+pub fn exists(ifname: &str) -> bool {
+    sysfs(ifname, "ifindex").is_some()
+}
+
+/// `setsockopt` with a plain value.
+pub fn set_opt<T>(fd: &OwnedFd, level: i32, name: i32, value: &T) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: `value` is a live reference to a `T` and the length passed is its size;
+    // the kernel only reads that many bytes.
+    let r =
+        unsafe { libc::setsockopt(fd.as_raw_fd(), level, name, (value as *const T).cast(), std::mem::size_of::<T>() as libc::socklen_t) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// `getsockopt` into a plain value.
+pub fn get_opt<T: Default>(fd: &OwnedFd, level: i32, name: i32) -> io::Result<T> {
+    use std::os::fd::AsRawFd;
+    let mut v = T::default();
+    let mut len = std::mem::size_of::<T>() as libc::socklen_t;
+    // SAFETY: `v` is a live `T` and `len` its size; the kernel writes at most `len` bytes.
+    let r = unsafe { libc::getsockopt(fd.as_raw_fd(), level, name, (&mut v as *mut T).cast(), &mut len) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(v)
+    }
+}
+
+/// A new socket, owned.
+pub fn socket(domain: i32, ty: i32, protocol: i32) -> io::Result<OwnedFd> {
+    // SAFETY: plain syscall; on success the descriptor is new and owned by nobody else.
+    let fd = unsafe { libc::socket(domain, ty, protocol) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned by socket() and is not owned elsewhere.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// A shared read/write mapping of `len` bytes of `fd` (a packet ring), unmapped on drop.
+pub struct Mapping {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain memory owned by this value; moving it to another thread
+// moves the only handle to it.
+unsafe impl Send for Mapping {}
+
+impl Mapping {
+    pub fn new(fd: &OwnedFd, len: usize) -> io::Result<Mapping> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: a fresh shared mapping of the socket's ring; no existing memory is
+        // affected; the result is checked against MAP_FAILED.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_LOCKED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        let p = if p == libc::MAP_FAILED {
+            // MAP_LOCKED can fail under a low RLIMIT_MEMLOCK; the ring works unlocked.
+            // SAFETY: as above, without MAP_LOCKED.
+            let q =
+                unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0) };
+            if q == libc::MAP_FAILED {
+                return Err(io::Error::last_os_error());
+            }
+            q
+        } else {
+            p
+        };
+        Ok(Mapping { ptr: p.cast(), len })
+    }
+
+    pub fn ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`len` are exactly what mmap returned; nothing borrows the
+        // mapping past the owner's lifetime (readers copy packets out).
+        unsafe {
+            libc::munmap(self.ptr.cast(), self.len);
+        }
+    }
+}
