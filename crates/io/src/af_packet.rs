@@ -160,7 +160,7 @@ impl AfPacket {
             RingVersion::V2 => (cfg.v2_frame_size, cfg.v2_frame_size, cfg.v2_slots),
             RingVersion::V3 => (FRAME_SIZE, cfg.block_size, cfg.blocks),
         };
-        if frame_size % 4096 != 0 || block_size % frame_size != 0 || blocks == 0 {
+        if (cfg.ring == RingVersion::V2 && frame_size % 4096 != 0) || block_size % frame_size != 0 || blocks == 0 {
             return Err(OpenError::Sys {
                 ifname: ifname.into(),
                 what: "ring geometry",

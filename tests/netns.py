@@ -1,0 +1,123 @@
+"""Network-namespace labs for end-to-end tests: namespaces and veth pairs the test
+creates and deletes itself. Addresses come from 198.18.0.0/15 and 2001:db8::/32 only;
+namespaces have no route out, so nothing leaves the machine."""
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+PEER = HERE / "peer.py"
+
+
+def sh(*cmd, check=True, timeout=30, capture=True):
+    r = subprocess.run(list(cmd), capture_output=capture, text=True, timeout=timeout)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)}: exit {r.returncode}: {r.stderr.strip()}")
+    return r
+
+
+class Lab:
+    """Namespaces named `vgt<pid>-<name>`, all deleted (with their veths) by close()."""
+
+    def __init__(self):
+        self.prefix = f"vgt{os.getpid() % 100000}"
+        self.namespaces = []
+        self.procs = []
+
+    def ns(self, name):
+        full = f"{self.prefix}-{name}"
+        sh("ip", "netns", "del", full, check=False)
+        sh("ip", "netns", "add", full)
+        self.namespaces.append(full)
+        sh("ip", "-n", full, "link", "set", "lo", "up")
+        return full
+
+    def veth(self, ns1, if1, ns2, if2, mtu=1500):
+        sh("ip", "link", "add", if1, "netns", ns1, "mtu", str(mtu), "type", "veth", "peer", "name", if2, "netns", ns2, "mtu", str(mtu))
+        sh("ip", "-n", ns1, "link", "set", if1, "up")
+        sh("ip", "-n", ns2, "link", "set", if2, "up")
+
+    def dataplane_ns(self, name):
+        """A namespace for vecgate: the kernel there must not answer on its links."""
+        full = self.ns(name)
+        sh("ip", "netns", "exec", full, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1")
+        sh("ip", "netns", "exec", full, "sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1")
+        return full
+
+    def host(self, ns, ifname, v4, v6, gw4, gw6):
+        sh("ip", "-n", ns, "addr", "add", v4, "dev", ifname)
+        sh("ip", "-n", ns, "addr", "add", v6, "dev", ifname, "nodad")
+        sh("ip", "-n", ns, "route", "add", "default", "via", gw4)
+        sh("ip", "-n", ns, "-6", "route", "add", "default", "via", gw6)
+
+    def run(self, ns, *cmd, timeout=30, check=True):
+        return sh("ip", "netns", "exec", ns, *cmd, timeout=timeout, check=check)
+
+    def spawn(self, ns, *cmd, **kw):
+        p = subprocess.Popen(["ip", "netns", "exec", ns, *cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+        self.procs.append(p)
+        return p
+
+    def peer(self, ns, *args):
+        return self.spawn(ns, sys.executable, str(PEER), *map(str, args))
+
+    def peer_run(self, ns, *args, timeout=40):
+        r = self.run(ns, sys.executable, str(PEER), *map(str, args), timeout=timeout)
+        return json.loads(r.stdout.strip().splitlines()[-1])
+
+    def close(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+                try:
+                    p.wait(5)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+        for n in self.namespaces:
+            sh("ip", "netns", "del", n, check=False)
+
+
+def result(p, timeout=40):
+    out, err = p.communicate(timeout=timeout)
+    lines = [l for l in out.strip().splitlines() if l.startswith("{")]
+    assert lines, f"peer printed nothing: {err}"
+    return json.loads(lines[-1])
+
+
+class Vecgate:
+    """A vecgate running in a namespace with a config, driven over its control socket."""
+
+    def __init__(self, lab, bin_path, ns, config_text, tmp, name="gw"):
+        self.bin = str(bin_path)
+        self.sock = str(tmp / f"{name}.sock")
+        self.cfg = tmp / f"{name}.toml"
+        self.cfg.write_text(f'[dataplane]\nsocket = "{self.sock}"\n' + config_text)
+        self.log = tmp / f"{name}.log"
+        self.proc = lab.spawn(ns, self.bin, "run", "--config", str(self.cfg), "--interval", "0", "--duration", "300")
+        deadline = time.time() + 10
+        while not os.path.exists(self.sock):
+            if self.proc.poll() is not None or time.time() > deadline:
+                out, err = self.proc.communicate(timeout=5)
+                raise RuntimeError(f"vecgate did not start: {err}{out}")
+            time.sleep(0.05)
+
+    def ctl(self, *words, json_out=True):
+        cmd = [self.bin, "ctl", "--socket", self.sock] + (["--json"] if json_out else []) + list(words)
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
+        assert r.returncode == 0, r.stderr + r.stdout
+        return json.loads(r.stdout) if json_out else r.stdout
+
+    def interfaces(self):
+        return {row["name"]: row for row in self.ctl("show", "interfaces")["data"]}
+
+    def errors(self):
+        return {(c["node"], c["counter"]): c["count"] for c in self.ctl("show", "errors")["data"]}
+
+    def stop(self):
+        """SIGTERM; returns the exit code and what it printed."""
+        self.proc.terminate()
+        out, err = self.proc.communicate(timeout=15)
+        return self.proc.returncode, out, err

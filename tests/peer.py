@@ -1,0 +1,107 @@
+"""A Linux-socket peer for the network-namespace tests, run inside a namespace with
+`ip netns exec NS python3 peer.py ...`. Every mode is bounded in bytes, count and time,
+and prints one JSON line with what it saw.
+
+  tcp-recv PORT [--v6]               accept one connection, read to EOF: bytes, sha256
+  tcp-send HOST PORT BYTES           send BYTES of seeded pseudo-random data: bytes, sha256
+  udp-echo PORT COUNT [--v6]         echo up to COUNT datagrams back to their sender
+  udp-ping HOST PORT COUNT SIZE      send COUNT datagrams, count the echoes that match
+"""
+import hashlib
+import json
+import random
+import socket
+import sys
+import time
+
+TIMEOUT = 20.0
+
+
+def family(host_or_flag):
+    return socket.AF_INET6 if ":" in host_or_flag or host_or_flag == "--v6" else socket.AF_INET
+
+
+def tcp_recv(port, v6):
+    s = socket.socket(socket.AF_INET6 if v6 else socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("::" if v6 else "0.0.0.0", port))
+    s.listen(1)
+    s.settimeout(TIMEOUT)
+    c, _ = s.accept()
+    c.settimeout(TIMEOUT)
+    h = hashlib.sha256()
+    n = 0
+    deadline = time.time() + TIMEOUT
+    while time.time() < deadline:
+        b = c.recv(1 << 16)
+        if not b:
+            break
+        h.update(b)
+        n += len(b)
+    print(json.dumps({"bytes": n, "sha256": h.hexdigest()}), flush=True)
+
+
+def tcp_send(host, port, total):
+    rng = random.Random(4242)
+    s = socket.create_connection((host, port), timeout=TIMEOUT)
+    h = hashlib.sha256()
+    sent = 0
+    chunk = 1 << 16
+    while sent < total:
+        b = rng.randbytes(min(chunk, total - sent))
+        s.sendall(b)
+        h.update(b)
+        sent += len(b)
+    s.shutdown(socket.SHUT_WR)
+    s.settimeout(TIMEOUT)
+    while s.recv(4096):
+        pass
+    print(json.dumps({"bytes": sent, "sha256": h.hexdigest()}), flush=True)
+
+
+def udp_echo(port, count, v6):
+    s = socket.socket(socket.AF_INET6 if v6 else socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("::" if v6 else "0.0.0.0", port))
+    s.settimeout(TIMEOUT)
+    n = 0
+    try:
+        while n < count:
+            b, a = s.recvfrom(65535)
+            s.sendto(b, a)
+            n += 1
+    except socket.timeout:
+        pass
+    print(json.dumps({"echoed": n}), flush=True)
+
+
+def udp_ping(host, port, count, size):
+    s = socket.socket(family(host), socket.SOCK_DGRAM)
+    s.settimeout(0.5)
+    got = 0
+    for i in range(count):
+        payload = i.to_bytes(4, "big") + bytes((i + k) & 0xFF for k in range(size - 4))
+        s.sendto(payload, (host, port))
+        try:
+            b, _ = s.recvfrom(65535)
+            got += b == payload
+        except socket.timeout:
+            pass
+    print(json.dumps({"sent": count, "matched": got}), flush=True)
+
+
+def main(a):
+    mode = a[0]
+    if mode == "tcp-recv":
+        tcp_recv(int(a[1]), "--v6" in a)
+    elif mode == "tcp-send":
+        tcp_send(a[1], int(a[2]), int(a[3]))
+    elif mode == "udp-echo":
+        udp_echo(int(a[1]), int(a[2]), "--v6" in a)
+    elif mode == "udp-ping":
+        udp_ping(a[1], int(a[2]), int(a[3]), int(a[4]))
+    else:
+        sys.exit(f"unknown mode {mode}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
