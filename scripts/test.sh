@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Every test vecgate has, on a fresh machine: installs what the tests need (Debian
-# packages: tshark, iproute2; PyPI: scapy, pytest), builds, runs the Rust suites
-# (unit, property, fuzz-corpus replay, engine) and the Python suites (scapy/tshark
-# golden pcap tests, live run + ctl, bench smoke).
+# packages: tshark, iproute2, iputils-ping; PyPI: scapy, pytest), builds, runs the Rust
+# suites (unit, property, fuzz-corpus replay, engine) and the Python suites (scapy/tshark
+# golden pcap tests, live run + ctl, bench smoke, and end-to-end tests with Linux hosts
+# in network namespaces the tests create and delete; those need root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,6 +13,7 @@ SUDO=""
 missing=()
 command -v tshark >/dev/null 2>&1 || missing+=(tshark)
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+command -v ping >/dev/null 2>&1 || missing+=(iputils-ping)
 python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
 if [ ${#missing[@]} -gt 0 ]; then
     echo "== installing ${missing[*]}"

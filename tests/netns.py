@@ -62,7 +62,13 @@ class Lab:
         return p
 
     def peer(self, ns, *args):
-        return self.spawn(ns, sys.executable, str(PEER), *map(str, args))
+        """A listening peer, returned once its socket is bound (it prints READY)."""
+        p = self.spawn(ns, sys.executable, str(PEER), *map(str, args))
+        import select
+        ready, _, _ = select.select([p.stdout], [], [], 10)
+        line = p.stdout.readline() if ready else ""
+        assert line.strip() == "READY", f"peer {args} did not start: {line!r}"
+        return p
 
     def peer_run(self, ns, *args, timeout=40):
         r = self.run(ns, sys.executable, str(PEER), *map(str, args), timeout=timeout)

@@ -26,6 +26,7 @@ def tcp_recv(port, v6):
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     s.bind(("::" if v6 else "0.0.0.0", port))
     s.listen(1)
+    print("READY", flush=True)
     s.settimeout(TIMEOUT)
     c, _ = s.accept()
     c.settimeout(TIMEOUT)
@@ -62,6 +63,7 @@ def tcp_send(host, port, total):
 def udp_echo(port, count, v6):
     s = socket.socket(socket.AF_INET6 if v6 else socket.AF_INET, socket.SOCK_DGRAM)
     s.bind(("::" if v6 else "0.0.0.0", port))
+    print("READY", flush=True)
     s.settimeout(TIMEOUT)
     n = 0
     try:
@@ -75,18 +77,40 @@ def udp_echo(port, count, v6):
 
 
 def udp_ping(host, port, count, size):
+    """Echoes are matched by their sequence number and full payload, so a late one still
+    counts and a corrupt one never does."""
     s = socket.socket(family(host), socket.SOCK_DGRAM)
-    s.settimeout(0.5)
-    got = 0
+
+    def payload(i):
+        return i.to_bytes(4, "big") + bytes((i + k) & 0xFF for k in range(size - 4))
+
+    matched, corrupt = set(), 0
+
+    def drain(until):
+        nonlocal corrupt
+        while True:
+            left = until - time.time()
+            if left <= 0:
+                return
+            s.settimeout(left)
+            try:
+                b, _ = s.recvfrom(65535)
+            except socket.timeout:
+                return
+            i = int.from_bytes(b[:4], "big")
+            if i < count and b == payload(i):
+                matched.add(i)
+            else:
+                corrupt += 1
+
     for i in range(count):
-        payload = i.to_bytes(4, "big") + bytes((i + k) & 0xFF for k in range(size - 4))
-        s.sendto(payload, (host, port))
-        try:
-            b, _ = s.recvfrom(65535)
-            got += b == payload
-        except socket.timeout:
-            pass
-    print(json.dumps({"sent": count, "matched": got}), flush=True)
+        s.sendto(payload(i), (host, port))
+        drain(time.time() + 0.01)
+        if i in matched:
+            continue
+        drain(time.time() + 0.3)
+    drain(time.time() + 1.0)
+    print(json.dumps({"sent": count, "matched": len(matched), "corrupt": corrupt}), flush=True)
 
 
 def main(a):

@@ -60,13 +60,11 @@ def test_router_udp_and_tcp_both_families(lab, vecgate, tmp_path, ring):
     warm_up(lab, a)
     for dst, flag, port in (("198.18.1.2", "", 7001), ("2001:db8:1::2", "--v6", 7002)):
         echo = lab.peer(b, "udp-echo", port, 200, *([flag] if flag else []))
-        time.sleep(0.3)
         ping = lab.peer_run(a, "udp-ping", dst, port, 200, 1200)
         assert ping["matched"] == 200, ping
         assert result(echo)["echoed"] == 200
     for dst, flag, port in (("198.18.1.2", "", 7003), ("2001:db8:1::2", "--v6", 7004)):
         recv = lab.peer(b, "tcp-recv", port, *([flag] if flag else []))
-        time.sleep(0.3)
         sent = lab.peer_run(a, "tcp-send", dst, port, TRANSFER)
         got = result(recv)
         assert got == sent and got["bytes"] == TRANSFER, (sent, got)

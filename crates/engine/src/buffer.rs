@@ -179,6 +179,12 @@ impl Buffer {
             return Err(BufferError::Short);
         }
         self.start += n as u32;
+        // A checksum pending in the headers stripped (a tunnel's outer UDP) goes with
+        // them, so no later prepend can bring its stale position back into the packet.
+        if (self.meta.offload.csum_start as u32) < self.start && self.meta.offload.csum_start != 0 {
+            self.meta.offload.csum_start = 0;
+            self.meta.offload.csum_offset = 0;
+        }
         Ok(())
     }
 
@@ -211,11 +217,13 @@ impl Buffer {
         Ok(())
     }
 
-    /// Replace the contents with `bytes` at the standard headroom.
+    /// Replace the contents with `bytes` at the standard headroom (a new packet: offload
+    /// work pending on the old contents is dropped).
     pub fn write(&mut self, bytes: &[u8]) -> Result<(), BufferError> {
         if bytes.len() > self.capacity() {
             return Err(BufferError::TooLarge);
         }
+        self.meta.offload = Offload::default();
         self.start = HEADROOM as u32;
         self.end = (HEADROOM + bytes.len()) as u32;
         self.data[HEADROOM..HEADROOM + bytes.len()].copy_from_slice(bytes);

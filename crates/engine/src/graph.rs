@@ -8,7 +8,7 @@
 
 use crate::buffer::{BufIdx, DropReason, IfIndex};
 use crate::clock;
-use crate::node::{CounterInfo, Counters, Counts, NextNodes, Node, Verdict};
+use crate::node::{CounterInfo, Counters, Counts, ExpandNode, NextNodes, Node, Verdict};
 use crate::pool::Pool;
 use crate::stats::{per_packet, CounterSnapshot, NodeRuntime, NodeSnapshot};
 use crate::trace::{TraceLog, TraceRecord};
@@ -117,6 +117,51 @@ impl<C, N: Node<C>> Runner<C> for NodeBox<N> {
     }
 }
 
+/// Runs an [`ExpandNode`]: one call per packet, its outputs queued to their next nodes.
+struct ExpandRunner<N: ExpandNode<C>, C> {
+    node: N,
+    out: Vec<(BufIdx, N::Next)>,
+    _c: core::marker::PhantomData<fn(&mut C)>,
+}
+
+impl<C, N: ExpandNode<C>> Runner<C> for ExpandRunner<N, C> {
+    fn run(&mut self, cx: &mut C, io: DispatchIo<'_>) {
+        let DispatchIo { pool, input, next, queues, counters, node, drop_queue, trace } = io;
+        let mut trace = trace;
+        for &bi in input {
+            self.out.clear();
+            let traced = pool.get(bi).meta.trace;
+            let r = {
+                let mut counts = Counts::new(counters);
+                self.node.expand(cx, &mut counts, pool, bi, &mut self.out)
+            };
+            let mut reused = false;
+            for &(b, n) in &self.out {
+                reused |= b == bi;
+                queues[next[n.index()]].push(b);
+            }
+            if let (Some(log), Some(id)) = (trace.as_deref_mut(), traced) {
+                let verdict = match r {
+                    Ok(()) => format!("{} packets out", self.out.len()),
+                    Err(c) => format!("drop: {}", <N::Counter as Counters>::INFO[c.index()].name),
+                };
+                log.push(TraceRecord { packet: id.get(), node: self.node.name(), text: format!("len {}", pool.get(bi).len()), verdict });
+            }
+            if reused {
+                continue;
+            }
+            match r {
+                Ok(()) => pool.free(bi),
+                Err(c) => {
+                    counters[c.index()] += 1;
+                    pool.get_mut(bi).meta.drop = Some(DropReason { node, counter: c.index() as u16 });
+                    queues[drop_queue].push(bi);
+                }
+            }
+        }
+    }
+}
+
 enum Kind<C> {
     Process(Box<dyn Runner<C>>),
     Input,
@@ -184,6 +229,17 @@ impl<C: 'static> GraphBuilder<C> {
         let name = node.name();
         let next = N::Next::NAMES.iter().map(|s| s.to_string()).collect();
         self.push(name, Kind::Process(Box::new(NodeBox(node))), next, <N::Counter as Counters>::INFO)
+    }
+
+    /// Add a node that turns one packet into several (see [`ExpandNode`]).
+    pub fn add_expand<N: ExpandNode<C>>(&mut self, node: N) -> NodeId
+    where
+        C: Send,
+    {
+        let name = node.name();
+        let next = N::Next::NAMES.iter().map(|s| s.to_string()).collect();
+        let runner = ExpandRunner { node, out: Vec::new(), _c: core::marker::PhantomData };
+        self.push(name, Kind::Process(Box::new(runner)), next, <N::Counter as Counters>::INFO)
     }
 
     /// Add an input node (e.g. `pg-input`) that hands its packets to `next`.

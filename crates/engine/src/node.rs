@@ -28,7 +28,7 @@ pub struct CounterInfo {
 }
 
 /// A node's set of next nodes, as an enum. Use [`next_nodes!`](crate::next_nodes).
-pub trait NextNodes: Copy + 'static {
+pub trait NextNodes: Copy + Send + 'static {
     /// Target node names, indexed by `index()`.
     const NAMES: &'static [&'static str];
     fn index(self) -> usize;
@@ -90,6 +90,29 @@ pub trait Node<C>: Send + 'static {
         let hex: Vec<String> = b[..n].iter().map(|x| format!("{x:02x}")).collect();
         format!("len {} {}", b.len(), hex.join(""))
     }
+}
+
+/// A node that turns one packet into several (or none): GSO segmentation, fragmentation,
+/// replication. Unlike [`Node`] it works on buffer indices with the pool at hand, since it
+/// allocates. Rare by design: most work is one packet in, one packet out.
+pub trait ExpandNode<C>: Send + 'static {
+    type Next: NextNodes;
+    type Counter: Counters;
+
+    fn name(&self) -> &'static str;
+
+    /// Replace the packet `bi` with the packets pushed to `out`, each with its next node.
+    /// The input buffer may itself be pushed (reused); if it is not, the dispatcher frees
+    /// it. On `Err`, whatever was pushed goes on and the input (if not pushed) is dropped
+    /// under the counter. Must not panic on any packet contents.
+    fn expand(
+        &mut self,
+        cx: &mut C,
+        counts: &mut Counts<'_, Self::Counter>,
+        pool: &mut Pool,
+        bi: BufIdx,
+        out: &mut Vec<(BufIdx, Self::Next)>,
+    ) -> Result<(), Self::Counter>;
 }
 
 /// Define a `NextNodes` enum: `next_nodes! { pub enum FooNext { A = "node-a", B = "node-b" } }`.

@@ -95,6 +95,14 @@ impl Pool {
         &mut self.bufs[i.get()]
     }
 
+    /// Two distinct buffers at once (e.g. to copy from one into the other); `None` if
+    /// the indices are equal or out of range.
+    #[inline]
+    pub fn two_mut(&mut self, a: BufIdx, b: BufIdx) -> Option<(&mut Buffer, &mut Buffer)> {
+        let [x, y] = self.bufs.get_disjoint_mut([a.get(), b.get()]).ok()?;
+        Some((x, y))
+    }
+
     pub fn stats(&self) -> PoolStats {
         PoolStats {
             regular_total: self.regular,

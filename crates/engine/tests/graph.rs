@@ -170,3 +170,70 @@ fn trace_follows_the_next_n_packets() {
     let p1: Vec<_> = recs.iter().filter(|r| r.packet == 1).collect();
     assert!(p1.iter().any(|r| r.node == "parity" && r.verdict == "interface-output"));
 }
+
+next_nodes! { enum TripleNext { Parity = "parity" } }
+counters! {
+    enum TripleCounter {
+        Refused(Warn, "refused", "first byte a multiple of 5"),
+    }
+}
+
+/// Turns each packet into three copies (bytes b, b+2, b+4), keeping the input as the
+/// first; refuses packets whose byte is a multiple of 5 (after pushing one copy).
+struct Triple;
+impl engine::ExpandNode<Cx> for Triple {
+    type Next = TripleNext;
+    type Counter = TripleCounter;
+    fn name(&self) -> &'static str {
+        "triple"
+    }
+    fn expand(
+        &mut self,
+        _: &mut Cx,
+        _: &mut Counts<'_, TripleCounter>,
+        pool: &mut Pool,
+        bi: BufIdx,
+        out: &mut Vec<(BufIdx, TripleNext)>,
+    ) -> Result<(), TripleCounter> {
+        let v = pool.get(bi).bytes()[0];
+        let c = pool.alloc(1).expect("buffers");
+        pool.get_mut(c).write(&[v.wrapping_add(2)]).unwrap();
+        out.push((c, TripleNext::Parity));
+        if v % 5 == 0 {
+            return Err(TripleCounter::Refused);
+        }
+        let d = pool.alloc(1).expect("buffers");
+        pool.get_mut(d).write(&[v.wrapping_add(4)]).unwrap();
+        out.push((d, TripleNext::Parity));
+        out.push((bi, TripleNext::Parity));
+        Ok(())
+    }
+}
+
+#[test]
+fn an_expanding_node_multiplies_packets_without_leaks() {
+    let mut g = GraphBuilder::<Cx>::new();
+    g.add(Parity);
+    g.add_expand(Triple);
+    let input = g.add_input("test-input", "triple");
+    let graph = g.build().unwrap();
+    let sunk = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let ports = vec![
+        Port::new(IfIndex(0), "src0".into(), Box::new(Counter { sent: 0, total: 100 }), Some(input)),
+        Port::new(IfIndex(1), "sink0".into(), Box::new(Sink(sunk.clone())), None),
+    ];
+    let mut w = Worker::new(0, graph, Pool::new(1024, 1), ports, Cx);
+    while !w.inputs_done() {
+        w.poll_once();
+    }
+    w.poll_once();
+    assert_eq!(w.pool.in_use(), 0, "inputs reused or freed, refused ones dropped");
+    let snap = w.snapshot();
+    let refused = snap.counters.iter().find(|c| c.counter == "refused").unwrap();
+    assert_eq!(refused.count, 20, "0, 5, 10, … 95");
+    // 80 packets × 3 + 20 × 1 reach parity; all copies share their input's parity.
+    let parity = snap.nodes.iter().find(|n| n.name == "parity").unwrap();
+    assert_eq!(parity.runtime.packets, 80 * 3 + 20);
+    // Even inputs: 40 × 3 (those not multiples of 5: 40) + even multiples of 5 (10) × 1.
+    assert_eq!(sunk.load(std::sync::atomic::Ordering::Relaxed), 40 * 3 + 10);
+}

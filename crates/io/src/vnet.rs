@@ -96,11 +96,11 @@ impl VnetHdr {
     pub fn for_buffer(buf: &Buffer) -> Option<VnetHdr> {
         let o = buf.meta.offload;
         let mut h = VnetHdr::default();
-        if o.has_partial_checksum() {
-            let start = (o.csum_start as usize).checked_sub(buf.offset())?;
-            if start + o.csum_offset as usize + 2 > buf.len() {
-                return None;
-            }
+        // A checksum pending in headers a node has since stripped (a decapsulated
+        // tunnel's outer UDP) went with them.
+        let pending = (o.csum_start as usize).checked_sub(buf.offset()).filter(|_| o.has_partial_checksum());
+        // One beyond the frame's end is stale too (a node cut the packet short).
+        if let Some(start) = pending.filter(|s| s + o.csum_offset as usize + 2 <= buf.len()) {
             h.flags = F_NEEDS_CSUM;
             h.csum_start = start as u16;
             h.csum_offset = o.csum_offset;

@@ -4,6 +4,12 @@
 //! the sequence number and source port where configured, and the UDP checksum by the
 //! tunnel's mode, then goes straight to `ipN-rewrite` with the tunnel's outer
 //! adjacency (or through `ipN-lookup` when that technique is off or unresolved).
+//!
+//! Offload metadata from a vnet-header device: a GSO frame goes to `ip-gso-segment`
+//! first (each segment comes back here through the lookup); a partial inner checksum
+//! stays partial under a zero outer checksum (the transmitting kernel completes it at
+//! its shifted position) and is completed here otherwise, since the outer checksum
+//! covers it. Mode `offload` leaves the outer UDP checksum partial for the device.
 
 use super::{udp_checksum, udp_checksum_field, Outer};
 use crate::context::HasGtpu;
@@ -18,13 +24,15 @@ next_nodes! {
         Ip4Rewrite = "ip4-rewrite", Ip4Lookup = "ip4-lookup",
         Ip6Rewrite = "ip6-rewrite", Ip6Lookup = "ip6-lookup",
         Ip4IcmpError = "ip4-icmp-error", Ip6IcmpError = "ip6-icmp-error",
+        Segment = "ip-gso-segment",
     }
 }
 
 counters! {
     pub enum GtpuEncapCounter {
         Encapsulated(Info, "encapsulated", "packets encapsulated"),
-        OffloadFallback(Info, "checksum-offload-fallback", "checksum mode offload, device cannot: computed in software"),
+        InnerChecksumCompleted(Info, "inner-checksum-completed", "inner partial checksum completed before the outer one covered it"),
+        GsoSegmented(Info, "gso-to-segment", "GSO frames sent to software segmentation before encapsulation"),
         NoTunnel(Error, "no-tunnel", "route names a tunnel that does not exist (deleted while the packet was in flight)"),
         NoHeadroom(Error, "no-headroom", "not enough headroom for the outer headers"),
         TooBig(Warn, "too-big", "encapsulated packet longer than an IP packet can be"),
@@ -121,13 +129,7 @@ impl<O: Outer> GtpuEncap<O> {
 
     /// Prepend and patch the outer headers; the buffer then starts at the outer IP header.
     #[inline(always)]
-    fn encap(
-        t: &Tunnel,
-        seq: Option<&mut u16>,
-        from_inner: bool,
-        buf: &mut Buffer,
-        counts: &mut Counts<'_, GtpuEncapCounter>,
-    ) -> Result<(), GtpuEncapCounter> {
+    fn encap(t: &Tunnel, seq: Option<&mut u16>, from_inner: bool, buf: &mut Buffer) -> Result<(), GtpuEncapCounter> {
         let inner_len = buf.len();
         let port = match t.src_port {
             SrcPort::Fixed => None,
@@ -166,12 +168,15 @@ impl<O: Outer> GtpuEncap<O> {
         }
         match t.checksum {
             ChecksumMode::Zero => {}
-            ChecksumMode::Software | ChecksumMode::Offload => {
-                if t.checksum == ChecksumMode::Offload {
-                    // No device here offloads yet (pcap, pg, null); AF_PACKET/TAP with a
-                    // vnet header will take it from the buffer metadata.
-                    counts.inc(GtpuEncapCounter::OffloadFallback);
-                }
+            ChecksumMode::Offload => {
+                // The device sums from the UDP header on; the field starts it off with
+                // the pseudo-header (lengths included), not complemented.
+                let mut c = t.pseudo;
+                c.add_u32(ip_payload as u32);
+                buf.bytes_mut()[ua + 6..ua + 8].copy_from_slice(&c.fold().to_be_bytes());
+                buf.set_partial_checksum(ua, 6);
+            }
+            ChecksumMode::Software => {
                 let seg = &mut buf.bytes_mut()[ua..];
                 let hdrs = rl - ua;
                 let derived = if from_inner { inner_sum_from_headers(&seg[hdrs..]) } else { None };
@@ -226,6 +231,10 @@ impl<Cx: HasGtpu, O: Outer> Node<Cx> for GtpuEncap<O> {
         let Some(t) = g.tables.tunnel(id) else {
             return Verdict::Drop(GtpuEncapCounter::NoTunnel);
         };
+        if buf.meta.offload.gso != engine::GsoKind::None {
+            counts.inc(GtpuEncapCounter::GsoSegmented);
+            return Verdict::Next(GtpuEncapNext::Segment);
+        }
         // Entering the tunnel is a routing hop for the inner packet (as ipN-rewrite does
         // for any other interface): TTL / hop limit down by one, ICMP when it runs out.
         let b = buf.bytes_mut();
@@ -248,8 +257,14 @@ impl<Cx: HasGtpu, O: Outer> Node<Cx> for GtpuEncap<O> {
             }
             _ => return Verdict::Drop(GtpuEncapCounter::BadInner),
         }
+        if t.checksum != ChecksumMode::Zero {
+            if let Some((start, offset)) = buf.take_partial_checksum() {
+                checksum::complete_partial(buf.bytes_mut(), start, offset);
+                counts.inc(GtpuEncapCounter::InnerChecksumCompleted);
+            }
+        }
         let seq = if t.sequence { g.seq.get_mut(id as usize) } else { None };
-        if let Err(c) = Self::encap(t, seq, g.tables.techniques.checksum_from_inner, buf, counts) {
+        if let Err(c) = Self::encap(t, seq, g.tables.techniques.checksum_from_inner, buf) {
             return Verdict::Drop(c);
         }
         counts.inc(GtpuEncapCounter::Encapsulated);

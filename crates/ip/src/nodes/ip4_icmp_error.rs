@@ -65,6 +65,9 @@ impl<Cx: HasIp> Node<Cx> for Ip4IcmpError {
         }
         let quote = buf.len().min(MAX_ERROR_LEN - HEADER_LEN - 8);
         buf.truncate(quote);
+        // A new packet: offload work the original carried (a partial checksum, GSO)
+        // is not this one's.
+        buf.meta.offload = engine::Offload::default();
         if buf.prepend(HEADER_LEN + 8).is_err() {
             return Verdict::Drop(C::Malformed);
         }

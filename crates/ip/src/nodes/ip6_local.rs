@@ -144,6 +144,7 @@ impl<Cx: HasIp> Node<Cx> for Ip6Local {
                 if buf.set_len(HEADER_LEN + n).is_err() {
                     return Verdict::Drop(C::NoHeadroom);
                 }
+                buf.meta.offload = engine::Offload::default();
                 let b = buf.bytes_mut();
                 Ipv6Repr {
                     src: target,

@@ -4,6 +4,7 @@
 pub mod arp_input;
 pub mod ethernet_input;
 pub mod family;
+pub mod gso_segment;
 pub mod ip4_icmp_error;
 pub mod ip4_input;
 pub mod ip4_local;
@@ -32,6 +33,7 @@ pub fn register<Cx: HasIp>(g: &mut GraphBuilder<Cx>) {
     g.add(ip6_rewrite::Ip6Rewrite);
     g.add(ip6_local::Ip6Local);
     g.add(ip6_icmp_error::Ip6IcmpError);
+    g.add_expand(gso_segment::GsoSegment);
 }
 
 /// What a node asks `ipN-icmp-error` to send, carried in `Meta::param`.
