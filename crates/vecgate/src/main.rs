@@ -3,8 +3,10 @@
 
 mod bench;
 mod run;
+mod trafgen;
 
 use clap::{Parser, Subcommand};
+use std::net::IpAddr;
 use std::path::PathBuf;
 
 #[derive(Parser)]
@@ -78,6 +80,44 @@ enum Cmd {
         #[arg(long)]
         disable: Vec<String>,
     },
+    /// Send UDP packets out of one interface at a fixed size and rate, receive them on
+    /// another, report throughput, loss and latency (timestamps carried in the packets).
+    Trafgen {
+        /// Interface to send from (af_packet).
+        #[arg(long)]
+        tx_if: String,
+        /// Interface to receive on (default: the sending one).
+        #[arg(long)]
+        rx_if: Option<String>,
+        /// Frame size in bytes, Ethernet header included, FCS excluded.
+        #[arg(long, default_value_t = 1492)]
+        size: usize,
+        /// Packets per second (0: as fast as possible).
+        #[arg(long, default_value_t = 100)]
+        rate: u64,
+        /// Seconds to send for.
+        #[arg(long, default_value_t = 10.0)]
+        duration: f64,
+        #[arg(long)]
+        src: IpAddr,
+        #[arg(long)]
+        dst: IpAddr,
+        /// Source MAC (default: the sending interface's).
+        #[arg(long)]
+        src_mac: Option<wire::EthernetAddress>,
+        /// Destination MAC: the device under test's.
+        #[arg(long)]
+        dst_mac: wire::EthernetAddress,
+        #[arg(long, default_value_t = 40000)]
+        src_port: u16,
+        #[arg(long, default_value_t = 40001)]
+        dst_port: u16,
+        /// Receive ring: v2 (a frame is seen at once; default) or v3 (blocks).
+        #[arg(long, default_value = "v2")]
+        rx_ring: String,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn main() {
@@ -88,6 +128,25 @@ fn main() {
         Cmd::Pcap { config, json } => run::pcap(&config, json),
         Cmd::Bench { scenario, packets, json, core, inner_size, checksum, tunnels, inner, disable } => {
             bench::bench(&scenario, packets, json, core, &bench::GtpuOptions { inner_size, checksum, tunnels, inner, disable })
+        }
+        Cmd::Trafgen { tx_if, rx_if, size, rate, duration, src, dst, src_mac, dst_mac, src_port, dst_port, rx_ring, json } => {
+            let rx_ring = match rx_ring.as_str() {
+                "v2" => io::af_packet::RingVersion::V2,
+                "v3" => io::af_packet::RingVersion::V3,
+                o => {
+                    eprintln!("vecgate: --rx-ring {o:?}: expected v2 or v3");
+                    std::process::exit(2);
+                }
+            };
+            let rx_if = rx_if.unwrap_or_else(|| tx_if.clone());
+            let args = trafgen::TrafgenArgs { tx_if, rx_if, size, rate, duration, src, dst, src_mac, dst_mac, src_port, dst_port, rx_ring, json };
+            trafgen::run(&args).map(|r| {
+                if args.json {
+                    println!("{}", serde_json::to_string_pretty(&r).expect("report serializes"));
+                } else {
+                    trafgen::print(&r);
+                }
+            })
         }
     };
     if let Err(e) = r {
