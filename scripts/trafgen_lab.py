@@ -29,6 +29,8 @@ BIN = Path(os.environ.get("VECGATE_BIN", ROOT / "target" / "release" / "vecgate"
 OUT = ROOT / "target" / "trafgen"
 SIZE = int(os.environ.get("SIZE", "1492"))
 GEN_CORE, DUT_CORE = "0", 1
+# vecgate's receive ring in the lab: v2 (a frame handed over at once; no GSO here) or v3.
+RING = os.environ.get("RING", "v2")
 
 
 def mac_of(lab, ns, ifname):
@@ -58,22 +60,24 @@ teid_in = 256
 teid_out = 512
 checksum = "{mode}"
 """
+    ring = 'rx_ring = "v2"\nrx_frame_size = 4096\nrx_frames = 4096\n' if RING == "v2" else ""
     return f"""
 [dataplane]
 socket = "{sock}"
 worker_core = {DUT_CORE}
+busy_poll = true
 
 [[interface]]
 name = "g0"
 type = "af_packet"
 host_if = "g0"
-addresses = ["198.18.0.1/24"]
+{ring}addresses = ["198.18.0.1/24"]
 
 [[interface]]
 name = "g1"
 type = "af_packet"
 host_if = "g1"
-mtu = 1600
+{ring}mtu = 1600
 addresses = ["198.18.20.1/24", "2001:db8:20::1/64"]
 
 [[neighbour]]

@@ -67,13 +67,18 @@ pub struct DataplaneConfig {
     /// CPU core to pin the worker to (none: not pinned).
     #[serde(default)]
     pub worker_core: Option<usize>,
+    /// Never wait when idle: poll the devices without pause (a core at 100 %, the lowest
+    /// latency, as VPP's polling mode). Default: after a run of empty polls the worker
+    /// waits in poll(2) until a packet arrives.
+    #[serde(default)]
+    pub busy_poll: bool,
 }
 
 fn default_buffers() -> usize {
     16384
 }
 fn default_large_buffers() -> usize {
-    16
+    64
 }
 fn default_icmp_rate() -> u64 {
     1000
@@ -94,6 +99,7 @@ impl Default for DataplaneConfig {
             solicitations_per_sec: default_solicit_rate(),
             socket: default_socket(),
             worker_core: None,
+            busy_poll: false,
         }
     }
 }
@@ -159,6 +165,10 @@ pub struct InterfaceConfig {
     /// af_packet: receive ring layout, "v3" (default: blocks, best throughput) or "v2"
     /// (a slot per frame, handed over at once: lowest latency at low rates).
     pub rx_ring: Option<RxRing>,
+    /// af_packet v2 ring: bytes per slot (a multiple of 4096; default 69632, a whole
+    /// 64 KiB GSO frame) and slots (default 128).
+    pub rx_frame_size: Option<usize>,
+    pub rx_frames: Option<usize>,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]

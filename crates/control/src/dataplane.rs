@@ -174,9 +174,17 @@ pub fn build_state(cfg: &Config) -> Result<(RouterState, GtpuState), ConfigError
                 return Err(cfg.err(f("host_if"), "an af_packet interface needs `host_if`, the host interface to bind to"));
             }
             InterfaceKind::Pg | InterfaceKind::Null | InterfaceKind::Pcap
-                if ic.host_if.is_some() || ic.vnet_hdr.is_some() || ic.rx_retire_ms.is_some() || ic.rx_ring.is_some() =>
+                if ic.host_if.is_some()
+                    || ic.vnet_hdr.is_some()
+                    || ic.rx_retire_ms.is_some()
+                    || ic.rx_ring.is_some()
+                    || ic.rx_frame_size.is_some()
+                    || ic.rx_frames.is_some() =>
             {
-                return Err(cfg.err(f("host_if"), "`host_if`, `vnet_hdr`, `rx_ring` and `rx_retire_ms` are for af_packet interfaces"));
+                return Err(cfg.err(
+                    f("host_if"),
+                    "`host_if`, `vnet_hdr`, `rx_ring`, `rx_frame_size`, `rx_frames` and `rx_retire_ms` are for af_packet interfaces",
+                ));
             }
             _ => {}
         }
@@ -321,6 +329,8 @@ pub fn assemble(cfg: &Config) -> Result<Assembly, ConfigError> {
                 if ic.rx_ring == Some(crate::config::RxRing::V2) {
                     c.ring = io::af_packet::RingVersion::V2;
                 }
+                c.v2_frame_size = ic.rx_frame_size.unwrap_or(c.v2_frame_size);
+                c.v2_slots = ic.rx_frames.unwrap_or(c.v2_slots);
                 Box::new(io::af_packet::AfPacket::open(c).map_err(|e| cfg.err(format!("interface[{i}].host_if"), e.to_string()))?)
             }
             InterfaceKind::Pcap => {
@@ -369,7 +379,8 @@ pub fn assemble(cfg: &Config) -> Result<Assembly, ConfigError> {
         .map(|(i, (ic, dev))| Port::new(IfIndex(i as u16), ic.name.clone(), dev, inputs.get(&ic.name).copied()))
         .collect();
     let pool = Pool::new(cfg.dataplane.buffers, cfg.dataplane.large_buffers);
-    let worker = Worker::new(0, graph, pool, ports, cx);
+    let mut worker = Worker::new(0, graph, pool, ports, cx);
+    worker.busy_poll = cfg.dataplane.busy_poll;
     let interfaces = cfg.interfaces.iter().map(|ic| InterfaceInfo { name: ic.name.clone(), kind: kind_name(ic.kind) }).collect();
     let control = Control {
         state,

@@ -38,6 +38,13 @@ pub trait Device: Send {
     /// Send and free every buffer in `bufs` (left empty).
     fn tx(&mut self, pool: &mut Pool, bufs: &mut Vec<BufIdx>) -> TxResult;
 
+    /// A descriptor that polls readable when packets wait (a kernel-backed device), so an
+    /// idle worker can sleep in `poll` and wake the moment one arrives. `None`: the worker
+    /// naps instead (generators, files).
+    fn poll_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        None
+    }
+
     /// The device's own named counters (kernel drops, ring-full events, link state
     /// changes, …) for `show interfaces`; cumulative since the device opened.
     fn counters(&self) -> Vec<(&'static str, u64)> {

@@ -15,6 +15,11 @@ use crate::trace::TraceRecord;
 use crate::VECTOR_SIZE;
 use crossbeam_channel::{Receiver, Sender};
 
+/// Empty polls before a worker waits instead of spinning.
+const IDLE_SPINS: u32 = 256;
+/// Longest wait in `poll`, in milliseconds (bounds the control-request latency).
+const IDLE_WAIT_MS: u8 = 1;
+
 /// Per-worker feature state the graph's nodes share (tables, rate limiters, …).
 pub trait Context: Send {
     /// Called once per loop iteration, between vectors: pick up published tables.
@@ -59,6 +64,8 @@ pub struct Worker<C: Context> {
     /// `ports` index by interface index.
     port_of: Vec<Option<usize>>,
     scratch: Vec<BufIdx>,
+    /// Never wait when idle (see `run`).
+    pub busy_poll: bool,
     loops: u64,
     cleared_at: u64,
 }
@@ -70,7 +77,18 @@ impl<C: Context> Worker<C> {
         for (i, p) in ports.iter().enumerate() {
             port_of[p.if_index.get()] = Some(i);
         }
-        Worker { id, graph, pool, ports, cx, port_of, scratch: Vec::with_capacity(VECTOR_SIZE), loops: 0, cleared_at: clock::now() }
+        Worker {
+            id,
+            graph,
+            pool,
+            ports,
+            cx,
+            port_of,
+            scratch: Vec::with_capacity(VECTOR_SIZE),
+            busy_poll: false,
+            loops: 0,
+            cleared_at: clock::now(),
+        }
     }
 
     /// True when every receiving device is exhausted (pcap files read, counts sent).
@@ -167,9 +185,31 @@ impl<C: Context> Worker<C> {
         true
     }
 
+    /// Wait for packets after a run of empty polls: in `poll` on every receiving
+    /// device's descriptor when they all have one (woken by the first arrival; at most
+    /// `IDLE_WAIT` so control requests are answered), else a short nap.
+    fn idle_wait(&self) {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        let mut fds = Vec::with_capacity(self.ports.len());
+        for p in self.ports.iter().filter(|p| !p.rx_done) {
+            match p.device.poll_fd() {
+                Some(fd) => fds.push(PollFd::new(fd, PollFlags::POLLIN)),
+                None => {
+                    std::thread::sleep(std::time::Duration::from_micros(100));
+                    return;
+                }
+            }
+        }
+        if fds.is_empty() {
+            std::thread::sleep(std::time::Duration::from_micros(100));
+            return;
+        }
+        let _ = poll(&mut fds, PollTimeout::from(IDLE_WAIT_MS));
+    }
+
     /// Run until told to stop (or, with `until_inputs_done`, until every input is
-    /// exhausted and the graph drained). Sleeps briefly when idle so an idle gateway
-    /// does not spin a core at 100 %.
+    /// exhausted and the graph drained). When idle it waits (see `idle_wait`) so an idle
+    /// gateway does not spin a core at 100 %.
     pub fn run(&mut self, cmds: &Receiver<WorkerCmd>, until_inputs_done: bool) {
         let mut idle = 0u32;
         loop {
@@ -185,8 +225,8 @@ impl<C: Context> Worker<C> {
                     return;
                 }
                 idle += 1;
-                if idle > 256 {
-                    std::thread::sleep(std::time::Duration::from_micros(100));
+                if idle > IDLE_SPINS && !self.busy_poll {
+                    self.idle_wait();
                 }
             } else {
                 idle = 0;

@@ -312,6 +312,11 @@ impl Device for AfPacket {
         self.tx_batch(pool, bufs)
     }
 
+    fn poll_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        use std::os::fd::AsFd;
+        Some(self.fd.as_fd())
+    }
+
     fn counters(&self) -> Vec<(&'static str, u64)> {
         self.stats.list()
     }

@@ -139,7 +139,8 @@ fn main() {
                 }
             };
             let rx_if = rx_if.unwrap_or_else(|| tx_if.clone());
-            let args = trafgen::TrafgenArgs { tx_if, rx_if, size, rate, duration, src, dst, src_mac, dst_mac, src_port, dst_port, rx_ring, json };
+            let args =
+                trafgen::TrafgenArgs { tx_if, rx_if, size, rate, duration, src, dst, src_mac, dst_mac, src_port, dst_port, rx_ring, json };
             trafgen::run(&args).map(|r| {
                 if args.json {
                     println!("{}", serde_json::to_string_pretty(&r).expect("report serializes"));
