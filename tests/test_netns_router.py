@@ -107,3 +107,40 @@ def test_link_down_and_interface_deleted_are_survived(lab, vecgate, tmp_path):
     echo.kill()
     code, out, _ = gw.stop()
     assert code == 0
+
+
+def test_tap_leg_host_stack_as_neighbour(lab, vecgate, tmp_path):
+    """vecgate creates a TAP device; its kernel side is moved into host B's namespace,
+    so B's own stack is vecgate's neighbour on that link. TCP both ways (the TAP's TSO
+    frames cross whole in each direction), UDP, both families; on SIGTERM the TAP device
+    disappears with vecgate."""
+    a, g, b = lab.ns("a"), lab.dataplane_ns("gw"), lab.ns("b")
+    lab.veth(a, "a0", g, "a1")
+    config = router_config(None).replace('type = "af_packet"\nhost_if = "b1"', 'type = "tap"\nhost_if = "vgtap0"')
+    assert 'type = "tap"' in config
+    gw = Vecgate(lab, vecgate, g, config, tmp_path)
+    lab.run(g, "ip", "link", "set", "vgtap0", "netns", b)
+    lab.run(b, "ip", "link", "set", "vgtap0", "up")
+    lab.host(a, "a0", "198.18.0.2/24", "2001:db8::2/64", "198.18.0.1", "2001:db8::1")
+    lab.host(b, "vgtap0", "198.18.1.2/24", "2001:db8:1::2/64", "198.18.1.1", "2001:db8:1::1")
+    warm_up(lab, a)
+    for dst, flag, port in (("198.18.1.2", "", 7201), ("2001:db8:1::2", "--v6", 7202)):
+        echo = lab.peer(b, "udp-echo", port, 100, *([flag] if flag else []))
+        ping = lab.peer_run(a, "udp-ping", dst, port, 100, 1000)
+        assert ping["matched"] == 100, ping
+        assert result(echo)["echoed"] == 100
+    for src, dst_ns, dst, flag, port in ((a, b, "198.18.1.2", "", 7203), (b, a, "2001:db8::2", "--v6", 7204)):
+        recv = lab.peer(dst_ns, "tcp-recv", port, *([flag] if flag else []))
+        sent = lab.peer_run(src, "tcp-send", dst, port, TRANSFER)
+        got = result(recv)
+        assert got == sent and got["bytes"] == TRANSFER, (sent, got)
+    t = gw.interfaces()["b"]
+    assert t["kind"] == "tap"
+    # TSO frames from B's stack arrived whole over the TAP (virtio-net header).
+    assert t["rx_bytes"] / t["rx_packets"] > 3000, t
+    assert not [v for k, v in t["device"] if v], t["device"]
+    code, _, _ = gw.stop()
+    assert code == 0
+    time.sleep(0.3)
+    gone = lab.run(b, "ip", "link", "show", "vgtap0", check=False)
+    assert gone.returncode != 0, "the TAP device outlived vecgate"

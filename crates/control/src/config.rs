@@ -137,6 +137,8 @@ pub enum InterfaceKind {
     Null,
     /// A Linux packet socket on host interface `host_if` (TPACKET_V3 ring, vnet headers).
     AfPacket,
+    /// A TAP device named `host_if`, created by vecgate (the host stack as a neighbour).
+    Tap,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -155,7 +157,7 @@ pub struct InterfaceConfig {
     pub input: Option<String>,
     /// pcap: file the transmit side writes.
     pub output: Option<String>,
-    /// af_packet: the host interface to bind to.
+    /// af_packet: the host interface to bind to; tap: the TAP device to create.
     pub host_if: Option<String>,
     /// af_packet: exchange virtio-net headers with the kernel (checksum and GSO offload
     /// pass-through). Default true.

@@ -120,6 +120,7 @@ fn kind_name(k: InterfaceKind) -> &'static str {
         InterfaceKind::Pcap => "pcap",
         InterfaceKind::Null => "null",
         InterfaceKind::AfPacket => "af_packet",
+        InterfaceKind::Tap => "tap",
     }
 }
 
@@ -167,11 +168,28 @@ pub fn build_state(cfg: &Config) -> Result<(RouterState, GtpuState), ConfigError
             InterfaceKind::Pcap if ic.input.is_none() && ic.output.is_none() => {
                 return Err(cfg.err(f("input"), "a pcap interface needs `input`, `output` or both"));
             }
-            InterfaceKind::Pg | InterfaceKind::Null | InterfaceKind::AfPacket if ic.input.is_some() || ic.output.is_some() => {
+            InterfaceKind::Pg | InterfaceKind::Null | InterfaceKind::AfPacket | InterfaceKind::Tap
+                if ic.input.is_some() || ic.output.is_some() =>
+            {
                 return Err(cfg.err(f("input"), "only pcap interfaces take `input`/`output` files"));
             }
             InterfaceKind::AfPacket if ic.host_if.is_none() => {
                 return Err(cfg.err(f("host_if"), "an af_packet interface needs `host_if`, the host interface to bind to"));
+            }
+            InterfaceKind::Tap if ic.host_if.as_deref().is_none_or(|n| n.is_empty() || n.len() > 15) => {
+                return Err(cfg.err(f("host_if"), "a tap interface needs `host_if`: the name of the TAP device to create (1 to 15 bytes)"));
+            }
+            InterfaceKind::Tap
+                if ic.vnet_hdr.is_some()
+                    || ic.rx_retire_ms.is_some()
+                    || ic.rx_ring.is_some()
+                    || ic.rx_frame_size.is_some()
+                    || ic.rx_frames.is_some() =>
+            {
+                return Err(cfg.err(
+                    f("vnet_hdr"),
+                    "`vnet_hdr`, `rx_ring`, `rx_frame_size`, `rx_frames` and `rx_retire_ms` are for af_packet interfaces",
+                ));
             }
             InterfaceKind::Pg | InterfaceKind::Null | InterfaceKind::Pcap
                 if ic.host_if.is_some()
@@ -183,7 +201,7 @@ pub fn build_state(cfg: &Config) -> Result<(RouterState, GtpuState), ConfigError
             {
                 return Err(cfg.err(
                     f("host_if"),
-                    "`host_if`, `vnet_hdr`, `rx_ring`, `rx_frame_size`, `rx_frames` and `rx_retire_ms` are for af_packet interfaces",
+                    "`host_if` is for af_packet and tap interfaces; `vnet_hdr`, `rx_ring`, `rx_frame_size`, `rx_frames` and `rx_retire_ms` for af_packet",
                 ));
             }
             _ => {}
@@ -332,6 +350,10 @@ pub fn assemble(cfg: &Config) -> Result<Assembly, ConfigError> {
                 c.v2_frame_size = ic.rx_frame_size.unwrap_or(c.v2_frame_size);
                 c.v2_slots = ic.rx_frames.unwrap_or(c.v2_slots);
                 Box::new(io::af_packet::AfPacket::open(c).map_err(|e| cfg.err(format!("interface[{i}].host_if"), e.to_string()))?)
+            }
+            InterfaceKind::Tap => {
+                let name = ic.host_if.as_deref().expect("validated in build_state");
+                Box::new(io::tap::Tap::open(name).map_err(|e| cfg.err(format!("interface[{i}].host_if"), e.to_string()))?)
             }
             InterfaceKind::Pcap => {
                 let input = ic.input.as_ref().map(|p| cfg.resolve(p));

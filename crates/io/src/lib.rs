@@ -2,12 +2,13 @@
 //!
 //! - [`af_packet`]: a Linux packet socket (TPACKET_V3 receive ring, batched transmit,
 //!   virtio-net headers for checksum and segmentation offload).
+//! - [`tap`]: a TAP device with virtio-net headers, the host stack as a neighbour.
 //! - [`pg`]: the packet generator; [`pcap`]: pcap files as an interface's receive and
 //!   transmit sides; [`null`]: a sink.
 //!
 //! Backends move bytes; they hold no protocol logic (the generator builds its template
 //! packets once, at configuration time, with the wire library's emitters). `unsafe` lives
-//! only in the kernel-facing backends ([`linux`], [`af_packet`]), each block with a
+//! only in the kernel-facing backends ([`linux`], [`af_packet`], [`tap`]), each block with a
 //! `SAFETY` note.
 #![deny(unsafe_op_in_unsafe_fn)]
 
@@ -16,4 +17,5 @@ pub mod linux;
 pub mod null;
 pub mod pcap;
 pub mod pg;
+pub mod tap;
 pub mod vnet;
