@@ -29,6 +29,7 @@ BIN = Path(os.environ.get("VECGATE_BIN", ROOT / "target" / "release" / "vecgate"
 OUT = ROOT / "target" / "trafgen"
 SIZE = int(os.environ.get("SIZE", "1492"))
 GEN_CORE, DUT_CORE = "0", 1
+ROUNDS = int(os.environ.get("ROUNDS", "3"))
 # vecgate's receive ring in the lab: v2 (a frame handed over at once; no GSO here) or v3.
 RING = os.environ.get("RING", "v2")
 
@@ -149,21 +150,32 @@ class Dut:
         self.lab.close()
 
 
-def zero_loss_rate(dut, lo=10_000, hi=2_000_000, duration=3.0, steps=9):
-    """Highest offered rate with no loss, by bisection on a log-ish scale."""
-    best = None
+def zero_loss_rate(dut, lo=10_000, hi=2_000_000, duration=3.0, steps=10):
+    """Highest rate with no loss (best of two trials per rate), by bisection on a log scale. A run where the generator
+    could not reach the offered rate but lost nothing counts at the rate it reached, and
+    marks the result generator-bound (the device was not the limit)."""
+    best, bound = None, False
     for _ in range(steps):
         mid = int((lo * hi) ** 0.5)
+        # Best of two trials: a host-level hiccup of this shared VM must not end the
+        # search on its own.
         r = dut.run(mid, duration)
-        ok = r["lost"] == 0 and r["tx_failed"] == 0 and r["tx_pps"] >= 0.97 * mid
+        if r["lost"] or r["tx_failed"]:
+            r = dut.run(mid, duration)
         print(f"  {dut.kind}/{dut.mode}: {mid} pps -> sent {r['sent']} lost {r['lost']} (tx {r['tx_pps']:.0f} pps)", flush=True)
-        if ok:
+        lossless = r["lost"] == 0 and r["tx_failed"] == 0
+        if lossless and r["tx_pps"] < 0.97 * mid:
+            bound = True
+            if not best or r["tx_pps"] > best["rate"]:
+                best = r | {"rate": int(r["tx_pps"])}
+            hi = mid
+        elif lossless:
             best, lo = r | {"rate": mid}, mid
         else:
             hi = mid
-        if hi / lo < 1.05:
+        if hi / lo < 1.04:
             break
-    return best
+    return best and best | {"generator_bound": bound}
 
 
 def table(title, r):
@@ -180,26 +192,80 @@ def draft():
     results = {}
     zero = Dut("vecgate", "zero")
     try:
-        high = zero_loss_rate(zero)
+        rate = zero_loss_rate(zero)["rate"]
+        # The search's runs are short: confirm the rate holds for a whole 10 s run, and
+        # back off 10 % at a time until it does.
+        for _ in range(6):
+            r = zero.run(rate, 10.0)
+            print(f"  confirm {rate} pps for 10 s: lost {r['lost']}", flush=True)
+            if r["lost"] == 0 and r["tx_failed"] == 0:
+                break
+            rate = int(rate * 0.9)
     finally:
         zero.close()
-    rate = high["rate"]
     print(f"highest zero-loss rate with checksum zero: {rate} pps", flush=True)
-    for mode in ("zero", "software", "offload"):
-        d = Dut("vecgate", mode)
-        try:
-            results[mode] = {"low": d.run(100, 10.0), "high": d.run(rate, 10.0)}
-        finally:
-            d.close()
+    # Rounds interleave the modes so slow drifts of the machine hit all of them; each mode
+    # reports its median round (by average latency).
+    rounds = {m: {"low": [], "high": []} for m in ("zero", "software", "offload")}
+    for _ in range(ROUNDS):
+        for mode in rounds:
+            d = Dut("vecgate", mode)
+            try:
+                rounds[mode]["low"].append(d.run(100, 10.0))
+                rounds[mode]["high"].append(d.run(rate, 10.0))
+            finally:
+                d.close()
+    for mode, rs in rounds.items():
+        results[mode] = {}
+        for key, runs in rs.items():
+            by_avg = sorted(runs, key=lambda r: (r["lost"], (r.get("latency_ns") or {}).get("avg", 1 << 62)))
+            results[mode][key] = by_avg[len(by_avg) // 2] | {"rounds": [{"lost": r["lost"], "avg": (r.get("latency_ns") or {}).get("avg")} for r in runs]}
     out = {"size": SIZE, "high_rate": rate, "results": results}
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "draft.json").write_text(json.dumps(out, indent=2))
+    (OUT / "draft.svg").write_text(svg(out))
     for label, key in (("INPUT: 100 pps", "low"), (f"INPUT: {rate} pps", "high")):
         print(f"\n#### {label}, {SIZE}-byte packets\n")
         for mode in ("zero", "software", "offload"):
             print(table({"zero": "No checksum calculation", "software": "Software checksum calculation",
                          "offload": "UDP checksum offload"}[mode], results[mode][key]))
     return out
+
+
+def svg(out):
+    """Average latency per checksum mode at both rates, as bars (log scale), with loss."""
+    modes = ("zero", "software", "offload")
+    colors = {"zero": "#4c72b0", "software": "#dd8452", "offload": "#55a868"}
+    import math
+    w, h, left, top, bottom = 640, 320, 70, 40, 60
+    vals = [out["results"][m][k]["latency_ns"]["avg"] for k in ("low", "high") for m in modes]
+    top_v = 10 ** math.ceil(math.log10(max(vals) * 1.2))
+    bot_v = 10 ** math.floor(math.log10(min(vals) / 1.2))
+    def y(v):
+        return top + (h - top - bottom) * (1 - (math.log10(v) - math.log10(bot_v)) / (math.log10(top_v) - math.log10(bot_v)))
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">',
+             f'<text x="{w/2}" y="20" text-anchor="middle" font-size="14">vecgate IPv6 GTP-U encap, {out["size"]}-byte packets: average latency (ns, log scale)</text>']
+    d = 10 ** math.floor(math.log10(bot_v))
+    v = bot_v
+    while v <= top_v:
+        parts.append(f'<line x1="{left}" x2="{w-10}" y1="{y(v):.1f}" y2="{y(v):.1f}" stroke="#ddd"/><text x="{left-5}" y="{y(v)+4:.1f}" text-anchor="end">{v:,.0f}</text>')
+        v *= 10
+    groups = (("low", "100 pps"), ("high", f"{out['high_rate']:,} pps"))
+    gw = (w - left - 20) / 2
+    for gi, (key, label) in enumerate(groups):
+        x0 = left + 10 + gi * gw
+        for mi, m in enumerate(modes):
+            r = out["results"][m][key]
+            v = r["latency_ns"]["avg"]
+            bx = x0 + 20 + mi * (gw - 40) / 3
+            bw = (gw - 40) / 3 - 10
+            parts.append(f'<rect x="{bx:.1f}" y="{y(v):.1f}" width="{bw:.1f}" height="{h - bottom - y(v):.1f}" fill="{colors[m]}"/>')
+            parts.append(f'<text x="{bx + bw/2:.1f}" y="{y(v)-4:.1f}" text-anchor="middle">{v:,}</text>')
+            parts.append(f'<text x="{bx + bw/2:.1f}" y="{h-bottom+14}" text-anchor="middle">{m}</text>')
+            parts.append(f'<text x="{bx + bw/2:.1f}" y="{h-bottom+28}" text-anchor="middle" fill="#a00">loss {r["loss_percent"]:.2f}%</text>')
+        parts.append(f'<text x="{x0 + gw/2:.1f}" y="{h-8}" text-anchor="middle" font-weight="bold">{label}</text>')
+    parts.append("</svg>")
+    return "\n".join(parts)
 
 
 def compare():

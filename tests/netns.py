@@ -70,6 +70,10 @@ class Lab:
         assert line.strip() == "READY", f"peer {args} did not start: {line!r}"
         return p
 
+    def peer_start(self, ns, *args):
+        """A sending peer, running in the background (read it with `result`)."""
+        return self.spawn(ns, sys.executable, str(PEER), *map(str, args))
+
     def peer_run(self, ns, *args, timeout=40):
         r = self.run(ns, sys.executable, str(PEER), *map(str, args), timeout=timeout)
         return json.loads(r.stdout.strip().splitlines()[-1])
@@ -96,11 +100,18 @@ def result(p, timeout=40):
 class Vecgate:
     """A vecgate running in a namespace with a config, driven over its control socket."""
 
-    def __init__(self, lab, bin_path, ns, config_text, tmp, name="gw"):
+    def __init__(self, lab, bin_path, ns, config_text, tmp, name="gw", split_dataplane=False):
+        """`split_dataplane`: the config text opens with its own [dataplane] table, which
+        gets the socket line added."""
         self.bin = str(bin_path)
         self.sock = str(tmp / f"{name}.sock")
         self.cfg = tmp / f"{name}.toml"
-        self.cfg.write_text(f'[dataplane]\nsocket = "{self.sock}"\n' + config_text)
+        if split_dataplane:
+            assert config_text.startswith("[dataplane]\n")
+            text = config_text.replace("[dataplane]\n", f'[dataplane]\nsocket = "{self.sock}"\n', 1)
+        else:
+            text = f'[dataplane]\nsocket = "{self.sock}"\n' + config_text
+        self.cfg.write_text(text)
         self.log = tmp / f"{name}.log"
         self.proc = lab.spawn(ns, self.bin, "run", "--config", str(self.cfg), "--interval", "0", "--duration", "300")
         deadline = time.time() + 10

@@ -72,6 +72,19 @@ pub struct DataplaneConfig {
     /// waits in poll(2) until a packet arrives.
     #[serde(default)]
     pub busy_poll: bool,
+    /// Worker threads. More than one needs af_packet interfaces only: each worker opens
+    /// its own socket per interface in a fanout group, and the kernel hashes flows to
+    /// workers (a flow's packets stay in order).
+    #[serde(default = "default_workers")]
+    pub workers: usize,
+    /// The core of each worker (one entry per worker); otherwise `worker_core` pins
+    /// the first and the rest float.
+    #[serde(default)]
+    pub worker_cores: Vec<usize>,
+}
+
+fn default_workers() -> usize {
+    1
 }
 
 fn default_buffers() -> usize {
@@ -100,6 +113,8 @@ impl Default for DataplaneConfig {
             socket: default_socket(),
             worker_core: None,
             busy_poll: false,
+            workers: 1,
+            worker_cores: Vec::new(),
         }
     }
 }
@@ -353,6 +368,31 @@ mod tests {
         assert!(e.message.contains("pg") && e.message.contains("pcap"), "{e}");
         let e = Config::parse("[dataplane]\nbuffers = \"many\"\n", "gw.toml", Path::new(".")).unwrap_err();
         assert_eq!(e.field, "dataplane.buffers", "{e}");
+    }
+
+    /// Interface and worker settings that cannot work together are refused by name.
+    #[test]
+    fn kernel_interface_settings_are_checked() {
+        use crate::dataplane::assemble;
+        let pg = "[[interface]]\nname = \"pg0\"\ntype = \"pg\"\nmac = \"02:00:00:00:00:01\"\n";
+        let cfg = Config::parse(&format!("[dataplane]\nworkers = 2\n{pg}"), "gw.toml", Path::new(".")).unwrap();
+        let e = assemble(&cfg).err().expect("two workers need af_packet interfaces");
+        assert_eq!(e.field, "interface[0].type", "{e}");
+        assert!(e.message.contains("af_packet"), "{e}");
+        let cfg = Config::parse(&format!("[dataplane]\nworkers = 0\n{pg}"), "gw.toml", Path::new(".")).unwrap();
+        assert_eq!(assemble(&cfg).err().unwrap().field, "dataplane.workers");
+        let cfg = Config::parse(&format!("[dataplane]\nworker_cores = [0, 1]\n{pg}"), "gw.toml", Path::new(".")).unwrap();
+        assert_eq!(assemble(&cfg).err().unwrap().field, "dataplane.worker_cores");
+        let tap = "[[interface]]\nname = \"t\"\ntype = \"tap\"\nmac = \"02:00:00:00:00:01\"\n";
+        let cfg = Config::parse(tap, "gw.toml", Path::new(".")).unwrap();
+        assert_eq!(assemble(&cfg).err().unwrap().field, "interface[0].host_if");
+        let afp = "[[interface]]\nname = \"a\"\ntype = \"af_packet\"\nhost_if = \"vg-no-such-if\"\nmac = \"02:00:00:00:00:01\"\n";
+        let e = assemble(&Config::parse(afp, "gw.toml", Path::new(".")).unwrap()).err().unwrap();
+        assert_eq!(e.field, "interface[0].host_if", "{e}");
+        assert!(e.message.contains("does not exist"), "{e}");
+        let pg_ring = format!("{pg}rx_ring = \"v2\"\n");
+        let e = assemble(&Config::parse(&pg_ring, "gw.toml", Path::new(".")).unwrap()).err().unwrap();
+        assert_eq!(e.field, "interface[0].host_if", "{e}");
     }
 
     #[test]

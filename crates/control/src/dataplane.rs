@@ -324,13 +324,76 @@ fn stream_specs(cfg: &Config) -> Result<BTreeMap<String, Vec<io::pg::StreamSpec>
 /// Everything a running dataplane is made of.
 pub struct Assembly {
     pub control: Control,
-    pub worker: Worker<WorkerContext>,
+    /// One per `dataplane.workers`, each with its own devices, pool and graph.
+    pub workers: Vec<Worker<WorkerContext>>,
+}
+
+impl Assembly {
+    /// The one worker of a single-worker dataplane (pcap runs, benchmarks).
+    pub fn into_single(mut self) -> (Control, Worker<WorkerContext>) {
+        let w = self.workers.swap_remove(0);
+        (self.control, w)
+    }
+}
+
+/// The most workers a dataplane runs.
+pub const MAX_WORKERS: usize = 64;
+
+/// Workers share the receive load of an af_packet interface through a fanout group
+/// (the kernel hashes each flow to one worker's socket, so a flow stays in order).
+fn check_workers(cfg: &Config) -> Result<(), ConfigError> {
+    let n = cfg.dataplane.workers;
+    if n == 0 || n > MAX_WORKERS {
+        return Err(cfg.err("dataplane.workers", format!("{n}: expected 1 to {MAX_WORKERS}")));
+    }
+    if !cfg.dataplane.worker_cores.is_empty() && cfg.dataplane.worker_cores.len() != n {
+        return Err(cfg.err(
+            "dataplane.worker_cores",
+            format!("{} cores for {n} workers: expected one core per worker", cfg.dataplane.worker_cores.len()),
+        ));
+    }
+    if n > 1 {
+        if let Some((i, ic)) = cfg.interfaces.iter().enumerate().find(|(_, ic)| ic.kind != InterfaceKind::AfPacket) {
+            return Err(cfg.err(
+                format!("interface[{i}].type"),
+                format!(
+                    "{:?} is a {} interface; with dataplane.workers > 1 every interface must be af_packet",
+                    ic.name,
+                    kind_name(ic.kind)
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The core worker `k` is pinned to, if any.
+pub fn worker_core(cfg: &Config, k: usize) -> Option<usize> {
+    match cfg.dataplane.worker_cores.get(k) {
+        Some(&c) => Some(c),
+        None if k == 0 => cfg.dataplane.worker_core,
+        None => None,
+    }
 }
 
 /// Validate the whole configuration and build the dataplane. Nothing runs yet.
 pub fn assemble(cfg: &Config) -> Result<Assembly, ConfigError> {
-    let (mut state, mut gtpu) = build_state(cfg)?;
+    let (state, gtpu) = build_state(cfg)?;
+    check_workers(cfg)?;
     let mut streams = stream_specs(cfg)?;
+    let mut per_worker = Vec::with_capacity(cfg.dataplane.workers);
+    for k in 0..cfg.dataplane.workers {
+        per_worker.push(open_devices(cfg, k, &mut streams)?);
+    }
+    build(cfg, state, gtpu, per_worker)
+}
+
+/// Worker `k`'s devices, one per interface.
+fn open_devices(
+    cfg: &Config,
+    k: usize,
+    streams: &mut BTreeMap<String, Vec<io::pg::StreamSpec>>,
+) -> Result<Vec<Box<dyn Device>>, ConfigError> {
     let mut devices: Vec<Box<dyn Device>> = Vec::new();
     for (i, ic) in cfg.interfaces.iter().enumerate() {
         let dev: Box<dyn Device> = match ic.kind {
@@ -344,6 +407,10 @@ pub fn assemble(cfg: &Config) -> Result<Assembly, ConfigError> {
                 let mut c = io::af_packet::AfPacketConfig::new(host_if);
                 c.vnet_hdr = ic.vnet_hdr.unwrap_or(true);
                 c.retire_ms = ic.rx_retire_ms.unwrap_or(c.retire_ms);
+                if cfg.dataplane.workers > 1 {
+                    // One group per interface, unique to this process.
+                    c.fanout = Some((std::process::id() as u16).wrapping_mul(64).wrapping_add(i as u16));
+                }
                 if ic.rx_ring == Some(crate::config::RxRing::V2) {
                     c.ring = io::af_packet::RingVersion::V2;
                 }
@@ -366,6 +433,16 @@ pub fn assemble(cfg: &Config) -> Result<Assembly, ConfigError> {
         };
         devices.push(dev);
     }
+    let _ = k;
+    Ok(devices)
+}
+
+fn build(
+    cfg: &Config,
+    mut state: RouterState,
+    mut gtpu: GtpuState,
+    per_worker: Vec<Vec<Box<dyn Device>>>,
+) -> Result<Assembly, ConfigError> {
     let tables = state.build();
     let shared = Arc::new(ArcSwap::from_pointee(tables));
     let (ev_tx, ev_rx) = crossbeam_channel::bounded(4096);
@@ -376,11 +453,31 @@ pub fn assemble(cfg: &Config) -> Result<Assembly, ConfigError> {
     };
     let gtpu_shared = Arc::new(ArcSwap::from_pointee(gtpu.build()));
     let (gev_tx, gev_rx) = crossbeam_channel::bounded(1024);
-    let cx = WorkerContext {
-        ip: IpContext::new(shared.clone(), Some(ev_tx), limits),
-        gtpu: GtpuContext::new(gtpu_shared.clone(), Some(gev_tx), cfg.gtpu.replies_per_sec),
+    let mut workers = Vec::with_capacity(per_worker.len());
+    for (k, devices) in per_worker.into_iter().enumerate() {
+        let cx = WorkerContext {
+            ip: IpContext::new(shared.clone(), Some(ev_tx.clone()), limits),
+            gtpu: GtpuContext::new(gtpu_shared.clone(), Some(gev_tx.clone()), cfg.gtpu.replies_per_sec),
+        };
+        workers.push(build_worker(cfg, k, devices, cx)?);
+    }
+    let interfaces = cfg.interfaces.iter().map(|ic| InterfaceInfo { name: ic.name.clone(), kind: kind_name(ic.kind) }).collect();
+    let control = Control {
+        state,
+        gtpu,
+        shared,
+        gtpu_shared,
+        events: ev_rx,
+        gtpu_events: gev_rx,
+        recent_gtpu_events: Default::default(),
+        interfaces,
+        workers: Vec::new(),
     };
+    Ok(Assembly { control, workers })
+}
 
+/// One worker: its graph, pool and ports over its own devices.
+fn build_worker(cfg: &Config, k: usize, devices: Vec<Box<dyn Device>>, cx: WorkerContext) -> Result<Worker<WorkerContext>, ConfigError> {
     let mut g = GraphBuilder::new();
     ip::nodes::register(&mut g);
     gtpu::nodes::register(&mut g);
@@ -401,21 +498,9 @@ pub fn assemble(cfg: &Config) -> Result<Assembly, ConfigError> {
         .map(|(i, (ic, dev))| Port::new(IfIndex(i as u16), ic.name.clone(), dev, inputs.get(&ic.name).copied()))
         .collect();
     let pool = Pool::new(cfg.dataplane.buffers, cfg.dataplane.large_buffers);
-    let mut worker = Worker::new(0, graph, pool, ports, cx);
+    let mut worker = Worker::new(k, graph, pool, ports, cx);
     worker.busy_poll = cfg.dataplane.busy_poll;
-    let interfaces = cfg.interfaces.iter().map(|ic| InterfaceInfo { name: ic.name.clone(), kind: kind_name(ic.kind) }).collect();
-    let control = Control {
-        state,
-        gtpu,
-        shared,
-        gtpu_shared,
-        events: ev_rx,
-        gtpu_events: gev_rx,
-        recent_gtpu_events: Default::default(),
-        interfaces,
-        workers: Vec::new(),
-    };
-    Ok(Assembly { control, worker })
+    Ok(worker)
 }
 
 /// Run a worker on its own thread (pinned if asked); returns its join handle.

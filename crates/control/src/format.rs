@@ -21,6 +21,10 @@ pub fn runtime(s: &Snapshot) -> String {
         s.pool.regular_free,
         s.pool.regular_total
     );
+    if s.worker_rx.len() > 1 {
+        let per: Vec<String> = s.worker_rx.iter().map(|(w, n)| format!("worker {w}: {n}")).collect();
+        let _ = writeln!(o, "Packets received per worker: {}", per.join(", "));
+    }
     let _ = writeln!(
         o,
         "{:<22} {:>8} {:>12} {:>12} {:>14} {:>11} {:>10}",

@@ -48,7 +48,7 @@ increment = 4096
 fn route_churn_loses_no_packets() {
     let cfg = Config::parse(CFG, "test.toml", Path::new(".")).unwrap();
     let a = assemble(&cfg).unwrap();
-    let (mut control, mut worker) = (a.control, a.worker);
+    let (mut control, mut worker) = a.into_single();
     let first = control.shared.load().generation;
     let mut polls = 0u32;
     while !worker.inputs_done() {

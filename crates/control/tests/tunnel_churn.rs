@@ -70,7 +70,7 @@ inner_dst = "198.19.0.1"
 fn tunnel_churn_loses_no_packets_of_other_tunnels() {
     let cfg = Config::parse(CFG, "test.toml", Path::new(".")).unwrap();
     let a = assemble(&cfg).unwrap();
-    let (mut control, mut worker) = (a.control, a.worker);
+    let (mut control, mut worker) = a.into_single();
     let mut polls = 0u32;
     let mut live: Vec<u32> = Vec::new();
     let mut versions = 0;

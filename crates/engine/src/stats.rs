@@ -80,12 +80,15 @@ pub struct Snapshot {
     pub counters: Vec<CounterSnapshot>,
     pub ports: Vec<PortSnapshot>,
     pub pool: crate::pool::PoolStats,
+    /// Packets received by each worker merged into this snapshot, by worker id.
+    pub worker_rx: Vec<(usize, u64)>,
 }
 
 impl Snapshot {
     /// Merge another worker's snapshot of the same graph into this one.
     pub fn merge(&mut self, o: &Snapshot) {
         self.loops += o.loops;
+        self.worker_rx.extend_from_slice(&o.worker_rx);
         self.elapsed_cycles = self.elapsed_cycles.max(o.elapsed_cycles);
         for (a, b) in self.nodes.iter_mut().zip(&o.nodes) {
             a.runtime.add(&b.runtime);

@@ -273,6 +273,7 @@ impl<C: Context> Worker<C> {
                 })
                 .collect(),
             pool: self.pool.stats(),
+            worker_rx: vec![(self.id, self.ports.iter().map(|p| p.counters.rx_packets).sum())],
         }
     }
 }

@@ -7,7 +7,7 @@
 
 use anyhow::{anyhow, bail, Result};
 use control::config::Config;
-use control::dataplane::{assemble, Assembly};
+use control::dataplane::assemble;
 use engine::clock;
 use io::pg::{Field, L4Spec, ModifierSpec, PacketGenerator, PacketSpec, Pattern, StreamSpec};
 use ip::{Prefix, RouteTarget};
@@ -245,7 +245,7 @@ pub fn bench(scenario: &str, packets: u64, json: bool, core: usize, opts: &GtpuO
         bail!("unknown scenario {scenario:?}; expected one of {}", SCENARIOS.join(", "));
     }
     let cfg = Config::parse(BASE, "(bench scenario)", Path::new("."))?;
-    let Assembly { mut control, mut worker } = assemble(&cfg)?;
+    let (mut control, mut worker) = assemble(&cfg)?.into_single();
     let (packet, modifiers, gtpu_report) = if scenario.starts_with("gtpu") {
         let (p, m, r) = gtpu_setup(scenario, opts, &mut control, json)?;
         (p, m, Some(r))

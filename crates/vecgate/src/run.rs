@@ -3,7 +3,7 @@
 use anyhow::{anyhow, Context, Result};
 use control::api::Request;
 use control::config::Config;
-use control::dataplane::{assemble, spawn};
+use control::dataplane::{assemble, spawn, worker_core};
 use control::server;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -18,6 +18,7 @@ pub fn run(config: Option<&Path>, duration: Option<f64>, interval: f64, socket: 
     };
     let a = assemble(&cfg)?;
     let mut control = a.control;
+    let workers = a.workers;
     let stop = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
     signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
@@ -30,7 +31,7 @@ pub fn run(config: Option<&Path>, duration: Option<f64>, interval: f64, socket: 
         }
         Err(e) => eprintln!("vecgate: no control socket ({}: {e}); running without `vecgate ctl`", sock.display()),
     }
-    let handle = spawn(&mut control, a.worker, cfg.dataplane.worker_core, false);
+    let handles: Vec<_> = workers.into_iter().enumerate().map(|(k, w)| spawn(&mut control, w, worker_core(&cfg, k), false)).collect();
     let start = Instant::now();
     let mut next_print = start + Duration::from_secs_f64(interval.max(0.05));
     let tty = std::io::stdout().is_terminal();
@@ -38,7 +39,7 @@ pub fn run(config: Option<&Path>, duration: Option<f64>, interval: f64, socket: 
         if stop.load(Ordering::Relaxed) || duration.is_some_and(|d| start.elapsed().as_secs_f64() >= d) {
             break;
         }
-        if handle.is_finished() {
+        if handles.iter().any(|h| h.is_finished()) {
             break;
         }
         crossbeam_channel::select! {
@@ -68,7 +69,9 @@ pub fn run(config: Option<&Path>, duration: Option<f64>, interval: f64, socket: 
     for w in &control.workers {
         let _ = w.send(engine::worker::WorkerCmd::Stop);
     }
-    let _ = handle.join();
+    for h in handles {
+        let _ = h.join();
+    }
     if sock.exists() {
         let _ = std::fs::remove_file(&sock);
     }
@@ -104,9 +107,8 @@ pub fn ctl(socket: &Path, json: bool, words: &[String]) -> Result<()> {
 
 pub fn pcap(config: &Path, json: bool) -> Result<()> {
     let cfg = Config::load(config)?;
-    let a = assemble(&cfg)?;
-    let mut control = a.control;
-    let handle = spawn(&mut control, a.worker, None, true);
+    let (mut control, worker) = assemble(&cfg)?.into_single();
+    let handle = spawn(&mut control, worker, None, true);
     while !handle.is_finished() {
         control.process_events();
         std::thread::sleep(Duration::from_millis(5));
