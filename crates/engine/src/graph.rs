@@ -293,10 +293,12 @@ impl<C> Graph<C> {
     pub fn inject(&mut self, input: NodeId, pool: &mut Pool, bufs: &[BufIdx], cycles: u64) {
         let slot = &mut self.slots[input.0];
         slot.runtime.calls += 1;
-        slot.runtime.cycles += cycles;
+        // Only polls that found packets count their time: an idle worker's empty polls
+        // would otherwise turn cycles/packet into 1 / load.
         if bufs.is_empty() {
             return;
         }
+        slot.runtime.cycles += cycles;
         slot.runtime.vectors += 1;
         slot.runtime.packets += bufs.len() as u64;
         let next = slot.next[0];
@@ -323,9 +325,9 @@ impl<C> Graph<C> {
         tx.runtime.calls += 1;
         if packets > 0 {
             tx.runtime.vectors += 1;
+            tx.runtime.packets += packets;
+            tx.runtime.cycles += cycles;
         }
-        tx.runtime.packets += packets;
-        tx.runtime.cycles += cycles;
     }
 
     pub(crate) fn count_no_device(&mut self, n: u64) {
