@@ -152,3 +152,28 @@ def test_gtpu_tunnels_live(vecgate, running):
     assert after["gtpu4-encap"] > before["gtpu4-encap"], "the default tunnels keep carrying traffic"
     errs = {(e["node"], e["counter"]): e["count"] for e in json.loads(ctl(vecgate, sock, "show", "errors", json_out=True).stdout)["data"]}
     assert errs.get(("gtpu4-encap", "no-tunnel"), 0) == 0 and errs.get(("gtpu4-input", "unknown-teid"), 0) == 0
+
+
+def test_pcap_trace_captures_any_interface(vecgate, running, tmp_path):
+    """`pcap trace` wraps an interface of any kind: here the generator pg0 (received
+    frames) and the null sink null0 (sent frames); tshark reads both captures."""
+    proc, sock = running
+    rx_file, tx_file = tmp_path / "pg0.pcap", tmp_path / "null0.pcap"
+    assert ctl(vecgate, sock, "pcap", "trace", "pg0", str(rx_file), "50").returncode == 0
+    assert ctl(vecgate, sock, "pcap", "trace", "null0", str(tx_file), "40").returncode == 0
+    r = ctl(vecgate, sock, "pcap", "trace", "nosuch0", str(tmp_path / "x.pcap"))
+    assert r.returncode != 0 and "nosuch0" in (r.stdout + r.stderr)
+    deadline = time.time() + 10
+    counts = {}
+    while time.time() < deadline:
+        for f in (rx_file, tx_file):
+            t = subprocess.run(["tshark", "-r", str(f), "-T", "fields", "-e", "frame.number", "-e", "ip.dst", "-e", "ipv6.dst"],
+                               capture_output=True, text=True, timeout=30)
+            counts[f] = [l for l in t.stdout.splitlines() if l.strip()]
+        if len(counts[rx_file]) == 50 and len(counts[tx_file]) == 40:
+            break
+        time.sleep(0.3)
+    assert len(counts[rx_file]) == 50 and len(counts[tx_file]) == 40, {k.name: len(v) for k, v in counts.items()}
+    # Sent frames went to the router on null0: its networks behind it.
+    assert all(("198.19." in l) or ("2001:db8:100:" in l) for l in counts[tx_file]), counts[tx_file][:3]
+    assert ctl(vecgate, sock, "pcap", "trace", "off", "pg0").returncode == 0

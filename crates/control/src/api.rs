@@ -50,6 +50,18 @@ pub enum Request {
         #[serde(default)]
         limit: Option<usize>,
     },
+    /// Capture an interface's received and sent frames to a pcap file (one file per
+    /// worker, `<file>.w<N>`, when there are several).
+    PcapTrace {
+        interface: String,
+        file: String,
+        /// Frames per worker before the capture stops (default 10000).
+        #[serde(default)]
+        count: Option<u64>,
+    },
+    PcapTraceOff {
+        interface: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -132,6 +144,31 @@ impl Control {
                     rx.recv_timeout(WORKER_TIMEOUT).map_err(|_| "worker did not answer".to_string())??;
                 }
                 Reply::ok(serde_json::Value::Null, format!("tracing the next {count} packets from {node}"))
+            }
+            Request::PcapTrace { interface, file, count } => {
+                if !self.interfaces.iter().any(|i| &i.name == interface) {
+                    return Err(format!("no interface {interface:?}"));
+                }
+                let n = self.workers.len();
+                let count = count.unwrap_or(10_000);
+                for (k, w) in self.workers.iter().enumerate() {
+                    let path = if n > 1 { format!("{file}.w{k}") } else { file.clone() };
+                    let sink = io::pcap::PcapCapture::create(std::path::Path::new(&path), count).map_err(|e| e.to_string())?;
+                    let (tx, rx) = crossbeam_channel::bounded(1);
+                    w.send(WorkerCmd::Capture { interface: interface.clone(), sink: Some(Box::new(sink)), reply: tx })
+                        .map_err(|_| "worker has stopped".to_string())?;
+                    rx.recv_timeout(WORKER_TIMEOUT).map_err(|_| "worker did not answer".to_string())??;
+                }
+                Reply::ok(serde_json::Value::Null, format!("capturing up to {count} frames of {interface} into {file}"))
+            }
+            Request::PcapTraceOff { interface } => {
+                for w in &self.workers {
+                    let (tx, rx) = crossbeam_channel::bounded(1);
+                    w.send(WorkerCmd::Capture { interface: interface.clone(), sink: None, reply: tx })
+                        .map_err(|_| "worker has stopped".to_string())?;
+                    rx.recv_timeout(WORKER_TIMEOUT).map_err(|_| "worker did not answer".to_string())??;
+                }
+                Reply::ok(serde_json::Value::Null, format!("capture of {interface} stopped"))
             }
             Request::TraceClear {} => {
                 self.broadcast(|| WorkerCmd::TraceClear)?;

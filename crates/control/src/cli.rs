@@ -22,7 +22,9 @@ commands:
          [accept-zero-checksum] [src-port fixed|flow-hash] [ue <prefix>]
          [decap-next ip4|ip6|ip | decap-next ethernet <interface>]
   delete gtpu tunnel <gtpu_tunnelN>
-  show gtpu tunnels [<limit>]";
+  show gtpu tunnels [<limit>]
+  pcap trace <interface> <file> [<count>]   capture received and sent frames (default 10000)
+  pcap trace off <interface>";
 
 pub fn parse(words: &[String]) -> Result<Request, String> {
     let w: Vec<&str> = words.iter().map(String::as_str).collect();
@@ -54,6 +56,15 @@ pub fn parse(words: &[String]) -> Result<Request, String> {
         ["create", "gtpu", "tunnel", rest @ ..] => gtpu_tunnel(rest).map(Request::CreateGtpuTunnel),
         ["delete" | "del", "gtpu", "tunnel", name] => Ok(Request::DeleteGtpuTunnel { name: name.to_string() }),
         ["show", "gtpu", "tunnels" | "tunnel"] => Ok(Request::ShowGtpuTunnels { limit: None }),
+        ["pcap", "trace", "off", interface] => Ok(Request::PcapTraceOff { interface: interface.to_string() }),
+        ["pcap", "trace", interface, file] => {
+            Ok(Request::PcapTrace { interface: interface.to_string(), file: file.to_string(), count: None })
+        }
+        ["pcap", "trace", interface, file, count] => Ok(Request::PcapTrace {
+            interface: interface.to_string(),
+            file: file.to_string(),
+            count: Some(count.parse().map_err(|_| format!("count {count:?}: expected a number"))?),
+        }),
         ["show", "gtpu", "tunnels" | "tunnel", n] => {
             Ok(Request::ShowGtpuTunnels { limit: Some(n.parse().map_err(|_| format!("limit {n:?}: expected a number"))?) })
         }

@@ -23,6 +23,13 @@ pub struct TxResult {
     pub failed: usize,
 }
 
+/// Where a capture of an interface's frames goes (`pcap trace`): every frame the
+/// interface receives and sends, as the wire carries them, until the sink is done.
+pub trait FrameSink: Send {
+    /// Record one frame; false once the sink is done (its count reached, a write failed).
+    fn record(&mut self, frame: &[u8]) -> bool;
+}
+
 pub trait Device: Send {
     /// Backend kind: names the input node (`<kind>-input`) and shows in `show interfaces`.
     fn kind(&self) -> &'static str;

@@ -7,7 +7,7 @@
 
 use crate::buffer::{BufIdx, IfIndex};
 use crate::clock;
-use crate::device::{Device, RxStatus};
+use crate::device::{Device, FrameSink, RxStatus};
 use crate::graph::{Graph, NodeId};
 use crate::pool::Pool;
 use crate::stats::{PortCounters, PortSnapshot, Snapshot};
@@ -35,13 +35,15 @@ pub struct Port {
     /// transmit-only devices.
     pub input: Option<NodeId>,
     pub counters: PortCounters,
+    /// A running capture of this interface (`pcap trace`).
+    pub capture: Option<Box<dyn FrameSink>>,
     rx_done: bool,
 }
 
 impl Port {
     pub fn new(if_index: IfIndex, name: String, device: Box<dyn Device>, input: Option<NodeId>) -> Port {
         let rx_done = !device.has_rx() || input.is_none();
-        Port { if_index, name, device, input, counters: PortCounters::default(), rx_done }
+        Port { if_index, name, device, input, counters: PortCounters::default(), capture: None, rx_done }
     }
 }
 
@@ -49,10 +51,32 @@ impl Port {
 pub enum WorkerCmd {
     Snapshot(Sender<Snapshot>),
     ClearRuntime,
-    TraceAdd { node: String, count: u32, reply: Sender<Result<(), String>> },
+    TraceAdd {
+        node: String,
+        count: u32,
+        reply: Sender<Result<(), String>>,
+    },
     TraceShow(Sender<Vec<TraceRecord>>),
     TraceClear,
+    /// Start (`Some`) or stop (`None`) capturing an interface's frames.
+    Capture {
+        interface: String,
+        sink: Option<Box<dyn FrameSink>>,
+        reply: Sender<Result<(), String>>,
+    },
     Stop,
+}
+
+/// Hand each frame to the port's capture; drop the capture once it is done.
+fn capture(port: &mut Port, pool: &Pool, bufs: &[BufIdx]) {
+    if let Some(c) = port.capture.as_mut() {
+        for &b in bufs {
+            if !c.record(pool.get(b).bytes()) {
+                port.capture = None;
+                return;
+            }
+        }
+    }
 }
 
 pub struct Worker<C: Context> {
@@ -117,6 +141,7 @@ impl<C: Context> Worker<C> {
                 buf.meta.rx_if = port.if_index;
                 bytes += buf.len() as u64;
             }
+            capture(port, &self.pool, &self.scratch);
             port.counters.rx_packets += self.scratch.len() as u64;
             port.counters.rx_bytes += bytes;
             if status == RxStatus::Exhausted {
@@ -148,6 +173,7 @@ impl<C: Context> Worker<C> {
             match self.port_of.get(q).copied().flatten() {
                 Some(pi) => {
                     let port = &mut self.ports[pi];
+                    capture(port, &self.pool, queue);
                     packets += queue.len() as u64;
                     let r = port.device.tx(&mut self.pool, queue);
                     port.counters.tx_packets += r.sent as u64;
@@ -180,6 +206,16 @@ impl<C: Context> Worker<C> {
                 let _ = reply.send(self.graph.trace_records().to_vec());
             }
             WorkerCmd::TraceClear => self.graph.trace_clear(),
+            WorkerCmd::Capture { interface, sink, reply } => {
+                let r = match self.ports.iter_mut().find(|p| p.name == interface) {
+                    Some(p) => {
+                        p.capture = sink;
+                        Ok(())
+                    }
+                    None => Err(format!("no interface {interface:?}")),
+                };
+                let _ = reply.send(r);
+            }
             WorkerCmd::Stop => return false,
         }
         true

@@ -46,6 +46,40 @@ impl PcapDevice {
     }
 }
 
+/// A capture file for `pcap trace`: up to `remaining` frames, then done.
+pub struct PcapCapture {
+    /// Taken (and flushed) when the count is reached; a dropped writer flushes too.
+    writer: Option<PcapWriter<BufWriter<File>>>,
+    remaining: u64,
+}
+
+impl PcapCapture {
+    pub fn create(path: &Path, count: u64) -> Result<PcapCapture, PcapError> {
+        let f = File::create(path).map_err(|e| PcapError::Open { path: path.display().to_string(), source: e })?;
+        let writer = PcapWriter::new(BufWriter::new(f)).map_err(|e| PcapError::Format { path: path.display().to_string(), source: e })?;
+        Ok(PcapCapture { writer: Some(writer), remaining: count })
+    }
+}
+
+impl engine::device::FrameSink for PcapCapture {
+    fn record(&mut self, frame: &[u8]) -> bool {
+        let Some(w) = self.writer.as_mut() else { return false };
+        let ts = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
+        if self.remaining == 0 || w.write_packet(&PcapPacket::new(ts, frame.len() as u32, frame)).is_err() {
+            return false;
+        }
+        self.remaining -= 1;
+        if self.remaining == 0 {
+            // Flush as the capture ends, so the file is whole without waiting for a stop.
+            if let Some(w) = self.writer.take() {
+                let _ = std::io::Write::flush(&mut w.into_writer());
+            }
+            return false;
+        }
+        true
+    }
+}
+
 impl Device for PcapDevice {
     fn kind(&self) -> &'static str {
         "pcap"
