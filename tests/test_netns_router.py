@@ -169,3 +169,33 @@ def test_two_workers_share_the_load_and_keep_every_flow_intact(lab, vecgate, tmp
     assert all(n > 100 for n in per_worker.values()), per_worker
     code, _, _ = gw.stop()
     assert code == 0
+
+
+def test_route_churn_under_live_traffic_loses_nothing(lab, vecgate, tmp_path):
+    """While UDP flows between the hosts, the control plane adds and deletes routes
+    (each change recompiles and publishes the FIB to the worker): every datagram and
+    every echo arrives."""
+    import threading
+    a, g, b = topology(lab)
+    gw = Vecgate(lab, vecgate, g, router_config(None), tmp_path)
+    warm_up(lab, a)
+    changes = []
+
+    def churn():
+        for k in range(60):
+            p = f"198.19.{k}.0/24"
+            changes.append(gw.ctl("ip", "route", "add", p, "via", "198.18.1.2", json_out=False))
+            changes.append(gw.ctl("ip", "route", "del", p, json_out=False))
+
+    echo = lab.peer(b, "udp-echo", 7400, 400)
+    t = threading.Thread(target=churn)
+    t.start()
+    ping = lab.peer_run(a, "udp-ping", "198.18.1.2", 7400, 400, 600, timeout=90)
+    t.join(60)
+    assert len(changes) == 120
+    assert ping["matched"] == 400 and ping["corrupt"] == 0, ping
+    assert result(echo)["echoed"] == 400
+    fib = gw.ctl("show", "ip", "fib", json_out=False)
+    assert "198.19." not in fib, "every churned route is gone again"
+    code, _, _ = gw.stop()
+    assert code == 0
