@@ -120,6 +120,8 @@ pub struct AfPacket {
     msgs: Vec<libc::mmsghdr>,
     iovs: Vec<libc::iovec>,
     vnet_hdrs: Vec<[u8; VNET_HDR_LEN]>,
+    /// The buffers of this call that can be sent (in `msgs` order).
+    kept: Vec<BufIdx>,
 }
 
 // SAFETY: the raw pointers in the scratch vectors are rebuilt on every transmit and never
@@ -225,6 +227,7 @@ impl AfPacket {
             msgs: Vec::new(),
             iovs: Vec::new(),
             vnet_hdrs: Vec::new(),
+            kept: Vec::new(),
         })
     }
 
@@ -453,43 +456,35 @@ impl AfPacket {
         self.msgs.clear();
         self.iovs.clear();
         self.vnet_hdrs.clear();
+        self.kept.clear();
         let mut result = TxResult::default();
-        // Headers first (iovecs point into this vector, so it must not grow later).
-        let mut keep = vec![true; n];
-        for (i, &b) in bufs.iter().enumerate() {
+        // Headers first, all of them: the iovecs point into `vnet_hdrs`, which must not
+        // grow once they do.
+        for &b in bufs.iter() {
             let buf = pool.get_mut(b);
             if self.cfg.vnet_hdr {
                 match VnetHdr::for_buffer(buf) {
                     Some(h) => self.vnet_hdrs.push(h.emit()),
                     None => {
                         self.stats.tx_unsendable_offload += 1;
-                        keep[i] = false;
-                        self.vnet_hdrs.push([0; VNET_HDR_LEN]);
+                        continue;
                     }
                 }
             } else if buf.meta.offload.has_partial_checksum() {
                 complete_in_software(buf);
                 self.stats.tx_software_checksum += 1;
             }
+            self.kept.push(b);
         }
-        for (i, &b) in bufs.iter().enumerate() {
-            if !keep[i] {
-                continue;
-            }
+        let per = if self.cfg.vnet_hdr { 2 } else { 1 };
+        for (k, &b) in self.kept.iter().enumerate() {
             let data = pool.get(b).bytes();
             if self.cfg.vnet_hdr {
-                self.iovs.push(libc::iovec { iov_base: self.vnet_hdrs[i].as_ptr() as *mut _, iov_len: VNET_HDR_LEN });
+                self.iovs.push(libc::iovec { iov_base: self.vnet_hdrs[k].as_ptr() as *mut _, iov_len: VNET_HDR_LEN });
             }
             self.iovs.push(libc::iovec { iov_base: data.as_ptr() as *mut _, iov_len: data.len() });
         }
-        let per = if self.cfg.vnet_hdr { 2 } else { 1 };
-        let mut lens = Vec::with_capacity(n);
-        for (i, &b) in bufs.iter().enumerate() {
-            if keep[i] {
-                lens.push(pool.get(b).len());
-            }
-        }
-        for k in 0..lens.len() {
+        for k in 0..self.kept.len() {
             // SAFETY: msghdr is plain data; zero is valid before the fields are set.
             let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
             h.msg_iov = self.iovs[k * per..].as_mut_ptr();
@@ -516,8 +511,8 @@ impl AfPacket {
             if r == 0 {
                 break;
             }
-            for &l in &lens[done..done + r as usize] {
-                result.sent_bytes += l;
+            for &b in &self.kept[done..done + r as usize] {
+                result.sent_bytes += pool.get(b).len();
             }
             done += r as usize;
         }

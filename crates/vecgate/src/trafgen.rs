@@ -84,31 +84,30 @@ fn stamp(frame: &mut [u8], seq: u64, t_ns: u64) {
     udp_checksum(frame);
 }
 
+/// Recomputes the UDP checksum of the frame (Ethernet, IPv4 or IPv6 without options or
+/// extension headers, UDP — the generator's own template).
 fn udp_checksum(frame: &mut [u8]) {
-    use wire::checksum::{pseudo_header_v4, pseudo_header_v6, Checksum};
-    let ip = &frame[14..];
-    let (l3, ph) = match ip[0] >> 4 {
-        4 => {
-            let ihl = (ip[0] & 0xf) as usize * 4;
-            let len = u16::from_be_bytes([ip[2], ip[3]]) as usize - ihl;
-            let s = std::net::Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]);
-            let d = std::net::Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]);
-            (ihl, pseudo_header_v4(s, d, 17, len as u16))
+    use wire::ipv4::Ipv4Packet;
+    use wire::ipv6::Ipv6Packet;
+    use wire::udp::UdpPacket;
+    let ip = &mut frame[14..];
+    if ip[0] >> 4 == 4 {
+        let (src, dst) = {
+            let p = Ipv4Packet::new_unchecked(&ip[..]);
+            (p.src_addr(), p.dst_addr())
+        };
+        if let Ok(mut u) = UdpPacket::new_checked(&mut ip[20..]) {
+            u.fill_checksum_v4(src, dst);
         }
-        _ => {
-            let len = u16::from_be_bytes([ip[4], ip[5]]) as usize;
-            let s = std::net::Ipv6Addr::from(<[u8; 16]>::try_from(&ip[8..24]).expect("16 bytes"));
-            let d = std::net::Ipv6Addr::from(<[u8; 16]>::try_from(&ip[24..40]).expect("16 bytes"));
-            (40, pseudo_header_v6(&s, &d, 17, len as u32))
+    } else {
+        let (src, dst) = {
+            let p = Ipv6Packet::new_unchecked(&ip[..]);
+            (p.src_addr(), p.dst_addr())
+        };
+        if let Ok(mut u) = UdpPacket::new_checked(&mut ip[40..]) {
+            u.fill_checksum_v6(&src, &dst);
         }
-    };
-    let u = 14 + l3;
-    frame[u + 6..u + 8].copy_from_slice(&[0, 0]);
-    let c = match Checksum::new().add(ph).add_bytes(&frame[u..]).finish() {
-        0 => 0xffff,
-        c => c,
-    };
-    frame[u + 6..u + 8].copy_from_slice(&c.to_be_bytes());
+    }
 }
 
 /// What a received frame's trailer says: (sequence, send time), if it is ours.
