@@ -164,6 +164,11 @@ pub fn build_state(cfg: &Config) -> Result<(RouterState, GtpuState), ConfigError
         if ic.mtu < min_mtu || ic.mtu > MAX_MTU {
             return Err(cfg.err(f("mtu"), format!("{}: expected {min_mtu} to {MAX_MTU} bytes", ic.mtu)));
         }
+        let af_packet_keys = ic.vnet_hdr.is_some()
+            || ic.rx_retire_ms.is_some()
+            || ic.rx_ring.is_some()
+            || ic.rx_frame_size.is_some()
+            || ic.rx_frames.is_some();
         match ic.kind {
             InterfaceKind::Pcap if ic.input.is_none() && ic.output.is_none() => {
                 return Err(cfg.err(f("input"), "a pcap interface needs `input`, `output` or both"));
@@ -179,26 +184,13 @@ pub fn build_state(cfg: &Config) -> Result<(RouterState, GtpuState), ConfigError
             InterfaceKind::Tap if ic.host_if.as_deref().is_none_or(|n| n.is_empty() || n.len() > 15) => {
                 return Err(cfg.err(f("host_if"), "a tap interface needs `host_if`: the name of the TAP device to create (1 to 15 bytes)"));
             }
-            InterfaceKind::Tap
-                if ic.vnet_hdr.is_some()
-                    || ic.rx_retire_ms.is_some()
-                    || ic.rx_ring.is_some()
-                    || ic.rx_frame_size.is_some()
-                    || ic.rx_frames.is_some() =>
-            {
+            InterfaceKind::Tap if af_packet_keys => {
                 return Err(cfg.err(
                     f("vnet_hdr"),
                     "`vnet_hdr`, `rx_ring`, `rx_frame_size`, `rx_frames` and `rx_retire_ms` are for af_packet interfaces",
                 ));
             }
-            InterfaceKind::Pg | InterfaceKind::Null | InterfaceKind::Pcap
-                if ic.host_if.is_some()
-                    || ic.vnet_hdr.is_some()
-                    || ic.rx_retire_ms.is_some()
-                    || ic.rx_ring.is_some()
-                    || ic.rx_frame_size.is_some()
-                    || ic.rx_frames.is_some() =>
-            {
+            InterfaceKind::Pg | InterfaceKind::Null | InterfaceKind::Pcap if ic.host_if.is_some() || af_packet_keys => {
                 return Err(cfg.err(
                     f("host_if"),
                     "`host_if` is for af_packet and tap interfaces; `vnet_hdr`, `rx_ring`, `rx_frame_size`, `rx_frames` and `rx_retire_ms` for af_packet",

@@ -150,23 +150,24 @@ impl AfPacket {
         if cfg.qdisc_bypass {
             linux::set_opt(&fd, libc::SOL_PACKET, libc::PACKET_QDISC_BYPASS, &1i32).map_err(sys("PACKET_QDISC_BYPASS"))?;
         }
-        if cfg.block_size % FRAME_SIZE != 0 || cfg.block_size < 65536 + 4096 || cfg.blocks == 0 {
-            return Err(OpenError::Sys {
-                ifname: ifname.into(),
-                what: "ring geometry",
-                source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "block size must be a multiple of 2048 above 68 KiB"),
-            });
-        }
         // A V2 ring is one slot per block.
         let (frame_size, block_size, blocks) = match cfg.ring {
             RingVersion::V2 => (cfg.v2_frame_size, cfg.v2_frame_size, cfg.v2_slots),
             RingVersion::V3 => (FRAME_SIZE, cfg.block_size, cfg.blocks),
         };
-        if (cfg.ring == RingVersion::V2 && frame_size % 4096 != 0) || block_size % frame_size != 0 || blocks == 0 {
+        // V3 blocks must hold a whole 64 KiB GSO frame; V2 slots are whole pages.
+        let fits = match cfg.ring {
+            RingVersion::V3 => block_size >= 65536 + 4096,
+            RingVersion::V2 => frame_size % 4096 == 0,
+        };
+        if !fits || block_size % frame_size != 0 || blocks == 0 {
             return Err(OpenError::Sys {
                 ifname: ifname.into(),
                 what: "ring geometry",
-                source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "v2 frame size must be a multiple of 4096"),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "v3 blocks must be multiples of 2048 above 68 KiB, v2 slots multiples of 4096",
+                ),
             });
         }
         let req = libc::tpacket_req3 {

@@ -112,7 +112,7 @@ impl VnetHdr {
             let l4 = h.csum_start as usize;
             let l4_len = match o.gso {
                 GsoKind::UdpL4 => 8,
-                _ => (*buf.bytes().get(l4 + 12)? as usize >> 4) * 4,
+                _ => wire::tcp::header_len_at(buf.bytes(), l4)?,
             };
             h.gso_type = match o.gso {
                 GsoKind::Tcp4 => GSO_TCPV4,

@@ -53,6 +53,13 @@ impl TcpFlags {
     }
 }
 
+/// The header length (data offset × 4) of the TCP header starting at `at` in `p`, read
+/// without building a view: for callers that only need where a segment's payload begins
+/// (GSO segment sizes, vnet headers). `None` if the byte is outside `p`.
+pub fn header_len_at(p: &[u8], at: usize) -> Option<usize> {
+    p.get(at + field::OFF_FLAGS).map(|b| (*b as usize >> 4) * 4)
+}
+
 #[derive(Debug, Clone)]
 pub struct TcpPacket<T: AsRef<[u8]>> {
     buffer: T,

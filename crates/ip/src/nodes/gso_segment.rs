@@ -44,7 +44,7 @@ fn layout(p: &[u8], l4: usize, gso: GsoKind) -> Option<Layout> {
     };
     let min_l3 = if v6 { 40 } else { 20 };
     let (tcp, l4_len) = match gso {
-        GsoKind::Tcp4 | GsoKind::Tcp6 => (true, (*p.get(l4 + 12)? as usize >> 4) * 4),
+        GsoKind::Tcp4 | GsoKind::Tcp6 => (true, wire::tcp::header_len_at(p, l4)?),
         GsoKind::UdpL4 => (false, 8),
         GsoKind::None => return None,
     };
@@ -83,80 +83,78 @@ impl<Cx: HasIp> ExpandNode<Cx> for GsoSegment {
 /// Cut the GSO frame `bi` into segments, pushed to `out` with their next node; the input
 /// buffer is left to the caller. On error, the segments already pushed stand.
 pub fn segment(pool: &mut Pool, bi: BufIdx, out: &mut Vec<(BufIdx, GsoSegmentNext)>) -> Result<(), GsoSegmentCounter> {
-    {
-        use GsoSegmentCounter as C;
-        let src = pool.get(bi);
-        let meta = src.meta;
-        let o = meta.offload;
-        let l4 = (o.csum_start as usize).checked_sub(src.offset()).ok_or(C::BadFrame)?;
-        let lay = layout(src.bytes(), l4, o.gso).ok_or(C::BadFrame)?;
-        let mss = o.gso_size as usize;
-        let total = src.len();
-        if mss == 0 || total <= lay.hdr_len {
-            return Err(C::BadFrame);
-        }
-        let next = if lay.v6 { GsoSegmentNext::Ip6Lookup } else { GsoSegmentNext::Ip4Lookup };
-        let payload = total - lay.hdr_len;
-        let n = payload.div_ceil(mss);
-        for i in 0..n {
-            let from = lay.hdr_len + i * mss;
-            let chunk = mss.min(total - from);
-            let seg_len = lay.hdr_len + chunk;
-            let Some(d) = pool.alloc(seg_len) else { return Err(C::NoBuffer) };
-            let Some((src, dst)) = pool.two_mut(bi, d) else {
-                pool.free(d);
-                return Err(C::NoBuffer);
-            };
-            let s = src.bytes();
-            if dst.set_len(seg_len).is_err() {
-                pool.free(d);
-                return Err(C::NoBuffer);
-            }
-            let b = dst.bytes_mut();
-            b[..lay.hdr_len].copy_from_slice(&s[..lay.hdr_len]);
-            b[lay.hdr_len..].copy_from_slice(&s[from..from + chunk]);
-            let l4_len = seg_len - lay.l4;
-            let proto = if lay.tcp { 6 } else { 17 };
-            let pseudo = if lay.v6 {
-                b[4..6].copy_from_slice(&((seg_len - 40) as u16).to_be_bytes());
-                let sa = std::net::Ipv6Addr::from(<[u8; 16]>::try_from(&b[8..24]).expect("16 bytes"));
-                let da = std::net::Ipv6Addr::from(<[u8; 16]>::try_from(&b[24..40]).expect("16 bytes"));
-                pseudo_header_v6(&sa, &da, proto, l4_len as u32)
-            } else {
-                b[2..4].copy_from_slice(&(seg_len as u16).to_be_bytes());
-                let id = u16::from_be_bytes([b[4], b[5]]).wrapping_add(i as u16);
-                b[4..6].copy_from_slice(&id.to_be_bytes());
-                b[10..12].copy_from_slice(&[0, 0]);
-                let ihl = (b[0] & 0x0f) as usize * 4;
-                let c = wire::checksum::checksum(&b[..ihl.min(lay.l4)]);
-                b[10..12].copy_from_slice(&c.to_be_bytes());
-                let sa = std::net::Ipv4Addr::new(b[12], b[13], b[14], b[15]);
-                let da = std::net::Ipv4Addr::new(b[16], b[17], b[18], b[19]);
-                pseudo_header_v4(sa, da, proto, l4_len as u16)
-            };
-            let t = &mut b[lay.l4..];
-            let field = if lay.tcp {
-                let seq = u32::from_be_bytes([t[4], t[5], t[6], t[7]]).wrapping_add((i * mss) as u32);
-                t[4..8].copy_from_slice(&seq.to_be_bytes());
-                if i + 1 < n {
-                    t[13] &= !(0x01 | 0x08); // FIN, PSH: the last segment's
-                }
-                if i > 0 {
-                    t[13] &= !0x80; // CWR: the first segment's
-                }
-                16
-            } else {
-                t[4..6].copy_from_slice(&(l4_len as u16).to_be_bytes());
-                6
-            };
-            t[field..field + 2].copy_from_slice(&pseudo.fold().to_be_bytes());
-            dst.meta = meta;
-            dst.meta.offload = engine::Offload::default();
-            dst.set_partial_checksum(lay.l4, field);
-            out.push((d, next));
-        }
-        Ok(())
+    use GsoSegmentCounter as C;
+    let src = pool.get(bi);
+    let meta = src.meta;
+    let o = meta.offload;
+    let l4 = (o.csum_start as usize).checked_sub(src.offset()).ok_or(C::BadFrame)?;
+    let lay = layout(src.bytes(), l4, o.gso).ok_or(C::BadFrame)?;
+    let mss = o.gso_size as usize;
+    let total = src.len();
+    if mss == 0 || total <= lay.hdr_len {
+        return Err(C::BadFrame);
     }
+    let next = if lay.v6 { GsoSegmentNext::Ip6Lookup } else { GsoSegmentNext::Ip4Lookup };
+    let payload = total - lay.hdr_len;
+    let n = payload.div_ceil(mss);
+    for i in 0..n {
+        let from = lay.hdr_len + i * mss;
+        let chunk = mss.min(total - from);
+        let seg_len = lay.hdr_len + chunk;
+        let Some(d) = pool.alloc(seg_len) else { return Err(C::NoBuffer) };
+        let Some((src, dst)) = pool.two_mut(bi, d) else {
+            pool.free(d);
+            return Err(C::NoBuffer);
+        };
+        let s = src.bytes();
+        if dst.set_len(seg_len).is_err() {
+            pool.free(d);
+            return Err(C::NoBuffer);
+        }
+        let b = dst.bytes_mut();
+        b[..lay.hdr_len].copy_from_slice(&s[..lay.hdr_len]);
+        b[lay.hdr_len..].copy_from_slice(&s[from..from + chunk]);
+        let l4_len = seg_len - lay.l4;
+        let proto = if lay.tcp { 6 } else { 17 };
+        let pseudo = if lay.v6 {
+            b[4..6].copy_from_slice(&((seg_len - 40) as u16).to_be_bytes());
+            let sa = std::net::Ipv6Addr::from(<[u8; 16]>::try_from(&b[8..24]).expect("16 bytes"));
+            let da = std::net::Ipv6Addr::from(<[u8; 16]>::try_from(&b[24..40]).expect("16 bytes"));
+            pseudo_header_v6(&sa, &da, proto, l4_len as u32)
+        } else {
+            b[2..4].copy_from_slice(&(seg_len as u16).to_be_bytes());
+            let id = u16::from_be_bytes([b[4], b[5]]).wrapping_add(i as u16);
+            b[4..6].copy_from_slice(&id.to_be_bytes());
+            b[10..12].copy_from_slice(&[0, 0]);
+            let ihl = (b[0] & 0x0f) as usize * 4;
+            let c = wire::checksum::checksum(&b[..ihl.min(lay.l4)]);
+            b[10..12].copy_from_slice(&c.to_be_bytes());
+            let sa = std::net::Ipv4Addr::new(b[12], b[13], b[14], b[15]);
+            let da = std::net::Ipv4Addr::new(b[16], b[17], b[18], b[19]);
+            pseudo_header_v4(sa, da, proto, l4_len as u16)
+        };
+        let t = &mut b[lay.l4..];
+        let field = if lay.tcp {
+            let seq = u32::from_be_bytes([t[4], t[5], t[6], t[7]]).wrapping_add((i * mss) as u32);
+            t[4..8].copy_from_slice(&seq.to_be_bytes());
+            if i + 1 < n {
+                t[13] &= !(0x01 | 0x08); // FIN, PSH: the last segment's
+            }
+            if i > 0 {
+                t[13] &= !0x80; // CWR: the first segment's
+            }
+            16
+        } else {
+            t[4..6].copy_from_slice(&(l4_len as u16).to_be_bytes());
+            6
+        };
+        t[field..field + 2].copy_from_slice(&pseudo.fold().to_be_bytes());
+        dst.meta = meta;
+        dst.meta.offload = engine::Offload::default();
+        dst.set_partial_checksum(lay.l4, field);
+        out.push((d, next));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -70,7 +70,7 @@ pub fn wire_segment_len(buf: &engine::Buffer, len: usize) -> usize {
     let Some(l4) = (o.csum_start as usize).checked_sub(buf.offset()) else { return len };
     let l4_len = match o.gso {
         engine::GsoKind::UdpL4 => 8,
-        _ => buf.bytes().get(l4 + 12).map_or(20, |b| (*b as usize >> 4) * 4),
+        _ => wire::tcp::header_len_at(buf.bytes(), l4).unwrap_or(20),
     };
     (l4 + l4_len + o.gso_size as usize).min(len)
 }
