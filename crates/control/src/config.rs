@@ -154,6 +154,9 @@ pub enum InterfaceKind {
     AfPacket,
     /// A TAP device named `host_if`, created by vecgate (the host stack as a neighbour).
     Tap,
+    /// AF_XDP sockets on host interface `host_if`, one per receive queue, fed by an XDP
+    /// program vecgate attaches (and removes).
+    AfXdp,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -186,6 +189,23 @@ pub struct InterfaceConfig {
     /// 64 KiB GSO frame) and slots (default 128).
     pub rx_frame_size: Option<usize>,
     pub rx_frames: Option<usize>,
+    /// af_xdp: where the XDP program runs, "native" or "generic" (default: native where
+    /// the driver has it).
+    pub xdp_mode: Option<XdpModeConfig>,
+    /// af_xdp: bind zero-copy (true) or copy mode (false); default: zero-copy where the
+    /// driver allows.
+    pub zero_copy: Option<bool>,
+    /// af_xdp: UMEM frames per socket (a power of two, default 4096: half receive, half
+    /// transmit) and their size (2048 or 4096, default 4096).
+    pub xdp_frames: Option<u32>,
+    pub xdp_frame_size: Option<u32>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum XdpModeConfig {
+    Native,
+    Generic,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]

@@ -24,6 +24,8 @@ pub const MAX_MTU: u16 = 9202;
 pub struct InterfaceInfo {
     pub name: String,
     pub kind: &'static str,
+    /// How the device was opened, where that varies (af_xdp: "copy, native XDP").
+    pub detail: Option<String>,
 }
 
 /// A worker's context: one part per feature. The IP nodes see the IP part, the GTP-U
@@ -121,6 +123,7 @@ fn kind_name(k: InterfaceKind) -> &'static str {
         InterfaceKind::Null => "null",
         InterfaceKind::AfPacket => "af_packet",
         InterfaceKind::Tap => "tap",
+        InterfaceKind::AfXdp => "af_xdp",
     }
 }
 
@@ -131,7 +134,7 @@ fn interface_mac(cfg: &Config, i: usize) -> Result<EthernetAddress, ConfigError>
     let f = format!("interface[{i}].mac");
     match (&ic.mac, ic.kind, ic.host_if.as_deref()) {
         (Some(m), _, _) => parse_field(cfg, &f, m, "a MAC address like 02:00:00:00:00:01"),
-        (None, InterfaceKind::AfPacket, Some(h)) => match io::linux::mac(h) {
+        (None, InterfaceKind::AfPacket | InterfaceKind::AfXdp, Some(h)) => match io::linux::mac(h) {
             Some(m) => Ok(EthernetAddress(m)),
             None => Err(cfg.err(f, format!("no `mac` given and host interface {h:?} has none to borrow"))),
         },
@@ -169,17 +172,36 @@ pub fn build_state(cfg: &Config) -> Result<(RouterState, GtpuState), ConfigError
             || ic.rx_ring.is_some()
             || ic.rx_frame_size.is_some()
             || ic.rx_frames.is_some();
+        let af_xdp_keys = ic.xdp_mode.is_some() || ic.zero_copy.is_some() || ic.xdp_frames.is_some() || ic.xdp_frame_size.is_some();
+        if af_xdp_keys && ic.kind != InterfaceKind::AfXdp {
+            return Err(cfg.err(f("xdp_mode"), "`xdp_mode`, `zero_copy`, `xdp_frames` and `xdp_frame_size` are for af_xdp interfaces"));
+        }
         match ic.kind {
             InterfaceKind::Pcap if ic.input.is_none() && ic.output.is_none() => {
                 return Err(cfg.err(f("input"), "a pcap interface needs `input`, `output` or both"));
             }
-            InterfaceKind::Pg | InterfaceKind::Null | InterfaceKind::AfPacket | InterfaceKind::Tap
+            InterfaceKind::Pg | InterfaceKind::Null | InterfaceKind::AfPacket | InterfaceKind::Tap | InterfaceKind::AfXdp
                 if ic.input.is_some() || ic.output.is_some() =>
             {
                 return Err(cfg.err(f("input"), "only pcap interfaces take `input`/`output` files"));
             }
-            InterfaceKind::AfPacket if ic.host_if.is_none() => {
-                return Err(cfg.err(f("host_if"), "an af_packet interface needs `host_if`, the host interface to bind to"));
+            InterfaceKind::AfPacket | InterfaceKind::AfXdp if ic.host_if.is_none() => {
+                return Err(cfg.err(
+                    f("host_if"),
+                    format!("an {} interface needs `host_if`, the host interface to bind to", kind_name(ic.kind)),
+                ));
+            }
+            InterfaceKind::AfXdp if af_packet_keys => {
+                return Err(cfg.err(
+                    f("vnet_hdr"),
+                    "`vnet_hdr`, `rx_ring`, `rx_frame_size`, `rx_frames` and `rx_retire_ms` are for af_packet interfaces",
+                ));
+            }
+            InterfaceKind::AfXdp if ic.xdp_frames.is_some_and(|n| !n.is_power_of_two() || !(64..=1 << 20).contains(&n)) => {
+                return Err(cfg.err(f("xdp_frames"), "expected a power of two from 64 to 1048576"));
+            }
+            InterfaceKind::AfXdp if ic.xdp_frame_size.is_some_and(|n| n != 2048 && n != 4096) => {
+                return Err(cfg.err(f("xdp_frame_size"), "expected 2048 or 4096"));
             }
             InterfaceKind::Tap if ic.host_if.as_deref().is_none_or(|n| n.is_empty() || n.len() > 15) => {
                 return Err(cfg.err(f("host_if"), "a tap interface needs `host_if`: the name of the TAP device to create (1 to 15 bytes)"));
@@ -193,7 +215,7 @@ pub fn build_state(cfg: &Config) -> Result<(RouterState, GtpuState), ConfigError
             InterfaceKind::Pg | InterfaceKind::Null | InterfaceKind::Pcap if ic.host_if.is_some() || af_packet_keys => {
                 return Err(cfg.err(
                     f("host_if"),
-                    "`host_if` is for af_packet and tap interfaces; `vnet_hdr`, `rx_ring`, `rx_frame_size`, `rx_frames` and `rx_retire_ms` for af_packet",
+                    "`host_if` is for af_packet, af_xdp and tap interfaces; `vnet_hdr`, `rx_ring`, `rx_frame_size`, `rx_frames` and `rx_retire_ms` for af_packet",
                 ));
             }
             _ => {}
@@ -345,11 +367,13 @@ fn check_workers(cfg: &Config) -> Result<(), ConfigError> {
         ));
     }
     if n > 1 {
-        if let Some((i, ic)) = cfg.interfaces.iter().enumerate().find(|(_, ic)| ic.kind != InterfaceKind::AfPacket) {
+        if let Some((i, ic)) =
+            cfg.interfaces.iter().enumerate().find(|(_, ic)| !matches!(ic.kind, InterfaceKind::AfPacket | InterfaceKind::AfXdp))
+        {
             return Err(cfg.err(
                 format!("interface[{i}].type"),
                 format!(
-                    "{:?} is a {} interface; with dataplane.workers > 1 every interface must be af_packet",
+                    "{:?} is a {} interface; with dataplane.workers > 1 every interface must be af_packet or af_xdp",
                     ic.name,
                     kind_name(ic.kind)
                 ),
@@ -357,6 +381,36 @@ fn check_workers(cfg: &Config) -> Result<(), ConfigError> {
         }
     }
     Ok(())
+}
+
+/// Attach the XDP program of every af_xdp interface, once for all workers, and check
+/// that each worker will own at least one receive queue.
+fn attach_xdp(cfg: &Config) -> Result<Vec<Option<Arc<io::af_xdp::XdpRedirect>>>, ConfigError> {
+    let n = cfg.dataplane.workers;
+    let mut out = Vec::with_capacity(cfg.interfaces.len());
+    for (i, ic) in cfg.interfaces.iter().enumerate() {
+        if ic.kind != InterfaceKind::AfXdp {
+            out.push(None);
+            continue;
+        }
+        let host_if = ic.host_if.as_deref().expect("validated in build_state");
+        let field = format!("interface[{i}].host_if");
+        let ifindex = io::linux::if_index(host_if).map_err(|e| cfg.err(&field, e.to_string()))?;
+        let queues = io::linux::rx_queues(host_if).max(1);
+        if queues < n {
+            return Err(cfg.err(
+                "dataplane.workers",
+                format!("{n} workers but {host_if:?} has {queues} receive queues: an af_xdp worker owns at least one queue"),
+            ));
+        }
+        let mode = ic.xdp_mode.map(|m| match m {
+            crate::config::XdpModeConfig::Native => io::af_xdp::XdpMode::Native,
+            crate::config::XdpModeConfig::Generic => io::af_xdp::XdpMode::Generic,
+        });
+        let p = io::af_xdp::XdpRedirect::attach(host_if, ifindex, queues as u32, mode).map_err(|e| cfg.err(&field, e.to_string()))?;
+        out.push(Some(Arc::new(p)));
+    }
+    Ok(out)
 }
 
 /// The core worker `k` is pinned to, if any.
@@ -373,21 +427,30 @@ pub fn assemble(cfg: &Config) -> Result<Assembly, ConfigError> {
     let (state, gtpu) = build_state(cfg)?;
     check_workers(cfg)?;
     let mut streams = stream_specs(cfg)?;
+    let programs = attach_xdp(cfg)?;
     let mut per_worker = Vec::with_capacity(cfg.dataplane.workers);
+    let mut details = Vec::new();
     for k in 0..cfg.dataplane.workers {
-        per_worker.push(open_devices(cfg, k, &mut streams)?);
+        let (devices, d) = open_devices(cfg, k, &mut streams, &programs)?;
+        per_worker.push(devices);
+        if k == 0 {
+            details = d;
+        }
     }
-    build(cfg, state, gtpu, per_worker)
+    build(cfg, state, gtpu, per_worker, details)
 }
 
-/// Worker `k`'s devices, one per interface.
+/// Worker `k`'s devices, one per interface, and how each was opened where that varies.
 fn open_devices(
     cfg: &Config,
     k: usize,
     streams: &mut BTreeMap<String, Vec<io::pg::StreamSpec>>,
-) -> Result<Vec<Box<dyn Device>>, ConfigError> {
+    programs: &[Option<Arc<io::af_xdp::XdpRedirect>>],
+) -> Result<(Vec<Box<dyn Device>>, Vec<Option<String>>), ConfigError> {
     let mut devices: Vec<Box<dyn Device>> = Vec::new();
+    let mut details = Vec::new();
     for (i, ic) in cfg.interfaces.iter().enumerate() {
+        let mut detail = None;
         let dev: Box<dyn Device> = match ic.kind {
             InterfaceKind::Pg => {
                 let specs = streams.remove(&ic.name).unwrap_or_default();
@@ -410,6 +473,19 @@ fn open_devices(
                 c.v2_slots = ic.rx_frames.unwrap_or(c.v2_slots);
                 Box::new(io::af_packet::AfPacket::open(c).map_err(|e| cfg.err(format!("interface[{i}].host_if"), e.to_string()))?)
             }
+            InterfaceKind::AfXdp => {
+                let program = programs[i].clone().expect("attached in attach_xdp");
+                let mut c = io::af_xdp::AfXdpConfig::new(ic.host_if.as_deref().expect("validated in build_state"));
+                // Worker k owns every n-th queue, starting at k.
+                let n = cfg.dataplane.workers as u32;
+                c.queues = (0..program.queues()).filter(|q| q % n == k as u32).collect();
+                c.frames = ic.xdp_frames.unwrap_or(c.frames);
+                c.frame_size = ic.xdp_frame_size.unwrap_or(c.frame_size);
+                c.bind = ic.zero_copy.map(|z| if z { io::af_xdp::BindMode::ZeroCopy } else { io::af_xdp::BindMode::Copy });
+                let d = io::af_xdp::AfXdp::open(&c, program).map_err(|e| cfg.err(format!("interface[{i}].host_if"), e.to_string()))?;
+                detail = Some(d.describe());
+                Box::new(d)
+            }
             InterfaceKind::Tap => {
                 let name = ic.host_if.as_deref().expect("validated in build_state");
                 Box::new(io::tap::Tap::open(name).map_err(|e| cfg.err(format!("interface[{i}].host_if"), e.to_string()))?)
@@ -424,9 +500,9 @@ fn open_devices(
             }
         };
         devices.push(dev);
+        details.push(detail);
     }
-    let _ = k;
-    Ok(devices)
+    Ok((devices, details))
 }
 
 fn build(
@@ -434,6 +510,7 @@ fn build(
     mut state: RouterState,
     mut gtpu: GtpuState,
     per_worker: Vec<Vec<Box<dyn Device>>>,
+    details: Vec<Option<String>>,
 ) -> Result<Assembly, ConfigError> {
     let tables = state.build();
     let shared = Arc::new(ArcSwap::from_pointee(tables));
@@ -453,7 +530,12 @@ fn build(
         };
         workers.push(build_worker(cfg, k, devices, cx)?);
     }
-    let interfaces = cfg.interfaces.iter().map(|ic| InterfaceInfo { name: ic.name.clone(), kind: kind_name(ic.kind) }).collect();
+    let interfaces = cfg
+        .interfaces
+        .iter()
+        .zip(details.into_iter().chain(std::iter::repeat(None)))
+        .map(|(ic, detail)| InterfaceInfo { name: ic.name.clone(), kind: kind_name(ic.kind), detail })
+        .collect();
     let control = Control {
         state,
         gtpu,

@@ -93,6 +93,9 @@ pub struct InterfaceRow {
     pub index: usize,
     pub name: String,
     pub kind: &'static str,
+    /// How the device was opened, where that varies (af_xdp: "copy, native XDP").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
     pub mac: String,
     pub mtu: u16,
     pub addresses: Vec<String>,
@@ -118,6 +121,7 @@ pub fn interface_rows(l3: &[IfL3], info: &[InterfaceInfo], s: Option<&Snapshot>)
                 index: i,
                 name: ifl.name.clone(),
                 kind: info.get(i).map_or("?", |x| x.kind),
+                detail: info.get(i).and_then(|x| x.detail.clone()),
                 mac: ifl.mac.to_string(),
                 mtu: ifl.mtu,
                 addresses,
@@ -135,7 +139,11 @@ pub fn interface_rows(l3: &[IfL3], info: &[InterfaceInfo], s: Option<&Snapshot>)
 pub fn interfaces(rows: &[InterfaceRow]) -> String {
     let mut o = String::new();
     for r in rows {
-        let _ = writeln!(o, "{} ({}) index {} mac {} mtu {}", r.name, r.kind, r.index, r.mac, r.mtu);
+        let kind = match &r.detail {
+            Some(d) => format!("{}: {d}", r.kind),
+            None => r.kind.to_string(),
+        };
+        let _ = writeln!(o, "{} ({kind}) index {} mac {} mtu {}", r.name, r.index, r.mac, r.mtu);
         for a in &r.addresses {
             let _ = writeln!(o, "    {a}");
         }

@@ -19,7 +19,7 @@
 use crate::linux::{self, Mapping, OpenError};
 use crate::vnet::{complete_in_software, VnetHdr, VNET_HDR_LEN};
 use engine::device::{Device, RxStatus, TxResult};
-use engine::{clock, BufIdx, Pool};
+use engine::{BufIdx, Pool};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -78,18 +78,6 @@ pub enum RingVersion {
 }
 
 const FRAME_SIZE: usize = 2048;
-/// How often (TSC-timed) the link state is read when nothing is received.
-const LINK_CHECK_SECONDS: f64 = 0.5;
-
-macro_rules! device_counters {
-    ($($field:ident = $name:literal),+ $(,)?) => {
-        #[derive(Debug, Default, Clone)]
-        struct Stats { $($field: u64),+ }
-        impl Stats {
-            fn list(&self) -> Vec<(&'static str, u64)> { vec![$(($name, self.$field)),+] }
-        }
-    };
-}
 
 device_counters! {
     kernel_drops = "rx-kernel-drops",
@@ -101,8 +89,6 @@ device_counters! {
     tx_other = "tx-error",
     tx_unsendable_offload = "tx-offload-unsendable",
     tx_software_checksum = "tx-software-checksum",
-    link_down_events = "link-down-events",
-    gone = "interface-gone",
 }
 
 pub struct AfPacket {
@@ -114,8 +100,7 @@ pub struct AfPacket {
     left: u32,
     next_off: usize,
     stats: Stats,
-    link_up: bool,
-    next_link_check: u64,
+    link: linux::LinkWatch,
     /// sendmmsg scratch, kept between calls.
     msgs: Vec<libc::mmsghdr>,
     iovs: Vec<libc::iovec>,
@@ -216,7 +201,7 @@ impl AfPacket {
             linux::set_opt(&fd, libc::SOL_PACKET, libc::PACKET_FANOUT, &arg).map_err(sys("PACKET_FANOUT"))?;
         }
         Ok(AfPacket {
-            link_up: linux::link_up(ifname),
+            link: linux::LinkWatch::new(ifname),
             cfg,
             fd,
             ring,
@@ -224,7 +209,6 @@ impl AfPacket {
             left: 0,
             next_off: 0,
             stats: Stats::default(),
-            next_link_check: 0,
             msgs: Vec::new(),
             iovs: Vec::new(),
             vnet_hdrs: Vec::new(),
@@ -270,20 +254,9 @@ impl AfPacket {
     }
 
     fn check_link(&mut self) {
-        let now = clock::now();
-        if now < self.next_link_check {
-            return;
+        if self.link.poll() {
+            self.poll_kernel_stats();
         }
-        self.next_link_check = now + (clock::hz() as f64 * LINK_CHECK_SECONDS) as u64;
-        self.poll_kernel_stats();
-        let up = linux::link_up(&self.cfg.host_if);
-        if self.link_up && !up {
-            self.stats.link_down_events += 1;
-            if !linux::exists(&self.cfg.host_if) {
-                self.stats.gone += 1;
-            }
-        }
-        self.link_up = up;
     }
 }
 
@@ -322,7 +295,10 @@ impl Device for AfPacket {
     }
 
     fn counters(&self) -> Vec<(&'static str, u64)> {
-        self.stats.list()
+        let mut c = self.stats.list();
+        c.push(("link-down-events", self.link.down_events));
+        c.push(("interface-gone", self.link.gone));
+        c
     }
 }
 

@@ -12,7 +12,20 @@
 //! `SAFETY` note.
 #![deny(unsafe_op_in_unsafe_fn)]
 
+/// A backend's named counters: a `Stats` struct of `u64` fields and the list
+/// `Device::counters` reports, each field under its displayed name.
+macro_rules! device_counters {
+    ($($field:ident = $name:literal),+ $(,)?) => {
+        #[derive(Debug, Default, Clone)]
+        struct Stats { $($field: u64),+ }
+        impl Stats {
+            fn list(&self) -> Vec<(&'static str, u64)> { vec![$(($name, self.$field)),+] }
+        }
+    };
+}
+
 pub mod af_packet;
+pub mod af_xdp;
 pub mod linux;
 pub mod null;
 pub mod pcap;

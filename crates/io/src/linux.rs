@@ -53,6 +53,56 @@ pub fn exists(ifname: &str) -> bool {
     sysfs(ifname, "ifindex").is_some()
 }
 
+/// How many receive queues the host interface has (`queues/rx-N` in sysfs).
+pub fn rx_queues(ifname: &str) -> usize {
+    if sysfs(ifname, "ifindex").is_none() {
+        return 0;
+    }
+    std::fs::read_dir(format!("/sys/class/net/{ifname}/queues"))
+        .map(|d| d.filter_map(Result::ok).filter(|e| e.file_name().to_string_lossy().starts_with("rx-")).count())
+        .unwrap_or(0)
+}
+
+/// Watches a host interface's link state from the polling loop: a sysfs read at most
+/// every half second, and only when the device is idle (callers check after empty polls).
+#[derive(Debug)]
+pub struct LinkWatch {
+    ifname: String,
+    up: bool,
+    next_check: u64,
+    /// Times the link went from up to down.
+    pub down_events: u64,
+    /// Times it went down because the interface was deleted.
+    pub gone: u64,
+}
+
+const LINK_CHECK_SECONDS: f64 = 0.5;
+
+impl LinkWatch {
+    pub fn new(ifname: &str) -> LinkWatch {
+        LinkWatch { ifname: ifname.to_string(), up: link_up(ifname), next_check: 0, down_events: 0, gone: 0 }
+    }
+
+    /// Re-read the link state if it is time; true when it was read (callers piggyback
+    /// their own slow reads, such as kernel drop counters, on the same period).
+    pub fn poll(&mut self) -> bool {
+        let now = engine::clock::now();
+        if now < self.next_check {
+            return false;
+        }
+        self.next_check = now + (engine::clock::hz() as f64 * LINK_CHECK_SECONDS) as u64;
+        let up = link_up(&self.ifname);
+        if self.up && !up {
+            self.down_events += 1;
+            if !exists(&self.ifname) {
+                self.gone += 1;
+            }
+        }
+        self.up = up;
+        true
+    }
+}
+
 /// `setsockopt` with a plain value.
 pub fn set_opt<T>(fd: &OwnedFd, level: i32, name: i32, value: &T) -> io::Result<()> {
     use std::os::fd::AsRawFd;
@@ -104,24 +154,30 @@ unsafe impl Send for Mapping {}
 
 impl Mapping {
     pub fn new(fd: &OwnedFd, len: usize) -> io::Result<Mapping> {
+        Mapping::at(fd, len, 0)
+    }
+
+    /// A shared mapping of `len` bytes of `fd` from `offset` (AF_XDP selects each of
+    /// its rings by a magic offset).
+    pub fn at(fd: &OwnedFd, len: usize, offset: u64) -> io::Result<Mapping> {
         use std::os::fd::AsRawFd;
-        // SAFETY: a fresh shared mapping of the socket's ring; no existing memory is
+        Mapping::map(len, libc::MAP_SHARED, fd.as_raw_fd(), offset as libc::off_t)
+    }
+
+    /// Private zeroed memory of `len` bytes, page aligned (an AF_XDP UMEM).
+    pub fn anonymous(len: usize) -> io::Result<Mapping> {
+        Mapping::map(len, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+    }
+
+    fn map(len: usize, flags: i32, fd: i32, offset: libc::off_t) -> io::Result<Mapping> {
+        let prot = libc::PROT_READ | libc::PROT_WRITE;
+        // SAFETY: a fresh mapping chosen by the kernel (null hint); no existing memory is
         // affected; the result is checked against MAP_FAILED.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_LOCKED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
+        let p = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, flags | libc::MAP_LOCKED, fd, offset) };
         let p = if p == libc::MAP_FAILED {
-            // MAP_LOCKED can fail under a low RLIMIT_MEMLOCK; the ring works unlocked.
+            // MAP_LOCKED can fail under a low RLIMIT_MEMLOCK; the memory works unlocked.
             // SAFETY: as above, without MAP_LOCKED.
-            let q =
-                unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0) };
+            let q = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, flags, fd, offset) };
             if q == libc::MAP_FAILED {
                 return Err(io::Error::last_os_error());
             }
