@@ -35,8 +35,9 @@ class Lab:
         sh("ip", "-n", full, "link", "set", "lo", "up")
         return full
 
-    def veth(self, ns1, if1, ns2, if2, mtu=1500):
-        sh("ip", "link", "add", if1, "netns", ns1, "mtu", str(mtu), "type", "veth", "peer", "name", if2, "netns", ns2, "mtu", str(mtu))
+    def veth(self, ns1, if1, ns2, if2, mtu=1500, queues=1):
+        q = ["numtxqueues", str(queues), "numrxqueues", str(queues)]
+        sh("ip", "link", "add", if1, "netns", ns1, "mtu", str(mtu), *q, "type", "veth", "peer", "name", if2, "netns", ns2, "mtu", str(mtu), *q)
         sh("ip", "-n", ns1, "link", "set", if1, "up")
         sh("ip", "-n", ns2, "link", "set", if2, "up")
 

@@ -413,6 +413,23 @@ mod tests {
         let pg_ring = format!("{pg}rx_ring = \"v2\"\n");
         let e = assemble(&Config::parse(&pg_ring, "gw.toml", Path::new(".")).unwrap()).err().unwrap();
         assert_eq!(e.field, "interface[0].host_if", "{e}");
+        // af_xdp: its own keys only, checked before any socket opens.
+        let xdp = "[[interface]]\nname = \"x\"\ntype = \"af_xdp\"\nhost_if = \"vg-no-such-if\"\nmac = \"02:00:00:00:00:01\"\n";
+        for (extra, field, says) in [
+            ("xdp_frames = 1000\n", "interface[0].xdp_frames", "power of two"),
+            ("xdp_frame_size = 1500\n", "interface[0].xdp_frame_size", "2048 or 4096"),
+            ("rx_ring = \"v2\"\n", "interface[0].vnet_hdr", "af_packet"),
+            ("", "interface[0].host_if", "does not exist"),
+        ] {
+            let cfg = Config::parse(&format!("{xdp}{extra}"), "gw.toml", Path::new(".")).unwrap();
+            let e = assemble(&cfg).err().unwrap();
+            assert_eq!(e.field, field, "{e}");
+            assert!(e.message.contains(says), "{e}");
+        }
+        let e = assemble(&Config::parse(&format!("{pg}zero_copy = true\n"), "gw.toml", Path::new(".")).unwrap()).err().unwrap();
+        assert_eq!(e.field, "interface[0].xdp_mode", "{e}");
+        let e = Config::parse(&format!("{xdp}xdp_mode = \"offload\"\n"), "gw.toml", Path::new(".")).unwrap_err();
+        assert!(e.field.starts_with("interface[0]") && e.message.contains("native"), "{e}");
     }
 
     #[test]

@@ -186,10 +186,9 @@ pub fn build_state(cfg: &Config) -> Result<(RouterState, GtpuState), ConfigError
                 return Err(cfg.err(f("input"), "only pcap interfaces take `input`/`output` files"));
             }
             InterfaceKind::AfPacket | InterfaceKind::AfXdp if ic.host_if.is_none() => {
-                return Err(cfg.err(
-                    f("host_if"),
-                    format!("an {} interface needs `host_if`, the host interface to bind to", kind_name(ic.kind)),
-                ));
+                return Err(
+                    cfg.err(f("host_if"), format!("an {} interface needs `host_if`, the host interface to bind to", kind_name(ic.kind)))
+                );
             }
             InterfaceKind::AfXdp if af_packet_keys => {
                 return Err(cfg.err(

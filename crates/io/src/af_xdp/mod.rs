@@ -88,7 +88,11 @@ impl AfXdp {
                 });
             }
             let s = XskSocket::open(ifname, ifindex, q, cfg.frames, cfg.frame_size, cfg.bind)?;
-            program.register(q, s.fd()).map_err(|source| OpenError::Sys { ifname: ifname.into(), what: "bpf(BPF_MAP_UPDATE_ELEM xskmap)", source })?;
+            program.register(q, s.fd()).map_err(|source| OpenError::Sys {
+                ifname: ifname.into(),
+                what: "bpf(BPF_MAP_UPDATE_ELEM xskmap)",
+                source,
+            })?;
             sockets.push(s);
         }
         Ok(AfXdp { sockets, program, next_rx: 0, link: linux::LinkWatch::new(ifname), stats: Stats::default(), sendable: Vec::new() })

@@ -162,7 +162,14 @@ impl XdpRedirect {
             attr[1] = pair(BPF_XDP, m.flags());
             match bpf(BPF_LINK_CREATE, &mut attr) {
                 Ok(fd) => {
-                    return Ok(XdpRedirect { ifname: ifname.to_string(), mode: m, queues: queues.max(1), map, _prog: prog, _link: owned(fd) })
+                    return Ok(XdpRedirect {
+                        ifname: ifname.to_string(),
+                        mode: m,
+                        queues: queues.max(1),
+                        map,
+                        _prog: prog,
+                        _link: owned(fd),
+                    })
                 }
                 // Another XDP program is attached: say so rather than trying the next mode.
                 Err(e) if e.raw_os_error() == Some(libc::EBUSY) || e.raw_os_error() == Some(libc::EEXIST) => {

@@ -73,11 +73,11 @@ impl<T: Copy> Ring<T> {
         let len = off.desc as usize + size as usize * std::mem::size_of::<T>();
         let map = Mapping::at(fd, len, pgoff)?;
         for o in [off.producer, off.consumer, off.flags] {
-            if o as usize + 4 > len || o % 4 != 0 {
+            if o as usize + 4 > len || !o.is_multiple_of(4) {
                 return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "AF_XDP ring offsets outside the mapping"));
             }
         }
-        if off.desc % std::mem::align_of::<T>() as u64 != 0 {
+        if !off.desc.is_multiple_of(std::mem::align_of::<T>() as u64) {
             return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "AF_XDP ring descriptors misaligned"));
         }
         // SAFETY: every offset was checked to lie inside the mapping with the alignment
@@ -172,7 +172,6 @@ impl<T: Copy> Ring<T> {
         self.local = self.local.wrapping_add(n);
         self.consumer().store(self.local, Ordering::Release);
     }
-
 }
 
 #[cfg(test)]

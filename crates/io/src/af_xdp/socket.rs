@@ -207,7 +207,9 @@ impl XskSocket {
     fn wake_fill(&self) {
         if self.fill.needs_wakeup() {
             // SAFETY: a zero-length receive with no buffer: only a wake-up for the kernel.
-            unsafe { libc::recvfrom(self.fd.as_raw_fd(), std::ptr::null_mut(), 0, libc::MSG_DONTWAIT, std::ptr::null_mut(), std::ptr::null_mut()) };
+            unsafe {
+                libc::recvfrom(self.fd.as_raw_fd(), std::ptr::null_mut(), 0, libc::MSG_DONTWAIT, std::ptr::null_mut(), std::ptr::null_mut())
+            };
         }
     }
 
