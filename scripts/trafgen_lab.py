@@ -11,6 +11,10 @@ addresses only.
                                     # highest zero-loss rate of zero (found by search)
   scripts/trafgen_lab.py compare    # highest zero-loss rates: kernel routing, vecgate
                                     # routing, vecgate GTP-U, in one run
+  scripts/trafgen_lab.py profile    # vecgate's per-node cycles at 100 kpps, routing and
+                                    # GTP-U, over af_packet and over af_xdp, in one run
+
+IO=af_xdp runs vecgate's interfaces as af_xdp instead of af_packet (draft, compare).
 
 Writes JSON to target/trafgen/<mode>.json and prints Markdown tables.
 """
@@ -34,6 +38,8 @@ ROUNDS = int(os.environ.get("ROUNDS", "3"))
 PROFILE = os.environ.get("PROFILE", "0") == "1"
 # vecgate's receive ring in the lab: v2 (a frame handed over at once; no GSO here) or v3.
 RING = os.environ.get("RING", "v2")
+# vecgate's interface kind: af_packet or af_xdp.
+IO = os.environ.get("IO", "af_packet")
 
 
 def mac_of(lab, ns, ifname):
@@ -48,7 +54,7 @@ def topology(lab):
     return tg, dut
 
 
-def vecgate_config(t1_mac, mode, tmp):
+def vecgate_config(t1_mac, mode, tmp, io):
     sock = tmp / "dut.sock"
     tunnel = ""
     if mode == "route":
@@ -63,7 +69,7 @@ teid_in = 256
 teid_out = 512
 checksum = "{mode}"
 """
-    ring = 'rx_ring = "v2"\nrx_frame_size = 4096\nrx_frames = 4096\n' if RING == "v2" else ""
+    ring = 'rx_ring = "v2"\nrx_frame_size = 4096\nrx_frames = 4096\n' if RING == "v2" and io == "af_packet" else ""
     return f"""
 [dataplane]
 socket = "{sock}"
@@ -72,13 +78,13 @@ busy_poll = true
 
 [[interface]]
 name = "g0"
-type = "af_packet"
+type = "{io}"
 host_if = "g0"
 {ring}addresses = ["198.18.0.1/24"]
 
 [[interface]]
 name = "g1"
-type = "af_packet"
+type = "{io}"
 host_if = "g1"
 {ring}mtu = 1600
 addresses = ["198.18.20.1/24", "2001:db8:20::1/64"]
@@ -123,18 +129,18 @@ def trafgen(lab, tg, dst_mac, rate, duration):
 class Dut:
     """A device under test in the lab: vecgate in one mode, or the kernel."""
 
-    def __init__(self, kind, mode=None):
-        self.kind, self.mode = kind, mode
+    def __init__(self, kind, mode=None, io=IO):
+        self.kind, self.mode, self.io = kind, mode, io
         self.lab = Lab()
         self.tg, self.dut = topology(self.lab)
         t1 = mac_of(self.lab, self.tg, "t1")
-        self.tmp = OUT / f"lab-{kind}-{mode}"
+        self.tmp = OUT / f"lab-{kind}-{mode}-{io}"
         self.tmp.mkdir(parents=True, exist_ok=True)
         if kind == "kernel":
             kernel_router(self.lab, self.dut, t1)
             self.dst_mac = mac_of(self.lab, self.dut, "g0")
         else:
-            cfg, sock = vecgate_config(t1, mode, self.tmp)
+            cfg, sock = vecgate_config(t1, mode, self.tmp, io)
             path = self.tmp / "dut.toml"
             path.write_text(cfg)
             self.proc = self.lab.spawn(self.dut, str(BIN), "run", "--config", str(path), "--interval", "0", "--duration", "3600")
@@ -312,7 +318,34 @@ def compare():
     return out
 
 
+def profile():
+    """Per-node cycles at a fixed 100 kpps: af_packet against af_xdp, routing and GTP-U
+    (software checksum), interleaved rounds in one run."""
+    out = {}
+    for rnd in range(ROUNDS):
+        for io in ("af_packet", "af_xdp"):
+            for mode in ("route", "software"):
+                d = Dut("vecgate", mode, io)
+                try:
+                    p = d.profile()
+                finally:
+                    d.close()
+                out.setdefault(f"{io}-{mode}", []).append(p)
+                print(f"  round {rnd} {io}/{mode}: {p}", flush=True)
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "profile.json").write_text(json.dumps(out, indent=2))
+    print("\n| interfaces / path | input | graph | interface-tx | total busy cycles/packet | lost |\n|---|---:|---:|---:|---:|---:|")
+    for name, runs in out.items():
+        best = min(runs, key=lambda p: p["cycles_per_packet_busy"])
+        n = best["nodes"]
+        inp = sum(v for k, v in n.items() if k.endswith("-input") and k.startswith(("af_", "tap")))
+        tx = n.get("interface-tx", 0)
+        graph = best["cycles_per_packet_busy"] - inp - tx
+        print(f"| {name} | {inp:,.0f} | {graph:,.0f} | {tx:,.0f} | {best['cycles_per_packet_busy']:,.0f} | {best['lost']} |")
+    return out
+
+
 if __name__ == "__main__":
     if os.geteuid() != 0:
         sys.exit("needs root (network namespaces)")
-    {"draft": draft, "compare": compare}[sys.argv[1] if len(sys.argv) > 1 else "draft"]()
+    {"draft": draft, "compare": compare, "profile": profile}[sys.argv[1] if len(sys.argv) > 1 else "draft"]()

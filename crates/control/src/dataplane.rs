@@ -365,27 +365,54 @@ fn check_workers(cfg: &Config) -> Result<(), ConfigError> {
             format!("{} cores for {n} workers: expected one core per worker", cfg.dataplane.worker_cores.len()),
         ));
     }
-    if n > 1 {
-        if let Some((i, ic)) =
-            cfg.interfaces.iter().enumerate().find(|(_, ic)| !matches!(ic.kind, InterfaceKind::AfPacket | InterfaceKind::AfXdp))
-        {
-            return Err(cfg.err(
-                format!("interface[{i}].type"),
-                format!(
-                    "{:?} is a {} interface; with dataplane.workers > 1 every interface must be af_packet or af_xdp",
-                    ic.name,
-                    kind_name(ic.kind)
-                ),
-            ));
-        }
-    }
     Ok(())
 }
 
-/// Attach the XDP program of every af_xdp interface, once for all workers, and check
-/// that each worker will own at least one receive queue.
-fn attach_xdp(cfg: &Config) -> Result<Vec<Option<Arc<io::af_xdp::XdpRedirect>>>, ConfigError> {
+/// Which workers own an interface's device; the others reach it through handoff lanes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Placement {
+    /// Every worker opens its own: an af_packet socket in a fanout group, af_xdp
+    /// sockets on its share of the queues, a null sink.
+    Everywhere,
+    /// Workers `0..m` own one each (a TAP device, a generator, a pcap file: `m` = 1; an
+    /// af_xdp interface with `m` queues, fewer than the workers). Worker `k >= m` hands
+    /// what it sends there to worker `k % m`; owners spread what they receive by flow.
+    Owners(usize),
+}
+
+impl Placement {
+    /// How many workers own a device for this interface.
+    fn owners(self, workers: usize) -> usize {
+        match self {
+            Placement::Everywhere => workers,
+            Placement::Owners(m) => m,
+        }
+    }
+}
+
+fn placements(cfg: &Config, programs: &[Option<Arc<io::af_xdp::XdpRedirect>>]) -> Vec<Placement> {
     let n = cfg.dataplane.workers;
+    cfg.interfaces
+        .iter()
+        .zip(programs)
+        .map(|(ic, prog)| match ic.kind {
+            _ if n == 1 => Placement::Everywhere,
+            InterfaceKind::AfPacket | InterfaceKind::Null => Placement::Everywhere,
+            InterfaceKind::AfXdp => {
+                let q = prog.as_ref().map_or(1, |p| p.queues() as usize);
+                if q >= n {
+                    Placement::Everywhere
+                } else {
+                    Placement::Owners(q)
+                }
+            }
+            InterfaceKind::Tap | InterfaceKind::Pg | InterfaceKind::Pcap => Placement::Owners(1),
+        })
+        .collect()
+}
+
+/// Attach the XDP program of every af_xdp interface, once for all workers.
+fn attach_xdp(cfg: &Config) -> Result<Vec<Option<Arc<io::af_xdp::XdpRedirect>>>, ConfigError> {
     let mut out = Vec::with_capacity(cfg.interfaces.len());
     for (i, ic) in cfg.interfaces.iter().enumerate() {
         if ic.kind != InterfaceKind::AfXdp {
@@ -396,12 +423,6 @@ fn attach_xdp(cfg: &Config) -> Result<Vec<Option<Arc<io::af_xdp::XdpRedirect>>>,
         let field = format!("interface[{i}].host_if");
         let ifindex = io::linux::if_index(host_if).map_err(|e| cfg.err(&field, e.to_string()))?;
         let queues = io::linux::rx_queues(host_if).max(1);
-        if queues < n {
-            return Err(cfg.err(
-                "dataplane.workers",
-                format!("{n} workers but {host_if:?} has {queues} receive queues: an af_xdp worker owns at least one queue"),
-            ));
-        }
         let mode = ic.xdp_mode.map(|m| match m {
             crate::config::XdpModeConfig::Native => io::af_xdp::XdpMode::Native,
             crate::config::XdpModeConfig::Generic => io::af_xdp::XdpMode::Generic,
@@ -427,16 +448,23 @@ pub fn assemble(cfg: &Config) -> Result<Assembly, ConfigError> {
     check_workers(cfg)?;
     let mut streams = stream_specs(cfg)?;
     let programs = attach_xdp(cfg)?;
+    let placement = placements(cfg, &programs);
+    let mut lanes = if cfg.dataplane.workers > 1 { engine::handoff::mesh(cfg.dataplane.workers) } else { Vec::new() };
     let mut per_worker = Vec::with_capacity(cfg.dataplane.workers);
     let mut details = Vec::new();
     for k in 0..cfg.dataplane.workers {
-        let (devices, d) = open_devices(cfg, k, &mut streams, &programs)?;
+        let (devices, d) = open_devices(cfg, k, &mut streams, &programs, &placement, lanes.get(k))?;
         per_worker.push(devices);
         if k == 0 {
             details = d;
         }
     }
-    build(cfg, state, gtpu, per_worker, details)
+    // Receive handoff per input kind: the interfaces of a kind share one input node.
+    let spread: Vec<InterfaceKind> =
+        cfg.interfaces.iter().zip(&placement).filter(|(_, p)| matches!(p, Placement::Owners(_))).map(|(ic, _)| ic.kind).collect();
+    let lanes: Vec<Option<engine::handoff::HandoffEnds>> =
+        (0..cfg.dataplane.workers).map(|_| (!lanes.is_empty()).then(|| lanes.remove(0))).collect();
+    build(cfg, state, gtpu, per_worker, details, lanes, &spread)
 }
 
 /// Worker `k`'s devices, one per interface, and how each was opened where that varies.
@@ -445,11 +473,22 @@ fn open_devices(
     k: usize,
     streams: &mut BTreeMap<String, Vec<io::pg::StreamSpec>>,
     programs: &[Option<Arc<io::af_xdp::XdpRedirect>>],
+    placement: &[Placement],
+    lanes: Option<&engine::handoff::HandoffEnds>,
 ) -> Result<(Vec<Box<dyn Device>>, Vec<Option<String>>), ConfigError> {
     let mut devices: Vec<Box<dyn Device>> = Vec::new();
     let mut details = Vec::new();
     for (i, ic) in cfg.interfaces.iter().enumerate() {
         let mut detail = None;
+        let owners = placement[i].owners(cfg.dataplane.workers);
+        if k >= owners {
+            // Not an owner: what this worker sends there goes to an owner's lane.
+            let owner = k % owners;
+            let lane = lanes.and_then(|l| l.to[owner].clone()).expect("lanes exist with more than one worker");
+            devices.push(Box::new(engine::handoff::HandoffTx::new(lane, IfIndex(i as u16), owner)));
+            details.push(None);
+            continue;
+        }
         let dev: Box<dyn Device> = match ic.kind {
             InterfaceKind::Pg => {
                 let specs = streams.remove(&ic.name).unwrap_or_default();
@@ -475,9 +514,8 @@ fn open_devices(
             InterfaceKind::AfXdp => {
                 let program = programs[i].clone().expect("attached in attach_xdp");
                 let mut c = io::af_xdp::AfXdpConfig::new(ic.host_if.as_deref().expect("validated in build_state"));
-                // Worker k owns every n-th queue, starting at k.
-                let n = cfg.dataplane.workers as u32;
-                c.queues = (0..program.queues()).filter(|q| q % n == k as u32).collect();
+                // Owner k takes every n-th queue, starting at k (n: the owners).
+                c.queues = (0..program.queues()).filter(|q| *q as usize % owners == k).collect();
                 c.frames = ic.xdp_frames.unwrap_or(c.frames);
                 c.frame_size = ic.xdp_frame_size.unwrap_or(c.frame_size);
                 c.bind = ic.zero_copy.map(|z| if z { io::af_xdp::BindMode::ZeroCopy } else { io::af_xdp::BindMode::Copy });
@@ -510,6 +548,8 @@ fn build(
     mut gtpu: GtpuState,
     per_worker: Vec<Vec<Box<dyn Device>>>,
     details: Vec<Option<String>>,
+    lanes: Vec<Option<engine::handoff::HandoffEnds>>,
+    spread: &[InterfaceKind],
 ) -> Result<Assembly, ConfigError> {
     let tables = state.build();
     let shared = Arc::new(ArcSwap::from_pointee(tables));
@@ -522,12 +562,12 @@ fn build(
     let gtpu_shared = Arc::new(ArcSwap::from_pointee(gtpu.build()));
     let (gev_tx, gev_rx) = crossbeam_channel::bounded(1024);
     let mut workers = Vec::with_capacity(per_worker.len());
-    for (k, devices) in per_worker.into_iter().enumerate() {
+    for (k, (devices, lanes)) in per_worker.into_iter().zip(lanes).enumerate() {
         let cx = WorkerContext {
             ip: IpContext::new(shared.clone(), Some(ev_tx.clone()), limits),
             gtpu: GtpuContext::new(gtpu_shared.clone(), Some(gev_tx.clone()), cfg.gtpu.replies_per_sec),
         };
-        workers.push(build_worker(cfg, k, devices, cx)?);
+        workers.push(build_worker(cfg, k, devices, cx, lanes, spread)?);
     }
     let interfaces = cfg
         .interfaces
@@ -549,16 +589,32 @@ fn build(
     Ok(Assembly { control, workers })
 }
 
-/// One worker: its graph, pool and ports over its own devices.
-fn build_worker(cfg: &Config, k: usize, devices: Vec<Box<dyn Device>>, cx: WorkerContext) -> Result<Worker<WorkerContext>, ConfigError> {
+/// One worker: its graph, pool and ports over its own devices. With several workers,
+/// every worker's graph has `worker-handoff` (where the input kinds in `spread` go
+/// first) and `handoff-input` (packets other workers handed over); the graphs stay
+/// identical in shape, so their snapshots merge node by node.
+fn build_worker(
+    cfg: &Config,
+    k: usize,
+    devices: Vec<Box<dyn Device>>,
+    cx: WorkerContext,
+    lanes: Option<engine::handoff::HandoffEnds>,
+    spread: &[InterfaceKind],
+) -> Result<Worker<WorkerContext>, ConfigError> {
     let mut g = GraphBuilder::new();
     ip::nodes::register(&mut g);
     gtpu::nodes::register(&mut g);
+    let mut handoff_input = None;
+    if let Some(l) = &lanes {
+        g.add_expand(ip::nodes::worker_handoff::WorkerHandoff::new(k, l.to.clone()));
+        handoff_input = Some(g.add_input("handoff-input", "ethernet-input"));
+    }
     let mut inputs = BTreeMap::new();
     for ic in &cfg.interfaces {
         if ic.kind != InterfaceKind::Null {
             let name = format!("{}-input", kind_name(ic.kind));
-            let id = g.add_input(&name, "ethernet-input");
+            let next = if lanes.is_some() && spread.contains(&ic.kind) { "worker-handoff" } else { "ethernet-input" };
+            let id = g.add_input(&name, next);
             inputs.insert(ic.name.clone(), id);
         }
     }
@@ -573,6 +629,9 @@ fn build_worker(cfg: &Config, k: usize, devices: Vec<Box<dyn Device>>, cx: Worke
     let pool = Pool::new(cfg.dataplane.buffers, cfg.dataplane.large_buffers);
     let mut worker = Worker::new(k, graph, pool, ports, cx);
     worker.busy_poll = cfg.dataplane.busy_poll;
+    if let (Some(l), Some(input)) = (lanes, handoff_input) {
+        worker.set_handoff(l.from, input);
+    }
     Ok(worker)
 }
 

@@ -23,7 +23,7 @@ pub fn runtime(s: &Snapshot) -> String {
     );
     if s.worker_rx.len() > 1 {
         let per: Vec<String> = s.worker_rx.iter().map(|(w, n)| format!("worker {w}: {n}")).collect();
-        let _ = writeln!(o, "Packets received per worker: {}", per.join(", "));
+        let _ = writeln!(o, "Packets received per worker (from devices and handed over): {}", per.join(", "));
     }
     let _ = writeln!(
         o,

@@ -159,6 +159,7 @@ impl<C, N: ExpandNode<C>> Runner<C> for ExpandRunner<N, C> {
                 }
             }
         }
+        self.node.end_of_vector(cx);
     }
 }
 
@@ -433,6 +434,16 @@ impl<C> Graph<C> {
     /// Take the transmit queue of an interface (the worker hands it to the device).
     pub(crate) fn tx_queue(&mut self, ifx: IfIndex) -> Option<&mut Vec<BufIdx>> {
         self.tx.get_mut(ifx.get())
+    }
+
+    /// Queue a packet for transmit on an interface, past the graph (a packet another
+    /// worker routed and handed over to the device's owner).
+    pub(crate) fn queue_tx(&mut self, ifx: IfIndex, b: BufIdx) {
+        let q = ifx.get();
+        if q >= self.tx.len() {
+            self.tx.resize_with(q + 1, Vec::new);
+        }
+        self.tx[q].push(b);
     }
 
     pub fn trace_add(&mut self, input: &str, count: u32) -> Result<(), GraphError> {

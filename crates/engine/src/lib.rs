@@ -21,6 +21,7 @@ pub mod buffer;
 pub mod clock;
 pub mod device;
 pub mod graph;
+pub mod handoff;
 pub mod hash;
 pub mod node;
 pub mod pool;

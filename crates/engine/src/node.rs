@@ -113,6 +113,10 @@ pub trait ExpandNode<C>: Send + 'static {
         bi: BufIdx,
         out: &mut Vec<(BufIdx, Self::Next)>,
     ) -> Result<(), Self::Counter>;
+
+    /// Called after each vector: a node that batches work across packets (handing them
+    /// to another worker a vector at a time) completes it here.
+    fn end_of_vector(&mut self, _cx: &mut C) {}
 }
 
 /// Define a `NextNodes` enum: `next_nodes! { pub enum FooNext { A = "node-a", B = "node-b" } }`.

@@ -9,6 +9,7 @@ use crate::buffer::{BufIdx, IfIndex};
 use crate::clock;
 use crate::device::{Device, FrameSink, RxStatus};
 use crate::graph::{Graph, NodeId};
+use crate::handoff::{HandoffKind, LaneRx};
 use crate::pool::Pool;
 use crate::stats::{PortCounters, PortSnapshot, Snapshot};
 use crate::trace::TraceRecord;
@@ -90,6 +91,12 @@ pub struct Worker<C: Context> {
     scratch: Vec<BufIdx>,
     /// Never wait when idle (see `run`).
     pub busy_poll: bool,
+    /// Lanes from the other workers, and the input node received packets enter by.
+    handoff: Vec<LaneRx>,
+    handoff_input: Option<NodeId>,
+    /// Packets received from other workers' lanes (counted with `show runtime`'s
+    /// per-worker receive figures).
+    handoff_rx: u64,
     loops: u64,
     cleared_at: u64,
 }
@@ -110,6 +117,9 @@ impl<C: Context> Worker<C> {
             port_of,
             scratch: Vec::with_capacity(VECTOR_SIZE),
             busy_poll: false,
+            handoff: Vec::new(),
+            handoff_input: None,
+            handoff_rx: 0,
             loops: 0,
             cleared_at: clock::now(),
         }
@@ -118,6 +128,38 @@ impl<C: Context> Worker<C> {
     /// True when every receiving device is exhausted (pcap files read, counts sent).
     pub fn inputs_done(&self) -> bool {
         self.ports.iter().all(|p| p.rx_done)
+    }
+
+    /// Receive from the other workers' lanes (see [`crate::handoff`]): handed-off received
+    /// packets enter the graph at `input`, handed-off transmits go to their device.
+    pub fn set_handoff(&mut self, from: Vec<LaneRx>, input: NodeId) {
+        self.handoff = from;
+        self.handoff_input = Some(input);
+    }
+
+    /// One vector's worth from the lanes.
+    fn poll_handoff(&mut self) -> usize {
+        let Some(input) = self.handoff_input else { return 0 };
+        let t0 = clock::now();
+        self.scratch.clear();
+        let mut moved = 0;
+        for lane in &mut self.handoff {
+            while moved < VECTOR_SIZE {
+                let Some((b, ifx, kind)) = lane.pop(&mut self.pool) else { break };
+                moved += 1;
+                match kind {
+                    HandoffKind::Rx => {
+                        self.pool.get_mut(b).meta.rx_if = ifx;
+                        self.scratch.push(b);
+                    }
+                    HandoffKind::Tx => self.graph.queue_tx(ifx, b),
+                }
+            }
+        }
+        let t1 = clock::now();
+        self.graph.inject(input, &mut self.pool, &self.scratch, t1.wrapping_sub(t0));
+        self.handoff_rx += self.scratch.len() as u64;
+        moved
     }
 
     /// One loop iteration; returns the packets received.
@@ -154,6 +196,7 @@ impl<C: Context> Worker<C> {
                 None => self.pool.free_many(&self.scratch),
             }
         }
+        received += self.poll_handoff();
         self.graph.run(&mut self.cx, &mut self.pool);
         self.flush_tx();
         received
@@ -236,7 +279,9 @@ impl<C: Context> Worker<C> {
                 }
             }
         }
-        if fds.is_empty() {
+        // Handoff lanes have no descriptor to wait on: nap briefly instead, so a handed
+        // packet waits ~100 µs at most, not the whole poll timeout.
+        if fds.is_empty() || !self.handoff.is_empty() {
             std::thread::sleep(std::time::Duration::from_micros(100));
             return;
         }
@@ -285,6 +330,7 @@ impl<C: Context> Worker<C> {
         for p in &mut self.ports {
             p.counters = PortCounters::default();
         }
+        self.handoff_rx = 0;
         self.loops = 0;
         self.cleared_at = clock::now();
     }
@@ -309,7 +355,7 @@ impl<C: Context> Worker<C> {
                 })
                 .collect(),
             pool: self.pool.stats(),
-            worker_rx: vec![(self.id, self.ports.iter().map(|p| p.counters.rx_packets).sum())],
+            worker_rx: vec![(self.id, self.ports.iter().map(|p| p.counters.rx_packets).sum::<u64>() + self.handoff_rx)],
         }
     }
 }

@@ -15,6 +15,7 @@
 
 pub mod context;
 pub mod fib;
+pub mod flow;
 pub mod lpm;
 pub mod nodes;
 pub mod prefix;

@@ -14,7 +14,7 @@
 use super::{udp_checksum, udp_checksum_field, Outer};
 use crate::context::HasGtpu;
 use crate::tunnel::{ChecksumMode, SrcPort, Tunnel, MAX_REWRITE};
-use engine::{counters, hash, next_nodes, BufIdx, Buffer, Counts, Node, Pool, Verdict, VECTOR_SIZE};
+use engine::{counters, next_nodes, BufIdx, Buffer, Counts, Node, Pool, Verdict, VECTOR_SIZE};
 use ip::nodes::IcmpRequest;
 use ip::tables::Adjacency;
 use wire::checksum;
@@ -46,26 +46,6 @@ pub struct GtpuEncap<O: Outer>(std::marker::PhantomData<O>);
 impl<O: Outer> Default for GtpuEncap<O> {
     fn default() -> Self {
         GtpuEncap(std::marker::PhantomData)
-    }
-}
-
-/// A hash of the inner flow: addresses, protocol and (unfragmented TCP/UDP/SCTP) ports.
-#[inline(always)]
-pub fn inner_flow_hash(b: &[u8]) -> u32 {
-    let w = |i: usize| b.get(i..i + 4).map_or(0, |x| u32::from_be_bytes([x[0], x[1], x[2], x[3]]));
-    let ported = |p: u8| p == 6 || p == 17 || p == 132;
-    match b.first().map(|v| v >> 4) {
-        Some(4) if b.len() >= 20 => {
-            let hl = ((b[0] & 0x0f) as usize) * 4;
-            let frag = (b[6] & 0x3f) != 0 || b[7] != 0;
-            let ports = if ported(b[9]) && !frag { w(hl) } else { 0 };
-            hash::hash_words(0, &[w(12), w(16), b[9] as u32, ports])
-        }
-        Some(6) if b.len() >= 40 => {
-            let ports = if ported(b[6]) { w(40) } else { 0 };
-            hash::hash_words(0, &[w(8), w(12), w(16), w(20), w(24), w(28), w(32), w(36), b[6] as u32, ports])
-        }
-        _ => 0,
     }
 }
 
@@ -133,7 +113,7 @@ impl<O: Outer> GtpuEncap<O> {
         let inner_len = buf.len();
         let port = match t.src_port {
             SrcPort::Fixed => None,
-            SrcPort::FlowHash => Some(0xc000 | (inner_flow_hash(buf.bytes()) as u16 & 0x3fff)),
+            SrcPort::FlowHash => Some(0xc000 | (ip::flow::ip_flow_hash(buf.bytes()) as u16 & 0x3fff)),
         };
         let rl = t.rewrite_len as usize;
         let ua = t.udp_at as usize;

@@ -15,6 +15,7 @@ pub mod ip6_local;
 pub mod ip6_rewrite;
 pub mod ip_lookup;
 pub mod solicit;
+pub mod worker_handoff;
 
 use crate::context::HasIp;
 use engine::GraphBuilder;

@@ -1,0 +1,118 @@
+//! Flow keys for spreading packets: which words of a packet identify its flow, hashed
+//! with `engine::hash`. Tunnel source ports (RSS/ECMP entropy) and the handoff between
+//! workers both use them.
+
+use engine::hash;
+
+/// A hash of an IP packet's flow: addresses, protocol and, for unfragmented TCP, UDP and
+/// SCTP, the ports. 0 for anything that is not IPv4 or IPv6.
+#[inline(always)]
+pub fn ip_flow_hash(b: &[u8]) -> u32 {
+    let w = |i: usize| b.get(i..i + 4).map_or(0, |x| u32::from_be_bytes([x[0], x[1], x[2], x[3]]));
+    let ported = |p: u8| p == 6 || p == 17 || p == 132;
+    match b.first().map(|v| v >> 4) {
+        Some(4) if b.len() >= 20 => {
+            let hl = ((b[0] & 0x0f) as usize) * 4;
+            let frag = (b[6] & 0x3f) != 0 || b[7] != 0;
+            let ports = if ported(b[9]) && !frag { w(hl) } else { 0 };
+            hash::hash_words(0, &[w(12), w(16), b[9] as u32, ports])
+        }
+        Some(6) if b.len() >= 40 => {
+            let ports = if ported(b[6]) { w(40) } else { 0 };
+            hash::hash_words(0, &[w(8), w(12), w(16), w(20), w(24), w(28), w(32), w(36), b[6] as u32, ports])
+        }
+        _ => 0,
+    }
+}
+
+/// The GTP-U TEID of an IP packet carrying a G-PDU (UDP to port 2152, unfragmented,
+/// no IPv6 extension headers), if it is one.
+fn gtpu_teid(b: &[u8]) -> Option<u32> {
+    let udp = match b.first()? >> 4 {
+        4 => {
+            let hl = ((b[0] & 0x0f) as usize) * 4;
+            let frag = (b.get(6)? & 0x3f) != 0 || *b.get(7)? != 0;
+            (*b.get(9)? == 17 && !frag).then_some(hl)?
+        }
+        6 => (*b.get(6)? == 17).then_some(40)?,
+        _ => return None,
+    };
+    let h = b.get(udp..udp + 8 + 8)?;
+    (u16::from_be_bytes([h[2], h[3]]) == wire::gtpu::PORT).then(|| u32::from_be_bytes([h[12], h[13], h[14], h[15]]))
+}
+
+/// The flow hash of an Ethernet frame for spreading it across workers: a GTP-U packet
+/// by its TEID (a tunnel's packets stay together and in order on one worker, whatever
+/// they carry), any other IP packet by its 5-tuple, anything else (ARP, …) by 0.
+/// One 802.1Q tag is looked through.
+pub fn frame_flow_hash(f: &[u8]) -> u32 {
+    let (ethertype, l3) = match f.get(12..14) {
+        Some([0x81, 0x00]) => (f.get(16..18), 18),
+        t => (t, 14),
+    };
+    match ethertype {
+        Some([0x08, 0x00]) | Some([0x86, 0xdd]) => {
+            let ip = &f[l3.min(f.len())..];
+            match gtpu_teid(ip) {
+                Some(teid) => hash::hash_words(0x6770_7475, &[teid]),
+                None => ip_flow_hash(ip),
+            }
+        }
+        _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn udp4(src_port: u16, dst_port: u16, payload: &[u8]) -> Vec<u8> {
+        let mut f = vec![0u8; 14];
+        f[12..14].copy_from_slice(&[0x08, 0x00]);
+        let mut ip = vec![0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 17, 0, 0, 198, 18, 0, 2, 198, 18, 1, 2];
+        ip.extend_from_slice(&src_port.to_be_bytes());
+        ip.extend_from_slice(&dst_port.to_be_bytes());
+        ip.extend_from_slice(&[0, 0, 0, 0]);
+        ip.extend_from_slice(payload);
+        f.extend_from_slice(&ip);
+        f
+    }
+
+    #[test]
+    fn gtpu_packets_hash_by_teid_only_and_others_by_five_tuple() {
+        let gpdu = |teid: u32, inner_port: u8| {
+            let mut g = vec![0x30, 0xff, 0, 8];
+            g.extend_from_slice(&teid.to_be_bytes());
+            g.extend_from_slice(&[0x45, 0, 0, 0, inner_port]);
+            g
+        };
+        // Same TEID, different outer source port and inner contents: same worker.
+        assert_eq!(frame_flow_hash(&udp4(1000, 2152, &gpdu(7, 1))), frame_flow_hash(&udp4(2000, 2152, &gpdu(7, 2))));
+        assert_ne!(frame_flow_hash(&udp4(1000, 2152, &gpdu(7, 1))), frame_flow_hash(&udp4(1000, 2152, &gpdu(8, 1))));
+        // Not GTP-U: the source port matters.
+        assert_ne!(frame_flow_hash(&udp4(1000, 53, b"x")), frame_flow_hash(&udp4(1001, 53, b"x")));
+        // A VLAN tag is looked through.
+        let plain = udp4(1000, 53, b"x");
+        let mut tagged = plain[..12].to_vec();
+        tagged.extend_from_slice(&[0x81, 0x00, 0x00, 0x05]);
+        tagged.extend_from_slice(&plain[12..]);
+        assert_eq!(frame_flow_hash(&tagged), frame_flow_hash(&plain));
+        // Truncated and non-IP frames do not panic.
+        for n in 0..plain.len() {
+            let _ = frame_flow_hash(&plain[..n]);
+        }
+        assert_eq!(frame_flow_hash(&[0u8; 60]), 0);
+    }
+
+    #[test]
+    fn ten_thousand_flows_spread_evenly_over_workers() {
+        for workers in [2usize, 3, 4] {
+            let mut n = vec![0u32; workers];
+            for port in 0..10_000u16 {
+                n[frame_flow_hash(&udp4(10_000 + port, 53, b"")) as usize % workers] += 1;
+            }
+            let mean = 10_000 / workers as u32;
+            assert!(n.iter().all(|&c| c.abs_diff(mean) * 10 < mean), "{n:?}");
+        }
+    }
+}
