@@ -32,6 +32,18 @@ seeds["gtpu"] = [
     GTP_U_Header(teid=7, E=1, next_ex=0x85) / GTPPDUSessionContainer(type=0, QFI=5, RQI=1) / IPv6(src=S6, dst=D6) / UDP(),
     GTP_U_Header(teid=0, S=1, seq=5, gtp_type=1) / GTPEchoRequest(),
 ]
+from scapy.all import GRE
+# GUE has no scapy layer: its headers are written out (variant 0 data with IPIP, with a
+# private-flags word and IPv6, a control message).
+seeds["gue"] = [
+    b"\x00\x04\x00\x00" + raw(IP(src="198.18.0.1", dst="198.18.0.2") / ICMP()),
+    b"\x01\x29\x00\x01\x00\x00\x00\x00" + raw(IPv6(src=S6, dst=D6) / UDP()),
+    b"\x20\x01\x00\x00control",
+]
+seeds["gre"] = [
+    GRE(proto=0x0800) / IP(src="198.18.0.1", dst="198.18.0.2"),
+    GRE(chksum_present=1, key_present=1, seqnum_present=1, key=7, sequence_number=9, proto=0x86dd) / IPv6(src=S6, dst=D6),
+]
 out = Path(__file__).parent / "corpus"
 for target, pkts in seeds.items():
     d = out / target

@@ -122,6 +122,33 @@ pub fn gtpu(data: &[u8]) {
     }
 }
 
+pub fn gue(data: &[u8]) {
+    let Ok(p) = gue::GuePacket::new_checked(data) else { return };
+    assert!(p.header_len() <= data.len());
+    if let Ok(r) = gue::GueRepr::parse(&p) {
+        let mut b = vec![0u8; r.buffer_len()];
+        r.emit(&mut b);
+        let q = gue::GuePacket::new_checked(&b[..]).unwrap();
+        assert_eq!(gue::GueRepr::parse(&q).unwrap(), r);
+    }
+}
+
+pub fn gre(data: &[u8]) {
+    let Ok(p) = gre::GrePacket::new_checked(data) else { return };
+    if let Ok(r) = gre::GreRepr::parse(&p) {
+        let payload = p.payload();
+        let mut b = vec![0u8; r.buffer_len() + payload.len()];
+        r.emit(&mut b);
+        b[r.buffer_len()..].copy_from_slice(payload);
+        if r.checksum {
+            gre::GreRepr::fill_checksum(&mut b);
+        }
+        let q = gre::GrePacket::new_checked(&b[..]).unwrap();
+        assert_eq!(gre::GreRepr::parse(&q).unwrap(), r);
+        assert_eq!(q.payload(), payload);
+    }
+}
+
 /// Every target by name, for the corpus replay test and the fuzz crate.
 pub const TARGETS: &[(&str, fn(&[u8]))] = &[
     ("ethernet", ethernet),
@@ -133,4 +160,6 @@ pub const TARGETS: &[(&str, fn(&[u8]))] = &[
     ("udp", udp),
     ("tcp", tcp),
     ("gtpu", gtpu),
+    ("gue", gue),
+    ("gre", gre),
 ];
