@@ -14,7 +14,8 @@ addresses only.
   scripts/trafgen_lab.py profile    # vecgate's per-node cycles at 100 kpps, routing and
                                     # GTP-U, over af_packet and over af_xdp, in one run
 
-IO=af_xdp runs vecgate's interfaces as af_xdp instead of af_packet (draft, compare).
+IO=af_xdp runs vecgate's interfaces as af_xdp instead of af_packet (draft, compare);
+TRAFGEN_IO=af_xdp gives trafgen AF_XDP sockets too.
 
 Writes JSON to target/trafgen/<mode>.json and prints Markdown tables.
 """
@@ -40,6 +41,8 @@ PROFILE = os.environ.get("PROFILE", "0") == "1"
 RING = os.environ.get("RING", "v2")
 # vecgate's interface kind: af_packet or af_xdp.
 IO = os.environ.get("IO", "af_packet")
+# trafgen's own sockets: af_packet (default) or af_xdp.
+TRAFGEN_IO = os.environ.get("TRAFGEN_IO", "af_packet")
 
 
 def mac_of(lab, ns, ifname):
@@ -122,7 +125,7 @@ def kernel_router(lab, dut, t1_mac):
 def trafgen(lab, tg, dst_mac, rate, duration):
     r = lab.run(tg, "taskset", "-c", GEN_CORE, str(BIN), "trafgen", "--tx-if", "t0", "--rx-if", "t1", "--size", str(SIZE),
                 "--rate", str(rate), "--duration", str(duration), "--src", "198.18.0.2", "--dst", "198.19.0.1",
-                "--dst-mac", dst_mac, "--json", timeout=duration + 30)
+                "--dst-mac", dst_mac, "--json", *(["--af-xdp"] if TRAFGEN_IO == "af_xdp" else []), timeout=duration + 30)
     return json.loads(r.stdout)
 
 

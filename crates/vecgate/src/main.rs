@@ -115,6 +115,10 @@ enum Cmd {
         /// Receive ring: v2 (a frame is seen at once; default) or v3 (blocks).
         #[arg(long, default_value = "v2")]
         rx_ring: String,
+        /// Use AF_XDP sockets (an XDP program on both interfaces, removed on exit) instead
+        /// of packet sockets; frames from a local sender must carry full checksums.
+        #[arg(long)]
+        af_xdp: bool,
         #[arg(long)]
         json: bool,
     },
@@ -129,7 +133,7 @@ fn main() {
         Cmd::Bench { scenario, packets, json, core, inner_size, checksum, tunnels, inner, disable } => {
             bench::bench(&scenario, packets, json, core, &bench::GtpuOptions { inner_size, checksum, tunnels, inner, disable })
         }
-        Cmd::Trafgen { tx_if, rx_if, size, rate, duration, src, dst, src_mac, dst_mac, src_port, dst_port, rx_ring, json } => {
+        Cmd::Trafgen { tx_if, rx_if, size, rate, duration, src, dst, src_mac, dst_mac, src_port, dst_port, rx_ring, af_xdp, json } => {
             let rx_ring = match rx_ring.as_str() {
                 "v2" => io::af_packet::RingVersion::V2,
                 "v3" => io::af_packet::RingVersion::V3,
@@ -139,8 +143,22 @@ fn main() {
                 }
             };
             let rx_if = rx_if.unwrap_or_else(|| tx_if.clone());
-            let args =
-                trafgen::TrafgenArgs { tx_if, rx_if, size, rate, duration, src, dst, src_mac, dst_mac, src_port, dst_port, rx_ring, json };
+            let args = trafgen::TrafgenArgs {
+                tx_if,
+                rx_if,
+                size,
+                rate,
+                duration,
+                src,
+                dst,
+                src_mac,
+                dst_mac,
+                src_port,
+                dst_port,
+                rx_ring,
+                af_xdp,
+                json,
+            };
             trafgen::run(&args).map(|r| {
                 if args.json {
                     println!("{}", serde_json::to_string_pretty(&r).expect("report serializes"));

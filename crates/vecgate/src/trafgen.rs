@@ -14,8 +14,10 @@ use anyhow::{anyhow, bail, Context, Result};
 use engine::device::Device;
 use engine::{BufIdx, Pool};
 use io::af_packet::{AfPacket, AfPacketConfig, RingVersion};
+use io::af_xdp::{AfXdp, AfXdpConfig, XdpRedirect};
 use io::pg::{L4Spec, PacketGenerator, PacketSpec, StreamSpec};
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use wire::EthernetAddress;
 
@@ -38,6 +40,9 @@ pub struct TrafgenArgs {
     pub src_port: u16,
     pub dst_port: u16,
     pub rx_ring: RingVersion,
+    /// Send and receive through AF_XDP sockets (vecgate's XDP program on both
+    /// interfaces) instead of packet sockets.
+    pub af_xdp: bool,
     pub json: bool,
 }
 
@@ -121,7 +126,15 @@ fn trailer(frame: &[u8]) -> Option<(u64, u64)> {
     Some((seq, t))
 }
 
-fn open(ifname: &str, ring: RingVersion) -> Result<AfPacket> {
+fn open(ifname: &str, ring: RingVersion, af_xdp: bool) -> Result<Box<dyn Device>> {
+    if af_xdp {
+        let ifindex = io::linux::if_index(ifname).with_context(|| format!("opening {ifname}"))?;
+        let queues = io::linux::rx_queues(ifname).max(1) as u32;
+        let prog = XdpRedirect::attach(ifname, ifindex, queues, None).with_context(|| format!("opening {ifname}"))?;
+        let mut c = AfXdpConfig::new(ifname);
+        c.queues = (0..queues).collect();
+        return Ok(Box::new(AfXdp::open(&c, Arc::new(prog)).with_context(|| format!("opening {ifname}"))?));
+    }
     let mut c = AfPacketConfig::new(ifname);
     c.ring = ring;
     // It sends and receives no GSO frames: many small slots absorb bursts better.
@@ -129,7 +142,7 @@ fn open(ifname: &str, ring: RingVersion) -> Result<AfPacket> {
     c.v2_slots = 4096;
     // The generator's own frames carry complete checksums; what it receives may carry
     // partial ones (a device's offload), which the analyser does not need.
-    AfPacket::open(c).with_context(|| format!("opening {ifname}"))
+    Ok(Box::new(AfPacket::open(c).with_context(|| format!("opening {ifname}"))?))
 }
 
 pub fn run(a: &TrafgenArgs) -> Result<Report> {
@@ -163,8 +176,8 @@ pub fn run(a: &TrafgenArgs) -> Result<Report> {
         bail!("--size {}: at least {min} bytes hold the headers and the 20-byte trailer", a.size);
     }
     let mut gen = PacketGenerator::new(std::slice::from_ref(&spec)).map_err(|(_, e)| anyhow!("template: {e}"))?;
-    let mut tx = open(&a.tx_if, RingVersion::V3)?;
-    let mut rx = if a.rx_if == a.tx_if { None } else { Some(open(&a.rx_if, a.rx_ring)?) };
+    let mut tx = open(&a.tx_if, RingVersion::V3, a.af_xdp)?;
+    let mut rx = if a.rx_if == a.tx_if { None } else { Some(open(&a.rx_if, a.rx_ring, a.af_xdp)?) };
     let mut pool = Pool::new(4096, 64);
     let total_due = if a.rate == 0 { u64::MAX } else { (a.rate as f64 * a.duration) as u64 };
     let mut seen = vec![0u8; if a.rate == 0 { 1 << 20 } else { total_due as usize + 1 }];
@@ -175,7 +188,7 @@ pub fn run(a: &TrafgenArgs) -> Result<Report> {
     let t0 = Instant::now();
     let end = t0 + Duration::from_secs_f64(a.duration);
     let capacity = seen.len() as u64;
-    let mut poll_rx = |pool: &mut Pool, rx: &mut Option<AfPacket>, tx: &mut AfPacket, rbufs: &mut Vec<BufIdx>| -> usize {
+    let mut poll_rx = |pool: &mut Pool, rx: &mut Option<Box<dyn Device>>, tx: &mut Box<dyn Device>, rbufs: &mut Vec<BufIdx>| -> usize {
         rbufs.clear();
         match rx.as_mut() {
             Some(r) => r.rx(pool, rbufs, 256),
