@@ -142,3 +142,38 @@ def test_tcp_and_udp_through_gtpu_between_two_vecgates(lab, vecgate, tmp_path, o
     for v in (g, u):
         code, _, _ = v.stop()
         assert code == 0
+
+
+def test_tunnel_churn_under_live_traffic_loses_nothing(lab, vecgate, tmp_path):
+    """While UDP crosses gtpu_tunnel0 between the hosts, both gateways create and delete
+    other tunnels, each with a UE route (every change publishes new GTP-U and FIB
+    tables to the worker): every datagram and every echo arrives, and the churned
+    tunnels are gone again."""
+    import threading
+    a, gnb, upf, b, g, u = build(lab, vecgate, tmp_path, 4, "zero")
+    lab.run(a, "ping", "-c", "4", "-i", "0.2", "-W", "1", "198.18.1.2", check=False)
+    changes = []
+
+    def churn(gw, local, remote):
+        for k in range(40):
+            out = gw.ctl("create", "gtpu", "tunnel", "local", local, "remote", remote, "teid-in", str(0x1000 + k),
+                         "teid-out", str(0x2000 + k), "ue", f"198.19.{k}.0/24", json_out=False)
+            name = out.split()[-1] if out.strip() else ""
+            changes.append(out)
+            changes.append(gw.ctl("delete", "gtpu", "tunnel", name, json_out=False))
+
+    echo = lab.peer(b, "udp-echo", 7120, 400)
+    threads = [threading.Thread(target=churn, args=(g, "198.18.10.1", "198.18.10.2")),
+               threading.Thread(target=churn, args=(u, "198.18.10.2", "198.18.10.1"))]
+    for t in threads:
+        t.start()
+    ping = lab.peer_run(a, "udp-ping", "198.18.1.2", 7120, 400, 600, timeout=90)
+    for t in threads:
+        t.join(60)
+    assert len(changes) == 160, changes[:4]
+    assert ping["matched"] == 400 and ping["corrupt"] == 0, ping
+    assert result(echo)["echoed"] == 400
+    for gw in (g, u):
+        tunnels = gw.ctl("show", "gtpu", "tunnels", json_out=False)
+        assert "gtpu_tunnel0" in tunnels and "gtpu_tunnel1 " not in tunnels, tunnels
+        assert "198.19." not in gw.ctl("show", "ip", "fib", json_out=False)
