@@ -3,41 +3,14 @@
 //! choices, in about 100 bytes so a million tunnels fit in a hundred megabytes). The UE
 //! prefix is not in the entry: it is a route, and the router holds it.
 
-use crate::nodes::{Ip4Outer, Ip6Outer, Outer};
+use crate::nodes::{Ip4Outer, Ip6Outer, OuterFamily};
 use engine::IfIndex;
+pub use ip::outer::ChecksumMode;
 use ip::tables::TunnelKind;
 use ip::Prefix;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use wire::checksum::{self, Checksum};
 use wire::gtpu::{GtpuRepr, MessageType, PduSession, Qfi, Teid};
-
-/// The outer UDP checksum, per tunnel (draft-murakami-dmm-udp-checksum-impact-gtpu).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ChecksumMode {
-    /// Zero: always allowed over IPv4; over IPv6 per RFC 6935 (the receiver must be
-    /// configured to accept it, RFC 6936).
-    #[default]
-    Zero,
-    /// Computed by vecgate.
-    Software,
-    /// Left to the device (virtio-net NEEDS_CSUM, AF_XDP TX metadata); computed in
-    /// software, and counted, when the outgoing device cannot.
-    Offload,
-}
-
-impl std::str::FromStr for ChecksumMode {
-    type Err = String;
-    /// The names the config uses (`zero`, `software`, `offload`), for the CLI and bench.
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "zero" => Ok(ChecksumMode::Zero),
-            "software" => Ok(ChecksumMode::Software),
-            "offload" => Ok(ChecksumMode::Offload),
-            _ => Err(format!("{s:?}: expected zero, software or offload")),
-        }
-    }
-}
 
 /// The UDP source port of encapsulated packets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]

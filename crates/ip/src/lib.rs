@@ -18,6 +18,7 @@ pub mod fib;
 pub mod flow;
 pub mod lpm;
 pub mod nodes;
+pub mod outer;
 pub mod prefix;
 pub mod state;
 pub mod tables;
