@@ -50,6 +50,13 @@ pub enum Request {
         #[serde(default)]
         limit: Option<usize>,
     },
+    /// Create a UDP tunnel (the fields of a `[[udp_tunnel]]` table).
+    CreateUdpTunnel(crate::udptun::UdpTunnelConfig),
+    DeleteUdpTunnel {
+        /// The tunnel's interface name, `udp_tunnel<id>`.
+        name: String,
+    },
+    ShowUdpTunnels {},
     /// Capture an interface's received and sent frames to a pcap file (one file per
     /// worker, `<file>.w<N>`, when there are several).
     PcapTrace {
@@ -194,7 +201,7 @@ impl Control {
             Request::IpRouteAdd { prefix, via, interface, blackhole } => {
                 let p: Prefix = prefix.parse().map_err(|e| format!("prefix {prefix:?}: {e}"))?;
                 let t = route_target(via.as_deref(), interface.as_deref(), *blackhole)?;
-                let t = crate::gtpu::resolve_target(&self.gtpu, &self.state, t)?;
+                let t = crate::dataplane::resolve_target(&self.gtpu, &self.udptun, &self.state, t)?;
                 self.state.add_route(p, t).map_err(|e| e.to_string())?;
                 self.publish_routes();
                 Reply::ok(serde_json::Value::Null, format!("route {p} added"))
@@ -224,6 +231,32 @@ impl Control {
                 self.gtpu.delete(&mut self.state, t.id).map_err(|e| e.to_string())?;
                 self.publish_routes();
                 Reply::ok(serde_json::Value::Null, format!("deleted {name}"))
+            }
+            Request::CreateUdpTunnel(c) => {
+                let (spec, routes) = c.to_spec().map_err(|(f, m)| format!("{f}: {m}"))?;
+                let kind = spec.kind();
+                let id = self.udptun.create(&mut self.state, spec, &routes).map_err(|e| e.to_string())?;
+                self.publish_routes();
+                let name = ip::tables::TunnelRef { kind, id }.if_name();
+                Reply::ok(serde_json::json!({ "name": name, "id": id }), format!("created {name}"))
+            }
+            Request::DeleteUdpTunnel { name } => {
+                let t = crate::udptun::tunnel_by_name(&self.udptun, name).ok_or_else(|| format!("no tunnel named {name:?}"))?;
+                self.udptun.delete(&mut self.state, t.id).map_err(|e| e.to_string())?;
+                self.publish_routes();
+                Reply::ok(serde_json::Value::Null, format!("deleted {name}"))
+            }
+            Request::ShowUdpTunnels {} => {
+                let rows = crate::udptun::rows(&self.udptun);
+                let mut text = crate::udptun::format_rows(&rows);
+                if !self.recent_udptun_events.is_empty() {
+                    text += "recent control messages:\n";
+                    for e in &self.recent_udptun_events {
+                        text += &format!("  {e:?}\n");
+                    }
+                }
+                let data = serde_json::json!({ "tunnels": rows, "events": self.recent_udptun_events });
+                Reply::ok(data, text)
             }
             Request::ShowGtpuTunnels { limit } => {
                 let rows = crate::gtpu::rows(&self.gtpu, &self.state, limit.unwrap_or(100));

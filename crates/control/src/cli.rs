@@ -22,6 +22,11 @@ commands:
          [accept-zero-checksum] [src-port fixed|flow-hash] [ue <prefix>]
          [decap-next ip4|ip6|ip | decap-next ethernet <interface>]
   delete gtpu tunnel <gtpu_tunnelN>
+  create udp tunnel local <addr> remote <addr> encap gue|gre|direct [port <n>]
+         [src-ports <min>-<max>] [key <n>] [checksum zero|software|offload]
+         [accept-zero-checksum] [ttl <n>] [route <prefix>]...
+  delete udp tunnel <udp_tunnelN>
+  show udp tunnels
   show gtpu tunnels [<limit>]
   pcap trace <interface> <file> [<count>]   capture received and sent frames (default 10000)
   pcap trace off <interface>";
@@ -56,6 +61,9 @@ pub fn parse(words: &[String]) -> Result<Request, String> {
         ["create", "gtpu", "tunnel", rest @ ..] => gtpu_tunnel(rest).map(Request::CreateGtpuTunnel),
         ["delete" | "del", "gtpu", "tunnel", name] => Ok(Request::DeleteGtpuTunnel { name: name.to_string() }),
         ["show", "gtpu", "tunnels" | "tunnel"] => Ok(Request::ShowGtpuTunnels { limit: None }),
+        ["create", "udp", "tunnel", rest @ ..] => udp_tunnel(rest).map(Request::CreateUdpTunnel),
+        ["delete" | "del", "udp", "tunnel", name] => Ok(Request::DeleteUdpTunnel { name: name.to_string() }),
+        ["show", "udp", "tunnels" | "tunnel"] => Ok(Request::ShowUdpTunnels {}),
         ["pcap", "trace", "off", interface] => Ok(Request::PcapTraceOff { interface: interface.to_string() }),
         ["pcap", "trace", interface, file] => {
             Ok(Request::PcapTrace { interface: interface.to_string(), file: file.to_string(), count: None })
@@ -70,6 +78,63 @@ pub fn parse(words: &[String]) -> Result<Request, String> {
         }
         _ => Err(format!("unknown command {:?}\n{HELP}", w.join(" "))),
     }
+}
+
+fn udp_tunnel(w: &[&str]) -> Result<crate::udptun::UdpTunnelConfig, String> {
+    let mut c = crate::udptun::UdpTunnelConfig {
+        local: String::new(),
+        remote: String::new(),
+        encap: udptun::Encap::Gue,
+        port: None,
+        src_port_min: None,
+        src_port_max: None,
+        key: None,
+        checksum: None,
+        accept_zero_checksum: false,
+        ttl: None,
+        routes: Vec::new(),
+    };
+    let mut encap = false;
+    let mut i = 0;
+    while i < w.len() {
+        if w[i] == "accept-zero-checksum" {
+            c.accept_zero_checksum = true;
+            i += 1;
+            continue;
+        }
+        let v = w.get(i + 1).copied().ok_or_else(|| format!("{} needs a value", w[i]))?;
+        let num = |k: &str| -> Result<u32, String> {
+            match v.strip_prefix("0x") {
+                Some(h) => u32::from_str_radix(h, 16),
+                None => v.parse(),
+            }
+            .map_err(|_| format!("{k} {v:?}: expected a number"))
+        };
+        match w[i] {
+            "local" => c.local = v.to_string(),
+            "remote" => c.remote = v.to_string(),
+            "encap" => {
+                c.encap = v.parse()?;
+                encap = true;
+            }
+            "port" => c.port = Some(v.parse().map_err(|_| format!("port {v:?}: expected 1 to 65535"))?),
+            "src-ports" => {
+                let (lo, hi) = v.split_once('-').ok_or_else(|| format!("src-ports {v:?}: expected <min>-<max>"))?;
+                c.src_port_min = Some(lo.parse().map_err(|_| format!("src-ports {v:?}: expected <min>-<max>"))?);
+                c.src_port_max = Some(hi.parse().map_err(|_| format!("src-ports {v:?}: expected <min>-<max>"))?);
+            }
+            "key" => c.key = Some(num("key")?),
+            "checksum" => c.checksum = Some(v.parse().map_err(|e| format!("checksum {e}"))?),
+            "ttl" => c.ttl = Some(v.parse().map_err(|_| format!("ttl {v:?}: expected 1 to 255"))?),
+            "route" => c.routes.push(v.to_string()),
+            o => return Err(format!("create udp tunnel: unknown word {o:?}")),
+        }
+        i += 2;
+    }
+    if c.local.is_empty() || c.remote.is_empty() || !encap {
+        return Err("create udp tunnel needs local <addr>, remote <addr> and encap gue|gre|direct".into());
+    }
+    Ok(c)
 }
 
 fn gtpu_tunnel(w: &[&str]) -> Result<crate::gtpu::GtpuTunnelConfig, String> {
@@ -187,6 +252,16 @@ mod tests {
         assert!(p("create gtpu tunnel local 198.18.1.1 remote 198.18.1.2 teid-in x").is_err());
         assert!(p("create gtpu tunnel teid-in 1").is_err());
         assert_eq!(p("delete gtpu tunnel gtpu_tunnel3"), Ok(Request::DeleteGtpuTunnel { name: "gtpu_tunnel3".into() }));
+        let Ok(Request::CreateUdpTunnel(u)) =
+            p("create udp tunnel local 198.18.1.1 remote 198.18.1.2 encap gre key 0x10 src-ports 1000-2000 route 198.19.0.0/16 route 198.20.0.0/16")
+        else {
+            panic!("udp tunnel")
+        };
+        assert_eq!((u.encap, u.key, u.src_port_min, u.src_port_max), (udptun::Encap::Gre, Some(16), Some(1000), Some(2000)));
+        assert_eq!(u.routes.len(), 2);
+        assert!(p("create udp tunnel local 198.18.1.1 remote 198.18.1.2").is_err(), "encap is required");
+        assert!(p("create udp tunnel local 198.18.1.1 remote 198.18.1.2 encap vxlan").is_err());
+        assert!(p("create udp tunnel local 198.18.1.1 remote 198.18.1.2 encap gue src-ports 5").is_err());
         // The JSON form is the config table's fields plus the op.
         let r: Request =
             serde_json::from_str(r#"{"op":"create_gtpu_tunnel","local":"2001:db8::1","remote":"2001:db8::2","teid_in":1,"teid_out":2,"checksum":"zero","accept_zero_checksum":true}"#)

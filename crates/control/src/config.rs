@@ -40,6 +40,9 @@ pub struct Config {
     pub gtpu: GtpuConfig,
     #[serde(default, rename = "gtpu_tunnel")]
     pub gtpu_tunnels: Vec<crate::gtpu::GtpuTunnelConfig>,
+    /// UDP tunnels: GUE, GRE-in-UDP, direct IP-in-UDP.
+    #[serde(default, rename = "udp_tunnel")]
+    pub udp_tunnels: Vec<crate::udptun::UdpTunnelConfig>,
     /// Where relative paths (pcap files) are resolved; the config file's folder.
     #[serde(skip)]
     pub base_dir: PathBuf,

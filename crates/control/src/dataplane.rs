@@ -14,6 +14,7 @@ use ip::{HasIp, IfAddr, InterfaceSpec, IpContext, IpEvent, Limits, Prefix, Route
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
+use udptun::{HasUdpTun, UdpTunContext, UdpTunEvent, UdpTunState, UdpTunTables};
 use wire::EthernetAddress;
 
 /// The largest interface MTU (a 9216-byte jumbo frame less its Ethernet header).
@@ -33,6 +34,7 @@ pub struct InterfaceInfo {
 pub struct WorkerContext {
     pub ip: IpContext,
     pub gtpu: GtpuContext,
+    pub udptun: UdpTunContext,
 }
 
 impl engine::worker::Context for WorkerContext {
@@ -42,6 +44,7 @@ impl engine::worker::Context for WorkerContext {
         // route into a tunnel also sees the tunnel.
         self.ip.refresh();
         self.gtpu.refresh();
+        self.udptun.refresh();
     }
 }
 
@@ -59,6 +62,38 @@ impl HasGtpu for WorkerContext {
     }
 }
 
+impl HasUdpTun for WorkerContext {
+    #[inline(always)]
+    fn split_udptun(&mut self) -> (&mut IpContext, &mut UdpTunContext) {
+        (&mut self.ip, &mut self.udptun)
+    }
+}
+
+/// UDP tunnel control messages kept for `show udp tunnels`.
+const RECENT_UDP_EVENTS: usize = 32;
+
+/// Route targets naming a tunnel interface (`gtpu_tunnelN`, `udp_tunnelN`) become
+/// routes into that tunnel.
+pub fn resolve_target(g: &GtpuState, u: &UdpTunState, router: &RouterState, t: RouteTarget) -> Result<RouteTarget, String> {
+    match crate::gtpu::resolve_target(g, router, t)? {
+        RouteTarget::Interface(name) if crate::udptun::is_tunnel_name(&name) => match crate::udptun::tunnel_by_name(u, &name) {
+            Some(t) => Ok(RouteTarget::Tunnel(t)),
+            None => Err(format!("no tunnel named {name:?}")),
+        },
+        RouteTarget::Via { interface: Some(name), .. } if crate::udptun::is_tunnel_name(&name) => {
+            Err(format!("{name} is a tunnel: route into it with `interface {name}`, not via a next hop"))
+        }
+        other => Ok(other),
+    }
+}
+
+/// The router's local UDP demux: GTP-U's ports and endpoints, and the UDP tunnel ports.
+fn udp_demux(g: &GtpuState, u: &UdpTunState) -> ip::tables::UdpDemux {
+    let mut d = g.udp_demux();
+    d.ports.extend(u.udp_ports());
+    d
+}
+
 /// Path-management events kept for `show gtpu tunnels`.
 const RECENT_EVENTS: usize = 32;
 
@@ -68,6 +103,11 @@ pub struct Control {
     pub gtpu: GtpuState,
     pub shared: Arc<ArcSwap<Tables>>,
     pub gtpu_shared: Arc<ArcSwap<GtpuTables>>,
+    pub udptun: UdpTunState,
+    pub udptun_shared: Arc<ArcSwap<UdpTunTables>>,
+    pub udptun_events: Receiver<UdpTunEvent>,
+    /// The latest UDP tunnel control messages, newest last.
+    pub recent_udptun_events: std::collections::VecDeque<UdpTunEvent>,
     pub events: Receiver<IpEvent>,
     pub gtpu_events: Receiver<GtpuEvent>,
     /// The latest GTP-U path-management events, newest last.
@@ -79,9 +119,10 @@ pub struct Control {
 impl Control {
     /// Compile the state into new tables and publish them to every worker.
     pub fn publish(&mut self) {
-        self.state.set_udp_demux(self.gtpu.udp_demux());
+        self.state.set_udp_demux(udp_demux(&self.gtpu, &self.udptun));
         let t = self.state.build();
         self.gtpu_shared.store(Arc::new(self.gtpu.build()));
+        self.udptun_shared.store(Arc::new(self.udptun.build()));
         self.shared.store(Arc::new(t));
     }
 
@@ -102,6 +143,12 @@ impl Control {
                     }
                 }
             }
+        }
+        while let Ok(ev) = self.udptun_events.try_recv() {
+            if self.recent_udptun_events.len() == RECENT_UDP_EVENTS {
+                self.recent_udptun_events.pop_front();
+            }
+            self.recent_udptun_events.push_back(ev);
         }
         while let Ok(ev) = self.gtpu_events.try_recv() {
             if self.recent_gtpu_events.len() == RECENT_EVENTS {
@@ -143,7 +190,7 @@ fn interface_mac(cfg: &Config, i: usize) -> Result<EthernetAddress, ConfigError>
 }
 
 /// Build router and GTP-U state from the config (no devices).
-pub fn build_state(cfg: &Config) -> Result<(RouterState, GtpuState), ConfigError> {
+pub fn build_state(cfg: &Config) -> Result<(RouterState, GtpuState, UdpTunState), ConfigError> {
     let mut specs = Vec::new();
     for (i, ic) in cfg.interfaces.iter().enumerate() {
         let f = |n: &str| format!("interface[{i}].{n}");
@@ -234,17 +281,22 @@ pub fn build_state(cfg: &Config) -> Result<(RouterState, GtpuState), ConfigError
         specs.push(t.to_spec(&state).map_err(|(f, m)| cfg.err(format!("gtpu_tunnel[{i}].{f}"), m))?);
     }
     gtpu.create_many(&mut state, specs).map_err(|(i, e)| cfg.err(format!("gtpu_tunnel[{i}]"), e.to_string()))?;
+    let mut udp = UdpTunState::new();
+    for (i, t) in cfg.udp_tunnels.iter().enumerate() {
+        let (spec, routes) = t.to_spec().map_err(|(f, m)| cfg.err(format!("udp_tunnel[{i}].{f}"), m))?;
+        udp.create(&mut state, spec, &routes).map_err(|e| cfg.err(format!("udp_tunnel[{i}]"), e.to_string()))?;
+    }
     let mut routes = Vec::new();
     for (i, r) in cfg.routes.iter().enumerate() {
         let prefix: Prefix = parse_field(cfg, &format!("route[{i}].prefix"), &r.prefix, "a prefix like 198.19.0.0/16")?;
         let target = route_target(r.via.as_deref(), r.interface.as_deref(), r.blackhole).map_err(|m| cfg.err(format!("route[{i}]"), m))?;
-        let target = crate::gtpu::resolve_target(&gtpu, &state, target).map_err(|m| cfg.err(format!("route[{i}].interface"), m))?;
+        let target = resolve_target(&gtpu, &udp, &state, target).map_err(|m| cfg.err(format!("route[{i}].interface"), m))?;
         routes.push((prefix, target));
     }
     state.add_routes(routes).map_err(|(i, e)| cfg.err(format!("route[{i}]"), e.to_string()))?;
     gtpu.refresh_outer(&mut state);
-    state.set_udp_demux(gtpu.udp_demux());
-    Ok((state, gtpu))
+    state.set_udp_demux(udp_demux(&gtpu, &udp));
+    Ok((state, gtpu, udp))
 }
 
 /// The one way text fields become a `RouteTarget` (config and API alike).
@@ -444,7 +496,7 @@ pub fn worker_core(cfg: &Config, k: usize) -> Option<usize> {
 
 /// Validate the whole configuration and build the dataplane. Nothing runs yet.
 pub fn assemble(cfg: &Config) -> Result<Assembly, ConfigError> {
-    let (state, gtpu) = build_state(cfg)?;
+    let (state, gtpu, udp) = build_state(cfg)?;
     check_workers(cfg)?;
     let mut streams = stream_specs(cfg)?;
     let programs = attach_xdp(cfg)?;
@@ -464,7 +516,7 @@ pub fn assemble(cfg: &Config) -> Result<Assembly, ConfigError> {
         cfg.interfaces.iter().zip(&placement).filter(|(_, p)| matches!(p, Placement::Owners(_))).map(|(ic, _)| ic.kind).collect();
     let lanes: Vec<Option<engine::handoff::HandoffEnds>> =
         (0..cfg.dataplane.workers).map(|_| (!lanes.is_empty()).then(|| lanes.remove(0))).collect();
-    build(cfg, state, gtpu, per_worker, details, lanes, &spread)
+    build(cfg, state, gtpu, udp, per_worker, details, lanes, &spread)
 }
 
 /// Worker `k`'s devices, one per interface, and how each was opened where that varies.
@@ -546,6 +598,7 @@ fn build(
     cfg: &Config,
     mut state: RouterState,
     mut gtpu: GtpuState,
+    udp: UdpTunState,
     per_worker: Vec<Vec<Box<dyn Device>>>,
     details: Vec<Option<String>>,
     lanes: Vec<Option<engine::handoff::HandoffEnds>>,
@@ -561,11 +614,14 @@ fn build(
     };
     let gtpu_shared = Arc::new(ArcSwap::from_pointee(gtpu.build()));
     let (gev_tx, gev_rx) = crossbeam_channel::bounded(1024);
+    let udptun_shared = Arc::new(ArcSwap::from_pointee(udp.build()));
+    let (uev_tx, uev_rx) = crossbeam_channel::bounded(1024);
     let mut workers = Vec::with_capacity(per_worker.len());
     for (k, (devices, lanes)) in per_worker.into_iter().zip(lanes).enumerate() {
         let cx = WorkerContext {
             ip: IpContext::new(shared.clone(), Some(ev_tx.clone()), limits),
             gtpu: GtpuContext::new(gtpu_shared.clone(), Some(gev_tx.clone()), cfg.gtpu.replies_per_sec),
+            udptun: UdpTunContext::new(udptun_shared.clone(), Some(uev_tx.clone())),
         };
         workers.push(build_worker(cfg, k, devices, cx, lanes, spread)?);
     }
@@ -580,6 +636,10 @@ fn build(
         gtpu,
         shared,
         gtpu_shared,
+        udptun: udp,
+        udptun_shared,
+        udptun_events: uev_rx,
+        recent_udptun_events: Default::default(),
         events: ev_rx,
         gtpu_events: gev_rx,
         recent_gtpu_events: Default::default(),
@@ -604,6 +664,7 @@ fn build_worker(
     let mut g = GraphBuilder::new();
     ip::nodes::register(&mut g);
     gtpu::nodes::register(&mut g);
+    udptun::nodes::register(&mut g);
     let mut handoff_input = None;
     if let Some(l) = &lanes {
         g.add_expand(ip::nodes::worker_handoff::WorkerHandoff::new(k, l.to.clone()));

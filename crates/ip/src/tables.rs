@@ -24,6 +24,10 @@ pub enum TunnelKind {
     Gtpu4 = 1,
     /// GTP-U over an IPv6 outer header (`gtpu6-encap`).
     Gtpu6 = 2,
+    /// A UDP tunnel (GUE, GRE-in-UDP, direct IP-in-UDP) over IPv4 (`gue4-encap`).
+    Gue4 = 3,
+    /// The same over IPv6 (`gue6-encap`).
+    Gue6 = 4,
 }
 
 /// Bits of a FIB value above this hold a [`TunnelKind`]; below, an adjacency index or
@@ -35,6 +39,8 @@ pub const MAX_INDEX: u32 = (1 << TUNNEL_SHIFT) - 1;
 
 /// GTP-U tunnel interfaces are `gtpu_tunnel<id>`.
 pub const GTPU_IF_PREFIX: &str = "gtpu_tunnel";
+/// UDP tunnel interfaces (GUE, GRE-in-UDP, direct) are `udp_tunnel<id>`.
+pub const UDP_TUNNEL_IF_PREFIX: &str = "udp_tunnel";
 
 /// A tunnel as a FIB value: its kind and its id within that feature's table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
@@ -55,6 +61,8 @@ impl TunnelRef {
         let kind = match v >> TUNNEL_SHIFT {
             1 => TunnelKind::Gtpu4,
             2 => TunnelKind::Gtpu6,
+            3 => TunnelKind::Gue4,
+            4 => TunnelKind::Gue6,
             _ => return None,
         };
         Some(TunnelRef { kind, id: v & MAX_INDEX })
@@ -64,7 +72,13 @@ impl TunnelRef {
     pub fn if_name(self) -> String {
         match self.kind {
             TunnelKind::Gtpu4 | TunnelKind::Gtpu6 => format!("{GTPU_IF_PREFIX}{}", self.id),
+            TunnelKind::Gue4 | TunnelKind::Gue6 => format!("{UDP_TUNNEL_IF_PREFIX}{}", self.id),
         }
+    }
+
+    /// The UDP tunnel id an interface name like `udp_tunnel3` names.
+    pub fn udp_tunnel_id(if_name: &str) -> Option<u32> {
+        if_name.strip_prefix(UDP_TUNNEL_IF_PREFIX)?.parse().ok()
     }
 
     /// The GTP-U tunnel id an interface name like `gtpu_tunnel3` names (both outer
@@ -78,6 +92,8 @@ impl TunnelRef {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UdpApp {
     Gtpu,
+    /// A UDP tunnel port (GUE, GRE-in-UDP, direct): `gue4-input` / `gue6-input`.
+    Gue,
 }
 
 /// The local UDP demux: ports that tunnel features listen on, and the endpoint addresses

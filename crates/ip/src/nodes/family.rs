@@ -54,13 +54,13 @@ pub fn solicit<F: Family>(cx: &mut crate::context::IpContext, buf: &mut engine::
 engine::next_nodes! {
     pub enum Ip4LookupNext {
         Rewrite = "ip4-rewrite", Local = "ip4-local", IcmpError = "ip4-icmp-error",
-        Gtpu4Encap = "gtpu4-encap", Gtpu6Encap = "gtpu6-encap",
+        Gtpu4Encap = "gtpu4-encap", Gtpu6Encap = "gtpu6-encap", Gue4Encap = "gue4-encap", Gue6Encap = "gue6-encap",
     }
 }
 engine::next_nodes! {
     pub enum Ip6LookupNext {
         Rewrite = "ip6-rewrite", Local = "ip6-local", IcmpError = "ip6-icmp-error",
-        Gtpu4Encap = "gtpu4-encap", Gtpu6Encap = "gtpu6-encap",
+        Gtpu4Encap = "gtpu4-encap", Gtpu6Encap = "gtpu6-encap", Gue4Encap = "gue4-encap", Gue6Encap = "gue6-encap",
     }
 }
 
@@ -80,6 +80,8 @@ impl Family for Ip4 {
         match k {
             TunnelKind::Gtpu4 => Ip4LookupNext::Gtpu4Encap,
             TunnelKind::Gtpu6 => Ip4LookupNext::Gtpu6Encap,
+            TunnelKind::Gue4 => Ip4LookupNext::Gue4Encap,
+            TunnelKind::Gue6 => Ip4LookupNext::Gue6Encap,
         }
     }
     const HEADER_LEN: usize = 20;
@@ -125,6 +127,8 @@ impl Family for Ip6 {
         match k {
             TunnelKind::Gtpu4 => Ip6LookupNext::Gtpu4Encap,
             TunnelKind::Gtpu6 => Ip6LookupNext::Gtpu6Encap,
+            TunnelKind::Gue4 => Ip6LookupNext::Gue4Encap,
+            TunnelKind::Gue6 => Ip6LookupNext::Gue6Encap,
         }
     }
     const HEADER_LEN: usize = 40;

@@ -11,7 +11,7 @@ use wire::ipv4::Ipv4Packet;
 use wire::IpProtocol;
 
 next_nodes! {
-    pub enum Ip4LocalNext { Lookup = "ip4-lookup", IcmpError = "ip4-icmp-error", Gtpu4Input = "gtpu4-input" }
+    pub enum Ip4LocalNext { Lookup = "ip4-lookup", IcmpError = "ip4-icmp-error", Gtpu4Input = "gtpu4-input", Gue4Input = "gue4-input" }
 }
 
 counters! {
@@ -75,8 +75,10 @@ impl<Cx: HasIp> Node<Cx> for Ip4Local {
             }
             IpProtocol::Udp => {
                 let port = p.payload().get(2..4).map(|d| u16::from_be_bytes([d[0], d[1]]));
-                if let Some(UdpApp::Gtpu) = port.and_then(|port| cx.ip().tables.udp.port(port)) {
-                    return Verdict::Next(Ip4LocalNext::Gtpu4Input);
+                match port.and_then(|port| cx.ip().tables.udp.port(port)) {
+                    Some(UdpApp::Gtpu) => return Verdict::Next(Ip4LocalNext::Gtpu4Input),
+                    Some(UdpApp::Gue) => return Verdict::Next(Ip4LocalNext::Gue4Input),
+                    None => {}
                 }
                 counts.inc(C::PortUnreachable);
                 buf.meta.param = IcmpRequest::new(3, unreach::PORT, 0).encode();

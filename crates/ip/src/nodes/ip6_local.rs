@@ -13,7 +13,7 @@ use wire::ipv6_ext::walk_chain;
 use wire::{EtherType, EthernetAddress, IpProtocol};
 
 next_nodes! {
-    pub enum Ip6LocalNext { Lookup = "ip6-lookup", IcmpError = "ip6-icmp-error", Output = "interface-output", Gtpu6Input = "gtpu6-input" }
+    pub enum Ip6LocalNext { Lookup = "ip6-lookup", IcmpError = "ip6-icmp-error", Output = "interface-output", Gtpu6Input = "gtpu6-input", Gue6Input = "gue6-input" }
 }
 
 counters! {
@@ -72,8 +72,10 @@ impl<Cx: HasIp> Node<Cx> for Ip6Local {
             Some(IpProtocol::Udp) => {
                 // Tunnel input nodes take UDP right after the fixed header only.
                 let port = buf.bytes().get(off + 2..off + 4).map(|d| u16::from_be_bytes([d[0], d[1]]));
-                if let (0, Some(UdpApp::Gtpu)) = (info.upper_offset, port.and_then(|port| cx.tables.udp.port(port))) {
-                    return Verdict::Next(Ip6LocalNext::Gtpu6Input);
+                match (info.upper_offset, port.and_then(|port| cx.tables.udp.port(port))) {
+                    (0, Some(UdpApp::Gtpu)) => return Verdict::Next(Ip6LocalNext::Gtpu6Input),
+                    (0, Some(UdpApp::Gue)) => return Verdict::Next(Ip6LocalNext::Gue6Input),
+                    _ => {}
                 }
                 counts.inc(C::PortUnreachable);
                 buf.meta.param = IcmpRequest::new(1, unreach::PORT, 0).encode();

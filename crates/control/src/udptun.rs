@@ -1,0 +1,157 @@
+//! UDP tunnels (GUE, GRE-in-UDP, direct) in the control plane: the one text form of a
+//! tunnel (the config file's `[[udp_tunnel]]`, the JSON API's `create_udp_tunnel`, the
+//! CLI), its conversion to a [`UdpTunnelSpec`], and the rows `show udp tunnels` prints.
+
+use ip::outer::ChecksumMode;
+use ip::tables::{TunnelRef, UDP_TUNNEL_IF_PREFIX};
+use ip::Prefix;
+use serde::{Deserialize, Serialize};
+use std::net::IpAddr;
+use udptun::{Encap, UdpTunState, UdpTunnelSpec};
+
+/// A tunnel as text: config, API and CLI all fill this in.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UdpTunnelConfig {
+    pub local: String,
+    pub remote: String,
+    /// `gue`, `gre` (GRE-in-UDP) or `direct`.
+    pub encap: Encap,
+    /// Destination port of what we send and the port we receive on. Default: 6080 for
+    /// GUE, 4754 for GRE; direct encapsulation needs one.
+    #[serde(default)]
+    pub port: Option<u16>,
+    /// The source-port range a hash of the inner flow is spread over (default
+    /// 49152–65535).
+    #[serde(default)]
+    pub src_port_min: Option<u16>,
+    #[serde(default)]
+    pub src_port_max: Option<u16>,
+    /// GRE key (encap = "gre").
+    #[serde(default)]
+    pub key: Option<u32>,
+    /// Default: zero over IPv4, software over IPv6.
+    #[serde(default)]
+    pub checksum: Option<ChecksumMode>,
+    #[serde(default)]
+    pub accept_zero_checksum: bool,
+    #[serde(default)]
+    pub ttl: Option<u8>,
+    /// Routes into the tunnel.
+    #[serde(default)]
+    pub routes: Vec<String>,
+}
+
+/// A field-named error, for config messages (`udp_tunnel[3].port: …`).
+pub type FieldError = (&'static str, String);
+
+impl UdpTunnelConfig {
+    /// Parse the text fields; semantic checks (our address, duplicates) follow in
+    /// `UdpTunState::validate`.
+    pub fn to_spec(&self) -> Result<(UdpTunnelSpec, Vec<Prefix>), FieldError> {
+        let local: IpAddr = self.local.parse().map_err(|_| ("local", format!("{:?}: expected an IPv4 or IPv6 address", self.local)))?;
+        let remote: IpAddr = self.remote.parse().map_err(|_| ("remote", format!("{:?}: expected an IPv4 or IPv6 address", self.remote)))?;
+        let port = match (self.port, self.encap.default_port()) {
+            (Some(p), _) | (None, Some(p)) => p,
+            (None, None) => return Err(("port", "direct encapsulation has no standard port: give one".into())),
+        };
+        let mut s = UdpTunnelSpec::new(local, remote, self.encap, port);
+        s.src_port_min = self.src_port_min.unwrap_or(s.src_port_min);
+        s.src_port_max = self.src_port_max.unwrap_or(s.src_port_max);
+        if s.src_port_min == 0 || s.src_port_min > s.src_port_max {
+            return Err(("src_port_min", format!("{}-{}: expected 1 to 65535, low end first", s.src_port_min, s.src_port_max)));
+        }
+        if self.key.is_some() && self.encap != Encap::Gre {
+            return Err(("key", "a key is for encap = \"gre\"".into()));
+        }
+        s.gre_key = self.key;
+        if let Some(c) = self.checksum {
+            if c == ChecksumMode::Offload && local.is_ipv4() {
+                return Err(("checksum", "offload is for IPv6 outer headers; over IPv4 choose zero or software".into()));
+            }
+            s.checksum = c;
+        }
+        if self.accept_zero_checksum && local.is_ipv4() {
+            return Err(("accept_zero_checksum", "IPv4 always accepts a zero UDP checksum; this is an IPv6 setting".into()));
+        }
+        s.accept_zero_checksum = self.accept_zero_checksum;
+        if let Some(t) = self.ttl {
+            if t == 0 {
+                return Err(("ttl", "expected 1 to 255".into()));
+            }
+            s.ttl = t;
+        }
+        let routes = self
+            .routes
+            .iter()
+            .map(|r| r.parse::<Prefix>().map_err(|e| ("routes", format!("{r:?}: {e}"))))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((s, routes))
+    }
+}
+
+/// The tunnel an interface name like `udp_tunnel3` names.
+pub fn tunnel_by_name(u: &UdpTunState, name: &str) -> Option<TunnelRef> {
+    let id = TunnelRef::udp_tunnel_id(name)?;
+    let s = u.spec(id)?;
+    Some(TunnelRef { kind: s.kind(), id })
+}
+
+pub fn is_tunnel_name(name: &str) -> bool {
+    name.starts_with(UDP_TUNNEL_IF_PREFIX)
+}
+
+/// One row of `show udp tunnels`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct UdpTunnelRow {
+    pub name: String,
+    pub local: String,
+    pub remote: String,
+    pub encap: Encap,
+    pub port: u16,
+    pub src_ports: String,
+    pub key: Option<u32>,
+    pub checksum: ChecksumMode,
+    pub accept_zero_checksum: bool,
+    pub ttl: u8,
+}
+
+pub fn rows(u: &UdpTunState) -> Vec<UdpTunnelRow> {
+    u.tunnels()
+        .map(|(id, s)| UdpTunnelRow {
+            name: format!("{UDP_TUNNEL_IF_PREFIX}{id}"),
+            local: s.local.to_string(),
+            remote: s.remote.to_string(),
+            encap: s.encap,
+            port: s.port,
+            src_ports: format!("{}-{}", s.src_port_min, s.src_port_max),
+            key: s.gre_key,
+            checksum: s.checksum,
+            accept_zero_checksum: s.accept_zero_checksum,
+            ttl: s.ttl,
+        })
+        .collect()
+}
+
+pub fn format_rows(rows: &[UdpTunnelRow]) -> String {
+    use std::fmt::Write;
+    let mut o = format!("{} UDP tunnels\n", rows.len());
+    for r in rows {
+        let key = r.key.map(|k| format!(" key {k:#x}")).unwrap_or_default();
+        let _ = writeln!(
+            o,
+            "{:<16} {} -> {} {} port {} src-ports {}{} checksum {:?}{} ttl {}",
+            r.name,
+            r.local,
+            r.remote,
+            r.encap.name(),
+            r.port,
+            r.src_ports,
+            key,
+            r.checksum,
+            if r.accept_zero_checksum { " accept-zero-checksum" } else { "" },
+            r.ttl
+        );
+    }
+    o
+}

@@ -1,0 +1,51 @@
+//! The per-worker UDP tunnel context: the tables version the worker holds and the queue
+//! of control messages for the control plane.
+
+use crate::tables::UdpTunTables;
+use arc_swap::{ArcSwap, Cache};
+use crossbeam_channel::Sender;
+use ip::{HasIp, IpContext};
+use std::net::IpAddr;
+use std::sync::Arc;
+
+/// What the tunnel nodes tell the control plane (sent with `try_send`; a full queue
+/// loses the event and the node counts it).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub enum UdpTunEvent {
+    /// A GUE control message (C bit) arrived on a tunnel: its type and length.
+    Control { tunnel: u32, peer: IpAddr, ctype: u8, len: usize },
+}
+
+pub struct UdpTunContext {
+    cache: Cache<Arc<ArcSwap<UdpTunTables>>, Arc<UdpTunTables>>,
+    pub tables: Arc<UdpTunTables>,
+    pub events: Option<Sender<UdpTunEvent>>,
+}
+
+impl UdpTunContext {
+    pub fn new(shared: Arc<ArcSwap<UdpTunTables>>, events: Option<Sender<UdpTunEvent>>) -> Self {
+        let tables = shared.load_full();
+        UdpTunContext { cache: Cache::new(shared), tables, events }
+    }
+
+    /// Pick up a newly published table version.
+    #[inline]
+    pub fn refresh(&mut self) {
+        let t = self.cache.load();
+        if !Arc::ptr_eq(t, &self.tables) {
+            self.tables = Arc::clone(t);
+        }
+    }
+
+    pub fn report(&self, ev: UdpTunEvent) -> bool {
+        match &self.events {
+            Some(tx) => tx.try_send(ev).is_ok(),
+            None => true,
+        }
+    }
+}
+
+/// A worker context with the IP and the UDP tunnel parts.
+pub trait HasUdpTun: HasIp {
+    fn split_udptun(&mut self) -> (&mut IpContext, &mut UdpTunContext);
+}

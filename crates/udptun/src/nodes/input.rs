@@ -1,0 +1,196 @@
+//! `gue4-input` / `gue6-input`: UDP tunnel packets addressed to one of our endpoints on
+//! a tunnel port (`ipN-local` sends them here).
+//!
+//! Finds the tunnel by (our address, the peer's address, port), checks the outer UDP
+//! (length; checksum, with a zero IPv6 checksum only on tunnels that accept it, RFC
+//! 6936), then the tunnel's encapsulation: a GUE header (data messages are stripped;
+//! control messages go to the control plane; unknown flags and a header longer than the
+//! packet are dropped), a GRE header (version 0, the tunnel's key, a correct checksum if
+//! present) or nothing. The inner IPv4 or IPv6 packet goes to `ipN-input`.
+
+use super::TunOuter;
+use crate::context::{HasUdpTun, UdpTunEvent};
+use crate::tunnel::Encap;
+use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
+use ip::outer::{udp_checksum_ok, OuterError};
+use wire::gre::{GreError, GrePacket, GreRepr};
+use wire::gue::{self, GueError, GuePacket, GueRepr, Variant};
+
+next_nodes! {
+    pub enum UdpTunInputNext { Ip4Input = "ip4-input", Ip6Input = "ip6-input" }
+}
+
+counters! {
+    pub enum UdpTunInputCounter {
+        Decapsulated(Info, "decapsulated", "packets decapsulated"),
+        ControlMessages(Info, "control-messages", "GUE control messages (C bit): passed to the control plane, not forwarded"),
+        EventQueueFull(Warn, "event-queue-full", "control message lost: control queue full"),
+        OuterTruncated(Warn, "outer-truncated", "outer IP header truncated"),
+        NotPlainUdp(Warn, "outer-not-plain-udp", "IPv6 extension headers before UDP, or an outer fragment (not reassembled yet)"),
+        BadUdpLength(Warn, "bad-udp-length", "UDP length below 8 or past the packet"),
+        BadUdpChecksum(Warn, "bad-udp-checksum", "outer UDP checksum mismatch"),
+        ZeroChecksumRefused(Warn, "zero-checksum-refused", "zero UDP checksum over IPv6 on a tunnel not configured to accept it (RFC 6936)"),
+        NoTunnel(Warn, "no-tunnel", "no tunnel joins this peer and our address on this port"),
+        GueTruncated(Warn, "gue-truncated", "GUE header or its Hlen past the packet"),
+        GueBadVersion(Warn, "gue-bad-version", "GUE version 2 or 3, or a variant 1 payload that is not IP"),
+        GueUnknownFlags(Warn, "gue-unknown-flags", "GUE flags or private flags this implementation cannot skip"),
+        GreMalformed(Warn, "gre-malformed", "GRE header truncated, not version 0, or with reserved bits set"),
+        GreBadChecksum(Warn, "gre-bad-checksum", "GRE checksum mismatch"),
+        GreKeyMismatch(Warn, "gre-key-mismatch", "GRE key absent, unexpected or not the tunnel's"),
+        UnsupportedInner(Warn, "unsupported-inner", "inner protocol is not IPv4 or IPv6"),
+    }
+}
+
+pub struct UdpTunInput<O: TunOuter>(std::marker::PhantomData<O>);
+
+impl<O: TunOuter> Default for UdpTunInput<O> {
+    fn default() -> Self {
+        UdpTunInput(std::marker::PhantomData)
+    }
+}
+
+/// What comes after the UDP header: the encapsulation's header length and the inner
+/// family (true: IPv4), or why it is refused. `Ok(None)`: a GUE control message.
+fn inner(encap: Encap, key: Option<u32>, p: &[u8]) -> Result<Option<(usize, bool)>, UdpTunInputCounter> {
+    use UdpTunInputCounter as C;
+    let by_version = |b: &[u8], skip: usize| match b.get(skip).map(|v| v >> 4) {
+        Some(4) => Ok(Some((skip, true))),
+        Some(6) => Ok(Some((skip, false))),
+        _ => Err(C::UnsupportedInner),
+    };
+    match encap {
+        Encap::Direct => by_version(p, 0),
+        Encap::Gue => match gue::variant(p) {
+            Some(Variant::Direct) => by_version(p, 0),
+            None if p.is_empty() => Err(C::GueTruncated),
+            None => Err(C::GueBadVersion),
+            Some(Variant::Header) => {
+                let g = GuePacket::new_checked(p).map_err(|e| match e {
+                    GueError::Truncated | GueError::HeaderBeyondPacket => C::GueTruncated,
+                    GueError::BadVersion | GueError::BadDirectPayload => C::GueBadVersion,
+                    GueError::UnknownFlags | GueError::FlagsBeyondHlen | GueError::UnknownPrivateFlags => C::GueUnknownFlags,
+                })?;
+                let r = GueRepr::parse(&g).map_err(|_| C::GueUnknownFlags)?;
+                if r.control {
+                    return Ok(None);
+                }
+                match r.proto_ctype {
+                    4 => Ok(Some((g.header_len(), true))),
+                    41 => Ok(Some((g.header_len(), false))),
+                    _ => Err(C::UnsupportedInner),
+                }
+            }
+        },
+        Encap::Gre => {
+            let g = GrePacket::new_checked(p).map_err(|_| C::GreMalformed)?;
+            let r = GreRepr::parse(&g).map_err(|e| match e {
+                GreError::BadChecksum => C::GreBadChecksum,
+                _ => C::GreMalformed,
+            })?;
+            if r.key != key {
+                return Err(C::GreKeyMismatch);
+            }
+            match r.protocol {
+                0x0800 => Ok(Some((g.header_len(), true))),
+                0x86dd => Ok(Some((g.header_len(), false))),
+                _ => Err(C::UnsupportedInner),
+            }
+        }
+    }
+}
+
+impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunInput<O> {
+    type Next = UdpTunInputNext;
+    type Counter = UdpTunInputCounter;
+
+    fn name(&self) -> &'static str {
+        O::INPUT
+    }
+
+    fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
+        use UdpTunInputCounter as C;
+        let (_, u) = cx.split_udptun();
+        let b = buf.bytes();
+        let (hl, src, dst) = match O::outer(b) {
+            Ok(x) => x,
+            Err(OuterError::Truncated) => return Verdict::Drop(C::OuterTruncated),
+            Err(OuterError::NotPlainUdp) => return Verdict::Drop(C::NotPlainUdp),
+        };
+        let Some(h) = b.get(hl..hl + 8) else { return Verdict::Drop(C::BadUdpLength) };
+        let port = u16::from_be_bytes([h[2], h[3]]);
+        let udp_len = u16::from_be_bytes([h[4], h[5]]) as usize;
+        let sum = u16::from_be_bytes([h[6], h[7]]);
+        if udp_len < 8 || hl + udp_len > b.len() {
+            return Verdict::Drop(C::BadUdpLength);
+        }
+        let Some(id) = O::decap(&u.tables, dst, src, port) else { return Verdict::Drop(C::NoTunnel) };
+        let t = u.tables.tunnel(id).expect("the decap table names live tunnels");
+        let seg = &b[hl..hl + udp_len];
+        if sum == 0 {
+            if O::IS_V6 && !t.accept_zero_checksum {
+                return Verdict::Drop(C::ZeroChecksumRefused);
+            }
+        } else {
+            let trusted = buf.meta.l4_checksum_ok || buf.meta.offload.has_partial_checksum();
+            if !trusted && !udp_checksum_ok(O::pseudo(&src, &dst), seg) {
+                return Verdict::Drop(C::BadUdpChecksum);
+            }
+        }
+        let payload = &seg[8..];
+        match inner(t.encap, t.gre_key, payload) {
+            Err(c) => Verdict::Drop(c),
+            Ok(None) => {
+                let ev = UdpTunEvent::Control { tunnel: id, peer: src.into(), ctype: payload[1], len: payload.len() };
+                if !u.report(ev) {
+                    return Verdict::Drop(C::EventQueueFull);
+                }
+                // Consumed here: counted under an info counter, not forwarded.
+                Verdict::Drop(C::ControlMessages)
+            }
+            Ok(Some((skip, v4))) => {
+                buf.truncate(hl + udp_len);
+                if buf.advance(hl + 8 + skip).is_err() {
+                    return Verdict::Drop(C::BadUdpLength);
+                }
+                // The outer checksum said nothing about the inner packet's own.
+                buf.meta.l4_checksum_ok = false;
+                counts.inc(C::Decapsulated);
+                Verdict::Next(if v4 { UdpTunInputNext::Ip4Input } else { UdpTunInputNext::Ip6Input })
+            }
+        }
+    }
+
+    fn trace(&self, buf: &Buffer) -> String {
+        format!("len {}", buf.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inner_by_encapsulation() {
+        let v4 = [0x45u8, 0, 0, 20];
+        assert_eq!(inner(Encap::Direct, None, &v4), Ok(Some((0, true))));
+        assert_eq!(inner(Encap::Direct, None, &[0x60]), Ok(Some((0, false))));
+        assert_eq!(inner(Encap::Direct, None, &[0x00]), Err(UdpTunInputCounter::UnsupportedInner));
+        // GUE: variant 0 with IPIP, with IPv6, variant 1 direct, a control message.
+        assert_eq!(inner(Encap::Gue, None, &[0, 4, 0, 0, 0x45]), Ok(Some((4, true))));
+        assert_eq!(inner(Encap::Gue, None, &[0, 41, 0, 0, 0x60]), Ok(Some((4, false))));
+        assert_eq!(inner(Encap::Gue, None, &v4), Ok(Some((0, true))));
+        assert_eq!(inner(Encap::Gue, None, &[0x20, 7, 0, 0]), Ok(None));
+        assert_eq!(inner(Encap::Gue, None, &[0, 4, 0x40, 0]), Err(UdpTunInputCounter::GueUnknownFlags));
+        assert_eq!(inner(Encap::Gue, None, &[0x03, 4, 0, 0]), Err(UdpTunInputCounter::GueTruncated));
+        assert_eq!(inner(Encap::Gue, None, &[0x80, 4, 0, 0]), Err(UdpTunInputCounter::GueBadVersion));
+        assert_eq!(inner(Encap::Gue, None, &[0, 47, 0, 0]), Err(UdpTunInputCounter::UnsupportedInner));
+        assert_eq!(inner(Encap::Gue, None, &[]), Err(UdpTunInputCounter::GueTruncated));
+        // GRE: EtherType, key match.
+        assert_eq!(inner(Encap::Gre, None, &[0, 0, 0x08, 0, 0x45]), Ok(Some((4, true))));
+        assert_eq!(inner(Encap::Gre, Some(9), &[0x20, 0, 0x86, 0xdd, 0, 0, 0, 9, 0x60]), Ok(Some((8, false))));
+        assert_eq!(inner(Encap::Gre, Some(9), &[0x20, 0, 0x86, 0xdd, 0, 0, 0, 8, 0x60]), Err(UdpTunInputCounter::GreKeyMismatch));
+        assert_eq!(inner(Encap::Gre, Some(9), &[0, 0, 0x08, 0, 0x45]), Err(UdpTunInputCounter::GreKeyMismatch));
+        assert_eq!(inner(Encap::Gre, None, &[0, 1, 0x08, 0]), Err(UdpTunInputCounter::GreMalformed));
+        assert_eq!(inner(Encap::Gre, None, &[0, 0, 0x65, 0x58]), Err(UdpTunInputCounter::UnsupportedInner));
+    }
+}

@@ -1,0 +1,154 @@
+//! The control plane's UDP tunnels: validated specs by id, compiled into
+//! [`UdpTunTables`]. Creating or deleting a tunnel changes this state and the router's
+//! (routes into the tunnel); the caller publishes both.
+
+use crate::tables::UdpTunTables;
+use crate::tunnel::{Tunnel, UdpTunnelSpec};
+use ip::outer::ChecksumMode;
+use ip::state::RouterState;
+use ip::tables::{TunnelRef, UdpApp};
+use ip::Prefix;
+use std::net::IpAddr;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UdpTunError {
+    #[error("local {local} and remote {remote} are different address families")]
+    FamilyMismatch { local: IpAddr, remote: IpAddr },
+    #[error("local {0} is not one of the gateway's addresses")]
+    LocalNotOurs(IpAddr),
+    #[error("remote {0} is one of the gateway's own addresses")]
+    RemoteIsLocal(IpAddr),
+    #[error("port {0}: expected 1 to 65535, and not 2152 (GTP-U)")]
+    BadPort(u16),
+    #[error("source ports {0}-{1}: expected a range from 1 to 65535, low end first")]
+    BadSourcePorts(u16, u16),
+    #[error("a GRE key is for GRE encapsulation only")]
+    KeyWithoutGre,
+    #[error("checksum offload is for IPv6 outer headers (over IPv4 a zero checksum is allowed)")]
+    OffloadOverIpv4,
+    #[error("udp_tunnel{id} already joins {local} and {remote} on port {port}")]
+    Duplicate { local: IpAddr, remote: IpAddr, port: u16, id: u32 },
+    #[error("no tunnel udp_tunnel{0}")]
+    NoSuchTunnel(u32),
+    #[error("route {0}: {1}")]
+    Route(Prefix, String),
+}
+
+#[derive(Debug, Default)]
+pub struct UdpTunState {
+    tunnels: Vec<Option<UdpTunnelSpec>>,
+}
+
+impl UdpTunState {
+    pub fn new() -> Self {
+        UdpTunState::default()
+    }
+
+    pub fn len(&self) -> usize {
+        self.tunnels.iter().flatten().count()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn spec(&self, id: u32) -> Option<&UdpTunnelSpec> {
+        self.tunnels.get(id as usize).and_then(Option::as_ref)
+    }
+
+    pub fn tunnels(&self) -> impl Iterator<Item = (u32, &UdpTunnelSpec)> {
+        self.tunnels.iter().enumerate().filter_map(|(i, t)| t.as_ref().map(|t| (i as u32, t)))
+    }
+
+    fn find(&self, local: IpAddr, remote: IpAddr, port: u16) -> Option<u32> {
+        self.tunnels().find(|(_, t)| t.local == local && t.remote == remote && t.port == port).map(|(i, _)| i)
+    }
+
+    pub fn validate(&self, router: &RouterState, s: &UdpTunnelSpec) -> Result<(), UdpTunError> {
+        let ours = |a: IpAddr| {
+            router.interfaces().iter().any(|i| match a {
+                IpAddr::V4(v) => i.has_ip4(v),
+                IpAddr::V6(v) => i.has_ip6(&v),
+            })
+        };
+        if s.local.is_ipv4() != s.remote.is_ipv4() {
+            return Err(UdpTunError::FamilyMismatch { local: s.local, remote: s.remote });
+        }
+        if !ours(s.local) {
+            return Err(UdpTunError::LocalNotOurs(s.local));
+        }
+        if ours(s.remote) {
+            return Err(UdpTunError::RemoteIsLocal(s.remote));
+        }
+        if s.port == 0 || s.port == wire::gtpu::PORT {
+            return Err(UdpTunError::BadPort(s.port));
+        }
+        if s.src_port_min == 0 || s.src_port_min > s.src_port_max {
+            return Err(UdpTunError::BadSourcePorts(s.src_port_min, s.src_port_max));
+        }
+        if s.gre_key.is_some() && s.encap != crate::Encap::Gre {
+            return Err(UdpTunError::KeyWithoutGre);
+        }
+        if s.checksum == ChecksumMode::Offload && s.local.is_ipv4() {
+            return Err(UdpTunError::OffloadOverIpv4);
+        }
+        if let Some(id) = self.find(s.local, s.remote, s.port) {
+            return Err(UdpTunError::Duplicate { local: s.local, remote: s.remote, port: s.port, id });
+        }
+        Ok(())
+    }
+
+    /// Create a tunnel with routes into it; returns its id (the lowest free one).
+    pub fn create(&mut self, router: &mut RouterState, spec: UdpTunnelSpec, routes: &[Prefix]) -> Result<u32, UdpTunError> {
+        self.validate(router, &spec)?;
+        let id = self.tunnels.iter().position(Option::is_none).unwrap_or(self.tunnels.len()) as u32;
+        let t = TunnelRef { kind: spec.kind(), id };
+        for p in routes {
+            router.validate_tunnel_route(p).map_err(|e| UdpTunError::Route(*p, e.to_string()))?;
+        }
+        let rs: Vec<(Prefix, TunnelRef)> = routes.iter().map(|p| (*p, t)).collect();
+        router.add_tunnel_routes(&rs).map_err(|(i, e)| UdpTunError::Route(routes[i], e.to_string()))?;
+        if id as usize == self.tunnels.len() {
+            self.tunnels.push(Some(spec));
+        } else {
+            self.tunnels[id as usize] = Some(spec);
+        }
+        Ok(id)
+    }
+
+    /// Delete a tunnel and every route into it.
+    pub fn delete(&mut self, router: &mut RouterState, id: u32) -> Result<UdpTunnelSpec, UdpTunError> {
+        let spec = self.tunnels.get_mut(id as usize).and_then(Option::take).ok_or(UdpTunError::NoSuchTunnel(id))?;
+        let r = TunnelRef { kind: spec.kind(), id };
+        router.del_tunnel_routes_into(r);
+        router.del_routes_into(r);
+        while self.tunnels.last().is_some_and(Option::is_none) {
+            self.tunnels.pop();
+        }
+        Ok(spec)
+    }
+
+    /// The UDP ports the tunnels receive on, for the router's local demux.
+    pub fn udp_ports(&self) -> Vec<(u16, UdpApp)> {
+        let mut ports: Vec<u16> = self.tunnels().map(|(_, t)| t.port).collect();
+        ports.sort_unstable();
+        ports.dedup();
+        ports.into_iter().map(|p| (p, UdpApp::Gue)).collect()
+    }
+
+    pub fn build(&self) -> UdpTunTables {
+        let mut t = UdpTunTables { tunnels: self.tunnels.iter().map(|s| s.as_ref().map(Tunnel::new)).collect(), ..Default::default() };
+        for (id, s) in self.tunnels() {
+            match (s.local, s.remote) {
+                (IpAddr::V4(l), IpAddr::V4(r)) => {
+                    t.decap4.insert((l, r, s.port), id);
+                }
+                (IpAddr::V6(l), IpAddr::V6(r)) => {
+                    t.decap6.insert((l, r, s.port), id);
+                }
+                _ => {}
+            }
+        }
+        t
+    }
+}

@@ -1,0 +1,21 @@
+//! The tables the UDP tunnel nodes read, published whole like the IP tables.
+
+use crate::tunnel::Tunnel;
+use std::collections::HashMap;
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+#[derive(Debug, Clone, Default)]
+pub struct UdpTunTables {
+    /// By tunnel id; `None` for deleted ids.
+    pub tunnels: Vec<Option<Tunnel>>,
+    /// (our address, the peer's address, UDP port) → tunnel id.
+    pub decap4: HashMap<(Ipv4Addr, Ipv4Addr, u16), u32>,
+    pub decap6: HashMap<(Ipv6Addr, Ipv6Addr, u16), u32>,
+}
+
+impl UdpTunTables {
+    #[inline(always)]
+    pub fn tunnel(&self, id: u32) -> Option<&Tunnel> {
+        self.tunnels.get(id as usize).and_then(Option::as_ref)
+    }
+}

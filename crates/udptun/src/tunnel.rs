@@ -1,0 +1,184 @@
+//! A UDP tunnel as configured ([`UdpTunnelSpec`]) and as the dataplane reads it
+//! ([`Tunnel`]: the outer headers precomputed, with the offsets a packet patches).
+
+use ip::outer::{ChecksumMode, Ip4Outer, Ip6Outer, OuterFamily};
+use ip::tables::TunnelKind;
+use std::net::IpAddr;
+use wire::checksum::Checksum;
+
+/// How the inner packet is carried after the UDP header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Encap {
+    /// A GUE variant 0 header naming the inner protocol (4 for IPv4, 41 for IPv6).
+    Gue,
+    /// A GRE header naming the inner EtherType (RFC 8086), with the tunnel's key if set.
+    Gre,
+    /// Nothing: the inner IPv4 or IPv6 packet itself (GUE variant 1, fou `ipproto 4/41`).
+    Direct,
+}
+
+impl Encap {
+    /// The port a tunnel of this kind uses unless configured (IANA: GUE 6080,
+    /// GRE-in-UDP 4754); direct encapsulation has none.
+    pub fn default_port(self) -> Option<u16> {
+        match self {
+            Encap::Gue => Some(6080),
+            Encap::Gre => Some(wire::gre::UDP_PORT),
+            Encap::Direct => None,
+        }
+    }
+
+    /// The header this encapsulation puts after UDP, for an inner packet of either
+    /// family (the protocol field is patched per packet).
+    fn header_len(self, gre_key: Option<u32>) -> usize {
+        match self {
+            Encap::Gue => wire::gue::BASE_LEN,
+            Encap::Gre => wire::gre::BASE_LEN + if gre_key.is_some() { 4 } else { 0 },
+            Encap::Direct => 0,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Encap::Gue => "gue",
+            Encap::Gre => "gre",
+            Encap::Direct => "direct",
+        }
+    }
+}
+
+impl std::str::FromStr for Encap {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "gue" => Ok(Encap::Gue),
+            "gre" => Ok(Encap::Gre),
+            "direct" => Ok(Encap::Direct),
+            _ => Err(format!("{s:?}: expected gue, gre or direct")),
+        }
+    }
+}
+
+/// A tunnel as configured.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UdpTunnelSpec {
+    /// Our endpoint: one of the gateway's interface addresses.
+    pub local: IpAddr,
+    pub remote: IpAddr,
+    pub encap: Encap,
+    /// The UDP port packets are sent to, and the port we receive the tunnel's packets on
+    /// (as Linux pairs `encap-dport` with `fou add port`).
+    pub port: u16,
+    /// Source ports: a hash of the inner flow spread over this range (inclusive).
+    pub src_port_min: u16,
+    pub src_port_max: u16,
+    /// GRE key sent and required on receive (GRE encapsulation only).
+    pub gre_key: Option<u32>,
+    pub checksum: ChecksumMode,
+    /// Accept zero-checksum packets over IPv6 (RFC 6936); IPv4 always accepts them.
+    pub accept_zero_checksum: bool,
+    /// Outer TTL / hop limit.
+    pub ttl: u8,
+}
+
+impl UdpTunnelSpec {
+    /// A tunnel with the defaults: the encapsulation's port, source ports from the
+    /// dynamic range, zero checksum over IPv4 and software over IPv6, TTL 64.
+    pub fn new(local: IpAddr, remote: IpAddr, encap: Encap, port: u16) -> UdpTunnelSpec {
+        UdpTunnelSpec {
+            local,
+            remote,
+            encap,
+            port,
+            src_port_min: 49152,
+            src_port_max: 65535,
+            gre_key: None,
+            checksum: if local.is_ipv6() { ChecksumMode::Software } else { ChecksumMode::Zero },
+            accept_zero_checksum: false,
+            ttl: 64,
+        }
+    }
+
+    pub fn kind(&self) -> TunnelKind {
+        if self.local.is_ipv6() {
+            TunnelKind::Gue6
+        } else {
+            TunnelKind::Gue4
+        }
+    }
+}
+
+/// The longest outer header: IPv6 (40), UDP (8), GRE with a key (8).
+pub const MAX_REWRITE: usize = 56;
+
+/// A tunnel as the dataplane reads it.
+#[derive(Debug, Clone)]
+pub struct Tunnel {
+    /// The outer headers, right-aligned: the last `rewrite_len` bytes.
+    pub rewrite: [u8; MAX_REWRITE],
+    pub rewrite_len: u8,
+    /// Where UDP starts within the outer headers (20 or 40).
+    pub udp_at: u8,
+    pub encap: Encap,
+    pub checksum: ChecksumMode,
+    pub accept_zero_checksum: bool,
+    /// The UDP pseudo-header sum without the length.
+    pub pseudo: Checksum,
+    pub src_port_min: u16,
+    /// Ports in the source range.
+    pub src_port_span: u32,
+    pub gre_key: Option<u32>,
+}
+
+impl Tunnel {
+    pub fn new(s: &UdpTunnelSpec) -> Tunnel {
+        let mut hdr = [0u8; MAX_REWRITE];
+        let (ip_len, pseudo) = match (s.local, s.remote) {
+            (IpAddr::V4(l), IpAddr::V4(r)) => (Ip4Outer::emit_header(l, r, 0, &mut hdr), Ip4Outer::pseudo(&l, &r)),
+            (IpAddr::V6(l), IpAddr::V6(r)) => (Ip6Outer::emit_header(l, r, 0, &mut hdr), Ip6Outer::pseudo(&l, &r)),
+            _ => unreachable!("families checked by UdpTunState::validate"),
+        };
+        // TTL / hop limit as configured. The IPv4 header checksum is computed with a
+        // zero total length, which encap adds incrementally.
+        if ip_len == 20 {
+            hdr[8] = s.ttl;
+            hdr[2..4].copy_from_slice(&[0, 0]);
+            hdr[10..12].copy_from_slice(&[0, 0]);
+            let c = wire::checksum::checksum(&hdr[..20]);
+            hdr[10..12].copy_from_slice(&c.to_be_bytes());
+        } else {
+            hdr[7] = s.ttl;
+        }
+        let u = ip_len;
+        hdr[u..u + 2].copy_from_slice(&s.src_port_min.to_be_bytes());
+        hdr[u + 2..u + 4].copy_from_slice(&s.port.to_be_bytes());
+        let e = u + 8;
+        match s.encap {
+            Encap::Gue => wire::gue::GueRepr::data(wire::IpProtocol::IpIp).emit(&mut hdr[e..]),
+            Encap::Gre => wire::gre::GreRepr { protocol: 0x0800, checksum: false, key: s.gre_key, sequence: None }.emit(&mut hdr[e..]),
+            Encap::Direct => {}
+        }
+        let len = e + s.encap.header_len(s.gre_key);
+        let mut rewrite = [0u8; MAX_REWRITE];
+        rewrite[MAX_REWRITE - len..].copy_from_slice(&hdr[..len]);
+        Tunnel {
+            rewrite,
+            rewrite_len: len as u8,
+            udp_at: u as u8,
+            encap: s.encap,
+            checksum: s.checksum,
+            accept_zero_checksum: s.accept_zero_checksum,
+            pseudo,
+            src_port_min: s.src_port_min,
+            src_port_span: s.src_port_max as u32 - s.src_port_min as u32 + 1,
+            gre_key: s.gre_key,
+        }
+    }
+
+    /// The source port for an inner flow hash.
+    #[inline(always)]
+    pub fn src_port(&self, flow_hash: u32) -> u16 {
+        (self.src_port_min as u32 + flow_hash % self.src_port_span) as u16
+    }
+}
