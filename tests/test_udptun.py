@@ -1,0 +1,180 @@
+"""UDP tunnels (GUE, GRE-in-UDP, direct): scapy builds the inner and the tunnel traffic
+and dissects what vecgate sends; tshark's GRE-in-UDP dissector reads an output. The peer
+is 198.18.1.2 / 2001:db8:1::2 behind eth1; every input frame enters through eth0 (the
+gateway accepts its addresses on any interface)."""
+import struct
+
+from conftest import GW_MAC0, HOST_MAC, run_pcap, tshark_clean
+
+from scapy.all import GRE, ICMP, IP, UDP, Ether, IPv6, Raw, raw
+
+INNER4 = "198.19.50.7"
+INNER6 = "2001:db8:150::7"
+
+
+def tunnel(encap, outer=4, extra=""):
+    local, remote = ("198.18.1.1", "198.18.1.2") if outer == 4 else ("2001:db8:1::1", "2001:db8:1::2")
+    return f"""
+[[udp_tunnel]]
+local = "{local}"
+remote = "{remote}"
+encap = "{encap}"
+routes = ["198.19.50.0/24", "2001:db8:150::/48"]
+{extra}
+"""
+
+
+def to_inner4(i=0, ttl=64):
+    return Ether(src=HOST_MAC, dst=GW_MAC0) / IP(src="198.18.0.2", dst=INNER4, ttl=ttl) / UDP(sport=1000 + i, dport=9) / Raw(b"x" * 40)
+
+
+def to_inner6(i=0):
+    return Ether(src=HOST_MAC, dst=GW_MAC0) / IPv6(src="2001:db8::2", dst=INNER6) / UDP(sport=1000 + i, dport=9) / Raw(b"y" * 40)
+
+
+def from_peer4(port, payload, chksum=None):
+    u = UDP(sport=40000, dport=port)
+    if chksum is not None:
+        u.chksum = chksum
+    return Ether(src=HOST_MAC, dst=GW_MAC0) / IP(src="198.18.1.2", dst="198.18.1.1") / u / Raw(payload)
+
+
+def from_peer6(port, payload, chksum=None):
+    u = UDP(sport=40000, dport=port)
+    if chksum is not None:
+        u.chksum = chksum
+    return Ether(src=HOST_MAC, dst=GW_MAC0) / IPv6(src="2001:db8:1::2", dst="2001:db8:1::1") / u / Raw(payload)
+
+
+def back_to_host():
+    """An inner packet from the far side to host A (routed out of eth0)."""
+    return IP(src=INNER4, dst="198.18.0.2", ttl=20) / UDP(sport=9, dport=1000) / Raw(b"z" * 30)
+
+
+def udp_checksum_ok(pkt):
+    """The outer UDP checksum over the pseudo-header, summed here from the bytes (scapy
+    re-serialising a GRE-in-UDP packet does not always give back the same bytes)."""
+    b = raw(pkt)[14:]
+    if b[0] >> 4 == 6:
+        udp = b[40:]
+        ph = b[8:40] + struct.pack("!I", len(udp)) + b"\0\0\0\x11"
+    else:
+        hl = (b[0] & 15) * 4
+        udp = b[hl:]
+        ph = b[12:20] + struct.pack("!BBH", 0, 17, len(udp))
+    data = ph + udp + (b"\0" if len(udp) % 2 else b"")
+    s = sum(struct.unpack(f"!{len(data) // 2}H", data))
+    while s >> 16:
+        s = (s & 0xFFFF) + (s >> 16)
+    return s == 0xFFFF
+
+
+# --- encap -----------------------------------------------------------------------
+
+def test_gue_over_ipv4_as_linux_sends_it(vecgate, tmp_path):
+    pkts = [to_inner4(i) for i in range(40)] + [to_inner6(0)]
+    out0, out1, c, _ = run_pcap(vecgate, tmp_path, pkts, tunnel("gue", extra="port = 5555"))
+    assert len(out1) == 41 and not out0, c
+    sports = set()
+    for k, p in enumerate(out1):
+        assert p[IP].src == "198.18.1.1" and p[IP].dst == "198.18.1.2" and p[IP].ttl == 63
+        u = p[UDP]
+        assert u.dport == 5555 and 49152 <= u.sport <= 65535 and u.chksum == 0
+        g = raw(u.payload)
+        want = pkts[k][IP] if k < 40 else pkts[k][IPv6]
+        # Variant 0, C clear, Hlen 0, proto 4 (IPIP) or 41 (IPv6), no flags.
+        assert g[:4] == (b"\x00\x04\x00\x00" if k < 40 else b"\x00\x29\x00\x00"), g[:4].hex()
+        inner = (IP if k < 40 else IPv6)(g[4:])
+        if k < 40:
+            assert inner.ttl == 63 and inner[UDP].sport == 1000 + k and raw(inner[UDP].payload) == raw(want[UDP].payload)
+        else:
+            assert inner.hlim == 63
+        sports.add(u.sport)
+    # A source port per inner flow: 40 flows land on many ports.
+    assert len(sports) > 30, sports
+    assert c[("gue4-encap", "encapsulated")] == 41
+
+
+def test_gre_in_udp_over_ipv6_with_key_and_software_checksum(vecgate, tmp_path):
+    pkts = [to_inner4(i) for i in range(4)] + [to_inner6(i) for i in range(4)]
+    out0, out1, c, _ = run_pcap(vecgate, tmp_path, pkts, tunnel("gre", 6, 'key = 0x1234\nchecksum = "software"'))
+    assert len(out1) == 8, c
+    for k, p in enumerate(out1):
+        assert p[IPv6].src == "2001:db8:1::1" and p[IPv6].dst == "2001:db8:1::2"
+        assert p[UDP].dport == 4754 and udp_checksum_ok(p)
+        g = GRE(raw(p[UDP].payload))
+        assert g.key_present == 1 and g.key == 0x1234 and g.chksum_present == 0
+        assert g.proto == (0x0800 if k < 4 else 0x86dd)
+    # tshark's GRE-in-UDP dissector (port 4754) reads every packet cleanly.
+    bad, text = tshark_clean(tmp_path / "out1.pcap")
+    assert not bad, bad
+
+
+def test_direct_ipv6_inside_ipv4(vecgate, tmp_path):
+    out0, out1, c, _ = run_pcap(vecgate, tmp_path, [to_inner6(i) for i in range(3)], tunnel("direct", extra="port = 5556"))
+    assert len(out1) == 3, c
+    for p in out1:
+        assert p[UDP].dport == 5556
+        inner = IPv6(raw(p[UDP].payload))
+        assert inner.dst == INNER6 and inner.hlim == 63
+
+
+def test_inner_ttl_expiry_answers_with_icmp(vecgate, tmp_path):
+    out0, out1, c, _ = run_pcap(vecgate, tmp_path, [to_inner4(0, ttl=1)], tunnel("gue"))
+    assert not out1 and len(out0) == 1 and out0[0][ICMP].type == 11, c
+
+
+# --- decap -----------------------------------------------------------------------
+
+def test_decap_each_encapsulation(vecgate, tmp_path):
+    inner = raw(back_to_host())
+    pkts = [
+        from_peer4(6080, b"\x00\x04\x00\x00" + inner),                      # GUE variant 0
+        from_peer4(6080, inner),                                             # GUE variant 1 (direct)
+        from_peer4(6080, b"\x01\x04\x00\x01" + b"\x00" * 4 + inner),         # GUE with a private-flags word
+    ]
+    out0, out1, c, _ = run_pcap(vecgate, tmp_path, pkts, tunnel("gue"))
+    assert len(out0) == 3 and not out1, c
+    for p in out0:
+        assert p[IP].src == INNER4 and p[IP].dst == "198.18.0.2" and p[IP].ttl == 19
+        assert raw(p[UDP].payload) == b"z" * 30
+    assert c[("gue4-input", "decapsulated")] == 3
+    gre = raw(GRE(key_present=1, key=7, proto=0x0800)) + inner
+    out0, out1, c, _ = run_pcap(vecgate, tmp_path, [from_peer6(4754, gre, chksum=None)], tunnel("gre", 6, "key = 7"))
+    assert len(out0) == 1 and out0[0][IP].dst == "198.18.0.2", c
+
+
+def test_bad_input_is_dropped_by_name(vecgate, tmp_path):
+    inner = raw(back_to_host())
+    pkts = [
+        from_peer4(6080, b"\x20\x07\x00\x00control"),                       # control message
+        from_peer4(6080, b"\x00\x04\x80\x00" + inner),                      # unknown flag
+        from_peer4(6080, b"\x05\x04\x00\x00" + inner[:8]),                  # Hlen past the packet
+        from_peer4(6080, b"\x80\x04\x00\x00" + inner),                      # version 2
+        from_peer4(6080, b"\x00\x2f\x00\x00" + inner),                      # proto 47 on a GUE tunnel
+        from_peer4(6080, b"\x00\x04\x00\x00" + inner, chksum=0x1234),       # bad UDP checksum
+    ]
+    out0, out1, c, snap = run_pcap(vecgate, tmp_path, pkts, tunnel("gue"))
+    assert not out0 and not out1, c
+    for name in ("control-messages", "gue-unknown-flags", "gue-truncated", "gue-bad-version", "unsupported-inner", "bad-udp-checksum"):
+        assert c.get(("gue4-input", name)) == 1, (name, c)
+
+
+def test_zero_checksum_over_ipv6_needs_the_tunnel_to_accept_it(vecgate, tmp_path):
+    inner = raw(back_to_host())
+    pkt = from_peer6(6080, b"\x00\x04\x00\x00" + inner, chksum=0)
+    out0, _, c, _ = run_pcap(vecgate, tmp_path, [pkt], tunnel("gue", 6))
+    assert not out0 and c.get(("gue6-input", "zero-checksum-refused")) == 1, c
+    out0, _, c, _ = run_pcap(vecgate, tmp_path, [pkt], tunnel("gue", 6, "accept_zero_checksum = true"))
+    assert len(out0) == 1, c
+
+
+def test_other_ports_and_peers_are_not_tunnels(vecgate, tmp_path):
+    inner = raw(back_to_host())
+    pkts = [
+        from_peer4(7777, b"\x00\x04\x00\x00" + inner),  # no tunnel on this port: port unreachable
+        Ether(src=HOST_MAC, dst=GW_MAC0) / IP(src="198.18.1.9", dst="198.18.1.1") / UDP(sport=1, dport=6080) / Raw(b"\x00\x04\x00\x00" + inner),
+    ]
+    out0, out1, c, _ = run_pcap(vecgate, tmp_path, pkts, tunnel("gue"))
+    assert c.get(("ip4-local", "port-unreachable")) == 1, c
+    assert c.get(("gue4-input", "no-tunnel")) == 1, c
