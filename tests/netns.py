@@ -62,6 +62,12 @@ class Lab:
         self.procs.append(p)
         return p
 
+    def spawn_to(self, ns, out, *cmd):
+        """A process whose output goes to the open file `out` (a console log)."""
+        p = subprocess.Popen(["ip", "netns", "exec", ns, *cmd], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.procs.append(p)
+        return p
+
     def peer(self, ns, *args):
         """A listening peer, returned once its socket is bound (it prints READY)."""
         p = self.spawn(ns, sys.executable, str(PEER), *map(str, args))

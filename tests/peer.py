@@ -4,7 +4,8 @@ and prints one JSON line with what it saw.
 
   tcp-recv PORT [--v6]               accept one connection, read to EOF: bytes, sha256
   tcp-send HOST PORT BYTES           send BYTES of seeded pseudo-random data: bytes, sha256
-  udp-echo PORT COUNT [--v6]         echo up to COUNT datagrams back to their sender
+  udp-echo PORT COUNT [--v6] [--timeout S]   echo up to COUNT datagrams back to their
+                                     sender, giving up after S idle seconds (default 20)
   udp-ping HOST PORT COUNT SIZE      send COUNT datagrams, count the echoes that match
 """
 import hashlib
@@ -60,11 +61,11 @@ def tcp_send(host, port, total):
     print(json.dumps({"bytes": sent, "sha256": h.hexdigest()}), flush=True)
 
 
-def udp_echo(port, count, v6):
+def udp_echo(port, count, v6, timeout=TIMEOUT):
     s = socket.socket(socket.AF_INET6 if v6 else socket.AF_INET, socket.SOCK_DGRAM)
     s.bind(("::" if v6 else "0.0.0.0", port))
     print("READY", flush=True)
-    s.settimeout(TIMEOUT)
+    s.settimeout(timeout)
     n = 0
     try:
         while n < count:
@@ -120,7 +121,8 @@ def main(a):
     elif mode == "tcp-send":
         tcp_send(a[1], int(a[2]), int(a[3]))
     elif mode == "udp-echo":
-        udp_echo(int(a[1]), int(a[2]), "--v6" in a)
+        wait = float(a[a.index("--timeout") + 1]) if "--timeout" in a else TIMEOUT
+        udp_echo(int(a[1]), int(a[2]), "--v6" in a, wait)
     elif mode == "udp-ping":
         udp_ping(a[1], int(a[2]), int(a[3]), int(a[4]))
     else:

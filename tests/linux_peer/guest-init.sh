@@ -1,0 +1,50 @@
+#!/bin/busybox sh
+# Init of the Linux peer guest in the interop tests. The guest is 198.18.1.2 on eth0;
+# vecgate is 198.18.1.1 on the same link. Tunnels to vecgate, all through Linux's fou:
+#   gue1   IPIP in GUE, port 5555        inner 198.18.210.2 <-> 198.18.200.1 (host H)
+#   gue6   IPv6 (sit) in GUE, port 5555  inner 2001:db8:210::2 <-> 2001:db8:200::1 (host H)
+#   fgre1  GRE in UDP (fou ipproto 47), port 5556  inner 198.18.211.2 <-> 198.18.200.3 (H)
+# Then the guest's own checks (pings and a UDP exchange through each tunnel), lines
+# "GUEST: <check> ok|FAIL", "GUEST: checks done", and it stays up `linger=N` seconds
+# (kernel command line) for the host's checks before powering off.
+export PATH=/sbin:/bin
+mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
+for m in virtio_pci virtio_net fou fou6 ipip sit ip_gre; do
+    modprobe $m || echo "GUEST: modprobe $m FAIL"
+done
+IP=/sbin/ip
+$IP link set lo up
+$IP link set eth0 up
+$IP addr add 198.18.1.2/24 dev eth0
+$IP fou add port 5555 gue
+$IP link add gue1 type ipip remote 198.18.1.1 local 198.18.1.2 ttl 64 encap gue encap-sport auto encap-dport 5555
+$IP addr add 198.18.210.2/32 dev gue1
+$IP link set gue1 up
+$IP route add 198.18.200.1/32 dev gue1
+$IP link add gue6 type sit remote 198.18.1.1 local 198.18.1.2 ttl 64 encap gue encap-sport auto encap-dport 5555
+$IP addr add 2001:db8:210::2/128 dev gue6
+$IP link set gue6 up
+$IP -6 route add 2001:db8:200::1/128 dev gue6
+$IP fou add port 5556 ipproto 47
+$IP link add fgre1 type gre remote 198.18.1.1 local 198.18.1.2 ttl 64 encap fou encap-sport auto encap-dport 5556
+$IP addr add 198.18.211.2/32 dev fgre1
+$IP link set fgre1 up
+$IP route add 198.18.200.3/32 dev fgre1
+echo "GUEST: ready"
+check() {
+    name=$1; shift
+    if "$@" > /tmp/out 2>&1; then echo "GUEST: $name ok"; else echo "GUEST: $name FAIL"; fi
+    cat /tmp/out
+}
+check gue-ping ping -c 3 -W 3 198.18.200.1
+check gue6-ping ping6 -c 3 -W 3 2001:db8:200::1
+check gre-ping ping -c 3 -W 3 198.18.200.3
+check gue-udp udp-probe 198.18.200.1 7000 guest-gue
+check gre-udp udp-probe 198.18.200.3 7000 guest-gre
+echo "GUEST: checks done"
+L=$(sed -n 's/.*linger=\([0-9]*\).*/\1/p' /proc/cmdline)
+sleep ${L:-10}
+$IP -s link show gue1 | head -6
+$IP -s link show fgre1 | head -6
+echo "GUEST: done"
+poweroff -f

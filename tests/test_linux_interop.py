@@ -1,0 +1,118 @@
+"""Interop with the real Linux kernel's fou: a stock Debian kernel booted under qemu
+(software emulation; this host's kernel has no fou) is vecgate's tunnel peer.
+
+  host H (ns) ── veth ── vecgate (ns, also holds the TAP) ── tq0 ── qemu guest (Linux)
+  198.18.200.1/.3                198.18.1.1        198.18.1.2
+  2001:db8:200::1
+
+The guest's tunnels (tests/linux_peer/guest-init.sh): IPIP in GUE and IPv6 (sit) in GUE
+on port 5555, GRE in UDP (fou ipproto 47) on port 5556. vecgate has the matching
+udp_tunnels. The guest pings H and exchanges a UDP datagram with it through each tunnel;
+H pings the guest's inner addresses. tests/linux_peer/prepare.sh installs qemu and
+downloads the Debian kernel package (needs root and apt)."""
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from netns import Lab, Vecgate, result
+
+ROOT = Path(__file__).resolve().parent.parent
+PEER = ROOT / "target" / "linux-peer"
+
+
+@pytest.fixture(scope="module")
+def linux_peer():
+    r = subprocess.run([str(ROOT / "tests" / "linux_peer" / "prepare.sh")], capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return PEER
+
+
+@pytest.fixture
+def lab():
+    l = Lab()
+    yield l
+    l.close()
+
+
+CONFIG = """
+[[interface]]
+name = "peer"
+type = "af_packet"
+host_if = "tq0"
+mac = "02:00:00:00:aa:01"
+addresses = ["198.18.1.1/24"]
+
+[[interface]]
+name = "h"
+type = "af_packet"
+host_if = "h1"
+mac = "02:00:00:00:aa:02"
+addresses = ["198.18.200.254/24", "2001:db8:200::fe/64"]
+
+[[udp_tunnel]]
+local = "198.18.1.1"
+remote = "198.18.1.2"
+encap = "gue"
+port = 5555
+routes = ["198.18.210.2/32", "2001:db8:210::2/128"]
+
+[[udp_tunnel]]
+local = "198.18.1.1"
+remote = "198.18.1.2"
+encap = "gre"
+port = 5556
+routes = ["198.18.211.2/32"]
+"""
+
+
+def wait_for(log: Path, text: str, proc, seconds: float):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if log.exists() and text in log.read_text(errors="replace"):
+            return True
+        if proc.poll() is not None:
+            return False
+        time.sleep(0.2)
+    return False
+
+
+def test_gue_and_gre_in_udp_with_the_linux_kernel(lab, vecgate, tmp_path, linux_peer):
+    g, h = lab.dataplane_ns("pq"), lab.ns("h")
+    lab.run(g, "ip", "tuntap", "add", "dev", "tq0", "mode", "tap")
+    lab.run(g, "ip", "link", "set", "tq0", "up")
+    lab.veth(h, "h0", g, "h1")
+    for a in ("198.18.200.1/24", "198.18.200.3/24"):
+        lab.run(h, "ip", "addr", "add", a, "dev", "h0")
+    lab.run(h, "ip", "addr", "add", "2001:db8:200::1/64", "dev", "h0", "nodad")
+    lab.run(h, "ip", "route", "add", "default", "via", "198.18.200.254")
+    lab.run(h, "ip", "-6", "route", "add", "default", "via", "2001:db8:200::fe")
+    gw = Vecgate(lab, vecgate, g, CONFIG, tmp_path)
+    # The guest boots under emulation for a minute or so before it sends.
+    echo = lab.peer(h, "udp-echo", 7000, 2, "--timeout", 200)
+    log = tmp_path / "guest.log"
+    with open(log, "w") as out:
+        qemu = lab.spawn_to(g, out, "qemu-system-x86_64", "-accel", "tcg", "-cpu", "max", "-m", "256", "-smp", "1",
+                            "-nographic", "-no-reboot", "-kernel", str(linux_peer / "vmlinuz"), "-initrd", str(linux_peer / "initrd.gz"),
+                            "-append", "console=ttyS0 panic=-1 quiet linger=30",
+                            "-netdev", "tap,id=n0,ifname=tq0,script=no,downscript=no", "-device", "virtio-net-pci,netdev=n0")
+    try:
+        assert wait_for(log, "GUEST: checks done", qemu, 180), log.read_text(errors="replace")[-3000:]
+        text = log.read_text(errors="replace")
+        for check in ("gue-ping", "gue6-ping", "gre-ping", "gue-udp", "gre-udp"):
+            assert f"GUEST: {check} ok" in text, (check, text[-3000:], gw.errors())
+        assert "udp-probe: reply guest-gue" in text and "udp-probe: reply guest-gre" in text
+        assert result(echo)["echoed"] == 2
+        # H initiates through each tunnel (vecgate encapsulates first).
+        for dst in ("198.18.210.2", "198.18.211.2", "2001:db8:210::2"):
+            r = lab.run(h, "ping", "-c", "3", "-W", "3", dst, check=False, timeout=30)
+            assert r.returncode == 0, (dst, r.stdout, gw.errors())
+        e = gw.errors()
+        assert e.get(("gue4-input", "decapsulated"), 0) >= 6 + 3 + 3, e
+        assert e.get(("gue4-encap", "encapsulated"), 0) >= 6 + 3 + 3, e
+        assert not [k for k, v in e.items() if v and k[0].startswith("gue") and k[1] not in ("decapsulated", "encapsulated")], e
+    finally:
+        qemu.kill()
+        qemu.wait(10)
+    assert gw.stop()[0] == 0
