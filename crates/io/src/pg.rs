@@ -42,6 +42,56 @@ pub enum L4Spec {
         inner_dst: IpAddr,
         checksum: bool,
     },
+    /// A UDP tunnel packet to `dst_port` (from port 40000): the tunnel header `header`
+    /// (GUE, GRE; empty for direct), then an inner UDP packet between `inner_src` and
+    /// `inner_dst`; zero outer checksum.
+    UdpTunnel {
+        dst_port: u16,
+        header: Vec<u8>,
+        inner_src: IpAddr,
+        inner_dst: IpAddr,
+    },
+}
+
+/// An inner UDP packet (ports 1024) filling `inner`, with its checksums.
+fn emit_inner_udp(inner: &mut [u8], src: IpAddr, dst: IpAddr) -> Result<(), TemplateError> {
+    let len = inner.len();
+    match (src, dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            Ipv4Repr {
+                src: s,
+                dst: d,
+                protocol: IpProtocol::Udp,
+                payload_len: len - 20,
+                ttl: 64,
+                dscp: 0,
+                ecn: 0,
+                ident: 0,
+                dont_frag: false,
+            }
+            .emit(&mut Ipv4Packet::new_unchecked(&mut inner[..20]));
+            let mut u = UdpPacket::new_unchecked(&mut inner[20..]);
+            UdpRepr { src_port: 1024, dst_port: 1024 }.emit(&mut u, len - 28);
+            u.fill_checksum_v4(s, d);
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            Ipv6Repr {
+                src: s,
+                dst: d,
+                next_header: IpProtocol::Udp,
+                payload_len: len - 40,
+                hop_limit: 64,
+                traffic_class: 0,
+                flow_label: 0,
+            }
+            .emit(&mut Ipv6Packet::new_unchecked(&mut inner[..40]));
+            let mut u = UdpPacket::new_unchecked(&mut inner[40..]);
+            UdpRepr { src_port: 1024, dst_port: 1024 }.emit(&mut u, len - 48);
+            u.fill_checksum_v6(&s, &d);
+        }
+        _ => return Err(TemplateError::MixedFamilies),
+    }
+    Ok(())
 }
 
 /// One template packet.
@@ -147,6 +197,7 @@ fn build(spec: &PacketSpec) -> Result<(Vec<u8>, Layout), TemplateError> {
         L4Spec::Tcp { .. } => 20,
         L4Spec::IcmpEcho { .. } => 8,
         L4Spec::Gtpu { inner_src, .. } => 8 + 8 + if inner_src.is_ipv4() { 20 } else { 40 } + 8,
+        L4Spec::UdpTunnel { ref header, inner_src, .. } => 8 + header.len() + if inner_src.is_ipv4() { 20 } else { 40 } + 8,
     };
     let min = 14 + l3 + l4;
     if spec.frame_size < min {
@@ -161,7 +212,7 @@ fn build(spec: &PacketSpec) -> Result<(Vec<u8>, Layout), TemplateError> {
         *b = i as u8;
     }
     let proto = match (&spec.l4, et) {
-        (L4Spec::Udp { .. } | L4Spec::Gtpu { .. }, _) => IpProtocol::Udp,
+        (L4Spec::Udp { .. } | L4Spec::Gtpu { .. } | L4Spec::UdpTunnel { .. }, _) => IpProtocol::Udp,
         (L4Spec::Tcp { .. }, _) => IpProtocol::Tcp,
         (L4Spec::IcmpEcho { .. }, EtherType::Ipv4) => IpProtocol::Icmp,
         (L4Spec::IcmpEcho { .. }, _) => IpProtocol::Icmpv6,
@@ -213,42 +264,7 @@ fn build(spec: &PacketSpec) -> Result<(Vec<u8>, Layout), TemplateError> {
             let glen = l4_len - 16;
             seg[8..16].copy_from_slice(&[0x30, 255, (glen >> 8) as u8, glen as u8, 0, 0, 0, 0]);
             seg[12..16].copy_from_slice(&teid.to_be_bytes());
-            let inner = &mut seg[16..];
-            match (inner_src, inner_dst) {
-                (IpAddr::V4(s), IpAddr::V4(d)) => {
-                    Ipv4Repr {
-                        src: s,
-                        dst: d,
-                        protocol: IpProtocol::Udp,
-                        payload_len: glen - 20,
-                        ttl: 64,
-                        dscp: 0,
-                        ecn: 0,
-                        ident: 0,
-                        dont_frag: false,
-                    }
-                    .emit(&mut Ipv4Packet::new_unchecked(&mut inner[..20]));
-                    let mut u = UdpPacket::new_unchecked(&mut inner[20..]);
-                    UdpRepr { src_port: 1024, dst_port: 1024 }.emit(&mut u, glen - 28);
-                    u.fill_checksum_v4(s, d);
-                }
-                (IpAddr::V6(s), IpAddr::V6(d)) => {
-                    Ipv6Repr {
-                        src: s,
-                        dst: d,
-                        next_header: IpProtocol::Udp,
-                        payload_len: glen - 40,
-                        hop_limit: 64,
-                        traffic_class: 0,
-                        flow_label: 0,
-                    }
-                    .emit(&mut Ipv6Packet::new_unchecked(&mut inner[..40]));
-                    let mut u = UdpPacket::new_unchecked(&mut inner[40..]);
-                    UdpRepr { src_port: 1024, dst_port: 1024 }.emit(&mut u, glen - 48);
-                    u.fill_checksum_v6(&s, &d);
-                }
-                _ => return Err(TemplateError::MixedFamilies),
-            }
+            emit_inner_udp(&mut seg[16..], inner_src, inner_dst)?;
             let mut u = UdpPacket::new_unchecked(&mut *seg);
             UdpRepr { src_port: wire::gtpu::PORT, dst_port: wire::gtpu::PORT }.emit(&mut u, l4_len - 8);
             if checksum {
@@ -264,6 +280,16 @@ fn build(spec: &PacketSpec) -> Result<(Vec<u8>, Layout), TemplateError> {
             lay.src_port = Some(l4_off);
             lay.dst_port = Some(l4_off + 2);
             lay.teid = Some(l4_off + 12);
+        }
+        L4Spec::UdpTunnel { dst_port, ref header, inner_src, inner_dst } => {
+            let h = header.len();
+            seg[8..8 + h].copy_from_slice(header);
+            emit_inner_udp(&mut seg[8 + h..], inner_src, inner_dst)?;
+            let mut u = UdpPacket::new_unchecked(&mut *seg);
+            UdpRepr { src_port: 40000, dst_port }.emit(&mut u, l4_len - 8);
+            u.set_checksum(0);
+            lay.src_port = Some(l4_off);
+            lay.dst_port = Some(l4_off + 2);
         }
         L4Spec::IcmpEcho { ident, seq } => match (spec.src, spec.dst) {
             (IpAddr::V4(_), IpAddr::V4(_)) => {

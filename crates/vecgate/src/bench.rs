@@ -16,8 +16,19 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::Path;
 use std::time::Instant;
 
-pub const SCENARIOS: &[&str] =
-    &["ip4-forward", "ip6-forward", "ip4-forward-1m", "ip6-forward-1m", "gtpu4-encap", "gtpu4-decap", "gtpu6-encap", "gtpu6-decap"];
+pub const SCENARIOS: &[&str] = &[
+    "ip4-forward",
+    "ip6-forward",
+    "ip4-forward-1m",
+    "ip6-forward-1m",
+    "gtpu4-encap",
+    "gtpu4-decap",
+    "gtpu6-encap",
+    "gtpu6-decap",
+    "gue4-encap",
+    "gue4-decap",
+    "gre-udp4-encap",
+];
 
 /// Options of the GTP-U scenarios (ignored by the forwarding ones).
 #[derive(Debug, Clone)]
@@ -249,6 +260,9 @@ pub fn bench(scenario: &str, packets: u64, json: bool, core: usize, opts: &GtpuO
     let (packet, modifiers, gtpu_report) = if scenario.starts_with("gtpu") {
         let (p, m, r) = gtpu_setup(scenario, opts, &mut control, json)?;
         (p, m, Some(r))
+    } else if scenario.starts_with("gue") || scenario.starts_with("gre-udp") {
+        let (p, m) = udp_tunnel_setup(scenario, &mut control)?;
+        (p, m, None)
     } else {
         let (p, m) = forward_setup(scenario, &mut control, json)?;
         (p, m, None)
@@ -365,6 +379,39 @@ fn forward_setup(scenario: &str, control: &mut control::dataplane::Control, json
         ttl: 64,
         l4: L4Spec::Udp { src_port: 1024, dst_port: 9 },
         frame_size: 64,
+    };
+    Ok((packet, modifiers))
+}
+
+/// The UDP tunnel scenarios, on the packets of `ip4-forward` (64-byte frames, 256 flows):
+/// one tunnel from null0's address to 198.18.1.2 (GUE on port 6080, or GRE-in-UDP on
+/// 4754). Encap: a route sends the forwarded packets into the tunnel. Decap: the same
+/// 50-byte inner packets arrive inside GUE from the peer (96-byte frames) and are routed
+/// out of null0 as `ip4-forward` routes them.
+fn udp_tunnel_setup(scenario: &str, control: &mut control::dataplane::Control) -> Result<(PacketSpec, Vec<ModifierSpec>)> {
+    use udptun::{Encap, UdpTunnelSpec};
+    let encap = if scenario.starts_with("gre-udp") { Encap::Gre } else { Encap::Gue };
+    let (local, remote): (IpAddr, IpAddr) = ("198.18.1.1".parse()?, "198.18.1.2".parse()?);
+    let spec = UdpTunnelSpec::new(local, remote, encap, encap.default_port().expect("gue and gre have ports"));
+    let decap = scenario.ends_with("decap");
+    let routes: Vec<Prefix> = if decap { Vec::new() } else { vec!["198.19.0.0/24".parse()?] };
+    control.udptun.create(&mut control.state, spec, &routes).map_err(|e| anyhow!("tunnel: {e}"))?;
+    control.publish_routes();
+    let modifiers = vec![ModifierSpec { field: Field::SrcPort, pattern: Pattern::Increment { count: 256 } }];
+    let (src, dst): (IpAddr, IpAddr) = ("198.18.0.2".parse()?, "198.19.0.1".parse()?);
+    let mac = ("02:fe:00:00:00:01".parse()?, "02:00:00:00:00:01".parse()?);
+    let packet = if decap {
+        PacketSpec {
+            src_mac: mac.0,
+            dst_mac: mac.1,
+            src: remote,
+            dst: local,
+            ttl: 64,
+            l4: L4Spec::UdpTunnel { dst_port: 6080, header: vec![0, 4, 0, 0], inner_src: src, inner_dst: dst },
+            frame_size: 14 + 20 + 8 + 4 + 50,
+        }
+    } else {
+        PacketSpec { src_mac: mac.0, dst_mac: mac.1, src, dst, ttl: 64, l4: L4Spec::Udp { src_port: 1024, dst_port: 9 }, frame_size: 64 }
     };
     Ok((packet, modifiers))
 }
