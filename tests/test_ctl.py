@@ -177,3 +177,38 @@ def test_pcap_trace_captures_any_interface(vecgate, running, tmp_path):
     # Sent frames went to the router on null0: its networks behind it.
     assert all(("198.19." in l) or ("2001:db8:100:" in l) for l in counts[tx_file]), counts[tx_file][:3]
     assert ctl(vecgate, sock, "pcap", "trace", "off", "pg0").returncode == 0
+
+
+def test_udp_tunnels_live(vecgate, running):
+    """UDP tunnels through the CLI and the JSON API: created with routes, a duplicate
+    refused by name, routed into, shown, deleted with their routes, while the default
+    gateway's traffic flows."""
+    proc, sock = running
+    r = ctl(vecgate, sock, "create", "udp", "tunnel", "local", "198.18.1.1", "remote", "198.18.1.9", "encap", "gue",
+            "port", "5555", "route", "198.19.103.0/24")
+    assert r.returncode == 0 and "created udp_tunnel0" in r.stdout, r.stdout + r.stderr
+    r = ctl(vecgate, sock, "create", "udp", "tunnel", "local", "198.18.1.1", "remote", "198.18.1.9", "encap", "direct", "port", "5555")
+    assert r.returncode != 0 and "udp_tunnel0" in (r.stdout + r.stderr)
+    r = ctl(vecgate, sock, "create", "udp", "tunnel", "local", "198.18.1.1", "remote", "198.18.1.9", "encap", "gue", "port", "2152")
+    assert r.returncode != 0 and "2152" in (r.stdout + r.stderr)
+    # The JSON API takes the config's fields.
+    req = {"op": "create_udp_tunnel", "local": "2001:db8:1::1", "remote": "2001:db8:1::9", "encap": "gre", "key": 7,
+           "routes": ["2001:db8:300::/48"]}
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(str(sock))
+        s.sendall((json.dumps(req) + "\n").encode())
+        reply = json.loads(s.makefile().readline())
+    assert reply["ok"] and reply["data"]["name"] == "udp_tunnel1", reply
+    assert ctl(vecgate, sock, "ip", "route", "add", "198.19.104.0/24", "interface", "udp_tunnel0").returncode == 0
+    fib = ctl(vecgate, sock, "show", "ip", "fib").stdout
+    assert "198.19.103.0/24" in fib and "198.19.104.0/24" in fib and "udp_tunnel0" in fib and "2001:db8:300::/48" in fib
+    j = json.loads(ctl(vecgate, sock, "show", "udp", "tunnels", json_out=True).stdout)["data"]
+    rows = {t["name"]: t for t in j["tunnels"]}
+    assert rows["udp_tunnel0"]["port"] == 5555 and rows["udp_tunnel0"]["encap"] == "gue"
+    assert rows["udp_tunnel1"]["port"] == 4754 and rows["udp_tunnel1"]["key"] == 7 and rows["udp_tunnel1"]["checksum"] == "software"
+    for name in ("udp_tunnel0", "udp_tunnel1"):
+        r = ctl(vecgate, sock, "delete", "udp", "tunnel", name)
+        assert r.returncode == 0, r.stdout + r.stderr
+    fib = ctl(vecgate, sock, "show", "ip", "fib").stdout
+    assert "udp_tunnel" not in fib and "198.19.104.0/24" not in fib
+    assert ctl(vecgate, sock, "delete", "udp", "tunnel", "udp_tunnel0").returncode != 0

@@ -5,7 +5,7 @@
 use crate::tables::UdpTunTables;
 use crate::tunnel::{Tunnel, UdpTunnelSpec};
 use ip::outer::ChecksumMode;
-use ip::state::RouterState;
+use ip::state::{RouteTarget, RouterState};
 use ip::tables::{TunnelRef, UdpApp};
 use ip::Prefix;
 use std::net::IpAddr;
@@ -106,8 +106,10 @@ impl UdpTunState {
         for p in routes {
             router.validate_tunnel_route(p).map_err(|e| UdpTunError::Route(*p, e.to_string()))?;
         }
-        let rs: Vec<(Prefix, TunnelRef)> = routes.iter().map(|p| (*p, t)).collect();
-        router.add_tunnel_routes(&rs).map_err(|(i, e)| UdpTunError::Route(routes[i], e.to_string()))?;
+        // Ordinary static routes into the tunnel (a handful, unlike GTP-U's million UE
+        // routes): `show ip fib` lists them and deleting the tunnel removes them.
+        let rs: Vec<(Prefix, RouteTarget)> = routes.iter().map(|p| (*p, RouteTarget::Tunnel(t))).collect();
+        router.add_routes(rs).map_err(|(i, e)| UdpTunError::Route(routes[i], e.to_string()))?;
         if id as usize == self.tunnels.len() {
             self.tunnels.push(Some(spec));
         } else {
