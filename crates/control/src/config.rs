@@ -436,6 +436,32 @@ mod tests {
         assert!(e.field.starts_with("interface[0]") && e.message.contains("native"), "{e}");
     }
 
+    /// Bad UDP tunnels are refused by field name before anything runs.
+    #[test]
+    fn udp_tunnel_settings_are_checked() {
+        use crate::dataplane::assemble;
+        let base = "[[interface]]\nname = \"pg0\"\ntype = \"pg\"\nmac = \"02:00:00:00:00:01\"\naddresses = [\"198.18.1.1/24\", \"2001:db8:1::1/64\"]\n";
+        let t = |extra: &str| format!("{base}[[udp_tunnel]]\nlocal = \"198.18.1.1\"\nremote = \"198.18.1.2\"\n{extra}");
+        for (extra, field, says) in [
+            ("encap = \"direct\"\n", "udp_tunnel[0].port", "give one"),
+            ("encap = \"gue\"\nkey = 5\n", "udp_tunnel[0].key", "gre"),
+            ("encap = \"gue\"\nsrc_port_min = 6000\nsrc_port_max = 5000\n", "udp_tunnel[0].src_port_min", "low end first"),
+            ("encap = \"gue\"\nchecksum = \"offload\"\n", "udp_tunnel[0].checksum", "IPv6"),
+            ("encap = \"gue\"\nroutes = [\"198.19.0.0/33\"]\n", "udp_tunnel[0].routes", "198.19.0.0/33"),
+            ("encap = \"gue\"\nport = 2152\n", "udp_tunnel[0]", "2152"),
+        ] {
+            let cfg = Config::parse(&t(extra), "gw.toml", Path::new(".")).unwrap();
+            let e = assemble(&cfg).err().unwrap_or_else(|| panic!("{extra} accepted"));
+            assert_eq!(e.field, field, "{e}");
+            assert!(e.message.contains(says), "{e}");
+        }
+        let e = Config::parse(&t("encap = \"vxlan\"\n"), "gw.toml", Path::new(".")).unwrap_err();
+        assert!(e.field.starts_with("udp_tunnel[0]") && e.message.contains("gue"), "{e}");
+        let ok = Config::parse(&t("encap = \"gre\"\nkey = 5\nroutes = [\"198.19.0.0/24\"]\n"), "gw.toml", Path::new(".")).unwrap();
+        let a = assemble(&ok).expect("a valid tunnel");
+        assert_eq!(a.control.udptun.len(), 1);
+    }
+
     #[test]
     fn the_default_gateway_parses() {
         let c = Config::default_gateway();
