@@ -91,6 +91,9 @@ pub fn resolve_target(g: &GtpuState, u: &UdpTunState, router: &RouterState, t: R
 fn udp_demux(g: &GtpuState, u: &UdpTunState) -> ip::tables::UdpDemux {
     let mut d = g.udp_demux();
     d.ports.extend(u.udp_ports());
+    let (b4, b6) = u.bypass();
+    d.bypass4.extend(b4);
+    d.bypass6.extend(b6);
     d
 }
 
@@ -129,6 +132,7 @@ impl Control {
     /// After a route change: re-resolve tunnels' outer adjacencies, then publish.
     pub fn publish_routes(&mut self) {
         self.gtpu.refresh_outer(&mut self.state);
+        self.udptun.refresh_outer(&mut self.state);
         self.publish();
     }
 
@@ -295,6 +299,7 @@ pub fn build_state(cfg: &Config) -> Result<(RouterState, GtpuState, UdpTunState)
     }
     state.add_routes(routes).map_err(|(i, e)| cfg.err(format!("route[{i}]"), e.to_string()))?;
     gtpu.refresh_outer(&mut state);
+    udp.refresh_outer(&mut state);
     state.set_udp_demux(udp_demux(&gtpu, &udp));
     Ok((state, gtpu, udp))
 }

@@ -6,9 +6,9 @@ use crate::tables::UdpTunTables;
 use crate::tunnel::{Tunnel, UdpTunnelSpec};
 use ip::outer::ChecksumMode;
 use ip::state::{RouteTarget, RouterState};
-use ip::tables::{TunnelRef, UdpApp};
+use ip::tables::{TunnelRef, UdpApp, ADJ_MISS};
 use ip::Prefix;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum UdpTunError {
@@ -37,6 +37,8 @@ pub enum UdpTunError {
 #[derive(Debug, Default)]
 pub struct UdpTunState {
     tunnels: Vec<Option<UdpTunnelSpec>>,
+    /// Each tunnel's outer adjacency, as of the last `refresh_outer`.
+    outer_adj: Vec<u32>,
 }
 
 impl UdpTunState {
@@ -130,6 +132,44 @@ impl UdpTunState {
         Ok(spec)
     }
 
+    /// Re-resolve every tunnel's outer adjacency (after any route or tunnel change). A
+    /// remote routed into a tunnel gets `ADJ_MISS`: its packets take the lookup.
+    pub fn refresh_outer(&mut self, router: &mut RouterState) {
+        self.outer_adj = self
+            .tunnels
+            .iter()
+            .map(|t| match t {
+                Some(s) => {
+                    let v = router.resolve_endpoint(s.remote);
+                    if TunnelRef::decode(v).is_some() {
+                        ADJ_MISS
+                    } else {
+                        v
+                    }
+                }
+                None => ADJ_MISS,
+            })
+            .collect();
+    }
+
+    /// (our address, port) pairs `ipN-input` hands straight to the tunnel input,
+    /// skipping the route lookup and `ipN-local`.
+    pub fn bypass(&self) -> (Vec<(Ipv4Addr, u16, UdpApp)>, Vec<(Ipv6Addr, u16, UdpApp)>) {
+        let mut v4 = Vec::new();
+        let mut v6 = Vec::new();
+        for (_, t) in self.tunnels() {
+            match t.local {
+                IpAddr::V4(a) => v4.push((a, t.port, UdpApp::Gue)),
+                IpAddr::V6(a) => v6.push((a, t.port, UdpApp::Gue)),
+            }
+        }
+        v4.sort_unstable();
+        v4.dedup();
+        v6.sort_unstable();
+        v6.dedup();
+        (v4, v6)
+    }
+
     /// The UDP ports the tunnels receive on, for the router's local demux.
     pub fn udp_ports(&self) -> Vec<(u16, UdpApp)> {
         let mut ports: Vec<u16> = self.tunnels().map(|(_, t)| t.port).collect();
@@ -139,7 +179,11 @@ impl UdpTunState {
     }
 
     pub fn build(&self) -> UdpTunTables {
-        let mut t = UdpTunTables { tunnels: self.tunnels.iter().map(|s| s.as_ref().map(Tunnel::new)).collect(), ..Default::default() };
+        let mut t = UdpTunTables {
+            tunnels: self.tunnels.iter().map(|s| s.as_ref().map(Tunnel::new)).collect(),
+            outer_adj: self.outer_adj.clone(),
+            ..Default::default()
+        };
         for (id, s) in self.tunnels() {
             match (s.local, s.remote) {
                 (IpAddr::V4(l), IpAddr::V4(r)) => {

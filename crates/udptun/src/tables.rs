@@ -11,11 +11,19 @@ pub struct UdpTunTables {
     /// (our address, the peer's address, UDP port) → tunnel id.
     pub decap4: HashMap<(Ipv4Addr, Ipv4Addr, u16), u32>,
     pub decap6: HashMap<(Ipv6Addr, Ipv6Addr, u16), u32>,
+    /// Per tunnel: the adjacency its outer packets leave by (resolved on the control
+    /// plane, so encap goes straight to `ipN-rewrite`), or `ADJ_MISS` for "look it up".
+    pub outer_adj: Vec<u32>,
 }
 
 impl UdpTunTables {
     #[inline(always)]
     pub fn tunnel(&self, id: u32) -> Option<&Tunnel> {
         self.tunnels.get(id as usize).and_then(Option::as_ref)
+    }
+
+    #[inline(always)]
+    pub fn outer_adj(&self, id: u32) -> u32 {
+        self.outer_adj.get(id as usize).copied().unwrap_or(ip::tables::ADJ_MISS)
     }
 }

@@ -2,11 +2,12 @@
 //! checksum, options, source), trim Ethernet padding.
 
 use crate::context::HasIp;
+use crate::tables::UdpApp;
 use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
 use wire::ipv4::{Ipv4Error, Ipv4Packet, HEADER_LEN};
 
 next_nodes! {
-    pub enum Ip4InputNext { Lookup = "ip4-lookup", Gtpu4Input = "gtpu4-input" }
+    pub enum Ip4InputNext { Lookup = "ip4-lookup", Gtpu4Input = "gtpu4-input", Gue4Input = "gue4-input" }
 }
 
 counters! {
@@ -64,9 +65,16 @@ impl<Cx: HasIp> Node<Cx> for Ip4Input {
                 if h[9] == 17 && !udp.bypass4.is_empty() && h[6] & 0x3f == 0 && h[7] == 0 {
                     if let Some(p) = buf.bytes().get(22..24) {
                         let dst = std::net::Ipv4Addr::new(h[16], h[17], h[18], h[19]);
-                        if udp.bypass4(dst, u16::from_be_bytes([p[0], p[1]])).is_some() {
-                            buf.truncate(total);
-                            return Verdict::Next(Ip4InputNext::Gtpu4Input);
+                        match udp.bypass4(dst, u16::from_be_bytes([p[0], p[1]])) {
+                            Some(UdpApp::Gtpu) => {
+                                buf.truncate(total);
+                                return Verdict::Next(Ip4InputNext::Gtpu4Input);
+                            }
+                            Some(UdpApp::Gue) => {
+                                buf.truncate(total);
+                                return Verdict::Next(Ip4InputNext::Gue4Input);
+                            }
+                            None => {}
                         }
                     }
                 }

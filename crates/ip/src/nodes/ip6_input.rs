@@ -4,13 +4,14 @@
 
 use super::IcmpRequest;
 use crate::context::HasIp;
+use crate::tables::UdpApp;
 use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
 use wire::ipv6::{Ipv6Error, Ipv6Packet, HEADER_LEN};
 use wire::ipv6_ext::{walk_chain, OptionAction};
 use wire::IpProtocol;
 
 next_nodes! {
-    pub enum Ip6InputNext { Lookup = "ip6-lookup", Local = "ip6-local", IcmpError = "ip6-icmp-error", Gtpu6Input = "gtpu6-input" }
+    pub enum Ip6InputNext { Lookup = "ip6-lookup", Local = "ip6-local", IcmpError = "ip6-icmp-error", Gtpu6Input = "gtpu6-input", Gue6Input = "gue6-input" }
 }
 
 counters! {
@@ -57,9 +58,16 @@ impl<Cx: HasIp> Node<Cx> for Ip6Input {
                     if let Some(p) = buf.bytes().get(42..44) {
                         let mut d = [0u8; 16];
                         d.copy_from_slice(&h[24..40]);
-                        if udp.bypass6(&std::net::Ipv6Addr::from(d), u16::from_be_bytes([p[0], p[1]])).is_some() {
-                            buf.truncate(end);
-                            return Verdict::Next(Ip6InputNext::Gtpu6Input);
+                        match udp.bypass6(&std::net::Ipv6Addr::from(d), u16::from_be_bytes([p[0], p[1]])) {
+                            Some(UdpApp::Gtpu) => {
+                                buf.truncate(end);
+                                return Verdict::Next(Ip6InputNext::Gtpu6Input);
+                            }
+                            Some(UdpApp::Gue) => {
+                                buf.truncate(end);
+                                return Verdict::Next(Ip6InputNext::Gue6Input);
+                            }
+                            None => {}
                         }
                     }
                 }

@@ -3,7 +3,9 @@
 //! (entering a tunnel is a routing hop), prepends the tunnel's precomputed outer
 //! headers, patches the lengths, the inner protocol (GUE) or EtherType (GRE), the source
 //! port (a hash of the inner flow, so ECMP and RSS spread the tunnel's flows) and the
-//! UDP checksum by the tunnel's mode, then routes the outer packet (`ipN-lookup`).
+//! UDP checksum by the tunnel's mode, then sends the outer packet to `ipN-rewrite` with
+//! the tunnel's outer adjacency (resolved on the control plane), or to `ipN-lookup` when
+//! the peer is not resolved to one.
 //!
 //! A GSO frame goes to `ip-gso-segment` first; a partial inner checksum stays partial
 //! under a zero outer checksum and is completed otherwise, since the outer one covers it.
@@ -14,11 +16,13 @@ use crate::tunnel::{Encap, Tunnel, MAX_REWRITE};
 use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
 use ip::nodes::IcmpRequest;
 use ip::outer::{udp_checksum, ChecksumMode};
+use ip::tables::Adjacency;
 use wire::checksum;
 
 next_nodes! {
     pub enum UdpTunEncapNext {
-        Ip4Lookup = "ip4-lookup", Ip6Lookup = "ip6-lookup",
+        Ip4Rewrite = "ip4-rewrite", Ip4Lookup = "ip4-lookup",
+        Ip6Rewrite = "ip6-rewrite", Ip6Lookup = "ip6-lookup",
         Ip4IcmpError = "ip4-icmp-error", Ip6IcmpError = "ip6-icmp-error",
         Segment = "ip-gso-segment",
     }
@@ -108,8 +112,9 @@ impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunEncap<O> {
 
     #[inline(always)]
     fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
-        let (_, u) = cx.split_udptun();
-        let Some(t) = u.tables.tunnel(buf.meta.param) else {
+        let (ipc, u) = cx.split_udptun();
+        let id = buf.meta.param;
+        let Some(t) = u.tables.tunnel(id) else {
             return Verdict::Drop(UdpTunEncapCounter::NoTunnel);
         };
         if buf.meta.offload.gso != engine::GsoKind::None {
@@ -148,7 +153,16 @@ impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunEncap<O> {
             return Verdict::Drop(c);
         }
         counts.inc(UdpTunEncapCounter::Encapsulated);
-        Verdict::Next(if O::IS_V6 { UdpTunEncapNext::Ip6Lookup } else { UdpTunEncapNext::Ip4Lookup })
+        let adj = u.tables.outer_adj(id);
+        buf.meta.adj = adj;
+        let resolved =
+            matches!(ipc.tables.adjacency(adj), Adjacency::Rewrite { .. } | Adjacency::Glean { .. } | Adjacency::Incomplete { .. });
+        match (resolved, O::IS_V6) {
+            (true, false) => Verdict::Next(UdpTunEncapNext::Ip4Rewrite),
+            (true, true) => Verdict::Next(UdpTunEncapNext::Ip6Rewrite),
+            (false, false) => Verdict::Next(UdpTunEncapNext::Ip4Lookup),
+            (false, true) => Verdict::Next(UdpTunEncapNext::Ip6Lookup),
+        }
     }
 
     fn trace(&self, buf: &Buffer) -> String {

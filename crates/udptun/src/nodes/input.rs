@@ -6,18 +6,21 @@
 //! 6936), then the tunnel's encapsulation: a GUE header (data messages are stripped;
 //! control messages go to the control plane; unknown flags and a header longer than the
 //! packet are dropped), a GRE header (version 0, the tunnel's key, a correct checksum if
-//! present) or nothing. The inner IPv4 or IPv6 packet goes to `ipN-input`.
+//! present) or nothing. The inner IPv4 or IPv6 packet goes to `ipN-lookup` when it passes
+//! `ipN-input`'s fast-path checks here, else to `ipN-input`. `ipN-input` hands this node
+//! the packets for our tunnel endpoints and ports directly (no lookup, no `ipN-local`).
 
 use super::TunOuter;
 use crate::context::{HasUdpTun, UdpTunEvent};
 use crate::tunnel::Encap;
 use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
+use ip::nodes::{ip4_input, ip6_input};
 use ip::outer::{udp_checksum_ok, OuterError};
 use wire::gre::{GreError, GrePacket, GreRepr};
 use wire::gue::{self, GueError, GuePacket, GueRepr, Variant};
 
 next_nodes! {
-    pub enum UdpTunInputNext { Ip4Input = "ip4-input", Ip6Input = "ip6-input" }
+    pub enum UdpTunInputNext { Ip4Input = "ip4-input", Ip6Input = "ip6-input", Ip4Lookup = "ip4-lookup", Ip6Lookup = "ip6-lookup" }
 }
 
 counters! {
@@ -155,7 +158,26 @@ impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunInput<O> {
                 // The outer checksum said nothing about the inner packet's own.
                 buf.meta.l4_checksum_ok = false;
                 counts.inc(C::Decapsulated);
-                Verdict::Next(if v4 { UdpTunInputNext::Ip4Input } else { UdpTunInputNext::Ip6Input })
+                // ipN-input's fast-path checks without the node hop; anything unusual
+                // still goes through ipN-input.
+                let b = buf.bytes();
+                if v4 {
+                    match b.first_chunk::<20>().and_then(|h| ip4_input::fast_path_len(h, b.len())) {
+                        Some(total) => {
+                            buf.truncate(total);
+                            Verdict::Next(UdpTunInputNext::Ip4Lookup)
+                        }
+                        None => Verdict::Next(UdpTunInputNext::Ip4Input),
+                    }
+                } else {
+                    match b.first_chunk::<40>().and_then(|h| ip6_input::fast_path_len(h, b.len())) {
+                        Some(end) => {
+                            buf.truncate(end);
+                            Verdict::Next(UdpTunInputNext::Ip6Lookup)
+                        }
+                        None => Verdict::Next(UdpTunInputNext::Ip6Input),
+                    }
+                }
             }
         }
     }
