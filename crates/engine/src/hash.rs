@@ -29,6 +29,43 @@ pub fn hash_words(seed: u32, words: &[u32]) -> u32 {
     finish(h ^ words.len() as u32)
 }
 
+/// A `std::hash::Hasher` over the same mixing, for hash maps keyed by a few addresses
+/// and ports on the packet path (the default SipHash costs tens of cycles per lookup and
+/// guards against flooding attacks these control-plane-built keys are not exposed to).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct WordHasher(u32);
+
+impl std::hash::Hasher for WordHasher {
+    #[inline(always)]
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(4);
+        for c in &mut chunks {
+            self.0 = mix(self.0, u32::from_ne_bytes([c[0], c[1], c[2], c[3]]));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut w = [0u8; 4];
+            w[..rest.len()].copy_from_slice(rest);
+            self.0 = mix(self.0, u32::from_ne_bytes(w));
+        }
+    }
+    #[inline(always)]
+    fn write_u16(&mut self, v: u16) {
+        self.0 = mix(self.0, v as u32);
+    }
+    #[inline(always)]
+    fn write_u32(&mut self, v: u32) {
+        self.0 = mix(self.0, v);
+    }
+    #[inline(always)]
+    fn finish(&self) -> u64 {
+        finish(self.0) as u64
+    }
+}
+
+/// `HashMap<K, V, WordHashBuilder>`: a map hashed by [`WordHasher`].
+pub type WordHashBuilder = std::hash::BuildHasherDefault<WordHasher>;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,6 +1,7 @@
 //! The tables the UDP tunnel nodes read, published whole like the IP tables.
 
 use crate::tunnel::Tunnel;
+use engine::hash::WordHashBuilder;
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
@@ -9,8 +10,8 @@ pub struct UdpTunTables {
     /// By tunnel id; `None` for deleted ids.
     pub tunnels: Vec<Option<Tunnel>>,
     /// (our address, the peer's address, UDP port) → tunnel id.
-    pub decap4: HashMap<(Ipv4Addr, Ipv4Addr, u16), u32>,
-    pub decap6: HashMap<(Ipv6Addr, Ipv6Addr, u16), u32>,
+    pub decap4: HashMap<(Ipv4Addr, Ipv4Addr, u16), u32, WordHashBuilder>,
+    pub decap6: HashMap<(Ipv6Addr, Ipv6Addr, u16), u32, WordHashBuilder>,
     /// Per tunnel: the adjacency its outer packets leave by (resolved on the control
     /// plane, so encap goes straight to `ipN-rewrite`), or `ADJ_MISS` for "look it up".
     pub outer_adj: Vec<u32>,
