@@ -75,15 +75,8 @@ impl GtpuTunnelConfig {
             (DecapNextName::Ip, None) => DecapNext::Ip,
         };
         s.sequence = self.sequence;
-        if let Some(c) = self.checksum {
-            if c == ChecksumMode::Offload && local.is_ipv4() {
-                return Err(("checksum", "offload is for IPv6 outer headers; over IPv4 choose zero or software".into()));
-            }
-            s.checksum = c;
-        }
-        if self.accept_zero_checksum && local.is_ipv4() {
-            return Err(("accept_zero_checksum", "IPv4 always accepts a zero UDP checksum; this is an IPv6 setting".into()));
-        }
+        ChecksumMode::check_for(self.checksum, self.accept_zero_checksum, local)?;
+        s.checksum = self.checksum.unwrap_or(s.checksum);
         s.accept_zero_checksum = self.accept_zero_checksum;
         s.src_port = self.src_port;
         if let Some(u) = &self.ue {

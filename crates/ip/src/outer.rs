@@ -37,6 +37,74 @@ impl std::str::FromStr for ChecksumMode {
     }
 }
 
+/// What entering a tunnel did to the inner packet, or why it cannot enter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InnerHop {
+    /// TTL / hop limit decremented; the inner packet is IPv4 (`true`) or IPv6.
+    Forwarded { v4: bool },
+    /// The TTL or hop limit would reach 0: the ICMP error to send (time exceeded), to be
+    /// built by `ip4-icmp-error` (`v4`) or `ip6-icmp-error`.
+    Expired { v4: bool, icmp: crate::nodes::IcmpRequest },
+    /// Not an IPv4 or IPv6 packet.
+    NotIp,
+}
+
+/// Entering a tunnel is a routing hop for the inner packet (as `ipN-rewrite` is for any
+/// other interface): TTL / hop limit down by one, ICMP time exceeded when it runs out.
+#[inline(always)]
+pub fn inner_hop(b: &mut [u8]) -> InnerHop {
+    use crate::nodes::IcmpRequest;
+    match b.first().map(|v| v >> 4) {
+        Some(4) if b.len() >= 20 => {
+            if b[8] <= 1 {
+                return InnerHop::Expired { v4: true, icmp: IcmpRequest::new(11, 0, 0) };
+            }
+            Ipv4Packet::new_unchecked(&mut b[..20]).decrement_ttl();
+            InnerHop::Forwarded { v4: true }
+        }
+        Some(6) if b.len() >= 40 => {
+            if b[7] <= 1 {
+                return InnerHop::Expired { v4: false, icmp: IcmpRequest::new(3, 0, 0) };
+            }
+            b[7] -= 1;
+            InnerHop::Forwarded { v4: false }
+        }
+        _ => InnerHop::NotIp,
+    }
+}
+
+impl ChecksumMode {
+    /// Before an outer checksum in this mode covers the inner packet, complete the inner
+    /// packet's pending partial checksum (from a vnet-header device). Under a zero outer
+    /// checksum it stays pending at its shifted position for the transmitting device.
+    /// True when one was completed.
+    #[inline(always)]
+    pub fn settle_inner_checksum(self, buf: &mut engine::Buffer) -> bool {
+        if self == ChecksumMode::Zero {
+            return false;
+        }
+        match buf.take_partial_checksum() {
+            Some((start, offset)) => {
+                checksum::complete_partial(buf.bytes_mut(), start, offset);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Check a configured mode and zero-checksum acceptance against the outer family:
+    /// the field at fault and why, for config and API errors alike.
+    pub fn check_for(checksum: Option<ChecksumMode>, accept_zero_checksum: bool, local: IpAddr) -> Result<(), (&'static str, String)> {
+        if checksum == Some(ChecksumMode::Offload) && local.is_ipv4() {
+            return Err(("checksum", "offload is for IPv6 outer headers; over IPv4 choose zero or software".into()));
+        }
+        if accept_zero_checksum && local.is_ipv4() {
+            return Err(("accept_zero_checksum", "IPv4 always accepts a zero UDP checksum; this is an IPv6 setting".into()));
+        }
+        Ok(())
+    }
+}
+
 /// Why an outer header cannot carry a tunnel packet to us.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OuterError {

@@ -15,7 +15,7 @@ use super::{udp_checksum, udp_checksum_field, Outer};
 use crate::context::HasGtpu;
 use crate::tunnel::{ChecksumMode, SrcPort, Tunnel, MAX_REWRITE};
 use engine::{counters, next_nodes, BufIdx, Buffer, Counts, Node, Pool, Verdict, VECTOR_SIZE};
-use ip::nodes::IcmpRequest;
+use ip::outer::{inner_hop, InnerHop};
 use ip::tables::Adjacency;
 use wire::checksum;
 
@@ -215,33 +215,17 @@ impl<Cx: HasGtpu, O: Outer> Node<Cx> for GtpuEncap<O> {
             counts.inc(GtpuEncapCounter::GsoSegmented);
             return Verdict::Next(GtpuEncapNext::Segment);
         }
-        // Entering the tunnel is a routing hop for the inner packet (as ipN-rewrite does
-        // for any other interface): TTL / hop limit down by one, ICMP when it runs out.
-        let b = buf.bytes_mut();
-        match b.first().map(|v| v >> 4) {
-            Some(4) if b.len() >= 20 => {
-                if b[8] <= 1 {
-                    counts.inc(GtpuEncapCounter::InnerTtlExpired);
-                    buf.meta.param = IcmpRequest::new(11, 0, 0).encode();
-                    return Verdict::Next(GtpuEncapNext::Ip4IcmpError);
-                }
-                wire::ipv4::Ipv4Packet::new_unchecked(&mut b[..20]).decrement_ttl();
+        match inner_hop(buf.bytes_mut()) {
+            InnerHop::Forwarded { .. } => {}
+            InnerHop::Expired { v4, icmp } => {
+                counts.inc(GtpuEncapCounter::InnerTtlExpired);
+                buf.meta.param = icmp.encode();
+                return Verdict::Next(if v4 { GtpuEncapNext::Ip4IcmpError } else { GtpuEncapNext::Ip6IcmpError });
             }
-            Some(6) if b.len() >= 40 => {
-                if b[7] <= 1 {
-                    counts.inc(GtpuEncapCounter::InnerTtlExpired);
-                    buf.meta.param = IcmpRequest::new(3, 0, 0).encode();
-                    return Verdict::Next(GtpuEncapNext::Ip6IcmpError);
-                }
-                b[7] -= 1;
-            }
-            _ => return Verdict::Drop(GtpuEncapCounter::BadInner),
+            InnerHop::NotIp => return Verdict::Drop(GtpuEncapCounter::BadInner),
         }
-        if t.checksum != ChecksumMode::Zero {
-            if let Some((start, offset)) = buf.take_partial_checksum() {
-                checksum::complete_partial(buf.bytes_mut(), start, offset);
-                counts.inc(GtpuEncapCounter::InnerChecksumCompleted);
-            }
+        if t.checksum.settle_inner_checksum(buf) {
+            counts.inc(GtpuEncapCounter::InnerChecksumCompleted);
         }
         let seq = if t.sequence { g.seq.get_mut(id as usize) } else { None };
         if let Err(c) = Self::encap(t, seq, g.tables.techniques.checksum_from_inner, buf) {

@@ -14,8 +14,7 @@ use super::TunOuter;
 use crate::context::HasUdpTun;
 use crate::tunnel::{Encap, Tunnel, MAX_REWRITE};
 use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
-use ip::nodes::IcmpRequest;
-use ip::outer::{udp_checksum, ChecksumMode};
+use ip::outer::{inner_hop, udp_checksum, ChecksumMode, InnerHop};
 use ip::tables::Adjacency;
 use wire::checksum;
 
@@ -121,33 +120,17 @@ impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunEncap<O> {
             counts.inc(UdpTunEncapCounter::GsoSegmented);
             return Verdict::Next(UdpTunEncapNext::Segment);
         }
-        let b = buf.bytes_mut();
-        let inner_v4 = match b.first().map(|v| v >> 4) {
-            Some(4) if b.len() >= 20 => {
-                if b[8] <= 1 {
-                    counts.inc(UdpTunEncapCounter::InnerTtlExpired);
-                    buf.meta.param = IcmpRequest::new(11, 0, 0).encode();
-                    return Verdict::Next(UdpTunEncapNext::Ip4IcmpError);
-                }
-                wire::ipv4::Ipv4Packet::new_unchecked(&mut b[..20]).decrement_ttl();
-                true
+        let inner_v4 = match inner_hop(buf.bytes_mut()) {
+            InnerHop::Forwarded { v4 } => v4,
+            InnerHop::Expired { v4, icmp } => {
+                counts.inc(UdpTunEncapCounter::InnerTtlExpired);
+                buf.meta.param = icmp.encode();
+                return Verdict::Next(if v4 { UdpTunEncapNext::Ip4IcmpError } else { UdpTunEncapNext::Ip6IcmpError });
             }
-            Some(6) if b.len() >= 40 => {
-                if b[7] <= 1 {
-                    counts.inc(UdpTunEncapCounter::InnerTtlExpired);
-                    buf.meta.param = IcmpRequest::new(3, 0, 0).encode();
-                    return Verdict::Next(UdpTunEncapNext::Ip6IcmpError);
-                }
-                b[7] -= 1;
-                false
-            }
-            _ => return Verdict::Drop(UdpTunEncapCounter::BadInner),
+            InnerHop::NotIp => return Verdict::Drop(UdpTunEncapCounter::BadInner),
         };
-        if t.checksum != ChecksumMode::Zero {
-            if let Some((start, offset)) = buf.take_partial_checksum() {
-                checksum::complete_partial(buf.bytes_mut(), start, offset);
-                counts.inc(UdpTunEncapCounter::InnerChecksumCompleted);
-            }
+        if t.checksum.settle_inner_checksum(buf) {
+            counts.inc(UdpTunEncapCounter::InnerChecksumCompleted);
         }
         if let Err(c) = encap(t, O::IS_V6, inner_v4, buf) {
             return Verdict::Drop(c);
