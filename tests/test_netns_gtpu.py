@@ -167,7 +167,7 @@ def test_tunnel_churn_under_live_traffic_loses_nothing(lab, vecgate, tmp_path):
                threading.Thread(target=churn, args=(u, "198.18.10.2", "198.18.10.1"))]
     for t in threads:
         t.start()
-    ping = lab.peer_run(a, "udp-ping", "198.18.1.2", 7120, 400, 600, timeout=90)
+    ping = lab.peer_run(a, "udp-ping", "198.18.1.2", 7120, 400, 600, timeout=150)
     for t in threads:
         t.join(60)
     assert len(changes) == 160, changes[:4]
