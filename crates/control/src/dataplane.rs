@@ -506,7 +506,7 @@ pub fn assemble(cfg: &Config) -> Result<Assembly, ConfigError> {
     let mut streams = stream_specs(cfg)?;
     let programs = attach_xdp(cfg)?;
     let placement = placements(cfg, &programs);
-    let mut lanes = if cfg.dataplane.workers > 1 { engine::handoff::mesh(cfg.dataplane.workers) } else { Vec::new() };
+    let lanes = if cfg.dataplane.workers > 1 { engine::handoff::mesh(cfg.dataplane.workers) } else { Vec::new() };
     let mut per_worker = Vec::with_capacity(cfg.dataplane.workers);
     let mut details = Vec::new();
     for k in 0..cfg.dataplane.workers {
@@ -519,8 +519,8 @@ pub fn assemble(cfg: &Config) -> Result<Assembly, ConfigError> {
     // Receive handoff per input kind: the interfaces of a kind share one input node.
     let spread: Vec<InterfaceKind> =
         cfg.interfaces.iter().zip(&placement).filter(|(_, p)| matches!(p, Placement::Owners(_))).map(|(ic, _)| ic.kind).collect();
-    let lanes: Vec<Option<engine::handoff::HandoffEnds>> =
-        (0..cfg.dataplane.workers).map(|_| (!lanes.is_empty()).then(|| lanes.remove(0))).collect();
+    let mut lanes = lanes.into_iter();
+    let lanes: Vec<Option<engine::handoff::HandoffEnds>> = (0..cfg.dataplane.workers).map(|_| lanes.next()).collect();
     build(cfg, state, gtpu, udp, per_worker, details, lanes, &spread)
 }
 
@@ -542,7 +542,7 @@ fn open_devices(
             // Not an owner: what this worker sends there goes to an owner's lane.
             let owner = k % owners;
             let lane = lanes.and_then(|l| l.to[owner].clone()).expect("lanes exist with more than one worker");
-            devices.push(Box::new(engine::handoff::HandoffTx::new(lane, IfIndex(i as u16), owner)));
+            devices.push(Box::new(engine::handoff::HandoffTx::new(lane, IfIndex(i as u16))));
             details.push(None);
             continue;
         }

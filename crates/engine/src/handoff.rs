@@ -170,14 +170,13 @@ impl LaneRx {
 /// One worker's ends of the lanes: `to[j]` sends to worker `j` (`None` for itself),
 /// `from` receives from every other worker.
 pub struct HandoffEnds {
-    pub me: usize,
     pub to: Vec<Option<LaneTx>>,
     pub from: Vec<LaneRx>,
 }
 
 /// Lanes between every ordered pair of `workers` workers; element `k` belongs to worker `k`.
 pub fn mesh(workers: usize) -> Vec<HandoffEnds> {
-    let mut ends: Vec<HandoffEnds> = (0..workers).map(|me| HandoffEnds { me, to: Vec::new(), from: Vec::new() }).collect();
+    let mut ends: Vec<HandoffEnds> = (0..workers).map(|_| HandoffEnds { to: Vec::new(), from: Vec::new() }).collect();
     for i in 0..workers {
         for j in 0..workers {
             if i == j {
@@ -201,16 +200,12 @@ pub fn mesh(workers: usize) -> Vec<HandoffEnds> {
 pub struct HandoffTx {
     lane: LaneTx,
     if_index: IfIndex,
-    owner: usize,
 }
 
 impl HandoffTx {
-    pub fn new(lane: LaneTx, if_index: IfIndex, owner: usize) -> HandoffTx {
-        HandoffTx { lane, if_index, owner }
-    }
-
-    pub fn owner(&self) -> usize {
-        self.owner
+    /// Send through `lane` (to the owner of the device) as interface `if_index`.
+    pub fn new(lane: LaneTx, if_index: IfIndex) -> HandoffTx {
+        HandoffTx { lane, if_index }
     }
 }
 
@@ -300,7 +295,7 @@ mod tests {
         let mut ends = mesh(2);
         let capacity = LANE_BATCHES * VECTOR_SIZE;
         let mut pool = Pool::new(capacity + 64, 0);
-        let mut dev = HandoffTx::new(ends[1].to[0].clone().unwrap(), IfIndex(1), 0);
+        let mut dev = HandoffTx::new(ends[1].to[0].clone().unwrap(), IfIndex(1));
         let mut bufs: Vec<BufIdx> = (0..capacity + 10).map(|_| packet(&mut pool, &[1, 2, 3])).collect();
         let r = dev.tx(&mut pool, &mut bufs);
         assert_eq!((r.sent, r.failed), (0, 10), "the owner counts what it sends; the overflow fails");
