@@ -180,15 +180,19 @@ def test_pcap_trace_captures_any_interface(vecgate, running, tmp_path):
 
 
 def test_udp_tunnels_live(vecgate, running):
-    """UDP tunnels through the CLI and the JSON API: created with routes, a duplicate
-    refused by name, routed into, shown, deleted with their routes, while the default
-    gateway's traffic flows."""
+    """The default gateway runs a GUE tunnel (udp_tunnel0) both ways; more UDP tunnels are
+    created through the CLI and the JSON API with routes, a duplicate refused by name,
+    routed into, shown and deleted with their routes while its traffic flows."""
     proc, sock = running
+    time.sleep(1.0)
+    nodes = {n["name"]: n for n in json.loads(ctl(vecgate, sock, "show", "runtime", json_out=True).stdout)["data"]["nodes"]}
+    for n in ["gue4-input", "gue4-encap"]:
+        assert nodes[n]["packets"] > 100, (n, nodes[n])
     r = ctl(vecgate, sock, "create", "udp", "tunnel", "local", "198.18.1.1", "remote", "198.18.1.9", "encap", "gue",
             "port", "5555", "route", "198.19.103.0/24")
-    assert r.returncode == 0 and "created udp_tunnel0" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0 and "created udp_tunnel1" in r.stdout, r.stdout + r.stderr
     r = ctl(vecgate, sock, "create", "udp", "tunnel", "local", "198.18.1.1", "remote", "198.18.1.9", "encap", "direct", "port", "5555")
-    assert r.returncode != 0 and "udp_tunnel0" in (r.stdout + r.stderr)
+    assert r.returncode != 0 and "udp_tunnel1" in (r.stdout + r.stderr)
     r = ctl(vecgate, sock, "create", "udp", "tunnel", "local", "198.18.1.1", "remote", "198.18.1.9", "encap", "gue", "port", "2152")
     assert r.returncode != 0 and "2152" in (r.stdout + r.stderr)
     # The JSON API takes the config's fields.
@@ -198,17 +202,20 @@ def test_udp_tunnels_live(vecgate, running):
         s.connect(str(sock))
         s.sendall((json.dumps(req) + "\n").encode())
         reply = json.loads(s.makefile().readline())
-    assert reply["ok"] and reply["data"]["name"] == "udp_tunnel1", reply
-    assert ctl(vecgate, sock, "ip", "route", "add", "198.19.104.0/24", "interface", "udp_tunnel0").returncode == 0
+    assert reply["ok"] and reply["data"]["name"] == "udp_tunnel2", reply
+    assert ctl(vecgate, sock, "ip", "route", "add", "198.19.104.0/24", "interface", "udp_tunnel1").returncode == 0
     fib = ctl(vecgate, sock, "show", "ip", "fib").stdout
-    assert "198.19.103.0/24" in fib and "198.19.104.0/24" in fib and "udp_tunnel0" in fib and "2001:db8:300::/48" in fib
+    assert "198.19.103.0/24" in fib and "198.19.104.0/24" in fib and "udp_tunnel1" in fib and "2001:db8:300::/48" in fib
     j = json.loads(ctl(vecgate, sock, "show", "udp", "tunnels", json_out=True).stdout)["data"]
     rows = {t["name"]: t for t in j["tunnels"]}
-    assert rows["udp_tunnel0"]["port"] == 5555 and rows["udp_tunnel0"]["encap"] == "gue"
-    assert rows["udp_tunnel1"]["port"] == 4754 and rows["udp_tunnel1"]["key"] == 7 and rows["udp_tunnel1"]["checksum"] == "software"
-    for name in ("udp_tunnel0", "udp_tunnel1"):
+    assert rows["udp_tunnel1"]["port"] == 5555 and rows["udp_tunnel1"]["encap"] == "gue"
+    assert rows["udp_tunnel2"]["port"] == 4754 and rows["udp_tunnel2"]["key"] == 7 and rows["udp_tunnel2"]["checksum"] == "software"
+    for name in ("udp_tunnel1", "udp_tunnel2"):
         r = ctl(vecgate, sock, "delete", "udp", "tunnel", name)
         assert r.returncode == 0, r.stdout + r.stderr
     fib = ctl(vecgate, sock, "show", "ip", "fib").stdout
-    assert "udp_tunnel" not in fib and "198.19.104.0/24" not in fib
-    assert ctl(vecgate, sock, "delete", "udp", "tunnel", "udp_tunnel0").returncode != 0
+    assert "udp_tunnel1" not in fib and "udp_tunnel2" not in fib and "198.19.104.0/24" not in fib
+    assert "198.19.150.0/24" in fib, "the default tunnel's route stays"
+    assert ctl(vecgate, sock, "delete", "udp", "tunnel", "udp_tunnel1").returncode != 0
+    errs = {(e["node"], e["counter"]): e["count"] for e in json.loads(ctl(vecgate, sock, "show", "errors", json_out=True).stdout)["data"]}
+    assert errs.get(("gue4-input", "no-tunnel"), 0) == 0 and errs.get(("gue4-encap", "no-tunnel"), 0) == 0, errs

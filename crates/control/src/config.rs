@@ -248,6 +248,8 @@ pub enum StreamProtocol {
     IcmpEcho,
     /// A GTP-U G-PDU carrying inner UDP (`teid`, `inner_src`, `inner_dst`).
     Gtpu,
+    /// A GUE packet to `dst_port` carrying inner UDP (`inner_src`, `inner_dst`).
+    Gue,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -277,7 +279,7 @@ pub struct StreamConfig {
     pub tcp_flags: u16,
     #[serde(default)]
     pub modify: Vec<ModifyConfig>,
-    /// For `protocol = "gtpu"`.
+    /// For `protocol = "gtpu"` (`teid`), and `"gtpu"` or `"gue"` (`inner_src`, `inner_dst`).
     pub teid: Option<u32>,
     pub inner_src: Option<String>,
     pub inner_dst: Option<String>,

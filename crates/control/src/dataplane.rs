@@ -352,11 +352,22 @@ fn stream_specs(cfg: &Config) -> Result<BTreeMap<String, Vec<io::pg::StreamSpec>
                 let inner_dst = parse_ip(cfg, &f("inner_dst"), idst)?;
                 L4Spec::Gtpu { teid, inner_src, inner_dst, checksum: s.udp_checksum.unwrap_or(true) }
             }
+            StreamProtocol::Gue => {
+                let (Some(isrc), Some(idst)) = (s.inner_src.as_deref(), s.inner_dst.as_deref()) else {
+                    return Err(cfg.err(f("protocol"), "a gue stream needs `inner_src` and `inner_dst`"));
+                };
+                let inner_src = parse_ip(cfg, &f("inner_src"), isrc)?;
+                let inner_dst = parse_ip(cfg, &f("inner_dst"), idst)?;
+                // A GUE variant 0 data header naming the inner protocol (IPIP or IPv6).
+                let proto = if inner_src.is_ipv4() { 4 } else { 41 };
+                L4Spec::UdpTunnel { dst_port: s.dst_port, header: vec![0, proto, 0, 0], inner_src, inner_dst }
+            }
         };
-        if s.protocol != StreamProtocol::Gtpu
-            && (s.teid.is_some() || s.inner_src.is_some() || s.inner_dst.is_some() || s.udp_checksum.is_some())
-        {
-            return Err(cfg.err(f("teid"), "`teid`, `inner_src`, `inner_dst` and `udp_checksum` are for protocol = \"gtpu\" streams"));
+        if s.protocol != StreamProtocol::Gtpu && (s.teid.is_some() || s.udp_checksum.is_some()) {
+            return Err(cfg.err(f("teid"), "`teid` and `udp_checksum` are for protocol = \"gtpu\" streams"));
+        }
+        if !matches!(s.protocol, StreamProtocol::Gtpu | StreamProtocol::Gue) && (s.inner_src.is_some() || s.inner_dst.is_some()) {
+            return Err(cfg.err(f("inner_src"), "`inner_src` and `inner_dst` are for protocol = \"gtpu\" and \"gue\" streams"));
         }
         let mut modifiers = Vec::new();
         for (j, m) in s.modify.iter().enumerate() {
