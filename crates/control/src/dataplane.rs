@@ -90,10 +90,7 @@ pub fn resolve_target(g: &GtpuState, u: &UdpTunState, router: &RouterState, t: R
 /// The router's local UDP demux: GTP-U's ports and endpoints, and the UDP tunnel ports.
 fn udp_demux(g: &GtpuState, u: &UdpTunState) -> ip::tables::UdpDemux {
     let mut d = g.udp_demux();
-    d.ports.extend(u.udp_ports());
-    let (b4, b6) = u.bypass();
-    d.bypass4.extend(b4);
-    d.bypass6.extend(b6);
+    u.add_to_demux(&mut d);
     d
 }
 

@@ -89,7 +89,7 @@ impl TunnelRef {
 }
 
 /// Which feature's input node takes a UDP packet addressed to the gateway.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UdpApp {
     Gtpu,
     /// A UDP tunnel port (GUE, GRE-in-UDP, direct): `gue4-input` / `gue6-input`.

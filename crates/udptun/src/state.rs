@@ -6,9 +6,9 @@ use crate::tables::UdpTunTables;
 use crate::tunnel::{Tunnel, UdpTunnelSpec};
 use ip::outer::ChecksumMode;
 use ip::state::{RouteTarget, RouterState};
-use ip::tables::{TunnelRef, UdpApp, ADJ_MISS};
+use ip::tables::{TunnelRef, UdpApp, UdpDemux, ADJ_MISS};
 use ip::Prefix;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum UdpTunError {
@@ -152,30 +152,21 @@ impl UdpTunState {
             .collect();
     }
 
-    /// (our address, port) pairs `ipN-input` hands straight to the tunnel input,
+    /// Add the tunnels to the router's local UDP demux: the ports they receive on, and
+    /// the (our address, port) pairs `ipN-input` hands straight to the tunnel input,
     /// skipping the route lookup and `ipN-local`.
-    pub fn bypass(&self) -> (Vec<(Ipv4Addr, u16, UdpApp)>, Vec<(Ipv6Addr, u16, UdpApp)>) {
-        let mut v4 = Vec::new();
-        let mut v6 = Vec::new();
+    pub fn add_to_demux(&self, d: &mut UdpDemux) {
         for (_, t) in self.tunnels() {
+            let port = (t.port, UdpApp::Gue);
+            if !d.ports.contains(&port) {
+                d.ports.push(port);
+            }
             match t.local {
-                IpAddr::V4(a) => v4.push((a, t.port, UdpApp::Gue)),
-                IpAddr::V6(a) => v6.push((a, t.port, UdpApp::Gue)),
+                IpAddr::V4(a) if !d.bypass4.contains(&(a, t.port, UdpApp::Gue)) => d.bypass4.push((a, t.port, UdpApp::Gue)),
+                IpAddr::V6(a) if !d.bypass6.contains(&(a, t.port, UdpApp::Gue)) => d.bypass6.push((a, t.port, UdpApp::Gue)),
+                _ => {}
             }
         }
-        v4.sort_unstable();
-        v4.dedup();
-        v6.sort_unstable();
-        v6.dedup();
-        (v4, v6)
-    }
-
-    /// The UDP ports the tunnels receive on, for the router's local demux.
-    pub fn udp_ports(&self) -> Vec<(u16, UdpApp)> {
-        let mut ports: Vec<u16> = self.tunnels().map(|(_, t)| t.port).collect();
-        ports.sort_unstable();
-        ports.dedup();
-        ports.into_iter().map(|p| (p, UdpApp::Gue)).collect()
     }
 
     pub fn build(&self) -> UdpTunTables {
