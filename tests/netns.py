@@ -107,6 +107,11 @@ def result(p, timeout=40):
     return json.loads(lines[-1])
 
 
+def same_stream(sent, got):
+    """A TCP transfer arrived whole: the receiver read the bytes the sender wrote."""
+    return (sent["bytes"], sent["sha256"]) == (got["bytes"], got["sha256"])
+
+
 class Vecgate:
     """A vecgate running in a namespace with a config, driven over its control socket."""
 

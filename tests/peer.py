@@ -2,8 +2,10 @@
 `ip netns exec NS python3 peer.py ...`. Every mode is bounded in bytes, count and time,
 and prints one JSON line with what it saw.
 
-  tcp-recv PORT [--v6]               accept one connection, read to EOF: bytes, sha256
-  tcp-send HOST PORT BYTES           send BYTES of seeded pseudo-random data: bytes, sha256
+  tcp-recv PORT [--v6]               accept one connection, read to EOF: bytes, sha256,
+                                     seconds, how it ended (eof, idle, deadline)
+  tcp-send HOST PORT BYTES           send BYTES of seeded pseudo-random data: bytes, sha256,
+                                     segments retransmitted
   udp-echo PORT COUNT [--v6] [--timeout S]   echo up to COUNT datagrams back to their
                                      sender, giving up after S idle seconds (default 20)
   udp-ping HOST PORT COUNT SIZE      send COUNT datagrams, count the echoes that match
@@ -16,6 +18,9 @@ import sys
 import time
 
 TIMEOUT = 20.0
+# A whole transfer's bound: generous, since a host pause or a few retransmission
+# timeouts must not end a transfer that is still progressing (TIMEOUT bounds idleness).
+TRANSFER_LIMIT = 120.0
 
 
 def family(host_or_flag):
@@ -33,14 +38,20 @@ def tcp_recv(port, v6):
     c.settimeout(TIMEOUT)
     h = hashlib.sha256()
     n = 0
-    deadline = time.time() + TIMEOUT
-    while time.time() < deadline:
-        b = c.recv(1 << 16)
-        if not b:
-            break
-        h.update(b)
-        n += len(b)
-    print(json.dumps({"bytes": n, "sha256": h.hexdigest()}), flush=True)
+    start = time.time()
+    deadline = start + TRANSFER_LIMIT
+    ended = "deadline"
+    try:
+        while time.time() < deadline:
+            b = c.recv(1 << 16)
+            if not b:
+                ended = "eof"
+                break
+            h.update(b)
+            n += len(b)
+    except socket.timeout:
+        ended = "idle"
+    print(json.dumps({"bytes": n, "sha256": h.hexdigest(), "seconds": round(time.time() - start, 2), "ended": ended}), flush=True)
 
 
 def tcp_send(host, port, total):
@@ -49,16 +60,27 @@ def tcp_send(host, port, total):
     h = hashlib.sha256()
     sent = 0
     chunk = 1 << 16
-    while sent < total:
-        b = rng.randbytes(min(chunk, total - sent))
-        s.sendall(b)
-        h.update(b)
-        sent += len(b)
-    s.shutdown(socket.SHUT_WR)
-    s.settimeout(TIMEOUT)
-    while s.recv(4096):
-        pass
-    print(json.dumps({"bytes": sent, "sha256": h.hexdigest()}), flush=True)
+    error = None
+    try:
+        while sent < total:
+            b = rng.randbytes(min(chunk, total - sent))
+            s.sendall(b)
+            h.update(b)
+            sent += len(b)
+        s.shutdown(socket.SHUT_WR)
+        s.settimeout(TIMEOUT)
+        while s.recv(4096):
+            pass
+    except OSError as e:  # reported, so the test can show the gateways' counters with it
+        error = repr(e)
+    print(json.dumps({"bytes": sent, "sha256": h.hexdigest(), "retransmits": total_retrans(s), "error": error}), flush=True)
+
+
+def total_retrans(s):
+    """Segments the sender's TCP retransmitted: struct tcp_info's tcpi_total_retrans
+    (a u32 after 8 bytes of u8 fields and 23 u32 fields, linux/tcp.h)."""
+    info = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
+    return int.from_bytes(info[100:104], sys.byteorder)
 
 
 def udp_echo(port, count, v6, timeout=TIMEOUT):

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from netns import Lab, Vecgate, result
+from netns import Lab, Vecgate, result, same_stream
 
 TRANSFER = 10 * 1024 * 1024
 MIDDLE_MTU = 1600  # room for the tunnel headers around 1500-byte inner packets
@@ -104,7 +104,8 @@ def test_tcp_and_udp_through_gtpu_between_two_vecgates(lab, vecgate, tmp_path, o
         recv = lab.peer(b, "tcp-recv", port, *([flag] if flag else []))
         sent = lab.peer_run(a, "tcp-send", dst, port, TRANSFER)
         got = result(recv)
-        assert got == sent and got["bytes"] == TRANSFER, (sent, got)
+        print(f"tcp to {dst}: sent {sent}, received {got}")  # shown when the test fails
+        assert same_stream(sent, got) and got["bytes"] == TRANSFER, (sent, got, g.errors(), u.errors(), g.interfaces(), u.interfaces())
     try:
         cap.wait(20)  # 3000 packets are well within the transfers
     except subprocess.TimeoutExpired:
