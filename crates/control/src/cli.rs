@@ -21,10 +21,12 @@ commands:
          [qfi <0-63>] [uplink] [sequence] [checksum zero|software|offload]
          [accept-zero-checksum] [src-port fixed|flow-hash] [ue <prefix>]
          [decap-next ip4|ip6|ip | decap-next ethernet <interface>]
+         [mtu <n>] [fragment inner|outer] [mss-clamp]
   delete gtpu tunnel <gtpu_tunnelN>
   create udp tunnel local <addr> remote <addr> encap gue|gre|direct [port <n>]
          [src-ports <min>-<max>] [key <n>] [checksum zero|software|offload]
          [accept-zero-checksum] [ttl <n>] [route <prefix>]...
+         [mtu <n>] [fragment inner|outer] [mss-clamp]
   delete udp tunnel <udp_tunnelN>
   show udp tunnels
   show gtpu tunnels [<limit>]
@@ -92,13 +94,17 @@ fn udp_tunnel(w: &[&str]) -> Result<crate::udptun::UdpTunnelConfig, String> {
         checksum: None,
         accept_zero_checksum: false,
         ttl: None,
+        mtu: None,
+        fragment: Default::default(),
+        tcp_mss_clamp: false,
         routes: Vec::new(),
     };
     let mut encap = false;
     let mut i = 0;
     while i < w.len() {
-        if w[i] == "accept-zero-checksum" {
-            c.accept_zero_checksum = true;
+        if w[i] == "accept-zero-checksum" || w[i] == "mss-clamp" {
+            c.accept_zero_checksum |= w[i] == "accept-zero-checksum";
+            c.tcp_mss_clamp |= w[i] == "mss-clamp";
             i += 1;
             continue;
         }
@@ -127,6 +133,8 @@ fn udp_tunnel(w: &[&str]) -> Result<crate::udptun::UdpTunnelConfig, String> {
             "checksum" => c.checksum = Some(v.parse().map_err(|e| format!("checksum {e}"))?),
             "ttl" => c.ttl = Some(v.parse().map_err(|_| format!("ttl {v:?}: expected 1 to 255"))?),
             "route" => c.routes.push(v.to_string()),
+            "mtu" => c.mtu = Some(mtu_word(v)?),
+            "fragment" => c.fragment = v.parse().map_err(|e| format!("fragment {e}"))?,
             o => return Err(format!("create udp tunnel: unknown word {o:?}")),
         }
         i += 2;
@@ -135,6 +143,11 @@ fn udp_tunnel(w: &[&str]) -> Result<crate::udptun::UdpTunnelConfig, String> {
         return Err("create udp tunnel needs local <addr>, remote <addr> and encap gue|gre|direct".into());
     }
     Ok(c)
+}
+
+/// A tunnel's `mtu <n>` word (the range is checked with the rest of the tunnel).
+fn mtu_word(v: &str) -> Result<u16, String> {
+    v.parse().map_err(|_| format!("mtu {v:?}: expected a number of bytes"))
 }
 
 fn gtpu_tunnel(w: &[&str]) -> Result<crate::gtpu::GtpuTunnelConfig, String> {
@@ -160,6 +173,9 @@ fn gtpu_tunnel(w: &[&str]) -> Result<crate::gtpu::GtpuTunnelConfig, String> {
         accept_zero_checksum: false,
         src_port: Default::default(),
         ue: None,
+        mtu: None,
+        fragment: Default::default(),
+        tcp_mss_clamp: false,
     };
     let mut i = 0;
     while i < w.len() {
@@ -172,6 +188,13 @@ fn gtpu_tunnel(w: &[&str]) -> Result<crate::gtpu::GtpuTunnelConfig, String> {
             "teid-out" => c.teid_out = num("teid-out", need()?)?,
             "qfi" => c.qfi = Some(need()?.parse().map_err(|_| "qfi: expected 0 to 63".to_string())?),
             "ue" => c.ue = Some(need()?.to_string()),
+            "mtu" => c.mtu = Some(mtu_word(need()?)?),
+            "fragment" => c.fragment = need()?.parse().map_err(|e| format!("fragment {e}"))?,
+            "mss-clamp" => {
+                c.tcp_mss_clamp = true;
+                i += 1;
+                continue;
+            }
             "checksum" => c.checksum = Some(need()?.parse().map_err(|e| format!("checksum {e}"))?),
             "src-port" => {
                 c.src_port = match need()? {

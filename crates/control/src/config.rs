@@ -84,6 +84,55 @@ pub struct DataplaneConfig {
     /// the first and the rest float.
     #[serde(default)]
     pub worker_cores: Vec<usize>,
+    /// Reassembly of fragments addressed to the gateway (`[dataplane.reassembly]`).
+    #[serde(default)]
+    pub reassembly: ReassemblyConfig,
+}
+
+/// Bounds of each worker's reassembly table, per address family.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReassemblyConfig {
+    pub max_datagrams: usize,
+    pub max_per_source: usize,
+    pub max_bytes: usize,
+    pub timeout_ms: u64,
+}
+
+impl Default for ReassemblyConfig {
+    fn default() -> Self {
+        let d = ip::reassembly::ReassemblyLimits::default();
+        ReassemblyConfig {
+            max_datagrams: d.max_datagrams,
+            max_per_source: d.max_per_source,
+            max_bytes: d.max_bytes,
+            timeout_ms: d.timeout.as_millis() as u64,
+        }
+    }
+}
+
+impl ReassemblyConfig {
+    pub fn limits(&self) -> ip::reassembly::ReassemblyLimits {
+        ip::reassembly::ReassemblyLimits {
+            max_datagrams: self.max_datagrams,
+            max_per_source: self.max_per_source,
+            max_bytes: self.max_bytes,
+            timeout: std::time::Duration::from_millis(self.timeout_ms),
+        }
+    }
+
+    /// The first field out of range and what it expects.
+    pub fn check(&self) -> Result<(), (&'static str, String)> {
+        for (field, v) in [("max_datagrams", self.max_datagrams), ("max_per_source", self.max_per_source), ("max_bytes", self.max_bytes)] {
+            if v == 0 {
+                return Err((field, "expected at least 1".into()));
+            }
+        }
+        if !(10..=120_000).contains(&self.timeout_ms) {
+            return Err(("timeout_ms", format!("{}: expected 10 to 120000 milliseconds", self.timeout_ms)));
+        }
+        Ok(())
+    }
 }
 
 fn default_workers() -> usize {
@@ -118,6 +167,7 @@ impl Default for DataplaneConfig {
             busy_poll: false,
             workers: 1,
             worker_cores: Vec::new(),
+            reassembly: ReassemblyConfig::default(),
         }
     }
 }

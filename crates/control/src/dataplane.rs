@@ -430,7 +430,7 @@ fn check_workers(cfg: &Config) -> Result<(), ConfigError> {
             format!("{} cores for {n} workers: expected one core per worker", cfg.dataplane.worker_cores.len()),
         ));
     }
-    Ok(())
+    cfg.dataplane.reassembly.check().map_err(|(field, why)| cfg.err(format!("dataplane.reassembly.{field}"), why))
 }
 
 /// Which workers own an interface's device; the others reach it through handoff lanes.
@@ -624,6 +624,7 @@ fn build(
         icmp_errors_per_sec: cfg.dataplane.icmp_errors_per_sec,
         icmp_burst: 100,
         solicit_per_sec: cfg.dataplane.solicitations_per_sec,
+        reassembly: cfg.dataplane.reassembly.limits(),
     };
     let gtpu_shared = Arc::new(ArcSwap::from_pointee(gtpu.build()));
     let (gev_tx, gev_rx) = crossbeam_channel::bounded(1024);

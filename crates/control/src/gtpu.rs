@@ -3,6 +3,7 @@
 //! its conversion to a validated [`TunnelSpec`], and the rows `show gtpu tunnels` prints.
 
 use gtpu::{ChecksumMode, DecapNext, PduDirection, SrcPort, TunnelSpec};
+use ip::outer::{FragmentPolicy, MtuPolicy};
 use ip::tables::{TunnelRef, GTPU_IF_PREFIX};
 use ip::{Prefix, RouteTarget, RouterState};
 use serde::{Deserialize, Serialize};
@@ -48,7 +49,32 @@ pub struct GtpuTunnelConfig {
     /// Downlink route into the tunnel (the UE address or prefix).
     #[serde(default)]
     pub ue: Option<String>,
+    /// Inner MTU cap; the effective MTU is also at most the outer path's MTU less the
+    /// tunnel's headers.
+    #[serde(default)]
+    pub mtu: Option<u16>,
+    /// Inner IPv4 without DF larger than the MTU: fragment the inner packet (default)
+    /// or the outer one.
+    #[serde(default)]
+    pub fragment: FragmentPolicy,
+    /// Lower the MSS of TCP SYNs in both directions to fit the tunnel's MTU.
+    #[serde(default)]
+    pub tcp_mss_clamp: bool,
 }
+
+/// The MTU settings every tunnel kind shares, checked: a field-named error.
+pub fn mtu_policy(mtu: Option<u16>, fragment: FragmentPolicy, tcp_mss_clamp: bool) -> Result<MtuPolicy, FieldError> {
+    if let Some(m) = mtu {
+        if !(MIN_TUNNEL_MTU..=MAX_TUNNEL_MTU).contains(&m) {
+            return Err(("mtu", format!("{m}: expected {MIN_TUNNEL_MTU} to {MAX_TUNNEL_MTU} bytes")));
+        }
+    }
+    Ok(MtuPolicy { mtu: mtu.unwrap_or(0), fragment, mss_clamp: tcp_mss_clamp })
+}
+
+/// IPv4's minimum (RFC 791) to a jumbo frame's payload.
+const MIN_TUNNEL_MTU: u16 = 576;
+const MAX_TUNNEL_MTU: u16 = 9216;
 
 /// A field-named error, for config messages (`gtpu_tunnel[3].remote: …`).
 pub type FieldError = (&'static str, String);
@@ -82,6 +108,7 @@ impl GtpuTunnelConfig {
         if let Some(u) = &self.ue {
             s.ue = Some(u.parse::<Prefix>().map_err(|e| ("ue", format!("{u:?}: {e}")))?);
         }
+        s.mtu = mtu_policy(self.mtu, self.fragment, self.tcp_mss_clamp)?;
         Ok(s)
     }
 }
@@ -124,6 +151,10 @@ pub struct TunnelRow {
     pub decap_next: String,
     pub ue: Option<String>,
     pub outer_adjacency: u32,
+    /// The inner MTU now: the outer link's MTU less the headers, capped by `mtu`
+    /// (none while the outer route is unresolved and no cap is set).
+    pub inner_mtu: Option<usize>,
+    pub mtu: MtuPolicy,
 }
 
 pub fn rows(g: &gtpu::GtpuState, router: &RouterState, limit: usize) -> Vec<TunnelRow> {
@@ -156,6 +187,9 @@ pub fn rows(g: &gtpu::GtpuState, router: &RouterState, limit: usize) -> Vec<Tunn
                 },
                 ue: s.ue.map(|p| p.to_string()),
                 outer_adjacency: g.outer_adj(id),
+                inner_mtu: Some(ip::outer::inner_mtu(router.adjacency_mtu(g.outer_adj(id)), t.rewrite_len as usize, t.mtu.mtu))
+                    .filter(|&m| m != usize::MAX),
+                mtu: t.mtu,
             }
         })
         .collect()
@@ -165,7 +199,7 @@ pub fn format_rows(rows: &[TunnelRow], total: usize) -> String {
     let mut s = format!("{total} GTP-U tunnels\n");
     for r in rows {
         s += &format!(
-            "{:<16} {} -> {} teid in {:#x} out {:#x}{}{} checksum {:?} src-port {:?} decap {}{} adj {}\n",
+            "{:<16} {} -> {} teid in {:#x} out {:#x}{}{} checksum {:?} src-port {:?} decap {}{} adj {} mtu {}{}{}\n",
             r.name,
             r.local,
             r.remote,
@@ -178,6 +212,9 @@ pub fn format_rows(rows: &[TunnelRow], total: usize) -> String {
             r.decap_next,
             r.ue.as_ref().map(|u| format!(" ue {u}")).unwrap_or_default(),
             r.outer_adjacency,
+            r.inner_mtu.map_or("?".into(), |m| m.to_string()),
+            if r.mtu.fragment == FragmentPolicy::Outer { " fragment outer" } else { "" },
+            if r.mtu.mss_clamp { " mss-clamp" } else { "" },
         );
     }
     if rows.len() < total {

@@ -2,7 +2,7 @@
 //! tunnel (the config file's `[[udp_tunnel]]`, the JSON API's `create_udp_tunnel`, the
 //! CLI), its conversion to a [`UdpTunnelSpec`], and the rows `show udp tunnels` prints.
 
-use ip::outer::ChecksumMode;
+use ip::outer::{ChecksumMode, FragmentPolicy, MtuPolicy};
 use ip::tables::{TunnelRef, UDP_TUNNEL_IF_PREFIX};
 use ip::Prefix;
 use serde::{Deserialize, Serialize};
@@ -37,6 +37,13 @@ pub struct UdpTunnelConfig {
     pub accept_zero_checksum: bool,
     #[serde(default)]
     pub ttl: Option<u8>,
+    /// Inner MTU cap, fragmentation policy and MSS clamping, as for GTP-U tunnels.
+    #[serde(default)]
+    pub mtu: Option<u16>,
+    #[serde(default)]
+    pub fragment: FragmentPolicy,
+    #[serde(default)]
+    pub tcp_mss_clamp: bool,
     /// Routes into the tunnel.
     #[serde(default)]
     pub routes: Vec<String>,
@@ -74,6 +81,7 @@ impl UdpTunnelConfig {
             }
             s.ttl = t;
         }
+        s.mtu = crate::gtpu::mtu_policy(self.mtu, self.fragment, self.tcp_mss_clamp)?;
         let routes = self
             .routes
             .iter()
@@ -107,6 +115,7 @@ pub struct UdpTunnelRow {
     pub checksum: ChecksumMode,
     pub accept_zero_checksum: bool,
     pub ttl: u8,
+    pub mtu: MtuPolicy,
 }
 
 pub fn rows(u: &UdpTunState) -> Vec<UdpTunnelRow> {
@@ -122,6 +131,7 @@ pub fn rows(u: &UdpTunState) -> Vec<UdpTunnelRow> {
             checksum: s.checksum,
             accept_zero_checksum: s.accept_zero_checksum,
             ttl: s.ttl,
+            mtu: s.mtu,
         })
         .collect()
 }
@@ -133,7 +143,7 @@ pub fn format_rows(rows: &[UdpTunnelRow]) -> String {
         let key = r.key.map(|k| format!(" key {k:#x}")).unwrap_or_default();
         let _ = writeln!(
             o,
-            "{:<16} {} -> {} {} port {} src-ports {}{} checksum {:?}{} ttl {}",
+            "{:<16} {} -> {} {} port {} src-ports {}{} checksum {:?}{} ttl {}{}{}{}",
             r.name,
             r.local,
             r.remote,
@@ -143,7 +153,10 @@ pub fn format_rows(rows: &[UdpTunnelRow]) -> String {
             key,
             r.checksum,
             if r.accept_zero_checksum { " accept-zero-checksum" } else { "" },
-            r.ttl
+            r.ttl,
+            if r.mtu.mtu != 0 { format!(" mtu {}", r.mtu.mtu) } else { String::new() },
+            if r.mtu.fragment == FragmentPolicy::Outer { " fragment outer" } else { "" },
+            if r.mtu.mss_clamp { " mss-clamp" } else { "" },
         );
     }
     o

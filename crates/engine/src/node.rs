@@ -62,6 +62,10 @@ impl<'a, C: Counters> Counts<'a, C> {
     pub fn inc(&mut self, c: C) {
         self.slots[c.index()] += 1;
     }
+    #[inline(always)]
+    pub fn add(&mut self, c: C, n: u64) {
+        self.slots[c.index()] += n;
+    }
 }
 
 /// A graph node over context `C` (the feature's tables and per-worker state).

@@ -5,7 +5,7 @@
 
 use crate::nodes::{Ip4Outer, Ip6Outer, OuterFamily};
 use engine::IfIndex;
-pub use ip::outer::ChecksumMode;
+pub use ip::outer::{ChecksumMode, MtuPolicy};
 use ip::tables::TunnelKind;
 use ip::Prefix;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -72,6 +72,7 @@ pub struct TunnelSpec {
     pub src_port: SrcPort,
     /// Downlink route: inner packets to this prefix (the UE address) enter the tunnel.
     pub ue: Option<Prefix>,
+    pub mtu: MtuPolicy,
 }
 
 impl TunnelSpec {
@@ -91,6 +92,7 @@ impl TunnelSpec {
             accept_zero_checksum: false,
             src_port: SrcPort::Fixed,
             ue: None,
+            mtu: MtuPolicy::default(),
         }
     }
 
@@ -141,6 +143,7 @@ pub struct Tunnel {
     pub teid_in: u32,
     /// The UDP pseudo-header sum of the addresses and protocol (lengths added per packet).
     pub pseudo: Checksum,
+    pub mtu: MtuPolicy,
 }
 
 impl Default for Tunnel {
@@ -160,6 +163,7 @@ impl Default for Tunnel {
             decap_next: DecapNext::Ip4,
             teid_in: 0,
             pseudo: Checksum::new(),
+            mtu: MtuPolicy::default(),
         }
     }
 }
@@ -192,6 +196,7 @@ impl Tunnel {
             qfi: spec.qfi.map_or(0, |q| q.get()),
             decap_next: spec.decap_next,
             teid_in: spec.teid_in,
+            mtu: spec.mtu,
             ..Tunnel::default()
         };
         // The same outer header as every packet we originate (`Outer::emit_header`),
@@ -233,8 +238,8 @@ impl Tunnel {
     }
 
     /// What decap needs, packed into the TEID table slot next to the tunnel id: the
-    /// decap-next kind (bits 0–1), accept-zero-checksum (bit 2), and for Ethernet the
-    /// outgoing interface (bits 16–31).
+    /// decap-next kind (bits 0–1), accept-zero-checksum (bit 2), MSS clamping (bit 3),
+    /// and for Ethernet the outgoing interface (bits 16–31).
     pub fn decap_aux(&self) -> u32 {
         let (kind, tx) = match self.decap_next {
             DecapNext::Ip4 => (0, 0),
@@ -242,7 +247,13 @@ impl Tunnel {
             DecapNext::Ip => (2, 0),
             DecapNext::Ethernet(i) => (3, i.get() as u32),
         };
-        kind | (self.accept_zero_checksum as u32) << 2 | tx << 16
+        kind | (self.accept_zero_checksum as u32) << 2 | (self.mtu.mss_clamp as u32) << 3 | tx << 16
+    }
+
+    /// From [`Tunnel::decap_aux`]: does the tunnel clamp the MSS of SYNs leaving it?
+    #[inline(always)]
+    pub fn aux_mss_clamp(aux: u32) -> bool {
+        aux & 8 != 0
     }
 
     /// Inverse of [`Tunnel::decap_aux`].
@@ -312,6 +323,7 @@ impl Tunnel {
             accept_zero_checksum: self.accept_zero_checksum && self.v6,
             src_port: self.src_port,
             ue: None,
+            mtu: self.mtu,
         }
     }
 }

@@ -1,11 +1,12 @@
 //! The per-worker context every IP node receives: the current tables, rate limiters,
 //! and the queue of events for the control plane (learned neighbours).
 
+use crate::reassembly::{Reassembly, ReassemblyLimits};
 use crate::tables::Tables;
 use arc_swap::{ArcSwap, Cache};
 use crossbeam_channel::Sender;
 use engine::{clock, IfIndex};
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 use wire::EthernetAddress;
 
@@ -55,11 +56,13 @@ pub struct Limits {
     pub icmp_burst: u64,
     /// ARP requests / neighbour solicitations per second per worker.
     pub solicit_per_sec: u64,
+    /// Reassembly of fragments addressed to the gateway, per worker and family.
+    pub reassembly: ReassemblyLimits,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { icmp_errors_per_sec: 1000, icmp_burst: 100, solicit_per_sec: 100 }
+        Limits { icmp_errors_per_sec: 1000, icmp_burst: 100, solicit_per_sec: 100, reassembly: ReassemblyLimits::default() }
     }
 }
 
@@ -72,6 +75,11 @@ pub struct IpContext {
     pub solicit: TokenBucket,
     /// IPv4 identification for packets this worker originates.
     pub ident: u16,
+    /// IPv6 Fragment header identification for packets this worker fragments; starts
+    /// at a random value so that identifications are not predictable across restarts.
+    pub ident6: u32,
+    pub reassembly4: Reassembly<Ipv4Addr>,
+    pub reassembly6: Reassembly<Ipv6Addr>,
 }
 
 impl IpContext {
@@ -85,6 +93,12 @@ impl IpContext {
             icmp6: TokenBucket::new(limits.icmp_errors_per_sec, limits.icmp_burst),
             solicit: TokenBucket::new(limits.solicit_per_sec, limits.solicit_per_sec.clamp(1, 10)),
             ident: 0,
+            ident6: {
+                use std::hash::BuildHasher;
+                std::collections::hash_map::RandomState::new().hash_one(0u8) as u32
+            },
+            reassembly4: Reassembly::new(limits.reassembly, u16::MAX as usize - 20),
+            reassembly6: Reassembly::new(limits.reassembly, u16::MAX as usize),
         }
     }
 

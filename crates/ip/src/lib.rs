@@ -17,9 +17,11 @@ pub mod context;
 pub mod fib;
 pub mod flow;
 pub mod lpm;
+pub mod mss;
 pub mod nodes;
 pub mod outer;
 pub mod prefix;
+pub mod reassembly;
 pub mod state;
 pub mod tables;
 

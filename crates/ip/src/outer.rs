@@ -3,6 +3,7 @@
 //! rules and the per-tunnel checksum mode. Shared by every UDP tunnel feature (GTP-U,
 //! GUE and its kin); each adds its own per-family constants on top.
 
+use crate::nodes::IcmpRequest;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use wire::checksum::{self, Checksum};
 use wire::ipv4::{Ipv4Packet, Ipv4Repr};
@@ -35,6 +36,163 @@ impl std::str::FromStr for ChecksumMode {
             _ => Err(format!("{s:?}: expected zero, software or offload")),
         }
     }
+}
+
+/// What a tunnel does with an inner IPv4 packet without DF that is larger than its MTU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FragmentPolicy {
+    /// Fragment the inner packet, then encapsulate each fragment: the far tunnel end
+    /// decapsulates whole packets and the inner destination reassembles.
+    #[default]
+    Inner,
+    /// Encapsulate the whole packet and fragment the outer one: the far tunnel end
+    /// reassembles.
+    Outer,
+}
+
+impl std::str::FromStr for FragmentPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "inner" => Ok(FragmentPolicy::Inner),
+            "outer" => Ok(FragmentPolicy::Outer),
+            _ => Err(format!("{s:?}: expected inner or outer")),
+        }
+    }
+}
+
+/// A tunnel's inner MTU: its outer link's MTU less the exact bytes of its headers
+/// (outer IP, UDP, tunnel header and options), capped by a configured MTU (0: none).
+#[inline(always)]
+pub fn inner_mtu(link_mtu: Option<u16>, overhead: usize, configured: u16) -> usize {
+    let path = link_mtu.map_or(usize::MAX, |m| (m as usize).saturating_sub(overhead));
+    if configured == 0 {
+        path
+    } else {
+        path.min(configured as usize)
+    }
+}
+
+/// What a tunnel does with an inner packet, given its inner MTU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InnerFit {
+    Fits,
+    /// Too big and may not be fragmented here (IPv4 with DF, IPv6): tell the source
+    /// (ICMP frag-needed / Packet Too Big with the tunnel's MTU, RFC 1191 / RFC 8201).
+    TooBig {
+        v4: bool,
+        icmp: IcmpRequest,
+    },
+    /// IPv4 without DF under the `inner` policy: fragment to this size, then encapsulate.
+    FragmentInner(u16),
+    /// Encapsulate whole and fragment the outer packet: IPv4 without DF under the
+    /// `outer` policy, or IPv6 no larger than 1280 bytes, which every IPv6 link must
+    /// carry (a tunnel narrower than that fragments its outer packets, RFC 2473 §7.1).
+    FragmentOuter,
+}
+
+/// Does the inner packet (at the buffer start) fit a tunnel of inner MTU `mtu`? A GSO
+/// frame is judged by its segments.
+#[inline(always)]
+pub fn inner_fit(buf: &engine::Buffer, mtu: usize, policy: FragmentPolicy) -> InnerFit {
+    let b = buf.bytes();
+    if b.len() <= mtu {
+        return InnerFit::Fits;
+    }
+    let len = crate::nodes::wire_segment_len(buf, b.len());
+    if len <= mtu {
+        return InnerFit::Fits;
+    }
+    let report = mtu.min(u16::MAX as usize) as u16;
+    match b.first().map(|v| v >> 4) {
+        Some(4) if b.get(6).is_some_and(|f| f & 0x40 != 0) => {
+            InnerFit::TooBig { v4: true, icmp: IcmpRequest::new(3, wire::icmpv4::unreach::FRAG_NEEDED, report) }
+        }
+        Some(4) => match policy {
+            FragmentPolicy::Inner => InnerFit::FragmentInner(report),
+            FragmentPolicy::Outer => InnerFit::FragmentOuter,
+        },
+        Some(6) if len <= 1280 => InnerFit::FragmentOuter,
+        Some(6) => InnerFit::TooBig { v4: false, icmp: IcmpRequest::new(2, 0, report.max(1280)) },
+        _ => InnerFit::Fits,
+    }
+}
+
+/// A tunnel's MTU settings, the same for every tunnel kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct MtuPolicy {
+    /// Inner MTU cap (0: the outer path's MTU less the tunnel's headers, alone).
+    pub mtu: u16,
+    pub fragment: FragmentPolicy,
+    /// Lower the MSS of TCP SYNs entering and leaving the tunnel to fit its MTU.
+    pub mss_clamp: bool,
+}
+
+/// The tunnel-MTU step before encapsulation, for every UDP tunnel's encap node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EncapMtu {
+    /// Encapsulate. `fragment_outer`: then fragment the outer packet to this link MTU
+    /// if it is larger. `clamped`: a SYN's MSS was lowered.
+    Encap { fragment_outer: Option<u16>, clamped: bool },
+    /// Send to `ip4-icmp-error` / `ip6-icmp-error` (`meta.param` set).
+    TooBig { v4: bool },
+    /// Send to `ip4-fragment` (`meta.param` set); the fragments come back by the route.
+    FragmentInner,
+    /// A GSO frame: segment it first (its segments come back by the route).
+    Segment,
+}
+
+/// Decide what a tunnel does with the inner packet at the buffer start, given the MTU
+/// of the link its outer packets leave on (unknown when the outer route is not
+/// resolved) and the tunnel's header bytes; clamp a SYN's MSS when configured. A GSO
+/// frame whose segments are too big with DF is answered at once, not segmented first.
+#[inline(always)]
+pub fn encap_mtu(buf: &mut engine::Buffer, link_mtu: Option<u16>, overhead: usize, policy: MtuPolicy) -> EncapMtu {
+    let mtu = inner_mtu(link_mtu, overhead, policy.mtu);
+    let fit = inner_fit(buf, mtu, policy.fragment);
+    if let InnerFit::TooBig { v4, icmp } = fit {
+        buf.meta.param = icmp.encode();
+        return EncapMtu::TooBig { v4 };
+    }
+    if buf.meta.offload.gso != engine::GsoKind::None {
+        return EncapMtu::Segment;
+    }
+    let fragment_outer = match fit {
+        InnerFit::FragmentInner(m) => {
+            buf.meta.param = crate::nodes::FragmentRequest { mtu: m, originated: false }.encode();
+            return EncapMtu::FragmentInner;
+        }
+        InnerFit::FragmentOuter => link_mtu,
+        _ => None,
+    };
+    let partial = buf.meta.offload.has_partial_checksum();
+    let clamped = policy.mss_clamp && crate::mss::clamp_syn_mss(buf.bytes_mut(), mtu, partial);
+    EncapMtu::Encap { fragment_outer, clamped }
+}
+
+/// After encapsulation under [`EncapMtu::Encap`]: true (with `meta.param` set for
+/// `ipN-fragment`) when the outer packet must be fragmented to the link MTU.
+#[inline(always)]
+pub fn fragment_outer(buf: &mut engine::Buffer, link_mtu: Option<u16>) -> bool {
+    match link_mtu {
+        Some(m) if buf.len() > m as usize => {
+            buf.meta.param = crate::nodes::FragmentRequest { mtu: m, originated: true }.encode();
+            true
+        }
+        _ => false,
+    }
+}
+
+/// MSS clamping on a packet leaving a tunnel (the inner packet at the buffer start):
+/// a SYN from the far side announces at most what fits this tunnel. True when lowered.
+#[inline(always)]
+pub fn decap_mss_clamp(buf: &mut engine::Buffer, link_mtu: Option<u16>, overhead: usize, policy: MtuPolicy) -> bool {
+    if !policy.mss_clamp {
+        return false;
+    }
+    let partial = buf.meta.offload.has_partial_checksum();
+    crate::mss::clamp_syn_mss(buf.bytes_mut(), inner_mtu(link_mtu, overhead, policy.mtu), partial)
 }
 
 /// What entering a tunnel did to the inner packet, or why it cannot enter.

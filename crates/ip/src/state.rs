@@ -441,6 +441,15 @@ impl RouterState {
         }
     }
 
+    /// The MTU of the link adjacency `adj` sends on (none for a miss, local delivery,
+    /// a blackhole or a tunnel).
+    pub fn adjacency_mtu(&self, adj: u32) -> Option<u16> {
+        match self.adj_keys.get((adj as usize).wrapping_sub(2))? {
+            AdjKey::Attached(i) | AdjKey::NextHop(i, _) => self.interfaces.get(i.get()).map(|l| l.mtu),
+            AdjKey::Blackhole => None,
+        }
+    }
+
     /// Where `a` goes now, in FIB terms: an adjacency index or an encoded tunnel. Builds
     /// the tables first if a route changed.
     pub fn lookup(&mut self, a: IpAddr) -> u32 {

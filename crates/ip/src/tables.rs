@@ -139,6 +139,17 @@ pub enum Adjacency {
     Incomplete { tx_if: IfIndex, mtu: u16, via: std::net::IpAddr },
 }
 
+impl Adjacency {
+    /// The MTU of the link this adjacency sends on, if it sends.
+    #[inline(always)]
+    pub fn mtu(&self) -> Option<u16> {
+        match self {
+            Adjacency::Rewrite { mtu, .. } | Adjacency::Glean { mtu, .. } | Adjacency::Incomplete { mtu, .. } => Some(*mtu),
+            _ => None,
+        }
+    }
+}
+
 /// A resolved neighbour.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Neighbour {

@@ -1,7 +1,7 @@
 //! A UDP tunnel as configured ([`UdpTunnelSpec`]) and as the dataplane reads it
 //! ([`Tunnel`]: the outer headers precomputed, with the offsets a packet patches).
 
-use ip::outer::{ChecksumMode, Ip4Outer, Ip6Outer, OuterFamily};
+use ip::outer::{ChecksumMode, Ip4Outer, Ip6Outer, MtuPolicy, OuterFamily};
 use ip::tables::TunnelKind;
 use std::net::IpAddr;
 use wire::checksum::Checksum;
@@ -80,6 +80,7 @@ pub struct UdpTunnelSpec {
     pub accept_zero_checksum: bool,
     /// Outer TTL / hop limit.
     pub ttl: u8,
+    pub mtu: MtuPolicy,
 }
 
 impl UdpTunnelSpec {
@@ -97,6 +98,7 @@ impl UdpTunnelSpec {
             checksum: if local.is_ipv6() { ChecksumMode::Software } else { ChecksumMode::Zero },
             accept_zero_checksum: false,
             ttl: 64,
+            mtu: MtuPolicy::default(),
         }
     }
 
@@ -129,6 +131,7 @@ pub struct Tunnel {
     /// Ports in the source range.
     pub src_port_span: u32,
     pub gre_key: Option<u32>,
+    pub mtu: MtuPolicy,
 }
 
 impl Tunnel {
@@ -173,6 +176,7 @@ impl Tunnel {
             src_port_min: s.src_port_min,
             src_port_span: s.src_port_max as u32 - s.src_port_min as u32 + 1,
             gre_key: s.gre_key,
+            mtu: s.mtu,
         }
     }
 

@@ -15,7 +15,7 @@ use super::{udp_checksum, udp_checksum_field, Outer};
 use crate::context::HasGtpu;
 use crate::tunnel::{ChecksumMode, SrcPort, Tunnel, MAX_REWRITE};
 use engine::{counters, next_nodes, BufIdx, Buffer, Counts, Node, Pool, Verdict, VECTOR_SIZE};
-use ip::outer::{inner_hop, InnerHop};
+use ip::outer::{encap_mtu, inner_hop, EncapMtu, InnerHop};
 use ip::tables::Adjacency;
 use wire::checksum;
 
@@ -24,7 +24,7 @@ next_nodes! {
         Ip4Rewrite = "ip4-rewrite", Ip4Lookup = "ip4-lookup",
         Ip6Rewrite = "ip6-rewrite", Ip6Lookup = "ip6-lookup",
         Ip4IcmpError = "ip4-icmp-error", Ip6IcmpError = "ip6-icmp-error",
-        Segment = "ip-gso-segment",
+        Segment = "ip-gso-segment", Ip4Fragment = "ip4-fragment", Ip6Fragment = "ip6-fragment",
     }
 }
 
@@ -38,6 +38,10 @@ counters! {
         TooBig(Warn, "too-big", "encapsulated packet longer than an IP packet can be"),
         InnerTtlExpired(Info, "inner-ttl-expired", "inner TTL or hop limit would reach 0 (ICMP time exceeded requested)"),
         BadInner(Warn, "bad-inner", "inner packet is not IPv4 or IPv6"),
+        InnerTooBig(Info, "inner-too-big", "inner packet larger than the tunnel MTU, with DF or IPv6 (ICMP frag-needed / packet-too-big requested)"),
+        FragmentInner(Info, "fragment-inner", "inner IPv4 packet without DF larger than the tunnel MTU: fragmented before encapsulation"),
+        FragmentOuter(Info, "fragment-outer", "encapsulated packet larger than the outer link MTU: the outer packet fragmented"),
+        MssClamped(Info, "mss-clamped", "TCP SYN MSS lowered to fit the tunnel"),
     }
 }
 
@@ -211,10 +215,28 @@ impl<Cx: HasGtpu, O: Outer> Node<Cx> for GtpuEncap<O> {
         let Some(t) = g.tables.tunnel(id) else {
             return Verdict::Drop(GtpuEncapCounter::NoTunnel);
         };
-        if buf.meta.offload.gso != engine::GsoKind::None {
-            counts.inc(GtpuEncapCounter::GsoSegmented);
-            return Verdict::Next(GtpuEncapNext::Segment);
-        }
+        let adj = g.tables.outer_adj(id);
+        let link_mtu = ipc.tables.adjacency(adj).mtu();
+        let fragment_outer = match encap_mtu(buf, link_mtu, t.rewrite_len as usize, t.mtu) {
+            EncapMtu::Encap { fragment_outer, clamped } => {
+                if clamped {
+                    counts.inc(GtpuEncapCounter::MssClamped);
+                }
+                fragment_outer
+            }
+            EncapMtu::TooBig { v4 } => {
+                counts.inc(GtpuEncapCounter::InnerTooBig);
+                return Verdict::Next(if v4 { GtpuEncapNext::Ip4IcmpError } else { GtpuEncapNext::Ip6IcmpError });
+            }
+            EncapMtu::FragmentInner => {
+                counts.inc(GtpuEncapCounter::FragmentInner);
+                return Verdict::Next(GtpuEncapNext::Ip4Fragment);
+            }
+            EncapMtu::Segment => {
+                counts.inc(GtpuEncapCounter::GsoSegmented);
+                return Verdict::Next(GtpuEncapNext::Segment);
+            }
+        };
         match inner_hop(buf.bytes_mut()) {
             InnerHop::Forwarded { .. } => {}
             InnerHop::Expired { v4, icmp } => {
@@ -232,8 +254,11 @@ impl<Cx: HasGtpu, O: Outer> Node<Cx> for GtpuEncap<O> {
             return Verdict::Drop(c);
         }
         counts.inc(GtpuEncapCounter::Encapsulated);
-        let adj = g.tables.outer_adj(id);
         buf.meta.adj = adj;
+        if fragment_outer.is_some() && ip::outer::fragment_outer(buf, fragment_outer) {
+            counts.inc(GtpuEncapCounter::FragmentOuter);
+            return Verdict::Next(if O::IS_V6 { GtpuEncapNext::Ip6Fragment } else { GtpuEncapNext::Ip4Fragment });
+        }
         if g.tables.techniques.encap_adjacency
             && matches!(ipc.tables.adjacency(adj), Adjacency::Rewrite { .. } | Adjacency::Glean { .. } | Adjacency::Incomplete { .. })
         {

@@ -27,6 +27,7 @@ next_nodes! {
 counters! {
     pub enum GtpuInputCounter {
         Decapsulated(Info, "decapsulated", "G-PDUs decapsulated"),
+        MssClamped(Info, "mss-clamped", "TCP SYN MSS lowered to fit the tunnel"),
         EchoReplies(Info, "echo-replies", "Echo Responses sent"),
         ErrorIndicationsSent(Info, "error-indications-sent", "Error Indications sent for unknown TEIDs"),
         NotificationsSent(Info, "ext-notifications-sent", "Supported Extension Headers Notifications sent"),
@@ -269,7 +270,7 @@ impl<Cx: HasGtpu, O: Outer> Node<Cx> for GtpuInput<O> {
     #[inline(always)]
     fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
         use GtpuInputCounter as C;
-        let (_, g) = cx.split();
+        let (ipc, g) = cx.split();
         // A checksum still partial was never computed: the frame comes from a local
         // sender over a vnet-header device and is trusted, as the kernel trusts it.
         let trusted = buf.meta.l4_checksum_ok || buf.meta.offload.has_partial_checksum();
@@ -317,6 +318,14 @@ impl<Cx: HasGtpu, O: Outer> Node<Cx> for GtpuInput<O> {
                 }
                 buf.truncate(p.payload);
                 counts.inc(C::Decapsulated);
+                if Tunnel::aux_mss_clamp(aux) {
+                    if let Some(tun) = t.tunnel(id) {
+                        let link_mtu = ipc.tables.adjacency(t.outer_adj(id)).mtu();
+                        if ip::outer::decap_mss_clamp(buf, link_mtu, tun.rewrite_len as usize, tun.mtu) {
+                            counts.inc(C::MssClamped);
+                        }
+                    }
+                }
                 Self::forward(buf, next, skip)
             }
             MessageType::EchoRequest => {

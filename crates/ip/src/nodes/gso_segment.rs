@@ -73,9 +73,7 @@ impl<Cx: HasIp> ExpandNode<Cx> for GsoSegment {
         counts.inc(GsoSegmentCounter::Segmented);
         let from = out.len();
         let r = segment(pool, bi, out);
-        for _ in from..out.len() {
-            counts.inc(GsoSegmentCounter::Segments);
-        }
+        counts.add(GsoSegmentCounter::Segments, (out.len() - from) as u64);
         r
     }
 }

@@ -11,7 +11,7 @@ use wire::ipv4::Ipv4Packet;
 use wire::IpProtocol;
 
 next_nodes! {
-    pub enum Ip4LocalNext { Lookup = "ip4-lookup", IcmpError = "ip4-icmp-error", Gtpu4Input = "gtpu4-input", Gue4Input = "gue4-input" }
+    pub enum Ip4LocalNext { Lookup = "ip4-lookup", IcmpError = "ip4-icmp-error", Gtpu4Input = "gtpu4-input", Gue4Input = "gue4-input", Reassembly = "ip4-reassembly" }
 }
 
 counters! {
@@ -21,7 +21,7 @@ counters! {
         IcmpIgnored(Info, "icmp-ignored", "ICMP messages other than echo request, consumed"),
         PortUnreachable(Info, "port-unreachable", "UDP to a port nothing listens on (ICMP requested)"),
         ProtocolUnreachable(Info, "protocol-unreachable", "protocol not handled locally (ICMP requested)"),
-        Fragment(Warn, "fragment", "fragment addressed to the gateway: local reassembly not implemented"),
+        Fragment(Info, "to-reassembly", "fragment addressed to the gateway: sent to ip4-reassembly"),
         Truncated(Error, "truncated", "shorter than an IPv4 header"),
     }
 }
@@ -42,7 +42,8 @@ impl<Cx: HasIp> Node<Cx> for Ip4Local {
             return Verdict::Drop(C::Truncated);
         };
         if p.is_fragment() {
-            return Verdict::Drop(C::Fragment);
+            counts.inc(C::Fragment);
+            return Verdict::Next(Ip4LocalNext::Reassembly);
         }
         let hl = p.header_len();
         match p.protocol() {

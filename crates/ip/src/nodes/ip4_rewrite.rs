@@ -1,5 +1,6 @@
-//! `ip4-rewrite`: TTL and MTU checks, TTL decrement with an incremental checksum
-//! (RFC 1624), and the adjacency's Ethernet header prepended in the headroom.
+//! `ip4-rewrite`: TTL and MTU checks (too big: ICMP frag-needed with DF, else
+//! `ip4-fragment`), TTL decrement with an incremental checksum (RFC 1624), and the
+//! adjacency's Ethernet header prepended in the headroom.
 
 use super::family::{resolve, solicit, Ip4, Resolved};
 use super::IcmpRequest;
@@ -11,14 +12,14 @@ use wire::icmpv4::unreach;
 use wire::ipv4::Ipv4Packet;
 
 next_nodes! {
-    pub enum Ip4RewriteNext { Output = "interface-output", IcmpError = "ip4-icmp-error" }
+    pub enum Ip4RewriteNext { Output = "interface-output", IcmpError = "ip4-icmp-error", Fragment = "ip4-fragment" }
 }
 
 counters! {
     pub enum Ip4RewriteCounter {
         TtlExpired(Info, "ttl-expired", "TTL would reach 0 (ICMP time exceeded requested)"),
         FragNeeded(Info, "frag-needed", "larger than the MTU with DF set (ICMP frag-needed requested)"),
-        MtuExceeded(Warn, "mtu-exceeded", "larger than the MTU without DF: fragmentation is not implemented yet"),
+        ToFragment(Info, "to-fragment", "larger than the MTU without DF: sent to ip4-fragment"),
         Unresolved(Warn, "neighbour-unresolved", "next hop MAC unknown and solicitation rate-limited"),
         ArpSent(Info, "arp-request-sent", "next hop MAC unknown: packet replaced by an ARP request"),
         NoHeadroom(Error, "no-headroom", "no headroom for the Ethernet header"),
@@ -94,7 +95,9 @@ impl<Cx: HasIp> Node<Cx> for Ip4Rewrite {
                 buf.meta.param = IcmpRequest::new(3, unreach::FRAG_NEEDED, mtu).encode();
                 return Verdict::Next(Ip4RewriteNext::IcmpError);
             }
-            return Verdict::Drop(C::MtuExceeded);
+            counts.inc(C::ToFragment);
+            buf.meta.param = super::FragmentRequest { mtu, originated: false }.encode();
+            return Verdict::Next(Ip4RewriteNext::Fragment);
         }
         Ipv4Packet::new_unchecked(buf.bytes_mut()).decrement_ttl();
         match buf.prepend(14) {

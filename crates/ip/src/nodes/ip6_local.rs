@@ -13,7 +13,7 @@ use wire::ipv6_ext::walk_chain;
 use wire::{EtherType, EthernetAddress, IpProtocol};
 
 next_nodes! {
-    pub enum Ip6LocalNext { Lookup = "ip6-lookup", IcmpError = "ip6-icmp-error", Output = "interface-output", Gtpu6Input = "gtpu6-input", Gue6Input = "gue6-input" }
+    pub enum Ip6LocalNext { Lookup = "ip6-lookup", IcmpError = "ip6-icmp-error", Output = "interface-output", Gtpu6Input = "gtpu6-input", Gue6Input = "gue6-input", Reassembly = "ip6-reassembly" }
 }
 
 counters! {
@@ -30,7 +30,7 @@ counters! {
         UnknownNextHeader(Info, "unknown-next-header", "upper-layer protocol not handled (ICMPv6 parameter problem requested)"),
         NotOurGroup(Info, "not-our-group", "multicast to a group this interface does not listen to"),
         BadExtHeader(Warn, "bad-ext-header", "malformed extension header chain"),
-        Fragment(Warn, "fragment", "fragment addressed to the gateway: local reassembly not implemented"),
+        Fragment(Info, "to-reassembly", "fragment addressed to the gateway: sent to ip6-reassembly"),
         NoHeadroom(Error, "no-headroom", "no headroom for the Ethernet header"),
         NoInterface(Error, "no-interface", "received on an interface without L3 configuration"),
     }
@@ -64,7 +64,8 @@ impl<Cx: HasIp> Node<Cx> for Ip6Local {
             return Verdict::Drop(C::BadExtHeader);
         };
         if info.fragment.is_some() {
-            return Verdict::Drop(C::Fragment);
+            counts.inc(C::Fragment);
+            return Verdict::Next(Ip6LocalNext::Reassembly);
         }
         let off = HEADER_LEN + info.upper_offset;
         match info.upper {

@@ -5,13 +5,17 @@ pub mod arp_input;
 pub mod ethernet_input;
 pub mod family;
 pub mod gso_segment;
+pub mod ip4_fragment;
 pub mod ip4_icmp_error;
 pub mod ip4_input;
 pub mod ip4_local;
+pub mod ip4_reassembly;
 pub mod ip4_rewrite;
+pub mod ip6_fragment;
 pub mod ip6_icmp_error;
 pub mod ip6_input;
 pub mod ip6_local;
+pub mod ip6_reassembly;
 pub mod ip6_rewrite;
 pub mod ip_lookup;
 pub mod solicit;
@@ -35,6 +39,28 @@ pub fn register<Cx: HasIp>(g: &mut GraphBuilder<Cx>) {
     g.add(ip6_local::Ip6Local);
     g.add(ip6_icmp_error::Ip6IcmpError);
     g.add_expand(gso_segment::GsoSegment);
+    g.add_expand(ip4_fragment::Ip4Fragment);
+    g.add_expand(ip6_fragment::Ip6Fragment);
+    g.add_expand(ip4_reassembly::Ip4Reassembly);
+    g.add_expand(ip6_reassembly::Ip6Reassembly);
+}
+
+/// What a node asks `ipN-fragment` for, carried in `Meta::param`: fragments of at most
+/// `mtu` bytes; `originated` when we are the packet's source (an outer header we built),
+/// which lets IPv4 fragmentation give it an identification and clear its DF.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FragmentRequest {
+    pub mtu: u16,
+    pub originated: bool,
+}
+
+impl FragmentRequest {
+    pub const fn encode(self) -> u32 {
+        self.mtu as u32 | (self.originated as u32) << 16
+    }
+    pub const fn decode(p: u32) -> Self {
+        FragmentRequest { mtu: p as u16, originated: p & 1 << 16 != 0 }
+    }
 }
 
 /// What a node asks `ipN-icmp-error` to send, carried in `Meta::param`.

@@ -14,8 +14,7 @@ use super::TunOuter;
 use crate::context::HasUdpTun;
 use crate::tunnel::{Encap, Tunnel, MAX_REWRITE};
 use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
-use ip::outer::{inner_hop, udp_checksum, ChecksumMode, InnerHop};
-use ip::tables::Adjacency;
+use ip::outer::{encap_mtu, inner_hop, udp_checksum, ChecksumMode, EncapMtu, InnerHop};
 use wire::checksum;
 
 next_nodes! {
@@ -23,7 +22,7 @@ next_nodes! {
         Ip4Rewrite = "ip4-rewrite", Ip4Lookup = "ip4-lookup",
         Ip6Rewrite = "ip6-rewrite", Ip6Lookup = "ip6-lookup",
         Ip4IcmpError = "ip4-icmp-error", Ip6IcmpError = "ip6-icmp-error",
-        Segment = "ip-gso-segment",
+        Segment = "ip-gso-segment", Ip4Fragment = "ip4-fragment", Ip6Fragment = "ip6-fragment",
     }
 }
 
@@ -37,6 +36,10 @@ counters! {
         TooBig(Warn, "too-big", "encapsulated packet longer than an IP packet can be"),
         InnerTtlExpired(Info, "inner-ttl-expired", "inner TTL or hop limit would reach 0 (ICMP time exceeded requested)"),
         BadInner(Warn, "bad-inner", "inner packet is not IPv4 or IPv6"),
+        InnerTooBig(Info, "inner-too-big", "inner packet larger than the tunnel MTU, with DF or IPv6 (ICMP frag-needed / packet-too-big requested)"),
+        FragmentInner(Info, "fragment-inner", "inner IPv4 packet without DF larger than the tunnel MTU: fragmented before encapsulation"),
+        FragmentOuter(Info, "fragment-outer", "encapsulated packet larger than the outer link MTU: the outer packet fragmented"),
+        MssClamped(Info, "mss-clamped", "TCP SYN MSS lowered to fit the tunnel"),
     }
 }
 
@@ -116,10 +119,29 @@ impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunEncap<O> {
         let Some(t) = u.tables.tunnel(id) else {
             return Verdict::Drop(UdpTunEncapCounter::NoTunnel);
         };
-        if buf.meta.offload.gso != engine::GsoKind::None {
-            counts.inc(UdpTunEncapCounter::GsoSegmented);
-            return Verdict::Next(UdpTunEncapNext::Segment);
-        }
+        let adj = u.tables.outer_adj(id);
+        let adjacency = ipc.tables.adjacency(adj);
+        let link_mtu = adjacency.mtu();
+        let fragment_outer = match encap_mtu(buf, link_mtu, t.rewrite_len as usize, t.mtu) {
+            EncapMtu::Encap { fragment_outer, clamped } => {
+                if clamped {
+                    counts.inc(UdpTunEncapCounter::MssClamped);
+                }
+                fragment_outer
+            }
+            EncapMtu::TooBig { v4 } => {
+                counts.inc(UdpTunEncapCounter::InnerTooBig);
+                return Verdict::Next(if v4 { UdpTunEncapNext::Ip4IcmpError } else { UdpTunEncapNext::Ip6IcmpError });
+            }
+            EncapMtu::FragmentInner => {
+                counts.inc(UdpTunEncapCounter::FragmentInner);
+                return Verdict::Next(UdpTunEncapNext::Ip4Fragment);
+            }
+            EncapMtu::Segment => {
+                counts.inc(UdpTunEncapCounter::GsoSegmented);
+                return Verdict::Next(UdpTunEncapNext::Segment);
+            }
+        };
         let inner_v4 = match inner_hop(buf.bytes_mut()) {
             InnerHop::Forwarded { v4 } => v4,
             InnerHop::Expired { v4, icmp } => {
@@ -136,10 +158,12 @@ impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunEncap<O> {
             return Verdict::Drop(c);
         }
         counts.inc(UdpTunEncapCounter::Encapsulated);
-        let adj = u.tables.outer_adj(id);
         buf.meta.adj = adj;
-        let resolved =
-            matches!(ipc.tables.adjacency(adj), Adjacency::Rewrite { .. } | Adjacency::Glean { .. } | Adjacency::Incomplete { .. });
+        if fragment_outer.is_some() && ip::outer::fragment_outer(buf, fragment_outer) {
+            counts.inc(UdpTunEncapCounter::FragmentOuter);
+            return Verdict::Next(if O::IS_V6 { UdpTunEncapNext::Ip6Fragment } else { UdpTunEncapNext::Ip4Fragment });
+        }
+        let resolved = link_mtu.is_some();
         match (resolved, O::IS_V6) {
             (true, false) => Verdict::Next(UdpTunEncapNext::Ip4Rewrite),
             (true, true) => Verdict::Next(UdpTunEncapNext::Ip6Rewrite),

@@ -26,6 +26,7 @@ next_nodes! {
 counters! {
     pub enum UdpTunInputCounter {
         Decapsulated(Info, "decapsulated", "packets decapsulated"),
+        MssClamped(Info, "mss-clamped", "TCP SYN MSS lowered to fit the tunnel"),
         ControlMessages(Info, "control-messages", "GUE control messages (C bit): passed to the control plane, not forwarded"),
         EventQueueFull(Warn, "event-queue-full", "control message lost: control queue full"),
         OuterTruncated(Warn, "outer-truncated", "outer IP header truncated"),
@@ -112,7 +113,7 @@ impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunInput<O> {
 
     fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
         use UdpTunInputCounter as C;
-        let (_, u) = cx.split_udptun();
+        let (ipc, u) = cx.split_udptun();
         let b = buf.bytes();
         let (hl, src, dst) = match O::outer(b) {
             Ok(x) => x,
@@ -158,6 +159,12 @@ impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunInput<O> {
                 // The outer checksum said nothing about the inner packet's own.
                 buf.meta.l4_checksum_ok = false;
                 counts.inc(C::Decapsulated);
+                if t.mtu.mss_clamp {
+                    let link_mtu = ipc.tables.adjacency(u.tables.outer_adj(id)).mtu();
+                    if ip::outer::decap_mss_clamp(buf, link_mtu, t.rewrite_len as usize, t.mtu) {
+                        counts.inc(C::MssClamped);
+                    }
+                }
                 // ipN-input's fast-path checks without the node hop; anything unusual
                 // still goes through ipN-input.
                 let b = buf.bytes();
