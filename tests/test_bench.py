@@ -59,6 +59,17 @@ def test_gtpu_bench_scenarios(vecgate, scenario, args, node):
         assert all(g["techniques"].values())
 
 
+def test_reassembly_bench_delivers_one_packet_per_two_fragments(vecgate):
+    r = subprocess.run([str(vecgate), "bench", "gtpu4-decap-frag", "--packets", "100000", "--json", "--core", "0", "--inner-size", "1400"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    names = {n["name"]: n for n in rep["nodes"]}
+    assert rep["packets"] >= 100000 and rep["delivered"] == rep["packets"] // 2
+    assert names["ip4-reassembly"]["packets"] == rep["packets"]
+    assert names["gtpu4-input"]["packets"] == rep["delivered"]
+
+
 def test_gtpu_bench_refuses_bad_options(vecgate):
     for args, words in [(["--disable", "warp"], "lookup_cache"), (["--checksum", "maybe"], "zero"),
                         (["--tunnels", "100000"], "--inner ip6")]:

@@ -182,6 +182,11 @@ struct Layout {
     l4_checksum: Option<(usize, bool)>,
 }
 
+/// The frame a packet spec makes (before any modifier).
+pub fn template(spec: &PacketSpec) -> Result<Vec<u8>, TemplateError> {
+    build(spec).map(|(f, _)| f)
+}
+
 /// Build the template frame and the layout of its variable fields.
 fn build(spec: &PacketSpec) -> Result<(Vec<u8>, Layout), TemplateError> {
     if spec.frame_size > 9216 {
@@ -414,6 +419,38 @@ impl PacketGenerator {
             streams.push(Stream { template, modifiers, remaining: s.count, rate_pps: s.rate_pps, sent: 0, started: None });
         }
         Ok(PacketGenerator { streams, rng: 0x9e37_79b9_7f4a_7c15, hz: clock::hz(), next_stream: 0 })
+    }
+
+    /// Fixed frames, each a stream of `count` copies (streams take turns a vector at a
+    /// time). With `vary_ipv4_ident`, each stream's n-th frame carries IPv4
+    /// identification n (mod 65536): the fragments of one datagram, one per stream,
+    /// stay matched, and each datagram differs from the last.
+    pub fn fixed_frames(frames: &[Vec<u8>], count: u64, vary_ipv4_ident: bool) -> PacketGenerator {
+        let streams = frames
+            .iter()
+            .map(|f| {
+                let ident = vary_ipv4_ident && f.len() >= 34 && f[12..14] == [0x08, 0x00];
+                let modifiers = if ident {
+                    let (offset, check) = (14 + 4, 14 + 10);
+                    let base = u16::from_be_bytes([f[offset], f[offset + 1]]) as u32;
+                    vec![Modifier {
+                        offset,
+                        wide: false,
+                        addrs: Vec::new(),
+                        addr_start: 0,
+                        addr_len: 0,
+                        base,
+                        pattern: Pattern::Increment { count: 1 << 16 },
+                        next: 0,
+                        fixups: vec![(check, false)],
+                    }]
+                } else {
+                    Vec::new()
+                };
+                Stream { template: f.clone(), modifiers, remaining: Some(count), rate_pps: None, sent: 0, started: None }
+            })
+            .collect();
+        PacketGenerator { streams, rng: 0x9e37_79b9_7f4a_7c15, hz: clock::hz(), next_stream: 0 }
     }
 
     fn rand(&mut self) -> u32 {

@@ -10,6 +10,7 @@
 //! datagram (RFC 5722 for IPv6; Linux does the same for IPv4); an exact duplicate is
 //! dropped alone.
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::time::{Duration, Instant};
@@ -31,13 +32,18 @@ impl Default for ReassemblyLimits {
     fn default() -> Self {
         // Linux's defaults are 30 s (IPv4) / 60 s (IPv6) and 4 MiB per namespace; a
         // tunnel's fragments arrive back to back, so a shorter time frees state sooner.
-        ReassemblyLimits { max_datagrams: 1024, max_per_source: 64, max_bytes: 4 << 20, timeout: Duration::from_secs(3) }
+        // A tunnel peer is one source sending many datagrams: it may hold a quarter of
+        // the table (a vector's worth of datagrams in flight).
+        ReassemblyLimits { max_datagrams: 1024, max_per_source: 256, max_bytes: 4 << 20, timeout: Duration::from_secs(3) }
     }
 }
 
 /// The most pieces one datagram may arrive in (a 64 KiB datagram in 256-byte pieces):
 /// more is an attack on the reassembler, not a path's fragmentation.
 const MAX_PIECES: usize = 256;
+/// Finished datagrams' vectors kept for reuse: a vector's worth of datagrams, so a
+/// steady flow of fragmented packets allocates nothing.
+const SPARE: usize = 256;
 
 /// A datagram's identity: source, destination, identification, and (IPv4) protocol.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -101,13 +107,24 @@ pub struct Reassembly<A> {
     /// The most data a datagram may have (65535 less the minimum header for IPv4).
     max_len: usize,
     next_sweep: Option<Instant>,
+    /// Vectors of finished datagrams, reused by new ones.
+    spare: Vec<(Vec<u8>, Vec<u8>, Vec<(usize, usize)>)>,
     /// Datagrams dropped unfinished at their deadline, for the node's counter.
     pub timed_out: u64,
 }
 
 impl<A: Copy + Eq + Hash> Reassembly<A> {
     pub fn new(limits: ReassemblyLimits, max_len: usize) -> Self {
-        Reassembly { datagrams: HashMap::new(), per_source: HashMap::new(), bytes: 0, limits, max_len, next_sweep: None, timed_out: 0 }
+        Reassembly {
+            datagrams: HashMap::new(),
+            per_source: HashMap::new(),
+            bytes: 0,
+            limits,
+            max_len,
+            next_sweep: None,
+            spare: Vec::new(),
+            timed_out: 0,
+        }
     }
 
     pub fn in_progress(&self) -> usize {
@@ -122,31 +139,34 @@ impl<A: Copy + Eq + Hash> Reassembly<A> {
     pub fn insert(&mut self, key: FragKey<A>, f: Fragment<'_>, now: Instant) -> Insert {
         self.sweep(now);
         let end = f.offset + f.data.len();
-        let many = self.datagrams.get(&key).is_some_and(|d| d.have.len() >= MAX_PIECES);
-        if f.data.is_empty() || end > self.max_len || (f.more && f.data.len() % 8 != 0) || many {
+        if f.data.is_empty() || end > self.max_len || (f.more && f.data.len() % 8 != 0) {
             self.remove(&key);
             return Insert::Inconsistent;
         }
-        if !self.datagrams.contains_key(&key) {
-            if self.datagrams.len() >= self.limits.max_datagrams || self.bytes + end > self.limits.max_bytes {
-                return Insert::Full;
+        // One hash for finding or starting the datagram (the key is SipHashed).
+        let (count, bytes) = (self.datagrams.len(), self.bytes);
+        let d = match self.datagrams.entry(key) {
+            Entry::Occupied(o) => o.into_mut(),
+            Entry::Vacant(v) => {
+                if count >= self.limits.max_datagrams || bytes + end > self.limits.max_bytes {
+                    return Insert::Full;
+                }
+                let n = self.per_source.entry(key.src).or_default();
+                if *n >= self.limits.max_per_source {
+                    return Insert::SourceFull;
+                }
+                *n += 1;
+                let (mut header, mut data, mut have) = self.spare.pop().unwrap_or_default();
+                header.clear();
+                data.clear();
+                have.clear();
+                v.insert(Datagram { header, data, have, received: 0, end: None, deadline: now + self.limits.timeout })
             }
-            let n = self.per_source.entry(key.src).or_default();
-            if *n >= self.limits.max_per_source {
-                return Insert::SourceFull;
-            }
-            *n += 1;
-            let d = Datagram {
-                header: Vec::new(),
-                data: Vec::new(),
-                have: Vec::new(),
-                received: 0,
-                end: None,
-                deadline: now + self.limits.timeout,
-            };
-            self.datagrams.insert(key, d);
+        };
+        if d.have.len() >= MAX_PIECES {
+            self.remove(&key);
+            return Insert::Inconsistent;
         }
-        let d = self.datagrams.get_mut(&key).expect("present");
         // Where the piece goes among the sorted ranges, and whether it collides.
         let at = d.have.partition_point(|r| r.1 <= f.offset);
         if let Some(&(s, e)) = d.have.get(at) {
@@ -192,7 +212,28 @@ impl<A: Copy + Eq + Hash> Reassembly<A> {
             return Insert::Pending;
         }
         let d = self.remove(&key).expect("present");
+        self.keep_spare(Vec::new(), Vec::new(), d.have);
         Insert::Complete { header: d.header, data: d.data }
+    }
+
+    /// Give back a completed datagram's vectors once copied out, so the next datagram
+    /// reuses their memory instead of allocating (a few are kept; their bytes are
+    /// bounded by the datagram size).
+    pub fn recycle(&mut self, header: Vec<u8>, data: Vec<u8>) {
+        self.keep_spare(header, data, Vec::new());
+    }
+
+    fn keep_spare(&mut self, header: Vec<u8>, data: Vec<u8>, have: Vec<(usize, usize)>) {
+        let n = self.spare.len();
+        match self.spare.last_mut() {
+            // Pair one datagram's vectors back up: its ranges came back first.
+            Some(last) if last.0.capacity() == 0 && last.1.capacity() == 0 && header.capacity() + data.capacity() > 0 => {
+                last.0 = header;
+                last.1 = data;
+            }
+            _ if n < SPARE => self.spare.push((header, data, have)),
+            _ => {}
+        }
     }
 
     fn remove(&mut self, key: &FragKey<A>) -> Option<Datagram> {

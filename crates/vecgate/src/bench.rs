@@ -25,6 +25,7 @@ pub const SCENARIOS: &[&str] = &[
     "gtpu4-decap",
     "gtpu6-encap",
     "gtpu6-decap",
+    "gtpu4-decap-frag",
     "gue4-encap",
     "gue4-decap",
     "gre-udp4-encap",
@@ -267,11 +268,17 @@ pub fn bench(scenario: &str, packets: u64, json: bool, core: usize, opts: &GtpuO
         let (p, m) = forward_setup(scenario, &mut control, json)?;
         (p, m, None)
     };
+    let fragments = if scenario.ends_with("-frag") { Some(two_fragments(&packet)?) } else { None };
     engine::worker::Context::refresh(&mut worker.cx); // pick up the new tables
                                                       // Whole vectors, so the warm-up ends exactly where the measured run begins.
     let warmup = (packets / 10).max(1024).div_ceil(engine::VECTOR_SIZE as u64) * engine::VECTOR_SIZE as u64;
     let stream = StreamSpec { name: scenario.into(), packet, modifiers, count: Some(warmup + packets), rate_pps: None };
-    worker.ports[0].device = Box::new(PacketGenerator::new(&[stream]).map_err(|(_, e)| anyhow!(e))?);
+    worker.ports[0].device = match &fragments {
+        // Each datagram as two fragments, the second stream's n-th frame completing the
+        // first's: the count is of fragments.
+        Some(f) => Box::new(PacketGenerator::fixed_frames(f, (warmup + packets) / 2, true)),
+        None => Box::new(PacketGenerator::new(&[stream]).map_err(|(_, e)| anyhow!(e))?),
+    };
     core_affinity::set_for_current(core_affinity::CoreId { id: core });
 
     let mut generated = 0u64;
@@ -335,8 +342,10 @@ pub fn bench(scenario: &str, packets: u64, json: bool, core: usize, opts: &GtpuO
             report.fib_bytes as f64 / 1e6
         );
     }
-    if delivered != input {
-        bail!("only {delivered} of {input} packets reached the sink: the scenario is broken");
+    // Two fragments make one delivered packet.
+    let expected = if fragments.is_some() { input / 2 } else { input };
+    if delivered != expected {
+        bail!("{delivered} of {input} packets reached the sink, not {expected}: the scenario is broken");
     }
     Ok(())
 }
@@ -414,6 +423,23 @@ fn udp_tunnel_setup(scenario: &str, control: &mut control::dataplane::Control) -
         PacketSpec { src_mac: mac.0, dst_mac: mac.1, src, dst, ttl: 64, l4: L4Spec::Udp { src_port: 1024, dst_port: 9 }, frame_size: 64 }
     };
     Ok((packet, modifiers))
+}
+
+/// The frame of `spec` cut into two IPv4 fragments of about equal size by the
+/// dataplane's own fragmenter, each with its Ethernet header.
+fn two_fragments(spec: &PacketSpec) -> Result<Vec<Vec<u8>>> {
+    let frame = io::pg::template(spec).map_err(|e| anyhow!(e))?;
+    let (l2, ip) = frame.split_at(14);
+    let mut pool = engine::Pool::new(4, 1);
+    let bi = pool.alloc(ip.len()).ok_or_else(|| anyhow!("no buffer"))?;
+    pool.get_mut(bi).write(ip)?;
+    let half = (ip.len() - 20).div_ceil(2).div_ceil(8) * 8;
+    let mut out = Vec::new();
+    ip::nodes::ip4_fragment::fragment(&mut pool, bi, 20 + half, None, &mut out).map_err(|e| anyhow!("{e:?}"))?;
+    if out.len() != 2 {
+        bail!("{} fragments: expected 2", out.len());
+    }
+    Ok(out.iter().map(|(b, _)| [l2, pool.get(*b).bytes()].concat()).collect())
 }
 
 /// The GTP-U scenarios. Tunnels run from our null0 address to 198.18.1.2 /

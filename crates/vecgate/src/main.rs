@@ -54,7 +54,8 @@ enum Cmd {
     /// Benchmark a scenario: generator → graph → null sink on one core.
     Bench {
         /// ip4-forward, ip6-forward, ip4-forward-1m, ip6-forward-1m, gtpu4-encap,
-        /// gtpu4-decap, gtpu6-encap, gtpu6-decap
+        /// gtpu4-decap, gtpu6-encap, gtpu6-decap, gtpu4-decap-frag (outer packets in two
+        /// fragments, reassembled), gue4-encap, gue4-decap, gre-udp4-encap
         scenario: String,
         #[arg(long, default_value_t = 20_000_000)]
         packets: u64,

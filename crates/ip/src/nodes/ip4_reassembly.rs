@@ -86,6 +86,8 @@ impl<Cx: HasIp> ExpandNode<Cx> for Ip4Reassembly {
                 let (h, rest) = whole.bytes_mut().split_at_mut(header.len());
                 h.copy_from_slice(&header);
                 rest.copy_from_slice(&data);
+                let hl = header.len();
+                cx.ip().reassembly4.recycle(header, data);
                 whole.meta = meta;
                 whole.meta.offload = engine::Offload::default();
                 whole.meta.l4_checksum_ok = false;
@@ -94,7 +96,7 @@ impl<Cx: HasIp> ExpandNode<Cx> for Ip4Reassembly {
                 p[6] &= 0x40; // DF as the first fragment had it; no MF, offset 0
                 p[7] = 0;
                 p[10..12].copy_from_slice(&[0, 0]);
-                let c = wire::checksum::checksum(&p[..header.len()]);
+                let c = wire::checksum::checksum(&p[..hl]);
                 p[10..12].copy_from_slice(&c.to_be_bytes());
                 counts.inc(C::Reassembled);
                 out.push((d, Ip4ReassemblyNext::Local));

@@ -127,6 +127,7 @@ impl<Cx: HasIp> ExpandNode<Cx> for Ip6Reassembly {
                 let (h, rest) = whole.bytes_mut().split_at_mut(header.len());
                 h.copy_from_slice(&header);
                 rest.copy_from_slice(&data);
+                cx.ip().reassembly6.recycle(header, data);
                 whole.meta = meta;
                 whole.meta.offload = engine::Offload::default();
                 whole.meta.l4_checksum_ok = false;
