@@ -35,5 +35,15 @@ cargo build --release --workspace --locked 2>/dev/null || cargo build --release 
 echo "== rust tests"
 cargo test --release --workspace
 
+# CPU time the hypervisor gave to others while the tests ran ("steal", /proc/stat): the
+# network-namespace tests time real transfers, and a starved VM shows up here first.
+cpu_times() { awk '/^cpu /{print $2+$3+$4+$5+$6+$7+$8+$9, $9}' /proc/stat; }
+steal_report() {
+    read -r total1 steal1 <<<"$(cpu_times)"
+    awk -v t="$((total1 - total0))" -v s="$((steal1 - steal0))" 'BEGIN { if (t > 0) printf "== host steal during the python tests: %.1f%% of CPU time\n", 100 * s / t }'
+}
+
 echo "== python tests (scapy builds, vecgate runs, scapy and tshark dissect)"
+read -r total0 steal0 <<<"$(cpu_times)"
+trap steal_report EXIT
 VECGATE_BIN="$PWD/target/release/vecgate" python3 -m pytest -q tests/
