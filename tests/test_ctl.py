@@ -128,8 +128,11 @@ def test_gtpu_tunnels_live(vecgate, running):
     for n in ["gtpu4-input", "gtpu6-input", "gtpu4-encap", "gtpu6-encap"]:
         assert nodes[n]["packets"] > 100, (n, nodes[n])
     r = ctl(vecgate, sock, "create", "gtpu", "tunnel", "local", "198.18.1.1", "remote", "198.18.1.9", "teid-in", "0x500",
-            "teid-out", "0x600", "qfi", "5", "ue", "198.19.101.0/24")
+            "teid-out", "0x600", "qfi", "5", "ue", "198.19.101.0/24", "mtu", "1300", "fragment", "outer", "mss-clamp")
     assert r.returncode == 0 and "created gtpu_tunnel2" in r.stdout, r.stdout + r.stderr
+    r = ctl(vecgate, sock, "create", "gtpu", "tunnel", "local", "198.18.1.1", "remote", "198.18.1.9", "teid-in", "0x501",
+            "teid-out", "1", "mtu", "100")
+    assert r.returncode != 0 and "mtu" in (r.stdout + r.stderr) and "576" in (r.stdout + r.stderr)
     # Same local endpoint and TEID again: refused, naming the existing tunnel.
     r = ctl(vecgate, sock, "create", "gtpu", "tunnel", "local", "198.18.1.1", "remote", "198.18.1.9", "teid-in", "0x500",
             "teid-out", "1")
@@ -142,6 +145,8 @@ def test_gtpu_tunnels_live(vecgate, running):
     assert j["total"] == 3
     t = [x for x in j["tunnels"] if x["name"] == "gtpu_tunnel2"][0]
     assert (t["teid_in"], t["teid_out"], t["qfi"], t["ue"]) == (0x500, 0x600, 5, "198.19.101.0/24")
+    assert t["mtu"] == {"mtu": 1300, "fragment": "outer", "mss_clamp": True} and 576 <= t["inner_mtu"] <= 1300, t
+    assert "fragment outer mss-clamp" in ctl(vecgate, sock, "show", "gtpu", "tunnels").stdout
     r = ctl(vecgate, sock, "delete", "gtpu", "tunnel", "gtpu_tunnel2")
     assert r.returncode == 0, r.stdout + r.stderr
     fib = ctl(vecgate, sock, "show", "ip", "fib").stdout

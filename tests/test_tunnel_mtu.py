@@ -220,3 +220,30 @@ def test_tunnel_mtu_config_errors_name_the_field(vecgate, tmp_path):
         (tmp_path / "in.pcap").write_bytes(b"")
         r = subprocess.run([str(vecgate), "pcap", "--config", str(cfg)], capture_output=True, text=True, timeout=30)
         assert r.returncode != 0 and field in r.stderr, (field, r.stderr)
+
+
+def test_gue_tunnels_share_the_mechanism(vecgate, tmp_path):
+    """A GUE tunnel over IPv4 out of eth1: inner MTU 1400 - 20 - 8 - 4 = 1368. DF gets
+    frag-needed with it, no DF is fragmented before encapsulation, and a SYN is clamped."""
+    gue = """
+[[udp_tunnel]]
+local = "198.18.1.1"
+remote = "198.18.1.2"
+encap = "gue"
+routes = ["198.19.50.0/24"]
+tcp_mss_clamp = true
+"""
+    dst = "198.19.50.1"
+    big_df = Ether(src=HOST_MAC, dst=GW_MAC0) / IP(src="198.18.0.2", dst=dst, flags="DF") / UDP(sport=1, dport=9) / payload(1400)
+    big = Ether(src=HOST_MAC, dst=GW_MAC0) / IP(src="198.18.0.2", dst=dst, id=99) / UDP(sport=2, dport=9) / payload(2000)
+    s = Ether(src=HOST_MAC, dst=GW_MAC0) / syn("198.18.0.2", dst, 1460)
+    out0, out1, c, _ = run_pcap(vecgate, tmp_path, [big_df, big, s], gue)
+    assert len(out0) == 1 and out0[0][ICMP].nexthopmtu == 1368
+    inner = [IP(raw(p[UDP].payload)[4:]) for p in out1]
+    assert all(len(p[IP]) <= 1400 and p[UDP].dport == 6080 for p in out1)
+    frags = [i for i in inner if i.id == 99]
+    assert len(frags) == 2 and defragment4(frags)[1] == raw(big[IP].payload)
+    syns = [i for i in inner if i.proto == 6]
+    assert len(syns) == 1 and dict(syns[0][TCP].options)["MSS"] == 1368 - 40 and tcp_ok(syns[0])
+    assert c[("gue4-encap", "inner-too-big")] == 1 and c[("gue4-encap", "fragment-inner")] == 1
+    assert c[("gue4-encap", "mss-clamped")] == 1

@@ -247,7 +247,7 @@ impl Control {
                 Reply::ok(serde_json::Value::Null, format!("deleted {name}"))
             }
             Request::ShowUdpTunnels {} => {
-                let rows = crate::udptun::rows(&self.udptun);
+                let rows = crate::udptun::rows(&self.udptun, &self.state);
                 let mut text = crate::udptun::format_rows(&rows);
                 if !self.recent_udptun_events.is_empty() {
                     text += "recent control messages:\n";

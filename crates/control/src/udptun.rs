@@ -116,11 +116,17 @@ pub struct UdpTunnelRow {
     pub accept_zero_checksum: bool,
     pub ttl: u8,
     pub mtu: MtuPolicy,
+    /// The inner MTU now (see `gtpu::TunnelRow::inner_mtu`).
+    pub inner_mtu: Option<usize>,
 }
 
-pub fn rows(u: &UdpTunState) -> Vec<UdpTunnelRow> {
+pub fn rows(u: &UdpTunState, router: &ip::RouterState) -> Vec<UdpTunnelRow> {
     u.tunnels()
         .map(|(id, s)| UdpTunnelRow {
+            inner_mtu: u
+                .outer(id)
+                .map(|(overhead, adj)| ip::outer::inner_mtu(router.adjacency_mtu(adj), overhead, s.mtu.mtu))
+                .filter(|&m| m != usize::MAX),
             name: format!("{UDP_TUNNEL_IF_PREFIX}{id}"),
             local: s.local.to_string(),
             remote: s.remote.to_string(),
@@ -154,7 +160,7 @@ pub fn format_rows(rows: &[UdpTunnelRow]) -> String {
             r.checksum,
             if r.accept_zero_checksum { " accept-zero-checksum" } else { "" },
             r.ttl,
-            if r.mtu.mtu != 0 { format!(" mtu {}", r.mtu.mtu) } else { String::new() },
+            format!(" mtu {}", r.inner_mtu.map_or("?".into(), |m| m.to_string())),
             if r.mtu.fragment == FragmentPolicy::Outer { " fragment outer" } else { "" },
             if r.mtu.mss_clamp { " mss-clamp" } else { "" },
         );
