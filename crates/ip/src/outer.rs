@@ -149,6 +149,12 @@ pub enum EncapMtu {
 /// frame whose segments are too big with DF is answered at once, not segmented first.
 #[inline(always)]
 pub fn encap_mtu(buf: &mut engine::Buffer, link_mtu: Option<u16>, overhead: usize, policy: MtuPolicy) -> EncapMtu {
+    // The common case in a few instructions: a plain packet that fits the link, in a
+    // tunnel with no MTU cap and no clamping.
+    let plain = policy.mtu == 0 && !policy.mss_clamp && buf.meta.offload.gso == engine::GsoKind::None;
+    if plain && link_mtu.is_some_and(|m| buf.len() + overhead <= m as usize) {
+        return EncapMtu::Encap { fragment_outer: None, clamped: false };
+    }
     let mtu = inner_mtu(link_mtu, overhead, policy.mtu);
     let fit = inner_fit(buf, mtu, policy.fragment);
     if let InnerFit::TooBig { v4, icmp } = fit {
@@ -166,8 +172,10 @@ pub fn encap_mtu(buf: &mut engine::Buffer, link_mtu: Option<u16>, overhead: usiz
         InnerFit::FragmentOuter => link_mtu,
         _ => None,
     };
-    let partial = buf.meta.offload.has_partial_checksum();
-    let clamped = policy.mss_clamp && crate::mss::clamp_syn_mss(buf.bytes_mut(), mtu, partial);
+    let clamped = policy.mss_clamp && {
+        let partial = buf.meta.offload.has_partial_checksum();
+        crate::mss::clamp_syn_mss(buf.bytes_mut(), mtu, partial)
+    };
     EncapMtu::Encap { fragment_outer, clamped }
 }
 

@@ -435,7 +435,7 @@ fn two_fragments(spec: &PacketSpec) -> Result<Vec<Vec<u8>>> {
     pool.get_mut(bi).write(ip)?;
     let half = (ip.len() - 20).div_ceil(2).div_ceil(8) * 8;
     let mut out = Vec::new();
-    ip::nodes::ip4_fragment::fragment(&mut pool, bi, 20 + half, None, &mut out).map_err(|e| anyhow!("{e:?}"))?;
+    ip::nodes::ip_fragment::fragment4(&mut pool, bi, 20 + half, None, &mut out).map_err(|e| anyhow!("{e:?}"))?;
     if out.len() != 2 {
         bail!("{} fragments: expected 2", out.len());
     }

@@ -16,7 +16,6 @@ use crate::context::HasGtpu;
 use crate::tunnel::{ChecksumMode, SrcPort, Tunnel, MAX_REWRITE};
 use engine::{counters, next_nodes, BufIdx, Buffer, Counts, Node, Pool, Verdict, VECTOR_SIZE};
 use ip::outer::{encap_mtu, inner_hop, EncapMtu, InnerHop};
-use ip::tables::Adjacency;
 use wire::checksum;
 
 next_nodes! {
@@ -259,9 +258,8 @@ impl<Cx: HasGtpu, O: Outer> Node<Cx> for GtpuEncap<O> {
             counts.inc(GtpuEncapCounter::FragmentOuter);
             return Verdict::Next(if O::IS_V6 { GtpuEncapNext::Ip6Fragment } else { GtpuEncapNext::Ip4Fragment });
         }
-        if g.tables.techniques.encap_adjacency
-            && matches!(ipc.tables.adjacency(adj), Adjacency::Rewrite { .. } | Adjacency::Glean { .. } | Adjacency::Incomplete { .. })
-        {
+        // An adjacency with a link MTU is one that sends (rewrite, glean, incomplete).
+        if g.tables.techniques.encap_adjacency && link_mtu.is_some() {
             return Verdict::Next(Self::REWRITE);
         }
         Verdict::Next(Self::LOOKUP)

@@ -5,19 +5,17 @@ pub mod arp_input;
 pub mod ethernet_input;
 pub mod family;
 pub mod gso_segment;
-pub mod ip4_fragment;
 pub mod ip4_icmp_error;
 pub mod ip4_input;
 pub mod ip4_local;
-pub mod ip4_reassembly;
 pub mod ip4_rewrite;
-pub mod ip6_fragment;
 pub mod ip6_icmp_error;
 pub mod ip6_input;
 pub mod ip6_local;
-pub mod ip6_reassembly;
 pub mod ip6_rewrite;
+pub mod ip_fragment;
 pub mod ip_lookup;
+pub mod ip_reassembly;
 pub mod solicit;
 pub mod worker_handoff;
 
@@ -39,10 +37,10 @@ pub fn register<Cx: HasIp>(g: &mut GraphBuilder<Cx>) {
     g.add(ip6_local::Ip6Local);
     g.add(ip6_icmp_error::Ip6IcmpError);
     g.add_expand(gso_segment::GsoSegment);
-    g.add_expand(ip4_fragment::Ip4Fragment);
-    g.add_expand(ip6_fragment::Ip6Fragment);
-    g.add_expand(ip4_reassembly::Ip4Reassembly);
-    g.add_expand(ip6_reassembly::Ip6Reassembly);
+    g.add_expand(ip_fragment::Ip4Fragment);
+    g.add_expand(ip_fragment::Ip6Fragment);
+    g.add_expand(ip_reassembly::Ip4Reassembly);
+    g.add_expand(ip_reassembly::Ip6Reassembly);
 }
 
 /// What a node asks `ipN-fragment` for, carried in `Meta::param`: fragments of at most
