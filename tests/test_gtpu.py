@@ -13,7 +13,7 @@ UE4 = "198.19.100.1"
 UE6 = "2001:db8:200::1"
 
 
-def tunnels(v4="", v6="", techniques=""):
+def tunnels(v4="", v6="", techniques="", decap6="ip6"):
     return f"""
 [[gtpu_tunnel]]
 local = "198.18.1.1"
@@ -28,7 +28,7 @@ local = "2001:db8:1::1"
 remote = "2001:db8:1::2"
 teid_in = 0x101
 teid_out = 0x201
-decap_next = "ip6"
+decap_next = "{decap6}"
 ue = "{UE6}/128"
 {v6}
 {techniques}

@@ -11,30 +11,13 @@ from scapy.all import IP, UDP, TCP, Ether, Raw, IPv6, ICMP, raw, fragment, fragm
 from scapy.layers.inet6 import ICMPv6PacketTooBig
 from scapy.contrib.gtp import GTP_U_Header
 
-UE4 = "198.19.100.1"
-UE6 = "2001:db8:200::1"
+from test_gtpu import UE4, UE6, tunnels as gtpu_tunnels
 MTU4, MTU6 = 1400 - 36, 1400 - 56
 
 
 def tunnels(v4="", v6=""):
-    return f"""
-[[gtpu_tunnel]]
-local = "198.18.1.1"
-remote = "198.18.1.2"
-teid_in = 0x100
-teid_out = 0x200
-ue = "{UE4}/32"
-{v4}
-
-[[gtpu_tunnel]]
-local = "2001:db8:1::1"
-remote = "2001:db8:1::2"
-teid_in = 0x101
-teid_out = 0x201
-decap_next = "ip"
-ue = "{UE6}/128"
-{v6}
-"""
+    """test_gtpu's two tunnels; the IPv6 one carries either family (decap_next = "ip")."""
+    return gtpu_tunnels(v4, v6, decap6="ip")
 
 
 def payload(n):
