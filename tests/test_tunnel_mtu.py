@@ -230,3 +230,34 @@ tcp_mss_clamp = true
     assert len(syns) == 1 and dict(syns[0][TCP].options)["MSS"] == 1368 - 40 and tcp_ok(syns[0])
     assert c[("gue4-encap", "inner-too-big")] == 1 and c[("gue4-encap", "fragment-inner")] == 1
     assert c[("gue4-encap", "mss-clamped")] == 1
+
+
+def test_a_datagram_that_times_out_is_answered_with_time_exceeded(vecgate, tmp_path):
+    """Reassembly time 10 ms: the first fragment of a datagram, then 300,000 frames to
+    a blackhole (tens of milliseconds of work), then a fragment of another datagram,
+    which sweeps the table: the first datagram is dropped (`timed-out`) and its source
+    gets ICMP Time Exceeded, code 1, quoting its first fragment; IPv4 and IPv6."""
+    def inner(k):
+        return IP(src=UE4, dst="198.19.0.5") / UDP(sport=8000 + k, dport=9) / payload(900)
+
+    first4 = Ether(src=HOST_MAC, dst=GW_MAC0) / fragment(gtpu_from_gnb4(inner(0), 300), fragsize=400)[0]
+    g6 = IPv6(src="2001:db8:1::2", dst="2001:db8:1::1") / IPv6ExtHdrFragment(id=700) / UDP(sport=2152, dport=2152) / GTP_U_Header(teid=0x101) / inner(1)
+    first6 = Ether(src=HOST_MAC, dst=GW_MAC0) / fragment6(g6, 500)[0]
+    filler = bytes(Ether(src=HOST_MAC, dst=GW_MAC0) / IP(src="198.18.0.2", dst="198.19.254.1") / UDP(sport=1, dport=9))
+    late4 = Ether(src=HOST_MAC, dst=GW_MAC0) / fragment(gtpu_from_gnb4(inner(2), 301), fragsize=400)[1]
+    late6 = Ether(src=HOST_MAC, dst=GW_MAC0) / fragment6(IPv6(src="2001:db8:1::2", dst="2001:db8:1::1") / IPv6ExtHdrFragment(id=701) / UDP(sport=2152, dport=2152) / GTP_U_Header(teid=0x101) / inner(3), 500)[1]
+    pkts = [first4, first6] + [filler] * 300_000 + [late4, late6]
+    out0, out1, c, _ = run_pcap(vecgate, tmp_path, pkts, tunnels() + "\n[dataplane.reassembly]\ntimeout_ms = 10\n")
+    assert c[("ip4-reassembly", "timed-out")] == 1 and c[("ip6-reassembly", "timed-out")] == 1, c
+    te4 = [p for p in out1 if p.haslayer(ICMP) and (p[ICMP].type, p[ICMP].code) == (11, 1)]
+    # From the address of the interface the fragments came in on (the harness feeds
+    # every frame through eth0), to the fragments' source.
+    assert len(te4) == 1 and te4[0][IP].dst == "198.18.1.2" and te4[0][IP].src == "198.18.0.1"
+    from scapy.layers.inet import IPerror
+    assert te4[0][IPerror].id == 300 and te4[0][IPerror].flags.MF
+    from scapy.layers.inet6 import ICMPv6TimeExceeded
+    te6 = [p for p in out1 if p.haslayer(ICMPv6TimeExceeded)]
+    assert len(te6) == 1 and te6[0][ICMPv6TimeExceeded].code == 1 and te6[0][IPv6].dst == "2001:db8:1::2"
+    assert c[("ip4-reassembly", "time-exceeded")] == 1 and c[("ip6-reassembly", "time-exceeded")] == 1
+    bad, text = tshark_clean(tmp_path / "out1.pcap")
+    assert not bad, text

@@ -41,6 +41,8 @@ impl Default for ReassemblyLimits {
 /// The most pieces one datagram may arrive in (a 64 KiB datagram in 256-byte pieces):
 /// more is an attack on the reassembler, not a path's fragmentation.
 const MAX_PIECES: usize = 256;
+/// Time Exceeded messages waiting to be sent, at most.
+const MAX_EXPIRED_QUOTES: usize = 16;
 /// Finished datagrams' vectors kept for reuse: a vector's worth of datagrams, so a
 /// steady flow of fragmented packets allocates nothing.
 const SPARE: usize = 256;
@@ -63,7 +65,14 @@ pub struct Fragment<'a> {
     pub data: &'a [u8],
     /// For the first fragment: the headers the whole datagram starts with.
     pub header: Option<&'a [u8]>,
+    /// For the first fragment: its start as received, quoted in the ICMP Time Exceeded
+    /// (fragment reassembly time exceeded) sent if the datagram times out.
+    pub quote: Option<&'a [u8]>,
 }
+
+/// How much of a first fragment is kept for a Time Exceeded message: what fits an
+/// IPv4 ICMP error in 576 bytes (RFC 1812 §4.3.2.3).
+pub const QUOTE_LEN: usize = 576 - 28;
 
 /// What inserting a fragment did.
 #[derive(Debug, PartialEq, Eq)]
@@ -88,6 +97,7 @@ pub enum Insert {
 struct Datagram {
     header: Vec<u8>,
     data: Vec<u8>,
+    quote: Vec<u8>,
     /// Received pieces as sorted, disjoint byte ranges, and their total.
     have: Vec<(usize, usize)>,
     received: usize,
@@ -111,6 +121,9 @@ pub struct Reassembly<A> {
     spare: Vec<(Vec<u8>, Vec<u8>, Vec<(usize, usize)>)>,
     /// Datagrams dropped unfinished at their deadline, for the node's counter.
     pub timed_out: u64,
+    /// The quoted first fragments of datagrams that timed out, for the node to answer
+    /// with ICMP Time Exceeded (code 1).
+    pub expired_quotes: Vec<Vec<u8>>,
 }
 
 impl<A: Copy + Eq + Hash> Reassembly<A> {
@@ -124,6 +137,7 @@ impl<A: Copy + Eq + Hash> Reassembly<A> {
             next_sweep: None,
             spare: Vec::new(),
             timed_out: 0,
+            expired_quotes: Vec::new(),
         }
     }
 
@@ -160,7 +174,7 @@ impl<A: Copy + Eq + Hash> Reassembly<A> {
                 header.clear();
                 data.clear();
                 have.clear();
-                v.insert(Datagram { header, data, have, received: 0, end: None, deadline: now + self.limits.timeout })
+                v.insert(Datagram { header, data, quote: Vec::new(), have, received: 0, end: None, deadline: now + self.limits.timeout })
             }
         };
         if d.have.len() >= MAX_PIECES {
@@ -201,7 +215,11 @@ impl<A: Copy + Eq + Hash> Reassembly<A> {
             d.end = Some(end);
         }
         if let Some(h) = f.header {
-            d.header = h.to_vec();
+            d.header.clear();
+            d.header.extend_from_slice(h);
+        }
+        if let Some(q) = f.quote {
+            d.quote = q[..q.len().min(QUOTE_LEN)].to_vec();
         }
         // Pieces are kept as they came (not merged), so a repeat is told from an overlap.
         d.have.insert(at, (f.offset, end));
@@ -257,7 +275,13 @@ impl<A: Copy + Eq + Hash> Reassembly<A> {
         self.next_sweep = Some(now + self.limits.timeout / 10);
         let expired: Vec<FragKey<A>> = self.datagrams.iter().filter(|(_, d)| d.deadline <= now).map(|(k, _)| *k).collect();
         for k in expired {
-            self.remove(&k);
+            if let Some(d) = self.remove(&k) {
+                // RFC 792 / RFC 8200 §4.5: the source hears of it if its first fragment
+                // came (a bounded backlog; the ICMP node rate-limits what is sent).
+                if !d.quote.is_empty() && self.expired_quotes.len() < MAX_EXPIRED_QUOTES {
+                    self.expired_quotes.push(d.quote);
+                }
+            }
             self.timed_out += 1;
         }
     }
@@ -273,7 +297,13 @@ mod tests {
     }
 
     fn piece(data: &[u8], from: usize, to: usize) -> Fragment<'_> {
-        Fragment { offset: from, more: to < data.len(), data: &data[from..to], header: (from == 0).then_some(&b"HDR"[..]) }
+        Fragment {
+            offset: from,
+            more: to < data.len(),
+            data: &data[from..to],
+            header: (from == 0).then_some(&b"HDR"[..]),
+            quote: (from == 0).then_some(&b"QUOTE"[..]),
+        }
     }
 
     #[test]
@@ -314,12 +344,21 @@ mod tests {
         let mut r = Reassembly::new(ReassemblyLimits::default(), 65515);
         // Two different ends.
         assert_eq!(r.insert(key(1), piece(&data[..40], 32, 40), now), Insert::Pending);
-        assert_eq!(r.insert(key(1), Fragment { offset: 40, more: false, data: &data[40..48], header: None }, now), Insert::Inconsistent);
+        assert_eq!(
+            r.insert(key(1), Fragment { offset: 40, more: false, data: &data[40..48], header: None, quote: None }, now),
+            Insert::Inconsistent
+        );
         // A piece past the known end.
         assert_eq!(r.insert(key(2), piece(&data[..40], 32, 40), now), Insert::Pending);
-        assert_eq!(r.insert(key(2), Fragment { offset: 40, more: true, data: &data[40..48], header: None }, now), Insert::Inconsistent);
+        assert_eq!(
+            r.insert(key(2), Fragment { offset: 40, more: true, data: &data[40..48], header: None, quote: None }, now),
+            Insert::Inconsistent
+        );
         // A non-final piece that is not a multiple of 8, and a datagram over the maximum.
-        assert_eq!(r.insert(key(3), Fragment { offset: 0, more: true, data: &data[..12], header: Some(b"H") }, now), Insert::Inconsistent);
+        assert_eq!(
+            r.insert(key(3), Fragment { offset: 0, more: true, data: &data[..12], header: Some(b"H"), quote: None }, now),
+            Insert::Inconsistent
+        );
         let mut small = Reassembly::new(ReassemblyLimits::default(), 32);
         assert_eq!(small.insert(key(4), piece(&data[..40], 32, 40), now), Insert::Inconsistent);
         assert_eq!(r.in_progress() + small.in_progress(), 0);
@@ -335,6 +374,8 @@ mod tests {
         assert_eq!(r.insert(key(2), piece(&data, 16, 40), now), Insert::Pending);
         r.sweep(now + Duration::from_millis(150));
         assert_eq!((r.in_progress(), r.bytes_held(), r.timed_out), (0, 0, 2));
+        // Only the datagram whose first fragment came is reported.
+        assert_eq!(r.expired_quotes, [b"QUOTE".to_vec()]);
         // The late piece starts a new datagram rather than completing the old one.
         assert_eq!(r.insert(key(1), piece(&data, 16, 40), now + Duration::from_millis(160)), Insert::Pending);
     }

@@ -6,7 +6,12 @@
 //! new checksum. IPv6 (RFC 8200 §4.5; overlaps end the datagram, RFC 5722): the first
 //! fragment's unfragmentable part, its last next-header field naming what the Fragment
 //! header named; an atomic fragment (offset 0, no more) is delivered at once (RFC 6946).
+//!
+//! A datagram that times out after its first fragment came is answered with ICMP Time
+//! Exceeded, code 1 (RFC 792, RFC 8200 §4.5), quoting that fragment; the table is swept
+//! as fragments arrive, so the message goes when the next fragment does.
 
+use super::IcmpRequest;
 use crate::context::HasIp;
 use crate::reassembly::{FragKey, Fragment, Insert, Reassembly};
 use engine::{counters, next_nodes, BufIdx, Counts, ExpandNode, Pool};
@@ -15,11 +20,11 @@ use wire::ipv6_ext::{FragmentRepr, FRAGMENT_HEADER_LEN};
 use wire::IpProtocol;
 
 next_nodes! {
-    pub enum Ip4ReassemblyNext { Local = "ip4-local" }
+    pub enum Ip4ReassemblyNext { Local = "ip4-local", IcmpError = "ip4-icmp-error" }
 }
 
 next_nodes! {
-    pub enum Ip6ReassemblyNext { Local = "ip6-local" }
+    pub enum Ip6ReassemblyNext { Local = "ip6-local", IcmpError = "ip6-icmp-error" }
 }
 
 counters! {
@@ -33,6 +38,7 @@ counters! {
         TableFull(Warn, "table-full", "the table is at its cap of datagrams or bytes: fragment refused"),
         SourceFull(Warn, "source-full", "the source is at its cap of datagrams: fragment refused"),
         TimedOut(Warn, "timed-out", "datagrams dropped unfinished at the reassembly timeout"),
+        TimeExceeded(Info, "time-exceeded", "ICMP time exceeded (reassembly) requested for a timed-out datagram whose first fragment came"),
         Malformed(Warn, "malformed", "not a readable fragment"),
         NoBuffer(Error, "no-buffer", "no buffer for the whole datagram: dropped"),
     }
@@ -65,6 +71,35 @@ fn settle<A: Copy + Eq + std::hash::Hash>(
     }
 }
 
+/// Datagrams the table timed out whose first fragment came: each quote becomes a packet
+/// for `ipN-icmp-error` (Time Exceeded, code 1: fragment reassembly time exceeded), with
+/// the current fragment's metadata for the interface to answer from.
+fn report_expired<A, N: Copy>(
+    table: &mut Reassembly<A>,
+    counts: &mut Counts<'_, ReassemblyCounter>,
+    pool: &mut Pool,
+    bi: BufIdx,
+    out: &mut Vec<(BufIdx, N)>,
+    icmp_error: (N, IcmpRequest),
+    set_len: fn(&mut [u8]),
+) {
+    let mut meta = pool.get(bi).meta;
+    meta.offload = engine::Offload::default();
+    meta.param = icmp_error.1.encode();
+    for q in table.expired_quotes.drain(..) {
+        let Some(d) = pool.alloc(q.len()) else { continue };
+        let b = pool.get_mut(d);
+        if b.write(&q).is_err() {
+            pool.free(d);
+            continue;
+        }
+        set_len(b.bytes_mut());
+        b.meta = meta;
+        counts.inc(C::TimeExceeded);
+        out.push((d, icmp_error.0));
+    }
+}
+
 /// A new buffer holding `header` then `data`, with `bi`'s metadata but no offload work.
 fn whole(pool: &mut Pool, bi: BufIdx, header: &[u8], data: &[u8]) -> Result<BufIdx, ReassemblyCounter> {
     let len = header.len() + data.len();
@@ -82,6 +117,28 @@ fn whole(pool: &mut Pool, bi: BufIdx, header: &[u8], data: &[u8]) -> Result<BufI
     w.meta.offload = engine::Offload::default();
     w.meta.l4_checksum_ok = false;
     Ok(d)
+}
+
+/// A quote's IPv4 total length (and header checksum) says how much is quoted, so the
+/// ICMP node reads it as a packet.
+fn set_total_len4(q: &mut [u8]) {
+    let hl = (q[0] & 0x0f) as usize * 4;
+    if q.len() < 20 || hl > q.len() {
+        return;
+    }
+    let len = q.len() as u16;
+    q[2..4].copy_from_slice(&len.to_be_bytes());
+    q[10..12].copy_from_slice(&[0, 0]);
+    let c = wire::checksum::checksum(&q[..hl]);
+    q[10..12].copy_from_slice(&c.to_be_bytes());
+}
+
+/// The same for an IPv6 quote's payload length.
+fn set_payload_len6(q: &mut [u8]) {
+    if q.len() >= 40 {
+        let len = (q.len() - 40) as u16;
+        q[4..6].copy_from_slice(&len.to_be_bytes());
+    }
 }
 
 pub struct Ip4Reassembly;
@@ -118,9 +175,18 @@ impl<Cx: HasIp> ExpandNode<Cx> for Ip4Reassembly {
             ident: u16::from_be_bytes([h[4], h[5]]) as u32,
             proto: h[9],
         };
-        let f = Fragment { offset, more: word & 0x2000 != 0, data: &b[ihl..total], header: (offset == 0).then(|| &b[..ihl]) };
+        let first = offset == 0;
+        let f = Fragment {
+            offset,
+            more: word & 0x2000 != 0,
+            data: &b[ihl..total],
+            header: first.then(|| &b[..ihl]),
+            quote: first.then(|| &b[..total]),
+        };
         let table = &mut cx.ip().reassembly4;
         let r = table.insert(key, f, std::time::Instant::now());
+        let time_exceeded = (Ip4ReassemblyNext::IcmpError, IcmpRequest::new(11, 1, 0));
+        report_expired(table, counts, pool, bi, out, time_exceeded, set_total_len4);
         let Some(d) = settle(table, counts, pool, bi, r)? else { return Ok(()) };
         let p = pool.get_mut(d).bytes_mut();
         let (len, hl) = (p.len(), (p[0] & 0x0f) as usize * 4);
@@ -203,9 +269,12 @@ impl<Cx: HasIp> ExpandNode<Cx> for Ip6Reassembly {
                 ident: fr.ident,
                 proto: 0,
             };
-            let f = Fragment { offset: fr.offset as usize, more: fr.more, data, header };
+            let quote = (fr.offset == 0).then_some(b);
+            let f = Fragment { offset: fr.offset as usize, more: fr.more, data, header, quote };
             let table = &mut cx.ip().reassembly6;
             let r = table.insert(key, f, std::time::Instant::now());
+            let time_exceeded = (Ip6ReassemblyNext::IcmpError, IcmpRequest::new(3, 1, 0));
+            report_expired(table, counts, pool, bi, out, time_exceeded, set_payload_len6);
             let Some(d) = settle(table, counts, pool, bi, r)? else { return Ok(()) };
             counts.inc(C::Reassembled);
             d
