@@ -62,20 +62,6 @@ pub struct GtpuTunnelConfig {
     pub tcp_mss_clamp: bool,
 }
 
-/// The MTU settings every tunnel kind shares, checked: a field-named error.
-pub fn mtu_policy(mtu: Option<u16>, fragment: FragmentPolicy, tcp_mss_clamp: bool) -> Result<MtuPolicy, FieldError> {
-    if let Some(m) = mtu {
-        if !(MIN_TUNNEL_MTU..=MAX_TUNNEL_MTU).contains(&m) {
-            return Err(("mtu", format!("{m}: expected {MIN_TUNNEL_MTU} to {MAX_TUNNEL_MTU} bytes")));
-        }
-    }
-    Ok(MtuPolicy { mtu: mtu.unwrap_or(0), fragment, mss_clamp: tcp_mss_clamp })
-}
-
-/// IPv4's minimum (RFC 791) to a jumbo frame's payload.
-const MIN_TUNNEL_MTU: u16 = 576;
-const MAX_TUNNEL_MTU: u16 = 9216;
-
 /// A field-named error, for config messages (`gtpu_tunnel[3].remote: …`).
 pub type FieldError = (&'static str, String);
 
@@ -108,7 +94,7 @@ impl GtpuTunnelConfig {
         if let Some(u) = &self.ue {
             s.ue = Some(u.parse::<Prefix>().map_err(|e| ("ue", format!("{u:?}: {e}")))?);
         }
-        s.mtu = mtu_policy(self.mtu, self.fragment, self.tcp_mss_clamp)?;
+        s.mtu = MtuPolicy::checked(self.mtu, self.fragment, self.tcp_mss_clamp)?;
         Ok(s)
     }
 }

@@ -81,7 +81,7 @@ impl UdpTunnelConfig {
             }
             s.ttl = t;
         }
-        s.mtu = crate::gtpu::mtu_policy(self.mtu, self.fragment, self.tcp_mss_clamp)?;
+        s.mtu = MtuPolicy::checked(self.mtu, self.fragment, self.tcp_mss_clamp)?;
         let routes = self
             .routes
             .iter()

@@ -129,6 +129,23 @@ pub struct MtuPolicy {
     pub mss_clamp: bool,
 }
 
+impl MtuPolicy {
+    /// IPv4's minimum datagram (RFC 791) to a jumbo frame's payload.
+    pub const MIN_MTU: u16 = 576;
+    pub const MAX_MTU: u16 = 9216;
+
+    /// The settings as configured, checked: the field at fault and why, for config and
+    /// API errors alike.
+    pub fn checked(mtu: Option<u16>, fragment: FragmentPolicy, mss_clamp: bool) -> Result<MtuPolicy, (&'static str, String)> {
+        if let Some(m) = mtu {
+            if !(Self::MIN_MTU..=Self::MAX_MTU).contains(&m) {
+                return Err(("mtu", format!("{m}: expected {} to {} bytes", Self::MIN_MTU, Self::MAX_MTU)));
+            }
+        }
+        Ok(MtuPolicy { mtu: mtu.unwrap_or(0), fragment, mss_clamp })
+    }
+}
+
 /// The tunnel-MTU step before encapsulation, for every UDP tunnel's encap node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EncapMtu {

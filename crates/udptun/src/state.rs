@@ -57,8 +57,7 @@ impl UdpTunState {
     /// Tunnel `id`'s outer headers in bytes and the adjacency its outer packets leave by.
     pub fn outer(&self, id: u32) -> Option<(usize, u32)> {
         let s = self.spec(id)?;
-        let ip = if s.local.is_ipv6() { 40 } else { 20 };
-        Some((ip + 8 + s.encap.header_len(s.gre_key), self.outer_adj.get(id as usize).copied().unwrap_or(ip::tables::ADJ_MISS)))
+        Some((Tunnel::new(s).rewrite_len as usize, self.outer_adj.get(id as usize).copied().unwrap_or(ADJ_MISS)))
     }
 
     pub fn spec(&self, id: u32) -> Option<&UdpTunnelSpec> {

@@ -31,7 +31,7 @@ impl Encap {
 
     /// The header this encapsulation puts after UDP, for an inner packet of either
     /// family (the protocol field is patched per packet).
-    pub fn header_len(self, gre_key: Option<u32>) -> usize {
+    fn header_len(self, gre_key: Option<u32>) -> usize {
         match self {
             Encap::Gue => wire::gue::BASE_LEN,
             Encap::Gre => wire::gre::BASE_LEN + if gre_key.is_some() { 4 } else { 0 },

@@ -161,6 +161,20 @@ impl FragmentRepr {
     }
 }
 
+/// Skip the extension headers of `over` that follow the fixed header of the IPv6 packet
+/// `b`: the offset of the first header that is not one of them, and the position of the
+/// next-header field that names it (6, in the fixed header, when none was skipped).
+/// `None` when a skipped header runs past the packet.
+pub fn skip_headers(b: &[u8], over: &[IpProtocol]) -> Option<(usize, usize)> {
+    let (mut off, mut nh_at) = (40, 6);
+    while over.contains(&IpProtocol::from(*b.get(nh_at)?)) {
+        let len = (*b.get(off + 1)? as usize + 1) * 8;
+        nh_at = off;
+        off += len;
+    }
+    (off <= b.len()).then_some((off, nh_at))
+}
+
 /// The result of walking an extension-header chain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ChainInfo {

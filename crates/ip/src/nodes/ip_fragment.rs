@@ -20,7 +20,8 @@ use super::FragmentRequest;
 use crate::context::HasIp;
 use engine::{counters, next_nodes, BufIdx, Counts, ExpandNode, GsoKind, Meta, Pool};
 use wire::checksum;
-use wire::ipv6_ext::{FragmentRepr, FRAGMENT_HEADER_LEN};
+use wire::ipv4::Ipv4Packet;
+use wire::ipv6_ext::{skip_headers, FragmentRepr, FRAGMENT_HEADER_LEN};
 use wire::IpProtocol;
 
 next_nodes! {
@@ -216,9 +217,7 @@ fn finish_header(f: &mut [u8], hl: usize, len: usize, offset: usize, more: bool,
     if let Some(id) = ident {
         f[4..6].copy_from_slice(&id.to_be_bytes());
     }
-    f[10..12].copy_from_slice(&[0, 0]);
-    let c = checksum::checksum(&f[..hl]);
-    f[10..12].copy_from_slice(&c.to_be_bytes());
+    Ipv4Packet::new_unchecked(&mut f[..hl]).fill_checksum();
 }
 
 pub struct Ip6Fragment;
@@ -249,19 +248,8 @@ impl<Cx: HasIp> ExpandNode<Cx> for Ip6Fragment {
 
 /// The unfragmentable part's length and where its last next-header field is.
 fn unfragmentable(b: &[u8]) -> Option<(usize, usize)> {
-    let mut nh_at = 6;
-    let mut off = 40;
-    loop {
-        match IpProtocol::from(*b.get(nh_at)?) {
-            IpProtocol::HopByHop | IpProtocol::Ipv6Route => {
-                let len = (*b.get(off + 1)? as usize + 1) * 8;
-                nh_at = off;
-                off += len;
-            }
-            IpProtocol::Ipv6Frag => return None,
-            _ => return (off <= b.len()).then_some((off, nh_at)),
-        }
-    }
+    let (off, nh_at) = skip_headers(b, &[IpProtocol::HopByHop, IpProtocol::Ipv6Route])?;
+    (IpProtocol::from(b[nh_at]) != IpProtocol::Ipv6Frag).then_some((off, nh_at))
 }
 
 /// Fragment the IPv6 packet `bi` for `mtu` under identification `ident`, pushing the

@@ -16,7 +16,8 @@ use crate::context::HasIp;
 use crate::reassembly::{FragKey, Fragment, Insert, Reassembly};
 use engine::{counters, next_nodes, BufIdx, Counts, ExpandNode, Pool};
 use std::net::{Ipv4Addr, Ipv6Addr};
-use wire::ipv6_ext::{FragmentRepr, FRAGMENT_HEADER_LEN};
+use wire::ipv4::Ipv4Packet;
+use wire::ipv6_ext::{skip_headers, FragmentRepr, FRAGMENT_HEADER_LEN};
 use wire::IpProtocol;
 
 next_nodes! {
@@ -119,8 +120,9 @@ fn whole(pool: &mut Pool, bi: BufIdx, header: &[u8], data: &[u8]) -> Result<BufI
     Ok(d)
 }
 
-/// A quote's IPv4 total length (and header checksum) says how much is quoted, so the
-/// ICMP node reads it as a packet.
+/// An IPv4 packet's total length set to what the buffer holds, the header checksum
+/// recomputed: for a whole datagram, and for a quote (so the ICMP node reads what is
+/// quoted as a packet).
 fn set_total_len4(q: &mut [u8]) {
     let hl = (q[0] & 0x0f) as usize * 4;
     if q.len() < 20 || hl > q.len() {
@@ -128,12 +130,10 @@ fn set_total_len4(q: &mut [u8]) {
     }
     let len = q.len() as u16;
     q[2..4].copy_from_slice(&len.to_be_bytes());
-    q[10..12].copy_from_slice(&[0, 0]);
-    let c = wire::checksum::checksum(&q[..hl]);
-    q[10..12].copy_from_slice(&c.to_be_bytes());
+    Ipv4Packet::new_unchecked(&mut q[..hl]).fill_checksum();
 }
 
-/// The same for an IPv6 quote's payload length.
+/// The same for an IPv6 packet's payload length.
 fn set_payload_len6(q: &mut [u8]) {
     if q.len() >= 40 {
         let len = (q.len() - 40) as u16;
@@ -189,13 +189,9 @@ impl<Cx: HasIp> ExpandNode<Cx> for Ip4Reassembly {
         report_expired(table, counts, pool, bi, out, time_exceeded, set_total_len4);
         let Some(d) = settle(table, counts, pool, bi, r)? else { return Ok(()) };
         let p = pool.get_mut(d).bytes_mut();
-        let (len, hl) = (p.len(), (p[0] & 0x0f) as usize * 4);
-        p[2..4].copy_from_slice(&(len as u16).to_be_bytes());
         p[6] &= 0x40; // DF as the first fragment had it; no MF, offset 0
         p[7] = 0;
-        p[10..12].copy_from_slice(&[0, 0]);
-        let c = wire::checksum::checksum(&p[..hl]);
-        p[10..12].copy_from_slice(&c.to_be_bytes());
+        set_total_len4(p);
         counts.inc(C::Reassembled);
         out.push((d, Ip4ReassemblyNext::Local));
         Ok(())
@@ -206,19 +202,8 @@ pub struct Ip6Reassembly;
 
 /// Where the Fragment header is, and the next-header field that names it.
 fn fragment_header_at(b: &[u8]) -> Option<(usize, usize)> {
-    let mut nh_at = 6;
-    let mut off = 40;
-    loop {
-        match IpProtocol::from(*b.get(nh_at)?) {
-            IpProtocol::Ipv6Frag => return (off + FRAGMENT_HEADER_LEN <= b.len()).then_some((off, nh_at)),
-            IpProtocol::HopByHop | IpProtocol::Ipv6Route | IpProtocol::Ipv6Opts => {
-                let len = (*b.get(off + 1)? as usize + 1) * 8;
-                nh_at = off;
-                off += len;
-            }
-            _ => return None,
-        }
-    }
+    let (off, nh_at) = skip_headers(b, &[IpProtocol::HopByHop, IpProtocol::Ipv6Route, IpProtocol::Ipv6Opts])?;
+    (IpProtocol::from(b[nh_at]) == IpProtocol::Ipv6Frag && off + FRAGMENT_HEADER_LEN <= b.len()).then_some((off, nh_at))
 }
 
 impl<Cx: HasIp> ExpandNode<Cx> for Ip6Reassembly {
@@ -285,7 +270,7 @@ impl<Cx: HasIp> ExpandNode<Cx> for Ip6Reassembly {
             pool.free(d);
             return Err(C::Inconsistent);
         }
-        p[4..6].copy_from_slice(&((len - 40) as u16).to_be_bytes());
+        set_payload_len6(p);
         out.push((d, Ip6ReassemblyNext::Local));
         Ok(())
     }
