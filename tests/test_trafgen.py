@@ -61,7 +61,9 @@ def test_trafgen_through_vecgate(lab, vecgate, tmp_path, io):
     assert 0 < lat["min"] <= lat["p50"] <= lat["p99"] <= lat["max"], lat
     assert lat["min"] <= lat["avg"] <= lat["max"], lat
     ifs = gw.interfaces()
-    assert ifs["g1"]["tx_packets"] >= 2000 and ifs["g0"]["kind"] == io
+    # Everything trafgen sent was forwarded (its count may be below the nominal 2000:
+    # the pacing tolerance above).
+    assert ifs["g1"]["tx_packets"] >= r["sent"] and ifs["g0"]["kind"] == io
     if io == "af_xdp":
         # trafgen removed its programs when it exited.
         assert "prog/xdp" not in lab.run(tg, "ip", "-d", "link", "show", "t1").stdout
