@@ -81,7 +81,7 @@ def test_encap_ipv4_zero_checksum_matches_scapy(vecgate, tmp_path):
     for sent, p in zip(pkts, out1):
         assert p[Ether].src == GW_MAC1 and p[Ether].dst == ROUTER_MAC
         assert p[IP].src == "198.18.1.1" and p[IP].dst == "198.18.1.2" and p[IP].proto == 17
-        assert p[IP].flags == "DF"
+        assert p[IP].flags == "DF" and p[IP].ttl == 64, "the outer TTL is ours, not a forwarding hop's"
         assert (p[UDP].sport, p[UDP].dport, p[UDP].chksum) == (2152, 2152, 0)
         g = p[GTP_U_Header]
         assert (g.gtp_type, g.teid, g.E, g.S) == (255, 0x200, 0, 0)

@@ -89,7 +89,8 @@ def test_outer_policy_fragments_the_outer_packet_ipv4_and_ipv6(vecgate, tmp_path
     frags = [p for p in out1 if p.haslayer(IP)]
     by_id = {}
     for p in frags:
-        assert len(p[IP]) <= 1400 and not p[IP].flags.DF
+        # Through ip4-fragment and ip4-rewrite, still with the TTL the tunnel gave it.
+        assert len(p[IP]) <= 1400 and not p[IP].flags.DF and p[IP].ttl == 64
         by_id.setdefault(p[IP].id, []).append(p)
     assert len(by_id) == 2, "each datagram has its own identification"
     for group in by_id.values():
@@ -101,7 +102,7 @@ def test_outer_policy_fragments_the_outer_packet_ipv4_and_ipv6(vecgate, tmp_path
     # IPv4 inner in the IPv6 tunnel: the outer IPv6 packet gets a Fragment header.
     out0, out1, c, _ = run_pcap(vecgate, tmp_path, [Ether(src=HOST_MAC, dst=GW_MAC0) / IP(src="198.18.0.2", dst="198.19.200.9") / UDP(sport=5, dport=9) / payload(1362)],
                                 tunnels(v6='fragment = "outer"') + '\n[[route]]\nprefix = "198.19.200.0/24"\ninterface = "gtpu_tunnel1"\n')
-    assert len(out1) == 2 and all(p.haslayer(IPv6ExtHdrFragment) and len(p[IPv6]) <= 1400 for p in out1)
+    assert len(out1) == 2 and all(p.haslayer(IPv6ExtHdrFragment) and len(p[IPv6]) <= 1400 and p[IPv6].hlim == 64 for p in out1)
     pieces = sorted(out1, key=lambda p: p[IPv6ExtHdrFragment].offset)
     assert pieces[0][IPv6ExtHdrFragment].m == 1 and pieces[1][IPv6ExtHdrFragment].m == 0
     assert pieces[0][IPv6ExtHdrFragment].id == pieces[1][IPv6ExtHdrFragment].id

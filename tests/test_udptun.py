@@ -77,7 +77,8 @@ def test_gue_over_ipv4_as_linux_sends_it(vecgate, tmp_path):
     assert len(out1) == 41 and not out0, c
     sports = set()
     for k, p in enumerate(out1):
-        assert p[IP].src == "198.18.1.1" and p[IP].dst == "198.18.1.2" and p[IP].ttl == 63
+        # The outer TTL is the tunnel's (default 64): we are the outer packet's source.
+        assert p[IP].src == "198.18.1.1" and p[IP].dst == "198.18.1.2" and p[IP].ttl == 64
         u = p[UDP]
         assert u.dport == 5555 and 49152 <= u.sport <= 65535 and u.chksum == 0
         g = raw(u.payload)

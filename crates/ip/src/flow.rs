@@ -8,18 +8,19 @@ use engine::hash;
 /// SCTP, the ports. 0 for anything that is not IPv4 or IPv6.
 #[inline(always)]
 pub fn ip_flow_hash(b: &[u8]) -> u32 {
-    let w = |i: usize| b.get(i..i + 4).map_or(0, |x| u32::from_be_bytes([x[0], x[1], x[2], x[3]]));
+    let ports = |i: usize| b.get(i..i + 4).map_or(0, |x| u32::from_ne_bytes([x[0], x[1], x[2], x[3]]) as u64);
     let ported = |p: u8| p == 6 || p == 17 || p == 132;
+    let word = |h: &[u8], i: usize| u64::from_ne_bytes(h[i..i + 8].try_into().expect("8 bytes"));
     match b.first().map(|v| v >> 4) {
         Some(4) if b.len() >= 20 => {
             let hl = ((b[0] & 0x0f) as usize) * 4;
             let frag = (b[6] & 0x3f) != 0 || b[7] != 0;
-            let ports = if ported(b[9]) && !frag { w(hl) } else { 0 };
-            hash::hash_words(0, &[w(12), w(16), b[9] as u32, ports])
+            let p = if ported(b[9]) && !frag { ports(hl) } else { 0 };
+            hash::flow_hash2(word(b, 12), (b[9] as u64) << 32 | p)
         }
         Some(6) if b.len() >= 40 => {
-            let ports = if ported(b[6]) { w(40) } else { 0 };
-            hash::hash_words(0, &[w(8), w(12), w(16), w(20), w(24), w(28), w(32), w(36), b[6] as u32, ports])
+            let p = if ported(b[6]) { ports(40) } else { 0 };
+            hash::flow_hash6([word(b, 8), word(b, 16)], [word(b, 24), word(b, 32)], (b[6] as u64) << 32 | p)
         }
         _ => 0,
     }
@@ -109,7 +110,7 @@ mod tests {
         for workers in [2usize, 3, 4] {
             let mut n = vec![0u32; workers];
             for port in 0..10_000u16 {
-                n[frame_flow_hash(&udp4(10_000 + port, 53, b"")) as usize % workers] += 1;
+                n[hash::reduce(frame_flow_hash(&udp4(10_000 + port, 53, b"")), workers as u32) as usize] += 1;
             }
             let mean = 10_000 / workers as u32;
             assert!(n.iter().all(|&c| c.abs_diff(mean) * 10 < mean), "{n:?}");

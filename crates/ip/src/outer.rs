@@ -300,6 +300,8 @@ pub enum OuterError {
 /// What differs between a UDP tunnel over IPv4 and over IPv6.
 pub trait OuterFamily: Send + 'static {
     type Addr: Copy + Eq + std::hash::Hash + Into<IpAddr> + std::fmt::Display;
+    /// The IP family's forwarding side (adjacency resolution).
+    type Ip: crate::nodes::family::Family<Addr = Self::Addr>;
     const IS_V6: bool;
     /// Outer header length, source and destination of a packet that reached us.
     fn outer(b: &[u8]) -> Result<(usize, Self::Addr, Self::Addr), OuterError>;
@@ -314,6 +316,7 @@ pub struct Ip6Outer;
 
 impl OuterFamily for Ip4Outer {
     type Addr = Ipv4Addr;
+    type Ip = crate::nodes::family::Ip4;
     const IS_V6: bool = false;
     #[inline(always)]
     fn outer(b: &[u8]) -> Result<(usize, Ipv4Addr, Ipv4Addr), OuterError> {
@@ -343,6 +346,7 @@ impl OuterFamily for Ip4Outer {
 
 impl OuterFamily for Ip6Outer {
     type Addr = Ipv6Addr;
+    type Ip = crate::nodes::family::Ip6;
     const IS_V6: bool = true;
     #[inline(always)]
     fn outer(b: &[u8]) -> Result<(usize, Ipv6Addr, Ipv6Addr), OuterError> {

@@ -183,6 +183,6 @@ impl Tunnel {
     /// The source port for an inner flow hash.
     #[inline(always)]
     pub fn src_port(&self, flow_hash: u32) -> u16 {
-        (self.src_port_min as u32 + flow_hash % self.src_port_span) as u16
+        (self.src_port_min as u32 + engine::hash::reduce(flow_hash, self.src_port_span)) as u16
     }
 }

@@ -2,8 +2,10 @@
 //! sent it here with the tunnel id in `meta.param`; the node prepends the tunnel's
 //! precomputed outer header, patches the lengths (IPv4 header checksum incrementally),
 //! the sequence number and source port where configured, and the UDP checksum by the
-//! tunnel's mode, then goes straight to `ipN-rewrite` with the tunnel's outer
-//! adjacency (or through `ipN-lookup` when that technique is off or unresolved).
+//! tunnel's mode, then sends the outer packet by the tunnel's outer adjacency straight
+//! to `interface-output` with the outer TTL as built, or through `ipN-rewrite` (a
+//! neighbour to solicit) or `ipN-lookup` (no adjacency; or that technique off, when the
+//! outer packet is forwarded like any other and leaves with its TTL one lower).
 //!
 //! Offload metadata from a vnet-header device: a GSO frame goes to `ip-gso-segment`
 //! first (each segment comes back here through the lookup); a partial inner checksum
@@ -20,7 +22,7 @@ use wire::checksum;
 
 next_nodes! {
     pub enum GtpuEncapNext {
-        Ip4Rewrite = "ip4-rewrite", Ip4Lookup = "ip4-lookup",
+        Output = "interface-output", Ip4Rewrite = "ip4-rewrite", Ip4Lookup = "ip4-lookup",
         Ip6Rewrite = "ip6-rewrite", Ip6Lookup = "ip6-lookup",
         Ip4IcmpError = "ip4-icmp-error", Ip6IcmpError = "ip6-icmp-error",
         Segment = "ip-gso-segment", Ip4Fragment = "ip4-fragment", Ip6Fragment = "ip6-fragment",
@@ -258,11 +260,24 @@ impl<Cx: HasGtpu, O: Outer> Node<Cx> for GtpuEncap<O> {
             counts.inc(GtpuEncapCounter::FragmentOuter);
             return Verdict::Next(if O::IS_V6 { GtpuEncapNext::Ip6Fragment } else { GtpuEncapNext::Ip4Fragment });
         }
-        // An adjacency with a link MTU is one that sends (rewrite, glean, incomplete).
-        if g.tables.techniques.encap_adjacency && link_mtu.is_some() {
-            return Verdict::Next(Self::REWRITE);
+        if !g.tables.techniques.encap_adjacency {
+            // Forwarded like any other packet, the outer one loses a TTL in ipN-rewrite:
+            // start one higher (GTP-U's outer TTL is 64) so both ways send the same bytes.
+            let b = buf.bytes_mut();
+            if O::IS_V6 {
+                b[7] += 1;
+            } else {
+                let mut h = wire::ipv4::Ipv4Packet::new_unchecked(&mut b[..20]);
+                h.set_ttl(h.ttl() + 1);
+                h.fill_checksum();
+            }
+            return Verdict::Next(Self::LOOKUP);
         }
-        Verdict::Next(Self::LOOKUP)
+        if ip::nodes::family::send_originated::<O::Ip>(&ipc.tables, buf, adj) {
+            return Verdict::Next(GtpuEncapNext::Output);
+        }
+        // An adjacency with a link MTU is one that sends (a neighbour to solicit).
+        Verdict::Next(if link_mtu.is_some() { Self::REWRITE } else { Self::LOOKUP })
     }
 
     fn trace(&self, buf: &Buffer) -> String {

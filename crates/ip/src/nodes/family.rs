@@ -173,6 +173,40 @@ pub enum Resolved<A> {
     Bad,
 }
 
+/// Send a packet this gateway built (a tunnel's outer packet or a fragment of one; the
+/// buffer starts at its IP header, its length already fitted to the link) by adjacency
+/// `adj`, as `ipN-rewrite` would but without the forwarding hop: we are its source, so
+/// it leaves with the TTL we gave it, and the node that built it goes straight to
+/// `interface-output`. False when the next hop needs soliciting or the adjacency does
+/// not send: the caller then hands the packet to `ipN-rewrite` / `ipN-lookup`.
+#[inline(always)]
+pub fn send_originated<F: Family>(t: &Tables, buf: &mut engine::Buffer, adj: u32) -> bool {
+    match t.adjacency(adj) {
+        Adjacency::Rewrite { tx_if, rewrite, .. } => prepend_l2(buf, *tx_if, rewrite),
+        Adjacency::Glean { .. } => send_originated_glean::<F>(t, buf, adj),
+        _ => false,
+    }
+}
+
+/// [`send_originated`] on an attached subnet: the neighbour looked up per packet. Out of
+/// line, so that the resolved case stays small where it is inlined.
+#[inline(never)]
+fn send_originated_glean<F: Family>(t: &Tables, buf: &mut engine::Buffer, adj: u32) -> bool {
+    let Some(dst) = buf.bytes().get(F::DST_AT..F::HEADER_LEN) else { return false };
+    match resolve::<F>(t, adj, F::addr(F::key(dst))) {
+        Resolved::Send { tx_if, rewrite, .. } => prepend_l2(buf, tx_if, &rewrite),
+        _ => false,
+    }
+}
+
+#[inline(always)]
+fn prepend_l2(buf: &mut engine::Buffer, tx_if: IfIndex, rewrite: &[u8; 14]) -> bool {
+    let Ok(h) = buf.prepend(rewrite.len()) else { return false };
+    h.copy_from_slice(rewrite);
+    buf.meta.tx_if = tx_if;
+    true
+}
+
 /// Resolve adjacency `adj` for a packet to `dst`: a precomputed rewrite, a per-packet
 /// neighbour lookup for attached subnets, or a solicitation.
 #[inline(always)]

@@ -16,6 +16,7 @@
 //! routing headers), a Fragment header with this worker's next identification, and a
 //! piece of the rest.
 
+use super::family::{Family, Ip4, Ip6};
 use super::FragmentRequest;
 use crate::context::HasIp;
 use engine::{counters, next_nodes, BufIdx, Counts, ExpandNode, GsoKind, Meta, Pool};
@@ -25,11 +26,11 @@ use wire::ipv6_ext::{skip_headers, FragmentRepr, FRAGMENT_HEADER_LEN};
 use wire::IpProtocol;
 
 next_nodes! {
-    pub enum Ip4FragmentNext { Lookup = "ip4-lookup" }
+    pub enum Ip4FragmentNext { Lookup = "ip4-lookup", Output = "interface-output" }
 }
 
 next_nodes! {
-    pub enum Ip6FragmentNext { Lookup = "ip6-lookup" }
+    pub enum Ip6FragmentNext { Lookup = "ip6-lookup", Output = "interface-output" }
 }
 
 counters! {
@@ -113,7 +114,23 @@ impl<Cx: HasIp> ExpandNode<Cx> for Ip4Fragment {
             None
         };
         count(counts, fragment4(pool, bi, req.mtu as usize, ident, out)?);
+        if req.originated {
+            send_originated::<Ip4, _>(&cx.ip().tables, pool, out, Ip4FragmentNext::Output);
+        }
         Ok(())
+    }
+}
+
+/// The fragments of a packet we built (a tunnel's outer packet) leave by its adjacency
+/// as the whole packet would have, with the TTL we gave it; any that cannot (a neighbour
+/// to solicit) take the lookup.
+fn send_originated<F: Family, N: Copy>(t: &crate::Tables, pool: &mut Pool, out: &mut [(BufIdx, N)], output: N) {
+    for (b, next) in out.iter_mut() {
+        let buf = pool.get_mut(*b);
+        let adj = buf.meta.adj;
+        if super::family::send_originated::<F>(t, buf, adj) {
+            *next = output;
+        }
     }
 }
 
@@ -242,6 +259,9 @@ impl<Cx: HasIp> ExpandNode<Cx> for Ip6Fragment {
         let cx = cx.ip();
         cx.ident6 = cx.ident6.wrapping_add(1);
         count(counts, fragment6(pool, bi, req.mtu as usize, cx.ident6, out)?);
+        if req.originated {
+            send_originated::<Ip6, _>(&cx.tables, pool, out, Ip6FragmentNext::Output);
+        }
         Ok(())
     }
 }

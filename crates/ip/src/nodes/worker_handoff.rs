@@ -49,7 +49,7 @@ impl<Cx: Send + 'static> ExpandNode<Cx> for WorkerHandoff {
         bi: BufIdx,
         out: &mut Vec<(BufIdx, Self::Next)>,
     ) -> Result<(), Self::Counter> {
-        let target = crate::flow::frame_flow_hash(pool.get(bi).bytes()) as usize % self.to.len();
+        let target = engine::hash::reduce(crate::flow::frame_flow_hash(pool.get(bi).bytes()), self.to.len() as u32) as usize;
         let Some(lane) = &mut self.to[target] else {
             counts.inc(WorkerHandoffCounter::Kept);
             out.push((bi, WorkerHandoffNext::EthernetInput));

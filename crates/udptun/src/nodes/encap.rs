@@ -3,9 +3,10 @@
 //! (entering a tunnel is a routing hop), prepends the tunnel's precomputed outer
 //! headers, patches the lengths, the inner protocol (GUE) or EtherType (GRE), the source
 //! port (a hash of the inner flow, so ECMP and RSS spread the tunnel's flows) and the
-//! UDP checksum by the tunnel's mode, then sends the outer packet to `ipN-rewrite` with
-//! the tunnel's outer adjacency (resolved on the control plane), or to `ipN-lookup` when
-//! the peer is not resolved to one.
+//! UDP checksum by the tunnel's mode, then sends the outer packet by the tunnel's outer
+//! adjacency (resolved on the control plane) straight to `interface-output` with the
+//! configured outer TTL, or to `ipN-rewrite` (a neighbour to solicit) or `ipN-lookup`
+//! (no adjacency: the remote is routed into another tunnel, or not at all).
 //!
 //! A GSO frame goes to `ip-gso-segment` first; a partial inner checksum stays partial
 //! under a zero outer checksum and is completed otherwise, since the outer one covers it.
@@ -19,7 +20,7 @@ use wire::checksum;
 
 next_nodes! {
     pub enum UdpTunEncapNext {
-        Ip4Rewrite = "ip4-rewrite", Ip4Lookup = "ip4-lookup",
+        Output = "interface-output", Ip4Rewrite = "ip4-rewrite", Ip4Lookup = "ip4-lookup",
         Ip6Rewrite = "ip6-rewrite", Ip6Lookup = "ip6-lookup",
         Ip4IcmpError = "ip4-icmp-error", Ip6IcmpError = "ip6-icmp-error",
         Segment = "ip-gso-segment", Ip4Fragment = "ip4-fragment", Ip6Fragment = "ip6-fragment",
@@ -162,6 +163,9 @@ impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunEncap<O> {
         if fragment_outer.is_some() && ip::outer::fragment_outer(buf, fragment_outer) {
             counts.inc(UdpTunEncapCounter::FragmentOuter);
             return Verdict::Next(if O::IS_V6 { UdpTunEncapNext::Ip6Fragment } else { UdpTunEncapNext::Ip4Fragment });
+        }
+        if ip::nodes::family::send_originated::<O::Ip>(&ipc.tables, buf, adj) {
+            return Verdict::Next(UdpTunEncapNext::Output);
         }
         let resolved = link_mtu.is_some();
         match (resolved, O::IS_V6) {
