@@ -252,7 +252,8 @@ impl GtpuState {
     /// What the IP nodes need to know to hand GTP-U packets to us.
     pub fn udp_demux(&self) -> UdpDemux {
         let port = wire::gtpu::PORT;
-        let mut d = UdpDemux { ports: vec![(port, UdpApp::Gtpu)], ..UdpDemux::default() };
+        let mut d = UdpDemux::default();
+        d.ports.push((port, UdpApp::Gtpu));
         if self.tables.techniques.skip_outer_lookup {
             d.bypass4 = self.tables.endpoints4.iter().map(|a| (*a, port, UdpApp::Gtpu)).collect();
             d.bypass6 = self.tables.endpoints6.iter().map(|a| (*a, port, UdpApp::Gtpu)).collect();

@@ -258,7 +258,8 @@ impl RouterState {
     }
 
     /// Set the local UDP demux (tunnel features' ports and bypass endpoints).
-    pub fn set_udp_demux(&mut self, d: UdpDemux) {
+    pub fn set_udp_demux(&mut self, mut d: UdpDemux) {
+        d.seal();
         self.udp = Arc::new(d);
     }
 

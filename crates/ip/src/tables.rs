@@ -104,21 +104,61 @@ pub struct UdpDemux {
     pub ports: Vec<(u16, UdpApp)>,
     pub bypass4: Vec<(Ipv4Addr, u16, UdpApp)>,
     pub bypass6: Vec<(Ipv6Addr, u16, UdpApp)>,
+    /// Filters, so that a forwarded packet (most of them) costs `ipN-input` a test or
+    /// two rather than a scan: bit `port % 64` for every bypass port, and for every
+    /// bypass address a bit picked by a multiplicative hash of its last 32 bits (not the
+    /// low bits themselves: so many addresses end in .1). Set by [`UdpDemux::seal`] when
+    /// the demux is published.
+    bypass_ports: u64,
+    bypass_addrs: u64,
 }
 
 impl UdpDemux {
+    /// Compute the filters; call after the last change.
+    pub fn seal(&mut self) {
+        let ports = self.bypass4.iter().map(|b| b.1).chain(self.bypass6.iter().map(|b| b.1));
+        self.bypass_ports = ports.fold(0, |m, p| m | 1 << (p % 64));
+        let low = |o: &[u8]| u32::from_be_bytes([o[o.len() - 4], o[o.len() - 3], o[o.len() - 2], o[o.len() - 1]]);
+        let addrs = self.bypass4.iter().map(|b| low(&b.0.octets())).chain(self.bypass6.iter().map(|b| low(&b.0.octets())));
+        self.bypass_addrs = addrs.fold(0, |m, a| m | addr_bit(a));
+    }
+
+    #[inline(always)]
+    fn may_bypass(&self, port: u16) -> bool {
+        self.bypass_ports & 1 << (port % 64) != 0
+    }
+
+    /// Whether a packet to an address ending in these 32 bits (big-endian) may be for a
+    /// bypass endpoint: false means certainly not.
+    #[inline(always)]
+    pub fn may_be_endpoint(&self, low32: u32) -> bool {
+        self.bypass_addrs & addr_bit(low32) != 0
+    }
+
     #[inline(always)]
     pub fn port(&self, port: u16) -> Option<UdpApp> {
         self.ports.iter().find(|(p, _)| *p == port).map(|(_, a)| *a)
     }
     #[inline(always)]
     pub fn bypass4(&self, dst: Ipv4Addr, port: u16) -> Option<UdpApp> {
+        if !self.may_bypass(port) {
+            return None;
+        }
         self.bypass4.iter().find(|(a, p, _)| *a == dst && *p == port).map(|(_, _, x)| *x)
     }
     #[inline(always)]
     pub fn bypass6(&self, dst: &Ipv6Addr, port: u16) -> Option<UdpApp> {
+        if !self.may_bypass(port) {
+            return None;
+        }
         self.bypass6.iter().find(|(a, p, _)| a == dst && *p == port).map(|(_, _, x)| *x)
     }
+}
+
+/// An address's bit in [`UdpDemux`]'s filter: the top six bits of a Fibonacci hash.
+#[inline(always)]
+fn addr_bit(low32: u32) -> u64 {
+    1 << (low32.wrapping_mul(0x9e37_79b1) >> 26)
 }
 
 /// What to do with a packet a lookup sent here.
@@ -234,4 +274,31 @@ impl Tables {
 /// The Ethernet header for sending to `dst` from interface `ifl`.
 pub fn l2_rewrite(ifl: &IfL3, dst: EthernetAddress, ethertype: wire::EtherType) -> [u8; 14] {
     wire::ethernet::EthernetRepr { src: ifl.mac, dst, ethertype }.to_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn udp_demux_filters_never_hide_an_endpoint() {
+        let mut d = UdpDemux::default();
+        let ours: Ipv4Addr = "198.18.1.1".parse().unwrap();
+        let ours6: Ipv6Addr = "2001:db8:1::1".parse().unwrap();
+        d.bypass4.push((ours, 6080, UdpApp::Gue));
+        d.bypass6.push((ours6, 2152, UdpApp::Gtpu));
+        // Unsealed: the filters are empty and nothing bypasses.
+        assert_eq!(d.bypass4(ours, 6080), None);
+        d.seal();
+        assert_eq!(d.bypass4(ours, 6080), Some(UdpApp::Gue));
+        assert_eq!(d.bypass6(&ours6, 2152), Some(UdpApp::Gtpu));
+        assert!(d.may_be_endpoint(u32::from(ours)) && d.may_be_endpoint(1));
+        assert_eq!(d.bypass4(ours, 6081), None);
+        assert_eq!(d.bypass4("198.18.1.2".parse().unwrap(), 6080), None);
+        assert_eq!(d.bypass6(&ours6, 6080), None, "the port is a bypass port, but not for this address");
+        // The address filter turns most other addresses away at once, including the
+        // many that share the endpoint's last byte.
+        let others = (0..256u32).map(|i| 0xc613_0001 + (i << 8)).filter(|&a| d.may_be_endpoint(a)).count();
+        assert!(others < 32, "{others} of 256 pass the filter");
+    }
 }

@@ -132,6 +132,9 @@ pub struct Tunnel {
     pub src_port_span: u32,
     pub gre_key: Option<u32>,
     pub mtu: MtuPolicy,
+    /// Encap may take its fast path: a zero outer checksum and no MTU cap or MSS
+    /// clamping to apply, so a packet that fits the link needs only the template.
+    pub plain: bool,
 }
 
 impl Tunnel {
@@ -177,6 +180,7 @@ impl Tunnel {
             src_port_span: s.src_port_max as u32 - s.src_port_min as u32 + 1,
             gre_key: s.gre_key,
             mtu: s.mtu,
+            plain: s.checksum == ChecksumMode::Zero && s.mtu.mtu == 0 && !s.mtu.mss_clamp,
         }
     }
 

@@ -62,7 +62,7 @@ impl<Cx: HasIp> Node<Cx> for Ip4Input {
             if let Some(total) = fast_path_len(h, buf.len()) {
                 // A tunnel packet to one of our endpoints skips the lookup (an
                 // unfragmented UDP packet; the tunnel node checks the rest).
-                if h[9] == 17 && !udp.bypass4.is_empty() && h[6] & 0x3f == 0 && h[7] == 0 {
+                if udp.may_be_endpoint(u32::from_be_bytes([h[16], h[17], h[18], h[19]])) && h[9] == 17 && h[6] & 0x3f == 0 && h[7] == 0 {
                     if let Some(p) = buf.bytes().get(22..24) {
                         let dst = std::net::Ipv4Addr::new(h[16], h[17], h[18], h[19]);
                         match udp.bypass4(dst, u16::from_be_bytes([p[0], p[1]])) {

@@ -54,7 +54,7 @@ impl<Cx: HasIp> Node<Cx> for Ip6Input {
         if let Some(h) = buf.bytes().first_chunk::<HEADER_LEN>() {
             if let Some(end) = fast_path_len(h, buf.len()) {
                 // A tunnel packet to one of our endpoints skips the lookup.
-                if h[6] == 17 && !udp.bypass6.is_empty() {
+                if udp.may_be_endpoint(u32::from_be_bytes([h[36], h[37], h[38], h[39]])) && h[6] == 17 {
                     if let Some(p) = buf.bytes().get(42..44) {
                         let mut d = [0u8; 16];
                         d.copy_from_slice(&h[24..40]);

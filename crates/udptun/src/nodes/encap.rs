@@ -14,9 +14,11 @@
 use super::TunOuter;
 use crate::context::HasUdpTun;
 use crate::tunnel::{Encap, Tunnel, MAX_REWRITE};
-use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
+use engine::{counters, next_nodes, Buffer, Counts, GsoKind, Node, Verdict};
 use ip::outer::{encap_mtu, inner_hop, udp_checksum, ChecksumMode, EncapMtu, InnerHop};
+use ip::tables::Adjacency;
 use wire::checksum;
+use wire::ipv4::Ipv4Packet;
 
 next_nodes! {
     pub enum UdpTunEncapNext {
@@ -79,13 +81,7 @@ pub fn encap(t: &Tunnel, is_v6: bool, inner_v4: bool, buf: &mut Buffer) -> Resul
     }
     h[ua..ua + 2].copy_from_slice(&port.to_be_bytes());
     h[ua + 4..ua + 6].copy_from_slice(&(ip_payload as u16).to_be_bytes());
-    let e = ua + 8;
-    match t.encap {
-        // The template says IPv4 (protocol 4, EtherType 0x0800).
-        Encap::Gue if !inner_v4 => h[e + 1] = 41,
-        Encap::Gre if !inner_v4 => h[e + 2..e + 4].copy_from_slice(&0x86ddu16.to_be_bytes()),
-        _ => {}
-    }
+    set_inner_protocol(t.encap, &mut h[ua + 8..], inner_v4);
     match t.checksum {
         ChecksumMode::Zero => {}
         ChecksumMode::Offload => {
@@ -105,6 +101,77 @@ pub fn encap(t: &Tunnel, is_v6: bool, inner_v4: bool, buf: &mut Buffer) -> Resul
     Ok(())
 }
 
+/// The fast path, for the common packet: a plain tunnel (zero outer checksum, no MTU cap,
+/// no clamping), a resolved outer adjacency, an inner IPv4 or IPv6 packet with TTL to
+/// spare that is no GSO frame and fits the link with the outer headers. The inner TTL
+/// goes down, the outer headers and then the Ethernet header go on in front, and the
+/// lengths, checksum and source port are patched: all a forwarded packet's rewrite costs
+/// plus the template. False, with the buffer untouched, for anything else.
+#[inline(always)]
+fn encap_resolved<O: TunOuter>(t: &Tunnel, adjacency: &Adjacency, buf: &mut Buffer) -> bool {
+    let Adjacency::Rewrite { tx_if, rewrite: l2, mtu } = adjacency else { return false };
+    let rl = t.rewrite_len as usize;
+    let inner_len = buf.len();
+    if !t.plain || inner_len + rl > *mtu as usize || buf.meta.offload.gso != GsoKind::None || buf.headroom() < MAX_REWRITE + 14 {
+        return false;
+    }
+    let b = buf.bytes_mut();
+    let inner_v4 = match b.first().map(|v| v >> 4) {
+        Some(4) if b.len() >= 20 && b[8] > 1 => {
+            Ipv4Packet::new_unchecked(&mut b[..20]).decrement_ttl();
+            true
+        }
+        Some(6) if b.len() >= 40 && b[7] > 1 => {
+            b[7] -= 1;
+            false
+        }
+        _ => return false,
+    };
+    let port = t.src_port(ip::flow::ip_flow_hash(b)).to_be_bytes();
+    let total = rl + inner_len;
+    // One prepend for the Ethernet header and the whole right-aligned template (fixed
+    // sizes: vector moves, no length-dependent copy); the buffer then starts where the
+    // Ethernet header lands, just before the template's used part.
+    const L2: usize = 14;
+    let Ok(room) = buf.prepend(L2 + MAX_REWRITE) else { return false };
+    let Ok(room) = <&mut [u8; L2 + MAX_REWRITE]>::try_from(room) else { return false };
+    room[L2..].copy_from_slice(&t.rewrite);
+    let start = MAX_REWRITE - rl;
+    let Some((eth, outer)) = room[start..].split_first_chunk_mut::<L2>() else { return false };
+    eth.copy_from_slice(l2);
+    if O::IS_V6 {
+        let Some(h) = outer.first_chunk_mut::<48>() else { return false };
+        let len = ((total - 40) as u16).to_be_bytes();
+        h[4..6].copy_from_slice(&len);
+        h[40..42].copy_from_slice(&port);
+        h[44..46].copy_from_slice(&len);
+    } else {
+        let Some(h) = outer.first_chunk_mut::<28>() else { return false };
+        h[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+        let c = checksum::update16(u16::from_be_bytes([h[10], h[11]]), 0, total as u16);
+        h[10..12].copy_from_slice(&c.to_be_bytes());
+        h[20..22].copy_from_slice(&port);
+        h[24..26].copy_from_slice(&((total - 20) as u16).to_be_bytes());
+    }
+    if !inner_v4 {
+        set_inner_protocol(t.encap, &mut outer[t.udp_at as usize + 8..], false);
+    }
+    let Ok(()) = buf.advance(start) else { return false };
+    buf.meta.tx_if = *tx_if;
+    true
+}
+
+/// The template names IPv4 (GUE protocol 4, GRE EtherType 0x0800); an IPv6 inner packet
+/// changes it.
+#[inline(always)]
+fn set_inner_protocol(encap: Encap, e: &mut [u8], inner_v4: bool) {
+    match encap {
+        Encap::Gue if !inner_v4 => e[1] = 41,
+        Encap::Gre if !inner_v4 => e[2..4].copy_from_slice(&0x86ddu16.to_be_bytes()),
+        _ => {}
+    }
+}
+
 impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunEncap<O> {
     type Next = UdpTunEncapNext;
     type Counter = UdpTunEncapCounter;
@@ -122,6 +189,11 @@ impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunEncap<O> {
         };
         let adj = u.tables.outer_adj(id);
         let adjacency = ipc.tables.adjacency(adj);
+        if encap_resolved::<O>(t, adjacency, buf) {
+            buf.meta.adj = adj;
+            counts.inc(UdpTunEncapCounter::Encapsulated);
+            return Verdict::Next(UdpTunEncapNext::Output);
+        }
         let link_mtu = adjacency.mtu();
         let fragment_outer = match encap_mtu(buf, link_mtu, t.rewrite_len as usize, t.mtu) {
             EncapMtu::Encap { fragment_outer, clamped } => {
