@@ -299,7 +299,7 @@ pub enum OuterError {
 
 /// What differs between a UDP tunnel over IPv4 and over IPv6.
 pub trait OuterFamily: Send + 'static {
-    type Addr: Copy + Eq + std::hash::Hash + Into<IpAddr> + std::fmt::Display;
+    type Addr: Copy + Eq + Send + std::hash::Hash + Into<IpAddr> + std::fmt::Display;
     /// The IP family's forwarding side (adjacency resolution).
     type Ip: crate::nodes::family::Family<Addr = Self::Addr>;
     const IS_V6: bool;

@@ -45,17 +45,33 @@ counters! {
     }
 }
 
-pub struct UdpTunInput<O: TunOuter>(std::marker::PhantomData<O>);
+pub struct UdpTunInput<O: TunOuter> {
+    /// The last (our address, peer, port) looked up and its tunnel: a vector's packets
+    /// mostly come from a few peers. Forgotten at each vector, since the tables may be
+    /// republished between vectors.
+    last: Option<(O::Addr, O::Addr, u16, u32)>,
+}
 
 impl<O: TunOuter> Default for UdpTunInput<O> {
     fn default() -> Self {
-        UdpTunInput(std::marker::PhantomData)
+        UdpTunInput { last: None }
     }
 }
 
 /// What comes after the UDP header: the encapsulation's header length and the inner
 /// family (true: IPv4), or why it is refused. `Ok(None)`: a GUE control message.
+#[inline(always)]
 fn inner(encap: Encap, key: Option<u32>, p: &[u8]) -> Result<Option<(usize, bool)>, UdpTunInputCounter> {
+    // The usual GUE header, a data message with no flags or extensions (version 0, C
+    // clear, Hlen 0), in one comparison; everything else takes the full parse.
+    if let (Encap::Gue, Some(&[0, proto @ (4 | 41), 0, 0])) = (encap, p.first_chunk::<4>()) {
+        return Ok(Some((wire::gue::BASE_LEN, proto == 4)));
+    }
+    inner_parsed(encap, key, p)
+}
+
+/// [`inner`] by the wire library's full parse.
+fn inner_parsed(encap: Encap, key: Option<u32>, p: &[u8]) -> Result<Option<(usize, bool)>, UdpTunInputCounter> {
     use UdpTunInputCounter as C;
     let by_version = |b: &[u8], skip: usize| match b.get(skip).map(|v| v >> 4) {
         Some(4) => Ok(Some((skip, true))),
@@ -111,6 +127,12 @@ impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunInput<O> {
         O::INPUT
     }
 
+    #[inline(always)]
+    fn prepare(&mut self, _cx: &mut Cx, _pool: &mut engine::Pool, _input: &[engine::BufIdx]) {
+        self.last = None;
+    }
+
+    #[inline(always)]
     fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
         use UdpTunInputCounter as C;
         let (ipc, u) = cx.split_udptun();
@@ -127,8 +149,15 @@ impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunInput<O> {
         if udp_len < 8 || hl + udp_len > b.len() {
             return Verdict::Drop(C::BadUdpLength);
         }
-        let Some(id) = O::decap(&u.tables, dst, src, port) else { return Verdict::Drop(C::NoTunnel) };
-        let t = u.tables.tunnel(id).expect("the decap table names live tunnels");
+        let id = match self.last {
+            Some((l, r, p, id)) if (l, r, p) == (dst, src, port) => id,
+            _ => {
+                let Some(id) = O::decap(&u.tables, dst, src, port) else { return Verdict::Drop(C::NoTunnel) };
+                self.last = Some((dst, src, port, id));
+                id
+            }
+        };
+        let Some(t) = u.tables.tunnel(id) else { return Verdict::Drop(C::NoTunnel) };
         let seg = &b[hl..hl + udp_len];
         if sum == 0 {
             if O::IS_V6 && !t.accept_zero_checksum {
@@ -207,6 +236,10 @@ mod tests {
         // GUE: variant 0 with IPIP, with IPv6, variant 1 direct, a control message.
         assert_eq!(inner(Encap::Gue, None, &[0, 4, 0, 0, 0x45]), Ok(Some((4, true))));
         assert_eq!(inner(Encap::Gue, None, &[0, 41, 0, 0, 0x60]), Ok(Some((4, false))));
+        // The one-comparison path agrees with the full parse.
+        for h in [[0u8, 4, 0, 0, 0x45], [0, 41, 0, 0, 0x60], [0, 4, 0, 0, 0x60]] {
+            assert_eq!(inner(Encap::Gue, None, &h), inner_parsed(Encap::Gue, None, &h));
+        }
         assert_eq!(inner(Encap::Gue, None, &v4), Ok(Some((0, true))));
         assert_eq!(inner(Encap::Gue, None, &[0x20, 7, 0, 0]), Ok(None));
         assert_eq!(inner(Encap::Gue, None, &[0, 4, 0x40, 0]), Err(UdpTunInputCounter::GueUnknownFlags));
