@@ -127,6 +127,10 @@ pub struct Tunnel {
     pub accept_zero_checksum: bool,
     /// The UDP pseudo-header sum without the length.
     pub pseudo: Checksum,
+    /// The outer IPv4 header's ones'-complement sum with a zero total length, folded
+    /// (not complemented): the checksum of a packet of length `n` is `!(sum + n)`
+    /// folded, without reading the template's field back.
+    pub ip_sum: u32,
     pub src_port_min: u16,
     /// Ports in the source range.
     pub src_port_span: u32,
@@ -176,6 +180,7 @@ impl Tunnel {
             checksum: s.checksum,
             accept_zero_checksum: s.accept_zero_checksum,
             pseudo,
+            ip_sum: if ip_len == 20 { !u16::from_be_bytes([hdr[10], hdr[11]]) as u32 } else { 0 },
             src_port_min: s.src_port_min,
             src_port_span: s.src_port_max as u32 - s.src_port_min as u32 + 1,
             gre_key: s.gre_key,

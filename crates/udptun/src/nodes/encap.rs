@@ -148,8 +148,9 @@ fn encap_resolved<O: TunOuter>(t: &Tunnel, adjacency: &Adjacency, buf: &mut Buff
     } else {
         let Some(h) = outer.first_chunk_mut::<28>() else { return false };
         h[2..4].copy_from_slice(&(total as u16).to_be_bytes());
-        let c = checksum::update16(u16::from_be_bytes([h[10], h[11]]), 0, total as u16);
-        h[10..12].copy_from_slice(&c.to_be_bytes());
+        let mut c = t.ip_sum + total as u32;
+        c = (c & 0xffff) + (c >> 16);
+        h[10..12].copy_from_slice(&(!(c as u16)).to_be_bytes());
         h[20..22].copy_from_slice(&port);
         h[24..26].copy_from_slice(&((total - 20) as u16).to_be_bytes());
     }
@@ -313,6 +314,67 @@ mod tests {
         let g = wire::gre::GrePacket::new_checked(u.payload()).unwrap();
         assert_eq!((g.protocol(), g.key()), (0x86dd, Some(0x01020304)));
         assert_eq!(g.payload(), &inner[..]);
+    }
+
+    /// The fast path sends exactly what the general path plus `ipN-rewrite`'s Ethernet
+    /// header would, for both outer families, every encapsulation and both inner
+    /// families; and it declines what it must not take.
+    #[test]
+    fn fast_path_matches_the_general_path() {
+        let l2 = [2, 0, 0, 0, 0, 9, 2, 0, 0, 0, 0, 1, 0x08, 0x00];
+        let inner6 = {
+            let mut p = vec![0x60, 0, 0, 0, 0, 8, 17, 64];
+            p.extend_from_slice(&[0x20; 32]);
+            p.extend_from_slice(&[0x13, 0x88, 0, 9, 0, 8, 0, 0]);
+            p
+        };
+        let mut pool = Pool::new(8, 0);
+        for (local, remote) in [("198.18.1.1", "198.18.1.2"), ("2001:db8:1::1", "2001:db8:1::2")] {
+            for encap_kind in [Encap::Gue, Encap::Gre, Encap::Direct] {
+                for inner in [inner_udp4(1000), inner_udp4(4242), inner6.clone()] {
+                    let mut s = spec(encap_kind, local, remote);
+                    s.checksum = ChecksumMode::Zero;
+                    s.gre_key = (encap_kind == Encap::Gre).then_some(7);
+                    let t = Tunnel::new(&s);
+                    let adj = Adjacency::Rewrite { tx_if: engine::IfIndex(3), rewrite: l2, mtu: 1500 };
+                    let (fast, slow) = (pool.alloc(64).unwrap(), pool.alloc(64).unwrap());
+                    pool.get_mut(fast).write(&inner).unwrap();
+                    pool.get_mut(slow).write(&inner).unwrap();
+                    let v6 = local.contains(':');
+                    let ok = if v6 {
+                        encap_resolved::<ip::outer::Ip6Outer>(&t, &adj, pool.get_mut(fast))
+                    } else {
+                        encap_resolved::<ip::outer::Ip4Outer>(&t, &adj, pool.get_mut(fast))
+                    };
+                    assert!(ok);
+                    let b = pool.get_mut(slow);
+                    let InnerHop::Forwarded { v4 } = inner_hop(b.bytes_mut()) else { panic!("inner") };
+                    encap(&t, v6, v4, b).unwrap();
+                    b.prepend(14).unwrap().copy_from_slice(&l2);
+                    assert_eq!(pool.get(fast).bytes(), pool.get(slow).bytes(), "{encap_kind:?} over {local}");
+                    assert_eq!(pool.get(fast).meta.tx_if, engine::IfIndex(3));
+                    if !v6 {
+                        assert!(wire::ipv4::Ipv4Packet::new_checked(&pool.get(fast).bytes()[14..]).unwrap().verify_checksum());
+                    }
+                    pool.free(fast);
+                    pool.free(slow);
+                }
+            }
+        }
+        // Declined, buffer untouched: a link too small, TTL 1, a tunnel that clamps.
+        let t = Tunnel::new(&spec(Encap::Gue, "198.18.1.1", "198.18.1.2"));
+        let b = pool.alloc(64).unwrap();
+        pool.get_mut(b).write(&inner_udp4(1)).unwrap();
+        let small = Adjacency::Rewrite { tx_if: engine::IfIndex(3), rewrite: l2, mtu: 40 };
+        assert!(!encap_resolved::<ip::outer::Ip4Outer>(&t, &small, pool.get_mut(b)));
+        pool.get_mut(b).bytes_mut()[8] = 1;
+        let adj = Adjacency::Rewrite { tx_if: engine::IfIndex(3), rewrite: l2, mtu: 1500 };
+        assert!(!encap_resolved::<ip::outer::Ip4Outer>(&t, &adj, pool.get_mut(b)));
+        let mut s = spec(Encap::Gue, "198.18.1.1", "198.18.1.2");
+        s.mtu.mss_clamp = true;
+        pool.get_mut(b).bytes_mut()[8] = 64;
+        assert!(!encap_resolved::<ip::outer::Ip4Outer>(&Tunnel::new(&s), &adj, pool.get_mut(b)));
+        assert_eq!(pool.get(b).bytes(), &inner_udp4(1)[..]);
     }
 
     /// The spread test: 10 000 inner flows over 16 buckets of source ports, no
