@@ -8,22 +8,42 @@ use engine::hash;
 /// SCTP, the ports. 0 for anything that is not IPv4 or IPv6.
 #[inline(always)]
 pub fn ip_flow_hash(b: &[u8]) -> u32 {
-    let ports = |i: usize| b.get(i..i + 4).map_or(0, |x| u32::from_ne_bytes([x[0], x[1], x[2], x[3]]) as u64);
-    let ported = |p: u8| p == 6 || p == 17 || p == 132;
-    let word = |h: &[u8], i: usize| u64::from_ne_bytes(h[i..i + 8].try_into().expect("8 bytes"));
     match b.first().map(|v| v >> 4) {
-        Some(4) if b.len() >= 20 => {
-            let hl = ((b[0] & 0x0f) as usize) * 4;
-            let frag = (b[6] & 0x3f) != 0 || b[7] != 0;
-            let p = if ported(b[9]) && !frag { ports(hl) } else { 0 };
-            hash::flow_hash2(word(b, 12), (b[9] as u64) << 32 | p)
-        }
-        Some(6) if b.len() >= 40 => {
-            let p = if ported(b[6]) { ports(40) } else { 0 };
-            hash::flow_hash6([word(b, 8), word(b, 16)], [word(b, 24), word(b, 32)], (b[6] as u64) << 32 | p)
-        }
+        Some(4) => b.first_chunk::<20>().map_or(0, |h| ip4_flow_hash(h, b)),
+        Some(6) => b.first_chunk::<40>().map_or(0, |h| ip6_flow_hash(h, b)),
         _ => 0,
     }
+}
+
+/// TCP, UDP and SCTP: the protocols whose first four bytes are the ports.
+#[inline(always)]
+fn ported(p: u8) -> bool {
+    p == 6 || p == 17 || p == 132
+}
+
+/// The four port bytes at `at`, as one word (0 past the end).
+#[inline(always)]
+fn ports(b: &[u8], at: usize) -> u64 {
+    b.get(at..at + 4).map_or(0, |x| u32::from_ne_bytes([x[0], x[1], x[2], x[3]]) as u64)
+}
+
+/// [`ip_flow_hash`] of an IPv4 packet `b` whose first 20 bytes are `h` (for a caller
+/// that has already looked at the version).
+#[inline(always)]
+pub fn ip4_flow_hash(h: &[u8; 20], b: &[u8]) -> u32 {
+    let hl = ((h[0] & 0x0f) as usize) * 4;
+    let frag = (h[6] & 0x3f) != 0 || h[7] != 0;
+    let p = if ported(h[9]) && !frag { ports(b, hl) } else { 0 };
+    let addrs = u64::from_ne_bytes([h[12], h[13], h[14], h[15], h[16], h[17], h[18], h[19]]);
+    hash::flow_hash2(addrs, (h[9] as u64) << 32 | p)
+}
+
+/// [`ip_flow_hash`] of an IPv6 packet `b` whose first 40 bytes are `h`.
+#[inline(always)]
+pub fn ip6_flow_hash(h: &[u8; 40], b: &[u8]) -> u32 {
+    let word = |i: usize| u64::from_ne_bytes([h[i], h[i + 1], h[i + 2], h[i + 3], h[i + 4], h[i + 5], h[i + 6], h[i + 7]]);
+    let p = if ported(h[6]) { ports(b, 40) } else { 0 };
+    hash::flow_hash6([word(8), word(16)], [word(24), word(32)], (h[6] as u64) << 32 | p)
 }
 
 /// The GTP-U TEID of an IP packet carrying a G-PDU (UDP to port 2152, unfragmented,

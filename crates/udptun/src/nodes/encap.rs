@@ -116,18 +116,23 @@ fn encap_resolved<O: TunOuter>(t: &Tunnel, adjacency: &Adjacency, buf: &mut Buff
         return false;
     }
     let b = buf.bytes_mut();
-    let inner_v4 = match b.first().map(|v| v >> 4) {
-        Some(4) if b.len() >= 20 && b[8] > 1 => {
+    // The inner flow's hash (for the source port) from the header in hand, then the hop.
+    let (inner_v4, hash) = match b.first().map(|v| v >> 4) {
+        Some(4) => {
+            let Some(h) = b.first_chunk::<20>().filter(|h| h[8] > 1) else { return false };
+            let hash = ip::flow::ip4_flow_hash(h, b);
             Ipv4Packet::new_unchecked(&mut b[..20]).decrement_ttl();
-            true
+            (true, hash)
         }
-        Some(6) if b.len() >= 40 && b[7] > 1 => {
+        Some(6) => {
+            let Some(h) = b.first_chunk::<40>().filter(|h| h[7] > 1) else { return false };
+            let hash = ip::flow::ip6_flow_hash(h, b);
             b[7] -= 1;
-            false
+            (false, hash)
         }
         _ => return false,
     };
-    let port = t.src_port(ip::flow::ip_flow_hash(b)).to_be_bytes();
+    let port = t.src_port(hash).to_be_bytes();
     let total = rl + inner_len;
     // One prepend for the Ethernet header and the whole right-aligned template (fixed
     // sizes: vector moves, no length-dependent copy); the buffer then starts where the
