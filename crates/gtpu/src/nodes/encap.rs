@@ -265,10 +265,10 @@ impl<Cx: HasGtpu, O: Outer> Node<Cx> for GtpuEncap<O> {
             // start one higher (GTP-U's outer TTL is 64) so both ways send the same bytes.
             let b = buf.bytes_mut();
             if O::IS_V6 {
-                b[7] += 1;
+                b[7] = b[7].saturating_add(1);
             } else {
                 let mut h = wire::ipv4::Ipv4Packet::new_unchecked(&mut b[..20]);
-                h.set_ttl(h.ttl() + 1);
+                h.set_ttl(h.ttl().saturating_add(1));
                 h.fill_checksum();
             }
             return Verdict::Next(Self::LOOKUP);
