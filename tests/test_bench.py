@@ -75,3 +75,19 @@ def test_gtpu_bench_refuses_bad_options(vecgate):
                         (["--tunnels", "100000"], "--inner ip6")]:
         r = subprocess.run([str(vecgate), "bench", "gtpu4-encap", "--packets", "1000"] + args, capture_output=True, text=True, timeout=60)
         assert r.returncode != 0 and words in r.stderr, (args, r.stderr)
+
+
+def test_bench_compare_reports_every_scenario_against_the_baseline(vecgate):
+    """scripts/bench-compare.sh: interleaved rounds, one table per build, the baseline's
+    extra exactly zero and every other scenario with the tunnel node in its row."""
+    import pathlib
+    script = pathlib.Path(__file__).resolve().parent.parent / "scripts" / "bench-compare.sh"
+    r = subprocess.run([str(script), "--rounds", "1", "--packets", "100000", "--bin", str(vecgate),
+                        "ip4-forward", "gue4-encap", "gue4-decap"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    rows = {line.split()[0]: line.split() for line in r.stdout.splitlines()
+            if line.split() and line.split()[0] in ("ip4-forward", "gue4-encap", "gue4-decap")}
+    assert set(rows) == {"ip4-forward", "gue4-encap", "gue4-decap"}, r.stdout
+    assert rows["ip4-forward"][3] == "+0.0" and rows["ip4-forward"][4] == "1.00"
+    assert "gue4-encap" in rows["gue4-encap"][5:] and "gue4-input" in rows["gue4-decap"][5:]
+    assert "host steal" in r.stdout

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Cycles per packet of several `vecgate bench` scenarios measured in one run: the
+# scenarios (and builds) interleaved round by round, so that a host that speeds up or
+# slows down between rounds moves them all; medians, ranges and the extra over the first
+# scenario (the baseline) per build, and the host's steal time over the run.
+#
+# Usage: scripts/bench-compare.sh [--rounds N] [--packets N] [--bin PATH]... BASELINE SCENARIO...
+#   e.g. scripts/bench-compare.sh --rounds 5 ip4-forward gue4-encap gre-udp4-encap gue4-decap
+#   --bin twice compares two builds (e.g. one built from an older commit in a worktree).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=5
+packets=3000000
+bins=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --rounds) rounds=$2; shift 2 ;;
+        --packets) packets=$2; shift 2 ;;
+        --bin) bins+=("$2"); shift 2 ;;
+        *) break ;;
+    esac
+done
+[ $# -ge 2 ] || { sed -n '2,9p' "$0"; exit 2; }
+if [ ${#bins[@]} -eq 0 ]; then
+    cargo build --release -q -p vecgate
+    bins=(target/release/vecgate)
+fi
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+cpu_times() { awk '/^cpu /{print $2+$3+$4+$5+$6+$7+$8+$9, $9}' /proc/stat; }
+read -r total0 steal0 <<<"$(cpu_times)"
+for r in $(seq "$rounds"); do
+    for s in "$@"; do
+        for b in "${bins[@]}"; do
+            printf '%s\t%s\t' "$b" "$s" >>"$out"
+            "$b" bench "$s" --packets "$packets" --core 1 --json >>"$out"
+        done
+    done
+done
+read -r total1 steal1 <<<"$(cpu_times)"
+python3 - "$out" "$1" "$((total1 - total0))" "$((steal1 - steal0))" <<'PY'
+import collections, json, statistics, sys
+path, base, total, steal = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+runs = collections.defaultdict(list)
+nodes = collections.defaultdict(lambda: collections.defaultdict(list))
+cpu = ""
+for line in open(path):
+    b, s, j = line.rstrip("\n").split("\t", 2)
+    d = json.loads(j)
+    cpu = d["cpu"]
+    runs[(b, s)].append(d["cycles_per_packet"])
+    for n in d["nodes"]:
+        if n["name"] not in ("pg-input", "interface-tx", "interface-output", "ethernet-input"):
+            nodes[(b, s)][n["name"]].append(n["cycles_per_packet"])
+print(f"{cpu}; host steal over the run {100 * steal / max(total, 1):.1f} %")
+for b in dict.fromkeys(k[0] for k in runs):
+    ref = statistics.median(runs[(b, base)])
+    print(f"\n{b}")
+    print(f"{'scenario':<18} {'cycles/packet':>14} {'range':>15} {'extra':>8} {'ratio':>6}  nodes (medians)")
+    for s in dict.fromkeys(k[1] for k in runs if k[0] == b):
+        v = runs[(b, s)]
+        m = statistics.median(v)
+        per_node = " ".join(f"{k} {statistics.median(x):.1f}" for k, x in nodes[(b, s)].items())
+        print(f"{s:<18} {m:>14.1f} {min(v):>7.1f}-{max(v):<7.1f} {m - ref:>+8.1f} {m / ref:>6.2f}  {per_node}")
+PY
