@@ -179,3 +179,29 @@ def test_other_ports_and_peers_are_not_tunnels(vecgate, tmp_path):
     out0, out1, c, _ = run_pcap(vecgate, tmp_path, pkts, tunnel("gue"))
     assert c.get(("ip4-local", "port-unreachable")) == 1, c
     assert c.get(("gue4-input", "no-tunnel")) == 1, c
+
+
+def test_decap_tells_peers_apart_within_a_vector(vecgate, tmp_path):
+    """Two tunnels on one port from two peers, their packets interleaved in one vector
+    (gueN-input remembers the last peer it looked up): each packet is judged by its own
+    tunnel's encapsulation, and a stranger's by none."""
+    inner = raw(back_to_host())
+    gue, direct = b"\x00\x04\x00\x00" + inner, inner
+    def from_peer(last_octet, payload):
+        return Ether(src=HOST_MAC, dst=GW_MAC0) / IP(src=f"198.18.1.{last_octet}", dst="198.18.1.1") / \
+            UDP(sport=40000, dport=6080, chksum=0) / Raw(payload)
+    second = """
+[[udp_tunnel]]
+local = "198.18.1.1"
+remote = "198.18.1.3"
+encap = "direct"
+port = 6080
+routes = ["198.19.51.0/24"]
+"""
+    pkts = [from_peer(2, gue), from_peer(3, direct), from_peer(3, gue), from_peer(2, gue), from_peer(9, gue), from_peer(3, direct)]
+    out0, out1, c, _ = run_pcap(vecgate, tmp_path, pkts, tunnel("gue") + second)
+    assert len(out0) == 4 and not out1, c
+    assert all(p[IP].src == INNER4 and raw(p[UDP].payload) == b"z" * 30 for p in out0)
+    assert c[("gue4-input", "decapsulated")] == 4
+    # The GUE header from the direct tunnel's peer is read as an inner packet of version 0.
+    assert c.get(("gue4-input", "unsupported-inner")) == 1 and c.get(("gue4-input", "no-tunnel")) == 1, c
