@@ -382,6 +382,53 @@ mod tests {
         assert_eq!(pool.get(b).bytes(), &inner_udp4(1)[..]);
     }
 
+    proptest::proptest! {
+        /// Any inner packet (any version nibble, TTL, protocol, length; IPv4 options
+        /// too) in any plain tunnel: the fast path either declines and leaves the buffer
+        /// as it was, or sends the general path's bytes.
+        #[test]
+        fn fast_path_agrees_with_the_general_path_on_any_packet(
+            v6_outer in proptest::bool::ANY,
+            kind in 0usize..3,
+            mut inner in proptest::collection::vec(proptest::num::u8::ANY, 0..200),
+            version in 0u8..16,
+            ihl in 5u8..16,
+            mtu in 60u16..300,
+            src_min in 1024u16..60000,
+        ) {
+            let encap_kind = [Encap::Gue, Encap::Gre, Encap::Direct][kind];
+            if let Some(b) = inner.first_mut() {
+                *b = version << 4 | ihl;
+            }
+            let (local, remote) = if v6_outer { ("2001:db8:1::1", "2001:db8:1::2") } else { ("198.18.1.1", "198.18.1.2") };
+            let mut s = spec(encap_kind, local, remote);
+            s.checksum = ChecksumMode::Zero;
+            s.src_port_min = src_min;
+            let t = Tunnel::new(&s);
+            let l2 = [2, 0, 0, 0, 0, 9, 2, 0, 0, 0, 0, 1, 0x08, 0x00];
+            let adj = Adjacency::Rewrite { tx_if: engine::IfIndex(3), rewrite: l2, mtu };
+            let mut pool = Pool::new(4, 0);
+            let (fast, slow) = (pool.alloc(256).unwrap(), pool.alloc(256).unwrap());
+            pool.get_mut(fast).write(&inner).unwrap();
+            pool.get_mut(slow).write(&inner).unwrap();
+            let ok = if v6_outer {
+                encap_resolved::<ip::outer::Ip6Outer>(&t, &adj, pool.get_mut(fast))
+            } else {
+                encap_resolved::<ip::outer::Ip4Outer>(&t, &adj, pool.get_mut(fast))
+            };
+            if !ok {
+                proptest::prop_assert_eq!(pool.get(fast).bytes(), &inner[..]);
+                return Ok(());
+            }
+            proptest::prop_assert!(inner.len() + t.rewrite_len as usize <= mtu as usize);
+            let b = pool.get_mut(slow);
+            let InnerHop::Forwarded { v4 } = inner_hop(b.bytes_mut()) else { panic!("the fast path took a packet the general path would not") };
+            encap(&t, v6_outer, v4, b).unwrap();
+            b.prepend(14).unwrap().copy_from_slice(&l2);
+            proptest::prop_assert_eq!(pool.get(fast).bytes(), pool.get(slow).bytes());
+        }
+    }
+
     /// The spread test: 10 000 inner flows over 16 buckets of source ports, no
     /// bucket more than 10 % above the mean.
     #[test]
