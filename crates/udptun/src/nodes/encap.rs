@@ -17,7 +17,6 @@ use crate::tunnel::{Encap, Tunnel, MAX_REWRITE};
 use engine::{counters, next_nodes, Buffer, Counts, GsoKind, Node, Verdict};
 use ip::outer::{encap_mtu, inner_hop, udp_checksum, ChecksumMode, EncapMtu, InnerHop};
 use ip::tables::Adjacency;
-use wire::checksum;
 use wire::ipv4::Ipv4Packet;
 
 next_nodes! {
@@ -71,17 +70,9 @@ pub fn encap(t: &Tunnel, is_v6: bool, inner_v4: bool, buf: &mut Buffer) -> Resul
     let room = buf.prepend(MAX_REWRITE).map_err(|_| UdpTunEncapCounter::NoHeadroom)?;
     room.copy_from_slice(&t.rewrite);
     buf.advance(MAX_REWRITE - rl).map_err(|_| UdpTunEncapCounter::NoHeadroom)?;
-    let h = &mut buf.bytes_mut()[..rl];
-    if is_v6 {
-        h[4..6].copy_from_slice(&(ip_payload as u16).to_be_bytes());
-    } else {
-        h[2..4].copy_from_slice(&(total as u16).to_be_bytes());
-        let c = checksum::update16(u16::from_be_bytes([h[10], h[11]]), 0, total as u16);
-        h[10..12].copy_from_slice(&c.to_be_bytes());
+    if !patch_outer(t, is_v6, inner_v4, buf.bytes_mut(), total, port) {
+        return Err(UdpTunEncapCounter::NoHeadroom);
     }
-    h[ua..ua + 2].copy_from_slice(&port.to_be_bytes());
-    h[ua + 4..ua + 6].copy_from_slice(&(ip_payload as u16).to_be_bytes());
-    set_inner_protocol(t.encap, &mut h[ua + 8..], inner_v4);
     match t.checksum {
         ChecksumMode::Zero => {}
         ChecksumMode::Offload => {
@@ -132,7 +123,7 @@ fn encap_resolved<O: TunOuter>(t: &Tunnel, adjacency: &Adjacency, buf: &mut Buff
         }
         _ => return false,
     };
-    let port = t.src_port(hash).to_be_bytes();
+    let port = t.src_port(hash);
     let total = rl + inner_len;
     // One prepend for the Ethernet header and the whole right-aligned template (fixed
     // sizes: vector moves, no length-dependent copy); the buffer then starts where the
@@ -144,14 +135,30 @@ fn encap_resolved<O: TunOuter>(t: &Tunnel, adjacency: &Adjacency, buf: &mut Buff
     let start = MAX_REWRITE - rl;
     let Some((eth, outer)) = room[start..].split_first_chunk_mut::<L2>() else { return false };
     eth.copy_from_slice(l2);
-    if O::IS_V6 {
-        let Some(h) = outer.first_chunk_mut::<48>() else { return false };
+    if !patch_outer(t, O::IS_V6, inner_v4, outer, total, port) {
+        return false;
+    }
+    let Ok(()) = buf.advance(start) else { return false };
+    buf.meta.tx_if = *tx_if;
+    true
+}
+
+/// Patch the copied template `h` (outer IP header first) for a packet of `total` bytes
+/// from source port `port`: the IP length (and IPv4 checksum, from the template's
+/// precomputed sum), the UDP length and port, the inner protocol. Fixed offsets per
+/// family, so one bounds check. False if `h` is shorter than IP + UDP (never for a
+/// template).
+#[inline(always)]
+fn patch_outer(t: &Tunnel, is_v6: bool, inner_v4: bool, h: &mut [u8], total: usize, port: u16) -> bool {
+    let port = port.to_be_bytes();
+    if is_v6 {
+        let Some(h) = h.first_chunk_mut::<48>() else { return false };
         let len = ((total - 40) as u16).to_be_bytes();
         h[4..6].copy_from_slice(&len);
         h[40..42].copy_from_slice(&port);
         h[44..46].copy_from_slice(&len);
     } else {
-        let Some(h) = outer.first_chunk_mut::<28>() else { return false };
+        let Some(h) = h.first_chunk_mut::<28>() else { return false };
         h[2..4].copy_from_slice(&(total as u16).to_be_bytes());
         let mut c = t.ip_sum + total as u32;
         c = (c & 0xffff) + (c >> 16);
@@ -159,23 +166,16 @@ fn encap_resolved<O: TunOuter>(t: &Tunnel, adjacency: &Adjacency, buf: &mut Buff
         h[20..22].copy_from_slice(&port);
         h[24..26].copy_from_slice(&((total - 20) as u16).to_be_bytes());
     }
+    // The template names IPv4 (GUE protocol 4, GRE EtherType 0x0800).
     if !inner_v4 {
-        set_inner_protocol(t.encap, &mut outer[t.udp_at as usize + 8..], false);
+        let e = t.udp_at as usize + 8;
+        match t.encap {
+            Encap::Gue => h[e + 1] = 41,
+            Encap::Gre => h[e + 2..e + 4].copy_from_slice(&0x86ddu16.to_be_bytes()),
+            Encap::Direct => {}
+        }
     }
-    let Ok(()) = buf.advance(start) else { return false };
-    buf.meta.tx_if = *tx_if;
     true
-}
-
-/// The template names IPv4 (GUE protocol 4, GRE EtherType 0x0800); an IPv6 inner packet
-/// changes it.
-#[inline(always)]
-fn set_inner_protocol(encap: Encap, e: &mut [u8], inner_v4: bool) {
-    match encap {
-        Encap::Gue if !inner_v4 => e[1] = 41,
-        Encap::Gre if !inner_v4 => e[2..4].copy_from_slice(&0x86ddu16.to_be_bytes()),
-        _ => {}
-    }
 }
 
 impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunEncap<O> {
@@ -265,6 +265,7 @@ mod tests {
     use crate::tunnel::UdpTunnelSpec;
     use engine::Pool;
     use std::net::IpAddr;
+    use wire::checksum;
 
     fn inner_udp4(src_port: u16) -> Vec<u8> {
         let mut p = vec![0x45, 0, 0, 28, 0, 0, 0x40, 0, 64, 17, 0, 0, 198, 18, 0, 2, 198, 19, 0, 1];
