@@ -199,6 +199,20 @@ impl Buffer {
         Ok(&mut self.data[s..s + n])
     }
 
+    /// `N` bytes as one array, from `back` bytes in front of the packet (headroom, for
+    /// headers about to go on) into the packet: a node that rewrites the front of a
+    /// packet at fixed offsets proves all its bounds with this one check. `None` if the
+    /// headroom is short of `back` bytes or the packet of `N - back`. The packet itself
+    /// does not change: [`Buffer::prepend`] then takes in the bytes written in front.
+    #[inline(always)]
+    pub fn front_window<const N: usize>(&mut self, back: usize) -> Option<&mut [u8; N]> {
+        let from = (self.start as usize).checked_sub(back)?;
+        if from + N > self.end as usize {
+            return None;
+        }
+        self.data.get_mut(from..from + N)?.try_into().ok()
+    }
+
     /// Cut the packet to `len` bytes (e.g. to drop Ethernet padding).
     #[inline(always)]
     pub fn truncate(&mut self, len: usize) {
@@ -287,6 +301,23 @@ mod tests {
         b.advance(3).unwrap();
         assert_eq!(b.preceding(3), Some(&[9, 9, 9][..]));
         assert_eq!(b.bytes(), &[9, 3]);
+    }
+
+    #[test]
+    fn front_window_spans_headroom_and_packet() {
+        let mut b = Buffer::new(64);
+        b.write(&[1, 2, 3, 4]).unwrap();
+        let w = b.front_window::<6>(2).unwrap();
+        assert_eq!(&w[2..], &[1, 2, 3, 4]);
+        w[..2].copy_from_slice(&[7, 8]);
+        // Nothing joins the packet until it is prepended.
+        assert_eq!(b.bytes(), &[1, 2, 3, 4]);
+        b.prepend(2).unwrap();
+        assert_eq!(b.bytes(), &[7, 8, 1, 2, 3, 4]);
+        // Past the packet's end, or more headroom than there is: refused.
+        assert!(b.front_window::<9>(2).is_none());
+        assert!(b.front_window::<4>(HEADROOM - 1).is_none());
+        assert!(b.front_window::<4>(HEADROOM - 2).is_some());
     }
 
     #[test]

@@ -14,7 +14,7 @@
 use super::TunOuter;
 use crate::context::HasUdpTun;
 use crate::tunnel::{Encap, Tunnel, MAX_REWRITE};
-use engine::{counters, next_nodes, Buffer, Counts, GsoKind, Node, Verdict};
+use engine::{counters, next_nodes, Buffer, Counts, GsoKind, IfIndex, Node, Verdict};
 use ip::outer::{encap_mtu, inner_hop, udp_checksum, ChecksumMode, EncapMtu, InnerHop};
 use ip::tables::Adjacency;
 use wire::ipv4::Ipv4Packet;
@@ -45,11 +45,15 @@ counters! {
     }
 }
 
-pub struct UdpTunEncap<O: TunOuter>(std::marker::PhantomData<O>);
+pub struct UdpTunEncap<O: TunOuter> {
+    /// The fast path's plan for the tunnel last seen in this vector.
+    plan: EncapPlan,
+    outer: std::marker::PhantomData<O>,
+}
 
 impl<O: TunOuter> Default for UdpTunEncap<O> {
     fn default() -> Self {
-        UdpTunEncap(std::marker::PhantomData)
+        UdpTunEncap { plan: EncapPlan::default(), outer: std::marker::PhantomData }
     }
 }
 
@@ -92,55 +96,107 @@ pub fn encap(t: &Tunnel, is_v6: bool, inner_v4: bool, buf: &mut Buffer) -> Resul
     Ok(())
 }
 
-/// The fast path, for the common packet: a plain tunnel (zero outer checksum, no MTU cap,
-/// no clamping), a resolved outer adjacency, an inner IPv4 or IPv6 packet with TTL to
-/// spare that is no GSO frame and fits the link with the outer headers. The inner TTL
-/// goes down, the outer headers and then the Ethernet header go on in front, and the
-/// lengths, checksum and source port are patched: all a forwarded packet's rewrite costs
-/// plus the template. False, with the buffer untouched, for anything else.
+/// Room in front of an inner packet for the Ethernet header and the longest outer headers.
+const HEAD: usize = 14 + MAX_REWRITE;
+
+/// What the fast path needs of one tunnel and its outer adjacency, gathered once per
+/// vector (a vector's packets mostly go into one tunnel): the Ethernet header and the
+/// outer headers as one right-aligned block, so a packet costs one copy and no table
+/// lookups. Rebuilt at every vector, since the tables may be republished in between.
+#[derive(Clone)]
+pub struct EncapPlan {
+    /// The tunnel (`meta.param`) planned for; [`EncapPlan::NONE`] for none yet.
+    id: u32,
+    head: [u8; HEAD],
+    /// Bytes of `head` a packet takes: 14 + the tunnel's outer headers.
+    used: usize,
+    /// The longest inner packet that fits the link with the outer headers; 0 when the
+    /// fast path cannot take this tunnel's packets at all (not plain, no resolved outer
+    /// adjacency, no such tunnel).
+    max_inner: usize,
+    tx_if: IfIndex,
+    adj: u32,
+    tunnel: Option<Tunnel>,
+}
+
+impl Default for EncapPlan {
+    fn default() -> Self {
+        EncapPlan { id: EncapPlan::NONE, head: [0; HEAD], used: 0, max_inner: 0, tx_if: IfIndex(0), adj: 0, tunnel: None }
+    }
+}
+
+impl EncapPlan {
+    pub const NONE: u32 = u32::MAX;
+
+    /// The plan for tunnel `id` (`t`, if it exists) sent by adjacency `adj`.
+    pub fn new(id: u32, t: Option<&Tunnel>, adj: u32, adjacency: &Adjacency) -> EncapPlan {
+        let mut plan = EncapPlan { id, adj, ..EncapPlan::default() };
+        let Some(t) = t else { return plan };
+        let rl = t.rewrite_len as usize;
+        if let Adjacency::Rewrite { tx_if, rewrite: l2, mtu } = adjacency {
+            // The patch needs the whole IP and UDP headers (always there in a template).
+            if t.plain && rl >= t.udp_at as usize + 8 {
+                plan.head[HEAD - rl..].copy_from_slice(&t.rewrite[MAX_REWRITE - rl..]);
+                plan.head[HEAD - rl - 14..HEAD - rl].copy_from_slice(l2);
+                plan.used = rl + 14;
+                plan.max_inner = (*mtu as usize).saturating_sub(rl);
+                plan.tx_if = *tx_if;
+            }
+        }
+        plan.tunnel = Some(t.clone());
+        plan
+    }
+}
+
+/// The fast path, for the common packet: a tunnel the plan takes (plain: zero outer
+/// checksum, no MTU cap, no clamping; a resolved outer adjacency), an inner IPv4 packet
+/// without options or an IPv6 packet, with TTL to spare, no GSO frame, that fits the
+/// link with the outer headers. The inner TTL goes down, the planned headers go on in
+/// front, and the lengths, checksum and source port are patched: a forwarded packet's
+/// rewrite plus one copy and the flow hash. False, with the buffer untouched, for
+/// anything else.
 #[inline(always)]
-fn encap_resolved<O: TunOuter>(t: &Tunnel, adjacency: &Adjacency, buf: &mut Buffer) -> bool {
-    let Adjacency::Rewrite { tx_if, rewrite: l2, mtu } = adjacency else { return false };
-    let rl = t.rewrite_len as usize;
+fn encap_planned<O: TunOuter>(p: &EncapPlan, buf: &mut Buffer) -> bool {
     let inner_len = buf.len();
-    if !t.plain || inner_len + rl > *mtu as usize || buf.meta.offload.gso != GsoKind::None || buf.headroom() < MAX_REWRITE + 14 {
+    if inner_len > p.max_inner || buf.meta.offload.gso != GsoKind::None {
         return false;
     }
-    let b = buf.bytes_mut();
-    // The inner flow's hash (for the source port) from the header in hand, then the hop.
-    let (inner_v4, hash) = match b.first().map(|v| v >> 4) {
-        Some(4) => {
-            let Some(h) = b.first_chunk::<20>().filter(|h| h[8] > 1) else { return false };
-            let hash = ip::flow::ip4_flow_hash(h, b);
-            Ipv4Packet::new_unchecked(&mut b[..20]).decrement_ttl();
-            (true, hash)
+    let Some(t) = &p.tunnel else { return false };
+    match buf.bytes().first() {
+        Some(0x45) => {
+            // The header and the ports (the flow hash's words), behind the room in front.
+            let Some(w) = buf.front_window::<{ HEAD + 24 }>(HEAD) else { return false };
+            let Some((head, inner)) = w.split_first_chunk_mut::<HEAD>() else { return false };
+            let Some(h) = inner.first_chunk::<20>().filter(|h| h[8] > 1) else { return false };
+            let hash = ip::flow::ip4_flow_hash(h, inner);
+            Ipv4Packet::new_unchecked(&mut inner[..20]).decrement_ttl();
+            put_head::<O>(p, t, head, true, inner_len, hash);
         }
-        Some(6) => {
-            let Some(h) = b.first_chunk::<40>().filter(|h| h[7] > 1) else { return false };
-            let hash = ip::flow::ip6_flow_hash(h, b);
-            b[7] -= 1;
-            (false, hash)
+        Some(v) if v >> 4 == 6 => {
+            let Some(w) = buf.front_window::<{ HEAD + 44 }>(HEAD) else { return false };
+            let Some((head, inner)) = w.split_first_chunk_mut::<HEAD>() else { return false };
+            let Some(h) = inner.first_chunk::<40>().filter(|h| h[7] > 1) else { return false };
+            let hash = ip::flow::ip6_flow_hash(h, inner);
+            inner[7] -= 1;
+            put_head::<O>(p, t, head, false, inner_len, hash);
         }
         _ => return false,
-    };
-    let port = t.src_port(hash);
-    let total = rl + inner_len;
-    // One prepend for the Ethernet header and the whole right-aligned template (fixed
-    // sizes: vector moves, no length-dependent copy); the buffer then starts where the
-    // Ethernet header lands, just before the template's used part.
-    const L2: usize = 14;
-    let Ok(room) = buf.prepend(L2 + MAX_REWRITE) else { return false };
-    let Ok(room) = <&mut [u8; L2 + MAX_REWRITE]>::try_from(room) else { return false };
-    room[L2..].copy_from_slice(&t.rewrite);
-    let start = MAX_REWRITE - rl;
-    let Some((eth, outer)) = room[start..].split_first_chunk_mut::<L2>() else { return false };
-    eth.copy_from_slice(l2);
-    if !patch_outer(t, O::IS_V6, inner_v4, outer, total, port) {
-        return false;
     }
-    let Ok(()) = buf.advance(start) else { return false };
-    buf.meta.tx_if = *tx_if;
+    let Ok(_) = buf.prepend(p.used) else { return false };
+    buf.meta.tx_if = p.tx_if;
+    buf.meta.adj = p.adj;
     true
+}
+
+/// The planned headers into the room in front of an inner packet of `inner_len` bytes,
+/// patched for it.
+#[inline(always)]
+fn put_head<O: TunOuter>(p: &EncapPlan, t: &Tunnel, head: &mut [u8; HEAD], inner_v4: bool, inner_len: usize, hash: u32) {
+    *head = p.head;
+    let rl = t.rewrite_len as usize;
+    // Never false: the plan only takes templates with whole IP and UDP headers.
+    let patched = patch_outer(t, O::IS_V6, inner_v4, &mut head[HEAD - rl..], rl + inner_len, t.src_port(hash));
+    debug_assert!(patched);
 }
 
 /// Patch the copied template `h` (outer IP header first) for a packet of `total` bytes
@@ -187,19 +243,27 @@ impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunEncap<O> {
     }
 
     #[inline(always)]
+    fn prepare(&mut self, _cx: &mut Cx, _pool: &mut engine::Pool, _input: &[engine::BufIdx]) {
+        self.plan.id = EncapPlan::NONE;
+    }
+
+    #[inline(always)]
     fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
         let (ipc, u) = cx.split_udptun();
         let id = buf.meta.param;
-        let Some(t) = u.tables.tunnel(id) else {
-            return Verdict::Drop(UdpTunEncapCounter::NoTunnel);
-        };
-        let adj = u.tables.outer_adj(id);
-        let adjacency = ipc.tables.adjacency(adj);
-        if encap_resolved::<O>(t, adjacency, buf) {
-            buf.meta.adj = adj;
+        if id != self.plan.id {
+            let adj = u.tables.outer_adj(id);
+            self.plan = EncapPlan::new(id, u.tables.tunnel(id), adj, ipc.tables.adjacency(adj));
+        }
+        if encap_planned::<O>(&self.plan, buf) {
             counts.inc(UdpTunEncapCounter::Encapsulated);
             return Verdict::Next(UdpTunEncapNext::Output);
         }
+        let Some(t) = u.tables.tunnel(id) else {
+            return Verdict::Drop(UdpTunEncapCounter::NoTunnel);
+        };
+        let adj = self.plan.adj;
+        let adjacency = ipc.tables.adjacency(adj);
         let link_mtu = adjacency.mtu();
         let fragment_outer = match encap_mtu(buf, link_mtu, t.rewrite_len as usize, t.mtu) {
             EncapMtu::Encap { fragment_outer, clamped } => {
@@ -276,6 +340,14 @@ mod tests {
         p
     }
 
+    /// The fast path by a plan for `t` sent by `adj` (adjacency 5), outer IPv6 or IPv4.
+    fn fast_path(v6: bool, t: &Tunnel, adj: &Adjacency, buf: &mut Buffer) -> bool {
+        let plan = EncapPlan::new(1, Some(t), 5, adj);
+        let ok = if v6 { encap_planned::<ip::outer::Ip6Outer>(&plan, buf) } else { encap_planned::<ip::outer::Ip4Outer>(&plan, buf) };
+        assert!(!ok || buf.meta.adj == 5);
+        ok
+    }
+
     fn spec(encap: Encap, local: &str, remote: &str) -> UdpTunnelSpec {
         let (l, r): (IpAddr, IpAddr) = (local.parse().unwrap(), remote.parse().unwrap());
         UdpTunnelSpec::new(l, r, encap, encap.default_port().unwrap_or(5555))
@@ -347,11 +419,7 @@ mod tests {
                     pool.get_mut(fast).write(&inner).unwrap();
                     pool.get_mut(slow).write(&inner).unwrap();
                     let v6 = local.contains(':');
-                    let ok = if v6 {
-                        encap_resolved::<ip::outer::Ip6Outer>(&t, &adj, pool.get_mut(fast))
-                    } else {
-                        encap_resolved::<ip::outer::Ip4Outer>(&t, &adj, pool.get_mut(fast))
-                    };
+                    let ok = fast_path(v6, &t, &adj, pool.get_mut(fast));
                     assert!(ok);
                     let b = pool.get_mut(slow);
                     let InnerHop::Forwarded { v4 } = inner_hop(b.bytes_mut()) else { panic!("inner") };
@@ -372,14 +440,14 @@ mod tests {
         let b = pool.alloc(64).unwrap();
         pool.get_mut(b).write(&inner_udp4(1)).unwrap();
         let small = Adjacency::Rewrite { tx_if: engine::IfIndex(3), rewrite: l2, mtu: 40 };
-        assert!(!encap_resolved::<ip::outer::Ip4Outer>(&t, &small, pool.get_mut(b)));
+        assert!(!fast_path(false, &t, &small, pool.get_mut(b)));
         pool.get_mut(b).bytes_mut()[8] = 1;
         let adj = Adjacency::Rewrite { tx_if: engine::IfIndex(3), rewrite: l2, mtu: 1500 };
-        assert!(!encap_resolved::<ip::outer::Ip4Outer>(&t, &adj, pool.get_mut(b)));
+        assert!(!fast_path(false, &t, &adj, pool.get_mut(b)));
         let mut s = spec(Encap::Gue, "198.18.1.1", "198.18.1.2");
         s.mtu.mss_clamp = true;
         pool.get_mut(b).bytes_mut()[8] = 64;
-        assert!(!encap_resolved::<ip::outer::Ip4Outer>(&Tunnel::new(&s), &adj, pool.get_mut(b)));
+        assert!(!fast_path(false, &Tunnel::new(&s), &adj, pool.get_mut(b)));
         assert_eq!(pool.get(b).bytes(), &inner_udp4(1)[..]);
     }
 
@@ -412,11 +480,7 @@ mod tests {
             let (fast, slow) = (pool.alloc(256).unwrap(), pool.alloc(256).unwrap());
             pool.get_mut(fast).write(&inner).unwrap();
             pool.get_mut(slow).write(&inner).unwrap();
-            let ok = if v6_outer {
-                encap_resolved::<ip::outer::Ip6Outer>(&t, &adj, pool.get_mut(fast))
-            } else {
-                encap_resolved::<ip::outer::Ip4Outer>(&t, &adj, pool.get_mut(fast))
-            };
+            let ok = fast_path(v6_outer, &t, &adj, pool.get_mut(fast));
             if !ok {
                 proptest::prop_assert_eq!(pool.get(fast).bytes(), &inner[..]);
                 return Ok(());
