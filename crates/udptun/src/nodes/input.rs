@@ -46,10 +46,35 @@ counters! {
 }
 
 pub struct UdpTunInput<O: TunOuter> {
-    /// The last (our address, peer, port) looked up and its tunnel: a vector's packets
-    /// mostly come from a few peers. Forgotten at each vector, since the tables may be
-    /// republished between vectors.
-    last: Option<(O::Addr, O::Addr, u16, u32)>,
+    /// The tunnel last looked up: a vector's packets mostly come from a few peers.
+    /// Forgotten at each vector, since the tables may be republished between vectors.
+    last: Option<DecapPlan<O::Addr>>,
+}
+
+/// What decap needs of one tunnel, kept for the packets after the first in a vector.
+#[derive(Clone, Copy)]
+struct DecapPlan<A> {
+    /// (our address, the peer's, the port) it was looked up by.
+    key: (A, A, u16),
+    id: u32,
+    /// The fast path's test: the four header bytes after UDP of a plain data packet
+    /// with an inner IPv4 and with an inner IPv6 packet (a GUE header without flags or
+    /// extensions, a GRE header without options). `None`: this tunnel's packets always
+    /// take the full path (no such header, a GRE key, MSS clamping).
+    plain: Option<([u8; 4], [u8; 4])>,
+    /// A zero UDP checksum is accepted (always over IPv4, RFC 6936 over IPv6).
+    zero_checksum_ok: bool,
+}
+
+impl<A> DecapPlan<A> {
+    fn new(key: (A, A, u16), id: u32, t: &crate::tunnel::Tunnel, is_v6: bool) -> Self {
+        let plain = match (t.encap, t.gre_key, t.mtu.mss_clamp) {
+            (_, _, true) | (Encap::Direct, _, _) | (Encap::Gre, Some(_), _) => None,
+            (Encap::Gue, _, _) => Some(([0, 4, 0, 0], [0, 41, 0, 0])),
+            (Encap::Gre, None, _) => Some(([0, 0, 0x08, 0x00], [0, 0, 0x86, 0xdd])),
+        };
+        DecapPlan { key, id, plain, zero_checksum_ok: !is_v6 || t.accept_zero_checksum }
+    }
 }
 
 impl<O: TunOuter> Default for UdpTunInput<O> {
@@ -149,15 +174,49 @@ impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunInput<O> {
         if udp_len < 8 || hl + udp_len > b.len() {
             return Verdict::Drop(C::BadUdpLength);
         }
-        let id = match self.last {
-            Some((l, r, p, id)) if (l, r, p) == (dst, src, port) => id,
+        let plan = match self.last {
+            Some(p) if p.key == (dst, src, port) => p,
             _ => {
                 let Some(id) = O::decap(&u.tables, dst, src, port) else { return Verdict::Drop(C::NoTunnel) };
-                self.last = Some((dst, src, port, id));
-                id
+                let Some(t) = u.tables.tunnel(id) else { return Verdict::Drop(C::NoTunnel) };
+                let p = DecapPlan::new((dst, src, port), id, t, O::IS_V6);
+                self.last = Some(p);
+                p
             }
         };
+        // The fast path: the datagram is the whole packet (ipN-input cut it to the IP
+        // length), with a zero checksum the tunnel accepts and the tunnel's plain data
+        // header, and the inner packet passes ipN-input's fast-path checks. Anything
+        // else takes the full path below, which counts what it refuses.
+        if let Some((for_v4, for_v6)) = plan.plain {
+            if hl + udp_len == b.len() && sum == 0 && plan.zero_checksum_ok {
+                let at = hl + 12;
+                let inner = match b.get(hl + 8..).and_then(|x| x.first_chunk::<4>()) {
+                    Some(w) if *w == for_v4 => b
+                        .get(at..)
+                        .and_then(|x| x.first_chunk::<20>())
+                        .and_then(|h| ip4_input::fast_path_len(h, b.len() - at))
+                        .map(|n| (n, UdpTunInputNext::Ip4Lookup)),
+                    Some(w) if *w == for_v6 => b
+                        .get(at..)
+                        .and_then(|x| x.first_chunk::<40>())
+                        .and_then(|h| ip6_input::fast_path_len(h, b.len() - at))
+                        .map(|n| (n, UdpTunInputNext::Ip6Lookup)),
+                    _ => None,
+                };
+                if let Some((inner_len, next)) = inner {
+                    if buf.advance(at).is_ok() {
+                        buf.truncate(inner_len);
+                        buf.meta.l4_checksum_ok = false;
+                        counts.inc(C::Decapsulated);
+                        return Verdict::Next(next);
+                    }
+                }
+            }
+        }
+        let id = plan.id;
         let Some(t) = u.tables.tunnel(id) else { return Verdict::Drop(C::NoTunnel) };
+        let b = buf.bytes();
         let seg = &b[hl..hl + udp_len];
         if sum == 0 {
             if O::IS_V6 && !t.accept_zero_checksum {
