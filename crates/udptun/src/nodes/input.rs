@@ -12,7 +12,7 @@
 
 use super::TunOuter;
 use crate::context::{HasUdpTun, UdpTunEvent};
-use crate::tunnel::Encap;
+use crate::tunnel::{Encap, Tunnel};
 use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
 use ip::nodes::{ip4_input, ip6_input};
 use ip::outer::{udp_checksum_ok, OuterError};
@@ -67,7 +67,7 @@ struct DecapPlan<A> {
 }
 
 impl<A> DecapPlan<A> {
-    fn new(key: (A, A, u16), id: u32, t: &crate::tunnel::Tunnel, is_v6: bool) -> Self {
+    fn new(key: (A, A, u16), id: u32, t: &Tunnel, is_v6: bool) -> Self {
         let plain = match (t.encap, t.gre_key, t.mtu.mss_clamp) {
             (_, _, true) | (Encap::Direct, _, _) | (Encap::Gre, Some(_), _) => None,
             (Encap::Gue, _, _) => Some(([0, 4, 0, 0], [0, 41, 0, 0])),
@@ -144,6 +144,94 @@ fn inner_parsed(encap: Encap, key: Option<u32>, p: &[u8]) -> Result<Option<(usiz
     }
 }
 
+/// The outer UDP header of a tunnel packet: where it starts, its length and checksum
+/// (the length already checked to lie within the packet).
+#[derive(Clone, Copy)]
+struct Udp {
+    hl: usize,
+    len: usize,
+    sum: u16,
+}
+
+/// The fast path: the datagram is the whole packet (ipN-input cut it to the IP length),
+/// with a zero checksum the tunnel accepts and the tunnel's plain data header, and the
+/// inner packet passes ipN-input's fast-path checks. The buffer then holds the inner
+/// packet, and the node it goes to is returned; `None`, with the buffer untouched, for
+/// anything else: [`decap_full`] takes it, and counts what it refuses.
+#[inline(always)]
+fn decap_plain<A>(plan: &DecapPlan<A>, udp: Udp, buf: &mut Buffer) -> Option<UdpTunInputNext> {
+    let (for_v4, for_v6) = plan.plain?;
+    let b = buf.bytes();
+    if udp.hl + udp.len != b.len() || udp.sum != 0 || !plan.zero_checksum_ok {
+        return None;
+    }
+    let at = udp.hl + 12;
+    let rest = b.len().checked_sub(at)?;
+    let (inner_len, next) = match b.get(udp.hl + 8..).and_then(|x| x.first_chunk::<4>()) {
+        Some(w) if *w == for_v4 => (ip4_input::fast_path_len(b.get(at..)?.first_chunk::<20>()?, rest)?, UdpTunInputNext::Ip4Lookup),
+        Some(w) if *w == for_v6 => (ip6_input::fast_path_len(b.get(at..)?.first_chunk::<40>()?, rest)?, UdpTunInputNext::Ip6Lookup),
+        _ => return None,
+    };
+    buf.advance(at).ok()?;
+    buf.truncate(inner_len);
+    // The outer checksum said nothing about the inner packet's own.
+    buf.meta.l4_checksum_ok = false;
+    Some(next)
+}
+
+/// Everything about a tunnel packet the fast path does not take: the outer checksum by
+/// the tunnel's rules, then its encapsulation header. `Ok(Some(inner is IPv4))` with the
+/// buffer at the inner packet; `Ok(None)` for a GUE control message (buffer untouched).
+fn decap_full<O: TunOuter>(
+    t: &Tunnel,
+    udp: Udp,
+    src: &O::Addr,
+    dst: &O::Addr,
+    buf: &mut Buffer,
+) -> Result<Option<bool>, UdpTunInputCounter> {
+    use UdpTunInputCounter as C;
+    let Udp { hl, len, sum } = udp;
+    let seg = buf.bytes().get(hl..hl + len).ok_or(C::BadUdpLength)?;
+    if sum == 0 {
+        if O::IS_V6 && !t.accept_zero_checksum {
+            return Err(C::ZeroChecksumRefused);
+        }
+    } else {
+        let trusted = buf.meta.l4_checksum_ok || buf.meta.offload.has_partial_checksum();
+        if !trusted && !udp_checksum_ok(O::pseudo(src, dst), seg) {
+            return Err(C::BadUdpChecksum);
+        }
+    }
+    let Some((skip, v4)) = inner(t.encap, t.gre_key, &seg[8..])? else { return Ok(None) };
+    buf.truncate(hl + len);
+    buf.advance(hl + 8 + skip).map_err(|_| C::BadUdpLength)?;
+    buf.meta.l4_checksum_ok = false;
+    Ok(Some(v4))
+}
+
+/// Where a decapsulated inner packet goes: `ipN-input`'s fast-path checks here, without
+/// the node hop (then straight to `ipN-lookup`); anything unusual through `ipN-input`.
+fn inner_next(buf: &mut Buffer, v4: bool) -> UdpTunInputNext {
+    let b = buf.bytes();
+    let end = if v4 {
+        b.first_chunk::<20>().and_then(|h| ip4_input::fast_path_len(h, b.len()))
+    } else {
+        b.first_chunk::<40>().and_then(|h| ip6_input::fast_path_len(h, b.len()))
+    };
+    match (end, v4) {
+        (Some(end), _) => {
+            buf.truncate(end);
+            if v4 {
+                UdpTunInputNext::Ip4Lookup
+            } else {
+                UdpTunInputNext::Ip6Lookup
+            }
+        }
+        (None, true) => UdpTunInputNext::Ip4Input,
+        (None, false) => UdpTunInputNext::Ip6Input,
+    }
+}
+
 impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunInput<O> {
     type Next = UdpTunInputNext;
     type Counter = UdpTunInputCounter;
@@ -184,54 +272,17 @@ impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunInput<O> {
                 p
             }
         };
-        // The fast path: the datagram is the whole packet (ipN-input cut it to the IP
-        // length), with a zero checksum the tunnel accepts and the tunnel's plain data
-        // header, and the inner packet passes ipN-input's fast-path checks. Anything
-        // else takes the full path below, which counts what it refuses.
-        if let Some((for_v4, for_v6)) = plan.plain {
-            if hl + udp_len == b.len() && sum == 0 && plan.zero_checksum_ok {
-                let at = hl + 12;
-                let inner = match b.get(hl + 8..).and_then(|x| x.first_chunk::<4>()) {
-                    Some(w) if *w == for_v4 => b
-                        .get(at..)
-                        .and_then(|x| x.first_chunk::<20>())
-                        .and_then(|h| ip4_input::fast_path_len(h, b.len() - at))
-                        .map(|n| (n, UdpTunInputNext::Ip4Lookup)),
-                    Some(w) if *w == for_v6 => b
-                        .get(at..)
-                        .and_then(|x| x.first_chunk::<40>())
-                        .and_then(|h| ip6_input::fast_path_len(h, b.len() - at))
-                        .map(|n| (n, UdpTunInputNext::Ip6Lookup)),
-                    _ => None,
-                };
-                if let Some((inner_len, next)) = inner {
-                    if buf.advance(at).is_ok() {
-                        buf.truncate(inner_len);
-                        buf.meta.l4_checksum_ok = false;
-                        counts.inc(C::Decapsulated);
-                        return Verdict::Next(next);
-                    }
-                }
-            }
+        let udp = Udp { hl, len: udp_len, sum };
+        if let Some(next) = decap_plain(&plan, udp, buf) {
+            counts.inc(C::Decapsulated);
+            return Verdict::Next(next);
         }
         let id = plan.id;
         let Some(t) = u.tables.tunnel(id) else { return Verdict::Drop(C::NoTunnel) };
-        let b = buf.bytes();
-        let seg = &b[hl..hl + udp_len];
-        if sum == 0 {
-            if O::IS_V6 && !t.accept_zero_checksum {
-                return Verdict::Drop(C::ZeroChecksumRefused);
-            }
-        } else {
-            let trusted = buf.meta.l4_checksum_ok || buf.meta.offload.has_partial_checksum();
-            if !trusted && !udp_checksum_ok(O::pseudo(&src, &dst), seg) {
-                return Verdict::Drop(C::BadUdpChecksum);
-            }
-        }
-        let payload = &seg[8..];
-        match inner(t.encap, t.gre_key, payload) {
+        match decap_full::<O>(t, udp, &src, &dst, buf) {
             Err(c) => Verdict::Drop(c),
             Ok(None) => {
+                let payload = &buf.bytes()[hl + 8..hl + udp_len];
                 let ev = UdpTunEvent::Control { tunnel: id, peer: src.into(), ctype: payload[1], len: payload.len() };
                 if !u.report(ev) {
                     return Verdict::Drop(C::EventQueueFull);
@@ -239,13 +290,7 @@ impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunInput<O> {
                 // Consumed here: counted under an info counter, not forwarded.
                 Verdict::Drop(C::ControlMessages)
             }
-            Ok(Some((skip, v4))) => {
-                buf.truncate(hl + udp_len);
-                if buf.advance(hl + 8 + skip).is_err() {
-                    return Verdict::Drop(C::BadUdpLength);
-                }
-                // The outer checksum said nothing about the inner packet's own.
-                buf.meta.l4_checksum_ok = false;
+            Ok(Some(v4)) => {
                 counts.inc(C::Decapsulated);
                 if t.mtu.mss_clamp {
                     let link_mtu = ipc.tables.adjacency(u.tables.outer_adj(id)).mtu();
@@ -253,26 +298,7 @@ impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunInput<O> {
                         counts.inc(C::MssClamped);
                     }
                 }
-                // ipN-input's fast-path checks without the node hop; anything unusual
-                // still goes through ipN-input.
-                let b = buf.bytes();
-                if v4 {
-                    match b.first_chunk::<20>().and_then(|h| ip4_input::fast_path_len(h, b.len())) {
-                        Some(total) => {
-                            buf.truncate(total);
-                            Verdict::Next(UdpTunInputNext::Ip4Lookup)
-                        }
-                        None => Verdict::Next(UdpTunInputNext::Ip4Input),
-                    }
-                } else {
-                    match b.first_chunk::<40>().and_then(|h| ip6_input::fast_path_len(h, b.len())) {
-                        Some(end) => {
-                            buf.truncate(end);
-                            Verdict::Next(UdpTunInputNext::Ip6Lookup)
-                        }
-                        None => Verdict::Next(UdpTunInputNext::Ip6Input),
-                    }
-                }
+                Verdict::Next(inner_next(buf, v4))
             }
         }
     }
@@ -285,6 +311,186 @@ impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunInput<O> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tunnel::UdpTunnelSpec;
+    use engine::Pool;
+    use ip::outer::{Ip4Outer, Ip6Outer};
+    use proptest::prelude::*;
+    use std::net::IpAddr;
+
+    /// A valid inner header: IPv4 (checksummed) or IPv6, with `payload` bytes after it.
+    fn inner_packet(v4: bool, payload: usize) -> Vec<u8> {
+        if v4 {
+            let mut p = vec![0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 17, 0, 0, 198, 18, 0, 2, 198, 19, 0, 1];
+            p[2..4].copy_from_slice(&((20 + payload) as u16).to_be_bytes());
+            let c = wire::checksum::checksum(&p);
+            p[10..12].copy_from_slice(&c.to_be_bytes());
+            p.resize(20 + payload, 0xab);
+            p
+        } else {
+            let mut p = vec![0x60, 0, 0, 0, 0, 0, 17, 64];
+            p[4..6].copy_from_slice(&(payload as u16).to_be_bytes());
+            p.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+            p.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+            p.resize(40 + payload, 0xab);
+            p
+        }
+    }
+
+    /// An outer IPv4 or IPv6 header and UDP header (length `udp_len`, checksum `sum`)
+    /// from 198.18.1.2 / 2001:db8:1::2 to 198.18.1.1 / 2001:db8:1::1, port 6080.
+    fn outer(v6: bool, udp_len: usize, sum: u16) -> Vec<u8> {
+        let mut p = if v6 {
+            let mut h = vec![0x60, 0, 0, 0, 0, 0, 17, 64];
+            h[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
+            h.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+            h.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+            h
+        } else {
+            let mut h = vec![0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 17, 0, 0, 198, 18, 1, 2, 198, 18, 1, 1];
+            h[2..4].copy_from_slice(&((20 + udp_len) as u16).to_be_bytes());
+            h
+        };
+        p.extend_from_slice(&[0xc0, 0x01, 0x17, 0xc0]);
+        p.extend_from_slice(&(udp_len as u16).to_be_bytes());
+        p.extend_from_slice(&sum.to_be_bytes());
+        p
+    }
+
+    /// Both paths on one packet: the fast path either declines and leaves the buffer as
+    /// it was, or leaves it exactly as the full path and the inner checks do, bound for
+    /// the same node. Returns whether the fast path took it.
+    fn both_paths(t: &Tunnel, v6: bool, packet: &[u8]) -> bool {
+        let mut pool = Pool::new(4, 0);
+        let (fast, full) = (pool.alloc(256).unwrap(), pool.alloc(256).unwrap());
+        pool.get_mut(fast).write(packet).unwrap();
+        pool.get_mut(full).write(packet).unwrap();
+        let hl = if v6 { 40 } else { 20 };
+        let udp = Udp {
+            hl,
+            len: u16::from_be_bytes([packet[hl + 4], packet[hl + 5]]) as usize,
+            sum: u16::from_be_bytes([packet[hl + 6], packet[hl + 7]]),
+        };
+        assert!(udp.len >= 8 && hl + udp.len <= packet.len(), "the node checks these first");
+        let plan = DecapPlan::new(((), (), 6080), 1, t, v6);
+        let Some(next) = decap_plain(&plan, udp, pool.get_mut(fast)) else {
+            assert_eq!(pool.get(fast).bytes(), packet);
+            return false;
+        };
+        let b = pool.get_mut(full);
+        let full_result = if v6 {
+            decap_full::<Ip6Outer>(t, udp, &"2001:db8:1::2".parse().unwrap(), &"2001:db8:1::1".parse().unwrap(), b)
+        } else {
+            decap_full::<Ip4Outer>(t, udp, &"198.18.1.2".parse().unwrap(), &"198.18.1.1".parse().unwrap(), b)
+        };
+        let Ok(Some(v4)) = full_result else { panic!("the fast path took what the full path refuses: {full_result:?}") };
+        assert_eq!(inner_next(b, v4), next);
+        assert_eq!(pool.get(fast).bytes(), pool.get(full).bytes());
+        assert_eq!(pool.get(fast).meta.l4_checksum_ok, pool.get(full).meta.l4_checksum_ok);
+        true
+    }
+
+    fn tunnel(v6: bool, encap: Encap, key: Option<u32>, accept_zero: bool, clamp: bool) -> Tunnel {
+        let (l, r): (IpAddr, IpAddr) = if v6 {
+            ("2001:db8:1::1".parse().unwrap(), "2001:db8:1::2".parse().unwrap())
+        } else {
+            ("198.18.1.1".parse().unwrap(), "198.18.1.2".parse().unwrap())
+        };
+        let mut s = UdpTunnelSpec::new(l, r, encap, 6080);
+        s.gre_key = key;
+        s.accept_zero_checksum = accept_zero;
+        s.mtu.mss_clamp = clamp;
+        Tunnel::new(&s)
+    }
+
+    #[test]
+    fn plain_packets_take_the_fast_path() {
+        for (encap, h4, h6) in [(Encap::Gue, [0u8, 4, 0, 0], [0u8, 41, 0, 0]), (Encap::Gre, [0, 0, 8, 0], [0, 0, 0x86, 0xdd])] {
+            for (v4, h) in [(true, h4), (false, h6)] {
+                let inner = inner_packet(v4, 10);
+                let mut p = outer(false, 8 + 4 + inner.len(), 0);
+                p.extend_from_slice(&h);
+                p.extend_from_slice(&inner);
+                assert!(both_paths(&tunnel(false, encap, None, false, false), false, &p), "{encap:?} v4 {v4}");
+                // Declined: a clamping tunnel, a keyed GRE tunnel, trailing bytes past the
+                // datagram, a checksum, a broken inner header.
+                assert!(!both_paths(&tunnel(false, encap, None, false, true), false, &p));
+                if encap == Encap::Gre {
+                    assert!(!both_paths(&tunnel(false, encap, Some(1), false, false), false, &p));
+                }
+                let mut q = p.clone();
+                q.push(0);
+                assert!(!both_paths(&tunnel(false, encap, None, false, false), false, &q));
+                let mut q = p.clone();
+                q[27] = 1;
+                assert!(!both_paths(&tunnel(false, encap, None, false, false), false, &q));
+                let mut q = p.clone();
+                q[32] = 0x55;
+                assert!(!both_paths(&tunnel(false, encap, None, false, false), false, &q));
+            }
+        }
+        // Padding inside the datagram after the inner packet is cut off.
+        let inner = inner_packet(true, 10);
+        let mut p = outer(false, 8 + 4 + inner.len() + 2, 0);
+        p.extend_from_slice(&[0, 4, 0, 0]);
+        p.extend_from_slice(&inner);
+        p.extend_from_slice(&[0xee, 0xee]);
+        assert!(both_paths(&tunnel(false, Encap::Gue, None, false, false), false, &p));
+        let mut pool = Pool::new(1, 0);
+        let b = pool.alloc(256).unwrap();
+        pool.get_mut(b).write(&p).unwrap();
+        let plan = DecapPlan::new(((), (), 6080), 1, &tunnel(false, Encap::Gue, None, false, false), false);
+        assert_eq!(decap_plain(&plan, Udp { hl: 20, len: p.len() - 20, sum: 0 }, pool.get_mut(b)), Some(UdpTunInputNext::Ip4Lookup));
+        assert_eq!(pool.get(b).bytes(), &inner[..]);
+        // Over IPv6, a zero checksum only on a tunnel that accepts it.
+        let inner = inner_packet(true, 10);
+        let mut p = outer(true, 8 + 4 + inner.len(), 0);
+        p.extend_from_slice(&[0, 4, 0, 0]);
+        p.extend_from_slice(&inner);
+        assert!(both_paths(&tunnel(true, Encap::Gue, None, true, false), true, &p));
+        assert!(!both_paths(&tunnel(true, Encap::Gue, None, false, false), true, &p));
+    }
+
+    proptest! {
+        /// Any packet after a well-formed outer UDP header, in any tunnel: the fast path
+        /// declines with the buffer untouched or agrees with the full path.
+        #[test]
+        fn fast_path_agrees_with_the_full_path(
+            v6 in any::<bool>(),
+            kind in 0usize..3,
+            key in proptest::option::of(any::<u32>()),
+            accept_zero in any::<bool>(),
+            clamp in 0u8..4,
+            zero_sum in 0u8..4,
+            header in 0usize..3,
+            random_header in any::<[u8; 4]>(),
+            inner_v4 in any::<bool>(),
+            inner_ok in any::<bool>(),
+            mut noise in proptest::collection::vec(any::<u8>(), 0..64),
+            payload in 0usize..40,
+            trailing in 0usize..6,
+            flip in any::<(usize, u8)>(),
+        ) {
+            let encap = [Encap::Gue, Encap::Gre, Encap::Direct][kind];
+            let t = tunnel(v6, encap, if encap == Encap::Gre { key } else { None }, accept_zero, clamp == 0);
+            let h = match (header, encap, inner_v4) {
+                (0, _, _) => random_header,
+                (_, Encap::Gre, true) => [0, 0, 8, 0],
+                (_, Encap::Gre, false) => [0, 0, 0x86, 0xdd],
+                (_, _, true) => [0, 4, 0, 0],
+                (_, _, false) => [0, 41, 0, 0],
+            };
+            let mut inner = if inner_ok { inner_packet(inner_v4, payload) } else { std::mem::take(&mut noise) };
+            if !inner.is_empty() && flip.1 != 0 && header == 1 {
+                let i = flip.0 % inner.len();
+                inner[i] ^= flip.1;
+            }
+            let mut p = outer(v6, 8 + 4 + inner.len(), if zero_sum > 0 { 0 } else { 0x1234 });
+            p.extend_from_slice(&h);
+            p.extend_from_slice(&inner);
+            p.extend(std::iter::repeat(0).take(trailing.saturating_sub(3)));
+            both_paths(&t, v6, &p);
+        }
+    }
 
     #[test]
     fn inner_by_encapsulation() {
