@@ -122,11 +122,16 @@ pub fn complete_partial(data: &mut [u8], start: usize, offset: usize) -> bool {
 
 /// `verify` for an option-less IPv4 header: five words summed inline, for the fast paths
 /// that check one per packet (a call and a length-generic loop cost more than the sum).
+/// Without the fold: a one's-complement sum is 0xffff exactly when the plain sum of the
+/// words is a non-zero multiple of 0xffff (2^16 ≡ 1 modulo 0xffff, so every way of
+/// cutting the bytes into words, either byte order included, keeps the residue's zero),
+/// and a remainder by a constant is a multiply and a shift where the fold is a chain of
+/// dependent adds.
 #[inline(always)]
 pub fn verify_ipv4_header(h: &[u8; 20]) -> bool {
     let w = |i: usize| u32::from_ne_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]) as u64;
-    let c = Checksum { acc: w(0) + w(4) + w(8) + w(12) + w(16) };
-    c.fold() == 0xffff
+    let acc = w(0) + w(4) + w(8) + w(12) + w(16);
+    acc != 0 && acc % 0xffff == 0
 }
 
 /// The IPv4 pseudo-header of RFC 768/793: addresses, protocol and upper-layer length.
@@ -295,6 +300,16 @@ mod tests {
             s = (s & 0xffff) + (s >> 16);
         }
         !(s as u16)
+    }
+
+    /// The remainder test's edges: nothing summed (not a valid sum: the fold is 0), every
+    /// bit set (the fold is 0xffff), a sum that wraps the fold several times.
+    #[test]
+    fn ipv4_header_check_edges() {
+        for h in [[0u8; 20], [0xff; 20], [0xfe; 20], [0x01; 20]] {
+            assert_eq!(verify_ipv4_header(&h), verify(&h), "{h:?}");
+        }
+        assert!(verify_ipv4_header(&[0xff; 20]) && !verify_ipv4_header(&[0; 20]));
     }
 
     proptest::proptest! {
