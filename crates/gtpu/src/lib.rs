@@ -2,7 +2,7 @@
 //! SGW-U on N3/N9/S1-U.
 //!
 //! ```text
-//! ip4-input ─(UDP 2152 to an endpoint)→ gtpu4-input ─→ ip4-lookup / ip6-lookup (inner)
+//! ethernet-input ─(UDP 2152 to an endpoint)→ gtpu4-input ─→ ip4-lookup / ip6-lookup (inner)
 //! ip4-local ─(UDP 2152)──────────────↗        └─→ ip4-lookup (echo response, error indication)
 //! ip4-lookup ─(route into a tunnel)→ gtpu4-encap ─→ ip4-rewrite (the tunnel's adjacency)
 //! ```

@@ -19,8 +19,8 @@ pub struct Techniques {
     /// Send decapsulated packets straight to `ipN-lookup` after a minimal check of the
     /// inner header, instead of through a second `ipN-input`.
     pub skip_inner_input: bool,
-    /// `ipN-input` sends UDP to our endpoints' GTP-U port straight to `gtpuN-input`,
-    /// skipping the route lookup and `ipN-local`.
+    /// `ethernet-input` sends UDP to our endpoints' GTP-U port straight to
+    /// `gtpuN-input`, skipping `ipN-input`, the route lookup and `ipN-local`.
     pub skip_outer_lookup: bool,
     /// The tunnel holds its resolved outer adjacency; encap goes straight to
     /// `ipN-rewrite` instead of a second route lookup.

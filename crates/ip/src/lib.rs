@@ -6,7 +6,9 @@
 //!                               │                          ├→ ip4-local (echo, ICMP unreachable)
 //!                               │                          └→ ip4-icmp-error → ip4-lookup
 //!                               ├→ ip6-input → ip6-lookup → ip6-rewrite / ip6-local (echo, ND) / ip6-icmp-error
-//!                               └→ arp-input (reply for own addresses, learn)
+//!                               ├→ arp-input (reply for own addresses, learn)
+//!                               └→ gtpuN-input / gueN-input (UDP to a tunnel endpoint, the header
+//!                                  checked as ipN-input would: `UdpDemux`)
 //! ```
 //!
 //! Nodes never lock or allocate per packet; they read the `Tables` version their worker

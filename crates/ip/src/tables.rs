@@ -97,8 +97,9 @@ pub enum UdpApp {
 }
 
 /// The local UDP demux: ports that tunnel features listen on, and the endpoint addresses
-/// for which `ipN-input` sends such packets straight to the feature, skipping the route
-/// lookup and `ipN-local` (the GTP-U deck's "bypass the first lookup").
+/// for which `ethernet-input` sends such packets straight to the feature, skipping
+/// `ipN-input` (whose fast-path checks it runs itself), the route lookup and `ipN-local`
+/// (the GTP-U deck's "bypass the first lookup").
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct UdpDemux {
     pub ports: Vec<(u16, UdpApp)>,

@@ -10,7 +10,8 @@
 //!   `ip fou add port P ipproto 4`).
 //!
 //! ```text
-//! ip4-local ─(UDP to a tunnel port)→ gue4-input ─→ ip4-input / ip6-input (inner)
+//! ethernet-input ─(UDP to a tunnel endpoint and port)→ gue4-input ─→ ip4-lookup / ip6-lookup (inner)
+//! ip4-local ─(UDP to a tunnel port)──────────────────↗
 //! ip4-lookup ─(route into udp_tunnelN)→ gue4-encap ─→ ip4-lookup (outer)
 //! ```
 //! and the same over IPv6 outer headers (`gue6-*`). Tunnels are FIB interfaces

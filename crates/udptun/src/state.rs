@@ -159,8 +159,8 @@ impl UdpTunState {
     }
 
     /// Add the tunnels to the router's local UDP demux: the ports they receive on, and
-    /// the (our address, port) pairs `ipN-input` hands straight to the tunnel input,
-    /// skipping the route lookup and `ipN-local`.
+    /// the (our address, port) pairs `ethernet-input` hands straight to the tunnel input,
+    /// skipping `ipN-input`, the route lookup and `ipN-local`.
     pub fn add_to_demux(&self, d: &mut UdpDemux) {
         for (_, t) in self.tunnels() {
             let port = (t.port, UdpApp::Gue);

@@ -1,12 +1,21 @@
 //! `ethernet-input`: accept frames for this interface, dispatch by EtherType, strip L2.
+//! A tunnel packet for one of our endpoints goes straight to its feature's input node
+//! (`gtpuN-input`, `gueN-input`) when its IP header passes `ipN-input`'s fast-path checks
+//! here ([`ip4_input::tunnel_endpoint`]): the tunnel's packets then take as many node
+//! hops as forwarded ones, the tunnel node standing where `ipN-input` would.
 
+use super::{ip4_input, ip6_input};
 use crate::context::HasIp;
+use crate::tables::UdpApp;
 use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
 use wire::ethernet::{EthernetFrame, HEADER_LEN};
 use wire::EtherType;
 
 next_nodes! {
-    pub enum EthernetInputNext { Ip4 = "ip4-input", Ip6 = "ip6-input", Arp = "arp-input" }
+    pub enum EthernetInputNext {
+        Ip4 = "ip4-input", Ip6 = "ip6-input", Arp = "arp-input",
+        Gtpu4Input = "gtpu4-input", Gue4Input = "gue4-input", Gtpu6Input = "gtpu6-input", Gue6Input = "gue6-input",
+    }
 }
 
 counters! {
@@ -36,14 +45,29 @@ impl<Cx: HasIp> Node<Cx> for EthernetInput {
         // Fast path: one bounds proof for the 14 header bytes, unicast to us, IPv4/IPv6.
         if let (Some(h), Some(ifl)) = (buf.bytes().first_chunk::<HEADER_LEN>(), cx.tables.interface(buf.meta.rx_if)) {
             if h[..6] == ifl.mac.0 {
-                let next = match u16::from_be_bytes([h[12], h[13]]) {
-                    0x0800 => Some(EthernetInputNext::Ip4),
-                    0x86dd => Some(EthernetInputNext::Ip6),
+                let v6 = match u16::from_be_bytes([h[12], h[13]]) {
+                    0x0800 => Some(false),
+                    0x86dd => Some(true),
                     _ => None,
                 };
-                if let Some(next) = next {
+                if let Some(v6) = v6 {
                     let _ = buf.advance(HEADER_LEN);
-                    return Verdict::Next(next);
+                    let udp = &*cx.tables.udp;
+                    let endpoint =
+                        if v6 { ip6_input::tunnel_endpoint(udp, buf.bytes()) } else { ip4_input::tunnel_endpoint(udp, buf.bytes()) };
+                    return Verdict::Next(match (endpoint, v6) {
+                        (None, false) => EthernetInputNext::Ip4,
+                        (None, true) => EthernetInputNext::Ip6,
+                        (Some((app, len)), _) => {
+                            buf.truncate(len);
+                            match (app, v6) {
+                                (UdpApp::Gtpu, false) => EthernetInputNext::Gtpu4Input,
+                                (UdpApp::Gue, false) => EthernetInputNext::Gue4Input,
+                                (UdpApp::Gtpu, true) => EthernetInputNext::Gtpu6Input,
+                                (UdpApp::Gue, true) => EthernetInputNext::Gue6Input,
+                            }
+                        }
+                    });
                 }
             }
         }

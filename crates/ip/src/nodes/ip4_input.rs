@@ -2,12 +2,12 @@
 //! checksum, options, source), trim Ethernet padding.
 
 use crate::context::HasIp;
-use crate::tables::UdpApp;
+use crate::tables::{UdpApp, UdpDemux};
 use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
 use wire::ipv4::{Ipv4Error, Ipv4Packet, HEADER_LEN};
 
 next_nodes! {
-    pub enum Ip4InputNext { Lookup = "ip4-lookup", Gtpu4Input = "gtpu4-input", Gue4Input = "gue4-input" }
+    pub enum Ip4InputNext { Lookup = "ip4-lookup" }
 }
 
 counters! {
@@ -34,6 +34,26 @@ pub fn fast_path_len(h: &[u8; HEADER_LEN], frame_len: usize) -> Option<usize> {
     (h[0] == 0x45 && total >= HEADER_LEN && total <= frame_len && wire::checksum::verify_ipv4_header(h) && h[12] < 224).then_some(total)
 }
 
+/// The test `ethernet-input` runs on each IPv4 packet so that a tunnel packet for one of
+/// our endpoints goes straight to its feature's node, skipping this node, the lookup and
+/// `ip4-local` (the GTP-U deck's "bypass the first lookup", one node earlier): an
+/// unfragmented UDP packet to a tunnel endpoint and port in `udp`, whose header passes
+/// this node's fast-path checks (so nothing this node would refuse gets past it). The
+/// feature and the packet's IP length, or `None` (the packet goes through this node).
+/// Most packets are turned away by the demux's filter on the destination, before any
+/// other test.
+#[inline(always)]
+pub fn tunnel_endpoint(udp: &UdpDemux, b: &[u8]) -> Option<(UdpApp, usize)> {
+    // The header and the UDP ports (the fast path has no options).
+    let h = b.first_chunk::<{ HEADER_LEN + 4 }>()?;
+    if !udp.may_be_endpoint(u32::from_be_bytes([h[16], h[17], h[18], h[19]])) || h[9] != 17 || h[6] & 0x3f != 0 || h[7] != 0 {
+        return None;
+    }
+    let total = fast_path_len(h.first_chunk::<HEADER_LEN>()?, b.len())?;
+    let dst = std::net::Ipv4Addr::new(h[16], h[17], h[18], h[19]);
+    Some((udp.bypass4(dst, u16::from_be_bytes([h[22], h[23]]))?, total))
+}
+
 fn counter(e: Ipv4Error) -> Ip4InputCounter {
     match e {
         Ipv4Error::Truncated => Ip4InputCounter::Truncated,
@@ -54,30 +74,11 @@ impl<Cx: HasIp> Node<Cx> for Ip4Input {
     }
 
     #[inline(always)]
-    fn process(&mut self, cx: &mut Cx, _: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
-        let udp = &*cx.ip().tables.udp;
+    fn process(&mut self, _cx: &mut Cx, _: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
         // Fast path for the common header (version 4, IHL 5): one bounds proof for all
         // 20 bytes; anything else, and every error, takes the general path below.
         if let Some(h) = buf.bytes().first_chunk::<HEADER_LEN>() {
             if let Some(total) = fast_path_len(h, buf.len()) {
-                // A tunnel packet to one of our endpoints skips the lookup (an
-                // unfragmented UDP packet; the tunnel node checks the rest).
-                if udp.may_be_endpoint(u32::from_be_bytes([h[16], h[17], h[18], h[19]])) && h[9] == 17 && h[6] & 0x3f == 0 && h[7] == 0 {
-                    if let Some(p) = buf.bytes().get(22..24) {
-                        let dst = std::net::Ipv4Addr::new(h[16], h[17], h[18], h[19]);
-                        match udp.bypass4(dst, u16::from_be_bytes([p[0], p[1]])) {
-                            Some(UdpApp::Gtpu) => {
-                                buf.truncate(total);
-                                return Verdict::Next(Ip4InputNext::Gtpu4Input);
-                            }
-                            Some(UdpApp::Gue) => {
-                                buf.truncate(total);
-                                return Verdict::Next(Ip4InputNext::Gue4Input);
-                            }
-                            None => {}
-                        }
-                    }
-                }
                 buf.truncate(total);
                 return Verdict::Next(Ip4InputNext::Lookup);
             }

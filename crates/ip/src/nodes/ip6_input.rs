@@ -4,14 +4,14 @@
 
 use super::IcmpRequest;
 use crate::context::HasIp;
-use crate::tables::UdpApp;
+use crate::tables::{UdpApp, UdpDemux};
 use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
 use wire::ipv6::{Ipv6Error, Ipv6Packet, HEADER_LEN};
 use wire::ipv6_ext::{walk_chain, OptionAction};
 use wire::IpProtocol;
 
 next_nodes! {
-    pub enum Ip6InputNext { Lookup = "ip6-lookup", Local = "ip6-local", IcmpError = "ip6-icmp-error", Gtpu6Input = "gtpu6-input", Gue6Input = "gue6-input" }
+    pub enum Ip6InputNext { Lookup = "ip6-lookup", Local = "ip6-local", IcmpError = "ip6-icmp-error" }
 }
 
 counters! {
@@ -37,6 +37,21 @@ pub fn fast_path_len(h: &[u8; HEADER_LEN], frame_len: usize) -> Option<usize> {
     (h[0] >> 4 == 6 && h[6] != 0 && h[8] != 0xff && h[24] != 0xff && end <= frame_len && end > HEADER_LEN).then_some(end)
 }
 
+/// [`super::ip4_input::tunnel_endpoint`] for IPv6: a UDP packet (no extension headers)
+/// to one of our tunnel endpoints and ports, whose header passes this node's fast-path
+/// checks. The feature and the packet's end, or `None`.
+#[inline(always)]
+pub fn tunnel_endpoint(udp: &UdpDemux, b: &[u8]) -> Option<(UdpApp, usize)> {
+    let h = b.first_chunk::<{ HEADER_LEN + 4 }>()?;
+    if !udp.may_be_endpoint(u32::from_be_bytes([h[36], h[37], h[38], h[39]])) || h[6] != 17 {
+        return None;
+    }
+    let end = fast_path_len(h.first_chunk::<HEADER_LEN>()?, b.len())?;
+    let mut d = [0u8; 16];
+    d.copy_from_slice(&h[24..40]);
+    Some((udp.bypass6(&std::net::Ipv6Addr::from(d), u16::from_be_bytes([h[42], h[43]]))?, end))
+}
+
 impl<Cx: HasIp> Node<Cx> for Ip6Input {
     type Next = Ip6InputNext;
     type Counter = Ip6InputCounter;
@@ -46,31 +61,12 @@ impl<Cx: HasIp> Node<Cx> for Ip6Input {
     }
 
     #[inline(always)]
-    fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
+    fn process(&mut self, _cx: &mut Cx, counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
         use Ip6InputCounter as C;
-        let udp = &*cx.ip().tables.udp;
         // Fast path: version 6, no hop-by-hop header, unicast source and destination,
         // payload within the frame; one bounds proof for the 40 header bytes.
         if let Some(h) = buf.bytes().first_chunk::<HEADER_LEN>() {
             if let Some(end) = fast_path_len(h, buf.len()) {
-                // A tunnel packet to one of our endpoints skips the lookup.
-                if udp.may_be_endpoint(u32::from_be_bytes([h[36], h[37], h[38], h[39]])) && h[6] == 17 {
-                    if let Some(p) = buf.bytes().get(42..44) {
-                        let mut d = [0u8; 16];
-                        d.copy_from_slice(&h[24..40]);
-                        match udp.bypass6(&std::net::Ipv6Addr::from(d), u16::from_be_bytes([p[0], p[1]])) {
-                            Some(UdpApp::Gtpu) => {
-                                buf.truncate(end);
-                                return Verdict::Next(Ip6InputNext::Gtpu6Input);
-                            }
-                            Some(UdpApp::Gue) => {
-                                buf.truncate(end);
-                                return Verdict::Next(Ip6InputNext::Gue6Input);
-                            }
-                            None => {}
-                        }
-                    }
-                }
                 buf.truncate(end);
                 return Verdict::Next(Ip6InputNext::Lookup);
             }

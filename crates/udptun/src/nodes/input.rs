@@ -7,8 +7,9 @@
 //! control messages go to the control plane; unknown flags and a header longer than the
 //! packet are dropped), a GRE header (version 0, the tunnel's key, a correct checksum if
 //! present) or nothing. The inner IPv4 or IPv6 packet goes to `ipN-lookup` when it passes
-//! `ipN-input`'s fast-path checks here, else to `ipN-input`. `ipN-input` hands this node
-//! the packets for our tunnel endpoints and ports directly (no lookup, no `ipN-local`).
+//! `ipN-input`'s fast-path checks here, else to `ipN-input`. `ethernet-input` hands this
+//! node the packets for our tunnel endpoints and ports directly, their outer header
+//! checked as `ipN-input` would (no `ipN-input`, no lookup, no `ipN-local`).
 
 use super::TunOuter;
 use crate::context::{HasUdpTun, UdpTunEvent};
