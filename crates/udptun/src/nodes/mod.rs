@@ -8,6 +8,7 @@ use crate::context::HasUdpTun;
 use crate::tables::UdpTunTables;
 use engine::GraphBuilder;
 use ip::outer::{Ip4Outer, Ip6Outer, OuterFamily};
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// Add the UDP tunnel nodes to a graph (the IP nodes must be there too).
 pub fn register<Cx: HasUdpTun>(g: &mut GraphBuilder<Cx>) {
@@ -21,23 +22,50 @@ pub fn register<Cx: HasUdpTun>(g: &mut GraphBuilder<Cx>) {
 pub trait TunOuter: OuterFamily {
     const INPUT: &'static str;
     const ENCAP: &'static str;
+    /// The outer header's length on the decap fast path: no IPv4 options, no IPv6
+    /// extension headers.
+    const FIXED_LEN: usize;
     fn decap(t: &UdpTunTables, local: Self::Addr, remote: Self::Addr, port: u16) -> Option<u32>;
+    /// The decap key (our address, the peer's, the destination port) of an unfragmented
+    /// UDP packet with the fixed outer header, read at fixed offsets; `None` for any
+    /// other packet (the node's full parse then takes it).
+    fn fixed_key(b: &[u8]) -> Option<(Self::Addr, Self::Addr, u16)>;
 }
 
 impl TunOuter for Ip4Outer {
     const INPUT: &'static str = "gue4-input";
     const ENCAP: &'static str = "gue4-encap";
+    const FIXED_LEN: usize = 20;
     #[inline(always)]
     fn decap(t: &UdpTunTables, local: Self::Addr, remote: Self::Addr, port: u16) -> Option<u32> {
         t.decap4.get(&(local, remote, port)).copied()
+    }
+    #[inline(always)]
+    fn fixed_key(b: &[u8]) -> Option<(Ipv4Addr, Ipv4Addr, u16)> {
+        let h = b.first_chunk::<24>()?;
+        let plain = h[0] == 0x45 && h[9] == 17 && h[6] & 0x3f == 0 && h[7] == 0;
+        plain.then(|| {
+            (Ipv4Addr::new(h[16], h[17], h[18], h[19]), Ipv4Addr::new(h[12], h[13], h[14], h[15]), u16::from_be_bytes([h[22], h[23]]))
+        })
     }
 }
 
 impl TunOuter for Ip6Outer {
     const INPUT: &'static str = "gue6-input";
     const ENCAP: &'static str = "gue6-encap";
+    const FIXED_LEN: usize = 40;
     #[inline(always)]
     fn decap(t: &UdpTunTables, local: Self::Addr, remote: Self::Addr, port: u16) -> Option<u32> {
         t.decap6.get(&(local, remote, port)).copied()
+    }
+    #[inline(always)]
+    fn fixed_key(b: &[u8]) -> Option<(Ipv6Addr, Ipv6Addr, u16)> {
+        let h = b.first_chunk::<44>()?;
+        let addr = |at: usize| {
+            let mut a = [0u8; 16];
+            a.copy_from_slice(&h[at..at + 16]);
+            Ipv6Addr::from(a)
+        };
+        (h[6] == 17).then(|| (addr(24), addr(8), u16::from_be_bytes([h[42], h[43]])))
     }
 }
