@@ -4,23 +4,30 @@
 # slows down between rounds moves them all; medians, ranges and the extra over the first
 # scenario (the baseline) per build, and the host's steal time over the run.
 #
-# Usage: scripts/bench-compare.sh [--rounds N] [--packets N] [--bin PATH]... BASELINE SCENARIO...
+# The "held" extra divides out the host's speed: each run is scaled by how long a control
+# node that does the same work in every scenario (--control, default ip4-lookup) took in
+# it against the baseline's run of the same round. The host here changes its clock from
+# run to run far more than the differences measured; the control node's share does not.
+#
+# Usage: scripts/bench-compare.sh [--rounds N] [--packets N] [--control NODE] [--bin PATH]... BASELINE SCENARIO...
 #   e.g. scripts/bench-compare.sh --rounds 5 ip4-forward gue4-encap gre-udp4-encap gue4-decap
 #   --bin twice compares two builds (e.g. one built from an older commit in a worktree).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=5
 packets=3000000
+control=ip4-lookup
 bins=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --rounds) rounds=$2; shift 2 ;;
         --packets) packets=$2; shift 2 ;;
+        --control) control=$2; shift 2 ;;
         --bin) bins+=("$2"); shift 2 ;;
         *) break ;;
     esac
 done
-[ $# -ge 2 ] || { sed -n '2,9p' "$0"; exit 2; }
+[ $# -ge 2 ] || { sed -n '2,15p' "$0"; exit 2; }
 if [ ${#bins[@]} -eq 0 ]; then
     cargo build --release -q -p vecgate
     bins=(target/release/vecgate)
@@ -38,10 +45,12 @@ for r in $(seq "$rounds"); do
     done
 done
 read -r total1 steal1 <<<"$(cpu_times)"
-python3 - "$out" "$1" "$((total1 - total0))" "$((steal1 - steal0))" <<'PY'
+python3 - "$out" "$1" "$((total1 - total0))" "$((steal1 - steal0))" "$control" <<'PY'
 import collections, json, statistics, sys
-path, base, total, steal = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+path, base, total, steal, control = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 runs = collections.defaultdict(list)
+# Per round, in order: the control node's cycles/packet (None if the scenario has none).
+controls = collections.defaultdict(list)
 nodes = collections.defaultdict(lambda: collections.defaultdict(list))
 cpu = ""
 for line in open(path):
@@ -49,9 +58,21 @@ for line in open(path):
     d = json.loads(j)
     cpu = d["cpu"]
     runs[(b, s)].append(d["cycles_per_packet"])
+    controls[(b, s)].append(next((n["cycles_per_packet"] for n in d["nodes"] if n["name"] == control), None))
     for n in d["nodes"]:
         if n["name"] not in ("pg-input", "interface-tx", "interface-output", "ethernet-input"):
             nodes[(b, s)][n["name"]].append(n["cycles_per_packet"])
+
+
+def held_extra(b, s):
+    """Median over rounds of the scenario's cycles scaled to the baseline run's speed
+    (by the control node), less the baseline's."""
+    out = []
+    for t, c, t0, c0 in zip(runs[(b, s)], controls[(b, s)], runs[(b, base)], controls[(b, base)]):
+        if c and c0:
+            out.append(t * c0 / c - t0)
+    return f"{statistics.median(out):+.1f}" if out else "-"
+
 print(f"{cpu}; host steal over the run {100 * steal / max(total, 1):.1f} %")
 for b in dict.fromkeys(k[0] for k in runs):
     ref = statistics.median(runs[(b, base)])
@@ -59,10 +80,10 @@ for b in dict.fromkeys(k[0] for k in runs):
     print(f"\n{b}")
     # The host only ever adds time (steal, other tenants), so the quickest round is the
     # least disturbed one: its extra is shown beside the median's.
-    print(f"{'scenario':<18} {'cycles/packet':>14} {'range':>15} {'extra':>8} {'ratio':>6} {'min extra':>10}  nodes (medians)")
+    print(f"{'scenario':<18} {'cycles/packet':>14} {'range':>15} {'extra':>8} {'ratio':>6} {'min extra':>10} {'held extra':>11}  nodes (medians)")
     for s in dict.fromkeys(k[1] for k in runs if k[0] == b):
         v = runs[(b, s)]
         m = statistics.median(v)
         per_node = " ".join(f"{k} {statistics.median(x):.1f}" for k, x in nodes[(b, s)].items())
-        print(f"{s:<18} {m:>14.1f} {min(v):>7.1f}-{max(v):<7.1f} {m - ref:>+8.1f} {m / ref:>6.2f} {min(v) - ref_min:>+10.1f}  {per_node}")
+        print(f"{s:<18} {m:>14.1f} {min(v):>7.1f}-{max(v):<7.1f} {m - ref:>+8.1f} {m / ref:>6.2f} {min(v) - ref_min:>+10.1f} {held_extra(b, s):>11}  {per_node}")
 PY
