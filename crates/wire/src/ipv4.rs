@@ -214,16 +214,17 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
         let c = checksum::checksum(&self.buffer.as_ref()[..self.header_len()]);
         self.set_checksum(c);
     }
-    /// Decrement the TTL and patch the checksum incrementally (RFC 1624), the forwarding
-    /// fast path. The caller has checked TTL > 1.
+    /// Decrement the TTL and patch the checksum incrementally, the forwarding fast path.
+    /// The caller has checked TTL > 1. With the word (TTL, protocol) one 0x0100 lower,
+    /// RFC 1624 eqn. 3 comes to adding 0x0100 to the field with the end-around carry,
+    /// a carry into bit 16 (or a sum of exactly 0xffff) adding one: eqn. 3 to the bit
+    /// (tested below against it for every field and TTL), at a third of its cost.
     #[inline(always)]
     pub fn decrement_ttl(&mut self) {
         let b = self.buffer.as_mut();
-        let old = u16::from_be_bytes([b[field::TTL], b[field::PROTOCOL]]);
         b[field::TTL] = b[field::TTL].wrapping_sub(1);
-        let new = old.wrapping_sub(0x0100);
-        let c = checksum::update16(crate::be16(b, field::CHECKSUM), old, new);
-        crate::put16(b, field::CHECKSUM, c);
+        let s = crate::be16(b, field::CHECKSUM) as u32 + 0x0100;
+        crate::put16(b, field::CHECKSUM, (s + (s >= 0xffff) as u32) as u16);
     }
     pub fn payload_mut(&mut self) -> &mut [u8] {
         let (h, t) = (self.header_len(), self.total_len());
@@ -393,6 +394,26 @@ mod tests {
         assert_eq!(opts.len(), 1);
         assert_eq!(opts[0].unwrap().kind, 7);
         assert!(Ipv4Repr::parse(&p).is_ok());
+    }
+
+    /// The TTL decrement's checksum patch equals RFC 1624 eqn. 3 for every checksum
+    /// field and every TTL it may meet (2..=255), whatever the protocol byte.
+    #[test]
+    fn ttl_decrement_is_rfc1624_exactly() {
+        let mut b = sample();
+        for proto in [0u8, 1, 17, 0xff] {
+            for ttl in 2..=255u8 {
+                for field in 0..=0xffffu16 {
+                    b[8] = ttl;
+                    b[9] = proto;
+                    b[10..12].copy_from_slice(&field.to_be_bytes());
+                    Ipv4Packet::new_unchecked(&mut b[..]).decrement_ttl();
+                    let old = u16::from_be_bytes([ttl, proto]);
+                    let want = checksum::update16(field, old, old - 0x0100);
+                    assert_eq!((b[8], u16::from_be_bytes([b[10], b[11]])), (ttl - 1, want), "field {field:#06x} ttl {ttl}");
+                }
+            }
+        }
     }
 
     #[test]
