@@ -162,25 +162,22 @@ fn encap_planned<O: TunOuter>(p: &EncapPlan, buf: &mut Buffer) -> bool {
         return false;
     }
     let Some(t) = &p.tunnel else { return false };
-    match buf.bytes().first() {
-        Some(0x45) => {
-            // The header and the ports (the flow hash's words), behind the room in front.
-            let Some(w) = buf.front_window::<{ HEAD + 24 }>(HEAD) else { return false };
-            let Some((head, inner)) = w.split_first_chunk_mut::<HEAD>() else { return false };
-            let Some(h) = inner.first_chunk::<20>().filter(|h| h[8] > 1) else { return false };
-            let hash = ip::flow::ip4_flow_hash(h, inner);
-            Ipv4Packet::new_unchecked(&mut inner[..20]).decrement_ttl();
-            put_head::<O>(p, t, head, true, inner_len, hash);
-        }
-        Some(v) if v >> 4 == 6 => {
-            let Some(w) = buf.front_window::<{ HEAD + 44 }>(HEAD) else { return false };
-            let Some((head, inner)) = w.split_first_chunk_mut::<HEAD>() else { return false };
-            let Some(h) = inner.first_chunk::<40>().filter(|h| h[7] > 1) else { return false };
-            let hash = ip::flow::ip6_flow_hash(h, inner);
-            inner[7] -= 1;
-            put_head::<O>(p, t, head, false, inner_len, hash);
-        }
-        _ => return false,
+    // The room in front, then the inner header and the ports (the flow hash's words):
+    // an IPv4 header without options, else an IPv6 one.
+    if let Some(w) = buf.front_window::<{ HEAD + 24 }>(HEAD).filter(|w| w[HEAD] == 0x45) {
+        let Some((head, inner)) = w.split_first_chunk_mut::<HEAD>() else { return false };
+        let Some(h) = inner.first_chunk::<20>().filter(|h| h[8] > 1) else { return false };
+        let hash = ip::flow::ip4_flow_hash(h, inner);
+        Ipv4Packet::new_unchecked(&mut inner[..20]).decrement_ttl();
+        put_head::<O>(p, t, head, true, inner_len, hash);
+    } else if let Some(w) = buf.front_window::<{ HEAD + 44 }>(HEAD).filter(|w| w[HEAD] >> 4 == 6) {
+        let Some((head, inner)) = w.split_first_chunk_mut::<HEAD>() else { return false };
+        let Some(h) = inner.first_chunk::<40>().filter(|h| h[7] > 1) else { return false };
+        let hash = ip::flow::ip6_flow_hash(h, inner);
+        inner[7] -= 1;
+        put_head::<O>(p, t, head, false, inner_len, hash);
+    } else {
+        return false;
     }
     let Ok(_) = buf.prepend(p.used) else { return false };
     buf.meta.tx_if = p.tx_if;
