@@ -107,9 +107,8 @@ const HEAD: usize = 14 + MAX_REWRITE;
 pub struct EncapPlan {
     /// The tunnel (`meta.param`) planned for; [`EncapPlan::NONE`] for none yet.
     id: u32,
+    /// The Ethernet header then the tunnel's outer headers, right-aligned.
     head: [u8; HEAD],
-    /// Bytes of `head` a packet takes: 14 + the tunnel's outer headers.
-    used: usize,
     /// The longest inner packet that fits the link with the outer headers; 0 when the
     /// fast path cannot take this tunnel's packets at all (not plain, no resolved outer
     /// adjacency, no such tunnel).
@@ -121,7 +120,7 @@ pub struct EncapPlan {
 
 impl Default for EncapPlan {
     fn default() -> Self {
-        EncapPlan { id: EncapPlan::NONE, head: [0; HEAD], used: 0, max_inner: 0, tx_if: IfIndex(0), adj: 0, tunnel: None }
+        EncapPlan { id: EncapPlan::NONE, head: [0; HEAD], max_inner: 0, tx_if: IfIndex(0), adj: 0, tunnel: None }
     }
 }
 
@@ -138,7 +137,6 @@ impl EncapPlan {
             if t.plain && rl >= t.udp_at as usize + 8 {
                 plan.head[HEAD - rl..].copy_from_slice(&t.rewrite[MAX_REWRITE - rl..]);
                 plan.head[HEAD - rl - 14..HEAD - rl].copy_from_slice(l2);
-                plan.used = rl + 14;
                 plan.max_inner = (*mtu as usize).saturating_sub(rl);
                 plan.tx_if = *tx_if;
             }
@@ -179,7 +177,8 @@ fn encap_planned<O: TunOuter>(p: &EncapPlan, buf: &mut Buffer) -> bool {
     } else {
         return false;
     }
-    let Ok(_) = buf.prepend(p.used) else { return false };
+    // The Ethernet header and the tunnel's outer headers join the packet.
+    let Ok(_) = buf.prepend(14 + t.rewrite_len as usize) else { return false };
     buf.meta.tx_if = p.tx_if;
     buf.meta.adj = p.adj;
     true
