@@ -70,8 +70,10 @@ def held_extra(b, s):
     out = []
     for t, c, t0, c0 in zip(runs[(b, s)], controls[(b, s)], runs[(b, base)], controls[(b, base)]):
         if c and c0:
-            out.append(t * c0 / c - t0)
-    return f"{statistics.median(out):+.1f}" if out else "-"
+            # The scale first: exactly 1 for the baseline against itself.
+            out.append(t * (c0 / c) - t0)
+    # + 0.0 turns a rounded -0.0 into 0.0.
+    return f"{round(statistics.median(out), 1) + 0.0:+.1f}" if out else "-"
 
 print(f"{cpu}; host steal over the run {100 * steal / max(total, 1):.1f} %")
 for b in dict.fromkeys(k[0] for k in runs):
