@@ -69,12 +69,20 @@ struct DecapPlan<A> {
 
 impl<A> DecapPlan<A> {
     fn new(key: (A, A, u16), id: u32, t: &Tunnel, is_v6: bool) -> Self {
-        let plain = match (t.encap, t.gre_key, t.mtu.mss_clamp) {
-            (_, _, true) | (Encap::Direct, _, _) | (Encap::Gre, Some(_), _) => None,
-            (Encap::Gue, _, _) => Some(([0, 4, 0, 0], [0, 41, 0, 0])),
-            (Encap::Gre, None, _) => Some(([0, 0, 0x08, 0x00], [0, 0, 0x86, 0xdd])),
-        };
+        let plain = if t.mtu.mss_clamp { None } else { plain_headers(t.encap, t.gre_key) };
         DecapPlan { key, id, plain, zero_checksum_ok: !is_v6 || t.accept_zero_checksum }
+    }
+}
+
+/// The four bytes after UDP of a plain data packet carrying IPv4 and carrying IPv6, for
+/// the encapsulations that have them: a GUE header without flags or extensions (version
+/// 0, C clear, Hlen 0), a GRE header without options (no key). Either is the whole
+/// encapsulation header.
+fn plain_headers(encap: Encap, key: Option<u32>) -> Option<([u8; 4], [u8; 4])> {
+    match (encap, key) {
+        (Encap::Gue, _) => Some(([0, 4, 0, 0], [0, 41, 0, 0])),
+        (Encap::Gre, None) => Some(([0, 0, 0x08, 0x00], [0, 0, 0x86, 0xdd])),
+        (Encap::Gre, Some(_)) | (Encap::Direct, _) => None,
     }
 }
 
@@ -88,10 +96,11 @@ impl<O: TunOuter> Default for UdpTunInput<O> {
 /// family (true: IPv4), or why it is refused. `Ok(None)`: a GUE control message.
 #[inline(always)]
 fn inner(encap: Encap, key: Option<u32>, p: &[u8]) -> Result<Option<(usize, bool)>, UdpTunInputCounter> {
-    // The usual GUE header, a data message with no flags or extensions (version 0, C
-    // clear, Hlen 0), in one comparison; everything else takes the full parse.
-    if let (Encap::Gue, Some(&[0, proto @ (4 | 41), 0, 0])) = (encap, p.first_chunk::<4>()) {
-        return Ok(Some((wire::gue::BASE_LEN, proto == 4)));
+    // The plain data header in one comparison; everything else takes the full parse.
+    if let (Some((for_v4, for_v6)), Some(h)) = (plain_headers(encap, key), p.first_chunk::<4>()) {
+        if *h == for_v4 || *h == for_v6 {
+            return Ok(Some((4, *h == for_v4)));
+        }
     }
     inner_parsed(encap, key, p)
 }
@@ -562,6 +571,10 @@ mod tests {
         // The one-comparison path agrees with the full parse.
         for h in [[0u8, 4, 0, 0, 0x45], [0, 41, 0, 0, 0x60], [0, 4, 0, 0, 0x60]] {
             assert_eq!(inner(Encap::Gue, None, &h), inner_parsed(Encap::Gue, None, &h));
+        }
+        for h in [[0u8, 0, 0x08, 0, 0x45], [0, 0, 0x86, 0xdd, 0x60]] {
+            assert_eq!(inner(Encap::Gre, None, &h), inner_parsed(Encap::Gre, None, &h));
+            assert!(inner(Encap::Gre, None, &h).unwrap().is_some());
         }
         assert_eq!(inner(Encap::Gue, None, &v4), Ok(Some((0, true))));
         assert_eq!(inner(Encap::Gue, None, &[0x20, 7, 0, 0]), Ok(None));
