@@ -105,8 +105,8 @@ pub struct UdpDemux {
     pub ports: Vec<(u16, UdpApp)>,
     pub bypass4: Vec<(Ipv4Addr, u16, UdpApp)>,
     pub bypass6: Vec<(Ipv6Addr, u16, UdpApp)>,
-    /// Filters, so that a forwarded packet (most of them) costs `ipN-input` a test or
-    /// two rather than a scan: bit `port % 64` for every bypass port, and for every
+    /// Filters, so that a forwarded packet (most of them) costs `ethernet-input` a test
+    /// or two rather than a scan: bit `port % 64` for every bypass port, and for every
     /// bypass address a bit picked by a multiplicative hash of its last 32 bits (not the
     /// low bits themselves: so many addresses end in .1). Set by [`UdpDemux::seal`] when
     /// the demux is published.

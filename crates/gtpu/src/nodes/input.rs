@@ -13,7 +13,7 @@ use crate::tables::GtpuTables;
 use crate::teid_table::{self, TeidKey};
 use crate::tunnel::{DecapNext, Tunnel};
 use engine::{counters, next_nodes, BufIdx, Buffer, Counts, Node, Pool, Verdict, VECTOR_SIZE};
-use ip::nodes::{ip4_input, ip6_input};
+use ip::nodes::input_fast_path_len;
 use wire::gtpu::{GtpuError, GtpuPacket, GtpuRepr, MessageType};
 
 next_nodes! {
@@ -196,7 +196,7 @@ impl<O: Outer> GtpuInput<O> {
                 if skip_input {
                     // ip4-input's fast-path checks, without the node hop; anything unusual
                     // still goes through ip4-input.
-                    if let Some(total) = b.first_chunk::<20>().and_then(|h| ip4_input::fast_path_len(h, b.len())) {
+                    if let Some(total) = input_fast_path_len(b, true) {
                         buf.truncate(total);
                         return Verdict::Next(N::Ip4Lookup);
                     }
@@ -205,7 +205,7 @@ impl<O: Outer> GtpuInput<O> {
             }
             (DecapNext::Ip6 | DecapNext::Ip, 6) => {
                 if skip_input {
-                    if let Some(end) = b.first_chunk::<40>().and_then(|h| ip6_input::fast_path_len(h, b.len())) {
+                    if let Some(end) = input_fast_path_len(b, false) {
                         buf.truncate(end);
                         return Verdict::Next(N::Ip6Lookup);
                     }

@@ -2,7 +2,7 @@
 //! `ip4-fragment`), TTL decrement with an incremental checksum (RFC 1624), and the
 //! adjacency's Ethernet header prepended in the headroom.
 
-use super::family::{resolve, solicit, Ip4, Resolved};
+use super::family::{prepend_l2, resolve, solicit, Ip4, Resolved};
 use super::IcmpRequest;
 use crate::context::{HasIp, IpContext};
 use crate::tables::Adjacency;
@@ -66,9 +66,9 @@ impl<Cx: HasIp> Node<Cx> for Ip4Rewrite {
                 let len = u16::from_be_bytes([h[2], h[3]]) as usize;
                 if h[8] > 1 && len <= *mtu as usize {
                     Ipv4Packet::new_unchecked(&mut h[..]).decrement_ttl();
-                    let Ok(l2) = buf.prepend(14) else { return Verdict::Drop(C::NoHeadroom) };
-                    l2.copy_from_slice(rewrite);
-                    buf.meta.tx_if = *tx_if;
+                    if !prepend_l2(buf, *tx_if, rewrite) {
+                        return Verdict::Drop(C::NoHeadroom);
+                    }
                     return Verdict::Next(Ip4RewriteNext::Output);
                 }
             }
@@ -100,11 +100,9 @@ impl<Cx: HasIp> Node<Cx> for Ip4Rewrite {
             return Verdict::Next(Ip4RewriteNext::Fragment);
         }
         Ipv4Packet::new_unchecked(buf.bytes_mut()).decrement_ttl();
-        match buf.prepend(14) {
-            Ok(h) => h.copy_from_slice(&rewrite),
-            Err(_) => return Verdict::Drop(C::NoHeadroom),
+        if !prepend_l2(buf, tx_if, &rewrite) {
+            return Verdict::Drop(C::NoHeadroom);
         }
-        buf.meta.tx_if = tx_if;
         Verdict::Next(Ip4RewriteNext::Output)
     }
 

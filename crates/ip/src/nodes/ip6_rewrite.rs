@@ -1,7 +1,7 @@
 //! `ip6-rewrite`: hop-limit and MTU checks (IPv6 routers never fragment: packet too big,
 //! RFC 8201), hop-limit decrement, Ethernet header from the adjacency.
 
-use super::family::{resolve, solicit, Ip6, Resolved};
+use super::family::{prepend_l2, resolve, solicit, Ip6, Resolved};
 use super::IcmpRequest;
 use crate::context::{HasIp, IpContext};
 use engine::{counters, next_nodes, Buffer, Counts, IfIndex, Node, Verdict};
@@ -77,11 +77,9 @@ impl<Cx: HasIp> Node<Cx> for Ip6Rewrite {
             return Verdict::Next(Ip6RewriteNext::IcmpError);
         }
         Ipv6Packet::new_unchecked(buf.bytes_mut()).set_hop_limit(hl - 1);
-        match buf.prepend(14) {
-            Ok(h) => h.copy_from_slice(&rewrite),
-            Err(_) => return Verdict::Drop(C::NoHeadroom),
+        if !prepend_l2(buf, tx_if, &rewrite) {
+            return Verdict::Drop(C::NoHeadroom);
         }
-        buf.meta.tx_if = tx_if;
         Verdict::Next(Ip6RewriteNext::Output)
     }
 

@@ -100,6 +100,18 @@ pub fn wire_segment_len(buf: &engine::Buffer, len: usize) -> usize {
     (l4 + l4_len + o.gso_size as usize).min(len)
 }
 
+/// `ipN-input`'s fast-path checks for a packet a node hands on without the hop through
+/// `ipN-input` (a tunnel's inner packet, IPv4 when `v4`): its IP length when it passes,
+/// `None` when it needs `ipN-input`'s full checks and counters.
+#[inline(always)]
+pub fn input_fast_path_len(b: &[u8], v4: bool) -> Option<usize> {
+    if v4 {
+        ip4_input::fast_path_len(b.first_chunk()?, b.len())
+    } else {
+        ip6_input::fast_path_len(b.first_chunk()?, b.len())
+    }
+}
+
 pub(crate) fn trace_ip4(b: &[u8]) -> String {
     match wire::ipv4::Ipv4Packet::new_checked(b) {
         Ok(p) => format!("{} -> {} {} ttl {} len {}", p.src_addr(), p.dst_addr(), p.protocol(), p.ttl(), p.total_len()),

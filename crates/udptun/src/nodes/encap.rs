@@ -255,7 +255,8 @@ impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunEncap<O> {
             counts.inc(UdpTunEncapCounter::Encapsulated);
             return Verdict::Next(UdpTunEncapNext::Output);
         }
-        let Some(t) = u.tables.tunnel(id) else {
+        // The plan was made for this tunnel: its copy of the tunnel and its adjacency.
+        let Some(t) = &self.plan.tunnel else {
             return Verdict::Drop(UdpTunEncapCounter::NoTunnel);
         };
         let adj = self.plan.adj;

@@ -15,7 +15,7 @@ use super::TunOuter;
 use crate::context::{HasUdpTun, UdpTunEvent};
 use crate::tunnel::{Encap, Tunnel};
 use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
-use ip::nodes::{ip4_input, ip6_input};
+use ip::nodes::input_fast_path_len;
 use ip::outer::{udp_checksum_ok, OuterError};
 use wire::gre::{GreError, GrePacket, GreRepr};
 use wire::gue::{self, GueError, GuePacket, GueRepr, Variant};
@@ -176,17 +176,27 @@ fn decap_plain<A>(plan: &DecapPlan<A>, udp: Udp, buf: &mut Buffer) -> Option<Udp
         return None;
     }
     let at = udp.hl + 12;
-    let rest = b.len().checked_sub(at)?;
-    let (inner_len, next) = match b.get(udp.hl + 8..).and_then(|x| x.first_chunk::<4>()) {
-        Some(w) if *w == for_v4 => (ip4_input::fast_path_len(b.get(at..)?.first_chunk::<20>()?, rest)?, UdpTunInputNext::Ip4Lookup),
-        Some(w) if *w == for_v6 => (ip6_input::fast_path_len(b.get(at..)?.first_chunk::<40>()?, rest)?, UdpTunInputNext::Ip6Lookup),
+    let v4 = match b.get(udp.hl + 8..).and_then(|x| x.first_chunk::<4>()) {
+        Some(w) if *w == for_v4 => true,
+        Some(w) if *w == for_v6 => false,
         _ => return None,
     };
+    let inner_len = input_fast_path_len(b.get(at..)?, v4)?;
     buf.advance(at).ok()?;
     buf.truncate(inner_len);
     // The outer checksum said nothing about the inner packet's own.
     buf.meta.l4_checksum_ok = false;
-    Some(next)
+    Some(lookup_next(v4))
+}
+
+/// `ipN-lookup` for an inner packet that passed `ipN-input`'s fast-path checks here.
+#[inline(always)]
+fn lookup_next(v4: bool) -> UdpTunInputNext {
+    if v4 {
+        UdpTunInputNext::Ip4Lookup
+    } else {
+        UdpTunInputNext::Ip6Lookup
+    }
 }
 
 /// Everything about a tunnel packet the fast path does not take: the outer checksum by
@@ -222,20 +232,10 @@ fn decap_full<O: TunOuter>(
 /// Where a decapsulated inner packet goes: `ipN-input`'s fast-path checks here, without
 /// the node hop (then straight to `ipN-lookup`); anything unusual through `ipN-input`.
 fn inner_next(buf: &mut Buffer, v4: bool) -> UdpTunInputNext {
-    let b = buf.bytes();
-    let end = if v4 {
-        b.first_chunk::<20>().and_then(|h| ip4_input::fast_path_len(h, b.len()))
-    } else {
-        b.first_chunk::<40>().and_then(|h| ip6_input::fast_path_len(h, b.len()))
-    };
-    match (end, v4) {
+    match (input_fast_path_len(buf.bytes(), v4), v4) {
         (Some(end), _) => {
             buf.truncate(end);
-            if v4 {
-                UdpTunInputNext::Ip4Lookup
-            } else {
-                UdpTunInputNext::Ip6Lookup
-            }
+            lookup_next(v4)
         }
         (None, true) => UdpTunInputNext::Ip4Input,
         (None, false) => UdpTunInputNext::Ip6Input,
