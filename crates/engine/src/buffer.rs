@@ -191,19 +191,27 @@ impl Buffer {
     /// Grow the packet by `n` bytes at the front and return them for writing.
     #[inline(always)]
     pub fn prepend(&mut self, n: usize) -> Result<&mut [u8], BufferError> {
+        self.extend_front(n)?;
+        let s = self.start as usize;
+        Ok(&mut self.data[s..s + n])
+    }
+
+    /// Grow the packet by the `n` bytes in front of it, already written (through
+    /// [`Buffer::front_window`]).
+    #[inline(always)]
+    pub fn extend_front(&mut self, n: usize) -> Result<(), BufferError> {
         if n > self.start as usize {
             return Err(BufferError::NoHeadroom);
         }
         self.start -= n as u32;
-        let s = self.start as usize;
-        Ok(&mut self.data[s..s + n])
+        Ok(())
     }
 
     /// `N` bytes as one array, from `back` bytes in front of the packet (headroom, for
     /// headers about to go on) into the packet: a node that rewrites the front of a
     /// packet at fixed offsets proves all its bounds with this one check. `None` if the
     /// headroom is short of `back` bytes or the packet of `N - back`. The packet itself
-    /// does not change: [`Buffer::prepend`] then takes in the bytes written in front.
+    /// does not change: [`Buffer::extend_front`] then takes in the bytes written in front.
     #[inline(always)]
     pub fn front_window<const N: usize>(&mut self, back: usize) -> Option<&mut [u8; N]> {
         let from = (self.start as usize).checked_sub(back)?;
@@ -312,12 +320,17 @@ mod tests {
         w[..2].copy_from_slice(&[7, 8]);
         // Nothing joins the packet until it is prepended.
         assert_eq!(b.bytes(), &[1, 2, 3, 4]);
-        b.prepend(2).unwrap();
+        b.extend_front(2).unwrap();
         assert_eq!(b.bytes(), &[7, 8, 1, 2, 3, 4]);
+
         // Past the packet's end, or more headroom than there is: refused.
         assert!(b.front_window::<9>(2).is_none());
         assert!(b.front_window::<4>(HEADROOM - 1).is_none());
         assert!(b.front_window::<4>(HEADROOM - 2).is_some());
+        // Taking in more than the headroom is refused.
+        assert!(b.extend_front(HEADROOM - 2).is_ok());
+        assert!(b.extend_front(1).is_err());
+        assert_eq!(b.headroom(), 0);
     }
 
     #[test]

@@ -77,6 +77,8 @@ impl<C, N: Node<C>> Runner<C> for NodeBox<N> {
         // Exactly one entry per next node: the index a verdict carries is then in range
         // by its type, and the per-packet bounds check on it goes.
         let next = &next[..N::Next::NAMES.len()];
+        // Likewise one slot per counter: a node's `counts.inc` needs no bounds check.
+        let counters = &mut counters[..N::Counter::INFO.len()];
         match trace {
             None => {
                 for &bi in input {

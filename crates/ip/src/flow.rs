@@ -18,7 +18,7 @@ pub fn ip_flow_hash(b: &[u8]) -> u32 {
 /// TCP, UDP and SCTP: the protocols whose first four bytes are the ports.
 #[inline(always)]
 fn ported(p: u8) -> bool {
-    p == 6 || p == 17 || p == 132
+    (p == 6) | (p == 17) | (p == 132)
 }
 
 /// The four port bytes at `at`, as one word (0 past the end).
@@ -31,9 +31,23 @@ fn ports(b: &[u8], at: usize) -> u64 {
 /// that has already looked at the version).
 #[inline(always)]
 pub fn ip4_flow_hash(h: &[u8; 20], b: &[u8]) -> u32 {
-    let hl = ((h[0] & 0x0f) as usize) * 4;
-    let frag = (h[6] & 0x3f) != 0 || h[7] != 0;
-    let p = if ported(h[9]) && !frag { ports(b, hl) } else { 0 };
+    ip4_hash(h, ports(b, ((h[0] & 0x0f) as usize) * 4))
+}
+
+/// [`ip_flow_hash`] of an IPv4 packet without options, from its header and the four
+/// bytes after it (for a caller that holds them already: no bounds to check).
+#[inline(always)]
+pub fn ip4_flow_hash_plain(h: &[u8; 24]) -> u32 {
+    let (h, p) = h.split_first_chunk::<20>().expect("24 bytes are 20 and 4");
+    ip4_hash(h, u32::from_ne_bytes([p[0], p[1], p[2], p[3]]) as u64)
+}
+
+/// The hash of an IPv4 header `h` whose (possible) ports word is `p`: used only for an
+/// unfragmented TCP, UDP or SCTP packet, chosen without a branch.
+#[inline(always)]
+fn ip4_hash(h: &[u8; 20], p: u64) -> u32 {
+    let whole = (h[6] & 0x3f) | h[7] == 0;
+    let p = if ported(h[9]) & whole { p } else { 0 };
     let addrs = u64::from_ne_bytes([h[12], h[13], h[14], h[15], h[16], h[17], h[18], h[19]]);
     hash::flow_hash2(addrs, (h[9] as u64) << 32 | p)
 }
@@ -123,6 +137,34 @@ mod tests {
             let _ = frame_flow_hash(&plain[..n]);
         }
         assert_eq!(frame_flow_hash(&[0u8; 60]), 0);
+    }
+
+    /// The fixed-header hash is the general one, for any header without options and
+    /// any protocol, fragment field and ports.
+    #[test]
+    fn plain_ipv4_hash_is_the_general_hash() {
+        let mut h = [0u8; 24];
+        h[0] = 0x45;
+        h[12..20].copy_from_slice(&[198, 18, 0, 2, 198, 19, 7, 1]);
+        for proto in [0u8, 1, 6, 17, 47, 132, 255] {
+            for frag in [[0u8, 0], [0x40, 0], [0x20, 0], [0, 1], [0x01, 0]] {
+                for ports in [[0u8, 0, 0, 0], [0x13, 0x88, 0, 53], [0xff; 4]] {
+                    h[9] = proto;
+                    h[6..8].copy_from_slice(&frag);
+                    h[20..].copy_from_slice(&ports);
+                    assert_eq!(ip4_flow_hash_plain(&h), ip_flow_hash(&h), "{proto} {frag:?} {ports:?}");
+                }
+            }
+        }
+        // The ports count only where there are ports: not for ICMP, nor in a fragment.
+        let with = |proto: u8, frag: u8, p: u8| {
+            let mut x = h;
+            (x[9], x[6], x[21]) = (proto, frag, p);
+            ip4_flow_hash_plain(&x)
+        };
+        assert_ne!(with(17, 0x40, 1), with(17, 0x40, 2));
+        assert_eq!(with(1, 0x40, 1), with(1, 0x40, 2));
+        assert_eq!(with(17, 0x20, 1), with(17, 0x20, 2));
     }
 
     #[test]

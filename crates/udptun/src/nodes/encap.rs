@@ -74,8 +74,11 @@ pub fn encap(t: &Tunnel, is_v6: bool, inner_v4: bool, buf: &mut Buffer) -> Resul
     let room = buf.prepend(MAX_REWRITE).map_err(|_| UdpTunEncapCounter::NoHeadroom)?;
     room.copy_from_slice(&t.rewrite);
     buf.advance(MAX_REWRITE - rl).map_err(|_| UdpTunEncapCounter::NoHeadroom)?;
-    if !patch_outer(t, is_v6, inner_v4, buf.bytes_mut(), total, port) {
+    if !patch_outer(is_v6, t.ip_sum, buf.bytes_mut(), total, port) {
         return Err(UdpTunEncapCounter::NoHeadroom);
+    }
+    if !inner_v4 {
+        name_inner6(t, buf.bytes_mut());
     }
     match t.checksum {
         ChecksumMode::Zero => {}
@@ -102,17 +105,26 @@ const HEAD: usize = 14 + MAX_REWRITE;
 /// What the fast path needs of one tunnel and its outer adjacency, gathered once per
 /// vector (a vector's packets mostly go into one tunnel): the Ethernet header and the
 /// outer headers as one right-aligned block, so a packet costs one copy and no table
-/// lookups. Rebuilt at every vector, since the tables may be republished in between.
+/// lookups, and the few values its patches need. Rebuilt at every vector, since the
+/// tables may be republished in between.
 #[derive(Clone)]
 pub struct EncapPlan {
     /// The tunnel (`meta.param`) planned for; [`EncapPlan::NONE`] for none yet.
     id: u32,
-    /// The Ethernet header then the tunnel's outer headers, right-aligned.
-    head: [u8; HEAD],
+    /// The Ethernet header then the tunnel's outer headers, right-aligned, as they read
+    /// for an inner IPv4 packet and for an inner IPv6 one (GUE's protocol, GRE's
+    /// EtherType).
+    head: [[u8; HEAD]; 2],
+    /// Where the outer IP header starts in `head`.
+    ip_at: usize,
     /// The longest inner packet that fits the link with the outer headers; 0 when the
     /// fast path cannot take this tunnel's packets at all (not plain, no resolved outer
     /// adjacency, no such tunnel).
     max_inner: usize,
+    /// The tunnel's [`Tunnel::ip_sum`], [`Tunnel::src_port_min`], [`Tunnel::src_port_span`].
+    ip_sum: u32,
+    port_min: u32,
+    port_span: u32,
     tx_if: IfIndex,
     adj: u32,
     tunnel: Option<Tunnel>,
@@ -120,7 +132,18 @@ pub struct EncapPlan {
 
 impl Default for EncapPlan {
     fn default() -> Self {
-        EncapPlan { id: EncapPlan::NONE, head: [0; HEAD], max_inner: 0, tx_if: IfIndex(0), adj: 0, tunnel: None }
+        EncapPlan {
+            id: EncapPlan::NONE,
+            head: [[0; HEAD]; 2],
+            ip_at: HEAD,
+            max_inner: 0,
+            ip_sum: 0,
+            port_min: 0,
+            port_span: 1,
+            tx_if: IfIndex(0),
+            adj: 0,
+            tunnel: None,
+        }
     }
 }
 
@@ -135,9 +158,15 @@ impl EncapPlan {
         if let Adjacency::Rewrite { tx_if, rewrite: l2, mtu } = adjacency {
             // The patch needs the whole IP and UDP headers (always there in a template).
             if t.plain && rl >= t.udp_at as usize + 8 {
-                plan.head[HEAD - rl..].copy_from_slice(&t.rewrite[MAX_REWRITE - rl..]);
-                plan.head[HEAD - rl - 14..HEAD - rl].copy_from_slice(l2);
+                let ip_at = HEAD - rl;
+                for head in &mut plan.head {
+                    head[ip_at..].copy_from_slice(&t.rewrite[MAX_REWRITE - rl..]);
+                    head[ip_at - 14..ip_at].copy_from_slice(l2);
+                }
+                name_inner6(t, &mut plan.head[1][ip_at..]);
+                plan.ip_at = ip_at;
                 plan.max_inner = (*mtu as usize).saturating_sub(rl);
+                (plan.ip_sum, plan.port_min, plan.port_span) = (t.ip_sum, t.src_port_min as u32, t.src_port_span);
                 plan.tx_if = *tx_if;
             }
         }
@@ -159,49 +188,48 @@ fn encap_planned<O: TunOuter>(p: &EncapPlan, buf: &mut Buffer) -> bool {
     if inner_len > p.max_inner || buf.meta.offload.gso != GsoKind::None {
         return false;
     }
-    let Some(t) = &p.tunnel else { return false };
     // The room in front, then the inner header and the ports (the flow hash's words):
     // an IPv4 header without options, else an IPv6 one.
-    if let Some(w) = buf.front_window::<{ HEAD + 24 }>(HEAD).filter(|w| w[HEAD] == 0x45) {
-        let Some((head, inner)) = w.split_first_chunk_mut::<HEAD>() else { return false };
-        let Some(h) = inner.first_chunk::<20>().filter(|h| h[8] > 1) else { return false };
-        let hash = ip::flow::ip4_flow_hash(h, inner);
-        Ipv4Packet::new_unchecked(&mut inner[..20]).decrement_ttl();
-        put_head::<O>(p, t, head, true, inner_len, hash);
-    } else if let Some(w) = buf.front_window::<{ HEAD + 44 }>(HEAD).filter(|w| w[HEAD] >> 4 == 6) {
-        let Some((head, inner)) = w.split_first_chunk_mut::<HEAD>() else { return false };
-        let Some(h) = inner.first_chunk::<40>().filter(|h| h[7] > 1) else { return false };
+    if let Some(w) = buf.front_window::<{ HEAD + 24 }>(HEAD).filter(|w| w[HEAD] == 0x45 && w[HEAD + 8] > 1) {
+        let (head, inner) = w.split_first_chunk_mut::<HEAD>().expect("the window is longer");
+        let inner: &mut [u8; 24] = inner.try_into().expect("the window is HEAD + 24");
+        let hash = ip::flow::ip4_flow_hash_plain(inner);
+        Ipv4Packet::new_unchecked(&mut inner[..]).decrement_ttl();
+        put_head::<O>(p, head, 0, inner_len, hash);
+    } else if let Some(w) = buf.front_window::<{ HEAD + 44 }>(HEAD).filter(|w| w[HEAD] >> 4 == 6 && w[HEAD + 7] > 1) {
+        let (head, inner) = w.split_first_chunk_mut::<HEAD>().expect("the window is longer");
+        let h = inner.first_chunk::<40>().expect("the window is HEAD + 44");
         let hash = ip::flow::ip6_flow_hash(h, inner);
         inner[7] -= 1;
-        put_head::<O>(p, t, head, false, inner_len, hash);
+        put_head::<O>(p, head, 1, inner_len, hash);
     } else {
         return false;
     }
     // The Ethernet header and the tunnel's outer headers join the packet.
-    let Ok(_) = buf.prepend(14 + t.rewrite_len as usize) else { return false };
+    let Ok(()) = buf.extend_front(HEAD + 14 - p.ip_at) else { return false };
     buf.meta.tx_if = p.tx_if;
     buf.meta.adj = p.adj;
     true
 }
 
-/// The planned headers into the room in front of an inner packet of `inner_len` bytes,
-/// patched for it.
+/// The planned headers for the inner family (`family`: 0 IPv4, 1 IPv6) into the room in
+/// front of an inner packet of `inner_len` bytes, patched for it.
 #[inline(always)]
-fn put_head<O: TunOuter>(p: &EncapPlan, t: &Tunnel, head: &mut [u8; HEAD], inner_v4: bool, inner_len: usize, hash: u32) {
-    *head = p.head;
-    let rl = t.rewrite_len as usize;
+fn put_head<O: TunOuter>(p: &EncapPlan, head: &mut [u8; HEAD], family: usize, inner_len: usize, hash: u32) {
+    *head = p.head[family];
+    let port = (p.port_min + engine::hash::reduce(hash, p.port_span)) as u16;
     // Never false: the plan only takes templates with whole IP and UDP headers.
-    let patched = patch_outer(t, O::IS_V6, inner_v4, &mut head[HEAD - rl..], rl + inner_len, t.src_port(hash));
+    let total = HEAD - p.ip_at + inner_len;
+    let patched = head.get_mut(p.ip_at..).is_some_and(|h| patch_outer(O::IS_V6, p.ip_sum, h, total, port));
     debug_assert!(patched);
 }
 
 /// Patch the copied template `h` (outer IP header first) for a packet of `total` bytes
 /// from source port `port`: the IP length (and IPv4 checksum, from the template's
-/// precomputed sum), the UDP length and port, the inner protocol. Fixed offsets per
-/// family, so one bounds check. False if `h` is shorter than IP + UDP (never for a
-/// template).
+/// precomputed sum `ip_sum`), the UDP length and port. Fixed offsets per family, so one
+/// bounds check. False if `h` is shorter than IP + UDP (never for a template).
 #[inline(always)]
-fn patch_outer(t: &Tunnel, is_v6: bool, inner_v4: bool, h: &mut [u8], total: usize, port: u16) -> bool {
+fn patch_outer(is_v6: bool, ip_sum: u32, h: &mut [u8], total: usize, port: u16) -> bool {
     let port = port.to_be_bytes();
     if is_v6 {
         let Some(h) = h.first_chunk_mut::<48>() else { return false };
@@ -212,22 +240,24 @@ fn patch_outer(t: &Tunnel, is_v6: bool, inner_v4: bool, h: &mut [u8], total: usi
     } else {
         let Some(h) = h.first_chunk_mut::<28>() else { return false };
         h[2..4].copy_from_slice(&(total as u16).to_be_bytes());
-        let mut c = t.ip_sum + total as u32;
+        let mut c = ip_sum + total as u32;
         c = (c & 0xffff) + (c >> 16);
         h[10..12].copy_from_slice(&(!(c as u16)).to_be_bytes());
         h[20..22].copy_from_slice(&port);
         h[24..26].copy_from_slice(&((total - 20) as u16).to_be_bytes());
     }
-    // The template names IPv4 (GUE protocol 4, GRE EtherType 0x0800).
-    if !inner_v4 {
-        let e = t.udp_at as usize + 8;
-        match t.encap {
-            Encap::Gue => h[e + 1] = 41,
-            Encap::Gre => h[e + 2..e + 4].copy_from_slice(&0x86ddu16.to_be_bytes()),
-            Encap::Direct => {}
-        }
-    }
     true
+}
+
+/// Make the template `h` (outer IP header first), which names an inner IPv4 packet (GUE
+/// protocol 4, GRE EtherType 0x0800), name an inner IPv6 one.
+fn name_inner6(t: &Tunnel, h: &mut [u8]) {
+    let e = t.udp_at as usize + 8;
+    match t.encap {
+        Encap::Gue => h[e + 1] = 41,
+        Encap::Gre => h[e + 2..e + 4].copy_from_slice(&0x86ddu16.to_be_bytes()),
+        Encap::Direct => {}
+    }
 }
 
 impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunEncap<O> {
