@@ -9,6 +9,12 @@
 # it against the baseline's run of the same round. The host here changes its clock from
 # run to run far more than the differences measured; the control node's share does not.
 #
+# The "vector median" columns take each node's median vector (by cycles per packet, each
+# vector weighing its packets) instead of its mean, summed over the nodes: a vector the
+# host stopped the worker in (steal) moves a mean by thousands of cycles and a median not
+# at all. Its extra is the median over rounds of the difference to the baseline's run in
+# the same round; the nodes are shown by their median vectors too.
+#
 # Usage: scripts/bench-compare.sh [--rounds N] [--packets N] [--control NODE] [--bin PATH]... BASELINE SCENARIO...
 #   e.g. scripts/bench-compare.sh --rounds 5 ip4-forward gue4-encap gre-udp4-encap gue4-decap
 #   --bin twice compares two builds (e.g. one built from an older commit in a worktree).
@@ -49,6 +55,7 @@ python3 - "$out" "$1" "$((total1 - total0))" "$((steal1 - steal0))" "$control" <
 import collections, json, statistics, sys
 path, base, total, steal, control = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 runs = collections.defaultdict(list)
+medians = collections.defaultdict(list)
 # Per round, in order: the control node's cycles/packet (None if the scenario has none).
 controls = collections.defaultdict(list)
 nodes = collections.defaultdict(lambda: collections.defaultdict(list))
@@ -58,10 +65,11 @@ for line in open(path):
     d = json.loads(j)
     cpu = d["cpu"]
     runs[(b, s)].append(d["cycles_per_packet"])
+    medians[(b, s)].append(d.get("median_cycles_per_packet", float("nan")))  # older builds: none
     controls[(b, s)].append(next((n["cycles_per_packet"] for n in d["nodes"] if n["name"] == control), None))
     for n in d["nodes"]:
         if n["name"] not in ("pg-input", "interface-tx", "interface-output", "ethernet-input"):
-            nodes[(b, s)][n["name"]].append(n["cycles_per_packet"])
+            nodes[(b, s)][n["name"]].append(n.get("vector_median") or n["cycles_per_packet"])
 
 
 def held_extra(b, s):
@@ -72,8 +80,18 @@ def held_extra(b, s):
         if c and c0:
             # The scale first: exactly 1 for the baseline against itself.
             out.append(t * (c0 / c) - t0)
+    return signed(statistics.median(out)) if out else "-"
+
+
+def signed(x):
     # + 0.0 turns a rounded -0.0 into 0.0.
-    return f"{round(statistics.median(out), 1) + 0.0:+.1f}" if out else "-"
+    return f"{round(x, 1) + 0.0:+.1f}"
+
+
+def median_extra(b, s):
+    """Median over rounds of the vector-median cycles less the baseline's run's."""
+    return signed(statistics.median(m - m0 for m, m0 in zip(medians[(b, s)], medians[(b, base)])))
+
 
 print(f"{cpu}; host steal over the run {100 * steal / max(total, 1):.1f} %")
 for b in dict.fromkeys(k[0] for k in runs):
@@ -82,10 +100,11 @@ for b in dict.fromkeys(k[0] for k in runs):
     print(f"\n{b}")
     # The host only ever adds time (steal, other tenants), so the quickest round is the
     # least disturbed one: its extra is shown beside the median's.
-    print(f"{'scenario':<18} {'cycles/packet':>14} {'range':>15} {'extra':>8} {'ratio':>6} {'min extra':>10} {'held extra':>11}  nodes (medians)")
+    print(f"{'scenario':<18} {'cycles/packet':>14} {'range':>15} {'extra':>8} {'ratio':>6} {'min extra':>10} {'held extra':>11} {'vec median':>11} {'vec extra':>10}  nodes (median vectors)")
     for s in dict.fromkeys(k[1] for k in runs if k[0] == b):
         v = runs[(b, s)]
         m = statistics.median(v)
         per_node = " ".join(f"{k} {statistics.median(x):.1f}" for k, x in nodes[(b, s)].items())
-        print(f"{s:<18} {m:>14.1f} {min(v):>7.1f}-{max(v):<7.1f} {m - ref:>+8.1f} {m / ref:>6.2f} {min(v) - ref_min:>+10.1f} {held_extra(b, s):>11}  {per_node}")
+        vm = statistics.median(medians[(b, s)])
+        print(f"{s:<18} {m:>14.1f} {min(v):>7.1f}-{max(v):<7.1f} {m - ref:>+8.1f} {m / ref:>6.2f} {min(v) - ref_min:>+10.1f} {held_extra(b, s):>11} {vm:>11.1f} {median_extra(b, s):>10}  {per_node}")
 PY

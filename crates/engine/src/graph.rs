@@ -195,6 +195,8 @@ struct Slot<C> {
     counter_info: &'static [CounterInfo],
     counters: Vec<u64>,
     runtime: NodeRuntime,
+    /// Each vector's (cycles, packets), while the graph samples vectors.
+    samples: Vec<(u32, u32)>,
 }
 
 /// Collects nodes, then resolves every next-node name.
@@ -226,6 +228,7 @@ impl<C: 'static> GraphBuilder<C> {
             counter_info: info,
             counters: vec![0; info.len()],
             runtime: NodeRuntime::default(),
+            samples: Vec::new(),
         });
         NodeId(self.slots.len() - 1)
     }
@@ -276,6 +279,7 @@ impl<C: 'static> GraphBuilder<C> {
             queues: (0..n).map(|_| Vec::with_capacity(2 * VECTOR_SIZE)).collect(),
             tx: Vec::new(),
             trace: TraceLog::default(),
+            sampling: false,
         })
     }
 }
@@ -287,7 +291,12 @@ pub struct Graph<C> {
     /// Per-interface transmit queues filled by `interface-output`.
     pub(crate) tx: Vec<Vec<BufIdx>>,
     pub(crate) trace: TraceLog,
+    /// Keep every vector's time per node (see [`Graph::sample_vectors`]).
+    sampling: bool,
 }
+
+/// The most vectors a node keeps while sampling: a bench of a few million packets.
+const MAX_SAMPLES: usize = 1 << 20;
 
 impl<C> Graph<C> {
     pub fn node_id(&self, name: &str) -> Result<NodeId, GraphError> {
@@ -333,6 +342,9 @@ impl<C> Graph<C> {
             tx.runtime.vectors += 1;
             tx.runtime.packets += packets;
             tx.runtime.cycles += cycles;
+            if self.sampling && tx.samples.len() < MAX_SAMPLES {
+                tx.samples.push((cycles.min(u32::MAX as u64) as u32, packets.min(u32::MAX as u64) as u32));
+            }
         }
     }
 
@@ -429,6 +441,10 @@ impl<C> Graph<C> {
             rt.vectors += 1;
             rt.packets += chunk.len() as u64;
             rt.cycles += t1.wrapping_sub(t0);
+            if self.sampling && self.slots[i].samples.len() < MAX_SAMPLES {
+                let c = t1.wrapping_sub(t0).min(u32::MAX as u64) as u32;
+                self.slots[i].samples.push((c, chunk.len() as u32));
+            }
         }
         input.clear();
         // Keep the allocation; keep anything a self-loop queued meanwhile.
@@ -476,8 +492,19 @@ impl<C> Graph<C> {
                 kind: s.kind.label(),
                 runtime: s.runtime,
                 cycles_per_packet: per_packet(s.runtime.cycles, s.runtime.packets),
+                vector_median: crate::stats::vector_median(&s.samples),
             })
             .collect()
+    }
+
+    /// Start (or stop) keeping each vector's time per node, forgetting those kept: a
+    /// benchmark then reports the median vector's cycles per packet beside the mean,
+    /// which a host that stops the worker now and then (steal) moves far less.
+    pub fn sample_vectors(&mut self, on: bool) {
+        self.sampling = on;
+        for s in &mut self.slots {
+            s.samples = Vec::new();
+        }
     }
 
     pub fn counter_snapshots(&self) -> Vec<CounterSnapshot> {

@@ -34,6 +34,25 @@ pub struct NodeSnapshot {
     #[serde(flatten)]
     pub runtime: NodeRuntime,
     pub cycles_per_packet: f64,
+    /// While the graph samples vectors: the cycles per packet of the median packet's
+    /// vector (vectors ordered by cycles per packet, each weighing its packets).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vector_median: Option<f64>,
+}
+
+/// The packet-weighted median of vectors' cycles per packet, from (cycles, packets) per
+/// vector; `None` for no packets.
+pub fn vector_median(samples: &[(u32, u32)]) -> Option<f64> {
+    let mut v: Vec<(f64, u64)> = samples.iter().filter(|s| s.1 > 0).map(|&(c, p)| (c as f64 / p as f64, p as u64)).collect();
+    v.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let half = v.iter().map(|s| s.1).sum::<u64>().div_ceil(2);
+    let mut seen = 0;
+    v.into_iter()
+        .find(|s| {
+            seen += s.1;
+            seen >= half
+        })
+        .map(|s| s.0)
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -93,6 +112,8 @@ impl Snapshot {
         for (a, b) in self.nodes.iter_mut().zip(&o.nodes) {
             a.runtime.add(&b.runtime);
             a.cycles_per_packet = per_packet(a.runtime.cycles, a.runtime.packets);
+            // Medians of different workers' vectors do not combine.
+            a.vector_median = None;
         }
         for (a, b) in self.counters.iter_mut().zip(&o.counters) {
             a.count += b.count;
@@ -119,5 +140,21 @@ pub fn per_packet(cycles: u64, packets: u64) -> f64 {
         0.0
     } else {
         cycles as f64 / packets as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vector_median_weighs_vectors_by_packets() {
+        assert_eq!(vector_median(&[]), None);
+        assert_eq!(vector_median(&[(100, 0)]), None);
+        // One slow vector (the worker stopped) among quick ones moves the mean, not this.
+        assert_eq!(vector_median(&[(2560, 256), (2560, 256), (1_000_000, 256)]), Some(10.0));
+        // A full vector outweighs two small slow ones.
+        assert_eq!(vector_median(&[(50, 1), (50, 1), (2560, 256)]), Some(10.0));
+        assert_eq!(vector_median(&[(30, 1), (10, 1), (20, 1)]), Some(20.0));
     }
 }

@@ -324,6 +324,12 @@ impl<C: Context> Worker<C> {
         }
     }
 
+    /// Keep each vector's time per node from now on (for `vecgate bench`): see
+    /// [`crate::graph::Graph::sample_vectors`].
+    pub fn sample_vectors(&mut self, on: bool) {
+        self.graph.sample_vectors(on);
+    }
+
     pub fn clear_runtime(&mut self) {
         self.graph.clear_runtime();
         self.graph.clear_counters();

@@ -138,6 +138,8 @@ struct NodeRow {
     vectors: u64,
     packets: u64,
     cycles_per_packet: f64,
+    /// The median vector's cycles per packet (steal and other pauses move it less).
+    vector_median: Option<f64>,
 }
 
 #[derive(Serialize)]
@@ -147,6 +149,8 @@ struct Report {
     delivered: u64,
     mpps: f64,
     cycles_per_packet: f64,
+    /// The nodes' median vectors' cycles per packet, summed.
+    median_cycles_per_packet: f64,
     total_cycles_per_packet: f64,
     tsc_hz: u64,
     cpu: String,
@@ -286,6 +290,7 @@ pub fn bench(scenario: &str, packets: u64, json: bool, core: usize, opts: &GtpuO
         generated += worker.poll_once() as u64;
     }
     worker.clear_runtime();
+    worker.sample_vectors(true);
     let t0 = Instant::now();
     let c0 = clock::now();
     while !worker.inputs_done() {
@@ -296,6 +301,7 @@ pub fn bench(scenario: &str, packets: u64, json: bool, core: usize, opts: &GtpuO
     let s = worker.snapshot();
     let input = s.nodes.iter().find(|n| n.name == "pg-input").map(|n| n.runtime.packets).unwrap_or(0);
     let graph_cycles: u64 = s.nodes.iter().filter(|n| n.kind != "input").map(|n| n.runtime.cycles).sum();
+    let median_cycles: f64 = s.nodes.iter().filter(|n| n.kind != "input").filter_map(|n| n.vector_median).sum();
     let delivered = s.ports.iter().find(|p| p.name == "null0").map(|p| p.counters.tx_packets).unwrap_or(0);
     let tables = control.shared.load();
     let fib_bytes = tables.fib4.memory_bytes() + tables.fib6.memory_bytes();
@@ -305,6 +311,7 @@ pub fn bench(scenario: &str, packets: u64, json: bool, core: usize, opts: &GtpuO
         delivered,
         mpps: input as f64 / secs / 1e6,
         cycles_per_packet: graph_cycles as f64 / input.max(1) as f64,
+        median_cycles_per_packet: median_cycles,
         total_cycles_per_packet: cycles as f64 / input.max(1) as f64,
         tsc_hz: s.tsc_hz,
         cpu: cpu_model(),
@@ -321,6 +328,7 @@ pub fn bench(scenario: &str, packets: u64, json: bool, core: usize, opts: &GtpuO
                 vectors: n.runtime.vectors,
                 packets: n.runtime.packets,
                 cycles_per_packet: n.cycles_per_packet,
+                vector_median: n.vector_median,
             })
             .collect(),
     };
