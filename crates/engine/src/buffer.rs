@@ -179,13 +179,32 @@ impl Buffer {
             return Err(BufferError::Short);
         }
         self.start += n as u32;
-        // A checksum pending in the headers stripped (a tunnel's outer UDP) goes with
-        // them, so no later prepend can bring its stale position back into the packet.
+        self.forget_stripped_checksum();
+        Ok(())
+    }
+
+    /// Keep the `len` bytes from `at` on: a header stripped and the packet cut to the
+    /// length it gives, in one step (a decapsulated packet). [`Buffer::advance`] then
+    /// [`Buffer::truncate`], with `Short` if the bytes are not all there.
+    #[inline(always)]
+    pub fn narrow(&mut self, at: usize, len: usize) -> Result<(), BufferError> {
+        if at.checked_add(len).is_none_or(|end| end > self.len()) {
+            return Err(BufferError::Short);
+        }
+        self.start += at as u32;
+        self.end = self.start + len as u32;
+        self.forget_stripped_checksum();
+        Ok(())
+    }
+
+    /// A checksum pending in headers stripped (a tunnel's outer UDP) goes with them, so
+    /// no later prepend can bring its stale position back into the packet.
+    #[inline(always)]
+    fn forget_stripped_checksum(&mut self) {
         if (self.meta.offload.csum_start as u32) < self.start && self.meta.offload.csum_start != 0 {
             self.meta.offload.csum_start = 0;
             self.meta.offload.csum_offset = 0;
         }
-        Ok(())
     }
 
     /// Grow the packet by `n` bytes at the front and return them for writing.
@@ -309,6 +328,22 @@ mod tests {
         b.advance(3).unwrap();
         assert_eq!(b.preceding(3), Some(&[9, 9, 9][..]));
         assert_eq!(b.bytes(), &[9, 3]);
+    }
+
+    #[test]
+    fn narrow_strips_and_cuts_in_one_step() {
+        let mut b = Buffer::new(64);
+        b.write(&[1, 2, 3, 4, 5, 6]).unwrap();
+        b.set_partial_checksum(1, 2);
+        b.narrow(2, 3).unwrap();
+        assert_eq!(b.bytes(), &[3, 4, 5]);
+        // The checksum pending in the stripped bytes went with them.
+        assert_eq!(b.take_partial_checksum(), None);
+        assert_eq!(b.narrow(1, 3), Err(BufferError::Short));
+        assert_eq!(b.narrow(usize::MAX, 2), Err(BufferError::Short));
+        assert_eq!(b.bytes(), &[3, 4, 5]);
+        b.narrow(3, 0).unwrap();
+        assert!(b.is_empty());
     }
 
     #[test]

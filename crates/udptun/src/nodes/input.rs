@@ -155,12 +155,25 @@ fn inner_parsed(encap: Encap, key: Option<u32>, p: &[u8]) -> Result<Option<(usiz
 }
 
 /// The outer UDP header of a tunnel packet: where it starts, its length and checksum
-/// (the length already checked to lie within the packet).
+/// (the length already checked to lie within the packet), and the four bytes after it
+/// where there are four (the start of a GUE or GRE header).
 #[derive(Clone, Copy)]
 struct Udp {
     hl: usize,
+    dst_port: u16,
     len: usize,
     sum: u16,
+    after: Option<[u8; 4]>,
+}
+
+impl Udp {
+    /// The UDP header at `hl` in `b`, if there are 8 bytes.
+    fn read(b: &[u8], hl: usize) -> Option<Udp> {
+        let h = b.get(hl..)?.first_chunk::<8>()?;
+        let after = b.get(hl + 8..).and_then(|x| x.first_chunk::<4>()).copied();
+        let be = |i: usize| u16::from_be_bytes([h[i], h[i + 1]]);
+        Some(Udp { hl, dst_port: be(2), len: be(4) as usize, sum: be(6), after })
+    }
 }
 
 /// The fast path: the datagram is the whole packet (ipN-input cut it to the IP length),
@@ -176,14 +189,13 @@ fn decap_plain<A>(plan: &DecapPlan<A>, udp: Udp, buf: &mut Buffer) -> Option<Udp
         return None;
     }
     let at = udp.hl + 12;
-    let v4 = match b.get(udp.hl + 8..).and_then(|x| x.first_chunk::<4>()) {
-        Some(w) if *w == for_v4 => true,
-        Some(w) if *w == for_v6 => false,
+    let v4 = match udp.after? {
+        w if w == for_v4 => true,
+        w if w == for_v6 => false,
         _ => return None,
     };
     let inner_len = input_fast_path_len(b.get(at..)?, v4)?;
-    buf.advance(at).ok()?;
-    buf.truncate(inner_len);
+    buf.narrow(at, inner_len).ok()?;
     // The outer checksum said nothing about the inner packet's own.
     buf.meta.l4_checksum_ok = false;
     Some(lookup_next(v4))
@@ -210,7 +222,7 @@ fn decap_full<O: TunOuter>(
     buf: &mut Buffer,
 ) -> Result<Option<bool>, UdpTunInputCounter> {
     use UdpTunInputCounter as C;
-    let Udp { hl, len, sum } = udp;
+    let Udp { hl, len, sum, .. } = udp;
     let seg = buf.bytes().get(hl..hl + len).ok_or(C::BadUdpLength)?;
     if sum == 0 {
         if O::IS_V6 && !t.accept_zero_checksum {
@@ -247,12 +259,11 @@ impl<O: TunOuter> UdpTunInput<O> {
     #[inline(always)]
     fn fast(&self, buf: &mut Buffer) -> Option<UdpTunInputNext> {
         let plan = self.last.as_ref()?;
-        if O::fixed_key(buf.bytes())? != plan.key {
+        let f = O::fixed_head(buf.bytes())?;
+        if f.key != plan.key {
             return None;
         }
-        let hl = O::FIXED_LEN;
-        let u = buf.bytes().get(hl..hl + 8)?;
-        let udp = Udp { hl, len: u16::from_be_bytes([u[4], u[5]]) as usize, sum: u16::from_be_bytes([u[6], u[7]]) };
+        let udp = Udp { hl: O::FIXED_LEN, dst_port: f.key.2, len: f.udp_len, sum: f.udp_sum, after: Some(f.after_udp) };
         decap_plain(plan, udp, buf)
     }
 }
@@ -286,10 +297,8 @@ impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunInput<O> {
             Err(OuterError::Truncated) => return Verdict::Drop(C::OuterTruncated),
             Err(OuterError::NotPlainUdp) => return Verdict::Drop(C::NotPlainUdp),
         };
-        let Some(h) = b.get(hl..hl + 8) else { return Verdict::Drop(C::BadUdpLength) };
-        let port = u16::from_be_bytes([h[2], h[3]]);
-        let udp_len = u16::from_be_bytes([h[4], h[5]]) as usize;
-        let sum = u16::from_be_bytes([h[6], h[7]]);
+        let Some(udp) = Udp::read(b, hl) else { return Verdict::Drop(C::BadUdpLength) };
+        let (port, udp_len) = (udp.dst_port, udp.len);
         if udp_len < 8 || hl + udp_len > b.len() {
             return Verdict::Drop(C::BadUdpLength);
         }
@@ -303,7 +312,6 @@ impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunInput<O> {
                 p
             }
         };
-        let udp = Udp { hl, len: udp_len, sum };
         if let Some(next) = decap_plain(&plan, udp, buf) {
             counts.inc(C::Decapsulated);
             return Verdict::Next(next);
@@ -396,11 +404,7 @@ mod tests {
         pool.get_mut(fast).write(packet).unwrap();
         pool.get_mut(full).write(packet).unwrap();
         let hl = if v6 { 40 } else { 20 };
-        let udp = Udp {
-            hl,
-            len: u16::from_be_bytes([packet[hl + 4], packet[hl + 5]]) as usize,
-            sum: u16::from_be_bytes([packet[hl + 6], packet[hl + 7]]),
-        };
+        let udp = Udp::read(packet, hl).expect("a UDP header");
         assert!(udp.len >= 8 && hl + udp.len <= packet.len(), "the node checks these first");
         let plan = DecapPlan::new(((), (), 6080), 1, t, v6);
         let Some(next) = decap_plain(&plan, udp, pool.get_mut(fast)) else {
@@ -470,7 +474,7 @@ mod tests {
         let b = pool.alloc(256).unwrap();
         pool.get_mut(b).write(&p).unwrap();
         let plan = DecapPlan::new(((), (), 6080), 1, &tunnel(false, Encap::Gue, None, false, false), false);
-        assert_eq!(decap_plain(&plan, Udp { hl: 20, len: p.len() - 20, sum: 0 }, pool.get_mut(b)), Some(UdpTunInputNext::Ip4Lookup));
+        assert_eq!(decap_plain(&plan, Udp::read(&p, 20).unwrap(), pool.get_mut(b)), Some(UdpTunInputNext::Ip4Lookup));
         assert_eq!(pool.get(b).bytes(), &inner[..]);
         // Over IPv6, a zero checksum only on a tunnel that accepts it.
         let inner = inner_packet(true, 10);
@@ -481,41 +485,53 @@ mod tests {
         assert!(!both_paths(&tunnel(true, Encap::Gue, None, false, false), true, &p));
     }
 
-    /// The fixed-offset key agrees with the full parse wherever it gives one.
-    fn fixed_key_agrees<O: TunOuter>(b: &[u8]) -> bool {
-        let Some(k) = O::fixed_key(b) else { return false };
-        let Ok((hl, src, dst)) = O::outer(b) else { panic!("fixed key on a packet the full parse refuses") };
+    /// The fixed-offset reading agrees with the full parse wherever it gives one.
+    fn fixed_head_agrees<O: TunOuter>(b: &[u8]) -> bool {
+        let Some(f) = O::fixed_head(b) else { return false };
+        let Ok((hl, src, dst)) = O::outer(b) else { panic!("fixed head on a packet the full parse refuses") };
         assert_eq!(hl, O::FIXED_LEN);
-        assert!(k == (dst, src, u16::from_be_bytes([b[hl + 2], b[hl + 3]])), "{} {} {}", k.0, k.1, k.2);
+        let u = Udp::read(b, hl).expect("the UDP header");
+        assert!(f.key == (dst, src, u.dst_port), "{} {} {}", f.key.0, f.key.1, f.key.2);
+        assert_eq!((f.udp_len, f.udp_sum, Some(f.after_udp)), (u.len, u.sum, u.after));
         true
     }
 
     #[test]
-    fn fixed_key_reads_the_plain_headers() {
-        let p = outer(false, 12, 0);
-        assert!(fixed_key_agrees::<Ip4Outer>(&p));
-        assert_eq!(Ip4Outer::fixed_key(&p), Some(("198.18.1.1".parse().unwrap(), "198.18.1.2".parse().unwrap(), 6080)));
-        let p6 = outer(true, 12, 0);
-        assert!(fixed_key_agrees::<Ip6Outer>(&p6));
+    fn fixed_head_reads_the_plain_headers() {
+        let mut p = outer(false, 12, 0x1234);
+        p.extend_from_slice(&[0, 4, 0, 0]);
+        assert!(fixed_head_agrees::<Ip4Outer>(&p));
+        let want = crate::nodes::FixedHead {
+            key: ("198.18.1.1".parse().unwrap(), "198.18.1.2".parse().unwrap(), 6080),
+            udp_len: 12,
+            udp_sum: 0x1234,
+            after_udp: [0, 4, 0, 0],
+        };
+        assert_eq!(Ip4Outer::fixed_head(&p), Some(want));
+        // Short of the word after UDP: the full parse's.
+        assert_eq!(Ip4Outer::fixed_head(&p[..31]), None);
+        let mut p6 = outer(true, 12, 0);
+        p6.extend_from_slice(&[0, 41, 0, 0]);
+        assert!(fixed_head_agrees::<Ip6Outer>(&p6));
         // Options, a fragment, another protocol: the full parse's.
         for (i, v) in [(0, 0x46), (7, 1), (9, 6)] {
             let mut q = p.clone();
             q[i] = v;
-            assert!(!fixed_key_agrees::<Ip4Outer>(&q));
+            assert!(!fixed_head_agrees::<Ip4Outer>(&q));
         }
         let mut q = p6.clone();
         q[6] = 0;
-        assert!(!fixed_key_agrees::<Ip6Outer>(&q));
+        assert!(!fixed_head_agrees::<Ip6Outer>(&q));
     }
 
     proptest! {
         #[test]
-        fn fixed_key_agrees_on_any_bytes(b in proptest::collection::vec(any::<u8>(), 0..60), v4 in any::<bool>()) {
+        fn fixed_head_agrees_on_any_bytes(b in proptest::collection::vec(any::<u8>(), 0..60), v4 in any::<bool>()) {
             let mut b = b;
             // Often a plain header, so the agreement is tested, not just the refusals.
             if v4 && b.len() > 9 { b[0] = 0x45; b[9] = 17; }
             if !v4 && b.len() > 6 { b[0] = 0x60; b[6] = 17; }
-            if v4 { fixed_key_agrees::<Ip4Outer>(&b); } else { fixed_key_agrees::<Ip6Outer>(&b); }
+            if v4 { fixed_head_agrees::<Ip4Outer>(&b); } else { fixed_head_agrees::<Ip6Outer>(&b); }
         }
 
         /// Any packet after a well-formed outer UDP header, in any tunnel: the fast path

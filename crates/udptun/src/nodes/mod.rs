@@ -26,10 +26,35 @@ pub trait TunOuter: OuterFamily {
     /// extension headers.
     const FIXED_LEN: usize;
     fn decap(t: &UdpTunTables, local: Self::Addr, remote: Self::Addr, port: u16) -> Option<u32>;
-    /// The decap key (our address, the peer's, the destination port) of an unfragmented
-    /// UDP packet with the fixed outer header, read at fixed offsets; `None` for any
-    /// other packet (the node's full parse then takes it).
-    fn fixed_key(b: &[u8]) -> Option<(Self::Addr, Self::Addr, u16)>;
+    /// The decap key and the UDP header (with the four bytes after it) of an
+    /// unfragmented UDP packet with the fixed outer header, read at fixed offsets after
+    /// one bounds check; `None` for any other packet (the node's full parse then takes
+    /// it).
+    fn fixed_head(b: &[u8]) -> Option<FixedHead<Self::Addr>>;
+}
+
+/// The decap fast path's reading of a packet's outer headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FixedHead<A> {
+    /// Our address, the peer's, the destination port.
+    pub key: (A, A, u16),
+    pub udp_len: usize,
+    pub udp_sum: u16,
+    /// The four bytes after the UDP header (a GUE or GRE header's first word).
+    pub after_udp: [u8; 4],
+}
+
+impl<A> FixedHead<A> {
+    /// From the UDP header and the word after it, `u` (12 bytes).
+    #[inline(always)]
+    fn new(key: (A, A, u16), u: &[u8; 12]) -> Self {
+        FixedHead {
+            key,
+            udp_len: u16::from_be_bytes([u[4], u[5]]) as usize,
+            udp_sum: u16::from_be_bytes([u[6], u[7]]),
+            after_udp: [u[8], u[9], u[10], u[11]],
+        }
+    }
 }
 
 impl TunOuter for Ip4Outer {
@@ -41,12 +66,11 @@ impl TunOuter for Ip4Outer {
         t.decap4.get(&(local, remote, port)).copied()
     }
     #[inline(always)]
-    fn fixed_key(b: &[u8]) -> Option<(Ipv4Addr, Ipv4Addr, u16)> {
-        let h = b.first_chunk::<24>()?;
+    fn fixed_head(b: &[u8]) -> Option<FixedHead<Ipv4Addr>> {
+        let (h, u) = b.first_chunk::<32>()?.split_first_chunk::<20>()?;
         let plain = h[0] == 0x45 && h[9] == 17 && h[6] & 0x3f == 0 && h[7] == 0;
-        plain.then(|| {
-            (Ipv4Addr::new(h[16], h[17], h[18], h[19]), Ipv4Addr::new(h[12], h[13], h[14], h[15]), u16::from_be_bytes([h[22], h[23]]))
-        })
+        let key = (Ipv4Addr::new(h[16], h[17], h[18], h[19]), Ipv4Addr::new(h[12], h[13], h[14], h[15]), u16::from_be_bytes([u[2], u[3]]));
+        plain.then(|| FixedHead::new(key, u.try_into().expect("32 - 20")))
     }
 }
 
@@ -59,13 +83,13 @@ impl TunOuter for Ip6Outer {
         t.decap6.get(&(local, remote, port)).copied()
     }
     #[inline(always)]
-    fn fixed_key(b: &[u8]) -> Option<(Ipv6Addr, Ipv6Addr, u16)> {
-        let h = b.first_chunk::<44>()?;
+    fn fixed_head(b: &[u8]) -> Option<FixedHead<Ipv6Addr>> {
+        let (h, u) = b.first_chunk::<52>()?.split_first_chunk::<40>()?;
         let addr = |at: usize| {
             let mut a = [0u8; 16];
             a.copy_from_slice(&h[at..at + 16]);
             Ipv6Addr::from(a)
         };
-        (h[6] == 17).then(|| (addr(24), addr(8), u16::from_be_bytes([h[42], h[43]])))
+        (h[6] == 17).then(|| FixedHead::new((addr(24), addr(8), u16::from_be_bytes([u[2], u[3]])), u.try_into().expect("52 - 40")))
     }
 }
