@@ -206,7 +206,8 @@ fn encap_planned<O: TunOuter>(p: &EncapPlan, buf: &mut Buffer) -> bool {
         return false;
     }
     // The Ethernet header and the tunnel's outer headers join the packet.
-    let Ok(()) = buf.extend_front(HEAD + 14 - p.ip_at) else { return false };
+    // At most HEAD, which the window proved there is room for (`ip_at` is at least 14).
+    let Ok(()) = buf.extend_front((HEAD + 14 - p.ip_at).min(HEAD)) else { return false };
     buf.meta.tx_if = p.tx_if;
     buf.meta.adj = p.adj;
     true
