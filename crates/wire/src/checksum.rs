@@ -125,13 +125,24 @@ pub fn complete_partial(data: &mut [u8], start: usize, offset: usize) -> bool {
 /// Without the fold: a one's-complement sum is 0xffff exactly when the plain sum of the
 /// words is a non-zero multiple of 0xffff (2^16 ≡ 1 modulo 0xffff, so every way of
 /// cutting the bytes into words, either byte order included, keeps the residue's zero),
-/// and a remainder by a constant is a multiply and a shift where the fold is a chain of
-/// dependent adds.
+/// and divisibility by an odd constant is one multiply by its inverse modulo 2^64 and a
+/// comparison (a multiple of d times the inverse is the quotient, at most (2^64 - 1) / d;
+/// anything else lands above), where the fold is a chain of dependent adds. Written out,
+/// since the compiler makes that of `% 0xffff == 0` in some call sites and a remainder of
+/// twice the instructions in others.
 #[inline(always)]
 pub fn verify_ipv4_header(h: &[u8; 20]) -> bool {
     let w = |i: usize| u32::from_ne_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]) as u64;
     let acc = w(0) + w(4) + w(8) + w(12) + w(16);
-    acc != 0 && acc % 0xffff == 0
+    acc != 0 && multiple_of_ffff(acc)
+}
+
+/// `n % 0xffff == 0`, by the inverse.
+#[inline(always)]
+fn multiple_of_ffff(n: u64) -> bool {
+    /// 0xffff's inverse modulo 2^64: 0xffff * INV wraps to 1.
+    const INV: u64 = 0xfffe_fffe_fffe_ffff;
+    n.wrapping_mul(INV) <= u64::MAX / 0xffff
 }
 
 /// The IPv4 pseudo-header of RFC 768/793: addresses, protocol and upper-layer length.
@@ -304,6 +315,19 @@ mod tests {
 
     /// The remainder test's edges: nothing summed (not a valid sum: the fold is 0), every
     /// bit set (the fold is 0xffff), a sum that wraps the fold several times.
+    #[test]
+    fn multiples_of_ffff_by_the_inverse() {
+        assert_eq!(0xffffu64.wrapping_mul(0xfffe_fffe_fffe_ffff), 1);
+        // Every multiple a five-word sum can reach, and its neighbours.
+        for k in 0..=(5 * u32::MAX as u64) / 0xffff + 1 {
+            let n = k * 0xffff;
+            assert!(multiple_of_ffff(n), "{n}");
+            assert!(!multiple_of_ffff(n + 1) && (n == 0 || !multiple_of_ffff(n - 1)), "{n}");
+        }
+        // 2^64 - 1 is itself a multiple (of 2^16 - 1).
+        assert!(multiple_of_ffff(u64::MAX) && !multiple_of_ffff(u64::MAX - 1));
+    }
+
     #[test]
     fn ipv4_header_check_edges() {
         for h in [[0u8; 20], [0xff; 20], [0xfe; 20], [0x01; 20]] {

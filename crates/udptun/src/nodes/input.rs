@@ -49,7 +49,10 @@ counters! {
 pub struct UdpTunInput<O: TunOuter> {
     /// The tunnel last looked up: a vector's packets mostly come from a few peers.
     /// Forgotten at each vector, since the tables may be republished between vectors.
-    last: Option<DecapPlan<O::Addr>>,
+    /// Boxed so that it stays in memory, where the fast path reads it: inline, the
+    /// compiler carries its fields in registers around the node's loop and shuffles them
+    /// on every packet (three instructions a packet, by `scripts/instr.sh`).
+    last: Box<Option<DecapPlan<O::Addr>>>,
 }
 
 /// What decap needs of one tunnel, kept for the packets after the first in a vector.
@@ -88,7 +91,7 @@ fn plain_headers(encap: Encap, key: Option<u32>) -> Option<([u8; 4], [u8; 4])> {
 
 impl<O: TunOuter> Default for UdpTunInput<O> {
     fn default() -> Self {
-        UdpTunInput { last: None }
+        UdpTunInput { last: Box::new(None) }
     }
 }
 
@@ -258,7 +261,7 @@ impl<O: TunOuter> UdpTunInput<O> {
     /// [`decap_plain`] for a packet of the tunnel planned, read at fixed offsets.
     #[inline(always)]
     fn fast(&self, buf: &mut Buffer) -> Option<UdpTunInputNext> {
-        let plan = self.last.as_ref()?;
+        let plan = (*self.last).as_ref()?;
         let f = O::fixed_head(buf.bytes())?;
         if f.key != plan.key {
             return None;
@@ -278,7 +281,7 @@ impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunInput<O> {
 
     #[inline(always)]
     fn prepare(&mut self, _cx: &mut Cx, _pool: &mut engine::Pool, _input: &[engine::BufIdx]) {
-        self.last = None;
+        *self.last = None;
     }
 
     #[inline(always)]
@@ -302,13 +305,13 @@ impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunInput<O> {
         if udp_len < 8 || hl + udp_len > b.len() {
             return Verdict::Drop(C::BadUdpLength);
         }
-        let plan = match self.last {
+        let plan = match *self.last {
             Some(p) if p.key == (dst, src, port) => p,
             _ => {
                 let Some(id) = O::decap(&u.tables, dst, src, port) else { return Verdict::Drop(C::NoTunnel) };
                 let Some(t) = u.tables.tunnel(id) else { return Verdict::Drop(C::NoTunnel) };
                 let p = DecapPlan::new((dst, src, port), id, t, O::IS_V6);
-                self.last = Some(p);
+                *self.last = Some(p);
                 p
             }
         };
