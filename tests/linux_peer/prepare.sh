@@ -39,7 +39,7 @@ R="$OUT/root"
 rm -rf "$R"
 mkdir -p "$R"/{bin,sbin,proc,sys,dev,tmp,run,etc,lib/modules/"$KV",lib64,lib/x86_64-linux-gnu}
 depmod -b kpkg "$KV"
-MODS="virtio_pci virtio_net fou fou6 ipip sit ip_gre ip6_tunnel"
+MODS="virtio_pci virtio_net fou fou6 ipip sit ip_gre ip6_tunnel ip6_gre"
 for m in $MODS; do
     modprobe -d kpkg -S "$KV" --show-depends "$m" | awk '$1=="insmod"{print $2}'
 done | sort -u | while read -r f; do

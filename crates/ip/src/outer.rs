@@ -351,14 +351,12 @@ impl OuterFamily for Ip6Outer {
     #[inline(always)]
     fn outer(b: &[u8]) -> Result<(usize, Ipv6Addr, Ipv6Addr), OuterError> {
         let h = b.first_chunk::<40>().ok_or(OuterError::Truncated)?;
-        if h[6] != 17 {
-            return Err(OuterError::NotPlainUdp);
-        }
+        let hl = if h[6] == 17 { 40 } else { 40 + options_before_udp(h[6], &b[40..])? };
         let mut s = [0u8; 16];
         let mut d = [0u8; 16];
         s.copy_from_slice(&h[8..24]);
         d.copy_from_slice(&h[24..40]);
-        Ok((40, Ipv6Addr::from(s), Ipv6Addr::from(d)))
+        Ok((hl, Ipv6Addr::from(s), Ipv6Addr::from(d)))
     }
     #[inline(always)]
     fn pseudo(src: &Ipv6Addr, dst: &Ipv6Addr) -> Checksum {
@@ -369,6 +367,21 @@ impl OuterFamily for Ip6Outer {
         r.emit(&mut Ipv6Packet::new_unchecked(&mut out[..40]));
         40
     }
+}
+
+/// The length of the Hop-by-Hop and Destination Options headers between an IPv6 header
+/// and UDP, the first named by `first`, in `payload` (the bytes after the fixed header).
+/// Linux's ip6tnl and ip6gre put a Tunnel Encapsulation Limit option (RFC 2473) in a
+/// Destination Options header before the UDP of their fou/GUE encapsulation by default;
+/// `ip6-local` has acted on the options by the time a tunnel node reads past them. A
+/// fragment (not reassembled) or a routing header (the pseudo-header's destination would
+/// be another) is not plain UDP.
+fn options_before_udp(first: u8, payload: &[u8]) -> Result<usize, OuterError> {
+    let info = wire::ipv6_ext::walk_chain(IpProtocol::from(first), payload).map_err(|_| OuterError::Truncated)?;
+    if info.upper != Some(IpProtocol::Udp) || info.fragment.is_some() || info.routing.is_some() {
+        return Err(OuterError::NotPlainUdp);
+    }
+    Ok(info.upper_offset)
 }
 
 /// The UDP checksum field for `seg` (UDP header with a zero checksum field, then the
@@ -396,4 +409,39 @@ pub fn udp_checksum_ok(pseudo: Checksum, seg: &[u8]) -> bool {
     let mut c = pseudo;
     c.add_u32(seg.len() as u32).add_bytes(seg);
     c.fold() == 0xffff
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An IPv6 header from 2001:db8:1::2 to 2001:db8:1::1 naming `next`, then `ext`,
+    /// then a UDP header.
+    fn v6_packet(next: u8, ext: &[u8]) -> Vec<u8> {
+        let mut p = vec![0x60, 0, 0, 0, 0, (ext.len() + 8) as u8, next, 64];
+        p.extend_from_slice(&"2001:db8:1::2".parse::<Ipv6Addr>().unwrap().octets());
+        p.extend_from_slice(&"2001:db8:1::1".parse::<Ipv6Addr>().unwrap().octets());
+        p.extend_from_slice(ext);
+        p.extend_from_slice(&[0xc0, 0x01, 0x15, 0xb5, 0, 8, 0, 0]);
+        p
+    }
+
+    #[test]
+    fn ipv6_outer_skips_options_before_udp() {
+        let (src, dst): (Ipv6Addr, Ipv6Addr) = ("2001:db8:1::2".parse().unwrap(), "2001:db8:1::1".parse().unwrap());
+        assert_eq!(Ip6Outer::outer(&v6_packet(17, &[])), Ok((40, src, dst)));
+        // Linux's ip6tnl: a Destination Options header with a Tunnel Encapsulation Limit
+        // of 4 (option 4, length 1) and a PadN.
+        let limit = [17, 0, 4, 1, 4, 1, 1, 0];
+        assert_eq!(Ip6Outer::outer(&v6_packet(60, &limit)), Ok((48, src, dst)));
+        // Hop-by-Hop then Destination Options.
+        let both = [60, 0, 1, 4, 0, 0, 0, 0, 17, 0, 4, 1, 4, 1, 1, 0];
+        assert_eq!(Ip6Outer::outer(&v6_packet(0, &both)), Ok((56, src, dst)));
+        // A fragment, a routing header, something else than UDP: not plain UDP.
+        assert_eq!(Ip6Outer::outer(&v6_packet(44, &[17, 0, 0, 1, 0, 0, 0, 7])), Err(OuterError::NotPlainUdp));
+        assert_eq!(Ip6Outer::outer(&v6_packet(43, &[17, 0, 0, 0, 0, 0, 0, 0])), Err(OuterError::NotPlainUdp));
+        assert_eq!(Ip6Outer::outer(&v6_packet(6, &[])), Err(OuterError::NotPlainUdp));
+        // Options past the packet.
+        assert_eq!(Ip6Outer::outer(&v6_packet(60, &limit)[..44]), Err(OuterError::Truncated));
+    }
 }

@@ -71,11 +71,13 @@ impl<Cx: HasIp> Node<Cx> for Ip6Local {
         match info.upper {
             Some(IpProtocol::Icmpv6) => {}
             Some(IpProtocol::Udp) => {
-                // Tunnel input nodes take UDP right after the fixed header only.
+                // Tunnel input nodes take UDP after the fixed header and any Hop-by-Hop
+                // and Destination Options headers (Linux's tunnels send a Tunnel
+                // Encapsulation Limit option by default), not after a routing header.
                 let port = buf.bytes().get(off + 2..off + 4).map(|d| u16::from_be_bytes([d[0], d[1]]));
-                match (info.upper_offset, port.and_then(|port| cx.tables.udp.port(port))) {
-                    (0, Some(UdpApp::Gtpu)) => return Verdict::Next(Ip6LocalNext::Gtpu6Input),
-                    (0, Some(UdpApp::Gue)) => return Verdict::Next(Ip6LocalNext::Gue6Input),
+                match (info.routing, port.and_then(|port| cx.tables.udp.port(port))) {
+                    (None, Some(UdpApp::Gtpu)) => return Verdict::Next(Ip6LocalNext::Gtpu6Input),
+                    (None, Some(UdpApp::Gue)) => return Verdict::Next(Ip6LocalNext::Gue6Input),
                     _ => {}
                 }
                 counts.inc(C::PortUnreachable);
