@@ -48,8 +48,9 @@ pub fn ip4_flow_hash(h: &[u8; 20], b: &[u8]) -> u32 {
 /// bytes after it (for a caller that holds them already: no bounds to check).
 #[inline(always)]
 pub fn ip4_flow_hash_plain(h: &[u8; 24]) -> u32 {
-    let (h, p) = h.split_first_chunk::<20>().expect("24 bytes are 20 and 4");
-    ip4_hash(h, u32::from_ne_bytes([p[0], p[1], p[2], p[3]]) as u64)
+    let ports = u32::from_ne_bytes([h[20], h[21], h[22], h[23]]) as u64;
+    // Never 0 by `else`: 20 of 24 bytes.
+    h.first_chunk::<20>().map_or(0, |h| ip4_hash(h, ports))
 }
 
 /// The hash of an IPv4 header `h` whose (possible) ports word is `p`: used only for an

@@ -192,6 +192,12 @@ impl Tunnel {
     /// The source port for an inner flow hash.
     #[inline(always)]
     pub fn src_port(&self, flow_hash: u32) -> u16 {
-        (self.src_port_min as u32 + engine::hash::reduce(flow_hash, self.src_port_span)) as u16
+        src_port(self.src_port_min, self.src_port_span, flow_hash)
     }
+}
+
+/// The source port for an inner flow hash in the range of `span` ports from `min`.
+#[inline(always)]
+pub fn src_port(min: u16, span: u32, flow_hash: u32) -> u16 {
+    (min as u32 + engine::hash::reduce(flow_hash, span)) as u16
 }

@@ -123,7 +123,7 @@ pub struct EncapPlan {
     max_inner: usize,
     /// The tunnel's [`Tunnel::ip_sum`], [`Tunnel::src_port_min`], [`Tunnel::src_port_span`].
     ip_sum: u32,
-    port_min: u32,
+    port_min: u16,
     port_span: u32,
     tx_if: IfIndex,
     adj: u32,
@@ -166,7 +166,7 @@ impl EncapPlan {
                 name_inner6(t, &mut plan.head[1][ip_at..]);
                 plan.ip_at = ip_at;
                 plan.max_inner = (*mtu as usize).saturating_sub(rl);
-                (plan.ip_sum, plan.port_min, plan.port_span) = (t.ip_sum, t.src_port_min as u32, t.src_port_span);
+                (plan.ip_sum, plan.port_min, plan.port_span) = (t.ip_sum, t.src_port_min, t.src_port_span);
                 plan.tx_if = *tx_if;
             }
         }
@@ -191,14 +191,15 @@ fn encap_planned<O: TunOuter>(p: &EncapPlan, buf: &mut Buffer) -> bool {
     // The room in front, then the inner header and the ports (the flow hash's words):
     // an IPv4 header without options, else an IPv6 one.
     if let Some(w) = buf.front_window::<{ HEAD + 24 }>(HEAD).filter(|w| w[HEAD] == 0x45 && w[HEAD + 8] > 1) {
-        let (head, inner) = w.split_first_chunk_mut::<HEAD>().expect("the window is longer");
-        let inner: &mut [u8; 24] = inner.try_into().expect("the window is HEAD + 24");
+        // Never `else`: the window is HEAD + 24 bytes.
+        let Some((head, inner)) = w.split_first_chunk_mut::<HEAD>() else { return false };
+        let Some(inner) = inner.first_chunk_mut::<24>() else { return false };
         let hash = ip::flow::ip4_flow_hash_plain(inner);
         Ipv4Packet::new_unchecked(&mut inner[..]).decrement_ttl();
         put_head::<O>(p, head, 0, inner_len, hash);
     } else if let Some(w) = buf.front_window::<{ HEAD + 44 }>(HEAD).filter(|w| w[HEAD] >> 4 == 6 && w[HEAD + 7] > 1) {
-        let (head, inner) = w.split_first_chunk_mut::<HEAD>().expect("the window is longer");
-        let h = inner.first_chunk::<40>().expect("the window is HEAD + 44");
+        let Some((head, inner)) = w.split_first_chunk_mut::<HEAD>() else { return false };
+        let Some(h) = inner.first_chunk::<40>() else { return false };
         let hash = ip::flow::ip6_flow_hash(h, inner);
         inner[7] -= 1;
         put_head::<O>(p, head, 1, inner_len, hash);
@@ -218,7 +219,7 @@ fn encap_planned<O: TunOuter>(p: &EncapPlan, buf: &mut Buffer) -> bool {
 #[inline(always)]
 fn put_head<O: TunOuter>(p: &EncapPlan, head: &mut [u8; HEAD], family: usize, inner_len: usize, hash: u32) {
     *head = p.head[family];
-    let port = (p.port_min + engine::hash::reduce(hash, p.port_span)) as u16;
+    let port = crate::tunnel::src_port(p.port_min, p.port_span, hash);
     // Never false: the plan only takes templates with whole IP and UDP headers.
     let total = HEAD - p.ip_at + inner_len;
     let patched = head.get_mut(p.ip_at..).is_some_and(|h| patch_outer(O::IS_V6, p.ip_sum, h, total, port));

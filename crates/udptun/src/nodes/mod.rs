@@ -70,7 +70,8 @@ impl TunOuter for Ip4Outer {
         let (h, u) = b.first_chunk::<32>()?.split_first_chunk::<20>()?;
         let plain = h[0] == 0x45 && h[9] == 17 && h[6] & 0x3f == 0 && h[7] == 0;
         let key = (Ipv4Addr::new(h[16], h[17], h[18], h[19]), Ipv4Addr::new(h[12], h[13], h[14], h[15]), u16::from_be_bytes([u[2], u[3]]));
-        plain.then(|| FixedHead::new(key, u.try_into().expect("32 - 20")))
+        let u = u.first_chunk::<12>()?;
+        plain.then(|| FixedHead::new(key, u))
     }
 }
 
@@ -90,6 +91,8 @@ impl TunOuter for Ip6Outer {
             a.copy_from_slice(&h[at..at + 16]);
             Ipv6Addr::from(a)
         };
-        (h[6] == 17).then(|| FixedHead::new((addr(24), addr(8), u16::from_be_bytes([u[2], u[3]])), u.try_into().expect("52 - 40")))
+        let key = (addr(24), addr(8), u16::from_be_bytes([u[2], u[3]]));
+        let u = u.first_chunk::<12>()?;
+        (h[6] == 17).then(|| FixedHead::new(key, u))
     }
 }
