@@ -11,7 +11,7 @@
 //! node the packets for our tunnel endpoints and ports directly, their outer header
 //! checked as `ipN-input` would (no `ipN-input`, no lookup, no `ipN-local`).
 
-use super::TunOuter;
+use super::{OuterUdp, TunOuter};
 use crate::context::{HasUdpTun, UdpTunEvent};
 use crate::tunnel::{Encap, Tunnel};
 use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
@@ -157,35 +157,13 @@ fn inner_parsed(encap: Encap, key: Option<u32>, p: &[u8]) -> Result<Option<(usiz
     }
 }
 
-/// The outer UDP header of a tunnel packet: where it starts, its length and checksum
-/// (the length already checked to lie within the packet), and the four bytes after it
-/// where there are four (the start of a GUE or GRE header).
-#[derive(Clone, Copy)]
-struct Udp {
-    hl: usize,
-    dst_port: u16,
-    len: usize,
-    sum: u16,
-    after: Option<[u8; 4]>,
-}
-
-impl Udp {
-    /// The UDP header at `hl` in `b`, if there are 8 bytes.
-    fn read(b: &[u8], hl: usize) -> Option<Udp> {
-        let h = b.get(hl..)?.first_chunk::<8>()?;
-        let after = b.get(hl + 8..).and_then(|x| x.first_chunk::<4>()).copied();
-        let be = |i: usize| u16::from_be_bytes([h[i], h[i + 1]]);
-        Some(Udp { hl, dst_port: be(2), len: be(4) as usize, sum: be(6), after })
-    }
-}
-
 /// The fast path: the datagram is the whole packet (ipN-input cut it to the IP length),
 /// with a zero checksum the tunnel accepts and the tunnel's plain data header, and the
 /// inner packet passes ipN-input's fast-path checks. The buffer then holds the inner
 /// packet, and the node it goes to is returned; `None`, with the buffer untouched, for
 /// anything else: [`decap_full`] takes it, and counts what it refuses.
 #[inline(always)]
-fn decap_plain<A>(plan: &DecapPlan<A>, udp: Udp, buf: &mut Buffer) -> Option<UdpTunInputNext> {
+fn decap_plain<A>(plan: &DecapPlan<A>, udp: OuterUdp, buf: &mut Buffer) -> Option<UdpTunInputNext> {
     let (for_v4, for_v6) = plan.plain?;
     let b = buf.bytes();
     if udp.hl + udp.len != b.len() || udp.sum != 0 || !plan.zero_checksum_ok {
@@ -219,13 +197,13 @@ fn lookup_next(v4: bool) -> UdpTunInputNext {
 /// buffer at the inner packet; `Ok(None)` for a GUE control message (buffer untouched).
 fn decap_full<O: TunOuter>(
     t: &Tunnel,
-    udp: Udp,
+    udp: OuterUdp,
     src: &O::Addr,
     dst: &O::Addr,
     buf: &mut Buffer,
 ) -> Result<Option<bool>, UdpTunInputCounter> {
     use UdpTunInputCounter as C;
-    let Udp { hl, len, sum, .. } = udp;
+    let OuterUdp { hl, len, sum, .. } = udp;
     let seg = buf.bytes().get(hl..hl + len).ok_or(C::BadUdpLength)?;
     if sum == 0 {
         if O::IS_V6 && !t.accept_zero_checksum {
@@ -262,11 +240,10 @@ impl<O: TunOuter> UdpTunInput<O> {
     #[inline(always)]
     fn fast(&self, buf: &mut Buffer) -> Option<UdpTunInputNext> {
         let plan = (*self.last).as_ref()?;
-        let f = O::fixed_head(buf.bytes())?;
-        if f.key != plan.key {
+        let (dst, src, udp) = O::fixed_head(buf.bytes())?;
+        if (dst, src, udp.dst_port) != plan.key {
             return None;
         }
-        let udp = Udp { hl: O::FIXED_LEN, dst_port: f.key.2, len: f.udp_len, sum: f.udp_sum, after: Some(f.after_udp) };
         decap_plain(plan, udp, buf)
     }
 }
@@ -300,7 +277,7 @@ impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunInput<O> {
             Err(OuterError::Truncated) => return Verdict::Drop(C::OuterTruncated),
             Err(OuterError::NotPlainUdp) => return Verdict::Drop(C::NotPlainUdp),
         };
-        let Some(udp) = Udp::read(b, hl) else { return Verdict::Drop(C::BadUdpLength) };
+        let Some(udp) = OuterUdp::read(b, hl) else { return Verdict::Drop(C::BadUdpLength) };
         let (port, udp_len) = (udp.dst_port, udp.len);
         if udp_len < 8 || hl + udp_len > b.len() {
             return Verdict::Drop(C::BadUdpLength);
@@ -407,7 +384,7 @@ mod tests {
         pool.get_mut(fast).write(packet).unwrap();
         pool.get_mut(full).write(packet).unwrap();
         let hl = if v6 { 40 } else { 20 };
-        let udp = Udp::read(packet, hl).expect("a UDP header");
+        let udp = OuterUdp::read(packet, hl).expect("a UDP header");
         assert!(udp.len >= 8 && hl + udp.len <= packet.len(), "the node checks these first");
         let plan = DecapPlan::new(((), (), 6080), 1, t, v6);
         let Some(next) = decap_plain(&plan, udp, pool.get_mut(fast)) else {
@@ -477,7 +454,7 @@ mod tests {
         let b = pool.alloc(256).unwrap();
         pool.get_mut(b).write(&p).unwrap();
         let plan = DecapPlan::new(((), (), 6080), 1, &tunnel(false, Encap::Gue, None, false, false), false);
-        assert_eq!(decap_plain(&plan, Udp::read(&p, 20).unwrap(), pool.get_mut(b)), Some(UdpTunInputNext::Ip4Lookup));
+        assert_eq!(decap_plain(&plan, OuterUdp::read(&p, 20).unwrap(), pool.get_mut(b)), Some(UdpTunInputNext::Ip4Lookup));
         assert_eq!(pool.get(b).bytes(), &inner[..]);
         // Over IPv6, a zero checksum only on a tunnel that accepts it.
         let inner = inner_packet(true, 10);
@@ -490,12 +467,11 @@ mod tests {
 
     /// The fixed-offset reading agrees with the full parse wherever it gives one.
     fn fixed_head_agrees<O: TunOuter>(b: &[u8]) -> bool {
-        let Some(f) = O::fixed_head(b) else { return false };
+        let Some((d, s, udp)) = O::fixed_head(b) else { return false };
         let Ok((hl, src, dst)) = O::outer(b) else { panic!("fixed head on a packet the full parse refuses") };
         assert_eq!(hl, O::FIXED_LEN);
-        let u = Udp::read(b, hl).expect("the UDP header");
-        assert!(f.key == (dst, src, u.dst_port), "{} {} {}", f.key.0, f.key.1, f.key.2);
-        assert_eq!((f.udp_len, f.udp_sum, Some(f.after_udp)), (u.len, u.sum, u.after));
+        assert!((d, s) == (dst, src), "{d} {s}");
+        assert_eq!(Some(udp), OuterUdp::read(b, hl));
         true
     }
 
@@ -504,13 +480,8 @@ mod tests {
         let mut p = outer(false, 12, 0x1234);
         p.extend_from_slice(&[0, 4, 0, 0]);
         assert!(fixed_head_agrees::<Ip4Outer>(&p));
-        let want = crate::nodes::FixedHead {
-            key: ("198.18.1.1".parse().unwrap(), "198.18.1.2".parse().unwrap(), 6080),
-            udp_len: 12,
-            udp_sum: 0x1234,
-            after_udp: [0, 4, 0, 0],
-        };
-        assert_eq!(Ip4Outer::fixed_head(&p), Some(want));
+        let udp = OuterUdp { hl: 20, dst_port: 6080, len: 12, sum: 0x1234, after: Some([0, 4, 0, 0]) };
+        assert_eq!(Ip4Outer::fixed_head(&p), Some(("198.18.1.1".parse().unwrap(), "198.18.1.2".parse().unwrap(), udp)));
         // Short of the word after UDP: the full parse's.
         assert_eq!(Ip4Outer::fixed_head(&p[..31]), None);
         let mut p6 = outer(true, 12, 0);

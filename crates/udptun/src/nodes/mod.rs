@@ -26,34 +26,39 @@ pub trait TunOuter: OuterFamily {
     /// extension headers.
     const FIXED_LEN: usize;
     fn decap(t: &UdpTunTables, local: Self::Addr, remote: Self::Addr, port: u16) -> Option<u32>;
-    /// The decap key and the UDP header (with the four bytes after it) of an
+    /// Our address, the peer's and the UDP header (with the four bytes after it) of an
     /// unfragmented UDP packet with the fixed outer header, read at fixed offsets after
     /// one bounds check; `None` for any other packet (the node's full parse then takes
     /// it).
-    fn fixed_head(b: &[u8]) -> Option<FixedHead<Self::Addr>>;
+    fn fixed_head(b: &[u8]) -> Option<(Self::Addr, Self::Addr, OuterUdp)>;
 }
 
-/// The decap fast path's reading of a packet's outer headers.
+/// The outer UDP header of a tunnel packet as the input node reads it: where it starts,
+/// its destination port, length and checksum, and the four bytes after it where there
+/// are four (the start of a GUE or GRE header).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FixedHead<A> {
-    /// Our address, the peer's, the destination port.
-    pub key: (A, A, u16),
-    pub udp_len: usize,
-    pub udp_sum: u16,
-    /// The four bytes after the UDP header (a GUE or GRE header's first word).
-    pub after_udp: [u8; 4],
+pub struct OuterUdp {
+    pub hl: usize,
+    pub dst_port: u16,
+    pub len: usize,
+    pub sum: u16,
+    pub after: Option<[u8; 4]>,
 }
 
-impl<A> FixedHead<A> {
-    /// From the UDP header and the word after it, `u` (12 bytes).
+impl OuterUdp {
+    /// The UDP header at `hl` in `b`, if there are 8 bytes.
+    pub fn read(b: &[u8], hl: usize) -> Option<OuterUdp> {
+        let h = b.get(hl..)?.first_chunk::<8>()?;
+        let after = b.get(hl + 8..).and_then(|x| x.first_chunk::<4>()).copied();
+        let be = |i: usize| u16::from_be_bytes([h[i], h[i + 1]]);
+        Some(OuterUdp { hl, dst_port: be(2), len: be(4) as usize, sum: be(6), after })
+    }
+
+    /// The UDP header at `hl` and the word after it, `u` (12 bytes in hand).
     #[inline(always)]
-    fn new(key: (A, A, u16), u: &[u8; 12]) -> Self {
-        FixedHead {
-            key,
-            udp_len: u16::from_be_bytes([u[4], u[5]]) as usize,
-            udp_sum: u16::from_be_bytes([u[6], u[7]]),
-            after_udp: [u[8], u[9], u[10], u[11]],
-        }
+    fn fixed(hl: usize, u: &[u8; 12]) -> OuterUdp {
+        let be = |i: usize| u16::from_be_bytes([u[i], u[i + 1]]);
+        OuterUdp { hl, dst_port: be(2), len: be(4) as usize, sum: be(6), after: Some([u[8], u[9], u[10], u[11]]) }
     }
 }
 
@@ -66,12 +71,11 @@ impl TunOuter for Ip4Outer {
         t.decap4.get(&(local, remote, port)).copied()
     }
     #[inline(always)]
-    fn fixed_head(b: &[u8]) -> Option<FixedHead<Ipv4Addr>> {
+    fn fixed_head(b: &[u8]) -> Option<(Ipv4Addr, Ipv4Addr, OuterUdp)> {
         let (h, u) = b.first_chunk::<32>()?.split_first_chunk::<20>()?;
         let plain = h[0] == 0x45 && h[9] == 17 && h[6] & 0x3f == 0 && h[7] == 0;
-        let key = (Ipv4Addr::new(h[16], h[17], h[18], h[19]), Ipv4Addr::new(h[12], h[13], h[14], h[15]), u16::from_be_bytes([u[2], u[3]]));
         let u = u.first_chunk::<12>()?;
-        plain.then(|| FixedHead::new(key, u))
+        plain.then(|| (Ipv4Addr::new(h[16], h[17], h[18], h[19]), Ipv4Addr::new(h[12], h[13], h[14], h[15]), OuterUdp::fixed(20, u)))
     }
 }
 
@@ -84,15 +88,14 @@ impl TunOuter for Ip6Outer {
         t.decap6.get(&(local, remote, port)).copied()
     }
     #[inline(always)]
-    fn fixed_head(b: &[u8]) -> Option<FixedHead<Ipv6Addr>> {
+    fn fixed_head(b: &[u8]) -> Option<(Ipv6Addr, Ipv6Addr, OuterUdp)> {
         let (h, u) = b.first_chunk::<52>()?.split_first_chunk::<40>()?;
         let addr = |at: usize| {
             let mut a = [0u8; 16];
             a.copy_from_slice(&h[at..at + 16]);
             Ipv6Addr::from(a)
         };
-        let key = (addr(24), addr(8), u16::from_be_bytes([u[2], u[3]]));
         let u = u.first_chunk::<12>()?;
-        (h[6] == 17).then(|| FixedHead::new(key, u))
+        (h[6] == 17).then(|| (addr(24), addr(8), OuterUdp::fixed(40, u)))
     }
 }
