@@ -199,6 +199,19 @@ struct Slot<C> {
     samples: Vec<(u32, u32)>,
 }
 
+impl<C> Slot<C> {
+    /// A vector of `packets` that took `cycles`, into the runtime (and the samples, when
+    /// `sampling`).
+    fn account_vector(&mut self, packets: u64, cycles: u64, sampling: bool) {
+        self.runtime.vectors += 1;
+        self.runtime.packets += packets;
+        self.runtime.cycles += cycles;
+        if sampling && self.samples.len() < MAX_SAMPLES {
+            self.samples.push((cycles.min(u32::MAX as u64) as u32, packets.min(u32::MAX as u64) as u32));
+        }
+    }
+}
+
 /// Collects nodes, then resolves every next-node name.
 pub struct GraphBuilder<C> {
     slots: Vec<Slot<C>>,
@@ -339,12 +352,7 @@ impl<C> Graph<C> {
         let tx = &mut self.slots[INTERFACE_TX_SLOT];
         tx.runtime.calls += 1;
         if packets > 0 {
-            tx.runtime.vectors += 1;
-            tx.runtime.packets += packets;
-            tx.runtime.cycles += cycles;
-            if self.sampling && tx.samples.len() < MAX_SAMPLES {
-                tx.samples.push((cycles.min(u32::MAX as u64) as u32, packets.min(u32::MAX as u64) as u32));
-            }
+            tx.account_vector(packets, cycles, self.sampling);
         }
     }
 
@@ -436,15 +444,9 @@ impl<C> Graph<C> {
                 }
             }
             let t1 = clock::now();
-            let rt = &mut self.slots[i].runtime;
-            rt.calls += 1;
-            rt.vectors += 1;
-            rt.packets += chunk.len() as u64;
-            rt.cycles += t1.wrapping_sub(t0);
-            if self.sampling && self.slots[i].samples.len() < MAX_SAMPLES {
-                let c = t1.wrapping_sub(t0).min(u32::MAX as u64) as u32;
-                self.slots[i].samples.push((c, chunk.len() as u32));
-            }
+            let slot = &mut self.slots[i];
+            slot.runtime.calls += 1;
+            slot.account_vector(chunk.len() as u64, t1.wrapping_sub(t0), self.sampling);
         }
         input.clear();
         // Keep the allocation; keep anything a self-loop queued meanwhile.

@@ -50,15 +50,20 @@ impl OuterUdp {
     pub fn read(b: &[u8], hl: usize) -> Option<OuterUdp> {
         let h = b.get(hl..)?.first_chunk::<8>()?;
         let after = b.get(hl + 8..).and_then(|x| x.first_chunk::<4>()).copied();
-        let be = |i: usize| u16::from_be_bytes([h[i], h[i + 1]]);
-        Some(OuterUdp { hl, dst_port: be(2), len: be(4) as usize, sum: be(6), after })
+        Some(OuterUdp::new(hl, h, after))
     }
 
     /// The UDP header at `hl` and the word after it, `u` (12 bytes in hand).
     #[inline(always)]
     fn fixed(hl: usize, u: &[u8; 12]) -> OuterUdp {
-        let be = |i: usize| u16::from_be_bytes([u[i], u[i + 1]]);
-        OuterUdp { hl, dst_port: be(2), len: be(4) as usize, sum: be(6), after: Some([u[8], u[9], u[10], u[11]]) }
+        let [a, b, c, d, e, f, g, h, w @ ..] = *u;
+        OuterUdp::new(hl, &[a, b, c, d, e, f, g, h], Some(w))
+    }
+
+    #[inline(always)]
+    fn new(hl: usize, h: &[u8; 8], after: Option<[u8; 4]>) -> OuterUdp {
+        let be = |i: usize| u16::from_be_bytes([h[i], h[i + 1]]);
+        OuterUdp { hl, dst_port: be(2), len: be(4) as usize, sum: be(6), after }
     }
 }
 
