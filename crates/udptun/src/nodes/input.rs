@@ -11,7 +11,7 @@
 //! node the packets for our tunnel endpoints and ports directly, their outer header
 //! checked as `ipN-input` would (no `ipN-input`, no lookup, no `ipN-local`).
 
-use super::{OuterUdp, TunOuter};
+use super::{HeadMatch, OuterUdp, TunOuter};
 use crate::context::{HasUdpTun, UdpTunEvent};
 use crate::tunnel::{Encap, Tunnel};
 use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
@@ -52,7 +52,32 @@ pub struct UdpTunInput<O: TunOuter> {
     /// Boxed so that it stays in memory, where the fast path reads it: inline, the
     /// compiler carries its fields in registers around the node's loop and shuffles them
     /// on every packet (three instructions a packet, by `scripts/instr.sh`).
-    last: Box<Option<DecapPlan<O::Addr>>>,
+    last: Box<Last<O>>,
+}
+
+/// The tunnel last looked up, and its fast path's test when its packets can take it.
+struct Last<O: TunOuter> {
+    plan: Option<DecapPlan<O::Addr>>,
+    fast: Option<FastDecap<O::Head>>,
+}
+
+/// The decap fast path for one tunnel: the test of its fixed outer header (which
+/// includes a zero UDP checksum) and its plain data headers.
+#[derive(Clone, Copy)]
+struct FastDecap<H> {
+    head: H,
+    plain: ([u8; 4], [u8; 4]),
+}
+
+impl<O: TunOuter> Last<O> {
+    fn new(plan: Option<DecapPlan<O::Addr>>) -> Self {
+        let fast = plan.and_then(|p| {
+            let (local, remote, port) = p.key;
+            let plain = p.plain.filter(|_| p.zero_checksum_ok)?;
+            Some(FastDecap { head: O::head(local, remote, port), plain })
+        });
+        Last { plan, fast }
+    }
 }
 
 /// What decap needs of one tunnel, kept for the packets after the first in a vector.
@@ -91,7 +116,7 @@ fn plain_headers(encap: Encap, key: Option<u32>) -> Option<([u8; 4], [u8; 4])> {
 
 impl<O: TunOuter> Default for UdpTunInput<O> {
     fn default() -> Self {
-        UdpTunInput { last: Box::new(None) }
+        UdpTunInput { last: Box::new(Last::new(None)) }
     }
 }
 
@@ -164,9 +189,19 @@ fn inner_parsed(encap: Encap, key: Option<u32>, p: &[u8]) -> Result<Option<(usiz
 /// anything else: [`decap_full`] takes it, and counts what it refuses.
 #[inline(always)]
 fn decap_plain<A>(plan: &DecapPlan<A>, udp: OuterUdp, buf: &mut Buffer) -> Option<UdpTunInputNext> {
-    let (for_v4, for_v6) = plan.plain?;
+    let plain = plan.plain?;
+    if udp.sum != 0 || !plan.zero_checksum_ok {
+        return None;
+    }
+    plain_payload(plain, udp, buf)
+}
+
+/// [`decap_plain`] after its checksum test: the length, the plain header, the inner
+/// packet's checks, the strip.
+#[inline(always)]
+fn plain_payload((for_v4, for_v6): ([u8; 4], [u8; 4]), udp: OuterUdp, buf: &mut Buffer) -> Option<UdpTunInputNext> {
     let b = buf.bytes();
-    if udp.hl + udp.len != b.len() || udp.sum != 0 || !plan.zero_checksum_ok {
+    if udp.hl + udp.len != b.len() {
         return None;
     }
     let at = udp.hl + 12;
@@ -236,15 +271,16 @@ fn inner_next(buf: &mut Buffer, v4: bool) -> UdpTunInputNext {
 }
 
 impl<O: TunOuter> UdpTunInput<O> {
-    /// [`decap_plain`] for a packet of the tunnel planned, read at fixed offsets.
+    /// [`decap_plain`] for a packet of the tunnel planned, its outer header tested
+    /// against the plan's template in a few word comparisons.
     #[inline(always)]
     fn fast(&self, buf: &mut Buffer) -> Option<UdpTunInputNext> {
-        let plan = (*self.last).as_ref()?;
-        let (dst, src, udp) = O::fixed_head(buf.bytes())?;
-        if (dst, src, udp.dst_port) != plan.key {
+        let f = self.last.fast.as_ref()?;
+        let b = buf.bytes();
+        if !f.head.matches(b) {
             return None;
         }
-        decap_plain(plan, udp, buf)
+        plain_payload(f.plain, OuterUdp::read(b, O::FIXED_LEN)?, buf)
     }
 }
 
@@ -258,7 +294,7 @@ impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunInput<O> {
 
     #[inline(always)]
     fn prepare(&mut self, _cx: &mut Cx, _pool: &mut engine::Pool, _input: &[engine::BufIdx]) {
-        *self.last = None;
+        *self.last = Last::new(None);
     }
 
     #[inline(always)]
@@ -282,13 +318,13 @@ impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunInput<O> {
         if udp_len < 8 || hl + udp_len > b.len() {
             return Verdict::Drop(C::BadUdpLength);
         }
-        let plan = match *self.last {
+        let plan = match self.last.plan {
             Some(p) if p.key == (dst, src, port) => p,
             _ => {
                 let Some(id) = O::decap(&u.tables, dst, src, port) else { return Verdict::Drop(C::NoTunnel) };
                 let Some(t) = u.tables.tunnel(id) else { return Verdict::Drop(C::NoTunnel) };
                 let p = DecapPlan::new((dst, src, port), id, t, O::IS_V6);
-                *self.last = Some(p);
+                *self.last = Last::new(Some(p));
                 p
             }
         };
@@ -334,7 +370,7 @@ mod tests {
     use engine::Pool;
     use ip::outer::{Ip4Outer, Ip6Outer};
     use proptest::prelude::*;
-    use std::net::IpAddr;
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
     /// A valid inner header: IPv4 (checksummed) or IPv6, with `payload` bytes after it.
     fn inner_packet(v4: bool, payload: usize) -> Vec<u8> {
@@ -465,47 +501,113 @@ mod tests {
         assert!(!both_paths(&tunnel(true, Encap::Gue, None, false, false), true, &p));
     }
 
-    /// The fixed-offset reading agrees with the full parse wherever it gives one.
-    fn fixed_head_agrees<O: TunOuter>(b: &[u8]) -> bool {
-        let Some((d, s, udp)) = O::fixed_head(b) else { return false };
-        let Ok((hl, src, dst)) = O::outer(b) else { panic!("fixed head on a packet the full parse refuses") };
-        assert_eq!(hl, O::FIXED_LEN);
-        assert!((d, s) == (dst, src), "{d} {s}");
-        assert_eq!(Some(udp), OuterUdp::read(b, hl));
-        true
+    /// The template's verdict against the full parse's: it matches exactly the packets
+    /// whose outer header the full parse reads as plain UDP with the fixed length (for
+    /// IPv4, IHL 5 and version 4 too), from `remote` to `local` on port 6080 with a zero
+    /// checksum, and that have the template's bytes.
+    fn head_agrees<O: TunOuter>(local: O::Addr, remote: O::Addr, b: &[u8], words: usize) -> bool {
+        let matched = O::head(local, remote, 6080).matches(b);
+        let version_ok = if O::IS_V6 { b.first().is_some_and(|v| v >> 4 == 6) } else { b.first() == Some(&0x45) };
+        let parsed = O::outer(b).ok().zip(OuterUdp::read(b, O::FIXED_LEN));
+        let expected = b.len() >= 8 * words
+            && version_ok
+            && parsed.is_some_and(|((hl, src, dst), udp)| {
+                hl == O::FIXED_LEN && (src, dst) == (remote, local) && udp.dst_port == 6080 && udp.sum == 0
+            });
+        assert_eq!(matched, expected, "{b:02x?}");
+        matched
+    }
+
+    fn v4_ends() -> (Ipv4Addr, Ipv4Addr) {
+        ("198.18.1.1".parse().unwrap(), "198.18.1.2".parse().unwrap())
+    }
+
+    fn v6_ends() -> (Ipv6Addr, Ipv6Addr) {
+        ("2001:db8:1::1".parse().unwrap(), "2001:db8:1::2".parse().unwrap())
     }
 
     #[test]
-    fn fixed_head_reads_the_plain_headers() {
-        let mut p = outer(false, 12, 0x1234);
+    fn head_template_picks_the_planned_tunnels_plain_packets() {
+        let ((l4, r4), (l6, r6)) = (v4_ends(), v6_ends());
+        let mut p = outer(false, 12 + 20, 0);
         p.extend_from_slice(&[0, 4, 0, 0]);
-        assert!(fixed_head_agrees::<Ip4Outer>(&p));
-        let udp = OuterUdp { hl: 20, dst_port: 6080, len: 12, sum: 0x1234, after: Some([0, 4, 0, 0]) };
-        assert_eq!(Ip4Outer::fixed_head(&p), Some(("198.18.1.1".parse().unwrap(), "198.18.1.2".parse().unwrap(), udp)));
-        // Short of the word after UDP: the full parse's.
-        assert_eq!(Ip4Outer::fixed_head(&p[..31]), None);
-        let mut p6 = outer(true, 12, 0);
-        p6.extend_from_slice(&[0, 41, 0, 0]);
-        assert!(fixed_head_agrees::<Ip6Outer>(&p6));
-        // Options, a fragment, another protocol: the full parse's.
-        for (i, v) in [(0, 0x46), (7, 1), (9, 6)] {
+        p.extend_from_slice(&inner_packet(true, 0));
+        assert!(head_agrees::<Ip4Outer>(l4, r4, &p, 4));
+        // Free: TOS, total length, identification, DF, TTL, IP checksum, source port,
+        // UDP length and what follows UDP.
+        for i in [1, 2, 3, 4, 5, 6, 8, 10, 11, 20, 21, 24, 25, 28, 29, 30, 31] {
             let mut q = p.clone();
-            q[i] = v;
-            assert!(!fixed_head_agrees::<Ip4Outer>(&q));
+            q[i] ^= if i == 6 { 0x40 } else { 0x11 };
+            assert!(head_agrees::<Ip4Outer>(l4, r4, &q, 4), "byte {i}");
         }
-        let mut q = p6.clone();
-        q[6] = 0;
-        assert!(!fixed_head_agrees::<Ip6Outer>(&q));
+        // Fixed: version and IHL, MF, offset, protocol, addresses, port, checksum.
+        for (i, x) in [
+            (0, 0x01),
+            (0, 0x10),
+            (6, 0x20),
+            (6, 0x01),
+            (7, 1),
+            (9, 0x17),
+            (12, 1),
+            (15, 0x80),
+            (16, 1),
+            (19, 2),
+            (22, 1),
+            (23, 1),
+            (26, 1),
+            (27, 0x80),
+        ] {
+            let mut q = p.clone();
+            q[i] ^= x;
+            assert!(!head_agrees::<Ip4Outer>(l4, r4, &q, 4), "byte {i} ^ {x:#x}");
+        }
+        assert!(!head_agrees::<Ip4Outer>(l4, r4, &p[..31], 4), "shorter than its words");
+        // Another tunnel's template: the ends swapped.
+        assert!(!Ip4Outer::head(r4, l4, 6080).matches(&p));
+        let mut p6 = outer(true, 12 + 20, 0);
+        p6.extend_from_slice(&[0, 4, 0, 0]);
+        p6.extend_from_slice(&inner_packet(true, 0));
+        assert!(head_agrees::<Ip6Outer>(l6, r6, &p6, 7));
+        for i in [0, 1, 2, 3, 4, 5, 7, 40, 41, 44, 45, 48, 55] {
+            let mut q = p6.clone();
+            q[i] ^= if i == 0 { 0x0f } else { 0x11 };
+            assert!(head_agrees::<Ip6Outer>(l6, r6, &q, 7), "byte {i}");
+        }
+        for (i, x) in [(0, 0x20), (6, 0x01), (8, 1), (23, 1), (24, 1), (39, 1), (42, 1), (43, 1), (46, 1), (47, 1)] {
+            let mut q = p6.clone();
+            q[i] ^= x;
+            assert!(!head_agrees::<Ip6Outer>(l6, r6, &q, 7), "byte {i} ^ {x:#x}");
+        }
+        assert!(!head_agrees::<Ip6Outer>(l6, r6, &p6[..55], 7), "shorter than its words");
     }
 
     proptest! {
         #[test]
-        fn fixed_head_agrees_on_any_bytes(b in proptest::collection::vec(any::<u8>(), 0..60), v4 in any::<bool>()) {
+        fn head_template_agrees_on_any_bytes(
+            b in proptest::collection::vec(any::<u8>(), 0..64),
+            v4 in any::<bool>(),
+            plain in any::<bool>(),
+            flip in any::<(usize, u8)>(),
+        ) {
             let mut b = b;
-            // Often a plain header, so the agreement is tested, not just the refusals.
-            if v4 && b.len() > 9 { b[0] = 0x45; b[9] = 17; }
-            if !v4 && b.len() > 6 { b[0] = 0x60; b[6] = 17; }
-            if v4 { fixed_head_agrees::<Ip4Outer>(&b); } else { fixed_head_agrees::<Ip6Outer>(&b); }
+            // Often the planned tunnel's header with one byte changed, so that matches
+            // and near misses are both tested, not only the refusals of random bytes.
+            if plain {
+                let head = if v4 { outer(false, 12, 0) } else { outer(true, 12, 0) };
+                for (i, x) in head.iter().enumerate().take(b.len()) {
+                    b[i] = *x;
+                }
+                if let Some(x) = b.get_mut(flip.0 % 64) {
+                    *x ^= flip.1;
+                }
+            }
+            if v4 {
+                let (l, r) = v4_ends();
+                head_agrees::<Ip4Outer>(l, r, &b, 4);
+            } else {
+                let (l, r) = v6_ends();
+                head_agrees::<Ip6Outer>(l, r, &b, 7);
+            }
         }
 
         /// Any packet after a well-formed outer UDP header, in any tunnel: the fast path

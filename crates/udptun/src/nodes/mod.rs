@@ -25,12 +25,12 @@ pub trait TunOuter: OuterFamily {
     /// The outer header's length on the decap fast path: no IPv4 options, no IPv6
     /// extension headers.
     const FIXED_LEN: usize;
+    /// The decap fast path's test of one tunnel's packets: see [`HeadTemplate`].
+    type Head: HeadMatch;
     fn decap(t: &UdpTunTables, local: Self::Addr, remote: Self::Addr, port: u16) -> Option<u32>;
-    /// Our address, the peer's and the UDP header (with the four bytes after it) of an
-    /// unfragmented UDP packet with the fixed outer header, read at fixed offsets after
-    /// one bounds check; `None` for any other packet (the node's full parse then takes
-    /// it).
-    fn fixed_head(b: &[u8]) -> Option<(Self::Addr, Self::Addr, OuterUdp)>;
+    /// The fixed outer header of an unfragmented UDP packet from `remote` to `local` on
+    /// `port`, with a zero UDP checksum.
+    fn head(local: Self::Addr, remote: Self::Addr, port: u16) -> Self::Head;
 }
 
 /// The outer UDP header of a tunnel packet as the input node reads it: where it starts,
@@ -53,13 +53,6 @@ impl OuterUdp {
         Some(OuterUdp::new(hl, h, after))
     }
 
-    /// The UDP header at `hl` and the word after it, `u` (12 bytes in hand).
-    #[inline(always)]
-    fn fixed(hl: usize, u: &[u8; 12]) -> OuterUdp {
-        let [a, b, c, d, e, f, g, h, w @ ..] = *u;
-        OuterUdp::new(hl, &[a, b, c, d, e, f, g, h], Some(w))
-    }
-
     #[inline(always)]
     fn new(hl: usize, h: &[u8; 8], after: Option<[u8; 4]>) -> OuterUdp {
         let be = |i: usize| u16::from_be_bytes([h[i], h[i + 1]]);
@@ -67,20 +60,75 @@ impl OuterUdp {
     }
 }
 
+/// The test of the decap fast path: is this packet one of the planned tunnel's, with
+/// the fixed outer header?
+pub trait HeadMatch: Copy + Send + 'static {
+    fn matches(&self, b: &[u8]) -> bool;
+}
+
+/// A tunnel's fixed outer header as the decap fast path compares it: the packet's first
+/// `8 * W` bytes, read as words, equal `want` wherever `mask` is set. A few word
+/// comparisons stand for the tests of version and header length, protocol, fragment,
+/// both addresses, the port and the UDP checksum, byte by byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeadTemplate<const W: usize> {
+    want: [u64; W],
+    mask: [u64; W],
+}
+
+impl<const W: usize> HeadTemplate<W> {
+    /// From (offset, bytes, mask of those bytes) fields inside the `8 * W` bytes.
+    fn new(fields: &[(usize, &[u8], &[u8])]) -> Self {
+        let (mut want, mut mask) = (vec![0u8; 8 * W], vec![0u8; 8 * W]);
+        for (at, bytes, m) in fields {
+            debug_assert_eq!(bytes.len(), m.len(), "a template field's bytes and mask");
+            for (i, (b, m)) in bytes.iter().zip(m.iter()).enumerate() {
+                want[at + i] = b & m;
+                mask[at + i] = *m;
+            }
+        }
+        let words = |v: &[u8]| {
+            let (w, _) = v.as_chunks::<8>();
+            std::array::from_fn(|i| u64::from_ne_bytes(w[i]))
+        };
+        HeadTemplate { want: words(&want), mask: words(&mask) }
+    }
+}
+
+impl<const W: usize> HeadMatch for HeadTemplate<W> {
+    #[inline(always)]
+    fn matches(&self, b: &[u8]) -> bool {
+        let Some((words, _)) = b.get(..8 * W).map(|h| h.as_chunks::<8>()) else { return false };
+        let mut diff = 0;
+        for ((w, want), mask) in words.iter().zip(&self.want).zip(&self.mask) {
+            diff |= (u64::from_ne_bytes(*w) ^ want) & mask;
+        }
+        diff == 0
+    }
+}
+
 impl TunOuter for Ip4Outer {
     const INPUT: &'static str = "gue4-input";
     const ENCAP: &'static str = "gue4-encap";
     const FIXED_LEN: usize = 20;
+    type Head = HeadTemplate<4>;
     #[inline(always)]
     fn decap(t: &UdpTunTables, local: Self::Addr, remote: Self::Addr, port: u16) -> Option<u32> {
         t.decap4.get(&(local, remote, port)).copied()
     }
-    #[inline(always)]
-    fn fixed_head(b: &[u8]) -> Option<(Ipv4Addr, Ipv4Addr, OuterUdp)> {
-        let (h, u) = b.first_chunk::<32>()?.split_first_chunk::<20>()?;
-        let plain = h[0] == 0x45 && h[9] == 17 && h[6] & 0x3f == 0 && h[7] == 0;
-        let u = u.first_chunk::<12>()?;
-        plain.then(|| (Ipv4Addr::new(h[16], h[17], h[18], h[19]), Ipv4Addr::new(h[12], h[13], h[14], h[15]), OuterUdp::fixed(20, u)))
+    fn head(local: Ipv4Addr, remote: Ipv4Addr, port: u16) -> HeadTemplate<4> {
+        // Version 4 and IHL 5; no MF flag or fragment offset; UDP; the addresses; the
+        // port; a zero UDP checksum. Free: TOS, lengths, identification, TTL, the IP
+        // checksum (ipv4-input's checks, made before this node), the source port.
+        HeadTemplate::new(&[
+            (0, &[0x45], &[0xff]),
+            (6, &[0, 0], &[0x3f, 0xff]),
+            (9, &[17], &[0xff]),
+            (12, &remote.octets(), &[0xff; 4]),
+            (16, &local.octets(), &[0xff; 4]),
+            (22, &port.to_be_bytes(), &[0xff; 2]),
+            (26, &[0, 0], &[0xff; 2]),
+        ])
     }
 }
 
@@ -88,19 +136,22 @@ impl TunOuter for Ip6Outer {
     const INPUT: &'static str = "gue6-input";
     const ENCAP: &'static str = "gue6-encap";
     const FIXED_LEN: usize = 40;
+    /// 56 bytes: the 52 of the headers, and the start of the inner packet.
+    type Head = HeadTemplate<7>;
     #[inline(always)]
     fn decap(t: &UdpTunTables, local: Self::Addr, remote: Self::Addr, port: u16) -> Option<u32> {
         t.decap6.get(&(local, remote, port)).copied()
     }
-    #[inline(always)]
-    fn fixed_head(b: &[u8]) -> Option<(Ipv6Addr, Ipv6Addr, OuterUdp)> {
-        let (h, u) = b.first_chunk::<52>()?.split_first_chunk::<40>()?;
-        let addr = |at: usize| {
-            let mut a = [0u8; 16];
-            a.copy_from_slice(&h[at..at + 16]);
-            Ipv6Addr::from(a)
-        };
-        let u = u.first_chunk::<12>()?;
-        (h[6] == 17).then(|| (addr(24), addr(8), OuterUdp::fixed(40, u)))
+    fn head(local: Ipv6Addr, remote: Ipv6Addr, port: u16) -> HeadTemplate<7> {
+        // Version 6; UDP right after the fixed header; the addresses; the port; a zero UDP
+        // checksum (only on tunnels that accept one, RFC 6936).
+        HeadTemplate::new(&[
+            (0, &[0x60], &[0xf0]),
+            (6, &[17], &[0xff]),
+            (8, &remote.octets(), &[0xff; 16]),
+            (24, &local.octets(), &[0xff; 16]),
+            (42, &port.to_be_bytes(), &[0xff; 2]),
+            (46, &[0, 0], &[0xff; 2]),
+        ])
     }
 }
