@@ -15,6 +15,10 @@
 # at all. Its extra is the median over rounds of the difference to the baseline's run in
 # the same round; the nodes are shown by their median vectors too.
 #
+# "held vec" does both: each run's vector-median sum, scaled by the control node's median
+# vector against the baseline's run of the same round, less the baseline's; the median
+# over rounds. Of these columns it moves least when the host changes speed between runs.
+#
 # Usage: scripts/bench-compare.sh [--rounds N] [--packets N] [--control NODE] [--bin PATH]... BASELINE SCENARIO...
 #   e.g. scripts/bench-compare.sh --rounds 5 ip4-forward gue4-encap gre-udp4-encap gue4-decap
 #   --bin twice compares two builds (e.g. one built from an older commit in a worktree).
@@ -58,6 +62,7 @@ runs = collections.defaultdict(list)
 medians = collections.defaultdict(list)
 # Per round, in order: the control node's cycles/packet (None if the scenario has none).
 controls = collections.defaultdict(list)
+controls_vec = collections.defaultdict(list)
 nodes = collections.defaultdict(lambda: collections.defaultdict(list))
 cpu = ""
 for line in open(path):
@@ -67,16 +72,17 @@ for line in open(path):
     runs[(b, s)].append(d["cycles_per_packet"])
     medians[(b, s)].append(d.get("median_cycles_per_packet", float("nan")))  # older builds: none
     controls[(b, s)].append(next((n["cycles_per_packet"] for n in d["nodes"] if n["name"] == control), None))
+    controls_vec[(b, s)].append(next((n.get("vector_median") for n in d["nodes"] if n["name"] == control), None))
     for n in d["nodes"]:
         if n["name"] not in ("pg-input", "interface-tx", "interface-output", "ethernet-input"):
             nodes[(b, s)][n["name"]].append(n.get("vector_median") or n["cycles_per_packet"])
 
 
-def held_extra(b, s):
+def held_extra(b, s, totals=runs, control_of=controls):
     """Median over rounds of the scenario's cycles scaled to the baseline run's speed
     (by the control node), less the baseline's."""
     out = []
-    for t, c, t0, c0 in zip(runs[(b, s)], controls[(b, s)], runs[(b, base)], controls[(b, base)]):
+    for t, c, t0, c0 in zip(totals[(b, s)], control_of[(b, s)], totals[(b, base)], control_of[(b, base)]):
         if c and c0:
             # The scale first: exactly 1 for the baseline against itself.
             out.append(t * (c0 / c) - t0)
@@ -100,11 +106,11 @@ for b in dict.fromkeys(k[0] for k in runs):
     print(f"\n{b}")
     # The host only ever adds time (steal, other tenants), so the quickest round is the
     # least disturbed one: its extra is shown beside the median's.
-    print(f"{'scenario':<18} {'cycles/packet':>14} {'range':>15} {'extra':>8} {'ratio':>6} {'min extra':>10} {'held extra':>11} {'vec median':>11} {'vec extra':>10}  nodes (median vectors)")
+    print(f"{'scenario':<18} {'cycles/packet':>14} {'range':>15} {'extra':>8} {'ratio':>6} {'min extra':>10} {'held extra':>11} {'vec median':>11} {'vec extra':>10} {'held vec':>9}  nodes (median vectors)")
     for s in dict.fromkeys(k[1] for k in runs if k[0] == b):
         v = runs[(b, s)]
         m = statistics.median(v)
         per_node = " ".join(f"{k} {statistics.median(x):.1f}" for k, x in nodes[(b, s)].items())
         vm = statistics.median(medians[(b, s)])
-        print(f"{s:<18} {m:>14.1f} {min(v):>7.1f}-{max(v):<7.1f} {m - ref:>+8.1f} {m / ref:>6.2f} {min(v) - ref_min:>+10.1f} {held_extra(b, s):>11} {vm:>11.1f} {median_extra(b, s):>10}  {per_node}")
+        print(f"{s:<18} {m:>14.1f} {min(v):>7.1f}-{max(v):<7.1f} {m - ref:>+8.1f} {m / ref:>6.2f} {min(v) - ref_min:>+10.1f} {held_extra(b, s):>11} {vm:>11.1f} {median_extra(b, s):>10} {held_extra(b, s, medians, controls_vec):>9}  {per_node}")
 PY
