@@ -77,9 +77,10 @@ pub struct HeadTemplate<const W: usize> {
 }
 
 impl<const W: usize> HeadTemplate<W> {
-    /// From (offset, bytes, mask of those bytes) fields inside the `8 * W` bytes.
+    /// From (offset, bytes, mask of those bytes) fields inside the `8 * W` bytes (`W` at
+    /// most 8). Built on the packet path (a plan per vector), so on the stack.
     fn new(fields: &[(usize, &[u8], &[u8])]) -> Self {
-        let (mut want, mut mask) = (vec![0u8; 8 * W], vec![0u8; 8 * W]);
+        let (mut want, mut mask) = ([0u8; 64], [0u8; 64]);
         for (at, bytes, m) in fields {
             debug_assert_eq!(bytes.len(), m.len(), "a template field's bytes and mask");
             for (i, (b, m)) in bytes.iter().zip(m.iter()).enumerate() {
@@ -87,7 +88,7 @@ impl<const W: usize> HeadTemplate<W> {
                 mask[at + i] = *m;
             }
         }
-        let words = |v: &[u8]| {
+        let words = |v: &[u8; 64]| {
             let (w, _) = v.as_chunks::<8>();
             std::array::from_fn(|i| u64::from_ne_bytes(w[i]))
         };
@@ -119,7 +120,7 @@ impl TunOuter for Ip4Outer {
     fn head(local: Ipv4Addr, remote: Ipv4Addr, port: u16) -> HeadTemplate<4> {
         // Version 4 and IHL 5; no MF flag or fragment offset; UDP; the addresses; the
         // port; a zero UDP checksum. Free: TOS, lengths, identification, TTL, the IP
-        // checksum (ipv4-input's checks, made before this node), the source port.
+        // checksum (`ip4-input`'s checks, made before this node), the source port.
         HeadTemplate::new(&[
             (0, &[0x45], &[0xff]),
             (6, &[0, 0], &[0x3f, 0xff]),
