@@ -505,11 +505,11 @@ mod tests {
     /// whose outer header the full parse reads as plain UDP with the fixed length (for
     /// IPv4, IHL 5 and version 4 too), from `remote` to `local` on port 6080 with a zero
     /// checksum, and that have the template's bytes.
-    fn head_agrees<O: TunOuter>(local: O::Addr, remote: O::Addr, b: &[u8], words: usize) -> bool {
+    fn head_agrees<O: TunOuter>(local: O::Addr, remote: O::Addr, b: &[u8]) -> bool {
         let matched = O::head(local, remote, 6080).matches(b);
         let version_ok = if O::IS_V6 { b.first().is_some_and(|v| v >> 4 == 6) } else { b.first() == Some(&0x45) };
         let parsed = O::outer(b).ok().zip(OuterUdp::read(b, O::FIXED_LEN));
-        let expected = b.len() >= 8 * words
+        let expected = b.len() >= <O::Head as HeadMatch>::LEN
             && version_ok
             && parsed.is_some_and(|((hl, src, dst), udp)| {
                 hl == O::FIXED_LEN && (src, dst) == (remote, local) && udp.dst_port == 6080 && udp.sum == 0
@@ -532,13 +532,13 @@ mod tests {
         let mut p = outer(false, 12 + 20, 0);
         p.extend_from_slice(&[0, 4, 0, 0]);
         p.extend_from_slice(&inner_packet(true, 0));
-        assert!(head_agrees::<Ip4Outer>(l4, r4, &p, 4));
+        assert!(head_agrees::<Ip4Outer>(l4, r4, &p));
         // Free: TOS, total length, identification, DF, TTL, IP checksum, source port,
         // UDP length and what follows UDP.
         for i in [1, 2, 3, 4, 5, 6, 8, 10, 11, 20, 21, 24, 25, 28, 29, 30, 31] {
             let mut q = p.clone();
             q[i] ^= if i == 6 { 0x40 } else { 0x11 };
-            assert!(head_agrees::<Ip4Outer>(l4, r4, &q, 4), "byte {i}");
+            assert!(head_agrees::<Ip4Outer>(l4, r4, &q), "byte {i}");
         }
         // Fixed: version and IHL, MF, offset, protocol, addresses, port, checksum.
         for (i, x) in [
@@ -559,26 +559,28 @@ mod tests {
         ] {
             let mut q = p.clone();
             q[i] ^= x;
-            assert!(!head_agrees::<Ip4Outer>(l4, r4, &q, 4), "byte {i} ^ {x:#x}");
+            assert!(!head_agrees::<Ip4Outer>(l4, r4, &q), "byte {i} ^ {x:#x}");
         }
-        assert!(!head_agrees::<Ip4Outer>(l4, r4, &p[..31], 4), "shorter than its words");
+        assert_eq!(<Ip4Outer as TunOuter>::Head::LEN, 32);
+        assert!(!head_agrees::<Ip4Outer>(l4, r4, &p[..31]), "shorter than its words");
         // Another tunnel's template: the ends swapped.
         assert!(!Ip4Outer::head(r4, l4, 6080).matches(&p));
         let mut p6 = outer(true, 12 + 20, 0);
         p6.extend_from_slice(&[0, 4, 0, 0]);
         p6.extend_from_slice(&inner_packet(true, 0));
-        assert!(head_agrees::<Ip6Outer>(l6, r6, &p6, 7));
+        assert!(head_agrees::<Ip6Outer>(l6, r6, &p6));
         for i in [0, 1, 2, 3, 4, 5, 7, 40, 41, 44, 45, 48, 55] {
             let mut q = p6.clone();
             q[i] ^= if i == 0 { 0x0f } else { 0x11 };
-            assert!(head_agrees::<Ip6Outer>(l6, r6, &q, 7), "byte {i}");
+            assert!(head_agrees::<Ip6Outer>(l6, r6, &q), "byte {i}");
         }
         for (i, x) in [(0, 0x20), (6, 0x01), (8, 1), (23, 1), (24, 1), (39, 1), (42, 1), (43, 1), (46, 1), (47, 1)] {
             let mut q = p6.clone();
             q[i] ^= x;
-            assert!(!head_agrees::<Ip6Outer>(l6, r6, &q, 7), "byte {i} ^ {x:#x}");
+            assert!(!head_agrees::<Ip6Outer>(l6, r6, &q), "byte {i} ^ {x:#x}");
         }
-        assert!(!head_agrees::<Ip6Outer>(l6, r6, &p6[..55], 7), "shorter than its words");
+        assert_eq!(<Ip6Outer as TunOuter>::Head::LEN, 56);
+        assert!(!head_agrees::<Ip6Outer>(l6, r6, &p6[..55]), "shorter than its words");
     }
 
     proptest! {
@@ -603,10 +605,10 @@ mod tests {
             }
             if v4 {
                 let (l, r) = v4_ends();
-                head_agrees::<Ip4Outer>(l, r, &b, 4);
+                head_agrees::<Ip4Outer>(l, r, &b);
             } else {
                 let (l, r) = v6_ends();
-                head_agrees::<Ip6Outer>(l, r, &b, 7);
+                head_agrees::<Ip6Outer>(l, r, &b);
             }
         }
 

@@ -50,19 +50,16 @@ impl OuterUdp {
     pub fn read(b: &[u8], hl: usize) -> Option<OuterUdp> {
         let h = b.get(hl..)?.first_chunk::<8>()?;
         let after = b.get(hl + 8..).and_then(|x| x.first_chunk::<4>()).copied();
-        Some(OuterUdp::new(hl, h, after))
-    }
-
-    #[inline(always)]
-    fn new(hl: usize, h: &[u8; 8], after: Option<[u8; 4]>) -> OuterUdp {
         let be = |i: usize| u16::from_be_bytes([h[i], h[i + 1]]);
-        OuterUdp { hl, dst_port: be(2), len: be(4) as usize, sum: be(6), after }
+        Some(OuterUdp { hl, dst_port: be(2), len: be(4) as usize, sum: be(6), after })
     }
 }
 
 /// The test of the decap fast path: is this packet one of the planned tunnel's, with
 /// the fixed outer header?
 pub trait HeadMatch: Copy + Send + 'static {
+    /// How many bytes of the packet it compares: shorter packets never match.
+    const LEN: usize;
     fn matches(&self, b: &[u8]) -> bool;
 }
 
@@ -97,9 +94,10 @@ impl<const W: usize> HeadTemplate<W> {
 }
 
 impl<const W: usize> HeadMatch for HeadTemplate<W> {
+    const LEN: usize = 8 * W;
     #[inline(always)]
     fn matches(&self, b: &[u8]) -> bool {
-        let Some((words, _)) = b.get(..8 * W).map(|h| h.as_chunks::<8>()) else { return false };
+        let Some((words, _)) = b.get(..Self::LEN).map(|h| h.as_chunks::<8>()) else { return false };
         let mut diff = 0;
         for ((w, want), mask) in words.iter().zip(&self.want).zip(&self.mask) {
             diff |= (u64::from_ne_bytes(*w) ^ want) & mask;
