@@ -239,7 +239,7 @@ pub struct InterfaceConfig {
     /// (a slot per frame, handed over at once: lowest latency at low rates).
     pub rx_ring: Option<RxRing>,
     /// af_packet v2 ring: bytes per slot (a multiple of 4096; default 69632, a whole
-    /// 64 KiB GSO frame) and slots (default 128).
+    /// 64 KiB GSO frame) and slots (default 512).
     pub rx_frame_size: Option<usize>,
     pub rx_frames: Option<usize>,
     /// af_xdp: where the XDP program runs, "native" or "generic" (default: native where
