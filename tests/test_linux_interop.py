@@ -7,7 +7,9 @@
 
 The guest's tunnels (tests/linux_peer/guest-init.sh): IPIP in GUE and IPv6 (sit) in GUE
 on port 5555, GRE in UDP (fou ipproto 47) on port 5556; over IPv6 outer headers (fou6),
-IPv4 in GUE (ip6tnl) on port 5557 and GRE (ip6gre) in UDP on 5558. vecgate has the
+IPv4 in GUE (ip6tnl) on port 5557 and GRE (ip6gre) in UDP on 5558; and GRE in UDP on
+5559 with a key, checksums and sequence numbers, which Linux requires of what it
+receives there (`csum seq`). vecgate has the
 matching udp_tunnels. The guest pings H and exchanges a UDP datagram with it through each tunnel;
 H pings the guest's inner addresses. tests/linux_peer/prepare.sh installs qemu and
 downloads the Debian kernel package (needs root and apt)."""
@@ -79,6 +81,16 @@ remote = "2001:db8:1::2"
 encap = "gre"
 port = 5558
 routes = ["198.18.213.2/32"]
+
+[[udp_tunnel]]
+local = "198.18.1.1"
+remote = "198.18.1.2"
+encap = "gre"
+port = 5559
+key = 9
+gre_checksum = true
+gre_sequence = true
+routes = ["198.18.214.2/32"]
 """
 
 
@@ -98,7 +110,7 @@ def test_gue_and_gre_in_udp_with_the_linux_kernel(lab, vecgate, tmp_path, linux_
     lab.run(g, "ip", "tuntap", "add", "dev", "tq0", "mode", "tap")
     lab.run(g, "ip", "link", "set", "tq0", "up")
     lab.veth(h, "h0", g, "h1")
-    for a in ("198.18.200.1/24", "198.18.200.3/24", "198.18.200.5/24", "198.18.200.6/24"):
+    for a in ("198.18.200.1/24", "198.18.200.3/24", "198.18.200.5/24", "198.18.200.6/24", "198.18.200.7/24"):
         lab.run(h, "ip", "addr", "add", a, "dev", "h0")
     lab.run(h, "ip", "addr", "add", "2001:db8:200::1/64", "dev", "h0", "nodad")
     lab.run(h, "ip", "route", "add", "default", "via", "198.18.200.254")
@@ -115,18 +127,19 @@ def test_gue_and_gre_in_udp_with_the_linux_kernel(lab, vecgate, tmp_path, linux_
     try:
         assert wait_for(log, "GUEST: checks done", qemu, 180), log.read_text(errors="replace")[-3000:]
         text = log.read_text(errors="replace")
-        for check in ("gue-ping", "gue6-ping", "gre-ping", "gue-udp", "gre-udp", "gue-o6-ping", "gre-o6-ping", "gue-o6-udp"):
+        for check in ("gue-ping", "gue6-ping", "gre-ping", "gue-udp", "gre-udp", "gue-o6-ping", "gre-o6-ping", "gue-o6-udp",
+                      "gre-opt-ping"):
             assert f"GUEST: {check} ok" in text, (check, text[-3000:], gw.errors())
         assert "udp-probe: reply guest-gue" in text and "udp-probe: reply guest-gre" in text
         assert "udp-probe: reply guest-gue-o6" in text
         assert result(echo)["echoed"] == 3
         # H initiates through each tunnel (vecgate encapsulates first).
-        for dst in ("198.18.210.2", "198.18.211.2", "2001:db8:210::2", "198.18.212.2", "198.18.213.2"):
+        for dst in ("198.18.210.2", "198.18.211.2", "2001:db8:210::2", "198.18.212.2", "198.18.213.2", "198.18.214.2"):
             r = lab.run(h, "ping", "-c", "3", "-W", "3", dst, check=False, timeout=30)
             assert r.returncode == 0, (dst, r.stdout, gw.errors())
         e = gw.errors()
-        assert e.get(("gue4-input", "decapsulated"), 0) >= 6 + 3 + 3, e
-        assert e.get(("gue4-encap", "encapsulated"), 0) >= 6 + 3 + 3, e
+        assert e.get(("gue4-input", "decapsulated"), 0) >= 6 + 3 + 3 + 3, e
+        assert e.get(("gue4-encap", "encapsulated"), 0) >= 6 + 3 + 3 + 3, e
         # Over IPv6: at least one packet of each of the guest's three checks (its first
         # ones can go while it resolves our address), and H's six pings and replies.
         assert e.get(("gue6-input", "decapsulated"), 0) >= 3 + 6, e

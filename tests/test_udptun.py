@@ -111,6 +111,40 @@ def test_gre_in_udp_over_ipv6_with_key_and_software_checksum(vecgate, tmp_path):
     assert not bad, bad
 
 
+def test_gre_checksum_and_sequence_numbers(vecgate, tmp_path):
+    """RFC 2784's checksum and RFC 2890's sequence numbers on what vecgate sends (scapy
+    recomputes the checksum, tshark checks it); received packets carrying them are
+    taken, and one whose GRE checksum is wrong is dropped by name."""
+    pkts = [to_inner4(i) for i in range(5)] + [to_inner6(0)]
+    extra = "key = 9\ngre_checksum = true\ngre_sequence = true"
+    out0, out1, c, _ = run_pcap(vecgate, tmp_path, pkts, tunnel("gre", extra=extra))
+    assert len(out1) == 6 and not out0, c
+    seqs = []
+    for k, p in enumerate(out1):
+        g = GRE(raw(p[UDP].payload))
+        assert (g.chksum_present, g.key_present, g.seqnum_present) == (1, 1, 1) and g.key == 9
+        assert g.proto == (0x0800 if k < 5 else 0x86dd)
+        sent = g.chksum
+        g.chksum = None
+        assert GRE(raw(g)).chksum == sent, f"packet {k}: GRE checksum {sent:#06x}"
+        seqs.append(g.sequence_number)
+        inner = (IP if k < 5 else IPv6)(raw(g.payload))
+        assert (inner.ttl if k < 5 else inner.hlim) == 63
+        assert raw(inner[UDP].payload) == raw(pkts[k][UDP].payload)
+    assert seqs == list(range(6)), seqs
+    bad, _ = tshark_clean(tmp_path / "out1.pcap")
+    assert not bad, bad
+    # From the peer: with a checksum and a sequence number, good and bad.
+    inner = raw(back_to_host())
+    good = raw(GRE(chksum_present=1, key_present=1, key=9, seqnum_present=1, sequence_number=77, proto=0x0800) / Raw(inner))
+    broken = bytearray(good)
+    broken[-1] ^= 1
+    out0, out1, c, _ = run_pcap(vecgate, tmp_path, [from_peer4(4754, good), from_peer4(4754, bytes(broken))],
+                                tunnel("gre", extra=extra))
+    assert len(out0) == 1 and out0[0][IP].dst == "198.18.0.2" and raw(out0[0][UDP].payload) == b"z" * 30, c
+    assert c.get(("gue4-input", "gre-bad-checksum")) == 1, c
+
+
 def test_direct_ipv6_inside_ipv4(vecgate, tmp_path):
     out0, out1, c, _ = run_pcap(vecgate, tmp_path, [to_inner6(i) for i in range(3)], tunnel("direct", extra="port = 5556"))
     assert len(out1) == 3, c

@@ -4,6 +4,9 @@
 #   gue1   IPIP in GUE, port 5555        inner 198.18.210.2 <-> 198.18.200.1 (host H)
 #   gue6   IPv6 (sit) in GUE, port 5555  inner 2001:db8:210::2 <-> 2001:db8:200::1 (host H)
 #   fgre1  GRE in UDP (fou ipproto 47), port 5556  inner 198.18.211.2 <-> 198.18.200.3 (H)
+#   fgrek  the same on port 5559 with key 9, checksums and sequence numbers both ways
+#          (csum, seq: Linux drops what arrives without them or out of order)
+#                                                  inner 198.18.214.2 <-> 198.18.200.7 (H)
 # and over IPv6 outer headers (guest 2001:db8:1::2, vecgate 2001:db8:1::1):
 #   gueo6  IPv4 (ip6tnl ipip6) in GUE, port 5557       inner 198.18.212.2 <-> 198.18.200.5 (H)
 #   fgreo6 GRE (ip6gre) in UDP (fou ipproto 47), 5558  inner 198.18.213.2 <-> 198.18.200.6 (H)
@@ -33,6 +36,11 @@ $IP link add fgre1 type gre remote 198.18.1.1 local 198.18.1.2 ttl 64 encap fou 
 $IP addr add 198.18.211.2/32 dev fgre1
 $IP link set fgre1 up
 $IP route add 198.18.200.3/32 dev fgre1
+$IP fou add port 5559 ipproto 47
+$IP link add fgrek type gre remote 198.18.1.1 local 198.18.1.2 ttl 64 key 9 csum seq encap fou encap-sport auto encap-dport 5559
+$IP addr add 198.18.214.2/32 dev fgrek
+$IP link set fgrek up
+$IP route add 198.18.200.7/32 dev fgrek
 $IP addr add 2001:db8:1::2/64 dev eth0 nodad
 $IP fou add port 5557 gue -6
 $IP link add gueo6 type ip6tnl mode ipip6 remote 2001:db8:1::1 local 2001:db8:1::2 encap gue encap-sport auto encap-dport 5557
@@ -58,11 +66,13 @@ check gre-udp udp-probe 198.18.200.3 7000 guest-gre
 check gue-o6-ping ping -c 3 -W 3 198.18.200.5
 check gre-o6-ping ping -c 3 -W 3 198.18.200.6
 check gue-o6-udp udp-probe 198.18.200.5 7000 guest-gue-o6
+check gre-opt-ping ping -c 3 -W 3 198.18.200.7
 echo "GUEST: checks done"
 L=$(sed -n 's/.*linger=\([0-9]*\).*/\1/p' /proc/cmdline)
 sleep ${L:-10}
 $IP -s link show gue1 | head -6
 $IP -s link show fgre1 | head -6
+$IP -s link show fgrek | head -6
 $IP -s link show gueo6 | head -6
 $IP -s link show fgreo6 | head -6
 echo "GUEST: done"

@@ -24,7 +24,8 @@ commands:
          [mtu <n>] [fragment inner|outer] [mss-clamp]
   delete gtpu tunnel <gtpu_tunnelN>
   create udp tunnel local <addr> remote <addr> encap gue|gre|direct [port <n>]
-         [src-ports <min>-<max>] [key <n>] [checksum zero|software|offload]
+         [src-ports <min>-<max>] [key <n>] [gre-checksum] [gre-sequence]
+         [checksum zero|software|offload]
          [accept-zero-checksum] [ttl <n>] [route <prefix>]...
          [mtu <n>] [fragment inner|outer] [mss-clamp]
   delete udp tunnel <udp_tunnelN>
@@ -91,6 +92,8 @@ fn udp_tunnel(w: &[&str]) -> Result<crate::udptun::UdpTunnelConfig, String> {
         src_port_min: None,
         src_port_max: None,
         key: None,
+        gre_checksum: false,
+        gre_sequence: false,
         checksum: None,
         accept_zero_checksum: false,
         ttl: None,
@@ -102,9 +105,15 @@ fn udp_tunnel(w: &[&str]) -> Result<crate::udptun::UdpTunnelConfig, String> {
     let mut encap = false;
     let mut i = 0;
     while i < w.len() {
-        if w[i] == "accept-zero-checksum" || w[i] == "mss-clamp" {
-            c.accept_zero_checksum |= w[i] == "accept-zero-checksum";
-            c.tcp_mss_clamp |= w[i] == "mss-clamp";
+        let flag = match w[i] {
+            "accept-zero-checksum" => Some(&mut c.accept_zero_checksum),
+            "mss-clamp" => Some(&mut c.tcp_mss_clamp),
+            "gre-checksum" => Some(&mut c.gre_checksum),
+            "gre-sequence" => Some(&mut c.gre_sequence),
+            _ => None,
+        };
+        if let Some(f) = flag {
+            *f = true;
             i += 1;
             continue;
         }

@@ -497,6 +497,8 @@ mod tests {
         for (extra, field, says) in [
             ("encap = \"direct\"\n", "udp_tunnel[0].port", "give one"),
             ("encap = \"gue\"\nkey = 5\n", "udp_tunnel[0].key", "gre"),
+            ("encap = \"gue\"\ngre_sequence = true\n", "udp_tunnel[0].gre_sequence", "gre"),
+            ("encap = \"direct\"\nport = 5\ngre_checksum = true\n", "udp_tunnel[0].gre_checksum", "gre"),
             ("encap = \"gue\"\nsrc_port_min = 6000\nsrc_port_max = 5000\n", "udp_tunnel[0].src_port_min", "low end first"),
             ("encap = \"gue\"\nchecksum = \"offload\"\n", "udp_tunnel[0].checksum", "IPv6"),
             ("encap = \"gue\"\nroutes = [\"198.19.0.0/33\"]\n", "udp_tunnel[0].routes", "198.19.0.0/33"),

@@ -30,6 +30,11 @@ pub struct UdpTunnelConfig {
     /// GRE key (encap = "gre").
     #[serde(default)]
     pub key: Option<u32>,
+    /// Send a GRE checksum / GRE sequence numbers (encap = "gre"; RFC 2784, 2890).
+    #[serde(default)]
+    pub gre_checksum: bool,
+    #[serde(default)]
+    pub gre_sequence: bool,
     /// Default: zero over IPv4, software over IPv6.
     #[serde(default)]
     pub checksum: Option<ChecksumMode>,
@@ -72,6 +77,12 @@ impl UdpTunnelConfig {
             return Err(("key", "a key is for encap = \"gre\"".into()));
         }
         s.gre_key = self.key;
+        for (set, field) in [(self.gre_checksum, "gre_checksum"), (self.gre_sequence, "gre_sequence")] {
+            if set && self.encap != Encap::Gre {
+                return Err((field, format!("{field} is for encap = \"gre\"")));
+            }
+        }
+        (s.gre_checksum, s.gre_sequence) = (self.gre_checksum, self.gre_sequence);
         ChecksumMode::check_for(self.checksum, self.accept_zero_checksum, local)?;
         s.checksum = self.checksum.unwrap_or(s.checksum);
         s.accept_zero_checksum = self.accept_zero_checksum;
@@ -112,6 +123,8 @@ pub struct UdpTunnelRow {
     pub port: u16,
     pub src_ports: String,
     pub key: Option<u32>,
+    pub gre_checksum: bool,
+    pub gre_sequence: bool,
     pub checksum: ChecksumMode,
     pub accept_zero_checksum: bool,
     pub ttl: u8,
@@ -134,6 +147,8 @@ pub fn rows(u: &UdpTunState, router: &ip::RouterState) -> Vec<UdpTunnelRow> {
             port: s.port,
             src_ports: format!("{}-{}", s.src_port_min, s.src_port_max),
             key: s.gre_key,
+            gre_checksum: s.gre_checksum,
+            gre_sequence: s.gre_sequence,
             checksum: s.checksum,
             accept_zero_checksum: s.accept_zero_checksum,
             ttl: s.ttl,
@@ -146,7 +161,9 @@ pub fn format_rows(rows: &[UdpTunnelRow]) -> String {
     use std::fmt::Write;
     let mut o = format!("{} UDP tunnels\n", rows.len());
     for r in rows {
-        let key = r.key.map(|k| format!(" key {k:#x}")).unwrap_or_default();
+        let key = r.key.map(|k| format!(" key {k:#x}")).unwrap_or_default()
+            + if r.gre_checksum { " gre-checksum" } else { "" }
+            + if r.gre_sequence { " gre-sequence" } else { "" };
         let _ = writeln!(
             o,
             "{:<16} {} -> {} {} port {} src-ports {}{} checksum {:?}{} ttl {}{}{}{}",

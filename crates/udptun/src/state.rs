@@ -3,7 +3,7 @@
 //! (routes into the tunnel); the caller publishes both.
 
 use crate::tables::UdpTunTables;
-use crate::tunnel::{Tunnel, UdpTunnelSpec};
+use crate::tunnel::{GreSequence, Tunnel, UdpTunnelSpec};
 use ip::outer::ChecksumMode;
 use ip::state::{RouteTarget, RouterState};
 use ip::tables::{TunnelRef, UdpApp, UdpDemux, ADJ_MISS};
@@ -22,8 +22,8 @@ pub enum UdpTunError {
     BadPort(u16),
     #[error("source ports {0}-{1}: expected a range from 1 to 65535, low end first")]
     BadSourcePorts(u16, u16),
-    #[error("a GRE key is for GRE encapsulation only")]
-    KeyWithoutGre,
+    #[error("a GRE key, checksum or sequence number is for GRE encapsulation only")]
+    GreOptionWithoutGre,
     #[error("checksum offload is for IPv6 outer headers (over IPv4 a zero checksum is allowed)")]
     OffloadOverIpv4,
     #[error("udp_tunnel{id} already joins {local} and {remote} on port {port}")]
@@ -39,6 +39,9 @@ pub struct UdpTunState {
     tunnels: Vec<Option<UdpTunnelSpec>>,
     /// Each tunnel's outer adjacency, as of the last `refresh_outer`.
     outer_adj: Vec<u32>,
+    /// By tunnel id, for tunnels that send GRE sequence numbers: the counter every
+    /// table version shares.
+    gre_sequence: std::collections::HashMap<u32, GreSequence>,
 }
 
 impl UdpTunState {
@@ -94,8 +97,8 @@ impl UdpTunState {
         if s.src_port_min == 0 || s.src_port_min > s.src_port_max {
             return Err(UdpTunError::BadSourcePorts(s.src_port_min, s.src_port_max));
         }
-        if s.gre_key.is_some() && s.encap != crate::Encap::Gre {
-            return Err(UdpTunError::KeyWithoutGre);
+        if (s.gre_key.is_some() || s.gre_checksum || s.gre_sequence) && s.encap != crate::Encap::Gre {
+            return Err(UdpTunError::GreOptionWithoutGre);
         }
         if s.checksum == ChecksumMode::Offload && s.local.is_ipv4() {
             return Err(UdpTunError::OffloadOverIpv4);
@@ -118,6 +121,9 @@ impl UdpTunState {
         // routes): `show ip fib` lists them and deleting the tunnel removes them.
         let rs: Vec<(Prefix, RouteTarget)> = routes.iter().map(|p| (*p, RouteTarget::Tunnel(t))).collect();
         router.add_routes(rs).map_err(|(i, e)| UdpTunError::Route(routes[i], e.to_string()))?;
+        if spec.gre_sequence {
+            self.gre_sequence.insert(id, GreSequence::default());
+        }
         if id as usize == self.tunnels.len() {
             self.tunnels.push(Some(spec));
         } else {
@@ -129,6 +135,7 @@ impl UdpTunState {
     /// Delete a tunnel and every route into it.
     pub fn delete(&mut self, router: &mut RouterState, id: u32) -> Result<UdpTunnelSpec, UdpTunError> {
         let spec = self.tunnels.get_mut(id as usize).and_then(Option::take).ok_or(UdpTunError::NoSuchTunnel(id))?;
+        self.gre_sequence.remove(&id);
         let r = TunnelRef { kind: spec.kind(), id };
         router.del_tunnel_routes_into(r);
         router.del_routes_into(r);
@@ -177,7 +184,15 @@ impl UdpTunState {
 
     pub fn build(&self) -> UdpTunTables {
         let mut t = UdpTunTables {
-            tunnels: self.tunnels.iter().map(|s| s.as_ref().map(Tunnel::new)).collect(),
+            tunnels: (self.tunnels.iter().enumerate())
+                .map(|(id, s)| {
+                    let t = Tunnel::new(s.as_ref()?);
+                    Some(match self.gre_sequence.get(&(id as u32)) {
+                        Some(c) => t.counting_on(c),
+                        None => t,
+                    })
+                })
+                .collect(),
             outer_adj: self.outer_adj.clone(),
             ..Default::default()
         };

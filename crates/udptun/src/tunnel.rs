@@ -4,6 +4,8 @@
 use ip::outer::{ChecksumMode, Ip4Outer, Ip6Outer, MtuPolicy, OuterFamily};
 use ip::tables::TunnelKind;
 use std::net::IpAddr;
+use std::sync::atomic::AtomicU32;
+use std::sync::Arc;
 use wire::checksum::Checksum;
 
 /// How the inner packet is carried after the UDP header.
@@ -26,16 +28,6 @@ impl Encap {
             Encap::Gue => Some(6080),
             Encap::Gre => Some(wire::gre::UDP_PORT),
             Encap::Direct => None,
-        }
-    }
-
-    /// The header this encapsulation puts after UDP, for an inner packet of either
-    /// family (the protocol field is patched per packet).
-    fn header_len(self, gre_key: Option<u32>) -> usize {
-        match self {
-            Encap::Gue => wire::gue::BASE_LEN,
-            Encap::Gre => wire::gre::BASE_LEN + if gre_key.is_some() { 4 } else { 0 },
-            Encap::Direct => 0,
         }
     }
 
@@ -75,6 +67,12 @@ pub struct UdpTunnelSpec {
     pub src_port_max: u16,
     /// GRE key sent and required on receive (GRE encapsulation only).
     pub gre_key: Option<u32>,
+    /// Send a GRE checksum (RFC 2784) over the GRE header and the inner packet. Received
+    /// packets are taken with or without one; one present is verified.
+    pub gre_checksum: bool,
+    /// Send GRE sequence numbers (RFC 2890), one counter per tunnel shared by the
+    /// workers. Received packets are taken with or without them, in any order.
+    pub gre_sequence: bool,
     pub checksum: ChecksumMode,
     /// Accept zero-checksum packets over IPv6 (RFC 6936); IPv4 always accepts them.
     pub accept_zero_checksum: bool,
@@ -95,6 +93,8 @@ impl UdpTunnelSpec {
             src_port_min: 49152,
             src_port_max: 65535,
             gre_key: None,
+            gre_checksum: false,
+            gre_sequence: false,
             checksum: if local.is_ipv6() { ChecksumMode::Software } else { ChecksumMode::Zero },
             accept_zero_checksum: false,
             ttl: 64,
@@ -111,8 +111,16 @@ impl UdpTunnelSpec {
     }
 }
 
-/// The longest outer header: IPv6 (40), UDP (8), GRE with a key (8).
-pub const MAX_REWRITE: usize = 56;
+/// The longest outer header: IPv6 (40), UDP (8), GRE with a checksum, a key and a
+/// sequence number (16).
+pub const MAX_REWRITE: usize = 64;
+
+/// The longest outer header of a [`Tunnel::plain`] one, which has no GRE checksum or
+/// sequence number: IPv6 (40), UDP (8), GRE with a key (8).
+pub const MAX_PLAIN_REWRITE: usize = 56;
+
+/// A tunnel's GRE sequence number counter: the next number to send.
+pub type GreSequence = Arc<AtomicU32>;
 
 /// A tunnel as the dataplane reads it.
 #[derive(Debug, Clone)]
@@ -135,13 +143,21 @@ pub struct Tunnel {
     /// Ports in the source range.
     pub src_port_span: u32,
     pub gre_key: Option<u32>,
+    /// Fill the GRE checksum field (at `udp_at + 8 + 4`) per packet.
+    pub gre_checksum: bool,
+    /// The counter the GRE sequence numbers come from, and where the field is within
+    /// the GRE header.
+    pub gre_sequence: Option<(GreSequence, u8)>,
     pub mtu: MtuPolicy,
-    /// Encap may take its fast path: a zero outer checksum and no MTU cap or MSS
-    /// clamping to apply, so a packet that fits the link needs only the template.
+    /// Encap may take its fast path: a zero outer checksum, no GRE checksum or
+    /// sequence number, no MTU cap or MSS clamping to apply, so a packet that fits the
+    /// link needs only the template.
     pub plain: bool,
 }
 
 impl Tunnel {
+    /// The tunnel `s` compiled, with a GRE sequence counter of its own if it sends
+    /// sequence numbers (see [`Tunnel::counting_on`]).
     pub fn new(s: &UdpTunnelSpec) -> Tunnel {
         let mut hdr = [0u8; MAX_REWRITE];
         let (ip_len, pseudo) = match (s.local, s.remote) {
@@ -164,12 +180,21 @@ impl Tunnel {
         hdr[u..u + 2].copy_from_slice(&s.src_port_min.to_be_bytes());
         hdr[u + 2..u + 4].copy_from_slice(&s.port.to_be_bytes());
         let e = u + 8;
-        match s.encap {
-            Encap::Gue => wire::gue::GueRepr::data(wire::IpProtocol::IpIp).emit(&mut hdr[e..]),
-            Encap::Gre => wire::gre::GreRepr { protocol: 0x0800, checksum: false, key: s.gre_key, sequence: None }.emit(&mut hdr[e..]),
-            Encap::Direct => {}
-        }
-        let len = e + s.encap.header_len(s.gre_key);
+        let gre = wire::gre::GreRepr { protocol: 0x0800, checksum: s.gre_checksum, key: s.gre_key, sequence: s.gre_sequence.then_some(0) };
+        let encap_len = match s.encap {
+            Encap::Gue => {
+                wire::gue::GueRepr::data(wire::IpProtocol::IpIp).emit(&mut hdr[e..]);
+                wire::gue::BASE_LEN
+            }
+            Encap::Gre => {
+                gre.emit(&mut hdr[e..]);
+                gre.buffer_len()
+            }
+            Encap::Direct => 0,
+        };
+        let len = e + encap_len;
+        // The sequence number is the GRE header's last field.
+        let gre_sequence = (s.encap == Encap::Gre && s.gre_sequence).then(|| (GreSequence::default(), (encap_len - 4) as u8));
         let mut rewrite = [0u8; MAX_REWRITE];
         rewrite[MAX_REWRITE - len..].copy_from_slice(&hdr[..len]);
         Tunnel {
@@ -184,9 +209,26 @@ impl Tunnel {
             src_port_min: s.src_port_min,
             src_port_span: s.src_port_max as u32 - s.src_port_min as u32 + 1,
             gre_key: s.gre_key,
+            gre_checksum: s.encap == Encap::Gre && s.gre_checksum,
+            plain: s.checksum == ChecksumMode::Zero
+                && s.mtu.mtu == 0
+                && !s.mtu.mss_clamp
+                && !(s.encap == Encap::Gre && s.gre_checksum)
+                && gre_sequence.is_none()
+                && len <= MAX_PLAIN_REWRITE,
+            gre_sequence,
             mtu: s.mtu,
-            plain: s.checksum == ChecksumMode::Zero && s.mtu.mtu == 0 && !s.mtu.mss_clamp,
         }
+    }
+
+    /// The same tunnel taking its GRE sequence numbers from `counter`: the control
+    /// plane keeps one per tunnel across table rebuilds, so a republished table does
+    /// not start the numbers again (a receiver checking the order would drop them).
+    pub fn counting_on(mut self, counter: &GreSequence) -> Tunnel {
+        if let Some((c, _)) = &mut self.gre_sequence {
+            *c = counter.clone();
+        }
+        self
     }
 
     /// The source port for an inner flow hash.

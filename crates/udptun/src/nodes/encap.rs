@@ -13,7 +13,7 @@
 
 use super::TunOuter;
 use crate::context::HasUdpTun;
-use crate::tunnel::{Encap, Tunnel, MAX_REWRITE};
+use crate::tunnel::{Encap, Tunnel, MAX_PLAIN_REWRITE, MAX_REWRITE};
 use engine::{counters, next_nodes, Buffer, Counts, GsoKind, IfIndex, Node, Verdict};
 use ip::outer::{encap_mtu, inner_hop, udp_checksum, ChecksumMode, EncapMtu, InnerHop};
 use ip::tables::Adjacency;
@@ -80,6 +80,7 @@ pub fn encap(t: &Tunnel, is_v6: bool, inner_v4: bool, buf: &mut Buffer) -> Resul
     if !inner_v4 {
         name_inner6(t, buf.bytes_mut());
     }
+    gre_options(t, &mut buf.bytes_mut()[ua + 8..]);
     match t.checksum {
         ChecksumMode::Zero => {}
         ChecksumMode::Offload => {
@@ -99,8 +100,24 @@ pub fn encap(t: &Tunnel, is_v6: bool, inner_v4: bool, buf: &mut Buffer) -> Resul
     Ok(())
 }
 
-/// Room in front of an inner packet for the Ethernet header and the longest outer headers.
-const HEAD: usize = 14 + MAX_REWRITE;
+/// A GRE header's per-packet fields, in `gre` (the GRE header on): the next sequence
+/// number, then the checksum over the header and the inner packet (which the UDP
+/// checksum then covers).
+#[inline]
+fn gre_options(t: &Tunnel, gre: &mut [u8]) {
+    if let Some((counter, at)) = &t.gre_sequence {
+        let n = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let at = *at as usize;
+        gre[at..at + 4].copy_from_slice(&n.to_be_bytes());
+    }
+    if t.gre_checksum {
+        wire::gre::GreRepr::fill_checksum(gre);
+    }
+}
+
+/// Room in front of an inner packet for the Ethernet header and the longest outer headers
+/// the fast path puts on (a plain tunnel's).
+const HEAD: usize = 14 + MAX_PLAIN_REWRITE;
 
 /// What the fast path needs of one tunnel and its outer adjacency, gathered once per
 /// vector (a vector's packets mostly go into one tunnel): the Ethernet header and the
@@ -157,7 +174,7 @@ impl EncapPlan {
         let rl = t.rewrite_len as usize;
         if let Adjacency::Rewrite { tx_if, rewrite: l2, mtu } = adjacency {
             // The patch needs the whole IP and UDP headers (always there in a template).
-            if t.plain && rl >= t.udp_at as usize + 8 {
+            if t.plain && rl >= t.udp_at as usize + 8 && rl <= MAX_PLAIN_REWRITE {
                 let ip_at = HEAD - rl;
                 for head in &mut plan.head {
                     head[ip_at..].copy_from_slice(&t.rewrite[MAX_REWRITE - rl..]);
@@ -323,7 +340,9 @@ impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunEncap<O> {
             }
             InnerHop::NotIp => return Verdict::Drop(UdpTunEncapCounter::BadInner),
         };
-        if t.checksum.settle_inner_checksum(buf) {
+        // A GRE checksum covers the inner packet as sent: its own checksum complete.
+        let settle = if t.gre_checksum { ip::outer::ChecksumMode::Software } else { t.checksum };
+        if settle.settle_inner_checksum(buf) {
             counts.inc(UdpTunEncapCounter::InnerChecksumCompleted);
         }
         if let Err(c) = encap(t, O::IS_V6, inner_v4, buf) {
@@ -421,6 +440,41 @@ mod tests {
         let g = wire::gre::GrePacket::new_checked(u.payload()).unwrap();
         assert_eq!((g.protocol(), g.key()), (0x86dd, Some(0x01020304)));
         assert_eq!(g.payload(), &inner[..]);
+    }
+
+    #[test]
+    fn gre_checksum_and_sequence_numbers_per_packet() {
+        let mut s = spec(Encap::Gre, "198.18.1.1", "198.18.1.2");
+        (s.gre_key, s.gre_checksum, s.gre_sequence) = (Some(7), true, true);
+        let shared = crate::tunnel::GreSequence::default();
+        shared.store(0xffff_fffe, std::sync::atomic::Ordering::Relaxed);
+        // Two table versions of one tunnel count on the control plane's counter.
+        let (t1, t2) = (Tunnel::new(&s).counting_on(&shared), Tunnel::new(&s).counting_on(&shared));
+        assert!(!t1.plain, "the fast path's template has no per-packet GRE fields");
+        let l2 = [2, 0, 0, 0, 0, 9, 2, 0, 0, 0, 0, 1, 0x08, 0x00];
+        let adj = Adjacency::Rewrite { tx_if: engine::IfIndex(3), rewrite: l2, mtu: 1500 };
+        let mut pool = Pool::new(8, 0);
+        let mut seqs = Vec::new();
+        for (k, t) in [&t1, &t2, &t1].into_iter().enumerate() {
+            let inner = inner_udp4(1000 + k as u16);
+            let b = pool.alloc(64).unwrap();
+            pool.get_mut(b).write(&inner).unwrap();
+            assert!(!fast_path(false, t, &adj, pool.get_mut(b)));
+            encap(t, false, true, pool.get_mut(b)).unwrap();
+            let o = pool.get(b).bytes();
+            let u = wire::udp::UdpPacket::new_checked(&o[20..]).unwrap();
+            assert_eq!(u.len(), o.len() - 20);
+            let g = wire::gre::GrePacket::new_checked(u.payload()).unwrap();
+            assert_eq!((g.header_len(), g.protocol(), g.key()), (16, 0x0800, Some(7)));
+            assert!(g.has_checksum() && g.verify_checksum(), "{:02x?}", u.payload());
+            assert_eq!(g.payload(), &inner[..]);
+            seqs.push(g.sequence().unwrap());
+            // A flipped payload bit breaks the checksum: it covers the inner packet.
+            let mut bad = u.payload().to_vec();
+            *bad.last_mut().unwrap() ^= 1;
+            assert!(!wire::gre::GrePacket::new_checked(&bad[..]).unwrap().verify_checksum());
+        }
+        assert_eq!(seqs, [0xffff_fffe, 0xffff_ffff, 0], "one counter across table versions, wrapping");
     }
 
     /// The fast path sends exactly what the general path plus `ipN-rewrite`'s Ethernet
