@@ -118,6 +118,7 @@ fn gre_options(t: &Tunnel, gre: &mut [u8]) {
 /// Room in front of an inner packet for the Ethernet header and the longest outer headers
 /// the fast path puts on (a plain tunnel's).
 const HEAD: usize = 14 + MAX_PLAIN_REWRITE;
+const _: () = assert!(HEAD >= 64, "put_head copies the first 64 bytes and the last 8");
 
 /// What the fast path needs of one tunnel and its outer adjacency, gathered once per
 /// vector (a vector's packets mostly go into one tunnel): the Ethernet header and the
@@ -235,7 +236,11 @@ fn encap_planned<O: TunOuter>(p: &EncapPlan, buf: &mut Buffer) -> bool {
 /// front of an inner packet of `inner_len` bytes, patched for it.
 #[inline(always)]
 fn put_head<O: TunOuter>(p: &EncapPlan, head: &mut [u8; HEAD], family: usize, inner_len: usize, hash: u32) {
-    *head = p.head[family];
+    // As 64 bytes and an overlapping last word: four vector moves and one word move,
+    // which LLVM does not always choose for a 70-byte copy by itself.
+    let from = &p.head[family];
+    head[..64].copy_from_slice(&from[..64]);
+    head[HEAD - 8..].copy_from_slice(&from[HEAD - 8..]);
     let port = crate::tunnel::src_port(p.port_min, p.port_span, hash);
     // Never false: the plan only takes templates with whole IP and UDP headers.
     let total = HEAD - p.ip_at + inner_len;
