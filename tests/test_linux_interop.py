@@ -9,7 +9,8 @@ The guest's tunnels (tests/linux_peer/guest-init.sh): IPIP in GUE and IPv6 (sit)
 on port 5555, GRE in UDP (fou ipproto 47) on port 5556; over IPv6 outer headers (fou6),
 IPv4 in GUE (ip6tnl) on port 5557 and GRE (ip6gre) in UDP on 5558; and GRE in UDP on
 5559 with a key, checksums and sequence numbers, which Linux requires of what it
-receives there (`csum seq`). vecgate has the
+receives there (`csum seq`); and IPIP in GUE on 5560 from the guest's second address
+198.18.1.3 with remote checksum offload (`encap-remcsum`). vecgate has the
 matching udp_tunnels. The guest pings H and exchanges a UDP datagram with it through each tunnel;
 H pings the guest's inner addresses. tests/linux_peer/prepare.sh installs qemu and
 downloads the Debian kernel package (needs root and apt)."""
@@ -91,6 +92,13 @@ key = 9
 gre_checksum = true
 gre_sequence = true
 routes = ["198.18.214.2/32"]
+
+[[udp_tunnel]]
+local = "198.18.1.1"
+remote = "198.18.1.3"
+encap = "gue"
+port = 5560
+routes = ["198.18.215.2/32"]
 """
 
 
@@ -110,14 +118,14 @@ def test_gue_and_gre_in_udp_with_the_linux_kernel(lab, vecgate, tmp_path, linux_
     lab.run(g, "ip", "tuntap", "add", "dev", "tq0", "mode", "tap")
     lab.run(g, "ip", "link", "set", "tq0", "up")
     lab.veth(h, "h0", g, "h1")
-    for a in ("198.18.200.1/24", "198.18.200.3/24", "198.18.200.5/24", "198.18.200.6/24", "198.18.200.7/24"):
+    for a in ("198.18.200.1/24", "198.18.200.3/24", "198.18.200.5/24", "198.18.200.6/24", "198.18.200.7/24", "198.18.200.8/24"):
         lab.run(h, "ip", "addr", "add", a, "dev", "h0")
     lab.run(h, "ip", "addr", "add", "2001:db8:200::1/64", "dev", "h0", "nodad")
     lab.run(h, "ip", "route", "add", "default", "via", "198.18.200.254")
     lab.run(h, "ip", "-6", "route", "add", "default", "via", "2001:db8:200::fe")
     gw = Vecgate(lab, vecgate, g, CONFIG, tmp_path)
     # The guest boots under emulation for a minute or so before it sends.
-    echo = lab.peer(h, "udp-echo", 7000, 3, "--timeout", 200)
+    echo = lab.peer(h, "udp-echo", 7000, 4, "--timeout", 200)
     log = tmp_path / "guest.log"
     with open(log, "w") as out:
         qemu = lab.spawn_to(g, out, "qemu-system-x86_64", "-accel", "tcg", "-cpu", "max", "-m", "256", "-smp", "1",
@@ -128,16 +136,19 @@ def test_gue_and_gre_in_udp_with_the_linux_kernel(lab, vecgate, tmp_path, linux_
         assert wait_for(log, "GUEST: checks done", qemu, 180), log.read_text(errors="replace")[-3000:]
         text = log.read_text(errors="replace")
         for check in ("gue-ping", "gue6-ping", "gre-ping", "gue-udp", "gre-udp", "gue-o6-ping", "gre-o6-ping", "gue-o6-udp",
-                      "gre-opt-ping"):
-            assert f"GUEST: {check} ok" in text, (check, text[-3000:], gw.errors())
+                      "gre-opt-ping", "gue-rco-ping", "gue-rco-udp"):
+            tunnel_counters = {k: v for k, v in gw.errors().items() if v and k[0].startswith("gue")}
+            assert f"GUEST: {check} ok" in text, f"{check}\n{text[-3000:]}\n{tunnel_counters}"
         assert "udp-probe: reply guest-gue" in text and "udp-probe: reply guest-gre" in text
-        assert "udp-probe: reply guest-gue-o6" in text
-        assert result(echo)["echoed"] == 3
+        assert "udp-probe: reply guest-gue-o6" in text and "udp-probe: reply guest-gue-rco" in text
+        assert result(echo)["echoed"] == 4
         # H initiates through each tunnel (vecgate encapsulates first).
         for dst in ("198.18.210.2", "198.18.211.2", "2001:db8:210::2", "198.18.212.2", "198.18.213.2", "198.18.214.2"):
             r = lab.run(h, "ping", "-c", "3", "-W", "3", dst, check=False, timeout=30)
             assert r.returncode == 0, (dst, r.stdout, gw.errors())
         e = gw.errors()
+        # The guest's UDP datagram through `guer` left its checksum to us.
+        assert e.get(("gue4-input", "gue-remote-checksum-completed"), 0) >= 1, e
         assert e.get(("gue4-input", "decapsulated"), 0) >= 6 + 3 + 3 + 3, e
         assert e.get(("gue4-encap", "encapsulated"), 0) >= 6 + 3 + 3 + 3, e
         # Over IPv6: at least one packet of each of the guest's three checks (its first
@@ -146,7 +157,7 @@ def test_gue_and_gre_in_udp_with_the_linux_kernel(lab, vecgate, tmp_path, linux_
         assert e.get(("gue6-encap", "encapsulated"), 0) >= 3 + 6, e
         # Nothing refused. (A partial inner checksum from H's kernel is completed before
         # the outer IPv6 checksum covers it: counted, as information.)
-        fine = ("decapsulated", "encapsulated", "inner-checksum-completed")
+        fine = ("decapsulated", "encapsulated", "inner-checksum-completed", "gue-remote-checksum-completed")
         assert not [k for k, v in e.items() if v and k[0].startswith("gue") and k[1] not in fine], e
     finally:
         qemu.kill()

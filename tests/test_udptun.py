@@ -179,6 +179,41 @@ def test_decap_each_encapsulation(vecgate, tmp_path):
     assert len(out0) == 1 and out0[0][IP].dst == "198.18.0.2", c
 
 
+def fold(s):
+    while s >> 16:
+        s = (s & 0xFFFF) + (s >> 16)
+    return s
+
+
+def test_decap_completes_a_remote_checksum_offload(vecgate, tmp_path):
+    """Linux's `encap-remcsum`: the GUE private flag, then (start, field) counted from
+    the inner packet; the inner UDP checksum field holds only the pseudo-header sum,
+    which vecgate completes. scapy checks the result against its own checksum."""
+    inner = bytearray(raw(back_to_host()))
+    udp_len = len(inner) - 20
+    pseudo = inner[12:20] + struct.pack("!BBH", 0, 17, udp_len)
+    seed = fold(sum(struct.unpack("!6H", pseudo)))
+    inner[26:28] = struct.pack("!H", seed)
+    rco = lambda start, field: b"\x02\x04\x00\x01" + struct.pack("!IHH", 0x80000000, start, field)
+    pkts = [
+        from_peer4(6080, rco(20, 26) + bytes(inner)),
+        from_peer4(6080, rco(20, 26 + 400) + bytes(inner)),      # field past the packet
+        from_peer4(6080, rco(20, 27) + bytes(inner)),            # field not word-aligned with start
+        from_peer4(6080, b"\x01\x04\x00\x01" + struct.pack("!I", 0x80000000) + bytes(inner)),  # no room for the word
+    ]
+    out0, out1, c, _ = run_pcap(vecgate, tmp_path, pkts, tunnel("gue"))
+    assert len(out0) == 1 and not out1, c
+    got = out0[0][IP]
+    assert raw(got[UDP].payload) == b"z" * 30
+    sent = got[UDP].chksum
+    assert sent not in (0, seed)
+    del got[UDP].chksum
+    assert IP(raw(got))[UDP].chksum == sent, f"{sent:#06x}"
+    assert c[("gue4-input", "gue-remote-checksum-completed")] == 1, c
+    assert c[("gue4-input", "gue-bad-remote-checksum")] == 2, c
+    assert c[("gue4-input", "gue-unknown-flags")] == 1, c
+
+
 def test_bad_input_is_dropped_by_name(vecgate, tmp_path):
     inner = raw(back_to_host())
     pkts = [

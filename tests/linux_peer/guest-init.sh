@@ -7,6 +7,8 @@
 #   fgrek  the same on port 5559 with key 9, checksums and sequence numbers both ways
 #          (csum, seq: Linux drops what arrives without them or out of order)
 #                                                  inner 198.18.214.2 <-> 198.18.200.7 (H)
+#   guer   IPIP in GUE from 198.18.1.3, port 5560, with outer checksums and remote
+#          checksum offload (encap-remcsum)    inner 198.18.215.2 <-> 198.18.200.8 (H)
 # and over IPv6 outer headers (guest 2001:db8:1::2, vecgate 2001:db8:1::1):
 #   gueo6  IPv4 (ip6tnl ipip6) in GUE, port 5557       inner 198.18.212.2 <-> 198.18.200.5 (H)
 #   fgreo6 GRE (ip6gre) in UDP (fou ipproto 47), 5558  inner 198.18.213.2 <-> 198.18.200.6 (H)
@@ -41,6 +43,12 @@ $IP link add fgrek type gre remote 198.18.1.1 local 198.18.1.2 ttl 64 key 9 csum
 $IP addr add 198.18.214.2/32 dev fgrek
 $IP link set fgrek up
 $IP route add 198.18.200.7/32 dev fgrek
+$IP addr add 198.18.1.3/24 dev eth0
+$IP fou add port 5560 gue
+$IP link add guer type ipip remote 198.18.1.1 local 198.18.1.3 ttl 64 encap gue encap-sport auto encap-dport 5560 encap-csum encap-remcsum
+$IP addr add 198.18.215.2/32 dev guer
+$IP link set guer up
+$IP route add 198.18.200.8/32 dev guer
 $IP addr add 2001:db8:1::2/64 dev eth0 nodad
 $IP fou add port 5557 gue -6
 $IP link add gueo6 type ip6tnl mode ipip6 remote 2001:db8:1::1 local 2001:db8:1::2 encap gue encap-sport auto encap-dport 5557
@@ -67,12 +75,17 @@ check gue-o6-ping ping -c 3 -W 3 198.18.200.5
 check gre-o6-ping ping -c 3 -W 3 198.18.200.6
 check gue-o6-udp udp-probe 198.18.200.5 7000 guest-gue-o6
 check gre-opt-ping ping -c 3 -W 3 198.18.200.7
+# The ping first: vecgate drops the packet that makes it resolve H's new address, and
+# udp-probe sends one datagram (ICMP carries no partial checksum: no offload there).
+check gue-rco-ping ping -c 3 -W 3 198.18.200.8
+check gue-rco-udp udp-probe 198.18.200.8 7000 guest-gue-rco
 echo "GUEST: checks done"
 L=$(sed -n 's/.*linger=\([0-9]*\).*/\1/p' /proc/cmdline)
 sleep ${L:-10}
 $IP -s link show gue1 | head -6
 $IP -s link show fgre1 | head -6
 $IP -s link show fgrek | head -6
+$IP -s link show guer | head -6
 $IP -s link show gueo6 | head -6
 $IP -s link show fgreo6 | head -6
 echo "GUEST: done"

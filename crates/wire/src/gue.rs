@@ -13,6 +13,11 @@
 //! the size of a field it does not know, so an unknown flag refuses the packet; the
 //! fields the known flags announce must fit in Hlen, and any words past them are skipped.
 //!
+//! The one private flag Linux defines is remote checksum offload (the top bit): a word
+//! after the private flags holds where the inner packet's partial checksum starts and
+//! where its field is, both counted from the start of the GUE payload; the field holds
+//! the pseudo-header sum, and the receiver completes it (draft-herbert-remotecsumoffload).
+//!
 //! Variant 1 has no GUE header at all: the UDP payload is an IPv4 or IPv6 packet, told
 //! apart from variant 0 by its first two bits (01: the top of an IP version nibble 4 or 6).
 
@@ -27,6 +32,9 @@ pub const MAX_HEADER_LEN: usize = BASE_LEN + 31 * 4;
 pub const FLAG_PRIV: u16 = 0x0001;
 /// Every flag this implementation knows the field size of.
 pub const KNOWN_FLAGS: u16 = FLAG_PRIV;
+/// Private flag: remote checksum offload; a word (start, field offset) follows the
+/// private flags.
+pub const PRIV_FLAG_REMCSUM: u32 = 0x8000_0000;
 
 mod field {
     pub const VER_C_HLEN: usize = 0;
@@ -139,6 +147,13 @@ impl<T: AsRef<[u8]>> GuePacket<T> {
     pub fn priv_flags(&self) -> Option<u32> {
         (self.flags() & FLAG_PRIV != 0).then(|| crate::be32(self.buffer.as_ref(), BASE_LEN))
     }
+    /// The remote checksum offload word (start, field offset from the payload's start),
+    /// when the private flags have it and Hlen holds it.
+    pub fn remote_checksum(&self) -> Option<(u16, u16)> {
+        let b = self.buffer.as_ref();
+        (self.priv_flags()? & PRIV_FLAG_REMCSUM != 0 && self.hlen() >= 2)
+            .then(|| (crate::be16(b, BASE_LEN + 4), crate::be16(b, BASE_LEN + 6)))
+    }
     pub fn payload(&self) -> &[u8] {
         &self.buffer.as_ref()[self.header_len()..]
     }
@@ -163,23 +178,31 @@ pub struct GueRepr {
     pub flags: u16,
     /// The private-flags word, when `flags` has `P`.
     pub priv_flags: u32,
+    /// Remote checksum offload (private flag [`PRIV_FLAG_REMCSUM`]): where the inner
+    /// packet's partial checksum starts and where its field is.
+    pub remote_checksum: Option<(u16, u16)>,
 }
 
 impl GueRepr {
     /// A data message header for an inner protocol, with no optional fields (as Linux
     /// sends it without remote checksum offload).
     pub fn data(proto: IpProtocol) -> GueRepr {
-        GueRepr { control: false, proto_ctype: proto.into(), hlen: 0, flags: 0, priv_flags: 0 }
+        GueRepr { control: false, proto_ctype: proto.into(), hlen: 0, flags: 0, priv_flags: 0, remote_checksum: None }
     }
 
-    /// Parse a checked header. Private flags must all be zero: the only one defined
-    /// (Linux's remote checksum offload) is not supported, and none can be ignored.
+    /// Parse a checked header. Of the private flags only remote checksum offload is
+    /// known (its word must fit in Hlen); any other refuses the packet, since none can
+    /// be ignored.
     pub fn parse<T: AsRef<[u8]>>(p: &GuePacket<T>) -> Result<GueRepr, GueError> {
         let priv_flags = p.priv_flags().unwrap_or(0);
-        if priv_flags != 0 {
+        if priv_flags & !PRIV_FLAG_REMCSUM != 0 {
             return Err(GueError::UnknownPrivateFlags);
         }
-        Ok(GueRepr { control: p.control(), proto_ctype: p.proto_ctype(), hlen: p.hlen(), flags: p.flags(), priv_flags })
+        let remote_checksum = p.remote_checksum();
+        if priv_flags & PRIV_FLAG_REMCSUM != 0 && remote_checksum.is_none() {
+            return Err(GueError::FlagsBeyondHlen);
+        }
+        Ok(GueRepr { control: p.control(), proto_ctype: p.proto_ctype(), hlen: p.hlen(), flags: p.flags(), priv_flags, remote_checksum })
     }
 
     pub const fn buffer_len(&self) -> usize {
@@ -196,6 +219,10 @@ impl GueRepr {
         crate::put16(b, field::FLAGS, self.flags);
         if self.flags & FLAG_PRIV != 0 && len >= BASE_LEN + 4 {
             crate::put32(b, BASE_LEN, self.priv_flags);
+            if let (Some((start, field)), true) = (self.remote_checksum, len >= BASE_LEN + 8) {
+                crate::put16(b, BASE_LEN + 4, start);
+                crate::put16(b, BASE_LEN + 6, field);
+            }
         }
     }
 }
@@ -228,9 +255,20 @@ mod tests {
         assert_eq!(GuePacket::new_checked(&[0x00u8, 4, 0x80, 0][..]).unwrap_err(), GueError::UnknownFlags);
         // P set but Hlen 0: the private word has no room.
         assert_eq!(GuePacket::new_checked(&[0x00u8, 4, 0, 1][..]).unwrap_err(), GueError::FlagsBeyondHlen);
-        // P with a private flag set (Linux's remote checksum offload).
-        let p = GuePacket::new_checked(&[0x01u8, 4, 0, 1, 0x80, 0, 0, 0][..]).unwrap();
+        // P with a private flag this implementation does not know.
+        let p = GuePacket::new_checked(&[0x01u8, 4, 0, 1, 0x40, 0, 0, 0][..]).unwrap();
         assert_eq!(GueRepr::parse(&p).unwrap_err(), GueError::UnknownPrivateFlags);
+        // Remote checksum offload without room for its word.
+        let p = GuePacket::new_checked(&[0x01u8, 4, 0, 1, 0x80, 0, 0, 0][..]).unwrap();
+        assert_eq!(GueRepr::parse(&p).unwrap_err(), GueError::FlagsBeyondHlen);
+        // As Linux sends it (`encap-remcsum`): the inner UDP checksum field at 26, the
+        // sum from the UDP header at 20.
+        let p = GuePacket::new_checked(&[0x02u8, 4, 0, 1, 0x80, 0, 0, 0, 0, 20, 0, 26, 0x45][..]).unwrap();
+        let r = GueRepr::parse(&p).unwrap();
+        assert_eq!((r.remote_checksum, p.payload()), (Some((20, 26)), &[0x45u8][..]));
+        let mut out = [0xffu8; 12];
+        r.emit(&mut out);
+        assert_eq!(out, p.buffer[..12]);
         // P with zero private flags and an extra word: fine, the extra word skipped.
         let p = GuePacket::new_checked(&[0x02u8, 41, 0, 1, 0, 0, 0, 0, 9, 9, 9, 9, 0x60][..]).unwrap();
         assert_eq!(GueRepr::parse(&p).unwrap().proto_ctype, 41);
@@ -249,9 +287,11 @@ mod tests {
 
     proptest! {
         #[test]
-        fn emit_parse_roundtrip(control: bool, proto: u8, extra in 0u8..30, private: bool) {
-            let hlen = extra + private as u8;
-            let r = GueRepr { control, proto_ctype: proto, hlen, flags: if private { FLAG_PRIV } else { 0 }, priv_flags: 0 };
+        fn emit_parse_roundtrip(control: bool, proto: u8, extra in 0u8..29, private: bool, rco: Option<(u16, u16)>) {
+            let rco = rco.filter(|_| private);
+            let hlen = extra + private as u8 + rco.is_some() as u8;
+            let priv_flags = if rco.is_some() { PRIV_FLAG_REMCSUM } else { 0 };
+            let r = GueRepr { control, proto_ctype: proto, hlen, flags: if private { FLAG_PRIV } else { 0 }, priv_flags, remote_checksum: rco };
             let mut b = vec![0u8; r.buffer_len() + 3];
             r.emit(&mut b);
             let p = GuePacket::new_checked(&b[..]).unwrap();

@@ -39,6 +39,8 @@ counters! {
         GueTruncated(Warn, "gue-truncated", "GUE header or its Hlen past the packet"),
         GueBadVersion(Warn, "gue-bad-version", "GUE version 2 or 3, or a variant 1 payload that is not IP"),
         GueUnknownFlags(Warn, "gue-unknown-flags", "GUE flags or private flags this implementation cannot skip"),
+        GueRemoteChecksumCompleted(Info, "gue-remote-checksum-completed", "inner checksum completed for GUE remote checksum offload"),
+        GueBadRemoteChecksum(Warn, "gue-bad-remote-checksum", "GUE remote checksum offload start or field outside the inner packet"),
         GreMalformed(Warn, "gre-malformed", "GRE header truncated, not version 0, or with reserved bits set"),
         GreBadChecksum(Warn, "gre-bad-checksum", "GRE checksum mismatch"),
         GreKeyMismatch(Warn, "gre-key-mismatch", "GRE key absent, unexpected or not the tunnel's"),
@@ -228,15 +230,16 @@ fn lookup_next(v4: bool) -> UdpTunInputNext {
 }
 
 /// Everything about a tunnel packet the fast path does not take: the outer checksum by
-/// the tunnel's rules, then its encapsulation header. `Ok(Some(inner is IPv4))` with the
-/// buffer at the inner packet; `Ok(None)` for a GUE control message (buffer untouched).
+/// the tunnel's rules, then its encapsulation header. `Ok(Some((inner is IPv4, a remote
+/// checksum offload was completed)))` with the buffer at the inner packet; `Ok(None)`
+/// for a GUE control message (buffer untouched).
 fn decap_full<O: TunOuter>(
     t: &Tunnel,
     udp: OuterUdp,
     src: &O::Addr,
     dst: &O::Addr,
     buf: &mut Buffer,
-) -> Result<Option<bool>, UdpTunInputCounter> {
+) -> Result<Option<(bool, bool)>, UdpTunInputCounter> {
     use UdpTunInputCounter as C;
     let OuterUdp { hl, len, sum, .. } = udp;
     let seg = buf.bytes().get(hl..hl + len).ok_or(C::BadUdpLength)?;
@@ -251,10 +254,20 @@ fn decap_full<O: TunOuter>(
         }
     }
     let Some((skip, v4)) = inner(t.encap, t.gre_key, &seg[8..])? else { return Ok(None) };
+    // Only a GUE header with fields past its first word can carry the offload.
+    let remote = if t.encap == Encap::Gue && skip > gue::BASE_LEN { GuePacket::new_unchecked(&seg[8..]).remote_checksum() } else { None };
     buf.truncate(hl + len);
     buf.advance(hl + 8 + skip).map_err(|_| C::BadUdpLength)?;
     buf.meta.l4_checksum_ok = false;
-    Ok(Some(v4))
+    if let Some((start, field)) = remote {
+        // The field holds the pseudo-header sum; the sum from `start` on completes it.
+        let (start, field) = (start as usize, field as usize);
+        let completed = field >= start && field % 2 == start % 2 && wire::checksum::complete_partial(buf.bytes_mut(), start, field - start);
+        if !completed {
+            return Err(C::GueBadRemoteChecksum);
+        }
+    }
+    Ok(Some((v4, remote.is_some())))
 }
 
 /// Where a decapsulated inner packet goes: `ipN-input`'s fast-path checks here, without
@@ -345,8 +358,11 @@ impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunInput<O> {
                 // Consumed here: counted under an info counter, not forwarded.
                 Verdict::Drop(C::ControlMessages)
             }
-            Ok(Some(v4)) => {
+            Ok(Some((v4, remote_checksum))) => {
                 counts.inc(C::Decapsulated);
+                if remote_checksum {
+                    counts.inc(C::GueRemoteChecksumCompleted);
+                }
                 if t.mtu.mss_clamp {
                     let link_mtu = ipc.tables.adjacency(u.tables.outer_adj(id)).mtu();
                     if ip::outer::decap_mss_clamp(buf, link_mtu, t.rewrite_len as usize, t.mtu) {
@@ -433,7 +449,7 @@ mod tests {
         } else {
             decap_full::<Ip4Outer>(t, udp, &"198.18.1.2".parse().unwrap(), &"198.18.1.1".parse().unwrap(), b)
         };
-        let Ok(Some(v4)) = full_result else { panic!("the fast path took what the full path refuses: {full_result:?}") };
+        let Ok(Some((v4, false))) = full_result else { panic!("the fast path took what the full path refuses: {full_result:?}") };
         assert_eq!(inner_next(b, v4), next);
         assert_eq!(pool.get(fast).bytes(), pool.get(full).bytes());
         assert_eq!(pool.get(fast).meta.l4_checksum_ok, pool.get(full).meta.l4_checksum_ok);
