@@ -188,33 +188,35 @@ pub fn run(a: &TrafgenArgs) -> Result<Report> {
     let t0 = Instant::now();
     let end = t0 + Duration::from_secs_f64(a.duration);
     let capacity = seen.len() as u64;
-    let mut poll_rx = |pool: &mut Pool, rx: &mut Option<Box<dyn Device>>, tx: &mut Box<dyn Device>, rbufs: &mut Vec<BufIdx>| -> usize {
-        rbufs.clear();
-        match rx.as_mut() {
-            Some(r) => r.rx(pool, rbufs, 256),
-            None => tx.rx(pool, rbufs, 256),
-        };
-        let now = t0.elapsed().as_nanos() as u64;
-        for &b in rbufs.iter() {
-            let f = pool.get(b).bytes();
-            match trailer(f) {
-                Some((seq, t)) if (seq as usize) < seen.len() && t <= now => {
-                    if seen[seq as usize] != 0 {
-                        dups += 1;
-                    } else {
-                        seen[seq as usize] = 1;
-                        received += 1;
-                        rx_bytes += f.len() as u64;
-                        lat.push(now - t);
+    let mut poll_rx =
+        |pool: &mut Pool, rx: &mut Option<Box<dyn Device>>, tx: &mut Box<dyn Device>, rbufs: &mut Vec<BufIdx>| -> (usize, u64) {
+            rbufs.clear();
+            match rx.as_mut() {
+                Some(r) => r.rx(pool, rbufs, 256),
+                None => tx.rx(pool, rbufs, 256),
+            };
+            let now = t0.elapsed().as_nanos() as u64;
+            for &b in rbufs.iter() {
+                let f = pool.get(b).bytes();
+                match trailer(f) {
+                    Some((seq, t)) if (seq as usize) < seen.len() && t <= now => {
+                        if seen[seq as usize] != 0 {
+                            dups += 1;
+                        } else {
+                            seen[seq as usize] = 1;
+                            received += 1;
+                            rx_bytes += f.len() as u64;
+                            lat.push(now - t);
+                        }
                     }
+                    Some(_) => corrupt += 1,
+                    None => {}
                 }
-                Some(_) => corrupt += 1,
-                None => {}
             }
-        }
-        pool.free_many(rbufs);
-        rbufs.len()
-    };
+            pool.free_many(rbufs);
+            // Frames taken now, and good packets received so far.
+            (rbufs.len(), received)
+        };
     let mut tx_end = t0;
     loop {
         let now = Instant::now();
@@ -241,13 +243,19 @@ pub fn run(a: &TrafgenArgs) -> Result<Report> {
         }
         poll_rx(&mut pool, &mut rx, &mut tx, &mut rbufs);
     }
-    // Drain: until nothing has arrived for 200 ms (at most 2 s).
-    let drain_end = Instant::now() + Duration::from_secs(2);
+    // Drain: until every packet sent is back, or nothing has arrived for 1 s (a device
+    // under test that was not scheduled for a while still delivers what it holds), at
+    // most 5 s.
+    let drain_end = Instant::now() + Duration::from_secs(5);
     let mut quiet_since = Instant::now();
     while Instant::now() < drain_end {
-        if poll_rx(&mut pool, &mut rx, &mut tx, &mut rbufs) > 0 {
+        let (got, so_far) = poll_rx(&mut pool, &mut rx, &mut tx, &mut rbufs);
+        if so_far >= sent {
+            break;
+        }
+        if got > 0 {
             quiet_since = Instant::now();
-        } else if quiet_since.elapsed() > Duration::from_millis(200) {
+        } else if quiet_since.elapsed() > Duration::from_secs(1) {
             break;
         }
     }
