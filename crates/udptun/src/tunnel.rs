@@ -195,6 +195,7 @@ impl Tunnel {
         let len = e + encap_len;
         // The sequence number is the GRE header's last field.
         let gre_sequence = (s.encap == Encap::Gre && s.gre_sequence).then(|| (GreSequence::default(), (encap_len - 4) as u8));
+        let gre_checksum = s.encap == Encap::Gre && s.gre_checksum;
         let mut rewrite = [0u8; MAX_REWRITE];
         rewrite[MAX_REWRITE - len..].copy_from_slice(&hdr[..len]);
         Tunnel {
@@ -209,11 +210,11 @@ impl Tunnel {
             src_port_min: s.src_port_min,
             src_port_span: s.src_port_max as u32 - s.src_port_min as u32 + 1,
             gre_key: s.gre_key,
-            gre_checksum: s.encap == Encap::Gre && s.gre_checksum,
+            gre_checksum,
             plain: s.checksum == ChecksumMode::Zero
                 && s.mtu.mtu == 0
                 && !s.mtu.mss_clamp
-                && !(s.encap == Encap::Gre && s.gre_checksum)
+                && !gre_checksum
                 && gre_sequence.is_none()
                 && len <= MAX_PLAIN_REWRITE,
             gre_sequence,

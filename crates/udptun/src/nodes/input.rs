@@ -261,6 +261,7 @@ fn decap_full<O: TunOuter>(
     buf.meta.l4_checksum_ok = false;
     if let Some((start, field)) = remote {
         // The field holds the pseudo-header sum; the sum from `start` on completes it.
+        // The field must be a 16-bit word of that sum: an even distance from `start`.
         let (start, field) = (start as usize, field as usize);
         let completed = field >= start && field % 2 == start % 2 && wire::checksum::complete_partial(buf.bytes_mut(), start, field - start);
         if !completed {
