@@ -59,7 +59,7 @@ impl AfPacketConfig {
         AfPacketConfig {
             host_if: host_if.to_string(),
             // At low rates the kernel hands over a block per `retire_ms` however little
-            // it holds, so the ring rides out a stall of about `blocks` milliseconds
+            // it holds, so the ring rides out a stall of about `blocks` retire periods
             // whatever the block size: many blocks of the smallest size that still holds
             // a GSO frame (32 MiB; 32 blocks of 256 KiB lost packets in a 50 ms stall
             // at 2000 packets/s).
