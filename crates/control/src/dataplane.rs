@@ -44,7 +44,10 @@ impl engine::worker::Context for WorkerContext {
         // route into a tunnel also sees the tunnel.
         self.ip.refresh();
         self.gtpu.refresh();
-        self.udptun.refresh();
+        if self.udptun.refresh() {
+            // The hinted tunnels may be gone or changed (IP tables forget them too).
+            self.ip.tunnel_hints.forget();
+        }
     }
 }
 

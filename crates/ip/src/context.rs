@@ -1,6 +1,7 @@
 //! The per-worker context every IP node receives: the current tables, rate limiters,
 //! and the queue of events for the control plane (learned neighbours).
 
+use crate::hint::TunnelHints;
 use crate::reassembly::{Reassembly, ReassemblyLimits};
 use crate::tables::Tables;
 use arc_swap::{ArcSwap, Cache};
@@ -80,6 +81,8 @@ pub struct IpContext {
     pub ident6: u32,
     pub reassembly4: Reassembly<Ipv4Addr>,
     pub reassembly6: Reassembly<Ipv6Addr>,
+    /// The outer headers of the tunnels decapsulated last, for `ethernet-input`.
+    pub tunnel_hints: TunnelHints,
 }
 
 impl IpContext {
@@ -99,6 +102,7 @@ impl IpContext {
             },
             reassembly4: Reassembly::new(limits.reassembly, u16::MAX as usize - 20),
             reassembly6: Reassembly::new(limits.reassembly, u16::MAX as usize),
+            tunnel_hints: TunnelHints::default(),
         }
     }
 
@@ -117,6 +121,8 @@ impl engine::worker::Context for IpContext {
         let t = self.cache.load();
         if !Arc::ptr_eq(t, &self.tables) {
             self.tables = Arc::clone(t);
+            // A hint's endpoint may be gone from the new tables.
+            self.tunnel_hints.forget();
         }
     }
 }

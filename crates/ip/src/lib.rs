@@ -18,6 +18,7 @@
 pub mod context;
 pub mod fib;
 pub mod flow;
+pub mod hint;
 pub mod lpm;
 pub mod mss;
 pub mod nodes;

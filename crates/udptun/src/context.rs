@@ -28,13 +28,16 @@ impl UdpTunContext {
         UdpTunContext { cache: Cache::new(shared), tables, events }
     }
 
-    /// Pick up a newly published table version.
+    /// Pick up a newly published table version; true if there was one (the worker's
+    /// tunnel hints, built from the old one, must then go: [`ip::hint`]).
     #[inline]
-    pub fn refresh(&mut self) {
+    pub fn refresh(&mut self) -> bool {
         let t = self.cache.load();
-        if !Arc::ptr_eq(t, &self.tables) {
-            self.tables = Arc::clone(t);
+        if Arc::ptr_eq(t, &self.tables) {
+            return false;
         }
+        self.tables = Arc::clone(t);
+        true
     }
 
     pub fn report(&self, ev: UdpTunEvent) -> bool {

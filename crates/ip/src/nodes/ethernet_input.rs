@@ -2,7 +2,9 @@
 //! A tunnel packet for one of our endpoints goes straight to its feature's input node
 //! (`gtpuN-input`, `gueN-input`) when its IP header passes `ipN-input`'s fast-path checks
 //! here ([`ip4_input::tunnel_endpoint`]): the tunnel's packets then take as many node
-//! hops as forwarded ones, the tunnel node standing where `ipN-input` would.
+//! hops as forwarded ones, the tunnel node standing where `ipN-input` would. Such a
+//! packet carries in `meta.param` the tag of the worker's tunnel hint it matched, or 0
+//! ([`crate::hint`]).
 
 use super::{ip4_input, ip6_input};
 use crate::context::HasIp;
@@ -52,14 +54,19 @@ impl<Cx: HasIp> Node<Cx> for EthernetInput {
                 };
                 if let Some(v6) = v6 {
                     let _ = buf.advance(HEADER_LEN);
-                    let udp = &*cx.tables.udp;
-                    let endpoint =
-                        if v6 { ip6_input::tunnel_endpoint(udp, buf.bytes()) } else { ip4_input::tunnel_endpoint(udp, buf.bytes()) };
+                    let (udp, hints) = (&*cx.tables.udp, &cx.tunnel_hints);
+                    let endpoint = if v6 {
+                        ip6_input::tunnel_endpoint(udp, hints.v6.as_ref(), buf.bytes())
+                    } else {
+                        ip4_input::tunnel_endpoint(udp, hints.v4.as_ref(), buf.bytes())
+                    };
                     return Verdict::Next(match (endpoint, v6) {
                         (None, false) => EthernetInputNext::Ip4,
                         (None, true) => EthernetInputNext::Ip6,
-                        (Some((app, len)), _) => {
+                        (Some((app, len, hint_tag)), _) => {
                             buf.truncate(len);
+                            // The tunnel node's argument: which hint the packet matched.
+                            buf.meta.param = hint_tag;
                             match (app, v6) {
                                 (UdpApp::Gtpu, false) => EthernetInputNext::Gtpu4Input,
                                 (UdpApp::Gue, false) => EthernetInputNext::Gue4Input,

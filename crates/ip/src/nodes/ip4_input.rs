@@ -2,6 +2,7 @@
 //! checksum, options, source), trim Ethernet padding.
 
 use crate::context::HasIp;
+use crate::hint::{HeadMatch, HeadTemplate, TunnelHint};
 use crate::tables::{UdpApp, UdpDemux};
 use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
 use wire::ipv4::{Ipv4Error, Ipv4Packet, HEADER_LEN};
@@ -39,19 +40,34 @@ pub fn fast_path_len(h: &[u8; HEADER_LEN], frame_len: usize) -> Option<usize> {
 /// `ip4-local` (the GTP-U deck's "bypass the first lookup", one node earlier): an
 /// unfragmented UDP packet to a tunnel endpoint and port in `udp`, whose header passes
 /// this node's fast-path checks (so nothing this node would refuse gets past it). The
-/// feature and the packet's IP length, or `None` (the packet goes through this node).
-/// Most packets are turned away by the demux's filter on the destination, before any
-/// other test.
+/// feature, the packet's IP length and the tag of the worker's tunnel hint when the
+/// packet matched it (else 0), or `None` (the packet goes through this node). Most
+/// packets are turned away by the demux's filter on the destination, before any other
+/// test; a packet of the tunnel hinted is known by one template test.
 #[inline(always)]
-pub fn tunnel_endpoint(udp: &UdpDemux, b: &[u8]) -> Option<(UdpApp, usize)> {
+pub fn tunnel_endpoint(udp: &UdpDemux, hint: Option<&TunnelHint<HeadTemplate<4>>>, b: &[u8]) -> Option<(UdpApp, usize, u32)> {
     // The header and the UDP ports (the fast path has no options).
     let h = b.first_chunk::<{ HEADER_LEN + 4 }>()?;
-    if !udp.may_be_endpoint(u32::from_be_bytes([h[16], h[17], h[18], h[19]])) || h[9] != 17 || h[6] & 0x3f != 0 || h[7] != 0 {
+    if !udp.may_be_endpoint(u32::from_be_bytes([h[16], h[17], h[18], h[19]])) {
+        return None;
+    }
+    if let Some(t) = hint.filter(|t| t.head.matches(b)) {
+        // The template fixed version and IHL, the fragment fields, the protocol and a
+        // unicast source (hints are only made for such peers): the length and the
+        // checksum are left of this node's checks.
+        let total = u16::from_be_bytes([h[2], h[3]]) as usize;
+        return (total >= HEADER_LEN && total <= b.len() && wire::checksum::verify_ipv4_header(h.first_chunk()?)).then_some((
+            t.app,
+            total,
+            t.tag.get(),
+        ));
+    }
+    if h[9] != 17 || h[6] & 0x3f != 0 || h[7] != 0 {
         return None;
     }
     let total = fast_path_len(h.first_chunk::<HEADER_LEN>()?, b.len())?;
     let dst = std::net::Ipv4Addr::new(h[16], h[17], h[18], h[19]);
-    Some((udp.bypass4(dst, u16::from_be_bytes([h[22], h[23]]))?, total))
+    Some((udp.bypass4(dst, u16::from_be_bytes([h[22], h[23]]))?, total, 0))
 }
 
 fn counter(e: Ipv4Error) -> Ip4InputCounter {
@@ -104,5 +120,72 @@ impl<Cx: HasIp> Node<Cx> for Ip4Input {
 
     fn trace(&self, buf: &Buffer) -> String {
         super::trace_ip4(buf.bytes())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::num::NonZeroU32;
+
+    /// A GUE packet from 198.18.1.2 to 198.18.1.1 port 6080 (checksummed IPv4 header,
+    /// zero UDP checksum, a data header for IPv4), `pad` bytes of Ethernet padding after.
+    fn packet(src: [u8; 4], pad: usize) -> Vec<u8> {
+        let mut p = vec![0x45, 0, 0, 52, 0, 1, 0x40, 0, 64, 17, 0, 0];
+        p.extend_from_slice(&src);
+        p.extend_from_slice(&[198, 18, 1, 1, 0xc0, 0x01, 0x17, 0xc0, 0, 32, 0, 0, 0, 4, 0, 0]);
+        p.resize(52 + pad, 0);
+        let c = wire::checksum::checksum(&p[..20]);
+        p[10..12].copy_from_slice(&c.to_be_bytes());
+        p
+    }
+
+    fn demux() -> UdpDemux {
+        let mut d = UdpDemux::default();
+        d.bypass4.push(("198.18.1.1".parse().unwrap(), 6080, UdpApp::Gue));
+        d.seal();
+        d
+    }
+
+    fn hint() -> TunnelHint<HeadTemplate<4>> {
+        let head = HeadTemplate::new(&[
+            (0, &[0x45], &[0xff]),
+            (6, &[0, 0], &[0x3f, 0xff]),
+            (9, &[17], &[0xff]),
+            (12, &[198, 18, 1, 2, 198, 18, 1, 1], &[0xff; 8]),
+            (22, &[0x17, 0xc0, 0, 0, 0, 0, 0, 4, 0, 0], &[0xff, 0xff, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]),
+        ]);
+        TunnelHint { head, app: UdpApp::Gue, tag: NonZeroU32::new(7).unwrap() }
+    }
+
+    #[test]
+    fn the_hinted_tunnel_is_tagged_and_others_take_the_scan() {
+        let (d, h) = (demux(), hint());
+        assert_eq!(tunnel_endpoint(&d, Some(&h), &packet([198, 18, 1, 2], 8)), Some((UdpApp::Gue, 52, 7)));
+        assert_eq!(tunnel_endpoint(&d, None, &packet([198, 18, 1, 2], 0)), Some((UdpApp::Gue, 52, 0)));
+        // Another peer of the same endpoint: no tag, the demux's answer.
+        assert_eq!(tunnel_endpoint(&d, Some(&h), &packet([198, 18, 1, 3], 0)), Some((UdpApp::Gue, 52, 0)));
+    }
+
+    #[test]
+    fn a_hinted_packet_still_gets_ip4_inputs_checks() {
+        let (d, h) = (demux(), hint());
+        let mut bad_sum = packet([198, 18, 1, 2], 0);
+        bad_sum[8] = 63;
+        assert_eq!(tunnel_endpoint(&d, Some(&h), &bad_sum), None, "a bad header checksum goes to ip4-input");
+        let short = packet([198, 18, 1, 2], 0);
+        assert_eq!(tunnel_endpoint(&d, Some(&h), &short[..51]), None, "a total length past the frame");
+        let mut fragment = packet([198, 18, 1, 2], 0);
+        fragment[6] = 0x20;
+        let c = wire::checksum::checksum(&{
+            let mut z = fragment[..20].to_vec();
+            z[10..12].fill(0);
+            z
+        });
+        fragment[10..12].copy_from_slice(&c.to_be_bytes());
+        assert_eq!(tunnel_endpoint(&d, Some(&h), &fragment), None, "a fragment goes to ip4-input and reassembly");
+        let mut other_family = packet([198, 18, 1, 2], 0);
+        other_family[29] = 41;
+        assert_eq!(tunnel_endpoint(&d, Some(&h), &other_family), Some((UdpApp::Gue, 52, 0)), "not the hinted data header");
     }
 }

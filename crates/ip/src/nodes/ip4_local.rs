@@ -76,10 +76,13 @@ impl<Cx: HasIp> Node<Cx> for Ip4Local {
             }
             IpProtocol::Udp => {
                 let port = p.payload().get(2..4).map(|d| u16::from_be_bytes([d[0], d[1]]));
-                match port.and_then(|port| cx.ip().tables.udp.port(port)) {
-                    Some(UdpApp::Gtpu) => return Verdict::Next(Ip4LocalNext::Gtpu4Input),
-                    Some(UdpApp::Gue) => return Verdict::Next(Ip4LocalNext::Gue4Input),
-                    None => {}
+                if let Some(app) = port.and_then(|port| cx.ip().tables.udp.port(port)) {
+                    // A tunnel node's argument is the tag of a tunnel hint: none here.
+                    buf.meta.param = 0;
+                    return Verdict::Next(match app {
+                        UdpApp::Gtpu => Ip4LocalNext::Gtpu4Input,
+                        UdpApp::Gue => Ip4LocalNext::Gue4Input,
+                    });
                 }
                 counts.inc(C::PortUnreachable);
                 buf.meta.param = IcmpRequest::new(3, unreach::PORT, 0).encode();

@@ -4,6 +4,7 @@
 
 use super::IcmpRequest;
 use crate::context::HasIp;
+use crate::hint::{HeadMatch, HeadTemplate, TunnelHint};
 use crate::tables::{UdpApp, UdpDemux};
 use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
 use wire::ipv6::{Ipv6Error, Ipv6Packet, HEADER_LEN};
@@ -39,17 +40,27 @@ pub fn fast_path_len(h: &[u8; HEADER_LEN], frame_len: usize) -> Option<usize> {
 
 /// [`super::ip4_input::tunnel_endpoint`] for IPv6: a UDP packet (no extension headers)
 /// to one of our tunnel endpoints and ports, whose header passes this node's fast-path
-/// checks. The feature and the packet's end, or `None`.
+/// checks. The feature, the packet's end and the hint's tag (0 when it did not match),
+/// or `None`.
 #[inline(always)]
-pub fn tunnel_endpoint(udp: &UdpDemux, b: &[u8]) -> Option<(UdpApp, usize)> {
+pub fn tunnel_endpoint(udp: &UdpDemux, hint: Option<&TunnelHint<HeadTemplate<7>>>, b: &[u8]) -> Option<(UdpApp, usize, u32)> {
     let h = b.first_chunk::<{ HEADER_LEN + 4 }>()?;
-    if !udp.may_be_endpoint(u32::from_be_bytes([h[36], h[37], h[38], h[39]])) || h[6] != 17 {
+    if !udp.may_be_endpoint(u32::from_be_bytes([h[36], h[37], h[38], h[39]])) {
+        return None;
+    }
+    if let Some(t) = hint.filter(|t| t.head.matches(b)) {
+        // The template fixed the version, UDP as the next header and both addresses
+        // (a unicast peer, our endpoint): the payload length is left.
+        let end = HEADER_LEN + u16::from_be_bytes([h[4], h[5]]) as usize;
+        return (end > HEADER_LEN && end <= b.len()).then_some((t.app, end, t.tag.get()));
+    }
+    if h[6] != 17 {
         return None;
     }
     let end = fast_path_len(h.first_chunk::<HEADER_LEN>()?, b.len())?;
     let mut d = [0u8; 16];
     d.copy_from_slice(&h[24..40]);
-    Some((udp.bypass6(&std::net::Ipv6Addr::from(d), u16::from_be_bytes([h[42], h[43]]))?, end))
+    Some((udp.bypass6(&std::net::Ipv6Addr::from(d), u16::from_be_bytes([h[42], h[43]]))?, end, 0))
 }
 
 impl<Cx: HasIp> Node<Cx> for Ip6Input {

@@ -75,10 +75,13 @@ impl<Cx: HasIp> Node<Cx> for Ip6Local {
                 // and Destination Options headers (Linux's tunnels send a Tunnel
                 // Encapsulation Limit option by default), not after a routing header.
                 let port = buf.bytes().get(off + 2..off + 4).map(|d| u16::from_be_bytes([d[0], d[1]]));
-                match (info.routing, port.and_then(|port| cx.tables.udp.port(port))) {
-                    (None, Some(UdpApp::Gtpu)) => return Verdict::Next(Ip6LocalNext::Gtpu6Input),
-                    (None, Some(UdpApp::Gue)) => return Verdict::Next(Ip6LocalNext::Gue6Input),
-                    _ => {}
+                if let (None, Some(app)) = (info.routing, port.and_then(|port| cx.tables.udp.port(port))) {
+                    // A tunnel node's argument is the tag of a tunnel hint: none here.
+                    buf.meta.param = 0;
+                    return Verdict::Next(match app {
+                        UdpApp::Gtpu => Ip6LocalNext::Gtpu6Input,
+                        UdpApp::Gue => Ip6LocalNext::Gue6Input,
+                    });
                 }
                 counts.inc(C::PortUnreachable);
                 buf.meta.param = IcmpRequest::new(1, unreach::PORT, 0).encode();

@@ -15,8 +15,11 @@ use super::{HeadMatch, OuterUdp, TunOuter};
 use crate::context::{HasUdpTun, UdpTunEvent};
 use crate::tunnel::{Encap, Tunnel};
 use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
+use ip::hint::{TunnelHint, TunnelHints};
 use ip::nodes::input_fast_path_len;
 use ip::outer::{udp_checksum_ok, OuterError};
+use ip::tables::UdpApp;
+use std::num::NonZeroU32;
 use wire::gre::{GreError, GrePacket, GreRepr};
 use wire::gue::{self, GueError, GuePacket, GueRepr, Variant};
 
@@ -57,10 +60,14 @@ pub struct UdpTunInput<O: TunOuter> {
     last: Box<Last<O>>,
 }
 
-/// The tunnel last looked up, and its fast path's test when its packets can take it.
+/// The tunnel last looked up, and its fast path's test when its packets can take it;
+/// and the tag of the hint this node published last (see [`ip::hint`]) with the inner
+/// family it is for (true: IPv4). A packet `ethernet-input` found matching the hint is
+/// known to be a plain data packet of that tunnel, with its outer header checked.
 struct Last<O: TunOuter> {
     plan: Option<DecapPlan<O::Addr>>,
     fast: Option<FastDecap<O::Head>>,
+    hinted: Option<(NonZeroU32, bool)>,
 }
 
 /// The decap fast path for one tunnel: the test of its fixed outer header (which
@@ -78,7 +85,7 @@ impl<O: TunOuter> Last<O> {
             let plain = p.plain.filter(|_| p.zero_checksum_ok)?;
             Some(FastDecap { head: O::head(local, remote, port), plain })
         });
-        Last { plan, fast }
+        Last { plan, fast, hinted: None }
     }
 }
 
@@ -207,12 +214,33 @@ fn plain_payload((for_v4, for_v6): ([u8; 4], [u8; 4]), udp: OuterUdp, buf: &mut 
         return None;
     }
     let at = udp.hl + 12;
-    let v4 = match udp.after? {
-        w if w == for_v4 => true,
-        w if w == for_v6 => false,
-        _ => return None,
-    };
-    let inner_len = input_fast_path_len(b.get(at..)?, v4)?;
+    // The inner packet's version picks the header it must follow (the checks after
+    // reject any other version): one comparison, not one per family.
+    let v4 = b.get(at)? >> 4 == 4;
+    if udp.after? != if v4 { for_v4 } else { for_v6 } {
+        return None;
+    }
+    inner_fast(at, v4, buf)
+}
+
+/// The fast path for a packet that matched this node's hint in `ethernet-input`: the
+/// outer header of the hinted tunnel (`hl` long) and its plain data header for an inner
+/// packet of the family `v4` are known. The UDP length, the inner packet's checks and
+/// the strip are left.
+#[inline(always)]
+fn hinted_payload(hl: usize, v4: bool, buf: &mut Buffer) -> Option<UdpTunInputNext> {
+    let b = buf.bytes();
+    let h = b.get(..hl + 12)?;
+    if hl + u16::from_be_bytes([h[hl + 4], h[hl + 5]]) as usize != b.len() {
+        return None;
+    }
+    inner_fast(hl + 12, v4, buf)
+}
+
+/// The inner packet at `at` passes `ipN-input`'s fast-path checks: strip to it.
+#[inline(always)]
+fn inner_fast(at: usize, v4: bool, buf: &mut Buffer) -> Option<UdpTunInputNext> {
+    let inner_len = input_fast_path_len(buf.bytes().get(at..)?, v4)?;
     buf.narrow(at, inner_len).ok()?;
     // The outer checksum said nothing about the inner packet's own.
     buf.meta.l4_checksum_ok = false;
@@ -289,12 +317,38 @@ impl<O: TunOuter> UdpTunInput<O> {
     /// against the plan's template in a few word comparisons.
     #[inline(always)]
     fn fast(&self, buf: &mut Buffer) -> Option<UdpTunInputNext> {
-        let f = self.last.fast.as_ref()?;
+        if let Some((tag, v4)) = self.last.hinted {
+            if buf.meta.param == tag.get() {
+                return hinted_payload(O::FIXED_LEN, v4, buf);
+            }
+        }
         let b = buf.bytes();
+        let f = self.last.fast.as_ref()?;
         if !f.head.matches(b) {
             return None;
         }
         plain_payload(f.plain, OuterUdp::read(b, O::FIXED_LEN)?, buf)
+    }
+
+    /// Plan for a tunnel, and hint its outer header to `ethernet-input` when its packets
+    /// can take the fast path. The hint fixes the data header too, the one for the inner
+    /// family of the packet planned for (`after`, the four bytes after UDP): its
+    /// packets are then known by the template alone.
+    fn plan(&mut self, hints: &mut TunnelHints, p: DecapPlan<O::Addr>, after: Option<[u8; 4]>) {
+        let hinted = self.last.hinted;
+        *self.last = Last { hinted, ..Last::new(Some(p)) };
+        let (local, remote, _) = p.key;
+        let Some(f) = self.last.fast.filter(|_| O::hintable(&local, &remote)) else { return };
+        let (for_v4, for_v6) = f.plain;
+        let v4 = match after {
+            Some(w) if w == for_v4 => true,
+            Some(w) if w == for_v6 => false,
+            _ => return,
+        };
+        let tag = hints.next_tag();
+        let head = f.head.with(O::FIXED_LEN + 8, if v4 { &for_v4 } else { &for_v6 });
+        *O::hint(hints) = Some(TunnelHint { head, app: UdpApp::Gue, tag });
+        self.last.hinted = Some((tag, v4));
     }
 }
 
@@ -308,7 +362,10 @@ impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunInput<O> {
 
     #[inline(always)]
     fn prepare(&mut self, _cx: &mut Cx, _pool: &mut engine::Pool, _input: &[engine::BufIdx]) {
-        *self.last = Last::new(None);
+        // The tables may have changed since the last vector; a hint is forgotten with
+        // them (by the worker's context) and its tag not seen again.
+        self.last.plan = None;
+        self.last.fast = None;
     }
 
     #[inline(always)]
@@ -338,7 +395,7 @@ impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunInput<O> {
                 let Some(id) = O::decap(&u.tables, dst, src, port) else { return Verdict::Drop(C::NoTunnel) };
                 let Some(t) = u.tables.tunnel(id) else { return Verdict::Drop(C::NoTunnel) };
                 let p = DecapPlan::new((dst, src, port), id, t, O::IS_V6);
-                *self.last = Last::new(Some(p));
+                self.plan(&mut ipc.tunnel_hints, p, udp.after);
                 p
             }
         };

@@ -7,6 +7,8 @@ pub mod input;
 use crate::context::HasUdpTun;
 use crate::tables::UdpTunTables;
 use engine::GraphBuilder;
+pub use ip::hint::{HeadMatch, HeadTemplate};
+use ip::hint::{TunnelHint, TunnelHints};
 use ip::outer::{Ip4Outer, Ip6Outer, OuterFamily};
 use std::net::{Ipv4Addr, Ipv6Addr};
 
@@ -31,6 +33,11 @@ pub trait TunOuter: OuterFamily {
     /// The fixed outer header of an unfragmented UDP packet from `remote` to `local` on
     /// `port`, with a zero UDP checksum.
     fn head(local: Self::Addr, remote: Self::Addr, port: u16) -> Self::Head;
+    /// This family's hint among a worker's tunnel hints.
+    fn hint(h: &mut TunnelHints) -> &mut Option<TunnelHint<Self::Head>>;
+    /// Whether a tunnel may be hinted: `ethernet-input` leaves `ipN-input`'s address
+    /// checks to the template, so only addresses that pass them.
+    fn hintable(local: &Self::Addr, remote: &Self::Addr) -> bool;
 }
 
 /// The outer UDP header of a tunnel packet as the input node reads it: where it starts,
@@ -55,57 +62,6 @@ impl OuterUdp {
     }
 }
 
-/// The test of the decap fast path: is this packet one of the planned tunnel's, with
-/// the fixed outer header?
-pub trait HeadMatch: Copy + Send + 'static {
-    /// How many bytes of the packet it compares: shorter packets never match.
-    const LEN: usize;
-    fn matches(&self, b: &[u8]) -> bool;
-}
-
-/// A tunnel's fixed outer header as the decap fast path compares it: the packet's first
-/// `8 * W` bytes, read as words, equal `want` wherever `mask` is set. A few word
-/// comparisons stand for the tests of version and header length, protocol, fragment,
-/// both addresses, the port and the UDP checksum, byte by byte.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HeadTemplate<const W: usize> {
-    want: [u64; W],
-    mask: [u64; W],
-}
-
-impl<const W: usize> HeadTemplate<W> {
-    /// From (offset, bytes, mask of those bytes) fields inside the `8 * W` bytes (`W` at
-    /// most 8). Built on the packet path (a plan per vector), so on the stack.
-    fn new(fields: &[(usize, &[u8], &[u8])]) -> Self {
-        let (mut want, mut mask) = ([0u8; 64], [0u8; 64]);
-        for (at, bytes, m) in fields {
-            debug_assert_eq!(bytes.len(), m.len(), "a template field's bytes and mask");
-            for (i, (b, m)) in bytes.iter().zip(m.iter()).enumerate() {
-                want[at + i] = b & m;
-                mask[at + i] = *m;
-            }
-        }
-        let words = |v: &[u8; 64]| {
-            let (w, _) = v.as_chunks::<8>();
-            std::array::from_fn(|i| u64::from_ne_bytes(w[i]))
-        };
-        HeadTemplate { want: words(&want), mask: words(&mask) }
-    }
-}
-
-impl<const W: usize> HeadMatch for HeadTemplate<W> {
-    const LEN: usize = 8 * W;
-    #[inline(always)]
-    fn matches(&self, b: &[u8]) -> bool {
-        let Some((words, _)) = b.get(..Self::LEN).map(|h| h.as_chunks::<8>()) else { return false };
-        let mut diff = 0;
-        for ((w, want), mask) in words.iter().zip(&self.want).zip(&self.mask) {
-            diff |= (u64::from_ne_bytes(*w) ^ want) & mask;
-        }
-        diff == 0
-    }
-}
-
 impl TunOuter for Ip4Outer {
     const INPUT: &'static str = "gue4-input";
     const ENCAP: &'static str = "gue4-encap";
@@ -114,6 +70,12 @@ impl TunOuter for Ip4Outer {
     #[inline(always)]
     fn decap(t: &UdpTunTables, local: Self::Addr, remote: Self::Addr, port: u16) -> Option<u32> {
         t.decap4.get(&(local, remote, port)).copied()
+    }
+    fn hint(h: &mut TunnelHints) -> &mut Option<TunnelHint<HeadTemplate<4>>> {
+        &mut h.v4
+    }
+    fn hintable(_: &Ipv4Addr, remote: &Ipv4Addr) -> bool {
+        remote.octets()[0] < 224
     }
     fn head(local: Ipv4Addr, remote: Ipv4Addr, port: u16) -> HeadTemplate<4> {
         // Version 4 and IHL 5; no MF flag or fragment offset; UDP; the addresses; the
@@ -140,6 +102,12 @@ impl TunOuter for Ip6Outer {
     #[inline(always)]
     fn decap(t: &UdpTunTables, local: Self::Addr, remote: Self::Addr, port: u16) -> Option<u32> {
         t.decap6.get(&(local, remote, port)).copied()
+    }
+    fn hint(h: &mut TunnelHints) -> &mut Option<TunnelHint<HeadTemplate<7>>> {
+        &mut h.v6
+    }
+    fn hintable(local: &Ipv6Addr, remote: &Ipv6Addr) -> bool {
+        !local.is_multicast() && !remote.is_multicast()
     }
     fn head(local: Ipv6Addr, remote: Ipv6Addr, port: u16) -> HeadTemplate<7> {
         // Version 6; UDP right after the fixed header; the addresses; the port; a zero UDP
