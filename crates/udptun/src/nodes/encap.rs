@@ -135,6 +135,9 @@ pub struct EncapPlan {
     head: [[u8; HEAD]; 2],
     /// Where the outer IP header starts in `head`.
     ip_at: usize,
+    /// How many bytes of `head` go on a packet: the Ethernet and outer headers (at most
+    /// `HEAD`). Kept beside `ip_at` so that the packet path does no arithmetic on it.
+    front: usize,
     /// The longest inner packet that fits the link with the outer headers; 0 when the
     /// fast path cannot take this tunnel's packets at all (not plain, no resolved outer
     /// adjacency, no such tunnel).
@@ -154,6 +157,7 @@ impl Default for EncapPlan {
             id: EncapPlan::NONE,
             head: [[0; HEAD]; 2],
             ip_at: HEAD,
+            front: 14,
             max_inner: 0,
             ip_sum: 0,
             port_min: 0,
@@ -183,6 +187,7 @@ impl EncapPlan {
                 }
                 name_inner6(t, &mut plan.head[1][ip_at..]);
                 plan.ip_at = ip_at;
+                plan.front = 14 + rl;
                 plan.max_inner = (*mtu as usize).saturating_sub(rl);
                 (plan.ip_sum, plan.port_min, plan.port_span) = (t.ip_sum, t.src_port_min, t.src_port_span);
                 plan.tx_if = *tx_if;
@@ -225,8 +230,8 @@ fn encap_planned<O: TunOuter>(p: &EncapPlan, buf: &mut Buffer) -> bool {
         return false;
     }
     // The Ethernet header and the tunnel's outer headers join the packet.
-    // At most HEAD, which the window proved there is room for (`ip_at` is at least 14).
-    let Ok(()) = buf.extend_front((HEAD + 14 - p.ip_at).min(HEAD)) else { return false };
+    // At most HEAD, which the window proved there is room for.
+    let Ok(()) = buf.extend_front(p.front) else { return false };
     buf.meta.tx_if = p.tx_if;
     buf.meta.adj = p.adj;
     true
@@ -243,7 +248,7 @@ fn put_head<O: TunOuter>(p: &EncapPlan, head: &mut [u8; HEAD], family: usize, in
     head[HEAD - 8..].copy_from_slice(&from[HEAD - 8..]);
     let port = crate::tunnel::src_port(p.port_min, p.port_span, hash);
     // Never false: the plan only takes templates with whole IP and UDP headers.
-    let total = HEAD - p.ip_at + inner_len;
+    let total = p.front - 14 + inner_len;
     let patched = head.get_mut(p.ip_at..).is_some_and(|h| patch_outer(O::IS_V6, p.ip_sum, h, total, port));
     debug_assert!(patched);
 }
