@@ -153,3 +153,37 @@ fn a_deleted_tunnel_is_not_decapsulated_by_its_hint() {
     assert!(worker.cx.ip.tunnel_hints.v4.is_none(), "the deleted tunnel's hint is gone");
     assert_eq!(worker.pool.in_use(), 0);
 }
+
+/// The same over IPv6: a tunnel that accepts zero UDP checksums (RFC 6936), whose
+/// packets take the fast path and so get a hint, and one that does not, whose
+/// zero-checksum packets are refused by name, hint or no hint.
+#[test]
+fn ipv6_outer_headers_are_hinted_too() {
+    let text = CFG
+        .replace("COUNT_A", "3000")
+        .replace(
+            "local = \"198.18.1.1\"\nremote = \"198.18.1.2\"",
+            "local = \"2001:db8:1::1\"\nremote = \"2001:db8:1::2\"\naccept_zero_checksum = true",
+        )
+        .replace("local = \"198.18.1.1\"\nremote = \"198.18.1.3\"", "local = \"2001:db8:1::1\"\nremote = \"2001:db8:1::3\"")
+        .replace("src = \"198.18.1.2\"\ndst = \"198.18.1.1\"", "src = \"2001:db8:1::2\"\ndst = \"2001:db8:1::1\"")
+        + &STREAM_A6
+            .replace("src = \"198.18.1.2\"\ndst = \"198.18.1.1\"", "src = \"2001:db8:1::2\"\ndst = \"2001:db8:1::1\"")
+            .replace("src = \"198.18.1.3\"\ndst = \"198.18.1.1\"", "src = \"2001:db8:1::3\"\ndst = \"2001:db8:1::1\"");
+    let cfg = Config::parse(&text, "test.toml", Path::new(".")).unwrap();
+    let (_control, mut worker) = assemble(&cfg).unwrap().into_single();
+    let mut hinted = 0;
+    while !worker.inputs_done() {
+        worker.poll_once();
+        hinted += worker.cx.ip.tunnel_hints.v6.is_some() as u32;
+    }
+    worker.poll_once();
+    assert!(hinted > 0, "a hint was published");
+    assert!(worker.cx.ip.tunnel_hints.v4.is_none());
+    let s = worker.snapshot();
+    assert_eq!(count(&s, "gue6-input", "decapsulated"), 6000, "streams a and a6");
+    assert_eq!(count(&s, "gue6-input", "zero-checksum-refused"), 3000, "stream b");
+    let sink = s.ports.iter().find(|p| p.name == "null0").unwrap();
+    assert_eq!(sink.counters.tx_packets, 6000);
+    assert_eq!(worker.pool.in_use(), 0);
+}
