@@ -91,7 +91,8 @@ def write_pcap(path: Path, frames):
     with open(path, "wb") as f:
         f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
         for i, fr in enumerate(frames):
-            f.write(struct.pack("<IIII", 1_700_000_000, i, len(fr), len(fr)))
+            # A microsecond apart (the microseconds field stays below a second).
+            f.write(struct.pack("<IIII", 1_700_000_000 + i // 1_000_000, i % 1_000_000, len(fr), len(fr)))
             f.write(fr)
 
 
