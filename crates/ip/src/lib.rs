@@ -8,7 +8,8 @@
 //!                               ├→ ip6-input → ip6-lookup → ip6-rewrite / ip6-local (echo, ND) / ip6-icmp-error
 //!                               ├→ arp-input (reply for own addresses, learn)
 //!                               └→ gtpuN-input / gueN-input (UDP to a tunnel endpoint, the header
-//!                                  checked as ipN-input would: `UdpDemux`)
+//!                                  checked as ipN-input would: `UdpDemux`; the packets of the
+//!                                  tunnel decapsulated last known by one template: `hint`)
 //! ```
 //!
 //! Nodes never lock or allocate per packet; they read the `Tables` version their worker
