@@ -1,6 +1,6 @@
-//! The tunnel hint: the outer header of the tunnel whose packets a worker decapsulated
-//! last, as a template `ethernet-input` tests each packet for one of our endpoints
-//! against before anything else.
+//! The tunnel hint: the outer headers of the tunnel whose packets a worker decapsulated
+//! last, as a template `ethernet-input` tests each packet that passes its endpoint
+//! filter against, before its other tests.
 //!
 //! A tunnel input node (`gueN-input`) publishes one when it plans its fast path for a
 //! tunnel; a packet that matches it, and whose outer header passes `ipN-input`'s checks,
@@ -105,7 +105,8 @@ impl TunnelHints {
         NonZeroU32::new(self.last_tag).unwrap_or(NonZeroU32::MIN)
     }
 
-    /// Drop both hints (the tables they were built from are gone); tags stay unused.
+    /// Drop both hints (the tables they were built from are gone). Tags go on from where
+    /// they were.
     pub fn forget(&mut self) {
         self.v4 = None;
         self.v6 = None;
