@@ -489,6 +489,7 @@ mod tests {
     /// it was, or leaves it exactly as the full path and the inner checks do, bound for
     /// the same node. Returns whether the fast path took it.
     fn both_paths(t: &Tunnel, v6: bool, packet: &[u8]) -> bool {
+        hinted_agrees(t, v6, packet);
         let mut pool = Pool::new(4, 0);
         let (fast, full) = (pool.alloc(256).unwrap(), pool.alloc(256).unwrap());
         pool.get_mut(fast).write(packet).unwrap();
@@ -514,6 +515,52 @@ mod tests {
         true
     }
 
+    /// The hinted path on one packet, for each inner family a hint can name: a packet
+    /// that matches the hint `plan` would publish for this tunnel (`ethernet-input`'s
+    /// test) either leaves the path with the buffer untouched or ends as the full path
+    /// ends it. Returns how many of the two hints took it.
+    fn hinted_agrees(t: &Tunnel, v6: bool, packet: &[u8]) -> usize {
+        let plan = DecapPlan::new(((), (), 6080), 1, t, v6);
+        let Some((for_v4, for_v6)) = plan.plain.filter(|_| plan.zero_checksum_ok) else { return 0 };
+        let hl = if v6 { 40 } else { 20 };
+        let mut took = 0;
+        for hint_v4 in [true, false] {
+            let word = if hint_v4 { &for_v4 } else { &for_v6 };
+            let matched = if v6 {
+                let (l, r) = v6_ends();
+                Ip6Outer::head(l, r, 6080).with(hl + 8, word).matches(packet)
+            } else {
+                let (l, r) = v4_ends();
+                Ip4Outer::head(l, r, 6080).with(hl + 8, word).matches(packet)
+            };
+            if !matched {
+                continue;
+            }
+            let mut pool = Pool::new(4, 0);
+            let (hinted, full) = (pool.alloc(256).unwrap(), pool.alloc(256).unwrap());
+            pool.get_mut(hinted).write(packet).unwrap();
+            pool.get_mut(full).write(packet).unwrap();
+            let Some(next) = hinted_payload(hl, hint_v4, pool.get_mut(hinted)) else {
+                assert_eq!(pool.get(hinted).bytes(), packet);
+                continue;
+            };
+            let udp = OuterUdp::read(packet, hl).expect("a UDP header");
+            let b = pool.get_mut(full);
+            let full_result = if v6 {
+                decap_full::<Ip6Outer>(t, udp, &"2001:db8:1::2".parse().unwrap(), &"2001:db8:1::1".parse().unwrap(), b)
+            } else {
+                decap_full::<Ip4Outer>(t, udp, &"198.18.1.2".parse().unwrap(), &"198.18.1.1".parse().unwrap(), b)
+            };
+            let Ok(Some((v4, false))) = full_result else { panic!("the hinted path took what the full path refuses: {full_result:?}") };
+            assert_eq!(v4, hint_v4);
+            assert_eq!(inner_next(b, v4), next);
+            assert_eq!(pool.get(hinted).bytes(), pool.get(full).bytes());
+            assert_eq!(pool.get(hinted).meta.l4_checksum_ok, pool.get(full).meta.l4_checksum_ok);
+            took += 1;
+        }
+        took
+    }
+
     fn tunnel(v6: bool, encap: Encap, key: Option<u32>, accept_zero: bool, clamp: bool) -> Tunnel {
         let (l, r): (IpAddr, IpAddr) = if v6 {
             ("2001:db8:1::1".parse().unwrap(), "2001:db8:1::2".parse().unwrap())
@@ -536,6 +583,13 @@ mod tests {
                 p.extend_from_slice(&h);
                 p.extend_from_slice(&inner);
                 assert!(both_paths(&tunnel(false, encap, None, false, false), false, &p), "{encap:?} v4 {v4}");
+                // The hinted path takes them too, under the hint naming their family.
+                assert_eq!(hinted_agrees(&tunnel(false, encap, None, false, false), false, &p), 1);
+                // Not with a UDP length short of the inner packet (the full path sends
+                // what is left to ip4-input).
+                let mut q = p.clone();
+                q[25] -= 4;
+                assert_eq!(hinted_agrees(&tunnel(false, encap, None, false, false), false, &q), 0);
                 // Declined: a clamping tunnel, a keyed GRE tunnel, trailing bytes past the
                 // datagram, a checksum, a broken inner header.
                 assert!(!both_paths(&tunnel(false, encap, None, false, true), false, &p));
