@@ -99,18 +99,25 @@ fn count(s: &engine::stats::Snapshot, node: &str, c: &str) -> u64 {
     s.counters.iter().find(|x| x.node == node && x.counter == c).map_or(0, |x| x.count)
 }
 
+/// A worker for the config `text`, run until its streams are sent and the last packets
+/// are through; `hinted` must have held after some poll (a hint was published).
+fn run_to_end(text: &str, hinted: impl Fn(&ip::hint::TunnelHints) -> bool) -> engine::worker::Worker<control::dataplane::WorkerContext> {
+    let cfg = Config::parse(text, "test.toml", Path::new(".")).unwrap();
+    let (_control, mut worker) = assemble(&cfg).unwrap().into_single();
+    let mut seen = false;
+    while !worker.inputs_done() {
+        worker.poll_once();
+        seen |= hinted(&worker.cx.ip.tunnel_hints);
+    }
+    worker.poll_once();
+    assert!(seen, "a hint was published");
+    worker
+}
+
 #[test]
 fn packets_beside_the_hinted_ones_are_decapsulated_too() {
     let text = CFG.replace("COUNT_A", "3000") + STREAM_A6;
-    let cfg = Config::parse(&text, "test.toml", Path::new(".")).unwrap();
-    let (_control, mut worker) = assemble(&cfg).unwrap().into_single();
-    let mut hinted = 0;
-    while !worker.inputs_done() {
-        worker.poll_once();
-        hinted += worker.cx.ip.tunnel_hints.v4.is_some() as u32;
-    }
-    worker.poll_once();
-    assert!(hinted > 0, "a hint was published");
+    let worker = run_to_end(&text, |h| h.v4.is_some());
     let s = worker.snapshot();
     assert_eq!(count(&s, "gue4-input", "decapsulated"), 9000);
     let sink = s.ports.iter().find(|p| p.name == "null0").unwrap();
@@ -170,15 +177,7 @@ fn ipv6_outer_headers_are_hinted_too() {
         + &STREAM_A6
             .replace("src = \"198.18.1.2\"\ndst = \"198.18.1.1\"", "src = \"2001:db8:1::2\"\ndst = \"2001:db8:1::1\"")
             .replace("src = \"198.18.1.3\"\ndst = \"198.18.1.1\"", "src = \"2001:db8:1::3\"\ndst = \"2001:db8:1::1\"");
-    let cfg = Config::parse(&text, "test.toml", Path::new(".")).unwrap();
-    let (_control, mut worker) = assemble(&cfg).unwrap().into_single();
-    let mut hinted = 0;
-    while !worker.inputs_done() {
-        worker.poll_once();
-        hinted += worker.cx.ip.tunnel_hints.v6.is_some() as u32;
-    }
-    worker.poll_once();
-    assert!(hinted > 0, "a hint was published");
+    let worker = run_to_end(&text, |h| h.v6.is_some());
     assert!(worker.cx.ip.tunnel_hints.v4.is_none());
     let s = worker.snapshot();
     assert_eq!(count(&s, "gue6-input", "decapsulated"), 6000, "streams a and a6");

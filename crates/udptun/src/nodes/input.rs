@@ -230,6 +230,8 @@ fn plain_payload((for_v4, for_v6): ([u8; 4], [u8; 4]), udp: OuterUdp, buf: &mut 
 #[inline(always)]
 fn hinted_payload(hl: usize, v4: bool, buf: &mut Buffer) -> Option<UdpTunInputNext> {
     let b = buf.bytes();
+    // The UDP length alone: `OuterUdp::read` would read the rest of the header too,
+    // two instructions a packet more.
     let h = b.get(..hl + 12)?;
     if hl + u16::from_be_bytes([h[hl + 4], h[hl + 5]]) as usize != b.len() {
         return None;
