@@ -166,8 +166,18 @@ fn gtpu_tunnel(w: &[&str]) -> Result<crate::gtpu::GtpuTunnelConfig, String> {
             Some(h) => u32::from_str_radix(h, 16),
             None => v.parse(),
         };
-        r.map_err(|_| format!("{k} {v:?}: expected a number"))
+        r.map_err(|e| match e.kind() {
+            std::num::IntErrorKind::PosOverflow => format!("{k} {v}: out of range, expected 1 to 4294967295"),
+            _ => format!("{k} {v:?}: expected a number (decimal, or hex with 0x)"),
+        })
     };
+    // Both TEIDs are required words: the typed API refuses 0 for either, but a
+    // missing word deserves its own message, not the one for a reserved value.
+    for k in ["teid-in", "teid-out"] {
+        if !w.contains(&k) {
+            return Err(format!("{k} <n> is required"));
+        }
+    }
     let mut c = GtpuTunnelConfig {
         local: String::new(),
         remote: String::new(),
@@ -283,6 +293,12 @@ mod tests {
         assert_eq!(c.ue.as_deref(), Some("198.19.0.1/32"));
         assert!(p("create gtpu tunnel local 198.18.1.1 remote 198.18.1.2 teid-in x").is_err());
         assert!(p("create gtpu tunnel teid-in 1").is_err());
+        let missing = p("create gtpu tunnel local 198.18.1.1 remote 198.18.1.2 teid-in 1").unwrap_err();
+        assert!(missing.contains("teid-out <n> is required"), "{missing}");
+        let missing = p("create gtpu tunnel local 198.18.1.1 remote 198.18.1.2 teid-out 1").unwrap_err();
+        assert!(missing.contains("teid-in <n> is required"), "{missing}");
+        let big = p("create gtpu tunnel local 198.18.1.1 remote 198.18.1.2 teid-in 4294967296 teid-out 1").unwrap_err();
+        assert!(big.contains("out of range"), "{big}");
         assert_eq!(p("delete gtpu tunnel gtpu_tunnel3"), Ok(Request::DeleteGtpuTunnel { name: "gtpu_tunnel3".into() }));
         let Ok(Request::CreateUdpTunnel(u)) =
             p("create udp tunnel local 198.18.1.1 remote 198.18.1.2 encap gre key 0x10 src-ports 1000-2000 route 198.19.0.0/16 route 198.20.0.0/16")

@@ -11,8 +11,34 @@ use std::path::Path;
 
 pub type Job = (Request, Sender<Reply>);
 
-/// Bind the socket (replacing a stale one) with owner-only permissions.
-pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
+/// The control socket's file as this process bound it: removed on exit only while the
+/// path still names this very socket (its device and inode), so an instance never
+/// deletes a socket another instance bound after it.
+pub struct BoundSocket {
+    path: std::path::PathBuf,
+    id: (u64, u64),
+}
+
+impl BoundSocket {
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Remove the socket file if it is still ours.
+    pub fn remove_if_ours(&self) {
+        use std::os::unix::fs::MetadataExt;
+        if let Ok(m) = std::fs::symlink_metadata(&self.path) {
+            if (m.dev(), m.ino()) == self.id {
+                let _ = std::fs::remove_file(&self.path);
+            }
+        }
+    }
+}
+
+/// Bind the socket (replacing a stale one) with owner-only permissions. A socket a
+/// live instance answers on is never replaced: that is `AddrInUse`.
+pub fn bind(path: &Path) -> std::io::Result<(UnixListener, BoundSocket)> {
+    use std::os::unix::fs::MetadataExt;
     if path.exists() {
         // A live instance answers; a stale file does not.
         if UnixStream::connect(path).is_ok() {
@@ -22,7 +48,8 @@ pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
     }
     let l = UnixListener::bind(path)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
-    Ok(l)
+    let m = std::fs::symlink_metadata(path)?;
+    Ok((l, BoundSocket { path: path.to_path_buf(), id: (m.dev(), m.ino()) }))
 }
 
 /// Accept connections forever on a background thread.

@@ -86,11 +86,11 @@ fn tunnel_churn_loses_no_packets_of_other_tunnels() {
             } else {
                 // IPv4 and IPv6 outer headers, a UE route each.
                 let spec = if i % 2 == 0 {
-                    let mut s = TunnelSpec::new("198.18.1.1".parse().unwrap(), "198.18.1.2".parse().unwrap(), 1000 + i, i);
+                    let mut s = TunnelSpec::new("198.18.1.1".parse().unwrap(), "198.18.1.2".parse().unwrap(), 1000 + i, i + 1);
                     s.ue = Some(format!("198.18.{}.{}/32", 201 + (i / 250) % 50, i % 250).parse().unwrap());
                     s
                 } else {
-                    let mut s = TunnelSpec::new("2001:db8:1::1".parse().unwrap(), "2001:db8:1::2".parse().unwrap(), 1000 + i, i);
+                    let mut s = TunnelSpec::new("2001:db8:1::1".parse().unwrap(), "2001:db8:1::2".parse().unwrap(), 1000 + i, i + 1);
                     s.ue = Some(format!("2001:db8:300::{i:x}/128").parse().unwrap());
                     s
                 };

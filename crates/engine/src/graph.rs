@@ -42,6 +42,8 @@ pub enum GraphError {
     NoSuchNode(String),
     #[error("{0:?} is not an input node (trace add takes an input node)")]
     NotAnInput(String),
+    #[error("trace add {0}: expected a packet count of at least 1")]
+    ZeroTraceCount(String),
 }
 
 crate::counters! {
@@ -470,6 +472,9 @@ impl<C> Graph<C> {
     }
 
     pub fn trace_add(&mut self, input: &str, count: u32) -> Result<(), GraphError> {
+        if count == 0 {
+            return Err(GraphError::ZeroTraceCount(input.to_string()));
+        }
         let id = self.node_id(input)?;
         if !matches!(self.slots[id.0].kind, Kind::Input) {
             return Err(GraphError::NotAnInput(input.to_string()));

@@ -21,6 +21,8 @@ pub enum GtpuError {
     RemoteIsLocal(IpAddr),
     #[error("teid_in 0 is reserved for path management messages (TS 29.281 §5.1)")]
     ZeroTeid,
+    #[error("teid_out 0: expected the peer's TEID, 1 to 4294967295 (G-PDUs with TEID 0 would be taken for path management)")]
+    ZeroTeidOut,
     #[error("local {local} already has a tunnel with teid_in {teid} (gtpu_tunnel{id})")]
     Duplicate { local: IpAddr, teid: u32, id: u32 },
     #[error("no tunnel gtpu_tunnel{0}")]
@@ -126,6 +128,9 @@ impl GtpuState {
         }
         if spec.teid_in == 0 {
             return Err(GtpuError::ZeroTeid);
+        }
+        if spec.teid_out == 0 {
+            return Err(GtpuError::ZeroTeidOut);
         }
         if let Some(id) = self.find(spec.local, spec.teid_in) {
             return Err(GtpuError::Duplicate { local: spec.local, teid: spec.teid_in, id });
@@ -328,6 +333,9 @@ mod tests {
         assert!(matches!(g.create(&mut r, v4("198.18.1.1", "2001:db8::2", 1)), Err(GtpuError::FamilyMismatch { .. })));
         assert_eq!(g.create(&mut r, v4("198.18.1.1", "198.18.1.1", 1)), Err(GtpuError::RemoteIsLocal("198.18.1.1".parse().unwrap())));
         assert_eq!(g.create(&mut r, v4("198.18.1.1", "198.18.1.2", 0)), Err(GtpuError::ZeroTeid));
+        let mut no_out = v4("198.18.1.1", "198.18.1.2", 1);
+        no_out.teid_out = 0;
+        assert_eq!(g.create(&mut r, no_out), Err(GtpuError::ZeroTeidOut));
         // A batch is all or nothing: a duplicate inside it creates none.
         let batch = vec![v4("198.18.1.1", "198.18.1.2", 3), v4("198.18.1.1", "198.18.1.4", 3)];
         assert!(matches!(g.create_many(&mut r, batch), Err((1, GtpuError::Duplicate { .. }))));

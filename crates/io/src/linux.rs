@@ -26,6 +26,17 @@ fn sysfs(ifname: &str, attr: &str) -> Option<String> {
     std::fs::read_to_string(format!("/sys/class/net/{ifname}/{attr}")).ok().map(|s| s.trim().to_string())
 }
 
+/// Let a closed output pipe end the process quietly, as it ends other command-line
+/// tools (`vecgate ctl show trace | head`): Rust starts with SIGPIPE ignored, so the
+/// next write fails and `println!` panics.
+pub fn default_sigpipe() {
+    // SAFETY: SIG_DFL installs no handler code to run in signal context; called once at
+    // start-up, before any other thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 /// The kernel's index of a host interface.
 pub fn if_index(ifname: &str) -> Result<i32, OpenError> {
     sysfs(ifname, "ifindex").and_then(|s| s.parse().ok()).ok_or_else(|| OpenError::NoSuchInterface(ifname.to_string()))

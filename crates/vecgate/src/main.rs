@@ -126,6 +126,7 @@ enum Cmd {
 }
 
 fn main() {
+    io::linux::default_sigpipe();
     let cli = Cli::parse();
     let r = match cli.cmd.unwrap_or(Cmd::Run { config: None, duration: None, interval: 1.0, socket: None }) {
         Cmd::Run { config, duration, interval, socket } => run::run(config.as_deref(), duration, interval, socket),

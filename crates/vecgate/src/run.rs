@@ -16,21 +16,42 @@ pub fn run(config: Option<&Path>, duration: Option<f64>, interval: f64, socket: 
         Some(p) => Config::load(p)?,
         None => Config::default_gateway(),
     };
-    let a = assemble(&cfg)?;
+    // The socket first: a second instance on a running one's socket refuses to start
+    // before it opens any interface (it would share them half-way).
+    let sock = socket.unwrap_or_else(|| PathBuf::from(&cfg.dataplane.socket));
+    let bound = match server::bind(&sock) {
+        Ok(b) => Some(b),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+            return Err(anyhow!("control socket {}: another vecgate is running there; stop it or give this one `--socket PATH`", sock.display()))
+        }
+        Err(e) => {
+            eprintln!("vecgate: no control socket ({}: {e}); running without `vecgate ctl`", sock.display());
+            None
+        }
+    };
+    let a = match assemble(&cfg) {
+        Ok(a) => a,
+        Err(e) => {
+            if let Some((_, b)) = &bound {
+                b.remove_if_ours();
+            }
+            return Err(e.into());
+        }
+    };
     let mut control = a.control;
     let workers = a.workers;
     let stop = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
     signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
-    let sock = socket.unwrap_or_else(|| PathBuf::from(&cfg.dataplane.socket));
     let (jobs_tx, jobs) = crossbeam_channel::unbounded();
-    match server::bind(&sock) {
-        Ok(l) => {
-            server::serve(l, jobs_tx);
-            eprintln!("vecgate: control socket {}", sock.display());
+    let bound = match bound {
+        Some((l, b)) => {
+            server::serve(l, jobs_tx.clone());
+            eprintln!("vecgate: control socket {}", b.path().display());
+            Some(b)
         }
-        Err(e) => eprintln!("vecgate: no control socket ({}: {e}); running without `vecgate ctl`", sock.display()),
-    }
+        None => None,
+    };
     let handles: Vec<_> = workers.into_iter().enumerate().map(|(k, w)| spawn(&mut control, w, worker_core(&cfg, k), false)).collect();
     let start = Instant::now();
     let mut next_print = start + Duration::from_secs_f64(interval.max(0.05));
@@ -72,8 +93,8 @@ pub fn run(config: Option<&Path>, duration: Option<f64>, interval: f64, socket: 
     for h in handles {
         let _ = h.join();
     }
-    if sock.exists() {
-        let _ = std::fs::remove_file(&sock);
+    if let Some(b) = &bound {
+        b.remove_if_ours();
     }
     if let Ok(s) = final_snapshot {
         println!("\nfinal:");

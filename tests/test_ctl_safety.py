@@ -1,0 +1,98 @@
+"""What a new user and an operator hit first (issue 24): an instance's control socket is
+its own, the CLI and the JSON API refuse what the config refuses, and a closed output
+pipe ends the CLI quietly."""
+import json
+import os
+import subprocess
+import time
+
+import pytest
+
+from test_ctl import ctl, running  # noqa: F401  (fixture)
+
+
+def start(vecgate, sock, duration="20"):
+    return subprocess.Popen([str(vecgate), "run", "--duration", duration, "--interval", "0", "--socket", str(sock)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_a_second_instance_on_a_live_socket_refuses_and_leaves_it(vecgate, running):
+    proc, sock = running
+    inode = os.stat(sock).st_ino
+    second = start(vecgate, sock)
+    out, err = second.communicate(timeout=20)
+    assert second.returncode != 0, "the second instance ran on a socket in use"
+    assert "another vecgate is running" in err and str(sock) in err, err
+    # The first instance's socket is still there and still answers.
+    assert sock.exists() and os.stat(sock).st_ino == inode
+    r = ctl(vecgate, sock, "show", "interfaces")
+    assert r.returncode == 0 and "pg0" in r.stdout, r.stderr
+
+
+def test_a_stale_socket_is_replaced_and_removed_on_exit(vecgate, tmp_path):
+    sock = tmp_path / "stale.sock"
+    import socket as s
+    stale = s.socket(s.AF_UNIX, s.SOCK_STREAM)
+    stale.bind(str(sock))
+    stale.close()  # bound, never listening: nothing answers
+    proc = start(vecgate, sock, duration="1.5")
+    proc.communicate(timeout=20)
+    assert proc.returncode == 0
+    assert not sock.exists(), "the instance left its socket behind"
+
+
+def test_exiting_instance_keeps_a_socket_that_is_not_its_own(vecgate, tmp_path):
+    sock = tmp_path / "vg.sock"
+    first = start(vecgate, sock, duration="2")
+    deadline = time.time() + 10
+    while not sock.exists() and time.time() < deadline:
+        time.sleep(0.05)
+    assert sock.exists()
+    # Someone replaces the file while the first runs (an operator, or a later instance
+    # after a stale-socket check): the first must not delete it on exit.
+    os.unlink(sock)
+    import socket as s
+    other = s.socket(s.AF_UNIX, s.SOCK_STREAM)
+    other.bind(str(sock))
+    other.listen(1)
+    try:
+        first.communicate(timeout=20)
+        assert sock.exists(), "the exiting instance removed a socket it did not bind"
+    finally:
+        other.close()
+
+
+def test_closed_output_pipe_is_not_a_panic(vecgate):
+    r, w = os.pipe()
+    os.close(r)  # every write to w now fails with EPIPE
+    p = subprocess.run([str(vecgate), "ctl", "help"], stdout=w, stderr=subprocess.PIPE, text=True, timeout=20)
+    os.close(w)
+    assert p.returncode != 101 and "panicked" not in p.stderr, p.stderr
+
+
+def test_ctl_refuses_what_the_typed_api_refuses(vecgate, running):
+    proc, sock = running
+    r = ctl(vecgate, sock, "create", "gtpu", "tunnel", "local", "198.18.0.1", "remote", "198.18.0.9", "teid-in", "5")
+    assert r.returncode != 0 and "teid-out <n> is required" in (r.stdout + r.stderr)
+    r = ctl(vecgate, sock, "create", "gtpu", "tunnel", "local", "198.18.0.1", "remote", "198.18.0.9", "teid-out", "5")
+    assert r.returncode != 0 and "teid-in <n> is required" in (r.stdout + r.stderr)
+    r = ctl(vecgate, sock, "create", "gtpu", "tunnel", "local", "198.18.0.1", "remote", "198.18.0.9",
+            "teid-in", "4294967296", "teid-out", "5")
+    assert r.returncode != 0 and "out of range" in (r.stdout + r.stderr)
+    # The JSON API reaches the same validation: TEID 0 toward the peer is refused.
+    req = {"op": "create_gtpu_tunnel", "local": "198.18.0.1", "remote": "198.18.0.9", "teid_in": 5, "teid_out": 0}
+    import socket as s
+    c = s.socket(s.AF_UNIX, s.SOCK_STREAM)
+    c.connect(str(sock))
+    c.sendall((json.dumps(req) + "\n").encode())
+    reply = json.loads(c.makefile().readline())
+    c.close()
+    assert not reply["ok"] and "teid_out 0" in reply["error"], reply
+
+
+def test_trace_add_zero_and_stopping_no_capture_are_errors(vecgate, running):
+    proc, sock = running
+    r = ctl(vecgate, sock, "trace", "add", "pg-input", "0")
+    assert r.returncode != 0 and "at least 1" in (r.stdout + r.stderr), r.stdout + r.stderr
+    r = ctl(vecgate, sock, "pcap", "trace", "off", "pg0")
+    assert r.returncode != 0 and "no capture running on pg0" in (r.stdout + r.stderr), r.stdout + r.stderr
