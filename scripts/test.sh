@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every test vecgate has, on a fresh machine: installs what the tests need (Debian
-# packages: tshark, iproute2, iputils-ping, ethtool; PyPI: scapy, pytest), builds, runs the Rust
+# packages: tshark, iproute2, iputils-ping, ethtool; PyPI: scapy, pytest, prometheus_client), builds, runs the Rust
 # suites (unit, property, fuzz-corpus replay, engine) and the Python suites (scapy/tshark
 # golden pcap tests, live run + ctl, bench smoke, and end-to-end tests with Linux hosts
 # in network namespaces the tests create and delete; those need root).
@@ -23,9 +23,9 @@ if [ ${#missing[@]} -gt 0 ]; then
     $SUDO apt-get update -qq
     $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
-if ! python3 -c "import scapy, pytest" >/dev/null 2>&1; then
-    echo "== installing scapy, pytest"
-    python3 -m pip install --quiet "scapy>=2.5" pytest || python3 -m pip install --quiet --break-system-packages "scapy>=2.5" pytest
+if ! python3 -c "import scapy, pytest, prometheus_client" >/dev/null 2>&1; then
+    echo "== installing scapy, pytest, prometheus_client"
+    python3 -m pip install --quiet "scapy>=2.5" pytest prometheus_client || python3 -m pip install --quiet --break-system-packages "scapy>=2.5" pytest prometheus_client
 fi
 command -v cargo >/dev/null 2>&1 || { echo "Rust is needed: https://rustup.rs (stable)"; exit 1; }
 

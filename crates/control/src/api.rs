@@ -14,6 +14,9 @@ use std::time::Duration;
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Request {
     ShowRuntime {},
+    /// Every worker's counters and the table sizes in the OpenMetrics text format (the
+    /// reply's `text`), as `GET /metrics` serves them.
+    Metrics {},
     ShowErrors {
         /// Include counters that are zero.
         #[serde(default)]
@@ -96,16 +99,24 @@ impl Control {
     /// Ask every worker for its snapshot and merge them.
     pub fn snapshot(&self) -> Result<Snapshot, String> {
         let mut merged: Option<Snapshot> = None;
-        for w in &self.workers {
-            let (tx, rx) = crossbeam_channel::bounded(1);
-            w.send(WorkerCmd::Snapshot(tx)).map_err(|_| "worker has stopped".to_string())?;
-            let s = rx.recv_timeout(WORKER_TIMEOUT).map_err(|_| "worker did not answer".to_string())?;
+        for s in self.worker_snapshots()? {
             match merged.as_mut() {
                 None => merged = Some(s),
                 Some(m) => m.merge(&s),
             }
         }
         merged.ok_or_else(|| "no workers are running".to_string())
+    }
+
+    /// Each worker's snapshot, taken between its vectors.
+    pub fn worker_snapshots(&self) -> Result<Vec<Snapshot>, String> {
+        let mut all = Vec::with_capacity(self.workers.len());
+        for w in &self.workers {
+            let (tx, rx) = crossbeam_channel::bounded(1);
+            w.send(WorkerCmd::Snapshot(tx)).map_err(|_| "worker has stopped".to_string())?;
+            all.push(rx.recv_timeout(WORKER_TIMEOUT).map_err(|_| "worker did not answer".to_string())?);
+        }
+        Ok(all)
     }
 
     fn broadcast(&self, make: impl Fn() -> WorkerCmd) -> Result<(), String> {
@@ -128,6 +139,15 @@ impl Control {
             Request::ShowRuntime {} => {
                 let s = self.snapshot()?;
                 Reply::ok(serde_json::to_value(&s).map_err(|e| e.to_string())?, format::runtime(&s))
+            }
+            Request::Metrics {} => {
+                let tables = crate::metrics::TableSizes {
+                    routes: self.state.route_count() + self.state.tunnel_route_count(),
+                    neighbours: self.state.neighbours().count(),
+                    gtpu_tunnels: self.gtpu.len(),
+                    udp_tunnels: self.udptun.len(),
+                };
+                Reply::ok(serde_json::Value::Null, crate::metrics::render(&self.worker_snapshots()?, tables))
             }
             Request::ShowErrors { all } => {
                 let s = self.snapshot()?;

@@ -38,6 +38,7 @@ pub fn parse(words: &[String]) -> Result<Request, String> {
     let w: Vec<&str> = words.iter().map(String::as_str).collect();
     match w.as_slice() {
         ["show", "runtime" | "run"] => Ok(Request::ShowRuntime {}),
+        ["show", "metrics"] => Ok(Request::Metrics {}),
         ["show", "errors" | "error"] => Ok(Request::ShowErrors { all: false }),
         ["show", "errors" | "error", "all"] => Ok(Request::ShowErrors { all: true }),
         ["show", "trace"] => Ok(Request::ShowTrace {}),

@@ -38,6 +38,9 @@ pub struct Config {
     pub streams: Vec<StreamConfig>,
     #[serde(default)]
     pub gtpu: GtpuConfig,
+    /// The Prometheus endpoint (`[metrics] listen = "127.0.0.1:9464"`); off by default.
+    #[serde(default)]
+    pub metrics: crate::metrics::MetricsConfig,
     #[serde(default, rename = "gtpu_tunnel")]
     pub gtpu_tunnels: Vec<crate::gtpu::GtpuTunnelConfig>,
     /// UDP tunnels: GUE, GRE-in-UDP, direct IP-in-UDP.

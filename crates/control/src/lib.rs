@@ -7,7 +7,8 @@
 //! - [`api`]: the one typed API (`Request` → `Reply`) that the CLI, the JSON socket and
 //!   the config loader all go through;
 //! - [`server`]: the Unix-socket server (root-only) speaking line-delimited JSON;
-//! - [`format`]: the text tables `show …` prints.
+//! - [`format`]: the text tables `show …` prints;
+//! - [`metrics`]: the Prometheus (OpenMetrics) endpoint.
 #![forbid(unsafe_code)]
 
 pub mod api;
@@ -16,6 +17,7 @@ pub mod config;
 pub mod dataplane;
 pub mod format;
 pub mod gtpu;
+pub mod metrics;
 pub mod server;
 pub mod udptun;
 

@@ -31,6 +31,9 @@ enum Cmd {
         /// Control socket path (overrides the config's).
         #[arg(long)]
         socket: Option<PathBuf>,
+        /// Serve Prometheus metrics on ADDRESS:PORT (overrides the config's `[metrics] listen`).
+        #[arg(long, value_name = "ADDRESS:PORT")]
+        metrics: Option<String>,
     },
     /// Send a command to a running instance, e.g. `vecgate ctl show runtime`.
     Ctl {
@@ -128,8 +131,8 @@ enum Cmd {
 fn main() {
     io::linux::default_sigpipe();
     let cli = Cli::parse();
-    let r = match cli.cmd.unwrap_or(Cmd::Run { config: None, duration: None, interval: 1.0, socket: None }) {
-        Cmd::Run { config, duration, interval, socket } => run::run(config.as_deref(), duration, interval, socket),
+    let r = match cli.cmd.unwrap_or(Cmd::Run { config: None, duration: None, interval: 1.0, socket: None, metrics: None }) {
+        Cmd::Run { config, duration, interval, socket, metrics } => run::run(config.as_deref(), duration, interval, socket, metrics),
         Cmd::Ctl { socket, json, words } => run::ctl(&socket, json, &words),
         Cmd::Pcap { config, json } => run::pcap(&config, json),
         Cmd::Bench { scenario, packets, json, core, inner_size, checksum, tunnels, inner, disable } => {

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub fn run(config: Option<&Path>, duration: Option<f64>, interval: f64, socket: Option<PathBuf>) -> Result<()> {
+pub fn run(config: Option<&Path>, duration: Option<f64>, interval: f64, socket: Option<PathBuf>, metrics: Option<String>) -> Result<()> {
     let cfg = match config {
         Some(p) => Config::load(p)?,
         None => Config::default_gateway(),
@@ -19,6 +19,13 @@ pub fn run(config: Option<&Path>, duration: Option<f64>, interval: f64, socket: 
     // The socket first: a second instance on a running one's socket refuses to start
     // before it opens any interface (it would share them half-way).
     let sock = socket.unwrap_or_else(|| PathBuf::from(&cfg.dataplane.socket));
+    let metrics_addr = match metrics.as_deref().or(cfg.metrics.listen.as_deref()) {
+        Some(m) => Some(control::metrics::parse_listen(m).map_err(|e| match &metrics {
+            Some(_) => anyhow!("--metrics {e}"),
+            None => anyhow!("{}: metrics.listen: {e}", cfg.source),
+        })?),
+        None => None,
+    };
     let bound = match server::bind(&sock) {
         Ok(b) => Some(b),
         Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
@@ -44,6 +51,17 @@ pub fn run(config: Option<&Path>, duration: Option<f64>, interval: f64, socket: 
     signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
     signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
     let (jobs_tx, jobs) = crossbeam_channel::unbounded();
+    if let Some(addr) = metrics_addr {
+        match control::metrics::serve(addr, jobs_tx.clone()) {
+            Ok(a) => eprintln!("vecgate: metrics on http://{a}/metrics"),
+            Err(e) => {
+                if let Some((_, b)) = &bound {
+                    b.remove_if_ours();
+                }
+                return Err(anyhow!(e));
+            }
+        }
+    }
     let bound = match bound {
         Some((l, b)) => {
             server::serve(l, jobs_tx.clone());

@@ -1,0 +1,245 @@
+//! Prometheus metrics: an HTTP endpoint (`[metrics] listen`, `vecgate run --metrics`)
+//! serving the OpenMetrics text format through `prometheus-client`.
+//!
+//! Workers keep their counters as plain per-worker integers; a scrape asks each worker
+//! for a snapshot between vectors (the same path as `show runtime`) and encodes them, so
+//! the packet path gains no lock and no atomic. Series are per worker and bounded by the
+//! graph, the interfaces and the counters the code defines — never by the number of
+//! tunnels, routes or flows: table sizes are gauges, not series per entry.
+
+use crate::api::{Reply, Request};
+use crate::server::Job;
+use crossbeam_channel::Sender;
+use engine::stats::Snapshot;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// `[metrics]`: off unless `listen` is set.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// Address and port to serve `GET /metrics` on, e.g. "127.0.0.1:9464". The bind
+    /// address is explicit: nothing listens on all addresses unless told to.
+    pub listen: Option<String>,
+}
+
+/// The control plane's tables, as gauges.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TableSizes {
+    pub routes: usize,
+    pub neighbours: usize,
+    pub gtpu_tunnels: usize,
+    pub udp_tunnels: usize,
+}
+
+type Labels = Vec<(String, String)>;
+
+fn labels(pairs: &[(&str, &str)]) -> Labels {
+    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+fn counter_family(r: &mut Registry, name: &str, help: &str) -> Family<Labels, Counter> {
+    let f = Family::<Labels, Counter>::default();
+    r.register(name, help, f.clone());
+    f
+}
+
+fn gauge_family(r: &mut Registry, name: &str, help: &str) -> Family<Labels, Gauge> {
+    let f = Family::<Labels, Gauge>::default();
+    r.register(name, help, f.clone());
+    f
+}
+
+fn gauge(v: usize) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// Encode per-worker snapshots and table sizes as OpenMetrics text.
+pub fn render(workers: &[Snapshot], tables: TableSizes) -> String {
+    let mut r = Registry::with_prefix("vecgate");
+    let calls = counter_family(&mut r, "node_calls", "Times a node ran (once per vector it was given)");
+    let vectors = counter_family(&mut r, "node_vectors", "Vectors a node processed");
+    let packets = counter_family(&mut r, "node_packets", "Packets a node processed");
+    let cycles = counter_family(&mut r, "node_cycles", "TSC cycles spent in a node");
+    let errors = counter_family(&mut r, "errors", "Named node counters (drops and events), by node and reason");
+    let rx_packets = counter_family(&mut r, "interface_rx_packets", "Frames received on an interface");
+    let rx_bytes = counter_family(&mut r, "interface_rx_bytes", "Bytes received on an interface");
+    let tx_packets = counter_family(&mut r, "interface_tx_packets", "Frames sent on an interface");
+    let tx_bytes = counter_family(&mut r, "interface_tx_bytes", "Bytes sent on an interface");
+    let rx_errors = counter_family(&mut r, "interface_rx_errors", "Receive errors of an interface's device");
+    let tx_errors = counter_family(&mut r, "interface_tx_errors", "Frames a device could not send (dropped at transmit)");
+    let device = counter_family(&mut r, "interface_device", "A device's own counters (kernel drops, ring stalls, ...)");
+    let loops = counter_family(&mut r, "worker_loops", "Iterations of a worker's main loop");
+    let elapsed = counter_family(&mut r, "worker_cycles", "TSC cycles since the worker's runtime was last cleared");
+    let buffers = gauge_family(&mut r, "buffers", "Buffers in a worker's pool, by class (regular, large) and state (free, total)");
+    let alloc_fail = counter_family(&mut r, "buffer_alloc_failures", "Buffer allocations refused: the class was empty");
+    let table = gauge_family(&mut r, "table_entries", "Entries in a control-plane table");
+    for s in workers {
+        let w = s.worker.to_string();
+        for n in &s.nodes {
+            let l = labels(&[("worker", &w), ("node", &n.name)]);
+            calls.get_or_create(&l).inc_by(n.runtime.calls);
+            vectors.get_or_create(&l).inc_by(n.runtime.vectors);
+            packets.get_or_create(&l).inc_by(n.runtime.packets);
+            cycles.get_or_create(&l).inc_by(n.runtime.cycles);
+        }
+        for c in &s.counters {
+            let sev = serde_json::to_value(c.severity).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+            errors.get_or_create(&labels(&[("worker", &w), ("node", &c.node), ("reason", c.counter), ("severity", &sev)])).inc_by(c.count);
+        }
+        for p in &s.ports {
+            let l = labels(&[("worker", &w), ("interface", &p.name), ("kind", p.kind)]);
+            rx_packets.get_or_create(&l).inc_by(p.counters.rx_packets);
+            rx_bytes.get_or_create(&l).inc_by(p.counters.rx_bytes);
+            tx_packets.get_or_create(&l).inc_by(p.counters.tx_packets);
+            tx_bytes.get_or_create(&l).inc_by(p.counters.tx_bytes);
+            rx_errors.get_or_create(&l).inc_by(p.counters.rx_errors);
+            tx_errors.get_or_create(&l).inc_by(p.counters.tx_errors);
+            for (name, v) in &p.device {
+                device.get_or_create(&labels(&[("worker", &w), ("interface", &p.name), ("counter", name)])).inc_by(*v);
+            }
+        }
+        let l = labels(&[("worker", &w)]);
+        loops.get_or_create(&l).inc_by(s.loops);
+        elapsed.get_or_create(&l).inc_by(s.elapsed_cycles);
+        alloc_fail.get_or_create(&l).inc_by(s.pool.alloc_failures);
+        for (class, state, v) in [
+            ("regular", "free", s.pool.regular_free),
+            ("regular", "total", s.pool.regular_total),
+            ("large", "free", s.pool.large_free),
+            ("large", "total", s.pool.large_total),
+        ] {
+            buffers.get_or_create(&labels(&[("worker", &w), ("class", class), ("state", state)])).set(gauge(v));
+        }
+    }
+    for (name, v) in [
+        ("routes", tables.routes),
+        ("neighbours", tables.neighbours),
+        ("gtpu_tunnels", tables.gtpu_tunnels),
+        ("udp_tunnels", tables.udp_tunnels),
+    ] {
+        table.get_or_create(&labels(&[("table", name)])).set(gauge(v));
+    }
+    let mut out = String::new();
+    // Writing into a String cannot fail.
+    let _ = encode(&mut out, &r);
+    out
+}
+
+/// The content type of `render`'s output.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// How long a scrape waits for the control loop (which asks every worker).
+const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Parse a listen address, naming the field on error.
+pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    s.parse().map_err(|_| format!("{s:?}: expected ADDRESS:PORT, e.g. 127.0.0.1:9464 or [2001:db8::1]:9464"))
+}
+
+/// Serve `GET /metrics` on `addr` from a background thread; each scrape is one
+/// `Request::Metrics` through the control loop's job queue, like a `ctl` request.
+pub fn serve(addr: SocketAddr, jobs: Sender<Job>) -> Result<SocketAddr, String> {
+    let server = tiny_http::Server::http(addr).map_err(|e| format!("metrics listen {addr}: {e}"))?;
+    let bound = server.server_addr().to_ip().unwrap_or(addr);
+    std::thread::Builder::new()
+        .name("vecgate-metrics".into())
+        .spawn(move || {
+            for req in server.incoming_requests() {
+                let resp = answer(&req, &jobs);
+                let _ = req.respond(resp);
+            }
+        })
+        .map_err(|e| format!("metrics thread: {e}"))?;
+    Ok(bound)
+}
+
+fn answer(req: &tiny_http::Request, jobs: &Sender<Job>) -> tiny_http::Response<std::io::Cursor<Vec<u8>>> {
+    let text = |code: u16, body: String| {
+        let ct = tiny_http::Header::from_bytes("Content-Type", "text/plain; charset=utf-8").expect("static header");
+        tiny_http::Response::from_string(body).with_status_code(code).with_header(ct)
+    };
+    let path = req.url().split('?').next().unwrap_or("");
+    if *req.method() != tiny_http::Method::Get {
+        return text(405, "only GET\n".into());
+    }
+    if path != "/metrics" {
+        return text(404, "vecgate serves /metrics\n".into());
+    }
+    let (tx, rx) = crossbeam_channel::bounded::<Reply>(1);
+    if jobs.send((Request::Metrics {}, tx)).is_err() {
+        return text(503, "the control loop has stopped\n".into());
+    }
+    match rx.recv_timeout(SCRAPE_TIMEOUT) {
+        Ok(r) if r.ok => {
+            let ct = tiny_http::Header::from_bytes("Content-Type", CONTENT_TYPE).expect("static header");
+            tiny_http::Response::from_string(r.text).with_header(ct)
+        }
+        Ok(r) => text(503, format!("{}\n", r.error.unwrap_or_default())),
+        Err(_) => text(503, "the control loop did not answer in time\n".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use engine::node::Severity;
+    use engine::stats::{CounterSnapshot, NodeRuntime, NodeSnapshot, PortCounters, PortSnapshot};
+
+    fn snapshot(worker: usize, packets: u64) -> Snapshot {
+        Snapshot {
+            worker,
+            tsc_hz: 1,
+            elapsed_cycles: 1000,
+            loops: 7,
+            nodes: vec![NodeSnapshot {
+                name: "ip4-lookup".into(),
+                kind: "internal",
+                runtime: NodeRuntime { calls: 2, vectors: 2, packets, cycles: 30 * packets, ..Default::default() },
+                cycles_per_packet: 30.0,
+                vector_median: None,
+            }],
+            counters: vec![CounterSnapshot {
+                node: "ip4-lookup".into(),
+                counter: "no-route",
+                severity: Severity::Warn,
+                description: "",
+                count: 5,
+            }],
+            ports: vec![PortSnapshot {
+                if_index: 0,
+                name: "pg0".into(),
+                kind: "pg",
+                counters: PortCounters { rx_packets: packets, rx_bytes: 64 * packets, ..Default::default() },
+                device: vec![("kernel-drops", 3)],
+            }],
+            pool: Default::default(),
+            worker_rx: vec![],
+        }
+    }
+
+    #[test]
+    fn every_worker_has_its_own_series_with_its_values() {
+        let t = render(&[snapshot(0, 100), snapshot(1, 250)], TableSizes { routes: 12, ..Default::default() });
+        assert!(t.contains(r#"vecgate_node_packets_total{worker="0",node="ip4-lookup"} 100"#), "{t}");
+        assert!(t.contains(r#"vecgate_node_packets_total{worker="1",node="ip4-lookup"} 250"#), "{t}");
+        assert!(t.contains(r#"vecgate_errors_total{worker="0",node="ip4-lookup",reason="no-route",severity="warn"} 5"#), "{t}");
+        assert!(t.contains(r#"vecgate_interface_rx_bytes_total{worker="1",interface="pg0",kind="pg"} 16000"#), "{t}");
+        assert!(t.contains(r#"vecgate_interface_device_total{worker="0",interface="pg0",counter="kernel-drops"} 3"#), "{t}");
+        assert!(t.contains(r#"vecgate_table_entries{table="routes"} 12"#), "{t}");
+        assert!(t.trim_end().ends_with("# EOF"), "OpenMetrics text ends with # EOF");
+    }
+
+    #[test]
+    fn listen_addresses_are_checked() {
+        assert!(parse_listen("127.0.0.1:9464").is_ok());
+        assert!(parse_listen("[2001:db8::1]:9464").is_ok());
+        let e = parse_listen("localhost").unwrap_err();
+        assert!(e.contains("expected ADDRESS:PORT"), "{e}");
+    }
+}
