@@ -17,6 +17,9 @@ pub enum Request {
     /// Every worker's counters and the table sizes in the OpenMetrics text format (the
     /// reply's `text`), as `GET /metrics` serves them.
     Metrics {},
+    /// The node graph with each node's packet and drop rates since the previous
+    /// `show_graph` (or since the runtime was cleared).
+    ShowGraph {},
     ShowErrors {
         /// Include counters that are zero.
         #[serde(default)]
@@ -148,6 +151,13 @@ impl Control {
                     udp_tunnels: self.udptun.len(),
                 };
                 Reply::ok(serde_json::Value::Null, crate::metrics::render(&self.worker_snapshots()?, tables))
+            }
+            Request::ShowGraph {} => {
+                let s = self.snapshot()?;
+                let now = std::time::Instant::now();
+                let v = crate::graph_view::view(self.graph_prev.as_ref(), now, &s);
+                self.graph_prev = Some((now, s));
+                Reply::ok(serde_json::to_value(&v).map_err(|e| e.to_string())?, crate::graph_view::text(&v))
             }
             Request::ShowErrors { all } => {
                 let s = self.snapshot()?;

@@ -39,6 +39,7 @@ pub fn parse(words: &[String]) -> Result<Request, String> {
     match w.as_slice() {
         ["show", "runtime" | "run"] => Ok(Request::ShowRuntime {}),
         ["show", "metrics"] => Ok(Request::Metrics {}),
+        ["show", "graph"] => Ok(Request::ShowGraph {}),
         ["show", "errors" | "error"] => Ok(Request::ShowErrors { all: false }),
         ["show", "errors" | "error", "all"] => Ok(Request::ShowErrors { all: true }),
         ["show", "trace"] => Ok(Request::ShowTrace {}),

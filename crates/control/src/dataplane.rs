@@ -117,6 +117,8 @@ pub struct Control {
     pub recent_gtpu_events: std::collections::VecDeque<GtpuEvent>,
     pub interfaces: Vec<InterfaceInfo>,
     pub workers: Vec<Sender<WorkerCmd>>,
+    /// The snapshot the last `show graph` took, for its rates.
+    pub graph_prev: Option<(std::time::Instant, engine::stats::Snapshot)>,
 }
 
 impl Control {
@@ -662,6 +664,7 @@ fn build(
         recent_gtpu_events: Default::default(),
         interfaces,
         workers: Vec::new(),
+        graph_prev: None,
     };
     Ok(Assembly { control, workers })
 }

@@ -168,17 +168,24 @@ fn answer(req: &tiny_http::Request, jobs: &Sender<Job>) -> tiny_http::Response<s
     if *req.method() != tiny_http::Method::Get {
         return text(405, "only GET\n".into());
     }
-    if path != "/metrics" {
-        return text(404, "vecgate serves /metrics\n".into());
-    }
+    let (request, content_type) = match path {
+        "/metrics" => (Request::Metrics {}, CONTENT_TYPE),
+        "/graph.json" => (Request::ShowGraph {}, "application/json"),
+        "/graph" => {
+            let ct = tiny_http::Header::from_bytes("Content-Type", "text/html; charset=utf-8").expect("static header");
+            return tiny_http::Response::from_string(crate::graph_view::PAGE).with_header(ct);
+        }
+        _ => return text(404, "vecgate serves /metrics, /graph and /graph.json\n".into()),
+    };
     let (tx, rx) = crossbeam_channel::bounded::<Reply>(1);
-    if jobs.send((Request::Metrics {}, tx)).is_err() {
+    if jobs.send((request, tx)).is_err() {
         return text(503, "the control loop has stopped\n".into());
     }
     match rx.recv_timeout(SCRAPE_TIMEOUT) {
         Ok(r) if r.ok => {
-            let ct = tiny_http::Header::from_bytes("Content-Type", CONTENT_TYPE).expect("static header");
-            tiny_http::Response::from_string(r.text).with_header(ct)
+            let body = if content_type == CONTENT_TYPE { r.text } else { r.data.to_string() };
+            let ct = tiny_http::Header::from_bytes("Content-Type", content_type).expect("static header");
+            tiny_http::Response::from_string(body).with_header(ct)
         }
         Ok(r) => text(503, format!("{}\n", r.error.unwrap_or_default())),
         Err(_) => text(503, "the control loop did not answer in time\n".into()),
@@ -203,6 +210,7 @@ mod tests {
                 runtime: NodeRuntime { calls: 2, vectors: 2, packets, cycles: 30 * packets, ..Default::default() },
                 cycles_per_packet: 30.0,
                 vector_median: None,
+                next: vec![],
             }],
             counters: vec![CounterSnapshot {
                 node: "ip4-lookup".into(),

@@ -500,6 +500,7 @@ impl<C> Graph<C> {
                 runtime: s.runtime,
                 cycles_per_packet: per_packet(s.runtime.cycles, s.runtime.packets),
                 vector_median: crate::stats::vector_median(&s.samples),
+                next: s.next_names.clone(),
             })
             .collect()
     }

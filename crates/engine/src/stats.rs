@@ -38,6 +38,10 @@ pub struct NodeSnapshot {
     /// vector (vectors ordered by cycles per packet, each weighing its packets).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub vector_median: Option<f64>,
+    /// The names of the nodes this one can send packets to (its next nodes), for
+    /// drawing the graph.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub next: Vec<String>,
 }
 
 /// The packet-weighted median of vectors' cycles per packet, from (cycles, packets) per
