@@ -98,6 +98,18 @@ impl Reply {
 
 const WORKER_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// Log what a request changed (or why it changed nothing) at info; reads (`show_*`,
+/// `metrics`) at debug. One place for every front-end: CLI, JSON socket, metrics.
+fn log_request(req: &Request, reply: &Reply) {
+    let op = serde_json::to_value(req).ok().and_then(|v| v.get("op").and_then(|o| o.as_str()).map(str::to_string)).unwrap_or_default();
+    let read_only = op.starts_with("show") || op == "metrics";
+    match (&reply.error, read_only) {
+        (Some(e), _) => tracing::warn!(op = %op, error = %e, "request refused"),
+        (None, true) => tracing::debug!(op = %op, "request"),
+        (None, false) => tracing::info!(op = %op, result = %reply.text.trim_end(), "applied"),
+    }
+}
+
 impl Control {
     /// Ask every worker for its snapshot and merge them.
     pub fn snapshot(&self) -> Result<Snapshot, String> {
@@ -131,10 +143,12 @@ impl Control {
 
     /// Carry out one request.
     pub fn handle(&mut self, req: &Request) -> Reply {
-        match self.try_handle(req) {
+        let reply = match self.try_handle(req) {
             Ok(r) => r,
             Err(e) => Reply::err(e),
-        }
+        };
+        log_request(req, &reply);
+        reply
     }
 
     fn try_handle(&mut self, req: &Request) -> Result<Reply, String> {

@@ -41,6 +41,9 @@ pub struct Config {
     /// The Prometheus endpoint (`[metrics] listen = "127.0.0.1:9464"`); off by default.
     #[serde(default)]
     pub metrics: crate::metrics::MetricsConfig,
+    /// `[log] level`: what `vecgate run` logs (RUST_LOG overrides it).
+    #[serde(default)]
+    pub log: LogConfig,
     #[serde(default, rename = "gtpu_tunnel")]
     pub gtpu_tunnels: Vec<crate::gtpu::GtpuTunnelConfig>,
     /// UDP tunnels: GUE, GRE-in-UDP, direct IP-in-UDP.
@@ -52,6 +55,14 @@ pub struct Config {
     /// The file name, for error messages.
     #[serde(skip)]
     pub source: String,
+}
+
+/// `[log]`: the log filter of `vecgate run`, in `RUST_LOG` syntax (`info`,
+/// `warn,control=debug`); the environment's `RUST_LOG` wins when set.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct LogConfig {
+    pub level: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]

@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 mod bench;
+mod logging;
 mod run;
 mod trafgen;
 
@@ -131,6 +132,9 @@ enum Cmd {
 fn main() {
     io::linux::default_sigpipe();
     let cli = Cli::parse();
+    if !matches!(cli.cmd, None | Some(Cmd::Run { .. })) {
+        let _ = logging::init(None, "warn", "");
+    }
     let r = match cli.cmd.unwrap_or(Cmd::Run { config: None, duration: None, interval: 1.0, socket: None, metrics: None }) {
         Cmd::Run { config, duration, interval, socket, metrics } => run::run(config.as_deref(), duration, interval, socket, metrics),
         Cmd::Ctl { socket, json, words } => run::ctl(&socket, json, &words),

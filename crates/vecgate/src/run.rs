@@ -16,6 +16,7 @@ pub fn run(config: Option<&Path>, duration: Option<f64>, interval: f64, socket: 
         Some(p) => Config::load(p)?,
         None => Config::default_gateway(),
     };
+    crate::logging::init(cfg.log.level.as_deref(), "info", &cfg.source)?;
     // The socket first: a second instance on a running one's socket refuses to start
     // before it opens any interface (it would share them half-way).
     let sock = socket.unwrap_or_else(|| PathBuf::from(&cfg.dataplane.socket));
@@ -32,7 +33,7 @@ pub fn run(config: Option<&Path>, duration: Option<f64>, interval: f64, socket: 
             return Err(anyhow!("control socket {}: another vecgate is running there; stop it or give this one `--socket PATH`", sock.display()))
         }
         Err(e) => {
-            eprintln!("vecgate: no control socket ({}: {e}); running without `vecgate ctl`", sock.display());
+            tracing::warn!(socket = %sock.display(), error = %e, "no control socket; running without `vecgate ctl`");
             None
         }
     };
@@ -53,7 +54,7 @@ pub fn run(config: Option<&Path>, duration: Option<f64>, interval: f64, socket: 
     let (jobs_tx, jobs) = crossbeam_channel::unbounded();
     if let Some(addr) = metrics_addr {
         match control::metrics::serve(addr, jobs_tx.clone()) {
-            Ok(a) => eprintln!("vecgate: metrics on http://{a}/metrics"),
+            Ok(a) => tracing::info!("metrics on http://{a}/metrics"),
             Err(e) => {
                 if let Some((_, b)) = &bound {
                     b.remove_if_ours();
@@ -65,12 +66,22 @@ pub fn run(config: Option<&Path>, duration: Option<f64>, interval: f64, socket: 
     let bound = match bound {
         Some((l, b)) => {
             server::serve(l, jobs_tx.clone());
-            eprintln!("vecgate: control socket {}", b.path().display());
+            tracing::info!(socket = %b.path().display(), "control socket");
             Some(b)
         }
         None => None,
     };
+    let n_workers = workers.len();
     let handles: Vec<_> = workers.into_iter().enumerate().map(|(k, w)| spawn(&mut control, w, worker_core(&cfg, k), false)).collect();
+    tracing::info!(
+        config = %cfg.source,
+        interfaces = cfg.interfaces.len(),
+        workers = n_workers,
+        routes = control.state.route_count(),
+        gtpu_tunnels = control.gtpu.len(),
+        udp_tunnels = control.udptun.len(),
+        "dataplane started"
+    );
     let start = Instant::now();
     let mut next_print = start + Duration::from_secs_f64(interval.max(0.05));
     let tty = std::io::stdout().is_terminal();
@@ -114,6 +125,7 @@ pub fn run(config: Option<&Path>, duration: Option<f64>, interval: f64, socket: 
     if let Some(b) = &bound {
         b.remove_if_ours();
     }
+    tracing::info!(seconds = format!("{:.1}", start.elapsed().as_secs_f64()), "dataplane stopped");
     if let Ok(s) = final_snapshot {
         println!("\nfinal:");
         print!("{}", control::format::runtime(&s));
