@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every test vecgate has, on a fresh machine: installs what the tests need (Debian
-# packages: tshark, iproute2, iputils-ping, ethtool, chromium (the /graph page test); PyPI: scapy, pytest, prometheus_client), builds, runs the Rust
+# packages: tshark, iproute2, iputils-ping, ethtool, chromium (the /graph page test), groff-base (the man page test); PyPI: scapy, pytest, prometheus_client), builds, runs the Rust
 # suites (unit, property, fuzz-corpus replay, engine) and the Python suites (scapy/tshark
 # golden pcap tests, live run + ctl, bench smoke, and end-to-end tests with Linux hosts
 # in network namespaces the tests create and delete; those need root).
@@ -16,6 +16,7 @@ command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 command -v ping >/dev/null 2>&1 || missing+=(iputils-ping)
 command -v ethtool >/dev/null 2>&1 || missing+=(ethtool)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v groff >/dev/null 2>&1 || missing+=(groff-base)
 python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
 if [ ${#missing[@]} -gt 0 ]; then
     echo "== installing ${missing[*]}"

@@ -6,7 +6,7 @@ mod logging;
 mod run;
 mod trafgen;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use std::net::IpAddr;
 use std::path::PathBuf;
 
@@ -127,6 +127,12 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell), generated
+    /// from this command line's definition: `vecgate completions bash > /etc/bash_completion.d/vecgate`.
+    Completions { shell: clap_complete::Shell },
+    /// Print the man page (roff), generated from this command line's definition:
+    /// `vecgate man > vecgate.1 && man -l vecgate.1`.
+    Man,
 }
 
 fn main() {
@@ -176,6 +182,11 @@ fn main() {
                 }
             })
         }
+        Cmd::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "vecgate", &mut std::io::stdout());
+            Ok(())
+        }
+        Cmd::Man => clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout()).map_err(Into::into),
     };
     if let Err(e) = r {
         eprintln!("vecgate: {e:#}");

@@ -1,0 +1,28 @@
+"""Shell completions and the man page, generated from the command line's definition:
+bash completes vecgate's subcommands and options, and groff (with preconv, as man runs it)
+renders the man page without warnings."""
+import subprocess
+
+
+def test_bash_completion_completes_subcommands_and_options(vecgate, tmp_path):
+    script = subprocess.run([str(vecgate), "completions", "bash"], capture_output=True, text=True, timeout=20, check=True).stdout
+    (tmp_path / "vg.bash").write_text(script)
+    probe = f"""
+source {tmp_path / 'vg.bash'}
+COMP_WORDS=(vecgate ""); COMP_CWORD=1; _vecgate vecgate "" vecgate; echo "SUB ${{COMPREPLY[*]}}"
+COMP_WORDS=(vecgate run --); COMP_CWORD=2; _vecgate vecgate -- run; echo "RUN ${{COMPREPLY[*]}}"
+"""
+    out = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, timeout=20).stdout
+    sub = next(l for l in out.splitlines() if l.startswith("SUB ")).split()
+    run = next(l for l in out.splitlines() if l.startswith("RUN ")).split()
+    assert {"run", "ctl", "pcap", "bench", "trafgen", "completions", "man"} <= set(sub), out
+    assert {"--config", "--socket", "--metrics", "--duration"} <= set(run), out
+
+
+def test_man_page_renders_without_warnings(vecgate):
+    roff = subprocess.run([str(vecgate), "man"], capture_output=True, text=True, timeout=20, check=True).stdout
+    r = subprocess.run(["groff", "-k", "-man", "-Tutf8", "-ww", "-z"], input=roff, capture_output=True, text=True, timeout=20)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    text = subprocess.run(["groff", "-k", "-man", "-Tutf8"], input=roff, capture_output=True, text=True, timeout=20).stdout
+    for word in ["vecgate", "run", "ctl", "bench", "trafgen"]:
+        assert word in text
