@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Every test vecgate has, on a fresh machine: installs what the tests need (Debian
-# packages: tshark, iproute2, iputils-ping, ethtool, chromium (the /graph page test), groff-base (the man page test); PyPI: scapy, pytest, prometheus_client), builds, runs the Rust
-# suites (unit, property, fuzz-corpus replay, engine) and the Python suites (scapy/tshark
-# golden pcap tests, live run + ctl, bench smoke, and end-to-end tests with Linux hosts
-# in network namespaces the tests create and delete; those need root).
+# Every test vecgate has, on a fresh machine. Installs what the tests need:
+#   Debian: tshark, iproute2, iputils-ping, ethtool, chromium (the /graph page test),
+#           groff-base, man-db, systemd, adduser, dpkg-dev (man page and package tests);
+#   PyPI: scapy, pytest, prometheus_client; crates.io: cargo-deb (by scripts/package.sh).
+# Builds, runs the Rust suites (unit, property, fuzz-corpus replay, engine) and the Python
+# suites (scapy/tshark golden pcap tests, live run + ctl, metrics, packaging, bench smoke,
+# and end-to-end tests with Linux hosts in network namespaces the tests create and
+# delete; those need root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,6 +20,10 @@ command -v ping >/dev/null 2>&1 || missing+=(iputils-ping)
 command -v ethtool >/dev/null 2>&1 || missing+=(ethtool)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v groff >/dev/null 2>&1 || missing+=(groff-base)
+command -v man >/dev/null 2>&1 || missing+=(man-db)
+command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
+command -v adduser >/dev/null 2>&1 || missing+=(adduser)
+command -v dpkg-shlibdeps >/dev/null 2>&1 || missing+=(dpkg-dev)
 python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
 if [ ${#missing[@]} -gt 0 ]; then
     echo "== installing ${missing[*]}"

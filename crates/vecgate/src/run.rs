@@ -73,6 +73,11 @@ pub fn run(config: Option<&Path>, duration: Option<f64>, interval: f64, socket: 
     };
     let n_workers = workers.len();
     let handles: Vec<_> = workers.into_iter().enumerate().map(|(k, w)| spawn(&mut control, w, worker_core(&cfg, k), false)).collect();
+    // systemd (Type=notify): ready once the workers run and the socket answers. Outside
+    // systemd (no NOTIFY_SOCKET) this does nothing.
+    if let Err(e) = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]) {
+        tracing::warn!(error = %e, "could not tell the service manager we are ready");
+    }
     tracing::info!(
         config = %cfg.source,
         interfaces = cfg.interfaces.len(),
@@ -115,6 +120,7 @@ pub fn run(config: Option<&Path>, duration: Option<f64>, interval: f64, socket: 
             }
         }
     }
+    let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Stopping]);
     let final_snapshot = control.snapshot();
     for w in &control.workers {
         let _ = w.send(engine::worker::WorkerCmd::Stop);
