@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every test vecgate has, on a fresh machine. Installs what the tests need:
 #   Debian: tshark, iproute2, iputils-ping, ethtool, chromium (the /graph page test),
-#           groff-base, man-db, systemd, adduser, dpkg-dev (man page and package tests);
+#           groff-base, man-db, systemd, adduser, dpkg-dev (man page and package tests),
+#           qemu-user (an older CPU model: the x86-64-v3 check);
 #   PyPI: scapy, pytest, prometheus_client; crates.io: cargo-deb (by scripts/package.sh).
 # Builds, runs the Rust suites (unit, property, fuzz-corpus replay, engine) and the Python
 # suites (scapy/tshark golden pcap tests, live run + ctl, metrics, packaging, bench smoke,
@@ -24,6 +25,7 @@ command -v man >/dev/null 2>&1 || missing+=(man-db)
 command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
 command -v adduser >/dev/null 2>&1 || missing+=(adduser)
 command -v dpkg-shlibdeps >/dev/null 2>&1 || missing+=(dpkg-dev)
+command -v qemu-x86_64 >/dev/null 2>&1 || missing+=(qemu-user)
 python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
 if [ ${#missing[@]} -gt 0 ]; then
     echo "== installing ${missing[*]}"

@@ -26,3 +26,17 @@ def test_man_page_renders_without_warnings(vecgate):
     text = subprocess.run(["groff", "-k", "-man", "-Tutf8"], input=roff, capture_output=True, text=True, timeout=20).stdout
     for word in ["vecgate", "run", "ctl", "bench", "trafgen"]:
         assert word in text
+
+
+def test_an_older_cpu_gets_a_message_not_sigill(vecgate):
+    """The build targets x86-64-v3; under qemu-user with a CPU model that lacks AVX
+    (Westmere) vecgate must name the missing feature and exit 1, not die of SIGILL. On
+    a v3 model (Haswell) it runs."""
+    import shutil
+    qemu = shutil.which("qemu-x86_64")
+    assert qemu, "qemu-user is installed by scripts/test.sh"
+    old = subprocess.run([qemu, "-cpu", "Westmere", str(vecgate), "--version"], capture_output=True, text=True, timeout=60)
+    assert old.returncode == 1, (old.returncode, old.stderr[-500:])
+    assert "this CPU lacks avx" in old.stderr and "x86-64-v3" in old.stderr, old.stderr
+    new = subprocess.run([qemu, "-cpu", "Haswell", str(vecgate), "--version"], capture_output=True, text=True, timeout=60)
+    assert new.returncode == 0 and "vecgate" in new.stdout, new.stderr[-500:]

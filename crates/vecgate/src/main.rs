@@ -135,7 +135,57 @@ enum Cmd {
     Man,
 }
 
+/// The build targets x86-64-v3 (`.cargo/config.toml`): on a CPU without one of its
+/// features the first such instruction would kill the process with SIGILL. Say which
+/// feature is missing instead, before code that may use it runs (checked under qemu-user
+/// with an older CPU model by tests/test_cli_docs.py). CPUID is read directly: with
+/// these features enabled at build time, `is_x86_feature_detected!` answers "yes"
+/// without asking the CPU.
+#[cfg(target_arch = "x86_64")]
+#[inline(never)]
+fn require_cpu_features() {
+    use std::arch::x86_64::__cpuid_count;
+    let l1 = __cpuid_count(1, 0).ecx;
+    let l7 = __cpuid_count(7, 0).ebx;
+    let ext = __cpuid_count(0x8000_0001, 0).ecx;
+    // (name, leaf, bit) per Intel SDM vol. 2A, CPUID; only what this build was compiled
+    // to use (a build for an older CPU asks for less).
+    const NEEDED: [(&str, u8, u32, bool); 10] = [
+        ("sse4.2", 1, 20, cfg!(target_feature = "sse4.2")),
+        ("popcnt", 1, 23, cfg!(target_feature = "popcnt")),
+        ("avx", 1, 28, cfg!(target_feature = "avx")),
+        ("fma", 1, 12, cfg!(target_feature = "fma")),
+        ("movbe", 1, 22, cfg!(target_feature = "movbe")),
+        ("f16c", 1, 29, cfg!(target_feature = "f16c")),
+        ("bmi1", 7, 3, cfg!(target_feature = "bmi1")),
+        ("avx2", 7, 5, cfg!(target_feature = "avx2")),
+        ("bmi2", 7, 8, cfg!(target_feature = "bmi2")),
+        ("lzcnt", 0x81, 5, cfg!(target_feature = "lzcnt")),
+    ];
+    for (name, leaf, bit, needed) in NEEDED {
+        if !needed {
+            continue;
+        }
+        let reg = match leaf {
+            1 => l1,
+            7 => l7,
+            _ => ext,
+        };
+        if reg & (1 << bit) == 0 {
+            eprintln!(
+                "vecgate: this CPU lacks {name}: this build needs an x86-64-v3 CPU (Intel Haswell, AMD Zen or later); \
+                 build one for this CPU with RUSTFLAGS=\"-C target-cpu=native\" cargo build --release"
+            );
+            std::process::exit(1);
+        }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn require_cpu_features() {}
+
 fn main() {
+    require_cpu_features();
     io::linux::default_sigpipe();
     let cli = Cli::parse();
     if !matches!(cli.cmd, None | Some(Cmd::Run { .. })) {
