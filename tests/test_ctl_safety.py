@@ -96,3 +96,32 @@ def test_trace_add_zero_and_stopping_no_capture_are_errors(vecgate, running):
     assert r.returncode != 0 and "at least 1" in (r.stdout + r.stderr), r.stdout + r.stderr
     r = ctl(vecgate, sock, "pcap", "trace", "off", "pg0")
     assert r.returncode != 0 and "no capture running on pg0" in (r.stdout + r.stderr), r.stdout + r.stderr
+
+
+def test_one_error_style_and_documented_exit_codes(vecgate, running, tmp_path):
+    proc, sock = running
+    # 1: the request could not be made (a typo, with the nearest command; no help dump).
+    r = ctl(vecgate, sock, "shwo", "runtime")
+    assert r.returncode == 1 and r.stderr.startswith("vecgate: ") and "did you mean: show runtime?" in r.stderr, r.stderr
+    assert "commands:" not in r.stderr
+    # 2: the gateway refused it; the reason on stderr with the same prefix, nothing on stdout.
+    r = ctl(vecgate, sock, "ip", "route", "del", "198.19.99.0/24")
+    assert r.returncode == 2 and r.stderr.startswith("vecgate: ") and r.stdout == "", (r.stdout, r.stderr)
+    # "no such node" lists the input nodes there are.
+    r = ctl(vecgate, sock, "trace", "add", "nosuch-input", "5")
+    assert r.returncode == 2 and "input nodes: " in r.stderr and "pg-input" in r.stderr, r.stderr
+    # --json anywhere on the line.
+    r = subprocess.run([str(vecgate), "ctl", "--socket", str(sock), "show", "interfaces", "--json"], capture_output=True, text=True, timeout=20)
+    assert r.returncode == 0 and json.loads(r.stdout)["ok"] is True, r.stdout + r.stderr
+
+
+def test_cannot_connect_says_whether_nothing_runs_or_the_socket_is_stale(vecgate, tmp_path):
+    r = ctl(vecgate, tmp_path / "none.sock", "show", "runtime")
+    assert r.returncode == 1 and "no vecgate is running" in r.stderr, r.stderr
+    import socket as s
+    stale = tmp_path / "stale.sock"
+    x = s.socket(s.AF_UNIX, s.SOCK_STREAM)
+    x.bind(str(stale))
+    x.close()
+    r = ctl(vecgate, stale, "show", "runtime")
+    assert r.returncode == 1 and "is stale" in r.stderr, r.stderr

@@ -81,8 +81,46 @@ pub fn parse(words: &[String]) -> Result<Request, String> {
         ["show", "gtpu", "tunnels" | "tunnel", n] => {
             Ok(Request::ShowGtpuTunnels { limit: Some(n.parse().map_err(|_| format!("limit {n:?}: expected a number"))?) })
         }
-        _ => Err(format!("unknown command {:?}\n{HELP}", w.join(" "))),
+        _ => Err(unknown_command(&w)),
     }
+}
+
+/// "unknown command", with the commands of `HELP` nearest to what was typed.
+fn unknown_command(w: &[&str]) -> String {
+    let typed = w.iter().take(3).copied().collect::<Vec<_>>().join(" ");
+    let mut scored: Vec<(usize, &str)> = HELP
+        .lines()
+        .filter(|l| l.starts_with("  ") && !l.starts_with("   "))
+        .map(|l| {
+            let cmd = l.trim().split("  ").next().unwrap_or("").trim();
+            // Compare as many words as were typed (up to three): the command's fixed part.
+            let head: Vec<&str> = cmd.split_whitespace().take_while(|x| !x.starts_with(['<', '[', '('])).take(w.len().clamp(1, 3)).collect();
+            (edit_distance(&typed, &head.join(" ")), cmd)
+        })
+        .collect();
+    scored.sort_by_key(|s| s.0);
+    let best = scored.first().map_or(usize::MAX, |s| s.0);
+    let near: Vec<&str> = scored.iter().filter(|s| s.0 == best && best <= (typed.len() / 3).max(1)).map(|s| s.1).take(3).collect();
+    match near.as_slice() {
+        [] => format!("unknown command {:?} (`vecgate ctl help` lists the commands)", w.join(" ")),
+        _ => format!("unknown command {:?}; did you mean: {}? (`vecgate ctl help` lists the commands)", w.join(" "), near.join(" | ")),
+    }
+}
+
+/// Levenshtein distance over characters, for suggestions.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for j in 0..b.len() {
+            let cur = row[j + 1];
+            row[j + 1] = if ca == b[j] { prev } else { 1 + prev.min(row[j]).min(row[j + 1]) };
+            prev = cur;
+        }
+    }
+    row[b.len()]
 }
 
 fn udp_tunnel(w: &[&str]) -> Result<crate::udptun::UdpTunnelConfig, String> {
@@ -272,6 +310,18 @@ mod tests {
     }
 
     #[test]
+    fn typos_get_the_nearest_commands() {
+        let e = p("shwo runtime").unwrap_err();
+        assert!(e.contains("did you mean: show runtime?"), "{e}");
+        assert!(!e.contains("commands:\n"), "the whole help is not repeated: {e}");
+        let e = p("ip rout add 198.19.0.0/16 blackhole").unwrap_err();
+        assert!(e.contains("did you mean: ip route add"), "{e}");
+        let e = p("frobnicate").unwrap_err();
+        assert!(e.contains("unknown command") && !e.contains("did you mean"), "{e}");
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+    }
+
+    #[test]
     fn commands() {
         assert_eq!(p("show runtime"), Ok(Request::ShowRuntime {}));
         assert_eq!(p("trace add pg-input 10"), Ok(Request::TraceAdd { node: "pg-input".into(), count: 10 }));
@@ -281,7 +331,7 @@ mod tests {
         );
         assert!(p("ip route add 198.19.0.0/16 sideways").is_err());
         assert!(p("trace add pg-input many").is_err());
-        assert!(p("make coffee").unwrap_err().contains("commands:"));
+        assert!(p("make coffee").unwrap_err().contains("unknown command"));
     }
 
     #[test]

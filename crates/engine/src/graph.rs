@@ -44,6 +44,8 @@ pub enum GraphError {
     NotAnInput(String),
     #[error("trace add {0}: expected a packet count of at least 1")]
     ZeroTraceCount(String),
+    #[error("no input node named {name:?}; input nodes: {inputs}")]
+    NoSuchInput { name: String, inputs: String },
 }
 
 crate::counters! {
@@ -475,7 +477,10 @@ impl<C> Graph<C> {
         if count == 0 {
             return Err(GraphError::ZeroTraceCount(input.to_string()));
         }
-        let id = self.node_id(input)?;
+        let id = self.node_id(input).map_err(|_| GraphError::NoSuchInput {
+            name: input.to_string(),
+            inputs: self.slots.iter().filter(|s| matches!(s.kind, Kind::Input)).map(|s| s.name.as_str()).collect::<Vec<_>>().join(", "),
+        })?;
         if !matches!(self.slots[id.0].kind, Kind::Input) {
             return Err(GraphError::NotAnInput(input.to_string()));
         }

@@ -1,6 +1,6 @@
 //! `run`, `ctl` and `pcap`: thin wrappers over the control crate.
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, Result};
 use control::api::Request;
 use control::config::Config;
 use control::dataplane::{assemble, spawn, worker_core};
@@ -141,25 +141,48 @@ pub fn run(config: Option<&Path>, duration: Option<f64>, interval: f64, socket: 
     Ok(())
 }
 
+/// `vecgate ctl`: exit 0 when the gateway did it, 1 when the request could not be made
+/// (a bad command, no gateway to ask), 2 when the gateway refused it. Every error goes
+/// to stderr as `vecgate: …`; `--json` (anywhere on the line) prints the reply as JSON.
 pub fn ctl(socket: &Path, json: bool, words: &[String]) -> Result<()> {
+    let json = json || words.iter().any(|w| w == "--json");
+    let words: Vec<String> = words.iter().filter(|w| *w != "--json").cloned().collect();
     if words.first().map(String::as_str) == Some("help") {
         println!("{}", control::cli::HELP);
         return Ok(());
     }
-    let req: Request = control::cli::parse(words).map_err(|e| anyhow!(e))?;
-    let reply = server::call(socket, &req).with_context(|| format!("talking to {}", socket.display()))?;
+    let req: Request = control::cli::parse(&words).map_err(|e| anyhow!(e))?;
+    let reply = server::call(socket, &req).map_err(|e| cannot_reach(socket, &e))?;
     if json {
         println!("{}", serde_json::to_string_pretty(&reply)?);
-    } else {
+    } else if reply.ok {
         print!("{}", reply.text);
         if !reply.text.ends_with('\n') {
             println!();
         }
     }
     if !reply.ok {
+        if !json {
+            eprintln!("vecgate: {}", reply.error.as_deref().unwrap_or("the gateway refused the request"));
+        }
         std::process::exit(2);
     }
     Ok(())
+}
+
+/// Why the control socket did not answer, in terms of what to do about it.
+fn cannot_reach(socket: &Path, e: &std::io::Error) -> anyhow::Error {
+    let s = socket.display();
+    match e.kind() {
+        std::io::ErrorKind::NotFound => {
+            anyhow!("no vecgate is running on {s} (no such socket): start one with `vecgate run`, or name its socket with --socket")
+        }
+        std::io::ErrorKind::ConnectionRefused => anyhow!(
+            "{s} is stale: nothing answers on it (an instance ended without removing it); `vecgate run` replaces it, or name a live socket with --socket"
+        ),
+        std::io::ErrorKind::PermissionDenied => anyhow!("{s}: permission denied: the control socket is root-only (mode 0600); run as root"),
+        _ => anyhow!("talking to {s}: {e}"),
+    }
 }
 
 pub fn pcap(config: &Path, json: bool) -> Result<()> {
