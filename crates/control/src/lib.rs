@@ -16,6 +16,7 @@ pub mod cli;
 pub mod config;
 pub mod dataplane;
 pub mod format;
+pub mod fuzz;
 pub mod graph_view;
 pub mod gtpu;
 pub mod metrics;
