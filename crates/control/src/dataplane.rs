@@ -422,6 +422,12 @@ impl Assembly {
 /// The most workers a dataplane runs.
 pub const MAX_WORKERS: usize = 64;
 
+/// The most buffers of each class a worker's pool holds (about 4.5 GiB of regular and
+/// 1 GiB of large buffers): a pool is allocated whole at start-up, so a mistyped count
+/// must be an error, not an allocation that takes the machine's memory.
+pub const MAX_BUFFERS: usize = 1 << 21;
+pub const MAX_LARGE_BUFFERS: usize = 4096;
+
 /// Workers share the receive load of an af_packet interface through a fanout group
 /// (the kernel hashes each flow to one worker's socket, so a flow stays in order).
 fn check_workers(cfg: &Config) -> Result<(), ConfigError> {
@@ -434,6 +440,12 @@ fn check_workers(cfg: &Config) -> Result<(), ConfigError> {
             "dataplane.worker_cores",
             format!("{} cores for {n} workers: expected one core per worker", cfg.dataplane.worker_cores.len()),
         ));
+    }
+    if !(1..=MAX_BUFFERS).contains(&cfg.dataplane.buffers) {
+        return Err(cfg.err("dataplane.buffers", format!("{}: expected 1 to {MAX_BUFFERS}", cfg.dataplane.buffers)));
+    }
+    if cfg.dataplane.large_buffers > MAX_LARGE_BUFFERS {
+        return Err(cfg.err("dataplane.large_buffers", format!("{}: expected 0 to {MAX_LARGE_BUFFERS}", cfg.dataplane.large_buffers)));
     }
     cfg.dataplane.reassembly.check().map_err(|(field, why)| cfg.err(format!("dataplane.reassembly.{field}"), why))
 }

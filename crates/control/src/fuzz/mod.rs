@@ -4,4 +4,6 @@
 //! (`crates/control/tests/fuzz_corpus.rs`). Each checks invariants, not only the absence
 //! of a panic. Not on the product path.
 
+pub mod api;
+pub mod config;
 pub mod graph;
