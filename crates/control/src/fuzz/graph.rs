@@ -267,27 +267,29 @@ fn inner_checksum_wrong(udp_payload: &[u8]) -> bool {
     use wire::gtpu::{GtpuPacket, GtpuRepr, MessageType};
     let Some(r) = GtpuPacket::new_checked(udp_payload).ok().and_then(|g| GtpuRepr::parse(&g).ok()) else { return false };
     let Some(inner) = udp_payload.get(r.header_len()..).filter(|_| r.msg_type == MessageType::GPdu) else { return false };
+    // The segment after the inner IP header, summed with its pseudo-header as the
+    // receiver would (whatever its TCP header says about itself).
+    let wrong = |proto: IpProtocol, sum: wire::checksum::Checksum, l4: &[u8]| {
+        let mut c = sum;
+        c.add_bytes(l4);
+        match proto {
+            IpProtocol::Udp => l4.len() >= 8 && l4[6..8] != [0, 0] && c.fold() != 0xffff,
+            IpProtocol::Tcp => l4.len() >= 18 && c.fold() != 0xffff,
+            _ => false,
+        }
+    };
     match inner.first().map(|b| b >> 4) {
         Some(4) => {
             let Ok(p) = wire::ipv4::Ipv4Packet::new_checked(inner) else { return false };
-            let (src, dst, l4) = (p.src_addr(), p.dst_addr(), p.payload());
-            match p.protocol() {
-                _ if p.more_frags() || p.frag_offset() != 0 => false,
-                IpProtocol::Udp => {
-                    wire::udp::UdpPacket::new_checked(l4).is_ok_and(|u| u.checksum() != 0 && !u.verify_checksum_v4(src, dst))
-                }
-                IpProtocol::Tcp => wire::tcp::TcpPacket::new_checked(l4).is_ok_and(|t| !t.verify_checksum_v4(src, dst)),
-                _ => false,
-            }
+            let l4 = p.payload();
+            let sum = wire::checksum::pseudo_header_v4(p.src_addr(), p.dst_addr(), p.protocol().into(), l4.len() as u16);
+            !p.more_frags() && p.frag_offset() == 0 && wrong(p.protocol(), sum, l4)
         }
         Some(6) => {
             let Ok(p) = wire::ipv6::Ipv6Packet::new_checked(inner) else { return false };
-            let (src, dst, l4) = (p.src_addr(), p.dst_addr(), p.payload());
-            match p.next_header() {
-                IpProtocol::Udp => wire::udp::UdpPacket::new_checked(l4).is_ok_and(|u| !u.verify_checksum_v6(&src, &dst)),
-                IpProtocol::Tcp => wire::tcp::TcpPacket::new_checked(l4).is_ok_and(|t| !t.verify_checksum_v6(&src, &dst)),
-                _ => false,
-            }
+            let l4 = p.payload();
+            let sum = wire::checksum::pseudo_header_v6(&p.src_addr(), &p.dst_addr(), p.next_header().into(), l4.len() as u32);
+            wrong(p.next_header(), sum, l4)
         }
         _ => false,
     }
