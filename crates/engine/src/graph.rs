@@ -531,6 +531,14 @@ impl<C> Graph<C> {
         out
     }
 
+    /// Every named counter of every node, summed, and the packets `error-drop` freed: a
+    /// harness checks after each packet that no drop went uncounted without building
+    /// the snapshots (`control::fuzz::graph`).
+    pub fn counter_sum(&self) -> (u64, u64) {
+        let counted = self.slots.iter().flat_map(|s| s.counters.iter()).sum();
+        (counted, self.slots[ERROR_DROP_SLOT].runtime.packets)
+    }
+
     pub fn clear_runtime(&mut self) {
         for s in &mut self.slots {
             s.runtime = NodeRuntime::default();

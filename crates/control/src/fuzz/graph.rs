@@ -133,8 +133,7 @@ impl Harness {
     }
 
     fn tally(&self) -> Tally {
-        let counters = self.worker.graph.counter_snapshots().iter().map(|c| c.count).sum();
-        let dropped = self.worker.graph.node_snapshots().iter().find(|n| n.name == "error-drop").map_or(0, |n| n.runtime.packets);
+        let (counters, dropped) = self.worker.graph.counter_sum();
         let device = self.worker.ports.iter().flat_map(|p| p.device.counters()).map(|(_, n)| n).sum();
         let port_tx = self.worker.ports.iter().map(|p| p.counters.tx_packets + p.counters.tx_errors).sum();
         Tally { counters, dropped, device, port_tx }
