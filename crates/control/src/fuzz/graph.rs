@@ -16,8 +16,9 @@
 //! - every drop was named: `error-drop` took no more packets than counters moved;
 //! - no buffer is held: the pool is back to all free;
 //! - every frame the gateway sends from its own MAC parses (Ethernet, then IPv4, IPv6 or
-//!   ARP; frames a GTP-U tunnel decapsulates keep their own source and go as they came); an IPv4 header
-//!   has a correct checksum and a consistent length; the UDP, ICMP and ICMPv6 checksums
+//!   ARP; frames a GTP-U tunnel decapsulates keep their own source and go as they
+//!   came); an IPv4 header has a correct checksum and a consistent length (checked
+//!   view); the UDP, ICMP and ICMPv6 checksums
 //!   of what the gateway itself sources (from one of its addresses) are correct (a
 //!   forwarded packet keeps the L4 checksum it came with, right or wrong; a GTP-U outer
 //!   checksum derived from a wrong inner one is wrong by as much, see
@@ -53,7 +54,7 @@ pub struct Harness {
     pub control: Control,
     pub worker: Worker<WorkerContext>,
     handles: Vec<MemHandle>,
-    /// Per interface: its MTU and addresses (ours: what we source).
+    /// Per interface: its MTU and MAC; and every address of ours (what we source).
     mtu: Vec<u16>,
     macs: Vec<wire::EthernetAddress>,
     ours: Vec<IpAddr>,
