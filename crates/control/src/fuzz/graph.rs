@@ -19,8 +19,9 @@
 //!   ARP; frames a GTP-U tunnel decapsulates keep their own source and go as they
 //!   came); an IPv4 header has a correct checksum and a consistent length (checked
 //!   view); the UDP, ICMP and ICMPv6 checksums
-//!   of what the gateway itself sources (from one of its addresses) are correct (a
-//!   forwarded packet keeps the L4 checksum it came with, right or wrong; a GTP-U outer
+//!   of what the gateway itself sources (from one of its addresses, with transport
+//!   bytes that did not come in whole) are correct (a forwarded packet keeps the L4
+//!   checksum it came with, right or wrong, even with a spoofed source; a GTP-U outer
 //!   checksum derived from a wrong inner one is wrong by as much, see
 //!   `inner_checksum_wrong`);
 //! - no frame is larger than its interface's MTU allows (a GSO frame: its segments).
@@ -58,6 +59,10 @@ pub struct Harness {
     mtu: Vec<u16>,
     macs: Vec<wire::EthernetAddress>,
     ours: Vec<IpAddr>,
+    /// The frames received since the input began: a packet sent with one of our source
+    /// addresses whose transport bytes came in whole (a spoofed source, forwarded or
+    /// decapsulated) is not one the gateway built, and keeps its checksums as they came.
+    received: Vec<Vec<u8>>,
     /// IPv6 tunnel endpoints (ours, peer) that send zero UDP checksums (RFC 6935).
     zero_csum6: Vec<(IpAddr, IpAddr)>,
 }
@@ -94,11 +99,12 @@ impl Harness {
             .chain(cfg.udp_tunnels.iter().filter(|t| t.checksum == Some(ChecksumMode::Zero)).map(|t| (t.local.as_str(), t.remote.as_str())))
             .filter_map(|(l, r)| Some((l.parse().ok()?, r.parse().ok()?)))
             .collect();
-        Harness { control, worker, handles, mtu, macs, ours, zero_csum6 }
+        Harness { control, worker, handles, mtu, macs, ours, zero_csum6, received: Vec::new() }
     }
 
     /// Run one fuzz input (see the module's format) and check every invariant.
     pub fn input(&mut self, data: &[u8]) {
+        self.received.clear();
         for (port, f) in decode(data) {
             self.frame(port, f);
         }
@@ -112,6 +118,7 @@ impl Harness {
     /// which is returned with the index of the interface that sent each frame.
     pub fn frame(&mut self, port: usize, f: RxFrame) -> Vec<(usize, TxFrame)> {
         let before = self.tally();
+        self.received.push(f.bytes.clone());
         self.handles[port].rx.send(f).expect("the device holds its receiver");
         self.worker.poll_once();
         let mut out = Vec::new();
@@ -170,6 +177,11 @@ impl Harness {
         }
     }
 
+    /// Whether `l4` arrived whole in a frame of this input (see `received`).
+    fn came_in(&self, l4: &[u8]) -> bool {
+        !l4.is_empty() && self.received.iter().any(|f| f.windows(l4.len()).any(|w| w == l4))
+    }
+
     fn check_ipv4(&self, l3: &[u8]) -> Result<(), String> {
         use wire::ipv4::Ipv4Packet;
         let p = Ipv4Packet::new_checked(l3).map_err(|e| format!("ipv4: {e}"))?;
@@ -177,7 +189,7 @@ impl Harness {
             return Err("bad IPv4 header checksum".into());
         }
         let whole = !p.more_frags() && p.frag_offset() == 0;
-        if !whole || !self.ours.contains(&IpAddr::V4(p.src_addr())) {
+        if !whole || !self.ours.contains(&IpAddr::V4(p.src_addr())) || self.came_in(p.payload()) {
             return Ok(());
         }
         let (src, dst) = (p.src_addr(), p.dst_addr());
@@ -203,7 +215,7 @@ impl Harness {
         use wire::ipv6::Ipv6Packet;
         let p = Ipv6Packet::new_checked(l3).map_err(|e| format!("ipv6: {e}"))?;
         let (src, dst): (Ipv6Addr, Ipv6Addr) = (p.src_addr(), p.dst_addr());
-        if !self.ours.contains(&IpAddr::V6(src)) {
+        if !self.ours.contains(&IpAddr::V6(src)) || self.came_in(p.payload()) {
             return Ok(());
         }
         let chain = wire::ipv6_ext::walk_chain(p.next_header(), p.payload()).map_err(|e| format!("ipv6 extension headers: {e}"))?;
