@@ -161,7 +161,10 @@ impl Harness {
         match t.gso {
             GsoKind::None if l3.len() > mtu => return Err(format!("{} bytes over an MTU of {mtu}", l3.len())),
             GsoKind::None => {}
-            _ if t.gso_size as usize > mtu => return Err(format!("GSO segments of {} over an MTU of {mtu}", t.gso_size)),
+            // A GSO frame that fits is one segment, whatever its segment size says.
+            _ if l3.len() > mtu && t.gso_size as usize > mtu => {
+                return Err(format!("{} bytes in GSO segments of {} over an MTU of {mtu}", l3.len(), t.gso_size))
+            }
             _ => {}
         }
         // A frame from another source address is one a GTP-U tunnel decapsulated
