@@ -149,6 +149,32 @@ pub fn gre(data: &[u8]) {
     }
 }
 
+pub fn parcel(data: &[u8]) {
+    use parcel::*;
+    if let Ok(p) = Parcel4::new_checked(data) {
+        let _ = (p.verify_udp_checksum(), (0..p.segment_count()).all(|i| p.verify_segment(i)));
+        let r = Parcel4Repr::parse(&p);
+        let mut b = vec![0u8; r.buffer_len()];
+        r.emit(&mut b);
+        let at = p.segment_offset(0);
+        b[at..].copy_from_slice(&data[at..p.total_len()]);
+        let q = Parcel4::new_checked(&b[..]).unwrap();
+        assert_eq!(Parcel4Repr::parse(&q), r);
+        assert!(q.segments().eq(p.segments()));
+    }
+    if let Ok(p) = Parcel6::new_checked(data) {
+        let _ = (p.verify_udp_checksum(), (0..p.segment_count()).all(|i| p.verify_segment(i)));
+        let r = Parcel6Repr::parse(&p);
+        let mut b = vec![0u8; r.buffer_len()];
+        r.emit(&mut b);
+        let at = p.segment_offset(0);
+        b[at..].copy_from_slice(&data[at..p.total_len()]);
+        let q = Parcel6::new_checked(&b[..]).unwrap();
+        assert_eq!(Parcel6Repr::parse(&q), r);
+        assert!(q.segments().eq(p.segments()));
+    }
+}
+
 /// Every target by name, for the corpus replay test and the fuzz crate.
 pub const TARGETS: &[(&str, fn(&[u8]))] = &[
     ("ethernet", ethernet),
@@ -162,4 +188,5 @@ pub const TARGETS: &[(&str, fn(&[u8]))] = &[
     ("gtpu", gtpu),
     ("gue", gue),
     ("gre", gre),
+    ("parcel", parcel),
 ];

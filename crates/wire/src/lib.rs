@@ -32,6 +32,7 @@ pub mod ip;
 pub mod ipv4;
 pub mod ipv6;
 pub mod ipv6_ext;
+pub mod parcel;
 pub mod tcp;
 pub mod udp;
 pub mod vlan;
