@@ -222,6 +222,10 @@ pub struct InterfaceConfig {
     pub mac: Option<String>,
     #[serde(default = "default_mtu")]
     pub mtu: u16,
+    /// The link takes IP parcels: a parcel routed out of it goes whole (within its MTU)
+    /// instead of split into UDP datagrams. Default false.
+    #[serde(default)]
+    pub parcels: bool,
     #[serde(default)]
     pub addresses: Vec<String>,
     /// pcap: file read as the receive side.

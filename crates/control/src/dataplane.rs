@@ -14,6 +14,7 @@ use ip::{HasIp, IfAddr, InterfaceSpec, IpContext, IpEvent, Limits, Prefix, Route
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
+use parcel::{HasParcel, ParcelContext, ParcelTables};
 use udptun::{HasUdpTun, UdpTunContext, UdpTunEvent, UdpTunState, UdpTunTables};
 use wire::EthernetAddress;
 
@@ -35,6 +36,7 @@ pub struct WorkerContext {
     pub ip: IpContext,
     pub gtpu: GtpuContext,
     pub udptun: UdpTunContext,
+    pub parcel: ParcelContext,
 }
 
 impl engine::worker::Context for WorkerContext {
@@ -62,6 +64,13 @@ impl HasGtpu for WorkerContext {
     #[inline(always)]
     fn split(&mut self) -> (&mut IpContext, &mut GtpuContext) {
         (&mut self.ip, &mut self.gtpu)
+    }
+}
+
+impl HasParcel for WorkerContext {
+    #[inline(always)]
+    fn split_parcel(&mut self) -> (&mut IpContext, &mut ParcelContext) {
+        (&mut self.ip, &mut self.parcel)
     }
 }
 
@@ -215,8 +224,10 @@ pub fn build_state(cfg: &Config) -> Result<(RouterState, GtpuState, UdpTunState)
         }
         let min_mtu = if addresses.iter().any(|a| a.addr.is_ipv6()) { 1280 } else { 68 };
         // Frames above the regular buffer size travel in the pool's large buffers.
-        if ic.mtu < min_mtu || ic.mtu > MAX_MTU {
-            return Err(cfg.err(f("mtu"), format!("{}: expected {min_mtu} to {MAX_MTU} bytes", ic.mtu)));
+        // A link that takes parcels may carry a 64 KiB parcel whole (the large buffers hold it).
+        let max_mtu = if ic.parcels { u16::MAX } else { MAX_MTU };
+        if ic.mtu < min_mtu || ic.mtu > max_mtu {
+            return Err(cfg.err(f("mtu"), format!("{}: expected {min_mtu} to {max_mtu} bytes", ic.mtu)));
         }
         let af_packet_keys = ic.vnet_hdr.is_some()
             || ic.rx_retire_ms.is_some()
@@ -633,12 +644,14 @@ fn build(
     let (gev_tx, gev_rx) = crossbeam_channel::bounded(1024);
     let udptun_shared = Arc::new(ArcSwap::from_pointee(udp.build()));
     let (uev_tx, uev_rx) = crossbeam_channel::bounded(1024);
+    let parcel_tables = Arc::new(ParcelTables::new(cfg.interfaces.iter().map(|ic| ic.parcels).collect()));
     let mut workers = Vec::with_capacity(per_worker.len());
     for (k, (devices, lanes)) in per_worker.into_iter().zip(lanes).enumerate() {
         let cx = WorkerContext {
             ip: IpContext::new(shared.clone(), Some(ev_tx.clone()), limits),
             gtpu: GtpuContext::new(gtpu_shared.clone(), Some(gev_tx.clone()), cfg.gtpu.replies_per_sec),
             udptun: UdpTunContext::new(udptun_shared.clone(), Some(uev_tx.clone())),
+            parcel: ParcelContext::new(parcel_tables.clone()),
         };
         workers.push(build_worker(cfg, k, devices, cx, lanes, spread)?);
     }
@@ -682,6 +695,7 @@ fn build_worker(
     ip::nodes::register(&mut g);
     gtpu::nodes::register(&mut g);
     udptun::nodes::register(&mut g);
+    parcel::nodes::register(&mut g);
     let mut handoff_input = None;
     if let Some(l) = &lanes {
         g.add_expand(ip::nodes::worker_handoff::WorkerHandoff::new(k, l.to.clone()));

@@ -8,7 +8,7 @@ use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
 use wire::ipv4::{Ipv4Error, Ipv4Packet, HEADER_LEN};
 
 next_nodes! {
-    pub enum Ip4InputNext { Lookup = "ip4-lookup" }
+    pub enum Ip4InputNext { Lookup = "ip4-lookup", Parcel = "parcel4-input" }
 }
 
 counters! {
@@ -98,6 +98,11 @@ impl<Cx: HasIp> Node<Cx> for Ip4Input {
                 buf.truncate(total);
                 return Verdict::Next(Ip4InputNext::Lookup);
             }
+        }
+        // An IP parcel: Total Length is its segment length, not its length, so the
+        // trim below would cut it to one segment; `parcel4-input` checks it whole.
+        if wire::parcel::is_ipv4_parcel(buf.bytes()) {
+            return Verdict::Next(Ip4InputNext::Parcel);
         }
         let p = match Ipv4Packet::new_checked(buf.bytes()) {
             Ok(p) => p,

@@ -12,7 +12,7 @@ use wire::ipv6_ext::{walk_chain, OptionAction};
 use wire::IpProtocol;
 
 next_nodes! {
-    pub enum Ip6InputNext { Lookup = "ip6-lookup", Local = "ip6-local", IcmpError = "ip6-icmp-error" }
+    pub enum Ip6InputNext { Lookup = "ip6-lookup", Local = "ip6-local", IcmpError = "ip6-icmp-error", Parcel = "parcel6-input" }
 }
 
 counters! {
@@ -81,6 +81,11 @@ impl<Cx: HasIp> Node<Cx> for Ip6Input {
                 buf.truncate(end);
                 return Verdict::Next(Ip6InputNext::Lookup);
             }
+        }
+        // An IP parcel (a jumbo option with a non-zero Payload Length, its segment
+        // length): `parcel6-input` checks it whole.
+        if wire::parcel::is_ipv6_parcel(buf.bytes()) {
+            return Verdict::Next(Ip6InputNext::Parcel);
         }
         let p = match Ipv6Packet::new_checked(buf.bytes()) {
             Ok(p) => p,

@@ -1,0 +1,157 @@
+//! The parcel nodes, each one generic node over the address family:
+//! `parcel4-input`/`parcel6-input` and `parcel4-split`/`parcel6-split`.
+
+pub mod input;
+pub mod split;
+
+use crate::context::HasParcel;
+use engine::node::NextNodes;
+use engine::GraphBuilder;
+use ip::nodes::family::{Family, Ip4, Ip6};
+use wire::checksum::Checksum;
+use wire::parcel::{Parcel4, Parcel6, ParcelError};
+
+/// Add the parcel nodes to a graph (the IP nodes must be there too).
+pub fn register<Cx: HasParcel>(g: &mut GraphBuilder<Cx>) {
+    g.add(input::ParcelInput::<Ip4>::default());
+    g.add(input::ParcelInput::<Ip6>::default());
+    g.add_expand(split::ParcelSplit::<Ip4>::default());
+    g.add_expand(split::ParcelSplit::<Ip6>::default());
+}
+
+engine::next_nodes! {
+    pub enum Parcel4InputNext { Rewrite = "ip4-rewrite", Split = "parcel4-split" }
+}
+engine::next_nodes! {
+    pub enum Parcel6InputNext { Rewrite = "ip6-rewrite", Split = "parcel6-split" }
+}
+engine::next_nodes! {
+    pub enum Parcel4SplitNext { Lookup = "ip4-lookup" }
+}
+engine::next_nodes! {
+    pub enum Parcel6SplitNext { Lookup = "ip6-lookup" }
+}
+
+/// What a parcel node needs of a checked parcel, whatever its family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shape {
+    pub nsegs: usize,
+    pub seg_len: usize,
+    pub total_len: usize,
+    /// Offset of segment 0.
+    pub data_at: usize,
+    /// Offset of the UDP header.
+    pub udp_at: usize,
+}
+
+impl Shape {
+    fn of<T: AsRef<[u8]>, const V6: bool>(p: &wire::parcel::Parcel<T, V6>) -> Shape {
+        Shape {
+            nsegs: p.segment_count(),
+            seg_len: p.segment_len(),
+            total_len: p.total_len(),
+            data_at: p.segment_offset(0),
+            udp_at: p.ip_header_len(),
+        }
+    }
+    /// Segment `i`'s byte range.
+    #[inline(always)]
+    pub fn segment(&self, i: usize) -> core::ops::Range<usize> {
+        let at = self.data_at + i * self.seg_len;
+        at..(at + self.seg_len).min(self.total_len)
+    }
+}
+
+/// What differs between IPv4 and IPv6 parcels for the nodes.
+pub trait ParcelFamily: Family {
+    const INPUT: &'static str;
+    const SPLIT: &'static str;
+    type InputNext: NextNodes;
+    const TO_REWRITE: Self::InputNext;
+    const TO_SPLIT: Self::InputNext;
+    type SplitNext: NextNodes;
+    const TO_LOOKUP: Self::SplitNext;
+    /// The IP header of one datagram a split makes.
+    const DATAGRAM_IP_LEN: usize;
+    /// Check the parcel's layout (`wire::parcel`'s checks).
+    fn check(b: &[u8]) -> Result<Shape, ParcelError>;
+    /// The UDP checksum over the header matches (in either form the family has).
+    fn udp_checksum_ok(b: &[u8]) -> bool;
+    /// The source is multicast or broadcast (refused, as `ipN-input` refuses it).
+    fn bad_source(b: &[u8]) -> bool;
+    /// Write datagram `i`'s IP header (for `udp_len` UDP bytes) into `out` from the
+    /// parcel's header `parcel`; returns the pseudo-header sum of its UDP checksum.
+    fn write_datagram_ip(parcel: &[u8], i: usize, udp_len: usize, out: &mut [u8]) -> Checksum;
+}
+
+impl ParcelFamily for Ip4 {
+    const INPUT: &'static str = "parcel4-input";
+    const SPLIT: &'static str = "parcel4-split";
+    type InputNext = Parcel4InputNext;
+    const TO_REWRITE: Parcel4InputNext = Parcel4InputNext::Rewrite;
+    const TO_SPLIT: Parcel4InputNext = Parcel4InputNext::Split;
+    type SplitNext = Parcel4SplitNext;
+    const TO_LOOKUP: Parcel4SplitNext = Parcel4SplitNext::Lookup;
+    const DATAGRAM_IP_LEN: usize = 20;
+    fn check(b: &[u8]) -> Result<Shape, ParcelError> {
+        Parcel4::new_checked(b).map(|p| Shape::of(&p))
+    }
+    fn udp_checksum_ok(b: &[u8]) -> bool {
+        Parcel4::new_checked(b).is_ok_and(|p| p.verify_udp_checksum().is_some())
+    }
+    fn bad_source(b: &[u8]) -> bool {
+        b[12] >= 224 && b[12] < 240 || b[12..16] == [255; 4]
+    }
+    #[inline]
+    fn write_datagram_ip(parcel: &[u8], i: usize, udp_len: usize, out: &mut [u8]) -> Checksum {
+        let total = (20 + udp_len) as u16;
+        // Each datagram its own identification (RFC 6864: they are not atomic unless DF).
+        let ident = u16::from_be_bytes([parcel[4], parcel[5]]).wrapping_add(i as u16);
+        out[0] = 0x45;
+        out[1] = parcel[1];
+        out[2..4].copy_from_slice(&total.to_be_bytes());
+        out[4..6].copy_from_slice(&ident.to_be_bytes());
+        out[6] = parcel[6] & 0x40;
+        out[7] = 0;
+        out[8] = parcel[8];
+        out[9] = 17;
+        out[10..12].fill(0);
+        out[12..20].copy_from_slice(&parcel[12..20]);
+        let c = wire::checksum::checksum(&out[..20]);
+        out[10..12].copy_from_slice(&c.to_be_bytes());
+        let mut p = Checksum::new();
+        p.add_bytes(&parcel[12..20]).add_u16(17).add_u16(udp_len as u16);
+        p
+    }
+}
+
+impl ParcelFamily for Ip6 {
+    const INPUT: &'static str = "parcel6-input";
+    const SPLIT: &'static str = "parcel6-split";
+    type InputNext = Parcel6InputNext;
+    const TO_REWRITE: Parcel6InputNext = Parcel6InputNext::Rewrite;
+    const TO_SPLIT: Parcel6InputNext = Parcel6InputNext::Split;
+    type SplitNext = Parcel6SplitNext;
+    const TO_LOOKUP: Parcel6SplitNext = Parcel6SplitNext::Lookup;
+    const DATAGRAM_IP_LEN: usize = 40;
+    fn check(b: &[u8]) -> Result<Shape, ParcelError> {
+        Parcel6::new_checked(b).map(|p| Shape::of(&p))
+    }
+    fn udp_checksum_ok(b: &[u8]) -> bool {
+        Parcel6::new_checked(b).is_ok_and(|p| p.verify_udp_checksum().is_some())
+    }
+    fn bad_source(b: &[u8]) -> bool {
+        b[8] == 0xff
+    }
+    #[inline]
+    fn write_datagram_ip(parcel: &[u8], _i: usize, udp_len: usize, out: &mut [u8]) -> Checksum {
+        out[..4].copy_from_slice(&parcel[..4]);
+        out[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
+        out[6] = 17;
+        out[7] = parcel[7];
+        out[8..40].copy_from_slice(&parcel[8..40]);
+        let mut p = Checksum::new();
+        p.add_bytes(&parcel[8..40]).add_u32(udp_len as u32).add_u32(17);
+        p
+    }
+}
