@@ -14,7 +14,7 @@ use ip::{HasIp, IfAddr, InterfaceSpec, IpContext, IpEvent, Limits, Prefix, Route
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
-use parcel::{HasParcel, ParcelContext, ParcelTables};
+use parcel::{HasParcel, ParcelContext};
 use udptun::{HasUdpTun, UdpTunContext, UdpTunEvent, UdpTunState, UdpTunTables};
 use wire::EthernetAddress;
 
@@ -226,6 +226,9 @@ pub fn build_state(cfg: &Config) -> Result<(RouterState, GtpuState, UdpTunState)
         // Frames above the regular buffer size travel in the pool's large buffers.
         // A link that takes parcels may carry a 64 KiB parcel whole (the large buffers hold it).
         let max_mtu = if ic.parcels { u16::MAX } else { MAX_MTU };
+        if ic.parcels && i >= 64 {
+            return Err(cfg.err(f("parcels"), "only the first 64 interfaces may take parcels"));
+        }
         if ic.mtu < min_mtu || ic.mtu > max_mtu {
             return Err(cfg.err(f("mtu"), format!("{}: expected {min_mtu} to {max_mtu} bytes", ic.mtu)));
         }
@@ -284,6 +287,7 @@ pub fn build_state(cfg: &Config) -> Result<(RouterState, GtpuState, UdpTunState)
         specs.push(InterfaceSpec { name: ic.name.clone(), mac, mtu: ic.mtu, addresses });
     }
     let mut state = RouterState::new(specs).map_err(|e| cfg.err("interface", e.to_string()))?;
+    state.set_parcel_links(cfg.interfaces.iter().enumerate().filter(|(_, ic)| ic.parcels).fold(0, |m, (i, _)| m | 1 << i));
     for (i, n) in cfg.neighbours.iter().enumerate() {
         let ipa = parse_ip(cfg, &format!("neighbour[{i}].ip"), &n.ip)?;
         let mac: EthernetAddress = parse_field(cfg, &format!("neighbour[{i}].mac"), &n.mac, "a MAC address")?;
@@ -644,14 +648,13 @@ fn build(
     let (gev_tx, gev_rx) = crossbeam_channel::bounded(1024);
     let udptun_shared = Arc::new(ArcSwap::from_pointee(udp.build()));
     let (uev_tx, uev_rx) = crossbeam_channel::bounded(1024);
-    let parcel_tables = Arc::new(ParcelTables::new(cfg.interfaces.iter().map(|ic| ic.parcels).collect()));
     let mut workers = Vec::with_capacity(per_worker.len());
     for (k, (devices, lanes)) in per_worker.into_iter().zip(lanes).enumerate() {
         let cx = WorkerContext {
             ip: IpContext::new(shared.clone(), Some(ev_tx.clone()), limits),
             gtpu: GtpuContext::new(gtpu_shared.clone(), Some(gev_tx.clone()), cfg.gtpu.replies_per_sec),
             udptun: UdpTunContext::new(udptun_shared.clone(), Some(uev_tx.clone())),
-            parcel: ParcelContext::new(parcel_tables.clone()),
+            parcel: ParcelContext::default(),
         };
         workers.push(build_worker(cfg, k, devices, cx, lanes, spread)?);
     }

@@ -133,6 +133,7 @@ impl<C, N: ExpandNode<C>> Runner<C> for ExpandRunner<N, C> {
     fn run(&mut self, cx: &mut C, io: DispatchIo<'_>) {
         let DispatchIo { pool, input, next, queues, counters, node, drop_queue, trace } = io;
         let mut trace = trace;
+        self.node.prepare(cx, pool, input);
         for &bi in input {
             self.out.clear();
             let traced = pool.get(bi).meta.trace;

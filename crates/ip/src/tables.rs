@@ -245,6 +245,9 @@ pub struct Tables {
     pub neighbours4: Arc<HashMap<Ipv4Addr, Neighbour>>,
     pub neighbours6: Arc<HashMap<Ipv6Addr, Neighbour>>,
     pub udp: Arc<UdpDemux>,
+    /// Bit i: interface i takes IP parcels (`parcels = true`). Non-zero, `ipN-input`
+    /// hands UDP datagrams to `parcelN-join`, which coalesces runs of them toward these.
+    pub parcel_links: u64,
 }
 
 impl Tables {
@@ -258,7 +261,14 @@ impl Tables {
             neighbours4: Arc::new(HashMap::new()),
             neighbours6: Arc::new(HashMap::new()),
             udp: Arc::new(UdpDemux::default()),
+            parcel_links: 0,
         }
+    }
+
+    /// Interface `i` takes IP parcels.
+    #[inline(always)]
+    pub fn takes_parcels(&self, i: IfIndex) -> bool {
+        self.parcel_links.checked_shr(i.0 as u32).unwrap_or(0) & 1 != 0
     }
 
     #[inline(always)]

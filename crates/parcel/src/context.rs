@@ -1,34 +1,19 @@
-//! The per-worker parcel context: which interfaces take parcels. Interfaces are fixed at
-//! start-up, so the table is built once and shared, never republished.
+//! The per-worker parcel context. Which interfaces take parcels is in the IP tables
+//! (`ip::Tables::parcel_links`), where `ipN-input` reads it too.
 
-use engine::IfIndex;
 use ip::{HasIp, IpContext};
-use std::sync::Arc;
 
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ParcelTables {
-    /// By interface index: configured `parcels = true`.
-    capable: Vec<bool>,
-}
-
-impl ParcelTables {
-    /// `capable[i]`: interface `i` was configured to take parcels.
-    pub fn new(capable: Vec<bool>) -> Self {
-        ParcelTables { capable }
-    }
-    #[inline(always)]
-    pub fn capable(&self, i: IfIndex) -> bool {
-        self.capable.get(i.get()).copied().unwrap_or(false)
-    }
-}
+/// The most segments `parcelN-join` puts in one parcel.
+pub const DEFAULT_JOIN_SEGMENTS: usize = 32;
 
 pub struct ParcelContext {
-    pub tables: Arc<ParcelTables>,
+    /// At most this many datagrams joined into one parcel (1..=255, NSegs is 8 bits).
+    pub join_segments: usize,
 }
 
-impl ParcelContext {
-    pub fn new(tables: Arc<ParcelTables>) -> Self {
-        ParcelContext { tables }
+impl Default for ParcelContext {
+    fn default() -> Self {
+        ParcelContext { join_segments: DEFAULT_JOIN_SEGMENTS }
     }
 }
 

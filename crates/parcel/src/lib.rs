@@ -20,4 +20,4 @@
 pub mod context;
 pub mod nodes;
 
-pub use context::{HasParcel, ParcelContext, ParcelTables};
+pub use context::{HasParcel, ParcelContext};

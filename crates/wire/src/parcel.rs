@@ -304,6 +304,20 @@ pub fn datagram_checksum_from_slot(pseudo: Checksum, src_port: u16, dst_port: u1
     }
 }
 
+/// A segment's integrity slot from the checksum `udp_checksum` of the ordinary UDP
+/// datagram that carries it (non-zero: a datagram sent without one has no sum to take
+/// apart): the segment's sum is what remains of the datagram's once the pseudo-header
+/// (`pseudo`, for UDP length `udp_len`) and the UDP header are taken out.
+#[inline]
+pub fn slot_from_datagram_checksum(pseudo: Checksum, src_port: u16, dst_port: u16, udp_len: u16, udp_checksum: u16) -> u16 {
+    let mut c = Checksum::new();
+    c.add_u16(!udp_checksum).add_u16(!pseudo.fold()).add_u16(!src_port).add_u16(!dst_port).add_u16(!udp_len);
+    match !c.fold() {
+        0 => 0xffff,
+        v => v,
+    }
+}
+
 fn udp_checksum_value(c: Checksum) -> u16 {
     c.finish()
 }
@@ -760,6 +774,9 @@ mod tests {
                 crate::udp::UdpRepr { src_port: p.src_port(), dst_port: p.dst_port() }.emit(&mut u, seg.len());
                 u.fill_checksum_v4(p.src_addr(), p.dst_addr());
                 prop_assert_eq!(fast, u.checksum());
+                // And back: the slot from the datagram's checksum.
+                let back = slot_from_datagram_checksum(p.datagram_pseudo_header(ulen), p.src_port(), p.dst_port(), ulen, u.checksum());
+                prop_assert_eq!(back, p.segment_checksum(i));
             }
         }
 

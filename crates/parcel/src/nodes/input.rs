@@ -97,7 +97,7 @@ impl<Cx: HasParcel, F: ParcelFamily> Node<Cx> for ParcelInput<F> {
         let bad = bad_segments(b, &s);
         let key = F::key(&b[F::DST_AT..]);
         buf.truncate(s.total_len);
-        let (ipcx, pcx) = cx.split_parcel();
+        let ipcx = cx.ip();
         let adj = F::fib(&ipcx.tables).lookup(key);
         buf.meta.adj = adj;
         if bad > 0 {
@@ -108,7 +108,7 @@ impl<Cx: HasParcel, F: ParcelFamily> Node<Cx> for ParcelInput<F> {
         }
         if adj <= MAX_INDEX {
             if let Adjacency::Rewrite { tx_if, mtu, .. } | Adjacency::Glean { tx_if, mtu } = ipcx.tables.adjacency(adj) {
-                if pcx.tables.capable(*tx_if) && s.total_len <= *mtu as usize {
+                if ipcx.tables.takes_parcels(*tx_if) && s.total_len <= *mtu as usize {
                     counts.inc(C::Whole);
                     return Verdict::Next(F::TO_REWRITE);
                 }

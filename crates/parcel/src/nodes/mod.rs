@@ -2,6 +2,7 @@
 //! `parcel4-input`/`parcel6-input` and `parcel4-split`/`parcel6-split`.
 
 pub mod input;
+pub mod join;
 pub mod split;
 
 use crate::context::HasParcel;
@@ -17,6 +18,7 @@ pub fn register<Cx: HasParcel>(g: &mut GraphBuilder<Cx>) {
     g.add(input::ParcelInput::<Ip6>::default());
     g.add_expand(split::ParcelSplit::<Ip4>::default());
     g.add_expand(split::ParcelSplit::<Ip6>::default());
+    g.add_expand(join::Parcel4Join::default());
 }
 
 engine::next_nodes! {
