@@ -87,6 +87,16 @@ pub struct DataplaneConfig {
     /// Reassembly of fragments addressed to the gateway (`[dataplane.reassembly]`).
     #[serde(default)]
     pub reassembly: ReassemblyConfig,
+    /// `parcelN-input` checks every segment against its integrity slot (a bad segment is
+    /// dropped, the rest forwarded). false: segments are never read on the way through
+    /// (the slots travel on, and a split derives each datagram's checksum from its slot,
+    /// so the receiver finds a damaged segment). Default true.
+    #[serde(default = "default_verify_parcel_segments")]
+    pub verify_parcel_segments: bool,
+}
+
+fn default_verify_parcel_segments() -> bool {
+    true
 }
 
 /// Bounds of each worker's reassembly table, per address family.
@@ -168,6 +178,7 @@ impl Default for DataplaneConfig {
             workers: 1,
             worker_cores: Vec::new(),
             reassembly: ReassemblyConfig::default(),
+            verify_parcel_segments: default_verify_parcel_segments(),
         }
     }
 }

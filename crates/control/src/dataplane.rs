@@ -654,7 +654,7 @@ fn build(
             ip: IpContext::new(shared.clone(), Some(ev_tx.clone()), limits),
             gtpu: GtpuContext::new(gtpu_shared.clone(), Some(gev_tx.clone()), cfg.gtpu.replies_per_sec),
             udptun: UdpTunContext::new(udptun_shared.clone(), Some(uev_tx.clone())),
-            parcel: ParcelContext::default(),
+            parcel: ParcelContext { verify_segments: cfg.dataplane.verify_parcel_segments, ..ParcelContext::default() },
         };
         workers.push(build_worker(cfg, k, devices, cx, lanes, spread)?);
     }

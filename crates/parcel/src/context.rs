@@ -9,11 +9,13 @@ pub const DEFAULT_JOIN_SEGMENTS: usize = 32;
 pub struct ParcelContext {
     /// At most this many datagrams joined into one parcel (1..=255, NSegs is 8 bits).
     pub join_segments: usize,
+    /// `parcelN-input` checks each segment against its slot (see the crate's docs).
+    pub verify_segments: bool,
 }
 
 impl Default for ParcelContext {
     fn default() -> Self {
-        ParcelContext { join_segments: DEFAULT_JOIN_SEGMENTS }
+        ParcelContext { join_segments: DEFAULT_JOIN_SEGMENTS, verify_segments: true }
     }
 }
 

@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 mod bench;
+mod bench_parcel;
 mod run;
 mod trafgen;
 
@@ -80,6 +81,15 @@ enum Cmd {
         /// GTP-U scenarios: turn a fast-path technique off (repeatable; `all`).
         #[arg(long)]
         disable: Vec<String>,
+        /// parcel-forward, parcel-split, parcel-join: bytes per segment.
+        #[arg(long, default_value_t = 1280)]
+        segment_size: usize,
+        /// parcel-forward, parcel-split, parcel-join: segments per parcel (join: at most).
+        #[arg(long, default_value_t = 16)]
+        segments: usize,
+        /// parcel scenarios: `verify_parcel_segments = false` (segments never read).
+        #[arg(long)]
+        no_segment_check: bool,
     },
     /// Send UDP packets out of one interface at a fixed size and rate, receive them on
     /// another, report throughput, loss and latency (timestamps carried in the packets).
@@ -131,7 +141,10 @@ fn main() {
         Cmd::Run { config, duration, interval, socket } => run::run(config.as_deref(), duration, interval, socket),
         Cmd::Ctl { socket, json, words } => run::ctl(&socket, json, &words),
         Cmd::Pcap { config, json } => run::pcap(&config, json),
-        Cmd::Bench { scenario, packets, json, core, inner_size, checksum, tunnels, inner, disable } => {
+        Cmd::Bench { scenario, packets, json, core, segment_size, segments, no_segment_check, .. } if scenario.starts_with("parcel-") => {
+            bench_parcel::bench(&scenario, packets, json, core, segment_size, segments, !no_segment_check)
+        }
+        Cmd::Bench { scenario, packets, json, core, inner_size, checksum, tunnels, inner, disable, .. } => {
             bench::bench(&scenario, packets, json, core, &bench::GtpuOptions { inner_size, checksum, tunnels, inner, disable })
         }
         Cmd::Trafgen { tx_if, rx_if, size, rate, duration, src, dst, src_mac, dst_mac, src_port, dst_port, rx_ring, af_xdp, json } => {

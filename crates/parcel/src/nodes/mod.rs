@@ -77,8 +77,9 @@ pub trait ParcelFamily: Family {
     const DATAGRAM_IP_LEN: usize;
     /// Check the parcel's layout (`wire::parcel`'s checks).
     fn check(b: &[u8]) -> Result<Shape, ParcelError>;
-    /// The UDP checksum over the header matches (in either form the family has).
-    fn udp_checksum_ok(b: &[u8]) -> bool;
+    /// [`ParcelFamily::check`], and whether the UDP checksum over the header matches (in
+    /// either form the family has), from one parse.
+    fn check_with_udp(b: &[u8]) -> Result<(Shape, bool), ParcelError>;
     /// The source is multicast or broadcast (refused, as `ipN-input` refuses it).
     fn bad_source(b: &[u8]) -> bool;
     /// Write datagram `i`'s IP header (for `udp_len` UDP bytes) into `out` from the
@@ -98,8 +99,8 @@ impl ParcelFamily for Ip4 {
     fn check(b: &[u8]) -> Result<Shape, ParcelError> {
         Parcel4::new_checked(b).map(|p| Shape::of(&p))
     }
-    fn udp_checksum_ok(b: &[u8]) -> bool {
-        Parcel4::new_checked(b).is_ok_and(|p| p.verify_udp_checksum().is_some())
+    fn check_with_udp(b: &[u8]) -> Result<(Shape, bool), ParcelError> {
+        Parcel4::new_checked(b).map(|p| (Shape::of(&p), p.verify_udp_checksum().is_some()))
     }
     fn bad_source(b: &[u8]) -> bool {
         b[12] >= 224 && b[12] < 240 || b[12..16] == [255; 4]
@@ -139,8 +140,8 @@ impl ParcelFamily for Ip6 {
     fn check(b: &[u8]) -> Result<Shape, ParcelError> {
         Parcel6::new_checked(b).map(|p| Shape::of(&p))
     }
-    fn udp_checksum_ok(b: &[u8]) -> bool {
-        Parcel6::new_checked(b).is_ok_and(|p| p.verify_udp_checksum().is_some())
+    fn check_with_udp(b: &[u8]) -> Result<(Shape, bool), ParcelError> {
+        Parcel6::new_checked(b).map(|p| (Shape::of(&p), p.verify_udp_checksum().is_some()))
     }
     fn bad_source(b: &[u8]) -> bool {
         b[8] == 0xff
