@@ -51,6 +51,9 @@ pub fn counter(e: ParcelError) -> ParcelInputCounter {
 /// `meta.param` from this node to `parcelN-split`: some segment failed its checksum, so
 /// the split checks each one (otherwise it trusts the slots this node checked).
 pub const PARAM_HAS_BAD_SEGMENT: u32 = 1;
+/// `meta.param` bit: `meta.adj` is a next hop (a rewrite or glean adjacency), so the
+/// split's datagrams, all to the parcel's destination, skip `ipN-lookup`.
+pub const PARAM_NEXT_HOP: u32 = 2;
 
 pub struct ParcelInput<F>(std::marker::PhantomData<F>);
 
@@ -100,21 +103,19 @@ impl<Cx: HasParcel, F: ParcelFamily> Node<Cx> for ParcelInput<F> {
         buf.truncate(s.total_len);
         let adj = F::fib(&ipcx.tables).lookup(key);
         buf.meta.adj = adj;
+        let next_hop = match (adj <= MAX_INDEX).then(|| ipcx.tables.adjacency(adj)) {
+            Some(Adjacency::Rewrite { tx_if, mtu, .. } | Adjacency::Glean { tx_if, mtu }) => Some((*tx_if, *mtu as usize)),
+            _ => None,
+        };
         if bad > 0 {
             counts.add(C::BadSegment, bad as u64);
-            buf.meta.param = PARAM_HAS_BAD_SEGMENT;
-            counts.inc(C::ToSplit);
-            return Verdict::Next(F::TO_SPLIT);
-        }
-        if adj <= MAX_INDEX {
-            if let Adjacency::Rewrite { tx_if, mtu, .. } | Adjacency::Glean { tx_if, mtu } = ipcx.tables.adjacency(adj) {
-                if ipcx.tables.takes_parcels(*tx_if) && s.total_len <= *mtu as usize {
-                    counts.inc(C::Whole);
-                    return Verdict::Next(F::TO_REWRITE);
-                }
+        } else if let Some((tx_if, mtu)) = next_hop {
+            if ipcx.tables.takes_parcels(tx_if) && s.total_len <= mtu {
+                counts.inc(C::Whole);
+                return Verdict::Next(F::TO_REWRITE);
             }
         }
-        buf.meta.param = 0;
+        buf.meta.param = if bad > 0 { PARAM_HAS_BAD_SEGMENT } else { 0 } | if next_hop.is_some() { PARAM_NEXT_HOP } else { 0 };
         counts.inc(C::ToSplit);
         Verdict::Next(F::TO_SPLIT)
     }

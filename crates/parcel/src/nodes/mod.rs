@@ -28,10 +28,10 @@ engine::next_nodes! {
     pub enum Parcel6InputNext { Rewrite = "ip6-rewrite", Split = "parcel6-split" }
 }
 engine::next_nodes! {
-    pub enum Parcel4SplitNext { Lookup = "ip4-lookup" }
+    pub enum Parcel4SplitNext { Lookup = "ip4-lookup", Rewrite = "ip4-rewrite" }
 }
 engine::next_nodes! {
-    pub enum Parcel6SplitNext { Lookup = "ip6-lookup" }
+    pub enum Parcel6SplitNext { Lookup = "ip6-lookup", Rewrite = "ip6-rewrite" }
 }
 
 /// What a parcel node needs of a checked parcel, whatever its family.
@@ -73,6 +73,7 @@ pub trait ParcelFamily: Family {
     const TO_SPLIT: Self::InputNext;
     type SplitNext: NextNodes;
     const TO_LOOKUP: Self::SplitNext;
+    const SPLIT_TO_REWRITE: Self::SplitNext;
     /// The IP header of one datagram a split makes.
     const DATAGRAM_IP_LEN: usize;
     /// Check the parcel's layout (`wire::parcel`'s checks).
@@ -95,6 +96,7 @@ impl ParcelFamily for Ip4 {
     const TO_SPLIT: Parcel4InputNext = Parcel4InputNext::Split;
     type SplitNext = Parcel4SplitNext;
     const TO_LOOKUP: Parcel4SplitNext = Parcel4SplitNext::Lookup;
+    const SPLIT_TO_REWRITE: Parcel4SplitNext = Parcel4SplitNext::Rewrite;
     const DATAGRAM_IP_LEN: usize = 20;
     fn check(b: &[u8]) -> Result<Shape, ParcelError> {
         Parcel4::new_checked(b).map(|p| Shape::of(&p))
@@ -136,6 +138,7 @@ impl ParcelFamily for Ip6 {
     const TO_SPLIT: Parcel6InputNext = Parcel6InputNext::Split;
     type SplitNext = Parcel6SplitNext;
     const TO_LOOKUP: Parcel6SplitNext = Parcel6SplitNext::Lookup;
+    const SPLIT_TO_REWRITE: Parcel6SplitNext = Parcel6SplitNext::Rewrite;
     const DATAGRAM_IP_LEN: usize = 40;
     fn check(b: &[u8]) -> Result<Shape, ParcelError> {
         Parcel6::new_checked(b).map(|p| Shape::of(&p))
