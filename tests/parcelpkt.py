@@ -100,3 +100,28 @@ def parse4(pkt: bytes) -> dict:
     return {"src": str(ipaddress.IPv4Address(pkt[12:16])), "dst": str(ipaddress.IPv4Address(pkt[16:20])),
             "sport": sport, "dport": dport, "nsegs": n, "seg_len": seg_len, "ttl": pkt[8],
             "segments": segs, "form": forms[0]}
+
+
+def parse6(pkt: bytes) -> dict:
+    """Checks an IPv6 parcel (our pinned layout); raises ValueError naming the problem."""
+    if pkt[0] >> 4 != 6 or pkt[6] != 0 or pkt[40:44] != bytes([17, 0, 0xC2, 4]):
+        raise ValueError("not an IPv6 parcel header")
+    seg_len = struct.unpack("!H", pkt[4:6])[0]
+    n, jl = pkt[44], int.from_bytes(pkt[45:48], "big")
+    if jl != len(pkt) - 40:
+        raise ValueError(f"jumbo length {jl} != {len(pkt) - 40}")
+    sport, dport, ulen, uc = struct.unpack("!HHHH", pkt[48:56])
+    if ulen:
+        raise ValueError("UDP length not 0")
+    ph = pkt[8:40] + struct.pack("!I", seg_len) + b"\0\0\0\x11"
+    if cksum(ph + pkt[48:52] + b"\0\0\0\0" + udp_header_word(n, len(pkt) - 48)) != uc:
+        raise ValueError("UDP checksum")
+    data = pkt[56 + 2 * n:]
+    if not (n - 1) * seg_len < len(data) <= n * seg_len:
+        raise ValueError("segment lengths")
+    segs = [data[i * seg_len:(i + 1) * seg_len] for i in range(n)]
+    for i, sg in enumerate(segs):
+        slot = struct.unpack("!H", pkt[56 + 2 * i:58 + 2 * i])[0]
+        if slot and slot != seg_cksum(sg):
+            raise ValueError(f"segment {i} checksum")
+    return {"nsegs": n, "seg_len": seg_len, "hlim": pkt[7], "sport": sport, "dport": dport, "segments": segs}

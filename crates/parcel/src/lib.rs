@@ -5,10 +5,11 @@
 //!
 //! ```text
 //! ip4-input ─(option 0x0b)→ parcel4-input ─┬─(egress `parcels = true`, within its MTU)→ ip4-rewrite
-//!                                          └─(otherwise)→ parcel4-split ─→ ip4-lookup (each segment)
+//!                                          └─(otherwise)→ parcel4-split ─→ ip4-rewrite / ip4-lookup (each segment)
 //! ip4-input ─(UDP, when some link takes parcels)→ parcel4-join ─┬─(runs toward a parcel link)→ ip4-rewrite (a parcel)
 //!                                                               └─(the rest)→ ip4-rewrite / ip4-lookup
-//! ip6-input ─(HBH jumbo option, Payload Length ≠ 0)→ parcel6-input → ip6-rewrite / parcel6-split → ip6-lookup
+//! ip6-input ─(HBH jumbo option, Payload Length ≠ 0)→ parcel6-input → ip6-rewrite / parcel6-split → ip6-rewrite / ip6-lookup
+//! ip6-input ─(UDP, when some link takes parcels)→ parcel6-join → ip6-rewrite / ip6-lookup
 //! ```
 //!
 //! **A bad segment drops the segment, never the parcel.** The drafts make each segment its
@@ -21,7 +22,6 @@
 //! receiver refuses, as if the damage had happened on the next link. Headers that do not
 //! add up (`wire::parcel::ParcelError`) drop the parcel, each under its own counter.
 //!
-//! Join is IPv4 only for now; IPv6 parcels are checked, forwarded and split.
 #![forbid(unsafe_code)]
 
 pub mod context;

@@ -9,8 +9,8 @@ use crate::context::HasParcel;
 use engine::node::NextNodes;
 use engine::GraphBuilder;
 use ip::nodes::family::{Family, Ip4, Ip6};
-use wire::checksum::Checksum;
-use wire::parcel::{Parcel4, Parcel6, ParcelError};
+use wire::checksum::{pseudo_header_v4, pseudo_header_v6, Checksum};
+use wire::parcel::{Parcel4, Parcel4Repr, Parcel6, Parcel6Repr, ParcelError, SegmentsRepr, UdpChecksumForm};
 
 /// Add the parcel nodes to a graph (the IP nodes must be there too).
 pub fn register<Cx: HasParcel>(g: &mut GraphBuilder<Cx>) {
@@ -18,7 +18,8 @@ pub fn register<Cx: HasParcel>(g: &mut GraphBuilder<Cx>) {
     g.add(input::ParcelInput::<Ip6>::default());
     g.add_expand(split::ParcelSplit::<Ip4>::default());
     g.add_expand(split::ParcelSplit::<Ip6>::default());
-    g.add_expand(join::Parcel4Join::default());
+    g.add_expand(join::ParcelJoin::<Ip4>::default());
+    g.add_expand(join::ParcelJoin::<Ip6>::default());
 }
 
 engine::next_nodes! {
@@ -26,6 +27,12 @@ engine::next_nodes! {
 }
 engine::next_nodes! {
     pub enum Parcel6InputNext { Rewrite = "ip6-rewrite", Split = "parcel6-split" }
+}
+engine::next_nodes! {
+    pub enum Parcel4JoinNext { Rewrite = "ip4-rewrite", Lookup = "ip4-lookup" }
+}
+engine::next_nodes! {
+    pub enum Parcel6JoinNext { Rewrite = "ip6-rewrite", Lookup = "ip6-lookup" }
 }
 engine::next_nodes! {
     pub enum Parcel4SplitNext { Lookup = "ip4-lookup", Rewrite = "ip4-rewrite" }
@@ -83,6 +90,23 @@ pub trait ParcelFamily: Family {
     fn check_with_udp(b: &[u8]) -> Result<(Shape, bool), ParcelError>;
     /// The source is multicast or broadcast (refused, as `ipN-input` refuses it).
     fn bad_source(b: &[u8]) -> bool;
+    const JOIN: &'static str;
+    type JoinNext: NextNodes;
+    const JOIN_TO_REWRITE: Self::JoinNext;
+    const JOIN_TO_LOOKUP: Self::JoinNext;
+    /// The parcel's IP header (with the IPv6 hop-by-hop header) that a join emits.
+    const PARCEL_HEADER_LEN: usize;
+    /// A datagram `parcelN-join` may take (unfragmented UDP, no options or extension
+    /// headers, hop limit left, UDP length the packet's): its UDP length.
+    fn joinable_udp_len(b: &[u8]) -> Option<u16>;
+    /// The header fields a joined parcel carries once for all its datagrams.
+    fn flow_fields(b: &[u8]) -> [u8; 40];
+    /// Write a parcel's headers for `segs` from its first datagram's headers `head`.
+    fn emit_parcel_headers(head: &[u8], segs: &SegmentsRepr, out: &mut [u8]);
+    /// The pseudo-header sum of a datagram with headers `head` and UDP length `udp_len`.
+    fn datagram_pseudo_header(head: &[u8], udp_len: u16) -> Checksum;
+    /// Fill the UDP header checksum of the parcel in `b`.
+    fn fill_parcel_udp_checksum(b: &mut [u8]) -> Option<()>;
     /// Write datagram `i`'s IP header (for `udp_len` UDP bytes) into `out` from the
     /// parcel's header `parcel`; returns the pseudo-header sum of its UDP checksum.
     fn write_datagram_ip(parcel: &[u8], i: usize, udp_len: usize, out: &mut [u8]) -> Checksum;
@@ -98,6 +122,44 @@ impl ParcelFamily for Ip4 {
     const TO_LOOKUP: Parcel4SplitNext = Parcel4SplitNext::Lookup;
     const SPLIT_TO_REWRITE: Parcel4SplitNext = Parcel4SplitNext::Rewrite;
     const DATAGRAM_IP_LEN: usize = 20;
+    const JOIN: &'static str = "parcel4-join";
+    type JoinNext = Parcel4JoinNext;
+    const JOIN_TO_REWRITE: Parcel4JoinNext = Parcel4JoinNext::Rewrite;
+    const JOIN_TO_LOOKUP: Parcel4JoinNext = Parcel4JoinNext::Lookup;
+    const PARCEL_HEADER_LEN: usize = wire::parcel::IPV4_HEADER_LEN;
+    fn joinable_udp_len(b: &[u8]) -> Option<u16> {
+        let h = b.first_chunk::<28>()?;
+        let udp_len = u16::from_be_bytes([h[24], h[25]]);
+        (h[0] == 0x45 && h[9] == 17 && h[6] & 0x3f == 0 && h[7] == 0 && h[8] > 1 && udp_len as usize == b.len() - 20 && udp_len > 8)
+            .then_some(udp_len)
+    }
+    fn flow_fields(b: &[u8]) -> [u8; 40] {
+        let mut f = [0u8; 40];
+        f[..12].copy_from_slice(&b[12..24]);
+        f[12] = b[1];
+        f
+    }
+    fn emit_parcel_headers(head: &[u8], segs: &SegmentsRepr, out: &mut [u8]) {
+        Parcel4Repr {
+            src: [head[12], head[13], head[14], head[15]].into(),
+            dst: [head[16], head[17], head[18], head[19]].into(),
+            ident: u16::from_be_bytes([head[4], head[5]]),
+            ttl: head[8],
+            dscp_ecn: head[1],
+            probe: None,
+            segments: *segs,
+        }
+        .emit(out)
+    }
+    fn datagram_pseudo_header(head: &[u8], udp_len: u16) -> Checksum {
+        pseudo_header_v4([head[12], head[13], head[14], head[15]].into(), [head[16], head[17], head[18], head[19]].into(), 17, udp_len)
+    }
+    fn fill_parcel_udp_checksum(b: &mut [u8]) -> Option<()> {
+        let mut p = Parcel4::new_checked(b).ok()?;
+        // The prototype's form: the only implementation's receivers check that one.
+        Parcel4Repr::fill_udp_checksum(&mut p, UdpChecksumForm::Prototype);
+        Some(())
+    }
     fn check(b: &[u8]) -> Result<Shape, ParcelError> {
         Parcel4::new_checked(b).map(|p| Shape::of(&p))
     }
@@ -140,6 +202,43 @@ impl ParcelFamily for Ip6 {
     const TO_LOOKUP: Parcel6SplitNext = Parcel6SplitNext::Lookup;
     const SPLIT_TO_REWRITE: Parcel6SplitNext = Parcel6SplitNext::Rewrite;
     const DATAGRAM_IP_LEN: usize = 40;
+    const JOIN: &'static str = "parcel6-join";
+    type JoinNext = Parcel6JoinNext;
+    const JOIN_TO_REWRITE: Parcel6JoinNext = Parcel6JoinNext::Rewrite;
+    const JOIN_TO_LOOKUP: Parcel6JoinNext = Parcel6JoinNext::Lookup;
+    const PARCEL_HEADER_LEN: usize = wire::parcel::IPV6_HEADER_LEN;
+    fn joinable_udp_len(b: &[u8]) -> Option<u16> {
+        let h = b.first_chunk::<48>()?;
+        let (pl, udp_len) = (u16::from_be_bytes([h[4], h[5]]), u16::from_be_bytes([h[44], h[45]]));
+        (h[0] >> 4 == 6 && h[6] == 17 && h[7] > 1 && pl as usize == b.len() - 40 && udp_len == pl && udp_len > 8).then_some(udp_len)
+    }
+    fn flow_fields(b: &[u8]) -> [u8; 40] {
+        let mut f = [0u8; 40];
+        f[..36].copy_from_slice(&b[8..44]);
+        f[36..40].copy_from_slice(&b[..4]);
+        f
+    }
+    fn emit_parcel_headers(head: &[u8], segs: &SegmentsRepr, out: &mut [u8]) {
+        let w = u32::from_be_bytes([head[0], head[1], head[2], head[3]]);
+        Parcel6Repr {
+            src: <[u8; 16]>::try_from(&head[8..24]).map_or(std::net::Ipv6Addr::UNSPECIFIED, Into::into),
+            dst: <[u8; 16]>::try_from(&head[24..40]).map_or(std::net::Ipv6Addr::UNSPECIFIED, Into::into),
+            hop_limit: head[7],
+            traffic_class: (w >> 20) as u8,
+            flow_label: w & 0x000f_ffff,
+            segments: *segs,
+        }
+        .emit(out)
+    }
+    fn datagram_pseudo_header(head: &[u8], udp_len: u16) -> Checksum {
+        let a = |at: usize| <[u8; 16]>::try_from(&head[at..at + 16]).map_or(std::net::Ipv6Addr::UNSPECIFIED, Into::into);
+        pseudo_header_v6(&a(8), &a(24), 17, udp_len as u32)
+    }
+    fn fill_parcel_udp_checksum(b: &mut [u8]) -> Option<()> {
+        let mut p = Parcel6::new_checked(b).ok()?;
+        Parcel6Repr::fill_udp_checksum(&mut p);
+        Some(())
+    }
     fn check(b: &[u8]) -> Result<Shape, ParcelError> {
         Parcel6::new_checked(b).map(|p| Shape::of(&p))
     }
