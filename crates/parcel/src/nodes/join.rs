@@ -88,7 +88,13 @@ impl<F: ParcelFamily> ParcelJoin<F> {
         let mut run: Option<(usize, JoinKey, usize)> = None;
         for (i, &bi) in input.iter().enumerate() {
             let buf = pool.get_mut(bi);
-            let (adj, fwd, key) = classify::<F>(t, buf.bytes());
+            let (adj, fwd, mut key) = classify::<F>(t, buf.bytes());
+            // A local sender's frame with work left for the device (a partial checksum,
+            // a GSO frame) is not a finished datagram: its checksum field is no sum to
+            // take a slot from, and its length is not one segment's.
+            if buf.meta.offload != engine::Offload::default() {
+                key = None;
+            }
             buf.meta.adj = adj;
             self.roles.push(Role::Single(fwd));
             if let (Some((head, rk, mtu)), Some((k, _))) = (run, key) {
@@ -214,5 +220,78 @@ impl<Cx: HasParcel, F: ParcelFamily> ExpandNode<Cx> for ParcelJoin<F> {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ip::nodes::family::Ip4;
+    use ip::{InterfaceSpec, RouteTarget, RouterState};
+
+    /// eth0 (index 0) ordinary, eth1 (index 1) takes parcels with MTU `mtu`; 198.19.0.0/16
+    /// via a neighbour on eth1, 198.20.0.0/16 via one on eth0.
+    fn tables(mtu: u16) -> Tables {
+        let spec = |name: &str, mac: u8, addr: &str, mtu| InterfaceSpec {
+            name: name.into(),
+            mac: wire::EthernetAddress([2, 0, 0, 0, 0, mac]),
+            mtu,
+            addresses: vec![addr.parse().unwrap()],
+        };
+        let mut s = RouterState::new(vec![spec("eth0", 1, "198.18.0.1/24", 1500), spec("eth1", 2, "198.18.1.1/24", mtu)]).unwrap();
+        s.set_parcel_links(0b10);
+        for (p, via, ifname) in [("198.19.0.0/16", "198.18.1.2", "eth1"), ("198.20.0.0/16", "198.18.0.2", "eth0")] {
+            s.add_route(p.parse().unwrap(), RouteTarget::Via { next_hop: via.parse().unwrap(), interface: None }).unwrap();
+            s.add_static_neighbour(ifname, via.parse().unwrap(), wire::EthernetAddress([2, 0, 0, 0, 1, 2])).unwrap();
+        }
+        s.build()
+    }
+
+    /// A UDP datagram from 198.18.0.2 to `dst` port `dport`, `len` payload bytes.
+    fn datagram(dst: [u8; 4], dport: u16, len: usize) -> Vec<u8> {
+        let mut b = vec![0x45, 0, 0, 0, 0, 1, 0, 0, 64, 17, 0, 0, 198, 18, 0, 2, dst[0], dst[1], dst[2], dst[3], 0x9c, 0x40];
+        b.extend_from_slice(&dport.to_be_bytes());
+        b.extend_from_slice(&((8 + len) as u16).to_be_bytes());
+        b.extend_from_slice(&[0, 0]);
+        b.resize(28 + len, 0x5a);
+        b[2..4].copy_from_slice(&((28 + len) as u16).to_be_bytes());
+        b
+    }
+
+    fn plan(t: &Tables, max: usize, packets: &[Vec<u8>], gso_at: Option<usize>) -> Vec<Role> {
+        let mut pool = Pool::new(64, 0);
+        let input: Vec<BufIdx> = packets
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let b = pool.alloc(p.len()).unwrap();
+                pool.get_mut(b).write(p).unwrap();
+                if gso_at == Some(i) {
+                    pool.get_mut(b).meta.offload.gso = engine::GsoKind::UdpL4;
+                }
+                b
+            })
+            .collect();
+        let mut j = ParcelJoin::<Ip4>::default();
+        j.plan(t, max, &mut pool, &input);
+        j.roles
+    }
+
+    #[test]
+    fn runs_of_one_flow_toward_a_parcel_link_and_nothing_else() {
+        use Role::*;
+        let t = tables(9000);
+        let to_parcel = |port| datagram([198, 19, 0, 9], port, 1000);
+        let p = [to_parcel(9), to_parcel(9), to_parcel(9), to_parcel(8), to_parcel(8), datagram([198, 20, 0, 9], 9, 1000), to_parcel(8)];
+        assert_eq!(plan(&t, 32, &p, None), [Head(3), Member, Member, Head(2), Member, Single(true), Single(true)]);
+        // The segment bound, and the MTU: 9000 holds 8 segments of 1000 (28 + 8 + 8 x 1002).
+        let ten: Vec<_> = (0..10).map(|_| to_parcel(9)).collect();
+        assert_eq!(plan(&t, 4, &ten, None), [Head(4), Member, Member, Member, Head(4), Member, Member, Member, Head(2), Member]);
+        assert_eq!(plan(&t, 32, &ten, None)[..9], [Head(8), Member, Member, Member, Member, Member, Member, Member, Head(2)]);
+        // Different lengths, and a frame with offload work left, end runs.
+        let mixed = [to_parcel(9), datagram([198, 19, 0, 9], 9, 999), to_parcel(9), to_parcel(9), to_parcel(9)];
+        assert_eq!(plan(&t, 32, &mixed, Some(3)), [Single(true), Single(true), Single(true), Single(true), Single(true)]);
+        // No route: to ipN-lookup (for its ICMP).
+        assert_eq!(plan(&t, 32, &[datagram([198, 18, 5, 1], 9, 100)], None), [Single(false)]);
     }
 }
