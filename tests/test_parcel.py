@@ -276,3 +276,14 @@ def test_ipv6_join_and_forward_whole(vecgate, tmp_path):
     assert joined["nsegs"] == 5 and joined["segments"] == pay and joined["hlim"] == 63 and joined["sport"] == 6000
     assert fwd["segments"] == parts and fwd["hlim"] == 63
     assert c[("parcel6-join", "parcels-joined")] == 1 and c[("parcel6-input", "forwarded-whole")] == 1
+
+
+def test_parcel_mtu_needs_parcels_true(vecgate, tmp_path):
+    """MTU above 9202 only on a `parcels = true` link; the error names file, field and range."""
+    import subprocess
+    from conftest import gateway_config, write_pcap
+    write_pcap(tmp_path / "in.pcap", [])
+    cfg = gateway_config(tmp_path, EXTRA.replace("parcels = true\n", ""))
+    r = subprocess.run([str(vecgate), "pcap", "--config", str(cfg), "--json"], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert "gw.toml" in r.stderr and "interface[2].mtu" in r.stderr and "65535: expected 1280 to 9202 bytes" in r.stderr, r.stderr
