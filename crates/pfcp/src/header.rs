@@ -118,10 +118,15 @@ impl From<MessageType> for u8 {
 }
 
 impl MessageType {
-    /// Requests are odd-numbered, except Version Not Supported (a response, 11).
+    /// Node requests are odd (1, 3, … 13; 11 is Version Not Supported, a response),
+    /// session requests even (50, 52, 54, 56).
     pub fn is_request(self) -> bool {
         let v = u8::from(self);
-        v % 2 == 1 && v != 11
+        if v >= 50 {
+            v % 2 == 0
+        } else {
+            v % 2 == 1 && v != 11
+        }
     }
     /// Session messages (50..=99) carry a SEID in their header.
     pub fn is_session(self) -> bool {
@@ -233,6 +238,24 @@ mod tests {
         let (p, body) = Header::parse(&b).unwrap();
         assert_eq!(p, h);
         assert_eq!(body, &[0, 19, 0, 1, 1]);
+    }
+
+    #[test]
+    fn requests_and_responses_by_type() {
+        use MessageType::*;
+        for t in [
+            HeartbeatRequest,
+            AssociationSetupRequest,
+            AssociationReleaseRequest,
+            SessionEstablishmentRequest,
+            SessionDeletionRequest,
+            SessionReportRequest,
+        ] {
+            assert!(t.is_request(), "{t:?}");
+        }
+        for t in [HeartbeatResponse, VersionNotSupportedResponse, SessionEstablishmentResponse, SessionReportResponse] {
+            assert!(!t.is_request(), "{t:?}");
+        }
     }
 
     #[test]

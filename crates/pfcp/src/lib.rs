@@ -5,7 +5,7 @@
 //!   and grouped IEs; [`ie`] the typed leaf IEs; [`grouped`] the grouped ones (Create PDR,
 //!   PDI, Forwarding Parameters, Usage Report, …); [`message`] the node and session
 //!   messages.
-//! - `upf`: associations, heartbeats and sessions as a state machine: datagrams and the
+//! - [`upf`]: associations, heartbeats and sessions as a state machine: datagrams and the
 //!   time go in, datagrams and dataplane actions come out. No sockets, no clock.
 //!
 //! Invariants: parsing never panics on any input; every rejection is an [`Error`] that
@@ -20,7 +20,9 @@ pub mod grouped;
 pub mod header;
 pub mod ie;
 pub mod message;
+pub mod rules;
 pub mod tlv;
+pub mod upf;
 
 pub use error::{Cause, Error};
 pub use header::{Header, MessageType};

@@ -25,12 +25,14 @@ fn corpus_replays_cleanly() {
     for e in entries {
         let data = std::fs::read(e.unwrap().path()).unwrap();
         pfcp::fuzz::message(&data);
+        pfcp::fuzz::upf(&data);
         parsed += usize::from(Message::parse(&data).is_ok());
     }
     assert!(parsed >= 8, "{parsed}");
     for fill in [0x00u8, 0xff, 0x20, 0x21] {
         for len in 0..64 {
             pfcp::fuzz::message(&vec![fill; len]);
+            pfcp::fuzz::upf(&vec![fill; len]);
         }
     }
 }
