@@ -69,6 +69,12 @@ pub enum Request {
     PcapTraceOff {
         interface: String,
     },
+    ShowPfcpAssociations {},
+    ShowPfcpSessions {
+        /// At most this many rows (default 100).
+        #[serde(default)]
+        limit: Option<usize>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -245,6 +251,17 @@ impl Control {
                 self.udptun.delete(&mut self.state, t.id).map_err(|e| e.to_string())?;
                 self.publish_routes();
                 Reply::ok(serde_json::Value::Null, format!("deleted {name}"))
+            }
+            Request::ShowPfcpAssociations {} => {
+                let p = self.pfcp.as_ref().ok_or("PFCP is not configured (no [pfcp] section)")?;
+                let rows = crate::pfcp::association_rows(p);
+                Reply::ok(serde_json::json!({ "associations": rows, "stats": format!("{:?}", p.upf.stats()) }), crate::pfcp::format_associations(&rows))
+            }
+            Request::ShowPfcpSessions { limit } => {
+                let p = self.pfcp.as_ref().ok_or("PFCP is not configured (no [pfcp] section)")?;
+                let rows = crate::pfcp::session_rows(p, limit.unwrap_or(100));
+                let text = crate::pfcp::format_sessions(&rows, p.upf.session_count(), &p.recent);
+                Reply::ok(serde_json::json!({ "sessions": rows, "total": p.upf.session_count() }), text)
             }
             Request::ShowUdpTunnels {} => {
                 let rows = crate::udptun::rows(&self.udptun, &self.state);

@@ -31,6 +31,7 @@ commands:
   delete udp tunnel <udp_tunnelN>
   show udp tunnels
   show gtpu tunnels [<limit>]
+  show pfcp associations | sessions     the SMFs associated and the sessions they set up
   pcap trace <interface> <file> [<count>]   capture received and sent frames (default 10000)
   pcap trace off <interface>";
 
@@ -67,6 +68,8 @@ pub fn parse(words: &[String]) -> Result<Request, String> {
         ["create", "udp", "tunnel", rest @ ..] => udp_tunnel(rest).map(Request::CreateUdpTunnel),
         ["delete" | "del", "udp", "tunnel", name] => Ok(Request::DeleteUdpTunnel { name: name.to_string() }),
         ["show", "udp", "tunnels" | "tunnel"] => Ok(Request::ShowUdpTunnels {}),
+        ["show", "pfcp", "associations" | "association"] => Ok(Request::ShowPfcpAssociations {}),
+        ["show", "pfcp", "sessions" | "session"] => Ok(Request::ShowPfcpSessions { limit: None }),
         ["pcap", "trace", "off", interface] => Ok(Request::PcapTraceOff { interface: interface.to_string() }),
         ["pcap", "trace", interface, file] => {
             Ok(Request::PcapTrace { interface: interface.to_string(), file: file.to_string(), count: None })

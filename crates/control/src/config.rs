@@ -43,6 +43,9 @@ pub struct Config {
     /// UDP tunnels: GUE, GRE-in-UDP, direct IP-in-UDP.
     #[serde(default, rename = "udp_tunnel")]
     pub udp_tunnels: Vec<crate::udptun::UdpTunnelConfig>,
+    /// PFCP (N4): the UPF an SMF drives.
+    #[serde(default)]
+    pub pfcp: Option<crate::pfcp::PfcpConfig>,
     /// Where relative paths (pcap files) are resolved; the config file's folder.
     #[serde(skip)]
     pub base_dir: PathBuf,

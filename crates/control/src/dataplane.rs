@@ -117,6 +117,8 @@ pub struct Control {
     pub recent_gtpu_events: std::collections::VecDeque<GtpuEvent>,
     pub interfaces: Vec<InterfaceInfo>,
     pub workers: Vec<Sender<WorkerCmd>>,
+    /// The PFCP endpoint, with `[pfcp]`.
+    pub pfcp: Option<crate::pfcp::Pfcp>,
 }
 
 impl Control {
@@ -662,6 +664,7 @@ fn build(
         recent_gtpu_events: Default::default(),
         interfaces,
         workers: Vec::new(),
+        pfcp: cfg.pfcp.as_ref().map(|p| crate::pfcp::Pfcp::open(p).map_err(|(f, m)| cfg.err(format!("pfcp.{f}"), m))).transpose()?,
     };
     Ok(Assembly { control, workers })
 }
