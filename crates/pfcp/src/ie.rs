@@ -451,7 +451,8 @@ impl Ie for FTeid {
 }
 
 /// UE IP Address (§8.2.62). `destination` is the S/D bit (the address is the packet's
-/// destination: downlink PDRs); CHV4/CHV6 ask the UP function to allocate.
+/// destination: downlink PDRs); CHV4/CHV6 ask the UP function to allocate, and then V4/V6
+/// stay 0 (they say an address follows, which is how tshark reads the IE too).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct UeIpAddress {
     pub ipv4: Option<Ipv4Addr>,
