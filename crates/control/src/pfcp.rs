@@ -8,7 +8,8 @@
 //!
 //! Dataplane mapping (first cut): a session becomes one GTP-U tunnel — the uplink PDR
 //! (the highest-precedence PDR with a local F-TEID) gives `local` and `teid_in`, the
-//! downlink PDR (the highest-precedence one matching the UE address as destination) gives
+//! downlink PDR (the highest-precedence one matching the UE address as destination, or
+//! from the Core side) gives
 //! the UE route, its FAR's outer header `remote` and `teid_out`; QFI from the QER or the
 //! PDR. A session is mapped while both directions forward and no gate is closed or quota
 //! exhausted; otherwise it has no tunnel and its traffic is dropped by the dataplane
@@ -20,7 +21,7 @@
 use crate::dataplane::Control;
 use crossbeam_channel::Receiver;
 use gtpu::TunnelSpec;
-use pfcp::ie::NodeId;
+use pfcp::ie::{Interface, NodeId};
 use pfcp::rules::SessionRules;
 use pfcp::upf::{Action, Config as UpfConfig, Liveness, Upf};
 use serde::{Deserialize, Serialize};
@@ -208,8 +209,10 @@ impl Pfcp {
 /// The GTP-U tunnel a session maps onto, if it forwards both ways (see the module docs).
 pub fn tunnel_for(r: &SessionRules) -> Option<TunnelSpec> {
     let uplink = r.pdrs.values().filter(|p| p.local_f_teid.is_some()).min_by_key(|p| p.precedence)?;
-    let downlink =
-        r.pdrs.values().filter(|p| p.ue_is_destination && (p.ue_ipv4.is_some() || p.ue_ipv6.is_some())).min_by_key(|p| p.precedence)?;
+    // The UE address as destination: S/D set, or (pfcpsim leaves S/D clear) a PDR for
+    // traffic from the core side, which can only be addressed to the UE.
+    let toward_ue = |p: &&pfcp::rules::Pdr| p.ue_is_destination || matches!(p.source, Interface::Core | Interface::SgiLanN6Lan);
+    let downlink = r.pdrs.values().filter(|p| p.ue_ipv4.is_some() || p.ue_ipv6.is_some()).filter(toward_ue).min_by_key(|p| p.precedence)?;
     let (ul_far, dl_far) = (r.fars.get(&uplink.far_id?)?, r.fars.get(&downlink.far_id?)?);
     if !ul_far.forwards() || !dl_far.forwards() {
         return None;

@@ -348,8 +348,14 @@ impl Upf {
                 self.respond(now, from, Header::node(MessageType::AssociationUpdateResponse, h.seq), &resp);
             }
             Message::AssociationReleaseRequest(r) => {
-                let cause = if self.associations.remove(&r.node_id).is_some() {
-                    self.delete_sessions_of(&r.node_id);
+                // By Node ID, else the association of the sender's address: pfcpsim
+                // names itself 0.0.0.0 in its release.
+                let node = Some(r.node_id)
+                    .filter(|n| self.associations.contains_key(n))
+                    .or_else(|| self.associations.values().find(|a| a.peer.ip() == from.ip()).map(|a| a.node_id.clone()));
+                let cause = if let Some(node) = node {
+                    self.associations.remove(&node);
+                    self.delete_sessions_of(&node);
                     Cause::RequestAccepted
                 } else {
                     Cause::NoEstablishedAssociation

@@ -220,6 +220,12 @@ fn association_setup_update_release_are_answered() {
     assert_eq!(u.cause.0, Cause::RequestAccepted);
     assert!(matches!(sim.actions()[..], [Action::Remove { .. }]));
     assert_eq!(sim.upf.session_count(), 0);
+    // A release naming another Node ID (pfcpsim sends 0.0.0.0) releases the sender's.
+    sim.associate(1);
+    let odd = AssociationReleaseRequest { node_id: NodeId::Ipv4(Ipv4Addr::UNSPECIFIED) };
+    let Message::AssociationReleaseResponse(u) = sim.request(None, Message::AssociationReleaseRequest(odd)).1 else { panic!() };
+    assert_eq!(u.cause.0, Cause::RequestAccepted);
+    assert_eq!(sim.upf.associations().count(), 0);
     // Releasing again: answered, with the cause that says there is nothing to release.
     let Message::AssociationReleaseResponse(u) = sim.request(None, Message::AssociationReleaseRequest(rel)).1 else { panic!() };
     assert_eq!(u.cause.0, Cause::NoEstablishedAssociation);
