@@ -77,6 +77,9 @@ class Smf:
 
     def establish(self, cp_seid, gnb, gnb_teid, ue=None, qfi=9):
         """Uplink PDR 1 on a chosen F-TEID; downlink PDR 2 to the UE (chosen unless `ue`)."""
+        return self.request(self.establish_request(cp_seid, gnb, gnb_teid, ue, qfi), seid=0)
+
+    def establish_request(self, cp_seid, gnb, gnb_teid, ue=None, qfi=9):
         ue_ie = IE_UE_IP_Address(V4=1, SD=1, ipv4=ue) if ue else None
         ies_ = [
             self.node_id(),
@@ -100,7 +103,7 @@ class Smf:
             IE_CreateURR(IE_list=[IE_URR_Id(id=1), IE_MeasurementMethod(VOLUM=1), IE_ReportingTriggers(volume_threshold=1),
                                   IE_VolumeThreshold(TOVOL=1, total=10_000_000)]),
         ]
-        return self.request(PFCPSessionEstablishmentRequest(IE_list=ies_), seid=0)
+        return PFCPSessionEstablishmentRequest(IE_list=ies_)
 
     def handover(self, up_seid, gnb, gnb_teid):
         """Downlink FAR to a new gNB, asking for End Markers on the old path."""
@@ -124,10 +127,40 @@ def choose_ue_dst():
     return IE_NotImplemented(ietype=93, length=1, data=bytes([0x04 | 0x10]))
 
 
+def session_rate(smf, n, window=32):
+    """Establishes n sessions (CHOOSE F-TEID and UE address), `window` requests in flight;
+    returns (accepted, seconds). The requests are encoded before the clock starts (scapy is
+    slow): one request, its CP SEID and sequence number patched per copy."""
+    body = raw(PFCP(version=1, S=1, seid=0, seq=1) / smf.establish_request(0, "198.18.7.10", 0x200))
+    at = body.index(bytes([0, 57, 0, 13, 2]))  # the F-SEID IE: type, length, flags, then the SEID
+    reqs = []
+    for i in range(n):
+        b = bytearray(body)
+        b[at + 5:at + 13] = (0x10000 + i).to_bytes(8, "big")
+        b[12:15] = ((smf.seq + 1 + i) & 0xffffff).to_bytes(3, "big")
+        reqs.append(bytes(b))
+    smf.seq += n
+    t, sent, answered, accepted = time.time(), 0, 0, 0
+    while answered < n:
+        while sent - answered < window and sent < n:
+            smf.sock.sendto(reqs[sent], smf.upf)
+            sent += 1
+        data, _ = smf.sock.recvfrom(65536)
+        answered += 1
+        c = data.find(bytes([0, 19, 0, 1]), 16)  # the Cause IE
+        accepted += c > 0 and data[c + 4] == 1
+    return accepted, time.time() - t
+
+
 if __name__ == "__main__":
     upf = sys.argv[1] if len(sys.argv) > 1 else "127.0.0.1"
     port = int(sys.argv[2]) if len(sys.argv) > 2 else 8805
     smf = Smf(upf, port)
+    if len(sys.argv) > 3:  # a rate measurement: N sessions
+        smf.associate()
+        ok, secs = session_rate(smf, int(sys.argv[3]))
+        print(f"{ok} of {sys.argv[3]} sessions accepted in {secs:.2f} s: {ok / secs:.0f} sessions/s")
+        sys.exit(0)
     r = smf.associate()
     print("association:", ies(r)["IE_Cause"].cause)
     r = smf.establish(0x1001, "198.18.7.10", 0x200)
