@@ -26,14 +26,14 @@
 //!   `request_retries` times every `request_timeout`.
 
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use crate::grouped::*;
 use crate::header::{Header, MessageType, MAX_SEQ};
 use crate::ie::*;
 use crate::message::*;
-use crate::rules::{Far, GtpuEndpoint, Pdr, Qer, SessionRules, Urr};
+use crate::rules::{Far, GtpuEndpoint, IdMap, Pdr, Qer, SessionRules, Urr};
 use crate::{Cause, Error};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -149,7 +149,7 @@ struct UrrState {
 struct Session {
     rules: SessionRules,
     cp_f_seid: FSeid,
-    urr: BTreeMap<u32, UrrState>,
+    urr: IdMap<u32, UrrState>,
     allocated: Vec<Allocation>,
     /// A Downlink Data Report was sent and no modification followed yet.
     dl_reported: bool,
@@ -663,13 +663,13 @@ impl Upf {
             rules: SessionRules {
                 seid,
                 cp_node: r.node_id.clone(),
-                pdrs: BTreeMap::new(),
-                fars: BTreeMap::new(),
-                qers: BTreeMap::new(),
-                urrs: BTreeMap::new(),
+                pdrs: IdMap::new(),
+                fars: IdMap::new(),
+                qers: IdMap::new(),
+                urrs: IdMap::new(),
             },
             cp_f_seid: r.cp_f_seid,
-            urr: BTreeMap::new(),
+            urr: IdMap::new(),
             allocated: Vec::new(),
             dl_reported: false,
         };
@@ -1085,7 +1085,7 @@ impl Upf {
             self.sessions.insert(seid, s);
             return;
         };
-        let st = s.urr.entry(urr_id).or_default();
+        let st = s.urr.get_or_default(urr_id);
         st.start.get_or_insert(now);
         st.latest = usage;
         let over = |limits: [Option<u64>; 3], base: Usage| {
