@@ -167,4 +167,8 @@ if __name__ == "__main__":
     i = ies(r)
     print("session: cause", i["IE_Cause"].cause, "UPF SEID", hex(i["IE_FSEID"].seid))
     for c in all_ies(r, "IE_CreatedPDR"):
-        print("  created", c.show(dump=True).replace("\n", " ")[:300])
+        for ie in c.IE_list:
+            if type(ie).__name__ == "IE_FTEID":
+                print(f"  uplink F-TEID chosen by the UPF: TEID {ie.TEID:#x} at {ie.ipv4}")
+            if type(ie).__name__ == "IE_UE_IP_Address":
+                print(f"  UE address chosen by the UPF: {ie.ipv4}")
