@@ -6,7 +6,7 @@ use std::fmt::Debug;
 use std::hash::Hash;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-pub trait Family: Copy + Send + Sync + Debug + 'static {
+pub trait Family: Copy + Default + Eq + Send + Sync + Debug + 'static {
     /// An address as the packet carries it.
     type Addr: Copy + Eq + Hash + Default + Debug + Send + Sync + AsRef<[u8]> + 'static;
     const NAME: &'static str;
@@ -16,9 +16,9 @@ pub trait Family: Copy + Send + Sync + Debug + 'static {
     fn from_ip(a: IpAddr) -> Option<Self::Addr>;
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct V4;
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct V6;
 
 impl Family for V4 {

@@ -15,6 +15,7 @@
 pub mod family;
 pub mod maglev;
 pub mod service;
+pub mod session;
 pub mod state;
 pub mod table;
 pub mod tables;

@@ -57,8 +57,12 @@ fn compile<F: Family>(id: u32, spec: &ServiceSpec) -> ServiceTable<F> {
         .zip(&eligible)
         .map(|(b, &e)| Backend { addr: F::from_ip(b.addr).unwrap_or_default(), port: b.port, conditions: b.conditions, eligible: e })
         .collect();
-    let weighted: Vec<MaglevBackend> =
-        spec.backends.iter().zip(&eligible).map(|(b, &e)| MaglevBackend { id: b.maglev_id(), weight: if e { b.weight } else { 0 } }).collect();
+    let weighted: Vec<MaglevBackend> = spec
+        .backends
+        .iter()
+        .zip(&eligible)
+        .map(|(b, &e)| MaglevBackend { id: b.maglev_id(), weight: if e { b.weight } else { 0 } })
+        .collect();
     let configured = if spec.table_size == 0 { maglev::DEFAULT_TABLE_SIZE } else { spec.table_size };
     let size = maglev::table_size_for(spec.backends.len(), configured);
     ServiceTable {
@@ -119,7 +123,10 @@ impl LbState {
             return Err(LbError::DuplicateName(spec.name));
         }
         if let Some((_, other)) = self.services().find(|(_, o)| {
-            o.vip == spec.vip && o.port == spec.port && o.protocol == spec.protocol && (o.kind == ServiceType::NodePort) == (spec.kind == ServiceType::NodePort)
+            o.vip == spec.vip
+                && o.port == spec.port
+                && o.protocol == spec.protocol
+                && (o.kind == ServiceType::NodePort) == (spec.kind == ServiceType::NodePort)
         }) {
             return Err(LbError::DuplicateAddress(spec.name.clone(), spec.vip, spec.port, spec.protocol, other.name.clone()));
         }
@@ -167,9 +174,17 @@ impl LbState {
     }
 
     /// Change a backend's weight and conditions.
-    pub fn update_backend(&mut self, service: &str, addr: IpAddr, port: u16, weight: Option<u32>, conditions: Option<Conditions>) -> Result<(), LbError> {
+    pub fn update_backend(
+        &mut self,
+        service: &str,
+        addr: IpAddr,
+        port: u16,
+        weight: Option<u32>,
+        conditions: Option<Conditions>,
+    ) -> Result<(), LbError> {
         let (_, spec) = self.service(service).ok_or_else(|| LbError::NoSuchService(service.into()))?;
-        let mut b = *spec.backends.iter().find(|o| o.addr == addr && o.port == port).ok_or(LbError::NoSuchBackend(service.into(), addr, port))?;
+        let mut b =
+            *spec.backends.iter().find(|o| o.addr == addr && o.port == port).ok_or(LbError::NoSuchBackend(service.into(), addr, port))?;
         b.weight = weight.unwrap_or(b.weight);
         b.conditions = conditions.unwrap_or(b.conditions);
         self.set_backend(service, b)
@@ -177,7 +192,11 @@ impl LbState {
 
     pub fn del_backend(&mut self, service: &str, addr: IpAddr, port: u16) -> Result<(), LbError> {
         let (id, spec) = self.service(service).ok_or_else(|| LbError::NoSuchService(service.into()))?;
-        let i = spec.backends.iter().position(|o| o.addr == addr && o.port == port).ok_or(LbError::NoSuchBackend(service.into(), addr, port))?;
+        let i = spec.backends.iter().position(|o| o.addr == addr && o.port == port).ok_or(LbError::NoSuchBackend(
+            service.into(),
+            addr,
+            port,
+        ))?;
         self.specs[id as usize].as_mut().expect("found above").backends.remove(i);
         self.rebuild(id);
         Ok(())
@@ -248,8 +267,13 @@ mod tests {
     fn a_backend_change_rebuilds_only_its_service() {
         let mut st = LbState::new();
         for i in 0..100u32 {
-            st.add_service(spec(&format!("s{i}"), &format!("198.18.{}.{}", 128 + i / 250, 1 + i % 250), 80, &["198.19.1.10", "198.19.2.10"]))
-                .unwrap();
+            st.add_service(spec(
+                &format!("s{i}"),
+                &format!("198.18.{}.{}", 128 + i / 250, 1 + i % 250),
+                80,
+                &["198.19.1.10", "198.19.2.10"],
+            ))
+            .unwrap();
         }
         assert_eq!(st.maglev_builds, 100);
         let before = st.tables();
@@ -298,7 +322,14 @@ mod tests {
         assert!(s.maglev.iter().all(|&i| i != 1));
         // Every backend terminating: the serving ones take new flows rather than none.
         st.update_backend("a", "198.19.1.10".parse().unwrap(), 8080, None, Some(draining)).unwrap();
-        st.update_backend("a", "198.19.3.10".parse().unwrap(), 8080, None, Some(Conditions { ready: false, serving: false, terminating: true })).unwrap();
+        st.update_backend(
+            "a",
+            "198.19.3.10".parse().unwrap(),
+            8080,
+            None,
+            Some(Conditions { ready: false, serving: false, terminating: true }),
+        )
+        .unwrap();
         let t = st.tables();
         let s = t.v4.service(0).unwrap();
         assert_eq!(s.backends.iter().map(|b| b.eligible).collect::<Vec<_>>(), [true, true, false]);
@@ -329,7 +360,8 @@ mod tests {
         assert_eq!(e, "service \"a\": name: already exists");
         let e = st.add_service(spec("b", "198.18.128.10", 80, &[])).unwrap_err().to_string();
         assert_eq!(e, "service \"b\": vip/port/protocol: 198.18.128.10 port 80 Tcp already belongs to service \"a\"");
-        let e = st.set_backend("a", BackendSpec { weight: 0, ..BackendSpec::new("198.19.1.1".parse().unwrap(), 1) }).unwrap_err().to_string();
+        let e =
+            st.set_backend("a", BackendSpec { weight: 0, ..BackendSpec::new("198.19.1.1".parse().unwrap(), 1) }).unwrap_err().to_string();
         assert_eq!(e, "service \"a\": backends[0].weight: 0: expected 1 to 1000");
         let e = st.del_backend("a", "198.19.1.1".parse().unwrap(), 1).unwrap_err().to_string();
         assert_eq!(e, "service \"a\": backend 198.19.1.1 port 1: no such backend");
