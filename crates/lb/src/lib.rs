@@ -14,6 +14,7 @@
 
 pub mod family;
 pub mod maglev;
+pub mod nat;
 pub mod service;
 pub mod session;
 pub mod state;
