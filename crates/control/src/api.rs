@@ -57,6 +57,20 @@ pub enum Request {
         name: String,
     },
     ShowUdpTunnels {},
+    /// Load balancer: add a service (the fields of an `[[lb_service]]` table).
+    LbServiceAdd(lb::ServiceSpec),
+    LbServiceDel {
+        name: String,
+    },
+    /// Add a backend to a service, or replace the one with its address and port.
+    LbBackendAdd(crate::lb::BackendAdd),
+    LbBackendSet(crate::lb::BackendChange),
+    LbBackendDel(crate::lb::BackendRef),
+    ShowLbServices {},
+    ShowLbBackends {
+        #[serde(default)]
+        service: Option<String>,
+    },
     /// Capture an interface's received and sent frames to a pcap file (one file per
     /// worker, `<file>.w<N>`, when there are several).
     PcapTrace {
@@ -258,6 +272,13 @@ impl Control {
                 let data = serde_json::json!({ "tunnels": rows, "events": self.recent_udptun_events });
                 Reply::ok(data, text)
             }
+            Request::LbServiceAdd(..)
+            | Request::LbServiceDel { .. }
+            | Request::LbBackendAdd(..)
+            | Request::LbBackendSet(..)
+            | Request::LbBackendDel(..)
+            | Request::ShowLbServices {}
+            | Request::ShowLbBackends { .. } => crate::lb::handle(self, req)?,
             Request::ShowGtpuTunnels { limit } => {
                 let rows = crate::gtpu::rows(&self.gtpu, &self.state, limit.unwrap_or(100));
                 let mut text = crate::gtpu::format_rows(&rows, self.gtpu.len());

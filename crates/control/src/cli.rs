@@ -31,6 +31,14 @@ commands:
   delete udp tunnel <udp_tunnelN>
   show udp tunnels
   show gtpu tunnels [<limit>]
+  lb service add <name> cluster_ip|node_port|load_balancer <vip> <port> tcp|udp
+         [policy cluster|local] [affinity <seconds>] [table-size <prime>] [backend <addr>:<port>]...
+  lb service del <name>
+  lb backend add <service> <addr> <port> [weight <n>]
+  lb backend set <service> <addr> <port> [weight <n>] [ready|terminating|not-serving]
+  lb backend del <service> <addr> <port>
+  show lb services
+  show lb backends [<service>]
   pcap trace <interface> <file> [<count>]   capture received and sent frames (default 10000)
   pcap trace off <interface>";
 
@@ -67,6 +75,10 @@ pub fn parse(words: &[String]) -> Result<Request, String> {
         ["create", "udp", "tunnel", rest @ ..] => udp_tunnel(rest).map(Request::CreateUdpTunnel),
         ["delete" | "del", "udp", "tunnel", name] => Ok(Request::DeleteUdpTunnel { name: name.to_string() }),
         ["show", "udp", "tunnels" | "tunnel"] => Ok(Request::ShowUdpTunnels {}),
+        ["show", "lb", "services" | "service"] => Ok(Request::ShowLbServices {}),
+        ["show", "lb", "backends" | "backend"] => Ok(Request::ShowLbBackends { service: None }),
+        ["show", "lb", "backends" | "backend", s] => Ok(Request::ShowLbBackends { service: Some(s.to_string()) }),
+        ["lb", rest @ ..] => crate::lb::parse_cli(rest),
         ["pcap", "trace", "off", interface] => Ok(Request::PcapTraceOff { interface: interface.to_string() }),
         ["pcap", "trace", interface, file] => {
             Ok(Request::PcapTrace { interface: interface.to_string(), file: file.to_string(), count: None })

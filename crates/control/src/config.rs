@@ -43,6 +43,11 @@ pub struct Config {
     /// UDP tunnels: GUE, GRE-in-UDP, direct IP-in-UDP.
     #[serde(default, rename = "udp_tunnel")]
     pub udp_tunnels: Vec<crate::udptun::UdpTunnelConfig>,
+    /// Service load balancer settings and services.
+    #[serde(default)]
+    pub lb: crate::lb::LbConfig,
+    #[serde(default, rename = "lb_service")]
+    pub lb_services: Vec<lb::ServiceSpec>,
     /// Where relative paths (pcap files) are resolved; the config file's folder.
     #[serde(skip)]
     pub base_dir: PathBuf,

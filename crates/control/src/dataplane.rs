@@ -35,6 +35,7 @@ pub struct WorkerContext {
     pub ip: IpContext,
     pub gtpu: GtpuContext,
     pub udptun: UdpTunContext,
+    pub lb: lb::LbContext,
 }
 
 impl engine::worker::Context for WorkerContext {
@@ -48,6 +49,7 @@ impl engine::worker::Context for WorkerContext {
             // The hinted tunnels may be gone or changed (IP tables forget them too).
             self.ip.tunnel_hints.forget();
         }
+        self.lb.refresh();
     }
 }
 
@@ -69,6 +71,13 @@ impl HasUdpTun for WorkerContext {
     #[inline(always)]
     fn split_udptun(&mut self) -> (&mut IpContext, &mut UdpTunContext) {
         (&mut self.ip, &mut self.udptun)
+    }
+}
+
+impl lb::HasLb for WorkerContext {
+    #[inline(always)]
+    fn lb(&mut self) -> &mut lb::LbContext {
+        &mut self.lb
     }
 }
 
@@ -117,6 +126,7 @@ pub struct Control {
     pub recent_gtpu_events: std::collections::VecDeque<GtpuEvent>,
     pub interfaces: Vec<InterfaceInfo>,
     pub workers: Vec<Sender<WorkerCmd>>,
+    pub lb: crate::lb::LbControl,
 }
 
 impl Control {
@@ -620,6 +630,7 @@ fn build(
     lanes: Vec<Option<engine::handoff::HandoffEnds>>,
     spread: &[InterfaceKind],
 ) -> Result<Assembly, ConfigError> {
+    let lb = crate::lb::LbControl::from_config(cfg, &mut state)?;
     let tables = state.build();
     let shared = Arc::new(ArcSwap::from_pointee(tables));
     let (ev_tx, ev_rx) = crossbeam_channel::bounded(4096);
@@ -639,6 +650,7 @@ fn build(
             ip: IpContext::new(shared.clone(), Some(ev_tx.clone()), limits),
             gtpu: GtpuContext::new(gtpu_shared.clone(), Some(gev_tx.clone()), cfg.gtpu.replies_per_sec),
             udptun: UdpTunContext::new(udptun_shared.clone(), Some(uev_tx.clone())),
+            lb: lb::LbContext::new(lb.shared.clone(), lb.limits, lb.timeouts),
         };
         workers.push(build_worker(cfg, k, devices, cx, lanes, spread)?);
     }
@@ -662,6 +674,7 @@ fn build(
         recent_gtpu_events: Default::default(),
         interfaces,
         workers: Vec::new(),
+        lb,
     };
     Ok(Assembly { control, workers })
 }
@@ -682,6 +695,7 @@ fn build_worker(
     ip::nodes::register(&mut g);
     gtpu::nodes::register(&mut g);
     udptun::nodes::register(&mut g);
+    lb::nodes::register(&mut g);
     let mut handoff_input = None;
     if let Some(l) = &lanes {
         g.add_expand(ip::nodes::worker_handoff::WorkerHandoff::new(k, l.to.clone()));

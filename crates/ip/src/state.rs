@@ -89,6 +89,7 @@ pub struct RouterState {
     /// from static routes so a million of them cost 8 bytes of target each.
     tunnel_routes: BTreeMap<Prefix, TunnelRef>,
     udp: Arc<UdpDemux>,
+    lb_local: bool,
     neighbours: HashMap<IpAddr, Neighbour>,
     adj_ids: HashMap<AdjKey, u32>,
     adj_keys: Vec<AdjKey>,
@@ -126,6 +127,7 @@ impl RouterState {
             routes: BTreeMap::new(),
             tunnel_routes: BTreeMap::new(),
             udp: Arc::new(UdpDemux::default()),
+            lb_local: false,
             neighbours: HashMap::new(),
             adj_ids: HashMap::new(),
             adj_keys: Vec::new(),
@@ -261,6 +263,11 @@ impl RouterState {
     pub fn set_udp_demux(&mut self, mut d: UdpDemux) {
         d.seal();
         self.udp = Arc::new(d);
+    }
+
+    /// Whether TCP and UDP for the gateway's addresses go to the load balancer.
+    pub fn set_lb_local(&mut self, on: bool) {
+        self.lb_local = on;
     }
 
     /// Add or replace a route.
@@ -532,6 +539,7 @@ impl RouterState {
             neighbours4: Arc::new(n4),
             neighbours6: Arc::new(n6),
             udp: self.udp.clone(),
+            lb_local: self.lb_local,
         }
     }
 }

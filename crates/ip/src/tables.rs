@@ -28,6 +28,11 @@ pub enum TunnelKind {
     Gue4 = 3,
     /// The same over IPv6 (`gue6-encap`).
     Gue6 = 4,
+    /// A load-balanced service address (`lb4-nat`, which finds the service by address,
+    /// port and protocol; the id is 0).
+    Lb4 = 5,
+    /// The same over IPv6 (`lb6-nat`).
+    Lb6 = 6,
 }
 
 /// Bits of a FIB value above this hold a [`TunnelKind`]; below, an adjacency index or
@@ -41,6 +46,8 @@ pub const MAX_INDEX: u32 = (1 << TUNNEL_SHIFT) - 1;
 pub const GTPU_IF_PREFIX: &str = "gtpu_tunnel";
 /// UDP tunnel interfaces (GUE, GRE-in-UDP, direct) are `udp_tunnel<id>`.
 pub const UDP_TUNNEL_IF_PREFIX: &str = "udp_tunnel";
+/// Routes to load-balanced service addresses show as going to `lb-vip`.
+pub const LB_VIP_NAME: &str = "lb-vip";
 
 /// A tunnel as a FIB value: its kind and its id within that feature's table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
@@ -63,6 +70,8 @@ impl TunnelRef {
             2 => TunnelKind::Gtpu6,
             3 => TunnelKind::Gue4,
             4 => TunnelKind::Gue6,
+            5 => TunnelKind::Lb4,
+            6 => TunnelKind::Lb6,
             _ => return None,
         };
         Some(TunnelRef { kind, id: v & MAX_INDEX })
@@ -73,6 +82,7 @@ impl TunnelRef {
         match self.kind {
             TunnelKind::Gtpu4 | TunnelKind::Gtpu6 => format!("{GTPU_IF_PREFIX}{}", self.id),
             TunnelKind::Gue4 | TunnelKind::Gue6 => format!("{UDP_TUNNEL_IF_PREFIX}{}", self.id),
+            TunnelKind::Lb4 | TunnelKind::Lb6 => LB_VIP_NAME.to_string(),
         }
     }
 
@@ -245,6 +255,9 @@ pub struct Tables {
     pub neighbours4: Arc<HashMap<Ipv4Addr, Neighbour>>,
     pub neighbours6: Arc<HashMap<Ipv6Addr, Neighbour>>,
     pub udp: Arc<UdpDemux>,
+    /// TCP and UDP for the gateway's own addresses go to `lbN-nat` (NodePort services,
+    /// replies to source-translated connections) rather than being refused.
+    pub lb_local: bool,
 }
 
 impl Tables {
@@ -258,6 +271,7 @@ impl Tables {
             neighbours4: Arc::new(HashMap::new()),
             neighbours6: Arc::new(HashMap::new()),
             udp: Arc::new(UdpDemux::default()),
+            lb_local: false,
         }
     }
 

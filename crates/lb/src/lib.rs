@@ -12,15 +12,18 @@
 //!   error quotes, checksums patched incrementally.
 #![forbid(unsafe_code)]
 
+pub mod context;
 pub mod family;
 pub mod maglev;
 pub mod nat;
+pub mod nodes;
 pub mod service;
 pub mod session;
 pub mod state;
 pub mod table;
 pub mod tables;
 
+pub use context::{HasLb, LbContext};
 pub use family::{Family, V4, V6};
 pub use service::{Affinity, BackendSpec, Conditions, Protocol, ServiceSpec, ServiceType, SpecError, TrafficPolicy};
 pub use state::{LbError, LbState};

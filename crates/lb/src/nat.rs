@@ -160,9 +160,18 @@ fn l4_checksum_at<F: Layout>(pkt: &[u8], l4: usize, proto: u8) -> Option<usize> 
 
 /// Rewrite the addresses and ports of a packet whose flow is `from` (as [`flow`] read
 /// it, transport header at `l4`) to `to`, patching the IP and transport checksums.
+/// `partial`: the transport checksum is left to the device (the field holds the
+/// pseudo-header's sum, not complemented, and the ports are summed when it is
+/// completed), so only the addresses' change goes into it.
 #[inline]
-pub fn translate<F: Layout>(pkt: &mut [u8], l4: usize, from: &FlowKey<F::Addr>, to: &Rewrite<F::Addr>) {
-    if let Some(at) = l4_checksum_at::<F>(pkt, l4, from.proto) {
+pub fn translate<F: Layout>(pkt: &mut [u8], l4: usize, from: &FlowKey<F::Addr>, to: &Rewrite<F::Addr>, partial: bool) {
+    if partial {
+        let at = l4 + if from.proto == TCP { 16 } else { 6 };
+        let mut sum = !be16(pkt, at);
+        sum = update_bytes(sum, from.src.as_ref(), to.src.as_ref());
+        sum = update_bytes(sum, from.dst.as_ref(), to.dst.as_ref());
+        pkt[at..at + 2].copy_from_slice(&(!sum).to_be_bytes());
+    } else if let Some(at) = l4_checksum_at::<F>(pkt, l4, from.proto) {
         let mut c = be16(pkt, at);
         c = update_bytes(c, from.src.as_ref(), to.src.as_ref());
         c = update_bytes(c, from.dst.as_ref(), to.dst.as_ref());

@@ -76,6 +76,7 @@ pub const MAX_AFFINITY_TIMEOUT_S: u32 = 86_400;
 /// connections, takes new ones only when the service has no ready backend (Kubernetes'
 /// `ProxyTerminatingEndpoints`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Conditions {
     pub ready: bool,
     pub serving: bool,
@@ -132,6 +133,7 @@ impl BackendSpec {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ServiceSpec {
     /// `namespace/name:port-name`, as the operator knows it; unique.
     pub name: String,

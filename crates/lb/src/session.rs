@@ -60,6 +60,7 @@ pub enum ConnState {
 /// Timeouts by state, in milliseconds. Defaults from Linux conntrack's (UDP, SYN, FIN)
 /// and kube-proxy's established-TCP setting (24 h).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct Timeouts {
     pub tcp_syn_ms: u64,
     pub tcp_established_ms: u64,
@@ -200,6 +201,7 @@ pub enum Outcome {
 
 /// Bounds of a worker's tables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct Limits {
     /// Session entries (two per connection).
     pub sessions: usize,

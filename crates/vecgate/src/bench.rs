@@ -29,7 +29,18 @@ pub const SCENARIOS: &[&str] = &[
     "gue4-encap",
     "gue4-decap",
     "gre-udp4-encap",
+    "lb4-nat",
 ];
+
+/// Options of the load-balancer scenarios.
+#[derive(Debug, Clone)]
+pub struct LbOptions {
+    pub services: u32,
+    /// Backends per service.
+    pub backends: u32,
+    /// Client source ports cycled through (each a connection per service it meets).
+    pub flows: u32,
+}
 
 /// Options of the GTP-U scenarios (ignored by the forwarding ones).
 #[derive(Debug, Clone)]
@@ -158,6 +169,8 @@ struct Report {
     fib_bytes: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
     gtpu: Option<GtpuReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lb: Option<LbReport>,
     nodes: Vec<NodeRow>,
 }
 
@@ -172,6 +185,20 @@ struct GtpuReport {
     load_seconds: f64,
     /// Dataplane GTP-U tables, and the whole process's resident memory after loading.
     table_bytes: usize,
+    rss_bytes: u64,
+}
+
+#[derive(Serialize)]
+struct LbReport {
+    services: u32,
+    backends: u32,
+    flows: u32,
+    /// Seconds to add the services (Maglev tables, VIP routes) and publish.
+    load_seconds: f64,
+    /// Bytes of one session-table slot (a connection takes two) and of the services'
+    /// Maglev tables and backends, per service.
+    session_slot_bytes: usize,
+    bytes_per_service: usize,
     rss_bytes: u64,
 }
 
@@ -256,13 +283,18 @@ fn cpu_model() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
-pub fn bench(scenario: &str, packets: u64, json: bool, core: usize, opts: &GtpuOptions) -> Result<()> {
+pub fn bench(scenario: &str, packets: u64, json: bool, core: usize, opts: &GtpuOptions, lb_opts: &LbOptions) -> Result<()> {
     if !SCENARIOS.contains(&scenario) {
         bail!("unknown scenario {scenario:?}; expected one of {}", SCENARIOS.join(", "));
     }
     let cfg = Config::parse(BASE, "(bench scenario)", Path::new("."))?;
     let (mut control, mut worker) = assemble(&cfg)?.into_single();
-    let (packet, modifiers, gtpu_report) = if scenario.starts_with("gtpu") {
+    let mut lb_report = None;
+    let (packet, modifiers, gtpu_report) = if scenario.starts_with("lb") {
+        let (p, m, r) = lb_setup(lb_opts, &mut control)?;
+        lb_report = Some(r);
+        (p, m, None)
+    } else if scenario.starts_with("gtpu") {
         let (p, m, r) = gtpu_setup(scenario, opts, &mut control, json)?;
         (p, m, Some(r))
     } else if scenario.starts_with("gue") || scenario.starts_with("gre-udp") {
@@ -318,6 +350,7 @@ pub fn bench(scenario: &str, packets: u64, json: bool, core: usize, opts: &GtpuO
         routes: control.state.route_count(),
         fib_bytes,
         gtpu: gtpu_report,
+        lb: lb_report,
         nodes: s
             .nodes
             .iter()
@@ -431,6 +464,76 @@ fn udp_tunnel_setup(scenario: &str, control: &mut control::dataplane::Control) -
         PacketSpec { src_mac: mac.0, dst_mac: mac.1, src, dst, ttl: 64, l4: L4Spec::Udp { src_port: 1024, dst_port: 9 }, frame_size: 64 }
     };
     Ok((packet, modifiers))
+}
+
+/// The load-balancer scenario: N UDP ClusterIP services (198.18.128.0 + i, port 53)
+/// of M backends each (in 198.19.0.0/16, routed out of null0), source-translated to
+/// null0's address. 64-byte UDP from pg0, source ports cycled over F, destinations
+/// cycled over the N service addresses.
+fn lb_setup(o: &LbOptions, control: &mut control::dataplane::Control) -> Result<(PacketSpec, Vec<ModifierSpec>, LbReport)> {
+    if o.services == 0 || o.services > 30_000 || o.backends == 0 || o.flows == 0 || o.flows > 65_535 {
+        bail!("--services 1 to 30000, --backends and --flows (1 to 65535) at least 1");
+    }
+    let t0 = Instant::now();
+    control.lb.state.set_snat(Some("198.18.1.1".parse()?))?;
+    let vip0 = u32::from(Ipv4Addr::new(198, 18, 128, 0));
+    for i in 0..o.services {
+        let backends = (0..o.backends)
+            .map(|b| {
+                let a = u32::from(Ipv4Addr::new(198, 19, 0, 0)) + (i * o.backends + b) % 65_000 + 1;
+                lb::BackendSpec::new(IpAddr::V4(Ipv4Addr::from(a)), 8053 + (((i * o.backends + b) / 65_000) as u16))
+            })
+            .collect();
+        let spec = lb::ServiceSpec {
+            name: format!("bench/svc{i}"),
+            kind: lb::ServiceType::ClusterIp,
+            vip: IpAddr::V4(Ipv4Addr::from(vip0 + i)),
+            port: 53,
+            protocol: lb::Protocol::Udp,
+            backends,
+            traffic_policy: lb::TrafficPolicy::Cluster,
+            affinity: lb::Affinity::None,
+            table_size: 0,
+        };
+        control::lb::add_service(&mut control.lb.state, &mut control.state, spec).map_err(|e| anyhow!(e))?;
+    }
+    control.state.set_lb_local(true);
+    control.lb.publish();
+    control.publish_routes();
+    let load_seconds = t0.elapsed().as_secs_f64();
+    let t = control.lb.state.tables();
+    let per_service: usize = t
+        .v4
+        .services
+        .iter()
+        .flatten()
+        .map(|s| std::mem::size_of_val(&**s) + s.maglev.len() * 4 + s.backends.len() * std::mem::size_of::<lb::tables::Backend<lb::V4>>())
+        .sum::<usize>()
+        / o.services as usize;
+    let report = LbReport {
+        services: o.services,
+        backends: o.backends,
+        flows: o.flows,
+        load_seconds,
+        session_slot_bytes: lb::table::Table::<lb::session::Key<lb::V4>, lb::session::Session<[u8; 4]>>::slot_bytes(),
+        bytes_per_service: per_service,
+        rss_bytes: rss_bytes(),
+    };
+    let mut modifiers = vec![ModifierSpec { field: Field::SrcPort, pattern: Pattern::Increment { count: o.flows } }];
+    if o.services > 1 {
+        modifiers.push(ModifierSpec { field: Field::DstAddr, pattern: Pattern::Increment { count: o.services } });
+    }
+    let mac = ("02:fe:00:00:00:01".parse()?, "02:00:00:00:00:01".parse()?);
+    let packet = PacketSpec {
+        src_mac: mac.0,
+        dst_mac: mac.1,
+        src: "198.18.0.2".parse()?,
+        dst: IpAddr::V4(Ipv4Addr::from(vip0)),
+        ttl: 64,
+        l4: L4Spec::Udp { src_port: 1024, dst_port: 53 },
+        frame_size: 64,
+    };
+    Ok((packet, modifiers, report))
 }
 
 /// The frame of `spec` cut into two IPv4 fragments of about equal size by the

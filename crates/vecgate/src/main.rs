@@ -55,7 +55,7 @@ enum Cmd {
     Bench {
         /// ip4-forward, ip6-forward, ip4-forward-1m, ip6-forward-1m, gtpu4-encap,
         /// gtpu4-decap, gtpu6-encap, gtpu6-decap, gtpu4-decap-frag (outer packets in two
-        /// fragments, reassembled), gue4-encap, gue4-decap, gre-udp4-encap
+        /// fragments, reassembled), gue4-encap, gue4-decap, gre-udp4-encap, lb4-nat
         scenario: String,
         #[arg(long, default_value_t = 20_000_000)]
         packets: u64,
@@ -80,6 +80,13 @@ enum Cmd {
         /// GTP-U scenarios: turn a fast-path technique off (repeatable; `all`).
         #[arg(long)]
         disable: Vec<String>,
+        /// Load-balancer scenarios: services, backends per service, client flows.
+        #[arg(long, default_value_t = 1)]
+        services: u32,
+        #[arg(long, default_value_t = 10)]
+        backends: u32,
+        #[arg(long, default_value_t = 1024)]
+        flows: u32,
     },
     /// Send UDP packets out of one interface at a fixed size and rate, receive them on
     /// another, report throughput, loss and latency (timestamps carried in the packets).
@@ -131,8 +138,9 @@ fn main() {
         Cmd::Run { config, duration, interval, socket } => run::run(config.as_deref(), duration, interval, socket),
         Cmd::Ctl { socket, json, words } => run::ctl(&socket, json, &words),
         Cmd::Pcap { config, json } => run::pcap(&config, json),
-        Cmd::Bench { scenario, packets, json, core, inner_size, checksum, tunnels, inner, disable } => {
-            bench::bench(&scenario, packets, json, core, &bench::GtpuOptions { inner_size, checksum, tunnels, inner, disable })
+        Cmd::Bench { scenario, packets, json, core, inner_size, checksum, tunnels, inner, disable, services, backends, flows } => {
+            let lb = bench::LbOptions { services, backends, flows };
+            bench::bench(&scenario, packets, json, core, &bench::GtpuOptions { inner_size, checksum, tunnels, inner, disable }, &lb)
         }
         Cmd::Trafgen { tx_if, rx_if, size, rate, duration, src, dst, src_mac, dst_mac, src_port, dst_port, rx_ring, af_xdp, json } => {
             let rx_ring = match rx_ring.as_str() {

@@ -13,7 +13,7 @@ use wire::ipv6_ext::walk_chain;
 use wire::{EtherType, EthernetAddress, IpProtocol};
 
 next_nodes! {
-    pub enum Ip6LocalNext { Lookup = "ip6-lookup", IcmpError = "ip6-icmp-error", Output = "interface-output", Gtpu6Input = "gtpu6-input", Gue6Input = "gue6-input", Reassembly = "ip6-reassembly" }
+    pub enum Ip6LocalNext { Lookup = "ip6-lookup", IcmpError = "ip6-icmp-error", Output = "interface-output", Gtpu6Input = "gtpu6-input", Gue6Input = "gue6-input", Reassembly = "ip6-reassembly", Lb6Nat = "lb6-nat" }
 }
 
 counters! {
@@ -83,11 +83,15 @@ impl<Cx: HasIp> Node<Cx> for Ip6Local {
                         UdpApp::Gue => Ip6LocalNext::Gue6Input,
                     });
                 }
+                if cx.tables.lb_local {
+                    return Verdict::Next(Ip6LocalNext::Lb6Nat);
+                }
                 counts.inc(C::PortUnreachable);
                 buf.meta.param = IcmpRequest::new(1, unreach::PORT, 0).encode();
                 return Verdict::Next(Ip6LocalNext::IcmpError);
             }
             Some(IpProtocol::Ipv6NoNxt) => return Verdict::Drop(C::IcmpIgnored),
+            Some(IpProtocol::Tcp) if cx.tables.lb_local => return Verdict::Next(Ip6LocalNext::Lb6Nat),
             _ => {
                 counts.inc(C::UnknownNextHeader);
                 // Pointer to the Next Header field that named the protocol (exact
