@@ -48,9 +48,10 @@ fn vip_route(spec: &ServiceSpec) -> Option<(Prefix, TunnelRef)> {
     Some((Prefix::new(spec.vip, len).ok()?, TunnelRef { kind, id: 0 }))
 }
 
-/// Whether another service than `id` is reached at `vip`'s address.
-fn vip_shared(state: &LbState, spec: &ServiceSpec, id: u32) -> bool {
-    state.services().any(|(i, o)| i != id && o.kind != ServiceType::NodePort && o.vip == spec.vip)
+/// Whether other services are reached at `spec`'s address (`spec` itself, if in
+/// `state`, not counted).
+fn vip_shared(state: &LbState, spec: &ServiceSpec, counted: bool) -> bool {
+    state.on_address(spec.vip) > usize::from(counted)
 }
 
 impl LbControl {
@@ -97,11 +98,11 @@ impl LbControl {
 
 /// Add a service and its VIP route (not published).
 pub fn add_service(state: &mut LbState, router: &mut RouterState, spec: ServiceSpec) -> Result<u32, String> {
+    let name = spec.name.clone();
     let id = state.add_service(spec).map_err(|e| e.to_string())?;
-    let (_, spec) = state.services().find(|(i, _)| *i == id).expect("just added");
-    if let Some(r) = vip_route(spec).filter(|_| !vip_shared(state, spec, id)) {
+    let (_, spec) = state.service(&name).expect("just added");
+    if let Some(r) = vip_route(spec).filter(|_| !vip_shared(state, spec, true)) {
         if let Err((_, e)) = router.add_tunnel_routes(&[r]) {
-            let name = spec.name.clone();
             state.del_service(&name).expect("just added");
             return Err(format!("service {name:?}: vip: {e}"));
         }
@@ -277,9 +278,8 @@ pub fn handle(c: &mut crate::dataplane::Control, req: &Request) -> Result<Reply,
             Reply::ok(serde_json::json!({ "id": id }), format!("service {:?} added as lb_service{id}", spec.name))
         }
         Request::LbServiceDel { name } => {
-            let id = c.lb.state.service(name).map(|(id, _)| id).ok_or_else(|| format!("service {name:?}: no such service"))?;
             let spec = c.lb.state.del_service(name).map_err(|e| e.to_string())?;
-            if let Some((p, _)) = vip_route(&spec).filter(|_| !vip_shared(&c.lb.state, &spec, id)) {
+            if let Some((p, _)) = vip_route(&spec).filter(|_| !vip_shared(&c.lb.state, &spec, false)) {
                 c.state.del_tunnel_routes(&[p]);
             }
             c.state.set_lb_local(!c.lb.state.is_empty());
@@ -407,5 +407,53 @@ pub fn parse_cli(w: &[&str]) -> Result<Request, String> {
             Ok(Request::LbBackendSet(ch))
         }
         _ => Err("expected: lb service add|del …, lb backend add|del|set …".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    const BASE: &str = "[[interface]]\nname = \"eth0\"\ntype = \"null\"\nmac = \"02:00:00:00:00:01\"\naddresses = [\"198.18.0.1/24\"]\n";
+
+    fn load(extra: &str) -> Result<(LbControl, RouterState), ConfigError> {
+        let cfg = Config::parse(&format!("{BASE}{extra}"), "lb.toml", Path::new(".")).map_err(|e| e)?;
+        let (mut router, _, _) = crate::dataplane::build_state(&cfg)?;
+        LbControl::from_config(&cfg, &mut router).map(|c| (c, router))
+    }
+
+    const WEB: &str = "[[lb_service]]\nname = \"web\"\ntype = \"cluster_ip\"\nvip = \"198.18.128.10\"\nport = 80\nprotocol = \"tcp\"\n";
+
+    #[test]
+    fn bad_settings_name_file_field_and_expectation() {
+        let cases = [
+            (
+                format!("{WEB}backends = [{{ addr = \"198.19.1.10\", port = 8080, weight = 0 }}]\n"),
+                "lb.toml: lb_service[0]: service \"web\": backends[0].weight: 0: expected 1 to 1000",
+            ),
+            (format!("{WEB}{WEB}"), "lb.toml: lb_service[1]: service \"web\": name: already exists"),
+            ("[lb]\nsnat4 = \"2001:db8::1\"\n".into(), "lb.toml: lb.snat4: 2001:db8::1: expected an address of that family"),
+            ("[lb]\nlimits = { sessions = 0 }\n".into(), "lb.toml: lb.limits.sessions: 0: expected 1 to"),
+            ("[lb]\ntimeouts = { udp_ms = 0 }\n".into(), "lb.toml: lb.timeouts.udp_ms: 0: expected 1 ms to 30 days"),
+        ];
+        for (text, want) in cases {
+            let e = load(&text).err().unwrap_or_else(|| panic!("{text} was accepted")).to_string();
+            assert!(e.starts_with(want), "{e:?} does not start with {want:?}");
+        }
+        let e = Config::parse(&format!("{BASE}{WEB}colour = \"blue\"\n"), "lb.toml", Path::new(".")).unwrap_err();
+        assert!(e.field.starts_with("lb_service[0]") && e.message.contains("colour"), "{e}");
+    }
+
+    #[test]
+    fn services_on_one_address_share_its_route() {
+        let dns = WEB.replace("\"web\"", "\"dns\"").replace("port = 80", "port = 53").replace("\"tcp\"", "\"udp\"");
+        let (c, router) = load(&format!("{WEB}{dns}")).unwrap();
+        assert_eq!(c.state.len(), 2);
+        let lb_routes = router.tunnel_routes_of(|t| t.kind == TunnelKind::Lb4);
+        assert_eq!(lb_routes.len(), 1);
+        assert_eq!(lb_routes[0].0, "198.18.128.10/32".parse().unwrap());
+        let t = c.state.tables();
+        assert!(t.v4.lookup(&[198, 18, 128, 10], 53, 17, false).is_some() && t.v4.lookup(&[198, 18, 128, 10], 80, 6, false).is_some());
     }
 }

@@ -17,6 +17,11 @@ use engine::hash::{finish, mix};
 
 /// The default table size, prime: enough for 100 backends at 100 slots each.
 pub const DEFAULT_TABLE_SIZE: u32 = 16_381;
+/// Table sizes chosen when none is configured: primes just below powers of two, so that
+/// a service's table changes size (and every slot its owner) only when its backends
+/// quadruple past 10, not at every addition; small services keep small tables (4 KiB
+/// for 10 backends, where one size for all would cost 10 000 services 640 MB).
+pub const SIZE_CLASSES: [u32; 6] = [1021, 4093, 16_381, 65_521, 262_139, MAX_TABLE_SIZE];
 /// The largest table size accepted (prime): 100 slots for each of ~10 000 backends.
 pub const MAX_TABLE_SIZE: u32 = 1_048_573;
 /// Slots per backend the table must at least have.
@@ -52,11 +57,15 @@ pub fn prime_at_least(n: u32) -> Option<u32> {
     (n.max(2)..=MAX_TABLE_SIZE).find(|&p| is_prime(p))
 }
 
-/// The table size for `backends` backends given a configured size: the configured one
-/// (validated elsewhere to be prime) if it is big enough, else the smallest prime with
-/// 100 slots per backend.
+/// The table size for `backends` backends given a configured size (0 for none): the
+/// configured one (validated elsewhere to be prime) if it has 100 slots per backend,
+/// else the smallest prime that has; with none configured, the smallest of
+/// [`SIZE_CLASSES`] that has.
 pub fn table_size_for(backends: usize, configured: u32) -> u32 {
     let need = (backends as u64 * MIN_SLOTS_PER_BACKEND as u64).min(MAX_TABLE_SIZE as u64) as u32;
+    if configured == 0 {
+        return SIZE_CLASSES.into_iter().find(|&c| c >= need).unwrap_or(MAX_TABLE_SIZE);
+    }
     if configured >= need {
         configured
     } else {
@@ -137,6 +146,10 @@ mod tests {
         assert_eq!(prime_at_least(MAX_TABLE_SIZE + 1), None);
         assert_eq!(table_size_for(10, DEFAULT_TABLE_SIZE), DEFAULT_TABLE_SIZE);
         assert_eq!(table_size_for(200, DEFAULT_TABLE_SIZE), 20_011);
+        assert!(SIZE_CLASSES.iter().all(|&c| is_prime(c)));
+        assert_eq!(table_size_for(10, 0), 1021);
+        assert_eq!(table_size_for(11, 0), 4093);
+        assert_eq!(table_size_for(200, 0), 65_521);
     }
 
     #[test]

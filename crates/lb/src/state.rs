@@ -31,6 +31,10 @@ pub enum LbError {
 pub struct LbState {
     specs: Vec<Option<ServiceSpec>>,
     by_name: HashMap<String, u32>,
+    /// (address, port, protocol, node port) → service, for the duplicate check.
+    by_address: HashMap<(IpAddr, u16, crate::service::Protocol, bool), u32>,
+    /// Services per service address (NodePort services apart).
+    on_vip: HashMap<IpAddr, usize>,
     tables: LbTables,
     /// Maglev tables built since start (each operation builds at most one).
     pub maglev_builds: u64,
@@ -63,8 +67,7 @@ fn compile<F: Family>(id: u32, spec: &ServiceSpec) -> ServiceTable<F> {
         .zip(&eligible)
         .map(|(b, &e)| MaglevBackend { id: b.maglev_id(), weight: if e { b.weight } else { 0 } })
         .collect();
-    let configured = if spec.table_size == 0 { maglev::DEFAULT_TABLE_SIZE } else { spec.table_size };
-    let size = maglev::table_size_for(spec.backends.len(), configured);
+    let size = maglev::table_size_for(spec.backends.len(), spec.table_size);
     ServiceTable {
         id,
         port: spec.port,
@@ -87,6 +90,11 @@ impl LbState {
     /// The current tables, to publish.
     pub fn tables(&self) -> Arc<LbTables> {
         Arc::new(self.tables.clone())
+    }
+
+    /// Services on `addr` (any port and protocol), NodePort services apart.
+    pub fn on_address(&self, addr: IpAddr) -> usize {
+        self.on_vip.get(&addr).copied().unwrap_or(0)
     }
 
     pub fn services(&self) -> impl Iterator<Item = (u32, &ServiceSpec)> {
@@ -122,12 +130,8 @@ impl LbState {
         if self.by_name.contains_key(&spec.name) {
             return Err(LbError::DuplicateName(spec.name));
         }
-        if let Some((_, other)) = self.services().find(|(_, o)| {
-            o.vip == spec.vip
-                && o.port == spec.port
-                && o.protocol == spec.protocol
-                && (o.kind == ServiceType::NodePort) == (spec.kind == ServiceType::NodePort)
-        }) {
+        let address = (spec.vip, spec.port, spec.protocol, spec.kind == ServiceType::NodePort);
+        if let Some(other) = self.by_address.get(&address).and_then(|&id| self.specs[id as usize].as_ref()) {
             return Err(LbError::DuplicateAddress(spec.name.clone(), spec.vip, spec.port, spec.protocol, other.name.clone()));
         }
         let id = match self.specs.iter().position(Option::is_none) {
@@ -138,6 +142,10 @@ impl LbState {
             }
         };
         self.by_name.insert(spec.name.clone(), id);
+        self.by_address.insert(address, id);
+        if !address.3 {
+            *self.on_vip.entry(address.0).or_default() += 1;
+        }
         self.specs[id as usize] = Some(spec);
         self.index(id, true);
         self.rebuild(id);
@@ -148,6 +156,15 @@ impl LbState {
         let id = self.by_name.remove(name).ok_or_else(|| LbError::NoSuchService(name.into()))?;
         self.index(id, false);
         let spec = self.specs[id as usize].take().expect("named services have specs");
+        self.by_address.remove(&(spec.vip, spec.port, spec.protocol, spec.kind == ServiceType::NodePort));
+        if spec.kind != ServiceType::NodePort {
+            if let Some(n) = self.on_vip.get_mut(&spec.vip) {
+                *n -= 1;
+                if *n == 0 {
+                    self.on_vip.remove(&spec.vip);
+                }
+            }
+        }
         fn clear<F: Family>(t: &mut FamilyTables<F>, id: u32) {
             if let Some(s) = t.services.get_mut(id as usize) {
                 *s = None;

@@ -20,7 +20,6 @@ pub trait TableKey: Copy + Eq + Default {
 struct Slot<K, V> {
     /// When the entry expires, in the caller's milliseconds; 0 for a free slot.
     expires: u64,
-    tag: u32,
     key: K,
     val: V,
 }
@@ -29,16 +28,22 @@ struct Slot<K, V> {
 pub type SlotIdx = u32;
 
 pub struct Table<K, V> {
+    /// Each slot's key hash, apart from the slots: a lookup reads its bucket's tags
+    /// (one 32-byte run) and only the slot whose tag matches.
+    tags: Box<[u32]>,
     slots: Box<[Slot<K, V>]>,
     bucket_mask: u32,
-    live_hint: usize,
 }
 
 impl<K: TableKey, V: Copy + Default> Table<K, V> {
     /// A table of at least `capacity` slots (whole buckets, a power of two of them).
     pub fn new(capacity: usize) -> Self {
         let buckets = capacity.div_ceil(WAYS).max(1).next_power_of_two();
-        Table { slots: vec![Slot::default(); buckets * WAYS].into_boxed_slice(), bucket_mask: buckets as u32 - 1, live_hint: 0 }
+        Table {
+            tags: vec![0; buckets * WAYS].into_boxed_slice(),
+            slots: vec![Slot::default(); buckets * WAYS].into_boxed_slice(),
+            bucket_mask: buckets as u32 - 1,
+        }
     }
 
     pub fn capacity(&self) -> usize {
@@ -47,7 +52,7 @@ impl<K: TableKey, V: Copy + Default> Table<K, V> {
 
     /// Bytes the table holds per slot.
     pub const fn slot_bytes() -> usize {
-        core::mem::size_of::<Slot<K, V>>()
+        core::mem::size_of::<Slot<K, V>>() + core::mem::size_of::<u32>()
     }
 
     /// The key's two buckets' first slots: from the tag's low bits and from a remix of it
@@ -70,8 +75,10 @@ impl<K: TableKey, V: Copy + Default> Table<K, V> {
         let tag = key.hash();
         let [a, b] = self.buckets(tag);
         let hit = |i: usize| {
-            let s = &self.slots[i];
-            s.tag == tag && s.expires > now && s.key == *key
+            self.tags[i] == tag && {
+                let s = &self.slots[i];
+                s.expires > now && s.key == *key
+            }
         };
         (a..a + WAYS).find(|&i| hit(i)).or_else(|| (b..b + WAYS).find(|&i| hit(i))).map(|i| i as SlotIdx)
     }
@@ -86,8 +93,8 @@ impl<K: TableKey, V: Copy + Default> Table<K, V> {
         let free = |from: usize| (from..from + WAYS).filter(|&i| self.slots[i].expires <= now).count();
         let bucket = if free(b) > free(a) { b } else { a };
         let i = (bucket..bucket + WAYS).find(|&i| self.slots[i].expires <= now)?;
-        self.slots[i] = Slot { expires: expires.max(1), tag, key, val };
-        self.live_hint += 1;
+        self.slots[i] = Slot { expires: expires.max(1), key, val };
+        self.tags[i] = tag;
         Some(i as SlotIdx)
     }
 

@@ -113,9 +113,12 @@ fn tcp_states_set_the_timeouts() {
     assert_eq!(state_of(&r, 100_001), Some((ConnState::Established, 100_001 + to.tcp_established_ms)));
     r.fwd(&k, TCP_ACK | TCP_FIN, 200_000).unwrap();
     assert_eq!(state_of(&r, 200_000), Some((ConnState::Closing, 200_000 + to.tcp_closing_ms)));
-    // Closing does not go back to established on later packets.
+    // Closing does not go back to established on later packets; the expiry moves on
+    // once it would move by a second (not on every packet).
     r.lb.reverse(&reply, TCP_ACK, 200_001).unwrap();
-    assert_eq!(state_of(&r, 200_001), Some((ConnState::Closing, 200_001 + to.tcp_closing_ms)));
+    assert_eq!(state_of(&r, 200_001), Some((ConnState::Closing, 200_000 + to.tcp_closing_ms)));
+    r.lb.reverse(&reply, TCP_ACK, 201_000).unwrap();
+    assert_eq!(state_of(&r, 201_000), Some((ConnState::Closing, 201_000 + to.tcp_closing_ms)));
     r.lb.reverse(&reply, TCP_RST, 200_002).unwrap();
     assert_eq!(state_of(&r, 200_002), Some((ConnState::Reset, 200_002 + to.tcp_reset_ms)));
     assert!(state_of(&r, 200_002 + to.tcp_reset_ms).is_none());
