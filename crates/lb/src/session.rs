@@ -295,6 +295,18 @@ impl<F: Family> Balancer<F> {
         Ok((there, if affine { Outcome::NewAffine } else { outcome }))
     }
 
+    /// Start loading what [`Balancer::forward`] or [`Balancer::reverse`] of `key` reads first.
+    #[inline(always)]
+    pub fn prefetch(&self, key: &FlowKey<F::Addr>) {
+        self.sessions.prefetch(&Key(*key));
+    }
+
+    /// The second stage: the entry itself (see [`Table::prefetch_slot`]).
+    #[inline(always)]
+    pub fn prefetch_entry(&self, key: &FlowKey<F::Addr>) {
+        self.sessions.prefetch_slot(&Key(*key));
+    }
+
     /// A packet that may be a reply of a translated connection: its translation.
     #[inline]
     pub fn reverse(&mut self, key: &FlowKey<F::Addr>, flags: u8, now: u64) -> Option<Rewrite<F::Addr>> {

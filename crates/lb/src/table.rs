@@ -69,6 +69,25 @@ impl<K: TableKey, V: Copy + Default> Table<K, V> {
         (a..a + WAYS).chain(b..b + WAYS)
     }
 
+    /// Start loading the tags of `key`'s first bucket (where most keys are), so that
+    /// the lookups of a vector's packets overlap their misses.
+    #[inline(always)]
+    pub fn prefetch(&self, key: &K) {
+        let [a, _] = self.buckets(key.hash());
+        engine::prefetch::read(&self.tags[a]);
+    }
+
+    /// Start loading the slot whose tag matches `key`'s (after [`Table::prefetch`] had
+    /// time to bring the tags in): the lookup's second, dependent miss, overlapped too.
+    #[inline(always)]
+    pub fn prefetch_slot(&self, key: &K) {
+        let tag = key.hash();
+        let [a, b] = self.buckets(tag);
+        if let Some(i) = (a..a + WAYS).chain(b..b + WAYS).find(|&i| self.tags[i] == tag) {
+            engine::prefetch::read(&self.slots[i]);
+        }
+    }
+
     /// The live entry for `key` at `now`.
     #[inline]
     pub fn find(&self, key: &K, now: u64) -> Option<SlotIdx> {
