@@ -124,3 +124,35 @@ def test_connections_spread_intact_and_stick(lab, vecgate, tmp_path):
     assert not any(k[0] == "lb4-nat" and k[1] in ("session-table-full", "truncated", "reply-tuple-in-use") for k in errs), errs
     code, _, _ = gw.stop()
     assert code == 0
+
+
+def test_an_open_connection_keeps_its_backend_while_backends_drain(lab, vecgate, tmp_path):
+    """A long transfer runs while every backend in turn becomes terminating: whichever
+    backend it is on keeps it (draining), so it ends intact, and no session was chosen
+    again."""
+    c, g, bes = topology(lab)
+    gw = Vecgate(lab, vecgate, g, config(), tmp_path)
+    for i, b in enumerate(bes):
+        serve(lab, b, f"be{i}")
+    for a in NODE_B:
+        lab.run(c, "ping", "-c", "2", "-i", "0.2", "-W", "1", a, check=False)
+    for i, b in enumerate(bes):
+        lab.run(b, "ping", "-c", "2", "-i", "0.2", "-W", "1", NODE_B[i], check=False)
+    n = 16 * 1024 * 1024
+    p = lab.spawn(c, sys.executable, str(PEER), "echo", VIP, "80", str(n))
+    time.sleep(0.3)
+    for a in BACKENDS:
+        gw.ctl("lb", "backend", "set", "default/web", a, "8080", "terminating")
+        time.sleep(0.1)
+    out, err = p.communicate(timeout=90)
+    e = json.loads(out.strip().splitlines()[-1])
+    assert e["bytes"] == n and e["sent"] == e["got"], (e, err)
+    errs = gw.errors()
+    assert errs.get(("lb4-nat", "backend-gone"), 0) == 0, errs
+    # With every backend terminating, the serving ones still take new connections.
+    r = client(lab, c, "who", VIP, 80, 10)
+    assert len(r["answers"]) == 10
+    rows = gw.ctl("show", "lb", "backends")["data"]
+    assert all(r["conditions"]["terminating"] and r["eligible"] for r in rows), rows
+    code, _, _ = gw.stop()
+    assert code == 0
