@@ -14,6 +14,7 @@
 
 pub mod context;
 pub mod family;
+pub mod fuzz;
 pub mod maglev;
 pub mod nat;
 pub mod nodes;
