@@ -18,7 +18,7 @@ NODE_B = ["198.19.1.1", "198.19.2.1", "198.19.3.1"]
 BACKENDS = ["198.19.1.10", "198.19.2.10", "198.19.3.10"]
 
 
-def config():
+def config(extra=""):
     legs = "".join(f"""
 [[interface]]
 name = "b{i}"
@@ -46,7 +46,7 @@ vip = "{VIP}"
 port = 80
 protocol = "tcp"
 backends = [{backends}]
-"""
+{extra}"""
 
 
 @pytest.fixture
@@ -154,5 +154,42 @@ def test_an_open_connection_keeps_its_backend_while_backends_drain(lab, vecgate,
     assert len(r["answers"]) == 10
     rows = gw.ctl("show", "lb", "backends")["data"]
     assert all(r["conditions"]["terminating"] and r["eligible"] for r in rows), rows
+    code, _, _ = gw.stop()
+    assert code == 0
+
+
+def test_local_policy_keeps_the_client_address(lab, vecgate, tmp_path):
+    """externalTrafficPolicy Local: no source translation, so each backend sees the
+    client's own address; its replies (routed back through vecgate, their destination the
+    client) are translated on the forwarding path, so the client still sees the VIP."""
+    backends = ", ".join(f'{{ addr = "{a}", port = 8080 }}' for a in BACKENDS)
+    local = f"""
+[[lb_service]]
+name = "default/web-local"
+type = "load_balancer"
+vip = "{VIP}"
+port = 81
+protocol = "tcp"
+traffic_policy = "Local"
+backends = [{backends}]
+"""
+    c, g, bes = topology(lab)
+    gw = Vecgate(lab, vecgate, g, config(local), tmp_path)
+    for i, b in enumerate(bes):
+        serve(lab, b, f"be{i}")
+    for a in NODE_B:
+        lab.run(c, "ping", "-c", "2", "-i", "0.2", "-W", "1", a, check=False)
+    for i, b in enumerate(bes):
+        lab.run(b, "ping", "-c", "2", "-i", "0.2", "-W", "1", NODE_B[i], check=False)
+    r = client(lab, c, "who", VIP, 81, 30)
+    assert len({a.split()[0] for a in r["answers"]}) == 3, r
+    assert all(a.split()[1] == "198.18.0.2" and a.split()[2] == VIP for a in r["answers"]), r
+    e = client(lab, c, "echo", VIP, 81, 2 * 1024 * 1024)
+    assert e["bytes"] == 2 * 1024 * 1024 and e["sent"] == e["got"], e
+    # The Cluster service on the same address still translates to the node.
+    r = client(lab, c, "who", VIP, 80, 10)
+    assert all(a.split()[1] == "198.19.1.1" for a in r["answers"]), r
+    errs = gw.errors()
+    assert errs.get(("lb4-nat", "reply-translated"), 0) >= 60, errs
     code, _, _ = gw.stop()
     assert code == 0

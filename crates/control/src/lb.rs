@@ -68,6 +68,7 @@ impl LbControl {
             add_service(&mut state, router, s.clone()).map_err(|e| cfg.err(format!("lb_service[{i}]"), e))?;
         }
         router.set_lb_local(!state.is_empty());
+        router.set_lb_replies(state.has_local_policy());
         let limits = cfg.lb.limits.unwrap_or_default();
         for (field, n, max) in [("lb.limits.sessions", limits.sessions, 1usize << 26), ("lb.limits.affinity", limits.affinity, 1 << 24)] {
             if n == 0 || n > max {
@@ -273,6 +274,7 @@ pub fn handle(c: &mut crate::dataplane::Control, req: &Request) -> Result<Reply,
         Request::LbServiceAdd(spec) => {
             let id = add_service(&mut c.lb.state, &mut c.state, spec.clone())?;
             c.state.set_lb_local(true);
+            c.state.set_lb_replies(c.lb.state.has_local_policy());
             c.lb.publish();
             c.publish_routes();
             Reply::ok(serde_json::json!({ "id": id }), format!("service {:?} added as lb_service{id}", spec.name))
@@ -283,6 +285,7 @@ pub fn handle(c: &mut crate::dataplane::Control, req: &Request) -> Result<Reply,
                 c.state.del_tunnel_routes(&[p]);
             }
             c.state.set_lb_local(!c.lb.state.is_empty());
+            c.state.set_lb_replies(c.lb.state.has_local_policy());
             c.lb.publish();
             c.publish_routes();
             Reply::ok(serde_json::Value::Null, format!("service {name:?} deleted"))

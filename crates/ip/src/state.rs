@@ -90,6 +90,7 @@ pub struct RouterState {
     tunnel_routes: BTreeMap<Prefix, TunnelRef>,
     udp: Arc<UdpDemux>,
     lb_local: bool,
+    lb_replies: bool,
     neighbours: HashMap<IpAddr, Neighbour>,
     adj_ids: HashMap<AdjKey, u32>,
     adj_keys: Vec<AdjKey>,
@@ -128,6 +129,7 @@ impl RouterState {
             tunnel_routes: BTreeMap::new(),
             udp: Arc::new(UdpDemux::default()),
             lb_local: false,
+            lb_replies: false,
             neighbours: HashMap::new(),
             adj_ids: HashMap::new(),
             adj_keys: Vec::new(),
@@ -268,6 +270,11 @@ impl RouterState {
     /// Whether TCP and UDP for the gateway's addresses go to the load balancer.
     pub fn set_lb_local(&mut self, on: bool) {
         self.lb_local = on;
+    }
+
+    /// Whether forwarded packets pass the load balancer (for replies it must translate).
+    pub fn set_lb_replies(&mut self, on: bool) {
+        self.lb_replies = on;
     }
 
     /// Add or replace a route.
@@ -540,6 +547,7 @@ impl RouterState {
             neighbours6: Arc::new(n6),
             udp: self.udp.clone(),
             lb_local: self.lb_local,
+            lb_replies: self.lb_replies,
         }
     }
 }

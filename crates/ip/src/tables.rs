@@ -258,6 +258,9 @@ pub struct Tables {
     /// TCP and UDP for the gateway's own addresses go to `lbN-nat` (NodePort services,
     /// replies to source-translated connections) rather than being refused.
     pub lb_local: bool,
+    /// Forwarded packets go to `lbN-nat` before `ipN-rewrite`: replies of load-balanced
+    /// connections that kept the client's address (services with the `Local` policy).
+    pub lb_replies: bool,
 }
 
 impl Tables {
@@ -272,6 +275,7 @@ impl Tables {
             neighbours6: Arc::new(HashMap::new()),
             udp: Arc::new(UdpDemux::default()),
             lb_local: false,
+            lb_replies: false,
         }
     }
 

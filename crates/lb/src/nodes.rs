@@ -17,10 +17,13 @@ use crate::nat::{self, NatError};
 use crate::session::{LbDrop, Outcome};
 use engine::{counters, next_nodes, BufIdx, Buffer, Counts, GraphBuilder, Node, Pool, Verdict};
 use ip::nodes::IcmpRequest;
-use ip::tables::MAX_INDEX;
+use ip::tables::{Adjacency, MAX_INDEX};
 
 next_nodes! {
-    pub enum LbNatNext { Ip4Lookup = "ip4-lookup", Ip6Lookup = "ip6-lookup", Ip4IcmpError = "ip4-icmp-error", Ip6IcmpError = "ip6-icmp-error" }
+    pub enum LbNatNext {
+        Ip4Lookup = "ip4-lookup", Ip6Lookup = "ip6-lookup", Ip4IcmpError = "ip4-icmp-error", Ip6IcmpError = "ip6-icmp-error",
+        Ip4Rewrite = "ip4-rewrite", Ip6Rewrite = "ip6-rewrite",
+    }
 }
 
 counters! {
@@ -48,6 +51,7 @@ pub trait NatNodeFamily: LbFamily {
     const NODE: &'static str;
     const LOOKUP: LbNatNext;
     const ICMP_ERROR: LbNatNext;
+    const REWRITE: LbNatNext;
     const PORT_UNREACHABLE: IcmpRequest;
 }
 
@@ -55,6 +59,7 @@ impl NatNodeFamily for crate::V4 {
     const NODE: &'static str = "lb4-nat";
     const LOOKUP: LbNatNext = LbNatNext::Ip4Lookup;
     const ICMP_ERROR: LbNatNext = LbNatNext::Ip4IcmpError;
+    const REWRITE: LbNatNext = LbNatNext::Ip4Rewrite;
     const PORT_UNREACHABLE: IcmpRequest = IcmpRequest::new(3, wire::icmpv4::unreach::PORT, 0);
 }
 
@@ -62,6 +67,7 @@ impl NatNodeFamily for crate::V6 {
     const NODE: &'static str = "lb6-nat";
     const LOOKUP: LbNatNext = LbNatNext::Ip6Lookup;
     const ICMP_ERROR: LbNatNext = LbNatNext::Ip6IcmpError;
+    const REWRITE: LbNatNext = LbNatNext::Ip6Rewrite;
     const PORT_UNREACHABLE: IcmpRequest = IcmpRequest::new(1, wire::icmpv6::unreach::PORT, 0);
 }
 
@@ -79,6 +85,26 @@ fn nat_drop(e: NatError) -> LbNatCounter {
         NatError::Fragment => LbNatCounter::Fragment,
         NatError::ExtensionHeaders => LbNatCounter::ExtensionHeaders,
         NatError::Protocol => LbNatCounter::Protocol,
+    }
+}
+
+impl<F: NatNodeFamily> LbNat<F> {
+    /// A forwarded packet: translated if it is the reply of a `Local`-policy connection,
+    /// on to `ipN-rewrite` either way (its route is the client's, unchanged).
+    #[inline]
+    fn forwarded<Cx: HasLb>(cx: &mut Cx, counts: &mut Counts<'_, LbNatCounter>, buf: &mut Buffer) -> Verdict<LbNatNext, LbNatCounter> {
+        let partial = buf.meta.offload.has_partial_checksum();
+        let (t, lb, now) = F::parts(cx.lb());
+        let pkt = buf.bytes_mut();
+        if let Ok((key, flags, l4)) = nat::flow::<F>(pkt) {
+            if t.reply_sources.contains(&key.src) {
+                if let Some(rw) = lb.reverse(&key, flags, now) {
+                    nat::translate::<F>(pkt, l4, &key, &rw, partial);
+                    counts.inc(LbNatCounter::Replies);
+                }
+            }
+        }
+        Verdict::Next(F::REWRITE)
     }
 }
 
@@ -112,8 +138,13 @@ impl<Cx: HasLb, F: NatNodeFamily> Node<Cx> for LbNat<F> {
     fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
         use LbNatCounter as C;
         // Routed here by a service address's FIB entry (a tunnel reference above the
-        // adjacency indices), or by ipN-local for the node's own addresses.
-        let local = buf.meta.adj <= MAX_INDEX;
+        // adjacency indices), by ipN-local for the node's own addresses, or on its way
+        // to ipN-rewrite (`lb_replies`: a reply that kept the client's address?).
+        let adj = buf.meta.adj;
+        let local = adj <= MAX_INDEX && matches!(cx.ip().tables.adjacency(adj), Adjacency::Local);
+        if adj <= MAX_INDEX && !local {
+            return Self::forwarded(cx, counts, buf);
+        }
         let partial = buf.meta.offload.has_partial_checksum();
         let (t, lb, now) = F::parts(cx.lb());
         let pkt = buf.bytes_mut();

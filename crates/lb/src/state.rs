@@ -89,7 +89,22 @@ impl LbState {
 
     /// The current tables, to publish.
     pub fn tables(&self) -> Arc<LbTables> {
-        Arc::new(self.tables.clone())
+        let mut t = self.tables.clone();
+        // Only services with the Local policy have replies that come forwarded (few).
+        for (_, s) in self.services().filter(|(_, s)| s.traffic_policy == TrafficPolicy::Local) {
+            for b in &s.backends {
+                match b.addr {
+                    IpAddr::V4(a) => t.v4.reply_sources.insert(a.octets()),
+                    IpAddr::V6(a) => t.v6.reply_sources.insert(a.octets()),
+                };
+            }
+        }
+        Arc::new(t)
+    }
+
+    /// Whether some service keeps client addresses (its replies come forwarded).
+    pub fn has_local_policy(&self) -> bool {
+        self.services().any(|(_, s)| s.traffic_policy == TrafficPolicy::Local)
     }
 
     /// Services on `addr` (any port and protocol), NodePort services apart.

@@ -57,17 +57,32 @@ pub struct FamilyTables<F: Family> {
     /// The node's address that `Cluster`-policy services translate sources to; without
     /// one, those services keep the client's address.
     pub snat: Option<F::Addr>,
+    /// Backends of `Local`-policy services: forwarded packets from these may be replies
+    /// to translate (others pass without a session lookup).
+    pub reply_sources: std::collections::HashSet<F::Addr, WordHashBuilder>,
 }
 
 impl<F: Family> Clone for FamilyTables<F> {
     fn clone(&self) -> Self {
-        FamilyTables { services: self.services.clone(), vips: self.vips.clone(), node_ports: self.node_ports.clone(), snat: self.snat }
+        FamilyTables {
+            services: self.services.clone(),
+            vips: self.vips.clone(),
+            node_ports: self.node_ports.clone(),
+            snat: self.snat,
+            reply_sources: self.reply_sources.clone(),
+        }
     }
 }
 
 impl<F: Family> Default for FamilyTables<F> {
     fn default() -> Self {
-        FamilyTables { services: Vec::new(), vips: HashMap::default(), node_ports: HashMap::default(), snat: None }
+        FamilyTables {
+            services: Vec::new(),
+            vips: HashMap::default(),
+            node_ports: HashMap::default(),
+            snat: None,
+            reply_sources: Default::default(),
+        }
     }
 }
 

@@ -20,6 +20,8 @@ pub trait Family: Send + 'static {
     const REWRITE: Self::LookupNext;
     const LOCAL: Self::LookupNext;
     const ICMP_ERROR: Self::LookupNext;
+    /// The load balancer's node, which forwarded packets pass when `Tables::lb_replies`.
+    const LB_NAT: Self::LookupNext;
     /// The encap node of each tunnel kind.
     fn tunnel_next(k: TunnelKind) -> Self::LookupNext;
     /// Minimum header length and where the destination address sits in it.
@@ -77,6 +79,7 @@ impl Family for Ip4 {
     const REWRITE: Ip4LookupNext = Ip4LookupNext::Rewrite;
     const LOCAL: Ip4LookupNext = Ip4LookupNext::Local;
     const ICMP_ERROR: Ip4LookupNext = Ip4LookupNext::IcmpError;
+    const LB_NAT: Ip4LookupNext = Ip4LookupNext::Lb4Nat;
     #[inline(always)]
     fn tunnel_next(k: TunnelKind) -> Ip4LookupNext {
         match k {
@@ -126,6 +129,7 @@ impl Family for Ip6 {
     const REWRITE: Ip6LookupNext = Ip6LookupNext::Rewrite;
     const LOCAL: Ip6LookupNext = Ip6LookupNext::Local;
     const ICMP_ERROR: Ip6LookupNext = Ip6LookupNext::IcmpError;
+    const LB_NAT: Ip6LookupNext = Ip6LookupNext::Lb6Nat;
     #[inline(always)]
     fn tunnel_next(k: TunnelKind) -> Ip6LookupNext {
         match k {
