@@ -149,6 +149,32 @@ pub fn gre(data: &[u8]) {
     }
 }
 
+/// A UDP 4500 payload: classified, and ESP read under each algorithm's layout; the
+/// header emits back to its bytes and a trailer that parses emits back to its bytes.
+pub fn esp(data: &[u8]) {
+    if esp::classify_udp(data) != Ok(esp::UdpEncap::Esp) {
+        return;
+    }
+    let Ok(p) = esp::EspPacket::new_checked(data) else { return };
+    let mut h = [0u8; esp::HEADER_LEN];
+    esp::EspRepr::parse(&p).emit(&mut h);
+    assert_eq!(h[..], data[..esp::HEADER_LEN]);
+    for (iv_len, icv_len, align) in [(8, 16, 4), (16, 16, 16), (0, 0, 4), (0, 16, 4)] {
+        let l = esp::EspLayout { iv_len, icv_len, align };
+        if p.check_layout(&l).is_err() {
+            continue;
+        }
+        let plain = p.ciphertext(&l);
+        assert_eq!(plain.len() % align, 0);
+        if let Ok(t) = esp::EspTrailer::parse(plain) {
+            let tail = &plain[t.payload_len(plain.len())..];
+            let mut b = vec![0u8; t.buffer_len()];
+            t.emit(&mut b);
+            assert_eq!(b[..], tail[..]);
+        }
+    }
+}
+
 /// Every target by name, for the corpus replay test and the fuzz crate.
 pub const TARGETS: &[(&str, fn(&[u8]))] = &[
     ("ethernet", ethernet),
@@ -162,4 +188,5 @@ pub const TARGETS: &[(&str, fn(&[u8]))] = &[
     ("gtpu", gtpu),
     ("gue", gue),
     ("gre", gre),
+    ("esp", esp),
 ];

@@ -21,6 +21,7 @@
 
 pub mod arp;
 pub mod checksum;
+pub mod esp;
 pub mod ethernet;
 pub mod fuzz;
 pub mod gre;

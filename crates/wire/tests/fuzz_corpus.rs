@@ -54,3 +54,28 @@ fn scapy_encoded_gtpu_parses_to_its_fields() {
     let r = GtpuRepr::parse(&GtpuPacket::new_checked(&echo[..]).unwrap()).unwrap();
     assert_eq!((r.msg_type, r.seq), (MessageType::EchoRequest, Some(5)));
 }
+
+/// The ESP seeds were encrypted by scapy's ESP layer (`fuzz/make_corpus.py`): our views
+/// read its header, and its NULL-encrypted trailer (padding 1, 2, ...; next header 4).
+#[test]
+fn scapy_encoded_esp_parses_to_its_fields() {
+    use wire::esp::{classify_udp, EspLayout, EspPacket, EspTrailer, UdpEncap};
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/esp");
+    let read = |n: usize| std::fs::read(dir.join(format!("seed-{n:03}"))).unwrap();
+    let null = read(0);
+    let p = EspPacket::new_checked(&null[..]).unwrap();
+    assert_eq!((p.spi(), p.seq()), (0x1000, 1));
+    let l = EspLayout { iv_len: 0, icv_len: 0, align: 4 };
+    p.check_layout(&l).unwrap();
+    let t = EspTrailer::parse(p.ciphertext(&l)).unwrap();
+    assert_eq!(t.next_header, wire::IpProtocol::IpIp);
+    assert_eq!(t.payload_len(p.ciphertext(&l).len()), 28, "the inner IPv4 ICMP echo");
+    let gcm = read(6);
+    let p = EspPacket::new_checked(&gcm[..]).unwrap();
+    assert_eq!((p.spi(), p.seq()), (0x2000, 5));
+    assert_eq!(p.check_layout(&EspLayout { iv_len: 8, icv_len: 16, align: 4 }), Ok(()));
+    let cbc = read(12);
+    assert_eq!(EspPacket::new_checked(&cbc[..]).unwrap().check_layout(&EspLayout { iv_len: 16, icv_len: 16, align: 16 }), Ok(()));
+    assert_eq!(classify_udp(&read(18)), Ok(UdpEncap::Keepalive));
+    assert_eq!(classify_udp(&read(24)), Ok(UdpEncap::Ike));
+}
