@@ -28,6 +28,10 @@ pub enum TunnelKind {
     Gue4 = 3,
     /// The same over IPv6 (`gue6-encap`).
     Gue6 = 4,
+    /// An outbound ESP SA over IPv4 (`esp4-encrypt`; the id is the SA index).
+    Esp4 = 5,
+    /// The same over IPv6 (`esp6-encrypt`).
+    Esp6 = 6,
 }
 
 /// Bits of a FIB value above this hold a [`TunnelKind`]; below, an adjacency index or
@@ -41,6 +45,9 @@ pub const MAX_INDEX: u32 = (1 << TUNNEL_SHIFT) - 1;
 pub const GTPU_IF_PREFIX: &str = "gtpu_tunnel";
 /// UDP tunnel interfaces (GUE, GRE-in-UDP, direct) are `udp_tunnel<id>`.
 pub const UDP_TUNNEL_IF_PREFIX: &str = "udp_tunnel";
+
+/// Outbound ESP SAs are interfaces `ipsec_tunnel<SA index>`.
+pub const IPSEC_TUNNEL_IF_PREFIX: &str = "ipsec_tunnel";
 
 /// A tunnel as a FIB value: its kind and its id within that feature's table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
@@ -63,6 +70,8 @@ impl TunnelRef {
             2 => TunnelKind::Gtpu6,
             3 => TunnelKind::Gue4,
             4 => TunnelKind::Gue6,
+            5 => TunnelKind::Esp4,
+            6 => TunnelKind::Esp6,
             _ => return None,
         };
         Some(TunnelRef { kind, id: v & MAX_INDEX })
@@ -73,6 +82,7 @@ impl TunnelRef {
         match self.kind {
             TunnelKind::Gtpu4 | TunnelKind::Gtpu6 => format!("{GTPU_IF_PREFIX}{}", self.id),
             TunnelKind::Gue4 | TunnelKind::Gue6 => format!("{UDP_TUNNEL_IF_PREFIX}{}", self.id),
+            TunnelKind::Esp4 | TunnelKind::Esp6 => format!("{IPSEC_TUNNEL_IF_PREFIX}{}", self.id),
         }
     }
 
@@ -94,6 +104,8 @@ pub enum UdpApp {
     Gtpu,
     /// A UDP tunnel port (GUE, GRE-in-UDP, direct): `gue4-input` / `gue6-input`.
     Gue,
+    /// ESP in UDP (RFC 3948): `esp4-decrypt` / `esp6-decrypt`.
+    Esp,
 }
 
 /// The local UDP demux: ports that tunnel features listen on, and the endpoint addresses

@@ -16,3 +16,11 @@ pub mod sa;
 
 pub use crypto::{Algorithm, Transform};
 pub use sa::{Direction, Lifetime, Sa, SaSpec, UdpEncapPorts};
+pub mod context;
+pub mod nodes;
+pub mod state;
+pub mod tables;
+
+pub use context::{HasIpsec, IpsecContext};
+pub use state::{IpsecError, IpsecState};
+pub use tables::IpsecTables;

@@ -55,12 +55,14 @@ engine::next_nodes! {
     pub enum Ip4LookupNext {
         Rewrite = "ip4-rewrite", Local = "ip4-local", IcmpError = "ip4-icmp-error",
         Gtpu4Encap = "gtpu4-encap", Gtpu6Encap = "gtpu6-encap", Gue4Encap = "gue4-encap", Gue6Encap = "gue6-encap",
+        Esp4Encrypt = "esp4-encrypt", Esp6Encrypt = "esp6-encrypt",
     }
 }
 engine::next_nodes! {
     pub enum Ip6LookupNext {
         Rewrite = "ip6-rewrite", Local = "ip6-local", IcmpError = "ip6-icmp-error",
         Gtpu4Encap = "gtpu4-encap", Gtpu6Encap = "gtpu6-encap", Gue4Encap = "gue4-encap", Gue6Encap = "gue6-encap",
+        Esp4Encrypt = "esp4-encrypt", Esp6Encrypt = "esp6-encrypt",
     }
 }
 
@@ -82,6 +84,8 @@ impl Family for Ip4 {
             TunnelKind::Gtpu6 => Ip4LookupNext::Gtpu6Encap,
             TunnelKind::Gue4 => Ip4LookupNext::Gue4Encap,
             TunnelKind::Gue6 => Ip4LookupNext::Gue6Encap,
+            TunnelKind::Esp4 => Ip4LookupNext::Esp4Encrypt,
+            TunnelKind::Esp6 => Ip4LookupNext::Esp6Encrypt,
         }
     }
     const HEADER_LEN: usize = 20;
@@ -129,6 +133,8 @@ impl Family for Ip6 {
             TunnelKind::Gtpu6 => Ip6LookupNext::Gtpu6Encap,
             TunnelKind::Gue4 => Ip6LookupNext::Gue4Encap,
             TunnelKind::Gue6 => Ip6LookupNext::Gue6Encap,
+            TunnelKind::Esp4 => Ip6LookupNext::Esp4Encrypt,
+            TunnelKind::Esp6 => Ip6LookupNext::Esp6Encrypt,
         }
     }
     const HEADER_LEN: usize = 40;
