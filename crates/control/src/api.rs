@@ -57,6 +57,13 @@ pub enum Request {
         name: String,
     },
     ShowUdpTunnels {},
+    /// Add an IPsec SA (the fields of an `[[ipsec_sa]]` table).
+    IpsecSaAdd(crate::ipsec::IpsecSaConfig),
+    IpsecSaDel {
+        index: u32,
+    },
+    /// SAs without their keys.
+    ShowIpsecSa {},
     /// Capture an interface's received and sent frames to a pcap file (one file per
     /// worker, `<file>.w<N>`, when there are several).
     PcapTrace {
@@ -201,6 +208,7 @@ impl Control {
             Request::IpRouteAdd { prefix, via, interface, blackhole } => {
                 let p: Prefix = prefix.parse().map_err(|e| format!("prefix {prefix:?}: {e}"))?;
                 let t = route_target(via.as_deref(), interface.as_deref(), *blackhole)?;
+                let t = crate::ipsec::resolve_target(&self.ipsec, t)?;
                 let t = crate::dataplane::resolve_target(&self.gtpu, &self.udptun, &self.state, t)?;
                 self.state.add_route(p, t).map_err(|e| e.to_string())?;
                 self.publish_routes();
@@ -257,6 +265,20 @@ impl Control {
                 }
                 let data = serde_json::json!({ "tunnels": rows, "events": self.recent_udptun_events });
                 Reply::ok(data, text)
+            }
+            Request::IpsecSaAdd(c) => {
+                let name = crate::ipsec::add(&mut self.ipsec, &mut self.state, c)?;
+                self.publish_routes();
+                Reply::ok(serde_json::json!({ "index": c.index, "name": name }), format!("added SA {} ({name})", c.index))
+            }
+            Request::IpsecSaDel { index } => {
+                crate::ipsec::del(&mut self.ipsec, &mut self.state, *index)?;
+                self.publish_routes();
+                Reply::ok(serde_json::Value::Null, format!("deleted SA {index}"))
+            }
+            Request::ShowIpsecSa {} => {
+                let rows = crate::ipsec::rows(&self.ipsec);
+                Reply::ok(serde_json::json!({ "sas": rows }), crate::ipsec::format_rows(&rows))
             }
             Request::ShowGtpuTunnels { limit } => {
                 let rows = crate::gtpu::rows(&self.gtpu, &self.state, limit.unwrap_or(100));

@@ -31,6 +31,11 @@ commands:
   delete udp tunnel <udp_tunnelN>
   show udp tunnels
   show gtpu tunnels [<limit>]
+  ipsec sa add <index> spi <n> inbound|outbound alg <algorithm> [enc-key <hex>]
+         [integ-key <hex>] local <addr> remote <addr> [udp-encap] [esn]
+         [soft-packets|hard-packets|soft-bytes|hard-bytes <n>] [route <prefix>]...
+  ipsec sa del <index>
+  show ipsec sa                        SAs and their counters (never their keys)
   pcap trace <interface> <file> [<count>]   capture received and sent frames (default 10000)
   pcap trace off <interface>";
 
@@ -67,6 +72,11 @@ pub fn parse(words: &[String]) -> Result<Request, String> {
         ["create", "udp", "tunnel", rest @ ..] => udp_tunnel(rest).map(Request::CreateUdpTunnel),
         ["delete" | "del", "udp", "tunnel", name] => Ok(Request::DeleteUdpTunnel { name: name.to_string() }),
         ["show", "udp", "tunnels" | "tunnel"] => Ok(Request::ShowUdpTunnels {}),
+        ["ipsec", "sa", "add", rest @ ..] => crate::ipsec::parse_sa_add(rest).map(Request::IpsecSaAdd),
+        ["ipsec", "sa", "del" | "delete", index] => {
+            Ok(Request::IpsecSaDel { index: index.parse().map_err(|_| format!("index {index:?}: expected a number"))? })
+        }
+        ["show", "ipsec", "sa" | "sas"] => Ok(Request::ShowIpsecSa {}),
         ["pcap", "trace", "off", interface] => Ok(Request::PcapTraceOff { interface: interface.to_string() }),
         ["pcap", "trace", interface, file] => {
             Ok(Request::PcapTrace { interface: interface.to_string(), file: file.to_string(), count: None })

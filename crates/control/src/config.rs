@@ -43,6 +43,8 @@ pub struct Config {
     /// UDP tunnels: GUE, GRE-in-UDP, direct IP-in-UDP.
     #[serde(default, rename = "udp_tunnel")]
     pub udp_tunnels: Vec<crate::udptun::UdpTunnelConfig>,
+    #[serde(default, rename = "ipsec_sa")]
+    pub ipsec_sas: Vec<crate::ipsec::IpsecSaConfig>,
     /// Where relative paths (pcap files) are resolved; the config file's folder.
     #[serde(skip)]
     pub base_dir: PathBuf,

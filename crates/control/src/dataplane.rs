@@ -35,6 +35,7 @@ pub struct WorkerContext {
     pub ip: IpContext,
     pub gtpu: GtpuContext,
     pub udptun: UdpTunContext,
+    pub ipsec: ipsec::IpsecContext,
 }
 
 impl engine::worker::Context for WorkerContext {
@@ -48,6 +49,7 @@ impl engine::worker::Context for WorkerContext {
             // The hinted tunnels may be gone or changed (IP tables forget them too).
             self.ip.tunnel_hints.forget();
         }
+        self.ipsec.refresh();
     }
 }
 
@@ -69,6 +71,13 @@ impl HasUdpTun for WorkerContext {
     #[inline(always)]
     fn split_udptun(&mut self) -> (&mut IpContext, &mut UdpTunContext) {
         (&mut self.ip, &mut self.udptun)
+    }
+}
+
+impl ipsec::HasIpsec for WorkerContext {
+    #[inline(always)]
+    fn split_ipsec(&mut self) -> (&mut IpContext, &mut ipsec::IpsecContext) {
+        (&mut self.ip, &mut self.ipsec)
     }
 }
 
@@ -115,6 +124,8 @@ pub struct Control {
     pub gtpu_events: Receiver<GtpuEvent>,
     /// The latest GTP-U path-management events, newest last.
     pub recent_gtpu_events: std::collections::VecDeque<GtpuEvent>,
+    pub ipsec: ipsec::IpsecState,
+    pub ipsec_shared: Arc<ArcSwap<ipsec::IpsecTables>>,
     pub interfaces: Vec<InterfaceInfo>,
     pub workers: Vec<Sender<WorkerCmd>>,
 }
@@ -122,9 +133,12 @@ pub struct Control {
 impl Control {
     /// Compile the state into new tables and publish them to every worker.
     pub fn publish(&mut self) {
-        self.state.set_udp_demux(udp_demux(&self.gtpu, &self.udptun));
+        let mut demux = udp_demux(&self.gtpu, &self.udptun);
+        crate::ipsec::add_to_demux(&self.ipsec, &mut demux);
+        self.state.set_udp_demux(demux);
         let t = self.state.build();
         self.gtpu_shared.store(Arc::new(self.gtpu.build()));
+        self.ipsec_shared.store(Arc::new(self.ipsec.build()));
         self.udptun_shared.store(Arc::new(self.udptun.build()));
         self.shared.store(Arc::new(t));
     }
@@ -133,6 +147,7 @@ impl Control {
     pub fn publish_routes(&mut self) {
         self.gtpu.refresh_outer(&mut self.state);
         self.udptun.refresh_outer(&mut self.state);
+        self.ipsec.refresh_outer(&mut self.state);
         self.publish();
     }
 
@@ -512,7 +527,11 @@ pub fn worker_core(cfg: &Config, k: usize) -> Option<usize> {
 
 /// Validate the whole configuration and build the dataplane. Nothing runs yet.
 pub fn assemble(cfg: &Config) -> Result<Assembly, ConfigError> {
-    let (state, gtpu, udp) = build_state(cfg)?;
+    let (mut state, gtpu, udp) = build_state(cfg)?;
+    let ipsec = crate::ipsec::build_state(cfg, &mut state)?;
+    let mut demux = udp_demux(&gtpu, &udp);
+    crate::ipsec::add_to_demux(&ipsec, &mut demux);
+    state.set_udp_demux(demux);
     check_workers(cfg)?;
     let mut streams = stream_specs(cfg)?;
     let programs = attach_xdp(cfg)?;
@@ -532,7 +551,7 @@ pub fn assemble(cfg: &Config) -> Result<Assembly, ConfigError> {
         cfg.interfaces.iter().zip(&placement).filter(|(_, p)| matches!(p, Placement::Owners(_))).map(|(ic, _)| ic.kind).collect();
     let mut lanes = lanes.into_iter();
     let lanes: Vec<Option<engine::handoff::HandoffEnds>> = (0..cfg.dataplane.workers).map(|_| lanes.next()).collect();
-    build(cfg, state, gtpu, udp, per_worker, details, lanes, &spread)
+    build(cfg, state, gtpu, udp, ipsec, per_worker, details, lanes, &spread)
 }
 
 /// Worker `k`'s devices, one per interface, and how each was opened where that varies.
@@ -615,6 +634,7 @@ fn build(
     mut state: RouterState,
     mut gtpu: GtpuState,
     udp: UdpTunState,
+    ipsec: ipsec::IpsecState,
     per_worker: Vec<Vec<Box<dyn Device>>>,
     details: Vec<Option<String>>,
     lanes: Vec<Option<engine::handoff::HandoffEnds>>,
@@ -633,12 +653,14 @@ fn build(
     let (gev_tx, gev_rx) = crossbeam_channel::bounded(1024);
     let udptun_shared = Arc::new(ArcSwap::from_pointee(udp.build()));
     let (uev_tx, uev_rx) = crossbeam_channel::bounded(1024);
+    let ipsec_shared = Arc::new(ArcSwap::from_pointee(ipsec.build()));
     let mut workers = Vec::with_capacity(per_worker.len());
     for (k, (devices, lanes)) in per_worker.into_iter().zip(lanes).enumerate() {
         let cx = WorkerContext {
             ip: IpContext::new(shared.clone(), Some(ev_tx.clone()), limits),
             gtpu: GtpuContext::new(gtpu_shared.clone(), Some(gev_tx.clone()), cfg.gtpu.replies_per_sec),
             udptun: UdpTunContext::new(udptun_shared.clone(), Some(uev_tx.clone())),
+            ipsec: ipsec::IpsecContext::new(ipsec_shared.clone()),
         };
         workers.push(build_worker(cfg, k, devices, cx, lanes, spread)?);
     }
@@ -660,6 +682,8 @@ fn build(
         events: ev_rx,
         gtpu_events: gev_rx,
         recent_gtpu_events: Default::default(),
+        ipsec,
+        ipsec_shared,
         interfaces,
         workers: Vec::new(),
     };
@@ -682,6 +706,7 @@ fn build_worker(
     ip::nodes::register(&mut g);
     gtpu::nodes::register(&mut g);
     udptun::nodes::register(&mut g);
+    ipsec::nodes::register(&mut g);
     let mut handoff_input = None;
     if let Some(l) = &lanes {
         g.add_expand(ip::nodes::worker_handoff::WorkerHandoff::new(k, l.to.clone()));

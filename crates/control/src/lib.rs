@@ -16,6 +16,7 @@ pub mod config;
 pub mod dataplane;
 pub mod format;
 pub mod gtpu;
+pub mod ipsec;
 pub mod server;
 pub mod udptun;
 

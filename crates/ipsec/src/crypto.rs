@@ -26,7 +26,9 @@ pub enum Algorithm {
     Null,
     /// NULL encryption with HMAC-SHA-256-128.
     NullSha256,
+    #[serde(rename = "aes-gcm-128")]
     AesGcm128,
+    #[serde(rename = "aes-gcm-256")]
     AesGcm256,
     Chacha20Poly1305,
     /// AES-CBC (128- or 256-bit key, by its length) with HMAC-SHA-256-128.
@@ -362,6 +364,10 @@ mod tests {
             assert_eq!(a.name().parse::<Algorithm>(), Ok(a));
         }
         assert!("aes-ccm".parse::<Algorithm>().unwrap_err().contains("aes-gcm-128"));
+        for a in Algorithm::ALL {
+            // Config and API (serde) use the same names as the CLI and bench.
+            assert_eq!(serde_json::to_string(&a).unwrap(), format!("\"{}\"", a.name()));
+        }
     }
 
     /// RFC 4106 has no test vectors of its own; this is the McGrew-Viega GCM test case 4

@@ -21,6 +21,7 @@ use std::sync::Arc;
 /// Soft and hard limits in packets and bytes (0: none). Soft: counted and reported
 /// (an IKE daemon would rekey); hard: the SA stops.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct Lifetime {
     pub soft_packets: u64,
     pub hard_packets: u64,

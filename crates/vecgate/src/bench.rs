@@ -29,6 +29,7 @@ pub const SCENARIOS: &[&str] = &[
     "gue4-encap",
     "gue4-decap",
     "gre-udp4-encap",
+    "esp4-encrypt",
 ];
 
 /// Options of the GTP-U scenarios (ignored by the forwarding ones).
@@ -44,11 +45,13 @@ pub struct GtpuOptions {
     pub inner: String,
     /// Techniques to turn off (`all` for every one).
     pub disable: Vec<String>,
+    /// esp4-encrypt: the SA's algorithm.
+    pub alg: ipsec::Algorithm,
 }
 
 impl Default for GtpuOptions {
     fn default() -> Self {
-        GtpuOptions { inner_size: 64, checksum: None, tunnels: 1, inner: "ip4".into(), disable: Vec::new() }
+        GtpuOptions { inner_size: 64, checksum: None, tunnels: 1, inner: "ip4".into(), disable: Vec::new(), alg: ipsec::Algorithm::AesGcm128 }
     }
 }
 
@@ -265,6 +268,8 @@ pub fn bench(scenario: &str, packets: u64, json: bool, core: usize, opts: &GtpuO
     let (packet, modifiers, gtpu_report) = if scenario.starts_with("gtpu") {
         let (p, m, r) = gtpu_setup(scenario, opts, &mut control, json)?;
         (p, m, Some(r))
+    } else if scenario.starts_with("esp") {
+        (esp_setup(opts, &mut control)?, vec![ModifierSpec { field: Field::SrcPort, pattern: Pattern::Increment { count: 256 } }], None)
     } else if scenario.starts_with("gue") || scenario.starts_with("gre-udp") {
         let (p, m) = udp_tunnel_setup(scenario, &mut control)?;
         (p, m, None)
@@ -431,6 +436,43 @@ fn udp_tunnel_setup(scenario: &str, control: &mut control::dataplane::Control) -
         PacketSpec { src_mac: mac.0, dst_mac: mac.1, src, dst, ttl: 64, l4: L4Spec::Udp { src_port: 1024, dst_port: 9 }, frame_size: 64 }
     };
     Ok((packet, modifiers))
+}
+
+/// `esp4-encrypt`: outbound SA 0 (`--alg`, fixed keys) from null0's address to
+/// 198.18.1.2; a route sends `--inner-size`-byte IPv4 packets (256 flows) into
+/// `ipsec_tunnel0`, as VPP's route-based (ipip-protected) ESP tunnel does.
+fn esp_setup(opts: &GtpuOptions, control: &mut control::dataplane::Control) -> Result<PacketSpec> {
+    let alg = opts.alg;
+    let sa = control::ipsec::IpsecSaConfig {
+        index: 0,
+        spi: 0x1000,
+        direction: ipsec::Direction::Outbound,
+        algorithm: alg,
+        enc_key: "a5".repeat(alg.enc_key_lens()[0]),
+        integ_key: "5a".repeat(alg.integ_key_len()),
+        local: "198.18.1.1".into(),
+        remote: "198.18.1.2".into(),
+        udp_encap: false,
+        udp_src_port: None,
+        udp_dst_port: None,
+        esn: false,
+        lifetime: Default::default(),
+        routes: vec!["198.19.0.0/24".into()],
+    };
+    control::ipsec::add(&mut control.ipsec, &mut control.state, &sa).map_err(|e| anyhow!("SA: {e}"))?;
+    control.publish_routes();
+    if !(28..=1500).contains(&opts.inner_size) {
+        bail!("--inner-size {}: expected 28 to 1500 bytes", opts.inner_size);
+    }
+    Ok(PacketSpec {
+        src_mac: "02:fe:00:00:00:01".parse()?,
+        dst_mac: "02:00:00:00:00:01".parse()?,
+        src: "198.18.0.2".parse()?,
+        dst: "198.19.0.1".parse()?,
+        ttl: 64,
+        l4: L4Spec::Udp { src_port: 1024, dst_port: 9 },
+        frame_size: 14 + opts.inner_size,
+    })
 }
 
 /// The frame of `spec` cut into two IPv4 fragments of about equal size by the

@@ -77,6 +77,10 @@ enum Cmd {
         /// GTP-U scenarios: inner family, ip4 or ip6.
         #[arg(long, default_value = "ip4")]
         inner: String,
+        /// esp4-encrypt: the SA's algorithm (null, null-sha256, aes-gcm-128, aes-gcm-256,
+        /// chacha20-poly1305, aes-cbc-sha256).
+        #[arg(long, default_value = "aes-gcm-128")]
+        alg: ipsec::Algorithm,
         /// GTP-U scenarios: turn a fast-path technique off (repeatable; `all`).
         #[arg(long)]
         disable: Vec<String>,
@@ -131,8 +135,8 @@ fn main() {
         Cmd::Run { config, duration, interval, socket } => run::run(config.as_deref(), duration, interval, socket),
         Cmd::Ctl { socket, json, words } => run::ctl(&socket, json, &words),
         Cmd::Pcap { config, json } => run::pcap(&config, json),
-        Cmd::Bench { scenario, packets, json, core, inner_size, checksum, tunnels, inner, disable } => {
-            bench::bench(&scenario, packets, json, core, &bench::GtpuOptions { inner_size, checksum, tunnels, inner, disable })
+        Cmd::Bench { scenario, packets, json, core, inner_size, checksum, tunnels, inner, alg, disable } => {
+            bench::bench(&scenario, packets, json, core, &bench::GtpuOptions { inner_size, checksum, tunnels, inner, alg, disable })
         }
         Cmd::Trafgen { tx_if, rx_if, size, rate, duration, src, dst, src_mac, dst_mac, src_port, dst_port, rx_ring, af_xdp, json } => {
             let rx_ring = match rx_ring.as_str() {
