@@ -223,7 +223,9 @@ pub fn del(x: &mut IpsecState, router: &mut RouterState, index: u32) -> Result<(
 pub fn build_state(cfg: &Config, router: &mut RouterState) -> Result<IpsecState, ConfigError> {
     let mut x = IpsecState::new();
     for (i, c) in cfg.ipsec_sas.iter().enumerate() {
-        c.to_spec().map_err(|(f, m)| cfg.err(format!("ipsec_sa[{i}].{f}"), m))?;
+        let (spec, _) = c.to_spec().map_err(|(f, m)| cfg.err(format!("ipsec_sa[{i}].{f}"), m))?;
+        // The spec's own checks first, so their errors name the field.
+        spec.build([0; 16]).map_err(|e| cfg.err(format!("ipsec_sa[{i}].{}", e.field), e.message))?;
         add(&mut x, router, c).map_err(|m| cfg.err(format!("ipsec_sa[{i}]"), m))?;
     }
     x.refresh_outer(router);
