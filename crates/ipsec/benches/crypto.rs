@@ -43,7 +43,7 @@ fn main() {
     let aad = [1u8, 2, 3, 4, 0, 0, 0, 9];
     let nonce = [7u8; 12];
     println!("{:<34} {:>8} {:>8}", "ns per packet (seal / open)", "64 B", "1400 B");
-    let mut row = |name: &str, f: &mut dyn FnMut(&mut [u8]) -> f64| {
+    let row = |name: &str, f: &mut dyn FnMut(&mut [u8]) -> f64| {
         let mut a = vec![0u8; 64];
         let mut b = vec![0u8; 1400];
         println!("{name:<34} {:>8.1} {:>8.1}", f(&mut a), f(&mut b));
@@ -58,7 +58,7 @@ fn main() {
             best_ns(|| {
                 let n = ring::aead::Nonce::assume_unique_for_key(nonce);
                 let tag = key.seal_in_place_separate_tag(n, ring::aead::Aad::from(aad), black_box(&mut *buf)).unwrap();
-                black_box(tag);
+                let _ = black_box(tag);
             })
         });
     }

@@ -7,12 +7,16 @@ use arc_swap::{ArcSwap, Cache};
 use ip::{HasIp, IpContext};
 use std::sync::Arc;
 
+/// A worker's inbound SA states by SA index, each with the SA's shared counters as its
+/// identity.
+pub type InboundStates = Vec<Option<(Arc<Outbound>, Inbound)>>;
+
 pub struct IpsecContext {
     cache: Cache<Arc<ArcSwap<IpsecTables>>, Arc<IpsecTables>>,
     pub tables: Arc<IpsecTables>,
     /// By SA index: the state of the inbound SA it belongs to (told apart by the SA's
     /// shared counters, which a replaced SA does not share), made on its first packet.
-    inbound: Vec<Option<(Arc<Outbound>, Inbound)>>,
+    inbound: InboundStates,
 }
 
 impl IpsecContext {
@@ -35,7 +39,7 @@ impl IpsecContext {
     /// This worker's state of inbound SA `index` (`sa` its table entry); fresh if the SA
     /// at that index was replaced since.
     #[inline(always)]
-    pub fn inbound_state<'a>(inbound: &'a mut Vec<Option<(Arc<Outbound>, Inbound)>>, index: u32, sa: &Sa) -> &'a mut Inbound {
+    pub fn inbound_state<'a>(inbound: &'a mut InboundStates, index: u32, sa: &Sa) -> &'a mut Inbound {
         let i = index as usize;
         if inbound.len() <= i {
             // Grows once per new SA index, not per packet.
@@ -50,7 +54,7 @@ impl IpsecContext {
 
     /// The tables and the per-worker inbound states, borrowed apart.
     #[inline(always)]
-    pub fn split(&mut self) -> (&IpsecTables, &mut Vec<Option<(Arc<Outbound>, Inbound)>>) {
+    pub fn split(&mut self) -> (&IpsecTables, &mut InboundStates) {
         (&self.tables, &mut self.inbound)
     }
 }

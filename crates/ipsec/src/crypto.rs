@@ -312,12 +312,8 @@ fn cbc_decrypt(c: &Cbc, iv: &aes::Block, text: &mut [u8]) -> Result<(), OpenErro
         return Err(OpenError::Unaligned);
     }
     let r = match c {
-        Cbc::Aes128(k) => {
-            cbc::Decryptor::<aes::Aes128>::inner_iv_init(k.clone().into(), iv).decrypt_padded_mut::<NoPadding>(text).map(|_| ())
-        }
-        Cbc::Aes256(k) => {
-            cbc::Decryptor::<aes::Aes256>::inner_iv_init(k.clone().into(), iv).decrypt_padded_mut::<NoPadding>(text).map(|_| ())
-        }
+        Cbc::Aes128(k) => cbc::Decryptor::<aes::Aes128>::inner_iv_init(k.clone(), iv).decrypt_padded_mut::<NoPadding>(text).map(|_| ()),
+        Cbc::Aes256(k) => cbc::Decryptor::<aes::Aes256>::inner_iv_init(k.clone(), iv).decrypt_padded_mut::<NoPadding>(text).map(|_| ()),
     };
     r.map_err(|_| OpenError::Unaligned)
 }

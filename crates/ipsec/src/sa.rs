@@ -227,15 +227,14 @@ impl Inbound {
     /// lifetime.
     #[inline(always)]
     pub fn accept(&mut self, seq: u64, len: u64, life: &Lifetime) -> Result<Age, InboundError> {
-        match life.age(self.packets + 1, self.bytes + len, len) {
-            Age::Expired => return Err(InboundError::Expired),
-            age => {
-                self.window.accept(seq).map_err(InboundError::Replay)?;
-                self.packets += 1;
-                self.bytes += len;
-                Ok(age)
-            }
+        let age = life.age(self.packets + 1, self.bytes + len, len);
+        if age == Age::Expired {
+            return Err(InboundError::Expired);
         }
+        self.window.accept(seq).map_err(InboundError::Replay)?;
+        self.packets += 1;
+        self.bytes += len;
+        Ok(age)
     }
 }
 
