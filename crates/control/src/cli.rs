@@ -32,7 +32,7 @@ commands:
   show udp tunnels
   show gtpu tunnels [<limit>]
   ipsec sa add <index> spi <n> inbound|outbound alg <algorithm> [enc-key <hex>]
-         [integ-key <hex>] local <addr> remote <addr> [udp-encap] [esn]
+         [integ-key <hex>] local <addr> remote <addr> [udp-encap] [esn] [no-anti-replay]
          [soft-packets|hard-packets|soft-bytes|hard-bytes <n>] [route <prefix>]...
   ipsec sa del <index>
   show ipsec sa                        SAs and their counters (never their keys)

@@ -41,6 +41,9 @@ pub struct IpsecSaConfig {
     /// 64-bit extended sequence numbers.
     #[serde(default)]
     pub esn: bool,
+    /// Inbound: the anti-replay window (default on).
+    #[serde(default = "default_anti_replay")]
+    pub anti_replay: bool,
     #[serde(default)]
     pub lifetime: Lifetime,
     /// Routes into the SA's tunnel interface (outbound SAs).
@@ -57,6 +60,10 @@ impl std::fmt::Debug for IpsecSaConfig {
             .field("direction", &self.direction)
             .finish_non_exhaustive()
     }
+}
+
+fn default_anti_replay() -> bool {
+    true
 }
 
 /// A field-named error, for config messages (`ipsec_sa[3].enc_key: …`).
@@ -95,6 +102,7 @@ impl IpsecSaConfig {
             enc_key: hex("enc_key", &self.enc_key)?,
             integ_key: hex("integ_key", &self.integ_key)?,
             esn: self.esn,
+            anti_replay: self.anti_replay,
             lifetime: self.lifetime,
             local,
             remote,
@@ -126,6 +134,7 @@ pub fn parse_sa_add(w: &[&str]) -> Result<IpsecSaConfig, String> {
         udp_src_port: None,
         udp_dst_port: None,
         esn: false,
+        anti_replay: true,
         lifetime: Lifetime::default(),
         routes: Vec::new(),
     };
@@ -137,6 +146,7 @@ pub fn parse_sa_add(w: &[&str]) -> Result<IpsecSaConfig, String> {
             "outbound" => c.direction = Direction::Outbound,
             "udp-encap" => c.udp_encap = true,
             "esn" => c.esn = true,
+            "no-anti-replay" => c.anti_replay = false,
             key => {
                 let v = *w.get(i + 1).ok_or_else(|| format!("{key} needs a value"))?;
                 let num = |k: &str| -> Result<u64, String> {
@@ -267,6 +277,7 @@ pub struct SaRow {
     pub remote: IpAddr,
     pub udp_encap: Option<UdpEncapPorts>,
     pub esn: bool,
+    pub anti_replay: bool,
     pub lifetime: Lifetime,
     /// Outbound: packets and bytes sent (all workers).
     pub packets: u64,
@@ -288,6 +299,7 @@ pub fn rows(x: &IpsecState) -> Vec<SaRow> {
                 remote: p.remote,
                 udp_encap: p.udp_encap,
                 esn: p.esn,
+                anti_replay: p.anti_replay,
                 lifetime: p.lifetime,
                 packets: if out { s.outbound.packets() } else { 0 },
                 bytes: if out { s.outbound.bytes() } else { 0 },
@@ -342,6 +354,7 @@ mod tests {
             udp_src_port: None,
             udp_dst_port: None,
             esn: false,
+            anti_replay: true,
             lifetime: Lifetime::default(),
             routes: vec!["198.19.4.0/24".into()],
         }

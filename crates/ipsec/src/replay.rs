@@ -78,6 +78,13 @@ impl ReplayWindow {
         Ok(())
     }
 
+    /// The full number of a packet carrying `low`, whether or not it is new (for an SA
+    /// without anti-replay).
+    #[inline(always)]
+    pub fn full(&self, low: u32) -> u64 {
+        self.infer(low)
+    }
+
     /// RFC 4303 Appendix A2.2: the high half is that of the window's bottom (the window
     /// then spans at most two 2^32 epochs), or the next when `low` sits below the bottom.
     #[inline(always)]

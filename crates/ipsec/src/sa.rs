@@ -98,6 +98,9 @@ pub struct SaSpec {
     #[serde(skip_serializing)]
     pub integ_key: Vec<u8>,
     pub esn: bool,
+    /// Inbound: refuse replayed and too-old sequence numbers (RFC 4303 §3.4.3; the
+    /// receiver may turn it off, as for a benchmark that resends one packet).
+    pub anti_replay: bool,
     pub lifetime: Lifetime,
     /// Tunnel endpoints: our address and the peer's (the outer header's source and
     /// destination outbound; destination and source inbound). Same family.
@@ -223,15 +226,17 @@ impl Inbound {
         Inbound { window: ReplayWindow::new(esn), packets: 0, bytes: 0 }
     }
 
-    /// After the ICV verified: record the number and count the packet against the
-    /// lifetime.
+    /// After the ICV verified: record the number (when `anti_replay`) and count the
+    /// packet against the lifetime.
     #[inline(always)]
-    pub fn accept(&mut self, seq: u64, len: u64, life: &Lifetime) -> Result<Age, InboundError> {
+    pub fn accept(&mut self, seq: u64, len: u64, life: &Lifetime, anti_replay: bool) -> Result<Age, InboundError> {
         let age = life.age(self.packets + 1, self.bytes + len, len);
         if age == Age::Expired {
             return Err(InboundError::Expired);
         }
-        self.window.accept(seq).map_err(InboundError::Replay)?;
+        if anti_replay {
+            self.window.accept(seq).map_err(InboundError::Replay)?;
+        }
         self.packets += 1;
         self.bytes += len;
         Ok(age)
@@ -310,11 +315,15 @@ mod tests {
     fn inbound_counts_only_what_it_accepts() {
         let l = Lifetime { hard_packets: 2, ..Default::default() };
         let mut i = Inbound::new(false);
-        assert_eq!(i.accept(1, 10, &l), Ok(Age::Fresh));
-        assert_eq!(i.accept(1, 10, &l), Err(InboundError::Replay(ReplayError::Replayed)));
-        assert_eq!(i.accept(2, 10, &l), Ok(Age::Fresh));
-        assert_eq!(i.accept(3, 10, &l), Err(InboundError::Expired));
+        assert_eq!(i.accept(1, 10, &l, true), Ok(Age::Fresh));
+        assert_eq!(i.accept(1, 10, &l, true), Err(InboundError::Replay(ReplayError::Replayed)));
+        assert_eq!(i.accept(2, 10, &l, true), Ok(Age::Fresh));
+        assert_eq!(i.accept(3, 10, &l, true), Err(InboundError::Expired));
         assert_eq!((i.packets, i.bytes), (2, 20));
+        // Without anti-replay the same number is taken again.
+        let mut j = Inbound::new(false);
+        assert_eq!(j.accept(1, 10, &Lifetime::default(), false), Ok(Age::Fresh));
+        assert_eq!(j.accept(1, 10, &Lifetime::default(), false), Ok(Age::Fresh));
     }
 
     fn spec() -> SaSpec {
@@ -325,6 +334,7 @@ mod tests {
             enc_key: vec![7; 20],
             integ_key: vec![],
             esn: false,
+            anti_replay: true,
             lifetime: Lifetime::default(),
             local: "198.18.1.1".parse().unwrap(),
             remote: "198.18.1.2".parse().unwrap(),

@@ -23,6 +23,7 @@ fn spec(alg: Algorithm, dir: Direction, local: &str, remote: &str, udp: bool, es
         enc_key: (0..alg.enc_key_lens()[0] as u8).collect(),
         integ_key: (0..alg.integ_key_len() as u8).map(|i| i ^ 0x33).collect(),
         esn,
+        anti_replay: true,
         lifetime: Lifetime::default(),
         local: local.parse().unwrap(),
         remote: remote.parse().unwrap(),
@@ -175,6 +176,23 @@ fn packets_far_behind_the_window_are_too_old() {
     }
     assert!(open::<Ip6Outer>(&mut p, &mut pool, &last).is_ok());
     assert_eq!(open::<Ip6Outer>(&mut p, &mut pool, &first).unwrap_err(), D::TooOld);
+}
+
+#[test]
+fn without_anti_replay_a_resent_packet_is_taken() {
+    let mut pool = Pool::new(8, 0);
+    let mut p = pair(Algorithm::AesGcm128, false, false, false);
+    let mut b = IpsecState::new();
+    let s = SaSpec { anti_replay: false, ..spec(Algorithm::AesGcm128, Direction::Inbound, "198.18.1.2", "198.18.1.1", false, false) };
+    b.add(0, s, [0; 16]).unwrap();
+    p.b = IpsecContext::new(Arc::new(ArcSwap::from_pointee(b.build())));
+    let w = seal::<Ip4Outer>(&p, &mut pool, &inner(false, 50));
+    for _ in 0..3 {
+        assert!(open::<Ip4Outer>(&mut p, &mut pool, &w).is_ok());
+    }
+    let mut bad = w.clone();
+    bad[40] ^= 1;
+    assert_eq!(open::<Ip4Outer>(&mut p, &mut pool, &bad).unwrap_err(), D::BadIcv, "the ICV still holds");
 }
 
 #[test]

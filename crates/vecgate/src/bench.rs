@@ -30,6 +30,7 @@ pub const SCENARIOS: &[&str] = &[
     "gue4-decap",
     "gre-udp4-encap",
     "esp4-encrypt",
+    "esp4-decrypt",
 ];
 
 /// Options of the GTP-U scenarios (ignored by the forwarding ones).
@@ -269,7 +270,7 @@ pub fn bench(scenario: &str, packets: u64, json: bool, core: usize, opts: &GtpuO
         let (p, m, r) = gtpu_setup(scenario, opts, &mut control, json)?;
         (p, m, Some(r))
     } else if scenario.starts_with("esp") {
-        (esp_setup(opts, &mut control)?, vec![ModifierSpec { field: Field::SrcPort, pattern: Pattern::Increment { count: 256 } }], None)
+        (esp_setup(opts, &mut control, scenario)?, vec![ModifierSpec { field: Field::SrcPort, pattern: Pattern::Increment { count: 256 } }], None)
     } else if scenario.starts_with("gue") || scenario.starts_with("gre-udp") {
         let (p, m) = udp_tunnel_setup(scenario, &mut control)?;
         (p, m, None)
@@ -278,6 +279,7 @@ pub fn bench(scenario: &str, packets: u64, json: bool, core: usize, opts: &GtpuO
         (p, m, None)
     };
     let fragments = if scenario.ends_with("-frag") { Some(two_fragments(&packet)?) } else { None };
+    let esp_frame = if scenario == "esp4-decrypt" { Some(esp_frame(&packet, opts)?) } else { None };
     engine::worker::Context::refresh(&mut worker.cx); // pick up the new tables
                                                       // Whole vectors, so the warm-up ends exactly where the measured run begins.
     let warmup = (packets / 10).max(1024).div_ceil(engine::VECTOR_SIZE as u64) * engine::VECTOR_SIZE as u64;
@@ -286,6 +288,7 @@ pub fn bench(scenario: &str, packets: u64, json: bool, core: usize, opts: &GtpuO
         // Each datagram as two fragments, the second stream's n-th frame completing the
         // first's: the count is of fragments.
         Some(f) => Box::new(PacketGenerator::fixed_frames(f, (warmup + packets) / 2, true)),
+        None if esp_frame.is_some() => Box::new(PacketGenerator::fixed_frames(esp_frame.as_slice(), warmup + packets, false)),
         None => Box::new(PacketGenerator::new(&[stream]).map_err(|(_, e)| anyhow!(e))?),
     };
     core_affinity::set_for_current(core_affinity::CoreId { id: core });
@@ -438,15 +441,12 @@ fn udp_tunnel_setup(scenario: &str, control: &mut control::dataplane::Control) -
     Ok((packet, modifiers))
 }
 
-/// `esp4-encrypt`: outbound SA 0 (`--alg`, fixed keys) from null0's address to
-/// 198.18.1.2; a route sends `--inner-size`-byte IPv4 packets (256 flows) into
-/// `ipsec_tunnel0`, as VPP's route-based (ipip-protected) ESP tunnel does.
-fn esp_setup(opts: &GtpuOptions, control: &mut control::dataplane::Control) -> Result<PacketSpec> {
-    let alg = opts.alg;
-    let sa = control::ipsec::IpsecSaConfig {
-        index: 0,
+/// The keys of the ESP scenarios' SA (both directions): fixed bytes of `alg`'s lengths.
+fn esp_sa(alg: ipsec::Algorithm, direction: ipsec::Direction) -> control::ipsec::IpsecSaConfig {
+    control::ipsec::IpsecSaConfig {
+        index: if direction == ipsec::Direction::Outbound { 0 } else { 1 },
         spi: 0x1000,
-        direction: ipsec::Direction::Outbound,
+        direction,
         algorithm: alg,
         enc_key: "a5".repeat(alg.enc_key_lens()[0]),
         integ_key: "5a".repeat(alg.integ_key_len()),
@@ -456,9 +456,21 @@ fn esp_setup(opts: &GtpuOptions, control: &mut control::dataplane::Control) -> R
         udp_src_port: None,
         udp_dst_port: None,
         esn: false,
+        // esp4-decrypt resends one sealed packet.
+        anti_replay: false,
         lifetime: Default::default(),
-        routes: vec!["198.19.0.0/24".into()],
-    };
+        routes: if direction == ipsec::Direction::Outbound { vec!["198.19.0.0/24".into()] } else { Vec::new() },
+    }
+}
+
+/// `esp4-encrypt`: outbound SA 0 (`--alg`, fixed keys) from null0's address to
+/// 198.18.1.2; a route sends `--inner-size`-byte IPv4 packets (256 flows) into
+/// `ipsec_tunnel0`, as VPP's route-based (ipip-protected) ESP tunnel does.
+/// `esp4-decrypt`: inbound SA 1 with the same keys, without anti-replay, receiving one
+/// packet sealed for it over and over (`esp_frame`); the inner packet is routed to null0.
+fn esp_setup(opts: &GtpuOptions, control: &mut control::dataplane::Control, scenario: &str) -> Result<PacketSpec> {
+    let dir = if scenario == "esp4-decrypt" { ipsec::Direction::Inbound } else { ipsec::Direction::Outbound };
+    let sa = esp_sa(opts.alg, dir);
     control::ipsec::add(&mut control.ipsec, &mut control.state, &sa).map_err(|e| anyhow!("SA: {e}"))?;
     control.publish_routes();
     if !(28..=1500).contains(&opts.inner_size) {
@@ -473,6 +485,23 @@ fn esp_setup(opts: &GtpuOptions, control: &mut control::dataplane::Control) -> R
         l4: L4Spec::Udp { src_port: 1024, dst_port: 9 },
         frame_size: 14 + opts.inner_size,
     })
+}
+
+/// One ESP frame from 198.18.1.2 to null0's address carrying the frame of `spec`'s IP
+/// packet, sealed with the ESP scenarios' keys by the encrypt step itself.
+fn esp_frame(spec: &PacketSpec, opts: &GtpuOptions) -> Result<Vec<u8>> {
+    let frame = io::pg::template(spec).map_err(|e| anyhow!(e))?;
+    let mut sender = esp_sa(opts.alg, ipsec::Direction::Outbound);
+    (sender.local, sender.remote) = ("198.18.1.2".into(), "198.18.1.1".into());
+    let (sa_spec, _) = sender.to_spec().map_err(|(f, m)| anyhow!("{f}: {m}"))?;
+    let sa = ipsec::Sa::new(sa_spec, [7; 16]).map_err(|e| anyhow!("{e}"))?;
+    let (seq, _) = sa.outbound.next(0, false, &sa.spec.lifetime).map_err(|e| anyhow!("{e:?}"))?;
+    let mut pool = engine::Pool::new(1, 0);
+    let i = pool.alloc(frame.len()).ok_or_else(|| anyhow!("no buffer"))?;
+    let buf = pool.get_mut(i);
+    buf.write(&frame[14..]).map_err(|e| anyhow!("{e:?}"))?;
+    ipsec::nodes::encrypt::encrypt::<ip::outer::Ip4Outer>(&sa, seq, true, buf).map_err(|c| anyhow!("{c:?}"))?;
+    Ok(frame[..14].iter().chain(buf.bytes()).copied().collect())
 }
 
 /// The frame of `spec` cut into two IPv4 fragments of about equal size by the
