@@ -230,3 +230,24 @@ def test_extended_sequence_numbers_agree_with_scapy(vecgate, tmp_path, alg):
     plain = scapy_sa(alg, 4, False, OUT_SPI, 1, local, remote, esn=False)
     with pytest.raises(Exception):
         plain.decrypt(outer_l3(out1[0], 4))
+
+
+def test_ipv6_destination_options_before_esp(vecgate, tmp_path):
+    """Linux's ip6 tunnels put a Destination Options header (Tunnel Encapsulation Limit)
+    before what they carry: esp6-decrypt finds ESP after it, raw and in UDP."""
+    from scapy.all import IPv6ExtHdrDestOpt, PadN
+    local, remote = ends(6)
+    frames = []
+    for udp in (False, True):
+        peer = scapy_sa("aes-gcm-128", 6, udp, IN_SPI, 2, remote, local)
+        inner = IP(src="198.19.60.7", dst="198.18.0.2") / UDP(sport=9, dport=2000) / Raw(b"after options")
+        sealed = peer.encrypt(inner)
+        after = raw(sealed[UDP]) if udp else raw(sealed[ESP])
+        opts = IPv6ExtHdrDestOpt(nh=17 if udp else 50, options=[PadN(optdata=b"\0\0\0\0")])
+        frames.append(Ether(src=HOST_MAC, dst=GW_MAC0) / IPv6(src=remote, dst=local, nh=60) / opts / Raw(after))
+    # One SA per run (an SA is ESP or ESP in UDP).
+    out0, _, c, _ = run_pcap(vecgate, tmp_path, frames[:1], sa_config("aes-gcm-128", 6, False))
+    assert len(out0) == 1 and c.get(("esp6-decrypt", "decrypted")) == 1, c
+    out0, _, c, _ = run_pcap(vecgate, tmp_path, frames[1:], sa_config("aes-gcm-128", 6, True))
+    assert len(out0) == 1 and c.get(("esp6-decrypt", "decrypted")) == 1, c
+    assert bytes(out0[0][UDP].payload) == b"after options"
