@@ -52,7 +52,14 @@ pub struct GtpuOptions {
 
 impl Default for GtpuOptions {
     fn default() -> Self {
-        GtpuOptions { inner_size: 64, checksum: None, tunnels: 1, inner: "ip4".into(), disable: Vec::new(), alg: ipsec::Algorithm::AesGcm128 }
+        GtpuOptions {
+            inner_size: 64,
+            checksum: None,
+            tunnels: 1,
+            inner: "ip4".into(),
+            disable: Vec::new(),
+            alg: ipsec::Algorithm::AesGcm128,
+        }
     }
 }
 
@@ -270,7 +277,11 @@ pub fn bench(scenario: &str, packets: u64, json: bool, core: usize, opts: &GtpuO
         let (p, m, r) = gtpu_setup(scenario, opts, &mut control, json)?;
         (p, m, Some(r))
     } else if scenario.starts_with("esp") {
-        (esp_setup(opts, &mut control, scenario)?, vec![ModifierSpec { field: Field::SrcPort, pattern: Pattern::Increment { count: 256 } }], None)
+        (
+            esp_setup(opts, &mut control, scenario)?,
+            vec![ModifierSpec { field: Field::SrcPort, pattern: Pattern::Increment { count: 256 } }],
+            None,
+        )
     } else if scenario.starts_with("gue") || scenario.starts_with("gre-udp") {
         let (p, m) = udp_tunnel_setup(scenario, &mut control)?;
         (p, m, None)
