@@ -18,8 +18,8 @@
 //! prefixes (ranges that are not prefixes and overlap). `linear` is the reference it must
 //! agree with.
 
+use crate::flow_cache::CacheKey;
 use crate::policy::{Action, Decision, FlowKey, Rule, SpdAddr};
-use engine::hash::WordHashBuilder;
 use std::collections::HashMap;
 
 /// A rule set's shape: covering prefix lengths and protocol presence.
@@ -46,20 +46,20 @@ impl Shape {
 
 /// The masks of one shape, applied to a packet's key.
 #[derive(Debug, Clone, Copy)]
-struct Masks {
-    local: u8,
-    remote: u8,
+struct Masks<A> {
+    local: A,
+    remote: A,
     proto: u8,
     local_port: u16,
     remote_port: u16,
 }
 
-impl Masks {
-    fn of(s: Shape) -> Masks {
+impl<A: SpdAddr> Masks<A> {
+    fn of(s: Shape) -> Masks<A> {
         let port = |len: u8| u16::MAX.checked_shl(16 - len as u32).unwrap_or(0);
         Masks {
-            local: s.local,
-            remote: s.remote,
+            local: A::from_u128(u128::MAX).masked(s.local),
+            remote: A::from_u128(u128::MAX).masked(s.remote),
             proto: if s.proto { 0xff } else { 0 },
             local_port: port(s.local_port),
             remote_port: port(s.remote_port),
@@ -67,10 +67,10 @@ impl Masks {
     }
 
     #[inline(always)]
-    fn apply<A: SpdAddr>(&self, k: &FlowKey<A>) -> FlowKey<A> {
+    fn apply(&self, k: &FlowKey<A>) -> FlowKey<A> {
         FlowKey {
-            local: k.local.masked(self.local),
-            remote: k.remote.masked(self.remote),
+            local: k.local.and(self.local),
+            remote: k.remote.and(self.remote),
             proto: k.proto & self.proto,
             local_port: k.local_port & self.local_port,
             remote_port: k.remote_port & self.remote_port,
@@ -81,11 +81,11 @@ impl Masks {
 /// The rules of one shape.
 #[derive(Debug, Clone)]
 struct Tuple<A> {
-    masks: Masks,
+    masks: Masks<A>,
     /// The best (smallest) rank of any rule here, for pruning.
     best: u64,
     /// Masked key → the bucket's range in `rules`.
-    buckets: HashMap<FlowKey<A>, (u32, u32), WordHashBuilder>,
+    buckets: Buckets<A>,
     /// Buckets end to end, each sorted by rank.
     rules: Vec<Rule<A>>,
 }
@@ -98,39 +98,89 @@ pub struct TupleSpace<A> {
     len: usize,
 }
 
+/// An open-addressing table from masked keys to bucket ranges, at most half full:
+/// one hash (the flow cache's) and, for most lookups, one slot read. A std `HashMap`
+/// with the engine's word hasher cost some 120 cycles more per probe here (`benches/spd.rs`).
+#[derive(Debug, Clone)]
+struct Buckets<A> {
+    slots: Box<[BucketSlot<A>]>,
+    mask: u32,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct BucketSlot<A> {
+    key: FlowKey<A>,
+    start: u32,
+    /// 0: an empty slot (a bucket holds at least one rule).
+    end: u32,
+}
+
+impl<A: CacheKey> Buckets<A> {
+    fn new(entries: Vec<(FlowKey<A>, u32, u32)>) -> Self {
+        let size = (entries.len() * 2).next_power_of_two().max(2);
+        let mut slots = vec![BucketSlot::default(); size].into_boxed_slice();
+        let mask = size as u32 - 1;
+        for (key, start, end) in entries {
+            let mut i = A::slot_hash(0, &key) & mask;
+            while slots[i as usize].end != 0 {
+                i = (i + 1) & mask;
+            }
+            slots[i as usize] = BucketSlot { key, start, end };
+        }
+        Buckets { slots, mask }
+    }
+
+    #[inline(always)]
+    fn get(&self, k: &FlowKey<A>) -> Option<(u32, u32)> {
+        let mut i = A::slot_hash(0, k) & self.mask;
+        loop {
+            let s = &self.slots[i as usize];
+            if s.end == 0 {
+                return None;
+            }
+            if s.key == *k {
+                return Some((s.start, s.end));
+            }
+            i = (i + 1) & self.mask;
+        }
+    }
+}
+
 impl<A: SpdAddr> Default for TupleSpace<A> {
     fn default() -> Self {
         TupleSpace { tuples: Vec::new(), len: 0 }
     }
 }
 
-impl<A: SpdAddr> TupleSpace<A> {
+impl<A: CacheKey> TupleSpace<A> {
     pub fn new(rules: &[Rule<A>]) -> Self {
-        let mut by_shape: HashMap<Shape, HashMap<FlowKey<A>, Vec<Rule<A>>, WordHashBuilder>> = HashMap::new();
+        let mut by_shape: HashMap<Shape, HashMap<FlowKey<A>, Vec<Rule<A>>>> = HashMap::new();
         for r in rules {
             let shape = Shape::of(r);
-            let m = Masks::of(shape);
-            let key = FlowKey {
-                local: r.local.lo.masked(m.local),
-                remote: r.remote.lo.masked(m.remote),
+            let lo = FlowKey {
+                local: r.local.lo,
+                remote: r.remote.lo,
                 proto: r.proto.unwrap_or(0),
-                local_port: r.local_ports.lo & m.local_port,
-                remote_port: r.remote_ports.lo & m.remote_port,
+                local_port: r.local_ports.lo,
+                remote_port: r.remote_ports.lo,
             };
+            let key = Masks::of(shape).apply(&lo);
             by_shape.entry(shape).or_default().entry(key).or_default().push(*r);
         }
         let mut tuples: Vec<Tuple<A>> = by_shape
             .into_iter()
             .map(|(shape, buckets)| {
-                let mut t = Tuple { masks: Masks::of(shape), best: u64::MAX, buckets: HashMap::default(), rules: Vec::new() };
+                let mut best = u64::MAX;
+                let mut rules = Vec::new();
+                let mut entries = Vec::new();
                 for (key, mut bucket) in buckets {
                     bucket.sort_by_key(Rule::rank);
-                    let start = t.rules.len() as u32;
-                    t.best = t.best.min(bucket[0].rank());
-                    t.rules.extend_from_slice(&bucket);
-                    t.buckets.insert(key, (start, t.rules.len() as u32));
+                    let start = rules.len() as u32;
+                    best = best.min(bucket[0].rank());
+                    rules.extend_from_slice(&bucket);
+                    entries.push((key, start, rules.len() as u32));
                 }
-                t
+                Tuple { masks: Masks::of(shape), best, buckets: Buckets::new(entries), rules }
             })
             .collect();
         tuples.sort_by_key(|t| t.best);
@@ -159,7 +209,7 @@ impl<A: SpdAddr> TupleSpace<A> {
             if t.best >= best_rank {
                 break;
             }
-            let Some(&(start, end)) = t.buckets.get(&t.masks.apply(k)) else { continue };
+            let Some((start, end)) = t.buckets.get(&t.masks.apply(k)) else { continue };
             for r in &t.rules[start as usize..end as usize] {
                 let rank = r.rank();
                 if rank >= best_rank {

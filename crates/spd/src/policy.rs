@@ -62,6 +62,7 @@ pub trait SpdAddr: Copy + Eq + Ord + Hash + Default + fmt::Debug + Send + Sync +
     fn from_u128(v: u128) -> Self;
     fn from_ip(a: IpAddr) -> Option<Self>;
     fn to_ip(self) -> IpAddr;
+    fn and(self, mask: Self) -> Self;
     /// The first `len` bits, the rest cleared.
     #[inline(always)]
     fn masked(self, len: u8) -> Self {
@@ -95,6 +96,10 @@ impl SpdAddr for u32 {
     fn to_ip(self) -> IpAddr {
         IpAddr::V4(Ipv4Addr::from(self))
     }
+    #[inline(always)]
+    fn and(self, mask: u32) -> u32 {
+        self & mask
+    }
 }
 
 impl SpdAddr for u128 {
@@ -115,6 +120,10 @@ impl SpdAddr for u128 {
     }
     fn to_ip(self) -> IpAddr {
         IpAddr::V6(Ipv6Addr::from(self))
+    }
+    #[inline(always)]
+    fn and(self, mask: u128) -> u128 {
+        self & mask
     }
 }
 

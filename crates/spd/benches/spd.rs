@@ -1,0 +1,141 @@
+//! The SPD's cost against the number of policies, in TSC cycles, on one core:
+//!
+//! - the `ipsec4-output` node (per-packet cycles as `show runtime` counts them) with the
+//!   matching policy at position P of N (the seed thread's experiment), with the flow
+//!   cache (F flows, all hits after the first vector) and without (every packet through
+//!   the classifier);
+//! - the classifier alone (`TupleSpace::decide`) against the linear scan it replaces.
+//!
+//! `cargo bench -p vecgate-spd --bench spd -- [--policies 1,10,...] [--flows F] [--packets N]`
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use common::*;
+use engine::BufIdx;
+use spd::classifier::linear;
+use spd::policy::{ActionKind, Direction, PolicySpec};
+use spd::{FlowKey, TupleSpace};
+use std::hint::black_box;
+
+/// Policy `i` of `n` (position i + 1 in priority order); the one at `target` matches the
+/// benchmark's flows, the others cannot (another local subnet), in four shapes: a remote
+/// host, a host and port, a /30, a range that is not a prefix.
+fn policy(i: usize, n: usize, target: usize) -> PolicySpec {
+    let priority = (n - i) as u32;
+    let (local, remote, ports) = if i == target {
+        ("198.18.0.0/24".to_string(), "198.19.255.254/32".to_string(), "any")
+    } else {
+        let local = format!("198.18.{}.0/24", 1 + i / 65536);
+        let r = 0xc613_0000u32 + (i % 65536) as u32;
+        let a = |x: u32| std::net::Ipv4Addr::from(x).to_string();
+        match i % 4 {
+            0 => (local, format!("{}/32", a(r)), "any"),
+            1 => (local, format!("{}/32", a(r)), "4500"),
+            2 => (local, format!("{}/30", a(r & !3)), "any"),
+            _ => (local, format!("{}-{}", a(r & !3), a((r & !3) + 2)), "any"),
+        }
+    };
+    PolicySpec {
+        spd: 1,
+        direction: Direction::Outbound,
+        priority,
+        action: ActionKind::Protect,
+        sa: Some(i as u32),
+        local,
+        remote,
+        protocol: "udp".into(),
+        local_ports: "any".into(),
+        remote_ports: ports.into(),
+    }
+}
+
+fn node_cycles(n: usize, flows: usize, packets: usize, cache: bool) -> (f64, f64) {
+    let mut r = Rig::new(cache.then_some(1 << 20));
+    for i in 0..n {
+        r.spd.add_policy(&policy(i, n, n - 1)).unwrap();
+    }
+    r.spd.bind(OUT_IF, 1).unwrap();
+    r.publish();
+    let dst = "198.19.255.254".parse().unwrap();
+    let adj = r.router.lookup(dst);
+    let pkts: Vec<Vec<u8>> = (0..flows).map(|f| udp_packet(1 + (f % 250) as u8, 1000 + (f / 250) as u16, dst, 4500)).collect();
+    let run = |r: &mut Rig, count: usize| {
+        let mut sent = 0;
+        let mut f = 0;
+        while sent < count {
+            let mut bufs: Vec<BufIdx> = Vec::with_capacity(engine::VECTOR_SIZE);
+            for _ in 0..engine::VECTOR_SIZE {
+                let b = r.pool.alloc(128).unwrap();
+                let buf = r.pool.get_mut(b);
+                buf.write(&pkts[f]).unwrap();
+                buf.meta.adj = adj;
+                bufs.push(b);
+                f = (f + 1) % pkts.len();
+            }
+            r.graph.inject(r.out4, &mut r.pool, &bufs, 0);
+            r.graph.run(&mut r.cx, &mut r.pool);
+            r.seen4.lock().unwrap().clear();
+            sent += bufs.len();
+        }
+    };
+    // Warm: the caches (and the CPU's) hold the flows.
+    run(&mut r, flows.max(engine::VECTOR_SIZE) * 2);
+    r.reset();
+    r.graph.sample_vectors(true);
+    run(&mut r, packets);
+    let s = r.graph.node_snapshots().into_iter().find(|s| s.name == "ipsec4-output").unwrap();
+    assert_eq!(r.packets("esp4-encrypt"), s.runtime.packets, "every packet matched the target policy");
+    (s.cycles_per_packet, s.vector_median.unwrap_or(f64::NAN))
+}
+
+fn classifier_cycles(n: usize, with_linear: bool) -> (f64, Option<f64>) {
+    let mut state = spd::SpdState::new();
+    for i in 0..n {
+        state.add_policy(&policy(i, n, n - 1)).unwrap();
+    }
+    let rules: Vec<_> = state.policies().filter_map(|p| p.v4).collect();
+    let ts = TupleSpace::new(&rules);
+    let keys: Vec<FlowKey<u32>> = (0..1024u32)
+        .map(|f| FlowKey { local: 0xc612_0001 + f % 250, remote: 0xc613_fffe, proto: 17, local_port: 1000 + f as u16, remote_port: 4500 })
+        .collect();
+    // The median batch of 1024 lookups: a shared host's steal moves it far less than the mean.
+    let time = |f: &mut dyn FnMut(&FlowKey<u32>) -> usize, reps: usize| {
+        let mut batches: Vec<u64> = (0..reps)
+            .map(|_| {
+                let t0 = engine::clock::now();
+                for k in &keys {
+                    black_box(f(black_box(k)));
+                }
+                engine::clock::now() - t0
+            })
+            .collect();
+        batches.sort_unstable();
+        batches[reps / 2] as f64 / keys.len() as f64
+    };
+    let ts_cycles = time(&mut |k| ts.lookup(k).map_or(0, |r| r.id.0 as usize), 200);
+    assert_eq!(ts.lookup(&keys[0]).map(|r| r.id), linear(&rules, &keys[0]).map(|r| r.id));
+    let lin = with_linear.then(|| time(&mut |k| linear(&rules, k).map_or(0, |r| r.id.0 as usize), (20_000 / n).max(3)));
+    (ts_cycles, lin)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let arg = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
+    let policies: Vec<usize> =
+        arg("--policies").map_or(vec![1, 10, 100, 1000, 10_000, 100_000], |s| s.split(',').map(|x| x.parse().unwrap()).collect());
+    let flows: usize = arg("--flows").map_or(1024, |s| s.parse().unwrap());
+    let packets: usize = arg("--packets").map_or(2_000_000, |s| s.parse().unwrap());
+    println!("TSC {:.2} GHz; {flows} flows; {packets} packets per run; match at the last position", engine::clock::hz() as f64 / 1e9);
+    println!("cycles per packet: the node's mean / median vector; the classifier's and the linear scan's median of 1024 lookups");
+    println!("{:>8}  {:>18}  {:>18}  {:>10}  {:>12}", "policies", "node, cache hits", "node, no cache", "classifier", "linear scan");
+    for &n in &policies {
+        let (hit, hit_med) = node_cycles(n, flows, packets, true);
+        let (miss, miss_med) = node_cycles(n, flows, packets, false);
+        let (cls, lin) = classifier_cycles(n, n <= 10_000);
+        println!(
+            "{n:>8}  {hit:>10.1} / {hit_med:>5.1}  {miss:>10.1} / {miss_med:>5.1}  {cls:>10.1}  {:>12}",
+            lin.map_or("-".to_string(), |l| format!("{l:.1}"))
+        );
+    }
+}
