@@ -134,11 +134,17 @@ pub struct FlowCache<A> {
 }
 
 impl<A: CacheKey> FlowCache<A> {
-    /// A cache of `size` slots (a power of two).
-    pub fn new(size: usize) -> Result<Self, SizeError> {
+    /// Whether `size` may be a cache's size: a power of two up to 2^28.
+    pub fn check_size(size: usize) -> Result<(), SizeError> {
         if !size.is_power_of_two() || size > 1 << 28 {
             return Err(SizeError(size));
         }
+        Ok(())
+    }
+
+    /// A cache of `size` slots (a power of two).
+    pub fn new(size: usize) -> Result<Self, SizeError> {
+        Self::check_size(size)?;
         Ok(FlowCache {
             slots: vec![Entry::default(); size].into_boxed_slice(),
             mask: size as u32 - 1,

@@ -48,9 +48,14 @@ fn outbound_protect_bypass_discard_and_no_policy() {
             assert_eq!(r.counter("ipsec6-output", "no-policy"), 1);
             assert_eq!(r.packets("ip6-rewrite"), 0);
         }
+        engine::worker::Context::refresh(&mut r.cx);
+        let (size, g4, g6) = r.cx.spd.gauges().read();
         match &r.cx.spd.flows4 {
-            Some(c) => assert_eq!((c.stats.hits, c.stats.misses), (5, 5)),
-            None => assert!(cache.is_none()),
+            Some(c) => {
+                assert_eq!((c.stats.hits, c.stats.misses), (5, 5));
+                assert_eq!((size, g4, g6.hits, g6.misses), (1 << 10, c.stats, 2, 2));
+            }
+            None => assert!(cache.is_none() && size == 0),
         }
     }
 }
