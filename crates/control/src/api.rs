@@ -69,6 +69,21 @@ pub enum Request {
     PcapTraceOff {
         interface: String,
     },
+    /// Add an IPsec policy (the fields of an `[[ipsec_policy]]` table).
+    IpsecPolicyAdd(spd::PolicySpec),
+    IpsecPolicyDel {
+        id: u32,
+    },
+    /// Bind an SPD to an interface (both directions).
+    IpsecSpdBind {
+        spd: u32,
+        interface: String,
+    },
+    IpsecSpdUnbind {
+        interface: String,
+    },
+    ShowIpsecSpd {},
+    ShowIpsecFlowCache {},
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -257,6 +272,40 @@ impl Control {
                 }
                 let data = serde_json::json!({ "tunnels": rows, "events": self.recent_udptun_events });
                 Reply::ok(data, text)
+            }
+            Request::IpsecPolicyAdd(p) => {
+                let id = self.spd.add_policy(p).map_err(|e| e.to_string())?;
+                let v = self.spd.publish().version;
+                Reply::ok(serde_json::json!({ "id": id.0, "version": v }), format!("ipsec policy {} added (SPD version {v})", id.0))
+            }
+            Request::IpsecPolicyDel { id } => {
+                self.spd.del_policy(*id).map_err(|e| e.to_string())?;
+                let v = self.spd.publish().version;
+                Reply::ok(serde_json::json!({ "id": id, "version": v }), format!("ipsec policy {id} deleted (SPD version {v})"))
+            }
+            Request::IpsecSpdBind { spd, interface } => {
+                let i = self.state.if_index(interface).map_err(|e| format!("interface: {e}"))?;
+                self.spd.bind(i, *spd).map_err(|e| e.to_string())?;
+                let v = self.spd.publish().version;
+                Reply::ok(serde_json::json!({ "version": v }), format!("spd {spd} bound to {interface}"))
+            }
+            Request::IpsecSpdUnbind { interface } => {
+                let i = self.state.if_index(interface).map_err(|e| format!("interface: {e}"))?;
+                let s = self.spd.unbind(i).map_err(|e| e.to_string())?;
+                let v = self.spd.publish().version;
+                Reply::ok(serde_json::json!({ "version": v }), format!("spd {} unbound from {interface}", s.0))
+            }
+            Request::ShowIpsecSpd {} => {
+                let policies = crate::spd::policy_rows(&self.spd);
+                let bindings = crate::spd::binding_rows(&self.spd, &self.state);
+                let v = self.spd.shared().load().version;
+                let text = crate::spd::format_spd(&policies, &bindings, v);
+                Reply::ok(serde_json::json!({ "version": v, "bindings": bindings, "policies": policies }), text)
+            }
+            Request::ShowIpsecFlowCache {} => {
+                let r = crate::spd::flow_cache_report(&self.spd_gauges);
+                let v = self.spd.shared().load().version;
+                Reply::ok(serde_json::json!({ "version": v, "flow_cache": r }), crate::spd::format_flow_cache(&r, v))
             }
             Request::ShowGtpuTunnels { limit } => {
                 let rows = crate::gtpu::rows(&self.gtpu, &self.state, limit.unwrap_or(100));

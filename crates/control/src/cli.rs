@@ -32,7 +32,14 @@ commands:
   show udp tunnels
   show gtpu tunnels [<limit>]
   pcap trace <interface> <file> [<count>]   capture received and sent frames (default 10000)
-  pcap trace off <interface>";
+  pcap trace off <interface>
+  ipsec policy add spd <n> inbound|outbound [priority <n>] protect <sa>|bypass|discard
+         [local <sel>] [remote <sel>] [protocol <p>] [local-ports <range>] [remote-ports <range>]
+         (<sel>: any, a prefix or <addr>-<addr>; <range>: any, <port> or <lo>-<hi>)
+  ipsec policy del <id>
+  ipsec spd bind <spd> <interface> | ipsec spd unbind <interface>
+  show ipsec spd                       policies in classification order, bindings, version
+  show ipsec flow-cache                size, hits, misses, stale, overwrites (all workers)";
 
 pub fn parse(words: &[String]) -> Result<Request, String> {
     let w: Vec<&str> = words.iter().map(String::as_str).collect();
@@ -79,6 +86,15 @@ pub fn parse(words: &[String]) -> Result<Request, String> {
         ["show", "gtpu", "tunnels" | "tunnel", n] => {
             Ok(Request::ShowGtpuTunnels { limit: Some(n.parse().map_err(|_| format!("limit {n:?}: expected a number"))?) })
         }
+        ["ipsec", "policy", "add", rest @ ..] => crate::spd::parse_policy(rest).map(Request::IpsecPolicyAdd),
+        ["ipsec", "policy", "del" | "delete", id] => Ok(Request::IpsecPolicyDel { id: id.parse().map_err(|_| format!("id {id:?}: expected a number"))? }),
+        ["ipsec", "spd", "bind", spd, interface] => Ok(Request::IpsecSpdBind {
+            spd: spd.parse().map_err(|_| format!("spd {spd:?}: expected a number"))?,
+            interface: interface.to_string(),
+        }),
+        ["ipsec", "spd", "unbind", interface] => Ok(Request::IpsecSpdUnbind { interface: interface.to_string() }),
+        ["show", "ipsec", "spd"] => Ok(Request::ShowIpsecSpd {}),
+        ["show", "ipsec", "flow-cache"] => Ok(Request::ShowIpsecFlowCache {}),
         _ => Err(format!("unknown command {:?}\n{HELP}", w.join(" "))),
     }
 }

@@ -43,6 +43,13 @@ pub struct Config {
     /// UDP tunnels: GUE, GRE-in-UDP, direct IP-in-UDP.
     #[serde(default, rename = "udp_tunnel")]
     pub udp_tunnels: Vec<crate::udptun::UdpTunnelConfig>,
+    /// The IPsec SPD: settings, SPDs bound to interfaces, policies.
+    #[serde(default)]
+    pub spd: crate::spd::SpdConfig,
+    #[serde(default, rename = "ipsec_spd")]
+    pub ipsec_spds: Vec<crate::spd::SpdBindingConfig>,
+    #[serde(default, rename = "ipsec_policy")]
+    pub ipsec_policies: Vec<spd::PolicySpec>,
     /// Where relative paths (pcap files) are resolved; the config file's folder.
     #[serde(skip)]
     pub base_dir: PathBuf,

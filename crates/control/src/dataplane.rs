@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 use udptun::{HasUdpTun, UdpTunContext, UdpTunEvent, UdpTunState, UdpTunTables};
+use spd::{HasSpd, SpdContext, SpdState};
 use wire::EthernetAddress;
 
 /// The largest interface MTU (a 9216-byte jumbo frame less its Ethernet header).
@@ -35,6 +36,7 @@ pub struct WorkerContext {
     pub ip: IpContext,
     pub gtpu: GtpuContext,
     pub udptun: UdpTunContext,
+    pub spd: SpdContext,
 }
 
 impl engine::worker::Context for WorkerContext {
@@ -48,6 +50,7 @@ impl engine::worker::Context for WorkerContext {
             // The hinted tunnels may be gone or changed (IP tables forget them too).
             self.ip.tunnel_hints.forget();
         }
+        self.spd.refresh();
     }
 }
 
@@ -69,6 +72,13 @@ impl HasUdpTun for WorkerContext {
     #[inline(always)]
     fn split_udptun(&mut self) -> (&mut IpContext, &mut UdpTunContext) {
         (&mut self.ip, &mut self.udptun)
+    }
+}
+
+impl HasSpd for WorkerContext {
+    #[inline(always)]
+    fn split_spd(&mut self) -> (&mut IpContext, &mut SpdContext) {
+        (&mut self.ip, &mut self.spd)
     }
 }
 
@@ -117,6 +127,10 @@ pub struct Control {
     pub recent_gtpu_events: std::collections::VecDeque<GtpuEvent>,
     pub interfaces: Vec<InterfaceInfo>,
     pub workers: Vec<Sender<WorkerCmd>>,
+    /// IPsec policies and bindings (publishes its own tables), and where each worker
+    /// leaves its flow-cache counters.
+    pub spd: SpdState,
+    pub spd_gauges: Vec<Arc<spd::context::FlowCacheGauges>>,
 }
 
 impl Control {
@@ -633,12 +647,17 @@ fn build(
     let (gev_tx, gev_rx) = crossbeam_channel::bounded(1024);
     let udptun_shared = Arc::new(ArcSwap::from_pointee(udp.build()));
     let (uev_tx, uev_rx) = crossbeam_channel::bounded(1024);
+    let spd_state = crate::spd::build_state(cfg, &state)?;
+    let mut spd_gauges = Vec::new();
     let mut workers = Vec::with_capacity(per_worker.len());
     for (k, (devices, lanes)) in per_worker.into_iter().zip(lanes).enumerate() {
+        let spd_cx = SpdContext::new(spd_state.shared(), cfg.spd.cache_size()).map_err(|e| cfg.err("spd.flow_cache", e.to_string()))?;
+        spd_gauges.push(spd_cx.gauges());
         let cx = WorkerContext {
             ip: IpContext::new(shared.clone(), Some(ev_tx.clone()), limits),
             gtpu: GtpuContext::new(gtpu_shared.clone(), Some(gev_tx.clone()), cfg.gtpu.replies_per_sec),
             udptun: UdpTunContext::new(udptun_shared.clone(), Some(uev_tx.clone())),
+            spd: spd_cx,
         };
         workers.push(build_worker(cfg, k, devices, cx, lanes, spread)?);
     }
@@ -662,6 +681,8 @@ fn build(
         recent_gtpu_events: Default::default(),
         interfaces,
         workers: Vec::new(),
+        spd: spd_state,
+        spd_gauges,
     };
     Ok(Assembly { control, workers })
 }

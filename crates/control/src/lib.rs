@@ -17,6 +17,7 @@ pub mod dataplane;
 pub mod format;
 pub mod gtpu;
 pub mod server;
+pub mod spd;
 pub mod udptun;
 
 /// The gateway `vecgate run` starts with no configuration file.
