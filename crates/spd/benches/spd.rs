@@ -6,7 +6,8 @@
 //!   the classifier);
 //! - the classifier alone (`TupleSpace::decide`) against the linear scan it replaces.
 //!
-//! `cargo bench -p vecgate-spd --bench spd -- [--policies 1,10,...] [--flows F] [--packets N]`
+//! `cargo bench -p vecgate-spd --bench spd -- [--policies 1,10,...] [--flows F] [--packets N] [--cache-size S]`
+//! and `-- --churn-every V [--flows F]` for invalidation under load.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -50,8 +51,8 @@ fn policy(i: usize, n: usize, target: usize) -> PolicySpec {
     }
 }
 
-fn node_cycles(n: usize, flows: usize, packets: usize, cache: bool) -> (f64, f64) {
-    let mut r = Rig::new(cache.then_some(1 << 20));
+fn node_cycles(n: usize, flows: usize, packets: usize, cache: Option<usize>) -> (f64, f64) {
+    let mut r = Rig::new(cache);
     for i in 0..n {
         r.spd.add_policy(&policy(i, n, n - 1)).unwrap();
     }
@@ -119,6 +120,80 @@ fn classifier_cycles(n: usize, with_linear: bool) -> (f64, Option<f64>) {
     (ts_cycles, lin)
 }
 
+/// Invalidation under load: `flows` flows (destination ports 4000–4006) through
+/// `ipsec4-output` round after round while a policy moving port 4003 to SA 100 is added
+/// and deleted every `every` vectors. Every packet is checked against the policy set of
+/// its vector: none lost, none decided by a stale policy. Returns (changes per second,
+/// packets per second, node cycles per packet), wall-clock rates of this one thread
+/// doing the control plane's work too.
+fn churn(flows: usize, rounds: usize, every: usize) -> (f64, f64, f64) {
+    let mut r = Rig::new(Some(spd::context::DEFAULT_FLOW_CACHE));
+    let base = PolicySpec {
+        spd: 1,
+        direction: Direction::Outbound,
+        priority: 10,
+        action: ActionKind::Protect,
+        sa: Some(1),
+        local: "any".into(),
+        remote: "198.19.0.0/16".into(),
+        protocol: "any".into(),
+        local_ports: "any".into(),
+        remote_ports: "any".into(),
+    };
+    r.spd.add_policy(&base).unwrap();
+    let moved = PolicySpec { priority: 20, sa: Some(100), protocol: "udp".into(), remote_ports: "4003".into(), ..base };
+    r.spd.bind(OUT_IF, 1).unwrap();
+    r.publish();
+    let dst = "198.19.255.254".parse().unwrap();
+    let adj = r.router.lookup(dst);
+    // Flow f: source 198.18.0.(1 + f % 250), source port 1 + f / 250 ... kept apart by
+    // (host, port); destination port 4000 + f % 7.
+    let pkt = |f: usize| udp_packet(1 + (f % 250) as u8, 1 + (f / 250) as u16, dst, 4000 + (f % 7) as u16);
+    let pkts: Vec<Vec<u8>> = (0..flows).map(pkt).collect();
+    let mut moved_id: Option<u32> = None;
+    let (mut changes, mut sent, mut vectors) = (0u64, 0u64, 0usize);
+    r.reset();
+    let t0 = std::time::Instant::now();
+    for _ in 0..rounds {
+        for chunk in (0..flows).collect::<Vec<_>>().chunks(engine::VECTOR_SIZE) {
+            if vectors % every == every - 1 {
+                match moved_id.take() {
+                    Some(id) => {
+                        r.spd.del_policy(id).unwrap();
+                    }
+                    None => moved_id = Some(r.spd.add_policy(&moved).unwrap().0),
+                }
+                r.publish();
+                changes += 1;
+            }
+            vectors += 1;
+            let bufs: Vec<BufIdx> = chunk
+                .iter()
+                .map(|&f| {
+                    let b = r.pool.alloc(128).unwrap();
+                    let buf = r.pool.get_mut(b);
+                    buf.write(&pkts[f]).unwrap();
+                    buf.meta.adj = adj;
+                    b
+                })
+                .collect();
+            r.graph.inject(r.out4, &mut r.pool, &bufs, 0);
+            r.graph.run(&mut r.cx, &mut r.pool);
+            let mut seen = r.seen4.lock().unwrap();
+            assert_eq!(seen.len(), chunk.len(), "a packet lost");
+            for (&(sa, _), &f) in seen.iter().zip(chunk) {
+                let want = if moved_id.is_some() && f % 7 == 3 { 100 } else { 1 };
+                assert_eq!(sa, want, "flow {f} decided by a stale policy set");
+            }
+            seen.clear();
+            sent += chunk.len() as u64;
+        }
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    let s = r.graph.node_snapshots().into_iter().find(|s| s.name == "ipsec4-output").unwrap();
+    (changes as f64 / secs, sent as f64 / secs, s.cycles_per_packet)
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let arg = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
@@ -126,12 +201,23 @@ fn main() {
         arg("--policies").map_or(vec![1, 10, 100, 1000, 10_000, 100_000], |s| s.split(',').map(|x| x.parse().unwrap()).collect());
     let flows: usize = arg("--flows").map_or(1024, |s| s.parse().unwrap());
     let packets: usize = arg("--packets").map_or(2_000_000, |s| s.parse().unwrap());
-    println!("TSC {:.2} GHz; {flows} flows; {packets} packets per run; match at the last position", engine::clock::hz() as f64 / 1e9);
+    // Flow cache slots: the default (2^20) is larger than L2, so the node prefetches.
+    let cache_size: usize = arg("--cache-size").map_or(spd::context::DEFAULT_FLOW_CACHE, |s| s.parse().unwrap());
+    if let Some(every) = arg("--churn-every") {
+        let churn_flows: usize = arg("--flows").map_or(1 << 20, |s| s.parse().unwrap());
+        let (cps, pps, cycles) = churn(churn_flows, 3, every.parse().unwrap());
+        println!("churn: {churn_flows} flows, a policy added or deleted every {every} vectors: {cps:.0} changes/s, {:.2} Mpps through the harness, ipsec4-output {cycles:.1} cycles/packet (mean); every packet checked", pps / 1e6);
+        return;
+    }
+    println!(
+        "TSC {:.2} GHz; {flows} flows; {packets} packets per run; match at the last position; flow cache {cache_size} slots",
+        engine::clock::hz() as f64 / 1e9
+    );
     println!("cycles per packet: the node's mean / median vector; the classifier's and the linear scan's median of 1024 lookups");
     println!("{:>8}  {:>18}  {:>18}  {:>10}  {:>12}", "policies", "node, cache hits", "node, no cache", "classifier", "linear scan");
     for &n in &policies {
-        let (hit, hit_med) = node_cycles(n, flows, packets, true);
-        let (miss, miss_med) = node_cycles(n, flows, packets, false);
+        let (hit, hit_med) = node_cycles(n, flows, packets, Some(cache_size));
+        let (miss, miss_med) = node_cycles(n, flows, packets, None);
         let (cls, lin) = classifier_cycles(n, n <= 10_000);
         println!(
             "{n:>8}  {hit:>10.1} / {hit_med:>5.1}  {miss:>10.1} / {miss_med:>5.1}  {cls:>10.1}  {:>12}",

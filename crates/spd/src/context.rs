@@ -118,6 +118,21 @@ impl SpdContext {
         }
     }
 
+    /// Whether the flow caches are larger than a core's L2 (256 Ki slots: 6 MiB for
+    /// IPv4), so that a node gains from prefetching their slots a vector ahead.
+    #[inline(always)]
+    pub fn cache_outgrows_l2(&self) -> bool {
+        self.flows4.as_ref().is_some_and(|c| c.size() > 1 << 15)
+    }
+
+    /// Start loading the flow-cache slot of `k` in `spd`.
+    #[inline(always)]
+    pub fn prefetch<A: Classified>(&mut self, spd: SpdId, inbound: bool, k: &FlowKey<A>) {
+        if let Some(c) = A::cache_of(&mut self.flows4, &mut self.flows6) {
+            c.prefetch(cache_spd(spd.0, inbound), k);
+        }
+    }
+
     /// [`SpdTables::check_inbound`] through the flow cache: for the ESP decrypt nodes.
     #[inline]
     pub fn check_inbound<A: Classified>(&mut self, spd: SpdId, sa: SaId, k: &FlowKey<A>) -> bool {

@@ -168,6 +168,12 @@ impl<A: CacheKey> FlowCache<A> {
         }
     }
 
+    /// Start loading the slot of `k` (see `IpsecOutput::prepare`).
+    #[inline(always)]
+    pub fn prefetch(&self, spd: u16, k: &FlowKey<A>) {
+        engine::prefetch::read(&self.slots[(A::slot_hash(spd, k) & self.mask) as usize]);
+    }
+
     /// The decision cached for `k` in SPD `spd` under `version`, or where to put one.
     #[inline(always)]
     pub fn lookup(&mut self, spd: u16, k: &FlowKey<A>, version: u64) -> Probe {
