@@ -204,6 +204,25 @@ fn main() {
     let packets: usize = arg("--packets").map_or(2_000_000, |s| s.parse().unwrap());
     // Flow cache slots: the default (2^20) is larger than L2, so the node prefetches.
     let cache_size: usize = arg("--cache-size").map_or(spd::context::DEFAULT_FLOW_CACHE, |s| s.parse().unwrap());
+    if let Some(n) = arg("--publish") {
+        // The control plane's cost of one change: the touched SPD is rebuilt whole.
+        let n: usize = n.parse().unwrap();
+        let mut state = spd::SpdState::new();
+        for i in 0..n {
+            state.add_policy(&policy(i, n, n - 1)).unwrap();
+        }
+        state.publish();
+        let t0 = std::time::Instant::now();
+        let rounds = 5;
+        for i in 0..rounds {
+            let id = state.add_policy(&policy(i, n, n)).unwrap();
+            state.publish();
+            state.del_policy(id.0).unwrap();
+            state.publish();
+        }
+        println!("publish: {n} policies in the SPD, {:.2} ms per change", t0.elapsed().as_secs_f64() * 1e3 / (2 * rounds) as f64);
+        return;
+    }
     if let Some(every) = arg("--churn-every") {
         let churn_flows: usize = arg("--flows").map_or(1 << 20, |s| s.parse().unwrap());
         let (cps, pps, mean, median) = churn(churn_flows, 3, every.parse().unwrap());

@@ -20,7 +20,6 @@
 
 use crate::flow_cache::CacheKey;
 use crate::policy::{Action, Decision, FlowKey, Rule, SpdAddr};
-use std::collections::HashMap;
 
 /// A rule set's shape: covering prefix lengths and protocol presence.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -154,33 +153,36 @@ impl<A: SpdAddr> Default for TupleSpace<A> {
 
 impl<A: CacheKey> TupleSpace<A> {
     pub fn new(rules: &[Rule<A>]) -> Self {
-        let mut by_shape: HashMap<Shape, HashMap<FlowKey<A>, Vec<Rule<A>>>> = HashMap::new();
-        for r in rules {
-            let shape = Shape::of(r);
-            let lo = FlowKey {
-                local: r.local.lo,
-                remote: r.remote.lo,
-                proto: r.proto.unwrap_or(0),
-                local_port: r.local_ports.lo,
-                remote_port: r.remote_ports.lo,
-            };
-            let key = Masks::of(shape).apply(&lo);
-            by_shape.entry(shape).or_default().entry(key).or_default().push(*r);
-        }
-        let mut tuples: Vec<Tuple<A>> = by_shape
-            .into_iter()
-            .map(|(shape, buckets)| {
-                let mut best = u64::MAX;
-                let mut rules = Vec::new();
+        // Sorted by shape, then masked key, then rank: each shape's rules and each
+        // bucket's are then one run, the bucket in rank order (no map of maps to build:
+        // the control plane rebuilds an SPD on every change).
+        let mut keyed: Vec<(Shape, FlowKey<A>, u64, &Rule<A>)> = rules
+            .iter()
+            .map(|r| {
+                let shape = Shape::of(r);
+                let lo = FlowKey {
+                    local: r.local.lo,
+                    remote: r.remote.lo,
+                    proto: r.proto.unwrap_or(0),
+                    local_port: r.local_ports.lo,
+                    remote_port: r.remote_ports.lo,
+                };
+                (shape, Masks::of(shape).apply(&lo), r.rank(), r)
+            })
+            .collect();
+        keyed.sort_unstable_by(|a, b| (a.0, a.1, a.2).cmp(&(b.0, b.1, b.2)));
+        let mut tuples: Vec<Tuple<A>> = keyed
+            .chunk_by(|a, b| a.0 == b.0)
+            .map(|shape_run| {
+                let mut rules = Vec::with_capacity(shape_run.len());
                 let mut entries = Vec::new();
-                for (key, mut bucket) in buckets {
-                    bucket.sort_by_key(Rule::rank);
+                for bucket in shape_run.chunk_by(|a, b| a.1 == b.1) {
                     let start = rules.len() as u32;
-                    best = best.min(bucket[0].rank());
-                    rules.extend_from_slice(&bucket);
-                    entries.push((key, start, rules.len() as u32));
+                    rules.extend(bucket.iter().map(|k| *k.3));
+                    entries.push((bucket[0].1, start, rules.len() as u32));
                 }
-                Tuple { masks: Masks::of(shape), best, buckets: Buckets::new(entries), rules }
+                let best = shape_run.iter().map(|k| k.2).min().unwrap_or(u64::MAX);
+                Tuple { masks: Masks::of(shape_run[0].0), best, buckets: Buckets::new(entries), rules }
             })
             .collect();
         tuples.sort_by_key(|t| t.best);

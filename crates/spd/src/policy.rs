@@ -160,7 +160,7 @@ impl Range<u16> {
 }
 
 /// A packet's selector fields, as the SPD of one direction sees them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
 pub struct FlowKey<A> {
     pub local: A,
     pub remote: A,

@@ -24,8 +24,10 @@ pub enum SpdError {
 }
 
 pub struct SpdState {
-    policies: BTreeMap<PolicyId, Policy>,
-    by_spd: BTreeMap<SpdId, BTreeSet<PolicyId>>,
+    /// Each policy's SPD, for `del_policy`.
+    spd_of: BTreeMap<PolicyId, SpdId>,
+    /// The policies of each SPD, which a rebuild reads in one pass.
+    by_spd: BTreeMap<SpdId, BTreeMap<PolicyId, Policy>>,
     bindings: BTreeMap<IfIndex, SpdId>,
     next_id: u32,
     built: Vec<Option<Arc<Spd>>>,
@@ -43,7 +45,7 @@ impl Default for SpdState {
 impl SpdState {
     pub fn new() -> Self {
         SpdState {
-            policies: BTreeMap::new(),
+            spd_of: BTreeMap::new(),
             by_spd: BTreeMap::new(),
             bindings: BTreeMap::new(),
             next_id: 1,
@@ -73,18 +75,16 @@ impl SpdState {
         let id = PolicyId(self.next_id);
         let p = spec.build(id)?;
         self.next_id += 1;
-        self.by_spd.entry(p.spd).or_default().insert(id);
         self.dirty.insert(p.spd);
-        self.policies.insert(id, p);
+        self.spd_of.insert(id, p.spd);
+        self.by_spd.entry(p.spd).or_default().insert(id, p);
         Ok(id)
     }
 
     pub fn del_policy(&mut self, id: u32) -> Result<Policy, SpdError> {
-        let p = self.policies.remove(&PolicyId(id)).ok_or(SpdError::NoSuchPolicy(id))?;
-        if let Some(s) = self.by_spd.get_mut(&p.spd) {
-            s.remove(&p.id());
-        }
-        self.dirty.insert(p.spd);
+        let spd = self.spd_of.remove(&PolicyId(id)).ok_or(SpdError::NoSuchPolicy(id))?;
+        let p = self.by_spd.get_mut(&spd).and_then(|s| s.remove(&PolicyId(id))).ok_or(SpdError::NoSuchPolicy(id))?;
+        self.dirty.insert(spd);
         Ok(p)
     }
 
@@ -106,11 +106,12 @@ impl SpdState {
     }
 
     pub fn policies(&self) -> impl Iterator<Item = &Policy> {
-        self.policies.values()
+        self.by_spd.values().flat_map(|s| s.values())
     }
 
     pub fn policy(&self, id: u32) -> Option<&Policy> {
-        self.policies.get(&PolicyId(id))
+        let spd = self.spd_of.get(&PolicyId(id))?;
+        self.by_spd.get(spd)?.get(&PolicyId(id))
     }
 
     pub fn bindings(&self) -> impl Iterator<Item = (IfIndex, SpdId)> + '_ {
@@ -118,8 +119,7 @@ impl SpdState {
     }
 
     fn build_spd(&self, spd: SpdId) -> Spd {
-        let ids = self.by_spd.get(&spd);
-        let policies = || ids.into_iter().flatten().filter_map(|id| self.policies.get(id));
+        let policies = || self.by_spd.get(&spd).into_iter().flat_map(|s| s.values());
         let rules4 = |d| policies().filter(|p| p.direction == d).filter_map(|p| p.v4).collect::<Vec<_>>();
         let rules6 = |d| policies().filter(|p| p.direction == d).filter_map(|p| p.v6).collect::<Vec<_>>();
         Spd {
