@@ -44,6 +44,20 @@ seeds["gre"] = [
     GRE(proto=0x0800) / IP(src="198.18.0.1", dst="198.18.0.2"),
     GRE(chksum_present=1, key_present=1, seqnum_present=1, key=7, sequence_number=9, proto=0x86dd) / IPv6(src=S6, dst=D6),
 ]
+from scapy.layers.ipsec import SecurityAssociation, ESP
+# ESP as it arrives in UDP 4500 (RFC 3948): scapy's own ESP (NULL, AES-GCM with an IV
+# and ICV, AES-CBC + HMAC), a NAT keep-alive and an IKE message after the non-ESP marker.
+_inner = IP(src="198.19.3.1", dst="198.19.4.1") / ICMP()
+_tun = IP(src="198.18.3.1", dst="198.18.3.2")
+seeds["esp"] = [
+    raw(SecurityAssociation(ESP, spi=0x1000, crypt_algo="NULL", auth_algo="NULL", tunnel_header=_tun).encrypt(_inner)[ESP]),
+    raw(SecurityAssociation(ESP, spi=0x2000, crypt_algo="AES-GCM", crypt_key=bytes(range(20)), auth_algo="NULL",
+                            tunnel_header=_tun).encrypt(_inner, seq_num=5)[ESP]),
+    raw(SecurityAssociation(ESP, spi=0x3000, crypt_algo="AES-CBC", crypt_key=bytes(16), auth_algo="SHA2-256-128",
+                            auth_key=bytes(32), tunnel_header=_tun).encrypt(_inner)[ESP]),
+    b"\xff",
+    b"\x00\x00\x00\x00" + bytes(28),
+]
 out = Path(__file__).parent / "corpus"
 for target, pkts in seeds.items():
     d = out / target

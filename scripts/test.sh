@@ -38,6 +38,10 @@ if ! python3 -c "import scapy, pytest, prometheus_client" >/dev/null 2>&1; then
     echo "== installing scapy, pytest, prometheus_client"
     python3 -m pip install --quiet "scapy>=2.5" pytest prometheus_client || python3 -m pip install --quiet --break-system-packages "scapy>=2.5" pytest prometheus_client
 fi
+if ! python3 -c "import cryptography" >/dev/null 2>&1; then
+    echo "== installing cryptography (scapy's ESP layer)"
+    python3 -m pip install --quiet cryptography || python3 -m pip install --quiet --break-system-packages cryptography
+fi
 command -v cargo >/dev/null 2>&1 || { echo "Rust is needed: https://rustup.rs (stable)"; exit 1; }
 
 echo "== build"

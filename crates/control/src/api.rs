@@ -63,6 +63,27 @@ pub enum Request {
         name: String,
     },
     ShowUdpTunnels {},
+    /// Load balancer: add a service (the fields of an `[[lb_service]]` table).
+    LbServiceAdd(lb::ServiceSpec),
+    LbServiceDel {
+        name: String,
+    },
+    /// Add a backend to a service, or replace the one with its address and port.
+    LbBackendAdd(crate::lb::BackendAdd),
+    LbBackendSet(crate::lb::BackendChange),
+    LbBackendDel(crate::lb::BackendRef),
+    ShowLbServices {},
+    ShowLbBackends {
+        #[serde(default)]
+        service: Option<String>,
+    },
+    /// Add an IPsec SA (the fields of an `[[ipsec_sa]]` table).
+    IpsecSaAdd(crate::ipsec::IpsecSaConfig),
+    IpsecSaDel {
+        index: u32,
+    },
+    /// SAs without their keys.
+    ShowIpsecSa {},
     /// Capture an interface's received and sent frames to a pcap file (one file per
     /// worker, `<file>.w<N>`, when there are several).
     PcapTrace {
@@ -75,6 +96,27 @@ pub enum Request {
     PcapTraceOff {
         interface: String,
     },
+    ShowPfcpAssociations {},
+    ShowPfcpSessions {
+        /// At most this many rows (default 100).
+        #[serde(default)]
+        limit: Option<usize>,
+    },
+    /// Add an IPsec policy (the fields of an `[[ipsec_policy]]` table).
+    IpsecPolicyAdd(spd::PolicySpec),
+    IpsecPolicyDel {
+        id: u32,
+    },
+    /// Bind an SPD to an interface (both directions).
+    IpsecSpdBind {
+        spd: u32,
+        interface: String,
+    },
+    IpsecSpdUnbind {
+        interface: String,
+    },
+    ShowIpsecSpd {},
+    ShowIpsecFlowCache {},
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -245,6 +287,7 @@ impl Control {
             Request::IpRouteAdd { prefix, via, interface, blackhole } => {
                 let p: Prefix = prefix.parse().map_err(|e| format!("prefix {prefix:?}: {e}"))?;
                 let t = route_target(via.as_deref(), interface.as_deref(), *blackhole)?;
+                let t = crate::ipsec::resolve_target(&self.ipsec, t)?;
                 let t = crate::dataplane::resolve_target(&self.gtpu, &self.udptun, &self.state, t)?;
                 self.state.add_route(p, t).map_err(|e| e.to_string())?;
                 self.publish_routes();
@@ -290,6 +333,17 @@ impl Control {
                 self.publish_routes();
                 Reply::ok(serde_json::Value::Null, format!("deleted {name}"))
             }
+            Request::ShowPfcpAssociations {} => {
+                let p = self.pfcp.as_ref().ok_or("PFCP is not configured (no [pfcp] section)")?;
+                let rows = crate::pfcp::association_rows(p);
+                Reply::ok(serde_json::json!({ "associations": rows, "stats": format!("{:?}", p.upf.stats()) }), crate::pfcp::format_associations(&rows))
+            }
+            Request::ShowPfcpSessions { limit } => {
+                let p = self.pfcp.as_ref().ok_or("PFCP is not configured (no [pfcp] section)")?;
+                let rows = crate::pfcp::session_rows(p, limit.unwrap_or(100));
+                let text = crate::pfcp::format_sessions(&rows, p.upf.session_count(), &p.recent);
+                Reply::ok(serde_json::json!({ "sessions": rows, "total": p.upf.session_count() }), text)
+            }
             Request::ShowUdpTunnels {} => {
                 let rows = crate::udptun::rows(&self.udptun, &self.state);
                 let mut text = crate::udptun::format_rows(&rows);
@@ -301,6 +355,61 @@ impl Control {
                 }
                 let data = serde_json::json!({ "tunnels": rows, "events": self.recent_udptun_events });
                 Reply::ok(data, text)
+            }
+            Request::LbServiceAdd(..)
+            | Request::LbServiceDel { .. }
+            | Request::LbBackendAdd(..)
+            | Request::LbBackendSet(..)
+            | Request::LbBackendDel(..)
+            | Request::ShowLbServices {}
+            | Request::ShowLbBackends { .. } => crate::lb::handle(self, req)?,
+            Request::IpsecSaAdd(c) => {
+                let name = crate::ipsec::add(&mut self.ipsec, &mut self.state, c)?;
+                self.publish_routes();
+                Reply::ok(serde_json::json!({ "index": c.index, "name": name }), format!("added SA {} ({name})", c.index))
+            }
+            Request::IpsecSaDel { index } => {
+                crate::ipsec::del(&mut self.ipsec, &mut self.state, *index)?;
+                self.publish_routes();
+                Reply::ok(serde_json::Value::Null, format!("deleted SA {index}"))
+            }
+            Request::ShowIpsecSa {} => {
+                let rows = crate::ipsec::rows(&self.ipsec);
+                Reply::ok(serde_json::json!({ "sas": rows }), crate::ipsec::format_rows(&rows))
+            }
+            Request::IpsecPolicyAdd(p) => {
+                let id = self.spd.add_policy(p).map_err(|e| e.to_string())?;
+                let v = self.spd.publish().version;
+                Reply::ok(serde_json::json!({ "id": id.0, "version": v }), format!("ipsec policy {} added (SPD version {v})", id.0))
+            }
+            Request::IpsecPolicyDel { id } => {
+                self.spd.del_policy(*id).map_err(|e| e.to_string())?;
+                let v = self.spd.publish().version;
+                Reply::ok(serde_json::json!({ "id": id, "version": v }), format!("ipsec policy {id} deleted (SPD version {v})"))
+            }
+            Request::IpsecSpdBind { spd, interface } => {
+                let i = self.state.if_index(interface).map_err(|e| format!("interface: {e}"))?;
+                self.spd.bind(i, *spd).map_err(|e| e.to_string())?;
+                let v = self.spd.publish().version;
+                Reply::ok(serde_json::json!({ "version": v }), format!("spd {spd} bound to {interface}"))
+            }
+            Request::IpsecSpdUnbind { interface } => {
+                let i = self.state.if_index(interface).map_err(|e| format!("interface: {e}"))?;
+                let s = self.spd.unbind(i).map_err(|e| e.to_string())?;
+                let v = self.spd.publish().version;
+                Reply::ok(serde_json::json!({ "version": v }), format!("spd {} unbound from {interface}", s.0))
+            }
+            Request::ShowIpsecSpd {} => {
+                let policies = crate::spd::policy_rows(&self.spd);
+                let bindings = crate::spd::binding_rows(&self.spd, &self.state);
+                let v = self.spd.shared().load().version;
+                let text = crate::spd::format_spd(&policies, &bindings, v);
+                Reply::ok(serde_json::json!({ "version": v, "bindings": bindings, "policies": policies }), text)
+            }
+            Request::ShowIpsecFlowCache {} => {
+                let r = crate::spd::flow_cache_report(&self.spd_gauges);
+                let v = self.spd.shared().load().version;
+                Reply::ok(serde_json::json!({ "version": v, "flow_cache": r }), crate::spd::format_flow_cache(&r, v))
             }
             Request::ShowGtpuTunnels { limit } => {
                 let rows = crate::gtpu::rows(&self.gtpu, &self.state, limit.unwrap_or(100));

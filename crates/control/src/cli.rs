@@ -31,8 +31,29 @@ commands:
   delete udp tunnel <udp_tunnelN>
   show udp tunnels
   show gtpu tunnels [<limit>]
+  show pfcp associations | sessions     the SMFs associated and the sessions they set up
+  lb service add <name> cluster_ip|node_port|load_balancer <vip> <port> tcp|udp
+         [policy cluster|local] [affinity <seconds>] [table-size <prime>] [backend <addr>:<port>]...
+  lb service del <name>
+  lb backend add <service> <addr> <port> [weight <n>]
+  lb backend set <service> <addr> <port> [weight <n>] [ready|terminating|not-serving]
+  lb backend del <service> <addr> <port>
+  show lb services
+  show lb backends [<service>]
+  ipsec sa add <index> spi <n> inbound|outbound alg <algorithm> [enc-key <hex>]
+         [integ-key <hex>] local <addr> remote <addr> [udp-encap] [esn] [no-anti-replay]
+         [soft-packets|hard-packets|soft-bytes|hard-bytes <n>] [route <prefix>]...
+  ipsec sa del <index>
+  show ipsec sa                        SAs and their counters (never their keys)
   pcap trace <interface> <file> [<count>]   capture received and sent frames (default 10000)
-  pcap trace off <interface>";
+  pcap trace off <interface>
+  ipsec policy add spd <n> inbound|outbound [priority <n>] protect <sa>|bypass|discard
+         [local <sel>] [remote <sel>] [protocol <p>] [local-ports <range>] [remote-ports <range>]
+         (<sel>: any, a prefix or <addr>-<addr>; <range>: any, <port> or <lo>-<hi>)
+  ipsec policy del <id>
+  ipsec spd bind <spd> <interface> | ipsec spd unbind <interface>
+  show ipsec spd                       policies in classification order, bindings, version
+  show ipsec flow-cache                size, hits, misses, stale, overwrites (all workers)";
 
 pub fn parse(words: &[String]) -> Result<Request, String> {
     let w: Vec<&str> = words.iter().map(String::as_str).collect();
@@ -69,6 +90,17 @@ pub fn parse(words: &[String]) -> Result<Request, String> {
         ["create", "udp", "tunnel", rest @ ..] => udp_tunnel(rest).map(Request::CreateUdpTunnel),
         ["delete" | "del", "udp", "tunnel", name] => Ok(Request::DeleteUdpTunnel { name: name.to_string() }),
         ["show", "udp", "tunnels" | "tunnel"] => Ok(Request::ShowUdpTunnels {}),
+        ["show", "pfcp", "associations" | "association"] => Ok(Request::ShowPfcpAssociations {}),
+        ["show", "pfcp", "sessions" | "session"] => Ok(Request::ShowPfcpSessions { limit: None }),
+        ["show", "lb", "services" | "service"] => Ok(Request::ShowLbServices {}),
+        ["show", "lb", "backends" | "backend"] => Ok(Request::ShowLbBackends { service: None }),
+        ["show", "lb", "backends" | "backend", s] => Ok(Request::ShowLbBackends { service: Some(s.to_string()) }),
+        ["lb", rest @ ..] => crate::lb::parse_cli(rest),
+        ["ipsec", "sa", "add", rest @ ..] => crate::ipsec::parse_sa_add(rest).map(Request::IpsecSaAdd),
+        ["ipsec", "sa", "del" | "delete", index] => {
+            Ok(Request::IpsecSaDel { index: index.parse().map_err(|_| format!("index {index:?}: expected a number"))? })
+        }
+        ["show", "ipsec", "sa" | "sas"] => Ok(Request::ShowIpsecSa {}),
         ["pcap", "trace", "off", interface] => Ok(Request::PcapTraceOff { interface: interface.to_string() }),
         ["pcap", "trace", interface, file] => {
             Ok(Request::PcapTrace { interface: interface.to_string(), file: file.to_string(), count: None })
@@ -81,6 +113,15 @@ pub fn parse(words: &[String]) -> Result<Request, String> {
         ["show", "gtpu", "tunnels" | "tunnel", n] => {
             Ok(Request::ShowGtpuTunnels { limit: Some(n.parse().map_err(|_| format!("limit {n:?}: expected a number"))?) })
         }
+        ["ipsec", "policy", "add", rest @ ..] => crate::spd::parse_policy(rest).map(Request::IpsecPolicyAdd),
+        ["ipsec", "policy", "del" | "delete", id] => Ok(Request::IpsecPolicyDel { id: id.parse().map_err(|_| format!("id {id:?}: expected a number"))? }),
+        ["ipsec", "spd", "bind", spd, interface] => Ok(Request::IpsecSpdBind {
+            spd: spd.parse().map_err(|_| format!("spd {spd:?}: expected a number"))?,
+            interface: interface.to_string(),
+        }),
+        ["ipsec", "spd", "unbind", interface] => Ok(Request::IpsecSpdUnbind { interface: interface.to_string() }),
+        ["show", "ipsec", "spd"] => Ok(Request::ShowIpsecSpd {}),
+        ["show", "ipsec", "flow-cache"] => Ok(Request::ShowIpsecFlowCache {}),
         _ => Err(unknown_command(&w)),
     }
 }

@@ -49,6 +49,23 @@ pub struct Config {
     /// UDP tunnels: GUE, GRE-in-UDP, direct IP-in-UDP.
     #[serde(default, rename = "udp_tunnel")]
     pub udp_tunnels: Vec<crate::udptun::UdpTunnelConfig>,
+    /// PFCP (N4): the UPF an SMF drives.
+    #[serde(default)]
+    pub pfcp: Option<crate::pfcp::PfcpConfig>,
+    /// Service load balancer settings and services.
+    #[serde(default)]
+    pub lb: crate::lb::LbConfig,
+    #[serde(default, rename = "lb_service")]
+    pub lb_services: Vec<lb::ServiceSpec>,
+    #[serde(default, rename = "ipsec_sa")]
+    pub ipsec_sas: Vec<crate::ipsec::IpsecSaConfig>,
+    /// The IPsec SPD: settings, SPDs bound to interfaces, policies.
+    #[serde(default)]
+    pub spd: crate::spd::SpdConfig,
+    #[serde(default, rename = "ipsec_spd")]
+    pub ipsec_spds: Vec<crate::spd::SpdBindingConfig>,
+    #[serde(default, rename = "ipsec_policy")]
+    pub ipsec_policies: Vec<spd::PolicySpec>,
     /// Where relative paths (pcap files) are resolved; the config file's folder.
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -101,6 +118,16 @@ pub struct DataplaneConfig {
     /// Reassembly of fragments addressed to the gateway (`[dataplane.reassembly]`).
     #[serde(default)]
     pub reassembly: ReassemblyConfig,
+    /// `parcelN-input` checks every segment against its integrity slot (a bad segment is
+    /// dropped, the rest forwarded). false: segments are never read on the way through
+    /// (the slots travel on, and a split derives each datagram's checksum from its slot,
+    /// so the receiver finds a damaged segment). Default true.
+    #[serde(default = "default_verify_parcel_segments")]
+    pub verify_parcel_segments: bool,
+}
+
+fn default_verify_parcel_segments() -> bool {
+    true
 }
 
 /// Bounds of each worker's reassembly table, per address family.
@@ -182,6 +209,7 @@ impl Default for DataplaneConfig {
             workers: 1,
             worker_cores: Vec::new(),
             reassembly: ReassemblyConfig::default(),
+            verify_parcel_segments: default_verify_parcel_segments(),
         }
     }
 }
@@ -236,6 +264,10 @@ pub struct InterfaceConfig {
     pub mac: Option<String>,
     #[serde(default = "default_mtu")]
     pub mtu: u16,
+    /// The link takes IP parcels: a parcel routed out of it goes whole (within its MTU)
+    /// instead of split into UDP datagrams. Default false.
+    #[serde(default)]
+    pub parcels: bool,
     #[serde(default)]
     pub addresses: Vec<String>,
     /// pcap: file read as the receive side.

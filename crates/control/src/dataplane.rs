@@ -14,7 +14,9 @@ use ip::{HasIp, IfAddr, InterfaceSpec, IpContext, IpEvent, Limits, Prefix, Route
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
+use parcel::{HasParcel, ParcelContext};
 use udptun::{HasUdpTun, UdpTunContext, UdpTunEvent, UdpTunState, UdpTunTables};
+use spd::{HasSpd, SpdContext, SpdState};
 use wire::EthernetAddress;
 
 /// The largest interface MTU (a 9216-byte jumbo frame less its Ethernet header).
@@ -35,6 +37,10 @@ pub struct WorkerContext {
     pub ip: IpContext,
     pub gtpu: GtpuContext,
     pub udptun: UdpTunContext,
+    pub parcel: ParcelContext,
+    pub lb: lb::LbContext,
+    pub ipsec: ipsec::IpsecContext,
+    pub spd: SpdContext,
 }
 
 impl engine::worker::Context for WorkerContext {
@@ -48,6 +54,9 @@ impl engine::worker::Context for WorkerContext {
             // The hinted tunnels may be gone or changed (IP tables forget them too).
             self.ip.tunnel_hints.forget();
         }
+        self.lb.refresh();
+        self.ipsec.refresh();
+        self.spd.refresh();
     }
 }
 
@@ -65,10 +74,38 @@ impl HasGtpu for WorkerContext {
     }
 }
 
+impl HasParcel for WorkerContext {
+    #[inline(always)]
+    fn split_parcel(&mut self) -> (&mut IpContext, &mut ParcelContext) {
+        (&mut self.ip, &mut self.parcel)
+    }
+}
+
 impl HasUdpTun for WorkerContext {
     #[inline(always)]
     fn split_udptun(&mut self) -> (&mut IpContext, &mut UdpTunContext) {
         (&mut self.ip, &mut self.udptun)
+    }
+}
+
+impl lb::HasLb for WorkerContext {
+    #[inline(always)]
+    fn lb(&mut self) -> &mut lb::LbContext {
+        &mut self.lb
+    }
+}
+
+impl ipsec::HasIpsec for WorkerContext {
+    #[inline(always)]
+    fn split_ipsec(&mut self) -> (&mut IpContext, &mut ipsec::IpsecContext) {
+        (&mut self.ip, &mut self.ipsec)
+    }
+}
+
+impl HasSpd for WorkerContext {
+    #[inline(always)]
+    fn split_spd(&mut self) -> (&mut IpContext, &mut SpdContext) {
+        (&mut self.ip, &mut self.spd)
     }
 }
 
@@ -115,18 +152,30 @@ pub struct Control {
     pub gtpu_events: Receiver<GtpuEvent>,
     /// The latest GTP-U path-management events, newest last.
     pub recent_gtpu_events: std::collections::VecDeque<GtpuEvent>,
+    pub ipsec: ipsec::IpsecState,
+    pub ipsec_shared: Arc<ArcSwap<ipsec::IpsecTables>>,
     pub interfaces: Vec<InterfaceInfo>,
     pub workers: Vec<Sender<WorkerCmd>>,
     /// The snapshot the last `show graph` took, for its rates.
     pub graph_prev: Option<(std::time::Instant, engine::stats::Snapshot)>,
+    /// The PFCP endpoint, with `[pfcp]`.
+    pub pfcp: Option<crate::pfcp::Pfcp>,
+    pub lb: crate::lb::LbControl,
+    /// IPsec policies and bindings (publishes its own tables), and where each worker
+    /// leaves its flow-cache counters.
+    pub spd: SpdState,
+    pub spd_gauges: Vec<Arc<spd::context::FlowCacheGauges>>,
 }
 
 impl Control {
     /// Compile the state into new tables and publish them to every worker.
     pub fn publish(&mut self) {
-        self.state.set_udp_demux(udp_demux(&self.gtpu, &self.udptun));
+        let mut demux = udp_demux(&self.gtpu, &self.udptun);
+        crate::ipsec::add_to_demux(&self.ipsec, &mut demux);
+        self.state.set_udp_demux(demux);
         let t = self.state.build();
         self.gtpu_shared.store(Arc::new(self.gtpu.build()));
+        self.ipsec_shared.store(Arc::new(self.ipsec.build()));
         self.udptun_shared.store(Arc::new(self.udptun.build()));
         self.shared.store(Arc::new(t));
     }
@@ -135,6 +184,7 @@ impl Control {
     pub fn publish_routes(&mut self) {
         self.gtpu.refresh_outer(&mut self.state);
         self.udptun.refresh_outer(&mut self.state);
+        self.ipsec.refresh_outer(&mut self.state);
         self.publish();
     }
 
@@ -217,8 +267,13 @@ pub fn build_state(cfg: &Config) -> Result<(RouterState, GtpuState, UdpTunState)
         }
         let min_mtu = if addresses.iter().any(|a| a.addr.is_ipv6()) { 1280 } else { 68 };
         // Frames above the regular buffer size travel in the pool's large buffers.
-        if ic.mtu < min_mtu || ic.mtu > MAX_MTU {
-            return Err(cfg.err(f("mtu"), format!("{}: expected {min_mtu} to {MAX_MTU} bytes", ic.mtu)));
+        // A link that takes parcels may carry a 64 KiB parcel whole (the large buffers hold it).
+        let max_mtu = if ic.parcels { u16::MAX } else { MAX_MTU };
+        if ic.parcels && i >= 64 {
+            return Err(cfg.err(f("parcels"), "only the first 64 interfaces may take parcels"));
+        }
+        if ic.mtu < min_mtu || ic.mtu > max_mtu {
+            return Err(cfg.err(f("mtu"), format!("{}: expected {min_mtu} to {max_mtu} bytes", ic.mtu)));
         }
         let af_packet_keys = ic.vnet_hdr.is_some()
             || ic.rx_retire_ms.is_some()
@@ -275,6 +330,7 @@ pub fn build_state(cfg: &Config) -> Result<(RouterState, GtpuState, UdpTunState)
         specs.push(InterfaceSpec { name: ic.name.clone(), mac, mtu: ic.mtu, addresses });
     }
     let mut state = RouterState::new(specs).map_err(|e| cfg.err("interface", e.to_string()))?;
+    state.set_parcel_links(cfg.interfaces.iter().enumerate().filter(|(_, ic)| ic.parcels).fold(0, |m, (i, _)| m | 1 << i));
     for (i, n) in cfg.neighbours.iter().enumerate() {
         let ipa = parse_ip(cfg, &format!("neighbour[{i}].ip"), &n.ip)?;
         let mac: EthernetAddress = parse_field(cfg, &format!("neighbour[{i}].mac"), &n.mac, "a MAC address")?;
@@ -422,6 +478,12 @@ impl Assembly {
 /// The most workers a dataplane runs.
 pub const MAX_WORKERS: usize = 64;
 
+/// The most buffers of each class a worker's pool holds (about 4.5 GiB of regular and
+/// 1 GiB of large buffers): a pool is allocated whole at start-up, so a mistyped count
+/// must be an error, not an allocation that takes the machine's memory.
+pub const MAX_BUFFERS: usize = 1 << 21;
+pub const MAX_LARGE_BUFFERS: usize = 4096;
+
 /// Workers share the receive load of an af_packet interface through a fanout group
 /// (the kernel hashes each flow to one worker's socket, so a flow stays in order).
 fn check_workers(cfg: &Config) -> Result<(), ConfigError> {
@@ -434,6 +496,12 @@ fn check_workers(cfg: &Config) -> Result<(), ConfigError> {
             "dataplane.worker_cores",
             format!("{} cores for {n} workers: expected one core per worker", cfg.dataplane.worker_cores.len()),
         ));
+    }
+    if !(1..=MAX_BUFFERS).contains(&cfg.dataplane.buffers) {
+        return Err(cfg.err("dataplane.buffers", format!("{}: expected 1 to {MAX_BUFFERS}", cfg.dataplane.buffers)));
+    }
+    if cfg.dataplane.large_buffers > MAX_LARGE_BUFFERS {
+        return Err(cfg.err("dataplane.large_buffers", format!("{}: expected 0 to {MAX_LARGE_BUFFERS}", cfg.dataplane.large_buffers)));
     }
     cfg.dataplane.reassembly.check().map_err(|(field, why)| cfg.err(format!("dataplane.reassembly.{field}"), why))
 }
@@ -514,7 +582,11 @@ pub fn worker_core(cfg: &Config, k: usize) -> Option<usize> {
 
 /// Validate the whole configuration and build the dataplane. Nothing runs yet.
 pub fn assemble(cfg: &Config) -> Result<Assembly, ConfigError> {
-    let (state, gtpu, udp) = build_state(cfg)?;
+    let (mut state, gtpu, udp) = build_state(cfg)?;
+    let ipsec = crate::ipsec::build_state(cfg, &mut state)?;
+    let mut demux = udp_demux(&gtpu, &udp);
+    crate::ipsec::add_to_demux(&ipsec, &mut demux);
+    state.set_udp_demux(demux);
     check_workers(cfg)?;
     let mut streams = stream_specs(cfg)?;
     let programs = attach_xdp(cfg)?;
@@ -534,7 +606,7 @@ pub fn assemble(cfg: &Config) -> Result<Assembly, ConfigError> {
         cfg.interfaces.iter().zip(&placement).filter(|(_, p)| matches!(p, Placement::Owners(_))).map(|(ic, _)| ic.kind).collect();
     let mut lanes = lanes.into_iter();
     let lanes: Vec<Option<engine::handoff::HandoffEnds>> = (0..cfg.dataplane.workers).map(|_| lanes.next()).collect();
-    build(cfg, state, gtpu, udp, per_worker, details, lanes, &spread)
+    build(cfg, state, gtpu, udp, ipsec, per_worker, details, lanes, &spread)
 }
 
 /// Worker `k`'s devices, one per interface, and how each was opened where that varies.
@@ -617,11 +689,13 @@ fn build(
     mut state: RouterState,
     mut gtpu: GtpuState,
     udp: UdpTunState,
+    ipsec: ipsec::IpsecState,
     per_worker: Vec<Vec<Box<dyn Device>>>,
     details: Vec<Option<String>>,
     lanes: Vec<Option<engine::handoff::HandoffEnds>>,
     spread: &[InterfaceKind],
 ) -> Result<Assembly, ConfigError> {
+    let lb = crate::lb::LbControl::from_config(cfg, &mut state)?;
     let tables = state.build();
     let shared = Arc::new(ArcSwap::from_pointee(tables));
     let (ev_tx, ev_rx) = crossbeam_channel::bounded(4096);
@@ -635,12 +709,21 @@ fn build(
     let (gev_tx, gev_rx) = crossbeam_channel::bounded(1024);
     let udptun_shared = Arc::new(ArcSwap::from_pointee(udp.build()));
     let (uev_tx, uev_rx) = crossbeam_channel::bounded(1024);
+    let ipsec_shared = Arc::new(ArcSwap::from_pointee(ipsec.build()));
+    let spd_state = crate::spd::build_state(cfg, &state)?;
+    let mut spd_gauges = Vec::new();
     let mut workers = Vec::with_capacity(per_worker.len());
     for (k, (devices, lanes)) in per_worker.into_iter().zip(lanes).enumerate() {
+        let spd_cx = SpdContext::new(spd_state.shared(), cfg.spd.cache_size()).map_err(|e| cfg.err("spd.flow_cache", e.to_string()))?;
+        spd_gauges.push(spd_cx.gauges());
         let cx = WorkerContext {
             ip: IpContext::new(shared.clone(), Some(ev_tx.clone()), limits),
             gtpu: GtpuContext::new(gtpu_shared.clone(), Some(gev_tx.clone()), cfg.gtpu.replies_per_sec),
             udptun: UdpTunContext::new(udptun_shared.clone(), Some(uev_tx.clone())),
+            parcel: ParcelContext { verify_segments: cfg.dataplane.verify_parcel_segments, ..ParcelContext::default() },
+            lb: lb::LbContext::new(lb.shared.clone(), lb.limits, lb.timeouts),
+            ipsec: ipsec::IpsecContext::new(ipsec_shared.clone()),
+            spd: spd_cx,
         };
         workers.push(build_worker(cfg, k, devices, cx, lanes, spread)?);
     }
@@ -662,9 +745,15 @@ fn build(
         events: ev_rx,
         gtpu_events: gev_rx,
         recent_gtpu_events: Default::default(),
+        ipsec,
+        ipsec_shared,
         interfaces,
         workers: Vec::new(),
         graph_prev: None,
+        pfcp: cfg.pfcp.as_ref().map(|p| crate::pfcp::Pfcp::open(p).map_err(|(f, m)| cfg.err(format!("pfcp.{f}"), m))).transpose()?,
+        lb,
+        spd: spd_state,
+        spd_gauges,
     };
     Ok(Assembly { control, workers })
 }
@@ -685,6 +774,9 @@ fn build_worker(
     ip::nodes::register(&mut g);
     gtpu::nodes::register(&mut g);
     udptun::nodes::register(&mut g);
+    parcel::nodes::register(&mut g);
+    lb::nodes::register(&mut g);
+    ipsec::nodes::register(&mut g);
     let mut handoff_input = None;
     if let Some(l) = &lanes {
         g.add_expand(ip::nodes::worker_handoff::WorkerHandoff::new(k, l.to.clone()));

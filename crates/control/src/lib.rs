@@ -16,10 +16,15 @@ pub mod cli;
 pub mod config;
 pub mod dataplane;
 pub mod format;
+pub mod fuzz;
 pub mod graph_view;
 pub mod gtpu;
 pub mod metrics;
+pub mod pfcp;
+pub mod lb;
+pub mod ipsec;
 pub mod server;
+pub mod spd;
 pub mod udptun;
 
 /// The gateway `vecgate run` starts with no configuration file.

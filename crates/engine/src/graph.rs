@@ -137,6 +137,7 @@ impl<C, N: ExpandNode<C>> Runner<C> for ExpandRunner<N, C> {
     fn run(&mut self, cx: &mut C, io: DispatchIo<'_>) {
         let DispatchIo { pool, input, next, queues, counters, node, drop_queue, trace } = io;
         let mut trace = trace;
+        self.node.prepare(cx, pool, input);
         for &bi in input {
             self.out.clear();
             let traced = pool.get(bi).meta.trace;
@@ -534,6 +535,14 @@ impl<C> Graph<C> {
             }
         }
         out
+    }
+
+    /// Every named counter of every node, summed, and the packets `error-drop` freed: a
+    /// harness checks after each packet that no drop went uncounted without building
+    /// the snapshots (`control::fuzz::graph`).
+    pub fn counter_sum(&self) -> (u64, u64) {
+        let counted = self.slots.iter().flat_map(|s| s.counters.iter()).sum();
+        (counted, self.slots[ERROR_DROP_SLOT].runtime.packets)
     }
 
     pub fn clear_runtime(&mut self) {

@@ -118,6 +118,11 @@ pub trait ExpandNode<C>: Send + 'static {
         out: &mut Vec<(BufIdx, Self::Next)>,
     ) -> Result<(), Self::Counter>;
 
+    /// Called once per vector before `expand` runs on each packet, as [`Node::prepare`]:
+    /// a node that combines packets of one vector (`parcel4-join`) plans it here, so that
+    /// nothing waits for a later vector. The default does nothing.
+    fn prepare(&mut self, _cx: &mut C, _pool: &mut Pool, _input: &[BufIdx]) {}
+
     /// Called after each vector: a node that batches work across packets (handing them
     /// to another worker a vector at a time) completes it here.
     fn end_of_vector(&mut self, _cx: &mut C) {}

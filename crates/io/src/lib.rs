@@ -4,7 +4,7 @@
 //!   virtio-net headers for checksum and segmentation offload).
 //! - [`tap`]: a TAP device with virtio-net headers, the host stack as a neighbour.
 //! - [`pg`]: the packet generator; [`pcap`]: pcap files as an interface's receive and
-//!   transmit sides; [`null`]: a sink.
+//!   transmit sides; [`null`]: a sink; [`mem`]: frames from and to memory (tests, fuzzing).
 //!
 //! Backends move bytes; they hold no protocol logic (the generator builds its template
 //! packets once, at configuration time, with the wire library's emitters). `unsafe` lives
@@ -27,6 +27,7 @@ macro_rules! device_counters {
 pub mod af_packet;
 pub mod af_xdp;
 pub mod linux;
+pub mod mem;
 pub mod null;
 pub mod pcap;
 pub mod pg;

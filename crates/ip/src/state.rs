@@ -89,6 +89,9 @@ pub struct RouterState {
     /// from static routes so a million of them cost 8 bytes of target each.
     tunnel_routes: BTreeMap<Prefix, TunnelRef>,
     udp: Arc<UdpDemux>,
+    parcel_links: u64,
+    lb_local: bool,
+    lb_replies: bool,
     neighbours: HashMap<IpAddr, Neighbour>,
     adj_ids: HashMap<AdjKey, u32>,
     adj_keys: Vec<AdjKey>,
@@ -126,6 +129,9 @@ impl RouterState {
             routes: BTreeMap::new(),
             tunnel_routes: BTreeMap::new(),
             udp: Arc::new(UdpDemux::default()),
+            parcel_links: 0,
+            lb_local: false,
+            lb_replies: false,
             neighbours: HashMap::new(),
             adj_ids: HashMap::new(),
             adj_keys: Vec::new(),
@@ -261,6 +267,21 @@ impl RouterState {
     pub fn set_udp_demux(&mut self, mut d: UdpDemux) {
         d.seal();
         self.udp = Arc::new(d);
+    }
+
+    /// Set which interfaces take IP parcels (bit i: interface i; see `Tables::parcel_links`).
+    pub fn set_parcel_links(&mut self, links: u64) {
+        self.parcel_links = links;
+    }
+
+    /// Whether TCP and UDP for the gateway's addresses go to the load balancer.
+    pub fn set_lb_local(&mut self, on: bool) {
+        self.lb_local = on;
+    }
+
+    /// Whether forwarded packets pass the load balancer (for replies it must translate).
+    pub fn set_lb_replies(&mut self, on: bool) {
+        self.lb_replies = on;
     }
 
     /// Add or replace a route.
@@ -532,6 +553,9 @@ impl RouterState {
             neighbours4: Arc::new(n4),
             neighbours6: Arc::new(n6),
             udp: self.udp.clone(),
+            parcel_links: self.parcel_links,
+            lb_local: self.lb_local,
+            lb_replies: self.lb_replies,
         }
     }
 }

@@ -28,6 +28,15 @@ pub enum TunnelKind {
     Gue4 = 3,
     /// The same over IPv6 (`gue6-encap`).
     Gue6 = 4,
+    /// A load-balanced service address (`lb4-nat`, which finds the service by address,
+    /// port and protocol; the id is 0).
+    Lb4 = 5,
+    /// The same over IPv6 (`lb6-nat`).
+    Lb6 = 6,
+    /// An outbound ESP SA over IPv4 (`esp4-encrypt`; the id is the SA index).
+    Esp4 = 7,
+    /// The same over IPv6 (`esp6-encrypt`).
+    Esp6 = 8,
 }
 
 /// Bits of a FIB value above this hold a [`TunnelKind`]; below, an adjacency index or
@@ -41,6 +50,11 @@ pub const MAX_INDEX: u32 = (1 << TUNNEL_SHIFT) - 1;
 pub const GTPU_IF_PREFIX: &str = "gtpu_tunnel";
 /// UDP tunnel interfaces (GUE, GRE-in-UDP, direct) are `udp_tunnel<id>`.
 pub const UDP_TUNNEL_IF_PREFIX: &str = "udp_tunnel";
+/// Routes to load-balanced service addresses show as going to `lb-vip`.
+pub const LB_VIP_NAME: &str = "lb-vip";
+
+/// Outbound ESP SAs are interfaces `ipsec_tunnel<SA index>`.
+pub const IPSEC_TUNNEL_IF_PREFIX: &str = "ipsec_tunnel";
 
 /// A tunnel as a FIB value: its kind and its id within that feature's table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
@@ -63,6 +77,10 @@ impl TunnelRef {
             2 => TunnelKind::Gtpu6,
             3 => TunnelKind::Gue4,
             4 => TunnelKind::Gue6,
+            5 => TunnelKind::Lb4,
+            6 => TunnelKind::Lb6,
+            7 => TunnelKind::Esp4,
+            8 => TunnelKind::Esp6,
             _ => return None,
         };
         Some(TunnelRef { kind, id: v & MAX_INDEX })
@@ -73,6 +91,8 @@ impl TunnelRef {
         match self.kind {
             TunnelKind::Gtpu4 | TunnelKind::Gtpu6 => format!("{GTPU_IF_PREFIX}{}", self.id),
             TunnelKind::Gue4 | TunnelKind::Gue6 => format!("{UDP_TUNNEL_IF_PREFIX}{}", self.id),
+            TunnelKind::Lb4 | TunnelKind::Lb6 => LB_VIP_NAME.to_string(),
+            TunnelKind::Esp4 | TunnelKind::Esp6 => format!("{IPSEC_TUNNEL_IF_PREFIX}{}", self.id),
         }
     }
 
@@ -94,6 +114,8 @@ pub enum UdpApp {
     Gtpu,
     /// A UDP tunnel port (GUE, GRE-in-UDP, direct): `gue4-input` / `gue6-input`.
     Gue,
+    /// ESP in UDP (RFC 3948): `esp4-decrypt` / `esp6-decrypt`.
+    Esp,
 }
 
 /// The local UDP demux: ports that tunnel features listen on, and the endpoint addresses
@@ -245,6 +267,15 @@ pub struct Tables {
     pub neighbours4: Arc<HashMap<Ipv4Addr, Neighbour>>,
     pub neighbours6: Arc<HashMap<Ipv6Addr, Neighbour>>,
     pub udp: Arc<UdpDemux>,
+    /// Bit i: interface i takes IP parcels (`parcels = true`). Non-zero, `ipN-input`
+    /// hands UDP datagrams to `parcelN-join`, which coalesces runs of them toward these.
+    pub parcel_links: u64,
+    /// TCP and UDP for the gateway's own addresses go to `lbN-nat` (NodePort services,
+    /// replies to source-translated connections) rather than being refused.
+    pub lb_local: bool,
+    /// Forwarded packets go to `lbN-nat` before `ipN-rewrite`: replies of load-balanced
+    /// connections that kept the client's address (services with the `Local` policy).
+    pub lb_replies: bool,
 }
 
 impl Tables {
@@ -258,7 +289,16 @@ impl Tables {
             neighbours4: Arc::new(HashMap::new()),
             neighbours6: Arc::new(HashMap::new()),
             udp: Arc::new(UdpDemux::default()),
+            parcel_links: 0,
+            lb_local: false,
+            lb_replies: false,
         }
+    }
+
+    /// Interface `i` takes IP parcels.
+    #[inline(always)]
+    pub fn takes_parcels(&self, i: IfIndex) -> bool {
+        self.parcel_links.checked_shr(i.0 as u32).unwrap_or(0) & 1 != 0
     }
 
     #[inline(always)]

@@ -29,7 +29,20 @@ pub const SCENARIOS: &[&str] = &[
     "gue4-encap",
     "gue4-decap",
     "gre-udp4-encap",
+    "lb4-nat",
+    "esp4-encrypt",
+    "esp4-decrypt",
 ];
+
+/// Options of the load-balancer scenarios.
+#[derive(Debug, Clone)]
+pub struct LbOptions {
+    pub services: u32,
+    /// Backends per service.
+    pub backends: u32,
+    /// Client source ports cycled through (each a connection per service it meets).
+    pub flows: u32,
+}
 
 /// Options of the GTP-U scenarios (ignored by the forwarding ones).
 #[derive(Debug, Clone)]
@@ -44,11 +57,20 @@ pub struct GtpuOptions {
     pub inner: String,
     /// Techniques to turn off (`all` for every one).
     pub disable: Vec<String>,
+    /// esp4-encrypt: the SA's algorithm.
+    pub alg: ipsec::Algorithm,
 }
 
 impl Default for GtpuOptions {
     fn default() -> Self {
-        GtpuOptions { inner_size: 64, checksum: None, tunnels: 1, inner: "ip4".into(), disable: Vec::new() }
+        GtpuOptions {
+            inner_size: 64,
+            checksum: None,
+            tunnels: 1,
+            inner: "ip4".into(),
+            disable: Vec::new(),
+            alg: ipsec::Algorithm::AesGcm128,
+        }
     }
 }
 
@@ -158,6 +180,8 @@ struct Report {
     fib_bytes: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
     gtpu: Option<GtpuReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lb: Option<LbReport>,
     nodes: Vec<NodeRow>,
 }
 
@@ -172,6 +196,20 @@ struct GtpuReport {
     load_seconds: f64,
     /// Dataplane GTP-U tables, and the whole process's resident memory after loading.
     table_bytes: usize,
+    rss_bytes: u64,
+}
+
+#[derive(Serialize)]
+struct LbReport {
+    services: u32,
+    backends: u32,
+    flows: u32,
+    /// Seconds to add the services (Maglev tables, VIP routes) and publish.
+    load_seconds: f64,
+    /// Bytes of one session-table slot (a connection takes two) and of the services'
+    /// Maglev tables and backends, per service.
+    session_slot_bytes: usize,
+    bytes_per_service: usize,
     rss_bytes: u64,
 }
 
@@ -249,22 +287,33 @@ fn random_address_in(rng: &mut Rng, p: &Prefix) -> IpAddr {
     }
 }
 
-fn cpu_model() -> String {
+pub(crate) fn cpu_model() -> String {
     std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|s| s.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split(':').nth(1)).map(|s| s.trim().to_string()))
         .unwrap_or_else(|| "unknown".into())
 }
 
-pub fn bench(scenario: &str, packets: u64, json: bool, core: usize, opts: &GtpuOptions) -> Result<()> {
+pub fn bench(scenario: &str, packets: u64, json: bool, core: usize, opts: &GtpuOptions, lb_opts: &LbOptions) -> Result<()> {
     if !SCENARIOS.contains(&scenario) {
         bail!("unknown scenario {scenario:?}; expected one of {}", SCENARIOS.join(", "));
     }
     let cfg = Config::parse(BASE, "(bench scenario)", Path::new("."))?;
     let (mut control, mut worker) = assemble(&cfg)?.into_single();
-    let (packet, modifiers, gtpu_report) = if scenario.starts_with("gtpu") {
+    let mut lb_report = None;
+    let (packet, modifiers, gtpu_report) = if scenario.starts_with("lb") {
+        let (p, m, r) = lb_setup(lb_opts, &mut control)?;
+        lb_report = Some(r);
+        (p, m, None)
+    } else if scenario.starts_with("gtpu") {
         let (p, m, r) = gtpu_setup(scenario, opts, &mut control, json)?;
         (p, m, Some(r))
+    } else if scenario.starts_with("esp") {
+        (
+            esp_setup(opts, &mut control, scenario)?,
+            vec![ModifierSpec { field: Field::SrcPort, pattern: Pattern::Increment { count: 256 } }],
+            None,
+        )
     } else if scenario.starts_with("gue") || scenario.starts_with("gre-udp") {
         let (p, m) = udp_tunnel_setup(scenario, &mut control)?;
         (p, m, None)
@@ -273,6 +322,7 @@ pub fn bench(scenario: &str, packets: u64, json: bool, core: usize, opts: &GtpuO
         (p, m, None)
     };
     let fragments = if scenario.ends_with("-frag") { Some(two_fragments(&packet)?) } else { None };
+    let esp_frame = if scenario == "esp4-decrypt" { Some(esp_frame(&packet, opts)?) } else { None };
     engine::worker::Context::refresh(&mut worker.cx); // pick up the new tables
                                                       // Whole vectors, so the warm-up ends exactly where the measured run begins.
     let warmup = (packets / 10).max(1024).div_ceil(engine::VECTOR_SIZE as u64) * engine::VECTOR_SIZE as u64;
@@ -281,6 +331,7 @@ pub fn bench(scenario: &str, packets: u64, json: bool, core: usize, opts: &GtpuO
         // Each datagram as two fragments, the second stream's n-th frame completing the
         // first's: the count is of fragments.
         Some(f) => Box::new(PacketGenerator::fixed_frames(f, (warmup + packets) / 2, true)),
+        None if esp_frame.is_some() => Box::new(PacketGenerator::fixed_frames(esp_frame.as_slice(), warmup + packets, false)),
         None => Box::new(PacketGenerator::new(&[stream]).map_err(|(_, e)| anyhow!(e))?),
     };
     core_affinity::set_for_current(core_affinity::CoreId { id: core });
@@ -318,6 +369,7 @@ pub fn bench(scenario: &str, packets: u64, json: bool, core: usize, opts: &GtpuO
         routes: control.state.route_count(),
         fib_bytes,
         gtpu: gtpu_report,
+        lb: lb_report,
         nodes: s
             .nodes
             .iter()
@@ -431,6 +483,139 @@ fn udp_tunnel_setup(scenario: &str, control: &mut control::dataplane::Control) -
         PacketSpec { src_mac: mac.0, dst_mac: mac.1, src, dst, ttl: 64, l4: L4Spec::Udp { src_port: 1024, dst_port: 9 }, frame_size: 64 }
     };
     Ok((packet, modifiers))
+}
+
+/// The load-balancer scenario: N UDP ClusterIP services (198.18.128.0 + i, port 53)
+/// of M backends each (in 198.19.0.0/16, routed out of null0), source-translated to
+/// null0's address. 64-byte UDP from pg0, source ports cycled over F, destinations
+/// cycled over the N service addresses.
+fn lb_setup(o: &LbOptions, control: &mut control::dataplane::Control) -> Result<(PacketSpec, Vec<ModifierSpec>, LbReport)> {
+    if o.services == 0 || o.services > 30_000 || o.backends == 0 || o.flows == 0 || o.flows > 65_535 {
+        bail!("--services 1 to 30000, --backends and --flows (1 to 65535) at least 1");
+    }
+    let t0 = Instant::now();
+    control.lb.state.set_snat(Some("198.18.1.1".parse()?))?;
+    let vip0 = u32::from(Ipv4Addr::new(198, 18, 128, 0));
+    for i in 0..o.services {
+        let backends = (0..o.backends)
+            .map(|b| {
+                let a = u32::from(Ipv4Addr::new(198, 19, 0, 0)) + (i * o.backends + b) % 65_000 + 1;
+                lb::BackendSpec::new(IpAddr::V4(Ipv4Addr::from(a)), 8053 + (((i * o.backends + b) / 65_000) as u16))
+            })
+            .collect();
+        let spec = lb::ServiceSpec {
+            name: format!("bench/svc{i}"),
+            kind: lb::ServiceType::ClusterIp,
+            vip: IpAddr::V4(Ipv4Addr::from(vip0 + i)),
+            port: 53,
+            protocol: lb::Protocol::Udp,
+            backends,
+            traffic_policy: lb::TrafficPolicy::Cluster,
+            affinity: lb::Affinity::None,
+            table_size: 0,
+        };
+        control::lb::add_service(&mut control.lb.state, &mut control.state, spec).map_err(|e| anyhow!(e))?;
+    }
+    control.state.set_lb_local(true);
+    control.lb.publish();
+    control.publish_routes();
+    let load_seconds = t0.elapsed().as_secs_f64();
+    let t = control.lb.state.tables();
+    let per_service: usize = t
+        .v4
+        .services
+        .iter()
+        .flatten()
+        .map(|s| std::mem::size_of_val(&**s) + s.maglev.len() * 4 + s.backends.len() * std::mem::size_of::<lb::tables::Backend<lb::V4>>())
+        .sum::<usize>()
+        / o.services as usize;
+    let report = LbReport {
+        services: o.services,
+        backends: o.backends,
+        flows: o.flows,
+        load_seconds,
+        session_slot_bytes: lb::table::Table::<lb::session::Key<lb::V4>, lb::session::Session<[u8; 4]>>::slot_bytes(),
+        bytes_per_service: per_service,
+        rss_bytes: rss_bytes(),
+    };
+    let mut modifiers = vec![ModifierSpec { field: Field::SrcPort, pattern: Pattern::Increment { count: o.flows } }];
+    if o.services > 1 {
+        modifiers.push(ModifierSpec { field: Field::DstAddr, pattern: Pattern::Increment { count: o.services } });
+    }
+    let mac = ("02:fe:00:00:00:01".parse()?, "02:00:00:00:00:01".parse()?);
+    let packet = PacketSpec {
+        src_mac: mac.0,
+        dst_mac: mac.1,
+        src: "198.18.0.2".parse()?,
+        dst: IpAddr::V4(Ipv4Addr::from(vip0)),
+        ttl: 64,
+        l4: L4Spec::Udp { src_port: 1024, dst_port: 53 },
+        frame_size: 64,
+    };
+    Ok((packet, modifiers, report))
+}
+
+/// The keys of the ESP scenarios' SA (both directions): fixed bytes of `alg`'s lengths.
+fn esp_sa(alg: ipsec::Algorithm, direction: ipsec::Direction) -> control::ipsec::IpsecSaConfig {
+    control::ipsec::IpsecSaConfig {
+        index: if direction == ipsec::Direction::Outbound { 0 } else { 1 },
+        spi: 0x1000,
+        direction,
+        algorithm: alg,
+        enc_key: "a5".repeat(alg.enc_key_lens()[0]),
+        integ_key: "5a".repeat(alg.integ_key_len()),
+        local: "198.18.1.1".into(),
+        remote: "198.18.1.2".into(),
+        udp_encap: false,
+        udp_src_port: None,
+        udp_dst_port: None,
+        esn: false,
+        // esp4-decrypt resends one sealed packet.
+        anti_replay: false,
+        lifetime: Default::default(),
+        routes: if direction == ipsec::Direction::Outbound { vec!["198.19.0.0/24".into()] } else { Vec::new() },
+    }
+}
+
+/// `esp4-encrypt`: outbound SA 0 (`--alg`, fixed keys) from null0's address to
+/// 198.18.1.2; a route sends `--inner-size`-byte IPv4 packets (256 flows) into
+/// `ipsec_tunnel0`, as VPP's route-based (ipip-protected) ESP tunnel does.
+/// `esp4-decrypt`: inbound SA 1 with the same keys, without anti-replay, receiving one
+/// packet sealed for it over and over (`esp_frame`); the inner packet is routed to null0.
+fn esp_setup(opts: &GtpuOptions, control: &mut control::dataplane::Control, scenario: &str) -> Result<PacketSpec> {
+    let dir = if scenario == "esp4-decrypt" { ipsec::Direction::Inbound } else { ipsec::Direction::Outbound };
+    let sa = esp_sa(opts.alg, dir);
+    control::ipsec::add(&mut control.ipsec, &mut control.state, &sa).map_err(|e| anyhow!("SA: {e}"))?;
+    control.publish_routes();
+    if !(28..=1500).contains(&opts.inner_size) {
+        bail!("--inner-size {}: expected 28 to 1500 bytes", opts.inner_size);
+    }
+    Ok(PacketSpec {
+        src_mac: "02:fe:00:00:00:01".parse()?,
+        dst_mac: "02:00:00:00:00:01".parse()?,
+        src: "198.18.0.2".parse()?,
+        dst: "198.19.0.1".parse()?,
+        ttl: 64,
+        l4: L4Spec::Udp { src_port: 1024, dst_port: 9 },
+        frame_size: 14 + opts.inner_size,
+    })
+}
+
+/// One ESP frame from 198.18.1.2 to null0's address carrying the frame of `spec`'s IP
+/// packet, sealed with the ESP scenarios' keys by the encrypt step itself.
+fn esp_frame(spec: &PacketSpec, opts: &GtpuOptions) -> Result<Vec<u8>> {
+    let frame = io::pg::template(spec).map_err(|e| anyhow!(e))?;
+    let mut sender = esp_sa(opts.alg, ipsec::Direction::Outbound);
+    (sender.local, sender.remote) = ("198.18.1.2".into(), "198.18.1.1".into());
+    let (sa_spec, _) = sender.to_spec().map_err(|(f, m)| anyhow!("{f}: {m}"))?;
+    let sa = ipsec::Sa::new(sa_spec, [7; 16]).map_err(|e| anyhow!("{e}"))?;
+    let (seq, _) = sa.outbound.next(0, false, &sa.spec.lifetime).map_err(|e| anyhow!("{e:?}"))?;
+    let mut pool = engine::Pool::new(1, 0);
+    let i = pool.alloc(frame.len()).ok_or_else(|| anyhow!("no buffer"))?;
+    let buf = pool.get_mut(i);
+    buf.write(&frame[14..]).map_err(|e| anyhow!("{e:?}"))?;
+    ipsec::nodes::encrypt::encrypt::<ip::outer::Ip4Outer>(&sa, seq, true, buf).map_err(|c| anyhow!("{c:?}"))?;
+    Ok(frame[..14].iter().chain(buf.bytes()).copied().collect())
 }
 
 /// The frame of `spec` cut into two IPv4 fragments of about equal size by the

@@ -3,6 +3,7 @@
 
 mod bench;
 mod logging;
+mod bench_parcel;
 mod run;
 mod trafgen;
 
@@ -59,7 +60,7 @@ enum Cmd {
     Bench {
         /// ip4-forward, ip6-forward, ip4-forward-1m, ip6-forward-1m, gtpu4-encap,
         /// gtpu4-decap, gtpu6-encap, gtpu6-decap, gtpu4-decap-frag (outer packets in two
-        /// fragments, reassembled), gue4-encap, gue4-decap, gre-udp4-encap
+        /// fragments, reassembled), gue4-encap, gue4-decap, gre-udp4-encap, lb4-nat
         scenario: String,
         #[arg(long, default_value_t = 20_000_000)]
         packets: u64,
@@ -81,9 +82,29 @@ enum Cmd {
         /// GTP-U scenarios: inner family, ip4 or ip6.
         #[arg(long, default_value = "ip4")]
         inner: String,
+        /// esp4-encrypt: the SA's algorithm (null, null-sha256, aes-gcm-128, aes-gcm-256,
+        /// chacha20-poly1305, aes-cbc-sha256).
+        #[arg(long, default_value = "aes-gcm-128")]
+        alg: ipsec::Algorithm,
         /// GTP-U scenarios: turn a fast-path technique off (repeatable; `all`).
         #[arg(long)]
         disable: Vec<String>,
+        /// parcel-forward, parcel-split, parcel-join: bytes per segment.
+        #[arg(long, default_value_t = 1280)]
+        segment_size: usize,
+        /// parcel-forward, parcel-split, parcel-join: segments per parcel (join: at most).
+        #[arg(long, default_value_t = 16)]
+        segments: usize,
+        /// parcel scenarios: `verify_parcel_segments = false` (segments never read).
+        #[arg(long)]
+        no_segment_check: bool,
+        /// Load-balancer scenarios: services, backends per service, client flows.
+        #[arg(long, default_value_t = 1)]
+        services: u32,
+        #[arg(long, default_value_t = 10)]
+        backends: u32,
+        #[arg(long, default_value_t = 1024)]
+        flows: u32,
     },
     /// Send UDP packets out of one interface at a fixed size and rate, receive them on
     /// another, report throughput, loss and latency (timestamps carried in the packets).
@@ -195,8 +216,12 @@ fn main() {
         Cmd::Run { config, duration, interval, socket, metrics } => run::run(config.as_deref(), duration, interval, socket, metrics),
         Cmd::Ctl { socket, json, words } => run::ctl(&socket, json, &words),
         Cmd::Pcap { config, json } => run::pcap(&config, json),
-        Cmd::Bench { scenario, packets, json, core, inner_size, checksum, tunnels, inner, disable } => {
-            bench::bench(&scenario, packets, json, core, &bench::GtpuOptions { inner_size, checksum, tunnels, inner, disable })
+        Cmd::Bench { scenario, packets, json, core, segment_size, segments, no_segment_check, .. } if scenario.starts_with("parcel-") => {
+            bench_parcel::bench(&scenario, packets, json, core, segment_size, segments, !no_segment_check)
+        }
+        Cmd::Bench { scenario, packets, json, core, inner_size, checksum, tunnels, inner, alg, disable, services, backends, flows, .. } => {
+            let lb = bench::LbOptions { services, backends, flows };
+            bench::bench(&scenario, packets, json, core, &bench::GtpuOptions { inner_size, checksum, tunnels, inner, alg, disable }, &lb)
         }
         Cmd::Trafgen { tx_if, rx_if, size, rate, duration, src, dst, src_mac, dst_mac, src_port, dst_port, rx_ring, af_xdp, json } => {
             let rx_ring = match rx_ring.as_str() {

@@ -90,6 +90,10 @@ pub fn run(config: Option<&Path>, duration: Option<f64>, interval: f64, socket: 
     let start = Instant::now();
     let mut next_print = start + Duration::from_secs_f64(interval.max(0.05));
     let tty = std::io::stdout().is_terminal();
+    let pfcp = control.pfcp.as_ref().map_or_else(crossbeam_channel::never, |p| p.rx.clone());
+    if let Some(a) = control.pfcp.as_ref().and_then(|p| p.local_addr()) {
+        eprintln!("vecgate: PFCP on {a}");
+    }
     loop {
         if stop.load(Ordering::Relaxed) || duration.is_some_and(|d| start.elapsed().as_secs_f64() >= d) {
             break;
@@ -99,9 +103,11 @@ pub fn run(config: Option<&Path>, duration: Option<f64>, interval: f64, socket: 
         }
         crossbeam_channel::select! {
             recv(jobs) -> job => if let Ok((req, reply)) = job { let _ = reply.send(control.handle(&req)); },
+            recv(pfcp) -> d => if let Ok(d) = d { control.pfcp_datagram(d); },
             recv(crossbeam_channel::after(Duration::from_millis(50))) -> _ => {},
         }
         control.process_events();
+        control.pfcp_tick();
         if interval > 0.0 && Instant::now() >= next_print {
             next_print += Duration::from_secs_f64(interval);
             if let Ok(s) = control.snapshot() {

@@ -149,6 +149,58 @@ pub fn gre(data: &[u8]) {
     }
 }
 
+pub fn parcel(data: &[u8]) {
+    use parcel::*;
+    if let Ok(p) = Parcel4::new_checked(data) {
+        let _ = (p.verify_udp_checksum(), (0..p.segment_count()).all(|i| p.verify_segment(i)));
+        let r = Parcel4Repr::parse(&p);
+        let mut b = vec![0u8; r.buffer_len()];
+        r.emit(&mut b);
+        let at = p.segment_offset(0);
+        b[at..].copy_from_slice(&data[at..p.total_len()]);
+        let q = Parcel4::new_checked(&b[..]).unwrap();
+        assert_eq!(Parcel4Repr::parse(&q), r);
+        assert!(q.segments().eq(p.segments()));
+    }
+    if let Ok(p) = Parcel6::new_checked(data) {
+        let _ = (p.verify_udp_checksum(), (0..p.segment_count()).all(|i| p.verify_segment(i)));
+        let r = Parcel6Repr::parse(&p);
+        let mut b = vec![0u8; r.buffer_len()];
+        r.emit(&mut b);
+        let at = p.segment_offset(0);
+        b[at..].copy_from_slice(&data[at..p.total_len()]);
+        let q = Parcel6::new_checked(&b[..]).unwrap();
+        assert_eq!(Parcel6Repr::parse(&q), r);
+        assert!(q.segments().eq(p.segments()));
+    }
+}
+
+/// A UDP 4500 payload: classified, and ESP read under each algorithm's layout; the
+/// header emits back to its bytes and a trailer that parses emits back to its bytes.
+pub fn esp(data: &[u8]) {
+    if esp::classify_udp(data) != Ok(esp::UdpEncap::Esp) {
+        return;
+    }
+    let Ok(p) = esp::EspPacket::new_checked(data) else { return };
+    let mut h = [0u8; esp::HEADER_LEN];
+    esp::EspRepr::parse(&p).emit(&mut h);
+    assert_eq!(h[..], data[..esp::HEADER_LEN]);
+    for (iv_len, icv_len, align) in [(8, 16, 4), (16, 16, 16), (0, 0, 4), (0, 16, 4)] {
+        let l = esp::EspLayout { iv_len, icv_len, align };
+        if p.check_layout(&l).is_err() {
+            continue;
+        }
+        let plain = p.ciphertext(&l);
+        assert_eq!(plain.len() % align, 0);
+        if let Ok(t) = esp::EspTrailer::parse(plain) {
+            let tail = &plain[t.payload_len(plain.len())..];
+            let mut b = vec![0u8; t.buffer_len()];
+            t.emit(&mut b);
+            assert_eq!(b[..], tail[..]);
+        }
+    }
+}
+
 /// Every target by name, for the corpus replay test and the fuzz crate.
 pub const TARGETS: &[(&str, fn(&[u8]))] = &[
     ("ethernet", ethernet),
@@ -162,4 +214,6 @@ pub const TARGETS: &[(&str, fn(&[u8]))] = &[
     ("gtpu", gtpu),
     ("gue", gue),
     ("gre", gre),
+    ("parcel", parcel),
+    ("esp", esp),
 ];

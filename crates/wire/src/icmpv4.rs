@@ -3,8 +3,15 @@
 //! ```text
 //! | Type | Code | Checksum | rest of header (4 bytes) | data ...
 //! ```
-//! Echo: rest = identifier, sequence. Destination unreachable code 4: rest = unused(2),
-//! next-hop MTU(2). Errors carry the offending IP header plus at least 8 bytes.
+//! Echo: rest = identifier, sequence. Destination unreachable: rest = unused(1),
+//! length(1), next-hop MTU(2) (RFC 1191 for code 4). Time exceeded: unused(1), length(1),
+//! unused(2). The length (RFC 4884) counts the original datagram in 32-bit words when
+//! extensions follow it. Errors carry the offending IP header plus at least 8 bytes.
+//!
+//! [`Icmpv4Repr`] keeps every byte: a message whose fixed fields break the rules its
+//! named variant encodes (an echo with a non-zero code, an unused byte that is set) parses
+//! as [`Icmpv4Repr::Other`] with its whole rest-of-header word, so `emit` gives back the
+//! bytes `parse` read.
 
 use crate::checksum;
 
@@ -106,6 +113,14 @@ impl<T: AsRef<[u8]>> Icmpv4Packet<T> {
     pub fn next_hop_mtu(&self) -> u16 {
         crate::be16(self.buffer.as_ref(), 6)
     }
+    /// The RFC 4884 length of the original datagram, in 32-bit words (errors only).
+    pub fn original_len_words(&self) -> u8 {
+        self.buffer.as_ref()[5]
+    }
+    /// The whole rest-of-header word (bytes 4 to 7).
+    pub fn rest(&self) -> u32 {
+        crate::be32(self.buffer.as_ref(), 4)
+    }
     pub fn data(&self) -> &[u8] {
         &self.buffer.as_ref()[HEADER_LEN..]
     }
@@ -139,13 +154,15 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Icmpv4Packet<T> {
     }
 }
 
-/// A parsed ICMPv4 message; `data` borrows the packet.
+/// A parsed ICMPv4 message; `data` borrows the packet. `length` is the RFC 4884
+/// original-datagram length in 32-bit words (0: none given). `Other` is any other message,
+/// or one of the named ones whose code (echo) or unused bytes are not zero.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Icmpv4Repr<'a> {
     EchoRequest { ident: u16, seq: u16, data: &'a [u8] },
     EchoReply { ident: u16, seq: u16, data: &'a [u8] },
-    DstUnreachable { code: u8, next_hop_mtu: u16, data: &'a [u8] },
-    TimeExceeded { code: u8, data: &'a [u8] },
+    DstUnreachable { code: u8, length: u8, next_hop_mtu: u16, data: &'a [u8] },
+    TimeExceeded { code: u8, length: u8, data: &'a [u8] },
     Other { msg_type: u8, code: u8, rest: u32, data: &'a [u8] },
 }
 
@@ -156,12 +173,19 @@ impl<'a> Icmpv4Repr<'a> {
         }
         let b: &'a [u8] = p.buffer;
         let data = &b[HEADER_LEN..];
+        let (code, rest) = (p.code(), p.rest());
+        // Bytes 4 and (time exceeded) 6-7 are unused; the named variants hold them as zero.
+        let unused_clear = |mask: u32| rest & mask == 0;
         Ok(match p.msg_type() {
-            Icmpv4Type::EchoRequest => Icmpv4Repr::EchoRequest { ident: p.echo_ident(), seq: p.echo_seq(), data },
-            Icmpv4Type::EchoReply => Icmpv4Repr::EchoReply { ident: p.echo_ident(), seq: p.echo_seq(), data },
-            Icmpv4Type::DstUnreachable => Icmpv4Repr::DstUnreachable { code: p.code(), next_hop_mtu: p.next_hop_mtu(), data },
-            Icmpv4Type::TimeExceeded => Icmpv4Repr::TimeExceeded { code: p.code(), data },
-            t => Icmpv4Repr::Other { msg_type: t.into(), code: p.code(), rest: crate::be32(b, 4), data },
+            Icmpv4Type::EchoRequest if code == 0 => Icmpv4Repr::EchoRequest { ident: p.echo_ident(), seq: p.echo_seq(), data },
+            Icmpv4Type::EchoReply if code == 0 => Icmpv4Repr::EchoReply { ident: p.echo_ident(), seq: p.echo_seq(), data },
+            Icmpv4Type::DstUnreachable if unused_clear(0xff00_0000) => {
+                Icmpv4Repr::DstUnreachable { code, length: p.original_len_words(), next_hop_mtu: p.next_hop_mtu(), data }
+            }
+            Icmpv4Type::TimeExceeded if unused_clear(0xff00_ffff) => {
+                Icmpv4Repr::TimeExceeded { code, length: p.original_len_words(), data }
+            }
+            t => Icmpv4Repr::Other { msg_type: t.into(), code, rest, data },
         })
     }
     pub fn buffer_len(&self) -> usize {
@@ -180,8 +204,10 @@ impl<'a> Icmpv4Repr<'a> {
         let (t, code, hi, lo, data) = match *self {
             Icmpv4Repr::EchoRequest { ident, seq, data } => (Icmpv4Type::EchoRequest, 0, ident, seq, data),
             Icmpv4Repr::EchoReply { ident, seq, data } => (Icmpv4Type::EchoReply, 0, ident, seq, data),
-            Icmpv4Repr::DstUnreachable { code, next_hop_mtu, data } => (Icmpv4Type::DstUnreachable, code, 0, next_hop_mtu, data),
-            Icmpv4Repr::TimeExceeded { code, data } => (Icmpv4Type::TimeExceeded, code, 0, 0, data),
+            Icmpv4Repr::DstUnreachable { code, length, next_hop_mtu, data } => {
+                (Icmpv4Type::DstUnreachable, code, length as u16, next_hop_mtu, data)
+            }
+            Icmpv4Repr::TimeExceeded { code, length, data } => (Icmpv4Type::TimeExceeded, code, length as u16, 0, data),
             Icmpv4Repr::Other { msg_type, code, rest, data } => (msg_type.into(), code, (rest >> 16) as u16, rest as u16, data),
         };
         p.set_msg_type(t);
@@ -208,12 +234,52 @@ mod tests {
         }
 
         #[test]
-        fn unreachable_roundtrip(code in 0u8..16, mtu: u16, data in proptest::collection::vec(any::<u8>(), 0..64)) {
-            let r = Icmpv4Repr::DstUnreachable { code, next_hop_mtu: mtu, data: &data };
+        fn unreachable_roundtrip(code in 0u8..16, length: u8, mtu: u16, data in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let r = Icmpv4Repr::DstUnreachable { code, length, next_hop_mtu: mtu, data: &data };
             let mut b = vec![0u8; r.buffer_len()];
             r.emit(&mut b);
             let p = Icmpv4Packet::new_checked(&b[..]).unwrap();
             prop_assert_eq!(Icmpv4Repr::parse(&p).unwrap(), r);
+        }
+    }
+
+    /// Any 8-byte header with a valid checksum: emit gives back exactly the bytes read.
+    #[test]
+    fn every_header_roundtrips() {
+        let mut runner = proptest::test_runner::TestRunner::default();
+        runner
+            .run(&(any::<[u8; 8]>(), proptest::collection::vec(any::<u8>(), 0..16)), |(head, data)| {
+                let mut b = [&head[..], &data[..]].concat();
+                Icmpv4Packet::new_unchecked(&mut b[..]).fill_checksum();
+                let r = Icmpv4Repr::parse(&Icmpv4Packet::new_checked(&b[..]).unwrap()).unwrap();
+                let mut out = vec![0u8; r.buffer_len()];
+                r.emit(&mut out);
+                prop_assert_eq!(out, b);
+                Ok(())
+            })
+            .unwrap();
+    }
+
+    /// The first campaign's reproducers (fuzz target `icmpv4`): an echo request with
+    /// code 1, an echo reply with code 255, a time exceeded with bytes 6-7 set, a
+    /// destination unreachable and a time exceeded with an RFC 4884 length.
+    #[test]
+    fn campaign_reproducers_keep_every_byte() {
+        let cases: [(&str, fn(&Icmpv4Repr) -> bool); 5] = [
+            ("0801f7fc00010001", |r| matches!(r, Icmpv4Repr::Other { msg_type: 8, code: 1, rest: 0x0001_0001, .. })),
+            ("00ffff0000ffff00", |r| matches!(r, Icmpv4Repr::Other { msg_type: 0, code: 0xff, rest: 0x00ff_ff00, .. })),
+            ("0b00f4fe00000001", |r| matches!(r, Icmpv4Repr::Other { msg_type: 11, code: 0, rest: 1, .. })),
+            ("0304f71e000105dc", |r| matches!(r, Icmpv4Repr::DstUnreachable { code: 4, length: 1, next_hop_mtu: 1500, .. })),
+            ("0b00f4df00200000", |r| matches!(r, Icmpv4Repr::TimeExceeded { code: 0, length: 0x20, .. })),
+        ];
+        for (hex, expect) in cases {
+            let b: Vec<u8> = (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect();
+            let r = Icmpv4Repr::parse(&Icmpv4Packet::new_checked(&b[..]).unwrap()).unwrap();
+            assert!(expect(&r), "{hex}: {r:?}");
+            let mut out = vec![0u8; r.buffer_len()];
+            r.emit(&mut out);
+            assert_eq!(out, b, "{hex}");
+            crate::fuzz::icmpv4(&b);
         }
     }
 

@@ -21,6 +21,7 @@
 
 pub mod arp;
 pub mod checksum;
+pub mod esp;
 pub mod ethernet;
 pub mod fuzz;
 pub mod gre;
@@ -32,6 +33,7 @@ pub mod ip;
 pub mod ipv4;
 pub mod ipv6;
 pub mod ipv6_ext;
+pub mod parcel;
 pub mod tcp;
 pub mod udp;
 pub mod vlan;

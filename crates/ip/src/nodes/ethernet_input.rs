@@ -72,6 +72,9 @@ impl<Cx: HasIp> Node<Cx> for EthernetInput {
                                 (UdpApp::Gue, false) => EthernetInputNext::Gue4Input,
                                 (UdpApp::Gtpu, true) => EthernetInputNext::Gtpu6Input,
                                 (UdpApp::Gue, true) => EthernetInputNext::Gue6Input,
+                                // Never bypassed: ESP in UDP takes the full path.
+                                (UdpApp::Esp, false) => EthernetInputNext::Ip4,
+                                (UdpApp::Esp, true) => EthernetInputNext::Ip6,
                             }
                         }
                     });

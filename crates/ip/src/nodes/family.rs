@@ -20,6 +20,8 @@ pub trait Family: Send + 'static {
     const REWRITE: Self::LookupNext;
     const LOCAL: Self::LookupNext;
     const ICMP_ERROR: Self::LookupNext;
+    /// The load balancer's node, which forwarded packets pass when `Tables::lb_replies`.
+    const LB_NAT: Self::LookupNext;
     /// The encap node of each tunnel kind.
     fn tunnel_next(k: TunnelKind) -> Self::LookupNext;
     /// Minimum header length and where the destination address sits in it.
@@ -55,12 +57,16 @@ engine::next_nodes! {
     pub enum Ip4LookupNext {
         Rewrite = "ip4-rewrite", Local = "ip4-local", IcmpError = "ip4-icmp-error",
         Gtpu4Encap = "gtpu4-encap", Gtpu6Encap = "gtpu6-encap", Gue4Encap = "gue4-encap", Gue6Encap = "gue6-encap",
+        Lb4Nat = "lb4-nat", Lb6Nat = "lb6-nat",
+        Esp4Encrypt = "esp4-encrypt", Esp6Encrypt = "esp6-encrypt",
     }
 }
 engine::next_nodes! {
     pub enum Ip6LookupNext {
         Rewrite = "ip6-rewrite", Local = "ip6-local", IcmpError = "ip6-icmp-error",
         Gtpu4Encap = "gtpu4-encap", Gtpu6Encap = "gtpu6-encap", Gue4Encap = "gue4-encap", Gue6Encap = "gue6-encap",
+        Lb4Nat = "lb4-nat", Lb6Nat = "lb6-nat",
+        Esp4Encrypt = "esp4-encrypt", Esp6Encrypt = "esp6-encrypt",
     }
 }
 
@@ -75,6 +81,7 @@ impl Family for Ip4 {
     const REWRITE: Ip4LookupNext = Ip4LookupNext::Rewrite;
     const LOCAL: Ip4LookupNext = Ip4LookupNext::Local;
     const ICMP_ERROR: Ip4LookupNext = Ip4LookupNext::IcmpError;
+    const LB_NAT: Ip4LookupNext = Ip4LookupNext::Lb4Nat;
     #[inline(always)]
     fn tunnel_next(k: TunnelKind) -> Ip4LookupNext {
         match k {
@@ -82,6 +89,10 @@ impl Family for Ip4 {
             TunnelKind::Gtpu6 => Ip4LookupNext::Gtpu6Encap,
             TunnelKind::Gue4 => Ip4LookupNext::Gue4Encap,
             TunnelKind::Gue6 => Ip4LookupNext::Gue6Encap,
+            TunnelKind::Lb4 => Ip4LookupNext::Lb4Nat,
+            TunnelKind::Lb6 => Ip4LookupNext::Lb6Nat,
+            TunnelKind::Esp4 => Ip4LookupNext::Esp4Encrypt,
+            TunnelKind::Esp6 => Ip4LookupNext::Esp6Encrypt,
         }
     }
     const HEADER_LEN: usize = 20;
@@ -122,6 +133,7 @@ impl Family for Ip6 {
     const REWRITE: Ip6LookupNext = Ip6LookupNext::Rewrite;
     const LOCAL: Ip6LookupNext = Ip6LookupNext::Local;
     const ICMP_ERROR: Ip6LookupNext = Ip6LookupNext::IcmpError;
+    const LB_NAT: Ip6LookupNext = Ip6LookupNext::Lb6Nat;
     #[inline(always)]
     fn tunnel_next(k: TunnelKind) -> Ip6LookupNext {
         match k {
@@ -129,6 +141,10 @@ impl Family for Ip6 {
             TunnelKind::Gtpu6 => Ip6LookupNext::Gtpu6Encap,
             TunnelKind::Gue4 => Ip6LookupNext::Gue4Encap,
             TunnelKind::Gue6 => Ip6LookupNext::Gue6Encap,
+            TunnelKind::Lb4 => Ip6LookupNext::Lb4Nat,
+            TunnelKind::Lb6 => Ip6LookupNext::Lb6Nat,
+            TunnelKind::Esp4 => Ip6LookupNext::Esp4Encrypt,
+            TunnelKind::Esp6 => Ip6LookupNext::Esp6Encrypt,
         }
     }
     const HEADER_LEN: usize = 40;

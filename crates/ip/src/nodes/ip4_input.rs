@@ -8,7 +8,7 @@ use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
 use wire::ipv4::{Ipv4Error, Ipv4Packet, HEADER_LEN};
 
 next_nodes! {
-    pub enum Ip4InputNext { Lookup = "ip4-lookup" }
+    pub enum Ip4InputNext { Lookup = "ip4-lookup", Parcel = "parcel4-input", Join = "parcel4-join" }
 }
 
 counters! {
@@ -90,14 +90,21 @@ impl<Cx: HasIp> Node<Cx> for Ip4Input {
     }
 
     #[inline(always)]
-    fn process(&mut self, _cx: &mut Cx, _: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
+    fn process(&mut self, cx: &mut Cx, _: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
         // Fast path for the common header (version 4, IHL 5): one bounds proof for all
         // 20 bytes; anything else, and every error, takes the general path below.
         if let Some(h) = buf.bytes().first_chunk::<HEADER_LEN>() {
             if let Some(total) = fast_path_len(h, buf.len()) {
+                // UDP, where some link takes parcels: `parcel4-join` may coalesce it.
+                let join = h[9] == 17 && cx.ip().tables.parcel_links != 0;
                 buf.truncate(total);
-                return Verdict::Next(Ip4InputNext::Lookup);
+                return Verdict::Next(if join { Ip4InputNext::Join } else { Ip4InputNext::Lookup });
             }
+        }
+        // An IP parcel: Total Length is its segment length, not its length, so the
+        // trim below would cut it to one segment; `parcel4-input` checks it whole.
+        if wire::parcel::is_ipv4_parcel(buf.bytes()) {
+            return Verdict::Next(Ip4InputNext::Parcel);
         }
         let p = match Ipv4Packet::new_checked(buf.bytes()) {
             Ok(p) => p,

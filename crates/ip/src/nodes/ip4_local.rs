@@ -11,7 +11,7 @@ use wire::ipv4::Ipv4Packet;
 use wire::IpProtocol;
 
 next_nodes! {
-    pub enum Ip4LocalNext { Lookup = "ip4-lookup", IcmpError = "ip4-icmp-error", Gtpu4Input = "gtpu4-input", Gue4Input = "gue4-input", Reassembly = "ip4-reassembly" }
+    pub enum Ip4LocalNext { Lookup = "ip4-lookup", IcmpError = "ip4-icmp-error", Gtpu4Input = "gtpu4-input", Gue4Input = "gue4-input", Reassembly = "ip4-reassembly", Lb4Nat = "lb4-nat", Esp4Decrypt = "esp4-decrypt" }
 }
 
 counters! {
@@ -54,6 +54,10 @@ impl<Cx: HasIp> Node<Cx> for Ip4Local {
                 if !icmp.verify_checksum() {
                     return Verdict::Drop(C::IcmpMalformed);
                 }
+                if icmp.msg_type().is_error() && cx.ip().tables.lb_local {
+                    // Perhaps about a load-balanced connection translated to our address.
+                    return Verdict::Next(Ip4LocalNext::Lb4Nat);
+                }
                 if icmp.msg_type() != Icmpv4Type::EchoRequest {
                     return Verdict::Drop(C::IcmpIgnored);
                 }
@@ -82,12 +86,18 @@ impl<Cx: HasIp> Node<Cx> for Ip4Local {
                     return Verdict::Next(match app {
                         UdpApp::Gtpu => Ip4LocalNext::Gtpu4Input,
                         UdpApp::Gue => Ip4LocalNext::Gue4Input,
+                        UdpApp::Esp => Ip4LocalNext::Esp4Decrypt,
                     });
+                }
+                if cx.ip().tables.lb_local {
+                    return Verdict::Next(Ip4LocalNext::Lb4Nat);
                 }
                 counts.inc(C::PortUnreachable);
                 buf.meta.param = IcmpRequest::new(3, unreach::PORT, 0).encode();
                 Verdict::Next(Ip4LocalNext::IcmpError)
             }
+            IpProtocol::Tcp if cx.ip().tables.lb_local => Verdict::Next(Ip4LocalNext::Lb4Nat),
+            IpProtocol::Esp => Verdict::Next(Ip4LocalNext::Esp4Decrypt),
             _ => {
                 counts.inc(C::ProtocolUnreachable);
                 buf.meta.param = IcmpRequest::new(3, unreach::PROTOCOL, 0).encode();

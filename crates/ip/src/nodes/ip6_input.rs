@@ -12,7 +12,7 @@ use wire::ipv6_ext::{walk_chain, OptionAction};
 use wire::IpProtocol;
 
 next_nodes! {
-    pub enum Ip6InputNext { Lookup = "ip6-lookup", Local = "ip6-local", IcmpError = "ip6-icmp-error" }
+    pub enum Ip6InputNext { Lookup = "ip6-lookup", Local = "ip6-local", IcmpError = "ip6-icmp-error", Parcel = "parcel6-input", Join = "parcel6-join" }
 }
 
 counters! {
@@ -72,15 +72,22 @@ impl<Cx: HasIp> Node<Cx> for Ip6Input {
     }
 
     #[inline(always)]
-    fn process(&mut self, _cx: &mut Cx, counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
+    fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
         use Ip6InputCounter as C;
         // Fast path: version 6, no hop-by-hop header, unicast source and destination,
         // payload within the frame; one bounds proof for the 40 header bytes.
         if let Some(h) = buf.bytes().first_chunk::<HEADER_LEN>() {
             if let Some(end) = fast_path_len(h, buf.len()) {
+                // UDP, where some link takes parcels: `parcel6-join` may coalesce it.
+                let join = h[6] == 17 && cx.ip().tables.parcel_links != 0;
                 buf.truncate(end);
-                return Verdict::Next(Ip6InputNext::Lookup);
+                return Verdict::Next(if join { Ip6InputNext::Join } else { Ip6InputNext::Lookup });
             }
+        }
+        // An IP parcel (a jumbo option with a non-zero Payload Length, its segment
+        // length): `parcel6-input` checks it whole.
+        if wire::parcel::is_ipv6_parcel(buf.bytes()) {
+            return Verdict::Next(Ip6InputNext::Parcel);
         }
         let p = match Ipv6Packet::new_checked(buf.bytes()) {
             Ok(p) => p,

@@ -13,7 +13,7 @@ use wire::ipv6_ext::walk_chain;
 use wire::{EtherType, EthernetAddress, IpProtocol};
 
 next_nodes! {
-    pub enum Ip6LocalNext { Lookup = "ip6-lookup", IcmpError = "ip6-icmp-error", Output = "interface-output", Gtpu6Input = "gtpu6-input", Gue6Input = "gue6-input", Reassembly = "ip6-reassembly" }
+    pub enum Ip6LocalNext { Lookup = "ip6-lookup", IcmpError = "ip6-icmp-error", Output = "interface-output", Gtpu6Input = "gtpu6-input", Gue6Input = "gue6-input", Reassembly = "ip6-reassembly", Lb6Nat = "lb6-nat", Esp6Decrypt = "esp6-decrypt" }
 }
 
 counters! {
@@ -81,13 +81,19 @@ impl<Cx: HasIp> Node<Cx> for Ip6Local {
                     return Verdict::Next(match app {
                         UdpApp::Gtpu => Ip6LocalNext::Gtpu6Input,
                         UdpApp::Gue => Ip6LocalNext::Gue6Input,
+                        UdpApp::Esp => Ip6LocalNext::Esp6Decrypt,
                     });
+                }
+                if cx.tables.lb_local {
+                    return Verdict::Next(Ip6LocalNext::Lb6Nat);
                 }
                 counts.inc(C::PortUnreachable);
                 buf.meta.param = IcmpRequest::new(1, unreach::PORT, 0).encode();
                 return Verdict::Next(Ip6LocalNext::IcmpError);
             }
             Some(IpProtocol::Ipv6NoNxt) => return Verdict::Drop(C::IcmpIgnored),
+            Some(IpProtocol::Tcp) if cx.tables.lb_local => return Verdict::Next(Ip6LocalNext::Lb6Nat),
+            Some(IpProtocol::Esp) if info.routing.is_none() => return Verdict::Next(Ip6LocalNext::Esp6Decrypt),
             _ => {
                 counts.inc(C::UnknownNextHeader);
                 // Pointer to the Next Header field that named the protocol (exact

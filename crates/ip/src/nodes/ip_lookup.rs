@@ -72,6 +72,9 @@ impl<Cx: HasIp, F: Family> Node<Cx> for IpLookup<F> {
             }
         }
         match cx.tables.adjacency(adj) {
+            Adjacency::Rewrite { .. } | Adjacency::Glean { .. } | Adjacency::Incomplete { .. } if cx.tables.lb_replies => {
+                Verdict::Next(F::LB_NAT)
+            }
             Adjacency::Rewrite { .. } | Adjacency::Glean { .. } | Adjacency::Incomplete { .. } => Verdict::Next(F::REWRITE),
             Adjacency::Local => Verdict::Next(F::LOCAL),
             Adjacency::Miss => {

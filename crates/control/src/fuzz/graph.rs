@@ -1,0 +1,333 @@
+//! The whole-graph target: frames, alone or in short sequences (so fragments meet in
+//! reassembly and tunnel hints are taken), some with a virtio-net header, through a
+//! worker built from [`CONFIG`], which configures every feature the project has: IPv4
+//! and IPv6 routes, neighbours and a blackhole; GTP-U tunnels over both families with
+//! every checksum mode, sequence numbers, PDU session containers and Ethernet decap;
+//! GUE, GRE-in-UDP (key, checksum, sequence) and direct UDP tunnels over both families;
+//! tunnel MTUs with inner and outer fragmentation; MSS clamping; routed fragmentation
+//! (a narrower interface); reassembly.
+//!
+//! One dataplane serves every input (building one per input runs ~10x slower), so state
+//! a real gateway keeps (reassembly in progress, hints, rate limiters) carries from one
+//! input to the next; learned neighbours are not applied, so the tables stay as built.
+//! After every frame, [`Harness::frame`] checks:
+//! - the frame left something behind: a transmitted frame, a counter that moved, or a
+//!   device counter (a refused vnet header);
+//! - every drop was named: `error-drop` took no more packets than counters moved;
+//! - no buffer is held: the pool is back to all free;
+//! - every frame the gateway sends from its own MAC parses (Ethernet, then IPv4, IPv6 or
+//!   ARP; frames a GTP-U tunnel decapsulates keep their own source and go as they
+//!   came); an IPv4 header has a correct checksum and a consistent length (checked
+//!   view); the UDP, ICMP and ICMPv6 checksums
+//!   of what the gateway itself sources (from one of its addresses, with transport
+//!   bytes that did not come in whole) are correct (a forwarded packet keeps the L4
+//!   checksum it came with, right or wrong, even with a spoofed source; a GTP-U outer
+//!   checksum derived from a wrong inner one is wrong by as much, see
+//!   `inner_checksum_wrong`);
+//! - no frame is larger than its interface's MTU allows (a GSO frame: its segments).
+//!
+//! Input format (mutation-friendly, and what `fuzz/make_graph_corpus.py` writes): records
+//! of `[control u8][length u16 BE][frame]`; control bits 0-1 pick the receiving
+//! interface (`access0`, `core0`, `narrow0`; 3 is `access0`), bit 2 says the first 10
+//! bytes of the frame are a virtio-net header. A length beyond the input takes the rest.
+//! At most [`MAX_FRAMES`] frames per input.
+
+use crate::config::Config;
+use crate::dataplane::{assemble, Control, WorkerContext};
+use engine::worker::{Port, Worker};
+use engine::GsoKind;
+use io::mem::{mem_device, MemHandle, RxFrame, TxFrame};
+use io::vnet::{VnetHdr, VNET_HDR_LEN};
+use ip::outer::ChecksumMode;
+use std::cell::RefCell;
+use std::net::{IpAddr, Ipv6Addr};
+use wire::ethernet::EthernetFrame;
+use wire::{EtherType, IpProtocol};
+
+/// Frames per input: enough for a fragmented datagram and a hinted tunnel run.
+pub const MAX_FRAMES: usize = 16;
+
+/// Every feature the dataplane has today, on three interfaces (all fed from memory).
+pub const CONFIG: &str = include_str!("graph.toml");
+
+/// The dataplane an input goes through, kept across inputs.
+pub struct Harness {
+    pub control: Control,
+    pub worker: Worker<WorkerContext>,
+    handles: Vec<MemHandle>,
+    /// Per interface: its MTU and MAC; and every address of ours (what we source).
+    mtu: Vec<u16>,
+    macs: Vec<wire::EthernetAddress>,
+    ours: Vec<IpAddr>,
+    /// The frames received since the input began: a packet sent with one of our source
+    /// addresses whose transport bytes came in whole (a spoofed source, forwarded or
+    /// decapsulated) is not one the gateway built, and keeps its checksums as they came.
+    received: Vec<Vec<u8>>,
+    /// IPv6 tunnel endpoints (ours, peer) that send zero UDP checksums (RFC 6935).
+    zero_csum6: Vec<(IpAddr, IpAddr)>,
+}
+
+impl Harness {
+    pub fn new() -> Harness {
+        Harness::with_config(CONFIG)
+    }
+
+    /// A harness over another configuration (its interfaces are all fed from memory).
+    pub fn with_config(text: &str) -> Harness {
+        let cfg = Config::parse(text, "fuzz/graph.toml", std::path::Path::new(".")).expect("the graph harness config is valid");
+        let (control, mut worker) = assemble(&cfg).expect("the graph harness config assembles").into_single();
+        let mut handles = Vec::new();
+        for port in worker.ports.iter_mut() {
+            let (dev, h) = mem_device();
+            *port = Port::new(port.if_index, port.name.clone(), Box::new(dev), port.input);
+            handles.push(h);
+        }
+        let ifs = control.state.interfaces();
+        let mtu = ifs.iter().map(|i| i.mtu).collect();
+        let macs = ifs.iter().map(|i| i.mac).collect();
+        let mut ours: Vec<IpAddr> = Vec::new();
+        for i in ifs {
+            ours.extend(i.ip4.iter().map(|(a, _)| IpAddr::V4(*a)));
+            ours.extend(i.ip6.iter().map(|(a, _)| IpAddr::V6(*a)));
+            ours.push(IpAddr::V6(i.ip6_link_local));
+        }
+        let zero_csum6 = cfg
+            .gtpu_tunnels
+            .iter()
+            .filter(|t| t.checksum == Some(ChecksumMode::Zero))
+            .map(|t| (t.local.as_str(), t.remote.as_str()))
+            .chain(cfg.udp_tunnels.iter().filter(|t| t.checksum == Some(ChecksumMode::Zero)).map(|t| (t.local.as_str(), t.remote.as_str())))
+            .filter_map(|(l, r)| Some((l.parse().ok()?, r.parse().ok()?)))
+            .collect();
+        Harness { control, worker, handles, mtu, macs, ours, zero_csum6, received: Vec::new() }
+    }
+
+    /// Run one fuzz input (see the module's format) and check every invariant.
+    pub fn input(&mut self, data: &[u8]) {
+        self.received.clear();
+        for (port, f) in decode(data) {
+            self.frame(port, f);
+        }
+        // Events would change the tables between inputs; the test keeps them as built.
+        while self.control.events.try_recv().is_ok() {}
+        while self.control.gtpu_events.try_recv().is_ok() {}
+        while self.control.udptun_events.try_recv().is_ok() {}
+    }
+
+    /// One frame in through interface `port`; the invariants checked on what came out,
+    /// which is returned with the index of the interface that sent each frame.
+    pub fn frame(&mut self, port: usize, f: RxFrame) -> Vec<(usize, TxFrame)> {
+        let before = self.tally();
+        self.received.push(f.bytes.clone());
+        self.handles[port].rx.send(f).expect("the device holds its receiver");
+        self.worker.poll_once();
+        let mut out = Vec::new();
+        for (i, h) in self.handles.iter().enumerate() {
+            while let Ok(t) = h.tx.try_recv() {
+                if let Err(why) = self.check_sent(i, &t) {
+                    panic!("frame sent on {}: {why}: {:02x?}", self.worker.ports[i].name, t.bytes);
+                }
+                out.push((i, t));
+            }
+        }
+        let sent = out.len() as u64;
+        let after = self.tally();
+        let counted = after.counters - before.counters;
+        assert!(sent + counted + (after.device - before.device) >= 1, "a frame vanished: nothing sent and no counter moved");
+        assert!(after.dropped - before.dropped <= counted, "a drop without a named counter");
+        assert_eq!(after.port_tx - before.port_tx, sent, "interface tx counters match the frames sent");
+        assert_eq!(self.worker.pool.in_use(), 0, "buffers held after the graph ran");
+        out
+    }
+
+    fn tally(&self) -> Tally {
+        let (counters, dropped) = self.worker.graph.counter_sum();
+        let device = self.worker.ports.iter().flat_map(|p| p.device.counters()).map(|(_, n)| n).sum();
+        let port_tx = self.worker.ports.iter().map(|p| p.counters.tx_packets + p.counters.tx_errors).sum();
+        Tally { counters, dropped, device, port_tx }
+    }
+
+    /// What every frame leaving interface `i` must be.
+    pub fn check_sent(&self, i: usize, t: &TxFrame) -> Result<(), String> {
+        let eth = EthernetFrame::new_checked(&t.bytes[..]).map_err(|e| format!("ethernet: {e}"))?;
+        let (ethertype, l3) = match eth.ethertype() {
+            EtherType::Vlan | EtherType::QinQ => {
+                let tag = wire::vlan::VlanTag::new_checked(eth.payload()).map_err(|e| format!("vlan: {e}"))?;
+                (tag.ethertype(), &eth.payload()[wire::vlan::TAG_LEN..])
+            }
+            e => (e, eth.payload()),
+        };
+        let mtu = self.mtu[i] as usize;
+        match t.gso {
+            GsoKind::None if l3.len() > mtu => return Err(format!("{} bytes over an MTU of {mtu}", l3.len())),
+            GsoKind::None => {}
+            // A GSO frame that fits is one segment, whatever its segment size says.
+            _ if l3.len() > mtu && t.gso_size as usize > mtu => {
+                return Err(format!("{} bytes in GSO segments of {} over an MTU of {mtu}", l3.len(), t.gso_size))
+            }
+            _ => {}
+        }
+        // A frame from another source address is one a GTP-U tunnel decapsulated
+        // (`decap_next = "ethernet"`): it goes out as it came.
+        if eth.src_addr() != self.macs[i] {
+            return Ok(());
+        }
+        match ethertype {
+            EtherType::Ipv4 => self.check_ipv4(l3),
+            EtherType::Ipv6 => self.check_ipv6(l3),
+            EtherType::Arp => wire::arp::ArpPacket::new_checked(l3).map(|_| ()).map_err(|e| format!("arp: {e}")),
+            e => Err(format!("ethertype {e:?} from our own address")),
+        }
+    }
+
+    /// Whether `l4` arrived whole in a frame of this input (see `received`).
+    fn came_in(&self, l4: &[u8]) -> bool {
+        !l4.is_empty() && self.received.iter().any(|f| f.windows(l4.len()).any(|w| w == l4))
+    }
+
+    fn check_ipv4(&self, l3: &[u8]) -> Result<(), String> {
+        use wire::ipv4::Ipv4Packet;
+        let p = Ipv4Packet::new_checked(l3).map_err(|e| format!("ipv4: {e}"))?;
+        if !p.verify_checksum() {
+            return Err("bad IPv4 header checksum".into());
+        }
+        let whole = !p.more_frags() && p.frag_offset() == 0;
+        if !whole || !self.ours.contains(&IpAddr::V4(p.src_addr())) || self.came_in(p.payload()) {
+            return Ok(());
+        }
+        let (src, dst) = (p.src_addr(), p.dst_addr());
+        match p.protocol() {
+            IpProtocol::Udp => {
+                let u = wire::udp::UdpPacket::new_checked(p.payload()).map_err(|e| format!("udp: {e}"))?;
+                if u.checksum() != 0 && !u.verify_checksum_v4(src, dst) && !inner_checksum_wrong(u.payload()) {
+                    return Err("bad UDP checksum (IPv4)".into());
+                }
+            }
+            IpProtocol::Icmp => {
+                let m = wire::icmpv4::Icmpv4Packet::new_checked(p.payload()).map_err(|e| format!("icmp: {e}"))?;
+                if !m.verify_checksum() {
+                    return Err("bad ICMP checksum".into());
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn check_ipv6(&self, l3: &[u8]) -> Result<(), String> {
+        use wire::ipv6::Ipv6Packet;
+        let p = Ipv6Packet::new_checked(l3).map_err(|e| format!("ipv6: {e}"))?;
+        let (src, dst): (Ipv6Addr, Ipv6Addr) = (p.src_addr(), p.dst_addr());
+        if !self.ours.contains(&IpAddr::V6(src)) || self.came_in(p.payload()) {
+            return Ok(());
+        }
+        let chain = wire::ipv6_ext::walk_chain(p.next_header(), p.payload()).map_err(|e| format!("ipv6 extension headers: {e}"))?;
+        if chain.fragment.is_some() {
+            return Ok(());
+        }
+        let upper = &p.payload()[chain.upper_offset..];
+        match chain.upper {
+            Some(IpProtocol::Udp) => {
+                let u = wire::udp::UdpPacket::new_checked(upper).map_err(|e| format!("udp: {e}"))?;
+                let zero_ok = self.zero_csum6.contains(&(IpAddr::V6(src), IpAddr::V6(dst)));
+                if u.checksum() == 0 && !zero_ok {
+                    return Err("zero UDP checksum over IPv6 from a tunnel that computes them".into());
+                }
+                if u.checksum() != 0 && !u.verify_checksum_v6(&src, &dst) && !inner_checksum_wrong(u.payload()) {
+                    return Err("bad UDP checksum (IPv6)".into());
+                }
+            }
+            Some(IpProtocol::Icmpv6) => {
+                let m = wire::icmpv6::Icmpv6Packet::new_checked(upper).map_err(|e| format!("icmpv6: {e}"))?;
+                if !m.verify_checksum(&src, &dst) {
+                    return Err("bad ICMPv6 checksum".into());
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// The frames of an input (see the module's format), each with its receiving interface.
+pub fn decode(data: &[u8]) -> Vec<(usize, RxFrame)> {
+    let mut out = Vec::new();
+    let mut rest = data;
+    while out.len() < MAX_FRAMES {
+        let [ctl, hi, lo, tail @ ..] = rest else { break };
+        let len = (u16::from_be_bytes([*hi, *lo]) as usize).min(tail.len());
+        let (frame, next) = tail.split_at(len);
+        rest = next;
+        let port = match ctl & 3 {
+            3 => 0,
+            p => p as usize,
+        };
+        let f = if ctl & 4 != 0 && frame.len() >= VNET_HDR_LEN {
+            let (h, bytes) = frame.split_at(VNET_HDR_LEN);
+            RxFrame { bytes: bytes.to_vec(), vnet: Some(VnetHdr::parse(h.try_into().expect("split at its length"))) }
+        } else {
+            RxFrame { bytes: frame.to_vec(), vnet: None }
+        };
+        out.push((port, f));
+    }
+    out
+}
+
+/// A G-PDU whose inner UDP or TCP checksum is wrong. GTP-U derives a software outer
+/// checksum from the inner packet's own (`checksum_from_inner`, docs/PERFORMANCE.md):
+/// equal to the full sum whenever the inner checksum is right, and wrong by as much when
+/// it is not, so the peer drops at the outer header what the inner receiver would have
+/// dropped. Those outer checksums are not the gateway's error.
+fn inner_checksum_wrong(udp_payload: &[u8]) -> bool {
+    use wire::gtpu::{GtpuPacket, GtpuRepr, MessageType};
+    let Some(r) = GtpuPacket::new_checked(udp_payload).ok().and_then(|g| GtpuRepr::parse(&g).ok()) else { return false };
+    let Some(inner) = udp_payload.get(r.header_len()..).filter(|_| r.msg_type == MessageType::GPdu) else { return false };
+    // The segment after the inner IP header, summed with its pseudo-header as the
+    // receiver would (whatever its TCP header says about itself).
+    let wrong = |proto: IpProtocol, sum: wire::checksum::Checksum, l4: &[u8]| {
+        let mut c = sum;
+        c.add_bytes(l4);
+        match proto {
+            IpProtocol::Udp => l4.len() >= 8 && l4[6..8] != [0, 0] && c.fold() != 0xffff,
+            IpProtocol::Tcp => l4.len() >= 18 && c.fold() != 0xffff,
+            _ => false,
+        }
+    };
+    match inner.first().map(|b| b >> 4) {
+        Some(4) => {
+            let Ok(p) = wire::ipv4::Ipv4Packet::new_checked(inner) else { return false };
+            let l4 = p.payload();
+            let sum = wire::checksum::pseudo_header_v4(p.src_addr(), p.dst_addr(), p.protocol().into(), l4.len() as u16);
+            !p.more_frags() && p.frag_offset() == 0 && wrong(p.protocol(), sum, l4)
+        }
+        Some(6) => {
+            let Ok(p) = wire::ipv6::Ipv6Packet::new_checked(inner) else { return false };
+            let l4 = p.payload();
+            let sum = wire::checksum::pseudo_header_v6(&p.src_addr(), &p.dst_addr(), p.next_header().into(), l4.len() as u32);
+            wrong(p.next_header(), sum, l4)
+        }
+        _ => false,
+    }
+}
+
+impl Default for Harness {
+    fn default() -> Self {
+        Harness::new()
+    }
+}
+
+struct Tally {
+    counters: u64,
+    dropped: u64,
+    device: u64,
+    port_tx: u64,
+}
+
+thread_local! {
+    static HARNESS: RefCell<Option<Harness>> = const { RefCell::new(None) };
+}
+
+/// The fuzz target: one input through this thread's dataplane (built on first use).
+pub fn run(data: &[u8]) {
+    HARNESS.with(|h| h.borrow_mut().get_or_insert_with(Harness::new).input(data));
+}

@@ -1,0 +1,392 @@
+//! IPsec ESP SAs in the control plane: the one text form of an SA (the config file's
+//! `[[ipsec_sa]]`, the JSON API's `ipsec_sa_add`, the CLI's `ipsec sa add`), its
+//! conversion to an [`SaSpec`], routes into outbound SAs (`ipsec_tunnel<index>`), and the
+//! rows `show ipsec sa` prints. Keys go in and never come back out.
+
+use crate::config::{Config, ConfigError};
+use ip::tables::{TunnelRef, UdpApp, UdpDemux, IPSEC_TUNNEL_IF_PREFIX};
+use ip::{Prefix, RouteTarget, RouterState};
+use ipsec::{Algorithm, Direction, IpsecState, Lifetime, SaSpec, UdpEncapPorts};
+use serde::{Deserialize, Serialize};
+use std::net::IpAddr;
+
+/// An SA as text: config, API and CLI all fill this in.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IpsecSaConfig {
+    /// The SA's index: outbound SA N is interface `ipsec_tunnelN`.
+    pub index: u32,
+    pub spi: u32,
+    /// `inbound` or `outbound`.
+    pub direction: Direction,
+    /// `null`, `null-sha256`, `aes-gcm-128`, `aes-gcm-256`, `chacha20-poly1305`,
+    /// `aes-cbc-sha256`.
+    pub algorithm: Algorithm,
+    /// Hex; for the AEADs the key then the 4-byte salt (as IKEv2 derives it).
+    #[serde(default)]
+    pub enc_key: String,
+    /// Hex (HMAC-SHA-256: 32 bytes).
+    #[serde(default)]
+    pub integ_key: String,
+    /// Our tunnel endpoint and the peer's.
+    pub local: String,
+    pub remote: String,
+    /// ESP in UDP (RFC 3948), ports 4500 unless given.
+    #[serde(default)]
+    pub udp_encap: bool,
+    #[serde(default)]
+    pub udp_src_port: Option<u16>,
+    #[serde(default)]
+    pub udp_dst_port: Option<u16>,
+    /// 64-bit extended sequence numbers.
+    #[serde(default)]
+    pub esn: bool,
+    /// Inbound: the anti-replay window (default on).
+    #[serde(default = "default_anti_replay")]
+    pub anti_replay: bool,
+    #[serde(default)]
+    pub lifetime: Lifetime,
+    /// Routes into the SA's tunnel interface (outbound SAs).
+    #[serde(default)]
+    pub routes: Vec<String>,
+}
+
+impl std::fmt::Debug for IpsecSaConfig {
+    /// Keys never appear in debug output.
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.debug_struct("IpsecSaConfig")
+            .field("index", &self.index)
+            .field("spi", &self.spi)
+            .field("direction", &self.direction)
+            .finish_non_exhaustive()
+    }
+}
+
+fn default_anti_replay() -> bool {
+    true
+}
+
+/// A field-named error, for config messages (`ipsec_sa[3].enc_key: …`).
+pub type FieldError = (&'static str, String);
+
+fn hex(field: &'static str, s: &str) -> Result<Vec<u8>, FieldError> {
+    let s = s.strip_prefix("0x").unwrap_or(s);
+    if s.len() % 2 != 0 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+        // The value is a key: say what is wrong with it without repeating it.
+        return Err((field, format!("expected an even number of hex digits ({} characters given)", s.len())));
+    }
+    Ok((0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex checked")).collect())
+}
+
+impl IpsecSaConfig {
+    pub fn to_spec(&self) -> Result<(SaSpec, Vec<Prefix>), FieldError> {
+        let addr =
+            |field: &'static str, s: &str| s.parse::<IpAddr>().map_err(|_| (field, format!("{s:?}: expected an IPv4 or IPv6 address")));
+        let (local, remote) = (addr("local", &self.local)?, addr("remote", &self.remote)?);
+        if !self.udp_encap && (self.udp_src_port.is_some() || self.udp_dst_port.is_some()) {
+            return Err(("udp_encap", "UDP ports are given: expected udp_encap = true".into()));
+        }
+        let d = UdpEncapPorts::default();
+        let udp_encap =
+            self.udp_encap.then(|| UdpEncapPorts { src: self.udp_src_port.unwrap_or(d.src), dst: self.udp_dst_port.unwrap_or(d.dst) });
+        if udp_encap.is_some_and(|p| p.src == 0 || p.dst == 0) {
+            return Err(("udp_dst_port", "expected 1 to 65535".into()));
+        }
+        if self.direction == Direction::Inbound && !self.routes.is_empty() {
+            return Err(("routes", "routes go into outbound SAs".into()));
+        }
+        let spec = SaSpec {
+            spi: self.spi,
+            direction: self.direction,
+            alg: self.algorithm,
+            enc_key: hex("enc_key", &self.enc_key)?,
+            integ_key: hex("integ_key", &self.integ_key)?,
+            esn: self.esn,
+            anti_replay: self.anti_replay,
+            lifetime: self.lifetime,
+            local,
+            remote,
+            udp_encap,
+        };
+        let routes = self
+            .routes
+            .iter()
+            .map(|r| r.parse::<Prefix>().map_err(|e| ("routes", format!("{r:?}: {e}"))))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((spec, routes))
+    }
+}
+
+/// `ipsec sa add <index> spi <n> inbound|outbound alg <a> [enc-key <hex>] ...`: the CLI's
+/// words after `add`.
+pub fn parse_sa_add(w: &[&str]) -> Result<IpsecSaConfig, String> {
+    let index = w.first().ok_or("expected: ipsec sa add <index> spi <n> inbound|outbound alg <algorithm> ...")?;
+    let mut c = IpsecSaConfig {
+        index: index.parse().map_err(|_| format!("index {index:?}: expected a number"))?,
+        spi: 0,
+        direction: Direction::Outbound,
+        algorithm: Algorithm::Null,
+        enc_key: String::new(),
+        integ_key: String::new(),
+        local: String::new(),
+        remote: String::new(),
+        udp_encap: false,
+        udp_src_port: None,
+        udp_dst_port: None,
+        esn: false,
+        anti_replay: true,
+        lifetime: Lifetime::default(),
+        routes: Vec::new(),
+    };
+    let (mut spi, mut alg) = (false, false);
+    let mut i = 1;
+    while i < w.len() {
+        match w[i] {
+            "inbound" => c.direction = Direction::Inbound,
+            "outbound" => c.direction = Direction::Outbound,
+            "udp-encap" => c.udp_encap = true,
+            "esn" => c.esn = true,
+            "no-anti-replay" => c.anti_replay = false,
+            key => {
+                let v = *w.get(i + 1).ok_or_else(|| format!("{key} needs a value"))?;
+                let num = |k: &str| -> Result<u64, String> {
+                    match v.strip_prefix("0x") {
+                        Some(h) => u64::from_str_radix(h, 16),
+                        None => v.parse(),
+                    }
+                    .map_err(|_| format!("{k} {v:?}: expected a number"))
+                };
+                match key {
+                    "spi" => {
+                        c.spi = u32::try_from(num("spi")?).map_err(|_| format!("spi {v:?}: expected a 32-bit number"))?;
+                        spi = true;
+                    }
+                    "alg" | "algorithm" => {
+                        c.algorithm = v.parse()?;
+                        alg = true;
+                    }
+                    "enc-key" => c.enc_key = v.to_string(),
+                    "integ-key" => c.integ_key = v.to_string(),
+                    "local" => c.local = v.to_string(),
+                    "remote" => c.remote = v.to_string(),
+                    "route" => c.routes.push(v.to_string()),
+                    "soft-packets" => c.lifetime.soft_packets = num(key)?,
+                    "hard-packets" => c.lifetime.hard_packets = num(key)?,
+                    "soft-bytes" => c.lifetime.soft_bytes = num(key)?,
+                    "hard-bytes" => c.lifetime.hard_bytes = num(key)?,
+                    _ => return Err(format!("unknown word {key:?} in ipsec sa add")),
+                }
+                i += 1;
+            }
+        }
+        i += 1;
+    }
+    if !spi || !alg {
+        return Err("ipsec sa add needs spi <n> and alg <algorithm>".into());
+    }
+    Ok(c)
+}
+
+/// 16 random bytes for an SA's CBC IV generator (once per SA, not per packet).
+fn iv_seed() -> Result<[u8; 16], String> {
+    let mut s = [0u8; 16];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut s)
+        .map_err(|_| "no random numbers from the system".to_string())?;
+    Ok(s)
+}
+
+/// Add an SA and its routes (into `ipsec_tunnel<index>`); its local address must be
+/// one of ours.
+pub fn add(x: &mut IpsecState, router: &mut RouterState, c: &IpsecSaConfig) -> Result<String, String> {
+    let (spec, routes) = c.to_spec().map_err(|(f, m)| format!("{f}: {m}"))?;
+    let ours = |a: IpAddr| {
+        router.interfaces().iter().any(|i| match a {
+            IpAddr::V4(v) => i.has_ip4(v),
+            IpAddr::V6(v) => i.has_ip6(&v),
+        })
+    };
+    if !ours(spec.local) {
+        return Err(format!("local: {} is not an address of this gateway", spec.local));
+    }
+    x.add(c.index, spec, iv_seed()?).map_err(|e| e.to_string())?;
+    let name = format!("{IPSEC_TUNNEL_IF_PREFIX}{}", c.index);
+    if let Some(t) = x.tunnel_by_name(&name) {
+        for (i, p) in routes.into_iter().enumerate() {
+            if let Err(e) = router.add_route(p, RouteTarget::Tunnel(t)) {
+                let _ = x.del(c.index);
+                return Err(format!("routes[{i}]: {e}"));
+            }
+        }
+    }
+    Ok(name)
+}
+
+/// Delete SA `index` and the routes into its tunnel.
+pub fn del(x: &mut IpsecState, router: &mut RouterState, index: u32) -> Result<(), String> {
+    if let Some(t) = x.tunnel_by_name(&format!("{IPSEC_TUNNEL_IF_PREFIX}{index}")) {
+        router.del_routes_into(t);
+    }
+    x.del(index).map(|_| ()).map_err(|e| e.to_string())
+}
+
+/// The config's `[[ipsec_sa]]` tables, after the router's own routes.
+pub fn build_state(cfg: &Config, router: &mut RouterState) -> Result<IpsecState, ConfigError> {
+    let mut x = IpsecState::new();
+    for (i, c) in cfg.ipsec_sas.iter().enumerate() {
+        let (spec, _) = c.to_spec().map_err(|(f, m)| cfg.err(format!("ipsec_sa[{i}].{f}"), m))?;
+        // The spec's own checks first, so their errors name the field.
+        spec.build([0; 16]).map_err(|e| cfg.err(format!("ipsec_sa[{i}].{}", e.field), e.message))?;
+        add(&mut x, router, c).map_err(|m| cfg.err(format!("ipsec_sa[{i}]"), m))?;
+    }
+    x.refresh_outer(router);
+    Ok(x)
+}
+
+/// ESP in UDP arrives on port 4500 when any SA uses it.
+pub fn add_to_demux(x: &IpsecState, d: &mut UdpDemux) {
+    let mut ports: Vec<u16> =
+        x.iter().filter_map(|(_, s)| s.spec.udp_encap.filter(|_| s.spec.direction == Direction::Inbound).map(|p| p.dst)).collect();
+    ports.sort_unstable();
+    ports.dedup();
+    for p in ports {
+        if !d.ports.iter().any(|(q, _)| *q == p) {
+            d.ports.push((p, UdpApp::Esp));
+        }
+    }
+}
+
+/// A route target naming `ipsec_tunnelN` becomes a route into outbound SA N.
+pub fn resolve_target(x: &IpsecState, t: RouteTarget) -> Result<RouteTarget, String> {
+    match t {
+        RouteTarget::Interface(name) if name.starts_with(IPSEC_TUNNEL_IF_PREFIX) => {
+            x.tunnel_by_name(&name).map(RouteTarget::Tunnel).ok_or_else(|| format!("no outbound SA named {name:?}"))
+        }
+        other => Ok(other),
+    }
+}
+
+/// One row of `show ipsec sa` (no keys).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SaRow {
+    pub index: u32,
+    pub name: Option<String>,
+    pub spi: u32,
+    pub direction: Direction,
+    pub algorithm: Algorithm,
+    pub local: IpAddr,
+    pub remote: IpAddr,
+    pub udp_encap: Option<UdpEncapPorts>,
+    pub esn: bool,
+    pub anti_replay: bool,
+    pub lifetime: Lifetime,
+    /// Outbound: packets and bytes sent (all workers).
+    pub packets: u64,
+    pub bytes: u64,
+}
+
+pub fn rows(x: &IpsecState) -> Vec<SaRow> {
+    x.iter()
+        .map(|(i, s)| {
+            let p = &s.spec;
+            let out = p.direction == Direction::Outbound;
+            SaRow {
+                index: i,
+                name: out.then(|| TunnelRef { kind: ip::tables::TunnelKind::Esp4, id: i }.if_name()),
+                spi: p.spi,
+                direction: p.direction,
+                algorithm: p.alg,
+                local: p.local,
+                remote: p.remote,
+                udp_encap: p.udp_encap,
+                esn: p.esn,
+                anti_replay: p.anti_replay,
+                lifetime: p.lifetime,
+                packets: if out { s.outbound.packets() } else { 0 },
+                bytes: if out { s.outbound.bytes() } else { 0 },
+            }
+        })
+        .collect()
+}
+
+pub fn format_rows(rows: &[SaRow]) -> String {
+    let mut s = format!(
+        "{:<6} {:<15} {:<10} {:<9} {:<18} {:<22} {:<22} {:<10} {:>10} {:>12}\n",
+        "index", "interface", "spi", "dir", "algorithm", "local", "remote", "udp", "packets", "bytes"
+    );
+    for r in rows {
+        let udp = r.udp_encap.map_or("-".to_string(), |p| format!("{}>{}", p.src, p.dst));
+        let dir = match r.direction {
+            Direction::Inbound => "inbound",
+            Direction::Outbound => "outbound",
+        };
+        s += &format!(
+            "{:<6} {:<15} {:<10} {:<9} {:<18} {:<22} {:<22} {:<10} {:>10} {:>12}\n",
+            r.index,
+            r.name.as_deref().unwrap_or("-"),
+            format!("{:#x}", r.spi),
+            dir,
+            r.algorithm.name(),
+            r.local,
+            r.remote,
+            udp,
+            r.packets,
+            r.bytes
+        );
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sa() -> IpsecSaConfig {
+        IpsecSaConfig {
+            index: 0,
+            spi: 0x100,
+            direction: Direction::Outbound,
+            algorithm: Algorithm::AesGcm128,
+            enc_key: "0102030405060708090a0b0c0d0e0f1011121314".into(),
+            integ_key: String::new(),
+            local: "198.18.1.1".into(),
+            remote: "198.18.1.2".into(),
+            udp_encap: false,
+            udp_src_port: None,
+            udp_dst_port: None,
+            esn: false,
+            anti_replay: true,
+            lifetime: Lifetime::default(),
+            routes: vec!["198.19.4.0/24".into()],
+        }
+    }
+
+    #[test]
+    fn text_fields_checked_by_name() {
+        assert!(sa().to_spec().is_ok());
+        let field = |c: IpsecSaConfig| c.to_spec().unwrap_err().0;
+        assert_eq!(field(IpsecSaConfig { enc_key: "xyz".into(), ..sa() }), "enc_key");
+        assert_eq!(field(IpsecSaConfig { local: "nowhere".into(), ..sa() }), "local");
+        assert_eq!(field(IpsecSaConfig { udp_dst_port: Some(4501), ..sa() }), "udp_encap");
+        assert_eq!(field(IpsecSaConfig { direction: Direction::Inbound, ..sa() }), "routes");
+        assert_eq!(field(IpsecSaConfig { routes: vec!["198.19.0.0/40".into()], ..sa() }), "routes");
+    }
+
+    #[test]
+    fn cli_words_fill_the_same_fields() {
+        let w = "0 spi 0x100 outbound alg aes-gcm-128 enc-key 0102030405060708090a0b0c0d0e0f1011121314 local 198.18.1.1 remote 198.18.1.2 route 198.19.4.0/24";
+        let c = parse_sa_add(&w.split(' ').collect::<Vec<_>>()).unwrap();
+        assert_eq!(c, sa());
+        let e = parse_sa_add(&["1", "spi", "300"]).unwrap_err();
+        assert!(e.contains("alg"), "{e}");
+        let e = parse_sa_add(&["1", "spi", "300", "alg", "des"]).unwrap_err();
+        assert!(e.contains("aes-gcm-128"), "{e}");
+    }
+
+    #[test]
+    fn a_bad_key_is_described_not_repeated() {
+        let e = IpsecSaConfig { enc_key: "0102zz".into(), ..sa() }.to_spec().unwrap_err();
+        assert!(!e.1.contains("0102zz"), "{}", e.1);
+        let rows_text = format!("{:?}", sa());
+        assert!(!rows_text.contains("0102030405"), "{rows_text}");
+    }
+}

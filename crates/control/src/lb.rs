@@ -1,0 +1,462 @@
+//! The service load balancer in the control plane: the `[lb]` settings and
+//! `[[lb_service]]` tables of the config file, the `lb_*` API requests, the VIP routes
+//! into `lbN-nat`, and the rows `show lb services | backends` print. Every change goes
+//! through [`lb::LbState`], which rebuilds the one service it touches.
+
+use crate::api::{Reply, Request};
+use crate::config::{Config, ConfigError};
+use arc_swap::ArcSwap;
+use ip::tables::{TunnelKind, TunnelRef};
+use ip::{Prefix, RouterState};
+use lb::session::{Limits, Timeouts};
+use lb::{BackendSpec, Conditions, LbState, LbTables, ServiceSpec, ServiceType};
+use serde::{Deserialize, Serialize};
+use std::net::IpAddr;
+use std::sync::Arc;
+
+/// `[lb]`: the node's source address for `Cluster`-policy services and the per-worker
+/// table sizes and timeouts.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LbConfig {
+    /// The address `Cluster`-policy IPv4 services translate client sources to.
+    #[serde(default)]
+    pub snat4: Option<IpAddr>,
+    #[serde(default)]
+    pub snat6: Option<IpAddr>,
+    #[serde(default)]
+    pub limits: Option<Limits>,
+    #[serde(default)]
+    pub timeouts: Option<Timeouts>,
+}
+
+/// The LB's part of [`crate::dataplane::Control`].
+pub struct LbControl {
+    pub state: LbState,
+    pub shared: Arc<ArcSwap<LbTables>>,
+    pub limits: Limits,
+    pub timeouts: Timeouts,
+}
+
+/// The route that sends a service address to `lbN-nat` (one per address, whatever the
+/// services on it).
+fn vip_route(spec: &ServiceSpec) -> Option<(Prefix, TunnelRef)> {
+    if spec.kind == ServiceType::NodePort {
+        return None;
+    }
+    let (len, kind) = if spec.vip.is_ipv4() { (32, TunnelKind::Lb4) } else { (128, TunnelKind::Lb6) };
+    Some((Prefix::new(spec.vip, len).ok()?, TunnelRef { kind, id: 0 }))
+}
+
+/// Whether other services are reached at `spec`'s address (`spec` itself, if in
+/// `state`, not counted).
+fn vip_shared(state: &LbState, spec: &ServiceSpec, counted: bool) -> bool {
+    state.on_address(spec.vip) > usize::from(counted)
+}
+
+impl LbControl {
+    /// The LB state of a configuration, its VIP routes added to `router`.
+    pub fn from_config(cfg: &Config, router: &mut RouterState) -> Result<LbControl, ConfigError> {
+        let mut state = LbState::new();
+        for (field, a) in [("lb.snat4", cfg.lb.snat4), ("lb.snat6", cfg.lb.snat6)] {
+            if a.is_some_and(|a| a.is_ipv4() != (field == "lb.snat4")) {
+                return Err(cfg.err(field, format!("{}: expected an address of that family", a.unwrap())));
+            }
+            state.set_snat(a).map_err(|e| cfg.err(field, e.to_string()))?;
+        }
+        for (i, s) in cfg.lb_services.iter().enumerate() {
+            add_service(&mut state, router, s.clone()).map_err(|e| cfg.err(format!("lb_service[{i}]"), e))?;
+        }
+        router.set_lb_local(!state.is_empty());
+        router.set_lb_replies(state.has_local_policy());
+        let limits = cfg.lb.limits.unwrap_or_default();
+        for (field, n, max) in [("lb.limits.sessions", limits.sessions, 1usize << 26), ("lb.limits.affinity", limits.affinity, 1 << 24)] {
+            if n == 0 || n > max {
+                return Err(cfg.err(field, format!("{n}: expected 1 to {max} (per worker and family)")));
+            }
+        }
+        let timeouts = cfg.lb.timeouts.unwrap_or_default();
+        let t = timeouts;
+        for (field, ms) in [
+            ("tcp_syn_ms", t.tcp_syn_ms),
+            ("tcp_established_ms", t.tcp_established_ms),
+            ("tcp_closing_ms", t.tcp_closing_ms),
+            ("tcp_reset_ms", t.tcp_reset_ms),
+            ("udp_ms", t.udp_ms),
+            ("udp_replied_ms", t.udp_replied_ms),
+        ] {
+            if ms == 0 || ms > 30 * 86_400_000 {
+                return Err(cfg.err(format!("lb.timeouts.{field}"), format!("{ms}: expected 1 ms to 30 days")));
+            }
+        }
+        Ok(LbControl { shared: Arc::new(ArcSwap::new(state.tables())), state, limits, timeouts })
+    }
+
+    pub fn publish(&self) {
+        self.shared.store(self.state.tables());
+    }
+}
+
+/// Add a service and its VIP route (not published).
+pub fn add_service(state: &mut LbState, router: &mut RouterState, spec: ServiceSpec) -> Result<u32, String> {
+    let name = spec.name.clone();
+    let id = state.add_service(spec).map_err(|e| e.to_string())?;
+    let (_, spec) = state.service(&name).expect("just added");
+    if let Some(r) = vip_route(spec).filter(|_| !vip_shared(state, spec, true)) {
+        if let Err((_, e)) = router.add_tunnel_routes(&[r]) {
+            state.del_service(&name).expect("just added");
+            return Err(format!("service {name:?}: vip: {e}"));
+        }
+    }
+    Ok(id)
+}
+
+/// A backend's place in a service, for requests that change or remove it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackendRef {
+    pub service: String,
+    pub addr: IpAddr,
+    pub port: u16,
+}
+
+/// `lb backend set`: what changes (weight and/or conditions).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackendChange {
+    pub service: String,
+    pub addr: IpAddr,
+    pub port: u16,
+    #[serde(default)]
+    pub weight: Option<u32>,
+    #[serde(default)]
+    pub conditions: Option<Conditions>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackendAdd {
+    pub service: String,
+    #[serde(flatten)]
+    pub backend: BackendSpec,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ServiceRow {
+    pub id: u32,
+    pub name: String,
+    #[serde(rename = "type")]
+    pub kind: ServiceType,
+    pub vip: IpAddr,
+    pub port: u16,
+    pub protocol: lb::Protocol,
+    pub traffic_policy: lb::TrafficPolicy,
+    pub affinity: lb::Affinity,
+    pub backends: usize,
+    /// Backends taking new connections.
+    pub eligible: usize,
+    pub table_size: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BackendRow {
+    pub service: String,
+    pub addr: IpAddr,
+    pub port: u16,
+    pub weight: u32,
+    pub conditions: Conditions,
+    pub eligible: bool,
+    /// Maglev slots the backend owns.
+    pub slots: usize,
+}
+
+fn service_rows(c: &LbControl) -> Vec<ServiceRow> {
+    let t = c.state.tables();
+    c.state
+        .services()
+        .map(|(id, s)| {
+            let (eligible, table_size) = match s.vip {
+                IpAddr::V4(_) => t.v4.service(id).map_or((0, 0), |x| (x.backends.iter().filter(|b| b.eligible).count(), x.maglev.len())),
+                IpAddr::V6(_) => t.v6.service(id).map_or((0, 0), |x| (x.backends.iter().filter(|b| b.eligible).count(), x.maglev.len())),
+            };
+            ServiceRow {
+                id,
+                name: s.name.clone(),
+                kind: s.kind,
+                vip: s.vip,
+                port: s.port,
+                protocol: s.protocol,
+                traffic_policy: s.traffic_policy,
+                affinity: s.affinity,
+                backends: s.backends.len(),
+                eligible,
+                table_size,
+            }
+        })
+        .collect()
+}
+
+fn backend_rows(c: &LbControl, service: Option<&str>) -> Vec<BackendRow> {
+    let t = c.state.tables();
+    let mut rows = Vec::new();
+    for (id, s) in c.state.services().filter(|(_, s)| service.is_none_or(|n| n == s.name)) {
+        let (eligible, slots): (Vec<bool>, Vec<usize>) = match s.vip {
+            IpAddr::V4(_) => per_backend(
+                t.v4.service(id).map(|x| (&x.backends[..], &x.maglev[..])).map(|(b, m)| (b.iter().map(|b| b.eligible).collect(), m)),
+            ),
+            IpAddr::V6(_) => per_backend(
+                t.v6.service(id).map(|x| (&x.backends[..], &x.maglev[..])).map(|(b, m)| (b.iter().map(|b| b.eligible).collect(), m)),
+            ),
+        };
+        for (i, b) in s.backends.iter().enumerate() {
+            rows.push(BackendRow {
+                service: s.name.clone(),
+                addr: b.addr,
+                port: b.port,
+                weight: b.weight,
+                conditions: b.conditions,
+                eligible: eligible.get(i).copied().unwrap_or(false),
+                slots: slots.get(i).copied().unwrap_or(0),
+            });
+        }
+    }
+    rows
+}
+
+fn per_backend(x: Option<(Vec<bool>, &[u32])>) -> (Vec<bool>, Vec<usize>) {
+    let Some((eligible, maglev)) = x else { return (Vec::new(), Vec::new()) };
+    let mut slots = vec![0usize; eligible.len()];
+    maglev.iter().for_each(|&i| slots[i as usize] += 1);
+    (eligible, slots)
+}
+
+fn format_services(rows: &[ServiceRow]) -> String {
+    let mut s = format!(
+        "{:<4} {:<28} {:<13} {:<28} {:<5} {:<8} {:>8} {:>8} {:>7}\n",
+        "id", "name", "type", "address", "proto", "policy", "backends", "eligible", "table"
+    );
+    for r in rows {
+        let addr = if r.vip.is_ipv6() { format!("[{}]:{}", r.vip, r.port) } else { format!("{}:{}", r.vip, r.port) };
+        s += &format!(
+            "{:<4} {:<28} {:<13} {:<28} {:<5} {:<8} {:>8} {:>8} {:>7}\n",
+            r.id,
+            r.name,
+            format!("{:?}", r.kind).to_lowercase(),
+            addr,
+            format!("{:?}", r.protocol).to_lowercase(),
+            format!("{:?}", r.traffic_policy).to_lowercase(),
+            r.backends,
+            r.eligible,
+            r.table_size
+        );
+    }
+    s
+}
+
+fn format_backends(rows: &[BackendRow]) -> String {
+    let mut s = format!("{:<28} {:<40} {:>6} {:<24} {:>7}\n", "service", "backend", "weight", "conditions", "slots");
+    for r in rows {
+        let c = r.conditions;
+        let cond = [(c.ready, "ready"), (c.serving, "serving"), (c.terminating, "terminating")]
+            .iter()
+            .filter(|(on, _)| *on)
+            .map(|(_, n)| *n)
+            .collect::<Vec<_>>()
+            .join(",");
+        let addr = if r.addr.is_ipv6() { format!("[{}]:{}", r.addr, r.port) } else { format!("{}:{}", r.addr, r.port) };
+        s += &format!("{:<28} {:<40} {:>6} {:<24} {:>7}\n", r.service, addr, r.weight, cond, r.slots);
+    }
+    s
+}
+
+/// Carry out an `lb_*` request.
+pub fn handle(c: &mut crate::dataplane::Control, req: &Request) -> Result<Reply, String> {
+    let reply = match req {
+        Request::LbServiceAdd(spec) => {
+            let id = add_service(&mut c.lb.state, &mut c.state, spec.clone())?;
+            c.state.set_lb_local(true);
+            c.state.set_lb_replies(c.lb.state.has_local_policy());
+            c.lb.publish();
+            c.publish_routes();
+            Reply::ok(serde_json::json!({ "id": id }), format!("service {:?} added as lb_service{id}", spec.name))
+        }
+        Request::LbServiceDel { name } => {
+            let spec = c.lb.state.del_service(name).map_err(|e| e.to_string())?;
+            if let Some((p, _)) = vip_route(&spec).filter(|_| !vip_shared(&c.lb.state, &spec, false)) {
+                c.state.del_tunnel_routes(&[p]);
+            }
+            c.state.set_lb_local(!c.lb.state.is_empty());
+            c.state.set_lb_replies(c.lb.state.has_local_policy());
+            c.lb.publish();
+            c.publish_routes();
+            Reply::ok(serde_json::Value::Null, format!("service {name:?} deleted"))
+        }
+        Request::LbBackendAdd(a) => {
+            c.lb.state.set_backend(&a.service, a.backend).map_err(|e| e.to_string())?;
+            c.lb.publish();
+            Reply::ok(serde_json::Value::Null, format!("backend {} port {} set in {:?}", a.backend.addr, a.backend.port, a.service))
+        }
+        Request::LbBackendSet(ch) => {
+            c.lb.state.update_backend(&ch.service, ch.addr, ch.port, ch.weight, ch.conditions).map_err(|e| e.to_string())?;
+            c.lb.publish();
+            Reply::ok(serde_json::Value::Null, format!("backend {} port {} of {:?} changed", ch.addr, ch.port, ch.service))
+        }
+        Request::LbBackendDel(r) => {
+            c.lb.state.del_backend(&r.service, r.addr, r.port).map_err(|e| e.to_string())?;
+            c.lb.publish();
+            Reply::ok(serde_json::Value::Null, format!("backend {} port {} removed from {:?}", r.addr, r.port, r.service))
+        }
+        Request::ShowLbServices {} => {
+            let rows = service_rows(&c.lb);
+            Reply::ok(serde_json::to_value(&rows).map_err(|e| e.to_string())?, format_services(&rows))
+        }
+        Request::ShowLbBackends { service } => {
+            if let Some(n) = service {
+                c.lb.state.service(n).ok_or_else(|| format!("service {n:?}: no such service"))?;
+            }
+            let rows = backend_rows(&c.lb, service.as_deref());
+            Reply::ok(serde_json::to_value(&rows).map_err(|e| e.to_string())?, format_backends(&rows))
+        }
+        _ => return Err("not a load-balancer request".into()),
+    };
+    Ok(reply)
+}
+
+/// `lb …` CLI words into a request.
+pub fn parse_cli(w: &[&str]) -> Result<Request, String> {
+    let ip = |s: &str| s.parse::<IpAddr>().map_err(|_| format!("{s:?}: expected an IPv4 or IPv6 address"));
+    let port = |s: &str| s.parse::<u16>().map_err(|_| format!("{s:?}: expected a port, 1 to 65535"));
+    match w {
+        ["service", "add", name, kind, vip, p, proto, rest @ ..] => {
+            let kind = match *kind {
+                "cluster_ip" | "clusterip" => ServiceType::ClusterIp,
+                "node_port" | "nodeport" => ServiceType::NodePort,
+                "load_balancer" | "loadbalancer" => ServiceType::LoadBalancer,
+                k => return Err(format!("type {k:?}: expected cluster_ip, node_port or load_balancer")),
+            };
+            let protocol = match *proto {
+                "tcp" => lb::Protocol::Tcp,
+                "udp" => lb::Protocol::Udp,
+                p => return Err(format!("protocol {p:?}: expected tcp or udp")),
+            };
+            let mut spec = ServiceSpec {
+                name: name.to_string(),
+                kind,
+                vip: ip(vip)?,
+                port: port(p)?,
+                protocol,
+                backends: Vec::new(),
+                traffic_policy: lb::TrafficPolicy::Cluster,
+                affinity: lb::Affinity::None,
+                table_size: 0,
+            };
+            let mut it = rest.iter();
+            while let Some(&k) = it.next() {
+                let mut v = || it.next().copied().ok_or_else(|| format!("{k}: expected a value"));
+                match k {
+                    "policy" => {
+                        spec.traffic_policy = match v()? {
+                            "cluster" => lb::TrafficPolicy::Cluster,
+                            "local" => lb::TrafficPolicy::Local,
+                            x => return Err(format!("policy {x:?}: expected cluster or local")),
+                        }
+                    }
+                    "affinity" => {
+                        let t = v()?;
+                        let timeout_s = t.parse().map_err(|_| format!("affinity {t:?}: expected a timeout in seconds"))?;
+                        spec.affinity = lb::Affinity::ClientIp { timeout_s };
+                    }
+                    "table-size" => {
+                        let t = v()?;
+                        spec.table_size = t.parse().map_err(|_| format!("table-size {t:?}: expected a prime"))?;
+                    }
+                    "backend" => {
+                        let a = v()?;
+                        let (addr, p) = a.rsplit_once(':').ok_or_else(|| format!("backend {a:?}: expected address:port"))?;
+                        spec.backends.push(BackendSpec::new(ip(addr.trim_matches(['[', ']']))?, port(p)?));
+                    }
+                    x => return Err(format!("{x:?}: expected policy, affinity, table-size or backend")),
+                }
+            }
+            Ok(Request::LbServiceAdd(spec))
+        }
+        ["service", "del", name] => Ok(Request::LbServiceDel { name: name.to_string() }),
+        ["backend", "add", service, addr, p, rest @ ..] => {
+            let mut b = BackendSpec::new(ip(addr)?, port(p)?);
+            if let ["weight", w] = rest {
+                b.weight = w.parse().map_err(|_| format!("weight {w:?}: expected 1 to 1000"))?;
+            } else if !rest.is_empty() {
+                return Err("expected: lb backend add <service> <addr> <port> [weight <n>]".into());
+            }
+            Ok(Request::LbBackendAdd(BackendAdd { service: service.to_string(), backend: b }))
+        }
+        ["backend", "del", service, addr, p] => {
+            Ok(Request::LbBackendDel(BackendRef { service: service.to_string(), addr: ip(addr)?, port: port(p)? }))
+        }
+        ["backend", "set", service, addr, p, rest @ ..] => {
+            let mut ch = BackendChange { service: service.to_string(), addr: ip(addr)?, port: port(p)?, weight: None, conditions: None };
+            let mut it = rest.iter();
+            while let Some(&k) = it.next() {
+                match k {
+                    "weight" => {
+                        let w = it.next().ok_or("weight: expected a value")?;
+                        ch.weight = Some(w.parse().map_err(|_| format!("weight {w:?}: expected 1 to 1000"))?);
+                    }
+                    "ready" => ch.conditions = Some(Conditions { ready: true, serving: true, terminating: false }),
+                    "terminating" => ch.conditions = Some(Conditions { ready: false, serving: true, terminating: true }),
+                    "not-serving" => ch.conditions = Some(Conditions { ready: false, serving: false, terminating: false }),
+                    x => return Err(format!("{x:?}: expected weight <n>, ready, terminating or not-serving")),
+                }
+            }
+            Ok(Request::LbBackendSet(ch))
+        }
+        _ => Err("expected: lb service add|del …, lb backend add|del|set …".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    const BASE: &str = "[[interface]]\nname = \"eth0\"\ntype = \"null\"\nmac = \"02:00:00:00:00:01\"\naddresses = [\"198.18.0.1/24\"]\n";
+
+    fn load(extra: &str) -> Result<(LbControl, RouterState), ConfigError> {
+        let cfg = Config::parse(&format!("{BASE}{extra}"), "lb.toml", Path::new(".")).map_err(|e| e)?;
+        let (mut router, _, _) = crate::dataplane::build_state(&cfg)?;
+        LbControl::from_config(&cfg, &mut router).map(|c| (c, router))
+    }
+
+    const WEB: &str = "[[lb_service]]\nname = \"web\"\ntype = \"cluster_ip\"\nvip = \"198.18.128.10\"\nport = 80\nprotocol = \"tcp\"\n";
+
+    #[test]
+    fn bad_settings_name_file_field_and_expectation() {
+        let cases = [
+            (
+                format!("{WEB}backends = [{{ addr = \"198.19.1.10\", port = 8080, weight = 0 }}]\n"),
+                "lb.toml: lb_service[0]: service \"web\": backends[0].weight: 0: expected 1 to 1000",
+            ),
+            (format!("{WEB}{WEB}"), "lb.toml: lb_service[1]: service \"web\": name: already exists"),
+            ("[lb]\nsnat4 = \"2001:db8::1\"\n".into(), "lb.toml: lb.snat4: 2001:db8::1: expected an address of that family"),
+            ("[lb]\nlimits = { sessions = 0 }\n".into(), "lb.toml: lb.limits.sessions: 0: expected 1 to"),
+            ("[lb]\ntimeouts = { udp_ms = 0 }\n".into(), "lb.toml: lb.timeouts.udp_ms: 0: expected 1 ms to 30 days"),
+        ];
+        for (text, want) in cases {
+            let e = load(&text).err().unwrap_or_else(|| panic!("{text} was accepted")).to_string();
+            assert!(e.starts_with(want), "{e:?} does not start with {want:?}");
+        }
+        let e = Config::parse(&format!("{BASE}{WEB}colour = \"blue\"\n"), "lb.toml", Path::new(".")).unwrap_err();
+        assert!(e.field.starts_with("lb_service[0]") && e.message.contains("colour"), "{e}");
+    }
+
+    #[test]
+    fn services_on_one_address_share_its_route() {
+        let dns = WEB.replace("\"web\"", "\"dns\"").replace("port = 80", "port = 53").replace("\"tcp\"", "\"udp\"");
+        let (c, router) = load(&format!("{WEB}{dns}")).unwrap();
+        assert_eq!(c.state.len(), 2);
+        let lb_routes = router.tunnel_routes_of(|t| t.kind == TunnelKind::Lb4);
+        assert_eq!(lb_routes.len(), 1);
+        assert_eq!(lb_routes[0].0, "198.18.128.10/32".parse().unwrap());
+        let t = c.state.tables();
+        assert!(t.v4.lookup(&[198, 18, 128, 10], 53, 17, false).is_some() && t.v4.lookup(&[198, 18, 128, 10], 80, 6, false).is_some());
+    }
+}

@@ -1,0 +1,95 @@
+//! Candidate AEAD crates for ESP, sealing and opening in place at 64 and 1400 bytes:
+//! `ring` against RustCrypto's `aes-gcm` and `chacha20poly1305`. The figures chose the
+//! crate (docs/PERFORMANCE.md, "IPsec ESP: the crypto crate"). A plain timing loop, not
+//! criterion: the machine is shared, so each figure is the best of several rounds.
+//! Run: `cargo bench -p vecgate-ipsec --bench crypto`.
+
+use std::hint::black_box;
+use std::time::Instant;
+
+const ROUNDS: usize = 7;
+const ITERS: usize = 20_000;
+
+fn best_ns(mut f: impl FnMut()) -> f64 {
+    let mut best = f64::MAX;
+    for _ in 0..ROUNDS {
+        let t = Instant::now();
+        for _ in 0..ITERS {
+            f();
+        }
+        best = best.min(t.elapsed().as_nanos() as f64 / ITERS as f64);
+    }
+    best
+}
+
+/// The outbound sequence number: one relaxed atomic add per packet (shared by workers,
+/// as `sa::Outbound` does it) against a plain counter a pinned SA could use.
+fn sequence_numbers() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let a = AtomicU64::new(0);
+    let atomic = best_ns(|| {
+        black_box(a.fetch_add(1, Ordering::Relaxed));
+    });
+    let mut plain = 0u64;
+    let local = best_ns(|| {
+        plain = black_box(plain) + 1;
+    });
+    println!("{:<34} {:>8.2} ns (plain counter {:.2} ns)", "sequence number: atomic fetch_add", atomic, local);
+}
+
+fn main() {
+    sequence_numbers();
+    use aes_gcm::aead::{AeadInPlace, KeyInit};
+    let aad = [1u8, 2, 3, 4, 0, 0, 0, 9];
+    let nonce = [7u8; 12];
+    println!("{:<34} {:>8} {:>8}", "ns per packet (seal / open)", "64 B", "1400 B");
+    let row = |name: &str, f: &mut dyn FnMut(&mut [u8]) -> f64| {
+        let mut a = vec![0u8; 64];
+        let mut b = vec![0u8; 1400];
+        println!("{name:<34} {:>8.1} {:>8.1}", f(&mut a), f(&mut b));
+    };
+    for (ring_alg, name) in [
+        (&ring::aead::AES_128_GCM, "ring AES-128-GCM seal"),
+        (&ring::aead::AES_256_GCM, "ring AES-256-GCM seal"),
+        (&ring::aead::CHACHA20_POLY1305, "ring ChaCha20-Poly1305 seal"),
+    ] {
+        let key = ring::aead::LessSafeKey::new(ring::aead::UnboundKey::new(ring_alg, &vec![9u8; ring_alg.key_len()]).unwrap());
+        row(name, &mut |buf| {
+            best_ns(|| {
+                let n = ring::aead::Nonce::assume_unique_for_key(nonce);
+                let tag = key.seal_in_place_separate_tag(n, ring::aead::Aad::from(aad), black_box(&mut *buf)).unwrap();
+                let _ = black_box(tag);
+            })
+        });
+    }
+    let key = ring::aead::LessSafeKey::new(ring::aead::UnboundKey::new(&ring::aead::AES_128_GCM, &[9u8; 16]).unwrap());
+    row("ring AES-128-GCM open", &mut |buf| {
+        let n = ring::aead::Nonce::assume_unique_for_key(nonce);
+        let tag = key.seal_in_place_separate_tag(n, ring::aead::Aad::from(aad), &mut *buf).unwrap();
+        let sealed: Vec<u8> = buf.iter().copied().chain(tag.as_ref().iter().copied()).collect();
+        let mut work = sealed.clone();
+        best_ns(|| {
+            work.copy_from_slice(&sealed);
+            let n = ring::aead::Nonce::assume_unique_for_key(nonce);
+            black_box(key.open_in_place(n, ring::aead::Aad::from(aad), &mut work).unwrap());
+        })
+    });
+    let rc128 = aes_gcm::Aes128Gcm::new_from_slice(&[9u8; 16]).unwrap();
+    row("RustCrypto aes-gcm 128 seal", &mut |buf| {
+        best_ns(|| {
+            black_box(rc128.encrypt_in_place_detached(&nonce.into(), &aad, black_box(&mut *buf)).unwrap());
+        })
+    });
+    let rc256 = aes_gcm::Aes256Gcm::new_from_slice(&[9u8; 32]).unwrap();
+    row("RustCrypto aes-gcm 256 seal", &mut |buf| {
+        best_ns(|| {
+            black_box(rc256.encrypt_in_place_detached(&nonce.into(), &aad, black_box(&mut *buf)).unwrap());
+        })
+    });
+    let cc = chacha20poly1305::ChaCha20Poly1305::new_from_slice(&[9u8; 32]).unwrap();
+    row("RustCrypto chacha20poly1305 seal", &mut |buf| {
+        best_ns(|| {
+            black_box(cc.encrypt_in_place_detached(&nonce.into(), &aad, black_box(&mut *buf)).unwrap());
+        })
+    });
+}

@@ -1,0 +1,160 @@
+//! `esp4-decrypt` / `esp6-decrypt`: ESP (IP protocol 50, or in UDP 4500) to one of our
+//! addresses, demultiplexed by SPI to its inbound SA, checked against the replay window,
+//! verified and decrypted in place; the inner packet goes to its lookup.
+//!
+//! Order (RFC 4303 §3.4): SA by SPI, replay check, ICV, decrypt, trailer, then the window
+//! moves, so a forged or damaged packet changes no state.
+
+use super::EspOuter;
+use crate::context::{HasIpsec, IpsecContext};
+use crate::crypto::OpenError;
+use crate::replay::ReplayError;
+use crate::sa::{Age, InboundError};
+use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
+use wire::esp::{classify_udp, EspError, EspPacket, EspTrailer, UdpEncap, HEADER_LEN};
+use wire::IpProtocol;
+
+next_nodes! {
+    pub enum EspDecryptNext { Ip4Lookup = "ip4-lookup", Ip6Lookup = "ip6-lookup" }
+}
+
+counters! {
+    pub enum EspDecryptCounter {
+        Decrypted(Info, "decrypted", "packets decrypted"),
+        SoftLifetime(Warn, "soft-lifetime", "an inbound SA passed a soft lifetime (packets or bytes)"),
+        NatKeepalive(Info, "nat-keepalive", "NAT keep-alives received (RFC 3948), consumed"),
+        IkeNotHandled(Info, "ike", "IKE messages behind the non-ESP marker: no IKE daemon here"),
+        NotEsp(Error, "not-esp", "neither ESP nor UDP after the outer header (ipN-local should not send it)"),
+        Truncated(Warn, "truncated", "ESP packet shorter than its header, IV, trailer and ICV"),
+        BadSpi(Warn, "bad-spi", "SPI 0 or in the reserved range 1-255"),
+        NoSa(Warn, "no-sa", "no inbound SA with this SPI and these tunnel addresses"),
+        Unaligned(Warn, "unaligned", "ciphertext not a whole number of cipher blocks"),
+        Replay(Warn, "replay", "sequence number already received (anti-replay window)"),
+        TooOld(Warn, "too-old", "sequence number below the anti-replay window"),
+        BadIcv(Warn, "bad-icv", "integrity check failed"),
+        BadPadding(Warn, "bad-padding", "padding longer than the payload or not 1, 2, 3, ..."),
+        LifetimeExpired(Error, "lifetime-expired", "the SA passed a hard lifetime (packets or bytes)"),
+        Dummy(Info, "dummy", "dummy packets (next header 59, RFC 4303 2.6), consumed"),
+        BadNextHeader(Warn, "bad-next-header", "tunnel-mode payload neither IPv4 nor IPv6"),
+        BadInner(Warn, "bad-inner", "inner packet's header disagrees with the payload"),
+    }
+}
+
+pub struct EspDecrypt<O: EspOuter>(std::marker::PhantomData<O>);
+
+impl<O: EspOuter> Default for EspDecrypt<O> {
+    fn default() -> Self {
+        EspDecrypt(std::marker::PhantomData)
+    }
+}
+
+impl From<EspError> for EspDecryptCounter {
+    fn from(e: EspError) -> Self {
+        match e {
+            EspError::Truncated | EspError::ShortUdpPayload => EspDecryptCounter::Truncated,
+            EspError::ZeroSpi | EspError::ReservedSpi => EspDecryptCounter::BadSpi,
+            EspError::Unaligned => EspDecryptCounter::Unaligned,
+            EspError::PadTooLong | EspError::BadPadding => EspDecryptCounter::BadPadding,
+        }
+    }
+}
+
+/// Decrypt the ESP packet in `buf` (from its outer header on); on success the buffer
+/// holds the inner packet, and the result names its lookup and the SA's age.
+#[inline(always)]
+pub fn decrypt<O: EspOuter>(x: &mut IpsecContext, buf: &mut Buffer) -> Result<(EspDecryptNext, Age), EspDecryptCounter> {
+    use EspDecryptCounter as C;
+    let outer = O::outer_esp(buf.bytes()).ok_or(C::NotEsp)?;
+    let mut at = outer.at;
+    if outer.udp {
+        let udp = buf.bytes().get(at..at + 8).ok_or(C::Truncated)?;
+        let udp_len = u16::from_be_bytes([udp[4], udp[5]]) as usize;
+        if udp_len < 8 || at + udp_len > buf.len() {
+            return Err(C::Truncated);
+        }
+        // The UDP checksum is not checked: the ICV covers everything it would.
+        buf.truncate(at + udp_len);
+        at += 8;
+        match classify_udp(&buf.bytes()[at..])? {
+            UdpEncap::Esp => {}
+            UdpEncap::Keepalive => return Err(C::NatKeepalive),
+            UdpEncap::Ike => return Err(C::IkeNotHandled),
+        }
+    }
+    let (tables, states) = x.split();
+    let p = EspPacket::new_checked(&buf.bytes()[at..])?;
+    let (spi, low) = (p.spi(), p.seq());
+    let (index, sa) = tables.inbound(spi).ok_or(C::NoSa)?;
+    let s = &*sa.spec;
+    if O::from_ip(s.local) != Some(outer.dst) || O::from_ip(s.remote) != Some(outer.src) || s.udp_encap.is_some() != outer.udp {
+        return Err(C::NoSa);
+    }
+    let l = s.alg.layout();
+    p.check_layout(&l)?;
+    let state = IpsecContext::inbound_state(states, index, sa);
+    let seq = if s.anti_replay { state.window.check(low).map_err(replay_counter)? } else { state.window.full(low) };
+    let esp = &mut buf.bytes_mut()[at..];
+    sa.transform.open(esp, seq, s.esn).map_err(|e| match e {
+        OpenError::BadIcv => C::BadIcv,
+        OpenError::Unaligned => C::Unaligned,
+    })?;
+    let text_at = at + HEADER_LEN + l.iv_len;
+    let text_len = buf.len() - text_at - l.icv_len;
+    let trailer = EspTrailer::parse(&buf.bytes()[text_at..text_at + text_len])?;
+    let payload_len = trailer.payload_len(text_len);
+    let age = match state.accept(seq, payload_len as u64, &s.lifetime, s.anti_replay) {
+        Ok(Age::Expired) | Err(InboundError::Expired) => return Err(C::LifetimeExpired),
+        Ok(age) => age,
+        Err(InboundError::Replay(e)) => return Err(replay_counter(e)),
+    };
+    let inner = &buf.bytes()[text_at..text_at + payload_len];
+    let next = match trailer.next_header {
+        IpProtocol::IpIp => {
+            let ok = wire::ipv4::Ipv4Packet::new_checked(inner).is_ok_and(|q| q.total_len() == payload_len);
+            ok.then_some(EspDecryptNext::Ip4Lookup).ok_or(C::BadInner)?
+        }
+        IpProtocol::Ipv6 => {
+            let ok = wire::ipv6::Ipv6Packet::new_checked(inner).is_ok_and(|q| q.payload_len() + 40 == payload_len);
+            ok.then_some(EspDecryptNext::Ip6Lookup).ok_or(C::BadInner)?
+        }
+        IpProtocol::Ipv6NoNxt => return Err(C::Dummy),
+        _ => return Err(C::BadNextHeader),
+    };
+    buf.narrow(text_at, payload_len).map_err(|_| C::Truncated)?;
+    Ok((next, age))
+}
+
+fn replay_counter(e: ReplayError) -> EspDecryptCounter {
+    match e {
+        ReplayError::Replayed => EspDecryptCounter::Replay,
+        ReplayError::TooOld => EspDecryptCounter::TooOld,
+    }
+}
+
+impl<Cx: HasIpsec, O: EspOuter> Node<Cx> for EspDecrypt<O> {
+    type Next = EspDecryptNext;
+    type Counter = EspDecryptCounter;
+
+    fn name(&self) -> &'static str {
+        O::DECRYPT
+    }
+
+    #[inline(always)]
+    fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
+        let (_, x) = cx.split_ipsec();
+        match decrypt::<O>(x, buf) {
+            Ok((next, age)) => {
+                if age == Age::SoftReached {
+                    counts.inc(EspDecryptCounter::SoftLifetime);
+                }
+                counts.inc(EspDecryptCounter::Decrypted);
+                Verdict::Next(next)
+            }
+            Err(c) => Verdict::Drop(c),
+        }
+    }
+
+    fn trace(&self, buf: &Buffer) -> String {
+        format!("len {}", buf.len())
+    }
+}

@@ -1,0 +1,113 @@
+//! The ESP nodes, each pair one generic node over the outer family:
+//!
+//! ```text
+//! ip4-lookup ─(route into ipsec_tunnelN)→ esp4-encrypt ─→ ip4-rewrite / ip4-lookup (outer)
+//! (an SPD node: PROTECT with SA N) ─────↗   meta.param = outbound SA index N
+//! ip4-local ─(IP protocol 50, or UDP 4500)→ esp4-decrypt ─→ ip4-lookup / ip6-lookup (inner)
+//! ```
+//! and the same over IPv6 outer headers (`esp6-*`). **The encrypt node's argument is the
+//! outbound SA's index in `meta.param`**: `ipN-lookup` puts it there for a route into
+//! `ipsec_tunnelN` (as for every tunnel), and an SPD output node sends a PROTECT packet
+//! the same way.
+
+pub mod decrypt;
+pub mod encrypt;
+
+use crate::context::HasIpsec;
+use engine::GraphBuilder;
+use ip::outer::{Ip4Outer, Ip6Outer, OuterFamily};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use wire::ipv4::{Ipv4Packet, Ipv4Repr};
+use wire::ipv6::{Ipv6Packet, Ipv6Repr};
+use wire::IpProtocol;
+
+/// Add the ESP nodes to a graph (the IP nodes must be there too).
+pub fn register<Cx: HasIpsec>(g: &mut GraphBuilder<Cx>) {
+    g.add(encrypt::EspEncrypt::<Ip4Outer>::default());
+    g.add(encrypt::EspEncrypt::<Ip6Outer>::default());
+    g.add(decrypt::EspDecrypt::<Ip4Outer>::default());
+    g.add(decrypt::EspDecrypt::<Ip6Outer>::default());
+}
+
+/// Where the outer header of a received ESP packet ends, and what follows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OuterEsp<A> {
+    /// Offset of the ESP header, or of the UDP header when `udp`.
+    pub at: usize,
+    pub udp: bool,
+    pub src: A,
+    pub dst: A,
+}
+
+/// What differs between ESP over IPv4 and over IPv6.
+pub trait EspOuter: OuterFamily {
+    const ENCRYPT: &'static str;
+    const DECRYPT: &'static str;
+    const HEADER_LEN: usize;
+    /// The outer header of a packet `ipN-local` sent here: ESP or UDP next.
+    fn outer_esp(b: &[u8]) -> Option<OuterEsp<Self::Addr>>;
+    /// Write the outer header (protocol `proto`, then `payload_len` bytes) into `out`.
+    fn emit(src: Self::Addr, dst: Self::Addr, proto: IpProtocol, payload_len: usize, out: &mut [u8]);
+    fn from_ip(a: IpAddr) -> Option<Self::Addr>;
+}
+
+impl EspOuter for Ip4Outer {
+    const ENCRYPT: &'static str = "esp4-encrypt";
+    const DECRYPT: &'static str = "esp4-decrypt";
+    const HEADER_LEN: usize = 20;
+    #[inline(always)]
+    fn outer_esp(b: &[u8]) -> Option<OuterEsp<Ipv4Addr>> {
+        let p = Ipv4Packet::new_checked(b).ok()?;
+        let udp = match p.protocol() {
+            IpProtocol::Esp => false,
+            IpProtocol::Udp => true,
+            _ => return None,
+        };
+        Some(OuterEsp { at: p.header_len(), udp, src: p.src_addr(), dst: p.dst_addr() })
+    }
+    #[inline(always)]
+    fn emit(src: Ipv4Addr, dst: Ipv4Addr, protocol: IpProtocol, payload_len: usize, out: &mut [u8]) {
+        // DF: a path that cannot carry the packet answers with frag-needed, which the
+        // tunnel MTU turns into a smaller inner MTU.
+        let r = Ipv4Repr { src, dst, protocol, payload_len, ttl: 64, dscp: 0, ecn: 0, ident: 0, dont_frag: true };
+        r.emit(&mut Ipv4Packet::new_unchecked(&mut out[..20]));
+    }
+    fn from_ip(a: IpAddr) -> Option<Ipv4Addr> {
+        match a {
+            IpAddr::V4(v) => Some(v),
+            IpAddr::V6(_) => None,
+        }
+    }
+}
+
+impl EspOuter for Ip6Outer {
+    const ENCRYPT: &'static str = "esp6-encrypt";
+    const DECRYPT: &'static str = "esp6-decrypt";
+    const HEADER_LEN: usize = 40;
+    #[inline(always)]
+    fn outer_esp(b: &[u8]) -> Option<OuterEsp<Ipv6Addr>> {
+        let p = Ipv6Packet::new_checked(b).ok()?;
+        // ip6-local walked the chain already; options before ESP are skipped again here.
+        let info = wire::ipv6_ext::walk_chain(p.next_header(), p.payload()).ok()?;
+        let udp = match info.upper? {
+            IpProtocol::Esp => false,
+            IpProtocol::Udp => true,
+            _ => return None,
+        };
+        if info.fragment.is_some() || info.routing.is_some() {
+            return None;
+        }
+        Some(OuterEsp { at: 40 + info.upper_offset, udp, src: p.src_addr(), dst: p.dst_addr() })
+    }
+    #[inline(always)]
+    fn emit(src: Ipv6Addr, dst: Ipv6Addr, next_header: IpProtocol, payload_len: usize, out: &mut [u8]) {
+        let r = Ipv6Repr { src, dst, next_header, payload_len, hop_limit: 64, traffic_class: 0, flow_label: 0 };
+        r.emit(&mut Ipv6Packet::new_unchecked(&mut out[..40]));
+    }
+    fn from_ip(a: IpAddr) -> Option<Ipv6Addr> {
+        match a {
+            IpAddr::V6(v) => Some(v),
+            IpAddr::V4(_) => None,
+        }
+    }
+}

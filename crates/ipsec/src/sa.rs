@@ -1,0 +1,364 @@
+//! Security associations: what an SA is (spec), its expanded keys, and its sequence
+//! and lifetime state. Sans-IO: the packet path asks [`Outbound::next`] for a sequence
+//! number and [`Inbound`] to check and record one; time is not involved (lifetimes are
+//! counted in packets and bytes).
+//!
+//! **Sharing between workers.** Packets enter a tunnel on whichever worker received
+//! them, so the outbound counter is one `AtomicU64` per SA (a relaxed `fetch_add`:
+//! numbers are unique, which is what GCM's nonce needs; their order on the wire across
+//! workers is the receiver's window's business). It lives outside the tables, so a
+//! republished table version keeps counting where the last one stopped. Inbound, the
+//! replay window is per worker: RSS hashes the outer addresses (and, for ESP in UDP,
+//! the fixed ports), which are the same for every packet of an SA, so one SA's packets
+//! all reach one worker.
+
+use crate::crypto::{Algorithm, KeyError, Transform};
+use crate::replay::{ReplayError, ReplayWindow};
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Soft and hard limits in packets and bytes (0: none). Soft: counted and reported
+/// (an IKE daemon would rekey); hard: the SA stops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Lifetime {
+    pub soft_packets: u64,
+    pub hard_packets: u64,
+    pub soft_bytes: u64,
+    pub hard_bytes: u64,
+}
+
+/// Where an SA stands against its lifetime after a packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Age {
+    Fresh,
+    /// This packet crossed a soft limit (reported once per limit).
+    SoftReached,
+    /// Past a hard limit: the packet is dropped.
+    Expired,
+}
+
+impl Lifetime {
+    /// The age after `packets` packets and `bytes` bytes, `len` of them this packet.
+    #[inline(always)]
+    pub fn age(&self, packets: u64, bytes: u64, len: u64) -> Age {
+        let over = |limit: u64, v: u64| limit != 0 && v > limit;
+        if over(self.hard_packets, packets) || over(self.hard_bytes, bytes) {
+            return Age::Expired;
+        }
+        let crossed = |limit: u64, v: u64, step: u64| limit != 0 && v > limit && v - step <= limit;
+        if crossed(self.soft_packets, packets, 1) || crossed(self.soft_bytes, bytes, len) {
+            return Age::SoftReached;
+        }
+        Age::Fresh
+    }
+
+    pub fn checked(self) -> Result<Lifetime, (&'static str, String)> {
+        for (name, soft, hard) in [("soft_packets", self.soft_packets, self.hard_packets), ("soft_bytes", self.soft_bytes, self.hard_bytes)]
+        {
+            if soft != 0 && hard != 0 && soft > hard {
+                return Err((name, format!("{soft}: expected at most the hard limit {hard}")));
+            }
+        }
+        Ok(self)
+    }
+}
+
+/// Direction of an SA.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Direction {
+    Inbound,
+    Outbound,
+}
+
+/// UDP encapsulation ports (RFC 3948): source and destination, both 4500 by default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct UdpEncapPorts {
+    pub src: u16,
+    pub dst: u16,
+}
+
+impl Default for UdpEncapPorts {
+    fn default() -> Self {
+        UdpEncapPorts { src: wire::esp::UDP_PORT, dst: wire::esp::UDP_PORT }
+    }
+}
+
+/// An SA as configured (tunnel mode).
+#[derive(Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SaSpec {
+    pub spi: u32,
+    pub direction: Direction,
+    pub alg: Algorithm,
+    /// For the AEADs the key then the 4-byte salt (RFC 4106 §8.1, RFC 7634 §4).
+    #[serde(skip_serializing)]
+    pub enc_key: Vec<u8>,
+    #[serde(skip_serializing)]
+    pub integ_key: Vec<u8>,
+    pub esn: bool,
+    /// Inbound: refuse replayed and too-old sequence numbers (RFC 4303 §3.4.3; the
+    /// receiver may turn it off, as for a benchmark that resends one packet).
+    pub anti_replay: bool,
+    pub lifetime: Lifetime,
+    /// Tunnel endpoints: our address and the peer's (the outer header's source and
+    /// destination outbound; destination and source inbound). Same family.
+    pub local: IpAddr,
+    pub remote: IpAddr,
+    pub udp_encap: Option<UdpEncapPorts>,
+}
+
+impl std::fmt::Debug for SaSpec {
+    /// Keys never appear in debug output or logs.
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.debug_struct("SaSpec")
+            .field("spi", &format_args!("{:#x}", self.spi))
+            .field("direction", &self.direction)
+            .field("alg", &self.alg)
+            .field("esn", &self.esn)
+            .field("local", &self.local)
+            .field("remote", &self.remote)
+            .field("udp_encap", &self.udp_encap)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why an SA spec was refused: the field and what was expected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct SaSpecError {
+    pub field: &'static str,
+    pub message: String,
+}
+
+impl SaSpec {
+    /// Check everything but the keys' randomness; expand the keys.
+    pub fn build(&self, iv_seed: [u8; 16]) -> Result<Transform, SaSpecError> {
+        let err = |field, message| SaSpecError { field, message };
+        if self.spi < 256 {
+            return Err(err("spi", format!("{}: expected 256 or more (0-255 are reserved, RFC 4303 §2.1)", self.spi)));
+        }
+        if self.local.is_ipv4() != self.remote.is_ipv4() {
+            return Err(err("remote", format!("{}: expected the same address family as local {}", self.remote, self.local)));
+        }
+        self.lifetime.checked().map_err(|(f, m)| err(f, m))?;
+        Transform::new(self.alg, &self.enc_key, &self.integ_key, iv_seed).map_err(|e| match e {
+            KeyError::EncKeyLen { .. } => err("enc_key", e.to_string()),
+            KeyError::IntegKeyLen { .. } => err("integ_key", e.to_string()),
+        })
+    }
+
+    /// Bytes the outer headers add before ESP: IP, and UDP when encapsulated.
+    pub fn outer_len(&self) -> usize {
+        let ip = if self.local.is_ipv4() { 20 } else { 40 };
+        ip + if self.udp_encap.is_some() { 8 } else { 0 }
+    }
+}
+
+/// Why an outbound SA gives no sequence number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SeqError {
+    /// The counter reached its end (2^32 - 1 without ESN, RFC 4303 §3.3.3): the SA must
+    /// be replaced, never wrapped.
+    Overflow,
+    /// A hard lifetime passed.
+    Expired,
+}
+
+/// The outbound counters of an SA, shared by every worker and every table version.
+#[derive(Debug, Default)]
+pub struct Outbound {
+    /// The last sequence number handed out.
+    seq: AtomicU64,
+    bytes: AtomicU64,
+}
+
+impl Outbound {
+    /// Start after `seq` (a test, or a restored SA).
+    pub fn starting_after(seq: u64) -> Self {
+        Outbound { seq: AtomicU64::new(seq), bytes: AtomicU64::new(0) }
+    }
+
+    /// The sequence number for a packet of `len` bytes, and the SA's age.
+    #[inline(always)]
+    pub fn next(&self, len: u64, esn: bool, life: &Lifetime) -> Result<(u64, Age), SeqError> {
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+        let last = if esn { u64::MAX } else { u32::MAX as u64 };
+        if seq > last || seq == 0 {
+            // Stay past the end so every later packet is refused too.
+            self.seq.store(u64::MAX, Ordering::Relaxed);
+            return Err(SeqError::Overflow);
+        }
+        let bytes = self.bytes.fetch_add(len, Ordering::Relaxed) + len;
+        match life.age(seq, bytes, len) {
+            Age::Expired => Err(SeqError::Expired),
+            age => Ok((seq, age)),
+        }
+    }
+
+    pub fn packets(&self) -> u64 {
+        self.seq.load(Ordering::Relaxed)
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
+}
+
+/// Why an inbound packet is refused by the SA's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InboundError {
+    Replay(ReplayError),
+    Expired,
+}
+
+/// An inbound SA's state on one worker: replay window and lifetime counts.
+#[derive(Debug, Clone)]
+pub struct Inbound {
+    pub window: ReplayWindow,
+    pub packets: u64,
+    pub bytes: u64,
+}
+
+impl Inbound {
+    pub fn new(esn: bool) -> Self {
+        Inbound { window: ReplayWindow::new(esn), packets: 0, bytes: 0 }
+    }
+
+    /// After the ICV verified: record the number (when `anti_replay`) and count the
+    /// packet against the lifetime.
+    #[inline(always)]
+    pub fn accept(&mut self, seq: u64, len: u64, life: &Lifetime, anti_replay: bool) -> Result<Age, InboundError> {
+        let age = life.age(self.packets + 1, self.bytes + len, len);
+        if age == Age::Expired {
+            return Err(InboundError::Expired);
+        }
+        if anti_replay {
+            self.window.accept(seq).map_err(InboundError::Replay)?;
+        }
+        self.packets += 1;
+        self.bytes += len;
+        Ok(age)
+    }
+}
+
+/// An SA in the published tables: its spec (without the keys' bytes mattering to
+/// the packet path), its expanded keys and its shared outbound state. Cloning shares
+/// the keys and the counters.
+#[derive(Debug, Clone)]
+pub struct Sa {
+    pub spec: Arc<SaSpec>,
+    pub transform: Arc<Transform>,
+    pub outbound: Arc<Outbound>,
+}
+
+impl Sa {
+    pub fn new(spec: SaSpec, iv_seed: [u8; 16]) -> Result<Sa, SaSpecError> {
+        let transform = spec.build(iv_seed)?;
+        Ok(Sa { spec: Arc::new(spec), transform: Arc::new(transform), outbound: Arc::new(Outbound::default()) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lifetimes_soft_once_then_hard() {
+        let l = Lifetime { soft_packets: 2, hard_packets: 3, ..Default::default() };
+        let o = Outbound::default();
+        let ages: Vec<_> = (0..5).map(|_| o.next(100, false, &l)).collect();
+        assert_eq!(
+            ages,
+            vec![Ok((1, Age::Fresh)), Ok((2, Age::Fresh)), Ok((3, Age::SoftReached)), Err(SeqError::Expired), Err(SeqError::Expired)]
+        );
+        let b = Lifetime { soft_bytes: 250, hard_bytes: 400, ..Default::default() };
+        let o = Outbound::default();
+        let ages: Vec<_> = (0..5).map(|_| o.next(100, false, &b).map(|x| x.1)).collect();
+        assert_eq!(ages, vec![Ok(Age::Fresh), Ok(Age::Fresh), Ok(Age::SoftReached), Ok(Age::Fresh), Err(SeqError::Expired)]);
+    }
+
+    #[test]
+    fn the_counter_stops_at_its_end_and_never_wraps() {
+        let l = Lifetime::default();
+        let o = Outbound::starting_after(u32::MAX as u64 - 1);
+        assert_eq!(o.next(1, false, &l), Ok((u32::MAX as u64, Age::Fresh)));
+        assert_eq!(o.next(1, false, &l), Err(SeqError::Overflow));
+        assert_eq!(o.next(1, false, &l), Err(SeqError::Overflow), "and stays stopped");
+        // With ESN the same number moves on to the next 2^32 epoch.
+        let o = Outbound::starting_after(u32::MAX as u64);
+        assert_eq!(o.next(1, true, &l), Ok((1 << 32, Age::Fresh)));
+        let o = Outbound::starting_after(u64::MAX - 1);
+        assert_eq!(o.next(1, true, &l), Ok((u64::MAX, Age::Fresh)));
+        assert_eq!(o.next(1, true, &l), Err(SeqError::Overflow));
+        assert_eq!(o.next(1, true, &l), Err(SeqError::Overflow));
+    }
+
+    #[test]
+    fn workers_never_share_a_sequence_number() {
+        let o = Arc::new(Outbound::default());
+        let l = Lifetime::default();
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                let o = Arc::clone(&o);
+                std::thread::spawn(move || (0..10_000).map(|_| o.next(64, false, &l).unwrap().0).collect::<Vec<_>>())
+            })
+            .collect();
+        let mut all: Vec<u64> = handles.into_iter().flat_map(|h| h.join().unwrap()).collect();
+        all.sort_unstable();
+        assert_eq!(all, (1..=40_000).collect::<Vec<_>>());
+        assert_eq!(o.bytes(), 40_000 * 64);
+    }
+
+    #[test]
+    fn inbound_counts_only_what_it_accepts() {
+        let l = Lifetime { hard_packets: 2, ..Default::default() };
+        let mut i = Inbound::new(false);
+        assert_eq!(i.accept(1, 10, &l, true), Ok(Age::Fresh));
+        assert_eq!(i.accept(1, 10, &l, true), Err(InboundError::Replay(ReplayError::Replayed)));
+        assert_eq!(i.accept(2, 10, &l, true), Ok(Age::Fresh));
+        assert_eq!(i.accept(3, 10, &l, true), Err(InboundError::Expired));
+        assert_eq!((i.packets, i.bytes), (2, 20));
+        // Without anti-replay the same number is taken again.
+        let mut j = Inbound::new(false);
+        assert_eq!(j.accept(1, 10, &Lifetime::default(), false), Ok(Age::Fresh));
+        assert_eq!(j.accept(1, 10, &Lifetime::default(), false), Ok(Age::Fresh));
+    }
+
+    fn spec() -> SaSpec {
+        SaSpec {
+            spi: 0x1000,
+            direction: Direction::Outbound,
+            alg: Algorithm::AesGcm128,
+            enc_key: vec![7; 20],
+            integ_key: vec![],
+            esn: false,
+            anti_replay: true,
+            lifetime: Lifetime::default(),
+            local: "198.18.1.1".parse().unwrap(),
+            remote: "198.18.1.2".parse().unwrap(),
+            udp_encap: None,
+        }
+    }
+
+    #[test]
+    fn bad_specs_name_their_field() {
+        assert!(Sa::new(spec(), [0; 16]).is_ok());
+        let field = |s: SaSpec| Sa::new(s, [0; 16]).unwrap_err().field;
+        assert_eq!(field(SaSpec { spi: 255, ..spec() }), "spi");
+        assert_eq!(field(SaSpec { remote: "2001:db8::1".parse().unwrap(), ..spec() }), "remote");
+        assert_eq!(field(SaSpec { enc_key: vec![1; 16], ..spec() }), "enc_key");
+        assert_eq!(field(SaSpec { alg: Algorithm::AesCbcSha256, enc_key: vec![1; 16], ..spec() }), "integ_key");
+        assert_eq!(field(SaSpec { lifetime: Lifetime { soft_bytes: 9, hard_bytes: 8, ..Default::default() }, ..spec() }), "soft_bytes");
+    }
+
+    #[test]
+    fn keys_never_printed() {
+        let s = SaSpec { enc_key: vec![0xab; 20], ..spec() };
+        let d = format!("{s:?} {:?}", Sa::new(s.clone(), [0; 16]).unwrap());
+        assert!(!d.contains("171") && !d.contains("ab, ab") && !d.to_lowercase().contains("abab"), "{d}");
+        let j = serde_json::to_string(&s).unwrap();
+        assert!(!j.contains("enc_key") && !j.contains("171"), "{j}");
+    }
+}

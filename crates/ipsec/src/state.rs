@@ -1,0 +1,106 @@
+//! The control plane's IPsec state: SAs by index, built into [`IpsecTables`].
+
+use crate::sa::{Direction, Sa, SaSpec, SaSpecError};
+use crate::tables::IpsecTables;
+use ip::tables::{TunnelKind, TunnelRef, ADJ_MISS};
+use ip::RouterState;
+
+/// Why an SA change was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IpsecError {
+    #[error(transparent)]
+    Spec(#[from] SaSpecError),
+    #[error("index {0}: an SA with this index exists")]
+    IndexTaken(u32),
+    #[error("spi {spi:#x}: inbound SA {index} has this SPI")]
+    SpiTaken { spi: u32, index: u32 },
+    #[error("index {0}: no such SA")]
+    NoSuchSa(u32),
+    #[error("index {0}: expected at most {max}", max = ip::tables::MAX_INDEX)]
+    IndexTooLarge(u32),
+}
+
+#[derive(Debug, Default)]
+pub struct IpsecState {
+    sas: Vec<Option<Sa>>,
+    outer_adj: Vec<u32>,
+}
+
+/// Interfaces of outbound SAs are `ipsec_tunnel<index>`.
+pub const IF_PREFIX: &str = "ipsec_tunnel";
+
+impl IpsecState {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Add SA `index`. `iv_seed`: 16 random bytes for the CBC IV generator.
+    pub fn add(&mut self, index: u32, spec: SaSpec, iv_seed: [u8; 16]) -> Result<(), IpsecError> {
+        if index > ip::tables::MAX_INDEX {
+            return Err(IpsecError::IndexTooLarge(index));
+        }
+        if self.get(index).is_some() {
+            return Err(IpsecError::IndexTaken(index));
+        }
+        if spec.direction == Direction::Inbound {
+            if let Some((i, _)) = self.iter().find(|(_, s)| s.spec.direction == Direction::Inbound && s.spec.spi == spec.spi) {
+                return Err(IpsecError::SpiTaken { spi: spec.spi, index: i });
+            }
+        }
+        let sa = Sa::new(spec, iv_seed)?;
+        let i = index as usize;
+        if self.sas.len() <= i {
+            self.sas.resize_with(i + 1, || None);
+        }
+        self.sas[i] = Some(sa);
+        Ok(())
+    }
+
+    pub fn del(&mut self, index: u32) -> Result<Sa, IpsecError> {
+        self.sas.get_mut(index as usize).and_then(Option::take).ok_or(IpsecError::NoSuchSa(index))
+    }
+
+    pub fn get(&self, index: u32) -> Option<&Sa> {
+        self.sas.get(index as usize)?.as_ref()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (u32, &Sa)> {
+        self.sas.iter().enumerate().filter_map(|(i, s)| Some((i as u32, s.as_ref()?)))
+    }
+
+    /// The FIB value of interface `ipsec_tunnel<index>`, if it names an outbound SA.
+    pub fn tunnel_by_name(&self, name: &str) -> Option<TunnelRef> {
+        let index: u32 = name.strip_prefix(IF_PREFIX)?.parse().ok()?;
+        let sa = self.get(index).filter(|s| s.spec.direction == Direction::Outbound)?;
+        let kind = if sa.spec.local.is_ipv4() { TunnelKind::Esp4 } else { TunnelKind::Esp6 };
+        Some(TunnelRef { kind, id: index })
+    }
+
+    /// Re-resolve each outbound SA's outer adjacency (after route changes).
+    pub fn refresh_outer(&mut self, router: &mut RouterState) {
+        self.outer_adj = self
+            .sas
+            .iter()
+            .map(|s| match s {
+                Some(sa) if sa.spec.direction == Direction::Outbound => {
+                    let v = router.resolve_endpoint(sa.spec.remote);
+                    if TunnelRef::decode(v).is_some() {
+                        ADJ_MISS
+                    } else {
+                        v
+                    }
+                }
+                _ => ADJ_MISS,
+            })
+            .collect();
+    }
+
+    pub fn outer_adj(&self, index: u32) -> u32 {
+        self.outer_adj.get(index as usize).copied().unwrap_or(ADJ_MISS)
+    }
+
+    pub fn build(&self) -> IpsecTables {
+        let inbound = self.iter().filter(|(_, s)| s.spec.direction == Direction::Inbound).map(|(i, s)| (s.spec.spi, i)).collect();
+        IpsecTables { sas: self.sas.clone(), inbound, outer_adj: self.outer_adj.clone() }
+    }
+}

@@ -1,0 +1,39 @@
+//! The tables the ESP nodes read, published whole like the IP tables. SAs are shared
+//! between versions by `Arc` (keys and outbound counters), so publishing a change to one
+//! SA leaves every other SA's sequence numbers running.
+
+use crate::sa::{Direction, Sa};
+use engine::hash::WordHashBuilder;
+use std::collections::HashMap;
+
+#[derive(Debug, Clone, Default)]
+pub struct IpsecTables {
+    /// By SA index; `None` for deleted indices. Outbound SA `N` is interface
+    /// `ipsec_tunnelN`.
+    pub sas: Vec<Option<Sa>>,
+    /// Inbound SAs by SPI.
+    pub inbound: HashMap<u32, u32, WordHashBuilder>,
+    /// Per SA index: the adjacency its outer packets leave by (resolved on the control
+    /// plane), or `ADJ_MISS` for "look it up".
+    pub outer_adj: Vec<u32>,
+}
+
+impl IpsecTables {
+    /// Outbound SA `index`, if there is one.
+    #[inline(always)]
+    pub fn outbound(&self, index: u32) -> Option<&Sa> {
+        self.sas.get(index as usize)?.as_ref().filter(|s| s.spec.direction == Direction::Outbound)
+    }
+
+    /// The inbound SA with this SPI and its index.
+    #[inline(always)]
+    pub fn inbound(&self, spi: u32) -> Option<(u32, &Sa)> {
+        let i = *self.inbound.get(&spi)?;
+        Some((i, self.sas.get(i as usize)?.as_ref()?))
+    }
+
+    #[inline(always)]
+    pub fn outer_adj(&self, index: u32) -> u32 {
+        self.outer_adj.get(index as usize).copied().unwrap_or(ip::tables::ADJ_MISS)
+    }
+}

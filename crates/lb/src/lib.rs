@@ -1,0 +1,31 @@
+//! The service load balancer: kube-proxy's dataplane as graph nodes.
+//!
+//! - [`service`]: services (ClusterIP, NodePort, LoadBalancer; TCP and UDP; IPv4 and
+//!   IPv6) and backends with EndpointSlice conditions, validated with errors that name
+//!   the field;
+//! - [`maglev`]: backend choice by Maglev consistent hashing, a pure function;
+//! - [`state`] and [`tables`]: the control plane's services compiled into per-service
+//!   tables, one rebuilt per change, published whole;
+//! - [`table`] and [`session`]: the per-worker, bounded session table with
+//!   protocol-aware ageing and ClientIP affinity, sans-IO (time is a parameter);
+//! - [`nat`]: the address and port translation of a packet and of the packet an ICMP
+//!   error quotes, checksums patched incrementally.
+#![forbid(unsafe_code)]
+
+pub mod context;
+pub mod family;
+pub mod fuzz;
+pub mod maglev;
+pub mod nat;
+pub mod nodes;
+pub mod service;
+pub mod session;
+pub mod state;
+pub mod table;
+pub mod tables;
+
+pub use context::{HasLb, LbContext};
+pub use family::{Family, V4, V6};
+pub use service::{Affinity, BackendSpec, Conditions, Protocol, ServiceSpec, ServiceType, SpecError, TrafficPolicy};
+pub use state::{LbError, LbState};
+pub use tables::LbTables;

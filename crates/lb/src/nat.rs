@@ -1,0 +1,270 @@
+//! Address and port translation of a packet, checksums patched incrementally (RFC 1624
+//! through `wire::checksum`), and of the packet an ICMP error quotes, so that an error
+//! about a translated flow reaches the client in the client's terms (path MTU discovery
+//! through the balancer).
+//!
+//! Works on a packet from its IP header on. IPv4 with options; IPv6 without extension
+//! headers (a packet with them is refused by name). Fragments are refused: their ports
+//! are in the first fragment only.
+
+use crate::family::{Family, V4, V6};
+use crate::session::{FlowKey, Rewrite};
+use wire::checksum::{self, update16};
+
+/// Why a packet could not be read as a translatable flow (each a node counter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NatError {
+    /// Shorter than its headers say.
+    Truncated,
+    /// An IPv4 fragment.
+    Fragment,
+    /// IPv6 extension headers before the transport header.
+    ExtensionHeaders,
+    /// Not TCP or UDP (or, for errors, not an ICMP error about TCP or UDP).
+    Protocol,
+}
+
+const TCP: u8 = 6;
+const UDP: u8 = 17;
+const ICMP4: u8 = 1;
+const ICMP6: u8 = 58;
+
+/// Where a family keeps its header fields.
+pub trait Layout: Family {
+    /// The transport header's offset and the protocol; fragments and unknown layouts refused.
+    fn l4(pkt: &[u8]) -> Result<(usize, u8), NatError>;
+    fn src(pkt: &[u8]) -> Self::Addr;
+    fn dst(pkt: &[u8]) -> Self::Addr;
+    /// Write an address (`at`: the source's or the destination's offset) and patch the
+    /// header checksum, if the family has one.
+    fn set_addr(pkt: &mut [u8], at: usize, a: &Self::Addr);
+    const SRC_AT: usize;
+    const DST_AT: usize;
+    /// The ICMP protocol of the family.
+    const ICMP: u8;
+    /// Whether an ICMP type is an error that quotes a packet.
+    fn icmp_is_error(t: u8) -> bool;
+    /// The checksum of an ICMP message from offset `at` to the end (ICMPv6 covers a
+    /// pseudo-header).
+    fn icmp_checksum(pkt: &[u8], at: usize) -> u16;
+    /// A UDP checksum of zero means "none" (IPv4 only).
+    const UDP_ZERO_MEANS_NONE: bool;
+}
+
+fn be16(b: &[u8], at: usize) -> u16 {
+    u16::from_be_bytes([b[at], b[at + 1]])
+}
+
+/// The checksum field `field` after the bytes `old` became `new` (even lengths).
+fn update_bytes(mut field: u16, old: &[u8], new: &[u8]) -> u16 {
+    for (o, n) in old.chunks_exact(2).zip(new.chunks_exact(2)) {
+        field = update16(field, be16(o, 0), be16(n, 0));
+    }
+    field
+}
+
+impl Layout for V4 {
+    fn l4(pkt: &[u8]) -> Result<(usize, u8), NatError> {
+        if pkt.len() < 20 {
+            return Err(NatError::Truncated);
+        }
+        let hl = (pkt[0] & 0x0f) as usize * 4;
+        if hl < 20 || pkt.len() < hl {
+            return Err(NatError::Truncated);
+        }
+        if be16(pkt, 6) & 0x3fff != 0 {
+            return Err(NatError::Fragment);
+        }
+        Ok((hl, pkt[9]))
+    }
+    fn src(pkt: &[u8]) -> [u8; 4] {
+        pkt[12..16].try_into().expect("checked by l4")
+    }
+    fn dst(pkt: &[u8]) -> [u8; 4] {
+        pkt[16..20].try_into().expect("checked by l4")
+    }
+    fn set_addr(pkt: &mut [u8], at: usize, a: &[u8; 4]) {
+        let c = update_bytes(be16(pkt, 10), &pkt[at..at + 4], a);
+        pkt[10..12].copy_from_slice(&c.to_be_bytes());
+        pkt[at..at + 4].copy_from_slice(a);
+    }
+    const SRC_AT: usize = 12;
+    const DST_AT: usize = 16;
+    const ICMP: u8 = ICMP4;
+    fn icmp_is_error(t: u8) -> bool {
+        matches!(t, 3 | 11 | 12)
+    }
+    fn icmp_checksum(pkt: &[u8], at: usize) -> u16 {
+        checksum::checksum(&pkt[at..])
+    }
+    const UDP_ZERO_MEANS_NONE: bool = true;
+}
+
+impl Layout for V6 {
+    fn l4(pkt: &[u8]) -> Result<(usize, u8), NatError> {
+        if pkt.len() < 40 {
+            return Err(NatError::Truncated);
+        }
+        match pkt[6] {
+            0 | 43 | 44 | 60 | 51 | 50 | 135 | 139 | 140 => Err(NatError::ExtensionHeaders),
+            p => Ok((40, p)),
+        }
+    }
+    fn src(pkt: &[u8]) -> [u8; 16] {
+        pkt[8..24].try_into().expect("checked by l4")
+    }
+    fn dst(pkt: &[u8]) -> [u8; 16] {
+        pkt[24..40].try_into().expect("checked by l4")
+    }
+    fn set_addr(pkt: &mut [u8], at: usize, a: &[u8; 16]) {
+        pkt[at..at + 16].copy_from_slice(a);
+    }
+    const SRC_AT: usize = 8;
+    const DST_AT: usize = 24;
+    const ICMP: u8 = ICMP6;
+    fn icmp_is_error(t: u8) -> bool {
+        t < 128 && matches!(t, 1..=4)
+    }
+    fn icmp_checksum(pkt: &[u8], at: usize) -> u16 {
+        let (src, dst) = (std::net::Ipv6Addr::from(V6::src(pkt)), std::net::Ipv6Addr::from(V6::dst(pkt)));
+        let mut c = checksum::pseudo_header_v6(&src, &dst, ICMP6, (pkt.len() - at) as u32);
+        c.add_bytes(&pkt[at..]);
+        c.finish()
+    }
+    const UDP_ZERO_MEANS_NONE: bool = false;
+}
+
+/// A TCP or UDP packet's flow, TCP flags (0 for UDP) and transport offset.
+#[inline]
+pub fn flow<F: Layout>(pkt: &[u8]) -> Result<(FlowKey<F::Addr>, u8, usize), NatError> {
+    let (l4, proto) = F::l4(pkt)?;
+    let need = match proto {
+        TCP => 20,
+        UDP => 8,
+        _ => return Err(NatError::Protocol),
+    };
+    if pkt.len() < l4 + need {
+        return Err(NatError::Truncated);
+    }
+    let flags = if proto == TCP { pkt[l4 + 13] } else { 0 };
+    let key = FlowKey { src: F::src(pkt), dst: F::dst(pkt), sport: be16(pkt, l4), dport: be16(pkt, l4 + 2), proto };
+    Ok((key, flags, l4))
+}
+
+/// The transport checksum field's offset, if the packet carries one to patch.
+fn l4_checksum_at<F: Layout>(pkt: &[u8], l4: usize, proto: u8) -> Option<usize> {
+    let at = l4 + if proto == TCP { 16 } else { 6 };
+    let present = pkt.len() >= at + 2 && !(proto == UDP && F::UDP_ZERO_MEANS_NONE && be16(pkt, at) == 0);
+    present.then_some(at)
+}
+
+/// Rewrite the addresses and ports of a packet whose flow is `from` (as [`flow`] read
+/// it, transport header at `l4`) to `to`, patching the IP and transport checksums.
+/// `partial`: the transport checksum is left to the device (the field holds the
+/// pseudo-header's sum, not complemented, and the ports are summed when it is
+/// completed), so only the addresses' change goes into it.
+#[inline]
+pub fn translate<F: Layout>(pkt: &mut [u8], l4: usize, from: &FlowKey<F::Addr>, to: &Rewrite<F::Addr>, partial: bool) {
+    if partial {
+        let at = l4 + if from.proto == TCP { 16 } else { 6 };
+        let mut sum = !be16(pkt, at);
+        sum = update_bytes(sum, from.src.as_ref(), to.src.as_ref());
+        sum = update_bytes(sum, from.dst.as_ref(), to.dst.as_ref());
+        pkt[at..at + 2].copy_from_slice(&(!sum).to_be_bytes());
+    } else if let Some(at) = l4_checksum_at::<F>(pkt, l4, from.proto) {
+        let mut c = be16(pkt, at);
+        c = update_bytes(c, from.src.as_ref(), to.src.as_ref());
+        c = update_bytes(c, from.dst.as_ref(), to.dst.as_ref());
+        c = update16(c, from.sport, to.sport);
+        c = update16(c, from.dport, to.dport);
+        if from.proto == UDP && c == 0 {
+            c = 0xffff;
+        }
+        pkt[at..at + 2].copy_from_slice(&c.to_be_bytes());
+    }
+    pkt[l4..l4 + 2].copy_from_slice(&to.sport.to_be_bytes());
+    pkt[l4 + 2..l4 + 4].copy_from_slice(&to.dport.to_be_bytes());
+    F::set_addr(pkt, F::SRC_AT, &to.src);
+    F::set_addr(pkt, F::DST_AT, &to.dst);
+}
+
+/// An ICMP error about a TCP or UDP packet: the quoted packet's flow and where the quote
+/// and the ICMP message start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IcmpError<A> {
+    pub quoted: FlowKey<A>,
+    /// Offset of the ICMP header.
+    pub icmp: usize,
+    /// Offset of the quoted IP header.
+    pub inner: usize,
+    pub inner_l4: usize,
+}
+
+/// Read an ICMP error (the packet's protocol must be the family's ICMP).
+pub fn icmp_error<F: Layout>(pkt: &[u8]) -> Result<IcmpError<F::Addr>, NatError> {
+    let (icmp, proto) = F::l4(pkt)?;
+    if proto != F::ICMP {
+        return Err(NatError::Protocol);
+    }
+    if pkt.len() < icmp + 8 {
+        return Err(NatError::Truncated);
+    }
+    if !F::icmp_is_error(pkt[icmp]) {
+        return Err(NatError::Protocol);
+    }
+    let inner = icmp + 8;
+    let q = &pkt[inner..];
+    let (l4, proto) = F::l4(q)?;
+    if proto != TCP && proto != UDP {
+        return Err(NatError::Protocol);
+    }
+    // The quote holds at least the ports (RFC 792: 64 bits of the transport header).
+    if q.len() < l4 + 4 {
+        return Err(NatError::Truncated);
+    }
+    let quoted = FlowKey { src: F::src(q), dst: F::dst(q), sport: be16(q, l4), dport: be16(q, l4 + 2), proto };
+    Ok(IcmpError { quoted, icmp, inner, inner_l4: inner + l4 })
+}
+
+/// Translate an ICMP error whose quoted packet belongs to a connection: `rw` is the
+/// translation of the entry keyed by the quoted flow reversed (the direction the error
+/// travels). The quoted packet becomes what the error's receiver sent (addresses and
+/// ports swapped back), the outer destination the receiver, and an outer source that was
+/// the quoted destination (the backend or client itself reporting) its translated
+/// address. The quoted headers' checksums are patched, the ICMP checksum recomputed
+/// (the quote is short; ICMPv6 covers the new addresses).
+pub fn translate_icmp_error<F: Layout>(pkt: &mut [u8], e: &IcmpError<F::Addr>, rw: &Rewrite<F::Addr>) {
+    let q = e.quoted;
+    // The entry's key is q reversed; it maps (q.dst:q.dport → q.src:q.sport) to
+    // (rw.src:rw.sport → rw.dst:rw.dport). The quoted packet went the other way.
+    let quoted_to = Rewrite { src: rw.dst, sport: rw.dport, dst: rw.src, dport: rw.sport };
+    let inner_len = pkt.len() - e.inner;
+    {
+        let inner = &mut pkt[e.inner..];
+        let l4 = e.inner_l4 - e.inner;
+        // A transport checksum beyond the quote's end stays (it cannot be patched).
+        if let Some(at) = l4_checksum_at::<F>(inner, l4, q.proto) {
+            let mut c = be16(inner, at);
+            c = update_bytes(c, q.src.as_ref(), quoted_to.src.as_ref());
+            c = update_bytes(c, q.dst.as_ref(), quoted_to.dst.as_ref());
+            c = update16(c, q.sport, quoted_to.sport);
+            c = update16(c, q.dport, quoted_to.dport);
+            inner[at..at + 2].copy_from_slice(&c.to_be_bytes());
+        }
+        inner[l4..l4 + 2].copy_from_slice(&quoted_to.sport.to_be_bytes());
+        inner[l4 + 2..l4 + 4].copy_from_slice(&quoted_to.dport.to_be_bytes());
+        F::set_addr(inner, F::SRC_AT, &quoted_to.src);
+        F::set_addr(inner, F::DST_AT, &quoted_to.dst);
+    }
+    debug_assert_eq!(inner_len, pkt.len() - e.inner);
+    if F::src(pkt) == q.dst {
+        F::set_addr(pkt, F::SRC_AT, &rw.src);
+    }
+    F::set_addr(pkt, F::DST_AT, &rw.dst);
+    pkt[e.icmp + 2..e.icmp + 4].copy_from_slice(&[0, 0]);
+    let c = F::icmp_checksum(pkt, e.icmp);
+    pkt[e.icmp + 2..e.icmp + 4].copy_from_slice(&c.to_be_bytes());
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,255 @@
+//! Translations checked by recomputing every checksum from scratch (the full RFC 1071
+//! sum, not the incremental path under test).
+
+use super::*;
+use proptest::prelude::*;
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+/// The full transport checksum of a packet (IPv4 or IPv6 by its version) over its
+/// pseudo-header: 0 when the packet is consistent.
+fn l4_sum(pkt: &[u8], l4: usize, proto: u8) -> u16 {
+    let len = pkt.len() - l4;
+    let mut c = if pkt[0] >> 4 == 4 {
+        let a = |at: usize| Ipv4Addr::from(<[u8; 4]>::try_from(&pkt[at..at + 4]).unwrap());
+        checksum::pseudo_header_v4(a(12), a(16), proto, len as u16)
+    } else {
+        let a = |at: usize| Ipv6Addr::from(<[u8; 16]>::try_from(&pkt[at..at + 16]).unwrap());
+        checksum::pseudo_header_v6(&a(8), &a(24), proto, len as u32)
+    };
+    c.add_bytes(&pkt[l4..]);
+    c.finish()
+}
+
+fn l4_header(proto: u8, sport: u16, dport: u16, flags: u8, payload: &[u8]) -> Vec<u8> {
+    let mut h = vec![];
+    h.extend_from_slice(&sport.to_be_bytes());
+    h.extend_from_slice(&dport.to_be_bytes());
+    if proto == TCP {
+        h.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, flags, 0xff, 0xff, 0, 0, 0, 0]);
+    } else {
+        h.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+        h.extend_from_slice(&[0, 0]);
+    }
+    h.extend_from_slice(payload);
+    h
+}
+
+fn fill_l4(pkt: &mut [u8], l4: usize, proto: u8) {
+    let at = l4 + if proto == TCP { 16 } else { 6 };
+    let c = l4_sum(pkt, l4, proto);
+    let c = if proto == UDP && c == 0 { 0xffff } else { c };
+    pkt[at..at + 2].copy_from_slice(&c.to_be_bytes());
+}
+
+fn v4_packet(proto: u8, k: &FlowKey<[u8; 4]>, flags: u8, payload: &[u8], options: usize) -> Vec<u8> {
+    let body = l4_header(proto, k.sport, k.dport, flags, payload);
+    let hl = 20 + options;
+    let mut p = vec![0x40 | (hl / 4) as u8, 0];
+    p.extend_from_slice(&((hl + body.len()) as u16).to_be_bytes());
+    p.extend_from_slice(&[0x12, 0x34, 0x40, 0, 64, proto, 0, 0]);
+    p.extend_from_slice(&k.src);
+    p.extend_from_slice(&k.dst);
+    p.extend(std::iter::repeat(1u8).take(options)); // NOP options
+    let c = checksum::checksum(&p);
+    p[10..12].copy_from_slice(&c.to_be_bytes());
+    p.extend_from_slice(&body);
+    fill_l4(&mut p, hl, proto);
+    p
+}
+
+fn v6_packet(proto: u8, k: &FlowKey<[u8; 16]>, flags: u8, payload: &[u8]) -> Vec<u8> {
+    let body = l4_header(proto, k.sport, k.dport, flags, payload);
+    let mut p = vec![0x60, 0, 0, 0];
+    p.extend_from_slice(&(body.len() as u16).to_be_bytes());
+    p.extend_from_slice(&[proto, 64]);
+    p.extend_from_slice(&k.src);
+    p.extend_from_slice(&k.dst);
+    p.extend_from_slice(&body);
+    fill_l4(&mut p, 40, proto);
+    p
+}
+
+fn proto_strategy() -> impl Strategy<Value = u8> {
+    prop_oneof![Just(TCP), Just(UDP)]
+}
+
+proptest! {
+    #[test]
+    fn ipv4_translation_keeps_every_checksum_valid(
+        proto in proto_strategy(), src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16,
+        to_src: [u8; 4], to_dst: [u8; 4], to_sport: u16, to_dport: u16,
+        payload in proptest::collection::vec(any::<u8>(), 0..64), options in 0usize..3, flags: u8,
+    ) {
+        let k = FlowKey { src, dst, sport, dport, proto };
+        let mut p = v4_packet(proto, &k, flags, &payload, options * 4);
+        let (read, f, l4) = flow::<V4>(&p).unwrap();
+        prop_assert_eq!(read, k);
+        prop_assert_eq!(f, if proto == TCP { flags } else { 0 });
+        let to = Rewrite { src: to_src, dst: to_dst, sport: to_sport, dport: to_dport };
+        translate::<V4>(&mut p, l4, &k, &to, false);
+        prop_assert!(checksum::verify(&p[..l4]), "IPv4 header checksum");
+        prop_assert_eq!(l4_sum(&p, l4, proto), 0, "transport checksum");
+        let (now, _, _) = flow::<V4>(&p).unwrap();
+        prop_assert_eq!(now, FlowKey { src: to_src, dst: to_dst, sport: to_sport, dport: to_dport, proto });
+        prop_assert_eq!(&p[l4 + if proto == TCP { 20 } else { 8 }..], &payload[..]);
+    }
+
+    #[test]
+    fn ipv6_translation_keeps_the_transport_checksum_valid(
+        proto in proto_strategy(), src: [u8; 16], dst: [u8; 16], sport: u16, dport: u16,
+        to_src: [u8; 16], to_dst: [u8; 16], to_sport: u16, to_dport: u16,
+        payload in proptest::collection::vec(any::<u8>(), 0..64),
+    ) {
+        let k = FlowKey { src, dst, sport, dport, proto };
+        let mut p = v6_packet(proto, &k, 0x12, &payload);
+        let (read, _, l4) = flow::<V6>(&p).unwrap();
+        prop_assert_eq!(read, k);
+        let to = Rewrite { src: to_src, dst: to_dst, sport: to_sport, dport: to_dport };
+        translate::<V6>(&mut p, l4, &k, &to, false);
+        prop_assert_eq!(l4_sum(&p, l4, proto), 0);
+        prop_assert_ne!(be16(&p, l4 + if proto == TCP { 16 } else { 6 }), 0, "a UDP checksum never becomes 0");
+        prop_assert_eq!(flow::<V6>(&p).unwrap().0, FlowKey { src: to_src, dst: to_dst, sport: to_sport, dport: to_dport, proto });
+    }
+
+    /// Any bytes: reading never panics, and translating what was read never does.
+    #[test]
+    fn arbitrary_bytes_are_refused_or_translated(mut p in proptest::collection::vec(any::<u8>(), 0..120), v6: bool) {
+        if v6 {
+            if let Ok((k, _, l4)) = flow::<V6>(&p) { translate::<V6>(&mut p, l4, &k, &Rewrite::default(), false); }
+            if let Ok(e) = icmp_error::<V6>(&p) { translate_icmp_error::<V6>(&mut p, &e, &Rewrite::default()); }
+        } else {
+            if let Ok((k, _, l4)) = flow::<V4>(&p) { translate::<V4>(&mut p, l4, &k, &Rewrite::default(), false); }
+            if let Ok(e) = icmp_error::<V4>(&p) { translate_icmp_error::<V4>(&mut p, &e, &Rewrite::default()); }
+        }
+    }
+}
+
+#[test]
+fn a_zero_ipv4_udp_checksum_stays_zero() {
+    let k = FlowKey { src: [198, 18, 1, 1], dst: [198, 18, 128, 10], sport: 5000, dport: 53, proto: UDP };
+    let mut p = v4_packet(UDP, &k, 0, b"query", 0);
+    p[26..28].copy_from_slice(&[0, 0]);
+    translate::<V4>(&mut p, 20, &k, &Rewrite { src: k.src, sport: 5000, dst: [198, 19, 1, 10], dport: 8053 }, false);
+    assert_eq!(&p[26..28], &[0, 0]);
+    assert!(checksum::verify(&p[..20]));
+}
+
+#[test]
+fn malformed_packets_are_refused_by_name() {
+    let k = FlowKey { src: [198, 18, 1, 1], dst: [198, 18, 128, 10], sport: 5000, dport: 80, proto: TCP };
+    let p = v4_packet(TCP, &k, 0x02, b"", 0);
+    assert_eq!(flow::<V4>(&p[..19]).unwrap_err(), NatError::Truncated);
+    assert_eq!(flow::<V4>(&p[..39]).unwrap_err(), NatError::Truncated);
+    let mut bad_ihl = p.clone();
+    bad_ihl[0] = 0x44;
+    assert_eq!(flow::<V4>(&bad_ihl).unwrap_err(), NatError::Truncated);
+    let mut frag = p.clone();
+    frag[6] = 0x20; // more fragments
+    assert_eq!(flow::<V4>(&frag).unwrap_err(), NatError::Fragment);
+    let mut icmp = p.clone();
+    icmp[9] = ICMP4;
+    assert_eq!(flow::<V4>(&icmp).unwrap_err(), NatError::Protocol);
+    let k6 = FlowKey { src: [0x20; 16], dst: [0x21; 16], sport: 1, dport: 2, proto: UDP };
+    let mut p6 = v6_packet(UDP, &k6, 0, b"x");
+    p6[6] = 0; // hop-by-hop options
+    assert_eq!(flow::<V6>(&p6).unwrap_err(), NatError::ExtensionHeaders);
+}
+
+/// A router between the balancer and the backend says "fragmentation needed" about a
+/// translated packet (node → backend); the client must get it about its own packet
+/// (client → VIP), from the router, with every checksum right.
+#[test]
+fn an_icmp_error_about_a_translated_flow_reaches_the_client_in_its_terms() {
+    let client = FlowKey { src: [198, 18, 1, 7], dst: [198, 18, 128, 10], sport: 40_000, dport: 80, proto: TCP };
+    let (node, node_port, backend) = ([198, 18, 0, 2], 41_000, [198, 19, 1, 10]);
+    let sent = FlowKey { src: node, dst: backend, sport: node_port, dport: 8080, proto: TCP };
+    let quoted = v4_packet(TCP, &sent, 0x10, &[0xab; 100], 0);
+    let router = [198, 19, 0, 1];
+    let mut p = vec![0x45, 0, 0, 0, 0, 0, 0, 0, 64, ICMP4, 0, 0];
+    p.extend_from_slice(&router);
+    p.extend_from_slice(&node);
+    p.extend_from_slice(&[3, 4, 0, 0, 0, 0, 0x05, 0x00]); // frag needed, MTU 1280
+    p.extend_from_slice(&quoted[..20 + 28]); // the header and 28 bytes of TCP
+    let len = p.len() as u16;
+    p[2..4].copy_from_slice(&len.to_be_bytes());
+    let c = checksum::checksum(&p[..20]);
+    p[10..12].copy_from_slice(&c.to_be_bytes());
+    let c = checksum::checksum(&p[20..]);
+    p[22..24].copy_from_slice(&c.to_be_bytes());
+
+    let e = icmp_error::<V4>(&p).unwrap();
+    assert_eq!(e.quoted, sent);
+    // The reply direction's entry, keyed by the quoted flow reversed.
+    let reply_rw = Rewrite { src: client.dst, sport: client.dport, dst: client.src, dport: client.sport };
+    translate_icmp_error::<V4>(&mut p, &e, &reply_rw);
+
+    assert_eq!(&p[12..16], &router, "the router stays the sender");
+    assert_eq!(&p[16..20], &client.src);
+    assert!(checksum::verify(&p[..20]));
+    assert!(checksum::verify(&p[20..]), "ICMP checksum");
+    assert_eq!((&p[20..22], &p[24..28]), (&[3u8, 4][..], &[0u8, 0, 5, 0][..]), "type, code and MTU unchanged");
+    let inner = &p[28..];
+    assert!(checksum::verify(&inner[..20]), "quoted IP header checksum");
+    let back = icmp_error::<V4>(&p).unwrap().quoted;
+    assert_eq!(back, client, "the quote is the client's own packet");
+    // The quoted TCP checksum is what the client's packet would have carried: patch the
+    // original back through the forward translation and compare.
+    let mut as_client = quoted.clone();
+    translate::<V4>(
+        &mut as_client,
+        20,
+        &sent,
+        &Rewrite { src: client.src, sport: client.sport, dst: client.dst, dport: client.dport },
+        false,
+    );
+    assert_eq!(&inner[..48], &as_client[..48]);
+}
+
+/// The backend itself answers a UDP packet with port unreachable (Local policy, no
+/// source translation): the client sees it from the VIP, about its packet to the VIP.
+#[test]
+fn an_icmpv6_error_from_the_backend_comes_from_the_vip() {
+    let a = |s: &str| s.parse::<Ipv6Addr>().unwrap().octets();
+    let client = FlowKey { src: a("2001:db8:1::7"), dst: a("2001:db8:80::10"), sport: 5353, dport: 53, proto: UDP };
+    let backend = a("2001:db8:2::10");
+    let sent = FlowKey { src: client.src, dst: backend, sport: 5353, dport: 8053, proto: UDP };
+    let quoted = v6_packet(UDP, &sent, 0, b"query");
+    let mut p = vec![0x60, 0, 0, 0, 0, 0, ICMP6, 64];
+    p.extend_from_slice(&backend);
+    p.extend_from_slice(&client.src);
+    p.extend_from_slice(&[1, 4, 0, 0, 0, 0, 0, 0]);
+    p.extend_from_slice(&quoted);
+    let plen = (p.len() - 40) as u16;
+    p[4..6].copy_from_slice(&plen.to_be_bytes());
+    let e = icmp_error::<V6>(&p).unwrap();
+    assert_eq!(e.quoted, sent);
+    let reply_rw = Rewrite { src: client.dst, sport: client.dport, dst: client.src, dport: client.sport };
+    translate_icmp_error::<V6>(&mut p, &e, &reply_rw);
+    assert_eq!(&p[8..24], &client.dst, "from the VIP, not the backend");
+    assert_eq!(&p[24..40], &client.src);
+    assert_eq!(l4_sum(&p, 40, ICMP6), 0, "ICMPv6 checksum over the new addresses");
+    let inner = &p[48..];
+    assert_eq!(flow::<V6>(inner).unwrap().0, client);
+    assert_eq!(l4_sum(inner, 40, UDP), 0, "quoted UDP checksum");
+}
+
+/// A partial checksum (offloaded): after translation and completion over the packet as
+/// it now is, the checksum is right.
+#[test]
+fn a_partial_checksum_follows_the_addresses_only() {
+    for proto in [TCP, UDP] {
+        let k = FlowKey { src: [198, 18, 1, 7], dst: [198, 18, 128, 10], sport: 40_000, dport: 80, proto };
+        let mut p = v4_packet(proto, &k, 0x10, b"partial payload", 0);
+        let at = 20 + if proto == TCP { 16 } else { 6 };
+        // What a sender leaves for the device: the pseudo-header sum, not complemented.
+        let len = (p.len() - 20) as u16;
+        let pseudo = checksum::pseudo_header_v4(Ipv4Addr::from(k.src), Ipv4Addr::from(k.dst), proto, len).fold();
+        p[at..at + 2].copy_from_slice(&pseudo.to_be_bytes());
+        let to = Rewrite { src: [198, 18, 0, 2], sport: 41_000, dst: [198, 19, 1, 10], dport: 8080 };
+        translate::<V4>(&mut p, 20, &k, &to, true);
+        let want = checksum::pseudo_header_v4(Ipv4Addr::from(to.src), Ipv4Addr::from(to.dst), proto, len).fold();
+        assert_eq!(be16(&p, at), want, "proto {proto}");
+        assert!(checksum::complete_partial(&mut p, 20, at - 20));
+        assert_eq!(l4_sum(&p, 20, proto), 0, "proto {proto}");
+    }
+}

@@ -1,0 +1,207 @@
+//! `lb4-nat` / `lb6-nat`: one node, generic over the family, for every packet of a
+//! load-balanced service and its replies.
+//!
+//! ```text
+//! ip4-lookup ─(route to a ClusterIP / LoadBalancer address)─► lb4-nat ─► ip4-lookup (to the backend)
+//! ip4-local ─(TCP/UDP for the node: NodePort, replies to SNAT)─┘      └► ip4-icmp-error (no backend)
+//! ip4-local ─(ICMP error for the node)─────────────────────────┘
+//! ```
+//! A packet is first looked up as a reply (the session's reply entry): translated back
+//! to the service's address and the client. Otherwise it is a client's: its service by
+//! address, port and protocol (NodePort services only for packets that came by
+//! `ipN-local`), its session or a new one (Maglev), and the translation to the backend.
+//! An ICMP error is translated when the packet it quotes belongs to a session.
+
+use crate::context::{HasLb, LbFamily};
+use crate::nat::{self, NatError};
+use crate::session::{LbDrop, Outcome};
+use engine::{counters, next_nodes, BufIdx, Buffer, Counts, GraphBuilder, Node, Pool, Verdict};
+use ip::nodes::IcmpRequest;
+use ip::tables::{Adjacency, MAX_INDEX};
+
+next_nodes! {
+    pub enum LbNatNext {
+        Ip4Lookup = "ip4-lookup", Ip6Lookup = "ip6-lookup", Ip4IcmpError = "ip4-icmp-error", Ip6IcmpError = "ip6-icmp-error",
+        Ip4Rewrite = "ip4-rewrite", Ip6Rewrite = "ip6-rewrite",
+    }
+}
+
+counters! {
+    pub enum LbNatCounter {
+        NewSession(Info, "new-session", "new connections, backend chosen by Maglev"),
+        Affine(Info, "affinity", "new connections sent to the client's affinity backend"),
+        Rechosen(Info, "backend-gone", "connections whose backend left the service, chosen again"),
+        Replies(Info, "reply-translated", "replies translated back to the service address"),
+        IcmpTranslated(Info, "icmp-translated", "ICMP errors about a translated connection translated"),
+        NoService(Info, "no-service", "TCP/UDP to the node on a port no service has (ICMP port unreachable requested)"),
+        NoBackend(Info, "no-backend", "service without a backend that takes new connections (ICMP port unreachable requested)"),
+        SessionTableFull(Error, "session-table-full", "no room in the session table for a new connection"),
+        SnatPortsExhausted(Error, "snat-ports-exhausted", "no free source port on the node address toward the backend"),
+        ReplyTupleInUse(Warn, "reply-tuple-in-use", "the new connection's reply direction is another connection's"),
+        IcmpNotOurs(Info, "icmp-not-translated", "ICMP error about no session, or not an error"),
+        Truncated(Warn, "truncated", "shorter than its headers say"),
+        Fragment(Warn, "fragment", "IPv4 fragment to a service (ports only in the first)"),
+        ExtensionHeaders(Warn, "extension-headers", "IPv6 extension headers before the transport header"),
+        Protocol(Warn, "not-tcp-udp", "not TCP, UDP or an ICMP error about them"),
+    }
+}
+
+/// A family's next nodes and ICMP "port unreachable".
+pub trait NatNodeFamily: LbFamily {
+    const NODE: &'static str;
+    const LOOKUP: LbNatNext;
+    const ICMP_ERROR: LbNatNext;
+    const REWRITE: LbNatNext;
+    const PORT_UNREACHABLE: IcmpRequest;
+}
+
+impl NatNodeFamily for crate::V4 {
+    const NODE: &'static str = "lb4-nat";
+    const LOOKUP: LbNatNext = LbNatNext::Ip4Lookup;
+    const ICMP_ERROR: LbNatNext = LbNatNext::Ip4IcmpError;
+    const REWRITE: LbNatNext = LbNatNext::Ip4Rewrite;
+    const PORT_UNREACHABLE: IcmpRequest = IcmpRequest::new(3, wire::icmpv4::unreach::PORT, 0);
+}
+
+impl NatNodeFamily for crate::V6 {
+    const NODE: &'static str = "lb6-nat";
+    const LOOKUP: LbNatNext = LbNatNext::Ip6Lookup;
+    const ICMP_ERROR: LbNatNext = LbNatNext::Ip6IcmpError;
+    const REWRITE: LbNatNext = LbNatNext::Ip6Rewrite;
+    const PORT_UNREACHABLE: IcmpRequest = IcmpRequest::new(1, wire::icmpv6::unreach::PORT, 0);
+}
+
+pub struct LbNat<F>(std::marker::PhantomData<F>);
+
+impl<F> Default for LbNat<F> {
+    fn default() -> Self {
+        LbNat(std::marker::PhantomData)
+    }
+}
+
+fn nat_drop(e: NatError) -> LbNatCounter {
+    match e {
+        NatError::Truncated => LbNatCounter::Truncated,
+        NatError::Fragment => LbNatCounter::Fragment,
+        NatError::ExtensionHeaders => LbNatCounter::ExtensionHeaders,
+        NatError::Protocol => LbNatCounter::Protocol,
+    }
+}
+
+impl<F: NatNodeFamily> LbNat<F> {
+    /// A forwarded packet: translated if it is the reply of a `Local`-policy connection,
+    /// on to `ipN-rewrite` either way (its route is the client's, unchanged).
+    #[inline]
+    fn forwarded<Cx: HasLb>(cx: &mut Cx, counts: &mut Counts<'_, LbNatCounter>, buf: &mut Buffer) -> Verdict<LbNatNext, LbNatCounter> {
+        let partial = buf.meta.offload.has_partial_checksum();
+        let (t, lb, now) = F::parts(cx.lb());
+        let pkt = buf.bytes_mut();
+        if let Ok((key, flags, l4)) = nat::flow::<F>(pkt) {
+            if t.reply_sources.contains(&key.src) {
+                if let Some(rw) = lb.reverse(&key, flags, now) {
+                    nat::translate::<F>(pkt, l4, &key, &rw, partial);
+                    counts.inc(LbNatCounter::Replies);
+                }
+            }
+        }
+        Verdict::Next(F::REWRITE)
+    }
+}
+
+impl<Cx: HasLb, F: NatNodeFamily> Node<Cx> for LbNat<F> {
+    type Next = LbNatNext;
+    type Counter = LbNatCounter;
+
+    fn name(&self) -> &'static str {
+        F::NODE
+    }
+
+    /// Start every packet's session lookup before waiting on any (the table is larger
+    /// than the caches and its pages than the TLB): the tags of every packet's bucket,
+    /// then the slot each tag names, so a vector's misses overlap in two waves rather
+    /// than queueing two per packet. Measured in docs/PERFORMANCE.md.
+    fn prepare(&mut self, cx: &mut Cx, pool: &mut Pool, input: &[BufIdx]) {
+        let (_, lb, _) = F::parts(cx.lb());
+        for &b in input {
+            if let Ok((key, _, _)) = nat::flow::<F>(pool.get(b).bytes()) {
+                lb.prefetch(&key);
+            }
+        }
+        for &b in input {
+            if let Ok((key, _, _)) = nat::flow::<F>(pool.get(b).bytes()) {
+                lb.prefetch_entry(&key);
+            }
+        }
+    }
+
+    #[inline]
+    fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
+        use LbNatCounter as C;
+        // Routed here by a service address's FIB entry (a tunnel reference above the
+        // adjacency indices), by ipN-local for the node's own addresses, or on its way
+        // to ipN-rewrite (`lb_replies`: a reply that kept the client's address?).
+        let adj = buf.meta.adj;
+        let local = adj <= MAX_INDEX && matches!(cx.ip().tables.adjacency(adj), Adjacency::Local);
+        if adj <= MAX_INDEX && !local {
+            return Self::forwarded(cx, counts, buf);
+        }
+        let partial = buf.meta.offload.has_partial_checksum();
+        let (t, lb, now) = F::parts(cx.lb());
+        let pkt = buf.bytes_mut();
+        let (key, flags, l4) = match nat::flow::<F>(pkt) {
+            Ok(x) => x,
+            Err(NatError::Protocol) if F::l4(pkt).is_ok_and(|(_, p)| p == F::ICMP) => {
+                let Ok(e) = nat::icmp_error::<F>(pkt) else {
+                    return Verdict::Drop(C::IcmpNotOurs);
+                };
+                let Some(rw) = lb.peek(&e.quoted.reversed(), now) else {
+                    return Verdict::Drop(C::IcmpNotOurs);
+                };
+                nat::translate_icmp_error::<F>(pkt, &e, &rw);
+                counts.inc(C::IcmpTranslated);
+                return Verdict::Next(F::LOOKUP);
+            }
+            Err(e) => return Verdict::Drop(nat_drop(e)),
+        };
+        // Replies are addressed to the node (SNAT) and come by ipN-local; a packet routed
+        // to a service address is a client's.
+        if local {
+            if let Some(rw) = lb.reverse(&key, flags, now) {
+                nat::translate::<F>(pkt, l4, &key, &rw, partial);
+                counts.inc(C::Replies);
+                return Verdict::Next(F::LOOKUP);
+            }
+        }
+        let Some(svc) = t.lookup(&key.dst, key.dport, key.proto, local) else {
+            counts.inc(C::NoService);
+            buf.meta.param = F::PORT_UNREACHABLE.encode();
+            return Verdict::Next(F::ICMP_ERROR);
+        };
+        match lb.forward(t, svc, &key, flags, now) {
+            Ok((rw, outcome)) => {
+                nat::translate::<F>(pkt, l4, &key, &rw, partial);
+                match outcome {
+                    Outcome::Hit => {}
+                    Outcome::New => counts.inc(C::NewSession),
+                    Outcome::NewAffine => counts.inc(C::Affine),
+                    Outcome::Rechosen => counts.inc(C::Rechosen),
+                }
+                Verdict::Next(F::LOOKUP)
+            }
+            Err(LbDrop::NoBackend) => {
+                counts.inc(C::NoBackend);
+                buf.meta.param = F::PORT_UNREACHABLE.encode();
+                Verdict::Next(F::ICMP_ERROR)
+            }
+            Err(LbDrop::SessionTableFull) => Verdict::Drop(C::SessionTableFull),
+            Err(LbDrop::SnatPortsExhausted) => Verdict::Drop(C::SnatPortsExhausted),
+            Err(LbDrop::ReplyTupleInUse) => Verdict::Drop(C::ReplyTupleInUse),
+        }
+    }
+}
+
+/// Add the LB nodes to a graph (the IP nodes must be there too).
+pub fn register<Cx: HasLb>(g: &mut GraphBuilder<Cx>) {
+    g.add(LbNat::<crate::V4>::default());
+    g.add(LbNat::<crate::V6>::default());
+}

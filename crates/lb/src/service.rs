@@ -1,0 +1,305 @@
+//! Services and backends as the control plane states them (Kubernetes' Service and
+//! EndpointSlice terms), validated before anything is built from them. Every error
+//! names the field and what was expected.
+
+use crate::maglev::{is_prime, MAX_TABLE_SIZE};
+use serde::{Deserialize, Serialize};
+use std::net::IpAddr;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    Tcp,
+    Udp,
+}
+
+impl Protocol {
+    /// The IP protocol number.
+    pub const fn number(self) -> u8 {
+        match self {
+            Protocol::Tcp => 6,
+            Protocol::Udp => 17,
+        }
+    }
+
+    pub const fn from_number(n: u8) -> Option<Protocol> {
+        match n {
+            6 => Some(Protocol::Tcp),
+            17 => Some(Protocol::Udp),
+            _ => None,
+        }
+    }
+}
+
+/// How clients reach the service (Kubernetes' Service `type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ServiceType {
+    /// A virtual address inside the cluster: `vip:port`.
+    ClusterIp,
+    /// `port` on every local address of the node (the `vip` names the family only, and
+    /// is not set: `node_port_family` says which).
+    NodePort,
+    /// An external address, announced elsewhere: `vip:port`.
+    LoadBalancer,
+}
+
+/// Who answers traffic from outside (Kubernetes' `externalTrafficPolicy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum TrafficPolicy {
+    /// Any backend; the source is translated to the node's address so replies come back
+    /// through the node.
+    #[default]
+    Cluster,
+    /// Local backends only, the client's address preserved.
+    Local,
+}
+
+/// `sessionAffinity`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Affinity {
+    #[default]
+    None,
+    /// Every connection from one client address goes to one backend while the client
+    /// was seen within `timeout_s` (Kubernetes' default: 10 800 s).
+    ClientIp { timeout_s: u32 },
+}
+
+/// The default `sessionAffinityConfig.clientIP.timeoutSeconds`.
+pub const DEFAULT_AFFINITY_TIMEOUT_S: u32 = 10_800;
+/// Kubernetes' bound on the affinity timeout (one day).
+pub const MAX_AFFINITY_TIMEOUT_S: u32 = 86_400;
+
+/// An EndpointSlice endpoint's conditions. `ready`: takes new connections.
+/// `serving`: would, were it not terminating. `terminating`: going away; keeps its
+/// connections, takes new ones only when the service has no ready backend (Kubernetes'
+/// `ProxyTerminatingEndpoints`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Conditions {
+    pub ready: bool,
+    pub serving: bool,
+    pub terminating: bool,
+}
+
+impl Default for Conditions {
+    fn default() -> Self {
+        Conditions { ready: true, serving: true, terminating: false }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackendSpec {
+    pub addr: IpAddr,
+    pub port: u16,
+    #[serde(default = "default_weight")]
+    pub weight: u32,
+    #[serde(default)]
+    pub conditions: Conditions,
+    /// On this node (for `externalTrafficPolicy: Local`).
+    #[serde(default = "default_local")]
+    pub local: bool,
+}
+
+fn default_weight() -> u32 {
+    1
+}
+fn default_local() -> bool {
+    true
+}
+
+/// The largest backend weight (Maglev turns are taken in units of the largest weight;
+/// a bound keeps the fill's rounds short).
+pub const MAX_WEIGHT: u32 = 1000;
+
+impl BackendSpec {
+    pub fn new(addr: IpAddr, port: u16) -> Self {
+        BackendSpec { addr, port, weight: 1, conditions: Conditions::default(), local: true }
+    }
+
+    /// The backend's Maglev identity: its address and port (the same backend keeps its
+    /// slots whatever else changes).
+    pub fn maglev_id(&self) -> u64 {
+        let a = match self.addr {
+            IpAddr::V4(a) => u32::from(a) as u64,
+            IpAddr::V6(a) => {
+                let o = u128::from(a);
+                (o as u64) ^ ((o >> 64) as u64).rotate_left(17)
+            }
+        };
+        a.rotate_left(16) ^ self.port as u64
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServiceSpec {
+    /// `namespace/name:port-name`, as the operator knows it; unique.
+    pub name: String,
+    #[serde(rename = "type")]
+    pub kind: ServiceType,
+    /// ClusterIP or LoadBalancer address; for NodePort, the unspecified address of the
+    /// family (`0.0.0.0` or `::`).
+    pub vip: IpAddr,
+    pub port: u16,
+    pub protocol: Protocol,
+    #[serde(default)]
+    pub backends: Vec<BackendSpec>,
+    #[serde(default)]
+    pub traffic_policy: TrafficPolicy,
+    #[serde(default)]
+    pub affinity: Affinity,
+    /// Maglev table size, prime; 0 for the default (grown to 100 slots per backend).
+    #[serde(default)]
+    pub table_size: u32,
+}
+
+/// What is wrong with a service or backend, naming the field and what was expected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpecError {
+    #[error("name: expected a non-empty name of at most 253 characters")]
+    Name,
+    #[error("vip: {0} for a {1} service: expected {2}")]
+    Vip(IpAddr, &'static str, &'static str),
+    #[error("port: expected 1 to 65535")]
+    Port,
+    #[error("table_size: {0}: expected 0 (default) or a prime from 101 to {MAX_TABLE_SIZE}")]
+    TableSize(u32),
+    #[error("affinity.timeout_s: {0}: expected 1 to {MAX_AFFINITY_TIMEOUT_S}")]
+    AffinityTimeout(u32),
+    #[error("backends[{0}].addr: {1}: expected a unicast address of the service's family")]
+    BackendAddr(usize, IpAddr),
+    #[error("backends[{0}].port: expected 1 to 65535")]
+    BackendPort(usize),
+    #[error("backends[{0}].weight: {1}: expected 1 to {MAX_WEIGHT}")]
+    BackendWeight(usize, u32),
+    #[error("backends[{0}].conditions: ready and terminating together: expected a terminating backend not ready")]
+    BackendConditions(usize),
+    #[error("backends[{0}]: {1} port {2} is listed twice")]
+    BackendDuplicate(usize, IpAddr, u16),
+}
+
+fn unicast(a: IpAddr) -> bool {
+    !(a.is_unspecified() || a.is_multicast() || a.is_loopback() || matches!(a, IpAddr::V4(v) if v.is_broadcast()))
+}
+
+impl ServiceSpec {
+    pub fn validate(&self) -> Result<(), SpecError> {
+        if self.name.is_empty() || self.name.len() > 253 {
+            return Err(SpecError::Name);
+        }
+        match self.kind {
+            ServiceType::NodePort if !self.vip.is_unspecified() => {
+                return Err(SpecError::Vip(self.vip, "node_port", "0.0.0.0 or :: (every local address of that family)"))
+            }
+            ServiceType::ClusterIp | ServiceType::LoadBalancer if !unicast(self.vip) => {
+                return Err(SpecError::Vip(self.vip, "cluster_ip or load_balancer", "a unicast address"))
+            }
+            _ => {}
+        }
+        if self.port == 0 {
+            return Err(SpecError::Port);
+        }
+        if self.table_size != 0 && (self.table_size < 101 || self.table_size > MAX_TABLE_SIZE || !is_prime(self.table_size)) {
+            return Err(SpecError::TableSize(self.table_size));
+        }
+        if let Affinity::ClientIp { timeout_s } = self.affinity {
+            if timeout_s == 0 || timeout_s > MAX_AFFINITY_TIMEOUT_S {
+                return Err(SpecError::AffinityTimeout(timeout_s));
+            }
+        }
+        for (i, b) in self.backends.iter().enumerate() {
+            b.validate(i, self.vip.is_ipv4())?;
+            if self.backends[..i].iter().any(|o| o.addr == b.addr && o.port == b.port) {
+                return Err(SpecError::BackendDuplicate(i, b.addr, b.port));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl BackendSpec {
+    /// Check the backend as entry `i` of a service of the given family.
+    pub fn validate(&self, i: usize, ipv4: bool) -> Result<(), SpecError> {
+        if self.addr.is_ipv4() != ipv4 || !unicast(self.addr) {
+            return Err(SpecError::BackendAddr(i, self.addr));
+        }
+        if self.port == 0 {
+            return Err(SpecError::BackendPort(i));
+        }
+        if self.weight == 0 || self.weight > MAX_WEIGHT {
+            return Err(SpecError::BackendWeight(i, self.weight));
+        }
+        if self.conditions.ready && self.conditions.terminating {
+            return Err(SpecError::BackendConditions(i));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn svc() -> ServiceSpec {
+        ServiceSpec {
+            name: "default/web:http".into(),
+            kind: ServiceType::ClusterIp,
+            vip: "198.18.128.10".parse().unwrap(),
+            port: 80,
+            protocol: Protocol::Tcp,
+            backends: vec![BackendSpec::new("198.19.1.10".parse().unwrap(), 8080)],
+            traffic_policy: TrafficPolicy::Cluster,
+            affinity: Affinity::None,
+            table_size: 0,
+        }
+    }
+
+    #[test]
+    fn valid_services_pass() {
+        svc().validate().unwrap();
+        let mut s = svc();
+        s.kind = ServiceType::NodePort;
+        s.vip = "0.0.0.0".parse().unwrap();
+        s.validate().unwrap();
+        let mut s = svc();
+        s.vip = "2001:db8::10".parse().unwrap();
+        s.backends = vec![BackendSpec::new("2001:db8:1::10".parse().unwrap(), 8080)];
+        s.affinity = Affinity::ClientIp { timeout_s: DEFAULT_AFFINITY_TIMEOUT_S };
+        s.table_size = 65_537;
+        s.validate().unwrap();
+    }
+
+    #[test]
+    fn each_bad_field_is_named() {
+        let cases: Vec<(Box<dyn Fn(&mut ServiceSpec)>, &str)> = vec![
+            (Box::new(|s| s.name.clear()), "name: expected"),
+            (Box::new(|s| s.vip = "0.0.0.0".parse().unwrap()), "vip: 0.0.0.0 for a cluster_ip"),
+            (Box::new(|s| s.kind = ServiceType::NodePort), "vip: 198.18.128.10 for a node_port service: expected 0.0.0.0 or ::"),
+            (Box::new(|s| s.port = 0), "port: expected 1 to 65535"),
+            (Box::new(|s| s.table_size = 1000), "table_size: 1000: expected 0 (default) or a prime"),
+            (Box::new(|s| s.table_size = 97), "table_size: 97"),
+            (Box::new(|s| s.affinity = Affinity::ClientIp { timeout_s: 0 }), "affinity.timeout_s: 0: expected 1 to 86400"),
+            (Box::new(|s| s.backends[0].addr = "2001:db8::1".parse().unwrap()), "backends[0].addr: 2001:db8::1: expected a unicast"),
+            (Box::new(|s| s.backends[0].port = 0), "backends[0].port"),
+            (Box::new(|s| s.backends[0].weight = 0), "backends[0].weight: 0: expected 1 to 1000"),
+            (Box::new(|s| s.backends[0].conditions.terminating = true), "backends[0].conditions: ready and terminating"),
+            (Box::new(|s| s.backends.push(s.backends[0])), "backends[1]: 198.19.1.10 port 8080 is listed twice"),
+        ];
+        for (change, want) in cases {
+            let mut s = svc();
+            change(&mut s);
+            let e = s.validate().unwrap_err().to_string();
+            assert!(e.starts_with(want), "{e:?} does not start with {want:?}");
+        }
+    }
+
+    #[test]
+    fn maglev_ids_differ_by_address_and_port() {
+        let a = BackendSpec::new("198.19.1.10".parse().unwrap(), 8080);
+        let b = BackendSpec::new("198.19.1.10".parse().unwrap(), 8081);
+        let c = BackendSpec::new("198.19.1.11".parse().unwrap(), 8080);
+        assert!(a.maglev_id() != b.maglev_id() && a.maglev_id() != c.maglev_id() && b.maglev_id() != c.maglev_id());
+    }
+}

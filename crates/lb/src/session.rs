@@ -1,0 +1,384 @@
+//! The per-worker session table and the balancer's decision for one packet, sans-IO:
+//! a flow's 5-tuple, its TCP flags and the time in; the translation to apply (or a
+//! named reason to drop) out.
+//!
+//! A connection is two entries, like conntrack's two tuples: the client's direction
+//! (client → service, translated to node-or-client → backend) and the reply direction
+//! (backend → node-or-client, translated to service → client). Each entry holds the
+//! translation for packets that match its key and the slot of its twin; the two share
+//! one state and expiry, written together. An established flow keeps its backend while
+//! that backend is in the service in any condition (a terminating backend keeps its
+//! flows), whatever the Maglev table now says.
+
+use crate::family::Family;
+use crate::table::{SlotIdx, Table, TableKey};
+use crate::tables::{FamilyTables, ServiceTable};
+
+/// A flow's 5-tuple as a packet carries it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub struct FlowKey<A> {
+    pub src: A,
+    pub dst: A,
+    pub sport: u16,
+    pub dport: u16,
+    pub proto: u8,
+}
+
+impl<A: Copy> FlowKey<A> {
+    pub fn reversed(&self) -> Self {
+        FlowKey { src: self.dst, dst: self.src, sport: self.dport, dport: self.sport, proto: self.proto }
+    }
+}
+
+/// What a packet's addresses and ports become.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Rewrite<A> {
+    pub src: A,
+    pub dst: A,
+    pub sport: u16,
+    pub dport: u16,
+}
+
+/// Where a connection is in its life: the timeout it gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConnState {
+    /// The client's SYN seen, no answer yet.
+    #[default]
+    SynSent,
+    Established,
+    /// A FIN seen in either direction.
+    Closing,
+    /// An RST seen.
+    Reset,
+    /// UDP, no reply yet.
+    UdpNew,
+    /// UDP, a reply seen.
+    UdpReplied,
+}
+
+/// Timeouts by state, in milliseconds. Defaults from Linux conntrack's (UDP, SYN, FIN)
+/// and kube-proxy's established-TCP setting (24 h).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Timeouts {
+    pub tcp_syn_ms: u64,
+    pub tcp_established_ms: u64,
+    pub tcp_closing_ms: u64,
+    pub tcp_reset_ms: u64,
+    pub udp_ms: u64,
+    pub udp_replied_ms: u64,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            tcp_syn_ms: 60_000,
+            tcp_established_ms: 86_400_000,
+            tcp_closing_ms: 120_000,
+            tcp_reset_ms: 10_000,
+            udp_ms: 30_000,
+            udp_replied_ms: 120_000,
+        }
+    }
+}
+
+impl Timeouts {
+    pub fn of(&self, s: ConnState) -> u64 {
+        match s {
+            ConnState::SynSent => self.tcp_syn_ms,
+            ConnState::Established => self.tcp_established_ms,
+            ConnState::Closing => self.tcp_closing_ms,
+            ConnState::Reset => self.tcp_reset_ms,
+            ConnState::UdpNew => self.udp_ms,
+            ConnState::UdpReplied => self.udp_replied_ms,
+        }
+    }
+}
+
+pub const TCP_FIN: u8 = 0x01;
+pub const TCP_SYN: u8 = 0x02;
+pub const TCP_RST: u8 = 0x04;
+pub const TCP_ACK: u8 = 0x10;
+const TCP: u8 = 6;
+
+/// The next state after a packet with `flags` (0 for UDP), from the client (`forward`)
+/// or from the backend.
+pub fn next_state(s: ConnState, proto: u8, flags: u8, forward: bool) -> ConnState {
+    if proto != TCP {
+        return if forward { s } else { ConnState::UdpReplied };
+    }
+    match s {
+        _ if flags & TCP_RST != 0 => ConnState::Reset,
+        ConnState::Reset => ConnState::Reset,
+        _ if flags & TCP_FIN != 0 => ConnState::Closing,
+        ConnState::Closing => ConnState::Closing,
+        ConnState::SynSent if !forward && flags & (TCP_SYN | TCP_ACK) == TCP_SYN | TCP_ACK => ConnState::Established,
+        other => other,
+    }
+}
+
+/// One direction of a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Session<A> {
+    pub rewrite: Rewrite<A>,
+    pub service: u32,
+    /// The backend's index in the service; `u32::MAX` on the reply direction's entry.
+    pub backend: u32,
+    pub twin: SlotIdx,
+    pub state: ConnState,
+}
+
+impl<A> Session<A> {
+    pub fn is_forward(&self) -> bool {
+        self.backend != u32::MAX
+    }
+}
+
+/// The client-affinity key: client address and service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AffinityKey<A> {
+    pub client: A,
+    pub service: u32,
+}
+
+/// The backend an affine client goes to, checked against the service on use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AffinityEntry<A> {
+    pub backend: u32,
+    pub addr: A,
+    pub port: u16,
+}
+
+/// Keys of either family hash through the family's flow hash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Key<F: Family>(pub FlowKey<F::Addr>);
+
+impl<F: Family> TableKey for Key<F> {
+    #[inline(always)]
+    fn hash(&self) -> u32 {
+        let k = &self.0;
+        F::flow_hash(&k.src, &k.dst, k.sport, k.dport, k.proto)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ClientKey<F: Family>(pub AffinityKey<F::Addr>);
+
+impl<F: Family> TableKey for ClientKey<F> {
+    #[inline(always)]
+    fn hash(&self) -> u32 {
+        let k = &self.0;
+        F::flow_hash(&k.client, &k.client, (k.service >> 16) as u16, k.service as u16, 0)
+    }
+}
+
+/// Why a packet to a service was not translated (each a node counter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LbDrop {
+    /// The service has no backend that takes new connections.
+    NoBackend,
+    /// The session table had no room for a new connection.
+    SessionTableFull,
+    /// Every source port tried for the node's address was taken toward that backend.
+    SnatPortsExhausted,
+    /// The reply direction of the new connection is an existing connection's.
+    ReplyTupleInUse,
+}
+
+/// What happened to the session on the way (counted by the node as information).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// An existing session's translation.
+    Hit,
+    /// A new session, its backend from Maglev.
+    New,
+    /// A new session, its backend from the client's affinity entry.
+    NewAffine,
+    /// A session whose backend left the service: a new backend chosen.
+    Rechosen,
+}
+
+/// Bounds of a worker's tables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    /// Session entries (two per connection).
+    pub sessions: usize,
+    pub affinity: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { sessions: 1 << 20, affinity: 1 << 16 }
+    }
+}
+
+/// Tries at a free source port for the node's address before giving up.
+const SNAT_PORT_TRIES: u32 = 8;
+
+/// A worker's sessions of one family and the decisions over them.
+pub struct Balancer<F: Family> {
+    pub sessions: Table<Key<F>, Session<F::Addr>>,
+    pub affinity: Table<ClientKey<F>, AffinityEntry<F::Addr>>,
+    pub timeouts: Timeouts,
+}
+
+impl<F: Family> Balancer<F> {
+    pub fn new(limits: Limits, timeouts: Timeouts) -> Self {
+        Balancer { sessions: Table::new(limits.sessions), affinity: Table::new(limits.affinity), timeouts }
+    }
+
+    /// A packet `key` from a client to `svc` (found by the caller in `t`): the
+    /// translation to apply.
+    #[inline]
+    pub fn forward(
+        &mut self,
+        t: &FamilyTables<F>,
+        svc: &ServiceTable<F>,
+        key: &FlowKey<F::Addr>,
+        flags: u8,
+        now: u64,
+    ) -> Result<(Rewrite<F::Addr>, Outcome), LbDrop> {
+        let mut outcome = Outcome::New;
+        if let Some(i) = self.sessions.find(&Key(*key), now) {
+            let s = *self.sessions.get(i);
+            let restart = key.proto == TCP
+                && flags & TCP_SYN != 0
+                && flags & TCP_ACK == 0
+                && matches!(s.state, ConnState::Closing | ConnState::Reset);
+            let kept = s.service == svc.id
+                && svc.backends.get(s.backend as usize).is_some_and(|b| b.addr == s.rewrite.dst && b.port == s.rewrite.dport);
+            if kept && !restart {
+                self.touch(i, s, key.proto, flags, true, now);
+                return Ok((s.rewrite, Outcome::Hit));
+            }
+            // A new connection on an old tuple, or one whose backend is gone: start over.
+            self.sessions.remove(s.twin);
+            self.sessions.remove(i);
+            if !kept {
+                outcome = Outcome::Rechosen;
+            }
+        }
+        let (b, affine) = self.choose(svc, key, now)?;
+        let backend = &svc.backends[b as usize];
+        let (src, sport) = match (svc.snat, t.snat) {
+            (true, Some(node)) => (node, self.snat_port(key, &backend.addr, backend.port, &node, now)?),
+            _ => (key.src, key.sport),
+        };
+        let there = Rewrite { src, sport, dst: backend.addr, dport: backend.port };
+        let back = Rewrite { src: key.dst, sport: key.dport, dst: key.src, dport: key.sport };
+        let reply_key = FlowKey { src: there.dst, sport: there.dport, dst: there.src, dport: there.sport, proto: key.proto };
+        if self.sessions.find(&Key(reply_key), now).is_some() {
+            return Err(LbDrop::ReplyTupleInUse);
+        }
+        let state = if key.proto != TCP {
+            ConnState::UdpNew
+        } else if flags & TCP_SYN != 0 {
+            ConnState::SynSent
+        } else {
+            // Picked up mid-stream (another worker's or a lost session): it is live.
+            ConnState::Established
+        };
+        let expires = now + self.timeouts.of(state);
+        if !self.sessions.has_room(&Key(*key), now) {
+            return Err(LbDrop::SessionTableFull);
+        }
+        let fwd = Session { rewrite: there, service: svc.id, backend: b, twin: 0, state };
+        let i = self.sessions.insert(Key(*key), fwd, now, expires).ok_or(LbDrop::SessionTableFull)?;
+        let rev = Session { rewrite: back, service: svc.id, backend: u32::MAX, twin: i, state };
+        let Some(j) = self.sessions.insert(Key(reply_key), rev, now, expires) else {
+            self.sessions.remove(i);
+            return Err(LbDrop::SessionTableFull);
+        };
+        self.sessions.get_mut(i).twin = j;
+        Ok((there, if affine { Outcome::NewAffine } else { outcome }))
+    }
+
+    /// Start loading what [`Balancer::forward`] or [`Balancer::reverse`] of `key` reads first.
+    #[inline(always)]
+    pub fn prefetch(&self, key: &FlowKey<F::Addr>) {
+        self.sessions.prefetch(&Key(*key));
+    }
+
+    /// The second stage: the entry itself (see [`Table::prefetch_slot`]).
+    #[inline(always)]
+    pub fn prefetch_entry(&self, key: &FlowKey<F::Addr>) {
+        self.sessions.prefetch_slot(&Key(*key));
+    }
+
+    /// A packet that may be a reply of a translated connection: its translation.
+    #[inline]
+    pub fn reverse(&mut self, key: &FlowKey<F::Addr>, flags: u8, now: u64) -> Option<Rewrite<F::Addr>> {
+        let i = self.sessions.find(&Key(*key), now)?;
+        let s = *self.sessions.get(i);
+        if s.is_forward() {
+            return None;
+        }
+        self.touch(i, s, key.proto, flags, false, now);
+        Some(s.rewrite)
+    }
+
+    /// The translation of the entry whose key is `key`, whichever its direction (for the
+    /// packet an ICMP error quotes). Does not refresh the session.
+    pub fn peek(&self, key: &FlowKey<F::Addr>, now: u64) -> Option<Rewrite<F::Addr>> {
+        self.sessions.find(&Key(*key), now).map(|i| self.sessions.get(i).rewrite)
+    }
+
+    /// A packet of the connection: its state, and its expiry pushed on. The expiry is
+    /// written only when it moves by a sixteenth of the timeout (at most a second), so
+    /// a flow's packets mostly only read the table (the twin's slot is another cache
+    /// line); an idle connection goes that much early at most.
+    #[inline]
+    fn touch(&mut self, i: SlotIdx, s: Session<F::Addr>, proto: u8, flags: u8, forward: bool, now: u64) {
+        let state = next_state(s.state, proto, flags, forward);
+        let timeout = self.timeouts.of(state);
+        let expires = now + timeout;
+        if state == s.state && expires < self.sessions.expires(i) + (timeout / 16).min(1000) {
+            return;
+        }
+        for k in [i, s.twin] {
+            self.sessions.get_mut(k).state = state;
+            self.sessions.set_expires(k, expires);
+        }
+    }
+
+    /// The backend for a new connection: the client's affinity entry if the service has
+    /// affinity and the entry's backend still takes new connections, else Maglev.
+    fn choose(&mut self, svc: &ServiceTable<F>, key: &FlowKey<F::Addr>, now: u64) -> Result<(u32, bool), LbDrop> {
+        let ak = ClientKey(AffinityKey { client: key.src, service: svc.id });
+        if svc.affinity_ms != 0 {
+            if let Some(i) = self.affinity.find(&ak, now) {
+                let e = *self.affinity.get(i);
+                if svc.backends.get(e.backend as usize).is_some_and(|b| b.eligible && b.addr == e.addr && b.port == e.port) {
+                    self.affinity.set_expires(i, now + svc.affinity_ms);
+                    return Ok((e.backend, true));
+                }
+                self.affinity.remove(i);
+            }
+        }
+        let h = F::flow_hash(&key.src, &key.dst, key.sport, key.dport, key.proto);
+        let b = svc.pick(h).ok_or(LbDrop::NoBackend)?;
+        if svc.affinity_ms != 0 {
+            let be = &svc.backends[b as usize];
+            // A full affinity table costs stickiness, not the connection.
+            let _ = self.affinity.insert(ak, AffinityEntry { backend: b, addr: be.addr, port: be.port }, now, now + svc.affinity_ms);
+        }
+        Ok((b, false))
+    }
+
+    /// A source port on the node's address whose reply tuple from the backend is free:
+    /// the client's own port first, then ports from the flow hash.
+    fn snat_port(&self, key: &FlowKey<F::Addr>, baddr: &F::Addr, bport: u16, node: &F::Addr, now: u64) -> Result<u16, LbDrop> {
+        let h = F::flow_hash(&key.src, &key.dst, key.sport, key.dport, key.proto);
+        (0..SNAT_PORT_TRIES)
+            .map(|n| if n == 0 { key.sport } else { 1024 + engine::hash::reduce(engine::hash::mix(h, n), 65536 - 1024) as u16 })
+            .find(|&p| {
+                self.sessions.find(&Key(FlowKey { src: *baddr, sport: bport, dst: *node, dport: p, proto: key.proto }), now).is_none()
+            })
+            .ok_or(LbDrop::SnatPortsExhausted)
+    }
+}
+
+#[cfg(test)]
+mod tests;

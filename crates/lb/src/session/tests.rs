@@ -1,0 +1,262 @@
+use super::*;
+use crate::family::V4;
+use crate::service::{Affinity, BackendSpec, Conditions, Protocol, ServiceSpec, ServiceType, TrafficPolicy};
+use crate::state::LbState;
+use crate::tables::LbTables;
+use std::sync::Arc;
+
+const VIP: [u8; 4] = [198, 18, 128, 10];
+const NODE: [u8; 4] = [198, 18, 0, 2];
+const BACKENDS: [&str; 3] = ["198.19.1.10", "198.19.2.10", "198.19.3.10"];
+
+fn spec(proto: Protocol, policy: TrafficPolicy, affinity: Affinity) -> ServiceSpec {
+    ServiceSpec {
+        name: "default/web".into(),
+        kind: ServiceType::ClusterIp,
+        vip: "198.18.128.10".parse().unwrap(),
+        port: 80,
+        protocol: proto,
+        backends: BACKENDS.iter().map(|a| BackendSpec::new(a.parse().unwrap(), 8080)).collect(),
+        traffic_policy: policy,
+        affinity,
+        table_size: 0,
+    }
+}
+
+fn state(s: ServiceSpec) -> LbState {
+    let mut st = LbState::new();
+    st.set_snat(Some("198.18.0.2".parse().unwrap())).unwrap();
+    st.add_service(s).unwrap();
+    st
+}
+
+fn client(i: u16) -> FlowKey<[u8; 4]> {
+    FlowKey { src: [198, 18, 1 + (i >> 8) as u8, i as u8], dst: VIP, sport: 10_000 + i, dport: 80, proto: 6 }
+}
+
+struct Run {
+    t: Arc<LbTables>,
+    lb: Balancer<V4>,
+}
+
+impl Run {
+    fn new(st: &LbState) -> Self {
+        Run { t: st.tables(), lb: Balancer::new(Limits { sessions: 4096, affinity: 1024 }, Timeouts::default()) }
+    }
+    fn fwd(&mut self, k: &FlowKey<[u8; 4]>, flags: u8, now: u64) -> Result<(Rewrite<[u8; 4]>, Outcome), LbDrop> {
+        let svc = Arc::clone(self.t.v4.lookup(&k.dst, k.dport, k.proto, false).unwrap());
+        self.lb.forward(&self.t.v4, &svc, k, flags, now)
+    }
+    fn backend_of(&mut self, k: &FlowKey<[u8; 4]>, flags: u8, now: u64) -> [u8; 4] {
+        self.fwd(k, flags, now).unwrap().0.dst
+    }
+}
+
+fn ip(s: &str) -> [u8; 4] {
+    s.parse::<std::net::Ipv4Addr>().unwrap().octets()
+}
+
+#[test]
+fn a_connection_is_translated_both_ways() {
+    let st = state(spec(Protocol::Tcp, TrafficPolicy::Local, Affinity::None));
+    let mut r = Run::new(&st);
+    let k = client(1);
+    let (there, o) = r.fwd(&k, TCP_SYN, 0).unwrap();
+    assert_eq!(o, Outcome::New);
+    assert!(BACKENDS.iter().any(|b| ip(b) == there.dst));
+    assert_eq!((there.src, there.sport, there.dport), (k.src, k.sport, 8080), "Local keeps the client's address");
+    // The backend's answer comes back as the service's.
+    let reply = FlowKey { src: there.dst, dst: k.src, sport: 8080, dport: k.sport, proto: 6 };
+    let back = r.lb.reverse(&reply, TCP_SYN | TCP_ACK, 1).unwrap();
+    assert_eq!(back, Rewrite { src: VIP, sport: 80, dst: k.src, dport: k.sport });
+    // Anything else is not ours.
+    assert!(r.lb.reverse(&FlowKey { sport: 8081, ..reply }, TCP_ACK, 1).is_none());
+    assert!(r.lb.reverse(&k, TCP_ACK, 1).is_none(), "a forward entry does not translate replies");
+    assert_eq!(r.fwd(&k, TCP_ACK, 2).unwrap(), (there, Outcome::Hit));
+    assert_eq!(r.lb.sessions.live(2), 2);
+}
+
+#[test]
+fn cluster_policy_translates_the_source_to_the_node_with_distinct_ports() {
+    let st = state(spec(Protocol::Udp, TrafficPolicy::Cluster, Affinity::None));
+    let mut r = Run::new(&st);
+    // Clients that share a source port and land on one backend get different node ports.
+    let mut seen = std::collections::HashMap::new();
+    for i in 0..200u16 {
+        let k = FlowKey { sport: 5353, proto: 17, ..client(i) };
+        let (there, _) = r.fwd(&k, 0, 0).unwrap();
+        assert_eq!(there.src, NODE);
+        assert!(seen.insert((there.dst, there.sport), k).is_none(), "node port reused toward one backend");
+        let reply = FlowKey { src: there.dst, sport: 8080, dst: NODE, dport: there.sport, proto: 17 };
+        assert_eq!(r.lb.reverse(&reply, 0, 1).unwrap(), Rewrite { src: VIP, sport: 80, dst: k.src, dport: 5353 });
+    }
+    assert!(seen.keys().filter(|(_, p)| *p == 5353).count() <= 3, "the client's port first, once per backend");
+}
+
+#[test]
+fn tcp_states_set_the_timeouts() {
+    let st = state(spec(Protocol::Tcp, TrafficPolicy::Local, Affinity::None));
+    let mut r = Run::new(&st);
+    let to = Timeouts::default();
+    let k = client(7);
+    let (there, _) = r.fwd(&k, TCP_SYN, 1000).unwrap();
+    let reply = FlowKey { src: there.dst, dst: k.src, sport: 8080, dport: k.sport, proto: 6 };
+    let state_of = |r: &Run, now| r.lb.sessions.find(&Key(k), now).map(|i| (r.lb.sessions.get(i).state, r.lb.sessions.expires(i)));
+    assert_eq!(state_of(&r, 1000), Some((ConnState::SynSent, 1000 + to.tcp_syn_ms)));
+    // Unanswered, it goes at the SYN timeout, both entries.
+    assert!(state_of(&r, 1000 + to.tcp_syn_ms).is_none());
+    assert!(r.lb.reverse(&reply, TCP_ACK, 1000 + to.tcp_syn_ms).is_none());
+
+    let (there, _) = r.fwd(&k, TCP_SYN, 100_000).unwrap();
+    let reply = FlowKey { src: there.dst, dst: k.src, sport: 8080, dport: k.sport, proto: 6 };
+    r.lb.reverse(&reply, TCP_SYN | TCP_ACK, 100_001).unwrap();
+    assert_eq!(state_of(&r, 100_001), Some((ConnState::Established, 100_001 + to.tcp_established_ms)));
+    r.fwd(&k, TCP_ACK | TCP_FIN, 200_000).unwrap();
+    assert_eq!(state_of(&r, 200_000), Some((ConnState::Closing, 200_000 + to.tcp_closing_ms)));
+    // Closing does not go back to established on later packets; the expiry moves on
+    // once it would move by a second (not on every packet).
+    r.lb.reverse(&reply, TCP_ACK, 200_001).unwrap();
+    assert_eq!(state_of(&r, 200_001), Some((ConnState::Closing, 200_000 + to.tcp_closing_ms)));
+    r.lb.reverse(&reply, TCP_ACK, 201_000).unwrap();
+    assert_eq!(state_of(&r, 201_000), Some((ConnState::Closing, 201_000 + to.tcp_closing_ms)));
+    r.lb.reverse(&reply, TCP_RST, 200_002).unwrap();
+    assert_eq!(state_of(&r, 200_002), Some((ConnState::Reset, 200_002 + to.tcp_reset_ms)));
+    assert!(state_of(&r, 200_002 + to.tcp_reset_ms).is_none());
+    // A new SYN on a reset tuple starts a new session rather than reviving the old one.
+    r.fwd(&k, TCP_SYN, 300_000).unwrap();
+    r.fwd(&k, TCP_RST, 300_001).unwrap();
+    assert_eq!(r.fwd(&k, TCP_SYN, 300_002).unwrap().1, Outcome::New);
+    assert_eq!(state_of(&r, 300_002).unwrap().0, ConnState::SynSent);
+    assert_eq!(r.lb.sessions.live(300_002), 2, "the old pair is gone");
+}
+
+#[test]
+fn udp_sessions_age_when_idle() {
+    let st = state(spec(Protocol::Udp, TrafficPolicy::Local, Affinity::None));
+    let mut r = Run::new(&st);
+    let to = Timeouts::default();
+    let k = FlowKey { proto: 17, ..client(3) };
+    let (there, _) = r.fwd(&k, 0, 0).unwrap();
+    // Traffic keeps it; silence ends it.
+    for t in (1..10).map(|n| n * (to.udp_ms - 1)) {
+        assert_eq!(r.fwd(&k, 0, t).unwrap().1, Outcome::Hit, "at {t}");
+    }
+    let last = 9 * (to.udp_ms - 1);
+    let reply = FlowKey { src: there.dst, dst: k.src, sport: 8080, dport: k.sport, proto: 17 };
+    r.lb.reverse(&reply, 0, last).unwrap();
+    let i = r.lb.sessions.find(&Key(k), last).unwrap();
+    assert_eq!((r.lb.sessions.get(i).state, r.lb.sessions.expires(i)), (ConnState::UdpReplied, last + to.udp_replied_ms));
+    assert!(r.lb.sessions.find(&Key(k), last + to.udp_replied_ms).is_none());
+    assert_eq!(r.fwd(&k, 0, last + to.udp_replied_ms).unwrap().1, Outcome::New);
+}
+
+/// Flows keep their backends when backends come and go; Maglev moves only new flows.
+#[test]
+fn established_flows_keep_their_backends_across_changes() {
+    let mut st = state(spec(Protocol::Tcp, TrafficPolicy::Local, Affinity::None));
+    let mut r = Run::new(&st);
+    let flows: Vec<_> = (0..300).map(client).collect();
+    let before: Vec<_> = flows.iter().map(|k| r.backend_of(k, TCP_SYN, 0)).collect();
+    st.set_backend("default/web", BackendSpec::new("198.19.4.10".parse().unwrap(), 8080)).unwrap();
+    r.t = st.tables();
+    let after: Vec<_> = flows.iter().map(|k| r.backend_of(k, TCP_ACK, 1)).collect();
+    assert_eq!(before, after);
+    // The same tuples as new connections elsewhere (fresh worker): some now go to the new backend.
+    let mut fresh = Run::new(&st);
+    let moved = flows.iter().filter(|k| fresh.backend_of(k, TCP_SYN, 1) == ip("198.19.4.10")).count();
+    assert!(moved > 30 && moved < 120, "{moved}");
+}
+
+#[test]
+fn terminating_backends_keep_their_flows_and_get_no_new_ones() {
+    let mut st = state(spec(Protocol::Tcp, TrafficPolicy::Local, Affinity::None));
+    let mut r = Run::new(&st);
+    let flows: Vec<_> = (0..300).map(client).collect();
+    let before: Vec<_> = flows.iter().map(|k| r.backend_of(k, TCP_SYN, 0)).collect();
+    let draining = ip(BACKENDS[1]);
+    assert!(before.contains(&draining));
+    st.update_backend(
+        "default/web",
+        BACKENDS[1].parse().unwrap(),
+        8080,
+        None,
+        Some(Conditions { ready: false, serving: true, terminating: true }),
+    )
+    .unwrap();
+    r.t = st.tables();
+    for (k, b) in flows.iter().zip(&before) {
+        assert_eq!(r.fwd(k, TCP_ACK, 1).unwrap(), (r.fwd(k, TCP_ACK, 1).unwrap().0, Outcome::Hit));
+        assert_eq!(r.backend_of(k, TCP_ACK, 1), *b);
+    }
+    let new = (1000..1300).map(|i| r.backend_of(&client(i), TCP_SYN, 2)).collect::<Vec<_>>();
+    assert!(!new.contains(&draining));
+    assert!(new.contains(&ip(BACKENDS[0])) && new.contains(&ip(BACKENDS[2])));
+    // Removed outright, its flows are chosen again (and counted as such).
+    st.del_backend("default/web", BACKENDS[1].parse().unwrap(), 8080).unwrap();
+    r.t = st.tables();
+    let (k, _) = flows.iter().zip(&before).find(|(_, b)| **b == draining).unwrap();
+    let (there, o) = r.fwd(k, TCP_ACK, 3).unwrap();
+    assert_eq!(o, Outcome::Rechosen);
+    assert_ne!(there.dst, draining);
+}
+
+#[test]
+fn client_ip_affinity_holds_for_its_timeout() {
+    let st = state(spec(Protocol::Tcp, TrafficPolicy::Local, Affinity::ClientIp { timeout_s: 100 }));
+    let mut r = Run::new(&st);
+    let one = |port: u16| FlowKey { sport: port, ..client(9) };
+    let first = r.backend_of(&one(1), TCP_SYN, 0);
+    for p in 2..200 {
+        let (there, o) = r.fwd(&one(p), TCP_SYN, p as u64 * 100).unwrap();
+        assert_eq!((there.dst, o), (first, Outcome::NewAffine));
+    }
+    // Without affinity the same connections spread.
+    let plain = state(spec(Protocol::Tcp, TrafficPolicy::Local, Affinity::None));
+    let mut p = Run::new(&plain);
+    let spread: std::collections::HashSet<_> = (1..200).map(|port| p.backend_of(&one(port), TCP_SYN, 0)).collect();
+    assert_eq!(spread.len(), 3);
+    // Refreshed by each connection, it lapses 100 s after the last.
+    let last = 199 * 100;
+    let ak = ClientKey::<V4>(AffinityKey { client: one(1).src, service: 0 });
+    assert!(r.lb.affinity.find(&ak, last + 99_999).is_some());
+    assert!(r.lb.affinity.find(&ak, last + 100_000).is_none());
+    let (_, o) = r.fwd(&one(500), TCP_SYN, last + 100_000).unwrap();
+    assert_eq!(o, Outcome::New);
+}
+
+#[test]
+fn a_full_table_is_counted_not_overrun() {
+    let st = state(spec(Protocol::Udp, TrafficPolicy::Local, Affinity::None));
+    let mut r = Run::new(&st);
+    r.lb = Balancer::new(Limits { sessions: 64, affinity: 8 }, Timeouts::default());
+    let (mut ok, mut full) = (0, 0);
+    for i in 0..200 {
+        match r.fwd(&FlowKey { proto: 17, ..client(i) }, 0, 0) {
+            Ok(_) => ok += 1,
+            Err(LbDrop::SessionTableFull) => full += 1,
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    assert_eq!(ok + full, 200);
+    assert!(ok <= 32 && ok >= 16, "{ok}");
+    assert_eq!(r.lb.sessions.live(0), 2 * ok);
+    // Once they expire there is room again.
+    assert_eq!(r.fwd(&FlowKey { proto: 17, ..client(1000) }, 0, Timeouts::default().udp_ms).unwrap().1, Outcome::New);
+}
+
+#[test]
+fn no_backend_is_a_named_drop() {
+    let mut s = spec(Protocol::Tcp, TrafficPolicy::Local, Affinity::None);
+    s.backends.clear();
+    let st = state(s);
+    let mut r = Run::new(&st);
+    assert_eq!(r.fwd(&client(1), TCP_SYN, 0), Err(LbDrop::NoBackend));
+    assert_eq!(r.lb.sessions.live(0), 0);
+}
+
+#[test]
+fn memory_per_session() {
+    // Two entries per connection; reported in docs/PERFORMANCE.md.
+    assert!(Table::<Key<V4>, Session<[u8; 4]>>::slot_bytes() <= 64, "{}", Table::<Key<V4>, Session<[u8; 4]>>::slot_bytes());
+    assert!(Table::<Key<crate::V6>, Session<[u8; 16]>>::slot_bytes() <= 128);
+}

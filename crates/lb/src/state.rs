@@ -1,0 +1,402 @@
+//! The control plane's services: validated specs by id, each compiled into its own
+//! [`ServiceTable`] when it changes. Every operation changes one service and its own
+//! table only (one Maglev build), so a backend update costs the same with 10 000
+//! services as with one; `tables()` hands out the current version to publish.
+
+use crate::family::{Family, V4, V6};
+use crate::maglev::{self, MaglevBackend};
+use crate::service::{Affinity, BackendSpec, Conditions, ServiceSpec, ServiceType, SpecError, TrafficPolicy};
+use crate::tables::{Backend, FamilyTables, LbTables, ServiceTable};
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LbError {
+    #[error("service {0:?}: {1}")]
+    Spec(String, SpecError),
+    #[error("service {0:?}: name: already exists")]
+    DuplicateName(String),
+    #[error("service {0:?}: vip/port/protocol: {1} port {2} {3:?} already belongs to service {4:?}")]
+    DuplicateAddress(String, IpAddr, u16, crate::service::Protocol, String),
+    #[error("service {0:?}: no such service")]
+    NoSuchService(String),
+    #[error("service {0:?}: backend {1} port {2}: no such backend")]
+    NoSuchBackend(String, IpAddr, u16),
+    #[error("snat: {0}: expected a unicast address")]
+    Snat(IpAddr),
+}
+
+#[derive(Debug, Default)]
+pub struct LbState {
+    specs: Vec<Option<ServiceSpec>>,
+    by_name: HashMap<String, u32>,
+    /// (address, port, protocol, node port) → service, for the duplicate check.
+    by_address: HashMap<(IpAddr, u16, crate::service::Protocol, bool), u32>,
+    /// Services per service address (NodePort services apart).
+    on_vip: HashMap<IpAddr, usize>,
+    tables: LbTables,
+    /// Maglev tables built since start (each operation builds at most one).
+    pub maglev_builds: u64,
+}
+
+/// Which backends take new connections: the ready ones; without any, the serving ones
+/// that are terminating (Kubernetes' `ProxyTerminatingEndpoints`). With `Local` policy on
+/// traffic from outside the cluster (NodePort, LoadBalancer), only the node's own.
+fn eligible(spec: &ServiceSpec) -> Vec<bool> {
+    let local_only = spec.traffic_policy == TrafficPolicy::Local && spec.kind != ServiceType::ClusterIp;
+    let candidate = |b: &BackendSpec| !local_only || b.local;
+    let ready: Vec<bool> = spec.backends.iter().map(|b| candidate(b) && b.conditions.ready).collect();
+    if ready.iter().any(|&r| r) {
+        return ready;
+    }
+    spec.backends.iter().map(|b| candidate(b) && b.conditions.serving && b.conditions.terminating).collect()
+}
+
+fn compile<F: Family>(id: u32, spec: &ServiceSpec) -> ServiceTable<F> {
+    let eligible = eligible(spec);
+    let backends: Vec<Backend<F>> = spec
+        .backends
+        .iter()
+        .zip(&eligible)
+        .map(|(b, &e)| Backend { addr: F::from_ip(b.addr).unwrap_or_default(), port: b.port, conditions: b.conditions, eligible: e })
+        .collect();
+    let weighted: Vec<MaglevBackend> = spec
+        .backends
+        .iter()
+        .zip(&eligible)
+        .map(|(b, &e)| MaglevBackend { id: b.maglev_id(), weight: if e { b.weight } else { 0 } })
+        .collect();
+    let size = maglev::table_size_for(spec.backends.len(), spec.table_size);
+    ServiceTable {
+        id,
+        port: spec.port,
+        proto: spec.protocol.number(),
+        snat: spec.traffic_policy == TrafficPolicy::Cluster,
+        affinity_ms: match spec.affinity {
+            Affinity::None => 0,
+            Affinity::ClientIp { timeout_s } => timeout_s as u64 * 1000,
+        },
+        backends,
+        maglev: maglev::build(&weighted, size),
+    }
+}
+
+impl LbState {
+    pub fn new() -> Self {
+        LbState::default()
+    }
+
+    /// The current tables, to publish.
+    pub fn tables(&self) -> Arc<LbTables> {
+        let mut t = self.tables.clone();
+        // Only services with the Local policy have replies that come forwarded (few).
+        for (_, s) in self.services().filter(|(_, s)| s.traffic_policy == TrafficPolicy::Local) {
+            for b in &s.backends {
+                match b.addr {
+                    IpAddr::V4(a) => t.v4.reply_sources.insert(a.octets()),
+                    IpAddr::V6(a) => t.v6.reply_sources.insert(a.octets()),
+                };
+            }
+        }
+        Arc::new(t)
+    }
+
+    /// Whether some service keeps client addresses (its replies come forwarded).
+    pub fn has_local_policy(&self) -> bool {
+        self.services().any(|(_, s)| s.traffic_policy == TrafficPolicy::Local)
+    }
+
+    /// Services on `addr` (any port and protocol), NodePort services apart.
+    pub fn on_address(&self, addr: IpAddr) -> usize {
+        self.on_vip.get(&addr).copied().unwrap_or(0)
+    }
+
+    pub fn services(&self) -> impl Iterator<Item = (u32, &ServiceSpec)> {
+        self.specs.iter().enumerate().filter_map(|(i, s)| s.as_ref().map(|s| (i as u32, s)))
+    }
+
+    pub fn service(&self, name: &str) -> Option<(u32, &ServiceSpec)> {
+        let id = *self.by_name.get(name)?;
+        self.specs[id as usize].as_ref().map(|s| (id, s))
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_name.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_name.is_empty()
+    }
+
+    /// Set the address `Cluster`-policy services of its family translate sources to.
+    pub fn set_snat(&mut self, addr: Option<IpAddr>) -> Result<(), LbError> {
+        match addr {
+            Some(a) if a.is_unspecified() || a.is_multicast() || a.is_loopback() => return Err(LbError::Snat(a)),
+            Some(IpAddr::V4(a)) => self.tables.v4.snat = Some(a.octets()),
+            Some(IpAddr::V6(a)) => self.tables.v6.snat = Some(a.octets()),
+            None => {}
+        }
+        Ok(())
+    }
+
+    pub fn add_service(&mut self, spec: ServiceSpec) -> Result<u32, LbError> {
+        spec.validate().map_err(|e| LbError::Spec(spec.name.clone(), e))?;
+        if self.by_name.contains_key(&spec.name) {
+            return Err(LbError::DuplicateName(spec.name));
+        }
+        let address = (spec.vip, spec.port, spec.protocol, spec.kind == ServiceType::NodePort);
+        if let Some(other) = self.by_address.get(&address).and_then(|&id| self.specs[id as usize].as_ref()) {
+            return Err(LbError::DuplicateAddress(spec.name.clone(), spec.vip, spec.port, spec.protocol, other.name.clone()));
+        }
+        let id = match self.specs.iter().position(Option::is_none) {
+            Some(i) => i as u32,
+            None => {
+                self.specs.push(None);
+                self.specs.len() as u32 - 1
+            }
+        };
+        self.by_name.insert(spec.name.clone(), id);
+        self.by_address.insert(address, id);
+        if !address.3 {
+            *self.on_vip.entry(address.0).or_default() += 1;
+        }
+        self.specs[id as usize] = Some(spec);
+        self.index(id, true);
+        self.rebuild(id);
+        Ok(id)
+    }
+
+    pub fn del_service(&mut self, name: &str) -> Result<ServiceSpec, LbError> {
+        let id = self.by_name.remove(name).ok_or_else(|| LbError::NoSuchService(name.into()))?;
+        self.index(id, false);
+        let spec = self.specs[id as usize].take().expect("named services have specs");
+        self.by_address.remove(&(spec.vip, spec.port, spec.protocol, spec.kind == ServiceType::NodePort));
+        if spec.kind != ServiceType::NodePort {
+            if let Some(n) = self.on_vip.get_mut(&spec.vip) {
+                *n -= 1;
+                if *n == 0 {
+                    self.on_vip.remove(&spec.vip);
+                }
+            }
+        }
+        fn clear<F: Family>(t: &mut FamilyTables<F>, id: u32) {
+            if let Some(s) = t.services.get_mut(id as usize) {
+                *s = None;
+            }
+        }
+        clear(&mut self.tables.v4, id);
+        clear(&mut self.tables.v6, id);
+        Ok(spec)
+    }
+
+    /// Add a backend, or replace the one with the same address and port.
+    pub fn set_backend(&mut self, service: &str, b: BackendSpec) -> Result<(), LbError> {
+        let (id, spec) = self.service(service).ok_or_else(|| LbError::NoSuchService(service.into()))?;
+        let i = spec.backends.iter().position(|o| o.addr == b.addr && o.port == b.port).unwrap_or(spec.backends.len());
+        b.validate(i, spec.vip.is_ipv4()).map_err(|e| LbError::Spec(service.into(), e))?;
+        let spec = self.specs[id as usize].as_mut().expect("found above");
+        if i == spec.backends.len() {
+            spec.backends.push(b);
+        } else {
+            spec.backends[i] = b;
+        }
+        self.rebuild(id);
+        Ok(())
+    }
+
+    /// Change a backend's weight and conditions.
+    pub fn update_backend(
+        &mut self,
+        service: &str,
+        addr: IpAddr,
+        port: u16,
+        weight: Option<u32>,
+        conditions: Option<Conditions>,
+    ) -> Result<(), LbError> {
+        let (_, spec) = self.service(service).ok_or_else(|| LbError::NoSuchService(service.into()))?;
+        let mut b =
+            *spec.backends.iter().find(|o| o.addr == addr && o.port == port).ok_or(LbError::NoSuchBackend(service.into(), addr, port))?;
+        b.weight = weight.unwrap_or(b.weight);
+        b.conditions = conditions.unwrap_or(b.conditions);
+        self.set_backend(service, b)
+    }
+
+    pub fn del_backend(&mut self, service: &str, addr: IpAddr, port: u16) -> Result<(), LbError> {
+        let (id, spec) = self.service(service).ok_or_else(|| LbError::NoSuchService(service.into()))?;
+        let i = spec.backends.iter().position(|o| o.addr == addr && o.port == port).ok_or(LbError::NoSuchBackend(
+            service.into(),
+            addr,
+            port,
+        ))?;
+        self.specs[id as usize].as_mut().expect("found above").backends.remove(i);
+        self.rebuild(id);
+        Ok(())
+    }
+
+    fn index(&mut self, id: u32, add: bool) {
+        let spec = self.specs[id as usize].as_ref().expect("indexed services have specs");
+        let (port, proto) = (spec.port, spec.protocol.number());
+        fn at<F: Family>(t: &mut FamilyTables<F>, spec: &ServiceSpec, id: u32, port: u16, proto: u8, add: bool) {
+            if spec.kind == ServiceType::NodePort {
+                if add {
+                    t.node_ports.insert((port, proto), id);
+                } else {
+                    t.node_ports.remove(&(port, proto));
+                }
+            } else if let Some(a) = F::from_ip(spec.vip) {
+                if add {
+                    t.vips.insert((a, port, proto), id);
+                } else {
+                    t.vips.remove(&(a, port, proto));
+                }
+            }
+        }
+        if spec.vip.is_ipv4() {
+            at(&mut self.tables.v4, spec, id, port, proto, add);
+        } else {
+            at(&mut self.tables.v6, spec, id, port, proto, add);
+        }
+    }
+
+    fn rebuild(&mut self, id: u32) {
+        let spec = self.specs[id as usize].as_ref().expect("rebuilt services have specs");
+        fn put<F: Family>(t: &mut FamilyTables<F>, id: u32, s: ServiceTable<F>) {
+            if t.services.len() <= id as usize {
+                t.services.resize(id as usize + 1, None);
+            }
+            t.services[id as usize] = Some(Arc::new(s));
+        }
+        if spec.vip.is_ipv4() {
+            put(&mut self.tables.v4, id, compile::<V4>(id, spec));
+        } else {
+            put(&mut self.tables.v6, id, compile::<V6>(id, spec));
+        }
+        self.maglev_builds += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::service::Protocol;
+
+    pub(crate) fn spec(name: &str, vip: &str, port: u16, backends: &[&str]) -> ServiceSpec {
+        ServiceSpec {
+            name: name.into(),
+            kind: ServiceType::ClusterIp,
+            vip: vip.parse().unwrap(),
+            port,
+            protocol: Protocol::Tcp,
+            backends: backends.iter().map(|a| BackendSpec::new(a.parse().unwrap(), 8080)).collect(),
+            traffic_policy: TrafficPolicy::Cluster,
+            affinity: Affinity::None,
+            table_size: 0,
+        }
+    }
+
+    #[test]
+    fn a_backend_change_rebuilds_only_its_service() {
+        let mut st = LbState::new();
+        for i in 0..100u32 {
+            st.add_service(spec(
+                &format!("s{i}"),
+                &format!("198.18.{}.{}", 128 + i / 250, 1 + i % 250),
+                80,
+                &["198.19.1.10", "198.19.2.10"],
+            ))
+            .unwrap();
+        }
+        assert_eq!(st.maglev_builds, 100);
+        let before = st.tables();
+        st.set_backend("s7", BackendSpec::new("198.19.3.10".parse().unwrap(), 8080)).unwrap();
+        assert_eq!(st.maglev_builds, 101);
+        let after = st.tables();
+        for id in 0..100 {
+            let same = Arc::ptr_eq(before.v4.service(id).unwrap(), after.v4.service(id).unwrap());
+            assert_eq!(same, id != 7, "service {id}");
+        }
+        assert_eq!(after.v4.service(7).unwrap().backends.len(), 3);
+        assert_eq!(before.v4.service(7).unwrap().backends.len(), 2, "a published version never changes");
+    }
+
+    #[test]
+    fn lookup_by_vip_and_node_port() {
+        let mut st = LbState::new();
+        st.add_service(spec("a", "198.18.128.10", 80, &["198.19.1.10"])).unwrap();
+        let mut np = spec("np", "0.0.0.0", 30080, &["198.19.2.10"]);
+        np.kind = ServiceType::NodePort;
+        st.add_service(np).unwrap();
+        st.add_service(spec("six", "2001:db8:80::10", 80, &["2001:db8:1::10"])).unwrap();
+        let t = st.tables();
+        assert_eq!(t.v4.lookup(&[198, 18, 128, 10], 80, 6, false).unwrap().id, 0);
+        assert!(t.v4.lookup(&[198, 18, 128, 10], 80, 17, false).is_none());
+        assert!(t.v4.lookup(&[198, 18, 128, 10], 81, 6, false).is_none());
+        assert!(t.v4.lookup(&[198, 18, 0, 2], 30080, 6, false).is_none(), "a node port only on local addresses");
+        assert_eq!(t.v4.lookup(&[198, 18, 0, 2], 30080, 6, true).unwrap().id, 1);
+        let six: [u8; 16] = "2001:db8:80::10".parse::<std::net::Ipv6Addr>().unwrap().octets();
+        assert_eq!(t.v6.lookup(&six, 80, 6, false).unwrap().id, 2);
+        st.del_service("a").unwrap();
+        assert!(st.tables().v4.lookup(&[198, 18, 128, 10], 80, 6, false).is_none());
+        // The id is reused.
+        assert_eq!(st.add_service(spec("b", "198.18.128.11", 80, &[])).unwrap(), 0);
+    }
+
+    #[test]
+    fn conditions_choose_who_takes_new_flows() {
+        let mut st = LbState::new();
+        st.add_service(spec("a", "198.18.128.10", 80, &["198.19.1.10", "198.19.2.10", "198.19.3.10"])).unwrap();
+        let draining = Conditions { ready: false, serving: true, terminating: true };
+        st.update_backend("a", "198.19.2.10".parse().unwrap(), 8080, None, Some(draining)).unwrap();
+        let t = st.tables();
+        let s = t.v4.service(0).unwrap();
+        assert_eq!(s.backends.iter().map(|b| b.eligible).collect::<Vec<_>>(), [true, false, true]);
+        assert!(s.maglev.iter().all(|&i| i != 1));
+        // Every backend terminating: the serving ones take new flows rather than none.
+        st.update_backend("a", "198.19.1.10".parse().unwrap(), 8080, None, Some(draining)).unwrap();
+        st.update_backend(
+            "a",
+            "198.19.3.10".parse().unwrap(),
+            8080,
+            None,
+            Some(Conditions { ready: false, serving: false, terminating: true }),
+        )
+        .unwrap();
+        let t = st.tables();
+        let s = t.v4.service(0).unwrap();
+        assert_eq!(s.backends.iter().map(|b| b.eligible).collect::<Vec<_>>(), [true, true, false]);
+        st.del_backend("a", "198.19.1.10".parse().unwrap(), 8080).unwrap();
+        st.del_backend("a", "198.19.2.10".parse().unwrap(), 8080).unwrap();
+        assert!(st.tables().v4.service(0).unwrap().maglev.is_empty());
+    }
+
+    #[test]
+    fn local_policy_keeps_external_traffic_on_local_backends() {
+        let mut st = LbState::new();
+        let mut s = spec("lb", "198.18.200.1", 443, &["198.19.1.10", "198.19.2.10"]);
+        s.kind = ServiceType::LoadBalancer;
+        s.traffic_policy = TrafficPolicy::Local;
+        s.backends[0].local = false;
+        st.add_service(s).unwrap();
+        let t = st.tables();
+        let svc = t.v4.service(0).unwrap();
+        assert!(!svc.snat);
+        assert!(svc.maglev.iter().all(|&i| i == 1));
+    }
+
+    #[test]
+    fn bad_requests_name_the_service_and_field() {
+        let mut st = LbState::new();
+        st.add_service(spec("a", "198.18.128.10", 80, &[])).unwrap();
+        let e = st.add_service(spec("a", "198.18.128.11", 80, &[])).unwrap_err().to_string();
+        assert_eq!(e, "service \"a\": name: already exists");
+        let e = st.add_service(spec("b", "198.18.128.10", 80, &[])).unwrap_err().to_string();
+        assert_eq!(e, "service \"b\": vip/port/protocol: 198.18.128.10 port 80 Tcp already belongs to service \"a\"");
+        let e =
+            st.set_backend("a", BackendSpec { weight: 0, ..BackendSpec::new("198.19.1.1".parse().unwrap(), 1) }).unwrap_err().to_string();
+        assert_eq!(e, "service \"a\": backends[0].weight: 0: expected 1 to 1000");
+        let e = st.del_backend("a", "198.19.1.1".parse().unwrap(), 1).unwrap_err().to_string();
+        assert_eq!(e, "service \"a\": backend 198.19.1.1 port 1: no such backend");
+        assert_eq!(st.del_service("zz").unwrap_err().to_string(), "service \"zz\": no such service");
+    }
+}

@@ -1,0 +1,129 @@
+//! The tables the LB nodes read, built by [`crate::state::LbState`] and published whole
+//! (an `ArcSwap` the workers poll between vectors). Each service's table is its own
+//! `Arc`, so a change to one service's backends builds that service's Maglev table and
+//! copies pointers for the rest.
+
+use crate::family::{Family, V4, V6};
+use crate::service::Conditions;
+use engine::hash::WordHashBuilder;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backend<F: Family> {
+    pub addr: F::Addr,
+    pub port: u16,
+    pub conditions: Conditions,
+    /// In the service's Maglev table: takes new connections.
+    pub eligible: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct ServiceTable<F: Family> {
+    pub id: u32,
+    pub port: u16,
+    pub proto: u8,
+    /// Translate the client's source to the node's address (`externalTrafficPolicy:
+    /// Cluster`) so replies come back through the node.
+    pub snat: bool,
+    /// ClientIP affinity timeout; 0 without affinity.
+    pub affinity_ms: u64,
+    /// Every backend of the service, in any condition (a session names one by index).
+    pub backends: Vec<Backend<F>>,
+    /// Maglev: slot → index in `backends`; empty when no backend takes new flows.
+    pub maglev: Vec<u32>,
+}
+
+impl<F: Family> ServiceTable<F> {
+    /// The backend a new flow of hash `h` goes to.
+    #[inline(always)]
+    pub fn pick(&self, h: u32) -> Option<u32> {
+        if self.maglev.is_empty() {
+            return None;
+        }
+        Some(self.maglev[engine::hash::reduce(h, self.maglev.len() as u32) as usize])
+    }
+}
+
+/// One family's services.
+#[derive(Debug)]
+pub struct FamilyTables<F: Family> {
+    /// By service id; `None` for ids of the other family or deleted.
+    pub services: Vec<Option<Arc<ServiceTable<F>>>>,
+    /// ClusterIP and LoadBalancer services: (address, port, protocol) → service id.
+    pub vips: HashMap<(F::Addr, u16, u8), u32, WordHashBuilder>,
+    /// NodePort services: (port, protocol) → service id, on any local address.
+    pub node_ports: HashMap<(u16, u8), u32, WordHashBuilder>,
+    /// The node's address that `Cluster`-policy services translate sources to; without
+    /// one, those services keep the client's address.
+    pub snat: Option<F::Addr>,
+    /// Backends of `Local`-policy services: forwarded packets from these may be replies
+    /// to translate (others pass without a session lookup).
+    pub reply_sources: std::collections::HashSet<F::Addr, WordHashBuilder>,
+}
+
+impl<F: Family> Clone for FamilyTables<F> {
+    fn clone(&self) -> Self {
+        FamilyTables {
+            services: self.services.clone(),
+            vips: self.vips.clone(),
+            node_ports: self.node_ports.clone(),
+            snat: self.snat,
+            reply_sources: self.reply_sources.clone(),
+        }
+    }
+}
+
+impl<F: Family> Default for FamilyTables<F> {
+    fn default() -> Self {
+        FamilyTables {
+            services: Vec::new(),
+            vips: HashMap::default(),
+            node_ports: HashMap::default(),
+            snat: None,
+            reply_sources: Default::default(),
+        }
+    }
+}
+
+impl<F: Family> FamilyTables<F> {
+    /// The service a packet to `dst:port` belongs to; NodePort services only when `dst`
+    /// is one of the node's addresses (`local`).
+    #[inline]
+    pub fn lookup(&self, dst: &F::Addr, port: u16, proto: u8, local: bool) -> Option<&Arc<ServiceTable<F>>> {
+        let id = match self.vips.get(&(*dst, port, proto)) {
+            Some(&id) => id,
+            None if local => *self.node_ports.get(&(port, proto))?,
+            None => return None,
+        };
+        self.service(id)
+    }
+
+    #[inline(always)]
+    pub fn service(&self, id: u32) -> Option<&Arc<ServiceTable<F>>> {
+        self.services.get(id as usize).and_then(Option::as_ref)
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct LbTables {
+    pub v4: FamilyTables<V4>,
+    pub v6: FamilyTables<V6>,
+}
+
+/// A family's part of the tables, for code generic over the family.
+pub trait FamilyOf<F: Family> {
+    fn family(&self) -> &FamilyTables<F>;
+}
+
+impl FamilyOf<V4> for LbTables {
+    fn family(&self) -> &FamilyTables<V4> {
+        &self.v4
+    }
+}
+
+impl FamilyOf<V6> for LbTables {
+    fn family(&self) -> &FamilyTables<V6> {
+        &self.v6
+    }
+}

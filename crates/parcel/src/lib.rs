@@ -1,0 +1,30 @@
+//! IP parcels (the wire format: `wire::parcel`): one IP header, N UDP segments of one
+//! flow, N segment checksums. This crate's nodes check them, forward them whole toward
+//! links configured for them, split them into ordinary UDP datagrams elsewhere, and join
+//! runs of datagrams of one flow into parcels toward links configured for them.
+//!
+//! ```text
+//! ip4-input ─(option 0x0b)→ parcel4-input ─┬─(egress `parcels = true`, within its MTU)→ ip4-rewrite
+//!                                          └─(otherwise)→ parcel4-split ─→ ip4-rewrite / ip4-lookup (each segment)
+//! ip4-input ─(UDP, when some link takes parcels)→ parcel4-join ─┬─(runs toward a parcel link)→ ip4-rewrite (a parcel)
+//!                                                               └─(the rest)→ ip4-rewrite / ip4-lookup
+//! ip6-input ─(HBH jumbo option, Payload Length ≠ 0)→ parcel6-input → ip6-rewrite / parcel6-split → ip6-rewrite / ip6-lookup
+//! ip6-input ─(UDP, when some link takes parcels)→ parcel6-join → ip6-rewrite / ip6-lookup
+//! ```
+//!
+//! **A bad segment drops the segment, never the parcel.** The drafts make each segment its
+//! own unit of loss (the integrity block exists so that one damaged segment does not cost
+//! the others). `parcelN-input` checks each segment against its slot (the dataplane's
+//! `verify_parcel_segments`, default on), counts a mismatch, and sends a parcel holding
+//! one to `parcelN-split`, which leaves that segment out and forwards the rest. With the
+//! check off, segments are never read on the way through: a split derives each
+//! datagram's checksum from the slot, so a damaged segment becomes a datagram its
+//! receiver refuses, as if the damage had happened on the next link. Headers that do not
+//! add up (`wire::parcel::ParcelError`) drop the parcel, each under its own counter.
+//!
+#![forbid(unsafe_code)]
+
+pub mod context;
+pub mod nodes;
+
+pub use context::{HasParcel, ParcelContext};

@@ -1,0 +1,129 @@
+//! `parcel4-input` / `parcel6-input`: check a parcel (layout, UDP header checksum, every
+//! segment's checksum), count it and its segments, and choose: forward it whole when the
+//! route's egress interface takes parcels and its MTU the whole parcel, else split it.
+
+use super::ParcelFamily;
+use crate::context::HasParcel;
+use engine::{counters, Buffer, Counts, Node, Verdict};
+use ip::tables::{Adjacency, MAX_INDEX};
+use wire::parcel::ParcelError;
+
+counters! {
+    pub enum ParcelInputCounter {
+        Parcels(Info, "parcels", "parcels received"),
+        Segments(Info, "segments", "segments in the parcels received"),
+        Whole(Info, "forwarded-whole", "parcels forwarded whole (egress takes parcels, within its MTU)"),
+        ToSplit(Info, "to-split", "parcels sent to be split into UDP datagrams"),
+        BadSegment(Warn, "bad-segment-checksum", "segments whose checksum does not match their slot (the segment is dropped when split)"),
+        Truncated(Warn, "truncated", "shorter than the parcel's IP and UDP headers"),
+        NotParcel(Warn, "not-udp-parcel", "version, header length or protocol not a UDP parcel's"),
+        BadOption(Warn, "bad-option", "parcel option malformed (IPv4 0x0b length not 6 or 20, IPv6 jumbo option length not 4)"),
+        BadHeaderChecksum(Warn, "bad-header-checksum", "IPv4 header checksum mismatch"),
+        NoSegments(Warn, "no-segments", "NSegs is 0"),
+        NoSegmentLength(Warn, "no-segment-length", "segment length (IPv4 Total Length, IPv6 Payload Length) is 0"),
+        BadUdpLength(Warn, "bad-udp-length", "UDP length is not 0"),
+        IntegrityTruncated(Warn, "integrity-truncated", "jumbo length or packet too short for the integrity block"),
+        SegmentTruncated(Warn, "segment-truncated", "packet shorter than its jumbo length: a segment is shorter than declared"),
+        LengthMismatch(Warn, "length-mismatch", "jumbo length exceeds the headers plus NSegs x segment length"),
+        ShortNonFinal(Warn, "short-non-final-segment", "segments end before the last one begins"),
+        BadUdpChecksum(Warn, "bad-udp-checksum", "parcel UDP header checksum mismatch (neither form)"),
+        BadSource(Warn, "bad-source", "source address is multicast or broadcast"),
+    }
+}
+
+pub fn counter(e: ParcelError) -> ParcelInputCounter {
+    use ParcelInputCounter as C;
+    match e {
+        ParcelError::Truncated => C::Truncated,
+        ParcelError::NotParcel => C::NotParcel,
+        ParcelError::BadOption => C::BadOption,
+        ParcelError::BadHeaderChecksum => C::BadHeaderChecksum,
+        ParcelError::NoSegments => C::NoSegments,
+        ParcelError::NoSegmentLength => C::NoSegmentLength,
+        ParcelError::BadUdpLength => C::BadUdpLength,
+        ParcelError::IntegrityTruncated => C::IntegrityTruncated,
+        ParcelError::SegmentTruncated => C::SegmentTruncated,
+        ParcelError::LengthMismatch => C::LengthMismatch,
+        ParcelError::ShortNonFinalSegment => C::ShortNonFinal,
+    }
+}
+
+/// `meta.param` from this node to `parcelN-split`: some segment failed its checksum, so
+/// the split checks each one (otherwise it trusts the slots this node checked).
+pub const PARAM_HAS_BAD_SEGMENT: u32 = 1;
+/// `meta.param` bit: `meta.adj` is a next hop (a rewrite or glean adjacency), so the
+/// split's datagrams, all to the parcel's destination, skip `ipN-lookup`.
+pub const PARAM_NEXT_HOP: u32 = 2;
+
+pub struct ParcelInput<F>(std::marker::PhantomData<F>);
+
+impl<F> Default for ParcelInput<F> {
+    fn default() -> Self {
+        ParcelInput(std::marker::PhantomData)
+    }
+}
+
+/// The number of segments whose checksum does not match a non-zero slot.
+pub fn bad_segments(b: &[u8], s: &super::Shape) -> usize {
+    (0..s.nsegs)
+        .filter(|&i| {
+            let at = s.udp_at + 8 + 2 * i;
+            let slot = u16::from_be_bytes([b[at], b[at + 1]]);
+            slot != 0 && slot != wire::parcel::segment_checksum(&b[s.segment(i)])
+        })
+        .count()
+}
+
+impl<Cx: HasParcel, F: ParcelFamily> Node<Cx> for ParcelInput<F> {
+    type Next = F::InputNext;
+    type Counter = ParcelInputCounter;
+
+    fn name(&self) -> &'static str {
+        F::INPUT
+    }
+
+    fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
+        use ParcelInputCounter as C;
+        let b = buf.bytes();
+        let (s, udp_ok) = match F::check_with_udp(b) {
+            Ok(s) => s,
+            Err(e) => return Verdict::Drop(counter(e)),
+        };
+        if F::bad_source(b) {
+            return Verdict::Drop(C::BadSource);
+        }
+        if !udp_ok {
+            return Verdict::Drop(C::BadUdpChecksum);
+        }
+        counts.inc(C::Parcels);
+        counts.add(C::Segments, s.nsegs as u64);
+        let (ipcx, pcx) = cx.split_parcel();
+        let bad = if pcx.verify_segments { bad_segments(b, &s) } else { 0 };
+        let key = F::key(&b[F::DST_AT..]);
+        buf.truncate(s.total_len);
+        let adj = F::fib(&ipcx.tables).lookup(key);
+        buf.meta.adj = adj;
+        let next_hop = match (adj <= MAX_INDEX).then(|| ipcx.tables.adjacency(adj)) {
+            Some(Adjacency::Rewrite { tx_if, mtu, .. } | Adjacency::Glean { tx_if, mtu }) => Some((*tx_if, *mtu as usize)),
+            _ => None,
+        };
+        if bad > 0 {
+            counts.add(C::BadSegment, bad as u64);
+        } else if let Some((tx_if, mtu)) = next_hop {
+            if ipcx.tables.takes_parcels(tx_if) && s.total_len <= mtu {
+                counts.inc(C::Whole);
+                return Verdict::Next(F::TO_REWRITE);
+            }
+        }
+        buf.meta.param = if bad > 0 { PARAM_HAS_BAD_SEGMENT } else { 0 } | if next_hop.is_some() { PARAM_NEXT_HOP } else { 0 };
+        counts.inc(C::ToSplit);
+        Verdict::Next(F::TO_SPLIT)
+    }
+
+    fn trace(&self, buf: &Buffer) -> String {
+        match F::check(buf.bytes()) {
+            Ok(s) => format!("parcel {} x {} B, {} B", s.nsegs, s.seg_len, s.total_len),
+            Err(e) => format!("not a parcel: {e}"),
+        }
+    }
+}

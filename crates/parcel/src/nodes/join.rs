@@ -1,0 +1,297 @@
+//! `parcel4-join` / `parcel6-join`: runs of consecutive UDP datagrams of one flow with equal lengths, in
+//! one vector, routed out of a link that takes parcels, become one parcel (the GRO of
+//! parcels). A run is bounded by the context's segment count and by the link's MTU, and
+//! never outlives its vector: `prepare` plans the whole vector, `expand` builds each
+//! parcel while its datagrams are still there, and nothing is held for a later vector.
+//!
+//! Each segment's integrity slot is taken from its datagram's UDP checksum (the
+//! pseudo-header and UDP header taken out of it), so segments are copied, not summed; a
+//! datagram sent without a checksum has its segment summed. A datagram whose checksum
+//! was wrong gives a slot its bytes do not match: the receiver finds that segment bad,
+//! as it would have found the datagram.
+//!
+//! Datagrams that join nothing leave for `ipN-rewrite` with the lookup done here, or
+//! for `ipN-lookup` when the route is not a plain next hop.
+
+use super::ParcelFamily;
+use crate::context::HasParcel;
+use engine::{counters, BufIdx, Counts, ExpandNode, Pool, VECTOR_SIZE};
+use ip::tables::{Adjacency, Tables, MAX_INDEX};
+use wire::parcel::{self, SegmentsRepr};
+
+counters! {
+    pub enum ParcelJoinCounter {
+        Parcels(Info, "parcels-joined", "parcels made from runs of datagrams"),
+        Datagrams(Info, "datagrams-joined", "datagrams that went into parcels"),
+        Summed(Info, "segments-summed", "datagrams without a UDP checksum, whose segment was summed for its slot"),
+        NoBuffer(Info, "no-large-buffer", "no large buffer for a parcel: its datagrams went on one by one"),
+    }
+}
+
+/// What makes datagrams joinable: the same header fields that a parcel carries once
+/// (`ParcelFamily::flow_fields`: addresses, ports, traffic class), length and route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JoinKey {
+    pub fields: [u8; 40],
+    pub udp_len: u16,
+    pub adj: u32,
+}
+
+/// One datagram's role in the vector's plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// On its own, to `ip4-rewrite` (true: the route is a next hop) or `ip4-lookup`.
+    Single(bool),
+    /// First of a run of this many datagrams: builds the parcel.
+    Head(u16),
+    /// In a run after its head: already in the parcel.
+    Member,
+}
+
+pub struct ParcelJoin<F> {
+    bufs: Vec<BufIdx>,
+    roles: Vec<Role>,
+    pos: usize,
+    _f: std::marker::PhantomData<F>,
+}
+
+impl<F> Default for ParcelJoin<F> {
+    fn default() -> Self {
+        ParcelJoin { bufs: Vec::with_capacity(VECTOR_SIZE), roles: Vec::with_capacity(VECTOR_SIZE), pos: 0, _f: std::marker::PhantomData }
+    }
+}
+
+/// The datagram's route (set in `meta.adj`), whether that is a next hop, and, when it is
+/// out of a parcel link and the datagram could be a segment, its key and the link's MTU.
+fn classify<F: ParcelFamily>(t: &Tables, b: &[u8]) -> (u32, bool, Option<(JoinKey, usize)>) {
+    if b.len() < F::DATAGRAM_IP_LEN + 8 {
+        return (0, false, None);
+    }
+    let adj = F::fib(t).lookup(F::key(&b[F::DST_AT..]));
+    let (fwd, link) = match (adj <= MAX_INDEX).then(|| t.adjacency(adj)) {
+        Some(Adjacency::Rewrite { tx_if, mtu, .. } | Adjacency::Glean { tx_if, mtu }) => (true, t.takes_parcels(*tx_if).then_some(*mtu)),
+        _ => (false, None),
+    };
+    let key = link.and_then(|mtu| {
+        let udp_len = F::joinable_udp_len(b)?;
+        Some((JoinKey { fields: F::flow_fields(b), udp_len, adj }, mtu as usize))
+    });
+    (adj, fwd, key)
+}
+
+impl<F: ParcelFamily> ParcelJoin<F> {
+    fn plan(&mut self, t: &Tables, max_segments: usize, pool: &mut Pool, input: &[BufIdx]) {
+        self.bufs.clear();
+        self.bufs.extend_from_slice(input);
+        self.roles.clear();
+        self.pos = 0;
+        let mut run: Option<(usize, JoinKey, usize)> = None;
+        for (i, &bi) in input.iter().enumerate() {
+            let buf = pool.get_mut(bi);
+            let (adj, fwd, mut key) = classify::<F>(t, buf.bytes());
+            // A local sender's frame with work left for the device (a partial checksum,
+            // a GSO frame) is not a finished datagram: its checksum field is no sum to
+            // take a slot from, and its length is not one segment's.
+            if buf.meta.offload != engine::Offload::default() {
+                key = None;
+            }
+            buf.meta.adj = adj;
+            self.roles.push(Role::Single(fwd));
+            if let (Some((head, rk, mtu)), Some((k, _))) = (run, key) {
+                let n = i - head + 1;
+                if k == rk && n <= max_segments && F::PARCEL_HEADER_LEN + 8 + n * (k.udp_len as usize - 6) <= mtu.min(parcel::MAX_JUMBO_LEN)
+                {
+                    self.roles[head] = Role::Head(n as u16);
+                    self.roles[i] = Role::Member;
+                    continue;
+                }
+            }
+            run = key.map(|(k, mtu)| (i, k, mtu));
+        }
+    }
+
+    /// Build the parcel of the `k` datagrams from `self.bufs[at]`; None without a buffer.
+    fn build(&self, pool: &mut Pool, at: usize, k: usize, counts: &mut Counts<'_, ParcelJoinCounter>) -> Option<BufIdx> {
+        let hl = F::DATAGRAM_IP_LEN;
+        let first = pool.get(self.bufs[at]);
+        let mut head = [0u8; 48];
+        head[..hl + 8].copy_from_slice(first.bytes().get(..hl + 8)?);
+        let meta = first.meta;
+        let l = u16::from_be_bytes([head[hl + 4], head[hl + 5]]) as usize - 8;
+        let segments = SegmentsRepr {
+            src_port: u16::from_be_bytes([head[hl], head[hl + 1]]),
+            dst_port: u16::from_be_bytes([head[hl + 2], head[hl + 3]]),
+            nsegs: k as u8,
+            seg_len: l as u16,
+            last_len: l as u16,
+        };
+        let len = F::PARCEL_HEADER_LEN + segments.udp_len();
+        let d = pool.alloc(len)?;
+        if self.fill(pool, d, at, &head[..hl + 8], &segments, counts).is_none() {
+            pool.free(d);
+            return None;
+        }
+        let out = pool.get_mut(d);
+        out.meta.adj = meta.adj;
+        out.meta.rx_if = meta.rx_if;
+        Some(d)
+    }
+
+    /// Write into buffer `d` the parcel of the datagrams from `self.bufs[at]`, whose
+    /// first one's headers are `head`.
+    fn fill(
+        &self,
+        pool: &mut Pool,
+        d: BufIdx,
+        at: usize,
+        head: &[u8],
+        segs: &SegmentsRepr,
+        counts: &mut Counts<'_, ParcelJoinCounter>,
+    ) -> Option<()> {
+        let (k, l) = (segs.nsegs as usize, segs.seg_len as usize);
+        let hl = F::DATAGRAM_IP_LEN;
+        let ph = F::PARCEL_HEADER_LEN;
+        pool.get_mut(d).set_len(ph + segs.udp_len()).ok()?;
+        F::emit_parcel_headers(head, segs, pool.get_mut(d).bytes_mut());
+        let pseudo = F::datagram_pseudo_header(head, (8 + l) as u16);
+        let data_at = ph + 8 + 2 * k;
+        for j in 0..k {
+            let (src, dst) = pool.two_mut(self.bufs[at + j], d)?;
+            let s = src.bytes();
+            let seg = s.get(hl + 8..hl + 8 + l)?;
+            let sum = u16::from_be_bytes([s[hl + 6], s[hl + 7]]);
+            let slot = if sum == 0 {
+                counts.inc(ParcelJoinCounter::Summed);
+                parcel::segment_checksum(seg)
+            } else {
+                parcel::slot_from_datagram_checksum(pseudo, segs.src_port, segs.dst_port, (8 + l) as u16, sum)
+            };
+            let b = dst.bytes_mut();
+            b[data_at + j * l..data_at + (j + 1) * l].copy_from_slice(seg);
+            b[ph + 8 + 2 * j..ph + 10 + 2 * j].copy_from_slice(&slot.to_be_bytes());
+        }
+        F::fill_parcel_udp_checksum(pool.get_mut(d).bytes_mut())
+    }
+}
+
+impl<Cx: HasParcel, F: ParcelFamily> ExpandNode<Cx> for ParcelJoin<F> {
+    type Next = F::JoinNext;
+    type Counter = ParcelJoinCounter;
+
+    fn name(&self) -> &'static str {
+        F::JOIN
+    }
+
+    fn prepare(&mut self, cx: &mut Cx, pool: &mut Pool, input: &[BufIdx]) {
+        let (ipcx, pcx) = cx.split_parcel();
+        let max = pcx.join_segments.clamp(1, parcel::MAX_SEGMENTS);
+        self.plan(&ipcx.tables, max, pool, input);
+    }
+
+    fn expand(
+        &mut self,
+        _cx: &mut Cx,
+        counts: &mut Counts<'_, Self::Counter>,
+        pool: &mut Pool,
+        bi: BufIdx,
+        out: &mut Vec<(BufIdx, Self::Next)>,
+    ) -> Result<(), Self::Counter> {
+        let at = self.pos;
+        self.pos += 1;
+        // `expand` runs over the vector `prepare` planned, in order.
+        let role = if self.bufs.get(at) == Some(&bi) { self.roles[at] } else { Role::Single(false) };
+        match role {
+            Role::Single(fwd) => out.push((bi, if fwd { F::JOIN_TO_REWRITE } else { F::JOIN_TO_LOOKUP })),
+            Role::Member => {}
+            Role::Head(k) => {
+                let k = k as usize;
+                match self.build(pool, at, k, counts) {
+                    Some(d) => {
+                        counts.inc(ParcelJoinCounter::Parcels);
+                        counts.add(ParcelJoinCounter::Datagrams, k as u64);
+                        out.push((d, F::JOIN_TO_REWRITE));
+                    }
+                    None => {
+                        counts.inc(ParcelJoinCounter::NoBuffer);
+                        self.roles[at + 1..at + k].fill(Role::Single(true));
+                        out.push((bi, F::JOIN_TO_REWRITE));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ip::nodes::family::Ip4;
+    use ip::{InterfaceSpec, RouteTarget, RouterState};
+
+    /// eth0 (index 0) ordinary, eth1 (index 1) takes parcels with MTU `mtu`; 198.19.0.0/16
+    /// via a neighbour on eth1, 198.20.0.0/16 via one on eth0.
+    fn tables(mtu: u16) -> Tables {
+        let spec = |name: &str, mac: u8, addr: &str, mtu| InterfaceSpec {
+            name: name.into(),
+            mac: wire::EthernetAddress([2, 0, 0, 0, 0, mac]),
+            mtu,
+            addresses: vec![addr.parse().unwrap()],
+        };
+        let mut s = RouterState::new(vec![spec("eth0", 1, "198.18.0.1/24", 1500), spec("eth1", 2, "198.18.1.1/24", mtu)]).unwrap();
+        s.set_parcel_links(0b10);
+        for (p, via, ifname) in [("198.19.0.0/16", "198.18.1.2", "eth1"), ("198.20.0.0/16", "198.18.0.2", "eth0")] {
+            s.add_route(p.parse().unwrap(), RouteTarget::Via { next_hop: via.parse().unwrap(), interface: None }).unwrap();
+            s.add_static_neighbour(ifname, via.parse().unwrap(), wire::EthernetAddress([2, 0, 0, 0, 1, 2])).unwrap();
+        }
+        s.build()
+    }
+
+    /// A UDP datagram from 198.18.0.2 to `dst` port `dport`, `len` payload bytes.
+    fn datagram(dst: [u8; 4], dport: u16, len: usize) -> Vec<u8> {
+        let mut b = vec![0x45, 0, 0, 0, 0, 1, 0, 0, 64, 17, 0, 0, 198, 18, 0, 2, dst[0], dst[1], dst[2], dst[3], 0x9c, 0x40];
+        b.extend_from_slice(&dport.to_be_bytes());
+        b.extend_from_slice(&((8 + len) as u16).to_be_bytes());
+        b.extend_from_slice(&[0, 0]);
+        b.resize(28 + len, 0x5a);
+        b[2..4].copy_from_slice(&((28 + len) as u16).to_be_bytes());
+        b
+    }
+
+    fn plan(t: &Tables, max: usize, packets: &[Vec<u8>], gso_at: Option<usize>) -> Vec<Role> {
+        let mut pool = Pool::new(64, 0);
+        let input: Vec<BufIdx> = packets
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let b = pool.alloc(p.len()).unwrap();
+                pool.get_mut(b).write(p).unwrap();
+                if gso_at == Some(i) {
+                    pool.get_mut(b).meta.offload.gso = engine::GsoKind::UdpL4;
+                }
+                b
+            })
+            .collect();
+        let mut j = ParcelJoin::<Ip4>::default();
+        j.plan(t, max, &mut pool, &input);
+        j.roles
+    }
+
+    #[test]
+    fn runs_of_one_flow_toward_a_parcel_link_and_nothing_else() {
+        use Role::*;
+        let t = tables(9000);
+        let to_parcel = |port| datagram([198, 19, 0, 9], port, 1000);
+        let p = [to_parcel(9), to_parcel(9), to_parcel(9), to_parcel(8), to_parcel(8), datagram([198, 20, 0, 9], 9, 1000), to_parcel(8)];
+        assert_eq!(plan(&t, 32, &p, None), [Head(3), Member, Member, Head(2), Member, Single(true), Single(true)]);
+        // The segment bound, and the MTU: 9000 holds 8 segments of 1000 (28 + 8 + 8 x 1002).
+        let ten: Vec<_> = (0..10).map(|_| to_parcel(9)).collect();
+        assert_eq!(plan(&t, 4, &ten, None), [Head(4), Member, Member, Member, Head(4), Member, Member, Member, Head(2), Member]);
+        assert_eq!(plan(&t, 32, &ten, None)[..9], [Head(8), Member, Member, Member, Member, Member, Member, Member, Head(2)]);
+        // Different lengths, and a frame with offload work left, end runs.
+        let mixed = [to_parcel(9), datagram([198, 19, 0, 9], 9, 999), to_parcel(9), to_parcel(9), to_parcel(9)];
+        assert_eq!(plan(&t, 32, &mixed, Some(3)), [Single(true), Single(true), Single(true), Single(true), Single(true)]);
+        // No route: to ipN-lookup (for its ICMP).
+        assert_eq!(plan(&t, 32, &[datagram([198, 18, 5, 1], 9, 100)], None), [Single(false)]);
+    }
+}

@@ -1,0 +1,262 @@
+//! The parcel nodes, each one generic node over the address family:
+//! `parcel4-input`/`parcel6-input` and `parcel4-split`/`parcel6-split`.
+
+pub mod input;
+pub mod join;
+pub mod split;
+
+use crate::context::HasParcel;
+use engine::node::NextNodes;
+use engine::GraphBuilder;
+use ip::nodes::family::{Family, Ip4, Ip6};
+use wire::checksum::{pseudo_header_v4, pseudo_header_v6, Checksum};
+use wire::parcel::{Parcel4, Parcel4Repr, Parcel6, Parcel6Repr, ParcelError, SegmentsRepr, UdpChecksumForm};
+
+/// Add the parcel nodes to a graph (the IP nodes must be there too).
+pub fn register<Cx: HasParcel>(g: &mut GraphBuilder<Cx>) {
+    g.add(input::ParcelInput::<Ip4>::default());
+    g.add(input::ParcelInput::<Ip6>::default());
+    g.add_expand(split::ParcelSplit::<Ip4>::default());
+    g.add_expand(split::ParcelSplit::<Ip6>::default());
+    g.add_expand(join::ParcelJoin::<Ip4>::default());
+    g.add_expand(join::ParcelJoin::<Ip6>::default());
+}
+
+engine::next_nodes! {
+    pub enum Parcel4InputNext { Rewrite = "ip4-rewrite", Split = "parcel4-split" }
+}
+engine::next_nodes! {
+    pub enum Parcel6InputNext { Rewrite = "ip6-rewrite", Split = "parcel6-split" }
+}
+engine::next_nodes! {
+    pub enum Parcel4JoinNext { Rewrite = "ip4-rewrite", Lookup = "ip4-lookup" }
+}
+engine::next_nodes! {
+    pub enum Parcel6JoinNext { Rewrite = "ip6-rewrite", Lookup = "ip6-lookup" }
+}
+engine::next_nodes! {
+    pub enum Parcel4SplitNext { Lookup = "ip4-lookup", Rewrite = "ip4-rewrite" }
+}
+engine::next_nodes! {
+    pub enum Parcel6SplitNext { Lookup = "ip6-lookup", Rewrite = "ip6-rewrite" }
+}
+
+/// What a parcel node needs of a checked parcel, whatever its family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shape {
+    pub nsegs: usize,
+    pub seg_len: usize,
+    pub total_len: usize,
+    /// Offset of segment 0.
+    pub data_at: usize,
+    /// Offset of the UDP header.
+    pub udp_at: usize,
+}
+
+impl Shape {
+    fn of<T: AsRef<[u8]>, const V6: bool>(p: &wire::parcel::Parcel<T, V6>) -> Shape {
+        Shape {
+            nsegs: p.segment_count(),
+            seg_len: p.segment_len(),
+            total_len: p.total_len(),
+            data_at: p.segment_offset(0),
+            udp_at: p.ip_header_len(),
+        }
+    }
+    /// Segment `i`'s byte range.
+    #[inline(always)]
+    pub fn segment(&self, i: usize) -> core::ops::Range<usize> {
+        let at = self.data_at + i * self.seg_len;
+        at..(at + self.seg_len).min(self.total_len)
+    }
+}
+
+/// What differs between IPv4 and IPv6 parcels for the nodes.
+pub trait ParcelFamily: Family {
+    const INPUT: &'static str;
+    const SPLIT: &'static str;
+    type InputNext: NextNodes;
+    const TO_REWRITE: Self::InputNext;
+    const TO_SPLIT: Self::InputNext;
+    type SplitNext: NextNodes;
+    const TO_LOOKUP: Self::SplitNext;
+    const SPLIT_TO_REWRITE: Self::SplitNext;
+    /// The IP header of one datagram a split makes.
+    const DATAGRAM_IP_LEN: usize;
+    /// Check the parcel's layout (`wire::parcel`'s checks).
+    fn check(b: &[u8]) -> Result<Shape, ParcelError>;
+    /// [`ParcelFamily::check`], and whether the UDP checksum over the header matches (in
+    /// either form the family has), from one parse.
+    fn check_with_udp(b: &[u8]) -> Result<(Shape, bool), ParcelError>;
+    /// The source is multicast or broadcast (refused, as `ipN-input` refuses it).
+    fn bad_source(b: &[u8]) -> bool;
+    const JOIN: &'static str;
+    type JoinNext: NextNodes;
+    const JOIN_TO_REWRITE: Self::JoinNext;
+    const JOIN_TO_LOOKUP: Self::JoinNext;
+    /// The parcel's IP header (with the IPv6 hop-by-hop header) that a join emits.
+    const PARCEL_HEADER_LEN: usize;
+    /// A datagram `parcelN-join` may take (unfragmented UDP, no options or extension
+    /// headers, hop limit left, UDP length the packet's): its UDP length.
+    fn joinable_udp_len(b: &[u8]) -> Option<u16>;
+    /// The header fields a joined parcel carries once for all its datagrams.
+    fn flow_fields(b: &[u8]) -> [u8; 40];
+    /// Write a parcel's headers for `segs` from its first datagram's headers `head`.
+    fn emit_parcel_headers(head: &[u8], segs: &SegmentsRepr, out: &mut [u8]);
+    /// The pseudo-header sum of a datagram with headers `head` and UDP length `udp_len`.
+    fn datagram_pseudo_header(head: &[u8], udp_len: u16) -> Checksum;
+    /// Fill the UDP header checksum of the parcel in `b`.
+    fn fill_parcel_udp_checksum(b: &mut [u8]) -> Option<()>;
+    /// Write datagram `i`'s IP header (for `udp_len` UDP bytes) into `out` from the
+    /// parcel's header `parcel`; returns the pseudo-header sum of its UDP checksum.
+    fn write_datagram_ip(parcel: &[u8], i: usize, udp_len: usize, out: &mut [u8]) -> Checksum;
+}
+
+impl ParcelFamily for Ip4 {
+    const INPUT: &'static str = "parcel4-input";
+    const SPLIT: &'static str = "parcel4-split";
+    type InputNext = Parcel4InputNext;
+    const TO_REWRITE: Parcel4InputNext = Parcel4InputNext::Rewrite;
+    const TO_SPLIT: Parcel4InputNext = Parcel4InputNext::Split;
+    type SplitNext = Parcel4SplitNext;
+    const TO_LOOKUP: Parcel4SplitNext = Parcel4SplitNext::Lookup;
+    const SPLIT_TO_REWRITE: Parcel4SplitNext = Parcel4SplitNext::Rewrite;
+    const DATAGRAM_IP_LEN: usize = 20;
+    const JOIN: &'static str = "parcel4-join";
+    type JoinNext = Parcel4JoinNext;
+    const JOIN_TO_REWRITE: Parcel4JoinNext = Parcel4JoinNext::Rewrite;
+    const JOIN_TO_LOOKUP: Parcel4JoinNext = Parcel4JoinNext::Lookup;
+    const PARCEL_HEADER_LEN: usize = wire::parcel::IPV4_HEADER_LEN;
+    fn joinable_udp_len(b: &[u8]) -> Option<u16> {
+        let h = b.first_chunk::<28>()?;
+        let udp_len = u16::from_be_bytes([h[24], h[25]]);
+        (h[0] == 0x45 && h[9] == 17 && h[6] & 0x3f == 0 && h[7] == 0 && h[8] > 1 && udp_len as usize == b.len() - 20 && udp_len > 8)
+            .then_some(udp_len)
+    }
+    fn flow_fields(b: &[u8]) -> [u8; 40] {
+        let mut f = [0u8; 40];
+        f[..12].copy_from_slice(&b[12..24]);
+        f[12] = b[1];
+        f
+    }
+    fn emit_parcel_headers(head: &[u8], segs: &SegmentsRepr, out: &mut [u8]) {
+        Parcel4Repr {
+            src: [head[12], head[13], head[14], head[15]].into(),
+            dst: [head[16], head[17], head[18], head[19]].into(),
+            ident: u16::from_be_bytes([head[4], head[5]]),
+            ttl: head[8],
+            dscp_ecn: head[1],
+            probe: None,
+            segments: *segs,
+        }
+        .emit(out)
+    }
+    fn datagram_pseudo_header(head: &[u8], udp_len: u16) -> Checksum {
+        pseudo_header_v4([head[12], head[13], head[14], head[15]].into(), [head[16], head[17], head[18], head[19]].into(), 17, udp_len)
+    }
+    fn fill_parcel_udp_checksum(b: &mut [u8]) -> Option<()> {
+        let mut p = Parcel4::new_checked(b).ok()?;
+        // The prototype's form: the only implementation's receivers check that one.
+        Parcel4Repr::fill_udp_checksum(&mut p, UdpChecksumForm::Prototype);
+        Some(())
+    }
+    fn check(b: &[u8]) -> Result<Shape, ParcelError> {
+        Parcel4::new_checked(b).map(|p| Shape::of(&p))
+    }
+    fn check_with_udp(b: &[u8]) -> Result<(Shape, bool), ParcelError> {
+        Parcel4::new_checked(b).map(|p| (Shape::of(&p), p.verify_udp_checksum().is_some()))
+    }
+    fn bad_source(b: &[u8]) -> bool {
+        b[12] >= 224 && b[12] < 240 || b[12..16] == [255; 4]
+    }
+    #[inline]
+    fn write_datagram_ip(parcel: &[u8], i: usize, udp_len: usize, out: &mut [u8]) -> Checksum {
+        let total = (20 + udp_len) as u16;
+        // Each datagram its own identification (RFC 6864: they are not atomic unless DF).
+        let ident = u16::from_be_bytes([parcel[4], parcel[5]]).wrapping_add(i as u16);
+        out[0] = 0x45;
+        out[1] = parcel[1];
+        out[2..4].copy_from_slice(&total.to_be_bytes());
+        out[4..6].copy_from_slice(&ident.to_be_bytes());
+        out[6] = parcel[6] & 0x40;
+        out[7] = 0;
+        out[8] = parcel[8];
+        out[9] = 17;
+        out[10..12].fill(0);
+        out[12..20].copy_from_slice(&parcel[12..20]);
+        let c = wire::checksum::checksum(&out[..20]);
+        out[10..12].copy_from_slice(&c.to_be_bytes());
+        let mut p = Checksum::new();
+        p.add_bytes(&parcel[12..20]).add_u16(17).add_u16(udp_len as u16);
+        p
+    }
+}
+
+impl ParcelFamily for Ip6 {
+    const INPUT: &'static str = "parcel6-input";
+    const SPLIT: &'static str = "parcel6-split";
+    type InputNext = Parcel6InputNext;
+    const TO_REWRITE: Parcel6InputNext = Parcel6InputNext::Rewrite;
+    const TO_SPLIT: Parcel6InputNext = Parcel6InputNext::Split;
+    type SplitNext = Parcel6SplitNext;
+    const TO_LOOKUP: Parcel6SplitNext = Parcel6SplitNext::Lookup;
+    const SPLIT_TO_REWRITE: Parcel6SplitNext = Parcel6SplitNext::Rewrite;
+    const DATAGRAM_IP_LEN: usize = 40;
+    const JOIN: &'static str = "parcel6-join";
+    type JoinNext = Parcel6JoinNext;
+    const JOIN_TO_REWRITE: Parcel6JoinNext = Parcel6JoinNext::Rewrite;
+    const JOIN_TO_LOOKUP: Parcel6JoinNext = Parcel6JoinNext::Lookup;
+    const PARCEL_HEADER_LEN: usize = wire::parcel::IPV6_HEADER_LEN;
+    fn joinable_udp_len(b: &[u8]) -> Option<u16> {
+        let h = b.first_chunk::<48>()?;
+        let (pl, udp_len) = (u16::from_be_bytes([h[4], h[5]]), u16::from_be_bytes([h[44], h[45]]));
+        (h[0] >> 4 == 6 && h[6] == 17 && h[7] > 1 && pl as usize == b.len() - 40 && udp_len == pl && udp_len > 8).then_some(udp_len)
+    }
+    fn flow_fields(b: &[u8]) -> [u8; 40] {
+        let mut f = [0u8; 40];
+        f[..36].copy_from_slice(&b[8..44]);
+        f[36..40].copy_from_slice(&b[..4]);
+        f
+    }
+    fn emit_parcel_headers(head: &[u8], segs: &SegmentsRepr, out: &mut [u8]) {
+        let w = u32::from_be_bytes([head[0], head[1], head[2], head[3]]);
+        Parcel6Repr {
+            src: <[u8; 16]>::try_from(&head[8..24]).map_or(std::net::Ipv6Addr::UNSPECIFIED, Into::into),
+            dst: <[u8; 16]>::try_from(&head[24..40]).map_or(std::net::Ipv6Addr::UNSPECIFIED, Into::into),
+            hop_limit: head[7],
+            traffic_class: (w >> 20) as u8,
+            flow_label: w & 0x000f_ffff,
+            segments: *segs,
+        }
+        .emit(out)
+    }
+    fn datagram_pseudo_header(head: &[u8], udp_len: u16) -> Checksum {
+        let a = |at: usize| <[u8; 16]>::try_from(&head[at..at + 16]).map_or(std::net::Ipv6Addr::UNSPECIFIED, Into::into);
+        pseudo_header_v6(&a(8), &a(24), 17, udp_len as u32)
+    }
+    fn fill_parcel_udp_checksum(b: &mut [u8]) -> Option<()> {
+        let mut p = Parcel6::new_checked(b).ok()?;
+        Parcel6Repr::fill_udp_checksum(&mut p);
+        Some(())
+    }
+    fn check(b: &[u8]) -> Result<Shape, ParcelError> {
+        Parcel6::new_checked(b).map(|p| Shape::of(&p))
+    }
+    fn check_with_udp(b: &[u8]) -> Result<(Shape, bool), ParcelError> {
+        Parcel6::new_checked(b).map(|p| (Shape::of(&p), p.verify_udp_checksum().is_some()))
+    }
+    fn bad_source(b: &[u8]) -> bool {
+        b[8] == 0xff
+    }
+    #[inline]
+    fn write_datagram_ip(parcel: &[u8], _i: usize, udp_len: usize, out: &mut [u8]) -> Checksum {
+        out[..4].copy_from_slice(&parcel[..4]);
+        out[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
+        out[6] = 17;
+        out[7] = parcel[7];
+        out[8..40].copy_from_slice(&parcel[8..40]);
+        let mut p = Checksum::new();
+        p.add_bytes(&parcel[8..40]).add_u32(udp_len as u32).add_u32(17);
+        p
+    }
+}

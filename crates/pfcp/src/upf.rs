@@ -1,0 +1,1265 @@
+//! The UPF side of N4 as a sans-IO state machine: [`Upf::handle`] takes a datagram, its
+//! source and the time; [`Upf::handle_timeout`] the time; the UPF queues datagrams to send
+//! ([`Upf::poll_transmit`]) and dataplane [`Action`]s ([`Upf::poll_action`]); it reads no
+//! clock and owns no socket, so tests drive it with virtual time.
+//!
+//! What it does, and why where the spec leaves a choice:
+//! - Associations (TS 29.244 §6.2.6): Setup, Update and Release are answered; only source
+//!   addresses in the allow-list are heard (an empty list hears everyone). A Setup from a
+//!   known Node ID with a new Recovery Time Stamp means the SMF restarted: its sessions
+//!   are deleted (no session-retention flag is offered); with the same stamp they are kept.
+//! - Liveness: a Heartbeat Request every `heartbeat_interval`; after `heartbeat_misses`
+//!   intervals without any message from the peer (its own heartbeats count: pfcpsim answers
+//!   none but sends its own) the peer is *lost*, and its sessions are kept for `grace` more
+//!   (forwarding goes on: the dataplane never needed the SMF). A peer heard from again
+//!   within the grace period is up again with nothing lost; after it, its sessions and the
+//!   association are deleted. A heartbeat carrying a new Recovery Time Stamp is a restart:
+//!   the peer's sessions are deleted at once.
+//! - Sessions: Establishment allocates our SEID, and F-TEIDs / UE addresses where the SMF
+//!   sets CHOOSE (TEIDs carry the worker in their low `teid_worker_bits` bits, so a NIC's
+//!   RSS or flow rules can steer a worker's share); every rule reference is checked before
+//!   anything is installed, and a rejected request changes nothing. Modification applies
+//!   Remove, Create, then Update IEs; an Update FAR with SNDEM and a new outer header asks
+//!   for End Markers on the old path. Deletion answers with the final usage reports.
+//! - Requests repeated by the SMF (same peer and sequence number) get the same response
+//!   again without being re-executed (§6.4). Our Session Report Requests are retransmitted
+//!   `request_retries` times every `request_timeout`.
+
+use core::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::time::{Duration, Instant};
+
+use crate::grouped::*;
+use crate::header::{Header, MessageType, MAX_SEQ};
+use crate::ie::*;
+use crate::message::*;
+use crate::rules::{Far, GtpuEndpoint, IdMap, Pdr, Qer, SessionRules, Urr};
+use crate::{Cause, Error};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub node_id: NodeId,
+    /// Our Recovery Time Stamp (NTP seconds of our start).
+    pub recovery_time_stamp: u32,
+    pub heartbeat_interval: Duration,
+    pub heartbeat_misses: u32,
+    /// How long a lost peer's sessions are kept.
+    pub grace: Duration,
+    /// Source addresses heard; empty: any.
+    pub allowed_peers: Vec<IpAddr>,
+    /// Our N3 addresses, put in the F-TEIDs we allocate.
+    pub n3_ipv4: Option<Ipv4Addr>,
+    pub n3_ipv6: Option<Ipv6Addr>,
+    /// UE address pools for CHOOSE: IPv4 hosts, IPv6 /64 prefixes.
+    pub ue_pool_v4: Option<(Ipv4Addr, u8)>,
+    pub ue_pool_v6: Option<(Ipv6Addr, u8)>,
+    /// log2 of the number of workers the TEIDs are spread over.
+    pub teid_worker_bits: u8,
+    pub request_timeout: Duration,
+    pub request_retries: u32,
+}
+
+impl Config {
+    pub fn new(node_id: NodeId, recovery_time_stamp: u32) -> Config {
+        Config {
+            node_id,
+            recovery_time_stamp,
+            heartbeat_interval: Duration::from_secs(10),
+            heartbeat_misses: 3,
+            grace: Duration::from_secs(60),
+            allowed_peers: Vec::new(),
+            n3_ipv4: None,
+            n3_ipv6: None,
+            ue_pool_v4: None,
+            ue_pool_v6: None,
+            teid_worker_bits: 0,
+            request_timeout: Duration::from_secs(3),
+            request_retries: 3,
+        }
+    }
+}
+
+/// A datagram to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transmit {
+    pub dst: SocketAddr,
+    pub data: Vec<u8>,
+}
+
+/// What the dataplane must do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Install or replace a session's rules. Packets buffered for the session are sent
+    /// once a FAR that buffered them forwards.
+    Install(SessionRules),
+    /// Delete a session (its buffered packets too).
+    Remove { seid: u64 },
+    /// Send a GTP-U End Marker on the old path of a FAR whose outer header changed.
+    EndMarker { seid: u64, old: GtpuEndpoint },
+    /// Drop what is buffered for the session (PFCPSMReq-Flags DROBU).
+    DropBuffered { seid: u64 },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Liveness {
+    Up,
+    Lost { since: Instant },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Association {
+    pub node_id: NodeId,
+    pub peer: SocketAddr,
+    pub recovery_time_stamp: u32,
+    pub liveness: Liveness,
+    /// Heartbeat intervals passed without hearing from the peer.
+    pub misses: u32,
+    next_heartbeat: Instant,
+    heard_since_heartbeat: bool,
+}
+
+/// Cumulative counts the dataplane measured for one URR.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Usage {
+    pub ul_bytes: u64,
+    pub dl_bytes: u64,
+    pub ul_packets: u64,
+    pub dl_packets: u64,
+}
+
+impl Usage {
+    fn volume(&self) -> [u64; 3] {
+        [self.ul_bytes + self.dl_bytes, self.ul_bytes, self.dl_bytes]
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+struct UrrState {
+    latest: Usage,
+    /// Counts at the last report: thresholds are measured from here.
+    reported: Usage,
+    /// Counts when the current quota was granted: the quota is measured from here.
+    quota_base: Usage,
+    seqn: u32,
+    start: Option<Instant>,
+    quota_exhausted: bool,
+}
+
+#[derive(Debug, Clone)]
+struct Session {
+    rules: SessionRules,
+    cp_f_seid: FSeid,
+    urr: IdMap<u32, UrrState>,
+    allocated: Vec<Allocation>,
+    /// A Downlink Data Report was sent and no modification followed yet.
+    dl_reported: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Allocation {
+    Teid(u32),
+    Ipv4(u32),
+    Ipv6(u64),
+}
+
+#[derive(Debug)]
+struct Pending {
+    dst: SocketAddr,
+    data: Vec<u8>,
+    next: Instant,
+    tries_left: u32,
+}
+
+/// Message counts (`show pfcp`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub rx: u64,
+    pub tx: u64,
+    pub malformed: u64,
+    pub unknown_peer: u64,
+    pub unknown_type: u64,
+    pub duplicate_requests: u64,
+    pub retransmissions: u64,
+    pub report_timeouts: u64,
+    pub sessions_established: u64,
+    pub sessions_deleted: u64,
+    pub peers_lost: u64,
+}
+
+/// Why a request is refused: the Cause and the IE to name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Reject {
+    cause: Cause,
+    ie: Option<u16>,
+}
+
+impl From<Error> for Reject {
+    fn from(e: Error) -> Reject {
+        Reject { cause: e.cause(), ie: e.offending_ie() }
+    }
+}
+
+fn reject(cause: Cause, ie: u16) -> Reject {
+    Reject { cause, ie: Some(ie) }
+}
+
+/// How long answered requests are remembered to spot repeats: longer than any SMF's
+/// T1 × N1.
+const RESPONSE_MEMORY: Duration = Duration::from_secs(30);
+
+pub struct Upf {
+    cfg: Config,
+    associations: HashMap<NodeId, Association>,
+    sessions: HashMap<u64, Session>,
+    next_seid: u64,
+    next_seq: u32,
+    teids_used: HashSet<u32>,
+    teids_free: Vec<u32>,
+    next_teid: u32,
+    ipv4_free: Vec<u32>,
+    ipv4_next: u32,
+    ipv6_free: Vec<u64>,
+    ipv6_next: u64,
+    pending: HashMap<u32, Pending>,
+    answered: HashMap<(SocketAddr, u32), Vec<u8>>,
+    answered_order: VecDeque<(Instant, (SocketAddr, u32))>,
+    transmits: VecDeque<Transmit>,
+    actions: VecDeque<Action>,
+    stats: Stats,
+}
+
+impl Upf {
+    pub fn new(cfg: Config) -> Upf {
+        Upf {
+            cfg,
+            associations: HashMap::new(),
+            sessions: HashMap::new(),
+            next_seid: 1,
+            next_seq: 1,
+            teids_used: HashSet::new(),
+            teids_free: Vec::new(),
+            next_teid: 1,
+            ipv4_free: Vec::new(),
+            ipv4_next: 1,
+            ipv6_free: Vec::new(),
+            ipv6_next: 1,
+            pending: HashMap::new(),
+            answered: HashMap::new(),
+            answered_order: VecDeque::new(),
+            transmits: VecDeque::new(),
+            actions: VecDeque::new(),
+            stats: Stats::default(),
+        }
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+    pub fn associations(&self) -> impl Iterator<Item = &Association> {
+        self.associations.values()
+    }
+    pub fn sessions(&self) -> impl Iterator<Item = &SessionRules> {
+        self.sessions.values().map(|s| &s.rules)
+    }
+    pub fn session(&self, seid: u64) -> Option<&SessionRules> {
+        self.sessions.get(&seid).map(|s| &s.rules)
+    }
+    pub fn session_count(&self) -> usize {
+        self.sessions.len()
+    }
+
+    pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        self.transmits.pop_front()
+    }
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    /// The next time [`Upf::handle_timeout`] has something to do.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let hb = self.associations.values().map(|a| match a.liveness {
+            Liveness::Up => a.next_heartbeat,
+            Liveness::Lost { since } => a.next_heartbeat.min(since + self.cfg.grace),
+        });
+        let retx = self.pending.values().map(|p| p.next);
+        let forget = self.answered_order.front().map(|(t, _)| *t + RESPONSE_MEMORY);
+        hb.chain(retx).chain(forget).min()
+    }
+
+    /// One datagram from `from`.
+    pub fn handle(&mut self, now: Instant, from: SocketAddr, data: &[u8]) {
+        if !self.cfg.allowed_peers.is_empty() && !self.cfg.allowed_peers.contains(&from.ip()) {
+            self.stats.unknown_peer += 1;
+            return;
+        }
+        self.stats.rx += 1;
+        let (header, body) = match Header::parse(data) {
+            Ok(v) => v,
+            Err(Error::Version(_)) => {
+                self.stats.malformed += 1;
+                // §7.4.4.7: answered with Version Not Supported, the request's sequence
+                // number echoed when it can be read.
+                let seq = data.get(4..7).map_or(0, |s| u32::from_be_bytes([0, s[0], s[1], s[2]]));
+                self.send(from, Header::node(MessageType::VersionNotSupportedResponse, seq), &Message::VersionNotSupportedResponse);
+                return;
+            }
+            Err(_) => {
+                self.stats.malformed += 1;
+                return;
+            }
+        };
+        self.heard_from(from, now);
+        if header.msg_type.is_request() {
+            if let Some(resp) = self.answered.get(&(from, header.seq)) {
+                self.stats.duplicate_requests += 1;
+                self.stats.tx += 1;
+                self.transmits.push_back(Transmit { dst: from, data: resp.clone() });
+                return;
+            }
+        }
+        match Message::parse_body(header.msg_type, body) {
+            Ok(m) => self.dispatch(now, from, header, m),
+            Err(e) => {
+                self.stats.malformed += 1;
+                self.answer_malformed(now, from, header, e);
+            }
+        }
+    }
+
+    fn dispatch(&mut self, now: Instant, from: SocketAddr, h: Header, m: Message) {
+        match m {
+            Message::HeartbeatRequest(hb) => {
+                self.check_restart(from, hb.recovery_time_stamp.0);
+                let resp = Message::HeartbeatResponse(Heartbeat { recovery_time_stamp: U32Ie(self.cfg.recovery_time_stamp) });
+                self.respond(now, from, Header::node(MessageType::HeartbeatResponse, h.seq), &resp);
+            }
+            Message::HeartbeatResponse(hb) => {
+                self.pending.remove(&h.seq);
+                self.check_restart(from, hb.recovery_time_stamp.0);
+            }
+            Message::AssociationSetupRequest(r) => self.association_setup(now, from, h, r),
+            Message::AssociationUpdateRequest(r) => {
+                let known = self.associations.contains_key(&r.node_id);
+                let cause = if known { Cause::RequestAccepted } else { Cause::NoEstablishedAssociation };
+                let resp = Message::AssociationUpdateResponse(self.association_response(cause, false));
+                self.respond(now, from, Header::node(MessageType::AssociationUpdateResponse, h.seq), &resp);
+            }
+            Message::AssociationReleaseRequest(r) => {
+                // By Node ID, else the association of the sender's address: pfcpsim
+                // names itself 0.0.0.0 in its release.
+                let node = Some(r.node_id)
+                    .filter(|n| self.associations.contains_key(n))
+                    .or_else(|| self.associations.values().find(|a| a.peer.ip() == from.ip()).map(|a| a.node_id.clone()));
+                let cause = if let Some(node) = node {
+                    self.associations.remove(&node);
+                    self.delete_sessions_of(&node);
+                    Cause::RequestAccepted
+                } else {
+                    Cause::NoEstablishedAssociation
+                };
+                let resp = Message::AssociationReleaseResponse(self.association_response(cause, false));
+                self.respond(now, from, Header::node(MessageType::AssociationReleaseResponse, h.seq), &resp);
+            }
+            Message::SessionEstablishmentRequest(r) => self.establish(now, from, h, r),
+            Message::SessionModificationRequest(r) => self.modify(now, from, h, r),
+            Message::SessionDeletionRequest => self.delete(now, from, h),
+            Message::SessionReportResponse(r) => {
+                self.pending.remove(&h.seq);
+                if r.cause.0 == Cause::SessionContextNotFound {
+                    // The SMF no longer knows the session: nobody will ever delete it.
+                    if let Some(seid) = h.seid.filter(|s| self.sessions.contains_key(s)) {
+                        self.remove_session(seid);
+                    }
+                }
+            }
+            Message::AssociationSetupResponse(_)
+            | Message::AssociationUpdateResponse(_)
+            | Message::AssociationReleaseResponse(_)
+            | Message::VersionNotSupportedResponse
+            | Message::SessionEstablishmentResponse(_)
+            | Message::SessionModificationResponse(_)
+            | Message::SessionDeletionResponse(_)
+            | Message::SessionReportRequest(_)
+            | Message::Other(_) => {
+                // Nothing a UPF asked for, or a type it does not serve: discarded (§7.3).
+                self.stats.unknown_type += 1;
+            }
+        }
+    }
+
+    /// A request whose IEs could not be used: the response of its type with the Cause and
+    /// Offending IE the error names. Heartbeats have no Cause to carry: not answered.
+    fn answer_malformed(&mut self, now: Instant, from: SocketAddr, h: Header, e: Error) {
+        let offending_ie = e.offending_ie().map(U16Ie);
+        let cause = CauseIe(e.cause());
+        let node_id = self.cfg.node_id.clone();
+        let cp_seid = h.seid.and_then(|s| self.sessions.get(&s)).map_or(0, |s| s.cp_f_seid.seid);
+        let (t, m) = match h.msg_type {
+            MessageType::AssociationSetupRequest => (
+                MessageType::AssociationSetupResponse,
+                Message::AssociationSetupResponse(AssociationResponse {
+                    recovery_time_stamp: Some(U32Ie(self.cfg.recovery_time_stamp)),
+                    ..self.association_response(e.cause(), false)
+                }),
+            ),
+            MessageType::AssociationUpdateRequest => {
+                (MessageType::AssociationUpdateResponse, Message::AssociationUpdateResponse(self.association_response(e.cause(), false)))
+            }
+            MessageType::AssociationReleaseRequest => {
+                (MessageType::AssociationReleaseResponse, Message::AssociationReleaseResponse(self.association_response(e.cause(), false)))
+            }
+            MessageType::SessionEstablishmentRequest => (
+                MessageType::SessionEstablishmentResponse,
+                Message::SessionEstablishmentResponse(SessionEstablishmentResponse {
+                    node_id,
+                    cause,
+                    offending_ie,
+                    up_f_seid: None,
+                    created_pdr: vec![],
+                }),
+            ),
+            MessageType::SessionModificationRequest => (
+                MessageType::SessionModificationResponse,
+                Message::SessionModificationResponse(SessionModificationResponse {
+                    cause,
+                    offending_ie,
+                    created_pdr: vec![],
+                    usage_report: vec![],
+                }),
+            ),
+            MessageType::SessionDeletionRequest => (
+                MessageType::SessionDeletionResponse,
+                Message::SessionDeletionResponse(SessionDeletionResponse { cause, offending_ie, usage_report: vec![] }),
+            ),
+            _ => return,
+        };
+        let header = if t.is_session() { Header::session(t, cp_seid, h.seq) } else { Header::node(t, h.seq) };
+        self.respond(now, from, header, &m);
+    }
+
+    fn association_response(&self, cause: Cause, setup: bool) -> AssociationResponse {
+        AssociationResponse {
+            node_id: self.cfg.node_id.clone(),
+            cause: CauseIe(cause),
+            recovery_time_stamp: setup.then_some(U32Ie(self.cfg.recovery_time_stamp)),
+            up_function_features: setup.then_some(self.up_function_features()),
+            cp_function_features: None,
+        }
+    }
+
+    /// Advertise what is implemented: F-TEID allocation when we have an N3 address, UE
+    /// address allocation when there is a pool, End Markers.
+    pub fn up_function_features(&self) -> UpFunctionFeatures {
+        let mut f = up_features::EMPU;
+        if self.cfg.n3_ipv4.is_some() || self.cfg.n3_ipv6.is_some() {
+            f |= up_features::FTUP;
+        }
+        if self.cfg.ue_pool_v4.is_some() || self.cfg.ue_pool_v6.is_some() {
+            f |= up_features::UEIP;
+        }
+        Flags(f)
+    }
+
+    fn association_setup(&mut self, now: Instant, from: SocketAddr, h: Header, r: AssociationRequest) {
+        let rts = r.recovery_time_stamp.map_or(0, |t| t.0);
+        if let Some(old) = self.associations.get(&r.node_id) {
+            if old.recovery_time_stamp != rts {
+                self.delete_sessions_of(&r.node_id);
+            }
+        }
+        self.associations.insert(
+            r.node_id.clone(),
+            Association {
+                node_id: r.node_id,
+                peer: from,
+                recovery_time_stamp: rts,
+                liveness: Liveness::Up,
+                misses: 0,
+                next_heartbeat: now + self.cfg.heartbeat_interval,
+                heard_since_heartbeat: true,
+            },
+        );
+        let resp = Message::AssociationSetupResponse(self.association_response(Cause::RequestAccepted, true));
+        self.respond(now, from, Header::node(MessageType::AssociationSetupResponse, h.seq), &resp);
+    }
+
+    /// Any valid message from a peer shows it is alive.
+    fn heard_from(&mut self, from: SocketAddr, _now: Instant) {
+        if let Some(a) = self.associations.values_mut().find(|a| a.peer.ip() == from.ip()) {
+            a.heard_since_heartbeat = true;
+            a.misses = 0;
+            a.liveness = Liveness::Up;
+        }
+    }
+
+    /// A heartbeat with a Recovery Time Stamp other than the one the association was set
+    /// up with: the peer restarted and lost its sessions, so we drop ours (TS 23.007).
+    fn check_restart(&mut self, from: SocketAddr, rts: u32) {
+        let Some(a) = self.associations.values().find(|a| a.peer.ip() == from.ip()) else {
+            return;
+        };
+        if a.recovery_time_stamp != rts {
+            let node = a.node_id.clone();
+            self.associations.remove(&node);
+            self.delete_sessions_of(&node);
+        }
+    }
+
+    fn delete_sessions_of(&mut self, node: &NodeId) {
+        let seids: Vec<u64> = self.sessions.iter().filter(|(_, s)| &s.rules.cp_node == node).map(|(k, _)| *k).collect();
+        for seid in seids {
+            self.remove_session(seid);
+        }
+    }
+
+    fn remove_session(&mut self, seid: u64) {
+        if let Some(s) = self.sessions.remove(&seid) {
+            self.release(&s.allocated);
+            self.actions.push_back(Action::Remove { seid });
+            self.stats.sessions_deleted += 1;
+        }
+    }
+
+    /// Heartbeats, lost peers, grace periods, retransmissions.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let mut expired = Vec::new();
+        let mut heartbeats = Vec::new();
+        for a in self.associations.values_mut() {
+            if let Liveness::Lost { since } = a.liveness {
+                if now >= since + self.cfg.grace {
+                    expired.push(a.node_id.clone());
+                    continue;
+                }
+            }
+            if now >= a.next_heartbeat {
+                if !a.heard_since_heartbeat {
+                    a.misses += 1;
+                    if a.misses >= self.cfg.heartbeat_misses && a.liveness == Liveness::Up {
+                        a.liveness = Liveness::Lost { since: now };
+                        self.stats.peers_lost += 1;
+                    }
+                }
+                a.heard_since_heartbeat = false;
+                a.next_heartbeat = now + self.cfg.heartbeat_interval;
+                heartbeats.push(a.peer);
+            }
+        }
+        for node in expired {
+            self.associations.remove(&node);
+            self.delete_sessions_of(&node);
+        }
+        for peer in heartbeats {
+            let seq = self.seq();
+            let m = Message::HeartbeatRequest(Heartbeat { recovery_time_stamp: U32Ie(self.cfg.recovery_time_stamp) });
+            self.send(peer, Header::node(MessageType::HeartbeatRequest, seq), &m);
+        }
+        let mut resend = Vec::new();
+        self.pending.retain(|_, p| {
+            if now < p.next {
+                return true;
+            }
+            if p.tries_left == 0 {
+                return false;
+            }
+            p.tries_left -= 1;
+            p.next = now + self.cfg.request_timeout;
+            resend.push(Transmit { dst: p.dst, data: p.data.clone() });
+            true
+        });
+        self.stats.retransmissions += resend.len() as u64;
+        self.stats.tx += resend.len() as u64;
+        self.transmits.extend(resend);
+        while let Some(&(t, key)) = self.answered_order.front() {
+            if now < t + RESPONSE_MEMORY {
+                break;
+            }
+            self.answered_order.pop_front();
+            self.answered.remove(&key);
+        }
+    }
+
+    fn seq(&mut self) -> u32 {
+        let s = self.next_seq;
+        self.next_seq = if s >= MAX_SEQ { 1 } else { s + 1 };
+        s
+    }
+
+    fn send(&mut self, dst: SocketAddr, h: Header, m: &Message) -> Vec<u8> {
+        let data = m.to_bytes(&h);
+        self.stats.tx += 1;
+        self.transmits.push_back(Transmit { dst, data: data.clone() });
+        data
+    }
+
+    /// Sends a response and remembers it for a repeated request.
+    fn respond(&mut self, now: Instant, dst: SocketAddr, h: Header, m: &Message) {
+        let data = self.send(dst, h, m);
+        self.answered.insert((dst, h.seq), data);
+        self.answered_order.push_back((now, (dst, h.seq)));
+    }
+
+    /// Sends a request we expect an answer to, retransmitted until one comes.
+    fn request(&mut self, now: Instant, dst: SocketAddr, h: Header, m: &Message) {
+        let data = self.send(dst, h, m);
+        let p = Pending { dst, data, next: now + self.cfg.request_timeout, tries_left: self.cfg.request_retries };
+        self.pending.insert(h.seq, p);
+    }
+
+    // ---- sessions ----
+
+    fn establish(&mut self, now: Instant, from: SocketAddr, h: Header, r: SessionEstablishmentRequest) {
+        let cp_seid = r.cp_f_seid.seid;
+        let associated = self.associations.get(&r.node_id).is_some_and(|a| a.peer.ip() == from.ip());
+        let result = if associated { self.build_session(&r) } else { Err(Reject { cause: Cause::NoEstablishedAssociation, ie: None }) };
+        let resp = match result {
+            Ok((session, created)) => {
+                let seid = session.rules.seid;
+                let up_f_seid = FSeid { seid, ipv4: self.local_ipv4(from), ipv6: self.local_ipv6(from) };
+                self.actions.push_back(Action::Install(session.rules.clone()));
+                self.sessions.insert(seid, session);
+                self.stats.sessions_established += 1;
+                SessionEstablishmentResponse {
+                    node_id: self.cfg.node_id.clone(),
+                    cause: CauseIe(Cause::RequestAccepted),
+                    offending_ie: None,
+                    up_f_seid: Some(up_f_seid),
+                    created_pdr: created,
+                }
+            }
+            Err(rej) => SessionEstablishmentResponse {
+                node_id: self.cfg.node_id.clone(),
+                cause: CauseIe(rej.cause),
+                offending_ie: rej.ie.map(U16Ie),
+                up_f_seid: None,
+                created_pdr: vec![],
+            },
+        };
+        let header = Header::session(MessageType::SessionEstablishmentResponse, cp_seid, h.seq);
+        self.respond(now, from, header, &Message::SessionEstablishmentResponse(resp));
+    }
+
+    /// The F-SEID address: ours in the family the SMF spoke to us in.
+    fn local_ipv4(&self, from: SocketAddr) -> Option<Ipv4Addr> {
+        match (&self.cfg.node_id, from.ip()) {
+            (NodeId::Ipv4(a), IpAddr::V4(_)) => Some(*a),
+            (_, IpAddr::V4(_)) => Some(self.cfg.n3_ipv4.unwrap_or(Ipv4Addr::UNSPECIFIED)),
+            _ => None,
+        }
+    }
+    fn local_ipv6(&self, from: SocketAddr) -> Option<Ipv6Addr> {
+        match (&self.cfg.node_id, from.ip()) {
+            (NodeId::Ipv6(a), IpAddr::V6(_)) => Some(*a),
+            (_, IpAddr::V6(_)) => Some(self.cfg.n3_ipv6.unwrap_or(Ipv6Addr::UNSPECIFIED)),
+            _ => None,
+        }
+    }
+
+    fn build_session(&mut self, r: &SessionEstablishmentRequest) -> Result<(Session, Vec<CreatedPdr>), Reject> {
+        let seid = self.new_seid();
+        let mut s = Session {
+            rules: SessionRules {
+                seid,
+                cp_node: r.node_id.clone(),
+                pdrs: IdMap::new(),
+                fars: IdMap::new(),
+                qers: IdMap::new(),
+                urrs: IdMap::new(),
+            },
+            cp_f_seid: r.cp_f_seid,
+            urr: IdMap::new(),
+            allocated: Vec::new(),
+            dl_reported: false,
+        };
+        let mut created = Vec::new();
+        let res = self.apply_creates(&mut s, &r.create_pdr, &r.create_far, &r.create_qer, &r.create_urr, &mut created);
+        let res = res.and_then(|()| check_references(&s.rules));
+        if let Err(e) = res {
+            self.release(&s.allocated);
+            return Err(e);
+        }
+        Ok((s, created))
+    }
+
+    fn new_seid(&mut self) -> u64 {
+        loop {
+            let seid = self.next_seid;
+            self.next_seid = self.next_seid.wrapping_add(1).max(1);
+            if !self.sessions.contains_key(&seid) {
+                return seid;
+            }
+        }
+    }
+
+    fn apply_creates(
+        &mut self,
+        s: &mut Session,
+        pdrs: &[CreatePdr],
+        fars: &[CreateFar],
+        qers: &[CreateQer],
+        urrs: &[CreateUrr],
+        created: &mut Vec<CreatedPdr>,
+    ) -> Result<(), Reject> {
+        for f in fars {
+            let far = far_from(f.far_id.0, f.apply_action, f.forwarding_parameters.as_ref())?;
+            s.rules.fars.insert(far.id, far);
+        }
+        for q in qers {
+            let mut qer = Qer {
+                id: q.qer_id.0,
+                ul_open: true,
+                dl_open: true,
+                mbr_ul_kbps: None,
+                mbr_dl_kbps: None,
+                gbr_ul_kbps: None,
+                gbr_dl_kbps: None,
+                qfi: None,
+            };
+            update_qer(&mut qer, q);
+            s.rules.qers.insert(qer.id, qer);
+        }
+        for u in urrs {
+            let mut urr = Urr { id: u.urr_id.0, ..Default::default() };
+            update_urr(&mut urr, u);
+            s.rules.urrs.insert(urr.id, urr);
+            s.urr.insert(urr.id, UrrState::default());
+        }
+        let mut chosen: HashMap<u8, GtpuEndpoint> = HashMap::new();
+        for p in pdrs {
+            let pdi = p.pdi.as_ref().ok_or(reject(Cause::MandatoryIeMissing, ty::PDI))?;
+            let mut pdr = Pdr {
+                id: p.pdr_id.0,
+                precedence: p.precedence.map_or(0, |v| v.0),
+                source: Interface::Access,
+                local_f_teid: None,
+                ue_ipv4: None,
+                ue_ipv6: None,
+                ue_is_destination: false,
+                sdf_filters: vec![],
+                qfi: None,
+                outer_header_removal: false,
+                far_id: None,
+                qer_ids: vec![],
+                urr_ids: vec![],
+            };
+            let c = self.apply_pdi(s, &mut pdr, pdi, &mut chosen)?;
+            apply_pdr_fields(&mut pdr, p);
+            if c.f_teid.is_some() || c.ue_ip_address.is_some() {
+                created.push(c);
+            }
+            s.rules.pdrs.insert(pdr.id, pdr);
+        }
+        Ok(())
+    }
+
+    /// Resolves a PDI into `pdr`, allocating on CHOOSE; returns what was allocated.
+    fn apply_pdi(
+        &mut self,
+        s: &mut Session,
+        pdr: &mut Pdr,
+        pdi: &Pdi,
+        chosen: &mut HashMap<u8, GtpuEndpoint>,
+    ) -> Result<CreatedPdr, Reject> {
+        let mut created = CreatedPdr { pdr_id: U16Ie(pdr.id), f_teid: None, ue_ip_address: None };
+        pdr.source = pdi.source_interface.map_or(Interface::Access, |i| i.0);
+        pdr.local_f_teid = match pdi.f_teid {
+            None => None,
+            Some(FTeid::Assigned { teid, ipv4, ipv6 }) => {
+                let addr = ipv4.map(IpAddr::V4).or(ipv6.map(IpAddr::V6)).ok_or(reject(Cause::MandatoryIeIncorrect, ty::F_TEID))?;
+                Some(GtpuEndpoint { teid, addr })
+            }
+            Some(FTeid::Choose { v4, v6, choose_id }) => {
+                let ep = match choose_id.and_then(|id| chosen.get(&id)) {
+                    Some(ep) => *ep,
+                    None => {
+                        let addr = match (v4, v6, self.cfg.n3_ipv4, self.cfg.n3_ipv6) {
+                            (true, _, Some(a), _) => IpAddr::V4(a),
+                            (_, true, _, Some(a)) => IpAddr::V6(a),
+                            _ => return Err(reject(Cause::InvalidFTeidAllocationOption, ty::F_TEID)),
+                        };
+                        let teid = self.alloc_teid().ok_or(reject(Cause::NoResourcesAvailable, ty::F_TEID))?;
+                        s.allocated.push(Allocation::Teid(teid));
+                        let ep = GtpuEndpoint { teid, addr };
+                        if let Some(id) = choose_id {
+                            chosen.insert(id, ep);
+                        }
+                        ep
+                    }
+                };
+                let (ipv4, ipv6) = match ep.addr {
+                    IpAddr::V4(a) => (Some(a), None),
+                    IpAddr::V6(a) => (None, Some(a)),
+                };
+                created.f_teid = Some(FTeid::Assigned { teid: ep.teid, ipv4, ipv6 });
+                Some(ep)
+            }
+        };
+        if let Some(ue) = pdi.ue_ip_address {
+            pdr.ue_is_destination = ue.destination;
+            pdr.ue_ipv4 = ue.ipv4;
+            pdr.ue_ipv6 = ue.ipv6;
+            let mut alloc = UeIpAddress { destination: ue.destination, ..Default::default() };
+            if ue.choose_v4 {
+                let (a, i) = self.alloc_ipv4().ok_or(reject(Cause::AllDynamicAddressesOccupied, ty::UE_IP_ADDRESS))?;
+                s.allocated.push(Allocation::Ipv4(i));
+                pdr.ue_ipv4 = Some(a);
+                alloc.ipv4 = Some(a);
+            }
+            if ue.choose_v6 {
+                let (a, i) = self.alloc_ipv6().ok_or(reject(Cause::AllDynamicAddressesOccupied, ty::UE_IP_ADDRESS))?;
+                s.allocated.push(Allocation::Ipv6(i));
+                pdr.ue_ipv6 = Some(a);
+                alloc.ipv6 = Some(a);
+            }
+            if ue.choose_v4 || ue.choose_v6 {
+                created.ue_ip_address = Some(alloc);
+            }
+        }
+        pdr.sdf_filters = pdi.sdf_filters.iter().filter_map(|f| f.flow_description.clone()).collect();
+        pdr.qfi = pdi.qfis.first().map(|q| q.0);
+        Ok(created)
+    }
+
+    /// TEIDs: `(n << teid_worker_bits) | worker`, the worker taken in turn, 0 never used;
+    /// released ones are reused first (the table stays dense).
+    fn alloc_teid(&mut self) -> Option<u32> {
+        if let Some(t) = self.teids_free.pop() {
+            self.teids_used.insert(t);
+            return Some(t);
+        }
+        let bits = u32::from(self.cfg.teid_worker_bits.min(16));
+        for _ in 0..u32::MAX >> 8 {
+            let n = self.next_teid;
+            self.next_teid = self.next_teid.wrapping_add(1).max(1);
+            let workers = 1u32 << bits;
+            let teid = ((n / workers) << bits) | (n % workers);
+            if teid != 0 && self.teids_used.insert(teid) {
+                return Some(teid);
+            }
+        }
+        None
+    }
+
+    fn alloc_ipv4(&mut self) -> Option<(Ipv4Addr, u32)> {
+        let (base, len) = self.cfg.ue_pool_v4?;
+        let size = 1u64 << (32 - u32::from(len.min(32)));
+        let i = match self.ipv4_free.pop() {
+            Some(i) => i,
+            // Host 0 (the network) and the last host are left out.
+            None if u64::from(self.ipv4_next) + 1 < size => {
+                self.ipv4_next += 1;
+                self.ipv4_next - 1
+            }
+            None => return None,
+        };
+        Some((Ipv4Addr::from(u32::from(base) & mask32(len) | i), i))
+    }
+
+    fn alloc_ipv6(&mut self) -> Option<(Ipv6Addr, u64)> {
+        let (base, len) = self.cfg.ue_pool_v6?;
+        let bits = 64u32.saturating_sub(u32::from(len.min(64)));
+        let size = if bits >= 64 { u64::MAX } else { 1u64 << bits };
+        let i = match self.ipv6_free.pop() {
+            Some(i) => i,
+            None if self.ipv6_next < size => {
+                self.ipv6_next += 1;
+                self.ipv6_next - 1
+            }
+            None => return None,
+        };
+        let net = u128::from(base) & !((1u128 << 64) - 1) & (u128::MAX << (128 - u32::from(len.min(64))));
+        Some((Ipv6Addr::from(net | u128::from(i) << 64), i))
+    }
+
+    fn release(&mut self, allocs: &[Allocation]) {
+        for a in allocs {
+            match *a {
+                Allocation::Teid(t) => {
+                    if self.teids_used.remove(&t) {
+                        self.teids_free.push(t);
+                    }
+                }
+                Allocation::Ipv4(i) => self.ipv4_free.push(i),
+                Allocation::Ipv6(i) => self.ipv6_free.push(i),
+            }
+        }
+    }
+
+    fn find_session(&self, from: SocketAddr, h: &Header) -> Option<u64> {
+        let seid = h.seid?;
+        let s = self.sessions.get(&seid)?;
+        // Only the SMF that owns a session may change it.
+        let peer = self.associations.get(&s.rules.cp_node)?;
+        (peer.peer.ip() == from.ip()).then_some(seid)
+    }
+
+    fn modify(&mut self, now: Instant, from: SocketAddr, h: Header, r: SessionModificationRequest) {
+        let Some(seid) = self.find_session(from, &h) else {
+            let resp = SessionModificationResponse {
+                cause: CauseIe(Cause::SessionContextNotFound),
+                offending_ie: None,
+                created_pdr: vec![],
+                usage_report: vec![],
+            };
+            let header = Header::session(MessageType::SessionModificationResponse, 0, h.seq);
+            return self.respond(now, from, header, &Message::SessionModificationResponse(resp));
+        };
+        let mut s = self.sessions.remove(&seid).expect("found above");
+        let before = s.clone();
+        let mut created = Vec::new();
+        let mut end_markers = Vec::new();
+        let res = self.apply_modification(&mut s, &r, &mut created, &mut end_markers).and_then(|()| check_references(&s.rules));
+        let resp = match res {
+            Ok(()) => {
+                let reports = r.query_urr.iter().filter_map(|q| self.usage_report(&mut s, now, q.0 .0, trigger::LIUSA_OR_IMMER)).collect();
+                let freed: Vec<Allocation> = before.allocated.iter().filter(|a| !s.allocated.contains(a)).copied().collect();
+                self.release(&freed);
+                if r.flags.is_some_and(|f| f.has(smreq_flags::DROBU)) {
+                    self.actions.push_back(Action::DropBuffered { seid });
+                }
+                s.dl_reported = false;
+                self.actions.push_back(Action::Install(s.rules.clone()));
+                self.actions.extend(end_markers.into_iter().map(|old| Action::EndMarker { seid, old }));
+                SessionModificationResponse {
+                    cause: CauseIe(Cause::RequestAccepted),
+                    offending_ie: None,
+                    created_pdr: created,
+                    usage_report: reports,
+                }
+            }
+            Err(rej) => {
+                let new: Vec<Allocation> = s.allocated.iter().filter(|a| !before.allocated.contains(a)).copied().collect();
+                self.release(&new);
+                s = before;
+                SessionModificationResponse {
+                    cause: CauseIe(rej.cause),
+                    offending_ie: rej.ie.map(U16Ie),
+                    created_pdr: vec![],
+                    usage_report: vec![],
+                }
+            }
+        };
+        let cp = r.cp_f_seid.unwrap_or(s.cp_f_seid);
+        s.cp_f_seid = cp;
+        self.sessions.insert(seid, s);
+        let header = Header::session(MessageType::SessionModificationResponse, cp.seid, h.seq);
+        self.respond(now, from, header, &Message::SessionModificationResponse(resp));
+    }
+
+    fn apply_modification(
+        &mut self,
+        s: &mut Session,
+        r: &SessionModificationRequest,
+        created: &mut Vec<CreatedPdr>,
+        end_markers: &mut Vec<GtpuEndpoint>,
+    ) -> Result<(), Reject> {
+        for p in &r.remove_pdr {
+            let pdr = s.rules.pdrs.remove(&p.0 .0).ok_or(reject(Cause::RuleCreationModificationFailure, ty::REMOVE_PDR))?;
+            // A TEID the UPF chose goes back to the pool with the PDR that used it, unless
+            // another PDR (same CHOOSE ID) still uses it.
+            if let Some(ep) = pdr.local_f_teid {
+                let still_used = s.rules.pdrs.values().any(|o| o.local_f_teid == Some(ep));
+                if !still_used {
+                    s.allocated.retain(|a| *a != Allocation::Teid(ep.teid));
+                }
+            }
+        }
+        for f in &r.remove_far {
+            s.rules.fars.remove(&f.0 .0).ok_or(reject(Cause::RuleCreationModificationFailure, ty::REMOVE_FAR))?;
+        }
+        for q in &r.remove_qer {
+            s.rules.qers.remove(&q.0 .0).ok_or(reject(Cause::RuleCreationModificationFailure, ty::REMOVE_QER))?;
+        }
+        for u in &r.remove_urr {
+            s.rules.urrs.remove(&u.0 .0).ok_or(reject(Cause::RuleCreationModificationFailure, ty::REMOVE_URR))?;
+            s.urr.remove(&u.0 .0);
+        }
+        self.apply_creates(s, &r.create_pdr, &r.create_far, &r.create_qer, &r.create_urr, created)?;
+        for u in &r.update_pdr {
+            let mut pdr = s.rules.pdrs.get(&u.pdr_id.0).cloned().ok_or(reject(Cause::RuleCreationModificationFailure, ty::UPDATE_PDR))?;
+            if let Some(pdi) = &u.pdi {
+                let c = self.apply_pdi(s, &mut pdr, pdi, &mut HashMap::new())?;
+                if c.f_teid.is_some() || c.ue_ip_address.is_some() {
+                    created.push(c);
+                }
+            }
+            apply_pdr_fields(&mut pdr, u);
+            s.rules.pdrs.insert(pdr.id, pdr);
+        }
+        for u in &r.update_far {
+            let far = s.rules.fars.get_mut(&u.far_id.0).ok_or(reject(Cause::RuleCreationModificationFailure, ty::UPDATE_FAR))?;
+            if let Some(a) = u.apply_action {
+                far.action = a.0;
+            }
+            if let Some(fp) = &u.update_forwarding_parameters {
+                if let Some(d) = fp.destination_interface {
+                    far.destination = Some(d.0);
+                }
+                if let Some(ni) = &fp.network_instance {
+                    far.network_instance = Some(ni.0.clone());
+                }
+                if let Some(ohc) = &fp.outer_header_creation {
+                    let new = gtpu_endpoint(ohc)?;
+                    let sndem = fp.smreq_flags.is_some_and(|f| f.has(smreq_flags::SNDEM));
+                    if let (true, Some(old)) = (sndem, far.outer_header) {
+                        if old != new {
+                            end_markers.push(old);
+                        }
+                    }
+                    far.outer_header = Some(new);
+                }
+            }
+        }
+        for u in &r.update_qer {
+            let qer = s.rules.qers.get_mut(&u.qer_id.0).ok_or(reject(Cause::RuleCreationModificationFailure, ty::UPDATE_QER))?;
+            update_qer(qer, u);
+        }
+        for u in &r.update_urr {
+            let urr = s.rules.urrs.get_mut(&u.urr_id.0).ok_or(reject(Cause::RuleCreationModificationFailure, ty::UPDATE_URR))?;
+            update_urr(urr, u);
+            if let Some(st) = s.urr.get_mut(&u.urr_id.0) {
+                // A new quota re-opens the gate it closed.
+                if u.volume_quota.is_some() {
+                    st.quota_exhausted = false;
+                    st.quota_base = st.latest;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn delete(&mut self, now: Instant, from: SocketAddr, h: Header) {
+        let Some(seid) = self.find_session(from, &h) else {
+            let resp = SessionDeletionResponse { cause: CauseIe(Cause::SessionContextNotFound), offending_ie: None, usage_report: vec![] };
+            let header = Header::session(MessageType::SessionDeletionResponse, 0, h.seq);
+            return self.respond(now, from, header, &Message::SessionDeletionResponse(resp));
+        };
+        let mut s = self.sessions.remove(&seid).expect("found above");
+        let ids: Vec<u32> = s.rules.urrs.keys().copied().collect();
+        let reports: Vec<UsageReportSdr> = ids.into_iter().filter_map(|id| self.usage_report(&mut s, now, id, trigger::TERMR)).collect();
+        self.release(&s.allocated);
+        self.actions.push_back(Action::Remove { seid });
+        self.stats.sessions_deleted += 1;
+        let resp = SessionDeletionResponse { cause: CauseIe(Cause::RequestAccepted), offending_ie: None, usage_report: reports };
+        let header = Header::session(MessageType::SessionDeletionResponse, s.cp_f_seid.seid, h.seq);
+        self.respond(now, from, header, &Message::SessionDeletionResponse(resp));
+    }
+
+    /// A usage report for `urr_id` with counts since the last one.
+    fn usage_report<const T: u16>(&self, s: &mut Session, now: Instant, urr_id: u32, trig: u64) -> Option<UsageReport<T>> {
+        let st = s.urr.get_mut(&urr_id)?;
+        let (cur, base) = (st.latest, st.reported);
+        let seqn = st.seqn;
+        st.seqn = st.seqn.wrapping_add(1);
+        st.reported = cur;
+        let duration = st.start.map(|t| now.saturating_duration_since(t).as_secs() as u32);
+        st.start = Some(now);
+        Some(UsageReport {
+            urr_id: U32Ie(urr_id),
+            ur_seqn: U32Ie(seqn),
+            trigger: Flags(trig),
+            start_time: None,
+            end_time: None,
+            volume: Some(VolumeMeasurement {
+                total: Some(cur.volume()[0] - base.volume()[0]),
+                uplink: Some(cur.ul_bytes - base.ul_bytes),
+                downlink: Some(cur.dl_bytes - base.dl_bytes),
+                total_packets: Some(cur.ul_packets + cur.dl_packets - base.ul_packets - base.dl_packets),
+                uplink_packets: Some(cur.ul_packets - base.ul_packets),
+                downlink_packets: Some(cur.dl_packets - base.dl_packets),
+            }),
+            duration: duration.map(U32Ie),
+        })
+    }
+
+    /// The dataplane's cumulative counts for a URR. Crossing a volume threshold sends a
+    /// Session Report Request; exhausting a volume quota also marks the URR exhausted in
+    /// the session's rules (its PDRs stop forwarding) and reinstalls them.
+    pub fn usage(&mut self, now: Instant, seid: u64, urr_id: u32, usage: Usage) {
+        let Some(mut s) = self.sessions.remove(&seid) else {
+            return;
+        };
+        let Some(urr) = s.rules.urrs.get(&urr_id).copied() else {
+            self.sessions.insert(seid, s);
+            return;
+        };
+        let st = s.urr.get_or_default(urr_id);
+        st.start.get_or_insert(now);
+        st.latest = usage;
+        let over = |limits: [Option<u64>; 3], base: Usage| {
+            limits.iter().zip(sub3(usage.volume(), base.volume())).any(|(l, v)| l.is_some_and(|l| v >= l))
+        };
+        // A quota stops traffic whatever the triggers say; VOLQU only governs reporting, and
+        // a quota reached is always worth telling the SMF.
+        let quota_hit = !st.quota_exhausted && over(urr.volume_quota, st.quota_base);
+        let threshold_hit = urr.reporting_triggers & trigger::VOLTH != 0 && over(urr.volume_threshold, st.reported);
+        let mut trig = 0;
+        if quota_hit {
+            st.quota_exhausted = true;
+            trig |= trigger::VOLQU;
+        }
+        if threshold_hit {
+            trig |= trigger::VOLTH;
+        }
+        if trig != 0 {
+            let report = self.usage_report::<{ ty::USAGE_REPORT_SRR }>(&mut s, now, urr_id, trig);
+            if quota_hit {
+                if let Some(u) = s.rules.urrs.get_mut(&urr_id) {
+                    u.quota_exhausted = true;
+                }
+                self.actions.push_back(Action::Install(s.rules.clone()));
+            }
+            let m = SessionReportRequest {
+                report_type: Flags(report_type::USAR),
+                downlink_data_report: None,
+                usage_report: report.into_iter().collect(),
+            };
+            self.report(now, &s, m);
+        }
+        self.sessions.insert(seid, s);
+    }
+
+    /// The dataplane buffered the first downlink packet for `pdr_id`: one Downlink Data
+    /// Report until the session is next modified.
+    pub fn downlink_data(&mut self, now: Instant, seid: u64, pdr_id: u16) {
+        let Some(mut s) = self.sessions.remove(&seid) else {
+            return;
+        };
+        if !s.dl_reported {
+            s.dl_reported = true;
+            let m = SessionReportRequest {
+                report_type: Flags(report_type::DLDR),
+                downlink_data_report: Some(DownlinkDataReport { pdr_ids: vec![U16Ie(pdr_id)] }),
+                usage_report: vec![],
+            };
+            self.report(now, &s, m);
+        }
+        self.sessions.insert(seid, s);
+    }
+
+    fn report(&mut self, now: Instant, s: &Session, m: SessionReportRequest) {
+        let Some(peer) = self.associations.get(&s.rules.cp_node).map(|a| a.peer) else {
+            return;
+        };
+        let seq = self.seq();
+        self.request(
+            now,
+            peer,
+            Header::session(MessageType::SessionReportRequest, s.cp_f_seid.seid, seq),
+            &Message::SessionReportRequest(m),
+        );
+    }
+}
+
+fn sub3(a: [u64; 3], b: [u64; 3]) -> [u64; 3] {
+    [a[0].saturating_sub(b[0]), a[1].saturating_sub(b[1]), a[2].saturating_sub(b[2])]
+}
+
+fn mask32(len: u8) -> u32 {
+    if len == 0 {
+        0
+    } else {
+        u32::MAX << (32 - u32::from(len.min(32)))
+    }
+}
+
+/// A GTP-U outer header for a FAR; other encapsulations are not offered.
+fn gtpu_endpoint(ohc: &OuterHeaderCreation) -> Result<GtpuEndpoint, Reject> {
+    let teid = ohc.teid.ok_or(reject(Cause::ServiceNotSupported, ty::OUTER_HEADER_CREATION))?;
+    let addr =
+        ohc.ipv4.map(IpAddr::V4).or(ohc.ipv6.map(IpAddr::V6)).ok_or(reject(Cause::MandatoryIeIncorrect, ty::OUTER_HEADER_CREATION))?;
+    Ok(GtpuEndpoint { teid, addr })
+}
+
+fn far_from(id: u32, action: ApplyAction, fp: Option<&ForwardingParameters>) -> Result<Far, Reject> {
+    let outer_header = fp.and_then(|f| f.outer_header_creation.as_ref()).map(gtpu_endpoint).transpose()?;
+    if action.has(apply_action::FORW) && fp.is_none() {
+        return Err(reject(Cause::ConditionalIeMissing, ty::FORWARDING_PARAMETERS));
+    }
+    Ok(Far {
+        id,
+        action: action.0,
+        destination: fp.and_then(|f| f.destination_interface).map(|d| d.0),
+        outer_header,
+        network_instance: fp.and_then(|f| f.network_instance.as_ref()).map(|n| n.0.clone()),
+    })
+}
+
+fn apply_pdr_fields<const T: u16>(pdr: &mut Pdr, p: &crate::grouped::Pdr<T>) {
+    if let Some(prec) = p.precedence {
+        pdr.precedence = prec.0;
+    }
+    if let Some(o) = p.outer_header_removal {
+        pdr.outer_header_removal = matches!(o.description, ohr::GTPU_UDP_IPV4 | ohr::GTPU_UDP_IPV6 | ohr::GTPU_UDP_IP);
+    }
+    if let Some(f) = p.far_id {
+        pdr.far_id = Some(f.0);
+    }
+    if !p.qer_ids.is_empty() {
+        pdr.qer_ids = p.qer_ids.iter().map(|q| q.0).collect();
+    }
+    if !p.urr_ids.is_empty() {
+        pdr.urr_ids = p.urr_ids.iter().map(|u| u.0).collect();
+    }
+}
+
+fn update_qer<const T: u16>(qer: &mut Qer, q: &crate::grouped::Qer<T>) {
+    if let Some(g) = q.gate_status {
+        qer.ul_open = !g.ul_closed;
+        qer.dl_open = !g.dl_closed;
+    }
+    if let Some(m) = q.mbr {
+        (qer.mbr_ul_kbps, qer.mbr_dl_kbps) = (Some(m.ul_kbps), Some(m.dl_kbps));
+    }
+    if let Some(g) = q.gbr {
+        (qer.gbr_ul_kbps, qer.gbr_dl_kbps) = (Some(g.ul_kbps), Some(g.dl_kbps));
+    }
+    if let Some(f) = q.qfi {
+        qer.qfi = Some(f.0);
+    }
+}
+
+fn update_urr<const T: u16>(urr: &mut Urr, u: &crate::grouped::Urr<T>) {
+    if let Some(m) = u.measurement_method {
+        urr.measurement_method = m.0;
+    }
+    if let Some(r) = u.reporting_triggers {
+        urr.reporting_triggers = r.0;
+    }
+    if let Some(p) = u.measurement_period {
+        urr.measurement_period = Some(p.0);
+    }
+    if let Some(v) = u.volume_threshold {
+        urr.volume_threshold = [v.total, v.uplink, v.downlink];
+    }
+    if let Some(v) = u.volume_quota {
+        urr.volume_quota = [v.total, v.uplink, v.downlink];
+        urr.quota_exhausted = false;
+    }
+    if let Some(t) = u.time_threshold {
+        urr.time_threshold = Some(t.0);
+    }
+    if let Some(t) = u.time_quota {
+        urr.time_quota = Some(t.0);
+    }
+}
+
+/// Every PDR's FAR, QERs and URRs exist; a PDR needs a FAR (TS 29.244 Table 7.5.2.2-1:
+/// FAR ID is conditional on not activating predefined rules, which we do not offer).
+fn check_references(r: &SessionRules) -> Result<(), Reject> {
+    for p in r.pdrs.values() {
+        let far = p.far_id.ok_or(reject(Cause::ConditionalIeMissing, ty::FAR_ID))?;
+        if !r.fars.contains_key(&far) {
+            return Err(reject(Cause::RuleCreationModificationFailure, ty::FAR_ID));
+        }
+        if p.qer_ids.iter().any(|q| !r.qers.contains_key(q)) {
+            return Err(reject(Cause::RuleCreationModificationFailure, ty::QER_ID));
+        }
+        if p.urr_ids.iter().any(|u| !r.urrs.contains_key(u)) {
+            return Err(reject(Cause::RuleCreationModificationFailure, ty::URR_ID));
+        }
+    }
+    Ok(())
+}

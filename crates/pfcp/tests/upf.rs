@@ -1,0 +1,546 @@
+//! The sans-IO UPF driven by a simulated SMF with virtual time: no sockets, no clock.
+
+use core::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use pfcp::grouped::*;
+use pfcp::header::{Header, MessageType};
+use pfcp::ie::*;
+use pfcp::message::*;
+use pfcp::rules::GtpuEndpoint;
+use pfcp::tlv::Ie;
+use pfcp::upf::{Action, Config, Liveness, Upf, Usage};
+use pfcp::{Cause, Message};
+
+const SMF_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 7, 1);
+const UPF_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 7, 2);
+const GNB: Ipv4Addr = Ipv4Addr::new(198, 18, 7, 10);
+const GNB2: Ipv4Addr = Ipv4Addr::new(198, 18, 7, 11);
+
+fn smf() -> SocketAddr {
+    SocketAddr::new(IpAddr::V4(SMF_IP), 8805)
+}
+
+struct Sim {
+    upf: Upf,
+    now: Instant,
+    seq: u32,
+}
+
+impl Sim {
+    fn new() -> Sim {
+        let mut cfg = Config::new(NodeId::Ipv4(UPF_IP), 3_900_000_000);
+        cfg.heartbeat_interval = Duration::from_secs(10);
+        cfg.heartbeat_misses = 3;
+        cfg.grace = Duration::from_secs(60);
+        cfg.allowed_peers = vec![IpAddr::V4(SMF_IP)];
+        cfg.n3_ipv4 = Some(UPF_IP);
+        cfg.ue_pool_v4 = Some((Ipv4Addr::new(198, 19, 7, 0), 24));
+        cfg.teid_worker_bits = 2;
+        Sim { upf: Upf::new(cfg), now: Instant::now(), seq: 100 }
+    }
+
+    /// Sends a request from `from`; returns the one response.
+    fn request_from(&mut self, from: SocketAddr, seid: Option<u64>, m: Message) -> (Header, Message) {
+        self.seq += 1;
+        let h = match seid {
+            Some(s) => Header::session(m.msg_type(), s, self.seq),
+            None => Header::node(m.msg_type(), self.seq),
+        };
+        self.upf.handle(self.now, from, &m.to_bytes(&h));
+        let t = self.upf.poll_transmit().expect("a response");
+        assert_eq!(t.dst, from);
+        assert!(self.upf.poll_transmit().is_none());
+        let (rh, rm) = Message::parse(&t.data).unwrap();
+        assert_eq!(rh.seq, self.seq);
+        (rh, rm)
+    }
+    fn request(&mut self, seid: Option<u64>, m: Message) -> (Header, Message) {
+        self.request_from(smf(), seid, m)
+    }
+
+    fn associate(&mut self, rts: u32) -> AssociationResponse {
+        let req = AssociationRequest {
+            node_id: NodeId::Ipv4(SMF_IP),
+            recovery_time_stamp: Some(U32Ie(rts)),
+            up_function_features: None,
+            cp_function_features: None,
+        };
+        match self.request(None, Message::AssociationSetupRequest(req)).1 {
+            Message::AssociationSetupResponse(r) => r,
+            m => panic!("{m:?}"),
+        }
+    }
+
+    fn establish(&mut self, cp_seid: u64, r: SessionEstablishmentRequest) -> (Header, SessionEstablishmentResponse) {
+        let _ = cp_seid;
+        match self.request(Some(0), Message::SessionEstablishmentRequest(r)) {
+            (h, Message::SessionEstablishmentResponse(r)) => (h, r),
+            m => panic!("{m:?}"),
+        }
+    }
+
+    fn actions(&mut self) -> Vec<Action> {
+        std::iter::from_fn(|| self.upf.poll_action()).collect()
+    }
+
+    fn advance(&mut self, secs: u64) -> Vec<(Header, Message)> {
+        let end = self.now + Duration::from_secs(secs);
+        let mut sent = Vec::new();
+        while let Some(t) = self.upf.poll_timeout().filter(|t| *t <= end) {
+            self.now = t.max(self.now);
+            self.upf.handle_timeout(self.now);
+            while let Some(tx) = self.upf.poll_transmit() {
+                sent.push(Message::parse(&tx.data).unwrap());
+            }
+        }
+        self.now = end;
+        sent
+    }
+}
+
+/// Uplink PDR on a chosen F-TEID, downlink PDR on a chosen UE address, FARs, QER, URR.
+fn session_request(cp_seid: u64) -> SessionEstablishmentRequest {
+    SessionEstablishmentRequest {
+        node_id: NodeId::Ipv4(SMF_IP),
+        cp_f_seid: FSeid { seid: cp_seid, ipv4: Some(SMF_IP), ipv6: None },
+        create_pdr: vec![
+            CreatePdr {
+                pdr_id: U16Ie(1),
+                precedence: Some(U32Ie(100)),
+                pdi: Some(Pdi {
+                    source_interface: Some(InterfaceIe(Interface::Access)),
+                    f_teid: Some(FTeid::Choose { v4: true, v6: false, choose_id: Some(5) }),
+                    ue_ip_address: Some(UeIpAddress { choose_v4: true, ..Default::default() }),
+                    qfis: vec![Qfi(9)],
+                    ..Default::default()
+                }),
+                outer_header_removal: Some(OuterHeaderRemoval { description: ohr::GTPU_UDP_IPV4, extension_deletion: None }),
+                far_id: Some(U32Ie(1)),
+                urr_ids: vec![U32Ie(1)],
+                qer_ids: vec![U32Ie(1)],
+            },
+            CreatePdr {
+                pdr_id: U16Ie(3),
+                precedence: Some(U32Ie(50)),
+                pdi: Some(Pdi {
+                    source_interface: Some(InterfaceIe(Interface::Access)),
+                    f_teid: Some(FTeid::Choose { v4: true, v6: false, choose_id: Some(5) }),
+                    ..Default::default()
+                }),
+                outer_header_removal: None,
+                far_id: Some(U32Ie(1)),
+                urr_ids: vec![],
+                qer_ids: vec![],
+            },
+            CreatePdr {
+                pdr_id: U16Ie(2),
+                precedence: Some(U32Ie(100)),
+                pdi: Some(Pdi {
+                    source_interface: Some(InterfaceIe(Interface::Core)),
+                    ue_ip_address: Some(UeIpAddress { ipv4: Some(Ipv4Addr::new(198, 19, 8, 1)), destination: true, ..Default::default() }),
+                    ..Default::default()
+                }),
+                outer_header_removal: None,
+                far_id: Some(U32Ie(2)),
+                urr_ids: vec![U32Ie(1)],
+                qer_ids: vec![U32Ie(1)],
+            },
+        ],
+        create_far: vec![
+            CreateFar {
+                far_id: U32Ie(1),
+                apply_action: Flags(apply_action::FORW),
+                forwarding_parameters: Some(ForwardingParameters {
+                    destination_interface: Some(InterfaceIe(Interface::Core)),
+                    ..Default::default()
+                }),
+                bar_id: None,
+            },
+            CreateFar {
+                far_id: U32Ie(2),
+                apply_action: Flags(apply_action::FORW),
+                forwarding_parameters: Some(ForwardingParameters {
+                    destination_interface: Some(InterfaceIe(Interface::Access)),
+                    outer_header_creation: Some(OuterHeaderCreation::gtpu(0x200, Some(GNB), None)),
+                    ..Default::default()
+                }),
+                bar_id: None,
+            },
+        ],
+        create_urr: vec![CreateUrr {
+            urr_id: U32Ie(1),
+            measurement_method: Some(Flags(measurement_method::VOLUM)),
+            reporting_triggers: Some(Flags(trigger::VOLTH | trigger::VOLQU)),
+            measurement_period: None,
+            volume_threshold: Some(Volume { total: Some(1000), uplink: None, downlink: None }),
+            volume_quota: Some(Volume { total: Some(5000), uplink: None, downlink: None }),
+            time_threshold: None,
+            time_quota: None,
+        }],
+        create_qer: vec![CreateQer {
+            qer_id: U32Ie(1),
+            gate_status: Some(GateStatus::default()),
+            mbr: Some(BitRate { ul_kbps: 10_000, dl_kbps: 20_000 }),
+            gbr: None,
+            qfi: Some(Qfi(9)),
+        }],
+        pdn_type: Some(U8Ie(1)),
+    }
+}
+
+fn established(sim: &mut Sim, cp_seid: u64) -> (u64, SessionEstablishmentResponse) {
+    let (h, r) = sim.establish(cp_seid, session_request(cp_seid));
+    assert_eq!(h.seid, Some(cp_seid), "the response carries the SMF's SEID");
+    assert_eq!(r.cause.0, Cause::RequestAccepted, "{r:?}");
+    (r.up_f_seid.unwrap().seid, r)
+}
+
+#[test]
+fn association_setup_update_release_are_answered() {
+    let mut sim = Sim::new();
+    let r = sim.associate(1);
+    assert_eq!(r.cause.0, Cause::RequestAccepted);
+    assert_eq!(r.node_id, NodeId::Ipv4(UPF_IP));
+    assert_eq!(r.recovery_time_stamp, Some(U32Ie(3_900_000_000)));
+    let f = r.up_function_features.unwrap();
+    assert!(f.has(up_features::FTUP) && f.has(up_features::UEIP) && f.has(up_features::EMPU));
+    let upd = AssociationRequest {
+        node_id: NodeId::Ipv4(SMF_IP),
+        recovery_time_stamp: None,
+        up_function_features: None,
+        cp_function_features: None,
+    };
+    let Message::AssociationUpdateResponse(u) = sim.request(None, Message::AssociationUpdateRequest(upd)).1 else { panic!() };
+    assert_eq!(u.cause.0, Cause::RequestAccepted);
+    established(&mut sim, 7);
+    sim.actions();
+    let rel = AssociationReleaseRequest { node_id: NodeId::Ipv4(SMF_IP) };
+    let Message::AssociationReleaseResponse(u) = sim.request(None, Message::AssociationReleaseRequest(rel.clone())).1 else { panic!() };
+    assert_eq!(u.cause.0, Cause::RequestAccepted);
+    assert!(matches!(sim.actions()[..], [Action::Remove { .. }]));
+    assert_eq!(sim.upf.session_count(), 0);
+    // A release naming another Node ID (pfcpsim sends 0.0.0.0) releases the sender's.
+    sim.associate(1);
+    let odd = AssociationReleaseRequest { node_id: NodeId::Ipv4(Ipv4Addr::UNSPECIFIED) };
+    let Message::AssociationReleaseResponse(u) = sim.request(None, Message::AssociationReleaseRequest(odd)).1 else { panic!() };
+    assert_eq!(u.cause.0, Cause::RequestAccepted);
+    assert_eq!(sim.upf.associations().count(), 0);
+    // Releasing again: answered, with the cause that says there is nothing to release.
+    let Message::AssociationReleaseResponse(u) = sim.request(None, Message::AssociationReleaseRequest(rel)).1 else { panic!() };
+    assert_eq!(u.cause.0, Cause::NoEstablishedAssociation);
+}
+
+#[test]
+fn peers_outside_the_allow_list_are_not_heard() {
+    let mut sim = Sim::new();
+    let stranger = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(198, 18, 9, 9)), 8805);
+    let hb = Message::HeartbeatRequest(Heartbeat { recovery_time_stamp: U32Ie(1) });
+    sim.upf.handle(sim.now, stranger, &hb.to_bytes(&Header::node(MessageType::HeartbeatRequest, 1)));
+    assert!(sim.upf.poll_transmit().is_none());
+    assert_eq!(sim.upf.stats().unknown_peer, 1);
+    let (_, m) = sim.request(None, hb);
+    assert_eq!(m, Message::HeartbeatResponse(Heartbeat { recovery_time_stamp: U32Ie(3_900_000_000) }));
+}
+
+#[test]
+fn establishment_allocates_on_choose_and_installs_rules() {
+    let mut sim = Sim::new();
+    sim.associate(1);
+    let (seid, r) = established(&mut sim, 0x1111);
+    assert_eq!(r.up_f_seid.unwrap().ipv4, Some(UPF_IP));
+    // PDRs 1 and 3 share CHOOSE ID 5: one TEID for both; PDR 1 also got a UE address.
+    assert_eq!(r.created_pdr.len(), 2);
+    let c1 = r.created_pdr.iter().find(|c| c.pdr_id == U16Ie(1)).unwrap();
+    let c3 = r.created_pdr.iter().find(|c| c.pdr_id == U16Ie(3)).unwrap();
+    let Some(FTeid::Assigned { teid, ipv4: Some(a), ipv6: None }) = c1.f_teid else { panic!("{c1:?}") };
+    assert_eq!(a, UPF_IP);
+    assert_ne!(teid, 0);
+    assert_eq!(c3.f_teid, c1.f_teid);
+    let ue = c1.ue_ip_address.unwrap().ipv4.unwrap();
+    assert_eq!(ue.octets()[..3], [198, 19, 7]);
+    let acts = sim.actions();
+    let [Action::Install(rules)] = &acts[..] else { panic!("{acts:?}") };
+    assert_eq!(rules.seid, seid);
+    let ul = &rules.pdrs[&1];
+    assert_eq!(ul.local_f_teid, Some(GtpuEndpoint { teid, addr: IpAddr::V4(UPF_IP) }));
+    assert_eq!((ul.ue_ipv4, ul.qfi, ul.outer_header_removal, ul.precedence), (Some(ue), Some(9), true, 100));
+    let dl = &rules.pdrs[&2];
+    assert!(dl.ue_is_destination);
+    assert_eq!(rules.fars[&2].outer_header, Some(GtpuEndpoint { teid: 0x200, addr: IpAddr::V4(GNB) }));
+    assert_eq!(rules.qers[&1].mbr_dl_kbps, Some(20_000));
+    assert_eq!(rules.urrs[&1].volume_quota[0], Some(5000));
+    // A second session: another SEID, TEID and address; TEIDs go round the 4 workers.
+    let (seid2, r2) = established(&mut sim, 0x2222);
+    assert_ne!(seid2, seid);
+    let Some(FTeid::Assigned { teid: teid2, .. }) = r2.created_pdr[0].f_teid else { panic!() };
+    assert_ne!(teid2 & 3, teid & 3, "consecutive sessions land on different workers");
+    assert_ne!(r2.created_pdr[0].ue_ip_address.unwrap().ipv4, Some(ue));
+}
+
+#[test]
+fn establishment_rejections_name_cause_and_ie_and_change_nothing() {
+    let mut sim = Sim::new();
+    // No association yet.
+    let (_, r) = sim.establish(1, session_request(1));
+    assert_eq!(r.cause.0, Cause::NoEstablishedAssociation);
+    sim.associate(1);
+    // A PDR pointing at a FAR that does not exist.
+    let mut bad = session_request(2);
+    bad.create_pdr[2].far_id = Some(U32Ie(99));
+    let (h, r) = sim.establish(2, bad);
+    assert_eq!(h.seid, Some(2));
+    assert_eq!((r.cause.0, r.offending_ie), (Cause::RuleCreationModificationFailure, Some(U16Ie(ty::FAR_ID))));
+    assert!(r.up_f_seid.is_none());
+    assert!(sim.actions().is_empty());
+    assert_eq!(sim.upf.session_count(), 0);
+    // What the rejected request allocated went back: the next session gets the same.
+    let mut sim2 = Sim::new();
+    sim2.associate(1);
+    let (_, fresh) = established(&mut sim2, 3);
+    let (_, after) = established(&mut sim, 3);
+    assert_eq!(after.created_pdr, fresh.created_pdr);
+    // A FAR that forwards without Forwarding Parameters.
+    let mut bad = session_request(4);
+    bad.create_far[0].forwarding_parameters = None;
+    let (_, r) = sim.establish(4, bad);
+    assert_eq!((r.cause.0, r.offending_ie), (Cause::ConditionalIeMissing, Some(U16Ie(ty::FORWARDING_PARAMETERS))));
+}
+
+#[test]
+fn malformed_requests_are_answered_with_cause_and_offending_ie() {
+    let mut sim = Sim::new();
+    sim.associate(1);
+    // A Session Establishment Request without its F-SEID.
+    let mut b = Vec::new();
+    let start = b.len();
+    Header::session(MessageType::SessionEstablishmentRequest, 0, 9).emit(&mut b);
+    NodeId::Ipv4(SMF_IP).emit(&mut b);
+    Header::finish(&mut b, start);
+    sim.upf.handle(sim.now, smf(), &b);
+    let (h, m) = Message::parse(&sim.upf.poll_transmit().unwrap().data).unwrap();
+    assert_eq!((h.msg_type, h.seq), (MessageType::SessionEstablishmentResponse, 9));
+    let Message::SessionEstablishmentResponse(r) = m else { panic!() };
+    assert_eq!((r.cause.0, r.offending_ie), (Cause::MandatoryIeMissing, Some(U16Ie(ty::F_SEID))));
+    // An IE whose length runs past the message.
+    let mut b = Vec::new();
+    Header::node(MessageType::AssociationSetupRequest, 10).emit(&mut b);
+    b.extend_from_slice(&[0, 60, 0, 40, 0, 198, 18, 7, 1]);
+    Header::finish(&mut b, 0);
+    sim.upf.handle(sim.now, smf(), &b);
+    let Message::AssociationSetupResponse(r) = Message::parse(&sim.upf.poll_transmit().unwrap().data).unwrap().1 else { panic!() };
+    assert_eq!(r.cause.0, Cause::InvalidLength);
+    // Version 2: Version Not Supported, the sequence number echoed.
+    let mut v2 =
+        Message::HeartbeatRequest(Heartbeat { recovery_time_stamp: U32Ie(1) }).to_bytes(&Header::node(MessageType::HeartbeatRequest, 77));
+    v2[0] = 0x40;
+    sim.upf.handle(sim.now, smf(), &v2);
+    let (h, m) = Message::parse(&sim.upf.poll_transmit().unwrap().data).unwrap();
+    assert_eq!((h.seq, m), (77, Message::VersionNotSupportedResponse));
+    // Garbage: nothing to answer, nothing broken.
+    sim.upf.handle(sim.now, smf(), &[0x21, 0x32, 0, 1]);
+    assert!(sim.upf.poll_transmit().is_none());
+    // Unknown SEID.
+    let (h, m) = sim.request(Some(0xdead), Message::SessionDeletionRequest);
+    assert_eq!(h.seid, Some(0));
+    let Message::SessionDeletionResponse(r) = m else { panic!() };
+    assert_eq!(r.cause.0, Cause::SessionContextNotFound);
+}
+
+#[test]
+fn a_repeated_request_gets_the_same_answer_and_runs_once() {
+    let mut sim = Sim::new();
+    sim.associate(1);
+    let m = Message::SessionEstablishmentRequest(session_request(5));
+    let b = m.to_bytes(&Header::session(MessageType::SessionEstablishmentRequest, 0, 4242));
+    sim.upf.handle(sim.now, smf(), &b);
+    let first = sim.upf.poll_transmit().unwrap();
+    sim.upf.handle(sim.now, smf(), &b);
+    let again = sim.upf.poll_transmit().unwrap();
+    assert_eq!(first, again);
+    assert_eq!(sim.upf.session_count(), 1);
+    assert_eq!(sim.upf.stats().duplicate_requests, 1);
+    // Forgotten after a while: the same sequence number is a new request then.
+    sim.advance(40);
+    sim.upf.handle(sim.now, smf(), &b);
+    let _ = sim.upf.poll_transmit().unwrap();
+    assert_eq!(sim.upf.session_count(), 2);
+}
+
+#[test]
+fn a_silent_peer_is_lost_but_its_sessions_outlive_it_for_the_grace_period() {
+    let mut sim = Sim::new();
+    sim.associate(1);
+    established(&mut sim, 1);
+    sim.actions();
+    // Heartbeats every 10 s from t = 10 s; the intervals ending at 20, 30 and 40 s pass
+    // without a word from the SMF: lost at t = 40 s.
+    let sent = sim.advance(39);
+    assert_eq!(sent.iter().filter(|(h, _)| h.msg_type == MessageType::HeartbeatRequest).count(), 3);
+    assert_eq!(sim.upf.associations().next().unwrap().liveness, Liveness::Up);
+    sim.advance(2);
+    assert!(matches!(sim.upf.associations().next().unwrap().liveness, Liveness::Lost { .. }));
+    // The grace period (60 s) is not over: the session stays, heartbeats go on.
+    let sent = sim.advance(58);
+    assert!(sent.iter().any(|(h, _)| h.msg_type == MessageType::HeartbeatRequest));
+    assert_eq!(sim.upf.session_count(), 1);
+    assert!(sim.actions().is_empty());
+    sim.advance(2);
+    assert_eq!(sim.upf.session_count(), 0);
+    assert!(matches!(sim.actions()[..], [Action::Remove { .. }]));
+    assert_eq!(sim.upf.associations().count(), 0);
+    assert_eq!(sim.upf.stats().peers_lost, 1);
+}
+
+#[test]
+fn a_peer_back_within_the_grace_period_keeps_everything() {
+    let mut sim = Sim::new();
+    sim.associate(1);
+    established(&mut sim, 1);
+    sim.actions();
+    sim.advance(55);
+    assert!(matches!(sim.upf.associations().next().unwrap().liveness, Liveness::Lost { .. }));
+    // The SMF's own heartbeat, with the same Recovery Time Stamp, brings it back.
+    sim.request(None, Message::HeartbeatRequest(Heartbeat { recovery_time_stamp: U32Ie(1) }));
+    assert_eq!(sim.upf.associations().next().unwrap().liveness, Liveness::Up);
+    // Answering our heartbeats from now on keeps it up well past the old grace deadline.
+    for _ in 0..20 {
+        for (h, m) in sim.advance(10) {
+            if let Message::HeartbeatRequest(_) = m {
+                let resp = Message::HeartbeatResponse(Heartbeat { recovery_time_stamp: U32Ie(1) });
+                sim.upf.handle(sim.now, smf(), &resp.to_bytes(&Header::node(MessageType::HeartbeatResponse, h.seq)));
+            }
+        }
+    }
+    assert_eq!(sim.upf.session_count(), 1);
+    assert_eq!(sim.upf.associations().next().unwrap().liveness, Liveness::Up);
+    assert!(sim.actions().is_empty());
+}
+
+#[test]
+fn a_peer_restart_deletes_its_sessions() {
+    let mut sim = Sim::new();
+    sim.associate(1);
+    established(&mut sim, 1);
+    // Setup again with the same Recovery Time Stamp: sessions kept.
+    sim.associate(1);
+    assert_eq!(sim.upf.session_count(), 1);
+    // A heartbeat with a new stamp: the SMF restarted; its sessions go.
+    sim.actions();
+    sim.request(None, Message::HeartbeatRequest(Heartbeat { recovery_time_stamp: U32Ie(2) }));
+    assert_eq!(sim.upf.session_count(), 0);
+    assert!(matches!(sim.actions()[..], [Action::Remove { .. }]));
+    // Setup after a restart (new stamp) also clears what was left.
+    sim.associate(2);
+    established(&mut sim, 1);
+    sim.associate(3);
+    assert_eq!(sim.upf.session_count(), 0);
+}
+
+#[test]
+fn handover_sends_end_markers_on_the_old_path() {
+    let mut sim = Sim::new();
+    sim.associate(1);
+    let (seid, _) = established(&mut sim, 0x77);
+    sim.actions();
+    let m = SessionModificationRequest {
+        update_far: vec![UpdateFar {
+            far_id: U32Ie(2),
+            apply_action: None,
+            update_forwarding_parameters: Some(UpdateForwardingParameters {
+                outer_header_creation: Some(OuterHeaderCreation::gtpu(0x300, Some(GNB2), None)),
+                smreq_flags: Some(Flags(smreq_flags::SNDEM)),
+                ..Default::default()
+            }),
+            bar_id: None,
+        }],
+        ..Default::default()
+    };
+    let (h, r) = sim.request(Some(seid), Message::SessionModificationRequest(m));
+    assert_eq!(h.seid, Some(0x77));
+    let Message::SessionModificationResponse(r) = r else { panic!() };
+    assert_eq!(r.cause.0, Cause::RequestAccepted);
+    let acts = sim.actions();
+    let [Action::Install(rules), Action::EndMarker { seid: s, old }] = &acts[..] else { panic!("{acts:?}") };
+    assert_eq!(*s, seid);
+    assert_eq!(*old, GtpuEndpoint { teid: 0x200, addr: IpAddr::V4(GNB) });
+    assert_eq!(rules.fars[&2].outer_header, Some(GtpuEndpoint { teid: 0x300, addr: IpAddr::V4(GNB2) }));
+    // A rejected modification (unknown FAR) leaves the session as it was.
+    let bad = SessionModificationRequest {
+        update_far: vec![UpdateFar {
+            far_id: U32Ie(9),
+            apply_action: Some(Flags(apply_action::DROP)),
+            update_forwarding_parameters: None,
+            bar_id: None,
+        }],
+        remove_pdr: vec![Remove(U16Ie(1))],
+        ..Default::default()
+    };
+    let Message::SessionModificationResponse(r) = sim.request(Some(seid), Message::SessionModificationRequest(bad)).1 else { panic!() };
+    assert_eq!((r.cause.0, r.offending_ie), (Cause::RuleCreationModificationFailure, Some(U16Ie(ty::UPDATE_FAR))));
+    assert!(sim.actions().is_empty());
+    assert!(sim.upf.session(seid).unwrap().pdrs.contains_key(&1));
+}
+
+#[test]
+fn usage_thresholds_quotas_and_deletion_are_reported() {
+    let mut sim = Sim::new();
+    sim.associate(1);
+    let (seid, _) = established(&mut sim, 0x55);
+    sim.actions();
+    // Below the 1000-octet threshold: nothing.
+    sim.upf.usage(sim.now, seid, 1, Usage { ul_bytes: 400, dl_bytes: 500, ul_packets: 4, dl_packets: 5 });
+    assert!(sim.upf.poll_transmit().is_none());
+    // Over it: a Session Report Request to the SMF with the SMF's SEID.
+    sim.upf.usage(sim.now, seid, 1, Usage { ul_bytes: 600, dl_bytes: 600, ul_packets: 6, dl_packets: 6 });
+    let t = sim.upf.poll_transmit().unwrap();
+    assert_eq!(t.dst, smf());
+    let (h, m) = Message::parse(&t.data).unwrap();
+    assert_eq!(h.seid, Some(0x55));
+    let Message::SessionReportRequest(r) = m else { panic!() };
+    assert!(r.report_type.has(report_type::USAR));
+    let ur = &r.usage_report[0];
+    assert!(ur.trigger.has(trigger::VOLTH) && !ur.trigger.has(trigger::VOLQU));
+    assert_eq!(ur.volume.unwrap().total, Some(1200));
+    assert_eq!(ur.volume.unwrap().uplink_packets, Some(6));
+    // Not answered: retransmitted after 3 s, up to 3 times, then given up.
+    let sent = sim.advance(4);
+    assert_eq!(sent.iter().filter(|(h2, _)| h2.seq == h.seq).count(), 1);
+    let resp = Message::SessionReportResponse(CauseResponse { cause: CauseIe(Cause::RequestAccepted), offending_ie: None });
+    sim.upf.handle(sim.now, smf(), &resp.to_bytes(&Header::session(MessageType::SessionReportResponse, seid, h.seq)));
+    let sent = sim.advance(9);
+    assert!(sent.iter().all(|(h2, _)| h2.seq != h.seq), "answered: no more retransmissions");
+    // Total 5000 reached: quota report, and the URR is marked exhausted in reinstalled rules.
+    sim.upf.usage(sim.now, seid, 1, Usage { ul_bytes: 2500, dl_bytes: 2600, ul_packets: 25, dl_packets: 26 });
+    let Message::SessionReportRequest(r) = Message::parse(&sim.upf.poll_transmit().unwrap().data).unwrap().1 else { panic!() };
+    assert!(r.usage_report[0].trigger.has(trigger::VOLQU), "{r:?}");
+    let acts = sim.actions();
+    let [Action::Install(rules)] = &acts[..] else { panic!("{acts:?}") };
+    assert!(rules.urrs[&1].quota_exhausted);
+    // Deletion: the final report with what was counted since the last one.
+    sim.upf.usage(sim.now, seid, 1, Usage { ul_bytes: 2500, dl_bytes: 2700, ul_packets: 25, dl_packets: 27 });
+    let (_, m) = sim.request(Some(seid), Message::SessionDeletionRequest);
+    let Message::SessionDeletionResponse(d) = m else { panic!() };
+    assert_eq!(d.cause.0, Cause::RequestAccepted);
+    let ur = &d.usage_report[0];
+    assert!(ur.trigger.has(trigger::TERMR));
+    assert_eq!(ur.volume.unwrap().downlink, Some(100));
+    assert!(matches!(sim.actions()[..], [Action::Remove { seid: s }] if s == seid));
+}
+
+#[test]
+fn one_downlink_data_report_per_buffering_episode() {
+    let mut sim = Sim::new();
+    sim.associate(1);
+    let (seid, _) = established(&mut sim, 0x66);
+    sim.upf.downlink_data(sim.now, seid, 2);
+    let Message::SessionReportRequest(r) = Message::parse(&sim.upf.poll_transmit().unwrap().data).unwrap().1 else { panic!() };
+    assert!(r.report_type.has(report_type::DLDR));
+    assert_eq!(r.downlink_data_report.unwrap().pdr_ids, vec![U16Ie(2)]);
+    sim.upf.downlink_data(sim.now, seid, 2);
+    assert!(sim.upf.poll_transmit().is_none());
+    // After a modification, the next buffered packet is reported again.
+    sim.request(Some(seid), Message::SessionModificationRequest(SessionModificationRequest::default()));
+    sim.upf.downlink_data(sim.now, seid, 2);
+    assert!(sim.upf.poll_transmit().is_some());
+}

@@ -1,0 +1,146 @@
+//! The per-worker SPD context: the tables version the worker holds and its flow caches.
+
+use crate::flow_cache::{cache_spd, FlowCache, FlowCacheStats, Probe, SizeError};
+use crate::policy::{Action, Decision, FlowKey, SaId, SpdId};
+use crate::tables::{Classified, SpdTables};
+use arc_swap::{ArcSwap, Cache};
+use ip::{HasIp, IpContext};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+/// Flow cache slots per worker and family: a million flows.
+pub const DEFAULT_FLOW_CACHE: usize = 1 << 20;
+
+pub struct SpdContext {
+    cache: Cache<Arc<ArcSwap<SpdTables>>, Arc<SpdTables>>,
+    pub tables: Arc<SpdTables>,
+    /// `None` until an SPD is first bound (a gateway without IPsec policies spends no
+    /// memory on them), and always without a cache size (`--no-flow-cache`: every
+    /// packet is classified, to measure the miss path).
+    pub flows4: Option<FlowCache<u32>>,
+    pub flows6: Option<FlowCache<u128>>,
+    size: Option<usize>,
+    gauges: Arc<FlowCacheGauges>,
+}
+
+/// A worker's flow-cache counters as the control plane reads them: the worker stores
+/// them between vectors (relaxed stores to lines only it writes), never per packet.
+#[derive(Debug, Default)]
+pub struct FlowCacheGauges {
+    size: AtomicU64,
+    v4: [AtomicU64; 5],
+    v6: [AtomicU64; 5],
+}
+
+fn store(g: &[AtomicU64; 5], s: &FlowCacheStats) {
+    for (a, v) in g.iter().zip([s.hits, s.misses, s.stale, s.overwrites, s.wraps]) {
+        a.store(v, Relaxed);
+    }
+}
+
+fn load(g: &[AtomicU64; 5]) -> FlowCacheStats {
+    let v: [u64; 5] = std::array::from_fn(|i| g[i].load(Relaxed));
+    FlowCacheStats { hits: v[0], misses: v[1], stale: v[2], overwrites: v[3], wraps: v[4] }
+}
+
+impl FlowCacheGauges {
+    /// Slots per family (0: not allocated) and the IPv4 and IPv6 counters.
+    pub fn read(&self) -> (u64, FlowCacheStats, FlowCacheStats) {
+        (self.size.load(Relaxed), load(&self.v4), load(&self.v6))
+    }
+}
+
+impl SpdContext {
+    /// A context whose flow caches will have `flows` slots per family (a power of two),
+    /// or that has none.
+    pub fn new(shared: Arc<ArcSwap<SpdTables>>, flows: Option<usize>) -> Result<Self, SizeError> {
+        if let Some(n) = flows {
+            FlowCache::<u32>::check_size(n)?;
+        }
+        let tables = shared.load_full();
+        let mut cx = SpdContext { cache: Cache::new(shared), tables, flows4: None, flows6: None, size: flows, gauges: Arc::default() };
+        cx.sync_caches();
+        Ok(cx)
+    }
+
+    /// Where the control plane reads this worker's flow-cache counters.
+    pub fn gauges(&self) -> Arc<FlowCacheGauges> {
+        Arc::clone(&self.gauges)
+    }
+
+    fn sync_caches(&mut self) {
+        if let (None, Some(n), false) = (&self.flows4, self.size, self.tables.bound.is_empty()) {
+            // Sizes were checked in `new`.
+            self.flows4 = FlowCache::new(n).ok();
+            self.flows6 = FlowCache::new(n).ok();
+            self.gauges.size.store(n as u64, Relaxed);
+        }
+        let v = self.tables.version;
+        self.flows4.iter_mut().for_each(|c| c.sync(v));
+        self.flows6.iter_mut().for_each(|c| c.sync(v));
+    }
+
+    /// Pick up a newly published version (between vectors): from the next packet on,
+    /// every decision cached under the old one misses. Also hands the flow-cache
+    /// counters to the control plane.
+    #[inline]
+    pub fn refresh(&mut self) -> bool {
+        if let (Some(c4), Some(c6)) = (&self.flows4, &self.flows6) {
+            store(&self.gauges.v4, &c4.stats);
+            store(&self.gauges.v6, &c6.stats);
+        }
+        let t = self.cache.load();
+        if Arc::ptr_eq(t, &self.tables) {
+            return false;
+        }
+        self.tables = Arc::clone(t);
+        self.sync_caches();
+        true
+    }
+
+    /// The decision for `k` in `spd`: from the flow cache when it holds one for this
+    /// version, else from the classifier (and then cached).
+    #[inline(always)]
+    pub fn decide<A: Classified>(&mut self, spd: SpdId, inbound: bool, k: &FlowKey<A>) -> Decision {
+        let version = self.tables.version;
+        let key_spd = cache_spd(spd.0, inbound);
+        let tables = &self.tables;
+        let Some(cache) = A::cache_of(&mut self.flows4, &mut self.flows6) else {
+            return tables.classify(spd, inbound, k);
+        };
+        match cache.lookup(key_spd, k, version) {
+            Probe::Hit(d) => d,
+            Probe::Miss(slot) => {
+                let d = tables.classify(spd, inbound, k);
+                cache.insert(slot, key_spd, k, version, d);
+                d
+            }
+        }
+    }
+
+    /// Whether the flow caches are larger than a core's L2 (256 Ki slots: 6 MiB for
+    /// IPv4), so that a node gains from prefetching their slots a vector ahead.
+    #[inline(always)]
+    pub fn cache_outgrows_l2(&self) -> bool {
+        self.flows4.as_ref().is_some_and(|c| c.size() > 1 << 15)
+    }
+
+    /// Start loading the flow-cache slot of `k` in `spd`.
+    #[inline(always)]
+    pub fn prefetch<A: Classified>(&mut self, spd: SpdId, inbound: bool, k: &FlowKey<A>) {
+        if let Some(c) = A::cache_of(&mut self.flows4, &mut self.flows6) {
+            c.prefetch(cache_spd(spd.0, inbound), k);
+        }
+    }
+
+    /// [`SpdTables::check_inbound`] through the flow cache: for the ESP decrypt nodes.
+    #[inline]
+    pub fn check_inbound<A: Classified>(&mut self, spd: SpdId, sa: SaId, k: &FlowKey<A>) -> bool {
+        self.decide(spd, true, k) == Decision::Act(Action::Protect(sa))
+    }
+}
+
+/// A worker context with the IP and the SPD parts.
+pub trait HasSpd: HasIp {
+    fn split_spd(&mut self) -> (&mut IpContext, &mut SpdContext);
+}

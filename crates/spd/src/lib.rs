@@ -1,0 +1,42 @@
+//! The IPsec security policy database (RFC 4301 §4.4.1): which packets a gateway
+//! protects, lets through in the clear, or discards, decided per flow.
+//!
+//! - [`policy`]: policies (priority, selectors, action) and their validated builder.
+//! - [`classifier`]: the miss path, a tuple-space search whose cost follows the number
+//!   of distinct selector shapes, not the number of policies; it returns exactly what a
+//!   priority-ordered linear scan returns ([`classifier::linear`], property-tested).
+//! - [`flow_cache`]: a fixed-size, per-worker cache of decisions that overwrites on
+//!   collision and is invalidated in O(1) by the version stamped in each entry.
+//! - [`tables`] / [`state`]: SPDs and interface bindings, built on the control plane and
+//!   published whole (ArcSwap), each publication a new version.
+//! - [`nodes`]: `ipsec4-output` / `ipsec6-output` (the outbound SPD as an output feature)
+//!   and `ipsec4-input` / `ipsec6-input` (inbound policy check of plain packets).
+//!
+//! Wiring into the dataplane (done when the ESP crate, which owns `esp4-encrypt` /
+//! `esp6-encrypt`, is in the graph; until then the nodes are registered only by this
+//! crate's tests and bench, with stand-ins): `ip4-lookup` / `ip6-lookup` send a packet
+//! whose adjacency leaves by an interface with an SPD to `ipsecN-output` (a per-interface
+//! flag in the IP tables, set by the control plane from [`SpdState::bindings`]: one load
+//! and one predictable branch for every other packet); `ipN-input` sends a packet that
+//! arrived on such an interface to `ipsecN-input`, which hands it on to `ipN-lookup`; the
+//! worker context implements [`HasSpd`]; `nodes::register` adds the four nodes.
+//!
+//! Invariants: a cached decision is used only while the version it was stamped with is
+//! the version of the tables the worker holds, so no packet is ever matched against a
+//! policy set other than the current one; nodes never allocate, lock or panic per packet.
+#![forbid(unsafe_code)]
+
+pub mod classifier;
+pub mod context;
+pub mod flow_cache;
+pub mod nodes;
+pub mod policy;
+pub mod state;
+pub mod tables;
+
+pub use classifier::TupleSpace;
+pub use context::{HasSpd, SpdContext};
+pub use flow_cache::{FlowCache, FlowCacheStats};
+pub use policy::{Action, Decision, Direction, FlowKey, Policy, PolicyError, PolicyId, PolicySpec, Rule, SaId, SpdAddr, SpdId};
+pub use state::{SpdError, SpdState};
+pub use tables::SpdTables;

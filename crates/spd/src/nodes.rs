@@ -1,0 +1,401 @@
+//! The SPD nodes, each pair one generic node over the family:
+//!
+//! ```text
+//! ip4-lookup ─(tx interface has an SPD)→ ipsec4-output ─┬→ esp4-encrypt (PROTECT, SA id in meta.param)
+//!                                                       ├→ ip4-rewrite  (BYPASS)
+//!                                                       └→ error-drop   (DISCARD, no policy)
+//! ip4-input ─(rx interface has an SPD)→ ipsec4-input ─┬→ ip4-lookup (BYPASS; ESP and ESP-in-UDP for the decrypt nodes)
+//!                                                     └→ error-drop (plain packet of a PROTECT policy, DISCARD, no policy)
+//! ```
+//!
+//! Both look the flow up in the worker's flow cache, then in the classifier. Both take
+//! the IP header as validated by `ipN-input` (version, header length, total length).
+
+use crate::context::HasSpd;
+use crate::policy::{Action, Decision, FlowKey};
+use crate::tables::Classified;
+use engine::{counters, next_nodes, BufIdx, Buffer, Counts, GraphBuilder, NextNodes, Node, Pool, Verdict};
+use ip::tables::Adjacency;
+use wire::ipv6_ext::walk_chain;
+use wire::IpProtocol;
+
+/// The UDP port of ESP in UDP (RFC 3948).
+pub const ESP_UDP_PORT: u16 = 4500;
+const ESP: u8 = 50;
+
+/// Add the SPD nodes to a graph (the IP nodes, and `esp4-encrypt` / `esp6-encrypt`,
+/// must be there too).
+pub fn register<Cx: HasSpd>(g: &mut GraphBuilder<Cx>) {
+    g.add(IpsecOutput::<Ip4>::default());
+    g.add(IpsecOutput::<Ip6>::default());
+    g.add(IpsecInput::<Ip4>::default());
+    g.add(IpsecInput::<Ip6>::default());
+}
+
+/// Why a packet's selector fields could not be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyError {
+    /// Shorter than its headers say.
+    Truncated,
+    /// An IPv6 extension header chain that does not parse.
+    BadExtension,
+}
+
+/// What differs between the IPv4 and IPv6 SPD nodes.
+pub trait SpdFamily: Send + 'static {
+    type Addr: Classified;
+    type OutputNext: NextNodes;
+    type InputNext: NextNodes;
+    const OUTPUT: &'static str;
+    const INPUT: &'static str;
+    const PROTECT: Self::OutputNext;
+    const BYPASS: Self::OutputNext;
+    const PASS: Self::InputNext;
+    /// The packet's selector fields; `inbound` swaps local and remote (local is then
+    /// the destination).
+    fn flow_key(b: &[u8], inbound: bool) -> Result<FlowKey<Self::Addr>, KeyError>;
+}
+
+next_nodes! {
+    pub enum Ipsec4OutputNext { Encrypt = "esp4-encrypt", Rewrite = "ip4-rewrite" }
+}
+next_nodes! {
+    pub enum Ipsec6OutputNext { Encrypt = "esp6-encrypt", Rewrite = "ip6-rewrite" }
+}
+next_nodes! {
+    pub enum Ipsec4InputNext { Lookup = "ip4-lookup" }
+}
+next_nodes! {
+    pub enum Ipsec6InputNext { Lookup = "ip6-lookup" }
+}
+
+/// Ports for protocols that have them, read where the upper header starts; RFC 4301
+/// §4.4.1.1 has non-initial fragments and portless protocols match only policies
+/// whose port selectors are ANY: here they carry ports 0, so they also match ranges
+/// that start at 0, as the policy's author then asked.
+#[inline(always)]
+fn ports(proto: u8, b: &[u8], at: usize) -> Result<(u16, u16), KeyError> {
+    if !matches!(proto, 6 | 17 | 132) {
+        return Ok((0, 0));
+    }
+    let p = b.get(at..).and_then(|p| p.first_chunk::<4>()).ok_or(KeyError::Truncated)?;
+    Ok((u16::from_be_bytes([p[0], p[1]]), u16::from_be_bytes([p[2], p[3]])))
+}
+
+#[inline(always)]
+fn orient<A: Copy>(src: A, dst: A, proto: u8, (sp, dp): (u16, u16), inbound: bool) -> FlowKey<A> {
+    if inbound {
+        FlowKey { local: dst, remote: src, proto, local_port: dp, remote_port: sp }
+    } else {
+        FlowKey { local: src, remote: dst, proto, local_port: sp, remote_port: dp }
+    }
+}
+
+pub struct Ip4;
+pub struct Ip6;
+
+impl SpdFamily for Ip4 {
+    type Addr = u32;
+    type OutputNext = Ipsec4OutputNext;
+    type InputNext = Ipsec4InputNext;
+    const OUTPUT: &'static str = "ipsec4-output";
+    const INPUT: &'static str = "ipsec4-input";
+    const PROTECT: Ipsec4OutputNext = Ipsec4OutputNext::Encrypt;
+    const BYPASS: Ipsec4OutputNext = Ipsec4OutputNext::Rewrite;
+    const PASS: Ipsec4InputNext = Ipsec4InputNext::Lookup;
+
+    #[inline(always)]
+    fn flow_key(b: &[u8], inbound: bool) -> Result<FlowKey<u32>, KeyError> {
+        let h = b.first_chunk::<20>().ok_or(KeyError::Truncated)?;
+        let ihl = (h[0] & 0x0f) as usize * 4;
+        let proto = h[9];
+        let later_fragment = u16::from_be_bytes([h[6], h[7]]) & 0x1fff != 0;
+        let p = if later_fragment { (0, 0) } else { ports(proto, b, ihl)? };
+        let src = u32::from_be_bytes([h[12], h[13], h[14], h[15]]);
+        let dst = u32::from_be_bytes([h[16], h[17], h[18], h[19]]);
+        Ok(orient(src, dst, proto, p, inbound))
+    }
+}
+
+impl SpdFamily for Ip6 {
+    type Addr = u128;
+    type OutputNext = Ipsec6OutputNext;
+    type InputNext = Ipsec6InputNext;
+    const OUTPUT: &'static str = "ipsec6-output";
+    const INPUT: &'static str = "ipsec6-input";
+    const PROTECT: Ipsec6OutputNext = Ipsec6OutputNext::Encrypt;
+    const BYPASS: Ipsec6OutputNext = Ipsec6OutputNext::Rewrite;
+    const PASS: Ipsec6InputNext = Ipsec6InputNext::Lookup;
+
+    #[inline(always)]
+    fn flow_key(b: &[u8], inbound: bool) -> Result<FlowKey<u128>, KeyError> {
+        let h = b.first_chunk::<40>().ok_or(KeyError::Truncated)?;
+        let src = u128::from_be_bytes(h[8..24].try_into().unwrap_or_default());
+        let dst = u128::from_be_bytes(h[24..40].try_into().unwrap_or_default());
+        let nh = h[6];
+        let (proto, p) = match IpProtocol::from(nh) {
+            IpProtocol::HopByHop | IpProtocol::Ipv6Route | IpProtocol::Ipv6Frag | IpProtocol::Ipv6Opts => {
+                let c = walk_chain(IpProtocol::from(nh), &b[40..]).map_err(|_| KeyError::BadExtension)?;
+                match c.upper {
+                    Some(up) => {
+                        let proto = u8::from(up);
+                        (proto, ports(proto, b, 40 + c.upper_offset)?)
+                    }
+                    // A later fragment: its protocol from the fragment header, no ports.
+                    None => (c.fragment.map_or(0, |f| u8::from(f.next_header)), (0, 0)),
+                }
+            }
+            _ => (nh, ports(nh, b, 40)?),
+        };
+        Ok(orient(src, dst, proto, p, inbound))
+    }
+}
+
+counters! {
+    pub enum OutputCounter {
+        PolicyDiscard(Info, "policy-discard", "matched a DISCARD policy"),
+        NoPolicy(Warn, "no-policy", "matched no policy of the interface's SPD (RFC 4301: discarded)"),
+        Truncated(Error, "truncated", "shorter than its IP and transport headers"),
+        BadExtension(Warn, "bad-extension-header", "an IPv6 extension header chain that does not parse"),
+    }
+}
+
+impl From<KeyError> for OutputCounter {
+    fn from(e: KeyError) -> Self {
+        match e {
+            KeyError::Truncated => OutputCounter::Truncated,
+            KeyError::BadExtension => OutputCounter::BadExtension,
+        }
+    }
+}
+
+/// The interface the route lookup chose for a packet.
+#[inline(always)]
+fn tx_if(ip: &ip::IpContext, buf: &Buffer) -> Option<engine::IfIndex> {
+    match ip.tables.adjacency(buf.meta.adj) {
+        Adjacency::Rewrite { tx_if, .. } | Adjacency::Glean { tx_if, .. } | Adjacency::Incomplete { tx_if, .. } => Some(*tx_if),
+        _ => None,
+    }
+}
+
+/// `ipsec4-output` / `ipsec6-output`: the outbound SPD of the interface the route
+/// lookup chose.
+pub struct IpsecOutput<F>(std::marker::PhantomData<F>);
+
+impl<F> Default for IpsecOutput<F> {
+    fn default() -> Self {
+        IpsecOutput(std::marker::PhantomData)
+    }
+}
+
+impl<Cx: HasSpd, F: SpdFamily> Node<Cx> for IpsecOutput<F> {
+    type Next = F::OutputNext;
+    type Counter = OutputCounter;
+
+    fn name(&self) -> &'static str {
+        F::OUTPUT
+    }
+
+    /// With a flow cache larger than L2, start loading every packet's slot before the
+    /// first is looked up, so the vector's cache misses overlap (the keys are read again
+    /// in `process`: cheaper than the misses they hide, `benches/spd.rs --churn-every`).
+    fn prepare(&mut self, cx: &mut Cx, pool: &mut Pool, input: &[BufIdx]) {
+        let (ip, cx) = cx.split_spd();
+        if !cx.cache_outgrows_l2() {
+            return;
+        }
+        for &b in input {
+            let buf = pool.get(b);
+            if let Some(spd) = tx_if(ip, buf).and_then(|i| cx.tables.spd_of(i)) {
+                if let Ok(k) = F::flow_key(buf.bytes(), false) {
+                    cx.prefetch(spd, false, &k);
+                }
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn process(&mut self, cx: &mut Cx, _counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
+        let (ip, cx) = cx.split_spd();
+        // No SPD: an interface whose SPD was unbound since the lookup sent the packet here.
+        let Some(spd) = tx_if(ip, buf).and_then(|i| cx.tables.spd_of(i)) else { return Verdict::Next(F::BYPASS) };
+        let key = match F::flow_key(buf.bytes(), false) {
+            Ok(k) => k,
+            Err(e) => return Verdict::Drop(e.into()),
+        };
+        match cx.decide(spd, false, &key) {
+            Decision::Act(Action::Protect(sa)) => {
+                buf.meta.param = sa.0;
+                Verdict::Next(F::PROTECT)
+            }
+            Decision::Act(Action::Bypass) => Verdict::Next(F::BYPASS),
+            Decision::Act(Action::Discard) => Verdict::Drop(OutputCounter::PolicyDiscard),
+            Decision::NoMatch => Verdict::Drop(OutputCounter::NoPolicy),
+        }
+    }
+
+    fn trace(&self, buf: &Buffer) -> String {
+        match F::flow_key(buf.bytes(), false) {
+            Ok(k) => format!("{:?} adj {}", k, buf.meta.adj),
+            Err(e) => format!("{e:?}"),
+        }
+    }
+}
+
+counters! {
+    pub enum InputCounter {
+        ProtectedPlain(Warn, "plain-on-protected-flow", "a plain packet of a flow a PROTECT policy says must arrive through an SA (RFC 4301 §5.2)"),
+        PolicyDiscard(Info, "policy-discard", "matched a DISCARD policy"),
+        NoPolicy(Warn, "no-policy", "matched no policy of the interface's SPD (RFC 4301: discarded)"),
+        Truncated(Error, "truncated", "shorter than its IP and transport headers"),
+        BadExtension(Warn, "bad-extension-header", "an IPv6 extension header chain that does not parse"),
+    }
+}
+
+impl From<KeyError> for InputCounter {
+    fn from(e: KeyError) -> Self {
+        match e {
+            KeyError::Truncated => InputCounter::Truncated,
+            KeyError::BadExtension => InputCounter::BadExtension,
+        }
+    }
+}
+
+/// `ipsec4-input` / `ipsec6-input`: plain packets arriving on an interface with an SPD
+/// must match a BYPASS policy of its inbound side. ESP and ESP in UDP go on to the
+/// lookup (and so to the decrypt nodes, which check the inner packet with
+/// [`crate::SpdContext::check_inbound`]).
+pub struct IpsecInput<F>(std::marker::PhantomData<F>);
+
+impl<F> Default for IpsecInput<F> {
+    fn default() -> Self {
+        IpsecInput(std::marker::PhantomData)
+    }
+}
+
+impl<Cx: HasSpd, F: SpdFamily> Node<Cx> for IpsecInput<F> {
+    type Next = F::InputNext;
+    type Counter = InputCounter;
+
+    fn name(&self) -> &'static str {
+        F::INPUT
+    }
+
+    #[inline(always)]
+    fn process(&mut self, cx: &mut Cx, _counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
+        let (_, cx) = cx.split_spd();
+        let Some(spd) = cx.tables.spd_of(buf.meta.rx_if) else { return Verdict::Next(F::PASS) };
+        let key = match F::flow_key(buf.bytes(), true) {
+            Ok(k) => k,
+            Err(e) => return Verdict::Drop(e.into()),
+        };
+        if key.proto == ESP || (key.proto == 17 && key.local_port == ESP_UDP_PORT) {
+            return Verdict::Next(F::PASS);
+        }
+        match cx.decide(spd, true, &key) {
+            Decision::Act(Action::Bypass) => Verdict::Next(F::PASS),
+            Decision::Act(Action::Protect(_)) => Verdict::Drop(InputCounter::ProtectedPlain),
+            Decision::Act(Action::Discard) => Verdict::Drop(InputCounter::PolicyDiscard),
+            Decision::NoMatch => Verdict::Drop(InputCounter::NoPolicy),
+        }
+    }
+
+    fn trace(&self, buf: &Buffer) -> String {
+        match F::flow_key(buf.bytes(), true) {
+            Ok(k) => format!("{:?} rx_if {}", k, buf.meta.rx_if.0),
+            Err(e) => format!("{e:?}"),
+        }
+    }
+}
+
+/// The fuzz body of the selector reader (`fuzz/fuzz_targets/spd_flow_key.rs`, and the
+/// property test below): any bytes give a key or a typed error, never a panic; an IPv4
+/// key's ports are the ones where the header says its transport header is, and the
+/// inbound key is the outbound one seen from the other side.
+pub fn fuzz_flow_key(b: &[u8]) {
+    let out4 = Ip4::flow_key(b, false);
+    let in4 = Ip4::flow_key(b, true);
+    assert_eq!(
+        out4.map(|k| (k.remote, k.local, k.remote_port, k.local_port)),
+        in4.map(|k| (k.local, k.remote, k.local_port, k.remote_port))
+    );
+    if let Ok(k) = out4 {
+        let ihl = (b[0] & 0x0f) as usize * 4;
+        if u16::from_be_bytes([b[6], b[7]]) & 0x1fff == 0 && matches!(b[9], 6 | 17 | 132) {
+            assert_eq!(
+                (k.local_port, k.remote_port),
+                (u16::from_be_bytes([b[ihl], b[ihl + 1]]), u16::from_be_bytes([b[ihl + 2], b[ihl + 3]]))
+            );
+        }
+    }
+    let out6 = Ip6::flow_key(b, false);
+    let in6 = Ip6::flow_key(b, true);
+    assert_eq!(out6.map(|k| (k.remote, k.local, k.proto)), in6.map(|k| (k.local, k.remote, k.proto)));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn any_bytes_give_a_key_or_an_error(b in proptest::collection::vec(any::<u8>(), 0..120)) {
+            fuzz_flow_key(&b);
+        }
+
+        /// Mostly well-formed IPv4/IPv6 heads, so the checks past the errors run too.
+        #[test]
+        fn plausible_heads_give_their_ports(mut b in proptest::collection::vec(any::<u8>(), 40..120), v6 in any::<bool>(), proto in prop_oneof![Just(6u8), Just(17), Just(132), Just(1)]) {
+            if v6 {
+                b[0] = 0x60;
+                b[6] = proto;
+            } else {
+                b[0] = 0x45;
+                b[9] = proto;
+            }
+            fuzz_flow_key(&b);
+        }
+    }
+
+    #[test]
+    fn keys_of_ipv4_packets() {
+        let mut p = [0u8; 28];
+        p[0] = 0x45;
+        p[9] = 17;
+        p[12..16].copy_from_slice(&[198, 18, 0, 1]);
+        p[16..20].copy_from_slice(&[198, 19, 0, 2]);
+        p[20..24].copy_from_slice(&[0x04, 0xd2, 0x11, 0x94]);
+        let k = Ip4::flow_key(&p, false).unwrap();
+        assert_eq!(k, FlowKey { local: 0xc612_0001, remote: 0xc613_0002, proto: 17, local_port: 1234, remote_port: 4500 });
+        let k = Ip4::flow_key(&p, true).unwrap();
+        assert_eq!(k, FlowKey { local: 0xc613_0002, remote: 0xc612_0001, proto: 17, local_port: 4500, remote_port: 1234 });
+        assert_eq!(Ip4::flow_key(&p[..22], false), Err(KeyError::Truncated));
+        // A later fragment: no ports read, none needed.
+        p[7] = 1;
+        assert_eq!(Ip4::flow_key(&p[..20], false).unwrap().local_port, 0);
+        // No ports for ICMP.
+        p[7] = 0;
+        p[9] = 1;
+        assert_eq!(Ip4::flow_key(&p[..20], false).unwrap().remote_port, 0);
+    }
+
+    #[test]
+    fn keys_of_ipv6_packets_past_extension_headers() {
+        let mut p = [0u8; 40 + 8 + 4];
+        p[0] = 0x60;
+        p[6] = 60; // destination options
+        p[8..24].copy_from_slice(&"2001:db8::1".parse::<std::net::Ipv6Addr>().unwrap().octets());
+        p[24..40].copy_from_slice(&"2001:db8::2".parse::<std::net::Ipv6Addr>().unwrap().octets());
+        p[40] = 6; // then TCP
+        p[42] = 1; // PadN of 4
+        p[43] = 4;
+        p[48..52].copy_from_slice(&[0, 80, 1, 0]);
+        let k = Ip6::flow_key(&p, false).unwrap();
+        assert_eq!((k.proto, k.local_port, k.remote_port), (6, 80, 256));
+        assert_eq!(k.local, 0x2001_0db8u128 << 96 | 1);
+        assert_eq!(Ip6::flow_key(&p[..50], false), Err(KeyError::Truncated));
+        p[41] = 9; // the options header now runs past the packet
+        assert_eq!(Ip6::flow_key(&p, false), Err(KeyError::BadExtension));
+    }
+}

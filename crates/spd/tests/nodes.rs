@@ -1,0 +1,150 @@
+//! The SPD nodes in a graph with the IP nodes: where each packet goes (by the packets
+//! each next node received and the SA ids a stand-in `esp4-encrypt` saw), which counter
+//! counts each drop, and that a policy change reaches every cached flow from the next
+//! vector while flows it does not touch keep their decision and lose nothing.
+//!
+//! `esp4-encrypt` / `esp6-encrypt` here are test stand-ins recording `meta.param`; the
+//! real nodes come with the ESP crate.
+
+mod common;
+
+use common::*;
+use spd::policy::{ActionKind, Direction};
+use std::net::IpAddr;
+
+fn v4(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+#[test]
+fn outbound_protect_bypass_discard_and_no_policy() {
+    for cache in [Some(1 << 10), None] {
+        let mut r = Rig::new(cache);
+        r.policy(Direction::Outbound, 100, ActionKind::Protect, Some(7), "198.19.0.0/24", "4000-4999");
+        r.policy(Direction::Outbound, 90, ActionKind::Discard, None, "198.19.0.0/24", "any");
+        r.policy(Direction::Outbound, 10, ActionKind::Bypass, None, "198.19.1.0-198.19.1.127", "any");
+        r.policy(Direction::Outbound, 100, ActionKind::Protect, Some(8), "2001:db8:2::/64", "any");
+        r.spd.bind(OUT_IF, 1).unwrap();
+        r.publish();
+        // Twice: the second round comes from the flow cache where there is one.
+        for round in 0..2 {
+            r.reset();
+            r.send(
+                r.out4,
+                &[
+                    (1, 1, v4("198.19.0.5"), 4500),   // protect, SA 7
+                    (2, 2, v4("198.19.0.5"), 5000),   // discard (ports outside the protect range)
+                    (3, 3, v4("198.19.1.9"), 53),     // bypass
+                    (4, 4, v4("198.19.1.200"), 53),   // no policy
+                    (5, 5, v4("198.19.0.255"), 4999), // protect, SA 7
+                ],
+            );
+            r.send(r.out6, &[(6, 6, v4("2001:db8:2::9"), 1), (7, 7, v4("2001:db8:2:1::9"), 1)]);
+            assert_eq!(*r.seen4.lock().unwrap(), vec![(7, 1 | 1 << 16), (7, 5 | 5 << 16)], "round {round}");
+            assert_eq!(*r.seen6.lock().unwrap(), vec![(8, 6 | 6 << 16)]);
+            assert_eq!(r.packets("ip4-rewrite"), 1);
+            assert_eq!(r.counter("ipsec4-output", "policy-discard"), 1);
+            assert_eq!(r.counter("ipsec4-output", "no-policy"), 1);
+            assert_eq!(r.counter("ipsec6-output", "no-policy"), 1);
+            assert_eq!(r.packets("ip6-rewrite"), 0);
+        }
+        engine::worker::Context::refresh(&mut r.cx);
+        let (size, g4, g6) = r.cx.spd.gauges().read();
+        match &r.cx.spd.flows4 {
+            Some(c) => {
+                assert_eq!((c.stats.hits, c.stats.misses), (5, 5));
+                assert_eq!((size, g4, g6.hits, g6.misses), (1 << 10, c.stats, 2, 2));
+            }
+            None => assert!(cache.is_none() && size == 0),
+        }
+    }
+}
+
+#[test]
+fn an_interface_without_an_spd_bypasses() {
+    let mut r = Rig::new(Some(64));
+    r.policy(Direction::Outbound, 1, ActionKind::Discard, None, "any", "any");
+    r.publish();
+    r.send(r.out4, &[(1, 1, v4("198.19.0.5"), 1)]);
+    assert_eq!(r.packets("ip4-rewrite"), 1);
+    r.spd.bind(OUT_IF, 1).unwrap();
+    r.publish();
+    r.send(r.out4, &[(1, 1, v4("198.19.0.5"), 1)]);
+    assert_eq!(r.counter("ipsec4-output", "policy-discard"), 1);
+}
+
+#[test]
+fn truncated_packets_are_dropped_by_name() {
+    let mut r = Rig::new(Some(64));
+    r.policy(Direction::Outbound, 1, ActionKind::Bypass, None, "any", "any");
+    r.spd.bind(OUT_IF, 1).unwrap();
+    r.publish();
+    let b = r.pool.alloc(64).unwrap();
+    let mut p = udp_packet(1, 1, v4("198.19.0.5"), 2);
+    p.truncate(22);
+    r.pool.get_mut(b).write(&p).unwrap();
+    r.pool.get_mut(b).meta.adj = r.router.lookup(v4("198.19.0.5"));
+    r.graph.inject(r.out4, &mut r.pool, &[b], 0);
+    r.graph.run(&mut r.cx, &mut r.pool);
+    assert_eq!(r.counter("ipsec4-output", "truncated"), 1);
+}
+
+#[test]
+fn inbound_plain_packets_of_protected_flows_are_dropped() {
+    let mut r = Rig::new(Some(256));
+    // Inbound: local is the destination, remote the source (198.18.0.x).
+    r.policy(Direction::Inbound, 100, ActionKind::Protect, Some(3), "198.18.0.0-198.18.0.9", "any");
+    r.policy(Direction::Inbound, 50, ActionKind::Bypass, None, "198.18.0.0/24", "any");
+    r.policy(Direction::Inbound, 60, ActionKind::Discard, None, "198.18.0.200/32", "any");
+    r.spd.bind(IN_IF, 1).unwrap();
+    r.publish();
+    r.send(r.in4, &[(5, 1, v4("198.19.0.5"), 80), (20, 1, v4("198.19.0.5"), 80), (200, 1, v4("198.19.0.5"), 80)]);
+    assert_eq!(r.counter("ipsec4-input", "plain-on-protected-flow"), 1);
+    assert_eq!(r.counter("ipsec4-input", "policy-discard"), 1);
+    assert_eq!(r.packets("ip4-lookup"), 1);
+    // ESP in UDP from a protected peer goes on to the lookup (and the decrypt node).
+    r.reset();
+    r.send(r.in4, &[(5, 4500, v4("198.19.0.5"), 4500)]);
+    assert_eq!(r.packets("ip4-lookup"), 1);
+    // After decryption the inner packet must match its SA's policy.
+    let key = spd::FlowKey { local: 0xc613_0005u32, remote: 0xc612_0005, proto: 17, local_port: 80, remote_port: 1 };
+    assert!(r.cx.spd.check_inbound(spd::SpdId(1), spd::SaId(3), &key));
+    assert!(!r.cx.spd.check_inbound(spd::SpdId(1), spd::SaId(4), &key));
+    assert!(!r.cx.spd.check_inbound(spd::SpdId(1), spd::SaId(3), &spd::FlowKey { remote: 0xc612_0014, ..key }));
+}
+
+/// Many cached flows, a policy change, the next vector: the flows the new policy covers
+/// follow it, every other flow keeps its decision, and nothing is lost.
+#[test]
+fn a_policy_change_reaches_cached_flows_from_the_next_vector() {
+    let mut r = Rig::new(Some(1 << 16));
+    r.policy(Direction::Outbound, 10, ActionKind::Protect, Some(1), "198.19.0.0/16", "any");
+    r.spd.bind(OUT_IF, 1).unwrap();
+    r.publish();
+    let flows: Vec<(u8, u16, IpAddr, u16)> =
+        (0..20_000u32).map(|i| ((i % 200) as u8 + 1, (i / 200) as u16 + 1, v4("198.19.0.5"), 4000 + (i % 7) as u16)).collect();
+    r.send(r.out4, &flows);
+    assert_eq!(r.seen4.lock().unwrap().len(), flows.len());
+    for step in 0..3u32 {
+        // Flows to port 4003 move to SA 100 + step; the policy of the step before goes.
+        let id = r.policy(Direction::Outbound, 20, ActionKind::Protect, Some(100 + step), "198.19.0.5/32", "4003");
+        r.publish();
+        r.reset();
+        r.send(r.out4, &flows);
+        let seen = r.seen4.lock().unwrap().clone();
+        assert_eq!(seen.len(), flows.len(), "step {step}: every flow still protected");
+        for ((sa, _), f) in seen.iter().zip(&flows) {
+            let want = if f.3 == 4003 { 100 + step } else { 1 };
+            assert_eq!(*sa, want, "step {step} flow {f:?}");
+        }
+        r.spd.del_policy(id).unwrap();
+        r.publish();
+    }
+    let c = r.cx.spd.flows4.as_ref().unwrap().stats;
+    assert!(c.stale > 0 && c.hits == 0, "every publication made every flow stale: {c:?}");
+    // Without a change the same flows come from the cache.
+    r.send(r.out4, &flows);
+    r.send(r.out4, &flows);
+    let d = r.cx.spd.flows4.as_ref().unwrap().stats;
+    assert!(d.hits >= flows.len() as u64 - d.overwrites, "{d:?}");
+}

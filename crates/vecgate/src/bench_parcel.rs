@@ -1,0 +1,286 @@
+//! `vecgate bench parcel-forward | parcel-split | parcel-join`: IP parcels through the
+//! graph on one core, as `bench.rs` runs its scenarios, with `--segment-size` and
+//! `--segments`. The report adds `segments_per_sec` beside `mpps` (packets in: parcels,
+//! or datagrams for `parcel-join`).
+//!
+//! A vector carries about 256 segments (256 / N parcels, or whole runs of N datagrams),
+//! so a split or a join makes or takes one vector's worth; frames come from the pool's
+//! large buffers where they do not fit a regular one (the packet generator only fills
+//! regular buffers, hence the replay device here).
+
+use anyhow::{bail, Result};
+use control::config::Config;
+use control::dataplane::assemble;
+use engine::device::{Device, RxStatus, TxResult};
+use engine::{BufIdx, Pool};
+use serde::Serialize;
+use std::net::Ipv4Addr;
+use std::path::Path;
+use std::time::Instant;
+use wire::parcel::{Parcel4, Parcel4Repr, SegmentsRepr, UdpChecksumForm};
+
+pub const SCENARIOS: &[&str] = &["parcel-forward", "parcel-split", "parcel-join"];
+
+/// `null0` takes parcels (`parcels = true`, MTU 65535) except for `parcel-split`.
+fn config(parcel_link: bool) -> String {
+    let link = if parcel_link { "mtu = 65535\nparcels = true" } else { "mtu = 9000" };
+    format!(
+        r#"
+[dataplane]
+buffers = 4096
+large_buffers = 700
+
+[[interface]]
+name = "pg0"
+type = "pg"
+mac = "02:00:00:00:00:01"
+addresses = ["198.18.0.1/24"]
+
+[[interface]]
+name = "null0"
+type = "null"
+mac = "02:00:00:00:00:02"
+{link}
+addresses = ["198.18.1.1/24"]
+
+[[neighbour]]
+interface = "null0"
+ip = "198.18.1.2"
+mac = "02:00:00:00:01:02"
+
+[[route]]
+prefix = "198.19.0.0/16"
+via = "198.18.1.2"
+"#
+    )
+}
+
+const SRC: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
+const DST: Ipv4Addr = Ipv4Addr::new(198, 19, 0, 1);
+const ETH: [u8; 14] = [2, 0, 0, 0, 0, 1, 2, 0xfe, 0, 0, 0, 1, 8, 0];
+
+fn payload(len: usize, salt: usize) -> Vec<u8> {
+    (0..len).map(|i| (i * 31 + salt * 7) as u8).collect()
+}
+
+/// An Ethernet frame holding a parcel of `n` segments of `size` bytes.
+fn parcel_frame(size: usize, n: usize) -> Result<Vec<u8>> {
+    let repr = Parcel4Repr {
+        src: SRC,
+        dst: DST,
+        ident: 1,
+        ttl: 64,
+        dscp_ecn: 0,
+        probe: None,
+        segments: SegmentsRepr { src_port: 40000, dst_port: 9, nsegs: n as u8, seg_len: size as u16, last_len: size as u16 },
+    };
+    let mut f = ETH.to_vec();
+    f.resize(14 + repr.buffer_len(), 0);
+    repr.emit(&mut f[14..]);
+    let mut p = Parcel4::new_checked(&mut f[14..]).map_err(|e| anyhow::anyhow!("bench parcel: {e}"))?;
+    for i in 0..n {
+        let seg = payload(size, i);
+        p.segment_mut(i).copy_from_slice(&seg);
+    }
+    p.fill_segment_checksums();
+    Parcel4Repr::fill_udp_checksum(&mut p, UdpChecksumForm::Prototype);
+    Ok(f)
+}
+
+/// An Ethernet frame holding one UDP datagram of `size` payload bytes.
+fn datagram_frame(size: usize) -> Vec<u8> {
+    let ip = wire::ipv4::Ipv4Repr {
+        src: SRC,
+        dst: DST,
+        protocol: wire::IpProtocol::Udp,
+        payload_len: 8 + size,
+        ttl: 64,
+        dscp: 0,
+        ecn: 0,
+        ident: 1,
+        dont_frag: false,
+    };
+    let mut f = ETH.to_vec();
+    f.resize(14 + 20 + 8 + size, 0);
+    ip.emit(&mut wire::ipv4::Ipv4Packet::new_unchecked(&mut f[14..34]));
+    f[42..].copy_from_slice(&payload(size, 0));
+    let mut u = wire::udp::UdpPacket::new_unchecked(&mut f[34..]);
+    wire::udp::UdpRepr { src_port: 40000, dst_port: 9 }.emit(&mut u, size);
+    u.fill_checksum_v4(SRC, DST);
+    f
+}
+
+/// Replays one frame `remaining` times, at most `per_vector` a poll, in buffers of the
+/// class its length needs.
+struct Replay {
+    frame: Vec<u8>,
+    per_vector: usize,
+    remaining: u64,
+}
+
+impl Device for Replay {
+    fn kind(&self) -> &'static str {
+        "pg"
+    }
+    fn rx(&mut self, pool: &mut Pool, out: &mut Vec<BufIdx>, max: usize) -> RxStatus {
+        let n = (self.per_vector.min(max) as u64).min(self.remaining);
+        for _ in 0..n {
+            let Some(b) = pool.alloc(self.frame.len()) else { break };
+            let _ = pool.get_mut(b).write(&self.frame);
+            out.push(b);
+            self.remaining -= 1;
+        }
+        if self.remaining == 0 {
+            RxStatus::Exhausted
+        } else {
+            RxStatus::Open
+        }
+    }
+    fn tx(&mut self, pool: &mut Pool, bufs: &mut Vec<BufIdx>) -> TxResult {
+        let n = bufs.len();
+        pool.free_many(bufs);
+        bufs.clear();
+        TxResult { sent: n, sent_bytes: 0, failed: 0 }
+    }
+}
+
+#[derive(Serialize)]
+struct NodeRow {
+    name: String,
+    packets: u64,
+    cycles_per_packet: f64,
+    vector_median: Option<f64>,
+}
+
+#[derive(Serialize)]
+struct Report {
+    scenario: String,
+    segment_size: usize,
+    segments: usize,
+    /// `verify_parcel_segments`: every segment checked against its slot.
+    verify_segments: bool,
+    /// Packets in: parcels, or datagrams for `parcel-join`.
+    packets: u64,
+    delivered: u64,
+    mpps: f64,
+    segments_per_sec: f64,
+    /// Segment payload bits per second.
+    gbps: f64,
+    cycles_per_packet: f64,
+    cycles_per_segment: f64,
+    /// The nodes' median vectors' cycles per packet in, summed (steal and other pauses
+    /// of a shared machine move it less), and per segment.
+    median_cycles_per_packet: f64,
+    median_cycles_per_segment: f64,
+    cpu: String,
+    tsc_hz: u64,
+    nodes: Vec<NodeRow>,
+}
+
+pub fn bench(scenario: &str, packets: u64, json: bool, core: usize, segment_size: usize, segments: usize, verify: bool) -> Result<()> {
+    if !SCENARIOS.contains(&scenario) {
+        bail!("unknown scenario {scenario:?}; expected one of {}", SCENARIOS.join(", "));
+    }
+    if !(1..=255).contains(&segments) || !(1..=9000).contains(&segment_size) {
+        bail!("--segments {segments} --segment-size {segment_size}: expected 1 to 255 segments of 1 to 9000 bytes");
+    }
+    let join = scenario == "parcel-join";
+    let cfg = Config::parse(&config(scenario != "parcel-split"), "(bench scenario)", Path::new("."))?;
+    let (_control, mut worker) = assemble(&cfg)?.into_single();
+    worker.cx.parcel.verify_segments = verify;
+    let per_vector = (engine::VECTOR_SIZE / segments).max(1);
+    let (frame, per_vector) = if join {
+        worker.cx.parcel.join_segments = segments;
+        (datagram_frame(segment_size), per_vector * segments)
+    } else {
+        (parcel_frame(segment_size, segments)?, per_vector)
+    };
+    let round = |n: u64| n.div_ceil(per_vector as u64) * per_vector as u64;
+    let (warmup, packets) = (round((packets / 10).max(per_vector as u64 * 4)), round(packets));
+    worker.ports[0].device = Box::new(Replay { frame, per_vector, remaining: warmup + packets });
+    engine::worker::Context::refresh(&mut worker.cx);
+    core_affinity::set_for_current(core_affinity::CoreId { id: core });
+    let mut generated = 0u64;
+    while generated < warmup {
+        generated += worker.poll_once() as u64;
+    }
+    worker.clear_runtime();
+    worker.sample_vectors(true);
+    let t0 = Instant::now();
+    while !worker.inputs_done() {
+        worker.poll_once();
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    let s = worker.snapshot();
+    let input = s.nodes.iter().find(|n| n.name == "pg-input").map(|n| n.runtime.packets).unwrap_or(0);
+    let graph_cycles: u64 = s.nodes.iter().filter(|n| n.kind != "input").map(|n| n.runtime.cycles).sum();
+    // A node's median is per packet it saw: scale to packets in (split and join change
+    // the count between nodes).
+    let median: f64 = s
+        .nodes
+        .iter()
+        .filter(|n| n.kind != "input")
+        .filter_map(|n| n.vector_median.map(|m| m * n.runtime.packets as f64 / input.max(1) as f64))
+        .sum();
+    let delivered = s.ports.iter().find(|p| p.name == "null0").map(|p| p.counters.tx_packets).unwrap_or(0);
+    let segs_in = if join { input } else { input * segments as u64 };
+    let report = Report {
+        scenario: scenario.into(),
+        segment_size,
+        segments,
+        verify_segments: verify,
+        packets: input,
+        delivered,
+        mpps: input as f64 / secs / 1e6,
+        segments_per_sec: segs_in as f64 / secs,
+        gbps: segs_in as f64 * segment_size as f64 * 8.0 / secs / 1e9,
+        cycles_per_packet: graph_cycles as f64 / input.max(1) as f64,
+        cycles_per_segment: graph_cycles as f64 / segs_in.max(1) as f64,
+        median_cycles_per_packet: median,
+        median_cycles_per_segment: median * input as f64 / segs_in.max(1) as f64,
+        cpu: crate::bench::cpu_model(),
+        tsc_hz: s.tsc_hz,
+        nodes: s
+            .nodes
+            .iter()
+            .filter(|n| n.runtime.packets > 0)
+            .map(|n| NodeRow {
+                name: n.name.clone(),
+                packets: n.runtime.packets,
+                cycles_per_packet: n.cycles_per_packet,
+                vector_median: n.vector_median,
+            })
+            .collect(),
+    };
+    if json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        print!("{}", control::format::runtime(&s));
+        println!(
+            "{}: {} x {} B, {} packets in, {} delivered, {:.3} Mpps, {:.2} M segments/s, {:.2} Gbit/s, {:.0} cycles/packet, {:.1} cycles/segment, median {:.1} cycles/segment ({})",
+            report.scenario,
+            segments,
+            segment_size,
+            input,
+            delivered,
+            report.mpps,
+            report.segments_per_sec / 1e6,
+            report.gbps,
+            report.cycles_per_packet,
+            report.cycles_per_segment,
+            report.median_cycles_per_segment,
+            report.cpu
+        );
+    }
+    // Forward: a parcel out per parcel in; split: a datagram per segment; join: every
+    // datagram in some packet out (runs end at the vector, the MTU and the bound).
+    let expected = match scenario {
+        "parcel-forward" => Some(input),
+        "parcel-split" => Some(segs_in),
+        _ => None,
+    };
+    if expected.is_some_and(|e| e != delivered) || delivered == 0 {
+        bail!("{delivered} packets reached the sink from {input} in ({scenario}): the scenario is broken");
+    }
+    Ok(())
+}

@@ -1,0 +1,147 @@
+"""Seeds for the whole-graph fuzz target (control::fuzz::graph), built by scapy (an
+independent implementation): one input per protocol path through the harness's
+dataplane (crates/control/src/fuzz/graph.toml), some as sequences of frames (fragments
+of one datagram, a run of one tunnel's packets for the tunnel hint), some behind a
+virtio-net header. Input format: records of [control u8][length u16 BE][frame]; control
+bits 0-1: the interface (0 access0, 1 core0, 2 narrow0), bit 2: a virtio-net header
+leads the frame. Run from this folder: python3 make_graph_corpus.py (output committed)."""
+import struct
+from pathlib import Path
+
+from scapy.all import (ARP, ICMP, IP, TCP, UDP, Ether, Dot1Q, IPv6, ICMPv6EchoRequest, ICMPv6ND_NS,
+                       ICMPv6NDOptSrcLLAddr, IPv6ExtHdrFragment, IPv6ExtHdrHopByHop, HBHOptUnknown, GRE, Raw,
+                       fragment, fragment6, raw)
+from scapy.contrib.gtp import GTP_U_Header, GTPPDUSessionContainer, GTPEchoRequest
+
+ACCESS, CORE, NARROW = 0, 1, 2
+MAC = {ACCESS: "02:00:00:00:00:01", CORE: "02:00:00:00:00:02", NARROW: "02:00:00:00:00:03"}
+PEER_MAC = "02:00:00:00:09:09"
+USER4, USER6 = "198.18.0.2", "2001:db8::2"
+US4, US6 = "198.18.1.1", "2001:db8:1::1"
+
+
+def eth(port, pkt):
+    return Ether(src=PEER_MAC, dst=MAC[port]) / pkt
+
+
+def rec(port, frame, vnet=None):
+    b = raw(frame)
+    ctl = port
+    if vnet is not None:
+        ctl |= 4
+        b = vnet + b
+    return struct.pack("!BH", ctl, len(b)) + b
+
+
+def vnet_hdr(flags=0, gso_type=0, hdr_len=0, gso_size=0, csum_start=0, csum_offset=0):
+    # struct virtio_net_hdr, host (little-endian) byte order.
+    return struct.pack("<BBHHHH", flags, gso_type, hdr_len, gso_size, csum_start, csum_offset)
+
+
+def payload(n):
+    return Raw(bytes(i % 251 for i in range(n)))
+
+
+def gtpu4(src, teid, inner, **kw):
+    return eth(CORE, IP(src=src, dst=US4) / UDP(sport=2152, dport=2152) / GTP_U_Header(teid=teid, **kw) / inner)
+
+
+def gtpu6(src, teid, inner, chksum=None, **kw):
+    u = UDP(sport=2152, dport=2152) if chksum is None else UDP(sport=2152, dport=2152, chksum=chksum)
+    return eth(CORE, IPv6(src=src, dst=US6) / u / GTP_U_Header(teid=teid, **kw) / inner)
+
+
+def gue(inner, proto):
+    return Raw(bytes([0, proto, 0, 0])) / inner
+
+
+inner4 = IP(src="198.19.10.5", dst="198.19.1.5") / UDP(sport=1000, dport=2000) / payload(32)
+inner6 = IPv6(src="2001:db8:100::5", dst="2001:db8:98::5") / UDP(sport=1000, dport=2000) / payload(32)
+syn4 = IP(src=USER4, dst="198.19.11.5") / TCP(flags="S", options=[("MSS", 1460)])
+syn6 = IPv6(src=USER6, dst="2001:db8:101::5") / TCP(flags="S", options=[("MSS", 1440)])
+
+seeds = {
+    # Local: echo, ARP, ND, port unreachable.
+    "echo4": [rec(ACCESS, eth(ACCESS, IP(src=USER4, dst="198.18.0.1") / ICMP(id=1, seq=1) / payload(56)))],
+    "echo6": [rec(ACCESS, eth(ACCESS, IPv6(src=USER6, dst="2001:db8::1") / ICMPv6EchoRequest(id=1, seq=1, data=b"x" * 56)))],
+    "arp": [rec(ACCESS, Ether(src=PEER_MAC, dst="ff:ff:ff:ff:ff:ff") / ARP(op=1, hwsrc=PEER_MAC, psrc=USER4, pdst="198.18.0.1"))],
+    "nd": [rec(ACCESS, eth(ACCESS, IPv6(src=USER6, dst="ff02::1:ff00:1", hlim=255) / ICMPv6ND_NS(tgt="2001:db8::1")
+                          / ICMPv6NDOptSrcLLAddr(lladdr=PEER_MAC)))],
+    "port-unreachable": [rec(ACCESS, eth(ACCESS, IP(src=USER4, dst="198.18.0.1") / UDP(sport=5, dport=9999) / payload(8)))],
+    # Routed: plain, over the narrow link (fragmented, or refused with DF / as IPv6),
+    # TTL expiry, blackhole, an unresolved next hop, a VLAN tag, IPv6 options.
+    "route4": [rec(ACCESS, eth(ACCESS, IP(src=USER4, dst="198.19.0.5") / UDP(sport=1, dport=2) / payload(64)))],
+    "route6": [rec(ACCESS, eth(ACCESS, IPv6(src=USER6, dst="2001:db8:99::5") / UDP(sport=1, dport=2) / payload(64)))],
+    "fragment4": [rec(ACCESS, eth(ACCESS, IP(src=USER4, dst="198.19.0.5", flags=0) / UDP() / payload(1400)))],
+    "frag-needed4": [rec(ACCESS, eth(ACCESS, IP(src=USER4, dst="198.19.0.5", flags="DF") / UDP() / payload(1400)))],
+    "too-big6": [rec(ACCESS, eth(ACCESS, IPv6(src=USER6, dst="2001:db8:99::5") / UDP() / payload(1400)))],
+    "ttl4": [rec(ACCESS, eth(ACCESS, IP(src=USER4, dst="198.19.0.5", ttl=1) / UDP() / payload(8)))],
+    "hlim6": [rec(ACCESS, eth(ACCESS, IPv6(src=USER6, dst="2001:db8:99::5", hlim=1) / UDP() / payload(8)))],
+    "blackhole": [rec(ACCESS, eth(ACCESS, IP(src=USER4, dst="198.19.255.5") / UDP() / payload(8)))],
+    "unresolved": [rec(ACCESS, eth(ACCESS, IP(src=USER4, dst="198.19.9.5") / UDP() / payload(8))),
+                   rec(ACCESS, eth(ACCESS, IPv6(src=USER6, dst="2001:db8:97::5") / UDP() / payload(8)))],
+    "vlan": [rec(ACCESS, Ether(src=PEER_MAC, dst=MAC[ACCESS]) / Dot1Q(vlan=5) / IP(src=USER4, dst="198.19.0.5") / UDP())],
+    "hbh6": [rec(ACCESS, eth(ACCESS, IPv6(src=USER6, dst="2001:db8:99::5") / IPv6ExtHdrHopByHop(options=[HBHOptUnknown(otype=0x87, optdata=b"ab")]) / UDP()))],
+    # Into tunnels: GTP-U (both families, every checksum mode, MSS clamping, outer
+    # fragmentation, Packet Too Big), GUE, GRE, direct.
+    "encap-gtpu4": [rec(ACCESS, eth(ACCESS, IP(src=USER4, dst="198.19.10.5") / UDP(sport=7, dport=8) / payload(100)))],
+    "encap-gtpu4-clamp-outer-frag": [rec(ACCESS, eth(ACCESS, syn4)),
+                                     rec(ACCESS, eth(ACCESS, IP(src=USER4, dst="198.19.11.5", flags=0) / UDP() / payload(1200)))],
+    "encap-gtpu6": [rec(ACCESS, eth(ACCESS, IPv6(src=USER6, dst="2001:db8:100::5") / UDP() / payload(100)))],
+    "encap-gtpu6-clamp-too-big": [rec(ACCESS, eth(ACCESS, syn6)),
+                                  rec(ACCESS, eth(ACCESS, IPv6(src=USER6, dst="2001:db8:101::5") / UDP() / payload(1300)))],
+    "encap-gtpu6-zero-csum": [rec(ACCESS, eth(ACCESS, IP(src=USER4, dst="198.19.12.5") / UDP() / payload(40)))],
+    "encap-gue4-inner-frag": [rec(ACCESS, eth(ACCESS, IP(src=USER4, dst="198.19.20.5", flags=0) / UDP() / payload(1200))),
+                              rec(ACCESS, eth(ACCESS, IPv6(src=USER6, dst="2001:db8:120::5") / UDP() / payload(1000)))],
+    "encap-gre4": [rec(ACCESS, eth(ACCESS, IP(src=USER4, dst="198.19.21.5") / TCP(flags="S", options=[("MSS", 1460)]))),
+                   rec(ACCESS, eth(ACCESS, IPv6(src=USER6, dst="2001:db8:121::5") / UDP() / payload(64)))],
+    "encap-direct6": [rec(ACCESS, eth(ACCESS, IP(src=USER4, dst="198.19.22.5") / UDP() / payload(64))),
+                      rec(ACCESS, eth(ACCESS, IPv6(src=USER6, dst="2001:db8:122::5") / UDP() / payload(64)))],
+    "encap-gue6-outer-frag": [rec(ACCESS, eth(ACCESS, IP(src=USER4, dst="198.19.23.5", flags=0) / UDP() / payload(1400))),
+                              rec(ACCESS, eth(ACCESS, IPv6(src=USER6, dst="2001:db8:123::5") / UDP() / payload(1200)))],
+    # From tunnels: G-PDUs of each tunnel, path management, errors.
+    "decap-gtpu4": [rec(CORE, gtpu4("198.18.1.2", 100, inner4))],
+    "decap-gtpu4-container-seq": [
+        rec(CORE, eth(CORE, IP(src="198.18.1.3", dst=US4) / UDP(sport=2152, dport=2152)
+                / GTP_U_Header(teid=101, E=1, S=1, seq=9, next_ex=0x85) / GTPPDUSessionContainer(type=1, QFI=9) / inner6))],
+    "decap-gtpu4-ethernet": [rec(CORE, gtpu4("198.18.1.4", 104, Ether(src="02:00:00:00:07:07", dst="02:00:00:00:07:08") / inner4))],
+    "decap-gtpu6": [rec(CORE, gtpu6("2001:db8:1::2", 102, inner6)), rec(CORE, gtpu6("2001:db8:1::2", 102, inner6, chksum=0))],
+    "decap-gtpu6-container": [rec(CORE, eth(CORE, IPv6(src="2001:db8:1::3", dst=US6) / UDP(sport=2152, dport=2152)
+                                            / GTP_U_Header(teid=103, E=1, next_ex=0x85) / GTPPDUSessionContainer(type=0, QFI=5) / inner4))],
+    "gtpu-echo": [rec(CORE, eth(CORE, IP(src="198.18.1.2", dst=US4) / UDP(sport=2152, dport=2152)
+                                / GTP_U_Header(teid=0, S=1, seq=5, gtp_type=1) / GTPEchoRequest()))],
+    "gtpu-unknown-teid": [rec(CORE, gtpu4("198.18.1.2", 999, inner4)), rec(CORE, gtpu6("2001:db8:1::2", 999, inner6))],
+    "gtpu-unknown-ext": [rec(CORE, eth(CORE, IP(src="198.18.1.2", dst=US4) / UDP(sport=2152, dport=2152)
+                                       / GTP_U_Header(teid=100, E=1, next_ex=0xc1) / Raw(b"\x01\x00\x00\x00") / inner4))],
+    "decap-gue4": [rec(CORE, eth(CORE, IP(src="198.18.1.5", dst=US4) / UDP(sport=50000, dport=6080) / gue(inner4, 4))),
+                   rec(CORE, eth(CORE, IP(src="198.18.1.5", dst=US4) / UDP(sport=50000, dport=6080) / Raw(b"\x20\x01\x00\x00ctl!")))],
+    "decap-gre4": [rec(CORE, eth(CORE, IP(src="198.18.1.6", dst=US4) / UDP(sport=50000, dport=4754)
+                                 / GRE(chksum_present=1, key_present=1, seqnum_present=1, key=7, sequence_number=3, proto=0x0800) / inner4))],
+    "decap-direct6": [rec(CORE, eth(CORE, IPv6(src="2001:db8:1::5", dst=US6) / UDP(sport=50000, dport=5555) / inner4)),
+                      rec(CORE, eth(CORE, IPv6(src="2001:db8:1::5", dst=US6) / UDP(sport=50000, dport=5555) / inner6))],
+    "decap-gue6-zero": [rec(CORE, eth(CORE, IPv6(src="2001:db8:1::6", dst=US6) / UDP(sport=50000, dport=6080, chksum=0) / gue(inner6, 41)))],
+    # A run of one tunnel's packets (the hint), then another tunnel on the same port.
+    "hint-gue4": [rec(CORE, eth(CORE, IP(src="198.18.1.5", dst=US4) / UDP(sport=50000 + i, dport=6080) / gue(inner4, 4))) for i in range(6)]
+                 + [rec(CORE, eth(CORE, IP(src="198.18.1.2", dst=US4) / UDP(sport=2152, dport=2152) / GTP_U_Header(teid=100) / inner4))],
+    # Reassembly: the outer packets of a tunnel fragmented on the way (both families,
+    # in order and reversed), and a lone fragment that waits.
+    "reassembly4": [rec(CORE, eth(CORE, f)) for f in fragment(IP(src="198.18.1.5", dst=US4, id=77) / UDP(sport=50000, dport=6080)
+                                                              / gue(IP(src="198.19.10.5", dst="198.19.1.5") / UDP() / payload(600), 4), fragsize=256)],
+    "reassembly4-reversed": [rec(CORE, eth(CORE, f)) for f in reversed(fragment(IP(src="198.18.1.2", dst=US4, id=78) / UDP(sport=2152, dport=2152)
+                                                                                / GTP_U_Header(teid=100) / IP(src="198.19.10.5", dst="198.19.1.5") / UDP() / payload(500), fragsize=200))],
+    "reassembly6": [rec(CORE, eth(CORE, f)) for f in fragment6(IPv6(src="2001:db8:1::2", dst=US6) / IPv6ExtHdrFragment(id=5)
+                                                               / UDP(sport=2152, dport=2152) / GTP_U_Header(teid=102) / IPv6(src="2001:db8:100::5", dst="2001:db8:98::5") / UDP() / payload(900), 400)],
+    "lone-fragment": [rec(CORE, eth(CORE, IP(src="198.18.1.5", dst=US4, id=79, flags="MF") / Raw(b"z" * 64)))],
+    # virtio-net headers: a partial UDP checksum, a TCP GSO frame into a tunnel, a bad one.
+    "vnet-partial-csum": [rec(ACCESS, eth(ACCESS, IP(src=USER4, dst="198.19.0.5") / UDP(sport=1, dport=2, chksum=0) / payload(64)),
+                              vnet_hdr(flags=1, csum_start=34, csum_offset=6))],
+    "vnet-gso-tcp4": [rec(ACCESS, eth(ACCESS, IP(src=USER4, dst="198.19.10.5", flags="DF") / TCP(flags="A", chksum=0) / payload(3000)),
+                          vnet_hdr(flags=1, gso_type=1, hdr_len=54, gso_size=1200, csum_start=34, csum_offset=16))],
+    "vnet-bad": [rec(ACCESS, eth(ACCESS, IP(src=USER4, dst="198.19.0.5") / UDP()), vnet_hdr(flags=1, csum_start=400, csum_offset=6))],
+}
+
+out = Path(__file__).parent / "corpus" / "graph"
+out.mkdir(parents=True, exist_ok=True)
+for name, records in seeds.items():
+    (out / f"seed-{name}").write_bytes(b"".join(records))
+print(f"{len(seeds)} seeds in {out}")

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Coverage-guided fuzzing (libFuzzer through cargo-fuzz, AddressSanitizer on) with the
+# installed stable toolchain.
+#
+#   scripts/fuzz.sh                 every target in turn, 60 s each
+#   scripts/fuzz.sh graph 600       one target for 10 minutes
+#   scripts/fuzz.sh list            the target names
+#
+# RUSTC_BOOTSTRAP=1 lets the stable compiler take cargo-fuzz's `-Zsanitizer=address`
+# and coverage flags; it is set for the cargo-fuzz commands below only, never for the
+# product build (see docs/ROBUSTNESS.md). cargo-fuzz sets RUSTFLAGS itself, which
+# replaces the target-cpu of .cargo/config.toml, so the same flag is passed again here:
+# the fuzzed code must be the code that runs (SSE4.2 CRC32C, AVX2 checksums).
+#
+# New inputs go to target/fuzz-corpus/<target> (writable, first); the committed seeds in
+# fuzz/corpus/<target> are read, never written. Crashes land in fuzz/artifacts/<target>.
+# FUZZ_ARGS adds libFuzzer flags (e.g. "-max_len=4096").
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+TARGET=${1:-all}
+SECONDS_EACH=${2:-60}
+[[ "$SECONDS_EACH" =~ ^[0-9]+$ ]] || { echo "fuzz.sh: SECONDS must be a whole number, got '$SECONDS_EACH'" >&2; exit 2; }
+
+targets() { sed -n 's/^name = "\(.*\)"$/\1/p' fuzz/Cargo.toml | grep -v '^vecgate-fuzz$'; }
+
+if [ "$TARGET" = list ]; then
+    targets
+    exit 0
+fi
+if [ "$TARGET" != all ] && ! targets | grep -qx "$TARGET"; then
+    echo "fuzz.sh: no target '$TARGET'; targets: $(targets | tr '\n' ' ')" >&2
+    exit 2
+fi
+
+if ! cargo fuzz --version >/dev/null 2>&1; then
+    echo "fuzz.sh: installing cargo-fuzz" >&2
+    cargo install cargo-fuzz --locked
+fi
+
+export RUSTFLAGS="-Ctarget-cpu=x86-64-v3"
+fuzz() { RUSTC_BOOTSTRAP=1 cargo fuzz "$@"; }
+
+run_one() {
+    local t=$1 out=target/fuzz-corpus/$1
+    mkdir -p "$out" "fuzz/corpus/$t"
+    echo "== $t: ${SECONDS_EACH}s" >&2
+    fuzz run "$t" "$out" "fuzz/corpus/$t" -- \
+        -max_total_time="$SECONDS_EACH" -timeout=10 -print_final_stats=1 ${FUZZ_ARGS:-}
+}
+
+if [ "$TARGET" = all ]; then
+    fuzz build
+    for t in $(targets); do run_one "$t"; done
+else
+    fuzz build "$TARGET"
+    run_one "$TARGET"
+fi

@@ -1,0 +1,100 @@
+"""Backend and client for the load-balancer namespace tests, run with `ip netns exec`.
+Every mode is bounded in count and time and prints one JSON line (clients) or READY
+(servers, once listening).
+
+  serve NAME PORT            answer each TCP connection: read a first line; "who" gets
+                             "NAME CLIENT-ADDR" back, "echo N" gets the N bytes that
+                             follow sent back; stops after 120 s
+  who HOST PORT COUNT        COUNT connections asking "who": the answers, in order
+  echo HOST PORT BYTES       one connection echoing BYTES of seeded data: what came back
+                             is what went (sha256 both ways), and who answered
+"""
+import hashlib
+import json
+import random
+import socket
+import sys
+import threading
+import time
+
+LIMIT = 120.0
+
+
+def serve(name, port):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("0.0.0.0", port))
+    s.listen(256)
+    s.settimeout(1.0)
+    print("READY", flush=True)
+    end = time.time() + LIMIT
+
+    def one(c, peer):
+        c.settimeout(20)
+        f = c.makefile("rb")
+        line = f.readline().decode().split()
+        if line[:1] == ["who"]:
+            c.sendall(f"{name} {peer[0]}\n".encode())
+        elif line[:1] == ["echo"]:
+            n = int(line[1])
+            c.sendall(f"{name}\n".encode())
+            while n > 0:
+                b = f.read1(min(n, 1 << 16))
+                if not b:
+                    break
+                c.sendall(b)
+                n -= len(b)
+        c.close()
+
+    while time.time() < end:
+        try:
+            c, peer = s.accept()
+        except socket.timeout:
+            continue
+        threading.Thread(target=one, args=(c, peer), daemon=True).start()
+
+
+def who(host, port, count):
+    answers = []
+    for _ in range(count):
+        c = socket.create_connection((host, port), timeout=10)
+        c.sendall(b"who\n")
+        answers.append(c.makefile("rb").readline().decode().strip())
+        # The client sees the service address as its peer.
+        answers[-1] += " " + c.getpeername()[0]
+        c.close()
+    print(json.dumps({"answers": answers}))
+
+
+def echo(host, port, n):
+    data = random.Random(7).randbytes(n)
+    c = socket.create_connection((host, port), timeout=20)
+    c.sendall(f"echo {n}\n".encode())
+    got = bytearray()
+    f = c.makefile("rb")
+    name = f.readline().decode().strip()
+
+    def send():
+        for i in range(0, n, 1 << 16):
+            c.sendall(data[i:i + (1 << 16)])
+
+    t = threading.Thread(target=send, daemon=True)
+    t.start()
+    end = time.time() + 60
+    while len(got) < n and time.time() < end:
+        b = f.read1(1 << 16)
+        if not b:
+            break
+        got += b
+    c.close()
+    print(json.dumps({"backend": name, "sent": hashlib.sha256(data).hexdigest(), "got": hashlib.sha256(got).hexdigest(), "bytes": len(got)}))
+
+
+if __name__ == "__main__":
+    mode = sys.argv[1]
+    if mode == "serve":
+        serve(sys.argv[2], int(sys.argv[3]))
+    elif mode == "who":
+        who(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    elif mode == "echo":
+        echo(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))

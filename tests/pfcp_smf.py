@@ -1,0 +1,174 @@
+"""A minimal SMF built on scapy's PFCP layer (scapy.contrib.pfcp, an independent
+implementation of TS 29.244): it associates with a UPF, sets up sessions with an uplink
+PDR (F-TEID CHOOSE) and a downlink PDR (UE address CHOOSE), modifies and deletes them,
+and keeps every message it sent and received for tshark.
+
+As a script: `python3 tests/pfcp_smf.py [UPF_ADDR [PORT]]` associates with the UPF, creates
+one session, prints what the UPF allocated, and leaves the session in place (the UPF keeps
+it for its grace period once this SMF stops answering)."""
+import socket
+import sys
+import time
+
+from scapy.all import IP, UDP, Ether, raw, wrpcap
+from scapy.contrib.pfcp import (
+    PFCP, IE_ApplyAction, IE_CreateFAR, IE_CreatePDR, IE_CreateQER, IE_CreateURR, IE_DestinationInterface, IE_FAR_Id,
+    IE_FSEID, IE_FTEID, IE_ForwardingParameters, IE_GateStatus, IE_MBR, IE_MeasurementMethod, IE_NodeId,
+    IE_OuterHeaderCreation, IE_OuterHeaderRemoval, IE_PDI, IE_PDR_Id, IE_PFCPSMReqFlags, IE_Precedence, IE_QER_Id, IE_QFI,
+    IE_RecoveryTimeStamp, IE_ReportingTriggers, IE_SourceInterface, IE_UE_IP_Address, IE_URR_Id, IE_UpdateFAR,
+    IE_UpdateForwardingParameters, IE_VolumeThreshold, PFCPAssociationReleaseRequest, PFCPAssociationSetupRequest,
+    PFCPHeartbeatRequest, PFCPSessionDeletionRequest, PFCPSessionEstablishmentRequest, PFCPSessionModificationRequest)
+
+NTP_UNIX = 2208988800
+
+
+def ies(msg):
+    """The IEs of a parsed PFCP message, by class name (the first of each)."""
+    out = {}
+    for ie in msg.payload.IE_list:
+        out.setdefault(type(ie).__name__, ie)
+    return out
+
+
+def all_ies(msg, name):
+    return [ie for ie in msg.payload.IE_list if type(ie).__name__ == name]
+
+
+class Smf:
+    def __init__(self, upf, port=8805, local="127.0.0.1"):
+        self.upf = (upf, port)
+        self.local = local
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind((local, 0))
+        self.sock.settimeout(3)
+        self.seq = 0
+        self.rts = int(time.time()) + NTP_UNIX
+        self.log = []  # (bytes, src, dst) of every message, for tshark
+
+    def send_raw(self, data):
+        self.log.append((data, (self.local, self.sock.getsockname()[1]), self.upf))
+        self.sock.sendto(data, self.upf)
+
+    def recv(self):
+        data, src = self.sock.recvfrom(65536)
+        self.log.append((data, src, (self.local, self.sock.getsockname()[1])))
+        return PFCP(data)
+
+    def request(self, body, seid=None):
+        self.seq += 1
+        hdr = PFCP(version=1, S=1, seid=seid, seq=self.seq) if seid is not None else PFCP(version=1, S=0, seq=self.seq)
+        self.send_raw(raw(hdr / body))
+        while True:
+            r = self.recv()
+            if r.seq == self.seq:
+                return r
+
+    def node_id(self):
+        return IE_NodeId(id_type=0, ipv4=self.local)
+
+    def associate(self):
+        return self.request(PFCPAssociationSetupRequest(IE_list=[self.node_id(), IE_RecoveryTimeStamp(timestamp=self.rts)]))
+
+    def heartbeat(self):
+        return self.request(PFCPHeartbeatRequest(IE_list=[IE_RecoveryTimeStamp(timestamp=self.rts)]))
+
+    def release(self):
+        return self.request(PFCPAssociationReleaseRequest(IE_list=[self.node_id()]))
+
+    def establish(self, cp_seid, gnb, gnb_teid, ue=None, qfi=9):
+        """Uplink PDR 1 on a chosen F-TEID; downlink PDR 2 to the UE (chosen unless `ue`)."""
+        return self.request(self.establish_request(cp_seid, gnb, gnb_teid, ue, qfi), seid=0)
+
+    def establish_request(self, cp_seid, gnb, gnb_teid, ue=None, qfi=9):
+        ue_ie = IE_UE_IP_Address(V4=1, SD=1, ipv4=ue) if ue else None
+        ies_ = [
+            self.node_id(),
+            IE_FSEID(v4=1, seid=cp_seid, ipv4=self.local),
+            IE_CreatePDR(IE_list=[
+                IE_PDR_Id(id=1), IE_Precedence(precedence=100),
+                IE_PDI(IE_list=[IE_SourceInterface(interface=0), IE_FTEID(V4=1, CH=1, CHID=1, choose_id=1)]
+                       + ([IE_UE_IP_Address(V4=1, ipv4=ue)] if ue else [])),
+                IE_OuterHeaderRemoval(header=0), IE_FAR_Id(id=1), IE_QER_Id(id=1), IE_URR_Id(id=1)]),
+            IE_CreatePDR(IE_list=[
+                IE_PDR_Id(id=2), IE_Precedence(precedence=100),
+                IE_PDI(IE_list=[IE_SourceInterface(interface=1), ue_ie if ue_ie else choose_ue_dst()]),
+                IE_FAR_Id(id=2), IE_QER_Id(id=1), IE_URR_Id(id=1)]),
+            IE_CreateFAR(IE_list=[IE_FAR_Id(id=1), IE_ApplyAction(FORW=1),
+                                  IE_ForwardingParameters(IE_list=[IE_DestinationInterface(interface=1)])]),
+            IE_CreateFAR(IE_list=[IE_FAR_Id(id=2), IE_ApplyAction(FORW=1),
+                                  IE_ForwardingParameters(IE_list=[
+                                      IE_DestinationInterface(interface=0),
+                                      IE_OuterHeaderCreation(GTPUUDPIPV4=1, TEID=gnb_teid, ipv4=gnb)])]),
+            IE_CreateQER(IE_list=[IE_QER_Id(id=1), IE_GateStatus(ul=0, dl=0), IE_MBR(ul=100000, dl=200000), IE_QFI(QFI=qfi)]),
+            IE_CreateURR(IE_list=[IE_URR_Id(id=1), IE_MeasurementMethod(VOLUM=1), IE_ReportingTriggers(volume_threshold=1),
+                                  IE_VolumeThreshold(TOVOL=1, total=10_000_000)]),
+        ]
+        return PFCPSessionEstablishmentRequest(IE_list=ies_)
+
+    def handover(self, up_seid, gnb, gnb_teid):
+        """Downlink FAR to a new gNB, asking for End Markers on the old path."""
+        return self.request(PFCPSessionModificationRequest(IE_list=[
+            IE_UpdateFAR(IE_list=[IE_FAR_Id(id=2), IE_UpdateForwardingParameters(IE_list=[
+                IE_OuterHeaderCreation(GTPUUDPIPV4=1, TEID=gnb_teid, ipv4=gnb), IE_PFCPSMReqFlags(SNDEM=1)])])]), seid=up_seid)
+
+    def delete(self, up_seid):
+        return self.request(PFCPSessionDeletionRequest(), seid=up_seid)
+
+    def write_pcap(self, path):
+        pkts = [Ether() / IP(src=s[0], dst=d[0]) / UDP(sport=s[1], dport=d[1]) / data for data, s, d in self.log]
+        wrpcap(str(path), pkts)
+
+
+def choose_ue_dst():
+    """UE IP Address with S/D (destination) and CHV4: the UPF picks the UE's IPv4 address.
+    scapy 2.8 has no CHV4 field, so the IE is written out: type 93, length 1, flags
+    S/D | CHV4 (V4 stays 0: it says an address follows, as tshark reads it too)."""
+    from scapy.contrib.pfcp import IE_NotImplemented
+    return IE_NotImplemented(ietype=93, length=1, data=bytes([0x04 | 0x10]))
+
+
+def session_rate(smf, n, window=32):
+    """Establishes n sessions (CHOOSE F-TEID and UE address), `window` requests in flight;
+    returns (accepted, seconds). The requests are encoded before the clock starts (scapy is
+    slow): one request, its CP SEID and sequence number patched per copy."""
+    body = raw(PFCP(version=1, S=1, seid=0, seq=1) / smf.establish_request(0, "198.18.7.10", 0x200))
+    at = body.index(bytes([0, 57, 0, 13, 2]))  # the F-SEID IE: type, length, flags, then the SEID
+    reqs = []
+    for i in range(n):
+        b = bytearray(body)
+        b[at + 5:at + 13] = (0x10000 + i).to_bytes(8, "big")
+        b[12:15] = ((smf.seq + 1 + i) & 0xffffff).to_bytes(3, "big")
+        reqs.append(bytes(b))
+    smf.seq += n
+    t, sent, answered, accepted = time.time(), 0, 0, 0
+    while answered < n:
+        while sent - answered < window and sent < n:
+            smf.sock.sendto(reqs[sent], smf.upf)
+            sent += 1
+        data, _ = smf.sock.recvfrom(65536)
+        answered += 1
+        c = data.find(bytes([0, 19, 0, 1]), 16)  # the Cause IE
+        accepted += c > 0 and data[c + 4] == 1
+    return accepted, time.time() - t
+
+
+if __name__ == "__main__":
+    upf = sys.argv[1] if len(sys.argv) > 1 else "127.0.0.1"
+    port = int(sys.argv[2]) if len(sys.argv) > 2 else 8805
+    smf = Smf(upf, port)
+    if len(sys.argv) > 3:  # a rate measurement: N sessions
+        smf.associate()
+        ok, secs = session_rate(smf, int(sys.argv[3]))
+        print(f"{ok} of {sys.argv[3]} sessions accepted in {secs:.2f} s: {ok / secs:.0f} sessions/s")
+        sys.exit(0)
+    r = smf.associate()
+    print("association:", ies(r)["IE_Cause"].cause)
+    r = smf.establish(0x1001, "198.18.7.10", 0x200)
+    i = ies(r)
+    print("session: cause", i["IE_Cause"].cause, "UPF SEID", hex(i["IE_FSEID"].seid))
+    for c in all_ies(r, "IE_CreatedPDR"):
+        for ie in c.IE_list:
+            if type(ie).__name__ == "IE_FTEID":
+                print(f"  uplink F-TEID chosen by the UPF: TEID {ie.TEID:#x} at {ie.ipv4}")
+            if type(ie).__name__ == "IE_UE_IP_Address":
+                print(f"  UE address chosen by the UPF: {ie.ipv4}")

@@ -1,0 +1,184 @@
+"""Service load balancer, pcap mode: scapy builds client and backend packets, vecgate
+runs them through lb4-nat / lb6-nat, scapy dissects the output and recomputes every
+checksum. The client 198.18.0.2 / 2001:db8::2 is behind eth0; backends in 198.19.0.0/16
+and 2001:db8:100::/48 are routed by 198.18.1.2 / 2001:db8:1::2 behind eth1; the node's
+address there (198.18.1.1 / 2001:db8:1::1) is the source-translation address."""
+from collections import Counter
+
+from conftest import GW_MAC0, GW_MAC1, HOST_MAC, ROUTER_MAC, run_pcap  # every frame enters through eth0
+
+from scapy.all import ICMP, IP, TCP, UDP, Ether, IPerror, IPv6, ICMPv6DestUnreach, Raw, TCPerror, raw
+
+VIP = "198.18.128.10"
+VIP6 = "2001:db8:80::10"
+BACKENDS = ["198.19.1.10", "198.19.2.10", "198.19.3.10"]
+BACKENDS6 = ["2001:db8:100::10", "2001:db8:100::20", "2001:db8:100::30"]
+SNAT, SNAT6 = "198.18.1.1", "2001:db8:1::1"
+CLIENT, CLIENT6 = "198.18.0.2", "2001:db8::2"
+
+
+def services(extra=""):
+    b4 = ", ".join(f'{{ addr = "{a}", port = 8080 }}' for a in BACKENDS)
+    b6 = ", ".join(f'{{ addr = "{a}", port = 8080 }}' for a in BACKENDS6)
+    return f"""
+[lb]
+snat4 = "{SNAT}"
+snat6 = "{SNAT6}"
+
+[[lb_service]]
+name = "default/web"
+type = "cluster_ip"
+vip = "{VIP}"
+port = 80
+protocol = "tcp"
+backends = [{b4}]
+
+[[lb_service]]
+name = "default/dns"
+type = "cluster_ip"
+vip = "{VIP}"
+port = 53
+protocol = "udp"
+backends = [{b4}]
+
+[[lb_service]]
+name = "default/web6"
+type = "cluster_ip"
+vip = "{VIP6}"
+port = 80
+protocol = "tcp"
+backends = [{b6}]
+
+[[lb_service]]
+name = "default/empty"
+type = "cluster_ip"
+vip = "198.18.128.11"
+port = 80
+protocol = "tcp"
+{extra}
+"""
+
+
+def syn(sport, dst=VIP, dport=80):
+    return Ether(src=HOST_MAC, dst=GW_MAC0) / IP(src=CLIENT, dst=dst) / TCP(sport=sport, dport=dport, flags="S", seq=1000) / Raw(b"hello")
+
+
+def syn6(sport):
+    return Ether(src=HOST_MAC, dst=GW_MAC0) / IPv6(src=CLIENT6, dst=VIP6) / TCP(sport=sport, dport=80, flags="S", seq=1000)
+
+
+def recomputed(pkt, layer):
+    """The layer's checksum as sent, and as scapy computes it over the same bytes."""
+    p = pkt.copy()
+    sent = p[layer].chksum
+    del p[layer].chksum
+    return sent, p.__class__(raw(p))[layer].chksum
+
+
+FLOWS = 300
+
+
+def test_connections_spread_over_backends_translated_to_the_node(vecgate, tmp_path):
+    _, out1, counters, _ = run_pcap(vecgate, tmp_path, [syn(20000 + i) for i in range(FLOWS)], services())
+    assert len(out1) == FLOWS
+    seen = Counter()
+    for p in out1:
+        assert p[Ether].dst == ROUTER_MAC and p[Ether].src == GW_MAC1
+        assert p[IP].src == SNAT and p[IP].dst in BACKENDS and p[TCP].dport == 8080
+        assert p[TCP].sport - 20000 in range(FLOWS) or p[TCP].sport >= 1024
+        assert p[IP].ttl == 63 and bytes(p[Raw]) == b"hello"
+        for layer in (IP, TCP):
+            sent, fresh = recomputed(p, layer)
+            assert sent == fresh, (layer, p.summary())
+        seen[p[IP].dst] += 1
+    # Maglev spreads evenly: each of 3 backends within 1/3 ± 10 % of the flows.
+    assert set(seen) == set(BACKENDS)
+    assert all(abs(n - FLOWS / 3) < FLOWS * 0.1 for n in seen.values()), seen
+    assert counters[("lb4-nat", "new-session")] == FLOWS
+
+
+def backends_of(vecgate, tmp_path, n):
+    """Which backend and source port each of the first n flows of `syn` goes to (Maglev
+    is deterministic, so a second run chooses the same)."""
+    _, out1, _, _ = run_pcap(vecgate, tmp_path, [syn(20000 + i) for i in range(n)], services())
+    return {p[TCP].sport: p[IP].dst for p in out1}
+
+
+def test_replies_carry_the_service_address(vecgate, tmp_path):
+    chosen = backends_of(vecgate, tmp_path, FLOWS)
+    assert len(chosen) == FLOWS, "each connection keeps the client's port on the node address"
+    # The SYNs, then (a vector later) each backend's SYN-ACK to the node's address.
+    replies = [
+        Ether(src=HOST_MAC, dst=GW_MAC0) / IP(src=chosen[20000 + i], dst=SNAT) / TCP(sport=8080, dport=20000 + i, flags="SA", seq=5, ack=1006) / Raw(b"world")
+        for i in range(20)
+    ]
+    out0, out1, counters, _ = run_pcap(vecgate, tmp_path, [syn(20000 + i) for i in range(FLOWS)] + replies, services())
+    back = [p for p in out0 if TCP in p]
+    assert len(back) == 20
+    for i, p in enumerate(back):
+        assert (p[IP].src, p[TCP].sport, p[IP].dst, p[TCP].dport) == (VIP, 80, CLIENT, 20000 + i)
+        assert p[TCP].flags == "SA" and bytes(p[Raw]) == b"world"
+        for layer in (IP, TCP):
+            sent, fresh = recomputed(p, layer)
+            assert sent == fresh, (layer, p.summary())
+    assert counters[("lb4-nat", "reply-translated")] == 20
+
+
+def test_udp_and_ipv6_services(vecgate, tmp_path):
+    dns = [Ether(src=HOST_MAC, dst=GW_MAC0) / IP(src=CLIENT, dst=VIP) / UDP(sport=30000 + i, dport=53) / Raw(b"q" * 11) for i in range(30)]
+    six = [syn6(40000 + i) for i in range(30)]
+    _, out1, counters, _ = run_pcap(vecgate, tmp_path, dns + six, services())
+    udp = [p for p in out1 if UDP in p]
+    tcp6 = [p for p in out1 if IPv6 in p]
+    assert len(udp) == 30 and len(tcp6) == 30
+    for p in udp:
+        assert p[IP].src == SNAT and p[IP].dst in BACKENDS and p[UDP].dport == 8080
+        sent, fresh = recomputed(p, UDP)
+        assert sent == fresh
+    for p in tcp6:
+        assert p[IPv6].src == SNAT6 and p[IPv6].dst in BACKENDS6 and p[TCP].dport == 8080
+        sent, fresh = recomputed(p, TCP)
+        assert sent == fresh
+    assert len({p[IPv6].dst for p in tcp6}) == 3
+    assert counters[("lb6-nat", "new-session")] == 30
+
+
+def test_icmp_frag_needed_reaches_the_client_about_its_own_packet(vecgate, tmp_path):
+    chosen = backends_of(vecgate, tmp_path, 1)
+    backend = chosen[20000]
+    # A router on the way to the backend cannot forward the translated packet.
+    quoted = IP(src=SNAT, dst=backend, ttl=63, flags="DF") / TCP(sport=20000, dport=8080, flags="S", seq=1000) / Raw(b"hello")
+    err = Ether(src=HOST_MAC, dst=GW_MAC0) / IP(src="198.18.1.2", dst=SNAT) / ICMP(type=3, code=4, nexthopmtu=1280) / raw(quoted)[:28]
+    filler = [syn(21000 + i) for i in range(299)]
+    out0, _, counters, _ = run_pcap(vecgate, tmp_path, [syn(20000)] + filler + [err], services())
+    icmp = [p for p in out0 if ICMP in p]
+    assert len(icmp) == 1, [p.summary() for p in out0]
+    p = icmp[0]
+    assert (p[IP].src, p[IP].dst, p[ICMP].type, p[ICMP].code, p[ICMP].nexthopmtu) == ("198.18.1.2", CLIENT, 3, 4, 1280)
+    q = p[IPerror]
+    assert (q.src, q.dst, q[TCPerror].sport, q[TCPerror].dport) == (CLIENT, VIP, 20000, 80)
+    sent, fresh = recomputed(p, ICMP)
+    assert sent == fresh
+    qi = IP(raw(q))
+    del qi.chksum
+    assert IP(raw(qi)).chksum == q.chksum, "the quoted header's checksum"
+    assert counters[("lb4-nat", "icmp-translated")] == 1
+
+
+def test_refusals_are_counted_by_name(vecgate, tmp_path):
+    truncated = Ether(src=HOST_MAC, dst=GW_MAC0) / IP(src=CLIENT, dst=VIP, proto=6) / Raw(b"\x4e\x20\x00")
+    frag = Ether(src=HOST_MAC, dst=GW_MAC0) / IP(src=CLIENT, dst=VIP, flags="MF") / TCP(sport=1, dport=80) / Raw(b"x" * 8)
+    gre = Ether(src=HOST_MAC, dst=GW_MAC0) / IP(src=CLIENT, dst=VIP, proto=47) / Raw(b"x" * 8)
+    empty = syn(20000, dst="198.18.128.11")
+    wrong_port = syn(20001, dport=81)
+    out0, out1, counters, _ = run_pcap(vecgate, tmp_path, [truncated, frag, gre, empty, wrong_port], services())
+    assert out1 == []
+    assert counters[("lb4-nat", "truncated")] == 1
+    assert counters[("lb4-nat", "fragment")] == 1
+    assert counters[("lb4-nat", "not-tcp-udp")] == 1
+    assert counters[("lb4-nat", "no-backend")] == 1
+    assert counters[("lb4-nat", "no-service")] == 1
+    # A service without backends, and a port without a service: port unreachable, as
+    # kube-proxy's reject rules answer.
+    unreach = [p for p in out0 if ICMP in p]
+    assert sorted((p[ICMP].type, p[ICMP].code, p[TCPerror].dport) for p in unreach) == [(3, 3, 80), (3, 3, 81)]

@@ -1,0 +1,27 @@
+"""`vecgate bench lb4-nat` smoke: the scenario delivers every packet, reports its LB
+section (memory per session and per service) and refuses bad options. No timing."""
+import json
+import subprocess
+
+
+def run(vecgate, *args):
+    return subprocess.run([str(vecgate), "bench", "lb4-nat", "--packets", "100000", "--json", "--core", "0", *args],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_lb_bench_reports_its_services_and_memory(vecgate):
+    r = run(vecgate, "--services", "200", "--backends", "5", "--flows", "1000")
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["scenario"] == "lb4-nat" and rep["delivered"] == rep["packets"] >= 100000
+    lb = rep["lb"]
+    assert (lb["services"], lb["backends"], lb["flows"]) == (200, 5, 1000)
+    assert lb["session_slot_bytes"] > 0 and lb["bytes_per_service"] >= 1021 * 4
+    names = {n["name"]: n for n in rep["nodes"]}
+    assert names["lb4-nat"]["packets"] == rep["packets"]
+
+
+def test_lb_bench_refuses_bad_options(vecgate):
+    for args in (["--services", "0"], ["--flows", "0"], ["--backends", "0"]):
+        r = run(vecgate, *args)
+        assert r.returncode != 0 and "--services" in r.stderr, (args, r.stderr)
