@@ -2,8 +2,8 @@
 (refused by field name when wrong), and `vecgate ctl` / the JSON socket adding, deleting,
 binding and showing policies on a running gateway, each change a new tables version.
 
-The SPD nodes join the graph with the ESP crate's `esp4-encrypt`; their packet paths are
-tested in `crates/spd/tests/nodes.rs` and measured by `crates/spd/benches/spd.rs`."""
+The outbound SPD's packet path through the binary is in tests/test_spd_esp.py; the nodes
+are also tested in `crates/spd/tests/nodes.rs` and measured by `crates/spd/benches/spd.rs`."""
 import json
 import socket
 import subprocess

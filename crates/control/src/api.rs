@@ -389,14 +389,22 @@ impl Control {
             }
             Request::IpsecSpdBind { spd, interface } => {
                 let i = self.state.if_index(interface).map_err(|e| format!("interface: {e}"))?;
+                if i.0 >= 64 {
+                    return Err(format!("interface {interface}: an SPD binds to the first 64 interfaces only"));
+                }
                 self.spd.bind(i, *spd).map_err(|e| e.to_string())?;
+                // The SPD tables first, then the IP tables that send packets to them.
                 let v = self.spd.publish().version;
+                self.state.set_spd_links(crate::spd::links(&self.spd));
+                self.publish();
                 Reply::ok(serde_json::json!({ "version": v }), format!("spd {spd} bound to {interface}"))
             }
             Request::IpsecSpdUnbind { interface } => {
                 let i = self.state.if_index(interface).map_err(|e| format!("interface: {e}"))?;
                 let s = self.spd.unbind(i).map_err(|e| e.to_string())?;
                 let v = self.spd.publish().version;
+                self.state.set_spd_links(crate::spd::links(&self.spd));
+                self.publish();
                 Reply::ok(serde_json::json!({ "version": v }), format!("spd {} unbound from {interface}", s.0))
             }
             Request::ShowIpsecSpd {} => {

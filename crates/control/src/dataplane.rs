@@ -696,6 +696,10 @@ fn build(
     spread: &[InterfaceKind],
 ) -> Result<Assembly, ConfigError> {
     let lb = crate::lb::LbControl::from_config(cfg, &mut state)?;
+    // SPD bindings before the IP tables: forwarded packets leaving by a bound interface
+    // take `ipsecN-output` from the first vector on.
+    let spd_state = crate::spd::build_state(cfg, &state)?;
+    state.set_spd_links(crate::spd::links(&spd_state));
     let tables = state.build();
     let shared = Arc::new(ArcSwap::from_pointee(tables));
     let (ev_tx, ev_rx) = crossbeam_channel::bounded(4096);
@@ -710,7 +714,6 @@ fn build(
     let udptun_shared = Arc::new(ArcSwap::from_pointee(udp.build()));
     let (uev_tx, uev_rx) = crossbeam_channel::bounded(1024);
     let ipsec_shared = Arc::new(ArcSwap::from_pointee(ipsec.build()));
-    let spd_state = crate::spd::build_state(cfg, &state)?;
     let mut spd_gauges = Vec::new();
     let mut workers = Vec::with_capacity(per_worker.len());
     for (k, (devices, lanes)) in per_worker.into_iter().zip(lanes).enumerate() {
@@ -777,6 +780,7 @@ fn build_worker(
     parcel::nodes::register(&mut g);
     lb::nodes::register(&mut g);
     ipsec::nodes::register(&mut g);
+    spd::nodes::register(&mut g);
     let mut handoff_input = None;
     if let Some(l) = &lanes {
         g.add_expand(ip::nodes::worker_handoff::WorkerHandoff::new(k, l.to.clone()));

@@ -82,6 +82,9 @@ pub fn build_state(cfg: &Config, router: &RouterState) -> Result<SpdState, Confi
     for (i, b) in cfg.ipsec_spds.iter().enumerate() {
         for (j, name) in b.interfaces.iter().enumerate() {
             let ifx = router.if_index(name).map_err(|e| cfg.err(format!("ipsec_spd[{i}].interfaces[{j}]"), e.to_string()))?;
+            if ifx.0 >= 64 {
+                return Err(cfg.err(format!("ipsec_spd[{i}].interfaces[{j}]"), format!("{name}: an SPD binds to the first 64 interfaces only")));
+            }
             s.bind(ifx, b.id).map_err(|e| cfg.err(format!("ipsec_spd[{i}].id"), e.to_string()))?;
         }
     }
@@ -108,6 +111,11 @@ pub fn policy_rows(s: &SpdState) -> Vec<PolicyRow> {
     // As the classifier orders them: SPD, direction, then rank (priority first, then age).
     rows.sort_by_key(|r| (r.spec.spd, r.spec.direction == Direction::Outbound, std::cmp::Reverse(r.spec.priority), r.id));
     rows
+}
+
+/// The interfaces with an SPD bound, as the IP tables' `spd_links` bit mask.
+pub fn links(s: &SpdState) -> u64 {
+    s.bindings().filter(|(i, _)| i.0 < 64).fold(0, |m, (i, _)| m | 1 << i.0)
 }
 
 pub fn binding_rows(s: &SpdState, router: &RouterState) -> Vec<BindingRow> {

@@ -90,6 +90,7 @@ pub struct RouterState {
     tunnel_routes: BTreeMap<Prefix, TunnelRef>,
     udp: Arc<UdpDemux>,
     parcel_links: u64,
+    spd_links: u64,
     lb_local: bool,
     lb_replies: bool,
     neighbours: HashMap<IpAddr, Neighbour>,
@@ -130,6 +131,7 @@ impl RouterState {
             tunnel_routes: BTreeMap::new(),
             udp: Arc::new(UdpDemux::default()),
             parcel_links: 0,
+            spd_links: 0,
             lb_local: false,
             lb_replies: false,
             neighbours: HashMap::new(),
@@ -267,6 +269,11 @@ impl RouterState {
     pub fn set_udp_demux(&mut self, mut d: UdpDemux) {
         d.seal();
         self.udp = Arc::new(d);
+    }
+
+    /// Set which interfaces have an outbound SPD (bit i: interface i; see `Tables::spd_links`).
+    pub fn set_spd_links(&mut self, links: u64) {
+        self.spd_links = links;
     }
 
     /// Set which interfaces take IP parcels (bit i: interface i; see `Tables::parcel_links`).
@@ -554,6 +561,7 @@ impl RouterState {
             neighbours6: Arc::new(n6),
             udp: self.udp.clone(),
             parcel_links: self.parcel_links,
+            spd_links: self.spd_links,
             lb_local: self.lb_local,
             lb_replies: self.lb_replies,
         }

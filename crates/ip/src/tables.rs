@@ -270,6 +270,9 @@ pub struct Tables {
     /// Bit i: interface i takes IP parcels (`parcels = true`). Non-zero, `ipN-input`
     /// hands UDP datagrams to `parcelN-join`, which coalesces runs of them toward these.
     pub parcel_links: u64,
+    /// Bit i: interface i has an IPsec SPD bound; forwarded packets leaving by it go to
+    /// `ipsecN-output` before `ipN-rewrite` (0: no SPD anywhere, one test per packet).
+    pub spd_links: u64,
     /// TCP and UDP for the gateway's own addresses go to `lbN-nat` (NodePort services,
     /// replies to source-translated connections) rather than being refused.
     pub lb_local: bool,
@@ -290,6 +293,7 @@ impl Tables {
             neighbours6: Arc::new(HashMap::new()),
             udp: Arc::new(UdpDemux::default()),
             parcel_links: 0,
+            spd_links: 0,
             lb_local: false,
             lb_replies: false,
         }

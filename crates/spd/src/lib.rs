@@ -12,14 +12,14 @@
 //! - [`nodes`]: `ipsec4-output` / `ipsec6-output` (the outbound SPD as an output feature)
 //!   and `ipsec4-input` / `ipsec6-input` (inbound policy check of plain packets).
 //!
-//! Wiring into the dataplane (done when the ESP crate, which owns `esp4-encrypt` /
-//! `esp6-encrypt`, is in the graph; until then the nodes are registered only by this
-//! crate's tests and bench, with stand-ins): `ip4-lookup` / `ip6-lookup` send a packet
-//! whose adjacency leaves by an interface with an SPD to `ipsecN-output` (a per-interface
-//! flag in the IP tables, set by the control plane from [`SpdState::bindings`]: one load
-//! and one predictable branch for every other packet); `ipN-input` sends a packet that
-//! arrived on such an interface to `ipsecN-input`, which hands it on to `ipN-lookup`; the
-//! worker context implements [`HasSpd`]; `nodes::register` adds the four nodes.
+//! Wiring into the dataplane: `ip4-lookup` / `ip6-lookup` send a packet whose adjacency
+//! leaves by an interface with an SPD to `ipsecN-output` (the IP tables' `spd_links`
+//! mask, set by the control plane from [`SpdState::bindings`]: one load and one
+//! predictable branch for every other packet); PROTECT goes on to the ESP crate's
+//! `espN-encrypt` with the SA index in `meta.param`. Not wired yet: `ipN-input` sending
+//! packets that arrived on a bound interface to `ipsecN-input`, and `espN-decrypt`
+//! calling [`SpdContext::check_inbound`]; until then inbound policies are configured and
+//! shown but not enforced.
 //!
 //! Invariants: a cached decision is used only while the version it was stamped with is
 //! the version of the tables the worker holds, so no packet is ever matched against a

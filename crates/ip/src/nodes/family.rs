@@ -22,6 +22,7 @@ pub trait Family: Send + 'static {
     const ICMP_ERROR: Self::LookupNext;
     /// The load balancer's node, which forwarded packets pass when `Tables::lb_replies`.
     const LB_NAT: Self::LookupNext;
+    const IPSEC_OUTPUT: Self::LookupNext;
     /// The encap node of each tunnel kind.
     fn tunnel_next(k: TunnelKind) -> Self::LookupNext;
     /// Minimum header length and where the destination address sits in it.
@@ -59,6 +60,7 @@ engine::next_nodes! {
         Gtpu4Encap = "gtpu4-encap", Gtpu6Encap = "gtpu6-encap", Gue4Encap = "gue4-encap", Gue6Encap = "gue6-encap",
         Lb4Nat = "lb4-nat", Lb6Nat = "lb6-nat",
         Esp4Encrypt = "esp4-encrypt", Esp6Encrypt = "esp6-encrypt",
+        Ipsec4Output = "ipsec4-output", Ipsec6Output = "ipsec6-output",
     }
 }
 engine::next_nodes! {
@@ -67,6 +69,7 @@ engine::next_nodes! {
         Gtpu4Encap = "gtpu4-encap", Gtpu6Encap = "gtpu6-encap", Gue4Encap = "gue4-encap", Gue6Encap = "gue6-encap",
         Lb4Nat = "lb4-nat", Lb6Nat = "lb6-nat",
         Esp4Encrypt = "esp4-encrypt", Esp6Encrypt = "esp6-encrypt",
+        Ipsec4Output = "ipsec4-output", Ipsec6Output = "ipsec6-output",
     }
 }
 
@@ -82,6 +85,7 @@ impl Family for Ip4 {
     const LOCAL: Ip4LookupNext = Ip4LookupNext::Local;
     const ICMP_ERROR: Ip4LookupNext = Ip4LookupNext::IcmpError;
     const LB_NAT: Ip4LookupNext = Ip4LookupNext::Lb4Nat;
+    const IPSEC_OUTPUT: Ip4LookupNext = Ip4LookupNext::Ipsec4Output;
     #[inline(always)]
     fn tunnel_next(k: TunnelKind) -> Ip4LookupNext {
         match k {
@@ -134,6 +138,7 @@ impl Family for Ip6 {
     const LOCAL: Ip6LookupNext = Ip6LookupNext::Local;
     const ICMP_ERROR: Ip6LookupNext = Ip6LookupNext::IcmpError;
     const LB_NAT: Ip6LookupNext = Ip6LookupNext::Lb6Nat;
+    const IPSEC_OUTPUT: Ip6LookupNext = Ip6LookupNext::Ipsec6Output;
     #[inline(always)]
     fn tunnel_next(k: TunnelKind) -> Ip6LookupNext {
         match k {
