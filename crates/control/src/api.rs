@@ -336,7 +336,10 @@ impl Control {
             Request::ShowPfcpAssociations {} => {
                 let p = self.pfcp.as_ref().ok_or("PFCP is not configured (no [pfcp] section)")?;
                 let rows = crate::pfcp::association_rows(p);
-                Reply::ok(serde_json::json!({ "associations": rows, "stats": format!("{:?}", p.upf.stats()) }), crate::pfcp::format_associations(&rows))
+                Reply::ok(
+                    serde_json::json!({ "associations": rows, "stats": format!("{:?}", p.upf.stats()) }),
+                    crate::pfcp::format_associations(&rows),
+                )
             }
             Request::ShowPfcpSessions { limit } => {
                 let p = self.pfcp.as_ref().ok_or("PFCP is not configured (no [pfcp] section)")?;

@@ -114,7 +114,9 @@ pub fn parse(words: &[String]) -> Result<Request, String> {
             Ok(Request::ShowGtpuTunnels { limit: Some(n.parse().map_err(|_| format!("limit {n:?}: expected a number"))?) })
         }
         ["ipsec", "policy", "add", rest @ ..] => crate::spd::parse_policy(rest).map(Request::IpsecPolicyAdd),
-        ["ipsec", "policy", "del" | "delete", id] => Ok(Request::IpsecPolicyDel { id: id.parse().map_err(|_| format!("id {id:?}: expected a number"))? }),
+        ["ipsec", "policy", "del" | "delete", id] => {
+            Ok(Request::IpsecPolicyDel { id: id.parse().map_err(|_| format!("id {id:?}: expected a number"))? })
+        }
         ["ipsec", "spd", "bind", spd, interface] => Ok(Request::IpsecSpdBind {
             spd: spd.parse().map_err(|_| format!("spd {spd:?}: expected a number"))?,
             interface: interface.to_string(),
@@ -135,7 +137,8 @@ fn unknown_command(w: &[&str]) -> String {
         .map(|l| {
             let cmd = l.trim().split("  ").next().unwrap_or("").trim();
             // Compare as many words as were typed (up to three): the command's fixed part.
-            let head: Vec<&str> = cmd.split_whitespace().take_while(|x| !x.starts_with(['<', '[', '('])).take(w.len().clamp(1, 3)).collect();
+            let head: Vec<&str> =
+                cmd.split_whitespace().take_while(|x| !x.starts_with(['<', '[', '('])).take(w.len().clamp(1, 3)).collect();
             (edit_distance(&typed, &head.join(" ")), cmd)
         })
         .collect();

@@ -11,12 +11,12 @@ use engine::worker::{Port, Worker, WorkerCmd};
 use engine::{GraphBuilder, IfIndex, Pool};
 use gtpu::{GtpuContext, GtpuEvent, GtpuState, GtpuTables, HasGtpu};
 use ip::{HasIp, IfAddr, InterfaceSpec, IpContext, IpEvent, Limits, Prefix, RouteTarget, RouterState, Tables};
+use parcel::{HasParcel, ParcelContext};
+use spd::{HasSpd, SpdContext, SpdState};
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
-use parcel::{HasParcel, ParcelContext};
 use udptun::{HasUdpTun, UdpTunContext, UdpTunEvent, UdpTunState, UdpTunTables};
-use spd::{HasSpd, SpdContext, SpdState};
 use wire::EthernetAddress;
 
 /// The largest interface MTU (a 9216-byte jumbo frame less its Ethernet header).

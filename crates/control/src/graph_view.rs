@@ -118,7 +118,10 @@ pub fn text(v: &GraphView) -> String {
     let busy: HashMap<&str, bool> = v.nodes.iter().map(|n| (n.name.as_str(), n.packets_per_sec > 0.0)).collect();
     let mut order: Vec<&GraphNode> = v.nodes.iter().collect();
     order.sort_by_key(|n| n.column);
-    let mut out = format!("{:<24} {:>9} {:>9} {:>8}  next nodes (* moved packets), rates over {:.1} s\n", "node", "pkts/s", "drops/s", "clk/pkt", v.interval_sec);
+    let mut out = format!(
+        "{:<24} {:>9} {:>9} {:>8}  next nodes (* moved packets), rates over {:.1} s\n",
+        "node", "pkts/s", "drops/s", "clk/pkt", v.interval_sec
+    );
     let mut col = usize::MAX;
     for n in order {
         if n.column != col {

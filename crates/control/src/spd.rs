@@ -83,7 +83,9 @@ pub fn build_state(cfg: &Config, router: &RouterState) -> Result<SpdState, Confi
         for (j, name) in b.interfaces.iter().enumerate() {
             let ifx = router.if_index(name).map_err(|e| cfg.err(format!("ipsec_spd[{i}].interfaces[{j}]"), e.to_string()))?;
             if ifx.0 >= 64 {
-                return Err(cfg.err(format!("ipsec_spd[{i}].interfaces[{j}]"), format!("{name}: an SPD binds to the first 64 interfaces only")));
+                return Err(
+                    cfg.err(format!("ipsec_spd[{i}].interfaces[{j}]"), format!("{name}: an SPD binds to the first 64 interfaces only"))
+                );
             }
             s.bind(ifx, b.id).map_err(|e| cfg.err(format!("ipsec_spd[{i}].id"), e.to_string()))?;
         }

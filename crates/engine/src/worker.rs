@@ -253,7 +253,9 @@ impl<C: Context> Worker<C> {
                 let r = match self.ports.iter_mut().find(|p| p.name == interface) {
                     // Stopping a capture that is not running is an error: the operator
                     // expected a file to be complete and it never started (or ended early).
-                    Some(p) if sink.is_none() && p.capture.is_none() => Err(format!("no capture running on {interface} (none was started, or it ended at its frame count)")),
+                    Some(p) if sink.is_none() && p.capture.is_none() => {
+                        Err(format!("no capture running on {interface} (none was started, or it ended at its frame count)"))
+                    }
                     Some(p) => {
                         p.capture = sink;
                         Ok(())

@@ -14,9 +14,14 @@ pub fn init(configured: Option<&str>, default: &str, source: &str) -> Result<()>
         _ => match configured {
             // A bare word would parse as a target name: only levels stand alone.
             Some(l) if !l.contains(['=', ',']) && !LEVELS.contains(&l) => {
-                return Err(anyhow!("{source}: log.level: {l:?}: expected one of {} or RUST_LOG directives like \"warn,control=debug\"", LEVELS.join(", ")))
+                return Err(anyhow!(
+                    "{source}: log.level: {l:?}: expected one of {} or RUST_LOG directives like \"warn,control=debug\"",
+                    LEVELS.join(", ")
+                ))
             }
-            Some(l) => EnvFilter::try_new(l).map_err(|e| anyhow!("{source}: log.level: {l:?}: {e}; expected a level (error, warn, info, debug, trace) or RUST_LOG directives"))?,
+            Some(l) => EnvFilter::try_new(l).map_err(|e| {
+                anyhow!("{source}: log.level: {l:?}: {e}; expected a level (error, warn, info, debug, trace) or RUST_LOG directives")
+            })?,
             None => EnvFilter::new(default),
         },
     };

@@ -2,8 +2,8 @@
 #![forbid(unsafe_code)]
 
 mod bench;
-mod logging;
 mod bench_parcel;
+mod logging;
 mod run;
 mod trafgen;
 
@@ -219,7 +219,9 @@ fn main() {
         Cmd::Bench { scenario, packets, json, core, segment_size, segments, no_segment_check, .. } if scenario.starts_with("parcel-") => {
             bench_parcel::bench(&scenario, packets, json, core, segment_size, segments, !no_segment_check)
         }
-        Cmd::Bench { scenario, packets, json, core, inner_size, checksum, tunnels, inner, alg, disable, services, backends, flows, .. } => {
+        Cmd::Bench {
+            scenario, packets, json, core, inner_size, checksum, tunnels, inner, alg, disable, services, backends, flows, ..
+        } => {
             let lb = bench::LbOptions { services, backends, flows };
             bench::bench(&scenario, packets, json, core, &bench::GtpuOptions { inner_size, checksum, tunnels, inner, alg, disable }, &lb)
         }

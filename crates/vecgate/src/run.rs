@@ -30,7 +30,10 @@ pub fn run(config: Option<&Path>, duration: Option<f64>, interval: f64, socket: 
     let bound = match server::bind(&sock) {
         Ok(b) => Some(b),
         Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
-            return Err(anyhow!("control socket {}: another vecgate is running there; stop it or give this one `--socket PATH`", sock.display()))
+            return Err(anyhow!(
+                "control socket {}: another vecgate is running there; stop it or give this one `--socket PATH`",
+                sock.display()
+            ))
         }
         Err(e) => {
             tracing::warn!(socket = %sock.display(), error = %e, "no control socket; running without `vecgate ctl`");
