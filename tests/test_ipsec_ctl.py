@@ -4,37 +4,14 @@ tunnel MTU of an ESP tunnel (pcap mode), with the inner MTU scapy reads from the
 error."""
 import json
 import socket
-import subprocess
-import time
 
 import pytest
 from conftest import GW_MAC0, HOST_MAC, run_pcap
+from test_ctl import ctl, running  # noqa: F401  (fixture)
 
 from scapy.all import ICMP, IP, UDP, Ether, Raw
 
 GCM_KEY = "0102030405060708090a0b0c0d0e0f1011121314"
-
-
-def ctl(vecgate, sock, *words, json_out=False):
-    args = [str(vecgate), "ctl", "--socket", str(sock)] + (["--json"] if json_out else []) + list(words)
-    return subprocess.run(args, capture_output=True, text=True, timeout=20)
-
-
-@pytest.fixture
-def running(vecgate, tmp_path):
-    sock = tmp_path / "vg.sock"
-    proc = subprocess.Popen([str(vecgate), "run", "--duration", "30", "--interval", "0.5", "--socket", str(sock)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 10
-    while not sock.exists() and time.time() < deadline:
-        time.sleep(0.05)
-    assert sock.exists(), "control socket did not appear"
-    yield proc, sock
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
 
 
 def test_sas_added_shown_without_keys_and_deleted_live(vecgate, running):

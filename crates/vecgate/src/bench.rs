@@ -153,8 +153,9 @@ prefix = "2001:db8:101::/48"
 via = "2001:db8:1::5"
 "#;
 
+/// One node's line in a bench report: every scenario reports its nodes this way.
 #[derive(Serialize)]
-struct NodeRow {
+pub(crate) struct NodeRow {
     name: String,
     calls: u64,
     vectors: u64,
@@ -334,22 +335,7 @@ pub fn bench(scenario: &str, packets: u64, json: bool, core: usize, opts: &GtpuO
         None if esp_frame.is_some() => Box::new(PacketGenerator::fixed_frames(esp_frame.as_slice(), warmup + packets, false)),
         None => Box::new(PacketGenerator::new(&[stream]).map_err(|(_, e)| anyhow!(e))?),
     };
-    core_affinity::set_for_current(core_affinity::CoreId { id: core });
-
-    let mut generated = 0u64;
-    while generated < warmup {
-        generated += worker.poll_once() as u64;
-    }
-    worker.clear_runtime();
-    worker.sample_vectors(true);
-    let t0 = Instant::now();
-    let c0 = clock::now();
-    while !worker.inputs_done() {
-        worker.poll_once();
-    }
-    let cycles = clock::now() - c0;
-    let secs = t0.elapsed().as_secs_f64();
-    let s = worker.snapshot();
+    let (s, secs, cycles) = measure(&mut worker, core, warmup);
     let input = s.nodes.iter().find(|n| n.name == "pg-input").map(|n| n.runtime.packets).unwrap_or(0);
     let graph_cycles: u64 = s.nodes.iter().filter(|n| n.kind != "input").map(|n| n.runtime.cycles).sum();
     let median_cycles: f64 = s.nodes.iter().filter(|n| n.kind != "input").filter_map(|n| n.vector_median).sum();
@@ -370,19 +356,7 @@ pub fn bench(scenario: &str, packets: u64, json: bool, core: usize, opts: &GtpuO
         fib_bytes,
         gtpu: gtpu_report,
         lb: lb_report,
-        nodes: s
-            .nodes
-            .iter()
-            .filter(|n| n.runtime.packets > 0)
-            .map(|n| NodeRow {
-                name: n.name.clone(),
-                calls: n.runtime.calls,
-                vectors: n.runtime.vectors,
-                packets: n.runtime.packets,
-                cycles_per_packet: n.cycles_per_packet,
-                vector_median: n.vector_median,
-            })
-            .collect(),
+        nodes: node_rows(&s),
     };
     if json {
         println!("{}", serde_json::to_string(&report)?);
@@ -742,4 +716,44 @@ fn gtpu_setup(
         rss_bytes: rss_bytes(),
     };
     Ok((packet, modifiers, report))
+}
+
+/// The nodes that saw packets in a run, as bench reports list them.
+pub(crate) fn node_rows(s: &engine::stats::Snapshot) -> Vec<NodeRow> {
+    s.nodes
+        .iter()
+        .filter(|n| n.runtime.packets > 0)
+        .map(|n| NodeRow {
+            name: n.name.clone(),
+            calls: n.runtime.calls,
+            vectors: n.runtime.vectors,
+            packets: n.runtime.packets,
+            cycles_per_packet: n.cycles_per_packet,
+            vector_median: n.vector_median,
+        })
+        .collect()
+}
+
+/// The measuring run every scenario shares: on `core`, `warmup` packets first (runtime
+/// then cleared, vectors sampled), then until the inputs are done. Returns the snapshot,
+/// the wall-clock seconds and the TSC cycles of the measured part.
+pub(crate) fn measure(
+    worker: &mut engine::worker::Worker<control::dataplane::WorkerContext>,
+    core: usize,
+    warmup: u64,
+) -> (engine::stats::Snapshot, f64, u64) {
+    core_affinity::set_for_current(core_affinity::CoreId { id: core });
+    let mut generated = 0u64;
+    while generated < warmup {
+        generated += worker.poll_once() as u64;
+    }
+    worker.clear_runtime();
+    worker.sample_vectors(true);
+    let t0 = Instant::now();
+    let c0 = clock::now();
+    while !worker.inputs_done() {
+        worker.poll_once();
+    }
+    let cycles = clock::now() - c0;
+    (worker.snapshot(), t0.elapsed().as_secs_f64(), cycles)
 }

@@ -16,7 +16,6 @@ use engine::{BufIdx, Pool};
 use serde::Serialize;
 use std::net::Ipv4Addr;
 use std::path::Path;
-use std::time::Instant;
 use wire::parcel::{Parcel4, Parcel4Repr, SegmentsRepr, UdpChecksumForm};
 
 pub const SCENARIOS: &[&str] = &["parcel-forward", "parcel-split", "parcel-join"];
@@ -145,14 +144,6 @@ impl Device for Replay {
 }
 
 #[derive(Serialize)]
-struct NodeRow {
-    name: String,
-    packets: u64,
-    cycles_per_packet: f64,
-    vector_median: Option<f64>,
-}
-
-#[derive(Serialize)]
 struct Report {
     scenario: String,
     segment_size: usize,
@@ -174,7 +165,7 @@ struct Report {
     median_cycles_per_segment: f64,
     cpu: String,
     tsc_hz: u64,
-    nodes: Vec<NodeRow>,
+    nodes: Vec<crate::bench::NodeRow>,
 }
 
 pub fn bench(scenario: &str, packets: u64, json: bool, core: usize, segment_size: usize, segments: usize, verify: bool) -> Result<()> {
@@ -199,19 +190,7 @@ pub fn bench(scenario: &str, packets: u64, json: bool, core: usize, segment_size
     let (warmup, packets) = (round((packets / 10).max(per_vector as u64 * 4)), round(packets));
     worker.ports[0].device = Box::new(Replay { frame, per_vector, remaining: warmup + packets });
     engine::worker::Context::refresh(&mut worker.cx);
-    core_affinity::set_for_current(core_affinity::CoreId { id: core });
-    let mut generated = 0u64;
-    while generated < warmup {
-        generated += worker.poll_once() as u64;
-    }
-    worker.clear_runtime();
-    worker.sample_vectors(true);
-    let t0 = Instant::now();
-    while !worker.inputs_done() {
-        worker.poll_once();
-    }
-    let secs = t0.elapsed().as_secs_f64();
-    let s = worker.snapshot();
+    let (s, secs, _) = crate::bench::measure(&mut worker, core, warmup);
     let input = s.nodes.iter().find(|n| n.name == "pg-input").map(|n| n.runtime.packets).unwrap_or(0);
     let graph_cycles: u64 = s.nodes.iter().filter(|n| n.kind != "input").map(|n| n.runtime.cycles).sum();
     // A node's median is per packet it saw: scale to packets in (split and join change
@@ -240,17 +219,7 @@ pub fn bench(scenario: &str, packets: u64, json: bool, core: usize, segment_size
         median_cycles_per_segment: median * input as f64 / segs_in.max(1) as f64,
         cpu: crate::bench::cpu_model(),
         tsc_hz: s.tsc_hz,
-        nodes: s
-            .nodes
-            .iter()
-            .filter(|n| n.runtime.packets > 0)
-            .map(|n| NodeRow {
-                name: n.name.clone(),
-                packets: n.runtime.packets,
-                cycles_per_packet: n.cycles_per_packet,
-                vector_median: n.vector_median,
-            })
-            .collect(),
+        nodes: crate::bench::node_rows(&s),
     };
     if json {
         println!("{}", serde_json::to_string(&report)?);
