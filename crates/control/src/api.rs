@@ -117,6 +117,12 @@ pub enum Request {
     },
     ShowIpsecSpd {},
     ShowIpsecFlowCache {},
+    /// Read the configuration file again (or `file`), validate it whole and apply what
+    /// changed (see `crate::reload`); SIGHUP does the same.
+    Reload {
+        #[serde(default)]
+        file: Option<String>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -422,6 +428,7 @@ impl Control {
                 let v = self.spd.shared().load().version;
                 Reply::ok(serde_json::json!({ "version": v, "flow_cache": r }), crate::spd::format_flow_cache(&r, v))
             }
+            Request::Reload { file } => crate::reload::reload(self, file.as_deref())?,
             Request::ShowGtpuTunnels { limit } => {
                 let rows = crate::gtpu::rows(&self.gtpu, &self.state, limit.unwrap_or(100));
                 let mut text = crate::gtpu::format_rows(&rows, self.gtpu.len());

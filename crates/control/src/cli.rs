@@ -53,13 +53,17 @@ commands:
   ipsec policy del <id>
   ipsec spd bind <spd> <interface> | ipsec spd unbind <interface>
   show ipsec spd                       policies in classification order, bindings, version
-  show ipsec flow-cache                size, hits, misses, stale, overwrites (all workers)";
+  show ipsec flow-cache                size, hits, misses, stale, overwrites (all workers)
+  reload [<file>]                      read the config file again and apply what changed
+                                       (also on SIGHUP); a file with errors changes nothing";
 
 pub fn parse(words: &[String]) -> Result<Request, String> {
     let w: Vec<&str> = words.iter().map(String::as_str).collect();
     match w.as_slice() {
         ["show", "runtime" | "run"] => Ok(Request::ShowRuntime {}),
         ["show", "metrics"] => Ok(Request::Metrics {}),
+        ["reload"] => Ok(Request::Reload { file: None }),
+        ["reload", file] => Ok(Request::Reload { file: Some(file.to_string()) }),
         ["show", "graph"] => Ok(Request::ShowGraph {}),
         ["show", "errors" | "error"] => Ok(Request::ShowErrors { all: false }),
         ["show", "errors" | "error", "all"] => Ok(Request::ShowErrors { all: true }),

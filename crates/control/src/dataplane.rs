@@ -165,6 +165,11 @@ pub struct Control {
     /// leaves its flow-cache counters.
     pub spd: SpdState,
     pub spd_gauges: Vec<Arc<spd::context::FlowCacheGauges>>,
+    /// The configuration as last applied (at start-up or by `reload`): what a reload
+    /// compares against to know which objects the file owns.
+    pub applied: Config,
+    /// The file `reload` reads by default (none for the built-in default gateway).
+    pub config_path: Option<std::path::PathBuf>,
 }
 
 impl Control {
@@ -757,6 +762,8 @@ fn build(
         lb,
         spd: spd_state,
         spd_gauges,
+        applied: cfg.clone(),
+        config_path: None,
     };
     Ok(Assembly { control, workers })
 }

@@ -23,6 +23,7 @@ pub mod ipsec;
 pub mod lb;
 pub mod metrics;
 pub mod pfcp;
+pub mod reload;
 pub mod server;
 pub mod spd;
 pub mod udptun;

@@ -326,6 +326,16 @@ impl RouterState {
         }
     }
 
+    /// The static route of exactly this prefix.
+    pub fn route(&self, prefix: &Prefix) -> Option<&RouteTarget> {
+        self.routes.get(prefix)
+    }
+
+    /// Every static route.
+    pub fn routes(&self) -> impl Iterator<Item = (&Prefix, &RouteTarget)> {
+        self.routes.iter()
+    }
+
     pub fn route_count(&self) -> usize {
         self.routes.len()
     }
@@ -353,6 +363,16 @@ impl RouterState {
         }
         self.set_neighbour(i, ip, mac, true);
         Ok(())
+    }
+
+    /// Remove a configured neighbour (learned ones are left to the workers); whether
+    /// there was one.
+    pub fn del_static_neighbour(&mut self, ip: IpAddr) -> bool {
+        if self.neighbours.get(&ip).is_some_and(|n| n.is_static) {
+            self.neighbours.remove(&ip);
+            return true;
+        }
+        false
     }
 
     pub fn neighbours(&self) -> impl Iterator<Item = (&IpAddr, &Neighbour)> {

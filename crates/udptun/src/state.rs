@@ -71,7 +71,8 @@ impl UdpTunState {
         self.tunnels.iter().enumerate().filter_map(|(i, t)| t.as_ref().map(|t| (i as u32, t)))
     }
 
-    fn find(&self, local: IpAddr, remote: IpAddr, port: u16) -> Option<u32> {
+    /// The tunnel with these endpoints and port.
+    pub fn find(&self, local: IpAddr, remote: IpAddr, port: u16) -> Option<u32> {
         self.tunnels().find(|(_, t)| t.local == local && t.remote == remote && t.port == port).map(|(i, _)| i)
     }
 

@@ -50,10 +50,13 @@ pub fn run(config: Option<&Path>, duration: Option<f64>, interval: f64, socket: 
         }
     };
     let mut control = a.control;
+    control.config_path = config.map(Path::to_path_buf);
     let workers = a.workers;
     let stop = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
     signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
+    let hangup = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, hangup.clone())?;
     let (jobs_tx, jobs) = crossbeam_channel::unbounded();
     if let Some(addr) = metrics_addr {
         match control::metrics::serve(addr, jobs_tx.clone()) {
@@ -108,6 +111,13 @@ pub fn run(config: Option<&Path>, duration: Option<f64>, interval: f64, socket: 
             recv(jobs) -> job => if let Ok((req, reply)) = job { let _ = reply.send(control.handle(&req)); },
             recv(pfcp) -> d => if let Ok(d) = d { control.pfcp_datagram(d); },
             recv(crossbeam_channel::after(Duration::from_millis(50))) -> _ => {},
+        }
+        if hangup.swap(false, Ordering::Relaxed) {
+            // SIGHUP: as `vecgate ctl reload`; the outcome goes to the log.
+            let r = control.handle(&Request::Reload { file: None });
+            if !r.ok {
+                tracing::error!(error = r.error.as_deref().unwrap_or(""), "reload on SIGHUP refused");
+            }
         }
         control.process_events();
         control.pfcp_tick();
