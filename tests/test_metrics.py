@@ -164,3 +164,38 @@ def test_grafana_dashboard_queries_name_metrics_the_endpoint_serves(vecgate, met
     code = (Path(__file__).parent.parent / "crates/control/src/metrics.rs").read_text()
     assert all(f'"{n.removeprefix("vecgate_").removesuffix("_total")}"' in code for n in device_only)
     assert names and names <= served | device_only, names - served - device_only
+
+
+def test_per_tunnel_counters(vecgate, metrics_instance):
+    """The default gateway's GTP-U tunnels carry traffic both ways: each tunnel's counts
+    (read from the workers without stopping them) add up to the encap and decap nodes'
+    own counters, and the scrape has a series per kind and per busiest tunnel."""
+    url, sock = metrics_instance
+    time.sleep(1.0)
+    # Stop the generators' effect on the comparison: read both sides close together,
+    # then check the tunnel sums against counters read after them (never below them).
+    rows = json.loads(ctl(vecgate, sock, "show", "gtpu", "tunnels", json_out=True).stdout)["data"]["tunnels"]
+    errs = json.loads(ctl(vecgate, sock, "show", "errors", json_out=True).stdout)["data"]
+    count = lambda node, c: sum(e["count"] for e in errs if e["node"] == node and e["counter"] == c)
+    rx = sum(r["counters"]["rx_packets"] for r in rows)
+    tx = sum(r["counters"]["tx_packets"] for r in rows)
+    decap = count("gtpu4-input", "decapsulated") + count("gtpu6-input", "decapsulated")
+    encap = count("gtpu4-encap", "encapsulated") + count("gtpu6-encap", "encapsulated")
+    assert rx > 0 and tx > 0, rows
+    assert rx <= decap and tx <= encap, (rx, decap, tx, encap)
+    # Read while the generators run: the tunnel counts, read first, trail by at most
+    # what arrived in between (well under a second of traffic at the default rates).
+    assert decap - rx < max(decap // 2, 1000) and encap - tx < max(encap // 2, 1000), (rx, decap, tx, encap)
+    for r in rows:
+        c = r["counters"]
+        if c["rx_packets"]:
+            assert c["rx_bytes"] >= 20 * c["rx_packets"], c  # inner IP packets
+    text = ctl(vecgate, sock, "show", "gtpu", "tunnels").stdout
+    assert "rx " in text and "packets" in text
+    got = samples(scrape(url)[1])
+    kinds = {(l["kind"], l["direction"]): v for l, v in got["vecgate_tunnel_kind_packets_total"]}
+    assert kinds[("gtpu", "rx")] >= rx and kinds[("gtpu", "tx")] >= tx, kinds
+    per = got["vecgate_tunnel_packets_total"]
+    names = {l["tunnel"] for l, _ in per}
+    assert names and names <= {r["name"] for r in rows}, (names, rows)
+    assert len(names) <= 10

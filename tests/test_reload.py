@@ -270,3 +270,76 @@ def test_reload_under_load_loses_nothing_unchanged(vecgate, gateway):
     assert interface(vecgate, sock, "null0")["tx_packets"] == count
     errs = json.loads(ctl(vecgate, sock, "show", "errors", json_out=True).stdout)["data"]
     assert not [e for e in errs if e["count"] > 0 and e["node"] in ("ip4-lookup", "ip4-rewrite", "error-drop")], errs
+
+
+FEATURES_A = """
+[lb]
+snat4 = "198.18.2.1"
+
+[[lb_service]]
+name = "web"
+type = "cluster_ip"
+vip = "198.18.200.10"
+port = 80
+protocol = "tcp"
+backends = [{ addr = "198.18.2.10", port = 8080 }, { addr = "198.18.2.11", port = 8080 }]
+
+[[ipsec_sa]]
+index = 7
+spi = 4097
+direction = "outbound"
+algorithm = "aes-gcm-128"
+enc_key = "000102030405060708090a0b0c0d0e0f10111213"
+local = "198.18.3.1"
+remote = "198.18.3.20"
+
+[[ipsec_spd]]
+id = 1
+interfaces = ["null1"]
+
+[[ipsec_policy]]
+spd = 1
+direction = "outbound"
+priority = 10
+action = "protect"
+sa = 7
+remote = "198.19.40.0/24"
+"""
+
+
+def test_reload_feature_sections(vecgate, gateway):
+    cfg, sock, _ = gateway(FEATURES_A)
+    spd = json.loads(ctl(vecgate, sock, "show", "ipsec", "spd", json_out=True).stdout)["data"]
+    v0 = spd["version"]
+    # Unchanged: nothing touched (the SPD version would move with any policy change).
+    code, r = reload(vecgate, sock)
+    assert code == 0 and r["data"]["changes"] == [], r
+    assert json.loads(ctl(vecgate, sock, "show", "ipsec", "spd", json_out=True).stdout)["data"]["version"] == v0
+    # B: a backend more, a new key for SA 7, a second policy, the binding moved to null0.
+    b = (FEATURES_A.replace('{ addr = "198.18.2.11", port = 8080 }]',
+                            '{ addr = "198.18.2.11", port = 8080 }, { addr = "198.18.2.12", port = 8080 }]')
+         .replace("10111213", "10111214")
+         .replace('interfaces = ["null1"]', 'interfaces = ["null0"]')
+         + '\n[[ipsec_policy]]\nspd = 1\ndirection = "outbound"\npriority = 5\naction = "bypass"\n')
+    write(cfg, b)
+    code, r = reload(vecgate, sock)
+    assert code == 0, r
+    got = changes(r)
+    assert ("replaced", "lb_service", "web") in got, got
+    assert ("replaced", "ipsec_sa", "SA 7") in got, got
+    assert ("removed", "ipsec_spd", "binding of null1") in got, got
+    assert ("added", "ipsec_spd", "spd 1 on null0") in got, got
+    assert sum(1 for c in got if c[:2] == ("added", "ipsec_policy")) == 1, got
+    assert len(got) == 5, got
+    backends = json.loads(ctl(vecgate, sock, "show", "lb", "backends", json_out=True).stdout)["data"]
+    assert "198.18.2.12" in json.dumps(backends)
+    spd = json.loads(ctl(vecgate, sock, "show", "ipsec", "spd", json_out=True).stdout)["data"]
+    assert len(spd["policies"]) == 2 and spd["version"] > v0
+    assert [x["interface"] for x in spd["bindings"]] == ["null0"], spd["bindings"]
+    # Back to A: the bypass policy goes, the first stays.
+    write(cfg, FEATURES_A)
+    code, r = reload(vecgate, sock)
+    assert code == 0, r
+    assert sum(1 for c in changes(r) if c[:2] == ("removed", "ipsec_policy")) == 1, changes(r)
+    spd = json.loads(ctl(vecgate, sock, "show", "ipsec", "spd", json_out=True).stdout)["data"]
+    assert len(spd["policies"]) == 1

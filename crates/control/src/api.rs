@@ -212,7 +212,9 @@ impl Control {
                     gtpu_tunnels: self.gtpu.len(),
                     udp_tunnels: self.udptun.len(),
                 };
-                Reply::ok(serde_json::Value::Null, crate::metrics::render(&self.worker_snapshots()?, tables))
+                let top = self.applied.metrics.top_tunnels.unwrap_or(10);
+                let tunnels = crate::metrics::tunnel_traffic(&self.gtpu, top);
+                Reply::ok(serde_json::Value::Null, crate::metrics::render(&self.worker_snapshots()?, tables, &tunnels))
             }
             Request::ShowGraph {} => {
                 let s = self.snapshot()?;

@@ -252,6 +252,9 @@ fn interface_mac(cfg: &Config, i: usize) -> Result<EthernetAddress, ConfigError>
 
 /// Build router and GTP-U state from the config (no devices).
 pub fn build_state(cfg: &Config) -> Result<(RouterState, GtpuState, UdpTunState), ConfigError> {
+    if let Some(n) = cfg.metrics.top_tunnels.filter(|&n| n > crate::metrics::MAX_TOP_TUNNELS) {
+        return Err(cfg.err("metrics.top_tunnels", format!("{n}: expected 0 to {}", crate::metrics::MAX_TOP_TUNNELS)));
+    }
     let mut specs = Vec::new();
     for (i, ic) in cfg.interfaces.iter().enumerate() {
         let f = |n: &str| format!("interface[{i}].{n}");
@@ -724,9 +727,11 @@ fn build(
     for (k, (devices, lanes)) in per_worker.into_iter().zip(lanes).enumerate() {
         let spd_cx = SpdContext::new(spd_state.shared(), cfg.spd.cache_size()).map_err(|e| cfg.err("spd.flow_cache", e.to_string()))?;
         spd_gauges.push(spd_cx.gauges());
+        let gtpu_cx = GtpuContext::new(gtpu_shared.clone(), Some(gev_tx.clone()), cfg.gtpu.replies_per_sec);
+        gtpu.watch_counters(gtpu_cx.counters.shared());
         let cx = WorkerContext {
             ip: IpContext::new(shared.clone(), Some(ev_tx.clone()), limits),
-            gtpu: GtpuContext::new(gtpu_shared.clone(), Some(gev_tx.clone()), cfg.gtpu.replies_per_sec),
+            gtpu: gtpu_cx,
             udptun: UdpTunContext::new(udptun_shared.clone(), Some(uev_tx.clone())),
             parcel: ParcelContext { verify_segments: cfg.dataplane.verify_parcel_segments, ..ParcelContext::default() },
             lb: lb::LbContext::new(lb.shared.clone(), lb.limits, lb.timeouts),

@@ -125,6 +125,8 @@ pub fn resolve_target(g: &gtpu::GtpuState, router: &RouterState, t: RouteTarget)
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct TunnelRow {
     pub name: String,
+    /// Packets and bytes out of (`rx`) and into (`tx`) the tunnel, all workers.
+    pub counters: ip::tunnel_counters::TunnelCount,
     pub local: String,
     pub remote: String,
     pub teid_in: u32,
@@ -156,6 +158,7 @@ pub fn rows(g: &gtpu::GtpuState, router: &RouterState, limit: usize) -> Vec<Tunn
             s.ue = ue.get(&id).copied();
             TunnelRow {
                 name: TunnelRef { kind: t.kind(), id }.if_name(),
+                counters: g.counts(id),
                 local: s.local.to_string(),
                 remote: s.remote.to_string(),
                 teid_in: s.teid_in,
@@ -202,6 +205,8 @@ pub fn format_rows(rows: &[TunnelRow], total: usize) -> String {
             if r.mtu.fragment == FragmentPolicy::Outer { " fragment outer" } else { "" },
             if r.mtu.mss_clamp { " mss-clamp" } else { "" },
         );
+        let c = &r.counters;
+        s += &format!("{:<16} rx {} packets {} bytes, tx {} packets {} bytes\n", "", c.rx_packets, c.rx_bytes, c.tx_packets, c.tx_bytes);
     }
     if rows.len() < total {
         s += &format!("… {} more\n", total - rows.len());

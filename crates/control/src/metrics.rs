@@ -5,12 +5,16 @@
 //! for a snapshot between vectors (the same path as `show runtime`) and encodes them, so
 //! the packet path gains no lock and no atomic. Series are per worker and bounded by the
 //! graph, the interfaces and the counters the code defines — never by the number of
-//! tunnels, routes or flows: table sizes are gauges, not series per entry.
+//! tunnels, routes or flows: table sizes are gauges, not series per entry. Tunnel traffic
+//! is one series per tunnel kind (all tunnels together) plus the `top_tunnels` busiest
+//! tunnels by name (default 10, at most 1000), so a million tunnels cost a scrape
+//! a handful of series; `show gtpu tunnels` has every tunnel's counts.
 
 use crate::api::{Reply, Request};
 use crate::server::Job;
 use crossbeam_channel::Sender;
 use engine::stats::Snapshot;
+use ip::tunnel_counters::TunnelCount;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -26,6 +30,37 @@ pub struct MetricsConfig {
     /// Address and port to serve `GET /metrics` on, e.g. "127.0.0.1:9464". The bind
     /// address is explicit: nothing listens on all addresses unless told to.
     pub listen: Option<String>,
+    /// How many of the busiest tunnels (by bytes both ways) get series of their own
+    /// (default 10, at most 1000).
+    pub top_tunnels: Option<usize>,
+}
+
+/// Tunnels with series of their own at most.
+pub const MAX_TOP_TUNNELS: usize = 1000;
+
+/// Tunnel traffic for a scrape: per kind, and the busiest tunnels.
+#[derive(Debug, Clone, Default)]
+pub struct TunnelTraffic {
+    pub totals: Vec<(&'static str, TunnelCount)>,
+    /// (kind, tunnel name, counts), busiest first.
+    pub top: Vec<(&'static str, String, TunnelCount)>,
+}
+
+/// Sum every worker's GTP-U tunnel counters; keep the `top` busiest.
+pub fn tunnel_traffic(gtpu: &gtpu::GtpuState, top: usize) -> TunnelTraffic {
+    let mut per: std::collections::HashMap<u32, TunnelCount> = std::collections::HashMap::new();
+    for w in gtpu.counter_sets() {
+        w.for_each(|id, n| per.entry(id).or_default().add(&n));
+    }
+    let mut total = TunnelCount::default();
+    for n in per.values() {
+        total.add(n);
+    }
+    let mut busiest: Vec<(u32, TunnelCount)> = per.into_iter().filter(|(id, _)| gtpu.tunnel(*id).is_some()).collect();
+    busiest.sort_by_key(|(id, n)| (std::cmp::Reverse(n.rx_bytes + n.tx_bytes), *id));
+    busiest.truncate(top.min(MAX_TOP_TUNNELS));
+    let top = busiest.into_iter().map(|(id, n)| ("gtpu", format!("{}{id}", ip::tables::GTPU_IF_PREFIX), n)).collect();
+    TunnelTraffic { totals: vec![("gtpu", total)], top }
 }
 
 /// The control plane's tables, as gauges.
@@ -60,7 +95,7 @@ fn gauge(v: usize) -> i64 {
 }
 
 /// Encode per-worker snapshots and table sizes as OpenMetrics text.
-pub fn render(workers: &[Snapshot], tables: TableSizes) -> String {
+pub fn render(workers: &[Snapshot], tables: TableSizes, tunnels: &TunnelTraffic) -> String {
     let mut r = Registry::with_prefix("vecgate");
     let calls = counter_family(&mut r, "node_calls", "Times a node ran (once per vector it was given)");
     let vectors = counter_family(&mut r, "node_vectors", "Vectors a node processed");
@@ -79,6 +114,22 @@ pub fn render(workers: &[Snapshot], tables: TableSizes) -> String {
     let buffers = gauge_family(&mut r, "buffers", "Buffers in a worker's pool, by class (regular, large) and state (free, total)");
     let alloc_fail = counter_family(&mut r, "buffer_alloc_failures", "Buffer allocations refused: the class was empty");
     let table = gauge_family(&mut r, "table_entries", "Entries in a control-plane table");
+    let kind_packets = counter_family(&mut r, "tunnel_kind_packets", "Packets out of (rx) and into (tx) all tunnels of a kind");
+    let kind_bytes = counter_family(&mut r, "tunnel_kind_bytes", "Inner bytes out of (rx) and into (tx) all tunnels of a kind");
+    let tun_packets = counter_family(&mut r, "tunnel_packets", "Packets out of (rx) and into (tx) one of the busiest tunnels");
+    let tun_bytes = counter_family(&mut r, "tunnel_bytes", "Inner bytes out of (rx) and into (tx) one of the busiest tunnels");
+    for (kind, n) in &tunnels.totals {
+        for (dir, p, b) in [("rx", n.rx_packets, n.rx_bytes), ("tx", n.tx_packets, n.tx_bytes)] {
+            kind_packets.get_or_create(&labels(&[("kind", kind), ("direction", dir)])).inc_by(p);
+            kind_bytes.get_or_create(&labels(&[("kind", kind), ("direction", dir)])).inc_by(b);
+        }
+    }
+    for (kind, name, n) in &tunnels.top {
+        for (dir, p, b) in [("rx", n.rx_packets, n.rx_bytes), ("tx", n.tx_packets, n.tx_bytes)] {
+            tun_packets.get_or_create(&labels(&[("kind", kind), ("tunnel", name), ("direction", dir)])).inc_by(p);
+            tun_bytes.get_or_create(&labels(&[("kind", kind), ("tunnel", name), ("direction", dir)])).inc_by(b);
+        }
+    }
     for s in workers {
         let w = s.worker.to_string();
         for n in &s.nodes {
@@ -233,7 +284,7 @@ mod tests {
 
     #[test]
     fn every_worker_has_its_own_series_with_its_values() {
-        let t = render(&[snapshot(0, 100), snapshot(1, 250)], TableSizes { routes: 12, ..Default::default() });
+        let t = render(&[snapshot(0, 100), snapshot(1, 250)], TableSizes { routes: 12, ..Default::default() }, &TunnelTraffic::default());
         assert!(t.contains(r#"vecgate_node_packets_total{worker="0",node="ip4-lookup"} 100"#), "{t}");
         assert!(t.contains(r#"vecgate_node_packets_total{worker="1",node="ip4-lookup"} 250"#), "{t}");
         assert!(t.contains(r#"vecgate_errors_total{worker="0",node="ip4-lookup",reason="no-route",severity="warn"} 5"#), "{t}");

@@ -48,9 +48,10 @@ impl Change {
 pub fn reload(c: &mut Control, path: Option<&str>) -> Result<Reply, String> {
     let path = match path {
         Some(p) => PathBuf::from(p),
-        None => c.config_path.clone().ok_or(
-            "this gateway runs the built-in default (no --config file): there is no file to reload; name one: `reload FILE`",
-        )?,
+        None => c
+            .config_path
+            .clone()
+            .ok_or("this gateway runs the built-in default (no --config file): there is no file to reload; name one: `reload FILE`")?,
     };
     let new = Config::load(&path).map_err(|e| e.to_string())?;
     check_scratch(&new)?;
@@ -95,10 +96,7 @@ fn check_scratch(new: &Config) -> Result<(), String> {
 /// Sections a running gateway cannot change.
 fn check_fixed(old: &Config, new: &Config) -> Result<(), String> {
     let refuse = |field: &str, what: &str| {
-        Err(format!(
-            "{}: {field}: {what} cannot change while the gateway runs (restart it to apply); nothing was changed",
-            new.source
-        ))
+        Err(format!("{}: {field}: {what} cannot change while the gateway runs (restart it to apply); nothing was changed", new.source))
     };
     if old.dataplane != new.dataplane {
         return refuse("dataplane", "the dataplane section (workers, pools, socket)");

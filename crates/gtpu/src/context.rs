@@ -32,13 +32,18 @@ pub struct GtpuContext {
     /// Error Indications and Supported Extension Headers Notifications we send.
     pub replies: TokenBucket,
     pub events: Option<Sender<GtpuEvent>>,
+    /// Per-tunnel packets and bytes, read by the control plane while the worker runs.
+    pub counters: ip::tunnel_counters::TunnelCounterWriter,
 }
 
 impl GtpuContext {
     pub fn new(shared: Arc<ArcSwap<GtpuTables>>, events: Option<Sender<GtpuEvent>>, replies_per_sec: u64) -> Self {
         let tables = shared.load_full();
         let seq = vec![0; tables.tunnels.len()];
+        let mut counters = ip::tunnel_counters::TunnelCounterWriter::new(ip::tunnel_counters::TunnelCounters::new());
+        counters.reserve(tables.tunnels.len());
         GtpuContext {
+            counters,
             cache: Cache::new(shared),
             tables,
             last: None,
@@ -58,6 +63,7 @@ impl GtpuContext {
             if self.seq.len() < self.tables.tunnels.len() {
                 self.seq.resize(self.tables.tunnels.len(), 0);
             }
+            self.counters.reserve(self.tables.tunnels.len());
         }
     }
 

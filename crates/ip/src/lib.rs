@@ -28,6 +28,7 @@ pub mod prefix;
 pub mod reassembly;
 pub mod state;
 pub mod tables;
+pub mod tunnel_counters;
 
 pub use context::{HasIp, IpContext, IpEvent, Limits};
 pub use prefix::{IfAddr, Prefix};

@@ -250,11 +250,13 @@ impl<Cx: HasGtpu, O: Outer> Node<Cx> for GtpuEncap<O> {
         if t.checksum.settle_inner_checksum(buf) {
             counts.inc(GtpuEncapCounter::InnerChecksumCompleted);
         }
+        let inner_len = buf.len();
         let seq = if t.sequence { g.seq.get_mut(id as usize) } else { None };
         if let Err(c) = Self::encap(t, seq, g.tables.techniques.checksum_from_inner, buf) {
             return Verdict::Drop(c);
         }
         counts.inc(GtpuEncapCounter::Encapsulated);
+        g.counters.tx(id, inner_len);
         buf.meta.adj = adj;
         if fragment_outer.is_some() && ip::outer::fragment_outer(buf, fragment_outer) {
             counts.inc(GtpuEncapCounter::FragmentOuter);

@@ -318,6 +318,7 @@ impl<Cx: HasGtpu, O: Outer> Node<Cx> for GtpuInput<O> {
                 }
                 buf.truncate(p.payload);
                 counts.inc(C::Decapsulated);
+                g.counters.rx(id, buf.len());
                 if Tunnel::aux_mss_clamp(aux) {
                     if let Some(tun) = t.tunnel(id) {
                         let link_mtu = ipc.tables.adjacency(t.outer_adj(id)).mtu();

@@ -1,0 +1,210 @@
+//! Per-tunnel packet and byte counters, one set per worker, that the control plane
+//! reads while the worker runs (as VPP's stats segment is read by its clients).
+//!
+//! Each worker owns its set: it alone writes it, by a relaxed load and a relaxed store
+//! (plain moves on x86: no lock prefix, no shared cache line with another worker), so
+//! counting costs what a plain `+= 1` costs. The control thread reads the same memory
+//! at any time without stopping the worker; a read may miss the increments of the
+//! packet being counted, never tear a value. Counters live in fixed chunks of
+//! [`CHUNK`] tunnels: when tunnels outgrow them the worker adds chunks (outside the
+//! packet loop, on a new table version) and republishes the chunk list; existing chunks
+//! never move, so a reader's old list stays valid.
+//!
+//! `rx` is what came out of the tunnel (decapsulated), `tx` what went into it
+//! (encapsulated); bytes are the inner packet's IP bytes, the traffic the tunnel
+//! carries.
+
+use arc_swap::ArcSwap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+/// Tunnels per chunk.
+pub const CHUNK: usize = 1024;
+
+#[derive(Default)]
+pub struct Slot {
+    rx_packets: AtomicU64,
+    rx_bytes: AtomicU64,
+    tx_packets: AtomicU64,
+    tx_bytes: AtomicU64,
+}
+
+/// One tunnel's counts as read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct TunnelCount {
+    pub rx_packets: u64,
+    pub rx_bytes: u64,
+    pub tx_packets: u64,
+    pub tx_bytes: u64,
+}
+
+impl TunnelCount {
+    pub fn add(&mut self, o: &TunnelCount) {
+        self.rx_packets += o.rx_packets;
+        self.rx_bytes += o.rx_bytes;
+        self.tx_packets += o.tx_packets;
+        self.tx_bytes += o.tx_bytes;
+    }
+}
+
+type Chunks = Vec<Arc<[Slot]>>;
+
+/// A worker's counters for one tunnel kind family (GTP-U, UDP tunnels): the shared
+/// handle the control plane keeps.
+#[derive(Default)]
+pub struct TunnelCounters {
+    chunks: ArcSwap<Chunks>,
+}
+
+impl TunnelCounters {
+    pub fn new() -> Arc<TunnelCounters> {
+        Arc::new(TunnelCounters::default())
+    }
+
+    /// One tunnel's counts (zero for an id never counted).
+    pub fn get(&self, id: u32) -> TunnelCount {
+        let chunks = self.chunks.load();
+        let (c, i) = (id as usize / CHUNK, id as usize % CHUNK);
+        chunks.get(c).map_or_else(TunnelCount::default, |ch| {
+            let s = &ch[i];
+            TunnelCount {
+                rx_packets: s.rx_packets.load(Relaxed),
+                rx_bytes: s.rx_bytes.load(Relaxed),
+                tx_packets: s.tx_packets.load(Relaxed),
+                tx_bytes: s.tx_bytes.load(Relaxed),
+            }
+        })
+    }
+
+    /// Every tunnel id with counts, in id order, and their counts.
+    pub fn for_each(&self, mut f: impl FnMut(u32, TunnelCount)) {
+        let chunks = self.chunks.load();
+        for (c, ch) in chunks.iter().enumerate() {
+            for (i, s) in ch.iter().enumerate() {
+                let n = TunnelCount {
+                    rx_packets: s.rx_packets.load(Relaxed),
+                    rx_bytes: s.rx_bytes.load(Relaxed),
+                    tx_packets: s.tx_packets.load(Relaxed),
+                    tx_bytes: s.tx_bytes.load(Relaxed),
+                };
+                if n != TunnelCount::default() {
+                    f((c * CHUNK + i) as u32, n);
+                }
+            }
+        }
+    }
+
+    /// Start a tunnel id from zero (the control plane, when a tunnel is deleted, so the
+    /// next tunnel with its id does not inherit its counts). Packets of the old tunnel
+    /// still in a worker's vector at that moment may be counted after the reset.
+    pub fn reset(&self, id: u32) {
+        let chunks = self.chunks.load();
+        if let Some(ch) = chunks.get(id as usize / CHUNK) {
+            let s = &ch[id as usize % CHUNK];
+            for a in [&s.rx_packets, &s.rx_bytes, &s.tx_packets, &s.tx_bytes] {
+                a.store(0, Relaxed);
+            }
+        }
+    }
+}
+
+/// The sum of every worker's counts for one tunnel.
+pub fn sum(workers: &[Arc<TunnelCounters>], id: u32) -> TunnelCount {
+    let mut n = TunnelCount::default();
+    for w in workers {
+        n.add(&w.get(id));
+    }
+    n
+}
+
+/// The worker's side: the chunk list it writes through.
+pub struct TunnelCounterWriter {
+    shared: Arc<TunnelCounters>,
+    chunks: Arc<Chunks>,
+}
+
+impl TunnelCounterWriter {
+    pub fn new(shared: Arc<TunnelCounters>) -> TunnelCounterWriter {
+        let chunks = shared.chunks.load_full();
+        TunnelCounterWriter { shared, chunks }
+    }
+
+    /// The handle the control plane reads through.
+    pub fn shared(&self) -> Arc<TunnelCounters> {
+        self.shared.clone()
+    }
+
+    /// Make room for tunnel ids below `tunnels` (on a new table version, never per
+    /// packet).
+    pub fn reserve(&mut self, tunnels: usize) {
+        let want = tunnels.div_ceil(CHUNK);
+        if want <= self.chunks.len() {
+            return;
+        }
+        let mut v: Chunks = (*self.chunks).clone();
+        while v.len() < want {
+            v.push((0..CHUNK).map(|_| Slot::default()).collect());
+        }
+        self.chunks = Arc::new(v);
+        self.shared.chunks.store(self.chunks.clone());
+    }
+
+    #[inline(always)]
+    fn slot(&self, id: u32) -> Option<&Slot> {
+        self.chunks.get(id as usize / CHUNK).map(|c| &c[id as usize % CHUNK])
+    }
+
+    /// A packet of `bytes` came out of tunnel `id`.
+    #[inline(always)]
+    pub fn rx(&self, id: u32, bytes: usize) {
+        if let Some(s) = self.slot(id) {
+            bump(&s.rx_packets, 1);
+            bump(&s.rx_bytes, bytes as u64);
+        }
+    }
+
+    /// A packet of `bytes` went into tunnel `id`.
+    #[inline(always)]
+    pub fn tx(&self, id: u32, bytes: usize) {
+        if let Some(s) = self.slot(id) {
+            bump(&s.tx_packets, 1);
+            bump(&s.tx_bytes, bytes as u64);
+        }
+    }
+}
+
+/// Single writer: a load and a store, not a read-modify-write instruction.
+#[inline(always)]
+fn bump(a: &AtomicU64, n: u64) {
+    a.store(a.load(Relaxed).wrapping_add(n), Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_survive_growth_and_reset() {
+        let shared = TunnelCounters::new();
+        let mut w = TunnelCounterWriter::new(shared.clone());
+        // Before any room is made, counting is a no-op (never a panic).
+        w.tx(5, 100);
+        assert_eq!(shared.get(5), TunnelCount::default());
+        w.reserve(10);
+        w.tx(5, 100);
+        w.tx(5, 50);
+        w.rx(5, 60);
+        w.reserve(3 * CHUNK + 1);
+        w.rx(3 * CHUNK as u32, 1);
+        assert_eq!(shared.get(5), TunnelCount { rx_packets: 1, rx_bytes: 60, tx_packets: 2, tx_bytes: 150 });
+        assert_eq!(shared.get(3 * CHUNK as u32).rx_packets, 1);
+        assert_eq!(shared.get(u32::MAX), TunnelCount::default());
+        let mut seen = Vec::new();
+        shared.for_each(|id, n| seen.push((id, n.rx_packets + n.tx_packets)));
+        assert_eq!(seen, vec![(5, 3), (3 * CHUNK as u32, 1)]);
+        shared.reset(5);
+        assert_eq!(shared.get(5), TunnelCount::default());
+        w.tx(5, 1);
+        assert_eq!(shared.get(5).tx_packets, 1);
+    }
+}
