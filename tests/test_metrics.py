@@ -192,10 +192,20 @@ def test_per_tunnel_counters(vecgate, metrics_instance):
             assert c["rx_bytes"] >= 20 * c["rx_packets"], c  # inner IP packets
     text = ctl(vecgate, sock, "show", "gtpu", "tunnels").stdout
     assert "rx " in text and "packets" in text
+    # The default gateway's GUE tunnel: the same agreement.
+    urows = json.loads(ctl(vecgate, sock, "show", "udp", "tunnels", json_out=True).stdout)["data"]["tunnels"]
+    errs = json.loads(ctl(vecgate, sock, "show", "errors", json_out=True).stdout)["data"]
+    urx = sum(r["counters"]["rx_packets"] for r in urows)
+    utx = sum(r["counters"]["tx_packets"] for r in urows)
+    udecap = count("gue4-input", "decapsulated") + count("gue6-input", "decapsulated")
+    uencap = count("gue4-encap", "encapsulated") + count("gue6-encap", "encapsulated")
+    assert 0 < urx <= udecap and 0 < utx <= uencap, (urx, udecap, utx, uencap)
+    assert udecap - urx < max(udecap // 2, 1000) and uencap - utx < max(uencap // 2, 1000), (urx, udecap, utx, uencap)
     got = samples(scrape(url)[1])
     kinds = {(l["kind"], l["direction"]): v for l, v in got["vecgate_tunnel_kind_packets_total"]}
+    assert kinds[("udp", "rx")] >= urx and kinds[("udp", "tx")] >= utx, kinds
     assert kinds[("gtpu", "rx")] >= rx and kinds[("gtpu", "tx")] >= tx, kinds
     per = got["vecgate_tunnel_packets_total"]
     names = {l["tunnel"] for l, _ in per}
-    assert names and names <= {r["name"] for r in rows}, (names, rows)
+    assert names and names <= {r["name"] for r in rows} | {r["name"] for r in urows}, (names, rows)
     assert len(names) <= 10

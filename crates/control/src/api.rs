@@ -213,7 +213,7 @@ impl Control {
                     udp_tunnels: self.udptun.len(),
                 };
                 let top = self.applied.metrics.top_tunnels.unwrap_or(10);
-                let tunnels = crate::metrics::tunnel_traffic(&self.gtpu, top);
+                let tunnels = crate::metrics::tunnel_traffic(&self.gtpu, &self.udptun, top);
                 Reply::ok(serde_json::Value::Null, crate::metrics::render(&self.worker_snapshots()?, tables, &tunnels))
             }
             Request::ShowGraph {} => {

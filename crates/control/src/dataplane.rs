@@ -696,7 +696,7 @@ fn build(
     cfg: &Config,
     mut state: RouterState,
     mut gtpu: GtpuState,
-    udp: UdpTunState,
+    mut udp: UdpTunState,
     ipsec: ipsec::IpsecState,
     per_worker: Vec<Vec<Box<dyn Device>>>,
     details: Vec<Option<String>>,
@@ -729,10 +729,12 @@ fn build(
         spd_gauges.push(spd_cx.gauges());
         let gtpu_cx = GtpuContext::new(gtpu_shared.clone(), Some(gev_tx.clone()), cfg.gtpu.replies_per_sec);
         gtpu.watch_counters(gtpu_cx.counters.shared());
+        let udptun_cx = UdpTunContext::new(udptun_shared.clone(), Some(uev_tx.clone()));
+        udp.watch_counters(udptun_cx.counters.shared());
         let cx = WorkerContext {
             ip: IpContext::new(shared.clone(), Some(ev_tx.clone()), limits),
             gtpu: gtpu_cx,
-            udptun: UdpTunContext::new(udptun_shared.clone(), Some(uev_tx.clone())),
+            udptun: udptun_cx,
             parcel: ParcelContext { verify_segments: cfg.dataplane.verify_parcel_segments, ..ParcelContext::default() },
             lb: lb::LbContext::new(lb.shared.clone(), lb.limits, lb.timeouts),
             ipsec: ipsec::IpsecContext::new(ipsec_shared.clone()),

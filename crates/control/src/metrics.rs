@@ -46,21 +46,33 @@ pub struct TunnelTraffic {
     pub top: Vec<(&'static str, String, TunnelCount)>,
 }
 
-/// Sum every worker's GTP-U tunnel counters; keep the `top` busiest.
-pub fn tunnel_traffic(gtpu: &gtpu::GtpuState, top: usize) -> TunnelTraffic {
-    let mut per: std::collections::HashMap<u32, TunnelCount> = std::collections::HashMap::new();
-    for w in gtpu.counter_sets() {
-        w.for_each(|id, n| per.entry(id).or_default().add(&n));
+/// Sum every worker's tunnel counters per kind; keep the `top` busiest of all kinds.
+pub fn tunnel_traffic(gtpu: &gtpu::GtpuState, udp: &udptun::UdpTunState, top: usize) -> TunnelTraffic {
+    type Named<'a> = &'a dyn Fn(u32) -> Option<String>;
+    let gtpu_name = |id| gtpu.tunnel(id).map(|_| format!("{}{id}", ip::tables::GTPU_IF_PREFIX));
+    let udp_name = |id| udp.spec(id).map(|_| format!("{}{id}", ip::tables::UDP_TUNNEL_IF_PREFIX));
+    let kinds: [(&'static str, &[std::sync::Arc<ip::tunnel_counters::TunnelCounters>], Named); 2] =
+        [("gtpu", gtpu.counter_sets(), &gtpu_name), ("udp", udp.counter_sets(), &udp_name)];
+    let mut t = TunnelTraffic::default();
+    let mut busiest = Vec::new();
+    for (kind, sets, name) in kinds {
+        let mut per: std::collections::HashMap<u32, TunnelCount> = std::collections::HashMap::new();
+        for w in sets {
+            w.for_each(|id, n| per.entry(id).or_default().add(&n));
+        }
+        let mut total = TunnelCount::default();
+        for (id, n) in per {
+            total.add(&n);
+            if let Some(name) = name(id) {
+                busiest.push((kind, name, n));
+            }
+        }
+        t.totals.push((kind, total));
     }
-    let mut total = TunnelCount::default();
-    for n in per.values() {
-        total.add(n);
-    }
-    let mut busiest: Vec<(u32, TunnelCount)> = per.into_iter().filter(|(id, _)| gtpu.tunnel(*id).is_some()).collect();
-    busiest.sort_by_key(|(id, n)| (std::cmp::Reverse(n.rx_bytes + n.tx_bytes), *id));
+    busiest.sort_by(|a, b| (b.2.rx_bytes + b.2.tx_bytes).cmp(&(a.2.rx_bytes + a.2.tx_bytes)).then_with(|| a.1.cmp(&b.1)));
     busiest.truncate(top.min(MAX_TOP_TUNNELS));
-    let top = busiest.into_iter().map(|(id, n)| ("gtpu", format!("{}{id}", ip::tables::GTPU_IF_PREFIX), n)).collect();
-    TunnelTraffic { totals: vec![("gtpu", total)], top }
+    t.top = busiest;
+    t
 }
 
 /// The control plane's tables, as gauges.

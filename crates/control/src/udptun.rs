@@ -117,6 +117,8 @@ pub fn is_tunnel_name(name: &str) -> bool {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct UdpTunnelRow {
     pub name: String,
+    /// Packets and bytes out of (`rx`) and into (`tx`) the tunnel, all workers.
+    pub counters: ip::tunnel_counters::TunnelCount,
     pub local: String,
     pub remote: String,
     pub encap: Encap,
@@ -136,6 +138,7 @@ pub struct UdpTunnelRow {
 pub fn rows(u: &UdpTunState, router: &ip::RouterState) -> Vec<UdpTunnelRow> {
     u.tunnels()
         .map(|(id, s)| UdpTunnelRow {
+            counters: u.counts(id),
             inner_mtu: u
                 .outer(id)
                 .map(|(overhead, adj)| ip::outer::inner_mtu(router.adjacency_mtu(adj), overhead, s.mtu.mtu))
@@ -181,6 +184,9 @@ pub fn format_rows(rows: &[UdpTunnelRow]) -> String {
             if r.mtu.fragment == FragmentPolicy::Outer { " fragment outer" } else { "" },
             if r.mtu.mss_clamp { " mss-clamp" } else { "" },
         );
+        let c = &r.counters;
+        let _ =
+            writeln!(o, "{:<16} rx {} packets {} bytes, tx {} packets {} bytes", "", c.rx_packets, c.rx_bytes, c.tx_packets, c.tx_bytes);
     }
     o
 }

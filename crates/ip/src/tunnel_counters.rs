@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 /// Tunnels per chunk.
 pub const CHUNK: usize = 1024;
+const _: () = assert!(CHUNK.is_power_of_two());
 
 #[derive(Default)]
 pub struct Slot {
@@ -47,13 +48,20 @@ impl TunnelCount {
     }
 }
 
-type Chunks = Vec<Arc<[Slot]>>;
+type Chunk = [Slot; CHUNK];
+type Chunks = Vec<Arc<Chunk>>;
 
 /// A worker's counters for one tunnel kind family (GTP-U, UDP tunnels): the shared
 /// handle the control plane keeps.
 #[derive(Default)]
 pub struct TunnelCounters {
     chunks: ArcSwap<Chunks>,
+}
+
+impl std::fmt::Debug for TunnelCounters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TunnelCounters({} chunks)", self.chunks.load().len())
+    }
 }
 
 impl TunnelCounters {
@@ -120,12 +128,14 @@ pub fn sum(workers: &[Arc<TunnelCounters>], id: u32) -> TunnelCount {
 /// The worker's side: the chunk list it writes through.
 pub struct TunnelCounterWriter {
     shared: Arc<TunnelCounters>,
-    chunks: Arc<Chunks>,
+    /// The worker's own copy of the chunk list (one indirection less per packet than
+    /// the shared `Arc<Vec<…>>`).
+    chunks: Chunks,
 }
 
 impl TunnelCounterWriter {
     pub fn new(shared: Arc<TunnelCounters>) -> TunnelCounterWriter {
-        let chunks = shared.chunks.load_full();
+        let chunks = (*shared.chunks.load_full()).clone();
         TunnelCounterWriter { shared, chunks }
     }
 
@@ -141,17 +151,16 @@ impl TunnelCounterWriter {
         if want <= self.chunks.len() {
             return;
         }
-        let mut v: Chunks = (*self.chunks).clone();
-        while v.len() < want {
-            v.push((0..CHUNK).map(|_| Slot::default()).collect());
+        while self.chunks.len() < want {
+            self.chunks.push(Arc::new(std::array::from_fn(|_| Slot::default())));
         }
-        self.chunks = Arc::new(v);
-        self.shared.chunks.store(self.chunks.clone());
+        self.shared.chunks.store(Arc::new(self.chunks.clone()));
     }
 
     #[inline(always)]
     fn slot(&self, id: u32) -> Option<&Slot> {
-        self.chunks.get(id as usize / CHUNK).map(|c| &c[id as usize % CHUNK])
+        // CHUNK is a power of two: the index within a chunk needs no bounds check.
+        self.chunks.get(id as usize / CHUNK).map(|c| &c[id as usize & (CHUNK - 1)])
     }
 
     /// A packet of `bytes` came out of tunnel `id`.

@@ -20,12 +20,16 @@ pub struct UdpTunContext {
     cache: Cache<Arc<ArcSwap<UdpTunTables>>, Arc<UdpTunTables>>,
     pub tables: Arc<UdpTunTables>,
     pub events: Option<Sender<UdpTunEvent>>,
+    /// Per-tunnel packets and bytes, read by the control plane while the worker runs.
+    pub counters: ip::tunnel_counters::TunnelCounterWriter,
 }
 
 impl UdpTunContext {
     pub fn new(shared: Arc<ArcSwap<UdpTunTables>>, events: Option<Sender<UdpTunEvent>>) -> Self {
         let tables = shared.load_full();
-        UdpTunContext { cache: Cache::new(shared), tables, events }
+        let mut counters = ip::tunnel_counters::TunnelCounterWriter::new(ip::tunnel_counters::TunnelCounters::new());
+        counters.reserve(tables.tunnels.len());
+        UdpTunContext { cache: Cache::new(shared), tables, events, counters }
     }
 
     /// Pick up a newly published table version; true if there was one (the worker's
@@ -37,6 +41,7 @@ impl UdpTunContext {
             return false;
         }
         self.tables = Arc::clone(t);
+        self.counters.reserve(self.tables.tunnels.len());
         true
     }
 

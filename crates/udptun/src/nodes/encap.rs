@@ -311,8 +311,10 @@ impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunEncap<O> {
             let adj = u.tables.outer_adj(id);
             self.plan = EncapPlan::new(id, u.tables.tunnel(id), adj, ipc.tables.adjacency(adj));
         }
+        let inner_len = buf.len();
         if encap_planned::<O>(&self.plan, buf) {
             counts.inc(UdpTunEncapCounter::Encapsulated);
+            u.counters.tx(id, inner_len);
             return Verdict::Next(UdpTunEncapNext::Output);
         }
         // The plan was made for this tunnel: its copy of the tunnel and its adjacency.
@@ -360,6 +362,7 @@ impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunEncap<O> {
             return Verdict::Drop(c);
         }
         counts.inc(UdpTunEncapCounter::Encapsulated);
+        u.counters.tx(id, inner_len);
         buf.meta.adj = adj;
         if fragment_outer.is_some() && ip::outer::fragment_outer(buf, fragment_outer) {
             counts.inc(UdpTunEncapCounter::FragmentOuter);

@@ -67,7 +67,7 @@ pub struct UdpTunInput<O: TunOuter> {
 struct Last<O: TunOuter> {
     plan: Option<DecapPlan<O::Addr>>,
     fast: Option<FastDecap<O::Head>>,
-    hinted: Option<(NonZeroU32, bool)>,
+    hinted: Option<(NonZeroU32, bool, u32)>,
 }
 
 /// The decap fast path for one tunnel: the test of its fixed outer header (which
@@ -318,18 +318,20 @@ impl<O: TunOuter> UdpTunInput<O> {
     /// [`decap_plain`] for a packet of the tunnel planned, its outer header tested
     /// against the plan's template in a few word comparisons.
     #[inline(always)]
-    fn fast(&self, buf: &mut Buffer) -> Option<UdpTunInputNext> {
-        if let Some((tag, v4)) = self.last.hinted {
+    /// The next node and the tunnel, for a packet the fast path decapsulated.
+    fn fast(&self, buf: &mut Buffer) -> Option<(UdpTunInputNext, u32)> {
+        if let Some((tag, v4, id)) = self.last.hinted {
             if buf.meta.param == tag.get() {
-                return hinted_payload(O::FIXED_LEN, v4, buf);
+                return hinted_payload(O::FIXED_LEN, v4, buf).map(|n| (n, id));
             }
         }
         let b = buf.bytes();
         let f = self.last.fast.as_ref()?;
+        let id = self.last.plan.as_ref()?.id;
         if !f.head.matches(b) {
             return None;
         }
-        plain_payload(f.plain, OuterUdp::read(b, O::FIXED_LEN)?, buf)
+        plain_payload(f.plain, OuterUdp::read(b, O::FIXED_LEN)?, buf).map(|n| (n, id))
     }
 
     /// Plan for a tunnel, and hint its outer header to `ethernet-input` when its packets
@@ -350,7 +352,7 @@ impl<O: TunOuter> UdpTunInput<O> {
         let tag = hints.next_tag();
         let head = f.head.with(O::FIXED_LEN + 8, if v4 { &for_v4 } else { &for_v6 });
         *O::hint(hints) = Some(TunnelHint { head, app: UdpApp::Gue, tag });
-        self.last.hinted = Some((tag, v4));
+        self.last.hinted = Some((tag, v4, p.id));
     }
 }
 
@@ -375,8 +377,9 @@ impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunInput<O> {
         use UdpTunInputCounter as C;
         // Most packets: the tunnel of the packet before, the fixed outer header, the
         // fast path. The first of a vector, and anything else, take the full parse.
-        if let Some(next) = self.fast(buf) {
+        if let Some((next, id)) = self.fast(buf) {
             counts.inc(C::Decapsulated);
+            cx.split_udptun().1.counters.rx(id, buf.len());
             return Verdict::Next(next);
         }
         let (ipc, u) = cx.split_udptun();
@@ -403,6 +406,7 @@ impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunInput<O> {
         };
         if let Some(next) = decap_plain(&plan, udp, buf) {
             counts.inc(C::Decapsulated);
+            u.counters.rx(plan.id, buf.len());
             return Verdict::Next(next);
         }
         let id = plan.id;
@@ -420,6 +424,7 @@ impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunInput<O> {
             }
             Ok(Some((v4, remote_checksum))) => {
                 counts.inc(C::Decapsulated);
+                u.counters.rx(id, buf.len());
                 if remote_checksum {
                     counts.inc(C::GueRemoteChecksumCompleted);
                 }
