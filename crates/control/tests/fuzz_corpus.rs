@@ -140,6 +140,27 @@ fn graph_spd_seeds_take_their_policies() {
     }
 }
 
+/// A datagram with a wrong UDP checksum translated by the load balancer to our own
+/// address leaves with a checksum wrong by as much (as a NAT must); the checker tells it
+/// from one the gateway built wrong.
+#[test]
+fn graph_harness_accepts_a_translated_wrong_checksum() {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/graph/seed-lb6-udp");
+    let (port, mut f) = control::fuzz::graph::decode(&std::fs::read(p).unwrap()).remove(0);
+    let last = f.bytes.len() - 1;
+    f.bytes[last] ^= 0x5a;
+    let mut h = Harness::new();
+    let out = h.frame(port, f);
+    assert_eq!(out.len(), 1, "translated and sent to a backend");
+    let ip = wire::ipv6::Ipv6Packet::new_checked(&out[0].1.bytes[14..]).unwrap();
+    assert_eq!(ip.src_addr(), "2001:db8:1::1".parse::<std::net::Ipv6Addr>().unwrap(), "source-translated to the node");
+    let udp = wire::udp::UdpPacket::new_checked(ip.payload()).unwrap();
+    assert!(!udp.verify_checksum_v6(&ip.src_addr(), &ip.dst_addr()), "still wrong");
+    // Built by the gateway (nothing like it came in), the same bytes are refused.
+    let h = Harness::new();
+    assert!(h.check_sent(0, &out[0].1).unwrap_err().contains("bad UDP checksum"));
+}
+
 fn nonzero(h: &Harness) -> Vec<String> {
     h.worker.graph.counter_snapshots().iter().filter(|c| c.count > 0).map(|c| format!("{} {} {}", c.node, c.counter, c.count)).collect()
 }
