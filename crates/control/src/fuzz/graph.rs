@@ -233,7 +233,11 @@ impl Harness {
         match p.protocol() {
             IpProtocol::Udp => {
                 let u = wire::udp::UdpPacket::new_checked(p.payload()).map_err(|e| format!("udp: {e}"))?;
-                if u.checksum() != 0 && !u.verify_checksum_v4(src, dst) && !inner_checksum_wrong(u.payload()) && !self.translated(p.payload()) {
+                if u.checksum() != 0
+                    && !u.verify_checksum_v4(src, dst)
+                    && !inner_checksum_wrong(u.payload())
+                    && !self.translated(p.payload())
+                {
                     return Err("bad UDP checksum (IPv4)".into());
                 }
             }
