@@ -3,18 +3,26 @@ independent implementation): one input per protocol path through the harness's
 dataplane (crates/control/src/fuzz/graph.toml), some as sequences of frames (fragments
 of one datagram, a run of one tunnel's packets for the tunnel hint), some behind a
 virtio-net header. Input format: records of [control u8][length u16 BE][frame]; control
-bits 0-1: the interface (0 access0, 1 core0, 2 narrow0), bit 2: a virtio-net header
-leads the frame. Run from this folder: python3 make_graph_corpus.py (output committed)."""
+bits 0-1: the interface (0 access0, 1 core0, 2 narrow0, 3 parcel0), bit 2: a virtio-net
+header leads the frame, bit 3: the frame arrives in one poll with the next. ESP is built
+by scapy's SecurityAssociation, parcels by tests/parcelpkt.py (standard library, not our
+Rust). Run from this folder: python3 make_graph_corpus.py (output committed)."""
 import struct
+import sys
 from pathlib import Path
 
 from scapy.all import (ARP, ICMP, IP, TCP, UDP, Ether, Dot1Q, IPv6, ICMPv6EchoRequest, ICMPv6ND_NS,
                        ICMPv6NDOptSrcLLAddr, IPv6ExtHdrFragment, IPv6ExtHdrHopByHop, HBHOptUnknown, GRE, Raw,
                        fragment, fragment6, raw)
 from scapy.contrib.gtp import GTP_U_Header, GTPPDUSessionContainer, GTPEchoRequest
+from scapy.layers.ipsec import ESP, SecurityAssociation
 
-ACCESS, CORE, NARROW = 0, 1, 2
-MAC = {ACCESS: "02:00:00:00:00:01", CORE: "02:00:00:00:00:02", NARROW: "02:00:00:00:00:03"}
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from parcelpkt import parcel4, parcel6  # noqa: E402
+
+ACCESS, CORE, NARROW, PARCEL = 0, 1, 2, 3
+HOLD = 8
+MAC = {ACCESS: "02:00:00:00:00:01", CORE: "02:00:00:00:00:02", NARROW: "02:00:00:00:00:03", PARCEL: "02:00:00:00:00:04"}
 PEER_MAC = "02:00:00:00:09:09"
 USER4, USER6 = "198.18.0.2", "2001:db8::2"
 US4, US6 = "198.18.1.1", "2001:db8:1::1"
@@ -24,9 +32,9 @@ def eth(port, pkt):
     return Ether(src=PEER_MAC, dst=MAC[port]) / pkt
 
 
-def rec(port, frame, vnet=None):
+def rec(port, frame, vnet=None, hold=False):
     b = raw(frame)
-    ctl = port
+    ctl = port | (HOLD if hold else 0)
     if vnet is not None:
         ctl |= 4
         b = vnet + b
@@ -53,6 +61,31 @@ def gtpu6(src, teid, inner, chksum=None, **kw):
 
 def gue(inner, proto):
     return Raw(bytes([0, proto, 0, 0])) / inner
+
+
+# The graph.toml SAs' keys: bytes 1, 2, ... (AES-GCM-128: key and salt; AES-CBC: 16;
+# HMAC-SHA-256: 32).
+KEY = bytes(range(1, 33))
+esp4_in = SecurityAssociation(ESP, spi=8193, crypt_algo="AES-GCM", crypt_key=KEY[:20],
+                              tunnel_header=IP(src="198.18.1.7", dst=US4))
+esp6_in = SecurityAssociation(ESP, spi=8195, crypt_algo="NULL", auth_algo="SHA2-256-128", auth_key=KEY,
+                              tunnel_header=IPv6(src="2001:db8:1::7", dst=US6), nat_t_header=UDP(sport=4500, dport=4500))
+
+
+def esp(sa, inner, seq):
+    return sa.encrypt(inner, seq_num=seq)
+
+
+def raw_l3(ethertype, l3):
+    return Ether(src=PEER_MAC, dst=MAC[ACCESS], type=ethertype) / Raw(l3)
+
+
+def user_udp4(dst, n=64, sport=1, dport=2, flags=0):
+    return eth(ACCESS, IP(src=USER4, dst=dst, flags=flags) / UDP(sport=sport, dport=dport) / payload(n))
+
+
+def user_udp6(dst, n=64, sport=1, dport=2):
+    return eth(ACCESS, IPv6(src=USER6, dst=dst) / UDP(sport=sport, dport=dport) / payload(n))
 
 
 inner4 = IP(src="198.19.10.5", dst="198.19.1.5") / UDP(sport=1000, dport=2000) / payload(32)
@@ -138,6 +171,40 @@ seeds = {
     "vnet-gso-tcp4": [rec(ACCESS, eth(ACCESS, IP(src=USER4, dst="198.19.10.5", flags="DF") / TCP(flags="A", chksum=0) / payload(3000)),
                           vnet_hdr(flags=1, gso_type=1, hdr_len=54, gso_size=1200, csum_start=34, csum_offset=16))],
     "vnet-bad": [rec(ACCESS, eth(ACCESS, IP(src=USER4, dst="198.19.0.5") / UDP()), vnet_hdr(flags=1, csum_start=400, csum_offset=6))],
+    # IPsec: ESP and ESP in UDP from the peers (decrypted, the inner packet routed to
+    # the users), traffic routed into each SA, and narrow0's SPD: protect (SA 5),
+    # discard (both families), bypass (route4 above).
+    "esp4-decrypt": [rec(CORE, eth(CORE, esp(esp4_in, inner4, seq))) for seq in (1, 2)],
+    "esp6-udp-decrypt": [rec(CORE, eth(CORE, esp(esp6_in, inner6, seq))) for seq in (1, 2)]
+                        + [rec(CORE, eth(CORE, IPv6(src="2001:db8:1::7", dst=US6) / UDP(sport=4500, dport=4500) / Raw(b"\xff")))],
+    "esp4-encrypt": [rec(ACCESS, user_udp4("198.19.30.5")), rec(ACCESS, user_udp4("198.19.30.5", 1380))],
+    "esp6-encrypt": [rec(ACCESS, eth(ACCESS, IPv6(src=USER6, dst="2001:db8:130::5") / UDP() / payload(100))),
+                     rec(ACCESS, eth(ACCESS, IP(src=USER4, dst="198.19.30.6") / TCP(flags="S", options=[("MSS", 1460)])))],
+    "spd-protect": [rec(ACCESS, user_udp4("198.19.0.200")), rec(ACCESS, user_udp4("198.19.0.201", 1300))],
+    "spd-discard": [rec(ACCESS, user_udp4("198.19.0.70")), rec(ACCESS, user_udp6("2001:db8:99:1::5"))],
+    # A parcel and a joinable run toward the SPD's interface take its policies too.
+    "spd-parcel": [rec(ACCESS, raw_l3(0x0800, parcel4(USER4, "198.19.0.70", 1000, 2000, [bytes([i]) * 100 for i in range(3)])))]
+                  + [rec(ACCESS, user_udp4("198.19.0.71", 100, 3000, 4000), hold=i < 2) for i in range(3)],
+    # The load balancer: a TCP connection to the IPv4 service (SYN, then the backend's
+    # SYN-ACK to the node's address and port, from whichever backend Maglev chose), UDP
+    # to the IPv6 service and its reply, a port no service has.
+    "lb4-tcp": [rec(ACCESS, eth(ACCESS, IP(src=USER4, dst="198.18.128.10") / TCP(sport=40000, dport=80, flags="S", seq=1)))]
+               + [rec(ACCESS, eth(ACCESS, IP(src=b, dst=US4) / TCP(sport=8080, dport=40000, flags="SA", seq=7, ack=2)))
+                  for b in ("198.19.1.10", "198.19.1.11")]
+               + [rec(ACCESS, eth(ACCESS, IP(src=USER4, dst="198.18.128.10") / TCP(sport=40000, dport=80, flags="A", seq=2, ack=8)))],
+    "lb6-udp": [rec(ACCESS, user_udp6("2001:db8:128::10", 40, sport=5000, dport=53))]
+               + [rec(ACCESS, eth(ACCESS, IPv6(src=b, dst=US6) / UDP(sport=5353, dport=5000) / payload(80)))
+                  for b in ("2001:db8:98::10", "2001:db8:98::11")],
+    "lb-no-service": [rec(ACCESS, eth(ACCESS, IP(src=USER4, dst="198.18.128.10") / TCP(sport=40001, dport=81, flags="S"))),
+                      rec(ACCESS, user_udp6("2001:db8:128::10", 8, sport=5001, dport=54))],
+    # Parcels: routed out of the parcel link whole, split for the narrow link, and a run
+    # of equal datagrams of one flow in one vector joined into a parcel.
+    "parcel4-whole": [rec(ACCESS, raw_l3(0x0800, parcel4(USER4, "198.19.40.5", 1000, 2000, [bytes([i]) * 200 for i in range(4)])))],
+    "parcel4-split": [rec(ACCESS, raw_l3(0x0800, parcel4(USER4, "198.19.0.5", 1000, 2000, [bytes([i]) * 300 for i in range(3)])))],
+    "parcel6": [rec(ACCESS, raw_l3(0x86dd, parcel6(USER6, "2001:db8:140::5", 1000, 2000, [bytes([i]) * 200 for i in range(3)]))),
+                rec(ACCESS, raw_l3(0x86dd, parcel6(USER6, "2001:db8:99::5", 1000, 2000, [bytes([i]) * 100 for i in range(3)])))],
+    "parcel-join4": [rec(ACCESS, user_udp4("198.19.40.5", 500, 3000, 4000), hold=i < 5) for i in range(6)],
+    "parcel-join6": [rec(ACCESS, user_udp6("2001:db8:140::5", 500, 3000, 4000), hold=i < 3) for i in range(4)],
 }
 
 out = Path(__file__).parent / "corpus" / "graph"

@@ -95,6 +95,10 @@ pub struct DataplaneConfig {
     pub icmp_errors_per_sec: u64,
     #[serde(default = "default_solicit_rate")]
     pub solicitations_per_sec: u64,
+    /// ICMP/ICMPv6 echo replies, ARP replies and neighbour advertisements per second per
+    /// worker, each kind its own bucket (burst up to 100).
+    #[serde(default = "default_replies_rate")]
+    pub replies_per_sec: u64,
     /// Control socket path.
     #[serde(default = "default_socket")]
     pub socket: String,
@@ -192,6 +196,9 @@ fn default_icmp_rate() -> u64 {
 fn default_solicit_rate() -> u64 {
     100
 }
+fn default_replies_rate() -> u64 {
+    1000
+}
 pub fn default_socket() -> String {
     "/run/vecgate.sock".into()
 }
@@ -203,6 +210,7 @@ impl Default for DataplaneConfig {
             large_buffers: default_large_buffers(),
             icmp_errors_per_sec: default_icmp_rate(),
             solicitations_per_sec: default_solicit_rate(),
+            replies_per_sec: default_replies_rate(),
             socket: default_socket(),
             worker_core: None,
             busy_poll: false,

@@ -715,6 +715,7 @@ fn build(
         icmp_errors_per_sec: cfg.dataplane.icmp_errors_per_sec,
         icmp_burst: 100,
         solicit_per_sec: cfg.dataplane.solicitations_per_sec,
+        replies_per_sec: cfg.dataplane.replies_per_sec,
         reassembly: cfg.dataplane.reassembly.limits(),
     };
     let gtpu_shared = Arc::new(ArcSwap::from_pointee(gtpu.build()));

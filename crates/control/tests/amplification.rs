@@ -1,9 +1,9 @@
 //! Amplification (issue 25): no received packet makes the gateway send more than one
-//! packet back toward its source, and replies that cost the gateway nothing to trigger
-//! are rate-limited. A whole worker (the graph fuzz target's dataplane, with low reply
-//! rates) takes a burst of each trigger, built by scapy (`fuzz/make_graph_corpus.py`),
-//! and the frames sent back out of the interface it came in by are counted, packet by
-//! packet (none of these triggers is forwarded there).
+//! packet back toward its source, and every kind of reply is rate-limited. A whole
+//! worker (the graph fuzz target's dataplane, with low reply rates) takes a burst of each
+//! trigger, built by scapy (`fuzz/make_graph_corpus.py`), and the frames sent back out of
+//! the interface it came in by are counted, packet by packet (none of these triggers is
+//! forwarded there).
 
 use control::fuzz::graph::{decode, Harness, CONFIG};
 use std::path::Path;
@@ -15,9 +15,12 @@ const BURST: usize = 300;
 const ICMP_RATE: u64 = 10;
 const ICMP_BUCKET: u64 = 100;
 const GTPU_RATE: u64 = 10;
+/// Echo replies, ARP replies and neighbour advertisements per second (each kind's
+/// bucket holds as many).
+const REPLY_RATE: u64 = 10;
 
 fn harness() -> Harness {
-    let cfg = CONFIG.replace("[dataplane]\n", &format!("[dataplane]\nicmp_errors_per_sec = {ICMP_RATE}\n"))
+    let cfg = CONFIG.replace("[dataplane]\n", &format!("[dataplane]\nicmp_errors_per_sec = {ICMP_RATE}\nreplies_per_sec = {REPLY_RATE}\n"))
         + &format!("\n[gtpu]\nreplies_per_sec = {GTPU_RATE}\n");
     Harness::with_config(&cfg)
 }
@@ -45,10 +48,10 @@ fn burst(h: &mut Harness, name: &str) -> (u64, f64) {
     (answered, t0.elapsed().as_secs_f64())
 }
 
-/// Errors and GTP-U signalling replies: a bucket's worth, then what the rate refills;
-/// the rest counted by name.
+/// Every reply kind: a bucket's worth, then what the rate refilled while the burst ran;
+/// every one not answered counted by name.
 #[test]
-fn error_replies_are_rate_limited() {
+fn every_reply_kind_is_rate_limited() {
     for (name, node, limited, bucket, rate) in [
         ("ttl4", "ip4-icmp-error", "rate-limited", ICMP_BUCKET, ICMP_RATE),
         ("port-unreachable", "ip4-icmp-error", "rate-limited", ICMP_BUCKET, ICMP_RATE),
@@ -57,6 +60,11 @@ fn error_replies_are_rate_limited() {
         ("too-big6", "ip6-icmp-error", "rate-limited", ICMP_BUCKET, ICMP_RATE),
         ("gtpu-unknown-teid", "gtpu4-input", "unknown-teid", GTPU_RATE, GTPU_RATE),
         ("gtpu-unknown-ext", "gtpu4-input", "unknown-required-extension", GTPU_RATE, GTPU_RATE),
+        ("gtpu-echo", "gtpu4-input", "rate-limited", GTPU_RATE, GTPU_RATE),
+        ("echo4", "ip4-local", "rate-limited", REPLY_RATE, REPLY_RATE),
+        ("echo6", "ip6-local", "rate-limited", REPLY_RATE, REPLY_RATE),
+        ("arp", "arp-input", "rate-limited", REPLY_RATE, REPLY_RATE),
+        ("nd", "ip6-local", "rate-limited", REPLY_RATE, REPLY_RATE),
     ] {
         // A fresh worker per trigger: full buckets.
         let mut h = harness();
@@ -68,10 +76,24 @@ fn error_replies_are_rate_limited() {
     }
 }
 
-/// Echo (ICMP, ICMPv6, GTP-U), ARP and neighbour solicitations: one answer each, of
-/// about the size of the question (no amplification).
+/// One kind's flood does not starve another: after echo requests emptied their bucket,
+/// ARP requests and neighbour solicitations are still answered.
 #[test]
-fn echo_and_resolution_replies_are_one_for_one() {
+fn a_flood_of_one_reply_kind_leaves_the_others() {
+    let mut h = harness();
+    burst(&mut h, "echo4");
+    burst(&mut h, "echo6");
+    for name in ["arp", "nd"] {
+        let (port, f) = seed(name);
+        let back = h.frame(port, f).into_iter().filter(|(i, _)| *i == port).count();
+        assert_eq!(back, 1, "{name} answered after the echo floods");
+    }
+}
+
+/// Echo (ICMP, ICMPv6, GTP-U), ARP and neighbour solicitations: never an answer larger
+/// than the question (no amplification in size either).
+#[test]
+fn echo_and_resolution_replies_are_no_larger() {
     for name in ["echo4", "echo6", "arp", "nd", "gtpu-echo"] {
         let mut h = harness();
         let (port, f) = seed(name);

@@ -31,6 +31,9 @@ pub struct GtpuContext {
     pub seq: Vec<u16>,
     /// Error Indications and Supported Extension Headers Notifications we send.
     pub replies: TokenBucket,
+    /// Echo Responses we send (their own bucket at the same rate: a flood of G-PDUs to
+    /// unknown TEIDs must not make path management fail).
+    pub echo_replies: TokenBucket,
     pub events: Option<Sender<GtpuEvent>>,
     /// Per-tunnel packets and bytes, read by the control plane while the worker runs.
     pub counters: ip::tunnel_counters::TunnelCounterWriter,
@@ -48,7 +51,8 @@ impl GtpuContext {
             tables,
             last: None,
             seq,
-            replies: TokenBucket::new(replies_per_sec, replies_per_sec.clamp(1, 100)),
+            replies: TokenBucket::reply_limit(replies_per_sec),
+            echo_replies: TokenBucket::reply_limit(replies_per_sec),
             events,
         }
     }

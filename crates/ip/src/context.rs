@@ -32,6 +32,12 @@ impl TokenBucket {
         TokenBucket { tokens: burst, burst, cycles_per_token: (hz / rate_per_sec.max(1)).max(1), last: clock::now() }
     }
 
+    /// The bucket of one kind of reply to what others send (echo, ARP, neighbour
+    /// advertisement, GTP-U signalling): `rate` per second, a burst of up to 100.
+    pub fn reply_limit(rate_per_sec: u64) -> Self {
+        TokenBucket::new(rate_per_sec, rate_per_sec.clamp(1, 100))
+    }
+
     /// Take one token if there is one.
     pub fn take(&mut self) -> bool {
         let now = clock::now();
@@ -57,13 +63,24 @@ pub struct Limits {
     pub icmp_burst: u64,
     /// ARP requests / neighbour solicitations per second per worker.
     pub solicit_per_sec: u64,
+    /// Replies to what anyone may send us (ICMP and ICMPv6 echo replies, ARP replies,
+    /// neighbour advertisements) per second per worker, each kind its own bucket of up to
+    /// 100: a spoofed flood of one kind neither reflects at full rate nor starves the
+    /// others (a ping flood must not stop neighbour resolution).
+    pub replies_per_sec: u64,
     /// Reassembly of fragments addressed to the gateway, per worker and family.
     pub reassembly: ReassemblyLimits,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { icmp_errors_per_sec: 1000, icmp_burst: 100, solicit_per_sec: 100, reassembly: ReassemblyLimits::default() }
+        Limits {
+            icmp_errors_per_sec: 1000,
+            icmp_burst: 100,
+            solicit_per_sec: 100,
+            replies_per_sec: 1000,
+            reassembly: ReassemblyLimits::default(),
+        }
     }
 }
 
@@ -74,6 +91,11 @@ pub struct IpContext {
     pub icmp4: TokenBucket,
     pub icmp6: TokenBucket,
     pub solicit: TokenBucket,
+    /// `Limits::replies_per_sec`, one bucket per reply kind.
+    pub echo4: TokenBucket,
+    pub echo6: TokenBucket,
+    pub arp_replies: TokenBucket,
+    pub advertisements: TokenBucket,
     /// IPv4 identification for packets this worker originates.
     pub ident: u16,
     /// IPv6 Fragment header identification for packets this worker fragments; starts
@@ -95,6 +117,10 @@ impl IpContext {
             icmp4: TokenBucket::new(limits.icmp_errors_per_sec, limits.icmp_burst),
             icmp6: TokenBucket::new(limits.icmp_errors_per_sec, limits.icmp_burst),
             solicit: TokenBucket::new(limits.solicit_per_sec, limits.solicit_per_sec.clamp(1, 10)),
+            echo4: TokenBucket::reply_limit(limits.replies_per_sec),
+            echo6: TokenBucket::reply_limit(limits.replies_per_sec),
+            arp_replies: TokenBucket::reply_limit(limits.replies_per_sec),
+            advertisements: TokenBucket::reply_limit(limits.replies_per_sec),
             ident: 0,
             ident6: {
                 use std::hash::BuildHasher;

@@ -299,6 +299,15 @@ impl Tables {
         }
     }
 
+    /// A packet routed out of interface `i` may go from the route lookup straight to
+    /// `ipN-rewrite`: no SPD is bound to `i` and no LB reply translation is on. A node that
+    /// looks routes up itself (the parcel nodes) sends the others to `ipN-lookup`, which
+    /// passes them through those features; otherwise they would bypass a DISCARD policy.
+    #[inline(always)]
+    pub fn straight_to_rewrite(&self, i: IfIndex) -> bool {
+        !self.lb_replies && self.spd_links.checked_shr(i.0 as u32).unwrap_or(0) & 1 == 0
+    }
+
     /// Interface `i` takes IP parcels.
     #[inline(always)]
     pub fn takes_parcels(&self, i: IfIndex) -> bool {

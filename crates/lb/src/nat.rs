@@ -22,6 +22,9 @@ pub enum NatError {
     ExtensionHeaders,
     /// Not TCP or UDP (or, for errors, not an ICMP error about TCP or UDP).
     Protocol,
+    /// A UDP length field below the UDP header's 8 bytes or past the packet: translated,
+    /// the gateway would send a malformed datagram from its own address.
+    BadUdpLength,
 }
 
 const TCP: u8 = 6;
@@ -145,6 +148,9 @@ pub fn flow<F: Layout>(pkt: &[u8]) -> Result<(FlowKey<F::Addr>, u8, usize), NatE
     };
     if pkt.len() < l4 + need {
         return Err(NatError::Truncated);
+    }
+    if proto == UDP && !(8..=pkt.len() - l4).contains(&(be16(pkt, l4 + 4) as usize)) {
+        return Err(NatError::BadUdpLength);
     }
     let flags = if proto == TCP { pkt[l4 + 13] } else { 0 };
     let key = FlowKey { src: F::src(pkt), dst: F::dst(pkt), sport: be16(pkt, l4), dport: be16(pkt, l4 + 2), proto };

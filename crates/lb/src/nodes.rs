@@ -43,6 +43,7 @@ counters! {
         Fragment(Warn, "fragment", "IPv4 fragment to a service (ports only in the first)"),
         ExtensionHeaders(Warn, "extension-headers", "IPv6 extension headers before the transport header"),
         Protocol(Warn, "not-tcp-udp", "not TCP, UDP or an ICMP error about them"),
+        BadUdpLength(Warn, "bad-udp-length", "UDP length field below 8 or past the packet"),
     }
 }
 
@@ -85,6 +86,7 @@ fn nat_drop(e: NatError) -> LbNatCounter {
         NatError::Fragment => LbNatCounter::Fragment,
         NatError::ExtensionHeaders => LbNatCounter::ExtensionHeaders,
         NatError::Protocol => LbNatCounter::Protocol,
+        NatError::BadUdpLength => LbNatCounter::BadUdpLength,
     }
 }
 

@@ -5,7 +5,10 @@
 //! every checksum mode, sequence numbers, PDU session containers and Ethernet decap;
 //! GUE, GRE-in-UDP (key, checksum, sequence) and direct UDP tunnels over both families;
 //! tunnel MTUs with inner and outer fragmentation; MSS clamping; routed fragmentation
-//! (a narrower interface); reassembly.
+//! (a narrower interface); reassembly; IPsec ESP tunnels (AES-GCM, AES-CBC with
+//! HMAC-SHA-256, NULL with HMAC-SHA-256 in UDP over IPv6) and an SPD with protect, bypass
+//! and discard policies bound to the narrow interface; load-balanced services (TCP over
+//! IPv4, UDP over IPv6, NAT both ways); a parcel-capable link.
 //!
 //! One dataplane serves every input (building one per input runs ~10x slower), so state
 //! a real gateway keeps (reassembly in progress, hints, rate limiters) carries from one
@@ -23,14 +26,16 @@
 //!   bytes that did not come in whole) are correct (a forwarded packet keeps the L4
 //!   checksum it came with, right or wrong, even with a spoofed source; a GTP-U outer
 //!   checksum derived from a wrong inner one is wrong by as much, see
-//!   `inner_checksum_wrong`);
+//!   `inner_checksum_wrong`; so is a datagram the load balancer translated to our
+//!   address, see `translated`);
 //! - no frame is larger than its interface's MTU allows (a GSO frame: its segments).
 //!
 //! Input format (mutation-friendly, and what `fuzz/make_graph_corpus.py` writes): records
 //! of `[control u8][length u16 BE][frame]`; control bits 0-1 pick the receiving
-//! interface (`access0`, `core0`, `narrow0`; 3 is `access0`), bit 2 says the first 10
-//! bytes of the frame are a virtio-net header. A length beyond the input takes the rest.
-//! At most [`MAX_FRAMES`] frames per input.
+//! interface (`access0`, `core0`, `narrow0`, `parcel0`), bit 2 says the first 10 bytes of
+//! the frame are a virtio-net header, bit 3 holds the frame back to arrive in one poll
+//! with the next (so a vector holds several packets: parcel joining, the flow caches).
+//! A length beyond the input takes the rest. At most [`MAX_FRAMES`] frames per input.
 
 use crate::config::Config;
 use crate::dataplane::{assemble, Control, WorkerContext};
@@ -105,8 +110,15 @@ impl Harness {
     /// Run one fuzz input (see the module's format) and check every invariant.
     pub fn input(&mut self, data: &[u8]) {
         self.received.clear();
-        for (port, f) in decode(data) {
-            self.frame(port, f);
+        let mut held = Vec::new();
+        for (port, f, hold) in decode_held(data) {
+            held.push((port, f));
+            if !hold {
+                self.frames(std::mem::take(&mut held));
+            }
+        }
+        if !held.is_empty() {
+            self.frames(held);
         }
         // Events would change the tables between inputs; the test keeps them as built.
         while self.control.events.try_recv().is_ok() {}
@@ -117,9 +129,17 @@ impl Harness {
     /// One frame in through interface `port`; the invariants checked on what came out,
     /// which is returned with the index of the interface that sent each frame.
     pub fn frame(&mut self, port: usize, f: RxFrame) -> Vec<(usize, TxFrame)> {
+        self.frames(vec![(port, f)])
+    }
+
+    /// Frames that arrive together (one poll, one vector per interface); the invariants
+    /// checked on what came out, as for [`Harness::frame`].
+    pub fn frames(&mut self, frames: Vec<(usize, RxFrame)>) -> Vec<(usize, TxFrame)> {
         let before = self.tally();
-        self.received.push(f.bytes.clone());
-        self.handles[port].rx.send(f).expect("the device holds its receiver");
+        for (port, f) in frames {
+            self.received.push(f.bytes.clone());
+            self.handles[port].rx.send(f).expect("the device holds its receiver");
+        }
         self.worker.poll_once();
         let mut out = Vec::new();
         for (i, h) in self.handles.iter().enumerate() {
@@ -185,6 +205,20 @@ impl Harness {
         !l4.is_empty() && self.received.iter().any(|f| f.windows(l4.len()).any(|w| w == l4))
     }
 
+    /// Whether UDP datagram `udp` is one that came in and was translated (the load
+    /// balancer's NAT: addresses and ports rewritten, the checksum updated for them, so a
+    /// wrong one stays wrong by as much, as a NAT must leave it): a received frame holds
+    /// its payload right after a UDP header of the same length.
+    fn translated(&self, udp: &[u8]) -> bool {
+        let (Some(len), Some(payload)) = (udp.get(4..6), udp.get(8..)) else { return false };
+        self.received.iter().any(|f| {
+            if payload.is_empty() {
+                return f.windows(2).skip(4).any(|w| w == len);
+            }
+            f.windows(payload.len()).enumerate().any(|(at, w)| at >= 8 && w == payload && &f[at - 4..at - 2] == len)
+        })
+    }
+
     fn check_ipv4(&self, l3: &[u8]) -> Result<(), String> {
         use wire::ipv4::Ipv4Packet;
         let p = Ipv4Packet::new_checked(l3).map_err(|e| format!("ipv4: {e}"))?;
@@ -199,7 +233,11 @@ impl Harness {
         match p.protocol() {
             IpProtocol::Udp => {
                 let u = wire::udp::UdpPacket::new_checked(p.payload()).map_err(|e| format!("udp: {e}"))?;
-                if u.checksum() != 0 && !u.verify_checksum_v4(src, dst) && !inner_checksum_wrong(u.payload()) {
+                if u.checksum() != 0
+                    && !u.verify_checksum_v4(src, dst)
+                    && !inner_checksum_wrong(u.payload())
+                    && !self.translated(p.payload())
+                {
                     return Err("bad UDP checksum (IPv4)".into());
                 }
             }
@@ -233,7 +271,7 @@ impl Harness {
                 if u.checksum() == 0 && !zero_ok {
                     return Err("zero UDP checksum over IPv6 from a tunnel that computes them".into());
                 }
-                if u.checksum() != 0 && !u.verify_checksum_v6(&src, &dst) && !inner_checksum_wrong(u.payload()) {
+                if u.checksum() != 0 && !u.verify_checksum_v6(&src, &dst) && !inner_checksum_wrong(u.payload()) && !self.translated(upper) {
                     return Err("bad UDP checksum (IPv6)".into());
                 }
             }
@@ -251,6 +289,12 @@ impl Harness {
 
 /// The frames of an input (see the module's format), each with its receiving interface.
 pub fn decode(data: &[u8]) -> Vec<(usize, RxFrame)> {
+    decode_held(data).into_iter().map(|(port, f, _)| (port, f)).collect()
+}
+
+/// The frames of an input, each with its receiving interface and whether it is held
+/// back to arrive with the next.
+pub fn decode_held(data: &[u8]) -> Vec<(usize, RxFrame, bool)> {
     let mut out = Vec::new();
     let mut rest = data;
     while out.len() < MAX_FRAMES {
@@ -258,17 +302,14 @@ pub fn decode(data: &[u8]) -> Vec<(usize, RxFrame)> {
         let len = (u16::from_be_bytes([*hi, *lo]) as usize).min(tail.len());
         let (frame, next) = tail.split_at(len);
         rest = next;
-        let port = match ctl & 3 {
-            3 => 0,
-            p => p as usize,
-        };
+        let port = (ctl & 3) as usize;
         let f = if ctl & 4 != 0 && frame.len() >= VNET_HDR_LEN {
             let (h, bytes) = frame.split_at(VNET_HDR_LEN);
             RxFrame { bytes: bytes.to_vec(), vnet: Some(VnetHdr::parse(h.try_into().expect("split at its length"))) }
         } else {
             RxFrame { bytes: frame.to_vec(), vnet: None }
         };
-        out.push((port, f));
+        out.push((port, f, ctl & 8 != 0));
     }
     out
 }

@@ -29,6 +29,7 @@ counters! {
         Decapsulated(Info, "decapsulated", "G-PDUs decapsulated"),
         MssClamped(Info, "mss-clamped", "TCP SYN MSS lowered to fit the tunnel"),
         EchoReplies(Info, "echo-replies", "Echo Responses sent"),
+        RateLimited(Warn, "rate-limited", "Echo Request not answered: reply rate limit"),
         ErrorIndicationsSent(Info, "error-indications-sent", "Error Indications sent for unknown TEIDs"),
         NotificationsSent(Info, "ext-notifications-sent", "Supported Extension Headers Notifications sent"),
         EventQueueFull(Warn, "event-queue-full", "path-management event lost: control queue full"),
@@ -332,6 +333,9 @@ impl<Cx: HasGtpu, O: Outer> Node<Cx> for GtpuInput<O> {
             MessageType::EchoRequest => {
                 if p.teid != 0 {
                     return Verdict::Drop(C::BadSignalling);
+                }
+                if !g.echo_replies.take() {
+                    return Verdict::Drop(C::RateLimited);
                 }
                 let mut m = [0u8; messages::MAX_MESSAGE];
                 let n = messages::echo_response(p.seq, &mut m);

@@ -16,6 +16,7 @@ counters! {
         Malformed(Warn, "malformed", "truncated ARP, or not Ethernet/IPv4"),
         NotForUs(Info, "not-for-us", "target address is not ours (ignored)"),
         RepliesSent(Info, "replies-sent", "ARP replies sent for our addresses"),
+        RateLimited(Warn, "rate-limited", "request for our address not answered: reply rate limit"),
         Learned(Info, "learned", "neighbours reported to the control plane"),
         LearnQueueFull(Warn, "learn-queue-full", "neighbour could not be reported: control queue full"),
         ReplyConsumed(Info, "reply-consumed", "ARP replies to us, consumed after learning"),
@@ -61,6 +62,9 @@ impl<Cx: HasIp> Node<Cx> for ArpInput {
         }
         match r.operation {
             ArpOperation::Request => {
+                if !cx.arp_replies.take() {
+                    return Verdict::Drop(C::RateLimited);
+                }
                 let reply = ArpRepr {
                     operation: ArpOperation::Reply,
                     sender_hw: ifl.mac,

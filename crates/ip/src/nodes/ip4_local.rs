@@ -17,6 +17,7 @@ next_nodes! {
 counters! {
     pub enum Ip4LocalCounter {
         EchoReplies(Info, "echo-replies", "ICMP echo replies sent"),
+        RateLimited(Warn, "rate-limited", "echo request not answered: reply rate limit"),
         IcmpMalformed(Warn, "icmp-malformed", "ICMP message truncated or with a bad checksum"),
         IcmpIgnored(Info, "icmp-ignored", "ICMP messages other than echo request, consumed"),
         PortUnreachable(Info, "port-unreachable", "UDP to a port nothing listens on (ICMP requested)"),
@@ -60,6 +61,9 @@ impl<Cx: HasIp> Node<Cx> for Ip4Local {
                 }
                 if icmp.msg_type() != Icmpv4Type::EchoRequest {
                     return Verdict::Drop(C::IcmpIgnored);
+                }
+                if !cx.ip().echo4.take() {
+                    return Verdict::Drop(C::RateLimited);
                 }
                 let (src, dst) = (p.src_addr(), p.dst_addr());
                 let total = p.total_len();

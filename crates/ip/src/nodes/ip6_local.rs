@@ -20,6 +20,7 @@ counters! {
     pub enum Ip6LocalCounter {
         EchoReplies(Info, "echo-replies", "ICMPv6 echo replies sent"),
         NaSent(Info, "na-sent", "neighbour advertisements sent for our addresses"),
+        RateLimited(Warn, "rate-limited", "echo request or solicitation not answered: reply rate limit"),
         Learned(Info, "learned", "neighbours reported to the control plane"),
         LearnQueueFull(Warn, "learn-queue-full", "neighbour could not be reported: control queue full"),
         NdConsumed(Info, "nd-consumed", "advertisements and other ND messages consumed"),
@@ -111,6 +112,9 @@ impl<Cx: HasIp> Node<Cx> for Ip6Local {
         };
         match repr {
             Icmpv6Repr::EchoRequest { .. } => {
+                if !cx.echo6.take() {
+                    return Verdict::Drop(C::RateLimited);
+                }
                 // Reply from the address asked (or the interface's, for multicast), with
                 // any extension headers dropped: move the ICMPv6 message up.
                 let reply_src = if dst.is_multicast() { ifl.ip6_source() } else { dst };
@@ -140,6 +144,9 @@ impl<Cx: HasIp> Node<Cx> for Ip6Local {
                 }
                 if let (false, Some(mac)) = (src.is_unspecified(), source_lladdr) {
                     learn(cx, counts, rx, src, mac);
+                }
+                if !cx.advertisements.take() {
+                    return Verdict::Drop(C::RateLimited);
                 }
                 let ifl = &cx.tables.interfaces[rx.get()];
                 // Answer the soliciting node, or all nodes for duplicate address detection.

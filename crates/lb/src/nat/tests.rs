@@ -155,6 +155,25 @@ fn malformed_packets_are_refused_by_name() {
     assert_eq!(flow::<V6>(&p6).unwrap_err(), NatError::ExtensionHeaders);
 }
 
+/// Found by the graph fuzz target: a UDP datagram whose length field is 0 went to a
+/// backend translated, a malformed datagram from the node's address. A length below 8 or
+/// past the packet is refused; one that leaves bytes after the datagram is not.
+#[test]
+fn a_udp_length_below_8_or_past_the_packet_is_refused() {
+    let k = FlowKey { src: [198, 18, 0, 2], dst: [198, 18, 128, 10], sport: 5000, dport: 53, proto: UDP };
+    let k6 = FlowKey { src: [0x20; 16], dst: [0x21; 16], sport: 5000, dport: 53, proto: UDP };
+    let (p4, p6) = (v4_packet(UDP, &k, 0, b"query", 0), v6_packet(UDP, &k6, 0, b"query"));
+    assert!(flow::<V4>(&p4).is_ok() && flow::<V6>(&p6).is_ok());
+    for (len, ok) in [(0u16, false), (7, false), (8, true), (13, true), (14, false), (0xffff, false)] {
+        let (mut q4, mut q6) = (p4.clone(), p6.clone());
+        q4[24..26].copy_from_slice(&len.to_be_bytes());
+        q6[44..46].copy_from_slice(&len.to_be_bytes());
+        for r in [flow::<V4>(&q4).map(|_| ()), flow::<V6>(&q6).map(|_| ())] {
+            assert_eq!(r, if ok { Ok(()) } else { Err(NatError::BadUdpLength) }, "length {len}");
+        }
+    }
+}
+
 /// A router between the balancer and the backend says "fragmentation needed" about a
 /// translated packet (node → backend); the client must get it about its own packet
 /// (client → VIP), from the router, with every checksum right.

@@ -104,7 +104,9 @@ impl<Cx: HasParcel, F: ParcelFamily> Node<Cx> for ParcelInput<F> {
         let adj = F::fib(&ipcx.tables).lookup(key);
         buf.meta.adj = adj;
         let next_hop = match (adj <= MAX_INDEX).then(|| ipcx.tables.adjacency(adj)) {
-            Some(Adjacency::Rewrite { tx_if, mtu, .. } | Adjacency::Glean { tx_if, mtu }) => Some((*tx_if, *mtu as usize)),
+            Some(Adjacency::Rewrite { tx_if, mtu, .. } | Adjacency::Glean { tx_if, mtu }) if ipcx.tables.straight_to_rewrite(*tx_if) => {
+                Some((*tx_if, *mtu as usize))
+            }
             _ => None,
         };
         if bad > 0 {

@@ -11,7 +11,8 @@
 //! as it would have found the datagram.
 //!
 //! Datagrams that join nothing leave for `ipN-rewrite` with the lookup done here, or
-//! for `ipN-lookup` when the route is not a plain next hop.
+//! for `ipN-lookup` when the route is not a plain next hop or its interface has an
+//! output feature (an SPD, LB reply translation: `Tables::straight_to_rewrite`).
 
 use super::ParcelFamily;
 use crate::context::HasParcel;
@@ -69,7 +70,9 @@ fn classify<F: ParcelFamily>(t: &Tables, b: &[u8]) -> (u32, bool, Option<(JoinKe
     }
     let adj = F::fib(t).lookup(F::key(&b[F::DST_AT..]));
     let (fwd, link) = match (adj <= MAX_INDEX).then(|| t.adjacency(adj)) {
-        Some(Adjacency::Rewrite { tx_if, mtu, .. } | Adjacency::Glean { tx_if, mtu }) => (true, t.takes_parcels(*tx_if).then_some(*mtu)),
+        Some(Adjacency::Rewrite { tx_if, mtu, .. } | Adjacency::Glean { tx_if, mtu }) if t.straight_to_rewrite(*tx_if) => {
+            (true, t.takes_parcels(*tx_if).then_some(*mtu))
+        }
         _ => (false, None),
     };
     let key = link.and_then(|mtu| {
