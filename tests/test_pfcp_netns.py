@@ -226,8 +226,14 @@ def upf_lab(lab, vecgate, tmp_path):
     lab.run(dn, "ip", "addr", "add", f"{DN}/24", "dev", "d0")
     lab.run(dn, "ip", "route", "add", "198.19.0.0/16", "via", UPF_N6)
     v = Vecgate(lab, vecgate, upf, CONFIG, tmp_path, name="upf")
-    lab.run(gnb, "ping", "-c", "2", "-i", "0.2", "-W", "1", UPF_N3, check=False)
-    lab.run(dn, "ping", "-c", "2", "-i", "0.2", "-W", "1", UPF_N6, check=False)
+    # Both neighbours known to vecgate (it learns them from their ARP requests) before
+    # any counted packet: a ping answered on each side.
+    for ns, addr in ((gnb, UPF_N3), (dn, UPF_N6)):
+        for _ in range(20):
+            if lab.run(ns, "ping", "-c", "1", "-W", "1", addr, check=False).returncode == 0:
+                break
+        else:
+            raise AssertionError(f"{addr} never answered a ping")
     smf = SmfProc(lab, upf)
     assert smf("associate")["cause"] == 1
     return gnb, upf, dn, v, smf
@@ -303,10 +309,11 @@ def test_qer_gate_and_mbr_police_the_downlink(lab, vecgate, tmp_path):
     got = downlink(300, 1000 - 28)
     dropped = v.errors().get(("upf4-downlink", "mbr-exceeded"), 0)
     assert dropped > 0 and len(got) + dropped == 300, (len(got), dropped)
-    assert all(len(g.payload) == 1000 for g in got)
+    from scapy.all import IP
+    assert all(g[IP].len == 1000 and g[IP].dst == ue for g in got)
     s = v.ctl("show", "pfcp", "sessions")["data"]["sessions"][0]
     assert s["downlink"][0]["qers"] == [[True, 100_000]], s
-    assert pcap_clean(smf, tmp_path).count("52") == 3  # the three modifications answered
+    assert pcap_clean(smf, tmp_path).count("53") == 2  # both modifications answered
 
 
 def test_urr_quota_stops_traffic_and_deletion_reports_the_volumes(lab, vecgate, tmp_path):
@@ -316,7 +323,7 @@ def test_urr_quota_stops_traffic_and_deletion_reports_the_volumes(lab, vecgate, 
     assert s["cause"] == 1, s
     r = receiver(lab, dn, "0.0.0.0", 7200, seconds=3, count=15)
     py(lab, gnb, GNB_SEND_N, s["teid"], s["ue"], 15, 300)
-    assert len(received(r)) == 15
+    assert len(received(r)) == 15, sorted(v.errors().items())
     r = receiver(lab, gnb, GNB, 2152, seconds=3, count=7)
     py(lab, dn, DN_SEND_N, s["ue"], 7, 172)  # 200-byte IPv4 packets
     assert len(gpdus(received(r))) == 7
