@@ -82,6 +82,14 @@ impl UsageCells {
         p.store(p.load(Relaxed) + 1, Relaxed);
     }
 
+    /// Start loading a slot's cell (the prefetch pass of the UPF nodes).
+    #[inline(always)]
+    pub fn prefetch(&self, slot: u32) {
+        if let Some(c) = self.cells.get(slot as usize) {
+            engine::prefetch::read(c);
+        }
+    }
+
     /// The counts of a slot for this generation (the control plane's side).
     pub fn read(&self, slot: u32, generation: u32) -> Usage {
         match self.cells.get(slot as usize) {
@@ -123,6 +131,14 @@ pub struct Policer {
 impl Policer {
     pub fn new(slots: usize) -> Policer {
         Policer { buckets: vec![Bucket::default(); slots].into_boxed_slice(), hz: engine::clock::hz().max(1) }
+    }
+
+    /// Start loading a slot's bucket (the prefetch pass of the UPF nodes).
+    #[inline(always)]
+    pub fn prefetch(&self, slot: u32) {
+        if let Some(b) = self.buckets.get(slot as usize) {
+            engine::prefetch::read(b);
+        }
     }
 
     /// Take `bytes` from a QER's bucket at `now` (clock ticks); false: over the MBR.

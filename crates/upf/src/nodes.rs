@@ -16,7 +16,7 @@ use crate::context::{HasUpf, Policer, UpfContext, UpfEvent, UsageCells};
 use crate::sdf::FlowView;
 use crate::tables::{Forward, OuterHeader, Rule, Session, UpfTables};
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use engine::{counters, next_nodes, Buffer, Counts, GraphBuilder, Node, Verdict};
+use engine::{counters, next_nodes, BufIdx, Buffer, Counts, GraphBuilder, Node, Pool, Verdict, VECTOR_SIZE};
 use ip::outer::{udp_checksum, Ip4Outer, Ip6Outer, OuterFamily};
 use wire::gtpu::{GtpuPacket, GtpuRepr, MessageType, PduSession, Qfi, Teid};
 
@@ -263,6 +263,71 @@ fn send_on(buf: &mut Buffer, t: &UpfTables, ohc: Option<OuterHeader>, v6: bool) 
     }
 }
 
+/// Tables this large get the vector's lookups prefetched level by level (below it they
+/// stay in cache and the passes only cost).
+const PREFETCH_SESSIONS: usize = 1024;
+
+/// Start loading what the vector's packets will read, one level per pass so that the
+/// misses of a level overlap across the vector: the table slot of each key, the session
+/// pointer, the session, its rules, and the rules' QER bucket and usage cell.
+/// `slots` holds each packet's session slot (`None`: not a plain packet of ours).
+fn prefetch_sessions(u: &UpfContext, slots: &[Option<u32>]) {
+    let t = &*u.tables;
+    for s in slots.iter().flatten() {
+        if let Some(e) = t.sessions.get(*s as usize) {
+            engine::prefetch::read(e);
+        }
+    }
+    for s in slots.iter().flatten() {
+        if let Some(Some(sess)) = t.sessions.get(*s as usize) {
+            engine::prefetch::read(&**sess);
+        }
+    }
+    for s in slots.iter().flatten() {
+        if let Some(sess) = t.session(*s) {
+            if let Some(r) = sess.uplink.first() {
+                engine::prefetch::read(r);
+            }
+            if let Some(r) = sess.downlink.first() {
+                engine::prefetch::read(r);
+            }
+        }
+    }
+    for s in slots.iter().flatten() {
+        if let Some(sess) = t.session(*s) {
+            for r in sess.uplink.iter().chain(sess.downlink.iter()).take(2) {
+                if let Some(q) = r.qers.first() {
+                    engine::prefetch::read(q);
+                }
+                if let Some(x) = r.urrs.first() {
+                    engine::prefetch::read(x);
+                }
+            }
+        }
+    }
+    for s in slots.iter().flatten() {
+        if let Some(sess) = t.session(*s) {
+            for r in sess.uplink.iter().chain(sess.downlink.iter()).take(2) {
+                if let Some(q) = r.qers.first() {
+                    u.policer.prefetch(q.slot);
+                }
+                if let Some(x) = r.urrs.first() {
+                    u.usage.prefetch(x.slot);
+                }
+            }
+        }
+    }
+}
+
+/// The TEID of a plain G-PDU over an outer header of family `O` (the common shape), for
+/// the prefetch pass.
+#[inline(always)]
+fn quick_teid<O: OuterFamily>(b: &[u8]) -> Option<u32> {
+    let (hl, _, _) = O::outer(b).ok()?;
+    let g = b.get(hl + 8..hl + 16)?;
+    (g[1] == 255).then(|| u32::from_be_bytes([g[4], g[5], g[6], g[7]]))
+}
+
 /// The GTP-U facts the uplink decides on.
 struct Gpdu {
     teid: u32,
@@ -324,6 +389,28 @@ impl<Cx: HasUpf, O: OuterFamily> Node<Cx> for UpfUplink<O> {
         }
     }
 
+    /// With many sessions: prefetch the vector's lookups level by level
+    /// (docs/PERFORMANCE.md, `vecgate bench upf4-uplink`).
+    fn prepare(&mut self, cx: &mut Cx, pool: &mut Pool, input: &[BufIdx]) {
+        let u = cx.upf();
+        if u.tables.sessions.len() < PREFETCH_SESSIONS {
+            return;
+        }
+        let n = input.len().min(VECTOR_SIZE);
+        let mut teids = [None; VECTOR_SIZE];
+        for (k, &b) in teids.iter_mut().zip(&input[..n]) {
+            *k = quick_teid::<O>(pool.get(b).bytes());
+            if let Some(s) = k.and_then(|t| u.tables.by_teid.home_slot(t as u64)) {
+                engine::prefetch::read(s);
+            }
+        }
+        let mut slots = [None; VECTOR_SIZE];
+        for (s, t) in slots.iter_mut().zip(&teids[..n]) {
+            *s = t.and_then(|t| u.tables.by_teid.get(t as u64));
+        }
+        prefetch_sessions(u, &slots[..n]);
+    }
+
     #[inline]
     fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, UpfCounter>, buf: &mut Buffer) -> Verdict<UpfNext, UpfCounter> {
         let u = cx.upf();
@@ -378,6 +465,9 @@ impl<Cx: HasUpf, O: OuterFamily> Node<Cx> for UpfUplink<O> {
 pub trait UeFamily: Send + 'static {
     const NAME: &'static str;
     fn session<'a>(t: &'a UpfTables, dst: &IpAddr) -> Option<&'a Session>;
+    /// The lookup table and a packet's key in it (for the prefetch pass).
+    fn table(t: &UpfTables) -> &gtpu::teid_table::TeidTable;
+    fn key(b: &[u8]) -> Option<u64>;
 }
 
 pub struct Ue4;
@@ -392,6 +482,14 @@ impl UeFamily for Ue4 {
             IpAddr::V6(_) => None,
         }
     }
+    fn table(t: &UpfTables) -> &gtpu::teid_table::TeidTable {
+        &t.by_ue4
+    }
+    #[inline(always)]
+    fn key(b: &[u8]) -> Option<u64> {
+        let d = b.get(16..20)?;
+        Some(u32::from_be_bytes([d[0], d[1], d[2], d[3]]) as u64)
+    }
 }
 
 impl UeFamily for Ue6 {
@@ -402,6 +500,14 @@ impl UeFamily for Ue6 {
             IpAddr::V6(a) => t.by_ue6(a),
             IpAddr::V4(_) => None,
         }
+    }
+    fn table(t: &UpfTables) -> &gtpu::teid_table::TeidTable {
+        &t.by_ue6
+    }
+    #[inline(always)]
+    fn key(b: &[u8]) -> Option<u64> {
+        let d = b.get(24..32)?;
+        Some(u64::from_be_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]]))
     }
 }
 
@@ -420,6 +526,27 @@ impl<Cx: HasUpf, F: UeFamily> Node<Cx> for UpfDownlink<F> {
 
     fn name(&self) -> &'static str {
         F::NAME
+    }
+
+    /// With many sessions: prefetch the vector's lookups level by level.
+    fn prepare(&mut self, cx: &mut Cx, pool: &mut Pool, input: &[BufIdx]) {
+        let u = cx.upf();
+        if u.tables.sessions.len() < PREFETCH_SESSIONS {
+            return;
+        }
+        let n = input.len().min(VECTOR_SIZE);
+        let mut keys = [None; VECTOR_SIZE];
+        for (k, &b) in keys.iter_mut().zip(&input[..n]) {
+            *k = F::key(pool.get(b).bytes());
+            if let Some(s) = k.and_then(|k| F::table(&u.tables).home_slot(k)) {
+                engine::prefetch::read(s);
+            }
+        }
+        let mut slots = [None; VECTOR_SIZE];
+        for (s, k) in slots.iter_mut().zip(&keys[..n]) {
+            *s = k.and_then(|k| F::table(&u.tables).get(k));
+        }
+        prefetch_sessions(u, &slots[..n]);
     }
 
     #[inline]

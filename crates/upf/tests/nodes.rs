@@ -515,3 +515,34 @@ fn end_markers_are_gtpu_type_254_from_our_n3_address() {
     no_v6.set_n3(Some(N3), None);
     assert!(upf::nodes::end_marker(&no_v6.build(), IpAddr::V6(GNB6), 1).is_none());
 }
+
+#[test]
+fn with_many_sessions_each_packet_finds_its_own() {
+    // Past the size where the nodes prefetch a vector's lookups level by level.
+    let mut rig = Rig::new();
+    rig.state = UpfState::new(2000, 4000, 4000);
+    rig.state.set_n3(Some(N3), Some(N3_6));
+    for i in 0..1100u32 {
+        let mut r = session(i as u64 + 1);
+        r.pdrs.get_mut(&1).unwrap().local_f_teid = Some(GtpuEndpoint { teid: 0x1000 + i, addr: IpAddr::V4(N3) });
+        let ue = Ipv4Addr::from(u32::from(UE) + i);
+        r.pdrs.get_mut(&1).unwrap().ue_ipv4 = Some(ue);
+        r.pdrs.get_mut(&2).unwrap().ue_ipv4 = Some(ue);
+        r.fars.get_mut(&2).unwrap().outer_header = Some(GtpuEndpoint { teid: 0x8000 + i, addr: IpAddr::V4(GNB) });
+        rig.state.install_rules(&r).unwrap();
+    }
+    rig.publish();
+    let picks: Vec<u32> = (0..200).map(|k| (k * 37) % 1100).collect();
+    let down: Vec<Vec<u8>> = picks.iter().map(|&i| udp4(DN, Ipv4Addr::from(u32::from(UE) + i), 53, 4000, 20)).collect();
+    let got = rig.send(2, &down);
+    let teids: Vec<u32> = got.iter().map(|(_, p)| decap4(p).2.teid.0).collect();
+    assert_eq!(teids, picks.iter().map(|i| 0x8000 + i).collect::<Vec<_>>());
+    let up: Vec<Vec<u8>> =
+        picks.iter().map(|&i| gpdu4(0x1000 + i, Some(9), &udp4(Ipv4Addr::from(u32::from(UE) + i), DN, 4000, 53, 20))).collect();
+    let got = rig.send(0, &up);
+    assert_eq!(got.len(), picks.len());
+    for (&i, (_, p)) in picks.iter().zip(&got) {
+        assert_eq!(&p[12..16], &Ipv4Addr::from(u32::from(UE) + i).octets());
+    }
+    assert_eq!(rig.usage(1 + 37, 1).ul_packets, 1);
+}
