@@ -17,7 +17,10 @@ from scapy.contrib.pfcp import (
     IE_OuterHeaderCreation, IE_OuterHeaderRemoval, IE_PDI, IE_PDR_Id, IE_PFCPSMReqFlags, IE_Precedence, IE_QER_Id, IE_QFI,
     IE_RecoveryTimeStamp, IE_ReportingTriggers, IE_SourceInterface, IE_UE_IP_Address, IE_URR_Id, IE_UpdateFAR,
     IE_UpdateForwardingParameters, IE_VolumeThreshold, PFCPAssociationReleaseRequest, PFCPAssociationSetupRequest,
-    PFCPHeartbeatRequest, PFCPSessionDeletionRequest, PFCPSessionEstablishmentRequest, PFCPSessionModificationRequest)
+    PFCPHeartbeatRequest, PFCPSessionDeletionRequest, PFCPSessionEstablishmentRequest, PFCPSessionModificationRequest,
+    IE_Cause, IE_UpdateQER, IE_VolumeQuota, PFCPSessionReportResponse)
+
+SESSION_REPORT_REQUEST = 56
 
 NTP_UNIX = 2208988800
 
@@ -44,6 +47,7 @@ class Smf:
         self.seq = 0
         self.rts = int(time.time()) + NTP_UNIX
         self.log = []  # (bytes, src, dst) of every message, for tshark
+        self.reports = []  # Session Report Requests from the UPF, each answered
 
     def send_raw(self, data):
         self.log.append((data, (self.local, self.sock.getsockname()[1]), self.upf))
@@ -60,8 +64,30 @@ class Smf:
         self.send_raw(raw(hdr / body))
         while True:
             r = self.recv()
-            if r.seq == self.seq:
+            if r.message_type == SESSION_REPORT_REQUEST:
+                self.answer_report(r)
+            elif r.seq == self.seq:
                 return r
+
+    def answer_report(self, r):
+        """Accept a Session Report Request (its header carries our SEID) and keep it."""
+        self.reports.append(r)
+        self.send_raw(raw(PFCP(version=1, S=1, seid=r.seid, seq=r.seq) / PFCPSessionReportResponse(IE_list=[IE_Cause(cause=1)])))
+
+    def wait_report(self, timeout=5.0):
+        """The next Session Report Request (answered), or None after `timeout` seconds."""
+        if self.reports:
+            return self.reports.pop(0)
+        end = time.time() + timeout
+        while time.time() < end:
+            try:
+                r = self.recv()
+            except socket.timeout:
+                continue
+            if r.message_type == SESSION_REPORT_REQUEST:
+                self.answer_report(r)
+                return self.reports.pop(0)
+        return None
 
     def node_id(self):
         return IE_NodeId(id_type=0, ipv4=self.local)
@@ -75,11 +101,12 @@ class Smf:
     def release(self):
         return self.request(PFCPAssociationReleaseRequest(IE_list=[self.node_id()]))
 
-    def establish(self, cp_seid, gnb, gnb_teid, ue=None, qfi=9):
-        """Uplink PDR 1 on a chosen F-TEID; downlink PDR 2 to the UE (chosen unless `ue`)."""
-        return self.request(self.establish_request(cp_seid, gnb, gnb_teid, ue, qfi), seid=0)
+    def establish(self, cp_seid, gnb, gnb_teid, ue=None, qfi=9, quota=None):
+        """Uplink PDR 1 on a chosen F-TEID; downlink PDR 2 to the UE (chosen unless `ue`);
+        with `quota`, URR 1 has a total volume quota of that many bytes."""
+        return self.request(self.establish_request(cp_seid, gnb, gnb_teid, ue, qfi, quota), seid=0)
 
-    def establish_request(self, cp_seid, gnb, gnb_teid, ue=None, qfi=9):
+    def establish_request(self, cp_seid, gnb, gnb_teid, ue=None, qfi=9, quota=None):
         ue_ie = IE_UE_IP_Address(V4=1, SD=1, ipv4=ue) if ue else None
         ies_ = [
             self.node_id(),
@@ -100,8 +127,10 @@ class Smf:
                                       IE_DestinationInterface(interface=0),
                                       IE_OuterHeaderCreation(GTPUUDPIPV4=1, TEID=gnb_teid, ipv4=gnb)])]),
             IE_CreateQER(IE_list=[IE_QER_Id(id=1), IE_GateStatus(ul=0, dl=0), IE_MBR(ul=100000, dl=200000), IE_QFI(QFI=qfi)]),
-            IE_CreateURR(IE_list=[IE_URR_Id(id=1), IE_MeasurementMethod(VOLUM=1), IE_ReportingTriggers(volume_threshold=1),
-                                  IE_VolumeThreshold(TOVOL=1, total=10_000_000)]),
+            IE_CreateURR(IE_list=[IE_URR_Id(id=1), IE_MeasurementMethod(VOLUM=1),
+                                  IE_ReportingTriggers(volume_threshold=1, volume_quota=1 if quota else 0),
+                                  IE_VolumeThreshold(TOVOL=1, total=10_000_000)]
+                         + ([IE_VolumeQuota(TOVOL=1, total=quota)] if quota else [])),
         ]
         return PFCPSessionEstablishmentRequest(IE_list=ies_)
 
@@ -110,6 +139,12 @@ class Smf:
         return self.request(PFCPSessionModificationRequest(IE_list=[
             IE_UpdateFAR(IE_list=[IE_FAR_Id(id=2), IE_UpdateForwardingParameters(IE_list=[
                 IE_OuterHeaderCreation(GTPUUDPIPV4=1, TEID=gnb_teid, ipv4=gnb), IE_PFCPSMReqFlags(SNDEM=1)])])]), seid=up_seid)
+
+    def update_qer(self, up_seid, ul_open=True, dl_open=True, mbr_ul=100000, mbr_dl=200000):
+        """QER 1's gates (open/closed per direction) and MBR (kbit/s)."""
+        return self.request(PFCPSessionModificationRequest(IE_list=[
+            IE_UpdateQER(IE_list=[IE_QER_Id(id=1), IE_GateStatus(ul=0 if ul_open else 1, dl=0 if dl_open else 1),
+                                  IE_MBR(ul=mbr_ul, dl=mbr_dl)])]), seid=up_seid)
 
     def delete(self, up_seid):
         return self.request(PFCPSessionDeletionRequest(), seid=up_seid)
@@ -152,7 +187,61 @@ def session_rate(smf, n, window=32):
     return accepted, time.time() - t
 
 
+def volumes(msg, name):
+    """(uplink, downlink, total, trigger flags) of each usage report `name` in a message."""
+    out = []
+    for r in all_ies(msg, name):
+        i = {type(ie).__name__: ie for ie in r.IE_list}
+        v = i.get("IE_VolumeMeasurement")
+        t = i.get("IE_UsageReportTrigger")
+        trig = [f for f in ("VOLTH", "VOLQU", "TERMR", "PERIO") if t is not None and getattr(t, f)]
+        out.append({"uplink": v.uplink, "downlink": v.downlink, "total": v.total, "triggers": trig})
+    return out
+
+
+def serve(upf, port):
+    """An SMF driven over stdin/stdout, one JSON request and one JSON answer a line, so a
+    test can interleave session changes with traffic while one association lives."""
+    import json
+    smf = Smf(upf, port)
+    for line in sys.stdin:
+        q = json.loads(line)
+        op, a = q["op"], q.get("args", {})
+        if op == "associate":
+            out = {"cause": ies(smf.associate())["IE_Cause"].cause}
+        elif op == "establish":
+            r = smf.establish(a["cp_seid"], a["gnb"], a["gnb_teid"], quota=a.get("quota"))
+            i = ies(r)
+            out = {"cause": i["IE_Cause"].cause, "seid": i["IE_FSEID"].seid}
+            for c in all_ies(r, "IE_CreatedPDR"):
+                for ie in c.IE_list:
+                    if type(ie).__name__ == "IE_FTEID":
+                        out["teid"] = ie.TEID
+                    if type(ie).__name__ == "IE_UE_IP_Address":
+                        out["ue"] = ie.ipv4
+        elif op == "update_qer":
+            out = {"cause": ies(smf.update_qer(a["seid"], a["ul_open"], a["dl_open"], a["mbr_ul"], a["mbr_dl"]))["IE_Cause"].cause}
+        elif op == "handover":
+            out = {"cause": ies(smf.handover(a["seid"], a["gnb"], a["gnb_teid"]))["IE_Cause"].cause}
+        elif op == "wait_report":
+            r = smf.wait_report(a.get("timeout", 5.0))
+            out = None if r is None else {"report_type": [f for f in ("DLDR", "USAR") if getattr(ies(r)["IE_ReportType"], f)],
+                                          "usage": volumes(r, "IE_UsageReport_SRR")}
+        elif op == "delete":
+            r = smf.delete(a["seid"])
+            out = {"cause": ies(r)["IE_Cause"].cause, "usage": volumes(r, "IE_UsageReport_SDR")}
+        elif op == "pcap":
+            smf.write_pcap(a["path"])
+            out = {"messages": len(smf.log)}
+        else:
+            out = {"error": f"unknown op {op}"}
+        print(json.dumps(out), flush=True)
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--serve"]:
+        serve(sys.argv[2], int(sys.argv[3]))
+        sys.exit(0)
     upf = sys.argv[1] if len(sys.argv) > 1 else "127.0.0.1"
     port = int(sys.argv[2]) if len(sys.argv) > 2 else 8805
     smf = Smf(upf, port)

@@ -1,6 +1,6 @@
 """vecgate as a UPF driven over PFCP (N4) by an SMF built on scapy's PFCP layer
-(tests/pfcp_smf.py): association, heartbeat, a session with uplink and downlink PDRs that
-becomes a GTP-U tunnel (`show gtpu tunnels`), handover to another gNB, deletion, release,
+(tests/pfcp_smf.py): association, heartbeat, a session with uplink and downlink PDRs
+installed in the UPF tables (`show pfcp sessions`), handover to another gNB, deletion, release,
 and malformed requests answered with the right Cause and Offending IE. Every message
 either side sent is then dissected by tshark, which must find nothing malformed."""
 import json
@@ -106,21 +106,21 @@ def test_association_session_handover_deletion(vecgate, upf, tmp_path):
     assert ue.startswith("198.19.7."), ue
     sessions = ctl(vecgate, sock, "show", "pfcp", "sessions")["data"]
     assert sessions["total"] == 1 and sessions["sessions"][0]["seid"] == up_seid
-    tunnel = sessions["sessions"][0]["tunnel"]
-    assert tunnel, sessions
-    rows = ctl(vecgate, sock, "show", "gtpu", "tunnels")["data"]["tunnels"]
-    t = [x for x in rows if x["name"] == tunnel][0]
-    assert (t["local"], t["remote"], t["teid_in"], t["teid_out"], t["ue"], t["qfi"]) == ("198.18.7.2", GNB, fteid.TEID, 0x200, f"{ue}/32", 9)
+    s = sessions["sessions"][0]
+    assert s["installed"] and s["ue"] == [ue], s
+    assert [(u["teid"], u["action"], u["peer"]) for u in s["uplink"]] == [(fteid.TEID, "forward", None)], s
+    assert [(d["action"], d["peer"], d["teid_out"], d["qfi_out"]) for d in s["downlink"]] == [("forward", GNB, 0x200, 9)], s
+    assert ctl(vecgate, sock, "show", "gtpu", "tunnels")["data"]["tunnels"] == [], "a session is no tunnel"
 
     r = smf.handover(up_seid, GNB2, 0x300)
     assert ies(r)["IE_Cause"].cause == 1
-    rows = ctl(vecgate, sock, "show", "gtpu", "tunnels")["data"]["tunnels"]
-    assert [(x["remote"], x["teid_out"], x["teid_in"]) for x in rows] == [(GNB2, 0x300, fteid.TEID)]
+    s = ctl(vecgate, sock, "show", "pfcp", "sessions")["data"]["sessions"][0]
+    assert [(d["peer"], d["teid_out"]) for d in s["downlink"]] == [(GNB2, 0x300)], s
+    assert [u["teid"] for u in s["uplink"]] == [fteid.TEID], s
 
     r = smf.delete(up_seid)
     assert ies(r)["IE_Cause"].cause == 1
     assert ctl(vecgate, sock, "show", "pfcp", "sessions")["data"]["total"] == 0
-    assert ctl(vecgate, sock, "show", "gtpu", "tunnels")["data"]["tunnels"] == []
     r = smf.release()
     assert ies(r)["IE_Cause"].cause == 1
     assert ctl(vecgate, sock, "show", "pfcp", "associations")["data"]["associations"] == []

@@ -2,8 +2,12 @@
 in network namespaces: gNB (198.18.7.10) ⇄ n3 — vecgate — n6 ⇄ data network host
 (198.18.8.2). scapy's PFCP layer plays the SMF on vecgate's loopback (tests/pfcp_smf.py);
 scapy builds the uplink G-PDUs and dissects the downlink ones; the data network host uses
-plain sockets. Then a handover moves the downlink to a second gNB address."""
+plain sockets. Then a handover moves the downlink to a second gNB address (the old one gets
+an End Marker); a QER's gate
+and MBR police the downlink; a URR's quota stops the traffic with a report, and a deletion
+reports the volumes sent (every PFCP message read by tshark)."""
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -141,7 +145,7 @@ def test_gtpu_both_ways_through_a_pfcp_session(lab, vecgate, tmp_path):
     teid, ue = s["teid"], s["ue"]
     assert teid and ue.startswith("198.19.7."), s
     sessions = v.ctl("show", "pfcp", "sessions")["data"]
-    assert sessions["total"] == 1 and sessions["sessions"][0]["tunnel"], sessions
+    assert sessions["total"] == 1 and sessions["sessions"][0]["installed"], sessions
 
     # Uplink: G-PDUs with the chosen TEID come out of n6 as plain UDP from the UE.
     r = receiver(lab, dn, "0.0.0.0", 7200)
@@ -163,8 +167,8 @@ def test_gtpu_both_ways_through_a_pfcp_session(lab, vecgate, tmp_path):
         inner = g[IP]
         assert (inner.src, inner.dst, inner[UDP].dport) == (DN, ue, 7300)
     e = v.errors()
-    assert e.get(("gtpu4-input", "decapsulated"), 0) >= COUNT, e
-    assert e.get(("gtpu4-encap", "encapsulated"), 0) >= COUNT, e
+    assert e.get(("upf4-uplink", "forwarded"), 0) >= COUNT, e
+    assert e.get(("upf4-downlink", "encapsulated"), 0) >= COUNT, e
 
 
 def test_handover_moves_the_downlink_to_the_new_gnb(lab, vecgate, tmp_path):
@@ -181,13 +185,184 @@ def test_handover_moves_the_downlink_to_the_new_gnb(lab, vecgate, tmp_path):
     lab.run(gnb, "ping", "-c", "2", "-i", "0.2", "-W", "1", UPF_N3, check=False)
     lab.run(gnb, "ping", "-c", "2", "-i", "0.2", "-W", "1", "-I", GNB2, UPF_N3, check=False)  # vecgate learns GNB2 too
     lab.run(dn, "ping", "-c", "2", "-i", "0.2", "-W", "1", UPF_N6, check=False)
+    old = receiver(lab, gnb, GNB, 2152, seconds=10)  # listening before the handover: the End Marker
     s = json.loads(py(lab, upf, SMF, GNB, GNB2))  # established toward GNB, then moved to GNB2
-    old, new = receiver(lab, gnb, GNB, 2152), receiver(lab, gnb, GNB2, 2152)
+    new = receiver(lab, gnb, GNB2, 2152)
     py(lab, dn, DN_SEND, s["ue"])
     got_new, got_old = received(new), received(old)
     assert len(got_new) == COUNT, (got_new, v.errors())
     assert all(GTP_U_Header(bytes.fromhex(d)).teid == 0x300 and GTP_U_Header(bytes.fromhex(d))[IP].dst == s["ue"] for _, d in got_new)
-    # No G-PDU to the old gNB (End Markers are not sent yet: asked for, listed, not mapped).
-    assert [d for _, d in got_old if GTP_U_Header(bytes.fromhex(d)).gtp_type == 255] == []
+    # The old gNB gets no G-PDU after the handover, and one End Marker (type 254, no
+    # payload) on the TEID of the old path, from our N3 address.
+    old_msgs = [(src, GTP_U_Header(bytes.fromhex(d))) for src, d in got_old]
+    assert [(src, g.gtp_type, g.teid, g.length) for src, g in old_msgs] == [(UPF_N3, 254, 0x200, 0)], [g.show(dump=True) for _, g in old_msgs]
     recent = v.ctl("show", "pfcp", "sessions", json_out=False)
-    assert "End Marker" in recent, recent
+    assert "End Marker sent" in recent, recent
+
+
+# --- the UPF dataplane's rules (QER, URR) with one long-lived SMF -------------------------
+
+class SmfProc:
+    """tests/pfcp_smf.py --serve inside vecgate's namespace: one association for the whole
+    test, driven a JSON line at a time."""
+
+    def __init__(self, lab, ns):
+        self.p = lab.spawn(ns, "env", f"PYTHONPATH={HERE}", sys.executable, str(HERE / "pfcp_smf.py"), "--serve", "127.0.0.1", "8805",
+                           stdin=subprocess.PIPE)
+
+    def __call__(self, op, **args):
+        self.p.stdin.write(json.dumps({"op": op, "args": args}) + "\n")
+        self.p.stdin.flush()
+        line = self.p.stdout.readline()
+        assert line, self.p.stderr.read()
+        return json.loads(line)
+
+
+def upf_lab(lab, vecgate, tmp_path):
+    gnb, upf, dn = lab.ns("gnb"), lab.dataplane_ns("upf"), lab.ns("dn")
+    lab.veth(gnb, "g0", upf, "n3")
+    lab.veth(dn, "d0", upf, "n6")
+    lab.run(gnb, "ip", "addr", "add", f"{GNB}/24", "dev", "g0")
+    lab.run(dn, "ip", "addr", "add", f"{DN}/24", "dev", "d0")
+    lab.run(dn, "ip", "route", "add", "198.19.0.0/16", "via", UPF_N6)
+    v = Vecgate(lab, vecgate, upf, CONFIG, tmp_path, name="upf")
+    # Both neighbours known to vecgate (it learns them from their ARP requests) before
+    # any counted packet: a ping answered on each side.
+    for ns, addr in ((gnb, UPF_N3), (dn, UPF_N6)):
+        for _ in range(20):
+            if lab.run(ns, "ping", "-c", "1", "-W", "1", addr, check=False).returncode == 0:
+                break
+        else:
+            raise AssertionError(f"{addr} never answered a ping")
+    smf = SmfProc(lab, upf)
+    assert smf("associate")["cause"] == 1
+    return gnb, upf, dn, v, smf
+
+
+# Uplink: argv[3] G-PDUs with TEID argv[1] from UE argv[2], each inner packet argv[4] bytes
+# (IPv4 + UDP + payload) — what the URRs count.
+GNB_SEND_N = f"""
+import socket, sys
+from scapy.all import IP, UDP, raw
+from scapy.contrib.gtp import GTP_U_Header
+teid, ue, n, size = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("{GNB}", 2152))
+for i in range(n):
+    inner = IP(src=ue, dst="{DN}") / UDP(sport=7300, dport=7200) / bytes(size - 28)
+    assert len(raw(inner)) == size
+    s.sendto(raw(GTP_U_Header(teid=teid) / inner), ("{UPF_N3}", 2152))
+"""
+
+# Downlink: argv[2] UDP datagrams of argv[3] payload bytes to the UE, as fast as they go.
+DN_SEND_N = f"""
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("{DN}", 7200))
+for i in range(int(sys.argv[2])):
+    s.sendto(bytes(int(sys.argv[3])), (sys.argv[1], 7300))
+"""
+
+
+def gpdus(got):
+    """The downlink G-PDUs among what the gNB received, dissected by scapy."""
+    from scapy.contrib.gtp import GTP_U_Header
+    return [g for g in (GTP_U_Header(bytes.fromhex(d)) for _, d in got) if g.gtp_type == 255]
+
+
+def counter(v, node, name, want):
+    """The counter once it reached `want` (the packets are on their way), or as it stands
+    after 10 s."""
+    for _ in range(100):
+        n = v.errors().get((node, name), 0)
+        if n >= want:
+            return n
+        time.sleep(0.1)
+    return n
+
+
+def pcap_clean(smf, tmp_path):
+    """tshark reads every PFCP message of the association, vecgate's reports included, with
+    no malformed packet and no expert warning."""
+    pcap = tmp_path / "n4.pcap"
+    n = smf("pcap", path=str(pcap))["messages"]
+    out = subprocess.run(["tshark", "-r", str(pcap), "-V"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "Malformed" not in out.stdout, out.stdout[-3000:]
+    for bad in ("[Expert Info (Warning", "[Expert Info (Error"):
+        assert bad not in out.stdout, out.stdout[out.stdout.index(bad) - 2000:]
+    types = subprocess.run(["tshark", "-r", str(pcap), "-Y", "pfcp", "-T", "fields", "-e", "pfcp.msg_type"],
+                           capture_output=True, text=True, timeout=60).stdout.split()
+    assert len(types) == n, (types, n)
+    return types
+
+
+def test_qer_gate_and_mbr_police_the_downlink(lab, vecgate, tmp_path):
+    gnb, upf, dn, v, smf = upf_lab(lab, vecgate, tmp_path)
+    s = smf("establish", cp_seid=0x51, gnb=GNB, gnb_teid=0x200)
+    assert s["cause"] == 1, s
+    seid, ue = s["seid"], s["ue"]
+
+    def downlink(n, size, seconds=20):
+        r = receiver(lab, gnb, GNB, 2152, seconds=seconds, count=n)
+        py(lab, dn, DN_SEND_N, ue, n, size)
+        return gpdus(received(r))
+
+    assert len(downlink(COUNT, 100)) == COUNT, v.errors()
+    # Gate closed for the downlink: each packet dropped by name, none forwarded.
+    assert smf("update_qer", seid=seid, ul_open=True, dl_open=False, mbr_ul=100000, mbr_dl=200000)["cause"] == 1
+    py(lab, dn, DN_SEND_N, ue, COUNT, 100)
+    assert counter(v, "upf4-downlink", "gate-closed", COUNT) == COUNT, v.errors()
+    assert v.errors()[("upf4-downlink", "forwarded")] == COUNT
+    # Open again, with an MBR of 800 kbit/s (100 000 bytes/s; a bucket of 3000 bytes): a
+    # burst of 300 datagrams of 1000 bytes sent back to back is cut down to its start, the
+    # rest dropped by name — every packet either arrives or is counted.
+    assert smf("update_qer", seid=seid, ul_open=True, dl_open=True, mbr_ul=100000, mbr_dl=800)["cause"] == 1
+    got = downlink(300, 1000 - 28, seconds=10)
+    dropped = v.errors().get(("upf4-downlink", "mbr-exceeded"), 0)
+    assert dropped > 0 and len(got) + dropped == 300, (len(got), dropped)
+    from scapy.all import IP
+    assert all(g[IP].len == 1000 and g[IP].dst == ue for g in got)
+    s = v.ctl("show", "pfcp", "sessions")["data"]["sessions"][0]
+    assert s["downlink"][0]["qers"] == [[True, 100_000]], s
+    assert pcap_clean(smf, tmp_path).count("53") == 2  # both modifications answered
+
+
+def test_urr_quota_stops_traffic_and_deletion_reports_the_volumes(lab, vecgate, tmp_path):
+    gnb, upf, dn, v, smf = upf_lab(lab, vecgate, tmp_path)
+    # Session 1: no quota. Volumes sent both ways must come back in the final report.
+    s = smf("establish", cp_seid=0x61, gnb=GNB, gnb_teid=0x200)
+    assert s["cause"] == 1, s
+    r = receiver(lab, dn, "0.0.0.0", 7200, seconds=20, count=15)
+    py(lab, gnb, GNB_SEND_N, s["teid"], s["ue"], 15, 300)
+    assert len(received(r)) == 15, " ".join(f"{k[0]}:{k[1]}={n}" for k, n in sorted(v.errors().items()))
+    r = receiver(lab, gnb, GNB, 2152, seconds=20, count=7)
+    py(lab, dn, DN_SEND_N, s["ue"], 7, 172)  # 200-byte IPv4 packets
+    assert len(gpdus(received(r))) == 7
+    d = smf("delete", seid=s["seid"])
+    assert d["cause"] == 1
+    assert d["usage"] == [{"uplink": 15 * 300, "downlink": 7 * 200, "total": 15 * 300 + 7 * 200, "triggers": ["TERMR"]}], d
+
+    # Session 2: a total quota of 5000 bytes. 20 uplink packets of 300 bytes pass it; the
+    # UPF reports the quota (VOLQU) and the session's traffic stops, counted by name.
+    s = smf("establish", cp_seid=0x62, gnb=GNB, gnb_teid=0x200, quota=5000)
+    assert s["cause"] == 1, s
+    before = v.errors().get(("upf4-uplink", "forwarded"), 0)
+    py(lab, gnb, GNB_SEND_N, s["teid"], s["ue"], 20, 300)
+    rep = smf("wait_report", timeout=10)
+    assert rep is not None and rep["report_type"] == ["USAR"], rep
+    assert "VOLQU" in rep["usage"][0]["triggers"] and rep["usage"][0]["uplink"] >= 5000, rep
+    shown = v.ctl("show", "pfcp", "sessions")["data"]["sessions"][0]
+    assert shown["uplink"][0]["urrs_exhausted"] == [True], shown
+    passed = v.errors()[("upf4-uplink", "forwarded")] - before
+    assert 5000 // 300 < passed <= 20, passed
+    py(lab, gnb, GNB_SEND_N, s["teid"], s["ue"], 10, 300)
+    assert counter(v, "upf4-uplink", "quota-exhausted", 10) == 10, v.errors()
+    assert v.errors()[("upf4-uplink", "forwarded")] - before == passed
+    d = smf("delete", seid=s["seid"])
+    assert d["cause"] == 1
+    # Every byte that passed is reported once: in the quota report, or (a packet that passed
+    # while the stop was being published) in the final one.
+    assert rep["usage"][0]["uplink"] + d["usage"][0]["uplink"] == passed * 300, (rep, d, passed)
+    types = pcap_clean(smf, tmp_path)
+    assert "56" in types and "57" in types, types  # the report and our answer

@@ -76,13 +76,13 @@ def test_pfcpsim_drives_vecgate(lab, vecgate, pfcpsim, tmp_path):
     assert all((r["pdrs"], r["fars"], r["urrs"], r["qers"]) == (2, 2, 2, 3) for r in s["sessions"]), s
     ctl("session", "modify", "--count", "2", "--baseID", "1", *ue)
     s = v.ctl("show", "pfcp", "sessions")["data"]
-    tunnels = v.ctl("show", "gtpu", "tunnels")["data"]["tunnels"]
-    # pfcpsim's F-TEIDs: TEID = session id (1, then 11), on the N3 address it was given;
-    # the modification points the downlink at the gNB.
-    assert sorted((t["local"], t["teid_in"], t["remote"]) for t in tunnels) == [("198.18.9.2", 1, "198.18.9.10"), ("198.18.9.2", 11, "198.18.9.10")], (s, tunnels)
+    # pfcpsim's F-TEIDs: TEID = session id (1, then 11); the modification points the
+    # downlink at the gNB.
+    assert all(r["installed"] for r in s["sessions"]), s
+    assert sorted(u["teid"] for r in s["sessions"] for u in r["uplink"]) == [1, 11], s
+    assert {(d["action"], d["peer"]) for r in s["sessions"] for d in r["downlink"]} == {("forward", "198.18.9.10")}, s
     ctl("session", "delete", "--count", "2", "--baseID", "1")
     assert v.ctl("show", "pfcp", "sessions")["data"]["total"] == 0
-    assert v.ctl("show", "gtpu", "tunnels")["data"]["tunnels"] == []
     ctl("service", "disassociate")
     assert v.ctl("show", "pfcp", "associations")["data"]["associations"] == []
     sim_log.flush()

@@ -41,6 +41,7 @@ pub struct WorkerContext {
     pub lb: lb::LbContext,
     pub ipsec: ipsec::IpsecContext,
     pub spd: SpdContext,
+    pub upf: upf::UpfContext,
 }
 
 impl engine::worker::Context for WorkerContext {
@@ -57,6 +58,7 @@ impl engine::worker::Context for WorkerContext {
         self.lb.refresh();
         self.ipsec.refresh();
         self.spd.refresh();
+        self.upf.refresh();
     }
 }
 
@@ -99,6 +101,13 @@ impl ipsec::HasIpsec for WorkerContext {
     #[inline(always)]
     fn split_ipsec(&mut self) -> (&mut IpContext, &mut ipsec::IpsecContext) {
         (&mut self.ip, &mut self.ipsec)
+    }
+}
+
+impl upf::HasUpf for WorkerContext {
+    #[inline(always)]
+    fn upf(&mut self) -> &mut upf::UpfContext {
+        &mut self.upf
     }
 }
 
@@ -708,6 +717,14 @@ fn build(
     // take `ipsecN-output` from the first vector on.
     let spd_state = crate::spd::build_state(cfg, &state)?;
     state.set_spd_links(crate::spd::links(&spd_state));
+    // The UPF's UE pools route to upfN-downlink, and G-PDUs for TEIDs of no tunnel go to
+    // upfN-uplink (with [pfcp]).
+    if let Some(p) = &cfg.pfcp {
+        let routes = p.pool_routes().map_err(|(f, m)| cfg.err(format!("pfcp.{f}"), m))?;
+        state.add_routes(routes).map_err(|(_, e)| cfg.err("pfcp.ue_pool", e.to_string()))?;
+        gtpu.set_upf_uplink(true);
+    }
+    let upf_dp = crate::pfcp::UpfDataplane::new(cfg.pfcp.as_ref(), per_worker.len());
     let tables = state.build();
     let shared = Arc::new(ArcSwap::from_pointee(tables));
     let (ev_tx, ev_rx) = crossbeam_channel::bounded(4096);
@@ -740,6 +757,7 @@ fn build(
             lb: lb::LbContext::new(lb.shared.clone(), lb.limits, lb.timeouts),
             ipsec: ipsec::IpsecContext::new(ipsec_shared.clone()),
             spd: spd_cx,
+            upf: upf_dp.context(k),
         };
         workers.push(build_worker(cfg, k, devices, cx, lanes, spread)?);
     }
@@ -766,7 +784,7 @@ fn build(
         interfaces,
         workers: Vec::new(),
         graph_prev: None,
-        pfcp: cfg.pfcp.as_ref().map(|p| crate::pfcp::Pfcp::open(p).map_err(|(f, m)| cfg.err(format!("pfcp.{f}"), m))).transpose()?,
+        pfcp: cfg.pfcp.as_ref().map(|p| crate::pfcp::Pfcp::open(p, &upf_dp).map_err(|(f, m)| cfg.err(format!("pfcp.{f}"), m))).transpose()?,
         lb,
         spd: spd_state,
         spd_gauges,
@@ -796,6 +814,7 @@ fn build_worker(
     lb::nodes::register(&mut g);
     ipsec::nodes::register(&mut g);
     spd::nodes::register(&mut g);
+    upf::nodes::register(&mut g);
     let mut handoff_input = None;
     if let Some(l) = &lanes {
         g.add_expand(ip::nodes::worker_handoff::WorkerHandoff::new(k, l.to.clone()));

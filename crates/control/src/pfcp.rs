@@ -6,28 +6,32 @@
 //! calls [`Control::pfcp_tick`] for heartbeats and retransmissions. Only the control loop
 //! touches the UPF and the dataplane state, so nothing is locked.
 //!
-//! Dataplane mapping (first cut): a session becomes one GTP-U tunnel — the uplink PDR
-//! (the highest-precedence PDR with a local F-TEID) gives `local` and `teid_in`, the
-//! downlink PDR (the highest-precedence one matching the UE address as destination, or
-//! from the Core side) gives
-//! the UE route, its FAR's outer header `remote` and `teid_out`; QFI from the QER or the
-//! PDR. A session is mapped while both directions forward and no gate is closed or quota
-//! exhausted; otherwise it has no tunnel and its traffic is dropped by the dataplane
-//! (no route / unknown TEID). Not mapped yet: buffering (BUFF drops), SDF filters
-//! beyond one PDR per direction, MBR policing, per-rule usage counting and End Marker
-//! sending (the core asks for them; `show pfcp sessions` says what was asked). Each
-//! change recompiles the FIB (the UE route), as any tunnel with a UE route does today.
+//! Dataplane mapping: each session's rules are compiled into the UPF tables
+//! ([`upf::tables::UpfState`]: PDRs by direction and precedence with their FAR, QERs and
+//! URRs) and published like every other table; the `upfN-uplink` / `upfN-downlink` nodes
+//! apply them. A session never touches the FIB: one route per UE pool (`ue_pool`,
+//! `ue_pool6`) sends downlink traffic to `upfN-downlink`, and G-PDUs for TEIDs of no
+//! configured GTP-U tunnel go from `gtpuN-input` to `upfN-uplink`. URR volumes counted by
+//! the workers are summed here every [`USAGE_SYNC`] and before a deletion or modification
+//! is handled, and fed to the sans-IO core, which reports thresholds and quotas (a quota
+//! used up reinstalls the session with its PDRs stopped). A buffering FAR's first packet
+//! makes the core send a Downlink Data Report. End Markers the core asks for (a FAR's
+//! outer header changed with SNDEM) are built here and sent into a worker's graph
+//! (`upfN-control-input`) right after the new tables are published.
 
 use crate::dataplane::Control;
-use crossbeam_channel::Receiver;
-use gtpu::TunnelSpec;
-use pfcp::ie::{Interface, NodeId};
-use pfcp::rules::SessionRules;
+use arc_swap::ArcSwap;
+use crossbeam_channel::{Receiver, Sender};
+use pfcp::ie::NodeId;
 use pfcp::upf::{Action, Config as UpfConfig, Liveness, Upf};
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use upf::context::{Usage, UsageCells};
+use upf::tables::{UpfState, UpfTables};
+use upf::UpfEvent;
 
 /// `[pfcp]`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -63,7 +67,19 @@ pub struct PfcpConfig {
     /// TEIDs carry the worker in their low bits: log2 of the workers to spread over.
     #[serde(default)]
     pub teid_worker_bits: u8,
+    /// Sessions the dataplane has room for; each worker keeps twice as many QER buckets
+    /// and URR counters.
+    #[serde(default = "default_max_sessions")]
+    pub max_sessions: u32,
 }
+
+fn default_max_sessions() -> u32 {
+    131_072
+}
+
+/// The most `max_sessions` may ask for (the tables' slot ids stay below the FIB's tunnel
+/// id range and a worker's counters below a few hundred MB).
+pub const MAX_SESSIONS: u32 = 4 << 20;
 
 fn default_listen() -> String {
     "127.0.0.1:8805".into()
@@ -142,9 +158,68 @@ impl PfcpConfig {
             return Err(("teid_worker_bits", format!("{}: expected 0 to 8", self.teid_worker_bits)));
         }
         c.teid_worker_bits = self.teid_worker_bits;
+        if self.max_sessions == 0 || self.max_sessions > MAX_SESSIONS {
+            return Err(("max_sessions", format!("{}: expected 1 to {MAX_SESSIONS}", self.max_sessions)));
+        }
         Ok(c)
     }
+
+    /// The UE pools' routes (into `upfN-downlink`), checked like `upf_config` does.
+    pub fn pool_routes(&self) -> Result<Vec<(ip::Prefix, ip::RouteTarget)>, FieldError> {
+        let c = self.upf_config(0)?;
+        let route = |p: ip::Prefix, kind| (p, ip::RouteTarget::Tunnel(ip::tables::TunnelRef { kind, id: 0 }));
+        let mut v = Vec::new();
+        if let Some((a, len)) = c.ue_pool_v4 {
+            v.push(route(ip::Prefix::new(IpAddr::V4(a), len).map_err(|e| ("ue_pool", e.to_string()))?, ip::tables::TunnelKind::Upf4));
+        }
+        if let Some((a, len)) = c.ue_pool_v6 {
+            v.push(route(ip::Prefix::new(IpAddr::V6(a), len).map_err(|e| ("ue_pool6", e.to_string()))?, ip::tables::TunnelKind::Upf6));
+        }
+        Ok(v)
+    }
 }
+
+/// The UPF dataplane's shared parts: the published tables and each worker's usage cells
+/// and event queue. Made whether or not `[pfcp]` is configured (the nodes are always in
+/// the graph; without it the tables stay empty and the cells take no room).
+pub struct UpfDataplane {
+    pub shared: Arc<ArcSwap<UpfTables>>,
+    pub usage: Vec<Arc<UsageCells>>,
+    events_tx: Sender<UpfEvent>,
+    pub events: Receiver<UpfEvent>,
+    /// QER buckets and URR cells per worker.
+    pub rule_slots: u32,
+    pub max_sessions: u32,
+}
+
+impl UpfDataplane {
+    pub fn new(cfg: Option<&PfcpConfig>, workers: usize) -> UpfDataplane {
+        let max_sessions = cfg.map_or(0, |c| c.max_sessions.min(MAX_SESSIONS));
+        let rule_slots = max_sessions.saturating_mul(2);
+        let (events_tx, events) = crossbeam_channel::bounded(1024);
+        UpfDataplane {
+            shared: Arc::new(ArcSwap::from_pointee(UpfTables::default())),
+            usage: (0..workers.max(1)).map(|_| UsageCells::new(rule_slots as usize)).collect(),
+            events_tx,
+            events,
+            rule_slots,
+            max_sessions,
+        }
+    }
+
+    /// Worker `k`'s context.
+    pub fn context(&self, k: usize) -> upf::UpfContext {
+        upf::UpfContext::new(
+            self.shared.clone(),
+            self.usage[k % self.usage.len()].clone(),
+            self.rule_slots as usize,
+            Some(self.events_tx.clone()),
+        )
+    }
+}
+
+/// How often the workers' URR counts are summed and handed to the PFCP core.
+pub const USAGE_SYNC: Duration = Duration::from_millis(100);
 
 /// A datagram read by the socket thread.
 pub type Datagram = (Vec<u8>, SocketAddr, Instant);
@@ -155,8 +230,16 @@ pub struct Pfcp {
     socket: UdpSocket,
     /// Datagrams from the socket thread, for the control loop.
     pub rx: Receiver<Datagram>,
-    /// The GTP-U tunnel each mapped session has, and the spec it was made from.
-    tunnels: HashMap<u64, (u32, TunnelSpec)>,
+    /// The dataplane's sessions, and where they are published.
+    pub tables: UpfState,
+    shared: Arc<ArcSwap<UpfTables>>,
+    usage: Vec<Arc<UsageCells>>,
+    events: Receiver<UpfEvent>,
+    /// The counts last handed to the core, by (SEID, URR id).
+    reported: HashMap<(u64, u32), Usage>,
+    last_sync: Instant,
+    /// End Markers to send (the control input they enter by, the packet).
+    end_markers: Vec<(&'static str, Vec<u8>)>,
     /// What could not be applied, and asks not mapped yet (newest last).
     pub recent: VecDeque<String>,
 }
@@ -165,7 +248,7 @@ const RECENT: usize = 32;
 
 impl Pfcp {
     /// Binds the socket and starts its reader thread.
-    pub fn open(cfg: &PfcpConfig) -> Result<Pfcp, FieldError> {
+    pub fn open(cfg: &PfcpConfig, dp: &UpfDataplane) -> Result<Pfcp, FieldError> {
         let now_ntp = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()) + NTP_UNIX_OFFSET;
         let upf = Upf::new(cfg.upf_config(now_ntp as u32)?);
         let addr = cfg.listen_addr()?;
@@ -183,7 +266,53 @@ impl Pfcp {
                 }
             })
             .map_err(|e| ("listen", e.to_string()))?;
-        Ok(Pfcp { upf, socket, rx, tunnels: HashMap::new(), recent: VecDeque::new() })
+        let mut tables = UpfState::new(dp.max_sessions as usize, dp.rule_slots, dp.rule_slots);
+        tables.set_n3(upf.config().n3_ipv4, upf.config().n3_ipv6);
+        tables.set_workers(dp.usage.len() as u32);
+        dp.shared.store(Arc::new(tables.build()));
+        Ok(Pfcp {
+            upf,
+            socket,
+            rx,
+            tables,
+            shared: dp.shared.clone(),
+            usage: dp.usage.clone(),
+            events: dp.events.clone(),
+            reported: HashMap::new(),
+            last_sync: Instant::now(),
+            end_markers: Vec::new(),
+            recent: VecDeque::new(),
+        })
+    }
+
+    /// Publish the UPF tables to the workers.
+    pub fn publish(&mut self) {
+        self.shared.store(Arc::new(self.tables.build()));
+    }
+
+    /// Hand the core the workers' URR counts of one session (those that changed).
+    fn sync_usage(&mut self, now: Instant, seid: u64) {
+        for &(urr, s) in self.tables.urr_slots(seid) {
+            let mut u = Usage::default();
+            for cells in &self.usage {
+                u += cells.read(s.slot, s.generation);
+            }
+            let last = self.reported.entry((seid, urr)).or_default();
+            if *last != u {
+                *last = u;
+                let u = pfcp::upf::Usage { ul_bytes: u.ul_bytes, dl_bytes: u.dl_bytes, ul_packets: u.ul_packets, dl_packets: u.dl_packets };
+                self.upf.usage(now, seid, urr, u);
+            }
+        }
+    }
+
+    /// Every session's counts.
+    fn sync_all_usage(&mut self, now: Instant) {
+        let seids: Vec<u64> = self.upf.sessions().filter(|s| !s.urrs.is_empty()).map(|s| s.seid).collect();
+        for seid in seids {
+            self.sync_usage(now, seid);
+        }
+        self.last_sync = now;
     }
 
     pub fn local_addr(&self) -> Option<SocketAddr> {
@@ -206,45 +335,19 @@ impl Pfcp {
     }
 }
 
-/// The GTP-U tunnel a session maps onto, if it forwards both ways (see the module docs).
-pub fn tunnel_for(r: &SessionRules) -> Option<TunnelSpec> {
-    let uplink = r.pdrs.values().filter(|p| p.local_f_teid.is_some()).min_by_key(|p| p.precedence)?;
-    // The UE address as destination: S/D set, or (pfcpsim leaves S/D clear) a PDR for
-    // traffic from the core side, which can only be addressed to the UE.
-    let toward_ue = |p: &&pfcp::rules::Pdr| p.ue_is_destination || matches!(p.source, Interface::Core | Interface::SgiLanN6Lan);
-    let downlink = r.pdrs.values().filter(|p| p.ue_ipv4.is_some() || p.ue_ipv6.is_some()).filter(toward_ue).min_by_key(|p| p.precedence)?;
-    let (ul_far, dl_far) = (r.fars.get(&uplink.far_id?)?, r.fars.get(&downlink.far_id?)?);
-    if !ul_far.forwards() || !dl_far.forwards() {
-        return None;
-    }
-    let blocked = |p: &pfcp::rules::Pdr| {
-        p.qer_ids.iter().filter_map(|q| r.qers.get(q)).any(|q| !q.ul_open || !q.dl_open)
-            || p.urr_ids.iter().filter_map(|u| r.urrs.get(u)).any(|u| u.quota_exhausted)
-    };
-    if blocked(uplink) || blocked(downlink) {
-        return None;
-    }
-    let local = uplink.local_f_teid?;
-    let remote = dl_far.outer_header?;
-    if local.addr.is_ipv4() != remote.addr.is_ipv4() {
-        return None;
-    }
-    let mut spec = TunnelSpec::new(local.addr, remote.addr, local.teid, remote.teid);
-    spec.decap_next = gtpu::DecapNext::Ip;
-    spec.ue = match (downlink.ue_ipv4, downlink.ue_ipv6) {
-        (Some(a), _) => ip::Prefix::new(IpAddr::V4(a), 32).ok(),
-        (None, Some(a)) => ip::Prefix::new(IpAddr::V6(a), 128).ok(),
-        (None, None) => None,
-    };
-    let qfi = downlink.qer_ids.iter().filter_map(|q| r.qers.get(q)).find_map(|q| q.qfi).or(downlink.qfi);
-    spec.qfi = qfi.and_then(wire::gtpu::Qfi::new);
-    Some(spec)
-}
-
 impl Control {
     /// One datagram from the PFCP socket.
     pub fn pfcp_datagram(&mut self, (data, from, at): Datagram) {
         let Some(p) = self.pfcp.as_mut() else { return };
+        // A deletion answers with the final usage, a modification may query it: the core
+        // needs the latest counts first.
+        if let Ok((h, _)) = pfcp::Header::parse(&data) {
+            if matches!(h.msg_type, pfcp::MessageType::SessionDeletionRequest | pfcp::MessageType::SessionModificationRequest) {
+                if let Some(seid) = h.seid {
+                    p.sync_usage(at, seid);
+                }
+            }
+        }
         p.upf.handle(at, from, &data);
         self.pfcp_apply();
     }
@@ -256,6 +359,12 @@ impl Control {
         if p.upf.poll_timeout().is_some_and(|t| t <= now) {
             p.upf.handle_timeout(now);
         }
+        while let Ok(UpfEvent::DownlinkData { seid, pdr_id }) = p.events.try_recv() {
+            p.upf.downlink_data(now, seid, pdr_id);
+        }
+        if now.duration_since(p.last_sync) >= USAGE_SYNC {
+            p.sync_all_usage(now);
+        }
         self.pfcp_apply();
     }
 
@@ -263,50 +372,56 @@ impl Control {
         let Some(p) = self.pfcp.as_mut() else { return };
         p.flush();
         let mut changed = false;
-        while let Some(a) = self.pfcp.as_mut().and_then(|p| p.upf.poll_action()) {
-            changed |= self.pfcp_action(a);
+        while let Some(a) = p.upf.poll_action() {
+            changed |= p.apply(a);
         }
         if changed {
-            self.publish_routes();
+            p.publish();
         }
-    }
-
-    /// Applies one action; true when the dataplane state changed.
-    fn pfcp_action(&mut self, a: Action) -> bool {
-        let Some(p) = self.pfcp.as_mut() else { return false };
-        match a {
-            Action::Install(rules) => {
-                let want = tunnel_for(&rules);
-                let have = p.tunnels.get(&rules.seid).map(|(_, s)| s.clone());
-                if want == have {
-                    return false;
+        // After the publish: the old path's last G-PDUs went out before its End Marker.
+        if let Some(w) = self.workers.first() {
+            for input in [upf::nodes::CONTROL_INPUT4, upf::nodes::CONTROL_INPUT6] {
+                let frames: Vec<Vec<u8>> = p.end_markers.iter().filter(|(i, _)| *i == input).map(|(_, f)| f.clone()).collect();
+                if !frames.is_empty() {
+                    let _ = w.send(engine::worker::WorkerCmd::Inject { input: input.to_string(), frames });
                 }
-                if let Some((id, _)) = p.tunnels.remove(&rules.seid) {
-                    let _ = self.gtpu.delete(&mut self.state, id);
-                }
-                let Some(spec) = want else { return true };
-                match self.gtpu.create(&mut self.state, spec.clone()) {
-                    Ok(id) => {
-                        if let Some(p) = self.pfcp.as_mut() {
-                            p.tunnels.insert(rules.seid, (id, spec));
-                        }
-                    }
-                    Err(e) => {
-                        if let Some(p) = self.pfcp.as_mut() {
-                            p.note(format!("session {:#x}: no tunnel: {e}", rules.seid));
-                        }
-                    }
-                }
-                true
             }
-            Action::Remove { seid } => match p.tunnels.remove(&seid) {
-                Some((id, _)) => self.gtpu.delete(&mut self.state, id).is_ok(),
-                None => false,
+        }
+        p.end_markers.clear();
+    }
+}
+
+impl Pfcp {
+    /// Applies one action to the UPF tables; true when they changed.
+    fn apply(&mut self, a: Action) -> bool {
+        match a {
+            Action::Install(rules) => match self.tables.install_rules(&rules) {
+                Ok(ignored) => {
+                    if !ignored.is_empty() {
+                        self.note(format!("session {:#x}: PDRs {ignored:?} are neither uplink (no F-TEID) nor downlink (no UE address as destination): not installed", rules.seid));
+                    }
+                    true
+                }
+                Err(e) => {
+                    self.note(format!("session {:#x}: not installed: {e}", rules.seid));
+                    false
+                }
             },
+            Action::Remove { seid } => {
+                self.reported.retain(|(s, _), _| *s != seid);
+                self.tables.remove(seid)
+            }
             Action::EndMarker { seid, old } => {
-                p.note(format!("session {seid:#x}: End Marker to {} teid {:#x} asked, not sent (not mapped yet)", old.addr, old.teid));
+                match upf::nodes::end_marker(&self.shared.load(), old.addr, old.teid) {
+                    Some(m) => {
+                        self.end_markers.push(m);
+                        self.note(format!("session {seid:#x}: End Marker sent to {} teid {:#x}", old.addr, old.teid));
+                    }
+                    None => self.note(format!("session {seid:#x}: no End Marker to {}: no N3 address of its family", old.addr)),
+                }
                 false
             }
+            // Nothing is held in the workers (BUFF drops after asking for the report).
             Action::DropBuffered { .. } => false,
         }
     }
@@ -332,8 +447,86 @@ pub struct SessionRow {
     pub fars: usize,
     pub qers: usize,
     pub urrs: usize,
-    /// The GTP-U tunnel the session maps onto, if any.
-    pub tunnel: Option<String>,
+    /// Installed in the dataplane.
+    pub installed: bool,
+    /// The UE addresses downlink packets find the session by.
+    pub ue: Vec<String>,
+    /// The installed rules (PDRs with their FAR, QERs and URRs), by direction, in the
+    /// order they are matched.
+    pub uplink: Vec<RuleRow>,
+    pub downlink: Vec<RuleRow>,
+}
+
+/// One installed PDR as `show pfcp sessions` lists it.
+#[derive(Debug, Clone, Serialize)]
+pub struct RuleRow {
+    pub pdr: u16,
+    pub precedence: u32,
+    /// Uplink: the local TEID matched.
+    pub teid: Option<u32>,
+    pub qfi: Option<u8>,
+    pub sdf_filters: usize,
+    /// `forward`, `drop` or `buffer`.
+    pub action: &'static str,
+    /// Where a forwarded packet goes in GTP-U: the peer and its TEID, and the QFI sent.
+    pub peer: Option<String>,
+    pub teid_out: Option<u32>,
+    pub qfi_out: Option<u8>,
+    /// Per QER: gate open and MBR in bytes per second.
+    pub qers: Vec<(bool, Option<u64>)>,
+    /// Per URR: quota used up.
+    pub urrs_exhausted: Vec<bool>,
+}
+
+fn rule_row(r: &upf::Rule) -> RuleRow {
+    let (action, out) = match r.forward {
+        upf::Forward::Forward(o) => ("forward", o),
+        upf::Forward::Drop => ("drop", None),
+        upf::Forward::Buffer => ("buffer", None),
+    };
+    RuleRow {
+        pdr: r.pdr_id,
+        precedence: r.precedence,
+        teid: r.teid,
+        qfi: r.qfi,
+        sdf_filters: r.sdf.len(),
+        action,
+        peer: out.map(|o| o.peer.to_string()),
+        teid_out: out.map(|o| o.teid),
+        qfi_out: out.and_then(|o| o.qfi),
+        qers: r.qers.iter().map(|q| (q.open, q.mbr_bytes_per_sec)).collect(),
+        urrs_exhausted: r.urrs.iter().map(|u| u.exhausted).collect(),
+    }
+}
+
+fn format_rule(dir: &str, r: &RuleRow) -> String {
+    let mut s = format!("    {dir} pdr {} precedence {}", r.pdr, r.precedence);
+    if let Some(t) = r.teid {
+        s += &format!(" teid {t:#x}");
+    }
+    if let Some(q) = r.qfi {
+        s += &format!(" qfi {q}");
+    }
+    if r.sdf_filters > 0 {
+        s += &format!(" sdf {}", r.sdf_filters);
+    }
+    s += &format!(" -> {}", r.action);
+    if let (Some(p), Some(t)) = (&r.peer, r.teid_out) {
+        s += &format!(" gtpu {p} teid {t:#x}");
+    }
+    if let Some(q) = r.qfi_out {
+        s += &format!(" qfi {q}");
+    }
+    for (open, mbr) in &r.qers {
+        s += if *open { " gate open" } else { " gate closed" };
+        if let Some(m) = mbr {
+            s += &format!(" mbr {} kbit/s", m / 125);
+        }
+    }
+    if r.urrs_exhausted.iter().any(|e| *e) {
+        s += " quota used up";
+    }
+    s + "\n"
 }
 
 fn node_name(n: &NodeId) -> String {
@@ -375,7 +568,10 @@ pub fn session_rows(p: &Pfcp, limit: usize) -> Vec<SessionRow> {
             fars: s.fars.len(),
             qers: s.qers.len(),
             urrs: s.urrs.len(),
-            tunnel: p.tunnels.get(&s.seid).map(|(id, spec)| ip::tables::TunnelRef { kind: spec.kind(), id: *id }.if_name()),
+            installed: p.tables.session(s.seid).is_some(),
+            ue: p.tables.ue_addresses(s.seid).iter().map(|a| a.to_string()).collect(),
+            uplink: p.tables.session(s.seid).map_or(vec![], |d| d.uplink.iter().map(rule_row).collect()),
+            downlink: p.tables.session(s.seid).map_or(vec![], |d| d.downlink.iter().map(rule_row).collect()),
         })
         .collect();
     rows.sort_by_key(|r| r.seid);
@@ -398,15 +594,22 @@ pub fn format_sessions(rows: &[SessionRow], total: usize, recent: &VecDeque<Stri
     let mut s = format!("{total} PFCP sessions\n");
     for r in rows {
         s += &format!(
-            "seid {:#x} smf {} pdr {} far {} qer {} urr {} {}\n",
+            "seid {:#x} smf {} pdr {} far {} qer {} urr {}{}{}\n",
             r.seid,
             r.cp_node,
             r.pdrs,
             r.fars,
             r.qers,
             r.urrs,
-            r.tunnel.as_deref().map_or("(not mapped)".to_string(), |t| format!("-> {t}"))
+            if r.ue.is_empty() { String::new() } else { format!(" ue {}", r.ue.join(",")) },
+            if r.installed { "" } else { " (not installed)" }
         );
+        for u in &r.uplink {
+            s += &format_rule("uplink  ", u);
+        }
+        for d in &r.downlink {
+            s += &format_rule("downlink", d);
+        }
     }
     if rows.len() < total {
         s += &format!("… {} more\n", total - rows.len());
@@ -442,6 +645,7 @@ mod tests {
             ("heartbeat_interval = 0.0", "heartbeat_interval", "seconds"),
             ("allowed_peers = [\"smf\"]", "allowed_peers", "address"),
             ("teid_worker_bits = 9", "teid_worker_bits", "0 to 8"),
+            ("max_sessions = 0", "max_sessions", "1 to"),
         ] {
             let (f, m) = cfg(extra).upf_config(1).unwrap_err();
             assert_eq!(f, field, "{extra}");
@@ -449,5 +653,25 @@ mod tests {
         }
         let (f, _) = toml::from_str::<PfcpConfig>("n3 = \"2001:db8::1\"").unwrap().upf_config(1).unwrap_err();
         assert_eq!(f, "n3");
+    }
+
+    #[test]
+    fn each_ue_pool_is_one_route_into_the_upf() {
+        let routes = cfg("ue_pool = \"198.19.0.0/16\"\nue_pool6 = \"2001:db8:19::/48\"").pool_routes().unwrap();
+        let kinds: Vec<_> = routes
+            .iter()
+            .map(|(p, t)| match t {
+                ip::RouteTarget::Tunnel(r) => (p.to_string(), r.kind),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            vec![
+                ("198.19.0.0/16".to_string(), ip::tables::TunnelKind::Upf4),
+                ("2001:db8:19::/48".to_string(), ip::tables::TunnelKind::Upf6)
+            ]
+        );
+        assert!(cfg("").pool_routes().unwrap().is_empty());
     }
 }

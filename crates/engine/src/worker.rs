@@ -65,6 +65,9 @@ pub enum WorkerCmd {
         sink: Option<Box<dyn FrameSink>>,
         reply: Sender<Result<(), String>>,
     },
+    /// Send frames the control plane built (a UPF's End Markers) into the graph at this
+    /// input node; frames that find no free buffer are lost, as on a full ring.
+    Inject { input: String, frames: Vec<Vec<u8>> },
     Stop,
 }
 
@@ -263,6 +266,21 @@ impl<C: Context> Worker<C> {
                     None => Err(format!("no interface {interface:?}")),
                 };
                 let _ = reply.send(r);
+            }
+            WorkerCmd::Inject { input, frames } => {
+                if let Ok(id) = self.graph.node_id(&input) {
+                    let mut bufs = Vec::with_capacity(frames.len());
+                    for f in &frames {
+                        if let Some(b) = self.pool.alloc(f.len()) {
+                            if self.pool.get_mut(b).write(f).is_ok() {
+                                bufs.push(b);
+                            } else {
+                                self.pool.free(b);
+                            }
+                        }
+                    }
+                    self.graph.inject(id, &mut self.pool, &bufs, 0);
+                }
             }
             WorkerCmd::Stop => return false,
         }

@@ -287,6 +287,11 @@ impl GtpuState {
         d
     }
 
+    /// Hand G-PDUs for unknown TEIDs to the UPF's uplink node (see `GtpuTables::upf_uplink`).
+    pub fn set_upf_uplink(&mut self, on: bool) {
+        self.tables.upf_uplink = on;
+    }
+
     /// A new version of the tables to publish (cheap: chunks are shared).
     pub fn build(&mut self) -> GtpuTables {
         self.tables.generation += 1;

@@ -95,6 +95,9 @@ pub struct GtpuTables {
     /// Each tunnel's outer adjacency (an IP adjacency index), refreshed on route changes.
     pub outer_adj: Arc<Vec<u32>>,
     pub techniques: Techniques,
+    /// G-PDUs for a TEID with no tunnel go to `upfN-uplink` (a UPF's sessions live in its
+    /// own tables) instead of an Error Indication.
+    pub upf_uplink: bool,
 }
 
 impl Default for CowVec<Tunnel> {

@@ -37,6 +37,11 @@ pub enum TunnelKind {
     Esp4 = 7,
     /// The same over IPv6 (`esp6-encrypt`).
     Esp6 = 8,
+    /// A UPF's IPv4 UE pool (`upf4-downlink`, which finds the session by UE address; the
+    /// id is 0).
+    Upf4 = 9,
+    /// The same for IPv6 UEs (`upf6-downlink`).
+    Upf6 = 10,
 }
 
 /// Bits of a FIB value above this hold a [`TunnelKind`]; below, an adjacency index or
@@ -52,6 +57,9 @@ pub const GTPU_IF_PREFIX: &str = "gtpu_tunnel";
 pub const UDP_TUNNEL_IF_PREFIX: &str = "udp_tunnel";
 /// Routes to load-balanced service addresses show as going to `lb-vip`.
 pub const LB_VIP_NAME: &str = "lb-vip";
+
+/// Routes to a UPF's UE pools show as going to `upf-pool`.
+pub const UPF_POOL_NAME: &str = "upf-pool";
 
 /// Outbound ESP SAs are interfaces `ipsec_tunnel<SA index>`.
 pub const IPSEC_TUNNEL_IF_PREFIX: &str = "ipsec_tunnel";
@@ -81,6 +89,8 @@ impl TunnelRef {
             6 => TunnelKind::Lb6,
             7 => TunnelKind::Esp4,
             8 => TunnelKind::Esp6,
+            9 => TunnelKind::Upf4,
+            10 => TunnelKind::Upf6,
             _ => return None,
         };
         Some(TunnelRef { kind, id: v & MAX_INDEX })
@@ -93,6 +103,7 @@ impl TunnelRef {
             TunnelKind::Gue4 | TunnelKind::Gue6 => format!("{UDP_TUNNEL_IF_PREFIX}{}", self.id),
             TunnelKind::Lb4 | TunnelKind::Lb6 => LB_VIP_NAME.to_string(),
             TunnelKind::Esp4 | TunnelKind::Esp6 => format!("{IPSEC_TUNNEL_IF_PREFIX}{}", self.id),
+            TunnelKind::Upf4 | TunnelKind::Upf6 => UPF_POOL_NAME.to_string(),
         }
     }
 

@@ -32,6 +32,8 @@ pub const SCENARIOS: &[&str] = &[
     "lb4-nat",
     "esp4-encrypt",
     "esp4-decrypt",
+    "upf4-uplink",
+    "upf4-downlink",
 ];
 
 /// Options of the load-balancer scenarios.
@@ -183,6 +185,8 @@ struct Report {
     gtpu: Option<GtpuReport>,
     #[serde(skip_serializing_if = "Option::is_none")]
     lb: Option<LbReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    upf: Option<crate::bench_upf::UpfReport>,
     nodes: Vec<NodeRow>,
 }
 
@@ -215,7 +219,7 @@ struct LbReport {
 }
 
 /// The process's resident set size (VmRSS).
-fn rss_bytes() -> u64 {
+pub(crate) fn rss_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse().ok()))
@@ -299,10 +303,16 @@ pub fn bench(scenario: &str, packets: u64, json: bool, core: usize, opts: &GtpuO
     if !SCENARIOS.contains(&scenario) {
         bail!("unknown scenario {scenario:?}; expected one of {}", SCENARIOS.join(", "));
     }
-    let cfg = Config::parse(BASE, "(bench scenario)", Path::new("."))?;
+    let base = if scenario.starts_with("upf") { format!("{BASE}{}", crate::bench_upf::config_section(opts.tunnels)) } else { BASE.to_string() };
+    let cfg = Config::parse(&base, "(bench scenario)", Path::new("."))?;
     let (mut control, mut worker) = assemble(&cfg)?.into_single();
     let mut lb_report = None;
-    let (packet, modifiers, gtpu_report) = if scenario.starts_with("lb") {
+    let mut upf_report = None;
+    let (packet, modifiers, gtpu_report) = if scenario.starts_with("upf") {
+        let (p, m, r) = crate::bench_upf::setup(scenario, opts.tunnels, opts.inner_size, &mut control, json)?;
+        upf_report = Some(r);
+        (p, m, None)
+    } else if scenario.starts_with("lb") {
         let (p, m, r) = lb_setup(lb_opts, &mut control)?;
         lb_report = Some(r);
         (p, m, None)
@@ -356,6 +366,7 @@ pub fn bench(scenario: &str, packets: u64, json: bool, core: usize, opts: &GtpuO
         fib_bytes,
         gtpu: gtpu_report,
         lb: lb_report,
+        upf: upf_report,
         nodes: node_rows(&s),
     };
     if json {

@@ -3,6 +3,7 @@
 
 mod bench;
 mod bench_parcel;
+mod bench_upf;
 mod logging;
 mod run;
 mod trafgen;

@@ -21,6 +21,7 @@ next_nodes! {
         Ip4Input = "ip4-input", Ip6Input = "ip6-input",
         Ip4Lookup = "ip4-lookup", Ip6Lookup = "ip6-lookup",
         Output = "interface-output",
+        Upf4Uplink = "upf4-uplink", Upf6Uplink = "upf6-uplink",
     }
 }
 
@@ -300,6 +301,10 @@ impl<Cx: HasGtpu, O: Outer> Node<Cx> for GtpuInput<O> {
                     }
                 };
                 if id == NOT_FOUND {
+                    if t.upf_uplink {
+                        // Outer headers untouched: the UPF matches its own PDRs.
+                        return Verdict::Next(if O::IS_V6 { GtpuInputNext::Upf6Uplink } else { GtpuInputNext::Upf4Uplink });
+                    }
                     if !g.replies.take() {
                         return Verdict::Drop(C::UnknownTeid);
                     }

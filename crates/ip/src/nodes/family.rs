@@ -61,6 +61,7 @@ engine::next_nodes! {
         Lb4Nat = "lb4-nat", Lb6Nat = "lb6-nat",
         Esp4Encrypt = "esp4-encrypt", Esp6Encrypt = "esp6-encrypt",
         Ipsec4Output = "ipsec4-output", Ipsec6Output = "ipsec6-output",
+        Upf4Downlink = "upf4-downlink", Upf6Downlink = "upf6-downlink",
     }
 }
 engine::next_nodes! {
@@ -70,6 +71,7 @@ engine::next_nodes! {
         Lb4Nat = "lb4-nat", Lb6Nat = "lb6-nat",
         Esp4Encrypt = "esp4-encrypt", Esp6Encrypt = "esp6-encrypt",
         Ipsec4Output = "ipsec4-output", Ipsec6Output = "ipsec6-output",
+        Upf4Downlink = "upf4-downlink", Upf6Downlink = "upf6-downlink",
     }
 }
 
@@ -97,6 +99,8 @@ impl Family for Ip4 {
             TunnelKind::Lb6 => Ip4LookupNext::Lb6Nat,
             TunnelKind::Esp4 => Ip4LookupNext::Esp4Encrypt,
             TunnelKind::Esp6 => Ip4LookupNext::Esp6Encrypt,
+            TunnelKind::Upf4 => Ip4LookupNext::Upf4Downlink,
+            TunnelKind::Upf6 => Ip4LookupNext::Upf6Downlink,
         }
     }
     const HEADER_LEN: usize = 20;
@@ -150,6 +154,8 @@ impl Family for Ip6 {
             TunnelKind::Lb6 => Ip6LookupNext::Lb6Nat,
             TunnelKind::Esp4 => Ip6LookupNext::Esp4Encrypt,
             TunnelKind::Esp6 => Ip6LookupNext::Esp6Encrypt,
+            TunnelKind::Upf4 => Ip6LookupNext::Upf4Downlink,
+            TunnelKind::Upf6 => Ip6LookupNext::Upf6Downlink,
         }
     }
     const HEADER_LEN: usize = 40;

@@ -1,0 +1,247 @@
+//! The per-worker UPF context: the tables version the worker holds, its usage cells (read
+//! by the control plane), its MBR token buckets and its queue of events for the control
+//! plane.
+
+use crate::tables::UpfTables;
+use arc_swap::{ArcSwap, Cache};
+use crossbeam_channel::Sender;
+use ip::HasIp;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+/// What the UPF nodes tell the control plane (`try_send`; a full queue loses the event
+/// and the node counts it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpfEvent {
+    /// A downlink packet met a buffering FAR: the SMF wants a Downlink Data Report.
+    DownlinkData { seid: u64, pdr_id: u16 },
+}
+
+/// One URR's counts on one worker. `generation` tells a reused slot's counts from its
+/// previous owner's: the worker restarts the counts when the rule's generation differs,
+/// the control plane ignores a cell whose generation is not the rule's.
+#[derive(Debug, Default)]
+pub struct UsageCell {
+    generation: AtomicU32,
+    ul_bytes: AtomicU64,
+    dl_bytes: AtomicU64,
+    ul_packets: AtomicU64,
+    dl_packets: AtomicU64,
+}
+
+/// Counts read from the cells.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub ul_bytes: u64,
+    pub dl_bytes: u64,
+    pub ul_packets: u64,
+    pub dl_packets: u64,
+}
+
+impl std::ops::AddAssign for Usage {
+    fn add_assign(&mut self, o: Usage) {
+        self.ul_bytes += o.ul_bytes;
+        self.dl_bytes += o.dl_bytes;
+        self.ul_packets += o.ul_packets;
+        self.dl_packets += o.dl_packets;
+    }
+}
+
+/// A worker's URR counting cells, indexed by URR slot. The worker is the only writer
+/// (plain load + store, no read-modify-write), the control plane reads; a fixed size so
+/// the packet path never allocates.
+pub struct UsageCells {
+    cells: Box<[UsageCell]>,
+}
+
+impl UsageCells {
+    pub fn new(slots: usize) -> Arc<UsageCells> {
+        Arc::new(UsageCells { cells: (0..slots).map(|_| UsageCell::default()).collect() })
+    }
+
+    pub fn len(&self) -> usize {
+        self.cells.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.cells.is_empty()
+    }
+
+    /// Count one packet of `bytes` (the worker's side).
+    #[inline(always)]
+    pub fn count(&self, slot: u32, generation: u32, uplink: bool, bytes: u64) {
+        let Some(c) = self.cells.get(slot as usize) else { return };
+        if c.generation.load(Relaxed) != generation {
+            for a in [&c.ul_bytes, &c.dl_bytes, &c.ul_packets, &c.dl_packets] {
+                a.store(0, Relaxed);
+            }
+            c.generation.store(generation, Relaxed);
+        }
+        let (b, p) = if uplink { (&c.ul_bytes, &c.ul_packets) } else { (&c.dl_bytes, &c.dl_packets) };
+        b.store(b.load(Relaxed) + bytes, Relaxed);
+        p.store(p.load(Relaxed) + 1, Relaxed);
+    }
+
+    /// Start loading a slot's cell (the prefetch pass of the UPF nodes).
+    #[inline(always)]
+    pub fn prefetch(&self, slot: u32) {
+        if let Some(c) = self.cells.get(slot as usize) {
+            engine::prefetch::read(c);
+        }
+    }
+
+    /// The counts of a slot for this generation (the control plane's side).
+    pub fn read(&self, slot: u32, generation: u32) -> Usage {
+        match self.cells.get(slot as usize) {
+            Some(c) if c.generation.load(Relaxed) == generation => Usage {
+                ul_bytes: c.ul_bytes.load(Relaxed),
+                dl_bytes: c.dl_bytes.load(Relaxed),
+                ul_packets: c.ul_packets.load(Relaxed),
+                dl_packets: c.dl_packets.load(Relaxed),
+            },
+            _ => Usage::default(),
+        }
+    }
+}
+
+/// One QER's token bucket on one worker, in bytes scaled by the clock rate (so refills
+/// are exact integer arithmetic at any rate).
+#[derive(Debug, Clone, Copy, Default)]
+struct Bucket {
+    generation: u32,
+    /// Bytes × clock ticks per second.
+    scaled: u128,
+    last: u64,
+}
+
+/// A bucket holds this long's worth of the rate: short enough that a policed flow's rate
+/// over a second stays within a few percent of the MBR, long enough for bursts of
+/// full-sized packets.
+pub const BURST_MS: u64 = 10;
+/// …and at least this many bytes (two full-sized packets).
+pub const MIN_BURST: u64 = 3000;
+
+/// A worker's MBR token buckets, indexed by QER slot (fixed size: no allocation on the
+/// packet path).
+pub struct Policer {
+    buckets: Box<[Bucket]>,
+    hz: u64,
+}
+
+impl Policer {
+    pub fn new(slots: usize) -> Policer {
+        Policer { buckets: vec![Bucket::default(); slots].into_boxed_slice(), hz: engine::clock::hz().max(1) }
+    }
+
+    /// Start loading a slot's bucket (the prefetch pass of the UPF nodes).
+    #[inline(always)]
+    pub fn prefetch(&self, slot: u32) {
+        if let Some(b) = self.buckets.get(slot as usize) {
+            engine::prefetch::read(b);
+        }
+    }
+
+    /// Take `bytes` from a QER's bucket at `now` (clock ticks); false: over the MBR.
+    /// `rate`: this worker's share, bytes per second.
+    #[inline]
+    pub fn police(&mut self, slot: u32, generation: u32, rate: u64, bytes: u64, now: u64) -> bool {
+        let hz = self.hz as u128;
+        let Some(b) = self.buckets.get_mut(slot as usize) else { return true };
+        let burst = ((rate * BURST_MS / 1000).max(MIN_BURST)) as u128 * hz;
+        if b.generation != generation {
+            *b = Bucket { generation, scaled: burst, last: now };
+        }
+        let elapsed = now.saturating_sub(b.last) as u128;
+        b.scaled = (b.scaled + elapsed * rate as u128).min(burst);
+        b.last = now;
+        let need = bytes as u128 * hz;
+        if b.scaled >= need {
+            b.scaled -= need;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+pub struct UpfContext {
+    cache: Cache<Arc<ArcSwap<UpfTables>>, Arc<UpfTables>>,
+    pub tables: Arc<UpfTables>,
+    pub usage: Arc<UsageCells>,
+    pub policer: Policer,
+    pub events: Option<Sender<UpfEvent>>,
+    /// The session and tables version of the last Downlink Data Report asked for, so a
+    /// buffered stream asks once per session change, not once per packet.
+    pub last_dldr: Option<(u64, u64)>,
+}
+
+impl UpfContext {
+    /// `qer_slots`: how many QER buckets this worker keeps (the control plane allocates
+    /// QER slots below it).
+    pub fn new(shared: Arc<ArcSwap<UpfTables>>, usage: Arc<UsageCells>, qer_slots: usize, events: Option<Sender<UpfEvent>>) -> Self {
+        let tables = shared.load_full();
+        UpfContext { cache: Cache::new(shared), tables, usage, policer: Policer::new(qer_slots), events, last_dldr: None }
+    }
+
+    /// Pick up a newly published table version.
+    #[inline]
+    pub fn refresh(&mut self) {
+        let t = self.cache.load();
+        if !Arc::ptr_eq(t, &self.tables) {
+            self.tables = Arc::clone(t);
+        }
+    }
+
+    pub fn report(&self, ev: UpfEvent) -> bool {
+        match &self.events {
+            Some(tx) => tx.try_send(ev).is_ok(),
+            None => true,
+        }
+    }
+}
+
+/// A worker context with the UPF part (the IP nodes run in the same graph).
+pub trait HasUpf: HasIp {
+    fn upf(&mut self) -> &mut UpfContext;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn usage_restarts_for_a_new_generation_and_is_read_only_for_its_own() {
+        let u = UsageCells::new(2);
+        u.count(1, 7, true, 100);
+        u.count(1, 7, false, 40);
+        u.count(1, 7, true, 1);
+        assert_eq!(u.read(1, 7), Usage { ul_bytes: 101, dl_bytes: 40, ul_packets: 2, dl_packets: 1 });
+        assert_eq!(u.read(1, 8), Usage::default(), "another generation's counts");
+        u.count(1, 8, false, 5);
+        assert_eq!(u.read(1, 8), Usage { ul_bytes: 0, dl_bytes: 5, ul_packets: 0, dl_packets: 1 });
+        u.count(9, 1, true, 5); // past the cells: ignored, no panic
+    }
+
+    /// Virtual time: over one simulated second of back-to-back offers, what passes is
+    /// the rate plus at most the initial burst.
+    #[test]
+    fn bucket_passes_the_rate_over_a_second() {
+        let mut c = Policer::new(2);
+        let hz = c.hz;
+        let rate = 1_250_000u64; // 10 Mbit/s
+        let mut passed = 0u64;
+        let step = hz / 20_000; // 20 000 offers per second of 1000 bytes: 20 MB/s offered
+        for i in 0..20_000u64 {
+            if c.police(0, 1, rate, 1000, i * step) {
+                passed += 1000;
+            }
+        }
+        let burst = (rate * BURST_MS / 1000).max(MIN_BURST);
+        assert!(passed <= rate + burst + 1000, "{passed}");
+        assert!(passed >= rate - 1000, "{passed}");
+        // A new generation starts with a full bucket.
+        assert!(c.police(0, 2, rate, 1000, 20_000 * step));
+        // A slot past the buckets is not policed.
+        assert!(c.police(5, 1, 1, 1_000_000, 0));
+    }
+}

@@ -1,0 +1,33 @@
+//! The user plane of a 5G UPF: PFCP sessions' rules as the workers read them, and the
+//! nodes that apply them.
+//!
+//! ```text
+//! gtpuN-input ─(G-PDU, TEID of no tunnel)→ upfN-uplink ─→ ip4-input / ip6-input (inner, N6)
+//!                                                     └→ ip4-lookup / ip6-lookup (re-encapsulated, N9)
+//! ipN-lookup ─(a UE pool route)→ upfN-downlink ─→ ip4-lookup / ip6-lookup (GTP-U toward the gNB)
+//! ```
+//! `upf4-uplink`/`upf6-uplink` are named for the outer (N3) family, `upf4-downlink`/
+//! `upf6-downlink` for the UE's. A session never touches the FIB: one route per UE pool
+//! sends downlink traffic to `upfN-downlink`, which finds the session by the UE address.
+//!
+//! Invariants:
+//! - Tables ([`tables::UpfTables`]) are immutable once published. Sessions sit in a
+//!   chunked copy-on-write array and the lookups are gtpu's copy-on-write TEID tables,
+//!   so a session change copies a few chunks, never the whole table.
+//! - A packet is matched against its session's PDRs for its direction in precedence
+//!   order (the first match wins); what the matched PDR's QER, URR and FAR say is
+//!   applied in that order. Every drop has its own counter ([`nodes::UpfCounter`]).
+//! - Usage (URR volumes) is counted per worker in cells the control plane sums
+//!   ([`context::UsageCells`]); MBR token buckets are per worker, each with the worker's
+//!   share of the rate (`rate / workers`): exact with one worker or when a QER's traffic
+//!   stays on one worker (TEID-based RSS keeps a session's uplink on one).
+#![forbid(unsafe_code)]
+
+pub mod context;
+pub mod nodes;
+pub mod sdf;
+pub mod session;
+pub mod tables;
+
+pub use context::{HasUpf, UpfContext, UpfEvent, UsageCells};
+pub use tables::{Forward, OuterHeader, QerRef, Rule, Session, UpfTables, UrrRef};

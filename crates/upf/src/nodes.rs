@@ -1,0 +1,597 @@
+//! `upf4-uplink` / `upf6-uplink` (G-PDUs from the gNB, by outer family) and
+//! `upf4-downlink` / `upf6-downlink` (packets to a UE, by the UE's family).
+//!
+//! Each finds the session (uplink: by the G-PDU's TEID; downlink: by the destination
+//! address), takes the first of the session's PDRs for its direction that matches (TEID,
+//! QFI, SDF filters, in precedence order) and applies it: the FAR's DROP or BUFF, else a
+//! URR whose quota is used up, a closed gate, the MBR, then counts the packet in its
+//! URRs and forwards — removing the outer header (uplink) and adding one toward the gNB
+//! or peer UPF where the FAR says so.
+//!
+//! Buffering (BUFF) asks the control plane for a Downlink Data Report (once per session
+//! and tables version) and drops the packet under `buffered-dropped`: holding packets in
+//! the worker is not implemented, so the UPF does not advertise BUCP.
+
+use crate::context::{HasUpf, Policer, UpfContext, UpfEvent, UsageCells};
+use crate::sdf::FlowView;
+use crate::tables::{Forward, OuterHeader, Rule, Session, UpfTables};
+use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use engine::{counters, next_nodes, BufIdx, Buffer, Counts, GraphBuilder, Node, Pool, Verdict, VECTOR_SIZE};
+use ip::outer::{udp_checksum, Ip4Outer, Ip6Outer, OuterFamily};
+use wire::gtpu::{GtpuPacket, GtpuRepr, MessageType, PduSession, Qfi, Teid};
+
+next_nodes! {
+    pub enum UpfNext {
+        Ip4Input = "ip4-input", Ip6Input = "ip6-input",
+        Ip4Lookup = "ip4-lookup", Ip6Lookup = "ip6-lookup",
+    }
+}
+
+counters! {
+    pub enum UpfCounter {
+        Forwarded(Info, "forwarded", "packets a PDR matched and its FAR forwarded"),
+        Encapsulated(Info, "encapsulated", "packets sent on in a GTP-U header toward a gNB or peer UPF"),
+        EventQueueFull(Warn, "event-queue-full", "a Downlink Data Report request lost: control queue full"),
+        Truncated(Warn, "truncated", "outer, GTP-U or inner headers truncated or inconsistent"),
+        NotGpdu(Warn, "not-gpdu", "a GTP-U message other than a G-PDU"),
+        BadInner(Warn, "bad-inner", "the packet inside is not IPv4 or IPv6"),
+        NoSession(Warn, "no-session", "no session for the TEID or UE address"),
+        NoPdr(Warn, "no-pdr", "no PDR of the session matches the packet"),
+        FarDrop(Info, "far-drop", "the matched PDR's FAR says DROP"),
+        BufferedDropped(Warn, "buffered-dropped", "the FAR says BUFF: Downlink Data Report asked, the packet dropped (no buffering in the worker yet)"),
+        QuotaExhausted(Warn, "quota-exhausted", "a URR of the PDR has used up its volume quota"),
+        GateClosed(Warn, "gate-closed", "a QER of the PDR closes the gate for this direction"),
+        MbrExceeded(Warn, "mbr-exceeded", "over a QER's maximum bit rate (this worker's share)"),
+        NoOuterHeader(Error, "no-outer-header", "a downlink FAR forwards without an outer header to create"),
+        NoN3Address(Error, "no-n3-address", "no N3 address of the peer's family to send from"),
+        NoRoom(Error, "no-room", "no headroom for the outer headers"),
+    }
+}
+
+/// Where the control plane's End Markers enter the graph (`WorkerCmd::Inject`), by outer
+/// family: routed like any packet we originate.
+pub const CONTROL_INPUT4: &str = "upf4-control-input";
+pub const CONTROL_INPUT6: &str = "upf6-control-input";
+
+/// Register the UPF nodes.
+pub fn register<Cx: HasUpf>(g: &mut GraphBuilder<Cx>) {
+    g.add(UpfUplink::<Ip4Outer>::default());
+    g.add(UpfUplink::<Ip6Outer>::default());
+    g.add(UpfDownlink::<Ue4>::default());
+    g.add(UpfDownlink::<Ue6>::default());
+    g.add_input(CONTROL_INPUT4, "ip4-lookup");
+    g.add_input(CONTROL_INPUT6, "ip6-lookup");
+}
+
+/// An End Marker (TS 29.281 §7.3.2: GTP-U type 254, no payload) from our N3 address to
+/// `peer` on `teid`, as an IP packet, and the control input it enters by. `None` without
+/// an N3 address of the peer's family.
+pub fn end_marker(t: &UpfTables, peer: IpAddr, teid: u32) -> Option<(&'static str, Vec<u8>)> {
+    let repr = GtpuRepr {
+        msg_type: MessageType::EndMarker,
+        teid: Teid(teid),
+        seq: None,
+        npdu: None,
+        pdu_session: None,
+        udp_port: None,
+        pdcp_number: None,
+        payload_len: 0,
+    };
+    let mut out = vec![0u8; 40 + 8 + repr.header_len()];
+    let n = match peer {
+        IpAddr::V4(p) => datagram::<Ip4Outer>(t.n3_v4?, p, &repr, &mut out),
+        IpAddr::V6(p) => datagram::<Ip6Outer>(t.n3_v6?, p, &repr, &mut out),
+    };
+    out.truncate(n);
+    Some((if peer.is_ipv4() { CONTROL_INPUT4 } else { CONTROL_INPUT6 }, out))
+}
+
+/// IP/UDP/GTP-U with no payload into `out`; returns its length.
+fn datagram<O: OuterFamily>(src: O::Addr, dst: O::Addr, repr: &GtpuRepr, out: &mut [u8]) -> usize {
+    let ghl = repr.header_len();
+    let hl = if O::IS_V6 { 40 } else { 20 };
+    let udp_len = 8 + ghl;
+    O::emit_header(src, dst, udp_len, out);
+    let u = &mut out[hl..hl + udp_len];
+    u[0..2].copy_from_slice(&wire::gtpu::PORT.to_be_bytes());
+    u[2..4].copy_from_slice(&wire::gtpu::PORT.to_be_bytes());
+    u[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
+    repr.emit(&mut u[8..]);
+    if O::IS_V6 {
+        let c = udp_checksum(O::pseudo(&src, &dst), u);
+        u[6..8].copy_from_slice(&c.to_be_bytes());
+    }
+    hl + udp_len
+}
+
+/// The fields of an inner IP packet the rules read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Inner {
+    pub v6: bool,
+    pub proto: u8,
+    pub src: IpAddr,
+    pub dst: IpAddr,
+    /// TCP/UDP ports when readable (first fragment or unfragmented, no IPv6 extension
+    /// headers before them).
+    pub ports: Option<(u16, u16)>,
+}
+
+impl Inner {
+    #[inline]
+    pub fn parse(b: &[u8]) -> Result<Inner, UpfCounter> {
+        let has_ports = |p: u8| p == 6 || p == 17;
+        let ports_at = |at: usize| b.get(at..at + 4).map(|p| (u16::from_be_bytes([p[0], p[1]]), u16::from_be_bytes([p[2], p[3]])));
+        match b.first().map(|v| v >> 4) {
+            Some(4) => {
+                let h = b.first_chunk::<20>().ok_or(UpfCounter::Truncated)?;
+                let ihl = ((h[0] & 0x0f) as usize) * 4;
+                if ihl < 20 {
+                    return Err(UpfCounter::Truncated);
+                }
+                let first = u16::from_be_bytes([h[6], h[7]]) & 0x1fff == 0;
+                Ok(Inner {
+                    v6: false,
+                    proto: h[9],
+                    src: IpAddr::V4(Ipv4Addr::new(h[12], h[13], h[14], h[15])),
+                    dst: IpAddr::V4(Ipv4Addr::new(h[16], h[17], h[18], h[19])),
+                    ports: if first && has_ports(h[9]) { ports_at(ihl) } else { None },
+                })
+            }
+            Some(6) => {
+                let h = b.first_chunk::<40>().ok_or(UpfCounter::Truncated)?;
+                let a = |at: usize| {
+                    let mut x = [0u8; 16];
+                    x.copy_from_slice(&h[at..at + 16]);
+                    Ipv6Addr::from(x)
+                };
+                Ok(Inner {
+                    v6: true,
+                    proto: h[6],
+                    src: IpAddr::V6(a(8)),
+                    dst: IpAddr::V6(a(24)),
+                    ports: if has_ports(h[6]) { ports_at(40) } else { None },
+                })
+            }
+            Some(_) => Err(UpfCounter::BadInner),
+            None => Err(UpfCounter::Truncated),
+        }
+    }
+
+    /// The filter's view: the remote end is the destination of uplink packets and the
+    /// source of downlink ones.
+    #[inline]
+    pub fn view(&self, uplink: bool) -> FlowView {
+        let (remote, remote_port, ue_port) = match (uplink, self.ports) {
+            (true, p) => (self.dst, p.map(|p| p.1), p.map(|p| p.0)),
+            (false, p) => (self.src, p.map(|p| p.0), p.map(|p| p.1)),
+        };
+        FlowView { proto: self.proto, remote, remote_port, ue_port }
+    }
+}
+
+#[inline]
+fn sdf_ok(r: &Rule, v: &FlowView) -> bool {
+    r.sdf.is_empty() || r.sdf.iter().any(|f| f.matches(v))
+}
+
+/// The QERs and URRs of a matched, forwarding rule: a used-up quota, a closed gate or the
+/// MBR stop the packet; otherwise it is counted in the rule's URRs.
+#[inline]
+fn enforce(t: &UpfTables, usage: &UsageCells, policer: &mut Policer, r: &Rule, uplink: bool, bytes: u64) -> Result<(), UpfCounter> {
+    if r.urrs.iter().any(|x| x.exhausted) {
+        return Err(UpfCounter::QuotaExhausted);
+    }
+    for q in r.qers.iter() {
+        if !q.open {
+            return Err(UpfCounter::GateClosed);
+        }
+        if let Some(rate) = q.mbr_bytes_per_sec {
+            let share = (rate / t.workers.max(1) as u64).max(1);
+            if !policer.police(q.slot, q.generation, share, bytes, engine::clock::now()) {
+                return Err(UpfCounter::MbrExceeded);
+            }
+        }
+    }
+    for x in r.urrs.iter() {
+        usage.count(x.slot, x.generation, uplink, bytes);
+    }
+    Ok(())
+}
+
+/// Put the buffer's packet in IP/UDP/GTP-U toward `o`; the next node routes the outer
+/// packet.
+#[inline]
+pub fn encap(buf: &mut Buffer, t: &UpfTables, o: &OuterHeader) -> Result<UpfNext, UpfCounter> {
+    let payload_len = buf.len();
+    let repr = GtpuRepr {
+        msg_type: MessageType::GPdu,
+        teid: Teid(o.teid),
+        seq: None,
+        npdu: None,
+        pdu_session: o.qfi.and_then(Qfi::new).map(|qfi| PduSession::Downlink { qfi, rqi: false, ppi: None }),
+        udp_port: None,
+        pdcp_number: None,
+        payload_len,
+    };
+    match o.peer {
+        IpAddr::V4(peer) => {
+            let src = t.n3_v4.ok_or(UpfCounter::NoN3Address)?;
+            emit::<Ip4Outer>(buf, src, peer, &repr)?;
+            Ok(UpfNext::Ip4Lookup)
+        }
+        IpAddr::V6(peer) => {
+            let src = t.n3_v6.ok_or(UpfCounter::NoN3Address)?;
+            emit::<Ip6Outer>(buf, src, peer, &repr)?;
+            Ok(UpfNext::Ip6Lookup)
+        }
+    }
+}
+
+/// Prepend the outer IP, UDP (2152 both ways: a UPF answers on the GTP-U port) and GTP-U
+/// headers. The UDP checksum is zero over IPv4 (as gtpuN-encap sends by default) and
+/// computed over IPv6 (RFC 8200 §8.1).
+fn emit<O: OuterFamily>(buf: &mut Buffer, src: O::Addr, dst: O::Addr, repr: &GtpuRepr) -> Result<(), UpfCounter> {
+    let ghl = repr.header_len();
+    let hl = if O::IS_V6 { 40 } else { 20 };
+    let udp_len = 8 + ghl + repr.payload_len;
+    if udp_len > u16::MAX as usize {
+        return Err(UpfCounter::NoRoom);
+    }
+    let h = buf.prepend(hl + 8 + ghl).map_err(|_| UpfCounter::NoRoom)?;
+    O::emit_header(src, dst, udp_len, h);
+    let u = &mut h[hl..];
+    u[0..2].copy_from_slice(&wire::gtpu::PORT.to_be_bytes());
+    u[2..4].copy_from_slice(&wire::gtpu::PORT.to_be_bytes());
+    u[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
+    u[6..8].copy_from_slice(&[0, 0]);
+    repr.emit(&mut u[8..8 + ghl]);
+    if O::IS_V6 {
+        let seg = &buf.bytes()[hl..];
+        let c = udp_checksum(O::pseudo(&src, &dst), seg);
+        buf.bytes_mut()[hl + 6..hl + 8].copy_from_slice(&c.to_be_bytes());
+    }
+    Ok(())
+}
+
+/// Send a forwarded inner packet on: plain IP into the router, or re-encapsulated.
+#[inline]
+fn send_on(buf: &mut Buffer, t: &UpfTables, ohc: Option<OuterHeader>, v6: bool) -> Result<UpfNext, UpfCounter> {
+    match ohc {
+        Some(o) => encap(buf, t, &o),
+        None if v6 => Ok(UpfNext::Ip6Input),
+        None => Ok(UpfNext::Ip4Input),
+    }
+}
+
+/// Tables this large get the vector's lookups prefetched level by level (below it they
+/// stay in cache and the passes only cost).
+const PREFETCH_SESSIONS: usize = 1024;
+
+/// Start loading what the vector's packets will read, one level per pass so that the
+/// misses of a level overlap across the vector: the table slot of each key, the session
+/// pointer, the session, its rules, and the rules' QER bucket and usage cell.
+/// `slots` holds each packet's session slot (`None`: not a plain packet of ours).
+fn prefetch_sessions(u: &UpfContext, slots: &[Option<u32>]) {
+    let t = &*u.tables;
+    for s in slots.iter().flatten() {
+        if let Some(e) = t.sessions.get(*s as usize) {
+            engine::prefetch::read(e);
+        }
+    }
+    for s in slots.iter().flatten() {
+        if let Some(Some(sess)) = t.sessions.get(*s as usize) {
+            engine::prefetch::read(&**sess);
+        }
+    }
+    for s in slots.iter().flatten() {
+        if let Some(sess) = t.session(*s) {
+            if let Some(r) = sess.uplink.first() {
+                engine::prefetch::read(r);
+            }
+            if let Some(r) = sess.downlink.first() {
+                engine::prefetch::read(r);
+            }
+        }
+    }
+    for s in slots.iter().flatten() {
+        if let Some(sess) = t.session(*s) {
+            for r in sess.uplink.iter().chain(sess.downlink.iter()).take(2) {
+                if let Some(q) = r.qers.first() {
+                    engine::prefetch::read(q);
+                }
+                if let Some(x) = r.urrs.first() {
+                    engine::prefetch::read(x);
+                }
+            }
+        }
+    }
+    for s in slots.iter().flatten() {
+        if let Some(sess) = t.session(*s) {
+            for r in sess.uplink.iter().chain(sess.downlink.iter()).take(2) {
+                if let Some(q) = r.qers.first() {
+                    u.policer.prefetch(q.slot);
+                }
+                if let Some(x) = r.urrs.first() {
+                    u.usage.prefetch(x.slot);
+                }
+            }
+        }
+    }
+}
+
+/// The TEID of a plain G-PDU over an outer header of family `O` (the common shape), for
+/// the prefetch pass.
+#[inline(always)]
+fn quick_teid<O: OuterFamily>(b: &[u8]) -> Option<u32> {
+    let (hl, _, _) = O::outer(b).ok()?;
+    let g = b.get(hl + 8..hl + 16)?;
+    (g[1] == 255).then(|| u32::from_be_bytes([g[4], g[5], g[6], g[7]]))
+}
+
+/// The GTP-U facts the uplink decides on.
+struct Gpdu {
+    teid: u32,
+    qfi: Option<u8>,
+    /// Offset and length of the inner packet.
+    inner_at: usize,
+    inner_len: usize,
+}
+
+fn parse_gpdu<O: OuterFamily>(b: &[u8]) -> Result<Gpdu, UpfCounter> {
+    let (hl, _, _) = O::outer(b).map_err(|_| UpfCounter::Truncated)?;
+    let u = b.get(hl..hl + 8).ok_or(UpfCounter::Truncated)?;
+    let ulen = u16::from_be_bytes([u[4], u[5]]) as usize;
+    let g = b.get(hl + 8..hl + ulen.max(8)).ok_or(UpfCounter::Truncated)?;
+    let p = GtpuPacket::new_checked(g).map_err(|_| UpfCounter::Truncated)?;
+    let r = GtpuRepr::parse(&p).map_err(|_| UpfCounter::Truncated)?;
+    if r.msg_type != MessageType::GPdu {
+        return Err(UpfCounter::NotGpdu);
+    }
+    let qfi = match r.pdu_session {
+        Some(PduSession::Uplink { qfi }) | Some(PduSession::Downlink { qfi, .. }) => Some(qfi.get()),
+        None => None,
+    };
+    let total = 8 + p.length();
+    Ok(Gpdu { teid: r.teid.0, qfi, inner_at: hl + 8 + total - r.payload_len, inner_len: r.payload_len })
+}
+
+/// `upf4-uplink` / `upf6-uplink`: G-PDUs `gtpuN-input` found no tunnel for (it checked the
+/// outer UDP and the GTP-U header).
+pub struct UpfUplink<O: OuterFamily>(core::marker::PhantomData<O>);
+
+impl<O: OuterFamily> Default for UpfUplink<O> {
+    fn default() -> Self {
+        UpfUplink(core::marker::PhantomData)
+    }
+}
+
+/// The uplink PDR a G-PDU matches.
+pub fn match_uplink<'a>(s: &'a Session, teid: u32, qfi: Option<u8>, inner: &Inner) -> Option<&'a Rule> {
+    let v = inner.view(true);
+    s.uplink.iter().find(|r| r.teid.map_or(true, |t| t == teid) && r.qfi.map_or(true, |q| Some(q) == qfi) && sdf_ok(r, &v))
+}
+
+/// The downlink PDR a packet to the UE matches.
+pub fn match_downlink<'a>(s: &'a Session, inner: &Inner) -> Option<&'a Rule> {
+    let v = inner.view(false);
+    s.downlink.iter().find(|r| sdf_ok(r, &v))
+}
+
+impl<Cx: HasUpf, O: OuterFamily> Node<Cx> for UpfUplink<O> {
+    type Next = UpfNext;
+    type Counter = UpfCounter;
+
+    fn name(&self) -> &'static str {
+        if O::IS_V6 {
+            "upf6-uplink"
+        } else {
+            "upf4-uplink"
+        }
+    }
+
+    /// With many sessions: prefetch the vector's lookups level by level
+    /// (docs/PERFORMANCE.md, `vecgate bench upf4-uplink`).
+    fn prepare(&mut self, cx: &mut Cx, pool: &mut Pool, input: &[BufIdx]) {
+        let u = cx.upf();
+        if u.tables.sessions.len() < PREFETCH_SESSIONS {
+            return;
+        }
+        let n = input.len().min(VECTOR_SIZE);
+        let mut teids = [None; VECTOR_SIZE];
+        for (k, &b) in teids.iter_mut().zip(&input[..n]) {
+            *k = quick_teid::<O>(pool.get(b).bytes());
+            if let Some(s) = k.and_then(|t| u.tables.by_teid.home_slot(t as u64)) {
+                engine::prefetch::read(s);
+            }
+        }
+        let mut slots = [None; VECTOR_SIZE];
+        for (s, t) in slots.iter_mut().zip(&teids[..n]) {
+            *s = t.and_then(|t| u.tables.by_teid.get(t as u64));
+        }
+        prefetch_sessions(u, &slots[..n]);
+    }
+
+    #[inline]
+    fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, UpfCounter>, buf: &mut Buffer) -> Verdict<UpfNext, UpfCounter> {
+        let u = cx.upf();
+        let g = match parse_gpdu::<O>(buf.bytes()) {
+            Ok(g) => g,
+            Err(c) => return Verdict::Drop(c),
+        };
+        let Some(inner_bytes) = buf.bytes().get(g.inner_at..g.inner_at + g.inner_len) else {
+            return Verdict::Drop(UpfCounter::Truncated);
+        };
+        let inner = match Inner::parse(inner_bytes) {
+            Ok(i) => i,
+            Err(c) => return Verdict::Drop(c),
+        };
+        let UpfContext { tables, usage, policer, .. } = u;
+        let Some(s) = tables.by_teid(g.teid) else { return Verdict::Drop(UpfCounter::NoSession) };
+        let Some(r) = match_uplink(s, g.teid, g.qfi, &inner) else { return Verdict::Drop(UpfCounter::NoPdr) };
+        let ohc = match r.forward {
+            Forward::Drop => return Verdict::Drop(UpfCounter::FarDrop),
+            Forward::Buffer => return Verdict::Drop(UpfCounter::BufferedDropped),
+            Forward::Forward(o) => o,
+        };
+        if let Err(c) = enforce(tables, usage, policer, r, true, g.inner_len as u64) {
+            return Verdict::Drop(c);
+        }
+        if r.remove_outer || ohc.is_some() {
+            if buf.advance(g.inner_at).is_err() {
+                return Verdict::Drop(UpfCounter::Truncated);
+            }
+            buf.truncate(g.inner_len);
+        }
+        counts.inc(UpfCounter::Forwarded);
+        if ohc.is_some() {
+            counts.inc(UpfCounter::Encapsulated);
+        }
+        let v6 = if r.remove_outer || ohc.is_some() { inner.v6 } else { O::IS_V6 };
+        match send_on(buf, tables, ohc, v6) {
+            Ok(n) => Verdict::Next(n),
+            Err(c) => Verdict::Drop(c),
+        }
+    }
+
+    fn trace(&self, buf: &Buffer) -> String {
+        match parse_gpdu::<O>(buf.bytes()) {
+            Ok(g) => format!("teid {:#x} qfi {:?} inner {} bytes", g.teid, g.qfi, g.inner_len),
+            Err(c) => format!("rejected: {}", <UpfCounter as engine::Counters>::INFO[c as usize].name),
+        }
+    }
+}
+
+/// What differs between IPv4 and IPv6 UEs: the node name and the session lookup.
+pub trait UeFamily: Send + 'static {
+    const NAME: &'static str;
+    fn session<'a>(t: &'a UpfTables, dst: &IpAddr) -> Option<&'a Session>;
+    /// The lookup table and a packet's key in it (for the prefetch pass).
+    fn table(t: &UpfTables) -> &gtpu::teid_table::TeidTable;
+    fn key(b: &[u8]) -> Option<u64>;
+}
+
+pub struct Ue4;
+pub struct Ue6;
+
+impl UeFamily for Ue4 {
+    const NAME: &'static str = "upf4-downlink";
+    #[inline(always)]
+    fn session<'a>(t: &'a UpfTables, dst: &IpAddr) -> Option<&'a Session> {
+        match dst {
+            IpAddr::V4(a) => t.by_ue4(*a),
+            IpAddr::V6(_) => None,
+        }
+    }
+    fn table(t: &UpfTables) -> &gtpu::teid_table::TeidTable {
+        &t.by_ue4
+    }
+    #[inline(always)]
+    fn key(b: &[u8]) -> Option<u64> {
+        let d = b.get(16..20)?;
+        Some(u32::from_be_bytes([d[0], d[1], d[2], d[3]]) as u64)
+    }
+}
+
+impl UeFamily for Ue6 {
+    const NAME: &'static str = "upf6-downlink";
+    #[inline(always)]
+    fn session<'a>(t: &'a UpfTables, dst: &IpAddr) -> Option<&'a Session> {
+        match dst {
+            IpAddr::V6(a) => t.by_ue6(a),
+            IpAddr::V4(_) => None,
+        }
+    }
+    fn table(t: &UpfTables) -> &gtpu::teid_table::TeidTable {
+        &t.by_ue6
+    }
+    #[inline(always)]
+    fn key(b: &[u8]) -> Option<u64> {
+        let d = b.get(24..32)?;
+        Some(u64::from_be_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]]))
+    }
+}
+
+/// `upf4-downlink` / `upf6-downlink`: packets routed to a UE pool.
+pub struct UpfDownlink<F: UeFamily>(core::marker::PhantomData<F>);
+
+impl<F: UeFamily> Default for UpfDownlink<F> {
+    fn default() -> Self {
+        UpfDownlink(core::marker::PhantomData)
+    }
+}
+
+impl<Cx: HasUpf, F: UeFamily> Node<Cx> for UpfDownlink<F> {
+    type Next = UpfNext;
+    type Counter = UpfCounter;
+
+    fn name(&self) -> &'static str {
+        F::NAME
+    }
+
+    /// With many sessions: prefetch the vector's lookups level by level.
+    fn prepare(&mut self, cx: &mut Cx, pool: &mut Pool, input: &[BufIdx]) {
+        let u = cx.upf();
+        if u.tables.sessions.len() < PREFETCH_SESSIONS {
+            return;
+        }
+        let n = input.len().min(VECTOR_SIZE);
+        let mut keys = [None; VECTOR_SIZE];
+        for (k, &b) in keys.iter_mut().zip(&input[..n]) {
+            *k = F::key(pool.get(b).bytes());
+            if let Some(s) = k.and_then(|k| F::table(&u.tables).home_slot(k)) {
+                engine::prefetch::read(s);
+            }
+        }
+        let mut slots = [None; VECTOR_SIZE];
+        for (s, k) in slots.iter_mut().zip(&keys[..n]) {
+            *s = k.and_then(|k| F::table(&u.tables).get(k));
+        }
+        prefetch_sessions(u, &slots[..n]);
+    }
+
+    #[inline]
+    fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, UpfCounter>, buf: &mut Buffer) -> Verdict<UpfNext, UpfCounter> {
+        let u = cx.upf();
+        let inner = match Inner::parse(buf.bytes()) {
+            Ok(i) => i,
+            Err(c) => return Verdict::Drop(c),
+        };
+        let UpfContext { tables, usage, policer, events, last_dldr, .. } = u;
+        let Some(s) = F::session(tables, &inner.dst) else { return Verdict::Drop(UpfCounter::NoSession) };
+        let Some(r) = match_downlink(s, &inner) else { return Verdict::Drop(UpfCounter::NoPdr) };
+        let o = match r.forward {
+            Forward::Drop => return Verdict::Drop(UpfCounter::FarDrop),
+            Forward::Buffer => {
+                let key = (s.seid, tables.generation);
+                if *last_dldr != Some(key) {
+                    *last_dldr = Some(key);
+                    let ev = UpfEvent::DownlinkData { seid: s.seid, pdr_id: r.pdr_id };
+                    if events.as_ref().is_some_and(|tx| tx.try_send(ev).is_err()) {
+                        counts.inc(UpfCounter::EventQueueFull);
+                    }
+                }
+                return Verdict::Drop(UpfCounter::BufferedDropped);
+            }
+            Forward::Forward(None) => return Verdict::Drop(UpfCounter::NoOuterHeader),
+            Forward::Forward(Some(o)) => o,
+        };
+        if let Err(c) = enforce(tables, usage, policer, r, false, buf.len() as u64) {
+            return Verdict::Drop(c);
+        }
+        match encap(buf, tables, &o) {
+            Ok(n) => {
+                counts.inc(UpfCounter::Forwarded);
+                counts.inc(UpfCounter::Encapsulated);
+                Verdict::Next(n)
+            }
+            Err(c) => Verdict::Drop(c),
+        }
+    }
+
+    fn trace(&self, buf: &Buffer) -> String {
+        match Inner::parse(buf.bytes()) {
+            Ok(i) => format!("{} -> {} proto {} ports {:?}", i.src, i.dst, i.proto, i.ports),
+            Err(c) => format!("rejected: {}", <UpfCounter as engine::Counters>::INFO[c as usize].name),
+        }
+    }
+}

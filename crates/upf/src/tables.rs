@@ -1,0 +1,388 @@
+//! The UPF's published tables: sessions as the nodes read them, found by uplink TEID or
+//! by UE address, and [`UpfState`], the control plane's copy that builds them.
+//!
+//! Per-change cost: a session lives in one slot of a chunked copy-on-write array and its
+//! keys in gtpu's copy-on-write TEID tables ([`gtpu::teid_table::TeidTable`]), so
+//! installing or removing one copies a few chunks of 1024 slots whatever the number of
+//! sessions; publishing clones the chunk pointers (`benches` in `tests/scale.rs`).
+
+use crate::sdf::SdfFilter;
+use crate::session::{assign_slots, compile, CompileError, SessionSlots, SlotAllocator};
+use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use gtpu::cow::CowVec;
+use gtpu::teid_table::TeidTable;
+use std::sync::Arc;
+
+/// Where a FAR sends a packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Forward {
+    /// FORW: on, with a GTP-U header toward `OuterHeader` if set (toward the gNB, or a
+    /// peer UPF on N9); without one the packet goes on as plain IP (N6).
+    Forward(Option<OuterHeader>),
+    /// DROP.
+    Drop,
+    /// BUFF: the first packet asks for a Downlink Data Report; the packets are held
+    /// until the FAR forwards ([`crate::nodes`] says how many).
+    Buffer,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OuterHeader {
+    pub teid: u32,
+    pub peer: IpAddr,
+    /// A PDU Session Container with this QFI (from the PDR's QER) on the way out.
+    pub qfi: Option<u8>,
+}
+
+/// A QER as one direction's rule sees it: its per-worker bucket and what it says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QerRef {
+    pub slot: u32,
+    pub generation: u32,
+    pub open: bool,
+    /// Bytes per second for the whole QER (each worker polices its share); `None`: not
+    /// policed.
+    pub mbr_bytes_per_sec: Option<u64>,
+}
+
+/// A URR's counting cell, and whether its quota is used up (then the rule forwards
+/// nothing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UrrRef {
+    pub slot: u32,
+    pub generation: u32,
+    pub exhausted: bool,
+}
+
+/// A PDR resolved with its FAR, QERs and URRs, for one direction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rule {
+    pub pdr_id: u16,
+    pub precedence: u32,
+    /// Uplink: the local TEID the PDR matches.
+    pub teid: Option<u32>,
+    pub qfi: Option<u8>,
+    /// Any of them must match (none: every packet).
+    pub sdf: Box<[SdfFilter]>,
+    pub remove_outer: bool,
+    pub forward: Forward,
+    pub qers: Box<[QerRef]>,
+    pub urrs: Box<[UrrRef]>,
+}
+
+/// A session as the workers read it: its rules by direction, each list in precedence
+/// order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Session {
+    pub seid: u64,
+    /// The session's slot, which indexes its buffering queues.
+    pub slot: u32,
+    pub uplink: Box<[Rule]>,
+    pub downlink: Box<[Rule]>,
+}
+
+/// A version of the UPF tables.
+#[derive(Clone)]
+pub struct UpfTables {
+    pub generation: u64,
+    pub sessions: CowVec<Option<Arc<Session>>>,
+    /// Local TEID → session slot.
+    pub by_teid: TeidTable,
+    /// UE IPv4 address → session slot.
+    pub by_ue4: TeidTable,
+    /// UE IPv6 /64 (the address's high 64 bits) → session slot.
+    pub by_ue6: TeidTable,
+    /// Our N3 addresses: the outer source of what we encapsulate.
+    pub n3_v4: Option<Ipv4Addr>,
+    pub n3_v6: Option<Ipv6Addr>,
+    /// Workers sharing each QER's MBR.
+    pub workers: u32,
+}
+
+impl Default for UpfTables {
+    fn default() -> Self {
+        UpfTables {
+            generation: 0,
+            sessions: CowVec::new(0, None),
+            by_teid: TeidTable::default(),
+            by_ue4: TeidTable::default(),
+            by_ue6: TeidTable::default(),
+            n3_v4: None,
+            n3_v6: None,
+            workers: 1,
+        }
+    }
+}
+
+impl UpfTables {
+    #[inline(always)]
+    pub fn session(&self, slot: u32) -> Option<&Session> {
+        self.sessions.get(slot as usize).and_then(|s| s.as_deref())
+    }
+
+    #[inline(always)]
+    pub fn by_teid(&self, teid: u32) -> Option<&Session> {
+        self.session(self.by_teid.get(teid as u64)?)
+    }
+
+    #[inline(always)]
+    pub fn by_ue4(&self, a: Ipv4Addr) -> Option<&Session> {
+        self.session(self.by_ue4.get(u32::from(a) as u64)?)
+    }
+
+    #[inline(always)]
+    pub fn by_ue6(&self, a: &Ipv6Addr) -> Option<&Session> {
+        self.session(self.by_ue6.get(ue6_key(a))?)
+    }
+
+    pub fn memory_bytes(&self) -> usize {
+        self.by_teid.memory_bytes() + self.by_ue4.memory_bytes() + self.by_ue6.memory_bytes() + self.sessions.memory_bytes()
+    }
+}
+
+/// UEs get /64s (TS 23.501 §5.8.2.2.2): the key is the prefix.
+#[inline(always)]
+pub fn ue6_key(a: &Ipv6Addr) -> u64 {
+    (u128::from(*a) >> 64) as u64
+}
+
+/// The keys a session is found by.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SessionKeys {
+    pub teids: Vec<u32>,
+    pub ue4: Vec<Ipv4Addr>,
+    pub ue6: Vec<Ipv6Addr>,
+}
+
+impl SessionKeys {
+    pub fn of(s: &Session) -> SessionKeys {
+        let mut k = SessionKeys::default();
+        for r in s.uplink.iter() {
+            if let Some(t) = r.teid {
+                if !k.teids.contains(&t) {
+                    k.teids.push(t);
+                }
+            }
+        }
+        k
+    }
+}
+
+/// Refused installs.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InstallError {
+    #[error("TEID {0:#x} belongs to another session")]
+    TeidInUse(u32),
+    #[error("UE address {0} belongs to another session")]
+    UeInUse(IpAddr),
+    #[error("no free session slot (all {0} in use)")]
+    Full(usize),
+    #[error("{0}")]
+    Compile(#[from] CompileError),
+}
+
+/// The control plane's side: the next version of the tables, slots by SEID, and the
+/// keys each session holds.
+pub struct UpfState {
+    tables: UpfTables,
+    slot_of: std::collections::HashMap<u64, (u32, SessionKeys)>,
+    free: Vec<u32>,
+    max_sessions: usize,
+    /// QER and URR slots by SEID.
+    rule_slots: std::collections::HashMap<u64, SessionSlots>,
+    qer_slots: SlotAllocator,
+    urr_slots: SlotAllocator,
+}
+
+impl UpfState {
+    /// Room for `max_sessions` sessions, `max_qers` QERs and `max_urrs` URRs (what the
+    /// workers' buckets and usage cells hold).
+    pub fn new(max_sessions: usize, max_qers: u32, max_urrs: u32) -> UpfState {
+        UpfState {
+            tables: UpfTables::default(),
+            slot_of: Default::default(),
+            free: Vec::new(),
+            max_sessions,
+            rule_slots: Default::default(),
+            qer_slots: SlotAllocator::new(max_qers),
+            urr_slots: SlotAllocator::new(max_urrs),
+        }
+    }
+
+    /// Install (or replace) a PFCP session's rules: compiled, with QER/URR slots kept
+    /// across modifications. Returns the PDR ids that were not installed (neither
+    /// direction). A refused change leaves the installed session as it was.
+    pub fn install_rules(&mut self, r: &pfcp::rules::SessionRules) -> Result<Vec<u16>, InstallError> {
+        // The SDF filters first: a bad one refuses the change before any slot moves.
+        compile(r, &SessionSlots::default())?;
+        // Then the keys and room, so that once slots are assigned nothing can fail.
+        let probe = compile(r, &SessionSlots::default())?;
+        self.check(&probe.session, &probe.ue4, &probe.ue6)?;
+        let mut slots = self.rule_slots.get(&r.seid).cloned().unwrap_or_default();
+        assign_slots(r, &mut slots, &mut self.qer_slots, &mut self.urr_slots)?;
+        let c = compile(r, &slots)?;
+        self.install(c.session, c.ue4, c.ue6)?;
+        self.rule_slots.insert(r.seid, slots);
+        Ok(c.ignored)
+    }
+
+    /// The UE addresses a session is found by (IPv6: the /64 of the address given).
+    pub fn ue_addresses(&self, seid: u64) -> Vec<IpAddr> {
+        self.slot_of
+            .get(&seid)
+            .map_or(vec![], |(_, k)| k.ue4.iter().map(|a| IpAddr::V4(*a)).chain(k.ue6.iter().map(|a| IpAddr::V6(*a))).collect())
+    }
+
+    /// The URR slots of a session, by URR id.
+    pub fn urr_slots(&self, seid: u64) -> &[(u32, crate::session::SlotRef)] {
+        self.rule_slots.get(&seid).map_or(&[], |s| &s.urrs)
+    }
+
+    /// QER and URR slots in use.
+    pub fn slots_in_use(&self) -> (usize, usize) {
+        (self.qer_slots.in_use(), self.urr_slots.in_use())
+    }
+
+    pub fn set_n3(&mut self, v4: Option<Ipv4Addr>, v6: Option<Ipv6Addr>) {
+        self.tables.n3_v4 = v4;
+        self.tables.n3_v6 = v6;
+    }
+
+    pub fn set_workers(&mut self, n: u32) {
+        self.tables.workers = n.max(1);
+    }
+
+    pub fn len(&self) -> usize {
+        self.slot_of.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slot_of.is_empty()
+    }
+
+    pub fn slot(&self, seid: u64) -> Option<u32> {
+        self.slot_of.get(&seid).map(|(s, _)| *s)
+    }
+
+    /// Install or replace a session (`session.slot` is assigned here). A key held by
+    /// another session refuses the whole change.
+    pub fn install(&mut self, mut session: Session, ue4: Vec<Ipv4Addr>, ue6: Vec<Ipv6Addr>) -> Result<u32, InstallError> {
+        self.check(&session, &ue4, &ue6)?;
+        let mut keys = SessionKeys::of(&session);
+        keys.ue4 = ue4;
+        keys.ue6 = ue6;
+        let own = self.slot_of.get(&session.seid).map(|(s, _)| *s);
+        let slot = match own {
+            Some(s) => {
+                self.unkey(session.seid);
+                s
+            }
+            None => match self.free.pop() {
+                Some(s) => s,
+                None if self.tables.sessions.len() < self.max_sessions => {
+                    let s = self.tables.sessions.len() as u32;
+                    self.tables.sessions.resize(s as usize + 1);
+                    s
+                }
+                None => return Err(InstallError::Full(self.max_sessions)),
+            },
+        };
+        for &t in &keys.teids {
+            self.tables.by_teid.insert(t as u64, slot);
+        }
+        for a in &keys.ue4 {
+            self.tables.by_ue4.insert(u32::from(*a) as u64, slot);
+        }
+        for a in &keys.ue6 {
+            self.tables.by_ue6.insert(ue6_key(a), slot);
+        }
+        session.slot = slot;
+        let seid = session.seid;
+        if let Some(s) = self.tables.sessions.get_mut(slot as usize) {
+            *s = Some(Arc::new(session));
+        }
+        self.slot_of.insert(seid, (slot, keys));
+        Ok(slot)
+    }
+
+    /// Would [`UpfState::install`] take this session? Its keys must be free or its own,
+    /// and a new session needs a slot.
+    fn check(&self, session: &Session, ue4: &[Ipv4Addr], ue6: &[Ipv6Addr]) -> Result<(), InstallError> {
+        let own = self.slot_of.get(&session.seid).map(|(s, _)| *s);
+        let taken = |v: Option<u32>| v.is_some() && v != own;
+        for t in SessionKeys::of(session).teids {
+            if taken(self.tables.by_teid.get(t as u64)) {
+                return Err(InstallError::TeidInUse(t));
+            }
+        }
+        for a in ue4 {
+            if taken(self.tables.by_ue4.get(u32::from(*a) as u64)) {
+                return Err(InstallError::UeInUse(IpAddr::V4(*a)));
+            }
+        }
+        for a in ue6 {
+            if taken(self.tables.by_ue6.get(ue6_key(a))) {
+                return Err(InstallError::UeInUse(IpAddr::V6(*a)));
+            }
+        }
+        if own.is_none() && self.free.is_empty() && self.tables.sessions.len() >= self.max_sessions {
+            return Err(InstallError::Full(self.max_sessions));
+        }
+        Ok(())
+    }
+
+    /// Forget a session's keys (its slot stays assigned).
+    fn unkey(&mut self, seid: u64) {
+        let Some((_, keys)) = self.slot_of.get(&seid) else { return };
+        for &t in &keys.teids {
+            self.tables.by_teid.remove(t as u64);
+        }
+        for a in &keys.ue4 {
+            self.tables.by_ue4.remove(u32::from(*a) as u64);
+        }
+        for a in &keys.ue6 {
+            self.tables.by_ue6.remove(ue6_key(a));
+        }
+    }
+
+    /// Remove a session; its slots are reused by later ones.
+    pub fn remove(&mut self, seid: u64) -> bool {
+        if let Some(mut slots) = self.rule_slots.remove(&seid) {
+            assign_slots(&empty_like(seid), &mut slots, &mut self.qer_slots, &mut self.urr_slots).ok();
+        }
+        self.unkey(seid);
+        let Some((slot, _)) = self.slot_of.remove(&seid) else { return false };
+        if let Some(s) = self.tables.sessions.get_mut(slot as usize) {
+            *s = None;
+        }
+        self.free.push(slot);
+        true
+    }
+
+    /// The current session for a SEID, as installed.
+    pub fn session(&self, seid: u64) -> Option<&Session> {
+        self.tables.session(self.slot(seid)?)
+    }
+
+    /// A version to publish (cheap: chunks are shared).
+    pub fn build(&mut self) -> UpfTables {
+        self.tables.generation += 1;
+        self.tables.clone()
+    }
+
+    pub fn memory_bytes(&self) -> usize {
+        self.tables.memory_bytes()
+    }
+}
+
+/// A session with no rules: assigning its slots releases every slot held.
+fn empty_like(seid: u64) -> pfcp::rules::SessionRules {
+    pfcp::rules::SessionRules {
+        seid,
+        cp_node: pfcp::ie::NodeId::Ipv4(Ipv4Addr::UNSPECIFIED),
+        pdrs: Default::default(),
+        fars: Default::default(),
+        qers: Default::default(),
+        urrs: Default::default(),
+    }
+}

@@ -1,0 +1,548 @@
+//! The UPF nodes in a graph with sinks in place of the IP nodes: golden packets in,
+//! the packet each sink received (or the drop counter) out. Sessions are installed as
+//! the control plane does, from PFCP rules.
+
+use arc_swap::ArcSwap;
+use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use engine::{counters, next_nodes, BufIdx, Buffer, Counts, Graph, GraphBuilder, Node, NodeId, Pool, Verdict};
+use ip::{HasIp, IpContext};
+use pfcp::ie::{apply_action, Interface, NodeId as PfcpNode};
+use pfcp::rules::{Far, GtpuEndpoint, Pdr, Qer, SessionRules, Urr};
+use proptest::prelude::*;
+use std::sync::{Arc, Mutex};
+use upf::context::{HasUpf, Usage, UsageCells};
+use upf::tables::{UpfState, UpfTables};
+use upf::{UpfContext, UpfEvent};
+use wire::gtpu::{GtpuPacket, GtpuRepr, MessageType, PduSession, Qfi, Teid};
+
+struct Cx {
+    ip: IpContext,
+    upf: UpfContext,
+}
+impl engine::worker::Context for Cx {
+    fn refresh(&mut self) {
+        self.ip.refresh();
+        self.upf.refresh();
+    }
+}
+impl HasIp for Cx {
+    fn ip(&mut self) -> &mut IpContext {
+        &mut self.ip
+    }
+}
+impl HasUpf for Cx {
+    fn upf(&mut self) -> &mut UpfContext {
+        &mut self.upf
+    }
+}
+
+next_nodes! { enum SinkNext { Drop = "error-drop" } }
+counters! { enum SinkCounter { Seen(Info, "seen", "packets the sink took") } }
+
+type Seen = Arc<Mutex<Vec<(&'static str, Vec<u8>)>>>;
+
+/// Stands in for an IP node: records what it is given, then drops it.
+struct Sink {
+    name: &'static str,
+    seen: Seen,
+}
+impl Node<Cx> for Sink {
+    type Next = SinkNext;
+    type Counter = SinkCounter;
+    fn name(&self) -> &'static str {
+        self.name
+    }
+    fn process(&mut self, _: &mut Cx, c: &mut Counts<'_, SinkCounter>, buf: &mut Buffer) -> Verdict<SinkNext, SinkCounter> {
+        c.inc(SinkCounter::Seen);
+        self.seen.lock().unwrap().push((self.name, buf.bytes().to_vec()));
+        Verdict::Next(SinkNext::Drop)
+    }
+}
+
+const N3: Ipv4Addr = Ipv4Addr::new(198, 18, 7, 2);
+const N3_6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 7, 0, 0, 0, 0, 2);
+const GNB: Ipv4Addr = Ipv4Addr::new(198, 18, 7, 10);
+const GNB6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 7, 0, 0, 0, 0, 10);
+const UE: Ipv4Addr = Ipv4Addr::new(198, 19, 7, 1);
+const UE6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x19, 1, 0, 0, 0, 1);
+const DN: Ipv4Addr = Ipv4Addr::new(198, 18, 8, 9);
+
+struct Rig {
+    graph: Graph<Cx>,
+    pool: Pool,
+    cx: Cx,
+    state: UpfState,
+    shared: Arc<ArcSwap<UpfTables>>,
+    usage: Arc<UsageCells>,
+    events: crossbeam_channel::Receiver<UpfEvent>,
+    seen: Seen,
+    inputs: [NodeId; 4],
+}
+
+impl Rig {
+    fn new() -> Rig {
+        let seen: Seen = Arc::default();
+        let mut g = GraphBuilder::new();
+        upf::nodes::register(&mut g);
+        for name in ["ip4-input", "ip6-input", "ip4-lookup", "ip6-lookup"] {
+            g.add(Sink { name, seen: Arc::clone(&seen) });
+        }
+        let inputs = [
+            g.add_input("test-n3", "upf4-uplink"),
+            g.add_input("test-n3-6", "upf6-uplink"),
+            g.add_input("test-n6", "upf4-downlink"),
+            g.add_input("test-n6-6", "upf6-downlink"),
+        ];
+        let graph = g.build().unwrap();
+        let mut state = UpfState::new(1000, 1000, 1000);
+        state.set_n3(Some(N3), Some(N3_6));
+        let shared = Arc::new(ArcSwap::from_pointee(state.build()));
+        let usage = UsageCells::new(1000);
+        let (tx, events) = crossbeam_channel::bounded(16);
+        let ip_tables = Arc::new(ArcSwap::from_pointee(ip::RouterState::new(vec![]).unwrap().build()));
+        let cx = Cx {
+            ip: IpContext::new(ip_tables, None, Default::default()),
+            upf: UpfContext::new(shared.clone(), usage.clone(), 1000, Some(tx)),
+        };
+        Rig { graph, pool: Pool::new(1024, 4), cx, state, shared, usage, events, seen, inputs }
+    }
+
+    fn install(&mut self, r: &SessionRules) {
+        self.state.install_rules(r).unwrap();
+        self.publish();
+    }
+
+    fn publish(&mut self) {
+        self.shared.store(Arc::new(self.state.build()));
+        engine::worker::Context::refresh(&mut self.cx);
+    }
+
+    /// Send packets into input `i` (0: N3 over IPv4, 1: N3 over IPv6, 2: to an IPv4 UE,
+    /// 3: to an IPv6 UE); returns what the sinks saw.
+    fn send(&mut self, i: usize, pkts: &[Vec<u8>]) -> Vec<(&'static str, Vec<u8>)> {
+        self.seen.lock().unwrap().clear();
+        let mut bufs: Vec<BufIdx> = Vec::new();
+        for p in pkts {
+            let b = self.pool.alloc(p.len()).unwrap();
+            self.pool.get_mut(b).write(p).unwrap();
+            bufs.push(b);
+        }
+        self.graph.inject(self.inputs[i], &mut self.pool, &bufs, 0);
+        self.graph.run(&mut self.cx, &mut self.pool);
+        std::mem::take(&mut *self.seen.lock().unwrap())
+    }
+
+    fn counter(&self, node: &str, name: &str) -> u64 {
+        self.graph.counter_snapshots().iter().find(|c| c.node == node && c.counter == name).map_or(0, |c| c.count)
+    }
+
+    fn usage(&self, seid: u64, urr: u32) -> Usage {
+        let s = self.state.urr_slots(seid).iter().find(|(id, _)| *id == urr).unwrap().1;
+        self.usage.read(s.slot, s.generation)
+    }
+}
+
+fn udp4(src: Ipv4Addr, dst: Ipv4Addr, sport: u16, dport: u16, payload: usize) -> Vec<u8> {
+    let total = 28 + payload;
+    let mut p = vec![0u8; total];
+    p[0] = 0x45;
+    p[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+    p[8] = 64;
+    p[9] = 17;
+    p[12..16].copy_from_slice(&src.octets());
+    p[16..20].copy_from_slice(&dst.octets());
+    let sum = wire::checksum::checksum(&p[..20]);
+    p[10..12].copy_from_slice(&sum.to_be_bytes());
+    p[20..22].copy_from_slice(&sport.to_be_bytes());
+    p[22..24].copy_from_slice(&dport.to_be_bytes());
+    p[24..26].copy_from_slice(&((8 + payload) as u16).to_be_bytes());
+    for (i, b) in p[28..].iter_mut().enumerate() {
+        *b = i as u8;
+    }
+    p
+}
+
+fn udp6(src: Ipv6Addr, dst: Ipv6Addr, sport: u16, dport: u16, payload: usize) -> Vec<u8> {
+    let mut p = vec![0u8; 48 + payload];
+    p[0] = 0x60;
+    p[4..6].copy_from_slice(&((8 + payload) as u16).to_be_bytes());
+    p[6] = 17;
+    p[7] = 64;
+    p[8..24].copy_from_slice(&src.octets());
+    p[24..40].copy_from_slice(&dst.octets());
+    p[40..42].copy_from_slice(&sport.to_be_bytes());
+    p[42..44].copy_from_slice(&dport.to_be_bytes());
+    p[44..46].copy_from_slice(&((8 + payload) as u16).to_be_bytes());
+    p
+}
+
+/// A G-PDU from the gNB to our N3 address, with an UL PDU Session Container if `qfi`.
+fn gpdu4(teid: u32, qfi: Option<u8>, inner: &[u8]) -> Vec<u8> {
+    let repr = GtpuRepr {
+        msg_type: MessageType::GPdu,
+        teid: Teid(teid),
+        seq: None,
+        npdu: None,
+        pdu_session: qfi.map(|q| PduSession::Uplink { qfi: Qfi::new(q).unwrap() }),
+        udp_port: None,
+        pdcp_number: None,
+        payload_len: inner.len(),
+    };
+    let mut g = vec![0u8; repr.header_len()];
+    repr.emit(&mut g);
+    g.extend_from_slice(inner);
+    let mut p = udp4(GNB, N3, 2152, 2152, g.len());
+    p.truncate(28);
+    p.extend_from_slice(&g);
+    p
+}
+
+fn gpdu6(teid: u32, inner: &[u8]) -> Vec<u8> {
+    let mut p = udp6(GNB6, N3_6, 2152, 2152, 8 + inner.len());
+    p.truncate(48);
+    p.extend_from_slice(&[0x30, 255]);
+    p.extend_from_slice(&(inner.len() as u16).to_be_bytes());
+    p.extend_from_slice(&teid.to_be_bytes());
+    p.extend_from_slice(inner);
+    p
+}
+
+fn pdr(id: u16, precedence: u32, far: u32) -> Pdr {
+    Pdr {
+        id,
+        precedence,
+        source: Interface::Access,
+        local_f_teid: None,
+        ue_ipv4: None,
+        ue_ipv6: None,
+        ue_is_destination: false,
+        sdf_filters: vec![],
+        qfi: None,
+        outer_header_removal: false,
+        far_id: Some(far),
+        qer_ids: vec![1],
+        urr_ids: vec![1],
+    }
+}
+
+fn far(id: u32, action: u64, to: Option<(IpAddr, u32)>) -> Far {
+    Far { id, action, destination: None, outer_header: to.map(|(addr, teid)| GtpuEndpoint { teid, addr }), network_instance: None }
+}
+
+/// A session like an SMF's: uplink on TEID 0x100 (QFI 9), downlink to the UE toward the
+/// gNB on TEID 0x200, one QER (QFI 9), one URR.
+fn session(seid: u64) -> SessionRules {
+    let mut r = SessionRules {
+        seid,
+        cp_node: PfcpNode::Ipv4(Ipv4Addr::LOCALHOST),
+        pdrs: Default::default(),
+        fars: Default::default(),
+        qers: Default::default(),
+        urrs: Default::default(),
+    };
+    let mut up = pdr(1, 100, 1);
+    up.local_f_teid = Some(GtpuEndpoint { teid: 0x100, addr: IpAddr::V4(N3) });
+    up.ue_ipv4 = Some(UE);
+    up.qfi = Some(9);
+    up.outer_header_removal = true;
+    let mut down = pdr(2, 100, 2);
+    down.source = Interface::Core;
+    down.ue_ipv4 = Some(UE);
+    down.ue_is_destination = true;
+    r.pdrs.insert(1, up);
+    r.pdrs.insert(2, down);
+    r.fars.insert(1, far(1, apply_action::FORW, None));
+    r.fars.insert(2, far(2, apply_action::FORW, Some((IpAddr::V4(GNB), 0x200))));
+    r.qers.insert(
+        1,
+        Qer {
+            id: 1,
+            ul_open: true,
+            dl_open: true,
+            mbr_ul_kbps: None,
+            mbr_dl_kbps: None,
+            gbr_ul_kbps: None,
+            gbr_dl_kbps: None,
+            qfi: Some(9),
+        },
+    );
+    r.urrs.insert(1, Urr { id: 1, ..Default::default() });
+    r
+}
+
+/// The GTP-U header and inner packet of an encapsulated IPv4 packet, checked field by field.
+fn decap4(p: &[u8]) -> (Ipv4Addr, Ipv4Addr, GtpuRepr, Vec<u8>) {
+    assert_eq!(p[0], 0x45);
+    assert_eq!(u16::from_be_bytes([p[2], p[3]]) as usize, p.len(), "IPv4 total length");
+    assert!(wire::checksum::verify(&p[..20]), "IPv4 header checksum");
+    assert_eq!(p[9], 17);
+    assert_eq!(u16::from_be_bytes([p[20], p[21]]), 2152);
+    assert_eq!(u16::from_be_bytes([p[22], p[23]]), 2152);
+    assert_eq!(u16::from_be_bytes([p[24], p[25]]) as usize, p.len() - 20, "UDP length");
+    let g = GtpuPacket::new_checked(&p[28..]).unwrap();
+    let r = GtpuRepr::parse(&g).unwrap();
+    let inner = p[p.len() - r.payload_len..].to_vec();
+    (Ipv4Addr::new(p[12], p[13], p[14], p[15]), Ipv4Addr::new(p[16], p[17], p[18], p[19]), r, inner)
+}
+
+#[test]
+fn uplink_decapsulates_and_counts_the_inner_bytes() {
+    let mut rig = Rig::new();
+    rig.install(&session(1));
+    let inner = udp4(UE, DN, 4000, 53, 100);
+    let got = rig.send(0, &[gpdu4(0x100, Some(9), &inner), gpdu4(0x100, Some(9), &inner)]);
+    assert_eq!(got, vec![("ip4-input", inner.clone()), ("ip4-input", inner.clone())]);
+    assert_eq!(rig.counter("upf4-uplink", "forwarded"), 2);
+    assert_eq!(rig.usage(1, 1), Usage { ul_bytes: 2 * inner.len() as u64, ul_packets: 2, ..Default::default() });
+    // Another TEID: no session; the right TEID with another QFI: no PDR.
+    assert!(rig.send(0, &[gpdu4(0x101, Some(9), &inner)]).is_empty());
+    assert_eq!(rig.counter("upf4-uplink", "no-session"), 1);
+    assert!(rig.send(0, &[gpdu4(0x100, Some(5), &inner), gpdu4(0x100, None, &inner)]).is_empty());
+    assert_eq!(rig.counter("upf4-uplink", "no-pdr"), 2);
+}
+
+#[test]
+fn downlink_encapsulates_toward_the_gnb_with_the_qfi() {
+    let mut rig = Rig::new();
+    rig.install(&session(1));
+    let inner = udp4(DN, UE, 53, 4000, 60);
+    let got = rig.send(2, &[inner.clone()]);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].0, "ip4-lookup");
+    let (src, dst, g, back) = decap4(&got[0].1);
+    assert_eq!((src, dst, g.teid, g.msg_type), (N3, GNB, Teid(0x200), MessageType::GPdu));
+    assert_eq!(g.pdu_session, Some(PduSession::Downlink { qfi: Qfi::new(9).unwrap(), rqi: false, ppi: None }));
+    assert_eq!(back, inner);
+    assert_eq!(rig.usage(1, 1), Usage { dl_bytes: inner.len() as u64, dl_packets: 1, ..Default::default() });
+    // Another UE address in the pool: no session.
+    assert!(rig.send(2, &[udp4(DN, Ipv4Addr::new(198, 19, 7, 2), 53, 4000, 10)]).is_empty());
+    assert_eq!(rig.counter("upf4-downlink", "no-session"), 1);
+}
+
+#[test]
+fn precedence_and_sdf_filters_pick_the_downlink_pdr() {
+    let mut rig = Rig::new();
+    let mut r = session(1);
+    // PDR 3 (precedence 10, checked first): UDP from 198.18.8.0/24 port 53 to UE port
+    // 5000, toward TEID 0x300; everything else takes PDR 2 (precedence 100).
+    let mut special = r.pdrs.get(&2).unwrap().clone();
+    special.id = 3;
+    special.precedence = 10;
+    special.far_id = Some(3);
+    special.sdf_filters = vec![b"permit out 17 from 198.18.8.0/24 53 to assigned 5000".to_vec()];
+    r.pdrs.insert(3, special);
+    r.fars.insert(3, far(3, apply_action::FORW, Some((IpAddr::V4(GNB), 0x300))));
+    rig.install(&r);
+    let teid_of = |rig: &mut Rig, p: Vec<u8>| {
+        let got = rig.send(2, &[p]);
+        decap4(&got[0].1).2.teid.0
+    };
+    assert_eq!(teid_of(&mut rig, udp4(DN, UE, 53, 5000, 10)), 0x300);
+    assert_eq!(teid_of(&mut rig, udp4(DN, UE, 53, 5001, 10)), 0x200);
+    assert_eq!(teid_of(&mut rig, udp4(DN, UE, 54, 5000, 10)), 0x200);
+    assert_eq!(teid_of(&mut rig, udp4(Ipv4Addr::new(198, 18, 9, 9), UE, 53, 5000, 10)), 0x200);
+    // Lower the special PDR's priority below the catch-all: it never matches.
+    r.pdrs.get_mut(&3).unwrap().precedence = 1000;
+    rig.install(&r);
+    assert_eq!(teid_of(&mut rig, udp4(DN, UE, 53, 5000, 10)), 0x200);
+}
+
+#[test]
+fn far_drop_buffer_gate_and_quota_drop_by_name() {
+    let mut rig = Rig::new();
+    let mut r = session(7);
+    let dl = udp4(DN, UE, 53, 4000, 10);
+    let ul = gpdu4(0x100, Some(9), &udp4(UE, DN, 4000, 53, 10));
+
+    r.fars.get_mut(&2).unwrap().action = apply_action::DROP;
+    rig.install(&r);
+    assert!(rig.send(2, &[dl.clone()]).is_empty());
+    assert_eq!(rig.counter("upf4-downlink", "far-drop"), 1);
+
+    r.fars.get_mut(&2).unwrap().action = apply_action::BUFF | apply_action::NOCP;
+    rig.install(&r);
+    assert!(rig.send(2, &[dl.clone(), dl.clone(), dl.clone()]).is_empty());
+    assert_eq!(rig.counter("upf4-downlink", "buffered-dropped"), 3);
+    assert_eq!(
+        rig.events.try_iter().collect::<Vec<_>>(),
+        vec![UpfEvent::DownlinkData { seid: 7, pdr_id: 2 }],
+        "one report asked per session change"
+    );
+
+    r.fars.get_mut(&2).unwrap().action = apply_action::FORW;
+    r.qers.get_mut(&1).unwrap().dl_open = false;
+    rig.install(&r);
+    assert!(rig.send(2, &[dl.clone()]).is_empty());
+    assert_eq!(rig.counter("upf4-downlink", "gate-closed"), 1);
+    assert_eq!(rig.send(0, &[ul.clone()]).len(), 1, "the uplink gate is still open");
+
+    r.qers.get_mut(&1).unwrap().dl_open = true;
+    r.urrs.get_mut(&1).unwrap().quota_exhausted = true;
+    rig.install(&r);
+    assert!(rig.send(2, &[dl.clone()]).is_empty());
+    assert!(rig.send(0, &[ul.clone()]).is_empty());
+    assert_eq!(rig.counter("upf4-downlink", "quota-exhausted"), 1);
+    assert_eq!(rig.counter("upf4-uplink", "quota-exhausted"), 1);
+    // What was dropped was not counted: one uplink packet passed.
+    assert_eq!(rig.usage(7, 1), Usage { ul_bytes: 38, ul_packets: 1, ..Default::default() });
+}
+
+#[test]
+fn mbr_passes_a_burst_then_drops() {
+    let mut rig = Rig::new();
+    let mut r = session(1);
+    // 8 kbit/s = 1000 bytes/s: the bucket holds the minimum burst of 3000 bytes, and the
+    // refill during the test run is a few bytes at most.
+    r.qers.get_mut(&1).unwrap().mbr_dl_kbps = Some(8);
+    rig.install(&r);
+    let dl = udp4(DN, UE, 53, 4000, 972); // 1000 bytes
+    let got = rig.send(2, &vec![dl; 10]);
+    assert_eq!(got.len(), 3);
+    assert_eq!(rig.counter("upf4-downlink", "mbr-exceeded"), 7);
+    assert_eq!(rig.usage(1, 1).dl_bytes, 3000);
+}
+
+#[test]
+fn ipv6_outer_and_ipv6_ue() {
+    let mut rig = Rig::new();
+    let mut r = session(1);
+    let up = r.pdrs.get_mut(&1).unwrap();
+    up.local_f_teid = Some(GtpuEndpoint { teid: 0x600, addr: IpAddr::V6(N3_6) });
+    up.qfi = None;
+    let down = r.pdrs.get_mut(&2).unwrap();
+    down.ue_ipv4 = None;
+    down.ue_ipv6 = Some(UE6);
+    r.fars.get_mut(&2).unwrap().outer_header = Some(GtpuEndpoint { teid: 0x700, addr: IpAddr::V6(GNB6) });
+    rig.install(&r);
+    let inner = udp6(UE6, "2001:db8:8::9".parse().unwrap(), 1, 2, 20);
+    assert_eq!(rig.send(1, &[gpdu6(0x600, &inner)]), vec![("ip6-input", inner.clone())]);
+    // Downlink to another address in the UE's /64.
+    let to_ue = udp6("2001:db8:8::9".parse().unwrap(), "2001:db8:19:1::77".parse().unwrap(), 2, 1, 20);
+    let got = rig.send(3, &[to_ue.clone()]);
+    assert_eq!(got.len(), 1);
+    let p = &got[0].1;
+    assert_eq!((got[0].0, p[0] >> 4, p[6]), ("ip6-lookup", 6, 17));
+    assert_eq!(&p[8..24], &N3_6.octets());
+    assert_eq!(&p[24..40], &GNB6.octets());
+    let mut c = <ip::outer::Ip6Outer as ip::outer::OuterFamily>::pseudo(&N3_6, &GNB6);
+    c.add_u32((p.len() - 40) as u32).add_bytes(&p[40..]);
+    assert_eq!(c.fold(), 0xffff, "UDP checksum over IPv6");
+    assert_eq!(u32::from_be_bytes([p[52], p[53], p[54], p[55]]), 0x700);
+    assert_eq!(&p[p.len() - to_ue.len()..], &to_ue[..]);
+}
+
+#[test]
+fn forwarding_to_a_peer_upf_replaces_the_outer_header() {
+    let mut rig = Rig::new();
+    let mut r = session(1);
+    // N9: the uplink FAR sends on to a peer UPF on TEID 0x900.
+    r.fars.get_mut(&1).unwrap().outer_header = Some(GtpuEndpoint { teid: 0x900, addr: IpAddr::V4(Ipv4Addr::new(198, 18, 9, 1)) });
+    rig.install(&r);
+    let inner = udp4(UE, DN, 4000, 53, 30);
+    let got = rig.send(0, &[gpdu4(0x100, Some(9), &inner)]);
+    assert_eq!(got[0].0, "ip4-lookup");
+    let (src, dst, g, back) = decap4(&got[0].1);
+    assert_eq!((src, dst, g.teid), (N3, Ipv4Addr::new(198, 18, 9, 1), Teid(0x900)));
+    assert_eq!(back, inner);
+}
+
+#[test]
+fn a_removed_session_drops_and_its_slots_count_afresh_for_the_next() {
+    let mut rig = Rig::new();
+    rig.install(&session(1));
+    let inner = udp4(UE, DN, 4000, 53, 10);
+    rig.send(0, &[gpdu4(0x100, Some(9), &inner)]);
+    assert_eq!(rig.usage(1, 1).ul_packets, 1);
+    assert!(rig.state.remove(1));
+    rig.publish();
+    assert!(rig.send(0, &[gpdu4(0x100, Some(9), &inner)]).is_empty());
+    assert_eq!(rig.counter("upf4-uplink", "no-session"), 1);
+    assert_eq!(rig.state.slots_in_use(), (0, 0));
+    rig.install(&session(2));
+    assert_eq!(rig.usage(2, 1), Usage::default(), "the reused URR slot starts at zero");
+    rig.send(0, &[gpdu4(0x100, Some(9), &inner)]);
+    assert_eq!(rig.usage(2, 1).ul_packets, 1);
+}
+
+#[test]
+fn a_key_of_another_session_refuses_the_install() {
+    let mut rig = Rig::new();
+    rig.install(&session(1));
+    let err = rig.state.install_rules(&session(2)).unwrap_err();
+    assert_eq!(err.to_string(), "TEID 0x100 belongs to another session");
+    assert_eq!(rig.state.slots_in_use(), (1, 1), "nothing allocated for the refused one");
+    let mut bad = session(3);
+    bad.pdrs.get_mut(&2).unwrap().sdf_filters = vec![b"permit in ip from any to assigned".to_vec()];
+    assert!(rig.state.install_rules(&bad).unwrap_err().to_string().contains("PDR 2: SDF filter"));
+}
+
+proptest! {
+    /// Any bytes into any of the four nodes: a named drop or a packet out, never a panic.
+    #[test]
+    fn any_input_is_safe(input in 0usize..4, bytes in proptest::collection::vec(any::<u8>(), 0..200), teid in prop_oneof![Just(0x100u32), any::<u32>()]) {
+        let mut rig = Rig::new();
+        rig.install(&session(1));
+        let mut p = bytes.clone();
+        if input == 0 && p.len() > 40 {
+            // Often a real G-PDU header with a random tail.
+            let g = gpdu4(teid, Some(9), &p[40..]);
+            p = g;
+            let n = bytes[0] as usize % (p.len() + 1);
+            p.truncate(n.max(28));
+        }
+        rig.send(input, &[p]);
+    }
+}
+
+#[test]
+fn end_markers_are_gtpu_type_254_from_our_n3_address() {
+    let mut rig = Rig::new();
+    rig.publish();
+    let t = rig.shared.load();
+    let (input, p) = upf::nodes::end_marker(&t, IpAddr::V4(GNB), 0x200).unwrap();
+    assert_eq!(input, upf::nodes::CONTROL_INPUT4);
+    let (src, dst, g, inner) = decap4(&p);
+    assert_eq!((src, dst, g.msg_type, g.teid, inner.len()), (N3, GNB, MessageType::EndMarker, Teid(0x200), 0));
+    assert_eq!(p.len(), 20 + 8 + 8);
+    let (input, p) = upf::nodes::end_marker(&t, IpAddr::V6(GNB6), 0x300).unwrap();
+    assert_eq!((input, p.len()), (upf::nodes::CONTROL_INPUT6, 40 + 8 + 8));
+    let mut c = <ip::outer::Ip6Outer as ip::outer::OuterFamily>::pseudo(&N3_6, &GNB6);
+    c.add_u32(16).add_bytes(&p[40..]);
+    assert_eq!(c.fold(), 0xffff, "UDP checksum over IPv6");
+    assert_eq!((p[49], u32::from_be_bytes([p[52], p[53], p[54], p[55]])), (254, 0x300));
+    // No N3 address of the peer's family: none.
+    let mut no_v6 = UpfState::new(1, 1, 1);
+    no_v6.set_n3(Some(N3), None);
+    assert!(upf::nodes::end_marker(&no_v6.build(), IpAddr::V6(GNB6), 1).is_none());
+}
+
+#[test]
+fn with_many_sessions_each_packet_finds_its_own() {
+    // Past the size where the nodes prefetch a vector's lookups level by level.
+    let mut rig = Rig::new();
+    rig.state = UpfState::new(2000, 4000, 4000);
+    rig.state.set_n3(Some(N3), Some(N3_6));
+    for i in 0..1100u32 {
+        let mut r = session(i as u64 + 1);
+        r.pdrs.get_mut(&1).unwrap().local_f_teid = Some(GtpuEndpoint { teid: 0x1000 + i, addr: IpAddr::V4(N3) });
+        let ue = Ipv4Addr::from(u32::from(UE) + i);
+        r.pdrs.get_mut(&1).unwrap().ue_ipv4 = Some(ue);
+        r.pdrs.get_mut(&2).unwrap().ue_ipv4 = Some(ue);
+        r.fars.get_mut(&2).unwrap().outer_header = Some(GtpuEndpoint { teid: 0x8000 + i, addr: IpAddr::V4(GNB) });
+        rig.state.install_rules(&r).unwrap();
+    }
+    rig.publish();
+    let picks: Vec<u32> = (0..200).map(|k| (k * 37) % 1100).collect();
+    let down: Vec<Vec<u8>> = picks.iter().map(|&i| udp4(DN, Ipv4Addr::from(u32::from(UE) + i), 53, 4000, 20)).collect();
+    let got = rig.send(2, &down);
+    let teids: Vec<u32> = got.iter().map(|(_, p)| decap4(p).2.teid.0).collect();
+    assert_eq!(teids, picks.iter().map(|i| 0x8000 + i).collect::<Vec<_>>());
+    let up: Vec<Vec<u8>> =
+        picks.iter().map(|&i| gpdu4(0x1000 + i, Some(9), &udp4(Ipv4Addr::from(u32::from(UE) + i), DN, 4000, 53, 20))).collect();
+    let got = rig.send(0, &up);
+    assert_eq!(got.len(), picks.len());
+    for (&i, (_, p)) in picks.iter().zip(&got) {
+        assert_eq!(&p[12..16], &Ipv4Addr::from(u32::from(UE) + i).octets());
+    }
+    assert_eq!(rig.usage(1 + 37, 1).ul_packets, 1);
+}
