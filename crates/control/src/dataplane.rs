@@ -723,7 +723,11 @@ fn build(
             ip: IpContext::new(shared.clone(), Some(ev_tx.clone()), limits),
             gtpu: GtpuContext::new(gtpu_shared.clone(), Some(gev_tx.clone()), cfg.gtpu.replies_per_sec),
             udptun: UdpTunContext::new(udptun_shared.clone(), Some(uev_tx.clone())),
-            parcel: ParcelContext { verify_segments: cfg.dataplane.verify_parcel_segments, ..ParcelContext::default() },
+            parcel: ParcelContext {
+                verify_segments: cfg.dataplane.verify_parcel_segments,
+                gso_links: crate::parcel::gso_links(cfg),
+                ..ParcelContext::default()
+            },
             lb: lb::LbContext::new(lb.shared.clone(), lb.limits, lb.timeouts),
             ipsec: ipsec::IpsecContext::new(ipsec_shared.clone()),
             spd: spd_cx,

@@ -13,6 +13,7 @@ counters! {
         Parcels(Info, "parcels", "parcels received"),
         Segments(Info, "segments", "segments in the parcels received"),
         Whole(Info, "forwarded-whole", "parcels forwarded whole (egress takes parcels, within its MTU)"),
+        ToGso(Info, "to-gso-frame", "parcels sent on as one UDP GSO frame (egress exchanges virtio-net headers): its kernel segments it or hands it whole to a UDP_GRO socket"),
         ToSplit(Info, "to-split", "parcels sent to be split into UDP datagrams"),
         BadSegment(Warn, "bad-segment-checksum", "segments whose checksum does not match their slot (the segment is dropped when split)"),
         Truncated(Warn, "truncated", "shorter than the parcel's IP and UDP headers"),
@@ -112,6 +113,16 @@ impl<Cx: HasParcel, F: ParcelFamily> Node<Cx> for ParcelInput<F> {
         } else if let Some((tx_if, mtu)) = next_hop {
             if ipcx.tables.takes_parcels(tx_if) && s.total_len <= mtu {
                 counts.inc(C::Whole);
+                return Verdict::Next(F::TO_REWRITE);
+            }
+            // Only verified segments: the kernel gives each datagram a fresh checksum
+            // over its bytes, which would hide damage the slots could still show.
+            if pcx.verify_segments
+                && pcx.takes_gso(tx_if)
+                && F::DATAGRAM_IP_LEN + 8 + s.seg_len <= mtu
+                && super::gso::parcel_to_gso::<F>(buf, &s)
+            {
+                counts.inc(C::ToGso);
                 return Verdict::Next(F::TO_REWRITE);
             }
         }

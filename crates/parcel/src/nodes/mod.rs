@@ -1,6 +1,7 @@
 //! The parcel nodes, each one generic node over the address family:
 //! `parcel4-input`/`parcel6-input` and `parcel4-split`/`parcel6-split`.
 
+pub mod gso;
 pub mod input;
 pub mod join;
 pub mod split;
@@ -103,6 +104,10 @@ pub trait ParcelFamily: Family {
     fn flow_fields(b: &[u8]) -> [u8; 40];
     /// Write a parcel's headers for `segs` from its first datagram's headers `head`.
     fn emit_parcel_headers(head: &[u8], segs: &SegmentsRepr, out: &mut [u8]);
+    /// Move the IPv4 identification in the datagram headers `head` on by `by` (the
+    /// identification of the datagram `by` places further on in a GSO frame); IPv6
+    /// datagrams have none.
+    fn advance_ident(head: &mut [u8], by: usize);
     /// The pseudo-header sum of a datagram with headers `head` and UDP length `udp_len`.
     fn datagram_pseudo_header(head: &[u8], udp_len: u16) -> Checksum;
     /// Fill the UDP header checksum of the parcel in `b`.
@@ -150,6 +155,10 @@ impl ParcelFamily for Ip4 {
             segments: *segs,
         }
         .emit(out)
+    }
+    fn advance_ident(head: &mut [u8], by: usize) {
+        let ident = u16::from_be_bytes([head[4], head[5]]).wrapping_add(by as u16);
+        head[4..6].copy_from_slice(&ident.to_be_bytes());
     }
     fn datagram_pseudo_header(head: &[u8], udp_len: u16) -> Checksum {
         pseudo_header_v4([head[12], head[13], head[14], head[15]].into(), [head[16], head[17], head[18], head[19]].into(), 17, udp_len)
@@ -230,6 +239,7 @@ impl ParcelFamily for Ip6 {
         }
         .emit(out)
     }
+    fn advance_ident(_head: &mut [u8], _by: usize) {}
     fn datagram_pseudo_header(head: &[u8], udp_len: u16) -> Checksum {
         let a = |at: usize| <[u8; 16]>::try_from(&head[at..at + 16]).map_or(std::net::Ipv6Addr::UNSPECIFIED, Into::into);
         pseudo_header_v6(&a(8), &a(24), 17, udp_len as u32)
