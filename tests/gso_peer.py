@@ -7,6 +7,11 @@
                                                      SECONDS passed), UDP_GRO on if GRO=1;
                                                      prints READY, then JSON
 
+  gso_peer.py blast DST PORT SIZE GSO_SIZE SECONDS   send()s of SIZE bytes in segments of
+                                                     GSO_SIZE for SECONDS; JSON
+  gso_peer.py sink ADDR PORT GRO SECONDS             count what arrives for SECONDS after
+                                                     the first byte; prints READY, then JSON
+
 Segment j of message m starts with (m, j) as two big-endian u32 and goes on with bytes
 that depend on (m, j, position), so the receiver checks each one is intact and in order
 without knowing the sender's data. A GRO read is cut into segments at its gro_size."""
@@ -73,10 +78,56 @@ def recv(addr, port, gro, want, seconds):
     print(json.dumps({"reads": reads, "segments": segs, "gro_sizes": sorted(gro_sizes), "damaged": bad}))
 
 
+def blast(dst, port, size, gso_size, seconds):
+    s = socket.socket(family(dst), socket.SOCK_DGRAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+    s.setsockopt(SOL_UDP, UDP_SEGMENT, gso_size)
+    s.connect((dst, port))
+    data = b"".join(segment(0, j, min(gso_size, size - j * gso_size)) for j in range((size + gso_size - 1) // gso_size))
+    sends, end = 0, time.time() + seconds
+    while time.time() < end:
+        for _ in range(64):
+            try:
+                s.send(data)
+                sends += 1
+            except (BlockingIOError, ConnectionRefusedError):
+                pass
+    print(json.dumps({"sends": sends, "bytes": sends * size}))
+
+
+def sink(addr, port, gro, seconds):
+    u = socket.socket(family(addr), socket.SOCK_DGRAM)
+    u.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+    if gro:
+        u.setsockopt(SOL_UDP, UDP_GRO, 1)
+    u.bind((addr, port))
+    print("READY", flush=True)
+    r, _, _ = select.select([u], [], [], 20)
+    if not r:
+        print(json.dumps({"segments": 0, "bytes": 0, "seconds": 0}))
+        return
+    start = time.time()
+    end, segs, nbytes = start + seconds, 0, 0
+    u.settimeout(0.2)
+    while time.time() < end:
+        try:
+            d, anc, _, _ = u.recvmsg(1 << 17, socket.CMSG_SPACE(4))
+        except socket.timeout:
+            continue
+        gs = [struct.unpack("=H" if len(c[2]) == 2 else "=i", c[2])[0] for c in anc if c[0] == SOL_UDP and c[1] == UDP_GRO]
+        segs += -(-len(d) // gs[0]) if gs else 1
+        nbytes += len(d)
+    print(json.dumps({"segments": segs, "bytes": nbytes, "seconds": time.time() - start}))
+
+
 cmd, a = sys.argv[1], sys.argv[2:]
 if cmd == "send":
     send(a[0], int(a[1]), int(a[2]), int(a[3]), int(a[4]))
 elif cmd == "recv":
     recv(a[0], int(a[1]), a[2] == "1", int(a[3]), float(a[4]))
+elif cmd == "blast":
+    blast(a[0], int(a[1]), int(a[2]), int(a[3]), float(a[4]))
+elif cmd == "sink":
+    sink(a[0], int(a[1]), a[2] == "1", float(a[3]))
 else:
     sys.exit(__doc__)
