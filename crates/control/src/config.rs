@@ -91,6 +91,9 @@ pub struct DataplaneConfig {
     /// Large (256 KiB) buffers for jumbograms and parcels.
     #[serde(default = "default_large_buffers")]
     pub large_buffers: usize,
+    /// Medium (16 KiB) buffers for jumbo frames and datagrams of 2–16 KiB.
+    #[serde(default = "default_medium_buffers")]
+    pub medium_buffers: usize,
     #[serde(default = "default_icmp_rate")]
     pub icmp_errors_per_sec: u64,
     #[serde(default = "default_solicit_rate")]
@@ -190,6 +193,9 @@ fn default_buffers() -> usize {
 fn default_large_buffers() -> usize {
     64
 }
+fn default_medium_buffers() -> usize {
+    512
+}
 fn default_icmp_rate() -> u64 {
     1000
 }
@@ -208,6 +214,7 @@ impl Default for DataplaneConfig {
         DataplaneConfig {
             buffers: default_buffers(),
             large_buffers: default_large_buffers(),
+            medium_buffers: default_medium_buffers(),
             icmp_errors_per_sec: default_icmp_rate(),
             solicitations_per_sec: default_solicit_rate(),
             replies_per_sec: default_replies_rate(),

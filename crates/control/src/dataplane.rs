@@ -500,6 +500,8 @@ pub const MAX_WORKERS: usize = 64;
 /// must be an error, not an allocation that takes the machine's memory.
 pub const MAX_BUFFERS: usize = 1 << 21;
 pub const MAX_LARGE_BUFFERS: usize = 4096;
+/// The most medium buffers per worker (16 KiB each: 1 GiB).
+pub const MAX_MEDIUM_BUFFERS: usize = 65536;
 
 /// Workers share the receive load of an af_packet interface through a fanout group
 /// (the kernel hashes each flow to one worker's socket, so a flow stays in order).
@@ -519,6 +521,9 @@ fn check_workers(cfg: &Config) -> Result<(), ConfigError> {
     }
     if cfg.dataplane.large_buffers > MAX_LARGE_BUFFERS {
         return Err(cfg.err("dataplane.large_buffers", format!("{}: expected 0 to {MAX_LARGE_BUFFERS}", cfg.dataplane.large_buffers)));
+    }
+    if cfg.dataplane.medium_buffers > MAX_MEDIUM_BUFFERS {
+        return Err(cfg.err("dataplane.medium_buffers", format!("{}: expected 0 to {MAX_MEDIUM_BUFFERS}", cfg.dataplane.medium_buffers)));
     }
     cfg.dataplane.reassembly.check().map_err(|(field, why)| cfg.err(format!("dataplane.reassembly.{field}"), why))
 }
@@ -753,7 +758,11 @@ fn build(
             ip: IpContext::new(shared.clone(), Some(ev_tx.clone()), limits),
             gtpu: gtpu_cx,
             udptun: udptun_cx,
-            parcel: ParcelContext { verify_segments: cfg.dataplane.verify_parcel_segments, ..ParcelContext::default() },
+            parcel: ParcelContext {
+                verify_segments: cfg.dataplane.verify_parcel_segments,
+                gso_links: crate::parcel::gso_links(cfg),
+                ..ParcelContext::default()
+            },
             lb: lb::LbContext::new(lb.shared.clone(), lb.limits, lb.timeouts),
             ipsec: ipsec::IpsecContext::new(ipsec_shared.clone()),
             spd: spd_cx,
@@ -837,7 +846,7 @@ fn build_worker(
         .enumerate()
         .map(|(i, (ic, dev))| Port::new(IfIndex(i as u16), ic.name.clone(), dev, inputs.get(&ic.name).copied()))
         .collect();
-    let pool = Pool::new(cfg.dataplane.buffers, cfg.dataplane.large_buffers);
+    let pool = Pool::with_classes(cfg.dataplane.buffers, cfg.dataplane.medium_buffers, cfg.dataplane.large_buffers);
     let mut worker = Worker::new(k, graph, pool, ports, cx);
     worker.busy_poll = cfg.dataplane.busy_poll;
     if let (Some(l), Some(input)) = (lanes, handoff_input) {

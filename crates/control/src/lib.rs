@@ -22,6 +22,7 @@ pub mod gtpu;
 pub mod ipsec;
 pub mod lb;
 pub mod metrics;
+pub mod parcel;
 pub mod pfcp;
 pub mod reload;
 pub mod server;

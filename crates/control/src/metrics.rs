@@ -123,7 +123,7 @@ pub fn render(workers: &[Snapshot], tables: TableSizes, tunnels: &TunnelTraffic)
     let device = counter_family(&mut r, "interface_device", "A device's own counters (kernel drops, ring stalls, ...)");
     let loops = counter_family(&mut r, "worker_loops", "Iterations of a worker's main loop");
     let elapsed = counter_family(&mut r, "worker_cycles", "TSC cycles since the worker's runtime was last cleared");
-    let buffers = gauge_family(&mut r, "buffers", "Buffers in a worker's pool, by class (regular, large) and state (free, total)");
+    let buffers = gauge_family(&mut r, "buffers", "Buffers in a worker's pool, by class (regular, medium, large) and state (free, total)");
     let alloc_fail = counter_family(&mut r, "buffer_alloc_failures", "Buffer allocations refused: the class was empty");
     let table = gauge_family(&mut r, "table_entries", "Entries in a control-plane table");
     let kind_packets = counter_family(&mut r, "tunnel_kind_packets", "Packets out of (rx) and into (tx) all tunnels of a kind");
@@ -176,6 +176,8 @@ pub fn render(workers: &[Snapshot], tables: TableSizes, tunnels: &TunnelTraffic)
             ("regular", "total", s.pool.regular_total),
             ("large", "free", s.pool.large_free),
             ("large", "total", s.pool.large_total),
+            ("medium", "free", s.pool.medium_free),
+            ("medium", "total", s.pool.medium_total),
         ] {
             buffers.get_or_create(&labels(&[("worker", &w), ("class", class), ("state", state)])).set(gauge(v));
         }

@@ -209,6 +209,7 @@ fn a_pool_beyond_the_limit_is_a_config_error() {
         ("[dataplane]\nbuffers = 1000000000000\n", "dataplane.buffers"),
         ("[dataplane]\nbuffers = 0\n", "dataplane.buffers"),
         ("[dataplane]\nlarge_buffers = 5000\n", "dataplane.large_buffers"),
+        ("[dataplane]\nmedium_buffers = 70000\n", "dataplane.medium_buffers"),
     ] {
         let cfg = Config::parse(text, "gw.toml", Path::new(".")).unwrap();
         let e = control::dataplane::assemble(&cfg).err().expect("refused");

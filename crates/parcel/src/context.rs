@@ -11,11 +11,23 @@ pub struct ParcelContext {
     pub join_segments: usize,
     /// `parcelN-input` checks each segment against its slot (see the crate's docs).
     pub verify_segments: bool,
+    /// Bit i: interface i exchanges virtio-net headers with the kernel (af_packet with
+    /// `vnet_hdr`), so a UDP GSO frame leaves by it whole: `parcelN-input` sends a parcel
+    /// toward it as one (see `nodes::gso`).
+    pub gso_links: u64,
+}
+
+impl ParcelContext {
+    /// Interface `i` takes UDP GSO frames.
+    #[inline]
+    pub fn takes_gso(&self, i: engine::IfIndex) -> bool {
+        self.gso_links.checked_shr(i.0 as u32).unwrap_or(0) & 1 != 0
+    }
 }
 
 impl Default for ParcelContext {
     fn default() -> Self {
-        ParcelContext { join_segments: DEFAULT_JOIN_SEGMENTS, verify_segments: true }
+        ParcelContext { join_segments: DEFAULT_JOIN_SEGMENTS, verify_segments: true, gso_links: 0 }
     }
 }
 

@@ -27,6 +27,7 @@ fn config(parcel_link: bool) -> String {
         r#"
 [dataplane]
 buffers = 4096
+medium_buffers = 2048
 large_buffers = 700
 
 [[interface]]

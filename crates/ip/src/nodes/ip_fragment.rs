@@ -26,7 +26,7 @@ use wire::ipv6_ext::{skip_headers, FragmentRepr, FRAGMENT_HEADER_LEN};
 use wire::IpProtocol;
 
 next_nodes! {
-    pub enum Ip4FragmentNext { Lookup = "ip4-lookup", Output = "interface-output" }
+    pub enum Ip4FragmentNext { Lookup = "ip4-lookup", Output = "interface-output", ParcelSplit = "parcel4-split" }
 }
 
 next_nodes! {
@@ -41,6 +41,7 @@ counters! {
         MtuTooSmall(Warn, "mtu-too-small", "the MTU leaves no room for 8 bytes of data after the headers: dropped"),
         GsoFrame(Warn, "gso-frame", "a GSO frame (segmented, not fragmented): dropped"),
         NoBuffer(Error, "no-buffer", "out of buffers: the packet dropped"),
+        ParcelSplit(Info, "parcel-to-split", "an IPv4 parcel (a tunnel's inner packet): split into its datagrams, not fragmented"),
     }
 }
 
@@ -105,6 +106,15 @@ impl<Cx: HasIp> ExpandNode<Cx> for Ip4Fragment {
         bi: BufIdx,
         out: &mut Vec<(BufIdx, Self::Next)>,
     ) -> Result<(), Self::Counter> {
+        // A parcel's Total Length is its segment length: cutting it into fragments would
+        // break it. Its own way to get smaller is splitting into datagrams (`meta.param`
+        // 0 there: route each one, trust the slots `parcel4-input` checked).
+        if wire::parcel::is_ipv4_parcel(pool.get(bi).bytes()) {
+            pool.get_mut(bi).meta.param = 0;
+            counts.inc(C::ParcelSplit);
+            out.push((bi, Ip4FragmentNext::ParcelSplit));
+            return Ok(());
+        }
         let req = FragmentRequest::decode(pool.get(bi).meta.param);
         let ident = if req.originated {
             let cx = cx.ip();

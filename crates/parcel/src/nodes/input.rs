@@ -5,7 +5,7 @@
 use super::ParcelFamily;
 use crate::context::HasParcel;
 use engine::{counters, Buffer, Counts, Node, Verdict};
-use ip::tables::{Adjacency, MAX_INDEX};
+use ip::tables::{Adjacency, TunnelKind, TunnelRef, MAX_INDEX};
 use wire::parcel::ParcelError;
 
 counters! {
@@ -13,6 +13,8 @@ counters! {
         Parcels(Info, "parcels", "parcels received"),
         Segments(Info, "segments", "segments in the parcels received"),
         Whole(Info, "forwarded-whole", "parcels forwarded whole (egress takes parcels, within its MTU)"),
+        ToGso(Info, "to-gso-frame", "parcels sent on as one UDP GSO frame (egress exchanges virtio-net headers): its kernel segments it or hands it whole to a UDP_GRO socket"),
+        ToTunnel(Info, "to-tunnel", "parcels routed into a UDP tunnel, carried whole (IPv4: the tunnel fragments its outer packets or has the parcel split)"),
         ToSplit(Info, "to-split", "parcels sent to be split into UDP datagrams"),
         BadSegment(Warn, "bad-segment-checksum", "segments whose checksum does not match their slot (the segment is dropped when split)"),
         Truncated(Warn, "truncated", "shorter than the parcel's IP and UDP headers"),
@@ -74,6 +76,11 @@ pub fn bad_segments(b: &[u8], s: &super::Shape) -> usize {
         .count()
 }
 
+/// The route `adj` leads into a UDP tunnel (GUE, GRE-in-UDP, IP-in-UDP).
+fn into_udp_tunnel(adj: u32) -> bool {
+    TunnelRef::decode(adj).is_some_and(|t| matches!(t.kind, TunnelKind::Gue4 | TunnelKind::Gue6))
+}
+
 impl<Cx: HasParcel, F: ParcelFamily> Node<Cx> for ParcelInput<F> {
     type Next = F::InputNext;
     type Counter = ParcelInputCounter;
@@ -116,6 +123,19 @@ impl<Cx: HasParcel, F: ParcelFamily> Node<Cx> for ParcelInput<F> {
                 counts.inc(C::Whole);
                 return Verdict::Next(F::TO_REWRITE);
             }
+            // Only verified segments: the kernel gives each datagram a fresh checksum
+            // over its bytes, which would hide damage the slots could still show.
+            if pcx.verify_segments
+                && pcx.takes_gso(tx_if)
+                && F::DATAGRAM_IP_LEN + 8 + s.seg_len <= mtu
+                && super::gso::parcel_to_gso::<F>(buf, &s)
+            {
+                counts.inc(C::ToGso);
+                return Verdict::Next(F::TO_REWRITE);
+            }
+        } else if let Some(next) = F::INTO_TUNNEL.filter(|_| into_udp_tunnel(adj)) {
+            counts.inc(C::ToTunnel);
+            return Verdict::Next(next);
         }
         buf.meta.param = if bad > 0 { PARAM_HAS_BAD_SEGMENT } else { 0 } | if next_hop.is_some() { PARAM_NEXT_HOP } else { 0 };
         counts.inc(C::ToSplit);

@@ -14,6 +14,7 @@
 //! for `ipN-lookup` when the route is not a plain next hop or its interface has an
 //! output feature (an SPD, LB reply translation: `Tables::straight_to_rewrite`).
 
+use super::gso::{to_parcels, GsoFrame};
 use super::ParcelFamily;
 use crate::context::HasParcel;
 use engine::{counters, BufIdx, Counts, ExpandNode, Pool, VECTOR_SIZE};
@@ -26,6 +27,9 @@ counters! {
         Datagrams(Info, "datagrams-joined", "datagrams that went into parcels"),
         Summed(Info, "segments-summed", "datagrams without a UDP checksum, whose segment was summed for its slot"),
         NoBuffer(Info, "no-large-buffer", "no large buffer for a parcel: its datagrams went on one by one"),
+        GsoFrames(Info, "gso-frames-joined", "UDP GSO frames from a local sender made into parcels (no datagrams cut first)"),
+        GsoParcels(Info, "parcels-from-gso", "parcels made from UDP GSO frames"),
+        GsoPassed(Info, "gso-frames-passed", "UDP GSO frames toward a parcel link left whole: segments too large for two per parcel, or no large buffers"),
     }
 }
 
@@ -47,18 +51,28 @@ enum Role {
     Head(u16),
     /// In a run after its head: already in the parcel.
     Member,
+    /// A UDP GSO frame toward a parcel link: made into parcels of this many segments.
+    Gso(u16),
 }
 
 pub struct ParcelJoin<F> {
     bufs: Vec<BufIdx>,
     roles: Vec<Role>,
     pos: usize,
+    /// The parcels one GSO frame becomes (kept to reuse its allocation).
+    made: Vec<BufIdx>,
     _f: std::marker::PhantomData<F>,
 }
 
 impl<F> Default for ParcelJoin<F> {
     fn default() -> Self {
-        ParcelJoin { bufs: Vec::with_capacity(VECTOR_SIZE), roles: Vec::with_capacity(VECTOR_SIZE), pos: 0, _f: std::marker::PhantomData }
+        ParcelJoin {
+            bufs: Vec::with_capacity(VECTOR_SIZE),
+            roles: Vec::with_capacity(VECTOR_SIZE),
+            pos: 0,
+            made: Vec::with_capacity(64),
+            _f: std::marker::PhantomData,
+        }
     }
 }
 
@@ -92,14 +106,18 @@ impl<F: ParcelFamily> ParcelJoin<F> {
         for (i, &bi) in input.iter().enumerate() {
             let buf = pool.get_mut(bi);
             let (adj, fwd, mut key) = classify::<F>(t, buf.bytes());
+            buf.meta.adj = adj;
             // A local sender's frame with work left for the device (a partial checksum,
             // a GSO frame) is not a finished datagram: its checksum field is no sum to
-            // take a slot from, and its length is not one segment's.
+            // take a slot from, and its length is not one segment's. A UDP GSO frame
+            // toward a parcel link is a parcel in another layout, made one on its own.
             if buf.meta.offload != engine::Offload::default() {
+                let per = key.zip(GsoFrame::of::<F>(buf)).and_then(|((_, mtu), g)| g.per_parcel::<F>(max_segments, mtu));
+                self.roles.push(per.map_or(Role::Single(fwd), |n| Role::Gso(n as u16)));
                 key = None;
+            } else {
+                self.roles.push(Role::Single(fwd));
             }
-            buf.meta.adj = adj;
-            self.roles.push(Role::Single(fwd));
             if let (Some((head, rk, mtu)), Some((k, _))) = (run, key) {
                 let n = i - head + 1;
                 if k == rk && n <= max_segments && F::PARCEL_HEADER_LEN + 8 + n * (k.udp_len as usize - 6) <= mtu.min(parcel::MAX_JUMBO_LEN)
@@ -206,6 +224,21 @@ impl<Cx: HasParcel, F: ParcelFamily> ExpandNode<Cx> for ParcelJoin<F> {
         match role {
             Role::Single(fwd) => out.push((bi, if fwd { F::JOIN_TO_REWRITE } else { F::JOIN_TO_LOOKUP })),
             Role::Member => {}
+            Role::Gso(per) => {
+                let g = GsoFrame::of::<F>(pool.get(bi));
+                self.made.clear();
+                match g.and_then(|g| to_parcels::<F>(pool, bi, g, per as usize, &mut self.made)) {
+                    Some(n) => {
+                        counts.inc(ParcelJoinCounter::GsoFrames);
+                        counts.add(ParcelJoinCounter::GsoParcels, n as u64);
+                        out.extend(self.made.iter().map(|&d| (d, F::JOIN_TO_REWRITE)));
+                    }
+                    None => {
+                        counts.inc(ParcelJoinCounter::GsoPassed);
+                        out.push((bi, F::JOIN_TO_REWRITE));
+                    }
+                }
+            }
             Role::Head(k) => {
                 let k = k as usize;
                 match self.build(pool, at, k, counts) {
@@ -262,7 +295,11 @@ mod tests {
     }
 
     fn plan(t: &Tables, max: usize, packets: &[Vec<u8>], gso_at: Option<usize>) -> Vec<Role> {
-        let mut pool = Pool::new(64, 0);
+        plan_with(t, max, packets, gso_at, false)
+    }
+
+    fn plan_with(t: &Tables, max: usize, packets: &[Vec<u8>], gso_at: Option<usize>, gso_frames: bool) -> Vec<Role> {
+        let mut pool = Pool::new(64, 8);
         let input: Vec<BufIdx> = packets
             .iter()
             .enumerate()
@@ -271,6 +308,13 @@ mod tests {
                 pool.get_mut(b).write(p).unwrap();
                 if gso_at == Some(i) {
                     pool.get_mut(b).meta.offload.gso = engine::GsoKind::UdpL4;
+                }
+                if gso_frames && p.len() > 1028 {
+                    // A local sender's UDP GSO frame: segments of 1000, checksum partial.
+                    let buf = pool.get_mut(b);
+                    buf.meta.offload.gso = engine::GsoKind::UdpL4;
+                    buf.meta.offload.gso_size = 1000;
+                    buf.set_partial_checksum(20, 6);
                 }
                 b
             })
@@ -296,5 +340,19 @@ mod tests {
         assert_eq!(plan(&t, 32, &mixed, Some(3)), [Single(true), Single(true), Single(true), Single(true), Single(true)]);
         // No route: to ipN-lookup (for its ICMP).
         assert_eq!(plan(&t, 32, &[datagram([198, 18, 5, 1], 9, 100)], None), [Single(false)]);
+    }
+
+    #[test]
+    fn gso_frames_toward_a_parcel_link_become_parcels_on_their_own() {
+        use Role::*;
+        let t = tables(9000);
+        let to_parcel = |len| datagram([198, 19, 0, 9], 9, len);
+        // 10500 bytes in segments of 1000 toward MTU 9000: parcels of 8; a datagram
+        // of the flow beside it joins nothing; toward an ordinary link it stays a frame.
+        let p = [to_parcel(1000), to_parcel(10500), to_parcel(1000), datagram([198, 20, 0, 9], 9, 10500)];
+        assert_eq!(plan_with(&t, 32, &p, None, true), [Single(true), Gso(8), Single(true), Single(true)]);
+        assert_eq!(plan_with(&t, 4, &p[1..2], None, true), [Gso(4)]);
+        // Segments too large for two per parcel: left whole.
+        assert_eq!(plan_with(&tables(2000), 32, &p[1..2], None, true), [Single(true)]);
     }
 }

@@ -1,6 +1,7 @@
 //! The parcel nodes, each one generic node over the address family:
 //! `parcel4-input`/`parcel6-input` and `parcel4-split`/`parcel6-split`.
 
+pub mod gso;
 pub mod input;
 pub mod join;
 pub mod split;
@@ -23,7 +24,7 @@ pub fn register<Cx: HasParcel>(g: &mut GraphBuilder<Cx>) {
 }
 
 engine::next_nodes! {
-    pub enum Parcel4InputNext { Rewrite = "ip4-rewrite", Split = "parcel4-split" }
+    pub enum Parcel4InputNext { Rewrite = "ip4-rewrite", Split = "parcel4-split", Lookup = "ip4-lookup" }
 }
 engine::next_nodes! {
     pub enum Parcel6InputNext { Rewrite = "ip6-rewrite", Split = "parcel6-split" }
@@ -78,6 +79,13 @@ pub trait ParcelFamily: Family {
     type InputNext: NextNodes;
     const TO_REWRITE: Self::InputNext;
     const TO_SPLIT: Self::InputNext;
+    /// Where a parcel routed into a UDP tunnel goes whole (`ipN-lookup`, to the tunnel's
+    /// encap node), or `None`: split. IPv4 parcels go whole: the tunnel sends them in
+    /// one outer packet, fragmented to the link under its `fragment = "outer"` policy (the
+    /// far end reassembles, RFC 2473's path) and split by `ip4-fragment` under `inner`.
+    /// IPv6 parcels are split first: a tunnel answers an IPv6 packet larger than its MTU
+    /// (and than 1280 bytes) with Packet Too Big, which a parcel's source cannot act on.
+    const INTO_TUNNEL: Option<Self::InputNext>;
     type SplitNext: NextNodes;
     const TO_LOOKUP: Self::SplitNext;
     const SPLIT_TO_REWRITE: Self::SplitNext;
@@ -103,6 +111,10 @@ pub trait ParcelFamily: Family {
     fn flow_fields(b: &[u8]) -> [u8; 40];
     /// Write a parcel's headers for `segs` from its first datagram's headers `head`.
     fn emit_parcel_headers(head: &[u8], segs: &SegmentsRepr, out: &mut [u8]);
+    /// Move the IPv4 identification in the datagram headers `head` on by `by` (the
+    /// identification of the datagram `by` places further on in a GSO frame); IPv6
+    /// datagrams have none.
+    fn advance_ident(head: &mut [u8], by: usize);
     /// The pseudo-header sum of a datagram with headers `head` and UDP length `udp_len`.
     fn datagram_pseudo_header(head: &[u8], udp_len: u16) -> Checksum;
     /// Fill the UDP header checksum of the parcel in `b`.
@@ -118,6 +130,7 @@ impl ParcelFamily for Ip4 {
     type InputNext = Parcel4InputNext;
     const TO_REWRITE: Parcel4InputNext = Parcel4InputNext::Rewrite;
     const TO_SPLIT: Parcel4InputNext = Parcel4InputNext::Split;
+    const INTO_TUNNEL: Option<Parcel4InputNext> = Some(Parcel4InputNext::Lookup);
     type SplitNext = Parcel4SplitNext;
     const TO_LOOKUP: Parcel4SplitNext = Parcel4SplitNext::Lookup;
     const SPLIT_TO_REWRITE: Parcel4SplitNext = Parcel4SplitNext::Rewrite;
@@ -150,6 +163,10 @@ impl ParcelFamily for Ip4 {
             segments: *segs,
         }
         .emit(out)
+    }
+    fn advance_ident(head: &mut [u8], by: usize) {
+        let ident = u16::from_be_bytes([head[4], head[5]]).wrapping_add(by as u16);
+        head[4..6].copy_from_slice(&ident.to_be_bytes());
     }
     fn datagram_pseudo_header(head: &[u8], udp_len: u16) -> Checksum {
         pseudo_header_v4([head[12], head[13], head[14], head[15]].into(), [head[16], head[17], head[18], head[19]].into(), 17, udp_len)
@@ -198,6 +215,7 @@ impl ParcelFamily for Ip6 {
     type InputNext = Parcel6InputNext;
     const TO_REWRITE: Parcel6InputNext = Parcel6InputNext::Rewrite;
     const TO_SPLIT: Parcel6InputNext = Parcel6InputNext::Split;
+    const INTO_TUNNEL: Option<Parcel6InputNext> = None;
     type SplitNext = Parcel6SplitNext;
     const TO_LOOKUP: Parcel6SplitNext = Parcel6SplitNext::Lookup;
     const SPLIT_TO_REWRITE: Parcel6SplitNext = Parcel6SplitNext::Rewrite;
@@ -230,6 +248,7 @@ impl ParcelFamily for Ip6 {
         }
         .emit(out)
     }
+    fn advance_ident(_head: &mut [u8], _by: usize) {}
     fn datagram_pseudo_header(head: &[u8], udp_len: u16) -> Checksum {
         let a = |at: usize| <[u8; 16]>::try_from(&head[at..at + 16]).map_or(std::net::Ipv6Addr::UNSPECIFIED, Into::into);
         pseudo_header_v6(&a(8), &a(24), 17, udp_len as u32)
