@@ -7,7 +7,7 @@ use crate::teid_table::{self, TeidKey, TeidTable};
 use crate::tunnel::{DecapNext, Tunnel, TunnelSpec};
 use ip::tables::{TunnelRef, UdpApp, UdpDemux, ADJ_MISS, MAX_INDEX};
 use ip::{Prefix, RouterState, StateError};
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -25,6 +25,9 @@ pub enum GtpuError {
     ZeroTeidOut,
     #[error("local {local} already has a tunnel with teid_in {teid} (gtpu_tunnel{id})")]
     Duplicate { local: IpAddr, teid: u32, id: u32 },
+    /// Two specs of one `create_many` share a key; `first` is the earlier one's index.
+    #[error("local {local} already has a tunnel with teid_in {teid} (entry {first} of the same request)")]
+    DuplicateInBatch { local: IpAddr, teid: u32, first: usize },
     #[error("no tunnel gtpu_tunnel{0}")]
     NoSuchTunnel(u32),
     #[error("decap_next ethernet: no interface with index {0}")]
@@ -154,11 +157,11 @@ impl GtpuState {
     /// Create many tunnels, all or nothing (the config loader's path). On error, the
     /// index of the offending spec.
     pub fn create_many(&mut self, router: &mut RouterState, specs: Vec<TunnelSpec>) -> Result<Vec<u32>, (usize, GtpuError)> {
-        let mut keys = HashSet::with_capacity(specs.len());
+        let mut keys = HashMap::with_capacity(specs.len());
         for (i, s) in specs.iter().enumerate() {
             self.validate(router, s).map_err(|e| (i, e))?;
-            if !keys.insert((s.local, s.teid_in)) {
-                return Err((i, GtpuError::Duplicate { local: s.local, teid: s.teid_in, id: u32::MAX }));
+            if let Some(first) = keys.insert((s.local, s.teid_in), i) {
+                return Err((i, GtpuError::DuplicateInBatch { local: s.local, teid: s.teid_in, first }));
             }
         }
         drop(keys);
@@ -338,7 +341,7 @@ mod tests {
         assert_eq!(g.create(&mut r, no_out), Err(GtpuError::ZeroTeidOut));
         // A batch is all or nothing: a duplicate inside it creates none.
         let batch = vec![v4("198.18.1.1", "198.18.1.2", 3), v4("198.18.1.1", "198.18.1.4", 3)];
-        assert!(matches!(g.create_many(&mut r, batch), Err((1, GtpuError::Duplicate { .. }))));
+        assert!(matches!(g.create_many(&mut r, batch), Err((1, GtpuError::DuplicateInBatch { first: 0, .. }))));
         assert!(g.is_empty());
     }
 }
