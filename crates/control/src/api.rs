@@ -56,6 +56,28 @@ pub enum Request {
         #[serde(default)]
         limit: Option<usize>,
     },
+    /// Change a GTP-U tunnel in place, as a handover does: it keeps its name, routes and
+    /// incoming TEID; other tunnels are untouched.
+    SetGtpuTunnel {
+        /// The tunnel's interface name, `gtpu_tunnel<id>`.
+        name: String,
+        #[serde(default)]
+        remote: Option<String>,
+        #[serde(default)]
+        teid_out: Option<u32>,
+        #[serde(default)]
+        qfi: Option<u8>,
+    },
+    /// The GTP-U tunnels with this TEID (incoming or outgoing), this peer, or a UE route
+    /// covering this address; give one.
+    FindGtpuTunnels {
+        #[serde(default)]
+        teid: Option<u32>,
+        #[serde(default)]
+        remote: Option<String>,
+        #[serde(default)]
+        ue: Option<String>,
+    },
     /// Create a UDP tunnel (the fields of a `[[udp_tunnel]]` table).
     CreateUdpTunnel(crate::udptun::UdpTunnelConfig),
     DeleteUdpTunnel {
@@ -313,11 +335,8 @@ impl Control {
                 let name = ip::tables::TunnelRef { kind, id }.if_name();
                 Reply::ok(serde_json::json!({ "name": name, "id": id }), format!("created {name}"))
             }
-            Request::DeleteGtpuTunnel { name } => {
-                let t = crate::gtpu::tunnel_by_name(&self.gtpu, name).ok_or_else(|| format!("no tunnel named {name:?}"))?;
-                self.gtpu.delete(&mut self.state, t.id).map_err(|e| e.to_string())?;
-                self.publish_routes();
-                Reply::ok(serde_json::Value::Null, format!("deleted {name}"))
+            Request::DeleteGtpuTunnel { .. } | Request::SetGtpuTunnel { .. } | Request::FindGtpuTunnels { .. } => {
+                crate::gtpu::handle(self, req)?
             }
             Request::CreateUdpTunnel(c) => {
                 let (spec, routes) = c.to_spec().map_err(|(f, m)| format!("{f}: {m}"))?;
@@ -329,9 +348,10 @@ impl Control {
             }
             Request::DeleteUdpTunnel { name } => {
                 let t = crate::udptun::tunnel_by_name(&self.udptun, name).ok_or_else(|| format!("no tunnel named {name:?}"))?;
+                let routes = crate::gtpu::routes_into(&self.state, t);
                 self.udptun.delete(&mut self.state, t.id).map_err(|e| e.to_string())?;
                 self.publish_routes();
-                Reply::ok(serde_json::Value::Null, format!("deleted {name}"))
+                crate::gtpu::deleted_reply(name, &routes)
             }
             Request::ShowPfcpAssociations {} => {
                 let p = self.pfcp.as_ref().ok_or("PFCP is not configured (no [pfcp] section)")?;

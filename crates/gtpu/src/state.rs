@@ -10,6 +10,7 @@ use ip::{Prefix, RouterState, StateError};
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
+use wire::gtpu::Qfi;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum GtpuError {
@@ -36,6 +37,14 @@ pub enum GtpuError {
     Ue(Prefix, StateError),
     #[error("more than {MAX_INDEX} tunnels")]
     TooMany,
+}
+
+/// What [`GtpuState::modify`] changes; `None` keeps the tunnel's value.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TunnelChange {
+    pub remote: Option<IpAddr>,
+    pub teid_out: Option<u32>,
+    pub qfi: Option<Qfi>,
 }
 
 pub struct GtpuState {
@@ -114,6 +123,26 @@ impl GtpuState {
 
     /// Check one spec against the router and the existing tunnels.
     pub fn validate(&self, router: &RouterState, spec: &TunnelSpec) -> Result<(), GtpuError> {
+        Self::validate_peer(router, spec)?;
+        if spec.teid_in == 0 {
+            return Err(GtpuError::ZeroTeid);
+        }
+        if let Some(id) = self.find(spec.local, spec.teid_in) {
+            return Err(GtpuError::Duplicate { local: spec.local, teid: spec.teid_in, id });
+        }
+        if let DecapNext::Ethernet(i) = spec.decap_next {
+            if i.get() >= router.interfaces().len() {
+                return Err(GtpuError::NoSuchInterface(i.get()));
+            }
+        }
+        if let Some(ue) = spec.ue {
+            router.validate_tunnel_route(&ue).map_err(|e| GtpuError::Ue(ue, e))?;
+        }
+        Ok(())
+    }
+
+    /// The checks on what a handover may change: the peer's address and TEID.
+    fn validate_peer(router: &RouterState, spec: &TunnelSpec) -> Result<(), GtpuError> {
         let ours = |a: IpAddr| {
             router.interfaces().iter().any(|i| match a {
                 IpAddr::V4(v) => i.has_ip4(v),
@@ -129,24 +158,28 @@ impl GtpuState {
         if ours(spec.remote) {
             return Err(GtpuError::RemoteIsLocal(spec.remote));
         }
-        if spec.teid_in == 0 {
-            return Err(GtpuError::ZeroTeid);
-        }
         if spec.teid_out == 0 {
             return Err(GtpuError::ZeroTeidOut);
         }
-        if let Some(id) = self.find(spec.local, spec.teid_in) {
-            return Err(GtpuError::Duplicate { local: spec.local, teid: spec.teid_in, id });
-        }
-        if let DecapNext::Ethernet(i) = spec.decap_next {
-            if i.get() >= router.interfaces().len() {
-                return Err(GtpuError::NoSuchInterface(i.get()));
-            }
-        }
-        if let Some(ue) = spec.ue {
-            router.validate_tunnel_route(&ue).map_err(|e| GtpuError::Ue(ue, e))?;
-        }
         Ok(())
+    }
+
+    /// Change a tunnel in place, as a handover does (the peer's new address and TEID,
+    /// the QFI): it keeps its id, so its routes and its decap entry stay, and only its
+    /// own slot and outer adjacency change in the next published tables; other tunnels'
+    /// packets never see a difference. Returns the spec before the change.
+    pub fn modify(&mut self, router: &mut RouterState, id: u32, change: TunnelChange) -> Result<TunnelSpec, GtpuError> {
+        let old = self.spec(router, id).ok_or(GtpuError::NoSuchTunnel(id))?;
+        let mut new = old.clone();
+        new.remote = change.remote.unwrap_or(old.remote);
+        new.teid_out = change.teid_out.unwrap_or(old.teid_out);
+        new.qfi = change.qfi.or(old.qfi);
+        Self::validate_peer(router, &new)?;
+        let t = Tunnel::build(&new);
+        debug_assert_eq!(t.decap_aux(), self.tables.tunnel(id).expect("live").decap_aux(), "a handover keeps the decap side");
+        *self.tables.tunnels.get_mut(id as usize).expect("live tunnel") = t;
+        Arc::make_mut(&mut self.tables.outer_adj)[id as usize] = outer(router.resolve_endpoint(new.remote));
+        Ok(old)
     }
 
     /// Create one tunnel; returns its id (its interface is `gtpu_tunnel<id>`).
@@ -343,5 +376,45 @@ mod tests {
         let batch = vec![v4("198.18.1.1", "198.18.1.2", 3), v4("198.18.1.1", "198.18.1.4", 3)];
         assert!(matches!(g.create_many(&mut r, batch), Err((1, GtpuError::DuplicateInBatch { first: 0, .. }))));
         assert!(g.is_empty());
+    }
+
+    /// A handover: the tunnel keeps its id, UE route and decap entry; its peer and TEID
+    /// change, its neighbour tunnel does not; what a new tunnel may not have, a changed
+    /// one may not either.
+    #[test]
+    fn modify_changes_the_peer_in_place() {
+        let mut r = router();
+        let mut g = GtpuState::default();
+        let mut s = TunnelSpec::new("198.18.1.1".parse().unwrap(), "198.18.1.2".parse().unwrap(), 5, 6);
+        s.ue = Some("198.19.0.9/32".parse().unwrap());
+        let id = g.create(&mut r, s.clone()).unwrap();
+        let other = g.create(&mut r, TunnelSpec::new(s.local, "198.18.1.3".parse().unwrap(), 7, 8)).unwrap();
+        let other_before = g.spec(&r, other);
+        let qfi = Qfi::new(9);
+        let change = TunnelChange { remote: Some("198.18.1.4".parse().unwrap()), teid_out: Some(0x99), qfi };
+        assert_eq!(g.modify(&mut r, id, change).unwrap(), s);
+        let now = g.spec(&r, id).unwrap();
+        assert_eq!((now.remote, now.teid_out, now.qfi), ("198.18.1.4".parse().unwrap(), 0x99, qfi));
+        assert_eq!((now.local, now.teid_in, now.ue), (s.local, s.teid_in, s.ue));
+        assert_eq!(g.find(s.local, 5), Some(id));
+        assert_eq!(r.lookup("198.19.0.9".parse().unwrap()), TunnelRef { kind: ip::tables::TunnelKind::Gtpu4, id }.encode());
+        assert_eq!(g.spec(&r, other), other_before);
+        assert_eq!(g.len(), 2);
+        // The outer adjacency is the new peer's.
+        assert_eq!(g.outer_adj(id), outer(r.resolve_endpoint("198.18.1.4".parse().unwrap())));
+        // Refused changes leave the tunnel as it was.
+        for (bad, e) in [
+            (TunnelChange { teid_out: Some(0), ..Default::default() }, GtpuError::ZeroTeidOut),
+            (
+                TunnelChange { remote: Some("198.18.1.1".parse().unwrap()), ..Default::default() },
+                GtpuError::RemoteIsLocal("198.18.1.1".parse().unwrap()),
+            ),
+        ] {
+            assert_eq!(g.modify(&mut r, id, bad), Err(e));
+            assert_eq!(g.spec(&r, id).unwrap(), now);
+        }
+        let v6 = TunnelChange { remote: Some("2001:db8:1::2".parse().unwrap()), ..Default::default() };
+        assert!(matches!(g.modify(&mut r, id, v6), Err(GtpuError::FamilyMismatch { .. })));
+        assert_eq!(g.modify(&mut r, 77, TunnelChange::default()), Err(GtpuError::NoSuchTunnel(77)));
     }
 }
