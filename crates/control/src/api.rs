@@ -243,13 +243,26 @@ impl Control {
                 Reply::ok(serde_json::to_value(&rows).map_err(|e| e.to_string())?, format::errors(&rows))
             }
             Request::ShowTrace {} => {
-                let mut all = Vec::new();
-                for w in &self.workers {
+                // Packet numbers are per worker: each worker's packets are shown apart.
+                let (mut all, mut text) = (Vec::new(), String::new());
+                let many = self.workers.len() > 1;
+                for (k, w) in self.workers.iter().enumerate() {
                     let (tx, rx) = crossbeam_channel::bounded(1);
                     w.send(WorkerCmd::TraceShow(tx)).map_err(|_| "worker has stopped".to_string())?;
-                    all.extend(rx.recv_timeout(WORKER_TIMEOUT).map_err(|_| "worker did not answer".to_string())?);
+                    let recs = rx.recv_timeout(WORKER_TIMEOUT).map_err(|_| "worker did not answer".to_string())?;
+                    if many && !recs.is_empty() {
+                        text += &format!("worker {k}\n");
+                    }
+                    if !recs.is_empty() || (k + 1 == self.workers.len() && all.is_empty()) {
+                        text += &format::trace(&recs);
+                    }
+                    for r in recs {
+                        let mut v = serde_json::to_value(&r).map_err(|e| e.to_string())?;
+                        v["worker"] = k.into();
+                        all.push(v);
+                    }
                 }
-                Reply::ok(serde_json::to_value(&all).map_err(|e| e.to_string())?, format::trace(&all))
+                Reply::ok(serde_json::Value::Array(all), text)
             }
             Request::TraceAdd { node, count } => {
                 for w in &self.workers {

@@ -206,8 +206,8 @@ pub fn format_rows(rows: &[TunnelRow], total: usize) -> String {
             r.teid_out,
             r.qfi.map(|q| format!(" qfi {q}")).unwrap_or_default(),
             if r.sequence { " seq" } else { "" },
-            word(&r.checksum),
-            word(&r.src_port),
+            crate::format::word(&r.checksum),
+            crate::format::word(&r.src_port),
             r.decap_next,
             r.ue.as_ref().map(|u| format!(" ue {u}")).unwrap_or_default(),
             if r.outer_adjacency == ip::tables::ADJ_MISS { "unresolved" } else { "resolved" },
@@ -220,15 +220,6 @@ pub fn format_rows(rows: &[TunnelRow], total: usize) -> String {
         s += &format!("… {} more\n", total - rows.len());
     }
     s
-}
-
-/// A value as the config file and JSON spell it (`zero`, `flow-hash`), for text output.
-pub fn word<T: Serialize>(v: &T) -> String {
-    match serde_json::to_value(v) {
-        Ok(serde_json::Value::String(s)) => s,
-        Ok(other) => other.to_string(),
-        Err(_) => "?".into(),
-    }
 }
 
 /// The routes that go with a tunnel when it is deleted: its own (a GTP-U tunnel's
