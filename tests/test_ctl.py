@@ -19,8 +19,10 @@ def ctl(vecgate, sock, *words, json_out=False):
 @pytest.fixture
 def running(vecgate, tmp_path):
     sock = tmp_path / "vg.sock"
+    # stdout to /dev/null: nothing reads it, and a full pipe would stall the live view and
+    # with it the control loop (a test past ~10 s on a loaded machine timed out so).
     proc = subprocess.Popen([str(vecgate), "run", "--duration", "30", "--interval", "0.5", "--socket", str(sock)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 10
     while not sock.exists() and time.time() < deadline:
         time.sleep(0.05)

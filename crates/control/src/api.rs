@@ -56,6 +56,28 @@ pub enum Request {
         #[serde(default)]
         limit: Option<usize>,
     },
+    /// Change a GTP-U tunnel in place, as a handover does: it keeps its name, routes and
+    /// incoming TEID; other tunnels are untouched.
+    SetGtpuTunnel {
+        /// The tunnel's interface name, `gtpu_tunnel<id>`.
+        name: String,
+        #[serde(default)]
+        remote: Option<String>,
+        #[serde(default)]
+        teid_out: Option<u32>,
+        #[serde(default)]
+        qfi: Option<u8>,
+    },
+    /// The GTP-U tunnels with this TEID (incoming or outgoing), this peer, or a UE route
+    /// covering this address; give one.
+    FindGtpuTunnels {
+        #[serde(default)]
+        teid: Option<u32>,
+        #[serde(default)]
+        remote: Option<String>,
+        #[serde(default)]
+        ue: Option<String>,
+    },
     /// Create a UDP tunnel (the fields of a `[[udp_tunnel]]` table).
     CreateUdpTunnel(crate::udptun::UdpTunnelConfig),
     DeleteUdpTunnel {
@@ -229,13 +251,26 @@ impl Control {
                 Reply::ok(serde_json::to_value(&rows).map_err(|e| e.to_string())?, format::errors(&rows))
             }
             Request::ShowTrace {} => {
-                let mut all = Vec::new();
-                for w in &self.workers {
+                // Packet numbers are per worker: each worker's packets are shown apart.
+                let (mut all, mut text) = (Vec::new(), String::new());
+                let many = self.workers.len() > 1;
+                for (k, w) in self.workers.iter().enumerate() {
                     let (tx, rx) = crossbeam_channel::bounded(1);
                     w.send(WorkerCmd::TraceShow(tx)).map_err(|_| "worker has stopped".to_string())?;
-                    all.extend(rx.recv_timeout(WORKER_TIMEOUT).map_err(|_| "worker did not answer".to_string())?);
+                    let recs = rx.recv_timeout(WORKER_TIMEOUT).map_err(|_| "worker did not answer".to_string())?;
+                    if many && !recs.is_empty() {
+                        text += &format!("worker {k}\n");
+                    }
+                    if !recs.is_empty() || (k + 1 == self.workers.len() && all.is_empty()) {
+                        text += &format::trace(&recs);
+                    }
+                    for r in recs {
+                        let mut v = serde_json::to_value(&r).map_err(|e| e.to_string())?;
+                        v["worker"] = k.into();
+                        all.push(v);
+                    }
                 }
-                Reply::ok(serde_json::to_value(&all).map_err(|e| e.to_string())?, format::trace(&all))
+                Reply::ok(serde_json::Value::Array(all), text)
             }
             Request::TraceAdd { node, count } => {
                 for w in &self.workers {
@@ -321,11 +356,8 @@ impl Control {
                 let name = ip::tables::TunnelRef { kind, id }.if_name();
                 Reply::ok(serde_json::json!({ "name": name, "id": id }), format!("created {name}"))
             }
-            Request::DeleteGtpuTunnel { name } => {
-                let t = crate::gtpu::tunnel_by_name(&self.gtpu, name).ok_or_else(|| format!("no tunnel named {name:?}"))?;
-                self.gtpu.delete(&mut self.state, t.id).map_err(|e| e.to_string())?;
-                self.publish_routes();
-                Reply::ok(serde_json::Value::Null, format!("deleted {name}"))
+            Request::DeleteGtpuTunnel { .. } | Request::SetGtpuTunnel { .. } | Request::FindGtpuTunnels { .. } => {
+                crate::gtpu::handle(self, req)?
             }
             Request::CreateUdpTunnel(c) => {
                 let (spec, routes) = c.to_spec().map_err(|(f, m)| format!("{f}: {m}"))?;
@@ -337,9 +369,10 @@ impl Control {
             }
             Request::DeleteUdpTunnel { name } => {
                 let t = crate::udptun::tunnel_by_name(&self.udptun, name).ok_or_else(|| format!("no tunnel named {name:?}"))?;
+                let routes = crate::gtpu::routes_into(&self.state, t);
                 self.udptun.delete(&mut self.state, t.id).map_err(|e| e.to_string())?;
                 self.publish_routes();
-                Reply::ok(serde_json::Value::Null, format!("deleted {name}"))
+                crate::gtpu::deleted_reply(name, &routes)
             }
             Request::ShowPfcpAssociations {} => {
                 let p = self.pfcp.as_ref().ok_or("PFCP is not configured (no [pfcp] section)")?;

@@ -22,7 +22,9 @@ commands:
          [accept-zero-checksum] [src-port fixed|flow-hash] [ue <prefix>]
          [decap-next ip4|ip6|ip | decap-next ethernet <interface>]
          [mtu <n>] [fragment inner|outer] [mss-clamp]
-  delete gtpu tunnel <gtpu_tunnelN>
+  delete gtpu tunnel <gtpu_tunnelN>    says which routes went with it
+  set gtpu tunnel <gtpu_tunnelN> [remote <addr>] [teid-out <n>] [qfi <0-63>]
+                                       change it in place (a handover)
   create udp tunnel local <addr> remote <addr> encap gue|gre|direct [port <n>]
          [src-ports <min>-<max>] [key <n>] [gre-checksum] [gre-sequence]
          [checksum zero|software|offload]
@@ -31,6 +33,8 @@ commands:
   delete udp tunnel <udp_tunnelN>
   show udp tunnels
   show gtpu tunnels [<limit>]
+  show gtpu tunnel teid <n> | remote <addr> | ue <addr>   the tunnels with that TEID (in or out),
+                                       peer, or UE route covering the address
   show pfcp associations | sessions     the SMFs associated and the sessions they set up
   lb service add <name> cluster_ip|node_port|load_balancer <vip> <port> tcp|udp
          [policy cluster|local] [affinity <seconds>] [table-size <prime>] [backend <addr>:<port>]...
@@ -91,6 +95,8 @@ pub fn parse(words: &[String]) -> Result<Request, String> {
         ["create", "gtpu", "tunnel", rest @ ..] => gtpu_tunnel(rest).map(Request::CreateGtpuTunnel),
         ["delete" | "del", "gtpu", "tunnel", name] => Ok(Request::DeleteGtpuTunnel { name: name.to_string() }),
         ["show", "gtpu", "tunnels" | "tunnel"] => Ok(Request::ShowGtpuTunnels { limit: None }),
+        ["set", "gtpu", "tunnel", name, rest @ ..] => crate::gtpu::parse_set(name, rest),
+        ["show", "gtpu", "tunnels" | "tunnel", key @ ("teid" | "remote" | "ue"), value] => crate::gtpu::parse_find(key, value),
         ["create", "udp", "tunnel", rest @ ..] => udp_tunnel(rest).map(Request::CreateUdpTunnel),
         ["delete" | "del", "udp", "tunnel", name] => Ok(Request::DeleteUdpTunnel { name: name.to_string() }),
         ["show", "udp", "tunnels" | "tunnel"] => Ok(Request::ShowUdpTunnels {}),
@@ -247,18 +253,21 @@ fn mtu_word(v: &str) -> Result<u16, String> {
     v.parse().map_err(|_| format!("mtu {v:?}: expected a number of bytes"))
 }
 
+/// A 32-bit number word such as a TEID (`256`, `0x100`), its key named on error.
+pub(crate) fn u32_word(k: &str, v: &str) -> Result<u32, String> {
+    let r = match v.strip_prefix("0x") {
+        Some(h) => u32::from_str_radix(h, 16),
+        None => v.parse(),
+    };
+    r.map_err(|e| match e.kind() {
+        std::num::IntErrorKind::PosOverflow => format!("{k} {v}: out of range, expected 1 to 4294967295"),
+        _ => format!("{k} {v:?}: expected a number (decimal, or hex with 0x)"),
+    })
+}
+
 fn gtpu_tunnel(w: &[&str]) -> Result<crate::gtpu::GtpuTunnelConfig, String> {
     use crate::gtpu::{DecapNextName, GtpuTunnelConfig};
-    let num = |k: &str, v: &str| -> Result<u32, String> {
-        let r = match v.strip_prefix("0x") {
-            Some(h) => u32::from_str_radix(h, 16),
-            None => v.parse(),
-        };
-        r.map_err(|e| match e.kind() {
-            std::num::IntErrorKind::PosOverflow => format!("{k} {v}: out of range, expected 1 to 4294967295"),
-            _ => format!("{k} {v:?}: expected a number (decimal, or hex with 0x)"),
-        })
-    };
+    let num = u32_word;
     // Both TEIDs are required words: the typed API refuses 0 for either, but a
     // missing word deserves its own message, not the one for a reserved value.
     for k in ["teid-in", "teid-out"] {
@@ -400,6 +409,23 @@ mod tests {
         let big = p("create gtpu tunnel local 198.18.1.1 remote 198.18.1.2 teid-in 4294967296 teid-out 1").unwrap_err();
         assert!(big.contains("out of range"), "{big}");
         assert_eq!(p("delete gtpu tunnel gtpu_tunnel3"), Ok(Request::DeleteGtpuTunnel { name: "gtpu_tunnel3".into() }));
+        let set = p("set gtpu tunnel gtpu_tunnel3 remote 198.18.1.9 teid-out 0x100 qfi 5").unwrap();
+        let want =
+            Request::SetGtpuTunnel { name: "gtpu_tunnel3".into(), remote: Some("198.18.1.9".into()), teid_out: Some(256), qfi: Some(5) };
+        assert_eq!(set, want);
+        assert!(p("set gtpu tunnel gtpu_tunnel3").unwrap_err().contains("needs remote"));
+        assert!(p("set gtpu tunnel gtpu_tunnel3 teid-in 5").unwrap_err().contains("cannot be changed in place"));
+        assert!(p("set gtpu tunnel gtpu_tunnel3 teid-out").unwrap_err().contains("needs a value"));
+        assert!(p("set gtpu tunnel gtpu_tunnel3 teid-out 4294967296").unwrap_err().contains("out of range"));
+        let find = |teid, remote: Option<&str>, ue: Option<&str>| Request::FindGtpuTunnels {
+            teid,
+            remote: remote.map(Into::into),
+            ue: ue.map(Into::into),
+        };
+        assert_eq!(p("show gtpu tunnel teid 256"), Ok(find(Some(256), None, None)));
+        assert_eq!(p("show gtpu tunnels remote 198.18.1.2"), Ok(find(None, Some("198.18.1.2"), None)));
+        assert_eq!(p("show gtpu tunnel ue 198.19.0.1"), Ok(find(None, None, Some("198.19.0.1"))));
+        assert_eq!(p("show gtpu tunnels 5"), Ok(Request::ShowGtpuTunnels { limit: Some(5) }));
         let Ok(Request::CreateUdpTunnel(u)) =
             p("create udp tunnel local 198.18.1.1 remote 198.18.1.2 encap gre key 0x10 src-ports 1000-2000 route 198.19.0.0/16 route 198.20.0.0/16")
         else {

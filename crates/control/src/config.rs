@@ -8,18 +8,93 @@ use serde::Deserialize;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{file}: {field}: {message}")]
+/// What is wrong with a configuration: the first error, with the file's further ones in
+/// `more` (one run reports them all, up to [`MAX_ERRORS`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
     pub file: String,
     /// Path of the offending field, e.g. `route[2].via`, or `(file)`.
     pub field: String,
     pub message: String,
+    /// The line of the file where the field (or the nearest enclosing table) is.
+    pub line: Option<usize>,
+    /// The file's further errors, in the order found.
+    pub more: Vec<ConfigError>,
+    /// Errors found past [`MAX_ERRORS`], counted only.
+    pub not_shown: usize,
 }
 
 impl ConfigError {
     pub fn new(file: &str, field: impl Into<String>, message: impl Into<String>) -> Self {
-        ConfigError { file: file.to_string(), field: field.into(), message: message.into() }
+        ConfigError { file: file.to_string(), field: field.into(), message: message.into(), line: None, more: Vec::new(), not_shown: 0 }
+    }
+
+    /// This error and the ones reported with it, in order.
+    pub fn all(&self) -> impl Iterator<Item = &ConfigError> {
+        std::iter::once(self).chain(self.more.iter())
+    }
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}: {}", self.file, self.field, self.message)?;
+        if let Some(l) = self.line {
+            write!(f, " (line {l})")?;
+        }
+        for e in &self.more {
+            write!(f, "\n{e}")?;
+        }
+        if self.not_shown > 0 {
+            write!(f, "\n{}: {} more errors not shown", self.file, self.not_shown)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// The most errors one run reports; past it, a last line says how many more there were.
+pub const MAX_ERRORS: usize = 20;
+
+/// Errors gathered over a whole file, so a file with several mistakes takes one run.
+/// Checks that depend on an earlier stage (routes on interfaces) run only when that stage
+/// had none, so every error reported is a real one.
+#[derive(Debug, Default)]
+pub struct Problems {
+    errors: Vec<ConfigError>,
+    /// Errors past `MAX_ERRORS`, counted only.
+    dropped: usize,
+}
+
+impl Problems {
+    /// The value, or `None` with its error (and the errors it carries) recorded.
+    pub fn take<T>(&mut self, r: Result<T, ConfigError>) -> Option<T> {
+        r.map_err(|e| self.push(e)).ok()
+    }
+
+    pub fn push(&mut self, mut e: ConfigError) {
+        self.dropped += std::mem::take(&mut e.not_shown);
+        let more = std::mem::take(&mut e.more);
+        for e in std::iter::once(e).chain(more) {
+            if self.errors.len() < MAX_ERRORS {
+                self.errors.push(e);
+            } else {
+                self.dropped += 1;
+            }
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.errors.is_empty()
+    }
+
+    /// `Err` with every error recorded so far (the first carrying the rest).
+    pub fn check(&mut self) -> Result<(), ConfigError> {
+        let mut errors = std::mem::take(&mut self.errors).into_iter();
+        let Some(mut first) = errors.next() else { return Ok(()) };
+        first.more = errors.collect();
+        first.not_shown = std::mem::take(&mut self.dropped);
+        Err(first)
     }
 }
 
@@ -72,6 +147,9 @@ pub struct Config {
     /// The file name, for error messages.
     #[serde(skip)]
     pub source: String,
+    /// The file's text, to find the line of a field an error names.
+    #[serde(skip)]
+    pub text: String,
 }
 
 /// `[log]`: the log filter of `vecgate run`, in `RUST_LOG` syntax (`info`,
@@ -433,14 +511,15 @@ impl Config {
             let path = e.path().to_string();
             let inner = e.into_inner();
             let msg = inner.message().to_string();
-            let at = inner.span().map(|s| {
-                let line = text[..s.start.min(text.len())].matches('\n').count() + 1;
-                format!(" (line {line})")
-            });
-            ConfigError::new(source, if path == "." { "(file)".to_string() } else { path }, format!("{msg}{}", at.unwrap_or_default()))
+            // A few syntax errors come without a message: their line says where.
+            let msg = if msg.is_empty() { "expected valid TOML".to_string() } else { msg };
+            let mut e = ConfigError::new(source, if path == "." { "(file)".to_string() } else { path }, msg);
+            e.line = inner.span().map(|s| line_at(text, s.start));
+            e
         })?;
         cfg.base_dir = base_dir.to_path_buf();
         cfg.source = source.to_string();
+        cfg.text = text.to_string();
         Ok(cfg)
     }
 
@@ -466,8 +545,49 @@ impl Config {
     }
 
     pub fn err(&self, field: impl Into<String>, message: impl Into<String>) -> ConfigError {
-        ConfigError::new(&self.source, field, message)
+        let mut e = ConfigError::new(&self.source, field, message);
+        e.line = field_line(&self.text, &e.field);
+        e
     }
+}
+
+/// The 1-based line of byte `offset` in `text`.
+fn line_at(text: &str, offset: usize) -> usize {
+    text.as_bytes()[..offset.min(text.len())].iter().filter(|&&b| b == b'\n').count() + 1
+}
+
+/// The line where a field path (`interface[1].addresses[0]`, `dataplane.buffers`) is
+/// written, or that of the nearest enclosing table or array entry that is; `None` for
+/// paths that name no place in the text (`(file)`, a default).
+pub fn field_line(text: &str, path: &str) -> Option<usize> {
+    use toml_edit::{Item, TableLike, Value};
+    let doc = toml_edit::ImDocument::parse(text).ok()?;
+    let mut table: Option<&dyn TableLike> = Some(doc.as_table());
+    let mut best = None;
+    for segment in path.split('.') {
+        let (key, index) = match segment.split_once('[') {
+            Some((k, rest)) => (k, rest.strip_suffix(']').and_then(|n| n.parse::<usize>().ok())),
+            None => (segment, None),
+        };
+        let Some((k, item)) = table.and_then(|t| t.get_key_value(key)) else { break };
+        best = item.span().or(k.span()).or(best);
+        table = item.as_table_like();
+        let Some(i) = index else { continue };
+        match item {
+            Item::ArrayOfTables(a) => {
+                let Some(t) = a.get(i) else { break };
+                best = t.span().or(best);
+                table = Some(t);
+            }
+            Item::Value(Value::Array(a)) => {
+                let Some(v) = a.get(i) else { break };
+                best = v.span().or(best);
+                table = v.as_inline_table().map(|t| t as &dyn TableLike);
+            }
+            _ => break,
+        }
+    }
+    best.map(|s| line_at(text, s.start))
 }
 
 /// Parse a field value, naming the field and what was expected on failure.
@@ -475,7 +595,15 @@ pub fn parse_field<T: std::str::FromStr>(cfg: &Config, field: &str, value: &str,
 where
     T::Err: std::fmt::Display,
 {
-    value.parse::<T>().map_err(|e| cfg.err(field, format!("{value:?}: expected {expected} ({e})")))
+    value.parse::<T>().map_err(|e| {
+        // Say what is wrong, then what was expected, each once (a parser's own text may
+        // already be the expectation).
+        let why = e.to_string();
+        match why.starts_with("expected") || why.contains("(expected") {
+            true => cfg.err(field, format!("{value:?}: expected {expected}")),
+            false => cfg.err(field, format!("{value:?}: {why}; expected {expected}")),
+        }
+    })
 }
 
 pub fn parse_ip(cfg: &Config, field: &str, value: &str) -> Result<IpAddr, ConfigError> {
@@ -493,7 +621,7 @@ mod tests {
         assert_eq!(e.file, "gw.toml");
         assert!(e.field.starts_with("interface[0]"), "{e}");
         assert!(e.message.contains("mtu_bytes"), "{e}");
-        assert!(e.message.contains("line 5"), "{e}");
+        assert_eq!(e.line, Some(5), "{e}");
     }
 
     #[test]

@@ -253,125 +253,180 @@ fn interface_mac(cfg: &Config, i: usize) -> Result<EthernetAddress, ConfigError>
         (Some(m), _, _) => parse_field(cfg, &f, m, "a MAC address like 02:00:00:00:00:01"),
         (None, InterfaceKind::AfPacket | InterfaceKind::AfXdp, Some(h)) => match io::linux::mac(h) {
             Some(m) => Ok(EthernetAddress(m)),
+            // A missing interface is the problem to report, not the MAC it cannot lend.
+            None if io::linux::if_index(h).is_err() => {
+                Err(cfg.err(format!("interface[{i}].host_if"), format!("host interface {h:?} does not exist")))
+            }
             None => Err(cfg.err(f, format!("no `mac` given and host interface {h:?} has none to borrow"))),
         },
         (None, _, _) => Err(cfg.err(f, "expected a MAC address like 02:00:00:00:00:01")),
     }
 }
 
-/// Build router and GTP-U state from the config (no devices).
+/// One interface's L3 view, checked on its own (see `check_addresses` for what
+/// involves several).
+fn interface_spec(cfg: &Config, i: usize) -> Result<InterfaceSpec, ConfigError> {
+    let ic = &cfg.interfaces[i];
+    let f = |n: &str| format!("interface[{i}].{n}");
+    if cfg.interfaces[..i].iter().any(|o| o.name == ic.name) {
+        return Err(cfg.err(f("name"), format!("{:?} is already the name of another interface", ic.name)));
+    }
+    if ic.name.is_empty() || ic.name.len() > 32 {
+        return Err(cfg.err(f("name"), "expected 1 to 32 characters"));
+    }
+    let mac = interface_mac(cfg, i)?;
+    if !mac.is_unicast() {
+        return Err(cfg.err(f("mac"), format!("{mac}: expected a unicast MAC (group bit clear)")));
+    }
+    let mut addresses = Vec::new();
+    for (j, a) in ic.addresses.iter().enumerate() {
+        let ia: IfAddr = parse_field(cfg, &format!("interface[{i}].addresses[{j}]"), a, "ADDRESS/LENGTH, e.g. 198.18.0.1/24")?;
+        addresses.push(ia);
+    }
+    let min_mtu = if addresses.iter().any(|a| a.addr.is_ipv6()) { 1280 } else { 68 };
+    // Frames above the regular buffer size travel in the pool's large buffers.
+    // A link that takes parcels may carry a 64 KiB parcel whole (the large buffers hold it).
+    let max_mtu = if ic.parcels { u16::MAX } else { MAX_MTU };
+    if ic.parcels && i >= 64 {
+        return Err(cfg.err(f("parcels"), "only the first 64 interfaces may take parcels"));
+    }
+    if ic.mtu < min_mtu || ic.mtu > max_mtu {
+        return Err(cfg.err(f("mtu"), format!("{}: expected {min_mtu} to {max_mtu} bytes", ic.mtu)));
+    }
+    let af_packet_keys =
+        ic.vnet_hdr.is_some() || ic.rx_retire_ms.is_some() || ic.rx_ring.is_some() || ic.rx_frame_size.is_some() || ic.rx_frames.is_some();
+    let af_xdp_keys = ic.xdp_mode.is_some() || ic.zero_copy.is_some() || ic.xdp_frames.is_some() || ic.xdp_frame_size.is_some();
+    if af_xdp_keys && ic.kind != InterfaceKind::AfXdp {
+        return Err(cfg.err(f("xdp_mode"), "`xdp_mode`, `zero_copy`, `xdp_frames` and `xdp_frame_size` are for af_xdp interfaces"));
+    }
+    match ic.kind {
+        InterfaceKind::Pcap if ic.input.is_none() && ic.output.is_none() => {
+            return Err(cfg.err(f("input"), "a pcap interface needs `input`, `output` or both"));
+        }
+        InterfaceKind::Pg | InterfaceKind::Null | InterfaceKind::AfPacket | InterfaceKind::Tap | InterfaceKind::AfXdp
+            if ic.input.is_some() || ic.output.is_some() =>
+        {
+            return Err(cfg.err(f("input"), "only pcap interfaces take `input`/`output` files"));
+        }
+        InterfaceKind::AfPacket | InterfaceKind::AfXdp if ic.host_if.is_none() => {
+            return Err(
+                cfg.err(f("host_if"), format!("an {} interface needs `host_if`, the host interface to bind to", kind_name(ic.kind)))
+            );
+        }
+        InterfaceKind::AfXdp if af_packet_keys => {
+            return Err(cfg.err(
+                f("vnet_hdr"),
+                "`vnet_hdr`, `rx_ring`, `rx_frame_size`, `rx_frames` and `rx_retire_ms` are for af_packet interfaces",
+            ));
+        }
+        InterfaceKind::AfXdp if ic.xdp_frames.is_some_and(|n| !n.is_power_of_two() || !(64..=1 << 20).contains(&n)) => {
+            return Err(cfg.err(f("xdp_frames"), "expected a power of two from 64 to 1048576"));
+        }
+        InterfaceKind::AfXdp if ic.xdp_frame_size.is_some_and(|n| n != 2048 && n != 4096) => {
+            return Err(cfg.err(f("xdp_frame_size"), "expected 2048 or 4096"));
+        }
+        InterfaceKind::Tap if ic.host_if.as_deref().is_none_or(|n| n.is_empty() || n.len() > 15) => {
+            return Err(cfg.err(f("host_if"), "a tap interface needs `host_if`: the name of the TAP device to create (1 to 15 bytes)"));
+        }
+        InterfaceKind::Tap if af_packet_keys => {
+            return Err(cfg.err(
+                f("vnet_hdr"),
+                "`vnet_hdr`, `rx_ring`, `rx_frame_size`, `rx_frames` and `rx_retire_ms` are for af_packet interfaces",
+            ));
+        }
+        InterfaceKind::Pg | InterfaceKind::Null | InterfaceKind::Pcap if ic.host_if.is_some() || af_packet_keys => {
+            return Err(cfg.err(
+                f("host_if"),
+                "`host_if` is for af_packet, af_xdp and tap interfaces; `vnet_hdr`, `rx_ring`, `rx_frame_size`, `rx_frames` and `rx_retire_ms` for af_packet",
+            ));
+        }
+        _ => {}
+    }
+    Ok(InterfaceSpec { name: ic.name.clone(), mac, mtu: ic.mtu, addresses })
+}
+
+/// Build router and GTP-U state from the config (no devices). Every error of the file
+/// is reported at once (see `config::Problems`); a stage whose input had errors is
+/// skipped, so no error is a consequence of another.
 pub fn build_state(cfg: &Config) -> Result<(RouterState, GtpuState, UdpTunState), ConfigError> {
+    let mut problems = crate::config::Problems::default();
     if let Some(n) = cfg.metrics.top_tunnels.filter(|&n| n > crate::metrics::MAX_TOP_TUNNELS) {
-        return Err(cfg.err("metrics.top_tunnels", format!("{n}: expected 0 to {}", crate::metrics::MAX_TOP_TUNNELS)));
+        problems.push(cfg.err("metrics.top_tunnels", format!("{n}: expected 0 to {}", crate::metrics::MAX_TOP_TUNNELS)));
     }
-    let mut specs = Vec::new();
-    for (i, ic) in cfg.interfaces.iter().enumerate() {
-        let f = |n: &str| format!("interface[{i}].{n}");
-        if cfg.interfaces[..i].iter().any(|o| o.name == ic.name) {
-            return Err(cfg.err(f("name"), format!("{:?} is already the name of another interface", ic.name)));
-        }
-        if ic.name.is_empty() || ic.name.len() > 32 {
-            return Err(cfg.err(f("name"), "expected 1 to 32 characters"));
-        }
-        let mac = interface_mac(cfg, i)?;
-        if !mac.is_unicast() {
-            return Err(cfg.err(f("mac"), format!("{mac}: expected a unicast MAC (group bit clear)")));
-        }
-        let mut addresses = Vec::new();
-        for (j, a) in ic.addresses.iter().enumerate() {
-            let ia: IfAddr = parse_field(cfg, &format!("interface[{i}].addresses[{j}]"), a, "ADDRESS/LENGTH, e.g. 198.18.0.1/24")?;
-            addresses.push(ia);
-        }
-        let min_mtu = if addresses.iter().any(|a| a.addr.is_ipv6()) { 1280 } else { 68 };
-        // Frames above the regular buffer size travel in the pool's large buffers.
-        // A link that takes parcels may carry a 64 KiB parcel whole (the large buffers hold it).
-        let max_mtu = if ic.parcels { u16::MAX } else { MAX_MTU };
-        if ic.parcels && i >= 64 {
-            return Err(cfg.err(f("parcels"), "only the first 64 interfaces may take parcels"));
-        }
-        if ic.mtu < min_mtu || ic.mtu > max_mtu {
-            return Err(cfg.err(f("mtu"), format!("{}: expected {min_mtu} to {max_mtu} bytes", ic.mtu)));
-        }
-        let af_packet_keys = ic.vnet_hdr.is_some()
-            || ic.rx_retire_ms.is_some()
-            || ic.rx_ring.is_some()
-            || ic.rx_frame_size.is_some()
-            || ic.rx_frames.is_some();
-        let af_xdp_keys = ic.xdp_mode.is_some() || ic.zero_copy.is_some() || ic.xdp_frames.is_some() || ic.xdp_frame_size.is_some();
-        if af_xdp_keys && ic.kind != InterfaceKind::AfXdp {
-            return Err(cfg.err(f("xdp_mode"), "`xdp_mode`, `zero_copy`, `xdp_frames` and `xdp_frame_size` are for af_xdp interfaces"));
-        }
-        match ic.kind {
-            InterfaceKind::Pcap if ic.input.is_none() && ic.output.is_none() => {
-                return Err(cfg.err(f("input"), "a pcap interface needs `input`, `output` or both"));
-            }
-            InterfaceKind::Pg | InterfaceKind::Null | InterfaceKind::AfPacket | InterfaceKind::Tap | InterfaceKind::AfXdp
-                if ic.input.is_some() || ic.output.is_some() =>
-            {
-                return Err(cfg.err(f("input"), "only pcap interfaces take `input`/`output` files"));
-            }
-            InterfaceKind::AfPacket | InterfaceKind::AfXdp if ic.host_if.is_none() => {
-                return Err(
-                    cfg.err(f("host_if"), format!("an {} interface needs `host_if`, the host interface to bind to", kind_name(ic.kind)))
-                );
-            }
-            InterfaceKind::AfXdp if af_packet_keys => {
-                return Err(cfg.err(
-                    f("vnet_hdr"),
-                    "`vnet_hdr`, `rx_ring`, `rx_frame_size`, `rx_frames` and `rx_retire_ms` are for af_packet interfaces",
-                ));
-            }
-            InterfaceKind::AfXdp if ic.xdp_frames.is_some_and(|n| !n.is_power_of_two() || !(64..=1 << 20).contains(&n)) => {
-                return Err(cfg.err(f("xdp_frames"), "expected a power of two from 64 to 1048576"));
-            }
-            InterfaceKind::AfXdp if ic.xdp_frame_size.is_some_and(|n| n != 2048 && n != 4096) => {
-                return Err(cfg.err(f("xdp_frame_size"), "expected 2048 or 4096"));
-            }
-            InterfaceKind::Tap if ic.host_if.as_deref().is_none_or(|n| n.is_empty() || n.len() > 15) => {
-                return Err(cfg.err(f("host_if"), "a tap interface needs `host_if`: the name of the TAP device to create (1 to 15 bytes)"));
-            }
-            InterfaceKind::Tap if af_packet_keys => {
-                return Err(cfg.err(
-                    f("vnet_hdr"),
-                    "`vnet_hdr`, `rx_ring`, `rx_frame_size`, `rx_frames` and `rx_retire_ms` are for af_packet interfaces",
-                ));
-            }
-            InterfaceKind::Pg | InterfaceKind::Null | InterfaceKind::Pcap if ic.host_if.is_some() || af_packet_keys => {
-                return Err(cfg.err(
-                    f("host_if"),
-                    "`host_if` is for af_packet, af_xdp and tap interfaces; `vnet_hdr`, `rx_ring`, `rx_frame_size`, `rx_frames` and `rx_retire_ms` for af_packet",
-                ));
-            }
-            _ => {}
-        }
-        specs.push(InterfaceSpec { name: ic.name.clone(), mac, mtu: ic.mtu, addresses });
+    if cfg.interfaces.is_empty() {
+        problems.push(cfg.err("interface", format!("no interface: {}", crate::validate::MINIMAL_CONFIG)));
     }
+    let specs: Vec<InterfaceSpec> = (0..cfg.interfaces.len()).filter_map(|i| problems.take(interface_spec(cfg, i))).collect();
+    crate::validate::check_addresses(cfg, &specs, &mut problems);
+    problems.check()?;
+    crate::validate::check_once(cfg, &mut problems);
     let mut state = RouterState::new(specs).map_err(|e| cfg.err("interface", e.to_string()))?;
     state.set_parcel_links(cfg.interfaces.iter().enumerate().filter(|(_, ic)| ic.parcels).fold(0, |m, (i, _)| m | 1 << i));
+    let mut neighbour_ips: BTreeMap<IpAddr, usize> = BTreeMap::new();
     for (i, n) in cfg.neighbours.iter().enumerate() {
-        let ipa = parse_ip(cfg, &format!("neighbour[{i}].ip"), &n.ip)?;
-        let mac: EthernetAddress = parse_field(cfg, &format!("neighbour[{i}].mac"), &n.mac, "a MAC address")?;
-        state.add_static_neighbour(&n.interface, ipa, mac).map_err(|e| cfg.err(format!("neighbour[{i}]"), e.to_string()))?;
+        let r = (|| {
+            let ipa = parse_ip(cfg, &format!("neighbour[{i}].ip"), &n.ip)?;
+            let mac: EthernetAddress = parse_field(cfg, &format!("neighbour[{i}].mac"), &n.mac, "a MAC address")?;
+            if !mac.is_unicast() || mac.0 == [0; 6] {
+                let what = if mac.is_broadcast() {
+                    "the broadcast MAC"
+                } else if mac.0 == [0; 6] {
+                    "all zero"
+                } else {
+                    "a multicast MAC"
+                };
+                return Err(cfg.err(format!("neighbour[{i}].mac"), format!("{mac} is {what}: expected a neighbour's unicast MAC")));
+            }
+            if let Some(first) = neighbour_ips.insert(ipa, i) {
+                return Err(cfg.err(format!("neighbour[{i}].ip"), format!("{ipa} is already neighbour[{first}]: each neighbour once")));
+            }
+            state.add_static_neighbour(&n.interface, ipa, mac).map_err(|e| cfg.err(format!("neighbour[{i}]"), e.to_string()))
+        })();
+        problems.take(r);
     }
     // Tunnels before routes, so routes can name them (`interface = "gtpu_tunnel0"`).
     let mut gtpu = GtpuState::new(cfg.gtpu.techniques);
     let mut specs = Vec::with_capacity(cfg.gtpu_tunnels.len());
+    let mut keys = std::collections::HashMap::new();
     for (i, t) in cfg.gtpu_tunnels.iter().enumerate() {
-        specs.push(t.to_spec(&state).map_err(|(f, m)| cfg.err(format!("gtpu_tunnel[{i}].{f}"), m))?);
+        let Some(spec) = problems.take(t.to_spec(&state).map_err(|(f, m)| cfg.err(format!("gtpu_tunnel[{i}].{f}"), m))) else { continue };
+        // A tunnel is known by its key (local address, teid_in) until it has an id.
+        if let Some(first) = keys.insert((spec.local, spec.teid_in), i) {
+            let why =
+                format!("local {} teid_in {} is already the key of gtpu_tunnel[{first}]: expected each key once", spec.local, spec.teid_in);
+            problems.push(cfg.err(format!("gtpu_tunnel[{i}].teid_in"), why));
+        }
+        specs.push(spec);
     }
-    gtpu.create_many(&mut state, specs).map_err(|(i, e)| cfg.err(format!("gtpu_tunnel[{i}]"), e.to_string()))?;
+    if problems.is_empty() {
+        problems.take(gtpu.create_many(&mut state, specs).map_err(|(i, e)| cfg.err(format!("gtpu_tunnel[{i}]"), e.to_string())));
+    }
     let mut udp = UdpTunState::new();
     for (i, t) in cfg.udp_tunnels.iter().enumerate() {
-        let (spec, routes) = t.to_spec().map_err(|(f, m)| cfg.err(format!("udp_tunnel[{i}].{f}"), m))?;
-        udp.create(&mut state, spec, &routes).map_err(|e| cfg.err(format!("udp_tunnel[{i}]"), e.to_string()))?;
+        let r = t.to_spec().map_err(|(f, m)| cfg.err(format!("udp_tunnel[{i}].{f}"), m)).and_then(|(spec, routes)| {
+            udp.create(&mut state, spec, &routes).map_err(|e| cfg.err(format!("udp_tunnel[{i}]"), e.to_string()))
+        });
+        problems.take(r);
     }
+    // Routes may name the tunnels: only checked once they all exist.
+    problems.check()?;
     let mut routes = Vec::new();
+    let mut prefixes: BTreeMap<Prefix, usize> = BTreeMap::new();
     for (i, r) in cfg.routes.iter().enumerate() {
-        let prefix: Prefix = parse_field(cfg, &format!("route[{i}].prefix"), &r.prefix, "a prefix like 198.19.0.0/16")?;
-        let target = route_target(r.via.as_deref(), r.interface.as_deref(), r.blackhole).map_err(|m| cfg.err(format!("route[{i}]"), m))?;
-        let target = resolve_target(&gtpu, &udp, &state, target).map_err(|m| cfg.err(format!("route[{i}].interface"), m))?;
-        routes.push((prefix, target));
+        let route = (|| {
+            let prefix: Prefix = parse_field(cfg, &format!("route[{i}].prefix"), &r.prefix, "a prefix like 198.19.0.0/16")?;
+            if let Some(first) = prefixes.insert(prefix, i) {
+                return Err(cfg
+                    .err(format!("route[{i}].prefix"), format!("{prefix} is already route[{first}]'s prefix: expected each prefix once")));
+            }
+            let target =
+                route_target(r.via.as_deref(), r.interface.as_deref(), r.blackhole).map_err(|m| cfg.err(format!("route[{i}]"), m))?;
+            let target = resolve_target(&gtpu, &udp, &state, target).map_err(|m| cfg.err(format!("route[{i}].interface"), m))?;
+            Ok((prefix, target))
+        })();
+        routes.extend(problems.take(route));
     }
+    problems.check()?;
     state.add_routes(routes).map_err(|(i, e)| cfg.err(format!("route[{i}]"), e.to_string()))?;
     gtpu.refresh_outer(&mut state);
     udp.refresh_outer(&mut state);
@@ -604,13 +659,17 @@ pub fn worker_core(cfg: &Config, k: usize) -> Option<usize> {
 
 /// Validate the whole configuration and build the dataplane. Nothing runs yet.
 pub fn assemble(cfg: &Config) -> Result<Assembly, ConfigError> {
-    let (mut state, gtpu, udp) = build_state(cfg)?;
+    // Independent checks all report before anything is opened.
+    let mut problems = crate::config::Problems::default();
+    let built = problems.take(build_state(cfg));
+    problems.take(check_workers(cfg));
+    let streams = problems.take(stream_specs(cfg));
+    problems.check()?;
+    let ((mut state, gtpu, udp), mut streams) = built.zip(streams).expect("no errors, so both were built");
     let ipsec = crate::ipsec::build_state(cfg, &mut state)?;
     let mut demux = udp_demux(&gtpu, &udp);
     crate::ipsec::add_to_demux(&ipsec, &mut demux);
     state.set_udp_demux(demux);
-    check_workers(cfg)?;
-    let mut streams = stream_specs(cfg)?;
     let programs = attach_xdp(cfg)?;
     let placement = placements(cfg, &programs);
     let lanes = if cfg.dataplane.workers > 1 { engine::handoff::mesh(cfg.dataplane.workers) } else { Vec::new() };

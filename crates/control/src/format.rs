@@ -69,23 +69,48 @@ pub fn errors(rows: &[CounterSnapshot]) -> String {
     o
 }
 
+/// Traced packets one by one, VPP-style: each packet's path through the nodes in order,
+/// under a header with the time it entered (UTC); a later step shows how long after.
+/// Records arrive node by node for a whole vector, so they are grouped here.
 pub fn trace(recs: &[TraceRecord]) -> String {
     let mut o = String::new();
-    let mut last = None;
+    let mut order: Vec<&TraceRecord> = recs.iter().collect();
+    // Stable: within a packet, the steps stay in the order they happened.
+    order.sort_by_key(|r| r.packet);
+    let mut first: Option<&TraceRecord> = None;
     let mut step = 0;
-    for r in recs {
-        if last != Some(r.packet) {
-            let _ = writeln!(o, "Packet {}", r.packet);
-            last = Some(r.packet);
+    for r in order {
+        if first.is_none_or(|f| f.packet != r.packet) {
+            let _ = writeln!(o, "Packet {} at {}", r.packet, time_of_day(r.time_ns));
+            first = Some(r);
             step = 0;
         }
-        let _ = writeln!(o, "  {:02} {:<18} {}  -> {}", step, r.node, r.text, r.verdict);
+        let after = r.time_ns.saturating_sub(first.map_or(r.time_ns, |f| f.time_ns));
+        let at = if after > 0 { format!(" (+{} us)", after / 1000) } else { String::new() };
+        let _ = writeln!(o, "  {:02} {:<18} {}  -> {}{at}", step, r.node, r.text, r.verdict);
         step += 1;
     }
     if recs.is_empty() {
         o.push_str("(no trace; `trace add <input-node> <count>` first, e.g. trace add pg-input 10)\n");
     }
     o
+}
+
+/// A value as the config file and JSON spell it (`zero`, `flow-hash`, `cluster_ip`), for
+/// text output: never the Rust name (`Zero`, `ClusterIp`).
+pub fn word<T: Serialize>(v: &T) -> String {
+    match serde_json::to_value(v) {
+        Ok(serde_json::Value::String(s)) => s,
+        Ok(other) => other.to_string(),
+        Err(_) => "?".into(),
+    }
+}
+
+/// `HH:MM:SS.micros` (UTC) of a time in nanoseconds since the Unix epoch.
+pub fn time_of_day(ns: u64) -> String {
+    let secs = ns / 1_000_000_000;
+    let day = secs % 86_400;
+    format!("{:02}:{:02}:{:02}.{:06} UTC", day / 3600, day / 60 % 60, day % 60, ns % 1_000_000_000 / 1000)
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -150,7 +150,20 @@ pub fn rows(g: &gtpu::GtpuState, router: &RouterState, limit: usize) -> Vec<Tunn
     // The UE prefixes of the shown tunnels, from the router in one pass.
     let last = shown.last().map_or(0, |(id, _)| *id);
     let ue: std::collections::HashMap<u32, Prefix> =
-        router.tunnel_routes_of(|r| r.id <= last).into_iter().map(|(p, r)| (r.id, p)).collect();
+        router.tunnel_routes_of(|r| is_gtpu(r) && r.id <= last).into_iter().map(|(p, r)| (r.id, p)).collect();
+    rows_of(g, router, shown, &ue)
+}
+
+fn is_gtpu(r: TunnelRef) -> bool {
+    matches!(r.kind, ip::tables::TunnelKind::Gtpu4 | ip::tables::TunnelKind::Gtpu6)
+}
+
+fn rows_of(
+    g: &gtpu::GtpuState,
+    router: &RouterState,
+    shown: Vec<(u32, &gtpu::Tunnel)>,
+    ue: &std::collections::HashMap<u32, Prefix>,
+) -> Vec<TunnelRow> {
     shown
         .into_iter()
         .map(|(id, t)| {
@@ -188,7 +201,7 @@ pub fn format_rows(rows: &[TunnelRow], total: usize) -> String {
     let mut s = format!("{total} GTP-U tunnels\n");
     for r in rows {
         s += &format!(
-            "{:<16} {} -> {} teid in {:#x} out {:#x}{}{} checksum {:?} src-port {:?} decap {}{} adj {} mtu {}{}{}\n",
+            "{:<16} {} -> {} teid in {:#x} out {:#x}{}{} checksum {} src-port {} decap {}{} outer {} mtu {}{}{}\n",
             r.name,
             r.local,
             r.remote,
@@ -196,11 +209,11 @@ pub fn format_rows(rows: &[TunnelRow], total: usize) -> String {
             r.teid_out,
             r.qfi.map(|q| format!(" qfi {q}")).unwrap_or_default(),
             if r.sequence { " seq" } else { "" },
-            r.checksum,
-            r.src_port,
+            crate::format::word(&r.checksum),
+            crate::format::word(&r.src_port),
             r.decap_next,
             r.ue.as_ref().map(|u| format!(" ue {u}")).unwrap_or_default(),
-            r.outer_adjacency,
+            if r.outer_adjacency == ip::tables::ADJ_MISS { "unresolved" } else { "resolved" },
             r.inner_mtu.map_or("?".into(), |m| m.to_string()),
             if r.mtu.fragment == FragmentPolicy::Outer { " fragment outer" } else { "" },
             if r.mtu.mss_clamp { " mss-clamp" } else { "" },
@@ -212,4 +225,125 @@ pub fn format_rows(rows: &[TunnelRow], total: usize) -> String {
         s += &format!("… {} more\n", total - rows.len());
     }
     s
+}
+
+/// The routes that go with a tunnel when it is deleted: its own (a GTP-U tunnel's
+/// `ue`, a UDP tunnel's `routes`) and the static routes into it.
+pub fn routes_into(router: &RouterState, t: TunnelRef) -> Vec<Prefix> {
+    let mut v: Vec<Prefix> = router.tunnel_routes_of(|r| r == t).into_iter().map(|(p, _)| p).collect();
+    v.extend(router.routes_into(t));
+    v
+}
+
+/// The reply to a tunnel's deletion: what went with it.
+pub fn deleted_reply(name: &str, routes: &[Prefix]) -> crate::api::Reply {
+    let list: Vec<String> = routes.iter().map(Prefix::to_string).collect();
+    let text = match list.len() {
+        0 => format!("deleted {name} (no route went with it)"),
+        n => format!("deleted {name} and {n} route{} into it: {}", if n == 1 { "" } else { "s" }, list.join(", ")),
+    };
+    crate::api::Reply::ok(serde_json::json!({ "name": name, "routes": list }), text)
+}
+
+/// `set gtpu tunnel <name> [remote <addr>] [teid-out <n>] [qfi <q>]`.
+pub fn parse_set(name: &str, w: &[&str]) -> Result<crate::api::Request, String> {
+    let (mut remote, mut teid_out, mut qfi) = (None, None, None);
+    let mut pairs = w.chunks(2);
+    for pair in &mut pairs {
+        match pair {
+            ["remote", v] => remote = Some(v.to_string()),
+            ["teid-out", v] => teid_out = Some(crate::cli::u32_word("teid-out", v)?),
+            ["qfi", v] => qfi = Some(v.parse::<u8>().map_err(|_| format!("qfi {v:?}: expected 0 to 63"))?),
+            [k, _] => return Err(format!("set gtpu tunnel: {k:?} cannot be changed in place (remote, teid-out or qfi)")),
+            [k] => return Err(format!("set gtpu tunnel: {k:?} needs a value")),
+            _ => unreachable!("chunks of two"),
+        }
+    }
+    if remote.is_none() && teid_out.is_none() && qfi.is_none() {
+        return Err("set gtpu tunnel <name> needs remote <addr>, teid-out <n> or qfi <0-63>".into());
+    }
+    Ok(crate::api::Request::SetGtpuTunnel { name: name.to_string(), remote, teid_out, qfi })
+}
+
+/// `show gtpu tunnel teid <n> | remote <addr> | ue <addr>`.
+pub fn parse_find(key: &str, value: &str) -> Result<crate::api::Request, String> {
+    let (mut teid, mut remote, mut ue) = (None, None, None);
+    match key {
+        "teid" => teid = Some(crate::cli::u32_word("teid", value)?),
+        "remote" => remote = Some(value.to_string()),
+        _ => ue = Some(value.to_string()),
+    }
+    Ok(crate::api::Request::FindGtpuTunnels { teid, remote, ue })
+}
+
+fn address(field: &str, v: &str) -> Result<IpAddr, String> {
+    v.parse().map_err(|_| format!("{field} {v:?}: expected an IPv4 or IPv6 address"))
+}
+
+/// The GTP-U requests of the typed API beyond create and list.
+pub fn handle(c: &mut crate::dataplane::Control, req: &crate::api::Request) -> Result<crate::api::Reply, String> {
+    use crate::api::{Reply, Request};
+    Ok(match req {
+        Request::DeleteGtpuTunnel { name } => {
+            let t = tunnel_by_name(&c.gtpu, name).ok_or_else(|| format!("no tunnel named {name:?}"))?;
+            let routes = routes_into(&c.state, t);
+            c.gtpu.delete(&mut c.state, t.id).map_err(|e| e.to_string())?;
+            c.publish_routes();
+            deleted_reply(name, &routes)
+        }
+        Request::SetGtpuTunnel { name, remote, teid_out, qfi } => {
+            let t = tunnel_by_name(&c.gtpu, name).ok_or_else(|| format!("no tunnel named {name:?}"))?;
+            let change = gtpu::TunnelChange {
+                remote: remote.as_deref().map(|r| address("remote", r)).transpose()?,
+                teid_out: *teid_out,
+                qfi: qfi.map(|q| wire::gtpu::Qfi::new(q).ok_or(format!("qfi {q}: expected 0 to 63"))).transpose()?,
+            };
+            let before = c.gtpu.modify(&mut c.state, t.id, change).map_err(|e| e.to_string())?;
+            // Only this tunnel's slot changed: the other tables are republished as they are.
+            c.publish();
+            let after = c.gtpu.spec(&c.state, t.id).expect("modified, so live");
+            let text = format!(
+                "{name}: remote {} -> {}, teid out {:#x} -> {:#x}{}",
+                before.remote,
+                after.remote,
+                before.teid_out,
+                after.teid_out,
+                match (before.qfi, after.qfi) {
+                    (b, a) if b != a =>
+                        format!(", qfi {} -> {}", b.map_or("none".into(), |q| q.get().to_string()), a.map_or(0, |q| q.get())),
+                    _ => String::new(),
+                }
+            );
+            Reply::ok(
+                serde_json::json!({ "name": name, "remote": after.remote, "teid_out": after.teid_out, "qfi": after.qfi.map(|q| q.get()) }),
+                text,
+            )
+        }
+        Request::FindGtpuTunnels { teid, remote, ue } => {
+            let ids: Vec<u32> = match (teid, remote, ue) {
+                (Some(n), None, None) => {
+                    c.gtpu.tunnels().filter(|(_, t)| t.teid_in == *n || t.teid_out() == *n).map(|(id, _)| id).collect()
+                }
+                (None, Some(r), None) => {
+                    let r = address("remote", r)?;
+                    c.gtpu.tunnels().filter(|(_, t)| t.remote() == r).map(|(id, _)| id).collect()
+                }
+                (None, None, Some(u)) => {
+                    let u = address("ue", u)?;
+                    // The most specific UE route covering the address, as the FIB would pick.
+                    let best = c.state.tunnel_routes_of(is_gtpu).into_iter().filter(|(p, _)| p.contains(u)).max_by_key(|(p, _)| p.len());
+                    best.map(|(_, r)| r.id).into_iter().collect()
+                }
+                _ => return Err("find GTP-U tunnels by one of teid, remote or ue".into()),
+            };
+            let ue: std::collections::HashMap<u32, Prefix> =
+                c.state.tunnel_routes_of(|r| is_gtpu(r) && ids.contains(&r.id)).into_iter().map(|(p, r)| (r.id, p)).collect();
+            let shown: Vec<(u32, &gtpu::Tunnel)> = ids.iter().filter_map(|&id| Some((id, c.gtpu.tunnel(id)?))).collect();
+            let rows = rows_of(&c.gtpu, &c.state, shown, &ue);
+            let mut text = format_rows(&rows, rows.len());
+            text = text.replacen(" GTP-U tunnels\n", " GTP-U tunnels match\n", 1);
+            Reply::ok(serde_json::to_value(&rows).map_err(|e| e.to_string())?, text)
+        }
+        _ => unreachable!("only GTP-U requests are sent here"),
+    })
 }

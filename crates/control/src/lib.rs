@@ -28,6 +28,7 @@ pub mod reload;
 pub mod server;
 pub mod spd;
 pub mod udptun;
+pub mod validate;
 
 /// The gateway `vecgate run` starts with no configuration file.
 pub const DEFAULT_CONFIG: &str = include_str!("../../../docs/examples/default-gateway.toml");

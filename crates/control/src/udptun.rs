@@ -169,7 +169,7 @@ pub fn format_rows(rows: &[UdpTunnelRow]) -> String {
             + if r.gre_sequence { " gre-sequence" } else { "" };
         let _ = writeln!(
             o,
-            "{:<16} {} -> {} {} port {} src-ports {}{} checksum {:?}{} ttl {}{}{}{}",
+            "{:<16} {} -> {} {} port {} src-ports {}{} checksum {}{} ttl {}{}{}{}",
             r.name,
             r.local,
             r.remote,
@@ -177,7 +177,7 @@ pub fn format_rows(rows: &[UdpTunnelRow]) -> String {
             r.port,
             r.src_ports,
             key,
-            r.checksum,
+            crate::format::word(&r.checksum),
             if r.accept_zero_checksum { " accept-zero-checksum" } else { "" },
             r.ttl,
             format!(" mtu {}", r.inner_mtu.map_or("?".into(), |m| m.to_string())),

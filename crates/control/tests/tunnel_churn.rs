@@ -129,11 +129,11 @@ fn bad_tunnels_are_refused_with_field_paths() {
         (CFG.replace("teid_out = 8", "teid_out = 8\nchecksum = \"sometimes\""), "gtpu_tunnel[0].checksum", "unknown variant"),
         (CFG.replace("teid_out = 8", "teid_out = 8\naccept_zero_checksum = true"), "gtpu_tunnel[0].accept_zero_checksum", "IPv6 setting"),
         (CFG.replace("teid_out = 8", "teid_out = 8\ndecap_next = \"ethernet\""), "gtpu_tunnel[0].decap_interface", "needs the interface"),
-        (CFG.replace("ue = \"198.18.200.1/32\"", "ue = \"198.19.0.0/16\""), "route[0]", "already routed into a tunnel"),
+        (CFG.replace("ue = \"198.18.200.1/32\"", "ue = \"198.19.0.0/16\""), "gtpu_tunnel[0].ue", "already routed by route[0].prefix"),
         (
             CFG.replace("[[stream]]\nname = \"downlink\"", &format!("[[gtpu_tunnel]]\n{tunnel}\n\n[[stream]]\nname = \"downlink\"")),
-            "gtpu_tunnel[1]",
-            "already",
+            "gtpu_tunnel[1].teid_in",
+            "already the key of gtpu_tunnel[0]",
         ),
         (CFG.replace("teid = 7\n", ""), "stream[1].protocol", "needs `teid`"),
     ];

@@ -118,7 +118,7 @@ impl<C, N: Node<C>> Runner<C> for NodeBox<N> {
                         }
                     };
                     if let (Some(id), Some(text)) = (traced, text) {
-                        log.push(TraceRecord { packet: id.get(), node: self.0.name(), text, verdict: shown });
+                        log.push(TraceRecord { packet: id.get(), node: self.0.name(), text, verdict: shown, time_ns: 0 });
                     }
                 }
             }
@@ -155,7 +155,13 @@ impl<C, N: ExpandNode<C>> Runner<C> for ExpandRunner<N, C> {
                     Ok(()) => format!("{} packets out", self.out.len()),
                     Err(c) => format!("drop: {}", <N::Counter as Counters>::INFO[c.index()].name),
                 };
-                log.push(TraceRecord { packet: id.get(), node: self.node.name(), text: format!("len {}", pool.get(bi).len()), verdict });
+                log.push(TraceRecord {
+                    packet: id.get(),
+                    node: self.node.name(),
+                    text: format!("len {}", pool.get(bi).len()),
+                    verdict,
+                    time_ns: 0,
+                });
             }
             if reused {
                 continue;
@@ -340,11 +346,14 @@ impl<C> Graph<C> {
                 if let Some(id) = self.trace.mark(input.0) {
                     pool.get_mut(b).meta.trace = Some(id);
                     let len = pool.get(b).len();
+                    self.trace.stamp();
+                    let rx = self.trace.if_name(pool.get(b).meta.rx_if.0 as usize);
                     self.trace.push(TraceRecord {
                         packet: id.get(),
                         node: "input",
-                        text: format!("{} len {} rx_if {}", self.slots[input.0].name, len, pool.get(b).meta.rx_if.0),
+                        text: format!("{} len {} from {rx}", self.slots[input.0].name, len),
                         verdict: self.slots[next].name.clone(),
+                        time_ns: 0,
                     });
                 }
             }
@@ -388,6 +397,9 @@ impl<C> Graph<C> {
     fn dispatch(&mut self, i: usize, cx: &mut C, pool: &mut Pool) {
         let mut input = std::mem::take(&mut self.queues[i]);
         let tracing = self.trace.active;
+        if tracing {
+            self.trace.stamp();
+        }
         for chunk in input.chunks(VECTOR_SIZE) {
             let t0 = clock::now();
             let Slot { kind, next, counters, .. } = &mut self.slots[i];
@@ -419,6 +431,7 @@ impl<C> Graph<C> {
                                     node: ERROR_DROP,
                                     text: format!("{}: {}", s.name, c),
                                     verdict: "freed".into(),
+                                    time_ns: 0,
                                 });
                             }
                         }
@@ -433,11 +446,13 @@ impl<C> Graph<C> {
                             self.tx.resize_with(q + 1, Vec::new);
                         }
                         if let (true, Some(id)) = (tracing, m.trace) {
+                            let tx = self.trace.if_name(q);
                             self.trace.push(TraceRecord {
                                 packet: id.get(),
                                 node: INTERFACE_OUTPUT,
-                                text: format!("tx_if {} len {}", q, pool.get(b).len()),
+                                text: format!("to {tx} len {}", pool.get(b).len()),
                                 verdict: "tx".into(),
+                                time_ns: 0,
                             });
                         }
                         self.tx[q].push(b);
@@ -487,6 +502,11 @@ impl<C> Graph<C> {
         }
         self.trace.arm(id.0, count);
         Ok(())
+    }
+
+    /// Name interfaces in trace records (the worker's ports, by index).
+    pub fn set_interface_names(&mut self, names: Vec<String>) {
+        self.trace.if_names = names;
     }
 
     pub fn trace_records(&self) -> &[TraceRecord] {

@@ -17,6 +17,9 @@ pub struct TraceRecord {
     pub text: String,
     /// Where the packet went next (a node name or `drop: <counter>`).
     pub verdict: String,
+    /// When the node saw it: wall-clock nanoseconds since the Unix epoch (the start of
+    /// the dispatch round; one reading per round, taken only while tracing).
+    pub time_ns: u64,
 }
 
 #[derive(Default)]
@@ -27,6 +30,10 @@ pub struct TraceLog {
     pub(crate) records: Vec<TraceRecord>,
     /// True while anything is armed or any traced packet may still be in the graph.
     pub(crate) active: bool,
+    /// The time records of this dispatch round carry (`TraceRecord::time_ns`).
+    pub(crate) now_ns: u64,
+    /// Interface names by index, so records say `pg0`, not an index.
+    pub(crate) if_names: Vec<String>,
 }
 
 impl TraceLog {
@@ -52,7 +59,18 @@ impl TraceLog {
         self.armed.iter().any(|(_, c)| *c > 0)
     }
 
-    pub(crate) fn push(&mut self, r: TraceRecord) {
+    /// Read the clock for the records of the round about to run.
+    pub(crate) fn stamp(&mut self) {
+        self.now_ns = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    }
+
+    /// The name of interface `i`, or its index if it has none.
+    pub(crate) fn if_name(&self, i: usize) -> String {
+        self.if_names.get(i).cloned().unwrap_or_else(|| format!("if{i}"))
+    }
+
+    pub(crate) fn push(&mut self, mut r: TraceRecord) {
+        r.time_ns = self.now_ns;
         if self.records.len() >= MAX_RECORDS {
             self.records.remove(0);
         }

@@ -105,8 +105,13 @@ pub struct Worker<C: Context> {
 }
 
 impl<C: Context> Worker<C> {
-    pub fn new(id: usize, graph: Graph<C>, pool: Pool, ports: Vec<Port>, cx: C) -> Self {
+    pub fn new(id: usize, mut graph: Graph<C>, pool: Pool, ports: Vec<Port>, cx: C) -> Self {
         let max_if = ports.iter().map(|p| p.if_index.get() + 1).max().unwrap_or(0);
+        let mut names: Vec<String> = (0..max_if).map(|i| format!("if{i}")).collect();
+        for p in &ports {
+            names[p.if_index.get()] = p.name.clone();
+        }
+        graph.set_interface_names(names);
         let mut port_of = vec![None; max_if];
         for (i, p) in ports.iter().enumerate() {
             port_of[p.if_index.get()] = Some(i);

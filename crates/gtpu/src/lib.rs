@@ -23,6 +23,6 @@ pub mod teid_table;
 pub mod tunnel;
 
 pub use context::{GtpuContext, GtpuEvent, HasGtpu};
-pub use state::{GtpuError, GtpuState};
+pub use state::{GtpuError, GtpuState, TunnelChange};
 pub use tables::{GtpuTables, Techniques};
 pub use tunnel::{ChecksumMode, DecapNext, PduDirection, SrcPort, Tunnel, TunnelSpec};

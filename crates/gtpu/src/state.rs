@@ -8,9 +8,10 @@ use crate::tunnel::{DecapNext, Tunnel, TunnelSpec};
 use ip::tables::{TunnelRef, UdpApp, UdpDemux, ADJ_MISS, MAX_INDEX};
 use ip::tunnel_counters::{TunnelCount, TunnelCounters};
 use ip::{Prefix, RouterState, StateError};
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
+use wire::gtpu::Qfi;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum GtpuError {
@@ -26,6 +27,9 @@ pub enum GtpuError {
     ZeroTeidOut,
     #[error("local {local} already has a tunnel with teid_in {teid} (gtpu_tunnel{id})")]
     Duplicate { local: IpAddr, teid: u32, id: u32 },
+    /// Two specs of one `create_many` share a key; `first` is the earlier one's index.
+    #[error("local {local} already has a tunnel with teid_in {teid} (entry {first} of the same request)")]
+    DuplicateInBatch { local: IpAddr, teid: u32, first: usize },
     #[error("no tunnel gtpu_tunnel{0}")]
     NoSuchTunnel(u32),
     #[error("decap_next ethernet: no interface with index {0}")]
@@ -34,6 +38,14 @@ pub enum GtpuError {
     Ue(Prefix, StateError),
     #[error("more than {MAX_INDEX} tunnels")]
     TooMany,
+}
+
+/// What [`GtpuState::modify`] changes; `None` keeps the tunnel's value.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TunnelChange {
+    pub remote: Option<IpAddr>,
+    pub teid_out: Option<u32>,
+    pub qfi: Option<Qfi>,
 }
 
 pub struct GtpuState {
@@ -129,26 +141,9 @@ impl GtpuState {
 
     /// Check one spec against the router and the existing tunnels.
     pub fn validate(&self, router: &RouterState, spec: &TunnelSpec) -> Result<(), GtpuError> {
-        let ours = |a: IpAddr| {
-            router.interfaces().iter().any(|i| match a {
-                IpAddr::V4(v) => i.has_ip4(v),
-                IpAddr::V6(v) => i.has_ip6(&v),
-            })
-        };
-        if spec.local.is_ipv4() != spec.remote.is_ipv4() {
-            return Err(GtpuError::FamilyMismatch { local: spec.local, remote: spec.remote });
-        }
-        if !ours(spec.local) {
-            return Err(GtpuError::LocalNotOurs(spec.local));
-        }
-        if ours(spec.remote) {
-            return Err(GtpuError::RemoteIsLocal(spec.remote));
-        }
+        Self::validate_peer(router, spec)?;
         if spec.teid_in == 0 {
             return Err(GtpuError::ZeroTeid);
-        }
-        if spec.teid_out == 0 {
-            return Err(GtpuError::ZeroTeidOut);
         }
         if let Some(id) = self.find(spec.local, spec.teid_in) {
             return Err(GtpuError::Duplicate { local: spec.local, teid: spec.teid_in, id });
@@ -164,6 +159,47 @@ impl GtpuState {
         Ok(())
     }
 
+    /// The checks on what a handover may change: the peer's address and TEID.
+    fn validate_peer(router: &RouterState, spec: &TunnelSpec) -> Result<(), GtpuError> {
+        let ours = |a: IpAddr| {
+            router.interfaces().iter().any(|i| match a {
+                IpAddr::V4(v) => i.has_ip4(v),
+                IpAddr::V6(v) => i.has_ip6(&v),
+            })
+        };
+        if spec.local.is_ipv4() != spec.remote.is_ipv4() {
+            return Err(GtpuError::FamilyMismatch { local: spec.local, remote: spec.remote });
+        }
+        if !ours(spec.local) {
+            return Err(GtpuError::LocalNotOurs(spec.local));
+        }
+        if ours(spec.remote) {
+            return Err(GtpuError::RemoteIsLocal(spec.remote));
+        }
+        if spec.teid_out == 0 {
+            return Err(GtpuError::ZeroTeidOut);
+        }
+        Ok(())
+    }
+
+    /// Change a tunnel in place, as a handover does (the peer's new address and TEID,
+    /// the QFI): it keeps its id, so its routes and its decap entry stay, and only its
+    /// own slot and outer adjacency change in the next published tables; other tunnels'
+    /// packets never see a difference. Returns the spec before the change.
+    pub fn modify(&mut self, router: &mut RouterState, id: u32, change: TunnelChange) -> Result<TunnelSpec, GtpuError> {
+        let old = self.spec(router, id).ok_or(GtpuError::NoSuchTunnel(id))?;
+        let mut new = old.clone();
+        new.remote = change.remote.unwrap_or(old.remote);
+        new.teid_out = change.teid_out.unwrap_or(old.teid_out);
+        new.qfi = change.qfi.or(old.qfi);
+        Self::validate_peer(router, &new)?;
+        let t = Tunnel::build(&new);
+        debug_assert_eq!(t.decap_aux(), self.tables.tunnel(id).expect("live").decap_aux(), "a handover keeps the decap side");
+        *self.tables.tunnels.get_mut(id as usize).expect("live tunnel") = t;
+        Arc::make_mut(&mut self.tables.outer_adj)[id as usize] = outer(router.resolve_endpoint(new.remote));
+        Ok(old)
+    }
+
     /// Create one tunnel; returns its id (its interface is `gtpu_tunnel<id>`).
     pub fn create(&mut self, router: &mut RouterState, spec: TunnelSpec) -> Result<u32, GtpuError> {
         self.create_many(router, vec![spec]).map(|ids| ids[0]).map_err(|(_, e)| e)
@@ -172,11 +208,11 @@ impl GtpuState {
     /// Create many tunnels, all or nothing (the config loader's path). On error, the
     /// index of the offending spec.
     pub fn create_many(&mut self, router: &mut RouterState, specs: Vec<TunnelSpec>) -> Result<Vec<u32>, (usize, GtpuError)> {
-        let mut keys = HashSet::with_capacity(specs.len());
+        let mut keys = HashMap::with_capacity(specs.len());
         for (i, s) in specs.iter().enumerate() {
             self.validate(router, s).map_err(|e| (i, e))?;
-            if !keys.insert((s.local, s.teid_in)) {
-                return Err((i, GtpuError::Duplicate { local: s.local, teid: s.teid_in, id: u32::MAX }));
+            if let Some(first) = keys.insert((s.local, s.teid_in), i) {
+                return Err((i, GtpuError::DuplicateInBatch { local: s.local, teid: s.teid_in, first }));
             }
         }
         drop(keys);
@@ -364,7 +400,47 @@ mod tests {
         assert_eq!(g.create(&mut r, no_out), Err(GtpuError::ZeroTeidOut));
         // A batch is all or nothing: a duplicate inside it creates none.
         let batch = vec![v4("198.18.1.1", "198.18.1.2", 3), v4("198.18.1.1", "198.18.1.4", 3)];
-        assert!(matches!(g.create_many(&mut r, batch), Err((1, GtpuError::Duplicate { .. }))));
+        assert!(matches!(g.create_many(&mut r, batch), Err((1, GtpuError::DuplicateInBatch { first: 0, .. }))));
         assert!(g.is_empty());
+    }
+
+    /// A handover: the tunnel keeps its id, UE route and decap entry; its peer and TEID
+    /// change, its neighbour tunnel does not; what a new tunnel may not have, a changed
+    /// one may not either.
+    #[test]
+    fn modify_changes_the_peer_in_place() {
+        let mut r = router();
+        let mut g = GtpuState::default();
+        let mut s = TunnelSpec::new("198.18.1.1".parse().unwrap(), "198.18.1.2".parse().unwrap(), 5, 6);
+        s.ue = Some("198.19.0.9/32".parse().unwrap());
+        let id = g.create(&mut r, s.clone()).unwrap();
+        let other = g.create(&mut r, TunnelSpec::new(s.local, "198.18.1.3".parse().unwrap(), 7, 8)).unwrap();
+        let other_before = g.spec(&r, other);
+        let qfi = Qfi::new(9);
+        let change = TunnelChange { remote: Some("198.18.1.4".parse().unwrap()), teid_out: Some(0x99), qfi };
+        assert_eq!(g.modify(&mut r, id, change).unwrap(), s);
+        let now = g.spec(&r, id).unwrap();
+        assert_eq!((now.remote, now.teid_out, now.qfi), ("198.18.1.4".parse().unwrap(), 0x99, qfi));
+        assert_eq!((now.local, now.teid_in, now.ue), (s.local, s.teid_in, s.ue));
+        assert_eq!(g.find(s.local, 5), Some(id));
+        assert_eq!(r.lookup("198.19.0.9".parse().unwrap()), TunnelRef { kind: ip::tables::TunnelKind::Gtpu4, id }.encode());
+        assert_eq!(g.spec(&r, other), other_before);
+        assert_eq!(g.len(), 2);
+        // The outer adjacency is the new peer's.
+        assert_eq!(g.outer_adj(id), outer(r.resolve_endpoint("198.18.1.4".parse().unwrap())));
+        // Refused changes leave the tunnel as it was.
+        for (bad, e) in [
+            (TunnelChange { teid_out: Some(0), ..Default::default() }, GtpuError::ZeroTeidOut),
+            (
+                TunnelChange { remote: Some("198.18.1.1".parse().unwrap()), ..Default::default() },
+                GtpuError::RemoteIsLocal("198.18.1.1".parse().unwrap()),
+            ),
+        ] {
+            assert_eq!(g.modify(&mut r, id, bad), Err(e));
+            assert_eq!(g.spec(&r, id).unwrap(), now);
+        }
+        let v6 = TunnelChange { remote: Some("2001:db8:1::2".parse().unwrap()), ..Default::default() };
+        assert!(matches!(g.modify(&mut r, id, v6), Err(GtpuError::FamilyMismatch { .. })));
+        assert_eq!(g.modify(&mut r, 77, TunnelChange::default()), Err(GtpuError::NoSuchTunnel(77)));
     }
 }

@@ -9,8 +9,20 @@ use std::os::fd::{FromRawFd, OwnedFd};
 pub enum OpenError {
     #[error("host interface {0:?} does not exist")]
     NoSuchInterface(String),
-    #[error("{what} on {ifname:?}: {source}")]
+    #[error("{what} on {ifname:?}: {source}{}", privileges_hint(.source))]
     Sys { ifname: String, what: &'static str, source: io::Error },
+}
+
+/// What to do when the kernel refuses for want of privileges (said where it happens, so
+/// every backend's refusal says it the same way).
+fn privileges_hint(e: &io::Error) -> &'static str {
+    match e.kind() {
+        io::ErrorKind::PermissionDenied => {
+            "; kernel interfaces need CAP_NET_RAW and CAP_NET_ADMIN (af_xdp also CAP_BPF): run vecgate as root, \
+or grant them once with `sudo setcap cap_net_raw,cap_net_admin,cap_bpf+ep \"$(command -v vecgate)\"`"
+        }
+        _ => "",
+    }
 }
 
 impl OpenError {

@@ -8,8 +8,12 @@ use std::str::FromStr;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PrefixError {
-    #[error("expected ADDRESS/LENGTH, e.g. 198.18.0.0/15 or 2001:db8::/32")]
+    #[error("no /LENGTH after the address (expected ADDRESS/LENGTH, e.g. 198.18.0.0/15 or 2001:db8::/32)")]
     Syntax,
+    #[error("{0:?} is not an IPv4 or IPv6 address")]
+    Address(String),
+    #[error("length {0:?} is not a number")]
+    LengthSyntax(String),
     #[error("prefix length {0} is out of range for the address family")]
     Length(u8),
     #[error("host bits are set after /{0} (did you mean {1}?)")]
@@ -80,8 +84,8 @@ impl FromStr for Prefix {
     type Err = PrefixError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let (a, l) = s.split_once('/').ok_or(PrefixError::Syntax)?;
-        let addr: IpAddr = a.trim().parse().map_err(|_| PrefixError::Syntax)?;
-        let len: u8 = l.trim().parse().map_err(|_| PrefixError::Syntax)?;
+        let addr: IpAddr = a.trim().parse().map_err(|_| PrefixError::Address(a.trim().into()))?;
+        let len: u8 = l.trim().parse().map_err(|_| PrefixError::LengthSyntax(l.trim().into()))?;
         Prefix::new(addr, len)
     }
 }
@@ -118,8 +122,8 @@ impl FromStr for IfAddr {
     type Err = PrefixError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let (a, l) = s.split_once('/').ok_or(PrefixError::Syntax)?;
-        let addr: IpAddr = a.trim().parse().map_err(|_| PrefixError::Syntax)?;
-        let len: u8 = l.trim().parse().map_err(|_| PrefixError::Syntax)?;
+        let addr: IpAddr = a.trim().parse().map_err(|_| PrefixError::Address(a.trim().into()))?;
+        let len: u8 = l.trim().parse().map_err(|_| PrefixError::LengthSyntax(l.trim().into()))?;
         let max = if addr.is_ipv4() { 32 } else { 128 };
         if len > max {
             return Err(PrefixError::Length(len));

@@ -248,6 +248,11 @@ impl RouterState {
         gone.len()
     }
 
+    /// The static routes into `t` (those `del_routes_into` would remove).
+    pub fn routes_into(&self, t: TunnelRef) -> Vec<Prefix> {
+        self.routes.iter().filter(|(_, r)| **r == RouteTarget::Tunnel(t)).map(|(p, _)| *p).collect()
+    }
+
     /// Remove every tunnel-owned route into `t`; returns the prefixes removed. One pass
     /// over the routes: the router is the one place a UE prefix is kept.
     pub fn del_tunnel_routes_into(&mut self, t: TunnelRef) -> Vec<Prefix> {

@@ -4,6 +4,7 @@
 mod bench;
 mod bench_parcel;
 mod bench_upf;
+mod live;
 mod logging;
 mod run;
 mod trafgen;
@@ -37,6 +38,9 @@ enum Cmd {
         /// Serve Prometheus metrics on ADDRESS:PORT (overrides the config's `[metrics] listen`).
         #[arg(long, value_name = "ADDRESS:PORT")]
         metrics: Option<String>,
+        /// Live stats as one JSON object per line (rates over each interval) instead of screens.
+        #[arg(long)]
+        json: bool,
     },
     /// Send a command to a running instance, e.g. `vecgate ctl show runtime`.
     Ctl {
@@ -213,8 +217,10 @@ fn main() {
     if !matches!(cli.cmd, None | Some(Cmd::Run { .. })) {
         let _ = logging::init(None, "warn", "");
     }
-    let r = match cli.cmd.unwrap_or(Cmd::Run { config: None, duration: None, interval: 1.0, socket: None, metrics: None }) {
-        Cmd::Run { config, duration, interval, socket, metrics } => run::run(config.as_deref(), duration, interval, socket, metrics),
+    let r = match cli.cmd.unwrap_or(Cmd::Run { config: None, duration: None, interval: 1.0, socket: None, metrics: None, json: false }) {
+        Cmd::Run { config, duration, interval, socket, metrics, json } => {
+            run::run(config.as_deref(), duration, interval, socket, metrics, json)
+        }
         Cmd::Ctl { socket, json, words } => run::ctl(&socket, json, &words),
         Cmd::Pcap { config, json } => run::pcap(&config, json),
         Cmd::Bench { scenario, packets, json, core, segment_size, segments, no_segment_check, .. } if scenario.starts_with("parcel-") => {

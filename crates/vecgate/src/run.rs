@@ -11,7 +11,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub fn run(config: Option<&Path>, duration: Option<f64>, interval: f64, socket: Option<PathBuf>, metrics: Option<String>) -> Result<()> {
+pub fn run(
+    config: Option<&Path>,
+    duration: Option<f64>,
+    interval: f64,
+    socket: Option<PathBuf>,
+    metrics: Option<String>,
+    json: bool,
+) -> Result<()> {
     let cfg = match config {
         Some(p) => Config::load(p)?,
         None => Config::default_gateway(),
@@ -34,6 +41,14 @@ pub fn run(config: Option<&Path>, duration: Option<f64>, interval: f64, socket: 
                 "control socket {}: another vecgate is running there; stop it or give this one `--socket PATH`",
                 sock.display()
             ))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            tracing::warn!(
+                socket = %sock.display(),
+                "cannot create the control socket: permission denied; running without `vecgate ctl`. \
+            Run as root, or give --socket PATH in a folder you can write (e.g. --socket /tmp/vecgate.sock)"
+            );
+            None
         }
         Err(e) => {
             tracing::warn!(socket = %sock.display(), error = %e, "no control socket; running without `vecgate ctl`");
@@ -96,6 +111,8 @@ pub fn run(config: Option<&Path>, duration: Option<f64>, interval: f64, socket: 
     let start = Instant::now();
     let mut next_print = start + Duration::from_secs_f64(interval.max(0.05));
     let tty = std::io::stdout().is_terminal();
+    // The previous live view's snapshot, for rates over the interval.
+    let mut live_prev: Option<(Instant, engine::stats::Snapshot)> = None;
     let pfcp = control.pfcp.as_ref().map_or_else(crossbeam_channel::never, |p| p.rx.clone());
     if let Some(a) = control.pfcp.as_ref().and_then(|p| p.local_addr()) {
         eprintln!("vecgate: PFCP on {a}");
@@ -124,18 +141,19 @@ pub fn run(config: Option<&Path>, duration: Option<f64>, interval: f64, socket: 
         if interval > 0.0 && Instant::now() >= next_print {
             next_print += Duration::from_secs_f64(interval);
             if let Ok(s) = control.snapshot() {
-                if tty {
-                    print!("\x1b[2J\x1b[H");
+                let now = Instant::now();
+                let since = live_prev.as_ref().map_or(start, |(t, _)| *t);
+                let r = crate::live::rates(live_prev.as_ref().map(|(_, p)| p), &s, now.duration_since(since).as_secs_f64());
+                live_prev = Some((now, s));
+                if json {
+                    println!("{}", crate::live::json_line(&r));
+                } else {
+                    if tty {
+                        print!("\x1b[2J\x1b[H");
+                    }
+                    let title = config.map_or("built-in default gateway".into(), |p| p.display().to_string());
+                    print!("{}", crate::live::text(&r, &title));
                 }
-                println!(
-                    "vecgate {} — {} (ctrl-c to stop)\n",
-                    env!("CARGO_PKG_VERSION"),
-                    config.map_or("built-in default gateway".into(), |p| p.display().to_string())
-                );
-                print!("{}", control::format::runtime(&s));
-                let errs: Vec<_> = s.counters.iter().filter(|c| c.count > 0).cloned().collect();
-                println!();
-                print!("{}", control::format::errors(&errs));
             }
         }
     }
@@ -151,7 +169,8 @@ pub fn run(config: Option<&Path>, duration: Option<f64>, interval: f64, socket: 
         b.remove_if_ours();
     }
     tracing::info!(seconds = format!("{:.1}", start.elapsed().as_secs_f64()), "dataplane stopped");
-    if let Ok(s) = final_snapshot {
+    // With --json, stdout stays one JSON object per line.
+    if let (false, Ok(s)) = (json, final_snapshot) {
         println!("\nfinal:");
         print!("{}", control::format::runtime(&s));
         let errs: Vec<_> = s.counters.iter().filter(|c| c.count > 0).cloned().collect();

@@ -43,7 +43,10 @@ pub fn run(data: &[u8]) {
 }
 
 /// An error says where (this file, a field) and what was expected.
-fn check_error(e: &ConfigError) {
-    assert_eq!(e.file, SOURCE, "{e}");
-    assert!(!e.field.is_empty() && !e.message.is_empty(), "{e:?}");
+fn check_error(errors: &ConfigError) {
+    for e in errors.all() {
+        assert_eq!(e.file, SOURCE, "{e}");
+        assert!(!e.field.is_empty() && !e.message.is_empty(), "{e:?}");
+    }
+    assert!(errors.all().count() <= crate::config::MAX_ERRORS, "{errors}");
 }

@@ -107,6 +107,6 @@ impl<Cx: HasIp> Node<Cx> for Ip4Rewrite {
     }
 
     fn trace(&self, buf: &Buffer) -> String {
-        format!("adj {} {}", buf.meta.adj, super::trace_ip4(buf.bytes()))
+        format!("{} {}", super::trace_adj(buf.meta.adj), super::trace_ip4(buf.bytes()))
     }
 }

@@ -84,6 +84,6 @@ impl<Cx: HasIp> Node<Cx> for Ip6Rewrite {
     }
 
     fn trace(&self, buf: &Buffer) -> String {
-        format!("adj {} {}", buf.meta.adj, super::trace_ip6(buf.bytes()))
+        format!("{} {}", super::trace_adj(buf.meta.adj), super::trace_ip6(buf.bytes()))
     }
 }

@@ -93,6 +93,6 @@ impl<Cx: HasIp, F: Family> Node<Cx> for IpLookup<F> {
 
     fn trace(&self, buf: &Buffer) -> String {
         let dst = buf.bytes().get(F::DST_AT..F::HEADER_LEN).map(|d| F::addr(F::key(d)).to_string());
-        format!("dst {} adj {}", dst.unwrap_or_else(|| "?".into()), buf.meta.adj)
+        format!("dst {} {}", dst.unwrap_or_else(|| "?".into()), super::trace_adj(buf.meta.adj))
     }
 }

@@ -112,6 +112,17 @@ pub fn input_fast_path_len(b: &[u8], v4: bool) -> Option<usize> {
     }
 }
 
+/// Where a FIB value leads, in words for traces: a tunnel by its interface name rather
+/// than its encoded value (`gtpu_tunnel0`, not 268435456).
+pub(crate) fn trace_adj(adj: u32) -> String {
+    match crate::tables::TunnelRef::decode(adj) {
+        Some(t) => format!("into {}", t.if_name()),
+        None if adj == crate::tables::ADJ_MISS => "no adjacency".into(),
+        None if adj == crate::tables::ADJ_LOCAL => "local".into(),
+        None => format!("adjacency {adj}"),
+    }
+}
+
 pub(crate) fn trace_ip4(b: &[u8]) -> String {
     match wire::ipv4::Ipv4Packet::new_checked(b) {
         Ok(p) => format!("{} -> {} {} ttl {} len {}", p.src_addr(), p.dst_addr(), p.protocol(), p.ttl(), p.total_len()),

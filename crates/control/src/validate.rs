@@ -1,0 +1,86 @@
+//! Checks of a configuration that involve several of its entries: each address once,
+//! each subnet on one interface, each routed prefix in one place, each policy once.
+//! Entry-by-entry checks stay with the code that builds the entry.
+
+use crate::config::{Config, Problems};
+use ip::{IfAddr, InterfaceSpec, Prefix};
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+/// What a file with no interface is told: the least a gateway needs.
+pub const MINIMAL_CONFIG: &str = "a gateway needs at least one [[interface]] with `name`, `type` and `mac` \
+(and `addresses` to route), e.g.\n  [[interface]]\n  name = \"pg0\"\n  type = \"pg\"\n  mac = \"02:00:00:00:00:01\"\n  \
+addresses = [\"198.18.0.1/24\"]\nsee docs/CONFIGURATION.md";
+
+/// Each address once in the whole file, and each subnet on one interface: a second
+/// interface on an overlapping subnet would make the connected routes ambiguous.
+pub fn check_addresses(cfg: &Config, specs: &[InterfaceSpec], problems: &mut Problems) {
+    let mut seen: Vec<(IfAddr, usize, usize)> = Vec::new();
+    for (i, s) in specs.iter().enumerate() {
+        for (j, a) in s.addresses.iter().enumerate() {
+            let field = format!("interface[{i}].addresses[{j}]");
+            if let Some((_, oi, oj)) = seen.iter().find(|(o, ..)| o.addr == a.addr) {
+                let why = format!("{} is already interface[{oi}].addresses[{oj}] ({}): each address once", a.addr, specs[*oi].name);
+                problems.push(cfg.err(field, why));
+            } else if let Some((o, oi, oj)) = seen.iter().find(|(o, oi, _)| *oi != i && overlap(o.subnet(), a.subnet())) {
+                let why = format!(
+                    "subnet {} overlaps {} of interface[{oi}].addresses[{oj}] ({}): expected each subnet on one interface",
+                    a.subnet(),
+                    o.subnet(),
+                    specs[*oi].name
+                );
+                problems.push(cfg.err(field, why));
+            }
+            seen.push((*a, i, j));
+        }
+    }
+}
+
+fn network(p: Prefix) -> IpAddr {
+    match p {
+        Prefix::V4(a, _) => IpAddr::V4(a),
+        Prefix::V6(a, _) => IpAddr::V6(a),
+    }
+}
+
+/// Two prefixes overlap when the shorter contains the longer's network address.
+fn overlap(a: Prefix, b: Prefix) -> bool {
+    let (short, long) = if a.len() <= b.len() { (a, b) } else { (b, a) };
+    short.contains(network(long))
+}
+
+/// A prefix routed from two places of the file (a `[[route]]`, a GTP-U tunnel's `ue`, a
+/// UDP tunnel's or an outbound SA's `routes`) would go to whichever is installed last:
+/// refused, naming both. Prefixes that do not parse are reported where they are built.
+/// So is a `[[ipsec_policy]]` written twice.
+pub fn check_once(cfg: &Config, problems: &mut Problems) {
+    let mut places: Vec<(String, &str)> = Vec::new();
+    places.extend(cfg.routes.iter().enumerate().map(|(i, r)| (format!("route[{i}].prefix"), r.prefix.as_str())));
+    places.extend(cfg.gtpu_tunnels.iter().enumerate().filter_map(|(i, t)| Some((format!("gtpu_tunnel[{i}].ue"), t.ue.as_deref()?))));
+    for (i, t) in cfg.udp_tunnels.iter().enumerate() {
+        places.extend(t.routes.iter().enumerate().map(|(j, r)| (format!("udp_tunnel[{i}].routes[{j}]"), r.as_str())));
+    }
+    for (i, sa) in cfg.ipsec_sas.iter().enumerate() {
+        places.extend(sa.routes.iter().enumerate().map(|(j, r)| (format!("ipsec_sa[{i}].routes[{j}]"), r.as_str())));
+    }
+    let mut first: BTreeMap<Prefix, &str> = BTreeMap::new();
+    for (field, text) in &places {
+        let Ok(p) = text.parse::<Prefix>() else { continue };
+        match first.get(&p) {
+            // A route's own duplicates are reported where routes are built.
+            Some(other) if !(other.starts_with("route[") && field.starts_with("route[")) => {
+                problems.push(cfg.err(field.as_str(), format!("{p} is already routed by {other}: expected each prefix in one place")));
+            }
+            Some(_) => {}
+            None => {
+                first.insert(p, field);
+            }
+        }
+    }
+    for (i, p) in cfg.ipsec_policies.iter().enumerate() {
+        if let Some(k) = cfg.ipsec_policies[..i].iter().position(|q| q == p) {
+            problems
+                .push(cfg.err(format!("ipsec_policy[{i}]"), format!("the same policy as ipsec_policy[{k}]: expected each policy once")));
+        }
+    }
+}
