@@ -3,6 +3,7 @@
 
 mod bench;
 mod bench_parcel;
+mod bench_side;
 mod logging;
 mod run;
 mod trafgen;
@@ -105,6 +106,16 @@ enum Cmd {
         backends: u32,
         #[arg(long, default_value_t = 1024)]
         flows: u32,
+        /// Write the scenario's frames (frames.pcap) and large route table (routes.txt)
+        /// into this directory and exit (for scripts/bench-vs-vpp.sh).
+        #[arg(long)]
+        export: Option<std::path::PathBuf>,
+        /// Replay these frames (pcap, in order, cycled) instead of the generator.
+        #[arg(long)]
+        frames: Option<std::path::PathBuf>,
+        /// ip4-forward-1m, ip6-forward-1m: load this route file instead of drawing routes.
+        #[arg(long)]
+        routes: Option<std::path::PathBuf>,
     },
     /// Send UDP packets out of one interface at a fixed size and rate, receive them on
     /// another, report throughput, loss and latency (timestamps carried in the packets).
@@ -220,10 +231,11 @@ fn main() {
             bench_parcel::bench(&scenario, packets, json, core, segment_size, segments, !no_segment_check)
         }
         Cmd::Bench {
-            scenario, packets, json, core, inner_size, checksum, tunnels, inner, alg, disable, services, backends, flows, ..
+            scenario, packets, json, core, inner_size, checksum, tunnels, inner, alg, disable, services, backends, flows, export, frames, routes, ..
         } => {
             let lb = bench::LbOptions { services, backends, flows };
-            bench::bench(&scenario, packets, json, core, &bench::GtpuOptions { inner_size, checksum, tunnels, inner, alg, disable }, &lb)
+            let side = bench_side::SideBySide { export, frames, routes };
+            bench::bench(&scenario, packets, json, core, &bench::GtpuOptions { inner_size, checksum, tunnels, inner, alg, disable }, &lb, &side)
         }
         Cmd::Trafgen { tx_if, rx_if, size, rate, duration, src, dst, src_mac, dst_mac, src_port, dst_port, rx_ring, af_xdp, json } => {
             let rx_ring = match rx_ring.as_str() {
