@@ -212,7 +212,7 @@ for s in "${scenarios[@]}"; do
     mkdir -p "$dir"
     "$bin" bench "$s" --export "$dir" 2>/dev/null
     routes_opt=()
-    [ -f "$dir/routes.txt" ] && routes_opt=(--routes "$dir/routes.txt")
+    [ -f "$dir/routes.txt" ] && routes_opt=(--route-file "$dir/routes.txt")
     start_vpp "$s" "$dir"
     tsc_hz=$(ctl show clock verbose | sed -n 's/.*clocks\/sec \([0-9.]*\).*/\1/p' | head -n1)
     for r in $(seq "$rounds"); do

@@ -35,7 +35,12 @@ pub fn parse_route_words(words: &[&str]) -> Result<(Prefix, RouteTarget), String
         ["via", a, "interface", i] => (Some(*a), Some(*i), false),
         ["interface", i] => (None, Some(*i), false),
         ["blackhole"] => (None, None, true),
-        _ => return Err(format!("after {p}: expected via <addr> [interface <name>], interface <name> or blackhole, not {:?}", rest.join(" "))),
+        _ => {
+            return Err(format!(
+                "after {p}: expected via <addr> [interface <name>], interface <name> or blackhole, not {:?}",
+                rest.join(" ")
+            ))
+        }
     };
     Ok((prefix, route_target(via, interface, blackhole)?))
 }
@@ -52,6 +57,64 @@ pub fn parse_route_file(text: &str, name: &str) -> Result<Vec<(Prefix, RouteTarg
         out.push(parse_route_words(&words).map_err(|e| format!("{name}:{}: {e}", n + 1))?);
     }
     Ok(out)
+}
+
+/// `show ip fib <address>`: the longest match; `show ip fib <prefix>`: exactly that
+/// prefix. An error says which and that there is none.
+pub fn fib_entry(state: &mut ip::RouterState, query: &str) -> Result<ip::state::FibEntry, String> {
+    if let Ok(a) = query.parse::<std::net::IpAddr>() {
+        let host = Prefix::covering(a, if a.is_ipv4() { 32 } else { 128 });
+        return state.fib_match(&host, false).ok_or_else(|| format!("no route covers {a}"));
+    }
+    let p: Prefix = query.parse().map_err(|e| format!("{query:?}: expected an address or a prefix ({e})"))?;
+    state.fib_match(&p, true).ok_or_else(|| format!("no route for exactly {p}"))
+}
+
+/// A batch file (`ip route batch <file>`): route-file lines add, `del <prefix>` lines
+/// delete. Read on the client; the gateway gets one request.
+pub fn batch_request(file: &str) -> Result<crate::api::Request, String> {
+    let text = std::fs::read_to_string(file).map_err(|e| format!("{file}: {e}"))?;
+    let (mut add, mut del) = (Vec::new(), Vec::new());
+    for (n, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        match line.split_whitespace().collect::<Vec<_>>()[..] {
+            [] => {}
+            ["del" | "delete", p] => del.push(p.to_string()),
+            ["del" | "delete", ..] => return Err(format!("{file}:{}: expected del <prefix>", n + 1)),
+            _ => {
+                // Checked here too, so a typo names its line of the file.
+                parse_route_words(&line.split_whitespace().collect::<Vec<_>>()).map_err(|e| format!("{file}:{}: {e}", n + 1))?;
+                add.push(line.to_string());
+            }
+        }
+    }
+    Ok(crate::api::Request::IpRouteBatch { add, del })
+}
+
+/// Apply a batch: every line checked first (an error names `add[i]` or `del[i]`), then
+/// the deletes and the adds, published once.
+pub fn route_batch(c: &mut crate::dataplane::Control, add: &[String], del: &[String]) -> Result<String, String> {
+    let mut adds = Vec::with_capacity(add.len());
+    for (i, line) in add.iter().enumerate() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let (p, t) = parse_route_words(&words).map_err(|e| format!("add[{i}]: {e}"))?;
+        let t = crate::ipsec::resolve_target(&c.ipsec, t).map_err(|e| format!("add[{i}]: {e}"))?;
+        let t = crate::dataplane::resolve_target(&c.gtpu, &c.udptun, &c.state, t).map_err(|e| format!("add[{i}]: {e}"))?;
+        adds.push((p, t));
+    }
+    let mut dels = Vec::with_capacity(del.len());
+    for (i, p) in del.iter().enumerate() {
+        dels.push(p.parse::<Prefix>().map_err(|e| format!("del[{i}]: prefix {p:?}: {e}"))?);
+    }
+    // All or nothing: a refused add puts the deleted routes back.
+    let saved: Vec<(Prefix, RouteTarget)> = dels.iter().filter_map(|p| c.state.route(p).map(|t| (*p, t.clone()))).collect();
+    c.state.del_routes(&dels).map_err(|(i, e)| format!("del[{i}]: {e}"))?;
+    if let Err((i, e)) = c.state.add_routes(adds) {
+        c.state.add_routes(saved).map_err(|(_, e)| format!("add[{i}] refused and the deletes could not be undone: {e}"))?;
+        return Err(format!("add[{i}]: {e}"));
+    }
+    c.publish_routes();
+    Ok(format!("{} routes added, {} deleted", add.len(), del.len()))
 }
 
 #[cfg(test)]

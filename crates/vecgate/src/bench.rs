@@ -74,7 +74,7 @@ impl Default for GtpuOptions {
     }
 }
 
-const BASE: &str = r#"
+pub(crate) const BASE: &str = r#"
 [dataplane]
 buffers = 4096
 icmp_errors_per_sec = 1000
@@ -215,7 +215,7 @@ struct LbReport {
 }
 
 /// The process's resident set size (VmRSS).
-fn rss_bytes() -> u64 {
+pub(crate) fn rss_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse().ok()))
@@ -223,9 +223,9 @@ fn rss_bytes() -> u64 {
 }
 
 /// A small deterministic PRNG (xorshift64*) so runs are comparable.
-struct Rng(u64);
+pub(crate) struct Rng(pub(crate) u64);
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         let mut x = self.0;
         x ^= x >> 12;
         x ^= x << 25;
@@ -252,7 +252,7 @@ const V4_MIX: &[(u8, u32)] = &[(8, 1), (12, 2), (14, 3), (16, 12), (18, 15), (19
 /// IPv6: /48 dominates, then /32, /44, /40, /36, /29.
 const V6_MIX: &[(u8, u32)] = &[(29, 30), (32, 150), (36, 50), (40, 90), (44, 110), (46, 30), (47, 20), (48, 480), (56, 25), (64, 15)];
 
-fn random_prefixes(rng: &mut Rng, n: usize, v6: bool) -> Vec<Prefix> {
+pub(crate) fn random_prefixes(rng: &mut Rng, n: usize, v6: bool) -> Vec<Prefix> {
     let mut set = std::collections::BTreeSet::new();
     while set.len() < n {
         if v6 {

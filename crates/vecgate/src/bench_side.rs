@@ -1,6 +1,6 @@
 //! Inputs shared with another dataplane for side-by-side runs (`scripts/bench-vs-vpp.sh`):
 //! a scenario's frames and its large route table written to files (`--export DIR`), and
-//! read back from them (`--frames`, `--routes`), so both dataplanes forward the same
+//! read back from them (`--frames`, `--route-file`), so both dataplanes forward the same
 //! packets, byte for byte, through the same table.
 
 use anyhow::{anyhow, Context as _, Result};
@@ -161,7 +161,11 @@ mod tests {
                 ModifierSpec { field: Field::SrcPort, pattern: Pattern::Increment { count: 4 } },
                 ModifierSpec {
                     field: Field::DstAddr,
-                    pattern: Pattern::Addresses(vec!["198.19.0.7".parse().unwrap(), "198.19.1.9".parse().unwrap(), "198.19.3.1".parse().unwrap()]),
+                    pattern: Pattern::Addresses(vec![
+                        "198.19.0.7".parse().unwrap(),
+                        "198.19.1.9".parse().unwrap(),
+                        "198.19.3.1".parse().unwrap(),
+                    ]),
                 },
             ],
             count: None,

@@ -3,6 +3,7 @@
 
 mod bench;
 mod bench_parcel;
+mod bench_fib;
 mod bench_side;
 mod logging;
 mod run;
@@ -115,7 +116,16 @@ enum Cmd {
         frames: Option<std::path::PathBuf>,
         /// ip4-forward-1m, ip6-forward-1m: load this route file instead of drawing routes.
         #[arg(long)]
-        routes: Option<std::path::PathBuf>,
+        route_file: Option<std::path::PathBuf>,
+        /// fib-update: routes in the table.
+        #[arg(long, default_value_t = 1_000_000)]
+        routes: usize,
+        /// fib-update: ip4 or ip6.
+        #[arg(long, default_value = "ip4")]
+        family: String,
+        /// fib-update: adds and deletes applied as fast as they go.
+        #[arg(long, default_value_t = 200_000)]
+        updates: u64,
     },
     /// Send UDP packets out of one interface at a fixed size and rate, receive them on
     /// another, report throughput, loss and latency (timestamps carried in the packets).
@@ -230,11 +240,12 @@ fn main() {
         Cmd::Bench { scenario, packets, json, core, segment_size, segments, no_segment_check, .. } if scenario.starts_with("parcel-") => {
             bench_parcel::bench(&scenario, packets, json, core, segment_size, segments, !no_segment_check)
         }
+        Cmd::Bench { scenario, json, routes, family, updates, .. } if scenario == "fib-update" => bench_fib::bench(routes, &family, updates, json),
         Cmd::Bench {
-            scenario, packets, json, core, inner_size, checksum, tunnels, inner, alg, disable, services, backends, flows, export, frames, routes, ..
+            scenario, packets, json, core, inner_size, checksum, tunnels, inner, alg, disable, services, backends, flows, export, frames, route_file, ..
         } => {
             let lb = bench::LbOptions { services, backends, flows };
-            let side = bench_side::SideBySide { export, frames, routes };
+            let side = bench_side::SideBySide { export, frames, routes: route_file };
             bench::bench(&scenario, packets, json, core, &bench::GtpuOptions { inner_size, checksum, tunnels, inner, alg, disable }, &lb, &side)
         }
         Cmd::Trafgen { tx_if, rx_if, size, rate, duration, src, dst, src_mac, dst_mac, src_port, dst_port, rx_ring, af_xdp, json } => {
