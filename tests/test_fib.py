@@ -39,7 +39,7 @@ def random_routes(rng, n, avoid=()):
 
 def api(sock, req):
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as c:
-        c.settimeout(20)
+        c.settimeout(120)
         c.connect(str(sock))
         c.sendall(json.dumps(req).encode() + b"\n")
         return json.loads(c.makefile().readline())
@@ -131,7 +131,7 @@ def test_route_batch_adds_and_deletes_all_or_nothing(vecgate, running, tmp_path)
     # The JSON API takes the same batch.
     req = json.dumps({"op": "ip_route_batch", "add": ["198.19.205.0/25 via 198.18.2.2"], "del": [keep]})
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as c:
-        c.settimeout(20)
+        c.settimeout(120)
         c.connect(str(sock))
         c.sendall(req.encode() + b"\n")
         reply = c.makefile().readline()

@@ -70,9 +70,17 @@ pub fn fib_entry(state: &mut ip::RouterState, query: &str) -> Result<ip::state::
     state.fib_match(&p, true).ok_or_else(|| format!("no route for exactly {p}"))
 }
 
+/// The largest batch file `ip route batch` reads (about four million routes).
+pub const MAX_BATCH_FILE_BYTES: u64 = 256 << 20;
+
 /// A batch file (`ip route batch <file>`): route-file lines add, `del <prefix>` lines
 /// delete. Read on the client; the gateway gets one request.
 pub fn batch_request(file: &str) -> Result<crate::api::Request, String> {
+    // A regular file of bounded size: not a device or a pipe that never ends.
+    let meta = std::fs::metadata(file).map_err(|e| format!("{file}: {e}"))?;
+    if !meta.is_file() || meta.len() > MAX_BATCH_FILE_BYTES {
+        return Err(format!("{file}: expected a regular file of at most {MAX_BATCH_FILE_BYTES} bytes"));
+    }
     let text = std::fs::read_to_string(file).map_err(|e| format!("{file}: {e}"))?;
     let (mut add, mut del) = (Vec::new(), Vec::new());
     for (n, line) in text.lines().enumerate() {
