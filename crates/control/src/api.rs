@@ -33,6 +33,10 @@ pub enum Request {
     TraceClear {},
     ShowInterfaces {},
     ShowIpFib {},
+    /// `show ip fib <address>` (the longest match) or `show ip fib <prefix>` (exactly it).
+    ShowIpFibEntry {
+        query: String,
+    },
     ShowNeighbours {},
     IpRouteAdd {
         prefix: String,
@@ -43,6 +47,14 @@ pub enum Request {
     },
     IpRouteDel {
         prefix: String,
+    },
+    /// Many route changes in one request, all or nothing, published once: `add` holds
+    /// routes as route-file lines (`<prefix> via <addr>`, …), `del` prefixes.
+    IpRouteBatch {
+        #[serde(default)]
+        add: Vec<String>,
+        #[serde(default)]
+        del: Vec<String>,
     },
     ClearRuntime {},
     /// Create a GTP-U tunnel (the fields of a `[[gtpu_tunnel]]` table).
@@ -335,6 +347,15 @@ impl Control {
                 self.state.add_route(p, t).map_err(|e| e.to_string())?;
                 self.publish_routes();
                 Reply::ok(serde_json::Value::Null, format!("route {p} added"))
+            }
+            Request::ShowIpFibEntry { query } => {
+                let row = crate::fib::fib_entry(&mut self.state, query)?;
+                let gen = self.shared.load().generation;
+                Reply::ok(serde_json::to_value(&row).map_err(|e| e.to_string())?, format::fib(std::slice::from_ref(&row), gen))
+            }
+            Request::IpRouteBatch { add, del } => {
+                let text = crate::fib::route_batch(self, add, del)?;
+                Reply::ok(serde_json::Value::Null, text)
             }
             Request::IpRouteDel { prefix } => {
                 let p: Prefix = prefix.parse().map_err(|e| format!("prefix {prefix:?}: {e}"))?;

@@ -11,11 +11,14 @@ commands:
   trace clear
   show interfaces
   show ip fib                          IPv4 and IPv6 routes with their adjacencies
+  show ip fib <address>|<prefix>       the route an address takes (longest match), or a prefix's
   show neighbours
   ip route add <prefix> via <addr> [interface <name>]
   ip route add <prefix> interface <name>
   ip route add <prefix> blackhole
   ip route del <prefix>
+  ip route batch <file>                many changes in one request: lines of a route file,
+                                       `del <prefix>` lines delete (all or nothing)
   clear runtime                        zero runtime stats and counters
   create gtpu tunnel local <addr> remote <addr> teid-in <n> teid-out <n>
          [qfi <0-63>] [uplink] [sequence] [checksum zero|software|offload]
@@ -79,6 +82,7 @@ pub fn parse(words: &[String]) -> Result<Request, String> {
         ["trace", "clear"] | ["clear", "trace"] => Ok(Request::TraceClear {}),
         ["show", "interfaces" | "interface" | "int"] => Ok(Request::ShowInterfaces {}),
         ["show", "ip" | "ip6", "fib"] => Ok(Request::ShowIpFib {}),
+        ["show", "ip" | "ip6", "fib", q] => Ok(Request::ShowIpFibEntry { query: q.to_string() }),
         ["show", "neighbours" | "neighbors"] | ["show", "ip", "neighbours" | "neighbors"] => Ok(Request::ShowNeighbours {}),
         ["ip", "route", "add", prefix, rest @ ..] => {
             let (via, interface, blackhole) = match rest {
@@ -91,6 +95,7 @@ pub fn parse(words: &[String]) -> Result<Request, String> {
             Ok(Request::IpRouteAdd { prefix: prefix.to_string(), via, interface, blackhole })
         }
         ["ip", "route", "del" | "delete", prefix] => Ok(Request::IpRouteDel { prefix: prefix.to_string() }),
+        ["ip", "route", "batch", file] => crate::fib::batch_request(file),
         ["clear", "runtime" | "errors"] => Ok(Request::ClearRuntime {}),
         ["create", "gtpu", "tunnel", rest @ ..] => gtpu_tunnel(rest).map(Request::CreateGtpuTunnel),
         ["delete" | "del", "gtpu", "tunnel", name] => Ok(Request::DeleteGtpuTunnel { name: name.to_string() }),

@@ -15,6 +15,7 @@ pub mod api;
 pub mod cli;
 pub mod config;
 pub mod dataplane;
+pub mod fib;
 pub mod format;
 pub mod fuzz;
 pub mod graph_view;

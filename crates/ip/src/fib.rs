@@ -2,38 +2,137 @@
 //! poptrie. A host route is always the longest match for its address, so checking the
 //! hash first is the same longest-prefix match; and it keeps a million UE addresses
 //! (one /128 or /32 each, a UPF's downlink routes) from turning into a million chains
-//! of trie levels — a /128 in a 6-bit-stride trie is 19 levels deep.
+//! of trie levels — a /128 in a 6-bit-stride trie is 19 levels deep. The gateway's own
+//! addresses (local /32s and /128s) stay in the trie, so a router's usual table costs
+//! no hash probe.
+//!
+//! Both parts change in place by copy-on-write of small pieces (see [`FibBuilder`]):
+//! the control plane keeps one `Fib` per family, changes it route by route, and
+//! publishes a clone, which shares every piece the next change does not touch.
 
-use crate::lpm::{LpmKey, Poptrie, Route};
+use crate::lpm::{LpmKey, Poptrie, Route, DIRECT_BITS};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 const EMPTY: u32 = u32::MAX;
+/// Slots per copy-on-write chunk of the host table.
+const HOST_CHUNK: usize = 256;
 
-/// Exact-match table of host routes: open addressing, linear probing, load ≤ 1/2, built
-/// once per FIB version (never changed in place).
+/// Exact-match table of host routes: open addressing, linear probing, load ≤ 1/2,
+/// slots in chunks behind `Arc`s so that an insert or a removal copies the one or two
+/// chunks it writes (a growth rebuilds it whole, doubling: amortised).
 pub struct HostTable<K: LpmKey> {
     /// (packed key, value): 8-byte slots for IPv4, 24-byte for IPv6.
-    slots: Vec<(K::Packed, u32)>,
+    chunks: Vec<Arc<[(K::Packed, u32); HOST_CHUNK]>>,
     bits: u32,
     len: usize,
+}
+
+impl<K: LpmKey> Clone for HostTable<K> {
+    fn clone(&self) -> Self {
+        HostTable { chunks: self.chunks.clone(), bits: self.bits, len: self.len }
+    }
 }
 
 impl<K: LpmKey> HostTable<K> {
     /// Build from (key, value) pairs with distinct keys.
     pub fn build(hosts: &[(K, u32)]) -> Self {
-        if hosts.is_empty() {
-            return HostTable { slots: Vec::new(), bits: 0, len: 0 };
-        }
-        let bits = (hosts.len() * 2).next_power_of_two().trailing_zeros().max(3);
-        let mut t = HostTable { slots: vec![(K::Packed::default(), EMPTY); 1 << bits], bits, len: hosts.len() };
-        let mask = (1usize << bits) - 1;
+        let mut t = HostTable::with_bits(if hosts.is_empty() { 0 } else { (hosts.len() * 2).next_power_of_two().trailing_zeros().max(8) });
         for &(k, v) in hosts {
-            let mut i = t.home(k);
-            while t.slots[i].1 != EMPTY && t.slots[i].0 != k.pack() {
-                i = (i + 1) & mask;
-            }
-            t.slots[i] = (k.pack(), v);
+            t.insert(k, v);
         }
         t
+    }
+
+    fn with_bits(bits: u32) -> Self {
+        let n = if bits == 0 { 0 } else { (1usize << bits) / HOST_CHUNK };
+        let chunk = Arc::new([(K::Packed::default(), EMPTY); HOST_CHUNK]);
+        HostTable { chunks: vec![chunk; n], bits, len: 0 }
+    }
+
+    fn capacity(&self) -> usize {
+        self.chunks.len() * HOST_CHUNK
+    }
+
+    #[inline(always)]
+    fn slot(&self, i: usize) -> &(K::Packed, u32) {
+        &self.chunks[i / HOST_CHUNK][i % HOST_CHUNK]
+    }
+
+    fn slot_mut(&mut self, i: usize) -> &mut (K::Packed, u32) {
+        &mut Arc::make_mut(&mut self.chunks[i / HOST_CHUNK])[i % HOST_CHUNK]
+    }
+
+    /// Add or replace `k`'s value.
+    pub fn insert(&mut self, k: K, v: u32) {
+        if (self.len + 1) * 2 > self.capacity() {
+            let mut bigger = HostTable::with_bits((self.bits + 1).max(8));
+            for c in &self.chunks {
+                for &(pk, pv) in c.iter() {
+                    if pv != EMPTY {
+                        bigger.insert(K::unpack(pk), pv);
+                    }
+                }
+            }
+            *self = bigger;
+        }
+        let mask = self.capacity() - 1;
+        let mut i = self.home(k);
+        loop {
+            let (sk, sv) = *self.slot(i);
+            if sv == EMPTY {
+                self.len += 1;
+                break;
+            }
+            if sk == k.pack() {
+                break;
+            }
+            i = (i + 1) & mask;
+        }
+        *self.slot_mut(i) = (k.pack(), v);
+    }
+
+    /// Remove `k`; returns its value. Later entries of the probe run shift back
+    /// (no tombstones: lookups stay as short as the load allows).
+    pub fn remove(&mut self, k: K) -> Option<u32> {
+        if self.len == 0 {
+            return None;
+        }
+        let mask = self.capacity() - 1;
+        let mut i = self.home(k);
+        loop {
+            let (sk, sv) = *self.slot(i);
+            if sv == EMPTY {
+                return None;
+            }
+            if sk == k.pack() {
+                break;
+            }
+            i = (i + 1) & mask;
+        }
+        let gone = self.slot(i).1;
+        let mut j = i;
+        loop {
+            j = (j + 1) & mask;
+            let (sk, sv) = *self.slot(j);
+            if sv == EMPTY {
+                break;
+            }
+            let h = self.home(K::unpack(sk));
+            // Entry j may move to the hole at i unless its home lies cyclically in (i, j].
+            let stays = if i <= j { i < h && h <= j } else { i < h || h <= j };
+            if !stays {
+                *self.slot_mut(i) = (sk, sv);
+                i = j;
+            }
+        }
+        *self.slot_mut(i) = (K::Packed::default(), EMPTY);
+        self.len -= 1;
+        Some(gone)
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
     }
 }
 
@@ -52,11 +151,11 @@ impl<K: LpmKey> HostTable<K> {
         if self.len == 0 {
             return None;
         }
-        let mask = self.slots.len() - 1;
+        let mask = self.capacity() - 1;
         let pk = k.pack();
         let mut i = self.home(k);
         loop {
-            let (sk, v) = *self.slots.get(i)?;
+            let (sk, v) = *self.slot(i);
             if v == EMPTY {
                 return None;
             }
@@ -73,15 +172,16 @@ impl<K: LpmKey> HostTable<K> {
         if self.len == 0 {
             return None;
         }
-        self.slots.get(self.home(k))
+        Some(self.slot(self.home(k)))
     }
 
     pub fn memory_bytes(&self) -> usize {
-        self.slots.len() * std::mem::size_of::<(K::Packed, u32)>()
+        self.capacity() * std::mem::size_of::<(K::Packed, u32)>()
     }
 }
 
 /// Host table plus poptrie: the FIB of one address family.
+#[derive(Clone)]
 pub struct Fib<K: LpmKey> {
     pub hosts: HostTable<K>,
     pub trie: Poptrie<K>,
@@ -92,19 +192,156 @@ impl<K: LpmKey + Default> Fib<K> {
         Fib { hosts: HostTable::build(&[]), trie: Poptrie::empty() }
     }
 
-    /// Build from routes sorted by (prefix, length). With no host routes but the
-    /// gateway's own addresses, everything stays in the trie (a router's usual table:
-    /// no lookup pays for a hash probe). One other host route (a UE address) moves them
-    /// all to the hash: a /32 is three trie levels deep and a /128 nineteen, where the
-    /// probe is one multiply and, usually, one slot (measured in docs/PERFORMANCE.md).
+    /// Build from routes sorted by (prefix, length): host routes other than the
+    /// gateway's own addresses into the hash, the rest into the trie.
     pub fn build(routes: &[Route<K>]) -> Self {
-        let hosts_beyond_ours = routes.iter().any(|r| r.1 == K::BITS && r.2 != crate::tables::ADJ_LOCAL);
-        if !hosts_beyond_ours {
-            return Fib { hosts: HostTable::build(&[]), trie: Poptrie::build(routes) };
-        }
-        let hosts: Vec<(K, u32)> = routes.iter().filter(|r| r.1 == K::BITS).map(|r| (r.0, r.2)).collect();
-        let rest: Vec<Route<K>> = routes.iter().filter(|r| r.1 != K::BITS).copied().collect();
+        let hosts: Vec<(K, u32)> = routes.iter().filter(|r| in_host_table(r)).map(|r| (r.0, r.2)).collect();
+        let rest: Vec<Route<K>> = routes.iter().filter(|r| !in_host_table(r)).copied().collect();
         Fib { hosts: HostTable::build(&hosts), trie: Poptrie::build(&rest) }
+    }
+}
+
+/// Host routes go to the hash, except the gateway's own addresses: with only those, no
+/// lookup pays for a probe (a router's usual table), and a UE address (one /32 or /128
+/// per tunnel) costs one probe — where a /32 is three trie levels deep and a /128
+/// nineteen (measured in docs/PERFORMANCE.md).
+fn in_host_table<K: LpmKey>(r: &Route<K>) -> bool {
+    r.1 == K::BITS && r.2 != crate::tables::ADJ_LOCAL
+}
+
+/// The control plane's copy of one family's FIB with the routes it was compiled from,
+/// changed one route at a time: a route longer than the direct table's `DIRECT_BITS`
+/// recompiles its direct slot's subtrie (the routes sharing its first 16 bits), a shorter
+/// one repaints the slots it covers, a host route is one hash insert or removal. What a
+/// change copies is those pieces, never the table; [`FibBuilder::fib`] is what to publish.
+pub struct FibBuilder<K: LpmKey> {
+    /// Routes of at most `DIRECT_BITS` bits (they paint direct slots).
+    short: BTreeMap<(K, u8), u32>,
+    /// Longer routes kept in the trie (host routes of the gateway's own addresses too).
+    long: BTreeMap<(K, u8), u32>,
+    fib: Fib<K>,
+}
+
+impl<K: LpmKey + Default> FibBuilder<K> {
+    pub fn new() -> Self {
+        FibBuilder { short: BTreeMap::new(), long: BTreeMap::new(), fib: Fib::empty() }
+    }
+
+    /// Replace everything with `routes` (masked keys; for a prefix listed twice the later
+    /// entry wins), compiled in one pass: the bulk load.
+    pub fn rebuild(&mut self, mut v: Vec<Route<K>>) {
+        v.sort_by_key(|r| (r.0, r.1)); // stable: duplicates keep their order
+        let mut out: Vec<Route<K>> = Vec::with_capacity(v.len());
+        for r in v {
+            match out.last_mut() {
+                Some(last) if (last.0, last.1) == (r.0, r.1) => *last = r,
+                _ => out.push(r),
+            }
+        }
+        self.fib = Fib::build(&out);
+        self.short = out.iter().filter(|r| r.1 <= DIRECT_BITS).map(|r| ((r.0, r.1), r.2)).collect();
+        self.long = out.iter().filter(|r| r.1 > DIRECT_BITS && !in_host_table(r)).map(|r| ((r.0, r.1), r.2)).collect();
+    }
+
+    /// The FIB as it stands: clone it to publish (a clone shares every piece).
+    pub fn fib(&self) -> &Fib<K> {
+        &self.fib
+    }
+
+    pub fn route_count(&self) -> usize {
+        self.short.len() + self.long.len() + self.fib.hosts.len()
+    }
+
+    /// The value for exactly this prefix, if it has a route.
+    pub fn get(&self, k: K, len: u8) -> Option<u32> {
+        let k = k.masked(len);
+        if len <= DIRECT_BITS {
+            self.short.get(&(k, len)).copied()
+        } else {
+            self.long.get(&(k, len)).copied().or_else(|| if len == K::BITS { self.fib.hosts.get(k) } else { None })
+        }
+    }
+
+    /// Set (`Some`) or remove (`None`) the route for `k/len`.
+    pub fn set(&mut self, k: K, len: u8, v: Option<u32>) {
+        if let Some(slot) = self.set_deferred(k, len, v) {
+            self.recompile_slot(slot);
+        }
+    }
+
+    /// Many changes: each direct slot's subtrie is recompiled once, after all of them.
+    pub fn set_many(&mut self, changes: impl IntoIterator<Item = (K, u8, Option<u32>)>) {
+        let mut dirty = std::collections::BTreeSet::new();
+        for (k, len, v) in changes {
+            dirty.extend(self.set_deferred(k, len, v));
+        }
+        for slot in dirty {
+            self.recompile_slot(slot);
+        }
+    }
+
+    /// Apply a change except the subtrie recompilation; returns the slot that needs it.
+    fn set_deferred(&mut self, k: K, len: u8, v: Option<u32>) -> Option<usize> {
+        let k = k.masked(len);
+        let mut dirty = None;
+        if len <= DIRECT_BITS {
+            match v {
+                Some(v) => self.short.insert((k, len), v),
+                None => self.short.remove(&(k, len)),
+            };
+            self.repaint(k, len);
+        } else {
+            let in_trie = match v {
+                Some(v) if !in_host_table(&(k, len, v)) => {
+                    self.long.insert((k, len), v);
+                    true
+                }
+                _ => self.long.remove(&(k, len)).is_some(),
+            };
+            if len == K::BITS {
+                match v {
+                    Some(v) if in_host_table(&(k, len, v)) => self.fib.hosts.insert(k, v),
+                    _ => {
+                        self.fib.hosts.remove(k);
+                    }
+                }
+            }
+            if in_trie {
+                dirty = Some(k.stride(0, DIRECT_BITS));
+            }
+        }
+        self.fib.trie.set_route_count(self.short.len() + self.long.len());
+        dirty
+    }
+
+    /// Recompile one direct slot's subtrie from the long routes inside it.
+    fn recompile_slot(&mut self, slot: usize) {
+        let first = K::from_slot(slot);
+        let last = first.last(DIRECT_BITS);
+        let routes: Vec<Route<K>> = self.long.range((first, 0)..=(last, u8::MAX)).map(|(&(k, l), &v)| (k, l, v)).collect();
+        self.fib.trie.set_slot_routes(slot, &routes);
+    }
+
+    /// Repaint the direct slots `k/len` (at most `DIRECT_BITS` long) covers: the value
+    /// of the longest shorter route covering it, then every short route inside it,
+    /// shortest first.
+    fn repaint(&mut self, k: K, len: u8) {
+        let base = (0..len).rev().find_map(|l| self.short.get(&(k.masked(l), l)).copied()).unwrap_or(0);
+        let first = k.stride(0, DIRECT_BITS);
+        self.fib.trie.set_slot_values(first, 1 << (DIRECT_BITS - len), base);
+        let last = k.last(len);
+        let mut inside: Vec<(K, u8, u32)> =
+            self.short.range((k, len)..=(last, DIRECT_BITS)).map(|(&(k, l), &v)| (k, l, v)).filter(|r| r.1 >= len).collect();
+        inside.sort_by_key(|r| r.1);
+        for (k, l, v) in inside {
+            self.fib.trie.set_slot_values(k.stride(0, DIRECT_BITS), 1 << (DIRECT_BITS - l), v);
+        }
+    }
+}
+
+impl<K: LpmKey + Default> Default for FibBuilder<K> {
+    fn default() -> Self {
+        Self::new()
     }
 }
 
@@ -149,9 +386,152 @@ impl<K: LpmKey> Fib<K> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use std::collections::BTreeMap;
 
     fn naive(routes: &[Route<u32>], k: u32) -> u32 {
         routes.iter().filter(|r| k.masked(r.1) == r.0).max_by_key(|r| r.1).map_or(0, |r| r.2)
+    }
+
+    /// The reference: the longest of the routes covering `k`.
+    fn reference<K: LpmKey>(routes: &BTreeMap<(K, u8), u32>, k: K) -> u32 {
+        routes.iter().filter(|((p, l), _)| k.masked(*l) == *p).max_by_key(|((_, l), _)| *l).map_or(0, |(_, v)| *v)
+    }
+
+    /// Apply `ops` (add when the value is non-zero, else delete) to a builder and to a
+    /// reference map; after each step, the builder's published FIB answers as the
+    /// reference for `probes` plus each route's first and last address, one at a time
+    /// and batched, and an earlier published clone still answers as it did.
+    fn check_incremental<K: LpmKey + Default>(ops: &[(K, u8, u32)], probes: &[K]) -> Result<(), TestCaseError> {
+        let mut b = FibBuilder::<K>::new();
+        let mut m: BTreeMap<(K, u8), u32> = BTreeMap::new();
+        let mut snapshot: Option<(Fib<K>, BTreeMap<(K, u8), u32>)> = None;
+        for (step, &(k, l, v)) in ops.iter().enumerate() {
+            let k = k.masked(l);
+            if v == 0 {
+                m.remove(&(k, l));
+                b.set(k, l, None);
+            } else {
+                m.insert((k, l), v);
+                b.set(k, l, Some(v));
+            }
+            prop_assert_eq!(b.route_count(), m.len());
+            prop_assert_eq!(b.get(k, l), m.get(&(k, l)).copied());
+            let mut keys: Vec<K> = probes.to_vec();
+            for &(p, pl) in m.keys() {
+                keys.push(p);
+                keys.push(p.last(pl));
+            }
+            let fib = b.fib().clone();
+            let mut out = vec![0; keys.len()];
+            fib.lookup_batch(&keys, &mut out);
+            for (i, &key) in keys.iter().enumerate() {
+                let want = reference(&m, key);
+                prop_assert_eq!(fib.lookup(key), want, "step {} key {:?}", step, key);
+                prop_assert_eq!(out[i], want, "batched, step {} key {:?}", step, key);
+            }
+            if let Some((old, old_m)) = &snapshot {
+                for &key in &keys {
+                    prop_assert_eq!(old.lookup(key), reference(old_m, key), "published clone changed");
+                }
+            }
+            if step % 7 == 3 {
+                snapshot = Some((fib, m.clone()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Lengths as tables have them, short and host routes included; values 0 delete,
+    /// 1 is the gateway's own address (kept in the trie even as a host route).
+    fn ops_v4() -> impl Strategy<Value = Vec<(u32, u8, u32)>> {
+        prop::collection::vec(
+            (
+                (0u32..4).prop_flat_map(|hi| any::<u32>().prop_map(move |lo| (hi << 30) | (lo >> 2))),
+                prop::sample::select(vec![0u8, 4, 8, 15, 16, 17, 20, 22, 24, 24, 28, 31, 32, 32]),
+                prop::sample::select(vec![0u32, 0, 1, 5, 6, 7, 9]),
+            ),
+            1..60,
+        )
+    }
+
+    fn ops_v6() -> impl Strategy<Value = Vec<(u128, u8, u32)>> {
+        prop::collection::vec(
+            (
+                (0u128..4).prop_flat_map(|hi| any::<u128>().prop_map(move |lo| (hi << 126) | (lo >> 2))),
+                prop::sample::select(vec![0u8, 3, 12, 16, 17, 29, 32, 48, 48, 56, 64, 127, 128, 128]),
+                prop::sample::select(vec![0u32, 0, 1, 5, 6, 7, 9]),
+            ),
+            1..60,
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+        #[test]
+        fn incremental_v4_matches_reference(ops in ops_v4(), probes in prop::collection::vec(any::<u32>(), 16)) {
+            // Deletes also of prefixes added earlier: replay some adds as deletes.
+            let mut ops = ops;
+            let again: Vec<(u32, u8, u32)> = ops.iter().step_by(3).map(|&(k, l, _)| (k, l, 0)).collect();
+            ops.extend(again);
+            let probes: Vec<u32> = probes.iter().map(|k| (k & 0xc000_0000) | (k >> 2)).collect();
+            check_incremental(&ops, &probes)?;
+        }
+
+        #[test]
+        fn incremental_v6_matches_reference(ops in ops_v6(), probes in prop::collection::vec(any::<u128>(), 16)) {
+            let mut ops = ops;
+            let again: Vec<(u128, u8, u32)> = ops.iter().step_by(3).map(|&(k, l, _)| (k, l, 0)).collect();
+            ops.extend(again);
+            let probes: Vec<u128> = probes.iter().map(|k| (k & (3u128 << 126)) | (k >> 2)).collect();
+            check_incremental(&ops, &probes)?;
+        }
+
+        /// Changes applied in batches (`set_many`: each touched subtrie recompiled once)
+        /// answer as the reference after every batch.
+        #[test]
+        fn batched_changes_match_reference(ops in ops_v4(), ops6 in ops_v6(), probes in prop::collection::vec(any::<u32>(), 16)) {
+            let mut b = FibBuilder::<u32>::new();
+            let mut m = BTreeMap::new();
+            let mut b6 = FibBuilder::<u128>::new();
+            let mut m6 = BTreeMap::new();
+            for (chunk, chunk6) in ops.chunks(7).zip(ops6.chunks(7).chain(std::iter::repeat(&[][..]))) {
+                b.set_many(chunk.iter().map(|&(k, l, v)| (k, l, if v == 0 { None } else { Some(v) })));
+                for &(k, l, v) in chunk {
+                    if v == 0 { m.remove(&(k.masked(l), l)); } else { m.insert((k.masked(l), l), v); }
+                }
+                b6.set_many(chunk6.iter().map(|&(k, l, v)| (k, l, if v == 0 { None } else { Some(v) })));
+                for &(k, l, v) in chunk6 {
+                    if v == 0 { m6.remove(&(k.masked(l), l)); } else { m6.insert((k.masked(l), l), v); }
+                }
+                let mut keys: Vec<u32> = probes.iter().map(|k| (k & 0xc000_0000) | (k >> 2)).collect();
+                keys.extend(m.keys().flat_map(|&(k, l)| [k, k.last(l)]));
+                for &k in &keys {
+                    prop_assert_eq!(b.fib().lookup(k), reference(&m, k));
+                }
+                for &(k, l) in m6.keys() {
+                    prop_assert_eq!(b6.fib().lookup(k), reference(&m6, k));
+                    prop_assert_eq!(b6.fib().lookup(k.last(l)), reference(&m6, k.last(l)));
+                }
+                prop_assert_eq!(b.route_count(), m.len());
+            }
+        }
+
+        /// The host table after inserts and removals holds exactly the reference's keys
+        /// (removal shifts probe runs back; growth rehashes), also across a grow.
+        #[test]
+        fn host_table_insert_remove(ops in prop::collection::vec((0u32..600, any::<bool>()), 0..1500)) {
+            let mut t = HostTable::<u32>::build(&[]);
+            let mut m = std::collections::HashMap::new();
+            for (k, add) in ops {
+                let key = k.wrapping_mul(0x0100_0193);
+                if add { t.insert(key, k + 2); m.insert(key, k + 2); } else { prop_assert_eq!(t.remove(key), m.remove(&key)); }
+                prop_assert_eq!(t.len(), m.len());
+            }
+            for k in 0u32..600 {
+                let key = k.wrapping_mul(0x0100_0193);
+                prop_assert_eq!(t.get(key), m.get(&key).copied());
+            }
+        }
     }
 
     proptest! {

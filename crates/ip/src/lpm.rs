@@ -8,14 +8,16 @@
 //! bytes; a route set of a million prefixes compiles to tens of MB and a lookup touches
 //! one direct entry and one node per 6 bits past the direct table.
 //!
-//! The trie is immutable: the control plane compiles a new one from the route set and
-//! publishes it (see `tables`). Values are adjacency indices < 2^31; 0 means no route.
+//! The direct table is cut into chunks and every direct slot's longer routes form a
+//! subtrie of their own, each behind an `Arc`: a route change copies the chunk and
+//! recompiles the one subtrie it touches, and the clone the workers hold keeps sharing
+//! the rest (see [`Poptrie`]). Values are adjacency indices < 2^31; 0 means no route.
 
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 pub const DIRECT_BITS: u8 = 16;
 pub const STRIDE: u8 = 6;
-const NODE_FLAG: u32 = 1 << 31;
 /// Table size above which batched lookups pay (roughly the L2 cache).
 const BATCH_ABOVE_BYTES: usize = 2 << 20;
 
@@ -33,6 +35,11 @@ pub trait LpmKey: Copy + Ord + Eq + std::hash::Hash + Send + Sync + 'static + st
     /// value takes 24 bytes rather than the 32 that `u128`'s 16-byte alignment forces.
     type Packed: Copy + Eq + Default + Send + Sync + 'static;
     fn pack(self) -> Self::Packed;
+    fn unpack(p: Self::Packed) -> Self;
+    /// The first key of direct slot `slot` (its top `DIRECT_BITS` bits).
+    fn from_slot(slot: usize) -> Self;
+    /// The key with every bit after the first `len` set: the last key of that prefix.
+    fn last(self, len: u8) -> Self;
 }
 
 impl LpmKey for u32 {
@@ -41,6 +48,16 @@ impl LpmKey for u32 {
     #[inline(always)]
     fn pack(self) -> u32 {
         self
+    }
+    #[inline(always)]
+    fn unpack(p: u32) -> u32 {
+        p
+    }
+    fn from_slot(slot: usize) -> u32 {
+        (slot as u32) << (32 - DIRECT_BITS)
+    }
+    fn last(self, len: u8) -> u32 {
+        self | u32::MAX.checked_shr(len as u32).unwrap_or(0)
     }
     #[inline(always)]
     fn fold64(self) -> u64 {
@@ -68,6 +85,16 @@ impl LpmKey for u128 {
         [(self >> 64) as u64, self as u64]
     }
     #[inline(always)]
+    fn unpack(p: [u64; 2]) -> u128 {
+        (p[0] as u128) << 64 | p[1] as u128
+    }
+    fn from_slot(slot: usize) -> u128 {
+        (slot as u128) << (128 - DIRECT_BITS)
+    }
+    fn last(self, len: u8) -> u128 {
+        self | u128::MAX.checked_shr(len as u32).unwrap_or(0)
+    }
+    #[inline(always)]
     fn fold64(self) -> u64 {
         (self as u64) ^ ((self >> 64) as u64).rotate_left(31)
     }
@@ -93,12 +120,61 @@ struct PNode {
     leaf_base: u32,
 }
 
-/// A compiled, immutable longest-prefix-match table.
+/// Slots of the direct table per chunk: a change copies one chunk (4 KiB), not the table.
+const CHUNK: usize = 256;
+const CHUNKS: usize = (1 << DIRECT_BITS) / CHUNK;
+
+/// One direct-table slot: the value of the longest route of at most `DIRECT_BITS` bits
+/// covering it, and the subtrie of the longer routes inside it (whose leaves are 0 where
+/// none of them matches: the slot's value applies there).
+#[derive(Clone, Default)]
+struct Slot {
+    value: u32,
+    sub: Option<Arc<Sub>>,
+}
+
+/// The poptrie below one direct slot: node 0 is its root, at depth `DIRECT_BITS`.
+#[derive(Default)]
+struct Sub {
+    nodes: Box<[PNode]>,
+    leaves: Box<[u32]>,
+}
+
+impl Sub {
+    /// The value inside this subtrie for `key` (0: none of its routes covers it).
+    #[inline(always)]
+    fn lookup<K: LpmKey>(&self, key: K) -> u32 {
+        let mut i = 0usize;
+        let mut depth = DIRECT_BITS;
+        loop {
+            let node = &self.nodes[i];
+            let v = key.stride(depth, STRIDE);
+            let upto = u64::MAX >> (63 - v);
+            if node.children & (1u64 << v) != 0 {
+                i = (node.child_base + (node.children & upto).count_ones() - 1) as usize;
+                depth += STRIDE;
+            } else {
+                return self.leaves[(node.leaf_base + (node.leaf_runs & upto).count_ones() - 1) as usize];
+            }
+        }
+    }
+
+    fn memory_bytes(&self) -> usize {
+        std::mem::size_of::<Sub>() + 16 + self.nodes.len() * std::mem::size_of::<PNode>() + self.leaves.len() * 4
+    }
+}
+
+/// A longest-prefix-match table, immutable once published, changed by copy-on-write:
+/// the direct table is 256 chunks behind `Arc`s and each slot's longer routes are a
+/// subtrie of their own, so a route change copies one chunk (or, for a short route, the
+/// chunks its range spans) and compiles one subtrie — the routes sharing its first
+/// `DIRECT_BITS` bits — while a published clone keeps sharing everything else.
+#[derive(Clone)]
 pub struct Poptrie<K: LpmKey> {
-    direct: Box<[u32]>,
-    nodes: Vec<PNode>,
-    leaves: Vec<u32>,
+    chunks: Vec<Arc<[Slot; CHUNK]>>,
     routes: usize,
+    /// Bytes of the subtries (kept up to date by `set_slot_routes`).
+    sub_bytes: usize,
     _k: PhantomData<K>,
 }
 
@@ -108,27 +184,22 @@ pub type Route<K> = (K, u8, u32);
 impl<K: LpmKey> Poptrie<K> {
     /// An empty table (every lookup misses).
     pub fn empty() -> Self {
-        Self::build(&[])
+        let chunk: Arc<[Slot; CHUNK]> = Arc::new(std::array::from_fn(|_| Slot::default()));
+        Poptrie { chunks: vec![chunk; CHUNKS], routes: 0, sub_bytes: 0, _k: PhantomData }
     }
 
     /// Compile `routes`, which must be sorted by (key, length) with unique pairs and
     /// masked keys (as a `BTreeMap<(K, u8), u32>` iterates).
     pub fn build(routes: &[Route<K>]) -> Self {
         debug_assert!(routes.windows(2).all(|w| (w[0].0, w[0].1) < (w[1].0, w[1].1)));
-        let mut t = Poptrie {
-            direct: vec![0u32; 1 << DIRECT_BITS].into_boxed_slice(),
-            nodes: Vec::new(),
-            leaves: Vec::new(),
-            routes: routes.len(),
-            _k: PhantomData,
-        };
-        // Short routes paint the direct table, shortest first so longer ones win.
+        let mut t = Self::empty();
+        t.routes = routes.len();
+        // Short routes paint the slots, shortest first so longer ones win.
         let mut short: Vec<&Route<K>> = routes.iter().filter(|r| r.1 <= DIRECT_BITS).collect();
         short.sort_by_key(|r| r.1);
         for &&(k, len, v) in &short {
             let start = k.stride(0, DIRECT_BITS);
-            let n = 1usize << (DIRECT_BITS - len);
-            t.direct[start..start + n].fill(v);
+            t.set_slot_values(start, 1usize << (DIRECT_BITS - len), v);
         }
         // Long routes, grouped by their direct slot (contiguous in key order).
         let long: Vec<Route<K>> = routes.iter().copied().filter(|r| r.1 > DIRECT_BITS).collect();
@@ -139,21 +210,146 @@ impl<K: LpmKey> Poptrie<K> {
             while j < long.len() && long[j].0.stride(0, DIRECT_BITS) == slot {
                 j += 1;
             }
-            let idx = t.nodes.len();
-            t.nodes.push(PNode::default());
-            let default = t.direct[slot];
-            t.build_node(idx, &long[i..j], DIRECT_BITS, default);
-            t.direct[slot] = NODE_FLAG | idx as u32;
+            t.set_slot_routes(slot, &long[i..j]);
             i = j;
         }
-        t.nodes.shrink_to_fit();
-        t.leaves.shrink_to_fit();
         t
     }
 
+    /// Set the short-route value of `count` slots from `first`.
+    pub fn set_slot_values(&mut self, first: usize, count: usize, v: u32) {
+        let mut s = first;
+        while s < first + count {
+            let chunk = Arc::make_mut(&mut self.chunks[s / CHUNK]);
+            let end = (first + count).min((s / CHUNK + 1) * CHUNK);
+            for slot in &mut chunk[s % CHUNK..s % CHUNK + (end - s)] {
+                slot.value = v;
+            }
+            s = end;
+        }
+    }
+
+    /// The short-route value of a slot.
+    pub fn slot_value(&self, slot: usize) -> u32 {
+        self.chunks[slot / CHUNK][slot % CHUNK].value
+    }
+
+    /// Recompile slot `slot`'s subtrie from `routes`: every route longer than
+    /// `DIRECT_BITS` inside the slot, sorted by (key, length), none if empty.
+    pub fn set_slot_routes(&mut self, slot: usize, routes: &[Route<K>]) {
+        debug_assert!(routes.iter().all(|r| r.1 > DIRECT_BITS && r.0.stride(0, DIRECT_BITS) == slot));
+        let sub = if routes.is_empty() {
+            None
+        } else {
+            let mut b = SubBuilder { nodes: vec![PNode::default()], leaves: Vec::new() };
+            b.build_node(0, routes, DIRECT_BITS, 0);
+            Some(Arc::new(Sub { nodes: b.nodes.into_boxed_slice(), leaves: b.leaves.into_boxed_slice() }))
+        };
+        let entry = &mut Arc::make_mut(&mut self.chunks[slot / CHUNK])[slot % CHUNK];
+        self.sub_bytes -= entry.sub.as_ref().map_or(0, |s| s.memory_bytes());
+        self.sub_bytes += sub.as_ref().map_or(0, |s| s.memory_bytes());
+        entry.sub = sub;
+    }
+
+    /// Record the number of routes (for `route_count`) after incremental changes.
+    pub fn set_route_count(&mut self, n: usize) {
+        self.routes = n;
+    }
+
+    #[inline(always)]
+    fn slot(&self, key: K) -> &Slot {
+        let s = key.stride(0, DIRECT_BITS);
+        &self.chunks[s / CHUNK][s % CHUNK]
+    }
+
+    /// The value of the longest prefix covering `key`, or 0.
+    #[inline(always)]
+    pub fn lookup(&self, key: K) -> u32 {
+        let slot = self.slot(key);
+        match &slot.sub {
+            None => slot.value,
+            Some(sub) => match sub.lookup(key) {
+                0 => slot.value,
+                v => v,
+            },
+        }
+    }
+
+    /// Look up a batch: the direct slot for every key first, then each node level for
+    /// every key still walking, so independent cache misses overlap (measured in
+    /// `benches/fib.rs`: the gain is large once the table outgrows the caches).
+    #[inline]
+    pub fn lookup_batch(&self, keys: &[K], out: &mut [u32]) {
+        let n = keys.len().min(out.len());
+        for (k, o) in keys[..n].chunks(64).zip(out[..n].chunks_mut(64)) {
+            self.lookup_batch64(k, o);
+        }
+    }
+
+    #[inline]
+    fn lookup_batch64(&self, keys: &[K], out: &mut [u32]) {
+        // Per key: the subtrie it walks (None: done), its node there, its slot's value.
+        let mut walk: [(Option<&Sub>, u32, u32); 64] = [(None, 0, 0); 64];
+        let mut pending = false;
+        for (i, &k) in keys.iter().enumerate() {
+            let slot = self.slot(k);
+            out[i] = slot.value;
+            if let Some(sub) = &slot.sub {
+                walk[i] = (Some(sub), 0, slot.value);
+                pending = true;
+            }
+        }
+        let mut depth = DIRECT_BITS;
+        while pending {
+            pending = false;
+            for (i, &k) in keys.iter().enumerate() {
+                let (Some(sub), at, value) = walk[i] else { continue };
+                let node = &sub.nodes[at as usize];
+                let v = k.stride(depth, STRIDE);
+                let upto = u64::MAX >> (63 - v);
+                if node.children & (1u64 << v) != 0 {
+                    walk[i].1 = node.child_base + (node.children & upto).count_ones() - 1;
+                    pending = true;
+                } else {
+                    let leaf = sub.leaves[(node.leaf_base + (node.leaf_runs & upto).count_ones() - 1) as usize];
+                    out[i] = if leaf == 0 { value } else { leaf };
+                    walk[i].0 = None;
+                }
+            }
+            depth += STRIDE;
+        }
+    }
+
+    /// Whether `lookup_batch` beats one-at-a-time lookups for this table: only once the
+    /// structure outgrows the caches (criterion `fib` bench: batched is 1.4× faster for
+    /// IPv4 and 1.8× for IPv6 at 1M prefixes, and ~1.2× slower on a small, cached table).
+    pub fn prefers_batch(&self) -> bool {
+        self.memory_bytes() > BATCH_ABOVE_BYTES
+    }
+
+    pub fn route_count(&self) -> usize {
+        self.routes
+    }
+
+    /// Bytes of lookup structure (direct chunks, subtries).
+    pub fn memory_bytes(&self) -> usize {
+        CHUNKS * (CHUNK * std::mem::size_of::<Slot>() + 16) + self.sub_bytes
+    }
+
+    pub fn node_count(&self) -> usize {
+        self.chunks.iter().flat_map(|c| c.iter()).filter_map(|s| s.sub.as_ref()).map(|s| s.nodes.len()).sum()
+    }
+}
+
+struct SubBuilder {
+    nodes: Vec<PNode>,
+    leaves: Vec<u32>,
+}
+
+impl SubBuilder {
     /// Fill node `idx` covering bits `depth..depth+STRIDE` from `routes` (all longer
     /// than `depth`, all sharing the node's prefix), inheriting `default`.
-    fn build_node(&mut self, idx: usize, routes: &[Route<K>], depth: u8, default: u32) {
+    fn build_node<K: LpmKey>(&mut self, idx: usize, routes: &[Route<K>], depth: u8, default: u32) {
         let end = depth + STRIDE;
         let mut slots = [default; 64];
         let mut short: Vec<&Route<K>> = routes.iter().filter(|r| r.1 <= end).collect();
@@ -205,86 +401,6 @@ impl<K: LpmKey> Poptrie<K> {
             let sub: Vec<Route<K>> = routes[a..b].iter().copied().filter(|r| r.1 > end).collect();
             self.build_node(child_base as usize + n, &sub, end, slots[s]);
         }
-    }
-
-    /// The value of the longest prefix covering `key`, or 0.
-    #[inline(always)]
-    pub fn lookup(&self, key: K) -> u32 {
-        let mut e = self.direct[key.stride(0, DIRECT_BITS)];
-        let mut depth = DIRECT_BITS;
-        while e & NODE_FLAG != 0 {
-            let node = &self.nodes[(e & !NODE_FLAG) as usize];
-            let v = key.stride(depth, STRIDE);
-            let upto = u64::MAX >> (63 - v);
-            if node.children & (1u64 << v) != 0 {
-                e = NODE_FLAG | (node.child_base + (node.children & upto).count_ones() - 1);
-                depth += STRIDE;
-            } else {
-                return self.leaves[(node.leaf_base + (node.leaf_runs & upto).count_ones() - 1) as usize];
-            }
-        }
-        e
-    }
-
-    /// Look up a batch: the direct table for every key first, then each node level for
-    /// every key still walking, so independent cache misses overlap (measured in
-    /// `benches/fib.rs`: the gain is large once the table outgrows the caches).
-    #[inline]
-    pub fn lookup_batch(&self, keys: &[K], out: &mut [u32]) {
-        let n = keys.len().min(out.len());
-        let mut pending = 0usize;
-        for i in 0..n {
-            out[i] = self.direct[keys[i].stride(0, DIRECT_BITS)];
-            pending |= (out[i] & NODE_FLAG != 0) as usize;
-        }
-        if pending == 0 {
-            return;
-        }
-        let mut depth = DIRECT_BITS;
-        loop {
-            let mut more = false;
-            for i in 0..n {
-                let e = out[i];
-                if e & NODE_FLAG == 0 {
-                    continue;
-                }
-                // Values never have NODE_FLAG set, so a finished entry stays finished;
-                // every walking entry is at `depth` because all started together.
-                let node = &self.nodes[(e & !NODE_FLAG) as usize];
-                let v = keys[i].stride(depth, STRIDE);
-                let upto = u64::MAX >> (63 - v);
-                if node.children & (1u64 << v) != 0 {
-                    out[i] = NODE_FLAG | (node.child_base + (node.children & upto).count_ones() - 1);
-                    more = true;
-                } else {
-                    out[i] = self.leaves[(node.leaf_base + (node.leaf_runs & upto).count_ones() - 1) as usize];
-                }
-            }
-            if !more {
-                return;
-            }
-            depth += STRIDE;
-        }
-    }
-
-    /// Whether `lookup_batch` beats one-at-a-time lookups for this table: only once the
-    /// structure outgrows the caches (criterion `fib` bench: batched is 1.4× faster for
-    /// IPv4 and 1.8× for IPv6 at 1M prefixes, and ~1.2× slower on a small, cached table).
-    pub fn prefers_batch(&self) -> bool {
-        self.memory_bytes() > BATCH_ABOVE_BYTES
-    }
-
-    pub fn route_count(&self) -> usize {
-        self.routes
-    }
-
-    /// Bytes of lookup structure (direct table, nodes, leaves).
-    pub fn memory_bytes(&self) -> usize {
-        self.direct.len() * 4 + self.nodes.len() * std::mem::size_of::<PNode>() + self.leaves.len() * 4
-    }
-
-    pub fn node_count(&self) -> usize {
-        self.nodes.len()
     }
 }
 

@@ -3,8 +3,8 @@
 //! whole before anything is applied, and `build` turns the state into a new immutable
 //! [`Tables`] to publish.
 
-use crate::fib::Fib;
-use crate::lpm::{LpmKey, Route};
+use crate::fib::FibBuilder;
+use crate::lpm::Route;
 use crate::prefix::{IfAddr, Prefix};
 use crate::tables::{l2_rewrite, Adjacency, IfL3, Neighbour, Tables, TunnelRef, UdpDemux, ADJ_LOCAL, MAX_INDEX};
 use engine::IfIndex;
@@ -97,8 +97,9 @@ pub struct RouterState {
     adj_ids: HashMap<AdjKey, u32>,
     adj_keys: Vec<AdjKey>,
     generation: u64,
-    fib4: Option<Arc<Fib<u32>>>,
-    fib6: Option<Arc<Fib<u128>>>,
+    /// The FIBs, kept current route by route (`FibBuilder`); `build` publishes clones.
+    fib4: FibBuilder<u32>,
+    fib6: FibBuilder<u128>,
 }
 
 impl RouterState {
@@ -125,7 +126,7 @@ impl RouterState {
                 ip6,
             });
         }
-        Ok(RouterState {
+        let mut state = RouterState {
             interfaces,
             routes: BTreeMap::new(),
             tunnel_routes: BTreeMap::new(),
@@ -138,9 +139,11 @@ impl RouterState {
             adj_ids: HashMap::new(),
             adj_keys: Vec::new(),
             generation: 0,
-            fib4: None,
-            fib6: None,
-        })
+            fib4: FibBuilder::new(),
+            fib6: FibBuilder::new(),
+        };
+        state.rebuild_fibs();
+        Ok(state)
     }
 
     pub fn interfaces(&self) -> &[IfL3] {
@@ -224,7 +227,7 @@ impl RouterState {
         }
         for (p, t) in routes {
             self.tunnel_routes.insert(*p, *t);
-            self.invalidate(p);
+            self.fib_set(p, Some(t.encode()));
         }
         Ok(())
     }
@@ -233,7 +236,7 @@ impl RouterState {
     pub fn del_tunnel_routes(&mut self, prefixes: &[Prefix]) {
         for p in prefixes {
             if self.tunnel_routes.remove(p).is_some() {
-                self.invalidate(p);
+                self.fib_unset(p);
             }
         }
     }
@@ -243,7 +246,7 @@ impl RouterState {
         let gone: Vec<Prefix> = self.routes.iter().filter(|(_, r)| **r == RouteTarget::Tunnel(t)).map(|(p, _)| *p).collect();
         for p in &gone {
             self.routes.remove(p);
-            self.invalidate(p);
+            self.fib_unset(p);
         }
         gone.len()
     }
@@ -299,41 +302,67 @@ impl RouterState {
     /// Add or replace a route.
     pub fn add_route(&mut self, prefix: Prefix, target: RouteTarget) -> Result<(), StateError> {
         self.validate_route(&prefix, &target)?;
+        let v = self.target_adj(&target);
         self.routes.insert(prefix, target);
-        self.invalidate(&prefix);
+        self.fib_set(&prefix, Some(v));
         Ok(())
     }
 
-    /// Add many routes at once, all or nothing (the config loader's path).
+    /// Add many routes at once, all or nothing (the config loader's path, a route file,
+    /// `ip route add` of many prefixes). Into a table at least as large as the batch,
+    /// route by route (each change bounded); otherwise the FIBs are compiled once from
+    /// the whole route set, which is faster than as many changes.
     pub fn add_routes(&mut self, routes: impl IntoIterator<Item = (Prefix, RouteTarget)>) -> Result<(), (usize, StateError)> {
         let routes: Vec<_> = routes.into_iter().collect();
         for (i, (p, t)) in routes.iter().enumerate() {
             self.validate_route(p, t).map_err(|e| (i, e))?;
         }
+        let whole = routes.len() > 1024 && routes.len() > self.route_count();
+        let mut changes = Vec::with_capacity(if whole { 0 } else { routes.len() });
         for (p, t) in routes {
+            let v = self.target_adj(&t);
             self.routes.insert(p, t);
+            if !whole {
+                changes.push((p, Some(v)));
+            }
         }
-        self.fib4 = None;
-        self.fib6 = None;
+        if whole {
+            self.rebuild_fibs();
+        } else {
+            self.fib_set_many(changes);
+        }
+        Ok(())
+    }
+
+    /// Remove many routes, all or nothing: every prefix must have a static route.
+    pub fn del_routes(&mut self, prefixes: &[Prefix]) -> Result<(), (usize, StateError)> {
+        for (i, p) in prefixes.iter().enumerate() {
+            if !self.routes.contains_key(p) {
+                return Err((i, StateError::NoSuchRoute(*p)));
+            }
+        }
+        let mut changes = Vec::with_capacity(prefixes.len());
+        for p in prefixes {
+            if self.routes.remove(p).is_some() {
+                changes.push((*p, self.interface_value(p)));
+            }
+        }
+        self.fib_set_many(changes);
         Ok(())
     }
 
     pub fn del_route(&mut self, prefix: &Prefix) -> Result<(), StateError> {
         self.routes.remove(prefix).ok_or(StateError::NoSuchRoute(*prefix))?;
-        self.invalidate(prefix);
+        self.fib_unset(prefix);
         Ok(())
     }
 
-    fn invalidate(&mut self, p: &Prefix) {
-        match p {
-            Prefix::V4(..) => self.fib4 = None,
-            Prefix::V6(..) => self.fib6 = None,
+    /// Set one prefix's FIB value.
+    fn fib_set(&mut self, p: &Prefix, v: Option<u32>) {
+        match *p {
+            Prefix::V4(a, l) => self.fib4.set(u32::from(a), l, v),
+            Prefix::V6(a, l) => self.fib6.set(u128::from(a), l, v),
         }
-    }
-
-    /// The static route of exactly this prefix.
-    pub fn route(&self, prefix: &Prefix) -> Option<&RouteTarget> {
-        self.routes.get(prefix)
     }
 
     /// Every static route.
@@ -341,8 +370,93 @@ impl RouterState {
         self.routes.iter()
     }
 
+    /// Many changes, each touched subtrie recompiled once.
+    fn fib_set_many(&mut self, changes: Vec<(Prefix, Option<u32>)>) {
+        let c4 = changes.iter().filter_map(|(p, v)| if let Prefix::V4(a, l) = p { Some((u32::from(*a), *l, *v)) } else { None });
+        self.fib4.set_many(c4.collect::<Vec<_>>());
+        let c6 = changes.iter().filter_map(|(p, v)| if let Prefix::V6(a, l) = p { Some((u128::from(*a), *l, *v)) } else { None });
+        self.fib6.set_many(c6.collect::<Vec<_>>());
+    }
+
+    /// A route went away: what the interfaces give that prefix (their own address or
+    /// connected subnet, which a static route may have overridden) comes back.
+    fn fib_unset(&mut self, p: &Prefix) {
+        let under = self.interface_value(p);
+        self.fib_set(p, under);
+    }
+
+    /// The value the interfaces' addresses give exactly `p`, if any.
+    fn interface_value(&mut self, p: &Prefix) -> Option<u32> {
+        if !self.interfaces.iter().any(|i| {
+            i.ip4.iter().any(|(a, _)| Prefix::covering(IpAddr::V4(*a), p.len()) == *p)
+                || i.ip6.iter().any(|(a, _)| Prefix::covering(IpAddr::V6(*a), p.len()) == *p)
+                || Prefix::covering(IpAddr::V6(i.ip6_link_local), p.len()) == *p
+        }) {
+            return None;
+        }
+        self.interface_entries().into_iter().filter(|(q, _, _)| q == p).map(|(_, v, _)| v).last()
+    }
+
+    /// Compile both FIBs from every entry at once (start-up, bulk loads).
+    fn rebuild_fibs(&mut self) {
+        // Values only: a million routes need no descriptions.
+        let mut entries: Vec<(Prefix, u32, ())> = self.interface_entries().into_iter().map(|(p, v, _)| (p, v, ())).collect();
+        let targets: Vec<(Prefix, RouteTarget)> = self.routes.iter().map(|(p, t)| (*p, t.clone())).collect();
+        for (p, t) in targets {
+            entries.push((p, self.target_adj(&t), ()));
+        }
+        // Plain vectors, sorted once: a million routes in two allocations the
+        // allocator returns whole, where a map's million small nodes would stay
+        // resident as heap fragments after the build.
+        let mut r4: Vec<Route<u32>> = Vec::new();
+        let mut r6: Vec<Route<u128>> = Vec::new();
+        let tunnel: Vec<(Prefix, u32)> = self.tunnel_entries().collect();
+        for (p, adj) in entries.iter().map(|(p, a, _)| (p, a)).chain(tunnel.iter().map(|(p, a)| (p, a))) {
+            match p {
+                Prefix::V4(a, l) => r4.push((u32::from(*a), *l, *adj)),
+                Prefix::V6(a, l) => r6.push((u128::from(*a), *l, *adj)),
+            }
+        }
+        drop(tunnel);
+        drop(entries);
+        self.fib4.rebuild(r4);
+        self.fib6.rebuild(r6);
+    }
+
     pub fn route_count(&self) -> usize {
         self.routes.len()
+    }
+
+    /// The FIB entry for exactly `prefix` (with `exact`), or the one the FIB chooses for
+    /// its address — the longest prefix covering it, as VPP's `show ip fib <address>`.
+    /// Tunnel-owned routes (UE addresses) are found too.
+    pub fn fib_match(&mut self, prefix: &Prefix, exact: bool) -> Option<FibEntry> {
+        let (a, len) = match *prefix {
+            Prefix::V4(x, l) => (IpAddr::V4(x), l),
+            Prefix::V6(x, l) => (IpAddr::V6(x), l),
+        };
+        let lens: Vec<u8> = if exact { vec![len] } else { (0..=len).rev().collect() };
+        for l in lens {
+            let p = Prefix::covering(a, l);
+            let v = match p {
+                Prefix::V4(x, l) => self.fib4.get(u32::from(x), l),
+                Prefix::V6(x, l) => self.fib6.get(u128::from(x), l),
+            };
+            let Some(v) = v else { continue };
+            if let Some(t) = self.routes.get(&p).cloned() {
+                return Some(self.describe(&p, &t, v));
+            }
+            if let Some(t) = self.tunnel_routes.get(&p) {
+                return Some(self.describe(&p, &RouteTarget::Tunnel(*t), v));
+            }
+            return self.interface_entries().into_iter().filter(|(q, _, _)| *q == p).map(|(_, _, e)| e).last();
+        }
+        None
+    }
+
+    /// The static route for exactly `p`.
+    pub fn route(&self, p: &Prefix) -> Option<&RouteTarget> {
+        self.routes.get(p)
     }
 
     /// Record a neighbour. Learned entries never replace static ones. Returns whether
@@ -407,6 +521,36 @@ impl RouterState {
 
     /// Every FIB entry in lookup terms: (prefix, adjacency id, description).
     fn entries(&mut self) -> Vec<(Prefix, u32, FibEntry)> {
+        let mut out = self.interface_entries();
+        let routes: Vec<(Prefix, RouteTarget)> = self.routes.iter().map(|(p, t)| (*p, t.clone())).collect();
+        for (p, t) in routes {
+            let adj = self.target_adj(&t);
+            out.push((p, adj, self.describe(&p, &t, adj)));
+        }
+        out
+    }
+
+    /// One static route as `show ip fib` shows it.
+    fn describe(&self, p: &Prefix, t: &RouteTarget, adj: u32) -> FibEntry {
+        let (kind, nh, ifn) = match t {
+            RouteTarget::Blackhole => ("blackhole", None, None),
+            RouteTarget::Tunnel(r) => ("tunnel", None, Some(r.if_name())),
+            RouteTarget::Interface(n) => ("attached", None, Some(n.clone())),
+            RouteTarget::Via { next_hop, .. } => {
+                let ifn = self.connected_if(*next_hop).map(|i| self.interfaces[i.get()].name.clone());
+                ("via", Some(next_hop.to_string()), ifn)
+            }
+        };
+        let resolved = match t {
+            RouteTarget::Via { next_hop, .. } => self.neighbours.contains_key(next_hop),
+            _ => true,
+        };
+        FibEntry { prefix: p.to_string(), kind, next_hop: nh, interface: ifn, adjacency: adj, resolved }
+    }
+
+    /// The entries the interfaces' addresses make: each address local, each subnet
+    /// attached.
+    fn interface_entries(&mut self) -> Vec<(Prefix, u32, FibEntry)> {
         let mut out = Vec::new();
         let ifs = self.interfaces.clone();
         for (i, ifl) in ifs.iter().enumerate() {
@@ -450,24 +594,6 @@ impl RouterState {
                 }
             }
         }
-        let routes: Vec<(Prefix, RouteTarget)> = self.routes.iter().map(|(p, t)| (*p, t.clone())).collect();
-        for (p, t) in routes {
-            let adj = self.target_adj(&t);
-            let (kind, nh, ifn) = match &t {
-                RouteTarget::Blackhole => ("blackhole", None, None),
-                RouteTarget::Tunnel(r) => ("tunnel", None, Some(r.if_name())),
-                RouteTarget::Interface(n) => ("attached", None, Some(n.clone())),
-                RouteTarget::Via { next_hop, .. } => {
-                    let ifn = self.connected_if(*next_hop).map(|i| self.interfaces[i.get()].name.clone());
-                    ("via", Some(next_hop.to_string()), ifn)
-                }
-            };
-            let resolved = match &t {
-                RouteTarget::Via { next_hop, .. } => self.neighbours.contains_key(next_hop),
-                _ => true,
-            };
-            out.push((p, adj, FibEntry { prefix: p.to_string(), kind, next_hop: nh, interface: ifn, adjacency: adj, resolved }));
-        }
         out
     }
 
@@ -504,15 +630,11 @@ impl RouterState {
         }
     }
 
-    /// Where `a` goes now, in FIB terms: an adjacency index or an encoded tunnel. Builds
-    /// the tables first if a route changed.
+    /// Where `a` goes now, in FIB terms: an adjacency index or an encoded tunnel.
     pub fn lookup(&mut self, a: IpAddr) -> u32 {
-        if self.fib4.is_none() || self.fib6.is_none() {
-            self.build();
-        }
         match a {
-            IpAddr::V4(v) => self.fib4.as_ref().map_or(0, |f| f.lookup(u32::from(v))),
-            IpAddr::V6(v) => self.fib6.as_ref().map_or(0, |f| f.lookup(u128::from(v))),
+            IpAddr::V4(v) => self.fib4.fib().lookup(u32::from(v)),
+            IpAddr::V6(v) => self.fib6.fib().lookup(u128::from(v)),
         }
     }
 
@@ -537,32 +659,10 @@ impl RouterState {
         v
     }
 
-    /// Compile everything that changed into a new `Tables` (FIBs are recompiled only
-    /// after route changes; neighbour changes only rebuild the adjacencies).
+    /// A new `Tables` to publish: the FIBs as clones of the current ones (sharing every
+    /// piece with the version the workers hold but the pieces changed since), the
+    /// adjacencies and neighbours rebuilt.
     pub fn build(&mut self) -> Tables {
-        if self.fib4.is_none() || self.fib6.is_none() {
-            let entries = self.entries();
-            // Plain vectors, sorted once: a million routes in two allocations the
-            // allocator returns whole, where a map's million small nodes would stay
-            // resident as heap fragments after the build.
-            let mut r4: Vec<Route<u32>> = Vec::new();
-            let mut r6: Vec<Route<u128>> = Vec::new();
-            let tunnel: Vec<(Prefix, u32)> = self.tunnel_entries().collect();
-            for (p, adj) in entries.iter().map(|(p, a, _)| (p, a)).chain(tunnel.iter().map(|(p, a)| (p, a))) {
-                match p {
-                    Prefix::V4(a, l) => r4.push((u32::from(*a), *l, *adj)),
-                    Prefix::V6(a, l) => r6.push((u128::from(*a), *l, *adj)),
-                }
-            }
-            drop(tunnel);
-            drop(entries);
-            if self.fib4.is_none() {
-                self.fib4 = Some(Arc::new(compile(r4)));
-            }
-            if self.fib6.is_none() {
-                self.fib6 = Some(Arc::new(compile(r6)));
-            }
-        }
         self.generation += 1;
         let mut n4 = HashMap::new();
         let mut n6 = HashMap::new();
@@ -579,8 +679,8 @@ impl RouterState {
         Tables {
             generation: self.generation,
             interfaces: Arc::new(self.interfaces.clone()),
-            fib4: self.fib4.clone().expect("compiled above"),
-            fib6: self.fib6.clone().expect("compiled above"),
+            fib4: Arc::new(self.fib4.fib().clone()),
+            fib6: Arc::new(self.fib6.fib().clone()),
             adjacencies: Arc::new(self.adjacencies()),
             neighbours4: Arc::new(n4),
             neighbours6: Arc::new(n6),
@@ -591,17 +691,4 @@ impl RouterState {
             lb_replies: self.lb_replies,
         }
     }
-}
-
-/// Compile routes into a FIB; for a prefix listed twice the later entry wins.
-fn compile<K: LpmKey + Default>(mut v: Vec<Route<K>>) -> Fib<K> {
-    v.sort_by_key(|r| (r.0, r.1)); // stable: duplicates keep their order
-    let mut out: Vec<Route<K>> = Vec::with_capacity(v.len());
-    for r in v {
-        match out.last_mut() {
-            Some(last) if (last.0, last.1) == (r.0, r.1) => *last = r,
-            _ => out.push(r),
-        }
-    }
-    Fib::build(&out)
 }

@@ -76,7 +76,7 @@ impl Default for GtpuOptions {
     }
 }
 
-const BASE: &str = r#"
+pub(crate) const BASE: &str = r#"
 [dataplane]
 buffers = 4096
 icmp_errors_per_sec = 1000
@@ -227,9 +227,9 @@ pub(crate) fn rss_bytes() -> u64 {
 }
 
 /// A small deterministic PRNG (xorshift64*) so runs are comparable.
-struct Rng(u64);
+pub(crate) struct Rng(pub(crate) u64);
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         let mut x = self.0;
         x ^= x >> 12;
         x ^= x << 25;
@@ -256,7 +256,7 @@ const V4_MIX: &[(u8, u32)] = &[(8, 1), (12, 2), (14, 3), (16, 12), (18, 15), (19
 /// IPv6: /48 dominates, then /32, /44, /40, /36, /29.
 const V6_MIX: &[(u8, u32)] = &[(29, 30), (32, 150), (36, 50), (40, 90), (44, 110), (46, 30), (47, 20), (48, 480), (56, 25), (64, 15)];
 
-fn random_prefixes(rng: &mut Rng, n: usize, v6: bool) -> Vec<Prefix> {
+pub(crate) fn random_prefixes(rng: &mut Rng, n: usize, v6: bool) -> Vec<Prefix> {
     let mut set = std::collections::BTreeSet::new();
     while set.len() < n {
         if v6 {
@@ -299,7 +299,15 @@ pub(crate) fn cpu_model() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
-pub fn bench(scenario: &str, packets: u64, json: bool, core: usize, opts: &GtpuOptions, lb_opts: &LbOptions) -> Result<()> {
+pub fn bench(
+    scenario: &str,
+    packets: u64,
+    json: bool,
+    core: usize,
+    opts: &GtpuOptions,
+    lb_opts: &LbOptions,
+    side: &crate::bench_side::SideBySide,
+) -> Result<()> {
     if !SCENARIOS.contains(&scenario) {
         bail!("unknown scenario {scenario:?}; expected one of {}", SCENARIOS.join(", "));
     }
@@ -329,7 +337,7 @@ pub fn bench(scenario: &str, packets: u64, json: bool, core: usize, opts: &GtpuO
         let (p, m) = udp_tunnel_setup(scenario, &mut control)?;
         (p, m, None)
     } else {
-        let (p, m) = forward_setup(scenario, &mut control, json)?;
+        let (p, m) = forward_setup(scenario, &mut control, json, side)?;
         (p, m, None)
     };
     let fragments = if scenario.ends_with("-frag") { Some(two_fragments(&packet)?) } else { None };
@@ -338,7 +346,16 @@ pub fn bench(scenario: &str, packets: u64, json: bool, core: usize, opts: &GtpuO
                                                       // Whole vectors, so the warm-up ends exactly where the measured run begins.
     let warmup = (packets / 10).max(1024).div_ceil(engine::VECTOR_SIZE as u64) * engine::VECTOR_SIZE as u64;
     let stream = StreamSpec { name: scenario.into(), packet, modifiers, count: Some(warmup + packets), rate_pps: None };
+    if let Some(dir) = &side.export {
+        let n = crate::bench_side::export_frames(&stream, &mut worker.pool, &dir.join("frames.pcap"))?;
+        eprintln!("{scenario}: {n} frames written to {}", dir.join("frames.pcap").display());
+        return Ok(());
+    }
     worker.ports[0].device = match &fragments {
+        _ if side.frames.is_some() => Box::new(crate::bench_side::FrameCycle::new(
+            crate::bench_side::load_frames(side.frames.as_deref().expect("checked"))?,
+            warmup + packets,
+        )),
         // Each datagram as two fragments, the second stream's n-th frame completing the
         // first's: the count is of fragments.
         Some(f) => Box::new(PacketGenerator::fixed_frames(f, (warmup + packets) / 2, true)),
@@ -397,7 +414,12 @@ pub fn bench(scenario: &str, packets: u64, json: bool, core: usize, opts: &GtpuO
 
 /// The forwarding scenarios: 64-byte UDP over 256 flows, optionally into a million
 /// BGP-like routes.
-fn forward_setup(scenario: &str, control: &mut control::dataplane::Control, json: bool) -> Result<(PacketSpec, Vec<ModifierSpec>)> {
+fn forward_setup(
+    scenario: &str,
+    control: &mut control::dataplane::Control,
+    json: bool,
+    side: &crate::bench_side::SideBySide,
+) -> Result<(PacketSpec, Vec<ModifierSpec>)> {
     let v6 = scenario.starts_with("ip6");
     let big = scenario.ends_with("-1m");
     let mut rng = Rng(0x5eed_cafe_f00d_0001);
@@ -410,8 +432,14 @@ fn forward_setup(scenario: &str, control: &mut control::dataplane::Control, json
         let hops: Vec<IpAddr> = (2..=5)
             .map(|i| if v6 { format!("2001:db8:1::{i}").parse().unwrap() } else { format!("198.18.1.{i}").parse().unwrap() })
             .collect();
-        let routes: Vec<(Prefix, RouteTarget)> =
+        let mut routes: Vec<(Prefix, RouteTarget)> =
             prefixes.iter().enumerate().map(|(i, p)| (*p, RouteTarget::Via { next_hop: hops[i % hops.len()], interface: None })).collect();
+        if let Some(dir) = &side.export {
+            crate::bench_side::export_routes(&routes, &dir.join("routes.txt"))?;
+        }
+        if let Some(f) = &side.routes {
+            routes = crate::bench_side::load_routes(f)?;
+        }
         control.state.add_routes(routes).map_err(|(i, e)| anyhow!("route {i}: {e}"))?;
         control.publish();
         let dsts: Vec<IpAddr> = (0..65_536)

@@ -5,6 +5,8 @@ mod bench;
 mod bench_parcel;
 mod bench_upf;
 mod live;
+mod bench_fib;
+mod bench_side;
 mod logging;
 mod run;
 mod trafgen;
@@ -110,6 +112,25 @@ enum Cmd {
         backends: u32,
         #[arg(long, default_value_t = 1024)]
         flows: u32,
+        /// Write the scenario's frames (frames.pcap) and large route table (routes.txt)
+        /// into this directory and exit (for scripts/bench-vs-vpp.sh).
+        #[arg(long)]
+        export: Option<std::path::PathBuf>,
+        /// Replay these frames (pcap, in order, cycled) instead of the generator.
+        #[arg(long)]
+        frames: Option<std::path::PathBuf>,
+        /// ip4-forward-1m, ip6-forward-1m: load this route file instead of drawing routes.
+        #[arg(long)]
+        route_file: Option<std::path::PathBuf>,
+        /// fib-update: routes in the table.
+        #[arg(long, default_value_t = 1_000_000)]
+        routes: usize,
+        /// fib-update: ip4 or ip6.
+        #[arg(long, default_value = "ip4")]
+        family: String,
+        /// fib-update: adds and deletes applied as fast as they go.
+        #[arg(long, default_value_t = 200_000)]
+        updates: u64,
     },
     /// Send UDP packets out of one interface at a fixed size and rate, receive them on
     /// another, report throughput, loss and latency (timestamps carried in the packets).
@@ -226,11 +247,13 @@ fn main() {
         Cmd::Bench { scenario, packets, json, core, segment_size, segments, no_segment_check, .. } if scenario.starts_with("parcel-") => {
             bench_parcel::bench(&scenario, packets, json, core, segment_size, segments, !no_segment_check)
         }
+        Cmd::Bench { scenario, json, routes, family, updates, .. } if scenario == "fib-update" => bench_fib::bench(routes, &family, updates, json),
         Cmd::Bench {
-            scenario, packets, json, core, inner_size, checksum, tunnels, inner, alg, disable, services, backends, flows, ..
+            scenario, packets, json, core, inner_size, checksum, tunnels, inner, alg, disable, services, backends, flows, export, frames, route_file, ..
         } => {
             let lb = bench::LbOptions { services, backends, flows };
-            bench::bench(&scenario, packets, json, core, &bench::GtpuOptions { inner_size, checksum, tunnels, inner, alg, disable }, &lb)
+            let side = bench_side::SideBySide { export, frames, routes: route_file };
+            bench::bench(&scenario, packets, json, core, &bench::GtpuOptions { inner_size, checksum, tunnels, inner, alg, disable }, &lb, &side)
         }
         Cmd::Trafgen { tx_if, rx_if, size, rate, duration, src, dst, src_mac, dst_mac, src_port, dst_port, rx_ring, af_xdp, json } => {
             let rx_ring = match rx_ring.as_str() {
