@@ -269,7 +269,7 @@ pub fn add_to_demux(x: &IpsecState, d: &mut UdpDemux) {
 pub fn resolve_target(x: &IpsecState, t: RouteTarget) -> Result<RouteTarget, String> {
     match t {
         RouteTarget::Interface(name) if name.starts_with(IPSEC_TUNNEL_IF_PREFIX) => {
-            x.tunnel_by_name(&name).map(RouteTarget::Tunnel).ok_or_else(|| format!("no outbound SA named {name:?}"))
+            x.tunnel_by_name(&name).map(RouteTarget::Tunnel).ok_or_else(|| format!("no outbound tunnel-mode SA named {name:?}"))
         }
         other => Ok(other),
     }
@@ -395,6 +395,19 @@ mod tests {
         assert!(e.contains("alg"), "{e}");
         let e = parse_sa_add(&["1", "spi", "300", "alg", "des"]).unwrap_err();
         assert!(e.contains("aes-gcm-128"), "{e}");
+        let w = "2 spi 0x200 outbound transport alg aes-gcm-128 local 198.18.1.1 remote 198.18.1.2";
+        assert_eq!(parse_sa_add(&w.split(' ').collect::<Vec<_>>()).unwrap().mode, Mode::Transport);
+    }
+
+    #[test]
+    fn a_transport_sa_is_no_tunnel_interface() {
+        let mut x = IpsecState::new();
+        let (spec, _) = IpsecSaConfig { mode: Mode::Transport, routes: Vec::new(), ..sa() }.to_spec().unwrap();
+        x.add(3, spec, [0; 16]).unwrap();
+        let r = rows(&x);
+        assert_eq!((r[0].mode, r[0].name.as_deref()), (Mode::Transport, None));
+        assert!(format_rows(&r).contains("(transport)"));
+        assert_eq!(x.tunnel_by_name("ipsec_tunnel3"), None, "no route can lead into it");
     }
 
     #[test]
