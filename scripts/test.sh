@@ -2,7 +2,7 @@
 # Every test vecgate has, on a fresh machine. Installs what the tests need:
 #   Debian: tshark, iproute2, iputils-ping, ethtool, chromium (the /graph page test),
 #           groff-base, man-db, systemd, adduser, dpkg-dev (man page and package tests),
-#           qemu-user (an older CPU model: the x86-64-v3 check);
+#           qemu-user (an older CPU model: the x86-64-v3 check), strongSwan (IKEv2 peer);
 #   PyPI: scapy, pytest, prometheus_client; crates.io: cargo-deb (by scripts/package.sh).
 # Builds, runs the Rust suites (unit, property, fuzz-corpus replay, engine) and the Python
 # suites (scapy/tshark golden pcap tests, live run + ctl, metrics, packaging, bench smoke,
@@ -27,6 +27,9 @@ command -v adduser >/dev/null 2>&1 || missing+=(adduser)
 command -v dpkg-shlibdeps >/dev/null 2>&1 || missing+=(dpkg-dev)
 command -v qemu-x86_64 >/dev/null 2>&1 || missing+=(qemu-user)
 python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
+# strongSwan (tests/test_ipsec_strongswan.py): charon with its userspace ESP, swanctl.
+[ -e /usr/lib/ipsec/plugins/libstrongswan-kernel-libipsec.so ] && command -v swanctl >/dev/null 2>&1 \
+    || missing+=(strongswan-charon strongswan-swanctl libstrongswan-extra-plugins libcharon-extra-plugins)
 if [ ${#missing[@]} -gt 0 ]; then
     echo "== installing ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive

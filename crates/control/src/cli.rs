@@ -47,7 +47,7 @@ commands:
   lb backend del <service> <addr> <port>
   show lb services
   show lb backends [<service>]
-  ipsec sa add <index> spi <n> inbound|outbound alg <algorithm> [enc-key <hex>]
+  ipsec sa add <index> spi <n> inbound|outbound [tunnel|transport] alg <algorithm> [enc-key <hex>]
          [integ-key <hex>] local <addr> remote <addr> [udp-encap] [esn] [no-anti-replay]
          [soft-packets|hard-packets|soft-bytes|hard-bytes <n>] [route <prefix>]...
   ipsec sa del <index>

@@ -6,7 +6,7 @@
 use crate::config::{Config, ConfigError};
 use ip::tables::{TunnelRef, UdpApp, UdpDemux, IPSEC_TUNNEL_IF_PREFIX};
 use ip::{Prefix, RouteTarget, RouterState};
-use ipsec::{Algorithm, Direction, IpsecState, Lifetime, SaSpec, UdpEncapPorts};
+use ipsec::{Algorithm, Direction, IpsecState, Lifetime, Mode, SaSpec, UdpEncapPorts};
 use serde::{Deserialize, Serialize};
 use std::net::IpAddr;
 
@@ -19,6 +19,9 @@ pub struct IpsecSaConfig {
     pub spi: u32,
     /// `inbound` or `outbound`.
     pub direction: Direction,
+    /// `tunnel` (the default) or `transport`.
+    #[serde(default)]
+    pub mode: Mode,
     /// `null`, `null-sha256`, `aes-gcm-128`, `aes-gcm-256`, `chacha20-poly1305`,
     /// `aes-cbc-sha256`.
     pub algorithm: Algorithm,
@@ -95,9 +98,13 @@ impl IpsecSaConfig {
         if self.direction == Direction::Inbound && !self.routes.is_empty() {
             return Err(("routes", "routes go into outbound SAs".into()));
         }
+        if self.mode == Mode::Transport && !self.routes.is_empty() {
+            return Err(("routes", "a transport-mode SA protects what an SPD policy selects: expected no routes".into()));
+        }
         let spec = SaSpec {
             spi: self.spi,
             direction: self.direction,
+            mode: self.mode,
             alg: self.algorithm,
             enc_key: hex("enc_key", &self.enc_key)?,
             integ_key: hex("integ_key", &self.integ_key)?,
@@ -125,6 +132,7 @@ pub fn parse_sa_add(w: &[&str]) -> Result<IpsecSaConfig, String> {
         index: index.parse().map_err(|_| format!("index {index:?}: expected a number"))?,
         spi: 0,
         direction: Direction::Outbound,
+        mode: Mode::Tunnel,
         algorithm: Algorithm::Null,
         enc_key: String::new(),
         integ_key: String::new(),
@@ -144,6 +152,8 @@ pub fn parse_sa_add(w: &[&str]) -> Result<IpsecSaConfig, String> {
         match w[i] {
             "inbound" => c.direction = Direction::Inbound,
             "outbound" => c.direction = Direction::Outbound,
+            "transport" => c.mode = Mode::Transport,
+            "tunnel" => c.mode = Mode::Tunnel,
             "udp-encap" => c.udp_encap = true,
             "esn" => c.esn = true,
             "no-anti-replay" => c.anti_replay = false,
@@ -259,7 +269,7 @@ pub fn add_to_demux(x: &IpsecState, d: &mut UdpDemux) {
 pub fn resolve_target(x: &IpsecState, t: RouteTarget) -> Result<RouteTarget, String> {
     match t {
         RouteTarget::Interface(name) if name.starts_with(IPSEC_TUNNEL_IF_PREFIX) => {
-            x.tunnel_by_name(&name).map(RouteTarget::Tunnel).ok_or_else(|| format!("no outbound SA named {name:?}"))
+            x.tunnel_by_name(&name).map(RouteTarget::Tunnel).ok_or_else(|| format!("no outbound tunnel-mode SA named {name:?}"))
         }
         other => Ok(other),
     }
@@ -272,6 +282,7 @@ pub struct SaRow {
     pub name: Option<String>,
     pub spi: u32,
     pub direction: Direction,
+    pub mode: Mode,
     pub algorithm: Algorithm,
     pub local: IpAddr,
     pub remote: IpAddr,
@@ -291,9 +302,11 @@ pub fn rows(x: &IpsecState) -> Vec<SaRow> {
             let out = p.direction == Direction::Outbound;
             SaRow {
                 index: i,
-                name: out.then(|| TunnelRef { kind: ip::tables::TunnelKind::Esp4, id: i }.if_name()),
+                // A transport SA is no interface: SPD policies select its packets.
+                name: (out && p.mode == Mode::Tunnel).then(|| TunnelRef { kind: ip::tables::TunnelKind::Esp4, id: i }.if_name()),
                 spi: p.spi,
                 direction: p.direction,
+                mode: p.mode,
                 algorithm: p.alg,
                 local: p.local,
                 remote: p.remote,
@@ -322,7 +335,7 @@ pub fn format_rows(rows: &[SaRow]) -> String {
         s += &format!(
             "{:<6} {:<15} {:<10} {:<9} {:<18} {:<22} {:<22} {:<10} {:>10} {:>12}\n",
             r.index,
-            r.name.as_deref().unwrap_or("-"),
+            r.name.as_deref().unwrap_or(if r.mode == Mode::Transport { "(transport)" } else { "-" }),
             format!("{:#x}", r.spi),
             dir,
             r.algorithm.name(),
@@ -345,6 +358,7 @@ mod tests {
             index: 0,
             spi: 0x100,
             direction: Direction::Outbound,
+            mode: Mode::Tunnel,
             algorithm: Algorithm::AesGcm128,
             enc_key: "0102030405060708090a0b0c0d0e0f1011121314".into(),
             integ_key: String::new(),
@@ -369,6 +383,7 @@ mod tests {
         assert_eq!(field(IpsecSaConfig { udp_dst_port: Some(4501), ..sa() }), "udp_encap");
         assert_eq!(field(IpsecSaConfig { direction: Direction::Inbound, ..sa() }), "routes");
         assert_eq!(field(IpsecSaConfig { routes: vec!["198.19.0.0/40".into()], ..sa() }), "routes");
+        assert_eq!(field(IpsecSaConfig { mode: Mode::Transport, ..sa() }), "routes");
     }
 
     #[test]
@@ -380,6 +395,19 @@ mod tests {
         assert!(e.contains("alg"), "{e}");
         let e = parse_sa_add(&["1", "spi", "300", "alg", "des"]).unwrap_err();
         assert!(e.contains("aes-gcm-128"), "{e}");
+        let w = "2 spi 0x200 outbound transport alg aes-gcm-128 local 198.18.1.1 remote 198.18.1.2";
+        assert_eq!(parse_sa_add(&w.split(' ').collect::<Vec<_>>()).unwrap().mode, Mode::Transport);
+    }
+
+    #[test]
+    fn a_transport_sa_is_no_tunnel_interface() {
+        let mut x = IpsecState::new();
+        let (spec, _) = IpsecSaConfig { mode: Mode::Transport, routes: Vec::new(), ..sa() }.to_spec().unwrap();
+        x.add(3, spec, [0; 16]).unwrap();
+        let r = rows(&x);
+        assert_eq!((r[0].mode, r[0].name.as_deref()), (Mode::Transport, None));
+        assert!(format_rows(&r).contains("(transport)"));
+        assert_eq!(x.tunnel_by_name("ipsec_tunnel3"), None, "no route can lead into it");
     }
 
     #[test]

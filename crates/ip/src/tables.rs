@@ -282,7 +282,9 @@ pub struct Tables {
     /// hands UDP datagrams to `parcelN-join`, which coalesces runs of them toward these.
     pub parcel_links: u64,
     /// Bit i: interface i has an IPsec SPD bound; forwarded packets leaving by it go to
-    /// `ipsecN-output` before `ipN-rewrite` (0: no SPD anywhere, one test per packet).
+    /// `ipsecN-output` before `ipN-rewrite`, packets arriving on it to `ipsecN-input`
+    /// after `ipN-input`, and ESP decrypted from it to `ipsecN-decrypted` (0: no SPD
+    /// anywhere, one test per packet).
     pub spd_links: u64,
     /// TCP and UDP for the gateway's own addresses go to `lbN-nat` (NodePort services,
     /// replies to source-translated connections) rather than being refused.
@@ -333,6 +335,13 @@ impl Tables {
     #[inline(always)]
     pub fn adjacency(&self, i: u32) -> &Adjacency {
         self.adjacencies.get(i as usize).unwrap_or(&Adjacency::Miss)
+    }
+
+    /// Whether interface `i` has an IPsec SPD bound (`spd_links`): one load and one
+    /// predictable branch while no SPD is bound anywhere.
+    #[inline(always)]
+    pub fn has_spd(&self, i: IfIndex) -> bool {
+        self.spd_links != 0 && self.spd_links.checked_shr(i.0 as u32).unwrap_or(0) & 1 != 0
     }
 }
 

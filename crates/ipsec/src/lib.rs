@@ -15,7 +15,7 @@ pub mod replay;
 pub mod sa;
 
 pub use crypto::{Algorithm, Transform};
-pub use sa::{Direction, Lifetime, Sa, SaSpec, UdpEncapPorts};
+pub use sa::{Direction, Lifetime, Mode, Sa, SaSpec, UdpEncapPorts};
 pub mod context;
 pub mod nodes;
 pub mod state;

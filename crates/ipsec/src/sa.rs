@@ -86,11 +86,25 @@ impl Default for UdpEncapPorts {
     }
 }
 
-/// An SA as configured (tunnel mode).
+/// What an SA's ESP wraps (RFC 4303 §3.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// The whole packet, behind a new outer header between the SA's endpoints.
+    #[default]
+    Tunnel,
+    /// The packet's payload: ESP goes between its own IP header and its upper layer,
+    /// so the SA's endpoints are the packet's own source and destination.
+    Transport,
+}
+
+/// An SA as configured.
 #[derive(Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SaSpec {
     pub spi: u32,
     pub direction: Direction,
+    #[serde(default)]
+    pub mode: Mode,
     pub alg: Algorithm,
     /// For the AEADs the key then the 4-byte salt (RFC 4106 §8.1, RFC 7634 §4).
     #[serde(skip_serializing)]
@@ -115,6 +129,7 @@ impl std::fmt::Debug for SaSpec {
         f.debug_struct("SaSpec")
             .field("spi", &format_args!("{:#x}", self.spi))
             .field("direction", &self.direction)
+            .field("mode", &self.mode)
             .field("alg", &self.alg)
             .field("esn", &self.esn)
             .field("local", &self.local)
@@ -149,9 +164,14 @@ impl SaSpec {
         })
     }
 
-    /// Bytes the outer headers add before ESP: IP, and UDP when encapsulated.
+    /// Bytes the outer headers add before ESP: IP (in tunnel mode), and UDP when
+    /// encapsulated.
     pub fn outer_len(&self) -> usize {
-        let ip = if self.local.is_ipv4() { 20 } else { 40 };
+        let ip = match (self.mode, self.local.is_ipv4()) {
+            (Mode::Transport, _) => 0,
+            (Mode::Tunnel, true) => 20,
+            (Mode::Tunnel, false) => 40,
+        };
         ip + if self.udp_encap.is_some() { 8 } else { 0 }
     }
 }
@@ -330,6 +350,7 @@ mod tests {
         SaSpec {
             spi: 0x1000,
             direction: Direction::Outbound,
+            mode: Mode::Tunnel,
             alg: Algorithm::AesGcm128,
             enc_key: vec![7; 20],
             integ_key: vec![],

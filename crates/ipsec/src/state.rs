@@ -1,6 +1,6 @@
 //! The control plane's IPsec state: SAs by index, built into [`IpsecTables`].
 
-use crate::sa::{Direction, Sa, SaSpec, SaSpecError};
+use crate::sa::{Direction, Mode, Sa, SaSpec, SaSpecError};
 use crate::tables::IpsecTables;
 use ip::tables::{TunnelKind, TunnelRef, ADJ_MISS};
 use ip::RouterState;
@@ -68,10 +68,12 @@ impl IpsecState {
         self.sas.iter().enumerate().filter_map(|(i, s)| Some((i as u32, s.as_ref()?)))
     }
 
-    /// The FIB value of interface `ipsec_tunnel<index>`, if it names an outbound SA.
+    /// The FIB value of interface `ipsec_tunnel<index>`, if it names an outbound
+    /// tunnel-mode SA (a transport-mode SA keeps the packet's own header: no route can
+    /// lead into it).
     pub fn tunnel_by_name(&self, name: &str) -> Option<TunnelRef> {
         let index: u32 = name.strip_prefix(IF_PREFIX)?.parse().ok()?;
-        let sa = self.get(index).filter(|s| s.spec.direction == Direction::Outbound)?;
+        let sa = self.get(index).filter(|s| s.spec.direction == Direction::Outbound && s.spec.mode == Mode::Tunnel)?;
         let kind = if sa.spec.local.is_ipv4() { TunnelKind::Esp4 } else { TunnelKind::Esp6 };
         Some(TunnelRef { kind, id: index })
     }

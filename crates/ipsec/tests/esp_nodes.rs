@@ -7,9 +7,9 @@ use arc_swap::ArcSwap;
 use engine::{Buffer, Pool};
 use ip::outer::{Ip4Outer, Ip6Outer};
 use ipsec::nodes::decrypt::{decrypt, EspDecryptCounter as D, EspDecryptNext};
-use ipsec::nodes::encrypt::encrypt;
+use ipsec::nodes::encrypt::{encrypt, encrypt_transport};
 use ipsec::nodes::EspOuter;
-use ipsec::{Algorithm, Direction, IpsecContext, IpsecState, Lifetime, SaSpec, UdpEncapPorts};
+use ipsec::{Algorithm, Direction, IpsecContext, IpsecState, Lifetime, Mode, SaSpec, UdpEncapPorts};
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -19,6 +19,7 @@ fn spec(alg: Algorithm, dir: Direction, local: &str, remote: &str, udp: bool, es
     SaSpec {
         spi: SPI,
         direction: dir,
+        mode: Mode::Tunnel,
         alg,
         enc_key: (0..alg.enc_key_lens()[0] as u8).collect(),
         integ_key: (0..alg.integ_key_len() as u8).map(|i| i ^ 0x33).collect(),
@@ -38,11 +39,24 @@ struct Pair {
 }
 
 fn pair(alg: Algorithm, v6: bool, udp: bool, esn: bool) -> Pair {
-    let (x, y) = if v6 { ("2001:db8:1::1", "2001:db8:1::2") } else { ("198.18.1.1", "198.18.1.2") };
+    pair_in(Mode::Tunnel, alg, v6, udp, esn)
+}
+
+/// The two ends' addresses: `a` is the first, `b` the second.
+fn ends(v6: bool) -> (&'static str, &'static str) {
+    if v6 {
+        ("2001:db8:1::1", "2001:db8:1::2")
+    } else {
+        ("198.18.1.1", "198.18.1.2")
+    }
+}
+
+fn pair_in(mode: Mode, alg: Algorithm, v6: bool, udp: bool, esn: bool) -> Pair {
+    let (x, y) = ends(v6);
     let mut a = IpsecState::new();
-    a.add(0, spec(alg, Direction::Outbound, x, y, udp, esn), [9; 16]).unwrap();
+    a.add(0, SaSpec { mode, ..spec(alg, Direction::Outbound, x, y, udp, esn) }, [9; 16]).unwrap();
     let mut b = IpsecState::new();
-    b.add(0, spec(alg, Direction::Inbound, y, x, udp, esn), [9; 16]).unwrap();
+    b.add(0, SaSpec { mode, ..spec(alg, Direction::Inbound, y, x, udp, esn) }, [9; 16]).unwrap();
     Pair { a, b: IpsecContext::new(Arc::new(ArcSwap::from_pointee(b.build()))) }
 }
 
@@ -114,6 +128,86 @@ fn every_algorithm_round_trips_over_both_families_with_and_without_udp() {
             round_trip::<Ip6Outer>(alg, udp, true);
         }
     }
+}
+
+/// A packet between the two ends themselves (transport mode's kind): `inner` with the
+/// ends' addresses, an IPv4 one with `options` bytes of options (NOPs).
+fn host_packet(v6: bool, len: usize, options: usize) -> Vec<u8> {
+    let (x, y) = ends(v6);
+    let mut p = inner(v6, len);
+    if v6 {
+        p[8..24].copy_from_slice(&x.parse::<std::net::Ipv6Addr>().unwrap().octets());
+        p[24..40].copy_from_slice(&y.parse::<std::net::Ipv6Addr>().unwrap().octets());
+        p[6] = 17;
+        return p;
+    }
+    p.splice(20..20, std::iter::repeat_n(1u8, options));
+    p[0] = 0x45 + (options / 4) as u8;
+    let total = p.len() as u16;
+    p[2..4].copy_from_slice(&total.to_be_bytes());
+    p[12..16].copy_from_slice(&x.parse::<std::net::Ipv4Addr>().unwrap().octets());
+    p[16..20].copy_from_slice(&y.parse::<std::net::Ipv4Addr>().unwrap().octets());
+    p[10..12].fill(0);
+    let c = wire::checksum::checksum(&p[..20 + options]);
+    p[10..12].copy_from_slice(&c.to_be_bytes());
+    p
+}
+
+#[test]
+fn transport_mode_round_trips_with_the_packets_own_header() {
+    let mut pool = Pool::new(8, 2);
+    for alg in Algorithm::ALL {
+        for (v6, udp) in [(false, false), (false, true), (true, false), (true, true)] {
+            let mut p = pair_in(Mode::Transport, alg, v6, udp, false);
+            for (len, options) in [(28, 0), (99, 0), (1400, 0), (60, 8)] {
+                let plain = host_packet(v6, len, if v6 { 0 } else { options });
+                let hl = if v6 { 40 } else { 20 + options };
+                let sa = p.a.get(0).unwrap();
+                let (seq, _) = sa.outbound.next(plain.len() as u64, false, &sa.spec.lifetime).unwrap();
+                let w = with_buffer(&mut pool, &plain, |b| {
+                    if v6 {
+                        encrypt_transport::<Ip6Outer>(sa, seq, b).unwrap();
+                    } else {
+                        encrypt_transport::<Ip4Outer>(sa, seq, b).unwrap();
+                    }
+                    b.bytes().to_vec()
+                });
+                let what = format!("{alg} v6 {v6} udp {udp} len {len}");
+                // The packet's own header, naming ESP (or UDP) and the new length.
+                let l = alg.layout();
+                let esp_len = 8 + l.iv_len + l.pad_len(plain.len() - hl) + (plain.len() - hl) + 2 + l.icv_len;
+                assert_eq!(w.len(), hl + if udp { 8 } else { 0 } + esp_len, "{what}");
+                if v6 {
+                    assert_eq!((w[6], u16::from_be_bytes([w[4], w[5]]) as usize), (if udp { 17 } else { 50 }, w.len() - 40), "{what}");
+                    assert_eq!(w[8..40], plain[8..40]);
+                } else {
+                    assert_eq!((w[9], u16::from_be_bytes([w[2], w[3]]) as usize), (if udp { 17 } else { 50 }, w.len()), "{what}");
+                    assert_eq!(wire::checksum::checksum(&w[..hl]), 0, "{what}: header checksum");
+                    assert_eq!(w[12..hl], plain[12..hl]);
+                }
+                let got = if v6 { open::<Ip6Outer>(&mut p, &mut pool, &w) } else { open::<Ip4Outer>(&mut p, &mut pool, &w) };
+                let (next, got) = got.unwrap_or_else(|e| panic!("{what}: {e:?}"));
+                assert_eq!(next, if v6 { EspDecryptNext::Ip6Lookup } else { EspDecryptNext::Ip4Lookup });
+                assert_eq!(got, plain, "{what}");
+                let again = if v6 { open::<Ip6Outer>(&mut p, &mut pool, &w) } else { open::<Ip4Outer>(&mut p, &mut pool, &w) };
+                assert_eq!(again.unwrap_err(), D::Replay, "{what}");
+            }
+        }
+    }
+}
+
+#[test]
+fn transport_mode_refuses_what_it_cannot_place() {
+    use ipsec::nodes::encrypt::EspEncryptCounter as E;
+    let mut pool = Pool::new(8, 0);
+    let p = pair_in(Mode::Transport, Algorithm::AesGcm128, true, false, false);
+    let sa = p.a.get(0).unwrap();
+    let mut hop_by_hop = host_packet(true, 80, 0);
+    hop_by_hop[6] = 0;
+    let r = with_buffer(&mut pool, &hop_by_hop, |b| encrypt_transport::<Ip6Outer>(sa, 1, b));
+    assert_eq!(r, Err(E::TransportExtHeader));
+    let r = with_buffer(&mut pool, &host_packet(false, 80, 0), |b| encrypt_transport::<Ip6Outer>(sa, 1, b));
+    assert_eq!(r, Err(E::BadInner), "an IPv4 packet for an IPv6 SA");
 }
 
 #[test]

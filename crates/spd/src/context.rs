@@ -133,7 +133,7 @@ impl SpdContext {
         }
     }
 
-    /// [`SpdTables::check_inbound`] through the flow cache: for the ESP decrypt nodes.
+    /// [`SpdTables::check_inbound`] through the flow cache: for `ipsecN-decrypted`.
     #[inline]
     pub fn check_inbound<A: Classified>(&mut self, spd: SpdId, sa: SaId, k: &FlowKey<A>) -> bool {
         self.decide(spd, true, k) == Decision::Act(Action::Protect(sa))

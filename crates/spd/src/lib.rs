@@ -9,17 +9,25 @@
 //!   collision and is invalidated in O(1) by the version stamped in each entry.
 //! - [`tables`] / [`state`]: SPDs and interface bindings, built on the control plane and
 //!   published whole (ArcSwap), each publication a new version.
-//! - [`nodes`]: `ipsec4-output` / `ipsec6-output` (the outbound SPD as an output feature)
-//!   and `ipsec4-input` / `ipsec6-input` (inbound policy check of plain packets).
+//! - [`nodes`]: `ipsec4-output` / `ipsec6-output` (the outbound SPD as an output feature),
+//!   `ipsec4-input` / `ipsec6-input` (the inbound SPD for plain packets) and
+//!   `ipsec4-decrypted` / `ipsec6-decrypted` (the inbound SPD for decrypted ones).
 //!
-//! Wiring into the dataplane: `ip4-lookup` / `ip6-lookup` send a packet whose adjacency
-//! leaves by an interface with an SPD to `ipsecN-output` (the IP tables' `spd_links`
-//! mask, set by the control plane from [`SpdState::bindings`]: one load and one
-//! predictable branch for every other packet); PROTECT goes on to the ESP crate's
-//! `espN-encrypt` with the SA index in `meta.param`. Not wired yet: `ipN-input` sending
-//! packets that arrived on a bound interface to `ipsecN-input`, and `espN-decrypt`
-//! calling [`SpdContext::check_inbound`]; until then inbound policies are configured and
-//! shown but not enforced.
+//! Wiring into the dataplane, all by the IP tables' `spd_links` mask (set by the control
+//! plane from [`SpdState::bindings`]: one load and one predictable branch for every
+//! packet while no SPD is bound anywhere):
+//! - `ip4-lookup` / `ip6-lookup` send a packet whose adjacency leaves by an interface
+//!   with an SPD to `ipsecN-output`; PROTECT goes on to the ESP crate's `espN-encrypt`
+//!   with the SA index in `meta.param`.
+//! - `ip4-input` / `ip6-input` send every packet that arrived on an interface with an
+//!   SPD to `ipsecN-input` (and `ethernet-input` then skips its tunnel-endpoint
+//!   shortcut): plain packets must match BYPASS; ESP and ESP in UDP go on to the lookup
+//!   and the decrypt nodes.
+//! - `espN-decrypt` sends what it opened from such an interface to `ipsecN-decrypted`
+//!   with the inbound SA's index in `meta.param`: it must match PROTECT with that SA.
+//!
+//! Not covered: IP parcels (`parcelN-input`) and IPv6 multicast go on without the
+//! inbound SPD; IPv6 neighbour discovery passes it (see [`nodes::SpdFamily::link_control`]).
 //!
 //! Invariants: a cached decision is used only while the version it was stamped with is
 //! the version of the tables the worker holds, so no packet is ever matched against a

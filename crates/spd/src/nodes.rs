@@ -6,13 +6,16 @@
 //!                                                       └→ error-drop   (DISCARD, no policy)
 //! ip4-input ─(rx interface has an SPD)→ ipsec4-input ─┬→ ip4-lookup (BYPASS; ESP and ESP-in-UDP for the decrypt nodes)
 //!                                                     └→ error-drop (plain packet of a PROTECT policy, DISCARD, no policy)
+//! espN-decrypt ─(rx interface has an SPD)→ ipsec4-decrypted ─┬→ ip4-lookup (PROTECT by the SA it came through)
+//!                (inner IPv4, SA index in meta.param)         └→ error-drop (policy-mismatch)
 //! ```
 //!
-//! Both look the flow up in the worker's flow cache, then in the classifier. Both take
-//! the IP header as validated by `ipN-input` (version, header length, total length).
+//! All look the flow up in the worker's flow cache, then in the classifier. All take
+//! the IP header as validated by `ipN-input` or by the decrypt node (version, header
+//! length, total length).
 
 use crate::context::HasSpd;
-use crate::policy::{Action, Decision, FlowKey};
+use crate::policy::{Action, Decision, FlowKey, SaId};
 use crate::tables::Classified;
 use engine::{counters, next_nodes, BufIdx, Buffer, Counts, GraphBuilder, NextNodes, Node, Pool, Verdict};
 use ip::tables::Adjacency;
@@ -30,6 +33,8 @@ pub fn register<Cx: HasSpd>(g: &mut GraphBuilder<Cx>) {
     g.add(IpsecOutput::<Ip6>::default());
     g.add(IpsecInput::<Ip4>::default());
     g.add(IpsecInput::<Ip6>::default());
+    g.add(IpsecDecrypted::<Ip4>::default());
+    g.add(IpsecDecrypted::<Ip6>::default());
 }
 
 /// Why a packet's selector fields could not be read.
@@ -48,12 +53,17 @@ pub trait SpdFamily: Send + 'static {
     type InputNext: NextNodes;
     const OUTPUT: &'static str;
     const INPUT: &'static str;
+    const DECRYPTED: &'static str;
     const PROTECT: Self::OutputNext;
     const BYPASS: Self::OutputNext;
     const PASS: Self::InputNext;
     /// The packet's selector fields; `inbound` swaps local and remote (local is then
     /// the destination).
     fn flow_key(b: &[u8], inbound: bool) -> Result<FlowKey<Self::Addr>, KeyError>;
+    /// A plain packet the inbound SPD lets through whatever its policies say, because
+    /// the link needs it before any policy could (IPv6 neighbour discovery, as ARP is
+    /// for IPv4: RFC 4301 §4.4.1 leaves such packets to the implementation).
+    fn link_control(b: &[u8]) -> bool;
 }
 
 next_nodes! {
@@ -100,6 +110,7 @@ impl SpdFamily for Ip4 {
     type InputNext = Ipsec4InputNext;
     const OUTPUT: &'static str = "ipsec4-output";
     const INPUT: &'static str = "ipsec4-input";
+    const DECRYPTED: &'static str = "ipsec4-decrypted";
     const PROTECT: Ipsec4OutputNext = Ipsec4OutputNext::Encrypt;
     const BYPASS: Ipsec4OutputNext = Ipsec4OutputNext::Rewrite;
     const PASS: Ipsec4InputNext = Ipsec4InputNext::Lookup;
@@ -115,6 +126,11 @@ impl SpdFamily for Ip4 {
         let dst = u32::from_be_bytes([h[16], h[17], h[18], h[19]]);
         Ok(orient(src, dst, proto, p, inbound))
     }
+
+    #[inline(always)]
+    fn link_control(_: &[u8]) -> bool {
+        false
+    }
 }
 
 impl SpdFamily for Ip6 {
@@ -123,6 +139,7 @@ impl SpdFamily for Ip6 {
     type InputNext = Ipsec6InputNext;
     const OUTPUT: &'static str = "ipsec6-output";
     const INPUT: &'static str = "ipsec6-input";
+    const DECRYPTED: &'static str = "ipsec6-decrypted";
     const PROTECT: Ipsec6OutputNext = Ipsec6OutputNext::Encrypt;
     const BYPASS: Ipsec6OutputNext = Ipsec6OutputNext::Rewrite;
     const PASS: Ipsec6InputNext = Ipsec6InputNext::Lookup;
@@ -148,6 +165,13 @@ impl SpdFamily for Ip6 {
             _ => (nh, ports(nh, b, 40)?),
         };
         Ok(orient(src, dst, proto, p, inbound))
+    }
+
+    /// ICMPv6 router/neighbour solicitations and advertisements and redirects (types
+    /// 133-137) right after the fixed header, with hop limit 255 as RFC 4861 requires.
+    #[inline(always)]
+    fn link_control(b: &[u8]) -> bool {
+        b.len() > 40 && b[6] == 58 && b[7] == 255 && (133..=137).contains(&b[40])
     }
 }
 
@@ -263,8 +287,7 @@ impl From<KeyError> for InputCounter {
 
 /// `ipsec4-input` / `ipsec6-input`: plain packets arriving on an interface with an SPD
 /// must match a BYPASS policy of its inbound side. ESP and ESP in UDP go on to the
-/// lookup (and so to the decrypt nodes, which check the inner packet with
-/// [`crate::SpdContext::check_inbound`]).
+/// lookup (and so to the decrypt nodes, whose output `ipsecN-decrypted` checks).
 pub struct IpsecInput<F>(std::marker::PhantomData<F>);
 
 impl<F> Default for IpsecInput<F> {
@@ -289,7 +312,7 @@ impl<Cx: HasSpd, F: SpdFamily> Node<Cx> for IpsecInput<F> {
             Ok(k) => k,
             Err(e) => return Verdict::Drop(e.into()),
         };
-        if key.proto == ESP || (key.proto == 17 && key.local_port == ESP_UDP_PORT) {
+        if key.proto == ESP || (key.proto == 17 && key.local_port == ESP_UDP_PORT) || F::link_control(buf.bytes()) {
             return Verdict::Next(F::PASS);
         }
         match cx.decide(spd, true, &key) {
@@ -303,6 +326,67 @@ impl<Cx: HasSpd, F: SpdFamily> Node<Cx> for IpsecInput<F> {
     fn trace(&self, buf: &Buffer) -> String {
         match F::flow_key(buf.bytes(), true) {
             Ok(k) => format!("{:?} rx_if {}", k, buf.meta.rx_if.0),
+            Err(e) => format!("{e:?}"),
+        }
+    }
+}
+
+counters! {
+    pub enum DecryptedCounter {
+        PolicyMismatch(Warn, "policy-mismatch", "decrypted packet that no inbound PROTECT policy for the SA it came through selects (RFC 4301 §5.2 step 4)"),
+        Truncated(Error, "truncated", "shorter than its IP and transport headers"),
+        BadExtension(Warn, "bad-extension-header", "an IPv6 extension header chain that does not parse"),
+    }
+}
+
+impl From<KeyError> for DecryptedCounter {
+    fn from(e: KeyError) -> Self {
+        match e {
+            KeyError::Truncated => DecryptedCounter::Truncated,
+            KeyError::BadExtension => DecryptedCounter::BadExtension,
+        }
+    }
+}
+
+/// `ipsec4-decrypted` / `ipsec6-decrypted`: a packet the ESP decrypt nodes opened, with
+/// the inbound SA's index in `meta.param`, that arrived on an interface with an SPD. Its
+/// inbound policy must be PROTECT with that very SA: a peer may send through an SA only
+/// the traffic the policy negotiated for it, not whatever it likes.
+pub struct IpsecDecrypted<F>(std::marker::PhantomData<F>);
+
+impl<F> Default for IpsecDecrypted<F> {
+    fn default() -> Self {
+        IpsecDecrypted(std::marker::PhantomData)
+    }
+}
+
+impl<Cx: HasSpd, F: SpdFamily> Node<Cx> for IpsecDecrypted<F> {
+    type Next = F::InputNext;
+    type Counter = DecryptedCounter;
+
+    fn name(&self) -> &'static str {
+        F::DECRYPTED
+    }
+
+    #[inline(always)]
+    fn process(&mut self, cx: &mut Cx, _counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
+        let (_, cx) = cx.split_spd();
+        // Unbound since the decrypt node looked: no policy to hold the packet to.
+        let Some(spd) = cx.tables.spd_of(buf.meta.rx_if) else { return Verdict::Next(F::PASS) };
+        let key = match F::flow_key(buf.bytes(), true) {
+            Ok(k) => k,
+            Err(e) => return Verdict::Drop(e.into()),
+        };
+        if cx.check_inbound(spd, SaId(buf.meta.param), &key) {
+            Verdict::Next(F::PASS)
+        } else {
+            Verdict::Drop(DecryptedCounter::PolicyMismatch)
+        }
+    }
+
+    fn trace(&self, buf: &Buffer) -> String {
+        match F::flow_key(buf.bytes(), true) {
+            Ok(k) => format!("{:?} sa {} rx_if {}", k, buf.meta.param, buf.meta.rx_if.0),
             Err(e) => format!("{e:?}"),
         }
     }

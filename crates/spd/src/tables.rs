@@ -88,7 +88,7 @@ impl SpdTables {
 
     /// Whether a packet that arrived through SA `sa` and was decrypted is one that
     /// SPD `spd`'s inbound policies require to come through that SA (RFC 4301 §5.2,
-    /// step 4): the ESP decrypt node drops and counts it otherwise. `k` is the inner
+    /// step 4): `ipsecN-decrypted` drops and counts it otherwise. `k` is the inner
     /// packet's key as the inbound SPD sees it (local = its destination).
     pub fn check_inbound<A: Classified>(&self, spd: SpdId, sa: SaId, k: &FlowKey<A>) -> bool {
         self.classify(spd, true, k) == Decision::Act(Action::Protect(sa))

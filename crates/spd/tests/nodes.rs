@@ -148,3 +148,107 @@ fn a_policy_change_reaches_cached_flows_from_the_next_vector() {
     let d = r.cx.spd.flows4.as_ref().unwrap().stats;
     assert!(d.hits >= flows.len() as u64 - d.overwrites, "{d:?}");
 }
+
+/// Packets arriving on an interface with an SPD go from `ip4-input` / `ip6-input` to the
+/// inbound SPD; unbound, straight to the lookup (the node is not visited).
+#[test]
+fn ip_input_hands_arrivals_on_a_bound_interface_to_the_inbound_spd() {
+    let mut r = Rig::new(Some(256));
+    r.policy(Direction::Inbound, 10, ActionKind::Bypass, None, "198.18.0.0/24", "any");
+    r.policy(Direction::Inbound, 20, ActionKind::Discard, None, "198.18.0.5/32", "any");
+    r.policy(Direction::Inbound, 10, ActionKind::Bypass, None, "2001:db8::/64", "any");
+    r.publish();
+    let v4_pkts = [(1, 1, v4("198.19.0.5"), 80), (5, 1, v4("198.19.0.5"), 80)];
+    r.send(r.ip4, &v4_pkts);
+    assert_eq!((r.packets("ipsec4-input"), r.packets("ip4-lookup")), (0, 2), "no SPD bound yet");
+    r.spd.bind(IN_IF, 1).unwrap();
+    r.publish();
+    for round in 0..2 {
+        r.reset();
+        r.send(r.ip4, &v4_pkts);
+        r.send(r.ip6, &[(1, 1, v4("2001:db8:2::9"), 80)]);
+        assert_eq!(r.packets("ipsec4-input"), 2, "round {round}");
+        assert_eq!(r.counter("ipsec4-input", "policy-discard"), 1);
+        assert_eq!(r.packets("ip4-lookup"), 1);
+        assert_eq!((r.packets("ipsec6-input"), r.packets("ip6-lookup")), (1, 1));
+    }
+    let c = r.cx.spd.flows4.as_ref().unwrap().stats;
+    assert_eq!((c.hits, c.misses), (2, 2), "the second round from the flow cache");
+    // Unbound again: not visited, nothing dropped.
+    r.spd.unbind(IN_IF).unwrap();
+    r.publish();
+    r.reset();
+    r.send(r.ip4, &v4_pkts);
+    assert_eq!((r.packets("ipsec4-input"), r.packets("ip4-lookup")), (0, 2));
+}
+
+/// An ICMPv6 packet from `2001:db8::5` to the gateway's `2001:db8:1::1`.
+fn icmp6(ty: u8, hop_limit: u8) -> Vec<u8> {
+    let mut p = vec![0u8; 40 + 24];
+    p[0] = 0x60;
+    p[4..6].copy_from_slice(&24u16.to_be_bytes());
+    p[6] = 58;
+    p[7] = hop_limit;
+    p[8..24].copy_from_slice(&"2001:db8::5".parse::<std::net::Ipv6Addr>().unwrap().octets());
+    p[24..40].copy_from_slice(&"2001:db8:1::1".parse::<std::net::Ipv6Addr>().unwrap().octets());
+    p[40] = ty;
+    p
+}
+
+#[test]
+fn neighbour_discovery_passes_the_inbound_spd_and_other_icmp6_does_not() {
+    let mut r = Rig::new(Some(256));
+    r.policy(Direction::Inbound, 10, ActionKind::Bypass, None, "2001:db8:5::/64", "any");
+    r.spd.bind(IN_IF, 1).unwrap();
+    r.publish();
+    // A neighbour solicitation and advertisement, an echo request, an NS with a hop
+    // limit a router forwarded (not link-local traffic, so held to the policies).
+    r.send_bytes(r.ip6, &[icmp6(135, 255), icmp6(136, 255), icmp6(128, 64), icmp6(135, 64)], 0);
+    assert_eq!(r.packets("ipsec6-input"), 4);
+    assert_eq!(r.counter("ipsec6-input", "no-policy"), 2);
+    assert_eq!(r.packets("ip6-lookup"), 2);
+}
+
+/// What `esp4-decrypt` opened (SA index in `meta.param`) must be what the inbound policy
+/// sends through that SA: another SA's flow, a BYPASS flow or a flow of no policy is a
+/// mismatch, whether decided by the classifier or taken from the flow cache.
+#[test]
+fn decrypted_packets_must_match_the_policy_of_their_sa() {
+    for cache in [Some(1 << 10), None] {
+        let mut r = Rig::new(cache);
+        r.policy(Direction::Inbound, 100, ActionKind::Protect, Some(3), "198.18.0.0-198.18.0.9", "any");
+        r.policy(Direction::Inbound, 100, ActionKind::Protect, Some(4), "198.18.0.10-198.18.0.19", "any");
+        r.policy(Direction::Inbound, 50, ActionKind::Bypass, None, "198.18.0.0/24", "any");
+        r.policy(Direction::Inbound, 100, ActionKind::Protect, Some(3), "2001:db8::/120", "any");
+        r.spd.bind(IN_IF, 1).unwrap();
+        r.publish();
+        let pkts: Vec<Vec<u8>> = [5u8, 15, 30, 9].iter().map(|&h| udp_packet(h, 1, v4("198.19.0.5"), 80)).collect();
+        for round in 0..2 {
+            r.reset();
+            r.send_bytes(r.dec4, &pkts, 3);
+            assert_eq!(r.packets("ip4-lookup"), 2, "cache {cache:?} round {round}: hosts 5 and 9 came through SA 3");
+            assert_eq!(r.counter("ipsec4-decrypted", "policy-mismatch"), 2);
+            r.send_bytes(r.dec4, &pkts[1..2], 4);
+            assert_eq!(r.packets("ip4-lookup"), 3, "host 15 through its own SA 4");
+            r.send_bytes(r.dec6, &[udp_packet(7, 1, v4("2001:db8:2::9"), 80)], 3);
+            r.send_bytes(r.dec6, &[udp_packet(7, 1, v4("2001:db8:2::9"), 80)], 4);
+            assert_eq!(r.packets("ip6-lookup"), 1);
+            assert_eq!(r.counter("ipsec6-decrypted", "policy-mismatch"), 1);
+        }
+        if let Some(c) = &r.cx.spd.flows4 {
+            // Host 15 is one flow whichever SA it came through: the SA is compared with
+            // the cached decision, not part of the key.
+            assert_eq!((c.stats.hits, c.stats.misses), (6, 4));
+        }
+        // A truncated inner packet is dropped by name.
+        r.reset();
+        r.send_bytes(r.dec4, &[pkts[0][..22].to_vec()], 3);
+        assert_eq!(r.counter("ipsec4-decrypted", "truncated"), 1);
+        // Unbound since the decrypt node looked: nothing to hold the packet to.
+        r.spd.unbind(IN_IF).unwrap();
+        r.publish();
+        r.reset();
+        r.send_bytes(r.dec4, &pkts, 3);
+        assert_eq!(r.packets("ip4-lookup"), 4);
+    }
+}

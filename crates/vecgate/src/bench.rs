@@ -574,6 +574,7 @@ fn esp_sa(alg: ipsec::Algorithm, direction: ipsec::Direction) -> control::ipsec:
         index: if direction == ipsec::Direction::Outbound { 0 } else { 1 },
         spi: 0x1000,
         direction,
+        mode: ipsec::Mode::Tunnel,
         algorithm: alg,
         enc_key: "a5".repeat(alg.enc_key_lens()[0]),
         integ_key: "5a".repeat(alg.integ_key_len()),

@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 mod bench;
+mod bench_ipsec;
 mod bench_parcel;
 mod bench_upf;
 mod live;
@@ -67,7 +68,8 @@ enum Cmd {
     Bench {
         /// ip4-forward, ip6-forward, ip4-forward-1m, ip6-forward-1m, gtpu4-encap,
         /// gtpu4-decap, gtpu6-encap, gtpu6-decap, gtpu4-decap-frag (outer packets in two
-        /// fragments, reassembled), gue4-encap, gue4-decap, gre-udp4-encap, lb4-nat
+        /// fragments, reassembled), gue4-encap, gue4-decap, gre-udp4-encap, lb4-nat,
+        /// ipsec4-encrypt (the SPD and ESP)
         scenario: String,
         #[arg(long, default_value_t = 20_000_000)]
         packets: u64,
@@ -131,6 +133,14 @@ enum Cmd {
         /// fib-update: adds and deletes applied as fast as they go.
         #[arg(long, default_value_t = 200_000)]
         updates: u64,
+        /// ipsec4-encrypt: outbound policies in the SPD, the matching one's place in
+        /// priority order (from 1), and no flow cache (every packet classified).
+        #[arg(long, default_value_t = 1)]
+        policies: u32,
+        #[arg(long, default_value_t = 1)]
+        position: u32,
+        #[arg(long)]
+        no_flow_cache: bool,
     },
     /// Send UDP packets out of one interface at a fixed size and rate, receive them on
     /// another, report throughput, loss and latency (timestamps carried in the packets).
@@ -248,6 +258,12 @@ fn main() {
             bench_parcel::bench(&scenario, packets, json, core, segment_size, segments, !no_segment_check)
         }
         Cmd::Bench { scenario, json, routes, family, updates, .. } if scenario == "fib-update" => bench_fib::bench(routes, &family, updates, json),
+        Cmd::Bench { scenario, packets, json, core, inner_size, alg, flows, policies, position, no_flow_cache, .. }
+            if bench_ipsec::SCENARIOS.contains(&scenario.as_str()) =>
+        {
+            let o = bench_ipsec::IpsecOptions { policies, position, flows, flow_cache: !no_flow_cache, alg, inner_size };
+            bench_ipsec::bench(&scenario, packets, json, core, &o)
+        }
         Cmd::Bench {
             scenario, packets, json, core, inner_size, checksum, tunnels, inner, alg, disable, services, backends, flows, export, frames, route_file, ..
         } => {

@@ -60,6 +60,9 @@ impl<Cx: HasIp> Node<Cx> for EthernetInput {
                     } else {
                         ip4_input::tunnel_endpoint(udp, hints.v4.as_ref(), buf.bytes())
                     };
+                    // An interface with an SPD: every packet to its inbound policies, by
+                    // way of `ipN-input` (the bypass would skip them).
+                    let endpoint = endpoint.filter(|_| !cx.tables.has_spd(buf.meta.rx_if));
                     return Verdict::Next(match (endpoint, v6) {
                         (None, false) => EthernetInputNext::Ip4,
                         (None, true) => EthernetInputNext::Ip6,

@@ -8,7 +8,7 @@ use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
 use wire::ipv4::{Ipv4Error, Ipv4Packet, HEADER_LEN};
 
 next_nodes! {
-    pub enum Ip4InputNext { Lookup = "ip4-lookup", Parcel = "parcel4-input", Join = "parcel4-join" }
+    pub enum Ip4InputNext { Lookup = "ip4-lookup", Parcel = "parcel4-input", Join = "parcel4-join", Ipsec = "ipsec4-input" }
 }
 
 counters! {
@@ -97,8 +97,14 @@ impl<Cx: HasIp> Node<Cx> for Ip4Input {
             if let Some(total) = fast_path_len(h, buf.len()) {
                 // UDP, where some link takes parcels: `parcel4-join` may coalesce it.
                 let join = h[9] == 17 && cx.ip().tables.parcel_links != 0;
+                // Arrived on an interface with an SPD: its inbound policies first.
+                let ipsec = cx.ip().tables.has_spd(buf.meta.rx_if);
                 buf.truncate(total);
-                return Verdict::Next(if join { Ip4InputNext::Join } else { Ip4InputNext::Lookup });
+                return Verdict::Next(match (ipsec, join) {
+                    (true, _) => Ip4InputNext::Ipsec,
+                    (false, true) => Ip4InputNext::Join,
+                    (false, false) => Ip4InputNext::Lookup,
+                });
             }
         }
         // An IP parcel: Total Length is its segment length, not its length, so the
@@ -122,6 +128,9 @@ impl<Cx: HasIp> Node<Cx> for Ip4Input {
         }
         let total = p.total_len();
         buf.truncate(total);
+        if cx.ip().tables.has_spd(buf.meta.rx_if) {
+            return Verdict::Next(Ip4InputNext::Ipsec);
+        }
         Verdict::Next(Ip4InputNext::Lookup)
     }
 

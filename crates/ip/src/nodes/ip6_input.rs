@@ -12,7 +12,7 @@ use wire::ipv6_ext::{walk_chain, OptionAction};
 use wire::IpProtocol;
 
 next_nodes! {
-    pub enum Ip6InputNext { Lookup = "ip6-lookup", Local = "ip6-local", IcmpError = "ip6-icmp-error", Parcel = "parcel6-input", Join = "parcel6-join" }
+    pub enum Ip6InputNext { Lookup = "ip6-lookup", Local = "ip6-local", IcmpError = "ip6-icmp-error", Parcel = "parcel6-input", Join = "parcel6-join", Ipsec = "ipsec6-input" }
 }
 
 counters! {
@@ -80,8 +80,14 @@ impl<Cx: HasIp> Node<Cx> for Ip6Input {
             if let Some(end) = fast_path_len(h, buf.len()) {
                 // UDP, where some link takes parcels: `parcel6-join` may coalesce it.
                 let join = h[6] == 17 && cx.ip().tables.parcel_links != 0;
+                // Arrived on an interface with an SPD: its inbound policies first.
+                let ipsec = cx.ip().tables.has_spd(buf.meta.rx_if);
                 buf.truncate(end);
-                return Verdict::Next(if join { Ip6InputNext::Join } else { Ip6InputNext::Lookup });
+                return Verdict::Next(match (ipsec, join) {
+                    (true, _) => Ip6InputNext::Ipsec,
+                    (false, true) => Ip6InputNext::Join,
+                    (false, false) => Ip6InputNext::Lookup,
+                });
             }
         }
         // An IP parcel (a jumbo option with a non-zero Payload Length, its segment
@@ -130,6 +136,9 @@ impl<Cx: HasIp> Node<Cx> for Ip6Input {
         buf.truncate(len);
         if dst_multicast {
             return Verdict::Next(Ip6InputNext::Local);
+        }
+        if cx.ip().tables.has_spd(buf.meta.rx_if) {
+            return Verdict::Next(Ip6InputNext::Ipsec);
         }
         Verdict::Next(Ip6InputNext::Lookup)
     }

@@ -73,7 +73,7 @@ impl<Cx: HasIp, F: Family> Node<Cx> for IpLookup<F> {
         }
         match cx.tables.adjacency(adj) {
             Adjacency::Rewrite { tx_if, .. } | Adjacency::Glean { tx_if, .. } | Adjacency::Incomplete { tx_if, .. }
-                if cx.tables.spd_links != 0 && cx.tables.spd_links.checked_shr(tx_if.0 as u32).unwrap_or(0) & 1 != 0 =>
+                if cx.tables.has_spd(*tx_if) =>
             {
                 Verdict::Next(F::IPSEC_OUTPUT)
             }

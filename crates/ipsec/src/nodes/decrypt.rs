@@ -1,6 +1,7 @@
 //! `esp4-decrypt` / `esp6-decrypt`: ESP (IP protocol 50, or in UDP 4500) to one of our
 //! addresses, demultiplexed by SPI to its inbound SA, checked against the replay window,
-//! verified and decrypted in place; the inner packet goes to its lookup.
+//! verified and decrypted in place; the inner packet goes to its lookup, or first to
+//! `ipsecN-decrypted` (the spd crate) when it arrived on an interface with an SPD.
 //!
 //! Order (RFC 4303 §3.4): SA by SPI, replay check, ICV, decrypt, trailer, then the window
 //! moves, so a forged or damaged packet changes no state.
@@ -9,13 +10,16 @@ use super::EspOuter;
 use crate::context::{HasIpsec, IpsecContext};
 use crate::crypto::OpenError;
 use crate::replay::ReplayError;
-use crate::sa::{Age, InboundError};
+use crate::sa::{Age, InboundError, Mode};
 use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
 use wire::esp::{classify_udp, EspError, EspPacket, EspTrailer, UdpEncap, HEADER_LEN};
 use wire::IpProtocol;
 
 next_nodes! {
-    pub enum EspDecryptNext { Ip4Lookup = "ip4-lookup", Ip6Lookup = "ip6-lookup" }
+    pub enum EspDecryptNext {
+        Ip4Lookup = "ip4-lookup", Ip6Lookup = "ip6-lookup",
+        Ipsec4Decrypted = "ipsec4-decrypted", Ipsec6Decrypted = "ipsec6-decrypted",
+    }
 }
 
 counters! {
@@ -37,6 +41,7 @@ counters! {
         Dummy(Info, "dummy", "dummy packets (next header 59, RFC 4303 2.6), consumed"),
         BadNextHeader(Warn, "bad-next-header", "tunnel-mode payload neither IPv4 nor IPv6"),
         BadInner(Warn, "bad-inner", "inner packet's header disagrees with the payload"),
+        TransportExtHeader(Warn, "transport-extension-header", "transport-mode ESP after IPv6 extension headers (not restored)"),
     }
 }
 
@@ -60,7 +65,8 @@ impl From<EspError> for EspDecryptCounter {
 }
 
 /// Decrypt the ESP packet in `buf` (from its outer header on); on success the buffer
-/// holds the inner packet, and the result names its lookup and the SA's age.
+/// holds the inner packet and `meta.param` the inbound SA's index (for the inbound SPD
+/// check), and the result names its lookup and the SA's age.
 #[inline(always)]
 pub fn decrypt<O: EspOuter>(x: &mut IpsecContext, buf: &mut Buffer) -> Result<(EspDecryptNext, Age), EspDecryptCounter> {
     use EspDecryptCounter as C;
@@ -107,6 +113,9 @@ pub fn decrypt<O: EspOuter>(x: &mut IpsecContext, buf: &mut Buffer) -> Result<(E
         Ok(age) => age,
         Err(InboundError::Replay(e)) => return Err(replay_counter(e)),
     };
+    if s.mode == Mode::Transport && trailer.next_header != IpProtocol::Ipv6NoNxt {
+        return restore_transport::<O>(buf, outer.at, text_at, payload_len, trailer.next_header, index).map(|n| (n, age));
+    }
     let inner = &buf.bytes()[text_at..text_at + payload_len];
     let next = match trailer.next_header {
         IpProtocol::IpIp => {
@@ -121,7 +130,31 @@ pub fn decrypt<O: EspOuter>(x: &mut IpsecContext, buf: &mut Buffer) -> Result<(E
         _ => return Err(C::BadNextHeader),
     };
     buf.narrow(text_at, payload_len).map_err(|_| C::Truncated)?;
+    buf.meta.param = index;
     Ok((next, age))
+}
+
+/// Transport mode: the packet's own IP header (`hl` bytes, where ESP or its UDP header
+/// began) moves up against the decrypted payload and names `upper` after it again.
+#[inline(always)]
+fn restore_transport<O: EspOuter>(
+    buf: &mut Buffer,
+    hl: usize,
+    text_at: usize,
+    payload_len: usize,
+    upper: IpProtocol,
+    index: u32,
+) -> Result<EspDecryptNext, EspDecryptCounter> {
+    // IPv6 extension headers before ESP: the next-header field to restore is in the
+    // last of them, and none of our peers send them in transport mode.
+    if O::IS_V6 && hl != 40 {
+        return Err(EspDecryptCounter::TransportExtHeader);
+    }
+    buf.bytes_mut().copy_within(0..hl, text_at - hl);
+    buf.narrow(text_at - hl, hl + payload_len).map_err(|_| EspDecryptCounter::Truncated)?;
+    O::set_upper(buf.bytes_mut(), hl, upper);
+    buf.meta.param = index;
+    Ok(if O::IS_V6 { EspDecryptNext::Ip6Lookup } else { EspDecryptNext::Ip4Lookup })
 }
 
 fn replay_counter(e: ReplayError) -> EspDecryptCounter {
@@ -141,14 +174,20 @@ impl<Cx: HasIpsec, O: EspOuter> Node<Cx> for EspDecrypt<O> {
 
     #[inline(always)]
     fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
-        let (_, x) = cx.split_ipsec();
+        let (ipc, x) = cx.split_ipsec();
         match decrypt::<O>(x, buf) {
             Ok((next, age)) => {
                 if age == Age::SoftReached {
                     counts.inc(EspDecryptCounter::SoftLifetime);
                 }
                 counts.inc(EspDecryptCounter::Decrypted);
-                Verdict::Next(next)
+                // Arrived on an interface with an SPD: the inner packet must be one its
+                // inbound policy sends through this SA (the SA index is in meta.param).
+                Verdict::Next(match (ipc.tables.has_spd(buf.meta.rx_if), next) {
+                    (true, EspDecryptNext::Ip4Lookup) => EspDecryptNext::Ipsec4Decrypted,
+                    (true, EspDecryptNext::Ip6Lookup) => EspDecryptNext::Ipsec6Decrypted,
+                    (_, n) => n,
+                })
             }
             Err(c) => Verdict::Drop(c),
         }

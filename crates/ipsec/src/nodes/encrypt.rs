@@ -1,12 +1,14 @@
-//! `esp4-encrypt` / `esp6-encrypt`: tunnel-mode ESP around the inner packet at the
-//! buffer start, with outbound SA `meta.param`; optionally in UDP (RFC 3948).
+//! `esp4-encrypt` / `esp6-encrypt`: ESP for the packet at the buffer start, with
+//! outbound SA `meta.param`; optionally in UDP (RFC 3948). Tunnel mode wraps the whole
+//! packet behind a new outer header; transport mode puts ESP between the packet's own
+//! IP header and its payload (the header moves forward into the headroom).
 //!
 //! In place: the trailer goes into the tailroom, the ESP header and IV, UDP and the
 //! outer IP header into the headroom, and the payload is encrypted where it lies.
 
 use super::EspOuter;
 use crate::context::HasIpsec;
-use crate::sa::{Age, Sa, SeqError};
+use crate::sa::{Age, Mode, Sa, SeqError, UdpEncapPorts};
 use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
 use ip::outer::{encap_mtu, inner_hop, ChecksumMode, EncapMtu, InnerHop, MtuPolicy};
 use wire::esp::{EspRepr, EspTrailer, HEADER_LEN};
@@ -29,6 +31,7 @@ counters! {
         SeqOverflow(Error, "seq-overflow", "the SA's sequence number reached its end: dropped, never wrapped (RFC 4303 3.3.3)"),
         LifetimeExpired(Error, "lifetime-expired", "the SA passed a hard lifetime (packets or bytes)"),
         NoHeadroom(Error, "no-headroom", "not enough headroom for the outer headers"),
+        TransportExtHeader(Warn, "transport-extension-header", "IPv6 packet with a hop-by-hop, routing or fragment header for a transport-mode SA (ESP would go after them: not done)"),
         NoTailroom(Error, "no-tailroom", "not enough tailroom for padding, trailer and ICV"),
         TooBig(Warn, "too-big", "encrypted packet longer than an IP packet can be"),
         InnerTtlExpired(Info, "inner-ttl-expired", "inner TTL or hop limit would reach 0 (ICMP time exceeded requested)"),
@@ -49,43 +52,64 @@ impl<O: EspOuter> Default for EspEncrypt<O> {
     }
 }
 
-/// Wrap the inner packet (IPv4 when `inner_v4`) in ESP for `sa` with sequence number
-/// `seq`, then UDP if configured, then the outer header; the buffer then starts at the
-/// outer header.
+/// Put ESP around `buf[at..]` in place: padding, trailer and room for the ICV after it;
+/// the ESP header and IV inserted at `at`, after `gap` bytes left for a UDP header (the
+/// `at` bytes before it move to the front, into the headroom); then seal. Returns the
+/// length from the ESP header on.
 #[inline(always)]
-pub fn encrypt<O: EspOuter>(sa: &Sa, seq: u64, inner_v4: bool, buf: &mut Buffer) -> Result<(), EspEncryptCounter> {
+fn seal_at(sa: &Sa, seq: u64, next_header: IpProtocol, buf: &mut Buffer, at: usize, gap: usize) -> Result<usize, EspEncryptCounter> {
     let s = &*sa.spec;
     let l = s.alg.layout();
     let len = buf.len();
-    let pad = l.pad_len(len);
-    let trailer = EspTrailer { pad_len: pad as u8, next_header: if inner_v4 { IpProtocol::IpIp } else { IpProtocol::Ipv6 } };
+    let pad = l.pad_len(len - at);
+    let trailer = EspTrailer { pad_len: pad as u8, next_header };
     buf.set_len(len + trailer.buffer_len() + l.icv_len).map_err(|_| EspEncryptCounter::NoTailroom)?;
     trailer.emit(&mut buf.bytes_mut()[len..len + trailer.buffer_len()]);
-    let head = buf.prepend(HEADER_LEN + l.iv_len).map_err(|_| EspEncryptCounter::NoHeadroom)?;
-    EspRepr { spi: s.spi, seq: seq as u32 }.emit(head);
-    sa.transform.seal(buf.bytes_mut(), seq, s.esn);
+    let insert = gap + HEADER_LEN + l.iv_len;
+    buf.prepend(insert).map_err(|_| EspEncryptCounter::NoHeadroom)?;
+    let b = buf.bytes_mut();
+    b.copy_within(insert..insert + at, 0);
+    EspRepr { spi: s.spi, seq: seq as u32 }.emit(&mut b[at + gap..]);
+    sa.transform.seal(&mut b[at + gap..], seq, s.esn);
+    Ok(b.len() - at - gap)
+}
+
+/// The UDP header of ESP in UDP (RFC 3948) at the start of `udp`, for `esp_len` bytes
+/// of ESP after it. Over IPv4 its checksum is 0 (RFC 3948 §2.1); IPv6 has no zero UDP
+/// checksum for ESP in UDP (RFC 6935 allows zero for tunnels, but the peer must opt in),
+/// so there it is computed, over the pseudo-header of `src` and `dst`.
+#[inline(always)]
+fn emit_udp<O: EspOuter>(ports: UdpEncapPorts, src: &O::Addr, dst: &O::Addr, udp: &mut [u8]) -> Result<(), EspEncryptCounter> {
+    let udp_len = udp.len();
+    if udp_len > u16::MAX as usize {
+        return Err(EspEncryptCounter::TooBig);
+    }
+    udp[..2].copy_from_slice(&ports.src.to_be_bytes());
+    udp[2..4].copy_from_slice(&ports.dst.to_be_bytes());
+    udp[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
+    udp[6..8].copy_from_slice(&[0, 0]);
+    if O::IS_V6 {
+        let sum = ip::outer::udp_checksum(O::pseudo(src, dst), udp);
+        udp[6..8].copy_from_slice(&sum.to_be_bytes());
+    }
+    Ok(())
+}
+
+/// Wrap the inner packet (IPv4 when `inner_v4`) in tunnel-mode ESP for `sa` with
+/// sequence number `seq`, then UDP if configured, then the outer header; the buffer
+/// then starts at the outer header.
+#[inline(always)]
+pub fn encrypt<O: EspOuter>(sa: &Sa, seq: u64, inner_v4: bool, buf: &mut Buffer) -> Result<(), EspEncryptCounter> {
+    let s = &*sa.spec;
+    seal_at(sa, seq, if inner_v4 { IpProtocol::IpIp } else { IpProtocol::Ipv6 }, buf, 0, 0)?;
     let (Some(src), Some(dst)) = (O::from_ip(s.local), O::from_ip(s.remote)) else {
         // SaSpec::build keeps both endpoints in one family, and the FIB kind follows it.
         return Err(EspEncryptCounter::NoSa);
     };
-    let esp_len = buf.len();
     let proto = match s.udp_encap {
         Some(ports) => {
-            let udp_len = esp_len + 8;
-            if udp_len > u16::MAX as usize {
-                return Err(EspEncryptCounter::TooBig);
-            }
-            let h = buf.prepend(8).map_err(|_| EspEncryptCounter::NoHeadroom)?;
-            h[..2].copy_from_slice(&ports.src.to_be_bytes());
-            h[2..4].copy_from_slice(&ports.dst.to_be_bytes());
-            h[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
-            h[6..8].copy_from_slice(&[0, 0]);
-            if O::IS_V6 {
-                // IPv6 has no zero UDP checksum for ESP in UDP (RFC 3948 is IPv4-only
-                // on that point; RFC 6935 allows zero for tunnels but the peer must opt in).
-                let sum = ip::outer::udp_checksum(O::pseudo(&src, &dst), buf.bytes());
-                buf.bytes_mut()[6..8].copy_from_slice(&sum.to_be_bytes());
-            }
+            buf.prepend(8).map_err(|_| EspEncryptCounter::NoHeadroom)?;
+            emit_udp::<O>(ports, &src, &dst, buf.bytes_mut())?;
             IpProtocol::Udp
         }
         None => IpProtocol::Esp,
@@ -96,6 +120,26 @@ pub fn encrypt<O: EspOuter>(sa: &Sa, seq: u64, inner_v4: bool, buf: &mut Buffer)
     }
     let h = buf.prepend(O::HEADER_LEN).map_err(|_| EspEncryptCounter::NoHeadroom)?;
     O::emit(src, dst, proto, payload_len, h);
+    Ok(())
+}
+
+/// Put transport-mode ESP (and UDP if configured) between the packet's IP header and
+/// its payload, for `sa` with sequence number `seq`; the header's protocol (next
+/// header) and length follow.
+#[inline(always)]
+pub fn encrypt_transport<O: EspOuter>(sa: &Sa, seq: u64, buf: &mut Buffer) -> Result<(), EspEncryptCounter> {
+    let (hl, upper) = O::transport_split(buf.bytes())?;
+    let (gap, proto) = if sa.spec.udp_encap.is_some() { (8, IpProtocol::Udp) } else { (0, IpProtocol::Esp) };
+    let esp_len = seal_at(sa, seq, upper, buf, hl, gap)?;
+    if hl + gap + esp_len > u16::MAX as usize + if O::IS_V6 { 40 } else { 0 } {
+        return Err(EspEncryptCounter::TooBig);
+    }
+    let b = buf.bytes_mut();
+    if let Some(ports) = sa.spec.udp_encap {
+        let (src, dst) = O::addrs(b);
+        emit_udp::<O>(ports, &src, &dst, &mut b[hl..])?;
+    }
+    O::set_upper(b, hl, proto);
     Ok(())
 }
 
@@ -115,7 +159,10 @@ impl<Cx: HasIpsec, O: EspOuter> Node<Cx> for EspEncrypt<O> {
         let Some(sa) = x.tables.outbound(index) else {
             return Verdict::Drop(C::NoSa);
         };
-        let adj = x.tables.outer_adj(index);
+        // Tunnel mode: the outer packet leaves by the SA's own adjacency. Transport
+        // mode: the packet keeps its header, so it leaves where its lookup sent it.
+        let transport = sa.spec.mode == Mode::Transport;
+        let adj = if transport { buf.meta.adj } else { x.tables.outer_adj(index) };
         let link_mtu = ipc.tables.adjacency(adj).mtu();
         // The inner MTU leaves room for the most padding the cipher may need.
         let overhead = sa.spec.outer_len() + sa.spec.alg.layout().max_overhead();
@@ -134,14 +181,19 @@ impl<Cx: HasIpsec, O: EspOuter> Node<Cx> for EspEncrypt<O> {
                 return Verdict::Next(EspEncryptNext::Segment);
             }
         };
-        let inner_v4 = match inner_hop(buf.bytes_mut()) {
-            InnerHop::Forwarded { v4 } => v4,
-            InnerHop::Expired { v4, icmp } => {
-                counts.inc(C::InnerTtlExpired);
-                buf.meta.param = icmp.encode();
-                return Verdict::Next(if v4 { EspEncryptNext::Ip4IcmpError } else { EspEncryptNext::Ip6IcmpError });
-            }
-            InnerHop::NotIp => return Verdict::Drop(C::BadInner),
+        // The forwarding hop: the inner packet's in tunnel mode (the outer packet is
+        // ours); in transport mode `ipN-rewrite` takes it, as for any forwarded packet.
+        let inner_v4 = match transport {
+            true => !O::IS_V6,
+            false => match inner_hop(buf.bytes_mut()) {
+                InnerHop::Forwarded { v4 } => v4,
+                InnerHop::Expired { v4, icmp } => {
+                    counts.inc(C::InnerTtlExpired);
+                    buf.meta.param = icmp.encode();
+                    return Verdict::Next(if v4 { EspEncryptNext::Ip4IcmpError } else { EspEncryptNext::Ip6IcmpError });
+                }
+                InnerHop::NotIp => return Verdict::Drop(C::BadInner),
+            },
         };
         // Nothing can complete a checksum inside ciphertext: do it now.
         if ChecksumMode::Software.settle_inner_checksum(buf) {
@@ -157,7 +209,8 @@ impl<Cx: HasIpsec, O: EspOuter> Node<Cx> for EspEncrypt<O> {
             Err(SeqError::Overflow) => return Verdict::Drop(C::SeqOverflow),
             Err(SeqError::Expired) => return Verdict::Drop(C::LifetimeExpired),
         };
-        if let Err(c) = encrypt::<O>(sa, seq, inner_v4, buf) {
+        let sealed = if transport { encrypt_transport::<O>(sa, seq, buf) } else { encrypt::<O>(sa, seq, inner_v4, buf) };
+        if let Err(c) = sealed {
             return Verdict::Drop(c);
         }
         counts.inc(C::Encrypted);
@@ -166,7 +219,7 @@ impl<Cx: HasIpsec, O: EspOuter> Node<Cx> for EspEncrypt<O> {
             counts.inc(C::FragmentOuter);
             return Verdict::Next(if O::IS_V6 { EspEncryptNext::Ip6Fragment } else { EspEncryptNext::Ip4Fragment });
         }
-        if ip::nodes::family::send_originated::<O::Ip>(&ipc.tables, buf, adj) {
+        if !transport && ip::nodes::family::send_originated::<O::Ip>(&ipc.tables, buf, adj) {
             return Verdict::Next(EspEncryptNext::Output);
         }
         match (link_mtu.is_some(), O::IS_V6) {

@@ -4,6 +4,7 @@
 //! ip4-lookup ─(route into ipsec_tunnelN)→ esp4-encrypt ─→ ip4-rewrite / ip4-lookup (outer)
 //! (an SPD node: PROTECT with SA N) ─────↗   meta.param = outbound SA index N
 //! ip4-local ─(IP protocol 50, or UDP 4500)→ esp4-decrypt ─→ ip4-lookup / ip6-lookup (inner)
+//!                                               └─(arrived where an SPD is bound)→ ipsec4-decrypted / ipsec6-decrypted
 //! ```
 //! and the same over IPv6 outer headers (`esp6-*`). **The encrypt node's argument is the
 //! outbound SA's index in `meta.param`**: `ipN-lookup` puts it there for a route into
@@ -14,6 +15,7 @@ pub mod decrypt;
 pub mod encrypt;
 
 use crate::context::HasIpsec;
+use encrypt::EspEncryptCounter;
 use engine::GraphBuilder;
 use ip::outer::{Ip4Outer, Ip6Outer, OuterFamily};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -49,6 +51,15 @@ pub trait EspOuter: OuterFamily {
     /// Write the outer header (protocol `proto`, then `payload_len` bytes) into `out`.
     fn emit(src: Self::Addr, dst: Self::Addr, proto: IpProtocol, payload_len: usize, out: &mut [u8]);
     fn from_ip(a: IpAddr) -> Option<Self::Addr>;
+    /// Transport mode: where the packet's IP header ends (ESP goes there) and the
+    /// protocol after it, or why ESP cannot go in.
+    fn transport_split(b: &[u8]) -> Result<(usize, IpProtocol), EspEncryptCounter>;
+    /// The source and destination of a packet whose header [`EspOuter::transport_split`]
+    /// or [`EspOuter::outer_esp`] accepted.
+    fn addrs(b: &[u8]) -> (Self::Addr, Self::Addr);
+    /// Transport mode: make the header of `b` (`hl` bytes) name `upper` after it and
+    /// the packet's new length.
+    fn set_upper(b: &mut [u8], hl: usize, upper: IpProtocol);
 }
 
 impl EspOuter for Ip4Outer {
@@ -77,6 +88,24 @@ impl EspOuter for Ip4Outer {
             IpAddr::V4(v) => Some(v),
             IpAddr::V6(_) => None,
         }
+    }
+    #[inline(always)]
+    fn transport_split(b: &[u8]) -> Result<(usize, IpProtocol), EspEncryptCounter> {
+        let p = Ipv4Packet::new_checked(b).map_err(|_| EspEncryptCounter::BadInner)?;
+        Ok((p.header_len(), p.protocol()))
+    }
+    #[inline(always)]
+    fn addrs(b: &[u8]) -> (Ipv4Addr, Ipv4Addr) {
+        let p = Ipv4Packet::new_unchecked(b);
+        (p.src_addr(), p.dst_addr())
+    }
+    #[inline(always)]
+    fn set_upper(b: &mut [u8], hl: usize, upper: IpProtocol) {
+        let total = b.len() as u16;
+        let mut p = Ipv4Packet::new_unchecked(&mut b[..hl]);
+        p.set_protocol(upper);
+        p.set_total_len(total);
+        p.fill_checksum();
     }
 }
 
@@ -109,5 +138,28 @@ impl EspOuter for Ip6Outer {
             IpAddr::V6(v) => Some(v),
             IpAddr::V4(_) => None,
         }
+    }
+    /// ESP goes after the fixed header: a hop-by-hop, routing or fragment header would
+    /// have to stay in front of it (RFC 4303 §3.1.1), which is not done; destination
+    /// options after the fixed header are protected with the payload.
+    #[inline(always)]
+    fn transport_split(b: &[u8]) -> Result<(usize, IpProtocol), EspEncryptCounter> {
+        let p = Ipv6Packet::new_checked(b).map_err(|_| EspEncryptCounter::BadInner)?;
+        match p.next_header() {
+            IpProtocol::HopByHop | IpProtocol::Ipv6Route | IpProtocol::Ipv6Frag => Err(EspEncryptCounter::TransportExtHeader),
+            upper => Ok((40, upper)),
+        }
+    }
+    #[inline(always)]
+    fn addrs(b: &[u8]) -> (Ipv6Addr, Ipv6Addr) {
+        let p = Ipv6Packet::new_unchecked(b);
+        (p.src_addr(), p.dst_addr())
+    }
+    #[inline(always)]
+    fn set_upper(b: &mut [u8], hl: usize, upper: IpProtocol) {
+        let payload = (b.len() - 40) as u16;
+        let mut p = Ipv6Packet::new_unchecked(&mut b[..hl]);
+        p.set_next_header(upper);
+        p.set_payload_len(payload);
     }
 }

@@ -81,6 +81,13 @@ pub struct Rig {
     pub out4: NodeId,
     pub out6: NodeId,
     pub in4: NodeId,
+    /// `ip4-input` / `ip6-input`, ahead of the inbound SPD.
+    pub ip4: NodeId,
+    pub ip6: NodeId,
+    /// `ipsec4-decrypted` / `ipsec6-decrypted`, as the decrypt nodes send to them.
+    pub dec4: NodeId,
+    pub dec6: NodeId,
+    ip_tables: Arc<ArcSwap<ip::Tables>>,
 }
 
 fn mac(n: u8) -> EthernetAddress {
@@ -107,12 +114,15 @@ impl Rig {
         router.set_neighbour(OUT_IF, hop6, mac(9), true);
         let ip_tables = Arc::new(ArcSwap::from_pointee(router.build()));
         let spd = SpdState::new();
-        let cx = Cx { ip: IpContext::new(ip_tables, None, ip::Limits::default()), spd: SpdContext::new(spd.shared(), flow_cache).unwrap() };
+        let cx = Cx {
+            ip: IpContext::new(Arc::clone(&ip_tables), None, ip::Limits::default()),
+            spd: SpdContext::new(spd.shared(), flow_cache).unwrap(),
+        };
         let seen4 = Arc::new(Mutex::new(Vec::new()));
         let seen6 = Arc::new(Mutex::new(Vec::new()));
         // The IP nodes name the tunnel features' nodes; sinks stand in for those.
         let mut sinks: Vec<&'static str> = Vec::new();
-        let (graph, out4, out6, in4) = loop {
+        let (graph, [out4, out6, in4, ip4, ip6, dec4, dec6]) = loop {
             let mut g = GraphBuilder::new();
             ip::nodes::register(&mut g);
             spd::nodes::register(&mut g);
@@ -124,13 +134,17 @@ impl Rig {
             let out4 = g.add_input("test-out4", "ipsec4-output");
             let out6 = g.add_input("test-out6", "ipsec6-output");
             let in4 = g.add_input("test-in4", "ipsec4-input");
+            let ip4 = g.add_input("test-ip4", "ip4-input");
+            let ip6 = g.add_input("test-ip6", "ip6-input");
+            let dec4 = g.add_input("test-dec4", "ipsec4-decrypted");
+            let dec6 = g.add_input("test-dec6", "ipsec6-decrypted");
             match g.build() {
-                Ok(graph) => break (graph, out4, out6, in4),
+                Ok(graph) => break (graph, [out4, out6, in4, ip4, ip6, dec4, dec6]),
                 Err(engine::GraphError::UnknownNext { to, .. }) if !to.starts_with("ipsec") => sinks.push(Box::leak(to.into_boxed_str())),
                 Err(e) => panic!("{e}"),
             }
         };
-        Rig { graph, pool: Pool::new(8192, 4), cx, router, spd, seen4, seen6, out4, out6, in4 }
+        Rig { graph, pool: Pool::new(8192, 4), cx, router, spd, seen4, seen6, out4, out6, in4, ip4, ip6, dec4, dec6, ip_tables }
     }
 
     pub fn policy(&mut self, dir: Direction, prio: u32, action: ActionKind, sa: Option<u32>, remote: &str, ports: &str) -> u32 {
@@ -149,21 +163,39 @@ impl Rig {
         self.spd.add_policy(&spec).unwrap().0
     }
 
+    /// Publish the SPD tables, and the IP tables with the bound interfaces' bits (as
+    /// the control plane does on a binding change).
     pub fn publish(&mut self) {
         self.spd.publish();
+        let links = self.spd.bindings().fold(0u64, |m, (i, _)| m | 1 << i.0);
+        self.router.set_spd_links(links);
+        self.ip_tables.store(Arc::new(self.router.build()));
         engine::worker::Context::refresh(&mut self.cx);
     }
 
     /// Send one vector of UDP packets `(source host, source port, destination, dst port)`
     /// into `input`.
     pub fn send(&mut self, input: NodeId, pkts: &[(u8, u16, IpAddr, u16)]) {
+        let pkts: Vec<Vec<u8>> = pkts.iter().map(|&(host, sport, dst, dport)| udp_packet(host, sport, dst, dport)).collect();
+        self.send_bytes(input, &pkts, 0);
+    }
+
+    /// Send packets as they are, with `meta.param` = `param` (the SA index a decrypt
+    /// node hands on).
+    pub fn send_bytes(&mut self, input: NodeId, pkts: &[Vec<u8>], param: u32) {
         for vector in pkts.chunks(engine::VECTOR_SIZE) {
             let mut bufs: Vec<BufIdx> = Vec::new();
-            for &(host, sport, dst, dport) in vector {
+            for p in vector {
+                let dst = if p[0] >> 4 == 4 {
+                    IpAddr::from(<[u8; 4]>::try_from(&p[16..20]).unwrap())
+                } else {
+                    IpAddr::from(<[u8; 16]>::try_from(&p[24..40]).unwrap())
+                };
                 let b = self.pool.alloc(128).unwrap();
                 let buf = self.pool.get_mut(b);
-                buf.write(&udp_packet(host, sport, dst, dport)).unwrap();
+                buf.write(p).unwrap();
                 buf.meta.rx_if = IN_IF;
+                buf.meta.param = param;
                 buf.meta.adj = self.router.lookup(dst);
                 bufs.push(b);
             }
@@ -199,7 +231,7 @@ pub fn udp_packet(host: u8, sport: u16, dst: IpAddr, dport: u16) -> Vec<u8> {
             p[12..16].copy_from_slice(&[198, 18, 0, host]);
             p[16..20].copy_from_slice(&d.octets());
             let sum = wire::checksum::checksum(&p[..20]);
-            p[10..12].copy_from_slice(&(!sum).to_be_bytes());
+            p[10..12].copy_from_slice(&sum.to_be_bytes());
             p[20..22].copy_from_slice(&sport.to_be_bytes());
             p[22..24].copy_from_slice(&dport.to_be_bytes());
             p[24..26].copy_from_slice(&8u16.to_be_bytes());

@@ -1,0 +1,257 @@
+"""ESP interop with strongSwan (IKEv2): two charons negotiate a CHILD_SA, then vecgate
+takes over the responder's ESP with the keys the responder's charon logged (CHILD_SA
+keys at log level chd 4), as it would take them from an IKE daemon.
+
+  ns A (charon, initiator)  ── veth ──  ns G: charon B, then vecgate  ── veth ──  ns H
+  a0 198.18.3.1, lo 198.19.3.1           g0 198.18.3.2                g1 198.19.4.254   198.19.4.1
+  CHILD_SA 198.19.3.0/24 === 198.19.4.0/24 with AES-GCM-128, ChaCha20-Poly1305 or
+  AES-CBC + HMAC-SHA-256-128, ESP in UDP 4500 (charon's userspace ESP, kernel-libipsec:
+  this host's kernel has no ESP); and over IPv6 (2001:db8:3::/64 outside,
+  2001:db8:13::/64 === 2001:db8:14::/64 inside) with AES-GCM-128.
+
+After IKE_AUTH (no ESP sent yet), charon B is killed without a word (SIGKILL: a DELETE
+would end A's SAs), the kernel in G gives up 198.18.3.2, and vecgate answers for it on g0
+with an outbound SA (B -> A, the responder's key) routing 198.19.3.0/24 and an inbound
+one (A -> B, the initiator's key). A's charon, an independent ESP implementation, then
+pings H and moves 10 MB over TCP both ways through vecgate; what arrives is hashed.
+strongSwan comes from apt (scripts/test.sh installs it)."""
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+
+import pytest
+
+from netns import Lab, Vecgate, result, same_stream
+
+CHARON = "/usr/lib/ipsec/charon"
+
+STRONGSWAN_CONF = """charon {{
+    # kernel-libipsec before kernel-netlink: the first IPsec backend loaded wins, so ESP is
+    # charon's own (a TUN device); kernel-netlink only installs routes.
+    load_modular = no
+    load = random nonce openssl pem pkcs1 x509 pubkey socket-default kernel-libipsec kernel-netlink vici updown aes gcm chapoly sha2 hmac kdf curve25519
+    install_routes = yes
+    plugins {{
+        vici {{
+            socket = unix://{dir}/charon.vici
+        }}
+    }}
+    filelog {{
+        log {{
+            path = {dir}/charon.log
+            default = 1
+            flush_line = yes
+        }}
+        keys {{
+            path = {dir}/keys.log
+            flush_line = yes
+            default = 0
+            chd = 4
+        }}
+    }}
+}}
+"""
+
+SWANCTL_CONF = """connections {{
+    gw {{
+        version = 2
+        local_addrs = {local}
+        remote_addrs = {remote}
+        proposals = aes128gcm16-prfsha256-x25519
+        local {{
+            auth = psk
+            id = {local}
+        }}
+        remote {{
+            auth = psk
+            id = {remote}
+        }}
+        children {{
+            net {{
+                local_ts = {local_ts}
+                remote_ts = {remote_ts}
+                esp_proposals = {esp}-x25519
+                mode = tunnel
+            }}
+        }}
+    }}
+}}
+secrets {{
+    ike-1 {{
+        id-1 = {local}
+        id-2 = {remote}
+        secret = "vecgate-test-psk"
+    }}
+}}
+"""
+
+
+def start_charon(lab, ns, d, local, remote, local_ts, remote_ts, esp):
+    d.mkdir()
+    (d / "strongswan.conf").write_text(STRONGSWAN_CONF.format(dir=d))
+    (d / "swanctl.conf").write_text(SWANCTL_CONF.format(local=local, remote=remote, local_ts=local_ts, remote_ts=remote_ts, esp=esp))
+    env = dict(os.environ, STRONGSWAN_CONF=str(d / "strongswan.conf"))
+    # Its own /run: charon writes /run/charon.pid and will not start beside another.
+    p = subprocess.Popen(["ip", "netns", "exec", ns, "unshare", "-m", "sh", "-c", f"mount -t tmpfs tmpfs /run && exec {CHARON}"],
+                         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    lab.procs.append(p)
+    for _ in range(100):
+        if (d / "charon.vici").exists():
+            break
+        time.sleep(0.1)
+    assert (d / "charon.vici").exists(), (d / "charon.log").read_text() if (d / "charon.log").exists() else "no log"
+    r = subprocess.run(["swanctl", "--load-all", "--file", str(d / "swanctl.conf"), "--uri", f"unix://{d}/charon.vici"],
+                       env=env, capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return p, env
+
+
+def child_sa_keys(log, initiator):
+    """The CHILD_SA's two ESP SAs from a charon key log: [(spi, src, dst, enc hex, integ
+    hex)]. charon prints the initiator's and the responder's encryption (and integrity)
+    keys as hex dumps (AEADs: key || salt), then each SA as "SPI 0x..., src X dst Y"; the
+    SA sent by the IKE initiator uses the initiator's keys."""
+    lines = [re.sub(r"^\S*\d+\[\w+\] ", "", l) for l in log.read_text().splitlines()]
+    keys, sas, i = {}, [], 0
+    while i < len(lines):
+        m = re.match(r"(encryption|integrity) (initiator|responder) key => (\d+) bytes", lines[i])
+        if m:
+            want, hexs = int(m.group(3)), ""
+            i += 1
+            while len(hexs) < 2 * want and i < len(lines):
+                d = re.match(r"\s*\d+: ((?:[0-9A-F]{2} ?)+)", lines[i])
+                if not d:
+                    break
+                hexs += d.group(1).replace(" ", "")[: 2 * want - len(hexs)]
+                i += 1
+            keys[(m.group(1), m.group(2))] = hexs.lower()
+            continue
+        m = re.match(r"\s*SPI 0x([0-9a-f]+), src (\S+) dst (\S+)", lines[i])
+        if m:
+            src = m.group(2)
+            role = "initiator" if src == initiator else "responder"
+            sas.append((int(m.group(1), 16), src, m.group(3), keys[("encryption", role)], keys.get(("integrity", role), "")))
+        i += 1
+    return sas
+
+
+@pytest.fixture
+def lab():
+    if not os.path.exists(CHARON) or shutil.which("swanctl") is None:
+        pytest.fail("strongSwan is not installed (scripts/test.sh installs strongswan-charon, strongswan-swanctl, "
+                    "libstrongswan-extra-plugins, libcharon-extra-plugins)")
+    l = Lab()
+    yield l
+    l.close()
+
+
+# vecgate's algorithm and strongSwan's ESP proposal for it.
+ALGS = {"aes-gcm-128": "aes128gcm16", "chacha20-poly1305": "chacha20poly1305", "aes-cbc-sha256": "aes128-sha256"}
+
+# The addresses of each family: outer A and B (then vecgate), A's protected host, H, the
+# address charon B routes from, vecgate's on H's link; the protected subnets.
+FAMILIES = {
+    4: dict(a="198.18.3.1", b="198.18.3.2", plen=24, a_host="198.19.3.1", h="198.19.4.1", b_host="198.19.4.253",
+            gw="198.19.4.254", a_net="198.19.3.0/24", h_net="198.19.4.0/24", host_plen=32),
+    6: dict(a="2001:db8:3::1", b="2001:db8:3::2", plen=64, a_host="2001:db8:13::1", h="2001:db8:14::1", b_host="2001:db8:14::fd",
+            gw="2001:db8:14::fe", a_net="2001:db8:13::/64", h_net="2001:db8:14::/64", host_plen=128),
+}
+CASES = [(a, 4) for a in ALGS] + [("aes-gcm-128", 6)]
+
+
+@pytest.mark.parametrize("alg,fam", CASES, ids=[f"{a}-v{f}" for a, f in CASES])
+def test_vecgate_takes_over_a_strongswan_child_sa(lab, vecgate, tmp_path, alg, fam):
+    f, esp = FAMILIES[fam], ALGS[alg]
+    v6 = ["nodad"] if fam == 6 else []
+    # G keeps IPv6 while charon B runs there (it is turned off with the takeover).
+    a, g, h = lab.ns("a"), lab.ns("g"), lab.ns("h")
+    lab.veth(a, "a0", g, "g0")
+    lab.veth(h, "h0", g, "g1")
+    lab.run(a, "ip", "addr", "add", f"{f['a']}/{f['plen']}", "dev", "a0", *v6)
+    lab.run(a, "ip", "addr", "add", f"{f['a_host']}/{f['host_plen']}", "dev", "lo")
+    lab.run(g, "ip", "addr", "add", f"{f['b']}/{f['plen']}", "dev", "g0", *v6)
+    # charon B routes A's subnet into its TUN device from an address of its own subnet.
+    lab.run(g, "ip", "addr", "add", f"{f['b_host']}/{f['host_plen']}", "dev", "lo")
+    lab.run(h, "ip", "addr", "add", f"{f['h']}/{f['plen'] if fam == 6 else 24}", "dev", "h0", *v6)
+    lab.run(h, "ip", f"-{fam}", "route", "add", "default", "via", f["gw"])
+    ca, env_a = start_charon(lab, a, tmp_path / "a", f["a"], f["b"], f["a_net"], f["h_net"], esp)
+    cb, _ = start_charon(lab, g, tmp_path / "b", f["b"], f["a"], f["h_net"], f["a_net"], esp)
+    r = subprocess.run(["swanctl", "--initiate", "--child", "net", "--uri", f"unix://{tmp_path}/a/charon.vici"], env=env_a,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "initiate completed successfully" in r.stdout, r.stdout + r.stderr
+    sas = child_sa_keys(tmp_path / "b" / "keys.log", f["a"])
+    inbound = [s for s in sas if s[1] == f["a"]]
+    outbound = [s for s in sas if s[1] == f["b"]]
+    assert len(inbound) == 1 and len(outbound) == 1, sas
+    # B goes without a DELETE; G's kernel gives up its addresses and stops answering on
+    # the links; vecgate answers for B.
+    os.killpg(cb.pid, signal.SIGKILL)
+    cb.wait(10)
+    for link in ("g0", "g1"):
+        lab.run(g, "ip", "addr", "flush", "dev", link)
+        lab.run(g, "sysctl", "-qw", f"net.ipv6.conf.{link}.disable_ipv6=1")
+    lab.run(a, "ip", "neigh", "flush", "dev", "a0")
+    mac = lab.run(g, "cat", "/sys/class/net/g0/address").stdout.strip()
+    config = f"""
+[[interface]]
+name = "a"
+type = "af_packet"
+host_if = "g0"
+mac = "{mac}"
+addresses = ["{f['b']}/{f['plen']}"]
+
+[[interface]]
+name = "h"
+type = "af_packet"
+host_if = "g1"
+mac = "02:00:00:00:bb:02"
+addresses = ["{f['gw']}/{f['plen'] if fam == 6 else 24}"]
+
+[[ipsec_sa]]
+index = 0
+spi = {outbound[0][0]}
+direction = "outbound"
+algorithm = "{alg}"
+enc_key = "{outbound[0][3]}"
+integ_key = "{outbound[0][4]}"
+local = "{f['b']}"
+remote = "{f['a']}"
+udp_encap = true
+routes = ["{f['a_net']}"]
+
+[[ipsec_sa]]
+index = 1
+spi = {inbound[0][0]}
+direction = "inbound"
+algorithm = "{alg}"
+enc_key = "{inbound[0][3]}"
+integ_key = "{inbound[0][4]}"
+local = "{f['b']}"
+remote = "{f['a']}"
+udp_encap = true
+"""
+    gw = Vecgate(lab, vecgate, g, config, tmp_path)
+    # The first ping may go while vecgate resolves H; then every one comes back.
+    lab.run(a, "ping", "-c", "1", "-W", "2", "-I", f["a_host"], f["h"], check=False)
+    p = lab.run(a, "ping", "-c", "5", "-i", "0.2", "-W", "3", "-I", f["a_host"], f["h"], check=False, timeout=30)
+    assert p.returncode == 0 and " 0% packet loss" in p.stdout, (p.stdout, gw.errors())
+    # 10 MB A -> H, then H -> A, through charon's ESP and vecgate's.
+    rv6 = ["--v6"] if fam == 6 else []
+    rx = lab.peer(h, "tcp-recv", 7100, *rv6)
+    tx = lab.peer_run(a, "tcp-send", f["h"], 7100, 10_000_000, timeout=120)
+    assert same_stream(tx, result(rx, timeout=120)), tx
+    rx = lab.peer(a, "tcp-recv", 7101, *rv6)
+    tx = lab.peer_run(h, "tcp-send", f["a_host"], 7101, 10_000_000, timeout=120)
+    assert same_stream(tx, result(rx, timeout=120)), tx
+    e = gw.errors()
+    assert e.get((f"esp{fam}-decrypt", "decrypted"), 0) >= 5 + 1000, e
+    assert e.get((f"esp{fam}-encrypt", "encrypted"), 0) >= 5 + 1000, e
+    # IKE messages (MOBIKE, DPD) and NAT keep-alives to 4500 are consumed and counted;
+    # no ESP packet was refused. (H's TCP hands vecgate GSO frames: segmented before
+    # encryption, counted.)
+    fine = ("decrypted", "encrypted", "inner-checksum-completed", "gso-to-segment", "ike", "nat-keepalive")
+    assert not [k for k, v in e.items() if v and k[0].startswith("esp") and k[1] not in fine], e
+    assert gw.stop()[0] == 0

@@ -1,0 +1,129 @@
+"""Transport-mode ESP (RFC 4303 §3.1.1), checked by scapy's ESP layer in transport mode
+(an independent implementation) both ways. The peer 198.18.1.2 / 2001:db8:1::2 sends
+the gateway an ICMP echo request in transport-mode ESP (ESP between its own IP header
+and the ICMP message); vecgate decrypts it, restores the header, answers the echo, and
+its outbound SPD on eth1 protects the reply with the outbound transport SA. scapy
+decrypts the reply and finds the echo reply to the request it sealed: same identifier,
+sequence and data, the addresses swapped."""
+import pytest
+from conftest import GW_MAC0, HOST_MAC, run_pcap
+from test_ipsec import ALGS, ends, keys
+
+from scapy.all import ICMP, IP, UDP, Ether, ICMPv6EchoReply, ICMPv6EchoRequest, IPv6, Raw, raw
+from scapy.layers.ipsec import ESP, SecurityAssociation
+
+IN_SPI, OUT_SPI = 0x5001, 0x6001
+
+
+def config(alg, outer, udp):
+    local, remote = ends(outer)
+    (ek, ik), (ek2, ik2) = keys(alg, 1), keys(alg, 2)
+    udp_line = "udp_encap = true" if udp else ""
+    return f"""
+[[ipsec_sa]]
+index = 5
+spi = {IN_SPI}
+direction = "inbound"
+mode = "transport"
+algorithm = "{alg}"
+enc_key = "{ek2.hex()}"
+integ_key = "{ik2.hex()}"
+local = "{local}"
+remote = "{remote}"
+{udp_line}
+
+[[ipsec_sa]]
+index = 6
+spi = {OUT_SPI}
+direction = "outbound"
+mode = "transport"
+algorithm = "{alg}"
+enc_key = "{ek.hex()}"
+integ_key = "{ik.hex()}"
+local = "{local}"
+remote = "{remote}"
+{udp_line}
+
+[[ipsec_spd]]
+id = 1
+interfaces = ["eth1"]
+
+[[ipsec_policy]]
+spd = 1
+direction = "outbound"
+priority = 100
+action = "protect"
+sa = 6
+remote = "{remote}"
+protocol = "{'icmp' if outer == 4 else 'icmpv6'}"
+
+[[ipsec_policy]]
+spd = 1
+direction = "outbound"
+priority = 10
+action = "bypass"
+"""
+
+
+def scapy_sa(alg, udp, spi, seed):
+    crypt, _, auth, _ = ALGS[alg]
+    ek, ik = keys(alg, seed)
+    return SecurityAssociation(ESP, spi=spi, crypt_algo=crypt, crypt_key=ek or None, auth_algo=auth, auth_key=ik or None,
+                               nat_t_header=UDP(sport=4500, dport=4500) if udp else None)
+
+
+CASES = [(a, 4, False) for a in ALGS] + [("aes-gcm-128", 6, False), ("chacha20-poly1305", 6, False), ("aes-cbc-sha256", 6, False),
+                                         ("aes-gcm-128", 4, True), ("aes-gcm-128", 6, True)]
+
+
+@pytest.mark.parametrize("alg,outer,udp", CASES, ids=[f"{a}-v{o}{'-udp' if u else ''}" for a, o, u in CASES])
+def test_echo_through_transport_mode_both_ways(vecgate, tmp_path, alg, outer, udp):
+    local, remote = ends(outer)
+    peer_out = scapy_sa(alg, udp, IN_SPI, 2)
+    peer_in = scapy_sa(alg, udp, OUT_SPI, 1)
+    if outer == 4:
+        requests = [IP(src=remote, dst=local, ttl=9) / ICMP(type=8, id=0x77, seq=n) / Raw(bytes([n]) * (8 + 61 * n)) for n in range(3)]
+    else:
+        requests = [IPv6(src=remote, dst=local, hlim=9) / ICMPv6EchoRequest(id=0x77, seq=n, data=bytes([n]) * (8 + 61 * n)) for n in range(3)]
+    frames = []
+    for r in requests:
+        sealed = peer_out.encrypt(r)
+        # Transport mode: the request's own addresses stay outside, and ESP follows them.
+        assert (sealed.src, sealed.dst) == (remote, local)
+        frames.append(Ether(src=HOST_MAC, dst=GW_MAC0) / sealed)
+    out0, out1, c, _ = run_pcap(vecgate, tmp_path, frames, config(alg, outer, udp))
+    assert c.get((f"esp{outer}-decrypt", "decrypted")) == len(requests), c
+    assert c.get((f"esp{outer}-encrypt", "encrypted")) == len(requests), c
+    assert not out0 and len(out1) == len(requests), c
+    for n, (frame, req) in enumerate(zip(out1, requests)):
+        l3 = IP(raw(frame)[14:]) if outer == 4 else IPv6(raw(frame)[14:])
+        assert (l3.src, l3.dst) == (local, remote)
+        if udp:
+            assert (l3[UDP].sport, l3[UDP].dport) == (4500, 4500)
+        assert l3[ESP].spi == OUT_SPI and l3[ESP].seq == n + 1
+        reply = peer_in.decrypt(l3)
+        assert (reply.src, reply.dst) == (local, remote)
+        if outer == 4:
+            assert reply.proto == 1 and reply[ICMP].type == 0, reply.show(dump=True)
+            assert (reply[ICMP].id, reply[ICMP].seq) == (req[ICMP].id, req[ICMP].seq)
+            assert bytes(reply[ICMP].payload) == bytes(req[ICMP].payload)
+            # The header scapy rebuilt is the one vecgate sent: length and checksum hold.
+            again = reply.copy()
+            del again.chksum, again.len
+            assert raw(IP(raw(again)))[:20] == raw(reply)[:20]
+        else:
+            assert reply.nh == 58 and ICMPv6EchoReply in reply, reply.show(dump=True)
+            e = reply[ICMPv6EchoReply]
+            assert (e.id, e.seq, e.data) == (0x77, n, req[ICMPv6EchoRequest].data)
+            assert reply.plen == len(raw(reply)) - 40
+
+
+def test_transport_sa_with_routes_is_refused_by_field(vecgate, tmp_path):
+    import subprocess
+
+    from conftest import gateway_config, write_pcap
+    cfg = config("aes-gcm-128", 4, False).replace("index = 6\n", 'index = 6\nroutes = ["198.19.9.0/24"]\n')
+    write_pcap(tmp_path / "in.pcap", [])
+    r = subprocess.run([str(vecgate), "pcap", "--config", str(gateway_config(tmp_path, cfg))], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert "routes" in r.stderr and "transport" in r.stderr, r.stderr
