@@ -218,6 +218,9 @@ impl UpfDataplane {
     }
 }
 
+/// Datagrams handled before their session changes are published.
+pub const BATCH: usize = 64;
+
 /// How often the workers' URR counts are summed and handed to the PFCP core.
 pub const USAGE_SYNC: Duration = Duration::from_millis(100);
 
@@ -336,19 +339,29 @@ impl Pfcp {
 }
 
 impl Control {
-    /// One datagram from the PFCP socket.
-    pub fn pfcp_datagram(&mut self, (data, from, at): Datagram) {
+    /// One datagram from the PFCP socket, and up to [`BATCH`] more already waiting: the
+    /// session changes they make are published once (a burst of establishments copies
+    /// each table chunk once, not once per session).
+    pub fn pfcp_datagram(&mut self, first: Datagram) {
         let Some(p) = self.pfcp.as_mut() else { return };
-        // A deletion answers with the final usage, a modification may query it: the core
-        // needs the latest counts first.
-        if let Ok((h, _)) = pfcp::Header::parse(&data) {
-            if matches!(h.msg_type, pfcp::MessageType::SessionDeletionRequest | pfcp::MessageType::SessionModificationRequest) {
-                if let Some(seid) = h.seid {
-                    p.sync_usage(at, seid);
+        let mut next = Some(first);
+        let mut handled = 0;
+        while let Some((data, from, at)) = next.take() {
+            // A deletion answers with the final usage, a modification may query it: the
+            // core needs the latest counts first.
+            if let Ok((h, _)) = pfcp::Header::parse(&data) {
+                if matches!(h.msg_type, pfcp::MessageType::SessionDeletionRequest | pfcp::MessageType::SessionModificationRequest) {
+                    if let Some(seid) = h.seid {
+                        p.sync_usage(at, seid);
+                    }
                 }
             }
+            p.upf.handle(at, from, &data);
+            handled += 1;
+            if handled < BATCH {
+                next = p.rx.try_recv().ok();
+            }
         }
-        p.upf.handle(at, from, &data);
         self.pfcp_apply();
     }
 
@@ -368,9 +381,10 @@ impl Control {
         self.pfcp_apply();
     }
 
+    /// Apply the core's actions, publish, then send what it queued: an SMF hears that a
+    /// session is accepted once its rules are in the workers' tables.
     fn pfcp_apply(&mut self) {
         let Some(p) = self.pfcp.as_mut() else { return };
-        p.flush();
         let mut changed = false;
         while let Some(a) = p.upf.poll_action() {
             changed |= p.apply(a);
@@ -378,6 +392,7 @@ impl Control {
         if changed {
             p.publish();
         }
+        p.flush();
         // After the publish: the old path's last G-PDUs went out before its End Marker.
         if let Some(w) = self.workers.first() {
             for input in [upf::nodes::CONTROL_INPUT4, upf::nodes::CONTROL_INPUT6] {

@@ -114,10 +114,11 @@ struct Bucket {
     last: u64,
 }
 
-/// A bucket holds this long's worth of the rate: short enough that a policed flow's rate
-/// over a second stays within a few percent of the MBR, long enough for bursts of
-/// full-sized packets.
-pub const BURST_MS: u64 = 10;
+/// A bucket holds this long's worth of the rate: long enough that a sender's scheduling
+/// gaps and catch-up bursts do not cost it its rate (10 ms passed a third of the MBR from
+/// a Python sender on a loaded machine, docs/PERFORMANCE.md), short enough that a
+/// second's volume stays within a tenth of the MBR even from a full bucket.
+pub const BURST_MS: u64 = 100;
 /// …and at least this many bytes (two full-sized packets).
 pub const MIN_BURST: u64 = 3000;
 
