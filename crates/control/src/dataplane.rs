@@ -58,6 +58,10 @@ impl engine::worker::Context for WorkerContext {
         self.ipsec.refresh();
         self.spd.refresh();
     }
+
+    fn as_any(&mut self) -> Option<&mut dyn std::any::Any> {
+        Some(self)
+    }
 }
 
 impl HasIp for WorkerContext {

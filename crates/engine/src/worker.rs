@@ -25,6 +25,10 @@ const IDLE_WAIT_MS: u8 = 1;
 pub trait Context: Send {
     /// Called once per loop iteration, between vectors: pick up published tables.
     fn refresh(&mut self) {}
+    /// The context for a control-plane reader ([`WorkerCmd::Inspect`]); none by default.
+    fn as_any(&mut self) -> Option<&mut dyn std::any::Any> {
+        None
+    }
 }
 
 /// One interface with a device on this worker.
@@ -65,6 +69,9 @@ pub enum WorkerCmd {
         sink: Option<Box<dyn FrameSink>>,
         reply: Sender<Result<(), String>>,
     },
+    /// Read the worker's context between vectors (`show lb sessions`): the closure gets
+    /// [`Context::as_any`] and sends what it found back itself.
+    Inspect(Box<dyn FnOnce(Option<&mut dyn std::any::Any>) + Send>),
     Stop,
 }
 
@@ -264,6 +271,7 @@ impl<C: Context> Worker<C> {
                 };
                 let _ = reply.send(r);
             }
+            WorkerCmd::Inspect(read) => read(self.cx.as_any()),
             WorkerCmd::Stop => return false,
         }
         true
