@@ -46,6 +46,11 @@ if ! python3 -c "import cryptography" >/dev/null 2>&1; then
     python3 -m pip install --quiet cryptography || python3 -m pip install --quiet --break-system-packages cryptography
 fi
 command -v cargo >/dev/null 2>&1 || { echo "Rust is needed: https://rustup.rs (stable)"; exit 1; }
+# kube-apiserver, kubectl and kube-proxy v1.31 for tests/test_lb_k8s.py, built from the Go
+# module proxy into ~/.cache/vecgate-k8s (~9 min the first time, instant when cached;
+# also installs etcd-server, nftables, curl, openssl)
+echo "== kubernetes test binaries"
+tests/k8s/build.sh | tail -1
 
 echo "== build"
 cargo build --release --workspace --locked 2>/dev/null || cargo build --release --workspace

@@ -111,6 +111,14 @@ pub enum Request {
         #[serde(default)]
         service: Option<String>,
     },
+    /// Live connections, every worker's, bounded.
+    ShowLbSessions {
+        #[serde(default)]
+        service: Option<String>,
+        /// At most this many rows (default 100, at most 100 000); the total is counted.
+        #[serde(default)]
+        limit: Option<usize>,
+    },
     /// Add an IPsec SA (the fields of an `[[ipsec_sa]]` table).
     IpsecSaAdd(crate::ipsec::IpsecSaConfig),
     IpsecSaDel {
@@ -427,7 +435,8 @@ impl Control {
             | Request::LbBackendSet(..)
             | Request::LbBackendDel(..)
             | Request::ShowLbServices {}
-            | Request::ShowLbBackends { .. } => crate::lb::handle(self, req)?,
+            | Request::ShowLbBackends { .. }
+            | Request::ShowLbSessions { .. } => crate::lb::handle(self, req)?,
             Request::IpsecSaAdd(c) => {
                 let name = crate::ipsec::add(&mut self.ipsec, &mut self.state, c)?;
                 self.publish_routes();

@@ -47,6 +47,7 @@ commands:
   lb backend del <service> <addr> <port>
   show lb services
   show lb backends [<service>]
+  show lb sessions [service <name>] [limit <n>]
   ipsec sa add <index> spi <n> inbound|outbound [tunnel|transport] alg <algorithm> [enc-key <hex>]
          [integ-key <hex>] local <addr> remote <addr> [udp-encap] [esn] [no-anti-replay]
          [soft-packets|hard-packets|soft-bytes|hard-bytes <n>] [route <prefix>]...
@@ -110,6 +111,7 @@ pub fn parse(words: &[String]) -> Result<Request, String> {
         ["show", "lb", "services" | "service"] => Ok(Request::ShowLbServices {}),
         ["show", "lb", "backends" | "backend"] => Ok(Request::ShowLbBackends { service: None }),
         ["show", "lb", "backends" | "backend", s] => Ok(Request::ShowLbBackends { service: Some(s.to_string()) }),
+        ["show", "lb", "sessions" | "session", rest @ ..] => crate::lb::parse_show_sessions(rest),
         ["lb", rest @ ..] => crate::lb::parse_cli(rest),
         ["ipsec", "sa", "add", rest @ ..] => crate::ipsec::parse_sa_add(rest).map(Request::IpsecSaAdd),
         ["ipsec", "sa", "del" | "delete", index] => {

@@ -60,6 +60,10 @@ impl engine::worker::Context for WorkerContext {
         self.spd.refresh();
         self.upf.refresh();
     }
+
+    fn as_any(&mut self) -> Option<&mut dyn std::any::Any> {
+        Some(self)
+    }
 }
 
 impl HasIp for WorkerContext {

@@ -316,9 +316,95 @@ pub fn handle(c: &mut crate::dataplane::Control, req: &Request) -> Result<Reply,
             let rows = backend_rows(&c.lb, service.as_deref());
             Reply::ok(serde_json::to_value(&rows).map_err(|e| e.to_string())?, format_backends(&rows))
         }
+        Request::ShowLbSessions { service, limit } => {
+            let limit = limit.unwrap_or(100);
+            if limit > MAX_SESSION_ROWS {
+                return Err(format!("limit: {limit}: expected at most {MAX_SESSION_ROWS}"));
+            }
+            let id = match service {
+                Some(n) => Some(c.lb.state.service(n).ok_or_else(|| format!("service {n:?}: no such service"))?.0),
+                None => None,
+            };
+            let (rows, total) = sessions(c, id, limit)?;
+            let text = format_sessions(&c.lb, &rows, total);
+            Reply::ok(serde_json::json!({ "sessions": rows, "total": total }), text)
+        }
         _ => return Err("not a load-balancer request".into()),
     };
     Ok(reply)
+}
+
+/// The most rows `show lb sessions` lists.
+pub const MAX_SESSION_ROWS: usize = 100_000;
+
+/// Every worker's connections (of service `id`, if given): up to `limit` rows, and the total.
+fn sessions(c: &crate::dataplane::Control, id: Option<u32>, limit: usize) -> Result<(Vec<lb::show::SessionRow>, usize), String> {
+    use engine::worker::WorkerCmd;
+    let mut rows = Vec::new();
+    let mut total = 0;
+    for (w, worker) in c.workers.iter().enumerate() {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let left = limit - rows.len();
+        let read = move |cx: Option<&mut dyn std::any::Any>| {
+            let found = cx.and_then(|a| a.downcast_mut::<crate::dataplane::WorkerContext>()).map(|cx| {
+                let now = cx.lb.now_ms;
+                let (mut r, t4) = lb::show::sessions(&cx.lb.b4, w, now, id, left);
+                let (r6, t6) = lb::show::sessions(&cx.lb.b6, w, now, id, left - r.len());
+                r.extend(r6);
+                (r, t4 + t6)
+            });
+            let _ = tx.send(found);
+        };
+        worker.send(WorkerCmd::Inspect(Box::new(read))).map_err(|_| "worker has stopped".to_string())?;
+        let (r, t) = rx
+            .recv_timeout(std::time::Duration::from_secs(2))
+            .map_err(|_| "worker did not answer".to_string())?
+            .ok_or("worker context without a load balancer")?;
+        rows.extend(r);
+        total += t;
+    }
+    Ok((rows, total))
+}
+
+fn format_sessions(c: &LbControl, rows: &[lb::show::SessionRow], total: usize) -> String {
+    let at = |a: IpAddr, p: u16| if a.is_ipv6() { format!("[{a}]:{p}") } else { format!("{a}:{p}") };
+    let mut s = format!(
+        "{:<3} {:<28} {:<5} {:<26} {:<26} {:<26} {:<26} {:<12} {:>10}\n",
+        "wk", "service", "proto", "client", "service address", "backend", "source seen", "state", "expires ms"
+    );
+    for r in rows {
+        let name = c.state.services().find(|(id, _)| *id == r.service).map_or_else(|| r.service.to_string(), |(_, s)| s.name.clone());
+        let proto = lb::Protocol::from_number(r.protocol).map_or_else(|| r.protocol.to_string(), |p| format!("{p:?}").to_lowercase());
+        s += &format!(
+            "{:<3} {:<28} {:<5} {:<26} {:<26} {:<26} {:<26} {:<12} {:>10}\n",
+            r.worker,
+            name,
+            proto,
+            at(r.client, r.client_port),
+            at(r.vip, r.vip_port),
+            at(r.backend, r.backend_port),
+            at(r.source, r.source_port),
+            format!("{:?}", r.state).to_lowercase(),
+            r.expires_in_ms
+        );
+    }
+    s += &format!("{} of {total} connections\n", rows.len());
+    s
+}
+
+/// `show lb sessions [service <name>] [limit <n>]` into a request.
+pub fn parse_show_sessions(w: &[&str]) -> Result<Request, String> {
+    let (mut service, mut limit) = (None, None);
+    let mut it = w.iter();
+    while let Some(&k) = it.next() {
+        let v = it.next().ok_or_else(|| format!("{k}: expected a value"))?;
+        match k {
+            "service" => service = Some(v.to_string()),
+            "limit" => limit = Some(v.parse().map_err(|_| format!("limit {v:?}: expected a number of rows"))?),
+            x => return Err(format!("{x:?}: expected service <name> or limit <n>")),
+        }
+    }
+    Ok(Request::ShowLbSessions { service, limit })
 }
 
 /// `lb …` CLI words into a request.

@@ -25,6 +25,10 @@ const IDLE_WAIT_MS: u8 = 1;
 pub trait Context: Send {
     /// Called once per loop iteration, between vectors: pick up published tables.
     fn refresh(&mut self) {}
+    /// The context for a control-plane reader ([`WorkerCmd::Inspect`]); none by default.
+    fn as_any(&mut self) -> Option<&mut dyn std::any::Any> {
+        None
+    }
 }
 
 /// One interface with a device on this worker.
@@ -68,6 +72,9 @@ pub enum WorkerCmd {
     /// Send frames the control plane built (a UPF's End Markers) into the graph at this
     /// input node; frames that find no free buffer are lost, as on a full ring.
     Inject { input: String, frames: Vec<Vec<u8>> },
+    /// Read the worker's context between vectors (`show lb sessions`): the closure gets
+    /// [`Context::as_any`] and sends what it found back itself.
+    Inspect(Box<dyn FnOnce(Option<&mut dyn std::any::Any>) + Send>),
     Stop,
 }
 
@@ -287,6 +294,7 @@ impl<C: Context> Worker<C> {
                     self.graph.inject(id, &mut self.pool, &bufs, 0);
                 }
             }
+            WorkerCmd::Inspect(read) => read(self.cx.as_any()),
             WorkerCmd::Stop => return false,
         }
         true

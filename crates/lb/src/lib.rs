@@ -20,6 +20,7 @@ pub mod nat;
 pub mod nodes;
 pub mod service;
 pub mod session;
+pub mod show;
 pub mod state;
 pub mod table;
 pub mod tables;

@@ -184,6 +184,22 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Program a running gateway's load balancer from Kubernetes: watch Services and
+    /// EndpointSlices, apply the smallest change per event through the control socket.
+    K8s {
+        #[arg(long, default_value = "/run/vecgate.sock")]
+        socket: PathBuf,
+        /// Kubeconfig file (default: the in-cluster service account, or KUBECONFIG).
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        /// This node's name: its endpoints are the local ones (externalTrafficPolicy and
+        /// internalTrafficPolicy Local).
+        #[arg(long)]
+        node_name: Option<String>,
+        /// Maglev table size of every service (a prime; 0: 100 slots per backend).
+        #[arg(long, default_value_t = 0)]
+        table_size: u32,
+    },
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell), generated
     /// from this command line's definition: `vecgate completions bash > /etc/bash_completion.d/vecgate`.
     Completions { shell: clap_complete::Shell },
@@ -245,7 +261,9 @@ fn main() {
     require_cpu_features();
     io::linux::default_sigpipe();
     let cli = Cli::parse();
-    if !matches!(cli.cmd, None | Some(Cmd::Run { .. })) {
+    if matches!(cli.cmd, Some(Cmd::K8s { .. })) {
+        let _ = logging::init(None, "info", "");
+    } else if !matches!(cli.cmd, None | Some(Cmd::Run { .. })) {
         let _ = logging::init(None, "warn", "");
     }
     let r = match cli.cmd.unwrap_or(Cmd::Run { config: None, duration: None, interval: 1.0, socket: None, metrics: None, json: false }) {
@@ -304,6 +322,10 @@ fn main() {
                     trafgen::print(&r);
                 }
             })
+        }
+        Cmd::K8s { socket, kubeconfig, node_name, table_size } => {
+            let settings = k8s::Settings { node: node_name, table_size };
+            k8s::controller::run_blocking(k8s::Options { socket, kubeconfig, settings }).map(|_| ()).map_err(Into::into)
         }
         Cmd::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "vecgate", &mut std::io::stdout());

@@ -1,0 +1,141 @@
+//! What the load balancer should hold for one Kubernetes Service and its EndpointSlices:
+//! a pure function, one LB service per (address, port, protocol) the Service is reached
+//! at, as kube-proxy reads the same objects:
+//!
+//! - every port × every cluster IP: a `cluster_ip` service;
+//! - NodePort and LoadBalancer types: every port's nodePort × every family of
+//!   `spec.ipFamilies`: a `node_port` service;
+//! - every port × every `status.loadBalancer.ingress[].ip` and `spec.externalIPs`
+//!   address: a `load_balancer` service.
+//!
+//! Backends: the endpoints of the Service's slices of the address's family, at the slice
+//! port with the service port's name and protocol; an address listed by two slices (as
+//! while endpoints move between slices) once, its readiest conditions kept. What comes
+//! out always passes the LB's validation: an endpoint or service address it would refuse
+//! is left out alone, so one bad endpoint cannot block its service.
+//! `externalTrafficPolicy` applies to node-port and external addresses,
+//! `internalTrafficPolicy: Local` keeps cluster-IP traffic on this node's endpoints.
+
+use crate::objects::{EndpointConditions, Service, ServiceKind, ServicePort, Slice};
+use lb::{BackendSpec, Conditions, ServiceSpec, ServiceType, TrafficPolicy};
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// What the controller adds to every mapping: the node it runs for and the Maglev size.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Settings {
+    /// This node's name: endpoints whose `nodeName` it is are local.
+    pub node: Option<String>,
+    /// Maglev table size of every service (0: the LB's default).
+    pub table_size: u32,
+}
+
+/// The LB name of one of a Service's addresses: `namespace/name:port@where`, with `where`
+/// the address, or `nodeport4` / `nodeport6`. Kubernetes names contain no `:` or `@`, so
+/// names of one Service share the prefix [`prefix`] and no other's.
+pub fn lb_name(svc: &Service, port: &ServicePort, place: &str) -> String {
+    let p = if port.name.is_empty() { port.port.to_string() } else { port.name.clone() };
+    format!("{}{p}@{place}", prefix(&svc.key))
+}
+
+/// The start of every LB name of the Service `key`.
+pub fn prefix(key: &crate::objects::Key) -> String {
+    format!("{}/{}:", key.namespace, key.name)
+}
+
+/// Whether an LB service name is one the controller made (a config file's services are
+/// left alone).
+pub fn is_managed(name: &str) -> bool {
+    let Some((obj, rest)) = name.split_once(':') else { return false };
+    obj.split('/').count() == 2 && rest.contains('@')
+}
+
+fn readier(a: EndpointConditions, b: EndpointConditions) -> EndpointConditions {
+    let rank = |c: EndpointConditions| (c.ready, c.serving, !c.terminating);
+    if rank(b) > rank(a) {
+        b
+    } else {
+        a
+    }
+}
+
+/// The backends of `port` in the slices of one family (`ipv4`), local ones only if
+/// asked; sorted by address and port, so that equal sets compare equal.
+fn backends<'a>(
+    port: &ServicePort,
+    ipv4: bool,
+    slices: impl Iterator<Item = &'a Slice>,
+    settings: &Settings,
+    local_only: bool,
+) -> Vec<BackendSpec> {
+    let mut by_addr: BTreeMap<(IpAddr, u16), (EndpointConditions, bool)> = BTreeMap::new();
+    for s in slices.filter(|s| s.ipv4 == ipv4) {
+        let Some(sp) = s.ports.iter().find(|p| p.name == port.name && p.protocol == port.protocol) else { continue };
+        for e in &s.endpoints {
+            let local = settings.node.as_deref().is_some_and(|n| e.node_name.as_deref() == Some(n));
+            if local_only && !local {
+                continue;
+            }
+            by_addr
+                .entry((e.addr, sp.port))
+                .and_modify(|(c, l)| {
+                    *c = readier(*c, e.conditions);
+                    *l |= local;
+                })
+                .or_insert((e.conditions, local));
+        }
+    }
+    by_addr
+        .into_iter()
+        .map(|((addr, port), (c, local))| BackendSpec {
+            addr,
+            port,
+            weight: 1,
+            conditions: Conditions { ready: c.ready, serving: c.serving, terminating: c.terminating },
+            local,
+        })
+        // An address the LB cannot send to (loopback, unspecified, multicast) would make
+        // it refuse the whole service: that endpoint alone is left out.
+        .filter(|b| b.validate(0, ipv4).is_ok())
+        .collect()
+}
+
+/// Every LB service `svc` and its slices make, by name.
+pub fn desired<'a>(svc: &Service, slices: impl Iterator<Item = &'a Slice> + Clone, settings: &Settings) -> BTreeMap<String, ServiceSpec> {
+    let mut out = BTreeMap::new();
+    let external_policy = if svc.external_local { TrafficPolicy::Local } else { TrafficPolicy::Cluster };
+    for port in &svc.ports {
+        let mut add = |place: String, kind: ServiceType, vip: IpAddr, port_no: u16, policy: TrafficPolicy, local_only: bool| {
+            let spec = ServiceSpec {
+                name: lb_name(svc, port, &place),
+                kind,
+                vip,
+                port: port_no,
+                protocol: port.protocol,
+                backends: backends(port, vip.is_ipv4(), slices.clone(), settings, local_only),
+                traffic_policy: policy,
+                affinity: svc.affinity,
+                table_size: settings.table_size,
+            };
+            // A service address the LB cannot serve (a loopback external IP, …) makes nothing.
+            if spec.validate().is_ok() {
+                out.entry(spec.name.clone()).or_insert(spec);
+            }
+        };
+        for &ip in &svc.cluster_ips {
+            add(ip.to_string(), ServiceType::ClusterIp, ip, port.port, TrafficPolicy::Cluster, svc.internal_local);
+        }
+        if let (Some(np), true) = (port.node_port, svc.kind != ServiceKind::ClusterIp) {
+            if svc.ipv4 {
+                add("nodeport4".into(), ServiceType::NodePort, Ipv4Addr::UNSPECIFIED.into(), np, external_policy, false);
+            }
+            if svc.ipv6 {
+                add("nodeport6".into(), ServiceType::NodePort, Ipv6Addr::UNSPECIFIED.into(), np, external_policy, false);
+            }
+        }
+        for &ip in &svc.external_ips {
+            add(ip.to_string(), ServiceType::LoadBalancer, ip, port.port, external_policy, false);
+        }
+    }
+    out
+}

@@ -1,0 +1,230 @@
+//! The controller's sans-IO core: the Services and EndpointSlices it has seen, what it
+//! has applied to the load balancer, and the smallest list of typed API changes that
+//! takes one from the other. An event touches one Service; its LB services are compared
+//! name by name and backend by backend, so one endpoint changed is one backend request.
+//! A change is recorded as applied only once the caller says it succeeded, so a refused
+//! one is tried again at the next event or resync of that Service.
+
+use crate::desired::{self, Settings};
+use crate::objects::{Key, Service, Slice};
+use lb::{BackendSpec, ServiceSpec};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::IpAddr;
+
+/// One typed API request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    DelService(String),
+    AddService(ServiceSpec),
+    /// Add a backend or replace the one with its address and port.
+    SetBackend {
+        service: String,
+        backend: BackendSpec,
+    },
+    DelBackend {
+        service: String,
+        addr: IpAddr,
+        port: u16,
+    },
+}
+
+impl Change {
+    /// The request that carries the change out.
+    pub fn request(&self) -> control::api::Request {
+        use control::api::Request;
+        match self {
+            Change::DelService(name) => Request::LbServiceDel { name: name.clone() },
+            Change::AddService(spec) => Request::LbServiceAdd(spec.clone()),
+            Change::SetBackend { service, backend } => {
+                Request::LbBackendAdd(control::lb::BackendAdd { service: service.clone(), backend: *backend })
+            }
+            Change::DelBackend { service, addr, port } => {
+                Request::LbBackendDel(control::lb::BackendRef { service: service.clone(), addr: *addr, port: *port })
+            }
+        }
+    }
+}
+
+/// Everything but the backends: what, when it changes, replaces the LB service.
+fn same_service(a: &ServiceSpec, b: &ServiceSpec) -> bool {
+    (a.kind, a.vip, a.port, a.protocol, a.traffic_policy, a.affinity, a.table_size)
+        == (b.kind, b.vip, b.port, b.protocol, b.traffic_policy, b.affinity, b.table_size)
+}
+
+/// The changes that turn `current` into `desired` (both one Service's LB services):
+/// deletions first (an address may pass from one name to another), then additions,
+/// then backends.
+pub fn diff(current: &BTreeMap<String, ServiceSpec>, desired: &BTreeMap<String, ServiceSpec>) -> Vec<Change> {
+    let mut dels = Vec::new();
+    let mut adds = Vec::new();
+    let mut backends = Vec::new();
+    for (name, cur) in current {
+        match desired.get(name) {
+            None => dels.push(Change::DelService(name.clone())),
+            Some(want) if !same_service(cur, want) => {
+                dels.push(Change::DelService(name.clone()));
+                adds.push(Change::AddService(want.clone()));
+            }
+            Some(want) => {
+                let key = |b: &BackendSpec| (b.addr, b.port);
+                let have: BTreeMap<_, _> = cur.backends.iter().map(|b| (key(b), b)).collect();
+                let will: BTreeMap<_, _> = want.backends.iter().map(|b| (key(b), b)).collect();
+                for (&(addr, port), _) in have.iter().filter(|(k, _)| !will.contains_key(*k)) {
+                    backends.push(Change::DelBackend { service: name.clone(), addr, port });
+                }
+                for (k, &b) in &will {
+                    if have.get(k) != Some(&b) {
+                        backends.push(Change::SetBackend { service: name.clone(), backend: *b });
+                    }
+                }
+            }
+        }
+    }
+    for (name, want) in desired {
+        if !current.contains_key(name) {
+            adds.push(Change::AddService(want.clone()));
+        }
+    }
+    dels.into_iter().chain(adds).chain(backends).collect()
+}
+
+/// The controller's view: objects by key, slices by the Service they belong to, and the
+/// LB services applied so far by name.
+#[derive(Debug, Default)]
+pub struct Model {
+    settings: Settings,
+    services: HashMap<Key, Service>,
+    slices: HashMap<Key, Slice>,
+    by_service: HashMap<Key, BTreeSet<Key>>,
+    applied: BTreeMap<String, ServiceSpec>,
+}
+
+impl Model {
+    pub fn new(settings: Settings) -> Model {
+        Model { settings, ..Model::default() }
+    }
+
+    /// LB services applied.
+    pub fn applied(&self) -> &BTreeMap<String, ServiceSpec> {
+        &self.applied
+    }
+
+    pub fn services(&self) -> usize {
+        self.services.len()
+    }
+
+    /// Take LB services found in the dataplane at start as applied (a restarted
+    /// controller then changes only what differs).
+    pub fn adopt(&mut self, spec: ServiceSpec) {
+        self.applied.insert(spec.name.clone(), spec);
+    }
+
+    fn applied_of(&self, key: &Key) -> BTreeMap<String, ServiceSpec> {
+        let p = desired::prefix(key);
+        self.applied.range(p.clone()..).take_while(|(n, _)| n.starts_with(&p)).map(|(n, s)| (n.clone(), s.clone())).collect()
+    }
+
+    fn desired_of(&self, key: &Key) -> BTreeMap<String, ServiceSpec> {
+        let Some(svc) = self.services.get(key) else { return BTreeMap::new() };
+        let slices = self.by_service.get(key).into_iter().flatten().filter_map(|k| self.slices.get(k));
+        desired::desired(svc, slices, &self.settings)
+    }
+
+    /// The changes that bring the Service `key`'s LB services to what its objects say.
+    pub fn plan(&self, key: &Key) -> Vec<Change> {
+        diff(&self.applied_of(key), &self.desired_of(key))
+    }
+
+    /// Every Service key with objects or applied LB services (for a whole resync).
+    pub fn keys(&self) -> BTreeSet<Key> {
+        let mut keys: BTreeSet<Key> = self.services.keys().cloned().collect();
+        for name in self.applied.keys().filter(|n| desired::is_managed(n)) {
+            if let Some((ns, rest)) = name.split_once('/') {
+                keys.insert(Key::new(ns, rest.split(':').next().unwrap_or("")));
+            }
+        }
+        keys
+    }
+
+    /// Record a change the load balancer accepted.
+    pub fn record(&mut self, c: &Change) {
+        match c {
+            Change::DelService(n) => {
+                self.applied.remove(n);
+            }
+            Change::AddService(s) => {
+                self.applied.insert(s.name.clone(), s.clone());
+            }
+            Change::SetBackend { service, backend } => {
+                if let Some(s) = self.applied.get_mut(service) {
+                    match s.backends.iter_mut().find(|b| b.addr == backend.addr && b.port == backend.port) {
+                        Some(b) => *b = *backend,
+                        None => s.backends.push(*backend),
+                    }
+                    s.backends.sort_by_key(|b| (b.addr, b.port));
+                }
+            }
+            Change::DelBackend { service, addr, port } => {
+                if let Some(s) = self.applied.get_mut(service) {
+                    s.backends.retain(|b| !(b.addr == *addr && b.port == *port));
+                }
+            }
+        }
+    }
+
+    /// A Service added or changed; returns the key to plan.
+    pub fn service_applied(&mut self, svc: Service) -> Key {
+        let key = svc.key.clone();
+        self.services.insert(key.clone(), svc);
+        key
+    }
+
+    pub fn service_deleted(&mut self, key: &Key) -> Key {
+        self.services.remove(key);
+        key.clone()
+    }
+
+    /// A slice added or changed; returns the Service keys to plan (two when the slice
+    /// moved from one Service to another).
+    pub fn slice_applied(&mut self, slice: Slice) -> Vec<Key> {
+        let mut keys = self.slice_deleted(&slice.key.clone());
+        self.by_service.entry(slice.service.clone()).or_default().insert(slice.key.clone());
+        if !keys.contains(&slice.service) {
+            keys.push(slice.service.clone());
+        }
+        self.slices.insert(slice.key.clone(), slice);
+        keys
+    }
+
+    pub fn slice_deleted(&mut self, key: &Key) -> Vec<Key> {
+        let Some(old) = self.slices.remove(key) else { return Vec::new() };
+        if let Some(set) = self.by_service.get_mut(&old.service) {
+            set.remove(key);
+            if set.is_empty() {
+                self.by_service.remove(&old.service);
+            }
+        }
+        vec![old.service]
+    }
+
+    /// After a (re)list of Services: the listed ones replace what was known. Returns
+    /// every key to plan.
+    pub fn services_listed(&mut self, listed: Vec<Service>) -> BTreeSet<Key> {
+        let mut keys: BTreeSet<Key> = self.services.keys().cloned().collect();
+        self.services = listed.into_iter().map(|s| (s.key.clone(), s)).collect();
+        keys.extend(self.services.keys().cloned());
+        keys
+    }
+
+    /// After a (re)list of slices, the same.
+    pub fn slices_listed(&mut self, listed: Vec<Slice>) -> BTreeSet<Key> {
+        let mut keys: BTreeSet<Key> = self.by_service.keys().cloned().collect();
+        self.slices.clear();
+        self.by_service.clear();
+        for s in listed {
+            keys.insert(s.service.clone());
+            self.slice_applied(s);
+        }
+        keys
+    }
+}

@@ -1,0 +1,276 @@
+//! The parts of a Kubernetes Service and EndpointSlice the load balancer reads, checked
+//! once when an object arrives: every address parsed, every port in range, every enum
+//! value known. An object that does not pass is refused with an error naming it, the
+//! field and what was expected (the controller logs it and keeps what it had).
+
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::api::discovery::v1 as discovery;
+use lb::{Affinity, Protocol};
+use std::net::IpAddr;
+
+/// `namespace/name` of an object.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Key {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl Key {
+    pub fn new(namespace: &str, name: &str) -> Key {
+        Key { namespace: namespace.into(), name: name.into() }
+    }
+}
+
+impl std::fmt::Display for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// What is wrong with an object: `<kind> <namespace/name>: <field>: <what was expected>`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{kind} {key}: {field}: {message}")]
+pub struct ObjectError {
+    pub kind: &'static str,
+    pub key: Key,
+    pub field: String,
+    pub message: String,
+}
+
+/// How a Service is reached (`spec.type`); ExternalName services have no dataplane part.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServiceKind {
+    ClusterIp,
+    NodePort,
+    LoadBalancer,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServicePort {
+    /// The port's name (empty when the service has one unnamed port); EndpointSlice ports
+    /// are matched to it by name.
+    pub name: String,
+    pub protocol: Protocol,
+    pub port: u16,
+    pub node_port: Option<u16>,
+}
+
+/// A Service as the load balancer sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Service {
+    pub key: Key,
+    pub kind: ServiceKind,
+    /// `spec.clusterIPs` (or `spec.clusterIP`); empty for a headless service.
+    pub cluster_ips: Vec<IpAddr>,
+    /// `spec.ipFamilies`: the families NodePorts open on.
+    pub ipv4: bool,
+    pub ipv6: bool,
+    pub ports: Vec<ServicePort>,
+    /// `status.loadBalancer.ingress[].ip` and `spec.externalIPs`: addresses from outside.
+    pub external_ips: Vec<IpAddr>,
+    pub affinity: Affinity,
+    /// `externalTrafficPolicy: Local`: traffic from outside goes to this node's endpoints
+    /// only and keeps its source address.
+    pub external_local: bool,
+    /// `internalTrafficPolicy: Local`: ClusterIP traffic goes to this node's endpoints only.
+    pub internal_local: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EndpointConditions {
+    pub ready: bool,
+    pub serving: bool,
+    pub terminating: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    /// The first of `addresses` (the only one consumers use, by the API's definition).
+    pub addr: IpAddr,
+    pub conditions: EndpointConditions,
+    pub node_name: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlicePort {
+    pub name: String,
+    pub protocol: Protocol,
+    pub port: u16,
+}
+
+/// An EndpointSlice of addressType IPv4 or IPv6, with the service it belongs to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Slice {
+    pub key: Key,
+    /// The `kubernetes.io/service-name` label, in the slice's namespace.
+    pub service: Key,
+    pub ipv4: bool,
+    pub ports: Vec<SlicePort>,
+    pub endpoints: Vec<Endpoint>,
+}
+
+/// The label that ties an EndpointSlice to its Service.
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+
+fn key_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Key {
+    Key::new(meta.namespace.as_deref().unwrap_or("default"), meta.name.as_deref().unwrap_or(""))
+}
+
+struct Checker {
+    kind: &'static str,
+    key: Key,
+}
+
+impl Checker {
+    fn err(&self, field: impl Into<String>, message: impl Into<String>) -> ObjectError {
+        ObjectError { kind: self.kind, key: self.key.clone(), field: field.into(), message: message.into() }
+    }
+
+    fn ip(&self, field: impl Into<String>, s: &str) -> Result<IpAddr, ObjectError> {
+        s.parse().map_err(|_| self.err(field, format!("{s:?}: expected an IPv4 or IPv6 address")))
+    }
+
+    fn port(&self, field: impl Into<String>, p: i32) -> Result<u16, ObjectError> {
+        u16::try_from(p).ok().filter(|&p| p != 0).ok_or_else(|| self.err(field, format!("{p}: expected 1 to 65535")))
+    }
+
+    /// `None` for SCTP, which the load balancer does not carry.
+    fn protocol(&self, field: impl Into<String>, p: Option<&str>) -> Result<Option<Protocol>, ObjectError> {
+        match p.unwrap_or("TCP") {
+            "TCP" => Ok(Some(Protocol::Tcp)),
+            "UDP" => Ok(Some(Protocol::Udp)),
+            "SCTP" => Ok(None),
+            o => Err(self.err(field, format!("{o:?}: expected TCP, UDP or SCTP"))),
+        }
+    }
+}
+
+impl Service {
+    /// The Service's dataplane part; `None` for ExternalName services.
+    pub fn from_k8s(s: &core::Service) -> Result<Option<Service>, ObjectError> {
+        let c = Checker { kind: "service", key: key_of(&s.metadata) };
+        let Some(spec) = &s.spec else { return Err(c.err("spec", "expected a spec")) };
+        let kind = match spec.type_.as_deref().unwrap_or("ClusterIP") {
+            "ClusterIP" => ServiceKind::ClusterIp,
+            "NodePort" => ServiceKind::NodePort,
+            "LoadBalancer" => ServiceKind::LoadBalancer,
+            "ExternalName" => return Ok(None),
+            o => return Err(c.err("spec.type", format!("{o:?}: expected ClusterIP, NodePort, LoadBalancer or ExternalName"))),
+        };
+        let mut cluster_ips = Vec::new();
+        match (&spec.cluster_ips, &spec.cluster_ip) {
+            (Some(ips), _) if !ips.is_empty() => {
+                for (i, a) in ips.iter().enumerate().filter(|(_, a)| *a != "None") {
+                    cluster_ips.push(c.ip(format!("spec.clusterIPs[{i}]"), a)?);
+                }
+            }
+            (_, Some(a)) if a != "None" && !a.is_empty() => cluster_ips.push(c.ip("spec.clusterIP", a)?),
+            _ => {}
+        }
+        let families = spec.ip_families.clone().unwrap_or_default();
+        let (mut ipv4, mut ipv6) = (families.iter().any(|f| f == "IPv4"), families.iter().any(|f| f == "IPv6"));
+        if families.is_empty() {
+            ipv4 = cluster_ips.iter().any(IpAddr::is_ipv4);
+            ipv6 = cluster_ips.iter().any(IpAddr::is_ipv6);
+        }
+        let mut ports = Vec::new();
+        for (i, p) in spec.ports.iter().flatten().enumerate() {
+            let Some(protocol) = c.protocol(format!("spec.ports[{i}].protocol"), p.protocol.as_deref())? else { continue };
+            let node_port = match p.node_port {
+                Some(n) if kind != ServiceKind::ClusterIp && n != 0 => Some(c.port(format!("spec.ports[{i}].nodePort"), n)?),
+                _ => None,
+            };
+            ports.push(ServicePort {
+                name: p.name.clone().unwrap_or_default(),
+                protocol,
+                port: c.port(format!("spec.ports[{i}].port"), p.port)?,
+                node_port,
+            });
+        }
+        let mut external_ips = Vec::new();
+        for (i, a) in spec.external_ips.iter().flatten().enumerate() {
+            external_ips.push(c.ip(format!("spec.externalIPs[{i}]"), a)?);
+        }
+        if kind == ServiceKind::LoadBalancer {
+            let ingress = s.status.as_ref().and_then(|st| st.load_balancer.as_ref()).and_then(|l| l.ingress.as_ref());
+            for (i, g) in ingress.into_iter().flatten().enumerate() {
+                if let Some(a) = &g.ip {
+                    external_ips.push(c.ip(format!("status.loadBalancer.ingress[{i}].ip"), a)?);
+                }
+            }
+        }
+        let affinity = match spec.session_affinity.as_deref().unwrap_or("None") {
+            "None" => Affinity::None,
+            "ClientIP" => {
+                let t = spec.session_affinity_config.as_ref().and_then(|a| a.client_ip.as_ref()).and_then(|a| a.timeout_seconds);
+                let timeout_s = match t {
+                    None => lb::service::DEFAULT_AFFINITY_TIMEOUT_S,
+                    Some(t) if t >= 1 && t as u32 <= lb::service::MAX_AFFINITY_TIMEOUT_S => t as u32,
+                    Some(t) => {
+                        return Err(c.err(
+                            "spec.sessionAffinityConfig.clientIP.timeoutSeconds",
+                            format!("{t}: expected 1 to {}", lb::service::MAX_AFFINITY_TIMEOUT_S),
+                        ))
+                    }
+                };
+                Affinity::ClientIp { timeout_s }
+            }
+            o => return Err(c.err("spec.sessionAffinity", format!("{o:?}: expected None or ClientIP"))),
+        };
+        let policy = |field: &str, v: Option<&str>| match v.unwrap_or("Cluster") {
+            "Cluster" => Ok(false),
+            "Local" => Ok(true),
+            o => Err(c.err(field, format!("{o:?}: expected Cluster or Local"))),
+        };
+        Ok(Some(Service {
+            external_local: policy("spec.externalTrafficPolicy", spec.external_traffic_policy.as_deref())?,
+            internal_local: policy("spec.internalTrafficPolicy", spec.internal_traffic_policy.as_deref())?,
+            key: c.key,
+            kind,
+            cluster_ips,
+            ipv4,
+            ipv6,
+            ports,
+            external_ips,
+            affinity,
+        }))
+    }
+}
+
+impl Slice {
+    /// The slice's dataplane part; `None` for FQDN slices and slices without the
+    /// service-name label (nothing routes to them).
+    pub fn from_k8s(s: &discovery::EndpointSlice) -> Result<Option<Slice>, ObjectError> {
+        let c = Checker { kind: "endpointslice", key: key_of(&s.metadata) };
+        let ipv4 = match s.address_type.as_str() {
+            "IPv4" => true,
+            "IPv6" => false,
+            "FQDN" => return Ok(None),
+            o => return Err(c.err("addressType", format!("{o:?}: expected IPv4, IPv6 or FQDN"))),
+        };
+        let Some(service) = s.metadata.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL)) else { return Ok(None) };
+        let mut ports = Vec::new();
+        for (i, p) in s.ports.iter().flatten().enumerate() {
+            let Some(protocol) = c.protocol(format!("ports[{i}].protocol"), p.protocol.as_deref())? else { continue };
+            // A port without a number means "all ports", which only headless services use.
+            let Some(port) = p.port else { continue };
+            ports.push(SlicePort { name: p.name.clone().unwrap_or_default(), protocol, port: c.port(format!("ports[{i}].port"), port)? });
+        }
+        let mut endpoints = Vec::new();
+        for (i, e) in s.endpoints.iter().enumerate() {
+            let Some(a) = e.addresses.first() else { return Err(c.err(format!("endpoints[{i}].addresses"), "expected an address")) };
+            let addr = c.ip(format!("endpoints[{i}].addresses[0]"), a)?;
+            if addr.is_ipv4() != ipv4 {
+                return Err(c.err(format!("endpoints[{i}].addresses[0]"), format!("{addr}: expected an {} address", s.address_type)));
+            }
+            // The API's reading of unset conditions: ready unless said otherwise, serving
+            // as ready, not terminating.
+            let k = e.conditions.clone().unwrap_or_default();
+            let ready = k.ready.unwrap_or(true);
+            let terminating = k.terminating.unwrap_or(false);
+            let conditions = EndpointConditions { ready: ready && !terminating, serving: k.serving.unwrap_or(ready), terminating };
+            endpoints.push(Endpoint { addr, conditions, node_name: e.node_name.clone() });
+        }
+        Ok(Some(Slice { service: Key::new(&c.key.namespace, service), key: c.key, ipv4, ports, endpoints }))
+    }
+}

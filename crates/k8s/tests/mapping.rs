@@ -1,0 +1,417 @@
+//! The sans-IO controller without a server: Services and EndpointSlices as the API
+//! serves them (JSON) → LB services → the typed changes an event causes.
+
+use k8s::model::{diff, Change, Model};
+use k8s::objects::{Key, Service, Slice};
+use k8s::Settings;
+use lb::{Affinity, BackendSpec, Conditions, Protocol, ServiceSpec, ServiceType, TrafficPolicy};
+use proptest::prelude::*;
+use serde_json::json;
+use std::collections::BTreeMap;
+
+fn service(v: serde_json::Value) -> Service {
+    let o: k8s_openapi::api::core::v1::Service = serde_json::from_value(v).unwrap();
+    Service::from_k8s(&o).unwrap().unwrap()
+}
+
+fn slice(v: serde_json::Value) -> Slice {
+    let o: k8s_openapi::api::discovery::v1::EndpointSlice = serde_json::from_value(v).unwrap();
+    Slice::from_k8s(&o).unwrap().unwrap()
+}
+
+fn web() -> serde_json::Value {
+    json!({
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"type": "ClusterIP", "clusterIP": "198.18.128.10", "clusterIPs": ["198.18.128.10"], "ipFamilies": ["IPv4"],
+                 "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"},
+                           {"name": "dns", "port": 53, "targetPort": 8053, "protocol": "UDP"}]}
+    })
+}
+
+fn endpoint(addr: &str, ready: bool, terminating: bool, node: &str) -> serde_json::Value {
+    json!({"addresses": [addr], "conditions": {"ready": ready, "serving": true, "terminating": terminating}, "nodeName": node})
+}
+
+fn web_slice(name: &str, endpoints: Vec<serde_json::Value>) -> serde_json::Value {
+    json!({
+        "metadata": {"name": name, "namespace": "default", "labels": {"kubernetes.io/service-name": "web"}},
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}, {"name": "dns", "port": 8053, "protocol": "UDP"}],
+        "endpoints": endpoints
+    })
+}
+
+fn settings() -> Settings {
+    Settings { node: Some("n1".into()), table_size: 0 }
+}
+
+/// A model with web and its slice, everything planned applied.
+fn synced(endpoints: Vec<serde_json::Value>) -> (Model, Key) {
+    let mut m = Model::new(settings());
+    let key = m.service_applied(service(web()));
+    m.slice_applied(slice(web_slice("web-1", endpoints)));
+    for c in m.plan(&key) {
+        m.record(&c);
+    }
+    assert!(m.plan(&key).is_empty(), "applied everything");
+    (m, key)
+}
+
+fn addr(s: &str) -> std::net::IpAddr {
+    s.parse().unwrap()
+}
+
+#[test]
+fn a_cluster_ip_service_is_one_lb_service_per_port_with_the_slice_port_of_its_name() {
+    let (m, _) = synced(vec![endpoint("198.19.1.10", true, false, "n1"), endpoint("198.19.2.10", true, false, "n2")]);
+    let names: Vec<&String> = m.applied().keys().collect();
+    assert_eq!(names, ["default/web:dns@198.18.128.10", "default/web:http@198.18.128.10"]);
+    let http = &m.applied()["default/web:http@198.18.128.10"];
+    assert_eq!((http.kind, http.vip, http.port, http.protocol), (ServiceType::ClusterIp, addr("198.18.128.10"), 80, Protocol::Tcp));
+    assert_eq!(http.traffic_policy, TrafficPolicy::Cluster);
+    let b: Vec<(std::net::IpAddr, u16, bool)> = http.backends.iter().map(|b| (b.addr, b.port, b.local)).collect();
+    assert_eq!(b, [(addr("198.19.1.10"), 8080, true), (addr("198.19.2.10"), 8080, false)]);
+    let dns = &m.applied()["default/web:dns@198.18.128.10"];
+    assert_eq!((dns.port, dns.protocol, dns.backends[0].port), (53, Protocol::Udp, 8053));
+    for s in m.applied().values() {
+        s.validate().unwrap();
+    }
+}
+
+#[test]
+fn one_endpoint_removed_is_one_backend_request_per_port() {
+    let (mut m, key) = synced(vec![endpoint("198.19.1.10", true, false, "n1"), endpoint("198.19.2.10", true, false, "n2")]);
+    let keys = m.slice_applied(slice(web_slice("web-1", vec![endpoint("198.19.1.10", true, false, "n1")])));
+    assert_eq!(keys, [key.clone()]);
+    let plan = m.plan(&key);
+    assert_eq!(
+        plan,
+        [
+            Change::DelBackend { service: "default/web:dns@198.18.128.10".into(), addr: addr("198.19.2.10"), port: 8053 },
+            Change::DelBackend { service: "default/web:http@198.18.128.10".into(), addr: addr("198.19.2.10"), port: 8080 },
+        ]
+    );
+}
+
+#[test]
+fn a_terminating_endpoint_is_one_backend_set_with_its_conditions() {
+    let (mut m, key) = synced(vec![endpoint("198.19.1.10", true, false, "n1"), endpoint("198.19.2.10", true, false, "n2")]);
+    m.slice_applied(slice(web_slice(
+        "web-1",
+        vec![endpoint("198.19.1.10", true, false, "n1"), endpoint("198.19.2.10", false, true, "n2")],
+    )));
+    let plan = m.plan(&key);
+    assert_eq!(plan.len(), 2);
+    for c in &plan {
+        let Change::SetBackend { backend, .. } = c else { panic!("{c:?}") };
+        assert_eq!(backend.addr, addr("198.19.2.10"));
+        assert_eq!(backend.conditions, Conditions { ready: false, serving: true, terminating: true });
+    }
+}
+
+#[test]
+fn an_endpoint_moving_between_slices_changes_nothing() {
+    let (mut m, key) = synced(vec![endpoint("198.19.1.10", true, false, "n1"), endpoint("198.19.2.10", true, false, "n2")]);
+    // The new slice first lists it (both slices have it for a moment), then the old one drops it.
+    m.slice_applied(slice(web_slice("web-2", vec![endpoint("198.19.2.10", true, false, "n2")])));
+    assert_eq!(m.plan(&key), []);
+    m.slice_applied(slice(web_slice("web-1", vec![endpoint("198.19.1.10", true, false, "n1")])));
+    assert_eq!(m.plan(&key), []);
+    // Listed twice with different conditions, the readier wins.
+    m.slice_applied(slice(web_slice(
+        "web-1",
+        vec![endpoint("198.19.1.10", true, false, "n1"), endpoint("198.19.2.10", false, true, "n2")],
+    )));
+    assert_eq!(m.plan(&key), []);
+}
+
+#[test]
+fn a_service_port_change_replaces_only_that_lb_service() {
+    let (mut m, key) = synced(vec![endpoint("198.19.1.10", true, false, "n1")]);
+    let mut v = web();
+    v["spec"]["ports"][0]["port"] = json!(81);
+    m.service_applied(service(v));
+    let plan = m.plan(&key);
+    assert_eq!(plan.len(), 2, "{plan:?}");
+    assert_eq!(plan[0], Change::DelService("default/web:http@198.18.128.10".into()));
+    let Change::AddService(s) = &plan[1] else { panic!() };
+    assert_eq!((s.port, s.backends.len()), (81, 1));
+}
+
+#[test]
+fn deleting_the_service_deletes_its_lb_services_and_nothing_else() {
+    let (mut m, key) = synced(vec![endpoint("198.19.1.10", true, false, "n1")]);
+    let mut other = web();
+    other["metadata"]["name"] = json!("web-other");
+    other["spec"]["clusterIP"] = json!("198.18.128.11");
+    other["spec"]["clusterIPs"] = json!(["198.18.128.11"]);
+    let k2 = m.service_applied(service(other));
+    for c in m.plan(&k2) {
+        m.record(&c);
+    }
+    m.service_deleted(&key);
+    let plan = m.plan(&key);
+    assert_eq!(
+        plan,
+        [Change::DelService("default/web:dns@198.18.128.10".into()), Change::DelService("default/web:http@198.18.128.10".into())]
+    );
+    assert!(m.plan(&k2).is_empty());
+}
+
+#[test]
+fn node_port_and_load_balancer_services_map_every_address_with_the_external_policy() {
+    let v = json!({
+        "metadata": {"name": "shop", "namespace": "prod"},
+        "spec": {"type": "LoadBalancer", "clusterIP": "198.18.128.20", "clusterIPs": ["198.18.128.20", "2001:db8:128::20"],
+                 "ipFamilies": ["IPv4", "IPv6"], "externalTrafficPolicy": "Local", "sessionAffinity": "ClientIP",
+                 "sessionAffinityConfig": {"clientIP": {"timeoutSeconds": 600}},
+                 "ports": [{"port": 443, "nodePort": 30443, "protocol": "TCP"}]},
+        "status": {"loadBalancer": {"ingress": [{"ip": "198.18.200.1"}]}}
+    });
+    let svc = service(v);
+    let slices = [
+        slice(json!({"metadata": {"name": "shop-a", "namespace": "prod", "labels": {"kubernetes.io/service-name": "shop"}},
+                     "addressType": "IPv4", "ports": [{"port": 8443, "protocol": "TCP"}],
+                     "endpoints": [{"addresses": ["198.19.1.5"], "nodeName": "n1"}, {"addresses": ["198.19.2.5"], "nodeName": "n2"}]})),
+        slice(json!({"metadata": {"name": "shop-b", "namespace": "prod", "labels": {"kubernetes.io/service-name": "shop"}},
+                     "addressType": "IPv6", "ports": [{"port": 8443, "protocol": "TCP"}],
+                     "endpoints": [{"addresses": ["2001:db8:19:1::5"], "nodeName": "n1"}]})),
+    ];
+    let d = k8s::desired::desired(&svc, slices.iter(), &settings());
+    let got: Vec<(&str, ServiceType, String, u16, TrafficPolicy, usize)> =
+        d.iter().map(|(n, s)| (n.as_str(), s.kind, s.vip.to_string(), s.port, s.traffic_policy, s.backends.len())).collect();
+    assert_eq!(
+        got,
+        [
+            ("prod/shop:443@198.18.128.20", ServiceType::ClusterIp, "198.18.128.20".into(), 443, TrafficPolicy::Cluster, 2),
+            ("prod/shop:443@198.18.200.1", ServiceType::LoadBalancer, "198.18.200.1".into(), 443, TrafficPolicy::Local, 2),
+            ("prod/shop:443@2001:db8:128::20", ServiceType::ClusterIp, "2001:db8:128::20".into(), 443, TrafficPolicy::Cluster, 1),
+            ("prod/shop:443@nodeport4", ServiceType::NodePort, "0.0.0.0".into(), 30443, TrafficPolicy::Local, 2),
+            ("prod/shop:443@nodeport6", ServiceType::NodePort, "::".into(), 30443, TrafficPolicy::Local, 1),
+        ]
+    );
+    for s in d.values() {
+        assert_eq!(s.affinity, Affinity::ClientIp { timeout_s: 600 });
+        s.validate().unwrap();
+    }
+    // Local policy: the LB sends outside traffic to local backends only (its `local` flag).
+    let lb = &d["prod/shop:443@198.18.200.1"];
+    assert_eq!(lb.backends.iter().filter(|b| b.local).map(|b| b.addr).collect::<Vec<_>>(), [addr("198.19.1.5")]);
+}
+
+#[test]
+fn internal_traffic_policy_local_keeps_cluster_ip_traffic_on_the_node() {
+    let mut v = web();
+    v["spec"]["internalTrafficPolicy"] = json!("Local");
+    let s = slice(web_slice("web-1", vec![endpoint("198.19.1.10", true, false, "n1"), endpoint("198.19.2.10", true, false, "n2")]));
+    let d = k8s::desired::desired(&service(v), [s].iter(), &settings());
+    assert_eq!(d["default/web:http@198.18.128.10"].backends.iter().map(|b| b.addr).collect::<Vec<_>>(), [addr("198.19.1.10")]);
+}
+
+#[test]
+fn headless_external_name_fqdn_and_sctp_make_nothing() {
+    let mut v = web();
+    v["spec"]["clusterIP"] = json!("None");
+    v["spec"]["clusterIPs"] = json!(["None"]);
+    assert!(k8s::desired::desired(&service(v), [].iter(), &settings()).is_empty());
+    let ext: k8s_openapi::api::core::v1::Service =
+        serde_json::from_value(json!({"metadata": {"name": "x"}, "spec": {"type": "ExternalName", "externalName": "example.org"}}))
+            .unwrap();
+    assert_eq!(Service::from_k8s(&ext).unwrap(), None);
+    let fqdn: k8s_openapi::api::discovery::v1::EndpointSlice = serde_json::from_value(json!({
+        "metadata": {"name": "x", "labels": {"kubernetes.io/service-name": "x"}}, "addressType": "FQDN", "endpoints": []}))
+    .unwrap();
+    assert_eq!(Slice::from_k8s(&fqdn).unwrap(), None);
+    let mut v = web();
+    v["spec"]["ports"] = json!([{"port": 9, "protocol": "SCTP"}]);
+    assert!(service(v).ports.is_empty());
+}
+
+#[test]
+fn bad_objects_are_refused_naming_object_field_and_expectation() {
+    let cases = [
+        (
+            json!({"clusterIP": "198.18.128.10.1", "clusterIPs": ["198.18.128.10.1"]}),
+            "service default/web: spec.clusterIPs[0]: \"198.18.128.10.1\": expected an IPv4 or IPv6 address",
+        ),
+        (json!({"ports": [{"port": 70000}]}), "service default/web: spec.ports[0].port: 70000: expected 1 to 65535"),
+        (
+            json!({"ports": [{"port": 80, "protocol": "ICMP"}]}),
+            "service default/web: spec.ports[0].protocol: \"ICMP\": expected TCP, UDP or SCTP",
+        ),
+        (json!({"sessionAffinity": "Cookie"}), "service default/web: spec.sessionAffinity: \"Cookie\": expected None or ClientIP"),
+        (
+            json!({"externalTrafficPolicy": "Nearby"}),
+            "service default/web: spec.externalTrafficPolicy: \"Nearby\": expected Cluster or Local",
+        ),
+        (
+            json!({"sessionAffinity": "ClientIP", "sessionAffinityConfig": {"clientIP": {"timeoutSeconds": 0}}}),
+            "service default/web: spec.sessionAffinityConfig.clientIP.timeoutSeconds: 0: expected 1 to 86400",
+        ),
+    ];
+    for (patch, want) in cases {
+        let mut v = web();
+        for (k, val) in patch.as_object().unwrap() {
+            v["spec"][k] = val.clone();
+        }
+        let o: k8s_openapi::api::core::v1::Service = serde_json::from_value(v).unwrap();
+        let e = Service::from_k8s(&o).unwrap_err().to_string();
+        assert_eq!(e, want);
+    }
+    let mut s = web_slice("web-1", vec![endpoint("2001:db8::1", true, false, "n1")]);
+    let o: k8s_openapi::api::discovery::v1::EndpointSlice = serde_json::from_value(s.clone()).unwrap();
+    assert_eq!(
+        Slice::from_k8s(&o).unwrap_err().to_string(),
+        "endpointslice default/web-1: endpoints[0].addresses[0]: 2001:db8::1: expected an IPv4 address"
+    );
+    s["addressType"] = json!("IPX");
+    let o: k8s_openapi::api::discovery::v1::EndpointSlice = serde_json::from_value(s).unwrap();
+    assert_eq!(
+        Slice::from_k8s(&o).unwrap_err().to_string(),
+        "endpointslice default/web-1: addressType: \"IPX\": expected IPv4, IPv6 or FQDN"
+    );
+}
+
+#[test]
+fn a_relist_applies_only_what_changed_while_the_watch_was_down() {
+    let (mut m, key) = synced(vec![endpoint("198.19.1.10", true, false, "n1"), endpoint("198.19.2.10", true, false, "n2")]);
+    // Relisted: web unchanged, its slice lost one endpoint; another service appeared.
+    let mut other = web();
+    other["metadata"]["name"] = json!("api");
+    other["spec"]["clusterIP"] = json!("198.18.128.12");
+    other["spec"]["clusterIPs"] = json!(["198.18.128.12"]);
+    let keys = m.services_listed(vec![service(web()), service(other)]);
+    assert_eq!(keys.len(), 2);
+    let keys2 = m.slices_listed(vec![slice(web_slice("web-1", vec![endpoint("198.19.1.10", true, false, "n1")]))]);
+    assert!(keys2.contains(&key));
+    let plan: Vec<Change> = keys.union(&keys2).flat_map(|k| m.plan(k)).collect();
+    let dels = plan.iter().filter(|c| matches!(c, Change::DelBackend { .. })).count();
+    let adds = plan.iter().filter(|c| matches!(c, Change::AddService(_))).count();
+    assert_eq!((plan.len(), dels, adds), (4, 2, 2), "{plan:?}");
+}
+
+#[test]
+fn managed_names_are_told_from_config_names() {
+    assert!(k8s::desired::is_managed("default/web:http@198.18.128.10"));
+    assert!(k8s::desired::is_managed("prod/shop:443@nodeport6"));
+    assert!(!k8s::desired::is_managed("web"));
+    assert!(!k8s::desired::is_managed("web:http"));
+}
+
+fn spec_strategy() -> impl Strategy<Value = BTreeMap<String, ServiceSpec>> {
+    let backend = (1u8..6, prop_oneof![Just(8080u16), Just(8081)], 1u32..3, any::<bool>()).prop_map(|(h, port, weight, term)| {
+        let mut b = BackendSpec::new(std::net::IpAddr::from([198, 19, 1, h]), port);
+        b.weight = weight;
+        if term {
+            b.conditions = Conditions { ready: false, serving: true, terminating: true };
+        }
+        b
+    });
+    let svc = (0u8..4, prop_oneof![Just(80u16), Just(81)], proptest::collection::vec(backend, 0..6)).prop_map(|(i, port, bs)| {
+        let mut backends: BTreeMap<_, BackendSpec> = BTreeMap::new();
+        for b in bs {
+            backends.insert((b.addr, b.port), b);
+        }
+        ServiceSpec {
+            name: format!("default/web:p{i}@198.18.128.{i}"),
+            kind: ServiceType::ClusterIp,
+            vip: std::net::IpAddr::from([198, 18, 128, i + 1]),
+            port,
+            protocol: Protocol::Tcp,
+            backends: backends.into_values().collect(),
+            traffic_policy: TrafficPolicy::Cluster,
+            affinity: Affinity::None,
+            table_size: 0,
+        }
+    });
+    proptest::collection::vec(svc, 0..4).prop_map(|v| v.into_iter().map(|s| (s.name.clone(), s)).collect())
+}
+
+proptest! {
+    /// Applying the diff to the current state gives the desired one, and the diff is no
+    /// larger than one request per changed backend or service.
+    #[test]
+    fn diff_applied_reaches_desired(cur in spec_strategy(), want in spec_strategy()) {
+        let mut m = Model::new(settings());
+        for s in cur.values() {
+            m.adopt(s.clone());
+        }
+        let plan = diff(&cur, &want);
+        for c in &plan {
+            m.record(c);
+        }
+        prop_assert_eq!(m.applied(), &want);
+        let mut bound = 0;
+        for (n, w) in &want {
+            match cur.get(n) {
+                None => bound += 1,
+                Some(c) if (c.vip, c.port) != (w.vip, w.port) => bound += 2,
+                Some(c) => {
+                    let key = |b: &BackendSpec| (b.addr, b.port);
+                    bound += c.backends.iter().filter(|b| !w.backends.iter().any(|x| key(x) == key(b))).count();
+                    bound += w.backends.iter().filter(|b| !c.backends.contains(b)).count();
+                }
+            }
+        }
+        bound += cur.keys().filter(|n| !want.contains_key(*n)).count();
+        prop_assert!(plan.len() <= bound, "{} > {}", plan.len(), bound);
+        prop_assert!(diff(&want, &want).is_empty());
+    }
+}
+
+fn any_addr() -> impl Strategy<Value = String> {
+    prop_oneof![
+        (0u8..4, any::<u8>()).prop_map(|(a, b)| format!("198.19.{a}.{b}")),
+        Just("127.0.0.1".to_string()),
+        Just("0.0.0.0".to_string()),
+        Just("224.0.0.1".to_string()),
+        Just("255.255.255.255".to_string()),
+        Just("2001:db8::5".to_string()),
+        Just("::1".to_string()),
+        Just("not-an-address".to_string()),
+    ]
+}
+
+proptest! {
+    /// Whatever the objects say, the mapping does not panic, and every LB service it
+    /// makes is one the LB accepts (no request is refused for the controller's mistakes).
+    #[test]
+    fn any_objects_map_to_specs_the_lb_accepts(
+        vip in any_addr(),
+        ports in proptest::collection::vec((0i32..70000, prop_oneof![Just("TCP"), Just("UDP"), Just("SCTP"), Just("X")], prop_oneof![Just(""), Just("a")], proptest::option::of(0i32..70000)), 0..3),
+        kind in prop_oneof![Just("ClusterIP"), Just("NodePort"), Just("LoadBalancer"), Just("ExternalName"), Just("Other")],
+        ingress in proptest::collection::vec(any_addr(), 0..2),
+        eps in proptest::collection::vec((any_addr(), proptest::option::of(any::<bool>()), proptest::option::of(any::<bool>()), proptest::option::of(any::<bool>())), 0..5),
+        slice_ports in proptest::collection::vec((proptest::option::of(0i32..70000), prop_oneof![Just("TCP"), Just("UDP")], prop_oneof![Just(""), Just("a")]), 0..3),
+        family in prop_oneof![Just("IPv4"), Just("IPv6"), Just("FQDN")],
+    ) {
+        let svc = json!({
+            "metadata": {"name": "s", "namespace": "default"},
+            "spec": {"type": kind, "clusterIP": vip, "clusterIPs": [vip], "externalIPs": ingress,
+                     "ports": ports.iter().map(|(p, proto, name, np)| json!({"port": p, "protocol": proto, "name": name, "nodePort": np})).collect::<Vec<_>>()},
+            "status": {"loadBalancer": {"ingress": ingress.iter().map(|a| json!({"ip": a})).collect::<Vec<_>>()}}
+        });
+        let sl = json!({
+            "metadata": {"name": "s-1", "namespace": "default", "labels": {"kubernetes.io/service-name": "s"}},
+            "addressType": family,
+            "ports": slice_ports.iter().map(|(p, proto, name)| json!({"port": p, "protocol": proto, "name": name})).collect::<Vec<_>>(),
+            "endpoints": eps.iter().map(|(a, r, s, t)| json!({"addresses": [a], "conditions": {"ready": r, "serving": s, "terminating": t}})).collect::<Vec<_>>()
+        });
+        let svc: k8s_openapi::api::core::v1::Service = serde_json::from_value(svc).unwrap();
+        let sl: k8s_openapi::api::discovery::v1::EndpointSlice = serde_json::from_value(sl).unwrap();
+        let (Ok(Some(svc)), slice) = (Service::from_k8s(&svc), Slice::from_k8s(&sl)) else { return Ok(()) };
+        let slices: Vec<Slice> = slice.ok().flatten().into_iter().collect();
+        let mut m = Model::new(settings());
+        let key = m.service_applied(svc.clone());
+        for s in &slices {
+            m.slice_applied(s.clone());
+        }
+        for c in m.plan(&key) {
+            if let Change::AddService(s) = &c {
+                prop_assert!(s.validate().is_ok(), "{:?}: {:?}", s, s.validate());
+            }
+            m.record(&c);
+        }
+        prop_assert!(m.plan(&key).is_empty());
+    }
+}

@@ -1,0 +1,61 @@
+//! `show lb sessions`: a worker's live connections as rows, read between vectors (the
+//! control plane asks each worker; nothing here runs on the packet path). A scan of the
+//! whole table, so the listing is bounded by the caller's limit and the total counted.
+
+use crate::family::Family;
+use crate::session::{Balancer, ConnState};
+use serde::Serialize;
+use std::net::IpAddr;
+
+/// One connection: the client's direction of it, as the client sent it and as it left.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SessionRow {
+    pub worker: usize,
+    /// The service's id (`show lb services`).
+    pub service: u32,
+    pub protocol: u8,
+    pub client: IpAddr,
+    pub client_port: u16,
+    /// The service address and port the client sent to.
+    pub vip: IpAddr,
+    pub vip_port: u16,
+    pub backend: IpAddr,
+    pub backend_port: u16,
+    /// The source the backend sees (the node's address with `Cluster`, else the client).
+    pub source: IpAddr,
+    pub source_port: u16,
+    pub state: ConnState,
+    pub expires_in_ms: u64,
+}
+
+/// Up to `limit` connections of `b` at `now` (rows of `service` only, if given), and how
+/// many there are in all (with that filter).
+pub fn sessions<F: Family>(b: &Balancer<F>, worker: usize, now: u64, service: Option<u32>, limit: usize) -> (Vec<SessionRow>, usize) {
+    let mut rows = Vec::new();
+    let mut total = 0;
+    for (_, k, s, expires) in b.sessions.iter_live(now) {
+        if !s.is_forward() || service.is_some_and(|id| id != s.service) {
+            continue;
+        }
+        total += 1;
+        if rows.len() < limit {
+            let k = k.0;
+            rows.push(SessionRow {
+                worker,
+                service: s.service,
+                protocol: k.proto,
+                client: F::to_ip(&k.src),
+                client_port: k.sport,
+                vip: F::to_ip(&k.dst),
+                vip_port: k.dport,
+                backend: F::to_ip(&s.rewrite.dst),
+                backend_port: s.rewrite.dport,
+                source: F::to_ip(&s.rewrite.src),
+                source_port: s.rewrite.sport,
+                state: s.state,
+                expires_in_ms: expires - now,
+            });
+        }
+    }
+    (rows, total)
+}

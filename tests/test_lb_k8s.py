@@ -1,0 +1,325 @@
+"""`vecgate k8s` against a real kube-apiserver v1.31 (built by tests/k8s/build.sh, started
+in its own network namespace by tests/k8s/start.sh): Services and EndpointSlices made
+with kubectl reach the running gateway's load balancer, one endpoint changed is one
+backend request, and Linux clients in namespaces reach the backends the slices name.
+Real kube-proxy in nftables mode, on the same API server, is the differential oracle:
+the same objects must select the same backends through both.
+
+The controller runs as the user vecgate-lb with only tests/k8s/rbac.yaml's ClusterRole,
+so the test also shows that role is enough."""
+import json
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from netns import Lab, Vecgate, sh
+
+K8S = Path(__file__).resolve().parent / "k8s"
+PEER = Path(__file__).resolve().parent / "lb_peer.py"
+BIN_DIR = Path.home() / ".cache" / "vecgate-k8s"
+NODE_B = ["198.19.1.1", "198.19.2.1", "198.19.3.1"]
+BACKENDS = ["198.19.1.10", "198.19.2.10", "198.19.3.10"]
+
+
+@pytest.fixture(scope="module")
+def api():
+    """The API server in namespace vgk8s<pid>; yields (namespace, workdir)."""
+    r = subprocess.run([str(K8S / "build.sh"), str(BIN_DIR)], capture_output=True, text=True, timeout=3600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    w = Path(tempfile.mkdtemp(prefix="vgk8s"))
+    ns = f"vgk8s{__import__('os').getpid() % 100000}"
+    sh("ip", "netns", "del", ns, check=False)
+    try:
+        r = subprocess.run([str(K8S / "start.sh"), str(w), "--netns", ns, "--bin", str(BIN_DIR)], capture_output=True, text=True, timeout=180)
+        assert r.returncode == 0, r.stdout + r.stderr
+        kubectl(ns, w, "apply", "-f", str(K8S / "rbac.yaml"), "-f", str(K8S / "node.yaml"))
+        kubectl(ns, w, "patch", "node", "n1", "--subresource=status", "--type=merge",
+                "-p", '{"status":{"addresses":[{"type":"InternalIP","address":"198.18.8.1"}]}}')
+        yield ns, w
+    finally:
+        subprocess.run([str(K8S / "stop.sh"), str(w)], capture_output=True, timeout=60)
+
+
+def kubectl(ns, w, *args, stdin=None):
+    r = subprocess.run(["ip", "netns", "exec", ns, str(BIN_DIR / "kubectl"), "--kubeconfig", str(w / "admin.kubeconfig"), *args],
+                       input=stdin, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, f"kubectl {' '.join(args)}: {r.stderr}"
+    return r.stdout
+
+
+def apply(ns, w, objects):
+    kubectl(ns, w, "apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+
+
+def service(name, vip, ports, **spec):
+    return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": "default"},
+            "spec": {"type": "ClusterIP", "clusterIP": vip, "ports": ports, **spec}}
+
+
+def endpoint(addr, ready=True, serving=None, terminating=False, node="n1"):
+    serving = ready if serving is None else serving
+    return {"addresses": [addr], "conditions": {"ready": ready, "serving": serving, "terminating": terminating}, "nodeName": node}
+
+
+def endpoint_slice(name, svc, ports, endpoints):
+    return {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": name, "namespace": "default",
+                         "labels": {"kubernetes.io/service-name": svc, "endpointslice.kubernetes.io/managed-by": "vecgate-test"}},
+            "addressType": "IPv4", "ports": ports, "endpoints": endpoints}
+
+
+def dataplane(lab, vecgate, tmp):
+    """Client namespace, gateway, three backend namespaces running lb_peer servers."""
+    c, g = lab.ns("c"), lab.dataplane_ns("gw")
+    lab.veth(c, "a0", g, "a1")
+    lab.run(c, "ip", "addr", "add", "198.18.0.2/24", "dev", "a0")
+    lab.run(c, "ip", "route", "add", "default", "via", "198.18.0.1")
+    legs = ""
+    for i in range(3):
+        b = lab.ns(f"be{i}")
+        lab.veth(b, "e0", g, f"b{i}g")
+        lab.run(b, "ip", "addr", "add", f"{BACKENDS[i]}/24", "dev", "e0")
+        lab.run(b, "ip", "route", "add", "default", "via", NODE_B[i])
+        legs += f"""
+[[interface]]
+name = "b{i}"
+type = "af_packet"
+host_if = "b{i}g"
+mac = "02:00:00:00:01:0{i}"
+addresses = ["{NODE_B[i]}/24"]
+"""
+    cfg = f"""
+[[interface]]
+name = "a"
+type = "af_packet"
+host_if = "a1"
+mac = "02:00:00:00:00:0a"
+addresses = ["198.18.0.1/24"]
+{legs}
+[lb]
+snat4 = "198.19.1.1"
+"""
+    gw = Vecgate(lab, vecgate, g, cfg, tmp)
+    import select
+    for i in range(3):
+        p = lab.spawn(f"{lab.prefix}-be{i}", sys.executable, str(PEER), "serve", f"be{i}", "8080")
+        ready, _, _ = select.select([p.stdout], [], [], 10)
+        assert ready and p.stdout.readline().strip() == "READY"
+    for i in range(3):
+        lab.run(c, "ping", "-c", "2", "-i", "0.2", "-W", "1", NODE_B[i], check=False)
+        lab.run(f"{lab.prefix}-be{i}", "ping", "-c", "2", "-i", "0.2", "-W", "1", NODE_B[i], check=False)
+    return c, gw
+
+
+def controller(lab, vecgate, api_ns, w, gw, tmp):
+    log = open(tmp / "k8s.log", "w")
+    p = lab.spawn_to(api_ns, log, str(vecgate), "k8s", "--socket", gw.sock, "--kubeconfig", str(w / "vecgate.kubeconfig"), "--node-name", "n1")
+    return p, tmp / "k8s.log"
+
+
+def wait_for(what, pred, timeout=30):
+    end = time.time() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        assert time.time() < end, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def backends(gw, name):
+    """(addr, port) → (conditions, eligible) of an LB service, or None if it is absent."""
+    names = {r["name"] for r in gw.ctl("show", "lb", "services")["data"]}
+    if name not in names:
+        return None
+    return {(r["addr"], r["port"]): (r["conditions"], r["eligible"]) for r in gw.ctl("show", "lb", "backends")["data"] if r["service"] == name}
+
+
+def who(lab, ns, host, port, count):
+    r = lab.run(ns, sys.executable, str(PEER), "who", host, str(port), str(count), timeout=90)
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def event_lines(log):
+    return [l for l in log.read_text().splitlines() if "event applied" in l]
+
+
+def changes_of(line):
+    return int(re.search(r"changes=(\d+)", line).group(1))
+
+
+@pytest.fixture
+def lab():
+    l = Lab()
+    yield l
+    l.close()
+
+
+WEB = "default/web:http@198.18.128.10"
+
+
+def test_controller_programs_the_lb_with_one_change_per_endpoint(api, lab, vecgate, tmp_path):
+    api_ns, w = api
+    c, gw = dataplane(lab, vecgate, tmp_path)
+    http = [{"name": "http", "port": 8080, "protocol": "TCP"}]
+    apply(api_ns, w, [service("web", "198.18.128.10", [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]),
+                      endpoint_slice("web-1", "web", http, [endpoint(a) for a in BACKENDS])])
+    proc, log = controller(lab, vecgate, api_ns, w, gw, tmp_path)
+    try:
+        got = wait_for("the first sync", lambda: (b := backends(gw, WEB)) and len(b) == 3 and b)
+        assert set(got) == {(a, 8080) for a in BACKENDS}
+        svc = [r for r in gw.ctl("show", "lb", "services")["data"] if r["name"] == WEB][0]
+        assert (svc["type"], svc["vip"], svc["port"], svc["protocol"]) == ("cluster_ip", "198.18.128.10", 80, "tcp")
+        assert "initial sync done" in log.read_text()
+
+        # Linux TCP clients reach every backend through the translation.
+        r = who(lab, c, "198.18.128.10", 80, 45)
+        assert set(a.split()[0] for a in r["answers"]) == {"be0", "be1", "be2"}, r
+
+        # One endpoint removed: one backend request, the service itself untouched.
+        kubectl(api_ns, w, "patch", "endpointslice", "web-1", "--type=json", "-p", '[{"op":"remove","path":"/endpoints/1"}]')
+        wait_for("the removal", lambda: (b := backends(gw, WEB)) is not None and len(b) == 2)
+        assert set(backends(gw, WEB)) == {(BACKENDS[0], 8080), (BACKENDS[2], 8080)}
+        assert [r["id"] for r in gw.ctl("show", "lb", "services")["data"] if r["name"] == WEB] == [svc["id"]]
+        lines = wait_for("the event log", lambda: event_lines(log))
+        assert [changes_of(l) for l in lines] == [1], lines
+        r = who(lab, c, "198.18.128.10", 80, 30)
+        assert set(a.split()[0] for a in r["answers"]) == {"be0", "be2"}, r
+
+        # Terminating: kept as a backend (its flows drain), no new connections.
+        kubectl(api_ns, w, "patch", "endpointslice", "web-1", "--type=json",
+                "-p", '[{"op":"replace","path":"/endpoints/1/conditions","value":{"ready":false,"serving":true,"terminating":true}}]')
+        wait_for("the terminating endpoint", lambda: backends(gw, WEB).get((BACKENDS[2], 8080), ({}, True))[1] is False)
+        assert backends(gw, WEB)[(BACKENDS[2], 8080)][0] == {"ready": False, "serving": True, "terminating": True}
+        assert [changes_of(l) for l in event_lines(log)] == [1, 1]
+        r = who(lab, c, "198.18.128.10", 80, 20)
+        assert set(a.split()[0] for a in r["answers"]) == {"be0"}, r
+
+        # A second port on the Service: one LB service added, the first untouched.
+        kubectl(api_ns, w, "patch", "service", "web", "--type=json",
+                "-p", '[{"op":"add","path":"/spec/ports/-","value":{"name":"alt","port":81,"targetPort":8081,"protocol":"TCP"}}]')
+        kubectl(api_ns, w, "patch", "endpointslice", "web-1", "--type=json",
+                "-p", '[{"op":"add","path":"/ports/-","value":{"name":"alt","port":8080,"protocol":"TCP"}}]')
+        alt = "default/web:alt@198.18.128.10"
+        wait_for("the second port", lambda: (b := backends(gw, alt)) is not None and len(b) == 2)
+        r = who(lab, c, "198.18.128.10", 81, 10)
+        assert set(a.split()[0] for a in r["answers"]) == {"be0"}, r
+        assert [r["id"] for r in gw.ctl("show", "lb", "services")["data"] if r["name"] == WEB] == [svc["id"]]
+
+        # The slice deleted: no backends; the Service deleted: its LB services go.
+        kubectl(api_ns, w, "delete", "endpointslice", "web-1")
+        wait_for("the slice deletion", lambda: backends(gw, WEB) == {})
+        kubectl(api_ns, w, "delete", "service", "web")
+        wait_for("the service deletion", lambda: backends(gw, WEB) is None and backends(gw, alt) is None)
+        assert proc.poll() is None, log.read_text()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    text = log.read_text()
+    assert "change refused" not in text and "object ignored" not in text, text
+    assert gw.stop()[0] == 0
+
+
+def kube_proxy_backends(api_ns):
+    """kube-proxy's choice per service port: the endpoints its service chains jump to
+    (nftables mode: `service-<hash>-<ns>/<name>/<proto>/<port>` chains with a vmap to
+    `endpoint-<hash>-<ns>/<name>/<proto>/<port>__<addr>/<port>` chains)."""
+    text = sh("ip", "netns", "exec", api_ns, "nft", "list", "table", "ip", "kube-proxy").stdout
+    out = {}
+    chain = None
+    for line in text.splitlines():
+        m = re.match(r"\s*chain service-\w+-(\S+) \{", line)
+        if m:
+            chain = m.group(1)
+            out.setdefault(chain, set())
+            continue
+        if re.match(r"\s*chain ", line):
+            chain = None
+        if chain:
+            for ns_, name, proto, port, addr, tport in re.findall(r"endpoint-\w+-([^/\s]+)/([^/\s]+)/(\w+)/(\w*)__([\d.]+)/(\d+)", line):
+                out[chain].add((addr, int(tport)))
+    return out
+
+
+def test_kube_proxy_nftables_selects_the_same_backends(api, lab, vecgate, tmp_path):
+    api_ns, w = api
+    c, gw = dataplane(lab, vecgate, tmp_path)
+    http = [{"name": "http", "port": 8080, "protocol": "TCP"}]
+    tcp80 = [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]
+    apply(api_ns, w, [
+        # two ready, one terminating: the ready ones
+        service("mixed", "198.18.128.30", tcp80),
+        endpoint_slice("mixed-1", "mixed", http, [endpoint(BACKENDS[0]), endpoint(BACKENDS[1]), endpoint(BACKENDS[2], False, True, True)]),
+        # none ready: the serving terminating one, not the one that stopped serving
+        service("draining", "198.18.128.31", tcp80),
+        endpoint_slice("draining-1", "draining", http, [endpoint(BACKENDS[1], False, True, True), endpoint(BACKENDS[2], False, False, True)]),
+        # endpoints split over two slices
+        service("split", "198.18.128.32", tcp80),
+        endpoint_slice("split-1", "split", http, [endpoint(BACKENDS[0])]),
+        endpoint_slice("split-2", "split", http, [endpoint(BACKENDS[2])]),
+    ])
+    r = subprocess.run([str(K8S / "proxy.sh"), str(w), "--bin", str(BIN_DIR)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    proc, log = controller(lab, vecgate, api_ns, w, gw, tmp_path)
+    want = {"mixed": {BACKENDS[0], BACKENDS[1]}, "draining": {BACKENDS[1]}, "split": {BACKENDS[0], BACKENDS[2]}}
+    try:
+        def ours():
+            rows = gw.ctl("show", "lb", "backends")["data"]
+            got = {}
+            for r in rows:
+                got.setdefault(r["service"].split("/")[1].split(":")[0], set())
+                if r["eligible"]:
+                    got[r["service"].split("/")[1].split(":")[0]].add((r["addr"], r["port"]))
+            return got if set(want) <= set(got) else None
+        vg = wait_for("the controller's sync", ours)
+
+        def theirs():
+            kp = kube_proxy_backends(api_ns)
+            got = {k.split("/")[1]: v for k, v in kp.items() if k.startswith("default/") and k.split("/")[1] in want}
+            return got if set(got) == set(want) else None
+        kp = wait_for("kube-proxy's sync", theirs)
+        for svc in want:
+            assert {a for a, _ in kp[svc]} == want[svc], (svc, kp)
+            assert kp[svc] == vg[svc], (svc, kp[svc], vg[svc])
+
+        # Traffic through both: Linux clients reach the same backend sets. kube-proxy's
+        # side: servers on the API namespace's lo, a client there, a route to the service
+        # range over a spare veth (the lab's recipe).
+        N = ["ip", "netns", "exec", api_ns]
+        sh(*N, "ip", "link", "add", "vk0", "type", "veth", "peer", "name", "vk1", check=False)
+        sh(*N, "ip", "addr", "replace", "198.18.9.1/24", "dev", "vk0")
+        sh(*N, "ip", "link", "set", "vk0", "up")
+        sh(*N, "ip", "link", "set", "vk1", "up")
+        sh(*N, "ip", "neigh", "replace", "198.18.9.2", "lladdr", "02:00:00:00:09:02", "dev", "vk0", "nud", "permanent")
+        sh(*N, "ip", "route", "replace", "198.18.128.0/20", "via", "198.18.9.2")
+        for a in BACKENDS:
+            sh(*N, "ip", "addr", "replace", f"{a}/32", "dev", "lo")
+        server = lab.spawn(api_ns, sys.executable, "-c", f"""
+import socket, threading, time
+def serve(a):
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind((a, 8080)); s.listen(64)
+    while True:
+        c, p = s.accept(); c.settimeout(5); c.recv(64); c.sendall(f"{{a}} {{p[0]}}\\n".encode()); c.close()
+for a in {BACKENDS!r}:
+    threading.Thread(target=serve, args=(a,), daemon=True).start()
+print("READY", flush=True)
+time.sleep(120)
+""")
+        assert server.stdout.readline().strip() == "READY"
+        names = {f"be{i}": a for i, a in enumerate(BACKENDS)}
+        for svc, vip in (("mixed", "198.18.128.30"), ("draining", "198.18.128.31"), ("split", "198.18.128.32")):
+            through_vecgate = {names[a.split()[0]] for a in who(lab, c, vip, 80, 24)["answers"]}
+            through_kube_proxy = {a.split()[0] for a in who(lab, api_ns, vip, 80, 24)["answers"]}
+            assert through_vecgate == through_kube_proxy == want[svc], (svc, through_vecgate, through_kube_proxy)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    kubectl(api_ns, w, "delete", "service", "mixed", "draining", "split")
+    kubectl(api_ns, w, "delete", "endpointslice", "mixed-1", "draining-1", "split-1", "split-2")
+    assert gw.stop()[0] == 0
