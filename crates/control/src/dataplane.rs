@@ -856,7 +856,11 @@ fn build(
         interfaces,
         workers: Vec::new(),
         graph_prev: None,
-        pfcp: cfg.pfcp.as_ref().map(|p| crate::pfcp::Pfcp::open(p, &upf_dp).map_err(|(f, m)| cfg.err(format!("pfcp.{f}"), m))).transpose()?,
+        pfcp: cfg
+            .pfcp
+            .as_ref()
+            .map(|p| crate::pfcp::Pfcp::open(p, &upf_dp).map_err(|(f, m)| cfg.err(format!("pfcp.{f}"), m)))
+            .transpose()?,
         lb,
         spd: spd_state,
         spd_gauges,

@@ -71,7 +71,10 @@ pub enum WorkerCmd {
     },
     /// Send frames the control plane built (a UPF's End Markers) into the graph at this
     /// input node; frames that find no free buffer are lost, as on a full ring.
-    Inject { input: String, frames: Vec<Vec<u8>> },
+    Inject {
+        input: String,
+        frames: Vec<Vec<u8>>,
+    },
     /// Read the worker's context between vectors (`show lb sessions`): the closure gets
     /// [`Context::as_any`] and sends what it found back itself.
     Inspect(Box<dyn FnOnce(Option<&mut dyn std::any::Any>) + Send>),

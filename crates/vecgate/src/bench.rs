@@ -311,7 +311,8 @@ pub fn bench(
     if !SCENARIOS.contains(&scenario) {
         bail!("unknown scenario {scenario:?}; expected one of {}", SCENARIOS.join(", "));
     }
-    let base = if scenario.starts_with("upf") { format!("{BASE}{}", crate::bench_upf::config_section(opts.tunnels)) } else { BASE.to_string() };
+    let base =
+        if scenario.starts_with("upf") { format!("{BASE}{}", crate::bench_upf::config_section(opts.tunnels)) } else { BASE.to_string() };
     let cfg = Config::parse(&base, "(bench scenario)", Path::new("."))?;
     let (mut control, mut worker) = assemble(&cfg)?.into_single();
     let mut lb_report = None;

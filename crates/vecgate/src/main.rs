@@ -2,12 +2,12 @@
 #![forbid(unsafe_code)]
 
 mod bench;
+mod bench_fib;
 mod bench_ipsec;
 mod bench_parcel;
+mod bench_side;
 mod bench_upf;
 mod live;
-mod bench_fib;
-mod bench_side;
 mod logging;
 mod run;
 mod trafgen;
@@ -275,7 +275,9 @@ fn main() {
         Cmd::Bench { scenario, packets, json, core, segment_size, segments, no_segment_check, .. } if scenario.starts_with("parcel-") => {
             bench_parcel::bench(&scenario, packets, json, core, segment_size, segments, !no_segment_check)
         }
-        Cmd::Bench { scenario, json, routes, family, updates, .. } if scenario == "fib-update" => bench_fib::bench(routes, &family, updates, json),
+        Cmd::Bench { scenario, json, routes, family, updates, .. } if scenario == "fib-update" => {
+            bench_fib::bench(routes, &family, updates, json)
+        }
         Cmd::Bench { scenario, packets, json, core, inner_size, alg, flows, policies, position, no_flow_cache, .. }
             if bench_ipsec::SCENARIOS.contains(&scenario.as_str()) =>
         {
@@ -283,11 +285,35 @@ fn main() {
             bench_ipsec::bench(&scenario, packets, json, core, &o)
         }
         Cmd::Bench {
-            scenario, packets, json, core, inner_size, checksum, tunnels, inner, alg, disable, services, backends, flows, export, frames, route_file, ..
+            scenario,
+            packets,
+            json,
+            core,
+            inner_size,
+            checksum,
+            tunnels,
+            inner,
+            alg,
+            disable,
+            services,
+            backends,
+            flows,
+            export,
+            frames,
+            route_file,
+            ..
         } => {
             let lb = bench::LbOptions { services, backends, flows };
             let side = bench_side::SideBySide { export, frames, routes: route_file };
-            bench::bench(&scenario, packets, json, core, &bench::GtpuOptions { inner_size, checksum, tunnels, inner, alg, disable }, &lb, &side)
+            bench::bench(
+                &scenario,
+                packets,
+                json,
+                core,
+                &bench::GtpuOptions { inner_size, checksum, tunnels, inner, alg, disable },
+                &lb,
+                &side,
+            )
         }
         Cmd::Trafgen { tx_if, rx_if, size, rate, duration, src, dst, src_mac, dst_mac, src_port, dst_port, rx_ring, af_xdp, json } => {
             let rx_ring = match rx_ring.as_str() {
