@@ -13,7 +13,7 @@ from test_ctl import ctl, running  # noqa: F401  (the fixture)
 
 
 def fib_prefixes(vecgate, sock):
-    r = ctl(vecgate, sock, "show", "ip", "fib", json_out=True)
+    r = ctl(vecgate, sock, "show", "ip", "fib", "limit", "0", json_out=True)
     assert r.returncode == 0, r.stderr
     return {row["prefix"]: row for row in json.loads(r.stdout)["data"]}
 
@@ -56,7 +56,10 @@ def test_show_ip_fib_address_is_the_longest_match(vecgate, running, tmp_path):  
     f = tmp_path / "routes.txt"
     f.write_text("\n".join(f"{p} via {nh}" for p, nh in routes) + "\n")
     assert ctl(vecgate, sock, "ip", "route", "batch", str(f)).returncode == 0
-    nets = [ipaddress.ip_network(p) for p in list(fib_prefixes(vecgate, sock)) + UE_ROUTES]
+    listed = fib_prefixes(vecgate, sock)
+    # The whole listing has the tunnels' UE routes too.
+    assert set(UE_ROUTES) <= set(listed), UE_ROUTES
+    nets = [ipaddress.ip_network(p) for p in listed]
     probes = []
     for p, _ in rng.sample(routes, 150):
         n = ipaddress.ip_network(p)
@@ -138,3 +141,28 @@ def test_route_batch_adds_and_deletes_all_or_nothing(vecgate, running, tmp_path)
     assert json.loads(reply)["ok"], reply
     fib = fib_prefixes(vecgate, sock)
     assert "198.19.205.0/25" in fib and keep not in fib
+
+
+def test_show_ip_fib_is_bounded(vecgate, running, tmp_path):
+    """The whole-table listing shows the first 1000 entries and says how many there
+    are; `limit` asks for fewer or (0) all; tunnel routes show no internal code."""
+    proc, sock = running
+    f = tmp_path / "routes.txt"
+    f.write_text("\n".join(f"198.19.{i // 256}.{i % 256}/32 via 198.18.2.2" for i in range(1200)) + "\n")
+    assert ctl(vecgate, sock, "ip", "route", "batch", str(f)).returncode == 0
+    r = ctl(vecgate, sock, "show", "ip", "fib", json_out=True)
+    rows = json.loads(r.stdout)["data"]
+    assert len(rows) == 1000, len(rows)
+    text = ctl(vecgate, sock, "show", "ip", "fib").stdout
+    total = len(json.loads(ctl(vecgate, sock, "show", "ip", "fib", "limit", "0", json_out=True).stdout)["data"])
+    assert total > 1200
+    assert f"… {total - 1000} more of {total}" in text, text[-300:]
+    assert len(json.loads(ctl(vecgate, sock, "show", "ip", "fib", "limit", "5", json_out=True).stdout)["data"]) == 5
+    r = ctl(vecgate, sock, "show", "ip", "fib", "limit", "x")
+    assert r.returncode == 1 and "limit" in r.stderr
+    # Tunnel routes (the default gateway's UE routes, listed last): the tunnel's name,
+    # never the encoded adjacency.
+    lines = [x for x in ctl(vecgate, sock, "show", "ip", "fib", "limit", "0").stdout.splitlines() if " tunnel " in x]
+    assert any("gtpu_tunnel" in x for x in lines), lines
+    for line in lines:
+        assert line.split()[4] == "-", line

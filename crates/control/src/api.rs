@@ -32,7 +32,11 @@ pub enum Request {
     },
     TraceClear {},
     ShowInterfaces {},
-    ShowIpFib {},
+    ShowIpFib {
+        /// At most this many entries (default 1000; 0: all — there may be a million).
+        #[serde(default)]
+        limit: Option<usize>,
+    },
     /// `show ip fib <address>` (the longest match) or `show ip fib <prefix>` (exactly it).
     ShowIpFibEntry {
         query: String,
@@ -339,9 +343,17 @@ impl Control {
                 let rows = format::interface_rows(self.state.interfaces(), &self.interfaces, s.as_ref());
                 Reply::ok(serde_json::to_value(&rows).map_err(|e| e.to_string())?, format::interfaces(&rows))
             }
-            Request::ShowIpFib {} => {
-                let rows = self.state.fib_entries();
-                Reply::ok(serde_json::to_value(&rows).map_err(|e| e.to_string())?, format::fib(&rows, self.shared.load().generation))
+            Request::ShowIpFib { limit } => {
+                let limit = match limit.unwrap_or(format::FIB_LIMIT) {
+                    0 => usize::MAX,
+                    n => n,
+                };
+                let (rows, total) = self.state.fib_listing(limit);
+                let mut text = format::fib(&rows, self.shared.load().generation);
+                if rows.len() < total {
+                    text += &format!("… {} more of {total} (show ip fib limit <n>, or 0 for all)\n", total - rows.len());
+                }
+                Reply::ok(serde_json::to_value(&rows).map_err(|e| e.to_string())?, text)
             }
             Request::ShowNeighbours {} => {
                 let rows = format::neighbour_rows(&self.state);
@@ -423,7 +435,7 @@ impl Control {
                 if !self.recent_udptun_events.is_empty() {
                     text += "recent control messages:\n";
                     for e in &self.recent_udptun_events {
-                        text += &format!("  {e:?}\n");
+                        text += &format!("  {e}\n");
                     }
                 }
                 let data = serde_json::json!({ "tunnels": rows, "events": self.recent_udptun_events });
@@ -500,14 +512,14 @@ impl Control {
                 if !self.recent_gtpu_events.is_empty() {
                     text += "recent path-management events:\n";
                     for e in &self.recent_gtpu_events {
-                        text += &format!("  {e:?}\n");
+                        text += &format!("  {e}\n");
                     }
                 }
                 let data = serde_json::json!({
                     "total": self.gtpu.len(),
                     "tunnels": rows,
                     "techniques": self.gtpu.techniques(),
-                    "events": self.recent_gtpu_events.iter().map(|e| format!("{e:?}")).collect::<Vec<_>>(),
+                    "events": self.recent_gtpu_events.iter().map(|e| e.to_string()).collect::<Vec<_>>(),
                 });
                 Reply::ok(data, text)
             }

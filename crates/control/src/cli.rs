@@ -10,7 +10,7 @@ commands:
   trace add <input-node> <count>       trace the next <count> packets of an input (e.g. pg-input)
   trace clear
   show interfaces
-  show ip fib                          IPv4 and IPv6 routes with their adjacencies
+  show ip fib [limit <n>]              IPv4 and IPv6 routes, UE routes too (first 1000; limit 0: all)
   show ip fib <address>|<prefix>       the route an address takes (longest match), or a prefix's
   show neighbours
   ip route add <prefix> via <addr> [interface <name>]
@@ -82,7 +82,10 @@ pub fn parse(words: &[String]) -> Result<Request, String> {
         }),
         ["trace", "clear"] | ["clear", "trace"] => Ok(Request::TraceClear {}),
         ["show", "interfaces" | "interface" | "int"] => Ok(Request::ShowInterfaces {}),
-        ["show", "ip" | "ip6", "fib"] => Ok(Request::ShowIpFib {}),
+        ["show", "ip" | "ip6", "fib"] => Ok(Request::ShowIpFib { limit: None }),
+        ["show", "ip" | "ip6", "fib", "limit", n] => {
+            Ok(Request::ShowIpFib { limit: Some(n.parse().map_err(|_| format!("limit {n:?}: expected a number (0: all)"))?) })
+        }
         ["show", "ip" | "ip6", "fib", q] => Ok(Request::ShowIpFibEntry { query: q.to_string() }),
         ["show", "neighbours" | "neighbors"] | ["show", "ip", "neighbours" | "neighbors"] => Ok(Request::ShowNeighbours {}),
         ["ip", "route", "add", prefix, rest @ ..] => {

@@ -185,6 +185,9 @@ pub fn interfaces(rows: &[InterfaceRow]) -> String {
     o
 }
 
+/// `show ip fib` lists this many entries unless asked for more.
+pub const FIB_LIMIT: usize = 1000;
+
 pub fn fib(rows: &[ip::state::FibEntry], generation: u64) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "FIB generation {generation}, {} entries", rows.len());
@@ -197,7 +200,9 @@ pub fn fib(rows: &[ip::state::FibEntry], generation: u64) -> String {
             r.kind,
             r.next_hop.as_deref().unwrap_or("-"),
             r.interface.as_deref().unwrap_or("-"),
-            r.adjacency,
+            // A tunnel's route leads to the tunnel (its interface column), not to an
+            // adjacency: its value is an internal code, not shown.
+            if ip::tables::TunnelRef::decode(r.adjacency).is_some() { "-".to_string() } else { r.adjacency.to_string() },
             if r.resolved { "" } else { "(unresolved)" }
         );
     }

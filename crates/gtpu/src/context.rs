@@ -21,6 +21,16 @@ pub enum GtpuEvent {
     EchoResponse { peer: IpAddr, recovery: Option<u8> },
 }
 
+impl std::fmt::Display for GtpuEvent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GtpuEvent::ErrorIndication { peer, teid } => write!(f, "error indication from {peer} for teid {teid:#x}"),
+            GtpuEvent::EchoResponse { peer, recovery: Some(r) } => write!(f, "echo response from {peer}, recovery {r}"),
+            GtpuEvent::EchoResponse { peer, recovery: None } => write!(f, "echo response from {peer}"),
+        }
+    }
+}
+
 pub struct GtpuContext {
     cache: Cache<Arc<ArcSwap<GtpuTables>>, Arc<GtpuTables>>,
     pub tables: Arc<GtpuTables>,

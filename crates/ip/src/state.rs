@@ -609,6 +609,28 @@ impl RouterState {
         self.entries().into_iter().map(|(_, _, e)| e).collect()
     }
 
+    /// `show ip fib` at any size: the first `limit` entries — the interfaces' own, then
+    /// static routes, then the routes tunnels own (UE addresses), each in prefix order —
+    /// and how many there are in all. Only what is shown is described, so a listing of
+    /// a million routes costs what its first page costs.
+    pub fn fib_listing(&mut self, limit: usize) -> (Vec<FibEntry>, usize) {
+        let mut out: Vec<FibEntry> = self.interface_entries().into_iter().map(|(_, _, e)| e).take(limit).collect();
+        let ifs = self.interface_entries().len();
+        let total = ifs + self.routes.len() + self.tunnel_routes.len();
+        let routes: Vec<(Prefix, RouteTarget)> =
+            self.routes.iter().take(limit.saturating_sub(out.len())).map(|(p, t)| (*p, t.clone())).collect();
+        for (p, t) in routes {
+            let adj = self.target_adj(&t);
+            out.push(self.describe(&p, &t, adj));
+        }
+        let tunnel: Vec<(Prefix, TunnelRef)> =
+            self.tunnel_routes.iter().take(limit.saturating_sub(out.len())).map(|(p, t)| (*p, *t)).collect();
+        for (p, t) in tunnel {
+            out.push(self.describe(&p, &RouteTarget::Tunnel(t), t.encode()));
+        }
+        (out, total)
+    }
+
     /// The adjacency a tunnel endpoint's packets leave by: the FIB's answer, except that
     /// an attached subnet (resolved per packet from the neighbour table) becomes the
     /// neighbour's own adjacency — a precomputed rewrite once it is resolved, a

@@ -260,7 +260,7 @@ impl<Cx: HasSpd, F: SpdFamily> Node<Cx> for IpsecOutput<F> {
 
     fn trace(&self, buf: &Buffer) -> String {
         match F::flow_key(buf.bytes(), false) {
-            Ok(k) => format!("{:?} adj {}", k, buf.meta.adj),
+            Ok(k) => flow_text(&k),
             Err(e) => format!("{e:?}"),
         }
     }
@@ -325,7 +325,7 @@ impl<Cx: HasSpd, F: SpdFamily> Node<Cx> for IpsecInput<F> {
 
     fn trace(&self, buf: &Buffer) -> String {
         match F::flow_key(buf.bytes(), true) {
-            Ok(k) => format!("{:?} rx_if {}", k, buf.meta.rx_if.0),
+            Ok(k) => flow_text(&k),
             Err(e) => format!("{e:?}"),
         }
     }
@@ -386,7 +386,7 @@ impl<Cx: HasSpd, F: SpdFamily> Node<Cx> for IpsecDecrypted<F> {
 
     fn trace(&self, buf: &Buffer) -> String {
         match F::flow_key(buf.bytes(), true) {
-            Ok(k) => format!("{:?} sa {} rx_if {}", k, buf.meta.param, buf.meta.rx_if.0),
+            Ok(k) => format!("{} sa {}", flow_text(&k), buf.meta.param),
             Err(e) => format!("{e:?}"),
         }
     }
@@ -415,6 +415,22 @@ pub fn fuzz_flow_key(b: &[u8]) {
     let out6 = Ip6::flow_key(b, false);
     let in6 = Ip6::flow_key(b, true);
     assert_eq!(out6.map(|k| (k.remote, k.local, k.proto)), in6.map(|k| (k.local, k.remote, k.proto)));
+}
+
+/// A flow key in a trace: `udp local 198.18.0.2 port 1024 remote 198.19.1.1 port 4000`.
+fn flow_text<A: Classified>(k: &FlowKey<A>) -> String {
+    let proto = match k.proto {
+        1 => "icmp".to_string(),
+        6 => "tcp".into(),
+        17 => "udp".into(),
+        50 => "esp".into(),
+        58 => "icmpv6".into(),
+        132 => "sctp".into(),
+        p => format!("protocol {p}"),
+    };
+    let ports = matches!(k.proto, 6 | 17 | 132);
+    let at = |a: A, p: u16| if ports { format!("{} port {p}", a.ip()) } else { a.ip().to_string() };
+    format!("{proto} local {} remote {}", at(k.local, k.local_port), at(k.remote, k.remote_port))
 }
 
 #[cfg(test)]

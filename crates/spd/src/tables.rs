@@ -32,12 +32,18 @@ pub struct SpdTables {
 
 /// An address family's classifiers and cache: what the generic code picks per family.
 pub trait Classified: CacheKey {
+    /// The address as people write it (traces).
+    fn ip(self) -> std::net::IpAddr;
     fn space(spd: &Spd, inbound: bool) -> &TupleSpace<Self>;
     /// This family's cache among a worker's two.
     fn cache_of<'a>(f4: &'a mut Option<FlowCache<u32>>, f6: &'a mut Option<FlowCache<u128>>) -> Option<&'a mut FlowCache<Self>>;
 }
 
 impl Classified for u32 {
+    fn ip(self) -> std::net::IpAddr {
+        std::net::Ipv4Addr::from(self).into()
+    }
+
     #[inline(always)]
     fn space(spd: &Spd, inbound: bool) -> &TupleSpace<u32> {
         if inbound {
@@ -53,6 +59,10 @@ impl Classified for u32 {
 }
 
 impl Classified for u128 {
+    fn ip(self) -> std::net::IpAddr {
+        std::net::Ipv6Addr::from(self).into()
+    }
+
     #[inline(always)]
     fn space(spd: &Spd, inbound: bool) -> &TupleSpace<u128> {
         if inbound {

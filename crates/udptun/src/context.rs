@@ -16,6 +16,16 @@ pub enum UdpTunEvent {
     Control { tunnel: u32, peer: IpAddr, ctype: u8, len: usize },
 }
 
+impl std::fmt::Display for UdpTunEvent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            UdpTunEvent::Control { tunnel, peer, ctype, len } => {
+                write!(f, "GUE control message type {ctype} ({len} bytes) from {peer} on {}{tunnel}", ip::tables::UDP_TUNNEL_IF_PREFIX)
+            }
+        }
+    }
+}
+
 pub struct UdpTunContext {
     cache: Cache<Arc<ArcSwap<UdpTunTables>>, Arc<UdpTunTables>>,
     pub tables: Arc<UdpTunTables>,

@@ -53,7 +53,7 @@ pub fn run(data: &[u8]) {
         serde_json::to_string(&reply).expect("a reply serializes");
     }
     control.publish();
-    for req in [Request::ShowIpFib {}, Request::ShowRuntime {}] {
+    for req in [Request::ShowIpFib { limit: None }, Request::ShowRuntime {}] {
         let reply = control.handle(&req);
         assert!(reply.ok, "{req:?} after the input: {reply:?}");
     }
