@@ -136,8 +136,11 @@ def gateway(vecgate, tmp_path):
         cfg = tmp_path / "gw.toml"
         write(cfg, extra, count, rate)
         sock = tmp_path / "vg.sock"
+        # Output to a file: every reload logs its changes, and an unread pipe would fill
+        # and stall the control loop that writes them.
+        log = open(tmp_path / "vecgate.log", "w")
         p = subprocess.Popen([str(vecgate), "run", "--config", str(cfg), "--interval", "0", "--duration", "60",
-                              "--socket", str(sock)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                              "--socket", str(sock)], stdout=log, stderr=subprocess.STDOUT, text=True)
         procs.append(p)
         deadline = time.time() + 10
         while ctl(vecgate, sock, "show", "runtime").returncode != 0:
