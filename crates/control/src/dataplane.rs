@@ -814,9 +814,9 @@ fn build(
         let spd_cx = SpdContext::new(spd_state.shared(), cfg.spd.cache_size()).map_err(|e| cfg.err("spd.flow_cache", e.to_string()))?;
         spd_gauges.push(spd_cx.gauges());
         let gtpu_cx = GtpuContext::new(gtpu_shared.clone(), Some(gev_tx.clone()), cfg.gtpu.replies_per_sec);
-        gtpu.watch_counters(gtpu_cx.counters.shared());
+        gtpu.counters.watch(gtpu_cx.counters.shared());
         let udptun_cx = UdpTunContext::new(udptun_shared.clone(), Some(uev_tx.clone()));
-        udp.watch_counters(udptun_cx.counters.shared());
+        udp.counters.watch(udptun_cx.counters.shared());
         let cx = WorkerContext {
             ip: IpContext::new(shared.clone(), Some(ev_tx.clone()), limits),
             gtpu: gtpu_cx,

@@ -171,7 +171,7 @@ fn rows_of(
             s.ue = ue.get(&id).copied();
             TunnelRow {
                 name: TunnelRef { kind: t.kind(), id }.if_name(),
-                counters: g.counts(id),
+                counters: g.counters.count(id),
                 local: s.local.to_string(),
                 remote: s.remote.to_string(),
                 teid_in: s.teid_in,

@@ -51,17 +51,13 @@ pub fn tunnel_traffic(gtpu: &gtpu::GtpuState, udp: &udptun::UdpTunState, top: us
     type Named<'a> = &'a dyn Fn(u32) -> Option<String>;
     let gtpu_name = |id| gtpu.tunnel(id).map(|_| format!("{}{id}", ip::tables::GTPU_IF_PREFIX));
     let udp_name = |id| udp.spec(id).map(|_| format!("{}{id}", ip::tables::UDP_TUNNEL_IF_PREFIX));
-    let kinds: [(&'static str, &[std::sync::Arc<ip::tunnel_counters::TunnelCounters>], Named); 2] =
-        [("gtpu", gtpu.counter_sets(), &gtpu_name), ("udp", udp.counter_sets(), &udp_name)];
+    let kinds: [(&'static str, &ip::tunnel_counters::WorkerCounters, Named); 2] =
+        [("gtpu", &gtpu.counters, &gtpu_name), ("udp", &udp.counters, &udp_name)];
     let mut t = TunnelTraffic::default();
     let mut busiest = Vec::new();
-    for (kind, sets, name) in kinds {
-        let mut per: std::collections::HashMap<u32, TunnelCount> = std::collections::HashMap::new();
-        for w in sets {
-            w.for_each(|id, n| per.entry(id).or_default().add(&n));
-        }
+    for (kind, counters, name) in kinds {
         let mut total = TunnelCount::default();
-        for (id, n) in per {
+        for (id, n) in counters.per_tunnel() {
             total.add(&n);
             if let Some(name) = name(id) {
                 busiest.push((kind, name, n));

@@ -138,7 +138,7 @@ pub struct UdpTunnelRow {
 pub fn rows(u: &UdpTunState, router: &ip::RouterState) -> Vec<UdpTunnelRow> {
     u.tunnels()
         .map(|(id, s)| UdpTunnelRow {
-            counters: u.counts(id),
+            counters: u.counters.count(id),
             inner_mtu: u
                 .outer(id)
                 .map(|(overhead, adj)| ip::outer::inner_mtu(router.adjacency_mtu(adj), overhead, s.mtu.mtu))

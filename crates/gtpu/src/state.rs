@@ -6,7 +6,7 @@ use crate::tables::{GtpuTables, Techniques};
 use crate::teid_table::{self, TeidKey, TeidTable};
 use crate::tunnel::{DecapNext, Tunnel, TunnelSpec};
 use ip::tables::{TunnelRef, UdpApp, UdpDemux, ADJ_MISS, MAX_INDEX};
-use ip::tunnel_counters::{TunnelCount, TunnelCounters};
+use ip::tunnel_counters::WorkerCounters;
 use ip::{Prefix, RouterState, StateError};
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -53,7 +53,7 @@ pub struct GtpuState {
     free: Vec<u32>,
     count: usize,
     /// Each worker's per-tunnel counters (reset when a tunnel id is freed).
-    counters: Vec<Arc<TunnelCounters>>,
+    pub counters: WorkerCounters,
 }
 
 impl Default for GtpuState {
@@ -64,7 +64,12 @@ impl Default for GtpuState {
 
 impl GtpuState {
     pub fn new(techniques: Techniques) -> Self {
-        GtpuState { tables: GtpuTables { techniques, ..GtpuTables::default() }, free: Vec::new(), count: 0, counters: Vec::new() }
+        GtpuState {
+            tables: GtpuTables { techniques, ..GtpuTables::default() },
+            free: Vec::new(),
+            count: 0,
+            counters: WorkerCounters::default(),
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -117,21 +122,6 @@ impl GtpuState {
     /// The decap key of a spec, if its endpoint exists yet.
     fn decap_key(&self, local: IpAddr, teid: u32) -> Option<TeidKey> {
         self.endpoint(local).map(|e| teid_table::key(e, teid))
-    }
-
-    /// Read a worker's per-tunnel counters from now on.
-    pub fn watch_counters(&mut self, c: Arc<TunnelCounters>) {
-        self.counters.push(c);
-    }
-
-    /// One tunnel's packets and bytes, all workers together.
-    pub fn counts(&self, id: u32) -> TunnelCount {
-        ip::tunnel_counters::sum(&self.counters, id)
-    }
-
-    /// Every worker's counters.
-    pub fn counter_sets(&self) -> &[Arc<TunnelCounters>] {
-        &self.counters
     }
 
     /// The tunnel with this local endpoint and incoming TEID.
@@ -294,9 +284,7 @@ impl GtpuState {
         Arc::make_mut(&mut self.tables.outer_adj)[id as usize] = ADJ_MISS;
         self.free.push(id);
         self.count -= 1;
-        for c in &self.counters {
-            c.reset(id);
-        }
+        self.counters.reset(id);
         Ok(spec)
     }
 

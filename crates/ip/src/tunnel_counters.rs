@@ -116,13 +116,40 @@ impl TunnelCounters {
     }
 }
 
-/// The sum of every worker's counts for one tunnel.
-pub fn sum(workers: &[Arc<TunnelCounters>], id: u32) -> TunnelCount {
-    let mut n = TunnelCount::default();
-    for w in workers {
-        n.add(&w.get(id));
+/// Every worker's counters of one tunnel family, as its control-plane state keeps them.
+#[derive(Debug, Default)]
+pub struct WorkerCounters(Vec<Arc<TunnelCounters>>);
+
+impl WorkerCounters {
+    /// Read a worker's counters from now on.
+    pub fn watch(&mut self, c: Arc<TunnelCounters>) {
+        self.0.push(c);
     }
-    n
+
+    /// One tunnel's counts, all workers together.
+    pub fn count(&self, id: u32) -> TunnelCount {
+        let mut n = TunnelCount::default();
+        for w in &self.0 {
+            n.add(&w.get(id));
+        }
+        n
+    }
+
+    /// Every tunnel id with counts, all workers together.
+    pub fn per_tunnel(&self) -> std::collections::HashMap<u32, TunnelCount> {
+        let mut per: std::collections::HashMap<u32, TunnelCount> = std::collections::HashMap::new();
+        for w in &self.0 {
+            w.for_each(|id, n| per.entry(id).or_default().add(&n));
+        }
+        per
+    }
+
+    /// A tunnel id was freed: its next tunnel starts from zero in every worker.
+    pub fn reset(&self, id: u32) {
+        for w in &self.0 {
+            w.reset(id);
+        }
+    }
 }
 
 /// The worker's side: the chunk list it writes through.

@@ -7,10 +7,9 @@ use crate::tunnel::{GreSequence, Tunnel, UdpTunnelSpec};
 use ip::outer::ChecksumMode;
 use ip::state::{RouteTarget, RouterState};
 use ip::tables::{TunnelRef, UdpApp, UdpDemux, ADJ_MISS};
-use ip::tunnel_counters::{TunnelCount, TunnelCounters};
+use ip::tunnel_counters::WorkerCounters;
 use ip::Prefix;
 use std::net::IpAddr;
-use std::sync::Arc;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum UdpTunError {
@@ -45,7 +44,7 @@ pub struct UdpTunState {
     /// table version shares.
     gre_sequence: std::collections::HashMap<u32, GreSequence>,
     /// Each worker's per-tunnel counters (reset when a tunnel id is freed).
-    counters: Vec<Arc<TunnelCounters>>,
+    pub counters: WorkerCounters,
 }
 
 impl UdpTunState {
@@ -55,21 +54,6 @@ impl UdpTunState {
 
     pub fn len(&self) -> usize {
         self.tunnels.iter().flatten().count()
-    }
-
-    /// Read a worker's per-tunnel counters from now on.
-    pub fn watch_counters(&mut self, c: Arc<TunnelCounters>) {
-        self.counters.push(c);
-    }
-
-    /// One tunnel's packets and bytes, all workers together.
-    pub fn counts(&self, id: u32) -> TunnelCount {
-        ip::tunnel_counters::sum(&self.counters, id)
-    }
-
-    /// Every worker's counters.
-    pub fn counter_sets(&self) -> &[Arc<TunnelCounters>] {
-        &self.counters
     }
 
     pub fn is_empty(&self) -> bool {
@@ -156,9 +140,7 @@ impl UdpTunState {
     pub fn delete(&mut self, router: &mut RouterState, id: u32) -> Result<UdpTunnelSpec, UdpTunError> {
         let spec = self.tunnels.get_mut(id as usize).and_then(Option::take).ok_or(UdpTunError::NoSuchTunnel(id))?;
         self.gre_sequence.remove(&id);
-        for c in &self.counters {
-            c.reset(id);
-        }
+        self.counters.reset(id);
         let r = TunnelRef { kind: spec.kind(), id };
         router.del_tunnel_routes_into(r);
         router.del_routes_into(r);
