@@ -266,7 +266,7 @@ fn neighbours(c: &mut Control, new: &Config, changes: &mut Vec<Change>) -> Resul
     }
     for (ip, (ifname, mac)) in want {
         let i = c.state.if_index(&ifname).map_err(|e| e.to_string())?;
-        let had = c.state.neighbours().find(|(a, _)| **a == ip).map(|(_, n)| (n.if_index, n.mac, n.is_static));
+        let had = c.state.neighbour(ip).map(|n| (n.if_index, n.mac, n.is_static));
         if had == Some((i, mac, true)) {
             continue;
         }

@@ -494,6 +494,11 @@ impl RouterState {
         false
     }
 
+    /// The neighbour entry of one address.
+    pub fn neighbour(&self, ip: IpAddr) -> Option<&Neighbour> {
+        self.neighbours.get(&ip)
+    }
+
     pub fn neighbours(&self) -> impl Iterator<Item = (&IpAddr, &Neighbour)> {
         self.neighbours.iter()
     }
