@@ -206,11 +206,12 @@ def test_a_bad_file_changes_nothing(vecgate, gateway):
     assert code == 2 and not r["ok"], r
     assert "gtpu_tunnel[1]" in r["error"] and "gw.toml" in r["error"], r["error"]
     assert fib(vecgate, sock) == before
-    # What only a restart can change is refused by field.
+    # What only a restart can change is refused by field: a packet generator's
+    # interface opens at start-up only.
     write(cfg, A)
-    cfg.write_text(cfg.read_text().replace('name = "null1"\ntype = "null"', 'name = "null1"\ntype = "null"\nmtu = 1400'))
+    cfg.write_text(cfg.read_text().replace('name = "pg0"\ntype = "pg"', 'name = "pg0"\ntype = "pg"\nmtu = 1400'))
     code, r = reload(vecgate, sock)
-    assert code == 2 and "interface[2]" in r["error"] and "restart" in r["error"], r
+    assert code == 2 and "interface[0]" in r["error"] and "restart" in r["error"], r
     assert fib(vecgate, sock) == before
     # A file that does not parse names its line.
     cfg.write_text("[[route]\n")
@@ -220,6 +221,37 @@ def test_a_bad_file_changes_nothing(vecgate, gateway):
     missing = cfg.parent / "nope.toml"
     code, r = reload(vecgate, sock, str(missing))
     assert code == 2 and "nope.toml" in r["error"], r
+
+
+def test_reload_adds_replaces_and_removes_interfaces(vecgate, gateway):
+    cfg, sock, _ = gateway(A)
+    # null1 changes (its MTU), null2 is new, and the routes through null1 come back.
+    text = cfg.read_text().replace('name = "null1"\ntype = "null"', 'name = "null1"\ntype = "null"\nmtu = 1400')
+    text += '\n[[interface]]\nname = "null2"\ntype = "null"\nmac = "02:00:00:00:00:05"\naddresses = ["198.18.5.1/24"]\n'
+    text += '\n[[route]]\nprefix = "198.19.55.0/24"\nvia = "198.18.5.2"\n'
+    cfg.write_text(text)
+    code, r = reload(vecgate, sock)
+    assert code == 0, r
+    got = changes(r)
+    assert ("replaced", "interface", "null1") in got and ("added", "interface", "null2") in got, got
+    assert ("added", "route", "198.19.55.0/24 via 198.18.5.2") in got, got
+    rows = {i["name"]: i for i in json.loads(ctl(vecgate, sock, "show", "interfaces", json_out=True).stdout)["data"]}
+    assert rows["null1"]["mtu"] == 1400 and "198.18.5.1/24" in rows["null2"]["addresses"], rows
+    f = fib(vecgate, sock)
+    assert "198.18.5.0/24" in f and "198.19.55.0/24" in f
+    # The tunnel from null1's address still runs (re-created with it or kept).
+    tunnels = json.loads(ctl(vecgate, sock, "show", "gtpu", "tunnels", json_out=True).stdout)["data"]
+    assert tunnels["total"] == 1, tunnels
+    # Back to A: null2 and its route go, null1 returns to its first form.
+    write(cfg, A)
+    code, r = reload(vecgate, sock)
+    assert code == 0, r
+    got = changes(r)
+    assert ("removed", "interface", "null2") in got and ("replaced", "interface", "null1") in got, got
+    assert ("removed", "route", "198.19.55.0/24 via 198.18.5.2") in got, got
+    rows = {i["name"]: i for i in json.loads(ctl(vecgate, sock, "show", "interfaces", json_out=True).stdout)["data"]}
+    assert set(rows) == {"pg0", "null0", "null1"} and rows["null1"]["mtu"] == 1500, rows
+    assert "198.18.5.0/24" not in fib(vecgate, sock)
 
 
 def test_file_owns_what_it_declares(vecgate, gateway):

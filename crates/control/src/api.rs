@@ -32,6 +32,13 @@ pub enum Request {
     },
     TraceClear {},
     ShowInterfaces {},
+    /// Add an interface to the running gateway (the fields of an `[[interface]]` table;
+    /// af_packet, tap or null).
+    CreateInterface(crate::config::InterfaceConfig),
+    /// Remove an interface, with the static routes through it.
+    DeleteInterface {
+        name: String,
+    },
     ShowIpFib {
         /// At most this many entries (default 1000; 0: all — there may be a million).
         #[serde(default)]
@@ -343,6 +350,8 @@ impl Control {
                 let rows = format::interface_rows(self.state.interfaces(), &self.interfaces, s.as_ref());
                 Reply::ok(serde_json::to_value(&rows).map_err(|e| e.to_string())?, format::interfaces(&rows))
             }
+            Request::CreateInterface(ic) => crate::interfaces::create(self, ic.clone())?,
+            Request::DeleteInterface { name } => crate::interfaces::delete(self, name)?,
             Request::ShowIpFib { limit } => {
                 let limit = match limit.unwrap_or(format::FIB_LIMIT) {
                     0 => usize::MAX,

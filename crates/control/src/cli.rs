@@ -10,6 +10,10 @@ commands:
   trace add <input-node> <count>       trace the next <count> packets of an input (e.g. pg-input)
   trace clear
   show interfaces
+  create interface <name> af_packet|tap|null [host-if <if>] [mac <mac>] [mtu <n>]
+         [address <addr>/<len>]... [vnet-hdr on|off]
+                                       add an interface to the running gateway
+  delete interface <name>              says which routes went with it
   show ip fib [limit <n>]              IPv4 and IPv6 routes, UE routes too (first 1000; limit 0: all)
   show ip fib <address>|<prefix>       the route an address takes (longest match), or a prefix's
   show neighbours
@@ -101,6 +105,8 @@ pub fn parse(words: &[String]) -> Result<Request, String> {
         ["ip", "route", "del" | "delete", prefix] => Ok(Request::IpRouteDel { prefix: prefix.to_string() }),
         ["ip", "route", "batch", file] => crate::fib::batch_request(file),
         ["clear", "runtime" | "errors"] => Ok(Request::ClearRuntime {}),
+        ["create", "interface", name, kind, rest @ ..] => crate::interfaces::parse_create(name, kind, rest),
+        ["delete" | "del", "interface", name] => Ok(Request::DeleteInterface { name: name.to_string() }),
         ["create", "gtpu", "tunnel", rest @ ..] => gtpu_tunnel(rest).map(Request::CreateGtpuTunnel),
         ["delete" | "del", "gtpu", "tunnel", name] => Ok(Request::DeleteGtpuTunnel { name: name.to_string() }),
         ["show", "gtpu", "tunnels" | "tunnel"] => Ok(Request::ShowGtpuTunnels { limit: None }),
@@ -374,6 +380,26 @@ mod tests {
 
     fn p(s: &str) -> Result<Request, String> {
         parse(&s.split_whitespace().map(String::from).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn interfaces_are_created_and_deleted_by_words() {
+        let Ok(Request::CreateInterface(ic)) =
+            p("create interface up0 af_packet host-if veth3 mac 02:00:00:00:00:09 mtu 9000 address 198.18.7.1/24 address 2001:db8:7::1/64 vnet-hdr off")
+        else {
+            panic!("expected CreateInterface")
+        };
+        assert_eq!((ic.name.as_str(), ic.kind, ic.host_if.as_deref()), ("up0", crate::config::InterfaceKind::AfPacket, Some("veth3")));
+        assert_eq!((ic.mac.as_deref(), ic.mtu, ic.vnet_hdr), (Some("02:00:00:00:00:09"), 9000, Some(false)));
+        assert_eq!(ic.addresses, ["198.18.7.1/24", "2001:db8:7::1/64"]);
+        let Ok(Request::CreateInterface(ic)) = p("create interface t0 tap host-if vgt0") else { panic!("expected CreateInterface") };
+        assert_eq!((ic.kind, ic.mtu), (crate::config::InterfaceKind::Tap, 1500));
+        assert_eq!(p("delete interface up0"), Ok(Request::DeleteInterface { name: "up0".into() }));
+        assert!(p("create interface x pg").unwrap_err().contains("start-up"));
+        assert!(p("create interface x af_packet mtu big").unwrap_err().contains("mtu"));
+        assert!(p("create interface x af_packet vnet-hdr maybe").unwrap_err().contains("on or off"));
+        assert!(p("create interface x af_packet colour red").unwrap_err().contains("colour"));
+        assert!(p("create interface x af_packet host-if").unwrap_err().contains("needs a value"));
     }
 
     #[test]

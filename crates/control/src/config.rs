@@ -4,7 +4,7 @@
 //! default. Every error names the file, the field path (`route[2].via`) and what was
 //! expected. See `docs/CONFIGURATION.md`.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
@@ -329,7 +329,7 @@ impl Default for GtpuConfig {
     }
 }
 
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum InterfaceKind {
     /// Packet generator (receive side) that discards what is sent to it.
@@ -347,7 +347,7 @@ pub enum InterfaceKind {
     AfXdp,
 }
 
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct InterfaceConfig {
     pub name: String,
@@ -393,21 +393,21 @@ pub struct InterfaceConfig {
     pub xdp_frame_size: Option<u32>,
 }
 
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum XdpModeConfig {
     Native,
     Generic,
 }
 
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum RxRing {
     V2,
     V3,
 }
 
-fn default_mtu() -> u16 {
+pub(crate) fn default_mtu() -> u16 {
     1500
 }
 

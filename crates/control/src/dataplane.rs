@@ -183,6 +183,9 @@ pub struct Control {
     pub applied: Config,
     /// The file `reload` reads by default (none for the built-in default gateway).
     pub config_path: Option<std::path::PathBuf>,
+    /// Each worker's lanes to the others (`lanes_to[k][j]`: from worker k to j), for the
+    /// devices of interfaces added at run time on workers that do not own them.
+    pub lanes_to: Vec<Vec<Option<engine::handoff::LaneTx>>>,
 }
 
 impl Control {
@@ -237,7 +240,7 @@ impl Control {
     }
 }
 
-fn kind_name(k: InterfaceKind) -> &'static str {
+pub(crate) fn kind_name(k: InterfaceKind) -> &'static str {
     match k {
         InterfaceKind::Pg => "pg",
         InterfaceKind::Pcap => "pcap",
@@ -269,7 +272,7 @@ fn interface_mac(cfg: &Config, i: usize) -> Result<EthernetAddress, ConfigError>
 
 /// One interface's L3 view, checked on its own (see `check_addresses` for what
 /// involves several).
-fn interface_spec(cfg: &Config, i: usize) -> Result<InterfaceSpec, ConfigError> {
+pub(crate) fn interface_spec(cfg: &Config, i: usize) -> Result<InterfaceSpec, ConfigError> {
     let ic = &cfg.interfaces[i];
     let f = |n: &str| format!("interface[{i}].{n}");
     if cfg.interfaces[..i].iter().any(|o| o.name == ic.name) {
@@ -689,9 +692,12 @@ pub fn assemble(cfg: &Config) -> Result<Assembly, ConfigError> {
     // Receive handoff per input kind: the interfaces of a kind share one input node.
     let spread: Vec<InterfaceKind> =
         cfg.interfaces.iter().zip(&placement).filter(|(_, p)| matches!(p, Placement::Owners(_))).map(|(ic, _)| ic.kind).collect();
+    let lanes_to = lanes.iter().map(|l| l.to.clone()).collect();
     let mut lanes = lanes.into_iter();
     let lanes: Vec<Option<engine::handoff::HandoffEnds>> = (0..cfg.dataplane.workers).map(|_| lanes.next()).collect();
-    build(cfg, state, gtpu, udp, ipsec, per_worker, details, lanes, &spread)
+    let mut a = build(cfg, state, gtpu, udp, ipsec, per_worker, details, lanes, &spread)?;
+    a.control.lanes_to = lanes_to;
+    Ok(a)
 }
 
 /// Worker `k`'s devices, one per interface, and how each was opened where that varies.
@@ -705,68 +711,85 @@ fn open_devices(
 ) -> Result<(Vec<Box<dyn Device>>, Vec<Option<String>>), ConfigError> {
     let mut devices: Vec<Box<dyn Device>> = Vec::new();
     let mut details = Vec::new();
-    for (i, ic) in cfg.interfaces.iter().enumerate() {
-        let mut detail = None;
+    for i in 0..cfg.interfaces.len() {
         let owners = placement[i].owners(cfg.dataplane.workers);
-        if k >= owners {
-            // Not an owner: what this worker sends there goes to an owner's lane.
-            let owner = k % owners;
-            let lane = lanes.and_then(|l| l.to[owner].clone()).expect("lanes exist with more than one worker");
-            devices.push(Box::new(engine::handoff::HandoffTx::new(lane, IfIndex(i as u16))));
-            details.push(None);
-            continue;
-        }
-        let dev: Box<dyn Device> = match ic.kind {
-            InterfaceKind::Pg => {
-                let specs = streams.remove(&ic.name).unwrap_or_default();
-                Box::new(io::pg::PacketGenerator::new(&specs).map_err(|(s, e)| cfg.err(format!("stream {s:?}"), e.to_string()))?)
-            }
-            InterfaceKind::Null => Box::new(io::null::NullSink),
-            InterfaceKind::AfPacket => {
-                let host_if = ic.host_if.as_deref().expect("validated in build_state");
-                let mut c = io::af_packet::AfPacketConfig::new(host_if);
-                c.vnet_hdr = ic.vnet_hdr.unwrap_or(true);
-                c.retire_ms = ic.rx_retire_ms.unwrap_or(c.retire_ms);
-                if cfg.dataplane.workers > 1 {
-                    // One group per interface, unique to this process.
-                    c.fanout = Some((std::process::id() as u16).wrapping_mul(64).wrapping_add(i as u16));
-                }
-                if ic.rx_ring == Some(crate::config::RxRing::V2) {
-                    c.ring = io::af_packet::RingVersion::V2;
-                }
-                c.v2_frame_size = ic.rx_frame_size.unwrap_or(c.v2_frame_size);
-                c.v2_slots = ic.rx_frames.unwrap_or(c.v2_slots);
-                Box::new(io::af_packet::AfPacket::open(c).map_err(|e| cfg.err(format!("interface[{i}].host_if"), e.to_string()))?)
-            }
-            InterfaceKind::AfXdp => {
-                let program = programs[i].clone().expect("attached in attach_xdp");
-                let mut c = io::af_xdp::AfXdpConfig::new(ic.host_if.as_deref().expect("validated in build_state"));
-                // Owner k takes every n-th queue, starting at k (n: the owners).
-                c.queues = (0..program.queues()).filter(|q| *q as usize % owners == k).collect();
-                c.frames = ic.xdp_frames.unwrap_or(c.frames);
-                c.frame_size = ic.xdp_frame_size.unwrap_or(c.frame_size);
-                c.bind = ic.zero_copy.map(|z| if z { io::af_xdp::BindMode::ZeroCopy } else { io::af_xdp::BindMode::Copy });
-                let d = io::af_xdp::AfXdp::open(&c, program).map_err(|e| cfg.err(format!("interface[{i}].host_if"), e.to_string()))?;
-                detail = Some(d.describe());
-                Box::new(d)
-            }
-            InterfaceKind::Tap => {
-                let name = ic.host_if.as_deref().expect("validated in build_state");
-                Box::new(io::tap::Tap::open(name).map_err(|e| cfg.err(format!("interface[{i}].host_if"), e.to_string()))?)
-            }
-            InterfaceKind::Pcap => {
-                let input = ic.input.as_ref().map(|p| cfg.resolve(p));
-                let output = ic.output.as_ref().map(|p| cfg.resolve(p));
-                Box::new(
-                    io::pcap::PcapDevice::open(input.as_deref(), output.as_deref())
-                        .map_err(|e| cfg.err(format!("interface[{i}]"), e.to_string()))?,
-                )
-            }
-        };
+        let to = lanes.map(|l| l.to.as_slice()).unwrap_or_default();
+        let (dev, detail) = open_device(cfg, i, IfIndex(i as u16), k, owners, streams, programs[i].clone(), to)?;
         devices.push(dev);
         details.push(detail);
     }
     Ok((devices, details))
+}
+
+/// Worker `k`'s device for `cfg.interfaces[i]`, which runs as interface `if_index` and
+/// whose device `owners` workers own (the others send through their lane `to[owner]`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn open_device(
+    cfg: &Config,
+    i: usize,
+    if_index: IfIndex,
+    k: usize,
+    owners: usize,
+    streams: &mut BTreeMap<String, Vec<io::pg::StreamSpec>>,
+    program: Option<Arc<io::af_xdp::XdpRedirect>>,
+    to: &[Option<engine::handoff::LaneTx>],
+) -> Result<(Box<dyn Device>, Option<String>), ConfigError> {
+    let ic = &cfg.interfaces[i];
+    if k >= owners {
+        // Not an owner: what this worker sends there goes to an owner's lane.
+        let owner = k % owners;
+        let lane = to.get(owner).cloned().flatten().expect("lanes exist with more than one worker");
+        return Ok((Box::new(engine::handoff::HandoffTx::new(lane, if_index)), None));
+    }
+    let mut detail = None;
+    let dev: Box<dyn Device> = match ic.kind {
+        InterfaceKind::Pg => {
+            let specs = streams.remove(&ic.name).unwrap_or_default();
+            Box::new(io::pg::PacketGenerator::new(&specs).map_err(|(s, e)| cfg.err(format!("stream {s:?}"), e.to_string()))?)
+        }
+        InterfaceKind::Null => Box::new(io::null::NullSink),
+        InterfaceKind::AfPacket => {
+            let host_if = ic.host_if.as_deref().expect("validated in build_state");
+            let mut c = io::af_packet::AfPacketConfig::new(host_if);
+            c.vnet_hdr = ic.vnet_hdr.unwrap_or(true);
+            c.retire_ms = ic.rx_retire_ms.unwrap_or(c.retire_ms);
+            if cfg.dataplane.workers > 1 {
+                // One group per interface, unique to this process.
+                c.fanout = Some((std::process::id() as u16).wrapping_mul(64).wrapping_add(if_index.0));
+            }
+            if ic.rx_ring == Some(crate::config::RxRing::V2) {
+                c.ring = io::af_packet::RingVersion::V2;
+            }
+            c.v2_frame_size = ic.rx_frame_size.unwrap_or(c.v2_frame_size);
+            c.v2_slots = ic.rx_frames.unwrap_or(c.v2_slots);
+            Box::new(io::af_packet::AfPacket::open(c).map_err(|e| cfg.err(format!("interface[{i}].host_if"), e.to_string()))?)
+        }
+        InterfaceKind::AfXdp => {
+            let program = program.expect("attached in attach_xdp");
+            let mut c = io::af_xdp::AfXdpConfig::new(ic.host_if.as_deref().expect("validated in build_state"));
+            // Owner k takes every n-th queue, starting at k (n: the owners).
+            c.queues = (0..program.queues()).filter(|q| *q as usize % owners == k).collect();
+            c.frames = ic.xdp_frames.unwrap_or(c.frames);
+            c.frame_size = ic.xdp_frame_size.unwrap_or(c.frame_size);
+            c.bind = ic.zero_copy.map(|z| if z { io::af_xdp::BindMode::ZeroCopy } else { io::af_xdp::BindMode::Copy });
+            let d = io::af_xdp::AfXdp::open(&c, program).map_err(|e| cfg.err(format!("interface[{i}].host_if"), e.to_string()))?;
+            detail = Some(d.describe());
+            Box::new(d)
+        }
+        InterfaceKind::Tap => {
+            let name = ic.host_if.as_deref().expect("validated in build_state");
+            Box::new(io::tap::Tap::open(name).map_err(|e| cfg.err(format!("interface[{i}].host_if"), e.to_string()))?)
+        }
+        InterfaceKind::Pcap => {
+            let input = ic.input.as_ref().map(|p| cfg.resolve(p));
+            let output = ic.output.as_ref().map(|p| cfg.resolve(p));
+            Box::new(
+                io::pcap::PcapDevice::open(input.as_deref(), output.as_deref())
+                    .map_err(|e| cfg.err(format!("interface[{i}]"), e.to_string()))?,
+            )
+        }
+    };
+    Ok((dev, detail))
 }
 
 fn build(
@@ -866,6 +889,7 @@ fn build(
         spd_gauges,
         applied: cfg.clone(),
         config_path: None,
+        lanes_to: Vec::new(),
     };
     Ok(Assembly { control, workers })
 }
@@ -905,6 +929,10 @@ fn build_worker(
             inputs.insert(ic.name.clone(), id);
         }
     }
+    // Interfaces added at run time enter by these (`crate::interfaces`): af_packet
+    // sockets on every worker, a TAP device on one that spreads what it receives.
+    g.add_input(&format!("{}-input", kind_name(InterfaceKind::AfPacket)), "ethernet-input");
+    g.add_input(&format!("{}-input", kind_name(InterfaceKind::Tap)), if lanes.is_some() { "worker-handoff" } else { "ethernet-input" });
     let graph = g.build().map_err(|e| cfg.err("(graph)", e.to_string()))?;
     let ports = cfg
         .interfaces

@@ -136,6 +136,7 @@ pub struct InterfaceRow {
 pub fn interface_rows(l3: &[IfL3], info: &[InterfaceInfo], s: Option<&Snapshot>) -> Vec<InterfaceRow> {
     l3.iter()
         .enumerate()
+        .filter(|(_, ifl)| !ifl.removed)
         .map(|(i, ifl)| {
             let port = s.and_then(|s| s.ports.iter().find(|p| p.if_index as usize == i));
             let c = port.map(|p| p.counters.clone()).unwrap_or_default();

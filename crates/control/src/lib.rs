@@ -20,6 +20,7 @@ pub mod format;
 pub mod fuzz;
 pub mod graph_view;
 pub mod gtpu;
+pub mod interfaces;
 pub mod ipsec;
 pub mod lb;
 pub mod metrics;

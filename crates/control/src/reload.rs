@@ -11,8 +11,10 @@
 //! reach the workers as one publication, so no packet of an unchanged route or tunnel is
 //! lost or sees a half-applied state.
 //!
-//! What a running gateway cannot change (its interfaces, workers, pools, generators,
-//! PFCP and metrics endpoints) is refused by field, with "restart" as the way.
+//! Interfaces of the kinds that open at run time (af_packet, tap, null) are added,
+//! replaced and removed like the other objects (`crate::interfaces`). What a running
+//! gateway cannot change (its workers, pools, generators, other interface kinds, PFCP
+//! and metrics endpoints) is refused by field, with "restart" as the way.
 
 use crate::api::{Reply, Request};
 use crate::config::Config;
@@ -30,8 +32,8 @@ use std::path::PathBuf;
 pub struct Change {
     /// `added`, `removed` or `replaced`.
     pub action: &'static str,
-    /// `route`, `neighbour`, `gtpu_tunnel`, `udp_tunnel`, `ipsec_sa`, `ipsec_policy`,
-    /// `ipsec_spd`, `lb_service`.
+    /// `interface`, `route`, `neighbour`, `gtpu_tunnel`, `udp_tunnel`, `ipsec_sa`,
+    /// `ipsec_policy`, `ipsec_spd`, `lb_service`.
     pub object: &'static str,
     /// The object as a person names it (`198.19.0.0/16 via 198.18.1.2`, `gtpu_tunnel3`).
     pub name: String,
@@ -56,13 +58,18 @@ pub fn reload(c: &mut Control, path: Option<&str>) -> Result<Reply, String> {
     let new = Config::load(&path).map_err(|e| e.to_string())?;
     check_scratch(&new)?;
     check_fixed(&c.applied, &new)?;
+    check_interfaces(c, &new)?;
     let mut changes = Vec::new();
+    // Interfaces first (routes and tunnels may need their subnets); the ones the file
+    // dropped go last, after the routes through them.
+    interfaces_add(c, &new, &mut changes)?;
     // SAs first: routes may lead into their tunnels.
     ipsec_sas(c, &new, &mut changes)?;
     let (gtpu_ids, udp_ids) = tunnels(c, &new, &mut changes)?;
     neighbours(c, &new, &mut changes)?;
     routes(c, &new, &gtpu_ids, &udp_ids, &mut changes)?;
     c.publish_routes();
+    interfaces_remove(c, &new, &mut changes)?;
     ipsec_policies(c, &new, &mut changes)?;
     lb_services(c, &new, &mut changes)?;
     c.applied = new;
@@ -101,14 +108,6 @@ fn check_fixed(old: &Config, new: &Config) -> Result<(), String> {
     if old.dataplane != new.dataplane {
         return refuse("dataplane", "the dataplane section (workers, pools, socket)");
     }
-    if old.interfaces.len() != new.interfaces.len() {
-        return refuse("interface", "the set of interfaces");
-    }
-    for (i, (a, b)) in old.interfaces.iter().zip(&new.interfaces).enumerate() {
-        if a != b {
-            return refuse(&format!("interface[{i}]"), &format!("interface {:?}", a.name));
-        }
-    }
     if old.streams != new.streams {
         return refuse("stream", "the packet generators");
     }
@@ -129,6 +128,66 @@ fn check_fixed(old: &Config, new: &Config) -> Result<(), String> {
     }
     if old.spd != new.spd {
         return refuse("spd", "the flow cache settings");
+    }
+    Ok(())
+}
+
+/// Whether the file's interface `ic` runs as the file says (it was applied as it is now).
+fn interface_current(c: &Control, ic: &crate::config::InterfaceConfig) -> bool {
+    c.applied.interfaces.iter().any(|o| o == ic) && c.state.if_index(&ic.name).is_ok()
+}
+
+/// What the interfaces' changes need, before anything changes: each interface to add
+/// or replace opens at run time, and no parcel link comes or goes.
+fn check_interfaces(c: &Control, new: &Config) -> Result<(), String> {
+    let refuse = |i: usize, what: String| Err(format!("{}: interface[{i}]: {what}; nothing was changed", new.source));
+    for (i, ic) in new.interfaces.iter().enumerate() {
+        if interface_current(c, ic) {
+            continue;
+        }
+        if !crate::interfaces::RUNTIME_KINDS.contains(&ic.kind) {
+            return refuse(i, format!("{:?} is new or changed, and its type opens at start-up only (restart to apply; af_packet, tap and null change at run time)", ic.name));
+        }
+        if ic.parcels || c.applied.interfaces.iter().any(|o| o.name == ic.name && o.parcels) {
+            return refuse(i, format!("{:?}: a parcel link changes by a restart only", ic.name));
+        }
+    }
+    for (i, o) in c.applied.interfaces.iter().enumerate() {
+        if o.parcels && !new.interfaces.iter().any(|n| n.name == o.name) {
+            return Err(format!("{}: interface {:?} (was interface[{i}]) takes parcels: a parcel link is removed by a restart only; nothing was changed", new.source, o.name));
+        }
+    }
+    Ok(())
+}
+
+/// Interfaces the file declares that do not run as it says: added, or replaced
+/// (removed, then added; the routes through it come back with the routes' step).
+fn interfaces_add(c: &mut Control, new: &Config, changes: &mut Vec<Change>) -> Result<(), String> {
+    for (i, ic) in new.interfaces.iter().enumerate() {
+        if interface_current(c, ic) {
+            continue;
+        }
+        let action = if c.state.if_index(&ic.name).is_ok() {
+            crate::interfaces::remove(c, &ic.name)?;
+            "replaced"
+        } else {
+            "added"
+        };
+        crate::interfaces::add(c, new, i)?;
+        changes.push(Change::new(action, "interface", ic.name.clone()));
+    }
+    Ok(())
+}
+
+/// Interfaces the old file declared and the new one does not.
+fn interfaces_remove(c: &mut Control, new: &Config, changes: &mut Vec<Change>) -> Result<(), String> {
+    let gone: Vec<String> =
+        c.applied.interfaces.iter().filter(|o| !new.interfaces.iter().any(|n| n.name == o.name)).map(|o| o.name.clone()).collect();
+    for name in gone {
+        if c.state.if_index(&name).is_ok() {
+            crate::interfaces::remove(c, &name)?;
+            changes.push(Change::new("removed", "interface", name));
+        }
     }
     Ok(())
 }
@@ -277,7 +336,7 @@ fn neighbours(c: &mut Control, new: &Config, changes: &mut Vec<Change>) -> Resul
     Ok(())
 }
 
-fn describe(p: &Prefix, t: &RouteTarget) -> String {
+pub(crate) fn describe(p: &Prefix, t: &RouteTarget) -> String {
     match t {
         RouteTarget::Via { next_hop, interface: Some(i) } => format!("{p} via {next_hop} on {i}"),
         RouteTarget::Via { next_hop, interface: None } => format!("{p} via {next_hop}"),

@@ -5,7 +5,6 @@
 use crate::config::{Config, Problems};
 use ip::{IfAddr, InterfaceSpec, Prefix};
 use std::collections::BTreeMap;
-use std::net::IpAddr;
 
 /// What a file with no interface is told: the least a gateway needs.
 pub const MINIMAL_CONFIG: &str = "a gateway needs at least one [[interface]] with `name`, `type` and `mac` \
@@ -22,7 +21,7 @@ pub fn check_addresses(cfg: &Config, specs: &[InterfaceSpec], problems: &mut Pro
             if let Some((_, oi, oj)) = seen.iter().find(|(o, ..)| o.addr == a.addr) {
                 let why = format!("{} is already interface[{oi}].addresses[{oj}] ({}): each address once", a.addr, specs[*oi].name);
                 problems.push(cfg.err(field, why));
-            } else if let Some((o, oi, oj)) = seen.iter().find(|(o, oi, _)| *oi != i && overlap(o.subnet(), a.subnet())) {
+            } else if let Some((o, oi, oj)) = seen.iter().find(|(o, oi, _)| *oi != i && o.subnet().overlaps(&a.subnet())) {
                 let why = format!(
                     "subnet {} overlaps {} of interface[{oi}].addresses[{oj}] ({}): expected each subnet on one interface",
                     a.subnet(),
@@ -34,19 +33,6 @@ pub fn check_addresses(cfg: &Config, specs: &[InterfaceSpec], problems: &mut Pro
             seen.push((*a, i, j));
         }
     }
-}
-
-fn network(p: Prefix) -> IpAddr {
-    match p {
-        Prefix::V4(a, _) => IpAddr::V4(a),
-        Prefix::V6(a, _) => IpAddr::V6(a),
-    }
-}
-
-/// Two prefixes overlap when the shorter contains the longer's network address.
-fn overlap(a: Prefix, b: Prefix) -> bool {
-    let (short, long) = if a.len() <= b.len() { (a, b) } else { (b, a) };
-    short.contains(network(long))
 }
 
 /// A prefix routed from two places of the file (a `[[route]]`, a GTP-U tunnel's `ue`, a

@@ -78,6 +78,21 @@ pub enum WorkerCmd {
     /// Read the worker's context between vectors (`show lb sessions`): the closure gets
     /// [`Context::as_any`] and sends what it found back itself.
     Inspect(Box<dyn FnOnce(Option<&mut dyn std::any::Any>) + Send>),
+    /// Start polling and sending on an interface added at run time; its packets enter
+    /// through the input node named `input` (none: transmit only).
+    AddPort {
+        if_index: IfIndex,
+        name: String,
+        device: Box<dyn Device>,
+        input: Option<String>,
+        reply: Sender<Result<(), String>>,
+    },
+    /// Stop using an interface removed at run time: its device is flushed and closed,
+    /// packets queued to it are freed (and from then on counted as `no-device`).
+    RemovePort {
+        if_index: IfIndex,
+        reply: Sender<Result<(), String>>,
+    },
     Stop,
 }
 
@@ -115,24 +130,14 @@ pub struct Worker<C: Context> {
 }
 
 impl<C: Context> Worker<C> {
-    pub fn new(id: usize, mut graph: Graph<C>, pool: Pool, ports: Vec<Port>, cx: C) -> Self {
-        let max_if = ports.iter().map(|p| p.if_index.get() + 1).max().unwrap_or(0);
-        let mut names: Vec<String> = (0..max_if).map(|i| format!("if{i}")).collect();
-        for p in &ports {
-            names[p.if_index.get()] = p.name.clone();
-        }
-        graph.set_interface_names(names);
-        let mut port_of = vec![None; max_if];
-        for (i, p) in ports.iter().enumerate() {
-            port_of[p.if_index.get()] = Some(i);
-        }
-        Worker {
+    pub fn new(id: usize, graph: Graph<C>, pool: Pool, ports: Vec<Port>, cx: C) -> Self {
+        let mut w = Worker {
             id,
             graph,
             pool,
             ports,
             cx,
-            port_of,
+            port_of: Vec::new(),
             scratch: Vec::with_capacity(VECTOR_SIZE),
             busy_poll: false,
             handoff: Vec::new(),
@@ -140,7 +145,56 @@ impl<C: Context> Worker<C> {
             handoff_rx: 0,
             loops: 0,
             cleared_at: clock::now(),
+        };
+        w.index_ports();
+        w
+    }
+
+    /// Rebuild the interface-index map and the names traces show, after the ports changed.
+    fn index_ports(&mut self) {
+        let max_if = self.ports.iter().map(|p| p.if_index.get() + 1).max().unwrap_or(0);
+        let mut names: Vec<String> = (0..max_if).map(|i| format!("if{i}")).collect();
+        self.port_of = vec![None; max_if];
+        for (i, p) in self.ports.iter().enumerate() {
+            names[p.if_index.get()] = p.name.clone();
+            self.port_of[p.if_index.get()] = Some(i);
         }
+        self.graph.set_interface_names(names);
+    }
+
+    /// Add a port between vectors (an interface added at run time). Its interface index
+    /// must be free on this worker, and `input`, if any, an input node of the graph.
+    pub fn add_port(&mut self, if_index: IfIndex, name: String, device: Box<dyn Device>, input: Option<&str>) -> Result<(), String> {
+        if self.port_of.get(if_index.get()).copied().flatten().is_some() {
+            return Err(format!("interface index {} is in use on worker {}", if_index.get(), self.id));
+        }
+        let input = match input {
+            Some(n) => Some(self.graph.node_id(n).map_err(|e| e.to_string())?),
+            None => None,
+        };
+        self.ports.push(Port::new(if_index, name, device, input));
+        self.index_ports();
+        Ok(())
+    }
+
+    /// Remove a port between vectors: flush its device and close it (by dropping it),
+    /// free what was queued for it. Later packets routed there are `no-device` drops.
+    pub fn remove_port(&mut self, if_index: IfIndex) -> Result<(), String> {
+        let Some(pi) = self.port_of.get(if_index.get()).copied().flatten() else {
+            return Err(format!("no interface with index {} on worker {}", if_index.get(), self.id));
+        };
+        let mut port = self.ports.remove(pi);
+        if let Err(e) = port.device.flush() {
+            eprintln!("vecgate: flushing {}: {e}", port.name);
+        }
+        if let Some(q) = self.graph.tx_queue(if_index) {
+            let n = q.len() as u64;
+            self.pool.free_many(q);
+            q.clear();
+            self.graph.count_no_device(n);
+        }
+        self.index_ports();
+        Ok(())
     }
 
     /// True when every receiving device is exhausted (pcap files read, counts sent).
@@ -298,6 +352,12 @@ impl<C: Context> Worker<C> {
                 }
             }
             WorkerCmd::Inspect(read) => read(self.cx.as_any()),
+            WorkerCmd::AddPort { if_index, name, device, input, reply } => {
+                let _ = reply.send(self.add_port(if_index, name, device, input.as_deref()));
+            }
+            WorkerCmd::RemovePort { if_index, reply } => {
+                let _ = reply.send(self.remove_port(if_index));
+            }
             WorkerCmd::Stop => return false,
         }
         true

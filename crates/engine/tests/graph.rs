@@ -237,3 +237,57 @@ fn an_expanding_node_multiplies_packets_without_leaks() {
     // Even inputs: 40 × 3 (those not multiples of 5: 40) + even multiples of 5 (10) × 1.
     assert_eq!(sunk.load(std::sync::atomic::Ordering::Relaxed), 40 * 3 + 10);
 }
+
+fn count(w: &Worker<Cx>, node: &str, counter: &str) -> u64 {
+    w.snapshot().counters.iter().find(|c| c.node == node && c.counter == counter).map_or(0, |c| c.count)
+}
+
+/// Run until every receiving port is exhausted and the graph drained.
+fn drain(w: &mut Worker<Cx>) {
+    while !w.inputs_done() {
+        w.poll_once();
+    }
+    w.poll_once();
+}
+
+#[test]
+fn ports_come_and_go_between_vectors() {
+    let mut g = GraphBuilder::<Cx>::new();
+    g.add(Parity);
+    g.add_input("test-input", "parity");
+    let graph = g.build().unwrap();
+    let input = graph.node_id("test-input").unwrap();
+    let ports = vec![Port::new(IfIndex(0), "src0".into(), Box::new(Counter { sent: 0, total: 100 }), Some(input))];
+    let mut w = Worker::new(0, graph, Pool::new(1024, 1), ports, Cx);
+    // No interface 1 yet: the 50 even packets have nowhere to go.
+    drain(&mut w);
+    assert_eq!(count(&w, "interface-output", "no-device"), 50);
+
+    // Interface 1 appears: a second source (interface 2) is now sent there.
+    let sunk = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    w.add_port(IfIndex(1), "sink0".into(), Box::new(Sink(sunk.clone())), None).unwrap();
+    w.add_port(IfIndex(2), "src1".into(), Box::new(Counter { sent: 0, total: 100 }), Some("test-input")).unwrap();
+    drain(&mut w);
+    assert_eq!(sunk.load(std::sync::atomic::Ordering::Relaxed), 50);
+    assert_eq!(count(&w, "interface-output", "no-device"), 50, "nothing more lost");
+    let snap = w.snapshot();
+    let names: Vec<&str> = snap.ports.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["src0", "sink0", "src1"]);
+    assert_eq!(snap.ports[2].counters.rx_packets, 100);
+
+    // Indices in use, unknown inputs and unknown ports are refused, changing nothing.
+    assert!(w.add_port(IfIndex(1), "again".into(), Box::new(Sink(sunk.clone())), None).is_err());
+    assert!(w.add_port(IfIndex(3), "x".into(), Box::new(Sink(sunk.clone())), Some("no-such-input")).is_err());
+    assert!(w.remove_port(IfIndex(7)).is_err());
+    assert_eq!(w.ports.len(), 3);
+
+    // Interface 1 goes: later packets for it are dropped by name, and no buffer leaks.
+    w.remove_port(IfIndex(1)).unwrap();
+    w.add_port(IfIndex(3), "src2".into(), Box::new(Counter { sent: 0, total: 100 }), Some("test-input")).unwrap();
+    drain(&mut w);
+    assert_eq!(sunk.load(std::sync::atomic::Ordering::Relaxed), 50);
+    assert_eq!(count(&w, "interface-output", "no-device"), 100);
+    assert_eq!(w.pool.in_use(), 0, "every buffer returned to the pool");
+    let names: Vec<String> = w.snapshot().ports.iter().map(|p| p.name.clone()).collect();
+    assert_eq!(names, ["src0", "src1", "src2"]);
+}

@@ -78,6 +78,20 @@ impl Prefix {
             _ => false,
         }
     }
+
+    /// The first address of the prefix.
+    pub fn network(&self) -> IpAddr {
+        match *self {
+            Prefix::V4(a, _) => IpAddr::V4(a),
+            Prefix::V6(a, _) => IpAddr::V6(a),
+        }
+    }
+
+    /// Whether the two share an address: the shorter contains the longer's network.
+    pub fn overlaps(&self, other: &Prefix) -> bool {
+        let (short, long) = if self.len() <= other.len() { (self, other) } else { (other, self) };
+        short.contains(long.network())
+    }
 }
 
 impl FromStr for Prefix {

@@ -13,6 +13,9 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use wire::{EtherType, EthernetAddress};
 
+mod interfaces;
+pub use interfaces::RemovedInterface;
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StateError {
     #[error("no interface named {0:?}")]
@@ -37,6 +40,12 @@ pub enum StateError {
     StaticRouteExists(Prefix),
     #[error("more than {MAX_INDEX} adjacencies")]
     TooManyAdjacencies,
+    #[error("{addr} is already an address of {interface}")]
+    AddressInUse { addr: IpAddr, interface: String },
+    #[error("subnet {subnet} overlaps {other} of {interface}: each subnet on one interface")]
+    SubnetOverlaps { subnet: Prefix, other: Prefix, interface: String },
+    #[error("more than {0} interfaces")]
+    TooManyInterfaces(usize),
 }
 
 /// An interface as configured.
@@ -75,6 +84,19 @@ pub struct FibEntry {
     pub resolved: bool,
 }
 
+/// An interface's L3 view from its spec.
+fn if_l3(s: InterfaceSpec) -> IfL3 {
+    let mut ip4 = Vec::new();
+    let mut ip6 = Vec::new();
+    for a in &s.addresses {
+        match a.addr {
+            IpAddr::V4(v) => ip4.push((v, a.len)),
+            IpAddr::V6(v) => ip6.push((v, a.len)),
+        }
+    }
+    IfL3 { ip6_link_local: wire::ipv6::link_local_from_mac(&s.mac), name: s.name, mac: s.mac, mtu: s.mtu, ip4, ip6, removed: false }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum AdjKey {
     Blackhole,
@@ -109,22 +131,7 @@ impl RouterState {
             if interfaces.iter().any(|i: &IfL3| i.name == s.name) {
                 return Err(StateError::DuplicateInterface(s.name));
             }
-            let mut ip4 = Vec::new();
-            let mut ip6 = Vec::new();
-            for a in &s.addresses {
-                match a.addr {
-                    IpAddr::V4(v) => ip4.push((v, a.len)),
-                    IpAddr::V6(v) => ip6.push((v, a.len)),
-                }
-            }
-            interfaces.push(IfL3 {
-                ip6_link_local: wire::ipv6::link_local_from_mac(&s.mac),
-                name: s.name,
-                mac: s.mac,
-                mtu: s.mtu,
-                ip4,
-                ip6,
-            });
+            interfaces.push(if_l3(s));
         }
         let mut state = RouterState {
             interfaces,
@@ -153,7 +160,7 @@ impl RouterState {
     pub fn if_index(&self, name: &str) -> Result<IfIndex, StateError> {
         self.interfaces
             .iter()
-            .position(|i| i.name == name)
+            .position(|i| !i.removed && i.name == name)
             .map(|i| IfIndex(i as u16))
             .ok_or_else(|| StateError::UnknownInterface(name.to_string()))
     }
@@ -387,7 +394,7 @@ impl RouterState {
 
     /// The value the interfaces' addresses give exactly `p`, if any.
     fn interface_value(&mut self, p: &Prefix) -> Option<u32> {
-        if !self.interfaces.iter().any(|i| {
+        if !self.interfaces.iter().filter(|i| !i.removed).any(|i| {
             i.ip4.iter().any(|(a, _)| Prefix::covering(IpAddr::V4(*a), p.len()) == *p)
                 || i.ip6.iter().any(|(a, _)| Prefix::covering(IpAddr::V6(*a), p.len()) == *p)
                 || Prefix::covering(IpAddr::V6(i.ip6_link_local), p.len()) == *p
@@ -462,6 +469,10 @@ impl RouterState {
     /// Record a neighbour. Learned entries never replace static ones. Returns whether
     /// anything changed (so the caller publishes only then).
     pub fn set_neighbour(&mut self, if_index: IfIndex, ip: IpAddr, mac: EthernetAddress, is_static: bool) -> bool {
+        // A worker's report from an interface removed since is stale.
+        if self.interfaces.get(if_index.get()).is_some_and(|l| l.removed) {
+            return false;
+        }
         if let Some(old) = self.neighbours.get(&ip) {
             if old.is_static && !is_static {
                 return false;
@@ -556,47 +567,51 @@ impl RouterState {
     /// The entries the interfaces' addresses make: each address local, each subnet
     /// attached.
     fn interface_entries(&mut self) -> Vec<(Prefix, u32, FibEntry)> {
+        let live: Vec<usize> = (0..self.interfaces.len()).filter(|&i| !self.interfaces[i].removed).collect();
+        live.into_iter().flat_map(|i| self.entries_of_interface(IfIndex(i as u16))).collect()
+    }
+
+    /// The entries one interface's addresses make.
+    fn entries_of_interface(&mut self, i: IfIndex) -> Vec<(Prefix, u32, FibEntry)> {
         let mut out = Vec::new();
-        let ifs = self.interfaces.clone();
-        for (i, ifl) in ifs.iter().enumerate() {
-            let glean = self.adj_id(AdjKey::Attached(IfIndex(i as u16)));
-            let addrs: Vec<(IpAddr, u8)> = ifl
-                .ip4
-                .iter()
-                .map(|(a, l)| (IpAddr::V4(*a), *l))
-                .chain(ifl.ip6.iter().map(|(a, l)| (IpAddr::V6(*a), *l)))
-                .chain([(IpAddr::V6(ifl.ip6_link_local), 64)])
-                .collect();
-            for (a, l) in addrs {
-                let host = Prefix::covering(a, if a.is_ipv4() { 32 } else { 128 });
+        let ifl = self.interfaces[i.get()].clone();
+        let glean = self.adj_id(AdjKey::Attached(i));
+        let addrs: Vec<(IpAddr, u8)> = ifl
+            .ip4
+            .iter()
+            .map(|(a, l)| (IpAddr::V4(*a), *l))
+            .chain(ifl.ip6.iter().map(|(a, l)| (IpAddr::V6(*a), *l)))
+            .chain([(IpAddr::V6(ifl.ip6_link_local), 64)])
+            .collect();
+        for (a, l) in addrs {
+            let host = Prefix::covering(a, if a.is_ipv4() { 32 } else { 128 });
+            out.push((
+                host,
+                ADJ_LOCAL,
+                FibEntry {
+                    prefix: host.to_string(),
+                    kind: "local",
+                    next_hop: None,
+                    interface: Some(ifl.name.clone()),
+                    adjacency: ADJ_LOCAL,
+                    resolved: true,
+                },
+            ));
+            let is_ll = matches!(a, IpAddr::V6(v) if v == ifl.ip6_link_local);
+            if !is_ll {
+                let net = Prefix::covering(a, l);
                 out.push((
-                    host,
-                    ADJ_LOCAL,
+                    net,
+                    glean,
                     FibEntry {
-                        prefix: host.to_string(),
-                        kind: "local",
+                        prefix: net.to_string(),
+                        kind: "attached",
                         next_hop: None,
                         interface: Some(ifl.name.clone()),
-                        adjacency: ADJ_LOCAL,
+                        adjacency: glean,
                         resolved: true,
                     },
                 ));
-                let is_ll = matches!(a, IpAddr::V6(v) if v == ifl.ip6_link_local);
-                if !is_ll {
-                    let net = Prefix::covering(a, l);
-                    out.push((
-                        net,
-                        glean,
-                        FibEntry {
-                            prefix: net.to_string(),
-                            kind: "attached",
-                            next_hop: None,
-                            interface: Some(ifl.name.clone()),
-                            adjacency: glean,
-                            resolved: true,
-                        },
-                    ));
-                }
             }
         }
         out

@@ -242,6 +242,10 @@ pub struct IfL3 {
     pub ip4: Vec<(Ipv4Addr, u8)>,
     pub ip6: Vec<(Ipv6Addr, u8)>,
     pub ip6_link_local: Ipv6Addr,
+    /// Removed at run time: the slot keeps its index (ports, counters and adjacencies
+    /// name interfaces by index) until an added interface reuses it; it has no name and
+    /// no addresses, so nothing matches it.
+    pub removed: bool,
 }
 
 impl IfL3 {
