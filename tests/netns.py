@@ -130,7 +130,9 @@ class Vecgate:
         self.log = tmp / f"{name}.log"
         self.proc = lab.spawn(ns, self.bin, "run", "--config", str(self.cfg), "--interval", "0", "--duration", "300")
         deadline = time.time() + 10
-        while not os.path.exists(self.sock):
+        # The socket is bound before the interfaces open; the first answer comes after.
+        while not os.path.exists(self.sock) or subprocess.run(
+                [self.bin, "ctl", "--socket", self.sock, "show", "interfaces"], capture_output=True, timeout=10).returncode != 0:
             if self.proc.poll() is not None or time.time() > deadline:
                 out, err = self.proc.communicate(timeout=5)
                 raise RuntimeError(f"vecgate did not start: {err}{out}")
