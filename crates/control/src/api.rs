@@ -2,7 +2,7 @@
 //! JSON socket deserialises one, and `Control::handle` is the only code that acts on
 //! them. Replies carry structured `data` (for automation) and `text` (for people).
 
-use crate::dataplane::{route_target, Control};
+use crate::dataplane::Control;
 use crate::format;
 use engine::stats::Snapshot;
 use engine::worker::WorkerCmd;
@@ -55,6 +55,9 @@ pub enum Request {
         interface: Option<String>,
         #[serde(default)]
         blackhole: bool,
+        /// ECMP: several next hops with weights, instead of `via`/`interface`.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        paths: Vec<crate::fib::RoutePath>,
     },
     IpRouteDel {
         prefix: String,
@@ -368,9 +371,10 @@ impl Control {
                 let rows = format::neighbour_rows(&self.state);
                 Reply::ok(serde_json::to_value(&rows).map_err(|e| e.to_string())?, format::neighbours(&rows))
             }
-            Request::IpRouteAdd { prefix, via, interface, blackhole } => {
+            Request::IpRouteAdd { prefix, via, interface, blackhole, paths } => {
                 let p: Prefix = prefix.parse().map_err(|e| format!("prefix {prefix:?}: {e}"))?;
-                let t = route_target(via.as_deref(), interface.as_deref(), *blackhole)?;
+                let t = crate::fib::target_from_fields(via.as_deref(), interface.as_deref(), *blackhole, paths, str::to_string)
+                    .map_err(|(f, m)| if f.is_empty() { m } else { format!("ip_route_add{f}: {m}") })?;
                 let t = crate::ipsec::resolve_target(&self.ipsec, t)?;
                 let t = crate::dataplane::resolve_target(&self.gtpu, &self.udptun, &self.state, t)?;
                 self.state.add_route(p, t).map_err(|e| e.to_string())?;

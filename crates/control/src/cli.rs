@@ -20,6 +20,8 @@ commands:
   ip route add <prefix> via <addr> [interface <name>]
   ip route add <prefix> interface <name>
   ip route add <prefix> blackhole
+  ip route add <prefix> via <addr> [weight <n>] via <addr> [weight <n>]...
+                                       ECMP: each flow on one path, flows spread by weight
   ip route del <prefix>
   ip route batch <file>                many changes in one request: lines of a route file,
                                        `del <prefix>` lines delete (all or nothing)
@@ -92,6 +94,9 @@ pub fn parse(words: &[String]) -> Result<Request, String> {
         }
         ["show", "ip" | "ip6", "fib", q] => Ok(Request::ShowIpFibEntry { query: q.to_string() }),
         ["show", "neighbours" | "neighbors"] | ["show", "ip", "neighbours" | "neighbors"] => Ok(Request::ShowNeighbours {}),
+        ["ip", "route", "add", prefix, rest @ ..] if crate::fib::is_multipath_words(rest) => {
+            crate::fib::multipath_add_request(prefix, rest)
+        }
         ["ip", "route", "add", prefix, rest @ ..] => {
             let (via, interface, blackhole) = match rest {
                 ["via", v] => (Some(v.to_string()), None, false),
@@ -100,7 +105,7 @@ pub fn parse(words: &[String]) -> Result<Request, String> {
                 ["blackhole"] => (None, None, true),
                 _ => return Err("expected: ip route add <prefix> (via <addr> [interface <name>] | interface <name> | blackhole)".into()),
             };
-            Ok(Request::IpRouteAdd { prefix: prefix.to_string(), via, interface, blackhole })
+            Ok(Request::IpRouteAdd { prefix: prefix.to_string(), via, interface, blackhole, paths: Vec::new() })
         }
         ["ip", "route", "del" | "delete", prefix] => Ok(Request::IpRouteDel { prefix: prefix.to_string() }),
         ["ip", "route", "batch", file] => crate::fib::batch_request(file),
@@ -420,7 +425,13 @@ mod tests {
         assert_eq!(p("trace add pg-input 10"), Ok(Request::TraceAdd { node: "pg-input".into(), count: 10 }));
         assert_eq!(
             p("ip route add 198.19.0.0/16 via 198.18.2.2"),
-            Ok(Request::IpRouteAdd { prefix: "198.19.0.0/16".into(), via: Some("198.18.2.2".into()), interface: None, blackhole: false })
+            Ok(Request::IpRouteAdd {
+                prefix: "198.19.0.0/16".into(),
+                via: Some("198.18.2.2".into()),
+                interface: None,
+                blackhole: false,
+                paths: Vec::new()
+            })
         );
         assert!(p("ip route add 198.19.0.0/16 sideways").is_err());
         assert!(p("trace add pg-input many").is_err());
@@ -488,7 +499,13 @@ mod tests {
         let r: Request = serde_json::from_str(r#"{"op":"ip_route_add","prefix":"2001:db8:5::/48","via":"2001:db8:2::2"}"#).unwrap();
         assert_eq!(
             r,
-            Request::IpRouteAdd { prefix: "2001:db8:5::/48".into(), via: Some("2001:db8:2::2".into()), interface: None, blackhole: false }
+            Request::IpRouteAdd {
+                prefix: "2001:db8:5::/48".into(),
+                via: Some("2001:db8:2::2".into()),
+                interface: None,
+                blackhole: false,
+                paths: Vec::new()
+            }
         );
         assert!(serde_json::from_str::<Request>(r#"{"op":"show_runtime","extra":1}"#).is_err());
     }

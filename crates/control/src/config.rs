@@ -419,6 +419,9 @@ pub struct RouteConfig {
     pub interface: Option<String>,
     #[serde(default)]
     pub blackhole: bool,
+    /// ECMP: several next hops with weights, instead of `via`/`interface`.
+    #[serde(default)]
+    pub paths: Vec<crate::fib::RoutePath>,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]

@@ -128,6 +128,16 @@ const RECENT_UDP_EVENTS: usize = 32;
 /// Route targets naming a tunnel interface (`gtpu_tunnelN`, `udp_tunnelN`) become
 /// routes into that tunnel.
 pub fn resolve_target(g: &GtpuState, u: &UdpTunState, router: &RouterState, t: RouteTarget) -> Result<RouteTarget, String> {
+    if let RouteTarget::Multipath(paths) = t {
+        let paths: Result<Vec<_>, String> = paths
+            .into_iter()
+            .enumerate()
+            .map(|(i, p)| {
+                Ok(ip::state::Path { target: resolve_target(g, u, router, p.target).map_err(|e| format!("path {i}: {e}"))?, ..p })
+            })
+            .collect();
+        return Ok(RouteTarget::Multipath(paths?));
+    }
     match crate::gtpu::resolve_target(g, router, t)? {
         RouteTarget::Interface(name) if crate::udptun::is_tunnel_name(&name) => match crate::udptun::tunnel_by_name(u, &name) {
             Some(t) => Ok(RouteTarget::Tunnel(t)),
@@ -186,6 +196,8 @@ pub struct Control {
     /// Each worker's lanes to the others (`lanes_to[k][j]`: from worker k to j), for the
     /// devices of interfaces added at run time on workers that do not own them.
     pub lanes_to: Vec<Vec<Option<engine::handoff::LaneTx>>>,
+    /// When multipath routes' links were last read (`crate::fib::poll_links`).
+    pub link_poll: crate::fib::LinkPoll,
 }
 
 impl Control {
@@ -232,6 +244,9 @@ impl Control {
                 self.recent_gtpu_events.pop_front();
             }
             self.recent_gtpu_events.push_back(ev);
+        }
+        if crate::fib::poll_links(self) {
+            changed += 1;
         }
         if changed > 0 {
             self.publish();
@@ -426,8 +441,8 @@ pub fn build_state(cfg: &Config) -> Result<(RouterState, GtpuState, UdpTunState)
                 return Err(cfg
                     .err(format!("route[{i}].prefix"), format!("{prefix} is already route[{first}]'s prefix: expected each prefix once")));
             }
-            let target =
-                route_target(r.via.as_deref(), r.interface.as_deref(), r.blackhole).map_err(|m| cfg.err(format!("route[{i}]"), m))?;
+            let target = crate::fib::target_from_fields(r.via.as_deref(), r.interface.as_deref(), r.blackhole, &r.paths, str::to_string)
+                .map_err(|(f, m)| cfg.err(format!("route[{i}]{f}"), m))?;
             let target = resolve_target(&gtpu, &udp, &state, target).map_err(|m| cfg.err(format!("route[{i}].interface"), m))?;
             Ok((prefix, target))
         })();
@@ -890,6 +905,7 @@ fn build(
         applied: cfg.clone(),
         config_path: None,
         lanes_to: Vec::new(),
+        link_poll: Default::default(),
     };
     Ok(Assembly { control, workers })
 }

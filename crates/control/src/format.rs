@@ -203,9 +203,21 @@ pub fn fib(rows: &[ip::state::FibEntry], generation: u64) -> String {
             r.interface.as_deref().unwrap_or("-"),
             // A tunnel's route leads to the tunnel (its interface column), not to an
             // adjacency: its value is an internal code, not shown.
-            if ip::tables::TunnelRef::decode(r.adjacency).is_some() { "-".to_string() } else { r.adjacency.to_string() },
+            if r.adjacency > ip::tables::MAX_INDEX { "-".to_string() } else { r.adjacency.to_string() },
             if r.resolved { "" } else { "(unresolved)" }
         );
+        for x in &r.paths {
+            let _ = writeln!(
+                o,
+                "{:<44} {:<10} {:<28} {:<10} weight {}{}",
+                "",
+                "  path",
+                x.next_hop.as_deref().unwrap_or("-"),
+                x.interface.as_deref().unwrap_or("-"),
+                x.weight,
+                if x.skipped { " (skipped)" } else { "" }
+            );
+        }
     }
     o
 }

@@ -54,10 +54,17 @@ pub fn delete(c: &mut Control, name: &str) -> Result<Reply, String> {
     } else {
         text += &format!("; {} route{} went with it: {}", routes.len(), if routes.len() == 1 { "" } else { "s" }, routes.join(", "));
     }
+    let narrowed: Vec<String> = gone.narrowed.iter().map(|p| p.to_string()).collect();
+    if !narrowed.is_empty() {
+        text += &format!("; multipath routes that lost their paths through it: {}", narrowed.join(", "));
+    }
     if !neighbours.is_empty() {
         text += &format!("; neighbours forgotten: {}", neighbours.join(", "));
     }
-    Ok(Reply::ok(serde_json::json!({ "name": name, "index": gone.if_index.0, "routes": routes, "neighbours": neighbours }), text))
+    Ok(Reply::ok(
+        serde_json::json!({ "name": name, "index": gone.if_index.0, "routes": routes, "narrowed": narrowed, "neighbours": neighbours }),
+        text,
+    ))
 }
 
 /// Add `cfg.interfaces[i]` to the running gateway; errors start with `cfg.source` (the

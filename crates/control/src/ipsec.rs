@@ -268,6 +268,9 @@ pub fn add_to_demux(x: &IpsecState, d: &mut UdpDemux) {
 /// A route target naming `ipsec_tunnelN` becomes a route into outbound SA N.
 pub fn resolve_target(x: &IpsecState, t: RouteTarget) -> Result<RouteTarget, String> {
     match t {
+        RouteTarget::Multipath(paths) => Ok(RouteTarget::Multipath(
+            paths.into_iter().map(|p| Ok(ip::state::Path { target: resolve_target(x, p.target)?, ..p })).collect::<Result<_, String>>()?,
+        )),
         RouteTarget::Interface(name) if name.starts_with(IPSEC_TUNNEL_IF_PREFIX) => {
             x.tunnel_by_name(&name).map(RouteTarget::Tunnel).ok_or_else(|| format!("no outbound tunnel-mode SA named {name:?}"))
         }

@@ -18,7 +18,7 @@
 
 use crate::api::{Reply, Request};
 use crate::config::Config;
-use crate::dataplane::{build_state, resolve_target, route_target, Control};
+use crate::dataplane::{build_state, resolve_target, Control};
 use gtpu::TunnelSpec;
 use ip::tables::TunnelRef;
 use ip::{Prefix, RouteTarget};
@@ -343,6 +343,7 @@ pub(crate) fn describe(p: &Prefix, t: &RouteTarget) -> String {
         RouteTarget::Interface(i) => format!("{p} on {i}"),
         RouteTarget::Blackhole => format!("{p} blackhole"),
         RouteTarget::Tunnel(t) => format!("{p} into {}", t.if_name()),
+        RouteTarget::Multipath(_) => crate::fib::route_line(p, t),
     }
 }
 
@@ -351,8 +352,10 @@ fn routes(c: &mut Control, new: &Config, gtpu_ids: &[u32], udp_ids: &[u32], chan
     for (i, r) in new.routes.iter().enumerate() {
         let field = |f: &str, m: String| format!("{}: route[{i}]{f}: {m}", new.source);
         let p: Prefix = r.prefix.parse().map_err(|e| field(".prefix", format!("{e}")))?;
-        let interface = r.interface.as_deref().map(|n| rename_tunnel(n, gtpu_ids, udp_ids));
-        let t = route_target(r.via.as_deref(), interface.as_deref(), r.blackhole).map_err(|m| field("", m))?;
+        let t = crate::fib::target_from_fields(r.via.as_deref(), r.interface.as_deref(), r.blackhole, &r.paths, |n| {
+            rename_tunnel(n, gtpu_ids, udp_ids)
+        })
+        .map_err(|(f, m)| field(&f, m))?;
         let t = crate::ipsec::resolve_target(&c.ipsec, t).map_err(|m| field(".interface", m))?;
         let t = resolve_target(&c.gtpu, &c.udptun, &c.state, t).map_err(|m| field(".interface", m))?;
         want.insert(p, t);

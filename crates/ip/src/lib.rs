@@ -22,6 +22,7 @@ pub mod flow;
 pub mod hint;
 pub mod lpm;
 pub mod mss;
+pub mod multipath;
 pub mod nodes;
 pub mod outer;
 pub mod prefix;

@@ -5,8 +5,9 @@
 
 use crate::fib::FibBuilder;
 use crate::lpm::Route;
+use crate::multipath::{self, Multipath, MAX_PATHS, MAX_WEIGHT};
 use crate::prefix::{IfAddr, Prefix};
-use crate::tables::{l2_rewrite, Adjacency, IfL3, Neighbour, Tables, TunnelRef, UdpDemux, ADJ_LOCAL, MAX_INDEX};
+use crate::tables::{l2_rewrite, Adjacency, IfL3, Neighbour, Tables, TunnelRef, UdpDemux, ADJ_LOCAL, ADJ_MISS, MAX_INDEX};
 use engine::IfIndex;
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
@@ -46,6 +47,16 @@ pub enum StateError {
     SubnetOverlaps { subnet: Prefix, other: Prefix, interface: String },
     #[error("more than {0} interfaces")]
     TooManyInterfaces(usize),
+    #[error("{0} paths: expected 1 to {MAX_PATHS}")]
+    PathCount(usize),
+    #[error("path {path}: weight {weight}: expected 1 to {MAX_WEIGHT}")]
+    PathWeight { path: usize, weight: u32 },
+    #[error("path {0}: expected a next hop, an interface or a tunnel (a path is not a blackhole or a list of paths)")]
+    PathTarget(usize),
+    #[error("path {0} is the same as an earlier path")]
+    DuplicatePath(usize),
+    #[error("path {path}: {error}")]
+    Path { path: usize, error: Box<StateError> },
 }
 
 /// An interface as configured.
@@ -69,6 +80,28 @@ pub enum RouteTarget {
     Blackhole,
     /// Into a tunnel (the tunnel is the outgoing interface).
     Tunnel(TunnelRef),
+    /// ECMP: several weighted paths, one per flow (`crate::multipath`).
+    Multipath(Vec<Path>),
+}
+
+/// One path of a multipath route: a next hop, an attached interface or a tunnel, and its
+/// weight (its share of the flows is its share of the weights of the paths that can send).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct Path {
+    pub target: RouteTarget,
+    pub weight: u32,
+}
+
+/// One path of a multipath route as `show ip fib` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct FibPath {
+    pub next_hop: Option<String>,
+    pub interface: Option<String>,
+    pub weight: u32,
+    /// For a next hop: is its MAC known?
+    pub resolved: bool,
+    /// The path gets no flows now (its next hop unresolved or its link down).
+    pub skipped: bool,
 }
 
 /// One row of `show ip fib`.
@@ -82,6 +115,9 @@ pub struct FibEntry {
     pub adjacency: u32,
     /// For `via`: is the next hop's MAC known?
     pub resolved: bool,
+    /// For `multipath`: every path with its weight.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<FibPath>,
 }
 
 /// An interface's L3 view from its spec.
@@ -122,6 +158,15 @@ pub struct RouterState {
     /// The FIBs, kept current route by route (`FibBuilder`); `build` publishes clones.
     fib4: FibBuilder<u32>,
     fib6: FibBuilder<u128>,
+    /// ECMP groups by their paths (value, weight), as `adj_ids` for adjacencies: routes
+    /// with the same paths share one.
+    mp_ids: HashMap<Vec<(u32, u32)>, u32>,
+    mp_paths: Vec<Vec<(u32, u32)>>,
+    /// Each group's buckets as last published, with which paths could send then: a
+    /// publication rebuilds only the groups whose paths changed.
+    mp_built: Vec<(Vec<bool>, Arc<Multipath>)>,
+    /// Bit i: interface i's link is down (its paths are skipped).
+    links_down: u64,
 }
 
 impl RouterState {
@@ -148,6 +193,10 @@ impl RouterState {
             generation: 0,
             fib4: FibBuilder::new(),
             fib6: FibBuilder::new(),
+            mp_ids: HashMap::new(),
+            mp_paths: Vec::new(),
+            mp_built: Vec::new(),
+            links_down: 0,
         };
         state.rebuild_fibs();
         Ok(state)
@@ -190,7 +239,29 @@ impl RouterState {
         if self.tunnel_routes.contains_key(prefix) {
             return Err(StateError::TunnelRouteExists(*prefix));
         }
+        self.validate_target(prefix, target)
+    }
+
+    fn validate_target(&self, prefix: &Prefix, target: &RouteTarget) -> Result<(), StateError> {
         match target {
+            RouteTarget::Multipath(paths) => {
+                if paths.is_empty() || paths.len() > MAX_PATHS {
+                    return Err(StateError::PathCount(paths.len()));
+                }
+                for (i, p) in paths.iter().enumerate() {
+                    if !(1..=MAX_WEIGHT).contains(&p.weight) {
+                        return Err(StateError::PathWeight { path: i, weight: p.weight });
+                    }
+                    if matches!(p.target, RouteTarget::Blackhole | RouteTarget::Multipath(_)) {
+                        return Err(StateError::PathTarget(i));
+                    }
+                    if paths[..i].iter().any(|q| q.target == p.target) {
+                        return Err(StateError::DuplicatePath(i));
+                    }
+                    self.validate_target(prefix, &p.target).map_err(|e| StateError::Path { path: i, error: Box::new(e) })?;
+                }
+                Ok(())
+            }
             RouteTarget::Via { next_hop, interface } => {
                 if matches!(prefix, Prefix::V4(..)) != next_hop.is_ipv4() {
                     return Err(StateError::FamilyMismatch { hop: *next_hop, prefix: *prefix });
@@ -249,13 +320,56 @@ impl RouterState {
     }
 
     /// Remove every static route into `t` (the tunnel is being deleted); returns how many.
+    /// Multipath routes lose their paths into `t`, and go only with their last path.
     pub fn del_routes_into(&mut self, t: TunnelRef) -> usize {
         let gone: Vec<Prefix> = self.routes.iter().filter(|(_, r)| **r == RouteTarget::Tunnel(t)).map(|(p, _)| *p).collect();
         for p in &gone {
             self.routes.remove(p);
             self.fib_unset(p);
         }
-        gone.len()
+        let into = RouteTarget::Tunnel(t);
+        let narrowed: Vec<(Prefix, Vec<Path>)> = self
+            .routes
+            .iter()
+            .filter_map(|(p, r)| match r {
+                RouteTarget::Multipath(paths) if paths.iter().any(|x| x.target == into) => {
+                    Some((*p, paths.iter().filter(|x| x.target != into).cloned().collect()))
+                }
+                _ => None,
+            })
+            .collect();
+        let mut removed = gone.len();
+        for (p, rest) in narrowed {
+            if rest.is_empty() {
+                self.routes.remove(&p);
+                self.fib_unset(&p);
+                removed += 1;
+            } else {
+                let target = RouteTarget::Multipath(rest);
+                let v = self.target_adj(&target);
+                self.routes.insert(p, target);
+                self.fib_set(&p, Some(v));
+            }
+        }
+        removed
+    }
+
+    /// Mark interface `i`'s link down or up: the paths of multipath routes out of it are
+    /// skipped while it is down. Returns whether anything changed (publish only then).
+    pub fn set_link_down(&mut self, i: IfIndex, down: bool) -> bool {
+        let bit = 1u64.checked_shl(i.0 as u32).unwrap_or(0);
+        let old = self.links_down;
+        if down {
+            self.links_down |= bit;
+        } else {
+            self.links_down &= !bit;
+        }
+        old != self.links_down
+    }
+
+    /// Whether any route has several paths (only then does link state matter to the FIB).
+    pub fn has_multipath(&self) -> bool {
+        !self.mp_paths.is_empty()
     }
 
     /// The static routes into `t` (those `del_routes_into` would remove).
@@ -325,19 +439,32 @@ impl RouterState {
             self.validate_route(p, t).map_err(|e| (i, e))?;
         }
         let whole = routes.len() > 1024 && routes.len() > self.route_count();
-        let mut changes = Vec::with_capacity(if whole { 0 } else { routes.len() });
+        if whole {
+            // The route map built once from the sorted set: a million inserts in random
+            // order were most of a bulk load's time (cache misses down the tree for each).
+            for (_, t) in &routes {
+                self.target_adj(t);
+            }
+            let mut all: Vec<(Prefix, RouteTarget)> = std::mem::take(&mut self.routes).into_iter().chain(routes).collect();
+            all.sort_by(|a, b| a.0.cmp(&b.0)); // stable: of a prefix given twice, the later stays last
+            let mut unique: Vec<(Prefix, RouteTarget)> = Vec::with_capacity(all.len());
+            for r in all {
+                match unique.last_mut() {
+                    Some(last) if last.0 == r.0 => *last = r,
+                    _ => unique.push(r),
+                }
+            }
+            self.routes = unique.into_iter().collect();
+            self.rebuild_fibs();
+            return Ok(());
+        }
+        let mut changes = Vec::with_capacity(routes.len());
         for (p, t) in routes {
             let v = self.target_adj(&t);
             self.routes.insert(p, t);
-            if !whole {
-                changes.push((p, Some(v)));
-            }
+            changes.push((p, Some(v)));
         }
-        if whole {
-            self.rebuild_fibs();
-        } else {
-            self.fib_set_many(changes);
-        }
+        self.fib_set_many(changes);
         Ok(())
     }
 
@@ -528,11 +655,58 @@ impl RouterState {
     fn target_adj(&mut self, t: &RouteTarget) -> u32 {
         let key = match t {
             RouteTarget::Tunnel(r) => return r.encode(),
+            RouteTarget::Multipath(paths) => {
+                let key: Vec<(u32, u32)> = paths.iter().map(|p| (self.target_adj(&p.target), p.weight)).collect();
+                return multipath::encode(self.multipath_id(key));
+            }
             RouteTarget::Blackhole => AdjKey::Blackhole,
             RouteTarget::Interface(n) => AdjKey::Attached(self.if_index(n).unwrap_or(IfIndex(0))),
             RouteTarget::Via { next_hop, .. } => AdjKey::NextHop(self.connected_if(*next_hop).unwrap_or(IfIndex(0)), *next_hop),
         };
         self.adj_id(key)
+    }
+
+    /// The ECMP group of these paths (value, weight), made on first use.
+    fn multipath_id(&mut self, key: Vec<(u32, u32)>) -> u32 {
+        if let Some(&i) = self.mp_ids.get(&key) {
+            return i;
+        }
+        let id = (self.mp_paths.len() as u32).min(MAX_INDEX);
+        self.mp_paths.push(key.clone());
+        self.mp_ids.insert(key, id);
+        id
+    }
+
+    /// Whether a path's value can send now: a tunnel, or an adjacency with a next hop
+    /// (resolved, or resolved per packet on an attached subnet) on a link that is up.
+    fn path_usable(&self, adjacencies: &[Adjacency], v: u32) -> bool {
+        if TunnelRef::decode(v).is_some() {
+            return true;
+        }
+        match adjacencies.get(v as usize) {
+            Some(Adjacency::Rewrite { tx_if, .. } | Adjacency::Glean { tx_if, .. }) => {
+                self.links_down.checked_shr(tx_if.0 as u32).unwrap_or(0) & 1 == 0
+            }
+            _ => false,
+        }
+    }
+
+    /// Every group's buckets for the adjacencies about to be published; a group whose
+    /// paths' usability did not change keeps the table it had.
+    fn multipaths(&mut self, adjacencies: &[Adjacency]) -> Vec<Arc<Multipath>> {
+        for (g, paths) in self.mp_paths.iter().enumerate() {
+            let usable: Vec<bool> = paths.iter().map(|&(v, _)| self.path_usable(adjacencies, v)).collect();
+            if self.mp_built.get(g).is_some_and(|(u, _)| *u == usable) {
+                continue;
+            }
+            let spec: Vec<(u32, u32, bool)> = paths.iter().zip(&usable).map(|(&(v, w), &u)| (v, w, u)).collect();
+            let built = (usable, Arc::new(Multipath::new(&spec)));
+            match self.mp_built.get_mut(g) {
+                Some(b) => *b = built,
+                None => self.mp_built.push(built),
+            }
+        }
+        self.mp_built.iter().map(|(_, m)| m.clone()).collect()
     }
 
     /// Every FIB entry in lookup terms: (prefix, adjacency id, description).
@@ -548,10 +722,29 @@ impl RouterState {
 
     /// One static route as `show ip fib` shows it.
     fn describe(&self, p: &Prefix, t: &RouteTarget, adj: u32) -> FibEntry {
+        if let RouteTarget::Multipath(paths) = t {
+            let adjacencies = self.adjacencies();
+            let values = multipath::decode(adj).and_then(|g| self.mp_paths.get(g as usize));
+            let usable: Vec<bool> =
+                (0..paths.len()).map(|i| values.and_then(|v| v.get(i)).is_some_and(|&(v, _)| self.path_usable(&adjacencies, v))).collect();
+            // When no path can send, none is skipped (`Multipath::new` keeps them all).
+            let any = usable.contains(&true);
+            let paths: Vec<FibPath> = paths
+                .iter()
+                .zip(&usable)
+                .map(|(path, &u)| {
+                    let e = self.describe(p, &path.target, 0);
+                    FibPath { next_hop: e.next_hop, interface: e.interface, weight: path.weight, resolved: e.resolved, skipped: any && !u }
+                })
+                .collect();
+            let resolved = any;
+            return FibEntry { prefix: p.to_string(), kind: "multipath", next_hop: None, interface: None, adjacency: adj, resolved, paths };
+        }
         let (kind, nh, ifn) = match t {
             RouteTarget::Blackhole => ("blackhole", None, None),
             RouteTarget::Tunnel(r) => ("tunnel", None, Some(r.if_name())),
             RouteTarget::Interface(n) => ("attached", None, Some(n.clone())),
+            RouteTarget::Multipath(_) => ("multipath", None, None),
             RouteTarget::Via { next_hop, .. } => {
                 let ifn = self.connected_if(*next_hop).map(|i| self.interfaces[i.get()].name.clone());
                 ("via", Some(next_hop.to_string()), ifn)
@@ -561,7 +754,7 @@ impl RouterState {
             RouteTarget::Via { next_hop, .. } => self.neighbours.contains_key(next_hop),
             _ => true,
         };
-        FibEntry { prefix: p.to_string(), kind, next_hop: nh, interface: ifn, adjacency: adj, resolved }
+        FibEntry { prefix: p.to_string(), kind, next_hop: nh, interface: ifn, adjacency: adj, resolved, paths: Vec::new() }
     }
 
     /// The entries the interfaces' addresses make: each address local, each subnet
@@ -595,6 +788,7 @@ impl RouterState {
                     interface: Some(ifl.name.clone()),
                     adjacency: ADJ_LOCAL,
                     resolved: true,
+                    paths: Vec::new(),
                 },
             ));
             let is_ll = matches!(a, IpAddr::V6(v) if v == ifl.ip6_link_local);
@@ -610,6 +804,7 @@ impl RouterState {
                         interface: Some(ifl.name.clone()),
                         adjacency: glean,
                         resolved: true,
+                        paths: Vec::new(),
                     },
                 ));
             }
@@ -657,6 +852,11 @@ impl RouterState {
     /// solicitation until then. This is what lets encap skip the second lookup.
     pub fn resolve_endpoint(&mut self, a: IpAddr) -> u32 {
         let v = self.lookup(a);
+        if multipath::decode(v).is_some() {
+            // Several paths: each packet's own, chosen by `ipN-lookup` from its flow hash
+            // (a tunnel's entropy source port included), so its flows spread.
+            return ADJ_MISS;
+        }
         match self.adj_keys.get((v as usize).wrapping_sub(2)) {
             Some(&AdjKey::Attached(i)) => self.adj_id(AdjKey::NextHop(i, a)),
             _ => v,
@@ -718,12 +918,15 @@ impl RouterState {
                 }
             }
         }
+        let adjacencies = self.adjacencies();
+        let multipaths = self.multipaths(&adjacencies);
         Tables {
             generation: self.generation,
             interfaces: Arc::new(self.interfaces.clone()),
             fib4: Arc::new(self.fib4.fib().clone()),
             fib6: Arc::new(self.fib6.fib().clone()),
-            adjacencies: Arc::new(self.adjacencies()),
+            adjacencies: Arc::new(adjacencies),
+            multipaths: Arc::new(multipaths),
             neighbours4: Arc::new(n4),
             neighbours6: Arc::new(n6),
             udp: self.udp.clone(),

@@ -279,6 +279,8 @@ pub struct Tables {
     pub fib4: Arc<Fib<u32>>,
     pub fib6: Arc<Fib<u128>>,
     pub adjacencies: Arc<Vec<Adjacency>>,
+    /// ECMP groups (a FIB value tagged `multipath::MULTIPATH_TAG` indexes this).
+    pub multipaths: Arc<Vec<Arc<crate::multipath::Multipath>>>,
     pub neighbours4: Arc<HashMap<Ipv4Addr, Neighbour>>,
     pub neighbours6: Arc<HashMap<Ipv6Addr, Neighbour>>,
     pub udp: Arc<UdpDemux>,
@@ -306,6 +308,7 @@ impl Tables {
             fib4: Arc::new(Fib::empty()),
             fib6: Arc::new(Fib::empty()),
             adjacencies: Arc::new(vec![Adjacency::Miss, Adjacency::Local]),
+            multipaths: Arc::new(Vec::new()),
             neighbours4: Arc::new(HashMap::new()),
             neighbours6: Arc::new(HashMap::new()),
             udp: Arc::new(UdpDemux::default()),
@@ -334,6 +337,13 @@ impl Tables {
     #[inline(always)]
     pub fn interface(&self, i: IfIndex) -> Option<&IfL3> {
         self.interfaces.get(i.get())
+    }
+
+    /// The path ECMP group `group` gives a packet of flow hash `hash` (an adjacency
+    /// index or an encoded tunnel; `ADJ_MISS` for a group not published).
+    #[inline(always)]
+    pub fn multipath_choose(&self, group: u32, hash: u32) -> u32 {
+        self.multipaths.get(group as usize).map_or(ADJ_MISS, |m| m.choose(hash))
     }
 
     #[inline(always)]

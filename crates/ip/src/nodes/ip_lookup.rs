@@ -3,6 +3,7 @@
 
 use super::family::Family;
 use crate::context::HasIp;
+use crate::multipath;
 use crate::tables::{Adjacency, TunnelRef, MAX_INDEX};
 use engine::{counters, BufIdx, Buffer, Counts, Node, Pool, Verdict, VECTOR_SIZE};
 
@@ -63,8 +64,14 @@ impl<Cx: HasIp, F: Family> Node<Cx> for IpLookup<F> {
             return Verdict::Drop(LookupCounter::Truncated);
         }
         // `prepare` looked the destination up for the whole vector.
-        let adj = buf.meta.adj;
+        let mut adj = buf.meta.adj;
         if adj > MAX_INDEX {
+            // ECMP: the flow's path, which may itself lead into a tunnel. Single-path
+            // routes never get here (their values are at most `MAX_INDEX`, or tunnels).
+            if let Some(group) = multipath::decode(adj) {
+                adj = cx.tables.multipath_choose(group, crate::flow::ip_flow_hash(buf.bytes()));
+                buf.meta.adj = adj;
+            }
             // A route into a tunnel: its encap node takes the tunnel id.
             if let Some(t) = TunnelRef::decode(adj) {
                 buf.meta.param = t.id;

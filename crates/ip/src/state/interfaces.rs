@@ -22,6 +22,8 @@ pub struct RemovedInterface {
     pub routes: Vec<(Prefix, RouteTarget)>,
     /// Neighbours on it, learned and static.
     pub neighbours: Vec<IpAddr>,
+    /// Multipath routes that lost their paths through it (and kept others).
+    pub narrowed: Vec<Prefix>,
 }
 
 impl RouterState {
@@ -78,6 +80,21 @@ impl RouterState {
         for (p, _) in &through {
             self.routes.remove(p);
         }
+        // Multipath routes keep their other paths (and go with their last one, above).
+        let narrowed: Vec<(Prefix, Vec<crate::state::Path>)> = self
+            .routes
+            .iter()
+            .filter_map(|(p, t)| match t {
+                RouteTarget::Multipath(paths) if paths.iter().any(|x| self.route_leaves_by(&x.target, i)) => {
+                    Some((*p, paths.iter().filter(|x| !self.route_leaves_by(&x.target, i)).cloned().collect()))
+                }
+                _ => None,
+            })
+            .collect();
+        for (p, rest) in &narrowed {
+            self.routes.insert(*p, RouteTarget::Multipath(rest.clone()));
+        }
+        self.set_link_down(i, false);
         let neighbours: Vec<IpAddr> = self.neighbours.iter().filter(|(_, n)| n.if_index == i).map(|(a, _)| *a).collect();
         for a in &neighbours {
             self.neighbours.remove(a);
@@ -95,7 +112,7 @@ impl RouterState {
         // Each prefix it gave or routed now takes what is left: a static route on one
         // of its host addresses, another interface's entry, or nothing.
         let mut changes = Vec::new();
-        for p in own.iter().chain(through.iter().map(|(p, _)| p)) {
+        for p in own.iter().chain(through.iter().map(|(p, _)| p)).chain(narrowed.iter().map(|(p, _)| p)) {
             let v = match self.routes.get(p).cloned() {
                 Some(t) => Some(self.target_adj(&t)),
                 None => self.interface_value(p),
@@ -103,7 +120,7 @@ impl RouterState {
             changes.push((*p, v));
         }
         self.fib_set_many(changes);
-        Ok(RemovedInterface { if_index: i, routes: through, neighbours })
+        Ok(RemovedInterface { if_index: i, routes: through, neighbours, narrowed: narrowed.into_iter().map(|(p, _)| p).collect() })
     }
 
     /// Whether packets routed by `t` leave by interface `i`.
@@ -113,6 +130,8 @@ impl RouterState {
             RouteTarget::Interface(n) | RouteTarget::Via { interface: Some(n), .. } => n == name,
             RouteTarget::Via { next_hop, interface: None } => self.connected_if(*next_hop) == Some(i),
             RouteTarget::Blackhole | RouteTarget::Tunnel(_) => false,
+            // Through it when every path is (a route with other paths only narrows).
+            RouteTarget::Multipath(paths) => paths.iter().all(|x| self.route_leaves_by(&x.target, i)),
         }
     }
 
@@ -169,6 +188,8 @@ mod tests {
         r.add_route(p("198.19.0.0/16"), RouteTarget::Via { next_hop: ip("198.18.5.2"), interface: None }).unwrap();
         r.add_route(p("198.19.1.0/24"), RouteTarget::Interface("eth1".into())).unwrap();
         r.add_route(p("198.19.2.0/24"), RouteTarget::Via { next_hop: ip("198.18.0.2"), interface: None }).unwrap();
+        let via = |a: &str| crate::state::Path { target: RouteTarget::Via { next_hop: ip(a), interface: None }, weight: 1 };
+        r.add_route(p("198.19.3.0/24"), RouteTarget::Multipath(vec![via("198.18.5.2"), via("198.18.0.2")])).unwrap();
         r.set_neighbour(i, ip("198.18.5.2"), EthernetAddress([2, 0, 0, 0, 9, 9]), false);
         r.set_neighbour(IfIndex(0), ip("198.18.0.2"), EthernetAddress([2, 0, 0, 0, 9, 8]), true);
 
@@ -179,6 +200,8 @@ mod tests {
         assert_eq!(routes, [p("198.19.0.0/16"), p("198.19.1.0/24")]);
         assert_eq!(gone.neighbours, [ip("198.18.5.2")]);
         assert!(r.route(&p("198.19.2.0/24")).is_some(), "a route by another interface stays");
+        assert_eq!(gone.narrowed, [p("198.19.3.0/24")]);
+        assert_eq!(r.route(&p("198.19.3.0/24")), Some(&RouteTarget::Multipath(vec![via("198.18.0.2")])), "the other path stays");
         assert!(r.neighbour(ip("198.18.0.2")).is_some());
         assert_eq!(r.if_index("eth1"), Err(StateError::UnknownInterface("eth1".into())));
         for a in ["198.18.5.1", "198.18.5.7", "198.19.0.1", "198.19.1.1", "2001:db8:5::9"] {
