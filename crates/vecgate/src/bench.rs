@@ -527,6 +527,8 @@ fn lb_setup(o: &LbOptions, control: &mut control::dataplane::Control) -> Result<
             traffic_policy: lb::TrafficPolicy::Cluster,
             affinity: lb::Affinity::None,
             table_size: 0,
+            forwarding: lb::Forwarding::Nat,
+            gue_port: 0,
         };
         control::lb::add_service(&mut control.lb.state, &mut control.state, spec).map_err(|e| anyhow!(e))?;
     }
