@@ -8,6 +8,9 @@ Every mode is bounded in count and time and prints one JSON line (clients) or RE
   who HOST PORT COUNT        COUNT connections asking "who": the answers, in order
   echo HOST PORT BYTES       one connection echoing BYTES of seeded data: what came back
                              is what went (sha256 both ways), and who answered
+  uecho HOST PORT COUNT      COUNT UDP datagrams, each from a socket of its own connected
+                             to HOST PORT (so only an answer from that address and port
+                             is taken): how many came back intact
 """
 import hashlib
 import json
@@ -90,6 +93,22 @@ def echo(host, port, n):
     print(json.dumps({"backend": name, "sent": hashlib.sha256(data).hexdigest(), "got": hashlib.sha256(got).hexdigest(), "bytes": len(got)}))
 
 
+def uecho(host, port, count):
+    answered = 0
+    for i in range(count):
+        s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_DGRAM)
+        s.connect((host, port))
+        s.settimeout(2)
+        msg = f"datagram {i} ".encode() * 8
+        s.send(msg)
+        try:
+            answered += s.recv(65535) == msg
+        except (socket.timeout, ConnectionRefusedError):
+            pass
+        s.close()
+    print(json.dumps({"sent": count, "answered": answered}))
+
+
 if __name__ == "__main__":
     mode = sys.argv[1]
     if mode == "serve":
@@ -98,3 +117,5 @@ if __name__ == "__main__":
         who(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
     elif mode == "echo":
         echo(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    elif mode == "uecho":
+        uecho(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))

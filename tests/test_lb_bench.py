@@ -4,8 +4,8 @@ import json
 import subprocess
 
 
-def run(vecgate, *args):
-    return subprocess.run([str(vecgate), "bench", "lb4-nat", "--packets", "100000", "--json", "--core", "0", *args],
+def run(vecgate, *args, scenario="lb4-nat"):
+    return subprocess.run([str(vecgate), "bench", scenario, "--packets", "100000", "--json", "--core", "0", *args],
                           capture_output=True, text=True, timeout=300)
 
 
@@ -25,3 +25,13 @@ def test_lb_bench_refuses_bad_options(vecgate):
     for args in (["--services", "0"], ["--flows", "0"], ["--backends", "0"]):
         r = run(vecgate, *args)
         assert r.returncode != 0 and "--services" in r.stderr, (args, r.stderr)
+
+
+def test_lb_encap_bench_sends_every_packet_through_lb4_encap(vecgate):
+    r = run(vecgate, "--services", "100", "--backends", "4", "--flows", "500", scenario="lb4-encap")
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["scenario"] == "lb4-encap" and rep["delivered"] == rep["packets"] >= 100000
+    assert (rep["lb"]["services"], rep["lb"]["backends"]) == (100, 4)
+    names = {n["name"]: n for n in rep["nodes"]}
+    assert names["lb4-nat"]["packets"] == names["lb4-encap"]["packets"] == rep["packets"]

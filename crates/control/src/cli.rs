@@ -47,6 +47,7 @@ commands:
   show pfcp associations | sessions     the SMFs associated and the sessions they set up
   lb service add <name> cluster_ip|node_port|load_balancer <vip> <port> tcp|udp
          [policy cluster|local] [affinity <seconds>] [table-size <prime>] [backend <addr>:<port>]...
+         [forwarding nat|ipip|gue|gre] [gue-port <port>]
   lb service del <name>
   lb backend add <service> <addr> <port> [weight <n>]
   lb backend set <service> <addr> <port> [weight <n>] [ready|terminating|not-serving]

@@ -151,6 +151,7 @@ pub struct ServiceRow {
     pub protocol: lb::Protocol,
     pub traffic_policy: lb::TrafficPolicy,
     pub affinity: lb::Affinity,
+    pub forwarding: lb::Forwarding,
     pub backends: usize,
     /// Backends taking new connections.
     pub eligible: usize,
@@ -187,6 +188,7 @@ fn service_rows(c: &LbControl) -> Vec<ServiceRow> {
                 protocol: s.protocol,
                 traffic_policy: s.traffic_policy,
                 affinity: s.affinity,
+                forwarding: s.forwarding,
                 backends: s.backends.len(),
                 eligible,
                 table_size,
@@ -231,19 +233,20 @@ fn per_backend(x: Option<(Vec<bool>, &[u32])>) -> (Vec<bool>, Vec<usize>) {
 
 fn format_services(rows: &[ServiceRow]) -> String {
     let mut s = format!(
-        "{:<4} {:<28} {:<13} {:<28} {:<5} {:<8} {:>8} {:>8} {:>7}\n",
-        "id", "name", "type", "address", "proto", "policy", "backends", "eligible", "table"
+        "{:<4} {:<28} {:<13} {:<28} {:<5} {:<8} {:<10} {:>8} {:>8} {:>7}\n",
+        "id", "name", "type", "address", "proto", "policy", "forwarding", "backends", "eligible", "table"
     );
     for r in rows {
         let addr = if r.vip.is_ipv6() { format!("[{}]:{}", r.vip, r.port) } else { format!("{}:{}", r.vip, r.port) };
         s += &format!(
-            "{:<4} {:<28} {:<13} {:<28} {:<5} {:<8} {:>8} {:>8} {:>7}\n",
+            "{:<4} {:<28} {:<13} {:<28} {:<5} {:<8} {:<10} {:>8} {:>8} {:>7}\n",
             r.id,
             r.name,
             crate::format::word(&r.kind),
             addr,
             crate::format::word(&r.protocol),
             format!("{:?}", r.traffic_policy).to_lowercase(),
+            r.forwarding.name(),
             r.backends,
             r.eligible,
             r.table_size
@@ -434,6 +437,8 @@ pub fn parse_cli(w: &[&str]) -> Result<Request, String> {
                 traffic_policy: lb::TrafficPolicy::Cluster,
                 affinity: lb::Affinity::None,
                 table_size: 0,
+                forwarding: lb::Forwarding::Nat,
+                gue_port: 0,
             };
             let mut it = rest.iter();
             while let Some(&k) = it.next() {
@@ -451,6 +456,11 @@ pub fn parse_cli(w: &[&str]) -> Result<Request, String> {
                         let timeout_s = t.parse().map_err(|_| format!("affinity {t:?}: expected a timeout in seconds"))?;
                         spec.affinity = lb::Affinity::ClientIp { timeout_s };
                     }
+                    "forwarding" => spec.forwarding = v()?.parse().map_err(|e| format!("forwarding {e}"))?,
+                    "gue-port" => {
+                        let p = v()?;
+                        spec.gue_port = port(p).map_err(|e| format!("gue-port {e}"))?;
+                    }
                     "table-size" => {
                         let t = v()?;
                         spec.table_size = t.parse().map_err(|_| format!("table-size {t:?}: expected a prime"))?;
@@ -460,7 +470,7 @@ pub fn parse_cli(w: &[&str]) -> Result<Request, String> {
                         let (addr, p) = a.rsplit_once(':').ok_or_else(|| format!("backend {a:?}: expected address:port"))?;
                         spec.backends.push(BackendSpec::new(ip(addr.trim_matches(['[', ']']))?, port(p)?));
                     }
-                    x => return Err(format!("{x:?}: expected policy, affinity, table-size or backend")),
+                    x => return Err(format!("{x:?}: expected policy, affinity, forwarding, gue-port, table-size or backend")),
                 }
             }
             Ok(Request::LbServiceAdd(spec))

@@ -116,6 +116,8 @@ pub fn desired<'a>(svc: &Service, slices: impl Iterator<Item = &'a Slice> + Clon
                 traffic_policy: policy,
                 affinity: svc.affinity,
                 table_size: settings.table_size,
+                forwarding: lb::Forwarding::Nat,
+                gue_port: 0,
             };
             // A service address the LB cannot serve (a loopback external IP, …) makes nothing.
             if spec.validate().is_ok() {

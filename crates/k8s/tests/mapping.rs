@@ -322,6 +322,8 @@ fn spec_strategy() -> impl Strategy<Value = BTreeMap<String, ServiceSpec>> {
             traffic_policy: TrafficPolicy::Cluster,
             affinity: Affinity::None,
             table_size: 0,
+            forwarding: lb::Forwarding::Nat,
+            gue_port: 0,
         }
     });
     proptest::collection::vec(svc, 0..4).prop_map(|v| v.into_iter().map(|s| (s.name.clone(), s)).collect())

@@ -9,10 +9,13 @@
 //! - [`table`] and [`session`]: the per-worker, bounded session table with
 //!   protocol-aware ageing and ClientIP affinity, sans-IO (time is a parameter);
 //! - [`nat`]: the address and port translation of a packet and of the packet an ICMP
-//!   error quotes, checksums patched incrementally.
+//!   error quotes, checksums patched incrementally;
+//! - [`encap`]: the outer headers (IP-in-IP, GRE, GUE) that carry a client's packet to
+//!   the backend of a direct-server-return service.
 #![forbid(unsafe_code)]
 
 pub mod context;
+pub mod encap;
 pub mod family;
 pub mod fuzz;
 pub mod maglev;
@@ -27,6 +30,6 @@ pub mod tables;
 
 pub use context::{HasLb, LbContext};
 pub use family::{Family, V4, V6};
-pub use service::{Affinity, BackendSpec, Conditions, Protocol, ServiceSpec, ServiceType, SpecError, TrafficPolicy};
+pub use service::{Affinity, BackendSpec, Conditions, Forwarding, Protocol, ServiceSpec, ServiceType, SpecError, TrafficPolicy};
 pub use state::{LbError, LbState};
 pub use tables::LbTables;

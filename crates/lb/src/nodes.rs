@@ -11,8 +11,20 @@
 //! address, port and protocol (NodePort services only for packets that came by
 //! `ipN-local`), its session or a new one (Maglev), and the translation to the backend.
 //! An ICMP error is translated when the packet it quotes belongs to a session.
+//!
+//! A service with `forwarding` other than NAT (direct server return) takes the same
+//! steps up to the backend's choice (one session entry per connection, no reply
+//! entry), then hands the packet unchanged to `lbN-encap` with the choice in its
+//! metadata: `meta.adj` the service id, `meta.param` the backend's index, `meta.flow_hash`
+//! the flow's hash.
+//!
+//! ```text
+//! lb4-nat ─(encapsulated service)─► lb4-encap ─► ip4-lookup (the outer header, to the backend)
+//!                                            └► ip-gso-segment (a GSO frame: segments come back by the route)
+//! ```
 
 use crate::context::{HasLb, LbFamily};
+use crate::encap::EncapError;
 use crate::nat::{self, NatError};
 use crate::session::{LbDrop, Outcome};
 use engine::{counters, next_nodes, BufIdx, Buffer, Counts, GraphBuilder, Node, Pool, Verdict};
@@ -23,6 +35,7 @@ next_nodes! {
     pub enum LbNatNext {
         Ip4Lookup = "ip4-lookup", Ip6Lookup = "ip6-lookup", Ip4IcmpError = "ip4-icmp-error", Ip6IcmpError = "ip6-icmp-error",
         Ip4Rewrite = "ip4-rewrite", Ip6Rewrite = "ip6-rewrite",
+        Lb4Encap = "lb4-encap", Lb6Encap = "lb6-encap",
     }
 }
 
@@ -53,6 +66,7 @@ pub trait NatNodeFamily: LbFamily {
     const LOOKUP: LbNatNext;
     const ICMP_ERROR: LbNatNext;
     const REWRITE: LbNatNext;
+    const ENCAP: LbNatNext;
     const PORT_UNREACHABLE: IcmpRequest;
 }
 
@@ -61,6 +75,7 @@ impl NatNodeFamily for crate::V4 {
     const LOOKUP: LbNatNext = LbNatNext::Ip4Lookup;
     const ICMP_ERROR: LbNatNext = LbNatNext::Ip4IcmpError;
     const REWRITE: LbNatNext = LbNatNext::Ip4Rewrite;
+    const ENCAP: LbNatNext = LbNatNext::Lb4Encap;
     const PORT_UNREACHABLE: IcmpRequest = IcmpRequest::new(3, wire::icmpv4::unreach::PORT, 0);
 }
 
@@ -69,6 +84,7 @@ impl NatNodeFamily for crate::V6 {
     const LOOKUP: LbNatNext = LbNatNext::Ip6Lookup;
     const ICMP_ERROR: LbNatNext = LbNatNext::Ip6IcmpError;
     const REWRITE: LbNatNext = LbNatNext::Ip6Rewrite;
+    const ENCAP: LbNatNext = LbNatNext::Lb6Encap;
     const PORT_UNREACHABLE: IcmpRequest = IcmpRequest::new(1, wire::icmpv6::unreach::PORT, 0);
 }
 
@@ -179,15 +195,29 @@ impl<Cx: HasLb, F: NatNodeFamily> Node<Cx> for LbNat<F> {
             buf.meta.param = F::PORT_UNREACHABLE.encode();
             return Verdict::Next(F::ICMP_ERROR);
         };
+        if svc.forwarding.is_encap() {
+            return match lb.direct(svc, &key, flags, now) {
+                Ok((b, outcome)) => {
+                    count_outcome(counts, outcome);
+                    buf.meta.adj = svc.id;
+                    buf.meta.param = b;
+                    buf.meta.flow_hash = F::flow_hash(&key.src, &key.dst, key.sport, key.dport, key.proto);
+                    Verdict::Next(F::ENCAP)
+                }
+                Err(LbDrop::NoBackend) => {
+                    counts.inc(C::NoBackend);
+                    buf.meta.param = F::PORT_UNREACHABLE.encode();
+                    Verdict::Next(F::ICMP_ERROR)
+                }
+                Err(LbDrop::SessionTableFull) => Verdict::Drop(C::SessionTableFull),
+                Err(LbDrop::SnatPortsExhausted) => Verdict::Drop(C::SnatPortsExhausted),
+                Err(LbDrop::ReplyTupleInUse) => Verdict::Drop(C::ReplyTupleInUse),
+            };
+        }
         match lb.forward(t, svc, &key, flags, now) {
             Ok((rw, outcome)) => {
                 nat::translate::<F>(pkt, l4, &key, &rw, partial);
-                match outcome {
-                    Outcome::Hit => {}
-                    Outcome::New => counts.inc(C::NewSession),
-                    Outcome::NewAffine => counts.inc(C::Affine),
-                    Outcome::Rechosen => counts.inc(C::Rechosen),
-                }
+                count_outcome(counts, outcome);
                 Verdict::Next(F::LOOKUP)
             }
             Err(LbDrop::NoBackend) => {
@@ -202,8 +232,94 @@ impl<Cx: HasLb, F: NatNodeFamily> Node<Cx> for LbNat<F> {
     }
 }
 
+fn count_outcome(counts: &mut Counts<'_, LbNatCounter>, outcome: Outcome) {
+    match outcome {
+        Outcome::Hit => {}
+        Outcome::New => counts.inc(LbNatCounter::NewSession),
+        Outcome::NewAffine => counts.inc(LbNatCounter::Affine),
+        Outcome::Rechosen => counts.inc(LbNatCounter::Rechosen),
+    }
+}
+
+next_nodes! {
+    pub enum LbEncapNext {
+        Ip4Lookup = "ip4-lookup", Ip6Lookup = "ip6-lookup", Segment = "ip-gso-segment",
+    }
+}
+
+counters! {
+    pub enum LbEncapCounter {
+        Encapsulated(Info, "encapsulated", "packets sent to their backend inside the service's encapsulation"),
+        GsoSegmented(Info, "gso-to-segment", "GSO frames sent to software segmentation before encapsulation"),
+        NoBackend(Error, "no-backend", "the service or backend the balancer chose is not in the tables (never expected)"),
+        NoHeadroom(Error, "no-headroom", "not enough headroom for the outer headers"),
+        TooBig(Warn, "too-big", "encapsulated packet longer than an IP packet can be"),
+    }
+}
+
+/// A family's next node for the encapsulated packet.
+pub trait EncapNodeFamily: LbFamily {
+    const NODE: &'static str;
+    const LOOKUP: LbEncapNext;
+}
+
+impl EncapNodeFamily for crate::V4 {
+    const NODE: &'static str = "lb4-encap";
+    const LOOKUP: LbEncapNext = LbEncapNext::Ip4Lookup;
+}
+
+impl EncapNodeFamily for crate::V6 {
+    const NODE: &'static str = "lb6-encap";
+    const LOOKUP: LbEncapNext = LbEncapNext::Ip6Lookup;
+}
+
+/// `lb4-encap` / `lb6-encap`: the client's packet, its backend chosen by `lbN-nat`,
+/// into the backend's outer headers (precomputed per backend), then routed to the
+/// backend like any packet the node sends.
+pub struct LbEncap<F>(std::marker::PhantomData<F>);
+
+impl<F> Default for LbEncap<F> {
+    fn default() -> Self {
+        LbEncap(std::marker::PhantomData)
+    }
+}
+
+impl<Cx: HasLb, F: EncapNodeFamily> Node<Cx> for LbEncap<F> {
+    type Next = LbEncapNext;
+    type Counter = LbEncapCounter;
+
+    fn name(&self) -> &'static str {
+        F::NODE
+    }
+
+    #[inline]
+    fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
+        use LbEncapCounter as C;
+        // The tables are the version lbN-nat chose in: a worker refreshes them between
+        // vectors only.
+        let (t, _, _) = F::parts(cx.lb());
+        let Some(outer) = t.service(buf.meta.adj).and_then(|s| s.outer.get(buf.meta.param as usize)) else {
+            return Verdict::Drop(C::NoBackend);
+        };
+        if buf.meta.offload.gso != engine::GsoKind::None {
+            counts.inc(C::GsoSegmented);
+            return Verdict::Next(LbEncapNext::Segment);
+        }
+        match outer.apply(buf, buf.meta.flow_hash) {
+            Ok(()) => {
+                counts.inc(C::Encapsulated);
+                Verdict::Next(F::LOOKUP)
+            }
+            Err(EncapError::NoHeadroom) => Verdict::Drop(C::NoHeadroom),
+            Err(EncapError::TooBig) => Verdict::Drop(C::TooBig),
+        }
+    }
+}
+
 /// Add the LB nodes to a graph (the IP nodes must be there too).
 pub fn register<Cx: HasLb>(g: &mut GraphBuilder<Cx>) {
     g.add(LbNat::<crate::V4>::default());
     g.add(LbNat::<crate::V6>::default());
+    g.add(LbEncap::<crate::V4>::default());
+    g.add(LbEncap::<crate::V6>::default());
 }

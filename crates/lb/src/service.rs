@@ -71,6 +71,58 @@ pub const DEFAULT_AFFINITY_TIMEOUT_S: u32 = 10_800;
 /// Kubernetes' bound on the affinity timeout (one day).
 pub const MAX_AFFINITY_TIMEOUT_S: u32 = 86_400;
 
+/// How a client's packet reaches the chosen backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Forwarding {
+    /// kube-proxy's: the destination translated to the backend (`lbN-nat`), replies
+    /// translated back on their way through the node.
+    #[default]
+    Nat,
+    /// Direct server return (Katran's, VPP lb's): the client's packet unchanged inside
+    /// an outer IP header to the backend (IP-in-IP, protocol 4 or 41), which holds the
+    /// service address itself and answers the client directly (`lbN-encap`).
+    Ipip,
+    /// The same inside UDP and a GUE header (draft-ietf-intarea-gue, variant 0), the
+    /// source port from the flow hash so the backend's NIC spreads flows by RSS.
+    Gue,
+    /// The same inside GRE (RFC 2784, protocol 47; VPP lb's `lb4-gre4`).
+    Gre,
+}
+
+impl Forwarding {
+    /// Encapsulated: the backend answers the client directly.
+    pub const fn is_encap(self) -> bool {
+        !matches!(self, Forwarding::Nat)
+    }
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            Forwarding::Nat => "nat",
+            Forwarding::Ipip => "ipip",
+            Forwarding::Gue => "gue",
+            Forwarding::Gre => "gre",
+        }
+    }
+}
+
+impl std::str::FromStr for Forwarding {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "nat" => Ok(Forwarding::Nat),
+            "ipip" => Ok(Forwarding::Ipip),
+            "gue" => Ok(Forwarding::Gue),
+            "gre" => Ok(Forwarding::Gre),
+            _ => Err(format!("{s:?}: expected nat, ipip, gue or gre")),
+        }
+    }
+}
+
+/// The UDP port GUE-encapsulated services send to unless configured (the port
+/// `udptun` uses for GUE; GUE has no IANA port).
+pub const DEFAULT_GUE_PORT: u16 = 6080;
+
 /// An EndpointSlice endpoint's conditions. `ready`: takes new connections.
 /// `serving`: would, were it not terminating. `terminating`: going away; keeps its
 /// connections, takes new ones only when the service has no ready backend (Kubernetes'
@@ -153,6 +205,12 @@ pub struct ServiceSpec {
     /// Maglev table size, prime; 0 for the default (grown to 100 slots per backend).
     #[serde(default)]
     pub table_size: u32,
+    /// NAT (default) or an encapsulation to the backend (direct server return).
+    #[serde(default)]
+    pub forwarding: Forwarding,
+    /// The UDP destination port of `forwarding = "gue"`; 0 for [`DEFAULT_GUE_PORT`].
+    #[serde(default)]
+    pub gue_port: u16,
 }
 
 /// What is wrong with a service or backend, naming the field and what was expected.
@@ -178,6 +236,12 @@ pub enum SpecError {
     BackendConditions(usize),
     #[error("backends[{0}]: {1} port {2} is listed twice")]
     BackendDuplicate(usize, IpAddr, u16),
+    #[error("forwarding: {0} for a node_port service: expected nat (an encapsulated packet keeps its destination, the node itself)")]
+    EncapNodePort(&'static str),
+    #[error("backends[{0}].port: {1}: expected the service's port {2} (forwarding {3} keeps the client's destination port)")]
+    EncapBackendPort(usize, u16, u16, &'static str),
+    #[error("gue_port: {0}: only with forwarding = \"gue\"")]
+    GuePort(u16),
 }
 
 fn unicast(a: IpAddr) -> bool {
@@ -209,13 +273,37 @@ impl ServiceSpec {
                 return Err(SpecError::AffinityTimeout(timeout_s));
             }
         }
+        if self.forwarding.is_encap() && self.kind == ServiceType::NodePort {
+            return Err(SpecError::EncapNodePort(self.forwarding.name()));
+        }
+        if self.gue_port != 0 && self.forwarding != Forwarding::Gue {
+            return Err(SpecError::GuePort(self.gue_port));
+        }
         for (i, b) in self.backends.iter().enumerate() {
-            b.validate(i, self.vip.is_ipv4())?;
+            self.validate_backend(i, b)?;
             if self.backends[..i].iter().any(|o| o.addr == b.addr && o.port == b.port) {
                 return Err(SpecError::BackendDuplicate(i, b.addr, b.port));
             }
         }
         Ok(())
+    }
+
+    /// Check `b` as entry `i` of this service's backends.
+    pub fn validate_backend(&self, i: usize, b: &BackendSpec) -> Result<(), SpecError> {
+        b.validate(i, self.vip.is_ipv4())?;
+        if self.forwarding.is_encap() && b.port != self.port {
+            return Err(SpecError::EncapBackendPort(i, b.port, self.port, self.forwarding.name()));
+        }
+        Ok(())
+    }
+
+    /// The GUE destination port, default applied.
+    pub fn gue_port(&self) -> u16 {
+        if self.gue_port == 0 {
+            DEFAULT_GUE_PORT
+        } else {
+            self.gue_port
+        }
     }
 }
 
@@ -253,6 +341,8 @@ mod tests {
             traffic_policy: TrafficPolicy::Cluster,
             affinity: Affinity::None,
             table_size: 0,
+            forwarding: Forwarding::Nat,
+            gue_port: 0,
         }
     }
 
@@ -286,6 +376,19 @@ mod tests {
             (Box::new(|s| s.backends[0].weight = 0), "backends[0].weight: 0: expected 1 to 1000"),
             (Box::new(|s| s.backends[0].conditions.terminating = true), "backends[0].conditions: ready and terminating"),
             (Box::new(|s| s.backends.push(s.backends[0])), "backends[1]: 198.19.1.10 port 8080 is listed twice"),
+            (
+                Box::new(|s| s.forwarding = Forwarding::Gre),
+                "backends[0].port: 8080: expected the service's port 80 (forwarding gre keeps the client's destination port)",
+            ),
+            (
+                Box::new(|s| {
+                    s.forwarding = Forwarding::Ipip;
+                    s.kind = ServiceType::NodePort;
+                    s.vip = "0.0.0.0".parse().unwrap();
+                }),
+                "forwarding: ipip for a node_port service: expected nat",
+            ),
+            (Box::new(|s| s.gue_port = 5555), "gue_port: 5555: only with forwarding = \"gue\""),
         ];
         for (change, want) in cases {
             let mut s = svc();

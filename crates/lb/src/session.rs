@@ -118,6 +118,23 @@ pub fn next_state(s: ConnState, proto: u8, flags: u8, forward: bool) -> ConnStat
     }
 }
 
+/// The next state of a direct-server-return connection (an encapsulated service), whose
+/// replies go from the backend to the client without passing here: from the client's
+/// packets alone, its first ACK after the SYN saying the handshake went through.
+pub fn next_state_direct(s: ConnState, proto: u8, flags: u8) -> ConnState {
+    if proto != TCP {
+        return s;
+    }
+    match s {
+        _ if flags & TCP_RST != 0 => ConnState::Reset,
+        ConnState::Reset => ConnState::Reset,
+        _ if flags & TCP_FIN != 0 => ConnState::Closing,
+        ConnState::Closing => ConnState::Closing,
+        ConnState::SynSent if flags & (TCP_SYN | TCP_ACK) == TCP_ACK => ConnState::Established,
+        other => other,
+    }
+}
+
 /// One direction of a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Session<A> {
@@ -247,10 +264,10 @@ impl<F: Family> Balancer<F> {
                 && flags & TCP_SYN != 0
                 && flags & TCP_ACK == 0
                 && matches!(s.state, ConnState::Closing | ConnState::Reset);
-            let kept = s.service == svc.id
-                && svc.backends.get(s.backend as usize).is_some_and(|b| b.addr == s.rewrite.dst && b.port == s.rewrite.dport);
+            // (`s.twin != i`: not a direct connection's entry, its service's id reused.)
+            let kept = s.twin != i && self.kept(i, &s, svc);
             if kept && !restart {
-                self.touch(i, s, key.proto, flags, true, now);
+                self.touch(i, s, next_state(s.state, key.proto, flags, true), now);
                 return Ok((s.rewrite, Outcome::Hit));
             }
             // A new connection on an old tuple, or one whose backend is gone: start over.
@@ -295,6 +312,68 @@ impl<F: Family> Balancer<F> {
         Ok((there, if affine { Outcome::NewAffine } else { outcome }))
     }
 
+    /// A packet `key` from a client to an encapsulated service `svc` (direct server
+    /// return: nothing translated, replies never pass here): the index in `svc` of the
+    /// backend it goes to. A connection is one entry (its own twin); sessions, affinity
+    /// and Maglev as with NAT.
+    #[inline]
+    pub fn direct(&mut self, svc: &ServiceTable<F>, key: &FlowKey<F::Addr>, flags: u8, now: u64) -> Result<(u32, Outcome), LbDrop> {
+        let mut outcome = Outcome::New;
+        if let Some(i) = self.sessions.find(&Key(*key), now) {
+            let s = *self.sessions.get(i);
+            let restart = key.proto == TCP
+                && flags & TCP_SYN != 0
+                && flags & TCP_ACK == 0
+                && matches!(s.state, ConnState::Closing | ConnState::Reset);
+            let kept = s.twin == i && self.kept(i, &s, svc);
+            if kept && !restart {
+                self.touch(i, s, next_state_direct(s.state, key.proto, flags), now);
+                return Ok((self.sessions.get(i).backend, Outcome::Hit));
+            }
+            // A NAT connection's entry (its service's id reused) goes with its twin.
+            self.sessions.remove(s.twin);
+            self.sessions.remove(i);
+            if !kept {
+                outcome = Outcome::Rechosen;
+            }
+        }
+        let (b, affine) = self.choose(svc, key, now)?;
+        let backend = &svc.backends[b as usize];
+        let state = if key.proto != TCP {
+            ConnState::UdpNew
+        } else if flags & TCP_SYN != 0 {
+            ConnState::SynSent
+        } else {
+            ConnState::Established
+        };
+        let rewrite = Rewrite { src: key.src, sport: key.sport, dst: backend.addr, dport: backend.port };
+        let entry = Session { rewrite, service: svc.id, backend: b, twin: 0, state };
+        let i = self.sessions.insert(Key(*key), entry, now, now + self.timeouts.of(state)).ok_or(LbDrop::SessionTableFull)?;
+        self.sessions.get_mut(i).twin = i;
+        Ok((b, if affine { Outcome::NewAffine } else { outcome }))
+    }
+
+    /// Whether the connection of entry `i` (`s`) keeps its backend in `svc`: the same
+    /// service and the backend still in it. Where removals before it moved the backend's
+    /// index, the entry is brought up to date (rare: a scan of the backends).
+    #[inline]
+    fn kept(&mut self, i: SlotIdx, s: &Session<F::Addr>, svc: &ServiceTable<F>) -> bool {
+        if s.service != svc.id {
+            return false;
+        }
+        let here = |b: &crate::tables::Backend<F>| b.addr == s.rewrite.dst && b.port == s.rewrite.dport;
+        if svc.backends.get(s.backend as usize).is_some_and(here) {
+            return true;
+        }
+        match svc.backends.iter().position(here) {
+            Some(b) => {
+                self.sessions.get_mut(i).backend = b as u32;
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Start loading what [`Balancer::forward`] or [`Balancer::reverse`] of `key` reads first.
     #[inline(always)]
     pub fn prefetch(&self, key: &FlowKey<F::Addr>) {
@@ -315,7 +394,7 @@ impl<F: Family> Balancer<F> {
         if s.is_forward() {
             return None;
         }
-        self.touch(i, s, key.proto, flags, false, now);
+        self.touch(i, s, next_state(s.state, key.proto, flags, false), now);
         Some(s.rewrite)
     }
 
@@ -330,8 +409,7 @@ impl<F: Family> Balancer<F> {
     /// a flow's packets mostly only read the table (the twin's slot is another cache
     /// line); an idle connection goes that much early at most.
     #[inline]
-    fn touch(&mut self, i: SlotIdx, s: Session<F::Addr>, proto: u8, flags: u8, forward: bool, now: u64) {
-        let state = next_state(s.state, proto, flags, forward);
+    fn touch(&mut self, i: SlotIdx, s: Session<F::Addr>, state: ConnState, now: u64) {
         let timeout = self.timeouts.of(state);
         let expires = now + timeout;
         if state == s.state && expires < self.sessions.expires(i) + (timeout / 16).min(1000) {

@@ -3,6 +3,7 @@
 //! table only (one Maglev build), so a backend update costs the same with 10 000
 //! services as with one; `tables()` hands out the current version to publish.
 
+use crate::encap::Outer;
 use crate::family::{Family, V4, V6};
 use crate::maglev::{self, MaglevBackend};
 use crate::service::{Affinity, BackendSpec, Conditions, ServiceSpec, ServiceType, SpecError, TrafficPolicy};
@@ -25,6 +26,8 @@ pub enum LbError {
     NoSuchBackend(String, IpAddr, u16),
     #[error("snat: {0}: expected a unicast address")]
     Snat(IpAddr),
+    #[error("service {0:?}: forwarding: {1} needs the node's {2} address (lb.{3}), the outer headers' source")]
+    NoEncapSource(String, &'static str, &'static str, &'static str),
 }
 
 #[derive(Debug, Default)]
@@ -53,7 +56,7 @@ fn eligible(spec: &ServiceSpec) -> Vec<bool> {
     spec.backends.iter().map(|b| candidate(b) && b.conditions.serving && b.conditions.terminating).collect()
 }
 
-fn compile<F: Family>(id: u32, spec: &ServiceSpec) -> ServiceTable<F> {
+fn compile<F: Family>(id: u32, spec: &ServiceSpec, node: Option<F::Addr>) -> ServiceTable<F> {
     let eligible = eligible(spec);
     let backends: Vec<Backend<F>> = spec
         .backends
@@ -72,13 +75,19 @@ fn compile<F: Family>(id: u32, spec: &ServiceSpec) -> ServiceTable<F> {
         id,
         port: spec.port,
         proto: spec.protocol.number(),
-        snat: spec.traffic_policy == TrafficPolicy::Cluster,
+        snat: spec.traffic_policy == TrafficPolicy::Cluster && !spec.forwarding.is_encap(),
         affinity_ms: match spec.affinity {
             Affinity::None => 0,
             Affinity::ClientIp { timeout_s } => timeout_s as u64 * 1000,
         },
         backends,
         maglev: maglev::build(&weighted, size),
+        forwarding: spec.forwarding,
+        // Checked by `add_service`: an encapsulated service has a node address.
+        outer: match node.filter(|_| spec.forwarding.is_encap()) {
+            Some(n) => spec.backends.iter().filter_map(|b| Outer::new(spec.forwarding, F::to_ip(&n), b.addr, spec.gue_port())).collect(),
+            None => Vec::new(),
+        },
     }
 }
 
@@ -145,6 +154,16 @@ impl LbState {
         if self.by_name.contains_key(&spec.name) {
             return Err(LbError::DuplicateName(spec.name));
         }
+        if spec.forwarding.is_encap() {
+            let (has, family, field) = if spec.vip.is_ipv4() {
+                (self.tables.v4.snat.is_some(), "IPv4", "snat4")
+            } else {
+                (self.tables.v6.snat.is_some(), "IPv6", "snat6")
+            };
+            if !has {
+                return Err(LbError::NoEncapSource(spec.name, spec.forwarding.name(), family, field));
+            }
+        }
         let address = (spec.vip, spec.port, spec.protocol, spec.kind == ServiceType::NodePort);
         if let Some(other) = self.by_address.get(&address).and_then(|&id| self.specs[id as usize].as_ref()) {
             return Err(LbError::DuplicateAddress(spec.name.clone(), spec.vip, spec.port, spec.protocol, other.name.clone()));
@@ -194,7 +213,7 @@ impl LbState {
     pub fn set_backend(&mut self, service: &str, b: BackendSpec) -> Result<(), LbError> {
         let (id, spec) = self.service(service).ok_or_else(|| LbError::NoSuchService(service.into()))?;
         let i = spec.backends.iter().position(|o| o.addr == b.addr && o.port == b.port).unwrap_or(spec.backends.len());
-        b.validate(i, spec.vip.is_ipv4()).map_err(|e| LbError::Spec(service.into(), e))?;
+        spec.validate_backend(i, &b).map_err(|e| LbError::Spec(service.into(), e))?;
         let spec = self.specs[id as usize].as_mut().expect("found above");
         if i == spec.backends.len() {
             spec.backends.push(b);
@@ -268,9 +287,11 @@ impl LbState {
             t.services[id as usize] = Some(Arc::new(s));
         }
         if spec.vip.is_ipv4() {
-            put(&mut self.tables.v4, id, compile::<V4>(id, spec));
+            let node = self.tables.v4.snat;
+            put(&mut self.tables.v4, id, compile::<V4>(id, spec, node));
         } else {
-            put(&mut self.tables.v6, id, compile::<V6>(id, spec));
+            let node = self.tables.v6.snat;
+            put(&mut self.tables.v6, id, compile::<V6>(id, spec, node));
         }
         self.maglev_builds += 1;
     }
@@ -292,6 +313,8 @@ mod tests {
             traffic_policy: TrafficPolicy::Cluster,
             affinity: Affinity::None,
             table_size: 0,
+            forwarding: crate::service::Forwarding::Nat,
+            gue_port: 0,
         }
     }
 

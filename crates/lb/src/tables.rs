@@ -32,6 +32,11 @@ pub struct ServiceTable<F: Family> {
     pub backends: Vec<Backend<F>>,
     /// Maglev: slot → index in `backends`; empty when no backend takes new flows.
     pub maglev: Vec<u32>,
+    /// NAT, or the encapsulation of a direct-server-return service (`lbN-encap`).
+    pub forwarding: crate::service::Forwarding,
+    /// Encapsulated services: each backend's outer headers, by index in `backends`;
+    /// empty for NAT.
+    pub outer: Vec<crate::encap::Outer>,
 }
 
 impl<F: Family> ServiceTable<F> {

@@ -30,6 +30,7 @@ pub const SCENARIOS: &[&str] = &[
     "gue4-decap",
     "gre-udp4-encap",
     "lb4-nat",
+    "lb4-encap",
     "esp4-encrypt",
     "esp4-decrypt",
     "upf4-uplink",
@@ -322,7 +323,8 @@ pub fn bench(
         upf_report = Some(r);
         (p, m, None)
     } else if scenario.starts_with("lb") {
-        let (p, m, r) = lb_setup(lb_opts, &mut control)?;
+        let forwarding = if scenario == "lb4-encap" { lb::Forwarding::Gre } else { lb::Forwarding::Nat };
+        let (p, m, r) = lb_setup(lb_opts, forwarding, &mut control)?;
         lb_report = Some(r);
         (p, m, None)
     } else if scenario.starts_with("gtpu") {
@@ -502,8 +504,13 @@ fn udp_tunnel_setup(scenario: &str, control: &mut control::dataplane::Control) -
 /// The load-balancer scenario: N UDP ClusterIP services (198.18.128.0 + i, port 53)
 /// of M backends each (in 198.19.0.0/16, routed out of null0), source-translated to
 /// null0's address. 64-byte UDP from pg0, source ports cycled over F, destinations
-/// cycled over the N service addresses.
-fn lb_setup(o: &LbOptions, control: &mut control::dataplane::Control) -> Result<(PacketSpec, Vec<ModifierSpec>, LbReport)> {
+/// cycled over the N service addresses. `lb4-encap`: the same services in GRE from
+/// null0's address (VPP's `lb4-gre4`), backends on the service's port.
+fn lb_setup(
+    o: &LbOptions,
+    forwarding: lb::Forwarding,
+    control: &mut control::dataplane::Control,
+) -> Result<(PacketSpec, Vec<ModifierSpec>, LbReport)> {
     if o.services == 0 || o.services > 30_000 || o.backends == 0 || o.flows == 0 || o.flows > 65_535 {
         bail!("--services 1 to 30000, --backends and --flows (1 to 65535) at least 1");
     }
@@ -514,7 +521,8 @@ fn lb_setup(o: &LbOptions, control: &mut control::dataplane::Control) -> Result<
         let backends = (0..o.backends)
             .map(|b| {
                 let a = u32::from(Ipv4Addr::new(198, 19, 0, 0)) + (i * o.backends + b) % 65_000 + 1;
-                lb::BackendSpec::new(IpAddr::V4(Ipv4Addr::from(a)), 8053 + (((i * o.backends + b) / 65_000) as u16))
+                let port = if forwarding.is_encap() { 53 } else { 8053 + (((i * o.backends + b) / 65_000) as u16) };
+                lb::BackendSpec::new(IpAddr::V4(Ipv4Addr::from(a)), port)
             })
             .collect();
         let spec = lb::ServiceSpec {
@@ -527,6 +535,8 @@ fn lb_setup(o: &LbOptions, control: &mut control::dataplane::Control) -> Result<
             traffic_policy: lb::TrafficPolicy::Cluster,
             affinity: lb::Affinity::None,
             table_size: 0,
+            forwarding,
+            gue_port: 0,
         };
         control::lb::add_service(&mut control.lb.state, &mut control.state, spec).map_err(|e| anyhow!(e))?;
     }

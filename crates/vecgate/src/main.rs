@@ -69,7 +69,7 @@ enum Cmd {
         /// ip4-forward, ip6-forward, ip4-forward-1m, ip6-forward-1m, gtpu4-encap,
         /// gtpu4-decap, gtpu6-encap, gtpu6-decap, gtpu4-decap-frag (outer packets in two
         /// fragments, reassembled), gue4-encap, gue4-decap, gre-udp4-encap, lb4-nat,
-        /// ipsec4-encrypt (the SPD and ESP)
+        /// lb4-encap (the services in GRE, as VPP's lb4-gre4), ipsec4-encrypt (the SPD and ESP)
         scenario: String,
         #[arg(long, default_value_t = 20_000_000)]
         packets: u64,

@@ -20,6 +20,8 @@ fn spec(proto: Protocol, policy: TrafficPolicy, affinity: Affinity) -> ServiceSp
         traffic_policy: policy,
         affinity,
         table_size: 0,
+        forwarding: crate::service::Forwarding::Nat,
+        gue_port: 0,
     }
 }
 
@@ -259,4 +261,76 @@ fn memory_per_session() {
     // Two entries per connection; reported in docs/PERFORMANCE.md.
     assert!(Table::<Key<V4>, Session<[u8; 4]>>::slot_bytes() <= 64, "{}", Table::<Key<V4>, Session<[u8; 4]>>::slot_bytes());
     assert!(Table::<Key<crate::V6>, Session<[u8; 16]>>::slot_bytes() <= 128);
+}
+
+/// A direct-server-return service: one entry per connection, the backend kept while the
+/// set changes, the TCP state from the client's packets alone.
+#[test]
+fn a_direct_connection_is_one_entry_and_sticks() {
+    let mut s = spec(Protocol::Tcp, TrafficPolicy::Cluster, Affinity::None);
+    s.forwarding = crate::service::Forwarding::Gre;
+    s.backends.iter_mut().for_each(|b| b.port = 80);
+    let mut st = state(s);
+    let mut r = Run::new(&st);
+    let svc = Arc::clone(r.t.v4.service(0).unwrap());
+    assert_eq!(svc.outer.len(), BACKENDS.len());
+    assert!(!svc.snat, "an encapsulated service translates nothing");
+    let flows: Vec<_> = (0..200).map(client).collect();
+    let chosen: Vec<u32> = flows
+        .iter()
+        .map(|k| r.lb.direct(&svc, k, TCP_SYN, 0).unwrap())
+        .map(|(b, o)| {
+            assert_eq!(o, Outcome::New);
+            b
+        })
+        .collect();
+    assert_eq!(r.lb.sessions.live(0), flows.len(), "no reply entries");
+    // Every backend takes some (Maglev), and the choice is Maglev's.
+    let h = |k: &FlowKey<[u8; 4]>| V4::flow_hash(&k.src, &k.dst, k.sport, k.dport, k.proto);
+    assert!(flows.iter().zip(&chosen).all(|(k, &b)| svc.pick(h(k)) == Some(b)));
+    assert!((0..3).all(|b| chosen.contains(&b)));
+    // The handshake's ACK makes the connection established (no SYN-ACK is ever seen).
+    let k = flows[0];
+    assert_eq!(r.lb.direct(&svc, &k, TCP_ACK, 1).unwrap(), (chosen[0], Outcome::Hit));
+    let i = r.lb.sessions.find(&Key(k), 1).unwrap();
+    assert_eq!(r.lb.sessions.get(i).state, ConnState::Established);
+    assert_eq!(r.lb.sessions.expires(i), 1 + Timeouts::default().tcp_established_ms);
+    // A backend added: established flows keep theirs.
+    st.set_backend("default/web", BackendSpec::new("198.19.4.10".parse().unwrap(), 80)).unwrap();
+    let t = st.tables();
+    let svc2 = Arc::clone(t.v4.service(0).unwrap());
+    assert!(flows.iter().zip(&chosen).all(|(k, &b)| r.lb.direct(&svc2, k, TCP_ACK, 2).unwrap() == (b, Outcome::Hit)));
+    // A backend removed: its flows choose again, the others stay.
+    st.del_backend("default/web", BACKENDS[1].parse().unwrap(), 80).unwrap();
+    let t = st.tables();
+    let svc3 = Arc::clone(t.v4.service(0).unwrap());
+    for (k, &b) in flows.iter().zip(&chosen) {
+        let (now, o) = r.lb.direct(&svc3, k, TCP_ACK, 3).unwrap();
+        if b == 1 {
+            assert_eq!(o, Outcome::Rechosen);
+            assert!(svc3.backends[now as usize].addr != ip(BACKENDS[1]));
+        } else {
+            // Indices after the removed one move down by one.
+            assert_eq!(svc3.backends[now as usize].addr, svc.backends[b as usize].addr);
+            assert_eq!(o, Outcome::Hit);
+        }
+    }
+}
+
+#[test]
+fn direct_tcp_states() {
+    use ConnState::*;
+    for (from, flags, to) in [
+        (SynSent, TCP_SYN, SynSent),
+        (SynSent, TCP_ACK, Established),
+        (SynSent, TCP_SYN | TCP_ACK, SynSent),
+        (Established, TCP_ACK, Established),
+        (Established, TCP_FIN | TCP_ACK, Closing),
+        (Closing, TCP_ACK, Closing),
+        (Established, TCP_RST, Reset),
+        (Reset, TCP_ACK, Reset),
+    ] {
+        assert_eq!(next_state_direct(from, 6, flags), to, "{from:?} + {flags:#x}");
+    }
+    assert_eq!(next_state_direct(UdpNew, 17, 0), UdpNew);
 }

@@ -1,0 +1,287 @@
+//! The outer headers of an encapsulated (direct server return) service, one template per
+//! backend, built on the control plane; a packet costs one copy and a few patches.
+//!
+//! ```text
+//! ipip: [outer IP, protocol 4 or 41][client's packet]
+//! gre:  [outer IP, protocol 47][GRE: 0, EtherType 0x0800 or 0x86dd][client's packet]
+//! gue:  [outer IP, protocol 17][UDP: flow-hash port → gue_port][GUE variant 0: proto 4 or 41][client's packet]
+//! ```
+//! The outer source is the node's address (`lb.snat4` / `lb.snat6`), the destination the
+//! backend; outer and inner are the service's family. The outer IPv4 header has DF set
+//! and identification 0 (an atomic datagram, RFC 6864), as `ip::outer` emits it for the
+//! UDP tunnels. The GUE UDP checksum is zero over IPv4 and computed over IPv6 (Linux's
+//! fou takes no zero checksum over IPv6 unless configured to).
+
+use crate::service::Forwarding;
+use ip::outer::{udp_checksum, Ip4Outer, Ip6Outer, OuterFamily};
+use std::net::IpAddr;
+use wire::checksum::Checksum;
+
+/// The longest outer headers: IPv6 (40), UDP (8), GUE (4).
+pub const MAX_OUTER: usize = 52;
+
+/// GUE source ports: the dynamic range, as the UDP tunnels use by default.
+const GUE_PORT_MIN: u16 = 49152;
+const GUE_PORT_SPAN: u32 = 65536 - GUE_PORT_MIN as u32;
+
+/// Why a packet could not be encapsulated (each a node counter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EncapError {
+    /// Not enough headroom in front of the packet for the outer headers.
+    NoHeadroom,
+    /// The packet with its outer headers is longer than an IP packet can be.
+    TooBig,
+}
+
+/// One backend's outer headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outer {
+    /// The headers, from the outer IP header on (the first `len` bytes).
+    bytes: [u8; MAX_OUTER],
+    len: u8,
+    /// Where UDP starts (GUE only; 0 without UDP).
+    udp_at: u8,
+    v6: bool,
+    /// IPv4: the header's ones'-complement sum with a zero total length, folded, not
+    /// complemented: the checksum of a packet of `n` bytes is `!(sum + n)` folded.
+    ip_sum: u32,
+    /// IPv6 GUE: the UDP pseudo-header sum without the length.
+    pseudo: Checksum,
+}
+
+impl Outer {
+    /// The outer headers from the node's address `src` to a backend `dst` (one family)
+    /// for `forwarding` (not NAT), `gue_port` the GUE destination port.
+    pub fn new(forwarding: Forwarding, src: IpAddr, dst: IpAddr, gue_port: u16) -> Option<Outer> {
+        let mut bytes = [0u8; MAX_OUTER];
+        let (ip_len, pseudo) = match (src, dst) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => (Ip4Outer::emit_header(s, d, 0, &mut bytes), Ip4Outer::pseudo(&s, &d)),
+            (IpAddr::V6(s), IpAddr::V6(d)) => (Ip6Outer::emit_header(s, d, 0, &mut bytes), Ip6Outer::pseudo(&s, &d)),
+            _ => return None,
+        };
+        let v6 = ip_len == 40;
+        // The inner packet is of the outer family (a service's backends are of its family).
+        let (inner_proto, ethertype) = if v6 { (41u8, 0x86ddu16) } else { (4u8, 0x0800u16) };
+        let (proto, extra, udp_at) = match forwarding {
+            Forwarding::Nat => return None,
+            Forwarding::Ipip => (inner_proto, 0, 0),
+            Forwarding::Gre => {
+                wire::gre::GreRepr { protocol: ethertype, checksum: false, key: None, sequence: None }.emit(&mut bytes[ip_len..]);
+                (47, wire::gre::BASE_LEN, 0)
+            }
+            Forwarding::Gue => {
+                let u = &mut bytes[ip_len..ip_len + 8];
+                u[0..2].copy_from_slice(&GUE_PORT_MIN.to_be_bytes());
+                u[2..4].copy_from_slice(&gue_port.to_be_bytes());
+                wire::gue::GueRepr::data(wire::IpProtocol::from(inner_proto)).emit(&mut bytes[ip_len + 8..]);
+                (17, 8 + wire::gue::BASE_LEN, ip_len)
+            }
+        };
+        // The emitted header names UDP and sums a zero length: name the protocol and sum
+        // the header again (IPv4), so a packet adds only its length.
+        let ip_sum = if v6 {
+            bytes[6] = proto;
+            0
+        } else {
+            bytes[9] = proto;
+            bytes[2..4].copy_from_slice(&[0, 0]);
+            bytes[10..12].copy_from_slice(&[0, 0]);
+            let c = wire::checksum::checksum(&bytes[..20]);
+            bytes[10..12].copy_from_slice(&c.to_be_bytes());
+            !c as u32
+        };
+        Some(Outer { bytes, len: (ip_len + extra) as u8, udp_at: udp_at as u8, v6, ip_sum, pseudo })
+    }
+
+    /// The headers' length.
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The headers as a packet of no payload would carry them.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
+    }
+
+    /// Put the headers in front of the packet in `buf` (the client's, from its IP header
+    /// on), `hash` the flow's hash (the GUE source port). The buffer then starts at the
+    /// outer IP header.
+    #[inline]
+    pub fn apply(&self, buf: &mut engine::Buffer, hash: u32) -> Result<(), EncapError> {
+        let len = self.len as usize;
+        let total = len + buf.len();
+        let ip_payload = if self.v6 { total - 40 } else { total };
+        if ip_payload > u16::MAX as usize {
+            return Err(EncapError::TooBig);
+        }
+        // Under a computed outer checksum the inner packet's pending partial checksum
+        // (from a vnet-header device) is completed first: the outer one covers it.
+        if self.v6 && self.udp_at != 0 {
+            ip::outer::ChecksumMode::Software.settle_inner_checksum(buf);
+        }
+        let h = buf.prepend(len).map_err(|_| EncapError::NoHeadroom)?;
+        h.copy_from_slice(&self.bytes[..len]);
+        if self.v6 {
+            h[4..6].copy_from_slice(&(ip_payload as u16).to_be_bytes());
+        } else {
+            h[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+            let mut c = self.ip_sum + total as u32;
+            c = (c & 0xffff) + (c >> 16);
+            h[10..12].copy_from_slice(&(!(c as u16)).to_be_bytes());
+        }
+        if self.udp_at != 0 {
+            let u = self.udp_at as usize;
+            let port = udptun::tunnel::src_port(GUE_PORT_MIN, GUE_PORT_SPAN, hash);
+            h[u..u + 2].copy_from_slice(&port.to_be_bytes());
+            h[u + 4..u + 6].copy_from_slice(&((total - u) as u16).to_be_bytes());
+            if self.v6 {
+                let seg = &mut buf.bytes_mut()[u..];
+                let c = udp_checksum(self.pseudo, seg);
+                seg[6..8].copy_from_slice(&c.to_be_bytes());
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wire::ipv4::{Ipv4Packet, Ipv4Repr};
+    use wire::ipv6::{Ipv6Packet, Ipv6Repr};
+
+    /// Encapsulate `inner` with `o` in a buffer of a fresh pool: the bytes out.
+    fn encap(o: &Outer, inner: &[u8], hash: u32) -> Result<Vec<u8>, EncapError> {
+        let mut pool = engine::Pool::new(1, 1);
+        let b = pool.alloc(inner.len()).unwrap();
+        pool.get_mut(b).write(inner).unwrap();
+        o.apply(pool.get_mut(b), hash)?;
+        Ok(pool.get(b).bytes().to_vec())
+    }
+
+    /// An inner IPv4 UDP packet of `n` payload bytes from 198.18.0.2:1234 to 198.18.128.10:53.
+    fn inner4(n: usize) -> Vec<u8> {
+        let mut p = vec![0u8; 28 + n];
+        let r = Ipv4Repr {
+            src: "198.18.0.2".parse().unwrap(),
+            dst: "198.18.128.10".parse().unwrap(),
+            protocol: wire::IpProtocol::Udp,
+            payload_len: 8 + n,
+            ttl: 64,
+            dscp: 0,
+            ecn: 0,
+            ident: 7,
+            dont_frag: false,
+        };
+        r.emit(&mut Ipv4Packet::new_unchecked(&mut p[..20]));
+        p[20..28].copy_from_slice(&[4, 210, 0, 53, 0, 8 + n as u8, 0, 0]);
+        p
+    }
+
+    fn inner6() -> Vec<u8> {
+        let mut p = vec![0u8; 48];
+        let r = Ipv6Repr {
+            src: "2001:db8::2".parse().unwrap(),
+            dst: "2001:db8:80::10".parse().unwrap(),
+            next_header: wire::IpProtocol::Udp,
+            payload_len: 8,
+            hop_limit: 64,
+            traffic_class: 0,
+            flow_label: 0,
+        };
+        r.emit(&mut Ipv6Packet::new_unchecked(&mut p[..40]));
+        p[40..48].copy_from_slice(&[4, 210, 0, 53, 0, 8, 0, 0]);
+        p
+    }
+
+    const NODE: &str = "198.18.1.1";
+    const BACKEND: &str = "198.19.1.10";
+
+    /// Each mode's outer IPv4 header parses as valid (checksum, length) with its
+    /// protocol, and the inner packet follows unchanged after the mode's headers.
+    #[test]
+    fn ipv4_outer_headers_parse_and_carry_the_packet() {
+        for (mode, proto, extra) in [(Forwarding::Ipip, 4, 0), (Forwarding::Gre, 47, 4), (Forwarding::Gue, 17, 12)] {
+            for n in [0, 1, 100, 1400] {
+                let inner = inner4(n);
+                let o = Outer::new(mode, NODE.parse().unwrap(), BACKEND.parse().unwrap(), 6080).unwrap();
+                let p = encap(&o, &inner, 0xdead_beef).unwrap();
+                let ip = Ipv4Packet::new_checked(&p[..]).unwrap();
+                let r = Ipv4Repr::parse(&ip).unwrap_or_else(|e| panic!("{mode:?} {n}: {e:?}"));
+                assert_eq!(r.protocol, wire::IpProtocol::from(proto), "{mode:?}");
+                assert_eq!((r.src.to_string(), r.dst.to_string()), (NODE.to_string(), BACKEND.to_string()));
+                assert_eq!(r.payload_len, extra + inner.len());
+                assert!(r.dont_frag);
+                assert_eq!(&p[20 + extra..], &inner[..], "{mode:?}");
+                match mode {
+                    Forwarding::Gre => assert_eq!(&p[20..24], &[0, 0, 8, 0]),
+                    Forwarding::Gue => {
+                        let sport = u16::from_be_bytes([p[20], p[21]]);
+                        assert!(sport >= 49152);
+                        assert_eq!(u16::from_be_bytes([p[22], p[23]]), 6080);
+                        assert_eq!(u16::from_be_bytes([p[24], p[25]]) as usize, 8 + 4 + inner.len());
+                        assert_eq!(&p[26..28], &[0, 0], "zero UDP checksum over IPv4");
+                        let g = wire::gue::GuePacket::new_checked(&p[28..]).unwrap();
+                        assert_eq!((g.version(), g.control(), g.proto_ctype(), g.header_len()), (0, false, 4, 4));
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    /// The GUE source port follows the flow hash, so flows spread over the range.
+    #[test]
+    fn gue_source_port_spreads_flows() {
+        let o = Outer::new(Forwarding::Gue, NODE.parse().unwrap(), BACKEND.parse().unwrap(), 5555).unwrap();
+        let ports: std::collections::HashSet<u16> = (0..64u32)
+            .map(|h| {
+                let p = encap(&o, &inner4(10), engine::hash::finish(h)).unwrap();
+                u16::from_be_bytes([p[20], p[21]])
+            })
+            .collect();
+        assert!(ports.len() > 50, "{}", ports.len());
+        assert!(ports.iter().all(|&p| p >= GUE_PORT_MIN));
+    }
+
+    /// IPv6: the payload length, protocol, and the GUE UDP checksum verifies.
+    #[test]
+    fn ipv6_outer_headers() {
+        let (src, dst): (IpAddr, IpAddr) = ("2001:db8:1::1".parse().unwrap(), "2001:db8:100::10".parse().unwrap());
+        for (mode, proto, extra) in [(Forwarding::Ipip, 41, 0), (Forwarding::Gre, 47, 4), (Forwarding::Gue, 17, 12)] {
+            let inner = inner6();
+            let o = Outer::new(mode, src, dst, 6080).unwrap();
+            let p = encap(&o, &inner, 3).unwrap();
+            let r = Ipv6Repr::parse(&Ipv6Packet::new_checked(&p[..]).unwrap()).unwrap();
+            assert_eq!(r.next_header, wire::IpProtocol::from(proto));
+            assert_eq!(r.payload_len, extra + inner.len());
+            assert_eq!(&p[40 + extra..], &inner[..]);
+            if mode == Forwarding::Gre {
+                assert_eq!(&p[40..44], &[0, 0, 0x86, 0xdd]);
+            }
+            if mode == Forwarding::Gue {
+                let (s, d) = match (src, dst) {
+                    (IpAddr::V6(s), IpAddr::V6(d)) => (s, d),
+                    _ => unreachable!(),
+                };
+                assert!(ip::outer::udp_checksum_ok(Ip6Outer::pseudo(&s, &d), &p[40..]));
+                assert_eq!(p[40 + 8 + 1], 41);
+            }
+        }
+    }
+
+    #[test]
+    fn refusals() {
+        assert!(Outer::new(Forwarding::Nat, NODE.parse().unwrap(), BACKEND.parse().unwrap(), 1).is_none());
+        assert!(Outer::new(Forwarding::Gre, NODE.parse().unwrap(), "2001:db8::1".parse().unwrap(), 1).is_none());
+        let o = Outer::new(Forwarding::Gre, NODE.parse().unwrap(), BACKEND.parse().unwrap(), 1).unwrap();
+        // 65 520 bytes with 24 more of outer headers: past IPv4's 65 535.
+        let mut big = inner4(0);
+        big.resize(65_520, 0);
+        assert_eq!(encap(&o, &big, 0), Err(EncapError::TooBig));
+    }
+}

@@ -1,0 +1,193 @@
+"""The load balancer's encapsulation mode (direct server return), pcap mode: scapy builds
+client packets, vecgate chooses a backend per connection (lb4-nat / lb6-nat) and carries
+the packet to it unchanged inside IP-in-IP, GRE or GUE (lb4-encap / lb6-encap); scapy
+and tshark dissect the outer and inner headers. The client 198.18.0.2 / 2001:db8::2 is
+behind eth0; backends in 198.19.0.0/16 and 2001:db8:100::/48 are routed by 198.18.1.2 /
+2001:db8:1::2 behind eth1; the node's address there (198.18.1.1 / 2001:db8:1::1) is the
+outer source."""
+import subprocess
+from collections import Counter
+
+from conftest import GW_MAC0, GW_MAC1, HOST_MAC, ROUTER_MAC, gateway_config, run_pcap, tshark_clean, write_pcap
+
+from scapy.all import GRE, IP, TCP, UDP, Ether, IPv6, Raw, raw
+
+BACKENDS = ["198.19.1.10", "198.19.2.10", "198.19.3.10"]
+BACKENDS6 = ["2001:db8:100::10", "2001:db8:100::20", "2001:db8:100::30"]
+NODE, NODE6 = "198.18.1.1", "2001:db8:1::1"
+CLIENT, CLIENT6 = "198.18.0.2", "2001:db8::2"
+# One service address per mode.
+VIPS = {"ipip": "198.18.128.20", "gre": "198.18.128.21", "gue": "198.18.128.22"}
+VIP6 = "2001:db8:80::20"
+GUE_PORT = 5555
+
+
+def services():
+    b4 = ", ".join(f'{{ addr = "{a}", port = 80 }}' for a in BACKENDS)
+    b6 = ", ".join(f'{{ addr = "{a}", port = 80 }}' for a in BACKENDS6)
+    text = f'[lb]\nsnat4 = "{NODE}"\nsnat6 = "{NODE6}"\n'
+    for mode, vip in VIPS.items():
+        port = f"gue_port = {GUE_PORT}\n" if mode == "gue" else ""
+        text += f"""
+[[lb_service]]
+name = "default/{mode}"
+type = "load_balancer"
+vip = "{vip}"
+port = 80
+protocol = "tcp"
+forwarding = "{mode}"
+{port}backends = [{b4}]
+
+[[lb_service]]
+name = "default/{mode}-udp"
+type = "cluster_ip"
+vip = "{vip}"
+port = 53
+protocol = "udp"
+forwarding = "{mode}"
+{port}backends = [{b4.replace("port = 80", "port = 53")}]
+"""
+    text += f"""
+[[lb_service]]
+name = "default/gue6"
+type = "cluster_ip"
+vip = "{VIP6}"
+port = 80
+protocol = "tcp"
+forwarding = "gue"
+backends = [{b6}]
+"""
+    return text
+
+
+def client_packet(mode, sport, flags="S"):
+    return Ether(src=HOST_MAC, dst=GW_MAC0) / IP(src=CLIENT, dst=VIPS[mode], id=sport) / TCP(sport=sport, dport=80, flags=flags, seq=1000) / Raw(b"hello")
+
+
+def inner_of(p):
+    """The packet an output frame carries, as bytes, by its outer protocol."""
+    if p[IP].proto == 4:
+        return raw(p[IP].payload)
+    if p[IP].proto == 47:
+        assert p[GRE].proto == 0x0800 and not p[GRE].chksum_present and not p[GRE].key_present
+        return raw(p[GRE].payload)
+    assert p[IP].proto == 17 and p[UDP].dport == GUE_PORT, p.summary()
+    gue = raw(p[UDP].payload)
+    assert gue[:4] == b"\x00\x04\x00\x00", "GUE variant 0, no options, protocol 4 (IPv4)"
+    return gue[4:]
+
+
+def outer_checks(p, inner_len, extra):
+    """The outer IPv4 header as an independent implementation computes it."""
+    o = p[IP]
+    assert o.src == NODE and o.dst in BACKENDS
+    assert o.len == 20 + extra + inner_len and o.flags.DF
+    q = o.copy()
+    del q.chksum
+    assert IP(raw(q)).chksum == o.chksum, p.summary()
+
+
+def test_each_encapsulation_carries_the_client_packet_unchanged(vecgate, tmp_path):
+    n = 60
+    sent = {mode: [client_packet(mode, 20000 + i) for i in range(n)] for mode in VIPS}
+    _, out1, counters, _ = run_pcap(vecgate, tmp_path, [p for ps in sent.values() for p in ps], services())
+    assert len(out1) == 3 * n
+    by_mode = Counter()
+    for p in out1:
+        assert p[Ether].dst == ROUTER_MAC and p[Ether].src == GW_MAC1
+        proto = p[IP].proto
+        mode, extra = {4: ("ipip", 0), 47: ("gre", 4), 17: ("gue", 12)}[proto]
+        inner = inner_of(p)
+        original = IP(inner)
+        # The client's packet, byte for byte (TTL, checksums, ports: nothing translated).
+        i = original[TCP].sport - 20000
+        assert inner == raw(sent[mode][i][IP]), p.summary()
+        assert original.dst == VIPS[mode] and original.src == CLIENT
+        outer_checks(p, len(inner), extra)
+        by_mode[mode] += 1
+    assert by_mode == {m: n for m in VIPS}
+    assert counters[("lb4-encap", "encapsulated")] == 3 * n
+    assert counters[("lb4-nat", "new-session")] == 3 * n
+    # tshark: outer IPv4 checksums (and the inner ones, ipip and gre) verified.
+    bad, _ = tshark_clean(tmp_path / "out1.pcap")
+    assert not bad, bad
+
+
+def test_flows_spread_and_stick_one_session_each(vecgate, tmp_path):
+    n = 150
+    first = [client_packet("gre", 30000 + i) for i in range(n)]
+    then = [client_packet("gre", 30000 + i, flags="A") for i in range(n)]
+    _, out1, counters, _ = run_pcap(vecgate, tmp_path, first + then, services())
+    assert len(out1) == 2 * n
+    backend = {}
+    for p in out1:
+        sport = IP(inner_of(p))[TCP].sport
+        backend.setdefault(sport, p[IP].dst)
+        assert backend[sport] == p[IP].dst, "a connection keeps its backend"
+    seen = Counter(backend.values())
+    assert set(seen) == set(BACKENDS)
+    assert all(abs(c - n / 3) < n * 0.12 for c in seen.values()), seen
+    # One session per connection; the second packet of each is a hit.
+    assert counters[("lb4-nat", "new-session")] == n
+    assert counters[("lb4-encap", "encapsulated")] == 2 * n
+
+
+def test_gue_source_port_follows_the_flow(vecgate, tmp_path):
+    n = 100
+    pkts = [client_packet("gue", 40000 + i) for i in range(n)] + [client_packet("gue", 40000 + i, flags="A") for i in range(n)]
+    _, out1, _, _ = run_pcap(vecgate, tmp_path, pkts, services())
+    port = {}
+    for p in out1:
+        assert p[UDP].chksum == 0, "zero UDP checksum over IPv4"
+        assert p[UDP].len == len(p[UDP])
+        assert 49152 <= p[UDP].sport
+        sport = IP(inner_of(p))[TCP].sport
+        port.setdefault(sport, p[UDP].sport)
+        assert port[sport] == p[UDP].sport, "one flow, one source port"
+    # Different flows, different ports: the backend's RSS spreads them.
+    assert len(set(port.values())) > 0.9 * n
+
+
+def test_udp_service_and_ipv6_gue(vecgate, tmp_path):
+    dns = [Ether(src=HOST_MAC, dst=GW_MAC0) / IP(src=CLIENT, dst=VIPS["ipip"]) / UDP(sport=31000 + i, dport=53) / Raw(b"q" * 11) for i in range(20)]
+    six = [Ether(src=HOST_MAC, dst=GW_MAC0) / IPv6(src=CLIENT6, dst=VIP6) / TCP(sport=41000 + i, dport=80, flags="S") / Raw(b"six") for i in range(30)]
+    _, out1, counters, _ = run_pcap(vecgate, tmp_path, dns + six, services())
+    v4 = [p for p in out1 if IP in p and p[IP].proto == 4]
+    v6 = [p for p in out1 if IPv6 in p]
+    assert len(v4) == 20 and len(v6) == 30
+    for p in v4:
+        assert raw(p[IP].payload) == raw(dns[IP(raw(p[IP].payload))[UDP].sport - 31000][IP])
+    for p in v6:
+        o = p[IPv6]
+        assert o.src == NODE6 and o.dst in BACKENDS6 and o.nh == 17 and o.plen == len(o.payload)
+        assert p[UDP].dport == 6080, "the default GUE port"
+        sent = p[UDP].chksum
+        q = p.copy()
+        del q[UDP].chksum
+        assert sent != 0 and Ether(raw(q))[UDP].chksum == sent, "the UDP checksum over IPv6, as scapy computes it"
+        gue = raw(p[UDP].payload)
+        assert gue[:4] == b"\x00\x29\x00\x00", "GUE variant 0, protocol 41 (IPv6)"
+        inner = IPv6(gue[4:])
+        assert raw(inner) == raw(six[inner[TCP].sport - 41000][IPv6])
+    assert len({p[IPv6].dst for p in v6}) == 3
+    assert counters[("lb6-encap", "encapsulated")] == 30
+    assert counters[("lb4-encap", "encapsulated")] == 20
+
+
+def test_bad_encapsulated_services_name_the_field(vecgate, tmp_path):
+    def refused(extra):
+        cfg = gateway_config(tmp_path, extra)
+        write_pcap(tmp_path / "in.pcap", [])
+        r = subprocess.run([str(vecgate), "pcap", "--config", str(cfg), "--json"], capture_output=True, text=True, timeout=60)
+        assert r.returncode != 0
+        return r.stderr
+
+    svc = '[[lb_service]]\nname = "x"\ntype = "cluster_ip"\nvip = "198.18.128.30"\nport = 80\nprotocol = "tcp"\n'
+    e = refused(svc + 'forwarding = "gre"\nbackends = [{ addr = "198.19.1.10", port = 80 }]\n')
+    assert 'lb_service[0]: service "x": forwarding: gre needs the node\'s IPv4 address (lb.snat4)' in e, e
+    e = refused(f'[lb]\nsnat4 = "{NODE}"\n' + svc + 'forwarding = "ipip"\nbackends = [{ addr = "198.19.1.10", port = 8080 }]\n')
+    assert "backends[0].port: 8080: expected the service's port 80" in e, e
+    e = refused(svc + 'forwarding = "vxlan"\n')
+    assert "forwarding" in e and "nat" in e, e
+    e = refused(svc + "gue_port = 5555\n")
+    assert 'gue_port: 5555: only with forwarding = "gue"' in e, e
