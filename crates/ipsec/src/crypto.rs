@@ -75,6 +75,18 @@ impl Algorithm {
         }
     }
 
+    /// The padding the encrypt nodes choose where the link has room for it: AES-GCM's
+    /// ciphertext in whole AES blocks. RFC 4303 §2.4 lets a sender pad beyond the
+    /// alignment (receivers take any padding), and `ring` seals a trailing partial block
+    /// in a second pass: at 64 B that pass cost ~80 of esp4-encrypt's ~380 cycles
+    /// (docs/PERFORMANCE.md). Receiving still checks [`Algorithm::layout`]'s alignment.
+    pub const fn block_align(self) -> usize {
+        match self {
+            Algorithm::AesGcm128 | Algorithm::AesGcm256 => 16,
+            _ => self.layout().align,
+        }
+    }
+
     pub const fn layout(self) -> EspLayout {
         match self {
             Algorithm::Null => EspLayout { iv_len: 0, icv_len: 0, align: 4 },

@@ -7,7 +7,7 @@ use arc_swap::ArcSwap;
 use engine::{Buffer, Pool};
 use ip::outer::{Ip4Outer, Ip6Outer};
 use ipsec::nodes::decrypt::{decrypt, EspDecryptCounter as D, EspDecryptNext};
-use ipsec::nodes::encrypt::{encrypt, encrypt_transport};
+use ipsec::nodes::encrypt::{encrypt, encrypt_padded, encrypt_transport};
 use ipsec::nodes::EspOuter;
 use ipsec::{Algorithm, Direction, IpsecContext, IpsecState, Lifetime, Mode, SaSpec, UdpEncapPorts};
 use std::net::IpAddr;
@@ -128,6 +128,33 @@ fn every_algorithm_round_trips_over_both_families_with_and_without_udp() {
             round_trip::<Ip6Outer>(alg, udp, true);
         }
     }
+}
+
+/// The encrypt node's block padding (`Algorithm::block_align`): AES-GCM's ciphertext in
+/// whole AES blocks, which the receiving end opens like any other (the padding is the
+/// sender's choice, RFC 4303 §2.4; the decrypt step checks its bytes are 1, 2, 3, ...).
+#[test]
+fn block_padded_gcm_fills_whole_blocks_and_opens() {
+    for alg in [Algorithm::AesGcm128, Algorithm::AesGcm256] {
+        assert_eq!(alg.block_align(), 16);
+        let mut pool = Pool::new(8, 2);
+        let mut p = pair(alg, false, false, false);
+        for len in [20, 62, 64, 77, 1400] {
+            let plain = inner(false, len);
+            let sa = p.a.get(0).unwrap();
+            let (seq, _) = sa.outbound.next(plain.len() as u64, false, &sa.spec.lifetime).unwrap();
+            let w = with_buffer(&mut pool, &plain, |b| {
+                encrypt_padded::<Ip4Outer>(sa, seq, true, 16, b).unwrap();
+                b.bytes().to_vec()
+            });
+            // Outer header 20, ESP header 8, IV 8, ICV 16; the ciphertext between.
+            let text = w.len() - 20 - 8 - 8 - 16;
+            assert!(text % 16 == 0 && text >= len + 2 && text < len + 2 + 16, "{alg} {len}: {text} bytes of ciphertext");
+            let (_, got) = open::<Ip4Outer>(&mut p, &mut pool, &w).unwrap_or_else(|e| panic!("{alg} {len}: {e:?}"));
+            assert_eq!(got, plain, "{alg} {len}");
+        }
+    }
+    assert_eq!(Algorithm::Chacha20Poly1305.block_align(), Algorithm::Chacha20Poly1305.layout().align);
 }
 
 /// A packet between the two ends themselves (transport mode's kind): `inner` with the

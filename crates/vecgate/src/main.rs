@@ -141,6 +141,10 @@ enum Cmd {
         position: u32,
         #[arg(long)]
         no_flow_cache: bool,
+        /// ipsec4-encrypt: policy changes per second (DISCARD policies added and deleted,
+        /// each published) while the measured run goes.
+        #[arg(long, default_value_t = 0)]
+        churn: u32,
     },
     /// Send UDP packets out of one interface at a fixed size and rate, receive them on
     /// another, report throughput, loss and latency (timestamps carried in the packets).
@@ -278,10 +282,10 @@ fn main() {
         Cmd::Bench { scenario, json, routes, family, updates, .. } if scenario == "fib-update" => {
             bench_fib::bench(routes, &family, updates, json)
         }
-        Cmd::Bench { scenario, packets, json, core, inner_size, alg, flows, policies, position, no_flow_cache, .. }
+        Cmd::Bench { scenario, packets, json, core, inner_size, alg, flows, policies, position, no_flow_cache, churn, export, .. }
             if bench_ipsec::SCENARIOS.contains(&scenario.as_str()) =>
         {
-            let o = bench_ipsec::IpsecOptions { policies, position, flows, flow_cache: !no_flow_cache, alg, inner_size };
+            let o = bench_ipsec::IpsecOptions { policies, position, flows, flow_cache: !no_flow_cache, alg, inner_size, churn, export };
             bench_ipsec::bench(&scenario, packets, json, core, &o)
         }
         Cmd::Bench {

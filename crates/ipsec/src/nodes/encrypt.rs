@@ -52,14 +52,22 @@ impl<O: EspOuter> Default for EspEncrypt<O> {
     }
 }
 
-/// Put ESP around `buf[at..]` in place: padding, trailer and room for the ICV after it;
-/// the ESP header and IV inserted at `at`, after `gap` bytes left for a UDP header (the
-/// `at` bytes before it move to the front, into the headroom); then seal. Returns the
-/// length from the ESP header on.
+/// Put ESP around `buf[at..]` in place: padding (to a multiple of `align`), trailer and
+/// room for the ICV after it; the ESP header and IV inserted at `at`, after `gap` bytes
+/// left for a UDP header (the `at` bytes before it move to the front, into the headroom);
+/// then seal. Returns the length from the ESP header on.
 #[inline(always)]
-fn seal_at(sa: &Sa, seq: u64, next_header: IpProtocol, buf: &mut Buffer, at: usize, gap: usize) -> Result<usize, EspEncryptCounter> {
+fn seal_at(
+    sa: &Sa,
+    seq: u64,
+    next_header: IpProtocol,
+    buf: &mut Buffer,
+    at: usize,
+    gap: usize,
+    align: usize,
+) -> Result<usize, EspEncryptCounter> {
     let s = &*sa.spec;
-    let l = s.alg.layout();
+    let l = wire::esp::EspLayout { align, ..s.alg.layout() };
     let len = buf.len();
     let pad = l.pad_len(len - at);
     let trailer = EspTrailer { pad_len: pad as u8, next_header };
@@ -100,8 +108,15 @@ fn emit_udp<O: EspOuter>(ports: UdpEncapPorts, src: &O::Addr, dst: &O::Addr, udp
 /// then starts at the outer header.
 #[inline(always)]
 pub fn encrypt<O: EspOuter>(sa: &Sa, seq: u64, inner_v4: bool, buf: &mut Buffer) -> Result<(), EspEncryptCounter> {
+    encrypt_padded::<O>(sa, seq, inner_v4, sa.spec.alg.layout().align, buf)
+}
+
+/// [`encrypt`] with the ciphertext padded to a multiple of `align` (at least the
+/// algorithm's alignment, and dividing 256).
+#[inline(always)]
+pub fn encrypt_padded<O: EspOuter>(sa: &Sa, seq: u64, inner_v4: bool, align: usize, buf: &mut Buffer) -> Result<(), EspEncryptCounter> {
     let s = &*sa.spec;
-    seal_at(sa, seq, if inner_v4 { IpProtocol::IpIp } else { IpProtocol::Ipv6 }, buf, 0, 0)?;
+    seal_at(sa, seq, if inner_v4 { IpProtocol::IpIp } else { IpProtocol::Ipv6 }, buf, 0, 0, align)?;
     let (Some(src), Some(dst)) = (O::from_ip(s.local), O::from_ip(s.remote)) else {
         // SaSpec::build keeps both endpoints in one family, and the FIB kind follows it.
         return Err(EspEncryptCounter::NoSa);
@@ -128,9 +143,15 @@ pub fn encrypt<O: EspOuter>(sa: &Sa, seq: u64, inner_v4: bool, buf: &mut Buffer)
 /// header) and length follow.
 #[inline(always)]
 pub fn encrypt_transport<O: EspOuter>(sa: &Sa, seq: u64, buf: &mut Buffer) -> Result<(), EspEncryptCounter> {
+    encrypt_transport_padded::<O>(sa, seq, sa.spec.alg.layout().align, buf)
+}
+
+/// [`encrypt_transport`] with the ciphertext padded to a multiple of `align`.
+#[inline(always)]
+pub fn encrypt_transport_padded<O: EspOuter>(sa: &Sa, seq: u64, align: usize, buf: &mut Buffer) -> Result<(), EspEncryptCounter> {
     let (hl, upper) = O::transport_split(buf.bytes())?;
     let (gap, proto) = if sa.spec.udp_encap.is_some() { (8, IpProtocol::Udp) } else { (0, IpProtocol::Esp) };
-    let esp_len = seal_at(sa, seq, upper, buf, hl, gap)?;
+    let esp_len = seal_at(sa, seq, upper, buf, hl, gap, align)?;
     if hl + gap + esp_len > u16::MAX as usize + if O::IS_V6 { 40 } else { 0 } {
         return Err(EspEncryptCounter::TooBig);
     }
@@ -165,7 +186,8 @@ impl<Cx: HasIpsec, O: EspOuter> Node<Cx> for EspEncrypt<O> {
         let adj = if transport { buf.meta.adj } else { x.tables.outer_adj(index) };
         let link_mtu = ipc.tables.adjacency(adj).mtu();
         // The inner MTU leaves room for the most padding the cipher may need.
-        let overhead = sa.spec.outer_len() + sa.spec.alg.layout().max_overhead();
+        let layout = sa.spec.alg.layout();
+        let overhead = sa.spec.outer_len() + layout.max_overhead();
         let fragment_outer = match encap_mtu(buf, link_mtu, overhead, MtuPolicy::default()) {
             EncapMtu::Encap { fragment_outer, .. } => fragment_outer,
             EncapMtu::TooBig { v4 } => {
@@ -209,7 +231,15 @@ impl<Cx: HasIpsec, O: EspOuter> Node<Cx> for EspEncrypt<O> {
             Err(SeqError::Overflow) => return Verdict::Drop(C::SeqOverflow),
             Err(SeqError::Expired) => return Verdict::Drop(C::LifetimeExpired),
         };
-        let sealed = if transport { encrypt_transport::<O>(sa, seq, buf) } else { encrypt::<O>(sa, seq, inner_v4, buf) };
+        // Padded to the cipher's blocks where that still fits the link (so the tunnel MTU
+        // stays what the least padding allows): see `Algorithm::block_align`.
+        let block = sa.spec.alg.block_align();
+        let align = match link_mtu {
+            Some(m) if buf.len() + overhead + block - layout.align <= m as usize => block,
+            _ => layout.align,
+        };
+        let sealed =
+            if transport { encrypt_transport_padded::<O>(sa, seq, align, buf) } else { encrypt_padded::<O>(sa, seq, inner_v4, align, buf) };
         if let Err(c) = sealed {
             return Verdict::Drop(c);
         }

@@ -1,0 +1,304 @@
+#!/usr/bin/env bash
+# vecgate's outbound SPD and ESP against fd.io VPP's, side by side (issue 18): the vpp-dev
+# flow-cache thread's experiment. For each match position P and with / without the flow
+# cache, `vecgate bench ipsec4-encrypt --policies P --position P` writes its frames
+# (64-byte UDP over 1,024 flows) and its P policies (P-1 near misses, then the PROTECT one)
+# to files; VPP gets the same policies in an SPD bound to its egress interface, the same
+# AES-GCM-128 SA, and replays the same frames; then vecgate and VPP run in interleaved
+# rounds on the same core. Prints, per case, the SPD node's and esp4-encrypt's TSC cycles
+# per packet for both and their ratios; medians over the rounds.
+#
+# Usage: scripts/bench-ipsec-vs-vpp.sh [--rounds N] [--seconds S] [--packets N] [--core C]
+#            [--positions "1 10 100 1000"] [--cache on|off|both] [--bin PATH] [--vpp DIR]
+#            [--json FILE]
+#   --vpp DIR: a VPP build laid out as bin/vpp, bin/vppctl, lib/ (default: $VPP_DIR, else
+#              ../shared/peers/vpp next to the repository or its worktree's parent). Without
+#              one the script says so and exits 0: the project does not need VPP.
+# VPP's ESP packets leave by a third interface (pg2) without an SPD: VPP sends what
+# esp4-encrypt made through ip4-lookup and the egress interface's output features again, so
+# on the SPD's interface every ESP packet would be classified a second time (and dropped,
+# matching no policy), where vecgate's esp4-encrypt hands its packets to ip4-rewrite. This
+# way both SPD nodes see each packet once.
+# Needs root (hugepages, core pinning). Only one VPP benchmark at a time (a lock in /tmp).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+rounds=3
+seconds=3
+packets=2000000
+core=1
+positions="1 10 100 1000"
+caches="on off"
+bin=
+vpp=${VPP_DIR:-}
+json_out=
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --rounds) rounds=$2; shift 2 ;;
+        --seconds) seconds=$2; shift 2 ;;
+        --packets) packets=$2; shift 2 ;;
+        --core) core=$2; shift 2 ;;
+        --positions) positions=$2; shift 2 ;;
+        --cache) case "$2" in both) caches="on off" ;; on | off) caches=$2 ;; *) echo "bench-ipsec-vs-vpp: --cache on|off|both" >&2; exit 2 ;; esac; shift 2 ;;
+        --bin) bin=$2; shift 2 ;;
+        --vpp) vpp=$2; shift 2 ;;
+        --json) json_out=$2; shift 2 ;;
+        -h | --help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "bench-ipsec-vs-vpp: unknown argument $1" >&2; exit 2 ;;
+    esac
+done
+log() { echo "bench-ipsec-vs-vpp: $*" >&2; }
+
+if [ -z "$vpp" ]; then
+    vpp=$ROOT/../shared/peers/vpp
+    [ -x "$vpp/bin/vpp" ] || [ ! -x "$ROOT/../../shared/peers/vpp/bin/vpp" ] || vpp=$ROOT/../../shared/peers/vpp
+fi
+if [ ! -x "$vpp/bin/vpp" ] || [ ! -x "$vpp/bin/vppctl" ]; then
+    log "no VPP build at $vpp (bin/vpp, bin/vppctl): skipped. Set VPP_DIR or --vpp."
+    exit 0
+fi
+vpp=$(cd "$vpp" && pwd -P)
+[ "$(id -u)" = 0 ] || { log "needs root (hugepages, core pinning)"; exit 1; }
+if [ -z "$bin" ]; then
+    cargo build --release -q -p vecgate
+    bin=$ROOT/target/release/vecgate
+fi
+export LD_LIBRARY_PATH="$vpp/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+if ldd "$vpp/bin/vpp" 2>/dev/null | grep -q 'not found'; then
+    log "VPP's shared libraries do not all resolve (ldd $vpp/bin/vpp); on Debian: apt-get install libssl3 libbpf1 libxdp1 libelf1 zlib1g"
+    exit 1
+fi
+
+exec 9>/tmp/vpp-peer-bench.lock
+flock -w 900 9 || { log "another VPP benchmark holds /tmp/vpp-peer-bench.lock"; exit 1; }
+
+work=$(mktemp -d /tmp/bench-ipsec-vs-vpp.XXXXXX)
+HP_SYS=/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages
+HP_FREE=/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages
+hp_old=
+vpp_pid=
+stop_vpp() {
+    if [ -n "$vpp_pid" ] && kill -0 "$vpp_pid" 2>/dev/null; then
+        kill -TERM "$vpp_pid" 2>/dev/null || true
+        for _ in $(seq 50); do kill -0 "$vpp_pid" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$vpp_pid" 2>/dev/null || true
+        wait "$vpp_pid" 2>/dev/null || true
+    fi
+    vpp_pid=
+    rm -f /dev/shm/benchipsecvpp$$* 2>/dev/null || true
+}
+cleanup() {
+    local rc=$?
+    set +e
+    stop_vpp
+    [ -z "$hp_old" ] || echo "$hp_old" >"$HP_SYS"
+    if [ $rc -ne 0 ]; then log "run files kept in $work"; else rm -rf "$work"; fi
+    exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+need=64
+if [ "$(cat $HP_FREE)" -lt $need ]; then
+    hp_old=$(cat $HP_SYS)
+    echo $((hp_old + need - $(cat $HP_FREE))) >"$HP_SYS"
+    [ "$(cat $HP_FREE)" -ge $need ] || { log "could not get $need free 2 MiB hugepages"; exit 1; }
+fi
+others=$(seq 0 $(($(nproc --all) - 1)) | grep -vx "$core" | paste -sd, -)
+[ -z "$others" ] || taskset -pc "$others" $$ >/dev/null
+
+# `vecgate bench ipsec4-encrypt`'s topology (crates/vecgate/src/bench_ipsec.rs): pg0
+# receives, the SPD is bound to the interface towards 198.19.0.0/16 (vecgate's null0, VPP's
+# pg1); the SA's key and salt are the bench's (0xa5 bytes), SPI 4096.
+KEY=$(printf 'a5%.0s' $(seq 16))
+TOPO="create packet-generator interface pg0 hw-addr 02:00:00:00:00:01
+create packet-generator interface pg1 hw-addr 02:00:00:00:00:02
+create packet-generator interface pg2 hw-addr 02:00:00:00:00:03
+set interface mtu 9000 pg1
+set interface mtu 9000 pg2
+set interface state pg0 up
+set interface state pg1 up
+set interface state pg2 up
+set interface ip address pg0 198.18.0.1/24
+set interface ip address pg1 198.18.1.1/24
+set interface ip address pg2 198.18.2.1/24
+set ip neighbor pg1 198.18.1.2 02:00:00:00:01:02 static
+set ip neighbor pg2 198.18.2.2 02:00:00:00:02:02 static
+ip route add 198.19.0.0/16 via 198.18.1.2 pg1
+ipsec sa add 10 spi 4096 esp crypto-alg aes-gcm-128 crypto-key $KEY salt 0xa5a5a5a5 tunnel src 198.18.2.1 dst 198.18.2.2
+ipsec spd add 1
+set interface ipsec spd pg1 1"
+
+ctl() { "$vpp/bin/vppctl" -s "$run/cli.sock" "$@"; }
+
+# policies.txt (priority action local_ports remote_ports remote-prefix; UDP, local any)
+# in VPP's words.
+policies_cli() {
+    python3 - "$1" <<'PY'
+import ipaddress, sys
+for line in open(sys.argv[1]):
+    if line.startswith("#") or not line.strip():
+        continue
+    prio, action, lp, rp, remote = line.split()
+    net = ipaddress.ip_network(remote)
+    ports = lambda p: "0 - 65535" if p == "any" else f"{p.split('-')[0]} - {p.split('-')[-1]}"
+    act = "protect sa 10" if action == "protect" else action
+    print(f"ipsec policy add spd 1 priority {prio} outbound action {act} "
+          f"local-ip-range 0.0.0.0 - 255.255.255.255 remote-ip-range {net[0]} - {net[-1]} "
+          f"protocol 17 local-port-range {ports(lp)} remote-port-range {ports(rp)}")
+PY
+}
+
+start_vpp() { # dir cache(on|off)
+    local dir=$1 cache=$2
+    run=$dir/vpp
+    mkdir -p "$run"
+    policies_cli "$dir/policies.txt" >"$dir/policies.cli"
+    {
+        echo "$TOPO"
+        echo "exec $dir/policies.cli"
+        echo "packet-generator new name side limit 0 interface pg0 node ethernet-input pcap $dir/frames.pcap limit 1000000000000"
+    } >"$run/setup.cli"
+    local flow_cache=off
+    [ "$cache" = on ] && flow_cache=on
+    cat >"$run/startup.conf" <<EOF
+unix { nodaemon nosyslog runtime-dir $run cli-listen $run/cli.sock log $run/vpp.log startup-config $run/setup.cli }
+api-segment { prefix benchipsecvpp$$ }
+socksvr { socket-name $run/api.sock }
+statseg { socket-name $run/stats.sock size 64M }
+cpu { main-core $core }
+memory { main-heap-size 1G }
+buffers { buffers-per-numa 32768 page-size 2M }
+plugins { path $vpp/lib/vpp_plugins plugin default { disable } }
+ipsec { ipv4-outbound-spd-flow-cache $flow_cache }
+EOF
+    "$vpp/bin/vpp" -c "$run/startup.conf" >"$run/vpp.out" 2>&1 </dev/null &
+    vpp_pid=$!
+    local t0=$SECONDS
+    until [ -S "$run/cli.sock" ] && ctl show packet-generator 2>/dev/null | grep -qw side; do
+        kill -0 "$vpp_pid" 2>/dev/null || { log "VPP exited during start-up:"; tail -n 20 "$run/vpp.out" >&2; exit 1; }
+        [ $((SECONDS - t0)) -lt 300 ] || { log "VPP did not come up within 300 s"; exit 1; }
+        sleep 0.2
+    done
+    if grep -qiE 'unknown input|error|failed|invalid' "$run/vpp.out"; then
+        grep -iE 'unknown input|error|failed|invalid' "$run/vpp.out" | head >&2
+        log "VPP refused part of the setup (see above)"
+        exit 1
+    fi
+    local n
+    n=$(ctl show ipsec all | grep -c 'type ip4-outbound' || true)
+    [ "$n" = "$(grep -vc '^#' "$dir/policies.txt")" ] || { log "VPP holds $n outbound policies, not those of $dir/policies.txt"; exit 1; }
+}
+
+# VPP has no per-vector figures; against a loaded host's preemption the round is also cut
+# into 0.25 s windows (out-file.N), whose median stands next to vecgate's median vector.
+vpp_round() { # out-file
+    ctl clear errors >/dev/null
+    ctl packet-generator enable-stream side >/dev/null
+    sleep 1
+    ctl clear runtime >/dev/null
+    sleep "$seconds"
+    ctl show runtime >"$1"
+    for w in $(seq $((seconds * 4))); do
+        ctl clear runtime >/dev/null
+        sleep 0.25
+        ctl show runtime >"$1.$w"
+    done
+    ctl packet-generator disable-stream side >/dev/null
+    ctl show errors >"$1.errors"
+    sleep 0.3
+}
+
+results=$work/results.tsv
+: >"$results"
+for cache in $caches; do
+    nocache=()
+    [ "$cache" = off ] && nocache=(--no-flow-cache)
+    for p in $positions; do
+        case=$cache-$p
+        dir=$work/$case
+        mkdir -p "$dir"
+        args=(ipsec4-encrypt --policies "$p" --position "$p" --alg aes-gcm-128 --inner-size 64 "${nocache[@]}")
+        "$bin" bench "${args[@]}" --export "$dir" 2>/dev/null
+        start_vpp "$dir" "$cache"
+        log "cache $cache, match at $p: VPP up, $rounds rounds"
+        for r in $(seq "$rounds"); do
+            printf '%s\t%s\t%s\tvecgate\t' "$cache" "$p" "$r" >>"$results"
+            "$bin" bench "${args[@]}" --packets "$packets" --core "$core" --json >>"$results"
+            vpp_round "$dir/vpp-$r.runtime"
+            if grep -qE 'no match|dropped|discard' "$dir/vpp-$r.runtime.errors"; then
+                cat "$dir/vpp-$r.runtime.errors" >&2
+                log "VPP dropped packets in round $r of $case (above)"
+                exit 1
+            fi
+            printf '%s\t%s\t%s\tvpp\t%s\n' "$cache" "$p" "$r" "$dir/vpp-$r.runtime" >>"$results"
+        done
+        stop_vpp
+    done
+done
+
+python3 - "$results" "$json_out" <<'PY'
+import collections, glob, json, statistics as st, sys
+
+path, json_out = sys.argv[1], sys.argv[2]
+med = st.median
+
+def vpp_runtime(fn):
+    """Per node: clocks per packet and packets, from `show runtime`."""
+    nodes = {}
+    for line in open(fn):
+        p = line.split()
+        if len(p) >= 7 and p[-5].isdigit() and p[-4].isdigit() and p[-3].isdigit() and int(p[-4]) > 0:
+            nodes[p[0]] = (float(p[-2]), int(p[-4]))
+    return nodes
+
+vg = collections.defaultdict(list)
+vp = collections.defaultdict(list)
+order = []
+for line in open(path):
+    cache, pos, _, who, rest = line.rstrip("\n").split("\t", 4)
+    key = (cache, int(pos))
+    if key not in order:
+        order.append(key)
+    if who == "vecgate":
+        vg[key].append(json.loads(rest))
+    else:
+        nodes = vpp_runtime(rest)
+        n_in = nodes.get("pg-input", (0, 0))[1]
+        in_path = {k: v for k, v in nodes.items() if k != "pg-input" and v[1] >= n_in // 2}
+        windows = [vpp_runtime(w) for w in sorted(glob.glob(rest + ".*")) if w[len(rest) + 1:].isdigit()]
+        windows = [w for w in windows if "ipsec4-output-feature" in w and "esp4-encrypt" in w]
+        vp[key].append(dict(
+            spd=nodes["ipsec4-output-feature"][0], encrypt=nodes["esp4-encrypt"][0],
+            spd_window=med(w["ipsec4-output-feature"][0] for w in windows),
+            encrypt_window=med(w["esp4-encrypt"][0] for w in windows),
+            path=sum(c * n for c, n in in_path.values()) / max(n_in, 1)))
+
+cpu = vg[order[0]][0]["cpu"] if order else ""
+print(f"vecgate vs VPP, ipsec4-encrypt (AES-GCM-128, 64 B, 1,024 flows), interleaved rounds on one core ({cpu}).")
+print("TSC cycles per packet, medians over the rounds. mean: over the whole run (VPP's show runtime, vecgate's runtime);")
+print("robust: vecgate's median vector, VPP's median 0.25 s window (both less moved by a loaded host's preemption)")
+print(f"{'cache':<5} {'match':>5} | {'SPD mean: vecgate':>17} {'VPP':>7} {'ratio':>5} | {'robust: vecgate':>15} {'VPP':>7} {'ratio':>5} |"
+      f" {'esp4-encrypt mean: vecgate':>26} {'VPP':>7} {'ratio':>5} | {'robust: vecgate':>15} {'VPP':>7} {'ratio':>5}")
+out = {"cpu": cpu, "cases": []}
+for key in order:
+    a, b = vg[key], vp[key]
+    c = dict(cache=key[0], position=key[1],
+             vecgate_spd=med(r["ipsec"]["spd_cycles_mean"] for r in a),
+             vecgate_spd_median_vector=med(r["ipsec"]["spd_cycles"] for r in a),
+             vpp_spd=med(x["spd"] for x in b), vpp_spd_window=med(x["spd_window"] for x in b),
+             vecgate_encrypt=med(n["cycles_per_packet"] for r in a for n in r["nodes"] if n["name"] == "esp4-encrypt"),
+             vecgate_encrypt_median_vector=med(r["ipsec"]["encrypt_cycles"] for r in a),
+             vpp_encrypt=med(x["encrypt"] for x in b), vpp_encrypt_window=med(x["encrypt_window"] for x in b),
+             vecgate_path=med(r["cycles_per_packet"] for r in a), vpp_path=med(x["path"] for x in b),
+             vecgate_runs=[dict(spd=r["ipsec"]["spd_cycles_mean"], spd_median_vector=r["ipsec"]["spd_cycles"],
+                                encrypt_median_vector=r["ipsec"]["encrypt_cycles"]) for r in a], vpp_runs=b)
+    print(f"{key[0]:<5} {key[1]:>5} | {c['vecgate_spd']:>17.1f} {c['vpp_spd']:>7.1f} {c['vecgate_spd'] / c['vpp_spd']:>5.2f} |"
+          f" {c['vecgate_spd_median_vector']:>15.1f} {c['vpp_spd_window']:>7.1f} {c['vecgate_spd_median_vector'] / c['vpp_spd_window']:>5.2f} |"
+          f" {c['vecgate_encrypt']:>26.1f} {c['vpp_encrypt']:>7.1f} {c['vecgate_encrypt'] / c['vpp_encrypt']:>5.2f} |"
+          f" {c['vecgate_encrypt_median_vector']:>15.1f} {c['vpp_encrypt_window']:>7.1f} {c['vecgate_encrypt_median_vector'] / c['vpp_encrypt_window']:>5.2f}")
+    out["cases"].append(c)
+if json_out:
+    json.dump(out, open(json_out, "w"), indent=1)
+PY
