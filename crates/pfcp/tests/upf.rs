@@ -625,7 +625,10 @@ fn periodic_reports_come_each_measurement_period_with_duration_and_times() {
     sim.upf.usage(sim.now, seid, 1, traffic(500));
     // Three more periods: 20, 30, 40 s; the second and third with no new traffic.
     let r = reports_over(&mut sim, 30);
-    assert_eq!(r.iter().map(|r| (r.volume.unwrap().uplink.unwrap(), r.duration.unwrap().0)).collect::<Vec<_>>(), [(200, 10), (0, 10), (0, 10)]);
+    assert_eq!(
+        r.iter().map(|r| (r.volume.unwrap().uplink.unwrap(), r.duration.unwrap().0)).collect::<Vec<_>>(),
+        [(200, 10), (0, 10), (0, 10)]
+    );
     assert_eq!(r.iter().map(|r| r.ur_seqn.0).collect::<Vec<_>>(), [1, 2, 3]);
     assert_eq!(r[2].end_time, Some(U32Ie(rts + 40)));
     assert!(r.windows(2).all(|w| w[1].start_time.map(|t| t.0) == w[0].end_time.map(|t| t.0)), "the windows tile the time");

@@ -25,6 +25,7 @@
 
 pub mod buffering;
 pub mod context;
+pub mod fuzz;
 pub mod nodes;
 pub mod sdf;
 pub mod session;

@@ -8,7 +8,8 @@
 //! (a narrower interface); reassembly; IPsec ESP tunnels (AES-GCM, AES-CBC with
 //! HMAC-SHA-256, NULL with HMAC-SHA-256 in UDP over IPv6) and an SPD with protect, bypass
 //! and discard policies bound to the narrow interface; load-balanced services (TCP over
-//! IPv4, UDP over IPv6, NAT both ways); a parcel-capable link.
+//! IPv4, UDP over IPv6, NAT both ways); a parcel-capable link; a UPF with sessions
+//! forwarding both ways over both families, buffering, and re-encapsulating on N9.
 //!
 //! One dataplane serves every input (building one per input runs ~10x slower), so state
 //! a real gateway keeps (reassembly in progress, hints, rate limiters) carries from one
@@ -74,7 +75,9 @@ pub struct Harness {
 
 impl Harness {
     pub fn new() -> Harness {
-        Harness::with_config(CONFIG)
+        let mut h = Harness::with_config(CONFIG);
+        super::upf_sessions::install(&mut h.control);
+        h
     }
 
     /// A harness over another configuration (its interfaces are all fed from memory).
