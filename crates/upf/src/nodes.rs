@@ -640,9 +640,11 @@ impl UpfBuffer {
     /// Hold `packet` for session `s` under rule `r`; the session's first held packet asks
     /// for a Downlink Data Report if the rule notifies.
     fn hold(u: &mut UpfContext, counts: &mut Counts<'_, UpfCounter>, s: &Session, r: &Rule, packet: &[u8]) -> Result<(), UpfCounter> {
+        // What is held in the slot may be an earlier session's: freed first, counted.
+        counts.add(UpfCounter::Discarded, u.held.discard_stale(s.slot, s.seid) as u64);
         let first = !u.held.holds(s.slot);
         match u.held.hold(s.slot, s.seid, packet) {
-            Ok(stale) => counts.add(UpfCounter::Discarded, stale as u64),
+            Ok(_) => {}
             Err(HoldError::Full) => return Err(UpfCounter::BufferFull),
             Err(HoldError::SessionFull) => return Err(UpfCounter::SessionBufferFull),
             Err(HoldError::TooLong) => return Err(UpfCounter::TooLongToHold),
