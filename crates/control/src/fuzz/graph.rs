@@ -55,6 +55,8 @@ pub const MAX_FRAMES: usize = 16;
 
 /// Every feature the dataplane has today, on three interfaces (all fed from memory).
 pub const CONFIG: &str = include_str!("graph.toml");
+/// The UPF [`Harness::new`] adds to it, with the sessions of [`super::upf_sessions`].
+pub const UPF_CONFIG: &str = include_str!("graph_upf.toml");
 
 /// The dataplane an input goes through, kept across inputs.
 pub struct Harness {
@@ -75,7 +77,7 @@ pub struct Harness {
 
 impl Harness {
     pub fn new() -> Harness {
-        let mut h = Harness::with_config(CONFIG);
+        let mut h = Harness::with_config(&format!("{CONFIG}\n{UPF_CONFIG}"));
         super::upf_sessions::install(&mut h.control);
         h
     }
