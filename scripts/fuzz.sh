@@ -37,6 +37,7 @@ if [ "$TARGET" = merge ]; then
     seeds=fuzz/corpus/$t grown=grown-
     # The UPF target shares the pfcp target's corpus; its inputs are kept apart by name.
     [ "$t" = pfcp_upf ] && seeds=fuzz/corpus/pfcp grown=grown-upf-
+    [ "$t" = upf_tables ] && seeds=fuzz/corpus/pfcp grown=grown-tables-
     export RUSTFLAGS="-Ctarget-cpu=x86-64-v3"
     RUSTC_BOOTSTRAP=1 cargo fuzz build "$t"
     merged=$(mktemp -d)
@@ -69,7 +70,7 @@ fuzz() { RUSTC_BOOTSTRAP=1 cargo fuzz "$@"; }
 run_one() {
     local t=$1 out=target/fuzz-corpus/$1 seeds=fuzz/corpus/$1
     # The UPF target reads PFCP messages: it starts from the pfcp target's seeds.
-    [ "$t" = pfcp_upf ] && seeds=fuzz/corpus/pfcp
+    [ "$t" = pfcp_upf ] || [ "$t" = upf_tables ] && seeds=fuzz/corpus/pfcp
     mkdir -p "$out" "$seeds"
     echo "== $t: ${SECONDS_EACH}s" >&2
     fuzz run "$t" "$out" "$seeds" -- \

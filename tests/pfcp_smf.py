@@ -18,7 +18,7 @@ from scapy.contrib.pfcp import (
     IE_RecoveryTimeStamp, IE_ReportingTriggers, IE_SourceInterface, IE_UE_IP_Address, IE_URR_Id, IE_UpdateFAR,
     IE_UpdateForwardingParameters, IE_VolumeThreshold, PFCPAssociationReleaseRequest, PFCPAssociationSetupRequest,
     PFCPHeartbeatRequest, PFCPSessionDeletionRequest, PFCPSessionEstablishmentRequest, PFCPSessionModificationRequest,
-    IE_Cause, IE_UpdateQER, IE_VolumeQuota, PFCPSessionReportResponse)
+    IE_Cause, IE_UpdateQER, IE_VolumeQuota, PFCPSessionReportResponse, IE_MeasurementPeriod)
 
 SESSION_REPORT_REQUEST = 56
 
@@ -101,12 +101,14 @@ class Smf:
     def release(self):
         return self.request(PFCPAssociationReleaseRequest(IE_list=[self.node_id()]))
 
-    def establish(self, cp_seid, gnb, gnb_teid, ue=None, qfi=9, quota=None):
+    def establish(self, cp_seid, gnb, gnb_teid, ue=None, qfi=9, quota=None, buffer=False, period=None):
         """Uplink PDR 1 on a chosen F-TEID; downlink PDR 2 to the UE (chosen unless `ue`);
-        with `quota`, URR 1 has a total volume quota of that many bytes."""
-        return self.request(self.establish_request(cp_seid, gnb, gnb_teid, ue, qfi, quota), seid=0)
+        with `quota`, URR 1 has a total volume quota of that many bytes; with `buffer`, the
+        downlink FAR buffers and notifies (BUFF + NOCP: a UE in idle mode); with `period`, URR 1
+        also measures time and asks for a periodic report every `period` seconds."""
+        return self.request(self.establish_request(cp_seid, gnb, gnb_teid, ue, qfi, quota, buffer, period), seid=0)
 
-    def establish_request(self, cp_seid, gnb, gnb_teid, ue=None, qfi=9, quota=None):
+    def establish_request(self, cp_seid, gnb, gnb_teid, ue=None, qfi=9, quota=None, buffer=False, period=None):
         ue_ie = IE_UE_IP_Address(V4=1, SD=1, ipv4=ue) if ue else None
         ies_ = [
             self.node_id(),
@@ -122,15 +124,18 @@ class Smf:
                 IE_FAR_Id(id=2), IE_QER_Id(id=1), IE_URR_Id(id=1)]),
             IE_CreateFAR(IE_list=[IE_FAR_Id(id=1), IE_ApplyAction(FORW=1),
                                   IE_ForwardingParameters(IE_list=[IE_DestinationInterface(interface=1)])]),
+            IE_CreateFAR(IE_list=[IE_FAR_Id(id=2), IE_ApplyAction(BUFF=1, NOCP=1)]) if buffer else
             IE_CreateFAR(IE_list=[IE_FAR_Id(id=2), IE_ApplyAction(FORW=1),
                                   IE_ForwardingParameters(IE_list=[
                                       IE_DestinationInterface(interface=0),
                                       IE_OuterHeaderCreation(GTPUUDPIPV4=1, TEID=gnb_teid, ipv4=gnb)])]),
             IE_CreateQER(IE_list=[IE_QER_Id(id=1), IE_GateStatus(ul=0, dl=0), IE_MBR(ul=100000, dl=200000), IE_QFI(QFI=qfi)]),
-            IE_CreateURR(IE_list=[IE_URR_Id(id=1), IE_MeasurementMethod(VOLUM=1),
-                                  IE_ReportingTriggers(volume_threshold=1, volume_quota=1 if quota else 0),
+            IE_CreateURR(IE_list=[IE_URR_Id(id=1), IE_MeasurementMethod(VOLUM=1, DURAT=1 if period else 0),
+                                  IE_ReportingTriggers(volume_threshold=1, volume_quota=1 if quota else 0,
+                                                       periodic_reporting=1 if period else 0),
                                   IE_VolumeThreshold(TOVOL=1, total=10_000_000)]
-                         + ([IE_VolumeQuota(TOVOL=1, total=quota)] if quota else [])),
+                         + ([IE_VolumeQuota(TOVOL=1, total=quota)] if quota else [])
+                         + ([IE_MeasurementPeriod(period=period)] if period else [])),
         ]
         return PFCPSessionEstablishmentRequest(IE_list=ies_)
 
@@ -139,6 +144,14 @@ class Smf:
         return self.request(PFCPSessionModificationRequest(IE_list=[
             IE_UpdateFAR(IE_list=[IE_FAR_Id(id=2), IE_UpdateForwardingParameters(IE_list=[
                 IE_OuterHeaderCreation(GTPUUDPIPV4=1, TEID=gnb_teid, ipv4=gnb), IE_PFCPSMReqFlags(SNDEM=1)])])]), seid=up_seid)
+
+    def forward(self, up_seid, gnb, gnb_teid):
+        """The UE is reachable again (service request): the downlink FAR forwards to the
+        gNB's new F-TEID instead of buffering."""
+        return self.request(PFCPSessionModificationRequest(IE_list=[
+            IE_UpdateFAR(IE_list=[IE_FAR_Id(id=2), IE_ApplyAction(FORW=1), IE_UpdateForwardingParameters(IE_list=[
+                IE_DestinationInterface(interface=0), IE_OuterHeaderCreation(GTPUUDPIPV4=1, TEID=gnb_teid, ipv4=gnb)])])]),
+            seid=up_seid)
 
     def update_qer(self, up_seid, ul_open=True, dl_open=True, mbr_ul=100000, mbr_dl=200000):
         """QER 1's gates (open/closed per direction) and MBR (kbit/s)."""
@@ -194,8 +207,20 @@ def volumes(msg, name):
         i = {type(ie).__name__: ie for ie in r.IE_list}
         v = i.get("IE_VolumeMeasurement")
         t = i.get("IE_UsageReportTrigger")
-        trig = [f for f in ("VOLTH", "VOLQU", "TERMR", "PERIO") if t is not None and getattr(t, f)]
+        trig = [f for f in ("VOLTH", "VOLQU", "TERMR", "PERIO", "TIMTH", "TIMQU") if t is not None and getattr(t, f)]
         out.append({"uplink": v.uplink, "downlink": v.downlink, "total": v.total, "triggers": trig})
+    return out
+
+
+def times(msg, name):
+    """(duration, start time, end time) of each usage report `name` in a message (None where
+    absent)."""
+    out = []
+    for r in all_ies(msg, name):
+        i = {type(ie).__name__: ie for ie in r.IE_list}
+        d, st, en = i.get("IE_DurationMeasurement"), i.get("IE_StartTime"), i.get("IE_EndTime")
+        out.append({"duration": d.duration if d else None, "start": st.timestamp if st else None,
+                    "end": en.timestamp if en else None})
     return out
 
 
@@ -210,7 +235,8 @@ def serve(upf, port):
         if op == "associate":
             out = {"cause": ies(smf.associate())["IE_Cause"].cause}
         elif op == "establish":
-            r = smf.establish(a["cp_seid"], a["gnb"], a["gnb_teid"], quota=a.get("quota"))
+            r = smf.establish(a["cp_seid"], a["gnb"], a["gnb_teid"], quota=a.get("quota"), buffer=a.get("buffer", False),
+                              period=a.get("period"))
             i = ies(r)
             out = {"cause": i["IE_Cause"].cause, "seid": i["IE_FSEID"].seid}
             for c in all_ies(r, "IE_CreatedPDR"):
@@ -221,12 +247,18 @@ def serve(upf, port):
                         out["ue"] = ie.ipv4
         elif op == "update_qer":
             out = {"cause": ies(smf.update_qer(a["seid"], a["ul_open"], a["dl_open"], a["mbr_ul"], a["mbr_dl"]))["IE_Cause"].cause}
+        elif op == "forward":
+            out = {"cause": ies(smf.forward(a["seid"], a["gnb"], a["gnb_teid"]))["IE_Cause"].cause}
         elif op == "handover":
             out = {"cause": ies(smf.handover(a["seid"], a["gnb"], a["gnb_teid"]))["IE_Cause"].cause}
         elif op == "wait_report":
             r = smf.wait_report(a.get("timeout", 5.0))
             out = None if r is None else {"report_type": [f for f in ("DLDR", "USAR") if getattr(ies(r)["IE_ReportType"], f)],
-                                          "usage": volumes(r, "IE_UsageReport_SRR")}
+                                          "usage": volumes(r, "IE_UsageReport_SRR"),
+                                          "times": times(r, "IE_UsageReport_SRR"),
+                                          "at": time.time(),
+                                          "dl_pdrs": [ie.id for d in all_ies(r, "IE_DownlinkDataReport")
+                                                      for ie in d.IE_list if type(ie).__name__ == "IE_PDR_Id"]}
         elif op == "delete":
             r = smf.delete(a["seid"])
             out = {"cause": ies(r)["IE_Cause"].cause, "usage": volumes(r, "IE_UsageReport_SDR")}

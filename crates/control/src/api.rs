@@ -439,8 +439,9 @@ impl Control {
             Request::ShowPfcpSessions { limit } => {
                 let p = self.pfcp.as_ref().ok_or("PFCP is not configured (no [pfcp] section)")?;
                 let rows = crate::pfcp::session_rows(p, limit.unwrap_or(100));
-                let text = crate::pfcp::format_sessions(&rows, p.upf.session_count(), &p.recent);
-                Reply::ok(serde_json::json!({ "sessions": rows, "total": p.upf.session_count() }), text)
+                let buffered = crate::pfcp::buffer_row(p);
+                let text = crate::pfcp::format_sessions(&rows, p.upf.session_count(), &p.recent) + &crate::pfcp::format_buffer(&buffered);
+                Reply::ok(serde_json::json!({ "sessions": rows, "total": p.upf.session_count(), "buffered": buffered }), text)
             }
             Request::ShowUdpTunnels {} => {
                 let rows = crate::udptun::rows(&self.udptun, &self.state);

@@ -14,8 +14,11 @@
 //! configured GTP-U tunnel go from `gtpuN-input` to `upfN-uplink`. URR volumes counted by
 //! the workers are summed here every [`USAGE_SYNC`] and before a deletion or modification
 //! is handled, and fed to the sans-IO core, which reports thresholds and quotas (a quota
-//! used up reinstalls the session with its PDRs stopped). A buffering FAR's first packet
-//! makes the core send a Downlink Data Report. End Markers the core asks for (a FAR's
+//! used up reinstalls the session with its PDRs stopped). A buffering FAR's packets are
+//! held by the workers (`upf-buffer`), the first one (with NOCP) making the core send a
+//! Downlink Data Report; once a change is published, every worker is told to release
+//! (the FAR forwards now) or discard (deleted, DROBU) what it holds of the sessions that
+//! had a buffering FAR (`upf-buffer-input`). End Markers the core asks for (a FAR's
 //! outer header changed with SNDEM) are built here and sent into a worker's graph
 //! (`upfN-control-input`) right after the new tables are published.
 
@@ -25,10 +28,12 @@ use crossbeam_channel::{Receiver, Sender};
 use pfcp::ie::NodeId;
 use pfcp::upf::{Action, Config as UpfConfig, Liveness, Upf};
 use serde::{Deserialize, Serialize};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use upf::buffering::BufferCmd;
 use upf::context::{Usage, UsageCells};
 use upf::tables::{UpfState, UpfTables};
 use upf::UpfEvent;
@@ -71,7 +76,24 @@ pub struct PfcpConfig {
     /// and URR counters.
     #[serde(default = "default_max_sessions")]
     pub max_sessions: u32,
+    /// Downlink packets held for buffering sessions, in all (shared out evenly over the
+    /// workers, each holding its share).
+    #[serde(default = "default_buffer_packets")]
+    pub buffer_packets: u32,
+    /// Packets held for one session on one worker.
+    #[serde(default = "default_buffer_per_session")]
+    pub buffer_per_session: u32,
 }
+
+fn default_buffer_packets() -> u32 {
+    4096
+}
+fn default_buffer_per_session() -> u32 {
+    upf::buffering::DEFAULT_PER_SESSION as u32
+}
+
+/// The most `buffer_packets` may ask for (2 KB each: 2 GB).
+pub const MAX_BUFFER_PACKETS: u32 = 1 << 20;
 
 fn default_max_sessions() -> u32 {
     131_072
@@ -161,6 +183,15 @@ impl PfcpConfig {
         if self.max_sessions == 0 || self.max_sessions > MAX_SESSIONS {
             return Err(("max_sessions", format!("{}: expected 1 to {MAX_SESSIONS}", self.max_sessions)));
         }
+        if self.buffer_packets > MAX_BUFFER_PACKETS {
+            return Err(("buffer_packets", format!("{}: expected 0 to {MAX_BUFFER_PACKETS}", self.buffer_packets)));
+        }
+        if self.buffer_per_session > self.buffer_packets {
+            return Err((
+                "buffer_per_session",
+                format!("{}: expected at most buffer_packets ({})", self.buffer_per_session, self.buffer_packets),
+            ));
+        }
         Ok(c)
     }
 
@@ -190,6 +221,11 @@ pub struct UpfDataplane {
     /// QER buckets and URR cells per worker.
     pub rule_slots: u32,
     pub max_sessions: u32,
+    /// Each worker's held packets (`upf-buffer`), and its room: packets in all and per
+    /// session.
+    pub held: Vec<Arc<AtomicU64>>,
+    pub buffer_per_worker: usize,
+    pub buffer_per_session: usize,
 }
 
 impl UpfDataplane {
@@ -197,9 +233,13 @@ impl UpfDataplane {
         let max_sessions = cfg.map_or(0, |c| c.max_sessions.min(MAX_SESSIONS));
         let rule_slots = max_sessions.saturating_mul(2);
         let (events_tx, events) = crossbeam_channel::bounded(1024);
+        let workers = workers.max(1);
         UpfDataplane {
+            held: (0..workers).map(|_| Arc::default()).collect(),
+            buffer_per_worker: cfg.map_or(0, |c| c.buffer_packets.min(MAX_BUFFER_PACKETS) as usize / workers),
+            buffer_per_session: cfg.map_or(0, |c| c.buffer_per_session as usize),
             shared: Arc::new(ArcSwap::from_pointee(UpfTables::default())),
-            usage: (0..workers.max(1)).map(|_| UsageCells::new(rule_slots as usize)).collect(),
+            usage: (0..workers).map(|_| UsageCells::new(rule_slots as usize)).collect(),
             events_tx,
             events,
             rule_slots,
@@ -215,6 +255,7 @@ impl UpfDataplane {
             self.rule_slots as usize,
             Some(self.events_tx.clone()),
         )
+        .with_buffering(self.buffer_per_worker, self.buffer_per_session, self.held[k % self.held.len()].clone())
     }
 }
 
@@ -243,6 +284,15 @@ pub struct Pfcp {
     last_sync: Instant,
     /// End Markers to send (the control input they enter by, the packet).
     end_markers: Vec<(&'static str, Vec<u8>)>,
+    /// Release and discard commands for every worker's `upf-buffer`, sent after the
+    /// publish.
+    buffer_cmds: Vec<BufferCmd>,
+    /// Sessions that had a buffering FAR (the only ones workers may hold packets for):
+    /// only their changes and deletions reach the workers' `upf-buffer`.
+    buffering: HashSet<u64>,
+    /// Packets each worker holds, and the room.
+    held: Vec<Arc<AtomicU64>>,
+    buffer_room: (usize, usize),
     /// What could not be applied, and asks not mapped yet (newest last).
     pub recent: VecDeque<String>,
 }
@@ -284,6 +334,10 @@ impl Pfcp {
             reported: HashMap::new(),
             last_sync: Instant::now(),
             end_markers: Vec::new(),
+            buffer_cmds: Vec::new(),
+            buffering: HashSet::new(),
+            held: dp.held.clone(),
+            buffer_room: (dp.buffer_per_worker * dp.held.len(), dp.buffer_per_session),
             recent: VecDeque::new(),
         })
     }
@@ -403,6 +457,14 @@ impl Control {
             }
         }
         p.end_markers.clear();
+        // After the publish too: a worker releasing held packets sends them with the new
+        // FAR (a newer packet of the session that came first released them already).
+        if !p.buffer_cmds.is_empty() {
+            let frames: Vec<Vec<u8>> = p.buffer_cmds.drain(..).map(BufferCmd::to_frame).collect();
+            for w in &self.workers {
+                let _ = w.send(engine::worker::WorkerCmd::Inject { input: upf::nodes::BUFFER_INPUT.to_string(), frames: frames.clone() });
+            }
+        }
     }
 }
 
@@ -412,6 +474,16 @@ impl Pfcp {
         match a {
             Action::Install(rules) => match self.tables.install_rules(&rules) {
                 Ok(ignored) => {
+                    // Workers may hold packets of a session that ever had a buffering
+                    // FAR: they send them if it forwards now.
+                    if let Some(slot) = self.tables.slot(rules.seid) {
+                        if self.buffering.contains(&rules.seid) {
+                            self.buffer_cmds.push(BufferCmd::Release { slot, seid: rules.seid });
+                        }
+                        if self.tables.session(rules.seid).is_some_and(|s| s.downlink.iter().any(|r| r.forward == upf::Forward::Buffer)) {
+                            self.buffering.insert(rules.seid);
+                        }
+                    }
                     if !ignored.is_empty() {
                         self.note(format!("session {:#x}: PDRs {ignored:?} are neither uplink (no F-TEID) nor downlink (no UE address as destination): not installed", rules.seid));
                     }
@@ -424,6 +496,9 @@ impl Pfcp {
             },
             Action::Remove { seid } => {
                 self.reported.retain(|(s, _), _| *s != seid);
+                if let (true, Some(slot)) = (self.buffering.remove(&seid), self.tables.slot(seid)) {
+                    self.buffer_cmds.push(BufferCmd::Discard { slot, seid });
+                }
                 self.tables.remove(seid)
             }
             Action::EndMarker { seid, old } => {
@@ -436,10 +511,31 @@ impl Pfcp {
                 }
                 false
             }
-            // Nothing is held in the workers (BUFF drops after asking for the report).
-            Action::DropBuffered { .. } => false,
+            Action::DropBuffered { seid } => {
+                if let (true, Some(slot)) = (self.buffering.contains(&seid), self.tables.slot(seid)) {
+                    self.buffer_cmds.push(BufferCmd::Discard { slot, seid });
+                }
+                false
+            }
         }
     }
+}
+
+/// The buffering part of `show pfcp sessions`: packets held now over all workers, and
+/// the room (in all, per session per worker).
+#[derive(Debug, Clone, Serialize)]
+pub struct BufferRow {
+    pub held: u64,
+    pub capacity: usize,
+    pub per_session: usize,
+}
+
+pub fn buffer_row(p: &Pfcp) -> BufferRow {
+    BufferRow { held: p.held.iter().map(|g| g.load(Relaxed)).sum(), capacity: p.buffer_room.0, per_session: p.buffer_room.1 }
+}
+
+pub fn format_buffer(b: &BufferRow) -> String {
+    format!("buffered downlink packets: {} held, room for {} ({} per session per worker)\n", b.held, b.capacity, b.per_session)
 }
 
 /// One row of `show pfcp associations`.
@@ -489,6 +585,8 @@ pub struct RuleRow {
     pub qfi_out: Option<u8>,
     /// Per QER: gate open and MBR in bytes per second.
     pub qers: Vec<(bool, Option<u64>)>,
+    /// Per QER: GBR in bytes per second (what each worker's MBR share is at least).
+    pub gbrs: Vec<Option<u64>>,
     /// Per URR: quota used up.
     pub urrs_exhausted: Vec<bool>,
 }
@@ -510,6 +608,7 @@ fn rule_row(r: &upf::Rule) -> RuleRow {
         teid_out: out.map(|o| o.teid),
         qfi_out: out.and_then(|o| o.qfi),
         qers: r.qers.iter().map(|q| (q.open, q.mbr_bytes_per_sec)).collect(),
+        gbrs: r.qers.iter().map(|q| q.gbr_bytes_per_sec).collect(),
         urrs_exhausted: r.urrs.iter().map(|u| u.exhausted).collect(),
     }
 }
@@ -532,10 +631,13 @@ fn format_rule(dir: &str, r: &RuleRow) -> String {
     if let Some(q) = r.qfi_out {
         s += &format!(" qfi {q}");
     }
-    for (open, mbr) in &r.qers {
+    for (k, (open, mbr)) in r.qers.iter().enumerate() {
         s += if *open { " gate open" } else { " gate closed" };
         if let Some(m) = mbr {
             s += &format!(" mbr {} kbit/s", m / 125);
+        }
+        if let Some(Some(g)) = r.gbrs.get(k) {
+            s += &format!(" gbr {} kbit/s", g / 125);
         }
     }
     if r.urrs_exhausted.iter().any(|e| *e) {
@@ -661,6 +763,8 @@ mod tests {
             ("allowed_peers = [\"smf\"]", "allowed_peers", "address"),
             ("teid_worker_bits = 9", "teid_worker_bits", "0 to 8"),
             ("max_sessions = 0", "max_sessions", "1 to"),
+            ("buffer_packets = 2000000", "buffer_packets", "0 to"),
+            ("buffer_per_session = 5000", "buffer_per_session", "at most buffer_packets (4096)"),
         ] {
             let (f, m) = cfg(extra).upf_config(1).unwrap_err();
             assert_eq!(f, field, "{extra}");

@@ -26,7 +26,7 @@
 //!   `request_retries` times every `request_timeout`.
 
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use crate::grouped::*;
@@ -141,8 +141,21 @@ struct UrrState {
     /// Counts when the current quota was granted: the quota is measured from here.
     quota_base: Usage,
     seqn: u32,
+    /// Start of the time measured for the next report: the URR's first traffic, then
+    /// each report (time is measured continuously once traffic started: no Inactivity
+    /// Detection Time is offered).
     start: Option<Instant>,
+    /// Start of the next report's window (its Start Time): the URR's creation, then each
+    /// report.
+    window: Option<Instant>,
     quota_exhausted: bool,
+    /// The next periodic report (PERIO with a Measurement Period), counted from the URR's
+    /// creation.
+    next_period: Option<Instant>,
+    /// When the time quota started being used: the first traffic after it was granted.
+    time_quota_start: Option<Instant>,
+    /// The timer armed in [`Upf::urr_timers`] for this URR.
+    deadline: Option<Instant>,
 }
 
 #[derive(Debug, Clone)]
@@ -226,6 +239,13 @@ pub struct Upf {
     transmits: VecDeque<Transmit>,
     actions: VecDeque<Action>,
     stats: Stats,
+    /// Time-based URR deadlines (periodic reports, time thresholds and quotas) by time,
+    /// with the session and URR: an entry whose URR has another deadline now is stale
+    /// and skipped when it comes up.
+    urr_timers: BTreeSet<(Instant, u64, u32)>,
+    /// The time of our Recovery Time Stamp: the first time we were given, which the
+    /// Start Time / End Time of usage reports count from.
+    epoch: Option<Instant>,
 }
 
 impl Upf {
@@ -249,6 +269,8 @@ impl Upf {
             transmits: VecDeque::new(),
             actions: VecDeque::new(),
             stats: Stats::default(),
+            urr_timers: BTreeSet::new(),
+            epoch: None,
         }
     }
 
@@ -286,11 +308,13 @@ impl Upf {
         });
         let retx = self.pending.values().map(|p| p.next);
         let forget = self.answered_order.front().map(|(t, _)| *t + RESPONSE_MEMORY);
-        hb.chain(retx).chain(forget).min()
+        let urr = self.urr_timers.first().map(|(t, _, _)| *t);
+        hb.chain(retx).chain(forget).chain(urr).min()
     }
 
     /// One datagram from `from`.
     pub fn handle(&mut self, now: Instant, from: SocketAddr, data: &[u8]) {
+        self.epoch.get_or_insert(now);
         if !self.cfg.allowed_peers.is_empty() && !self.cfg.allowed_peers.contains(&from.ip()) {
             self.stats.unknown_peer += 1;
             return;
@@ -525,6 +549,14 @@ impl Upf {
 
     /// Heartbeats, lost peers, grace periods, retransmissions.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.epoch.get_or_insert(now);
+        while let Some(&(t, seid, urr)) = self.urr_timers.first() {
+            if t > now {
+                break;
+            }
+            self.urr_timers.pop_first();
+            self.urr_timer(now, t, seid, urr);
+        }
         let mut expired = Vec::new();
         let mut heartbeats = Vec::new();
         for a in self.associations.values_mut() {
@@ -615,9 +647,10 @@ impl Upf {
         let associated = self.associations.get(&r.node_id).is_some_and(|a| a.peer.ip() == from.ip());
         let result = if associated { self.build_session(&r) } else { Err(Reject { cause: Cause::NoEstablishedAssociation, ie: None }) };
         let resp = match result {
-            Ok((session, created)) => {
+            Ok((mut session, created)) => {
                 let seid = session.rules.seid;
                 let up_f_seid = FSeid { seid, ipv4: self.local_ipv4(from), ipv6: self.local_ipv6(from) };
+                arm_urrs(&mut self.urr_timers, now, seid, &mut session);
                 self.actions.push_back(Action::Install(session.rules.clone()));
                 self.sessions.insert(seid, session);
                 self.stats.sessions_established += 1;
@@ -910,7 +943,7 @@ impl Upf {
         let before = s.clone();
         let mut created = Vec::new();
         let mut end_markers = Vec::new();
-        let res = self.apply_modification(&mut s, &r, &mut created, &mut end_markers).and_then(|()| check_references(&s.rules));
+        let res = self.apply_modification(now, &mut s, &r, &mut created, &mut end_markers).and_then(|()| check_references(&s.rules));
         let resp = match res {
             Ok(()) => {
                 let reports = r.query_urr.iter().filter_map(|q| self.usage_report(&mut s, now, q.0 .0, trigger::LIUSA_OR_IMMER)).collect();
@@ -920,6 +953,7 @@ impl Upf {
                     self.actions.push_back(Action::DropBuffered { seid });
                 }
                 s.dl_reported = false;
+                arm_urrs(&mut self.urr_timers, now, seid, &mut s);
                 self.actions.push_back(Action::Install(s.rules.clone()));
                 self.actions.extend(end_markers.into_iter().map(|old| Action::EndMarker { seid, old }));
                 SessionModificationResponse {
@@ -950,6 +984,7 @@ impl Upf {
 
     fn apply_modification(
         &mut self,
+        now: Instant,
         s: &mut Session,
         r: &SessionModificationRequest,
         created: &mut Vec<CreatedPdr>,
@@ -1020,10 +1055,15 @@ impl Upf {
             let urr = s.rules.urrs.get_mut(&u.urr_id.0).ok_or(reject(Cause::RuleCreationModificationFailure, ty::UPDATE_URR))?;
             update_urr(urr, u);
             if let Some(st) = s.urr.get_mut(&u.urr_id.0) {
-                // A new quota re-opens the gate it closed.
-                if u.volume_quota.is_some() {
+                // A new quota re-opens the gate it closed; a time quota is used from now
+                // on if traffic started, else from the first traffic.
+                if u.volume_quota.is_some() || u.time_quota.is_some() {
                     st.quota_exhausted = false;
                     st.quota_base = st.latest;
+                    st.time_quota_start = st.start.map(|_| now);
+                }
+                if u.measurement_period.is_some() {
+                    st.next_period = None;
                 }
             }
         }
@@ -1054,14 +1094,16 @@ impl Upf {
         let seqn = st.seqn;
         st.seqn = st.seqn.wrapping_add(1);
         st.reported = cur;
-        let duration = st.start.map(|t| now.saturating_duration_since(t).as_secs() as u32);
-        st.start = Some(now);
+        let duration = st.start.map(|t| now.saturating_duration_since(t).as_secs() as u32).or(st.window.map(|_| 0));
+        let start_time = st.window.or(st.start).map(|t| U32Ie(self.ntp(t)));
+        st.start = st.start.map(|_| now);
+        st.window = Some(now);
         Some(UsageReport {
             urr_id: U32Ie(urr_id),
             ur_seqn: U32Ie(seqn),
             trigger: Flags(trig),
-            start_time: None,
-            end_time: None,
+            start_time,
+            end_time: start_time.map(|_| U32Ie(self.ntp(now))),
             volume: Some(VolumeMeasurement {
                 total: Some(cur.volume()[0] - base.volume()[0]),
                 uplink: Some(cur.ul_bytes - base.ul_bytes),
@@ -1072,6 +1114,69 @@ impl Upf {
             }),
             duration: duration.map(U32Ie),
         })
+    }
+
+    /// `t` as NTP seconds (the Start Time / End Time of usage reports, §8.2.52): our
+    /// Recovery Time Stamp plus the time since the first time we were given.
+    fn ntp(&self, t: Instant) -> u32 {
+        let since = self.epoch.map_or(0, |e| t.saturating_duration_since(e).as_secs());
+        self.cfg.recovery_time_stamp.wrapping_add(since as u32)
+    }
+
+    /// A time-based URR's timer came up at `t`: a periodic report, a time threshold
+    /// reached, or a time quota used up (then its PDRs stop, as for a volume quota).
+    fn urr_timer(&mut self, now: Instant, t: Instant, seid: u64, urr_id: u32) {
+        let Some(mut s) = self.sessions.remove(&seid) else { return };
+        let (Some(urr), Some(st)) = (s.rules.urrs.get(&urr_id).copied(), s.urr.get_mut(&urr_id)) else {
+            self.sessions.insert(seid, s);
+            return;
+        };
+        if st.deadline != Some(t) {
+            // Re-armed since: stale.
+            self.sessions.insert(seid, s);
+            return;
+        }
+        st.deadline = None;
+        let mut trig = 0;
+        if let (true, Some(next), Some(p)) = (urr.reporting_triggers & trigger::PERIO != 0, st.next_period, period(&urr)) {
+            if next <= now {
+                trig |= trigger::PERIO;
+                // The next period from the one due (missed ones are not made up).
+                let mut n = next + p;
+                while n <= now {
+                    n += p;
+                }
+                st.next_period = Some(n);
+            }
+        }
+        if let (true, Some(th), Some(start)) = (urr.reporting_triggers & trigger::TIMTH != 0, urr.time_threshold, st.start) {
+            if start + Duration::from_secs(th.into()) <= now {
+                trig |= trigger::TIMTH;
+            }
+        }
+        let quota_hit = match (urr.time_quota, st.time_quota_start) {
+            (Some(q), Some(qs)) => !st.quota_exhausted && qs + Duration::from_secs(q.into()) <= now,
+            _ => false,
+        };
+        if quota_hit {
+            st.quota_exhausted = true;
+            trig |= trigger::TIMQU;
+            if let Some(u) = s.rules.urrs.get_mut(&urr_id) {
+                u.quota_exhausted = true;
+            }
+            self.actions.push_back(Action::Install(s.rules.clone()));
+        }
+        if trig != 0 {
+            let report = self.usage_report::<{ ty::USAGE_REPORT_SRR }>(&mut s, now, urr_id, trig);
+            let m = SessionReportRequest {
+                report_type: Flags(report_type::USAR),
+                downlink_data_report: None,
+                usage_report: report.into_iter().collect(),
+            };
+            self.report(now, &s, m);
+        }
+        arm_urrs(&mut self.urr_timers, now, seid, &mut s);
+        self.sessions.insert(seid, s);
     }
 
     /// The dataplane's cumulative counts for a URR. Crossing a volume threshold sends a
@@ -1087,6 +1192,9 @@ impl Upf {
         };
         let st = s.urr.get_or_default(urr_id);
         st.start.get_or_insert(now);
+        if urr.time_quota.is_some() && st.time_quota_start.is_none() && !st.quota_exhausted {
+            st.time_quota_start = Some(now);
+        }
         st.latest = usage;
         let over = |limits: [Option<u64>; 3], base: Usage| {
             limits.iter().zip(sub3(usage.volume(), base.volume())).any(|(l, v)| l.is_some_and(|l| v >= l))
@@ -1118,6 +1226,7 @@ impl Upf {
             };
             self.report(now, &s, m);
         }
+        arm_urrs(&mut self.urr_timers, now, seid, &mut s);
         self.sessions.insert(seid, s);
     }
 
@@ -1150,6 +1259,46 @@ impl Upf {
             Header::session(MessageType::SessionReportRequest, s.cp_f_seid.seid, seq),
             &Message::SessionReportRequest(m),
         );
+    }
+}
+
+/// A URR's Measurement Period, if it has a usable one.
+fn period(u: &Urr) -> Option<Duration> {
+    u.measurement_period.filter(|p| *p > 0).map(|p| Duration::from_secs(p.into()))
+}
+
+/// When each of the session's URRs next needs the clock: its next periodic report, its
+/// time threshold, its time quota running out. Timers already armed for that time stay.
+fn arm_urrs(timers: &mut BTreeSet<(Instant, u64, u32)>, now: Instant, seid: u64, s: &mut Session) {
+    for urr in s.rules.urrs.values() {
+        let st = s.urr.get_or_default(urr.id);
+        st.window.get_or_insert(now);
+        let perio = urr.reporting_triggers & trigger::PERIO != 0;
+        st.next_period = match (perio, period(urr)) {
+            (true, Some(p)) => Some(st.next_period.unwrap_or(now + p)),
+            _ => None,
+        };
+        let mut due = st.next_period;
+        let mut sooner = |t: Option<Instant>| {
+            if let Some(t) = t {
+                due = Some(due.map_or(t, |d| d.min(t)));
+            }
+        };
+        if urr.reporting_triggers & trigger::TIMTH != 0 {
+            sooner(urr.time_threshold.zip(st.start).map(|(th, s)| s + Duration::from_secs(th.into())));
+        }
+        if !st.quota_exhausted {
+            sooner(urr.time_quota.zip(st.time_quota_start).map(|(q, s)| s + Duration::from_secs(q.into())));
+        }
+        if due != st.deadline {
+            if let Some(old) = st.deadline {
+                timers.remove(&(old, seid, urr.id));
+            }
+            st.deadline = due;
+            if let Some(d) = due {
+                timers.insert((d, seid, urr.id));
+            }
+        }
     }
 }
 
@@ -1243,6 +1392,7 @@ fn update_urr<const T: u16>(urr: &mut Urr, u: &crate::grouped::Urr<T>) {
     }
     if let Some(t) = u.time_quota {
         urr.time_quota = Some(t.0);
+        urr.quota_exhausted = false;
     }
 }
 

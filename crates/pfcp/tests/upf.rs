@@ -544,3 +544,170 @@ fn one_downlink_data_report_per_buffering_episode() {
     sim.upf.downlink_data(sim.now, seid, 2);
     assert!(sim.upf.poll_transmit().is_some());
 }
+
+/// A session whose one URR is `urr` (the session of [`session_request`] otherwise).
+fn established_with_urr(sim: &mut Sim, cp_seid: u64, urr: CreateUrr) -> u64 {
+    let mut r = session_request(cp_seid);
+    r.create_urr = vec![urr];
+    let (h, resp) = sim.establish(cp_seid, r);
+    assert_eq!((h.seid, resp.cause.0), (Some(cp_seid), Cause::RequestAccepted), "{resp:?}");
+    sim.actions();
+    resp.up_f_seid.unwrap().seid
+}
+
+fn time_urr(triggers: u64) -> CreateUrr {
+    CreateUrr {
+        urr_id: U32Ie(1),
+        measurement_method: Some(Flags(measurement_method::DURAT | measurement_method::VOLUM)),
+        reporting_triggers: Some(Flags(triggers)),
+        measurement_period: None,
+        volume_threshold: None,
+        volume_quota: None,
+        time_threshold: None,
+        time_quota: None,
+    }
+}
+
+/// Advance the virtual time by `secs` as an SMF that answers every Session Report
+/// Request and heartbeat would; returns the usage reports received.
+fn reports_over(sim: &mut Sim, secs: u64) -> Vec<UsageReportSrr> {
+    let end = sim.now + Duration::from_secs(secs);
+    let mut out = Vec::new();
+    loop {
+        while let Some(tx) = sim.upf.poll_transmit() {
+            let (h, m) = Message::parse(&tx.data).unwrap();
+            let answer = match m {
+                Message::SessionReportRequest(r) => {
+                    assert!(r.report_type.has(report_type::USAR), "{r:?}");
+                    out.extend(r.usage_report);
+                    let resp = CauseResponse { cause: CauseIe(Cause::RequestAccepted), offending_ie: None };
+                    Message::SessionReportResponse(resp).to_bytes(&Header::session(MessageType::SessionReportResponse, 0, h.seq))
+                }
+                Message::HeartbeatRequest(_) => Message::HeartbeatResponse(Heartbeat { recovery_time_stamp: U32Ie(1) })
+                    .to_bytes(&Header::node(MessageType::HeartbeatResponse, h.seq)),
+                m => panic!("{m:?}"),
+            };
+            sim.upf.handle(sim.now, smf(), &answer);
+        }
+        match sim.upf.poll_timeout().filter(|t| *t <= end) {
+            Some(t) => {
+                sim.now = t.max(sim.now);
+                sim.upf.handle_timeout(sim.now);
+            }
+            None => break,
+        }
+    }
+    sim.now = end;
+    out
+}
+
+fn traffic(ul: u64) -> Usage {
+    Usage { ul_bytes: ul, dl_bytes: 0, ul_packets: ul / 100, dl_packets: 0 }
+}
+
+#[test]
+fn periodic_reports_come_each_measurement_period_with_duration_and_times() {
+    let mut sim = Sim::new();
+    sim.associate(1); // the first time the UPF was given: its Recovery Time Stamp's time
+    let rts = sim.upf.config().recovery_time_stamp;
+    let mut u = time_urr(trigger::PERIO);
+    u.measurement_period = Some(U32Ie(10));
+    let seid = established_with_urr(&mut sim, 0x71, u);
+    let created = rts; // established at the UPF's first time
+    assert!(reports_over(&mut sim, 4).is_empty());
+    sim.upf.usage(sim.now, seid, 1, traffic(300)); // first traffic at 4 s
+    let r = reports_over(&mut sim, 7); // to 11 s: the report at 10 s
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert!(r[0].trigger.has(trigger::PERIO) && !r[0].trigger.has(trigger::TIMTH));
+    assert_eq!(r[0].volume.unwrap().uplink, Some(300));
+    assert_eq!(r[0].duration, Some(U32Ie(6)), "traffic time: from the first traffic");
+    assert_eq!((r[0].start_time, r[0].end_time), (Some(U32Ie(created)), Some(U32Ie(rts + 10))), "the window: from creation");
+    sim.upf.usage(sim.now, seid, 1, traffic(500));
+    // Three more periods: 20, 30, 40 s; the second and third with no new traffic.
+    let r = reports_over(&mut sim, 30);
+    assert_eq!(
+        r.iter().map(|r| (r.volume.unwrap().uplink.unwrap(), r.duration.unwrap().0)).collect::<Vec<_>>(),
+        [(200, 10), (0, 10), (0, 10)]
+    );
+    assert_eq!(r.iter().map(|r| r.ur_seqn.0).collect::<Vec<_>>(), [1, 2, 3]);
+    assert_eq!(r[2].end_time, Some(U32Ie(rts + 40)));
+    assert!(r.windows(2).all(|w| w[1].start_time.map(|t| t.0) == w[0].end_time.map(|t| t.0)), "the windows tile the time");
+    // A deleted session's timer comes to nothing.
+    sim.request(Some(seid), Message::SessionDeletionRequest);
+    assert!(reports_over(&mut sim, 30).is_empty());
+    assert!(sim.upf.poll_timeout().is_none_or(|t| t > sim.now), "no timer left due");
+}
+
+#[test]
+fn a_period_without_traffic_reports_no_time() {
+    let mut sim = Sim::new();
+    sim.associate(1);
+    let mut u = time_urr(trigger::PERIO);
+    u.measurement_period = Some(U32Ie(5));
+    established_with_urr(&mut sim, 0x74, u);
+    let r = reports_over(&mut sim, 11);
+    assert_eq!(r.iter().map(|r| (r.duration, r.volume.unwrap().total)).collect::<Vec<_>>(), [(Some(U32Ie(0)), Some(0)); 2]);
+}
+
+#[test]
+fn a_time_threshold_reports_after_that_much_traffic_time() {
+    let mut sim = Sim::new();
+    sim.associate(1);
+    let mut u = time_urr(trigger::TIMTH);
+    u.time_threshold = Some(U32Ie(30));
+    let seid = established_with_urr(&mut sim, 0x72, u);
+    assert!(reports_over(&mut sim, 100).is_empty(), "no traffic: no time counted");
+    sim.upf.usage(sim.now, seid, 1, traffic(100));
+    assert!(reports_over(&mut sim, 29).is_empty());
+    let r = reports_over(&mut sim, 2);
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert!(r[0].trigger.has(trigger::TIMTH));
+    assert_eq!(r[0].duration, Some(U32Ie(30)));
+    // Measured again from the report: the next one 30 s later.
+    assert!(reports_over(&mut sim, 28).is_empty());
+    assert_eq!(reports_over(&mut sim, 2).len(), 1);
+}
+
+#[test]
+fn a_time_quota_used_up_stops_the_traffic_until_a_new_one() {
+    let mut sim = Sim::new();
+    sim.associate(1);
+    let mut u = time_urr(trigger::TIMQU);
+    u.time_quota = Some(U32Ie(20));
+    let seid = established_with_urr(&mut sim, 0x73, u);
+    reports_over(&mut sim, 50);
+    sim.upf.usage(sim.now, seid, 1, traffic(100)); // the quota starts being used
+    assert!(reports_over(&mut sim, 19).is_empty());
+    assert!(sim.actions().is_empty());
+    let r = reports_over(&mut sim, 2);
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert!(r[0].trigger.has(trigger::TIMQU));
+    assert_eq!(r[0].duration, Some(U32Ie(20)));
+    let acts = sim.actions();
+    let [Action::Install(rules)] = &acts[..] else { panic!("{acts:?}") };
+    assert!(rules.urrs[&1].quota_exhausted, "the PDRs counting into it stop");
+    assert!(reports_over(&mut sim, 100).is_empty(), "reported once");
+    // A new time quota of 5 s: traffic flows again, and stops 5 s later.
+    let upd = SessionModificationRequest {
+        update_urr: vec![UpdateUrr {
+            urr_id: U32Ie(1),
+            measurement_method: None,
+            reporting_triggers: None,
+            measurement_period: None,
+            volume_threshold: None,
+            volume_quota: None,
+            time_threshold: None,
+            time_quota: Some(U32Ie(5)),
+        }],
+        ..Default::default()
+    };
+    let (_, m) = sim.request(Some(seid), Message::SessionModificationRequest(upd));
+    assert!(matches!(m, Message::SessionModificationResponse(ref r) if r.cause.0 == Cause::RequestAccepted), "{m:?}");
+    let acts = sim.actions();
+    let [Action::Install(rules)] = &acts[..] else { panic!("{acts:?}") };
+    assert!(!rules.urrs[&1].quota_exhausted);
+    assert!(reports_over(&mut sim, 4).is_empty());
+    let r = reports_over(&mut sim, 2);
+    assert!(r.len() == 1 && r[0].trigger.has(trigger::TIMQU), "{r:?}");
+    assert!(matches!(&sim.actions()[..], [Action::Install(rules)] if rules.urrs[&1].quota_exhausted));
+}

@@ -2,6 +2,7 @@
 //! by the control plane), its MBR token buckets and its queue of events for the control
 //! plane.
 
+use crate::buffering::{self, HeldPackets};
 use crate::tables::UpfTables;
 use arc_swap::{ArcSwap, Cache};
 use crossbeam_channel::Sender;
@@ -13,7 +14,8 @@ use std::sync::Arc;
 /// and the node counts it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UpfEvent {
-    /// A downlink packet met a buffering FAR: the SMF wants a Downlink Data Report.
+    /// The first downlink packet held for a session (on this worker) whose FAR buffers and
+    /// notifies (BUFF with NOCP): the SMF wants a Downlink Data Report.
     DownlinkData { seid: u64, pdr_id: u16 },
 }
 
@@ -122,6 +124,19 @@ pub const BURST_MS: u64 = 100;
 /// …and at least this many bytes (two full-sized packets).
 pub const MIN_BURST: u64 = 3000;
 
+/// What one of `workers` workers polices a QER's MBR at: its share of the MBR, but never
+/// less than the GBR (up to the MBR). A UPF does not make a guarantee happen — the
+/// GFBR is the RAN's to schedule (TS 23.501 §5.7.2.5) and the UPF enforces the MFBR —
+/// but with per-worker shares a GBR flow whose packets all reach one worker would get
+/// only `MBR / workers`, below its guarantee; so each share is at least the GBR. The
+/// cost: a GBR QER's traffic spread over several workers may pass up to
+/// `workers × GBR` in all (still at most `workers × MBR / workers` per worker).
+#[inline]
+pub fn mbr_share(mbr: u64, gbr: Option<u64>, workers: u32) -> u64 {
+    let share = mbr / workers.max(1) as u64;
+    share.max(gbr.unwrap_or(0).min(mbr)).max(1)
+}
+
 /// A worker's MBR token buckets, indexed by QER slot (fixed size: no allocation on the
 /// packet path).
 pub struct Policer {
@@ -171,9 +186,8 @@ pub struct UpfContext {
     pub usage: Arc<UsageCells>,
     pub policer: Policer,
     pub events: Option<Sender<UpfEvent>>,
-    /// The session and tables version of the last Downlink Data Report asked for, so a
-    /// buffered stream asks once per session change, not once per packet.
-    pub last_dldr: Option<(u64, u64)>,
+    /// Downlink packets held for sessions whose FAR buffers.
+    pub held: HeldPackets,
 }
 
 impl UpfContext {
@@ -181,7 +195,21 @@ impl UpfContext {
     /// QER slots below it).
     pub fn new(shared: Arc<ArcSwap<UpfTables>>, usage: Arc<UsageCells>, qer_slots: usize, events: Option<Sender<UpfEvent>>) -> Self {
         let tables = shared.load_full();
-        UpfContext { cache: Cache::new(shared), tables, usage, policer: Policer::new(qer_slots), events, last_dldr: None }
+        UpfContext {
+            cache: Cache::new(shared),
+            tables,
+            usage,
+            policer: Policer::new(qer_slots),
+            events,
+            held: HeldPackets::new(buffering::DEFAULT_CAPACITY, buffering::DEFAULT_PER_SESSION),
+        }
+    }
+
+    /// Hold up to `capacity` buffered packets on this worker, `per_session` of one session,
+    /// keeping `gauge` at the count held.
+    pub fn with_buffering(mut self, capacity: usize, per_session: usize, gauge: Arc<AtomicU64>) -> Self {
+        self.held = HeldPackets::new(capacity, per_session).reporting_to(gauge);
+        self
     }
 
     /// Pick up a newly published table version.
@@ -221,6 +249,26 @@ mod tests {
         u.count(1, 8, false, 5);
         assert_eq!(u.read(1, 8), Usage { ul_bytes: 0, dl_bytes: 5, ul_packets: 0, dl_packets: 1 });
         u.count(9, 1, true, 5); // past the cells: ignored, no panic
+    }
+
+    /// Virtual time, four workers: a GBR QER whose traffic all reaches one worker gets its
+    /// guaranteed rate there (over one simulated second), where the plain share would
+    /// give a quarter of the MBR; a non-GBR QER gets the quarter.
+    #[test]
+    fn a_gbr_flow_on_one_worker_gets_its_guarantee() {
+        let (mbr, gbr) = (4_000_000u64, 2_500_000u64);
+        assert_eq!(mbr_share(mbr, None, 4), 1_000_000);
+        assert_eq!(mbr_share(mbr, Some(gbr), 4), gbr);
+        assert_eq!(mbr_share(mbr, Some(9_000_000), 4), mbr, "a GBR above the MBR is capped by it");
+        assert_eq!(mbr_share(mbr, Some(gbr), 1), mbr);
+        for (g, want_min, want_max) in [(Some(gbr), gbr, gbr + 400_000), (None, 1_000_000, 1_000_000 + 200_000)] {
+            let mut c = Policer::new(1);
+            let hz = c.hz;
+            let share = mbr_share(mbr, g, 4);
+            let step = hz / 5000; // 5000 offers of 1000 bytes: 5 MB/s offered
+            let passed: u64 = (0..5000u64).filter(|i| c.police(0, 1, share, 1000, i * step)).count() as u64 * 1000;
+            assert!(passed >= want_min - 1000 && passed <= want_max, "{g:?}: {passed}");
+        }
     }
 
     /// Virtual time: over one simulated second of back-to-back offers, what passes is

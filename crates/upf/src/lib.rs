@@ -23,7 +23,9 @@
 //!   stays on one worker (TEID-based RSS keeps a session's uplink on one).
 #![forbid(unsafe_code)]
 
+pub mod buffering;
 pub mod context;
+pub mod fuzz;
 pub mod nodes;
 pub mod sdf;
 pub mod session;

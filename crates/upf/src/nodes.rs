@@ -8,22 +8,31 @@
 //! URRs and forwards — removing the outer header (uplink) and adding one toward the gNB
 //! or peer UPF where the FAR says so.
 //!
-//! Buffering (BUFF) asks the control plane for a Downlink Data Report (once per session
-//! and tables version) and drops the packet under `buffered-dropped`: holding packets in
-//! the worker is not implemented, so the UPF does not advertise BUCP.
+//! Buffering (BUFF, downlink): `upfN-downlink` sends a packet whose FAR buffers — and any
+//! packet of a session the worker holds packets for, so that none overtakes them — to
+//! `upf-buffer`, which holds it ([`crate::buffering`]) and, for the session's first held
+//! packet with NOCP, asks the control plane for a Downlink Data Report. Once the FAR
+//! forwards, the held packets go out first, in order: when the next packet of the
+//! session arrives, or when the control plane's release command (a frame injected at
+//! [`BUFFER_INPUT`] after it published the change) reaches the worker, whichever is
+//! first. A session's deletion (or DROBU) frees what is held, counted. An uplink FAR
+//! that buffers drops under `buffered-dropped` (uplink buffering is not offered).
 
+use crate::buffering::{BufferCmd, HoldError};
 use crate::context::{HasUpf, Policer, UpfContext, UpfEvent, UsageCells};
 use crate::sdf::FlowView;
 use crate::tables::{Forward, OuterHeader, Rule, Session, UpfTables};
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use engine::{counters, next_nodes, BufIdx, Buffer, Counts, GraphBuilder, Node, Pool, Verdict, VECTOR_SIZE};
+use engine::{counters, next_nodes, BufIdx, Buffer, Counts, ExpandNode, GraphBuilder, Node, Pool, Verdict, VECTOR_SIZE};
 use ip::outer::{udp_checksum, Ip4Outer, Ip6Outer, OuterFamily};
+use std::sync::Arc;
 use wire::gtpu::{GtpuPacket, GtpuRepr, MessageType, PduSession, Qfi, Teid};
 
 next_nodes! {
     pub enum UpfNext {
         Ip4Input = "ip4-input", Ip6Input = "ip6-input",
         Ip4Lookup = "ip4-lookup", Ip6Lookup = "ip6-lookup",
+        Buffer = "upf-buffer",
     }
 }
 
@@ -38,7 +47,15 @@ counters! {
         NoSession(Warn, "no-session", "no session for the TEID or UE address"),
         NoPdr(Warn, "no-pdr", "no PDR of the session matches the packet"),
         FarDrop(Info, "far-drop", "the matched PDR's FAR says DROP"),
-        BufferedDropped(Warn, "buffered-dropped", "the FAR says BUFF: Downlink Data Report asked, the packet dropped (no buffering in the worker yet)"),
+        BufferedDropped(Warn, "buffered-dropped", "an uplink FAR says BUFF: only downlink packets are held, dropped"),
+        Held(Info, "held", "downlink packets held for a session whose FAR buffers"),
+        Released(Info, "released", "held packets sent on once the session's FAR forwarded"),
+        Discarded(Info, "discarded", "held packets freed: session deleted, DROBU, or its slot reused"),
+        BufferFull(Warn, "buffer-full", "the worker holds as many packets as it may (buffer_packets): dropped"),
+        SessionBufferFull(Warn, "session-buffer-full", "the session holds as many packets as it may on this worker (buffer_per_session): dropped"),
+        TooLongToHold(Warn, "too-long-to-hold", "a packet to buffer is longer than a held packet's room (2048 bytes): dropped"),
+        NoBuffer(Warn, "no-buffer", "no free buffer to send a held packet in: it is lost"),
+        BadCommand(Error, "bad-command", "a malformed release/discard frame at upf-buffer-input"),
         QuotaExhausted(Warn, "quota-exhausted", "a URR of the PDR has used up its volume quota"),
         GateClosed(Warn, "gate-closed", "a QER of the PDR closes the gate for this direction"),
         MbrExceeded(Warn, "mbr-exceeded", "over a QER's maximum bit rate (this worker's share)"),
@@ -52,6 +69,8 @@ counters! {
 /// family: routed like any packet we originate.
 pub const CONTROL_INPUT4: &str = "upf4-control-input";
 pub const CONTROL_INPUT6: &str = "upf6-control-input";
+/// Where the control plane's release and discard commands ([`BufferCmd`]) enter.
+pub const BUFFER_INPUT: &str = "upf-buffer-input";
 
 /// Register the UPF nodes.
 pub fn register<Cx: HasUpf>(g: &mut GraphBuilder<Cx>) {
@@ -61,6 +80,8 @@ pub fn register<Cx: HasUpf>(g: &mut GraphBuilder<Cx>) {
     g.add(UpfDownlink::<Ue6>::default());
     g.add_input(CONTROL_INPUT4, "ip4-lookup");
     g.add_input(CONTROL_INPUT6, "ip6-lookup");
+    g.add_expand(UpfBuffer);
+    g.add_input(BUFFER_INPUT, "upf-buffer");
 }
 
 /// An End Marker (TS 29.281 §7.3.2: GTP-U type 254, no payload) from our N3 address to
@@ -186,7 +207,7 @@ fn enforce(t: &UpfTables, usage: &UsageCells, policer: &mut Policer, r: &Rule, u
             return Err(UpfCounter::GateClosed);
         }
         if let Some(rate) = q.mbr_bytes_per_sec {
-            let share = (rate / t.workers.max(1) as u64).max(1);
+            let share = crate::context::mbr_share(rate, q.gbr_bytes_per_sec, t.workers);
             if !policer.police(q.slot, q.generation, share, bytes, engine::clock::now()) {
                 return Err(UpfCounter::MbrExceeded);
             }
@@ -196,6 +217,31 @@ fn enforce(t: &UpfTables, usage: &UsageCells, policer: &mut Policer, r: &Rule, u
         usage.count(x.slot, x.generation, uplink, bytes);
     }
     Ok(())
+}
+
+/// Apply a matched downlink rule that does not buffer: its FAR, QERs and URRs, then the
+/// GTP-U header toward the gNB.
+#[inline]
+fn deliver_downlink(
+    t: &UpfTables,
+    usage: &UsageCells,
+    policer: &mut Policer,
+    r: &Rule,
+    buf: &mut Buffer,
+    counts: &mut Counts<'_, UpfCounter>,
+) -> Result<UpfNext, UpfCounter> {
+    let o = match r.forward {
+        Forward::Drop => return Err(UpfCounter::FarDrop),
+        // Only reached by a caller that did not hold it: nothing to forward it with.
+        Forward::Buffer => return Err(UpfCounter::BufferedDropped),
+        Forward::Forward(None) => return Err(UpfCounter::NoOuterHeader),
+        Forward::Forward(Some(o)) => o,
+    };
+    enforce(t, usage, policer, r, false, buf.len() as u64)?;
+    let n = encap(buf, t, &o)?;
+    counts.inc(UpfCounter::Forwarded);
+    counts.inc(UpfCounter::Encapsulated);
+    Ok(n)
 }
 
 /// Put the buffer's packet in IP/UDP/GTP-U toward `o`; the next node routes the outer
@@ -556,34 +602,15 @@ impl<Cx: HasUpf, F: UeFamily> Node<Cx> for UpfDownlink<F> {
             Ok(i) => i,
             Err(c) => return Verdict::Drop(c),
         };
-        let UpfContext { tables, usage, policer, events, last_dldr, .. } = u;
+        let UpfContext { tables, usage, policer, held, .. } = u;
         let Some(s) = F::session(tables, &inner.dst) else { return Verdict::Drop(UpfCounter::NoSession) };
         let Some(r) = match_downlink(s, &inner) else { return Verdict::Drop(UpfCounter::NoPdr) };
-        let o = match r.forward {
-            Forward::Drop => return Verdict::Drop(UpfCounter::FarDrop),
-            Forward::Buffer => {
-                let key = (s.seid, tables.generation);
-                if *last_dldr != Some(key) {
-                    *last_dldr = Some(key);
-                    let ev = UpfEvent::DownlinkData { seid: s.seid, pdr_id: r.pdr_id };
-                    if events.as_ref().is_some_and(|tx| tx.try_send(ev).is_err()) {
-                        counts.inc(UpfCounter::EventQueueFull);
-                    }
-                }
-                return Verdict::Drop(UpfCounter::BufferedDropped);
-            }
-            Forward::Forward(None) => return Verdict::Drop(UpfCounter::NoOuterHeader),
-            Forward::Forward(Some(o)) => o,
-        };
-        if let Err(c) = enforce(tables, usage, policer, r, false, buf.len() as u64) {
-            return Verdict::Drop(c);
+        // Held packets of the session go first: a newer one waits behind them.
+        if r.forward == Forward::Buffer || held.holds(s.slot) {
+            return Verdict::Next(UpfNext::Buffer);
         }
-        match encap(buf, tables, &o) {
-            Ok(n) => {
-                counts.inc(UpfCounter::Forwarded);
-                counts.inc(UpfCounter::Encapsulated);
-                Verdict::Next(n)
-            }
+        match deliver_downlink(tables, usage, policer, r, buf, counts) {
+            Ok(n) => Verdict::Next(n),
             Err(c) => Verdict::Drop(c),
         }
     }
@@ -593,5 +620,135 @@ impl<Cx: HasUpf, F: UeFamily> Node<Cx> for UpfDownlink<F> {
             Ok(i) => format!("{} -> {} proto {} ports {:?}", i.src, i.dst, i.proto, i.ports),
             Err(c) => format!("rejected: {}", <UpfCounter as engine::Counters>::INFO[c as usize].name),
         }
+    }
+}
+
+/// `upf-buffer`: holds downlink packets while their session's FAR buffers and sends them
+/// on, oldest first, once it forwards (see the module documentation); also takes the
+/// control plane's [`BufferCmd`]s.
+pub struct UpfBuffer;
+
+/// The session a packet to a UE belongs to.
+fn session_of<'a>(t: &'a UpfTables, inner: &Inner) -> Option<&'a Session> {
+    match inner.dst {
+        IpAddr::V4(a) => t.by_ue4(a),
+        IpAddr::V6(a) => t.by_ue6(&a),
+    }
+}
+
+impl UpfBuffer {
+    /// Hold `packet` for session `s` under rule `r`; the session's first held packet asks
+    /// for a Downlink Data Report if the rule notifies.
+    fn hold(u: &mut UpfContext, counts: &mut Counts<'_, UpfCounter>, s: &Session, r: &Rule, packet: &[u8]) -> Result<(), UpfCounter> {
+        // What is held in the slot may be an earlier session's: freed first, counted.
+        counts.add(UpfCounter::Discarded, u.held.discard_stale(s.slot, s.seid) as u64);
+        let first = !u.held.holds(s.slot);
+        match u.held.hold(s.slot, s.seid, packet) {
+            Ok(_) => {}
+            Err(HoldError::Full) => return Err(UpfCounter::BufferFull),
+            Err(HoldError::SessionFull) => return Err(UpfCounter::SessionBufferFull),
+            Err(HoldError::TooLong) => return Err(UpfCounter::TooLongToHold),
+        }
+        counts.inc(UpfCounter::Held);
+        if first && r.notify && !u.report(UpfEvent::DownlinkData { seid: s.seid, pdr_id: r.pdr_id }) {
+            counts.inc(UpfCounter::EventQueueFull);
+        }
+        Ok(())
+    }
+
+    /// Send on what is held for the session in `slot`, oldest first, each matched against
+    /// the session's rules as they are now: one that still buffers is held again (behind
+    /// the others, so the order stands), one that forwards goes to `out`.
+    fn release(u: &mut UpfContext, counts: &mut Counts<'_, UpfCounter>, pool: &mut Pool, slot: u32, out: &mut Vec<(BufIdx, UpfNext)>) {
+        let tables = Arc::clone(&u.tables);
+        let Some(s) = tables.session(slot) else {
+            counts.add(UpfCounter::Discarded, u.held.discard(slot) as u64);
+            return;
+        };
+        counts.add(UpfCounter::Discarded, u.held.discard_stale(slot, s.seid) as u64);
+        for _ in 0..u.held.session_len(slot) {
+            let Some(b) = u.held.pop(slot, |_, bytes| {
+                let b = pool.alloc(bytes.len())?;
+                if pool.get_mut(b).write(bytes).is_err() {
+                    pool.free(b);
+                    return None;
+                }
+                Some(b)
+            }) else {
+                return;
+            };
+            let Some(b) = b else {
+                counts.inc(UpfCounter::NoBuffer);
+                continue;
+            };
+            let r = Inner::parse(pool.get(b).bytes()).ok().and_then(|i| match_downlink(s, &i));
+            let result = match r {
+                None => Err(UpfCounter::NoPdr),
+                Some(r) if r.forward == Forward::Buffer => Self::hold(u, counts, s, r, pool.get(b).bytes()).map(|()| None),
+                Some(r) => {
+                    let UpfContext { usage, policer, .. } = &mut *u;
+                    deliver_downlink(&tables, usage, policer, r, pool.get_mut(b), counts).map(Some)
+                }
+            };
+            match result {
+                Ok(Some(n)) => {
+                    counts.inc(UpfCounter::Released);
+                    out.push((b, n));
+                }
+                Ok(None) => pool.free(b),
+                Err(c) => {
+                    counts.inc(c);
+                    pool.free(b);
+                }
+            }
+        }
+    }
+}
+
+impl<Cx: HasUpf> ExpandNode<Cx> for UpfBuffer {
+    type Next = UpfNext;
+    type Counter = UpfCounter;
+
+    fn name(&self) -> &'static str {
+        "upf-buffer"
+    }
+
+    fn expand(
+        &mut self,
+        cx: &mut Cx,
+        counts: &mut Counts<'_, UpfCounter>,
+        pool: &mut Pool,
+        bi: BufIdx,
+        out: &mut Vec<(BufIdx, UpfNext)>,
+    ) -> Result<(), UpfCounter> {
+        let u = cx.upf();
+        match BufferCmd::parse(pool.get(bi).bytes()) {
+            Some(Ok(BufferCmd::Release { slot, seid })) => {
+                if u.tables.session(slot).is_some_and(|s| s.seid == seid) {
+                    Self::release(u, counts, pool, slot, out);
+                }
+                return Ok(());
+            }
+            Some(Ok(BufferCmd::Discard { slot, seid })) => {
+                counts.add(UpfCounter::Discarded, u.held.discard_session(slot, seid) as u64);
+                return Ok(());
+            }
+            Some(Err(())) => return Err(UpfCounter::BadCommand),
+            None => {}
+        }
+        let tables = Arc::clone(&u.tables);
+        let inner = Inner::parse(pool.get(bi).bytes())?;
+        let s = session_of(&tables, &inner).ok_or(UpfCounter::NoSession)?;
+        let r = match_downlink(s, &inner).ok_or(UpfCounter::NoPdr)?;
+        if r.forward == Forward::Buffer {
+            // The buffer goes back to the pool (the dispatcher frees it): its bytes are held.
+            return Self::hold(u, counts, s, r, pool.get(bi).bytes());
+        }
+        // The FAR forwards now: what is held goes first.
+        Self::release(u, counts, pool, s.slot, out);
+        let UpfContext { usage, policer, .. } = u;
+        let n = deliver_downlink(&tables, usage, policer, r, pool.get_mut(bi), counts)?;
+        out.push((bi, n));
+        Ok(())
     }
 }

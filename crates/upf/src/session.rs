@@ -213,6 +213,7 @@ fn rule(r: &SessionRules, p: &Pdr, slots: &SessionSlots, uplink: bool) -> Result
             open: if uplink { q.ul_open } else { q.dl_open },
             // kbit/s (TS 29.244 §8.2.8: kilobits of 1000 bits) to bytes/s.
             mbr_bytes_per_sec: if uplink { q.mbr_ul_kbps } else { q.mbr_dl_kbps }.map(|k| k.saturating_mul(125)),
+            gbr_bytes_per_sec: if uplink { q.gbr_ul_kbps } else { q.gbr_dl_kbps }.map(|k| k.saturating_mul(125)),
         })
         .collect();
     let urrs: Box<[UrrRef]> = p
@@ -237,6 +238,7 @@ fn rule(r: &SessionRules, p: &Pdr, slots: &SessionSlots, uplink: bool) -> Result
         sdf,
         remove_outer: p.outer_header_removal,
         forward,
+        notify: p.far_id.and_then(|id| r.fars.get(&id)).is_some_and(|f| f.action & pfcp::ie::apply_action::NOCP != 0),
         qers,
         urrs,
     })

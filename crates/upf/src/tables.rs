@@ -21,8 +21,8 @@ pub enum Forward {
     Forward(Option<OuterHeader>),
     /// DROP.
     Drop,
-    /// BUFF: the first packet asks for a Downlink Data Report; the packets are held
-    /// until the FAR forwards ([`crate::nodes`] says how many).
+    /// BUFF: the packets are held until the FAR forwards ([`crate::buffering`]); the first
+    /// one asks for a Downlink Data Report if the rule notifies.
     Buffer,
 }
 
@@ -43,6 +43,9 @@ pub struct QerRef {
     /// Bytes per second for the whole QER (each worker polices its share); `None`: not
     /// policed.
     pub mbr_bytes_per_sec: Option<u64>,
+    /// The guaranteed rate, bytes per second: no worker's share of the MBR is below it
+    /// ([`crate::context::mbr_share`]).
+    pub gbr_bytes_per_sec: Option<u64>,
 }
 
 /// A URR's counting cell, and whether its quota is used up (then the rule forwards
@@ -66,6 +69,8 @@ pub struct Rule {
     pub sdf: Box<[SdfFilter]>,
     pub remove_outer: bool,
     pub forward: Forward,
+    /// The FAR's NOCP: tell the SMF (Downlink Data Report) when the first packet is held.
+    pub notify: bool,
     pub qers: Box<[QerRef]>,
     pub urrs: Box<[UrrRef]>,
 }

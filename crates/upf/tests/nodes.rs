@@ -10,6 +10,7 @@ use pfcp::ie::{apply_action, Interface, NodeId as PfcpNode};
 use pfcp::rules::{Far, GtpuEndpoint, Pdr, Qer, SessionRules, Urr};
 use proptest::prelude::*;
 use std::sync::{Arc, Mutex};
+use upf::buffering::BufferCmd;
 use upf::context::{HasUpf, Usage, UsageCells};
 use upf::tables::{UpfState, UpfTables};
 use upf::{UpfContext, UpfEvent};
@@ -77,6 +78,7 @@ struct Rig {
     events: crossbeam_channel::Receiver<UpfEvent>,
     seen: Seen,
     inputs: [NodeId; 4],
+    buffer_input: NodeId,
 }
 
 impl Rig {
@@ -94,6 +96,7 @@ impl Rig {
             g.add_input("test-n6-6", "upf6-downlink"),
         ];
         let graph = g.build().unwrap();
+        let buffer_input = graph.node_id(upf::nodes::BUFFER_INPUT).unwrap();
         let mut state = UpfState::new(1000, 1000, 1000);
         state.set_n3(Some(N3), Some(N3_6));
         let shared = Arc::new(ArcSwap::from_pointee(state.build()));
@@ -102,9 +105,15 @@ impl Rig {
         let ip_tables = Arc::new(ArcSwap::from_pointee(ip::RouterState::new(vec![]).unwrap().build()));
         let cx = Cx {
             ip: IpContext::new(ip_tables, None, Default::default()),
-            upf: UpfContext::new(shared.clone(), usage.clone(), 1000, Some(tx)),
+            upf: UpfContext::new(shared.clone(), usage.clone(), 1000, Some(tx)).with_buffering(16, 8, Arc::default()),
         };
-        Rig { graph, pool: Pool::new(1024, 4), cx, state, shared, usage, events, seen, inputs }
+        Rig { graph, pool: Pool::new(1024, 4), cx, state, shared, usage, events, seen, inputs, buffer_input }
+    }
+
+    /// What the control plane sends a worker's `upf-buffer` after a publish.
+    fn command(&mut self, c: BufferCmd) -> Vec<(&'static str, Vec<u8>)> {
+        let input = self.buffer_input;
+        self.inject(input, &[c.to_frame()])
     }
 
     fn install(&mut self, r: &SessionRules) {
@@ -120,6 +129,11 @@ impl Rig {
     /// Send packets into input `i` (0: N3 over IPv4, 1: N3 over IPv6, 2: to an IPv4 UE,
     /// 3: to an IPv6 UE); returns what the sinks saw.
     fn send(&mut self, i: usize, pkts: &[Vec<u8>]) -> Vec<(&'static str, Vec<u8>)> {
+        let input = self.inputs[i];
+        self.inject(input, pkts)
+    }
+
+    fn inject(&mut self, input: NodeId, pkts: &[Vec<u8>]) -> Vec<(&'static str, Vec<u8>)> {
         self.seen.lock().unwrap().clear();
         let mut bufs: Vec<BufIdx> = Vec::new();
         for p in pkts {
@@ -127,7 +141,7 @@ impl Rig {
             self.pool.get_mut(b).write(p).unwrap();
             bufs.push(b);
         }
-        self.graph.inject(self.inputs[i], &mut self.pool, &bufs, 0);
+        self.graph.inject(input, &mut self.pool, &bufs, 0);
         self.graph.run(&mut self.cx, &mut self.pool);
         std::mem::take(&mut *self.seen.lock().unwrap())
     }
@@ -362,18 +376,25 @@ fn far_drop_buffer_gate_and_quota_drop_by_name() {
     r.fars.get_mut(&2).unwrap().action = apply_action::BUFF | apply_action::NOCP;
     rig.install(&r);
     assert!(rig.send(2, &[dl.clone(), dl.clone(), dl.clone()]).is_empty());
-    assert_eq!(rig.counter("upf4-downlink", "buffered-dropped"), 3);
+    assert_eq!(rig.counter("upf-buffer", "held"), 3);
     assert_eq!(
         rig.events.try_iter().collect::<Vec<_>>(),
         vec![UpfEvent::DownlinkData { seid: 7, pdr_id: 2 }],
-        "one report asked per session change"
+        "one report asked per buffering episode"
     );
+    // An uplink FAR that buffers drops by name.
+    r.fars.get_mut(&1).unwrap().action = apply_action::BUFF;
+    rig.install(&r);
+    assert!(rig.send(0, &[ul.clone()]).is_empty());
+    assert_eq!(rig.counter("upf4-uplink", "buffered-dropped"), 1);
+    r.fars.get_mut(&1).unwrap().action = apply_action::FORW;
 
+    // The gate closes as the FAR forwards again: the held packets meet it too.
     r.fars.get_mut(&2).unwrap().action = apply_action::FORW;
     r.qers.get_mut(&1).unwrap().dl_open = false;
     rig.install(&r);
     assert!(rig.send(2, &[dl.clone()]).is_empty());
-    assert_eq!(rig.counter("upf4-downlink", "gate-closed"), 1);
+    assert_eq!(rig.counter("upf-buffer", "gate-closed"), 4);
     assert_eq!(rig.send(0, &[ul.clone()]).len(), 1, "the uplink gate is still open");
 
     r.qers.get_mut(&1).unwrap().dl_open = true;
@@ -545,4 +566,128 @@ fn with_many_sessions_each_packet_finds_its_own() {
         assert_eq!(&p[12..16], &Ipv4Addr::from(u32::from(UE) + i).octets());
     }
     assert_eq!(rig.usage(1 + 37, 1).ul_packets, 1);
+}
+
+/// The packets' payloads as sent to the UE, in the order the gNB got them, and the TEID
+/// they were sent on.
+fn delivered(got: &[(&'static str, Vec<u8>)]) -> Vec<(u32, Vec<u8>)> {
+    got.iter()
+        .map(|(node, p)| {
+            assert_eq!(*node, "ip4-lookup");
+            let (src, dst, g, inner) = decap4(p);
+            assert_eq!((src, dst), (N3, GNB));
+            (g.teid.0, inner)
+        })
+        .collect()
+}
+
+/// Downlink packets to the UE, each with its number in the UDP source port.
+fn numbered(range: core::ops::Range<u16>) -> Vec<Vec<u8>> {
+    range.map(|n| udp4(DN, UE, n, 4000, 10)).collect()
+}
+
+#[test]
+fn buffered_packets_go_first_in_order_once_the_far_forwards() {
+    let mut rig = Rig::new();
+    let mut r = session(9);
+    r.fars.get_mut(&2).unwrap().action = apply_action::BUFF | apply_action::NOCP;
+    rig.install(&r);
+    let held = numbered(0..5);
+    for p in &held {
+        assert!(rig.send(2, std::slice::from_ref(p)).is_empty(), "held, not forwarded");
+    }
+    assert_eq!(rig.counter("upf-buffer", "held"), 5);
+    assert_eq!(rig.events.try_iter().count(), 1, "one Downlink Data Report asked");
+    assert_eq!(rig.cx.upf.held.session_len(0), 5);
+    // A release for a session that still buffers sends nothing.
+    assert!(rig.command(BufferCmd::Release { slot: 0, seid: 9 }).is_empty());
+    assert_eq!(rig.cx.upf.held.session_len(0), 5);
+
+    // The SMF forwards toward a new gNB TEID. Before the release command reaches the
+    // worker, a newer packet of the session comes: the held ones go first, then it.
+    r.fars.get_mut(&2).unwrap().action = apply_action::FORW;
+    r.fars.get_mut(&2).unwrap().outer_header = Some(GtpuEndpoint { teid: 0x300, addr: IpAddr::V4(GNB) });
+    rig.install(&r);
+    let newer = numbered(5..7);
+    let got = delivered(&rig.send(2, &newer));
+    let want: Vec<(u32, Vec<u8>)> = held.iter().chain(&newer).map(|p| (0x300, p.clone())).collect();
+    assert_eq!(got, want);
+    assert_eq!(rig.counter("upf-buffer", "released"), 5);
+    assert!(rig.cx.upf.held.is_empty());
+    // The release command coming late finds nothing; the URR counted every packet once.
+    assert!(rig.command(BufferCmd::Release { slot: 0, seid: 9 }).is_empty());
+    assert_eq!(rig.usage(9, 1).dl_packets, 7);
+    assert_eq!(rig.counter("upf4-downlink", "encapsulated"), 0, "both newer ones found packets held: they queued behind them");
+    assert_eq!(delivered(&rig.send(2, &numbered(7..8))), vec![(0x300, numbered(7..8).remove(0))]);
+    assert_eq!(rig.counter("upf4-downlink", "encapsulated"), 1, "nothing held: the fast way");
+
+    // Buffer again: this time the release command sends them, with no newer packet.
+    r.fars.get_mut(&2).unwrap().action = apply_action::BUFF | apply_action::NOCP;
+    rig.install(&r);
+    assert!(rig.send(2, &numbered(10..13)).is_empty());
+    assert_eq!(rig.events.try_iter().count(), 1, "a new episode, a new report");
+    r.fars.get_mut(&2).unwrap().action = apply_action::FORW;
+    rig.install(&r);
+    let got = delivered(&rig.command(BufferCmd::Release { slot: 0, seid: 9 }));
+    assert_eq!(got, numbered(10..13).into_iter().map(|p| (0x300, p)).collect::<Vec<_>>());
+}
+
+#[test]
+fn buffering_without_nocp_holds_silently_and_bounds_are_counted() {
+    let mut rig = Rig::new();
+    let mut r = session(3);
+    r.fars.get_mut(&2).unwrap().action = apply_action::BUFF;
+    rig.install(&r);
+    // Per session: 8 on this worker; the rest dropped by name.
+    assert!(rig.send(2, &numbered(0..11)).is_empty());
+    assert_eq!((rig.counter("upf-buffer", "held"), rig.counter("upf-buffer", "session-buffer-full")), (8, 3));
+    assert_eq!(rig.events.try_iter().count(), 0, "no NOCP: no report");
+    // In all: 16 on this worker.
+    let mut other = session(4);
+    other.pdrs.get_mut(&1).unwrap().local_f_teid = Some(GtpuEndpoint { teid: 0x101, addr: IpAddr::V4(N3) });
+    let ue2 = Ipv4Addr::new(198, 19, 7, 2);
+    other.pdrs.get_mut(&2).unwrap().ue_ipv4 = Some(ue2);
+    other.fars.get_mut(&2).unwrap().action = apply_action::BUFF;
+    rig.install(&other);
+    let to_ue2: Vec<Vec<u8>> = (0..8).map(|n| udp4(DN, ue2, n, 4000, 10)).collect();
+    assert!(rig.send(2, &to_ue2).is_empty());
+    assert_eq!(rig.cx.upf.held.len(), 16);
+    let mut third = session(5);
+    third.pdrs.get_mut(&1).unwrap().local_f_teid = Some(GtpuEndpoint { teid: 0x102, addr: IpAddr::V4(N3) });
+    let ue3 = Ipv4Addr::new(198, 19, 7, 3);
+    third.pdrs.get_mut(&2).unwrap().ue_ipv4 = Some(ue3);
+    third.fars.get_mut(&2).unwrap().action = apply_action::BUFF;
+    rig.install(&third);
+    assert!(rig.send(2, &[udp4(DN, ue3, 1, 4000, 10)]).is_empty());
+    assert_eq!(rig.counter("upf-buffer", "buffer-full"), 1);
+    // Too long to hold.
+    r.fars.get_mut(&2).unwrap().action = apply_action::BUFF;
+    assert!(rig.send(2, &[udp4(DN, UE, 1, 4000, 2100)]).is_empty());
+    assert_eq!(rig.counter("upf-buffer", "too-long-to-hold"), 1);
+
+    // Deleting a session frees its held packets on the discard command, counted; another
+    // session's stay.
+    rig.state.remove(3);
+    rig.publish();
+    assert!(rig.command(BufferCmd::Discard { slot: 0, seid: 3 }).is_empty());
+    assert_eq!(rig.counter("upf-buffer", "discarded"), 8);
+    assert_eq!(rig.cx.upf.held.len(), 8);
+    // A discard for a SEID that is not the holder's leaves them.
+    assert!(rig.command(BufferCmd::Discard { slot: 1, seid: 99 }).is_empty());
+    assert_eq!(rig.cx.upf.held.len(), 8);
+    // Its slot reused by a new session before the discard came: the old packets go as
+    // the new session's first one is held.
+    rig.state.remove(4);
+    let mut fourth = session(6);
+    fourth.pdrs.get_mut(&1).unwrap().local_f_teid = Some(GtpuEndpoint { teid: 0x103, addr: IpAddr::V4(N3) });
+    fourth.pdrs.get_mut(&2).unwrap().ue_ipv4 = Some(ue2);
+    fourth.fars.get_mut(&2).unwrap().action = apply_action::BUFF;
+    rig.install(&fourth);
+    assert!(rig.send(2, &[udp4(DN, ue2, 1, 4000, 10)]).is_empty());
+    assert_eq!(rig.counter("upf-buffer", "discarded"), 16);
+    assert_eq!(rig.cx.upf.held.len(), 1);
+    // A malformed command is dropped by name.
+    let bad = rig.buffer_input;
+    assert!(rig.inject(bad, &[vec![0, 7, 0]]).is_empty());
+    assert_eq!(rig.counter("upf-buffer", "bad-command"), 1);
 }

@@ -8,7 +8,8 @@
 //! (a narrower interface); reassembly; IPsec ESP tunnels (AES-GCM, AES-CBC with
 //! HMAC-SHA-256, NULL with HMAC-SHA-256 in UDP over IPv6) and an SPD with protect, bypass
 //! and discard policies bound to the narrow interface; load-balanced services (TCP over
-//! IPv4, UDP over IPv6, NAT both ways); a parcel-capable link.
+//! IPv4, UDP over IPv6, NAT both ways); a parcel-capable link; a UPF with sessions
+//! forwarding both ways over both families, buffering, and re-encapsulating on N9.
 //!
 //! One dataplane serves every input (building one per input runs ~10x slower), so state
 //! a real gateway keeps (reassembly in progress, hints, rate limiters) carries from one
@@ -54,6 +55,8 @@ pub const MAX_FRAMES: usize = 16;
 
 /// Every feature the dataplane has today, on three interfaces (all fed from memory).
 pub const CONFIG: &str = include_str!("graph.toml");
+/// The UPF [`Harness::new`] adds to it, with the sessions of [`super::upf_sessions`].
+pub const UPF_CONFIG: &str = include_str!("graph_upf.toml");
 
 /// The dataplane an input goes through, kept across inputs.
 pub struct Harness {
@@ -74,7 +77,9 @@ pub struct Harness {
 
 impl Harness {
     pub fn new() -> Harness {
-        Harness::with_config(CONFIG)
+        let mut h = Harness::with_config(&format!("{CONFIG}\n{UPF_CONFIG}"));
+        super::upf_sessions::install(&mut h.control);
+        h
     }
 
     /// A harness over another configuration (its interfaces are all fed from memory).

@@ -7,3 +7,4 @@
 pub mod api;
 pub mod config;
 pub mod graph;
+pub mod upf_sessions;

@@ -1,0 +1,63 @@
+//! The whole-graph fuzz target's UPF: its seeds (`fuzz/make_upf_graph_corpus.py`, built by
+//! scapy) reach the UPF nodes with the harness's sessions in place and pass every
+//! invariant of the harness (`control::fuzz::graph`), and each does what it was written
+//! for — so fuzzing starts from inside the UPF, not from a drop at its door.
+
+use control::fuzz::graph::{decode, Harness};
+use std::path::Path;
+
+fn seed(name: &str) -> Vec<(usize, io::mem::RxFrame)> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/graph").join(format!("seed-upf-{name}"));
+    decode(&std::fs::read(p).unwrap())
+}
+
+fn count(h: &Harness, node: &str, counter: &str) -> u64 {
+    h.worker.graph.counter_snapshots().iter().find(|c| c.node == node && c.counter == counter).map_or(0, |c| c.count)
+}
+
+/// The frames of a seed, in one poll; what came out, as (interface, outer IP bytes).
+fn run(h: &mut Harness, name: &str) -> Vec<(String, Vec<u8>)> {
+    let out = h.frames(seed(name));
+    out.into_iter().map(|(i, t)| (h.worker.ports[i].name.clone(), t.bytes[14..].to_vec())).collect()
+}
+
+/// The TEID and inner packet of a G-PDU in IPv4 or IPv6.
+fn gtpu(ip: &[u8]) -> (u32, Vec<u8>) {
+    let hl = if ip[0] >> 4 == 4 { 20 } else { 40 };
+    let g = wire::gtpu::GtpuPacket::new_checked(&ip[hl + 8..]).unwrap();
+    let r = wire::gtpu::GtpuRepr::parse(&g).unwrap();
+    (r.teid.0, ip[ip.len() - r.payload_len..].to_vec())
+}
+
+#[test]
+fn upf_seeds_take_their_paths() {
+    let mut h = Harness::new();
+    // Uplink: decapsulated toward the data network on access0.
+    for name in ["uplink4", "uplink4-qfi"] {
+        let out = run(&mut h, name);
+        assert_eq!(out.len(), 1, "{name}");
+        assert_eq!(out[0].0, "access0");
+        assert_eq!(out[0].1[..20][16..20], [198, 18, 0, 2], "to the DN host, decapsulated");
+    }
+    assert_eq!(count(&h, "upf4-uplink", "forwarded"), 2);
+    let out = run(&mut h, "uplink6");
+    assert_eq!((out.len(), out[0].0.as_str(), out[0].1[0] >> 4), (1, "access0", 6));
+    // The SDF-filtered PDR drops; a TEID of no session is no session.
+    assert!(run(&mut h, "uplink4-sdf-drop").is_empty());
+    assert_eq!(count(&h, "upf4-uplink", "far-drop"), 1);
+    assert!(run(&mut h, "no-session").is_empty());
+    assert_eq!(count(&h, "upf4-uplink", "no-session"), 1);
+    // N9: re-encapsulated toward the peer UPF with its TEID.
+    let out = run(&mut h, "n9");
+    assert_eq!((out.len(), out[0].0.as_str()), (1, "core0"));
+    assert_eq!(out[0].1[16..20], [198, 18, 1, 3]);
+    assert_eq!(gtpu(&out[0].1).0, 0x7000);
+    // Downlink: in GTP-U toward the gNB, both families.
+    let out = run(&mut h, "downlink4");
+    assert_eq!((out.len(), out[0].0.as_str(), gtpu(&out[0].1).0), (1, "core0", 0x6000));
+    let out = run(&mut h, "downlink6");
+    assert_eq!((out.len(), out[0].0.as_str(), gtpu(&out[0].1).0), (1, "core0", 0x6002));
+    // Buffering: held, nothing sent, counted.
+    assert!(run(&mut h, "buffer").is_empty());
+    assert_eq!(count(&h, "upf-buffer", "held"), 3);
+}
