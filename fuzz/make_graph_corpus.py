@@ -18,7 +18,7 @@ from scapy.contrib.gtp import GTP_U_Header, GTPPDUSessionContainer, GTPEchoReque
 from scapy.layers.ipsec import ESP, SecurityAssociation
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from parcelpkt import parcel4, parcel6  # noqa: E402
+from parcelpkt import fold, ones, parcel4, parcel6  # noqa: E402
 
 ACCESS, CORE, NARROW, PARCEL = 0, 1, 2, 3
 HOLD = 8
@@ -48,6 +48,22 @@ def vnet_hdr(flags=0, gso_type=0, hdr_len=0, gso_size=0, csum_start=0, csum_offs
 
 def payload(n):
     return Raw(bytes(i % 251 for i in range(n)))
+
+
+def udp_gso4(dst, n, gso_size):
+    """A UDP_SEGMENT send of `n` bytes as the kernel hands it over a vnet header: one
+    packet, UDP length all of it, the pseudo-header sum (not complemented) in the field."""
+    p = bytearray(raw(eth(ACCESS, IP(src=USER4, dst=dst) / UDP(sport=3001, dport=4001, chksum=0) / payload(n))))
+    ph = p[26:34] + struct.pack("!BBH", 0, 17, 8 + n)
+    p[40:42] = struct.pack("!H", fold(ones(bytes(ph))))
+    return bytes(p)
+
+
+def udp_gso6(dst, n, gso_size):
+    p = bytearray(raw(eth(ACCESS, IPv6(src=USER6, dst=dst) / UDP(sport=3001, dport=4001, chksum=0) / payload(n))))
+    ph = p[22:54] + struct.pack("!IxxxB", 8 + n, 17)
+    p[60:62] = struct.pack("!H", fold(ones(bytes(ph))))
+    return bytes(p)
 
 
 def gtpu4(src, teid, inner, **kw):
@@ -211,6 +227,17 @@ seeds = {
                 rec(ACCESS, raw_l3(0x86dd, parcel6(USER6, "2001:db8:99::5", 1000, 2000, [bytes([i]) * 100 for i in range(3)])))],
     "parcel-join4": [rec(ACCESS, user_udp4("198.19.40.5", 500, 3000, 4000), hold=i < 5) for i in range(6)],
     "parcel-join6": [rec(ACCESS, user_udp6("2001:db8:140::5", 500, 3000, 4000), hold=i < 3) for i in range(4)],
+    # Parcels meet UDP GSO (access0 takes GSO frames in the harness): a parcel toward
+    # access0 leaves as one GSO frame, a GSO frame from a host toward the parcel link
+    # becomes a parcel (parcelN-join), both families.
+    "parcel4-to-gso": [rec(CORE, Ether(src=PEER_MAC, dst=MAC[CORE], type=0x800) / Raw(parcel4("198.18.1.50", "198.19.1.5", 1000, 2000, [bytes([i]) * 300 for i in range(4)])))],
+    "parcel6-to-gso": [rec(CORE, Ether(src=PEER_MAC, dst=MAC[CORE], type=0x86dd) / Raw(parcel6("2001:db8:1::50", "2001:db8:98::5", 1000, 2000, [bytes([i]) * 300 for i in range(4)])))],
+    "gso4-to-parcel": [rec(ACCESS, udp_gso4("198.19.40.5", 2100, 500), vnet_hdr(flags=1, gso_type=5, hdr_len=42, gso_size=500, csum_start=34, csum_offset=6))],
+    "gso6-to-parcel": [rec(ACCESS, udp_gso6("2001:db8:140::5", 2100, 500), vnet_hdr(flags=1, gso_type=5, hdr_len=62, gso_size=500, csum_start=54, csum_offset=6))],
+    # IPv6 parcels into UDP tunnels: whole in fragmented outer packets (GUE over IPv6,
+    # fragment = "outer"), split before the tunnel (GUE over IPv4, fragment = "inner").
+    "parcel6-tunnel-outer": [rec(ACCESS, raw_l3(0x86dd, parcel6(USER6, "2001:db8:123::5", 1000, 2000, [bytes([i]) * 500 for i in range(4)])))],
+    "parcel6-tunnel-inner": [rec(ACCESS, raw_l3(0x86dd, parcel6(USER6, "2001:db8:120::5", 1000, 2000, [bytes([i]) * 500 for i in range(4)])))],
 }
 
 out = Path(__file__).parent / "corpus" / "graph"

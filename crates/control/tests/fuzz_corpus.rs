@@ -69,6 +69,12 @@ fn graph_seeds_reach_every_feature() {
         ("parcel6-split", "parcels-split"),
         ("parcel4-join", "parcels-joined"),
         ("parcel6-join", "parcels-joined"),
+        ("parcel4-input", "to-gso-frame"),
+        ("parcel6-input", "to-gso-frame"),
+        ("parcel4-join", "gso-frames-joined"),
+        ("parcel6-join", "gso-frames-joined"),
+        ("parcel6-input", "to-tunnel"),
+        ("ip6-fragment", "parcel-to-split"),
     ] {
         assert!(count(&h, node, counter) > 0, "{node} {counter}: {:?}", nonzero(&h));
     }

@@ -84,7 +84,8 @@ pub enum InnerFit {
         v4: bool,
         icmp: IcmpRequest,
     },
-    /// IPv4 without DF under the `inner` policy: fragment to this size, then encapsulate.
+    /// IPv4 without DF under the `inner` policy: fragment to this size, then encapsulate
+    /// (an IP parcel, with DF or not: split into its datagrams, see `ipN-fragment`).
     FragmentInner(u16),
     /// Encapsulate whole and fragment the outer packet: IPv4 without DF under the
     /// `outer` policy, or IPv6 no larger than 1280 bytes, which every IPv6 link must
@@ -105,6 +106,15 @@ pub fn inner_fit(buf: &engine::Buffer, mtu: usize, policy: FragmentPolicy) -> In
         return InnerFit::Fits;
     }
     let report = mtu.min(u16::MAX as usize) as u16;
+    // An IP parcel follows the fragment policy, DF or not: whole in fragmented outer
+    // packets, or split into its datagrams by `ipN-fragment`; never frag-needed or
+    // Packet Too Big, which its source could not act on.
+    if is_parcel(b) {
+        return match policy {
+            FragmentPolicy::Inner => InnerFit::FragmentInner(report),
+            FragmentPolicy::Outer => InnerFit::FragmentOuter,
+        };
+    }
     match b.first().map(|v| v >> 4) {
         Some(4) if b.get(6).is_some_and(|f| f & 0x40 != 0) => {
             InnerFit::TooBig { v4: true, icmp: IcmpRequest::new(3, wire::icmpv4::unreach::FRAG_NEEDED, report) }
@@ -116,6 +126,16 @@ pub fn inner_fit(buf: &engine::Buffer, mtu: usize, policy: FragmentPolicy) -> In
         Some(6) if len <= 1280 => InnerFit::FragmentOuter,
         Some(6) => InnerFit::TooBig { v4: false, icmp: IcmpRequest::new(2, 0, report.max(1280)) },
         _ => InnerFit::Fits,
+    }
+}
+
+/// An IPv4 or IPv6 parcel (`wire::parcel`), by its header.
+#[inline]
+fn is_parcel(b: &[u8]) -> bool {
+    match b.first().map(|v| v >> 4) {
+        Some(4) => wire::parcel::is_ipv4_parcel(b),
+        Some(6) => wire::parcel::is_ipv6_parcel(b),
+        _ => false,
     }
 }
 
@@ -154,7 +174,8 @@ pub enum EncapMtu {
     Encap { fragment_outer: Option<u16>, clamped: bool },
     /// Send to `ip4-icmp-error` / `ip6-icmp-error` (`meta.param` set).
     TooBig { v4: bool },
-    /// Send to `ip4-fragment` (`meta.param` set); the fragments come back by the route.
+    /// Send to `ip4-fragment` (`meta.param` set), or `ip6-fragment` for an IPv6 parcel
+    /// (to be split); the fragments or datagrams come back by the route.
     FragmentInner,
     /// A GSO frame: segment it first (its segments come back by the route).
     Segment,
@@ -181,6 +202,12 @@ pub fn encap_mtu(buf: &mut engine::Buffer, link_mtu: Option<u16>, overhead: usiz
     if buf.meta.offload.gso != engine::GsoKind::None {
         return EncapMtu::Segment;
     }
+    // Outer fragments reassemble into one IP packet, at most 65535 bytes: a longer one
+    // is fragmented (or, a parcel, split) before it enters.
+    let fit = match fit {
+        InnerFit::FragmentOuter if buf.len() + overhead > u16::MAX as usize => InnerFit::FragmentInner(mtu.min(u16::MAX as usize) as u16),
+        fit => fit,
+    };
     let fragment_outer = match fit {
         InnerFit::FragmentInner(m) => {
             buf.meta.param = crate::nodes::FragmentRequest { mtu: m, originated: false }.encode();
@@ -443,5 +470,71 @@ mod tests {
         assert_eq!(Ip6Outer::outer(&v6_packet(6, &[])), Err(OuterError::NotPlainUdp));
         // Options past the packet.
         assert_eq!(Ip6Outer::outer(&v6_packet(60, &limit)[..44]), Err(OuterError::Truncated));
+    }
+
+    /// What `encap_mtu` decides for `packet` in a tunnel of `overhead` header bytes over a
+    /// 1500-byte link under `fragment`.
+    fn decide(packet: &[u8], overhead: usize, fragment: FragmentPolicy) -> EncapMtu {
+        let mut pool = engine::Pool::new(1, 1);
+        let b = pool.alloc(packet.len()).unwrap();
+        pool.get_mut(b).write(packet).unwrap();
+        encap_mtu(pool.get_mut(b), Some(1500), overhead, MtuPolicy { mtu: 0, fragment, mss_clamp: false })
+    }
+
+    /// An IPv6 parcel of `nsegs` segments of `seg_len` bytes.
+    fn parcel6(nsegs: u8, seg_len: u16) -> Vec<u8> {
+        use wire::parcel::{Parcel6Repr, SegmentsRepr};
+        let segments = SegmentsRepr { src_port: 9000, dst_port: 9001, nsegs, seg_len, last_len: seg_len };
+        let r = Parcel6Repr {
+            src: "2001:db8:1::2".parse().unwrap(),
+            dst: "2001:db8:2::9".parse().unwrap(),
+            hop_limit: 64,
+            traffic_class: 0,
+            flow_label: 0,
+            segments,
+        };
+        let mut p = vec![0; r.buffer_len()];
+        r.emit(&mut p);
+        assert!(wire::parcel::Parcel6::new_checked(&p[..]).is_ok());
+        p
+    }
+
+    #[test]
+    fn ipv6_parcels_follow_the_fragment_policy_never_packet_too_big() {
+        use FragmentPolicy::{Inner, Outer};
+        let frag_outer = EncapMtu::Encap { fragment_outer: Some(1500), clamped: false };
+        // 8 x 1000 B (8064 B) over GUE in IPv4 (32 B) and in IPv6 (52 B).
+        let p = parcel6(8, 1000);
+        for overhead in [32, 52] {
+            assert_eq!(decide(&p, overhead, Outer), frag_outer);
+            assert_eq!(decide(&p, overhead, Inner), EncapMtu::FragmentInner);
+        }
+        // Within the tunnel's MTU, a parcel is just a packet.
+        assert_eq!(decide(&parcel6(2, 500), 52, Inner), EncapMtu::Encap { fragment_outer: None, clamped: false });
+        // Longer than one outer IP packet can be: split whatever the policy.
+        let long = parcel6(32, 2044);
+        assert!(long.len() <= u16::MAX as usize && long.len() + 32 > u16::MAX as usize);
+        assert_eq!(decide(&long, 32, Outer), EncapMtu::FragmentInner);
+        // An IPv4 parcel with DF: the policy too, no frag-needed.
+        let mut p4 = vec![0u8; 28 + 8 + 2 * 4 + 4 * 1000];
+        wire::parcel::Parcel4Repr {
+            src: [198, 18, 0, 2].into(),
+            dst: [198, 19, 0, 9].into(),
+            ident: 1,
+            ttl: 64,
+            dscp_ecn: 0,
+            probe: None,
+            segments: wire::parcel::SegmentsRepr { src_port: 1, dst_port: 2, nsegs: 4, seg_len: 1000, last_len: 1000 },
+        }
+        .emit(&mut p4);
+        p4[6] |= 0x40;
+        assert!(wire::parcel::is_ipv4_parcel(&p4));
+        assert_eq!(decide(&p4, 32, Outer), frag_outer);
+        assert_eq!(decide(&p4, 32, Inner), EncapMtu::FragmentInner);
+        // An ordinary IPv6 packet of the same size: Packet Too Big, as before.
+        let mut plain = p.clone();
+        plain[4..6].copy_from_slice(&((p.len() - 40) as u16).to_be_bytes());
+        plain[6] = 17;
+        assert_eq!(decide(&plain, 52, Outer), EncapMtu::TooBig { v4: false });
     }
 }

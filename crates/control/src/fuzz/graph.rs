@@ -8,8 +8,9 @@
 //! (a narrower interface); reassembly; IPsec ESP tunnels (AES-GCM, AES-CBC with
 //! HMAC-SHA-256, NULL with HMAC-SHA-256 in UDP over IPv6) and an SPD with protect, bypass
 //! and discard policies bound to the narrow interface; load-balanced services (TCP over
-//! IPv4, UDP over IPv6, NAT both ways); a parcel-capable link; a UPF with sessions
-//! forwarding both ways over both families, buffering, and re-encapsulating on N9.
+//! IPv4, UDP over IPv6, NAT both ways); a parcel-capable link; access0 as a link that takes
+//! UDP GSO frames (see [`Harness::new`]); a UPF with sessions forwarding both ways over
+//! both families, buffering, and re-encapsulating on N9.
 //!
 //! One dataplane serves every input (building one per input runs ~10x slower), so state
 //! a real gateway keeps (reassembly in progress, hints, rate limiters) carries from one
@@ -79,6 +80,11 @@ impl Harness {
     pub fn new() -> Harness {
         let mut h = Harness::with_config(&format!("{CONFIG}\n{UPF_CONFIG}"));
         super::upf_sessions::install(&mut h.control);
+        // access0 stands for a host link with virtio-net headers (an af_packet
+        // interface's default, which memory devices cannot be configured as): a parcel
+        // toward it leaves as one UDP GSO frame (`parcelN-input`'s `to-gso-frame`).
+        let access0 = h.worker.ports.iter().position(|p| p.name == "access0").expect("graph.toml has access0");
+        h.worker.cx.parcel.gso_links |= 1 << access0;
         h
     }
 

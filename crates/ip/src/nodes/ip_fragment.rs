@@ -30,7 +30,7 @@ next_nodes! {
 }
 
 next_nodes! {
-    pub enum Ip6FragmentNext { Lookup = "ip6-lookup", Output = "interface-output" }
+    pub enum Ip6FragmentNext { Lookup = "ip6-lookup", Output = "interface-output", ParcelSplit = "parcel6-split" }
 }
 
 counters! {
@@ -41,7 +41,7 @@ counters! {
         MtuTooSmall(Warn, "mtu-too-small", "the MTU leaves no room for 8 bytes of data after the headers: dropped"),
         GsoFrame(Warn, "gso-frame", "a GSO frame (segmented, not fragmented): dropped"),
         NoBuffer(Error, "no-buffer", "out of buffers: the packet dropped"),
-        ParcelSplit(Info, "parcel-to-split", "an IPv4 parcel (a tunnel's inner packet): split into its datagrams, not fragmented"),
+        ParcelSplit(Info, "parcel-to-split", "an IP parcel (a tunnel's inner packet): split into its datagrams, not fragmented"),
     }
 }
 
@@ -265,6 +265,13 @@ impl<Cx: HasIp> ExpandNode<Cx> for Ip6Fragment {
         bi: BufIdx,
         out: &mut Vec<(BufIdx, Self::Next)>,
     ) -> Result<(), Self::Counter> {
+        // As in `ip4-fragment`: a parcel (a tunnel's inner packet) is split, not cut.
+        if wire::parcel::is_ipv6_parcel(pool.get(bi).bytes()) {
+            pool.get_mut(bi).meta.param = 0;
+            counts.inc(C::ParcelSplit);
+            out.push((bi, Ip6FragmentNext::ParcelSplit));
+            return Ok(());
+        }
         let req = FragmentRequest::decode(pool.get(bi).meta.param);
         let cx = cx.ip();
         cx.ident6 = cx.ident6.wrapping_add(1);

@@ -310,7 +310,8 @@ mod tests {
     }
 
     fn gso_to_parcels<F: ParcelFamily>(v6: bool, data: &[u8], gso_size: usize, max: usize, mtu: usize) {
-        let mut pool = Pool::new(8, 300);
+        // Parcels under 2 KiB take regular buffers: up to 12 of them (24 segments, 2 each).
+        let mut pool = Pool::new(32, 300);
         let b = gso_frame(&mut pool, v6, data, gso_size as u16);
         let g = GsoFrame::of::<F>(pool.get(b)).expect("a GSO frame");
         let Some(per) = g.per_parcel::<F>(max, mtu) else {

@@ -14,7 +14,7 @@ counters! {
         Segments(Info, "segments", "segments in the parcels received"),
         Whole(Info, "forwarded-whole", "parcels forwarded whole (egress takes parcels, within its MTU)"),
         ToGso(Info, "to-gso-frame", "parcels sent on as one UDP GSO frame (egress exchanges virtio-net headers): its kernel segments it or hands it whole to a UDP_GRO socket"),
-        ToTunnel(Info, "to-tunnel", "parcels routed into a UDP tunnel, carried whole (IPv4: the tunnel fragments its outer packets or has the parcel split)"),
+        ToTunnel(Info, "to-tunnel", "parcels routed into a UDP tunnel, carried whole (the tunnel fragments its outer packets or has the parcel split, by its fragment policy)"),
         ToSplit(Info, "to-split", "parcels sent to be split into UDP datagrams"),
         BadSegment(Warn, "bad-segment-checksum", "segments whose checksum does not match their slot (the segment is dropped when split)"),
         Truncated(Warn, "truncated", "shorter than the parcel's IP and UDP headers"),
@@ -133,9 +133,9 @@ impl<Cx: HasParcel, F: ParcelFamily> Node<Cx> for ParcelInput<F> {
                 counts.inc(C::ToGso);
                 return Verdict::Next(F::TO_REWRITE);
             }
-        } else if let Some(next) = F::INTO_TUNNEL.filter(|_| into_udp_tunnel(adj)) {
+        } else if into_udp_tunnel(adj) {
             counts.inc(C::ToTunnel);
-            return Verdict::Next(next);
+            return Verdict::Next(F::TO_TUNNEL);
         }
         buf.meta.param = if bad > 0 { PARAM_HAS_BAD_SEGMENT } else { 0 } | if next_hop.is_some() { PARAM_NEXT_HOP } else { 0 };
         counts.inc(C::ToSplit);

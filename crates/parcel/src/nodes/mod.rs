@@ -27,7 +27,7 @@ engine::next_nodes! {
     pub enum Parcel4InputNext { Rewrite = "ip4-rewrite", Split = "parcel4-split", Lookup = "ip4-lookup" }
 }
 engine::next_nodes! {
-    pub enum Parcel6InputNext { Rewrite = "ip6-rewrite", Split = "parcel6-split" }
+    pub enum Parcel6InputNext { Rewrite = "ip6-rewrite", Split = "parcel6-split", Lookup = "ip6-lookup" }
 }
 engine::next_nodes! {
     pub enum Parcel4JoinNext { Rewrite = "ip4-rewrite", Lookup = "ip4-lookup" }
@@ -79,13 +79,13 @@ pub trait ParcelFamily: Family {
     type InputNext: NextNodes;
     const TO_REWRITE: Self::InputNext;
     const TO_SPLIT: Self::InputNext;
-    /// Where a parcel routed into a UDP tunnel goes whole (`ipN-lookup`, to the tunnel's
-    /// encap node), or `None`: split. IPv4 parcels go whole: the tunnel sends them in
-    /// one outer packet, fragmented to the link under its `fragment = "outer"` policy (the
-    /// far end reassembles, RFC 2473's path) and split by `ip4-fragment` under `inner`.
-    /// IPv6 parcels are split first: a tunnel answers an IPv6 packet larger than its MTU
-    /// (and than 1280 bytes) with Packet Too Big, which a parcel's source cannot act on.
-    const INTO_TUNNEL: Option<Self::InputNext>;
+    /// Where a parcel routed into a UDP tunnel goes whole: `ipN-lookup`, to the tunnel's
+    /// encap node. Parcels of both families go whole: the tunnel
+    /// sends each in one outer packet, fragmented to the link under its `fragment =
+    /// "outer"` policy (the far end reassembles, RFC 2473's path), and has it split by
+    /// `ipN-fragment` under `inner` or when it would not fit one outer IP packet
+    /// (`ip::outer::encap_mtu`). Never Packet Too Big: a parcel's source cannot act on it.
+    const TO_TUNNEL: Self::InputNext;
     type SplitNext: NextNodes;
     const TO_LOOKUP: Self::SplitNext;
     const SPLIT_TO_REWRITE: Self::SplitNext;
@@ -130,7 +130,7 @@ impl ParcelFamily for Ip4 {
     type InputNext = Parcel4InputNext;
     const TO_REWRITE: Parcel4InputNext = Parcel4InputNext::Rewrite;
     const TO_SPLIT: Parcel4InputNext = Parcel4InputNext::Split;
-    const INTO_TUNNEL: Option<Parcel4InputNext> = Some(Parcel4InputNext::Lookup);
+    const TO_TUNNEL: Parcel4InputNext = Parcel4InputNext::Lookup;
     type SplitNext = Parcel4SplitNext;
     const TO_LOOKUP: Parcel4SplitNext = Parcel4SplitNext::Lookup;
     const SPLIT_TO_REWRITE: Parcel4SplitNext = Parcel4SplitNext::Rewrite;
@@ -215,7 +215,7 @@ impl ParcelFamily for Ip6 {
     type InputNext = Parcel6InputNext;
     const TO_REWRITE: Parcel6InputNext = Parcel6InputNext::Rewrite;
     const TO_SPLIT: Parcel6InputNext = Parcel6InputNext::Split;
-    const INTO_TUNNEL: Option<Parcel6InputNext> = None;
+    const TO_TUNNEL: Parcel6InputNext = Parcel6InputNext::Lookup;
     type SplitNext = Parcel6SplitNext;
     const TO_LOOKUP: Parcel6SplitNext = Parcel6SplitNext::Lookup;
     const SPLIT_TO_REWRITE: Parcel6SplitNext = Parcel6SplitNext::Rewrite;

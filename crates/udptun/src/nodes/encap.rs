@@ -39,7 +39,7 @@ counters! {
         InnerTtlExpired(Info, "inner-ttl-expired", "inner TTL or hop limit would reach 0 (ICMP time exceeded requested)"),
         BadInner(Warn, "bad-inner", "inner packet is not IPv4 or IPv6"),
         InnerTooBig(Info, "inner-too-big", "inner packet larger than the tunnel MTU, with DF or IPv6 (ICMP frag-needed / packet-too-big requested)"),
-        FragmentInner(Info, "fragment-inner", "inner IPv4 packet without DF larger than the tunnel MTU: fragmented before encapsulation"),
+        FragmentInner(Info, "fragment-inner", "inner IPv4 packet without DF larger than the tunnel MTU: fragmented before encapsulation (a parcel: split)"),
         FragmentOuter(Info, "fragment-outer", "encapsulated packet larger than the outer link MTU: the outer packet fragmented"),
         MssClamped(Info, "mss-clamped", "TCP SYN MSS lowered to fit the tunnel"),
     }
@@ -337,7 +337,9 @@ impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunEncap<O> {
             }
             EncapMtu::FragmentInner => {
                 counts.inc(UdpTunEncapCounter::FragmentInner);
-                return Verdict::Next(UdpTunEncapNext::Ip4Fragment);
+                // An IPv6 inner packet here is a parcel, which `ip6-fragment` has split.
+                let v6 = buf.bytes().first().is_some_and(|v| v >> 4 == 6);
+                return Verdict::Next(if v6 { UdpTunEncapNext::Ip6Fragment } else { UdpTunEncapNext::Ip4Fragment });
             }
             EncapMtu::Segment => {
                 counts.inc(UdpTunEncapCounter::GsoSegmented);
