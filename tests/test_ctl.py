@@ -24,7 +24,9 @@ def running(vecgate, tmp_path):
     proc = subprocess.Popen([str(vecgate), "run", "--duration", "30", "--interval", "0.5", "--socket", str(sock)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 10
-    while not sock.exists() and time.time() < deadline:
+    # The socket is bound before the dataplane is built: wait for the first answer, so
+    # the tests' "has run for a while" sleeps start when the gateway runs.
+    while (not sock.exists() or ctl(vecgate, sock, "show", "interfaces").returncode != 0) and time.time() < deadline:
         time.sleep(0.05)
     assert sock.exists(), "control socket did not appear"
     yield proc, sock
