@@ -87,10 +87,12 @@ pub fn reload(c: &mut Control, path: Option<&str>) -> Result<Reply, String> {
 /// on its own.
 fn check_scratch(new: &Config) -> Result<(), String> {
     let (mut state, _, _) = build_state(new).map_err(|e| e.to_string())?;
-    crate::ipsec::build_state(new, &mut state).map_err(|e| e.to_string())?;
-    crate::lb::LbControl::from_config(new, &mut state).map_err(|e| e.to_string())?;
-    crate::spd::build_state(new, &state).map_err(|e| e.to_string())?;
-    Ok(())
+    // The feature sections' errors that need the interfaces, all of them.
+    let mut problems = crate::config::Problems::default();
+    problems.take(crate::ipsec::build_state(new, &mut state));
+    problems.take(crate::lb::LbControl::from_config(new, &mut state));
+    problems.take(crate::spd::build_state(new, &state));
+    problems.check().map_err(|e| e.to_string())
 }
 
 /// Sections a running gateway cannot change.
