@@ -221,6 +221,18 @@ fn tunnels(c: &mut Control, new: &Config, changes: &mut Vec<Change>) -> Result<(
                 udp_ids.push(id);
                 continue;
             }
+            // Only the GRE key differs: changed in place, so the tunnel keeps its counters
+            // and GRE sequence (`set udp tunnel`'s path).
+            Some(id)
+                if c.udptun.spec(id).is_some_and(|r| udptun::UdpTunnelSpec { gre_key: s.gre_key, ..r.clone() } == s)
+                    && routes_into(c, s.kind(), id) == sorted(&routes) =>
+            {
+                let change = udptun::UdpTunnelChange { gre_key: Some(s.gre_key), ..Default::default() };
+                c.udptun.modify(&mut c.state, id, change).map_err(|e| e.to_string())?;
+                changes.push(Change::new("replaced", "udp_tunnel", format!("{} (remote {}, key in place)", uname(id), s.remote)));
+                udp_ids.push(id);
+                continue;
+            }
             Some(id) => {
                 c.udptun.delete(&mut c.state, id).map_err(|e| e.to_string())?;
                 "replaced"
