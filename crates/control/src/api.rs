@@ -111,6 +111,28 @@ pub enum Request {
         name: String,
     },
     ShowUdpTunnels {},
+    /// Change a UDP tunnel in place (a new peer, port or GRE key): it keeps its name,
+    /// routes, counters and GRE sequence; other tunnels are untouched.
+    SetUdpTunnel {
+        /// The tunnel's interface name, `udp_tunnel<id>` (or the bare id).
+        name: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        remote: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        port: Option<u16>,
+        /// The GRE key: a number, or null to send none (absent: unchanged).
+        #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::udptun::present")]
+        key: Option<Option<u32>>,
+    },
+    /// The UDP tunnels to this peer, from this local address, or with this id; give one.
+    FindUdpTunnels {
+        #[serde(default)]
+        remote: Option<String>,
+        #[serde(default)]
+        local: Option<String>,
+        #[serde(default)]
+        id: Option<u32>,
+    },
     /// Load balancer: add a service (the fields of an `[[lb_service]]` table).
     LbServiceAdd(lb::ServiceSpec),
     LbServiceDel {
@@ -421,6 +443,7 @@ impl Control {
                 let name = ip::tables::TunnelRef { kind, id }.if_name();
                 Reply::ok(serde_json::json!({ "name": name, "id": id }), format!("created {name}"))
             }
+            Request::SetUdpTunnel { .. } | Request::FindUdpTunnels { .. } => crate::udptun::handle(self, req)?,
             Request::DeleteUdpTunnel { name } => {
                 let t = crate::udptun::tunnel_by_name(&self.udptun, name).ok_or_else(|| format!("no tunnel named {name:?}"))?;
                 let routes = crate::gtpu::routes_into(&self.state, t);

@@ -41,6 +41,10 @@ commands:
          [mtu <n>] [fragment inner|outer] [mss-clamp]
   delete udp tunnel <udp_tunnelN>
   show udp tunnels
+  set udp tunnel <udp_tunnelN> [remote <addr>] [port <n>] [key <n>|none]
+                                       change it in place (one table change, no packet lost)
+  show udp tunnel remote <addr> | local <addr> | id <n>   the tunnels to that peer, from that
+                                       address, or with that id
   show gtpu tunnels [<limit>]
   show gtpu tunnel teid <n> | remote <addr> | ue <addr>   the tunnels with that TEID (in or out),
                                        peer, or UE route covering the address
@@ -121,6 +125,8 @@ pub fn parse(words: &[String]) -> Result<Request, String> {
         ["create", "udp", "tunnel", rest @ ..] => udp_tunnel(rest).map(Request::CreateUdpTunnel),
         ["delete" | "del", "udp", "tunnel", name] => Ok(Request::DeleteUdpTunnel { name: name.to_string() }),
         ["show", "udp", "tunnels" | "tunnel"] => Ok(Request::ShowUdpTunnels {}),
+        ["set", "udp", "tunnel", name, rest @ ..] => crate::udptun::parse_set(name, rest),
+        ["show", "udp", "tunnels" | "tunnel", key @ ("remote" | "local" | "id"), value] => crate::udptun::parse_find(key, value),
         ["show", "pfcp", "associations" | "association"] => Ok(Request::ShowPfcpAssociations {}),
         ["show", "pfcp", "sessions" | "session"] => Ok(Request::ShowPfcpSessions { limit: None }),
         ["show", "lb", "services" | "service"] => Ok(Request::ShowLbServices {}),

@@ -369,8 +369,17 @@ pub(crate) fn interface_spec(cfg: &Config, i: usize) -> Result<InterfaceSpec, Co
 
 /// Build router and GTP-U state from the config (no devices). Every error of the file
 /// is reported at once (see `config::Problems`); a stage whose input had errors is
-/// skipped, so no error is a consequence of another.
+/// skipped, so no error is a consequence of another. The feature sections' entries are
+/// checked on their own beside it, so their errors come in the same run.
 pub fn build_state(cfg: &Config) -> Result<(RouterState, GtpuState, UdpTunState), ConfigError> {
+    let mut problems = crate::config::Problems::default();
+    let core = problems.take(build_core_state(cfg));
+    crate::validate::check_feature_entries(cfg, &mut problems);
+    problems.check()?;
+    Ok(core.expect("no error, so built"))
+}
+
+fn build_core_state(cfg: &Config) -> Result<(RouterState, GtpuState, UdpTunState), ConfigError> {
     let mut problems = crate::config::Problems::default();
     if let Some(n) = cfg.metrics.top_tunnels.filter(|&n| n > crate::metrics::MAX_TOP_TUNNELS) {
         problems.push(cfg.err("metrics.top_tunnels", format!("{n}: expected 0 to {}", crate::metrics::MAX_TOP_TUNNELS)));

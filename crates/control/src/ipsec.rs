@@ -3,11 +3,12 @@
 //! conversion to an [`SaSpec`], routes into outbound SAs (`ipsec_tunnel<index>`), and the
 //! rows `show ipsec sa` prints. Keys go in and never come back out.
 
-use crate::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError, Problems};
 use ip::tables::{TunnelRef, UdpApp, UdpDemux, IPSEC_TUNNEL_IF_PREFIX};
 use ip::{Prefix, RouteTarget, RouterState};
 use ipsec::{Algorithm, Direction, IpsecState, Lifetime, Mode, SaSpec, UdpEncapPorts};
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 use std::net::IpAddr;
 
 /// An SA as text: config, API and CLI all fill this in.
@@ -239,15 +240,53 @@ pub fn del(x: &mut IpsecState, router: &mut RouterState, index: u32) -> Result<(
     x.del(index).map(|_| ()).map_err(|e| e.to_string())
 }
 
-/// The config's `[[ipsec_sa]]` tables, after the router's own routes.
+/// Each `[[ipsec_sa]]` on its own — fields, keys, lifetime, index and inbound SPI each
+/// once — with every entry's error recorded: what needs no interface is checked with the
+/// core sections, so one run reports all of them.
+pub fn check_entries(cfg: &Config, problems: &mut Problems) {
+    let mut indexes = HashMap::new();
+    let mut inbound_spis = HashMap::new();
+    for (i, c) in cfg.ipsec_sas.iter().enumerate() {
+        let field = |f: &str| format!("ipsec_sa[{i}].{f}");
+        // Indexes and SPIs are taken even by an entry with other errors, so a repeat of
+        // it is reported too.
+        let first_index = indexes.insert(c.index, i);
+        let first_spi = if c.direction == Direction::Inbound { inbound_spis.insert(c.spi, i) } else { None };
+        let r = c.to_spec().map_err(|(f, m)| cfg.err(field(f), m)).and_then(|(spec, _)| {
+            // The spec's own checks, so their errors name the field.
+            spec.build([0; 16]).map_err(|e| cfg.err(field(e.field), e.message))?;
+            if c.index > ip::tables::MAX_INDEX {
+                return Err(cfg.err(field("index"), format!("{}: expected 0 to {}", c.index, ip::tables::MAX_INDEX)));
+            }
+            if let Some(first) = first_index {
+                return Err(cfg.err(field("index"), format!("{} is already ipsec_sa[{first}]'s index: expected each index once", c.index)));
+            }
+            if let Some(first) = first_spi {
+                let why = format!("{:#x} is already inbound ipsec_sa[{first}]'s SPI: expected each inbound SPI once", c.spi);
+                return Err(cfg.err(field("spi"), why));
+            }
+            Ok(())
+        });
+        problems.take(r);
+    }
+}
+
+/// The config's `[[ipsec_sa]]` tables, after the router's own routes; every entry's
+/// error reported.
 pub fn build_state(cfg: &Config, router: &mut RouterState) -> Result<IpsecState, ConfigError> {
+    let mut problems = Problems::default();
+    check_entries(cfg, &mut problems);
+    problems.check()?;
     let mut x = IpsecState::new();
     for (i, c) in cfg.ipsec_sas.iter().enumerate() {
-        let (spec, _) = c.to_spec().map_err(|(f, m)| cfg.err(format!("ipsec_sa[{i}].{f}"), m))?;
-        // The spec's own checks first, so their errors name the field.
-        spec.build([0; 16]).map_err(|e| cfg.err(format!("ipsec_sa[{i}].{}", e.field), e.message))?;
-        add(&mut x, router, c).map_err(|m| cfg.err(format!("ipsec_sa[{i}]"), m))?;
+        // `add` names the field first (`local: …`, `routes[1]: …`).
+        let r = add(&mut x, router, c).map_err(|m| match m.split_once(": ").filter(|(f, _)| !f.contains(' ')) {
+            Some((f, rest)) => cfg.err(format!("ipsec_sa[{i}].{f}"), rest),
+            None => cfg.err(format!("ipsec_sa[{i}]"), m),
+        });
+        problems.take(r);
     }
+    problems.check()?;
     x.refresh_outer(router);
     Ok(x)
 }

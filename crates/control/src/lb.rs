@@ -4,13 +4,14 @@
 //! through [`lb::LbState`], which rebuilds the one service it touches.
 
 use crate::api::{Reply, Request};
-use crate::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError, Problems};
 use arc_swap::ArcSwap;
 use ip::tables::{TunnelKind, TunnelRef};
 use ip::{Prefix, RouterState};
 use lb::session::{Limits, Timeouts};
 use lb::{BackendSpec, Conditions, LbState, LbTables, ServiceSpec, ServiceType};
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -54,41 +55,93 @@ fn vip_shared(state: &LbState, spec: &ServiceSpec, counted: bool) -> bool {
     state.on_address(spec.vip) > usize::from(counted)
 }
 
+/// `[lb]` and each `[[lb_service]]` on their own — settings in range, each service's
+/// fields and backends, names and addresses each once — every entry's error recorded:
+/// what needs no interface is checked with the core sections, so one run reports all.
+pub fn check_entries(cfg: &Config, problems: &mut Problems) {
+    for (field, a) in [("lb.snat4", cfg.lb.snat4), ("lb.snat6", cfg.lb.snat6)] {
+        let Some(a) = a else { continue };
+        if a.is_ipv4() != (field == "lb.snat4") {
+            problems.push(cfg.err(field, format!("{a}: expected an address of that family")));
+        } else {
+            problems.take(LbState::new().set_snat(Some(a)).map_err(|e| cfg.err(field, e.to_string())));
+        }
+    }
+    let limits = cfg.lb.limits.unwrap_or_default();
+    for (field, n, max) in [("lb.limits.sessions", limits.sessions, 1usize << 26), ("lb.limits.affinity", limits.affinity, 1 << 24)] {
+        if n == 0 || n > max {
+            problems.push(cfg.err(field, format!("{n}: expected 1 to {max} (per worker and family)")));
+        }
+    }
+    let t = cfg.lb.timeouts.unwrap_or_default();
+    for (field, ms) in [
+        ("tcp_syn_ms", t.tcp_syn_ms),
+        ("tcp_established_ms", t.tcp_established_ms),
+        ("tcp_closing_ms", t.tcp_closing_ms),
+        ("tcp_reset_ms", t.tcp_reset_ms),
+        ("udp_ms", t.udp_ms),
+        ("udp_replied_ms", t.udp_replied_ms),
+    ] {
+        if ms == 0 || ms > 30 * 86_400_000 {
+            problems.push(cfg.err(format!("lb.timeouts.{field}"), format!("{ms}: expected 1 ms to 30 days")));
+        }
+    }
+    let mut names = HashMap::new();
+    let mut addresses = HashMap::new();
+    for (i, spec) in cfg.lb_services.iter().enumerate() {
+        // Names and addresses are taken even by an entry with other errors, so a
+        // repeat of it is reported too.
+        let first_name = names.insert(spec.name.as_str(), i);
+        // A node port and a service address are told apart, as `LbState` does.
+        let first_address = addresses.insert((spec.vip, spec.port, spec.protocol, spec.kind == ServiceType::NodePort), i);
+        let r = spec.validate().map_err(|e| spec_error(cfg, i, &e)).and_then(|()| {
+            if let Some(first) = first_name {
+                let why = format!("{:?} is already lb_service[{first}]'s name: expected each name once", spec.name);
+                return Err(cfg.err(format!("lb_service[{i}].name"), why));
+            }
+            if let Some(first) = first_address {
+                let protocol = if spec.protocol == lb::Protocol::Tcp { "tcp" } else { "udp" };
+                let why = format!(
+                    "{} port {} {protocol} is already lb_service[{first}]'s: expected each address, port and protocol once",
+                    spec.vip, spec.port
+                );
+                return Err(cfg.err(format!("lb_service[{i}].port"), why));
+            }
+            Ok(())
+        });
+        problems.take(r);
+    }
+}
+
+/// A service's own error under its entry's path: `SpecError`s name their field first
+/// (`backends[0].weight: …`).
+fn spec_error(cfg: &Config, i: usize, e: &lb::SpecError) -> ConfigError {
+    let text = e.to_string();
+    match text.split_once(": ") {
+        Some((field, rest)) => cfg.err(format!("lb_service[{i}].{field}"), rest),
+        None => cfg.err(format!("lb_service[{i}]"), text),
+    }
+}
+
 impl LbControl {
-    /// The LB state of a configuration, its VIP routes added to `router`.
+    /// The LB state of a configuration, its VIP routes added to `router`; every entry's
+    /// error reported.
     pub fn from_config(cfg: &Config, router: &mut RouterState) -> Result<LbControl, ConfigError> {
+        let mut problems = Problems::default();
+        check_entries(cfg, &mut problems);
+        problems.check()?;
         let mut state = LbState::new();
         for (field, a) in [("lb.snat4", cfg.lb.snat4), ("lb.snat6", cfg.lb.snat6)] {
-            if a.is_some_and(|a| a.is_ipv4() != (field == "lb.snat4")) {
-                return Err(cfg.err(field, format!("{}: expected an address of that family", a.unwrap())));
-            }
             state.set_snat(a).map_err(|e| cfg.err(field, e.to_string()))?;
         }
         for (i, s) in cfg.lb_services.iter().enumerate() {
-            add_service(&mut state, router, s.clone()).map_err(|e| cfg.err(format!("lb_service[{i}]"), e))?;
+            problems.take(add_service(&mut state, router, s.clone()).map_err(|e| cfg.err(format!("lb_service[{i}]"), e)));
         }
+        problems.check()?;
         router.set_lb_local(!state.is_empty());
         router.set_lb_replies(state.has_local_policy());
         let limits = cfg.lb.limits.unwrap_or_default();
-        for (field, n, max) in [("lb.limits.sessions", limits.sessions, 1usize << 26), ("lb.limits.affinity", limits.affinity, 1 << 24)] {
-            if n == 0 || n > max {
-                return Err(cfg.err(field, format!("{n}: expected 1 to {max} (per worker and family)")));
-            }
-        }
         let timeouts = cfg.lb.timeouts.unwrap_or_default();
-        let t = timeouts;
-        for (field, ms) in [
-            ("tcp_syn_ms", t.tcp_syn_ms),
-            ("tcp_established_ms", t.tcp_established_ms),
-            ("tcp_closing_ms", t.tcp_closing_ms),
-            ("tcp_reset_ms", t.tcp_reset_ms),
-            ("udp_ms", t.udp_ms),
-            ("udp_replied_ms", t.udp_replied_ms),
-        ] {
-            if ms == 0 || ms > 30 * 86_400_000 {
-                return Err(cfg.err(format!("lb.timeouts.{field}"), format!("{ms}: expected 1 ms to 30 days")));
-            }
-        }
         Ok(LbControl { shared: Arc::new(ArcSwap::new(state.tables())), state, limits, timeouts })
     }
 
@@ -529,9 +582,9 @@ mod tests {
         let cases = [
             (
                 format!("{WEB}backends = [{{ addr = \"198.19.1.10\", port = 8080, weight = 0 }}]\n"),
-                "lb.toml: lb_service[0]: service \"web\": backends[0].weight: 0: expected 1 to 1000",
+                "lb.toml: lb_service[0].backends[0].weight: 0: expected 1 to 1000",
             ),
-            (format!("{WEB}{WEB}"), "lb.toml: lb_service[1]: service \"web\": name: already exists"),
+            (format!("{WEB}{WEB}"), "lb.toml: lb_service[1].name: \"web\" is already lb_service[0]'s name: expected each name once"),
             ("[lb]\nsnat4 = \"2001:db8::1\"\n".into(), "lb.toml: lb.snat4: 2001:db8::1: expected an address of that family"),
             ("[lb]\nlimits = { sessions = 0 }\n".into(), "lb.toml: lb.limits.sessions: 0: expected 1 to"),
             ("[lb]\ntimeouts = { udp_ms = 0 }\n".into(), "lb.toml: lb.timeouts.udp_ms: 0: expected 1 ms to 30 days"),

@@ -94,10 +94,12 @@ pub fn reload(c: &mut Control, path: Option<&str>) -> Result<Reply, String> {
 /// on its own.
 fn check_scratch(new: &Config) -> Result<(), String> {
     let (mut state, _, _) = build_state(new).map_err(|e| e.to_string())?;
-    crate::ipsec::build_state(new, &mut state).map_err(|e| e.to_string())?;
-    crate::lb::LbControl::from_config(new, &mut state).map_err(|e| e.to_string())?;
-    crate::spd::build_state(new, &state).map_err(|e| e.to_string())?;
-    Ok(())
+    // The feature sections' errors that need the interfaces, all of them.
+    let mut problems = crate::config::Problems::default();
+    problems.take(crate::ipsec::build_state(new, &mut state));
+    problems.take(crate::lb::LbControl::from_config(new, &mut state));
+    problems.take(crate::spd::build_state(new, &state));
+    problems.check().map_err(|e| e.to_string())
 }
 
 /// Sections a running gateway cannot change.
@@ -275,6 +277,18 @@ fn tunnels(c: &mut Control, new: &Config, changes: &mut Vec<Change>) -> Result<(
     for (s, routes) in want {
         let action = match c.udptun.find(s.local, s.remote, s.port) {
             Some(id) if c.udptun.spec(id) == Some(&s) && routes_into(c, s.kind(), id) == sorted(&routes) => {
+                udp_ids.push(id);
+                continue;
+            }
+            // Only the GRE key differs: changed in place, so the tunnel keeps its counters
+            // and GRE sequence (`set udp tunnel`'s path).
+            Some(id)
+                if c.udptun.spec(id).is_some_and(|r| udptun::UdpTunnelSpec { gre_key: s.gre_key, ..r.clone() } == s)
+                    && routes_into(c, s.kind(), id) == sorted(&routes) =>
+            {
+                let change = udptun::UdpTunnelChange { gre_key: Some(s.gre_key), ..Default::default() };
+                c.udptun.modify(&mut c.state, id, change).map_err(|e| e.to_string())?;
+                changes.push(Change::new("replaced", "udp_tunnel", format!("{} (remote {}, key in place)", uname(id), s.remote)));
                 udp_ids.push(id);
                 continue;
             }

@@ -22,7 +22,7 @@
 //! remote_ports = "4000-4999"
 //! ```
 
-use crate::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError, Problems};
 use ip::RouterState;
 use serde::{Deserialize, Serialize};
 use spd::context::FlowCacheGauges;
@@ -65,31 +65,48 @@ pub struct SpdBindingConfig {
     pub interfaces: Vec<String>,
 }
 
-/// The SPD state the config describes, checked field by field.
-pub fn build_state(cfg: &Config, router: &RouterState) -> Result<SpdState, ConfigError> {
+/// `[spd]`, each `[[ipsec_policy]]` and each binding's SPD id on their own, every
+/// entry's error recorded: what needs no interface is checked with the core sections, so
+/// one run reports all of them.
+pub fn check_entries(cfg: &Config, problems: &mut Problems) {
     if let Some(n) = cfg.spd.cache_size() {
-        spd::FlowCache::<u32>::check_size(n).map_err(|e| cfg.err("spd.flow_cache", format!("{e} (or 0 for none)")))?;
+        problems.take(spd::FlowCache::<u32>::check_size(n).map_err(|e| cfg.err("spd.flow_cache", format!("{e} (or 0 for none)"))));
     }
+    for (i, p) in cfg.ipsec_policies.iter().enumerate() {
+        let r = p.build(spd::PolicyId(i as u32));
+        problems.take(
+            r.map_err(|pe| cfg.err(format!("ipsec_policy[{i}].{}", pe.field), format!("got {:?}, expected {}", pe.got, pe.expected))),
+        );
+    }
+    for (i, b) in cfg.ipsec_spds.iter().enumerate() {
+        if u16::try_from(b.id).map_or(true, |id| id > spd::SpdId::MAX) {
+            problems.push(cfg.err(format!("ipsec_spd[{i}].id"), format!("got {}, expected an SPD id from 0 to {}", b.id, spd::SpdId::MAX)));
+        }
+    }
+}
+
+/// The SPD state the config describes, checked field by field, every entry's error
+/// reported.
+pub fn build_state(cfg: &Config, router: &RouterState) -> Result<SpdState, ConfigError> {
+    let mut problems = Problems::default();
+    check_entries(cfg, &mut problems);
+    problems.check()?;
     let mut s = SpdState::new();
     for (i, p) in cfg.ipsec_policies.iter().enumerate() {
-        s.add_policy(p).map_err(|e| match e {
-            spd::SpdError::Policy(pe) => {
-                cfg.err(format!("ipsec_policy[{i}].{}", pe.field), format!("got {:?}, expected {}", pe.got, pe.expected))
-            }
-            other => cfg.err(format!("ipsec_policy[{i}]"), other.to_string()),
-        })?;
+        problems.take(s.add_policy(p).map_err(|e| cfg.err(format!("ipsec_policy[{i}]"), e.to_string())));
     }
     for (i, b) in cfg.ipsec_spds.iter().enumerate() {
         for (j, name) in b.interfaces.iter().enumerate() {
-            let ifx = router.if_index(name).map_err(|e| cfg.err(format!("ipsec_spd[{i}].interfaces[{j}]"), e.to_string()))?;
-            if ifx.0 >= 64 {
-                return Err(
-                    cfg.err(format!("ipsec_spd[{i}].interfaces[{j}]"), format!("{name}: an SPD binds to the first 64 interfaces only"))
-                );
-            }
-            s.bind(ifx, b.id).map_err(|e| cfg.err(format!("ipsec_spd[{i}].id"), e.to_string()))?;
+            let field = format!("ipsec_spd[{i}].interfaces[{j}]");
+            let r = router.if_index(name).map_err(|e| cfg.err(&field, e.to_string())).and_then(|ifx| match ifx.0 < 64 {
+                true => Ok(ifx),
+                false => Err(cfg.err(&field, format!("{name}: an SPD binds to the first 64 interfaces only"))),
+            });
+            let r = r.and_then(|ifx| s.bind(ifx, b.id).map_err(|e| cfg.err(format!("ipsec_spd[{i}].id"), e.to_string())));
+            problems.take(r);
         }
     }
+    problems.check()?;
     s.publish();
     Ok(s)
 }

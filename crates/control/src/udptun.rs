@@ -1,13 +1,15 @@
 //! UDP tunnels (GUE, GRE-in-UDP, direct) in the control plane: the one text form of a
 //! tunnel (the config file's `[[udp_tunnel]]`, the JSON API's `create_udp_tunnel`, the
-//! CLI), its conversion to a [`UdpTunnelSpec`], and the rows `show udp tunnels` prints.
+//! CLI), its conversion to a [`UdpTunnelSpec`], the rows `show udp tunnels` prints, and
+//! the requests that change a tunnel in place (`set udp tunnel`) and find tunnels
+//! (`show udp tunnel remote|local|id …`).
 
 use ip::outer::{ChecksumMode, FragmentPolicy, MtuPolicy};
 use ip::tables::{TunnelRef, UDP_TUNNEL_IF_PREFIX};
 use ip::Prefix;
 use serde::{Deserialize, Serialize};
 use std::net::IpAddr;
-use udptun::{Encap, UdpTunState, UdpTunnelSpec};
+use udptun::{Encap, UdpTunState, UdpTunnelChange, UdpTunnelSpec};
 
 /// A tunnel as text: config, API and CLI all fill this in.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -136,7 +138,13 @@ pub struct UdpTunnelRow {
 }
 
 pub fn rows(u: &UdpTunState, router: &ip::RouterState) -> Vec<UdpTunnelRow> {
+    rows_where(u, router, |_, _| true)
+}
+
+/// The rows of the tunnels `keep` picks.
+pub fn rows_where(u: &UdpTunState, router: &ip::RouterState, keep: impl Fn(u32, &UdpTunnelSpec) -> bool) -> Vec<UdpTunnelRow> {
     u.tunnels()
+        .filter(|&(id, s)| keep(id, s))
         .map(|(id, s)| UdpTunnelRow {
             counters: u.counters.count(id),
             inner_mtu: u
@@ -189,4 +197,129 @@ pub fn format_rows(rows: &[UdpTunnelRow]) -> String {
             writeln!(o, "{:<16} rx {} packets {} bytes, tx {} packets {} bytes", "", c.rx_packets, c.rx_bytes, c.tx_packets, c.tx_bytes);
     }
     o
+}
+
+/// A tunnel named `udp_tunnel<id>` or by its bare id (`3`), as `set` and `show` take it.
+fn named(u: &UdpTunState, name: &str) -> Result<TunnelRef, String> {
+    let full = if name.bytes().all(|b| b.is_ascii_digit()) { format!("{UDP_TUNNEL_IF_PREFIX}{name}") } else { name.to_string() };
+    tunnel_by_name(u, &full).ok_or_else(|| format!("no tunnel named {full:?} (show udp tunnels lists them)"))
+}
+
+fn address(field: &str, v: &str) -> Result<IpAddr, String> {
+    v.parse().map_err(|_| format!("{field} {v:?}: expected an IPv4 or IPv6 address"))
+}
+
+/// `set udp tunnel <udp_tunnelN> [remote <addr>] [port <n>] [key <n>|none]`.
+pub fn parse_set(name: &str, w: &[&str]) -> Result<crate::api::Request, String> {
+    let (mut remote, mut port, mut key) = (None, None, None);
+    for pair in w.chunks(2) {
+        match pair {
+            ["remote", v] => remote = Some(v.to_string()),
+            ["port", v] => port = Some(v.parse::<u16>().map_err(|_| format!("port {v:?}: expected 1 to 65535"))?),
+            ["key", "none"] => key = Some(None),
+            ["key", v] => key = Some(Some(crate::cli::u32_word("key", v)?)),
+            [k, _] => return Err(format!("set udp tunnel: {k:?} cannot be changed in place (remote, port or key)")),
+            [k] => return Err(format!("set udp tunnel: {k:?} needs a value")),
+            _ => unreachable!("chunks of two"),
+        }
+    }
+    if remote.is_none() && port.is_none() && key.is_none() {
+        return Err("set udp tunnel <name> needs remote <addr>, port <n> or key <n>|none".into());
+    }
+    Ok(crate::api::Request::SetUdpTunnel { name: name.to_string(), remote, port, key })
+}
+
+/// `show udp tunnel remote <addr> | local <addr> | id <n>`.
+pub fn parse_find(key: &str, value: &str) -> Result<crate::api::Request, String> {
+    let (mut remote, mut local, mut id) = (None, None, None);
+    match key {
+        "remote" => remote = Some(value.to_string()),
+        "local" => local = Some(value.to_string()),
+        _ => id = Some(crate::cli::u32_word("id", value)?),
+    }
+    Ok(crate::api::Request::FindUdpTunnels { remote, local, id })
+}
+
+/// The UDP tunnel requests of the typed API beyond create, delete and list.
+pub fn handle(c: &mut crate::dataplane::Control, req: &crate::api::Request) -> Result<crate::api::Reply, String> {
+    use crate::api::{Reply, Request};
+    Ok(match req {
+        Request::SetUdpTunnel { name, remote, port, key } => {
+            let t = named(&c.udptun, name)?;
+            if *port == Some(0) {
+                return Err("port 0: expected 1 to 65535".into());
+            }
+            let change =
+                UdpTunnelChange { remote: remote.as_deref().map(|r| address("remote", r)).transpose()?, port: *port, gre_key: *key };
+            let before = c.udptun.modify(&mut c.state, t.id, change).map_err(|e| e.to_string())?;
+            // One publication: the tunnel's new outer header, its receive key and (for a
+            // new port) the demux reach the workers together; other tunnels are untouched.
+            c.publish();
+            let after = c.udptun.spec(t.id).expect("modified, so live").clone();
+            let name = format!("{UDP_TUNNEL_IF_PREFIX}{}", t.id);
+            let key_word = |k: Option<u32>| k.map_or("none".to_string(), |k| format!("{k:#x}"));
+            let mut text = format!("{name}: remote {} -> {}, port {} -> {}", before.remote, after.remote, before.port, after.port);
+            if before.gre_key != after.gre_key {
+                text += &format!(", key {} -> {}", key_word(before.gre_key), key_word(after.gre_key));
+            }
+            Reply::ok(serde_json::json!({ "name": name, "remote": after.remote, "port": after.port, "key": after.gre_key }), text)
+        }
+        Request::FindUdpTunnels { remote, local, id } => {
+            let rows = match (remote, local, id) {
+                (Some(r), None, None) => {
+                    let r = address("remote", r)?;
+                    rows_where(&c.udptun, &c.state, |_, s| s.remote == r)
+                }
+                (None, Some(l), None) => {
+                    let l = address("local", l)?;
+                    rows_where(&c.udptun, &c.state, |_, s| s.local == l)
+                }
+                (None, None, Some(n)) => rows_where(&c.udptun, &c.state, |i, _| i == *n),
+                _ => return Err("find UDP tunnels by one of remote, local or id".into()),
+            };
+            let text = format_rows(&rows).replacen(" UDP tunnels\n", " UDP tunnels match\n", 1);
+            Reply::ok(serde_json::to_value(&rows).map_err(|e| e.to_string())?, text)
+        }
+        _ => unreachable!("only UDP tunnel set/find requests are sent here"),
+    })
+}
+
+/// For an API field that, when present, holds a value or null (`"key": null` removes a
+/// GRE key): present is `Some`, absent stays `None` (serde's default).
+pub fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<u32>>, D::Error> {
+    Option::<u32>::deserialize(d).map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::api::Request;
+
+    fn p(line: &str) -> Result<Request, String> {
+        crate::cli::parse(&line.split_whitespace().map(String::from).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn set_and_find_words() {
+        let want =
+            Request::SetUdpTunnel { name: "udp_tunnel3".into(), remote: Some("198.18.1.9".into()), port: Some(5000), key: Some(Some(16)) };
+        assert_eq!(p("set udp tunnel udp_tunnel3 remote 198.18.1.9 port 5000 key 0x10"), Ok(want));
+        assert_eq!(
+            p("set udp tunnel 3 key none"),
+            Ok(Request::SetUdpTunnel { name: "3".into(), remote: None, port: None, key: Some(None) })
+        );
+        assert!(p("set udp tunnel udp_tunnel3").unwrap_err().contains("needs remote"));
+        assert!(p("set udp tunnel udp_tunnel3 encap gue").unwrap_err().contains("cannot be changed in place"));
+        assert!(p("set udp tunnel udp_tunnel3 port").unwrap_err().contains("needs a value"));
+        assert!(p("set udp tunnel udp_tunnel3 port 70000").unwrap_err().contains("expected 1 to 65535"));
+        assert!(p("set udp tunnel udp_tunnel3 key 4294967296").unwrap_err().contains("out of range"));
+        let find = |remote: Option<&str>, local: Option<&str>, id| Request::FindUdpTunnels {
+            remote: remote.map(Into::into),
+            local: local.map(Into::into),
+            id,
+        };
+        assert_eq!(p("show udp tunnel remote 198.18.1.2"), Ok(find(Some("198.18.1.2"), None, None)));
+        assert_eq!(p("show udp tunnels local 2001:db8::1"), Ok(find(None, Some("2001:db8::1"), None)));
+        assert_eq!(p("show udp tunnel id 4"), Ok(find(None, None, Some(4))));
+        assert!(p("show udp tunnel id four").unwrap_err().contains("expected a number"));
+    }
 }

@@ -11,6 +11,15 @@ pub const MINIMAL_CONFIG: &str = "a gateway needs at least one [[interface]] wit
 (and `addresses` to route), e.g.\n  [[interface]]\n  name = \"pg0\"\n  type = \"pg\"\n  mac = \"02:00:00:00:00:01\"\n  \
 addresses = [\"198.18.0.1/24\"]\nsee docs/CONFIGURATION.md";
 
+/// The feature sections' entries on their own (`[[ipsec_sa]]`, `[[ipsec_policy]]`,
+/// `[[ipsec_spd]]` ids, `[lb]`, `[[lb_service]]`), reported with the core sections'
+/// errors; what they need of the interfaces and routes is checked when they are built.
+pub fn check_feature_entries(cfg: &Config, problems: &mut Problems) {
+    crate::ipsec::check_entries(cfg, problems);
+    crate::spd::check_entries(cfg, problems);
+    crate::lb::check_entries(cfg, problems);
+}
+
 /// Each address once in the whole file, and each subnet on one interface: a second
 /// interface on an overlapping subnet would make the connected routes ambiguous.
 pub fn check_addresses(cfg: &Config, specs: &[InterfaceSpec], problems: &mut Problems) {

@@ -26,6 +26,6 @@ pub mod tables;
 pub mod tunnel;
 
 pub use context::{HasUdpTun, UdpTunContext, UdpTunEvent};
-pub use state::{UdpTunError, UdpTunState};
+pub use state::{UdpTunError, UdpTunState, UdpTunnelChange};
 pub use tables::UdpTunTables;
 pub use tunnel::{Encap, Tunnel, UdpTunnelSpec};

@@ -35,6 +35,26 @@ pub enum UdpTunError {
     Route(Prefix, String),
 }
 
+/// What `UdpTunState::modify` changes; `None` keeps the field.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UdpTunnelChange {
+    pub remote: Option<IpAddr>,
+    pub port: Option<u16>,
+    /// `Some(None)` removes the GRE key.
+    pub gre_key: Option<Option<u32>>,
+}
+
+/// The adjacency a tunnel's outer packets toward `remote` leave by. A remote routed into
+/// a tunnel gets `ADJ_MISS`: its packets take the lookup.
+fn outer_adjacency(router: &mut RouterState, remote: IpAddr) -> u32 {
+    let v = router.resolve_endpoint(remote);
+    if TunnelRef::decode(v).is_some() {
+        ADJ_MISS
+    } else {
+        v
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct UdpTunState {
     tunnels: Vec<Option<UdpTunnelSpec>>,
@@ -80,6 +100,11 @@ impl UdpTunState {
     }
 
     pub fn validate(&self, router: &RouterState, s: &UdpTunnelSpec) -> Result<(), UdpTunError> {
+        self.validate_as(router, s, None)
+    }
+
+    /// `validate` for tunnel `this` (none: a new one), which may keep its own endpoints.
+    fn validate_as(&self, router: &RouterState, s: &UdpTunnelSpec, this: Option<u32>) -> Result<(), UdpTunError> {
         let ours = |a: IpAddr| {
             router.interfaces().iter().any(|i| match a {
                 IpAddr::V4(v) => i.has_ip4(v),
@@ -107,7 +132,7 @@ impl UdpTunState {
         if s.checksum == ChecksumMode::Offload && s.local.is_ipv4() {
             return Err(UdpTunError::OffloadOverIpv4);
         }
-        if let Some(id) = self.find(s.local, s.remote, s.port) {
+        if let Some(id) = self.find(s.local, s.remote, s.port).filter(|&id| Some(id) != this) {
             return Err(UdpTunError::Duplicate { local: s.local, remote: s.remote, port: s.port, id });
         }
         Ok(())
@@ -136,6 +161,26 @@ impl UdpTunState {
         Ok(id)
     }
 
+    /// Change tunnel `id` in place (a new peer, port or GRE key): it keeps its id, so the
+    /// routes into it, its counters and its GRE sequence stay, and the next published
+    /// tables carry the new outer header and receive key in one step — no packet routed
+    /// into it sees the tunnel missing. Returns the spec before the change.
+    pub fn modify(&mut self, router: &mut RouterState, id: u32, change: UdpTunnelChange) -> Result<UdpTunnelSpec, UdpTunError> {
+        let old = self.spec(id).ok_or(UdpTunError::NoSuchTunnel(id))?.clone();
+        let mut new = old.clone();
+        new.remote = change.remote.unwrap_or(old.remote);
+        new.port = change.port.unwrap_or(old.port);
+        new.gre_key = change.gre_key.unwrap_or(old.gre_key);
+        self.validate_as(router, &new, Some(id))?;
+        let adj = outer_adjacency(router, new.remote);
+        self.tunnels[id as usize] = Some(new);
+        if self.outer_adj.len() <= id as usize {
+            self.outer_adj.resize(id as usize + 1, ADJ_MISS);
+        }
+        self.outer_adj[id as usize] = adj;
+        Ok(old)
+    }
+
     /// Delete a tunnel and every route into it.
     pub fn delete(&mut self, router: &mut RouterState, id: u32) -> Result<UdpTunnelSpec, UdpTunError> {
         let spec = self.tunnels.get_mut(id as usize).and_then(Option::take).ok_or(UdpTunError::NoSuchTunnel(id))?;
@@ -153,21 +198,7 @@ impl UdpTunState {
     /// Re-resolve every tunnel's outer adjacency (after any route or tunnel change). A
     /// remote routed into a tunnel gets `ADJ_MISS`: its packets take the lookup.
     pub fn refresh_outer(&mut self, router: &mut RouterState) {
-        self.outer_adj = self
-            .tunnels
-            .iter()
-            .map(|t| match t {
-                Some(s) => {
-                    let v = router.resolve_endpoint(s.remote);
-                    if TunnelRef::decode(v).is_some() {
-                        ADJ_MISS
-                    } else {
-                        v
-                    }
-                }
-                None => ADJ_MISS,
-            })
-            .collect();
+        self.outer_adj = self.tunnels.iter().map(|t| t.as_ref().map_or(ADJ_MISS, |s| outer_adjacency(router, s.remote))).collect();
     }
 
     /// Add the tunnels to the router's local UDP demux: the ports they receive on, and

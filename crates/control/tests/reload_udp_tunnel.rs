@@ -1,0 +1,81 @@
+//! A reload that changes only a UDP tunnel's GRE key changes the tunnel in place (the
+//! path `set udp tunnel` takes): it keeps its id, routes, counters and GRE sequence,
+//! where removing and adding it would start them again.
+
+use control::api::Request;
+use control::config::Config;
+use control::dataplane::assemble;
+use engine::worker::Context;
+use std::path::Path;
+
+const CFG: &str = r#"
+[[interface]]
+name = "pg0"
+type = "pg"
+mac = "02:00:00:00:00:01"
+addresses = ["198.18.0.1/24"]
+
+[[interface]]
+name = "null0"
+type = "null"
+mac = "02:00:00:00:00:02"
+addresses = ["198.18.1.1/24"]
+
+[[neighbour]]
+interface = "null0"
+ip = "198.18.1.2"
+mac = "02:00:00:00:01:02"
+
+[[udp_tunnel]]
+local = "198.18.1.1"
+remote = "198.18.1.2"
+encap = "gre"
+key = 7
+gre_sequence = true
+routes = ["198.19.1.0/24"]
+
+[[stream]]
+name = "into-gre"
+interface = "pg0"
+size = 64
+count = 1000
+protocol = "udp"
+src = "198.18.0.2"
+dst = "198.19.1.1"
+"#;
+
+#[test]
+fn a_reload_changing_only_the_key_keeps_the_tunnel_and_its_counters() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gw.toml");
+    std::fs::write(&path, CFG).unwrap();
+    let cfg = Config::load(&path).unwrap();
+    let (mut c, mut worker) = assemble(&cfg).unwrap().into_single();
+    c.config_path = Some(path.clone());
+    while !worker.inputs_done() {
+        worker.poll_once();
+    }
+    worker.poll_once();
+    worker.cx.refresh();
+    let find = Request::FindUdpTunnels { remote: None, local: None, id: Some(0) };
+    assert_eq!(c.handle(&find).data[0]["counters"]["tx_packets"], 1000);
+
+    std::fs::write(&path, CFG.replace("key = 7", "key = 9")).unwrap();
+    let r = c.handle(&Request::Reload { file: None });
+    assert!(r.ok, "{r:?}");
+    assert_eq!(
+        r.data["changes"],
+        serde_json::json!([{ "action": "replaced", "object": "udp_tunnel", "name": "udp_tunnel0 (remote 198.18.1.2, key in place)" }])
+    );
+    let row = &c.handle(&find).data[0];
+    assert_eq!((row["key"].as_u64(), &row["counters"]["tx_packets"]), (Some(9), &serde_json::json!(1000)), "{row}");
+    let fib = c.handle(&Request::ShowIpFibEntry { query: "198.19.1.1".into() });
+    assert!(fib.text.contains("udp_tunnel0"), "{}", fib.text);
+
+    // Another change (the port) is still a replacement: a new tunnel, counted from zero.
+    std::fs::write(&path, CFG.replace("key = 7", "key = 9\nport = 5000")).unwrap();
+    let r = c.handle(&Request::Reload { file: None });
+    assert!(r.ok, "{r:?}");
+    let row = &c.handle(&find).data[0];
+    assert_eq!((row["port"].as_u64(), &row["counters"]["tx_packets"]), (Some(5000), &serde_json::json!(0)), "{row}");
+}

@@ -1,0 +1,114 @@
+"""UDP tunnels changed in place (issue 24): `vecgate ctl set udp tunnel` moves a
+GRE-in-UDP tunnel to a new peer, port and key while a generator sends into it; every
+packet leaves encapsulated, those before the change to the old peer and those after to
+the new one — one switch, none lost. scapy (an independent implementation) dissects the
+outer IPv4/UDP, the GRE header with its key and the inner packet. `show udp tunnel
+remote|local|id` finds the tunnel where it now is."""
+import json
+import subprocess
+import time
+
+from scapy.all import GRE, IP, UDP, rdpcap
+
+SENT = 2000
+RATE = 400  # packets per second: the stream lasts five seconds
+
+
+def ctl(vecgate, sock, *words):
+    return subprocess.run([str(vecgate), "ctl", "--socket", str(sock), *words], capture_output=True, text=True, timeout=20)
+
+
+def test_set_udp_tunnel_moves_packets_to_the_new_peer_once_and_loses_none(vecgate, tmp_path):
+    sock = tmp_path / "vg.sock"
+    cfg = tmp_path / "gw.toml"
+    cfg.write_text(f"""
+[[interface]]
+name = "pg0"
+type = "pg"
+mac = "02:00:00:00:00:01"
+addresses = ["198.18.0.1/24"]
+
+[[interface]]
+name = "core"
+type = "pcap"
+mac = "02:00:00:00:00:02"
+addresses = ["198.18.1.1/24"]
+output = "core.pcap"
+
+[[neighbour]]
+interface = "core"
+ip = "198.18.1.2"
+mac = "02:00:00:00:01:02"
+
+[[neighbour]]
+interface = "core"
+ip = "198.18.1.3"
+mac = "02:00:00:00:01:03"
+
+[[udp_tunnel]]
+local = "198.18.1.1"
+remote = "198.18.1.2"
+encap = "gre"
+key = 7
+routes = ["198.19.5.0/24"]
+
+[[stream]]
+name = "into-tunnel"
+interface = "pg0"
+size = 100
+count = {SENT}
+rate = {RATE}
+protocol = "udp"
+src = "198.18.0.2"
+dst = "198.19.5.1"
+""")
+    proc = subprocess.Popen([str(vecgate), "run", "--config", str(cfg), "--duration", str(SENT / RATE + 4), "--interval", "0.5",
+                             "--socket", str(sock)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 10
+        while not sock.exists() and time.time() < deadline:
+            time.sleep(0.05)
+        assert sock.exists(), "control socket did not appear"
+        # The change once the tunnel has carried some packets (bounded wait; the
+        # generator's rate leaves seconds of packets for after it).
+        sent = 0
+        for _ in range(100):
+            rows = json.loads(ctl(vecgate, sock, "--json", "show", "interfaces").stdout)["data"]
+            sent = next(r["tx_packets"] for r in rows if r["name"] == "core")
+            if sent >= 50:
+                break
+            time.sleep(0.1)
+        assert 50 <= sent < SENT, sent
+        r = ctl(vecgate, sock, "set", "udp", "tunnel", "udp_tunnel0", "remote", "198.18.1.3", "port", "5000", "key", "0x1234")
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.strip() == "udp_tunnel0: remote 198.18.1.2 -> 198.18.1.3, port 4754 -> 5000, key 0x7 -> 0x1234", r.stdout
+        r = ctl(vecgate, sock, "show", "udp", "tunnel", "remote", "198.18.1.3")
+        assert r.returncode == 0 and "1 UDP tunnels match" in r.stdout, r.stdout
+        assert "udp_tunnel0" in r.stdout and "198.18.1.1 -> 198.18.1.3 gre port 5000" in r.stdout and "key 0x1234" in r.stdout, r.stdout
+        r = ctl(vecgate, sock, "show", "udp", "tunnel", "remote", "198.18.1.2")
+        assert r.returncode == 0 and "0 UDP tunnels match" in r.stdout, r.stdout
+        r = ctl(vecgate, sock, "--json", "show", "udp", "tunnel", "id", "0")
+        assert json.loads(r.stdout)["data"][0]["remote"] == "198.18.1.3", r.stdout
+        # A refused change names what is wrong and changes nothing.
+        r = ctl(vecgate, sock, "set", "udp", "tunnel", "udp_tunnel0", "port", "2152")
+        assert r.returncode != 0 and "2152" in r.stderr, (r.stdout, r.stderr)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    frames = [p for p in rdpcap(str(tmp_path / "core.pcap")) if UDP in p]
+    assert len(frames) == SENT, f"{len(frames)} of {SENT} packets encapsulated"
+    peers = []
+    for p in frames:
+        gre = GRE(bytes(p[UDP].payload))  # GRE-in-UDP (RFC 8086): the GRE header right after UDP
+        assert gre.key_present == 1 and gre.proto == 0x0800, gre.show(dump=True)
+        inner = gre.payload
+        assert isinstance(inner, IP) and inner.dst == "198.19.5.1" and inner.src == "198.18.0.2", repr(inner)
+        assert p[IP].src == "198.18.1.1"
+        peers.append((p[IP].dst, p[UDP].dport, gre.key))
+    old = ("198.18.1.2", 4754, 7)
+    new = ("198.18.1.3", 5000, 0x1234)
+    assert set(peers) == {old, new}, set(peers)
+    # One switch: every packet before it to the old peer, every one after to the new.
+    switch = peers.index(new)
+    assert switch >= 50 and all(x == old for x in peers[:switch]) and all(x == new for x in peers[switch:])
