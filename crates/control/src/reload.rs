@@ -156,7 +156,10 @@ fn check_interfaces(c: &Control, new: &Config) -> Result<(), String> {
     }
     for (i, o) in c.applied.interfaces.iter().enumerate() {
         if o.parcels && !new.interfaces.iter().any(|n| n.name == o.name) {
-            return Err(format!("{}: interface {:?} (was interface[{i}]) takes parcels: a parcel link is removed by a restart only; nothing was changed", new.source, o.name));
+            return Err(format!(
+                "{}: interface {:?} (was interface[{i}]) takes parcels: a parcel link is removed by a restart only; nothing was changed",
+                new.source, o.name
+            ));
         }
     }
     Ok(())

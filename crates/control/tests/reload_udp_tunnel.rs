@@ -6,7 +6,6 @@ use control::api::Request;
 use control::config::Config;
 use control::dataplane::assemble;
 use engine::worker::Context;
-use std::path::Path;
 
 const CFG: &str = r#"
 [[interface]]

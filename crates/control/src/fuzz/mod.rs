@@ -7,5 +7,5 @@
 pub mod api;
 pub mod config;
 pub mod graph;
-pub mod upf_sessions;
 pub mod gso;
+pub mod upf_sessions;
