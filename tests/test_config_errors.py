@@ -68,7 +68,7 @@ protocol = "tcp"
 # (field, the line it is on, a word of what was expected)
 WANT = [
     ("ipsec_sa[0].spi", 17, "256 or more"),
-    ("ipsec_sa[1].enc_key", 28, "aes-gcm-128 takes [20]"),
+    ("ipsec_sa[1].enc_key", 28, "expected 20 bytes for aes-gcm-128"),
     ("ipsec_policy[0].remote", 36, "no host bits"),
     ("ipsec_policy[1].sa", 38, "SA id"),  # no `sa` written: the line of its table
     ("lb_service[0].backends[0].weight", 49, "expected 1 to 1000"),

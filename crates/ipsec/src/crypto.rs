@@ -116,10 +116,20 @@ impl std::fmt::Display for Algorithm {
 /// Why an SA's keys were refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum KeyError {
-    #[error("encryption key of {got} bytes: {alg} takes {expected:?} (AEADs: key and 4-byte salt)")]
+    #[error("encryption key of {got} bytes: expected {} bytes for {alg} (AEADs: the key and a 4-byte salt)", byte_counts(.expected))]
     EncKeyLen { alg: Algorithm, got: usize, expected: &'static [usize] },
-    #[error("integrity key of {got} bytes: {alg} takes {expected}")]
+    #[error("integrity key of {got} bytes: expected {expected} bytes for {alg}")]
     IntegKeyLen { alg: Algorithm, got: usize, expected: usize },
+}
+
+/// `20`, `16 or 32`, `16, 24 or 32`.
+fn byte_counts(n: &[usize]) -> String {
+    let words: Vec<String> = n.iter().map(usize::to_string).collect();
+    match words.split_last() {
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => "none".into(),
+    }
 }
 
 /// Why a packet did not open.
