@@ -1,0 +1,41 @@
+#!/usr/bin/env python3
+"""Two vecgate builds on the same bench scenarios, interleaved: ab_bench.py A B [ROUNDS].
+
+Each round runs `vecgate bench <scenario> --json --core 1` with both binaries (the order
+alternating per round, so drift hits both alike) and prints, per scenario, the medians of
+one node's cycles per packet and of the whole graph's, and their ratios A/B. Used for the
+per-tunnel counters' cost (docs/PERFORMANCE.md): A as committed, B with the counting
+taken out."""
+import json
+import statistics
+import subprocess
+import sys
+
+# Scenario -> the node whose cycles are compared.
+SCENARIOS = {"gtpu4-encap": "gtpu4-encap", "gtpu4-decap": "gtpu4-input", "ip4-forward": "ip4-lookup"}
+
+
+def run(binary, scenario, node):
+    out = subprocess.run([binary, "bench", scenario, "--json", "--core", "1"], capture_output=True, text=True, check=True).stdout
+    d = json.loads(out)
+    return next(n for n in d["nodes"] if n["name"] == node)["cycles_per_packet"], d["cycles_per_packet"]
+
+
+def main():
+    a, b = sys.argv[1], sys.argv[2]
+    rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 15
+    got = {(x, s): ([], []) for x in (a, b) for s in SCENARIOS}
+    for r in range(rounds):
+        for s, node in SCENARIOS.items():
+            for x in (a, b) if r % 2 == 0 else (b, a):
+                n, g = run(x, s, node)
+                got[(x, s)][0].append(n)
+                got[(x, s)][1].append(g)
+    for s, node in SCENARIOS.items():
+        na, ga = (statistics.median(v) for v in got[(a, s)])
+        nb, gb = (statistics.median(v) for v in got[(b, s)])
+        print(f"{s:12} {node:12} node {na:7.2f} / {nb:7.2f} = {na / nb:.4f}   graph {ga:7.2f} / {gb:7.2f} = {ga / gb:.4f}")
+
+
+if __name__ == "__main__":
+    main()
