@@ -8,7 +8,7 @@ Every mode is bounded in count and time and prints one JSON line (clients) or RE
   who HOST PORT COUNT        COUNT connections asking "who": the answers, in order
   echo HOST PORT BYTES       one connection echoing BYTES of seeded data: what came back
                              is what went (sha256 both ways), and who answered
-  uecho HOST PORT COUNT      COUNT UDP datagrams, each from a socket of its own connected
+  uecho HOST PORT COUNT      COUNT UDP datagrams, each from a socket (and port) of its own connected
                              to HOST PORT (so only an answer from that address and port
                              is taken): how many came back intact
 """
@@ -95,8 +95,12 @@ def echo(host, port, n):
 
 def uecho(host, port, count):
     answered = 0
+    # Every socket stays open until the end, so each has a source port of its own (a
+    # closed one's port may come back for a later socket: the same flow, one session).
+    held = []
     for i in range(count):
         s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_DGRAM)
+        held.append(s)
         s.connect((host, port))
         s.settimeout(2)
         msg = f"datagram {i} ".encode() * 8
@@ -105,6 +109,7 @@ def uecho(host, port, count):
             answered += s.recv(65535) == msg
         except (socket.timeout, ConnectionRefusedError):
             pass
+    for s in held:
         s.close()
     print(json.dumps({"sent": count, "answered": answered}))
 
