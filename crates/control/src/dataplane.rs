@@ -637,24 +637,30 @@ impl Placement {
 }
 
 fn placements(cfg: &Config, programs: &[Option<Arc<io::af_xdp::XdpRedirect>>]) -> Vec<Placement> {
-    let n = cfg.dataplane.workers;
-    cfg.interfaces
-        .iter()
-        .zip(programs)
-        .map(|(ic, prog)| match ic.kind {
-            _ if n == 1 => Placement::Everywhere,
-            InterfaceKind::AfPacket | InterfaceKind::Null => Placement::Everywhere,
-            InterfaceKind::AfXdp => {
-                let q = prog.as_ref().map_or(1, |p| p.queues() as usize);
-                if q >= n {
-                    Placement::Everywhere
-                } else {
-                    Placement::Owners(q)
-                }
+    cfg.interfaces.iter().zip(programs).map(|(ic, prog)| placement(ic.kind, cfg.dataplane.workers, prog.as_deref())).collect()
+}
+
+/// Where an interface of `kind` runs among `n` workers.
+fn placement(kind: InterfaceKind, n: usize, prog: Option<&io::af_xdp::XdpRedirect>) -> Placement {
+    match kind {
+        _ if n == 1 => Placement::Everywhere,
+        InterfaceKind::AfPacket | InterfaceKind::Null => Placement::Everywhere,
+        InterfaceKind::AfXdp => {
+            let q = prog.map_or(1, |p| p.queues() as usize);
+            if q >= n {
+                Placement::Everywhere
+            } else {
+                Placement::Owners(q)
             }
-            InterfaceKind::Tap | InterfaceKind::Pg | InterfaceKind::Pcap => Placement::Owners(1),
-        })
-        .collect()
+        }
+        InterfaceKind::Tap | InterfaceKind::Pg | InterfaceKind::Pcap => Placement::Owners(1),
+    }
+}
+
+/// How many of `n` workers own the device of an interface of `kind` (the others send
+/// through their lanes).
+pub(crate) fn owners(kind: InterfaceKind, n: usize) -> usize {
+    placement(kind, n, None).owners(n)
 }
 
 /// Attach the XDP program of every af_xdp interface, once for all workers.

@@ -88,7 +88,7 @@ pub(crate) fn add(c: &mut Control, cfg: &Config, i: usize) -> Result<IfIndex, St
     let at = c.state.add_interface(spec).map_err(|e| format!("{field}: {e}"))?;
     let workers = c.workers.len();
     // A TAP device exists once: worker 0 owns it, the others send through their lanes.
-    let owners = if ic.kind == InterfaceKind::Tap { 1 } else { workers };
+    let owners = crate::dataplane::owners(ic.kind, workers);
     let mut devices = Vec::with_capacity(workers);
     let mut detail = None;
     for k in 0..workers {
