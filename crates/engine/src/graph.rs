@@ -123,6 +123,7 @@ impl<C, N: Node<C>> Runner<C> for NodeBox<N> {
                 }
             }
         }
+        self.0.end_of_vector(cx);
     }
 }
 

@@ -86,6 +86,12 @@ pub trait Node<C>: Send + 'static {
     #[inline(always)]
     fn prepare(&mut self, _cx: &mut C, _pool: &mut Pool, _input: &[BufIdx]) {}
 
+    /// Called once per vector, after `process` ran on each packet: a node that sums
+    /// across packets (a run of packets of one tunnel counted in the worker's context,
+    /// VPP-style) writes the sum out here. The default does nothing.
+    #[inline(always)]
+    fn end_of_vector(&mut self, _cx: &mut C) {}
+
     /// One line describing the packet as this node sees it, for `show trace`. Called
     /// before `process`, only for traced packets.
     fn trace(&self, buf: &Buffer) -> String {

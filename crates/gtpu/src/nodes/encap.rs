@@ -189,6 +189,10 @@ impl<Cx: HasGtpu, O: Outer> Node<Cx> for GtpuEncap<O> {
         O::ENCAP
     }
 
+    fn end_of_vector(&mut self, cx: &mut Cx) {
+        cx.split().1.counters.flush();
+    }
+
     /// With `prefetch`: start loading every packet's tunnel entry before the first is
     /// encapsulated (a million tunnels do not fit in cache).
     fn prepare(&mut self, cx: &mut Cx, pool: &mut Pool, input: &[BufIdx]) {

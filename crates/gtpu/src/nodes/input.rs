@@ -231,6 +231,10 @@ impl<Cx: HasGtpu, O: Outer> Node<Cx> for GtpuInput<O> {
         O::INPUT
     }
 
+    fn end_of_vector(&mut self, cx: &mut Cx) {
+        cx.split().1.counters.flush();
+    }
+
     /// With `batch_lookup` and a table larger than the caches: compute every plain
     /// G-PDU's key, prefetch its table slot (with `prefetch`), then look them all up, so
     /// the table misses of one vector overlap. `process` then finds the tunnel id in
@@ -324,7 +328,6 @@ impl<Cx: HasGtpu, O: Outer> Node<Cx> for GtpuInput<O> {
                 }
                 buf.truncate(p.payload);
                 counts.inc(C::Decapsulated);
-                g.counters.rx(id, buf.len());
                 if Tunnel::aux_mss_clamp(aux) {
                     if let Some(tun) = t.tunnel(id) {
                         let link_mtu = ipc.tables.adjacency(t.outer_adj(id)).mtu();
@@ -333,6 +336,9 @@ impl<Cx: HasGtpu, O: Outer> Node<Cx> for GtpuInput<O> {
                         }
                     }
                 }
+                // Last, after every read of the tables: a store into the context before
+                // them would make the compiler load them again.
+                g.counters.rx(id, buf.len());
                 Self::forward(buf, next, skip)
             }
             MessageType::EchoRequest => {

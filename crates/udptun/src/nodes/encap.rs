@@ -298,6 +298,10 @@ impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunEncap<O> {
         O::ENCAP
     }
 
+    fn end_of_vector(&mut self, cx: &mut Cx) {
+        cx.split_udptun().1.counters.flush();
+    }
+
     #[inline(always)]
     fn prepare(&mut self, _cx: &mut Cx, _pool: &mut engine::Pool, _input: &[engine::BufIdx]) {
         self.plan.id = EncapPlan::NONE;

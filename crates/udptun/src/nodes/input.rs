@@ -364,6 +364,10 @@ impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunInput<O> {
         O::INPUT
     }
 
+    fn end_of_vector(&mut self, cx: &mut Cx) {
+        cx.split_udptun().1.counters.flush();
+    }
+
     #[inline(always)]
     fn prepare(&mut self, _cx: &mut Cx, _pool: &mut engine::Pool, _input: &[engine::BufIdx]) {
         // The tables may have changed since the last vector; a hint is forgotten with
