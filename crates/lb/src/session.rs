@@ -452,18 +452,6 @@ impl<F: Family> Balancer<F> {
         Some(Hit::Forward(s.rewrite, s.deltas))
     }
 
-    /// Start loading what [`Balancer::forward`] or [`Balancer::reverse`] of `key` reads first.
-    #[inline(always)]
-    pub fn prefetch(&self, key: &FlowKey<F::Addr>) {
-        self.sessions.prefetch(&Key(*key));
-    }
-
-    /// The second stage: the entry itself (see [`Table::prefetch_slot`]).
-    #[inline(always)]
-    pub fn prefetch_entry(&self, key: &FlowKey<F::Addr>) {
-        self.sessions.prefetch_slot(&Key(*key));
-    }
-
     /// A packet that may be a reply of a translated connection: its translation.
     #[inline]
     pub fn reverse(&mut self, key: &FlowKey<F::Addr>, flags: u8, now: u64) -> Option<Rewrite<F::Addr>> {

@@ -75,27 +75,15 @@ impl<K: TableKey, V: Copy + Default> Table<K, V> {
         (a..a + WAYS).chain(b..b + WAYS)
     }
 
-    /// Start loading the tags of `key`'s first bucket (where most keys are), so that
-    /// the lookups of a vector's packets overlap their misses.
-    #[inline(always)]
-    pub fn prefetch(&self, key: &K) {
-        self.prefetch_hashed(key.hash());
-    }
-
-    /// [`Table::prefetch`] of the key whose hash is `tag`.
+    /// Start loading the tags of the first bucket of the key whose hash is `tag` (where
+    /// most keys are), so that the lookups of a vector's packets overlap their misses.
     #[inline(always)]
     pub fn prefetch_hashed(&self, tag: u32) {
         engine::prefetch::read(&self.tags[self.first_bucket(tag)]);
     }
 
-    /// Start loading the slot whose tag matches `key`'s (after [`Table::prefetch`] had
+    /// Start loading the slot whose tag is `tag` (after [`Table::prefetch_hashed`] had
     /// time to bring the tags in): the lookup's second, dependent miss, overlapped too.
-    #[inline(always)]
-    pub fn prefetch_slot(&self, key: &K) {
-        self.prefetch_slot_hashed(key.hash());
-    }
-
-    /// [`Table::prefetch_slot`] of the key whose hash is `tag`.
     #[inline(always)]
     pub fn prefetch_slot_hashed(&self, tag: u32) {
         if let Some(i) = self.first_tag(self.first_bucket(tag), tag).or_else(|| self.first_tag(self.second_bucket(tag), tag)) {
