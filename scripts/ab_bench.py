@@ -7,16 +7,27 @@ one node's cycles per packet and of the whole graph's, and their ratios A/B. Use
 per-tunnel counters' cost (docs/PERFORMANCE.md): A as committed, B with the counting
 taken out."""
 import json
+import os
 import statistics
 import subprocess
 import sys
 
 # Scenario -> the node whose cycles are compared.
 SCENARIOS = {"gtpu4-encap": "gtpu4-encap", "gtpu4-decap": "gtpu4-input", "ip4-forward": "ip4-lookup"}
+# AB_SET=lb: the load balancer's scenarios (label: bench arguments; the node is the label's
+# first word), 10 000 flows as in docs/PERFORMANCE.md.
+LB = {
+    f"{s} --services {n}": f"{s} --services {n} --backends 10 --flows 10000 --packets 2000000"
+    for s, counts in (("lb4-nat", (1, 10000)), ("lb4-encap", (1, 1000, 10000)))
+    for n in counts
+}
+if os.environ.get("AB_SET") == "lb":
+    SCENARIOS = {label: label.split()[0] for label in LB}
 
 
 def run(binary, scenario, node):
-    out = subprocess.run([binary, "bench", scenario, "--json", "--core", "1"], capture_output=True, text=True, check=True).stdout
+    args = LB.get(scenario, scenario).split()
+    out = subprocess.run([binary, "bench", *args, "--json", "--core", "1"], capture_output=True, text=True, check=True).stdout
     d = json.loads(out)
     return next(n for n in d["nodes"] if n["name"] == node)["cycles_per_packet"], d["cycles_per_packet"]
 

@@ -177,15 +177,17 @@ pub fn flow<F: Layout>(pkt: &[u8]) -> Result<(FlowKey<F::Addr>, u8, usize), NatE
         UDP => 8,
         _ => return Err(NatError::Protocol),
     };
-    if pkt.len() < l4 + need {
+    // `l4()` checked the IP header is within the packet.
+    let rest = &pkt[l4..];
+    let (Some(t), true) = (rest.first_chunk::<8>(), rest.len() >= need) else {
         return Err(NatError::Truncated);
-    }
-    if proto == UDP && !(8..=pkt.len() - l4).contains(&(be16(pkt, l4 + 4) as usize)) {
+    };
+    if proto == UDP && !(8..=rest.len()).contains(&(u16::from_be_bytes([t[4], t[5]]) as usize)) {
         return Err(NatError::BadUdpLength);
     }
-    let flags = if proto == TCP { pkt[l4 + 13] } else { 0 };
-    let key = FlowKey { src: F::src(pkt), dst: F::dst(pkt), sport: be16(pkt, l4), dport: be16(pkt, l4 + 2), proto };
-    Ok((key, flags, l4))
+    let flags = if proto == TCP { rest[13] } else { 0 };
+    let (sport, dport) = (u16::from_be_bytes([t[0], t[1]]), u16::from_be_bytes([t[2], t[3]]));
+    Ok((FlowKey { src: F::src(pkt), dst: F::dst(pkt), sport, dport, proto }, flags, l4))
 }
 
 /// The transport checksum field's offset, if the packet carries one to patch.
@@ -195,6 +197,32 @@ fn l4_checksum_at<F: Layout>(pkt: &[u8], l4: usize, proto: u8) -> Option<usize> 
     present.then_some(at)
 }
 
+/// A translation's checksum changes (RFC 1624 eqn. 3, folded to 16 bits), computed once
+/// when a session is made so that each of its packets only adds them: `addrs` for the
+/// IP header (and a partial transport checksum), `all` (addresses and ports) for the
+/// transport checksum. Folding first gives the same checksums: one's-complement sums
+/// are equal modulo 0xffff, and a non-zero sum folds to non-zero either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Deltas {
+    pub addrs: u16,
+    pub all: u16,
+}
+
+impl Deltas {
+    pub fn new<F: Family>(from: &FlowKey<F::Addr>, to: &Rewrite<F::Addr>) -> Self {
+        let addrs = delta(from.src.as_ref(), to.src.as_ref()) + delta(from.dst.as_ref(), to.dst.as_ref());
+        let ports = (!from.sport) as u32 + to.sport as u32 + (!from.dport) as u32 + to.dport as u32;
+        Deltas { addrs: fold(addrs), all: fold(addrs + ports) }
+    }
+}
+
+/// A one's-complement sum folded to 16 bits.
+fn fold(mut s: u32) -> u16 {
+    s = (s & 0xffff) + (s >> 16);
+    s = (s & 0xffff) + (s >> 16);
+    s as u16
+}
+
 /// Rewrite the addresses and ports of a packet whose flow is `from` (as [`flow`] read
 /// it, transport header at `l4`) to `to`, patching the IP and transport checksums.
 /// `partial`: the transport checksum is left to the device (the field holds the
@@ -202,22 +230,27 @@ fn l4_checksum_at<F: Layout>(pkt: &[u8], l4: usize, proto: u8) -> Option<usize> 
 /// completed), so only the addresses' change goes into it.
 #[inline]
 pub fn translate<F: Layout>(pkt: &mut [u8], l4: usize, from: &FlowKey<F::Addr>, to: &Rewrite<F::Addr>, partial: bool) {
-    let addrs = delta(from.src.as_ref(), to.src.as_ref()) + delta(from.dst.as_ref(), to.dst.as_ref());
+    translate_with::<F>(pkt, l4, from.proto, to, Deltas::new::<F>(from, to), partial);
+}
+
+/// [`translate`] with the checksum changes computed beforehand (a session's): the
+/// packet's flow must be the one `d` was computed from.
+#[inline]
+pub fn translate_with<F: Layout>(pkt: &mut [u8], l4: usize, proto: u8, to: &Rewrite<F::Addr>, d: Deltas, partial: bool) {
     if partial {
-        let at = l4 + if from.proto == TCP { 16 } else { 6 };
-        let sum = apply(!be16(pkt, at), addrs);
+        let at = l4 + if proto == TCP { 16 } else { 6 };
+        let sum = apply(!be16(pkt, at), d.addrs as u32);
         pkt[at..at + 2].copy_from_slice(&(!sum).to_be_bytes());
-    } else if let Some(at) = l4_checksum_at::<F>(pkt, l4, from.proto) {
-        let ports = (!from.sport) as u32 + to.sport as u32 + (!from.dport) as u32 + to.dport as u32;
-        let mut c = apply(be16(pkt, at), addrs + ports);
-        if from.proto == UDP && c == 0 {
+    } else if let Some(at) = l4_checksum_at::<F>(pkt, l4, proto) {
+        let mut c = apply(be16(pkt, at), d.all as u32);
+        if proto == UDP && c == 0 {
             c = 0xffff;
         }
         pkt[at..at + 2].copy_from_slice(&c.to_be_bytes());
     }
     pkt[l4..l4 + 2].copy_from_slice(&to.sport.to_be_bytes());
     pkt[l4 + 2..l4 + 4].copy_from_slice(&to.dport.to_be_bytes());
-    F::set_addrs(pkt, &to.src, &to.dst, addrs);
+    F::set_addrs(pkt, &to.src, &to.dst, d.addrs as u32);
 }
 
 /// An ICMP error about a TCP or UDP packet: the quoted packet's flow and where the quote

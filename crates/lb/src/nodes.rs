@@ -26,7 +26,7 @@
 use crate::context::{HasLb, LbFamily};
 use crate::encap::EncapError;
 use crate::nat::{self, NatError};
-use crate::session::{LbDrop, Outcome};
+use crate::session::{Hit, LbDrop, Outcome};
 use engine::{counters, next_nodes, BufIdx, Buffer, Counts, GraphBuilder, Node, Pool, Verdict};
 use ip::nodes::IcmpRequest;
 use ip::tables::{Adjacency, MAX_INDEX};
@@ -137,18 +137,22 @@ impl<Cx: HasLb, F: NatNodeFamily> Node<Cx> for LbNat<F> {
     /// Start every packet's session lookup before waiting on any (the table is larger
     /// than the caches and its pages than the TLB): the tags of every packet's bucket,
     /// then the slot each tag names, so a vector's misses overlap in two waves rather
-    /// than queueing two per packet. Measured in docs/PERFORMANCE.md.
+    /// than queueing two per packet. Each packet's flow is read and hashed once, here:
+    /// the hash waits in `meta.flow_hash` for the second wave and for `process` (a hint
+    /// only: a wrong one finds no session, and the full path hashes again). Measured in
+    /// docs/PERFORMANCE.md.
     fn prepare(&mut self, cx: &mut Cx, pool: &mut Pool, input: &[BufIdx]) {
         let (_, lb, _) = F::parts(cx.lb());
         for &b in input {
-            if let Ok((key, _, _)) = nat::flow::<F>(pool.get(b).bytes()) {
-                lb.prefetch(&key);
+            let buf = pool.get_mut(b);
+            if let Ok((key, _, _)) = nat::flow::<F>(buf.bytes()) {
+                let h = F::flow_hash(&key.src, &key.dst, key.sport, key.dport, key.proto);
+                buf.meta.flow_hash = h;
+                lb.sessions.prefetch_hashed(h);
             }
         }
         for &b in input {
-            if let Ok((key, _, _)) = nat::flow::<F>(pool.get(b).bytes()) {
-                lb.prefetch_entry(&key);
-            }
+            lb.sessions.prefetch_slot_hashed(pool.get(b).meta.flow_hash);
         }
     }
 
@@ -164,6 +168,7 @@ impl<Cx: HasLb, F: NatNodeFamily> Node<Cx> for LbNat<F> {
             return Self::forwarded(cx, counts, buf);
         }
         let partial = buf.meta.offload.has_partial_checksum();
+        let hash = buf.meta.flow_hash;
         let (t, lb, now) = F::parts(cx.lb());
         let pkt = buf.bytes_mut();
         let (key, flags, l4) = match nat::flow::<F>(pkt) {
@@ -181,6 +186,25 @@ impl<Cx: HasLb, F: NatNodeFamily> Node<Cx> for LbNat<F> {
             }
             Err(e) => return Verdict::Drop(nat_drop(e)),
         };
+        // An established flow's packet: its session says everything (no service lookup).
+        match lb.hit(t, hash, &key, flags, local, now) {
+            Some(Hit::Forward(rw, d)) => {
+                nat::translate_with::<F>(pkt, l4, key.proto, &rw, d, partial);
+                return Verdict::Next(F::LOOKUP);
+            }
+            Some(Hit::Reply(rw, d)) => {
+                nat::translate_with::<F>(pkt, l4, key.proto, &rw, d, partial);
+                counts.inc(C::Replies);
+                return Verdict::Next(F::LOOKUP);
+            }
+            Some(Hit::Direct { service, backend }) => {
+                // `meta.flow_hash` is the flow's (its session was found by it).
+                buf.meta.adj = service;
+                buf.meta.param = backend;
+                return Verdict::Next(F::ENCAP);
+            }
+            None => {}
+        }
         // Replies are addressed to the node (SNAT) and come by ipN-local; a packet routed
         // to a service address is a client's.
         if local {
@@ -292,13 +316,25 @@ impl<Cx: HasLb, F: EncapNodeFamily> Node<Cx> for LbEncap<F> {
         F::NODE
     }
 
+    /// Start loading every packet's template before copying any: with packets going
+    /// round many services each is a miss of its own (docs/PERFORMANCE.md).
+    fn prepare(&mut self, cx: &mut Cx, pool: &mut Pool, input: &[BufIdx]) {
+        let (t, _, _) = F::parts(cx.lb());
+        for &b in input {
+            let m = &pool.get(b).meta;
+            if let Some(outer) = t.outer(m.adj, m.param) {
+                engine::prefetch::read(outer);
+            }
+        }
+    }
+
     #[inline]
     fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
         use LbEncapCounter as C;
         // The tables are the version lbN-nat chose in: a worker refreshes them between
         // vectors only.
         let (t, _, _) = F::parts(cx.lb());
-        let Some(outer) = t.service(buf.meta.adj).and_then(|s| s.outer.get(buf.meta.param as usize)) else {
+        let Some(outer) = t.outer(buf.meta.adj, buf.meta.param) else {
             return Verdict::Drop(C::NoBackend);
         };
         if buf.meta.offload.gso != engine::GsoKind::None {

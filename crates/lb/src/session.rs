@@ -11,6 +11,7 @@
 //! flows), whatever the Maglev table now says.
 
 use crate::family::Family;
+use crate::nat::Deltas;
 use crate::table::{SlotIdx, Table, TableKey};
 use crate::tables::{FamilyTables, ServiceTable};
 
@@ -135,7 +136,9 @@ pub fn next_state_direct(s: ConnState, proto: u8, flags: u8) -> ConnState {
     }
 }
 
-/// One direction of a connection.
+/// One direction of a connection: with its key and expiry one cache line for IPv4
+/// (`memory_per_session`), and all a packet of an established flow needs, so that a
+/// session hit reads nothing else ([`Balancer::hit`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Session<A> {
     pub rewrite: Rewrite<A>,
@@ -143,7 +146,14 @@ pub struct Session<A> {
     /// The backend's index in the service; `u32::MAX` on the reply direction's entry.
     pub backend: u32,
     pub twin: SlotIdx,
+    /// The service's generation ([`ServiceTable::gen`]) when the entry was made or last
+    /// checked against it: while the service still has it, the backend is still in it.
+    pub gen: u32,
+    /// The checksum changes of `rewrite` on a packet of this entry's key.
+    pub deltas: Deltas,
     pub state: ConnState,
+    /// Made for a NodePort service (found only for packets that came by `ipN-local`).
+    pub node_port: bool,
 }
 
 impl<A> Session<A> {
@@ -201,6 +211,18 @@ pub enum LbDrop {
     SnatPortsExhausted,
     /// The reply direction of the new connection is an existing connection's.
     ReplyTupleInUse,
+}
+
+/// A packet that its session alone decides ([`Balancer::hit`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hit<A> {
+    /// A client's packet of a translated connection.
+    Forward(Rewrite<A>, Deltas),
+    /// A reply of a translated connection (addressed to the node).
+    Reply(Rewrite<A>, Deltas),
+    /// A client's packet of a direct-server-return connection: the service's id and the
+    /// backend's index in it.
+    Direct { service: u32, backend: u32 },
 }
 
 /// What happened to the session on the way (counted by the node as information).
@@ -301,9 +323,12 @@ impl<F: Family> Balancer<F> {
         if !self.sessions.has_room(&Key(*key), now) {
             return Err(LbDrop::SessionTableFull);
         }
-        let fwd = Session { rewrite: there, service: svc.id, backend: b, twin: 0, state };
+        let (gen, node_port) = (svc.gen, svc.node_port);
+        let fwd =
+            Session { rewrite: there, service: svc.id, backend: b, twin: 0, gen, deltas: Deltas::new::<F>(key, &there), state, node_port };
         let i = self.sessions.insert(Key(*key), fwd, now, expires).ok_or(LbDrop::SessionTableFull)?;
-        let rev = Session { rewrite: back, service: svc.id, backend: u32::MAX, twin: i, state };
+        let deltas = Deltas::new::<F>(&reply_key, &back);
+        let rev = Session { rewrite: back, service: svc.id, backend: u32::MAX, twin: i, gen, deltas, state, node_port };
         let Some(j) = self.sessions.insert(Key(reply_key), rev, now, expires) else {
             self.sessions.remove(i);
             return Err(LbDrop::SessionTableFull);
@@ -347,7 +372,16 @@ impl<F: Family> Balancer<F> {
             ConnState::Established
         };
         let rewrite = Rewrite { src: key.src, sport: key.sport, dst: backend.addr, dport: backend.port };
-        let entry = Session { rewrite, service: svc.id, backend: b, twin: 0, state };
+        let entry = Session {
+            rewrite,
+            service: svc.id,
+            backend: b,
+            twin: 0,
+            gen: svc.gen,
+            deltas: Deltas::default(),
+            state,
+            node_port: svc.node_port,
+        };
         let i = self.sessions.insert(Key(*key), entry, now, now + self.timeouts.of(state)).ok_or(LbDrop::SessionTableFull)?;
         self.sessions.get_mut(i).twin = i;
         Ok((b, if affine { Outcome::NewAffine } else { outcome }))
@@ -363,27 +397,59 @@ impl<F: Family> Balancer<F> {
         }
         let here = |b: &crate::tables::Backend<F>| b.addr == s.rewrite.dst && b.port == s.rewrite.dport;
         if svc.backends.get(s.backend as usize).is_some_and(here) {
+            self.sessions.get_mut(i).gen = svc.gen;
             return true;
         }
         match svc.backends.iter().position(here) {
             Some(b) => {
-                self.sessions.get_mut(i).backend = b as u32;
+                let e = self.sessions.get_mut(i);
+                e.backend = b as u32;
+                e.gen = svc.gen;
                 true
             }
             None => false,
         }
     }
 
-    /// Start loading what [`Balancer::forward`] or [`Balancer::reverse`] of `key` reads first.
-    #[inline(always)]
-    pub fn prefetch(&self, key: &FlowKey<F::Addr>) {
-        self.sessions.prefetch(&Key(*key));
-    }
-
-    /// The second stage: the entry itself (see [`Table::prefetch_slot`]).
-    #[inline(always)]
-    pub fn prefetch_entry(&self, key: &FlowKey<F::Addr>) {
-        self.sessions.prefetch_slot(&Key(*key));
+    /// The fast path of every established flow's packet: its entry found by `hash`
+    /// (the key's, from the node's `prepare`), and the answer when the entry alone
+    /// decides it: a client's packet whose service still has the generation the entry
+    /// was checked against (so its backend is still there, and the service is still
+    /// the one its address names), or a reply to the node (`local`). The entry is
+    /// refreshed as by [`Balancer::forward`], [`Balancer::direct`] or
+    /// [`Balancer::reverse`]. `None`: the full path decides (a new flow, a changed
+    /// service, a restarted TCP connection), exactly as before; never a different
+    /// answer (`the_fast_path_answers_as_the_full_path`).
+    #[inline]
+    pub fn hit(
+        &mut self,
+        t: &FamilyTables<F>,
+        hash: u32,
+        key: &FlowKey<F::Addr>,
+        flags: u8,
+        local: bool,
+        now: u64,
+    ) -> Option<Hit<F::Addr>> {
+        let i = self.sessions.find_hashed(hash, &Key(*key), now)?;
+        let s = *self.sessions.get(i);
+        if !s.is_forward() {
+            if !local {
+                return None;
+            }
+            self.touch(i, s, next_state(s.state, key.proto, flags, false), now);
+            return Some(Hit::Reply(s.rewrite, s.deltas));
+        }
+        let restart =
+            key.proto == TCP && flags & (TCP_SYN | TCP_ACK) == TCP_SYN && matches!(s.state, ConnState::Closing | ConnState::Reset);
+        if restart || t.gen(s.service) != s.gen || (s.node_port && !local) {
+            return None;
+        }
+        if s.twin == i {
+            self.touch(i, s, next_state_direct(s.state, key.proto, flags), now);
+            return Some(Hit::Direct { service: s.service, backend: s.backend });
+        }
+        self.touch(i, s, next_state(s.state, key.proto, flags, true), now);
+        Some(Hit::Forward(s.rewrite, s.deltas))
     }
 
     /// A packet that may be a reply of a translated connection: its translation.

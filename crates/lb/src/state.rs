@@ -41,6 +41,8 @@ pub struct LbState {
     tables: LbTables,
     /// Maglev tables built since start (each operation builds at most one).
     pub maglev_builds: u64,
+    /// The last [`ServiceTable::gen`] handed out.
+    last_gen: u32,
 }
 
 /// Which backends take new connections: the ready ones; without any, the serving ones
@@ -56,7 +58,7 @@ fn eligible(spec: &ServiceSpec) -> Vec<bool> {
     spec.backends.iter().map(|b| candidate(b) && b.conditions.serving && b.conditions.terminating).collect()
 }
 
-fn compile<F: Family>(id: u32, spec: &ServiceSpec, node: Option<F::Addr>) -> ServiceTable<F> {
+fn compile<F: Family>(id: u32, gen: u32, spec: &ServiceSpec, node: Option<F::Addr>) -> ServiceTable<F> {
     let eligible = eligible(spec);
     let backends: Vec<Backend<F>> = spec
         .backends
@@ -73,6 +75,8 @@ fn compile<F: Family>(id: u32, spec: &ServiceSpec, node: Option<F::Addr>) -> Ser
     let size = maglev::table_size_for(spec.backends.len(), spec.table_size);
     ServiceTable {
         id,
+        gen,
+        node_port: spec.kind == ServiceType::NodePort,
         port: spec.port,
         proto: spec.protocol.number(),
         snat: spec.traffic_policy == TrafficPolicy::Cluster && !spec.forwarding.is_encap(),
@@ -86,7 +90,7 @@ fn compile<F: Family>(id: u32, spec: &ServiceSpec, node: Option<F::Addr>) -> Ser
         // Checked by `add_service`: an encapsulated service has a node address.
         outer: match node.filter(|_| spec.forwarding.is_encap()) {
             Some(n) => spec.backends.iter().filter_map(|b| Outer::new(spec.forwarding, F::to_ip(&n), b.addr, spec.gue_port())).collect(),
-            None => Vec::new(),
+            None => Arc::new([]),
         },
     }
 }
@@ -202,6 +206,8 @@ impl LbState {
         fn clear<F: Family>(t: &mut FamilyTables<F>, id: u32) {
             if let Some(s) = t.services.get_mut(id as usize) {
                 *s = None;
+                t.gens[id as usize] = 0;
+                t.outers[id as usize] = None;
             }
         }
         clear(&mut self.tables.v4, id);
@@ -256,25 +262,34 @@ impl LbState {
     fn index(&mut self, id: u32, add: bool) {
         let spec = self.specs[id as usize].as_ref().expect("indexed services have specs");
         let (port, proto) = (spec.port, spec.protocol.number());
-        fn at<F: Family>(t: &mut FamilyTables<F>, spec: &ServiceSpec, id: u32, port: u16, proto: u8, add: bool) {
+        fn at<F: Family>(t: &mut FamilyTables<F>, spec: &ServiceSpec, id: u32, port: u16, proto: u8, add: bool) -> Option<u32> {
             if spec.kind == ServiceType::NodePort {
                 if add {
                     t.node_ports.insert((port, proto), id);
                 } else {
                     t.node_ports.remove(&(port, proto));
                 }
-            } else if let Some(a) = F::from_ip(spec.vip) {
+                return None;
+            }
+            if let Some(a) = F::from_ip(spec.vip) {
                 if add {
                     t.vips.insert((a, port, proto), id);
                 } else {
                     t.vips.remove(&(a, port, proto));
                 }
             }
+            t.node_ports.get(&(port, proto)).copied()
         }
-        if spec.vip.is_ipv4() {
-            at(&mut self.tables.v4, spec, id, port, proto, add);
+        let shadowed = if spec.vip.is_ipv4() {
+            at(&mut self.tables.v4, spec, id, port, proto, add)
         } else {
-            at(&mut self.tables.v6, spec, id, port, proto, add);
+            at(&mut self.tables.v6, spec, id, port, proto, add)
+        };
+        // A service address on a NodePort service's port and protocol takes that port's
+        // packets to one of the node's addresses from it (or gives them back): the
+        // NodePort service gets a new generation, so its sessions are checked again.
+        if let Some(np) = shadowed {
+            self.rebuild(np);
         }
     }
 
@@ -283,15 +298,22 @@ impl LbState {
         fn put<F: Family>(t: &mut FamilyTables<F>, id: u32, s: ServiceTable<F>) {
             if t.services.len() <= id as usize {
                 t.services.resize(id as usize + 1, None);
+                t.gens.resize(id as usize + 1, 0);
+                t.outers.resize(id as usize + 1, None);
             }
+            t.gens[id as usize] = s.gen;
+            t.outers[id as usize] = (!s.outer.is_empty()).then(|| Arc::clone(&s.outer));
             t.services[id as usize] = Some(Arc::new(s));
         }
+        // Never 0 (no service); wraps to 1 after 4 billion changes.
+        self.last_gen = self.last_gen.checked_add(1).unwrap_or(1);
+        let gen = self.last_gen;
         if spec.vip.is_ipv4() {
             let node = self.tables.v4.snat;
-            put(&mut self.tables.v4, id, compile::<V4>(id, spec, node));
+            put(&mut self.tables.v4, id, compile::<V4>(id, gen, spec, node));
         } else {
             let node = self.tables.v6.snat;
-            put(&mut self.tables.v6, id, compile::<V6>(id, spec, node));
+            put(&mut self.tables.v6, id, compile::<V6>(id, gen, spec, node));
         }
         self.maglev_builds += 1;
     }

@@ -16,7 +16,10 @@ pub trait TableKey: Copy + Eq + Default {
     fn hash(&self) -> u32;
 }
 
+/// One cache line (64-byte aligned) for an IPv4 session, so the lookup's one dependent
+/// miss is one line, never two (a 60-byte slot straddled lines; docs/PERFORMANCE.md).
 #[derive(Debug, Clone, Copy, Default)]
+#[repr(align(64))]
 struct Slot<K, V> {
     /// When the entry expires, in the caller's milliseconds; 0 for a free slot.
     expires: u64,
@@ -52,15 +55,18 @@ impl<K: TableKey, V: Copy + Default> Table<K, V> {
 
     /// Bytes the table holds per slot.
     pub const fn slot_bytes() -> usize {
-        core::mem::size_of::<Slot<K, V>>() + core::mem::size_of::<u32>()
+        Self::slot_size() + core::mem::size_of::<u32>()
     }
 
-    /// The key's two buckets' first slots: from the tag's low bits and from a remix of it
-    /// (the tag still compares all 32 bits).
+    /// Bytes of one slot without its tag (whole cache lines).
+    pub const fn slot_size() -> usize {
+        core::mem::size_of::<Slot<K, V>>()
+    }
+
+    /// The key's two buckets' first slots.
     #[inline(always)]
     fn buckets(&self, tag: u32) -> [usize; 2] {
-        let second = engine::hash::finish(tag ^ 0x9e37_79b9);
-        [((tag & self.bucket_mask) as usize) * WAYS, ((second & self.bucket_mask) as usize) * WAYS]
+        [self.first_bucket(tag), self.second_bucket(tag)]
     }
 
     #[inline(always)]
@@ -69,37 +75,70 @@ impl<K: TableKey, V: Copy + Default> Table<K, V> {
         (a..a + WAYS).chain(b..b + WAYS)
     }
 
-    /// Start loading the tags of `key`'s first bucket (where most keys are), so that
-    /// the lookups of a vector's packets overlap their misses.
+    /// Start loading the tags of the first bucket of the key whose hash is `tag` (where
+    /// most keys are), so that the lookups of a vector's packets overlap their misses.
     #[inline(always)]
-    pub fn prefetch(&self, key: &K) {
-        let [a, _] = self.buckets(key.hash());
-        engine::prefetch::read(&self.tags[a]);
+    pub fn prefetch_hashed(&self, tag: u32) {
+        engine::prefetch::read(&self.tags[self.first_bucket(tag)]);
     }
 
-    /// Start loading the slot whose tag matches `key`'s (after [`Table::prefetch`] had
+    /// Start loading the slot whose tag is `tag` (after [`Table::prefetch_hashed`] had
     /// time to bring the tags in): the lookup's second, dependent miss, overlapped too.
     #[inline(always)]
-    pub fn prefetch_slot(&self, key: &K) {
-        let tag = key.hash();
-        let [a, b] = self.buckets(tag);
-        if let Some(i) = (a..a + WAYS).chain(b..b + WAYS).find(|&i| self.tags[i] == tag) {
+    pub fn prefetch_slot_hashed(&self, tag: u32) {
+        if let Some(i) = self.first_tag(self.first_bucket(tag), tag).or_else(|| self.first_tag(self.second_bucket(tag), tag)) {
             engine::prefetch::read(&self.slots[i]);
         }
+    }
+
+    /// The first slot of the bucket from the tag's low bits, where most keys are.
+    #[inline(always)]
+    fn first_bucket(&self, tag: u32) -> usize {
+        ((tag & self.bucket_mask) as usize) * WAYS
+    }
+
+    /// The first slot of the other bucket, from a remix of the tag (the tag still
+    /// compares all 32 bits); computed only when the first bucket did not answer.
+    #[inline(always)]
+    fn second_bucket(&self, tag: u32) -> usize {
+        ((engine::hash::finish(tag ^ 0x9e37_79b9) & self.bucket_mask) as usize) * WAYS
+    }
+
+    /// The tags of the bucket at `from` (one bounds check for the eight).
+    #[inline(always)]
+    fn bucket_tags(&self, from: usize) -> &[u32; WAYS] {
+        self.tags[from..from + WAYS].try_into().expect("whole buckets")
+    }
+
+    #[inline(always)]
+    fn first_tag(&self, from: usize, tag: u32) -> Option<usize> {
+        self.bucket_tags(from).iter().position(|&t| t == tag).map(|j| from + j)
     }
 
     /// The live entry for `key` at `now`.
     #[inline]
     pub fn find(&self, key: &K, now: u64) -> Option<SlotIdx> {
-        let tag = key.hash();
-        let [a, b] = self.buckets(tag);
-        let hit = |i: usize| {
-            self.tags[i] == tag && {
-                let s = &self.slots[i];
-                s.expires > now && s.key == *key
-            }
+        self.find_hashed(key.hash(), key, now)
+    }
+
+    /// [`Table::find`] with the key's hash computed by the caller (`tag` must be
+    /// `key.hash()` for the entry to be found; any other value finds nothing). A live
+    /// key is usually in the first slots of its first bucket (the table is sized for a
+    /// third more than it holds), so the tags are compared one by one, stopping early.
+    #[inline]
+    pub fn find_hashed(&self, tag: u32, key: &K, now: u64) -> Option<SlotIdx> {
+        let in_bucket = |from: usize| {
+            let tags = self.bucket_tags(from);
+            (0..WAYS)
+                .find(|&j| {
+                    tags[j] == tag && {
+                        let s = &self.slots[from + j];
+                        s.expires > now && s.key == *key
+                    }
+                })
+                .map(|j| (from + j) as SlotIdx)
         };
-        (a..a + WAYS).find(|&i| hit(i)).or_else(|| (b..b + WAYS).find(|&i| hit(i))).map(|i| i as SlotIdx)
+        in_bucket(self.first_bucket(tag)).or_else(|| in_bucket(self.second_bucket(tag)))
     }
 
     /// Insert `key` (not live in the table) with `val`, expiring at `expires`; `None` if
@@ -232,5 +271,35 @@ mod tests {
         let first_failure = (0..1u32 << 16).find(|&k| t.insert(K(k), k, 0, 1).is_none()).unwrap_or(1 << 16);
         assert!(first_failure as f64 > 0.75 * (1 << 16) as f64, "{first_failure}");
         assert!((0..first_failure).all(|k| t.find(&K(k), 0).is_some_and(|i| *t.get(i) == k)));
+    }
+
+    proptest::proptest! {
+        /// The table finds what a plain map holds, through inserts and removals,
+        /// with keys crowded into a small table (second buckets used).
+        #[test]
+        fn finds_what_a_map_holds(ops in proptest::collection::vec((0u32..300, 0u8..3, 1u64..50), 1..400)) {
+            let mut t: Table<K, u32> = Table::new(64);
+            let mut map = std::collections::HashMap::new();
+            let now = 10;
+            for (k, op, ttl) in ops {
+                match (op, t.find(&K(k), now)) {
+                    (0, None) => {
+                        if let Some(i) = t.insert(K(k), k ^ 7, now, now + ttl) {
+                            map.insert(k, i);
+                        }
+                    }
+                    (1, Some(i)) => {
+                        t.remove(i);
+                        map.remove(&k);
+                    }
+                    _ => {}
+                }
+                for (&k, &i) in &map {
+                    proptest::prop_assert_eq!(t.find_hashed(K(k).hash(), &K(k), now), Some(i));
+                    proptest::prop_assert_eq!(t.find_hashed(K(k).hash() ^ 1, &K(k), now), None);
+                }
+                proptest::prop_assert_eq!(t.live(now), map.len());
+            }
+        }
     }
 }

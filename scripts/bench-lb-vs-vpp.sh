@@ -1,0 +1,294 @@
+#!/usr/bin/env bash
+# vecgate's load balancer in encapsulation mode against fd.io VPP's lb plugin, side by side
+# (issue 19): `vecgate bench lb4-encap --services N` (N UDP services of B backends each, GRE
+# to the backend from the node's address) and VPP's `lb vip ... encap gre4` with the same N
+# VIPs and backends, both forwarding the same frames (vecgate writes one period of its
+# scenario's frames to a pcap: F flows over N VIPs; VPP's packet generator replays that
+# file), in interleaved rounds on the same core. Prints per VIP count both path figures
+# (TSC cycles per packet, the generator excluded), their ratio, and both sides' nodes;
+# medians over the rounds. VPP's VIPs are whole addresses (`lb4-gre4`, the issue's
+# reference node); vecgate's services are address, port and protocol (every frame is UDP
+# to port 53, so both choose among the same backends for the same packets).
+#
+# Usage: scripts/bench-lb-vs-vpp.sh [--rounds N] [--seconds S] [--packets N] [--core C]
+#            [--vips "1 1000"] [--backends B] [--flows F] [--bin PATH] [--vpp DIR] [--json FILE]
+#   --vpp DIR: a VPP build laid out as bin/vpp, bin/vppctl, lib/ (default: $VPP_DIR, else
+#              ../shared/peers/vpp next to the repository or its worktree's parent). Without
+#              one the script says so and exits 0: the project does not need VPP.
+# Needs root (hugepages, core pinning). Only one VPP benchmark at a time (a lock in /tmp).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+rounds=5
+seconds=3
+packets=3000000
+vips="1 1000"
+backends=10
+flows=10000
+core=1
+bin=
+vpp=${VPP_DIR:-}
+json_out=
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --rounds) rounds=$2; shift 2 ;;
+        --seconds) seconds=$2; shift 2 ;;
+        --packets) packets=$2; shift 2 ;;
+        --core) core=$2; shift 2 ;;
+        --bin) bin=$2; shift 2 ;;
+        --vpp) vpp=$2; shift 2 ;;
+        --json) json_out=$2; shift 2 ;;
+        --vips) vips=$2; shift 2 ;;
+        --backends) backends=$2; shift 2 ;;
+        --flows) flows=$2; shift 2 ;;
+        -h | --help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -*) echo "bench-vs-vpp: unknown option $1" >&2; exit 2 ;;
+        *) break ;;
+    esac
+done
+[ $# -eq 0 ] || { echo "bench-lb-vs-vpp: unexpected argument $1" >&2; exit 2; }
+scenarios=()
+for n in $vips; do scenarios+=("lb4-gre4-$n"); done
+log() { echo "bench-lb-vs-vpp: $*" >&2; }
+
+if [ -z "$vpp" ]; then
+    vpp=$ROOT/../shared/peers/vpp
+    # A git worktree one level further down finds the same folder.
+    [ -x "$vpp/bin/vpp" ] || [ ! -x "$ROOT/../../shared/peers/vpp/bin/vpp" ] || vpp=$ROOT/../../shared/peers/vpp
+fi
+if [ ! -x "$vpp/bin/vpp" ] || [ ! -x "$vpp/bin/vppctl" ]; then
+    log "no VPP build at $vpp (bin/vpp, bin/vppctl): skipped. Set VPP_DIR or --vpp; docs/PERFORMANCE.md \"Against VPP, side by side\" says how to build one."
+    exit 0
+fi
+vpp=$(cd "$vpp" && pwd -P)
+[ "$(id -u)" = 0 ] || { log "needs root (hugepages, core pinning)"; exit 1; }
+if [ -z "$bin" ]; then
+    cargo build --release -q -p vecgate
+    bin=$ROOT/target/release/vecgate
+fi
+export LD_LIBRARY_PATH="$vpp/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+if ldd "$vpp/bin/vpp" 2>/dev/null | grep -q 'not found'; then
+    log "VPP's shared libraries do not all resolve (ldd $vpp/bin/vpp); on Debian: apt-get install libssl3 libbpf1 libxdp1 libelf1 zlib1g"
+    exit 1
+fi
+
+exec 9>/tmp/vpp-peer-bench.lock
+flock -w 900 9 || { log "another VPP benchmark holds /tmp/vpp-peer-bench.lock"; exit 1; }
+
+work=$(mktemp -d /tmp/bench-lb-vs-vpp.XXXXXX)
+HP_SYS=/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages
+HP_FREE=/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages
+hp_old=
+vpp_pid=
+stop_vpp() {
+    if [ -n "$vpp_pid" ] && kill -0 "$vpp_pid" 2>/dev/null; then
+        kill -TERM "$vpp_pid" 2>/dev/null || true
+        for _ in $(seq 50); do kill -0 "$vpp_pid" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$vpp_pid" 2>/dev/null || true
+        wait "$vpp_pid" 2>/dev/null || true
+    fi
+    vpp_pid=
+    rm -f /dev/shm/benchlbvsvpp$$* 2>/dev/null || true
+}
+cleanup() {
+    local rc=$?
+    set +e
+    stop_vpp
+    [ -z "$hp_old" ] || echo "$hp_old" >"$HP_SYS"
+    if [ $rc -ne 0 ]; then log "run files kept in $work"; else rm -rf "$work"; fi
+    exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# VPP needs ~20 pages; the large tables' mtries and a 64k-frame pcap stream more.
+need=300
+if [ "$(cat $HP_FREE)" -lt $need ]; then
+    hp_old=$(cat $HP_SYS)
+    echo $((hp_old + need - $(cat $HP_FREE))) >"$HP_SYS"
+    [ "$(cat $HP_FREE)" -ge $need ] || { log "could not get $need free 2 MiB hugepages"; exit 1; }
+fi
+# This script and vppctl stay off the measured core.
+others=$(seq 0 $(($(nproc --all) - 1)) | grep -vx "$core" | paste -sd, -)
+[ -z "$others" ] || taskset -pc "$others" $$ >/dev/null
+
+# The topology of `vecgate bench` (crates/vecgate/src/bench.rs, BASE): pg0 receives,
+# the second interface (vecgate's null0, VPP's pg1) sends to four neighbours.
+TOPO='create packet-generator interface pg0 hw-addr 02:00:00:00:00:01
+create packet-generator interface pg1 hw-addr 02:00:00:00:00:02
+set interface mtu 9000 pg1
+set interface state pg0 up
+set interface state pg1 up
+set interface ip address pg0 198.18.0.1/24
+set interface ip address pg0 2001:db8::1/64
+set interface ip address pg1 198.18.1.1/24
+set interface ip address pg1 2001:db8:1::1/64
+set ip neighbor pg1 198.18.1.2 02:00:00:00:01:02 static
+set ip neighbor pg1 198.18.1.3 02:00:00:00:01:03 static
+set ip neighbor pg1 198.18.1.4 02:00:00:00:01:04 static
+set ip neighbor pg1 198.18.1.5 02:00:00:00:01:05 static
+set ip neighbor pg1 2001:db8:1::2 02:00:00:00:01:02 static
+set ip neighbor pg1 2001:db8:1::3 02:00:00:00:01:03 static
+set ip neighbor pg1 2001:db8:1::4 02:00:00:00:01:04 static
+set ip neighbor pg1 2001:db8:1::5 02:00:00:00:01:05 static
+ip route add 198.19.0.0/16 via 198.18.1.2 pg1
+ip route add 198.19.1.0/24 via 198.18.1.3 pg1
+ip route add 198.19.128.0/17 via 198.18.1.4 pg1
+ip route add 198.19.2.0/23 via 198.18.1.5 pg1
+ip route add 2001:db8:100::/48 via 2001:db8:1::2 pg1
+ip route add 2001:db8:100:1::/64 via 2001:db8:1::3 pg1
+ip route add 2001:db8:200::/40 via 2001:db8:1::4 pg1
+ip route add 2001:db8:101::/48 via 2001:db8:1::5 pg1'
+# `vecgate bench lb4-encap --services N --backends B` (crates/vecgate/src/bench.rs,
+# lb_setup): VIP i is 198.18.128.0 + i, its backends 198.19.0.0 + i*B + j + 1 (routed out
+# of pg1), the node's address 198.18.1.1 the outer source. VPP's per-worker flow table
+# gets room for every flow (its default, 1024 buckets, would evict them).
+lb_cli() { # vips
+    python3 - "$1" "$backends" "$flows" <<'PY'
+import ipaddress, sys
+n, b, f = (int(x) for x in sys.argv[1:4])
+buckets = 1 << max(10, (4 * f - 1).bit_length())
+print(f"lb conf ip4-src-address 198.18.1.1 buckets {buckets} timeout 60")
+vip0, be0 = int(ipaddress.IPv4Address("198.18.128.0")), int(ipaddress.IPv4Address("198.19.0.0"))
+for i in range(n):
+    vip = ipaddress.IPv4Address(vip0 + i)
+    print(f"lb vip {vip}/32 encap gre4 new_len 1024")
+    ases = " ".join(str(ipaddress.IPv4Address(be0 + (i * b + j) % 65000 + 1)) for j in range(b))
+    print(f"lb as {vip}/32 {ases}")
+PY
+}
+
+ctl() { "$vpp/bin/vppctl" -s "$run/cli.sock" "$@"; }
+
+start_vpp() { # scenario dir
+    local s=$1 dir=$2
+    run=$dir/vpp
+    mkdir -p "$run"
+    {
+        echo "$TOPO"
+        lb_cli "${s#lb4-gre4-}" >"$dir/lb.cli"
+        echo "exec $dir/lb.cli"
+        echo "packet-generator new name side limit 0 interface pg0 node ethernet-input pcap $dir/frames.pcap limit 1000000000000"
+    } >"$run/setup.cli"
+    cat >"$run/startup.conf" <<EOF
+unix { nodaemon nosyslog runtime-dir $run cli-listen $run/cli.sock log $run/vpp.log startup-config $run/setup.cli }
+api-segment { prefix benchlbvsvpp$$ }
+socksvr { socket-name $run/api.sock }
+statseg { socket-name $run/stats.sock size 1G }
+cpu { main-core $core }
+memory { main-heap-size 3G }
+buffers { buffers-per-numa 131072 page-size 2M }
+plugins { path $vpp/lib/vpp_plugins plugin default { disable } plugin lb_plugin.so { enable } }
+EOF
+    "$vpp/bin/vpp" -c "$run/startup.conf" >"$run/vpp.out" 2>&1 </dev/null &
+    vpp_pid=$!
+    local t0=$SECONDS
+    until [ -S "$run/cli.sock" ] && ctl show packet-generator 2>/dev/null | grep -qw side; do
+        kill -0 "$vpp_pid" 2>/dev/null || { log "VPP exited during start-up:"; tail -n 20 "$run/vpp.out" >&2; exit 1; }
+        [ $((SECONDS - t0)) -lt 600 ] || { log "VPP did not come up within 600 s"; exit 1; }
+        sleep 0.2
+    done
+    if grep -qiE 'unknown input|error|failed|invalid' "$run/vpp.out"; then
+        grep -iE 'unknown input|error|failed|invalid' "$run/vpp.out" | head >&2
+        log "VPP refused part of the setup (see above)"
+        exit 1
+    fi
+    log "$s: VPP up in $((SECONDS - t0)) s ($(ctl show version | head -n1 | tr -d '\r'))"
+}
+
+vpp_round() { # out-file
+    ctl packet-generator enable-stream side >/dev/null
+    sleep 1
+    ctl clear runtime >/dev/null
+    sleep "$seconds"
+    ctl show runtime >"$1"
+    ctl packet-generator disable-stream side >/dev/null
+    sleep 0.3
+}
+
+results=$work/results.tsv
+: >"$results"
+tsc_hz=
+for s in "${scenarios[@]}"; do
+    dir=$work/$s
+    mkdir -p "$dir"
+    lb_opts=(--services "${s#lb4-gre4-}" --backends "$backends" --flows "$flows")
+    "$bin" bench lb4-encap "${lb_opts[@]}" --export "$dir" 2>/dev/null
+    start_vpp "$s" "$dir"
+    tsc_hz=$(ctl show clock verbose | sed -n 's/.*clocks\/sec \([0-9.]*\).*/\1/p' | head -n1)
+    for r in $(seq "$rounds"); do
+        printf '%s\tvecgate\t%s\t' "$s" "$r" >>"$results"
+        "$bin" bench lb4-encap "${lb_opts[@]}" --frames "$dir/frames.pcap" --packets "$packets" --core "$core" --json >>"$results"
+        vpp_round "$dir/vpp-$r.runtime"
+        printf '%s\tvpp\t%s\t%s\n' "$s" "$r" "$dir/vpp-$r.runtime" >>"$results"
+    done
+    stop_vpp
+done
+
+python3 - "$results" "$json_out" "$tsc_hz" <<'PY'
+import collections, json, re, statistics as st, sys
+
+path, json_out, tsc_hz = sys.argv[1], sys.argv[2], sys.argv[3]
+
+def vpp_runtime(fn):
+    """Per node: clocks per packet and packets, from `show runtime`."""
+    nodes = {}
+    for line in open(fn):
+        p = line.split()
+        if len(p) >= 7 and p[-5].isdigit() and p[-4].isdigit() and p[-3].isdigit() and int(p[-4]) > 0:
+            nodes[p[0]] = (float(p[-2]), int(p[-4]))
+    return nodes
+
+vg = collections.defaultdict(list)  # scenario -> [report]
+vp = collections.defaultdict(list)  # scenario -> [(path, {node: clk/pkt})]
+order = []
+for line in open(path):
+    s, who, _, rest = line.rstrip("\n").split("\t", 3)
+    if s not in order:
+        order.append(s)
+    if who == "vecgate":
+        vg[s].append(json.loads(rest))
+    else:
+        nodes = vpp_runtime(rest)
+        n_in = nodes.get("pg-input", (0, 0))[1]
+        in_path = {k: v for k, v in nodes.items() if k != "pg-input" and v[1] >= n_in // 2}
+        total = sum(c * n for c, n in in_path.values()) / max(n_in, 1)
+        vp[s].append((total, {k: c * n / max(n_in, 1) for k, (c, n) in in_path.items()}))
+
+med = st.median
+out = {"cpu": vg[order[0]][0]["cpu"] if order else "", "tsc_hz": tsc_hz, "scenarios": []}
+print(f"vecgate lb4-encap vs VPP lb (gre4), interleaved rounds on one core ({out['cpu']}); TSC cycles per packet, generator excluded; medians")
+print(f"{'scenario':<16} {'vecgate':>8} {'VPP':>8} {'ratio':>6}   range vecgate / VPP")
+rows = []
+for s in order:
+    a = [r["cycles_per_packet"] for r in vg[s]]
+    b = [x[0] for x in vp[s]]
+    delivered = all(r["delivered"] == r["packets"] for r in vg[s])
+    rows.append((s, a, b))
+    print(f"{s:<16} {med(a):>8.1f} {med(b):>8.1f} {med(a) / med(b):>6.2f}   [{min(a):.1f}-{max(a):.1f}] / [{min(b):.1f}-{max(b):.1f}]"
+          + ("" if delivered else "  (vecgate lost packets!)"))
+    vnodes = collections.defaultdict(list)
+    for r in vg[s]:
+        for n in r["nodes"]:
+            if n["name"] != "pg-input":
+                vnodes[n["name"]].append(n["cycles_per_packet"] * n["packets"] / max(r["packets"], 1))
+    pnodes = collections.defaultdict(list)
+    for _, nd in vp[s]:
+        for k, v in nd.items():
+            pnodes[k].append(v)
+    out["scenarios"].append(dict(
+        scenario=s, vecgate=med(a), vpp=med(b), ratio=med(a) / med(b), vecgate_runs=a, vpp_runs=b,
+        vecgate_nodes={k: med(v) for k, v in vnodes.items()}, vpp_nodes={k: med(v) for k, v in pnodes.items()}))
+print()
+for sc in out["scenarios"]:
+    print(f"{sc['scenario']}: cycles per packet by node (per generated packet, a node visited twice counts twice)")
+    vn = sorted(sc["vecgate_nodes"].items(), key=lambda kv: -kv[1])
+    pn = sorted(sc["vpp_nodes"].items(), key=lambda kv: -kv[1])
+    for i in range(max(len(vn), len(pn))):
+        l = f"{vn[i][0]:<22} {vn[i][1]:>6.1f}" if i < len(vn) else " " * 29
+        r = f"{pn[i][0]:<26} {pn[i][1]:>6.1f}" if i < len(pn) else ""
+        print(f"  {l}    {r}")
+if json_out:
+    json.dump(out, open(json_out, "w"), indent=1)
+PY
