@@ -46,9 +46,9 @@ pub mod policy;
 pub mod state;
 pub mod tables;
 
+pub use changes::Changes;
 pub use classifier::TupleSpace;
 pub use context::{HasSpd, SpdContext};
-pub use changes::Changes;
 pub use flow_cache::{FlowCache, FlowCacheStats};
 pub use policy::{Action, Decision, Direction, FlowKey, Policy, PolicyError, PolicyId, PolicySpec, Rule, SaId, SpdAddr, SpdId};
 pub use state::{SpdError, SpdState};
