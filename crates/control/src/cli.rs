@@ -72,7 +72,7 @@ commands:
   ipsec policy del <id>
   ipsec spd bind <spd> <interface> | ipsec spd unbind <interface>
   show ipsec spd                       policies in classification order, bindings, version
-  show ipsec flow-cache                size, hits, misses, stale, overwrites (all workers)
+  show ipsec flow-cache                size, hits, revalidated, misses, stale, overwrites (all workers)
   reload [<file>]                      read the config file again and apply what changed
                                        (also on SIGHUP); a file with errors changes nothing";
 

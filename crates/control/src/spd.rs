@@ -194,9 +194,15 @@ pub fn flow_cache_report(gauges: &[Arc<FlowCacheGauges>]) -> FlowCacheReport {
 
 pub fn format_flow_cache(r: &FlowCacheReport, version: u64) -> String {
     let mut t = format!("flow cache: {} slots per worker and family, {} worker(s), tables version {version}\n", r.size, r.workers);
-    t += &format!("{:<6} {:>14} {:>14} {:>14} {:>14} {:>8}\n", "family", "hits", "misses", "stale", "overwrites", "wraps");
+    t += &format!(
+        "{:<6} {:>14} {:>14} {:>14} {:>14} {:>14} {:>8}\n",
+        "family", "hits", "revalidated", "misses", "stale", "overwrites", "wraps"
+    );
     for (name, s) in [("ipv4", &r.ipv4), ("ipv6", &r.ipv6)] {
-        t += &format!("{:<6} {:>14} {:>14} {:>14} {:>14} {:>8}\n", name, s.hits, s.misses, s.stale, s.overwrites, s.wraps);
+        t += &format!(
+            "{:<6} {:>14} {:>14} {:>14} {:>14} {:>14} {:>8}\n",
+            name, s.hits, s.revalidated, s.misses, s.stale, s.overwrites, s.wraps
+        );
     }
     t
 }

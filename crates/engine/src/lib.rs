@@ -23,6 +23,7 @@ pub mod device;
 pub mod graph;
 pub mod handoff;
 pub mod hash;
+pub mod mem;
 pub mod node;
 pub mod pool;
 pub mod prefetch;

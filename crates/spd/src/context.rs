@@ -1,6 +1,6 @@
 //! The per-worker SPD context: the tables version the worker holds and its flow caches.
 
-use crate::flow_cache::{cache_spd, FlowCache, FlowCacheStats, Probe, SizeError};
+use crate::flow_cache::{cache_spd, CacheKey, FlowCache, FlowCacheStats, SizeError, Slot};
 use crate::policy::{Action, Decision, FlowKey, SaId, SpdId};
 use crate::tables::{Classified, SpdTables};
 use arc_swap::{ArcSwap, Cache};
@@ -28,19 +28,29 @@ pub struct SpdContext {
 #[derive(Debug, Default)]
 pub struct FlowCacheGauges {
     size: AtomicU64,
-    v4: [AtomicU64; 5],
-    v6: [AtomicU64; 5],
+    v4: [AtomicU64; 6],
+    v6: [AtomicU64; 6],
 }
 
-fn store(g: &[AtomicU64; 5], s: &FlowCacheStats) {
-    for (a, v) in g.iter().zip([s.hits, s.misses, s.stale, s.overwrites, s.wraps]) {
+fn store(g: &[AtomicU64; 6], s: &FlowCacheStats) {
+    for (a, v) in g.iter().zip([s.hits, s.misses, s.stale, s.overwrites, s.wraps, s.revalidated]) {
         a.store(v, Relaxed);
     }
 }
 
-fn load(g: &[AtomicU64; 5]) -> FlowCacheStats {
-    let v: [u64; 5] = std::array::from_fn(|i| g[i].load(Relaxed));
-    FlowCacheStats { hits: v[0], misses: v[1], stale: v[2], overwrites: v[3], wraps: v[4] }
+fn load(g: &[AtomicU64; 6]) -> FlowCacheStats {
+    let v: [u64; 6] = std::array::from_fn(|i| g[i].load(Relaxed));
+    FlowCacheStats { hits: v[0], misses: v[1], stale: v[2], overwrites: v[3], wraps: v[4], revalidated: v[5] }
+}
+
+/// A packet's key made ready for the flow cache by [`SpdContext::prepare`]: packed, its
+/// slot found (and being loaded).
+#[derive(Debug, Clone, Copy)]
+pub struct Prepared<A: CacheKey> {
+    pub spd: SpdId,
+    pub inbound: bool,
+    pub key: A::Packed,
+    pub slot: Slot,
 }
 
 impl FlowCacheGauges {
@@ -98,39 +108,45 @@ impl SpdContext {
         true
     }
 
-    /// The decision for `k` in `spd`: from the flow cache when it holds one for this
-    /// version, else from the classifier (and then cached).
+    /// The decision for `k` in `spd`: from the flow cache when it holds one that holds
+    /// under this version, else from the classifier (and then cached).
     #[inline(always)]
     pub fn decide<A: Classified>(&mut self, spd: SpdId, inbound: bool, k: &FlowKey<A>) -> Decision {
-        let version = self.tables.version;
-        let key_spd = cache_spd(spd.0, inbound);
-        let tables = &self.tables;
-        let Some(cache) = A::cache_of(&mut self.flows4, &mut self.flows6) else {
-            return tables.classify(spd, inbound, k);
-        };
-        match cache.lookup(key_spd, k, version) {
-            Probe::Hit(d) => d,
-            Probe::Miss(slot) => {
-                let d = tables.classify(spd, inbound, k);
-                cache.insert(slot, key_spd, k, version, d);
-                d
+        let p = self.prepare(spd, inbound, k);
+        self.decide_prepared(&p)
+    }
+
+    /// Pack `k` for the flow cache, find its slot and start loading it: the first half of
+    /// [`SpdContext::decide`], which a node runs over a whole vector first so that the
+    /// slots' cache misses overlap.
+    #[inline(always)]
+    pub fn prepare<A: Classified>(&self, spd: SpdId, inbound: bool, k: &FlowKey<A>) -> Prepared<A> {
+        let key = A::pack(cache_spd(spd.0, inbound), k);
+        let slot = match A::cache_ref(&self.flows4, &self.flows6) {
+            Some(c) => {
+                let slot = c.slot(&key);
+                c.prefetch(slot);
+                slot
             }
-        }
+            None => Slot::default(),
+        };
+        Prepared { spd, inbound, key, slot }
     }
 
-    /// Whether the flow caches are larger than a core's L2 (256 Ki slots: 6 MiB for
-    /// IPv4), so that a node gains from prefetching their slots a vector ahead.
+    /// The second half of [`SpdContext::decide`].
     #[inline(always)]
-    pub fn cache_outgrows_l2(&self) -> bool {
-        self.flows4.as_ref().is_some_and(|c| c.size() > 1 << 15)
-    }
-
-    /// Start loading the flow-cache slot of `k` in `spd`.
-    #[inline(always)]
-    pub fn prefetch<A: Classified>(&mut self, spd: SpdId, inbound: bool, k: &FlowKey<A>) {
-        if let Some(c) = A::cache_of(&mut self.flows4, &mut self.flows6) {
-            c.prefetch(cache_spd(spd.0, inbound), k);
+    pub fn decide_prepared<A: Classified>(&mut self, p: &Prepared<A>) -> Decision {
+        let tables = &self.tables;
+        let classify = || tables.classify(p.spd, p.inbound, &A::unpack(&p.key).1);
+        let Some(cache) = A::cache_of(&mut self.flows4, &mut self.flows6) else {
+            return classify();
+        };
+        if let Some(d) = cache.lookup(p.slot, &p.key, tables.version, A::changes(tables)) {
+            return d;
         }
+        let d = classify();
+        cache.insert(p.slot, &p.key, tables.version, d);
+        d
     }
 
     /// [`SpdTables::check_inbound`] through the flow cache: for `ipsecN-decrypted`.

@@ -7,10 +7,17 @@
 //!   new flow on a held slot overwrites it (no chains, no ageing). An evicted flow costs
 //!   one classifier lookup when it comes back.
 //! - **How is it flushed when policies change?** It is not. Each entry carries the
-//!   version of the tables it was decided under; a lookup hits only when that is the
+//!   version of the tables it was decided under; a lookup hits at once when that is the
 //!   version the worker holds now. Publishing any change (policy, binding, SA) bumps the
-//!   version, so every entry goes stale at once, in O(1), and is refilled by the next
-//!   packet of its flow: no flush, no fallback mode, no stale decision ever used.
+//!   version, so every entry goes stale at once, in O(1); an entry found under an older
+//!   version is used (and restamped) only if no rule added or deleted since can select
+//!   its flow ([`Changes`]: a few loads), else refilled by the classifier: no flush, no
+//!   fallback mode, no stale decision ever used, and a change to one port's policy does
+//!   not send a million other flows through the classifier.
+//!
+//! A hit reads one line: keys are packed into whole words ([`CacheKey::Packed`]: two for
+//! IPv4, five for IPv6) and compared whole, and slots are aligned so that none straddles
+//! two lines (32 bytes for IPv4, 64 for IPv6).
 //!
 //! Entries keep the version's low 32 bits. After 2^32 publications those repeat; a
 //! worker that sees the high bits change (once per 2^32 changes) clears its cache
@@ -22,21 +29,50 @@
 //! between cores. RSS and the handoff keep a flow on one worker, so per-worker caches
 //! hold each flow once; the price is memory per worker.
 
+use crate::changes::{Changes, DIMS};
 use crate::policy::{Action, Decision, FlowKey, SaId, SpdAddr};
+use std::ops::{Deref, DerefMut};
 
-/// A slot's contents. 24 bytes for IPv4, 48 for IPv6.
+/// A slot's contents: the packed key ([`CacheKey::Packed`], compared whole) and the
+/// decision. Each family's slot is laid out in one aligned piece of a cache line
+/// ([`Line32`] / [`Line64`]), so a lookup reads one line.
 #[derive(Debug, Clone, Copy, Default)]
-struct Entry<A> {
-    local: A,
-    remote: A,
-    ports: u32,
+#[repr(C)]
+pub struct Entry<K> {
+    key: K,
     stamp: u32,
     sa: u32,
-    /// SPD and direction ([`cache_spd`]).
-    spd: u16,
-    proto: u8,
     kind: u8,
 }
+
+/// An IPv4 slot: 16 bytes of key and 9 of value in 32 aligned bytes (two to a line).
+#[derive(Debug, Clone, Copy, Default)]
+#[repr(C, align(32))]
+pub struct Line32<T>(T);
+
+/// An IPv6 slot: 40 bytes of key and 9 of value in one line.
+#[derive(Debug, Clone, Copy, Default)]
+#[repr(C, align(64))]
+pub struct Line64<T>(T);
+
+macro_rules! line_deref {
+    ($($l:ident),*) => {$(
+        impl<T> Deref for $l<T> {
+            type Target = T;
+            #[inline(always)]
+            fn deref(&self) -> &T {
+                &self.0
+            }
+        }
+        impl<T> DerefMut for $l<T> {
+            #[inline(always)]
+            fn deref_mut(&mut self) -> &mut T {
+                &mut self.0
+            }
+        }
+    )*};
+}
+line_deref!(Line32, Line64);
 
 const KIND_PROTECT: u8 = 1;
 const KIND_BYPASS: u8 = 2;
@@ -64,15 +100,21 @@ pub const fn publishable(version: u64) -> bool {
 /// The hit/miss accounting of one cache, read by `show ipsec flow-cache`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct FlowCacheStats {
+    /// Lookups answered from the cache (includes `revalidated`).
     pub hits: u64,
     /// Lookups that found no entry for their flow (includes `stale`).
     pub misses: u64,
-    /// Misses that found their own flow under an older version.
+    /// Misses that found their own flow under an older version that a policy change
+    /// since may have touched.
     pub stale: u64,
     /// Inserts that overwrote a current entry of another flow.
     pub overwrites: u64,
     /// Clears after the version's high bits changed.
     pub wraps: u64,
+    /// Hits that found their flow under an older version no change since can touch
+    /// ([`Changes`]); the entry is restamped with the current one.
+    #[serde(default)]
+    pub revalidated: u64,
 }
 
 impl FlowCacheStats {
@@ -82,6 +124,7 @@ impl FlowCacheStats {
         self.stale += o.stale;
         self.overwrites += o.overwrites;
         self.wraps += o.wraps;
+        self.revalidated += o.revalidated;
     }
 }
 
@@ -89,44 +132,93 @@ impl FlowCacheStats {
 #[error("flow cache size {0}: expected a power of two from 1 to 2^28")]
 pub struct SizeError(pub usize);
 
-/// What a lookup found: the decision, or the slot the decision belongs in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Probe {
-    Hit(Decision),
-    Miss(Slot),
-}
-
-/// A slot index from a missed lookup, for [`FlowCache::insert`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The slot a key's hash names, for [`FlowCache::lookup`] and [`FlowCache::insert`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Slot(u32);
 
-/// Hashing a key to a slot: per family, from the engine's flow hashes.
+/// A family's cache key: the flow key and the SPD field packed into whole words,
+/// hashed and compared as they are (no field-by-field compare on a hit), and unpacked
+/// again for the classifier on a miss.
 pub trait CacheKey: SpdAddr {
-    fn slot_hash(spd: u16, k: &FlowKey<Self>) -> u32;
+    type Packed: Copy + Eq + Default + std::fmt::Debug + Send + Sync + 'static;
+    /// The cache's slot type: an [`Entry`] in an aligned line.
+    type Line: Copy + Default + std::fmt::Debug + Send + Deref<Target = Entry<Self::Packed>> + DerefMut;
+    fn pack(spd: u16, k: &FlowKey<Self>) -> Self::Packed;
+    fn unpack(p: &Self::Packed) -> (u16, FlowKey<Self>);
+    fn key_hash(p: &Self::Packed) -> u32;
+    /// The key's class in each dimension of [`Changes`]: the SPD field, the local and
+    /// remote addresses' low bits, the local and remote ports.
+    fn classes(p: &Self::Packed) -> [u32; DIMS];
+    /// The hash of an unpacked key (the classifier's bucket tables use it too).
+    #[inline(always)]
+    fn slot_hash(spd: u16, k: &FlowKey<Self>) -> u32 {
+        Self::key_hash(&Self::pack(spd, k))
+    }
 }
 
+/// SPD, protocol and ports in one word, as the hash's second input.
 #[inline(always)]
 fn proto_ports<A>(spd: u16, k: &FlowKey<A>) -> u64 {
     (spd as u64) << 40 | (k.proto as u64) << 32 | (k.local_port as u64) << 16 | k.remote_port as u64
 }
 
+#[inline(always)]
+fn unpack_proto_ports(w: u64) -> (u16, u8, u16, u16) {
+    ((w >> 40) as u16, (w >> 32) as u8, (w >> 16) as u16, w as u16)
+}
+
 impl CacheKey for u32 {
+    /// Local and remote address, then [`proto_ports`].
+    type Packed = [u64; 2];
+    type Line = Line32<Entry<[u64; 2]>>;
+
     #[inline(always)]
-    fn slot_hash(spd: u16, k: &FlowKey<u32>) -> u32 {
-        engine::hash::flow_hash2((k.local as u64) << 32 | k.remote as u64, proto_ports(spd, k))
+    fn pack(spd: u16, k: &FlowKey<u32>) -> [u64; 2] {
+        [(k.local as u64) << 32 | k.remote as u64, proto_ports(spd, k)]
+    }
+    #[inline(always)]
+    fn unpack(p: &[u64; 2]) -> (u16, FlowKey<u32>) {
+        let (spd, proto, local_port, remote_port) = unpack_proto_ports(p[1]);
+        (spd, FlowKey { local: (p[0] >> 32) as u32, remote: p[0] as u32, proto, local_port, remote_port })
+    }
+    #[inline(always)]
+    fn key_hash(p: &[u64; 2]) -> u32 {
+        engine::hash::flow_hash2(p[0], p[1])
+    }
+    #[inline(always)]
+    fn classes(p: &[u64; 2]) -> [u32; DIMS] {
+        [(p[1] >> 40) as u32, (p[0] >> 32) as u32, p[0] as u32, (p[1] >> 16) as u32 & 0xffff, p[1] as u32 & 0xffff]
     }
 }
 
 impl CacheKey for u128 {
+    /// Local address (high, low word), remote address (high, low), then [`proto_ports`].
+    type Packed = [u64; 5];
+    type Line = Line64<Entry<[u64; 5]>>;
+
     #[inline(always)]
-    fn slot_hash(spd: u16, k: &FlowKey<u128>) -> u32 {
-        let w = |a: u128| [(a >> 64) as u64, a as u64];
-        engine::hash::flow_hash6(w(k.local), w(k.remote), proto_ports(spd, k))
+    fn pack(spd: u16, k: &FlowKey<u128>) -> [u64; 5] {
+        [(k.local >> 64) as u64, k.local as u64, (k.remote >> 64) as u64, k.remote as u64, proto_ports(spd, k)]
+    }
+    #[inline(always)]
+    fn unpack(p: &[u64; 5]) -> (u16, FlowKey<u128>) {
+        let (spd, proto, local_port, remote_port) = unpack_proto_ports(p[4]);
+        let local = (p[0] as u128) << 64 | p[1] as u128;
+        let remote = (p[2] as u128) << 64 | p[3] as u128;
+        (spd, FlowKey { local, remote, proto, local_port, remote_port })
+    }
+    #[inline(always)]
+    fn key_hash(p: &[u64; 5]) -> u32 {
+        engine::hash::flow_hash6([p[0], p[1]], [p[2], p[3]], p[4])
+    }
+    #[inline(always)]
+    fn classes(p: &[u64; 5]) -> [u32; DIMS] {
+        [(p[4] >> 40) as u32, p[1] as u32, p[3] as u32, (p[4] >> 16) as u32 & 0xffff, p[4] as u32 & 0xffff]
     }
 }
 
-pub struct FlowCache<A> {
-    slots: Box<[Entry<A>]>,
+pub struct FlowCache<A: CacheKey> {
+    slots: Box<[A::Line]>,
     mask: u32,
     /// The high bits of the version the entries were stamped under.
     epoch: u32,
@@ -146,7 +238,8 @@ impl<A: CacheKey> FlowCache<A> {
     pub fn new(size: usize) -> Result<Self, SizeError> {
         Self::check_size(size)?;
         Ok(FlowCache {
-            slots: vec![Entry::default(); size].into_boxed_slice(),
+            // Huge pages: the default 2^20 slots are 32 MiB (IPv4), read at random.
+            slots: engine::mem::huge_table(size, A::Line::default()),
             mask: size as u32 - 1,
             epoch: 0,
             stats: FlowCacheStats::default(),
@@ -162,44 +255,58 @@ impl<A: CacheKey> FlowCache<A> {
     pub fn sync(&mut self, version: u64) {
         let epoch = (version >> 32) as u32;
         if epoch != self.epoch {
-            self.slots.fill(Entry::default());
+            self.slots.fill(A::Line::default());
             self.epoch = epoch;
             self.stats.wraps += 1;
         }
     }
 
-    /// Start loading the slot of `k` (see `IpsecOutput::prepare`).
+    /// The slot of a packed key.
     #[inline(always)]
-    pub fn prefetch(&self, spd: u16, k: &FlowKey<A>) {
-        engine::prefetch::read(&self.slots[(A::slot_hash(spd, k) & self.mask) as usize]);
+    pub fn slot(&self, key: &A::Packed) -> Slot {
+        Slot(A::key_hash(key) & self.mask)
     }
 
-    /// The decision cached for `k` in SPD `spd` under `version`, or where to put one.
+    /// Start loading a slot (see `IpsecOutput::prepare`).
     #[inline(always)]
-    pub fn lookup(&mut self, spd: u16, k: &FlowKey<A>, version: u64) -> Probe {
-        let i = A::slot_hash(spd, k) & self.mask;
-        let e = &self.slots[i as usize];
-        let ports = (k.local_port as u32) << 16 | k.remote_port as u32;
-        let same = e.local == k.local && e.remote == k.remote && e.ports == ports && e.proto == k.proto && e.spd == spd;
-        if same && e.stamp == stamp(version) {
-            self.stats.hits += 1;
-            return Probe::Hit(decode(e.kind, e.sa));
+    pub fn prefetch(&self, slot: Slot) {
+        engine::prefetch::read(&self.slots[(slot.0 & self.mask) as usize]);
+    }
+
+    /// The decision cached for `key` (its [`FlowCache::slot`]) that holds under tables
+    /// `version`: decided under that very version, or under an older one that no policy
+    /// change since can have touched (`changes`: then restamped). `None`: classify and
+    /// [`FlowCache::insert`].
+    #[inline(always)]
+    pub fn lookup(&mut self, slot: Slot, key: &A::Packed, version: u64, changes: &Changes) -> Option<Decision> {
+        let e = &mut *self.slots[(slot.0 & self.mask) as usize];
+        if e.key == *key {
+            if e.stamp == stamp(version) {
+                self.stats.hits += 1;
+                return Some(decode(e.kind, e.sa));
+            }
+            if e.stamp != 0 {
+                if changes.untouched_since(e.stamp, &A::classes(key)) {
+                    e.stamp = stamp(version);
+                    self.stats.hits += 1;
+                    self.stats.revalidated += 1;
+                    return Some(decode(e.kind, e.sa));
+                }
+                self.stats.stale += 1;
+            }
         }
         self.stats.misses += 1;
-        self.stats.stale += (same && e.stamp != 0) as u64;
-        Probe::Miss(Slot(i))
+        None
     }
 
-    /// Put the decision for `k` in the slot its lookup missed on, overwriting whatever
-    /// flow held it.
+    /// Put the decision for `key` in its slot (where its lookup missed), overwriting
+    /// whatever flow held it.
     #[inline(always)]
-    pub fn insert(&mut self, slot: Slot, spd: u16, k: &FlowKey<A>, version: u64, d: Decision) {
-        let e = &mut self.slots[(slot.0 & self.mask) as usize];
-        let ports = (k.local_port as u32) << 16 | k.remote_port as u32;
-        let other = e.local != k.local || e.remote != k.remote || e.ports != ports || e.proto != k.proto || e.spd != spd;
-        self.stats.overwrites += (other && e.stamp == stamp(version)) as u64;
+    pub fn insert(&mut self, slot: Slot, key: &A::Packed, version: u64, d: Decision) {
+        let e = &mut *self.slots[(slot.0 & self.mask) as usize];
+        self.stats.overwrites += (e.key != *key && e.stamp == stamp(version)) as u64;
         let (kind, sa) = encode(d);
-        *e = Entry { local: k.local, remote: k.remote, ports, stamp: stamp(version), sa, spd, proto: k.proto, kind };
+        *e = Entry { key: *key, stamp: stamp(version), sa, kind };
     }
 }
 
@@ -233,9 +340,32 @@ mod tests {
     }
     const PROTECT: Decision = Decision::Act(Action::Protect(SaId(7)));
 
+    #[derive(Debug, PartialEq)]
+    enum Probe {
+        Hit(Decision),
+        Miss(Slot),
+    }
+
+    /// Every change made before any version: nothing revalidates (the tests of the
+    /// version stamps; `changes` tests the record).
+    fn all_changed() -> Changes {
+        let mut ch = Changes::default();
+        ch.record_all(u32::MAX);
+        ch
+    }
+
+    fn look<A: CacheKey>(c: &mut FlowCache<A>, spd: u16, k: &FlowKey<A>, v: u64) -> Probe {
+        let key = A::pack(spd, k);
+        let s = c.slot(&key);
+        match c.lookup(s, &key, v, &all_changed()) {
+            Some(d) => Probe::Hit(d),
+            None => Probe::Miss(s),
+        }
+    }
+
     fn fill(c: &mut FlowCache<u32>, spd: u16, k: &FlowKey<u32>, v: u64, d: Decision) {
-        match c.lookup(spd, k, v) {
-            Probe::Miss(s) => c.insert(s, spd, k, v, d),
+        match look(c, spd, k, v) {
+            Probe::Miss(s) => c.insert(s, &u32::pack(spd, k), v, d),
             Probe::Hit(_) => panic!("expected a miss"),
         }
     }
@@ -244,15 +374,15 @@ mod tests {
     fn miss_then_hit() {
         let mut c = FlowCache::new(1024).unwrap();
         fill(&mut c, 2, &key(1), 1, PROTECT);
-        assert_eq!(c.lookup(2, &key(1), 1), Probe::Hit(PROTECT));
+        assert_eq!(look(&mut c, 2, &key(1), 1), Probe::Hit(PROTECT));
         // Another SPD, another flow: misses.
-        assert!(matches!(c.lookup(3, &key(1), 1), Probe::Miss(_)));
-        assert!(matches!(c.lookup(2, &key(2), 1), Probe::Miss(_)));
+        assert!(matches!(look(&mut c, 3, &key(1), 1), Probe::Miss(_)));
+        assert!(matches!(look(&mut c, 2, &key(2), 1), Probe::Miss(_)));
         assert_eq!(c.stats, FlowCacheStats { hits: 1, misses: 3, ..Default::default() });
         for (port, d) in [(9, Decision::Act(Action::Bypass)), (10, Decision::Act(Action::Discard)), (11, Decision::NoMatch)] {
             let k = FlowKey { remote_port: port, ..key(3) };
             fill(&mut c, 2, &k, 1, d);
-            assert_eq!(c.lookup(2, &k, 1), Probe::Hit(d));
+            assert_eq!(look(&mut c, 2, &k, 1), Probe::Hit(d));
         }
     }
 
@@ -263,8 +393,8 @@ mod tests {
         fill(&mut c, 1, &key(1), 5, PROTECT);
         fill(&mut c, 1, &key(2), 5, Decision::Act(Action::Bypass));
         assert_eq!(c.stats.overwrites, 1);
-        assert!(matches!(c.lookup(1, &key(1), 5), Probe::Miss(_)));
-        assert_eq!(c.lookup(1, &key(2), 5), Probe::Hit(Decision::Act(Action::Bypass)));
+        assert!(matches!(look(&mut c, 1, &key(1), 5), Probe::Miss(_)));
+        assert_eq!(look(&mut c, 1, &key(2), 5), Probe::Hit(Decision::Act(Action::Bypass)));
     }
 
     #[test]
@@ -273,17 +403,17 @@ mod tests {
         for i in 0..32 {
             fill(&mut c, 1, &key(i), 10, PROTECT);
         }
-        let hits = (0..32).filter(|&i| c.lookup(1, &key(i), 10) == Probe::Hit(PROTECT)).count();
+        let hits = (0..32).filter(|&i| look(&mut c, 1, &key(i), 10) == Probe::Hit(PROTECT)).count();
         let before = c.stats;
         // Version 11: nothing from 10 may come back, whatever slot it is in.
         for i in 0..32 {
-            assert!(matches!(c.lookup(1, &key(i), 11), Probe::Miss(_)));
+            assert!(matches!(look(&mut c, 1, &key(i), 11), Probe::Miss(_)));
         }
         assert_eq!(c.stats.stale - before.stale, hits as u64);
         // Refilled under 11, they hit again, and a lookup under 10 (an old table) misses.
         fill(&mut c, 1, &key(0), 11, Decision::Act(Action::Discard));
-        assert_eq!(c.lookup(1, &key(0), 11), Probe::Hit(Decision::Act(Action::Discard)));
-        assert!(matches!(c.lookup(1, &key(0), 10), Probe::Miss(_)));
+        assert_eq!(look(&mut c, 1, &key(0), 11), Probe::Hit(Decision::Act(Action::Discard)));
+        assert!(matches!(look(&mut c, 1, &key(0), 10), Probe::Miss(_)));
     }
 
     #[test]
@@ -296,15 +426,15 @@ mod tests {
         assert_eq!(stamp(later), stamp(1));
         c.sync(later);
         assert_eq!(c.stats.wraps, 1);
-        assert!(matches!(c.lookup(1, &key(1), later), Probe::Miss(_)));
+        assert!(matches!(look(&mut c, 1, &key(1), later), Probe::Miss(_)));
         // Stamp 0 is never published, so an empty slot cannot hit either.
         assert!(!publishable(1u64 << 32));
         assert!(publishable(later));
-        assert!(matches!(c.lookup(0, &FlowKey::default(), later), Probe::Miss(_)));
+        assert!(matches!(look(&mut c, 0, &FlowKey::default(), later), Probe::Miss(_)));
         // And without the sync the repeat would have hit: the test tests the sync.
         let mut d = FlowCache::new(16).unwrap();
         fill(&mut d, 1, &key(1), 1, PROTECT);
-        assert_eq!(d.lookup(1, &key(1), later), Probe::Hit(PROTECT));
+        assert_eq!(look(&mut d, 1, &key(1), later), Probe::Hit(PROTECT));
     }
 
     #[test]
@@ -312,17 +442,66 @@ mod tests {
         assert_eq!(FlowCache::<u32>::new(1000).err(), Some(SizeError(1000)));
         assert_eq!(FlowCache::<u32>::new(0).err(), Some(SizeError(0)));
         assert_eq!(FlowCache::<u128>::new(1 << 10).unwrap().size(), 1024);
-        assert_eq!(std::mem::size_of::<Entry<u32>>(), 24);
-        assert_eq!(std::mem::size_of::<Entry<u128>>(), 48);
+        // One slot never straddles two cache lines.
+        assert_eq!(std::mem::size_of::<<u32 as CacheKey>::Line>(), 32);
+        assert_eq!(std::mem::size_of::<<u128 as CacheKey>::Line>(), 64);
     }
 
     #[test]
     fn ipv6_flows_hit_and_miss() {
         let mut c = FlowCache::<u128>::new(256).unwrap();
         let k = FlowKey { local: 0x2001_0db8 << 96 | 1, remote: 0x2001_0db8 << 96 | 2, proto: 6, local_port: 1, remote_port: 443 };
-        let Probe::Miss(s) = c.lookup(4, &k, 3) else { panic!() };
-        c.insert(s, 4, &k, 3, PROTECT);
-        assert_eq!(c.lookup(4, &k, 3), Probe::Hit(PROTECT));
-        assert!(matches!(c.lookup(4, &FlowKey { remote: k.remote + 1, ..k }, 3), Probe::Miss(_)));
+        let Probe::Miss(s) = look(&mut c, 4, &k, 3) else { panic!() };
+        c.insert(s, &u128::pack(4, &k), 3, PROTECT);
+        assert_eq!(look(&mut c, 4, &k, 3), Probe::Hit(PROTECT));
+        assert!(matches!(look(&mut c, 4, &FlowKey { remote: k.remote + 1, ..k }, 3), Probe::Miss(_)));
+    }
+
+    proptest::proptest! {
+        /// Packing keeps every field: what is unpacked is what was packed.
+        #[test]
+        fn packed_keys_unpack_to_themselves(spd in 0u16..=0xffff, l in proptest::prelude::any::<u128>(), r in proptest::prelude::any::<u128>(), proto in proptest::prelude::any::<u8>(), lp in proptest::prelude::any::<u16>(), rp in proptest::prelude::any::<u16>()) {
+            let k6 = FlowKey { local: l, remote: r, proto, local_port: lp, remote_port: rp };
+            proptest::prop_assert_eq!(u128::unpack(&u128::pack(spd, &k6)), (spd, k6));
+            let k4 = FlowKey { local: l as u32, remote: r as u32, proto, local_port: lp, remote_port: rp };
+            proptest::prop_assert_eq!(u32::unpack(&u32::pack(spd, &k4)), (spd, k4));
+            let c4 = u32::classes(&u32::pack(spd, &k4));
+            proptest::prop_assert_eq!(c4, [spd as u32, l as u32, r as u32, lp as u32, rp as u32]);
+            let c6 = u128::classes(&u128::pack(spd, &k6));
+            proptest::prop_assert_eq!(c6, [spd as u32, l as u32, r as u32, lp as u32, rp as u32]);
+        }
+    }
+
+    #[test]
+    fn an_entry_no_change_touched_is_restamped() {
+        let mut c = FlowCache::<u32>::new(64).unwrap();
+        fill(&mut c, 2, &key(1), 10, PROTECT);
+        fill(&mut c, 2, &key(2), 10, PROTECT);
+        // Version 11 added a rule for key(1)'s local host only.
+        let mut ch = Changes::default();
+        let host = crate::policy::Range { lo: key(1).local, hi: key(1).local };
+        let r = crate::policy::Rule {
+            id: crate::policy::PolicyId(1),
+            priority: 1,
+            local: host,
+            remote: crate::policy::Range::any(),
+            proto: None,
+            local_ports: crate::policy::Range::ANY,
+            remote_ports: crate::policy::Range::ANY,
+            action: Action::Bypass,
+        };
+        ch.record(2, &r, stamp(11));
+        let k2 = u32::pack(2, &key(2));
+        assert_eq!(c.lookup(c.slot(&k2), &k2, 11, &ch), Some(PROTECT));
+        assert_eq!(c.stats.revalidated, 1);
+        let k1 = u32::pack(2, &key(1));
+        assert_eq!(c.lookup(c.slot(&k1), &k1, 11, &ch), None);
+        assert_eq!(c.stats.stale, 1);
+        // Restamped: the next lookup hits on the stamp alone, even against a record
+        // in which everything changed before 12.
+        let mut all = Changes::default();
+        all.record_all(11);
+        assert_eq!(c.lookup(c.slot(&k2), &k2, 11, &all), Some(PROTECT));
+        assert_eq!(c.stats.revalidated, 1);
     }
 }

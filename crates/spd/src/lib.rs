@@ -7,6 +7,8 @@
 //!   priority-ordered linear scan returns ([`classifier::linear`], property-tested).
 //! - [`flow_cache`]: a fixed-size, per-worker cache of decisions that overwrites on
 //!   collision and is invalidated in O(1) by the version stamped in each entry.
+//! - [`changes`]: which classes of keys each policy change touched, so that an entry
+//!   stamped before a change that cannot match it is used (and restamped), not re-decided.
 //! - [`tables`] / [`state`]: SPDs and interface bindings, built on the control plane and
 //!   published whole (ArcSwap), each publication a new version.
 //! - [`nodes`]: `ipsec4-output` / `ipsec6-output` (the outbound SPD as an output feature),
@@ -30,10 +32,12 @@
 //! inbound SPD; IPv6 neighbour discovery passes it (see [`nodes::SpdFamily::link_control`]).
 //!
 //! Invariants: a cached decision is used only while the version it was stamped with is
-//! the version of the tables the worker holds, so no packet is ever matched against a
-//! policy set other than the current one; nodes never allocate, lock or panic per packet.
+//! the version of the tables the worker holds, or an older one that no rule added or
+//! deleted since can match (so its decision is the current policy set's), so no packet is
+//! ever matched against a policy set other than the current one; nodes never allocate, lock or panic per packet.
 #![forbid(unsafe_code)]
 
+pub mod changes;
 pub mod classifier;
 pub mod context;
 pub mod flow_cache;
@@ -42,6 +46,7 @@ pub mod policy;
 pub mod state;
 pub mod tables;
 
+pub use changes::Changes;
 pub use classifier::TupleSpace;
 pub use context::{HasSpd, SpdContext};
 pub use flow_cache::{FlowCache, FlowCacheStats};

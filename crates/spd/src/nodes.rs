@@ -14,10 +14,10 @@
 //! the IP header as validated by `ipN-input` or by the decrypt node (version, header
 //! length, total length).
 
-use crate::context::HasSpd;
-use crate::policy::{Action, Decision, FlowKey, SaId};
+use crate::context::{HasSpd, Prepared};
+use crate::policy::{Action, Decision, FlowKey, SaId, SpdId};
 use crate::tables::Classified;
-use engine::{counters, next_nodes, BufIdx, Buffer, Counts, GraphBuilder, NextNodes, Node, Pool, Verdict};
+use engine::{counters, next_nodes, BufIdx, Buffer, Counts, GraphBuilder, NextNodes, Node, Pool, Verdict, VECTOR_SIZE};
 use ip::tables::Adjacency;
 use wire::ipv6_ext::walk_chain;
 use wire::IpProtocol;
@@ -202,13 +202,32 @@ fn tx_if(ip: &ip::IpContext, buf: &Buffer) -> Option<engine::IfIndex> {
     }
 }
 
+/// What `IpsecOutput::prepare` found for one packet of the vector.
+#[derive(Debug, Clone, Copy, Default)]
+enum Ready<A: Classified> {
+    /// Its interface has no SPD (unbound since the lookup sent the packet here).
+    #[default]
+    NoSpd,
+    Bad(KeyError),
+    Key(Prepared<A>),
+}
+
 /// `ipsec4-output` / `ipsec6-output`: the outbound SPD of the interface the route
 /// lookup chose.
-pub struct IpsecOutput<F>(std::marker::PhantomData<F>);
+///
+/// In two passes over each vector: `prepare` reads every packet's interface, SPD and
+/// selector fields, packs them into the flow cache's key, hashes it and starts loading
+/// its slot; `process` then compares the slot's key with the packed one (one line, two
+/// or five words) and checks its version, and only on a miss unpacks the key for the
+/// classifier. No header is read twice and the vector's slot loads overlap.
+pub struct IpsecOutput<F: SpdFamily> {
+    /// By the packet's place in the vector, which `prepare` leaves in `meta.param`.
+    ready: Box<[Ready<F::Addr>; VECTOR_SIZE]>,
+}
 
-impl<F> Default for IpsecOutput<F> {
+impl<F: SpdFamily> Default for IpsecOutput<F> {
     fn default() -> Self {
-        IpsecOutput(std::marker::PhantomData)
+        IpsecOutput { ready: Box::new([Ready::NoSpd; VECTOR_SIZE]) }
     }
 }
 
@@ -220,34 +239,43 @@ impl<Cx: HasSpd, F: SpdFamily> Node<Cx> for IpsecOutput<F> {
         F::OUTPUT
     }
 
-    /// With a flow cache larger than L2, start loading every packet's slot before the
-    /// first is looked up, so the vector's cache misses overlap (the keys are read again
-    /// in `process`: cheaper than the misses they hide, `benches/spd.rs --churn-every`).
+    /// The first pass (above): every packet's key, slot and prefetch, in `ready`.
+    /// Consecutive packets mostly share their route, so the SPD of the last adjacency
+    /// is kept.
     fn prepare(&mut self, cx: &mut Cx, pool: &mut Pool, input: &[BufIdx]) {
         let (ip, cx) = cx.split_spd();
-        if !cx.cache_outgrows_l2() {
-            return;
-        }
-        for &b in input {
-            let buf = pool.get(b);
-            if let Some(spd) = tx_if(ip, buf).and_then(|i| cx.tables.spd_of(i)) {
-                if let Ok(k) = F::flow_key(buf.bytes(), false) {
-                    cx.prefetch(spd, false, &k);
+        let mut last: Option<(u32, Option<SpdId>)> = None;
+        for (i, (&b, ready)) in input.iter().zip(self.ready.iter_mut()).enumerate() {
+            let buf = pool.get_mut(b);
+            let adj = buf.meta.adj;
+            let spd = match last {
+                Some((a, s)) if a == adj => s,
+                _ => {
+                    let s = tx_if(ip, buf).and_then(|i| cx.tables.spd_of(i));
+                    last = Some((adj, s));
+                    s
                 }
-            }
+            };
+            *ready = match spd.map(|s| (s, F::flow_key(buf.bytes(), false))) {
+                None => Ready::NoSpd,
+                Some((_, Err(e))) => Ready::Bad(e),
+                Some((s, Ok(k))) => Ready::Key(cx.prepare(s, false, &k)),
+            };
+            buf.meta.param = i as u32;
         }
     }
 
     #[inline(always)]
     fn process(&mut self, cx: &mut Cx, _counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
-        let (ip, cx) = cx.split_spd();
-        // No SPD: an interface whose SPD was unbound since the lookup sent the packet here.
-        let Some(spd) = tx_if(ip, buf).and_then(|i| cx.tables.spd_of(i)) else { return Verdict::Next(F::BYPASS) };
-        let key = match F::flow_key(buf.bytes(), false) {
-            Ok(k) => k,
-            Err(e) => return Verdict::Drop(e.into()),
+        let (_, cx) = cx.split_spd();
+        // `prepare` ran on this vector (the dispatcher runs it first) and left the
+        // packet's place in it.
+        let p = match self.ready[buf.meta.param as usize % VECTOR_SIZE] {
+            Ready::NoSpd => return Verdict::Next(F::BYPASS),
+            Ready::Bad(e) => return Verdict::Drop(e.into()),
+            Ready::Key(p) => p,
         };
-        match cx.decide(spd, false, &key) {
+        match cx.decide_prepared(&p) {
             Decision::Act(Action::Protect(sa)) => {
                 buf.meta.param = sa.0;
                 Verdict::Next(F::PROTECT)

@@ -2,8 +2,9 @@
 //! builds and publishes [`SpdTables`]. Only the SPDs a change touched are rebuilt; the
 //! others are shared with the previous version.
 
+use crate::changes::Changes;
 use crate::classifier::TupleSpace;
-use crate::flow_cache::publishable;
+use crate::flow_cache::{cache_spd, publishable, stamp};
 use crate::policy::{Direction, Policy, PolicyError, PolicyId, PolicySpec, SpdId};
 use crate::tables::{Spd, SpdTables, NO_SPD};
 use arc_swap::ArcSwap;
@@ -32,6 +33,12 @@ pub struct SpdState {
     next_id: u32,
     built: Vec<Option<Arc<Spd>>>,
     dirty: BTreeSet<SpdId>,
+    /// Policies added or deleted since the last publication, and whether anything else
+    /// changed (a binding, an SA): what the next one records in `changes4` / `changes6`.
+    touched: Vec<Policy>,
+    touched_all: bool,
+    changes4: Changes,
+    changes6: Changes,
     version: u64,
     shared: Arc<ArcSwap<SpdTables>>,
 }
@@ -51,6 +58,10 @@ impl SpdState {
             next_id: 1,
             built: Vec::new(),
             dirty: BTreeSet::new(),
+            touched: Vec::new(),
+            touched_all: false,
+            changes4: Changes::default(),
+            changes6: Changes::default(),
             version: 1,
             shared: Arc::new(ArcSwap::from_pointee(SpdTables { version: 1, ..Default::default() })),
         }
@@ -61,9 +72,10 @@ impl SpdState {
         Arc::clone(&self.shared)
     }
 
-    /// Start versions at `v` (tests of the wrap); takes effect at the next publication.
+    /// Start versions at `v` (tests of the wrap; forward only); takes effect at the next
+    /// publication.
     pub fn set_version(&mut self, v: u64) {
-        self.version = v;
+        self.version = v.max(self.version);
     }
 
     pub fn version(&self) -> u64 {
@@ -77,6 +89,7 @@ impl SpdState {
         self.next_id += 1;
         self.dirty.insert(p.spd);
         self.spd_of.insert(id, p.spd);
+        self.touched.push(p.clone());
         self.by_spd.entry(p.spd).or_default().insert(id, p);
         Ok(id)
     }
@@ -85,6 +98,7 @@ impl SpdState {
         let spd = self.spd_of.remove(&PolicyId(id)).ok_or(SpdError::NoSuchPolicy(id))?;
         let p = self.by_spd.get_mut(&spd).and_then(|s| s.remove(&PolicyId(id))).ok_or(SpdError::NoSuchPolicy(id))?;
         self.dirty.insert(spd);
+        self.touched.push(p.clone());
         Ok(p)
     }
 
@@ -94,10 +108,12 @@ impl SpdState {
         let spd = u16::try_from(spd).ok().filter(|&s| s <= SpdId::MAX).ok_or(SpdError::BadSpd(spd))?;
         self.bindings.insert(i, SpdId(spd));
         self.dirty.insert(SpdId(spd));
+        self.touched_all = true;
         Ok(())
     }
 
     pub fn unbind(&mut self, i: IfIndex) -> Result<SpdId, SpdError> {
+        self.touched_all = true;
         self.bindings.remove(&i).ok_or(SpdError::NotBound(i.0))
     }
 
@@ -158,13 +174,46 @@ impl SpdState {
             }
             bound[i.get()] = s.0;
         }
-        let t = Arc::new(SpdTables { version: self.next_version(), spds: self.built.clone(), bound });
+        let version = self.next_version();
+        self.record_changes(version);
+        let t = Arc::new(SpdTables {
+            version,
+            spds: self.built.clone(),
+            bound,
+            changes4: self.changes4.clone(),
+            changes6: self.changes6.clone(),
+        });
         self.shared.store(Arc::clone(&t));
         t
     }
 
+    /// Stamp what changed since the last publication with `version`'s stamp: the rule
+    /// of each policy added or deleted, or everything. A new epoch of stamps starts the
+    /// record afresh (the workers' caches are cleared then).
+    fn record_changes(&mut self, version: u64) {
+        if version >> 32 != self.shared.load().version >> 32 {
+            self.changes4.reset();
+            self.changes6.reset();
+        }
+        let s = stamp(version);
+        if std::mem::take(&mut self.touched_all) {
+            self.changes4.record_all(s);
+            self.changes6.record_all(s);
+        }
+        for p in std::mem::take(&mut self.touched) {
+            let spd = cache_spd(p.spd.0, p.direction == Direction::Inbound);
+            if let Some(r) = &p.v4 {
+                self.changes4.record(spd, r, s);
+            }
+            if let Some(r) = &p.v6 {
+                self.changes6.record(spd, r, s);
+            }
+        }
+    }
+
     /// An SA was added, changed or removed: decisions naming it may be wrong now.
     pub fn sa_changed(&mut self) -> Arc<SpdTables> {
+        self.touched_all = true;
         self.publish()
     }
 }

@@ -2,6 +2,7 @@
 //! is bound to. Built by [`crate::state::SpdState`], published whole, never changed
 //! once published; `version` stamps the flow cache entries decided under it.
 
+use crate::changes::Changes;
 use crate::classifier::TupleSpace;
 use crate::flow_cache::{CacheKey, FlowCache};
 use crate::policy::{Action, Decision, FlowKey, SaId, SpdId};
@@ -28,6 +29,10 @@ pub struct SpdTables {
     pub spds: Vec<Option<Arc<Spd>>>,
     /// By interface index: the SPD bound to it, or `NO_SPD`.
     pub bound: Vec<u16>,
+    /// Where each family's rules changed, and when: which older cached decisions still
+    /// hold under this version.
+    pub changes4: Changes,
+    pub changes6: Changes,
 }
 
 /// An address family's classifiers and cache: what the generic code picks per family.
@@ -35,8 +40,11 @@ pub trait Classified: CacheKey {
     /// The address as people write it (traces).
     fn ip(self) -> std::net::IpAddr;
     fn space(spd: &Spd, inbound: bool) -> &TupleSpace<Self>;
+    fn changes(t: &SpdTables) -> &Changes;
     /// This family's cache among a worker's two.
     fn cache_of<'a>(f4: &'a mut Option<FlowCache<u32>>, f6: &'a mut Option<FlowCache<u128>>) -> Option<&'a mut FlowCache<Self>>;
+    /// This family's cache among a worker's two, to read.
+    fn cache_ref<'a>(f4: &'a Option<FlowCache<u32>>, f6: &'a Option<FlowCache<u128>>) -> Option<&'a FlowCache<Self>>;
 }
 
 impl Classified for u32 {
@@ -53,8 +61,16 @@ impl Classified for u32 {
         }
     }
     #[inline(always)]
+    fn changes(t: &SpdTables) -> &Changes {
+        &t.changes4
+    }
+    #[inline(always)]
     fn cache_of<'a>(f4: &'a mut Option<FlowCache<u32>>, _: &'a mut Option<FlowCache<u128>>) -> Option<&'a mut FlowCache<u32>> {
         f4.as_mut()
+    }
+    #[inline(always)]
+    fn cache_ref<'a>(f4: &'a Option<FlowCache<u32>>, _: &'a Option<FlowCache<u128>>) -> Option<&'a FlowCache<u32>> {
+        f4.as_ref()
     }
 }
 
@@ -72,8 +88,16 @@ impl Classified for u128 {
         }
     }
     #[inline(always)]
+    fn changes(t: &SpdTables) -> &Changes {
+        &t.changes6
+    }
+    #[inline(always)]
     fn cache_of<'a>(_: &'a mut Option<FlowCache<u32>>, f6: &'a mut Option<FlowCache<u128>>) -> Option<&'a mut FlowCache<u128>> {
         f6.as_mut()
+    }
+    #[inline(always)]
+    fn cache_ref<'a>(_: &'a Option<FlowCache<u32>>, f6: &'a Option<FlowCache<u128>>) -> Option<&'a FlowCache<u128>> {
+        f6.as_ref()
     }
 }
 
