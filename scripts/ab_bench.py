@@ -5,10 +5,7 @@ Each round runs `vecgate bench <scenario> --json --core 1` with both binaries (t
 alternating per round, so drift hits both alike) and prints, per scenario, the medians of
 one node's cycles per packet and of the whole graph's, and their ratios A/B. Used for the
 per-tunnel counters' cost (docs/PERFORMANCE.md): A as committed, B with the counting
-taken out.
-
-Other scenarios: `ab_bench.py A B ROUNDS 'NAME=SCENARIO:NODE[:EXTRA ARGS]' ...`, e.g.
-`'split=parcel-split:parcel4-split:--segments 16'` (used for the parcel paths)."""
+taken out."""
 import json
 import statistics
 import subprocess
@@ -16,13 +13,10 @@ import sys
 
 # Scenario -> the node whose cycles are compared.
 SCENARIOS = {"gtpu4-encap": "gtpu4-encap", "gtpu4-decap": "gtpu4-input", "ip4-forward": "ip4-lookup"}
-# Named scenarios from the command line: name -> (scenario, extra args...).
-SPECS = {}
 
 
 def run(binary, scenario, node):
-    scenario, *extra = SPECS.get(scenario, (scenario,))
-    out = subprocess.run([binary, "bench", scenario, "--json", "--core", "1", *extra], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([binary, "bench", scenario, "--json", "--core", "1"], capture_output=True, text=True, check=True).stdout
     d = json.loads(out)
     return next(n for n in d["nodes"] if n["name"] == node)["cycles_per_packet"], d["cycles_per_packet"]
 
@@ -30,13 +24,6 @@ def run(binary, scenario, node):
 def main():
     a, b = sys.argv[1], sys.argv[2]
     rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 15
-    if len(sys.argv) > 4:
-        SCENARIOS.clear()
-        for spec in sys.argv[4:]:
-            name, rest = spec.split("=", 1)
-            scenario, node, *extra = rest.split(":", 2)
-            SCENARIOS[name] = node
-            SPECS[name] = (scenario, *(extra[0].split() if extra else ()))
     got = {(x, s): ([], []) for x in (a, b) for s in SCENARIOS}
     for r in range(rounds):
         for s, node in SCENARIOS.items():
