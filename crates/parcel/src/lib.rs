@@ -27,9 +27,11 @@
 //! prototype's receivers check both). Where a parcel is taken apart the chain would
 //! break, so there (the dataplane's `verify_parcel_segments`, default on) `parcelN-split`
 //! sums each segment in the pass that copies it and leaves out one that does not match
-//! its slot (`bad-segment-dropped`), and `parcelN-input` checks the UDP header (its
-//! ports and lengths go into every datagram's checksum) and, before a parcel leaves as a
-//! GSO frame (the kernel sums each datagram afresh, hiding damage), every segment. The
+//! its slot (`bad-segment-dropped`), and the UDP header checksum is checked (its ports
+//! and lengths go into every datagram's checksum: by `parcelN-input` when it chose the
+//! split, by the split itself for a tunnel's inner parcel from `ipN-fragment`); before a
+//! parcel leaves as a GSO frame (the kernel sums each datagram afresh, hiding damage)
+//! `parcelN-input` checks every segment. The
 //! strict mode, `verify_parcel_segments_in_transit`, reads every segment at every hop
 //! (`bad-segment-checksum`; a parcel holding a bad one is split there and then). With
 //! the check off, segments are never read: a split derives each datagram's checksum

@@ -58,6 +58,10 @@ pub const PARAM_CHECK_SEGMENTS: u32 = 1;
 /// `meta.param` bit: `meta.adj` is a next hop (a rewrite or glean adjacency), so the
 /// split's datagrams, all to the parcel's destination, skip `ipN-lookup`.
 pub const PARAM_NEXT_HOP: u32 = 2;
+/// `meta.param` bit: this node sent the parcel and checked its UDP header checksum (the
+/// other bits say the rest). A parcel reaching the split another way (`ipN-fragment`,
+/// a tunnel's inner packet, with `meta.param` 0) has the split do the edge's checks.
+pub const PARAM_FROM_INPUT: u32 = 4;
 
 pub struct ParcelInput<F>(std::marker::PhantomData<F>);
 
@@ -158,7 +162,8 @@ impl<Cx: HasParcel, F: ParcelFamily> Node<Cx> for ParcelInput<F> {
         }
         // Segments not read here are checked by the split as it copies them.
         let check = bad > 0 || pcx.verify_segments && !strict;
-        buf.meta.param = if check { PARAM_CHECK_SEGMENTS } else { 0 } | if next_hop.is_some() { PARAM_NEXT_HOP } else { 0 };
+        buf.meta.param =
+            PARAM_FROM_INPUT | if check { PARAM_CHECK_SEGMENTS } else { 0 } | if next_hop.is_some() { PARAM_NEXT_HOP } else { 0 };
         counts.inc(C::ToSplit);
         Verdict::Next(F::TO_SPLIT)
     }

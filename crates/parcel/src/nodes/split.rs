@@ -11,7 +11,7 @@
 //! summed in the same pass that copies it (`Checksum::add_copied`) and left out when the
 //! sum does not match its slot; a zero slot (the sender computed none) is summed here.
 
-use super::input::{PARAM_CHECK_SEGMENTS, PARAM_NEXT_HOP};
+use super::input::{PARAM_CHECK_SEGMENTS, PARAM_FROM_INPUT, PARAM_NEXT_HOP};
 use super::{ParcelFamily, Shape};
 use crate::context::HasParcel;
 use engine::{counters, BufIdx, Counts, ExpandNode, Pool};
@@ -25,6 +25,7 @@ counters! {
         Summed(Info, "segments-summed", "segments with a zero slot, whose datagram checksum was summed in full"),
         BadSegment(Warn, "bad-segment-dropped", "segments left out: their checksum did not match their slot"),
         NotParcel(Error, "not-a-parcel", "no longer a valid parcel (parcelN-input should have dropped it)"),
+        BadUdpChecksum(Warn, "bad-udp-checksum", "parcel UDP header checksum mismatch, found here for a parcel not split by parcelN-input's choice (a tunnel's inner parcel): its ports and lengths would go into every datagram's checksum"),
         NoBuffer(Error, "no-buffer", "out of buffers while splitting: the rest of the parcel dropped"),
     }
 }
@@ -184,7 +185,7 @@ impl<Cx: HasParcel, F: ParcelFamily> ExpandNode<Cx> for ParcelSplit<F> {
 
     fn expand(
         &mut self,
-        _cx: &mut Cx,
+        cx: &mut Cx,
         counts: &mut Counts<'_, Self::Counter>,
         pool: &mut Pool,
         bi: BufIdx,
@@ -192,7 +193,17 @@ impl<Cx: HasParcel, F: ParcelFamily> ExpandNode<Cx> for ParcelSplit<F> {
     ) -> Result<(), Self::Counter> {
         use ParcelSplitCounter as C;
         let param = pool.get(bi).meta.param;
-        let check = param & PARAM_CHECK_SEGMENTS != 0;
+        // Not from `parcelN-input` (a tunnel's inner parcel, from `ipN-fragment`): the
+        // edge's checks, which a parcel forwarded whole to here has not had, are here.
+        let from_input = param & PARAM_FROM_INPUT != 0;
+        if !from_input {
+            match F::check_with_udp(pool.get(bi).bytes()) {
+                Ok((_, true)) => {}
+                Ok((_, false)) => return Err(C::BadUdpChecksum),
+                Err(_) => return Err(C::NotParcel),
+            }
+        }
+        let check = if from_input { param & PARAM_CHECK_SEGMENTS != 0 } else { cx.split_parcel().1.verify_segments };
         // `parcelN-input` looked the destination up: a next hop needs no second lookup.
         let next = if param & PARAM_NEXT_HOP != 0 { F::SPLIT_TO_REWRITE } else { F::TO_LOOKUP };
         let mut tally = Tally::default();
