@@ -5,6 +5,7 @@ not take parcels, so parcels routed there are split; eth2 (`parcels = true`, MTU
 takes them whole."""
 import struct
 
+import pytest
 from conftest import GW_MAC0, HOST_MAC, run_pcap, tshark_clean
 from parcelpkt import parcel4, parcel6, parse4, parse6
 
@@ -111,17 +112,61 @@ def test_parcel_forwarded_whole_to_a_parcel_link(vecgate, tmp_path):
     assert c[("parcel4-input", "forwarded-whole")] == 1
 
 
+def run_with(vecgate, tmp_path, pkts, dataplane):
+    """`run` with `dataplane` lines added to the config's [dataplane] section."""
+    import json
+    import subprocess
+    from conftest import gateway_config, write_pcap
+    write_pcap(tmp_path / "in.pcap", pkts)
+    cfg = gateway_config(tmp_path, EXTRA)
+    cfg.write_text(cfg.read_text().replace("[dataplane]\n", "[dataplane]\n" + dataplane + "\n", 1))
+    r = subprocess.run([str(vecgate), "pcap", "--config", str(cfg), "--json"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    c = {(x["node"], x["counter"]): x["count"] for x in json.loads(r.stdout)["counters"]}
+    outs = [list(rdpcap(str(f))) if f.exists() and f.stat().st_size > 24 else [] for f in (tmp_path / "out1.pcap", tmp_path / "out2.pcap")]
+    return outs[0], outs[1], c
+
+
 def test_bad_segment_drops_that_segment_only(vecgate, tmp_path):
+    """The strict mode: every segment read at every hop."""
     parts = segs(4, 500)
     p = bytearray(parcel4(SRC, WHOLE_DST, 1, 2, parts))
     p[28 + 8 + 8 + 2 * 500 + 10] ^= 0xFF   # a byte of segment 3 (index 2)
-    out1, out2, c = run(vecgate, tmp_path, [frame(bytes(p))])
+    out1, out2, c = run_with(vecgate, tmp_path, [frame(bytes(p))], "verify_parcel_segments_in_transit = true")
     # Toward the parcel link too, a parcel with a bad segment is split and the segment
     # left out; the other three go on as datagrams.
     assert out1 == []
     assert [bytes(f[UDP].payload) for f in out2] == [parts[0], parts[1], parts[3]]
     assert all(udp_ok_by_scapy(f) for f in out2)
     assert c[("parcel4-input", "bad-segment-checksum")] == 1
+    assert c[("parcel4-split", "bad-segment-dropped")] == 1
+
+
+def test_segments_checked_at_the_edge_only(vecgate, tmp_path):
+    """The default: a parcel forwarded whole has its headers checked, not its segments
+    (the slots travel on: our independent checker, as any receiver, finds the damaged
+    segment); split, the damaged segment is found as it is copied and left out. A bad
+    UDP header checksum is likewise the receiver's when the parcel goes whole."""
+    parts = segs(4, 500)
+    bad_seg = bytearray(parcel4(SRC, WHOLE_DST, 1, 2, parts))
+    bad_seg[28 + 8 + 8 + 2 * 500 + 10] ^= 0xFF   # a byte of segment 3 (index 2)
+    bad_udp = bytearray(parcel4(SRC, WHOLE_DST, 1, 2, parts))
+    bad_udp[34] ^= 1
+    to_split = bytearray(parcel4(SRC, SPLIT_DST, 1, 2, parts))
+    to_split[28 + 8 + 8 + 2 * 500 + 10] ^= 0xFF
+    out1, out2, c = run(vecgate, tmp_path, [frame(bytes(p)) for p in (bad_seg, bad_udp, to_split)])
+    assert len(out2) == 2
+    with pytest.raises(ValueError, match="segment 2 checksum"):
+        parse4(raw(out2[0])[14:])
+    with pytest.raises(ValueError, match="UDP checksum"):
+        parse4(raw(out2[1])[14:])
+    # Only the TTL (and with it the header checksum) changed.
+    assert raw(out2[0])[14 + 12:] == bytes(bad_seg[12:]) and raw(out2[0])[14 + 8] == 63
+    assert [bytes(f[UDP].payload) for f in out1] == [parts[0], parts[1], parts[3]]
+    assert all(udp_ok_by_scapy(f) for f in out1)
+    assert c[("parcel4-input", "forwarded-whole")] == 2
+    assert c.get(("parcel4-input", "bad-segment-checksum"), 0) == 0
+    assert c.get(("parcel4-input", "bad-udp-checksum"), 0) == 0
     assert c[("parcel4-split", "bad-segment-dropped")] == 1
 
 

@@ -181,3 +181,24 @@ def test_inner_fragment_policy_splits_a_parcel_before_the_tunnel(vecgate, tmp_pa
     cb = run(vecgate, tmp_path, "b", GATEWAY_B)
     assert cb[("gue4-input", "decapsulated")] == 16, cb
     assert [bytes(f[UDP].payload) for f in frames(tmp_path / "split.pcap")] == split_parts
+
+
+def test_inner_split_checks_what_the_edge_checks(vecgate, tmp_path):
+    """A parcel goes into the tunnel with its headers checked, not its segments; split
+    there under `fragment = "inner"`, the split is the edge: a damaged segment is left
+    out (the others go on, checksums as scapy computes them), a parcel whose UDP header
+    checksum is wrong is dropped by name."""
+    pkts, split_parts, whole_parts = parcels()
+    damaged = bytearray(pkts[0])
+    damaged[28 + 8 + 16 + 3 * 1000 + 7] ^= 0xFF   # a byte of segment 3
+    bad_udp = bytearray(pkts[1])
+    bad_udp[34] ^= 1
+    write_pcap(tmp_path / "in.pcap", [bytes(Ether(src=HOST_MAC, dst="02:00:00:00:0a:00", type=0x800)) + bytes(p) for p in (damaged, bad_udp)])
+    ca = run(vecgate, tmp_path, "a", gateway_a("inner"))
+    assert ca[("parcel4-input", "to-tunnel")] == 2, ca
+    assert ca.get(("parcel4-input", "bad-segment-checksum"), 0) == 0, ca
+    assert ca[("parcel4-split", "bad-segment-dropped")] == 1, ca
+    assert ca[("parcel4-split", "bad-udp-checksum")] == 1, ca
+    inner = [IP(raw(f[UDP].payload)[4:]) for f in frames(tmp_path / "tunnel.pcap")]
+    assert [bytes(p[UDP].payload) for p in inner] == split_parts[:3] + split_parts[4:]
+    assert all(udp_ok_by_scapy(p) for p in inner)

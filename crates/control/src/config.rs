@@ -203,12 +203,17 @@ pub struct DataplaneConfig {
     /// Reassembly of fragments addressed to the gateway (`[dataplane.reassembly]`).
     #[serde(default)]
     pub reassembly: ReassemblyConfig,
-    /// `parcelN-input` checks every segment against its integrity slot (a bad segment is
-    /// dropped, the rest forwarded). false: segments are never read on the way through
+    /// Parcel segments are checked against their integrity slots where a parcel is taken
+    /// apart (split into datagrams, or handed to a host as a GSO frame): a bad segment is
+    /// dropped, the rest forwarded. false: segments are never read on the way through
     /// (the slots travel on, and a split derives each datagram's checksum from its slot,
     /// so the receiver finds a damaged segment). Default true.
     #[serde(default = "default_verify_parcel_segments")]
     pub verify_parcel_segments: bool,
+    /// With `verify_parcel_segments`, also every parcel forwarded whole (the strict mode:
+    /// every segment read at every hop). Default false.
+    #[serde(default)]
+    pub verify_parcel_segments_in_transit: bool,
 }
 
 fn default_verify_parcel_segments() -> bool {
@@ -303,6 +308,7 @@ impl Default for DataplaneConfig {
             worker_cores: Vec::new(),
             reassembly: ReassemblyConfig::default(),
             verify_parcel_segments: default_verify_parcel_segments(),
+            verify_parcel_segments_in_transit: false,
         }
     }
 }

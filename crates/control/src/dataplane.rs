@@ -876,6 +876,7 @@ fn build(
             udptun: udptun_cx,
             parcel: ParcelContext {
                 verify_segments: cfg.dataplane.verify_parcel_segments,
+                verify_in_transit: cfg.dataplane.verify_parcel_segments_in_transit,
                 gso_links: crate::parcel::gso_links(cfg),
                 ..ParcelContext::default()
             },

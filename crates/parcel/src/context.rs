@@ -9,8 +9,13 @@ pub const DEFAULT_JOIN_SEGMENTS: usize = 32;
 pub struct ParcelContext {
     /// At most this many datagrams joined into one parcel (1..=255, NSegs is 8 bits).
     pub join_segments: usize,
-    /// `parcelN-input` checks each segment against its slot (see the crate's docs).
+    /// Segments are checked against their slots where a parcel is taken apart (split,
+    /// or handed to the kernel as a GSO frame): see the crate's docs.
     pub verify_segments: bool,
+    /// With `verify_segments`, also at every hop: `parcelN-input` checks every segment of
+    /// every parcel, forwarded whole too (the strict mode; a bad segment makes the
+    /// parcel split there and then).
+    pub verify_in_transit: bool,
     /// Bit i: interface i exchanges virtio-net headers with the kernel (af_packet with
     /// `vnet_hdr`), so a UDP GSO frame leaves by it whole: `parcelN-input` sends a parcel
     /// toward it as one (see `nodes::gso`).
@@ -27,7 +32,7 @@ impl ParcelContext {
 
 impl Default for ParcelContext {
     fn default() -> Self {
-        ParcelContext { join_segments: DEFAULT_JOIN_SEGMENTS, verify_segments: true, gso_links: 0 }
+        ParcelContext { join_segments: DEFAULT_JOIN_SEGMENTS, verify_segments: true, verify_in_transit: false, gso_links: 0 }
     }
 }
 

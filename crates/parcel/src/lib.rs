@@ -17,13 +17,26 @@
 //!
 //! **A bad segment drops the segment, never the parcel.** The drafts make each segment its
 //! own unit of loss (the integrity block exists so that one damaged segment does not cost
-//! the others). `parcelN-input` checks each segment against its slot (the dataplane's
-//! `verify_parcel_segments`, default on), counts a mismatch, and sends a parcel holding
-//! one to `parcelN-split`, which leaves that segment out and forwards the rest. With the
-//! check off, segments are never read on the way through: a split derives each
-//! datagram's checksum from the slot, so a damaged segment becomes a datagram its
-//! receiver refuses, as if the damage had happened on the next link. Headers that do not
-//! add up (`wire::parcel::ParcelError`) drop the parcel, each under its own counter.
+//! the others). Headers that do not add up (`wire::parcel::ParcelError`) drop the parcel,
+//! each under its own counter.
+//!
+//! **Per hop the headers are checked, the segments at the edge.** A router forwarding a
+//! parcel whole checks its layout and IPv4 header checksum (as RFC 1812 has a router check
+//! any header), not its segments nor the UDP header checksum: those are end to end, as a
+//! forwarded datagram's UDP checksum is, and travel on unchanged for the receiver (the
+//! prototype's receivers check both). Where a parcel is taken apart the chain would
+//! break, so there (the dataplane's `verify_parcel_segments`, default on) `parcelN-split`
+//! sums each segment in the pass that copies it and leaves out one that does not match
+//! its slot (`bad-segment-dropped`), and the UDP header checksum is checked (its ports
+//! and lengths go into every datagram's checksum: by `parcelN-input` when it chose the
+//! split, by the split itself for a tunnel's inner parcel from `ipN-fragment`); before a
+//! parcel leaves as a GSO frame (the kernel sums each datagram afresh, hiding damage)
+//! `parcelN-input` checks every segment. The
+//! strict mode, `verify_parcel_segments_in_transit`, reads every segment at every hop
+//! (`bad-segment-checksum`; a parcel holding a bad one is split there and then). With
+//! the check off, segments are never read: a split derives each datagram's checksum
+//! from the slot, so a damaged segment becomes a datagram its receiver refuses, as if
+//! the damage had happened on the next link.
 //!
 #![forbid(unsafe_code)]
 

@@ -149,8 +149,11 @@ struct Report {
     scenario: String,
     segment_size: usize,
     segments: usize,
-    /// `verify_parcel_segments`: every segment checked against its slot.
+    /// `verify_parcel_segments`: segments checked against their slots where a parcel is
+    /// split (or made a GSO frame).
     verify_segments: bool,
+    /// `verify_parcel_segments_in_transit`: and at every hop, forwarded whole too.
+    verify_in_transit: bool,
     /// Packets in: parcels, or datagrams for `parcel-join`.
     packets: u64,
     delivered: u64,
@@ -169,7 +172,17 @@ struct Report {
     nodes: Vec<crate::bench::NodeRow>,
 }
 
-pub fn bench(scenario: &str, packets: u64, json: bool, core: usize, segment_size: usize, segments: usize, verify: bool) -> Result<()> {
+#[allow(clippy::too_many_arguments)]
+pub fn bench(
+    scenario: &str,
+    packets: u64,
+    json: bool,
+    core: usize,
+    segment_size: usize,
+    segments: usize,
+    verify: bool,
+    in_transit: bool,
+) -> Result<()> {
     if !SCENARIOS.contains(&scenario) {
         bail!("unknown scenario {scenario:?}; expected one of {}", SCENARIOS.join(", "));
     }
@@ -180,6 +193,7 @@ pub fn bench(scenario: &str, packets: u64, json: bool, core: usize, segment_size
     let cfg = Config::parse(&config(scenario != "parcel-split"), "(bench scenario)", Path::new("."))?;
     let (_control, mut worker) = assemble(&cfg)?.into_single();
     worker.cx.parcel.verify_segments = verify;
+    worker.cx.parcel.verify_in_transit = in_transit;
     let per_vector = (engine::VECTOR_SIZE / segments).max(1);
     let (frame, per_vector) = if join {
         worker.cx.parcel.join_segments = segments;
@@ -209,6 +223,7 @@ pub fn bench(scenario: &str, packets: u64, json: bool, core: usize, segment_size
         segment_size,
         segments,
         verify_segments: verify,
+        verify_in_transit: verify && in_transit,
         packets: input,
         delivered,
         mpps: input as f64 / secs / 1e6,

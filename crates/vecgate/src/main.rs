@@ -107,6 +107,10 @@ enum Cmd {
         /// parcel scenarios: `verify_parcel_segments = false` (segments never read).
         #[arg(long)]
         no_segment_check: bool,
+        /// parcel scenarios: `verify_parcel_segments_in_transit = true` (every segment
+        /// read at every hop, forwarded whole too).
+        #[arg(long)]
+        segment_check_in_transit: bool,
         /// Load-balancer scenarios: services, backends per service, client flows.
         #[arg(long, default_value_t = 1)]
         services: u32,
@@ -276,8 +280,10 @@ fn main() {
         }
         Cmd::Ctl { socket, json, words } => run::ctl(&socket, json, &words),
         Cmd::Pcap { config, json } => run::pcap(&config, json),
-        Cmd::Bench { scenario, packets, json, core, segment_size, segments, no_segment_check, .. } if scenario.starts_with("parcel-") => {
-            bench_parcel::bench(&scenario, packets, json, core, segment_size, segments, !no_segment_check)
+        Cmd::Bench { scenario, packets, json, core, segment_size, segments, no_segment_check, segment_check_in_transit, .. }
+            if scenario.starts_with("parcel-") =>
+        {
+            bench_parcel::bench(&scenario, packets, json, core, segment_size, segments, !no_segment_check, segment_check_in_transit)
         }
         Cmd::Bench { scenario, json, routes, family, updates, .. } if scenario == "fib-update" => {
             bench_fib::bench(routes, &family, updates, json)

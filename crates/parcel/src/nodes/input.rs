@@ -1,6 +1,7 @@
-//! `parcel4-input` / `parcel6-input`: check a parcel (layout, UDP header checksum, every
-//! segment's checksum), count it and its segments, and choose: forward it whole when the
-//! route's egress interface takes parcels and its MTU the whole parcel, else split it.
+//! `parcel4-input` / `parcel6-input`: check a parcel's headers (layout, IPv4 header
+//! checksum; the UDP header checksum where it is split), count it and its segments, and choose: forward it
+//! whole when the route's egress interface takes parcels and its MTU the whole parcel,
+//! else split it. Segments are read only where the crate's docs say (the edge).
 
 use super::ParcelFamily;
 use crate::context::HasParcel;
@@ -16,7 +17,7 @@ counters! {
         ToGso(Info, "to-gso-frame", "parcels sent on as one UDP GSO frame (egress exchanges virtio-net headers): its kernel segments it or hands it whole to a UDP_GRO socket"),
         ToTunnel(Info, "to-tunnel", "parcels routed into a UDP tunnel, carried whole (the tunnel fragments its outer packets or has the parcel split, by its fragment policy)"),
         ToSplit(Info, "to-split", "parcels sent to be split into UDP datagrams"),
-        BadSegment(Warn, "bad-segment-checksum", "segments whose checksum does not match their slot (the segment is dropped when split)"),
+        BadSegment(Warn, "bad-segment-checksum", "segments whose checksum does not match their slot, found here (every hop with verify_parcel_segments_in_transit; before a GSO frame): the segment is dropped when split"),
         Truncated(Warn, "truncated", "shorter than the parcel's IP and UDP headers"),
         NotParcel(Warn, "not-udp-parcel", "version, header length or protocol not a UDP parcel's"),
         BadOption(Warn, "bad-option", "parcel option malformed (IPv4 0x0b length not 6 or 20, IPv6 jumbo option length not 4)"),
@@ -28,7 +29,7 @@ counters! {
         SegmentTruncated(Warn, "segment-truncated", "packet shorter than its jumbo length: a segment is shorter than declared"),
         LengthMismatch(Warn, "length-mismatch", "jumbo length exceeds the headers plus NSegs x segment length"),
         ShortNonFinal(Warn, "short-non-final-segment", "segments end before the last one begins"),
-        BadUdpChecksum(Warn, "bad-udp-checksum", "parcel UDP header checksum mismatch (neither form)"),
+        BadUdpChecksum(Warn, "bad-udp-checksum", "parcel UDP header checksum mismatch (neither form), checked where the parcel is split or made a GSO frame (forwarded whole, its receiver checks it)"),
         BadSource(Warn, "bad-source", "source address is multicast or broadcast"),
     }
 }
@@ -50,12 +51,17 @@ pub fn counter(e: ParcelError) -> ParcelInputCounter {
     }
 }
 
-/// `meta.param` from this node to `parcelN-split`: some segment failed its checksum, so
-/// the split checks each one (otherwise it trusts the slots this node checked).
-pub const PARAM_HAS_BAD_SEGMENT: u32 = 1;
+/// `meta.param` bit from this node to `parcelN-split`: the split checks each segment
+/// against its slot as it copies it (this node did not read them, or found a bad one);
+/// otherwise it trusts the slots.
+pub const PARAM_CHECK_SEGMENTS: u32 = 1;
 /// `meta.param` bit: `meta.adj` is a next hop (a rewrite or glean adjacency), so the
 /// split's datagrams, all to the parcel's destination, skip `ipN-lookup`.
 pub const PARAM_NEXT_HOP: u32 = 2;
+/// `meta.param` bit: this node sent the parcel and checked its UDP header checksum (the
+/// other bits say the rest). A parcel reaching the split another way (`ipN-fragment`,
+/// a tunnel's inner packet, with `meta.param` 0) has the split do the edge's checks.
+pub const PARAM_FROM_INPUT: u32 = 4;
 
 pub struct ParcelInput<F>(std::marker::PhantomData<F>);
 
@@ -92,20 +98,20 @@ impl<Cx: HasParcel, F: ParcelFamily> Node<Cx> for ParcelInput<F> {
     fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
         use ParcelInputCounter as C;
         let b = buf.bytes();
-        let (s, udp_ok) = match F::check_with_udp(b) {
+        let s = match F::check(b) {
             Ok(s) => s,
             Err(e) => return Verdict::Drop(counter(e)),
         };
         if F::bad_source(b) {
             return Verdict::Drop(C::BadSource);
         }
-        if !udp_ok {
-            return Verdict::Drop(C::BadUdpChecksum);
-        }
-        counts.inc(C::Parcels);
-        counts.add(C::Segments, s.nsegs as u64);
         let (ipcx, pcx) = cx.split_parcel();
-        let bad = if pcx.verify_segments { bad_segments(b, &s) } else { 0 };
+        // Per hop only the headers are checked: the slots travel on (whole, or as each
+        // datagram's checksum after a split), so the receiver still finds a damaged
+        // segment. Segments are read where that chain would break (a GSO frame: the
+        // kernel sums each datagram afresh), and in the split as it copies them.
+        let strict = pcx.verify_segments && pcx.verify_in_transit;
+        let mut bad = if strict { bad_segments(b, &s) } else { 0 };
         let key = F::key(&b[F::DST_AT..]);
         buf.truncate(s.total_len);
         let adj = F::fib(&ipcx.tables).lookup(key);
@@ -116,28 +122,48 @@ impl<Cx: HasParcel, F: ParcelFamily> Node<Cx> for ParcelInput<F> {
             }
             _ => None,
         };
+        // The UDP header checksum is the receiver's, as for any UDP datagram a router
+        // forwards: checked here only where the parcel is taken apart or leaves as a GSO
+        // frame, since its ports and lengths then go into each datagram's checksum.
+        let whole = bad == 0
+            && match next_hop {
+                Some((tx_if, mtu)) => ipcx.tables.takes_parcels(tx_if) && s.total_len <= mtu,
+                None => into_udp_tunnel(adj),
+            };
+        if !whole && !F::check_with_udp(buf.bytes()).is_ok_and(|(_, ok)| ok) {
+            return Verdict::Drop(C::BadUdpChecksum);
+        }
+        counts.inc(C::Parcels);
+        counts.add(C::Segments, s.nsegs as u64);
+        if bad == 0 {
+            if let Some((tx_if, mtu)) = next_hop {
+                if whole {
+                    counts.inc(C::Whole);
+                    return Verdict::Next(F::TO_REWRITE);
+                }
+                // Only verified segments: the kernel gives each datagram a fresh checksum
+                // over its bytes, which would hide damage the slots could still show.
+                if pcx.verify_segments && pcx.takes_gso(tx_if) && F::DATAGRAM_IP_LEN + 8 + s.seg_len <= mtu {
+                    if !strict {
+                        bad = bad_segments(buf.bytes(), &s);
+                    }
+                    if bad == 0 && super::gso::parcel_to_gso::<F>(buf, &s) {
+                        counts.inc(C::ToGso);
+                        return Verdict::Next(F::TO_REWRITE);
+                    }
+                }
+            } else if whole {
+                counts.inc(C::ToTunnel);
+                return Verdict::Next(F::TO_TUNNEL);
+            }
+        }
         if bad > 0 {
             counts.add(C::BadSegment, bad as u64);
-        } else if let Some((tx_if, mtu)) = next_hop {
-            if ipcx.tables.takes_parcels(tx_if) && s.total_len <= mtu {
-                counts.inc(C::Whole);
-                return Verdict::Next(F::TO_REWRITE);
-            }
-            // Only verified segments: the kernel gives each datagram a fresh checksum
-            // over its bytes, which would hide damage the slots could still show.
-            if pcx.verify_segments
-                && pcx.takes_gso(tx_if)
-                && F::DATAGRAM_IP_LEN + 8 + s.seg_len <= mtu
-                && super::gso::parcel_to_gso::<F>(buf, &s)
-            {
-                counts.inc(C::ToGso);
-                return Verdict::Next(F::TO_REWRITE);
-            }
-        } else if into_udp_tunnel(adj) {
-            counts.inc(C::ToTunnel);
-            return Verdict::Next(F::TO_TUNNEL);
         }
-        buf.meta.param = if bad > 0 { PARAM_HAS_BAD_SEGMENT } else { 0 } | if next_hop.is_some() { PARAM_NEXT_HOP } else { 0 };
+        // Segments not read here are checked by the split as it copies them.
+        let check = bad > 0 || pcx.verify_segments && !strict;
+        buf.meta.param =
+            PARAM_FROM_INPUT | if check { PARAM_CHECK_SEGMENTS } else { 0 } | if next_hop.is_some() { PARAM_NEXT_HOP } else { 0 };
         counts.inc(C::ToSplit);
         Verdict::Next(F::TO_SPLIT)
     }

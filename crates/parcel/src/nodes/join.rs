@@ -76,19 +76,37 @@ impl<F> Default for ParcelJoin<F> {
     }
 }
 
+/// A route as `parcelN-join` needs it: the adjacency, whether it is a next hop, and the
+/// MTU of its interface when that takes parcels.
+type Route = (u32, bool, Option<u16>);
+
+/// The route to `key`, looked up once for consecutive datagrams to one destination (a
+/// run to join is one flow, so one lookup serves it): `last` holds the previous one.
+#[inline]
+fn route<F: ParcelFamily>(t: &Tables, key: F::Key, last: &mut Option<(F::Key, Route)>) -> Route {
+    if let Some((k, r)) = *last {
+        if k == key {
+            return r;
+        }
+    }
+    let adj = F::fib(t).lookup(key);
+    let r = match (adj <= MAX_INDEX).then(|| t.adjacency(adj)) {
+        Some(Adjacency::Rewrite { tx_if, mtu, .. } | Adjacency::Glean { tx_if, mtu }) if t.straight_to_rewrite(*tx_if) => {
+            (adj, true, t.takes_parcels(*tx_if).then_some(*mtu))
+        }
+        _ => (adj, false, None),
+    };
+    *last = Some((key, r));
+    r
+}
+
 /// The datagram's route (set in `meta.adj`), whether that is a next hop, and, when it is
 /// out of a parcel link and the datagram could be a segment, its key and the link's MTU.
-fn classify<F: ParcelFamily>(t: &Tables, b: &[u8]) -> (u32, bool, Option<(JoinKey, usize)>) {
+fn classify<F: ParcelFamily>(t: &Tables, b: &[u8], last: &mut Option<(F::Key, Route)>) -> (u32, bool, Option<(JoinKey, usize)>) {
     if b.len() < F::DATAGRAM_IP_LEN + 8 {
         return (0, false, None);
     }
-    let adj = F::fib(t).lookup(F::key(&b[F::DST_AT..]));
-    let (fwd, link) = match (adj <= MAX_INDEX).then(|| t.adjacency(adj)) {
-        Some(Adjacency::Rewrite { tx_if, mtu, .. } | Adjacency::Glean { tx_if, mtu }) if t.straight_to_rewrite(*tx_if) => {
-            (true, t.takes_parcels(*tx_if).then_some(*mtu))
-        }
-        _ => (false, None),
-    };
+    let (adj, fwd, link) = route::<F>(t, F::key(&b[F::DST_AT..]), last);
     let key = link.and_then(|mtu| {
         let udp_len = F::joinable_udp_len(b)?;
         Some((JoinKey { fields: F::flow_fields(b), udp_len, adj }, mtu as usize))
@@ -103,9 +121,10 @@ impl<F: ParcelFamily> ParcelJoin<F> {
         self.roles.clear();
         self.pos = 0;
         let mut run: Option<(usize, JoinKey, usize)> = None;
+        let mut last = None;
         for (i, &bi) in input.iter().enumerate() {
             let buf = pool.get_mut(bi);
-            let (adj, fwd, mut key) = classify::<F>(t, buf.bytes());
+            let (adj, fwd, mut key) = classify::<F>(t, buf.bytes(), &mut last);
             buf.meta.adj = adj;
             // A local sender's frame with work left for the device (a partial checksum,
             // a GSO frame) is not a finished datagram: its checksum field is no sum to

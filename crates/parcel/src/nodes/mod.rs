@@ -122,6 +122,10 @@ pub trait ParcelFamily: Family {
     /// Write datagram `i`'s IP header (for `udp_len` UDP bytes) into `out` from the
     /// parcel's header `parcel`; returns the pseudo-header sum of its UDP checksum.
     fn write_datagram_ip(parcel: &[u8], i: usize, udp_len: usize, out: &mut [u8]) -> Checksum;
+    /// Make datagram 0's IP header in `out` (from `write_datagram_ip`) datagram `i`'s:
+    /// the IPv4 identification moved on by `i`, the header checksum updated for it
+    /// (RFC 1624); IPv6 datagrams have no per-datagram field.
+    fn patch_datagram_ident(out: &mut [u8], i: usize);
 }
 
 impl ParcelFamily for Ip4 {
@@ -207,6 +211,17 @@ impl ParcelFamily for Ip4 {
         p.add_bytes(&parcel[12..20]).add_u16(17).add_u16(udp_len as u16);
         p
     }
+    #[inline]
+    fn patch_datagram_ident(out: &mut [u8], i: usize) {
+        if i == 0 {
+            return;
+        }
+        let old = u16::from_be_bytes([out[4], out[5]]);
+        let new = old.wrapping_add(i as u16);
+        let sum = wire::checksum::update16(u16::from_be_bytes([out[10], out[11]]), old, new);
+        out[4..6].copy_from_slice(&new.to_be_bytes());
+        out[10..12].copy_from_slice(&sum.to_be_bytes());
+    }
 }
 
 impl ParcelFamily for Ip6 {
@@ -278,4 +293,6 @@ impl ParcelFamily for Ip6 {
         p.add_bytes(&parcel[8..40]).add_u32(udp_len as u32).add_u32(17);
         p
     }
+    #[inline]
+    fn patch_datagram_ident(_out: &mut [u8], _i: usize) {}
 }

@@ -1,15 +1,22 @@
 //! `parcel4-split` / `parcel6-split`: a parcel into ordinary UDP datagrams, one per
 //! segment, each to `ipN-rewrite` when `parcelN-input` found a next hop (they all go to
 //! the parcel's destination), else to `ipN-lookup`. The last datagram reuses the parcel's
-//! buffer. A datagram's UDP checksum comes from its segment's
-//! integrity slot (the complement of the segment's sum), so the segment bytes are only
-//! copied, never summed again; a zero slot (the sender computed none) is summed here.
+//! buffer.
+//!
+//! The datagrams' IP and UDP headers are built once per parcel (a template); each
+//! datagram gets a copy with its IPv4 identification patched and the header checksum
+//! updated incrementally (RFC 1624). A datagram's UDP checksum comes from its segment's
+//! integrity slot (the complement of the segment's sum), so the slot's check travels on
+//! to the receiver. When `parcelN-input` asks (`PARAM_CHECK_SEGMENTS`) each segment is
+//! summed in the same pass that copies it (`Checksum::add_copied`) and left out when the
+//! sum does not match its slot; a zero slot (the sender computed none) is summed here.
 
-use super::input::{PARAM_HAS_BAD_SEGMENT, PARAM_NEXT_HOP};
-use super::ParcelFamily;
+use super::input::{PARAM_CHECK_SEGMENTS, PARAM_FROM_INPUT, PARAM_NEXT_HOP};
+use super::{ParcelFamily, Shape};
 use crate::context::HasParcel;
 use engine::{counters, BufIdx, Counts, ExpandNode, Pool};
-use wire::parcel::{datagram_checksum_from_slot, segment_checksum};
+use wire::checksum::Checksum;
+use wire::parcel::datagram_checksum_from_slot;
 
 counters! {
     pub enum ParcelSplitCounter {
@@ -18,6 +25,7 @@ counters! {
         Summed(Info, "segments-summed", "segments with a zero slot, whose datagram checksum was summed in full"),
         BadSegment(Warn, "bad-segment-dropped", "segments left out: their checksum did not match their slot"),
         NotParcel(Error, "not-a-parcel", "no longer a valid parcel (parcelN-input should have dropped it)"),
+        BadUdpChecksum(Warn, "bad-udp-checksum", "parcel UDP header checksum mismatch, found here for a parcel not split by parcelN-input's choice (a tunnel's inner parcel): its ports and lengths would go into every datagram's checksum"),
         NoBuffer(Error, "no-buffer", "out of buffers while splitting: the rest of the parcel dropped"),
     }
 }
@@ -27,6 +35,143 @@ pub struct ParcelSplit<F>(std::marker::PhantomData<F>);
 impl<F> Default for ParcelSplit<F> {
     fn default() -> Self {
         ParcelSplit(std::marker::PhantomData)
+    }
+}
+
+/// What splitting one parcel did, for the node's counters.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Tally {
+    pub datagrams: u64,
+    pub summed: u64,
+    pub bad: u64,
+}
+
+/// Why a split stopped; the datagrams made before it go on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SplitError {
+    NotParcel,
+    NoBuffer,
+}
+
+/// The IP and UDP headers every datagram of one parcel starts from: those of datagram 0
+/// for a full segment, and the pseudo-header sum they imply.
+struct Template {
+    bytes: [u8; 48],
+    pseudo: Checksum,
+    udp_len: usize,
+}
+
+impl Template {
+    fn new<F: ParcelFamily>(head: &[u8], udp_at: usize, udp_len: usize) -> Template {
+        let hl = F::DATAGRAM_IP_LEN;
+        let mut bytes = [0u8; 48];
+        let pseudo = F::write_datagram_ip(head, 0, udp_len, &mut bytes[..hl]);
+        bytes[hl..hl + 4].copy_from_slice(&head[udp_at..udp_at + 4]);
+        bytes[hl + 4..hl + 6].copy_from_slice(&(udp_len as u16).to_be_bytes());
+        Template { bytes, pseudo, udp_len }
+    }
+}
+
+/// Split the parcel in `bi` into datagrams, handing each to `out` (the last one made in
+/// `bi` itself). With `check`, each segment is summed as it is copied and left out
+/// (counted in `tally.bad`) when the sum does not match a non-zero slot.
+pub fn split_parcel<F: ParcelFamily>(
+    pool: &mut Pool,
+    bi: BufIdx,
+    check: bool,
+    tally: &mut Tally,
+    mut out: impl FnMut(BufIdx),
+) -> Result<(), SplitError> {
+    let src = pool.get(bi);
+    let s: Shape = F::check(src.bytes()).map_err(|_| SplitError::NotParcel)?;
+    let meta = src.meta;
+    let hl = F::DATAGRAM_IP_LEN;
+    // The parcel's headers, kept aside: the last datagram is made in the parcel's own
+    // buffer, its headers written over the end of the segment before it.
+    let mut head = [0u8; 64];
+    head[..s.udp_at + 8].copy_from_slice(&src.bytes()[..s.udp_at + 8]);
+    let head = &head[..s.udp_at + 8];
+    let (sport, dport) =
+        (u16::from_be_bytes([head[s.udp_at], head[s.udp_at + 1]]), u16::from_be_bytes([head[s.udp_at + 2], head[s.udp_at + 3]]));
+    let mut tmpl = Template::new::<F>(head, s.udp_at, 8 + s.seg_len);
+    for i in 0..s.nsegs {
+        let range = s.segment(i);
+        let udp_len = 8 + range.len();
+        if udp_len != tmpl.udp_len {
+            // The last segment, shorter.
+            tmpl = Template::new::<F>(head, s.udp_at, udp_len);
+        }
+        let p = pool.get(bi).bytes();
+        let at = s.udp_at + 8 + 2 * i;
+        let slot = u16::from_be_bytes([p[at], p[at + 1]]);
+        // The segment's own sum, when it is read (checked, or a zero slot).
+        let mut sum = None;
+        let d = if i + 1 == s.nsegs {
+            if check || slot == 0 {
+                sum = Some(*Checksum::new().add_bytes(&p[range.clone()]));
+            }
+            if check && slot != 0 && sum.map(segment_slot) != Some(slot) {
+                tally.bad += 1;
+                continue;
+            }
+            let b = pool.get_mut(bi);
+            if b.narrow(range.start - hl - 8, hl + udp_len).is_err() {
+                return Err(SplitError::NotParcel);
+            }
+            bi
+        } else {
+            let Some(d) = pool.alloc(hl + udp_len) else { return Err(SplitError::NoBuffer) };
+            let Some((src, dst)) = pool.two_mut(bi, d) else {
+                pool.free(d);
+                return Err(SplitError::NoBuffer);
+            };
+            if dst.set_len(hl + udp_len).is_err() {
+                pool.free(d);
+                return Err(SplitError::NoBuffer);
+            }
+            let (seg, body) = (&src.bytes()[range], &mut dst.bytes_mut()[hl + 8..]);
+            if check || slot == 0 {
+                sum = Some(*Checksum::new().add_copied(body, seg));
+            } else {
+                body.copy_from_slice(seg);
+            }
+            if check && slot != 0 && sum.map(segment_slot) != Some(slot) {
+                pool.free(d);
+                tally.bad += 1;
+                continue;
+            }
+            d
+        };
+        let dst = pool.get_mut(d);
+        dst.meta.rx_if = meta.rx_if;
+        dst.meta.adj = meta.adj;
+        let b = dst.bytes_mut();
+        b[..hl + 8].copy_from_slice(&tmpl.bytes[..hl + 8]);
+        F::patch_datagram_ident(b, i);
+        let udp_sum = match (slot, sum) {
+            (0, Some(sum)) => {
+                tally.summed += 1;
+                let mut c = tmpl.pseudo;
+                c.add_u16(sport).add_u16(dport).add_u16(udp_len as u16).add(sum);
+                match c.finish() {
+                    0 => 0xffff,
+                    v => v,
+                }
+            }
+            _ => datagram_checksum_from_slot(tmpl.pseudo, sport, dport, udp_len as u16, slot),
+        };
+        b[hl + 6..hl + 8].copy_from_slice(&udp_sum.to_be_bytes());
+        out(d);
+        tally.datagrams += 1;
+    }
+    Ok(())
+}
+
+/// A segment's integrity slot from its sum (`wire::parcel::segment_checksum`'s rule).
+fn segment_slot(sum: Checksum) -> u16 {
+    match sum.finish() {
+        0 => 0xffff,
+        v => v,
     }
 }
 
@@ -40,93 +185,38 @@ impl<Cx: HasParcel, F: ParcelFamily> ExpandNode<Cx> for ParcelSplit<F> {
 
     fn expand(
         &mut self,
-        _cx: &mut Cx,
+        cx: &mut Cx,
         counts: &mut Counts<'_, Self::Counter>,
         pool: &mut Pool,
         bi: BufIdx,
         out: &mut Vec<(BufIdx, Self::Next)>,
     ) -> Result<(), Self::Counter> {
         use ParcelSplitCounter as C;
-        let src = pool.get(bi);
-        let s = F::check(src.bytes()).map_err(|_| C::NotParcel)?;
-        let meta = src.meta;
-        let check_each = meta.param & PARAM_HAS_BAD_SEGMENT != 0;
-        // `parcelN-input` looked the destination up: a next hop needs no second lookup.
-        let next = if meta.param & PARAM_NEXT_HOP != 0 { F::SPLIT_TO_REWRITE } else { F::TO_LOOKUP };
-        counts.inc(C::Split);
-        let hl = F::DATAGRAM_IP_LEN;
-        // The parcel's headers, kept aside: the last datagram is made in the parcel's own
-        // buffer, its headers written over the end of the segment before it.
-        let mut head = [0u8; 64];
-        head[..s.udp_at + 8].copy_from_slice(&src.bytes()[..s.udp_at + 8]);
-        let head = &head[..s.udp_at + 8];
-        for i in 0..s.nsegs {
-            let range = s.segment(i);
-            let udp_len = 8 + range.len();
-            let p = pool.get(bi).bytes();
-            let at = s.udp_at + 8 + 2 * i;
-            let slot = u16::from_be_bytes([p[at], p[at + 1]]);
-            if check_each && slot != 0 && slot != segment_checksum(&p[range.clone()]) {
-                counts.inc(C::BadSegment);
-                continue;
+        let param = pool.get(bi).meta.param;
+        // Not from `parcelN-input` (a tunnel's inner parcel, from `ipN-fragment`): the
+        // edge's checks, which a parcel forwarded whole to here has not had, are here.
+        let from_input = param & PARAM_FROM_INPUT != 0;
+        if !from_input {
+            match F::check_with_udp(pool.get(bi).bytes()) {
+                Ok((_, true)) => {}
+                Ok((_, false)) => return Err(C::BadUdpChecksum),
+                Err(_) => return Err(C::NotParcel),
             }
-            let d = if i + 1 == s.nsegs {
-                let b = pool.get_mut(bi);
-                if b.narrow(range.start - hl - 8, hl + udp_len).is_err() {
-                    return Err(C::NotParcel);
-                }
-                bi
-            } else {
-                let Some(d) = pool.alloc(hl + udp_len) else { return Err(C::NoBuffer) };
-                let Some((src, dst)) = pool.two_mut(bi, d) else {
-                    pool.free(d);
-                    return Err(C::NoBuffer);
-                };
-                if dst.set_len(hl + udp_len).is_err() {
-                    pool.free(d);
-                    return Err(C::NoBuffer);
-                }
-                dst.bytes_mut()[hl + 8..].copy_from_slice(&src.bytes()[range]);
-                d
-            };
-            let dst = pool.get_mut(d);
-            dst.meta.rx_if = meta.rx_if;
-            dst.meta.adj = meta.adj;
-            if finish_datagram::<F>(head, s.udp_at, i, slot, dst.bytes_mut()) {
-                counts.inc(C::Summed);
-            }
-            out.push((d, next));
-            counts.inc(C::Datagrams);
         }
-        Ok(())
+        let check = if from_input { param & PARAM_CHECK_SEGMENTS != 0 } else { cx.split_parcel().1.verify_segments };
+        // `parcelN-input` looked the destination up: a next hop needs no second lookup.
+        let next = if param & PARAM_NEXT_HOP != 0 { F::SPLIT_TO_REWRITE } else { F::TO_LOOKUP };
+        let mut tally = Tally::default();
+        let r = split_parcel::<F>(pool, bi, check, &mut tally, |d| out.push((d, next)));
+        if r != Err(SplitError::NotParcel) {
+            counts.inc(C::Split);
+        }
+        counts.add(C::Datagrams, tally.datagrams);
+        counts.add(C::Summed, tally.summed);
+        counts.add(C::BadSegment, tally.bad);
+        r.map_err(|e| match e {
+            SplitError::NotParcel => C::NotParcel,
+            SplitError::NoBuffer => C::NoBuffer,
+        })
     }
-}
-
-/// Write datagram `i`'s IP and UDP headers into `b`, whose bytes after them already hold
-/// the segment; `head` is the parcel's headers (UDP header at `udp_at`). The UDP checksum
-/// comes from `slot`, or is summed when the slot is 0 (then true).
-fn finish_datagram<F: ParcelFamily>(head: &[u8], udp_at: usize, i: usize, slot: u16, b: &mut [u8]) -> bool {
-    let hl = F::DATAGRAM_IP_LEN;
-    let udp_len = b.len() - hl;
-    let pseudo = F::write_datagram_ip(head, i, udp_len, b);
-    let u = &mut b[hl..];
-    u[..4].copy_from_slice(&head[udp_at..udp_at + 4]);
-    u[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
-    let (sport, dport) = (u16::from_be_bytes([u[0], u[1]]), u16::from_be_bytes([u[2], u[3]]));
-    let (sum, summed) = if slot != 0 {
-        (datagram_checksum_from_slot(pseudo, sport, dport, udp_len as u16, slot), false)
-    } else {
-        u[6..8].fill(0);
-        let mut c = pseudo;
-        c.add_bytes(u);
-        (
-            match c.finish() {
-                0 => 0xffff,
-                v => v,
-            },
-            true,
-        )
-    };
-    u[6..8].copy_from_slice(&sum.to_be_bytes());
-    summed
 }

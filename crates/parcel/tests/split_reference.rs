@@ -1,0 +1,229 @@
+//! `parcelN-split`'s fast path (one header template per parcel, identification and
+//! header checksum patched, UDP checksum from the slot, the check folded into the copy)
+//! against a reference split: every datagram built from scratch with `wire`'s IPv4, IPv6
+//! and UDP reprs and summed in full.
+
+use engine::{BufIdx, Pool};
+use ip::nodes::family::{Ip4, Ip6};
+use parcel::nodes::split::{split_parcel, Tally};
+use parcel::nodes::ParcelFamily;
+use proptest::prelude::*;
+use std::net::{Ipv4Addr, Ipv6Addr};
+use wire::parcel::{Parcel4, Parcel4Repr, Parcel6, Parcel6Repr, SegmentsRepr, UdpChecksumForm};
+
+const SRC4: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
+const DST4: Ipv4Addr = Ipv4Addr::new(198, 19, 0, 1);
+const SRC6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 2);
+const DST6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x100, 0, 0, 0, 0, 5);
+
+#[derive(Debug, Clone)]
+struct Case {
+    segments: Vec<Vec<u8>>,
+    /// Slots left 0 (the sender computed none).
+    zero_slots: Vec<bool>,
+    /// A byte flipped after the slots were filled: (segment, offset).
+    damage: Option<(usize, usize)>,
+    ident: u16,
+    ttl: u8,
+    tos: u8,
+    dont_frag: bool,
+    ports: (u16, u16),
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    (1usize..=24, 1usize..=1400, 1usize..=1400, any::<u64>()).prop_flat_map(|(n, len, last, seed)| {
+        let last = last.min(len);
+        let segments: Vec<Vec<u8>> = (0..n)
+            .map(|i| {
+                let l = if i + 1 == n { last } else { len };
+                (0..l).map(|j| (seed.wrapping_mul(i as u64 + 7).wrapping_add(j as u64 * 131) >> 13) as u8).collect()
+            })
+            .collect();
+        (
+            Just(segments),
+            proptest::collection::vec(proptest::bool::weighted(0.2), n),
+            proptest::option::weighted(0.4, (0..n, 0..len)),
+            any::<u16>(),
+            2u8..=255,
+            any::<u8>(),
+            any::<bool>(),
+            (1u16.., 1u16..),
+        )
+            .prop_map(|(segments, zero_slots, damage, ident, ttl, tos, dont_frag, ports)| {
+                let damage = damage.map(|(i, at)| (i, at % segments[i].len()));
+                Case { segments, zero_slots, damage, ident, ttl, tos, dont_frag, ports }
+            })
+    })
+}
+
+fn segments_repr(c: &Case) -> SegmentsRepr {
+    SegmentsRepr {
+        src_port: c.ports.0,
+        dst_port: c.ports.1,
+        nsegs: c.segments.len() as u8,
+        seg_len: c.segments[0].len() as u16,
+        last_len: c.segments.last().map_or(0, |s| s.len()) as u16,
+    }
+}
+
+/// Fill the segments and their slots, then zero the slots the case leaves 0 and apply
+/// its damage (in `b`, the parcel whose UDP header is at `udp_at`).
+fn fill_segments<const V6: bool>(b: &mut [u8], c: &Case) {
+    let mut p = wire::parcel::Parcel::<&mut [u8], V6>::new_checked(b).expect("a valid parcel");
+    for (i, s) in c.segments.iter().enumerate() {
+        p.segment_mut(i).copy_from_slice(s);
+    }
+    p.fill_segment_checksums();
+    let at = p.ip_header_len() + 8;
+    let data_at = p.segment_offset(0);
+    let seg_len = c.segments[0].len();
+    for (i, &zero) in c.zero_slots.iter().enumerate() {
+        if zero {
+            b[at + 2 * i..at + 2 * i + 2].fill(0);
+        }
+    }
+    if let Some((i, off)) = c.damage {
+        b[data_at + i * seg_len + off] ^= 0x5a;
+    }
+}
+
+fn parcel4(c: &Case) -> Vec<u8> {
+    let repr = Parcel4Repr { src: SRC4, dst: DST4, ident: c.ident, ttl: c.ttl, dscp_ecn: c.tos, probe: None, segments: segments_repr(c) };
+    let mut b = vec![0u8; repr.buffer_len()];
+    repr.emit(&mut b);
+    if c.dont_frag {
+        b[6] |= 0x40;
+        b[10..12].fill(0);
+        let sum = wire::checksum::checksum(&b[..28]);
+        b[10..12].copy_from_slice(&sum.to_be_bytes());
+    }
+    fill_segments::<false>(&mut b, c);
+    let mut p = Parcel4::new_checked(&mut b[..]).expect("a valid parcel");
+    Parcel4Repr::fill_udp_checksum(&mut p, UdpChecksumForm::Prototype);
+    b
+}
+
+fn parcel6(c: &Case) -> Vec<u8> {
+    let repr =
+        Parcel6Repr { src: SRC6, dst: DST6, hop_limit: c.ttl, traffic_class: c.tos, flow_label: 0x12345, segments: segments_repr(c) };
+    let mut b = vec![0u8; repr.buffer_len()];
+    repr.emit(&mut b);
+    fill_segments::<true>(&mut b, c);
+    let mut p = Parcel6::new_checked(&mut b[..]).expect("a valid parcel");
+    Parcel6Repr::fill_udp_checksum(&mut p);
+    b
+}
+
+/// The datagrams a split must make, from scratch: one per undamaged segment (a damaged
+/// segment with a zero slot cannot be told from a good one and goes on, summed).
+fn reference(c: &Case, v6: bool) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    for (i, seg) in c.segments.iter().enumerate() {
+        let mut seg = seg.clone();
+        if let Some((d, off)) = c.damage {
+            if d == i {
+                if !c.zero_slots[i] {
+                    continue;
+                }
+                seg[off] ^= 0x5a;
+            }
+        }
+        let hl = if v6 { 40 } else { 20 };
+        let mut b = vec![0u8; hl + 8 + seg.len()];
+        if v6 {
+            let ip = wire::ipv6::Ipv6Repr {
+                src: SRC6,
+                dst: DST6,
+                next_header: wire::IpProtocol::Udp,
+                payload_len: 8 + seg.len(),
+                hop_limit: c.ttl,
+                traffic_class: c.tos,
+                flow_label: 0x12345,
+            };
+            ip.emit(&mut wire::ipv6::Ipv6Packet::new_unchecked(&mut b[..40]));
+        } else {
+            let ip = wire::ipv4::Ipv4Repr {
+                src: SRC4,
+                dst: DST4,
+                protocol: wire::IpProtocol::Udp,
+                payload_len: 8 + seg.len(),
+                ttl: c.ttl,
+                dscp: c.tos >> 2,
+                ecn: c.tos & 3,
+                ident: c.ident.wrapping_add(i as u16),
+                dont_frag: c.dont_frag,
+            };
+            ip.emit(&mut wire::ipv4::Ipv4Packet::new_unchecked(&mut b[..20]));
+        }
+        b[hl + 8..].copy_from_slice(&seg);
+        let mut u = wire::udp::UdpPacket::new_unchecked(&mut b[hl..]);
+        wire::udp::UdpRepr { src_port: c.ports.0, dst_port: c.ports.1 }.emit(&mut u, seg.len());
+        if v6 {
+            u.fill_checksum_v6(&SRC6, &DST6);
+        } else {
+            u.fill_checksum_v4(SRC4, DST4);
+        }
+        out.push(b);
+    }
+    out
+}
+
+fn split<F: ParcelFamily>(parcel: &[u8], check: bool) -> (Vec<Vec<u8>>, Tally, usize) {
+    let mut pool = Pool::with_classes(64, 8, 2);
+    let bi = pool.alloc(parcel.len()).expect("a large buffer");
+    pool.get_mut(bi).write(parcel).expect("fits");
+    let mut got: Vec<BufIdx> = Vec::new();
+    let mut tally = Tally::default();
+    split_parcel::<F>(&mut pool, bi, check, &mut tally, |d| got.push(d)).expect("split");
+    let bytes = got.iter().map(|&d| pool.get(d).bytes().to_vec()).collect();
+    if !got.contains(&bi) {
+        pool.free(bi);
+    }
+    pool.free_many(&got);
+    (bytes, tally, pool.in_use())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    #[test]
+    fn ipv4_split_matches_the_reference(c in case()) {
+        let (got, tally, in_use) = split::<Ip4>(&parcel4(&c), true);
+        let want = reference(&c, false);
+        prop_assert_eq!(&got, &want);
+        prop_assert_eq!(tally.datagrams as usize, want.len());
+        prop_assert_eq!(tally.bad as usize, c.segments.len() - want.len());
+        prop_assert_eq!(tally.summed as usize, c.zero_slots.iter().filter(|&&z| z).count());
+        prop_assert_eq!(in_use, 0, "every buffer accounted for");
+    }
+
+    #[test]
+    fn ipv6_split_matches_the_reference(c in case()) {
+        let (got, tally, _) = split::<Ip6>(&parcel6(&c), true);
+        let want = reference(&c, true);
+        prop_assert_eq!(&got, &want);
+        prop_assert_eq!(tally.bad as usize, c.segments.len() - want.len());
+    }
+
+    /// Unchecked, every segment becomes a datagram: the intact ones exactly the
+    /// reference's, a damaged one with its slot's checksum, which no longer adds up.
+    #[test]
+    fn unchecked_split_carries_the_slot_on(c in case()) {
+        let (got, tally, _) = split::<Ip4>(&parcel4(&c), false);
+        prop_assert_eq!(got.len(), c.segments.len());
+        prop_assert_eq!(tally.bad, 0);
+        let intact = reference(&Case { damage: None, ..c.clone() }, false);
+        for (i, d) in got.iter().enumerate() {
+            let damaged = c.damage.is_some_and(|(j, _)| j == i);
+            let ok = wire::checksum::Checksum::new()
+                .add(wire::checksum::pseudo_header_v4(SRC4, DST4, 17, (d.len() - 20) as u16))
+                .add_bytes(&d[20..])
+                .fold()
+                == 0xffff;
+            prop_assert_eq!(ok, !damaged || c.zero_slots[i], "datagram {} checksum", i);
+            if !damaged {
+                prop_assert_eq!(d, &intact[i]);
+            }
+        }
+    }
+}

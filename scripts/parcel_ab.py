@@ -1,0 +1,52 @@
+#!/usr/bin/env python3
+"""The parcel paths in the engine, two or more vecgate builds interleaved:
+parcel_ab.py ROUNDS NAME=BINARY ... (the first is the baseline).
+
+Each round runs every scenario below once per build (the builds' order alternating per
+round, so drift hits all alike) and prints, per build and scenario, the median over the
+rounds of the bench's median cycles per segment (per packet for ip4-forward), the ratio
+ip4-forward / that (the issue's "× the per-segment rate of single packets"), and the
+parcel nodes' median cycles per packet they saw. `fwd16-strict` passes
+`--segment-check-in-transit` to every build but the baseline (which predates the flag).
+Used for docs/PERFORMANCE.md's parcel figures."""
+import json
+import statistics
+import subprocess
+import sys
+
+SCENARIOS = [
+    ("ip4-forward", ["ip4-forward", "--packets", "1000000"], False),
+    ("fwd16", ["parcel-forward", "--segments", "16", "--packets", "100000"], False),
+    ("fwd16-strict", ["parcel-forward", "--segments", "16", "--packets", "100000", "--segment-check-in-transit"], True),
+    ("fwd16-off", ["parcel-forward", "--segments", "16", "--packets", "100000", "--no-segment-check"], False),
+    ("fwd1", ["parcel-forward", "--segments", "1", "--packets", "500000"], False),
+    ("split16", ["parcel-split", "--segments", "16", "--packets", "100000"], False),
+    ("split16-off", ["parcel-split", "--segments", "16", "--packets", "100000", "--no-segment-check"], False),
+    ("join16", ["parcel-join", "--segments", "16", "--packets", "1000000"], False),
+]
+
+
+def main():
+    rounds = int(sys.argv[1])
+    builds = [a.split("=", 1) for a in sys.argv[2:]]
+    got = {}
+    for r in range(rounds):
+        for name, args, new_flag in SCENARIOS:
+            for bn, binary in builds if r % 2 == 0 else builds[::-1]:
+                a = [x for x in args if not (new_flag and bn == builds[0][0] and x == "--segment-check-in-transit")]
+                out = subprocess.run([binary, "bench", *a, "--json", "--core", "1"], capture_output=True, text=True, check=True, timeout=300).stdout
+                d = json.loads(out)
+                v = d.get("median_cycles_per_segment", d.get("median_cycles_per_packet"))
+                nodes = {n["name"]: n.get("vector_median") for n in d["nodes"] if n["name"].startswith("parcel")}
+                got.setdefault((bn, name), []).append((v, nodes))
+    for bn, _ in builds:
+        base = statistics.median(v for v, _ in got[(bn, "ip4-forward")])
+        for name, _, _ in SCENARIOS:
+            runs = got[(bn, name)]
+            m = statistics.median(v for v, _ in runs)
+            nodes = {k: round(statistics.median(n[k] for _, n in runs if n.get(k) is not None), 1) for k in runs[0][1] if runs[0][1][k] is not None}
+            print(f"{bn:6} {name:13} {m:8.1f} cycles/segment  {base / m:5.2f}x ip4-forward ({base:.1f})  {nodes}  runs {[round(v, 1) for v, _ in runs]}")
+
+
+if __name__ == "__main__":
+    main()
