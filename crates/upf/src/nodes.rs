@@ -53,6 +53,7 @@ counters! {
         Discarded(Info, "discarded", "held packets freed: session deleted, DROBU, or its slot reused"),
         BufferFull(Warn, "buffer-full", "the worker holds as many packets as it may (buffer_packets): dropped"),
         SessionBufferFull(Warn, "session-buffer-full", "the session holds as many packets as it may on this worker (buffer_per_session): dropped"),
+        BarLimit(Warn, "bar-limit", "the session holds as many packets as its BAR's suggested count: dropped"),
         TooLongToHold(Warn, "too-long-to-hold", "a packet to buffer is longer than a held packet's room (2048 bytes): dropped"),
         NoBuffer(Warn, "no-buffer", "no free buffer to send a held packet in: it is lost"),
         BadCommand(Error, "bad-command", "a malformed release/discard frame at upf-buffer-input"),
@@ -643,10 +644,11 @@ impl UpfBuffer {
         // What is held in the slot may be an earlier session's: freed first, counted.
         counts.add(UpfCounter::Discarded, u.held.discard_stale(s.slot, s.seid) as u64);
         let first = !u.held.holds(s.slot);
-        match u.held.hold(s.slot, s.seid, packet) {
+        match u.held.hold(s.slot, s.seid, packet, r.hold_limit.map(u32::from)) {
             Ok(_) => {}
             Err(HoldError::Full) => return Err(UpfCounter::BufferFull),
             Err(HoldError::SessionFull) => return Err(UpfCounter::SessionBufferFull),
+            Err(HoldError::BarLimit) => return Err(UpfCounter::BarLimit),
             Err(HoldError::TooLong) => return Err(UpfCounter::TooLongToHold),
         }
         counts.inc(UpfCounter::Held);

@@ -71,6 +71,9 @@ pub struct Rule {
     pub forward: Forward,
     /// The FAR's NOCP: tell the SMF (Downlink Data Report) when the first packet is held.
     pub notify: bool,
+    /// The session's BAR bounds what is held for it (Suggested Buffering Packets Count,
+    /// or the extended buffering's count) when this rule buffers.
+    pub hold_limit: Option<u16>,
     pub qers: Box<[QerRef]>,
     pub urrs: Box<[UrrRef]>,
 }
@@ -389,5 +392,6 @@ fn empty_like(seid: u64) -> pfcp::rules::SessionRules {
         fars: Default::default(),
         qers: Default::default(),
         urrs: Default::default(),
+        bar: None,
     }
 }

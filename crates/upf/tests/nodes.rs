@@ -7,9 +7,10 @@ use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use engine::{counters, next_nodes, BufIdx, Buffer, Counts, Graph, GraphBuilder, Node, NodeId, Pool, Verdict};
 use ip::{HasIp, IpContext};
 use pfcp::ie::{apply_action, Interface, NodeId as PfcpNode};
-use pfcp::rules::{Far, GtpuEndpoint, Pdr, Qer, SessionRules, Urr};
+use pfcp::rules::{Bar, ExtendedBuffering, Far, GtpuEndpoint, Pdr, Qer, SessionRules, Urr};
 use proptest::prelude::*;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use upf::buffering::BufferCmd;
 use upf::context::{HasUpf, Usage, UsageCells};
 use upf::tables::{UpfState, UpfTables};
@@ -240,7 +241,14 @@ fn pdr(id: u16, precedence: u32, far: u32) -> Pdr {
 }
 
 fn far(id: u32, action: u64, to: Option<(IpAddr, u32)>) -> Far {
-    Far { id, action, destination: None, outer_header: to.map(|(addr, teid)| GtpuEndpoint { teid, addr }), network_instance: None }
+    Far {
+        id,
+        action,
+        destination: None,
+        outer_header: to.map(|(addr, teid)| GtpuEndpoint { teid, addr }),
+        network_instance: None,
+        bar_id: None,
+    }
 }
 
 /// A session like an SMF's: uplink on TEID 0x100 (QFI 9), downlink to the UE toward the
@@ -253,6 +261,7 @@ fn session(seid: u64) -> SessionRules {
         fars: Default::default(),
         qers: Default::default(),
         urrs: Default::default(),
+        bar: None,
     };
     let mut up = pdr(1, 100, 1);
     up.local_f_teid = Some(GtpuEndpoint { teid: 0x100, addr: IpAddr::V4(N3) });
@@ -690,4 +699,34 @@ fn buffering_without_nocp_holds_silently_and_bounds_are_counted() {
     let bad = rig.buffer_input;
     assert!(rig.inject(bad, &[vec![0, 7, 0]]).is_empty());
     assert_eq!(rig.counter("upf-buffer", "bad-command"), 1);
+}
+
+#[test]
+fn a_bar_count_bounds_what_is_held_and_a_new_count_applies_at_once() {
+    let mut rig = Rig::new();
+    let mut r = session(12);
+    let far2 = r.fars.get_mut(&2).unwrap();
+    far2.action = apply_action::BUFF | apply_action::NOCP;
+    far2.bar_id = Some(1);
+    r.bar = Some(Bar { id: 1, ddn_delay: Duration::ZERO, suggested_packets: Some(3), extended: None });
+    rig.install(&r);
+    assert!(rig.send(2, &numbered(0..5)).is_empty());
+    assert_eq!((rig.counter("upf-buffer", "held"), rig.counter("upf-buffer", "bar-limit")), (3, 2));
+    assert_eq!(rig.counter("upf-buffer", "session-buffer-full"), 0, "the BAR's bound, not the worker's");
+    // Extended buffering with a count of 6: three more fit (the worker's 8 still above).
+    r.bar.as_mut().unwrap().extended = Some(ExtendedBuffering { until: None, packets: Some(6) });
+    rig.install(&r);
+    assert!(rig.send(2, &numbered(5..10)).is_empty());
+    assert_eq!((rig.counter("upf-buffer", "held"), rig.counter("upf-buffer", "bar-limit")), (6, 4));
+    // A FAR that names no BAR buffers up to the worker's per-session bound only.
+    r.fars.get_mut(&2).unwrap().bar_id = None;
+    rig.install(&r);
+    assert!(rig.send(2, &numbered(10..14)).is_empty());
+    assert_eq!((rig.counter("upf-buffer", "held"), rig.counter("upf-buffer", "session-buffer-full")), (8, 2));
+    // Forwarding: the held ones go out in order.
+    r.fars.get_mut(&2).unwrap().action = apply_action::FORW;
+    rig.install(&r);
+    let got = delivered(&rig.command(BufferCmd::Release { slot: 0, seid: 12 }));
+    let want: Vec<Vec<u8>> = numbered(0..3).into_iter().chain(numbered(5..8)).chain(numbered(10..12)).collect();
+    assert_eq!(got, want.into_iter().map(|p| (0x200, p)).collect::<Vec<_>>());
 }

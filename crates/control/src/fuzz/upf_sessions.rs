@@ -29,7 +29,7 @@ fn pdr(id: u16, precedence: u32, far: u32) -> Pdr {
 }
 
 fn far(id: u32, action: u64, to: Option<(IpAddr, u32)>) -> Far {
-    Far { id, action, destination: None, outer_header: to.map(|(addr, teid)| GtpuEndpoint { teid, addr }), network_instance: None }
+    Far { id, action, destination: None, outer_header: to.map(|(addr, teid)| GtpuEndpoint { teid, addr }), network_instance: None, bar_id: None }
 }
 
 /// A session: uplink on `teid` at `n3`, downlink to `ue` by `down`.
@@ -41,6 +41,7 @@ fn session(seid: u64, teid: u32, n3: IpAddr, ue: IpAddr, up: Far, down: Far) -> 
         fars: Default::default(),
         qers: Default::default(),
         urrs: Default::default(),
+        bar: None,
     };
     let mut u = pdr(1, 100, 1);
     u.local_f_teid = Some(GtpuEndpoint { teid, addr: n3 });
