@@ -183,6 +183,8 @@ struct Pending {
     data: Vec<u8>,
     next: Instant,
     tries_left: u32,
+    /// Our SEID of the session a Session Report Request is about.
+    seid: Option<u64>,
 }
 
 /// Message counts (`show pfcp`).
@@ -398,13 +400,15 @@ impl Upf {
             Message::SessionModificationRequest(r) => self.modify(now, from, h, r),
             Message::SessionDeletionRequest => self.delete(now, from, h),
             Message::SessionReportResponse(r) => {
-                self.pending.remove(&h.seq);
+                // The session is the one our request was about (SMFs differ in the SEID
+                // they put in the header: ours, or their own echoed).
+                let about = self.pending.remove(&h.seq).and_then(|p| p.seid);
                 if r.cause.0 == Cause::SessionContextNotFound {
                     // The SMF no longer knows the session: nobody will ever delete it.
-                    if let Some(seid) = h.seid.filter(|s| self.sessions.contains_key(s)) {
+                    if let Some(seid) = about.or(h.seid).filter(|s| self.sessions.contains_key(s)) {
                         self.remove_session(seid);
                     }
-                } else if let Some(seid) = self.find_session(from, &h) {
+                } else if let Some(seid) = about.filter(|s| self.owned_by(*s, from)) {
                     self.report_answered(now, seid, &r);
                 }
             }
@@ -652,9 +656,9 @@ impl Upf {
     }
 
     /// Sends a request we expect an answer to, retransmitted until one comes.
-    fn request(&mut self, now: Instant, dst: SocketAddr, h: Header, m: &Message) {
+    fn request(&mut self, now: Instant, dst: SocketAddr, h: Header, m: &Message, seid: Option<u64>) {
         let data = self.send(dst, h, m);
-        let p = Pending { dst, data, next: now + self.cfg.request_timeout, tries_left: self.cfg.request_retries };
+        let p = Pending { dst, data, next: now + self.cfg.request_timeout, tries_left: self.cfg.request_retries, seid };
         self.pending.insert(h.seq, p);
     }
 
@@ -943,10 +947,13 @@ impl Upf {
 
     fn find_session(&self, from: SocketAddr, h: &Header) -> Option<u64> {
         let seid = h.seid?;
-        let s = self.sessions.get(&seid)?;
-        // Only the SMF that owns a session may change it.
-        let peer = self.associations.get(&s.rules.cp_node)?;
-        (peer.peer.ip() == from.ip()).then_some(seid)
+        self.owned_by(seid, from).then_some(seid)
+    }
+
+    /// Session `seid` exists and belongs to the SMF at `from`: only it may change it.
+    fn owned_by(&self, seid: u64, from: SocketAddr) -> bool {
+        let Some(s) = self.sessions.get(&seid) else { return false };
+        self.associations.get(&s.rules.cp_node).is_some_and(|peer| peer.peer.ip() == from.ip())
     }
 
     fn modify(&mut self, now: Instant, from: SocketAddr, h: Header, r: SessionModificationRequest) {
@@ -1398,6 +1405,7 @@ impl Upf {
             peer,
             Header::session(MessageType::SessionReportRequest, s.cp_f_seid.seid, seq),
             &Message::SessionReportRequest(m),
+            Some(s.rules.seid),
         );
     }
 }

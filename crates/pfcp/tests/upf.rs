@@ -963,16 +963,23 @@ fn a_report_response_extends_buffering_for_its_duration_then_drops_what_is_held(
         }),
         flags: None,
     };
-    sim.upf.handle(
-        sim.now,
-        smf(),
-        &Message::SessionReportResponse(inf(7, 0)).to_bytes(&Header::session(MessageType::SessionReportResponse, seid, 77)),
-    );
+    // A new episode, answered by an SMF that echoes its own SEID in the header (the
+    // response is matched to our request by its sequence number): no end.
+    sim.request(Some(seid), Message::SessionModificationRequest(SessionModificationRequest::default()));
+    sim.upf.downlink_data(sim.now, seid, 2);
+    let (h, _) = Message::parse(&sim.upf.poll_transmit().expect("reported").data).unwrap();
+    assert_eq!(h.seid, Some(0x94));
+    let answer = |r: SessionReportResponse, seid: u64, seq: u32| {
+        Message::SessionReportResponse(r).to_bytes(&Header::session(MessageType::SessionReportResponse, seid, seq))
+    };
+    sim.upf.handle(sim.now, smf(), &answer(inf(7, 0), 0x94, h.seq));
     assert!(sim.upf.session(seid).unwrap().bar.unwrap().extended.is_some_and(|e| e.until.is_none()));
-    sim.upf.handle(
-        sim.now,
-        smf(),
-        &Message::SessionReportResponse(inf(0, 0)).to_bytes(&Header::session(MessageType::SessionReportResponse, seid, 78)),
-    );
+    // A stray response (no request of ours has its sequence number) changes nothing.
+    sim.upf.handle(sim.now, smf(), &answer(inf(0, 0), seid, h.seq));
+    assert!(sim.upf.session(seid).unwrap().bar.unwrap().extended.is_some());
+    // A stopped timer (unit and value zero), in the answer to a usage report, ends it.
+    sim.upf.usage(sim.now, seid, 1, Usage { ul_bytes: 2000, dl_bytes: 0, ul_packets: 2, dl_packets: 0 });
+    let (h, _) = Message::parse(&sim.upf.poll_transmit().expect("a usage report").data).unwrap();
+    sim.upf.handle(sim.now, smf(), &answer(inf(0, 0), seid, h.seq));
     assert!(sim.upf.session(seid).unwrap().bar.unwrap().extended.is_none());
 }

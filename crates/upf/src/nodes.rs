@@ -44,7 +44,8 @@ counters! {
         Truncated(Warn, "truncated", "outer, GTP-U or inner headers truncated or inconsistent"),
         NotGpdu(Warn, "not-gpdu", "a GTP-U message other than a G-PDU"),
         BadInner(Warn, "bad-inner", "the packet inside is not IPv4 or IPv6"),
-        NoSession(Warn, "no-session", "no session for the TEID or UE address"),
+        NoSession(Warn, "no-session", "no session for the TEID (Error Indication rate-limited away) or UE address"),
+        ErrorIndicationsSent(Info, "error-indications-sent", "Error Indications sent for G-PDUs to TEIDs no session has"),
         NoPdr(Warn, "no-pdr", "no PDR of the session matches the packet"),
         FarDrop(Info, "far-drop", "the matched PDR's FAR says DROP"),
         BufferedDropped(Warn, "buffered-dropped", "an uplink FAR says BUFF: only downlink packets are held, dropped"),
@@ -465,6 +466,8 @@ impl<Cx: HasUpf, O: OuterFamily> Node<Cx> for UpfUplink<O> {
             Ok(g) => g,
             Err(c) => return Verdict::Drop(c),
         };
+        let UpfContext { tables, usage, policer, replies, .. } = u;
+        let Some(s) = tables.by_teid(g.teid) else { return error_indication::<O>(replies, counts, buf, g.teid) };
         let Some(inner_bytes) = buf.bytes().get(g.inner_at..g.inner_at + g.inner_len) else {
             return Verdict::Drop(UpfCounter::Truncated);
         };
@@ -472,8 +475,6 @@ impl<Cx: HasUpf, O: OuterFamily> Node<Cx> for UpfUplink<O> {
             Ok(i) => i,
             Err(c) => return Verdict::Drop(c),
         };
-        let UpfContext { tables, usage, policer, .. } = u;
-        let Some(s) = tables.by_teid(g.teid) else { return Verdict::Drop(UpfCounter::NoSession) };
         let Some(r) = match_uplink(s, g.teid, g.qfi, &inner) else { return Verdict::Drop(UpfCounter::NoPdr) };
         let ohc = match r.forward {
             Forward::Drop => return Verdict::Drop(UpfCounter::FarDrop),
@@ -506,6 +507,32 @@ impl<Cx: HasUpf, O: OuterFamily> Node<Cx> for UpfUplink<O> {
             Err(c) => format!("rejected: {}", <UpfCounter as engine::Counters>::INFO[c as usize].name),
         }
     }
+}
+
+/// A G-PDU to a TEID no session has: answered with an Error Indication to its sender
+/// (TS 29.281 §7.3.1: TEID Data I and GTP-U Peer Address, the G-PDU's UDP source port in
+/// the UDP Port extension), built by gtpu's code for the same reply and rate-limited like
+/// it; over the rate, dropped as `no-session`.
+fn error_indication<O: OuterFamily>(
+    replies: &mut ip::context::TokenBucket,
+    counts: &mut Counts<'_, UpfCounter>,
+    buf: &mut Buffer,
+    teid: u32,
+) -> Verdict<UpfNext, UpfCounter> {
+    if !replies.take() {
+        return Verdict::Drop(UpfCounter::NoSession);
+    }
+    let Ok((hl, peer, ours)) = O::outer(buf.bytes()) else { return Verdict::Drop(UpfCounter::Truncated) };
+    let sport = buf.bytes().get(hl..hl + 2).map_or(wire::gtpu::PORT, |s| u16::from_be_bytes([s[0], s[1]]));
+    let mut m = [0u8; gtpu::messages::MAX_MESSAGE];
+    let n = gtpu::messages::error_indication(teid, ours.into(), sport, &mut m);
+    let mut out = [0u8; 40 + 8 + gtpu::messages::MAX_MESSAGE];
+    let len = gtpu::nodes::reply_datagram::<O>(ours, peer, wire::gtpu::PORT, &m[..n], &mut out);
+    if buf.write(&out[..len]).is_err() {
+        return Verdict::Drop(UpfCounter::NoRoom);
+    }
+    counts.inc(UpfCounter::ErrorIndicationsSent);
+    Verdict::Next(if O::IS_V6 { UpfNext::Ip6Lookup } else { UpfNext::Ip4Lookup })
 }
 
 /// What differs between IPv4 and IPv6 UEs: the node name and the session lookup.

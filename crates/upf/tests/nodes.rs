@@ -317,9 +317,11 @@ fn uplink_decapsulates_and_counts_the_inner_bytes() {
     assert_eq!(got, vec![("ip4-input", inner.clone()), ("ip4-input", inner.clone())]);
     assert_eq!(rig.counter("upf4-uplink", "forwarded"), 2);
     assert_eq!(rig.usage(1, 1), Usage { ul_bytes: 2 * inner.len() as u64, ul_packets: 2, ..Default::default() });
-    // Another TEID: no session; the right TEID with another QFI: no PDR.
-    assert!(rig.send(0, &[gpdu4(0x101, Some(9), &inner)]).is_empty());
-    assert_eq!(rig.counter("upf4-uplink", "no-session"), 1);
+    // Another TEID: no session, answered with an Error Indication; the right TEID with
+    // another QFI: no PDR.
+    let got = rig.send(0, &[gpdu4(0x101, Some(9), &inner)]);
+    assert_eq!(error_indications(&got), vec![(N3, GNB, 0x101, IpAddr::V4(N3))]);
+    assert_eq!(rig.counter("upf4-uplink", "error-indications-sent"), 1);
     assert!(rig.send(0, &[gpdu4(0x100, Some(5), &inner), gpdu4(0x100, None, &inner)]).is_empty());
     assert_eq!(rig.counter("upf4-uplink", "no-pdr"), 2);
 }
@@ -485,8 +487,8 @@ fn a_removed_session_drops_and_its_slots_count_afresh_for_the_next() {
     assert_eq!(rig.usage(1, 1).ul_packets, 1);
     assert!(rig.state.remove(1));
     rig.publish();
-    assert!(rig.send(0, &[gpdu4(0x100, Some(9), &inner)]).is_empty());
-    assert_eq!(rig.counter("upf4-uplink", "no-session"), 1);
+    let got = rig.send(0, &[gpdu4(0x100, Some(9), &inner)]);
+    assert_eq!(error_indications(&got), vec![(N3, GNB, 0x100, IpAddr::V4(N3))], "the TEID is no session's any more");
     assert_eq!(rig.state.slots_in_use(), (0, 0));
     rig.install(&session(2));
     assert_eq!(rig.usage(2, 1), Usage::default(), "the reused URR slot starts at zero");
@@ -729,4 +731,57 @@ fn a_bar_count_bounds_what_is_held_and_a_new_count_applies_at_once() {
     let got = delivered(&rig.command(BufferCmd::Release { slot: 0, seid: 12 }));
     let want: Vec<Vec<u8>> = numbered(0..3).into_iter().chain(numbered(5..8)).chain(numbered(10..12)).collect();
     assert_eq!(got, want.into_iter().map(|p| (0x200, p)).collect::<Vec<_>>());
+}
+
+/// The Error Indications among what the sinks saw: (source, destination, TEID Data I,
+/// GTP-U Peer Address), each checked as an IPv4/UDP datagram to port 2152 with a valid
+/// UDP checksum and the G-PDU's source port in the UDP Port extension.
+fn error_indications(got: &[(&'static str, Vec<u8>)]) -> Vec<(Ipv4Addr, Ipv4Addr, u32, IpAddr)> {
+    got.iter()
+        .map(|(node, p)| {
+            assert_eq!(*node, "ip4-lookup");
+            assert_eq!(p[0], 0x45);
+            assert_eq!(u16::from_be_bytes([p[2], p[3]]) as usize, p.len());
+            assert!(wire::checksum::verify(&p[..20]), "IPv4 header checksum");
+            let (src, dst) = (Ipv4Addr::from([p[12], p[13], p[14], p[15]]), Ipv4Addr::from([p[16], p[17], p[18], p[19]]));
+            assert_eq!((p[9], u16::from_be_bytes([p[22], p[23]])), (17, 2152));
+            assert!(
+                ip::outer::udp_checksum_ok(<ip::outer::Ip4Outer as ip::outer::OuterFamily>::pseudo(&src, &dst), &p[20..]),
+                "UDP checksum"
+            );
+            let g = GtpuPacket::new_checked(&p[28..]).unwrap();
+            let r = GtpuRepr::parse(&g).unwrap();
+            assert_eq!((r.msg_type, r.teid.0, r.udp_port), (MessageType::ErrorIndication, 0, Some(2152)));
+            let ies = &p[28 + r.header_len()..];
+            let (teid, peer) = gtpu::messages::parse_error_indication(ies).expect("TEID Data I and GTP-U Peer Address");
+            (src, dst, teid, peer)
+        })
+        .collect()
+}
+
+#[test]
+fn unknown_teids_get_error_indications_at_the_reply_rate() {
+    let mut rig = Rig::new();
+    rig.install(&session(1));
+    rig.cx.upf = std::mem::replace(&mut rig.cx.upf, dummy_upf()).with_replies(10);
+    let inner = udp4(UE, DN, 4000, 53, 20);
+    // A burst of 150 to unknown TEIDs: the bucket's burst (10) is answered, and whatever
+    // the rate earned meanwhile; the rest dropped by name.
+    let burst: Vec<Vec<u8>> = (0..150).map(|i| gpdu4(0x9000 + i, None, &inner)).collect();
+    let got = rig.send(0, &burst);
+    let sent = rig.counter("upf4-uplink", "error-indications-sent");
+    assert!((10..150).contains(&sent), "{sent}");
+    assert_eq!(sent + rig.counter("upf4-uplink", "no-session"), 150);
+    let eis = error_indications(&got);
+    assert_eq!(eis.len() as u64, sent);
+    for (k, (src, dst, teid, peer)) in eis.into_iter().enumerate() {
+        assert_eq!((src, dst, teid, peer), (N3, GNB, 0x9000 + k as u32, IpAddr::V4(N3)), "answered in order, first ones first");
+    }
+    // The session's own TEID still forwards.
+    assert_eq!(rig.send(0, &[gpdu4(0x100, Some(9), &inner)]), vec![("ip4-input", inner)]);
+}
+
+/// A stand-in while a context is rebuilt.
+fn dummy_upf() -> UpfContext {
+    UpfContext::new(Arc::new(ArcSwap::from_pointee(UpfState::new(1, 1, 1).build())), UsageCells::new(1), 1, None)
 }
