@@ -26,7 +26,7 @@ use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use engine::{counters, next_nodes, BufIdx, Buffer, Counts, ExpandNode, GraphBuilder, Node, Pool, Verdict, VECTOR_SIZE};
 use ip::outer::{udp_checksum, Ip4Outer, Ip6Outer, OuterFamily};
 use std::sync::Arc;
-use wire::gtpu::{GtpuPacket, GtpuRepr, MessageType, PduSession, Qfi, Teid};
+use wire::gtpu::{GtpuPacket, GtpuRepr, MessageType, PduSession, Teid};
 
 next_nodes! {
     pub enum UpfNext {
@@ -250,38 +250,30 @@ fn deliver_downlink(
 /// packet.
 #[inline]
 pub fn encap(buf: &mut Buffer, t: &UpfTables, o: &OuterHeader) -> Result<UpfNext, UpfCounter> {
-    let payload_len = buf.len();
-    let repr = GtpuRepr {
-        msg_type: MessageType::GPdu,
-        teid: Teid(o.teid),
-        seq: None,
-        npdu: None,
-        pdu_session: o.qfi.and_then(Qfi::new).map(|qfi| PduSession::Downlink { qfi, rqi: false, ppi: None }),
-        udp_port: None,
-        pdcp_number: None,
-        payload_len,
-    };
+    let gtpu = &o.gtpu_header[..o.gtpu_len as usize];
     match o.peer {
         IpAddr::V4(peer) => {
             let src = t.n3_v4.ok_or(UpfCounter::NoN3Address)?;
-            emit::<Ip4Outer>(buf, src, peer, &repr)?;
+            emit::<Ip4Outer>(buf, src, peer, gtpu)?;
             Ok(UpfNext::Ip4Lookup)
         }
         IpAddr::V6(peer) => {
             let src = t.n3_v6.ok_or(UpfCounter::NoN3Address)?;
-            emit::<Ip6Outer>(buf, src, peer, &repr)?;
+            emit::<Ip6Outer>(buf, src, peer, gtpu)?;
             Ok(UpfNext::Ip6Lookup)
         }
     }
 }
 
-/// Prepend the outer IP, UDP (2152 both ways: a UPF answers on the GTP-U port) and GTP-U
-/// headers. The UDP checksum is zero over IPv4 (as gtpuN-encap sends by default) and
-/// computed over IPv6 (RFC 8200 §8.1).
-fn emit<O: OuterFamily>(buf: &mut Buffer, src: O::Addr, dst: O::Addr, repr: &GtpuRepr) -> Result<(), UpfCounter> {
-    let ghl = repr.header_len();
+/// Prepend the outer IP, UDP (2152 both ways: a UPF answers on the GTP-U port) and the
+/// precomputed GTP-U header `gtpu`, its length field increased by the payload's. The UDP
+/// checksum is zero over IPv4 (as gtpuN-encap sends by default) and computed over IPv6
+/// (RFC 8200 §8.1).
+fn emit<O: OuterFamily>(buf: &mut Buffer, src: O::Addr, dst: O::Addr, gtpu: &[u8]) -> Result<(), UpfCounter> {
+    let payload_len = buf.len();
+    let ghl = gtpu.len();
     let hl = if O::IS_V6 { 40 } else { 20 };
-    let udp_len = 8 + ghl + repr.payload_len;
+    let udp_len = 8 + ghl + payload_len;
     if udp_len > u16::MAX as usize {
         return Err(UpfCounter::NoRoom);
     }
@@ -292,7 +284,11 @@ fn emit<O: OuterFamily>(buf: &mut Buffer, src: O::Addr, dst: O::Addr, repr: &Gtp
     u[2..4].copy_from_slice(&wire::gtpu::PORT.to_be_bytes());
     u[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
     u[6..8].copy_from_slice(&[0, 0]);
-    repr.emit(&mut u[8..8 + ghl]);
+    let g = &mut u[8..8 + ghl];
+    g.copy_from_slice(gtpu);
+    // The template's length counts its extensions; udp_len bounds the sum.
+    let len = u16::from_be_bytes([g[2], g[3]]) as usize + payload_len;
+    g[2..4].copy_from_slice(&(len as u16).to_be_bytes());
     if O::IS_V6 {
         let seg = &buf.bytes()[hl..];
         let c = udp_checksum(O::pseudo(&src, &dst), seg);

@@ -785,3 +785,57 @@ fn unknown_teids_get_error_indications_at_the_reply_rate() {
 fn dummy_upf() -> UpfContext {
     UpfContext::new(Arc::new(ArcSwap::from_pointee(UpfState::new(1, 1, 1).build())), UsageCells::new(1), 1, None)
 }
+
+/// The encapsulation before the G-PDU header was precomputed: the header emitted from a
+/// `GtpuRepr` per packet (the reference the precomputed path is checked against).
+fn encap_reference(src: IpAddr, dst: IpAddr, teid: u32, qfi: Option<u8>, payload: &[u8]) -> Vec<u8> {
+    use ip::outer::{Ip4Outer, Ip6Outer, OuterFamily};
+    let repr = upf::tables::gpdu_repr(teid, qfi, payload.len());
+    let ghl = repr.header_len();
+    let hl = if dst.is_ipv6() { 40 } else { 20 };
+    let udp_len = 8 + ghl + payload.len();
+    let mut out = vec![0u8; hl + udp_len];
+    match (src, dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            Ip4Outer::emit_header(s, d, udp_len, &mut out);
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            Ip6Outer::emit_header(s, d, udp_len, &mut out);
+        }
+        _ => unreachable!(),
+    }
+    let u = &mut out[hl..];
+    u[0..2].copy_from_slice(&2152u16.to_be_bytes());
+    u[2..4].copy_from_slice(&2152u16.to_be_bytes());
+    u[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
+    repr.emit(&mut u[8..8 + ghl]);
+    u[8 + ghl..].copy_from_slice(payload);
+    if let (IpAddr::V6(s), IpAddr::V6(d)) = (src, dst) {
+        let c = ip::outer::udp_checksum(Ip6Outer::pseudo(&s, &d), &out[hl..]);
+        out[hl + 6..hl + 8].copy_from_slice(&c.to_be_bytes());
+    }
+    out
+}
+
+proptest! {
+    /// The precomputed G-PDU header (patched with each packet's length) gives the bytes the
+    /// per-packet `GtpuRepr` emit gave, for any TEID, QFI, payload and peer family.
+    #[test]
+    fn precomputed_gtpu_header_matches_the_reference(
+        teid in any::<u32>(), qfi in proptest::option::of(0u8..64), len in 0usize..1500, v6 in any::<bool>(), fill in any::<u8>(),
+    ) {
+        let mut state = UpfState::new(4, 4, 4);
+        state.set_n3(Some(N3), Some(N3_6));
+        let tables = state.build();
+        let peer = if v6 { IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 9)) } else { IpAddr::V4(GNB) };
+        let payload: Vec<u8> = (0..len).map(|i| fill.wrapping_add(i as u8)).collect();
+        let mut pool = Pool::new(4, 4);
+        let b = pool.alloc(len).unwrap();
+        pool.get_mut(b).write(&payload).unwrap();
+        let o = upf::tables::OuterHeader::new(teid, peer, qfi);
+        let next = upf::nodes::encap(pool.get_mut(b), &tables, &o).unwrap();
+        prop_assert_eq!(next, if v6 { upf::nodes::UpfNext::Ip6Lookup } else { upf::nodes::UpfNext::Ip4Lookup });
+        let src = if v6 { IpAddr::V6(N3_6) } else { IpAddr::V4(N3) };
+        prop_assert_eq!(pool.get(b).bytes(), &encap_reference(src, peer, teid, qfi, &payload)[..]);
+    }
+}
