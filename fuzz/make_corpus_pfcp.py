@@ -15,7 +15,9 @@ from scapy.contrib.pfcp import (
     IE_Precedence, IE_QER_Id, IE_QFI, IE_RecoveryTimeStamp, IE_ReportType, IE_ReportingTriggers,
     IE_SDF_Filter, IE_SourceInterface, IE_UE_IP_Address, IE_URR_Id, IE_UR_SEQN, IE_UpdateFAR,
     IE_UpdateForwardingParameters, IE_UsageReport_SRR, IE_UsageReportTrigger, IE_VolumeMeasurement,
-    IE_VolumeThreshold, IE_PFCPSMReqFlags, IE_RemovePDR, IE_Cause,
+    IE_VolumeThreshold, IE_PFCPSMReqFlags, IE_RemovePDR, IE_Cause, IE_BAR_Id, IE_Create_BAR,
+    IE_DownlinkDataNotificationDelay, IE_SuggestedBufferingPacketsCount, IE_Update_BAR_SMR, IE_Remove_BAR,
+    IE_UpdateBAR_SRR, IE_DLBufferingDuration, IE_DLBufferingSuggestedPacketCount, IE_PFCPSRRspFlags,
     PFCPAssociationReleaseRequest, PFCPAssociationSetupRequest, PFCPHeartbeatRequest,
     PFCPSessionDeletionRequest, PFCPSessionEstablishmentRequest, PFCPSessionModificationRequest,
     PFCPSessionReportRequest, PFCPSessionReportResponse)
@@ -60,6 +62,28 @@ msgs = [
                                     IE_VolumeMeasurement(TOVOL=1, DLVOL=1, total=10_000_123, downlink=9_000_000)])]),
     PFCP(version=1, S=1, seid=0x1111, seq=6) / PFCPSessionReportResponse(IE_list=[IE_Cause(cause=1)]),
     PFCP(version=1, S=0, seq=7) / PFCPAssociationReleaseRequest(IE_list=[IE_NodeId(id_type=0, ipv4=SMF)]),
+    # BAR: a buffering FAR naming BAR 3; an Update BAR and a Remove BAR; a report's answer
+    # asking for extended buffering and DROBU.
+    PFCP(version=1, S=1, seid=0, seq=8) / PFCPSessionEstablishmentRequest(IE_list=[
+        IE_NodeId(id_type=0, ipv4=SMF),
+        IE_FSEID(v4=1, seid=0x3333, ipv4=SMF),
+        IE_CreatePDR(IE_list=[
+            IE_PDR_Id(id=2), IE_Precedence(precedence=255),
+            IE_PDI(IE_list=[IE_SourceInterface(interface=1), IE_UE_IP_Address(V4=1, SD=1, ipv4=UE)]),
+            IE_FAR_Id(id=2)]),
+        IE_CreateFAR(IE_list=[IE_FAR_Id(id=2), IE_ApplyAction(BUFF=1, NOCP=1), IE_BAR_Id(id=3)]),
+        IE_Create_BAR(IE_list=[IE_BAR_Id(id=3), IE_DownlinkDataNotificationDelay(delay=4),
+                               IE_SuggestedBufferingPacketsCount(count=16)]),
+    ]),
+    PFCP(version=1, S=1, seid=0x2222, seq=9) / PFCPSessionModificationRequest(IE_list=[
+        IE_Update_BAR_SMR(IE_list=[IE_BAR_Id(id=3), IE_DownlinkDataNotificationDelay(delay=0),
+                                   IE_SuggestedBufferingPacketsCount(count=8)]),
+        IE_Remove_BAR(IE_list=[IE_BAR_Id(id=5)])]),
+    PFCP(version=1, S=1, seid=0x2222, seq=10) / PFCPSessionReportResponse(IE_list=[
+        IE_Cause(cause=1),
+        IE_UpdateBAR_SRR(IE_list=[IE_BAR_Id(id=3), IE_DLBufferingDuration(timer_unit=1, timer_value=5),
+                                  IE_DLBufferingSuggestedPacketCount(count=300)]),
+        IE_PFCPSRRspFlags(DROBU=1)]),
 ]
 d = Path(__file__).parent / "corpus" / "pfcp"
 d.mkdir(parents=True, exist_ok=True)

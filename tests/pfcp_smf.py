@@ -18,7 +18,9 @@ from scapy.contrib.pfcp import (
     IE_RecoveryTimeStamp, IE_ReportingTriggers, IE_SourceInterface, IE_UE_IP_Address, IE_URR_Id, IE_UpdateFAR,
     IE_UpdateForwardingParameters, IE_VolumeThreshold, PFCPAssociationReleaseRequest, PFCPAssociationSetupRequest,
     PFCPHeartbeatRequest, PFCPSessionDeletionRequest, PFCPSessionEstablishmentRequest, PFCPSessionModificationRequest,
-    IE_Cause, IE_UpdateQER, IE_VolumeQuota, PFCPSessionReportResponse, IE_MeasurementPeriod)
+    IE_Cause, IE_UpdateQER, IE_VolumeQuota, PFCPSessionReportResponse, IE_MeasurementPeriod, IE_BAR_Id, IE_Create_BAR,
+    IE_DownlinkDataNotificationDelay, IE_SuggestedBufferingPacketsCount, IE_UpdateBAR_SRR, IE_DLBufferingDuration,
+    IE_DLBufferingSuggestedPacketCount, IE_Update_BAR_SMR)
 
 SESSION_REPORT_REQUEST = 56
 
@@ -48,6 +50,7 @@ class Smf:
         self.rts = int(time.time()) + NTP_UNIX
         self.log = []  # (bytes, src, dst) of every message, for tshark
         self.reports = []  # Session Report Requests from the UPF, each answered
+        self.report_answer = []  # IEs besides the Cause in our Session Report Responses
 
     def send_raw(self, data):
         self.log.append((data, (self.local, self.sock.getsockname()[1]), self.upf))
@@ -72,7 +75,8 @@ class Smf:
     def answer_report(self, r):
         """Accept a Session Report Request (its header carries our SEID) and keep it."""
         self.reports.append(r)
-        self.send_raw(raw(PFCP(version=1, S=1, seid=r.seid, seq=r.seq) / PFCPSessionReportResponse(IE_list=[IE_Cause(cause=1)])))
+        body = PFCPSessionReportResponse(IE_list=[IE_Cause(cause=1)] + self.report_answer)
+        self.send_raw(raw(PFCP(version=1, S=1, seid=r.seid, seq=r.seq) / body))
 
     def wait_report(self, timeout=5.0):
         """The next Session Report Request (answered), or None after `timeout` seconds."""
@@ -101,14 +105,16 @@ class Smf:
     def release(self):
         return self.request(PFCPAssociationReleaseRequest(IE_list=[self.node_id()]))
 
-    def establish(self, cp_seid, gnb, gnb_teid, ue=None, qfi=9, quota=None, buffer=False, period=None):
+    def establish(self, cp_seid, gnb, gnb_teid, ue=None, qfi=9, quota=None, buffer=False, period=None, bar=None):
         """Uplink PDR 1 on a chosen F-TEID; downlink PDR 2 to the UE (chosen unless `ue`);
         with `quota`, URR 1 has a total volume quota of that many bytes; with `buffer`, the
         downlink FAR buffers and notifies (BUFF + NOCP: a UE in idle mode); with `period`, URR 1
-        also measures time and asks for a periodic report every `period` seconds."""
-        return self.request(self.establish_request(cp_seid, gnb, gnb_teid, ue, qfi, quota, buffer, period), seid=0)
+        also measures time and asks for a periodic report every `period` seconds; with `bar`
+        ({"delay": units of 50 ms, "count": packets}), BAR 1 is created and the buffering FAR
+        names it."""
+        return self.request(self.establish_request(cp_seid, gnb, gnb_teid, ue, qfi, quota, buffer, period, bar), seid=0)
 
-    def establish_request(self, cp_seid, gnb, gnb_teid, ue=None, qfi=9, quota=None, buffer=False, period=None):
+    def establish_request(self, cp_seid, gnb, gnb_teid, ue=None, qfi=9, quota=None, buffer=False, period=None, bar=None):
         ue_ie = IE_UE_IP_Address(V4=1, SD=1, ipv4=ue) if ue else None
         ies_ = [
             self.node_id(),
@@ -124,7 +130,8 @@ class Smf:
                 IE_FAR_Id(id=2), IE_QER_Id(id=1), IE_URR_Id(id=1)]),
             IE_CreateFAR(IE_list=[IE_FAR_Id(id=1), IE_ApplyAction(FORW=1),
                                   IE_ForwardingParameters(IE_list=[IE_DestinationInterface(interface=1)])]),
-            IE_CreateFAR(IE_list=[IE_FAR_Id(id=2), IE_ApplyAction(BUFF=1, NOCP=1)]) if buffer else
+            IE_CreateFAR(IE_list=[IE_FAR_Id(id=2), IE_ApplyAction(BUFF=1, NOCP=1)] + ([IE_BAR_Id(id=1)] if bar else []))
+            if buffer else
             IE_CreateFAR(IE_list=[IE_FAR_Id(id=2), IE_ApplyAction(FORW=1),
                                   IE_ForwardingParameters(IE_list=[
                                       IE_DestinationInterface(interface=0),
@@ -137,7 +144,22 @@ class Smf:
                          + ([IE_VolumeQuota(TOVOL=1, total=quota)] if quota else [])
                          + ([IE_MeasurementPeriod(period=period)] if period else [])),
         ]
+        if bar:
+            ies_.append(IE_Create_BAR(IE_list=[IE_BAR_Id(id=1), IE_DownlinkDataNotificationDelay(delay=bar["delay"]),
+                                               IE_SuggestedBufferingPacketsCount(count=bar["count"])]))
         return PFCPSessionEstablishmentRequest(IE_list=ies_)
+
+    def update_bar(self, up_seid, count):
+        """BAR 1's Suggested Buffering Packets Count."""
+        return self.request(PFCPSessionModificationRequest(IE_list=[
+            IE_Update_BAR_SMR(IE_list=[IE_BAR_Id(id=1), IE_SuggestedBufferingPacketsCount(count=count)])]), seid=up_seid)
+
+    def extend_buffering(self, unit, value, count):
+        """Answer the next reports with an Update BAR asking for extended buffering: DL
+        Buffering Duration (timer unit and value) and DL Buffering Suggested Packet Count."""
+        self.report_answer = [IE_UpdateBAR_SRR(IE_list=[
+            IE_BAR_Id(id=1), IE_DLBufferingDuration(timer_unit=unit, timer_value=value),
+            IE_DLBufferingSuggestedPacketCount(count=count)])]
 
     def handover(self, up_seid, gnb, gnb_teid):
         """Downlink FAR to a new gNB, asking for End Markers on the old path."""
@@ -233,10 +255,13 @@ def serve(upf, port):
         q = json.loads(line)
         op, a = q["op"], q.get("args", {})
         if op == "associate":
-            out = {"cause": ies(smf.associate())["IE_Cause"].cause}
+            i = ies(smf.associate())
+            f = i.get("IE_UPFunctionFeatures")
+            out = {"cause": i["IE_Cause"].cause,
+                   "features": [n for n in ("FTUP", "EMPU", "DDND", "DLBD", "UDBC", "BUCP") if f is not None and getattr(f, n)]}
         elif op == "establish":
             r = smf.establish(a["cp_seid"], a["gnb"], a["gnb_teid"], quota=a.get("quota"), buffer=a.get("buffer", False),
-                              period=a.get("period"))
+                              period=a.get("period"), bar=a.get("bar"))
             i = ies(r)
             out = {"cause": i["IE_Cause"].cause, "seid": i["IE_FSEID"].seid}
             for c in all_ies(r, "IE_CreatedPDR"):
@@ -247,6 +272,11 @@ def serve(upf, port):
                         out["ue"] = ie.ipv4
         elif op == "update_qer":
             out = {"cause": ies(smf.update_qer(a["seid"], a["ul_open"], a["dl_open"], a["mbr_ul"], a["mbr_dl"]))["IE_Cause"].cause}
+        elif op == "update_bar":
+            out = {"cause": ies(smf.update_bar(a["seid"], a["count"]))["IE_Cause"].cause}
+        elif op == "extend_buffering":
+            smf.extend_buffering(a["unit"], a["value"], a["count"])
+            out = {}
         elif op == "forward":
             out = {"cause": ies(smf.forward(a["seid"], a["gnb"], a["gnb_teid"]))["IE_Cause"].cause}
         elif op == "handover":

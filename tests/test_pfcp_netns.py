@@ -348,6 +348,9 @@ def test_urr_quota_stops_traffic_and_deletion_reports_the_volumes(lab, vecgate, 
     s = smf("establish", cp_seid=0x62, gnb=GNB, gnb_teid=0x200, quota=5000)
     assert s["cause"] == 1, s
     before = v.errors().get(("upf4-uplink", "forwarded"), 0)
+    # A sink on the DN host: with its port closed, the host would answer the first packets
+    # with ICMP port unreachables to the UE, downlink bytes that count toward the quota.
+    receiver(lab, dn, "0.0.0.0", 7200, seconds=10, count=20)
     py(lab, gnb, GNB_SEND_N, s["teid"], s["ue"], 20, 300)
     rep = smf("wait_report", timeout=10)
     assert rep is not None and rep["report_type"] == ["USAR"], rep

@@ -845,7 +845,7 @@ fn build(
         state.add_routes(routes).map_err(|(_, e)| cfg.err("pfcp.ue_pool", e.to_string()))?;
         gtpu.set_upf_uplink(true);
     }
-    let upf_dp = crate::pfcp::UpfDataplane::new(cfg.pfcp.as_ref(), per_worker.len());
+    let upf_dp = crate::pfcp::UpfDataplane::new(cfg.pfcp.as_ref(), per_worker.len()).with_replies(cfg.gtpu.replies_per_sec);
     let tables = state.build();
     let shared = Arc::new(ArcSwap::from_pointee(tables));
     let (ev_tx, ev_rx) = crossbeam_channel::bounded(4096);

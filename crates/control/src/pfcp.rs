@@ -226,6 +226,8 @@ pub struct UpfDataplane {
     pub held: Vec<Arc<AtomicU64>>,
     pub buffer_per_worker: usize,
     pub buffer_per_session: usize,
+    /// Error Indications each worker sends a second for unknown TEIDs.
+    pub replies_per_sec: u64,
 }
 
 impl UpfDataplane {
@@ -244,7 +246,14 @@ impl UpfDataplane {
             events,
             rule_slots,
             max_sessions,
+            replies_per_sec: upf::context::DEFAULT_REPLIES_PER_SEC,
         }
+    }
+
+    /// Error Indications at the `[gtpu]` reply rate, like gtpu-input's.
+    pub fn with_replies(mut self, per_sec: u64) -> UpfDataplane {
+        self.replies_per_sec = per_sec;
+        self
     }
 
     /// Worker `k`'s context.
@@ -256,6 +265,7 @@ impl UpfDataplane {
             Some(self.events_tx.clone()),
         )
         .with_buffering(self.buffer_per_worker, self.buffer_per_session, self.held[k % self.held.len()].clone())
+        .with_replies(self.replies_per_sec)
     }
 }
 
@@ -579,6 +589,8 @@ pub struct RuleRow {
     pub sdf_filters: usize,
     /// `forward`, `drop` or `buffer`.
     pub action: &'static str,
+    /// Buffering: the most packets held for the session, from its BAR.
+    pub hold_limit: Option<u16>,
     /// Where a forwarded packet goes in GTP-U: the peer and its TEID, and the QFI sent.
     pub peer: Option<String>,
     pub teid_out: Option<u32>,
@@ -604,6 +616,7 @@ fn rule_row(r: &upf::Rule) -> RuleRow {
         qfi: r.qfi,
         sdf_filters: r.sdf.len(),
         action,
+        hold_limit: r.hold_limit.filter(|_| r.forward == upf::Forward::Buffer),
         peer: out.map(|o| o.peer.to_string()),
         teid_out: out.map(|o| o.teid),
         qfi_out: out.and_then(|o| o.qfi),
@@ -625,6 +638,9 @@ fn format_rule(dir: &str, r: &RuleRow) -> String {
         s += &format!(" sdf {}", r.sdf_filters);
     }
     s += &format!(" -> {}", r.action);
+    if let Some(n) = r.hold_limit {
+        s += &format!(" (at most {n} held)");
+    }
     if let (Some(p), Some(t)) = (&r.peer, r.teid_out) {
         s += &format!(" gtpu {p} teid {t:#x}");
     }

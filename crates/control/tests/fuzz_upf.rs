@@ -42,11 +42,14 @@ fn upf_seeds_take_their_paths() {
     assert_eq!(count(&h, "upf4-uplink", "forwarded"), 2);
     let out = run(&mut h, "uplink6");
     assert_eq!((out.len(), out[0].0.as_str(), out[0].1[0] >> 4), (1, "access0", 6));
-    // The SDF-filtered PDR drops; a TEID of no session is no session.
+    // The SDF-filtered PDR drops; a TEID of no session gets an Error Indication (GTP-U
+    // type 26) back to its sender.
     assert!(run(&mut h, "uplink4-sdf-drop").is_empty());
     assert_eq!(count(&h, "upf4-uplink", "far-drop"), 1);
-    assert!(run(&mut h, "no-session").is_empty());
-    assert_eq!(count(&h, "upf4-uplink", "no-session"), 1);
+    let out = run(&mut h, "no-session");
+    assert_eq!(out.len(), 1);
+    assert_eq!((out[0].1[9], out[0].1[20 + 8 + 1]), (17, 26), "UDP, Error Indication");
+    assert_eq!(count(&h, "upf4-uplink", "error-indications-sent"), 1);
     // N9: re-encapsulated toward the peer UPF with its TEID.
     let out = run(&mut h, "n9");
     assert_eq!((out.len(), out[0].0.as_str()), (1, "core0"));
@@ -57,7 +60,7 @@ fn upf_seeds_take_their_paths() {
     assert_eq!((out.len(), out[0].0.as_str(), gtpu(&out[0].1).0), (1, "core0", 0x6000));
     let out = run(&mut h, "downlink6");
     assert_eq!((out.len(), out[0].0.as_str(), gtpu(&out[0].1).0), (1, "core0", 0x6002));
-    // Buffering: held, nothing sent, counted.
+    // Buffering: held up to the session's BAR count, nothing sent, counted.
     assert!(run(&mut h, "buffer").is_empty());
-    assert_eq!(count(&h, "upf-buffer", "held"), 3);
+    assert_eq!((count(&h, "upf-buffer", "held"), count(&h, "upf-buffer", "bar-limit")), (2, 1));
 }

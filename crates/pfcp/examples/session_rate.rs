@@ -91,6 +91,7 @@ fn request(cp_seid: u64) -> Message {
             gbr: None,
             qfi: Some(Qfi(9)),
         }],
+        create_bar: None,
         pdn_type: None,
     })
 }

@@ -306,6 +306,84 @@ impl<const T: u16> Ie for Urr<T> {
     }
 }
 
+/// Create BAR (§7.5.2.6) and Update BAR in a Session Modification Request (§7.5.4.11):
+/// the buffering instructions of the session's FARs that buffer and name this BAR. One
+/// shape; only the BAR ID is mandatory in either.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bar<const T: u16> {
+    pub bar_id: BarId,
+    pub dl_data_notification_delay: Option<DlDataNotificationDelay>,
+    pub suggested_buffering_packets_count: Option<SuggestedBufferingPacketsCount>,
+}
+pub type CreateBar = Bar<{ ty::CREATE_BAR }>;
+pub type UpdateBarSmr = Bar<{ ty::UPDATE_BAR_SMR }>;
+
+impl<const T: u16> Ie for Bar<T> {
+    const TYPE: u16 = T;
+    fn parse(v: &[u8]) -> Result<Self, Error> {
+        let (mut bar_id, mut delay, mut count) = (None, None, None);
+        for raw in Tlvs::new(v) {
+            let raw = raw?;
+            match raw.ty {
+                ty::BAR_ID => once(&mut bar_id, raw)?,
+                ty::DL_DATA_NOTIFICATION_DELAY => once(&mut delay, raw)?,
+                ty::SUGGESTED_BUFFERING_PACKETS_COUNT => once(&mut count, raw)?,
+                _ => {}
+            }
+        }
+        Ok(Bar { bar_id: need(bar_id)?, dl_data_notification_delay: delay, suggested_buffering_packets_count: count })
+    }
+    fn emit_value(&self, out: &mut Vec<u8>) {
+        self.bar_id.emit(out);
+        emit_opt(&self.dl_data_notification_delay, out);
+        emit_opt(&self.suggested_buffering_packets_count, out);
+    }
+}
+
+/// Update BAR in a Session Report Response (§7.5.9.2): the SMF's answer to a Downlink
+/// Data Report may ask for extended buffering (DL Buffering Duration, with a packet
+/// count for it) besides the fields of an Update BAR.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UpdateBarSrr {
+    pub bar_id: BarId,
+    pub dl_data_notification_delay: Option<DlDataNotificationDelay>,
+    pub dl_buffering_duration: Option<DlBufferingDuration>,
+    pub dl_buffering_suggested_packet_count: Option<DlBufferingSuggestedPacketCount>,
+    pub suggested_buffering_packets_count: Option<SuggestedBufferingPacketsCount>,
+}
+
+impl Ie for UpdateBarSrr {
+    const TYPE: u16 = ty::UPDATE_BAR_SRR;
+    fn parse(v: &[u8]) -> Result<Self, Error> {
+        let (mut bar_id, mut delay, mut duration, mut dl_count, mut count) = (None, None, None, None, None);
+        for raw in Tlvs::new(v) {
+            let raw = raw?;
+            match raw.ty {
+                ty::BAR_ID => once(&mut bar_id, raw)?,
+                ty::DL_DATA_NOTIFICATION_DELAY => once(&mut delay, raw)?,
+                ty::DL_BUFFERING_DURATION => once(&mut duration, raw)?,
+                ty::DL_BUFFERING_SUGGESTED_PACKET_COUNT => once(&mut dl_count, raw)?,
+                ty::SUGGESTED_BUFFERING_PACKETS_COUNT => once(&mut count, raw)?,
+                _ => {}
+            }
+        }
+        Ok(UpdateBarSrr {
+            bar_id: need(bar_id)?,
+            dl_data_notification_delay: delay,
+            dl_buffering_duration: duration,
+            dl_buffering_suggested_packet_count: dl_count,
+            suggested_buffering_packets_count: count,
+        })
+    }
+    fn emit_value(&self, out: &mut Vec<u8>) {
+        self.bar_id.emit(out);
+        emit_opt(&self.dl_data_notification_delay, out);
+        emit_opt(&self.dl_buffering_duration, out);
+        emit_opt(&self.dl_buffering_suggested_packet_count, out);
+        emit_opt(&self.suggested_buffering_packets_count, out);
+    }
+}
+
 /// Remove PDR / FAR / QER / URR (§7.5.4.6–§7.5.4.9): just the rule id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Remove<const T: u16, Id: Ie>(pub Id);
@@ -313,6 +391,7 @@ pub type RemovePdr = Remove<{ ty::REMOVE_PDR }, PdrId>;
 pub type RemoveFar = Remove<{ ty::REMOVE_FAR }, FarId>;
 pub type RemoveQer = Remove<{ ty::REMOVE_QER }, QerId>;
 pub type RemoveUrr = Remove<{ ty::REMOVE_URR }, UrrId>;
+pub type RemoveBar = Remove<{ ty::REMOVE_BAR }, BarId>;
 /// Query URR (§7.5.4.10) has the same shape.
 pub type QueryUrr = Remove<{ ty::QUERY_URR }, UrrId>;
 

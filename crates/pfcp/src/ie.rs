@@ -18,6 +18,7 @@ pub mod ty {
     pub const CREATE_QER: u16 = 7;
     pub const CREATED_PDR: u16 = 8;
     pub const UPDATE_PDR: u16 = 9;
+    pub const UPDATE_BAR_SRR: u16 = 12;
     pub const UPDATE_FAR: u16 = 10;
     pub const UPDATE_FORWARDING_PARAMETERS: u16 = 11;
     pub const UPDATE_URR: u16 = 13;
@@ -43,7 +44,11 @@ pub mod ty {
     pub const DESTINATION_INTERFACE: u16 = 42;
     pub const UP_FUNCTION_FEATURES: u16 = 43;
     pub const APPLY_ACTION: u16 = 44;
+    pub const DL_DATA_NOTIFICATION_DELAY: u16 = 46;
+    pub const DL_BUFFERING_DURATION: u16 = 47;
+    pub const DL_BUFFERING_SUGGESTED_PACKET_COUNT: u16 = 48;
     pub const PFCPSMREQ_FLAGS: u16 = 49;
+    pub const PFCPSRRSP_FLAGS: u16 = 50;
     pub const PDR_ID: u16 = 56;
     pub const F_SEID: u16 = 57;
     pub const NODE_ID: u16 = 60;
@@ -63,6 +68,9 @@ pub mod ty {
     pub const URR_ID: u16 = 81;
     pub const DOWNLINK_DATA_REPORT: u16 = 83;
     pub const OUTER_HEADER_CREATION: u16 = 84;
+    pub const CREATE_BAR: u16 = 85;
+    pub const UPDATE_BAR_SMR: u16 = 86;
+    pub const REMOVE_BAR: u16 = 87;
     pub const BAR_ID: u16 = 88;
     pub const CP_FUNCTION_FEATURES: u16 = 89;
     pub const UE_IP_ADDRESS: u16 = 93;
@@ -73,6 +81,7 @@ pub mod ty {
     pub const QER_ID: u16 = 109;
     pub const PDN_TYPE: u16 = 113;
     pub const QFI: u16 = 124;
+    pub const SUGGESTED_BUFFERING_PACKETS_COUNT: u16 = 140;
 }
 
 /// A one-octet number IE.
@@ -133,6 +142,10 @@ pub type UrSeqn = U32Ie<{ ty::UR_SEQN }>;
 pub type RecoveryTimeStamp = U32Ie<{ ty::RECOVERY_TIME_STAMP }>;
 pub type StartTime = U32Ie<{ ty::START_TIME }>;
 pub type EndTime = U32Ie<{ ty::END_TIME }>;
+/// Downlink Data Notification Delay (§8.2.28): in units of 50 ms; 0 clears the delay.
+pub type DlDataNotificationDelay = U8Ie<{ ty::DL_DATA_NOTIFICATION_DELAY }>;
+/// Suggested Buffering Packets Count (§8.2.105): packets to hold at most while buffering.
+pub type SuggestedBufferingPacketsCount = U8Ie<{ ty::SUGGESTED_BUFFERING_PACKETS_COUNT }>;
 /// 1 IPv4, 2 IPv6, 3 IPv4v6, 4 non-IP, 5 Ethernet (low 3 bits).
 pub type PdnType = U8Ie<{ ty::PDN_TYPE }>;
 
@@ -245,16 +258,30 @@ pub mod report_type {
 /// UP Function Features (§8.2.25), the features an UPF advertises.
 pub type UpFunctionFeatures = Flags<{ ty::UP_FUNCTION_FEATURES }, 2>;
 pub mod up_features {
+    /// Octet 5 bit 2: the BAR's Downlink Data Notification Delay is applied.
+    pub const DDND: u64 = 1 << 1;
+    /// Octet 5 bit 3: the BAR's DL Buffering Duration (Session Report Response) is applied.
+    pub const DLBD: u64 = 1 << 2;
     /// Octet 5 bit 5: F-TEID allocation and release in the UP function.
     pub const FTUP: u64 = 1 << 4;
     /// Octet 6 bit 1: sending End Marker packets.
     pub const EMPU: u64 = 1 << 8;
+    /// Octet 6 bit 3: UL/DL Buffering Control (the BAR's Suggested Buffering Packets
+    /// Count bounds what is held).
+    pub const UDBC: u64 = 1 << 10;
     /// Octet 7 bit 3: UE IP address allocation.
     pub const UEIP: u64 = 1 << 18;
 }
 
 /// CP Function Features (§8.2.58); read and kept, nothing acted on.
 pub type CpFunctionFeatures = Flags<{ ty::CP_FUNCTION_FEATURES }, 1>;
+
+/// PFCPSRRsp-Flags (§8.2.32): DROBU (bit 1), the only one.
+pub type SrRspFlags = Flags<{ ty::PFCPSRRSP_FLAGS }, 1>;
+pub mod srrsp_flags {
+    /// Drop what is buffered for the session.
+    pub const DROBU: u64 = 1 << 0;
+}
 
 /// PFCPSMReq-Flags (§8.2.31): DROBU, SNDEM, QAURR.
 pub type SmReqFlags = Flags<{ ty::PFCPSMREQ_FLAGS }, 1>;
@@ -786,5 +813,72 @@ impl Ie for OuterHeaderRemoval {
     fn emit_value(&self, out: &mut Vec<u8>) {
         out.push(self.description);
         out.extend(self.extension_deletion);
+    }
+}
+
+/// DL Buffering Duration (§8.2.29): a GPRS-timer-like octet, unit in bits 6-8, value in
+/// bits 1-5. Units 5 and 6 are read as minutes (the spec says so for this version).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DlBufferingDuration {
+    /// 0: 2 s, 1: 1 min, 2: 10 min, 3: 1 h, 4: 10 h, 7: infinite; others as 1 min.
+    pub unit: u8,
+    /// 5 bits.
+    pub value: u8,
+}
+
+/// What a [`DlBufferingDuration`] asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BufferingTime {
+    /// Unit and value all zero: the timer is stopped (no extended buffering).
+    Stopped,
+    Infinite,
+    For(core::time::Duration),
+}
+
+impl DlBufferingDuration {
+    pub fn time(self) -> BufferingTime {
+        let v = u64::from(self.value & 0x1f);
+        let unit_secs = match self.unit & 7 {
+            0 if v == 0 => return BufferingTime::Stopped,
+            7 => return BufferingTime::Infinite,
+            0 => 2,
+            2 => 600,
+            3 => 3600,
+            4 => 36_000,
+            _ => 60,
+        };
+        BufferingTime::For(core::time::Duration::from_secs(v * unit_secs))
+    }
+}
+
+impl Ie for DlBufferingDuration {
+    const TYPE: u16 = ty::DL_BUFFERING_DURATION;
+    fn parse(v: &[u8]) -> Result<Self, Error> {
+        let b = at_least::<1>(ty::DL_BUFFERING_DURATION, v)?[0];
+        Ok(DlBufferingDuration { unit: b >> 5, value: b & 0x1f })
+    }
+    fn emit_value(&self, out: &mut Vec<u8>) {
+        out.push((self.unit & 7) << 5 | (self.value & 0x1f));
+    }
+}
+
+/// DL Buffering Suggested Packet Count (§8.2.30): one or two octets, as the length says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DlBufferingSuggestedPacketCount(pub u16);
+
+impl Ie for DlBufferingSuggestedPacketCount {
+    const TYPE: u16 = ty::DL_BUFFERING_SUGGESTED_PACKET_COUNT;
+    fn parse(v: &[u8]) -> Result<Self, Error> {
+        match *v {
+            [n] => Ok(Self(n.into())),
+            [a, b] => Ok(Self(u16::from_be_bytes([a, b]))),
+            _ => Err(Error::InvalidLength(ty::DL_BUFFERING_SUGGESTED_PACKET_COUNT)),
+        }
+    }
+    fn emit_value(&self, out: &mut Vec<u8>) {
+        match u8::try_from(self.0) {
+            Ok(n) => out.push(n),
+            Err(_) => out.extend_from_slice(&self.0.to_be_bytes()),
+        }
     }
 }

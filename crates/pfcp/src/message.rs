@@ -56,6 +56,7 @@ pub struct SessionEstablishmentRequest {
     pub create_far: Vec<CreateFar>,
     pub create_urr: Vec<CreateUrr>,
     pub create_qer: Vec<CreateQer>,
+    pub create_bar: Option<CreateBar>,
     pub pdn_type: Option<PdnType>,
 }
 
@@ -87,6 +88,9 @@ pub struct SessionModificationRequest {
     pub update_qer: Vec<UpdateQer>,
     pub query_urr: Vec<QueryUrr>,
     pub flags: Option<SmReqFlags>,
+    pub remove_bar: Option<RemoveBar>,
+    pub create_bar: Option<CreateBar>,
+    pub update_bar: Option<UpdateBarSmr>,
 }
 
 /// Session Modification Response (§7.5.5).
@@ -114,11 +118,13 @@ pub struct SessionReportRequest {
     pub usage_report: Vec<UsageReportSrr>,
 }
 
-/// Session Report Response (§7.5.9), and the shape of any answer that is only a Cause.
+/// Session Report Response (§7.5.9): a Cause, and the SMF's buffering instructions.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CauseResponse {
+pub struct SessionReportResponse {
     pub cause: CauseIe,
     pub offending_ie: Option<OffendingIe>,
+    pub update_bar: Option<UpdateBarSrr>,
+    pub flags: Option<SrRspFlags>,
 }
 
 /// A message body, by type. Types vecgate neither sends nor handles are `Other` (the
@@ -141,7 +147,7 @@ pub enum Message {
     SessionDeletionRequest,
     SessionDeletionResponse(SessionDeletionResponse),
     SessionReportRequest(SessionReportRequest),
-    SessionReportResponse(CauseResponse),
+    SessionReportResponse(SessionReportResponse),
     Other(MessageType),
 }
 
@@ -266,7 +272,17 @@ impl Message {
                     usage_report: reports,
                 })
             }
-            T::SessionReportResponse => Message::SessionReportResponse(parse_cause_response(body)?),
+            T::SessionReportResponse => {
+                let (mut cause, mut off, mut update_bar, mut flags) = (None, None, None, None);
+                walk(body, |raw| match raw.ty {
+                    ty::CAUSE => once(&mut cause, raw),
+                    ty::OFFENDING_IE => once(&mut off, raw),
+                    ty::UPDATE_BAR_SRR => once(&mut update_bar, raw),
+                    ty::PFCPSRRSP_FLAGS => once(&mut flags, raw),
+                    _ => Ok(()),
+                })?;
+                Message::SessionReportResponse(SessionReportResponse { cause: need(cause)?, offending_ie: off, update_bar, flags })
+            }
             other => Message::Other(other),
         })
     }
@@ -311,6 +327,7 @@ impl Message {
                 emit_all(&m.create_far, out);
                 emit_all(&m.create_urr, out);
                 emit_all(&m.create_qer, out);
+                emit_opt(&m.create_bar, out);
                 emit_opt(&m.pdn_type, out);
             }
             Message::SessionEstablishmentResponse(m) => {
@@ -336,6 +353,9 @@ impl Message {
                 emit_all(&m.update_qer, out);
                 emit_all(&m.query_urr, out);
                 emit_opt(&m.flags, out);
+                emit_opt(&m.remove_bar, out);
+                emit_opt(&m.create_bar, out);
+                emit_opt(&m.update_bar, out);
             }
             Message::SessionModificationResponse(m) => {
                 m.cause.emit(out);
@@ -356,6 +376,8 @@ impl Message {
             Message::SessionReportResponse(m) => {
                 m.cause.emit(out);
                 emit_opt(&m.offending_ie, out);
+                emit_opt(&m.update_bar, out);
+                emit_opt(&m.flags, out);
             }
         }
     }
@@ -398,18 +420,8 @@ fn parse_association_response(body: &[u8]) -> Result<AssociationResponse, Error>
     })
 }
 
-fn parse_cause_response(body: &[u8]) -> Result<CauseResponse, Error> {
-    let (mut cause, mut off) = (None, None);
-    walk(body, |raw| match raw.ty {
-        ty::CAUSE => once(&mut cause, raw),
-        ty::OFFENDING_IE => once(&mut off, raw),
-        _ => Ok(()),
-    })?;
-    Ok(CauseResponse { cause: need(cause)?, offending_ie: off })
-}
-
 fn parse_establishment_request(body: &[u8]) -> Result<SessionEstablishmentRequest, Error> {
-    let (mut node_id, mut fseid, mut pdn_type) = (None, None, None);
+    let (mut node_id, mut fseid, mut pdn_type, mut bar) = (None, None, None, None);
     let (mut pdrs, mut fars, mut urrs, mut qers) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     walk(body, |raw| match raw.ty {
         ty::NODE_ID => once(&mut node_id, raw),
@@ -419,6 +431,7 @@ fn parse_establishment_request(body: &[u8]) -> Result<SessionEstablishmentReques
         ty::CREATE_URR => push(&mut urrs, raw),
         ty::CREATE_QER => push(&mut qers, raw),
         ty::PDN_TYPE => once(&mut pdn_type, raw),
+        ty::CREATE_BAR => once(&mut bar, raw),
         _ => Ok(()),
     })?;
     let node_id = need(node_id)?;
@@ -429,7 +442,16 @@ fn parse_establishment_request(body: &[u8]) -> Result<SessionEstablishmentReques
     if fars.is_empty() {
         return Err(Error::MandatoryMissing(ty::CREATE_FAR));
     }
-    Ok(SessionEstablishmentRequest { node_id, cp_f_seid, create_pdr: pdrs, create_far: fars, create_urr: urrs, create_qer: qers, pdn_type })
+    Ok(SessionEstablishmentRequest {
+        node_id,
+        cp_f_seid,
+        create_pdr: pdrs,
+        create_far: fars,
+        create_urr: urrs,
+        create_qer: qers,
+        create_bar: bar,
+        pdn_type,
+    })
 }
 
 fn parse_modification_request(body: &[u8]) -> Result<SessionModificationRequest, Error> {
@@ -450,6 +472,9 @@ fn parse_modification_request(body: &[u8]) -> Result<SessionModificationRequest,
         ty::UPDATE_QER => push(&mut m.update_qer, raw),
         ty::QUERY_URR => push(&mut m.query_urr, raw),
         ty::PFCPSMREQ_FLAGS => once(&mut m.flags, raw),
+        ty::REMOVE_BAR => once(&mut m.remove_bar, raw),
+        ty::CREATE_BAR => once(&mut m.create_bar, raw),
+        ty::UPDATE_BAR_SMR => once(&mut m.update_bar, raw),
         _ => Ok(()),
     })?;
     Ok(m)

@@ -4,6 +4,7 @@
 //! onto the dataplane's tables.
 
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::time::{Duration, Instant};
 
 use crate::ie::{apply_action, Interface, NodeId};
 
@@ -44,6 +45,8 @@ pub struct Far {
     /// GTP-U outer header to add (toward the gNB or a peer UPF).
     pub outer_header: Option<GtpuEndpoint>,
     pub network_instance: Option<Vec<u8>>,
+    /// The session's BAR applies when this FAR buffers and names it.
+    pub bar_id: Option<u8>,
 }
 
 impl Far {
@@ -55,6 +58,38 @@ impl Far {
     }
     pub fn drops(&self) -> bool {
         self.action & apply_action::DROP != 0
+    }
+}
+
+/// A session's Buffering Action Rule (TS 29.244 §5.2.3): how the FARs that buffer and
+/// name it hold downlink packets. One per session (a message carries one Create BAR).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bar {
+    pub id: u8,
+    /// Downlink Data Notification Delay: the Downlink Data Report waits this long after
+    /// the first buffered packet (a modification in between that stops the buffering
+    /// cancels it). Zero: no delay.
+    pub ddn_delay: Duration,
+    /// Suggested Buffering Packets Count: hold at most this many of the session's
+    /// packets; the rest are dropped.
+    pub suggested_packets: Option<u8>,
+    /// Extended buffering the SMF asked for in a Session Report Response.
+    pub extended: Option<ExtendedBuffering>,
+}
+
+/// DL Buffering Duration and DL Buffering Suggested Packet Count from a Session Report
+/// Response's Update BAR: until `until` (`None`: no end) no further Downlink Data Report is
+/// sent and at most `packets` are held; then both are forgotten and what is held dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExtendedBuffering {
+    pub until: Option<Instant>,
+    pub packets: Option<u16>,
+}
+
+impl Bar {
+    /// How many packets of the session may be held now (`None`: no bound of the BAR's).
+    pub fn hold_limit(&self) -> Option<u16> {
+        self.extended.and_then(|e| e.packets).or(self.suggested_packets.map(u16::from))
     }
 }
 
@@ -99,6 +134,16 @@ pub struct SessionRules {
     pub fars: IdMap<u32, Far>,
     pub qers: IdMap<u32, Qer>,
     pub urrs: IdMap<u32, Urr>,
+    pub bar: Option<Bar>,
+}
+
+impl SessionRules {
+    /// The BAR that applies to FAR `far_id` when it buffers: the session's, if the FAR
+    /// names it.
+    pub fn bar_of(&self, far_id: u32) -> Option<&Bar> {
+        let far = self.fars.get(&far_id)?;
+        self.bar.as_ref().filter(|b| far.buffers() && far.bar_id == Some(b.id))
+    }
 }
 
 /// Rules by id: a vector sorted by id. A session has a handful of each rule kind, where a

@@ -33,7 +33,7 @@ use crate::grouped::*;
 use crate::header::{Header, MessageType, MAX_SEQ};
 use crate::ie::*;
 use crate::message::*;
-use crate::rules::{Far, GtpuEndpoint, IdMap, Pdr, Qer, SessionRules, Urr};
+use crate::rules::{Bar, ExtendedBuffering, Far, GtpuEndpoint, IdMap, Pdr, Qer, SessionRules, Urr};
 use crate::{Cause, Error};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -164,8 +164,10 @@ struct Session {
     cp_f_seid: FSeid,
     urr: IdMap<u32, UrrState>,
     allocated: Vec<Allocation>,
-    /// A Downlink Data Report was sent and no modification followed yet.
+    /// A Downlink Data Report was sent (or is due) and no modification followed yet.
     dl_reported: bool,
+    /// A Downlink Data Report delayed by the BAR: when it is due, for which PDR.
+    ddn_pending: Option<(Instant, u16)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -181,6 +183,8 @@ struct Pending {
     data: Vec<u8>,
     next: Instant,
     tries_left: u32,
+    /// Our SEID of the session a Session Report Request is about.
+    seid: Option<u64>,
 }
 
 /// Message counts (`show pfcp`).
@@ -243,6 +247,9 @@ pub struct Upf {
     /// with the session and URR: an entry whose URR has another deadline now is stale
     /// and skipped when it comes up.
     urr_timers: BTreeSet<(Instant, u64, u32)>,
+    /// Buffering deadlines by time and session: a delayed Downlink Data Report due, or
+    /// extended buffering ending. Stale entries are skipped like the URR timers'.
+    bar_timers: BTreeSet<(Instant, u64)>,
     /// The time of our Recovery Time Stamp: the first time we were given, which the
     /// Start Time / End Time of usage reports count from.
     epoch: Option<Instant>,
@@ -270,6 +277,7 @@ impl Upf {
             actions: VecDeque::new(),
             stats: Stats::default(),
             urr_timers: BTreeSet::new(),
+            bar_timers: BTreeSet::new(),
             epoch: None,
         }
     }
@@ -309,7 +317,8 @@ impl Upf {
         let retx = self.pending.values().map(|p| p.next);
         let forget = self.answered_order.front().map(|(t, _)| *t + RESPONSE_MEMORY);
         let urr = self.urr_timers.first().map(|(t, _, _)| *t);
-        hb.chain(retx).chain(forget).chain(urr).min()
+        let bar = self.bar_timers.first().map(|(t, _)| *t);
+        hb.chain(retx).chain(forget).chain(urr).chain(bar).min()
     }
 
     /// One datagram from `from`.
@@ -391,12 +400,16 @@ impl Upf {
             Message::SessionModificationRequest(r) => self.modify(now, from, h, r),
             Message::SessionDeletionRequest => self.delete(now, from, h),
             Message::SessionReportResponse(r) => {
-                self.pending.remove(&h.seq);
+                // The session is the one our request was about (SMFs differ in the SEID
+                // they put in the header: ours, or their own echoed).
+                let about = self.pending.remove(&h.seq).and_then(|p| p.seid);
                 if r.cause.0 == Cause::SessionContextNotFound {
                     // The SMF no longer knows the session: nobody will ever delete it.
-                    if let Some(seid) = h.seid.filter(|s| self.sessions.contains_key(s)) {
+                    if let Some(seid) = about.or(h.seid).filter(|s| self.sessions.contains_key(s)) {
                         self.remove_session(seid);
                     }
+                } else if let Some(seid) = about.filter(|s| self.owned_by(*s, from)) {
+                    self.report_answered(now, seid, &r);
                 }
             }
             Message::AssociationSetupResponse(_)
@@ -477,7 +490,9 @@ impl Upf {
     /// Advertise what is implemented: F-TEID allocation when we have an N3 address, UE
     /// address allocation when there is a pool, End Markers.
     pub fn up_function_features(&self) -> UpFunctionFeatures {
-        let mut f = up_features::EMPU;
+        // Buffering is always offered, and with it the BAR: the notification delay, the
+        // extended buffering duration and the packet counts (downlink is all we hold).
+        let mut f = up_features::EMPU | up_features::DDND | up_features::DLBD | up_features::UDBC;
         if self.cfg.n3_ipv4.is_some() || self.cfg.n3_ipv6.is_some() {
             f |= up_features::FTUP;
         }
@@ -557,6 +572,13 @@ impl Upf {
             self.urr_timers.pop_first();
             self.urr_timer(now, t, seid, urr);
         }
+        while let Some(&(t, seid)) = self.bar_timers.first() {
+            if t > now {
+                break;
+            }
+            self.bar_timers.pop_first();
+            self.bar_timer(now, t, seid);
+        }
         let mut expired = Vec::new();
         let mut heartbeats = Vec::new();
         for a in self.associations.values_mut() {
@@ -634,9 +656,9 @@ impl Upf {
     }
 
     /// Sends a request we expect an answer to, retransmitted until one comes.
-    fn request(&mut self, now: Instant, dst: SocketAddr, h: Header, m: &Message) {
+    fn request(&mut self, now: Instant, dst: SocketAddr, h: Header, m: &Message, seid: Option<u64>) {
         let data = self.send(dst, h, m);
-        let p = Pending { dst, data, next: now + self.cfg.request_timeout, tries_left: self.cfg.request_retries };
+        let p = Pending { dst, data, next: now + self.cfg.request_timeout, tries_left: self.cfg.request_retries, seid };
         self.pending.insert(h.seq, p);
     }
 
@@ -700,13 +722,16 @@ impl Upf {
                 fars: IdMap::new(),
                 qers: IdMap::new(),
                 urrs: IdMap::new(),
+                bar: None,
             },
             cp_f_seid: r.cp_f_seid,
             urr: IdMap::new(),
             allocated: Vec::new(),
             dl_reported: false,
+            ddn_pending: None,
         };
         let mut created = Vec::new();
+        s.rules.bar = r.create_bar.as_ref().map(bar_from);
         let res = self.apply_creates(&mut s, &r.create_pdr, &r.create_far, &r.create_qer, &r.create_urr, &mut created);
         let res = res.and_then(|()| check_references(&s.rules));
         if let Err(e) = res {
@@ -736,7 +761,7 @@ impl Upf {
         created: &mut Vec<CreatedPdr>,
     ) -> Result<(), Reject> {
         for f in fars {
-            let far = far_from(f.far_id.0, f.apply_action, f.forwarding_parameters.as_ref())?;
+            let far = far_from(f.far_id.0, f.apply_action, f.forwarding_parameters.as_ref(), f.bar_id)?;
             s.rules.fars.insert(far.id, far);
         }
         for q in qers {
@@ -922,10 +947,13 @@ impl Upf {
 
     fn find_session(&self, from: SocketAddr, h: &Header) -> Option<u64> {
         let seid = h.seid?;
-        let s = self.sessions.get(&seid)?;
-        // Only the SMF that owns a session may change it.
-        let peer = self.associations.get(&s.rules.cp_node)?;
-        (peer.peer.ip() == from.ip()).then_some(seid)
+        self.owned_by(seid, from).then_some(seid)
+    }
+
+    /// Session `seid` exists and belongs to the SMF at `from`: only it may change it.
+    fn owned_by(&self, seid: u64, from: SocketAddr) -> bool {
+        let Some(s) = self.sessions.get(&seid) else { return false };
+        self.associations.get(&s.rules.cp_node).is_some_and(|peer| peer.peer.ip() == from.ip())
     }
 
     fn modify(&mut self, now: Instant, from: SocketAddr, h: Header, r: SessionModificationRequest) {
@@ -952,7 +980,7 @@ impl Upf {
                 if r.flags.is_some_and(|f| f.has(smreq_flags::DROBU)) {
                     self.actions.push_back(Action::DropBuffered { seid });
                 }
-                s.dl_reported = false;
+                self.buffering_modified(seid, &mut s);
                 arm_urrs(&mut self.urr_timers, now, seid, &mut s);
                 self.actions.push_back(Action::Install(s.rules.clone()));
                 self.actions.extend(end_markers.into_iter().map(|old| Action::EndMarker { seid, old }));
@@ -1011,6 +1039,30 @@ impl Upf {
             s.rules.urrs.remove(&u.0 .0).ok_or(reject(Cause::RuleCreationModificationFailure, ty::REMOVE_URR))?;
             s.urr.remove(&u.0 .0);
         }
+        if let Some(b) = r.remove_bar {
+            s.rules.bar.take().filter(|bar| bar.id == b.0 .0).ok_or(reject(Cause::RuleCreationModificationFailure, ty::REMOVE_BAR))?;
+        }
+        if let Some(b) = &r.create_bar {
+            if s.rules.bar.is_some() {
+                // One BAR a session: a second is an error, not a replacement.
+                return Err(reject(Cause::RuleCreationModificationFailure, ty::CREATE_BAR));
+            }
+            s.rules.bar = Some(bar_from(b));
+        }
+        if let Some(b) = &r.update_bar {
+            let bar = s
+                .rules
+                .bar
+                .as_mut()
+                .filter(|bar| bar.id == b.bar_id.0)
+                .ok_or(reject(Cause::RuleCreationModificationFailure, ty::UPDATE_BAR_SMR))?;
+            if let Some(d) = b.dl_data_notification_delay {
+                bar.ddn_delay = ddn_delay(d);
+            }
+            if let Some(c) = b.suggested_buffering_packets_count {
+                bar.suggested_packets = Some(c.0);
+            }
+        }
         self.apply_creates(s, &r.create_pdr, &r.create_far, &r.create_qer, &r.create_urr, created)?;
         for u in &r.update_pdr {
             let mut pdr = s.rules.pdrs.get(&u.pdr_id.0).cloned().ok_or(reject(Cause::RuleCreationModificationFailure, ty::UPDATE_PDR))?;
@@ -1027,6 +1079,9 @@ impl Upf {
             let far = s.rules.fars.get_mut(&u.far_id.0).ok_or(reject(Cause::RuleCreationModificationFailure, ty::UPDATE_FAR))?;
             if let Some(a) = u.apply_action {
                 far.action = a.0;
+            }
+            if let Some(b) = u.bar_id {
+                far.bar_id = Some(b.0);
             }
             if let Some(fp) = &u.update_forwarding_parameters {
                 if let Some(d) = fp.destination_interface {
@@ -1232,18 +1287,110 @@ impl Upf {
 
     /// The dataplane buffered the first downlink packet for `pdr_id`: one Downlink Data
     /// Report until the session is next modified.
+    ///
+    /// With a BAR that has a Downlink Data Notification Delay the report waits that long
+    /// (a modification in between that stops the buffering cancels it); during extended
+    /// buffering none is sent (the SMF knows already).
     pub fn downlink_data(&mut self, now: Instant, seid: u64, pdr_id: u16) {
         let Some(mut s) = self.sessions.remove(&seid) else {
             return;
         };
-        if !s.dl_reported {
+        let bar = s.rules.pdrs.get(&pdr_id).and_then(|p| p.far_id).and_then(|f| s.rules.bar_of(f)).copied();
+        if !s.dl_reported && !bar.is_some_and(|b| b.extended.is_some()) {
             s.dl_reported = true;
-            let m = SessionReportRequest {
-                report_type: Flags(report_type::DLDR),
-                downlink_data_report: Some(DownlinkDataReport { pdr_ids: vec![U16Ie(pdr_id)] }),
-                usage_report: vec![],
+            match bar.map(|b| b.ddn_delay).filter(|d| !d.is_zero()) {
+                Some(delay) => {
+                    s.ddn_pending = Some((now + delay, pdr_id));
+                    self.bar_timers.insert((now + delay, seid));
+                }
+                None => self.downlink_data_report(now, &s, pdr_id),
+            }
+        }
+        self.sessions.insert(seid, s);
+    }
+
+    fn downlink_data_report(&mut self, now: Instant, s: &Session, pdr_id: u16) {
+        let m = SessionReportRequest {
+            report_type: Flags(report_type::DLDR),
+            downlink_data_report: Some(DownlinkDataReport { pdr_ids: vec![U16Ie(pdr_id)] }),
+            usage_report: vec![],
+        };
+        self.report(now, s, m);
+    }
+
+    /// A modification was applied: a delayed Downlink Data Report stands only while its
+    /// PDR still buffers under the BAR; extended buffering ends when no FAR buffers under
+    /// the BAR any more. The next buffered packet may be reported again.
+    fn buffering_modified(&mut self, seid: u64, s: &mut Session) {
+        let rules = &s.rules;
+        let buffers = |pdr: u16| rules.pdrs.get(&pdr).and_then(|p| p.far_id).and_then(|f| rules.bar_of(f)).is_some();
+        if let Some((due, pdr)) = s.ddn_pending {
+            if !buffers(pdr) {
+                self.bar_timers.remove(&(due, seid));
+                s.ddn_pending = None;
+            }
+        }
+        let any_buffers = rules.fars.values().any(|f| rules.bar_of(f.id).is_some());
+        if let Some(bar) = s.rules.bar.as_mut().filter(|_| !any_buffers) {
+            if let Some(ExtendedBuffering { until: Some(t), .. }) = bar.extended.take() {
+                self.bar_timers.remove(&(t, seid));
+            }
+        }
+        s.dl_reported = s.ddn_pending.is_some();
+    }
+
+    /// The SMF answered a report of ours: its Update BAR (a new delay or count, extended
+    /// buffering) and DROBU apply to the session.
+    fn report_answered(&mut self, now: Instant, seid: u64, r: &SessionReportResponse) {
+        let Some(s) = self.sessions.get_mut(&seid) else { return };
+        if r.flags.is_some_and(|f| f.has(srrsp_flags::DROBU)) {
+            self.actions.push_back(Action::DropBuffered { seid });
+        }
+        let Some(u) = r.update_bar else { return };
+        // A response cannot be refused: an Update BAR for a BAR the session lacks is
+        // ignored.
+        let Some(bar) = s.rules.bar.as_mut().filter(|b| b.id == u.bar_id.0) else { return };
+        if let Some(d) = u.dl_data_notification_delay {
+            bar.ddn_delay = ddn_delay(d);
+        }
+        if let Some(c) = u.suggested_buffering_packets_count {
+            bar.suggested_packets = Some(c.0);
+        }
+        if let Some(d) = u.dl_buffering_duration {
+            if let Some(ExtendedBuffering { until: Some(t), .. }) = bar.extended.take() {
+                self.bar_timers.remove(&(t, seid));
+            }
+            let packets = u.dl_buffering_suggested_packet_count.map(|c| c.0);
+            bar.extended = match d.time() {
+                BufferingTime::Stopped => None,
+                BufferingTime::Infinite => Some(ExtendedBuffering { until: None, packets }),
+                BufferingTime::For(d) => {
+                    self.bar_timers.insert((now + d, seid));
+                    Some(ExtendedBuffering { until: Some(now + d), packets })
+                }
             };
-            self.report(now, &s, m);
+        } else if let (Some(e), Some(c)) = (bar.extended.as_mut(), u.dl_buffering_suggested_packet_count) {
+            e.packets = Some(c.0);
+        }
+        self.actions.push_back(Action::Install(s.rules.clone()));
+    }
+
+    /// A BAR deadline came: send the delayed Downlink Data Report, or end extended
+    /// buffering (what is held is dropped, the parameters forgotten, and the next
+    /// buffered packet reported again).
+    fn bar_timer(&mut self, now: Instant, t: Instant, seid: u64) {
+        let Some(mut s) = self.sessions.remove(&seid) else { return };
+        if let Some((_, pdr)) = s.ddn_pending.filter(|(due, _)| *due == t) {
+            s.ddn_pending = None;
+            self.downlink_data_report(now, &s, pdr);
+        }
+        if let Some(bar) = s.rules.bar.as_mut() {
+            if bar.extended.is_some_and(|e| e.until == Some(t)) {
+                bar.extended = None;
+                s.dl_reported = false;
+                self.actions.push_back(Action::DropBuffered { seid });
+                self.actions.push_back(Action::Install(s.rules.clone()));
+            }
         }
         self.sessions.insert(seid, s);
     }
@@ -1258,6 +1405,7 @@ impl Upf {
             peer,
             Header::session(MessageType::SessionReportRequest, s.cp_f_seid.seid, seq),
             &Message::SessionReportRequest(m),
+            Some(s.rules.seid),
         );
     }
 }
@@ -1322,7 +1470,21 @@ fn gtpu_endpoint(ohc: &OuterHeaderCreation) -> Result<GtpuEndpoint, Reject> {
     Ok(GtpuEndpoint { teid, addr })
 }
 
-fn far_from(id: u32, action: ApplyAction, fp: Option<&ForwardingParameters>) -> Result<Far, Reject> {
+/// Downlink Data Notification Delay: units of 50 ms.
+fn ddn_delay(d: DlDataNotificationDelay) -> Duration {
+    Duration::from_millis(50 * u64::from(d.0))
+}
+
+fn bar_from(b: &CreateBar) -> Bar {
+    Bar {
+        id: b.bar_id.0,
+        ddn_delay: b.dl_data_notification_delay.map_or(Duration::ZERO, ddn_delay),
+        suggested_packets: b.suggested_buffering_packets_count.map(|c| c.0),
+        extended: None,
+    }
+}
+
+fn far_from(id: u32, action: ApplyAction, fp: Option<&ForwardingParameters>, bar_id: Option<BarId>) -> Result<Far, Reject> {
     let outer_header = fp.and_then(|f| f.outer_header_creation.as_ref()).map(gtpu_endpoint).transpose()?;
     if action.has(apply_action::FORW) && fp.is_none() {
         return Err(reject(Cause::ConditionalIeMissing, ty::FORWARDING_PARAMETERS));
@@ -1333,6 +1495,7 @@ fn far_from(id: u32, action: ApplyAction, fp: Option<&ForwardingParameters>) -> 
         destination: fp.and_then(|f| f.destination_interface).map(|d| d.0),
         outer_header,
         network_instance: fp.and_then(|f| f.network_instance.as_ref()).map(|n| n.0.clone()),
+        bar_id: bar_id.map(|b| b.0),
     })
 }
 
@@ -1399,6 +1562,10 @@ fn update_urr<const T: u16>(urr: &mut Urr, u: &crate::grouped::Urr<T>) {
 /// Every PDR's FAR, QERs and URRs exist; a PDR needs a FAR (TS 29.244 Table 7.5.2.2-1:
 /// FAR ID is conditional on not activating predefined rules, which we do not offer).
 fn check_references(r: &SessionRules) -> Result<(), Reject> {
+    // A FAR's BAR ID names the session's BAR.
+    if r.fars.values().any(|f| f.bar_id.is_some_and(|id| r.bar.map(|b| b.id) != Some(id))) {
+        return Err(reject(Cause::RuleCreationModificationFailure, ty::BAR_ID));
+    }
     for p in r.pdrs.values() {
         let far = p.far_id.ok_or(reject(Cause::ConditionalIeMissing, ty::FAR_ID))?;
         if !r.fars.contains_key(&far) {

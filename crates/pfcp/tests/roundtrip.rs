@@ -2,6 +2,7 @@
 //! answered with the right error (hence the right Cause and Offending IE).
 
 use core::net::{Ipv4Addr, Ipv6Addr};
+use std::time::Duration;
 
 use pfcp::grouped::*;
 use pfcp::header::{Header, MessageType};
@@ -211,6 +212,30 @@ fn usage_report<const T: u16>() -> BoxedStrategy<UsageReport<T>> {
         .boxed()
 }
 
+fn bar<const T: u16>() -> BoxedStrategy<Bar<T>> {
+    (any::<u8>(), of(any::<u8>()), of(any::<u8>()))
+        .prop_map(|(id, delay, count)| Bar {
+            bar_id: U8Ie(id),
+            dl_data_notification_delay: delay.map(U8Ie),
+            suggested_buffering_packets_count: count.map(U8Ie),
+        })
+        .boxed()
+}
+fn dl_buffering_duration() -> BoxedStrategy<DlBufferingDuration> {
+    (0u8..8, 0u8..32).prop_map(|(unit, value)| DlBufferingDuration { unit, value }).boxed()
+}
+fn update_bar_srr() -> BoxedStrategy<UpdateBarSrr> {
+    (any::<u8>(), of(any::<u8>()), of(dl_buffering_duration()), of(any::<u16>()), of(any::<u8>()))
+        .prop_map(|(id, delay, duration, dl_count, count)| UpdateBarSrr {
+            bar_id: U8Ie(id),
+            dl_data_notification_delay: delay.map(U8Ie),
+            dl_buffering_duration: duration,
+            dl_buffering_suggested_packet_count: dl_count.map(DlBufferingSuggestedPacketCount),
+            suggested_buffering_packets_count: count.map(U8Ie),
+        })
+        .boxed()
+}
+
 fn ie_round_trips<T: Ie + PartialEq + core::fmt::Debug>(v: &T) {
     let b = v.to_bytes();
     assert_eq!(u16::from_be_bytes([b[0], b[1]]), T::TYPE);
@@ -248,6 +273,24 @@ proptest! {
         ie_round_trips(&OffendingIe::from(U16Ie(y))); ie_round_trips(&UrSeqn::from(U32Ie(x)));
         ie_round_trips(&MeasurementMethod::from(Flags(u64::from(z))));
         ie_round_trips(&ReportType::from(Flags(u64::from(z))));
+        ie_round_trips(&DlDataNotificationDelay::from(U8Ie(z))); ie_round_trips(&SuggestedBufferingPacketsCount::from(U8Ie(z)));
+        ie_round_trips(&DlBufferingSuggestedPacketCount(y)); ie_round_trips(&SrRspFlags::from(Flags(u64::from(z))));
+    }
+
+    #[test]
+    fn dl_buffering_duration_round_trips_and_reads_its_units(d in dl_buffering_duration()) {
+        ie_round_trips(&d);
+        let v = u64::from(d.value);
+        let want = match d.unit {
+            0 if v == 0 => BufferingTime::Stopped,
+            7 => BufferingTime::Infinite,
+            0 => BufferingTime::For(Duration::from_secs(2 * v)),
+            2 => BufferingTime::For(Duration::from_secs(600 * v)),
+            3 => BufferingTime::For(Duration::from_secs(3600 * v)),
+            4 => BufferingTime::For(Duration::from_secs(36_000 * v)),
+            _ => BufferingTime::For(Duration::from_secs(60 * v)),
+        };
+        prop_assert_eq!(d.time(), want);
     }
 
     #[test]
@@ -256,12 +299,14 @@ proptest! {
         cf in create_far(), uf in update_far(), cq in qer::<{ pfcp::ie::ty::CREATE_QER }>(true), uq in qer::<{ pfcp::ie::ty::UPDATE_QER }>(false),
         cu in urr::<{ pfcp::ie::ty::CREATE_URR }>(true), uu in urr::<{ pfcp::ie::ty::UPDATE_URR }>(false), cr in created_pdr(),
         ur in usage_report::<{ pfcp::ie::ty::USAGE_REPORT_SRR }>(), id in any::<u32>(), pid in any::<u16>(),
+        cb in bar::<{ pfcp::ie::ty::CREATE_BAR }>(), ub in bar::<{ pfcp::ie::ty::UPDATE_BAR_SMR }>(), ubs in update_bar_srr(),
     ) {
         ie_round_trips(&p); ie_round_trips(&cp); ie_round_trips(&up); ie_round_trips(&cf); ie_round_trips(&uf);
         ie_round_trips(&cq); ie_round_trips(&uq); ie_round_trips(&cu); ie_round_trips(&uu); ie_round_trips(&cr);
         ie_round_trips(&ur); ie_round_trips(&RemovePdr::from(Remove(U16Ie(pid)))); ie_round_trips(&RemoveFar::from(Remove(U32Ie(id))));
         ie_round_trips(&RemoveQer::from(Remove(U32Ie(id)))); ie_round_trips(&RemoveUrr::from(Remove(U32Ie(id))));
         ie_round_trips(&DownlinkDataReport { pdr_ids: vec![U16Ie(pid), U16Ie(pid ^ 1)] });
+        ie_round_trips(&cb); ie_round_trips(&ub); ie_round_trips(&ubs); ie_round_trips(&RemoveBar::from(Remove(U8Ie(pid as u8))));
     }
 
     #[test]
@@ -306,17 +351,28 @@ fn message() -> BoxedStrategy<Message> {
             cp_function_features: cp,
         })
     };
-    let ser =
-        (node_id(), f_seid(), vec(pdr(true), 1..3), vec(create_far(), 1..3), vec(urr(true), 0..2), vec(qer(true), 0..2), of(any::<u8>()))
-            .prop_map(|(node_id, cp_f_seid, create_pdr, create_far, create_urr, create_qer, pdn)| SessionEstablishmentRequest {
+    let ser = (
+        node_id(),
+        f_seid(),
+        vec(pdr(true), 1..3),
+        vec(create_far(), 1..3),
+        vec(urr(true), 0..2),
+        vec(qer(true), 0..2),
+        of(bar()),
+        of(any::<u8>()),
+    )
+        .prop_map(|(node_id, cp_f_seid, create_pdr, create_far, create_urr, create_qer, create_bar, pdn)| {
+            SessionEstablishmentRequest {
                 node_id,
                 cp_f_seid,
                 create_pdr,
                 create_far,
                 create_urr,
                 create_qer,
+                create_bar,
                 pdn_type: pdn.map(U8Ie),
-            });
+            }
+        });
     let sers = (node_id(), cause(), of(any::<u16>()), of(f_seid()), vec(created_pdr(), 0..3)).prop_map(|(node_id, cause, off, f, cr)| {
         SessionEstablishmentResponse { node_id, cause, offending_ie: off.map(U16Ie), up_f_seid: f, created_pdr: cr }
     });
@@ -330,23 +386,29 @@ fn message() -> BoxedStrategy<Message> {
         (vec(pdr(false), 0..2), vec(update_far(), 0..2), vec(urr(false), 0..2), vec(qer(false), 0..2)),
         ids(),
         of(flags()),
+        (of(any::<u8>()), of(bar()), of(bar())),
     )
-        .prop_map(|(cp_f_seid, remove_pdr, remove_far, remove_urr, remove_qer, c, u, query_urr, flags)| SessionModificationRequest {
-            cp_f_seid,
-            remove_pdr,
-            remove_far,
-            remove_urr,
-            remove_qer,
-            create_pdr: c.0,
-            create_far: c.1,
-            create_urr: c.2,
-            create_qer: c.3,
-            update_pdr: u.0,
-            update_far: u.1,
-            update_urr: u.2,
-            update_qer: u.3,
-            query_urr,
-            flags,
+        .prop_map(|(cp_f_seid, remove_pdr, remove_far, remove_urr, remove_qer, c, u, query_urr, flags, b)| {
+            SessionModificationRequest {
+                cp_f_seid,
+                remove_pdr,
+                remove_far,
+                remove_urr,
+                remove_qer,
+                create_pdr: c.0,
+                create_far: c.1,
+                create_urr: c.2,
+                create_qer: c.3,
+                update_pdr: u.0,
+                update_far: u.1,
+                update_urr: u.2,
+                update_qer: u.3,
+                query_urr,
+                flags,
+                remove_bar: b.0.map(|i| Remove(U8Ie(i))),
+                create_bar: b.1,
+                update_bar: b.2,
+            }
         });
     let smrs = (cause(), of(any::<u16>()), vec(created_pdr(), 0..2), vec(usage_report(), 0..2)).prop_map(|(cause, off, cr, ur)| {
         SessionModificationResponse { cause, offending_ie: off.map(U16Ie), created_pdr: cr, usage_report: ur }
@@ -359,7 +421,8 @@ fn message() -> BoxedStrategy<Message> {
     let srr = (flags(), of(vec(any::<u16>().prop_map(U16Ie), 1..3)), vec(usage_report(), 0..2)).prop_map(|(rt, dl, ur)| {
         SessionReportRequest { report_type: rt, downlink_data_report: dl.map(|pdr_ids| DownlinkDataReport { pdr_ids }), usage_report: ur }
     });
-    let srrs = (cause(), of(any::<u16>())).prop_map(|(cause, off)| CauseResponse { cause, offending_ie: off.map(U16Ie) });
+    let srrs = (cause(), of(any::<u16>()), of(update_bar_srr()), of(flags()))
+        .prop_map(|(cause, off, update_bar, flags)| SessionReportResponse { cause, offending_ie: off.map(U16Ie), update_bar, flags });
     let hb = any::<u32>().prop_map(|r| Heartbeat { recovery_time_stamp: U32Ie(r) });
     prop_oneof![
         hb.clone().prop_map(Message::HeartbeatRequest),
@@ -411,6 +474,7 @@ fn establishment() -> Vec<u8> {
         }],
         create_urr: vec![],
         create_qer: vec![],
+        create_bar: None,
         pdn_type: None,
     });
     m.to_bytes(&Header::session(MessageType::SessionEstablishmentRequest, 0, 1))

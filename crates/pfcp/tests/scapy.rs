@@ -123,3 +123,31 @@ fn scapy_truncations_fail_typed() {
         assert_eq!(Message::parse(&half).unwrap_err(), Error::Truncated);
     }
 }
+
+#[test]
+fn scapy_bar_ies() {
+    let Message::SessionEstablishmentRequest(s) = Message::parse(&seed(8)).unwrap().1 else { panic!() };
+    assert_eq!(s.create_far[0].bar_id, Some(U8Ie(3)));
+    assert!(s.create_far[0].apply_action.has(apply_action::BUFF) && s.create_far[0].apply_action.has(apply_action::NOCP));
+    assert_eq!(
+        s.create_bar,
+        Some(CreateBar { bar_id: U8Ie(3), dl_data_notification_delay: Some(U8Ie(4)), suggested_buffering_packets_count: Some(U8Ie(16)) })
+    );
+    let Message::SessionModificationRequest(m) = Message::parse(&seed(9)).unwrap().1 else { panic!() };
+    assert_eq!(
+        m.update_bar,
+        Some(UpdateBarSmr { bar_id: U8Ie(3), dl_data_notification_delay: Some(U8Ie(0)), suggested_buffering_packets_count: Some(U8Ie(8)) })
+    );
+    assert_eq!(m.remove_bar, Some(Remove(U8Ie(5))));
+    let Message::SessionReportResponse(r) = Message::parse(&seed(10)).unwrap().1 else { panic!() };
+    assert!(r.cause.0.is_accepted());
+    let u = r.update_bar.unwrap();
+    assert_eq!(u.bar_id, U8Ie(3));
+    assert_eq!(u.dl_buffering_duration, Some(DlBufferingDuration { unit: 1, value: 5 }));
+    assert_eq!(u.dl_buffering_duration.unwrap().time(), BufferingTime::For(std::time::Duration::from_secs(300)));
+    assert_eq!(u.dl_buffering_suggested_packet_count, Some(DlBufferingSuggestedPacketCount(300)));
+    assert!(r.flags.unwrap().has(srrsp_flags::DROBU));
+    // Our encoding of what scapy encoded is scapy's, byte for byte (past the header).
+    let ours = Message::SessionReportResponse(r).to_bytes(&pfcp::header::Header::session(MessageType::SessionReportResponse, 0x2222, 10));
+    assert_eq!(ours, seed(10));
+}

@@ -185,6 +185,7 @@ fn session_request(cp_seid: u64) -> SessionEstablishmentRequest {
             gbr: None,
             qfi: Some(Qfi(9)),
         }],
+        create_bar: None,
         pdn_type: Some(U8Ie(1)),
     }
 }
@@ -205,6 +206,7 @@ fn association_setup_update_release_are_answered() {
     assert_eq!(r.recovery_time_stamp, Some(U32Ie(3_900_000_000)));
     let f = r.up_function_features.unwrap();
     assert!(f.has(up_features::FTUP) && f.has(up_features::UEIP) && f.has(up_features::EMPU));
+    assert!(f.has(up_features::DDND) && f.has(up_features::DLBD) && f.has(up_features::UDBC), "the BAR's parameters are applied");
     let upd = AssociationRequest {
         node_id: NodeId::Ipv4(SMF_IP),
         recovery_time_stamp: None,
@@ -506,7 +508,12 @@ fn usage_thresholds_quotas_and_deletion_are_reported() {
     // Not answered: retransmitted after 3 s, up to 3 times, then given up.
     let sent = sim.advance(4);
     assert_eq!(sent.iter().filter(|(h2, _)| h2.seq == h.seq).count(), 1);
-    let resp = Message::SessionReportResponse(CauseResponse { cause: CauseIe(Cause::RequestAccepted), offending_ie: None });
+    let resp = Message::SessionReportResponse(SessionReportResponse {
+        cause: CauseIe(Cause::RequestAccepted),
+        offending_ie: None,
+        update_bar: None,
+        flags: None,
+    });
     sim.upf.handle(sim.now, smf(), &resp.to_bytes(&Header::session(MessageType::SessionReportResponse, seid, h.seq)));
     let sent = sim.advance(9);
     assert!(sent.iter().all(|(h2, _)| h2.seq != h.seq), "answered: no more retransmissions");
@@ -580,7 +587,8 @@ fn reports_over(sim: &mut Sim, secs: u64) -> Vec<UsageReportSrr> {
                 Message::SessionReportRequest(r) => {
                     assert!(r.report_type.has(report_type::USAR), "{r:?}");
                     out.extend(r.usage_report);
-                    let resp = CauseResponse { cause: CauseIe(Cause::RequestAccepted), offending_ie: None };
+                    let resp =
+                        SessionReportResponse { cause: CauseIe(Cause::RequestAccepted), offending_ie: None, update_bar: None, flags: None };
                     Message::SessionReportResponse(resp).to_bytes(&Header::session(MessageType::SessionReportResponse, 0, h.seq))
                 }
                 Message::HeartbeatRequest(_) => Message::HeartbeatResponse(Heartbeat { recovery_time_stamp: U32Ie(1) })
@@ -710,4 +718,268 @@ fn a_time_quota_used_up_stops_the_traffic_until_a_new_one() {
     let r = reports_over(&mut sim, 2);
     assert!(r.len() == 1 && r[0].trigger.has(trigger::TIMQU), "{r:?}");
     assert!(matches!(&sim.actions()[..], [Action::Install(rules)] if rules.urrs[&1].quota_exhausted));
+}
+
+// ---- BAR: buffering instructions ----
+
+/// The session of [`session_request`] with its downlink FAR buffering (BUFF + NOCP) under
+/// BAR 3: a Downlink Data Notification Delay of `delay_50ms` × 50 ms, at most `count`
+/// packets held.
+fn established_buffering(sim: &mut Sim, cp_seid: u64, delay_50ms: u8, count: Option<u8>) -> u64 {
+    let mut r = session_request(cp_seid);
+    r.create_far[1].apply_action = Flags(apply_action::BUFF | apply_action::NOCP);
+    r.create_far[1].bar_id = Some(U8Ie(3));
+    r.create_bar = Some(CreateBar {
+        bar_id: U8Ie(3),
+        dl_data_notification_delay: Some(U8Ie(delay_50ms)),
+        suggested_buffering_packets_count: count.map(U8Ie),
+    });
+    let (_, resp) = sim.establish(cp_seid, r);
+    assert_eq!(resp.cause.0, Cause::RequestAccepted, "{resp:?}");
+    resp.up_f_seid.unwrap().seid
+}
+
+/// Runs the timers up to `d` from now; the messages sent meanwhile.
+fn run_for(sim: &mut Sim, d: Duration) -> Vec<Message> {
+    let end = sim.now + d;
+    let mut sent = Vec::new();
+    while let Some(t) = sim.upf.poll_timeout().filter(|t| *t <= end) {
+        sim.now = t.max(sim.now);
+        sim.upf.handle_timeout(sim.now);
+        while let Some(tx) = sim.upf.poll_transmit() {
+            sent.push(Message::parse(&tx.data).unwrap().1);
+        }
+    }
+    sim.now = end;
+    sent
+}
+
+fn dldr_count(sent: &[Message]) -> usize {
+    sent.iter().filter(|m| matches!(m, Message::SessionReportRequest(r) if r.report_type.has(report_type::DLDR))).count()
+}
+
+fn far_to_forward(far: u32) -> SessionModificationRequest {
+    SessionModificationRequest {
+        update_far: vec![UpdateFar {
+            far_id: U32Ie(far),
+            apply_action: Some(Flags(apply_action::FORW)),
+            update_forwarding_parameters: None,
+            bar_id: None,
+        }],
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_bar_is_installed_with_its_far_and_bounds_what_is_held() {
+    let mut sim = Sim::new();
+    sim.associate(1);
+    let seid = established_buffering(&mut sim, 0x90, 0, Some(5));
+    let acts = sim.actions();
+    let [Action::Install(rules)] = &acts[..] else { panic!("{acts:?}") };
+    let bar = rules.bar.unwrap();
+    assert_eq!((bar.id, bar.ddn_delay, bar.suggested_packets), (3, Duration::ZERO, Some(5)));
+    assert_eq!(rules.bar_of(2).map(|b| b.hold_limit()), Some(Some(5)), "FAR 2 buffers under BAR 3");
+    assert!(rules.bar_of(1).is_none(), "FAR 1 forwards and names no BAR");
+    // Update BAR in a modification: a new count, and a delay.
+    let m = SessionModificationRequest {
+        update_bar: Some(UpdateBarSmr {
+            bar_id: U8Ie(3),
+            dl_data_notification_delay: Some(U8Ie(2)),
+            suggested_buffering_packets_count: Some(U8Ie(9)),
+        }),
+        ..Default::default()
+    };
+    let Message::SessionModificationResponse(r) = sim.request(Some(seid), Message::SessionModificationRequest(m)).1 else { panic!() };
+    assert_eq!(r.cause.0, Cause::RequestAccepted);
+    let acts = sim.actions();
+    let [Action::Install(rules)] = &acts[..] else { panic!("{acts:?}") };
+    assert_eq!(rules.bar.map(|b| (b.ddn_delay, b.hold_limit())), Some((Duration::from_millis(100), Some(9))));
+    // No delay (0): the first buffered packet is reported at once.
+    let m = SessionModificationRequest {
+        update_bar: Some(UpdateBarSmr {
+            bar_id: U8Ie(3),
+            dl_data_notification_delay: Some(U8Ie(0)),
+            suggested_buffering_packets_count: None,
+        }),
+        ..Default::default()
+    };
+    sim.request(Some(seid), Message::SessionModificationRequest(m));
+    sim.upf.downlink_data(sim.now, seid, 2);
+    assert!(sim.upf.poll_transmit().is_some());
+}
+
+#[test]
+fn bar_references_are_checked_and_a_rejection_changes_nothing() {
+    let mut sim = Sim::new();
+    sim.associate(1);
+    // A FAR naming a BAR the session lacks.
+    let mut r = session_request(0x91);
+    r.create_far[1].bar_id = Some(U8Ie(4));
+    let (_, resp) = sim.establish(0x91, r);
+    assert_eq!((resp.cause.0, resp.offending_ie), (Cause::RuleCreationModificationFailure, Some(U16Ie(ty::BAR_ID))));
+    let seid = established_buffering(&mut sim, 0x92, 0, None);
+    sim.actions();
+    let bad = |m: SessionModificationRequest, sim: &mut Sim| {
+        let Message::SessionModificationResponse(r) = sim.request(Some(seid), Message::SessionModificationRequest(m)).1 else { panic!() };
+        assert!(sim.actions().is_empty());
+        assert_eq!(sim.upf.session(seid).unwrap().bar.map(|b| b.id), Some(3));
+        (r.cause.0, r.offending_ie.map(|o| o.0))
+    };
+    let fail = Cause::RuleCreationModificationFailure;
+    let upd = UpdateBarSmr { bar_id: U8Ie(7), dl_data_notification_delay: None, suggested_buffering_packets_count: None };
+    assert_eq!(bad(SessionModificationRequest { update_bar: Some(upd), ..Default::default() }, &mut sim), (fail, Some(ty::UPDATE_BAR_SMR)));
+    assert_eq!(
+        bad(SessionModificationRequest { remove_bar: Some(Remove(U8Ie(7))), ..Default::default() }, &mut sim),
+        (fail, Some(ty::REMOVE_BAR))
+    );
+    // FAR 2 still names BAR 3: removing it alone leaves a dangling reference.
+    assert_eq!(
+        bad(SessionModificationRequest { remove_bar: Some(Remove(U8Ie(3))), ..Default::default() }, &mut sim),
+        (fail, Some(ty::BAR_ID))
+    );
+    let second = CreateBar { bar_id: U8Ie(5), dl_data_notification_delay: None, suggested_buffering_packets_count: None };
+    assert_eq!(bad(SessionModificationRequest { create_bar: Some(second), ..Default::default() }, &mut sim), (fail, Some(ty::CREATE_BAR)));
+    // Remove and re-create in one request is accepted.
+    let m = SessionModificationRequest {
+        remove_bar: Some(Remove(U8Ie(3))),
+        create_bar: Some(CreateBar { bar_id: U8Ie(3), ..second }),
+        ..Default::default()
+    };
+    let Message::SessionModificationResponse(r) = sim.request(Some(seid), Message::SessionModificationRequest(m)).1 else { panic!() };
+    assert_eq!(r.cause.0, Cause::RequestAccepted);
+}
+
+#[test]
+fn the_notification_delay_holds_the_report_back_and_a_forwarding_far_cancels_it() {
+    let mut sim = Sim::new();
+    sim.associate(1);
+    // 4 × 50 ms.
+    let seid = established_buffering(&mut sim, 0x93, 4, None);
+    sim.upf.downlink_data(sim.now, seid, 2);
+    assert!(sim.upf.poll_transmit().is_none(), "delayed");
+    assert_eq!(dldr_count(&run_for(&mut sim, Duration::from_millis(150))), 0);
+    sim.upf.downlink_data(sim.now, seid, 2);
+    let sent = run_for(&mut sim, Duration::from_millis(60));
+    assert_eq!(dldr_count(&sent), 1, "200 ms after the first packet: {sent:?}");
+    assert_eq!(dldr_count(&run_for(&mut sim, Duration::from_secs(1))), 0, "once");
+    // Another episode: the SMF makes the FAR forward within the delay; no report.
+    let m = SessionModificationRequest {
+        update_far: vec![UpdateFar {
+            far_id: U32Ie(2),
+            apply_action: Some(Flags(apply_action::BUFF | apply_action::NOCP)),
+            update_forwarding_parameters: None,
+            bar_id: None,
+        }],
+        ..Default::default()
+    };
+    sim.request(Some(seid), Message::SessionModificationRequest(m));
+    sim.upf.downlink_data(sim.now, seid, 2);
+    run_for(&mut sim, Duration::from_millis(100));
+    sim.request(Some(seid), Message::SessionModificationRequest(far_to_forward(2)));
+    assert_eq!(dldr_count(&run_for(&mut sim, Duration::from_secs(1))), 0, "cancelled by the forwarding FAR");
+    // A modification that keeps the FAR buffering keeps the delayed report.
+    sim.request(
+        Some(seid),
+        Message::SessionModificationRequest(SessionModificationRequest {
+            update_far: vec![UpdateFar {
+                far_id: U32Ie(2),
+                apply_action: Some(Flags(apply_action::BUFF | apply_action::NOCP)),
+                update_forwarding_parameters: None,
+                bar_id: None,
+            }],
+            ..Default::default()
+        }),
+    );
+    sim.upf.downlink_data(sim.now, seid, 2);
+    sim.request(Some(seid), Message::SessionModificationRequest(SessionModificationRequest::default()));
+    assert_eq!(dldr_count(&run_for(&mut sim, Duration::from_millis(250))), 1);
+}
+
+#[test]
+fn a_report_response_extends_buffering_for_its_duration_then_drops_what_is_held() {
+    let mut sim = Sim::new();
+    sim.associate(1);
+    let seid = established_buffering(&mut sim, 0x94, 0, Some(4));
+    sim.actions();
+    sim.upf.downlink_data(sim.now, seid, 2);
+    let tx = sim.upf.poll_transmit().unwrap();
+    let (h, Message::SessionReportRequest(_)) = Message::parse(&tx.data).unwrap() else { panic!() };
+    // The SMF: buffer for 3 × 2 s, up to 300 packets.
+    let resp = SessionReportResponse {
+        cause: CauseIe(Cause::RequestAccepted),
+        offending_ie: None,
+        update_bar: Some(UpdateBarSrr {
+            bar_id: U8Ie(3),
+            dl_data_notification_delay: None,
+            dl_buffering_duration: Some(DlBufferingDuration { unit: 0, value: 3 }),
+            dl_buffering_suggested_packet_count: Some(DlBufferingSuggestedPacketCount(300)),
+            suggested_buffering_packets_count: None,
+        }),
+        flags: None,
+    };
+    let answer = Message::SessionReportResponse(resp.clone()).to_bytes(&Header::session(MessageType::SessionReportResponse, seid, h.seq));
+    sim.upf.handle(sim.now, smf(), &answer);
+    let acts = sim.actions();
+    let [Action::Install(rules)] = &acts[..] else { panic!("{acts:?}") };
+    assert_eq!(rules.bar_of(2).unwrap().hold_limit(), Some(300), "the extended count replaces the suggested one meanwhile");
+    // A modification that keeps buffering: still no new report while extended.
+    sim.request(Some(seid), Message::SessionModificationRequest(SessionModificationRequest::default()));
+    sim.actions();
+    sim.upf.downlink_data(sim.now, seid, 2);
+    assert!(sim.upf.poll_transmit().is_none(), "no report during extended buffering");
+    assert!(run_for(&mut sim, Duration::from_secs(5)).is_empty());
+    assert!(sim.actions().is_empty());
+    // 6 s: the extended buffering ends; what is held goes, the count is the BAR's again.
+    run_for(&mut sim, Duration::from_secs(2));
+    let acts = sim.actions();
+    let [Action::DropBuffered { seid: s }, Action::Install(rules)] = &acts[..] else { panic!("{acts:?}") };
+    assert_eq!(*s, seid);
+    assert_eq!(rules.bar_of(2).unwrap().hold_limit(), Some(4));
+    sim.upf.downlink_data(sim.now, seid, 2);
+    let tx = sim.upf.poll_transmit().expect("reported again");
+    // DROBU in a response drops what is held; an Update BAR for another BAR is ignored.
+    let (h, _) = Message::parse(&tx.data).unwrap();
+    let mut other = resp;
+    other.update_bar.as_mut().unwrap().bar_id = U8Ie(8);
+    other.flags = Some(Flags(srrsp_flags::DROBU));
+    sim.upf.handle(
+        sim.now,
+        smf(),
+        &Message::SessionReportResponse(other).to_bytes(&Header::session(MessageType::SessionReportResponse, seid, h.seq)),
+    );
+    let acts = sim.actions();
+    assert!(matches!(&acts[..], [Action::DropBuffered { seid: s }] if *s == seid), "{acts:?}");
+    // An infinite duration has no end; a stopped one ends it at once.
+    let inf = |unit, value| SessionReportResponse {
+        cause: CauseIe(Cause::RequestAccepted),
+        offending_ie: None,
+        update_bar: Some(UpdateBarSrr {
+            bar_id: U8Ie(3),
+            dl_data_notification_delay: None,
+            dl_buffering_duration: Some(DlBufferingDuration { unit, value }),
+            dl_buffering_suggested_packet_count: None,
+            suggested_buffering_packets_count: None,
+        }),
+        flags: None,
+    };
+    // A new episode, answered by an SMF that echoes its own SEID in the header (the
+    // response is matched to our request by its sequence number): no end.
+    sim.request(Some(seid), Message::SessionModificationRequest(SessionModificationRequest::default()));
+    sim.upf.downlink_data(sim.now, seid, 2);
+    let (h, _) = Message::parse(&sim.upf.poll_transmit().expect("reported").data).unwrap();
+    assert_eq!(h.seid, Some(0x94));
+    let answer = |r: SessionReportResponse, seid: u64, seq: u32| {
+        Message::SessionReportResponse(r).to_bytes(&Header::session(MessageType::SessionReportResponse, seid, seq))
+    };
+    sim.upf.handle(sim.now, smf(), &answer(inf(7, 0), 0x94, h.seq));
+    assert!(sim.upf.session(seid).unwrap().bar.unwrap().extended.is_some_and(|e| e.until.is_none()));
+    // A stray response (no request of ours has its sequence number) changes nothing.
+    sim.upf.handle(sim.now, smf(), &answer(inf(0, 0), seid, h.seq));
+    assert!(sim.upf.session(seid).unwrap().bar.unwrap().extended.is_some());
+    // A stopped timer (unit and value zero), in the answer to a usage report, ends it.
+    sim.upf.usage(sim.now, seid, 1, Usage { ul_bytes: 2000, dl_bytes: 0, ul_packets: 2, dl_packets: 0 });
+    let (h, _) = Message::parse(&sim.upf.poll_transmit().expect("a usage report").data).unwrap();
+    sim.upf.handle(sim.now, smf(), &answer(inf(0, 0), seid, h.seq));
+    assert!(sim.upf.session(seid).unwrap().bar.unwrap().extended.is_none());
 }

@@ -33,6 +33,9 @@ pub enum HoldError {
     Full,
     /// The session holds `per_session` packets on this worker.
     SessionFull,
+    /// The session holds as many packets as its BAR allows (the `limit` of
+    /// [`HeldPackets::hold`], below `per_session`).
+    BarLimit,
     /// Longer than [`HELD_LEN`].
     TooLong,
 }
@@ -119,16 +122,21 @@ impl HeldPackets {
         self.queues.get(&slot).map_or(0, |q| q.len as usize)
     }
 
-    /// Hold a copy of `packet` for session `seid` in `slot`, after those held already.
+    /// Hold a copy of `packet` for session `seid` in `slot`, after those held already, if
+    /// the session holds fewer than `limit` (its BAR's count) and `per_session`.
     /// Packets of an earlier session in the same slot are discarded first (see
     /// [`HeldPackets::discard_stale`]); returns how many.
-    pub fn hold(&mut self, slot: u32, seid: u64, packet: &[u8]) -> Result<usize, HoldError> {
+    pub fn hold(&mut self, slot: u32, seid: u64, packet: &[u8], limit: Option<u32>) -> Result<usize, HoldError> {
         let stale = self.discard_stale(slot, seid);
         if packet.len() > HELD_LEN {
             return Err(HoldError::TooLong);
         }
-        if self.queues.get(&slot).is_some_and(|q| q.len >= self.per_session) || self.per_session == 0 {
+        let held = self.queues.get(&slot).map_or(0, |q| q.len);
+        if held >= self.per_session {
             return Err(HoldError::SessionFull);
+        }
+        if limit.is_some_and(|l| held >= l) {
+            return Err(HoldError::BarLimit);
         }
         let Some(e) = self.free.pop() else { return Err(HoldError::Full) };
         let at = e as usize * HELD_LEN;
@@ -259,17 +267,17 @@ mod tests {
     fn order_bounds_and_reuse() {
         let mut h = HeldPackets::new(4, 3);
         for i in 0..3u8 {
-            assert_eq!(h.hold(7, 70, &[i; 10]), Ok(0));
+            assert_eq!(h.hold(7, 70, &[i; 10], None), Ok(0));
         }
-        assert_eq!(h.hold(7, 70, &[9; 10]), Err(HoldError::SessionFull));
-        assert_eq!(h.hold(8, 80, &[5; 3000]), Err(HoldError::TooLong));
-        assert_eq!(h.hold(8, 80, &[5; 20]), Ok(0));
-        assert_eq!(h.hold(9, 90, &[6; 20]), Err(HoldError::Full));
+        assert_eq!(h.hold(7, 70, &[9; 10], None), Err(HoldError::SessionFull));
+        assert_eq!(h.hold(8, 80, &[5; 3000], None), Err(HoldError::TooLong));
+        assert_eq!(h.hold(8, 80, &[5; 20], None), Ok(0));
+        assert_eq!(h.hold(9, 90, &[6; 20], None), Err(HoldError::Full));
         assert_eq!((h.len(), h.session_len(7), h.gauge().load(Relaxed)), (4, 3, 4));
         assert_eq!(drain(&mut h, 7), vec![vec![0; 10], vec![1; 10], vec![2; 10]]);
         assert!(!h.holds(7) && h.holds(8));
         // Slot 8 reused by another session: the old packet goes, counted.
-        assert_eq!(h.hold(8, 81, &[1; 5]), Ok(1));
+        assert_eq!(h.hold(8, 81, &[1; 5], None), Ok(1));
         assert_eq!(h.pop(8, |seid, b| (seid, b.to_vec())), Some((81, vec![1; 5])));
         assert!(h.is_empty() && h.len() == 0 && h.gauge().load(Relaxed) == 0);
     }
@@ -286,22 +294,46 @@ mod tests {
         assert_eq!(BufferCmd::parse(&[]), Some(Err(())));
     }
 
+    #[test]
+    fn a_bar_limit_below_per_session_bounds_the_session() {
+        let mut h = HeldPackets::new(8, 4);
+        assert_eq!(h.hold(1, 10, &[1], Some(2)), Ok(0));
+        assert_eq!(h.hold(1, 10, &[2], Some(2)), Ok(0));
+        assert_eq!(h.hold(1, 10, &[3], Some(2)), Err(HoldError::BarLimit));
+        // A limit above per_session: per_session still bounds.
+        assert_eq!(h.hold(1, 10, &[3], Some(9)), Ok(0));
+        assert_eq!(h.hold(1, 10, &[4], Some(9)), Ok(0));
+        assert_eq!(h.hold(1, 10, &[5], Some(9)), Err(HoldError::SessionFull));
+        // Zero: nothing held.
+        assert_eq!(h.hold(2, 20, &[1], Some(0)), Err(HoldError::BarLimit));
+        assert_eq!(drain(&mut h, 1), vec![vec![1], vec![2], vec![3], vec![4]]);
+    }
+
     proptest! {
         /// Any sequence of holds, pops and discards over a few sessions leaves the same
-        /// packets, in the same order, as a reference of one bounded deque per session.
+        /// packets, in the same order, as a reference of one bounded deque per session
+        /// (bounded by `per_session` and, where given, a lower limit).
         #[test]
-        fn behaves_like_bounded_fifos(ops in proptest::collection::vec((0u8..3, 0u32..4, 0usize..40), 0..200)) {
+        fn behaves_like_bounded_fifos(ops in proptest::collection::vec((0u8..3, 0u32..4, 0usize..40, proptest::option::of(0u32..6)), 0..200)) {
             let (cap, per) = (10usize, 4usize);
             let mut h = HeldPackets::new(cap, per);
             let mut model: BTreeMap<u32, VecDeque<Vec<u8>>> = BTreeMap::new();
-            for (k, (op, slot, len)) in ops.into_iter().enumerate() {
+            for (k, (op, slot, len, limit)) in ops.into_iter().enumerate() {
                 let total: usize = model.values().map(|q| q.len()).sum();
                 match op {
                     0 => {
                         let p = vec![k as u8; len];
                         let q = model.entry(slot).or_default();
-                        let want = if q.len() >= per { Err(HoldError::SessionFull) } else if total >= cap { Err(HoldError::Full) } else { Ok(0) };
-                        prop_assert_eq!(h.hold(slot, slot as u64, &p), want);
+                        let want = if q.len() >= per {
+                            Err(HoldError::SessionFull)
+                        } else if limit.is_some_and(|l| q.len() >= l as usize) {
+                            Err(HoldError::BarLimit)
+                        } else if total >= cap {
+                            Err(HoldError::Full)
+                        } else {
+                            Ok(0)
+                        };
+                        prop_assert_eq!(h.hold(slot, slot as u64, &p, limit), want);
                         if want.is_ok() {
                             q.push_back(p);
                         }

@@ -180,6 +180,9 @@ impl Policer {
     }
 }
 
+/// Error Indications a second per worker unless configured (`[gtpu] replies_per_sec`).
+pub const DEFAULT_REPLIES_PER_SEC: u64 = 100;
+
 pub struct UpfContext {
     cache: Cache<Arc<ArcSwap<UpfTables>>, Arc<UpfTables>>,
     pub tables: Arc<UpfTables>,
@@ -188,6 +191,9 @@ pub struct UpfContext {
     pub events: Option<Sender<UpfEvent>>,
     /// Downlink packets held for sessions whose FAR buffers.
     pub held: HeldPackets,
+    /// Error Indications sent for G-PDUs to TEIDs no session has (the `[gtpu]` reply
+    /// rate: they replace gtpu-input's own when the UPF takes the unknown TEIDs).
+    pub replies: ip::context::TokenBucket,
 }
 
 impl UpfContext {
@@ -202,7 +208,14 @@ impl UpfContext {
             policer: Policer::new(qer_slots),
             events,
             held: HeldPackets::new(buffering::DEFAULT_CAPACITY, buffering::DEFAULT_PER_SESSION),
+            replies: ip::context::TokenBucket::reply_limit(DEFAULT_REPLIES_PER_SEC),
         }
+    }
+
+    /// Send at most `per_sec` Error Indications a second from this worker.
+    pub fn with_replies(mut self, per_sec: u64) -> Self {
+        self.replies = ip::context::TokenBucket::reply_limit(per_sec);
+        self
     }
 
     /// Hold up to `capacity` buffered packets on this worker, `per_session` of one session,

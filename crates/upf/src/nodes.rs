@@ -26,7 +26,7 @@ use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use engine::{counters, next_nodes, BufIdx, Buffer, Counts, ExpandNode, GraphBuilder, Node, Pool, Verdict, VECTOR_SIZE};
 use ip::outer::{udp_checksum, Ip4Outer, Ip6Outer, OuterFamily};
 use std::sync::Arc;
-use wire::gtpu::{GtpuPacket, GtpuRepr, MessageType, PduSession, Qfi, Teid};
+use wire::gtpu::{GtpuPacket, GtpuRepr, MessageType, PduSession, Teid};
 
 next_nodes! {
     pub enum UpfNext {
@@ -44,7 +44,8 @@ counters! {
         Truncated(Warn, "truncated", "outer, GTP-U or inner headers truncated or inconsistent"),
         NotGpdu(Warn, "not-gpdu", "a GTP-U message other than a G-PDU"),
         BadInner(Warn, "bad-inner", "the packet inside is not IPv4 or IPv6"),
-        NoSession(Warn, "no-session", "no session for the TEID or UE address"),
+        NoSession(Warn, "no-session", "no session for the TEID (Error Indication rate-limited away) or UE address"),
+        ErrorIndicationsSent(Info, "error-indications-sent", "Error Indications sent for G-PDUs to TEIDs no session has"),
         NoPdr(Warn, "no-pdr", "no PDR of the session matches the packet"),
         FarDrop(Info, "far-drop", "the matched PDR's FAR says DROP"),
         BufferedDropped(Warn, "buffered-dropped", "an uplink FAR says BUFF: only downlink packets are held, dropped"),
@@ -53,6 +54,7 @@ counters! {
         Discarded(Info, "discarded", "held packets freed: session deleted, DROBU, or its slot reused"),
         BufferFull(Warn, "buffer-full", "the worker holds as many packets as it may (buffer_packets): dropped"),
         SessionBufferFull(Warn, "session-buffer-full", "the session holds as many packets as it may on this worker (buffer_per_session): dropped"),
+        BarLimit(Warn, "bar-limit", "the session holds as many packets as its BAR's suggested count: dropped"),
         TooLongToHold(Warn, "too-long-to-hold", "a packet to buffer is longer than a held packet's room (2048 bytes): dropped"),
         NoBuffer(Warn, "no-buffer", "no free buffer to send a held packet in: it is lost"),
         BadCommand(Error, "bad-command", "a malformed release/discard frame at upf-buffer-input"),
@@ -248,38 +250,30 @@ fn deliver_downlink(
 /// packet.
 #[inline]
 pub fn encap(buf: &mut Buffer, t: &UpfTables, o: &OuterHeader) -> Result<UpfNext, UpfCounter> {
-    let payload_len = buf.len();
-    let repr = GtpuRepr {
-        msg_type: MessageType::GPdu,
-        teid: Teid(o.teid),
-        seq: None,
-        npdu: None,
-        pdu_session: o.qfi.and_then(Qfi::new).map(|qfi| PduSession::Downlink { qfi, rqi: false, ppi: None }),
-        udp_port: None,
-        pdcp_number: None,
-        payload_len,
-    };
+    let gtpu = &o.gtpu_header[..o.gtpu_len as usize];
     match o.peer {
         IpAddr::V4(peer) => {
             let src = t.n3_v4.ok_or(UpfCounter::NoN3Address)?;
-            emit::<Ip4Outer>(buf, src, peer, &repr)?;
+            emit::<Ip4Outer>(buf, src, peer, gtpu)?;
             Ok(UpfNext::Ip4Lookup)
         }
         IpAddr::V6(peer) => {
             let src = t.n3_v6.ok_or(UpfCounter::NoN3Address)?;
-            emit::<Ip6Outer>(buf, src, peer, &repr)?;
+            emit::<Ip6Outer>(buf, src, peer, gtpu)?;
             Ok(UpfNext::Ip6Lookup)
         }
     }
 }
 
-/// Prepend the outer IP, UDP (2152 both ways: a UPF answers on the GTP-U port) and GTP-U
-/// headers. The UDP checksum is zero over IPv4 (as gtpuN-encap sends by default) and
-/// computed over IPv6 (RFC 8200 §8.1).
-fn emit<O: OuterFamily>(buf: &mut Buffer, src: O::Addr, dst: O::Addr, repr: &GtpuRepr) -> Result<(), UpfCounter> {
-    let ghl = repr.header_len();
+/// Prepend the outer IP, UDP (2152 both ways: a UPF answers on the GTP-U port) and the
+/// precomputed GTP-U header `gtpu`, its length field increased by the payload's. The UDP
+/// checksum is zero over IPv4 (as gtpuN-encap sends by default) and computed over IPv6
+/// (RFC 8200 §8.1).
+fn emit<O: OuterFamily>(buf: &mut Buffer, src: O::Addr, dst: O::Addr, gtpu: &[u8]) -> Result<(), UpfCounter> {
+    let payload_len = buf.len();
+    let ghl = gtpu.len();
     let hl = if O::IS_V6 { 40 } else { 20 };
-    let udp_len = 8 + ghl + repr.payload_len;
+    let udp_len = 8 + ghl + payload_len;
     if udp_len > u16::MAX as usize {
         return Err(UpfCounter::NoRoom);
     }
@@ -290,7 +284,11 @@ fn emit<O: OuterFamily>(buf: &mut Buffer, src: O::Addr, dst: O::Addr, repr: &Gtp
     u[2..4].copy_from_slice(&wire::gtpu::PORT.to_be_bytes());
     u[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
     u[6..8].copy_from_slice(&[0, 0]);
-    repr.emit(&mut u[8..8 + ghl]);
+    let g = &mut u[8..8 + ghl];
+    g.copy_from_slice(gtpu);
+    // The template's length counts its extensions; udp_len bounds the sum.
+    let len = u16::from_be_bytes([g[2], g[3]]) as usize + payload_len;
+    g[2..4].copy_from_slice(&(len as u16).to_be_bytes());
     if O::IS_V6 {
         let seg = &buf.bytes()[hl..];
         let c = udp_checksum(O::pseudo(&src, &dst), seg);
@@ -464,6 +462,8 @@ impl<Cx: HasUpf, O: OuterFamily> Node<Cx> for UpfUplink<O> {
             Ok(g) => g,
             Err(c) => return Verdict::Drop(c),
         };
+        let UpfContext { tables, usage, policer, replies, .. } = u;
+        let Some(s) = tables.by_teid(g.teid) else { return error_indication::<O>(replies, counts, buf, g.teid) };
         let Some(inner_bytes) = buf.bytes().get(g.inner_at..g.inner_at + g.inner_len) else {
             return Verdict::Drop(UpfCounter::Truncated);
         };
@@ -471,8 +471,6 @@ impl<Cx: HasUpf, O: OuterFamily> Node<Cx> for UpfUplink<O> {
             Ok(i) => i,
             Err(c) => return Verdict::Drop(c),
         };
-        let UpfContext { tables, usage, policer, .. } = u;
-        let Some(s) = tables.by_teid(g.teid) else { return Verdict::Drop(UpfCounter::NoSession) };
         let Some(r) = match_uplink(s, g.teid, g.qfi, &inner) else { return Verdict::Drop(UpfCounter::NoPdr) };
         let ohc = match r.forward {
             Forward::Drop => return Verdict::Drop(UpfCounter::FarDrop),
@@ -505,6 +503,32 @@ impl<Cx: HasUpf, O: OuterFamily> Node<Cx> for UpfUplink<O> {
             Err(c) => format!("rejected: {}", <UpfCounter as engine::Counters>::INFO[c as usize].name),
         }
     }
+}
+
+/// A G-PDU to a TEID no session has: answered with an Error Indication to its sender
+/// (TS 29.281 §7.3.1: TEID Data I and GTP-U Peer Address, the G-PDU's UDP source port in
+/// the UDP Port extension), built by gtpu's code for the same reply and rate-limited like
+/// it; over the rate, dropped as `no-session`.
+fn error_indication<O: OuterFamily>(
+    replies: &mut ip::context::TokenBucket,
+    counts: &mut Counts<'_, UpfCounter>,
+    buf: &mut Buffer,
+    teid: u32,
+) -> Verdict<UpfNext, UpfCounter> {
+    if !replies.take() {
+        return Verdict::Drop(UpfCounter::NoSession);
+    }
+    let Ok((hl, peer, ours)) = O::outer(buf.bytes()) else { return Verdict::Drop(UpfCounter::Truncated) };
+    let sport = buf.bytes().get(hl..hl + 2).map_or(wire::gtpu::PORT, |s| u16::from_be_bytes([s[0], s[1]]));
+    let mut m = [0u8; gtpu::messages::MAX_MESSAGE];
+    let n = gtpu::messages::error_indication(teid, ours.into(), sport, &mut m);
+    let mut out = [0u8; 40 + 8 + gtpu::messages::MAX_MESSAGE];
+    let len = gtpu::nodes::reply_datagram::<O>(ours, peer, wire::gtpu::PORT, &m[..n], &mut out);
+    if buf.write(&out[..len]).is_err() {
+        return Verdict::Drop(UpfCounter::NoRoom);
+    }
+    counts.inc(UpfCounter::ErrorIndicationsSent);
+    Verdict::Next(if O::IS_V6 { UpfNext::Ip6Lookup } else { UpfNext::Ip4Lookup })
 }
 
 /// What differs between IPv4 and IPv6 UEs: the node name and the session lookup.
@@ -643,10 +667,11 @@ impl UpfBuffer {
         // What is held in the slot may be an earlier session's: freed first, counted.
         counts.add(UpfCounter::Discarded, u.held.discard_stale(s.slot, s.seid) as u64);
         let first = !u.held.holds(s.slot);
-        match u.held.hold(s.slot, s.seid, packet) {
+        match u.held.hold(s.slot, s.seid, packet, r.hold_limit.map(u32::from)) {
             Ok(_) => {}
             Err(HoldError::Full) => return Err(UpfCounter::BufferFull),
             Err(HoldError::SessionFull) => return Err(UpfCounter::SessionBufferFull),
+            Err(HoldError::BarLimit) => return Err(UpfCounter::BarLimit),
             Err(HoldError::TooLong) => return Err(UpfCounter::TooLongToHold),
         }
         counts.inc(UpfCounter::Held);

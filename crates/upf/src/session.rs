@@ -226,7 +226,7 @@ fn rule(r: &SessionRules, p: &Pdr, slots: &SessionSlots, uplink: bool) -> Result
     let forward = match p.far_id.and_then(|id| r.fars.get(&id)) {
         Some(f) if f.drops() => Forward::Drop,
         Some(f) if f.buffers() => Forward::Buffer,
-        Some(f) if f.forwards() => Forward::Forward(f.outer_header.map(|e| OuterHeader { teid: e.teid, peer: e.addr, qfi })),
+        Some(f) if f.forwards() => Forward::Forward(f.outer_header.map(|e| OuterHeader::new(e.teid, e.addr, qfi))),
         // No FAR, or NOCP / DUPL alone: nothing forwards.
         _ => Forward::Drop,
     };
@@ -239,6 +239,7 @@ fn rule(r: &SessionRules, p: &Pdr, slots: &SessionSlots, uplink: bool) -> Result
         remove_outer: p.outer_header_removal,
         forward,
         notify: p.far_id.and_then(|id| r.fars.get(&id)).is_some_and(|f| f.action & pfcp::ie::apply_action::NOCP != 0),
+        hold_limit: p.far_id.and_then(|id| r.bar_of(id)).and_then(|b| b.hold_limit()),
         qers,
         urrs,
     })

@@ -32,6 +32,41 @@ pub struct OuterHeader {
     pub peer: IpAddr,
     /// A PDU Session Container with this QFI (from the PDR's QER) on the way out.
     pub qfi: Option<u8>,
+    /// The G-PDU header for all of the above, built once when the session is compiled
+    /// (`gtpu_header[..gtpu_len]`, its length field counting the extensions only): a packet
+    /// copies it and adds its own length, as gtpuN-encap's precomputed rewrite does.
+    pub gtpu_header: [u8; GPDU_HEADER_MAX],
+    pub gtpu_len: u8,
+}
+
+/// The longest G-PDU header a FAR sends: 8 octets, the optional fields and a PDU Session
+/// Container (TS 38.415) of one 4-octet unit.
+pub const GPDU_HEADER_MAX: usize = 16;
+
+impl OuterHeader {
+    pub fn new(teid: u32, peer: IpAddr, qfi: Option<u8>) -> OuterHeader {
+        let repr = gpdu_repr(teid, qfi, 0);
+        let mut gtpu_header = [0u8; GPDU_HEADER_MAX];
+        let len = repr.header_len();
+        repr.emit(&mut gtpu_header[..len]);
+        OuterHeader { teid, peer, qfi, gtpu_header, gtpu_len: len as u8 }
+    }
+}
+
+/// The G-PDU toward a peer with `teid` and, with `qfi`, a downlink PDU Session Container
+/// (what [`OuterHeader::new`] precomputes, and the reference the tests compare it with).
+pub fn gpdu_repr(teid: u32, qfi: Option<u8>, payload_len: usize) -> wire::gtpu::GtpuRepr {
+    use wire::gtpu::{GtpuRepr, MessageType, PduSession, Qfi, Teid};
+    GtpuRepr {
+        msg_type: MessageType::GPdu,
+        teid: Teid(teid),
+        seq: None,
+        npdu: None,
+        pdu_session: qfi.and_then(Qfi::new).map(|qfi| PduSession::Downlink { qfi, rqi: false, ppi: None }),
+        udp_port: None,
+        pdcp_number: None,
+        payload_len,
+    }
 }
 
 /// A QER as one direction's rule sees it: its per-worker bucket and what it says.
@@ -71,6 +106,9 @@ pub struct Rule {
     pub forward: Forward,
     /// The FAR's NOCP: tell the SMF (Downlink Data Report) when the first packet is held.
     pub notify: bool,
+    /// The session's BAR bounds what is held for it (Suggested Buffering Packets Count,
+    /// or the extended buffering's count) when this rule buffers.
+    pub hold_limit: Option<u16>,
     pub qers: Box<[QerRef]>,
     pub urrs: Box<[UrrRef]>,
 }
@@ -389,5 +427,6 @@ fn empty_like(seid: u64) -> pfcp::rules::SessionRules {
         fars: Default::default(),
         qers: Default::default(),
         urrs: Default::default(),
+        bar: None,
     }
 }

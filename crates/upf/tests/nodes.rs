@@ -7,9 +7,10 @@ use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use engine::{counters, next_nodes, BufIdx, Buffer, Counts, Graph, GraphBuilder, Node, NodeId, Pool, Verdict};
 use ip::{HasIp, IpContext};
 use pfcp::ie::{apply_action, Interface, NodeId as PfcpNode};
-use pfcp::rules::{Far, GtpuEndpoint, Pdr, Qer, SessionRules, Urr};
+use pfcp::rules::{Bar, ExtendedBuffering, Far, GtpuEndpoint, Pdr, Qer, SessionRules, Urr};
 use proptest::prelude::*;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use upf::buffering::BufferCmd;
 use upf::context::{HasUpf, Usage, UsageCells};
 use upf::tables::{UpfState, UpfTables};
@@ -240,7 +241,14 @@ fn pdr(id: u16, precedence: u32, far: u32) -> Pdr {
 }
 
 fn far(id: u32, action: u64, to: Option<(IpAddr, u32)>) -> Far {
-    Far { id, action, destination: None, outer_header: to.map(|(addr, teid)| GtpuEndpoint { teid, addr }), network_instance: None }
+    Far {
+        id,
+        action,
+        destination: None,
+        outer_header: to.map(|(addr, teid)| GtpuEndpoint { teid, addr }),
+        network_instance: None,
+        bar_id: None,
+    }
 }
 
 /// A session like an SMF's: uplink on TEID 0x100 (QFI 9), downlink to the UE toward the
@@ -253,6 +261,7 @@ fn session(seid: u64) -> SessionRules {
         fars: Default::default(),
         qers: Default::default(),
         urrs: Default::default(),
+        bar: None,
     };
     let mut up = pdr(1, 100, 1);
     up.local_f_teid = Some(GtpuEndpoint { teid: 0x100, addr: IpAddr::V4(N3) });
@@ -308,9 +317,11 @@ fn uplink_decapsulates_and_counts_the_inner_bytes() {
     assert_eq!(got, vec![("ip4-input", inner.clone()), ("ip4-input", inner.clone())]);
     assert_eq!(rig.counter("upf4-uplink", "forwarded"), 2);
     assert_eq!(rig.usage(1, 1), Usage { ul_bytes: 2 * inner.len() as u64, ul_packets: 2, ..Default::default() });
-    // Another TEID: no session; the right TEID with another QFI: no PDR.
-    assert!(rig.send(0, &[gpdu4(0x101, Some(9), &inner)]).is_empty());
-    assert_eq!(rig.counter("upf4-uplink", "no-session"), 1);
+    // Another TEID: no session, answered with an Error Indication; the right TEID with
+    // another QFI: no PDR.
+    let got = rig.send(0, &[gpdu4(0x101, Some(9), &inner)]);
+    assert_eq!(error_indications(&got), vec![(N3, GNB, 0x101, IpAddr::V4(N3))]);
+    assert_eq!(rig.counter("upf4-uplink", "error-indications-sent"), 1);
     assert!(rig.send(0, &[gpdu4(0x100, Some(5), &inner), gpdu4(0x100, None, &inner)]).is_empty());
     assert_eq!(rig.counter("upf4-uplink", "no-pdr"), 2);
 }
@@ -476,8 +487,8 @@ fn a_removed_session_drops_and_its_slots_count_afresh_for_the_next() {
     assert_eq!(rig.usage(1, 1).ul_packets, 1);
     assert!(rig.state.remove(1));
     rig.publish();
-    assert!(rig.send(0, &[gpdu4(0x100, Some(9), &inner)]).is_empty());
-    assert_eq!(rig.counter("upf4-uplink", "no-session"), 1);
+    let got = rig.send(0, &[gpdu4(0x100, Some(9), &inner)]);
+    assert_eq!(error_indications(&got), vec![(N3, GNB, 0x100, IpAddr::V4(N3))], "the TEID is no session's any more");
     assert_eq!(rig.state.slots_in_use(), (0, 0));
     rig.install(&session(2));
     assert_eq!(rig.usage(2, 1), Usage::default(), "the reused URR slot starts at zero");
@@ -690,4 +701,141 @@ fn buffering_without_nocp_holds_silently_and_bounds_are_counted() {
     let bad = rig.buffer_input;
     assert!(rig.inject(bad, &[vec![0, 7, 0]]).is_empty());
     assert_eq!(rig.counter("upf-buffer", "bad-command"), 1);
+}
+
+#[test]
+fn a_bar_count_bounds_what_is_held_and_a_new_count_applies_at_once() {
+    let mut rig = Rig::new();
+    let mut r = session(12);
+    let far2 = r.fars.get_mut(&2).unwrap();
+    far2.action = apply_action::BUFF | apply_action::NOCP;
+    far2.bar_id = Some(1);
+    r.bar = Some(Bar { id: 1, ddn_delay: Duration::ZERO, suggested_packets: Some(3), extended: None });
+    rig.install(&r);
+    assert!(rig.send(2, &numbered(0..5)).is_empty());
+    assert_eq!((rig.counter("upf-buffer", "held"), rig.counter("upf-buffer", "bar-limit")), (3, 2));
+    assert_eq!(rig.counter("upf-buffer", "session-buffer-full"), 0, "the BAR's bound, not the worker's");
+    // Extended buffering with a count of 6: three more fit (the worker's 8 still above).
+    r.bar.as_mut().unwrap().extended = Some(ExtendedBuffering { until: None, packets: Some(6) });
+    rig.install(&r);
+    assert!(rig.send(2, &numbered(5..10)).is_empty());
+    assert_eq!((rig.counter("upf-buffer", "held"), rig.counter("upf-buffer", "bar-limit")), (6, 4));
+    // A FAR that names no BAR buffers up to the worker's per-session bound only.
+    r.fars.get_mut(&2).unwrap().bar_id = None;
+    rig.install(&r);
+    assert!(rig.send(2, &numbered(10..14)).is_empty());
+    assert_eq!((rig.counter("upf-buffer", "held"), rig.counter("upf-buffer", "session-buffer-full")), (8, 2));
+    // Forwarding: the held ones go out in order.
+    r.fars.get_mut(&2).unwrap().action = apply_action::FORW;
+    rig.install(&r);
+    let got = delivered(&rig.command(BufferCmd::Release { slot: 0, seid: 12 }));
+    let want: Vec<Vec<u8>> = numbered(0..3).into_iter().chain(numbered(5..8)).chain(numbered(10..12)).collect();
+    assert_eq!(got, want.into_iter().map(|p| (0x200, p)).collect::<Vec<_>>());
+}
+
+/// The Error Indications among what the sinks saw: (source, destination, TEID Data I,
+/// GTP-U Peer Address), each checked as an IPv4/UDP datagram to port 2152 with a valid
+/// UDP checksum and the G-PDU's source port in the UDP Port extension.
+fn error_indications(got: &[(&'static str, Vec<u8>)]) -> Vec<(Ipv4Addr, Ipv4Addr, u32, IpAddr)> {
+    got.iter()
+        .map(|(node, p)| {
+            assert_eq!(*node, "ip4-lookup");
+            assert_eq!(p[0], 0x45);
+            assert_eq!(u16::from_be_bytes([p[2], p[3]]) as usize, p.len());
+            assert!(wire::checksum::verify(&p[..20]), "IPv4 header checksum");
+            let (src, dst) = (Ipv4Addr::from([p[12], p[13], p[14], p[15]]), Ipv4Addr::from([p[16], p[17], p[18], p[19]]));
+            assert_eq!((p[9], u16::from_be_bytes([p[22], p[23]])), (17, 2152));
+            assert!(
+                ip::outer::udp_checksum_ok(<ip::outer::Ip4Outer as ip::outer::OuterFamily>::pseudo(&src, &dst), &p[20..]),
+                "UDP checksum"
+            );
+            let g = GtpuPacket::new_checked(&p[28..]).unwrap();
+            let r = GtpuRepr::parse(&g).unwrap();
+            assert_eq!((r.msg_type, r.teid.0, r.udp_port), (MessageType::ErrorIndication, 0, Some(2152)));
+            let ies = &p[28 + r.header_len()..];
+            let (teid, peer) = gtpu::messages::parse_error_indication(ies).expect("TEID Data I and GTP-U Peer Address");
+            (src, dst, teid, peer)
+        })
+        .collect()
+}
+
+#[test]
+fn unknown_teids_get_error_indications_at_the_reply_rate() {
+    let mut rig = Rig::new();
+    rig.install(&session(1));
+    rig.cx.upf = std::mem::replace(&mut rig.cx.upf, dummy_upf()).with_replies(10);
+    let inner = udp4(UE, DN, 4000, 53, 20);
+    // A burst of 150 to unknown TEIDs: the bucket's burst (10) is answered, and whatever
+    // the rate earned meanwhile; the rest dropped by name.
+    let burst: Vec<Vec<u8>> = (0..150).map(|i| gpdu4(0x9000 + i, None, &inner)).collect();
+    let got = rig.send(0, &burst);
+    let sent = rig.counter("upf4-uplink", "error-indications-sent");
+    assert!((10..150).contains(&sent), "{sent}");
+    assert_eq!(sent + rig.counter("upf4-uplink", "no-session"), 150);
+    let eis = error_indications(&got);
+    assert_eq!(eis.len() as u64, sent);
+    for (k, (src, dst, teid, peer)) in eis.into_iter().enumerate() {
+        assert_eq!((src, dst, teid, peer), (N3, GNB, 0x9000 + k as u32, IpAddr::V4(N3)), "answered in order, first ones first");
+    }
+    // The session's own TEID still forwards.
+    assert_eq!(rig.send(0, &[gpdu4(0x100, Some(9), &inner)]), vec![("ip4-input", inner)]);
+}
+
+/// A stand-in while a context is rebuilt.
+fn dummy_upf() -> UpfContext {
+    UpfContext::new(Arc::new(ArcSwap::from_pointee(UpfState::new(1, 1, 1).build())), UsageCells::new(1), 1, None)
+}
+
+/// The encapsulation before the G-PDU header was precomputed: the header emitted from a
+/// `GtpuRepr` per packet (the reference the precomputed path is checked against).
+fn encap_reference(src: IpAddr, dst: IpAddr, teid: u32, qfi: Option<u8>, payload: &[u8]) -> Vec<u8> {
+    use ip::outer::{Ip4Outer, Ip6Outer, OuterFamily};
+    let repr = upf::tables::gpdu_repr(teid, qfi, payload.len());
+    let ghl = repr.header_len();
+    let hl = if dst.is_ipv6() { 40 } else { 20 };
+    let udp_len = 8 + ghl + payload.len();
+    let mut out = vec![0u8; hl + udp_len];
+    match (src, dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            Ip4Outer::emit_header(s, d, udp_len, &mut out);
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            Ip6Outer::emit_header(s, d, udp_len, &mut out);
+        }
+        _ => unreachable!(),
+    }
+    let u = &mut out[hl..];
+    u[0..2].copy_from_slice(&2152u16.to_be_bytes());
+    u[2..4].copy_from_slice(&2152u16.to_be_bytes());
+    u[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
+    repr.emit(&mut u[8..8 + ghl]);
+    u[8 + ghl..].copy_from_slice(payload);
+    if let (IpAddr::V6(s), IpAddr::V6(d)) = (src, dst) {
+        let c = ip::outer::udp_checksum(Ip6Outer::pseudo(&s, &d), &out[hl..]);
+        out[hl + 6..hl + 8].copy_from_slice(&c.to_be_bytes());
+    }
+    out
+}
+
+proptest! {
+    /// The precomputed G-PDU header (patched with each packet's length) gives the bytes the
+    /// per-packet `GtpuRepr` emit gave, for any TEID, QFI, payload and peer family.
+    #[test]
+    fn precomputed_gtpu_header_matches_the_reference(
+        teid in any::<u32>(), qfi in proptest::option::of(0u8..64), len in 0usize..1500, v6 in any::<bool>(), fill in any::<u8>(),
+    ) {
+        let mut state = UpfState::new(4, 4, 4);
+        state.set_n3(Some(N3), Some(N3_6));
+        let tables = state.build();
+        let peer = if v6 { IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 9)) } else { IpAddr::V4(GNB) };
+        let payload: Vec<u8> = (0..len).map(|i| fill.wrapping_add(i as u8)).collect();
+        let mut pool = Pool::new(4, 4);
+        let b = pool.alloc(len).unwrap();
+        pool.get_mut(b).write(&payload).unwrap();
+        let o = upf::tables::OuterHeader::new(teid, peer, qfi);
+        let next = upf::nodes::encap(pool.get_mut(b), &tables, &o).unwrap();
+        prop_assert_eq!(next, if v6 { upf::nodes::UpfNext::Ip6Lookup } else { upf::nodes::UpfNext::Ip4Lookup });
+        let src = if v6 { IpAddr::V6(N3_6) } else { IpAddr::V4(N3) };
+        prop_assert_eq!(pool.get(b).bytes(), &encap_reference(src, peer, teid, qfi, &payload)[..]);
+    }
 }

@@ -5,7 +5,7 @@
 use crate::dataplane::Control;
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use pfcp::ie::{apply_action, Interface, NodeId};
-use pfcp::rules::{Far, GtpuEndpoint, Pdr, Qer, SessionRules, Urr};
+use pfcp::rules::{Bar, Far, GtpuEndpoint, Pdr, Qer, SessionRules, Urr};
 
 const N3: Ipv4Addr = Ipv4Addr::new(198, 18, 1, 1);
 const N3_6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 1);
@@ -29,7 +29,7 @@ fn pdr(id: u16, precedence: u32, far: u32) -> Pdr {
 }
 
 fn far(id: u32, action: u64, to: Option<(IpAddr, u32)>) -> Far {
-    Far { id, action, destination: None, outer_header: to.map(|(addr, teid)| GtpuEndpoint { teid, addr }), network_instance: None }
+    Far { id, action, destination: None, outer_header: to.map(|(addr, teid)| GtpuEndpoint { teid, addr }), network_instance: None, bar_id: None }
 }
 
 /// A session: uplink on `teid` at `n3`, downlink to `ue` by `down`.
@@ -41,6 +41,7 @@ fn session(seid: u64, teid: u32, n3: IpAddr, ue: IpAddr, up: Far, down: Far) -> 
         fars: Default::default(),
         qers: Default::default(),
         urrs: Default::default(),
+        bar: None,
     };
     let mut u = pdr(1, 100, 1);
     u.local_f_teid = Some(GtpuEndpoint { teid, addr: n3 });
@@ -84,14 +85,16 @@ pub fn install(control: &mut Control) {
     dns.outer_header_removal = true;
     plain.pdrs.insert(3, dns);
     plain.fars.insert(3, far(3, apply_action::DROP, None));
-    let buffering = session(
+    let mut buffering = session(
         2,
         0x5001,
         IpAddr::V4(N3),
         IpAddr::V4(Ipv4Addr::new(198, 19, 50, 2)),
         forw(None),
-        far(0, apply_action::BUFF | apply_action::NOCP, None),
+        Far { bar_id: Some(1), ..far(0, apply_action::BUFF | apply_action::NOCP, None) },
     );
+    // Its BAR holds at most 2 packets (`bar-limit` beyond).
+    buffering.bar = Some(Bar { id: 1, ddn_delay: core::time::Duration::ZERO, suggested_packets: Some(2), extended: None });
     let v6 = session(
         3,
         0x5002,

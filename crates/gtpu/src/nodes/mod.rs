@@ -47,7 +47,7 @@ impl Outer for Ip6Outer {
 
 /// Build a UDP datagram from `ours` to `peer` carrying `msg` into `out`; returns its
 /// length.
-pub fn reply_datagram<O: Outer>(ours: O::Addr, peer: O::Addr, dst_port: u16, msg: &[u8], out: &mut [u8]) -> usize {
+pub fn reply_datagram<O: OuterFamily>(ours: O::Addr, peer: O::Addr, dst_port: u16, msg: &[u8], out: &mut [u8]) -> usize {
     let udp_len = 8 + msg.len();
     let hl = O::emit_header(ours, peer, udp_len, out);
     let u = &mut out[hl..hl + udp_len];
