@@ -8,9 +8,10 @@
 //! bytes; a route set of a million prefixes compiles to tens of MB and a lookup touches
 //! one direct entry and one node per 6 bits past the direct table.
 //!
-//! The direct table is cut into chunks and every direct slot's longer routes form a
-//! subtrie of their own, each behind an `Arc`: a route change copies the chunk and
-//! recompiles the one subtrie it touches, and the clone the workers hold keeps sharing
+//! The direct table is cut into chunks of plain-word slots and every direct slot's
+//! longer routes form a subtrie of their own in an arena of pages (indices, not
+//! pointers): a route change recompiles the one subtrie it touches into the arena's
+//! open page and copies the slot's chunk, and the clone the workers hold keeps sharing
 //! the rest (see [`Poptrie`]). Values are adjacency indices < 2^31; 0 means no route.
 
 use std::marker::PhantomData;
@@ -36,8 +37,6 @@ pub trait LpmKey: Copy + Ord + Eq + std::hash::Hash + Send + Sync + 'static + st
     type Packed: Copy + Eq + Default + Send + Sync + 'static;
     fn pack(self) -> Self::Packed;
     fn unpack(p: Self::Packed) -> Self;
-    /// The first key of direct slot `slot` (its top `DIRECT_BITS` bits).
-    fn from_slot(slot: usize) -> Self;
     /// The key with every bit after the first `len` set: the last key of that prefix.
     fn last(self, len: u8) -> Self;
 }
@@ -52,9 +51,6 @@ impl LpmKey for u32 {
     #[inline(always)]
     fn unpack(p: u32) -> u32 {
         p
-    }
-    fn from_slot(slot: usize) -> u32 {
-        (slot as u32) << (32 - DIRECT_BITS)
     }
     fn last(self, len: u8) -> u32 {
         self | u32::MAX.checked_shr(len as u32).unwrap_or(0)
@@ -87,9 +83,6 @@ impl LpmKey for u128 {
     #[inline(always)]
     fn unpack(p: [u64; 2]) -> u128 {
         (p[0] as u128) << 64 | p[1] as u128
-    }
-    fn from_slot(slot: usize) -> u128 {
-        (slot as u128) << (128 - DIRECT_BITS)
     }
     fn last(self, len: u8) -> u128 {
         self | u128::MAX.checked_shr(len as u32).unwrap_or(0)
@@ -381,11 +374,12 @@ impl<K: LpmKey> Poptrie<K> {
     }
 
     /// Drop a page nobody points into; move the live subtries out of one mostly dead
-    /// (under a quarter of it), then drop it. Never the open page.
+    /// (under half of it: every closed page stays at least half live, so the arena
+    /// holds at most about twice its live subtries), then drop it. Never the open page.
     fn reclaim(&mut self, page: u32) {
         let p = page as usize;
         let use_ = self.pages[p];
-        if use_.live as usize * 4 >= self.nodes[p].len() {
+        if use_.live as usize * 2 >= self.nodes[p].len() {
             return;
         }
         if use_.live > 0 {

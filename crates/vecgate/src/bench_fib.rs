@@ -37,6 +37,8 @@ struct Report {
     load_seconds: f64,
     rss_bytes_after_load: u64,
     fib_bytes: usize,
+    /// The same after every change (what churn leaves in the arena).
+    fib_bytes_after_updates: usize,
     /// Adds and deletes applied and each published, as fast as the control plane goes.
     updates: u64,
     updates_per_sec: f64,
@@ -51,6 +53,10 @@ struct Report {
     publish_latency_us_median: f64,
     publish_latency_us_p99: f64,
     publish_latency_us_max: f64,
+    /// From a change being applied to the store of the version holding it (the control
+    /// plane's part of the latency above), µs.
+    store_latency_us_median: f64,
+    store_latency_us_max: f64,
     /// Forwarding alone, then while changes are applied at `paced_rate` a second.
     forwarding_idle: Forwarding,
     paced_rate: u64,
@@ -185,13 +191,16 @@ pub fn bench(routes: usize, family: &str, updates: u64, json: bool) -> Result<()
     let mut publishes = 0u64;
     let mut added = std::collections::VecDeque::new();
     let mut next_spare = 0usize;
+    let mut stored: Vec<u64> = Vec::with_capacity(updates as usize + 200_000);
     let mut publish = |control: &mut control::dataplane::Control, published: &mut Vec<(u64, u64)>, unpublished: &mut usize| {
         let t = control.state.build();
         let g = t.generation;
         control.shared.store(Arc::new(t));
+        let at = clock::now();
         let n = published.len();
         for p in &mut published[n - *unpublished..] {
             p.0 = g;
+            stored.push(at.saturating_sub(p.1));
         }
         *unpublished = 0;
         publishes += 1;
@@ -254,6 +263,12 @@ pub fn bench(routes: usize, family: &str, updates: u64, json: bool) -> Result<()
     let (_, seen2, during) = rx.recv()?;
     handle.join().map_err(|_| anyhow!("worker thread panicked"))?;
 
+    let fib_bytes_after_updates = {
+        let t = control.shared.load();
+        t.fib4.memory_bytes() + t.fib6.memory_bytes()
+    };
+    stored.sort_unstable();
+    let store_us = |f: f64| stored.get(((stored.len().max(1) - 1) as f64 * f) as usize).map_or(0.0, |&c| c as f64 / hz * 1e6);
     // Latency of each published generation: the first vector at or past it.
     if std::env::var_os("VECGATE_FIB_DEBUG").is_some() {
         eprintln!("published {:?}\nseen {:?}", &published[..published.len().min(20)], &seen1[..seen1.len().min(20)]);
@@ -283,6 +298,7 @@ pub fn bench(routes: usize, family: &str, updates: u64, json: bool) -> Result<()
         load_seconds,
         rss_bytes_after_load: rss_after_load,
         fib_bytes,
+        fib_bytes_after_updates,
         updates,
         updates_per_sec: updates as f64 / secs,
         updates_per_cpu_sec: updates as f64 / cpu_secs.max(1e-9),
@@ -291,6 +307,8 @@ pub fn bench(routes: usize, family: &str, updates: u64, json: bool) -> Result<()
         publish_latency_us_median: q(0.5),
         publish_latency_us_p99: q(0.99),
         publish_latency_us_max: q(1.0),
+        store_latency_us_median: store_us(0.5),
+        store_latency_us_max: store_us(1.0),
         forwarding_idle: idle,
         paced_rate,
         paced_updates: paced,
