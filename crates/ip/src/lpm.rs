@@ -8,9 +8,10 @@
 //! bytes; a route set of a million prefixes compiles to tens of MB and a lookup touches
 //! one direct entry and one node per 6 bits past the direct table.
 //!
-//! The direct table is cut into chunks and every direct slot's longer routes form a
-//! subtrie of their own, each behind an `Arc`: a route change copies the chunk and
-//! recompiles the one subtrie it touches, and the clone the workers hold keeps sharing
+//! The direct table is cut into chunks of plain-word slots and every direct slot's
+//! longer routes form a subtrie of their own in an arena of pages (indices, not
+//! pointers): a route change recompiles the one subtrie it touches into the arena's
+//! open page and copies the slot's chunk, and the clone the workers hold keeps sharing
 //! the rest (see [`Poptrie`]). Values are adjacency indices < 2^31; 0 means no route.
 
 use std::marker::PhantomData;
@@ -36,8 +37,6 @@ pub trait LpmKey: Copy + Ord + Eq + std::hash::Hash + Send + Sync + 'static + st
     type Packed: Copy + Eq + Default + Send + Sync + 'static;
     fn pack(self) -> Self::Packed;
     fn unpack(p: Self::Packed) -> Self;
-    /// The first key of direct slot `slot` (its top `DIRECT_BITS` bits).
-    fn from_slot(slot: usize) -> Self;
     /// The key with every bit after the first `len` set: the last key of that prefix.
     fn last(self, len: u8) -> Self;
 }
@@ -52,9 +51,6 @@ impl LpmKey for u32 {
     #[inline(always)]
     fn unpack(p: u32) -> u32 {
         p
-    }
-    fn from_slot(slot: usize) -> u32 {
-        (slot as u32) << (32 - DIRECT_BITS)
     }
     fn last(self, len: u8) -> u32 {
         self | u32::MAX.checked_shr(len as u32).unwrap_or(0)
@@ -88,9 +84,6 @@ impl LpmKey for u128 {
     fn unpack(p: [u64; 2]) -> u128 {
         (p[0] as u128) << 64 | p[1] as u128
     }
-    fn from_slot(slot: usize) -> u128 {
-        (slot as u128) << (128 - DIRECT_BITS)
-    }
     fn last(self, len: u8) -> u128 {
         self | u128::MAX.checked_shr(len as u32).unwrap_or(0)
     }
@@ -120,62 +113,87 @@ struct PNode {
     leaf_base: u32,
 }
 
-/// Slots of the direct table per chunk: a change copies one chunk (4 KiB), not the table.
+/// Slots of the direct table per chunk: a change copies one chunk (3 KiB of plain words,
+/// no reference counts), not the table.
 const CHUNK: usize = 256;
 const CHUNKS: usize = (1 << DIRECT_BITS) / CHUNK;
+/// Nodes and leaves per arena page. A page is what the arena copies on write (the open
+/// page, once per publication at most); a subtrie larger than a page gets a page of
+/// its own size.
+/// (Tests use small pages, so that pages fill, thin out and are reclaimed.)
+const PAGE_NODES: usize = if cfg!(test) { 48 } else { 4096 };
+const PAGE_LEAVES: usize = 3 * PAGE_NODES;
+/// Dropped pages kept for reuse (about 9 MB).
+const MAX_SPARE_PAGES: usize = 64;
 
-/// One direct-table slot: the value of the longest route of at most `DIRECT_BITS` bits
-/// covering it, and the subtrie of the longer routes inside it (whose leaves are 0 where
-/// none of them matches: the slot's value applies there).
-#[derive(Clone, Default)]
+/// One direct-table slot, plain words: the value of the longest route of at most
+/// `DIRECT_BITS` bits covering it, and where the subtrie of the longer routes inside it
+/// lies in the arena (page 0: none). The subtrie's leaves are 0 where none of its routes
+/// matches: the slot's value applies there.
+#[derive(Clone, Copy, Default)]
 struct Slot {
     value: u32,
-    sub: Option<Arc<Sub>>,
+    page: u32,
+    /// The subtrie's root node in its page; the node before it is the subtrie's header.
+    root: u32,
 }
 
-/// The poptrie below one direct slot: node 0 is its root, at depth `DIRECT_BITS`.
-#[derive(Default)]
-struct Sub {
-    nodes: Box<[PNode]>,
-    leaves: Box<[u32]>,
-}
-
-impl Sub {
-    /// The value inside this subtrie for `key` (0: none of its routes covers it).
-    #[inline(always)]
-    fn lookup<K: LpmKey>(&self, key: K) -> u32 {
-        let mut i = 0usize;
-        let mut depth = DIRECT_BITS;
-        loop {
-            let node = &self.nodes[i];
-            let v = key.stride(depth, STRIDE);
-            let upto = u64::MAX >> (63 - v);
-            if node.children & (1u64 << v) != 0 {
-                i = (node.child_base + (node.children & upto).count_ones() - 1) as usize;
-                depth += STRIDE;
-            } else {
-                return self.leaves[(node.leaf_base + (node.leaf_runs & upto).count_ones() - 1) as usize];
-            }
-        }
-    }
-
-    fn memory_bytes(&self) -> usize {
-        std::mem::size_of::<Sub>() + 16 + self.nodes.len() * std::mem::size_of::<PNode>() + self.leaves.len() * 4
-    }
+/// What a page holds: bump-allocated up to `nodes`/`leaves`, of which `live` nodes
+/// belong to subtries some slot still points to (headers included).
+#[derive(Clone, Copy, Default)]
+struct PageUse {
+    nodes: u32,
+    leaves: u32,
+    live: u32,
 }
 
 /// A longest-prefix-match table, immutable once published, changed by copy-on-write:
-/// the direct table is 256 chunks behind `Arc`s and each slot's longer routes are a
-/// subtrie of their own, so a route change copies one chunk (or, for a short route, the
-/// chunks its range spans) and compiles one subtrie — the routes sharing its first
-/// `DIRECT_BITS` bits — while a published clone keeps sharing everything else.
-#[derive(Clone)]
+/// the direct table is 256 chunks of plain-word slots behind `Arc`s, and each slot's
+/// longer routes are a subtrie in an arena of pages (node and leaf indices, no
+/// pointers). A route change compiles one subtrie — the routes sharing its first
+/// `DIRECT_BITS` bits — into the open page, points the slot at it and counts the old
+/// one dead; so what a change copies is bounded (one chunk and the open page, each at
+/// most once per publication), while a published clone keeps sharing everything else.
+/// A page nobody points into is dropped; a page mostly dead has its live subtries moved
+/// to the open page first. Workers holding an older clone keep its pages alive
+/// through the `Arc`s: the arena's reclamation is the last holder dropping its clone.
 pub struct Poptrie<K: LpmKey> {
     chunks: Vec<Arc<[Slot; CHUNK]>>,
+    /// Page i's nodes and leaves; page 0 is empty and never used ("no subtrie").
+    nodes: Vec<Arc<[PNode]>>,
+    leaves: Vec<Arc<[u32]>>,
+    pages: Vec<PageUse>,
+    /// Pages dropped, whose index a new page takes.
+    free_pages: Vec<u32>,
+    /// The page new subtries go to (0: none yet).
+    open: u32,
     routes: usize,
-    /// Bytes of the subtries (kept up to date by `set_slot_routes`).
-    sub_bytes: usize,
+    /// Compilation scratch, empty between changes.
+    scratch: SubBuilder,
+    /// Dropped pages of the standard size, for new pages once no published clone
+    /// holds them any more (no allocation, no page faults): the control plane's alone.
+    spare: Vec<(Arc<[PNode]>, Arc<[u32]>)>,
     _k: PhantomData<K>,
+}
+
+/// What the workers get: the lookup structure, sharing every chunk and page; not the
+/// control plane's scratch and spare pages (a clone holding those would keep them
+/// from being reused).
+impl<K: LpmKey> Clone for Poptrie<K> {
+    fn clone(&self) -> Self {
+        Poptrie {
+            chunks: self.chunks.clone(),
+            nodes: self.nodes.clone(),
+            leaves: self.leaves.clone(),
+            pages: self.pages.clone(),
+            free_pages: self.free_pages.clone(),
+            open: self.open,
+            routes: self.routes,
+            scratch: SubBuilder::default(),
+            spare: Vec::new(),
+            _k: PhantomData,
+        }
+    }
 }
 
 /// One route for compilation: a masked key, its length, its value (non-zero, < 2^31).
@@ -184,8 +202,19 @@ pub type Route<K> = (K, u8, u32);
 impl<K: LpmKey> Poptrie<K> {
     /// An empty table (every lookup misses).
     pub fn empty() -> Self {
-        let chunk: Arc<[Slot; CHUNK]> = Arc::new(std::array::from_fn(|_| Slot::default()));
-        Poptrie { chunks: vec![chunk; CHUNKS], routes: 0, sub_bytes: 0, _k: PhantomData }
+        let chunk: Arc<[Slot; CHUNK]> = Arc::new([Slot::default(); CHUNK]);
+        Poptrie {
+            chunks: vec![chunk; CHUNKS],
+            nodes: vec![Arc::from(Vec::new())],
+            leaves: vec![Arc::from(Vec::new())],
+            pages: vec![PageUse::default()],
+            free_pages: Vec::new(),
+            open: 0,
+            routes: 0,
+            scratch: SubBuilder::default(),
+            spare: Vec::new(),
+            _k: PhantomData,
+        }
     }
 
     /// Compile `routes`, which must be sorted by (key, length) with unique pairs and
@@ -234,21 +263,156 @@ impl<K: LpmKey> Poptrie<K> {
         self.chunks[slot / CHUNK][slot % CHUNK].value
     }
 
+    fn slot_mut(&mut self, slot: usize) -> &mut Slot {
+        &mut Arc::make_mut(&mut self.chunks[slot / CHUNK])[slot % CHUNK]
+    }
+
     /// Recompile slot `slot`'s subtrie from `routes`: every route longer than
     /// `DIRECT_BITS` inside the slot, sorted by (key, length), none if empty.
     pub fn set_slot_routes(&mut self, slot: usize, routes: &[Route<K>]) {
         debug_assert!(routes.iter().all(|r| r.1 > DIRECT_BITS && r.0.stride(0, DIRECT_BITS) == slot));
-        let sub = if routes.is_empty() {
-            None
+        let (page, root) = if routes.is_empty() {
+            (0, 0)
         } else {
-            let mut b = SubBuilder { nodes: vec![PNode::default()], leaves: Vec::new() };
+            let mut b = std::mem::take(&mut self.scratch);
+            b.nodes.push(PNode::default());
             b.build_node(0, routes, DIRECT_BITS, 0);
-            Some(Arc::new(Sub { nodes: b.nodes.into_boxed_slice(), leaves: b.leaves.into_boxed_slice() }))
+            let at = self.place(&b.nodes, &b.leaves);
+            b.nodes.clear();
+            b.leaves.clear();
+            self.scratch = b;
+            at
         };
-        let entry = &mut Arc::make_mut(&mut self.chunks[slot / CHUNK])[slot % CHUNK];
-        self.sub_bytes -= entry.sub.as_ref().map_or(0, |s| s.memory_bytes());
-        self.sub_bytes += sub.as_ref().map_or(0, |s| s.memory_bytes());
-        entry.sub = sub;
+        // The slot first, then the old subtrie released: a page reclaimed on the way
+        // moves only what slots point to.
+        let s = self.slot_mut(slot);
+        let old = (s.page, s.root);
+        (s.page, s.root) = (page, root);
+        if old.0 != 0 {
+            self.release(old.0, old.1);
+        }
+    }
+
+    /// Copy a compiled subtrie (indices from 0, root first) into the arena; returns its
+    /// (page, root). Small subtries go to the open page, a larger one to a page of its own.
+    fn place(&mut self, nodes: &[PNode], leaves: &[u32]) -> (u32, u32) {
+        let need = nodes.len() + 1; // with its header
+        let page = if need > PAGE_NODES || leaves.len() > PAGE_LEAVES {
+            self.new_page(need, leaves.len())
+        } else {
+            // (Reclaiming the page just closed may move subtries into the new one.)
+            while !self.fits(self.open, need, leaves.len()) {
+                let closed = self.open;
+                self.open = self.new_page(PAGE_NODES, PAGE_LEAVES);
+                if closed != 0 {
+                    self.reclaim(closed);
+                }
+            }
+            self.open
+        };
+        let p = page as usize;
+        let use_ = &mut self.pages[p];
+        let (base, lbase) = (use_.nodes, use_.leaves);
+        use_.nodes += need as u32;
+        use_.leaves += leaves.len() as u32;
+        use_.live += need as u32;
+        let (root, shift) = (base + 1, base + 1);
+        let dst = Arc::make_mut(&mut self.nodes[p]);
+        dst[base as usize] = PNode { children: need as u64, leaf_runs: leaves.len() as u64, child_base: base, leaf_base: lbase };
+        for (d, n) in dst[root as usize..root as usize + nodes.len()].iter_mut().zip(nodes) {
+            *d = PNode { child_base: n.child_base + shift, leaf_base: n.leaf_base + lbase, ..*n };
+        }
+        Arc::make_mut(&mut self.leaves[p])[lbase as usize..lbase as usize + leaves.len()].copy_from_slice(leaves);
+        (page, root)
+    }
+
+    fn fits(&self, page: u32, nodes: usize, leaves: usize) -> bool {
+        let p = page as usize;
+        p != 0
+            && self.pages[p].nodes as usize + nodes <= self.nodes[p].len()
+            && self.pages[p].leaves as usize + leaves <= self.leaves[p].len()
+    }
+
+    fn new_page(&mut self, nodes: usize, leaves: usize) -> u32 {
+        let reusable = if nodes <= PAGE_NODES && leaves <= PAGE_LEAVES {
+            self.spare.iter_mut().position(|(n, l)| Arc::get_mut(n).is_some() && Arc::get_mut(l).is_some())
+        } else {
+            None
+        };
+        let (n, l) = match reusable {
+            // What the page held before is never read: lookups read only what a slot
+            // points to, and `place` writes every node and leaf it hands out.
+            Some(i) => self.spare.swap_remove(i),
+            None => (
+                std::iter::repeat(PNode::default()).take(nodes.max(PAGE_NODES)).collect(),
+                std::iter::repeat(0).take(leaves.max(PAGE_LEAVES)).collect(),
+            ),
+        };
+        match self.free_pages.pop() {
+            Some(i) => {
+                self.nodes[i as usize] = n;
+                self.leaves[i as usize] = l;
+                self.pages[i as usize] = PageUse::default();
+                i
+            }
+            None => {
+                self.nodes.push(n);
+                self.leaves.push(l);
+                self.pages.push(PageUse::default());
+                (self.pages.len() - 1) as u32
+            }
+        }
+    }
+
+    /// The subtrie at (`page`, `root`) is no longer pointed to.
+    fn release(&mut self, page: u32, root: u32) {
+        let header = self.nodes[page as usize][root as usize - 1];
+        self.pages[page as usize].live -= header.children as u32;
+        if page != self.open {
+            self.reclaim(page);
+        }
+    }
+
+    /// Drop a page nobody points into; move the live subtries out of one mostly dead
+    /// (under half of it: every closed page stays at least half live, so the arena
+    /// holds at most about twice its live subtries), then drop it. Never the open page.
+    fn reclaim(&mut self, page: u32) {
+        let p = page as usize;
+        let use_ = self.pages[p];
+        if use_.live as usize * 2 >= self.nodes[p].len() {
+            return;
+        }
+        if use_.live > 0 {
+            // The slots pointing into the page: a scan of the direct table (768 KB),
+            // once in the life of a page.
+            let moving: Vec<usize> = (0..CHUNKS * CHUNK).filter(|&s| self.chunks[s / CHUNK][s % CHUNK].page == page).collect();
+            let mut nodes = Vec::new();
+            let mut leaves = Vec::new();
+            for s in moving {
+                let root = self.chunks[s / CHUNK][s % CHUNK].root as usize;
+                let h = self.nodes[p][root - 1];
+                let n = h.children as usize - 1;
+                nodes.clear();
+                nodes.extend(self.nodes[p][root..root + n].iter().map(|x| PNode {
+                    child_base: x.child_base - root as u32,
+                    leaf_base: x.leaf_base - h.leaf_base,
+                    ..*x
+                }));
+                leaves.clear();
+                leaves.extend_from_slice(&self.leaves[p][h.leaf_base as usize..(h.leaf_base as u64 + h.leaf_runs) as usize]);
+                let (np, nr) = self.place(&nodes, &leaves);
+                let slot = self.slot_mut(s);
+                slot.page = np;
+                slot.root = nr;
+            }
+        }
+        let n = std::mem::replace(&mut self.nodes[p], Arc::from(Vec::new()));
+        let l = std::mem::replace(&mut self.leaves[p], Arc::from(Vec::new()));
+        if n.len() == PAGE_NODES && l.len() == PAGE_LEAVES && self.spare.len() < MAX_SPARE_PAGES {
+            self.spare.push((n, l));
+        }
+        self.pages[p] = PageUse::default();
+        self.free_pages.push(page);
     }
 
     /// Record the number of routes (for `route_count`) after incremental changes.
@@ -266,12 +430,23 @@ impl<K: LpmKey> Poptrie<K> {
     #[inline(always)]
     pub fn lookup(&self, key: K) -> u32 {
         let slot = self.slot(key);
-        match &slot.sub {
-            None => slot.value,
-            Some(sub) => match sub.lookup(key) {
-                0 => slot.value,
-                v => v,
-            },
+        if slot.page == 0 {
+            return slot.value;
+        }
+        let nodes = &self.nodes[slot.page as usize];
+        let mut i = slot.root as usize;
+        let mut depth = DIRECT_BITS;
+        loop {
+            let node = &nodes[i];
+            let v = key.stride(depth, STRIDE);
+            let upto = u64::MAX >> (63 - v);
+            if node.children & (1u64 << v) != 0 {
+                i = (node.child_base + (node.children & upto).count_ones() - 1) as usize;
+                depth += STRIDE;
+            } else {
+                let leaf = self.leaves[slot.page as usize][(node.leaf_base + (node.leaf_runs & upto).count_ones() - 1) as usize];
+                return if leaf == 0 { slot.value } else { leaf };
+            }
         }
     }
 
@@ -288,32 +463,34 @@ impl<K: LpmKey> Poptrie<K> {
 
     #[inline]
     fn lookup_batch64(&self, keys: &[K], out: &mut [u32]) {
-        // Per key: the subtrie it walks (None: done), its node there, its slot's value.
-        let mut walk: [(Option<&Sub>, u32, u32); 64] = [(None, 0, 0); 64];
+        // Per key: the page of the subtrie it walks (0: done), its node there, its
+        // slot's value.
+        let mut walk: [(u32, u32, u32); 64] = [(0, 0, 0); 64];
         let mut pending = false;
         for (i, &k) in keys.iter().enumerate() {
-            let slot = self.slot(k);
+            let slot = *self.slot(k);
             out[i] = slot.value;
-            if let Some(sub) = &slot.sub {
-                walk[i] = (Some(sub), 0, slot.value);
-                pending = true;
-            }
+            walk[i] = (slot.page, slot.root, slot.value);
+            pending |= slot.page != 0;
         }
         let mut depth = DIRECT_BITS;
         while pending {
             pending = false;
             for (i, &k) in keys.iter().enumerate() {
-                let (Some(sub), at, value) = walk[i] else { continue };
-                let node = &sub.nodes[at as usize];
+                let (page, at, value) = walk[i];
+                if page == 0 {
+                    continue;
+                }
+                let node = &self.nodes[page as usize][at as usize];
                 let v = k.stride(depth, STRIDE);
                 let upto = u64::MAX >> (63 - v);
                 if node.children & (1u64 << v) != 0 {
                     walk[i].1 = node.child_base + (node.children & upto).count_ones() - 1;
                     pending = true;
                 } else {
-                    let leaf = sub.leaves[(node.leaf_base + (node.leaf_runs & upto).count_ones() - 1) as usize];
+                    let leaf = self.leaves[page as usize][(node.leaf_base + (node.leaf_runs & upto).count_ones() - 1) as usize];
                     out[i] = if leaf == 0 { value } else { leaf };
-                    walk[i].0 = None;
+                    walk[i].0 = 0;
                 }
             }
             depth += STRIDE;
@@ -331,55 +508,65 @@ impl<K: LpmKey> Poptrie<K> {
         self.routes
     }
 
-    /// Bytes of lookup structure (direct chunks, subtries).
+    /// Bytes of lookup structure (direct chunks, arena pages).
     pub fn memory_bytes(&self) -> usize {
-        CHUNKS * (CHUNK * std::mem::size_of::<Slot>() + 16) + self.sub_bytes
+        CHUNKS * (CHUNK * std::mem::size_of::<Slot>() + 16)
+            + self.nodes.iter().map(|n| n.len() * std::mem::size_of::<PNode>()).sum::<usize>()
+            + self.leaves.iter().map(|l| l.len() * 4).sum::<usize>()
     }
 
+    /// Nodes of live subtries (their headers not counted).
     pub fn node_count(&self) -> usize {
-        self.chunks.iter().flat_map(|c| c.iter()).filter_map(|s| s.sub.as_ref()).map(|s| s.nodes.len()).sum()
+        self.chunks
+            .iter()
+            .flat_map(|c| c.iter())
+            .filter(|s| s.page != 0)
+            .map(|s| self.nodes[s.page as usize][s.root as usize - 1].children as usize - 1)
+            .sum()
+    }
+
+    /// Check the arena's bookkeeping against the slots (tests): every page's live count
+    /// is the size of the subtries pointed into it, and no page is dropped that is.
+    #[cfg(test)]
+    pub(crate) fn check_arena(&self) {
+        let mut live = vec![0u32; self.pages.len()];
+        for s in self.chunks.iter().flat_map(|c| c.iter()).filter(|s| s.page != 0) {
+            live[s.page as usize] += self.nodes[s.page as usize][s.root as usize - 1].children as u32;
+        }
+        for (i, (l, u)) in live.iter().zip(&self.pages).enumerate() {
+            assert_eq!(*l, u.live, "page {i}");
+            assert!(u.live <= u.nodes && u.nodes as usize <= self.nodes[i].len());
+        }
     }
 }
 
+#[derive(Clone, Default)]
 struct SubBuilder {
     nodes: Vec<PNode>,
     leaves: Vec<u32>,
 }
 
 impl SubBuilder {
-    /// Fill node `idx` covering bits `depth..depth+STRIDE` from `routes` (all longer
-    /// than `depth`, all sharing the node's prefix), inheriting `default`.
+    /// Fill node `idx` covering bits `depth..depth+STRIDE` from `routes` (sorted by
+    /// (key, length), all sharing the node's prefix), inheriting `default` — which
+    /// already holds what routes of at most `depth` bits among them give. Allocates
+    /// nothing but the nodes and leaves it appends.
     fn build_node<K: LpmKey>(&mut self, idx: usize, routes: &[Route<K>], depth: u8, default: u32) {
         let end = depth + STRIDE;
         let mut slots = [default; 64];
-        let mut short: Vec<&Route<K>> = routes.iter().filter(|r| r.1 <= end).collect();
-        short.sort_by_key(|r| r.1);
-        for &&(k, len, v) in &short {
-            let start = k.stride(depth, STRIDE);
-            let n = 1usize << (end - len);
-            slots[start..start + n].fill(v);
-        }
-        // Groups of longer routes, one child each, in slot order.
-        let mut groups: Vec<(usize, usize, usize)> = Vec::new();
-        let mut i = 0;
-        while i < routes.len() {
-            if routes[i].1 <= end {
-                i += 1;
+        // In (key, length) order every route comes after the routes covering it, so
+        // painting in that order leaves each slot its longest match.
+        let mut children = 0u64;
+        for &(k, len, v) in routes {
+            if len <= depth {
                 continue;
             }
-            let s = routes[i].0.stride(depth, STRIDE);
-            let mut j = i;
-            // Routes of this slot are contiguous in key order; shorter ones (painted
-            // above) may sit among them, skip those.
-            while j < routes.len() && routes[j].0.stride(depth, STRIDE) == s {
-                j += 1;
+            let start = k.stride(depth, STRIDE);
+            if len <= end {
+                slots[start..start + (1usize << (end - len))].fill(v);
+            } else {
+                children |= 1 << start;
             }
-            groups.push((s, i, j));
-            i = j;
-        }
-        let mut children = 0u64;
-        for &(s, _, _) in &groups {
-            children |= 1 << s;
         }
         let leaf_base = self.leaves.len() as u32;
         let mut leaf_runs = 0u64;
@@ -395,11 +582,27 @@ impl SubBuilder {
             }
         }
         let child_base = self.nodes.len() as u32;
-        self.nodes.resize(self.nodes.len() + groups.len(), PNode::default());
+        self.nodes.resize(self.nodes.len() + children.count_ones() as usize, PNode::default());
         self.nodes[idx] = PNode { children, leaf_runs, child_base, leaf_base };
-        for (n, &(s, a, b)) in groups.iter().enumerate() {
-            let sub: Vec<Route<K>> = routes[a..b].iter().copied().filter(|r| r.1 > end).collect();
-            self.build_node(child_base as usize + n, &sub, end, slots[s]);
+        // One child per slot with longer routes, in slot order (= key order): the
+        // routes of a slot are contiguous; those painted here come along and the child
+        // skips them.
+        let mut n = child_base as usize;
+        let mut i = 0;
+        while i < routes.len() {
+            let (k, len, _) = routes[i];
+            if len <= end {
+                i += 1;
+                continue;
+            }
+            let s = k.stride(depth, STRIDE);
+            let mut j = i;
+            while j < routes.len() && routes[j].0.stride(depth, STRIDE) == s {
+                j += 1;
+            }
+            self.build_node(n, &routes[i..j], end, slots[s]);
+            n += 1;
+            i = j;
         }
     }
 }
@@ -459,6 +662,40 @@ mod tests {
         let mut out = [0u32; 4];
         t.lookup_batch(&keys, &mut out);
         assert_eq!(out, [1, 4, 0, 2]);
+    }
+
+    /// A slot's subtrie rewritten again and again: the arena reuses its pages (it does not
+    /// grow with the number of changes), moves what is left in a thinned-out page, and a
+    /// clone taken before keeps answering as it did.
+    #[test]
+    fn rewrites_reuse_arena_pages() {
+        let p = |a: [u8; 4]| u32::from_be_bytes(a);
+        let mut t = Poptrie::<u32>::empty();
+        // Neighbours that stay: their subtries share pages with the rewritten ones.
+        for s in 0..8u32 {
+            let slot = (0xc612 + 2 * s) as usize;
+            t.set_slot_routes(slot, &[((slot as u32) << 16 | 0x0100, 24, 100 + s)]);
+        }
+        let before = t.clone();
+        let slot = p([198, 19, 0, 0]) as usize >> 16;
+        for i in 0..2000u32 {
+            let n = 1 + i % 40;
+            let routes: Vec<Route<u32>> = (0..n).map(|j| (p([198, 19, j as u8, 0]), 24, 1 + (i + j) % 7)).collect();
+            t.set_slot_routes(slot, &routes);
+            t.check_arena();
+            for j in 0..n {
+                assert_eq!(t.lookup(p([198, 19, j as u8, 9])), 1 + (i + j) % 7);
+            }
+            assert_eq!(t.lookup(p([198, 19, 200, 1])), 0);
+            for s in 0..8u32 {
+                assert_eq!(t.lookup((0xc612 + 2 * s) << 16 | 0x0105), 100 + s);
+            }
+        }
+        assert!(t.pages.len() < 12, "{} pages after 2000 rewrites", t.pages.len());
+        assert_eq!(before.lookup(p([198, 19, 0, 9])), 0);
+        t.set_slot_routes(slot, &[]);
+        t.check_arena();
+        assert_eq!(t.lookup(p([198, 19, 0, 9])), 0);
     }
 
     fn arb_routes_v4() -> impl Strategy<Value = BTreeMap<(u32, u8), u32>> {

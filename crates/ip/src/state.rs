@@ -328,30 +328,47 @@ impl RouterState {
             self.fib_unset(p);
         }
         let into = RouteTarget::Tunnel(t);
-        let narrowed: Vec<(Prefix, Vec<Path>)> = self
-            .routes
-            .iter()
-            .filter_map(|(p, r)| match r {
-                RouteTarget::Multipath(paths) if paths.iter().any(|x| x.target == into) => {
-                    Some((*p, paths.iter().filter(|x| x.target != into).cloned().collect()))
-                }
-                _ => None,
-            })
-            .collect();
         let mut removed = gone.len();
-        for (p, rest) in narrowed {
-            if rest.is_empty() {
-                self.routes.remove(&p);
+        for (p, went) in self.narrow_multipath(|_, x| *x == into) {
+            if went {
                 self.fib_unset(&p);
                 removed += 1;
             } else {
-                let target = RouteTarget::Multipath(rest);
+                let target = self.routes[&p].clone();
                 let v = self.target_adj(&target);
-                self.routes.insert(p, target);
                 self.fib_set(&p, Some(v));
             }
         }
         removed
+    }
+
+    /// Take the paths `gone` selects out of every multipath route with one: the route
+    /// keeps its other paths, or goes with its last. Returns the prefixes changed, each
+    /// with whether its route went; their FIB values are the caller's to set. (What a
+    /// removed tunnel and a removed interface both do to multipath routes.)
+    pub(crate) fn narrow_multipath(&mut self, gone: impl Fn(&Self, &RouteTarget) -> bool) -> Vec<(Prefix, bool)> {
+        let narrowed: Vec<(Prefix, Vec<Path>)> = self
+            .routes
+            .iter()
+            .filter_map(|(p, r)| match r {
+                RouteTarget::Multipath(paths) if paths.iter().any(|x| gone(self, &x.target)) => {
+                    Some((*p, paths.iter().filter(|x| !gone(self, &x.target)).cloned().collect()))
+                }
+                _ => None,
+            })
+            .collect();
+        narrowed
+            .into_iter()
+            .map(|(p, rest)| {
+                let went = rest.is_empty();
+                if went {
+                    self.routes.remove(&p);
+                } else {
+                    self.routes.insert(p, RouteTarget::Multipath(rest));
+                }
+                (p, went)
+            })
+            .collect()
     }
 
     /// Mark interface `i`'s link down or up: the paths of multipath routes out of it are

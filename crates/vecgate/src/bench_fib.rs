@@ -37,9 +37,14 @@ struct Report {
     load_seconds: f64,
     rss_bytes_after_load: u64,
     fib_bytes: usize,
+    /// The same after every change (what churn leaves in the arena).
+    fib_bytes_after_updates: usize,
     /// Adds and deletes applied and each published, as fast as the control plane goes.
     updates: u64,
     updates_per_sec: f64,
+    /// The same per second of the control thread's own CPU time (on a loaded host the
+    /// wall-clock rate also counts the time the thread waited for a core).
+    updates_per_cpu_sec: f64,
     /// Changes applied since the last publish are published together, at most every
     /// this many µs.
     publish_every_us: u64,
@@ -48,11 +53,20 @@ struct Report {
     publish_latency_us_median: f64,
     publish_latency_us_p99: f64,
     publish_latency_us_max: f64,
+    /// From a change being applied to the store of the version holding it (the control
+    /// plane's part of the latency above), µs.
+    store_latency_us_median: f64,
+    store_latency_us_max: f64,
     /// Forwarding alone, then while changes are applied at `paced_rate` a second.
     forwarding_idle: Forwarding,
     paced_rate: u64,
     paced_updates: u64,
     forwarding_during_updates: Forwarding,
+}
+
+/// Nanoseconds this thread has run on a CPU (the scheduler's own count), 0 if unknown.
+fn thread_cpu_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat").ok().and_then(|s| s.split_whitespace().next()?.parse().ok()).unwrap_or(0)
 }
 
 /// What the worker thread saw: (generation, TSC) at its first vector of each new version.
@@ -177,13 +191,16 @@ pub fn bench(routes: usize, family: &str, updates: u64, json: bool) -> Result<()
     let mut publishes = 0u64;
     let mut added = std::collections::VecDeque::new();
     let mut next_spare = 0usize;
+    let mut stored: Vec<u64> = Vec::with_capacity(updates as usize + 200_000);
     let mut publish = |control: &mut control::dataplane::Control, published: &mut Vec<(u64, u64)>, unpublished: &mut usize| {
         let t = control.state.build();
         let g = t.generation;
         control.shared.store(Arc::new(t));
+        let at = clock::now();
         let n = published.len();
         for p in &mut published[n - *unpublished..] {
             p.0 = g;
+            stored.push(at.saturating_sub(p.1));
         }
         *unpublished = 0;
         publishes += 1;
@@ -202,6 +219,7 @@ pub fn bench(routes: usize, family: &str, updates: u64, json: bool) -> Result<()
         Ok(())
     };
     let t1 = Instant::now();
+    let cpu1 = thread_cpu_ns();
     for i in 0..updates {
         apply(&mut control, i, &mut published)?;
         unpublished += 1;
@@ -213,6 +231,7 @@ pub fn bench(routes: usize, family: &str, updates: u64, json: bool) -> Result<()
     }
     publish(&mut control, &mut published, &mut unpublished);
     let secs = t1.elapsed().as_secs_f64();
+    let cpu_secs = thread_cpu_ns().saturating_sub(cpu1) as f64 / 1e9;
     std::thread::sleep(Duration::from_millis(20));
     phase.store(2, Ordering::Release);
     let (_, seen1, _) = rx.recv()?;
@@ -244,6 +263,12 @@ pub fn bench(routes: usize, family: &str, updates: u64, json: bool) -> Result<()
     let (_, seen2, during) = rx.recv()?;
     handle.join().map_err(|_| anyhow!("worker thread panicked"))?;
 
+    let fib_bytes_after_updates = {
+        let t = control.shared.load();
+        t.fib4.memory_bytes() + t.fib6.memory_bytes()
+    };
+    stored.sort_unstable();
+    let store_us = |f: f64| stored.get(((stored.len().max(1) - 1) as f64 * f) as usize).map_or(0.0, |&c| c as f64 / hz * 1e6);
     // Latency of each published generation: the first vector at or past it.
     if std::env::var_os("VECGATE_FIB_DEBUG").is_some() {
         eprintln!("published {:?}\nseen {:?}", &published[..published.len().min(20)], &seen1[..seen1.len().min(20)]);
@@ -273,13 +298,17 @@ pub fn bench(routes: usize, family: &str, updates: u64, json: bool) -> Result<()
         load_seconds,
         rss_bytes_after_load: rss_after_load,
         fib_bytes,
+        fib_bytes_after_updates,
         updates,
         updates_per_sec: updates as f64 / secs,
+        updates_per_cpu_sec: updates as f64 / cpu_secs.max(1e-9),
         publish_every_us: PUBLISH_EVERY_US,
         publishes,
         publish_latency_us_median: q(0.5),
         publish_latency_us_p99: q(0.99),
         publish_latency_us_max: q(1.0),
+        store_latency_us_median: store_us(0.5),
+        store_latency_us_max: store_us(1.0),
         forwarding_idle: idle,
         paced_rate,
         paced_updates: paced,
@@ -289,8 +318,8 @@ pub fn bench(routes: usize, family: &str, updates: u64, json: bool) -> Result<()
         println!("{}", serde_json::to_string(&report)?);
     } else {
         println!(
-            "fib-update ({family}, {} routes): {} updates in {secs:.2} s = {:.0}/s, published {} times (every {} µs at most); change → worker latency median {:.1} µs, p99 {:.1} µs, max {:.1} µs",
-            report.routes, updates, report.updates_per_sec, report.publishes, PUBLISH_EVERY_US, report.publish_latency_us_median, report.publish_latency_us_p99, report.publish_latency_us_max
+            "fib-update ({family}, {} routes): {} updates in {secs:.2} s = {:.0}/s ({:.0} per CPU second), published {} times (every {} µs at most); change → worker latency median {:.1} µs, p99 {:.1} µs, max {:.1} µs",
+            report.routes, updates, report.updates_per_sec, report.updates_per_cpu_sec, report.publishes, PUBLISH_EVERY_US, report.publish_latency_us_median, report.publish_latency_us_p99, report.publish_latency_us_max
         );
         println!(
             "forwarding: {:.1} cycles/packet alone, {:.1} while {} updates/s ({} packets, {} delivered, {} dropped)",

@@ -80,20 +80,8 @@ impl RouterState {
         for (p, _) in &through {
             self.routes.remove(p);
         }
-        // Multipath routes keep their other paths (and go with their last one, above).
-        let narrowed: Vec<(Prefix, Vec<crate::state::Path>)> = self
-            .routes
-            .iter()
-            .filter_map(|(p, t)| match t {
-                RouteTarget::Multipath(paths) if paths.iter().any(|x| self.route_leaves_by(&x.target, i)) => {
-                    Some((*p, paths.iter().filter(|x| !self.route_leaves_by(&x.target, i)).cloned().collect()))
-                }
-                _ => None,
-            })
-            .collect();
-        for (p, rest) in &narrowed {
-            self.routes.insert(*p, RouteTarget::Multipath(rest.clone()));
-        }
+        // Multipath routes keep their other paths (and went with their last one, above).
+        let narrowed: Vec<Prefix> = self.narrow_multipath(|s, t| s.route_leaves_by(t, i)).into_iter().map(|(p, _)| p).collect();
         self.set_link_down(i, false);
         let neighbours: Vec<IpAddr> = self.neighbours.iter().filter(|(_, n)| n.if_index == i).map(|(a, _)| *a).collect();
         for a in &neighbours {
@@ -112,7 +100,7 @@ impl RouterState {
         // Each prefix it gave or routed now takes what is left: a static route on one
         // of its host addresses, another interface's entry, or nothing.
         let mut changes = Vec::new();
-        for p in own.iter().chain(through.iter().map(|(p, _)| p)).chain(narrowed.iter().map(|(p, _)| p)) {
+        for p in own.iter().chain(through.iter().map(|(p, _)| p)).chain(narrowed.iter()) {
             let v = match self.routes.get(p).cloned() {
                 Some(t) => Some(self.target_adj(&t)),
                 None => self.interface_value(p),
@@ -120,7 +108,7 @@ impl RouterState {
             changes.push((*p, v));
         }
         self.fib_set_many(changes);
-        Ok(RemovedInterface { if_index: i, routes: through, neighbours, narrowed: narrowed.into_iter().map(|(p, _)| p).collect() })
+        Ok(RemovedInterface { if_index: i, routes: through, neighbours, narrowed })
     }
 
     /// Whether packets routed by `t` leave by interface `i`.
