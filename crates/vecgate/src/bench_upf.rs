@@ -78,12 +78,26 @@ pub(crate) fn session(i: u32) -> SessionRules {
     r.pdrs.insert(2, down);
     r.fars.insert(
         1,
-        Far { id: 1, action: apply_action::FORW, destination: Some(Interface::Core), outer_header: None, network_instance: None, bar_id: None },
+        Far {
+            id: 1,
+            action: apply_action::FORW,
+            destination: Some(Interface::Core),
+            outer_header: None,
+            network_instance: None,
+            bar_id: None,
+        },
     );
     let out = GtpuEndpoint { teid: 0x8000_0000 | (i + 1), addr: IpAddr::V4(GNB) };
     r.fars.insert(
         2,
-        Far { id: 2, action: apply_action::FORW, destination: Some(Interface::Access), outer_header: Some(out), network_instance: None, bar_id: None },
+        Far {
+            id: 2,
+            action: apply_action::FORW,
+            destination: Some(Interface::Access),
+            outer_header: Some(out),
+            network_instance: None,
+            bar_id: None,
+        },
     );
     let mbr = Some(10_000_000); // 10 Gbit/s
     r.qers.insert(

@@ -29,7 +29,14 @@ fn pdr(id: u16, precedence: u32, far: u32) -> Pdr {
 }
 
 fn far(id: u32, action: u64, to: Option<(IpAddr, u32)>) -> Far {
-    Far { id, action, destination: None, outer_header: to.map(|(addr, teid)| GtpuEndpoint { teid, addr }), network_instance: None, bar_id: None }
+    Far {
+        id,
+        action,
+        destination: None,
+        outer_header: to.map(|(addr, teid)| GtpuEndpoint { teid, addr }),
+        network_instance: None,
+        bar_id: None,
+    }
 }
 
 /// A session: uplink on `teid` at `n3`, downlink to `ue` by `down`.
