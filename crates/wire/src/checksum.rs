@@ -256,36 +256,11 @@ fn sum_native_portable(data: &[u8]) -> u64 {
     sum_native_body(data)
 }
 
-/// The loop itself. Each native 32-bit word is split into its two 16-bit halves, added
-/// into 32-bit lanes: AND, shift and add run on every vector ALU port, where widening
-/// 32→64-bit loads would queue on the shuffle port. A lane gains < 2^17 per block, so
-/// blocks are folded into the 64-bit total every `FOLD_EVERY` blocks, long before a lane
-/// can overflow.
+/// The whole blocks by `sum_blocks`, then the tail word by word.
 #[inline(always)]
 fn sum_native_body(data: &[u8]) -> u64 {
-    const FOLD_EVERY: usize = 16_384;
-    let mut total: u64 = 0;
     let mut blocks = data.chunks_exact(64);
-    loop {
-        let mut lanes = [0u32; 16];
-        let mut n = 0;
-        for block in blocks.by_ref() {
-            for (i, lane) in lanes.iter_mut().enumerate() {
-                let w = u32::from_ne_bytes([block[4 * i], block[4 * i + 1], block[4 * i + 2], block[4 * i + 3]]);
-                *lane += (w & 0xffff) + (w >> 16);
-            }
-            n += 1;
-            if n == FOLD_EVERY {
-                break;
-            }
-        }
-        for lane in lanes {
-            total += lane as u64;
-        }
-        if n < FOLD_EVERY {
-            break;
-        }
-    }
+    let mut total = sum_blocks(&mut blocks, |_| {});
     let rest = blocks.remainder();
     let mut words = rest.chunks_exact(4);
     for w in &mut words {
@@ -336,16 +311,34 @@ fn copy_sum_native_avx2(dst: &mut [u8], src: &[u8]) -> u64 {
 /// `sum_native_body`'s loop with each 64-byte block stored to `dst` as it is summed.
 #[inline(always)]
 fn copy_sum_native_body(dst: &mut [u8], src: &[u8]) -> u64 {
-    const FOLD_EVERY: usize = 16_384;
-    let mut total: u64 = 0;
     let mut blocks = src.chunks_exact(64);
     let mut outs = dst.chunks_exact_mut(64);
+    let total = sum_blocks(&mut blocks, |block| {
+        if let Some(out) = outs.next() {
+            out.copy_from_slice(block);
+        }
+    });
+    let rest = blocks.remainder();
+    outs.into_remainder().copy_from_slice(rest);
+    add_carry(total, sum_native_short(rest))
+}
+
+/// The lanes of every whole 64-byte block of `blocks`, each block shown to `visit` as it
+/// is summed (a copy rides along in the same pass); the remainder is the caller's.
+/// Each native 32-bit word is split into its two 16-bit halves, added into 32-bit lanes:
+/// AND, shift and add run on every vector ALU port, where widening 32→64-bit loads would
+/// queue on the shuffle port. A lane gains < 2^17 per block, so blocks are folded into
+/// the 64-bit total every `FOLD_EVERY` blocks, long before a lane can overflow.
+#[inline(always)]
+fn sum_blocks(blocks: &mut std::slice::ChunksExact<'_, u8>, mut visit: impl FnMut(&[u8; 64])) -> u64 {
+    const FOLD_EVERY: usize = 16_384;
+    let mut total: u64 = 0;
     loop {
         let mut lanes = [0u32; 16];
         let mut n = 0;
-        for (block, out) in blocks.by_ref().zip(outs.by_ref()) {
+        for block in blocks.by_ref() {
             let block: &[u8; 64] = block.try_into().expect("chunks_exact(64)");
-            out.copy_from_slice(block);
+            visit(block);
             for (i, lane) in lanes.iter_mut().enumerate() {
                 let w = u32::from_ne_bytes([block[4 * i], block[4 * i + 1], block[4 * i + 2], block[4 * i + 3]]);
                 *lane += (w & 0xffff) + (w >> 16);
@@ -359,12 +352,9 @@ fn copy_sum_native_body(dst: &mut [u8], src: &[u8]) -> u64 {
             total += lane as u64;
         }
         if n < FOLD_EVERY {
-            break;
+            return total;
         }
     }
-    let rest = blocks.remainder();
-    outs.into_remainder().copy_from_slice(rest);
-    add_carry(total, sum_native_short(rest))
 }
 
 #[cfg(test)]
