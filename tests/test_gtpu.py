@@ -184,21 +184,26 @@ def test_decap_ipv6_zero_checksum_needs_configuration(vecgate, tmp_path):
     assert len(routed) == 2 and all(p[IPv6].hlim == 63 for p in routed)
 
 
-def test_unknown_teid_gets_error_indication(vecgate, tmp_path):
-    pkts = [from_gnb4(GTP_U_Header(teid=0xabcdef) / inner4(), sport=40000)]
-    _, out1, c, _ = run_pcap(vecgate, tmp_path, pkts, tunnels())
-    assert c[("gtpu4-input", "error-indications-sent")] == 1
-    assert len(out1) == 1
-    p = out1[0]
+def assert_error_indication(p, teid, sport):
+    """`p` is the gateway's Error Indication (198.18.1.1 → the gNB 198.18.1.2) for a G-PDU
+    with `teid` sent from UDP port `sport`."""
     assert p[IP].src == "198.18.1.1" and p[IP].dst == "198.18.1.2" and p[UDP].dport == 2152 and udp_checksum_ok(p)
     h = GTPHeader(raw(p[UDP].payload))
     assert h.gtp_type == 26 and h.teid == 0 and h.S == 1
     body = raw(p[UDP].payload)
     # UDP Port extension with the G-PDU's source port, then TEID Data I and the peer address.
-    assert body[11] == 0x40 and int.from_bytes(body[13:15], "big") == 40000
+    assert body[11] == 0x40 and int.from_bytes(body[13:15], "big") == sport
     ies = body[16:]
-    assert ies[0] == 16 and int.from_bytes(ies[1:5], "big") == 0xabcdef
+    assert ies[0] == 16 and int.from_bytes(ies[1:5], "big") == teid
     assert ies[5] == 133 and int.from_bytes(ies[6:8], "big") == 4 and bytes(ies[8:12]) == bytes([198, 18, 1, 1])
+
+
+def test_unknown_teid_gets_error_indication(vecgate, tmp_path):
+    pkts = [from_gnb4(GTP_U_Header(teid=0xabcdef) / inner4(), sport=40000)]
+    _, out1, c, _ = run_pcap(vecgate, tmp_path, pkts, tunnels())
+    assert c[("gtpu4-input", "error-indications-sent")] == 1
+    assert len(out1) == 1
+    assert_error_indication(out1[0], teid=0xabcdef, sport=40000)
     bad, text = tshark_clean(tmp_path / "out1.pcap")
     assert not bad, text
 

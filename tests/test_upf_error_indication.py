@@ -4,11 +4,11 @@ the rest counted. scapy builds the G-PDUs and dissects the answers, tshark reads
 with no warning (pcap in, pcap out: no session is needed to have no session)."""
 import subprocess
 
-from scapy.all import IP, UDP, raw
-from scapy.contrib.gtp import GTP_U_Header, GTPHeader
+from scapy.all import UDP, raw
+from scapy.contrib.gtp import GTP_U_Header
 
 from conftest import tshark_clean, run_pcap
-from test_gtpu import from_gnb4, inner4, udp_checksum_ok
+from test_gtpu import assert_error_indication, from_gnb4, inner4
 
 UPF = """
 [pfcp]
@@ -24,16 +24,7 @@ def test_unknown_teid_gets_an_error_indication_from_the_upf(vecgate, tmp_path):
     assert c[("upf4-uplink", "error-indications-sent")] == 1, c
     assert c.get(("gtpu4-input", "error-indications-sent"), 0) == 0, "the UPF's node answers, once"
     assert len(out1) == 1
-    p = out1[0]
-    assert p[IP].src == "198.18.1.1" and p[IP].dst == "198.18.1.2" and p[UDP].dport == 2152 and udp_checksum_ok(p)
-    h = GTPHeader(raw(p[UDP].payload))
-    assert h.gtp_type == 26 and h.teid == 0 and h.S == 1
-    body = raw(p[UDP].payload)
-    # UDP Port extension with the G-PDU's source port, then TEID Data I and GTP-U Peer Address.
-    assert body[11] == 0x40 and int.from_bytes(body[13:15], "big") == 40000
-    ies = body[16:]
-    assert ies[0] == 16 and int.from_bytes(ies[1:5], "big") == 0xabcdef
-    assert ies[5] == 133 and int.from_bytes(ies[6:8], "big") == 4 and bytes(ies[8:12]) == bytes([198, 18, 1, 1])
+    assert_error_indication(out1[0], teid=0xabcdef, sport=40000)
     bad, text = tshark_clean(tmp_path / "out1.pcap")
     assert not bad, text
     v = subprocess.run(["tshark", "-r", str(tmp_path / "out1.pcap"), "-V"], capture_output=True, text=True, timeout=60).stdout
