@@ -10,6 +10,8 @@
 #                                [--bin PATH] [--vpp DIR] [--json FILE] SCENARIO...
 #   SCENARIO: ip4-forward ip6-forward ip4-forward-1m ip6-forward-1m
 #             gtpu4-encap gtpu4-decap gtpu6-encap gtpu6-decap   (default: all of them)
+#             lb4-gre4-N: `bench lb4-encap --services N` against VPP's lb plugin
+#             (`--backends B --flows F`; scripts/bench-lb-vs-vpp.sh runs these)
 #   --vpp DIR: a VPP build laid out as bin/vpp, bin/vppctl, lib/ (default: $VPP_DIR, else
 #              ../shared/peers/vpp next to the repository or its worktree's parent). Without one the script says
 #              so and exits 0: the project does not need VPP. docs/PERFORMANCE.md says how
@@ -25,6 +27,8 @@ core=1
 bin=
 vpp=${VPP_DIR:-}
 json_out=
+backends=10
+flows=10000
 while [ $# -gt 0 ]; do
     case "$1" in
         --rounds) rounds=$2; shift 2 ;;
@@ -34,7 +38,9 @@ while [ $# -gt 0 ]; do
         --bin) bin=$2; shift 2 ;;
         --vpp) vpp=$2; shift 2 ;;
         --json) json_out=$2; shift 2 ;;
-        -h | --help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --backends) backends=$2; shift 2 ;;
+        --flows) flows=$2; shift 2 ;;
+        -h | --help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         -*) echo "bench-vs-vpp: unknown option $1" >&2; exit 2 ;;
         *) break ;;
     esac
@@ -143,6 +149,25 @@ gtpu_cli() { # outer-family encap|decap
     return 0
 }
 
+# `vecgate bench lb4-encap --services N --backends B` (crates/vecgate/src/bench.rs,
+# lb_setup): VIP i is 198.18.128.0 + i, its backends 198.19.0.0 + i*B + j + 1 (routed out
+# of pg1), the node's address 198.18.1.1 the outer source. VPP's per-worker flow table
+# gets room for every flow (its default, 1024 buckets, would evict them).
+lb_cli() { # vips
+    python3 - "$1" "$backends" "$flows" <<'PY'
+import ipaddress, sys
+n, b, f = (int(x) for x in sys.argv[1:4])
+buckets = 1 << max(10, (4 * f - 1).bit_length())
+print(f"lb conf ip4-src-address 198.18.1.1 buckets {buckets} timeout 60")
+vip0, be0 = int(ipaddress.IPv4Address("198.18.128.0")), int(ipaddress.IPv4Address("198.19.0.0"))
+for i in range(n):
+    vip = ipaddress.IPv4Address(vip0 + i)
+    print(f"lb vip {vip}/32 encap gre4 new_len 1024")
+    ases = " ".join(str(ipaddress.IPv4Address(be0 + (i * b + j) % 65000 + 1)) for j in range(b))
+    print(f"lb as {vip}/32 {ases}")
+PY
+}
+
 ctl() { "$vpp/bin/vppctl" -s "$run/cli.sock" "$@"; }
 
 start_vpp() { # scenario dir
@@ -156,6 +181,10 @@ start_vpp() { # scenario dir
             gtpu4-decap) gtpu_cli 4 decap ;;
             gtpu6-encap) gtpu_cli 6 encap ;;
             gtpu6-decap) gtpu_cli 6 decap ;;
+            lb4-gre4-*)
+                lb_cli "${s#lb4-gre4-}" >"$dir/lb.cli"
+                echo "exec $dir/lb.cli"
+                ;;
         esac
         [ -f "$dir/routes.txt" ] && echo "exec $dir/routes.cli"
         echo "packet-generator new name side limit 0 interface pg0 node ethernet-input pcap $dir/frames.pcap limit 1000000000000"
@@ -172,7 +201,7 @@ statseg { socket-name $run/stats.sock size 1G }
 cpu { main-core $core }
 memory { main-heap-size 3G }
 buffers { buffers-per-numa 131072 page-size 2M }
-plugins { path $vpp/lib/vpp_plugins plugin default { disable } plugin gtpu_plugin.so { enable } }
+plugins { path $vpp/lib/vpp_plugins plugin default { disable } plugin gtpu_plugin.so { enable } plugin lb_plugin.so { enable } }
 EOF
     "$vpp/bin/vpp" -c "$run/startup.conf" >"$run/vpp.out" 2>&1 </dev/null &
     vpp_pid=$!
@@ -205,19 +234,22 @@ results=$work/results.tsv
 tsc_hz=
 for s in "${scenarios[@]}"; do
     case "$s" in
-        ip4-forward | ip6-forward | ip4-forward-1m | ip6-forward-1m | gtpu4-encap | gtpu4-decap | gtpu6-encap | gtpu6-decap) ;;
+        ip4-forward | ip6-forward | ip4-forward-1m | ip6-forward-1m | gtpu4-encap | gtpu4-decap | gtpu6-encap | gtpu6-decap)
+            bench=("$s") ;;
+        lb4-gre4-[1-9]*)
+            bench=(lb4-encap --services "${s#lb4-gre4-}" --backends "$backends" --flows "$flows") ;;
         *) log "unknown scenario $s"; exit 2 ;;
     esac
     dir=$work/$s
     mkdir -p "$dir"
-    "$bin" bench "$s" --export "$dir" 2>/dev/null
+    "$bin" bench "${bench[@]}" --export "$dir" 2>/dev/null
     routes_opt=()
     [ -f "$dir/routes.txt" ] && routes_opt=(--route-file "$dir/routes.txt")
     start_vpp "$s" "$dir"
     tsc_hz=$(ctl show clock verbose | sed -n 's/.*clocks\/sec \([0-9.]*\).*/\1/p' | head -n1)
     for r in $(seq "$rounds"); do
         printf '%s\tvecgate\t%s\t' "$s" "$r" >>"$results"
-        "$bin" bench "$s" --frames "$dir/frames.pcap" "${routes_opt[@]}" --packets "$packets" --core "$core" --json >>"$results"
+        "$bin" bench "${bench[@]}" --frames "$dir/frames.pcap" "${routes_opt[@]}" --packets "$packets" --core "$core" --json >>"$results"
         vpp_round "$dir/vpp-$r.runtime"
         printf '%s\tvpp\t%s\t%s\n' "$s" "$r" "$dir/vpp-$r.runtime" >>"$results"
     done
