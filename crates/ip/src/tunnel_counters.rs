@@ -173,6 +173,10 @@ struct Run {
 
 const PACKET_SHIFT: u32 = 40;
 
+/// Directions, as indices of a writer's runs.
+const RX: usize = 0;
+const TX: usize = 1;
+
 impl Run {
     const NONE: Run = Run { id: u32::MAX, sum: 0 };
 
@@ -196,14 +200,14 @@ pub struct TunnelCounterWriter {
     /// The worker's own copy of the chunk list (one indirection less per packet than
     /// the shared `Arc<Vec<…>>`).
     chunks: Chunks,
-    rx_run: Run,
-    tx_run: Run,
+    /// The run being counted in each direction ([`RX`], [`TX`]).
+    runs: [Run; 2],
 }
 
 impl TunnelCounterWriter {
     pub fn new(shared: Arc<TunnelCounters>) -> TunnelCounterWriter {
         let chunks = (*shared.chunks.load_full()).clone();
-        TunnelCounterWriter { shared, chunks, rx_run: Run::NONE, tx_run: Run::NONE }
+        TunnelCounterWriter { shared, chunks, runs: [Run::NONE; 2] }
     }
 
     /// The handle the control plane reads through.
@@ -233,48 +237,37 @@ impl TunnelCounterWriter {
     /// A packet of `bytes` came out of tunnel `id`.
     #[inline(always)]
     pub fn rx(&mut self, id: u32, bytes: usize) {
-        if self.rx_run.id == id {
-            self.rx_run.sum += Run::one(bytes);
-        } else {
-            self.start_rx(id, bytes);
-        }
+        self.count::<RX>(id, bytes);
     }
 
     /// A packet of `bytes` went into tunnel `id`.
     #[inline(always)]
     pub fn tx(&mut self, id: u32, bytes: usize) {
-        if self.tx_run.id == id {
-            self.tx_run.sum += Run::one(bytes);
+        self.count::<TX>(id, bytes);
+    }
+
+    #[inline(always)]
+    fn count<const DIR: usize>(&mut self, id: u32, bytes: usize) {
+        let run = &mut self.runs[DIR];
+        if run.id == id {
+            run.sum += Run::one(bytes);
         } else {
-            self.start_tx(id, bytes);
+            self.start::<DIR>(id, bytes);
         }
     }
 
     #[inline(never)]
-    fn start_rx(&mut self, id: u32, bytes: usize) {
-        self.write_rx();
-        self.rx_run = Run { id, sum: Run::one(bytes) };
+    fn start<const DIR: usize>(&mut self, id: u32, bytes: usize) {
+        self.write(DIR);
+        self.runs[DIR] = Run { id, sum: Run::one(bytes) };
     }
 
-    #[inline(never)]
-    fn start_tx(&mut self, id: u32, bytes: usize) {
-        self.write_tx();
-        self.tx_run = Run { id, sum: Run::one(bytes) };
-    }
-
-    fn write_rx(&mut self) {
-        let r = std::mem::replace(&mut self.rx_run, Run::NONE);
+    fn write(&mut self, dir: usize) {
+        let r = std::mem::replace(&mut self.runs[dir], Run::NONE);
         if let Some(s) = self.slot(r.id) {
-            bump(&s.rx_packets, r.packets());
-            bump(&s.rx_bytes, r.bytes());
-        }
-    }
-
-    fn write_tx(&mut self) {
-        let r = std::mem::replace(&mut self.tx_run, Run::NONE);
-        if let Some(s) = self.slot(r.id) {
-            bump(&s.tx_packets, r.packets());
-            bump(&s.tx_bytes, r.bytes());
+            let (packets, bytes) = if dir == TX { (&s.tx_packets, &s.tx_bytes) } else { (&s.rx_packets, &s.rx_bytes) };
+            bump(packets, r.packets());
+            bump(bytes, r.bytes());
         }
     }
 
@@ -282,11 +275,10 @@ impl TunnelCounterWriter {
     /// node that counts, so nothing stays unseen longer than a vector.
     #[inline]
     pub fn flush(&mut self) {
-        if self.rx_run.id != u32::MAX {
-            self.write_rx();
-        }
-        if self.tx_run.id != u32::MAX {
-            self.write_tx();
+        for dir in [RX, TX] {
+            if self.runs[dir].id != u32::MAX {
+                self.write(dir);
+            }
         }
     }
 }
