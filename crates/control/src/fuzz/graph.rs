@@ -213,7 +213,9 @@ impl Harness {
 
     /// Whether `l4` arrived whole in a frame of this input (see `received`).
     fn came_in(&self, l4: &[u8]) -> bool {
-        !l4.is_empty() && self.received.iter().any(|f| f.windows(l4.len()).any(|w| w == l4))
+        // A linear-time search: a window compare at every offset made one input of
+        // large frames (reassembly, GSO, parcels) take seconds under the sanitizer.
+        !l4.is_empty() && self.received.iter().any(|f| memchr::memmem::find(f, l4).is_some())
     }
 
     /// Whether UDP datagram `udp` is one that came in and was translated (the load
@@ -226,7 +228,17 @@ impl Harness {
             if payload.is_empty() {
                 return f.windows(2).skip(4).any(|w| w == len);
             }
-            f.windows(payload.len()).enumerate().any(|(at, w)| at >= 8 && w == payload && &f[at - 4..at - 2] == len)
+            // Every occurrence, overlapping ones too (find_iter skips those).
+            let finder = memchr::memmem::Finder::new(payload);
+            let mut from = 0;
+            while let Some(i) = finder.find(&f[from..]) {
+                let at = from + i;
+                if at >= 8 && &f[at - 4..at - 2] == len {
+                    return true;
+                }
+                from = at + 1;
+            }
+            false
         })
     }
 
