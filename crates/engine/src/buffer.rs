@@ -114,6 +114,10 @@ pub enum BufferError {
 }
 
 /// One packet buffer. `start..end` is the packet within `data`.
+///
+/// Invariant: `start <= end <= data.len()`. Every method that moves `start` or `end`
+/// checks the move against it, so reading the packet ([`Buffer::bytes`], the read every
+/// node makes, often several times per packet) need not check it again.
 pub struct Buffer {
     data: Box<[u8]>,
     start: u32,
@@ -142,12 +146,25 @@ impl Buffer {
     /// The packet bytes.
     #[inline(always)]
     pub fn bytes(&self) -> &[u8] {
-        &self.data[self.start as usize..self.end as usize]
+        debug_assert!(self.start <= self.end && self.end as usize <= self.data.len());
+        #[allow(unsafe_code)]
+        // SAFETY: `start <= end <= data.len()` is this type's invariant (the fields are
+        // private and every method that moves them checks the move), so the range is in
+        // bounds. Measured: 4-5 instructions less per call on every node's packet read
+        // (docs/PERFORMANCE.md, "The per-packet toll").
+        unsafe {
+            self.data.get_unchecked(self.start as usize..self.end as usize)
+        }
     }
 
     #[inline(always)]
     pub fn bytes_mut(&mut self) -> &mut [u8] {
-        &mut self.data[self.start as usize..self.end as usize]
+        debug_assert!(self.start <= self.end && self.end as usize <= self.data.len());
+        #[allow(unsafe_code)]
+        // SAFETY: as in `bytes`.
+        unsafe {
+            self.data.get_unchecked_mut(self.start as usize..self.end as usize)
+        }
     }
 
     #[inline(always)]

@@ -6,8 +6,9 @@
 //! - [`node`]: the `Node` trait (per-packet function, named next nodes, named counters,
 //!   trace text).
 //! - [`graph`]: nodes wired by name and validated at build time; dispatch in vectors of
-//!   up to [`VECTOR_SIZE`] buffers; per-node runtime stats (TSC cycles) and counters;
-//!   packet trace.
+//!   up to [`VECTOR_SIZE`] buffers with speculative enqueue (a packet that takes the
+//!   next node its node's previous vector mostly took costs a store into a local run,
+//!   not a queue push); per-node runtime stats (TSC cycles) and counters; packet trace.
 //! - [`worker`]: the run-to-completion loop of one thread: poll devices, run the graph,
 //!   flush transmit queues, answer control requests between vectors.
 //!
