@@ -271,12 +271,16 @@ pub struct Sa {
     pub spec: Arc<SaSpec>,
     pub transform: Arc<Transform>,
     pub outbound: Arc<Outbound>,
+    /// Tunnel mode: the outer IP header for an empty payload
+    /// ([`crate::nodes::outer_template`]).
+    pub outer_header: [u8; crate::nodes::OUTER_TEMPLATE_LEN],
 }
 
 impl Sa {
     pub fn new(spec: SaSpec, iv_seed: [u8; 16]) -> Result<Sa, SaSpecError> {
         let transform = spec.build(iv_seed)?;
-        Ok(Sa { spec: Arc::new(spec), transform: Arc::new(transform), outbound: Arc::new(Outbound::default()) })
+        let outer_header = crate::nodes::outer_template(&spec);
+        Ok(Sa { spec: Arc::new(spec), transform: Arc::new(transform), outbound: Arc::new(Outbound::default()), outer_header })
     }
 }
 

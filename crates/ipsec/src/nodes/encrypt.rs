@@ -116,25 +116,24 @@ pub fn encrypt<O: EspOuter>(sa: &Sa, seq: u64, inner_v4: bool, buf: &mut Buffer)
 #[inline(always)]
 pub fn encrypt_padded<O: EspOuter>(sa: &Sa, seq: u64, inner_v4: bool, align: usize, buf: &mut Buffer) -> Result<(), EspEncryptCounter> {
     let s = &*sa.spec;
-    seal_at(sa, seq, if inner_v4 { IpProtocol::IpIp } else { IpProtocol::Ipv6 }, buf, 0, 0, align)?;
-    let (Some(src), Some(dst)) = (O::from_ip(s.local), O::from_ip(s.remote)) else {
+    if s.local.is_ipv4() == O::IS_V6 {
         // SaSpec::build keeps both endpoints in one family, and the FIB kind follows it.
         return Err(EspEncryptCounter::NoSa);
-    };
-    let proto = match s.udp_encap {
-        Some(ports) => {
-            buf.prepend(8).map_err(|_| EspEncryptCounter::NoHeadroom)?;
-            emit_udp::<O>(ports, &src, &dst, buf.bytes_mut())?;
-            IpProtocol::Udp
-        }
-        None => IpProtocol::Esp,
-    };
+    }
+    seal_at(sa, seq, if inner_v4 { IpProtocol::IpIp } else { IpProtocol::Ipv6 }, buf, 0, 0, align)?;
+    if let Some(ports) = s.udp_encap {
+        let (Some(src), Some(dst)) = (O::from_ip(s.local), O::from_ip(s.remote)) else {
+            return Err(EspEncryptCounter::NoSa);
+        };
+        buf.prepend(8).map_err(|_| EspEncryptCounter::NoHeadroom)?;
+        emit_udp::<O>(ports, &src, &dst, buf.bytes_mut())?;
+    }
     let payload_len = buf.len();
     if payload_len + O::HEADER_LEN > u16::MAX as usize + if O::IS_V6 { 40 } else { 0 } {
         return Err(EspEncryptCounter::TooBig);
     }
     let h = buf.prepend(O::HEADER_LEN).map_err(|_| EspEncryptCounter::NoHeadroom)?;
-    O::emit(src, dst, proto, payload_len, h);
+    O::emit_from_template(&sa.outer_header, payload_len, h);
     Ok(())
 }
 
