@@ -146,9 +146,9 @@ impl LbControl {
         Ok(LbControl { shared: Arc::new(ArcSwap::new(state.tables())), state, limits, timeouts })
     }
 
-    /// Resolve the encapsulated backends' outer adjacencies, then publish the tables.
+    /// Resolve the changed services' new encapsulated backends, then publish the tables.
     pub fn publish(&mut self, router: &mut RouterState) {
-        self.state.resolve_outers(|a| router.resolve_outer(a));
+        self.state.resolve_changed(|a| router.resolve_outer(a));
         self.shared.store(self.state.tables());
     }
 

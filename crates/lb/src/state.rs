@@ -47,6 +47,9 @@ pub struct LbState {
     /// Encapsulated services' backends: the adjacency their outer packets leave by, as
     /// of the last [`LbState::resolve_outers`] (a backend not in it takes the lookup).
     outer_adj: HashMap<IpAddr, u32>,
+    /// Encapsulated services rebuilt since the last resolution: their new backends wait
+    /// for [`LbState::resolve_changed`].
+    unresolved: Vec<u32>,
 }
 
 /// Which backends take new connections: the ready ones; without any, the serving ones
@@ -333,6 +336,9 @@ impl LbState {
             put(&mut self.tables.v6, id, compile::<V6>(id, gen, spec, node, &self.outer_adj));
         }
         self.maglev_builds += 1;
+        if spec.forwarding.is_encap() {
+            self.unresolved.push(id);
+        }
     }
 
     /// Resolve every encapsulated backend to the adjacency its outer packets leave by
@@ -340,8 +346,8 @@ impl LbState {
     /// that `lbN-encap` sends them there without a second lookup (VPP's `lb4-gre4` does
     /// not look the outer header up either). Services whose answers changed get new
     /// templates, not a new generation (their sessions stay). True if any answer
-    /// changed (the tables are then to publish). After route changes and with every
-    /// service change (a new backend takes the lookup until then).
+    /// changed (the tables are then to publish). After route changes; service changes
+    /// take [`LbState::resolve_changed`] (a new backend takes the lookup until then).
     pub fn resolve_outers(&mut self, mut resolve: impl FnMut(IpAddr) -> u32) -> bool {
         let mut adj = HashMap::new();
         for (_, s) in self.services().filter(|(_, s)| s.forwarding.is_encap()) {
@@ -349,6 +355,7 @@ impl LbState {
                 adj.entry(b.addr).or_insert_with(|| resolve(b.addr));
             }
         }
+        self.unresolved.clear();
         if adj == self.outer_adj {
             return false;
         }
@@ -358,23 +365,46 @@ impl LbState {
             .filter(|(_, s)| s.forwarding.is_encap() && s.backends.iter().any(|b| old.get(&b.addr) != self.outer_adj.get(&b.addr)))
             .map(|(id, _)| id)
             .collect();
+        for id in changed {
+            self.retemplate(id);
+        }
+        true
+    }
+
+    /// [`LbState::resolve_outers`] for the services changed since resolution last ran,
+    /// their backends not resolved yet only (routes have not changed since: the others'
+    /// answers stand), so that a backend change costs its own service's resolution,
+    /// not every service's.
+    pub fn resolve_changed(&mut self, mut resolve: impl FnMut(IpAddr) -> u32) {
+        for id in std::mem::take(&mut self.unresolved) {
+            let Some(spec) = self.specs.get(id as usize).and_then(Option::as_ref) else { continue };
+            let new: Vec<IpAddr> = spec.backends.iter().map(|b| b.addr).filter(|a| !self.outer_adj.contains_key(a)).collect();
+            if new.is_empty() {
+                continue;
+            }
+            for a in new {
+                self.outer_adj.insert(a, resolve(a));
+            }
+            self.retemplate(id);
+        }
+    }
+
+    /// Service `id`'s outer templates again from the resolved adjacencies.
+    fn retemplate(&mut self, id: u32) {
         fn set<F: Family>(t: &mut FamilyTables<F>, id: u32, outer: Arc<[Outer]>) {
             if let Some(Some(s)) = t.services.get_mut(id as usize) {
                 t.outers[id as usize] = (!outer.is_empty()).then(|| Arc::clone(&outer));
                 Arc::make_mut(s).outer = outer;
             }
         }
-        for id in changed {
-            let spec = self.specs[id as usize].as_ref().expect("listed services have specs");
-            if spec.vip.is_ipv4() {
-                let outer = outers::<V4>(spec, self.tables.v4.snat, &self.outer_adj);
-                set(&mut self.tables.v4, id, outer);
-            } else {
-                let outer = outers::<V6>(spec, self.tables.v6.snat, &self.outer_adj);
-                set(&mut self.tables.v6, id, outer);
-            }
+        let spec = self.specs[id as usize].as_ref().expect("retemplated services have specs");
+        if spec.vip.is_ipv4() {
+            let outer = outers::<V4>(spec, self.tables.v4.snat, &self.outer_adj);
+            set(&mut self.tables.v4, id, outer);
+        } else {
+            let outer = outers::<V6>(spec, self.tables.v6.snat, &self.outer_adj);
+            set(&mut self.tables.v6, id, outer);
         }
-        true
     }
 }
 
@@ -455,9 +485,20 @@ mod tests {
         assert!(st.resolve_outers(|_| 11));
         assert_eq!(adjs(&st.tables()), [11, 11]);
         assert_eq!(st.tables().v4.gen(0), gen);
-        // A rebuilt service keeps the answers; a new backend takes the lookup until resolved.
+        // A rebuilt service keeps the answers; a new backend takes the lookup until
+        // resolved, alone (the others' answers stand until routes change).
         st.set_backend("gre", BackendSpec::new("198.19.4.10".parse().unwrap(), 8080)).unwrap();
-        assert_eq!((0..3).map(|b| st.tables().v4.outer(0, b).unwrap().adj).collect::<Vec<_>>(), [11, 11, ADJ_MISS]);
+        let all = |st: &LbState| (0..3).map(|b| st.tables().v4.outer(0, b).unwrap().adj).collect::<Vec<_>>();
+        assert_eq!(all(&st), [11, 11, ADJ_MISS]);
+        let rebuilt = st.tables().v4.gen(0);
+        let mut asked = Vec::new();
+        st.resolve_changed(|a| {
+            asked.push(a);
+            13
+        });
+        assert_eq!(asked, ["198.19.4.10".parse::<IpAddr>().unwrap()]);
+        assert_eq!(all(&st), [11, 11, 13]);
+        assert_eq!(st.tables().v4.gen(0), rebuilt, "the backend change's generation, not another");
     }
 
     #[test]
