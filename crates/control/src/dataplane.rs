@@ -218,6 +218,7 @@ impl Control {
         self.gtpu.refresh_outer(&mut self.state);
         self.udptun.refresh_outer(&mut self.state);
         self.ipsec.refresh_outer(&mut self.state);
+        self.lb.refresh_outer(&mut self.state);
         self.publish();
     }
 

@@ -138,6 +138,7 @@ impl LbControl {
             problems.take(add_service(&mut state, router, s.clone()).map_err(|e| cfg.err(format!("lb_service[{i}]"), e)));
         }
         problems.check()?;
+        state.resolve_outers(|a| router.resolve_outer(a));
         router.set_lb_local(!state.is_empty());
         router.set_lb_replies(state.has_local_policy());
         let limits = cfg.lb.limits.unwrap_or_default();
@@ -145,8 +146,17 @@ impl LbControl {
         Ok(LbControl { shared: Arc::new(ArcSwap::new(state.tables())), state, limits, timeouts })
     }
 
-    pub fn publish(&self) {
+    /// Resolve the changed services' new encapsulated backends, then publish the tables.
+    pub fn publish(&mut self, router: &mut RouterState) {
+        self.state.resolve_changed(|a| router.resolve_outer(a));
         self.shared.store(self.state.tables());
+    }
+
+    /// After a route change: publish if an encapsulated backend's adjacency changed.
+    pub fn refresh_outer(&mut self, router: &mut RouterState) {
+        if self.state.resolve_outers(|a| router.resolve_outer(a)) {
+            self.shared.store(self.state.tables());
+        }
     }
 }
 
@@ -331,7 +341,7 @@ pub fn handle(c: &mut crate::dataplane::Control, req: &Request) -> Result<Reply,
             let id = add_service(&mut c.lb.state, &mut c.state, spec.clone())?;
             c.state.set_lb_local(true);
             c.state.set_lb_replies(c.lb.state.has_local_policy());
-            c.lb.publish();
+            c.lb.publish(&mut c.state);
             c.publish_routes();
             Reply::ok(serde_json::json!({ "id": id }), format!("service {:?} added as lb_service{id}", spec.name))
         }
@@ -342,23 +352,23 @@ pub fn handle(c: &mut crate::dataplane::Control, req: &Request) -> Result<Reply,
             }
             c.state.set_lb_local(!c.lb.state.is_empty());
             c.state.set_lb_replies(c.lb.state.has_local_policy());
-            c.lb.publish();
+            c.lb.publish(&mut c.state);
             c.publish_routes();
             Reply::ok(serde_json::Value::Null, format!("service {name:?} deleted"))
         }
         Request::LbBackendAdd(a) => {
             c.lb.state.set_backend(&a.service, a.backend).map_err(|e| e.to_string())?;
-            c.lb.publish();
+            c.lb.publish(&mut c.state);
             Reply::ok(serde_json::Value::Null, format!("backend {} port {} set in {:?}", a.backend.addr, a.backend.port, a.service))
         }
         Request::LbBackendSet(ch) => {
             c.lb.state.update_backend(&ch.service, ch.addr, ch.port, ch.weight, ch.conditions).map_err(|e| e.to_string())?;
-            c.lb.publish();
+            c.lb.publish(&mut c.state);
             Reply::ok(serde_json::Value::Null, format!("backend {} port {} of {:?} changed", ch.addr, ch.port, ch.service))
         }
         Request::LbBackendDel(r) => {
             c.lb.state.del_backend(&r.service, r.addr, r.port).map_err(|e| e.to_string())?;
-            c.lb.publish();
+            c.lb.publish(&mut c.state);
             Reply::ok(serde_json::Value::Null, format!("backend {} port {} removed from {:?}", r.addr, r.port, r.service))
         }
         Request::ShowLbServices {} => {

@@ -880,6 +880,17 @@ impl RouterState {
         }
     }
 
+    /// [`RouterState::resolve_endpoint`] for the outer packets the node originates
+    /// toward `a`: `ADJ_MISS` (the lookup decides) when `a` is routed into a tunnel.
+    pub fn resolve_outer(&mut self, a: IpAddr) -> u32 {
+        let v = self.resolve_endpoint(a);
+        if TunnelRef::decode(v).is_some() {
+            ADJ_MISS
+        } else {
+            v
+        }
+    }
+
     /// The MTU of the link adjacency `adj` sends on (none for a miss, local delivery,
     /// a blackhole or a tunnel).
     pub fn adjacency_mtu(&self, adj: u32) -> Option<u16> {

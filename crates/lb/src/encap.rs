@@ -14,6 +14,7 @@
 
 use crate::service::Forwarding;
 use ip::outer::{udp_checksum, Ip4Outer, Ip6Outer, OuterFamily};
+use ip::tables::ADJ_MISS;
 use std::net::IpAddr;
 use wire::checksum::Checksum;
 
@@ -50,6 +51,9 @@ pub struct Outer {
     /// IPv6 GUE: the UDP pseudo-header sum without the length, folded (as
     /// [`Checksum::fold`] gives it).
     pseudo: u16,
+    /// The adjacency the outer packet leaves by, resolved on the control plane
+    /// ([`crate::LbState::resolve_outers`]); `ADJ_MISS` when `ipN-lookup` must decide.
+    pub adj: u32,
 }
 
 impl Outer {
@@ -93,7 +97,12 @@ impl Outer {
             bytes[10..12].copy_from_slice(&c.to_be_bytes());
             !c
         };
-        Some(Outer { bytes, len: (ip_len + extra) as u8, udp_at: udp_at as u8, v6, ip_sum, pseudo: pseudo.fold() })
+        Some(Outer { bytes, len: (ip_len + extra) as u8, udp_at: udp_at as u8, v6, ip_sum, pseudo: pseudo.fold(), adj: ADJ_MISS })
+    }
+
+    /// The same headers, sent by adjacency `adj`.
+    pub fn via(self, adj: u32) -> Outer {
+        Outer { adj, ..self }
     }
 
     /// The headers' length.

@@ -19,7 +19,8 @@
 //! the flow's hash.
 //!
 //! ```text
-//! lb4-nat ─(encapsulated service)─► lb4-encap ─► ip4-lookup (the outer header, to the backend)
+//! lb4-nat ─(encapsulated service)─► lb4-encap ─► interface-output (the backend's resolved adjacency)
+//!                                            ├► ip4-lookup (the outer header, when unresolved or past the link MTU)
 //!                                            └► ip-gso-segment (a GSO frame: segments come back by the route)
 //! ```
 
@@ -29,7 +30,7 @@ use crate::nat::{self, NatError};
 use crate::session::{Hit, LbDrop, Outcome};
 use engine::{counters, next_nodes, BufIdx, Buffer, Counts, GraphBuilder, Node, Pool, Verdict};
 use ip::nodes::IcmpRequest;
-use ip::tables::{Adjacency, MAX_INDEX};
+use ip::tables::{Adjacency, ADJ_MISS, MAX_INDEX};
 
 next_nodes! {
     pub enum LbNatNext {
@@ -267,7 +268,7 @@ fn count_outcome(counts: &mut Counts<'_, LbNatCounter>, outcome: Outcome) {
 
 next_nodes! {
     pub enum LbEncapNext {
-        Ip4Lookup = "ip4-lookup", Ip6Lookup = "ip6-lookup", Segment = "ip-gso-segment",
+        Ip4Lookup = "ip4-lookup", Ip6Lookup = "ip6-lookup", Segment = "ip-gso-segment", Output = "interface-output",
     }
 }
 
@@ -285,21 +286,26 @@ counters! {
 pub trait EncapNodeFamily: LbFamily {
     const NODE: &'static str;
     const LOOKUP: LbEncapNext;
+    /// The outer packet's family on the forwarding side (its adjacency).
+    type Ip: ip::nodes::family::Family;
 }
 
 impl EncapNodeFamily for crate::V4 {
     const NODE: &'static str = "lb4-encap";
     const LOOKUP: LbEncapNext = LbEncapNext::Ip4Lookup;
+    type Ip = ip::nodes::family::Ip4;
 }
 
 impl EncapNodeFamily for crate::V6 {
     const NODE: &'static str = "lb6-encap";
     const LOOKUP: LbEncapNext = LbEncapNext::Ip6Lookup;
+    type Ip = ip::nodes::family::Ip6;
 }
 
 /// `lb4-encap` / `lb6-encap`: the client's packet, its backend chosen by `lbN-nat`,
-/// into the backend's outer headers (precomputed per backend), then routed to the
-/// backend like any packet the node sends.
+/// into the backend's outer headers (precomputed per backend), then sent by the
+/// backend's adjacency when the control plane resolved it and the packet fits its link,
+/// else routed to the backend like any packet the node sends.
 pub struct LbEncap<F>(std::marker::PhantomData<F>);
 
 impl<F> Default for LbEncap<F> {
@@ -341,14 +347,24 @@ impl<Cx: HasLb, F: EncapNodeFamily> Node<Cx> for LbEncap<F> {
             counts.inc(C::GsoSegmented);
             return Verdict::Next(LbEncapNext::Segment);
         }
+        let adj = outer.adj;
         match outer.apply(buf, buf.meta.flow_hash) {
-            Ok(()) => {
-                counts.inc(C::Encapsulated);
-                Verdict::Next(F::LOOKUP)
-            }
-            Err(EncapError::NoHeadroom) => Verdict::Drop(C::NoHeadroom),
-            Err(EncapError::TooBig) => Verdict::Drop(C::TooBig),
+            Ok(()) => counts.inc(C::Encapsulated),
+            Err(EncapError::NoHeadroom) => return Verdict::Drop(C::NoHeadroom),
+            Err(EncapError::TooBig) => return Verdict::Drop(C::TooBig),
         }
+        // No second lookup for a resolved backend (as the tunnels' encap nodes); what
+        // the link cannot carry whole goes by the lookup, whose rewrite decides.
+        if adj != ADJ_MISS {
+            let t = &cx.ip().tables;
+            if t.adjacency(adj).mtu().is_some_and(|mtu| buf.len() <= mtu as usize)
+                && ip::nodes::family::send_originated::<F::Ip>(t, buf, adj)
+            {
+                buf.meta.adj = adj;
+                return Verdict::Next(LbEncapNext::Output);
+            }
+        }
+        Verdict::Next(F::LOOKUP)
     }
 }
 

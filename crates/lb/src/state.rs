@@ -8,6 +8,7 @@ use crate::family::{Family, V4, V6};
 use crate::maglev::{self, MaglevBackend};
 use crate::service::{Affinity, BackendSpec, Conditions, ServiceSpec, ServiceType, SpecError, TrafficPolicy};
 use crate::tables::{Backend, FamilyTables, LbTables, ServiceTable};
+use ip::tables::ADJ_MISS;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -43,6 +44,12 @@ pub struct LbState {
     pub maglev_builds: u64,
     /// The last [`ServiceTable::gen`] handed out.
     last_gen: u32,
+    /// Encapsulated services' backends: the adjacency their outer packets leave by, as
+    /// of the last [`LbState::resolve_outers`] (a backend not in it takes the lookup).
+    outer_adj: HashMap<IpAddr, u32>,
+    /// Encapsulated services rebuilt since the last resolution: their new backends wait
+    /// for [`LbState::resolve_changed`].
+    unresolved: Vec<u32>,
 }
 
 /// Which backends take new connections: the ready ones; without any, the serving ones
@@ -58,7 +65,23 @@ fn eligible(spec: &ServiceSpec) -> Vec<bool> {
     spec.backends.iter().map(|b| candidate(b) && b.conditions.serving && b.conditions.terminating).collect()
 }
 
-fn compile<F: Family>(id: u32, gen: u32, spec: &ServiceSpec, node: Option<F::Addr>) -> ServiceTable<F> {
+/// An encapsulated service's outer headers, by backend index, each sent by its backend's
+/// adjacency in `adj`; none for NAT or without the node's address.
+fn outers<F: Family>(spec: &ServiceSpec, node: Option<F::Addr>, adj: &HashMap<IpAddr, u32>) -> Arc<[Outer]> {
+    match node.filter(|_| spec.forwarding.is_encap()) {
+        Some(n) => spec
+            .backends
+            .iter()
+            .filter_map(|b| {
+                let o = Outer::new(spec.forwarding, F::to_ip(&n), b.addr, spec.gue_port())?;
+                Some(o.via(adj.get(&b.addr).copied().unwrap_or(ADJ_MISS)))
+            })
+            .collect(),
+        None => Arc::new([]),
+    }
+}
+
+fn compile<F: Family>(id: u32, gen: u32, spec: &ServiceSpec, node: Option<F::Addr>, adj: &HashMap<IpAddr, u32>) -> ServiceTable<F> {
     let eligible = eligible(spec);
     let backends: Vec<Backend<F>> = spec
         .backends
@@ -88,10 +111,7 @@ fn compile<F: Family>(id: u32, gen: u32, spec: &ServiceSpec, node: Option<F::Add
         maglev: maglev::build(&weighted, size),
         forwarding: spec.forwarding,
         // Checked by `add_service`: an encapsulated service has a node address.
-        outer: match node.filter(|_| spec.forwarding.is_encap()) {
-            Some(n) => spec.backends.iter().filter_map(|b| Outer::new(spec.forwarding, F::to_ip(&n), b.addr, spec.gue_port())).collect(),
-            None => Arc::new([]),
-        },
+        outer: outers::<F>(spec, node, adj),
     }
 }
 
@@ -310,12 +330,81 @@ impl LbState {
         let gen = self.last_gen;
         if spec.vip.is_ipv4() {
             let node = self.tables.v4.snat;
-            put(&mut self.tables.v4, id, compile::<V4>(id, gen, spec, node));
+            put(&mut self.tables.v4, id, compile::<V4>(id, gen, spec, node, &self.outer_adj));
         } else {
             let node = self.tables.v6.snat;
-            put(&mut self.tables.v6, id, compile::<V6>(id, gen, spec, node));
+            put(&mut self.tables.v6, id, compile::<V6>(id, gen, spec, node, &self.outer_adj));
         }
         self.maglev_builds += 1;
+        if spec.forwarding.is_encap() {
+            self.unresolved.push(id);
+        }
+    }
+
+    /// Resolve every encapsulated backend to the adjacency its outer packets leave by
+    /// (`resolve`: the router's answer, `ADJ_MISS` where the lookup must decide), so
+    /// that `lbN-encap` sends them there without a second lookup (VPP's `lb4-gre4` does
+    /// not look the outer header up either). Services whose answers changed get new
+    /// templates, not a new generation (their sessions stay). True if any answer
+    /// changed (the tables are then to publish). After route changes; service changes
+    /// take [`LbState::resolve_changed`] (a new backend takes the lookup until then).
+    pub fn resolve_outers(&mut self, mut resolve: impl FnMut(IpAddr) -> u32) -> bool {
+        let mut adj = HashMap::new();
+        for (_, s) in self.services().filter(|(_, s)| s.forwarding.is_encap()) {
+            for b in &s.backends {
+                adj.entry(b.addr).or_insert_with(|| resolve(b.addr));
+            }
+        }
+        self.unresolved.clear();
+        if adj == self.outer_adj {
+            return false;
+        }
+        let old = std::mem::replace(&mut self.outer_adj, adj);
+        let changed: Vec<u32> = self
+            .services()
+            .filter(|(_, s)| s.forwarding.is_encap() && s.backends.iter().any(|b| old.get(&b.addr) != self.outer_adj.get(&b.addr)))
+            .map(|(id, _)| id)
+            .collect();
+        for id in changed {
+            self.retemplate(id);
+        }
+        true
+    }
+
+    /// [`LbState::resolve_outers`] for the services changed since resolution last ran,
+    /// their backends not resolved yet only (routes have not changed since: the others'
+    /// answers stand), so that a backend change costs its own service's resolution,
+    /// not every service's.
+    pub fn resolve_changed(&mut self, mut resolve: impl FnMut(IpAddr) -> u32) {
+        for id in std::mem::take(&mut self.unresolved) {
+            let Some(spec) = self.specs.get(id as usize).and_then(Option::as_ref) else { continue };
+            let new: Vec<IpAddr> = spec.backends.iter().map(|b| b.addr).filter(|a| !self.outer_adj.contains_key(a)).collect();
+            if new.is_empty() {
+                continue;
+            }
+            for a in new {
+                self.outer_adj.insert(a, resolve(a));
+            }
+            self.retemplate(id);
+        }
+    }
+
+    /// Service `id`'s outer templates again from the resolved adjacencies.
+    fn retemplate(&mut self, id: u32) {
+        fn set<F: Family>(t: &mut FamilyTables<F>, id: u32, outer: Arc<[Outer]>) {
+            if let Some(Some(s)) = t.services.get_mut(id as usize) {
+                t.outers[id as usize] = (!outer.is_empty()).then(|| Arc::clone(&outer));
+                Arc::make_mut(s).outer = outer;
+            }
+        }
+        let spec = self.specs[id as usize].as_ref().expect("retemplated services have specs");
+        if spec.vip.is_ipv4() {
+            let outer = outers::<V4>(spec, self.tables.v4.snat, &self.outer_adj);
+            set(&mut self.tables.v4, id, outer);
+        } else {
+            let outer = outers::<V6>(spec, self.tables.v6.snat, &self.outer_adj);
+            set(&mut self.tables.v6, id, outer);
+        }
     }
 }
 
@@ -363,6 +452,53 @@ mod tests {
         }
         assert_eq!(after.v4.service(7).unwrap().backends.len(), 3);
         assert_eq!(before.v4.service(7).unwrap().backends.len(), 2, "a published version never changes");
+    }
+
+    /// Outer templates carry their backend's resolved adjacency; a changed answer gives
+    /// the service new templates, not a new generation (its sessions stay).
+    #[test]
+    fn encapsulated_backends_resolve_to_their_adjacency() {
+        let mut st = LbState::new();
+        st.set_snat(Some("198.18.1.1".parse().unwrap())).unwrap();
+        // Encapsulation keeps the port: the backends listen on the service's.
+        let mut gre = spec("gre", "198.18.128.10", 8080, &["198.19.1.10", "198.19.2.10"]);
+        gre.forwarding = crate::service::Forwarding::Gre;
+        st.add_service(gre).unwrap();
+        st.add_service(spec("nat", "198.18.128.11", 80, &["198.19.3.10"])).unwrap();
+        let adjs = |t: &LbTables| (0..2).map(|b| t.v4.outer(0, b).unwrap().adj).collect::<Vec<_>>();
+        assert_eq!(adjs(&st.tables()), [ADJ_MISS, ADJ_MISS], "unresolved until resolved");
+        let mut asked = Vec::new();
+        let answer = |a: IpAddr, asked: &mut Vec<IpAddr>| {
+            asked.push(a);
+            if a == "198.19.1.10".parse::<IpAddr>().unwrap() {
+                7
+            } else {
+                9
+            }
+        };
+        assert!(st.resolve_outers(|a| answer(a, &mut asked)));
+        assert_eq!(asked.len(), 2, "NAT services' backends are not resolved: {asked:?}");
+        let gen = st.tables().v4.gen(0);
+        assert_eq!(adjs(&st.tables()), [7, 9]);
+        assert!(Arc::ptr_eq(&st.tables().v4.outers[0].clone().unwrap(), &st.tables().v4.service(0).unwrap().outer));
+        assert!(!st.resolve_outers(|a| answer(a, &mut Vec::new())), "the same answers change nothing");
+        assert!(st.resolve_outers(|_| 11));
+        assert_eq!(adjs(&st.tables()), [11, 11]);
+        assert_eq!(st.tables().v4.gen(0), gen);
+        // A rebuilt service keeps the answers; a new backend takes the lookup until
+        // resolved, alone (the others' answers stand until routes change).
+        st.set_backend("gre", BackendSpec::new("198.19.4.10".parse().unwrap(), 8080)).unwrap();
+        let all = |st: &LbState| (0..3).map(|b| st.tables().v4.outer(0, b).unwrap().adj).collect::<Vec<_>>();
+        assert_eq!(all(&st), [11, 11, ADJ_MISS]);
+        let rebuilt = st.tables().v4.gen(0);
+        let mut asked = Vec::new();
+        st.resolve_changed(|a| {
+            asked.push(a);
+            13
+        });
+        assert_eq!(asked, ["198.19.4.10".parse::<IpAddr>().unwrap()]);
+        assert_eq!(all(&st), [11, 11, 13]);
+        assert_eq!(st.tables().v4.gen(0), rebuilt, "the backend change's generation, not another");
     }
 
     #[test]

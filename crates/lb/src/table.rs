@@ -39,12 +39,15 @@ pub struct Table<K, V> {
 }
 
 impl<K: TableKey, V: Copy + Default> Table<K, V> {
-    /// A table of at least `capacity` slots (whole buckets, a power of two of them).
+    /// A table of at least `capacity` slots (whole buckets, a power of two of them), on
+    /// 2 MiB pages where the kernel allows: a lookup reads one random line of tens of
+    /// megabytes, which on 4 KiB pages is a TLB miss as well as a cache miss
+    /// (docs/PERFORMANCE.md).
     pub fn new(capacity: usize) -> Self {
         let buckets = capacity.div_ceil(WAYS).max(1).next_power_of_two();
         Table {
-            tags: vec![0; buckets * WAYS].into_boxed_slice(),
-            slots: vec![Slot::default(); buckets * WAYS].into_boxed_slice(),
+            tags: engine::mem::huge_table(buckets * WAYS, 0),
+            slots: engine::mem::huge_table(buckets * WAYS, Slot::default()),
             bucket_mask: buckets as u32 - 1,
         }
     }
