@@ -186,7 +186,7 @@ impl GtpuState {
         let t = Tunnel::build(&new);
         debug_assert_eq!(t.decap_aux(), self.tables.tunnel(id).expect("live").decap_aux(), "a handover keeps the decap side");
         *self.tables.tunnels.get_mut(id as usize).expect("live tunnel") = t;
-        Arc::make_mut(&mut self.tables.outer_adj)[id as usize] = outer(router.resolve_endpoint(new.remote));
+        Arc::make_mut(&mut self.tables.outer_adj)[id as usize] = router.resolve_outer(new.remote);
         Ok(old)
     }
 
@@ -253,7 +253,7 @@ impl GtpuState {
         }
         if specs.len() < 64 {
             for (s, &id) in specs.iter().zip(&ids) {
-                let a = outer(router.resolve_endpoint(s.remote));
+                let a = router.resolve_outer(s.remote);
                 Arc::make_mut(&mut self.tables.outer_adj)[id as usize] = a;
             }
         } else {
@@ -292,7 +292,7 @@ impl GtpuState {
     pub fn refresh_outer(&mut self, router: &mut RouterState) {
         let adj: Vec<u32> = (0..self.tables.tunnels.len() as u32)
             .map(|i| match self.tables.tunnel(i) {
-                Some(t) => outer(router.resolve_endpoint(t.remote())),
+                Some(t) => router.resolve_outer(t.remote()),
                 None => ADJ_MISS,
             })
             .collect();
@@ -329,14 +329,6 @@ impl GtpuState {
 
 /// A tunnel's outer route must end at an adjacency; a route into another tunnel is
 /// left to the route lookup.
-fn outer(v: u32) -> u32 {
-    if TunnelRef::decode(v).is_some() {
-        ADJ_MISS
-    } else {
-        v
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -415,7 +407,7 @@ mod tests {
         assert_eq!(g.spec(&r, other), other_before);
         assert_eq!(g.len(), 2);
         // The outer adjacency is the new peer's.
-        assert_eq!(g.outer_adj(id), outer(r.resolve_endpoint("198.18.1.4".parse().unwrap())));
+        assert_eq!(g.outer_adj(id), r.resolve_outer("198.18.1.4".parse().unwrap()));
         // Refused changes leave the tunnel as it was.
         for (bad, e) in [
             (TunnelChange { teid_out: Some(0), ..Default::default() }, GtpuError::ZeroTeidOut),

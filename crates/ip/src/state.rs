@@ -882,6 +882,8 @@ impl RouterState {
 
     /// [`RouterState::resolve_endpoint`] for the outer packets the node originates
     /// toward `a`: `ADJ_MISS` (the lookup decides) when `a` is routed into a tunnel.
+    /// The one place every encapsulation (GTP-U, UDP tunnels, ESP, the load balancer's
+    /// direct server return) asks where its outer packets leave.
     pub fn resolve_outer(&mut self, a: IpAddr) -> u32 {
         let v = self.resolve_endpoint(a);
         if TunnelRef::decode(v).is_some() {

@@ -84,14 +84,7 @@ impl IpsecState {
             .sas
             .iter()
             .map(|s| match s {
-                Some(sa) if sa.spec.direction == Direction::Outbound => {
-                    let v = router.resolve_endpoint(sa.spec.remote);
-                    if TunnelRef::decode(v).is_some() {
-                        ADJ_MISS
-                    } else {
-                        v
-                    }
-                }
+                Some(sa) if sa.spec.direction == Direction::Outbound => router.resolve_outer(sa.spec.remote),
                 _ => ADJ_MISS,
             })
             .collect();

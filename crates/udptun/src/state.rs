@@ -44,17 +44,6 @@ pub struct UdpTunnelChange {
     pub gre_key: Option<Option<u32>>,
 }
 
-/// The adjacency a tunnel's outer packets toward `remote` leave by. A remote routed into
-/// a tunnel gets `ADJ_MISS`: its packets take the lookup.
-fn outer_adjacency(router: &mut RouterState, remote: IpAddr) -> u32 {
-    let v = router.resolve_endpoint(remote);
-    if TunnelRef::decode(v).is_some() {
-        ADJ_MISS
-    } else {
-        v
-    }
-}
-
 #[derive(Debug, Default)]
 pub struct UdpTunState {
     tunnels: Vec<Option<UdpTunnelSpec>>,
@@ -172,7 +161,7 @@ impl UdpTunState {
         new.port = change.port.unwrap_or(old.port);
         new.gre_key = change.gre_key.unwrap_or(old.gre_key);
         self.validate_as(router, &new, Some(id))?;
-        let adj = outer_adjacency(router, new.remote);
+        let adj = router.resolve_outer(new.remote);
         self.tunnels[id as usize] = Some(new);
         if self.outer_adj.len() <= id as usize {
             self.outer_adj.resize(id as usize + 1, ADJ_MISS);
@@ -198,7 +187,7 @@ impl UdpTunState {
     /// Re-resolve every tunnel's outer adjacency (after any route or tunnel change). A
     /// remote routed into a tunnel gets `ADJ_MISS`: its packets take the lookup.
     pub fn refresh_outer(&mut self, router: &mut RouterState) {
-        self.outer_adj = self.tunnels.iter().map(|t| t.as_ref().map_or(ADJ_MISS, |s| outer_adjacency(router, s.remote))).collect();
+        self.outer_adj = self.tunnels.iter().map(|t| t.as_ref().map_or(ADJ_MISS, |s| router.resolve_outer(s.remote))).collect();
     }
 
     /// Add the tunnels to the router's local UDP demux: the ports they receive on, and
