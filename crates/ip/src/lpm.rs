@@ -157,21 +157,38 @@ const MAX_SPARE_PAGES: usize = 64;
 struct Slot {
     value: u32,
     page: u32,
-    /// The subtrie's root node in its page; the node before it is the subtrie's header.
+    /// The subtrie's root node in its page (the node before it is the subtrie's header)
+    /// in the low `ROOT_BITS`, and above them the subtrie's first levels skipped (path
+    /// compression at its root): when all its routes share the `STRIDE` bits of the
+    /// first levels and are longer, those levels are nodes of one child whose other
+    /// slots all say "no route", so the subtrie starts below them and a key must match
+    /// their bits, or the slot's value applies. `(bits << 2 | levels) << ROOT_BITS |
+    /// root`. (A /48 under a /16 in which every route is inside one /34, as
+    /// 2001:db8::/32 makes it, walks five levels, not eight.) Packed so that a slot stays
+    /// 12 bytes: a route change copies its chunk, and the arena's reclaim scans them.
     root: u32,
-    /// The subtrie's first levels skipped (path compression at its root): when all its
-    /// routes share the `STRIDE` bits of the first levels and are longer, those levels
-    /// are nodes of one child whose other slots all say "no route", so the subtrie
-    /// starts below them and a key must match their bits, or the slot's value applies.
-    /// `levels << SKIP_LEVELS_SHIFT | bits`; 0: none. (A /48 under a /16 in which every
-    /// route is inside one /34, as 2001:db8::/32 makes it, walks five levels, not eight.)
-    skip: u32,
 }
 
-/// Where `Slot::skip` keeps the number of levels skipped, above their bits.
-const SKIP_LEVELS_SHIFT: u32 = 28;
-/// At most this many levels skipped (their bits fit under `SKIP_LEVELS_SHIFT`).
-const MAX_SKIP_LEVELS: u8 = 4;
+/// Bits of `Slot::root` holding the root's index: a root is at most `PAGE_NODES - 1`
+/// into a shared page, and 1 in a page of its own.
+const ROOT_BITS: u32 = 12;
+const _: () = assert!(PAGE_NODES <= 1 << ROOT_BITS);
+/// At most this many levels skipped: their bits and count fill `Slot::root` above
+/// `ROOT_BITS`.
+const MAX_SKIP_LEVELS: u8 = 3;
+
+impl Slot {
+    #[inline(always)]
+    fn root(&self) -> u32 {
+        self.root & ((1 << ROOT_BITS) - 1)
+    }
+    /// The skipped levels' (count, bits); count 0: none.
+    #[inline(always)]
+    fn skip(&self) -> (u8, usize) {
+        let s = self.root >> ROOT_BITS;
+        ((s & 3) as u8, (s >> 2) as usize)
+    }
+}
 
 /// What a page holds: bump-allocated up to `nodes`/`leaves`, of which `live` nodes
 /// belong to subtries some slot still points to (headers included).
@@ -313,16 +330,12 @@ impl<K: LpmKey> Poptrie<K> {
     /// `DIRECT_BITS` inside the slot, sorted by (key, length), none if empty.
     pub fn set_slot_routes(&mut self, slot: usize, routes: &[Route<K>]) {
         debug_assert!(routes.iter().all(|r| r.1 > DIRECT_BITS && r.0.stride(0, DIRECT_BITS) == slot));
-        let (page, root, skip) = if routes.is_empty() {
-            (0, 0, 0)
+        let (page, root) = if routes.is_empty() {
+            (0, 0)
         } else {
             let levels = skip_levels(routes);
             let depth = DIRECT_BITS + levels * STRIDE;
-            let skip = if levels == 0 {
-                0
-            } else {
-                (levels as u32) << SKIP_LEVELS_SHIFT | routes[0].0.shl(DIRECT_BITS).top(levels * STRIDE) as u32
-            };
+            let skip = if levels == 0 { 0 } else { (routes[0].0.shl(DIRECT_BITS).top(levels * STRIDE) as u32) << 2 | levels as u32 };
             let mut b = std::mem::take(&mut self.scratch);
             b.nodes.push(PNode::default());
             b.build_node(0, routes, depth, 0);
@@ -330,13 +343,14 @@ impl<K: LpmKey> Poptrie<K> {
             b.nodes.clear();
             b.leaves.clear();
             self.scratch = b;
-            (page, root, skip)
+            assert!(root < 1 << ROOT_BITS, "subtrie root {root} past a page's first {} nodes", 1 << ROOT_BITS);
+            (page, root | skip << ROOT_BITS)
         };
         // The slot first, then the old subtrie released: a page reclaimed on the way
         // moves only what slots point to.
         let s = self.slot_mut(slot);
-        let old = (s.page, s.root);
-        (s.page, s.root, s.skip) = (page, root, skip);
+        let old = (s.page, s.root());
+        (s.page, s.root) = (page, root);
         if old.0 != 0 {
             self.release(old.0, old.1);
         }
@@ -441,7 +455,7 @@ impl<K: LpmKey> Poptrie<K> {
             let mut nodes = Vec::new();
             let mut leaves = Vec::new();
             for s in moving {
-                let root = self.chunks[s / CHUNK][s % CHUNK].root as usize;
+                let root = self.chunks[s / CHUNK][s % CHUNK].root() as usize;
                 let h = self.nodes[p][root - 1];
                 let n = h.children as usize - 1;
                 nodes.clear();
@@ -455,7 +469,8 @@ impl<K: LpmKey> Poptrie<K> {
                 let (np, nr) = self.place(&nodes, &leaves);
                 let slot = self.slot_mut(s);
                 slot.page = np;
-                slot.root = nr;
+                // The skipped levels stay: they belong to the subtrie moved whole.
+                slot.root = slot.root & !((1 << ROOT_BITS) - 1) | nr;
             }
         }
         let n = std::mem::replace(&mut self.nodes[p], Arc::from(Vec::new()));
@@ -525,14 +540,14 @@ impl<K: LpmKey> Poptrie<K> {
             return slot.value;
         }
         let page = slot.page;
-        let mut at = slot.root;
+        let mut at = slot.root();
         let mut k = key.shl(DIRECT_BITS);
-        if slot.skip != 0 {
-            let bits = (slot.skip >> SKIP_LEVELS_SHIFT) as u8 * STRIDE;
-            if k.top(bits) != (slot.skip & ((1 << SKIP_LEVELS_SHIFT) - 1)) as usize {
+        let (levels, path) = slot.skip();
+        if levels != 0 {
+            if k.top(levels * STRIDE) != path {
                 return slot.value;
             }
-            k = k.shl(bits);
+            k = k.shl(levels * STRIDE);
         }
         loop {
             // SAFETY: `at` is the slot's root or a child index of the node before it.
@@ -573,14 +588,14 @@ impl<K: LpmKey> Poptrie<K> {
             out[i] = slot.value;
             let mut k = keys[i].shl(DIRECT_BITS);
             let mut page = slot.page;
-            if slot.skip != 0 {
-                let bits = (slot.skip >> SKIP_LEVELS_SHIFT) as u8 * STRIDE;
-                if k.top(bits) != (slot.skip & ((1 << SKIP_LEVELS_SHIFT) - 1)) as usize {
+            let (levels, path) = slot.skip();
+            if levels != 0 {
+                if k.top(levels * STRIDE) != path {
                     page = 0;
                 }
-                k = k.shl(bits);
+                k = k.shl(levels * STRIDE);
             }
-            walk[i] = (page, slot.root, slot.value);
+            walk[i] = (page, slot.root(), slot.value);
             rest[i] = k;
             pending |= page != 0;
         }
@@ -636,7 +651,7 @@ impl<K: LpmKey> Poptrie<K> {
             .iter()
             .flat_map(|c| c.iter())
             .filter(|s| s.page != 0)
-            .map(|s| self.nodes[s.page as usize][s.root as usize - 1].children as usize - 1)
+            .map(|s| self.nodes[s.page as usize][s.root() as usize - 1].children as usize - 1)
             .sum()
     }
 
@@ -647,7 +662,7 @@ impl<K: LpmKey> Poptrie<K> {
         let _ = self.memory_bytes(); // its debug check of the kept arena size
         let mut live = vec![0u32; self.pages.len()];
         for s in self.chunks.iter().flat_map(|c| c.iter()).filter(|s| s.page != 0) {
-            live[s.page as usize] += self.nodes[s.page as usize][s.root as usize - 1].children as u32;
+            live[s.page as usize] += self.nodes[s.page as usize][s.root() as usize - 1].children as u32;
         }
         for (i, (l, u)) in live.iter().zip(&self.pages).enumerate() {
             assert_eq!(*l, u.live, "page {i}");
@@ -844,7 +859,7 @@ mod tests {
         m.insert((a("2001:db8:200::"), 40), 4);
         m.insert((a("2001:db8:101::"), 48), 5);
         let t = compile(&m);
-        assert_eq!(t.slot(a("2001::")).skip >> SKIP_LEVELS_SHIFT, 3);
+        assert_eq!(t.slot(a("2001::")).skip().0, 3);
         let key = a("2001:db8:100::1");
         let mut probes: Vec<u128> = (16..128).map(|bit| key ^ (1u128 << (127 - bit))).collect();
         probes.push(key);
