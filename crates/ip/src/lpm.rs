@@ -39,6 +39,12 @@ pub trait LpmKey: Copy + Ord + Eq + std::hash::Hash + Send + Sync + 'static + st
     fn unpack(p: Self::Packed) -> Self;
     /// The key with every bit after the first `len` set: the last key of that prefix.
     fn last(self, len: u8) -> Self;
+    /// The key shifted left by `n` (< `BITS`) bits, zeros coming in: a lookup walks the
+    /// key by shifting it a stride at a time and reading its top bits, where
+    /// [`LpmKey::stride`] would pay a variable (for `u128`, multi-word) shift per level.
+    fn shl(self, n: u8) -> Self;
+    /// The top `width` (1..=16) bits of the key.
+    fn top(self, width: u8) -> usize;
 }
 
 impl LpmKey for u32 {
@@ -54,6 +60,14 @@ impl LpmKey for u32 {
     }
     fn last(self, len: u8) -> u32 {
         self | u32::MAX.checked_shr(len as u32).unwrap_or(0)
+    }
+    #[inline(always)]
+    fn shl(self, n: u8) -> u32 {
+        self << n
+    }
+    #[inline(always)]
+    fn top(self, width: u8) -> usize {
+        (self >> (32 - width)) as usize
     }
     #[inline(always)]
     fn fold64(self) -> u64 {
@@ -86,6 +100,15 @@ impl LpmKey for u128 {
     }
     fn last(self, len: u8) -> u128 {
         self | u128::MAX.checked_shr(len as u32).unwrap_or(0)
+    }
+    #[inline(always)]
+    fn shl(self, n: u8) -> u128 {
+        self << n
+    }
+    #[inline(always)]
+    fn top(self, width: u8) -> usize {
+        // Only the high word: one shift, not a 128-bit one.
+        (((self >> 64) as u64) >> (64 - width)) as usize
     }
     #[inline(always)]
     fn fold64(self) -> u64 {
@@ -134,8 +157,37 @@ const MAX_SPARE_PAGES: usize = 64;
 struct Slot {
     value: u32,
     page: u32,
-    /// The subtrie's root node in its page; the node before it is the subtrie's header.
+    /// The subtrie's root node in its page (the node before it is the subtrie's header)
+    /// in the low `ROOT_BITS`, and above them the subtrie's first levels skipped (path
+    /// compression at its root): when all its routes share the `STRIDE` bits of the
+    /// first levels and are longer, those levels are nodes of one child whose other
+    /// slots all say "no route", so the subtrie starts below them and a key must match
+    /// their bits, or the slot's value applies. `(bits << 2 | levels) << ROOT_BITS |
+    /// root`. (A /48 under a /16 in which every route is inside one /34, as
+    /// 2001:db8::/32 makes it, walks five levels, not eight.) Packed so that a slot stays
+    /// 12 bytes: a route change copies its chunk, and the arena's reclaim scans them.
     root: u32,
+}
+
+/// Bits of `Slot::root` holding the root's index: a root is at most `PAGE_NODES - 1`
+/// into a shared page, and 1 in a page of its own.
+const ROOT_BITS: u32 = 12;
+const _: () = assert!(PAGE_NODES <= 1 << ROOT_BITS);
+/// At most this many levels skipped: their bits and count fill `Slot::root` above
+/// `ROOT_BITS`.
+const MAX_SKIP_LEVELS: u8 = 3;
+
+impl Slot {
+    #[inline(always)]
+    fn root(&self) -> u32 {
+        self.root & ((1 << ROOT_BITS) - 1)
+    }
+    /// The skipped levels' (count, bits); count 0: none.
+    #[inline(always)]
+    fn skip(&self) -> (u8, usize) {
+        let s = self.root >> ROOT_BITS;
+        ((s & 3) as u8, (s >> 2) as usize)
+    }
 }
 
 /// What a page holds: bump-allocated up to `nodes`/`leaves`, of which `live` nodes
@@ -158,7 +210,9 @@ struct PageUse {
 /// to the open page first. Workers holding an older clone keep its pages alive
 /// through the `Arc`s: the arena's reclamation is the last holder dropping its clone.
 pub struct Poptrie<K: LpmKey> {
-    chunks: Vec<Arc<[Slot; CHUNK]>>,
+    /// A fixed-size array: the chunk index of a `DIRECT_BITS`-bit slot number is in
+    /// range by its type, so lookups pay no bounds check on it.
+    chunks: Box<[Arc<[Slot; CHUNK]>; CHUNKS]>,
     /// Page i's nodes and leaves; page 0 is empty and never used ("no subtrie").
     nodes: Vec<Arc<[PNode]>>,
     leaves: Vec<Arc<[u32]>>,
@@ -168,6 +222,9 @@ pub struct Poptrie<K: LpmKey> {
     /// The page new subtries go to (0: none yet).
     open: u32,
     routes: usize,
+    /// Bytes of the arena's pages (kept, so that `prefers_batch`, asked once a vector,
+    /// does not walk the pages).
+    arena_bytes: usize,
     /// Compilation scratch, empty between changes.
     scratch: SubBuilder,
     /// Dropped pages of the standard size, for new pages once no published clone
@@ -189,6 +246,7 @@ impl<K: LpmKey> Clone for Poptrie<K> {
             free_pages: self.free_pages.clone(),
             open: self.open,
             routes: self.routes,
+            arena_bytes: self.arena_bytes,
             scratch: SubBuilder::default(),
             spare: Vec::new(),
             _k: PhantomData,
@@ -204,13 +262,14 @@ impl<K: LpmKey> Poptrie<K> {
     pub fn empty() -> Self {
         let chunk: Arc<[Slot; CHUNK]> = Arc::new([Slot::default(); CHUNK]);
         Poptrie {
-            chunks: vec![chunk; CHUNKS],
+            chunks: Box::new(std::array::from_fn(|_| chunk.clone())),
             nodes: vec![Arc::from(Vec::new())],
             leaves: vec![Arc::from(Vec::new())],
             pages: vec![PageUse::default()],
             free_pages: Vec::new(),
             open: 0,
             routes: 0,
+            arena_bytes: 0,
             scratch: SubBuilder::default(),
             spare: Vec::new(),
             _k: PhantomData,
@@ -274,19 +333,23 @@ impl<K: LpmKey> Poptrie<K> {
         let (page, root) = if routes.is_empty() {
             (0, 0)
         } else {
+            let levels = skip_levels(routes);
+            let depth = DIRECT_BITS + levels * STRIDE;
+            let skip = if levels == 0 { 0 } else { (routes[0].0.shl(DIRECT_BITS).top(levels * STRIDE) as u32) << 2 | levels as u32 };
             let mut b = std::mem::take(&mut self.scratch);
             b.nodes.push(PNode::default());
-            b.build_node(0, routes, DIRECT_BITS, 0);
-            let at = self.place(&b.nodes, &b.leaves);
+            b.build_node(0, routes, depth, 0);
+            let (page, root) = self.place(&b.nodes, &b.leaves);
             b.nodes.clear();
             b.leaves.clear();
             self.scratch = b;
-            at
+            assert!(root < 1 << ROOT_BITS, "subtrie root {root} past a page's first {} nodes", 1 << ROOT_BITS);
+            (page, root | skip << ROOT_BITS)
         };
         // The slot first, then the old subtrie released: a page reclaimed on the way
         // moves only what slots point to.
         let s = self.slot_mut(slot);
-        let old = (s.page, s.root);
+        let old = (s.page, s.root());
         (s.page, s.root) = (page, root);
         if old.0 != 0 {
             self.release(old.0, old.1);
@@ -348,6 +411,7 @@ impl<K: LpmKey> Poptrie<K> {
                 std::iter::repeat(0).take(leaves.max(PAGE_LEAVES)).collect(),
             ),
         };
+        self.arena_bytes += n.len() * std::mem::size_of::<PNode>() + l.len() * 4;
         match self.free_pages.pop() {
             Some(i) => {
                 self.nodes[i as usize] = n;
@@ -391,7 +455,7 @@ impl<K: LpmKey> Poptrie<K> {
             let mut nodes = Vec::new();
             let mut leaves = Vec::new();
             for s in moving {
-                let root = self.chunks[s / CHUNK][s % CHUNK].root as usize;
+                let root = self.chunks[s / CHUNK][s % CHUNK].root() as usize;
                 let h = self.nodes[p][root - 1];
                 let n = h.children as usize - 1;
                 nodes.clear();
@@ -405,11 +469,13 @@ impl<K: LpmKey> Poptrie<K> {
                 let (np, nr) = self.place(&nodes, &leaves);
                 let slot = self.slot_mut(s);
                 slot.page = np;
-                slot.root = nr;
+                // The skipped levels stay: they belong to the subtrie moved whole.
+                slot.root = slot.root & !((1 << ROOT_BITS) - 1) | nr;
             }
         }
         let n = std::mem::replace(&mut self.nodes[p], Arc::from(Vec::new()));
         let l = std::mem::replace(&mut self.leaves[p], Arc::from(Vec::new()));
+        self.arena_bytes -= n.len() * std::mem::size_of::<PNode>() + l.len() * 4;
         if n.len() == PAGE_NODES && l.len() == PAGE_LEAVES && self.spare.len() < MAX_SPARE_PAGES {
             self.spare.push((n, l));
         }
@@ -424,29 +490,75 @@ impl<K: LpmKey> Poptrie<K> {
 
     #[inline(always)]
     fn slot(&self, key: K) -> &Slot {
-        let s = key.stride(0, DIRECT_BITS);
+        let s = key.top(DIRECT_BITS);
         &self.chunks[s / CHUNK][s % CHUNK]
     }
 
+    /// The node `at` of page `page`.
+    ///
+    /// # Safety
+    /// `page` and `at` must come from a direct slot (its page and root) or from a node of
+    /// the same subtrie (its child base plus the rank of a child bit): `place` copies
+    /// every subtrie whole into one page, and the compiler (`SubBuilder`) gives every
+    /// child bit of a node a node and every leaf run a leaf, so those indices are in
+    /// the page. A clone holds every page its slots point into (`Arc`s).
+    #[inline(always)]
+    unsafe fn node(&self, page: u32, at: u32) -> &PNode {
+        if cfg!(any(test, debug_assertions)) {
+            assert!((at as usize) < self.nodes[page as usize].len(), "node {at} of page {page}");
+        }
+        // SAFETY: the caller's contract above: both indices are in range.
+        unsafe { self.nodes.get_unchecked(page as usize).get_unchecked(at as usize) }
+    }
+
+    /// The leaf of `node` (of page `page`) for stride value `v`, which is not a child.
+    ///
+    /// # Safety
+    /// As [`Poptrie::node`]: `node` is a node of a subtrie in `page`, so its leaf base
+    /// plus the rank of the leaf run holding `v` (every non-child slot lies in a run;
+    /// slot 0, when not a child, starts one) is a leaf of the same page.
+    #[inline(always)]
+    unsafe fn leaf(&self, page: u32, node: &PNode, v: usize) -> u32 {
+        let i = node.leaf_base + (node.leaf_runs & (u64::MAX >> (63 - v))).count_ones() - 1;
+        if cfg!(any(test, debug_assertions)) {
+            assert!((i as usize) < self.leaves[page as usize].len(), "leaf {i} of page {page}");
+        }
+        // SAFETY: the caller's contract above.
+        unsafe { *self.leaves.get_unchecked(page as usize).get_unchecked(i as usize) }
+    }
+
     /// The value of the longest prefix covering `key`, or 0.
+    ///
+    /// The walk shifts the key a stride at a time and reads its top bits (no variable
+    /// shift per level), and indexes the arena unchecked: the structure guarantees the
+    /// indices (see [`Poptrie::node`]). Loads from the key to the value: the chunk, the
+    /// slot, then per level the page's node array (cached) and the node, and the leaf.
     #[inline(always)]
     pub fn lookup(&self, key: K) -> u32 {
         let slot = self.slot(key);
         if slot.page == 0 {
             return slot.value;
         }
-        let nodes = &self.nodes[slot.page as usize];
-        let mut i = slot.root as usize;
-        let mut depth = DIRECT_BITS;
+        let page = slot.page;
+        let mut at = slot.root();
+        let mut k = key.shl(DIRECT_BITS);
+        let (levels, path) = slot.skip();
+        if levels != 0 {
+            if k.top(levels * STRIDE) != path {
+                return slot.value;
+            }
+            k = k.shl(levels * STRIDE);
+        }
         loop {
-            let node = &nodes[i];
-            let v = key.stride(depth, STRIDE);
-            let upto = u64::MAX >> (63 - v);
+            // SAFETY: `at` is the slot's root or a child index of the node before it.
+            let node = unsafe { self.node(page, at) };
+            let v = k.top(STRIDE);
+            k = k.shl(STRIDE);
             if node.children & (1u64 << v) != 0 {
-                i = (node.child_base + (node.children & upto).count_ones() - 1) as usize;
-                depth += STRIDE;
+                at = node.child_base + (node.children & (u64::MAX >> (63 - v))).count_ones() - 1;
             } else {
-                let leaf = self.leaves[slot.page as usize][(node.leaf_base + (node.leaf_runs & upto).count_ones() - 1) as usize];
+                // SAFETY: `node` is in `page` and `v` is not one of its children.
+                let leaf = unsafe { self.leaf(page, node, v) };
                 return if leaf == 0 { slot.value } else { leaf };
             }
         }
@@ -466,36 +578,48 @@ impl<K: LpmKey> Poptrie<K> {
     #[inline]
     fn lookup_batch64(&self, keys: &[K], out: &mut [u32]) {
         // Per key: the page of the subtrie it walks (0: done), its node there, its
-        // slot's value.
+        // slot's value, and the key's bits past those walked.
         let mut walk: [(u32, u32, u32); 64] = [(0, 0, 0); 64];
+        let mut rest: [K; 64] = [keys.first().copied().unwrap_or_else(|| K::unpack(Default::default())); 64];
+        let n = keys.len().min(64).min(out.len());
         let mut pending = false;
-        for (i, &k) in keys.iter().enumerate() {
-            let slot = *self.slot(k);
+        for i in 0..n {
+            let slot = *self.slot(keys[i]);
             out[i] = slot.value;
-            walk[i] = (slot.page, slot.root, slot.value);
-            pending |= slot.page != 0;
+            let mut k = keys[i].shl(DIRECT_BITS);
+            let mut page = slot.page;
+            let (levels, path) = slot.skip();
+            if levels != 0 {
+                if k.top(levels * STRIDE) != path {
+                    page = 0;
+                }
+                k = k.shl(levels * STRIDE);
+            }
+            walk[i] = (page, slot.root(), slot.value);
+            rest[i] = k;
+            pending |= page != 0;
         }
-        let mut depth = DIRECT_BITS;
         while pending {
             pending = false;
-            for (i, &k) in keys.iter().enumerate() {
+            for i in 0..n {
                 let (page, at, value) = walk[i];
                 if page == 0 {
                     continue;
                 }
-                let node = &self.nodes[page as usize][at as usize];
-                let v = k.stride(depth, STRIDE);
-                let upto = u64::MAX >> (63 - v);
+                // SAFETY: `at` is the slot's root or a child index of the node before it.
+                let node = unsafe { self.node(page, at) };
+                let v = rest[i].top(STRIDE);
+                rest[i] = rest[i].shl(STRIDE);
                 if node.children & (1u64 << v) != 0 {
-                    walk[i].1 = node.child_base + (node.children & upto).count_ones() - 1;
+                    walk[i].1 = node.child_base + (node.children & (u64::MAX >> (63 - v))).count_ones() - 1;
                     pending = true;
                 } else {
-                    let leaf = self.leaves[page as usize][(node.leaf_base + (node.leaf_runs & upto).count_ones() - 1) as usize];
+                    // SAFETY: `node` is in `page` and `v` is not one of its children.
+                    let leaf = unsafe { self.leaf(page, node, v) };
                     out[i] = if leaf == 0 { value } else { leaf };
                     walk[i].0 = 0;
                 }
             }
-            depth += STRIDE;
         }
     }
 
@@ -512,9 +636,13 @@ impl<K: LpmKey> Poptrie<K> {
 
     /// Bytes of lookup structure (direct chunks, arena pages).
     pub fn memory_bytes(&self) -> usize {
-        CHUNKS * (CHUNK * std::mem::size_of::<Slot>() + 16)
-            + self.nodes.iter().map(|n| n.len() * std::mem::size_of::<PNode>()).sum::<usize>()
-            + self.leaves.iter().map(|l| l.len() * 4).sum::<usize>()
+        #[cfg(any(test, debug_assertions))]
+        assert_eq!(
+            self.arena_bytes,
+            self.nodes.iter().map(|n| n.len() * std::mem::size_of::<PNode>()).sum::<usize>()
+                + self.leaves.iter().map(|l| l.len() * 4).sum::<usize>()
+        );
+        CHUNKS * (CHUNK * std::mem::size_of::<Slot>() + 16) + self.arena_bytes
     }
 
     /// Nodes of live subtries (their headers not counted).
@@ -523,7 +651,7 @@ impl<K: LpmKey> Poptrie<K> {
             .iter()
             .flat_map(|c| c.iter())
             .filter(|s| s.page != 0)
-            .map(|s| self.nodes[s.page as usize][s.root as usize - 1].children as usize - 1)
+            .map(|s| self.nodes[s.page as usize][s.root() as usize - 1].children as usize - 1)
             .sum()
     }
 
@@ -531,15 +659,33 @@ impl<K: LpmKey> Poptrie<K> {
     /// is the size of the subtries pointed into it, and no page is dropped that is.
     #[cfg(test)]
     pub(crate) fn check_arena(&self) {
+        let _ = self.memory_bytes(); // its debug check of the kept arena size
         let mut live = vec![0u32; self.pages.len()];
         for s in self.chunks.iter().flat_map(|c| c.iter()).filter(|s| s.page != 0) {
-            live[s.page as usize] += self.nodes[s.page as usize][s.root as usize - 1].children as u32;
+            live[s.page as usize] += self.nodes[s.page as usize][s.root() as usize - 1].children as u32;
         }
         for (i, (l, u)) in live.iter().zip(&self.pages).enumerate() {
             assert_eq!(*l, u.live, "page {i}");
             assert!(u.live <= u.nodes && u.nodes as usize <= self.nodes[i].len());
         }
     }
+}
+
+/// How many levels below the direct table a subtrie of `routes` (sorted, longer than
+/// `DIRECT_BITS`, one direct slot's) can skip: those whose `STRIDE` bits every route
+/// shares and is longer than.
+fn skip_levels<K: LpmKey>(routes: &[Route<K>]) -> u8 {
+    let (first, last) = (routes[0].0, routes[routes.len() - 1].0);
+    let shortest = routes.iter().map(|r| r.1).min().unwrap_or(DIRECT_BITS);
+    let mut levels = 0;
+    // Sorted keys: the first and the last share a bit only if all keys do.
+    while levels < MAX_SKIP_LEVELS
+        && shortest > DIRECT_BITS + (levels + 1) * STRIDE
+        && first.shl(DIRECT_BITS).top((levels + 1) * STRIDE) == last.shl(DIRECT_BITS).top((levels + 1) * STRIDE)
+    {
+        levels += 1;
+    }
+    levels
 }
 
 #[derive(Clone, Default)]
@@ -700,6 +846,54 @@ mod tests {
         assert_eq!(t.lookup(p([198, 19, 0, 9])), 0);
     }
 
+    /// The bench's small IPv6 table: every route of slot 2001::/16 lies in
+    /// 2001:db8::/34 and is longer, so its subtrie skips three levels; keys leaving
+    /// those bits at any bit get the slot's value (the /16 route), the rest the walk's.
+    #[test]
+    fn skipped_levels_v6() {
+        let a = |s: &str| u128::from(s.parse::<std::net::Ipv6Addr>().unwrap());
+        let mut m = BTreeMap::new();
+        m.insert((a("2001::"), 16), 9);
+        m.insert((a("2001:db8:100::"), 48), 2);
+        m.insert((a("2001:db8:100:1::"), 64), 3);
+        m.insert((a("2001:db8:200::"), 40), 4);
+        m.insert((a("2001:db8:101::"), 48), 5);
+        let t = compile(&m);
+        assert_eq!(t.slot(a("2001::")).skip().0, 3);
+        let key = a("2001:db8:100::1");
+        let mut probes: Vec<u128> = (16..128).map(|bit| key ^ (1u128 << (127 - bit))).collect();
+        probes.push(key);
+        let mut out = vec![0; probes.len()];
+        t.lookup_batch(&probes, &mut out);
+        for (i, &k) in probes.iter().enumerate() {
+            assert_eq!(t.lookup(k), naive(&m, k), "key {k:#x}");
+            assert_eq!(out[i], naive(&m, k), "batched, key {k:#x}");
+        }
+        assert_eq!(t.lookup(key), 2);
+        assert_eq!(t.lookup(a("2001:db9::1")), 9);
+    }
+
+    /// Routes nested under one longer prefix, so subtries skip levels: lookups, one at a
+    /// time and batched, match the reference for keys that leave the shared bits at
+    /// every position.
+    fn check_shared<K: LpmKey>(m: &BTreeMap<(K, u8), u32>, mut probes: Vec<K>, flip: impl Fn(K, u8) -> K) -> Result<(), TestCaseError> {
+        let t = compile(m);
+        for &(k, l) in m.keys() {
+            probes.push(k);
+            probes.push(k.last(l));
+            for bit in 0..K::BITS {
+                probes.push(flip(k, bit));
+            }
+        }
+        let mut out = vec![0; probes.len()];
+        t.lookup_batch(&probes, &mut out);
+        for (i, &k) in probes.iter().enumerate() {
+            prop_assert_eq!(t.lookup(k), naive(m, k), "key {:?}", k);
+            prop_assert_eq!(out[i], naive(m, k), "batched, key {:?}", k);
+        }
+        Ok(())
+    }
+
     fn arb_routes_v4() -> impl Strategy<Value = BTreeMap<(u32, u8), u32>> {
         // Keys concentrated in a few /8s so prefixes nest and collide.
         proptest::collection::vec((0u32..4, any::<u32>(), 0u8..=32, 1u32..1000), 0..200).prop_map(|v| {
@@ -736,6 +930,27 @@ mod tests {
                 prop_assert_eq!(t.lookup(k), naive(&m, k), "key {:#x}", k);
                 prop_assert_eq!(out[i], naive(&m, k));
             }
+        }
+
+        #[test]
+        fn v4_shared_prefix_matches_naive(base in any::<u32>(), shared in 16u8..=30, routes in proptest::collection::vec((any::<u32>(), 0u8..=32, 1u32..1000), 1..40)) {
+            let base = base.masked(shared);
+            let m: BTreeMap<(u32, u8), u32> = routes.into_iter().map(|(lo, len, v)| {
+                // Mostly inside the shared prefix and longer; a few short ones over it.
+                let len = if len < 8 { len } else { len.max(shared + 1).min(32) };
+                ((base | (lo >> shared)).masked(len), len, v)
+            }).map(|(k, l, v)| ((k, l), v)).collect();
+            check_shared(&m, vec![base, base.last(shared)], |k, bit| k ^ (1u32 << (31 - bit)))?;
+        }
+
+        #[test]
+        fn v6_shared_prefix_matches_naive(base in any::<u128>(), shared in 16u8..=60, routes in proptest::collection::vec((any::<u128>(), 0u8..=128, 1u32..1000), 1..40)) {
+            let base = base.masked(shared);
+            let m: BTreeMap<(u128, u8), u32> = routes.into_iter().map(|(lo, len, v)| {
+                let len = if len < 12 { len } else { len.max(shared + 1).min(128) };
+                ((base | (lo >> shared)).masked(len), len, v)
+            }).map(|(k, l, v)| ((k, l), v)).collect();
+            check_shared(&m, vec![base, base.last(shared)], |k, bit| k ^ (1u128 << (127 - bit)))?;
         }
 
         #[test]

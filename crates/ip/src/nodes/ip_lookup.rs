@@ -15,11 +15,16 @@ counters! {
     }
 }
 
-pub struct IpLookup<F: Family>(std::marker::PhantomData<F>);
+pub struct IpLookup<F: Family> {
+    /// This vector was looked up in `prepare` (a table larger than the caches): the
+    /// result is in `meta.adj`. Otherwise `process` looks each packet up itself.
+    batched: bool,
+    _f: std::marker::PhantomData<F>,
+}
 
 impl<F: Family> Default for IpLookup<F> {
     fn default() -> Self {
-        IpLookup(std::marker::PhantomData)
+        IpLookup { batched: false, _f: std::marker::PhantomData }
     }
 }
 
@@ -31,11 +36,18 @@ impl<Cx: HasIp, F: Family> Node<Cx> for IpLookup<F> {
         F::LOOKUP
     }
 
-    /// Look up the whole vector first; for tables larger than the caches level by level
-    /// (`Poptrie::lookup_batch`), so the misses of independent packets overlap.
-    /// `process` then only dispatches on `meta.adj`. Measured in docs/PERFORMANCE.md.
+    /// For tables larger than the caches, look up the whole vector first, level by level
+    /// (`Poptrie::lookup_batch`), so the misses of independent packets overlap; `process`
+    /// then only dispatches on `meta.adj`. A cached table is looked up in `process`, in
+    /// one pass over the packets (the batch's second pass over the buffers and its
+    /// per-key state cost more than the misses it hides there). Measured in
+    /// docs/PERFORMANCE.md.
     fn prepare(&mut self, cx: &mut Cx, pool: &mut Pool, input: &[BufIdx]) {
         let cx = cx.ip();
+        self.batched = F::fib(&cx.tables).prefers_batch();
+        if !self.batched {
+            return;
+        }
         let n = input.len().min(VECTOR_SIZE);
         let mut keys = [F::key(&[0u8; 16]); VECTOR_SIZE];
         let mut adj = [0u32; VECTOR_SIZE];
@@ -44,14 +56,7 @@ impl<Cx: HasIp, F: Family> Node<Cx> for IpLookup<F> {
                 *k = F::key(d);
             }
         }
-        let fib = F::fib(&cx.tables);
-        if fib.prefers_batch() {
-            fib.lookup_batch(&keys[..n], &mut adj[..n]);
-        } else {
-            for (a, &k) in adj.iter_mut().zip(&keys[..n]) {
-                *a = fib.lookup(k);
-            }
-        }
+        F::fib(&cx.tables).lookup_batch(&keys[..n], &mut adj[..n]);
         for (a, &b) in adj.iter().zip(&input[..n]) {
             pool.get_mut(b).meta.adj = *a;
         }
@@ -60,11 +65,17 @@ impl<Cx: HasIp, F: Family> Node<Cx> for IpLookup<F> {
     #[inline(always)]
     fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
         let cx = cx.ip();
-        if buf.len() < F::HEADER_LEN {
+        let Some(dst) = buf.bytes().get(F::DST_AT..F::HEADER_LEN) else {
             return Verdict::Drop(LookupCounter::Truncated);
-        }
-        // `prepare` looked the destination up for the whole vector.
-        let mut adj = buf.meta.adj;
+        };
+        let mut adj = if self.batched {
+            // `prepare` looked the destination up for the whole vector.
+            buf.meta.adj
+        } else {
+            let adj = F::fib(&cx.tables).lookup(F::key(dst));
+            buf.meta.adj = adj;
+            adj
+        };
         if adj > MAX_INDEX {
             // ECMP: the flow's path, which may itself lead into a tunnel. Single-path
             // routes never get here (their values are at most `MAX_INDEX`, or tunnels).
