@@ -18,7 +18,7 @@
 //!   order (the first match wins); what the matched PDR's QER, URR and FAR say is
 //!   applied in that order. Every drop has its own counter ([`nodes::UpfCounter`]).
 //! - A session whose first PDR of a direction matches every packet its key finds has that
-//!   direction resolved ahead of the packets into a one-line [`tables::Record`] beside the
+//!   direction resolved ahead of the packets into a 64-byte [`tables::Record`] beside the
 //!   session, built from the compiled rules on every install: the nodes read it instead
 //!   of matching, with the same verdicts and counts (a differential property test in
 //!   `tests/nodes.rs`); other sessions take the full match.

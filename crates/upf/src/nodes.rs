@@ -11,7 +11,7 @@
 //! Most sessions never get that far: the lookup's slot indexes the session's
 //! [`Record`], where the first PDR's outcome for the direction is already resolved (FAR,
 //! gate and quota applied, the outer header built, the QER bucket and URR cell named), so
-//! a packet reads the table slot, one line and its bucket and cell; the full match runs
+//! a packet reads the table slot, the record and its bucket and cell; the full match runs
 //! for sessions whose record is unresolved, for an uplink TEID other than the record's,
 //! and for a G-PDU whose QFI is not the record's.
 //!
@@ -415,7 +415,10 @@ fn prefetch_records(u: &UpfContext, slots: &[Option<u32>], uplink: bool) {
         }
     };
     for s in slots.iter().flatten() {
-        engine::prefetch::read(record(*s));
+        let r = record(*s);
+        engine::prefetch::read(r);
+        // Its last field, on the next line unless the record is 64-aligned.
+        engine::prefetch::read(&r.policer);
     }
     let mut unresolved = [None; VECTOR_SIZE];
     let mut n = 0;
