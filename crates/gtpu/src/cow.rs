@@ -6,22 +6,25 @@
 
 use std::sync::Arc;
 
-/// Entries per chunk (a power of two so the split is a shift and a mask).
+/// Entries per chunk by default (a power of two so the split is a shift and a mask);
+/// arrays of larger entries take fewer per chunk (`BITS`), so that a change copies a
+/// chunk of about the same bytes.
 pub const CHUNK_BITS: u32 = 10;
-const CHUNK: usize = 1 << CHUNK_BITS;
 
 #[derive(Clone)]
-pub struct CowVec<T: Clone> {
+pub struct CowVec<T: Clone, const BITS: u32 = CHUNK_BITS> {
     chunks: Vec<Arc<[T]>>,
     len: usize,
     fill: T,
 }
 
-impl<T: Clone> CowVec<T> {
+impl<T: Clone, const BITS: u32> CowVec<T, BITS> {
+    const CHUNK: usize = 1 << BITS;
+
     /// An array of `len` copies of `fill`.
     pub fn new(len: usize, fill: T) -> Self {
-        let n = len.div_ceil(CHUNK);
-        let chunks = (0..n).map(|_| Arc::from(vec![fill.clone(); CHUNK])).collect();
+        let n = len.div_ceil(Self::CHUNK);
+        let chunks = (0..n).map(|_| Arc::from(vec![fill.clone(); Self::CHUNK])).collect();
         CowVec { chunks, len, fill }
     }
 
@@ -38,7 +41,7 @@ impl<T: Clone> CowVec<T> {
         if i >= self.len {
             return None;
         }
-        self.chunks.get(i >> CHUNK_BITS).and_then(|c| c.get(i & (CHUNK - 1)))
+        self.chunks.get(i >> BITS).and_then(|c| c.get(i & (Self::CHUNK - 1)))
     }
 
     /// Mutable access to entry `i`, copying its chunk first if a published version
@@ -47,21 +50,21 @@ impl<T: Clone> CowVec<T> {
         if i >= self.len {
             return None;
         }
-        let c = self.chunks.get_mut(i >> CHUNK_BITS)?;
-        Arc::make_mut(c).get_mut(i & (CHUNK - 1))
+        let c = self.chunks.get_mut(i >> BITS)?;
+        Arc::make_mut(c).get_mut(i & (Self::CHUNK - 1))
     }
 
     /// Grow to `len` entries (new ones are the fill value).
     pub fn resize(&mut self, len: usize) {
-        while self.chunks.len() * CHUNK < len {
-            self.chunks.push(Arc::from(vec![self.fill.clone(); CHUNK]));
+        while self.chunks.len() * Self::CHUNK < len {
+            self.chunks.push(Arc::from(vec![self.fill.clone(); Self::CHUNK]));
         }
         self.len = self.len.max(len);
     }
 
     /// Bytes of entry storage (shared chunks counted in full).
     pub fn memory_bytes(&self) -> usize {
-        self.chunks.len() * CHUNK * std::mem::size_of::<T>()
+        self.chunks.len() * Self::CHUNK * std::mem::size_of::<T>()
     }
 }
 
@@ -71,7 +74,7 @@ mod tests {
 
     #[test]
     fn changes_copy_only_the_touched_chunk() {
-        let mut a = CowVec::new(5000, 0u32);
+        let mut a = CowVec::<u32>::new(5000, 0u32);
         let published = a.clone();
         *a.get_mut(4500).unwrap() = 7;
         assert_eq!(published.get(4500), Some(&0));
@@ -84,5 +87,17 @@ mod tests {
         assert_eq!(a.get(5000), None);
         a.resize(9000);
         assert_eq!(a.get(8999), Some(&0));
+    }
+
+    #[test]
+    fn smaller_chunks_split_the_same_way() {
+        let mut a = CowVec::<u64, 4>::new(40, 0);
+        assert_eq!(a.chunks.len(), 3);
+        let published = a.clone();
+        *a.get_mut(17).unwrap() = 5;
+        assert_eq!((a.get(17), published.get(17), a.get(16), a.get(40)), (Some(&5), Some(&0), Some(&0), None));
+        assert!(Arc::ptr_eq(&a.chunks[0], &published.chunks[0]) && Arc::ptr_eq(&a.chunks[2], &published.chunks[2]));
+        assert!(!Arc::ptr_eq(&a.chunks[1], &published.chunks[1]));
+        assert_eq!(a.memory_bytes(), 3 * 16 * 8);
     }
 }

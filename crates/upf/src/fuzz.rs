@@ -4,7 +4,7 @@
 //! whatever sessions it creates, changes or deletes compiled into the dataplane's tables
 //! as the control plane does. Invariants beyond "no panic": an install either applies or
 //! is refused whole, and an installed session is found by each of its TEIDs and UE
-//! addresses.
+//! addresses, its records resolved from its rules as they are now.
 
 use crate::tables::UpfState;
 use core::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -57,6 +57,8 @@ fn apply(u: &mut Upf, state: &mut UpfState) {
                     Ok(_) => {
                         let s = state.session(rules.seid).expect("an installed session is there").clone();
                         let t = state.build();
+                        let (records, _) = crate::tables::SessionRecords::of(&s, t.workers);
+                        assert_eq!(t.records(s.slot), &records, "the records are the session's");
                         for r in s.uplink.iter() {
                             if let Some(teid) = r.teid {
                                 assert_eq!(t.by_teid(teid).map(|x| x.seid), Some(s.seid), "found by its TEID");

@@ -17,6 +17,11 @@
 //! - A packet is matched against its session's PDRs for its direction in precedence
 //!   order (the first match wins); what the matched PDR's QER, URR and FAR say is
 //!   applied in that order. Every drop has its own counter ([`nodes::UpfCounter`]).
+//! - A session whose first PDR of a direction matches every packet its key finds has that
+//!   direction resolved ahead of the packets into a 64-byte [`tables::Record`] beside the
+//!   session, built from the compiled rules on every install: the nodes read it instead
+//!   of matching, with the same verdicts and counts (a differential property test in
+//!   `tests/nodes.rs`); other sessions take the full match.
 //! - Usage (URR volumes) is counted per worker in cells the control plane sums
 //!   ([`context::UsageCells`]); MBR token buckets are per worker, each with the worker's
 //!   share of the rate (`rate / workers`): exact with one worker or when a QER's traffic

@@ -8,6 +8,13 @@
 //! URRs and forwards — removing the outer header (uplink) and adding one toward the gNB
 //! or peer UPF where the FAR says so.
 //!
+//! Most sessions never get that far: the lookup's slot indexes the session's
+//! [`Record`], where the first PDR's outcome for the direction is already resolved (FAR,
+//! gate and quota applied, the outer header built, the QER bucket and URR cell named), so
+//! a packet reads the table slot, the record and its bucket and cell; the full match runs
+//! for sessions whose record is unresolved, for an uplink TEID other than the record's,
+//! and for a G-PDU whose QFI is not the record's.
+//!
 //! Buffering (BUFF, downlink): `upfN-downlink` sends a packet whose FAR buffers — and any
 //! packet of a session the worker holds packets for, so that none overtakes them — to
 //! `upf-buffer`, which holds it ([`crate::buffering`]) and, for the session's first held
@@ -21,7 +28,7 @@
 use crate::buffering::{BufferCmd, HoldError};
 use crate::context::{HasUpf, Policer, UpfContext, UpfEvent, UsageCells};
 use crate::sdf::FlowView;
-use crate::tables::{Forward, OuterHeader, Rule, Session, UpfTables};
+use crate::tables::{Action, Forward, OuterHeader, Record, Rule, Session, Stop, UpfTables};
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use engine::{counters, next_nodes, BufIdx, Buffer, Counts, ExpandNode, GraphBuilder, Node, Pool, Verdict, VECTOR_SIZE};
 use ip::outer::{udp_checksum, Ip4Outer, Ip6Outer, OuterFamily};
@@ -140,43 +147,47 @@ pub struct Inner {
 }
 
 impl Inner {
+    /// Whether `b` starts with an inner header the rules can read, and its family (true:
+    /// IPv6): what [`Inner::parse`] refuses, with the same counter.
+    #[inline]
+    pub fn family(b: &[u8]) -> Result<bool, UpfCounter> {
+        match b.first().map(|v| v >> 4) {
+            Some(4) if b.len() >= 20 && b[0] & 0x0f >= 5 => Ok(false),
+            Some(6) if b.len() >= 40 => Ok(true),
+            Some(4 | 6) | None => Err(UpfCounter::Truncated),
+            Some(_) => Err(UpfCounter::BadInner),
+        }
+    }
+
     #[inline]
     pub fn parse(b: &[u8]) -> Result<Inner, UpfCounter> {
         let has_ports = |p: u8| p == 6 || p == 17;
         let ports_at = |at: usize| b.get(at..at + 4).map(|p| (u16::from_be_bytes([p[0], p[1]]), u16::from_be_bytes([p[2], p[3]])));
-        match b.first().map(|v| v >> 4) {
-            Some(4) => {
-                let h = b.first_chunk::<20>().ok_or(UpfCounter::Truncated)?;
-                let ihl = ((h[0] & 0x0f) as usize) * 4;
-                if ihl < 20 {
-                    return Err(UpfCounter::Truncated);
-                }
-                let first = u16::from_be_bytes([h[6], h[7]]) & 0x1fff == 0;
-                Ok(Inner {
-                    v6: false,
-                    proto: h[9],
-                    src: IpAddr::V4(Ipv4Addr::new(h[12], h[13], h[14], h[15])),
-                    dst: IpAddr::V4(Ipv4Addr::new(h[16], h[17], h[18], h[19])),
-                    ports: if first && has_ports(h[9]) { ports_at(ihl) } else { None },
-                })
-            }
-            Some(6) => {
-                let h = b.first_chunk::<40>().ok_or(UpfCounter::Truncated)?;
-                let a = |at: usize| {
-                    let mut x = [0u8; 16];
-                    x.copy_from_slice(&h[at..at + 16]);
-                    Ipv6Addr::from(x)
-                };
-                Ok(Inner {
-                    v6: true,
-                    proto: h[6],
-                    src: IpAddr::V6(a(8)),
-                    dst: IpAddr::V6(a(24)),
-                    ports: if has_ports(h[6]) { ports_at(40) } else { None },
-                })
-            }
-            Some(_) => Err(UpfCounter::BadInner),
-            None => Err(UpfCounter::Truncated),
+        if !Inner::family(b)? {
+            let h = b.first_chunk::<20>().ok_or(UpfCounter::Truncated)?;
+            let ihl = ((h[0] & 0x0f) as usize) * 4;
+            let first = u16::from_be_bytes([h[6], h[7]]) & 0x1fff == 0;
+            Ok(Inner {
+                v6: false,
+                proto: h[9],
+                src: IpAddr::V4(Ipv4Addr::new(h[12], h[13], h[14], h[15])),
+                dst: IpAddr::V4(Ipv4Addr::new(h[16], h[17], h[18], h[19])),
+                ports: if first && has_ports(h[9]) { ports_at(ihl) } else { None },
+            })
+        } else {
+            let h = b.first_chunk::<40>().ok_or(UpfCounter::Truncated)?;
+            let a = |at: usize| {
+                let mut x = [0u8; 16];
+                x.copy_from_slice(&h[at..at + 16]);
+                Ipv6Addr::from(x)
+            };
+            Ok(Inner {
+                v6: true,
+                proto: h[6],
+                src: IpAddr::V6(a(8)),
+                dst: IpAddr::V6(a(24)),
+                ports: if has_ports(h[6]) { ports_at(40) } else { None },
+            })
         }
     }
 
@@ -217,6 +228,32 @@ fn enforce(t: &UpfTables, usage: &UsageCells, policer: &mut Policer, r: &Rule, u
     }
     for x in r.urrs.iter() {
         usage.count(x.slot, x.generation, uplink, bytes);
+    }
+    Ok(())
+}
+
+impl From<Stop> for UpfCounter {
+    fn from(s: Stop) -> UpfCounter {
+        match s {
+            Stop::FarDrop => UpfCounter::FarDrop,
+            Stop::NoOuterHeader => UpfCounter::NoOuterHeader,
+            Stop::QuotaExhausted => UpfCounter::QuotaExhausted,
+            Stop::GateClosed => UpfCounter::GateClosed,
+        }
+    }
+}
+
+/// [`enforce`] for a resolved record, whose quota and gate were applied when it was
+/// built: the MBR stops the packet, else it is counted.
+#[inline]
+fn enforce_record(usage: &UsageCells, policer: &mut Policer, rec: &Record, uplink: bool, bytes: u64) -> Result<(), UpfCounter> {
+    if let Some(p) = rec.policer {
+        if !policer.police(p.slot, p.generation.get(), p.share.get(), bytes, engine::clock::now()) {
+            return Err(UpfCounter::MbrExceeded);
+        }
+    }
+    if let Some(c) = rec.usage {
+        usage.count(c.slot, c.generation.get(), uplink, bytes);
     }
     Ok(())
 }
@@ -299,9 +336,9 @@ fn emit<O: OuterFamily>(buf: &mut Buffer, src: O::Addr, dst: O::Addr, gtpu: &[u8
 
 /// Send a forwarded inner packet on: plain IP into the router, or re-encapsulated.
 #[inline]
-fn send_on(buf: &mut Buffer, t: &UpfTables, ohc: Option<OuterHeader>, v6: bool) -> Result<UpfNext, UpfCounter> {
+fn send_on(buf: &mut Buffer, t: &UpfTables, ohc: Option<&OuterHeader>, v6: bool) -> Result<UpfNext, UpfCounter> {
     match ohc {
-        Some(o) => encap(buf, t, &o),
+        Some(o) => encap(buf, t, o),
         None if v6 => Ok(UpfNext::Ip6Input),
         None => Ok(UpfNext::Ip4Input),
     }
@@ -360,6 +397,47 @@ fn prefetch_sessions(u: &UpfContext, slots: &[Option<u32>]) {
                 }
             }
         }
+    }
+}
+
+/// Start loading what the vector's packets will read, one level per pass so that the
+/// misses of a level overlap across the vector: each packet's record, then its QER
+/// bucket and usage cell; for a session whose record is unresolved, the full match's
+/// levels ([`prefetch_sessions`]). `slots` holds each packet's session slot.
+fn prefetch_records(u: &UpfContext, slots: &[Option<u32>], uplink: bool) {
+    let t = &*u.tables;
+    let record = |s: u32| {
+        let r = t.records(s);
+        if uplink {
+            &r.uplink
+        } else {
+            &r.downlink
+        }
+    };
+    for s in slots.iter().flatten() {
+        let r = record(*s);
+        engine::prefetch::read(r);
+        // Its last field, on the next line unless the record is 64-aligned.
+        engine::prefetch::read(&r.policer);
+    }
+    let mut unresolved = [None; VECTOR_SIZE];
+    let mut n = 0;
+    for s in slots.iter().flatten() {
+        let r = record(*s);
+        if r.action.is_none() {
+            unresolved[n] = Some(*s);
+            n += 1;
+            continue;
+        }
+        if let Some(p) = r.policer {
+            u.policer.prefetch(p.slot);
+        }
+        if let Some(c) = r.usage {
+            u.usage.prefetch(c.slot);
+        }
+    }
+    if n > 0 {
+        prefetch_sessions(u, &unresolved[..n]);
     }
 }
 
@@ -452,7 +530,7 @@ impl<Cx: HasUpf, O: OuterFamily> Node<Cx> for UpfUplink<O> {
         for (s, t) in slots.iter_mut().zip(&teids[..n]) {
             *s = t.and_then(|t| u.tables.by_teid.get(t as u64));
         }
-        prefetch_sessions(u, &slots[..n]);
+        prefetch_records(u, &slots[..n], true);
     }
 
     #[inline]
@@ -463,38 +541,44 @@ impl<Cx: HasUpf, O: OuterFamily> Node<Cx> for UpfUplink<O> {
             Err(c) => return Verdict::Drop(c),
         };
         let UpfContext { tables, usage, policer, replies, .. } = u;
-        let Some(s) = tables.by_teid(g.teid) else { return error_indication::<O>(replies, counts, buf, g.teid) };
+        let Some((slot, record_teid)) = tables.by_teid.get_entry(g.teid as u64) else {
+            return error_indication::<O>(replies, counts, buf, g.teid);
+        };
         let Some(inner_bytes) = buf.bytes().get(g.inner_at..g.inner_at + g.inner_len) else {
             return Verdict::Drop(UpfCounter::Truncated);
         };
+        // The session's record, when it is this TEID's and the G-PDU carries its QFI.
+        let rec = &tables.records(slot).uplink;
+        if let Some(action) = rec.action.filter(|_| record_teid != 0 && rec.qfi.is_none_or(|q| Some(q) == g.qfi)) {
+            let v6 = match Inner::family(inner_bytes) {
+                Ok(v6) => v6,
+                Err(c) => return Verdict::Drop(c),
+            };
+            let ohc = match action {
+                Action::Forward => rec.outer.as_ref(),
+                Action::Buffer => return Verdict::Drop(UpfCounter::BufferedDropped),
+                Action::Stop(c) => return Verdict::Drop(c.into()),
+            };
+            if let Err(c) = enforce_record(usage, policer, rec, true, g.inner_len as u64) {
+                return Verdict::Drop(c);
+            }
+            return forward_uplink::<O>(buf, counts, tables, &g, rec.remove_outer, ohc, v6);
+        }
+        let Some(s) = tables.session(slot) else { return error_indication::<O>(replies, counts, buf, g.teid) };
         let inner = match Inner::parse(inner_bytes) {
             Ok(i) => i,
             Err(c) => return Verdict::Drop(c),
         };
         let Some(r) = match_uplink(s, g.teid, g.qfi, &inner) else { return Verdict::Drop(UpfCounter::NoPdr) };
-        let ohc = match r.forward {
+        let ohc = match &r.forward {
             Forward::Drop => return Verdict::Drop(UpfCounter::FarDrop),
             Forward::Buffer => return Verdict::Drop(UpfCounter::BufferedDropped),
-            Forward::Forward(o) => o,
+            Forward::Forward(o) => o.as_ref(),
         };
         if let Err(c) = enforce(tables, usage, policer, r, true, g.inner_len as u64) {
             return Verdict::Drop(c);
         }
-        if r.remove_outer || ohc.is_some() {
-            if buf.advance(g.inner_at).is_err() {
-                return Verdict::Drop(UpfCounter::Truncated);
-            }
-            buf.truncate(g.inner_len);
-        }
-        counts.inc(UpfCounter::Forwarded);
-        if ohc.is_some() {
-            counts.inc(UpfCounter::Encapsulated);
-        }
-        let v6 = if r.remove_outer || ohc.is_some() { inner.v6 } else { O::IS_V6 };
-        match send_on(buf, tables, ohc, v6) {
-            Ok(n) => Verdict::Next(n),
-            Err(c) => Verdict::Drop(c),
-        }
+        forward_uplink::<O>(buf, counts, tables, &g, r.remove_outer, ohc, inner.v6)
     }
 
     fn trace(&self, buf: &Buffer) -> String {
@@ -502,6 +586,35 @@ impl<Cx: HasUpf, O: OuterFamily> Node<Cx> for UpfUplink<O> {
             Ok(g) => format!("teid {:#x} qfi {:?} inner {} bytes", g.teid, g.qfi, g.inner_len),
             Err(c) => format!("rejected: {}", <UpfCounter as engine::Counters>::INFO[c as usize].name),
         }
+    }
+}
+
+/// Send on a G-PDU's inner packet that its rule forwards (`ohc`: re-encapsulated toward a
+/// peer UPF), the outer header removed where the rule or the re-encapsulation says so.
+#[inline]
+fn forward_uplink<O: OuterFamily>(
+    buf: &mut Buffer,
+    counts: &mut Counts<'_, UpfCounter>,
+    tables: &UpfTables,
+    g: &Gpdu,
+    remove_outer: bool,
+    ohc: Option<&OuterHeader>,
+    inner_v6: bool,
+) -> Verdict<UpfNext, UpfCounter> {
+    let decap = remove_outer || ohc.is_some();
+    if decap {
+        if buf.advance(g.inner_at).is_err() {
+            return Verdict::Drop(UpfCounter::Truncated);
+        }
+        buf.truncate(g.inner_len);
+    }
+    counts.inc(UpfCounter::Forwarded);
+    if ohc.is_some() {
+        counts.inc(UpfCounter::Encapsulated);
+    }
+    match send_on(buf, tables, ohc, if decap { inner_v6 } else { O::IS_V6 }) {
+        Ok(n) => Verdict::Next(n),
+        Err(c) => Verdict::Drop(c),
     }
 }
 
@@ -534,8 +647,9 @@ fn error_indication<O: OuterFamily>(
 /// What differs between IPv4 and IPv6 UEs: the node name and the session lookup.
 pub trait UeFamily: Send + 'static {
     const NAME: &'static str;
-    fn session<'a>(t: &'a UpfTables, dst: &IpAddr) -> Option<&'a Session>;
-    /// The lookup table and a packet's key in it (for the prefetch pass).
+    const IS_V6: bool;
+    /// The lookup table and a packet's key in it (the destination address, or its /64),
+    /// read from a packet of this family.
     fn table(t: &UpfTables) -> &gtpu::teid_table::TeidTable;
     fn key(b: &[u8]) -> Option<u64>;
 }
@@ -545,13 +659,7 @@ pub struct Ue6;
 
 impl UeFamily for Ue4 {
     const NAME: &'static str = "upf4-downlink";
-    #[inline(always)]
-    fn session<'a>(t: &'a UpfTables, dst: &IpAddr) -> Option<&'a Session> {
-        match dst {
-            IpAddr::V4(a) => t.by_ue4(*a),
-            IpAddr::V6(_) => None,
-        }
-    }
+    const IS_V6: bool = false;
     fn table(t: &UpfTables) -> &gtpu::teid_table::TeidTable {
         &t.by_ue4
     }
@@ -564,13 +672,7 @@ impl UeFamily for Ue4 {
 
 impl UeFamily for Ue6 {
     const NAME: &'static str = "upf6-downlink";
-    #[inline(always)]
-    fn session<'a>(t: &'a UpfTables, dst: &IpAddr) -> Option<&'a Session> {
-        match dst {
-            IpAddr::V6(a) => t.by_ue6(a),
-            IpAddr::V4(_) => None,
-        }
-    }
+    const IS_V6: bool = true;
     fn table(t: &UpfTables) -> &gtpu::teid_table::TeidTable {
         &t.by_ue6
     }
@@ -616,25 +718,56 @@ impl<Cx: HasUpf, F: UeFamily> Node<Cx> for UpfDownlink<F> {
         for (s, k) in slots.iter_mut().zip(&keys[..n]) {
             *s = k.and_then(|k| F::table(&u.tables).get(k));
         }
-        prefetch_sessions(u, &slots[..n]);
+        prefetch_records(u, &slots[..n], false);
     }
 
     #[inline]
     fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, UpfCounter>, buf: &mut Buffer) -> Verdict<UpfNext, UpfCounter> {
-        let u = cx.upf();
-        let inner = match Inner::parse(buf.bytes()) {
-            Ok(i) => i,
+        let UpfContext { tables, usage, policer, held, .. } = cx.upf();
+        let b = buf.bytes();
+        let v6 = match Inner::family(b) {
+            Ok(v6) => v6,
             Err(c) => return Verdict::Drop(c),
         };
-        let UpfContext { tables, usage, policer, held, .. } = u;
-        let Some(s) = F::session(tables, &inner.dst) else { return Verdict::Drop(UpfCounter::NoSession) };
-        let Some(r) = match_downlink(s, &inner) else { return Verdict::Drop(UpfCounter::NoPdr) };
-        // Held packets of the session go first: a newer one waits behind them.
-        if r.forward == Forward::Buffer || held.holds(s.slot) {
+        // A packet of the other family has no session here.
+        let Some(slot) = F::key(b).filter(|_| v6 == F::IS_V6).and_then(|k| F::table(tables).get(k)) else {
+            return Verdict::Drop(UpfCounter::NoSession);
+        };
+        let rec = &tables.records(slot).downlink;
+        let Some(action) = rec.action else {
+            let inner = match Inner::parse(b) {
+                Ok(i) => i,
+                Err(c) => return Verdict::Drop(c),
+            };
+            let Some(s) = tables.session(slot) else { return Verdict::Drop(UpfCounter::NoSession) };
+            let Some(r) = match_downlink(s, &inner) else { return Verdict::Drop(UpfCounter::NoPdr) };
+            // Held packets of the session go first: a newer one waits behind them.
+            if r.forward == Forward::Buffer || held.holds(slot) {
+                return Verdict::Next(UpfNext::Buffer);
+            }
+            return match deliver_downlink(tables, usage, policer, r, buf, counts) {
+                Ok(n) => Verdict::Next(n),
+                Err(c) => Verdict::Drop(c),
+            };
+        };
+        if action == Action::Buffer || held.holds(slot) {
             return Verdict::Next(UpfNext::Buffer);
         }
-        match deliver_downlink(tables, usage, policer, r, buf, counts) {
-            Ok(n) => Verdict::Next(n),
+        let o = match (action, &rec.outer) {
+            (Action::Stop(c), _) => return Verdict::Drop(c.into()),
+            (_, Some(o)) => o,
+            // Resolved as `Stop::NoOuterHeader`.
+            (_, None) => return Verdict::Drop(UpfCounter::NoOuterHeader),
+        };
+        if let Err(c) = enforce_record(usage, policer, rec, false, buf.len() as u64) {
+            return Verdict::Drop(c);
+        }
+        match encap(buf, tables, o) {
+            Ok(n) => {
+                counts.inc(UpfCounter::Forwarded);
+                counts.inc(UpfCounter::Encapsulated);
+                Verdict::Next(n)
+            }
             Err(c) => Verdict::Drop(c),
         }
     }
