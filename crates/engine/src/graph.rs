@@ -92,7 +92,11 @@ struct NodeBox<N> {
 impl<C, N: Node<C>> Runner<C> for NodeBox<N> {
     fn run(&mut self, cx: &mut C, io: DispatchIo<'_>) {
         let DispatchIo { pool, input, next, queues, counters, node, drop_queue, trace } = io;
-        self.node.prepare(cx, pool, input);
+        if trace.is_some() {
+            self.node.prepare_traced(cx, pool, input);
+        } else {
+            self.node.prepare(cx, pool, input);
+        }
         // Exactly one entry per next node: the index a verdict carries is then in range
         // by its type, and the per-packet bounds check on it goes.
         let next = &next[..N::Next::NAMES.len()];

@@ -86,6 +86,14 @@ pub trait Node<C>: Send + 'static {
     #[inline(always)]
     fn prepare(&mut self, _cx: &mut C, _pool: &mut Pool, _input: &[BufIdx]) {}
 
+    /// `prepare` for a vector that is being traced (`trace add`): `trace` runs before
+    /// `process`, so a node whose trace line shows what `process` would work out (a
+    /// lookup's adjacency) works it out here for the whole vector. Defaults to `prepare`.
+    #[inline(always)]
+    fn prepare_traced(&mut self, cx: &mut C, pool: &mut Pool, input: &[BufIdx]) {
+        self.prepare(cx, pool, input)
+    }
+
     /// Called once per vector, after `process` ran on each packet: a node that sums
     /// across packets (a run of packets of one tunnel counted in the worker's context,
     /// VPP-style) writes the sum out here. The default does nothing.

@@ -28,6 +28,26 @@ impl<F: Family> Default for IpLookup<F> {
     }
 }
 
+impl<F: Family> IpLookup<F> {
+    /// Look the whole vector up, level by level, and leave each packet's adjacency in
+    /// `meta.adj`.
+    fn lookup_vector<Cx: HasIp>(cx: &mut Cx, pool: &mut Pool, input: &[BufIdx]) {
+        let cx = cx.ip();
+        let n = input.len().min(VECTOR_SIZE);
+        let mut keys = [F::key(&[0u8; 16]); VECTOR_SIZE];
+        let mut adj = [0u32; VECTOR_SIZE];
+        for (k, &b) in keys.iter_mut().zip(&input[..n]) {
+            if let Some(d) = pool.get(b).bytes().get(F::DST_AT..F::HEADER_LEN) {
+                *k = F::key(d);
+            }
+        }
+        F::fib(&cx.tables).lookup_batch(&keys[..n], &mut adj[..n]);
+        for (a, &b) in adj.iter().zip(&input[..n]) {
+            pool.get_mut(b).meta.adj = *a;
+        }
+    }
+}
+
 impl<Cx: HasIp, F: Family> Node<Cx> for IpLookup<F> {
     type Next = F::LookupNext;
     type Counter = LookupCounter;
@@ -43,23 +63,17 @@ impl<Cx: HasIp, F: Family> Node<Cx> for IpLookup<F> {
     /// per-key state cost more than the misses it hides there). Measured in
     /// docs/PERFORMANCE.md.
     fn prepare(&mut self, cx: &mut Cx, pool: &mut Pool, input: &[BufIdx]) {
-        let cx = cx.ip();
-        self.batched = F::fib(&cx.tables).prefers_batch();
-        if !self.batched {
-            return;
+        self.batched = F::fib(&cx.ip().tables).prefers_batch();
+        if self.batched {
+            Self::lookup_vector(cx, pool, input);
         }
-        let n = input.len().min(VECTOR_SIZE);
-        let mut keys = [F::key(&[0u8; 16]); VECTOR_SIZE];
-        let mut adj = [0u32; VECTOR_SIZE];
-        for (k, &b) in keys.iter_mut().zip(&input[..n]) {
-            if let Some(d) = pool.get(b).bytes().get(F::DST_AT..F::HEADER_LEN) {
-                *k = F::key(d);
-            }
-        }
-        F::fib(&cx.tables).lookup_batch(&keys[..n], &mut adj[..n]);
-        for (a, &b) in adj.iter().zip(&input[..n]) {
-            pool.get_mut(b).meta.adj = *a;
-        }
+    }
+
+    /// A traced vector is looked up first whatever the table's size, so each packet's
+    /// trace line shows the adjacency it takes.
+    fn prepare_traced(&mut self, cx: &mut Cx, pool: &mut Pool, input: &[BufIdx]) {
+        self.batched = true;
+        Self::lookup_vector(cx, pool, input);
     }
 
     #[inline(always)]
