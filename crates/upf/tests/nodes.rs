@@ -258,10 +258,9 @@ fn far(id: u32, action: u64, to: Option<(IpAddr, u32)>) -> Far {
     }
 }
 
-/// A session like an SMF's: uplink on TEID 0x100 (QFI 9), downlink to the UE toward the
-/// gNB on TEID 0x200, one QER (QFI 9), one URR.
-fn session(seid: u64) -> SessionRules {
-    let mut r = SessionRules {
+/// A session of an SMF on this host with no rules yet.
+fn no_rules(seid: u64) -> SessionRules {
+    SessionRules {
         seid,
         cp_node: PfcpNode::Ipv4(Ipv4Addr::LOCALHOST),
         pdrs: Default::default(),
@@ -269,7 +268,13 @@ fn session(seid: u64) -> SessionRules {
         qers: Default::default(),
         urrs: Default::default(),
         bar: None,
-    };
+    }
+}
+
+/// A session like an SMF's: uplink on TEID 0x100 (QFI 9), downlink to the UE toward the
+/// gNB on TEID 0x200, one QER (QFI 9), one URR.
+fn session(seid: u64) -> SessionRules {
+    let mut r = no_rules(seid);
     let mut up = pdr(1, 100, 1);
     up.local_f_teid = Some(GtpuEndpoint { teid: 0x100, addr: IpAddr::V4(N3) });
     up.ue_ipv4 = Some(UE);
@@ -888,15 +893,8 @@ fn arb_session(seid: u64) -> impl Strategy<Value = SessionRules> {
         prop::option::of(1u8..4),
     )
         .prop_map(move |(ups, downs, fars, qers, urrs, bar)| {
-            let mut r = SessionRules {
-                seid,
-                cp_node: PfcpNode::Ipv4(Ipv4Addr::LOCALHOST),
-                pdrs: Default::default(),
-                fars: Default::default(),
-                qers: Default::default(),
-                urrs: Default::default(),
-                bar: bar.map(|n| Bar { id: 1, ddn_delay: Duration::ZERO, suggested_packets: Some(n), extended: None }),
-            };
+            let mut r = no_rules(seid);
+            r.bar = bar.map(|n| Bar { id: 1, ddn_delay: Duration::ZERO, suggested_packets: Some(n), extended: None });
             let mut id = 1;
             for (prec, teid, qfi, sdf, removal, far_id, q, u) in ups {
                 let mut p = pdr(id, prec * 50, 0);
