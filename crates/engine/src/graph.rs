@@ -115,8 +115,11 @@ impl<C, N: Node<C>> Runner<C> for NodeBox<N> {
                 let speculated = self.speculated.min(next.len().saturating_sub(1));
                 let mut missed = 0usize;
                 let mut last_miss = speculated;
+                // Once per vector: the slice's base and length stay local, where
+                // `pool.get_mut` reloaded them after every store into a buffer.
+                let bufs = pool.buffers_mut();
                 for &bi in input {
-                    let b = pool.get_mut(bi);
+                    let b = &mut bufs[bi.get()];
                     let mut counts = Counts::new(counters);
                     match self.node.process(cx, &mut counts, b) {
                         Verdict::Next(n) if n.index() == speculated => {

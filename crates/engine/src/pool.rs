@@ -129,6 +129,14 @@ impl Pool {
         &mut self.bufs[i.get()]
     }
 
+    /// Every buffer, indexed by `BufIdx::get`: a loop over many indices takes the slice
+    /// once, so its base and length stay local instead of being reloaded from the pool
+    /// after each store into a buffer.
+    #[inline(always)]
+    pub fn buffers_mut(&mut self) -> &mut [Buffer] {
+        &mut self.bufs
+    }
+
     /// Two distinct buffers at once (e.g. to copy from one into the other); `None` if
     /// the indices are equal or out of range.
     #[inline]
