@@ -76,12 +76,14 @@ def test_ipv4_malformed_is_dropped_with_named_counters(vecgate, tmp_path):
     short_frame = raw(good)[:10]
     bad_option = with_raw_option(IP(src="198.18.0.2", dst="198.19.0.9") / UDP(sport=1, dport=2), b"\x07\x09\x00\x00")
     multicast_src = eth0(IP(src="224.0.0.5", dst="198.19.0.9") / UDP())
+    # RFC 1812 §5.3.7's martians: network 0, loopback, reserved.
+    martians = [eth0(IP(src=a, dst="198.19.0.9") / UDP()) for a in ("0.0.0.0", "127.0.0.1", "240.0.0.1")]
     blackhole = eth0(IP(src="198.18.0.2", dst="198.19.254.7") / UDP())
     unknown_type = Ether(src=HOST_MAC, dst=GW_MAC0, type=0x88b5) / Raw(b"\x00" * 46)
     other_mac = Ether(src=HOST_MAC, dst="02:aa:bb:cc:dd:ee") / IP(src="198.18.0.2", dst="198.19.0.9") / UDP()
     vlan = raw(Ether(src=HOST_MAC, dst=GW_MAC0, type=0x8100) / Raw(b"\x00\x05\x08\x00" + raw(IP(src="198.18.0.2", dst="198.19.0.9") / UDP())))
     out0, out1, c, _ = run_pcap(vecgate, tmp_path, [good, bad_csum, bytes(ihl4), bytes(bad_version), long_total, truncated,
-                                                   short_frame, bad_option, multicast_src, blackhole, unknown_type, other_mac, vlan])
+                                                   short_frame, bad_option, multicast_src, blackhole, unknown_type, other_mac, vlan] + martians)
     assert len(out1) == 1 and out1[0][IP].dst == "198.19.0.9"
     assert c[("ip4-input", "bad-checksum")] == 1
     assert c[("ip4-input", "bad-ihl")] == 1
@@ -89,7 +91,7 @@ def test_ipv4_malformed_is_dropped_with_named_counters(vecgate, tmp_path):
     assert c[("ip4-input", "truncated")] == 2  # total length beyond the frame; header cut short
     assert c[("ethernet-input", "truncated")] == 1
     assert c[("ip4-input", "bad-option")] == 1
-    assert c[("ip4-input", "bad-source")] == 1
+    assert c[("ip4-input", "bad-source")] == 4
     assert c[("ip4-lookup", "blackhole")] == 1
     assert c[("ethernet-input", "unknown-ethertype")] == 1
     assert c[("ethernet-input", "l2-mismatch")] == 1
@@ -207,7 +209,11 @@ def test_ipv6_echo_nd_and_hop_by_hop(vecgate, tmp_path):
     hbh = eth0(IPv6(src="2001:db8::2", dst="2001:db8:100::1") / IPv6ExtHdrHopByHop(options=[HBHOptUnknown(otype=0x87, optdata=b"ab")]) / UDP())
     # Action 01: discard silently.
     hbh_quiet = eth0(IPv6(src="2001:db8::2", dst="2001:db8:100::1") / IPv6ExtHdrHopByHop(options=[HBHOptUnknown(otype=0x47, optdata=b"ab")]) / UDP())
-    out0, out1, c, _ = run_pcap(vecgate, tmp_path, [ping, ns, ns_bad_hlim, hbh, hbh_quiet])
+    # ::1 never arrives from a link (RFC 4291 §2.5.3): not forwarded, not answered.
+    loopback_src = eth0(IPv6(src="::1", dst="2001:db8:100::1") / UDP())
+    loopback_ping = eth0(IPv6(src="::1", dst="2001:db8::1") / ICMPv6EchoRequest(id=10, seq=1))
+    out0, out1, c, _ = run_pcap(vecgate, tmp_path, [ping, ns, ns_bad_hlim, hbh, hbh_quiet, loopback_src, loopback_ping])
+    assert c[("ip6-input", "bad-source")] == 2
     assert len(out1) == 0
     assert len(out0) == 3
     rep = next(p for p in out0 if p.haslayer(ICMPv6EchoReply))

@@ -19,7 +19,7 @@ counters! {
         BadTotalLength(Warn, "bad-length", "total length below the header length"),
         BadChecksum(Warn, "bad-checksum", "header checksum mismatch"),
         BadOption(Warn, "bad-option", "malformed IPv4 option"),
-        BadSource(Warn, "bad-source", "source address is multicast or limited broadcast"),
+        BadSource(Warn, "bad-source", "source address on network 0 or 127, multicast, reserved or limited broadcast"),
     }
 }
 
@@ -32,7 +32,8 @@ pub struct Ip4Input;
 #[inline(always)]
 pub fn fast_path_len(h: &[u8; HEADER_LEN], frame_len: usize) -> Option<usize> {
     let total = u16::from_be_bytes([h[2], h[3]]) as usize;
-    (h[0] == 0x45 && total >= HEADER_LEN && total <= frame_len && wire::checksum::verify_ipv4_header(h) && h[12] < 224).then_some(total)
+    (h[0] == 0x45 && total >= HEADER_LEN && total <= frame_len && wire::checksum::verify_ipv4_header(h) && forwardable_source(h[12]))
+        .then_some(total)
 }
 
 /// The test `ethernet-input` runs on each IPv4 packet so that a tunnel packet for one of
@@ -122,8 +123,7 @@ impl<Cx: HasIp> Node<Cx> for Ip4Input {
         if p.header_len() > HEADER_LEN && p.check_options().is_err() {
             return Verdict::Drop(Ip4InputCounter::BadOption);
         }
-        let src = p.src_addr();
-        if src.is_multicast() || src.is_broadcast() {
+        if !forwardable_source(p.src_addr().octets()[0]) {
             return Verdict::Drop(Ip4InputCounter::BadSource);
         }
         let total = p.total_len();
@@ -137,6 +137,15 @@ impl<Cx: HasIp> Node<Cx> for Ip4Input {
     fn trace(&self, buf: &Buffer) -> String {
         super::trace_ip4(buf.bytes())
     }
+}
+
+/// RFC 1812 §5.3.7: never forward (or take) a packet whose source is on network 0 or
+/// 127, multicast, reserved (240/4) or the limited broadcast: a test of the source's
+/// first octet. A source that is one of the gateway's own addresses is forwarded, as
+/// VPP does without uRPF: telling it apart costs a lookup per packet.
+#[inline(always)]
+fn forwardable_source(first_octet: u8) -> bool {
+    !matches!(first_octet, 0 | 127 | 224..)
 }
 
 #[cfg(test)]
@@ -172,6 +181,16 @@ mod tests {
             (22, &[0x17, 0xc0, 0, 0, 0, 0, 0, 4, 0, 0], &[0xff, 0xff, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]),
         ]);
         TunnelHint { head, app: UdpApp::Gue, tag: NonZeroU32::new(7).unwrap() }
+    }
+
+    #[test]
+    fn martian_sources_are_not_forwardable() {
+        for bad in ["0.0.0.0", "0.1.2.3", "127.0.0.1", "127.255.255.254", "224.0.0.5", "239.1.1.1", "240.0.0.1", "255.255.255.255"] {
+            assert!(!forwardable_source(bad.parse::<std::net::Ipv4Addr>().unwrap().octets()[0]), "{bad}");
+        }
+        for good in ["1.0.0.1", "126.255.255.255", "128.0.0.1", "198.18.0.2", "223.255.255.255"] {
+            assert!(forwardable_source(good.parse::<std::net::Ipv4Addr>().unwrap().octets()[0]), "{good}");
+        }
     }
 
     #[test]

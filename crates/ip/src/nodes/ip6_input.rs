@@ -20,7 +20,7 @@ counters! {
         Truncated(Warn, "truncated", "frame shorter than the IPv6 header or its payload length"),
         BadVersion(Warn, "bad-version", "version field is not 6"),
         BadJumbo(Warn, "bad-jumbo", "payload length 0 without a valid jumbo payload option"),
-        BadSource(Warn, "bad-source", "source address is multicast"),
+        BadSource(Warn, "bad-source", "source address is multicast or the loopback address"),
         BadHopByHop(Warn, "bad-hop-by-hop", "malformed hop-by-hop options header"),
         OptionDiscard(Warn, "option-discard", "unrecognised hop-by-hop option says discard"),
         OptionParamProblem(Info, "option-param-problem", "unrecognised hop-by-hop option: ICMP parameter problem requested"),
@@ -31,11 +31,13 @@ pub struct Ip6Input;
 
 /// The fast path's test, shared with nodes that skip the hop through `ip6-input` (GTP-U
 /// decap): version 6, no hop-by-hop header, unicast source and destination, a non-empty
-/// payload within the frame. The packet's end, or `None` for the general path.
+/// payload within the frame. A source in ::/8 (the unspecified and loopback addresses
+/// among them) takes the general path too, which refuses ::1. The packet's end, or
+/// `None` for the general path.
 #[inline(always)]
 pub fn fast_path_len(h: &[u8; HEADER_LEN], frame_len: usize) -> Option<usize> {
     let end = HEADER_LEN + u16::from_be_bytes([h[4], h[5]]) as usize;
-    (h[0] >> 4 == 6 && h[6] != 0 && h[8] != 0xff && h[24] != 0xff && end <= frame_len && end > HEADER_LEN).then_some(end)
+    (h[0] >> 4 == 6 && h[6] != 0 && !matches!(h[8], 0 | 0xff) && h[24] != 0xff && end <= frame_len && end > HEADER_LEN).then_some(end)
 }
 
 /// [`super::ip4_input::tunnel_endpoint`] for IPv6: a UDP packet (no extension headers)
@@ -101,7 +103,9 @@ impl<Cx: HasIp> Node<Cx> for Ip6Input {
             Err(_) => return Verdict::Drop(C::Truncated),
         };
         let dst_multicast = p.dst_addr().is_multicast();
-        if p.src_addr().is_multicast() {
+        // RFC 4291 §2.5.3: ::1 never leaves a node, so it never arrives from a link.
+        let src = p.src_addr();
+        if src.is_multicast() || src.is_loopback() {
             return Verdict::Drop(C::BadSource);
         }
         let mut len = HEADER_LEN + p.payload_len();
