@@ -56,7 +56,7 @@ pub struct SharedLines<T: Copy> {
 
 impl<T: Copy> SharedLines<T> {
     const UNITS: usize = {
-        assert!(std::mem::size_of::<T>() % 8 == 0 && std::mem::align_of::<T>() <= LINE);
+        assert!(std::mem::size_of::<T>().is_multiple_of(8) && std::mem::align_of::<T>() <= LINE);
         std::mem::size_of::<T>() / 8
     };
 
