@@ -19,17 +19,31 @@ pub enum UpfEvent {
     DownlinkData { seid: u64, pdr_id: u16 },
 }
 
-/// One URR's counts on one worker. `generation` tells a reused slot's counts from its
-/// previous owner's: the worker restarts the counts when the rule's generation differs,
-/// the control plane ignores a cell whose generation is not the rule's.
+/// One slot's line on one worker: the counts of the URR with this slot and the token
+/// bucket of the QER with this slot, side by side. The QER and URR allocators hand out
+/// slots in the same order, so a session with one QER and one URR (as an SMF usually sets
+/// them up) has both at one slot: a packet reads one line for its MBR and its usage
+/// where two arrays cost two (docs/PERFORMANCE.md, the UPF section).
+///
+/// The URR half: `generation` tells a reused slot's counts from its previous owner's:
+/// the worker restarts the counts when the rule's generation differs, the control plane
+/// ignores a cell whose generation is not the rule's. The bucket half is the worker's
+/// alone (atomics only because the line is shared with the control plane's reads).
 #[derive(Debug, Default)]
+#[repr(C, align(64))]
 pub struct UsageCell {
     generation: AtomicU32,
+    bucket_generation: AtomicU32,
     ul_bytes: AtomicU64,
     dl_bytes: AtomicU64,
     ul_packets: AtomicU64,
     dl_packets: AtomicU64,
+    /// Bytes × clock ticks per second, low and high words.
+    bucket_scaled: [AtomicU64; 2],
+    bucket_last: AtomicU64,
 }
+
+const _: () = assert!(core::mem::size_of::<UsageCell>() == 64, "a slot's counts and bucket are one line");
 
 /// Counts read from the cells.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -49,9 +63,10 @@ impl std::ops::AddAssign for Usage {
     }
 }
 
-/// A worker's URR counting cells, indexed by URR slot. The worker is the only writer
-/// (plain load + store, no read-modify-write), the control plane reads; a fixed size so
-/// the packet path never allocates.
+/// A worker's URR counting cells and MBR buckets ([`UsageCell`]), indexed by URR and
+/// QER slot. The worker is the only writer (plain load + store, no read-modify-write),
+/// the control plane reads the counts; a fixed size (allocated once, so its alignment
+/// costs no `memalign` holes) so the packet path never allocates.
 pub struct UsageCells {
     cells: Box<[UsageCell]>,
 }
@@ -106,16 +121,6 @@ impl UsageCells {
     }
 }
 
-/// One QER's token bucket on one worker, in bytes scaled by the clock rate (so refills
-/// are exact integer arithmetic at any rate).
-#[derive(Debug, Clone, Copy, Default)]
-struct Bucket {
-    generation: u32,
-    /// Bytes × clock ticks per second.
-    scaled: u128,
-    last: u64,
-}
-
 /// A bucket holds this long's worth of the rate: long enough that a sender's scheduling
 /// gaps and catch-up bursts do not cost it its rate (10 ms passed a third of the MBR from
 /// a Python sender on a loaded machine, docs/PERFORMANCE.md), short enough that a
@@ -137,46 +142,64 @@ pub fn mbr_share(mbr: u64, gbr: Option<u64>, workers: u32) -> u64 {
     share.max(gbr.unwrap_or(0).min(mbr)).max(1)
 }
 
-/// A worker's MBR token buckets, indexed by QER slot (fixed size: no allocation on the
-/// packet path).
+/// A worker's MBR token buckets, indexed by QER slot: the bucket halves of its usage
+/// cells' lines ([`UsageCell`]), or lines of its own.
 pub struct Policer {
-    buckets: Box<[Bucket]>,
+    lines: Arc<UsageCells>,
     hz: u64,
 }
 
 impl Policer {
     pub fn new(slots: usize) -> Policer {
-        Policer { buckets: vec![Bucket::default(); slots].into_boxed_slice(), hz: engine::clock::hz().max(1) }
+        Policer::sharing(UsageCells::new(slots))
+    }
+
+    /// Buckets in the lines of `cells` (the worker's own).
+    pub fn sharing(cells: Arc<UsageCells>) -> Policer {
+        Policer { lines: cells, hz: engine::clock::hz().max(1) }
+    }
+
+    pub fn len(&self) -> usize {
+        self.lines.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.lines.is_empty()
     }
 
     /// Start loading a slot's bucket (the prefetch pass of the UPF nodes).
     #[inline(always)]
     pub fn prefetch(&self, slot: u32) {
-        if let Some(b) = self.buckets.get(slot as usize) {
-            engine::prefetch::read(b);
-        }
+        self.lines.prefetch(slot);
     }
 
     /// Take `bytes` from a QER's bucket at `now` (clock ticks); false: over the MBR.
-    /// `rate`: this worker's share, bytes per second.
+    /// `rate`: this worker's share, bytes per second. A bucket starts full for a new
+    /// generation; it holds bytes scaled by the clock rate, so refills are exact integer
+    /// arithmetic at any rate.
     #[inline]
     pub fn police(&mut self, slot: u32, generation: u32, rate: u64, bytes: u64, now: u64) -> bool {
         let hz = self.hz as u128;
-        let Some(b) = self.buckets.get_mut(slot as usize) else { return true };
+        let Some(b) = self.lines.cells.get(slot as usize) else { return true };
         let burst = ((rate * BURST_MS / 1000).max(MIN_BURST)) as u128 * hz;
-        if b.generation != generation {
-            *b = Bucket { generation, scaled: burst, last: now };
-        }
-        let elapsed = now.saturating_sub(b.last) as u128;
-        b.scaled = (b.scaled + elapsed * rate as u128).min(burst);
-        b.last = now;
-        let need = bytes as u128 * hz;
-        if b.scaled >= need {
-            b.scaled -= need;
-            true
+        let [lo, hi] = &b.bucket_scaled;
+        let (mut scaled, last) = if b.bucket_generation.load(Relaxed) != generation {
+            b.bucket_generation.store(generation, Relaxed);
+            (burst, now)
         } else {
-            false
+            ((hi.load(Relaxed) as u128) << 64 | lo.load(Relaxed) as u128, b.bucket_last.load(Relaxed))
+        };
+        let elapsed = now.saturating_sub(last) as u128;
+        scaled = (scaled + elapsed * rate as u128).min(burst);
+        let need = bytes as u128 * hz;
+        let pass = scaled >= need;
+        if pass {
+            scaled -= need;
         }
+        lo.store(scaled as u64, Relaxed);
+        hi.store((scaled >> 64) as u64, Relaxed);
+        b.bucket_last.store(now, Relaxed);
+        pass
     }
 }
 
@@ -198,14 +221,15 @@ pub struct UpfContext {
 
 impl UpfContext {
     /// `qer_slots`: how many QER buckets this worker keeps (the control plane allocates
-    /// QER slots below it).
+    /// QER slots below it): in the lines of `usage` when it has as many.
     pub fn new(shared: Arc<ArcSwap<UpfTables>>, usage: Arc<UsageCells>, qer_slots: usize, events: Option<Sender<UpfEvent>>) -> Self {
         let tables = shared.load_full();
+        let policer = if usage.len() >= qer_slots { Policer::sharing(Arc::clone(&usage)) } else { Policer::new(qer_slots) };
         UpfContext {
             cache: Cache::new(shared),
             tables,
             usage,
-            policer: Policer::new(qer_slots),
+            policer,
             events,
             held: HeldPackets::new(buffering::DEFAULT_CAPACITY, buffering::DEFAULT_PER_SESSION),
             replies: ip::context::TokenBucket::reply_limit(DEFAULT_REPLIES_PER_SEC),
@@ -262,6 +286,23 @@ mod tests {
         u.count(1, 8, false, 5);
         assert_eq!(u.read(1, 8), Usage { ul_bytes: 0, dl_bytes: 5, ul_packets: 0, dl_packets: 1 });
         u.count(9, 1, true, 5); // past the cells: ignored, no panic
+    }
+
+    /// A slot's counts and its bucket share a line: neither disturbs the other, whatever
+    /// the generations.
+    #[test]
+    fn a_slots_bucket_and_counts_keep_apart() {
+        let u = UsageCells::new(2);
+        let mut p = Policer::sharing(Arc::clone(&u));
+        u.count(1, 3, true, 100);
+        assert!(p.police(1, 3, 1_000_000, 1000, 0), "a new bucket is full: 100 ms of the rate");
+        u.count(1, 3, false, 7);
+        assert_eq!(u.read(1, 3), Usage { ul_bytes: 100, dl_bytes: 7, ul_packets: 1, dl_packets: 1 });
+        assert!(p.police(1, 3, 1_000_000, 99_000, 0));
+        u.count(1, 4, true, 5);
+        assert!(!p.police(1, 3, 1_000_000, 1, 0), "the counts' new generation left the bucket empty");
+        assert_eq!(u.read(1, 4), Usage { ul_bytes: 5, dl_bytes: 0, ul_packets: 1, dl_packets: 0 });
+        assert_eq!(u.read(0, 3), Usage::default());
     }
 
     /// Virtual time, four workers: a GBR QER whose traffic all reaches one worker gets its

@@ -415,10 +415,7 @@ fn prefetch_records(u: &UpfContext, slots: &[Option<u32>], uplink: bool) {
         }
     };
     for s in slots.iter().flatten() {
-        let r = record(*s);
-        engine::prefetch::read(r);
-        // Its last field, on the next line unless the record is 64-aligned.
-        engine::prefetch::read(&r.policer);
+        engine::prefetch::read(record(*s));
     }
     let mut unresolved = [None; VECTOR_SIZE];
     let mut n = 0;
@@ -459,11 +456,37 @@ struct Gpdu {
     inner_len: usize,
 }
 
+/// The G-PDU in `b` (outer IP, UDP, GTP-U). A header with no optional fields (E, S and
+/// PN clear) is read from its fixed fields, as gtpuN-input reads it; any other goes
+/// through [`GtpuRepr`] ([`parse_gpdu_full`], which a property test holds this to).
+#[inline]
 fn parse_gpdu<O: OuterFamily>(b: &[u8]) -> Result<Gpdu, UpfCounter> {
+    let (hl, g) = gtpu_message::<O>(b)?;
+    // Version 1, PT 1 (the reserved bit ignored, as `GtpuPacket::new_checked` does), no
+    // optional fields: the payload follows the 8-octet header.
+    let Some(h) = g.first_chunk::<8>().filter(|h| h[0] & 0xf7 == 0x30) else { return parse_gpdu_full::<O>(b) };
+    let len = u16::from_be_bytes([h[2], h[3]]) as usize;
+    if 8 + len > g.len() {
+        return Err(UpfCounter::Truncated);
+    }
+    if h[1] != 255 {
+        return Err(UpfCounter::NotGpdu);
+    }
+    Ok(Gpdu { teid: u32::from_be_bytes([h[4], h[5], h[6], h[7]]), qfi: None, inner_at: hl + 16, inner_len: len })
+}
+
+/// The outer header's length and the GTP-U message as far as the UDP length says.
+#[inline(always)]
+fn gtpu_message<O: OuterFamily>(b: &[u8]) -> Result<(usize, &[u8]), UpfCounter> {
     let (hl, _, _) = O::outer(b).map_err(|_| UpfCounter::Truncated)?;
     let u = b.get(hl..hl + 8).ok_or(UpfCounter::Truncated)?;
     let ulen = u16::from_be_bytes([u[4], u[5]]) as usize;
-    let g = b.get(hl + 8..hl + ulen.max(8)).ok_or(UpfCounter::Truncated)?;
+    Ok((hl, b.get(hl + 8..hl + ulen.max(8)).ok_or(UpfCounter::Truncated)?))
+}
+
+/// [`parse_gpdu`] through the whole header: optional fields and extensions.
+fn parse_gpdu_full<O: OuterFamily>(b: &[u8]) -> Result<Gpdu, UpfCounter> {
+    let (hl, g) = gtpu_message::<O>(b)?;
     let p = GtpuPacket::new_checked(g).map_err(|_| UpfCounter::Truncated)?;
     let r = GtpuRepr::parse(&p).map_err(|_| UpfCounter::Truncated)?;
     if r.msg_type != MessageType::GPdu {
@@ -908,5 +931,35 @@ impl<Cx: HasUpf> ExpandNode<Cx> for UpfBuffer {
         let n = deliver_downlink(&tables, usage, policer, r, pool.get_mut(bi), counts)?;
         out.push((bi, n));
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The G-PDU read from its fixed fields agrees with the whole parse: same verdict,
+    /// same TEID, QFI and inner packet, over headers with and without optional fields
+    /// and with lengths that fit, overrun or fall short.
+    #[test]
+    fn fixed_field_parse_agrees_with_the_full_parse() {
+        let flags = prop_oneof![Just(0x30u8), Just(0x38), Just(0x34), Just(0x32), any::<u8>()];
+        let gtpu = (flags, prop_oneof![Just(255u8), any::<u8>()], any::<u32>(), proptest::collection::vec(any::<u8>(), 0..24));
+        proptest!(|((flags, ty, teid, rest) in gtpu, len_delta in -3i32..4, udp_delta in -3i32..4)| {
+            let len = (rest.len() as i32 + len_delta).max(0) as u16;
+            let mut g = vec![flags, ty];
+            g.extend_from_slice(&len.to_be_bytes());
+            g.extend_from_slice(&teid.to_be_bytes());
+            g.extend_from_slice(&rest);
+            let ulen = ((8 + g.len()) as i32 + udp_delta).max(0) as u16;
+            let mut b = vec![0x45, 0, 0, 0, 0, 0, 0, 0, 64, 17, 0, 0, 198, 18, 0, 1, 198, 18, 0, 2];
+            b.extend_from_slice(&[8, 104, 8, 104]);
+            b.extend_from_slice(&ulen.to_be_bytes());
+            b.extend_from_slice(&[0, 0]);
+            b.extend_from_slice(&g);
+            let view = |r: Result<Gpdu, UpfCounter>| r.map(|g| (g.teid, g.qfi, g.inner_at, g.inner_len));
+            prop_assert_eq!(view(parse_gpdu::<Ip4Outer>(&b)), view(parse_gpdu_full::<Ip4Outer>(&b)));
+        });
     }
 }

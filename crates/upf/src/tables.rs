@@ -150,11 +150,9 @@ pub struct Session {
 /// slices first. Any other session (`action: None`) goes through the full match, and
 /// a property test (`tests/nodes.rs`) holds the two to the same verdicts and counts.
 ///
-/// 64 bytes, but not aligned to 64: an over-aligned chunk is allocated by `memalign`,
-/// and glibc could not reuse a freed one for the next, so each session change left a
-/// 16 KiB hole (`vecgate bench upf4-uplink --tunnels 10000`: 16.8 KB resident per
-/// session, 1.3 KB unaligned). A record spans two lines, which the prefetch pass loads
-/// together.
+/// 64 bytes, on a line of its own: [`RecordArray`] starts its chunks on a line boundary
+/// without over-aligning them (an over-aligned chunk is glibc's `memalign`, which left a
+/// hole at each session change: 16.8 KB resident per session).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(C)]
 pub struct Record {
@@ -167,7 +165,6 @@ pub struct Record {
     /// Uplink: the QFI the PDR asks of a G-PDU (another goes through the full match).
     pub qfi: Option<u8>,
     pub usage: Option<UsageCellRef>,
-    /// Last (`repr(C)`), so that prefetching it and the record's start loads both lines.
     pub policer: Option<PolicerRef>,
 }
 
@@ -286,13 +283,68 @@ impl SessionRecords {
 /// session change copies as little.
 const RECORD_CHUNK_BITS: u32 = 7;
 
+/// Each session's records by slot: a chunked copy-on-write array (as [`CowVec`]) whose
+/// chunks start on a line boundary, so that each [`Record`] is one line.
+#[derive(Clone)]
+pub struct RecordArray {
+    chunks: Vec<engine::mem::SharedLines<SessionRecords>>,
+    len: usize,
+}
+
+impl RecordArray {
+    const CHUNK: usize = 1 << RECORD_CHUNK_BITS;
+
+    /// `len` entries, every one unresolved.
+    pub fn unresolved(len: usize) -> Self {
+        let mut a = RecordArray { chunks: Vec::new(), len: 0 };
+        a.resize(len);
+        a
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    #[inline(always)]
+    pub fn get(&self, i: usize) -> Option<&SessionRecords> {
+        if i >= self.len {
+            return None;
+        }
+        self.chunks.get(i >> RECORD_CHUNK_BITS)?.get(i & (Self::CHUNK - 1))
+    }
+
+    /// Entry `i` to change, copying its chunk first if a published version shares it.
+    pub fn get_mut(&mut self, i: usize) -> Option<&mut SessionRecords> {
+        if i >= self.len {
+            return None;
+        }
+        self.chunks.get_mut(i >> RECORD_CHUNK_BITS)?.get_mut(i & (Self::CHUNK - 1))
+    }
+
+    /// Grow to `len` entries (new ones unresolved).
+    pub fn resize(&mut self, len: usize) {
+        while self.chunks.len() * Self::CHUNK < len {
+            self.chunks.push(engine::mem::SharedLines::new(Self::CHUNK, SessionRecords::UNRESOLVED));
+        }
+        self.len = self.len.max(len);
+    }
+
+    pub fn memory_bytes(&self) -> usize {
+        self.chunks.iter().map(|c| c.memory_bytes()).sum()
+    }
+}
+
 /// A version of the UPF tables.
 #[derive(Clone)]
 pub struct UpfTables {
     pub generation: u64,
     pub sessions: CowVec<Option<Arc<Session>>>,
     /// Each session's records, by the session's slot.
-    pub records: CowVec<SessionRecords, RECORD_CHUNK_BITS>,
+    pub records: RecordArray,
     /// Local TEID → session slot; the aux word is 1 for the TEID the session's uplink
     /// record is for.
     pub by_teid: TeidTable,
@@ -312,7 +364,7 @@ impl Default for UpfTables {
         UpfTables {
             generation: 0,
             sessions: CowVec::new(0, None),
-            records: CowVec::new(0, SessionRecords::UNRESOLVED),
+            records: RecordArray::unresolved(0),
             by_teid: TeidTable::default(),
             by_ue4: TeidTable::default(),
             by_ue6: TeidTable::default(),
