@@ -212,7 +212,7 @@ seeds = {
                + [rec(ACCESS, eth(ACCESS, IPv6(src=b, dst=US6) / UDP(sport=5353, dport=5000) / payload(80)))
                   for b in ("2001:db8:98::10", "2001:db8:98::11")],
     # Direct server return: a TCP connection to the GRE service (SYN, then data), UDP to
-    # the GUE service over IPv6 (lb4-encap / lb6-encap; nothing comes back this way).
+    # the GUE service over IPv6 (encapsulated by lb4-nat / lb6-nat; nothing comes back this way).
     "lb4-dsr-gre": [rec(ACCESS, eth(ACCESS, IP(src=USER4, dst="198.18.128.11") / TCP(sport=40002, dport=80, flags="S", seq=1))),
                     rec(ACCESS, eth(ACCESS, IP(src=USER4, dst="198.18.128.11") / TCP(sport=40002, dport=80, flags="A", seq=2) / payload(200)))],
     "lb6-dsr-gue": [rec(ACCESS, user_udp6("2001:db8:128::11", 120, sport=5002, dport=53), hold=True),

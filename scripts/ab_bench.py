@@ -14,21 +14,25 @@ import sys
 
 # Scenario -> the node whose cycles are compared.
 SCENARIOS = {"gtpu4-encap": "gtpu4-encap", "gtpu4-decap": "gtpu4-input", "ip4-forward": "ip4-lookup"}
-# AB_SET=lb: the load balancer's scenarios (label: bench arguments; the node is the label's
-# first word), 10 000 flows as in docs/PERFORMANCE.md.
+# AB_SET=lb: the load balancer's scenarios (label: bench arguments), 10 000 flows as in
+# docs/PERFORMANCE.md; compared: the LB nodes together ("lb4-*", weighted by the packets
+# each saw: lb4-nat alone since it encapsulates too, lb4-nat + lb4-encap before).
 LB = {
     f"{s} --services {n}": f"{s} --services {n} --backends 10 --flows 10000 --packets 2000000"
     for s, counts in (("lb4-nat", (1, 10000)), ("lb4-encap", (1, 1000, 10000)))
     for n in counts
 }
 if os.environ.get("AB_SET") == "lb":
-    SCENARIOS = {label: label.split()[0] for label in LB}
+    SCENARIOS = {label: "lb4-*" for label in LB}
 
 
 def run(binary, scenario, node):
     args = LB.get(scenario, scenario).split()
     out = subprocess.run([binary, "bench", *args, "--json", "--core", "1"], capture_output=True, text=True, check=True).stdout
     d = json.loads(out)
+    if node.endswith("*"):
+        cycles = sum(n["cycles_per_packet"] * n["packets"] for n in d["nodes"] if n["name"].startswith(node[:-1]))
+        return cycles / max(d["packets"], 1), d["cycles_per_packet"]
     return next(n for n in d["nodes"] if n["name"] == node)["cycles_per_packet"], d["cycles_per_packet"]
 
 

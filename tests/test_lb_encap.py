@@ -1,6 +1,6 @@
 """The load balancer's encapsulation mode (direct server return), pcap mode: scapy builds
 client packets, vecgate chooses a backend per connection (lb4-nat / lb6-nat) and carries
-the packet to it unchanged inside IP-in-IP, GRE or GUE (lb4-encap / lb6-encap); scapy
+the packet to it unchanged inside IP-in-IP, GRE or GUE (the same node); scapy
 and tshark dissect the outer and inner headers. The client 198.18.0.2 / 2001:db8::2 is
 behind eth0; backends in 198.19.0.0/16 and 2001:db8:100::/48 are routed by 198.18.1.2 /
 2001:db8:1::2 behind eth1; the node's address there (198.18.1.1 / 2001:db8:1::1) is the
@@ -106,7 +106,7 @@ def test_each_encapsulation_carries_the_client_packet_unchanged(vecgate, tmp_pat
         outer_checks(p, len(inner), extra)
         by_mode[mode] += 1
     assert by_mode == {m: n for m in VIPS}
-    assert counters[("lb4-encap", "encapsulated")] == 3 * n
+    assert counters[("lb4-nat", "encapsulated")] == 3 * n
     assert counters[("lb4-nat", "new-session")] == 3 * n
     # tshark: outer IPv4 checksums (and the inner ones, ipip and gre) verified.
     bad, _ = tshark_clean(tmp_path / "out1.pcap")
@@ -129,7 +129,7 @@ def test_flows_spread_and_stick_one_session_each(vecgate, tmp_path):
     assert all(abs(c - n / 3) < n * 0.12 for c in seen.values()), seen
     # One session per connection; the second packet of each is a hit.
     assert counters[("lb4-nat", "new-session")] == n
-    assert counters[("lb4-encap", "encapsulated")] == 2 * n
+    assert counters[("lb4-nat", "encapsulated")] == 2 * n
 
 
 def test_gue_source_port_follows_the_flow(vecgate, tmp_path):
@@ -170,8 +170,8 @@ def test_udp_service_and_ipv6_gue(vecgate, tmp_path):
         inner = IPv6(gue[4:])
         assert raw(inner) == raw(six[inner[TCP].sport - 41000][IPv6])
     assert len({p[IPv6].dst for p in v6}) == 3
-    assert counters[("lb6-encap", "encapsulated")] == 30
-    assert counters[("lb4-encap", "encapsulated")] == 20
+    assert counters[("lb6-nat", "encapsulated")] == 30
+    assert counters[("lb4-nat", "encapsulated")] == 20
 
 
 def test_bad_encapsulated_services_name_the_field(vecgate, tmp_path):

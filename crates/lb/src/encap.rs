@@ -35,7 +35,7 @@ pub enum EncapError {
 }
 
 /// One backend's outer headers: one cache line (`an_outer_template_is_one_cache_line`),
-/// the one miss of `lbN-encap` a packet when packets go round many services.
+/// the one miss of the encapsulation (`lbN-nat`) a packet when packets go round many services.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(align(64))]
 pub struct Outer {

@@ -14,14 +14,17 @@
 //!
 //! A service with `forwarding` other than NAT (direct server return) takes the same
 //! steps up to the backend's choice (one session entry per connection, no reply
-//! entry), then hands the packet unchanged to `lbN-encap` with the choice in its
-//! metadata: `meta.adj` the service id, `meta.param` the backend's index, `meta.flow_hash`
-//! the flow's hash.
+//! entry), then the same node puts the client's packet, unchanged, into the backend's
+//! outer headers ([`crate::encap::Outer`], precomputed per backend) and sends it by the
+//! backend's adjacency when the control plane resolved it and the packet fits its link,
+//! else routes it to the backend like any packet the node sends. One node for the
+//! choice and the encapsulation: a session hit needs nothing else (no second frame, no
+//! metadata hand-over; docs/PERFORMANCE.md).
 //!
 //! ```text
-//! lb4-nat ─(encapsulated service)─► lb4-encap ─► interface-output (the backend's resolved adjacency)
-//!                                            ├► ip4-lookup (the outer header, when unresolved or past the link MTU)
-//!                                            └► ip-gso-segment (a GSO frame: segments come back by the route)
+//! lb4-nat ─(encapsulated service)─► interface-output (the backend's resolved adjacency)
+//!                                ├► ip4-lookup (the outer header, when unresolved or past the link MTU)
+//!                                └► ip-gso-segment (a GSO frame: segments come back by the route)
 //! ```
 
 use crate::context::{HasLb, LbFamily};
@@ -36,7 +39,7 @@ next_nodes! {
     pub enum LbNatNext {
         Ip4Lookup = "ip4-lookup", Ip6Lookup = "ip6-lookup", Ip4IcmpError = "ip4-icmp-error", Ip6IcmpError = "ip6-icmp-error",
         Ip4Rewrite = "ip4-rewrite", Ip6Rewrite = "ip6-rewrite",
-        Lb4Encap = "lb4-encap", Lb6Encap = "lb6-encap",
+        Output = "interface-output", Segment = "ip-gso-segment",
     }
 }
 
@@ -58,6 +61,11 @@ counters! {
         ExtensionHeaders(Warn, "extension-headers", "IPv6 extension headers before the transport header"),
         Protocol(Warn, "not-tcp-udp", "not TCP, UDP or an ICMP error about them"),
         BadUdpLength(Warn, "bad-udp-length", "UDP length field below 8 or past the packet"),
+        Encapsulated(Info, "encapsulated", "packets sent to their backend inside the service's encapsulation"),
+        GsoSegmented(Info, "gso-to-segment", "GSO frames sent to software segmentation before encapsulation"),
+        NoOuter(Error, "no-outer-headers", "the service or backend the balancer chose has no outer headers in the tables (never expected)"),
+        NoHeadroom(Error, "no-headroom", "not enough headroom for the outer headers"),
+        TooBig(Warn, "too-big", "encapsulated packet longer than an IP packet can be"),
     }
 }
 
@@ -67,8 +75,9 @@ pub trait NatNodeFamily: LbFamily {
     const LOOKUP: LbNatNext;
     const ICMP_ERROR: LbNatNext;
     const REWRITE: LbNatNext;
-    const ENCAP: LbNatNext;
     const PORT_UNREACHABLE: IcmpRequest;
+    /// The outer packet's family on the forwarding side (its adjacency).
+    type Ip: ip::nodes::family::Family;
 }
 
 impl NatNodeFamily for crate::V4 {
@@ -76,8 +85,8 @@ impl NatNodeFamily for crate::V4 {
     const LOOKUP: LbNatNext = LbNatNext::Ip4Lookup;
     const ICMP_ERROR: LbNatNext = LbNatNext::Ip4IcmpError;
     const REWRITE: LbNatNext = LbNatNext::Ip4Rewrite;
-    const ENCAP: LbNatNext = LbNatNext::Lb4Encap;
     const PORT_UNREACHABLE: IcmpRequest = IcmpRequest::new(3, wire::icmpv4::unreach::PORT, 0);
+    type Ip = ip::nodes::family::Ip4;
 }
 
 impl NatNodeFamily for crate::V6 {
@@ -85,8 +94,8 @@ impl NatNodeFamily for crate::V6 {
     const LOOKUP: LbNatNext = LbNatNext::Ip6Lookup;
     const ICMP_ERROR: LbNatNext = LbNatNext::Ip6IcmpError;
     const REWRITE: LbNatNext = LbNatNext::Ip6Rewrite;
-    const ENCAP: LbNatNext = LbNatNext::Lb6Encap;
     const PORT_UNREACHABLE: IcmpRequest = IcmpRequest::new(1, wire::icmpv6::unreach::PORT, 0);
+    type Ip = ip::nodes::family::Ip6;
 }
 
 pub struct LbNat<F>(std::marker::PhantomData<F>);
@@ -125,6 +134,44 @@ impl<F: NatNodeFamily> LbNat<F> {
         }
         Verdict::Next(F::REWRITE)
     }
+
+    /// A direct-server-return packet, its backend chosen (`service`'s backend `backend`),
+    /// into the backend's outer headers (`hash` the flow's, the GUE source port), then
+    /// sent by the backend's adjacency when resolved and the packet fits its link whole,
+    /// else by `ipN-lookup`. A GSO frame goes to segmentation first; its segments come
+    /// back by the service's route and each is encapsulated here.
+    #[inline(always)]
+    fn encapsulate<Cx: HasLb>(
+        cx: &mut Cx,
+        counts: &mut Counts<'_, LbNatCounter>,
+        buf: &mut Buffer,
+        service: u32,
+        backend: u32,
+        hash: u32,
+    ) -> Verdict<LbNatNext, LbNatCounter> {
+        use LbNatCounter as C;
+        let (t, _, _) = F::parts(cx.lb());
+        let Some(outer) = t.outer(service, backend) else {
+            return Verdict::Drop(C::NoOuter);
+        };
+        if buf.meta.offload.gso != engine::GsoKind::None {
+            counts.inc(C::GsoSegmented);
+            return Verdict::Next(LbNatNext::Segment);
+        }
+        let adj = outer.adj;
+        match outer.apply(buf, hash) {
+            Ok(()) => counts.inc(C::Encapsulated),
+            Err(EncapError::NoHeadroom) => return Verdict::Drop(C::NoHeadroom),
+            Err(EncapError::TooBig) => return Verdict::Drop(C::TooBig),
+        }
+        // No second lookup for a resolved backend (as the tunnels' encap nodes); what
+        // the link cannot carry whole goes by the lookup, whose rewrite decides.
+        if adj != ADJ_MISS && ip::nodes::family::send_originated_whole::<F::Ip>(&cx.ip().tables, buf, adj) {
+            buf.meta.adj = adj;
+            return Verdict::Next(LbNatNext::Output);
+        }
+        Verdict::Next(F::LOOKUP)
+    }
 }
 
 impl<Cx: HasLb, F: NatNodeFamily> Node<Cx> for LbNat<F> {
@@ -143,7 +190,7 @@ impl<Cx: HasLb, F: NatNodeFamily> Node<Cx> for LbNat<F> {
     /// only: a wrong one finds no session, and the full path hashes again). Measured in
     /// docs/PERFORMANCE.md.
     fn prepare(&mut self, cx: &mut Cx, pool: &mut Pool, input: &[BufIdx]) {
-        let (_, lb, _) = F::parts(cx.lb());
+        let (t, lb, _) = F::parts(cx.lb());
         for &b in input {
             let buf = pool.get_mut(b);
             if let Ok((key, _, _)) = nat::flow::<F>(buf.bytes()) {
@@ -154,6 +201,21 @@ impl<Cx: HasLb, F: NatNodeFamily> Node<Cx> for LbNat<F> {
         }
         for &b in input {
             lb.sessions.prefetch_slot_hashed(pool.get(b).meta.flow_hash);
+        }
+        // A third wave for direct-server-return sessions: the backend's outer headers
+        // (with packets going round many services each is a miss of its own). Only
+        // where a service is encapsulated: it reads each slot, which NAT alone need not.
+        if t.encapsulated == 0 {
+            return;
+        }
+        for &b in input {
+            if let Some((i, s)) = lb.sessions.peek_hashed(pool.get(b).meta.flow_hash) {
+                if s.twin == i {
+                    if let Some(outer) = t.outer(s.service, s.backend) {
+                        engine::prefetch::read(outer);
+                    }
+                }
+            }
         }
     }
 
@@ -199,10 +261,8 @@ impl<Cx: HasLb, F: NatNodeFamily> Node<Cx> for LbNat<F> {
                 return Verdict::Next(F::LOOKUP);
             }
             Some(Hit::Direct { service, backend }) => {
-                // `meta.flow_hash` is the flow's (its session was found by it).
-                buf.meta.adj = service;
-                buf.meta.param = backend;
-                return Verdict::Next(F::ENCAP);
+                // `hash` is the flow's (its session was found by it).
+                return Self::encapsulate(cx, counts, buf, service, backend, hash);
             }
             None => {}
         }
@@ -224,10 +284,8 @@ impl<Cx: HasLb, F: NatNodeFamily> Node<Cx> for LbNat<F> {
             return match lb.direct(svc, &key, flags, now) {
                 Ok((b, outcome)) => {
                     count_outcome(counts, outcome);
-                    buf.meta.adj = svc.id;
-                    buf.meta.param = b;
-                    buf.meta.flow_hash = F::flow_hash(&key.src, &key.dst, key.sport, key.dport, key.proto);
-                    Verdict::Next(F::ENCAP)
+                    let id = svc.id;
+                    Self::encapsulate(cx, counts, buf, id, b, F::flow_hash(&key.src, &key.dst, key.sport, key.dport, key.proto))
                 }
                 Err(LbDrop::NoBackend) => {
                     counts.inc(C::NoBackend);
@@ -266,112 +324,8 @@ fn count_outcome(counts: &mut Counts<'_, LbNatCounter>, outcome: Outcome) {
     }
 }
 
-next_nodes! {
-    pub enum LbEncapNext {
-        Ip4Lookup = "ip4-lookup", Ip6Lookup = "ip6-lookup", Segment = "ip-gso-segment", Output = "interface-output",
-    }
-}
-
-counters! {
-    pub enum LbEncapCounter {
-        Encapsulated(Info, "encapsulated", "packets sent to their backend inside the service's encapsulation"),
-        GsoSegmented(Info, "gso-to-segment", "GSO frames sent to software segmentation before encapsulation"),
-        NoBackend(Error, "no-backend", "the service or backend the balancer chose is not in the tables (never expected)"),
-        NoHeadroom(Error, "no-headroom", "not enough headroom for the outer headers"),
-        TooBig(Warn, "too-big", "encapsulated packet longer than an IP packet can be"),
-    }
-}
-
-/// A family's next node for the encapsulated packet.
-pub trait EncapNodeFamily: LbFamily {
-    const NODE: &'static str;
-    const LOOKUP: LbEncapNext;
-    /// The outer packet's family on the forwarding side (its adjacency).
-    type Ip: ip::nodes::family::Family;
-}
-
-impl EncapNodeFamily for crate::V4 {
-    const NODE: &'static str = "lb4-encap";
-    const LOOKUP: LbEncapNext = LbEncapNext::Ip4Lookup;
-    type Ip = ip::nodes::family::Ip4;
-}
-
-impl EncapNodeFamily for crate::V6 {
-    const NODE: &'static str = "lb6-encap";
-    const LOOKUP: LbEncapNext = LbEncapNext::Ip6Lookup;
-    type Ip = ip::nodes::family::Ip6;
-}
-
-/// `lb4-encap` / `lb6-encap`: the client's packet, its backend chosen by `lbN-nat`,
-/// into the backend's outer headers (precomputed per backend), then sent by the
-/// backend's adjacency when the control plane resolved it and the packet fits its link,
-/// else routed to the backend like any packet the node sends.
-pub struct LbEncap<F>(std::marker::PhantomData<F>);
-
-impl<F> Default for LbEncap<F> {
-    fn default() -> Self {
-        LbEncap(std::marker::PhantomData)
-    }
-}
-
-impl<Cx: HasLb, F: EncapNodeFamily> Node<Cx> for LbEncap<F> {
-    type Next = LbEncapNext;
-    type Counter = LbEncapCounter;
-
-    fn name(&self) -> &'static str {
-        F::NODE
-    }
-
-    /// Start loading every packet's template before copying any: with packets going
-    /// round many services each is a miss of its own (docs/PERFORMANCE.md).
-    fn prepare(&mut self, cx: &mut Cx, pool: &mut Pool, input: &[BufIdx]) {
-        let (t, _, _) = F::parts(cx.lb());
-        for &b in input {
-            let m = &pool.get(b).meta;
-            if let Some(outer) = t.outer(m.adj, m.param) {
-                engine::prefetch::read(outer);
-            }
-        }
-    }
-
-    #[inline]
-    fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
-        use LbEncapCounter as C;
-        // The tables are the version lbN-nat chose in: a worker refreshes them between
-        // vectors only.
-        let (t, _, _) = F::parts(cx.lb());
-        let Some(outer) = t.outer(buf.meta.adj, buf.meta.param) else {
-            return Verdict::Drop(C::NoBackend);
-        };
-        if buf.meta.offload.gso != engine::GsoKind::None {
-            counts.inc(C::GsoSegmented);
-            return Verdict::Next(LbEncapNext::Segment);
-        }
-        let adj = outer.adj;
-        match outer.apply(buf, buf.meta.flow_hash) {
-            Ok(()) => counts.inc(C::Encapsulated),
-            Err(EncapError::NoHeadroom) => return Verdict::Drop(C::NoHeadroom),
-            Err(EncapError::TooBig) => return Verdict::Drop(C::TooBig),
-        }
-        // No second lookup for a resolved backend (as the tunnels' encap nodes); what
-        // the link cannot carry whole goes by the lookup, whose rewrite decides.
-        if adj != ADJ_MISS {
-            let t = &cx.ip().tables;
-            if t.adjacency(adj).mtu().is_some_and(|mtu| buf.len() <= mtu as usize)
-                && ip::nodes::family::send_originated::<F::Ip>(t, buf, adj)
-            {
-                buf.meta.adj = adj;
-                return Verdict::Next(LbEncapNext::Output);
-            }
-        }
-        Verdict::Next(F::LOOKUP)
-    }
-}
-
 /// Add the LB nodes to a graph (the IP nodes must be there too).
 pub fn register<Cx: HasLb>(g: &mut GraphBuilder<Cx>) {
     g.add(LbNat::<crate::V4>::default());
     g.add(LbNat::<crate::V6>::default());
-    g.add(LbEncap::<crate::V4>::default());
-    g.add(LbEncap::<crate::V6>::default());
 }

@@ -81,7 +81,7 @@ pub enum Forwarding {
     Nat,
     /// Direct server return (Katran's, VPP lb's): the client's packet unchanged inside
     /// an outer IP header to the backend (IP-in-IP, protocol 4 or 41), which holds the
-    /// service address itself and answers the client directly (`lbN-encap`).
+    /// service address itself and answers the client directly (`lbN-nat` encapsulates).
     Ipip,
     /// The same inside UDP and a GUE header (draft-ietf-intarea-gue, variant 0), the
     /// source port from the flow hash so the backend's NIC spreads flows by RSS.

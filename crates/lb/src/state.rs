@@ -227,7 +227,7 @@ impl LbState {
             if let Some(s) = t.services.get_mut(id as usize) {
                 *s = None;
                 t.gens[id as usize] = 0;
-                t.outers[id as usize] = None;
+                t.set_outers(id, None);
             }
         }
         clear(&mut self.tables.v4, id);
@@ -322,7 +322,7 @@ impl LbState {
                 t.outers.resize(id as usize + 1, None);
             }
             t.gens[id as usize] = s.gen;
-            t.outers[id as usize] = (!s.outer.is_empty()).then(|| Arc::clone(&s.outer));
+            t.set_outers(id, Some(Arc::clone(&s.outer)));
             t.services[id as usize] = Some(Arc::new(s));
         }
         // Never 0 (no service); wraps to 1 after 4 billion changes.
@@ -343,7 +343,7 @@ impl LbState {
 
     /// Resolve every encapsulated backend to the adjacency its outer packets leave by
     /// (`resolve`: the router's answer, `ADJ_MISS` where the lookup must decide), so
-    /// that `lbN-encap` sends them there without a second lookup (VPP's `lb4-gre4` does
+    /// that `lbN-nat` sends them there without a second lookup (VPP's `lb4-gre4` does
     /// not look the outer header up either). Services whose answers changed get new
     /// templates, not a new generation (their sessions stay). True if any answer
     /// changed (the tables are then to publish). After route changes; service changes
@@ -393,8 +393,8 @@ impl LbState {
     fn retemplate(&mut self, id: u32) {
         fn set<F: Family>(t: &mut FamilyTables<F>, id: u32, outer: Arc<[Outer]>) {
             if let Some(Some(s)) = t.services.get_mut(id as usize) {
-                t.outers[id as usize] = (!outer.is_empty()).then(|| Arc::clone(&outer));
-                Arc::make_mut(s).outer = outer;
+                Arc::make_mut(s).outer = Arc::clone(&outer);
+                t.set_outers(id, Some(outer));
             }
         }
         let spec = self.specs[id as usize].as_ref().expect("retemplated services have specs");
@@ -499,6 +499,13 @@ mod tests {
         assert_eq!(asked, ["198.19.4.10".parse::<IpAddr>().unwrap()]);
         assert_eq!(all(&st), [11, 11, 13]);
         assert_eq!(st.tables().v4.gen(0), rebuilt, "the backend change's generation, not another");
+        // The count of encapsulated services (it gates lbN-nat's template prefetch)
+        // follows changes, re-templating and deletion.
+        assert_eq!((st.tables().v4.encapsulated, st.tables().v6.encapsulated), (1, 0), "the NAT service not counted");
+        st.del_service("nat").unwrap();
+        assert_eq!(st.tables().v4.encapsulated, 1);
+        st.del_service("gre").unwrap();
+        assert_eq!(st.tables().v4.encapsulated, 0);
     }
 
     #[test]

@@ -94,6 +94,14 @@ impl<K: TableKey, V: Copy + Default> Table<K, V> {
         }
     }
 
+    /// The entry in the first slot of its first bucket with tag `tag`, whatever its key:
+    /// a hint for starting to load what the entry names (after
+    /// [`Table::prefetch_slot_hashed`] brought the slot in), never an answer.
+    #[inline(always)]
+    pub fn peek_hashed(&self, tag: u32) -> Option<(SlotIdx, &V)> {
+        self.first_tag(self.first_bucket(tag), tag).map(|i| (i as SlotIdx, &self.slots[i].val))
+    }
+
     /// The first slot of the bucket from the tag's low bits, where most keys are.
     #[inline(always)]
     fn first_bucket(&self, tag: u32) -> usize {

@@ -38,7 +38,7 @@ pub struct ServiceTable<F: Family> {
     pub backends: Vec<Backend<F>>,
     /// Maglev: slot → index in `backends`; empty when no backend takes new flows.
     pub maglev: Vec<u32>,
-    /// NAT, or the encapsulation of a direct-server-return service (`lbN-encap`).
+    /// NAT, or the encapsulation of a direct-server-return service (`lbN-nat`).
     pub forwarding: crate::service::Forwarding,
     /// Encapsulated services: each backend's outer headers, by index in `backends`;
     /// empty for NAT. Shared with [`FamilyTables::outers`].
@@ -65,9 +65,12 @@ pub struct FamilyTables<F: Family> {
     /// services so that a session hit reads one word of a dense array, not a service.
     pub gens: Vec<u32>,
     /// By service id: an encapsulated service's outer headers (its `outer`), so that
-    /// `lbN-encap` goes from the packet's service id to its template without reading
+    /// `lbN-nat` goes from the packet's service id to its template without reading
     /// the service (one cache miss a packet fewer when packets go round 10 000 services).
     pub outers: Vec<Option<Arc<[Outer]>>>,
+    /// How many of `outers` are `Some` (kept by [`FamilyTables::set_outers`]): without
+    /// an encapsulated service `lbN-nat` looks for no outer headers to prefetch.
+    pub encapsulated: usize,
     /// ClusterIP and LoadBalancer services: (address, port, protocol) → service id.
     pub vips: HashMap<(F::Addr, u16, u8), u32, WordHashBuilder>,
     /// NodePort services: (port, protocol) → service id, on any local address.
@@ -86,6 +89,7 @@ impl<F: Family> Clone for FamilyTables<F> {
             services: self.services.clone(),
             gens: self.gens.clone(),
             outers: self.outers.clone(),
+            encapsulated: self.encapsulated,
             vips: self.vips.clone(),
             node_ports: self.node_ports.clone(),
             snat: self.snat,
@@ -100,6 +104,7 @@ impl<F: Family> Default for FamilyTables<F> {
             services: Vec::new(),
             gens: Vec::new(),
             outers: Vec::new(),
+            encapsulated: 0,
             vips: HashMap::default(),
             node_ports: HashMap::default(),
             snat: None,
@@ -119,6 +124,15 @@ impl<F: Family> FamilyTables<F> {
             None => return None,
         };
         self.service(id)
+    }
+
+    /// Service `id`'s outer headers (`None`, or empty: not encapsulated); `id` within
+    /// `outers`.
+    pub fn set_outers(&mut self, id: u32, outers: Option<Arc<[Outer]>>) {
+        let outers = outers.filter(|o| !o.is_empty());
+        let slot = &mut self.outers[id as usize];
+        self.encapsulated = self.encapsulated + outers.is_some() as usize - slot.is_some() as usize;
+        *slot = outers;
     }
 
     /// The outer headers of service `id`'s backend `backend` (encapsulated services).

@@ -215,6 +215,18 @@ pub fn send_originated<F: Family>(t: &Tables, buf: &mut engine::Buffer, adj: u32
     }
 }
 
+/// [`send_originated`] for a packet that must cross the adjacency's link whole: false as
+/// well when it is longer than the link's MTU (the caller hands it to `ipN-lookup`, whose
+/// rewrite fragments it or signals). One read of the adjacency for both.
+#[inline(always)]
+pub fn send_originated_whole<F: Family>(t: &Tables, buf: &mut engine::Buffer, adj: u32) -> bool {
+    match t.adjacency(adj) {
+        Adjacency::Rewrite { tx_if, rewrite, mtu } => buf.len() <= *mtu as usize && prepend_l2(buf, *tx_if, rewrite),
+        Adjacency::Glean { mtu, .. } => buf.len() <= *mtu as usize && send_originated_glean::<F>(t, buf, adj),
+        _ => false,
+    }
+}
+
 /// [`send_originated`] on an attached subnet: the neighbour looked up per packet. Out of
 /// line, so that the resolved case stays small where it is inlined.
 #[inline(never)]
