@@ -788,10 +788,9 @@ impl SubBuilder {
         // One child per slot with longer routes, in slot order (= key order): the
         // routes of a slot are contiguous; those painted here come along and the child
         // skips them.
-        let mut n = self.nodes[idx].child_base as usize;
-        for (s, child) in ChildRoutes::new(routes, depth) {
-            self.build_node(n, child, end, slots[s]);
-            n += 1;
+        let base = self.nodes[idx].child_base as usize;
+        for (n, (s, child)) in ChildRoutes::new(routes, depth).enumerate() {
+            self.build_node(base + n, child, end, slots[s]);
         }
     }
 
@@ -819,8 +818,9 @@ impl SubBuilder {
         let end = depth + STRIDE;
         let o = self.old_nodes[old];
         let old_count = o.children.count_ones();
-        let mut n = self.nodes[idx].child_base as usize;
-        for (s, child) in ChildRoutes::new(routes, depth) {
+        let base = self.nodes[idx].child_base as usize;
+        for (n, (s, child)) in ChildRoutes::new(routes, depth).enumerate() {
+            let n = base + n;
             if o.children & (1 << s) == 0 {
                 self.build_node(n, child, end, slots[s]);
             } else {
@@ -843,7 +843,6 @@ impl SubBuilder {
                     self.copy_subtree(n, oc, ends);
                 }
             }
-            n += 1;
         }
     }
 
@@ -853,10 +852,10 @@ impl SubBuilder {
         let c = self.old_nodes[old];
         let nd = (self.nodes.len() as u32).wrapping_sub(c.child_base);
         let ld = (self.leaves.len() as u32).wrapping_sub(c.leaf_base);
-        let moved = move |x: &PNode| PNode { child_base: x.child_base.wrapping_add(nd), leaf_base: x.leaf_base.wrapping_add(ld), ..*x };
-        self.nodes[idx] = moved(&c);
+        let moved = |x: &PNode| PNode { child_base: x.child_base.wrapping_add(nd), leaf_base: x.leaf_base.wrapping_add(ld), ..*x };
         self.leaves.extend_from_slice(&self.old_leaves[c.leaf_base as usize..ends.1 as usize]);
         self.nodes.extend(self.old_nodes[c.child_base as usize..ends.0 as usize].iter().map(moved));
+        self.nodes[idx] = moved(&c);
     }
 
     /// Node `idx`'s own part: its slots painted from `routes`, its leaves appended and
