@@ -276,18 +276,20 @@ impl<K: LpmKey + Default> FibBuilder<K> {
     /// Set (`Some`) or remove (`None`) the route for `k/len`.
     pub fn set(&mut self, k: K, len: u8, v: Option<u32>) {
         if let Some(slot) = self.set_deferred(k, len, v) {
-            self.recompile_slot(slot);
+            self.recompile_slot(slot, &[(k.masked(len), len)]);
         }
     }
 
     /// Many changes: each direct slot's subtrie is recompiled once, after all of them.
     pub fn set_many(&mut self, changes: impl IntoIterator<Item = (K, u8, Option<u32>)>) {
-        let mut dirty = std::collections::BTreeSet::new();
+        let mut dirty: BTreeMap<usize, Vec<(K, u8)>> = BTreeMap::new();
         for (k, len, v) in changes {
-            dirty.extend(self.set_deferred(k, len, v));
+            if let Some(slot) = self.set_deferred(k, len, v) {
+                dirty.entry(slot).or_default().push((k.masked(len), len));
+            }
         }
-        for slot in dirty {
-            self.recompile_slot(slot);
+        for (slot, changed) in dirty {
+            self.recompile_slot(slot, &changed);
         }
     }
 
@@ -337,9 +339,11 @@ impl<K: LpmKey + Default> FibBuilder<K> {
         dirty
     }
 
-    /// Recompile one direct slot's subtrie from the long routes inside it.
-    fn recompile_slot(&mut self, slot: usize) {
-        self.fib.trie.set_slot_routes(slot, &self.long[slot]);
+    /// Recompile one direct slot's subtrie from the long routes inside it, of which
+    /// `changed` are the prefixes changed since its last compilation (only the nodes
+    /// they overlap are compiled again).
+    fn recompile_slot(&mut self, slot: usize, changed: &[(K, u8)]) {
+        self.fib.trie.update_slot_routes(slot, &self.long[slot], Some(changed));
     }
 
     /// Repaint the direct slots `k/len` (at most `DIRECT_BITS` long) covers: the value
@@ -449,7 +453,7 @@ mod tests {
                 prop_assert_eq!(fib.lookup(key), want, "step {} key {:?}", step, key);
                 prop_assert_eq!(out[i], want, "batched, step {} key {:?}", step, key);
             }
-            fib.trie.check_arena();
+            b.fib().trie.check_arena();
             if let Some((old, old_m)) = &snapshot {
                 for &key in &keys {
                     prop_assert_eq!(old.lookup(key), reference(old_m, key), "published clone changed");
@@ -484,6 +488,70 @@ mod tests {
             ),
             1..60,
         )
+    }
+
+    /// The churn tests' body: `batches` of `per_batch` random changes (a third deletes
+    /// of routes present, the rest adds of `draw`n prefixes), published as the control
+    /// plane publishes them, checked after every batch against the reference, the
+    /// arena's accounting (the builder's own copy, with its owner lists) and up to three
+    /// clones published before.
+    fn churn<K: LpmKey + Default>(
+        seed: u64,
+        batches: usize,
+        per_batch: usize,
+        draw: impl Fn(u64) -> (K, u8),
+        probe: impl Fn(u64) -> K,
+    ) -> Result<(), TestCaseError> {
+        let mut rng = seed | 1;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let mut b = FibBuilder::<K>::new();
+        let mut m: BTreeMap<(K, u8), u32> = BTreeMap::new();
+        let mut published: Vec<(Fib<K>, BTreeMap<(K, u8), u32>)> = Vec::new();
+        for _ in 0..batches {
+            let mut changes = Vec::new();
+            for _ in 0..per_batch {
+                let r = next();
+                if r % 3 == 0 && !m.is_empty() {
+                    let nth = (r >> 8) as usize % m.len();
+                    let &(k, l) = m.keys().nth(nth).expect("in range");
+                    m.remove(&(k, l));
+                    changes.push((k, l, None));
+                } else {
+                    let (k, l) = draw(r);
+                    let v = 2 + (r >> 20) as u32 % 50;
+                    m.insert((k, l), v);
+                    changes.push((k, l, Some(v)));
+                }
+            }
+            b.set_many(changes);
+            b.fib().trie.check_arena();
+            let fib = b.fib().clone();
+            prop_assert_eq!(b.route_count(), m.len());
+            let mut keys: Vec<K> = (0..32).map(|_| probe(next())).collect();
+            keys.extend(m.keys().flat_map(|&(k, l)| [k, k.last(l)]));
+            let mut out = vec![0; keys.len()];
+            fib.lookup_batch(&keys, &mut out);
+            for (i, &k) in keys.iter().enumerate() {
+                let want = reference(&m, k);
+                prop_assert_eq!(fib.lookup(k), want, "key {:?}", k);
+                prop_assert_eq!(out[i], want, "batched, key {:?}", k);
+            }
+            for (old, old_m) in &published {
+                for &k in &keys {
+                    prop_assert_eq!(old.lookup(k), reference(old_m, k), "published clone changed, key {:?}", k);
+                }
+            }
+            published.push((fib, m.clone()));
+            if published.len() > 3 {
+                published.remove(0);
+            }
+        }
+        Ok(())
     }
 
     proptest! {
@@ -545,56 +613,34 @@ mod tests {
         /// published batches earlier still answers as it did.
         #[test]
         fn churn_matches_reference(seed in any::<u64>(), batches in 5usize..60, per_batch in 1usize..40) {
-            let mut rng = seed | 1;
-            let mut next = move || { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; rng };
             let lens = [8u8, 15, 16, 17, 18, 20, 22, 24, 24, 24, 26, 28, 30, 32];
-            let mut b = FibBuilder::<u32>::new();
-            let mut m: BTreeMap<(u32, u8), u32> = BTreeMap::new();
-            let mut published: Vec<(Fib<u32>, BTreeMap<(u32, u8), u32>)> = Vec::new();
-            for _ in 0..batches {
-                let mut changes = Vec::new();
-                for _ in 0..per_batch {
-                    let r = next();
-                    if r % 3 == 0 && !m.is_empty() {
-                        let nth = (r >> 8) as usize % m.len();
-                        let &(k, l) = m.keys().nth(nth).expect("in range");
-                        m.remove(&(k, l));
-                        changes.push((k, l, None));
-                    } else {
-                        // Four /16s: 198.18, 198.19, 198.20, 203.0.
-                        let hi = [0xc612u32, 0xc613, 0xc614, 0xcb00][(r >> 4) as usize % 4];
-                        let l = lens[(r >> 12) as usize % lens.len()];
-                        let k = ((hi << 16) | (r >> 32) as u32 & 0xffff).masked(l);
-                        let v = 2 + (r >> 20) as u32 % 50;
-                        m.insert((k, l), v);
-                        changes.push((k, l, Some(v)));
-                    }
-                }
-                b.set_many(changes);
-                let fib = b.fib().clone();
-                fib.trie.check_arena();
-                prop_assert_eq!(b.route_count(), m.len());
-                let mut keys: Vec<u32> = (0..32).map(|_| { let r = next(); [0xc612_0000u32, 0xc613_0000, 0xcb00_0000, 0x0800_0000][r as usize % 4] | (r >> 40) as u32 & 0xffff }).collect();
-                keys.extend(m.keys().flat_map(|&(k, l)| [k, k.last(l)]));
-                let mut out = vec![0; keys.len()];
-                fib.lookup_batch(&keys, &mut out);
-                for (i, &k) in keys.iter().enumerate() {
-                    let want = reference(&m, k);
-                    prop_assert_eq!(fib.lookup(k), want, "key {:#x}", k);
-                    prop_assert_eq!(out[i], want, "batched, key {:#x}", k);
-                }
-                for (old, old_m) in &published {
-                    for &k in &keys {
-                        prop_assert_eq!(old.lookup(k), reference(old_m, k), "published clone changed, key {:#x}", k);
-                    }
-                }
-                published.push((fib, m.clone()));
-                if published.len() > 3 {
-                    published.remove(0);
-                }
-            }
+            // Four /16s: 198.18, 198.19, 198.20, 203.0.
+            let draw = |r: u64| {
+                let hi = [0xc612u32, 0xc613, 0xc614, 0xcb00][(r >> 4) as usize % 4];
+                let l = lens[(r >> 12) as usize % lens.len()];
+                (((hi << 16) | (r >> 32) as u32 & 0xffff).masked(l), l)
+            };
+            let probe = |r: u64| [0xc612_0000u32, 0xc613_0000, 0xcb00_0000, 0x0800_0000][r as usize % 4] | (r >> 40) as u32 & 0xffff;
+            churn(seed, batches, per_batch, draw, probe)?;
         }
 
+        /// The same for IPv6 where BGP tables are dense: most changes inside
+        /// 2001:db8::/32 and three more /32s of the same /16 (so one subtrie holds them
+        /// all, and its updates copy most of it and compile a few paths), deep prefixes
+        /// to /128 among them, and a few elsewhere.
+        #[test]
+        fn churn_v6_matches_reference(seed in any::<u64>(), batches in 5usize..40, per_batch in 1usize..40) {
+            let lens = [3u8, 16, 17, 29, 32, 36, 40, 44, 48, 48, 48, 52, 56, 64, 64, 96, 127, 128];
+            let draw = |r: u64| {
+                let hi = [0x2001_0db8u128, 0x2001_0db9, 0x2001_0dba, 0x2001_4000, 0x2a00_0000][(r >> 4) as usize % 5];
+                let l = lens[(r >> 12) as usize % lens.len()];
+                // The bits past the /32 from the draw, spread over the first 64.
+                let lo = ((r >> 24) as u128) << 88 | ((r >> 40) as u128) << 64 | (r as u128 & 0xff);
+                ((hi << 96 | lo).masked(l), l)
+            };
+            let probe = |r: u64| [0x2001_0db8u128 << 96, 0x2001_0dba << 96, 0x2a00 << 112, 0x3000 << 112][r as usize % 4] | ((r >> 8) as u128) << 72 | r as u128;
+            churn(seed, batches, per_batch, draw, probe)?;
+        }
         /// The host table after inserts and removals holds exactly the reference's keys
         /// (removal shifts probe runs back; growth rehashes), also across a grow.
         #[test]
