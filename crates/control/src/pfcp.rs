@@ -410,6 +410,7 @@ impl Control {
         let Some(p) = self.pfcp.as_mut() else { return };
         let mut next = Some(first);
         let mut handled = 0;
+        let mut changed = false;
         while let Some((data, from, at)) = next.take() {
             // A deletion answers with the final usage, a modification may query it: the
             // core needs the latest counts first.
@@ -420,13 +421,17 @@ impl Control {
                     }
                 }
             }
-            p.upf.handle(at, from, &data);
+            // The tables admit a session's rules before the core accepts them; the actions
+            // of each request are applied before the next one is admitted, so that the
+            // answer holds when its install is applied (publishing waits for the batch).
+            p.upf.handle_with(at, from, &data, &mut p.tables);
+            changed |= p.apply_queued();
             handled += 1;
             if handled < BATCH {
                 next = p.rx.try_recv().ok();
             }
         }
-        self.pfcp_apply();
+        self.pfcp_apply(changed);
     }
 
     /// Heartbeats, grace periods and retransmissions that are due.
@@ -442,17 +447,15 @@ impl Control {
         if now.duration_since(p.last_sync) >= USAGE_SYNC {
             p.sync_all_usage(now);
         }
-        self.pfcp_apply();
+        self.pfcp_apply(false);
     }
 
-    /// Apply the core's actions, publish, then send what it queued: an SMF hears that a
-    /// session is accepted once its rules are in the workers' tables.
-    fn pfcp_apply(&mut self) {
+    /// Apply the core's actions, publish (also when `changed` says actions applied before
+    /// changed the tables), then send what it queued: an SMF hears that a session is
+    /// accepted once its rules are in the workers' tables.
+    fn pfcp_apply(&mut self, changed: bool) {
         let Some(p) = self.pfcp.as_mut() else { return };
-        let mut changed = false;
-        while let Some(a) = p.upf.poll_action() {
-            changed |= p.apply(a);
-        }
+        let changed = p.apply_queued() | changed;
         if changed {
             p.publish();
         }
@@ -479,6 +482,15 @@ impl Control {
 }
 
 impl Pfcp {
+    /// Applies the core's queued actions; true when the tables changed.
+    fn apply_queued(&mut self) -> bool {
+        let mut changed = false;
+        while let Some(a) = self.upf.poll_action() {
+            changed |= self.apply(a);
+        }
+        changed
+    }
+
     /// Applies one action to the UPF tables; true when they changed.
     fn apply(&mut self, a: Action) -> bool {
         match a {
@@ -500,6 +512,9 @@ impl Pfcp {
                     true
                 }
                 Err(e) => {
+                    // The tables admitted these rules when the core accepted them: only a
+                    // change the core makes on its own (a quota used up, a BAR timer) gets
+                    // here unasked, and it adds no key or rule.
                     self.note(format!("session {:#x}: not installed: {e}", rules.seid));
                     false
                 }

@@ -21,6 +21,12 @@
 //!   anything is installed, and a rejected request changes nothing. Modification applies
 //!   Remove, Create, then Update IEs; an Update FAR with SNDEM and a new outer header asks
 //!   for End Markers on the old path. Deletion answers with the final usage reports.
+//! - Nothing is accepted that the dataplane cannot hold: before answering an Establishment
+//!   or a Modification, the core asks the dataplane ([`Admission`], given to
+//!   [`Upf::handle_with`]) whether it would take the session's new rules, and a refusal is
+//!   answered with the Cause and Offending IE it names, the core keeping the session as it
+//!   was (none, for an establishment). FARs that duplicate (DUPL) are refused with Service
+//!   not supported: no UP Function Feature offers it.
 //! - Requests repeated by the SMF (same peer and sequence number) get the same response
 //!   again without being re-executed (§6.4). Our Session Report Requests are retransmitted
 //!   `request_retries` times every `request_timeout`.
@@ -98,6 +104,32 @@ pub enum Action {
     EndMarker { seid: u64, old: GtpuEndpoint },
     /// Drop what is buffered for the session (PFCPSMReq-Flags DROBU).
     DropBuffered { seid: u64 },
+}
+
+/// Why the dataplane cannot take a session's rules: the Cause to answer with (TS 29.244
+/// §8.2.1) and the IE to name as offending, if one is to blame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refusal {
+    pub cause: Cause,
+    pub offending_ie: Option<u16>,
+}
+
+/// The dataplane as the core asks it before it accepts an establishment or a modification.
+pub trait Admission {
+    /// Would the dataplane take the [`Action::Install`] of `rules` that is queued when this
+    /// returns `Ok`? The answer must hold for the dataplane as it will be when that Install
+    /// is applied: the caller applies every queued action before the next request.
+    fn admit(&mut self, rules: &SessionRules) -> Result<(), Refusal>;
+}
+
+/// Takes every session: the core on its own (its tests, the `pfcp_upf` fuzz target).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AdmitAll;
+
+impl Admission for AdmitAll {
+    fn admit(&mut self, _: &SessionRules) -> Result<(), Refusal> {
+        Ok(())
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -216,6 +248,12 @@ impl From<Error> for Reject {
     }
 }
 
+impl From<Refusal> for Reject {
+    fn from(r: Refusal) -> Reject {
+        Reject { cause: r.cause, ie: r.offending_ie }
+    }
+}
+
 fn reject(cause: Cause, ie: u16) -> Reject {
     Reject { cause, ie: Some(ie) }
 }
@@ -321,8 +359,14 @@ impl Upf {
         hb.chain(retx).chain(forget).chain(urr).chain(bar).min()
     }
 
-    /// One datagram from `from`.
+    /// One datagram from `from`, every session taken as asked ([`AdmitAll`]).
     pub fn handle(&mut self, now: Instant, from: SocketAddr, data: &[u8]) {
+        self.handle_with(now, from, data, &mut AdmitAll)
+    }
+
+    /// One datagram from `from`; establishments and modifications are accepted only if
+    /// `dp` admits their rules.
+    pub fn handle_with(&mut self, now: Instant, from: SocketAddr, data: &[u8], dp: &mut dyn Admission) {
         self.epoch.get_or_insert(now);
         if !self.cfg.allowed_peers.is_empty() && !self.cfg.allowed_peers.contains(&from.ip()) {
             self.stats.unknown_peer += 1;
@@ -354,7 +398,7 @@ impl Upf {
             }
         }
         match Message::parse_body(header.msg_type, body) {
-            Ok(m) => self.dispatch(now, from, header, m),
+            Ok(m) => self.dispatch(now, from, header, m, dp),
             Err(e) => {
                 self.stats.malformed += 1;
                 self.answer_malformed(now, from, header, e);
@@ -362,7 +406,7 @@ impl Upf {
         }
     }
 
-    fn dispatch(&mut self, now: Instant, from: SocketAddr, h: Header, m: Message) {
+    fn dispatch(&mut self, now: Instant, from: SocketAddr, h: Header, m: Message, dp: &mut dyn Admission) {
         match m {
             Message::HeartbeatRequest(hb) => {
                 self.check_restart(from, hb.recovery_time_stamp.0);
@@ -396,8 +440,8 @@ impl Upf {
                 let resp = Message::AssociationReleaseResponse(self.association_response(cause, false));
                 self.respond(now, from, Header::node(MessageType::AssociationReleaseResponse, h.seq), &resp);
             }
-            Message::SessionEstablishmentRequest(r) => self.establish(now, from, h, r),
-            Message::SessionModificationRequest(r) => self.modify(now, from, h, r),
+            Message::SessionEstablishmentRequest(r) => self.establish(now, from, h, r, dp),
+            Message::SessionModificationRequest(r) => self.modify(now, from, h, r, dp),
             Message::SessionDeletionRequest => self.delete(now, from, h),
             Message::SessionReportResponse(r) => {
                 // The session is the one our request was about (SMFs differ in the SEID
@@ -664,10 +708,10 @@ impl Upf {
 
     // ---- sessions ----
 
-    fn establish(&mut self, now: Instant, from: SocketAddr, h: Header, r: SessionEstablishmentRequest) {
+    fn establish(&mut self, now: Instant, from: SocketAddr, h: Header, r: SessionEstablishmentRequest, dp: &mut dyn Admission) {
         let cp_seid = r.cp_f_seid.seid;
         let associated = self.associations.get(&r.node_id).is_some_and(|a| a.peer.ip() == from.ip());
-        let result = if associated { self.build_session(&r) } else { Err(Reject { cause: Cause::NoEstablishedAssociation, ie: None }) };
+        let result = if associated { self.build_session(&r, dp) } else { Err(Reject { cause: Cause::NoEstablishedAssociation, ie: None }) };
         let resp = match result {
             Ok((mut session, created)) => {
                 let seid = session.rules.seid;
@@ -712,7 +756,7 @@ impl Upf {
         }
     }
 
-    fn build_session(&mut self, r: &SessionEstablishmentRequest) -> Result<(Session, Vec<CreatedPdr>), Reject> {
+    fn build_session(&mut self, r: &SessionEstablishmentRequest, dp: &mut dyn Admission) -> Result<(Session, Vec<CreatedPdr>), Reject> {
         let seid = self.new_seid();
         let mut s = Session {
             rules: SessionRules {
@@ -733,7 +777,7 @@ impl Upf {
         let mut created = Vec::new();
         s.rules.bar = r.create_bar.as_ref().map(bar_from);
         let res = self.apply_creates(&mut s, &r.create_pdr, &r.create_far, &r.create_qer, &r.create_urr, &mut created);
-        let res = res.and_then(|()| check_references(&s.rules));
+        let res = res.and_then(|()| check_references(&s.rules)).and_then(|()| dp.admit(&s.rules).map_err(Reject::from));
         if let Err(e) = res {
             self.release(&s.allocated);
             return Err(e);
@@ -956,7 +1000,7 @@ impl Upf {
         self.associations.get(&s.rules.cp_node).is_some_and(|peer| peer.peer.ip() == from.ip())
     }
 
-    fn modify(&mut self, now: Instant, from: SocketAddr, h: Header, r: SessionModificationRequest) {
+    fn modify(&mut self, now: Instant, from: SocketAddr, h: Header, r: SessionModificationRequest, dp: &mut dyn Admission) {
         let Some(seid) = self.find_session(from, &h) else {
             let resp = SessionModificationResponse {
                 cause: CauseIe(Cause::SessionContextNotFound),
@@ -971,7 +1015,10 @@ impl Upf {
         let before = s.clone();
         let mut created = Vec::new();
         let mut end_markers = Vec::new();
-        let res = self.apply_modification(now, &mut s, &r, &mut created, &mut end_markers).and_then(|()| check_references(&s.rules));
+        let res = self
+            .apply_modification(now, &mut s, &r, &mut created, &mut end_markers)
+            .and_then(|()| check_references(&s.rules))
+            .and_then(|()| dp.admit(&s.rules).map_err(Reject::from));
         let resp = match res {
             Ok(()) => {
                 let reports = r.query_urr.iter().filter_map(|q| self.usage_report(&mut s, now, q.0 .0, trigger::LIUSA_OR_IMMER)).collect();
@@ -1078,7 +1125,7 @@ impl Upf {
         for u in &r.update_far {
             let far = s.rules.fars.get_mut(&u.far_id.0).ok_or(reject(Cause::RuleCreationModificationFailure, ty::UPDATE_FAR))?;
             if let Some(a) = u.apply_action {
-                far.action = a.0;
+                far.action = supported_action(a)?;
             }
             if let Some(b) = u.bar_id {
                 far.bar_id = Some(b.0);
@@ -1484,14 +1531,24 @@ fn bar_from(b: &CreateBar) -> Bar {
     }
 }
 
+/// Apply Action bits we carry out. DUPL is refused rather than ignored: the SMF would
+/// believe packets are duplicated that are not (no UP Function Feature offers it).
+fn supported_action(a: ApplyAction) -> Result<u64, Reject> {
+    if a.has(apply_action::DUPL) {
+        return Err(reject(Cause::ServiceNotSupported, ty::APPLY_ACTION));
+    }
+    Ok(a.0)
+}
+
 fn far_from(id: u32, action: ApplyAction, fp: Option<&ForwardingParameters>, bar_id: Option<BarId>) -> Result<Far, Reject> {
+    let action_bits = supported_action(action)?;
     let outer_header = fp.and_then(|f| f.outer_header_creation.as_ref()).map(gtpu_endpoint).transpose()?;
     if action.has(apply_action::FORW) && fp.is_none() {
         return Err(reject(Cause::ConditionalIeMissing, ty::FORWARDING_PARAMETERS));
     }
     Ok(Far {
         id,
-        action: action.0,
+        action: action_bits,
         destination: fp.and_then(|f| f.destination_interface).map(|d| d.0),
         outer_header,
         network_instance: fp.and_then(|f| f.network_instance.as_ref()).map(|n| n.0.clone()),

@@ -58,6 +58,11 @@ impl SlotAllocator {
     pub fn in_use(&self) -> usize {
         self.next as usize - self.free.len()
     }
+
+    /// Slots [`SlotAllocator::alloc`] can still hand out.
+    pub fn available(&self) -> usize {
+        (self.capacity - self.next) as usize + self.free.len()
+    }
 }
 
 /// A session's QER and URR slots by rule id, kept across modifications so usage counts
@@ -102,6 +107,18 @@ fn is_uplink(p: &Pdr) -> bool {
 
 fn is_downlink(p: &Pdr) -> bool {
     (p.ue_ipv4.is_some() || p.ue_ipv6.is_some()) && (p.ue_is_destination || matches!(p.source, Interface::Core | Interface::SgiLanN6Lan))
+}
+
+/// Would [`assign_slots`] find room for `r`? Rules already holding a slot keep it; the
+/// others need a free one (slots of rules gone are released only after).
+pub fn slots_fit(r: &SessionRules, slots: &SessionSlots, qa: &SlotAllocator, ua: &SlotAllocator) -> Result<(), CompileError> {
+    if r.qers.keys().filter(|id| slots.qer(**id).is_none()).count() > qa.available() {
+        return Err(CompileError::NoSlot("qer"));
+    }
+    if r.urrs.keys().filter(|id| slots.urr(**id).is_none()).count() > ua.available() {
+        return Err(CompileError::NoSlot("urr"));
+    }
+    Ok(())
 }
 
 /// Give every QER and URR of `r` a slot (keeping those `slots` already has), and release
@@ -227,7 +244,7 @@ fn rule(r: &SessionRules, p: &Pdr, slots: &SessionSlots, uplink: bool) -> Result
         Some(f) if f.drops() => Forward::Drop,
         Some(f) if f.buffers() => Forward::Buffer,
         Some(f) if f.forwards() => Forward::Forward(f.outer_header.map(|e| OuterHeader::new(e.teid, e.addr, qfi))),
-        // No FAR, or NOCP / DUPL alone: nothing forwards.
+        // No FAR, or NOCP alone: nothing forwards (the core refuses DUPL).
         _ => Forward::Drop,
     };
     Ok(Rule {

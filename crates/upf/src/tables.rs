@@ -7,7 +7,7 @@
 //! sessions; publishing clones the chunk pointers (`benches` in `tests/scale.rs`).
 
 use crate::sdf::SdfFilter;
-use crate::session::{assign_slots, compile, CompileError, SessionSlots, SlotAllocator};
+use crate::session::{assign_slots, compile, slots_fit, CompileError, SessionSlots, SlotAllocator};
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use core::num::{NonZeroU32, NonZeroU64};
 use gtpu::cow::CowVec;
@@ -452,6 +452,32 @@ pub enum InstallError {
     Compile(#[from] CompileError),
 }
 
+impl InstallError {
+    /// What the SMF is told (TS 29.244 §8.2.1). Full tables are No resources available,
+    /// which blames no IE. A rule that cannot be built as asked (an SDF filter form we do
+    /// not compile, a TEID or UE address another session holds) is Rule creation/
+    /// modification failure naming that IE: the IE is well formed, so not Mandatory IE
+    /// incorrect, and this UPF cannot take it.
+    pub fn refusal(&self) -> pfcp::upf::Refusal {
+        use pfcp::ie::ty;
+        use pfcp::Cause;
+        let (cause, ie) = match self {
+            InstallError::TeidInUse(_) => (Cause::RuleCreationModificationFailure, Some(ty::F_TEID)),
+            InstallError::UeInUse(_) => (Cause::RuleCreationModificationFailure, Some(ty::UE_IP_ADDRESS)),
+            InstallError::Compile(CompileError::Sdf { .. }) => (Cause::RuleCreationModificationFailure, Some(ty::SDF_FILTER)),
+            InstallError::Full(_) | InstallError::Compile(CompileError::NoSlot(_)) => (Cause::NoResourcesAvailable, None),
+        };
+        pfcp::upf::Refusal { cause, offending_ie: ie }
+    }
+}
+
+/// The core asks the tables it will install into: [`UpfState::check_rules`].
+impl pfcp::upf::Admission for UpfState {
+    fn admit(&mut self, rules: &pfcp::rules::SessionRules) -> Result<(), pfcp::upf::Refusal> {
+        self.check_rules(rules).map_err(|e| e.refusal())
+    }
+}
+
 /// The control plane's side: the next version of the tables, slots by SEID, and the
 /// keys each session holds.
 pub struct UpfState {
@@ -484,17 +510,25 @@ impl UpfState {
     /// across modifications. Returns the PDR ids that were not installed (neither
     /// direction). A refused change leaves the installed session as it was.
     pub fn install_rules(&mut self, r: &pfcp::rules::SessionRules) -> Result<Vec<u16>, InstallError> {
-        // The SDF filters first: a bad one refuses the change before any slot moves.
-        compile(r, &SessionSlots::default())?;
-        // Then the keys and room, so that once slots are assigned nothing can fail.
-        let probe = compile(r, &SessionSlots::default())?;
-        self.check(&probe.session, &probe.ue4, &probe.ue6)?;
+        // Everything that can refuse first, so that once slots are assigned nothing fails.
+        self.check_rules(r)?;
         let mut slots = self.rule_slots.get(&r.seid).cloned().unwrap_or_default();
         assign_slots(r, &mut slots, &mut self.qer_slots, &mut self.urr_slots)?;
         let c = compile(r, &slots)?;
         self.install(c.session, c.ue4, c.ue6)?;
         self.rule_slots.insert(r.seid, slots);
         Ok(c.ignored)
+    }
+
+    /// Would [`UpfState::install_rules`] take `r` now? Its SDF filters compile, its keys
+    /// are free or its own, and there is a session slot (if new) and a slot for each QER
+    /// and URR that has none yet. Nothing changes.
+    pub fn check_rules(&self, r: &pfcp::rules::SessionRules) -> Result<(), InstallError> {
+        let probe = compile(r, &SessionSlots::default())?;
+        self.check(&probe.session, &probe.ue4, &probe.ue6)?;
+        let held = self.rule_slots.get(&r.seid);
+        slots_fit(r, held.unwrap_or(&SessionSlots::default()), &self.qer_slots, &self.urr_slots)?;
+        Ok(())
     }
 
     /// The UE addresses a session is found by (IPv6: the /64 of the address given).

@@ -1,0 +1,340 @@
+//! The sans-IO PFCP core and the dataplane tables together, as `control::pfcp` drives them
+//! but without sockets: the tables admit a session's rules before the core accepts them,
+//! so the SMF is never told Request Accepted for a session that does not forward, and a
+//! refused request changes neither side.
+
+use core::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Instant;
+
+use pfcp::grouped::*;
+use pfcp::header::{Header, MessageType};
+use pfcp::ie::*;
+use pfcp::message::*;
+use pfcp::rules::SessionRules;
+use pfcp::upf::{Action, Config, Upf};
+use pfcp::{Cause, Message};
+use upf::tables::UpfState;
+
+const SMF_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 7, 1);
+const UPF_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 7, 2);
+const GNB: Ipv4Addr = Ipv4Addr::new(198, 18, 7, 10);
+
+/// The core and the tables it installs into, with a simulated SMF.
+struct Upf2 {
+    core: Upf,
+    tables: UpfState,
+    now: Instant,
+    seq: u32,
+}
+
+impl Upf2 {
+    /// Room for `sessions` sessions and `rules` QERs and URRs.
+    fn new(sessions: usize, rules: u32) -> Upf2 {
+        let mut cfg = Config::new(NodeId::Ipv4(UPF_IP), 3_900_000_000);
+        cfg.n3_ipv4 = Some(UPF_IP);
+        cfg.ue_pool_v4 = Some((Ipv4Addr::new(198, 19, 7, 0), 24));
+        let mut tables = UpfState::new(sessions, rules, rules);
+        tables.set_n3(Some(UPF_IP), None);
+        let mut u = Upf2 { core: Upf::new(cfg), tables, now: Instant::now(), seq: 1 };
+        let setup = AssociationRequest {
+            node_id: NodeId::Ipv4(SMF_IP),
+            recovery_time_stamp: Some(U32Ie(1)),
+            up_function_features: None,
+            cp_function_features: None,
+        };
+        let Message::AssociationSetupResponse(r) = u.request(None, Message::AssociationSetupRequest(setup)) else { panic!() };
+        assert_eq!(r.cause.0, Cause::RequestAccepted);
+        u
+    }
+
+    /// One request and its response; the actions it queued are applied to the tables as
+    /// the control loop applies them, and every install must be taken.
+    fn request(&mut self, seid: Option<u64>, m: Message) -> Message {
+        self.seq += 1;
+        let h = match seid {
+            Some(s) => Header::session(m.msg_type(), s, self.seq),
+            None => Header::node(m.msg_type(), self.seq),
+        };
+        let smf = SocketAddr::new(IpAddr::V4(SMF_IP), 8805);
+        self.core.handle_with(self.now, smf, &m.to_bytes(&h), &mut self.tables);
+        while let Some(a) = self.core.poll_action() {
+            match a {
+                Action::Install(rules) => {
+                    if let Err(e) = self.tables.install_rules(&rules) {
+                        panic!("session {:#x} accepted but not installed: {e}", rules.seid);
+                    }
+                }
+                Action::Remove { seid } => assert!(self.tables.remove(seid)),
+                Action::EndMarker { .. } | Action::DropBuffered { .. } => {}
+            }
+        }
+        let t = self.core.poll_transmit().expect("a response");
+        assert!(self.core.poll_transmit().is_none());
+        Message::parse(&t.data).unwrap().1
+    }
+
+    fn establish(&mut self, r: SessionEstablishmentRequest) -> SessionEstablishmentResponse {
+        match self.request(Some(0), Message::SessionEstablishmentRequest(r)) {
+            Message::SessionEstablishmentResponse(r) => r,
+            m => panic!("{m:?}"),
+        }
+    }
+
+    fn modify(&mut self, seid: u64, r: SessionModificationRequest) -> SessionModificationResponse {
+        match self.request(Some(seid), Message::SessionModificationRequest(r)) {
+            Message::SessionModificationResponse(r) => r,
+            m => panic!("{m:?}"),
+        }
+    }
+
+    fn delete(&mut self, seid: u64) -> SessionDeletionResponse {
+        match self.request(Some(seid), Message::SessionDeletionRequest) {
+            Message::SessionDeletionResponse(r) => r,
+            m => panic!("{m:?}"),
+        }
+    }
+
+    /// Our SEID of an accepted session.
+    fn accepted(&mut self, r: SessionEstablishmentRequest) -> u64 {
+        let resp = self.establish(r);
+        assert_eq!(resp.cause.0, Cause::RequestAccepted, "{resp:?}");
+        resp.up_f_seid.expect("an F-SEID").seid
+    }
+
+    /// Both sides' view of a session: the core's rules, and the installed session.
+    fn snapshot(&self, seid: u64) -> (Option<SessionRules>, Option<upf::Session>) {
+        (self.core.session(seid).cloned(), self.tables.session(seid).cloned())
+    }
+
+    /// The session the published tables find for an uplink TEID.
+    fn seid_by_teid(&mut self, teid: u32) -> Option<u64> {
+        self.tables.build().by_teid(teid).map(|s| s.seid)
+    }
+}
+
+/// An uplink PDR on `teid` (SMF-assigned, or CHOOSE when `None`) and a downlink PDR to
+/// `ue`, one QER and one URR.
+fn session(cp_seid: u64, teid: Option<u32>, ue: Ipv4Addr) -> SessionEstablishmentRequest {
+    let f_teid = match teid {
+        Some(teid) => FTeid::Assigned { teid, ipv4: Some(UPF_IP), ipv6: None },
+        None => FTeid::Choose { v4: true, v6: false, choose_id: None },
+    };
+    SessionEstablishmentRequest {
+        node_id: NodeId::Ipv4(SMF_IP),
+        cp_f_seid: FSeid { seid: cp_seid, ipv4: Some(SMF_IP), ipv6: None },
+        create_pdr: vec![
+            CreatePdr {
+                pdr_id: U16Ie(1),
+                precedence: Some(U32Ie(100)),
+                pdi: Some(Pdi { source_interface: Some(InterfaceIe(Interface::Access)), f_teid: Some(f_teid), ..Default::default() }),
+                outer_header_removal: Some(OuterHeaderRemoval { description: ohr::GTPU_UDP_IPV4, extension_deletion: None }),
+                far_id: Some(U32Ie(1)),
+                urr_ids: vec![U32Ie(1)],
+                qer_ids: vec![U32Ie(1)],
+            },
+            CreatePdr {
+                pdr_id: U16Ie(2),
+                precedence: Some(U32Ie(100)),
+                pdi: Some(Pdi {
+                    source_interface: Some(InterfaceIe(Interface::Core)),
+                    ue_ip_address: Some(UeIpAddress { ipv4: Some(ue), destination: true, ..Default::default() }),
+                    ..Default::default()
+                }),
+                outer_header_removal: None,
+                far_id: Some(U32Ie(2)),
+                urr_ids: vec![U32Ie(1)],
+                qer_ids: vec![U32Ie(1)],
+            },
+        ],
+        create_far: vec![
+            CreateFar {
+                far_id: U32Ie(1),
+                apply_action: Flags(apply_action::FORW),
+                forwarding_parameters: Some(ForwardingParameters {
+                    destination_interface: Some(InterfaceIe(Interface::Core)),
+                    ..Default::default()
+                }),
+                bar_id: None,
+            },
+            CreateFar {
+                far_id: U32Ie(2),
+                apply_action: Flags(apply_action::FORW),
+                forwarding_parameters: Some(ForwardingParameters {
+                    destination_interface: Some(InterfaceIe(Interface::Access)),
+                    outer_header_creation: Some(OuterHeaderCreation::gtpu(0x200, Some(GNB), None)),
+                    ..Default::default()
+                }),
+                bar_id: None,
+            },
+        ],
+        create_urr: vec![CreateUrr {
+            urr_id: U32Ie(1),
+            measurement_method: Some(Flags(measurement_method::VOLUM)),
+            reporting_triggers: Some(Flags(trigger::VOLTH)),
+            measurement_period: None,
+            volume_threshold: None,
+            volume_quota: None,
+            time_threshold: None,
+            time_quota: None,
+        }],
+        create_qer: vec![qer(1)],
+        create_bar: None,
+        pdn_type: Some(U8Ie(1)),
+    }
+}
+
+fn qer(id: u32) -> CreateQer {
+    CreateQer { qer_id: U32Ie(id), gate_status: Some(GateStatus::default()), mbr: None, gbr: None, qfi: None }
+}
+
+fn ue(host: u8) -> Ipv4Addr {
+    Ipv4Addr::new(198, 19, 8, host)
+}
+
+fn sdf(text: &str) -> SdfFilter {
+    SdfFilter { flow_description: Some(text.as_bytes().to_vec()), ..Default::default() }
+}
+
+/// The cause and offending IE of a refusal.
+fn refusal(cause: CauseIe, ie: Option<OffendingIe>) -> (Cause, Option<u16>) {
+    (cause.0, ie.map(|i| i.0))
+}
+
+#[test]
+fn a_session_beyond_max_sessions_is_refused_with_no_resources() {
+    let mut u = Upf2::new(1, 8);
+    let first = u.accepted(session(1, None, ue(1)));
+    let r = u.establish(session(2, None, ue(2)));
+    assert_eq!(refusal(r.cause, r.offending_ie), (Cause::NoResourcesAvailable, None));
+    assert!(r.up_f_seid.is_none() && r.created_pdr.is_empty());
+    assert_eq!((u.core.session_count(), u.tables.len()), (1, 1), "the core keeps no session for a refused establishment");
+    // The first session goes on, and once it is deleted there is room again.
+    assert_eq!(u.delete(first).cause.0, Cause::RequestAccepted);
+    u.accepted(session(3, None, ue(3)));
+}
+
+#[test]
+fn qer_and_urr_slots_full_are_no_resources() {
+    // Two QER and URR slots: the first session takes one of each, a second asking for two
+    // QERs does not fit.
+    let mut u = Upf2::new(8, 2);
+    u.accepted(session(1, None, ue(1)));
+    let mut two = session(2, None, ue(2));
+    two.create_qer.push(qer(2));
+    two.create_pdr[1].qer_ids = vec![U32Ie(2)];
+    let r = u.establish(two);
+    assert_eq!(refusal(r.cause, r.offending_ie), (Cause::NoResourcesAvailable, None));
+    assert_eq!((u.core.session_count(), u.tables.len(), u.tables.slots_in_use()), (1, 1, (1, 1)));
+}
+
+#[test]
+fn an_smf_assigned_teid_or_ue_address_of_another_session_is_refused() {
+    let mut u = Upf2::new(8, 8);
+    let first = u.accepted(session(1, Some(0x1234), ue(1)));
+    let r = u.establish(session(2, Some(0x1234), ue(2)));
+    assert_eq!(refusal(r.cause, r.offending_ie), (Cause::RuleCreationModificationFailure, Some(ty::F_TEID)));
+    let r = u.establish(session(3, Some(0x1235), ue(1)));
+    assert_eq!(refusal(r.cause, r.offending_ie), (Cause::RuleCreationModificationFailure, Some(ty::UE_IP_ADDRESS)));
+    assert_eq!((u.core.session_count(), u.tables.len()), (1, 1));
+    assert_eq!(u.seid_by_teid(0x1234), Some(first), "the TEID still finds the first session");
+    // A TEID shared by PDRs of one session is its own.
+    let mut shared = session(4, Some(0x1236), ue(4));
+    let mut ul2 = shared.create_pdr[0].clone();
+    ul2.pdr_id = U16Ie(3);
+    ul2.precedence = Some(U32Ie(50));
+    shared.create_pdr.push(ul2);
+    u.accepted(shared);
+}
+
+#[test]
+fn an_sdf_filter_the_dataplane_cannot_compile_is_refused() {
+    let mut u = Upf2::new(8, 8);
+    let mut deny = session(1, None, ue(1));
+    deny.create_pdr[1].pdi.as_mut().unwrap().sdf_filters = vec![sdf("deny out ip from any to assigned")];
+    let r = u.establish(deny);
+    assert_eq!(refusal(r.cause, r.offending_ie), (Cause::RuleCreationModificationFailure, Some(ty::SDF_FILTER)));
+    assert_eq!((u.core.session_count(), u.tables.len()), (0, 0));
+    // What the refused request allocated (its chosen TEID) went back to the pool.
+    let again = u.establish(session(2, None, ue(1)));
+    assert_eq!(again.cause.0, Cause::RequestAccepted);
+    let Some(FTeid::Assigned { teid, .. }) = again.created_pdr[0].f_teid else { panic!("{again:?}") };
+    assert_eq!(teid, 1, "the refused session's TEID is reused");
+}
+
+#[test]
+fn dupl_is_refused_with_service_not_supported() {
+    let mut u = Upf2::new(8, 8);
+    let mut dupl = session(1, None, ue(1));
+    dupl.create_far[0].apply_action = Flags(apply_action::FORW | apply_action::DUPL);
+    let r = u.establish(dupl);
+    assert_eq!(refusal(r.cause, r.offending_ie), (Cause::ServiceNotSupported, Some(ty::APPLY_ACTION)));
+    assert_eq!(u.core.session_count(), 0);
+    // Turned on by a modification: refused, the FAR forwards as before.
+    let seid = u.accepted(session(2, None, ue(2)));
+    let before = u.snapshot(seid);
+    let m = SessionModificationRequest {
+        update_far: vec![UpdateFar {
+            far_id: U32Ie(2),
+            apply_action: Some(Flags(apply_action::FORW | apply_action::DUPL)),
+            update_forwarding_parameters: None,
+            bar_id: None,
+        }],
+        ..Default::default()
+    };
+    let r = u.modify(seid, m);
+    assert_eq!(refusal(r.cause, r.offending_ie), (Cause::ServiceNotSupported, Some(ty::APPLY_ACTION)));
+    assert_eq!(u.snapshot(seid), before);
+}
+
+#[test]
+fn a_refused_modification_keeps_the_old_session_forwarding() {
+    let mut u = Upf2::new(8, 2);
+    let seid = u.accepted(session(1, Some(0x100), ue(1)));
+    let other = u.accepted(session(2, Some(0x200), ue(2)));
+    let before = u.snapshot(seid);
+    assert!(before.0.is_some() && before.1.is_some());
+    // Moving the uplink PDR to the other session's TEID.
+    let steal = SessionModificationRequest {
+        update_pdr: vec![UpdatePdr {
+            pdr_id: U16Ie(1),
+            precedence: None,
+            pdi: Some(Pdi {
+                source_interface: Some(InterfaceIe(Interface::Access)),
+                f_teid: Some(FTeid::Assigned { teid: 0x200, ipv4: Some(UPF_IP), ipv6: None }),
+                ..Default::default()
+            }),
+            outer_header_removal: None,
+            far_id: None,
+            urr_ids: vec![],
+            qer_ids: vec![],
+        }],
+        ..Default::default()
+    };
+    let r = u.modify(seid, steal);
+    assert_eq!(refusal(r.cause, r.offending_ie), (Cause::RuleCreationModificationFailure, Some(ty::F_TEID)));
+    // A new downlink PDR with a filter that does not compile.
+    let mut pdr = session(1, None, ue(1)).create_pdr[1].clone();
+    pdr.pdr_id = U16Ie(5);
+    pdr.pdi.as_mut().unwrap().sdf_filters = vec![sdf("permit out 17 from any to assigned 80 frag")];
+    let r = u.modify(seid, SessionModificationRequest { create_pdr: vec![pdr], ..Default::default() });
+    assert_eq!(refusal(r.cause, r.offending_ie), (Cause::RuleCreationModificationFailure, Some(ty::SDF_FILTER)));
+    // A QER more than the slots hold.
+    let r = u.modify(seid, SessionModificationRequest { create_qer: vec![qer(7)], ..Default::default() });
+    assert_eq!(refusal(r.cause, r.offending_ie), (Cause::NoResourcesAvailable, None));
+    // Both sides as they were, both TEIDs where they were.
+    assert_eq!(u.snapshot(seid), before);
+    assert_eq!((u.seid_by_teid(0x100), u.seid_by_teid(0x200)), (Some(seid), Some(other)));
+    // And a modification that fits is still taken.
+    let fits = SessionModificationRequest {
+        update_qer: vec![UpdateQer {
+            qer_id: U32Ie(1),
+            gate_status: None,
+            mbr: Some(BitRate { ul_kbps: 8, dl_kbps: 8 }),
+            gbr: None,
+            qfi: None,
+        }],
+        ..Default::default()
+    };
+    assert_eq!(u.modify(seid, fits).cause.0, Cause::RequestAccepted);
+    assert_ne!(u.snapshot(seid), before);
+}
