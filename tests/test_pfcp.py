@@ -15,7 +15,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from pfcp_smf import Smf, all_ies, ies  # noqa: E402
 from scapy.all import raw  # noqa: E402
-from scapy.contrib.pfcp import PFCP, PFCPSessionEstablishmentRequest, IE_NodeId  # noqa: E402
+from scapy.contrib.pfcp import (PFCP, PFCPSessionEstablishmentRequest, PFCPSessionModificationRequest, IE_CreatePDR,  # noqa: E402
+                                IE_FAR_Id, IE_NodeId, IE_PDI, IE_PDR_Id, IE_Precedence, IE_SDF_Filter, IE_SourceInterface,
+                                IE_UE_IP_Address)
 
 ROOT = Path(__file__).resolve().parent.parent
 GNB, GNB2 = "198.18.7.10", "198.18.7.11"
@@ -32,6 +34,12 @@ def free_udp_port():
 @pytest.fixture
 def upf(vecgate, tmp_path):
     """docs/examples/upf.toml on a free port, with its own control socket."""
+    yield from run_upf(vecgate, tmp_path)
+
+
+def run_upf(vecgate, tmp_path, pfcp_extra=""):
+    """Runs docs/examples/upf.toml with `pfcp_extra` lines added to its [pfcp] section
+    (the file's last); yields the PFCP port and the control socket."""
     port = free_udp_port()
     sock = tmp_path / "upf.sock"
     text = (ROOT / "docs/examples/upf.toml").read_text()
@@ -39,6 +47,8 @@ def upf(vecgate, tmp_path):
     text = text.replace('socket = "/tmp/vecgate-upf.sock"', f'socket = "{sock}"')
     assert f":{port}" in text and str(sock) in text
     cfg = tmp_path / "upf.toml"
+    assert text.rstrip().splitlines()[-1].startswith("allowed_peers"), "[pfcp] is the last section"
+    text = text.rstrip() + "\n" + pfcp_extra
     cfg.write_text(text + '\n[[neighbour]]\ninterface = "n3"\nip = "198.18.7.11"\nmac = "02:00:00:00:07:11"\n')
     proc = subprocess.Popen([str(vecgate), "run", "--config", str(cfg), "--duration", "60", "--interval", "0"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -50,12 +60,14 @@ def upf(vecgate, tmp_path):
     # request answered means the control loop runs and PFCP listens.
     r = subprocess.run([str(vecgate), "ctl", "--socket", str(sock), "show", "runtime"], capture_output=True, text=True, timeout=30)
     assert r.returncode == 0, r.stderr
-    yield port, sock
-    proc.terminate()
     try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+        yield port, sock
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 def ctl(vecgate, sock, *words):
@@ -168,3 +180,43 @@ def test_malformed_requests_get_the_right_cause(vecgate, upf, tmp_path):
     # The last two requests are not PFCP tshark can read without complaint; the answers are.
     smf.log = [m for m in smf.log if m[0] != bytes(v2) and m[0] != body]
     tshark_clean(smf, tmp_path, port)
+
+
+def test_sessions_the_dataplane_cannot_hold_are_refused(vecgate, tmp_path):
+    """With room for one session, a second is refused with No resources available (75)
+    and leaves nothing behind; a modification adding an SDF filter the dataplane does not
+    compile is refused with Rule creation/modification failure (73) naming the SDF Filter
+    (23), the session's rules unchanged; the first session is still installed and deleted
+    with its usage; then a new session fits again."""
+    gen = run_upf(vecgate, tmp_path, "max_sessions = 1\n")
+    port, sock = next(gen)
+    try:
+        smf = Smf("127.0.0.1", port)
+        smf.associate()
+        r = smf.establish(0x3001, GNB, 0x200)
+        assert ies(r)["IE_Cause"].cause == 1
+        first = ies(r)["IE_FSEID"].seid
+        installed = ctl(vecgate, sock, "show", "pfcp", "sessions")["data"]["sessions"]
+        r = smf.establish(0x3002, GNB, 0x201)
+        i = ies(r)
+        assert i["IE_Cause"].cause == 75 and "IE_FSEID" not in i, r.show(dump=True)
+        assert r.seid == 0x3002
+        assert ctl(vecgate, sock, "show", "pfcp", "sessions")["data"]["sessions"] == installed
+        ue = installed[0]["ue"][0]
+        deny = IE_CreatePDR(IE_list=[
+            IE_PDR_Id(id=5), IE_Precedence(precedence=10),
+            IE_PDI(IE_list=[IE_SourceInterface(interface=1), IE_UE_IP_Address(V4=1, SD=1, ipv4=ue),
+                            IE_SDF_Filter(FD=1, flow_description="deny out ip from any to assigned")]),
+            IE_FAR_Id(id=2)])
+        r = smf.request(PFCPSessionModificationRequest(IE_list=[deny]), seid=first)
+        i = ies(r)
+        assert (i["IE_Cause"].cause, i["IE_OffendingIE"].type) == (73, 23), r.show(dump=True)
+        assert ctl(vecgate, sock, "show", "pfcp", "sessions")["data"]["sessions"] == installed
+        assert installed[0]["installed"] and installed[0]["seid"] == first
+        r = smf.delete(first)
+        assert ies(r)["IE_Cause"].cause == 1 and all_ies(r, "IE_UsageReport_SDR"), r.show(dump=True)
+        r = smf.establish(0x3003, GNB, 0x202)
+        assert ies(r)["IE_Cause"].cause == 1
+        tshark_clean(smf, tmp_path, port)
+    finally:
+        gen.close()

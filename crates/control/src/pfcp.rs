@@ -424,7 +424,11 @@ impl Control {
             // The tables admit a session's rules before the core accepts them; the actions
             // of each request are applied before the next one is admitted, so that the
             // answer holds when its install is applied (publishing waits for the batch).
-            p.upf.handle_with(at, from, &data, &mut p.tables);
+            let mut admission = TablesAdmission { tables: &p.tables, refused: Vec::new() };
+            p.upf.handle_with(at, from, &data, &mut admission);
+            for r in std::mem::take(&mut admission.refused) {
+                p.note(r);
+            }
             changed |= p.apply_queued();
             handled += 1;
             if handled < BATCH {
@@ -478,6 +482,22 @@ impl Control {
                 let _ = w.send(engine::worker::WorkerCmd::Inject { input: upf::nodes::BUFFER_INPUT.to_string(), frames: frames.clone() });
             }
         }
+    }
+}
+
+/// The UPF tables admitting sessions for the core ([`UpfState::check_rules`]), noting why
+/// they refused one for `show pfcp sessions` (the SMF hears only the Cause and IE).
+struct TablesAdmission<'a> {
+    tables: &'a UpfState,
+    refused: Vec<String>,
+}
+
+impl pfcp::upf::Admission for TablesAdmission<'_> {
+    fn admit(&mut self, rules: &pfcp::rules::SessionRules) -> Result<(), pfcp::upf::Refusal> {
+        self.tables.check_rules(rules).map_err(|e| {
+            self.refused.push(format!("a session of {}: refused: {e}", node_name(&rules.cp_node)));
+            e.refusal()
+        })
     }
 }
 
