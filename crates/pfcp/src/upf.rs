@@ -17,8 +17,10 @@
 //!   the peer's sessions are deleted at once.
 //! - Sessions: Establishment allocates our SEID, and F-TEIDs / UE addresses where the SMF
 //!   sets CHOOSE (TEIDs carry the worker in their low `teid_worker_bits` bits, so a NIC's
-//!   RSS or flow rules can steer a worker's share); every rule reference is checked before
-//!   anything is installed, and a rejected request changes nothing. Modification applies
+//!   RSS or flow rules can steer a worker's share; a TEID the SMF assigned is held for its
+//!   session, so CHOOSE skips it and another session cannot take it); every rule
+//!   reference is checked before anything is installed, and a rejected request changes
+//!   nothing. Modification applies
 //!   Remove, Create, then Update IEs; an Update FAR with SNDEM and a new outer header asks
 //!   for End Markers on the old path. Deletion answers with the final usage reports.
 //! - Nothing is accepted that the dataplane cannot hold: before answering an Establishment
@@ -205,8 +207,17 @@ struct Session {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Allocation {
     Teid(u32),
+    /// A TEID the SMF assigned: held from CHOOSE, and from other sessions, while the
+    /// session has it.
+    SmfTeid(u32),
     Ipv4(u32),
     Ipv6(u64),
+}
+
+impl Allocation {
+    fn is_teid(self, teid: u32) -> bool {
+        matches!(self, Allocation::Teid(t) | Allocation::SmfTeid(t) if t == teid)
+    }
 }
 
 #[derive(Debug)]
@@ -870,6 +881,7 @@ impl Upf {
             None => None,
             Some(FTeid::Assigned { teid, ipv4, ipv6 }) => {
                 let addr = ipv4.map(IpAddr::V4).or(ipv6.map(IpAddr::V6)).ok_or(reject(Cause::MandatoryIeIncorrect, ty::F_TEID))?;
+                self.hold_smf_teid(s, teid)?;
                 Some(GtpuEndpoint { teid, addr })
             }
             Some(FTeid::Choose { v4, v6, choose_id }) => {
@@ -924,12 +936,27 @@ impl Upf {
         Ok(created)
     }
 
+    /// An SMF-assigned TEID for session `s`: its own already, or free (then CHOOSE skips
+    /// it). One another session holds is refused like a rule that cannot be created.
+    fn hold_smf_teid(&mut self, s: &mut Session, teid: u32) -> Result<(), Reject> {
+        if s.allocated.iter().any(|a| a.is_teid(teid)) {
+            return Ok(());
+        }
+        if !self.teids_used.insert(teid) {
+            return Err(reject(Cause::RuleCreationModificationFailure, ty::F_TEID));
+        }
+        s.allocated.push(Allocation::SmfTeid(teid));
+        Ok(())
+    }
+
     /// TEIDs: `(n << teid_worker_bits) | worker`, the worker taken in turn, 0 never used;
     /// released ones are reused first (the table stays dense).
     fn alloc_teid(&mut self) -> Option<u32> {
-        if let Some(t) = self.teids_free.pop() {
-            self.teids_used.insert(t);
-            return Some(t);
+        // A released TEID an SMF has assigned since is skipped (and not handed out again).
+        while let Some(t) = self.teids_free.pop() {
+            if self.teids_used.insert(t) {
+                return Some(t);
+            }
         }
         let bits = u32::from(self.cfg.teid_worker_bits.min(16));
         for _ in 0..u32::MAX >> 8 {
@@ -982,6 +1009,9 @@ impl Upf {
                     if self.teids_used.remove(&t) {
                         self.teids_free.push(t);
                     }
+                }
+                Allocation::SmfTeid(t) => {
+                    self.teids_used.remove(&t);
                 }
                 Allocation::Ipv4(i) => self.ipv4_free.push(i),
                 Allocation::Ipv6(i) => self.ipv6_free.push(i),
@@ -1169,6 +1199,13 @@ impl Upf {
                 }
             }
         }
+        // SMF-assigned TEIDs no PDR has any more are let go (checked at the end, so that a
+        // PDR removed and one created with its TEID in the same request keep it).
+        let rules = &s.rules;
+        s.allocated.retain(|a| match *a {
+            Allocation::SmfTeid(t) => rules.pdrs.values().any(|p| p.local_f_teid.is_some_and(|e| e.teid == t)),
+            _ => true,
+        });
         Ok(())
     }
 

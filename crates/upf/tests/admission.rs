@@ -338,3 +338,39 @@ fn a_refused_modification_keeps_the_old_session_forwarding() {
     assert_eq!(u.modify(seid, fits).cause.0, Cause::RequestAccepted);
     assert_ne!(u.snapshot(seid), before);
 }
+
+#[test]
+fn choose_skips_teids_the_smf_assigned_and_a_freed_one_is_taken_again() {
+    // The allocator's first TEID is 1: an SMF takes it first, a CHOOSE session then gets
+    // another and is accepted.
+    let mut u = Upf2::new(8, 8);
+    let smf_owned = u.accepted(session(1, Some(1), ue(1)));
+    let chosen = u.establish(session(2, None, ue(2)));
+    assert_eq!(chosen.cause.0, Cause::RequestAccepted, "{chosen:?}");
+    let Some(FTeid::Assigned { teid, .. }) = chosen.created_pdr[0].f_teid else { panic!("{chosen:?}") };
+    assert_ne!(teid, 1);
+    // Deleted, its TEID is another session's to assign.
+    assert_eq!(u.delete(smf_owned).cause.0, Cause::RequestAccepted);
+    let again = u.accepted(session(3, Some(1), ue(3)));
+    assert_eq!(u.seid_by_teid(1), Some(again));
+    // Moved by a modification to another TEID, the old one is free again.
+    let moved = SessionModificationRequest {
+        update_pdr: vec![UpdatePdr {
+            pdr_id: U16Ie(1),
+            precedence: None,
+            pdi: Some(Pdi {
+                source_interface: Some(InterfaceIe(Interface::Access)),
+                f_teid: Some(FTeid::Assigned { teid: 0x777, ipv4: Some(UPF_IP), ipv6: None }),
+                ..Default::default()
+            }),
+            outer_header_removal: None,
+            far_id: None,
+            urr_ids: vec![],
+            qer_ids: vec![],
+        }],
+        ..Default::default()
+    };
+    assert_eq!(u.modify(again, moved).cause.0, Cause::RequestAccepted);
+    assert_eq!((u.seid_by_teid(1), u.seid_by_teid(0x777)), (None, Some(again)));
+    u.accepted(session(4, Some(1), ue(4)));
+}
