@@ -421,9 +421,11 @@ impl Control {
                     }
                 }
             }
-            // The tables admit a session's rules before the core accepts them; the actions
-            // of each request are applied before the next one is admitted, so that the
-            // answer holds when its install is applied (publishing waits for the batch).
+            // The tables admit a session's rules before the core accepts them. What the
+            // core queued (the usage just synced may stop a session) is applied first, and
+            // the request's own actions right after, so that the tables the admission read
+            // are those its install meets (publishing waits for the batch).
+            changed |= p.apply_queued();
             let mut admission = TablesAdmission { tables: &p.tables, refused: Vec::new() };
             p.upf.handle_with(at, from, &data, &mut admission);
             for r in std::mem::take(&mut admission.refused) {
