@@ -7,7 +7,7 @@ use core::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Instant;
 
 use pfcp::grouped::*;
-use pfcp::header::{Header, MessageType};
+use pfcp::header::Header;
 use pfcp::ie::*;
 use pfcp::message::*;
 use pfcp::rules::SessionRules;
