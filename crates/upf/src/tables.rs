@@ -10,7 +10,7 @@ use crate::sdf::SdfFilter;
 use crate::session::{assign_slots, compile, CompileError, SessionSlots, SlotAllocator};
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use core::num::{NonZeroU32, NonZeroU64};
-use gtpu::cow::CowVec;
+use engine::cow::CowVec;
 use gtpu::teid_table::TeidTable;
 use std::sync::Arc;
 
@@ -283,60 +283,9 @@ impl SessionRecords {
 /// session change copies as little.
 const RECORD_CHUNK_BITS: u32 = 7;
 
-/// Each session's records by slot: a chunked copy-on-write array (as [`CowVec`]) whose
-/// chunks start on a line boundary, so that each [`Record`] is one line.
-#[derive(Clone)]
-pub struct RecordArray {
-    chunks: Vec<engine::mem::SharedLines<SessionRecords>>,
-    len: usize,
-}
-
-impl RecordArray {
-    const CHUNK: usize = 1 << RECORD_CHUNK_BITS;
-
-    /// `len` entries, every one unresolved.
-    pub fn unresolved(len: usize) -> Self {
-        let mut a = RecordArray { chunks: Vec::new(), len: 0 };
-        a.resize(len);
-        a
-    }
-
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    #[inline(always)]
-    pub fn get(&self, i: usize) -> Option<&SessionRecords> {
-        if i >= self.len {
-            return None;
-        }
-        self.chunks.get(i >> RECORD_CHUNK_BITS)?.get(i & (Self::CHUNK - 1))
-    }
-
-    /// Entry `i` to change, copying its chunk first if a published version shares it.
-    pub fn get_mut(&mut self, i: usize) -> Option<&mut SessionRecords> {
-        if i >= self.len {
-            return None;
-        }
-        self.chunks.get_mut(i >> RECORD_CHUNK_BITS)?.get_mut(i & (Self::CHUNK - 1))
-    }
-
-    /// Grow to `len` entries (new ones unresolved).
-    pub fn resize(&mut self, len: usize) {
-        while self.chunks.len() * Self::CHUNK < len {
-            self.chunks.push(engine::mem::SharedLines::new(Self::CHUNK, SessionRecords::UNRESOLVED));
-        }
-        self.len = self.len.max(len);
-    }
-
-    pub fn memory_bytes(&self) -> usize {
-        self.chunks.iter().map(|c| c.memory_bytes()).sum()
-    }
-}
+/// Each session's records by slot, chunks starting on a line boundary so that each
+/// [`Record`] is one line (new entries unresolved).
+pub type RecordArray = CowVec<SessionRecords, RECORD_CHUNK_BITS, engine::mem::SharedLines<SessionRecords>>;
 
 /// A version of the UPF tables.
 #[derive(Clone)]
@@ -364,7 +313,7 @@ impl Default for UpfTables {
         UpfTables {
             generation: 0,
             sessions: CowVec::new(0, None),
-            records: RecordArray::unresolved(0),
+            records: RecordArray::new(0, SessionRecords::UNRESOLVED),
             by_teid: TeidTable::default(),
             by_ue4: TeidTable::default(),
             by_ue6: TeidTable::default(),

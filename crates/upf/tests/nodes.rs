@@ -128,7 +128,7 @@ impl Rig {
     fn publish(&mut self) {
         let mut t = self.state.build();
         if self.full_match_only {
-            t.records = upf::tables::RecordArray::unresolved(t.records.len());
+            t.records = upf::tables::RecordArray::new(t.records.len(), upf::tables::SessionRecords::UNRESOLVED);
         }
         self.shared.store(Arc::new(t));
         engine::worker::Context::refresh(&mut self.cx);
