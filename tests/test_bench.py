@@ -77,6 +77,27 @@ def test_gtpu_bench_refuses_bad_options(vecgate):
         assert r.returncode != 0 and words in r.stderr, (args, r.stderr)
 
 
+def test_upf_bench_reaches_past_the_ipv4_ues_and_takes_rule_sets(vecgate):
+    """The UPF downlink with IPv6 UEs past the 32 768 IPv4 ones: every packet finds its
+    session (a /64 each); sessions without QER and URR run; bad values are refused."""
+    r = subprocess.run([str(vecgate), "bench", "upf4-downlink", "--tunnels", "40000", "--inner", "ip6",
+                        "--packets", "100000", "--json", "--core", "0"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    names = {n["name"]: n for n in rep["nodes"]}
+    assert rep["delivered"] == rep["packets"] >= 100000
+    assert names["upf6-downlink"]["packets"] == rep["packets"] and rep["upf"]["sessions"] == 40000
+    r = subprocess.run([str(vecgate), "bench", "upf4-uplink", "--tunnels", "100", "--session-rules", "pdr-far",
+                        "--packets", "20000", "--json", "--core", "0"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["delivered"] == rep["packets"] >= 20000
+    for args, words in [(["upf4-downlink", "--tunnels", "40000"], "--inner ip6"),
+                        (["upf4-uplink", "--session-rules", "some"], "pdr-far")]:
+        r = subprocess.run([str(vecgate), "bench", *args, "--packets", "1000"], capture_output=True, text=True, timeout=60)
+        assert r.returncode != 0 and words in r.stderr, (args, r.stderr)
+
+
 def test_bench_compare_reports_every_scenario_against_the_baseline(vecgate):
     """scripts/bench-compare.sh: interleaved rounds, one table per build, the baseline's
     extra exactly zero and every other scenario with the tunnel node in its row."""

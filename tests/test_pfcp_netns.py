@@ -218,14 +218,19 @@ class SmfProc:
         return json.loads(line)
 
 
-def upf_lab(lab, vecgate, tmp_path):
+def upf_lab(lab, vecgate, tmp_path, workers=1):
+    """`workers`: vecgate's worker threads (af_packet gives each its own socket of a fanout
+    group: the kernel hashes each flow to one worker)."""
     gnb, upf, dn = lab.ns("gnb"), lab.dataplane_ns("upf"), lab.ns("dn")
     lab.veth(gnb, "g0", upf, "n3")
     lab.veth(dn, "d0", upf, "n6")
     lab.run(gnb, "ip", "addr", "add", f"{GNB}/24", "dev", "g0")
     lab.run(dn, "ip", "addr", "add", f"{DN}/24", "dev", "d0")
     lab.run(dn, "ip", "route", "add", "198.19.0.0/16", "via", UPF_N6)
-    v = Vecgate(lab, vecgate, upf, CONFIG, tmp_path, name="upf")
+    if workers == 1:
+        v = Vecgate(lab, vecgate, upf, CONFIG, tmp_path, name="upf")
+    else:
+        v = Vecgate(lab, vecgate, upf, f"[dataplane]\nworkers = {workers}\n" + CONFIG, tmp_path, name="upf", split_dataplane=True)
     # Both neighbours known to vecgate (it learns them from their ARP requests) before
     # any counted packet: a ping answered on each side.
     for ns, addr in ((gnb, UPF_N3), (dn, UPF_N6)):

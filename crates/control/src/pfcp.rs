@@ -34,7 +34,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use upf::buffering::BufferCmd;
-use upf::context::{Usage, UsageCells};
+use upf::context::{Policer, Usage, UsageCells};
 use upf::tables::{UpfState, UpfTables};
 use upf::UpfEvent;
 
@@ -216,9 +216,11 @@ impl PfcpConfig {
 pub struct UpfDataplane {
     pub shared: Arc<ArcSwap<UpfTables>>,
     pub usage: Vec<Arc<UsageCells>>,
+    /// The QERs' MBR buckets, one set all workers take from.
+    pub policer: Arc<Policer>,
     events_tx: Sender<UpfEvent>,
     pub events: Receiver<UpfEvent>,
-    /// QER buckets and URR cells per worker.
+    /// QER buckets and URR cells.
     pub rule_slots: u32,
     pub max_sessions: u32,
     /// Each worker's held packets (`upf-buffer`), and its room: packets in all and per
@@ -242,6 +244,7 @@ impl UpfDataplane {
             buffer_per_session: cfg.map_or(0, |c| c.buffer_per_session as usize),
             shared: Arc::new(ArcSwap::from_pointee(UpfTables::default())),
             usage: (0..workers).map(|_| UsageCells::new(rule_slots as usize)).collect(),
+            policer: Policer::new(rule_slots as usize),
             events_tx,
             events,
             rule_slots,
@@ -261,7 +264,7 @@ impl UpfDataplane {
         upf::UpfContext::new(
             self.shared.clone(),
             self.usage[k % self.usage.len()].clone(),
-            self.rule_slots as usize,
+            self.policer.clone(),
             Some(self.events_tx.clone()),
         )
         .with_buffering(self.buffer_per_worker, self.buffer_per_session, self.held[k % self.held.len()].clone())
@@ -331,7 +334,6 @@ impl Pfcp {
             .map_err(|e| ("listen", e.to_string()))?;
         let mut tables = UpfState::new(dp.max_sessions as usize, dp.rule_slots, dp.rule_slots);
         tables.set_n3(upf.config().n3_ipv4, upf.config().n3_ipv6);
-        tables.set_workers(dp.usage.len() as u32);
         dp.shared.store(Arc::new(tables.build()));
         Ok(Pfcp {
             upf,

@@ -20,6 +20,7 @@
 
 pub mod buffer;
 pub mod clock;
+pub mod cow;
 pub mod device;
 pub mod graph;
 pub mod handoff;

@@ -14,7 +14,6 @@
 #![forbid(unsafe_code)]
 
 pub mod context;
-pub mod cow;
 pub mod messages;
 pub mod nodes;
 pub mod state;

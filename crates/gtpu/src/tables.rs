@@ -2,9 +2,9 @@
 //! each tunnel's outer adjacency, and which fast-path techniques are on. Built by
 //! [`crate::state::GtpuState`], published whole through an `ArcSwap` like the IP tables.
 
-use crate::cow::CowVec;
 use crate::teid_table::TeidTable;
 use crate::tunnel::Tunnel;
+use engine::cow::CowVec;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
@@ -98,12 +98,6 @@ pub struct GtpuTables {
     /// G-PDUs for a TEID with no tunnel go to `upfN-uplink` (a UPF's sessions live in its
     /// own tables) instead of an Error Indication.
     pub upf_uplink: bool,
-}
-
-impl Default for CowVec<Tunnel> {
-    fn default() -> Self {
-        CowVec::new(0, Tunnel::default())
-    }
 }
 
 impl GtpuTables {

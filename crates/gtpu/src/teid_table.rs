@@ -9,7 +9,7 @@
 //! touches the chunk pointer and, at this load factor, almost always one slot line,
 //! which `prefetch` can start for a whole vector before any probe waits on memory.
 
-use crate::cow::CowVec;
+use engine::cow::CowVec;
 
 /// A packed decap key: the endpoint index (with bit 31 set for IPv6 endpoints) in the
 /// high word, the TEID in the low word.

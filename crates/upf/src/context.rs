@@ -1,6 +1,6 @@
 //! The per-worker UPF context: the tables version the worker holds, its usage cells (read
-//! by the control plane), its MBR token buckets and its queue of events for the control
-//! plane.
+//! by the control plane), the MBR token buckets (shared by all workers) and its queue of
+//! events for the control plane.
 
 use crate::buffering::{self, HeldPackets};
 use crate::tables::UpfTables;
@@ -19,31 +19,22 @@ pub enum UpfEvent {
     DownlinkData { seid: u64, pdr_id: u16 },
 }
 
-/// One slot's line on one worker: the counts of the URR with this slot and the token
-/// bucket of the QER with this slot, side by side. The QER and URR allocators hand out
-/// slots in the same order, so a session with one QER and one URR (as an SMF usually sets
-/// them up) has both at one slot: a packet reads one line for its MBR and its usage
-/// where two arrays cost two (docs/PERFORMANCE.md, the UPF section).
-///
-/// The URR half: `generation` tells a reused slot's counts from its previous owner's:
+/// One URR slot's counts on one worker, on a line of its own (no other worker's counts
+/// beside them). `generation` tells a reused slot's counts from its previous owner's:
 /// the worker restarts the counts when the rule's generation differs, the control plane
-/// ignores a cell whose generation is not the rule's. The bucket half is the worker's
-/// alone (atomics only because the line is shared with the control plane's reads).
+/// ignores a cell whose generation is not the rule's. The worker is the only writer
+/// (atomics only because the control plane reads them).
 #[derive(Debug, Default)]
 #[repr(C, align(64))]
 pub struct UsageCell {
     generation: AtomicU32,
-    bucket_generation: AtomicU32,
     ul_bytes: AtomicU64,
     dl_bytes: AtomicU64,
     ul_packets: AtomicU64,
     dl_packets: AtomicU64,
-    /// Bytes × clock ticks per second, low and high words.
-    bucket_scaled: [AtomicU64; 2],
-    bucket_last: AtomicU64,
 }
 
-const _: () = assert!(core::mem::size_of::<UsageCell>() == 64, "a slot's counts and bucket are one line");
+const _: () = assert!(core::mem::size_of::<UsageCell>() == 64, "a slot's counts are one line");
 
 /// Counts read from the cells.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -63,8 +54,7 @@ impl std::ops::AddAssign for Usage {
     }
 }
 
-/// A worker's URR counting cells and MBR buckets ([`UsageCell`]), indexed by URR and
-/// QER slot. The worker is the only writer (plain load + store, no read-modify-write),
+/// A worker's URR counting cells ([`UsageCell`]), indexed by URR slot. The worker is the only writer (plain load + store, no read-modify-write),
 /// the control plane reads the counts; a fixed size (allocated once, so its alignment
 /// costs no `memalign` holes) so the packet path never allocates.
 pub struct UsageCells {
@@ -129,77 +119,94 @@ pub const BURST_MS: u64 = 100;
 /// …and at least this many bytes (two full-sized packets).
 pub const MIN_BURST: u64 = 3000;
 
-/// What one of `workers` workers polices a QER's MBR at: its share of the MBR, but never
-/// less than the GBR (up to the MBR). A UPF does not make a guarantee happen — the
-/// GFBR is the RAN's to schedule (TS 23.501 §5.7.2.5) and the UPF enforces the MFBR —
-/// but with per-worker shares a GBR flow whose packets all reach one worker would get
-/// only `MBR / workers`, below its guarantee; so each share is at least the GBR. The
-/// cost: a GBR QER's traffic spread over several workers may pass up to
-/// `workers × GBR` in all (still at most `workers × MBR / workers` per worker).
-#[inline]
-pub fn mbr_share(mbr: u64, gbr: Option<u64>, workers: u32) -> u64 {
-    let share = mbr / workers.max(1) as u64;
-    share.max(gbr.unwrap_or(0).min(mbr)).max(1)
+/// One direction of one QER: its MBR token bucket, shared by every worker, on a line of
+/// its own (a QER's uplink and downlink usually reach different workers). The bucket is
+/// kept as GCRA's theoretical arrival time (ITU-T I.371): `tat` is when the bucket would
+/// be full again, so it holds `(now + burst time − tat) × rate` bytes, at most the
+/// burst. One word is the whole state, so a worker takes bytes with one compare-and-swap
+/// and no lock; a dropped packet writes nothing.
+#[derive(Debug, Default)]
+#[repr(C, align(64))]
+struct QerBucket {
+    /// The QER's generation the bucket is for: another one restarts it full.
+    generation: AtomicU32,
+    /// Clock ticks; 0 (long past): full.
+    tat: AtomicU64,
 }
 
-/// A worker's MBR token buckets, indexed by QER slot: the bucket halves of its usage
-/// cells' lines ([`UsageCell`]), or lines of its own.
+/// The QERs' MBR token buckets, one per QER slot and direction, shared by all workers:
+/// each QER direction is policed at its whole MBR whichever workers its packets reach,
+/// with no per-worker shares. The common case, a QER's direction carried by one worker,
+/// keeps its line in that worker's cache; a QER spread over workers moves its line
+/// between them on each passed packet.
 pub struct Policer {
-    lines: Arc<UsageCells>,
+    buckets: Box<[QerBucket]>,
     hz: u64,
+    /// [`BURST_MS`] in clock ticks.
+    burst_ticks: u64,
 }
 
 impl Policer {
-    pub fn new(slots: usize) -> Policer {
-        Policer::sharing(UsageCells::new(slots))
+    /// Buckets for `qer_slots` QER slots (both directions each).
+    pub fn new(qer_slots: usize) -> Arc<Policer> {
+        let hz = engine::clock::hz().max(1);
+        let buckets = (0..qer_slots.saturating_mul(2)).map(|_| QerBucket::default()).collect();
+        Arc::new(Policer { buckets, hz, burst_ticks: hz * BURST_MS / 1000 })
     }
 
-    /// Buckets in the lines of `cells` (the worker's own).
-    pub fn sharing(cells: Arc<UsageCells>) -> Policer {
-        Policer { lines: cells, hz: engine::clock::hz().max(1) }
-    }
-
+    /// QER slots held.
     pub fn len(&self) -> usize {
-        self.lines.len()
+        self.buckets.len() / 2
     }
 
     pub fn is_empty(&self) -> bool {
-        self.lines.is_empty()
+        self.buckets.is_empty()
+    }
+
+    #[inline(always)]
+    fn bucket(&self, slot: u32, uplink: bool) -> Option<&QerBucket> {
+        self.buckets.get((slot as usize).wrapping_mul(2) | usize::from(!uplink))
     }
 
     /// Start loading a slot's bucket (the prefetch pass of the UPF nodes).
     #[inline(always)]
-    pub fn prefetch(&self, slot: u32) {
-        self.lines.prefetch(slot);
+    pub fn prefetch(&self, slot: u32, uplink: bool) {
+        if let Some(b) = self.bucket(slot, uplink) {
+            engine::prefetch::read(b);
+        }
     }
 
-    /// Take `bytes` from a QER's bucket at `now` (clock ticks); false: over the MBR.
-    /// `rate`: this worker's share, bytes per second. A bucket starts full for a new
-    /// generation; it holds bytes scaled by the clock rate, so refills are exact integer
-    /// arithmetic at any rate.
+    /// Take `bytes` from the bucket of a QER's direction at `now` (clock ticks); false:
+    /// over the MBR. `rate`: the QER's MBR for that direction, bytes per second. A bucket
+    /// starts full for a new generation and holds [`BURST_MS`] of the rate (at least
+    /// [`MIN_BURST`] bytes).
     #[inline]
-    pub fn police(&mut self, slot: u32, generation: u32, rate: u64, bytes: u64, now: u64) -> bool {
-        let hz = self.hz as u128;
-        let Some(b) = self.lines.cells.get(slot as usize) else { return true };
-        let burst = ((rate * BURST_MS / 1000).max(MIN_BURST)) as u128 * hz;
-        let [lo, hi] = &b.bucket_scaled;
-        let (mut scaled, last) = if b.bucket_generation.load(Relaxed) != generation {
-            b.bucket_generation.store(generation, Relaxed);
-            (burst, now)
-        } else {
-            ((hi.load(Relaxed) as u128) << 64 | lo.load(Relaxed) as u128, b.bucket_last.load(Relaxed))
-        };
-        let elapsed = now.saturating_sub(last) as u128;
-        scaled = (scaled + elapsed * rate as u128).min(burst);
-        let need = bytes as u128 * hz;
-        let pass = scaled >= need;
-        if pass {
-            scaled -= need;
+    pub fn police(&self, slot: u32, generation: u32, uplink: bool, rate: u64, bytes: u64, now: u64) -> bool {
+        let Some(b) = self.bucket(slot, uplink) else { return true };
+        let seen = b.generation.load(Relaxed);
+        // A slot's new QER restarts the bucket. Whoever claims it resets it: a packet
+        // another worker passed in between may go uncharged, once per QER. (Any other
+        // generation claims it, not only a newer one: generations wrap, and a worker
+        // still on the previous tables for a moment costs at most a refill.)
+        if seen != generation && b.generation.compare_exchange(seen, generation, Relaxed, Relaxed).is_ok() {
+            b.tat.store(0, Relaxed);
         }
-        lo.store(scaled as u64, Relaxed);
-        hi.store((scaled >> 64) as u64, Relaxed);
-        b.bucket_last.store(now, Relaxed);
-        pass
+        let rate = rate.max(1);
+        // Ticks the bytes take at the rate (rounded up: never above the MBR), and the
+        // burst as ticks of the rate.
+        let cost = (bytes * self.hz).div_ceil(rate);
+        let tolerance = if rate * BURST_MS >= MIN_BURST * 1000 { self.burst_ticks } else { MIN_BURST * self.hz / rate };
+        let mut tat = b.tat.load(Relaxed);
+        loop {
+            let next = tat.max(now) + cost;
+            if next > now + tolerance {
+                return false;
+            }
+            match b.tat.compare_exchange_weak(tat, next, Relaxed, Relaxed) {
+                Ok(_) => return true,
+                Err(t) => tat = t,
+            }
+        }
     }
 }
 
@@ -210,7 +217,7 @@ pub struct UpfContext {
     cache: Cache<Arc<ArcSwap<UpfTables>>, Arc<UpfTables>>,
     pub tables: Arc<UpfTables>,
     pub usage: Arc<UsageCells>,
-    pub policer: Policer,
+    pub policer: Arc<Policer>,
     pub events: Option<Sender<UpfEvent>>,
     /// Downlink packets held for sessions whose FAR buffers.
     pub held: HeldPackets,
@@ -220,11 +227,10 @@ pub struct UpfContext {
 }
 
 impl UpfContext {
-    /// `qer_slots`: how many QER buckets this worker keeps (the control plane allocates
-    /// QER slots below it): in the lines of `usage` when it has as many.
-    pub fn new(shared: Arc<ArcSwap<UpfTables>>, usage: Arc<UsageCells>, qer_slots: usize, events: Option<Sender<UpfEvent>>) -> Self {
+    /// `policer`: the QER buckets every worker shares (the control plane allocates QER
+    /// slots below its length).
+    pub fn new(shared: Arc<ArcSwap<UpfTables>>, usage: Arc<UsageCells>, policer: Arc<Policer>, events: Option<Sender<UpfEvent>>) -> Self {
         let tables = shared.load_full();
-        let policer = if usage.len() >= qer_slots { Policer::sharing(Arc::clone(&usage)) } else { Policer::new(qer_slots) };
         UpfContext {
             cache: Cache::new(shared),
             tables,
@@ -288,63 +294,126 @@ mod tests {
         u.count(9, 1, true, 5); // past the cells: ignored, no panic
     }
 
-    /// A slot's counts and its bucket share a line: neither disturbs the other, whatever
-    /// the generations.
-    #[test]
-    fn a_slots_bucket_and_counts_keep_apart() {
-        let u = UsageCells::new(2);
-        let mut p = Policer::sharing(Arc::clone(&u));
-        u.count(1, 3, true, 100);
-        assert!(p.police(1, 3, 1_000_000, 1000, 0), "a new bucket is full: 100 ms of the rate");
-        u.count(1, 3, false, 7);
-        assert_eq!(u.read(1, 3), Usage { ul_bytes: 100, dl_bytes: 7, ul_packets: 1, dl_packets: 1 });
-        assert!(p.police(1, 3, 1_000_000, 99_000, 0));
-        u.count(1, 4, true, 5);
-        assert!(!p.police(1, 3, 1_000_000, 1, 0), "the counts' new generation left the bucket empty");
-        assert_eq!(u.read(1, 4), Usage { ul_bytes: 5, dl_bytes: 0, ul_packets: 1, dl_packets: 0 });
-        assert_eq!(u.read(0, 3), Usage::default());
+    /// Workers' contexts sharing one set of QER buckets, as the control plane makes them.
+    fn workers(n: usize, qer_slots: usize) -> Vec<UpfContext> {
+        let tables = Arc::new(ArcSwap::from_pointee(UpfTables::default()));
+        let policer = Policer::new(qer_slots);
+        (0..n).map(|_| UpfContext::new(tables.clone(), UsageCells::new(1), policer.clone(), None)).collect()
     }
 
-    /// Virtual time, four workers: a GBR QER whose traffic all reaches one worker gets its
-    /// guaranteed rate there (over one simulated second), where the plain share would
-    /// give a quarter of the MBR; a non-GBR QER gets the quarter.
+    /// Virtual time: 1000-byte packets offered at `offered` bytes/s for two simulated
+    /// seconds to slot 0's downlink, packet `k` on worker `on(k)`; the bytes each worker
+    /// passed in the second second (the first holds the full bucket's burst).
+    fn passed_in_second_second(cx: &[UpfContext], rate: u64, offered: u64, on: impl Fn(u64) -> usize) -> Vec<u64> {
+        let hz = engine::clock::hz();
+        let n = 2 * offered / 1000;
+        let mut passed = vec![0; cx.len()];
+        for k in 0..n {
+            let now = k * 2 * hz / n;
+            let w = on(k);
+            if cx[w].policer.police(0, 1, false, rate, 1000, now) && now >= hz {
+                passed[w] += 1000;
+            }
+        }
+        passed
+    }
+
+    fn within_5_percent(got: u64, want: u64) -> bool {
+        got.abs_diff(want) * 20 <= want
+    }
+
+    /// Virtual time, two and four workers: a QER whose packets all reach one worker gets
+    /// its whole MBR there (within 5 % over a second), and one whose packets two workers
+    /// share gets the MBR between them; whatever the offered rate above it.
     #[test]
-    fn a_gbr_flow_on_one_worker_gets_its_guarantee() {
-        let (mbr, gbr) = (4_000_000u64, 2_500_000u64);
-        assert_eq!(mbr_share(mbr, None, 4), 1_000_000);
-        assert_eq!(mbr_share(mbr, Some(gbr), 4), gbr);
-        assert_eq!(mbr_share(mbr, Some(9_000_000), 4), mbr, "a GBR above the MBR is capped by it");
-        assert_eq!(mbr_share(mbr, Some(gbr), 1), mbr);
-        for (g, want_min, want_max) in [(Some(gbr), gbr, gbr + 400_000), (None, 1_000_000, 1_000_000 + 200_000)] {
-            let mut c = Policer::new(1);
-            let hz = c.hz;
-            let share = mbr_share(mbr, g, 4);
-            let step = hz / 5000; // 5000 offers of 1000 bytes: 5 MB/s offered
-            let passed: u64 = (0..5000u64).filter(|i| c.police(0, 1, share, 1000, i * step)).count() as u64 * 1000;
-            assert!(passed >= want_min - 1000 && passed <= want_max, "{g:?}: {passed}");
+    fn a_qer_gets_its_whole_mbr_on_one_worker_or_split_over_two() {
+        let rate = 1_000_000u64; // 8 Mbit/s
+        for w in [2, 4] {
+            for offered in [2 * rate, 5 * rate] {
+                let cx = workers(w, 1);
+                let one = passed_in_second_second(&cx, rate, offered, |_| w - 1);
+                assert!(within_5_percent(one.iter().sum(), rate), "{w} workers, one carries it: {one:?}");
+                let cx = workers(w, 1);
+                let split = passed_in_second_second(&cx, rate, offered, |k| (k % 2) as usize);
+                assert!(within_5_percent(split.iter().sum(), rate), "{w} workers, two share it: {split:?}");
+            }
         }
     }
 
-    /// Virtual time: over one simulated second of back-to-back offers, what passes is
-    /// the rate plus at most the initial burst.
+    /// Virtual time, four workers: a GBR QER whose traffic all reaches one worker gets its
+    /// guaranteed rate there, being policed at its whole MBR (which is at least the GBR),
+    /// like a QER without a GBR; the GBR does not raise what passes.
+    #[test]
+    fn a_gbr_flow_on_one_worker_gets_its_guarantee() {
+        let (mbr, gbr) = (4_000_000u64, 2_500_000u64);
+        let cx = workers(4, 1);
+        let passed: u64 = passed_in_second_second(&cx, mbr, 5_000_000, |_| 2).iter().sum();
+        assert!(passed >= gbr && within_5_percent(passed, mbr), "{passed}");
+    }
+
+    /// Threads as workers, each offering the MBR over the same 20 simulated seconds to
+    /// one QER direction: the compare-and-swap loses no take, so together they pass the
+    /// MBR and the full bucket's burst, no more.
+    #[test]
+    fn workers_racing_on_one_bucket_pass_no_more_than_the_mbr() {
+        let (rate, seconds) = (1_250_000u64, 20);
+        let cx = workers(4, 1);
+        let hz = engine::clock::hz();
+        let n = seconds * rate / 1000;
+        let start = std::sync::Barrier::new(cx.len());
+        let passed: u64 = std::thread::scope(|s| {
+            let threads: Vec<_> = cx
+                .iter()
+                .map(|c| {
+                    let (p, start) = (&*c.policer, &start);
+                    s.spawn(move || {
+                        start.wait();
+                        (0..n).filter(|k| p.police(0, 1, true, rate, 1000, k * seconds * hz / n)).count() as u64 * 1000
+                    })
+                })
+                .collect();
+            threads.into_iter().map(|t| t.join().unwrap()).sum()
+        });
+        let burst = (rate * BURST_MS / 1000).max(MIN_BURST);
+        assert!(passed <= seconds * rate + burst + 4000, "{passed}");
+        assert!(passed >= seconds * rate - 4000, "{passed}");
+    }
+
+    /// Virtual time, one worker: over one simulated second of back-to-back offers, what
+    /// passes is the rate plus at most the initial burst; a QER's two directions and a
+    /// slot's successive QERs have buckets of their own.
     #[test]
     fn bucket_passes_the_rate_over_a_second() {
-        let mut c = Policer::new(2);
+        let c = Policer::new(2);
         let hz = c.hz;
         let rate = 1_250_000u64; // 10 Mbit/s
         let mut passed = 0u64;
         let step = hz / 20_000; // 20 000 offers per second of 1000 bytes: 20 MB/s offered
         for i in 0..20_000u64 {
-            if c.police(0, 1, rate, 1000, i * step) {
+            if c.police(0, 1, true, rate, 1000, i * step) {
                 passed += 1000;
             }
         }
         let burst = (rate * BURST_MS / 1000).max(MIN_BURST);
         assert!(passed <= rate + burst + 1000, "{passed}");
         assert!(passed >= rate - 1000, "{passed}");
+        assert!(!c.police(0, 1, true, rate, 1000, 20_000 * step), "the uplink bucket is empty");
+        assert!(c.police(0, 1, false, rate, 1000, 20_000 * step), "the downlink's is full");
+        assert!(c.police(1, 1, true, rate, 1000, 20_000 * step), "another slot's is full");
         // A new generation starts with a full bucket.
-        assert!(c.police(0, 2, rate, 1000, 20_000 * step));
+        assert!(c.police(0, 2, true, rate, burst * 9 / 10, 20_000 * step));
         // A slot past the buckets is not policed.
-        assert!(c.police(5, 1, 1, 1_000_000, 0));
+        assert!(c.police(5, 1, true, 1, 1_000_000, 0));
+    }
+
+    /// A low rate's bucket holds MIN_BURST bytes, not BURST_MS of the rate; an MBR of 0
+    /// passes that much and then nothing.
+    #[test]
+    fn low_rates_hold_the_minimum_burst() {
+        let c = Policer::new(1);
+        assert!(c.police(0, 1, true, 1000, MIN_BURST, 0));
+        assert!(!c.police(0, 1, true, 1000, 1, 0));
+        assert!(c.police(0, 1, false, 0, MIN_BURST / 2, 0));
+        assert!(!c.police(0, 1, false, 0, MIN_BURST, 0));
     }
 }

@@ -56,7 +56,7 @@ fn apply(u: &mut Upf, state: &mut UpfState) {
                 Ok(_) => {
                     let s = state.session(rules.seid).expect("an installed session is there").clone();
                     let t = state.build();
-                    let (records, _) = crate::tables::SessionRecords::of(&s, t.workers);
+                    let (records, _) = crate::tables::SessionRecords::of(&s);
                     assert_eq!(t.records(s.slot), &records, "the records are the session's");
                     for r in s.uplink.iter() {
                         if let Some(teid) = r.teid {

@@ -23,9 +23,9 @@
 //!   of matching, with the same verdicts and counts (a differential property test in
 //!   `tests/nodes.rs`); other sessions take the full match.
 //! - Usage (URR volumes) is counted per worker in cells the control plane sums
-//!   ([`context::UsageCells`]); MBR token buckets are per worker, each with the worker's
-//!   share of the rate (`rate / workers`): exact with one worker or when a QER's traffic
-//!   stays on one worker (TEID-based RSS keeps a session's uplink on one).
+//!   ([`context::UsageCells`]). The MBR is one token bucket per QER and direction that
+//!   every worker takes from with a compare-and-swap, no lock ([`context::Policer`]): a
+//!   QER gets its whole MBR however many workers its packets reach, one or several.
 #![forbid(unsafe_code)]
 
 pub mod buffering;

@@ -211,7 +211,7 @@ fn sdf_ok(r: &Rule, v: &FlowView) -> bool {
 /// The QERs and URRs of a matched, forwarding rule: a used-up quota, a closed gate or the
 /// MBR stop the packet; otherwise it is counted in the rule's URRs.
 #[inline]
-fn enforce(t: &UpfTables, usage: &UsageCells, policer: &mut Policer, r: &Rule, uplink: bool, bytes: u64) -> Result<(), UpfCounter> {
+fn enforce(usage: &UsageCells, policer: &Policer, r: &Rule, uplink: bool, bytes: u64) -> Result<(), UpfCounter> {
     if r.urrs.iter().any(|x| x.exhausted) {
         return Err(UpfCounter::QuotaExhausted);
     }
@@ -220,8 +220,7 @@ fn enforce(t: &UpfTables, usage: &UsageCells, policer: &mut Policer, r: &Rule, u
             return Err(UpfCounter::GateClosed);
         }
         if let Some(rate) = q.mbr_bytes_per_sec {
-            let share = crate::context::mbr_share(rate, q.gbr_bytes_per_sec, t.workers);
-            if !policer.police(q.slot, q.generation, share, bytes, engine::clock::now()) {
+            if !policer.police(q.slot, q.generation, uplink, rate, bytes, engine::clock::now()) {
                 return Err(UpfCounter::MbrExceeded);
             }
         }
@@ -246,9 +245,9 @@ impl From<Stop> for UpfCounter {
 /// [`enforce`] for a resolved record, whose quota and gate were applied when it was
 /// built: the MBR stops the packet, else it is counted.
 #[inline]
-fn enforce_record(usage: &UsageCells, policer: &mut Policer, rec: &Record, uplink: bool, bytes: u64) -> Result<(), UpfCounter> {
+fn enforce_record(usage: &UsageCells, policer: &Policer, rec: &Record, uplink: bool, bytes: u64) -> Result<(), UpfCounter> {
     if let Some(p) = rec.policer {
-        if !policer.police(p.slot, p.generation.get(), p.share.get(), bytes, engine::clock::now()) {
+        if !policer.police(p.slot, p.generation.get(), uplink, p.rate.get(), bytes, engine::clock::now()) {
             return Err(UpfCounter::MbrExceeded);
         }
     }
@@ -264,7 +263,7 @@ fn enforce_record(usage: &UsageCells, policer: &mut Policer, rec: &Record, uplin
 fn deliver_downlink(
     t: &UpfTables,
     usage: &UsageCells,
-    policer: &mut Policer,
+    policer: &Policer,
     r: &Rule,
     buf: &mut Buffer,
     counts: &mut Counts<'_, UpfCounter>,
@@ -276,7 +275,7 @@ fn deliver_downlink(
         Forward::Forward(None) => return Err(UpfCounter::NoOuterHeader),
         Forward::Forward(Some(o)) => o,
     };
-    enforce(t, usage, policer, r, false, buf.len() as u64)?;
+    enforce(usage, policer, r, false, buf.len() as u64)?;
     let n = encap(buf, t, &o)?;
     counts.inc(UpfCounter::Forwarded);
     counts.inc(UpfCounter::Encapsulated);
@@ -388,9 +387,10 @@ fn prefetch_sessions(u: &UpfContext, slots: &[Option<u32>]) {
     }
     for s in slots.iter().flatten() {
         if let Some(sess) = t.session(*s) {
-            for r in sess.uplink.iter().chain(sess.downlink.iter()).take(2) {
+            let rules = sess.uplink.iter().map(|r| (r, true)).chain(sess.downlink.iter().map(|r| (r, false)));
+            for (r, uplink) in rules.take(2) {
                 if let Some(q) = r.qers.first() {
-                    u.policer.prefetch(q.slot);
+                    u.policer.prefetch(q.slot, uplink);
                 }
                 if let Some(x) = r.urrs.first() {
                     u.usage.prefetch(x.slot);
@@ -427,7 +427,7 @@ fn prefetch_records(u: &UpfContext, slots: &[Option<u32>], uplink: bool) {
             continue;
         }
         if let Some(p) = r.policer {
-            u.policer.prefetch(p.slot);
+            u.policer.prefetch(p.slot, uplink);
         }
         if let Some(c) = r.usage {
             u.usage.prefetch(c.slot);
@@ -598,7 +598,7 @@ impl<Cx: HasUpf, O: OuterFamily> Node<Cx> for UpfUplink<O> {
             Forward::Buffer => return Verdict::Drop(UpfCounter::BufferedDropped),
             Forward::Forward(o) => o.as_ref(),
         };
-        if let Err(c) = enforce(tables, usage, policer, r, true, g.inner_len as u64) {
+        if let Err(c) = enforce(usage, policer, r, true, g.inner_len as u64) {
             return Verdict::Drop(c);
         }
         forward_uplink::<O>(buf, counts, tables, &g, r.remove_outer, ohc, inner.v6)

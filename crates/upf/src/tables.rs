@@ -10,7 +10,7 @@ use crate::sdf::SdfFilter;
 use crate::session::{assign_slots, compile, slots_fit, CompileError, SessionSlots, SlotAllocator};
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use core::num::{NonZeroU32, NonZeroU64};
-use gtpu::cow::CowVec;
+use engine::cow::CowVec;
 use gtpu::teid_table::TeidTable;
 use std::sync::Arc;
 
@@ -84,17 +84,18 @@ pub fn gpdu_repr(teid: u32, qfi: Option<u8>, payload_len: usize) -> wire::gtpu::
     }
 }
 
-/// A QER as one direction's rule sees it: its per-worker bucket and what it says.
+/// A QER as one direction's rule sees it: its bucket (shared by the workers) and what it
+/// says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QerRef {
     pub slot: u32,
     pub generation: u32,
     pub open: bool,
-    /// Bytes per second for the whole QER (each worker polices its share); `None`: not
-    /// policed.
+    /// Bytes per second for the whole QER, this direction (one bucket all workers take
+    /// from: [`crate::context::Policer`]); `None`: not policed.
     pub mbr_bytes_per_sec: Option<u64>,
-    /// The guaranteed rate, bytes per second: no worker's share of the MBR is below it
-    /// ([`crate::context::mbr_share`]).
+    /// The guaranteed rate, bytes per second: shown, not enforced (the RAN schedules
+    /// the GFBR, TS 23.501 §5.7.2.5; the UPF polices the MFBR, which is at least it).
     pub gbr_bytes_per_sec: Option<u64>,
 }
 
@@ -192,13 +193,13 @@ pub enum Stop {
     GateClosed,
 }
 
-/// A QER's bucket and what this worker polices it at.
+/// A QER's bucket (this direction's) and the MBR it polices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PolicerRef {
     pub slot: u32,
     pub generation: NonZeroU32,
-    /// This worker's share of the MBR, bytes per second ([`crate::context::mbr_share`]).
-    pub share: NonZeroU64,
+    /// The QER's MBR for this direction, bytes per second (0 polices as 1).
+    pub rate: NonZeroU64,
 }
 
 /// A URR's usage cell.
@@ -211,13 +212,12 @@ pub struct UsageCellRef {
 impl Record {
     pub const UNRESOLVED: Record = Record { action: None, remove_outer: false, qfi: None, outer: None, usage: None, policer: None };
 
-    /// The record of one direction's rules (in precedence order), for `workers` workers;
-    /// uplink, also the TEID it is for (the first rule's). The first rule decides when
+    /// The record of one direction's rules (in precedence order); uplink, also the TEID it is for (the first rule's). The first rule decides when
     /// it matches every packet its key finds (and, uplink, carries the record's QFI);
     /// what it then does is what the nodes' full path would do, in the same order: the
     /// FAR's DROP or BUFF, a downlink FORW without an outer header, a used-up quota, a
     /// closed gate, then the MBR and counting.
-    pub fn resolve(rules: &[Rule], uplink: bool, workers: u32) -> (Record, Option<u32>) {
+    pub fn resolve(rules: &[Rule], uplink: bool) -> (Record, Option<u32>) {
         let Some(r) = rules.first() else { return (Record::UNRESOLVED, None) };
         if !r.sdf.is_empty() || r.qers.len() > 1 || r.urrs.len() > 1 || (uplink && r.teid.is_none()) {
             return (Record::UNRESOLVED, None);
@@ -225,13 +225,10 @@ impl Record {
         let q = r.qers.first();
         let u = r.urrs.first();
         let policer = match q.and_then(|q| Some((q, q.mbr_bytes_per_sec?))) {
-            Some((q, mbr)) => {
-                let share = crate::context::mbr_share(mbr, q.gbr_bytes_per_sec, workers);
-                match (NonZeroU32::new(q.generation), NonZeroU64::new(share)) {
-                    (Some(generation), Some(share)) => Some(PolicerRef { slot: q.slot, generation, share }),
-                    _ => return (Record::UNRESOLVED, None),
-                }
-            }
+            Some((q, mbr)) => match NonZeroU32::new(q.generation) {
+                Some(generation) => Some(PolicerRef { slot: q.slot, generation, rate: NonZeroU64::new(mbr).unwrap_or(NonZeroU64::MIN) }),
+                None => return (Record::UNRESOLVED, None),
+            },
             None => None,
         };
         let usage = match u {
@@ -272,9 +269,9 @@ impl SessionRecords {
     pub const UNRESOLVED: SessionRecords = SessionRecords { uplink: Record::UNRESOLVED, downlink: Record::UNRESOLVED };
 
     /// A session's records, and the TEID its uplink record is for.
-    pub fn of(s: &Session, workers: u32) -> (SessionRecords, Option<u32>) {
-        let (uplink, teid) = Record::resolve(&s.uplink, true, workers);
-        let (downlink, _) = Record::resolve(&s.downlink, false, workers);
+    pub fn of(s: &Session) -> (SessionRecords, Option<u32>) {
+        let (uplink, teid) = Record::resolve(&s.uplink, true);
+        let (downlink, _) = Record::resolve(&s.downlink, false);
         (SessionRecords { uplink, downlink }, teid)
     }
 }
@@ -283,60 +280,9 @@ impl SessionRecords {
 /// session change copies as little.
 const RECORD_CHUNK_BITS: u32 = 7;
 
-/// Each session's records by slot: a chunked copy-on-write array (as [`CowVec`]) whose
-/// chunks start on a line boundary, so that each [`Record`] is one line.
-#[derive(Clone)]
-pub struct RecordArray {
-    chunks: Vec<engine::mem::SharedLines<SessionRecords>>,
-    len: usize,
-}
-
-impl RecordArray {
-    const CHUNK: usize = 1 << RECORD_CHUNK_BITS;
-
-    /// `len` entries, every one unresolved.
-    pub fn unresolved(len: usize) -> Self {
-        let mut a = RecordArray { chunks: Vec::new(), len: 0 };
-        a.resize(len);
-        a
-    }
-
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    #[inline(always)]
-    pub fn get(&self, i: usize) -> Option<&SessionRecords> {
-        if i >= self.len {
-            return None;
-        }
-        self.chunks.get(i >> RECORD_CHUNK_BITS)?.get(i & (Self::CHUNK - 1))
-    }
-
-    /// Entry `i` to change, copying its chunk first if a published version shares it.
-    pub fn get_mut(&mut self, i: usize) -> Option<&mut SessionRecords> {
-        if i >= self.len {
-            return None;
-        }
-        self.chunks.get_mut(i >> RECORD_CHUNK_BITS)?.get_mut(i & (Self::CHUNK - 1))
-    }
-
-    /// Grow to `len` entries (new ones unresolved).
-    pub fn resize(&mut self, len: usize) {
-        while self.chunks.len() * Self::CHUNK < len {
-            self.chunks.push(engine::mem::SharedLines::new(Self::CHUNK, SessionRecords::UNRESOLVED));
-        }
-        self.len = self.len.max(len);
-    }
-
-    pub fn memory_bytes(&self) -> usize {
-        self.chunks.iter().map(|c| c.memory_bytes()).sum()
-    }
-}
+/// Each session's records by slot, chunks starting on a line boundary so that each
+/// [`Record`] is one line (new entries unresolved).
+pub type RecordArray = CowVec<SessionRecords, RECORD_CHUNK_BITS, engine::mem::SharedLines<SessionRecords>>;
 
 /// A version of the UPF tables.
 #[derive(Clone)]
@@ -355,8 +301,6 @@ pub struct UpfTables {
     /// Our N3 addresses: the outer source of what we encapsulate.
     pub n3_v4: Option<Ipv4Addr>,
     pub n3_v6: Option<Ipv6Addr>,
-    /// Workers sharing each QER's MBR.
-    pub workers: u32,
 }
 
 impl Default for UpfTables {
@@ -364,13 +308,12 @@ impl Default for UpfTables {
         UpfTables {
             generation: 0,
             sessions: CowVec::new(0, None),
-            records: RecordArray::unresolved(0),
+            records: RecordArray::new(0, SessionRecords::UNRESOLVED),
             by_teid: TeidTable::default(),
             by_ue4: TeidTable::default(),
             by_ue6: TeidTable::default(),
             n3_v4: None,
             n3_v6: None,
-            workers: 1,
         }
     }
 }
@@ -553,20 +496,6 @@ impl UpfState {
         self.tables.n3_v6 = v6;
     }
 
-    /// Workers sharing each QER's MBR; the installed sessions' records are resolved again
-    /// for their new shares.
-    pub fn set_workers(&mut self, n: u32) {
-        self.tables.workers = n.max(1);
-        let slots: Vec<u32> = self.slot_of.values().map(|(s, _)| *s).collect();
-        for slot in slots {
-            let Some(s) = self.tables.session(slot) else { continue };
-            let (records, _) = SessionRecords::of(s, self.tables.workers);
-            if let Some(r) = self.tables.records.get_mut(slot as usize) {
-                *r = records;
-            }
-        }
-    }
-
     pub fn len(&self) -> usize {
         self.slot_of.len()
     }
@@ -604,7 +533,7 @@ impl UpfState {
             },
         };
         session.slot = slot;
-        let (records, record_teid) = SessionRecords::of(&session, self.tables.workers);
+        let (records, record_teid) = SessionRecords::of(&session);
         for &t in &keys.teids {
             self.tables.by_teid.insert_entry(t as u64, slot, u32::from(Some(t) == record_teid));
         }

@@ -12,7 +12,7 @@ use proptest::prelude::*;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use upf::buffering::BufferCmd;
-use upf::context::{HasUpf, Usage, UsageCells};
+use upf::context::{HasUpf, Policer, Usage, UsageCells};
 use upf::tables::{UpfState, UpfTables};
 use upf::{UpfContext, UpfEvent};
 use wire::gtpu::{GtpuPacket, GtpuRepr, MessageType, PduSession, Qfi, Teid};
@@ -109,7 +109,7 @@ impl Rig {
         let ip_tables = Arc::new(ArcSwap::from_pointee(ip::RouterState::new(vec![]).unwrap().build()));
         let cx = Cx {
             ip: IpContext::new(ip_tables, None, Default::default()),
-            upf: UpfContext::new(shared.clone(), usage.clone(), 1000, Some(tx)).with_buffering(16, 8, Arc::default()),
+            upf: UpfContext::new(shared.clone(), usage.clone(), Policer::new(1000), Some(tx)).with_buffering(16, 8, Arc::default()),
         };
         Rig { graph, pool: Pool::new(1024, 4), cx, state, shared, usage, events, seen, inputs, buffer_input, full_match_only: false }
     }
@@ -128,7 +128,7 @@ impl Rig {
     fn publish(&mut self) {
         let mut t = self.state.build();
         if self.full_match_only {
-            t.records = upf::tables::RecordArray::unresolved(t.records.len());
+            t.records = upf::tables::RecordArray::new(t.records.len(), upf::tables::SessionRecords::UNRESOLVED);
         }
         self.shared.store(Arc::new(t));
         engine::worker::Context::refresh(&mut self.cx);
@@ -795,7 +795,7 @@ fn unknown_teids_get_error_indications_at_the_reply_rate() {
 
 /// A stand-in while a context is rebuilt.
 fn dummy_upf() -> UpfContext {
-    UpfContext::new(Arc::new(ArcSwap::from_pointee(UpfState::new(1, 1, 1).build())), UsageCells::new(1), 1, None)
+    UpfContext::new(Arc::new(ArcSwap::from_pointee(UpfState::new(1, 1, 1).build())), UsageCells::new(1), Policer::new(1), None)
 }
 
 /// The encapsulation before the G-PDU header was precomputed: the header emitted from a
@@ -994,13 +994,11 @@ proptest! {
         modified in prop::option::of((1u64..=3).prop_flat_map(arb_session)),
         first in prop::collection::vec(arb_packet(), 1..24),
         then in prop::collection::vec(arb_packet(), 0..24),
-        workers in 1u32..=3,
     ) {
         let mut rigs = [Rig::new(), Rig::new()];
         rigs[1].full_match_only = true;
         let mut runs: Vec<Vec<(&'static str, Vec<u8>)>> = vec![vec![], vec![]];
         for (rig, run) in rigs.iter_mut().zip(&mut runs) {
-            rig.state.set_workers(workers);
             for r in &sessions {
                 run.push(("install", format!("{:?}", rig.state.install_rules(r)).into_bytes()));
             }

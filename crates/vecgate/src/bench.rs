@@ -62,6 +62,8 @@ pub struct GtpuOptions {
     pub disable: Vec<String>,
     /// esp4-encrypt: the SA's algorithm.
     pub alg: ipsec::Algorithm,
+    /// upf scenarios: each session's rules (`all`, `no-qer`, `no-urr`, `pdr-far`).
+    pub session_rules: String,
 }
 
 impl Default for GtpuOptions {
@@ -73,6 +75,7 @@ impl Default for GtpuOptions {
             inner: "ip4".into(),
             disable: Vec::new(),
             alg: ipsec::Algorithm::AesGcm128,
+            session_rules: "all".into(),
         }
     }
 }
@@ -319,7 +322,7 @@ pub fn bench(
     let mut lb_report = None;
     let mut upf_report = None;
     let (packet, modifiers, gtpu_report) = if scenario.starts_with("upf") {
-        let (p, m, r) = crate::bench_upf::setup(scenario, opts.tunnels, opts.inner_size, &mut control, json)?;
+        let (p, m, r) = crate::bench_upf::setup(scenario, opts, &mut control, json)?;
         upf_report = Some(r);
         (p, m, None)
     } else if scenario.starts_with("lb") {

@@ -5,7 +5,9 @@
 //! `gtpu4-encap` with as many tunnels: the difference is the cost of PDR matching, QER
 //! and URR per packet. The sessions are installed as PFCP's control plane installs them
 //! (compiled, one table publish per session), which gives sessions per second and memory
-//! per session of the dataplane tables.
+//! per session of the dataplane tables. `--inner ip6` gives every session an IPv6 UE
+//! (/64), so the downlink reaches past the 32 768 IPv4 UEs; `--session-rules` leaves the
+//! QER, the URR or both out, which splits the per-packet cost.
 
 use anyhow::{anyhow, bail, Result};
 use io::pg::{Field, L4Spec, ModifierSpec, PacketSpec, Pattern};
@@ -29,17 +31,40 @@ pub(crate) fn config_section(sessions: u32) -> String {
     )
 }
 
-fn ue(i: u32) -> IpAddr {
-    if i < UE4_MAX {
+/// Session `i`'s UE: IPv4 for the first [`UE4_MAX`] (unless `inner6`), then IPv6.
+fn ue(i: u32, inner6: bool) -> IpAddr {
+    if i < UE4_MAX && !inner6 {
         IpAddr::V4(Ipv4Addr::from(UE4_BASE + i))
     } else {
         IpAddr::V6(Ipv6Addr::from(UE6_BASE + ((i as u128) << 64)))
     }
 }
 
-/// Session `i`: uplink on TEID i+1, downlink to UE `ue(i)` toward the gNB on TEID
-/// 0x8000_0000 | (i+1).
-pub(crate) fn session(i: u32) -> SessionRules {
+/// Which rules each session has beside its PDRs and FARs (`--session-rules`): the
+/// differences between them split the UPF's per-packet cost into QER and URR.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SessionRuleSet {
+    pub qer: bool,
+    pub urr: bool,
+}
+
+impl SessionRuleSet {
+    pub(crate) const ALL: SessionRuleSet = SessionRuleSet { qer: true, urr: true };
+
+    pub(crate) fn parse(s: &str) -> Result<SessionRuleSet> {
+        Ok(match s {
+            "all" => SessionRuleSet::ALL,
+            "no-qer" => SessionRuleSet { qer: false, urr: true },
+            "no-urr" => SessionRuleSet { qer: true, urr: false },
+            "pdr-far" => SessionRuleSet { qer: false, urr: false },
+            _ => bail!("--session-rules {s:?}: expected all, no-qer, no-urr or pdr-far"),
+        })
+    }
+}
+
+/// Session `i`: uplink on TEID i+1, downlink to UE `ue(i, inner6)` toward the gNB on
+/// TEID 0x8000_0000 | (i+1).
+pub(crate) fn session(i: u32, inner6: bool, rules: SessionRuleSet) -> SessionRules {
     let mut r = SessionRules {
         seid: i as u64 + 1,
         cp_node: NodeId::Ipv4(Ipv4Addr::LOCALHOST),
@@ -61,8 +86,8 @@ pub(crate) fn session(i: u32) -> SessionRules {
         qfi: None,
         outer_header_removal: false,
         far_id: Some(far),
-        qer_ids: vec![1],
-        urr_ids: vec![1],
+        qer_ids: if rules.qer { vec![1] } else { vec![] },
+        urr_ids: if rules.urr { vec![1] } else { vec![] },
     };
     let mut up = pdr(1, 1);
     up.local_f_teid = Some(GtpuEndpoint { teid: i + 1, addr: IpAddr::V4(N3) });
@@ -70,7 +95,7 @@ pub(crate) fn session(i: u32) -> SessionRules {
     let mut down = pdr(2, 2);
     down.source = Interface::Core;
     down.ue_is_destination = true;
-    match ue(i) {
+    match ue(i, inner6) {
         IpAddr::V4(a) => down.ue_ipv4 = Some(a),
         IpAddr::V6(a) => down.ue_ipv6 = Some(a),
     }
@@ -100,11 +125,24 @@ pub(crate) fn session(i: u32) -> SessionRules {
         },
     );
     let mbr = Some(10_000_000); // 10 Gbit/s
-    r.qers.insert(
-        1,
-        Qer { id: 1, ul_open: true, dl_open: true, mbr_ul_kbps: mbr, mbr_dl_kbps: mbr, gbr_ul_kbps: None, gbr_dl_kbps: None, qfi: Some(9) },
-    );
-    r.urrs.insert(1, Urr { id: 1, measurement_method: 2, ..Default::default() });
+    if rules.qer {
+        r.qers.insert(
+            1,
+            Qer {
+                id: 1,
+                ul_open: true,
+                dl_open: true,
+                mbr_ul_kbps: mbr,
+                mbr_dl_kbps: mbr,
+                gbr_ul_kbps: None,
+                gbr_dl_kbps: None,
+                qfi: Some(9),
+            },
+        );
+    }
+    if rules.urr {
+        r.urrs.insert(1, Urr { id: 1, measurement_method: 2, ..Default::default() });
+    }
     r
 }
 
@@ -125,15 +163,20 @@ pub(crate) struct UpfReport {
 /// Install `n` sessions and build the scenario's packet.
 pub(crate) fn setup(
     scenario: &str,
-    n: u32,
-    inner_size: usize,
+    o: &crate::bench::GtpuOptions,
     control: &mut control::dataplane::Control,
     json: bool,
 ) -> Result<(PacketSpec, Vec<ModifierSpec>, UpfReport)> {
-    let n = n.max(1);
+    let (n, inner_size) = (o.tunnels.max(1), o.inner_size);
+    let rules = SessionRuleSet::parse(&o.session_rules)?;
+    let inner6 = match o.inner.as_str() {
+        "ip4" => false,
+        "ip6" => true,
+        other => bail!("--inner {other:?}: expected ip4 or ip6"),
+    };
     let downlink = scenario.ends_with("downlink");
-    if downlink && n > UE4_MAX {
-        bail!("upf4-downlink: {n} sessions do not fit the IPv4 UE range (198.18.128.0/17, {UE4_MAX} addresses)");
+    if downlink && n > UE4_MAX && !inner6 {
+        bail!("upf4-downlink: {n} sessions do not fit the IPv4 UE range (198.18.128.0/17, {UE4_MAX} addresses); use --inner ip6");
     }
     if !(28..=8000).contains(&inner_size) {
         bail!("--inner-size {inner_size}: expected 28 to 8000 bytes");
@@ -142,7 +185,7 @@ pub(crate) fn setup(
     let rss0 = crate::bench::rss_bytes();
     let t0 = Instant::now();
     for i in 0..n {
-        p.tables.install_rules(&session(i)).map_err(|e| anyhow!("session {i}: {e}"))?;
+        p.tables.install_rules(&session(i, inner6, rules)).map_err(|e| anyhow!("session {i}: {e}"))?;
         p.publish();
     }
     let install_seconds = t0.elapsed().as_secs_f64();
@@ -165,15 +208,21 @@ pub(crate) fn setup(
     }
     let mut modifiers = Vec::new();
     let packet = if downlink {
-        if n > 1 {
+        if n > 1 && inner6 {
+            // Each IPv6 UE is a /64 of its own, past the low 32 bits a random offset
+            // rewrites: whole addresses, drawn at random among the sessions.
+            let mut rng = crate::bench::Rng(0x5eed_0_5e55_1045);
+            let dsts = (0..65_536).map(|_| ue((rng.next() % n as u64) as u32, true)).collect();
+            modifiers.push(ModifierSpec { field: Field::DstAddr, pattern: Pattern::Addresses(dsts) });
+        } else if n > 1 {
             modifiers.push(ModifierSpec { field: Field::DstAddr, pattern: Pattern::Random { count: n } });
         }
         modifiers.push(ModifierSpec { field: Field::SrcPort, pattern: Pattern::Increment { count: 256 } });
         PacketSpec {
             src_mac: "02:fe:00:00:00:01".parse()?,
             dst_mac: "02:00:00:00:00:01".parse()?,
-            src: "198.18.0.2".parse()?,
-            dst: ue(0),
+            src: if inner6 { "2001:db8::2".parse()? } else { "198.18.0.2".parse()? },
+            dst: ue(0, inner6),
             ttl: 64,
             l4: L4Spec::Udp { src_port: 1024, dst_port: 9 },
             frame_size: 14 + inner_size,

@@ -98,6 +98,10 @@ enum Cmd {
         /// GTP-U scenarios: turn a fast-path technique off (repeatable; `all`).
         #[arg(long)]
         disable: Vec<String>,
+        /// upf scenarios: each session's rules: all (2 PDRs, 2 FARs, a QER, a URR),
+        /// no-qer, no-urr or pdr-far (the split of the UPF's per-packet cost).
+        #[arg(long, default_value = "all")]
+        session_rules: String,
         /// parcel-forward, parcel-split, parcel-join: bytes per segment.
         #[arg(long, default_value_t = 1280)]
         segment_size: usize,
@@ -305,6 +309,7 @@ fn main() {
             inner,
             alg,
             disable,
+            session_rules,
             services,
             backends,
             flows,
@@ -320,7 +325,7 @@ fn main() {
                 packets,
                 json,
                 core,
-                &bench::GtpuOptions { inner_size, checksum, tunnels, inner, alg, disable },
+                &bench::GtpuOptions { inner_size, checksum, tunnels, inner, alg, disable, session_rules },
                 &lb,
                 &side,
             )

@@ -3,7 +3,11 @@
 //! Changing one tunnel among a million copies one chunk (a few hundred KiB), not the
 //! table, and the workers keep reading the old chunk until they pick up the new version.
 //! Reading costs one extra load (the chunk pointer, from a small, hot array).
+//!
+//! A chunk is stored as [`ChunkStore`] says: a plain `Arc<[T]>` (the default), or
+//! [`SharedLines`] when each value must start on a cache line (the UPF's records).
 
+use crate::mem::SharedLines;
 use std::sync::Arc;
 
 /// Entries per chunk by default (a power of two so the split is a shift and a mask);
@@ -11,21 +15,76 @@ use std::sync::Arc;
 /// chunk of about the same bytes.
 pub const CHUNK_BITS: u32 = 10;
 
+/// Storage of one chunk, shared between versions and copied on the first change.
+pub trait ChunkStore<T>: Clone {
+    /// `n` copies of `fill`.
+    fn filled(n: usize, fill: &T) -> Self;
+    fn get(&self, i: usize) -> Option<&T>;
+    /// Entry `i` to change, after copying the chunk if another version shares it.
+    fn get_mut(&mut self, i: usize) -> Option<&mut T>;
+    fn memory_bytes(&self) -> usize;
+}
+
+impl<T: Clone> ChunkStore<T> for Arc<[T]> {
+    fn filled(n: usize, fill: &T) -> Self {
+        Arc::from(vec![fill.clone(); n])
+    }
+
+    #[inline(always)]
+    fn get(&self, i: usize) -> Option<&T> {
+        <[T]>::get(self, i)
+    }
+
+    fn get_mut(&mut self, i: usize) -> Option<&mut T> {
+        Arc::make_mut(self).get_mut(i)
+    }
+
+    fn memory_bytes(&self) -> usize {
+        self.len() * std::mem::size_of::<T>()
+    }
+}
+
+impl<T: Copy> ChunkStore<T> for SharedLines<T> {
+    fn filled(n: usize, fill: &T) -> Self {
+        SharedLines::new(n, *fill)
+    }
+
+    #[inline(always)]
+    fn get(&self, i: usize) -> Option<&T> {
+        SharedLines::get(self, i)
+    }
+
+    fn get_mut(&mut self, i: usize) -> Option<&mut T> {
+        SharedLines::get_mut(self, i)
+    }
+
+    fn memory_bytes(&self) -> usize {
+        SharedLines::memory_bytes(self)
+    }
+}
+
 #[derive(Clone)]
-pub struct CowVec<T: Clone, const BITS: u32 = CHUNK_BITS> {
-    chunks: Vec<Arc<[T]>>,
+pub struct CowVec<T: Clone, const BITS: u32 = CHUNK_BITS, C: ChunkStore<T> = Arc<[T]>> {
+    chunks: Vec<C>,
     len: usize,
     fill: T,
 }
 
-impl<T: Clone, const BITS: u32> CowVec<T, BITS> {
+/// Empty, filling with `T::default()` when grown.
+impl<T: Clone + Default, const BITS: u32, C: ChunkStore<T>> Default for CowVec<T, BITS, C> {
+    fn default() -> Self {
+        CowVec::new(0, T::default())
+    }
+}
+
+impl<T: Clone, const BITS: u32, C: ChunkStore<T>> CowVec<T, BITS, C> {
     const CHUNK: usize = 1 << BITS;
 
     /// An array of `len` copies of `fill`.
     pub fn new(len: usize, fill: T) -> Self {
-        let n = len.div_ceil(Self::CHUNK);
-        let chunks = (0..n).map(|_| Arc::from(vec![fill.clone(); Self::CHUNK])).collect();
-        CowVec { chunks, len, fill }
+        let mut a = CowVec { chunks: Vec::new(), len: 0, fill };
+        a.resize(len);
+        a
     }
 
     pub fn len(&self) -> usize {
@@ -50,21 +109,20 @@ impl<T: Clone, const BITS: u32> CowVec<T, BITS> {
         if i >= self.len {
             return None;
         }
-        let c = self.chunks.get_mut(i >> BITS)?;
-        Arc::make_mut(c).get_mut(i & (Self::CHUNK - 1))
+        self.chunks.get_mut(i >> BITS)?.get_mut(i & (Self::CHUNK - 1))
     }
 
     /// Grow to `len` entries (new ones are the fill value).
     pub fn resize(&mut self, len: usize) {
         while self.chunks.len() * Self::CHUNK < len {
-            self.chunks.push(Arc::from(vec![self.fill.clone(); Self::CHUNK]));
+            self.chunks.push(C::filled(Self::CHUNK, &self.fill));
         }
         self.len = self.len.max(len);
     }
 
     /// Bytes of entry storage (shared chunks counted in full).
     pub fn memory_bytes(&self) -> usize {
-        self.chunks.len() * Self::CHUNK * std::mem::size_of::<T>()
+        self.chunks.iter().map(C::memory_bytes).sum()
     }
 }
 
@@ -99,5 +157,17 @@ mod tests {
         assert!(Arc::ptr_eq(&a.chunks[0], &published.chunks[0]) && Arc::ptr_eq(&a.chunks[2], &published.chunks[2]));
         assert!(!Arc::ptr_eq(&a.chunks[1], &published.chunks[1]));
         assert_eq!(a.memory_bytes(), 3 * 16 * 8);
+    }
+
+    #[test]
+    fn line_chunks_start_each_value_on_a_line() {
+        let mut a = CowVec::<[u64; 8], 2, SharedLines<[u64; 8]>>::new(10, [1; 8]);
+        let published = a.clone();
+        a.get_mut(9).unwrap()[3] = 4;
+        for i in 0..10 {
+            assert_eq!(a.get(i).unwrap() as *const _ as usize % crate::mem::LINE, 0);
+        }
+        assert_eq!((a.get(9).unwrap()[3], published.get(9).unwrap()[3], a.get(10)), (4, 1, None));
+        assert_eq!(a.chunks.len(), 3);
     }
 }
