@@ -1,7 +1,8 @@
 """A minimal SMF built on scapy's PFCP layer (scapy.contrib.pfcp, an independent
 implementation of TS 29.244): it associates with a UPF, sets up sessions with an uplink
 PDR (F-TEID CHOOSE) and a downlink PDR (UE address CHOOSE), modifies and deletes them,
-and keeps every message it sent and received for tshark.
+answers the UPF's Heartbeat and Session Report Requests, and keeps every message it sent
+and received for tshark.
 
 As a script: `python3 tests/pfcp_smf.py [UPF_ADDR [PORT]]` associates with the UPF, creates
 one session, prints what the UPF allocated, and leaves the session in place (the UPF keeps
@@ -17,8 +18,8 @@ from scapy.contrib.pfcp import (
     IE_OuterHeaderCreation, IE_OuterHeaderRemoval, IE_PDI, IE_PDR_Id, IE_PFCPSMReqFlags, IE_Precedence, IE_QER_Id, IE_QFI,
     IE_RecoveryTimeStamp, IE_ReportingTriggers, IE_SourceInterface, IE_UE_IP_Address, IE_URR_Id, IE_UpdateFAR,
     IE_UpdateForwardingParameters, IE_VolumeThreshold, PFCPAssociationReleaseRequest, PFCPAssociationSetupRequest,
-    PFCPAssociationUpdateRequest,
-    PFCPHeartbeatRequest, PFCPHeartbeatResponse, PFCPSessionDeletionRequest, PFCPSessionEstablishmentRequest, PFCPSessionModificationRequest,
+    PFCPAssociationUpdateRequest, PFCPHeartbeatResponse,
+    PFCPHeartbeatRequest, PFCPSessionDeletionRequest, PFCPSessionEstablishmentRequest, PFCPSessionModificationRequest,
     IE_Cause, IE_UpdateQER, IE_VolumeQuota, PFCPSessionReportResponse, IE_MeasurementPeriod, IE_BAR_Id, IE_Create_BAR,
     IE_DownlinkDataNotificationDelay, IE_SuggestedBufferingPacketsCount, IE_UpdateBAR_SRR, IE_DLBufferingDuration,
     IE_DLBufferingSuggestedPacketCount, IE_Update_BAR_SMR)

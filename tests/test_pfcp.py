@@ -1,8 +1,9 @@
 """vecgate as a UPF driven over PFCP (N4) by an SMF built on scapy's PFCP layer
-(tests/pfcp_smf.py): association, heartbeat, a session with uplink and downlink PDRs
-installed in the UPF tables (`show pfcp sessions`), handover to another gNB, deletion, release,
-and malformed requests answered with the right Cause and Offending IE. Every message
-either side sent is then dissected by tshark, which must find nothing malformed."""
+(tests/pfcp_smf.py): association, heartbeats both ways, association update, a session with
+uplink and downlink PDRs installed in the UPF tables (`show pfcp sessions`), handover to
+another gNB, deletion, release, and malformed requests answered with the right Cause and
+Offending IE. Every message either side sent is then dissected by tshark, which must find
+nothing malformed."""
 import json
 import socket
 import subprocess
