@@ -1,7 +1,8 @@
 """A minimal SMF built on scapy's PFCP layer (scapy.contrib.pfcp, an independent
 implementation of TS 29.244): it associates with a UPF, sets up sessions with an uplink
 PDR (F-TEID CHOOSE) and a downlink PDR (UE address CHOOSE), modifies and deletes them,
-and keeps every message it sent and received for tshark.
+answers the UPF's Heartbeat and Session Report Requests, and keeps every message it sent
+and received for tshark.
 
 As a script: `python3 tests/pfcp_smf.py [UPF_ADDR [PORT]]` associates with the UPF, creates
 one session, prints what the UPF allocated, and leaves the session in place (the UPF keeps
@@ -17,11 +18,13 @@ from scapy.contrib.pfcp import (
     IE_OuterHeaderCreation, IE_OuterHeaderRemoval, IE_PDI, IE_PDR_Id, IE_PFCPSMReqFlags, IE_Precedence, IE_QER_Id, IE_QFI,
     IE_RecoveryTimeStamp, IE_ReportingTriggers, IE_SourceInterface, IE_UE_IP_Address, IE_URR_Id, IE_UpdateFAR,
     IE_UpdateForwardingParameters, IE_VolumeThreshold, PFCPAssociationReleaseRequest, PFCPAssociationSetupRequest,
+    PFCPAssociationUpdateRequest, PFCPHeartbeatResponse,
     PFCPHeartbeatRequest, PFCPSessionDeletionRequest, PFCPSessionEstablishmentRequest, PFCPSessionModificationRequest,
     IE_Cause, IE_UpdateQER, IE_VolumeQuota, PFCPSessionReportResponse, IE_MeasurementPeriod, IE_BAR_Id, IE_Create_BAR,
     IE_DownlinkDataNotificationDelay, IE_SuggestedBufferingPacketsCount, IE_UpdateBAR_SRR, IE_DLBufferingDuration,
     IE_DLBufferingSuggestedPacketCount, IE_Update_BAR_SMR)
 
+HEARTBEAT_REQUEST = 1
 SESSION_REPORT_REQUEST = 56
 
 NTP_UNIX = 2208988800
@@ -50,6 +53,7 @@ class Smf:
         self.rts = int(time.time()) + NTP_UNIX
         self.log = []  # (bytes, src, dst) of every message, for tshark
         self.reports = []  # Session Report Requests from the UPF, each answered
+        self.heartbeats = []  # Heartbeat Requests from the UPF, each answered
         self.report_answer = []  # IEs besides the Cause in our Session Report Responses
 
     def send_raw(self, data):
@@ -67,10 +71,23 @@ class Smf:
         self.send_raw(raw(hdr / body))
         while True:
             r = self.recv()
-            if r.message_type == SESSION_REPORT_REQUEST:
-                self.answer_report(r)
-            elif r.seq == self.seq:
+            # The UPF's own requests have sequence numbers of its own: answered, not taken
+            # for the response.
+            if not self.answer_upf_request(r) and r.seq == self.seq:
                 return r
+
+    def answer_upf_request(self, r):
+        """Answer and keep a request the UPF sent (Session Report, Heartbeat); False for
+        anything else."""
+        if r.message_type == SESSION_REPORT_REQUEST:
+            self.answer_report(r)
+        elif r.message_type == HEARTBEAT_REQUEST:
+            self.heartbeats.append(r)
+            body = PFCPHeartbeatResponse(IE_list=[IE_RecoveryTimeStamp(timestamp=self.rts)])
+            self.send_raw(raw(PFCP(version=1, S=0, seq=r.seq) / body))
+        else:
+            return False
+        return True
 
     def answer_report(self, r):
         """Accept a Session Report Request (its header carries our SEID) and keep it."""
@@ -80,18 +97,24 @@ class Smf:
 
     def wait_report(self, timeout=5.0):
         """The next Session Report Request (answered), or None after `timeout` seconds."""
-        if self.reports:
-            return self.reports.pop(0)
+        return self.wait_upf_request(self.reports, timeout)
+
+    def wait_heartbeat(self, timeout=5.0):
+        """The next Heartbeat Request from the UPF (answered), or None after `timeout` seconds."""
+        return self.wait_upf_request(self.heartbeats, timeout)
+
+    def wait_upf_request(self, kept, timeout):
+        """The oldest of the UPF's requests in `kept` (one of the lists above), or None
+        when none came within `timeout` seconds; other requests of the UPF are answered
+        meanwhile."""
         end = time.time() + timeout
-        while time.time() < end:
+        while not kept and time.time() < end:
             try:
                 r = self.recv()
             except socket.timeout:
                 continue
-            if r.message_type == SESSION_REPORT_REQUEST:
-                self.answer_report(r)
-                return self.reports.pop(0)
-        return None
+            self.answer_upf_request(r)
+        return kept.pop(0) if kept else None
 
     def node_id(self):
         return IE_NodeId(id_type=0, ipv4=self.local)
@@ -101,6 +124,9 @@ class Smf:
 
     def heartbeat(self):
         return self.request(PFCPHeartbeatRequest(IE_list=[IE_RecoveryTimeStamp(timestamp=self.rts)]))
+
+    def update_association(self):
+        return self.request(PFCPAssociationUpdateRequest(IE_list=[self.node_id()]))
 
     def release(self):
         return self.request(PFCPAssociationReleaseRequest(IE_list=[self.node_id()]))

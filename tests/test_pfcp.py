@@ -1,8 +1,9 @@
 """vecgate as a UPF driven over PFCP (N4) by an SMF built on scapy's PFCP layer
-(tests/pfcp_smf.py): association, heartbeat, a session with uplink and downlink PDRs
-installed in the UPF tables (`show pfcp sessions`), handover to another gNB, deletion, release,
-and malformed requests answered with the right Cause and Offending IE. Every message
-either side sent is then dissected by tshark, which must find nothing malformed."""
+(tests/pfcp_smf.py): association, heartbeats both ways, association update, a session with
+uplink and downlink PDRs installed in the UPF tables (`show pfcp sessions`), handover to
+another gNB, deletion, release, and malformed requests answered with the right Cause and
+Offending IE. Every message either side sent is then dissected by tshark, which must find
+nothing malformed."""
 import json
 import socket
 import subprocess
@@ -32,17 +33,22 @@ def free_udp_port():
 
 
 @pytest.fixture
-def upf(vecgate, tmp_path):
-    """docs/examples/upf.toml on a free port, with its own control socket."""
-    yield from run_upf(vecgate, tmp_path)
+def upf(vecgate, tmp_path, request):
+    """docs/examples/upf.toml on a free port, with its own control socket; a test's
+    indirect parameter, when it has one, is the heartbeat interval in seconds."""
+    yield from run_upf(vecgate, tmp_path, heartbeat=getattr(request, "param", None))
 
 
-def run_upf(vecgate, tmp_path, pfcp_extra=""):
+def run_upf(vecgate, tmp_path, pfcp_extra="", heartbeat=None):
     """Runs docs/examples/upf.toml with `pfcp_extra` lines added to its [pfcp] section
-    (the file's last); yields the PFCP port and the control socket."""
+    (the file's last) and the heartbeat interval `heartbeat` (seconds) if given; yields
+    the PFCP port and the control socket."""
     port = free_udp_port()
     sock = tmp_path / "upf.sock"
     text = (ROOT / "docs/examples/upf.toml").read_text()
+    if heartbeat is not None:
+        assert "heartbeat_interval = 10.0" in text
+        text = text.replace("heartbeat_interval = 10.0", f"heartbeat_interval = {heartbeat}")
     text = text.replace('listen = "127.0.0.1:8805"', f'listen = "127.0.0.1:{port}"')
     text = text.replace('socket = "/tmp/vecgate-upf.sock"', f'socket = "{sock}"')
     assert f":{port}" in text and str(sock) in text
@@ -220,3 +226,22 @@ def test_sessions_the_dataplane_cannot_hold_are_refused(vecgate, tmp_path):
         tshark_clean(smf, tmp_path, port)
     finally:
         gen.close()
+
+
+@pytest.mark.parametrize("upf", [0.2], indirect=True)
+def test_upf_heartbeat_request_and_association_update_response(vecgate, upf, tmp_path):
+    """The messages only the UPF starts or only an Association Update draws: its own
+    Heartbeat Request (every heartbeat_interval, 0.2 s here) and the Association Update
+    Response, dissected by tshark like the rest."""
+    port, _ = upf
+    smf = Smf("127.0.0.1", port)
+    rts = ies(smf.associate())["IE_RecoveryTimeStamp"].timestamp
+    r = smf.update_association()
+    assert r.message_type == 8 and ies(r)["IE_Cause"].cause == 1, r.show(dump=True)
+    hb = smf.wait_heartbeat(timeout=10)
+    assert hb is not None, "no Heartbeat Request from the UPF"
+    assert ies(hb)["IE_RecoveryTimeStamp"].timestamp == rts
+    sent_by_upf = [PFCP(data).message_type for data, src, _ in smf.log if src[1] == port]
+    assert 1 in sent_by_upf and 8 in sent_by_upf, sent_by_upf
+    types = tshark_clean(smf, tmp_path, port)
+    assert types[:2] == ["5", "6"] and {"1", "2", "7", "8"} <= set(types), types

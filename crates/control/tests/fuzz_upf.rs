@@ -64,3 +64,31 @@ fn upf_seeds_take_their_paths() {
     assert!(run(&mut h, "buffer").is_empty());
     assert_eq!((count(&h, "upf-buffer", "held"), count(&h, "upf-buffer", "bar-limit")), (2, 1));
 }
+
+/// Malformed input on a session's TEID, through the whole graph: dropped by name, and no
+/// other counter moves. `gtpu4-input` takes what is not a well-formed G-PDU before the UPF
+/// sees it (a GTP-U length past the datagram, an Echo Request with a TEID, an End Marker);
+/// `upfN-uplink` takes a G-PDU whose inner packet is not IP or is cut short.
+#[test]
+fn malformed_upf_seeds_are_dropped_by_name() {
+    let mut h = Harness::new();
+    for (name, node, counter) in [
+        ("gtp-length-past-udp", "gtpu4-input", "gtp-truncated"),
+        ("echo-request-on-session", "gtpu4-input", "bad-signalling"),
+        ("end-marker-on-session", "gtpu4-input", "end-markers"),
+        ("bad-inner4", "upf4-uplink", "bad-inner"),
+        ("bad-inner6", "upf6-uplink", "bad-inner"),
+        ("inner-truncated", "upf4-uplink", "truncated"),
+    ] {
+        let before = h.worker.graph.counter_snapshots();
+        assert!(run(&mut h, name).is_empty(), "{name}: nothing sent");
+        let after = h.worker.graph.counter_snapshots();
+        let moved: Vec<(&str, &str, u64)> = after
+            .iter()
+            .zip(&before)
+            .filter(|(a, b)| a.count != b.count)
+            .map(|(a, b)| (a.node.as_str(), a.counter, a.count - b.count))
+            .collect();
+        assert_eq!(moved, vec![(node, counter, 1)], "{name}");
+    }
+}

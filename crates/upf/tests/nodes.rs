@@ -200,10 +200,16 @@ fn udp6(src: Ipv6Addr, dst: Ipv6Addr, sport: u16, dport: u16, payload: usize) ->
 
 /// A G-PDU from the gNB to our N3 address, with an UL PDU Session Container if `qfi`.
 fn gpdu4(teid: u32, qfi: Option<u8>, inner: &[u8]) -> Vec<u8> {
+    gtpu4(MessageType::GPdu, teid, qfi, inner)
+}
+
+/// A GTP-U message of any type from the gNB to our N3 address (a sequence number with
+/// the path-management messages, which carry one).
+fn gtpu4(msg_type: MessageType, teid: u32, qfi: Option<u8>, inner: &[u8]) -> Vec<u8> {
     let repr = GtpuRepr {
-        msg_type: MessageType::GPdu,
+        msg_type,
         teid: Teid(teid),
-        seq: None,
+        seq: (msg_type == MessageType::EchoRequest).then_some(7),
         npdu: None,
         pdu_session: qfi.map(|q| PduSession::Uplink { qfi: Qfi::new(q).unwrap() }),
         udp_port: None,
@@ -429,6 +435,64 @@ fn far_drop_buffer_gate_and_quota_drop_by_name() {
     assert_eq!(rig.counter("upf4-uplink", "quota-exhausted"), 1);
     // What was dropped was not counted: one uplink packet passed.
     assert_eq!(rig.usage(7, 1), Usage { ul_bytes: 38, ul_packets: 1, ..Default::default() });
+}
+
+/// Malformed input on a session's TEID is dropped by name, and nothing else counts it
+/// (no other counter, not the session's URR): G-PDUs cut short (the GTP-U length past the
+/// datagram, the frame shorter than its headers say), GTP-U messages other than a G-PDU
+/// (Echo Request, End Marker) and inner packets that are not IP or are cut short. Over
+/// both outer families, through the session's record and through the full PDR match.
+#[test]
+fn malformed_input_on_a_session_is_dropped_by_name() {
+    let inner = udp4(UE, DN, 4000, 53, 40);
+    let mut long = gpdu4(0x100, Some(9), &inner);
+    let udp_len = u16::from_be_bytes([long[24], long[25]]);
+    long[24..26].copy_from_slice(&(udp_len - 4).to_be_bytes());
+    let mut long_plain = gpdu4(0x100, None, &inner);
+    long_plain[30..32].copy_from_slice(&(inner.len() as u16 + 1).to_be_bytes());
+    let mut cut = gpdu4(0x100, Some(9), &inner);
+    cut.truncate(cut.len() - 20);
+    let mut long6 = gpdu6(0x100, &inner);
+    long6[50..52].copy_from_slice(&(inner.len() as u16 + 1).to_be_bytes());
+    let mut end_marker6 = gpdu6(0x100, &[]);
+    end_marker6[49] = 254;
+    let mut ihl_4 = inner.clone();
+    ihl_4[0] = 0x44;
+    let cases: [(&str, usize, Vec<u8>, &str, &str); 12] = [
+        ("GTP-U length past the UDP length", 0, long, "upf4-uplink", "truncated"),
+        ("GTP-U length past the UDP length, fixed header", 0, long_plain, "upf4-uplink", "truncated"),
+        ("frame cut short", 0, cut, "upf4-uplink", "truncated"),
+        ("GTP-U length past the UDP length", 1, long6, "upf6-uplink", "truncated"),
+        ("Echo Request", 0, gtpu4(MessageType::EchoRequest, 0x100, None, &[]), "upf4-uplink", "not-gpdu"),
+        ("End Marker", 0, gtpu4(MessageType::EndMarker, 0x100, None, &[]), "upf4-uplink", "not-gpdu"),
+        ("End Marker", 1, end_marker6, "upf6-uplink", "not-gpdu"),
+        ("inner not IP", 0, gpdu4(0x100, Some(9), &[0x00; 40]), "upf4-uplink", "bad-inner"),
+        ("inner Ethernet", 1, gpdu6(0x100, &[0x02; 60]), "upf6-uplink", "bad-inner"),
+        ("inner IPv4 header cut short", 0, gpdu4(0x100, Some(9), &inner[..12]), "upf4-uplink", "truncated"),
+        ("inner IPv4 header length below 20", 0, gpdu4(0x100, Some(9), &ihl_4), "upf4-uplink", "truncated"),
+        ("inner IPv6 header cut short", 1, gpdu6(0x100, &udp6(UE6, N3_6, 1, 2, 0)[..30]), "upf6-uplink", "truncated"),
+    ];
+    for full_match_only in [false, true] {
+        let mut rig = Rig::new();
+        rig.full_match_only = full_match_only;
+        rig.install(&session(1));
+        for (what, input, packet, node, counter) in &cases {
+            let before = rig.graph.counter_snapshots();
+            assert!(rig.send(*input, std::slice::from_ref(packet)).is_empty(), "{what}: nothing passes");
+            let after = rig.graph.counter_snapshots();
+            let moved: Vec<(&str, &str, u64)> = after
+                .iter()
+                .zip(&before)
+                .filter(|(a, b)| a.count != b.count)
+                .map(|(a, b)| (a.node.as_str(), a.counter, a.count - b.count))
+                .collect();
+            assert_eq!(moved, vec![(*node, *counter, 1)], "{what} into input {input} (full match only: {full_match_only})");
+        }
+        assert_eq!(rig.usage(1, 1), Usage::default(), "the session's URR counted none of it");
+        assert_eq!(rig.pool.in_use(), 0);
+        // The session itself still forwards.
+        assert_eq!(rig.send(0, &[gpdu4(0x100, Some(9), &inner)]), vec![("ip4-input", inner.clone())]);
+    }
 }
 
 #[test]
