@@ -17,8 +17,9 @@
 //!   the peer's sessions are deleted at once.
 //! - Sessions: Establishment allocates our SEID, and F-TEIDs / UE addresses where the SMF
 //!   sets CHOOSE (TEIDs carry the worker in their low `teid_worker_bits` bits, so a NIC's
-//!   RSS or flow rules can steer a worker's share; a TEID the SMF assigned is held for its
-//!   session, so CHOOSE skips it and another session cannot take it); every rule
+//!   RSS or flow rules can steer a worker's share; a TEID the SMF assigned, and a UE
+//!   address (IPv6: /64 prefix) it assigned inside the UE pool, is held for its session,
+//!   so CHOOSE skips it and another session cannot take it); every rule
 //!   reference is checked before anything is installed, and a rejected request changes
 //!   nothing. Modification applies
 //!   Remove, Create, then Update IEs; an Update FAR with SNDEM and a new outer header asks
@@ -210,8 +211,13 @@ enum Allocation {
     /// A TEID the SMF assigned: held from CHOOSE, and from other sessions, while the
     /// session has it.
     SmfTeid(u32),
+    /// UE addresses by their index in the pool (IPv6: of the /64 prefix).
     Ipv4(u32),
     Ipv6(u64),
+    /// A UE address (IPv6: /64 prefix) inside the pool the SMF assigned: held from CHOOSE,
+    /// and from other sessions, while the session has it.
+    SmfIpv4(u32),
+    SmfIpv6(u64),
 }
 
 impl Allocation {
@@ -282,8 +288,13 @@ pub struct Upf {
     teids_used: HashSet<u32>,
     teids_free: Vec<u32>,
     next_teid: u32,
+    /// UE pool indices in use, chosen or SMF-assigned. An index is below `*_next` and
+    /// either in use or in `*_free`, or not reached yet by `*_next` (and then in use only
+    /// if an SMF assigned it; the allocator steps over it).
+    ipv4_used: HashSet<u32>,
     ipv4_free: Vec<u32>,
     ipv4_next: u32,
+    ipv6_used: HashSet<u64>,
     ipv6_free: Vec<u64>,
     ipv6_next: u64,
     pending: HashMap<u32, Pending>,
@@ -315,8 +326,10 @@ impl Upf {
             teids_used: HashSet::new(),
             teids_free: Vec::new(),
             next_teid: 1,
+            ipv4_used: HashSet::new(),
             ipv4_free: Vec::new(),
             ipv4_next: 1,
+            ipv6_used: HashSet::new(),
             ipv6_free: Vec::new(),
             ipv6_next: 1,
             pending: HashMap::new(),
@@ -914,6 +927,12 @@ impl Upf {
             pdr.ue_is_destination = ue.destination;
             pdr.ue_ipv4 = ue.ipv4;
             pdr.ue_ipv6 = ue.ipv6;
+            if let Some(a) = ue.ipv4.filter(|_| !ue.choose_v4) {
+                self.hold_smf_ipv4(s, a)?;
+            }
+            if let Some(a) = ue.ipv6.filter(|_| !ue.choose_v6) {
+                self.hold_smf_ipv6(s, a)?;
+            }
             let mut alloc = UeIpAddress { destination: ue.destination, ..Default::default() };
             if ue.choose_v4 {
                 let (a, i) = self.alloc_ipv4().ok_or(reject(Cause::AllDynamicAddressesOccupied, ty::UE_IP_ADDRESS))?;
@@ -949,6 +968,69 @@ impl Upf {
         Ok(())
     }
 
+    /// An SMF-assigned UE IPv4 address for session `s`: outside the pool it is not ours to
+    /// hold; inside, it must be the session's own already, or free (then CHOOSE skips it).
+    /// One another session has is refused as the dataplane's admission refuses it.
+    fn hold_smf_ipv4(&mut self, s: &mut Session, a: Ipv4Addr) -> Result<(), Reject> {
+        let Some(i) = self.ipv4_index(a) else { return Ok(()) };
+        if s.allocated.iter().any(|x| matches!(*x, Allocation::Ipv4(j) | Allocation::SmfIpv4(j) if j == i)) {
+            return Ok(());
+        }
+        if !self.ipv4_used.insert(i) {
+            return Err(reject(Cause::RuleCreationModificationFailure, ty::UE_IP_ADDRESS));
+        }
+        if i < self.ipv4_next {
+            // Passed by the allocator and not in use: it is in the free list.
+            if let Some(k) = self.ipv4_free.iter().position(|&f| f == i) {
+                self.ipv4_free.remove(k);
+            }
+        }
+        s.allocated.push(Allocation::SmfIpv4(i));
+        Ok(())
+    }
+
+    /// As `hold_smf_ipv4`, for the /64 prefix of an SMF-assigned UE IPv6 address.
+    fn hold_smf_ipv6(&mut self, s: &mut Session, a: Ipv6Addr) -> Result<(), Reject> {
+        let Some(i) = self.ipv6_index(a) else { return Ok(()) };
+        if s.allocated.iter().any(|x| matches!(*x, Allocation::Ipv6(j) | Allocation::SmfIpv6(j) if j == i)) {
+            return Ok(());
+        }
+        if !self.ipv6_used.insert(i) {
+            return Err(reject(Cause::RuleCreationModificationFailure, ty::UE_IP_ADDRESS));
+        }
+        if i < self.ipv6_next {
+            if let Some(k) = self.ipv6_free.iter().position(|&f| f == i) {
+                self.ipv6_free.remove(k);
+            }
+        }
+        s.allocated.push(Allocation::SmfIpv6(i));
+        Ok(())
+    }
+
+    /// The pool index of `a` if `alloc_ipv4` could hand it out.
+    fn ipv4_index(&self, a: Ipv4Addr) -> Option<u32> {
+        let (base, len) = self.cfg.ue_pool_v4?;
+        let m = mask32(len);
+        if u32::from(a) & m != u32::from(base) & m {
+            return None;
+        }
+        let i = u32::from(a) & !m;
+        let size = 1u64 << (32 - u32::from(len.min(32)));
+        (i >= 1 && u64::from(i) + 1 < size).then_some(i)
+    }
+
+    /// The pool index of the /64 prefix of `a` if `alloc_ipv6` could hand it out.
+    fn ipv6_index(&self, a: Ipv6Addr) -> Option<u64> {
+        let (base, len) = self.cfg.ue_pool_v6?;
+        let net = ipv6_pool_net(base, len);
+        if u128::from(a) & ipv6_mask(len) != net {
+            return None;
+        }
+        let bits = 64u32.saturating_sub(u32::from(len.min(64)));
+        let i = ((u128::from(a) >> 64) as u64) & if bits >= 64 { u64::MAX } else { (1u64 << bits) - 1 };
+        (i >= 1).then_some(i)
+    }
+
     /// TEIDs: `(n << teid_worker_bits) | worker`, the worker taken in turn, 0 never used;
     /// released ones are reused first (the table stays dense).
     fn alloc_teid(&mut self) -> Option<u32> {
@@ -974,15 +1056,21 @@ impl Upf {
     fn alloc_ipv4(&mut self) -> Option<(Ipv4Addr, u32)> {
         let (base, len) = self.cfg.ue_pool_v4?;
         let size = 1u64 << (32 - u32::from(len.min(32)));
-        let i = match self.ipv4_free.pop() {
-            Some(i) => i,
-            // Host 0 (the network) and the last host are left out.
-            None if u64::from(self.ipv4_next) + 1 < size => {
-                self.ipv4_next += 1;
-                self.ipv4_next - 1
+        let i = loop {
+            match self.ipv4_free.pop() {
+                Some(i) => break i,
+                // Host 0 (the network) and the last host are left out; one an SMF holds
+                // is stepped over (freed, it goes to the free list).
+                None if u64::from(self.ipv4_next) + 1 < size => {
+                    self.ipv4_next += 1;
+                    if !self.ipv4_used.contains(&(self.ipv4_next - 1)) {
+                        break self.ipv4_next - 1;
+                    }
+                }
+                None => return None,
             }
-            None => return None,
         };
+        self.ipv4_used.insert(i);
         Some((Ipv4Addr::from(u32::from(base) & mask32(len) | i), i))
     }
 
@@ -990,16 +1078,20 @@ impl Upf {
         let (base, len) = self.cfg.ue_pool_v6?;
         let bits = 64u32.saturating_sub(u32::from(len.min(64)));
         let size = if bits >= 64 { u64::MAX } else { 1u64 << bits };
-        let i = match self.ipv6_free.pop() {
-            Some(i) => i,
-            None if self.ipv6_next < size => {
-                self.ipv6_next += 1;
-                self.ipv6_next - 1
+        let i = loop {
+            match self.ipv6_free.pop() {
+                Some(i) => break i,
+                None if self.ipv6_next < size => {
+                    self.ipv6_next += 1;
+                    if !self.ipv6_used.contains(&(self.ipv6_next - 1)) {
+                        break self.ipv6_next - 1;
+                    }
+                }
+                None => return None,
             }
-            None => return None,
         };
-        let net = u128::from(base) & !((1u128 << 64) - 1) & (u128::MAX << (128 - u32::from(len.min(64))));
-        Some((Ipv6Addr::from(net | u128::from(i) << 64), i))
+        self.ipv6_used.insert(i);
+        Some((Ipv6Addr::from(ipv6_pool_net(base, len) | u128::from(i) << 64), i))
     }
 
     fn release(&mut self, allocs: &[Allocation]) {
@@ -1013,8 +1105,27 @@ impl Upf {
                 Allocation::SmfTeid(t) => {
                     self.teids_used.remove(&t);
                 }
-                Allocation::Ipv4(i) => self.ipv4_free.push(i),
-                Allocation::Ipv6(i) => self.ipv6_free.push(i),
+                Allocation::Ipv4(i) => {
+                    if self.ipv4_used.remove(&i) {
+                        self.ipv4_free.push(i);
+                    }
+                }
+                Allocation::Ipv6(i) => {
+                    if self.ipv6_used.remove(&i) {
+                        self.ipv6_free.push(i);
+                    }
+                }
+                // Not reached by the allocator yet, it is found there in time.
+                Allocation::SmfIpv4(i) => {
+                    if self.ipv4_used.remove(&i) && i < self.ipv4_next {
+                        self.ipv4_free.push(i);
+                    }
+                }
+                Allocation::SmfIpv6(i) => {
+                    if self.ipv6_used.remove(&i) && i < self.ipv6_next {
+                        self.ipv6_free.push(i);
+                    }
+                }
             }
         }
     }
@@ -1199,11 +1310,15 @@ impl Upf {
                 }
             }
         }
-        // SMF-assigned TEIDs no PDR has any more are let go (checked at the end, so that a
-        // PDR removed and one created with its TEID in the same request keep it).
+        // SMF-assigned TEIDs and UE addresses no PDR has any more are let go (checked at
+        // the end, so that a PDR removed and one created with its TEID or address in the
+        // same request keep it).
         let rules = &s.rules;
+        let (v4, v6) = (|a| self.ipv4_index(a), |a| self.ipv6_index(a));
         s.allocated.retain(|a| match *a {
             Allocation::SmfTeid(t) => rules.pdrs.values().any(|p| p.local_f_teid.is_some_and(|e| e.teid == t)),
+            Allocation::SmfIpv4(i) => rules.pdrs.values().any(|p| p.ue_ipv4.and_then(v4) == Some(i)),
+            Allocation::SmfIpv6(i) => rules.pdrs.values().any(|p| p.ue_ipv6.and_then(v6) == Some(i)),
             _ => true,
         });
         Ok(())
@@ -1536,6 +1651,16 @@ fn arm_urrs(timers: &mut BTreeSet<(Instant, u64, u32)>, now: Instant, seid: u64,
 
 fn sub3(a: [u64; 3], b: [u64; 3]) -> [u64; 3] {
     [a[0].saturating_sub(b[0]), a[1].saturating_sub(b[1]), a[2].saturating_sub(b[2])]
+}
+
+/// The UE IPv6 pool's network: its prefix (at most 64 bits long) with the rest zero.
+fn ipv6_pool_net(base: Ipv6Addr, len: u8) -> u128 {
+    u128::from(base) & !((1u128 << 64) - 1) & ipv6_mask(len)
+}
+
+/// The mask of a prefix `len` bits long, at most 64.
+fn ipv6_mask(len: u8) -> u128 {
+    u128::MAX.checked_shl(128 - u32::from(len.min(64))).unwrap_or(0)
 }
 
 fn mask32(len: u8) -> u32 {

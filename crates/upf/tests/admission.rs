@@ -3,7 +3,7 @@
 //! so the SMF is never told Request Accepted for a session that does not forward, and a
 //! refused request changes neither side.
 
-use core::net::{IpAddr, Ipv4Addr, SocketAddr};
+use core::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Instant;
 
 use pfcp::grouped::*;
@@ -18,6 +18,8 @@ use upf::tables::UpfState;
 const SMF_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 7, 1);
 const UPF_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 7, 2);
 const GNB: Ipv4Addr = Ipv4Addr::new(198, 18, 7, 10);
+/// The UE IPv6 pool, a /48 handed out by /64 prefix.
+const POOL6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 7, 0, 0, 0, 0, 0);
 
 /// The core and the tables it installs into, with a simulated SMF.
 struct Upf2 {
@@ -33,6 +35,7 @@ impl Upf2 {
         let mut cfg = Config::new(NodeId::Ipv4(UPF_IP), 3_900_000_000);
         cfg.n3_ipv4 = Some(UPF_IP);
         cfg.ue_pool_v4 = Some((Ipv4Addr::new(198, 19, 7, 0), 24));
+        cfg.ue_pool_v6 = Some((POOL6, 48));
         let mut tables = UpfState::new(sessions, rules, rules);
         tables.set_n3(Some(UPF_IP), None);
         let mut u = Upf2 { core: Upf::new(cfg), tables, now: Instant::now(), seq: 1 };
@@ -181,6 +184,19 @@ fn session(cp_seid: u64, teid: Option<u32>, ue: Ipv4Addr) -> SessionEstablishmen
         create_bar: None,
         pdn_type: Some(U8Ie(1)),
     }
+}
+
+/// `session` with the downlink PDR's UE IP Address IE as given.
+fn session_ue(cp_seid: u64, teid: u32, ue: UeIpAddress) -> SessionEstablishmentRequest {
+    let mut r = session(cp_seid, Some(teid), Ipv4Addr::UNSPECIFIED);
+    r.create_pdr[1].pdi.as_mut().unwrap().ue_ip_address = Some(UeIpAddress { destination: true, ..ue });
+    r
+}
+
+/// The UE address (IPv4, IPv6) an establishment's CHOOSE was given.
+fn chosen_ue(r: &SessionEstablishmentResponse) -> (Option<Ipv4Addr>, Option<Ipv6Addr>) {
+    let ue = r.created_pdr.iter().find_map(|c| c.ue_ip_address).unwrap_or_else(|| panic!("no UE address chosen: {r:?}"));
+    (ue.ipv4, ue.ipv6)
 }
 
 fn qer(id: u32) -> CreateQer {
@@ -373,4 +389,65 @@ fn choose_skips_teids_the_smf_assigned_and_a_freed_one_is_taken_again() {
     assert_eq!(u.modify(again, moved).cause.0, Cause::RequestAccepted);
     assert_eq!((u.seid_by_teid(1), u.seid_by_teid(0x777)), (None, Some(again)));
     u.accepted(session(4, Some(1), ue(4)));
+}
+
+#[test]
+fn choose_skips_ue_addresses_the_smf_assigned_in_the_pool_and_a_freed_one_is_taken_again() {
+    // The pool's first address is 198.19.7.1: an SMF assigns it first, a CHOOSE session
+    // then gets another and is accepted.
+    let first = Ipv4Addr::new(198, 19, 7, 1);
+    let choose4 = UeIpAddress { choose_v4: true, ..Default::default() };
+    let mut u = Upf2::new(8, 8);
+    let smf_owned = u.accepted(session_ue(1, 0x101, UeIpAddress { ipv4: Some(first), ..Default::default() }));
+    let chosen = u.establish(session_ue(2, 0x102, choose4));
+    assert_eq!(chosen.cause.0, Cause::RequestAccepted, "{chosen:?}");
+    let (a, _) = chosen_ue(&chosen);
+    assert!(a.is_some_and(|a| a != first), "{a:?}");
+    // Another session assigning it is refused as the dataplane refuses it.
+    let r = u.establish(session_ue(3, 0x103, UeIpAddress { ipv4: Some(first), ..Default::default() }));
+    assert_eq!(refusal(r.cause, r.offending_ie), (Cause::RuleCreationModificationFailure, Some(ty::UE_IP_ADDRESS)));
+    // Deleted, its address is CHOOSE's again.
+    assert_eq!(u.delete(smf_owned).cause.0, Cause::RequestAccepted);
+    let again = u.establish(session_ue(4, 0x104, choose4));
+    assert_eq!(chosen_ue(&again).0, Some(first), "{again:?}");
+    // Moved by a modification to another address, the old one is free again.
+    let held = Ipv4Addr::new(198, 19, 7, 9);
+    let owner = u.accepted(session_ue(5, 0x105, UeIpAddress { ipv4: Some(held), ..Default::default() }));
+    let mut pdi = session_ue(5, 0x105, UeIpAddress { ipv4: Some(ue(5)), ..Default::default() }).create_pdr[1].pdi.clone();
+    let moved = SessionModificationRequest {
+        update_pdr: vec![UpdatePdr {
+            pdr_id: U16Ie(2),
+            precedence: None,
+            pdi: pdi.take(),
+            outer_header_removal: None,
+            far_id: None,
+            urr_ids: vec![],
+            qer_ids: vec![],
+        }],
+        ..Default::default()
+    };
+    assert_eq!(u.modify(owner, moved).cause.0, Cause::RequestAccepted);
+    u.accepted(session_ue(6, 0x106, UeIpAddress { ipv4: Some(held), ..Default::default() }));
+}
+
+#[test]
+fn choose_skips_ue_ipv6_prefixes_the_smf_assigned_in_the_pool_and_a_freed_one_is_taken_again() {
+    // The pool's first /64 is 2001:db8:7:1::/64: an SMF assigns an address in it, a CHOOSE
+    // session then gets another prefix and is accepted.
+    let first = Ipv6Addr::new(0x2001, 0xdb8, 7, 1, 0, 0, 0, 0x55);
+    let choose6 = UeIpAddress { choose_v6: true, ..Default::default() };
+    let mut u = Upf2::new(8, 8);
+    let smf_owned = u.accepted(session_ue(1, 0x101, UeIpAddress { ipv6: Some(first), ..Default::default() }));
+    let chosen = u.establish(session_ue(2, 0x102, choose6));
+    assert_eq!(chosen.cause.0, Cause::RequestAccepted, "{chosen:?}");
+    let (_, a) = chosen_ue(&chosen);
+    assert!(a.is_some_and(|a| a.segments()[..4] != first.segments()[..4]), "{a:?}");
+    // Another session assigning an address of that prefix is refused.
+    let other = Ipv6Addr::new(0x2001, 0xdb8, 7, 1, 0, 0, 0, 0x66);
+    let r = u.establish(session_ue(3, 0x103, UeIpAddress { ipv6: Some(other), ..Default::default() }));
+    assert_eq!(refusal(r.cause, r.offending_ie), (Cause::RuleCreationModificationFailure, Some(ty::UE_IP_ADDRESS)));
+    // Deleted, its prefix is CHOOSE's again.
+    assert_eq!(u.delete(smf_owned).cause.0, Cause::RequestAccepted);
+    let again = u.establish(session_ue(4, 0x104, choose6));
+    assert_eq!(chosen_ue(&again).1, Some(Ipv6Addr::new(0x2001, 0xdb8, 7, 1, 0, 0, 0, 0)), "{again:?}");
 }
