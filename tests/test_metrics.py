@@ -164,6 +164,19 @@ def test_grafana_dashboard_queries_name_metrics_the_endpoint_serves(vecgate, met
     code = (Path(__file__).parent.parent / "crates/control/src/metrics.rs").read_text()
     assert all(f'"{n.removeprefix("vecgate_").removesuffix("_total")}"' in code for n in device_only)
     assert names and names <= served | device_only, names - served - device_only
+    # The issue's third main view, per-tunnel traffic: rates of the per-kind totals and
+    # of the busiest tunnels' own series (grouped by tunnel), each in both directions.
+    def directions(metric, by):
+        got = set()
+        for e in exprs:
+            if not re.search(rf"\brate\({metric}\{{", e) or not re.search(rf"by \([^)]*\b{by}\b", e):
+                continue
+            pinned = re.findall(r'direction="(rx|tx)"', e)
+            got |= set(pinned) if pinned else ({"rx", "tx"} if re.search(r"by \([^)]*\bdirection\b", e) else set())
+        return got
+    for metric, by in [("vecgate_tunnel_kind_bytes_total", "kind"), ("vecgate_tunnel_bytes_total", "tunnel"),
+                       ("vecgate_tunnel_packets_total", "tunnel")]:
+        assert directions(metric, by) == {"rx", "tx"}, (metric, by, exprs)
 
 
 def test_per_tunnel_counters(vecgate, metrics_instance):
