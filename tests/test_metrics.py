@@ -164,6 +164,19 @@ def test_grafana_dashboard_queries_name_metrics_the_endpoint_serves(vecgate, met
     code = (Path(__file__).parent.parent / "crates/control/src/metrics.rs").read_text()
     assert all(f'"{n.removeprefix("vecgate_").removesuffix("_total")}"' in code for n in device_only)
     assert names and names <= served | device_only, names - served - device_only
+    # The issue's third main view, per-tunnel traffic: rates of the per-kind totals and
+    # of the busiest tunnels' own series (grouped by tunnel), each in both directions.
+    def directions(metric, by):
+        got = set()
+        for e in exprs:
+            if not re.search(rf"\brate\({metric}\{{", e) or not re.search(rf"by \([^)]*\b{by}\b", e):
+                continue
+            pinned = re.findall(r'direction="(rx|tx)"', e)
+            got |= set(pinned) if pinned else ({"rx", "tx"} if re.search(r"by \([^)]*\bdirection\b", e) else set())
+        return got
+    for metric, by in [("vecgate_tunnel_kind_bytes_total", "kind"), ("vecgate_tunnel_bytes_total", "tunnel"),
+                       ("vecgate_tunnel_packets_total", "tunnel")]:
+        assert directions(metric, by) == {"rx", "tx"}, (metric, by, exprs)
 
 
 def test_per_tunnel_counters(vecgate, metrics_instance):
@@ -209,3 +222,139 @@ def test_per_tunnel_counters(vecgate, metrics_instance):
     names = {l["tunnel"] for l, _ in per}
     assert names and names <= {r["name"] for r in rows} | {r["name"] for r in urows}, (names, rows)
     assert len(names) <= 10
+
+
+TOP_TUNNELS_CONFIG = """
+[metrics]
+listen = "127.0.0.1:{port}"
+top_tunnels = {top}
+
+[[interface]]
+name = "pg0"
+type = "pg"
+mac = "02:00:00:00:00:01"
+addresses = ["198.18.0.1/24"]
+
+[[interface]]
+name = "null0"
+type = "null"
+mac = "02:00:00:00:00:03"
+addresses = ["198.18.2.1/24"]
+
+[[neighbour]]
+interface = "null0"
+ip = "198.18.2.2"
+mac = "02:00:00:00:02:02"
+
+[[route]]
+prefix = "198.19.200.0/24"
+via = "198.18.2.2"
+
+[[route]]
+prefix = "198.19.1.0/24"
+via = "198.18.2.2"
+"""
+
+
+def top_tunnels_config(port, top, tunnels=0):
+    text = TOP_TUNNELS_CONFIG.format(port=port, top=top)
+    for i in range(tunnels):
+        text += f"""
+[[gtpu_tunnel]]
+local = "198.18.2.1"
+remote = "198.19.200.{10 + i}"
+teid_in = {100 + i}
+teid_out = {200 + i}
+ue = "198.19.10.{i}/32"
+"""
+    return text
+
+
+def downlink(tunnel, count):
+    """UDP to a tunnel's UE: encapsulated into it (its tx)."""
+    return f"""
+[[stream]]
+name = "down{tunnel}"
+interface = "pg0"
+size = 100
+count = {count}
+rate = 20000
+protocol = "udp"
+src = "198.18.0.2"
+dst = "198.19.10.{tunnel}"
+"""
+
+
+def uplink(tunnel, count):
+    """G-PDUs from a tunnel's peer: decapsulated out of it (its rx)."""
+    return f"""
+[[stream]]
+name = "up{tunnel}"
+interface = "pg0"
+size = 150
+count = {count}
+rate = 20000
+protocol = "gtpu"
+src = "198.19.200.{10 + tunnel}"
+dst = "198.18.2.1"
+teid = {100 + tunnel}
+inner_src = "198.19.10.{tunnel}"
+inner_dst = "198.19.1.1"
+"""
+
+
+def test_top_tunnels_from_the_file_keeps_only_the_busiest(vecgate, tmp_path):
+    """`[metrics] listen` and `top_tunnels` from a config file: six tunnels, two of them
+    (top_tunnels = 2) get series of their own, the busiest by bytes both ways (tunnel 3:
+    3000 packets in; tunnel 1: 1000 in and 1000 out; tunnel 0 only 500 in; 2, 4 and 5 idle),
+    beside the per-kind totals, which count every tunnel."""
+    port, sock, cfg = free_port(), tmp_path / "vg.sock", tmp_path / "vecgate.toml"
+    cfg.write_text(top_tunnels_config(port, 2, tunnels=6) + downlink(3, 3000) + downlink(1, 1000) + uplink(1, 1000)
+                   + downlink(0, 500))
+    proc = subprocess.Popen([str(vecgate), "run", "--config", str(cfg), "--duration", "60", "--interval", "0",
+                             "--socket", str(sock)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}/metrics"
+    try:
+        # Wait for every stream to be through the tunnels (the per-kind totals say so).
+        deadline = time.time() + 30
+        while True:
+            assert proc.poll() is None, proc.stderr.read()
+            try:
+                got = samples(scrape(url)[1])
+            except (urllib.error.URLError, ConnectionError):
+                got = {}
+            kinds = {(l["kind"], l["direction"]): v for l, v in got.get("vecgate_tunnel_kind_packets_total", [])}
+            if kinds.get(("gtpu", "tx"), 0) >= 4500 and kinds.get(("gtpu", "rx"), 0) >= 1000:
+                break
+            assert time.time() < deadline, (kinds, sorted(got))
+            time.sleep(0.2)
+        assert kinds[("gtpu", "tx")] == 4500 and kinds[("gtpu", "rx")] == 1000, kinds
+        per = {(l["tunnel"], l["direction"]): v for l, v in got["vecgate_tunnel_packets_total"]}
+        assert {t for t, _ in per} == {"gtpu_tunnel3", "gtpu_tunnel1"}, per
+        assert per[("gtpu_tunnel3", "tx")] == 3000 and per[("gtpu_tunnel3", "rx")] == 0, per
+        assert per[("gtpu_tunnel1", "tx")] == 1000 and per[("gtpu_tunnel1", "rx")] == 1000, per
+        assert all(l["kind"] == "gtpu" for l, _ in got["vecgate_tunnel_bytes_total"])
+        assert {l["tunnel"] for l, _ in got["vecgate_tunnel_bytes_total"]} == {"gtpu_tunnel3", "gtpu_tunnel1"}
+        # All six tunnels exist; the table gauge counts them all.
+        tables = {l["table"]: v for l, v in got["vecgate_table_entries"]}
+        assert tables["gtpu_tunnels"] == 6, tables
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def test_top_tunnels_over_the_limit_is_refused(vecgate, tmp_path):
+    cfg = tmp_path / "vecgate.toml"
+    cfg.write_text(top_tunnels_config(free_port(), 1001))
+    r = subprocess.run([str(vecgate), "run", "--config", str(cfg), "--duration", "1", "--socket", str(tmp_path / "s")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0, r.stdout + r.stderr
+    assert "metrics.top_tunnels" in r.stderr and "1001" in r.stderr and "1000" in r.stderr, r.stderr
+    # The limit itself is accepted.
+    cfg.write_text(top_tunnels_config(free_port(), 1000))
+    r = subprocess.run([str(vecgate), "run", "--config", str(cfg), "--duration", "1", "--socket", str(tmp_path / "s")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr

@@ -1,7 +1,8 @@
 """The Debian package (scripts/package.sh, cargo-deb): its contents, a real install on
 this machine, the service run the way its unit runs it (as the `vecgate` user with only
 the unit's capabilities, readiness told over NOTIFY_SOCKET as systemd's Type=notify
-expects), the unit checked by `systemd-analyze verify`, then removal and purge.
+expects), its ExecReload run as `systemctl reload` would (SIGHUP: the file is reloaded),
+the unit checked by `systemd-analyze verify`, then removal and purge.
 
 systemd itself is not PID 1 here, so `systemctl start/status` cannot run; everything the
 unit promises is exercised without it."""
@@ -69,7 +70,10 @@ def test_install_run_as_the_unit_does_remove_and_purge(package, tmp_path):
 
     # The unit's ExecStart, as the unit runs it: user vecgate, ambient capabilities, the
     # runtime directory systemd would create, and a NOTIFY_SOCKET to hear READY=1 on.
-    exec_start = next(l for l in unit.read_text().splitlines() if l.startswith("ExecStart=")).split("=", 1)[1].split()
+    lines = unit.read_text().splitlines()
+    exec_start = next(l for l in lines if l.startswith("ExecStart=")).split("=", 1)[1].split()
+    # `systemctl reload` runs ExecReload with $MAINPID set to the service's process.
+    exec_reload = next((l for l in lines if l.startswith("ExecReload=")), "ExecReload= missing").split("=", 1)[1].split()
     run_dir = Path("/run/vecgate")
     made_run_dir = not run_dir.exists()
     run_dir.mkdir(mode=0o750, exist_ok=True)
@@ -84,7 +88,8 @@ def test_install_run_as_the_unit_does_remove_and_purge(package, tmp_path):
     notify.settimeout(20)
     setpriv = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--init-groups",
                f"--inh-caps={CAPS}", f"--ambient-caps={CAPS}", "--"]
-    proc = subprocess.Popen(setpriv + exec_start, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    log = tmp_path / "vecgate.log"
+    proc = subprocess.Popen(setpriv + exec_start, stdout=subprocess.DEVNULL, stderr=log.open("w"),
                             env={"NOTIFY_SOCKET": str(notify_path), "PATH": "/usr/bin:/bin"})
     try:
         msg = notify.recv(4096).decode()
@@ -93,9 +98,19 @@ def test_install_run_as_the_unit_does_remove_and_purge(package, tmp_path):
         assert sock.exists() and sock.stat().st_uid == user.pw_uid
         r = sh("/usr/bin/vecgate", "ctl", "--socket", str(sock), "show", "interfaces")
         assert "null0" in r.stdout
+        # The unit's ExecReload, as systemd runs it: the service reloads its file and runs on.
+        reload = [str(proc.pid) if a in ("$MAINPID", "${MAINPID}") else a for a in exec_reload]
+        assert str(proc.pid) in reload, exec_reload
+        sh(*reload)
+        deadline = time.time() + 20
+        while "reloaded" not in log.read_text():
+            assert time.time() < deadline and proc.poll() is None, log.read_text()
+            time.sleep(0.1)
+        assert "/etc/vecgate/vecgate.toml" in log.read_text() and "refused" not in log.read_text(), log.read_text()
+        assert proc.poll() is None and "null0" in sh("/usr/bin/vecgate", "ctl", "--socket", str(sock), "show", "interfaces").stdout
         proc.terminate()
         assert "STOPPING=1" in notify.recv(4096).decode()
-        assert proc.wait(timeout=20) == 0, proc.stderr.read()
+        assert proc.wait(timeout=20) == 0, log.read_text()
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -117,9 +117,14 @@ impl LinkWatch {
         let up = link_up(&self.ifname);
         if self.up && !up {
             self.down_events += 1;
-            if !exists(&self.ifname) {
+            let gone = !exists(&self.ifname);
+            if gone {
                 self.gone += 1;
             }
+            // A state change, at most one line per check period: never per packet.
+            tracing::warn!(host_if = %self.ifname, gone, "link down");
+        } else if !self.up && up {
+            tracing::info!(host_if = %self.ifname, "link up");
         }
         self.up = up;
         true
