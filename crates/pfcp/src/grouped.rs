@@ -145,6 +145,23 @@ pub struct CreateFar {
     pub bar_id: Option<BarId>,
 }
 
+impl CreateFar {
+    /// A FAR that forwards to `to`, with `outer` (a GTP-U header toward a gNB or peer
+    /// UPF) if given: the two FARs of a usual session, as an SMF sends them.
+    pub fn forward(id: u32, to: Interface, outer: Option<OuterHeaderCreation>) -> CreateFar {
+        CreateFar {
+            far_id: U32Ie(id),
+            apply_action: Flags(apply_action::FORW),
+            forwarding_parameters: Some(ForwardingParameters {
+                destination_interface: Some(InterfaceIe(to)),
+                outer_header_creation: outer,
+                ..Default::default()
+            }),
+            bar_id: None,
+        }
+    }
+}
+
 impl Ie for CreateFar {
     const TYPE: u16 = ty::CREATE_FAR;
     fn parse(v: &[u8]) -> Result<Self, Error> {

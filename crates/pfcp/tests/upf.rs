@@ -148,25 +148,8 @@ fn session_request(cp_seid: u64) -> SessionEstablishmentRequest {
             },
         ],
         create_far: vec![
-            CreateFar {
-                far_id: U32Ie(1),
-                apply_action: Flags(apply_action::FORW),
-                forwarding_parameters: Some(ForwardingParameters {
-                    destination_interface: Some(InterfaceIe(Interface::Core)),
-                    ..Default::default()
-                }),
-                bar_id: None,
-            },
-            CreateFar {
-                far_id: U32Ie(2),
-                apply_action: Flags(apply_action::FORW),
-                forwarding_parameters: Some(ForwardingParameters {
-                    destination_interface: Some(InterfaceIe(Interface::Access)),
-                    outer_header_creation: Some(OuterHeaderCreation::gtpu(0x200, Some(GNB), None)),
-                    ..Default::default()
-                }),
-                bar_id: None,
-            },
+            CreateFar::forward(1, Interface::Core, None),
+            CreateFar::forward(2, Interface::Access, Some(OuterHeaderCreation::gtpu(0x200, Some(GNB), None))),
         ],
         create_urr: vec![CreateUrr {
             urr_id: U32Ie(1),

@@ -150,25 +150,8 @@ fn session(cp_seid: u64, teid: Option<u32>, ue: Ipv4Addr) -> SessionEstablishmen
             },
         ],
         create_far: vec![
-            CreateFar {
-                far_id: U32Ie(1),
-                apply_action: Flags(apply_action::FORW),
-                forwarding_parameters: Some(ForwardingParameters {
-                    destination_interface: Some(InterfaceIe(Interface::Core)),
-                    ..Default::default()
-                }),
-                bar_id: None,
-            },
-            CreateFar {
-                far_id: U32Ie(2),
-                apply_action: Flags(apply_action::FORW),
-                forwarding_parameters: Some(ForwardingParameters {
-                    destination_interface: Some(InterfaceIe(Interface::Access)),
-                    outer_header_creation: Some(OuterHeaderCreation::gtpu(0x200, Some(GNB), None)),
-                    ..Default::default()
-                }),
-                bar_id: None,
-            },
+            CreateFar::forward(1, Interface::Core, None),
+            CreateFar::forward(2, Interface::Access, Some(OuterHeaderCreation::gtpu(0x200, Some(GNB), None))),
         ],
         create_urr: vec![CreateUrr {
             urr_id: U32Ie(1),
