@@ -37,8 +37,12 @@ def test_sessions_list_each_connection_with_its_backend(lab, vecgate, tmp_path):
     for s in rows:
         assert (s["client"], s["vip"], s["vip_port"], s["protocol"]) == ("198.18.0.2", VIP, 80, 6), s
         assert (s["backend_port"], s["source"]) == (8080, "198.19.1.1"), s
-        # the connections were closed by FIN: they age out on the closing timeout
-        assert s["state"] == "closing" and 0 < s["expires_in_ms"] <= 120_000, s
+        # The connections were closed: each ages out on its closing timeout (FIN seen,
+        # 120 s) or its reset timeout (RST seen, 10 s). Linux answers a segment that
+        # arrives after its socket is gone (a FIN the server retransmits because the
+        # client's ACK came late on a loaded machine) with a RST, so either can be right.
+        limit = {"closing": 120_000, "reset": 10_000}
+        assert s["state"] in limit and 0 < s["expires_in_ms"] <= limit[s["state"]], s
     assert len({s["client_port"] for s in rows}) == 24
 
     # Bounded: 5 rows, the total still counted; by service; refusals name the field.
