@@ -36,8 +36,8 @@ pub struct GsoFrame {
 
 impl GsoFrame {
     /// The UDP GSO frame in `buf` (starting at its IP header): a plain UDP datagram's
-    /// headers (`ParcelFamily::joinable_udp_len`), the partial checksum on the UDP
-    /// header, and more than one segment.
+    /// headers (`ParcelFamily::datagram_udp_len`; its hop limit is the join's concern),
+    /// the partial checksum on the UDP header, and more than one segment.
     pub fn of<F: ParcelFamily>(buf: &Buffer) -> Option<GsoFrame> {
         let o = buf.meta.offload;
         let hl = F::DATAGRAM_IP_LEN;
@@ -45,7 +45,7 @@ impl GsoFrame {
         if o.gso != GsoKind::UdpL4 || l4 != hl || o.csum_offset != 6 {
             return None;
         }
-        F::joinable_udp_len(buf.bytes())?;
+        F::datagram_udp_len(buf.bytes())?;
         let payload = buf.len() - hl - 8;
         let seg_len = o.gso_size as usize;
         (seg_len > 0 && payload > seg_len).then_some(GsoFrame { seg_len, payload })

@@ -104,9 +104,16 @@ pub trait ParcelFamily: Family {
     const JOIN_TO_LOOKUP: Self::JoinNext;
     /// The parcel's IP header (with the IPv6 hop-by-hop header) that a join emits.
     const PARCEL_HEADER_LEN: usize;
-    /// A datagram `parcelN-join` may take (unfragmented UDP, no options or extension
-    /// headers, hop limit left, UDP length the packet's): its UDP length.
-    fn joinable_udp_len(b: &[u8]) -> Option<u16>;
+    /// A plain UDP datagram's headers (unfragmented, no options or extension headers,
+    /// UDP length the packet's): its UDP length. The shape only, whatever its hop limit.
+    fn datagram_udp_len(b: &[u8]) -> Option<u16>;
+    /// Where the TTL or hop limit is in the IP header.
+    const HOP_LIMIT_AT: usize;
+    /// A datagram `parcelN-join` may take: a plain UDP datagram ([`Self::datagram_udp_len`])
+    /// with hop limit left (one about to expire goes on alone, to get its own ICMP error).
+    fn joinable_udp_len(b: &[u8]) -> Option<u16> {
+        Self::datagram_udp_len(b).filter(|_| b[Self::HOP_LIMIT_AT] > 1)
+    }
     /// The header fields a joined parcel carries once for all its datagrams.
     fn flow_fields(b: &[u8]) -> [u8; 40];
     /// Write a parcel's headers for `segs` from its first datagram's headers `head`.
@@ -144,11 +151,11 @@ impl ParcelFamily for Ip4 {
     const JOIN_TO_REWRITE: Parcel4JoinNext = Parcel4JoinNext::Rewrite;
     const JOIN_TO_LOOKUP: Parcel4JoinNext = Parcel4JoinNext::Lookup;
     const PARCEL_HEADER_LEN: usize = wire::parcel::IPV4_HEADER_LEN;
-    fn joinable_udp_len(b: &[u8]) -> Option<u16> {
+    const HOP_LIMIT_AT: usize = 8;
+    fn datagram_udp_len(b: &[u8]) -> Option<u16> {
         let h = b.first_chunk::<28>()?;
         let udp_len = u16::from_be_bytes([h[24], h[25]]);
-        (h[0] == 0x45 && h[9] == 17 && h[6] & 0x3f == 0 && h[7] == 0 && h[8] > 1 && udp_len as usize == b.len() - 20 && udp_len > 8)
-            .then_some(udp_len)
+        (h[0] == 0x45 && h[9] == 17 && h[6] & 0x3f == 0 && h[7] == 0 && udp_len as usize == b.len() - 20 && udp_len > 8).then_some(udp_len)
     }
     fn flow_fields(b: &[u8]) -> [u8; 40] {
         let mut f = [0u8; 40];
@@ -240,10 +247,11 @@ impl ParcelFamily for Ip6 {
     const JOIN_TO_REWRITE: Parcel6JoinNext = Parcel6JoinNext::Rewrite;
     const JOIN_TO_LOOKUP: Parcel6JoinNext = Parcel6JoinNext::Lookup;
     const PARCEL_HEADER_LEN: usize = wire::parcel::IPV6_HEADER_LEN;
-    fn joinable_udp_len(b: &[u8]) -> Option<u16> {
+    const HOP_LIMIT_AT: usize = 7;
+    fn datagram_udp_len(b: &[u8]) -> Option<u16> {
         let h = b.first_chunk::<48>()?;
         let (pl, udp_len) = (u16::from_be_bytes([h[4], h[5]]), u16::from_be_bytes([h[44], h[45]]));
-        (h[0] >> 4 == 6 && h[6] == 17 && h[7] > 1 && pl as usize == b.len() - 40 && udp_len == pl && udp_len > 8).then_some(udp_len)
+        (h[0] >> 4 == 6 && h[6] == 17 && pl as usize == b.len() - 40 && udp_len == pl && udp_len > 8).then_some(udp_len)
     }
     fn flow_fields(b: &[u8]) -> [u8; 40] {
         let mut f = [0u8; 40];
