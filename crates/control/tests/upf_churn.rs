@@ -174,25 +174,8 @@ fn session(cp_seid: u64, f_teid: Option<u32>, ue: Option<Ipv4Addr>, gnb_teid: u3
             pdr(2, Interface::Core, Pdi { ue_ip_address: Some(ue), ..Default::default() }, None),
         ],
         create_far: vec![
-            CreateFar {
-                far_id: U32Ie(1),
-                apply_action: Flags(apply_action::FORW),
-                forwarding_parameters: Some(ForwardingParameters {
-                    destination_interface: Some(InterfaceIe(Interface::Core)),
-                    ..Default::default()
-                }),
-                bar_id: None,
-            },
-            CreateFar {
-                far_id: U32Ie(2),
-                apply_action: Flags(apply_action::FORW),
-                forwarding_parameters: Some(ForwardingParameters {
-                    destination_interface: Some(InterfaceIe(Interface::Access)),
-                    outer_header_creation: Some(OuterHeaderCreation::gtpu(gnb_teid, Some(GNB), None)),
-                    ..Default::default()
-                }),
-                bar_id: None,
-            },
+            CreateFar::forward(1, Interface::Core, None),
+            CreateFar::forward(2, Interface::Access, Some(OuterHeaderCreation::gtpu(gnb_teid, Some(GNB), None))),
         ],
         create_urr: vec![CreateUrr {
             urr_id: U32Ie(1),
