@@ -535,7 +535,7 @@ impl<K: LpmKey> Poptrie<K> {
             // What the page held before is never read: lookups read only what a slot
             // points to, and `place` writes every node and leaf it hands out.
             Some(i) => self.spare.swap_remove(i),
-            None => (std::iter::repeat(PNode::default()).take(nodes).collect(), std::iter::repeat(0).take(leaves).collect()),
+            None => (std::iter::repeat_n(PNode::default(), nodes).collect(), std::iter::repeat_n(0, leaves).collect()),
         };
         self.arena_bytes += n.len() * std::mem::size_of::<PNode>() + l.len() * 4;
         match self.free_pages.pop() {
@@ -1415,7 +1415,7 @@ mod tests {
                 prop_assert_eq!(t.slot((slot as u32) << 16).ply().is_some(), !routes.is_empty() && routes.iter().all(|r| r.1 <= 24));
             }
             t.check_arena();
-            for (&(k, l), _) in &m {
+            for &(k, l) in m.keys() {
                 prop_assert_eq!(t.lookup(k), naive(&m, k));
                 prop_assert_eq!(t.lookup(k.last(l)), naive(&m, k.last(l)));
             }
