@@ -13,6 +13,12 @@
 //! pointers): a route change recompiles the one subtrie it touches into the arena's
 //! open page and copies the slot's chunk, and the clone the workers hold keeps sharing
 //! the rest (see [`Poptrie`]). Values are adjacency indices < 2^31; 0 means no route.
+//!
+//! A slot whose longer routes are all at most `DIRECT_BITS + PLY_BITS` long (an IPv4 /16
+//! holding /17s to /24s, the usual BGP shape) gets a **ply** instead of a subtrie: 256
+//! values indexed by the key's next 8 bits, as VPP's mtrie 16-8-8, so its lookup is
+//! chunk → slot → ply value, with no node to walk. Plies live in the same arena, in
+//! pages of their own shape (see [`Poptrie::place`]), and change the same way.
 
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -136,6 +142,13 @@ struct PNode {
     leaf_base: u32,
 }
 
+/// Key bits a ply resolves below the direct table.
+pub const PLY_BITS: u8 = 8;
+const PLY: usize = 1 << PLY_BITS;
+/// Plies per ply page: a ply page is leaves (the plies) and one header node per ply, so
+/// plies do not fill the node array of a subtrie page. (Tests use small pages.)
+const PLY_PAGE_PLIES: usize = if cfg!(test) { 8 } else { 48 };
+
 /// Slots of the direct table per chunk: a change copies one chunk (3 KiB of plain words,
 /// no reference counts), not the table.
 const CHUNK: usize = 256;
@@ -176,6 +189,11 @@ const _: () = assert!(PAGE_NODES <= 1 << ROOT_BITS);
 /// At most this many levels skipped: their bits and count fill `Slot::root` above
 /// `ROOT_BITS`.
 const MAX_SKIP_LEVELS: u8 = 3;
+/// A slot whose page holds a ply, not a subtrie: `Slot::root` is `(leaf_base << 3 |
+/// PLY_TAG) << ROOT_BITS | root`, `leaf_base` the ply's first value in its page's leaves.
+/// A skip field never has these low three bits (no levels skipped means no bits either).
+const PLY_TAG: u32 = 4;
+const _: () = assert!(PLY_PAGE_PLIES * PLY < 1 << (32 - ROOT_BITS - 3));
 
 impl Slot {
     #[inline(always)]
@@ -187,6 +205,12 @@ impl Slot {
     fn skip(&self) -> (u8, usize) {
         let s = self.root >> ROOT_BITS;
         ((s & 3) as u8, (s >> 2) as usize)
+    }
+    /// Where the slot's ply starts in its page's leaves, if its page holds a ply.
+    #[inline(always)]
+    fn ply(&self) -> Option<u32> {
+        let s = self.root >> ROOT_BITS;
+        (s & 7 == PLY_TAG).then_some(s >> 3)
     }
 }
 
@@ -223,6 +247,8 @@ pub struct Poptrie<K: LpmKey> {
     free_pages: Vec<u32>,
     /// The page new subtries go to (0: none yet).
     open: u32,
+    /// The page new plies go to (0: none yet).
+    open_ply: u32,
     routes: usize,
     /// Bytes of the arena's pages (kept, so that `prefers_batch`, asked once a vector,
     /// does not walk the pages).
@@ -251,6 +277,7 @@ impl<K: LpmKey> Clone for Poptrie<K> {
             pages: self.pages.clone(),
             free_pages: self.free_pages.clone(),
             open: self.open,
+            open_ply: self.open_ply,
             routes: self.routes,
             arena_bytes: self.arena_bytes,
             scratch: SubBuilder::default(),
@@ -275,6 +302,7 @@ impl<K: LpmKey> Poptrie<K> {
             pages: vec![PageUse::default()],
             free_pages: Vec::new(),
             open: 0,
+            open_ply: 0,
             routes: 0,
             arena_bytes: 0,
             scratch: SubBuilder::default(),
@@ -352,6 +380,21 @@ impl<K: LpmKey> Poptrie<K> {
         let current = self.chunks[slot / CHUNK][slot % CHUNK];
         let (page, root) = if routes.is_empty() {
             (0, 0)
+        } else if routes.iter().all(|r| r.1 <= DIRECT_BITS + PLY_BITS) {
+            // A ply: painted in (key, length) order, each value is its longest match
+            // (a route comes after the routes covering it); 0 where none covers.
+            let mut b = std::mem::take(&mut self.scratch);
+            b.leaves.clear();
+            b.leaves.resize(PLY, 0);
+            for &(k, len, v) in routes {
+                let start = k.shl(DIRECT_BITS).top(PLY_BITS);
+                b.leaves[start..start + (1usize << (DIRECT_BITS + PLY_BITS - len))].fill(v);
+            }
+            let (page, root) = self.place(&[], &b.leaves);
+            b.leaves.clear();
+            self.scratch = b;
+            self.note_owner(page, slot);
+            (page, self.ply_root(page, root))
         } else {
             let levels = skip_levels(routes);
             let depth = DIRECT_BITS + levels * STRIDE;
@@ -385,6 +428,12 @@ impl<K: LpmKey> Poptrie<K> {
         }
     }
 
+    /// The root word of a slot pointing at the ply placed at (`page`, `root`).
+    fn ply_root(&self, page: u32, root: u32) -> u32 {
+        let leaf_base = self.nodes[page as usize][root as usize - 1].leaf_base;
+        (leaf_base << 3 | PLY_TAG) << ROOT_BITS | root
+    }
+
     /// Record that `slot`'s subtrie was placed in `page` (for the page's reclaim).
     fn note_owner(&mut self, page: u32, slot: usize) {
         if let Some(o) = self.owners.get_mut(page as usize) {
@@ -410,26 +459,38 @@ impl<K: LpmKey> Poptrie<K> {
 
     /// Copy a compiled subtrie (indices from 0, root first) into the arena; returns its
     /// (page, root). Small subtries go to the open page, a larger one to a page of its own.
+    /// A ply (no nodes, `PLY` leaves) goes to the open ply page: plies and subtries are
+    /// kept apart so that each kind of page fills both its arrays.
     fn place(&mut self, nodes: &[PNode], leaves: &[u32]) -> (u32, u32) {
         let need = nodes.len() + 1; // with its header
-        let page = if need > PAGE_NODES || leaves.len() > PAGE_LEAVES {
-            self.new_page(need, leaves.len())
+        let ply = nodes.is_empty();
+        debug_assert!(!ply || leaves.len() == PLY);
+        let shape = if ply { (PLY_PAGE_PLIES, PLY_PAGE_PLIES * PLY) } else { (PAGE_NODES, PAGE_LEAVES) };
+        let page = if need > shape.0 || leaves.len() > shape.1 {
+            self.new_page(need.max(PAGE_NODES), leaves.len().max(PAGE_LEAVES))
         } else {
-            if !self.fits(self.open, need, leaves.len()) {
-                let closed = self.open;
-                self.open = self.new_page(PAGE_NODES, PAGE_LEAVES);
-                if closed != 0 {
-                    self.reclaim(closed);
+            let open = if ply { self.open_ply } else { self.open };
+            if !self.fits(open, need, leaves.len()) {
+                let fresh = self.new_page(shape.0, shape.1);
+                self.set_open(ply, fresh);
+                if open != 0 {
+                    self.reclaim(open);
                 }
                 // Reclaiming the page just closed moved its live subtries into the new
                 // one, and may have left too little room; then one more fresh page, with
                 // nothing moved into it. (Closing and reclaiming again could move the
                 // same subtries from page to page for ever.)
-                if !self.fits(self.open, need, leaves.len()) {
-                    self.open = self.new_page(PAGE_NODES, PAGE_LEAVES);
+                let open = if ply { self.open_ply } else { self.open };
+                if !self.fits(open, need, leaves.len()) {
+                    let fresh = self.new_page(shape.0, shape.1);
+                    self.set_open(ply, fresh);
                 }
             }
-            self.open
+            if ply {
+                self.open_ply
+            } else {
+                self.open
+            }
         };
         let p = page as usize;
         let use_ = &mut self.pages[p];
@@ -448,6 +509,14 @@ impl<K: LpmKey> Poptrie<K> {
         (page, root)
     }
 
+    fn set_open(&mut self, ply: bool, page: u32) {
+        if ply {
+            self.open_ply = page;
+        } else {
+            self.open = page;
+        }
+    }
+
     fn fits(&self, page: u32, nodes: usize, leaves: usize) -> bool {
         let p = page as usize;
         p != 0
@@ -455,20 +524,18 @@ impl<K: LpmKey> Poptrie<K> {
             && self.pages[p].leaves as usize + leaves <= self.leaves[p].len()
     }
 
+    /// A page of `nodes` nodes and `leaves` leaves: a spare one of that shape if no
+    /// published clone holds it any more, else a new one.
     fn new_page(&mut self, nodes: usize, leaves: usize) -> u32 {
-        let reusable = if nodes <= PAGE_NODES && leaves <= PAGE_LEAVES {
-            self.spare.iter_mut().position(|(n, l)| Arc::get_mut(n).is_some() && Arc::get_mut(l).is_some())
-        } else {
-            None
-        };
+        let reusable = self
+            .spare
+            .iter_mut()
+            .position(|(n, l)| n.len() == nodes && l.len() == leaves && Arc::get_mut(n).is_some() && Arc::get_mut(l).is_some());
         let (n, l) = match reusable {
             // What the page held before is never read: lookups read only what a slot
             // points to, and `place` writes every node and leaf it hands out.
             Some(i) => self.spare.swap_remove(i),
-            None => (
-                std::iter::repeat(PNode::default()).take(nodes.max(PAGE_NODES)).collect(),
-                std::iter::repeat(0).take(leaves.max(PAGE_LEAVES)).collect(),
-            ),
+            None => (std::iter::repeat_n(PNode::default(), nodes).collect(), std::iter::repeat_n(0, leaves).collect()),
         };
         self.arena_bytes += n.len() * std::mem::size_of::<PNode>() + l.len() * 4;
         match self.free_pages.pop() {
@@ -498,7 +565,7 @@ impl<K: LpmKey> Poptrie<K> {
         let header = self.nodes[page as usize][root as usize - 1];
         self.pages[page as usize].live -= header.children as u32;
         self.pages[page as usize].live_leaves -= header.leaf_runs as u32;
-        if page != self.open {
+        if page != self.open && page != self.open_ply {
             self.reclaim(page);
         }
     }
@@ -540,10 +607,15 @@ impl<K: LpmKey> Poptrie<K> {
                 self.extract(page, root, &mut nodes, &mut leaves);
                 let (np, nr) = self.place(&nodes, &leaves);
                 self.note_owner(np, s);
+                let ply = nodes.is_empty().then(|| self.ply_root(np, nr));
                 let slot = self.slot_mut(s);
                 slot.page = np;
-                // The skipped levels stay: they belong to the subtrie moved whole.
-                slot.root = slot.root & !((1 << ROOT_BITS) - 1) | nr;
+                slot.root = match ply {
+                    // A ply's values moved: its root word says where they start.
+                    Some(root) => root,
+                    // The skipped levels stay: they belong to the subtrie moved whole.
+                    None => slot.root & !((1 << ROOT_BITS) - 1) | nr,
+                };
             }
             moving.clear();
             (self.scratch.old_nodes, self.scratch.old_leaves) = (nodes, leaves);
@@ -551,7 +623,8 @@ impl<K: LpmKey> Poptrie<K> {
         let n = std::mem::replace(&mut self.nodes[p], Arc::from(Vec::new()));
         let l = std::mem::replace(&mut self.leaves[p], Arc::from(Vec::new()));
         self.arena_bytes -= n.len() * std::mem::size_of::<PNode>() + l.len() * 4;
-        if n.len() == PAGE_NODES && l.len() == PAGE_LEAVES && self.spare.len() < MAX_SPARE_PAGES {
+        let standard = (n.len(), l.len()) == (PAGE_NODES, PAGE_LEAVES) || (n.len(), l.len()) == (PLY_PAGE_PLIES, PLY_PAGE_PLIES * PLY);
+        if standard && self.spare.len() < MAX_SPARE_PAGES {
             self.spare.push((n, l));
         }
         self.pages[p] = PageUse::default();
@@ -602,12 +675,27 @@ impl<K: LpmKey> Poptrie<K> {
         unsafe { *self.leaves.get_unchecked(page as usize).get_unchecked(i as usize) }
     }
 
+    /// Value `at` of page `page`'s leaves.
+    ///
+    /// # Safety
+    /// `at` is a ply's leaf base (from its slot) plus a value of `PLY_BITS` bits: `place`
+    /// copies a ply's `PLY` values whole into one page.
+    #[inline(always)]
+    unsafe fn ply_value(&self, page: u32, at: usize) -> u32 {
+        if cfg!(any(test, debug_assertions)) {
+            assert!(at < self.leaves[page as usize].len(), "ply value {at} of page {page}");
+        }
+        // SAFETY: the caller's contract above.
+        unsafe { *self.leaves.get_unchecked(page as usize).get_unchecked(at) }
+    }
+
     /// The value of the longest prefix covering `key`, or 0.
     ///
     /// The walk shifts the key a stride at a time and reads its top bits (no variable
     /// shift per level), and indexes the arena unchecked: the structure guarantees the
     /// indices (see [`Poptrie::node`]). Loads from the key to the value: the chunk, the
-    /// slot, then per level the page's node array (cached) and the node, and the leaf.
+    /// slot, then per level the page's node array (cached) and the node, and the leaf;
+    /// for a ply, the page's leaf array (cached) and the value.
     #[inline(always)]
     pub fn lookup(&self, key: K) -> u32 {
         let slot = self.slot(key);
@@ -615,6 +703,11 @@ impl<K: LpmKey> Poptrie<K> {
             return slot.value;
         }
         let page = slot.page;
+        if let Some(base) = slot.ply() {
+            // SAFETY: a ply's base from its slot plus `PLY_BITS` bits of the key.
+            let v = unsafe { self.ply_value(page, base as usize + key.shl(DIRECT_BITS).top(PLY_BITS)) };
+            return if v == 0 { slot.value } else { v };
+        }
         let mut at = slot.root();
         let mut k = key.shl(DIRECT_BITS);
         let (levels, path) = slot.skip();
@@ -664,7 +757,14 @@ impl<K: LpmKey> Poptrie<K> {
             let mut k = keys[i].shl(DIRECT_BITS);
             let mut page = slot.page;
             let (levels, path) = slot.skip();
-            if levels != 0 {
+            if let (true, Some(base)) = (page != 0, slot.ply()) {
+                // SAFETY: a ply's base from its slot plus `PLY_BITS` bits of the key.
+                let v = unsafe { self.ply_value(page, base as usize + k.top(PLY_BITS)) };
+                if v != 0 {
+                    out[i] = v;
+                }
+                page = 0;
+            } else if levels != 0 {
                 if k.top(levels * STRIDE) != path {
                     page = 0;
                 }
@@ -738,6 +838,9 @@ impl<K: LpmKey> Poptrie<K> {
         let mut live = vec![(0u32, 0u32); self.pages.len()];
         for s in self.chunks.iter().flat_map(|c| c.iter()).filter(|s| s.page != 0) {
             let header = self.nodes[s.page as usize][s.root() as usize - 1];
+            if let Some(base) = s.ply() {
+                assert_eq!((base, header.children, header.leaf_runs), (header.leaf_base, 1, PLY as u64), "ply of page {}", s.page);
+            }
             live[s.page as usize].0 += header.children as u32;
             live[s.page as usize].1 += header.leaf_runs as u32;
         }
@@ -762,7 +865,8 @@ impl<K: LpmKey> Poptrie<K> {
         if s.page != 0 {
             self.extract(s.page, s.root(), &mut n, &mut l);
         }
-        (n, l, s.root >> ROOT_BITS)
+        // A ply's root word says where it lies, which differs between two arenas.
+        (n, l, if s.ply().is_some() { PLY_TAG } else { s.root >> ROOT_BITS })
     }
 }
 
@@ -1048,8 +1152,13 @@ mod tests {
     #[test]
     fn pages_full_of_leaf_runs_are_not_moved_for_ever() {
         let mut t = Poptrie::<u32>::empty();
-        // 64 /22s with alternating values: the root node alone, 64 leaf runs.
-        let leafy = |slot: u32, v: u32| -> Vec<Route<u32>> { (0..64u32).map(|i| (slot << 16 | i << 10, 22, v + i % 2)).collect() };
+        // 64 /22s with alternating values and a /25 in the last (so a subtrie, not a
+        // ply): the root node with 63 leaf runs and one small child.
+        let leafy = |slot: u32, v: u32| -> Vec<Route<u32>> {
+            let mut r: Vec<Route<u32>> = (0..64u32).map(|i| (slot << 16 | i << 10, 22, v + i % 2)).collect();
+            r.push((slot << 16 | 63 << 10 | 0x80, 25, v + 7));
+            r
+        };
         let mut m = BTreeMap::new();
         for round in 0..6u32 {
             for s in 0..5u32 {
@@ -1108,6 +1217,80 @@ mod tests {
         }
         prop_assert_eq!(t.node_count(), 0);
         Ok(())
+    }
+
+    /// A /16 crossing between the ply and the subtrie shapes as a route longer than /24
+    /// comes and goes inside it, beside /16s that stay plies: lookups (one at a time and
+    /// batched) match the reference after every change, the arena's accounting holds,
+    /// and a clone taken before each change keeps answering as it did.
+    #[test]
+    fn slots_cross_between_ply_and_subtrie() {
+        let p = |a: [u8; 4]| u32::from_be_bytes(a);
+        let mut t = Poptrie::<u32>::empty();
+        let mut long: BTreeMap<(u32, u8), u32> = BTreeMap::new();
+        // Neighbours: plies sharing pages with the changing slot's.
+        for s in 0..6u32 {
+            long.insert(((0xc612 + s) << 16 | 0x0100, 24), 100 + s);
+            long.insert(((0xc612 + s) << 16, 17), 200 + s);
+        }
+        let apply = |t: &mut Poptrie<u32>, long: &BTreeMap<(u32, u8), u32>, slot: usize| {
+            let routes: Vec<Route<u32>> =
+                long.iter().filter(|(&(k, _), _)| k as usize >> 16 == slot).map(|(&(k, l), &v)| (k, l, v)).collect();
+            t.set_slot_routes(slot, &routes);
+        };
+        for s in 0..6 {
+            apply(&mut t, &long, 0xc612 + s);
+        }
+        t.set_slot_values(0xc613, 1, 9); // a /16 route under slot 0xc613's ply
+        let slot = 0xc613usize;
+        assert!(t.slot(p([198, 19, 0, 0])).ply().is_some());
+        let mut probes: Vec<u32> = Vec::new();
+        for s in 0..6u32 {
+            for b in [0u32, 1, 2, 127, 128, 129, 255] {
+                probes.extend([(0xc612 + s) << 16 | b << 8, (0xc612 + s) << 16 | b << 8 | 0x81, (0xc612 + s) << 16 | b << 8 | 0xff]);
+            }
+        }
+        let reference = |long: &BTreeMap<(u32, u8), u32>, k: u32| {
+            let v = naive(long, k);
+            if v == 0 && k >> 16 == 0xc613 {
+                9
+            } else {
+                v
+            }
+        };
+        let changes: [(u32, u8, u32); 8] = [
+            (p([198, 19, 1, 128]), 25, 7), // a subtrie now
+            (p([198, 19, 2, 0]), 23, 8),   // still one
+            (p([198, 19, 1, 129]), 32, 6),
+            (p([198, 19, 1, 128]), 25, 0), // the /32 keeps it a subtrie
+            (p([198, 19, 1, 129]), 32, 0), // a ply again
+            (p([198, 19, 255, 255]), 32, 5),
+            (p([198, 19, 255, 255]), 32, 0),
+            (p([198, 19, 0, 0]), 24, 3),
+        ];
+        for round in 0..3 {
+            for &(k, l, v) in &changes {
+                let before = t.clone();
+                let answers: Vec<u32> = probes.iter().map(|&k| before.lookup(k)).collect();
+                if v == 0 {
+                    long.remove(&(k, l));
+                } else {
+                    long.insert((k, l), v + round);
+                }
+                apply(&mut t, &long, slot);
+                t.check_arena();
+                let has_long = long.keys().any(|&(k, l)| k >> 16 == slot as u32 && l > 24);
+                assert_eq!(t.slot(p([198, 19, 0, 0])).ply().is_some(), !has_long);
+                let mut out = vec![0; probes.len()];
+                t.lookup_batch(&probes, &mut out);
+                for (i, &k) in probes.iter().enumerate() {
+                    assert_eq!(t.lookup(k), reference(&long, k), "key {k:#x}");
+                    assert_eq!(out[i], reference(&long, k), "batched, key {k:#x}");
+                    assert_eq!(before.lookup(k), answers[i], "the clone, key {k:#x}");
+                }
+            }
+        }
+        assert!(t.pages.len() < 12, "{} pages", t.pages.len());
     }
 
     /// The bench's small IPv6 table: every route of slot 2001::/16 lies in
@@ -1199,6 +1382,59 @@ mod tests {
         fn v4_updates_match_fresh_compile(raw in proptest::collection::vec((0u32..4, any::<u32>(), prop::sample::select(vec![17u8, 18, 20, 22, 23, 24, 24, 25, 28, 30, 32]), prop::sample::select(vec![0u32, 1, 2, 3, 7])), 1..120), batch in 1usize..6) {
             let ops: Vec<(u32, u8, u32)> = raw.into_iter().map(|(d, lo, l, v)| (0xc612_0000 | d << 8 | (lo & 0xff) | if l < 24 { lo & 0xff00 } else { 0 }, l, v)).collect();
             check_updates(0xc612, &ops, batch)?;
+        }
+    }
+
+    /// IPv4 changes over four /16s, mostly /17–/24 (plies) with now and then a longer
+    /// route that turns its /16 into a subtrie until it goes: after every batch every
+    /// route's first and last address answers as the reference, the arena's accounting
+    /// holds, and each changed slot is what a fresh compile of its routes makes.
+    fn check_ply_churn(ops: &[(u32, u8, u32)], batch: usize) -> Result<(), TestCaseError> {
+        let mut t = Poptrie::<u32>::empty();
+        let mut m: BTreeMap<(u32, u8), u32> = BTreeMap::new();
+        for chunk in ops.chunks(batch.max(1)) {
+            let mut touched: Vec<usize> = Vec::new();
+            for &(k, l, v) in chunk {
+                let k = k.masked(l);
+                if v == 0 {
+                    m.remove(&(k, l));
+                } else {
+                    m.insert((k, l), v);
+                }
+                touched.push(k as usize >> 16);
+            }
+            touched.sort_unstable();
+            touched.dedup();
+            for &slot in &touched {
+                let routes: Vec<Route<u32>> =
+                    m.iter().filter(|(&(k, _), _)| k as usize >> 16 == slot).map(|(&(k, l), &v)| (k, l, v)).collect();
+                t.set_slot_routes(slot, &routes);
+                let mut fresh = Poptrie::<u32>::empty();
+                fresh.set_slot_routes(slot, &routes);
+                prop_assert!(t.subtrie_of(slot) == fresh.subtrie_of(slot), "slot {:#x} differs from a fresh compile", slot);
+                prop_assert_eq!(t.slot((slot as u32) << 16).ply().is_some(), !routes.is_empty() && routes.iter().all(|r| r.1 <= 24));
+            }
+            t.check_arena();
+            for &(k, l) in m.keys() {
+                prop_assert_eq!(t.lookup(k), naive(&m, k));
+                prop_assert_eq!(t.lookup(k.last(l)), naive(&m, k.last(l)));
+            }
+            let probes: Vec<u32> = m.keys().flat_map(|&(k, l)| [k, k.last(l), k ^ 0x80, k ^ 0x8000]).collect();
+            let mut out = vec![0; probes.len()];
+            t.lookup_batch(&probes, &mut out);
+            for (i, &k) in probes.iter().enumerate() {
+                prop_assert_eq!(out[i], naive(&m, k), "batched, key {:#x}", k);
+            }
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn ply_churn_matches_reference(raw in proptest::collection::vec((0u32..4, any::<u32>(), prop::sample::select(vec![17u8, 20, 22, 23, 24, 24, 24, 24, 24, 25, 28, 32]), prop::sample::select(vec![0u32, 0, 1, 2, 3, 7])), 1..200), batch in 1usize..6) {
+            let ops: Vec<(u32, u8, u32)> = raw.into_iter().map(|(d, lo, l, v)| ((0xc612 + d) << 16 | (lo & 0x0f81), l, v)).collect();
+            check_ply_churn(&ops, batch)?;
         }
     }
 
