@@ -4,11 +4,14 @@ the unit's capabilities, readiness told over NOTIFY_SOCKET as systemd's Type=not
 expects), its ExecReload run as `systemctl reload` would (SIGHUP: the file is reloaded),
 the unit checked by `systemd-analyze verify`, then removal and purge.
 
-systemd itself is not PID 1 here, so `systemctl start/status` cannot run; everything the
-unit promises is exercised without it."""
+systemd is not PID 1 of this machine, so the installed unit also runs under a systemd
+started as PID 1 of new namespaces (its container mode): `systemctl start` (returning
+after READY=1), `is-active`, `status`, `reload` (the journal shows the change applied)
+and `stop`."""
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -126,3 +129,146 @@ def test_install_run_as_the_unit_does_remove_and_purge(package, tmp_path):
     assert not Path("/etc/vecgate/vecgate.toml").exists()
     with pytest.raises(KeyError):
         pwd.getpwnam("vecgate")
+
+
+# PID 1 of the nested systemd: its own /run (the unit's RuntimeDirectory, the journal,
+# /run/systemd/private for systemctl), /tmp (the unit's PrivateTmp) and a cgroup2
+# hierarchy rooted at the cgroup it was started in; /sys read-only as in a container.
+# SYSTEMD_UNIT_PATH holds only the package's unit, the journal and empty stand-ins for
+# the targets the unit orders itself after, so none of the host's services start.
+BOOT = """set -e
+mount -t tmpfs tmpfs /run
+mkdir -p /run/vecgate-test-units /run/systemd/journald.conf.d
+cp -a "$1"/. /run/vecgate-test-units/
+printf '[Journal]\\nStorage=volatile\\n' > /run/systemd/journald.conf.d/volatile.conf
+mount -t tmpfs tmpfs /tmp
+mount --bind /sys /sys
+mount -o remount,bind,ro /sys
+mount -t cgroup2 cgroup2 /sys/fs/cgroup
+mount -t proc proc /proc
+exec env -i container=vecgate-test SYSTEMD_UNIT_PATH=/run/vecgate-test-units \\
+    /lib/systemd/systemd --system --unit=vecgate-test.target
+"""
+
+
+def cgroup2_root():
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        _, where, kind = line.split()[:3]
+        if kind == "cgroup2":
+            return Path(where)
+    raise AssertionError("no cgroup2 hierarchy is mounted: a nested systemd needs one")
+
+
+class NestedSystemd:
+    """systemd as PID 1 of new PID, mount, cgroup, UTS and network namespaces (its
+    container mode), driven with systemctl and journalctl entered into them."""
+
+    def __init__(self, tmp_path):
+        units = tmp_path / "units"
+        units.mkdir()
+        (units / "vecgate-test.target").write_text(
+            "[Unit]\nDescription=vecgate test boot\n"
+            "Wants=systemd-journald.socket systemd-journald-dev-log.socket systemd-journald.service\n")
+        for t in ["sysinit", "basic", "network-online", "shutdown"]:
+            (units / f"{t}.target").write_text(f"[Unit]\nDescription={t} (empty in this test)\n")
+        for u in ["systemd-journald.service", "systemd-journald.socket", "systemd-journald-dev-log.socket"]:
+            (units / u).symlink_to(Path("/lib/systemd/system") / u)
+        (units / "vecgate.service").symlink_to("/usr/lib/systemd/system/vecgate.service")
+        boot = tmp_path / "boot.sh"
+        boot.write_text(BOOT)
+        self.cgroup = cgroup2_root() / f"vecgate-systemd-test-{os.getpid()}"
+        self.cgroup.mkdir()
+        self.log = (tmp_path / "systemd.log").open("w")
+        self.outer = subprocess.Popen(
+            ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec unshare --pid --fork --kill-child --mount --cgroup --uts '
+             '--net --propagation private sh "$1" "$2"', str(self.cgroup), str(boot), str(units)],
+            stdout=self.log, stderr=self.log)
+        self.pid = None
+        deadline = time.time() + 60
+        while True:
+            assert self.outer.poll() is None and time.time() < deadline, (tmp_path / "systemd.log").read_text()
+            if self.pid is None:
+                children = Path(f"/proc/{self.outer.pid}/task/{self.outer.pid}/children")
+                kids = children.read_text().split() if children.exists() else []
+                self.pid = kids[0] if kids else None
+            elif "systemd" in Path(f"/proc/{self.pid}/comm").read_text():
+                state = self.run("systemctl", "is-system-running").stdout.strip()
+                assert state not in ("degraded", "maintenance", "stopping"), self.run("systemctl", "--failed").stdout
+                if state == "running":
+                    break
+            time.sleep(0.1)
+
+    def run(self, *args):
+        return sh("nsenter", "-t", str(self.pid), "-m", "-p", "--", *args, check=False, timeout=120)
+
+    def journal(self, unit):
+        return self.run("journalctl", "-u", unit, "--no-pager", "-o", "cat").stdout
+
+    def close(self):
+        # SIGRTMIN+15: immediate power-off, which in a container is PID 1 exiting.
+        if self.pid and self.outer.poll() is None:
+            os.kill(int(self.pid), signal.SIGRTMIN + 15)
+            try:
+                self.outer.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.outer.kill()  # --kill-child: its PID 1 and with it the namespace go
+                self.outer.wait(timeout=30)
+        self.log.close()
+        for d in sorted(self.cgroup.rglob("*"), key=lambda p: -len(p.parts)) + [self.cgroup]:
+            if d.is_dir():
+                d.rmdir()
+
+
+def test_systemctl_start_status_reload_stop_under_systemd(package, tmp_path):
+    r = sh("dpkg", "-i", str(package), check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    user = pwd.getpwnam("vecgate")
+    conf = Path("/etc/vecgate/vecgate.toml")
+    packaged_conf = conf.read_text()
+    systemd = NestedSystemd(tmp_path)
+    try:
+        # Type=notify: `start` returns once vecgate said READY=1, which it says after its
+        # control socket answers.
+        r = systemd.run("systemctl", "start", "vecgate")
+        assert r.returncode == 0, r.stderr + systemd.journal("vecgate")
+        assert systemd.run("systemctl", "is-active", "vecgate").stdout.strip() == "active"
+        r = systemd.run("/usr/bin/vecgate", "ctl", "--socket", "/run/vecgate/vecgate.sock", "show", "interfaces")
+        assert r.returncode == 0 and "null0" in r.stdout, r.stderr
+        props = dict(l.split("=", 1) for l in systemd.run(
+            "systemctl", "show", "vecgate", "-p", "Type", "-p", "MainPID", "-p", "NRestarts").stdout.splitlines())
+        assert props["Type"] == "notify" and props["NRestarts"] == "0" and int(props["MainPID"]) > 0, props
+        main_pid = props["MainPID"]
+        status = systemd.run("systemctl", "status", "vecgate", "--no-pager")
+        assert status.returncode == 0, status.stdout + status.stderr
+        assert "Active: active (running)" in status.stdout and f"Main PID: {main_pid} (vecgate)" in status.stdout, status.stdout
+        # The unit's user and capabilities, as systemd gave them.
+        proc_status = dict(l.split(":", 1) for l in systemd.run("cat", f"/proc/{main_pid}/status").stdout.splitlines())
+        assert proc_status["Uid"].split()[0] == str(user.pw_uid), proc_status["Uid"]
+        caps = sum(1 << n for n in (12, 13, 14, 23, 39))  # net_admin, net_raw, ipc_lock, sys_nice, bpf
+        assert int(proc_status["CapEff"], 16) == caps, proc_status["CapEff"]
+
+        # `systemctl reload` (ExecReload: SIGHUP) applies the edited file.
+        conf.write_text(packaged_conf + '\n[[route]]\nprefix = "198.19.5.0/24"\nvia = "198.18.0.2"\n')
+        r = systemd.run("systemctl", "reload", "vecgate")
+        assert r.returncode == 0, r.stderr
+        deadline = time.time() + 30
+        while "reloaded" not in systemd.journal("vecgate"):
+            assert time.time() < deadline, systemd.journal("vecgate")
+            time.sleep(0.1)
+        journal = systemd.journal("vecgate")
+        assert "reloaded file=/etc/vecgate/vecgate.toml changes=1" in journal, journal
+        assert 'config applied action="added" object="route" name=198.19.5.0/24 via 198.18.0.2' in journal, journal
+        r = systemd.run("/usr/bin/vecgate", "ctl", "--socket", "/run/vecgate/vecgate.sock", "show", "ip", "fib", "198.19.5.0/24")
+        assert "198.19.5.0/24" in r.stdout, r.stdout + r.stderr
+        assert systemd.run("systemctl", "show", "vecgate", "-p", "MainPID").stdout.strip() == f"MainPID={main_pid}"
+
+        r = systemd.run("systemctl", "stop", "vecgate")
+        assert r.returncode == 0, r.stderr
+        assert systemd.run("systemctl", "is-active", "vecgate").stdout.strip() == "inactive"
+        props = dict(l.split("=", 1) for l in systemd.run(
+            "systemctl", "show", "vecgate", "-p", "Result", "-p", "ExecMainStatus").stdout.splitlines())
+        assert props == {"Result": "success", "ExecMainStatus": "0"}, props
+        assert "dataplane stopped" in systemd.journal("vecgate")
+    finally:
+        systemd.close()
+        conf.write_text(packaged_conf)

@@ -232,7 +232,11 @@ fn log_request(req: &Request, reply: &Reply) {
     match (&reply.error, read_only) {
         (Some(e), _) => tracing::warn!(op = %op, error = %e, "request refused"),
         (None, true) => tracing::debug!(op = %op, "request"),
-        (None, false) => tracing::info!(op = %op, result = %reply.text.trim_end(), "applied"),
+        (None, false) => {
+            // One line per request: a reply of several lines (a reload's changes) is joined.
+            let result = reply.text.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join("; ");
+            tracing::info!(op = %op, result = %result, "applied")
+        }
     }
 }
 
@@ -422,6 +426,8 @@ impl Control {
                 let spec = c.to_spec(&self.state).map_err(|(f, m)| format!("{f}: {m}"))?;
                 let had_ue = spec.ue.is_some();
                 let kind = spec.kind();
+                // The reply is the log line too: it names what was made, as `show gtpu tunnels` does.
+                let what = format!("{} -> {} teid in {:#x} out {:#x}", spec.local, spec.remote, spec.teid_in, spec.teid_out);
                 let id = self.gtpu.create(&mut self.state, spec).map_err(|e| e.to_string())?;
                 if had_ue {
                     // The UE route changed the FIB; tunnels' outer routes may have moved.
@@ -430,7 +436,7 @@ impl Control {
                     self.publish();
                 }
                 let name = ip::tables::TunnelRef { kind, id }.if_name();
-                Reply::ok(serde_json::json!({ "name": name, "id": id }), format!("created {name}"))
+                Reply::ok(serde_json::json!({ "name": name, "id": id }), format!("created {name} {what}"))
             }
             Request::DeleteGtpuTunnel { .. } | Request::SetGtpuTunnel { .. } | Request::FindGtpuTunnels { .. } => {
                 crate::gtpu::handle(self, req)?
@@ -438,10 +444,11 @@ impl Control {
             Request::CreateUdpTunnel(c) => {
                 let (spec, routes) = c.to_spec().map_err(|(f, m)| format!("{f}: {m}"))?;
                 let kind = spec.kind();
+                let what = format!("{} -> {} {} port {}", spec.local, spec.remote, spec.encap.name(), spec.port);
                 let id = self.udptun.create(&mut self.state, spec, &routes).map_err(|e| e.to_string())?;
                 self.publish_routes();
                 let name = ip::tables::TunnelRef { kind, id }.if_name();
-                Reply::ok(serde_json::json!({ "name": name, "id": id }), format!("created {name}"))
+                Reply::ok(serde_json::json!({ "name": name, "id": id }), format!("created {name} {what}"))
             }
             Request::SetUdpTunnel { .. } | Request::FindUdpTunnels { .. } => crate::udptun::handle(self, req)?,
             Request::DeleteUdpTunnel { name } => {
