@@ -29,12 +29,14 @@ where
 {
     let to = rewrite::<F>(data);
     let mut p = data.to_vec();
-    if let Ok((key, _, l4)) = nat::flow::<F>(&p) {
+    if let Ok(read) = nat::flow::<F>(&p) {
+        let (key, l4) = (read.key, read.l4);
         let header_ok = p[0] >> 4 == 4 && wire::checksum::verify(&p[..l4]);
-        nat::translate::<F>(&mut p, l4, &key, &to, false);
-        let (now, _, l4_now) = nat::flow::<F>(&p).expect("a translated packet reads");
+        nat::translate::<F>(&mut p, &read, &to, false);
+        let after = nat::flow::<F>(&p).expect("a translated packet reads");
+        let now = after.key;
         assert_eq!((now.src, now.dst, now.sport, now.dport, now.proto), (to.src, to.dst, to.sport, to.dport, key.proto));
-        assert_eq!(l4_now, l4);
+        assert_eq!(after.l4, l4);
         if header_ok {
             assert!(wire::checksum::verify(&p[..l4]), "the IPv4 header checksum was patched");
         }

@@ -168,9 +168,22 @@ impl Layout for V6 {
     const UDP_ZERO_MEANS_NONE: bool = false;
 }
 
-/// A TCP or UDP packet's flow, TCP flags (0 for UDP) and transport offset.
+/// A TCP or UDP packet's flow as [`flow`] reads it: what the session lookup compares
+/// and the translation rewrites, so a packet is read once (`lbN-nat` reads it in
+/// `prepare` for the hash and keeps it for `process`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Flow<A> {
+    pub key: FlowKey<A>,
+    /// The TCP flags; 0 for UDP.
+    pub flags: u8,
+    /// The transport header's offset. The packet holds the whole transport header
+    /// from here (8 bytes of UDP, 20 of TCP).
+    pub l4: usize,
+}
+
+/// A TCP or UDP packet's flow.
 #[inline]
-pub fn flow<F: Layout>(pkt: &[u8]) -> Result<(FlowKey<F::Addr>, u8, usize), NatError> {
+pub fn flow<F: Layout>(pkt: &[u8]) -> Result<Flow<F::Addr>, NatError> {
     let (l4, proto) = F::l4(pkt)?;
     let need = match proto {
         TCP => 20,
@@ -187,7 +200,7 @@ pub fn flow<F: Layout>(pkt: &[u8]) -> Result<(FlowKey<F::Addr>, u8, usize), NatE
     }
     let flags = if proto == TCP { rest[13] } else { 0 };
     let (sport, dport) = (u16::from_be_bytes([t[0], t[1]]), u16::from_be_bytes([t[2], t[3]]));
-    Ok((FlowKey { src: F::src(pkt), dst: F::dst(pkt), sport, dport, proto }, flags, l4))
+    Ok(Flow { key: FlowKey { src: F::src(pkt), dst: F::dst(pkt), sport, dport, proto }, flags, l4 })
 }
 
 /// The transport checksum field's offset, if the packet carries one to patch.
@@ -224,19 +237,20 @@ fn fold(mut s: u32) -> u16 {
 }
 
 /// Rewrite the addresses and ports of a packet whose flow is `from` (as [`flow`] read
-/// it, transport header at `l4`) to `to`, patching the IP and transport checksums.
-/// `partial`: the transport checksum is left to the device (the field holds the
-/// pseudo-header's sum, not complemented, and the ports are summed when it is
-/// completed), so only the addresses' change goes into it.
+/// it) to `to`, patching the IP and transport checksums. `partial`: the transport
+/// checksum is left to the device (the field holds the pseudo-header's sum, not
+/// complemented, and the ports are summed when it is completed), so only the
+/// addresses' change goes into it.
 #[inline]
-pub fn translate<F: Layout>(pkt: &mut [u8], l4: usize, from: &FlowKey<F::Addr>, to: &Rewrite<F::Addr>, partial: bool) {
-    translate_with::<F>(pkt, l4, from.proto, to, Deltas::new::<F>(from, to), partial);
+pub fn translate<F: Layout>(pkt: &mut [u8], from: &Flow<F::Addr>, to: &Rewrite<F::Addr>, partial: bool) {
+    translate_with::<F>(pkt, from, to, Deltas::new::<F>(&from.key, to), partial);
 }
 
-/// [`translate`] with the checksum changes computed beforehand (a session's): the
-/// packet's flow must be the one `d` was computed from.
+/// [`translate`] with the checksum changes computed beforehand (a session's): `from`
+/// must be the flow `d` was computed from.
 #[inline]
-pub fn translate_with<F: Layout>(pkt: &mut [u8], l4: usize, proto: u8, to: &Rewrite<F::Addr>, d: Deltas, partial: bool) {
+pub fn translate_with<F: Layout>(pkt: &mut [u8], from: &Flow<F::Addr>, to: &Rewrite<F::Addr>, d: Deltas, partial: bool) {
+    let (l4, proto) = (from.l4, from.key.proto);
     if partial {
         let at = l4 + if proto == TCP { 16 } else { 6 };
         let sum = apply(!be16(pkt, at), d.addrs as u32);

@@ -29,9 +29,10 @@
 
 use crate::context::{HasLb, LbFamily};
 use crate::encap::EncapError;
-use crate::nat::{self, NatError};
+use crate::family::Family;
+use crate::nat::{self, Flow, NatError};
 use crate::session::{Hit, LbDrop, Outcome};
-use engine::{counters, next_nodes, BufIdx, Buffer, Counts, GraphBuilder, Node, Pool, Verdict};
+use engine::{counters, next_nodes, BufIdx, Buffer, Counts, GraphBuilder, Node, Pool, Verdict, VECTOR_SIZE};
 use ip::nodes::IcmpRequest;
 use ip::tables::{Adjacency, ADJ_MISS, MAX_INDEX};
 
@@ -98,11 +99,23 @@ impl NatNodeFamily for crate::V6 {
     type Ip = ip::nodes::family::Ip6;
 }
 
-pub struct LbNat<F>(std::marker::PhantomData<F>);
+/// What `prepare` read of one packet for `process`: its flow (or why it has none) and
+/// the flow's hash, so that a packet is parsed and hashed once.
+#[derive(Clone, Copy)]
+struct Prepared<A> {
+    flow: Result<Flow<A>, NatError>,
+    hash: u32,
+}
 
-impl<F> Default for LbNat<F> {
+pub struct LbNat<F: Family> {
+    /// The current vector's packets as `prepare` read them, by their place in the
+    /// vector (in `meta.param`, as `ipsecN-output` keeps its `Ready`).
+    ready: Box<[Prepared<F::Addr>; VECTOR_SIZE]>,
+}
+
+impl<F: Family> Default for LbNat<F> {
     fn default() -> Self {
-        LbNat(std::marker::PhantomData)
+        LbNat { ready: Box::new([Prepared { flow: Err(NatError::Truncated), hash: 0 }; VECTOR_SIZE]) }
     }
 }
 
@@ -120,14 +133,18 @@ impl<F: NatNodeFamily> LbNat<F> {
     /// A forwarded packet: translated if it is the reply of a `Local`-policy connection,
     /// on to `ipN-rewrite` either way (its route is the client's, unchanged).
     #[inline]
-    fn forwarded<Cx: HasLb>(cx: &mut Cx, counts: &mut Counts<'_, LbNatCounter>, buf: &mut Buffer) -> Verdict<LbNatNext, LbNatCounter> {
+    fn forwarded<Cx: HasLb>(
+        cx: &mut Cx,
+        counts: &mut Counts<'_, LbNatCounter>,
+        buf: &mut Buffer,
+        flow: &Result<Flow<F::Addr>, NatError>,
+    ) -> Verdict<LbNatNext, LbNatCounter> {
         let partial = buf.meta.offload.has_partial_checksum();
         let (t, lb, now) = F::parts(cx.lb());
-        let pkt = buf.bytes_mut();
-        if let Ok((key, flags, l4)) = nat::flow::<F>(pkt) {
-            if t.reply_sources.contains(&key.src) {
-                if let Some(rw) = lb.reverse(&key, flags, now) {
-                    nat::translate::<F>(pkt, l4, &key, &rw, partial);
+        if let Ok(flow) = flow {
+            if t.reply_sources.contains(&flow.key.src) {
+                if let Some(rw) = lb.reverse(&flow.key, flow.flags, now) {
+                    nat::translate::<F>(buf.bytes_mut(), flow, &rw, partial);
                     counts.inc(LbNatCounter::Replies);
                 }
             }
@@ -172,70 +189,25 @@ impl<F: NatNodeFamily> LbNat<F> {
         }
         Verdict::Next(F::LOOKUP)
     }
-}
 
-impl<Cx: HasLb, F: NatNodeFamily> Node<Cx> for LbNat<F> {
-    type Next = LbNatNext;
-    type Counter = LbNatCounter;
-
-    fn name(&self) -> &'static str {
-        F::NODE
-    }
-
-    /// Start every packet's session lookup before waiting on any (the table is larger
-    /// than the caches and its pages than the TLB): the tags of every packet's bucket,
-    /// then the slot each tag names, so a vector's misses overlap in two waves rather
-    /// than queueing two per packet. Each packet's flow is read and hashed once, here:
-    /// the hash waits in `meta.flow_hash` for the second wave and for `process` (a hint
-    /// only: a wrong one finds no session, and the full path hashes again). Measured in
-    /// docs/PERFORMANCE.md.
-    fn prepare(&mut self, cx: &mut Cx, pool: &mut Pool, input: &[BufIdx]) {
-        let (t, lb, _) = F::parts(cx.lb());
-        for &b in input {
-            let buf = pool.get_mut(b);
-            if let Ok((key, _, _)) = nat::flow::<F>(buf.bytes()) {
-                let h = F::flow_hash(&key.src, &key.dst, key.sport, key.dport, key.proto);
-                buf.meta.flow_hash = h;
-                lb.sessions.prefetch_hashed(h);
-            }
-        }
-        for &b in input {
-            lb.sessions.prefetch_slot_hashed(pool.get(b).meta.flow_hash);
-        }
-        // A third wave for direct-server-return sessions: the backend's outer headers
-        // (with packets going round many services each is a miss of its own). Only
-        // where a service is encapsulated: it reads each slot, which NAT alone need not.
-        if t.encapsulated == 0 {
-            return;
-        }
-        for &b in input {
-            if let Some((i, s)) = lb.sessions.peek_hashed(pool.get(b).meta.flow_hash) {
-                if s.twin == i {
-                    if let Some(outer) = t.outer(s.service, s.backend) {
-                        engine::prefetch::read(outer);
-                    }
-                }
-            }
-        }
-    }
-
-    #[inline]
-    fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
+    /// A packet its session alone did not decide: an ICMP error or a packet without a
+    /// flow, a reply found by the full lookup, or a client's packet to its service by
+    /// the service lookup (a new flow, a changed service, a restarted connection).
+    #[inline(never)]
+    fn full_path<Cx: HasLb>(
+        cx: &mut Cx,
+        counts: &mut Counts<'_, LbNatCounter>,
+        buf: &mut Buffer,
+        ready: &Prepared<F::Addr>,
+        local: bool,
+    ) -> Verdict<LbNatNext, LbNatCounter> {
         use LbNatCounter as C;
-        // Routed here by a service address's FIB entry (a tunnel reference above the
-        // adjacency indices), by ipN-local for the node's own addresses, or on its way
-        // to ipN-rewrite (`lb_replies`: a reply that kept the client's address?).
-        let adj = buf.meta.adj;
-        let local = adj <= MAX_INDEX && matches!(cx.ip().tables.adjacency(adj), Adjacency::Local);
-        if adj <= MAX_INDEX && !local {
-            return Self::forwarded(cx, counts, buf);
-        }
         let partial = buf.meta.offload.has_partial_checksum();
-        let hash = buf.meta.flow_hash;
+        let hash = ready.hash;
         let (t, lb, now) = F::parts(cx.lb());
         let pkt = buf.bytes_mut();
-        let (key, flags, l4) = match nat::flow::<F>(pkt) {
-            Ok(x) => x,
+        let flow = match ready.flow {
+            Ok(flow) => flow,
             Err(NatError::Protocol) if F::l4(pkt).is_ok_and(|(_, p)| p == F::ICMP) => {
                 let Ok(e) = nat::icmp_error::<F>(pkt) else {
                     return Verdict::Drop(C::IcmpNotOurs);
@@ -249,28 +221,12 @@ impl<Cx: HasLb, F: NatNodeFamily> Node<Cx> for LbNat<F> {
             }
             Err(e) => return Verdict::Drop(nat_drop(e)),
         };
-        // An established flow's packet: its session says everything (no service lookup).
-        match lb.hit(t, hash, &key, flags, local, now) {
-            Some(Hit::Forward(rw, d)) => {
-                nat::translate_with::<F>(pkt, l4, key.proto, &rw, d, partial);
-                return Verdict::Next(F::LOOKUP);
-            }
-            Some(Hit::Reply(rw, d)) => {
-                nat::translate_with::<F>(pkt, l4, key.proto, &rw, d, partial);
-                counts.inc(C::Replies);
-                return Verdict::Next(F::LOOKUP);
-            }
-            Some(Hit::Direct { service, backend }) => {
-                // `hash` is the flow's (its session was found by it).
-                return Self::encapsulate(cx, counts, buf, service, backend, hash);
-            }
-            None => {}
-        }
+        let (key, flags) = (flow.key, flow.flags);
         // Replies are addressed to the node (SNAT) and come by ipN-local; a packet routed
         // to a service address is a client's.
         if local {
             if let Some(rw) = lb.reverse(&key, flags, now) {
-                nat::translate::<F>(pkt, l4, &key, &rw, partial);
+                nat::translate::<F>(pkt, &flow, &rw, partial);
                 counts.inc(C::Replies);
                 return Verdict::Next(F::LOOKUP);
             }
@@ -285,7 +241,7 @@ impl<Cx: HasLb, F: NatNodeFamily> Node<Cx> for LbNat<F> {
                 Ok((b, outcome)) => {
                     count_outcome(counts, outcome);
                     let id = svc.id;
-                    Self::encapsulate(cx, counts, buf, id, b, F::flow_hash(&key.src, &key.dst, key.sport, key.dport, key.proto))
+                    Self::encapsulate(cx, counts, buf, id, b, hash)
                 }
                 Err(LbDrop::NoBackend) => {
                     counts.inc(C::NoBackend);
@@ -299,7 +255,7 @@ impl<Cx: HasLb, F: NatNodeFamily> Node<Cx> for LbNat<F> {
         }
         match lb.forward(t, svc, &key, flags, now) {
             Ok((rw, outcome)) => {
-                nat::translate::<F>(pkt, l4, &key, &rw, partial);
+                nat::translate::<F>(pkt, &flow, &rw, partial);
                 count_outcome(counts, outcome);
                 Verdict::Next(F::LOOKUP)
             }
@@ -311,6 +267,96 @@ impl<Cx: HasLb, F: NatNodeFamily> Node<Cx> for LbNat<F> {
             Err(LbDrop::SessionTableFull) => Verdict::Drop(C::SessionTableFull),
             Err(LbDrop::SnatPortsExhausted) => Verdict::Drop(C::SnatPortsExhausted),
             Err(LbDrop::ReplyTupleInUse) => Verdict::Drop(C::ReplyTupleInUse),
+        }
+    }
+}
+
+impl<Cx: HasLb, F: NatNodeFamily> Node<Cx> for LbNat<F> {
+    type Next = LbNatNext;
+    type Counter = LbNatCounter;
+
+    fn name(&self) -> &'static str {
+        F::NODE
+    }
+
+    /// Start every packet's session lookup before waiting on any (the table is larger
+    /// than the caches and its pages than the TLB): the tags of every packet's bucket,
+    /// then the slot each tag names, so a vector's misses overlap in two waves rather
+    /// than queueing two per packet. Each packet's flow is read and hashed once, here,
+    /// and kept in `ready` for the second wave and for `process`. Measured in
+    /// docs/PERFORMANCE.md.
+    fn prepare(&mut self, cx: &mut Cx, pool: &mut Pool, input: &[BufIdx]) {
+        let (t, lb, _) = F::parts(cx.lb());
+        let n = input.len().min(VECTOR_SIZE);
+        for (i, (&b, ready)) in input[..n].iter().zip(self.ready.iter_mut()).enumerate() {
+            let buf = pool.get_mut(b);
+            let flow = nat::flow::<F>(buf.bytes());
+            let hash = match &flow {
+                Ok(Flow { key: k, .. }) => F::flow_hash(&k.src, &k.dst, k.sport, k.dport, k.proto),
+                Err(_) => 0,
+            };
+            lb.sessions.prefetch_hashed(hash);
+            *ready = Prepared { flow, hash };
+            buf.meta.param = i as u32;
+        }
+        let ready = &self.ready[..n];
+        for r in ready {
+            lb.sessions.prefetch_slot_hashed(r.hash);
+        }
+        // A third wave for direct-server-return sessions: the backend's outer headers
+        // (with packets going round many services each is a miss of its own). Only
+        // where a service is encapsulated: it reads each slot, which NAT alone need not.
+        if t.encapsulated == 0 {
+            return;
+        }
+        for r in ready {
+            if let Some((i, s)) = lb.sessions.peek_hashed(r.hash) {
+                if s.twin == i {
+                    if let Some(outer) = t.outer(s.service, s.backend) {
+                        engine::prefetch::read(outer);
+                    }
+                }
+            }
+        }
+    }
+
+    /// A session hit here, inlined into the dispatcher's loop; everything else (a new
+    /// flow, a changed service, a reply found by the full lookup, an ICMP error, a bad
+    /// packet) out of line in [`LbNat::full_path`], so the hit path's registers and
+    /// stack stay its own.
+    #[inline(always)]
+    fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
+        // `prepare` ran on this vector (the dispatcher runs it first) and left the
+        // packet's place in it; the packet is as `prepare` read it.
+        let ready = &self.ready[buf.meta.param as usize % VECTOR_SIZE];
+        // Routed here by a service address's FIB entry (a tunnel reference above the
+        // adjacency indices), by ipN-local for the node's own addresses, or on its way
+        // to ipN-rewrite (`lb_replies`: a reply that kept the client's address?).
+        let adj = buf.meta.adj;
+        let local = adj <= MAX_INDEX && matches!(cx.ip().tables.adjacency(adj), Adjacency::Local);
+        if adj <= MAX_INDEX && !local {
+            return Self::forwarded(cx, counts, buf, &ready.flow);
+        }
+        let Ok(flow) = &ready.flow else {
+            return Self::full_path(cx, counts, buf, ready, local);
+        };
+        let (t, lb, now) = F::parts(cx.lb());
+        // An established flow's packet: its session says everything (no service lookup).
+        match lb.hit(t, ready.hash, &flow.key, flow.flags, local, now) {
+            Some(Hit::Forward(rw, d)) => {
+                let partial = buf.meta.offload.has_partial_checksum();
+                nat::translate_with::<F>(buf.bytes_mut(), flow, &rw, d, partial);
+                Verdict::Next(F::LOOKUP)
+            }
+            Some(Hit::Reply(rw, d)) => {
+                let partial = buf.meta.offload.has_partial_checksum();
+                nat::translate_with::<F>(buf.bytes_mut(), flow, &rw, d, partial);
+                counts.inc(LbNatCounter::Replies);
+                Verdict::Next(F::LOOKUP)
+            }
+            // `ready.hash` is the flow's (its session was found by it).
+            Some(Hit::Direct { service, backend }) => Self::encapsulate(cx, counts, buf, service, backend, ready.hash),
+            None => Self::full_path(cx, counts, buf, ready, local),
         }
     }
 }

@@ -289,7 +289,7 @@ impl<F: Family> Balancer<F> {
             // (`s.twin != i`: not a direct connection's entry, its service's id reused.)
             let kept = s.twin != i && self.kept(i, &s, svc);
             if kept && !restart {
-                self.touch(i, s, next_state(s.state, key.proto, flags, true), now);
+                self.touch(i, s.twin, s.state, next_state(s.state, key.proto, flags, true), now);
                 return Ok((s.rewrite, Outcome::Hit));
             }
             // A new connection on an old tuple, or one whose backend is gone: start over.
@@ -352,7 +352,7 @@ impl<F: Family> Balancer<F> {
                 && matches!(s.state, ConnState::Closing | ConnState::Reset);
             let kept = s.twin == i && self.kept(i, &s, svc);
             if kept && !restart {
-                self.touch(i, s, next_state_direct(s.state, key.proto, flags), now);
+                self.touch(i, s.twin, s.state, next_state_direct(s.state, key.proto, flags), now);
                 return Ok((self.sessions.get(i).backend, Outcome::Hit));
             }
             // A NAT connection's entry (its service's id reused) goes with its twin.
@@ -419,8 +419,9 @@ impl<F: Family> Balancer<F> {
     /// refreshed as by [`Balancer::forward`], [`Balancer::direct`] or
     /// [`Balancer::reverse`]. `None`: the full path decides (a new flow, a changed
     /// service, a restarted TCP connection), exactly as before; never a different
-    /// answer (`the_fast_path_answers_as_the_full_path`).
-    #[inline]
+    /// answer (`the_fast_path_answers_as_the_full_path`). Inlined into the node: as a
+    /// call of its own it spilled the key and the entry's fields (perf).
+    #[inline(always)]
     pub fn hit(
         &mut self,
         t: &FamilyTables<F>,
@@ -431,25 +432,29 @@ impl<F: Family> Balancer<F> {
         now: u64,
     ) -> Option<Hit<F::Addr>> {
         let i = self.sessions.find_hashed(hash, &Key(*key), now)?;
-        let s = *self.sessions.get(i);
+        // Read in place, not copied out: a hit needs a few of the entry's fields.
+        let s = self.sessions.get(i);
+        let (twin, state) = (s.twin, s.state);
         if !s.is_forward() {
             if !local {
                 return None;
             }
-            self.touch(i, s, next_state(s.state, key.proto, flags, false), now);
-            return Some(Hit::Reply(s.rewrite, s.deltas));
+            let hit = Hit::Reply(s.rewrite, s.deltas);
+            self.touch(i, twin, state, next_state(state, key.proto, flags, false), now);
+            return Some(hit);
         }
-        let restart =
-            key.proto == TCP && flags & (TCP_SYN | TCP_ACK) == TCP_SYN && matches!(s.state, ConnState::Closing | ConnState::Reset);
+        let restart = key.proto == TCP && flags & (TCP_SYN | TCP_ACK) == TCP_SYN && matches!(state, ConnState::Closing | ConnState::Reset);
         if restart || t.gen(s.service) != s.gen || (s.node_port && !local) {
             return None;
         }
-        if s.twin == i {
-            self.touch(i, s, next_state_direct(s.state, key.proto, flags), now);
-            return Some(Hit::Direct { service: s.service, backend: s.backend });
+        if twin == i {
+            let hit = Hit::Direct { service: s.service, backend: s.backend };
+            self.touch(i, twin, state, next_state_direct(state, key.proto, flags), now);
+            return Some(hit);
         }
-        self.touch(i, s, next_state(s.state, key.proto, flags, true), now);
-        Some(Hit::Forward(s.rewrite, s.deltas))
+        let hit = Hit::Forward(s.rewrite, s.deltas);
+        self.touch(i, twin, state, next_state(state, key.proto, flags, true), now);
+        Some(hit)
     }
 
     /// A packet that may be a reply of a translated connection: its translation.
@@ -460,7 +465,7 @@ impl<F: Family> Balancer<F> {
         if s.is_forward() {
             return None;
         }
-        self.touch(i, s, next_state(s.state, key.proto, flags, false), now);
+        self.touch(i, s.twin, s.state, next_state(s.state, key.proto, flags, false), now);
         Some(s.rewrite)
     }
 
@@ -474,14 +479,21 @@ impl<F: Family> Balancer<F> {
     /// written only when it moves by a sixteenth of the timeout (at most a second), so
     /// a flow's packets mostly only read the table (the twin's slot is another cache
     /// line); an idle connection goes that much early at most.
-    #[inline]
-    fn touch(&mut self, i: SlotIdx, s: Session<F::Addr>, state: ConnState, now: u64) {
+    #[inline(always)]
+    fn touch(&mut self, i: SlotIdx, twin: SlotIdx, was: ConnState, state: ConnState, now: u64) {
         let timeout = self.timeouts.of(state);
         let expires = now + timeout;
-        if state == s.state && expires < self.sessions.expires(i) + (timeout / 16).min(1000) {
+        if state == was && expires < self.sessions.expires(i) + (timeout / 16).min(1000) {
             return;
         }
-        for k in [i, s.twin] {
+        self.renew(i, twin, state, expires);
+    }
+
+    /// Both entries of a connection: their state and expiry (out of line: most of a
+    /// flow's packets change neither).
+    #[inline(never)]
+    fn renew(&mut self, i: SlotIdx, twin: SlotIdx, state: ConnState, expires: u64) {
+        for k in [i, twin] {
             self.sessions.get_mut(k).state = state;
             self.sessions.set_expires(k, expires);
         }

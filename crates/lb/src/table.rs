@@ -136,20 +136,24 @@ impl<K: TableKey, V: Copy + Default> Table<K, V> {
     /// `key.hash()` for the entry to be found; any other value finds nothing). A live
     /// key is usually in the first slots of its first bucket (the table is sized for a
     /// third more than it holds), so the tags are compared one by one, stopping early.
-    #[inline]
+    #[inline(always)]
     pub fn find_hashed(&self, tag: u32, key: &K, now: u64) -> Option<SlotIdx> {
-        let in_bucket = |from: usize| {
-            let tags = self.bucket_tags(from);
-            (0..WAYS)
-                .find(|&j| {
-                    tags[j] == tag && {
-                        let s = &self.slots[from + j];
-                        s.expires > now && s.key == *key
-                    }
-                })
-                .map(|j| (from + j) as SlotIdx)
-        };
-        in_bucket(self.first_bucket(tag)).or_else(|| in_bucket(self.second_bucket(tag)))
+        self.find_in_bucket(self.first_bucket(tag), tag, key, now).or_else(|| self.find_in_bucket(self.second_bucket(tag), tag, key, now))
+    }
+
+    /// The live entry for `key` in the bucket at `from` (a method, not a closure: the
+    /// closure was left a call of its own on every session hit, perf).
+    #[inline(always)]
+    fn find_in_bucket(&self, from: usize, tag: u32, key: &K, now: u64) -> Option<SlotIdx> {
+        let tags = self.bucket_tags(from);
+        (0..WAYS)
+            .find(|&j| {
+                tags[j] == tag && {
+                    let s = &self.slots[from + j];
+                    s.expires > now && s.key == *key
+                }
+            })
+            .map(|j| (from + j) as SlotIdx)
     }
 
     /// Insert `key` (not live in the table) with `val`, expiring at `expires`; `None` if

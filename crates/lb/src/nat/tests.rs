@@ -82,14 +82,15 @@ proptest! {
     ) {
         let k = FlowKey { src, dst, sport, dport, proto };
         let mut p = v4_packet(proto, &k, flags, &payload, options * 4);
-        let (read, f, l4) = flow::<V4>(&p).unwrap();
-        prop_assert_eq!(read, k);
-        prop_assert_eq!(f, if proto == TCP { flags } else { 0 });
+        let read = flow::<V4>(&p).unwrap();
+        let l4 = read.l4;
+        prop_assert_eq!(read.key, k);
+        prop_assert_eq!(read.flags, if proto == TCP { flags } else { 0 });
         let to = Rewrite { src: to_src, dst: to_dst, sport: to_sport, dport: to_dport };
-        translate::<V4>(&mut p, l4, &k, &to, false);
+        translate::<V4>(&mut p, &read, &to, false);
         prop_assert!(checksum::verify(&p[..l4]), "IPv4 header checksum");
         prop_assert_eq!(l4_sum(&p, l4, proto), 0, "transport checksum");
-        let (now, _, _) = flow::<V4>(&p).unwrap();
+        let now = flow::<V4>(&p).unwrap().key;
         prop_assert_eq!(now, FlowKey { src: to_src, dst: to_dst, sport: to_sport, dport: to_dport, proto });
         prop_assert_eq!(&p[l4 + if proto == TCP { 20 } else { 8 }..], &payload[..]);
     }
@@ -102,23 +103,24 @@ proptest! {
     ) {
         let k = FlowKey { src, dst, sport, dport, proto };
         let mut p = v6_packet(proto, &k, 0x12, &payload);
-        let (read, _, l4) = flow::<V6>(&p).unwrap();
-        prop_assert_eq!(read, k);
+        let read = flow::<V6>(&p).unwrap();
+        let l4 = read.l4;
+        prop_assert_eq!(read.key, k);
         let to = Rewrite { src: to_src, dst: to_dst, sport: to_sport, dport: to_dport };
-        translate::<V6>(&mut p, l4, &k, &to, false);
+        translate::<V6>(&mut p, &read, &to, false);
         prop_assert_eq!(l4_sum(&p, l4, proto), 0);
         prop_assert_ne!(be16(&p, l4 + if proto == TCP { 16 } else { 6 }), 0, "a UDP checksum never becomes 0");
-        prop_assert_eq!(flow::<V6>(&p).unwrap().0, FlowKey { src: to_src, dst: to_dst, sport: to_sport, dport: to_dport, proto });
+        prop_assert_eq!(flow::<V6>(&p).unwrap().key, FlowKey { src: to_src, dst: to_dst, sport: to_sport, dport: to_dport, proto });
     }
 
     /// Any bytes: reading never panics, and translating what was read never does.
     #[test]
     fn arbitrary_bytes_are_refused_or_translated(mut p in proptest::collection::vec(any::<u8>(), 0..120), v6: bool) {
         if v6 {
-            if let Ok((k, _, l4)) = flow::<V6>(&p) { translate::<V6>(&mut p, l4, &k, &Rewrite::default(), false); }
+            if let Ok(f) = flow::<V6>(&p) { translate::<V6>(&mut p, &f, &Rewrite::default(), false); }
             if let Ok(e) = icmp_error::<V6>(&p) { translate_icmp_error::<V6>(&mut p, &e, &Rewrite::default()); }
         } else {
-            if let Ok((k, _, l4)) = flow::<V4>(&p) { translate::<V4>(&mut p, l4, &k, &Rewrite::default(), false); }
+            if let Ok(f) = flow::<V4>(&p) { translate::<V4>(&mut p, &f, &Rewrite::default(), false); }
             if let Ok(e) = icmp_error::<V4>(&p) { translate_icmp_error::<V4>(&mut p, &e, &Rewrite::default()); }
         }
     }
@@ -129,7 +131,8 @@ fn a_zero_ipv4_udp_checksum_stays_zero() {
     let k = FlowKey { src: [198, 18, 1, 1], dst: [198, 18, 128, 10], sport: 5000, dport: 53, proto: UDP };
     let mut p = v4_packet(UDP, &k, 0, b"query", 0);
     p[26..28].copy_from_slice(&[0, 0]);
-    translate::<V4>(&mut p, 20, &k, &Rewrite { src: k.src, sport: 5000, dst: [198, 19, 1, 10], dport: 8053 }, false);
+    let read = flow::<V4>(&p).unwrap();
+    translate::<V4>(&mut p, &read, &Rewrite { src: k.src, sport: 5000, dst: [198, 19, 1, 10], dport: 8053 }, false);
     assert_eq!(&p[26..28], &[0, 0]);
     assert!(checksum::verify(&p[..20]));
 }
@@ -216,8 +219,7 @@ fn an_icmp_error_about_a_translated_flow_reaches_the_client_in_its_terms() {
     let mut as_client = quoted.clone();
     translate::<V4>(
         &mut as_client,
-        20,
-        &sent,
+        &Flow { key: sent, flags: 0, l4: 20 },
         &Rewrite { src: client.src, sport: client.sport, dst: client.dst, dport: client.dport },
         false,
     );
@@ -248,7 +250,7 @@ fn an_icmpv6_error_from_the_backend_comes_from_the_vip() {
     assert_eq!(&p[24..40], &client.src);
     assert_eq!(l4_sum(&p, 40, ICMP6), 0, "ICMPv6 checksum over the new addresses");
     let inner = &p[48..];
-    assert_eq!(flow::<V6>(inner).unwrap().0, client);
+    assert_eq!(flow::<V6>(inner).unwrap().key, client);
     assert_eq!(l4_sum(inner, 40, UDP), 0, "quoted UDP checksum");
 }
 
@@ -265,7 +267,7 @@ fn a_partial_checksum_follows_the_addresses_only() {
         let pseudo = checksum::pseudo_header_v4(Ipv4Addr::from(k.src), Ipv4Addr::from(k.dst), proto, len).fold();
         p[at..at + 2].copy_from_slice(&pseudo.to_be_bytes());
         let to = Rewrite { src: [198, 18, 0, 2], sport: 41_000, dst: [198, 19, 1, 10], dport: 8080 };
-        translate::<V4>(&mut p, 20, &k, &to, true);
+        translate::<V4>(&mut p, &Flow { key: k, flags: 0x10, l4: 20 }, &to, true);
         let want = checksum::pseudo_header_v4(Ipv4Addr::from(to.src), Ipv4Addr::from(to.dst), proto, len).fold();
         assert_eq!(be16(&p, at), want, "proto {proto}");
         assert!(checksum::complete_partial(&mut p, 20, at - 20));
