@@ -184,9 +184,16 @@ class NestedSystemd:
              '--net --propagation private sh "$1" "$2"', str(self.cgroup), str(boot), str(units)],
             stdout=self.log, stderr=self.log)
         self.pid = None
+        try:
+            self.wait_running()
+        except BaseException:
+            self.close()  # no systemd, namespace or cgroup left behind by a failed boot
+            raise
+
+    def wait_running(self):
         deadline = time.time() + 60
         while True:
-            assert self.outer.poll() is None and time.time() < deadline, (tmp_path / "systemd.log").read_text()
+            assert self.outer.poll() is None and time.time() < deadline, Path(self.log.name).read_text()
             if self.pid is None:
                 children = Path(f"/proc/{self.outer.pid}/task/{self.outer.pid}/children")
                 kids = children.read_text().split() if children.exists() else []
@@ -206,17 +213,24 @@ class NestedSystemd:
 
     def close(self):
         # SIGRTMIN+15: immediate power-off, which in a container is PID 1 exiting.
-        if self.pid and self.outer.poll() is None:
-            os.kill(int(self.pid), signal.SIGRTMIN + 15)
+        if self.outer.poll() is None:
             try:
+                if self.pid:
+                    os.kill(int(self.pid), signal.SIGRTMIN + 15)
                 self.outer.wait(timeout=30)
-            except subprocess.TimeoutExpired:
+            except (subprocess.TimeoutExpired, ProcessLookupError):
                 self.outer.kill()  # --kill-child: its PID 1 and with it the namespace go
                 self.outer.wait(timeout=30)
         self.log.close()
+        # The cgroups empty as the namespace's last processes are reaped.
+        deadline = time.time() + 30
         for d in sorted(self.cgroup.rglob("*"), key=lambda p: -len(p.parts)) + [self.cgroup]:
-            if d.is_dir():
-                d.rmdir()
+            while d.is_dir():
+                try:
+                    d.rmdir()
+                except OSError:
+                    assert time.time() < deadline, f"{d}: " + (d / "cgroup.procs").read_text()
+                    time.sleep(0.1)
 
 
 def test_systemctl_start_status_reload_stop_under_systemd(package, tmp_path):
