@@ -163,7 +163,7 @@ def test_tunnel_churn_under_live_traffic_loses_nothing(lab, vecgate, tmp_path):
         for k in range(40):
             out = gw.ctl("create", "gtpu", "tunnel", "local", local, "remote", remote, "teid-in", str(0x1000 + k),
                          "teid-out", str(0x2000 + k), "ue", f"198.19.{k}.0/24", json_out=False)
-            name = out.split()[-1] if out.strip() else ""
+            name = out.split()[1] if len(out.split()) > 1 else ""  # "created NAME <what it is>"
             changes.append(out)
             changes.append(gw.ctl("delete", "gtpu", "tunnel", name, json_out=False))
 
