@@ -1,25 +1,23 @@
 //! PFCP sessions are established and deleted while traffic flows through other sessions,
 //! and those lose nothing: a generator sends a fixed count of uplink G-PDUs and downlink
 //! packets, spread over a few fixed sessions; between vectors an SMF establishes and
-//! deletes thousands of other sessions. Every request goes through the PFCP socket loop's
-//! own entry (`Control::pfcp_datagram`: the sans-IO core, the install into the UPF tables,
-//! the publish) and is answered on the socket. Every packet of the fixed sessions is
-//! decapsulated or encapsulated and reaches the sink, each session's URR counts exactly its
-//! share, the tables hold the fixed sessions only at the end, and no buffer leaks.
-
+//! deletes thousands of other sessions. Every request goes to the PFCP socket and through
+//! the socket loop's own entry (`Control::pfcp_datagram`: the sans-IO core, the install
+//! into the UPF tables, the publish), and is answered on the socket. Every packet of the
+//! fixed sessions is decapsulated or encapsulated and reaches the sink, each session's URR
+//! counts exactly its share, the tables hold the fixed sessions only at the end, and no
+//! buffer leaks.
 use control::config::Config;
 use control::dataplane::{assemble, Control};
-use core::net::{IpAddr, Ipv4Addr, SocketAddr};
+use control::fuzz::upf_sessions::Smf;
+use core::net::Ipv4Addr;
 use engine::worker::Context;
 use pfcp::grouped::*;
-use pfcp::header::Header;
 use pfcp::ie::*;
 use pfcp::message::*;
 use pfcp::{Cause, Message};
 use std::collections::VecDeque;
-use std::net::UdpSocket;
 use std::path::Path;
-use std::time::{Duration, Instant};
 
 const CFG: &str = r#"
 [[interface]]
@@ -99,45 +97,19 @@ const SMF_IP: Ipv4Addr = Ipv4Addr::LOCALHOST;
 const GNB: Ipv4Addr = Ipv4Addr::new(198, 18, 1, 2);
 const N3: Ipv4Addr = Ipv4Addr::new(198, 18, 1, 1);
 
-/// The SMF: a socket the UPF answers to, and the next sequence number.
-struct Smf {
-    socket: UdpSocket,
-    seq: u32,
+/// A session established through the SMF; the UPF's SEID.
+fn establish(smf: &mut Smf, control: &mut Control, r: SessionEstablishmentRequest) -> u64 {
+    match smf.request(control, Some(0), Message::SessionEstablishmentRequest(r)) {
+        Message::SessionEstablishmentResponse(r) if r.cause.0 == Cause::RequestAccepted => r.up_f_seid.unwrap().seid,
+        m => panic!("{m:?}"),
+    }
 }
 
-impl Smf {
-    /// One request, handed to the socket loop's entry as its reader thread would; the
-    /// response the UPF sent back.
-    fn request(&mut self, control: &mut Control, seid: Option<u64>, m: Message) -> Message {
-        self.seq += 1;
-        let h = match seid {
-            Some(s) => Header::session(m.msg_type(), s, self.seq),
-            None => Header::node(m.msg_type(), self.seq),
-        };
-        let from = self.socket.local_addr().unwrap();
-        control.pfcp_datagram((m.to_bytes(&h), from, Instant::now()));
-        let mut buf = [0u8; 4096];
-        // The read timeout only keeps a lost response from hanging the test.
-        let (n, _) = self.socket.recv_from(&mut buf).expect("a response on the SMF's socket");
-        let (rh, rm) = Message::parse(&buf[..n]).unwrap();
-        assert_eq!(rh.seq, self.seq);
-        rm
-    }
-
-    /// A session established; the UPF's SEID.
-    fn establish(&mut self, control: &mut Control, r: SessionEstablishmentRequest) -> u64 {
-        match self.request(control, Some(0), Message::SessionEstablishmentRequest(r)) {
-            Message::SessionEstablishmentResponse(r) if r.cause.0 == Cause::RequestAccepted => r.up_f_seid.unwrap().seid,
-            m => panic!("{m:?}"),
-        }
-    }
-
-    /// A session deleted; its usage reports.
-    fn delete(&mut self, control: &mut Control, seid: u64) -> Vec<UsageReportSdr> {
-        match self.request(control, Some(seid), Message::SessionDeletionRequest) {
-            Message::SessionDeletionResponse(r) if r.cause.0 == Cause::RequestAccepted => r.usage_report,
-            m => panic!("{m:?}"),
-        }
+/// A session deleted through the SMF; its usage reports.
+fn delete(smf: &mut Smf, control: &mut Control, seid: u64) -> Vec<UsageReportSdr> {
+    match smf.request(control, Some(seid), Message::SessionDeletionRequest) {
+        Message::SessionDeletionResponse(r) if r.cause.0 == Cause::RequestAccepted => r.usage_report,
+        m => panic!("{m:?}"),
     }
 }
 
@@ -177,16 +149,7 @@ fn session(cp_seid: u64, f_teid: Option<u32>, ue: Option<Ipv4Addr>, gnb_teid: u3
             CreateFar::forward(1, Interface::Core, None),
             CreateFar::forward(2, Interface::Access, Some(OuterHeaderCreation::gtpu(gnb_teid, Some(GNB), None))),
         ],
-        create_urr: vec![CreateUrr {
-            urr_id: U32Ie(1),
-            measurement_method: Some(Flags(measurement_method::VOLUM)),
-            reporting_triggers: Some(Flags(0)),
-            measurement_period: None,
-            volume_threshold: None,
-            volume_quota: None,
-            time_threshold: None,
-            time_quota: None,
-        }],
+        create_urr: vec![CreateUrr::measuring(1, measurement_method::VOLUM, 0)],
         create_qer: vec![CreateQer { qer_id: U32Ie(1), gate_status: Some(GateStatus::default()), mbr: None, gbr: None, qfi: None }],
         create_bar: None,
         pdn_type: Some(U8Ie(1)),
@@ -197,22 +160,11 @@ fn session(cp_seid: u64, f_teid: Option<u32>, ue: Option<Ipv4Addr>, gnb_teid: u3
 fn session_churn_loses_no_packets_of_other_sessions() {
     let cfg = Config::parse(CFG, "test.toml", Path::new(".")).unwrap();
     let (mut control, mut worker) = assemble(&cfg).unwrap().into_single();
-    let socket = UdpSocket::bind(SocketAddr::new(IpAddr::V4(SMF_IP), 0)).unwrap();
-    socket.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let mut smf = Smf { socket, seq: 0 };
-    let association = AssociationRequest {
-        node_id: NodeId::Ipv4(SMF_IP),
-        recovery_time_stamp: Some(U32Ie(3_900_000_000)),
-        up_function_features: None,
-        cp_function_features: None,
-    };
-    match smf.request(&mut control, None, Message::AssociationSetupRequest(association)) {
-        Message::AssociationSetupResponse(r) => assert_eq!(r.cause.0, Cause::RequestAccepted),
-        m => panic!("{m:?}"),
-    }
+    let mut smf = Smf::associate(&mut control).expect("[pfcp] is configured");
     let fixed: Vec<u64> = (0..FIXED)
         .map(|k| {
-            smf.establish(
+            establish(
+                &mut smf,
                 &mut control,
                 session(u64::from(k) + 1, Some(0xf00000 + k), Some(Ipv4Addr::new(198, 19, 127, 1 + k as u8)), 0x100 + k),
             )
@@ -230,10 +182,10 @@ fn session_churn_loses_no_packets_of_other_sessions() {
         for _ in 0..PER_VECTOR {
             if established < CHURNED {
                 established += 1;
-                live.push_back(smf.establish(&mut control, session(1000 + u64::from(established), None, None, 0x1000 + established)));
+                live.push_back(establish(&mut smf, &mut control, session(1000 + u64::from(established), None, None, 0x1000 + established)));
             }
             if live.len() > LIVE || (established == CHURNED && !live.is_empty()) {
-                smf.delete(&mut control, live.pop_front().unwrap());
+                delete(&mut smf, &mut control, live.pop_front().unwrap());
                 deleted += 1;
             }
         }
@@ -276,7 +228,7 @@ fn session_churn_loses_no_packets_of_other_sessions() {
 
     // Each fixed session's URR counted exactly its share of either stream.
     for seid in fixed {
-        let reports = smf.delete(&mut control, seid);
+        let reports = delete(&mut smf, &mut control, seid);
         let v = reports.first().and_then(|r| r.volume).expect("a final usage report");
         assert_eq!((v.uplink_packets, v.downlink_packets), (Some(PACKETS / 4), Some(PACKETS / 4)), "session {seid:#x}");
     }

@@ -62,14 +62,8 @@ fn request(cp_seid: u64) -> Message {
             ),
         ],
         create_urr: vec![CreateUrr {
-            urr_id: U32Ie(1),
-            measurement_method: Some(Flags(measurement_method::VOLUM)),
-            reporting_triggers: Some(Flags(trigger::VOLTH)),
-            measurement_period: None,
             volume_threshold: Some(Volume { total: Some(10_000_000), uplink: None, downlink: None }),
-            volume_quota: None,
-            time_threshold: None,
-            time_quota: None,
+            ..CreateUrr::measuring(1, measurement_method::VOLUM, trigger::VOLTH)
         }],
         create_qer: vec![CreateQer {
             qer_id: U32Ie(1),

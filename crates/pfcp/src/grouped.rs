@@ -276,6 +276,23 @@ pub struct Urr<const T: u16> {
 pub type CreateUrr = Urr<{ ty::CREATE_URR }>;
 pub type UpdateUrr = Urr<{ ty::UPDATE_URR }>;
 
+impl CreateUrr {
+    /// A URR measuring `method` and reporting on `triggers` (`measurement_method::*`,
+    /// `trigger::*` bits), with no period, threshold or quota: what the others add.
+    pub fn measuring(id: u32, method: u64, triggers: u64) -> CreateUrr {
+        Urr {
+            urr_id: U32Ie(id),
+            measurement_method: Some(Flags(method)),
+            reporting_triggers: Some(Flags(triggers)),
+            measurement_period: None,
+            volume_threshold: None,
+            volume_quota: None,
+            time_threshold: None,
+            time_quota: None,
+        }
+    }
+}
+
 impl<const T: u16> Ie for Urr<T> {
     const TYPE: u16 = T;
     fn parse(v: &[u8]) -> Result<Self, Error> {

@@ -152,14 +152,9 @@ fn session_request(cp_seid: u64) -> SessionEstablishmentRequest {
             CreateFar::forward(2, Interface::Access, Some(OuterHeaderCreation::gtpu(0x200, Some(GNB), None))),
         ],
         create_urr: vec![CreateUrr {
-            urr_id: U32Ie(1),
-            measurement_method: Some(Flags(measurement_method::VOLUM)),
-            reporting_triggers: Some(Flags(trigger::VOLTH | trigger::VOLQU)),
-            measurement_period: None,
             volume_threshold: Some(Volume { total: Some(1000), uplink: None, downlink: None }),
             volume_quota: Some(Volume { total: Some(5000), uplink: None, downlink: None }),
-            time_threshold: None,
-            time_quota: None,
+            ..CreateUrr::measuring(1, measurement_method::VOLUM, trigger::VOLTH | trigger::VOLQU)
         }],
         create_qer: vec![CreateQer {
             qer_id: U32Ie(1),
@@ -546,16 +541,7 @@ fn established_with_urr(sim: &mut Sim, cp_seid: u64, urr: CreateUrr) -> u64 {
 }
 
 fn time_urr(triggers: u64) -> CreateUrr {
-    CreateUrr {
-        urr_id: U32Ie(1),
-        measurement_method: Some(Flags(measurement_method::DURAT | measurement_method::VOLUM)),
-        reporting_triggers: Some(Flags(triggers)),
-        measurement_period: None,
-        volume_threshold: None,
-        volume_quota: None,
-        time_threshold: None,
-        time_quota: None,
-    }
+    CreateUrr::measuring(1, measurement_method::DURAT | measurement_method::VOLUM, triggers)
 }
 
 /// Advance the virtual time by `secs` as an SMF that answers every Session Report

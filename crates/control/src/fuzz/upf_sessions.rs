@@ -104,16 +104,7 @@ fn session(cp_seid: u64, teid: u32, n3: IpAddr, ue: IpAddr, up: CreateFar, down:
         cp_f_seid: FSeid { seid: cp_seid, ipv4: Some(SMF), ipv6: None },
         create_pdr: vec![pdr(1, 100, 1, uplink(teid, n3, ue), up_removal), pdr(2, 100, 2, down_pdi, None)],
         create_far: vec![CreateFar { far_id: U32Ie(1), ..up }, CreateFar { far_id: U32Ie(2), ..down }],
-        create_urr: vec![CreateUrr {
-            urr_id: U32Ie(1),
-            measurement_method: Some(Flags(measurement_method::VOLUM)),
-            reporting_triggers: Some(Flags(0)),
-            measurement_period: None,
-            volume_threshold: None,
-            volume_quota: None,
-            time_threshold: None,
-            time_quota: None,
-        }],
+        create_urr: vec![CreateUrr::measuring(1, measurement_method::VOLUM, 0)],
         create_qer: vec![CreateQer {
             qer_id: U32Ie(1),
             gate_status: Some(GateStatus::default()),
@@ -172,17 +163,38 @@ pub fn requests() -> Vec<SessionEstablishmentRequest> {
     vec![plain, buffering, v6, n9]
 }
 
-/// The SMF's end of N4.
-struct Smf {
+/// The SMF's end of N4, for tests driving a dataplane's PFCP socket (its `[pfcp]`) from
+/// the thread that runs its control plane.
+pub struct Smf {
     socket: UdpSocket,
     upf: SocketAddr,
     seq: u32,
 }
 
 impl Smf {
+    /// An SMF on a loopback socket, associated with `control`'s UPF (Association Setup
+    /// accepted); `None` without `[pfcp]`.
+    pub fn associate(control: &mut Control) -> Option<Smf> {
+        let upf = control.pfcp.as_ref().and_then(|p| p.local_addr())?;
+        let socket = UdpSocket::bind((SMF, 0)).expect("a loopback socket for the SMF");
+        socket.set_read_timeout(Some(WAIT)).expect("a read timeout");
+        let mut smf = Smf { socket, upf, seq: 0 };
+        let setup = AssociationRequest {
+            node_id: NodeId::Ipv4(SMF),
+            recovery_time_stamp: Some(U32Ie(3_900_000_000)),
+            up_function_features: None,
+            cp_function_features: None,
+        };
+        match smf.request(control, None, Message::AssociationSetupRequest(setup)) {
+            Message::AssociationSetupResponse(r) => assert_eq!(r.cause.0, Cause::RequestAccepted, "association setup: {r:?}"),
+            m => panic!("association setup answered with {m:?}"),
+        }
+        Some(smf)
+    }
+
     /// Sends `m` to the UPF's PFCP socket, has the control plane handle what its reader
     /// thread received as the daemon's loop does, and returns the UPF's answer.
-    fn request(&mut self, control: &mut Control, seid: Option<u64>, m: Message) -> Message {
+    pub fn request(&mut self, control: &mut Control, seid: Option<u64>, m: Message) -> Message {
         self.seq += 1;
         let h = match seid {
             Some(s) => Header::session(m.msg_type(), s, self.seq),
@@ -203,20 +215,7 @@ impl Smf {
 
 /// Make the sessions over PFCP (see the module's description); each must be accepted.
 pub fn install(control: &mut Control) {
-    let Some(upf) = control.pfcp.as_ref().and_then(|p| p.local_addr()) else { return };
-    let socket = UdpSocket::bind((SMF, 0)).expect("a loopback socket for the SMF");
-    socket.set_read_timeout(Some(WAIT)).expect("a read timeout");
-    let mut smf = Smf { socket, upf, seq: 0 };
-    let setup = AssociationRequest {
-        node_id: NodeId::Ipv4(SMF),
-        recovery_time_stamp: Some(U32Ie(3_900_000_000)),
-        up_function_features: None,
-        cp_function_features: None,
-    };
-    match smf.request(control, None, Message::AssociationSetupRequest(setup)) {
-        Message::AssociationSetupResponse(r) => assert_eq!(r.cause.0, Cause::RequestAccepted, "association setup: {r:?}"),
-        m => panic!("association setup answered with {m:?}"),
-    }
+    let Some(mut smf) = Smf::associate(control) else { return };
     for r in requests() {
         let cp_seid = r.cp_f_seid.seid;
         match smf.request(control, Some(0), Message::SessionEstablishmentRequest(r)) {
