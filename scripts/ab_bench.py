@@ -24,10 +24,15 @@ LB = {
 }
 if os.environ.get("AB_SET") == "lb":
     SCENARIOS = {label: "lb4-*" for label in LB}
+# AB_SET=ip6: the IPv6 lookup on the small table and on the million routes (2 M packets
+# a run: loading the routes takes seconds, and a round must fit the quiet window).
+IP6 = {"ip6-forward": "ip6-forward", "ip6-forward-1m": "ip6-forward-1m --packets 2000000"}
+if os.environ.get("AB_SET") == "ip6":
+    SCENARIOS = {label: "ip6-lookup" for label in IP6}
 
 
 def run(binary, scenario, node):
-    args = LB.get(scenario, scenario).split()
+    args = {**LB, **IP6}.get(scenario, scenario).split()
     out = subprocess.run([binary, "bench", *args, "--json", "--core", "1"], capture_output=True, text=True, check=True).stdout
     d = json.loads(out)
     if node.endswith("*"):

@@ -12,13 +12,23 @@
 //! longer routes form a subtrie of their own in an arena of pages (indices, not
 //! pointers): a route change recompiles the one subtrie it touches into the arena's
 //! open page and copies the slot's chunk, and the clone the workers hold keeps sharing
-//! the rest (see [`Poptrie`]). Values are adjacency indices < 2^31; 0 means no route.
+//! the rest (see [`Poptrie`]). Values are non-zero words (adjacency indices, tagged
+//! tunnel and ECMP group references); 0 means no route.
 //!
 //! A slot whose longer routes are all at most `DIRECT_BITS + PLY_BITS` long (an IPv4 /16
 //! holding /17s to /24s, the usual BGP shape) gets a **ply** instead of a subtrie: 256
 //! values indexed by the key's next 8 bits, as VPP's mtrie 16-8-8, so its lookup is
 //! chunk → slot → ply value, with no node to walk. Plies live in the same arena, in
 //! pages of their own shape (see [`Poptrie::place`]), and change the same way.
+//!
+//! For IPv6 the same shape goes deeper: a slot whose routes fit in at most
+//! [`LpmKey::MAX_PLIES`] plies gets a **ply trie**, plies of 8 bits whose entries are a
+//! value or the offset of a child ply, below up to three 8-bit levels every route
+//! shares (skipped, their bits kept beside the first ply). A /48 under 2001:db8::/32 is
+//! then chunk → slot → two plies, a /64 four: one load a level, no popcount, where a
+//! subtrie walks a node a 6 bits. A dense /16 (the hundreds of routes of a BGP table's)
+//! passes the limit and keeps its subtrie, so memory and the update path stay as they
+//! were there; a sparse one's change repaints its plies whole (at most 32 KiB).
 
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -49,12 +59,20 @@ pub trait LpmKey: Copy + Ord + Eq + std::hash::Hash + Send + Sync + 'static + st
     /// key by shifting it a stride at a time and reading its top bits, where
     /// [`LpmKey::stride`] would pay a variable (for `u128`, multi-word) shift per level.
     fn shl(self, n: u8) -> Self;
-    /// The top `width` (1..=16) bits of the key.
+    /// The top `width` (1..=24) bits of the key.
     fn top(self, width: u8) -> usize;
+    /// Most plies a direct slot's ply trie may take (see [`Poptrie`]): 1 for IPv4, whose
+    /// /16s holding routes of at most /24 get one ply (VPP's 16-8) and the rest a
+    /// subtrie; more for IPv6, whose sparse /16s' few long routes get a ply trie.
+    const MAX_PLIES: usize;
+    /// Most `PLY_BITS` levels a ply trie skips at its root (at most 3).
+    const MAX_PLY_SKIP: u8;
 }
 
 impl LpmKey for u32 {
     const BITS: u8 = 32;
+    const MAX_PLIES: usize = 1;
+    const MAX_PLY_SKIP: u8 = 0;
     type Packed = u32;
     #[inline(always)]
     fn pack(self) -> u32 {
@@ -95,6 +113,10 @@ impl LpmKey for u32 {
 
 impl LpmKey for u128 {
     const BITS: u8 = 128;
+    /// 32 KiB at most per /16; the bench's small table (2001::/16 with /40s, /48s, /64s
+    /// and the gateway's own /128s) takes 25.
+    const MAX_PLIES: usize = 32;
+    const MAX_PLY_SKIP: u8 = 3;
     type Packed = [u64; 2];
     #[inline(always)]
     fn pack(self) -> [u64; 2] {
@@ -145,9 +167,18 @@ struct PNode {
 /// Key bits a ply resolves below the direct table.
 pub const PLY_BITS: u8 = 8;
 const PLY: usize = 1 << PLY_BITS;
-/// Plies per ply page: a ply page is leaves (the plies) and one header node per ply, so
-/// plies do not fill the node array of a subtrie page. (Tests use small pages.)
+/// Plies per ply page: a ply page is leaves (the plies, each trie of them after its
+/// path word) and one header node per trie, so plies do not fill the node array of a
+/// subtrie page. (Tests use small pages.)
 const PLY_PAGE_PLIES: usize = if cfg!(test) { 8 } else { 48 };
+const PLY_PAGE_LEAVES: usize = PLY_PAGE_PLIES * (PLY + 1);
+/// Ply entries from this one up continue into a child ply (IPv6's ply tries): the entry
+/// minus `PLY_CHILD` is where the child starts, counted from the trie's first ply. A
+/// value uses every bit (an ECMP group is tag 15 in the top four), so a slot with a
+/// route valued this high keeps a subtrie (see [`ply_trie_skip`]); group ids would have
+/// to pass 2^28 − 2^16 for that to happen.
+const PLY_CHILD: u32 = 0xffff_0000;
+const _: () = assert!(<u128 as LpmKey>::MAX_PLIES * PLY <= (u32::MAX - PLY_CHILD) as usize);
 
 /// Slots of the direct table per chunk: a change copies one chunk (3 KiB of plain words,
 /// no reference counts), not the table.
@@ -189,11 +220,13 @@ const _: () = assert!(PAGE_NODES <= 1 << ROOT_BITS);
 /// At most this many levels skipped: their bits and count fill `Slot::root` above
 /// `ROOT_BITS`.
 const MAX_SKIP_LEVELS: u8 = 3;
-/// A slot whose page holds a ply, not a subtrie: `Slot::root` is `(leaf_base << 3 |
-/// PLY_TAG) << ROOT_BITS | root`, `leaf_base` the ply's first value in its page's leaves.
-/// A skip field never has these low three bits (no levels skipped means no bits either).
+/// A slot whose page holds a ply trie, not a subtrie: `Slot::root` is `((leaf_base << 2
+/// | skip) << 3 | PLY_TAG) << ROOT_BITS | root`, `leaf_base` the first ply's first value
+/// in its page's leaves, `skip` the `PLY_BITS` levels its root skips (their bits are the
+/// leaf before `leaf_base`). A skip field never has these low three bits (no levels
+/// skipped means no bits either).
 const PLY_TAG: u32 = 4;
-const _: () = assert!(PLY_PAGE_PLIES * PLY < 1 << (32 - ROOT_BITS - 3));
+const _: () = assert!(PLY_PAGE_LEAVES < 1 << (32 - ROOT_BITS - 5));
 
 impl Slot {
     #[inline(always)]
@@ -206,11 +239,12 @@ impl Slot {
         let s = self.root >> ROOT_BITS;
         ((s & 3) as u8, (s >> 2) as usize)
     }
-    /// Where the slot's ply starts in its page's leaves, if its page holds a ply.
+    /// Where the slot's first ply starts in its page's leaves and the levels its root
+    /// skips, if its page holds a ply trie.
     #[inline(always)]
-    fn ply(&self) -> Option<u32> {
+    fn ply(&self) -> Option<(u32, u8)> {
         let s = self.root >> ROOT_BITS;
-        (s & 7 == PLY_TAG).then_some(s >> 3)
+        (s & 7 == PLY_TAG).then_some((s >> 5, (s >> 3 & 3) as u8))
     }
 }
 
@@ -288,7 +322,7 @@ impl<K: LpmKey> Clone for Poptrie<K> {
     }
 }
 
-/// One route for compilation: a masked key, its length, its value (non-zero, < 2^31).
+/// One route for compilation: a masked key, its length, its value (non-zero).
 pub type Route<K> = (K, u8, u32);
 
 impl<K: LpmKey> Poptrie<K> {
@@ -380,23 +414,20 @@ impl<K: LpmKey> Poptrie<K> {
         let current = self.chunks[slot / CHUNK][slot % CHUNK];
         let (page, root) = if routes.is_empty() {
             (0, 0)
-        } else if routes.iter().all(|r| r.1 <= DIRECT_BITS + PLY_BITS) {
-            // A ply: painted in (key, length) order, each value is its longest match
-            // (a route comes after the routes covering it); 0 where none covers.
+        } else if let Some(skip) = ply_trie_skip(routes) {
+            // A ply trie, painted whole (it is at most `K::MAX_PLIES` KiB): the skipped
+            // levels' bits, then the plies.
             let mut b = std::mem::take(&mut self.scratch);
             b.leaves.clear();
-            b.leaves.resize(PLY, 0);
-            for &(k, len, v) in routes {
-                let start = k.shl(DIRECT_BITS).top(PLY_BITS);
-                b.leaves[start..start + (1usize << (DIRECT_BITS + PLY_BITS - len))].fill(v);
-            }
+            b.leaves.push(if skip == 0 { 0 } else { routes[0].0.shl(DIRECT_BITS).top(skip * PLY_BITS) as u32 });
+            b.build_ply(routes, DIRECT_BITS + skip * PLY_BITS, 0);
             let (page, root) = self.place(&[], &b.leaves);
             b.leaves.clear();
             self.scratch = b;
             self.note_owner(page, slot);
-            (page, self.ply_root(page, root))
+            (page, self.ply_root(page, root, skip))
         } else {
-            let levels = skip_levels(routes);
+            let levels = skip_levels(routes, STRIDE, MAX_SKIP_LEVELS);
             let depth = DIRECT_BITS + levels * STRIDE;
             let skip = if levels == 0 { 0 } else { (routes[0].0.shl(DIRECT_BITS).top(levels * STRIDE) as u32) << 2 | levels as u32 };
             let mut b = std::mem::take(&mut self.scratch);
@@ -428,10 +459,13 @@ impl<K: LpmKey> Poptrie<K> {
         }
     }
 
-    /// The root word of a slot pointing at the ply placed at (`page`, `root`).
-    fn ply_root(&self, page: u32, root: u32) -> u32 {
-        let leaf_base = self.nodes[page as usize][root as usize - 1].leaf_base;
-        (leaf_base << 3 | PLY_TAG) << ROOT_BITS | root
+    /// The root word of a slot pointing at the ply trie placed at (`page`, `root`),
+    /// whose root skips `skip` levels.
+    fn ply_root(&self, page: u32, root: u32, skip: u8) -> u32 {
+        // Its first ply follows its path word.
+        let leaf_base = self.nodes[page as usize][root as usize - 1].leaf_base + 1;
+        debug_assert!(leaf_base < 1 << (32 - ROOT_BITS - 5) && skip <= 3);
+        ((leaf_base << 2 | skip as u32) << 3 | PLY_TAG) << ROOT_BITS | root
     }
 
     /// Record that `slot`'s subtrie was placed in `page` (for the page's reclaim).
@@ -459,13 +493,13 @@ impl<K: LpmKey> Poptrie<K> {
 
     /// Copy a compiled subtrie (indices from 0, root first) into the arena; returns its
     /// (page, root). Small subtries go to the open page, a larger one to a page of its own.
-    /// A ply (no nodes, `PLY` leaves) goes to the open ply page: plies and subtries are
+    /// A ply trie (no nodes; its path word and plies as leaves) goes to the open ply page: plies and subtries are
     /// kept apart so that each kind of page fills both its arrays.
     fn place(&mut self, nodes: &[PNode], leaves: &[u32]) -> (u32, u32) {
         let need = nodes.len() + 1; // with its header
         let ply = nodes.is_empty();
-        debug_assert!(!ply || leaves.len() == PLY);
-        let shape = if ply { (PLY_PAGE_PLIES, PLY_PAGE_PLIES * PLY) } else { (PAGE_NODES, PAGE_LEAVES) };
+        debug_assert!(!ply || (leaves.len() > PLY && (leaves.len() - 1).is_multiple_of(PLY)));
+        let shape = if ply { (PLY_PAGE_PLIES, PLY_PAGE_LEAVES) } else { (PAGE_NODES, PAGE_LEAVES) };
         let page = if need > shape.0 || leaves.len() > shape.1 {
             self.new_page(need.max(PAGE_NODES), leaves.len().max(PAGE_LEAVES))
         } else {
@@ -603,11 +637,11 @@ impl<K: LpmKey> Poptrie<K> {
             let mut leaves = std::mem::take(&mut self.scratch.old_leaves);
             for &s in &moving {
                 let s = s as usize;
-                let root = self.chunks[s / CHUNK][s % CHUNK].root();
-                self.extract(page, root, &mut nodes, &mut leaves);
+                let old = self.chunks[s / CHUNK][s % CHUNK];
+                self.extract(page, old.root(), &mut nodes, &mut leaves);
                 let (np, nr) = self.place(&nodes, &leaves);
                 self.note_owner(np, s);
-                let ply = nodes.is_empty().then(|| self.ply_root(np, nr));
+                let ply = old.ply().map(|(_, skip)| self.ply_root(np, nr, skip));
                 let slot = self.slot_mut(s);
                 slot.page = np;
                 slot.root = match ply {
@@ -623,7 +657,7 @@ impl<K: LpmKey> Poptrie<K> {
         let n = std::mem::replace(&mut self.nodes[p], Arc::from(Vec::new()));
         let l = std::mem::replace(&mut self.leaves[p], Arc::from(Vec::new()));
         self.arena_bytes -= n.len() * std::mem::size_of::<PNode>() + l.len() * 4;
-        let standard = (n.len(), l.len()) == (PAGE_NODES, PAGE_LEAVES) || (n.len(), l.len()) == (PLY_PAGE_PLIES, PLY_PAGE_PLIES * PLY);
+        let standard = (n.len(), l.len()) == (PAGE_NODES, PAGE_LEAVES) || (n.len(), l.len()) == (PLY_PAGE_PLIES, PLY_PAGE_LEAVES);
         if standard && self.spare.len() < MAX_SPARE_PAGES {
             self.spare.push((n, l));
         }
@@ -678,8 +712,10 @@ impl<K: LpmKey> Poptrie<K> {
     /// Value `at` of page `page`'s leaves.
     ///
     /// # Safety
-    /// `at` is a ply's leaf base (from its slot) plus a value of `PLY_BITS` bits: `place`
-    /// copies a ply's `PLY` values whole into one page.
+    /// `at` is a ply trie's leaf base (from its slot) minus one (its path word), or
+    /// that base plus a child offset from one of its entries plus a value of `PLY_BITS`
+    /// bits: `place` copies a trie's path word and plies whole into one page, and
+    /// `SubBuilder::build_ply` gives every child offset a whole ply.
     #[inline(always)]
     unsafe fn ply_value(&self, page: u32, at: usize) -> u32 {
         if cfg!(any(test, debug_assertions)) {
@@ -703,10 +739,8 @@ impl<K: LpmKey> Poptrie<K> {
             return slot.value;
         }
         let page = slot.page;
-        if let Some(base) = slot.ply() {
-            // SAFETY: a ply's base from its slot plus `PLY_BITS` bits of the key.
-            let v = unsafe { self.ply_value(page, base as usize + key.shl(DIRECT_BITS).top(PLY_BITS)) };
-            return if v == 0 { slot.value } else { v };
+        if let Some((base, skip)) = slot.ply() {
+            return self.ply_lookup(slot.value, page, base, skip, key);
         }
         let mut at = slot.root();
         let mut k = key.shl(DIRECT_BITS);
@@ -729,6 +763,34 @@ impl<K: LpmKey> Poptrie<K> {
                 let leaf = unsafe { self.leaf(page, node, v) };
                 return if leaf == 0 { slot.value } else { leaf };
             }
+        }
+    }
+
+    /// The value for `key` in the ply trie at `base` of page `page` whose root skips
+    /// `skip` levels, or `value` (its slot's) where the trie says 0. One load per ply,
+    /// no popcount; for IPv4 (one ply, no skip) the skip and child tests compile away.
+    #[inline(always)]
+    fn ply_lookup(&self, value: u32, page: u32, base: u32, skip: u8, key: K) -> u32 {
+        let mut k = key.shl(DIRECT_BITS);
+        if K::MAX_PLY_SKIP != 0 && skip != 0 {
+            let width = skip * PLY_BITS;
+            // SAFETY: the trie's path word, just before its first ply.
+            if k.top(width) as u32 != unsafe { self.ply_value(page, base as usize - 1) } {
+                return value;
+            }
+            k = k.shl(width);
+        }
+        // SAFETY: the first ply's base plus `PLY_BITS` bits of the key.
+        let mut v = unsafe { self.ply_value(page, base as usize + k.top(PLY_BITS)) };
+        while K::MAX_PLIES > 1 && v >= PLY_CHILD {
+            k = k.shl(PLY_BITS);
+            // SAFETY: the base plus a child offset from the trie plus `PLY_BITS` bits.
+            v = unsafe { self.ply_value(page, (base + (v - PLY_CHILD)) as usize + k.top(PLY_BITS)) };
+        }
+        if v == 0 {
+            value
+        } else {
+            v
         }
     }
 
@@ -757,12 +819,8 @@ impl<K: LpmKey> Poptrie<K> {
             let mut k = keys[i].shl(DIRECT_BITS);
             let mut page = slot.page;
             let (levels, path) = slot.skip();
-            if let (true, Some(base)) = (page != 0, slot.ply()) {
-                // SAFETY: a ply's base from its slot plus `PLY_BITS` bits of the key.
-                let v = unsafe { self.ply_value(page, base as usize + k.top(PLY_BITS)) };
-                if v != 0 {
-                    out[i] = v;
-                }
+            if let (true, Some((base, skip))) = (page != 0, slot.ply()) {
+                out[i] = self.ply_lookup(slot.value, page, base, skip, keys[i]);
                 page = 0;
             } else if levels != 0 {
                 if k.top(levels * STRIDE) != path {
@@ -838,8 +896,9 @@ impl<K: LpmKey> Poptrie<K> {
         let mut live = vec![(0u32, 0u32); self.pages.len()];
         for s in self.chunks.iter().flat_map(|c| c.iter()).filter(|s| s.page != 0) {
             let header = self.nodes[s.page as usize][s.root() as usize - 1];
-            if let Some(base) = s.ply() {
-                assert_eq!((base, header.children, header.leaf_runs), (header.leaf_base, 1, PLY as u64), "ply of page {}", s.page);
+            if let Some((base, _)) = s.ply() {
+                assert_eq!((base, header.children), (header.leaf_base + 1, 1), "ply trie of page {}", s.page);
+                assert_eq!(header.leaf_runs % PLY as u64, 1, "ply trie of page {}", s.page);
             }
             live[s.page as usize].0 += header.children as u32;
             live[s.page as usize].1 += header.leaf_runs as u32;
@@ -866,25 +925,57 @@ impl<K: LpmKey> Poptrie<K> {
             self.extract(s.page, s.root(), &mut n, &mut l);
         }
         // A ply's root word says where it lies, which differs between two arenas.
-        (n, l, if s.ply().is_some() { PLY_TAG } else { s.root >> ROOT_BITS })
+        (n, l, if let Some((_, skip)) = s.ply() { (skip as u32) << 3 | PLY_TAG } else { s.root >> ROOT_BITS })
     }
 }
 
-/// How many levels below the direct table a subtrie of `routes` (sorted, longer than
-/// `DIRECT_BITS`, one direct slot's) can skip: those whose `STRIDE` bits every route
-/// shares and is longer than.
-fn skip_levels<K: LpmKey>(routes: &[Route<K>]) -> u8 {
+/// How many levels of `width` bits below the direct table (at most `max`) a subtrie or
+/// ply trie of `routes` (sorted, longer than `DIRECT_BITS`, one direct slot's) can skip:
+/// those whose bits every route shares and is longer than.
+fn skip_levels<K: LpmKey>(routes: &[Route<K>], width: u8, max: u8) -> u8 {
     let (first, last) = (routes[0].0, routes[routes.len() - 1].0);
     let shortest = routes.iter().map(|r| r.1).min().unwrap_or(DIRECT_BITS);
     let mut levels = 0;
     // Sorted keys: the first and the last share a bit only if all keys do.
-    while levels < MAX_SKIP_LEVELS
-        && shortest > DIRECT_BITS + (levels + 1) * STRIDE
-        && first.shl(DIRECT_BITS).top((levels + 1) * STRIDE) == last.shl(DIRECT_BITS).top((levels + 1) * STRIDE)
+    while levels < max
+        && shortest > DIRECT_BITS + (levels + 1) * width
+        && first.shl(DIRECT_BITS).top((levels + 1) * width) == last.shl(DIRECT_BITS).top((levels + 1) * width)
     {
         levels += 1;
     }
     levels
+}
+
+/// The levels a ply trie of `routes` (sorted, longer than `DIRECT_BITS`, one direct
+/// slot's) skips at its root, if it takes at most `K::MAX_PLIES` plies and no value
+/// reads as a child (`PLY_CHILD`); else (`None`) the slot gets a subtrie. Stops counting
+/// past the limit, so a dense /16 pays for a few of its routes, not all.
+fn ply_trie_skip<K: LpmKey>(routes: &[Route<K>]) -> Option<u8> {
+    let skip = skip_levels(routes, PLY_BITS, K::MAX_PLY_SKIP);
+    let root = DIRECT_BITS + skip * PLY_BITS;
+    // Per level below the root, the last prefix that took a ply there: in (key,
+    // length) order a level's prefixes come sorted, so a prefix other than the last is
+    // a new ply.
+    let mut last: [Option<K>; 16] = [None; 16];
+    let mut plies = 1;
+    for &(k, len, v) in routes {
+        if K::MAX_PLIES > 1 && v >= PLY_CHILD {
+            return None;
+        }
+        let (mut level, mut depth) = (0, root + PLY_BITS);
+        while depth < len {
+            let p = k.masked(depth);
+            if last[level] != Some(p) {
+                last[level] = Some(p);
+                plies += 1;
+                if plies > K::MAX_PLIES {
+                    return None;
+                }
+            }
+            (level, depth) = (level + 1, depth + PLY_BITS);
+        }
+    }
+    Some(skip)
 }
 
 #[derive(Clone, Default)]
@@ -908,7 +999,7 @@ impl SubBuilder {
         // routes of a slot are contiguous; those painted here come along and the child
         // skips them.
         let base = self.nodes[idx].child_base as usize;
-        for (n, (s, child)) in ChildRoutes::new(routes, depth).enumerate() {
+        for (n, (s, child)) in ChildRoutes::new(routes, depth, STRIDE).enumerate() {
             self.build_node(base + n, child, end, slots[s]);
         }
     }
@@ -938,7 +1029,7 @@ impl SubBuilder {
         let o = self.old_nodes[old];
         let old_count = o.children.count_ones();
         let base = self.nodes[idx].child_base as usize;
-        for (n, (s, child)) in ChildRoutes::new(routes, depth).enumerate() {
+        for (n, (s, child)) in ChildRoutes::new(routes, depth, STRIDE).enumerate() {
             let n = base + n;
             if o.children & (1 << s) == 0 {
                 self.build_node(n, child, end, slots[s]);
@@ -975,6 +1066,30 @@ impl SubBuilder {
         self.leaves.extend_from_slice(&self.old_leaves[c.leaf_base as usize..ends.1 as usize]);
         self.nodes.extend(self.old_nodes[c.child_base as usize..ends.0 as usize].iter().map(moved));
         self.nodes[idx] = moved(&c);
+    }
+
+    /// A ply of a ply trie, for bits `depth..depth + PLY_BITS` of `routes` (sorted by
+    /// (key, length), all sharing its prefix), appended to `leaves`, inheriting
+    /// `default` (what routes of at most `depth` bits among them give), then its
+    /// children's plies; returns where it starts. Painted in (key, length) order, each
+    /// entry ends as its longest match (a route comes after those covering it); an entry
+    /// with longer routes below it becomes `PLY_CHILD` plus where its child starts,
+    /// counted from the trie's first ply (`leaves[1]`, after the path word).
+    fn build_ply<K: LpmKey>(&mut self, routes: &[Route<K>], depth: u8, default: u32) -> usize {
+        let at = self.leaves.len();
+        self.leaves.resize(at + PLY, default);
+        let end = depth + PLY_BITS;
+        for &(k, len, v) in routes {
+            if len > depth && len <= end {
+                let start = at + k.stride(depth, PLY_BITS);
+                self.leaves[start..start + (1usize << (end - len))].fill(v);
+            }
+        }
+        for (s, child) in ChildRoutes::new(routes, depth, PLY_BITS) {
+            let c = self.build_ply(child, end, self.leaves[at + s]);
+            self.leaves[at + s] = PLY_CHILD + (c - 1) as u32;
+        }
+        at
     }
 
     /// Node `idx`'s own part: its slots painted from `routes`, its leaves appended and
@@ -1022,28 +1137,30 @@ impl SubBuilder {
 struct ChildRoutes<'a, K: LpmKey> {
     routes: &'a [Route<K>],
     depth: u8,
+    /// The node's bits: `STRIDE`, or `PLY_BITS` for a ply.
+    width: u8,
     i: usize,
 }
 
 impl<'a, K: LpmKey> ChildRoutes<'a, K> {
-    fn new(routes: &'a [Route<K>], depth: u8) -> Self {
-        ChildRoutes { routes, depth, i: 0 }
+    fn new(routes: &'a [Route<K>], depth: u8, width: u8) -> Self {
+        ChildRoutes { routes, depth, width, i: 0 }
     }
 }
 
 impl<'a, K: LpmKey> Iterator for ChildRoutes<'a, K> {
     type Item = (usize, &'a [Route<K>]);
     fn next(&mut self) -> Option<Self::Item> {
-        let (routes, end) = (self.routes, self.depth + STRIDE);
+        let (routes, end) = (self.routes, self.depth + self.width);
         while self.i < routes.len() {
             let (k, len, _) = routes[self.i];
             if len <= end {
                 self.i += 1;
                 continue;
             }
-            let s = k.stride(self.depth, STRIDE);
+            let s = k.stride(self.depth, self.width);
             let mut j = self.i;
-            while j < routes.len() && routes[j].0.stride(self.depth, STRIDE) == s {
+            while j < routes.len() && routes[j].0.stride(self.depth, self.width) == s {
                 j += 1;
             }
             let child = &routes[self.i..j];
@@ -1293,19 +1410,28 @@ mod tests {
         assert!(t.pages.len() < 12, "{} pages", t.pages.len());
     }
 
-    /// The bench's small IPv6 table: every route of slot 2001::/16 lies in
-    /// 2001:db8::/34 and is longer, so its subtrie skips three levels; keys leaving
-    /// those bits at any bit get the slot's value (the /16 route), the rest the walk's.
+    fn a6(s: &str) -> u128 {
+        u128::from(s.parse::<std::net::Ipv6Addr>().unwrap())
+    }
+
+    /// The bench's small IPv6 table with host routes in five /64s, too many plies for a
+    /// ply trie: every route of slot 2001::/16 lies in 2001:db8::/34 and is longer, so
+    /// its subtrie skips three levels; keys leaving those bits at any bit get the slot's
+    /// value (the /16 route), the rest the walk's.
     #[test]
     fn skipped_levels_v6() {
-        let a = |s: &str| u128::from(s.parse::<std::net::Ipv6Addr>().unwrap());
+        let a = a6;
         let mut m = BTreeMap::new();
         m.insert((a("2001::"), 16), 9);
         m.insert((a("2001:db8:100::"), 48), 2);
         m.insert((a("2001:db8:100:1::"), 64), 3);
         m.insert((a("2001:db8:200::"), 40), 4);
         m.insert((a("2001:db8:101::"), 48), 5);
+        for i in 2..7 {
+            m.insert((a(&format!("2001:db8:100:{i}::1")), 128), 6);
+        }
         let t = compile(&m);
+        assert!(t.slot(a("2001::")).ply().is_none());
         assert_eq!(t.slot(a("2001::")).skip().0, 3);
         let key = a("2001:db8:100::1");
         let mut probes: Vec<u128> = (16..128).map(|bit| key ^ (1u128 << (127 - bit))).collect();
@@ -1318,6 +1444,150 @@ mod tests {
         }
         assert_eq!(t.lookup(key), 2);
         assert_eq!(t.lookup(a("2001:db9::1")), 9);
+    }
+
+    /// Plies an IPv6 slot's routes take as a ply trie, counted apart from the code under
+    /// test: the root ply below the 8-bit levels every route shares and is longer than
+    /// (at most three), then one ply per distinct prefix at each 8-bit boundary some
+    /// route is longer than.
+    fn reference_plies(routes: &[Route<u128>]) -> usize {
+        let mut root = DIRECT_BITS as u32;
+        while root < DIRECT_BITS as u32 + 24
+            && routes.iter().all(|r| r.1 as u32 > root + 8 && r.0 >> (120 - root) == routes[0].0 >> (120 - root))
+        {
+            root += 8;
+        }
+        let mut plies = std::collections::BTreeSet::new();
+        for r in routes {
+            let mut d = root + 8;
+            while d < r.1 as u32 {
+                plies.insert((d, r.0 >> (128 - d)));
+                d += 8;
+            }
+        }
+        1 + plies.len()
+    }
+
+    /// The bench's small IPv6 trie (ip6-forward: the gateway's own /128s, its
+    /// interfaces' /64s, a /40, /48s and a /64 under one, all in 2001:db8::/32) is a ply
+    /// trie skipping two levels; every key one bit away from each route's first and last
+    /// address, and from the bench's destination, answers as the reference, one at a time
+    /// and batched.
+    #[test]
+    fn ply_trie_v6_bench_table() {
+        let a = a6;
+        let mut m = BTreeMap::new();
+        m.insert((a("2001::"), 16), 9);
+        for (p, l, v) in [
+            ("2001:db8::", 64, 10),
+            ("2001:db8::1", 128, 1),
+            ("2001:db8:1::", 64, 11),
+            ("2001:db8:1::1", 128, 1),
+            ("2001:db8:100::", 48, 2),
+            ("2001:db8:100:1::", 64, 3),
+            ("2001:db8:200::", 40, 4),
+            ("2001:db8:101::", 48, 5),
+        ] {
+            m.insert((a(p), l), v);
+        }
+        let t = compile(&m);
+        let slot = t.slot(a("2001::"));
+        let long: Vec<Route<u128>> = m.iter().filter(|e| e.0 .1 > 16).map(|(&(k, l), &v)| (k, l, v)).collect();
+        assert_eq!(reference_plies(&long), 25);
+        assert_eq!(slot.ply().map(|p| p.1), Some(2));
+        assert_eq!(t.subtrie_of(0x2001).1.len(), 1 + 25 * PLY);
+        t.check_arena();
+        let mut probes = vec![a("2001:db8:100::1"), a("2001:db9::1"), a("2001:db8:300::1")];
+        for &(k, l) in m.keys() {
+            probes.extend([k, k.last(l)]);
+        }
+        let flipped: Vec<u128> = probes.iter().flat_map(|&k| (16..128).map(move |bit| k ^ (1u128 << (127 - bit)))).collect();
+        probes.extend(flipped);
+        let mut out = vec![0; probes.len()];
+        t.lookup_batch(&probes, &mut out);
+        for (i, &k) in probes.iter().enumerate() {
+            assert_eq!(t.lookup(k), naive(&m, k), "key {k:#x}");
+            assert_eq!(out[i], naive(&m, k), "batched, key {k:#x}");
+        }
+        assert_eq!(t.lookup(a("2001:db8:100::1")), 2);
+    }
+
+    /// Values use every bit (ECMP groups are tag 15 in the top four): a slot whose routes
+    /// would fit a ply trie but hold a value in the child range keeps a subtrie, one with
+    /// values just below it gets the ply trie; both answer as the reference.
+    #[test]
+    fn v6_values_in_the_child_range_keep_a_subtrie() {
+        let a = a6;
+        for (high, ply) in [(PLY_CHILD - 1, true), (PLY_CHILD, false), (u32::MAX, false)] {
+            let mut m = BTreeMap::new();
+            m.insert((a("2001:db8:100::"), 48), 0xf000_0001);
+            m.insert((a("2001:db8:100:1::"), 64), high);
+            m.insert((a("2001:db8:200::"), 40), 4);
+            let t = compile(&m);
+            assert_eq!(t.slot(a("2001::")).ply().is_some(), ply, "value {high:#x}");
+            for k in [a("2001:db8:100::1"), a("2001:db8:100:1::1"), a("2001:db8:200::1"), a("2001:db8:300::1")] {
+                assert_eq!(t.lookup(k), naive(&m, k), "key {k:#x}, value {high:#x}");
+            }
+        }
+    }
+
+    /// An IPv6 /16 crossing between a ply trie and a subtrie as host routes in new /64s
+    /// come (each adds plies) and go, beside a /16 that stays a ply trie: the shape
+    /// changes exactly when the reference count of plies passes the limit, the updated
+    /// slot equals a fresh compile, lookups (one at a time and batched) match the
+    /// reference after every change, the arena's accounting holds, and a clone taken
+    /// before each change keeps answering as it did.
+    #[test]
+    fn v6_slots_cross_between_ply_trie_and_subtrie() {
+        let a = a6;
+        let mut t = Poptrie::<u128>::empty();
+        let mut m: BTreeMap<(u128, u8), u32> = BTreeMap::new();
+        for (p, l, v) in [("2001:db8:100::", 48, 2), ("2001:db8:100:1::", 64, 3), ("2001:db8:200::", 40, 4), ("2400:cb00:2::", 48, 7)] {
+            m.insert((a(p), l), v);
+        }
+        let apply = |t: &mut Poptrie<u128>, m: &BTreeMap<(u128, u8), u32>, slot: usize, changed: (u128, u8)| {
+            let routes: Vec<Route<u128>> = m.iter().filter(|e| e.0 .0 >> 112 == slot as u128).map(|(&(k, l), &v)| (k, l, v)).collect();
+            t.update_slot_routes(slot, &routes, Some(&[changed]));
+            let mut fresh = Poptrie::<u128>::empty();
+            fresh.set_slot_routes(slot, &routes);
+            assert!(t.subtrie_of(slot) == fresh.subtrie_of(slot), "slot {slot:#x} differs from a fresh compile");
+            routes
+        };
+        for (k, l) in m.clone().into_keys() {
+            apply(&mut t, &m, (k >> 112) as usize, (k, l));
+        }
+        let hosts: Vec<(u128, u8)> = (2..9).map(|i| (a(&format!("2001:db8:100:{i}::5")), 128)).collect();
+        let (mut was_ply, mut crossings) = (true, 0);
+        let ops = hosts.iter().map(|&h| (h, 8)).chain(hosts.iter().rev().map(|&h| (h, 0)));
+        for ((k, l), v) in ops {
+            let before = t.clone();
+            let old = m.clone();
+            if v == 0 {
+                m.remove(&(k, l));
+            } else {
+                m.insert((k, l), v);
+            }
+            let routes = apply(&mut t, &m, 0x2001, (k, l));
+            t.check_arena();
+            let is_ply = t.slot(a("2001::")).ply().is_some();
+            assert_eq!(is_ply, reference_plies(&routes) <= <u128 as LpmKey>::MAX_PLIES, "{} routes", routes.len());
+            crossings += (is_ply != was_ply) as u32;
+            was_ply = is_ply;
+            assert!(t.slot(a("2400:cb00::")).ply().is_some());
+            let mut probes = vec![a("2001:db8:100::1"), a("2400:cb00:2::1"), a("2400:cb00:3::1")];
+            for &(k, l) in m.keys().chain(old.keys()) {
+                probes.extend([k, k.last(l), k ^ 1, k ^ (1 << 64), k ^ (1 << 100)]);
+            }
+            let mut out = vec![0; probes.len()];
+            t.lookup_batch(&probes, &mut out);
+            for (i, &k) in probes.iter().enumerate() {
+                assert_eq!(t.lookup(k), naive(&m, k), "key {k:#x}");
+                assert_eq!(out[i], naive(&m, k), "batched, key {k:#x}");
+                assert_eq!(before.lookup(k), naive(&old, k), "the clone before, key {k:#x}");
+            }
+        }
+        assert_eq!(crossings, 2, "to a subtrie and back");
+        assert!(was_ply);
     }
 
     /// Routes nested under one longer prefix, so subtries skip levels: lookups, one at a
@@ -1389,9 +1659,14 @@ mod tests {
     /// route that turns its /16 into a subtrie until it goes: after every batch every
     /// route's first and last address answers as the reference, the arena's accounting
     /// holds, and each changed slot is what a fresh compile of its routes makes.
-    fn check_ply_churn(ops: &[(u32, u8, u32)], batch: usize) -> Result<(), TestCaseError> {
-        let mut t = Poptrie::<u32>::empty();
-        let mut m: BTreeMap<(u32, u8), u32> = BTreeMap::new();
+    fn check_ply_churn<K: LpmKey>(
+        ops: &[(K, u8, u32)],
+        batch: usize,
+        is_ply: impl Fn(&[Route<K>]) -> bool,
+        flips: impl Fn(K) -> [K; 2],
+    ) -> Result<(), TestCaseError> {
+        let mut t = Poptrie::<K>::empty();
+        let mut m: BTreeMap<(K, u8), u32> = BTreeMap::new();
         for chunk in ops.chunks(batch.max(1)) {
             let mut touched: Vec<usize> = Vec::new();
             for &(k, l, v) in chunk {
@@ -1401,29 +1676,30 @@ mod tests {
                 } else {
                     m.insert((k, l), v);
                 }
-                touched.push(k as usize >> 16);
+                touched.push(k.top(DIRECT_BITS));
             }
             touched.sort_unstable();
             touched.dedup();
             for &slot in &touched {
-                let routes: Vec<Route<u32>> =
-                    m.iter().filter(|(&(k, _), _)| k as usize >> 16 == slot).map(|(&(k, l), &v)| (k, l, v)).collect();
+                let routes: Vec<Route<K>> =
+                    m.iter().filter(|(&(k, _), _)| k.top(DIRECT_BITS) == slot).map(|(&(k, l), &v)| (k, l, v)).collect();
                 t.set_slot_routes(slot, &routes);
-                let mut fresh = Poptrie::<u32>::empty();
+                let mut fresh = Poptrie::<K>::empty();
                 fresh.set_slot_routes(slot, &routes);
                 prop_assert!(t.subtrie_of(slot) == fresh.subtrie_of(slot), "slot {:#x} differs from a fresh compile", slot);
-                prop_assert_eq!(t.slot((slot as u32) << 16).ply().is_some(), !routes.is_empty() && routes.iter().all(|r| r.1 <= 24));
+                prop_assert_eq!(t.chunks[slot / CHUNK][slot % CHUNK].ply().is_some(), !routes.is_empty() && is_ply(&routes));
             }
             t.check_arena();
             for &(k, l) in m.keys() {
                 prop_assert_eq!(t.lookup(k), naive(&m, k));
                 prop_assert_eq!(t.lookup(k.last(l)), naive(&m, k.last(l)));
             }
-            let probes: Vec<u32> = m.keys().flat_map(|&(k, l)| [k, k.last(l), k ^ 0x80, k ^ 0x8000]).collect();
+            let probes: Vec<K> = m.keys().flat_map(|&(k, l)| [k, k.last(l)].into_iter().chain(flips(k))).collect();
             let mut out = vec![0; probes.len()];
             t.lookup_batch(&probes, &mut out);
             for (i, &k) in probes.iter().enumerate() {
-                prop_assert_eq!(out[i], naive(&m, k), "batched, key {:#x}", k);
+                prop_assert_eq!(out[i], naive(&m, k), "batched, key {:?}", k);
+                prop_assert_eq!(t.lookup(k), naive(&m, k), "key {:?}", k);
             }
         }
         Ok(())
@@ -1434,7 +1710,16 @@ mod tests {
         #[test]
         fn ply_churn_matches_reference(raw in proptest::collection::vec((0u32..4, any::<u32>(), prop::sample::select(vec![17u8, 20, 22, 23, 24, 24, 24, 24, 24, 25, 28, 32]), prop::sample::select(vec![0u32, 0, 1, 2, 3, 7])), 1..200), batch in 1usize..6) {
             let ops: Vec<(u32, u8, u32)> = raw.into_iter().map(|(d, lo, l, v)| ((0xc612 + d) << 16 | (lo & 0x0f81), l, v)).collect();
-            check_ply_churn(&ops, batch)?;
+            check_ply_churn(&ops, batch, |r| r.iter().all(|r| r.1 <= 24), |k| [k ^ 0x80, k ^ 0x8000])?;
+        }
+
+        /// IPv6 /16s crossing between ply tries and subtries: routes clustered on a few
+        /// bits (so they share plies and skipped levels, and deep ones pass the limit).
+        #[test]
+        fn v6_ply_churn_matches_reference(raw in proptest::collection::vec((0u128..3, any::<u128>(), prop::sample::select(vec![17u8, 24, 31, 32, 33, 40, 47, 48, 48, 56, 64, 64, 72, 100, 128]), prop::sample::select(vec![0u32, 0, 1, 2, 3, 7])), 1..160), batch in 1usize..6) {
+            let bits = [31, 39, 47, 55, 63, 100, 127].iter().fold(0u128, |m, b| m | 1 << (127 - b));
+            let ops: Vec<(u128, u8, u32)> = raw.into_iter().map(|(d, lo, l, v)| ((0x2001 + d) << 112 | 0x0db8 << 96 | (lo & bits), l, v)).collect();
+            check_ply_churn(&ops, batch, |r| reference_plies(r) <= <u128 as LpmKey>::MAX_PLIES, |k| [k ^ 1 << 64, k ^ 1 << 88])?;
         }
     }
 
