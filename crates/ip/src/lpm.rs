@@ -934,14 +934,19 @@ impl<K: LpmKey> Poptrie<K> {
 /// those whose bits every route shares and is longer than.
 fn skip_levels<K: LpmKey>(routes: &[Route<K>], width: u8, max: u8) -> u8 {
     let (first, last) = (routes[0].0, routes[routes.len() - 1].0);
-    let shortest = routes.iter().map(|r| r.1).min().unwrap_or(DIRECT_BITS);
     let mut levels = 0;
     // Sorted keys: the first and the last share a bit only if all keys do.
-    while levels < max
-        && shortest > DIRECT_BITS + (levels + 1) * width
-        && first.shl(DIRECT_BITS).top((levels + 1) * width) == last.shl(DIRECT_BITS).top((levels + 1) * width)
-    {
+    while levels < max && first.shl(DIRECT_BITS).top((levels + 1) * width) == last.shl(DIRECT_BITS).top((levels + 1) * width) {
         levels += 1;
+    }
+    if levels == 0 {
+        // A dense /16's usual answer, without a pass over its routes (every change
+        // into it asks, for its ply trie and for its subtrie).
+        return 0;
+    }
+    let shortest = routes.iter().map(|r| r.1).min().unwrap_or(DIRECT_BITS);
+    while levels > 0 && shortest <= DIRECT_BITS + levels * width {
+        levels -= 1;
     }
     levels
 }
