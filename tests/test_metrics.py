@@ -35,11 +35,12 @@ def samples(text):
     return out
 
 
-@pytest.fixture
-def metrics_instance(vecgate, tmp_path):
+def start_default_gateway(vecgate, tmp_path, *extra):
+    """The built-in default gateway with its metrics endpoint: (process, metrics URL, socket)."""
     sock, port = tmp_path / "vg.sock", free_port()
     proc = subprocess.Popen([str(vecgate), "run", "--duration", "30", "--interval", "0", "--socket", str(sock),
-                             "--metrics", f"127.0.0.1:{port}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "--metrics", f"127.0.0.1:{port}", *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
     deadline = time.time() + 10
     while not sock.exists() and time.time() < deadline:
         time.sleep(0.05)
@@ -51,12 +52,51 @@ def metrics_instance(vecgate, tmp_path):
             break
         except OSError:
             time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}/metrics", sock
+    return proc, f"http://127.0.0.1:{port}/metrics", sock
+
+
+def stop(proc):
     proc.terminate()
     try:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
         proc.kill()
+
+
+@pytest.fixture
+def metrics_instance(vecgate, tmp_path):
+    """The default gateway, counting per tunnel (`--tunnel-counters`; off by default)."""
+    proc, url, sock = start_default_gateway(vecgate, tmp_path, "--tunnel-counters")
+    yield url, sock
+    stop(proc)
+
+
+def test_per_tunnel_counters_are_off_by_default_and_the_gateway_says_so(vecgate, tmp_path):
+    """Without `tunnel_counters`, the default gateway's tunnels carry traffic but nothing
+    is counted per tunnel: no tunnel series in the scrape (a gauge says counting is off),
+    and the tunnel listings say so instead of showing counts."""
+    proc, url, sock = start_default_gateway(vecgate, tmp_path)
+    try:
+        errs = {}
+        deadline = time.time() + 20
+        while not (errs.get(("gtpu4-encap", "encapsulated")) and errs.get(("gue4-encap", "encapsulated"))):
+            assert time.time() < deadline, errs
+            time.sleep(0.2)
+            data = json.loads(ctl(vecgate, sock, "show", "errors", json_out=True).stdout)["data"]
+            errs = {(e["node"], e["counter"]): e["count"] for e in data}
+        got = samples(scrape(url)[1])
+        assert [v for _, v in got["vecgate_tunnel_counters_enabled"]] == [0], got.get("vecgate_tunnel_counters_enabled")
+        tunnel_series = {n for n in got if n.startswith("vecgate_tunnel_") and n != "vecgate_tunnel_counters_enabled"}
+        assert not tunnel_series, tunnel_series
+        for kind, title in (("gtpu", "GTP-U"), ("udp", "UDP")):
+            r = ctl(vecgate, sock, "show", kind, "tunnels", json_out=True)
+            rows = json.loads(r.stdout)["data"]["tunnels"]
+            assert rows and all(row["counters"] is None for row in rows), rows
+            text = ctl(vecgate, sock, "show", kind, "tunnels").stdout
+            assert f"{title} tunnels (per-tunnel counters off: set [metrics] tunnel_counters = true)" in text, text
+            assert " packets " not in text, text
+    finally:
+        stop(proc)
 
 
 def test_scrape_parses_and_counts_what_the_gateway_does(vecgate, metrics_instance):
@@ -185,6 +225,7 @@ def test_per_tunnel_counters(vecgate, metrics_instance):
     own counters, and the scrape has a series per kind and per busiest tunnel."""
     url, sock = metrics_instance
     time.sleep(1.0)
+    assert [v for _, v in samples(scrape(url)[1])["vecgate_tunnel_counters_enabled"]] == [1]
     # Stop the generators' effect on the comparison: read both sides close together,
     # then check the tunnel sums against counters read after them (never below them).
     rows = json.loads(ctl(vecgate, sock, "show", "gtpu", "tunnels", json_out=True).stdout)["data"]["tunnels"]
@@ -228,6 +269,7 @@ TOP_TUNNELS_CONFIG = """
 [metrics]
 listen = "127.0.0.1:{port}"
 top_tunnels = {top}
+tunnel_counters = true
 
 [[interface]]
 name = "pg0"

@@ -418,6 +418,7 @@ fn build_core_state(cfg: &Config) -> Result<(RouterState, GtpuState, UdpTunState
     }
     // Tunnels before routes, so routes can name them (`interface = "gtpu_tunnel0"`).
     let mut gtpu = GtpuState::new(cfg.gtpu.techniques);
+    gtpu.counters.set_enabled(cfg.metrics.tunnel_counters);
     let mut specs = Vec::with_capacity(cfg.gtpu_tunnels.len());
     let mut keys = std::collections::HashMap::new();
     for (i, t) in cfg.gtpu_tunnels.iter().enumerate() {
@@ -434,6 +435,7 @@ fn build_core_state(cfg: &Config) -> Result<(RouterState, GtpuState, UdpTunState
         problems.take(gtpu.create_many(&mut state, specs).map_err(|(i, e)| cfg.err(format!("gtpu_tunnel[{i}]"), e.to_string())));
     }
     let mut udp = UdpTunState::new();
+    udp.counters.set_enabled(cfg.metrics.tunnel_counters);
     for (i, t) in cfg.udp_tunnels.iter().enumerate() {
         let r = t.to_spec().map_err(|(f, m)| cfg.err(format!("udp_tunnel[{i}].{f}"), m)).and_then(|(spec, routes)| {
             udp.create(&mut state, spec, &routes).map_err(|e| cfg.err(format!("udp_tunnel[{i}]"), e.to_string()))

@@ -125,8 +125,9 @@ pub fn resolve_target(g: &gtpu::GtpuState, router: &RouterState, t: RouteTarget)
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct TunnelRow {
     pub name: String,
-    /// Packets and bytes out of (`rx`) and into (`tx`) the tunnel, all workers.
-    pub counters: ip::tunnel_counters::TunnelCount,
+    /// Packets and bytes out of (`rx`) and into (`tx`) the tunnel, all workers; `None`
+    /// while per-tunnel counting is off (`[metrics] tunnel_counters`).
+    pub counters: Option<ip::tunnel_counters::TunnelCount>,
     pub local: String,
     pub remote: String,
     pub teid_in: u32,
@@ -171,7 +172,7 @@ fn rows_of(
             s.ue = ue.get(&id).copied();
             TunnelRow {
                 name: TunnelRef { kind: t.kind(), id }.if_name(),
-                counters: g.counters.count(id),
+                counters: g.counters.enabled().then(|| g.counters.count(id)),
                 local: s.local.to_string(),
                 remote: s.remote.to_string(),
                 teid_in: s.teid_in,
@@ -198,7 +199,7 @@ fn rows_of(
 }
 
 pub fn format_rows(rows: &[TunnelRow], total: usize) -> String {
-    let mut s = format!("{total} GTP-U tunnels\n");
+    let mut s = format!("{total} GTP-U tunnels{}\n", counting_note(rows));
     for r in rows {
         s += &format!(
             "{:<16} {} -> {} teid in {:#x} out {:#x}{}{} checksum {} src-port {} decap {}{} outer {} mtu {}{}{}\n",
@@ -218,13 +219,35 @@ pub fn format_rows(rows: &[TunnelRow], total: usize) -> String {
             if r.mtu.fragment == FragmentPolicy::Outer { " fragment outer" } else { "" },
             if r.mtu.mss_clamp { " mss-clamp" } else { "" },
         );
-        let c = &r.counters;
-        s += &format!("{:<16} rx {} packets {} bytes, tx {} packets {} bytes\n", "", c.rx_packets, c.rx_bytes, c.tx_packets, c.tx_bytes);
+        if let Some(c) = &r.counters {
+            s +=
+                &format!("{:<16} rx {} packets {} bytes, tx {} packets {} bytes\n", "", c.rx_packets, c.rx_bytes, c.tx_packets, c.tx_bytes);
+        }
     }
     if rows.len() < total {
         s += &format!("… {} more\n", total - rows.len());
     }
     s
+}
+
+/// What a tunnel listing says when its rows have no counts: that counting is off and how
+/// to turn it on (any tunnel kind's rows).
+pub fn counting_note<R: HasTunnelCount>(rows: &[R]) -> &'static str {
+    match rows.first() {
+        Some(r) if r.count().is_none() => " (per-tunnel counters off: set [metrics] tunnel_counters = true)",
+        _ => "",
+    }
+}
+
+/// A listing's row with per-tunnel counts (when counting is on).
+pub trait HasTunnelCount {
+    fn count(&self) -> Option<ip::tunnel_counters::TunnelCount>;
+}
+
+impl HasTunnelCount for TunnelRow {
+    fn count(&self) -> Option<ip::tunnel_counters::TunnelCount> {
+        self.counters
+    }
 }
 
 /// The routes that go with a tunnel when it is deleted: its own (a GTP-U tunnel's

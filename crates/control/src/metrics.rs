@@ -8,7 +8,10 @@
 //! tunnels, routes or flows: table sizes are gauges, not series per entry. Tunnel traffic
 //! is one series per tunnel kind (all tunnels together) plus the `top_tunnels` busiest
 //! tunnels by name (default 10, at most 1000), so a million tunnels cost a scrape
-//! a handful of series; `show gtpu tunnels` has every tunnel's counts.
+//! a handful of series; `show gtpu tunnels` has every tunnel's counts. Per-tunnel
+//! counting is off unless `[metrics] tunnel_counters = true` (it costs about 2 % of a
+//! tunnel path); off, the scrape has no tunnel series and
+//! `vecgate_tunnel_counters_enabled` is 0.
 
 use crate::api::{Reply, Request};
 use crate::server::Job;
@@ -33,6 +36,11 @@ pub struct MetricsConfig {
     /// How many of the busiest tunnels (by bytes both ways) get series of their own
     /// (default 10, at most 1000).
     pub top_tunnels: Option<usize>,
+    /// Count packets and bytes per GTP-U and UDP tunnel (default off: it costs about
+    /// 2 % of a tunnel path, docs/PERFORMANCE.md). Off, no per-tunnel series are served
+    /// and `show gtpu tunnels` / `show udp tunnels` say that counting is off.
+    #[serde(default)]
+    pub tunnel_counters: bool,
 }
 
 /// Tunnels with series of their own at most.
@@ -41,6 +49,9 @@ pub const MAX_TOP_TUNNELS: usize = 1000;
 /// Tunnel traffic for a scrape: per kind, and the busiest tunnels.
 #[derive(Debug, Clone, Default)]
 pub struct TunnelTraffic {
+    /// Whether the workers count per tunnel (`[metrics] tunnel_counters`); off, the
+    /// scrape has no tunnel series, only this as a gauge.
+    pub counting: bool,
     pub totals: Vec<(&'static str, TunnelCount)>,
     /// (kind, tunnel name, counts), busiest first.
     pub top: Vec<(&'static str, String, TunnelCount)>,
@@ -53,7 +64,10 @@ pub fn tunnel_traffic(gtpu: &gtpu::GtpuState, udp: &udptun::UdpTunState, top: us
     let udp_name = |id| udp.spec(id).map(|_| format!("{}{id}", ip::tables::UDP_TUNNEL_IF_PREFIX));
     let kinds: [(&'static str, &ip::tunnel_counters::WorkerCounters, Named); 2] =
         [("gtpu", &gtpu.counters, &gtpu_name), ("udp", &udp.counters, &udp_name)];
-    let mut t = TunnelTraffic::default();
+    let mut t = TunnelTraffic { counting: gtpu.counters.enabled() || udp.counters.enabled(), ..Default::default() };
+    if !t.counting {
+        return t;
+    }
     let mut busiest = Vec::new();
     for (kind, counters, name) in kinds {
         let mut total = TunnelCount::default();
@@ -126,6 +140,9 @@ pub fn render(workers: &[Snapshot], tables: TableSizes, tunnels: &TunnelTraffic)
     let kind_bytes = counter_family(&mut r, "tunnel_kind_bytes", "Inner bytes out of (rx) and into (tx) all tunnels of a kind");
     let tun_packets = counter_family(&mut r, "tunnel_packets", "Packets out of (rx) and into (tx) one of the busiest tunnels");
     let tun_bytes = counter_family(&mut r, "tunnel_bytes", "Inner bytes out of (rx) and into (tx) one of the busiest tunnels");
+    let counting =
+        gauge_family(&mut r, "tunnel_counters_enabled", "1 when per-tunnel counters are on ([metrics] tunnel_counters), 0 when off");
+    counting.get_or_create(&Vec::new()).set(i64::from(tunnels.counting));
     for (kind, n) in &tunnels.totals {
         for (dir, p, b) in [("rx", n.rx_packets, n.rx_bytes), ("tx", n.tx_packets, n.tx_bytes)] {
             kind_packets.get_or_create(&labels(&[("kind", kind), ("direction", dir)])).inc_by(p);

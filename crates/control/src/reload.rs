@@ -33,7 +33,7 @@ pub struct Change {
     /// `added`, `removed` or `replaced`.
     pub action: &'static str,
     /// `interface`, `route`, `neighbour`, `gtpu_tunnel`, `udp_tunnel`, `ipsec_sa`,
-    /// `ipsec_policy`, `ipsec_spd`, `lb_service`.
+    /// `ipsec_policy`, `ipsec_spd`, `lb_service`, `setting`.
     pub object: &'static str,
     /// The object as a person names it (`198.19.0.0/16 via 198.18.1.2`, `gtpu_tunnel3`).
     pub name: String,
@@ -68,6 +68,7 @@ pub fn reload(c: &mut Control, path: Option<&str>) -> Result<Reply, String> {
     let (gtpu_ids, udp_ids) = tunnels(c, &new, &mut changes)?;
     neighbours(c, &new, &mut changes)?;
     routes(c, &new, &gtpu_ids, &udp_ids, &mut changes)?;
+    tunnel_counting(c, &new, &mut changes);
     c.publish_routes();
     interfaces_remove(c, &new, &mut changes)?;
     ipsec_policies(c, &new, &mut changes)?;
@@ -116,7 +117,9 @@ fn check_fixed(old: &Config, new: &Config) -> Result<(), String> {
     if old.gtpu != new.gtpu {
         return refuse("gtpu", "the GTP-U settings");
     }
-    if old.metrics != new.metrics {
+    // Per-tunnel counting is a table flag: it changes with the next publication.
+    let endpoint = |m: &crate::metrics::MetricsConfig| crate::metrics::MetricsConfig { tunnel_counters: false, ..m.clone() };
+    if endpoint(&old.metrics) != endpoint(&new.metrics) {
         return refuse("metrics", "the metrics endpoint");
     }
     if old.log != new.log {
@@ -132,6 +135,18 @@ fn check_fixed(old: &Config, new: &Config) -> Result<(), String> {
         return refuse("spd", "the flow cache settings");
     }
     Ok(())
+}
+
+/// `[metrics] tunnel_counters` turned on or off: the workers start or stop counting with
+/// the publication that follows (the counts made so far stay readable).
+fn tunnel_counting(c: &mut Control, new: &Config, changes: &mut Vec<Change>) {
+    let on = new.metrics.tunnel_counters;
+    if c.gtpu.counters.enabled() == on && c.udptun.counters.enabled() == on {
+        return;
+    }
+    c.gtpu.counters.set_enabled(on);
+    c.udptun.counters.set_enabled(on);
+    changes.push(Change::new("replaced", "setting", format!("metrics.tunnel_counters = {on}")));
 }
 
 /// Whether the file's interface `ic` runs as the file says (it was applied as it is now).

@@ -119,8 +119,9 @@ pub fn is_tunnel_name(name: &str) -> bool {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct UdpTunnelRow {
     pub name: String,
-    /// Packets and bytes out of (`rx`) and into (`tx`) the tunnel, all workers.
-    pub counters: ip::tunnel_counters::TunnelCount,
+    /// Packets and bytes out of (`rx`) and into (`tx`) the tunnel, all workers; `None`
+    /// while per-tunnel counting is off (`[metrics] tunnel_counters`).
+    pub counters: Option<ip::tunnel_counters::TunnelCount>,
     pub local: String,
     pub remote: String,
     pub encap: Encap,
@@ -146,7 +147,7 @@ pub fn rows_where(u: &UdpTunState, router: &ip::RouterState, keep: impl Fn(u32, 
     u.tunnels()
         .filter(|&(id, s)| keep(id, s))
         .map(|(id, s)| UdpTunnelRow {
-            counters: u.counters.count(id),
+            counters: u.counters.enabled().then(|| u.counters.count(id)),
             inner_mtu: u
                 .outer(id)
                 .map(|(overhead, adj)| ip::outer::inner_mtu(router.adjacency_mtu(adj), overhead, s.mtu.mtu))
@@ -170,7 +171,7 @@ pub fn rows_where(u: &UdpTunState, router: &ip::RouterState, keep: impl Fn(u32, 
 
 pub fn format_rows(rows: &[UdpTunnelRow]) -> String {
     use std::fmt::Write;
-    let mut o = format!("{} UDP tunnels\n", rows.len());
+    let mut o = format!("{} UDP tunnels{}\n", rows.len(), crate::gtpu::counting_note(rows));
     for r in rows {
         let key = r.key.map(|k| format!(" key {k:#x}")).unwrap_or_default()
             + if r.gre_checksum { " gre-checksum" } else { "" }
@@ -192,11 +193,21 @@ pub fn format_rows(rows: &[UdpTunnelRow]) -> String {
             if r.mtu.fragment == FragmentPolicy::Outer { " fragment outer" } else { "" },
             if r.mtu.mss_clamp { " mss-clamp" } else { "" },
         );
-        let c = &r.counters;
-        let _ =
-            writeln!(o, "{:<16} rx {} packets {} bytes, tx {} packets {} bytes", "", c.rx_packets, c.rx_bytes, c.tx_packets, c.tx_bytes);
+        if let Some(c) = &r.counters {
+            let _ = writeln!(
+                o,
+                "{:<16} rx {} packets {} bytes, tx {} packets {} bytes",
+                "", c.rx_packets, c.rx_bytes, c.tx_packets, c.tx_bytes
+            );
+        }
     }
     o
+}
+
+impl crate::gtpu::HasTunnelCount for UdpTunnelRow {
+    fn count(&self) -> Option<ip::tunnel_counters::TunnelCount> {
+        self.counters
+    }
 }
 
 /// A tunnel named `udp_tunnel<id>` or by its bare id (`3`), as `set` and `show` take it.

@@ -8,6 +8,9 @@ use control::dataplane::assemble;
 use engine::worker::Context;
 
 const CFG: &str = r#"
+[metrics]
+tunnel_counters = true
+
 [[interface]]
 name = "pg0"
 type = "pg"

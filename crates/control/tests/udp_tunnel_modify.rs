@@ -11,6 +11,9 @@ use engine::worker::Context;
 use std::path::Path;
 
 const CFG: &str = r#"
+[metrics]
+tunnel_counters = true
+
 [[interface]]
 name = "pg0"
 type = "pg"

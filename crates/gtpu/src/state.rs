@@ -319,6 +319,7 @@ impl GtpuState {
     /// A new version of the tables to publish (cheap: chunks are shared).
     pub fn build(&mut self) -> GtpuTables {
         self.tables.generation += 1;
+        self.tables.count_tunnels = self.counters.enabled();
         self.tables.clone()
     }
 

@@ -98,6 +98,8 @@ pub struct GtpuTables {
     /// G-PDUs for a TEID with no tunnel go to `upfN-uplink` (a UPF's sessions live in its
     /// own tables) instead of an Error Indication.
     pub upf_uplink: bool,
+    /// The nodes count packets and bytes per tunnel (`[metrics] tunnel_counters`).
+    pub count_tunnels: bool,
 }
 
 impl GtpuTables {

@@ -20,6 +20,12 @@
 //! `rx` is what came out of the tunnel (decapsulated), `tx` what went into it
 //! (encapsulated); bytes are the inner packet's IP bytes, the traffic the tunnel
 //! carries.
+//!
+//! Counting is a configuration choice, off by default (`[metrics] tunnel_counters`, as
+//! VPP's adjacency counters are off until enabled): it costs about 2 % of a GTP-U path
+//! (docs/PERFORMANCE.md, issue 22). [`WorkerCounters::enabled`] is published with the
+//! tunnel tables; a counting node reads it once per vector (in `prepare`) and, when off,
+//! skips the counting calls.
 
 use arc_swap::ArcSwap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -123,20 +129,35 @@ impl TunnelCounters {
     }
 }
 
-/// Every worker's counters of one tunnel family, as its control-plane state keeps them.
+/// Every worker's counters of one tunnel family, as its control-plane state keeps them,
+/// and whether the workers count at all.
 #[derive(Debug, Default)]
-pub struct WorkerCounters(Vec<Arc<TunnelCounters>>);
+pub struct WorkerCounters {
+    workers: Vec<Arc<TunnelCounters>>,
+    enabled: bool,
+}
 
 impl WorkerCounters {
     /// Read a worker's counters from now on.
     pub fn watch(&mut self, c: Arc<TunnelCounters>) {
-        self.0.push(c);
+        self.workers.push(c);
+    }
+
+    /// Whether the workers count per tunnel (published with the next table version).
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// Count per tunnel, or stop (from the next table version on). Counts already made
+    /// stay readable.
+    pub fn set_enabled(&mut self, on: bool) {
+        self.enabled = on;
     }
 
     /// One tunnel's counts, all workers together.
     pub fn count(&self, id: u32) -> TunnelCount {
         let mut n = TunnelCount::default();
-        for w in &self.0 {
+        for w in &self.workers {
             n.add(&w.get(id));
         }
         n
@@ -145,7 +166,7 @@ impl WorkerCounters {
     /// Every tunnel id with counts, all workers together.
     pub fn per_tunnel(&self) -> std::collections::HashMap<u32, TunnelCount> {
         let mut per: std::collections::HashMap<u32, TunnelCount> = std::collections::HashMap::new();
-        for w in &self.0 {
+        for w in &self.workers {
             w.for_each(|id, n| per.entry(id).or_default().add(&n));
         }
         per
@@ -153,7 +174,7 @@ impl WorkerCounters {
 
     /// A tunnel id was freed: its next tunnel starts from zero in every worker.
     pub fn reset(&self, id: u32) {
-        for w in &self.0 {
+        for w in &self.workers {
             w.reset(id);
         }
     }

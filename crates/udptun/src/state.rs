@@ -219,6 +219,7 @@ impl UdpTunState {
                 })
                 .collect(),
             outer_adj: self.outer_adj.clone(),
+            count_tunnels: self.counters.enabled(),
             ..Default::default()
         };
         for (id, s) in self.tunnels() {

@@ -15,6 +15,8 @@ pub struct UdpTunTables {
     /// Per tunnel: the adjacency its outer packets leave by (resolved on the control
     /// plane, so encap goes straight to `ipN-rewrite`), or `ADJ_MISS` for "look it up".
     pub outer_adj: Vec<u32>,
+    /// The nodes count packets and bytes per tunnel (`[metrics] tunnel_counters`).
+    pub count_tunnels: bool,
 }
 
 impl UdpTunTables {

@@ -60,6 +60,8 @@ pub struct GtpuOptions {
     pub inner: String,
     /// Techniques to turn off (`all` for every one).
     pub disable: Vec<String>,
+    /// Count per tunnel (`[metrics] tunnel_counters`).
+    pub tunnel_counters: bool,
     /// esp4-encrypt: the SA's algorithm.
     pub alg: ipsec::Algorithm,
     /// upf scenarios: each session's rules (`all`, `no-qer`, `no-urr`, `pdr-far`).
@@ -74,6 +76,7 @@ impl Default for GtpuOptions {
             tunnels: 1,
             inner: "ip4".into(),
             disable: Vec::new(),
+            tunnel_counters: false,
             alg: ipsec::Algorithm::AesGcm128,
             session_rules: "all".into(),
         }
@@ -315,8 +318,11 @@ pub fn bench(
     if !SCENARIOS.contains(&scenario) {
         bail!("unknown scenario {scenario:?}; expected one of {}", SCENARIOS.join(", "));
     }
-    let base =
+    let mut base =
         if scenario.starts_with("upf") { format!("{BASE}{}", crate::bench_upf::config_section(opts.tunnels)) } else { BASE.to_string() };
+    if opts.tunnel_counters {
+        base += "\n[metrics]\ntunnel_counters = true\n";
+    }
     let cfg = Config::parse(&base, "(bench scenario)", Path::new("."))?;
     let (mut control, mut worker) = assemble(&cfg)?.into_single();
     let mut lb_report = None;

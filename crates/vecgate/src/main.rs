@@ -41,6 +41,11 @@ enum Cmd {
         /// Serve Prometheus metrics on ADDRESS:PORT (overrides the config's `[metrics] listen`).
         #[arg(long, value_name = "ADDRESS:PORT")]
         metrics: Option<String>,
+        /// Count packets and bytes per tunnel, as the config's `[metrics] tunnel_counters
+        /// = true` (off by default: it costs about 2 % of a tunnel path; a reload
+        /// applies the file's setting).
+        #[arg(long)]
+        tunnel_counters: bool,
         /// Live stats as one JSON object per line (rates over each interval) instead of screens.
         #[arg(long)]
         json: bool,
@@ -98,6 +103,10 @@ enum Cmd {
         /// GTP-U scenarios: turn a fast-path technique off (repeatable; `all`).
         #[arg(long)]
         disable: Vec<String>,
+        /// Tunnel scenarios: count packets and bytes per tunnel, as `[metrics]
+        /// tunnel_counters = true` does (off by default, as in a gateway).
+        #[arg(long)]
+        tunnel_counters: bool,
         /// upf scenarios: each session's rules: all (2 PDRs, 2 FARs, a QER, a URR),
         /// no-qer, no-urr or pdr-far (the split of the UPF's per-packet cost).
         #[arg(long, default_value = "all")]
@@ -278,9 +287,17 @@ fn main() {
     } else if !matches!(cli.cmd, None | Some(Cmd::Run { .. })) {
         let _ = logging::init(None, "warn", "");
     }
-    let r = match cli.cmd.unwrap_or(Cmd::Run { config: None, duration: None, interval: 1.0, socket: None, metrics: None, json: false }) {
-        Cmd::Run { config, duration, interval, socket, metrics, json } => {
-            run::run(config.as_deref(), duration, interval, socket, metrics, json)
+    let r = match cli.cmd.unwrap_or(Cmd::Run {
+        config: None,
+        duration: None,
+        interval: 1.0,
+        socket: None,
+        metrics: None,
+        tunnel_counters: false,
+        json: false,
+    }) {
+        Cmd::Run { config, duration, interval, socket, metrics, tunnel_counters, json } => {
+            run::run(config.as_deref(), duration, interval, socket, metrics, tunnel_counters, json)
         }
         Cmd::Ctl { socket, json, words } => run::ctl(&socket, json, &words),
         Cmd::Pcap { config, json } => run::pcap(&config, json),
@@ -309,6 +326,7 @@ fn main() {
             inner,
             alg,
             disable,
+            tunnel_counters,
             session_rules,
             services,
             backends,
@@ -325,7 +343,7 @@ fn main() {
                 packets,
                 json,
                 core,
-                &bench::GtpuOptions { inner_size, checksum, tunnels, inner, alg, disable, session_rules },
+                &bench::GtpuOptions { inner_size, checksum, tunnels, inner, alg, disable, tunnel_counters, session_rules },
                 &lb,
                 &side,
             )

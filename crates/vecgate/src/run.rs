@@ -17,12 +17,14 @@ pub fn run(
     interval: f64,
     socket: Option<PathBuf>,
     metrics: Option<String>,
+    tunnel_counters: bool,
     json: bool,
 ) -> Result<()> {
-    let cfg = match config {
+    let mut cfg = match config {
         Some(p) => Config::load(p)?,
         None => Config::default_gateway(),
     };
+    cfg.metrics.tunnel_counters |= tunnel_counters;
     crate::logging::init(cfg.log.level.as_deref(), "info", &cfg.source)?;
     // The socket first: a second instance on a running one's socket refuses to start
     // before it opens any interface (it would share them half-way).
