@@ -39,8 +39,9 @@ struct Slot<K, V> {
 pub type SlotIdx = u32;
 
 pub struct Table<K, V> {
-    /// Each slot's key hash, apart from the slots: a lookup reads its bucket's tags
-    /// (one 32-byte run) and only the slot whose tag matches.
+    /// Each slot's key hash, apart from the slots: a lookup whose key is not in its
+    /// home slot reads its buckets' tags (a 32-byte run each) and only the slots whose
+    /// tag matches.
     tags: Box<[u32]>,
     slots: Box<[Slot<K, V>]>,
     bucket_mask: u32,
