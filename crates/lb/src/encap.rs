@@ -121,42 +121,65 @@ impl Outer {
 
     /// Put the headers in front of the packet in `buf` (the client's, from its IP header
     /// on), `hash` the flow's hash (the GUE source port). The buffer then starts at the
-    /// outer IP header.
-    #[inline]
+    /// outer IP header. IPv4 inlined into the caller's session hit (as one `#[inline]`
+    /// function it stayed a call of its own, perf); IPv6, whose GUE header takes a
+    /// whole UDP checksum, out of line.
+    #[inline(always)]
     pub fn apply(&self, buf: &mut engine::Buffer, hash: u32) -> Result<(), EncapError> {
+        if self.v6 {
+            return self.apply6(buf, hash);
+        }
         let len = self.len as usize;
         let total = len + buf.len();
-        let ip_payload = if self.v6 { total - 40 } else { total };
+        if total > u16::MAX as usize {
+            return Err(EncapError::TooBig);
+        }
+        let h = buf.prepend(len).map_err(|_| EncapError::NoHeadroom)?;
+        h.copy_from_slice(&self.bytes[..len]);
+        h[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+        let mut c = self.ip_sum as u32 + total as u32;
+        c = (c & 0xffff) + (c >> 16);
+        h[10..12].copy_from_slice(&(!(c as u16)).to_be_bytes());
+        if self.udp_at != 0 {
+            let u = self.udp_at as usize;
+            h[u..u + 2].copy_from_slice(&Self::gue_port(hash).to_be_bytes());
+            h[u + 4..u + 6].copy_from_slice(&((total - u) as u16).to_be_bytes());
+        }
+        Ok(())
+    }
+
+    /// [`Outer::apply`] for IPv6 outer headers.
+    #[inline(never)]
+    fn apply6(&self, buf: &mut engine::Buffer, hash: u32) -> Result<(), EncapError> {
+        let len = self.len as usize;
+        let total = len + buf.len();
+        let ip_payload = total - 40;
         if ip_payload > u16::MAX as usize {
             return Err(EncapError::TooBig);
         }
         // Under a computed outer checksum the inner packet's pending partial checksum
         // (from a vnet-header device) is completed first: the outer one covers it.
-        if self.v6 && self.udp_at != 0 {
+        if self.udp_at != 0 {
             ip::outer::ChecksumMode::Software.settle_inner_checksum(buf);
         }
         let h = buf.prepend(len).map_err(|_| EncapError::NoHeadroom)?;
         h.copy_from_slice(&self.bytes[..len]);
-        if self.v6 {
-            h[4..6].copy_from_slice(&(ip_payload as u16).to_be_bytes());
-        } else {
-            h[2..4].copy_from_slice(&(total as u16).to_be_bytes());
-            let mut c = self.ip_sum as u32 + total as u32;
-            c = (c & 0xffff) + (c >> 16);
-            h[10..12].copy_from_slice(&(!(c as u16)).to_be_bytes());
-        }
+        h[4..6].copy_from_slice(&(ip_payload as u16).to_be_bytes());
         if self.udp_at != 0 {
             let u = self.udp_at as usize;
-            let port = udptun::tunnel::src_port(GUE_PORT_MIN, GUE_PORT_SPAN, hash);
-            h[u..u + 2].copy_from_slice(&port.to_be_bytes());
+            h[u..u + 2].copy_from_slice(&Self::gue_port(hash).to_be_bytes());
             h[u + 4..u + 6].copy_from_slice(&((total - u) as u16).to_be_bytes());
-            if self.v6 {
-                let seg = &mut buf.bytes_mut()[u..];
-                let c = udp_checksum(*Checksum::new().add_u16(self.pseudo), seg);
-                seg[6..8].copy_from_slice(&c.to_be_bytes());
-            }
+            let seg = &mut buf.bytes_mut()[u..];
+            let c = udp_checksum(*Checksum::new().add_u16(self.pseudo), seg);
+            seg[6..8].copy_from_slice(&c.to_be_bytes());
         }
         Ok(())
+    }
+
+    /// The GUE source port of a flow whose hash is `hash` (the backend NIC's RSS).
+    #[inline(always)]
+    fn gue_port(hash: u32) -> u16 {
+        udptun::tunnel::src_port(GUE_PORT_MIN, GUE_PORT_SPAN, hash)
     }
 }
 

@@ -280,11 +280,10 @@ impl<Cx: HasLb, F: NatNodeFamily> Node<Cx> for LbNat<F> {
     }
 
     /// Start every packet's session lookup before waiting on any (the table is larger
-    /// than the caches and its pages than the TLB): the tags of every packet's bucket,
-    /// then the slot each tag names, so a vector's misses overlap in two waves rather
-    /// than queueing two per packet. Each packet's flow is read and hashed once, here,
-    /// and kept in `ready` for the second wave and for `process`. Measured in
-    /// docs/PERFORMANCE.md.
+    /// than the caches and its pages than the TLB): the home slot of every packet's key,
+    /// the one line a hit reads, so a vector's misses overlap rather than queue. Each
+    /// packet's flow is read and hashed once, here, and kept in `ready` for `process`.
+    /// Measured in docs/PERFORMANCE.md.
     fn prepare(&mut self, cx: &mut Cx, pool: &mut Pool, input: &[BufIdx]) {
         let (t, lb, _) = F::parts(cx.lb());
         let n = input.len().min(VECTOR_SIZE);
@@ -300,10 +299,7 @@ impl<Cx: HasLb, F: NatNodeFamily> Node<Cx> for LbNat<F> {
             buf.meta.param = i as u32;
         }
         let ready = &self.ready[..n];
-        for r in ready {
-            lb.sessions.prefetch_slot_hashed(r.hash);
-        }
-        // A third wave for direct-server-return sessions: the backend's outer headers
+        // A second wave for direct-server-return sessions: the backend's outer headers
         // (with packets going round many services each is a miss of its own). Only
         // where a service is encapsulated: it reads each slot, which NAT alone need not.
         if t.encapsulated == 0 {

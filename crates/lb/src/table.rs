@@ -7,6 +7,12 @@
 //! for a third more sessions than it must hold. Slots never move, so an entry can name another by index (a session's
 //! twin), and nothing is allocated after construction. Time is a parameter (milliseconds
 //! of any clock the caller keeps), so tests run on virtual time.
+//!
+//! Each key has a home slot in its first bucket (a way from the tag's top bits), which an
+//! insert takes when it is free: a lookup reads the home slot first, the whole entry
+//! with its tag and key, and only when the key is not there the bucket's tags. A hit in
+//! a table that is not crowded is then one line (one slot), where a tags-first lookup
+//! read two dependent lines, the tags and then the slot (docs/PERFORMANCE.md).
 
 /// Slots per bucket.
 pub const WAYS: usize = 8;
@@ -23,6 +29,8 @@ pub trait TableKey: Copy + Eq + Default {
 struct Slot<K, V> {
     /// When the entry expires, in the caller's milliseconds; 0 for a free slot.
     expires: u64,
+    /// The key's hash, as in `tags`: the home slot's check reads no other line.
+    tag: u32,
     key: K,
     val: V,
 }
@@ -31,8 +39,9 @@ struct Slot<K, V> {
 pub type SlotIdx = u32;
 
 pub struct Table<K, V> {
-    /// Each slot's key hash, apart from the slots: a lookup reads its bucket's tags
-    /// (one 32-byte run) and only the slot whose tag matches.
+    /// Each slot's key hash, apart from the slots: a lookup whose key is not in its
+    /// home slot reads its buckets' tags (a 32-byte run each) and only the slots whose
+    /// tag matches.
     tags: Box<[u32]>,
     slots: Box<[Slot<K, V>]>,
     bucket_mask: u32,
@@ -61,7 +70,7 @@ impl<K: TableKey, V: Copy + Default> Table<K, V> {
         Self::slot_size() + core::mem::size_of::<u32>()
     }
 
-    /// Bytes of one slot without its tag (whole cache lines).
+    /// Bytes of one slot (whole cache lines), without the tag array's copy of its tag.
     pub const fn slot_size() -> usize {
         core::mem::size_of::<Slot<K, V>>()
     }
@@ -78,28 +87,28 @@ impl<K: TableKey, V: Copy + Default> Table<K, V> {
         (a..a + WAYS).chain(b..b + WAYS)
     }
 
-    /// Start loading the tags of the first bucket of the key whose hash is `tag` (where
-    /// most keys are), so that the lookups of a vector's packets overlap their misses.
+    /// Start loading the home slot of the key whose hash is `tag` (where most keys are),
+    /// so that the lookups of a vector's packets overlap their misses.
     #[inline(always)]
     pub fn prefetch_hashed(&self, tag: u32) {
-        engine::prefetch::read(&self.tags[self.first_bucket(tag)]);
+        engine::prefetch::read(&self.slots[self.home(tag)]);
     }
 
-    /// Start loading the slot whose tag is `tag` (after [`Table::prefetch_hashed`] had
-    /// time to bring the tags in): the lookup's second, dependent miss, overlapped too.
-    #[inline(always)]
-    pub fn prefetch_slot_hashed(&self, tag: u32) {
-        if let Some(i) = self.first_tag(self.first_bucket(tag), tag).or_else(|| self.first_tag(self.second_bucket(tag), tag)) {
-            engine::prefetch::read(&self.slots[i]);
-        }
-    }
-
-    /// The entry in the first slot of its first bucket with tag `tag`, whatever its key:
-    /// a hint for starting to load what the entry names (after
-    /// [`Table::prefetch_slot_hashed`] brought the slot in), never an answer.
+    /// The entry in the home slot of the key whose hash is `tag`, if its tag is `tag`,
+    /// whatever its key and expiry: a hint for starting to load what the entry names
+    /// (after [`Table::prefetch_hashed`] brought the slot in), never an answer.
     #[inline(always)]
     pub fn peek_hashed(&self, tag: u32) -> Option<(SlotIdx, &V)> {
-        self.first_tag(self.first_bucket(tag), tag).map(|i| (i as SlotIdx, &self.slots[i].val))
+        let i = self.home(tag);
+        let s = &self.slots[i];
+        (s.tag == tag).then_some((i as SlotIdx, &s.val))
+    }
+
+    /// The home slot of a key whose hash is `tag`: in its first bucket, the way from the
+    /// tag's top bits (the bucket is from its low bits).
+    #[inline(always)]
+    fn home(&self, tag: u32) -> usize {
+        self.first_bucket(tag) + (tag >> (32 - WAYS.trailing_zeros())) as usize
     }
 
     /// The first slot of the bucket from the tag's low bits, where most keys are.
@@ -121,11 +130,6 @@ impl<K: TableKey, V: Copy + Default> Table<K, V> {
         self.tags[from..from + WAYS].try_into().expect("whole buckets")
     }
 
-    #[inline(always)]
-    fn first_tag(&self, from: usize, tag: u32) -> Option<usize> {
-        self.bucket_tags(from).iter().position(|&t| t == tag).map(|j| from + j)
-    }
-
     /// The live entry for `key` at `now`.
     #[inline]
     pub fn find(&self, key: &K, now: u64) -> Option<SlotIdx> {
@@ -133,16 +137,26 @@ impl<K: TableKey, V: Copy + Default> Table<K, V> {
     }
 
     /// [`Table::find`] with the key's hash computed by the caller (`tag` must be
-    /// `key.hash()` for the entry to be found; any other value finds nothing). A live
-    /// key is usually in the first slots of its first bucket (the table is sized for a
-    /// third more than it holds), so the tags are compared one by one, stopping early.
+    /// `key.hash()` for the entry to be found; any other value finds nothing). The home
+    /// slot first (one line); the buckets' tags only when the key is not at home.
     #[inline(always)]
     pub fn find_hashed(&self, tag: u32, key: &K, now: u64) -> Option<SlotIdx> {
+        let i = self.home(tag);
+        let s = &self.slots[i];
+        if s.tag == tag && s.expires > now && s.key == *key {
+            return Some(i as SlotIdx);
+        }
+        self.find_away(tag, key, now)
+    }
+
+    /// A key not in its home slot: both buckets by their tags (out of line, so that the
+    /// home slot's check is all a hit inlines).
+    #[inline(never)]
+    fn find_away(&self, tag: u32, key: &K, now: u64) -> Option<SlotIdx> {
         self.find_in_bucket(self.first_bucket(tag), tag, key, now).or_else(|| self.find_in_bucket(self.second_bucket(tag), tag, key, now))
     }
 
-    /// The live entry for `key` in the bucket at `from` (a method, not a closure: the
-    /// closure was left a call of its own on every session hit, perf).
+    /// The live entry for `key` in the bucket at `from`.
     #[inline(always)]
     fn find_in_bucket(&self, from: usize, tag: u32, key: &K, now: u64) -> Option<SlotIdx> {
         let tags = self.bucket_tags(from);
@@ -158,15 +172,21 @@ impl<K: TableKey, V: Copy + Default> Table<K, V> {
 
     /// Insert `key` (not live in the table) with `val`, expiring at `expires`; `None` if
     /// both its buckets hold live entries only. It goes to the bucket with more room (the
-    /// choice that keeps buckets level), in its first free or expired slot.
+    /// choice that keeps buckets level; the first on a tie), in the key's home slot when
+    /// that is the bucket and the slot is free, else in its first free or expired slot.
     #[inline]
     pub fn insert(&mut self, key: K, val: V, now: u64, expires: u64) -> Option<SlotIdx> {
         let tag = key.hash();
         let [a, b] = self.buckets(tag);
         let free = |from: usize| (from..from + WAYS).filter(|&i| self.slots[i].expires <= now).count();
         let bucket = if free(b) > free(a) { b } else { a };
-        let i = (bucket..bucket + WAYS).find(|&i| self.slots[i].expires <= now)?;
-        self.slots[i] = Slot { expires: expires.max(1), key, val };
+        let home = self.home(tag);
+        let i = if bucket == a && self.slots[home].expires <= now {
+            home
+        } else {
+            (bucket..bucket + WAYS).find(|&i| self.slots[i].expires <= now)?
+        };
+        self.slots[i] = Slot { expires: expires.max(1), tag, key, val };
         self.tags[i] = tag;
         Some(i as SlotIdx)
     }
@@ -235,6 +255,38 @@ mod tests {
         fn hash(&self) -> u32 {
             7
         }
+    }
+
+    /// A key whose hash is itself: its home slot chosen by the test.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    struct Hashed(u32);
+    impl TableKey for Hashed {
+        fn hash(&self) -> u32 {
+            self.0
+        }
+    }
+
+    /// A key goes to its home slot when that is free (a hit then reads that one slot);
+    /// a key whose home is taken goes elsewhere and is still found, through the tags.
+    #[test]
+    fn a_key_lives_at_home_when_it_can() {
+        let mut t: Table<Hashed, u32> = Table::new(64);
+        // Bucket 3, way 5; then another key with the same home (a bit between the two).
+        let (a, b) = (Hashed(5 << 29 | 3), Hashed(5 << 29 | 1 << 12 | 3));
+        assert_eq!(t.home(a.0), t.home(b.0));
+        let ia = t.insert(a, 1, 0, 10).unwrap();
+        assert_eq!(ia as usize, t.home(a.0));
+        let ib = t.insert(b, 2, 0, 10).unwrap();
+        assert_ne!(ia, ib);
+        assert_eq!((t.find(&a, 0), t.find(&b, 0)), (Some(ia), Some(ib)));
+        // The hint: the home slot's entry when its tag is the one asked for.
+        assert_eq!(t.peek_hashed(a.0).map(|(i, v)| (i, *v)), Some((ia, 1)));
+        assert!(t.peek_hashed(b.0).is_none());
+        // The home freed, the next key with that home takes it; b stays where it is.
+        t.remove(ia);
+        let c = Hashed(5 << 29 | 2 << 12 | 3);
+        assert_eq!(t.insert(c, 3, 0, 10), Some(ia));
+        assert_eq!((t.find(&b, 0), t.find(&c, 0), t.find(&a, 0)), (Some(ib), Some(ia), None));
     }
 
     #[test]
