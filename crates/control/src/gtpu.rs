@@ -364,7 +364,7 @@ pub fn handle(c: &mut crate::dataplane::Control, req: &crate::api::Request) -> R
             let shown: Vec<(u32, &gtpu::Tunnel)> = ids.iter().filter_map(|&id| Some((id, c.gtpu.tunnel(id)?))).collect();
             let rows = rows_of(&c.gtpu, &c.state, shown, &ue);
             let mut text = format_rows(&rows, rows.len());
-            text = text.replacen(" GTP-U tunnels\n", " GTP-U tunnels match\n", 1);
+            text = text.replacen(" GTP-U tunnels", " GTP-U tunnels match", 1);
             Reply::ok(serde_json::to_value(&rows).map_err(|e| e.to_string())?, text)
         }
         _ => unreachable!("only GTP-U requests are sent here"),

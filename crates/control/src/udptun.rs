@@ -288,7 +288,7 @@ pub fn handle(c: &mut crate::dataplane::Control, req: &crate::api::Request) -> R
                 (None, None, Some(n)) => rows_where(&c.udptun, &c.state, |i, _| i == *n),
                 _ => return Err("find UDP tunnels by one of remote, local or id".into()),
             };
-            let text = format_rows(&rows).replacen(" UDP tunnels\n", " UDP tunnels match\n", 1);
+            let text = format_rows(&rows).replacen(" UDP tunnels", " UDP tunnels match", 1);
             Reply::ok(serde_json::to_value(&rows).map_err(|e| e.to_string())?, text)
         }
         _ => unreachable!("only UDP tunnel set/find requests are sent here"),
