@@ -54,7 +54,7 @@ impl GtpuContext {
         let tables = shared.load_full();
         let seq = vec![0; tables.tunnels.len()];
         let mut counters = ip::tunnel_counters::TunnelCounterWriter::new(ip::tunnel_counters::TunnelCounters::new());
-        counters.reserve(tables.tunnels.len());
+        counters.follow(tables.tunnels.len(), tables.count_tunnels);
         GtpuContext {
             counters,
             cache: Cache::new(shared),
@@ -77,7 +77,7 @@ impl GtpuContext {
             if self.seq.len() < self.tables.tunnels.len() {
                 self.seq.resize(self.tables.tunnels.len(), 0);
             }
-            self.counters.reserve(self.tables.tunnels.len());
+            self.counters.follow(self.tables.tunnels.len(), self.tables.count_tunnels);
         }
     }
 

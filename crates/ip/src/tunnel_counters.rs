@@ -24,8 +24,8 @@
 //! Counting is a configuration choice, off by default (`[metrics] tunnel_counters`, as
 //! VPP's adjacency counters are off until enabled): it costs about 2 % of a GTP-U path
 //! (docs/PERFORMANCE.md, issue 22). [`WorkerCounters::enabled`] is published with the
-//! tunnel tables; a counting node reads it once per vector (in `prepare`) and, when off,
-//! skips the counting calls.
+//! tunnel tables; the worker's writer takes it with each table version
+//! ([`TunnelCounterWriter::follow`]) and, when off, counts nothing.
 
 use arc_swap::ArcSwap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -223,17 +223,26 @@ pub struct TunnelCounterWriter {
     chunks: Chunks,
     /// The run being counted in each direction ([`RX`], [`TX`]).
     runs: [Run; 2],
+    /// Whether to count at all: the published tables' switch, taken with each table
+    /// version ([`TunnelCounterWriter::follow`]).
+    counting: bool,
 }
 
 impl TunnelCounterWriter {
     pub fn new(shared: Arc<TunnelCounters>) -> TunnelCounterWriter {
         let chunks = (*shared.chunks.load_full()).clone();
-        TunnelCounterWriter { shared, chunks, runs: [Run::NONE; 2] }
+        TunnelCounterWriter { shared, chunks, runs: [Run::NONE; 2], counting: true }
     }
 
     /// The handle the control plane reads through.
     pub fn shared(&self) -> Arc<TunnelCounters> {
         self.shared.clone()
+    }
+
+    /// Take a table version's tunnel count and counting switch (never per packet).
+    pub fn follow(&mut self, tunnels: usize, counting: bool) {
+        self.counting = counting;
+        self.reserve(tunnels);
     }
 
     /// Make room for tunnel ids below `tunnels` (on a new table version, never per
@@ -269,6 +278,9 @@ impl TunnelCounterWriter {
 
     #[inline(always)]
     fn count<const DIR: usize>(&mut self, id: u32, bytes: usize) {
+        if !self.counting {
+            return;
+        }
         let run = &mut self.runs[DIR];
         if run.id == id {
             run.sum += Run::one(bytes);

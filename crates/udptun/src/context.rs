@@ -38,7 +38,7 @@ impl UdpTunContext {
     pub fn new(shared: Arc<ArcSwap<UdpTunTables>>, events: Option<Sender<UdpTunEvent>>) -> Self {
         let tables = shared.load_full();
         let mut counters = ip::tunnel_counters::TunnelCounterWriter::new(ip::tunnel_counters::TunnelCounters::new());
-        counters.reserve(tables.tunnels.len());
+        counters.follow(tables.tunnels.len(), tables.count_tunnels);
         UdpTunContext { cache: Cache::new(shared), tables, events, counters }
     }
 
@@ -51,7 +51,7 @@ impl UdpTunContext {
             return false;
         }
         self.tables = Arc::clone(t);
-        self.counters.reserve(self.tables.tunnels.len());
+        self.counters.follow(self.tables.tunnels.len(), self.tables.count_tunnels);
         true
     }
 

@@ -46,16 +46,11 @@ counters! {
     }
 }
 
-pub struct GtpuEncap<O: Outer> {
-    /// Count per tunnel in this vector (`GtpuTables::count_tunnels`, read once per vector
-    /// in `prepare`): when off, the per-packet work is one branch on this field.
-    count_tunnels: bool,
-    outer: std::marker::PhantomData<O>,
-}
+pub struct GtpuEncap<O: Outer>(std::marker::PhantomData<O>);
 
 impl<O: Outer> Default for GtpuEncap<O> {
     fn default() -> Self {
-        GtpuEncap { count_tunnels: false, outer: std::marker::PhantomData }
+        GtpuEncap(std::marker::PhantomData)
     }
 }
 
@@ -203,7 +198,6 @@ impl<Cx: HasGtpu, O: Outer> Node<Cx> for GtpuEncap<O> {
     fn prepare(&mut self, cx: &mut Cx, pool: &mut Pool, input: &[BufIdx]) {
         let (_, g) = cx.split();
         let t = &*g.tables;
-        self.count_tunnels = t.count_tunnels;
         if !t.techniques.prefetch || t.tunnels.memory_bytes() < crate::tables::LARGE_TABLE_BYTES {
             return;
         }
@@ -266,9 +260,7 @@ impl<Cx: HasGtpu, O: Outer> Node<Cx> for GtpuEncap<O> {
             return Verdict::Drop(c);
         }
         counts.inc(GtpuEncapCounter::Encapsulated);
-        if self.count_tunnels {
-            g.counters.tx(id, inner_len);
-        }
+        g.counters.tx(id, inner_len);
         buf.meta.adj = adj;
         if fragment_outer.is_some() && ip::outer::fragment_outer(buf, fragment_outer) {
             counts.inc(GtpuEncapCounter::FragmentOuter);

@@ -63,16 +63,11 @@ counters! {
 const PREPARED: u32 = 1 << 3;
 const NOT_FOUND: u32 = u32::MAX;
 
-pub struct GtpuInput<O: Outer> {
-    /// Count per tunnel in this vector (`GtpuTables::count_tunnels`, read once per vector
-    /// in `prepare`): when off, the per-packet work is one branch on this field.
-    count_tunnels: bool,
-    outer: std::marker::PhantomData<O>,
-}
+pub struct GtpuInput<O: Outer>(std::marker::PhantomData<O>);
 
 impl<O: Outer> Default for GtpuInput<O> {
     fn default() -> Self {
-        GtpuInput { count_tunnels: false, outer: std::marker::PhantomData }
+        GtpuInput(std::marker::PhantomData)
     }
 }
 
@@ -248,7 +243,6 @@ impl<Cx: HasGtpu, O: Outer> Node<Cx> for GtpuInput<O> {
     fn prepare(&mut self, cx: &mut Cx, pool: &mut Pool, input: &[BufIdx]) {
         let (_, g) = cx.split();
         let t = &*g.tables;
-        self.count_tunnels = t.count_tunnels;
         if !t.techniques.batch_lookup || t.decap.memory_bytes() < crate::tables::LARGE_TABLE_BYTES {
             for &b in input {
                 pool.get_mut(b).meta.param = 0;
@@ -344,9 +338,7 @@ impl<Cx: HasGtpu, O: Outer> Node<Cx> for GtpuInput<O> {
                 }
                 // Last, after every read of the tables: a store into the context before
                 // them would make the compiler load them again.
-                if self.count_tunnels {
-                    g.counters.rx(id, buf.len());
-                }
+                g.counters.rx(id, buf.len());
                 Self::forward(buf, next, skip)
             }
             MessageType::EchoRequest => {

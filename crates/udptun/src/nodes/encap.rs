@@ -48,15 +48,12 @@ counters! {
 pub struct UdpTunEncap<O: TunOuter> {
     /// The fast path's plan for the tunnel last seen in this vector.
     plan: EncapPlan,
-    /// Count per tunnel in this vector (`UdpTunTables::count_tunnels`, read once per vector
-    /// in `prepare`): when off, the per-packet work is one branch on this field.
-    count_tunnels: bool,
     outer: std::marker::PhantomData<O>,
 }
 
 impl<O: TunOuter> Default for UdpTunEncap<O> {
     fn default() -> Self {
-        UdpTunEncap { plan: EncapPlan::default(), count_tunnels: false, outer: std::marker::PhantomData }
+        UdpTunEncap { plan: EncapPlan::default(), outer: std::marker::PhantomData }
     }
 }
 
@@ -306,9 +303,8 @@ impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunEncap<O> {
     }
 
     #[inline(always)]
-    fn prepare(&mut self, cx: &mut Cx, _pool: &mut engine::Pool, _input: &[engine::BufIdx]) {
+    fn prepare(&mut self, _cx: &mut Cx, _pool: &mut engine::Pool, _input: &[engine::BufIdx]) {
         self.plan.id = EncapPlan::NONE;
-        self.count_tunnels = cx.split_udptun().1.tables.count_tunnels;
     }
 
     #[inline(always)]
@@ -322,9 +318,7 @@ impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunEncap<O> {
         let inner_len = buf.len();
         if encap_planned::<O>(&self.plan, buf) {
             counts.inc(UdpTunEncapCounter::Encapsulated);
-            if self.count_tunnels {
-                u.counters.tx(id, inner_len);
-            }
+            u.counters.tx(id, inner_len);
             return Verdict::Next(UdpTunEncapNext::Output);
         }
         // The plan was made for this tunnel: its copy of the tunnel and its adjacency.
@@ -374,9 +368,7 @@ impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunEncap<O> {
             return Verdict::Drop(c);
         }
         counts.inc(UdpTunEncapCounter::Encapsulated);
-        if self.count_tunnels {
-            u.counters.tx(id, inner_len);
-        }
+        u.counters.tx(id, inner_len);
         buf.meta.adj = adj;
         if fragment_outer.is_some() && ip::outer::fragment_outer(buf, fragment_outer) {
             counts.inc(UdpTunEncapCounter::FragmentOuter);

@@ -58,9 +58,6 @@ pub struct UdpTunInput<O: TunOuter> {
     /// compiler carries its fields in registers around the node's loop and shuffles them
     /// on every packet (three instructions a packet, by `scripts/instr.sh`).
     last: Box<Last<O>>,
-    /// Count per tunnel in this vector (`UdpTunTables::count_tunnels`, read once per vector
-    /// in `prepare`): when off, the per-packet work is one branch on this field.
-    count_tunnels: bool,
 }
 
 /// The tunnel last looked up, and its fast path's test when its packets can take it;
@@ -128,7 +125,7 @@ fn plain_headers(encap: Encap, key: Option<u32>) -> Option<([u8; 4], [u8; 4])> {
 
 impl<O: TunOuter> Default for UdpTunInput<O> {
     fn default() -> Self {
-        UdpTunInput { last: Box::new(Last::new(None)), count_tunnels: false }
+        UdpTunInput { last: Box::new(Last::new(None)) }
     }
 }
 
@@ -372,12 +369,11 @@ impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunInput<O> {
     }
 
     #[inline(always)]
-    fn prepare(&mut self, cx: &mut Cx, _pool: &mut engine::Pool, _input: &[engine::BufIdx]) {
+    fn prepare(&mut self, _cx: &mut Cx, _pool: &mut engine::Pool, _input: &[engine::BufIdx]) {
         // The tables may have changed since the last vector; a hint is forgotten with
         // them (by the worker's context) and its tag not seen again.
         self.last.plan = None;
         self.last.fast = None;
-        self.count_tunnels = cx.split_udptun().1.tables.count_tunnels;
     }
 
     #[inline(always)]
@@ -387,9 +383,7 @@ impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunInput<O> {
         // fast path. The first of a vector, and anything else, take the full parse.
         if let Some((next, id)) = self.fast(buf) {
             counts.inc(C::Decapsulated);
-            if self.count_tunnels {
-                cx.split_udptun().1.counters.rx(id, buf.len());
-            }
+            cx.split_udptun().1.counters.rx(id, buf.len());
             return Verdict::Next(next);
         }
         let (ipc, u) = cx.split_udptun();
@@ -416,9 +410,7 @@ impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunInput<O> {
         };
         if let Some(next) = decap_plain(&plan, udp, buf) {
             counts.inc(C::Decapsulated);
-            if self.count_tunnels {
-                u.counters.rx(plan.id, buf.len());
-            }
+            u.counters.rx(plan.id, buf.len());
             return Verdict::Next(next);
         }
         let id = plan.id;
@@ -436,9 +428,7 @@ impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunInput<O> {
             }
             Ok(Some((v4, remote_checksum))) => {
                 counts.inc(C::Decapsulated);
-                if self.count_tunnels {
-                    u.counters.rx(id, buf.len());
-                }
+                u.counters.rx(id, buf.len());
                 if remote_checksum {
                     counts.inc(C::GueRemoteChecksumCompleted);
                 }
