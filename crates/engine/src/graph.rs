@@ -230,6 +230,32 @@ impl<C, N: ExpandNode<C>> Runner<C> for ExpandRunner<N, C> {
     }
 }
 
+/// One node in two forms, the form to run chosen once per vector
+/// ([`GraphBuilder::add_either`]).
+struct EitherBox<C, A, B> {
+    first: NodeBox<A>,
+    second: NodeBox<B>,
+    use_first: fn(&mut C) -> bool,
+}
+
+impl<C: 'static, A: Node<C>, B: Node<C, Next = A::Next, Counter = A::Counter>> Runner<C> for EitherBox<C, A, B> {
+    fn run(&mut self, cx: &mut C, io: DispatchIo<'_>) {
+        if (self.use_first)(cx) {
+            run_form(&mut self.first, cx, io)
+        } else {
+            run_form(&mut self.second, cx, io)
+        }
+    }
+}
+
+/// One form's vector loop, kept a function of its own: inlined side by side with the
+/// other form's, it compiled to more instructions a packet (registers shared by two
+/// loops) than the same node added alone.
+#[inline(never)]
+fn run_form<C, N: Node<C>>(form: &mut NodeBox<N>, cx: &mut C, io: DispatchIo<'_>) {
+    form.run(cx, io)
+}
+
 enum Kind<C> {
     Process(Box<dyn Runner<C>>),
     Input,
@@ -313,6 +339,24 @@ impl<C: 'static> GraphBuilder<C> {
         let name = node.name();
         let next = N::Next::NAMES.iter().map(|s| s.to_string()).collect();
         self.push(name, Kind::Process(Box::new(NodeBox { node, speculated: 0 })), next, <N::Counter as Counters>::INFO)
+    }
+
+    /// Add one node built in two forms with the same name, next nodes and counters,
+    /// `use_first` choosing which runs, once per vector. For a feature that can be
+    /// switched off at run time (per-tunnel counting): switched off, it costs one call a
+    /// vector, where a per-packet test would keep its code in every packet's path (and
+    /// that code's registers and layout cost even when the branch is never taken).
+    pub fn add_either<A, B>(&mut self, first: A, second: B, use_first: fn(&mut C) -> bool) -> NodeId
+    where
+        A: Node<C>,
+        B: Node<C, Next = A::Next, Counter = A::Counter>,
+    {
+        let name = first.name();
+        assert_eq!(name, second.name(), "the two forms of a node have one name");
+        let next = A::Next::NAMES.iter().map(|s| s.to_string()).collect();
+        let runner =
+            EitherBox { first: NodeBox { node: first, speculated: 0 }, second: NodeBox { node: second, speculated: 0 }, use_first };
+        self.push(name, Kind::Process(Box::new(runner)), next, <A::Counter as Counters>::INFO)
     }
 
     /// Add a node that turns one packet into several (see [`ExpandNode`]).

@@ -371,3 +371,69 @@ fn speculative_enqueue_keeps_every_packet_in_order_as_the_mix_changes() {
     }
     assert_eq!(pool.in_use(), 0);
 }
+
+/// `Split`'s name and next nodes in a second form that sends every packet to `rec-b`.
+struct AllToB;
+impl Node<Cx> for AllToB {
+    type Next = SplitNext;
+    type Counter = RecCounter;
+    fn name(&self) -> &'static str {
+        "split"
+    }
+    fn process(&mut self, _: &mut Cx, _: &mut Counts<'_, RecCounter>, _: &mut Buffer) -> Verdict<SplitNext, RecCounter> {
+        Verdict::Next(SplitNext::B)
+    }
+}
+
+static USE_SPLIT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+#[test]
+fn a_node_in_two_forms_runs_the_one_chosen_for_each_vector() {
+    let log = Log::default();
+    let mut g = GraphBuilder::<Cx>::new();
+    g.add_either(Split, AllToB, |_| USE_SPLIT.load(std::sync::atomic::Ordering::Relaxed));
+    for name in ["rec-a", "rec-b", "rec-c"] {
+        g.add(Recorder(name, log.clone()));
+    }
+    let input = g.add_input("src", "split");
+    let mut graph = g.build().unwrap();
+    let mut pool = Pool::new(64, 0);
+    // Every packet's first byte says rec-a; the second form ignores it.
+    for (v, use_split) in [true, false, true].into_iter().enumerate() {
+        USE_SPLIT.store(use_split, std::sync::atomic::Ordering::Relaxed);
+        let bufs: Vec<BufIdx> = (0..4u16)
+            .map(|i| {
+                let b = pool.alloc(3).unwrap();
+                let seq = v as u16 * 4 + i;
+                pool.get_mut(b).write(&[0, (seq >> 8) as u8, seq as u8]).unwrap();
+                b
+            })
+            .collect();
+        graph.inject(input, &mut pool, &bufs, 0);
+        graph.run(&mut Cx, &mut pool);
+    }
+    let got = log.lock().unwrap().clone();
+    let to = |name: &str| -> Vec<u16> { got.iter().filter(|s| s.0 == name).map(|s| s.1).collect() };
+    assert_eq!(to("rec-a"), [0, 1, 2, 3, 8, 9, 10, 11]);
+    assert_eq!(to("rec-b"), [4, 5, 6, 7]);
+    assert_eq!(pool.in_use(), 0);
+}
+
+#[test]
+#[should_panic(expected = "one name")]
+fn the_two_forms_of_a_node_share_its_name() {
+    GraphBuilder::<Cx>::new().add_either(Split, Parity2, |_| true);
+}
+
+/// A node named otherwise, with `Split`'s next nodes and counters.
+struct Parity2;
+impl Node<Cx> for Parity2 {
+    type Next = SplitNext;
+    type Counter = RecCounter;
+    fn name(&self) -> &'static str {
+        "other"
+    }
+    fn process(&mut self, _: &mut Cx, _: &mut Counts<'_, RecCounter>, _: &mut Buffer) -> Verdict<SplitNext, RecCounter> {
+        Verdict::Next(SplitNext::A)
+    }
+}

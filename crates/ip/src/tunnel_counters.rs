@@ -22,10 +22,13 @@
 //! carries.
 //!
 //! Counting is a configuration choice, off by default (`[metrics] tunnel_counters`, as
-//! VPP's adjacency counters are off until enabled): it costs about 2 % of a GTP-U path
+//! VPP's adjacency counters are off until enabled): on, it costs about 2 % of a GTP-U path
 //! (docs/PERFORMANCE.md, issue 22). [`WorkerCounters::enabled`] is published with the
 //! tunnel tables; the worker's writer takes it with each table version
-//! ([`TunnelCounterWriter::follow`]) and, when off, counts nothing.
+//! ([`TunnelCounterWriter::follow`]) and, when off, counts nothing. The counting nodes
+//! come in two forms, with and without their counting code, the graph running the one
+//! the switch names for each vector ([`TunnelCounterWriter::counting`]): switched off,
+//! counting costs one test a vector, not code in every packet's path.
 
 use arc_swap::ArcSwap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -243,6 +246,13 @@ impl TunnelCounterWriter {
     pub fn follow(&mut self, tunnels: usize, counting: bool) {
         self.counting = counting;
         self.reserve(tunnels);
+    }
+
+    /// Whether the tables say to count: the counting nodes run in the form that counts
+    /// only while this holds (`engine::GraphBuilder::add_either`).
+    #[inline(always)]
+    pub fn counting(&self) -> bool {
+        self.counting
     }
 
     /// Make room for tunnel ids below `tunnels` (on a new table version, never per

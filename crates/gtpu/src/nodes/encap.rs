@@ -46,9 +46,11 @@ counters! {
     }
 }
 
-pub struct GtpuEncap<O: Outer>(std::marker::PhantomData<O>);
+/// `COUNT`: the form that counts per tunnel; the graph runs it only while per-tunnel
+/// counting is on ([`super::register`]).
+pub struct GtpuEncap<O: Outer, const COUNT: bool>(std::marker::PhantomData<O>);
 
-impl<O: Outer> Default for GtpuEncap<O> {
+impl<O: Outer, const COUNT: bool> Default for GtpuEncap<O, COUNT> {
     fn default() -> Self {
         GtpuEncap(std::marker::PhantomData)
     }
@@ -108,7 +110,7 @@ pub fn inner_sum_from_headers(p: &[u8]) -> Option<wire::checksum::Checksum> {
     Some(c)
 }
 
-impl<O: Outer> GtpuEncap<O> {
+impl<O: Outer, const COUNT: bool> GtpuEncap<O, COUNT> {
     const REWRITE: GtpuEncapNext = if O::IS_V6 { GtpuEncapNext::Ip6Rewrite } else { GtpuEncapNext::Ip4Rewrite };
     const LOOKUP: GtpuEncapNext = if O::IS_V6 { GtpuEncapNext::Ip6Lookup } else { GtpuEncapNext::Ip4Lookup };
 
@@ -181,7 +183,7 @@ impl<O: Outer> GtpuEncap<O> {
     }
 }
 
-impl<Cx: HasGtpu, O: Outer> Node<Cx> for GtpuEncap<O> {
+impl<Cx: HasGtpu, O: Outer, const COUNT: bool> Node<Cx> for GtpuEncap<O, COUNT> {
     type Next = GtpuEncapNext;
     type Counter = GtpuEncapCounter;
 
@@ -190,7 +192,9 @@ impl<Cx: HasGtpu, O: Outer> Node<Cx> for GtpuEncap<O> {
     }
 
     fn end_of_vector(&mut self, cx: &mut Cx) {
-        cx.split().1.counters.flush();
+        if COUNT {
+            cx.split().1.counters.flush();
+        }
     }
 
     /// With `prefetch`: start loading every packet's tunnel entry before the first is
@@ -260,7 +264,9 @@ impl<Cx: HasGtpu, O: Outer> Node<Cx> for GtpuEncap<O> {
             return Verdict::Drop(c);
         }
         counts.inc(GtpuEncapCounter::Encapsulated);
-        g.counters.tx(id, inner_len);
+        if COUNT {
+            g.counters.tx(id, inner_len);
+        }
         buf.meta.adj = adj;
         if fragment_outer.is_some() && ip::outer::fragment_outer(buf, fragment_outer) {
             counts.inc(GtpuEncapCounter::FragmentOuter);

@@ -63,9 +63,11 @@ counters! {
 const PREPARED: u32 = 1 << 3;
 const NOT_FOUND: u32 = u32::MAX;
 
-pub struct GtpuInput<O: Outer>(std::marker::PhantomData<O>);
+/// `COUNT`: the form that counts per tunnel; the graph runs it only while per-tunnel
+/// counting is on ([`super::register`]).
+pub struct GtpuInput<O: Outer, const COUNT: bool>(std::marker::PhantomData<O>);
 
-impl<O: Outer> Default for GtpuInput<O> {
+impl<O: Outer, const COUNT: bool> Default for GtpuInput<O, COUNT> {
     fn default() -> Self {
         GtpuInput(std::marker::PhantomData)
     }
@@ -174,7 +176,7 @@ fn parse<O: Outer>(b: &[u8], trusted: bool) -> Result<Parsed<O::Addr>, GtpuInput
     })
 }
 
-impl<O: Outer> GtpuInput<O> {
+impl<O: Outer, const COUNT: bool> GtpuInput<O, COUNT> {
     const REPLY: GtpuInputNext = if O::IS_V6 { GtpuInputNext::Ip6Lookup } else { GtpuInputNext::Ip4Lookup };
 
     /// Replace the packet by a GTP-U message from our address to the sender.
@@ -223,7 +225,7 @@ impl<O: Outer> GtpuInput<O> {
     }
 }
 
-impl<Cx: HasGtpu, O: Outer> Node<Cx> for GtpuInput<O> {
+impl<Cx: HasGtpu, O: Outer, const COUNT: bool> Node<Cx> for GtpuInput<O, COUNT> {
     type Next = GtpuInputNext;
     type Counter = GtpuInputCounter;
 
@@ -232,7 +234,9 @@ impl<Cx: HasGtpu, O: Outer> Node<Cx> for GtpuInput<O> {
     }
 
     fn end_of_vector(&mut self, cx: &mut Cx) {
-        cx.split().1.counters.flush();
+        if COUNT {
+            cx.split().1.counters.flush();
+        }
     }
 
     /// With `batch_lookup` and a table larger than the caches: compute every plain
@@ -338,7 +342,9 @@ impl<Cx: HasGtpu, O: Outer> Node<Cx> for GtpuInput<O> {
                 }
                 // Last, after every read of the tables: a store into the context before
                 // them would make the compiler load them again.
-                g.counters.rx(id, buf.len());
+                if COUNT {
+                    g.counters.rx(id, buf.len());
+                }
                 Self::forward(buf, next, skip)
             }
             MessageType::EchoRequest => {

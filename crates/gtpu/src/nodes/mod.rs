@@ -12,10 +12,16 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// Add the GTP-U nodes to a graph (the IP nodes must be there too).
 pub fn register<Cx: HasGtpu>(g: &mut GraphBuilder<Cx>) {
-    g.add(input::GtpuInput::<Ip4Outer>::default());
-    g.add(input::GtpuInput::<Ip6Outer>::default());
-    g.add(encap::GtpuEncap::<Ip4Outer>::default());
-    g.add(encap::GtpuEncap::<Ip6Outer>::default());
+    // Each node in two forms, counting per tunnel and not, chosen per vector.
+    g.add_either(input::GtpuInput::<Ip4Outer, true>::default(), input::GtpuInput::<Ip4Outer, false>::default(), counting::<Cx>);
+    g.add_either(input::GtpuInput::<Ip6Outer, true>::default(), input::GtpuInput::<Ip6Outer, false>::default(), counting::<Cx>);
+    g.add_either(encap::GtpuEncap::<Ip4Outer, true>::default(), encap::GtpuEncap::<Ip4Outer, false>::default(), counting::<Cx>);
+    g.add_either(encap::GtpuEncap::<Ip6Outer, true>::default(), encap::GtpuEncap::<Ip6Outer, false>::default(), counting::<Cx>);
+}
+
+/// Whether per-tunnel counting is on (`[metrics] tunnel_counters`).
+fn counting<Cx: HasGtpu>(cx: &mut Cx) -> bool {
+    cx.split().1.counters.counting()
 }
 
 pub use ip::outer::{udp_checksum, udp_checksum_field, udp_checksum_ok, Ip4Outer, Ip6Outer, OuterError, OuterFamily};

@@ -45,13 +45,15 @@ counters! {
     }
 }
 
-pub struct UdpTunEncap<O: TunOuter> {
+/// `COUNT`: the form that counts per tunnel; the graph runs it only while per-tunnel
+/// counting is on ([`super::register`]).
+pub struct UdpTunEncap<O: TunOuter, const COUNT: bool> {
     /// The fast path's plan for the tunnel last seen in this vector.
     plan: EncapPlan,
     outer: std::marker::PhantomData<O>,
 }
 
-impl<O: TunOuter> Default for UdpTunEncap<O> {
+impl<O: TunOuter, const COUNT: bool> Default for UdpTunEncap<O, COUNT> {
     fn default() -> Self {
         UdpTunEncap { plan: EncapPlan::default(), outer: std::marker::PhantomData }
     }
@@ -290,7 +292,7 @@ fn name_inner6(t: &Tunnel, h: &mut [u8]) {
     }
 }
 
-impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunEncap<O> {
+impl<Cx: HasUdpTun, O: TunOuter, const COUNT: bool> Node<Cx> for UdpTunEncap<O, COUNT> {
     type Next = UdpTunEncapNext;
     type Counter = UdpTunEncapCounter;
 
@@ -299,7 +301,9 @@ impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunEncap<O> {
     }
 
     fn end_of_vector(&mut self, cx: &mut Cx) {
-        cx.split_udptun().1.counters.flush();
+        if COUNT {
+            cx.split_udptun().1.counters.flush();
+        }
     }
 
     #[inline(always)]
@@ -318,7 +322,9 @@ impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunEncap<O> {
         let inner_len = buf.len();
         if encap_planned::<O>(&self.plan, buf) {
             counts.inc(UdpTunEncapCounter::Encapsulated);
-            u.counters.tx(id, inner_len);
+            if COUNT {
+                u.counters.tx(id, inner_len);
+            }
             return Verdict::Next(UdpTunEncapNext::Output);
         }
         // The plan was made for this tunnel: its copy of the tunnel and its adjacency.
@@ -368,7 +374,9 @@ impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunEncap<O> {
             return Verdict::Drop(c);
         }
         counts.inc(UdpTunEncapCounter::Encapsulated);
-        u.counters.tx(id, inner_len);
+        if COUNT {
+            u.counters.tx(id, inner_len);
+        }
         buf.meta.adj = adj;
         if fragment_outer.is_some() && ip::outer::fragment_outer(buf, fragment_outer) {
             counts.inc(UdpTunEncapCounter::FragmentOuter);

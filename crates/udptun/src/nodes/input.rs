@@ -51,7 +51,9 @@ counters! {
     }
 }
 
-pub struct UdpTunInput<O: TunOuter> {
+/// `COUNT`: the form that counts per tunnel; the graph runs it only while per-tunnel
+/// counting is on ([`super::register`]).
+pub struct UdpTunInput<O: TunOuter, const COUNT: bool> {
     /// The tunnel last looked up: a vector's packets mostly come from a few peers.
     /// Forgotten at each vector, since the tables may be republished between vectors.
     /// Boxed so that it stays in memory, where the fast path reads it: inline, the
@@ -123,7 +125,7 @@ fn plain_headers(encap: Encap, key: Option<u32>) -> Option<([u8; 4], [u8; 4])> {
     }
 }
 
-impl<O: TunOuter> Default for UdpTunInput<O> {
+impl<O: TunOuter, const COUNT: bool> Default for UdpTunInput<O, COUNT> {
     fn default() -> Self {
         UdpTunInput { last: Box::new(Last::new(None)) }
     }
@@ -314,7 +316,7 @@ fn inner_next(buf: &mut Buffer, v4: bool) -> UdpTunInputNext {
     }
 }
 
-impl<O: TunOuter> UdpTunInput<O> {
+impl<O: TunOuter, const COUNT: bool> UdpTunInput<O, COUNT> {
     /// [`decap_plain`] for a packet of the tunnel planned, its outer header tested
     /// against the plan's template in a few word comparisons.
     #[inline(always)]
@@ -356,7 +358,7 @@ impl<O: TunOuter> UdpTunInput<O> {
     }
 }
 
-impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunInput<O> {
+impl<Cx: HasUdpTun, O: TunOuter, const COUNT: bool> Node<Cx> for UdpTunInput<O, COUNT> {
     type Next = UdpTunInputNext;
     type Counter = UdpTunInputCounter;
 
@@ -365,7 +367,9 @@ impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunInput<O> {
     }
 
     fn end_of_vector(&mut self, cx: &mut Cx) {
-        cx.split_udptun().1.counters.flush();
+        if COUNT {
+            cx.split_udptun().1.counters.flush();
+        }
     }
 
     #[inline(always)]
@@ -383,7 +387,9 @@ impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunInput<O> {
         // fast path. The first of a vector, and anything else, take the full parse.
         if let Some((next, id)) = self.fast(buf) {
             counts.inc(C::Decapsulated);
-            cx.split_udptun().1.counters.rx(id, buf.len());
+            if COUNT {
+                cx.split_udptun().1.counters.rx(id, buf.len());
+            }
             return Verdict::Next(next);
         }
         let (ipc, u) = cx.split_udptun();
@@ -410,7 +416,9 @@ impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunInput<O> {
         };
         if let Some(next) = decap_plain(&plan, udp, buf) {
             counts.inc(C::Decapsulated);
-            u.counters.rx(plan.id, buf.len());
+            if COUNT {
+                u.counters.rx(plan.id, buf.len());
+            }
             return Verdict::Next(next);
         }
         let id = plan.id;
@@ -428,7 +436,9 @@ impl<Cx: HasUdpTun, O: TunOuter> Node<Cx> for UdpTunInput<O> {
             }
             Ok(Some((v4, remote_checksum))) => {
                 counts.inc(C::Decapsulated);
-                u.counters.rx(id, buf.len());
+                if COUNT {
+                    u.counters.rx(id, buf.len());
+                }
                 if remote_checksum {
                     counts.inc(C::GueRemoteChecksumCompleted);
                 }

@@ -14,10 +14,16 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// Add the UDP tunnel nodes to a graph (the IP nodes must be there too).
 pub fn register<Cx: HasUdpTun>(g: &mut GraphBuilder<Cx>) {
-    g.add(input::UdpTunInput::<Ip4Outer>::default());
-    g.add(input::UdpTunInput::<Ip6Outer>::default());
-    g.add(encap::UdpTunEncap::<Ip4Outer>::default());
-    g.add(encap::UdpTunEncap::<Ip6Outer>::default());
+    // Each node in two forms, counting per tunnel and not, chosen per vector.
+    g.add_either(input::UdpTunInput::<Ip4Outer, true>::default(), input::UdpTunInput::<Ip4Outer, false>::default(), counting::<Cx>);
+    g.add_either(input::UdpTunInput::<Ip6Outer, true>::default(), input::UdpTunInput::<Ip6Outer, false>::default(), counting::<Cx>);
+    g.add_either(encap::UdpTunEncap::<Ip4Outer, true>::default(), encap::UdpTunEncap::<Ip4Outer, false>::default(), counting::<Cx>);
+    g.add_either(encap::UdpTunEncap::<Ip6Outer, true>::default(), encap::UdpTunEncap::<Ip6Outer, false>::default(), counting::<Cx>);
+}
+
+/// Whether per-tunnel counting is on (`[metrics] tunnel_counters`).
+fn counting<Cx: HasUdpTun>(cx: &mut Cx) -> bool {
+    cx.split_udptun().1.counters.counting()
 }
 
 /// The UDP tunnels' part of an outer family: node names and the decap table.
