@@ -8,8 +8,15 @@
 //! reused first. The medium class exists for the cache: a vector of 8000-byte datagrams
 //! in 256 KiB buffers touches 256 buffers' worth of pages and TLB entries, in 16 KiB
 //! ones a sixteenth of that (`vecgate bench parcel-split --segment-size 8000`).
+//!
+//! Every buffer's storage is cut from one slab, on huge pages where the kernel gives
+//! them (VPP keeps its buffers the same way): each buffer starts a cache line and spans
+//! an odd number of them, so the first lines of consecutive buffers — where every node
+//! reads its packet's headers — fall in different sets of the caches instead of
+//! crowding into a few, and the same physical layout is had by every run.
 
-use crate::buffer::{BufIdx, Buffer};
+use crate::buffer::{BufIdx, Buffer, Line, HEADROOM};
+use core::ptr::NonNull;
 
 /// Payload capacity of a regular buffer: a full Ethernet jumbo-less frame plus room.
 pub const REGULAR_CAPACITY: usize = 2048;
@@ -33,6 +40,9 @@ pub struct PoolStats {
 
 pub struct Pool {
     bufs: Vec<Buffer>,
+    /// The storage of every buffer in `bufs` (`Box::into_raw` of it): freed in `Drop`,
+    /// after them.
+    slab: NonNull<[Line]>,
     regular: usize,
     /// Indices `regular..medium_end` are medium buffers, the rest large.
     medium_end: usize,
@@ -42,6 +52,27 @@ pub struct Pool {
     alloc_failures: u64,
 }
 
+/// Lines of storage for a buffer of `capacity` bytes after the headroom: an odd number
+/// (see the module's note).
+fn lines_of(capacity: usize) -> usize {
+    (HEADROOM + capacity).div_ceil(64) | 1
+}
+
+// SAFETY: the slab is owned by the pool alone (its buffers point into it and never
+// leave the pool), so the pool moves between threads with everything it refers to.
+#[allow(unsafe_code)]
+unsafe impl Send for Pool {}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        self.bufs.clear();
+        #[allow(unsafe_code)]
+        // SAFETY: `slab` came from `Box::leak` in `with_classes` and is freed only here,
+        // after every buffer pointing into it is gone.
+        drop(unsafe { Box::from_raw(self.slab.as_ptr()) });
+    }
+}
+
 impl Pool {
     /// Regular and large buffers, no medium ones.
     pub fn new(regular: usize, large: usize) -> Pool {
@@ -49,14 +80,30 @@ impl Pool {
     }
 
     pub fn with_classes(regular: usize, medium: usize, large: usize) -> Pool {
+        let classes = [(regular, REGULAR_CAPACITY), (medium, MEDIUM_CAPACITY), (large, LARGE_CAPACITY)];
+        let total: usize = classes.iter().map(|&(n, capacity)| n * lines_of(capacity)).sum();
+        let slab = NonNull::from(Box::leak(crate::mem::huge_table(total, Line([0; 64]))));
+        #[allow(unsafe_code)]
+        // SAFETY: the slab was just leaked to us; the pool frees it only in `Drop`.
+        let mut rest: &mut [Line] = unsafe { &mut *slab.as_ptr() };
         let mut bufs = Vec::with_capacity(regular + medium + large);
-        bufs.extend((0..regular).map(|_| Buffer::new(REGULAR_CAPACITY)));
-        bufs.extend((0..medium).map(|_| Buffer::new(MEDIUM_CAPACITY)));
-        bufs.extend((0..large).map(|_| Buffer::new(LARGE_CAPACITY)));
+        for (n, capacity) in classes {
+            for _ in 0..n {
+                let (mine, others) = std::mem::take(&mut rest).split_at_mut(lines_of(capacity));
+                rest = others;
+                // The buffer uses what its class holds; a line left over only spaces it.
+                let mine = &mut mine[..(HEADROOM + capacity).div_ceil(64)];
+                #[allow(unsafe_code)]
+                // SAFETY: each buffer gets lines of its own (split off the rest), and the
+                // slab outlives the buffers: `Drop` clears them before freeing it.
+                bufs.push(unsafe { Buffer::over(mine) });
+            }
+        }
         // Reverse so the first allocations get the lowest indices.
         let ids = |from: usize, n: usize| (from as u32..(from + n) as u32).rev().map(BufIdx).collect();
         Pool {
             bufs,
+            slab,
             regular,
             medium_end: regular + medium,
             free_regular: ids(0, regular),
@@ -166,6 +213,29 @@ impl Pool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_buffer_starts_a_line_of_its_own_with_the_capacity_of_its_class() {
+        let mut p = Pool::with_classes(8, 2, 2);
+        let mut starts = Vec::new();
+        for (len, capacity) in [(60, REGULAR_CAPACITY), (9000, MEDIUM_CAPACITY), (70_000, LARGE_CAPACITY)] {
+            for _ in 0..2 {
+                let i = p.alloc(len).unwrap();
+                let b = p.get_mut(i);
+                b.write(&[0x45; 60]).unwrap();
+                assert_eq!(b.bytes().as_ptr() as usize % 64, 0);
+                assert_eq!(b.capacity(), capacity);
+                starts.push(b.bytes().as_ptr() as usize - HEADROOM);
+            }
+        }
+        // No two buffers overlap, and consecutive ones are an odd number of lines apart
+        // (their first lines in different cache sets).
+        starts.sort();
+        for w in starts.windows(2) {
+            let lines = (w[1] - w[0]) / 64;
+            assert!(lines * 64 == w[1] - w[0] && lines % 2 == 1, "{lines} lines apart");
+        }
+    }
 
     #[test]
     fn classes_and_exhaustion() {
