@@ -329,6 +329,34 @@ mod tests {
         }
     }
 
+    /// Headroom short of the whole template but enough for the headers: the headers
+    /// alone are copied, the same bytes as with room; shorter still, refused by name.
+    #[test]
+    fn short_headroom_takes_the_headers_alone() {
+        let o = Outer::new(Forwarding::Gue, NODE.parse().unwrap(), BACKEND.parse().unwrap(), 6080).unwrap();
+        let inner = inner4(10);
+        let roomy = encap(&o, &inner, 7).unwrap();
+        for headroom in [o.len(), o.len() + 1, MAX_OUTER - 1, 0, o.len() - 1] {
+            let mut pool = engine::Pool::new(1, 1);
+            let b = pool.alloc(inner.len()).unwrap();
+            let buf = pool.get_mut(b);
+            buf.write(&inner).unwrap();
+            // Move the packet's start down to `headroom` bytes from the buffer's start.
+            let down = buf.headroom() - headroom;
+            buf.extend_front(down).unwrap();
+            buf.bytes_mut()[..inner.len()].copy_from_slice(&inner);
+            buf.truncate(inner.len());
+            assert_eq!(buf.headroom(), headroom);
+            let r = o.apply(buf, 7);
+            if headroom >= o.len() {
+                assert_eq!(r, Ok(()), "headroom {headroom}");
+                assert_eq!(buf.bytes(), &roomy[..], "headroom {headroom}");
+            } else {
+                assert_eq!(r, Err(EncapError::NoHeadroom), "headroom {headroom}");
+            }
+        }
+    }
+
     #[test]
     fn an_outer_template_is_one_cache_line() {
         assert_eq!(std::mem::size_of::<Outer>(), 64);
