@@ -39,7 +39,10 @@ pub enum EncapError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(align(64))]
 pub struct Outer {
-    /// The headers, from the outer IP header on (the first `len` bytes).
+    /// The headers, from the outer IP header on, at the end (the last `len` bytes;
+    /// zeros before them): the whole array goes in front of a packet with one fixed-size
+    /// copy, the bytes before the headers landing in headroom (a copy of the headers'
+    /// own length was a call to `memcpy` a packet, perf).
     bytes: [u8; MAX_OUTER],
     len: u8,
     /// Where UDP starts (GUE only; 0 without UDP).
@@ -97,7 +100,10 @@ impl Outer {
             bytes[10..12].copy_from_slice(&c.to_be_bytes());
             !c
         };
-        Some(Outer { bytes, len: (ip_len + extra) as u8, udp_at: udp_at as u8, v6, ip_sum, pseudo: pseudo.fold(), adj: ADJ_MISS })
+        let len = ip_len + extra;
+        bytes.copy_within(..len, MAX_OUTER - len);
+        bytes[..MAX_OUTER - len].fill(0);
+        Some(Outer { bytes, len: len as u8, udp_at: udp_at as u8, v6, ip_sum, pseudo: pseudo.fold(), adj: ADJ_MISS })
     }
 
     /// The same headers, sent by adjacency `adj`.
@@ -116,7 +122,23 @@ impl Outer {
 
     /// The headers as a packet of no payload would carry them.
     pub fn bytes(&self) -> &[u8] {
-        &self.bytes[..self.len as usize]
+        &self.bytes[MAX_OUTER - self.len as usize..]
+    }
+
+    /// Grow `buf` at the front by the headers, written: one fixed-size copy of the whole
+    /// array when the headroom takes it (always, at the pool's standard headroom), else
+    /// a copy of the headers alone. The headers, to patch, or `None` without room for them.
+    #[inline(always)]
+    fn put_in_front<'b>(&self, buf: &'b mut engine::Buffer) -> Option<&'b mut [u8]> {
+        let len = self.len as usize;
+        if let Some(w) = buf.front_window::<MAX_OUTER>(MAX_OUTER) {
+            *w = self.bytes;
+            buf.extend_front(len).ok()?;
+            return buf.bytes_mut().get_mut(..len);
+        }
+        let h = buf.prepend(len).ok()?;
+        h.copy_from_slice(self.bytes());
+        Some(h)
     }
 
     /// Put the headers in front of the packet in `buf` (the client's, from its IP header
@@ -134,8 +156,7 @@ impl Outer {
         if total > u16::MAX as usize {
             return Err(EncapError::TooBig);
         }
-        let h = buf.prepend(len).map_err(|_| EncapError::NoHeadroom)?;
-        h.copy_from_slice(&self.bytes[..len]);
+        let h = self.put_in_front(buf).ok_or(EncapError::NoHeadroom)?;
         h[2..4].copy_from_slice(&(total as u16).to_be_bytes());
         let mut c = self.ip_sum as u32 + total as u32;
         c = (c & 0xffff) + (c >> 16);
@@ -162,8 +183,7 @@ impl Outer {
         if self.udp_at != 0 {
             ip::outer::ChecksumMode::Software.settle_inner_checksum(buf);
         }
-        let h = buf.prepend(len).map_err(|_| EncapError::NoHeadroom)?;
-        h.copy_from_slice(&self.bytes[..len]);
+        let h = self.put_in_front(buf).ok_or(EncapError::NoHeadroom)?;
         h[4..6].copy_from_slice(&(ip_payload as u16).to_be_bytes());
         if self.udp_at != 0 {
             let u = self.udp_at as usize;
@@ -305,6 +325,34 @@ mod tests {
                 };
                 assert!(ip::outer::udp_checksum_ok(Ip6Outer::pseudo(&s, &d), &p[40..]));
                 assert_eq!(p[40 + 8 + 1], 41);
+            }
+        }
+    }
+
+    /// Headroom short of the whole template but enough for the headers: the headers
+    /// alone are copied, the same bytes as with room; shorter still, refused by name.
+    #[test]
+    fn short_headroom_takes_the_headers_alone() {
+        let o = Outer::new(Forwarding::Gue, NODE.parse().unwrap(), BACKEND.parse().unwrap(), 6080).unwrap();
+        let inner = inner4(10);
+        let roomy = encap(&o, &inner, 7).unwrap();
+        for headroom in [o.len(), o.len() + 1, MAX_OUTER - 1, 0, o.len() - 1] {
+            let mut pool = engine::Pool::new(1, 1);
+            let b = pool.alloc(inner.len()).unwrap();
+            let buf = pool.get_mut(b);
+            buf.write(&inner).unwrap();
+            // Move the packet's start down to `headroom` bytes from the buffer's start.
+            let down = buf.headroom() - headroom;
+            buf.extend_front(down).unwrap();
+            buf.bytes_mut()[..inner.len()].copy_from_slice(&inner);
+            buf.truncate(inner.len());
+            assert_eq!(buf.headroom(), headroom);
+            let r = o.apply(buf, 7);
+            if headroom >= o.len() {
+                assert_eq!(r, Ok(()), "headroom {headroom}");
+                assert_eq!(buf.bytes(), &roomy[..], "headroom {headroom}");
+            } else {
+                assert_eq!(r, Err(EncapError::NoHeadroom), "headroom {headroom}");
             }
         }
     }

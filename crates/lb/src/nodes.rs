@@ -32,6 +32,7 @@ use crate::encap::EncapError;
 use crate::family::Family;
 use crate::nat::{self, Flow, NatError};
 use crate::session::{Hit, LbDrop, Outcome};
+use crate::tables::FamilyTables;
 use engine::{counters, next_nodes, BufIdx, Buffer, Counts, GraphBuilder, Node, Pool, Verdict, VECTOR_SIZE};
 use ip::nodes::IcmpRequest;
 use ip::tables::{Adjacency, ADJ_MISS, MAX_INDEX};
@@ -111,13 +112,28 @@ pub struct LbNat<F: Family> {
     /// The current vector's packets as `prepare` read them, by their place in the
     /// vector (in `meta.param`, as `ipsecN-output` keeps its `Ready`).
     ready: Box<[Prepared<F::Addr>; VECTOR_SIZE]>,
+    /// How many of `ready` are the current vector's.
+    len: usize,
+    /// Whether this vector prefetches outer headers too (more than the caches keep).
+    templates: bool,
 }
 
 impl<F: Family> Default for LbNat<F> {
     fn default() -> Self {
-        LbNat { ready: Box::new([Prepared { flow: Err(NatError::Truncated), hash: 0 }; VECTOR_SIZE]) }
+        LbNat { ready: Box::new([Prepared { flow: Err(NatError::Truncated), hash: 0 }; VECTOR_SIZE]), len: 0, templates: false }
     }
 }
+
+/// How many packets ahead of the one it decides `process` starts loading a session
+/// slot: the misses of a few packets overlap each other and the work in between, and a
+/// line arrives shortly before its packet needs it. Loading a whole vector's (256 lines)
+/// up front queued them behind the core's few outstanding misses and, with the packets'
+/// own lines, overflowed the L1 cache before the first were used (perf: a third of the
+/// node's samples on that prefetch and on the hit's load; docs/PERFORMANCE.md).
+const AHEAD: usize = 16;
+/// How far ahead the outer headers of a direct session: half as far, so that its slot
+/// (prefetched `AHEAD` packets before) has had time to arrive.
+const TEMPLATE_AHEAD: usize = AHEAD / 2;
 
 fn nat_drop(e: NatError) -> LbNatCounter {
     match e {
@@ -130,6 +146,19 @@ fn nat_drop(e: NatError) -> LbNatCounter {
 }
 
 impl<F: NatNodeFamily> LbNat<F> {
+    /// Start loading the outer headers of the direct session in the home slot of the
+    /// key whose hash is `hash`, if there is one (a hint: the slot's key not compared).
+    #[inline(always)]
+    fn prefetch_template(t: &FamilyTables<F>, lb: &crate::session::Balancer<F>, hash: u32) {
+        if let Some((i, s)) = lb.sessions.peek_hashed(hash) {
+            if s.twin == i {
+                if let Some(outer) = t.outer(s.service, s.backend) {
+                    engine::prefetch::read(outer);
+                }
+            }
+        }
+    }
+
     /// A forwarded packet: translated if it is the reply of a `Local`-policy connection,
     /// on to `ipN-rewrite` either way (its route is the client's, unchanged).
     #[inline]
@@ -279,11 +308,11 @@ impl<Cx: HasLb, F: NatNodeFamily> Node<Cx> for LbNat<F> {
         F::NODE
     }
 
-    /// Start every packet's session lookup before waiting on any (the table is larger
-    /// than the caches and its pages than the TLB): the home slot of every packet's key,
-    /// the one line a hit reads, so a vector's misses overlap rather than queue. Each
-    /// packet's flow is read and hashed once, here, and kept in `ready` for `process`.
-    /// Measured in docs/PERFORMANCE.md.
+    /// Read and hash each packet's flow once, here, kept in `ready` for `process`, and
+    /// start loading the session slots (the key's home slot, the one line a hit reads)
+    /// of the first [`AHEAD`] packets; `process` keeps the loads that far ahead. With
+    /// more outer headers than the caches keep, the first [`TEMPLATE_AHEAD`] packets'
+    /// too. Measured in docs/PERFORMANCE.md.
     fn prepare(&mut self, cx: &mut Cx, pool: &mut Pool, input: &[BufIdx]) {
         let (t, lb, _) = F::parts(cx.lb());
         let n = input.len().min(VECTOR_SIZE);
@@ -294,24 +323,22 @@ impl<Cx: HasLb, F: NatNodeFamily> Node<Cx> for LbNat<F> {
                 Ok(Flow { key: k, .. }) => F::flow_hash(&k.src, &k.dst, k.sport, k.dport, k.proto),
                 Err(_) => 0,
             };
-            lb.sessions.prefetch_hashed(hash);
             *ready = Prepared { flow, hash };
             buf.meta.param = i as u32;
         }
+        self.len = n;
         let ready = &self.ready[..n];
-        // A second wave for direct-server-return sessions: the backend's outer headers
-        // (with packets going round many services each is a miss of its own). Only
-        // where a service is encapsulated: it reads each slot, which NAT alone need not.
-        if t.encapsulated == 0 {
-            return;
+        for r in ready.iter().take(AHEAD) {
+            lb.sessions.prefetch_hashed(r.hash);
         }
-        for r in ready {
-            if let Some((i, s)) = lb.sessions.peek_hashed(r.hash) {
-                if s.twin == i {
-                    if let Some(outer) = t.outer(s.service, s.backend) {
-                        engine::prefetch::read(outer);
-                    }
-                }
+        // The outer headers of direct-server-return sessions (with packets going round
+        // many services each is a miss of its own). Only where there are more than the
+        // caches keep: it reads the slot, which the hit alone need not (NAT, or a few
+        // encapsulated services).
+        self.templates = t.templates > FamilyTables::<F>::TEMPLATES_CACHED;
+        if self.templates {
+            for r in ready.iter().take(TEMPLATE_AHEAD) {
+                Self::prefetch_template(t, lb, r.hash);
             }
         }
     }
@@ -324,7 +351,20 @@ impl<Cx: HasLb, F: NatNodeFamily> Node<Cx> for LbNat<F> {
     fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
         // `prepare` ran on this vector (the dispatcher runs it first) and left the
         // packet's place in it; the packet is as `prepare` read it.
-        let ready = &self.ready[buf.meta.param as usize % VECTOR_SIZE];
+        let at = buf.meta.param as usize % VECTOR_SIZE;
+        {
+            let (t, lb, _) = F::parts(cx.lb());
+            let ready = &self.ready[..self.len];
+            if let Some(r) = ready.get(at + AHEAD) {
+                lb.sessions.prefetch_hashed(r.hash);
+            }
+            if self.templates {
+                if let Some(r) = ready.get(at + TEMPLATE_AHEAD) {
+                    Self::prefetch_template(t, lb, r.hash);
+                }
+            }
+        }
+        let ready = &self.ready[at];
         // Routed here by a service address's FIB entry (a tunnel reference above the
         // adjacency indices), by ipN-local for the node's own addresses, or on its way
         // to ipN-rewrite (`lb_replies`: a reply that kept the client's address?).
@@ -338,22 +378,20 @@ impl<Cx: HasLb, F: NatNodeFamily> Node<Cx> for LbNat<F> {
         };
         let (t, lb, now) = F::parts(cx.lb());
         // An established flow's packet: its session says everything (no service lookup).
-        match lb.hit(t, ready.hash, &flow.key, flow.flags, local, now) {
-            Some(Hit::Forward(rw, d)) => {
-                let partial = buf.meta.offload.has_partial_checksum();
-                nat::translate_with::<F>(buf.bytes_mut(), flow, &rw, d, partial);
-                Verdict::Next(F::LOOKUP)
-            }
+        let (rw, d) = match lb.hit(t, ready.hash, &flow.key, flow.flags, local, now) {
+            Some(Hit::Forward(rw, d)) => (rw, d),
             Some(Hit::Reply(rw, d)) => {
-                let partial = buf.meta.offload.has_partial_checksum();
-                nat::translate_with::<F>(buf.bytes_mut(), flow, &rw, d, partial);
                 counts.inc(LbNatCounter::Replies);
-                Verdict::Next(F::LOOKUP)
+                (rw, d)
             }
             // `ready.hash` is the flow's (its session was found by it).
-            Some(Hit::Direct { service, backend }) => Self::encapsulate(cx, counts, buf, service, backend, ready.hash),
-            None => Self::full_path(cx, counts, buf, ready, local),
-        }
+            Some(Hit::Direct { service, backend }) => return Self::encapsulate(cx, counts, buf, service, backend, ready.hash),
+            None => return Self::full_path(cx, counts, buf, ready, local),
+        };
+        // One translation for both directions, inlined here (a call a packet before, perf).
+        let partial = buf.meta.offload.has_partial_checksum();
+        nat::translate_with::<F>(buf.bytes_mut(), flow, &rw, d, partial);
+        Verdict::Next(F::LOOKUP)
     }
 }
 

@@ -86,14 +86,14 @@ impl Default for Timeouts {
 
 impl Timeouts {
     pub fn of(&self, s: ConnState) -> u64 {
-        match s {
-            ConnState::SynSent => self.tcp_syn_ms,
-            ConnState::Established => self.tcp_established_ms,
-            ConnState::Closing => self.tcp_closing_ms,
-            ConnState::Reset => self.tcp_reset_ms,
-            ConnState::UdpNew => self.udp_ms,
-            ConnState::UdpReplied => self.udp_replied_ms,
-        }
+        self.by_state()[s as usize]
+    }
+
+    /// The timeouts indexed by `ConnState as usize`: a session hit reads its state's
+    /// from an array (the `match` of [`Timeouts::of`] was an indirect jump a packet).
+    fn by_state(&self) -> [u64; 6] {
+        // In `ConnState`'s order (`each_state_has_its_own_timeout`).
+        [self.tcp_syn_ms, self.tcp_established_ms, self.tcp_closing_ms, self.tcp_reset_ms, self.udp_ms, self.udp_replied_ms]
     }
 }
 
@@ -178,8 +178,19 @@ pub struct AffinityEntry<A> {
 }
 
 /// Keys of either family hash through the family's flow hash.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, Eq, Default)]
 pub struct Key<F: Family>(pub FlowKey<F::Addr>);
+
+/// Every field compared, without an early exit: the session hit's compare is one
+/// branch on the whole key, not one a field (derived, it was five compare-and-branch
+/// pairs a packet, callgrind).
+impl<F: Family> PartialEq for Key<F> {
+    #[inline(always)]
+    fn eq(&self, o: &Self) -> bool {
+        let (a, b) = (&self.0, &o.0);
+        (a.src == b.src) & (a.dst == b.dst) & (a.sport == b.sport) & (a.dport == b.dport) & (a.proto == b.proto)
+    }
+}
 
 impl<F: Family> TableKey for Key<F> {
     #[inline(always)]
@@ -260,12 +271,13 @@ const SNAT_PORT_TRIES: u32 = 8;
 pub struct Balancer<F: Family> {
     pub sessions: Table<Key<F>, Session<F::Addr>>,
     pub affinity: Table<ClientKey<F>, AffinityEntry<F::Addr>>,
-    pub timeouts: Timeouts,
+    /// The timeouts by state ([`Timeouts::by_state`]): a hit reads one word.
+    timeout_of: [u64; 6],
 }
 
 impl<F: Family> Balancer<F> {
     pub fn new(limits: Limits, timeouts: Timeouts) -> Self {
-        Balancer { sessions: Table::new(limits.sessions), affinity: Table::new(limits.affinity), timeouts }
+        Balancer { sessions: Table::new(limits.sessions), affinity: Table::new(limits.affinity), timeout_of: timeouts.by_state() }
     }
 
     /// A packet `key` from a client to `svc` (found by the caller in `t`): the
@@ -319,7 +331,7 @@ impl<F: Family> Balancer<F> {
             // Picked up mid-stream (another worker's or a lost session): it is live.
             ConnState::Established
         };
-        let expires = now + self.timeouts.of(state);
+        let expires = now + self.timeout_of[state as usize];
         if !self.sessions.has_room(&Key(*key), now) {
             return Err(LbDrop::SessionTableFull);
         }
@@ -382,7 +394,7 @@ impl<F: Family> Balancer<F> {
             state,
             node_port: svc.node_port,
         };
-        let i = self.sessions.insert(Key(*key), entry, now, now + self.timeouts.of(state)).ok_or(LbDrop::SessionTableFull)?;
+        let i = self.sessions.insert(Key(*key), entry, now, now + self.timeout_of[state as usize]).ok_or(LbDrop::SessionTableFull)?;
         self.sessions.get_mut(i).twin = i;
         Ok((b, if affine { Outcome::NewAffine } else { outcome }))
     }
@@ -443,7 +455,8 @@ impl<F: Family> Balancer<F> {
             self.touch(i, twin, state, next_state(state, key.proto, flags, false), now);
             return Some(hit);
         }
-        let restart = key.proto == TCP && flags & (TCP_SYN | TCP_ACK) == TCP_SYN && matches!(state, ConnState::Closing | ConnState::Reset);
+        // The state first: it is rarely closing, so one test of the packet's.
+        let restart = matches!(state, ConnState::Closing | ConnState::Reset) && key.proto == TCP && flags & (TCP_SYN | TCP_ACK) == TCP_SYN;
         if restart || t.gen(s.service) != s.gen || (s.node_port && !local) {
             return None;
         }
@@ -481,7 +494,7 @@ impl<F: Family> Balancer<F> {
     /// line); an idle connection goes that much early at most.
     #[inline(always)]
     fn touch(&mut self, i: SlotIdx, twin: SlotIdx, was: ConnState, state: ConnState, now: u64) {
-        let timeout = self.timeouts.of(state);
+        let timeout = self.timeout_of[state as usize];
         let expires = now + timeout;
         if state == was && expires < self.sessions.expires(i) + (timeout / 16).min(1000) {
             return;

@@ -502,10 +502,11 @@ mod tests {
         // The count of encapsulated services (it gates lbN-nat's template prefetch)
         // follows changes, re-templating and deletion.
         assert_eq!((st.tables().v4.encapsulated, st.tables().v6.encapsulated), (1, 0), "the NAT service not counted");
+        assert_eq!(st.tables().v4.templates, 3, "one a backend of the encapsulated service");
         st.del_service("nat").unwrap();
-        assert_eq!(st.tables().v4.encapsulated, 1);
+        assert_eq!((st.tables().v4.encapsulated, st.tables().v4.templates), (1, 3));
         st.del_service("gre").unwrap();
-        assert_eq!(st.tables().v4.encapsulated, 0);
+        assert_eq!((st.tables().v4.encapsulated, st.tables().v4.templates), (0, 0));
     }
 
     #[test]

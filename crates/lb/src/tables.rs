@@ -71,6 +71,10 @@ pub struct FamilyTables<F: Family> {
     /// How many of `outers` are `Some` (kept by [`FamilyTables::set_outers`]): without
     /// an encapsulated service `lbN-nat` looks for no outer headers to prefetch.
     pub encapsulated: usize,
+    /// How many outer headers `outers` holds in all (each backend of each encapsulated
+    /// service, kept by [`FamilyTables::set_outers`]): so few stay in the caches between
+    /// vectors, and `lbN-nat` prefetches them only past [`FamilyTables::TEMPLATES_CACHED`].
+    pub templates: usize,
     /// ClusterIP and LoadBalancer services: (address, port, protocol) → service id.
     pub vips: HashMap<(F::Addr, u16, u8), u32, WordHashBuilder>,
     /// NodePort services: (port, protocol) → service id, on any local address.
@@ -90,6 +94,7 @@ impl<F: Family> Clone for FamilyTables<F> {
             gens: self.gens.clone(),
             outers: self.outers.clone(),
             encapsulated: self.encapsulated,
+            templates: self.templates,
             vips: self.vips.clone(),
             node_ports: self.node_ports.clone(),
             snat: self.snat,
@@ -105,6 +110,7 @@ impl<F: Family> Default for FamilyTables<F> {
             gens: Vec::new(),
             outers: Vec::new(),
             encapsulated: 0,
+            templates: 0,
             vips: HashMap::default(),
             node_ports: HashMap::default(),
             snat: None,
@@ -114,6 +120,11 @@ impl<F: Family> Default for FamilyTables<F> {
 }
 
 impl<F: Family> FamilyTables<F> {
+    /// Outer headers up to this many (16 KB) stay in the caches between vectors: `lbN-nat`
+    /// does not prefetch them (the prefetch reads each packet's session slot a second
+    /// time, ~37 instructions a packet, callgrind; docs/PERFORMANCE.md).
+    pub const TEMPLATES_CACHED: usize = 256;
+
     /// The service a packet to `dst:port` belongs to; NodePort services only when `dst`
     /// is one of the node's addresses (`local`).
     #[inline]
@@ -132,6 +143,8 @@ impl<F: Family> FamilyTables<F> {
         let outers = outers.filter(|o| !o.is_empty());
         let slot = &mut self.outers[id as usize];
         self.encapsulated = self.encapsulated + outers.is_some() as usize - slot.is_some() as usize;
+        let count = |o: &Option<Arc<[Outer]>>| o.as_ref().map_or(0, |o| o.len());
+        self.templates = self.templates + count(&outers) - count(slot);
         *slot = outers;
     }
 

@@ -563,3 +563,31 @@ fn an_established_flow_is_a_fast_hit_until_its_service_changes() {
     assert!(r.lb.hit(&r.t.v4, h(&k), &k, TCP_FIN | TCP_ACK, false, 4).is_some());
     assert_eq!(r.lb.hit(&r.t.v4, h(&k), &k, TCP_SYN, false, 5), None);
 }
+
+/// `Timeouts::of` reads an array in `ConnState`'s order: each state gets its own field
+/// (distinct values, so a state read at another's index fails).
+#[test]
+fn each_state_has_its_own_timeout() {
+    let to = Timeouts { tcp_syn_ms: 1, tcp_established_ms: 2, tcp_closing_ms: 3, tcp_reset_ms: 4, udp_ms: 5, udp_replied_ms: 6 };
+    let got = [ConnState::SynSent, ConnState::Established, ConnState::Closing, ConnState::Reset, ConnState::UdpNew, ConnState::UdpReplied]
+        .map(|s| to.of(s));
+    assert_eq!(got, [1, 2, 3, 4, 5, 6]);
+}
+
+/// The session key's compare (written out, not derived) sees every field: a key that
+/// differs from another in any one field is another key.
+#[test]
+fn a_key_differs_in_any_field() {
+    let k = FlowKey { src: [198, 18, 1, 7], dst: [198, 18, 128, 10], sport: 40_000, dport: 80, proto: 6 };
+    assert_eq!(Key::<V4>(k), Key::<V4>(k));
+    let changed = [
+        FlowKey { src: [198, 18, 1, 8], ..k },
+        FlowKey { dst: [198, 18, 128, 11], ..k },
+        FlowKey { sport: 40_001, ..k },
+        FlowKey { dport: 81, ..k },
+        FlowKey { proto: 17, ..k },
+    ];
+    for c in changed {
+        assert_ne!(Key::<V4>(k), Key::<V4>(c), "{c:?}");
+    }
+}
