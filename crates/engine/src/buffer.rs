@@ -143,21 +143,6 @@ impl Buffer {
         self.meta = Meta::default();
     }
 
-    /// Start an empty packet up to 63 bytes before the standard headroom so that its byte
-    /// `at` falls on a 64-byte boundary in memory: a packet then written from `at` on in
-    /// 64-byte stores (a parcel's segment behind its datagram's headers) fills whole cache
-    /// lines, no store split across two. At least `HEADROOM - 63` bytes of headroom stay.
-    /// A packet that is not empty is left as it is.
-    #[inline]
-    pub fn align_empty(&mut self, at: usize) {
-        if self.start != self.end {
-            return;
-        }
-        let back = (self.data.as_ptr() as usize).wrapping_add(HEADROOM + at) % 64;
-        self.start = (HEADROOM - back) as u32;
-        self.end = self.start;
-    }
-
     /// The packet bytes.
     #[inline(always)]
     pub fn bytes(&self) -> &[u8] {
@@ -360,22 +345,6 @@ mod tests {
         b.advance(3).unwrap();
         assert_eq!(b.preceding(3), Some(&[9, 9, 9][..]));
         assert_eq!(b.bytes(), &[9, 3]);
-    }
-
-    #[test]
-    fn align_empty_puts_the_byte_on_a_line() {
-        for at in [0, 1, 28, 48, 63, 64, 200] {
-            let mut b = Buffer::new(2048);
-            b.align_empty(at);
-            assert!(b.is_empty());
-            assert!(b.headroom() >= HEADROOM - 63 && b.headroom() <= HEADROOM, "{at}: {}", b.headroom());
-            b.set_len(at + 1000).unwrap();
-            assert_eq!(b.bytes()[at..].as_ptr() as usize % 64, 0, "{at}");
-            // Not empty: left alone.
-            let start = b.offset();
-            b.align_empty(at + 1);
-            assert_eq!((b.offset(), b.len()), (start, at + 1000));
-        }
     }
 
     #[test]

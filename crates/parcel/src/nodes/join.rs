@@ -196,9 +196,6 @@ impl<F: ParcelFamily> ParcelJoin<F> {
         let hl = F::DATAGRAM_IP_LEN;
         let ph = F::PARCEL_HEADER_LEN;
         let data_at = ph + 8 + 2 * k;
-        // The segments' copies in whole-line stores where the segment length is a
-        // multiple of 64 (1280 B), as in `parcelN-split`.
-        pool.get_mut(d).align_empty(data_at);
         pool.get_mut(d).set_len(ph + segs.udp_len()).ok()?;
         F::emit_parcel_headers(head, segs, pool.get_mut(d).bytes_mut());
         let pseudo = F::datagram_pseudo_header(head, (8 + l) as u16);

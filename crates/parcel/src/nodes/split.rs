@@ -125,9 +125,6 @@ pub fn split_parcel<F: ParcelFamily>(
                 pool.free(d);
                 return Err(SplitError::NoBuffer);
             };
-            // The segment's copy in whole-line stores (measured: the copy is bound by
-            // the stores).
-            dst.align_empty(hl + 8);
             if dst.set_len(hl + udp_len).is_err() {
                 pool.free(d);
                 return Err(SplitError::NoBuffer);
