@@ -195,10 +195,10 @@ impl<F: ParcelFamily> ParcelJoin<F> {
         let (k, l) = (segs.nsegs as usize, segs.seg_len as usize);
         let hl = F::DATAGRAM_IP_LEN;
         let ph = F::PARCEL_HEADER_LEN;
-        let data_at = ph + 8 + 2 * k;
         pool.get_mut(d).set_len(ph + segs.udp_len()).ok()?;
         F::emit_parcel_headers(head, segs, pool.get_mut(d).bytes_mut());
         let pseudo = F::datagram_pseudo_header(head, (8 + l) as u16);
+        let data_at = ph + 8 + 2 * k;
         for j in 0..k {
             let (src, dst) = pool.two_mut(self.bufs[at + j], d)?;
             let s = src.bytes();
