@@ -8,8 +8,10 @@ rounds of the bench's median cycles per segment (per packet for ip4-forward), th
 ip4-forward / that (the issue's "× the per-segment rate of single packets"), and the
 parcel nodes' median cycles per packet they saw. `fwd16-strict` passes
 `--segment-check-in-transit` to every build but the baseline (which predates the flag).
+`PARCEL_AB_ONLY=split16,join16` runs only the scenarios named (ip4-forward always).
 Used for docs/PERFORMANCE.md's parcel figures."""
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -27,6 +29,10 @@ SCENARIOS = [
 
 
 def main():
+    global SCENARIOS
+    only = os.environ.get("PARCEL_AB_ONLY")
+    if only:
+        SCENARIOS = [s for s in SCENARIOS if s[0] == "ip4-forward" or s[0] in only.split(",")]
     rounds = int(sys.argv[1])
     builds = [a.split("=", 1) for a in sys.argv[2:]]
     got = {}

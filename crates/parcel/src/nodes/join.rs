@@ -33,13 +33,15 @@ counters! {
     }
 }
 
-/// What makes datagrams joinable: the same header fields that a parcel carries once
-/// (`ParcelFamily::flow_fields`: addresses, ports, traffic class), length and route.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct JoinKey {
-    pub fields: [u8; 40],
-    pub udp_len: u16,
-    pub adj: u32,
+/// The run of datagrams a plan is extending: its first datagram's index in the vector
+/// (whose header fields the others must share, `ParcelFamily::same_flow`), their UDP
+/// length and route, and the MTU of the parcel link.
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    head: usize,
+    udp_len: u16,
+    adj: u32,
+    mtu: usize,
 }
 
 /// One datagram's role in the vector's plan.
@@ -101,17 +103,15 @@ fn route<F: ParcelFamily>(t: &Tables, key: F::Key, last: &mut Option<(F::Key, Ro
 }
 
 /// The datagram's route (set in `meta.adj`), whether that is a next hop, and, when it is
-/// out of a parcel link and the datagram could be a segment, its key and the link's MTU.
-fn classify<F: ParcelFamily>(t: &Tables, b: &[u8], last: &mut Option<(F::Key, Route)>) -> (u32, bool, Option<(JoinKey, usize)>) {
+/// out of a parcel link and the datagram could be a segment, its UDP length and the
+/// link's MTU.
+fn classify<F: ParcelFamily>(t: &Tables, b: &[u8], last: &mut Option<(F::Key, Route)>) -> (u32, bool, Option<(u16, usize)>) {
     if b.len() < F::DATAGRAM_IP_LEN + 8 {
         return (0, false, None);
     }
     let (adj, fwd, link) = route::<F>(t, F::key(&b[F::DST_AT..]), last);
-    let key = link.and_then(|mtu| {
-        let udp_len = F::joinable_udp_len(b)?;
-        Some((JoinKey { fields: F::flow_fields(b), udp_len, adj }, mtu as usize))
-    });
-    (adj, fwd, key)
+    let seg = link.and_then(|mtu| Some((F::joinable_udp_len(b)?, mtu as usize)));
+    (adj, fwd, seg)
 }
 
 impl<F: ParcelFamily> ParcelJoin<F> {
@@ -120,33 +120,37 @@ impl<F: ParcelFamily> ParcelJoin<F> {
         self.bufs.extend_from_slice(input);
         self.roles.clear();
         self.pos = 0;
-        let mut run: Option<(usize, JoinKey, usize)> = None;
+        let mut run: Option<Run> = None;
         let mut last = None;
         for (i, &bi) in input.iter().enumerate() {
             let buf = pool.get_mut(bi);
-            let (adj, fwd, mut key) = classify::<F>(t, buf.bytes(), &mut last);
+            let (adj, fwd, mut seg) = classify::<F>(t, buf.bytes(), &mut last);
             buf.meta.adj = adj;
             // A local sender's frame with work left for the device (a partial checksum,
             // a GSO frame) is not a finished datagram: its checksum field is no sum to
             // take a slot from, and its length is not one segment's. A UDP GSO frame
             // toward a parcel link is a parcel in another layout, made one on its own.
             if buf.meta.offload != engine::Offload::default() {
-                let per = key.zip(GsoFrame::of::<F>(buf)).and_then(|((_, mtu), g)| g.per_parcel::<F>(max_segments, mtu));
+                let per = seg.zip(GsoFrame::of::<F>(buf)).and_then(|((_, mtu), g)| g.per_parcel::<F>(max_segments, mtu));
                 self.roles.push(per.map_or(Role::Single(fwd), |n| Role::Gso(n as u16)));
-                key = None;
+                seg = None;
             } else {
                 self.roles.push(Role::Single(fwd));
             }
-            if let (Some((head, rk, mtu)), Some((k, _))) = (run, key) {
-                let n = i - head + 1;
-                if k == rk && n <= max_segments && F::PARCEL_HEADER_LEN + 8 + n * (k.udp_len as usize - 6) <= mtu.min(parcel::MAX_JUMBO_LEN)
+            if let (Some(r), Some((udp_len, _))) = (run, seg) {
+                let n = i - r.head + 1;
+                if udp_len == r.udp_len
+                    && adj == r.adj
+                    && n <= max_segments
+                    && F::PARCEL_HEADER_LEN + 8 + n * (udp_len as usize - 6) <= r.mtu.min(parcel::MAX_JUMBO_LEN)
+                    && F::same_flow(pool.get(input[r.head]).bytes(), pool.get(bi).bytes())
                 {
-                    self.roles[head] = Role::Head(n as u16);
+                    self.roles[r.head] = Role::Head(n as u16);
                     self.roles[i] = Role::Member;
                     continue;
                 }
             }
-            run = key.map(|(k, mtu)| (i, k, mtu));
+            run = seg.map(|(udp_len, mtu)| Run { head: i, udp_len, adj, mtu });
         }
     }
 
@@ -357,6 +361,13 @@ mod tests {
         // Different lengths, and a frame with offload work left, end runs.
         let mixed = [to_parcel(9), datagram([198, 19, 0, 9], 9, 999), to_parcel(9), to_parcel(9), to_parcel(9)];
         assert_eq!(plan(&t, 32, &mixed, Some(3)), [Single(true), Single(true), Single(true), Single(true), Single(true)]);
+        // Another source address or traffic class: another flow.
+        let mut other_src = to_parcel(9);
+        other_src[15] = 3;
+        let mut other_tos = to_parcel(9);
+        other_tos[1] = 0x20;
+        let p = [to_parcel(9), other_src, to_parcel(9), other_tos, to_parcel(9)];
+        assert_eq!(plan(&t, 32, &p, None), [Single(true); 5]);
         // No route: to ipN-lookup (for its ICMP).
         assert_eq!(plan(&t, 32, &[datagram([198, 18, 5, 1], 9, 100)], None), [Single(false)]);
     }

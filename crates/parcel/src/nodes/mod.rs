@@ -114,8 +114,12 @@ pub trait ParcelFamily: Family {
     fn joinable_udp_len(b: &[u8]) -> Option<u16> {
         Self::datagram_udp_len(b).filter(|_| b[Self::HOP_LIMIT_AT] > 1)
     }
-    /// The header fields a joined parcel carries once for all its datagrams.
-    fn flow_fields(b: &[u8]) -> [u8; 40];
+    /// Whether two datagrams (each long enough for [`Self::datagram_udp_len`]) agree in
+    /// the header fields a joined parcel carries once for all its datagrams: addresses,
+    /// ports, traffic class (and the IPv6 flow label). Compared in the packets, not
+    /// copied into keys: a key assembled from narrow stores and compared in wide loads
+    /// stalled store forwarding on every datagram of `parcelN-join`'s plan.
+    fn same_flow(a: &[u8], b: &[u8]) -> bool;
     /// Write a parcel's headers for `segs` from its first datagram's headers `head`.
     fn emit_parcel_headers(head: &[u8], segs: &SegmentsRepr, out: &mut [u8]);
     /// Move the IPv4 identification in the datagram headers `head` on by `by` (the
@@ -157,11 +161,8 @@ impl ParcelFamily for Ip4 {
         let udp_len = u16::from_be_bytes([h[24], h[25]]);
         (h[0] == 0x45 && h[9] == 17 && h[6] & 0x3f == 0 && h[7] == 0 && udp_len as usize == b.len() - 20 && udp_len > 8).then_some(udp_len)
     }
-    fn flow_fields(b: &[u8]) -> [u8; 40] {
-        let mut f = [0u8; 40];
-        f[..12].copy_from_slice(&b[12..24]);
-        f[12] = b[1];
-        f
+    fn same_flow(a: &[u8], b: &[u8]) -> bool {
+        a[12..24] == b[12..24] && a[1] == b[1]
     }
     fn emit_parcel_headers(head: &[u8], segs: &SegmentsRepr, out: &mut [u8]) {
         Parcel4Repr {
@@ -253,11 +254,8 @@ impl ParcelFamily for Ip6 {
         let (pl, udp_len) = (u16::from_be_bytes([h[4], h[5]]), u16::from_be_bytes([h[44], h[45]]));
         (h[0] >> 4 == 6 && h[6] == 17 && pl as usize == b.len() - 40 && udp_len == pl && udp_len > 8).then_some(udp_len)
     }
-    fn flow_fields(b: &[u8]) -> [u8; 40] {
-        let mut f = [0u8; 40];
-        f[..36].copy_from_slice(&b[8..44]);
-        f[36..40].copy_from_slice(&b[..4]);
-        f
+    fn same_flow(a: &[u8], b: &[u8]) -> bool {
+        a[8..44] == b[8..44] && a[..4] == b[..4]
     }
     fn emit_parcel_headers(head: &[u8], segs: &SegmentsRepr, out: &mut [u8]) {
         let w = u32::from_be_bytes([head[0], head[1], head[2], head[3]]);
