@@ -6,6 +6,7 @@
 //! device) are taken from the pool's *large* class, not chained: every parser and
 //! checksum then sees one slice, and nodes never walk chains. This is decided here once.
 
+use crate::mem::LINE;
 use core::num::NonZeroU32;
 use core::ptr::NonNull;
 
@@ -122,7 +123,7 @@ pub enum BufferError {
 /// The pool cuts every buffer's storage from one slab of these (`Pool::with_classes`).
 #[repr(C, align(64))]
 #[derive(Clone, Copy)]
-pub(crate) struct Line(pub(crate) [u8; 64]);
+pub(crate) struct Line(pub(crate) [u8; LINE]);
 
 /// One packet buffer. `start..end` is the packet within its storage (`data`'s bytes).
 ///
@@ -139,7 +140,7 @@ pub struct Buffer {
 }
 
 // One line in the pool's array of buffers.
-const _: () = assert!(std::mem::size_of::<Buffer>() <= 64);
+const _: () = assert!(std::mem::size_of::<Buffer>() <= LINE);
 
 // SAFETY: a buffer is reached only through the pool that owns its storage (the slab is
 // freed with the pool, and no buffer leaves it), and the pool moves between threads whole.
@@ -154,9 +155,10 @@ impl Buffer {
     /// the buffer exists (the pool's slab, freed after its buffers).
     #[allow(unsafe_code)]
     pub(crate) unsafe fn over(lines: &mut [Line]) -> Buffer {
-        assert!(lines.len() * 64 >= HEADROOM && lines.len() * 64 <= u32::MAX as usize);
+        let size = lines.len() * LINE;
+        assert!(size >= HEADROOM && size <= u32::MAX as usize);
         Buffer {
-            size: (lines.len() * 64) as u32,
+            size: size as u32,
             data: NonNull::from(lines).cast::<u8>(),
             start: HEADROOM as u32,
             end: HEADROOM as u32,
@@ -381,7 +383,7 @@ mod tests {
 
     /// A buffer of `capacity` bytes over storage of its own (leaked: tests only).
     fn buffer(capacity: usize) -> Buffer {
-        let lines = vec![Line([0; 64]); (HEADROOM + capacity).div_ceil(64)].leak();
+        let lines = vec![Line([0; LINE]); (HEADROOM + capacity).div_ceil(LINE)].leak();
         #[allow(unsafe_code)]
         // SAFETY: leaked storage lives forever and only this buffer has it.
         unsafe {

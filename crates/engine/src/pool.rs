@@ -16,6 +16,7 @@
 //! crowding into a few, and the same physical layout is had by every run.
 
 use crate::buffer::{BufIdx, Buffer, Line, HEADROOM};
+use crate::mem::LINE;
 use core::ptr::NonNull;
 
 /// Payload capacity of a regular buffer: a full Ethernet jumbo-less frame plus room.
@@ -52,10 +53,15 @@ pub struct Pool {
     alloc_failures: u64,
 }
 
-/// Lines of storage for a buffer of `capacity` bytes after the headroom: an odd number
-/// (see the module's note).
-fn lines_of(capacity: usize) -> usize {
-    (HEADROOM + capacity).div_ceil(64) | 1
+/// Lines a buffer of `capacity` bytes after the headroom uses.
+fn lines_used(capacity: usize) -> usize {
+    (HEADROOM + capacity).div_ceil(LINE)
+}
+
+/// Lines the slab gives such a buffer: those it uses, made an odd number (see the
+/// module's note).
+fn lines_given(capacity: usize) -> usize {
+    lines_used(capacity) | 1
 }
 
 // SAFETY: the slab is owned by the pool alone (its buffers point into it and never
@@ -81,18 +87,18 @@ impl Pool {
 
     pub fn with_classes(regular: usize, medium: usize, large: usize) -> Pool {
         let classes = [(regular, REGULAR_CAPACITY), (medium, MEDIUM_CAPACITY), (large, LARGE_CAPACITY)];
-        let total: usize = classes.iter().map(|&(n, capacity)| n * lines_of(capacity)).sum();
-        let slab = NonNull::from(Box::leak(crate::mem::huge_table(total, Line([0; 64]))));
+        let total: usize = classes.iter().map(|&(n, capacity)| n * lines_given(capacity)).sum();
+        let slab = NonNull::from(Box::leak(crate::mem::huge_table(total, Line([0; LINE]))));
         #[allow(unsafe_code)]
         // SAFETY: the slab was just leaked to us; the pool frees it only in `Drop`.
         let mut rest: &mut [Line] = unsafe { &mut *slab.as_ptr() };
         let mut bufs = Vec::with_capacity(regular + medium + large);
         for (n, capacity) in classes {
             for _ in 0..n {
-                let (mine, others) = std::mem::take(&mut rest).split_at_mut(lines_of(capacity));
+                let (mine, others) = std::mem::take(&mut rest).split_at_mut(lines_given(capacity));
                 rest = others;
                 // The buffer uses what its class holds; a line left over only spaces it.
-                let mine = &mut mine[..(HEADROOM + capacity).div_ceil(64)];
+                let mine = &mut mine[..lines_used(capacity)];
                 #[allow(unsafe_code)]
                 // SAFETY: each buffer gets lines of its own (split off the rest), and the
                 // slab outlives the buffers: `Drop` clears them before freeing it.
@@ -223,7 +229,7 @@ mod tests {
                 let i = p.alloc(len).unwrap();
                 let b = p.get_mut(i);
                 b.write(&[0x45; 60]).unwrap();
-                assert_eq!(b.bytes().as_ptr() as usize % 64, 0);
+                assert_eq!(b.bytes().as_ptr() as usize % LINE, 0);
                 assert_eq!(b.capacity(), capacity);
                 starts.push(b.bytes().as_ptr() as usize - HEADROOM);
             }
@@ -232,8 +238,8 @@ mod tests {
         // (their first lines in different cache sets).
         starts.sort();
         for w in starts.windows(2) {
-            let lines = (w[1] - w[0]) / 64;
-            assert!(lines * 64 == w[1] - w[0] && lines % 2 == 1, "{lines} lines apart");
+            let lines = (w[1] - w[0]) / LINE;
+            assert!(lines * LINE == w[1] - w[0] && lines % 2 == 1, "{lines} lines apart");
         }
     }
 

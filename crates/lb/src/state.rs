@@ -499,14 +499,14 @@ mod tests {
         assert_eq!(asked, ["198.19.4.10".parse::<IpAddr>().unwrap()]);
         assert_eq!(all(&st), [11, 11, 13]);
         assert_eq!(st.tables().v4.gen(0), rebuilt, "the backend change's generation, not another");
-        // The count of encapsulated services (it gates lbN-nat's template prefetch)
-        // follows changes, re-templating and deletion.
-        assert_eq!((st.tables().v4.encapsulated, st.tables().v6.encapsulated), (1, 0), "the NAT service not counted");
+        // The counts of encapsulated services and of their outer headers (the latter gates
+        // lbN-nat's template prefetch) follow changes, re-templating and deletion.
+        assert_eq!((st.tables().v4.encapsulated(), st.tables().v6.encapsulated()), (1, 0), "the NAT service not counted");
         assert_eq!(st.tables().v4.templates, 3, "one a backend of the encapsulated service");
         st.del_service("nat").unwrap();
-        assert_eq!((st.tables().v4.encapsulated, st.tables().v4.templates), (1, 3));
+        assert_eq!((st.tables().v4.encapsulated(), st.tables().v4.templates), (1, 3));
         st.del_service("gre").unwrap();
-        assert_eq!((st.tables().v4.encapsulated, st.tables().v4.templates), (0, 0));
+        assert_eq!((st.tables().v4.encapsulated(), st.tables().v4.templates), (0, 0));
     }
 
     #[test]

@@ -68,9 +68,6 @@ pub struct FamilyTables<F: Family> {
     /// `lbN-nat` goes from the packet's service id to its template without reading
     /// the service (one cache miss a packet fewer when packets go round 10 000 services).
     pub outers: Vec<Option<Arc<[Outer]>>>,
-    /// How many of `outers` are `Some` (kept by [`FamilyTables::set_outers`]): without
-    /// an encapsulated service `lbN-nat` looks for no outer headers to prefetch.
-    pub encapsulated: usize,
     /// How many outer headers `outers` holds in all (each backend of each encapsulated
     /// service, kept by [`FamilyTables::set_outers`]): so few stay in the caches between
     /// vectors, and `lbN-nat` prefetches them only past [`FamilyTables::TEMPLATES_CACHED`].
@@ -93,7 +90,6 @@ impl<F: Family> Clone for FamilyTables<F> {
             services: self.services.clone(),
             gens: self.gens.clone(),
             outers: self.outers.clone(),
-            encapsulated: self.encapsulated,
             templates: self.templates,
             vips: self.vips.clone(),
             node_ports: self.node_ports.clone(),
@@ -109,7 +105,6 @@ impl<F: Family> Default for FamilyTables<F> {
             services: Vec::new(),
             gens: Vec::new(),
             outers: Vec::new(),
-            encapsulated: 0,
             templates: 0,
             vips: HashMap::default(),
             node_ports: HashMap::default(),
@@ -142,10 +137,15 @@ impl<F: Family> FamilyTables<F> {
     pub fn set_outers(&mut self, id: u32, outers: Option<Arc<[Outer]>>) {
         let outers = outers.filter(|o| !o.is_empty());
         let slot = &mut self.outers[id as usize];
-        self.encapsulated = self.encapsulated + outers.is_some() as usize - slot.is_some() as usize;
         let count = |o: &Option<Arc<[Outer]>>| o.as_ref().map_or(0, |o| o.len());
         self.templates = self.templates + count(&outers) - count(slot);
         *slot = outers;
+    }
+
+    /// How many services are encapsulated (have outer headers): counted, not kept, since
+    /// the dataplane needs only [`FamilyTables::templates`].
+    pub fn encapsulated(&self) -> usize {
+        self.outers.iter().filter(|o| o.is_some()).count()
     }
 
     /// The outer headers of service `id`'s backend `backend` (encapsulated services).
