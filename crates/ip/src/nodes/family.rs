@@ -23,6 +23,8 @@ pub trait Family: Send + 'static {
     /// The load balancer's node, which forwarded packets pass when `Tables::lb_replies`.
     const LB_NAT: Self::LookupNext;
     const IPSEC_OUTPUT: Self::LookupNext;
+    /// `interface-output`: a packet the lookup rewrote itself ([`rewrite_fast`]).
+    const OUTPUT: Self::LookupNext;
     /// The encap node of each tunnel kind.
     fn tunnel_next(k: TunnelKind) -> Self::LookupNext;
     /// Minimum header length and where the destination address sits in it.
@@ -39,6 +41,28 @@ pub trait Family: Send + 'static {
     /// Overwrite `buf` with a solicitation for `target` out of `ifl` (ARP request or
     /// neighbour solicitation); false if the interface cannot send one.
     fn write_solicitation(buf: &mut engine::Buffer, ifl: &crate::tables::IfL3, target: Self::Addr) -> bool;
+    /// The forwarding hop's header work when the TTL / hop limit is above 1 and the packet
+    /// fits `mtu`: decrement it (IPv4's checksum patched, RFC 1624) and return true;
+    /// otherwise leave the packet as it is and return false.
+    fn hop_fast(buf: &mut engine::Buffer, mtu: u16) -> bool;
+}
+
+/// The rewrite's fast path, in one place for `ipN-rewrite` and `ipN-lookup`: a resolved
+/// next hop (`Adjacency::Rewrite`), TTL / hop limit above 1, the packet within the link's
+/// MTU and room for the Ethernet header: the hop's header work done, the next hop's
+/// Ethernet header prepended, `tx_if` set, true. Anything else (an unresolved neighbour,
+/// an expiring TTL, a packet too big, no headroom) is left untouched for the rewrite
+/// node's general path: false. `ipN-lookup` takes it for the packets its route sends to
+/// a next hop, so a forwarded packet is rewritten without a hop to `ipN-rewrite`
+/// (docs/PERFORMANCE.md, "The lookup rewrites").
+#[inline(always)]
+pub fn rewrite_fast<F: Family>(adj: &Adjacency, buf: &mut engine::Buffer) -> bool {
+    let Adjacency::Rewrite { tx_if, rewrite, mtu } = adj else { return false };
+    if buf.headroom() < rewrite.len() || !F::hop_fast(buf, *mtu) {
+        return false;
+    }
+    // Cannot fail: the headroom was checked above.
+    prepend_l2(buf, *tx_if, rewrite)
 }
 
 /// Replace a packet whose next hop is unresolved by a solicitation for it, within the
@@ -56,7 +80,7 @@ pub fn solicit<F: Family>(cx: &mut crate::context::IpContext, buf: &mut engine::
 
 engine::next_nodes! {
     pub enum Ip4LookupNext {
-        Rewrite = "ip4-rewrite", Local = "ip4-local", IcmpError = "ip4-icmp-error",
+        Rewrite = "ip4-rewrite", Output = "interface-output", Local = "ip4-local", IcmpError = "ip4-icmp-error",
         Gtpu4Encap = "gtpu4-encap", Gtpu6Encap = "gtpu6-encap", Gue4Encap = "gue4-encap", Gue6Encap = "gue6-encap",
         Lb4Nat = "lb4-nat", Lb6Nat = "lb6-nat",
         Esp4Encrypt = "esp4-encrypt", Esp6Encrypt = "esp6-encrypt",
@@ -66,7 +90,7 @@ engine::next_nodes! {
 }
 engine::next_nodes! {
     pub enum Ip6LookupNext {
-        Rewrite = "ip6-rewrite", Local = "ip6-local", IcmpError = "ip6-icmp-error",
+        Rewrite = "ip6-rewrite", Output = "interface-output", Local = "ip6-local", IcmpError = "ip6-icmp-error",
         Gtpu4Encap = "gtpu4-encap", Gtpu6Encap = "gtpu6-encap", Gue4Encap = "gue4-encap", Gue6Encap = "gue6-encap",
         Lb4Nat = "lb4-nat", Lb6Nat = "lb6-nat",
         Esp4Encrypt = "esp4-encrypt", Esp6Encrypt = "esp6-encrypt",
@@ -88,6 +112,7 @@ impl Family for Ip4 {
     const ICMP_ERROR: Ip4LookupNext = Ip4LookupNext::IcmpError;
     const LB_NAT: Ip4LookupNext = Ip4LookupNext::Lb4Nat;
     const IPSEC_OUTPUT: Ip4LookupNext = Ip4LookupNext::Ipsec4Output;
+    const OUTPUT: Ip4LookupNext = Ip4LookupNext::Output;
     #[inline(always)]
     fn tunnel_next(k: TunnelKind) -> Ip4LookupNext {
         match k {
@@ -131,6 +156,16 @@ impl Family for Ip4 {
     fn write_solicitation(buf: &mut engine::Buffer, ifl: &crate::tables::IfL3, target: Ipv4Addr) -> bool {
         super::solicit::arp_request(buf, ifl, target)
     }
+    /// The header's total length against the MTU (ipv4-input validated the header).
+    #[inline(always)]
+    fn hop_fast(buf: &mut engine::Buffer, mtu: u16) -> bool {
+        let Some(h) = buf.bytes_mut().first_chunk_mut::<20>() else { return false };
+        if h[8] <= 1 || u16::from_be_bytes([h[2], h[3]]) > mtu {
+            return false;
+        }
+        wire::ipv4::Ipv4Packet::new_unchecked(&mut h[..]).decrement_ttl();
+        true
+    }
 }
 
 impl Family for Ip6 {
@@ -143,6 +178,7 @@ impl Family for Ip6 {
     const ICMP_ERROR: Ip6LookupNext = Ip6LookupNext::IcmpError;
     const LB_NAT: Ip6LookupNext = Ip6LookupNext::Lb6Nat;
     const IPSEC_OUTPUT: Ip6LookupNext = Ip6LookupNext::Ipsec6Output;
+    const OUTPUT: Ip6LookupNext = Ip6LookupNext::Output;
     #[inline(always)]
     fn tunnel_next(k: TunnelKind) -> Ip6LookupNext {
         match k {
@@ -187,6 +223,18 @@ impl Family for Ip6 {
     }
     fn write_solicitation(buf: &mut engine::Buffer, ifl: &crate::tables::IfL3, target: Ipv6Addr) -> bool {
         super::solicit::neighbor_solicit(buf, ifl, target)
+    }
+    /// The whole buffer against the MTU: ip6-input trimmed it to the packet, jumbograms
+    /// included, and a GSO frame is larger than the MTU, so it takes the general path.
+    #[inline(always)]
+    fn hop_fast(buf: &mut engine::Buffer, mtu: u16) -> bool {
+        let len = buf.len();
+        let Some(h) = buf.bytes_mut().first_chunk_mut::<40>() else { return false };
+        if h[7] <= 1 || len > mtu as usize {
+            return false;
+        }
+        h[7] -= 1;
+        true
     }
 }
 

@@ -2,10 +2,9 @@
 //! `ip4-fragment`), TTL decrement with an incremental checksum (RFC 1624), and the
 //! adjacency's Ethernet header prepended in the headroom.
 
-use super::family::{prepend_l2, resolve, solicit, Ip4, Resolved};
+use super::family::{prepend_l2, resolve, rewrite_fast, solicit, Ip4, Resolved};
 use super::IcmpRequest;
 use crate::context::{HasIp, IpContext};
-use crate::tables::Adjacency;
 use engine::{counters, next_nodes, Buffer, Counts, IfIndex, Node, Verdict};
 use std::net::Ipv4Addr;
 use wire::icmpv4::unreach;
@@ -60,18 +59,10 @@ impl<Cx: HasIp> Node<Cx> for Ip4Rewrite {
         use Ip4RewriteCounter as C;
         let adj = buf.meta.adj;
         // Fast path: a resolved next hop, TTL > 1, within the MTU (ip4-input validated
-        // the header): one bounds proof for the 20 bytes, then the general path's work.
-        if let Adjacency::Rewrite { tx_if, rewrite, mtu } = cx.tables.adjacency(adj) {
-            if let Some(h) = buf.bytes_mut().first_chunk_mut::<20>() {
-                let len = u16::from_be_bytes([h[2], h[3]]) as usize;
-                if h[8] > 1 && len <= *mtu as usize {
-                    Ipv4Packet::new_unchecked(&mut h[..]).decrement_ttl();
-                    if !prepend_l2(buf, *tx_if, rewrite) {
-                        return Verdict::Drop(C::NoHeadroom);
-                    }
-                    return Verdict::Next(Ip4RewriteNext::Output);
-                }
-            }
+        // the header). A forwarded packet has mostly taken it in `ip4-lookup` already; the
+        // nodes that send here directly (encaps, the SPD's bypass, the LB) take it here.
+        if rewrite_fast::<Ip4>(cx.tables.adjacency(adj), buf) {
+            return Verdict::Next(Ip4RewriteNext::Output);
         }
         let Ok(p) = Ipv4Packet::new_checked(buf.bytes()) else {
             return Verdict::Drop(C::Truncated);

@@ -1,10 +1,9 @@
 //! `ip6-rewrite`: hop-limit and MTU checks (IPv6 routers never fragment: packet too big,
 //! RFC 8201), hop-limit decrement, Ethernet header from the adjacency.
 
-use super::family::{prepend_l2, resolve, solicit, Ip6, Resolved};
+use super::family::{prepend_l2, resolve, rewrite_fast, solicit, Ip6, Resolved};
 use super::IcmpRequest;
 use crate::context::{HasIp, IpContext};
-use crate::tables::Adjacency;
 use engine::{counters, next_nodes, Buffer, Counts, IfIndex, Node, Verdict};
 use std::net::Ipv6Addr;
 use wire::ipv6::Ipv6Packet;
@@ -58,18 +57,10 @@ impl<Cx: HasIp> Node<Cx> for Ip6Rewrite {
         // ip6-input trimmed the buffer to the packet, jumbograms included.
         let len = buf.len();
         // Fast path: a resolved next hop, hop limit > 1, the whole buffer within the MTU
-        // (a GSO frame is larger and takes the general path): one bounds proof for the
-        // fixed header, no address read, the rewrite used in place.
-        if let Adjacency::Rewrite { tx_if, rewrite, mtu } = cx.tables.adjacency(buf.meta.adj) {
-            if let Some(h) = buf.bytes_mut().first_chunk_mut::<40>() {
-                if h[7] > 1 && len <= *mtu as usize {
-                    h[7] -= 1;
-                    if !prepend_l2(buf, *tx_if, rewrite) {
-                        return Verdict::Drop(C::NoHeadroom);
-                    }
-                    return Verdict::Next(Ip6RewriteNext::Output);
-                }
-            }
+        // (a GSO frame is larger and takes the general path). A forwarded packet has
+        // mostly taken it in `ip6-lookup` already.
+        if rewrite_fast::<Ip6>(cx.tables.adjacency(buf.meta.adj), buf) {
+            return Verdict::Next(Ip6RewriteNext::Output);
         }
         let Ok(p) = Ipv6Packet::new_checked(buf.bytes()) else {
             return Verdict::Drop(C::Truncated);

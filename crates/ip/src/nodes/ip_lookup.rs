@@ -1,7 +1,7 @@
 //! `ip4-lookup` / `ip6-lookup`: longest-prefix match on the destination; the adjacency
 //! decides where the packet goes. One node, generic over the address family.
 
-use super::family::Family;
+use super::family::{rewrite_fast, Family};
 use crate::context::HasIp;
 use crate::multipath;
 use crate::tables::{Adjacency, TunnelRef, MAX_INDEX};
@@ -112,6 +112,9 @@ impl<Cx: HasIp, F: Family> Node<Cx> for IpLookup<F> {
             Adjacency::Rewrite { .. } | Adjacency::Glean { .. } | Adjacency::Incomplete { .. } if cx.tables.lb_replies => {
                 Verdict::Next(F::LB_NAT)
             }
+            // A resolved next hop: the rewrite's fast path here, saving the hop to
+            // `ipN-rewrite`; what it leaves (TTL expiring, too big, unresolved) goes there.
+            a @ Adjacency::Rewrite { .. } if rewrite_fast::<F>(a, buf) => Verdict::Next(F::OUTPUT),
             Adjacency::Rewrite { .. } | Adjacency::Glean { .. } | Adjacency::Incomplete { .. } => Verdict::Next(F::REWRITE),
             Adjacency::Local => Verdict::Next(F::LOCAL),
             Adjacency::Miss => {
