@@ -12,6 +12,10 @@
 //!                                  tunnel decapsulated last known by one template: `hint`)
 //! ```
 //!
+//! A packet whose header passes `ipN-input`'s fast path goes from `ethernet-input` straight
+//! to `ipN-lookup` while no link has an SPD or takes parcels (`ipN-input` would send it
+//! there too); `ipN-input` takes the rest.
+//!
 //! Nodes never lock or allocate per packet; they read the `Tables` version their worker
 //! holds and report learned neighbours through a bounded queue.
 #![deny(unsafe_code)]

@@ -5,6 +5,11 @@
 //! hops as forwarded ones, the tunnel node standing where `ipN-input` would. Such a
 //! packet carries in `meta.param` the tag of the worker's tunnel hint it matched, or 0
 //! ([`crate::hint`]).
+//! Every other IPv4/IPv6 packet whose header passes `ipN-input`'s fast path goes straight
+//! to `ipN-lookup`, trimmed to its IP length, while no link has an SPD or takes parcels
+//! (then `ipN-input` would send it to the lookup too): the checks are the same functions
+//! (`fast_path_len`), and the forwarded packet skips a node hop. `ipN-input` sees the
+//! rest (errors with their counters, options, hop-by-hop, multicast, parcels, the SPD).
 
 use super::{ip4_input, ip6_input};
 use crate::context::HasIp;
@@ -15,7 +20,7 @@ use wire::EtherType;
 
 next_nodes! {
     pub enum EthernetInputNext {
-        Ip4 = "ip4-input", Ip6 = "ip6-input", Arp = "arp-input",
+        Ip4 = "ip4-input", Ip6 = "ip6-input", Arp = "arp-input", Ip4Lookup = "ip4-lookup", Ip6Lookup = "ip6-lookup",
         Gtpu4Input = "gtpu4-input", Gue4Input = "gue4-input", Gtpu6Input = "gtpu6-input", Gue6Input = "gue6-input",
     }
 }
@@ -31,6 +36,26 @@ counters! {
 }
 
 pub struct EthernetInput;
+
+/// A packet that passes `ipN-input`'s fast-path checks ([`ip4_input::fast_path_len`],
+/// [`ip6_input::fast_path_len`], the same functions), trimmed to its IP length as that
+/// node trims it, and its next node, the lookup; `None` (the packet untouched) when
+/// `direct` is false (some link has an SPD or takes parcels, which `ipN-input` decides
+/// per interface) or the header needs `ipN-input`'s general path.
+#[inline(always)]
+fn straight_to_lookup(buf: &mut Buffer, v6: bool, direct: bool) -> Option<EthernetInputNext> {
+    if !direct {
+        return None;
+    }
+    let frame = buf.len();
+    let (end, next) = if v6 {
+        (ip6_input::fast_path_len(buf.bytes().first_chunk()?, frame)?, EthernetInputNext::Ip6Lookup)
+    } else {
+        (ip4_input::fast_path_len(buf.bytes().first_chunk()?, frame)?, EthernetInputNext::Ip4Lookup)
+    };
+    buf.truncate(end);
+    Some(next)
+}
 
 impl<Cx: HasIp> Node<Cx> for EthernetInput {
     type Next = EthernetInputNext;
@@ -64,8 +89,15 @@ impl<Cx: HasIp> Node<Cx> for EthernetInput {
                     // way of `ipN-input` (the bypass would skip them).
                     let endpoint = endpoint.filter(|_| !cx.tables.has_spd(buf.meta.rx_if));
                     return Verdict::Next(match (endpoint, v6) {
-                        (None, false) => EthernetInputNext::Ip4,
-                        (None, true) => EthernetInputNext::Ip6,
+                        // What `ipN-input`'s fast path would send to the lookup goes
+                        // there now (see the module's note); the rest takes `ipN-input`.
+                        // No link with an SPD or taking parcels: `ipN-input` would send every
+                        // packet passing its fast path to the lookup.
+                        (None, v6) => match straight_to_lookup(buf, v6, (cx.tables.spd_links | cx.tables.parcel_links) == 0) {
+                            Some(next) => next,
+                            None if v6 => EthernetInputNext::Ip6,
+                            None => EthernetInputNext::Ip4,
+                        },
                         (Some((app, len, hint_tag)), _) => {
                             buf.truncate(len);
                             // The tunnel node's argument: which hint the packet matched.
@@ -111,5 +143,77 @@ impl<Cx: HasIp> Node<Cx> for EthernetInput {
             Ok(f) => format!("{} -> {} type {:?} len {}", f.src_addr(), f.dst_addr(), f.ethertype(), buf.len()),
             Err(e) => format!("malformed: {e}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use engine::pool::Pool;
+
+    /// A UDP packet from 198.18.0.2 to 198.19.0.1 (checksummed IPv4 header), `pad` bytes
+    /// of Ethernet padding after its 48 bytes.
+    fn ip4(pad: usize) -> Vec<u8> {
+        let mut p = vec![0x45, 0, 0, 48, 0, 1, 0x40, 0, 64, 17, 0, 0, 198, 18, 0, 2, 198, 19, 0, 1];
+        p.resize(48 + pad, 0);
+        let c = wire::checksum::checksum(&p[..20]);
+        p[10..12].copy_from_slice(&c.to_be_bytes());
+        p
+    }
+
+    /// UDP from 2001:db8:2::2 to `dst`, 16 bytes of payload, then `pad`.
+    fn ip6(dst: [u8; 16], pad: usize) -> Vec<u8> {
+        let mut p = vec![0x60, 0, 0, 0, 0, 16, 17, 64];
+        p.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+        p.extend_from_slice(&dst);
+        p.resize(56 + pad, 0);
+        p
+    }
+
+    /// `straight_to_lookup` on a buffer holding `p`: the next node and the bytes left.
+    fn run(p: &[u8], v6: bool, direct: bool) -> (Option<EthernetInputNext>, usize) {
+        let mut pool = Pool::new(4, 0);
+        let b = pool.alloc(p.len()).unwrap();
+        let buf = pool.get_mut(b);
+        buf.write(p).unwrap();
+        (straight_to_lookup(buf, v6, direct), buf.len())
+    }
+
+    const DST6: [u8; 16] = [0x20, 0x01, 0x0d, 0xb8, 0, 0x99, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+
+    #[test]
+    fn packets_passing_ip_inputs_fast_path_go_to_the_lookup_trimmed() {
+        assert_eq!(run(&ip4(12), false, true), (Some(EthernetInputNext::Ip4Lookup), 48), "padding trimmed");
+        assert_eq!(run(&ip6(DST6, 8), true, true), (Some(EthernetInputNext::Ip6Lookup), 56), "padding trimmed");
+    }
+
+    #[test]
+    fn everything_else_is_left_to_ip_input_untouched() {
+        // Some link has an SPD or takes parcels: `ipN-input` decides per interface.
+        assert_eq!(run(&ip4(12), false, false), (None, 60));
+        assert_eq!(run(&ip6(DST6, 8), true, false), (None, 64));
+        // Errors keep their counters in `ip4-input`.
+        let mut bad_sum = ip4(0);
+        bad_sum[8] = 63;
+        assert_eq!(run(&bad_sum, false, true), (None, 48), "bad checksum");
+        assert_eq!(run(&ip4(0)[..40], false, true), (None, 40), "total length past the frame");
+        let mut martian = ip4(0);
+        martian[12] = 127;
+        let c = wire::checksum::checksum(&{
+            let mut z = martian[..20].to_vec();
+            z[10..12].fill(0);
+            z
+        });
+        martian[10..12].copy_from_slice(&c.to_be_bytes());
+        assert_eq!(run(&martian, false, true), (None, 48), "source on network 127");
+        assert_eq!(run(&ip4(0)[..12], false, true), (None, 12), "header cut short");
+        // IPv6: multicast to `ip6-local`, hop-by-hop options, a payload past the frame.
+        let mut multicast = DST6;
+        multicast[0] = 0xff;
+        assert_eq!(run(&ip6(multicast, 0), true, true), (None, 56), "multicast destination");
+        let mut hop_by_hop = ip6(DST6, 0);
+        hop_by_hop[6] = 0;
+        assert_eq!(run(&hop_by_hop, true, true), (None, 56), "hop-by-hop header");
+        assert_eq!(run(&ip6(DST6, 0)[..50], true, true), (None, 50), "payload past the frame");
     }
 }
