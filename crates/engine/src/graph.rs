@@ -533,6 +533,22 @@ impl<C> Graph<C> {
                     }
                     pool.free_many(chunk);
                 }
+                Kind::InterfaceOutput if !tracing => {
+                    // Untraced: the packets of a vector mostly leave by one interface, so
+                    // each run of packets for the same interface joins its transmit queue
+                    // in one copy (no per-packet push through memory).
+                    let bufs = pool.buffers();
+                    let mut rest = &chunk[..];
+                    while let Some((&first, _)) = rest.split_first() {
+                        let q = bufs[first.get()].meta.tx_if.get();
+                        let run = 1 + rest[1..].iter().take_while(|b| bufs[b.get()].meta.tx_if.get() == q).count();
+                        if q >= self.tx.len() {
+                            self.tx.resize_with(q + 1, Vec::new);
+                        }
+                        self.tx[q].extend_from_slice(&rest[..run]);
+                        rest = &rest[run..];
+                    }
+                }
                 Kind::InterfaceOutput => {
                     for &b in chunk {
                         let m = pool.get(b).meta;

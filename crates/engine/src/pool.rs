@@ -190,6 +190,12 @@ impl Pool {
         &mut self.bufs
     }
 
+    /// [`Pool::buffers_mut`] for reading.
+    #[inline(always)]
+    pub fn buffers(&self) -> &[Buffer] {
+        &self.bufs
+    }
+
     /// Two distinct buffers at once (e.g. to copy from one into the other); `None` if
     /// the indices are equal or out of range.
     #[inline]
