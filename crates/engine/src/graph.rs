@@ -2,7 +2,7 @@
 //!
 //! Every graph has three engine nodes: `error-drop` (frees dropped buffers; the reason
 //! was counted by the dropping node), `interface-output` (queues buffers for their
-//! `tx_if`) and `interface-tx` (the devices' transmit time, accounted by the worker).
+//! `tx_if`, a run of packets for one interface in one copy) and `interface-tx` (the devices' transmit time, accounted by the worker).
 //! Input nodes (`pg-input`, `pcap-input`, …) are graph members too, so their time and
 //! packets show in the runtime and `trace add` can name them.
 //!

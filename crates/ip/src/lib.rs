@@ -2,10 +2,11 @@
 //! the control-plane state that builds them, and the graph nodes that use them:
 //!
 //! ```text
-//! <dev>-input → ethernet-input ─┬→ ip4-input → ip4-lookup ─┬→ ip4-rewrite → interface-output
+//! <dev>-input → ethernet-input ─┬→ ip4-input → ip4-lookup ─┬→ interface-output
+//!                               │                          ├→ ip4-rewrite → interface-output
 //!                               │                          ├→ ip4-local (echo, ICMP unreachable)
 //!                               │                          └→ ip4-icmp-error → ip4-lookup
-//!                               ├→ ip6-input → ip6-lookup → ip6-rewrite / ip6-local (echo, ND) / ip6-icmp-error
+//!                               ├→ ip6-input → ip6-lookup → interface-output / ip6-rewrite / ip6-local (echo, ND) / ip6-icmp-error
 //!                               ├→ arp-input (reply for own addresses, learn)
 //!                               └→ gtpuN-input / gueN-input (UDP to a tunnel endpoint, the header
 //!                                  checked as ipN-input would: `UdpDemux`; the packets of the
@@ -14,7 +15,12 @@
 //!
 //! A packet whose header passes `ipN-input`'s fast path goes from `ethernet-input` straight
 //! to `ipN-lookup` while no link has an SPD or takes parcels (`ipN-input` would send it
-//! there too); `ipN-input` takes the rest.
+//! there too); `ipN-input` takes the rest. The lookup rewrites a packet whose route
+//! resolves to a next hop itself (`nodes::family::rewrite_fast`, the same code as
+//! `ipN-rewrite`'s fast path) and sends it to `interface-output`; `ipN-rewrite` takes what
+//! needs its general path (an expiring TTL, a packet too big, a neighbour to solicit).
+//! So a forwarded packet visits `ethernet-input`, `ipN-lookup` and `interface-output`
+//! (docs/PERFORMANCE.md, "Two hops fewer for a forwarded packet").
 //!
 //! Nodes never lock or allocate per packet; they read the `Tables` version their worker
 //! holds and report learned neighbours through a bounded queue.
