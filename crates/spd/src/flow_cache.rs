@@ -30,7 +30,7 @@
 //! hold each flow once; the price is memory per worker.
 
 use crate::changes::{Changes, DIMS};
-use crate::policy::{Action, Decision, FlowKey, SaId, SpdAddr};
+use crate::policy::{Action, Decision, FlowKey, SaId, SpdAddr, SpdId};
 use std::ops::{Deref, DerefMut};
 
 /// A slot's contents: the packed key ([`CacheKey::Packed`], compared whole) and the
@@ -83,6 +83,12 @@ const KIND_NO_MATCH: u8 = 4;
 #[inline(always)]
 pub const fn cache_spd(spd: u16, inbound: bool) -> u16 {
     (spd << 1) | inbound as u16
+}
+
+/// The SPD and direction of a cache key's SPD field ([`cache_spd`]).
+#[inline(always)]
+pub const fn spd_of_field(field: u16) -> (SpdId, bool) {
+    (SpdId(field >> 1), field & 1 != 0)
 }
 
 /// The stamp entries carry for a tables version.

@@ -259,7 +259,11 @@ impl<Cx: HasSpd, F: SpdFamily> Node<Cx> for IpsecOutput<F> {
             *ready = match spd.map(|s| (s, F::flow_key(buf.bytes(), false))) {
                 None => Ready::NoSpd,
                 Some((_, Err(e))) => Ready::Bad(e),
-                Some((s, Ok(k))) => Ready::Key(cx.prepare(s, false, &k)),
+                Some((s, Ok(k))) => {
+                    let p = cx.prepare(s, false, &k);
+                    cx.prefetch(&p);
+                    Ready::Key(p)
+                }
             };
             buf.meta.param = i as u32;
         }
@@ -270,12 +274,13 @@ impl<Cx: HasSpd, F: SpdFamily> Node<Cx> for IpsecOutput<F> {
         let (_, cx) = cx.split_spd();
         // `prepare` ran on this vector (the dispatcher runs it first) and left the
         // packet's place in it.
-        let p = match self.ready[buf.meta.param as usize % VECTOR_SIZE] {
+        // Read in place: copying the whole entry out cost ~10 instructions a packet.
+        let p = match &self.ready[buf.meta.param as usize % VECTOR_SIZE] {
             Ready::NoSpd => return Verdict::Next(F::BYPASS),
-            Ready::Bad(e) => return Verdict::Drop(e.into()),
+            Ready::Bad(e) => return Verdict::Drop((*e).into()),
             Ready::Key(p) => p,
         };
-        match cx.decide_prepared(&p) {
+        match cx.decide_prepared(p) {
             Decision::Act(Action::Protect(sa)) => {
                 buf.meta.param = sa.0;
                 Verdict::Next(F::PROTECT)
