@@ -121,7 +121,12 @@ impl SpdContext {
     /// [`SpdContext::prefetch`]) so that the slots' cache misses overlap.
     #[inline(always)]
     pub fn prepare<A: Classified>(&self, spd: SpdId, inbound: bool, k: &FlowKey<A>) -> Prepared<A> {
-        let key = A::pack(cache_spd(spd.0, inbound), k);
+        self.prepare_packed(A::pack(cache_spd(spd.0, inbound), k))
+    }
+
+    /// [`SpdContext::prepare`] of a key already packed ([`CacheKey::pack`]).
+    #[inline(always)]
+    pub fn prepare_packed<A: Classified>(&self, key: A::Packed) -> Prepared<A> {
         let slot = A::cache_ref(&self.flows4, &self.flows6).map_or(Slot::default(), |c| c.slot(&key));
         Prepared { key, slot }
     }

@@ -165,7 +165,21 @@ pub trait CacheKey: SpdAddr {
 /// SPD, protocol and ports in one word, as the hash's second input.
 #[inline(always)]
 fn proto_ports<A>(spd: u16, k: &FlowKey<A>) -> u64 {
-    (spd as u64) << 40 | (k.proto as u64) << 32 | (k.local_port as u64) << 16 | k.remote_port as u64
+    proto_ports_word(spd, k.proto, (k.local_port as u32) << 16 | k.remote_port as u32)
+}
+
+/// [`proto_ports`] of the ports as one word, the local port in its high half.
+#[inline(always)]
+fn proto_ports_word(spd: u16, proto: u8, ports: u32) -> u64 {
+    (spd as u64) << 40 | (proto as u64) << 32 | ports as u64
+}
+
+/// An IPv4 cache key ([`CacheKey::pack`]) from words as an outbound packet's header
+/// holds them, big-endian: source (local) and destination (remote) address, and source
+/// and destination port. `ipsec4-output` packs them so, with no field read apart.
+#[inline(always)]
+pub fn pack4_words(spd: u16, addrs: u64, proto: u8, ports: u32) -> [u64; 2] {
+    [addrs, proto_ports_word(spd, proto, ports)]
 }
 
 #[inline(always)]
@@ -180,7 +194,7 @@ impl CacheKey for u32 {
 
     #[inline(always)]
     fn pack(spd: u16, k: &FlowKey<u32>) -> [u64; 2] {
-        [(k.local as u64) << 32 | k.remote as u64, proto_ports(spd, k)]
+        pack4_words(spd, (k.local as u64) << 32 | k.remote as u64, k.proto, (k.local_port as u32) << 16 | k.remote_port as u32)
     }
     #[inline(always)]
     fn unpack(p: &[u64; 2]) -> (u16, FlowKey<u32>) {

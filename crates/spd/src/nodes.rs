@@ -15,6 +15,7 @@
 //! length, total length).
 
 use crate::context::{HasSpd, Prepared};
+use crate::flow_cache::{cache_spd, pack4_words, CacheKey};
 use crate::policy::{Action, Decision, FlowKey, SaId, SpdId};
 use crate::tables::Classified;
 use engine::{counters, next_nodes, BufIdx, Buffer, Counts, GraphBuilder, NextNodes, Node, Pool, Verdict, VECTOR_SIZE};
@@ -60,6 +61,12 @@ pub trait SpdFamily: Send + 'static {
     /// The packet's selector fields; `inbound` swaps local and remote (local is then
     /// the destination).
     fn flow_key(b: &[u8], inbound: bool) -> Result<FlowKey<Self::Addr>, KeyError>;
+    /// The flow cache's key of an outbound packet: its [`SpdFamily::flow_key`] packed
+    /// with the SPD field ([`cache_spd`]), as `ipsec4-output` needs it for every packet.
+    #[inline(always)]
+    fn outbound_cache_key(b: &[u8], spd_field: u16) -> Result<<Self::Addr as CacheKey>::Packed, KeyError> {
+        Self::flow_key(b, false).map(|k| Self::Addr::pack(spd_field, &k))
+    }
     /// A plain packet the inbound SPD lets through whatever its policies say, because
     /// the link needs it before any policy could (IPv6 neighbour discovery, as ARP is
     /// for IPv4: RFC 4301 §4.4.1 leaves such packets to the implementation).
@@ -85,11 +92,18 @@ next_nodes! {
 /// that start at 0, as the policy's author then asked.
 #[inline(always)]
 fn ports(proto: u8, b: &[u8], at: usize) -> Result<(u16, u16), KeyError> {
+    let w = ports_word(proto, b, at)?;
+    Ok(((w >> 16) as u16, w as u16))
+}
+
+/// [`ports`] as one word: the source port in the high half.
+#[inline(always)]
+fn ports_word(proto: u8, b: &[u8], at: usize) -> Result<u32, KeyError> {
     if !matches!(proto, 6 | 17 | 132) {
-        return Ok((0, 0));
+        return Ok(0);
     }
     let p = b.get(at..).and_then(|p| p.first_chunk::<4>()).ok_or(KeyError::Truncated)?;
-    Ok((u16::from_be_bytes([p[0], p[1]]), u16::from_be_bytes([p[2], p[3]])))
+    Ok(u32::from_be_bytes(*p))
 }
 
 #[inline(always)]
@@ -125,6 +139,19 @@ impl SpdFamily for Ip4 {
         let src = u32::from_be_bytes([h[12], h[13], h[14], h[15]]);
         let dst = u32::from_be_bytes([h[16], h[17], h[18], h[19]]);
         Ok(orient(src, dst, proto, p, inbound))
+    }
+
+    /// Read as the header holds the words (addresses, ports), not field by field and
+    /// packed again: ~10 instructions less a packet.
+    #[inline(always)]
+    fn outbound_cache_key(b: &[u8], spd_field: u16) -> Result<[u64; 2], KeyError> {
+        let h = b.first_chunk::<20>().ok_or(KeyError::Truncated)?;
+        let ihl = (h[0] & 0x0f) as usize * 4;
+        let proto = h[9];
+        let later_fragment = u16::from_be_bytes([h[6], h[7]]) & 0x1fff != 0;
+        let ports = if later_fragment { 0 } else { ports_word(proto, b, ihl)? };
+        let addrs = u64::from_be_bytes([h[12], h[13], h[14], h[15], h[16], h[17], h[18], h[19]]);
+        Ok(pack4_words(spd_field, addrs, proto, ports))
     }
 
     #[inline(always)]
@@ -256,11 +283,11 @@ impl<Cx: HasSpd, F: SpdFamily> Node<Cx> for IpsecOutput<F> {
                     s
                 }
             };
-            *ready = match spd.map(|s| (s, F::flow_key(buf.bytes(), false))) {
+            *ready = match spd.map(|s| F::outbound_cache_key(buf.bytes(), cache_spd(s.0, false))) {
                 None => Ready::NoSpd,
-                Some((_, Err(e))) => Ready::Bad(e),
-                Some((s, Ok(k))) => {
-                    let p = cx.prepare(s, false, &k);
+                Some(Err(e)) => Ready::Bad(e),
+                Some(Ok(key)) => {
+                    let p = cx.prepare_packed(key);
                     cx.prefetch(&p);
                     Ready::Key(p)
                 }
@@ -444,6 +471,10 @@ pub fn fuzz_flow_key(b: &[u8]) {
                 (u16::from_be_bytes([b[ihl], b[ihl + 1]]), u16::from_be_bytes([b[ihl + 2], b[ihl + 3]]))
             );
         }
+    }
+    // The outbound cache key read straight from the header is the packed flow key.
+    for field in [0, 3, 0xffff] {
+        assert_eq!(Ip4::outbound_cache_key(b, field), out4.map(|k| u32::pack(field, &k)));
     }
     let out6 = Ip6::flow_key(b, false);
     let in6 = Ip6::flow_key(b, true);
