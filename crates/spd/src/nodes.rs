@@ -102,7 +102,8 @@ fn ports_word(proto: u8, b: &[u8], at: usize) -> Result<u32, KeyError> {
     if !matches!(proto, 6 | 17 | 132) {
         return Ok(0);
     }
-    let p = b.get(at..).and_then(|p| p.first_chunk::<4>()).ok_or(KeyError::Truncated)?;
+    // One bounds check (`at` is at most a header chain's length, far from overflowing).
+    let p = b.get(at..at + 4).and_then(|p| p.first_chunk::<4>()).ok_or(KeyError::Truncated)?;
     Ok(u32::from_be_bytes(*p))
 }
 
@@ -517,6 +518,9 @@ mod tests {
             } else {
                 b[0] = 0x45;
                 b[9] = proto;
+                // Half of them first fragments, whose ports are read.
+                b[6] &= 0xe0 | (b[8] & 1);
+                b[7] &= b[8] & 1;
             }
             fuzz_flow_key(&b);
         }
@@ -532,6 +536,7 @@ mod tests {
         p[20..24].copy_from_slice(&[0x04, 0xd2, 0x11, 0x94]);
         let k = Ip4::flow_key(&p, false).unwrap();
         assert_eq!(k, FlowKey { local: 0xc612_0001, remote: 0xc613_0002, proto: 17, local_port: 1234, remote_port: 4500 });
+        assert_eq!(Ip4::outbound_cache_key(&p, 5), Ok(u32::pack(5, &k)));
         let k = Ip4::flow_key(&p, true).unwrap();
         assert_eq!(k, FlowKey { local: 0xc613_0002, remote: 0xc612_0001, proto: 17, local_port: 4500, remote_port: 1234 });
         assert_eq!(Ip4::flow_key(&p[..22], false), Err(KeyError::Truncated));
