@@ -14,7 +14,7 @@
 //! the IP header as validated by `ipN-input` or by the decrypt node (version, header
 //! length, total length).
 
-use crate::context::{HasSpd, Prepared};
+use crate::context::{HasSpd, Prepared, SpdContext};
 use crate::flow_cache::{cache_spd, pack4_words, CacheKey};
 use crate::policy::{Action, Decision, FlowKey, SaId, SpdId};
 use crate::tables::Classified;
@@ -240,23 +240,65 @@ enum Ready<A: Classified> {
     Key(Prepared<A>),
 }
 
+/// What `IpsecOutput::prepare` decided for one packet: the verdict `process` returns
+/// and the `meta.param` it leaves (the SA's index for `espN-encrypt`).
+struct Decided<N: NextNodes> {
+    verdict: Verdict<N, OutputCounter>,
+    param: u32,
+}
+
+impl<N: NextNodes> Clone for Decided<N> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<N: NextNodes> Copy for Decided<N> {}
+
+/// How many packets ahead of the one it decides `IpsecOutput::prepare` starts loading a
+/// slot: enough slots in flight to overlap DRAM latency when the flows do not fit in
+/// the CPU's caches (a million flows), and lines that have long arrived when they do
+/// (docs/PERFORMANCE.md, "IPsec SPD hit: fewer instructions, slots loaded 16 packets
+/// ahead").
+const SLOT_AHEAD: usize = 16;
+
 /// `ipsec4-output` / `ipsec6-output`: the outbound SPD of the interface the route
 /// lookup chose.
 ///
-/// In two passes over each vector: `prepare` reads every packet's interface, SPD and
-/// selector fields, packs them into the flow cache's key, hashes it and starts loading
-/// its slot; `process` then compares the slot's key with the packed one (one line, two
-/// or five words) and checks its version, and only on a miss unpacks the key for the
-/// classifier. No header is read twice and the vector's slot loads overlap.
+/// The vector is decided in `prepare`, in one software pipeline: packet `i`'s
+/// interface, SPD and selector fields are read into the flow cache's key (two or five
+/// words), hashed, and its slot starts loading, while packet `i - SLOT_AHEAD`'s slot,
+/// loaded by now, is compared with its key and its version checked; only a miss
+/// unpacks the key for the classifier. `process` then hands out each decision. Packets
+/// are decided in arrival order, so a flow's second packet in a vector finds what its
+/// first one put in the cache.
 pub struct IpsecOutput<F: SpdFamily> {
-    /// By the packet's place in the vector, which `prepare` leaves in `meta.param`.
+    /// By the packet's place in the vector.
     ready: Box<[Ready<F::Addr>; VECTOR_SIZE]>,
+    /// By the packet's place in the vector, which `prepare` leaves in `meta.param`.
+    decided: Box<[Decided<F::OutputNext>; VECTOR_SIZE]>,
 }
 
 impl<F: SpdFamily> Default for IpsecOutput<F> {
     fn default() -> Self {
-        IpsecOutput { ready: Box::new([Ready::NoSpd; VECTOR_SIZE]) }
+        let bypass = Decided { verdict: Verdict::Next(F::BYPASS), param: 0 };
+        IpsecOutput { ready: Box::new([Ready::NoSpd; VECTOR_SIZE]), decided: Box::new([bypass; VECTOR_SIZE]) }
     }
+}
+
+/// The decision for a packet `IpsecOutput::prepare` read.
+#[inline(always)]
+fn decide_output<F: SpdFamily>(cx: &mut SpdContext, ready: &Ready<F::Addr>) -> Decided<F::OutputNext> {
+    let (verdict, param) = match ready {
+        Ready::NoSpd => (Verdict::Next(F::BYPASS), 0),
+        Ready::Bad(e) => (Verdict::Drop((*e).into()), 0),
+        Ready::Key(p) => match cx.decide_prepared(p) {
+            Decision::Act(Action::Protect(sa)) => (Verdict::Next(F::PROTECT), sa.0),
+            Decision::Act(Action::Bypass) => (Verdict::Next(F::BYPASS), 0),
+            Decision::Act(Action::Discard) => (Verdict::Drop(OutputCounter::PolicyDiscard), 0),
+            Decision::NoMatch => (Verdict::Drop(OutputCounter::NoPolicy), 0),
+        },
+    };
+    Decided { verdict, param }
 }
 
 impl<Cx: HasSpd, F: SpdFamily> Node<Cx> for IpsecOutput<F> {
@@ -267,56 +309,49 @@ impl<Cx: HasSpd, F: SpdFamily> Node<Cx> for IpsecOutput<F> {
         F::OUTPUT
     }
 
-    /// The first pass (above): every packet's key, slot and prefetch, in `ready`.
-    /// Consecutive packets mostly share their route, so the SPD of the last adjacency
-    /// is kept.
+    /// The pipeline (above). Consecutive packets mostly share their route, so the SPD of
+    /// the last adjacency is kept.
     fn prepare(&mut self, cx: &mut Cx, pool: &mut Pool, input: &[BufIdx]) {
         let (ip, cx) = cx.split_spd();
+        let n = input.len().min(VECTOR_SIZE);
         let mut last: Option<(u32, Option<SpdId>)> = None;
-        for (i, (&b, ready)) in input.iter().zip(self.ready.iter_mut()).enumerate() {
-            let buf = pool.get_mut(b);
-            let adj = buf.meta.adj;
-            let spd = match last {
-                Some((a, s)) if a == adj => s,
-                _ => {
-                    let s = tx_if(ip, buf).and_then(|i| cx.tables.spd_of(i));
-                    last = Some((adj, s));
-                    s
-                }
-            };
-            *ready = match spd.map(|s| F::outbound_cache_key(buf.bytes(), cache_spd(s.0, false))) {
-                None => Ready::NoSpd,
-                Some(Err(e)) => Ready::Bad(e),
-                Some(Ok(key)) => {
-                    let p = cx.prepare_packed(key);
-                    cx.prefetch(&p);
-                    Ready::Key(p)
-                }
-            };
-            buf.meta.param = i as u32;
+        for i in 0..n + SLOT_AHEAD {
+            if i < n {
+                let buf = pool.get_mut(input[i]);
+                let adj = buf.meta.adj;
+                let spd = match last {
+                    Some((a, s)) if a == adj => s,
+                    _ => {
+                        let s = tx_if(ip, buf).and_then(|i| cx.tables.spd_of(i));
+                        last = Some((adj, s));
+                        s
+                    }
+                };
+                self.ready[i] = match spd.map(|s| F::outbound_cache_key(buf.bytes(), cache_spd(s.0, false))) {
+                    None => Ready::NoSpd,
+                    Some(Err(e)) => Ready::Bad(e),
+                    Some(Ok(key)) => {
+                        let p = cx.prepare_packed(key);
+                        cx.prefetch(&p);
+                        Ready::Key(p)
+                    }
+                };
+                buf.meta.param = i as u32;
+            }
+            if i >= SLOT_AHEAD {
+                let j = i - SLOT_AHEAD;
+                self.decided[j] = decide_output::<F>(cx, &self.ready[j]);
+            }
         }
     }
 
     #[inline(always)]
-    fn process(&mut self, cx: &mut Cx, _counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
-        let (_, cx) = cx.split_spd();
+    fn process(&mut self, _cx: &mut Cx, _counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
         // `prepare` ran on this vector (the dispatcher runs it first) and left the
         // packet's place in it.
-        // Read in place: copying the whole entry out cost ~10 instructions a packet.
-        let p = match &self.ready[buf.meta.param as usize % VECTOR_SIZE] {
-            Ready::NoSpd => return Verdict::Next(F::BYPASS),
-            Ready::Bad(e) => return Verdict::Drop((*e).into()),
-            Ready::Key(p) => p,
-        };
-        match cx.decide_prepared(p) {
-            Decision::Act(Action::Protect(sa)) => {
-                buf.meta.param = sa.0;
-                Verdict::Next(F::PROTECT)
-            }
-            Decision::Act(Action::Bypass) => Verdict::Next(F::BYPASS),
-            Decision::Act(Action::Discard) => Verdict::Drop(OutputCounter::PolicyDiscard),
-            Decision::NoMatch => Verdict::Drop(OutputCounter::NoPolicy),
-        }
+        let d = self.decided[buf.meta.param as usize % VECTOR_SIZE];
+        buf.meta.param = d.param;
+        d.verdict
     }
 
     fn trace(&self, buf: &Buffer) -> String {
