@@ -1,6 +1,6 @@
 //! The per-worker SPD context: the tables version the worker holds and its flow caches.
 
-use crate::flow_cache::{cache_spd, CacheKey, FlowCache, FlowCacheStats, SizeError, Slot};
+use crate::flow_cache::{cache_spd, spd_of_field, CacheKey, FlowCache, FlowCacheStats, SizeError, Slot};
 use crate::policy::{Action, Decision, FlowKey, SaId, SpdId};
 use crate::tables::{Classified, SpdTables};
 use arc_swap::{ArcSwap, Cache};
@@ -43,12 +43,12 @@ fn load(g: &[AtomicU64; 6]) -> FlowCacheStats {
     FlowCacheStats { hits: v[0], misses: v[1], stale: v[2], overwrites: v[3], wraps: v[4], revalidated: v[5] }
 }
 
-/// A packet's key made ready for the flow cache by [`SpdContext::prepare`]: packed, its
-/// slot found (and being loaded).
+/// A packet's key made ready for the flow cache by [`SpdContext::prepare`]: packed and
+/// its slot found ([`SpdContext::prefetch`] starts loading it).
 #[derive(Debug, Clone, Copy)]
 pub struct Prepared<A: CacheKey> {
-    pub spd: SpdId,
-    pub inbound: bool,
+    /// The SPD and direction are in it ([`cache_spd`]): on a miss, unpacked for the
+    /// classifier; a hit needs nothing else.
     pub key: A::Packed,
     pub slot: Slot,
 }
@@ -116,28 +116,38 @@ impl SpdContext {
         self.decide_prepared(&p)
     }
 
-    /// Pack `k` for the flow cache, find its slot and start loading it: the first half of
-    /// [`SpdContext::decide`], which a node runs over a whole vector first so that the
-    /// slots' cache misses overlap.
+    /// Pack `k` for the flow cache and find its slot: the first half of
+    /// [`SpdContext::decide`], which a node runs some packets ahead of the second (with
+    /// [`SpdContext::prefetch`]) so that the slots' cache misses overlap.
     #[inline(always)]
     pub fn prepare<A: Classified>(&self, spd: SpdId, inbound: bool, k: &FlowKey<A>) -> Prepared<A> {
-        let key = A::pack(cache_spd(spd.0, inbound), k);
-        let slot = match A::cache_ref(&self.flows4, &self.flows6) {
-            Some(c) => {
-                let slot = c.slot(&key);
-                c.prefetch(slot);
-                slot
-            }
-            None => Slot::default(),
-        };
-        Prepared { spd, inbound, key, slot }
+        self.prepare_packed(A::pack(cache_spd(spd.0, inbound), k))
+    }
+
+    /// [`SpdContext::prepare`] of a key already packed ([`CacheKey::pack`]).
+    #[inline(always)]
+    pub fn prepare_packed<A: Classified>(&self, key: A::Packed) -> Prepared<A> {
+        let slot = A::cache_ref(&self.flows4, &self.flows6).map_or(Slot::default(), |c| c.slot(&key));
+        Prepared { key, slot }
+    }
+
+    /// Start loading a prepared key's slot (nothing without a cache).
+    #[inline(always)]
+    pub fn prefetch<A: Classified>(&self, p: &Prepared<A>) {
+        if let Some(c) = A::cache_ref(&self.flows4, &self.flows6) {
+            c.prefetch(p.slot);
+        }
     }
 
     /// The second half of [`SpdContext::decide`].
     #[inline(always)]
     pub fn decide_prepared<A: Classified>(&mut self, p: &Prepared<A>) -> Decision {
         let tables = &self.tables;
-        let classify = || tables.classify(p.spd, p.inbound, &A::unpack(&p.key).1);
+        let classify = || {
+            let (field, k) = A::unpack(&p.key);
+            let (spd, inbound) = spd_of_field(field);
+            tables.classify(spd, inbound, &k)
+        };
         let Some(cache) = A::cache_of(&mut self.flows4, &mut self.flows6) else {
             return classify();
         };

@@ -30,7 +30,7 @@
 //! hold each flow once; the price is memory per worker.
 
 use crate::changes::{Changes, DIMS};
-use crate::policy::{Action, Decision, FlowKey, SaId, SpdAddr};
+use crate::policy::{Action, Decision, FlowKey, SaId, SpdAddr, SpdId};
 use std::ops::{Deref, DerefMut};
 
 /// A slot's contents: the packed key ([`CacheKey::Packed`], compared whole) and the
@@ -83,6 +83,12 @@ const KIND_NO_MATCH: u8 = 4;
 #[inline(always)]
 pub const fn cache_spd(spd: u16, inbound: bool) -> u16 {
     (spd << 1) | inbound as u16
+}
+
+/// The SPD and direction of a cache key's SPD field ([`cache_spd`]).
+#[inline(always)]
+pub const fn spd_of_field(field: u16) -> (SpdId, bool) {
+    (SpdId(field >> 1), field & 1 != 0)
 }
 
 /// The stamp entries carry for a tables version.
@@ -159,7 +165,21 @@ pub trait CacheKey: SpdAddr {
 /// SPD, protocol and ports in one word, as the hash's second input.
 #[inline(always)]
 fn proto_ports<A>(spd: u16, k: &FlowKey<A>) -> u64 {
-    (spd as u64) << 40 | (k.proto as u64) << 32 | (k.local_port as u64) << 16 | k.remote_port as u64
+    proto_ports_word(spd, k.proto, (k.local_port as u32) << 16 | k.remote_port as u32)
+}
+
+/// [`proto_ports`] of the ports as one word, the local port in its high half.
+#[inline(always)]
+fn proto_ports_word(spd: u16, proto: u8, ports: u32) -> u64 {
+    (spd as u64) << 40 | (proto as u64) << 32 | ports as u64
+}
+
+/// An IPv4 cache key ([`CacheKey::pack`]) from words as an outbound packet's header
+/// holds them, big-endian: source (local) and destination (remote) address, and source
+/// and destination port. `ipsec4-output` packs them so, with no field read apart.
+#[inline(always)]
+pub fn pack4_words(spd: u16, addrs: u64, proto: u8, ports: u32) -> [u64; 2] {
+    [addrs, proto_ports_word(spd, proto, ports)]
 }
 
 #[inline(always)]
@@ -174,7 +194,7 @@ impl CacheKey for u32 {
 
     #[inline(always)]
     fn pack(spd: u16, k: &FlowKey<u32>) -> [u64; 2] {
-        [(k.local as u64) << 32 | k.remote as u64, proto_ports(spd, k)]
+        pack4_words(spd, (k.local as u64) << 32 | k.remote as u64, k.proto, (k.local_port as u32) << 16 | k.remote_port as u32)
     }
     #[inline(always)]
     fn unpack(p: &[u64; 2]) -> (u16, FlowKey<u32>) {

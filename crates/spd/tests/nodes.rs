@@ -60,6 +60,39 @@ fn outbound_protect_bypass_discard_and_no_policy() {
     }
 }
 
+/// A whole vector whose decision changes every few flows, each flow's two packets in a
+/// row: `ipsec4-output` compares a slot some packets after it started loading it, so
+/// every packet must still get its own decision, in order, the last packets of the
+/// vector too, and a flow's second packet must find the entry its first one just wrote.
+#[test]
+fn a_full_vector_gets_each_packets_own_decision_in_order() {
+    let mut r = Rig::new(Some(1 << 12));
+    r.policy(Direction::Outbound, 100, ActionKind::Protect, Some(7), "198.19.0.0/24", "4088-4127");
+    r.policy(Direction::Outbound, 100, ActionKind::Protect, Some(8), "198.19.0.0/24", "4048-4087");
+    r.policy(Direction::Outbound, 90, ActionKind::Discard, None, "198.19.0.0/24", "4028-4047");
+    r.policy(Direction::Outbound, 80, ActionKind::Bypass, None, "198.19.0.0/24", "any");
+    r.spd.bind(OUT_IF, 1).unwrap();
+    r.publish();
+    // Packet k is flow k / 2: source port 1000 + flow, destination port 4000 + flow; the
+    // vector's last packets are protected (not what a decision left unwritten reads).
+    let pkts: Vec<_> = (0..engine::VECTOR_SIZE as u16).map(|k| (1, 1000 + k / 2, v4("198.19.0.5"), 4000 + k / 2)).collect();
+    let protected: Vec<(u32, u32)> = (0..engine::VECTOR_SIZE as u32)
+        .map(|k| k / 2)
+        .filter(|&f| f >= 48)
+        .map(|f| (if f >= 88 { 7 } else { 8 }, (1000 + f) | 1 << 16))
+        .collect();
+    for round in 0..2 {
+        r.reset();
+        r.send(r.out4, &pkts);
+        assert_eq!(*r.seen4.lock().unwrap(), protected, "round {round}");
+        assert_eq!(r.counter("ipsec4-output", "policy-discard"), 40, "round {round}");
+        assert_eq!(r.packets("ip4-rewrite"), 56, "round {round}");
+    }
+    let c = r.cx.spd.flows4.as_ref().unwrap();
+    // First vector: each flow misses once and hits once; second vector: all hits.
+    assert_eq!((c.stats.misses, c.stats.hits), (128, 128 + 256));
+}
+
 #[test]
 fn an_interface_without_an_spd_bypasses() {
     let mut r = Rig::new(Some(64));
