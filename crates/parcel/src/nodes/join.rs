@@ -183,7 +183,8 @@ impl<F: ParcelFamily> ParcelJoin<F> {
         let ph = F::PARCEL_HEADER_LEN;
         pool.get_mut(d).set_len(ph + segs.udp_len()).ok()?;
         F::emit_parcel_headers(head, segs, pool.get_mut(d).bytes_mut());
-        let pseudo = F::datagram_pseudo_header(head, (8 + l) as u16);
+        let udp_len = (8 + l) as u16;
+        let slots = parcel::DatagramSlots::new(F::datagram_pseudo_header(head, udp_len), segs.src_port, segs.dst_port, udp_len);
         let data_at = ph + 8 + 2 * k;
         for (j, &bi) in run.iter().enumerate().take(k) {
             let (src, dst) = pool.two_mut(bi, d)?;
@@ -194,13 +195,13 @@ impl<F: ParcelFamily> ParcelJoin<F> {
                 counts.inc(ParcelJoinCounter::Summed);
                 parcel::segment_checksum(seg)
             } else {
-                parcel::slot_from_datagram_checksum(pseudo, segs.src_port, segs.dst_port, (8 + l) as u16, sum)
+                slots.slot(sum)
             };
             let b = dst.bytes_mut();
             b[data_at + j * l..data_at + (j + 1) * l].copy_from_slice(seg);
             b[ph + 8 + 2 * j..ph + 10 + 2 * j].copy_from_slice(&slot.to_be_bytes());
         }
-        F::fill_parcel_udp_checksum(pool.get_mut(d).bytes_mut())
+        Some(())
     }
 }
 
