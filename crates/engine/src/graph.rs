@@ -190,6 +190,39 @@ impl<C, N: ExpandNode<C>> Runner<C> for ExpandRunner<N, C> {
         let DispatchIo { pool, input, next, queues, counters, node, drop_queue, trace } = io;
         let mut trace = trace;
         self.node.prepare(cx, pool, input);
+        if !N::TAKES_RUNS {
+            for &bi in input {
+                self.out.clear();
+                let traced = pool.get(bi).meta.trace;
+                let r = {
+                    let mut counts = Counts::new(counters);
+                    self.node.expand(cx, &mut counts, pool, bi, &mut self.out)
+                };
+                let mut reused = false;
+                for &(b, n) in &self.out {
+                    reused |= b == bi;
+                    queues[next[n.index()]].push(b);
+                }
+                if let (Some(log), Some(id)) = (trace.as_deref_mut(), traced) {
+                    let verdict = match r {
+                        Ok(()) => format!("{} packets out", self.out.len()),
+                        Err(c) => format!("drop: {}", <N::Counter as Counters>::INFO[c.index()].name),
+                    };
+                    log.push(TraceRecord {
+                        packet: id.get(),
+                        node: self.node.name(),
+                        text: format!("len {}", pool.get(bi).len()),
+                        verdict,
+                        time_ns: 0,
+                    });
+                }
+                if !reused {
+                    settle(pool, queues, counters, node, drop_queue, bi, r);
+                }
+            }
+            self.node.end_of_vector(cx);
+            return;
+        }
         let mut i = 0;
         while i < input.len() {
             let rest = &input[i..];

@@ -252,6 +252,7 @@ struct Fours;
 impl engine::ExpandNode<Cx> for Fours {
     type Next = TripleNext;
     type Counter = FoursCounter;
+    const TAKES_RUNS: bool = true;
     fn name(&self) -> &'static str {
         "fours"
     }

@@ -208,6 +208,7 @@ impl<F: ParcelFamily> ParcelJoin<F> {
 impl<Cx: HasParcel, F: ParcelFamily> ExpandNode<Cx> for ParcelJoin<F> {
     type Next = F::JoinNext;
     type Counter = ParcelJoinCounter;
+    const TAKES_RUNS: bool = true;
 
     fn name(&self) -> &'static str {
         F::JOIN
