@@ -234,6 +234,25 @@ def test_join_runs_of_one_flow_into_parcels(vecgate, tmp_path):
     assert c[("parcel4-join", "segments-summed")] == 2
 
 
+def test_join_without_a_large_buffer_sends_the_run_on_datagram_by_datagram(vecgate, tmp_path):
+    """A run of 20 × 1000 bytes needs a large buffer (more than a medium one holds); with
+    none, its datagrams go on one by one, unchanged, counted under no-large-buffer."""
+    import json
+    import subprocess
+    from conftest import gateway_config, write_pcap
+    pay = [bytes([i]) * 1000 for i in range(20)]
+    write_pcap(tmp_path / "in.pcap", [bytes(datagram(WHOLE_DST, 5000, p)) for p in pay])
+    cfg = gateway_config(tmp_path, EXTRA)
+    cfg.write_text(cfg.read_text().replace("buffers = 1024", "buffers = 1024\nlarge_buffers = 0", 1))
+    out = subprocess.run([str(vecgate), "pcap", "--config", str(cfg), "--json"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    c = {(x["node"], x["counter"]): x["count"] for x in json.loads(out.stdout)["counters"]}
+    out2 = list(rdpcap(str(tmp_path / "out2.pcap")))
+    assert [bytes(f[UDP].payload) for f in out2] == pay
+    assert all(udp_ok_by_scapy(f) and f[IP].ttl == 63 for f in out2)
+    assert c[("parcel4-join", "no-large-buffer")] == 1 and c.get(("parcel4-join", "parcels-joined"), 0) == 0
+
+
 def test_join_bounded_by_segment_count(vecgate, tmp_path):
     pay = [bytes([i]) * 200 for i in range(70)]
     out1, out2, c = run(vecgate, tmp_path, [datagram(WHOLE_DST, 5000, p) for p in pay])

@@ -177,7 +177,8 @@ impl<C, N: Node<C>> Runner<C> for NodeBox<N> {
     }
 }
 
-/// Runs an [`ExpandNode`]: one call per packet, its outputs queued to their next nodes.
+/// Runs an [`ExpandNode`]: one call per packet, or per run of packets the node takes at
+/// once ([`ExpandNode::expand_run`]), its outputs queued to their next nodes.
 struct ExpandRunner<N: ExpandNode<C>, C> {
     node: N,
     out: Vec<(BufIdx, N::Next)>,
@@ -189,44 +190,121 @@ impl<C, N: ExpandNode<C>> Runner<C> for ExpandRunner<N, C> {
         let DispatchIo { pool, input, next, queues, counters, node, drop_queue, trace } = io;
         let mut trace = trace;
         self.node.prepare(cx, pool, input);
-        for &bi in input {
+        if !N::TAKES_RUNS {
+            for &bi in input {
+                self.out.clear();
+                let traced = pool.get(bi).meta.trace;
+                let r = {
+                    let mut counts = Counts::new(counters);
+                    self.node.expand(cx, &mut counts, pool, bi, &mut self.out)
+                };
+                let mut reused = false;
+                for &(b, n) in &self.out {
+                    reused |= b == bi;
+                    queues[next[n.index()]].push(b);
+                }
+                if let (Some(log), Some(id)) = (trace.as_deref_mut(), traced) {
+                    let verdict = match r {
+                        Ok(()) => format!("{} packets out", self.out.len()),
+                        Err(c) => format!("drop: {}", <N::Counter as Counters>::INFO[c.index()].name),
+                    };
+                    log.push(TraceRecord {
+                        packet: id.get(),
+                        node: self.node.name(),
+                        text: format!("len {}", pool.get(bi).len()),
+                        verdict,
+                        time_ns: 0,
+                    });
+                }
+                if !reused {
+                    settle(pool, queues, counters, node, drop_queue, bi, r);
+                }
+            }
+            self.node.end_of_vector(cx);
+            return;
+        }
+        let mut i = 0;
+        while i < input.len() {
+            let rest = &input[i..];
+            let bi = rest[0];
             self.out.clear();
-            let traced = pool.get(bi).meta.trace;
-            let r = {
+            // Read before the call, which may rewrite the packet it reuses.
+            let traced = if trace.is_some() { pool.get(bi).meta.trace } else { None };
+            let (n, r) = {
                 let mut counts = Counts::new(counters);
-                self.node.expand(cx, &mut counts, pool, bi, &mut self.out)
+                self.node.expand_run(cx, &mut counts, pool, rest, &mut self.out)
             };
+            // At least the first packet, at most what is left (a node's miscount must not
+            // skip or repeat packets).
+            let taken = &rest[..n.clamp(1, rest.len())];
+            i += taken.len();
             let mut reused = false;
             for &(b, n) in &self.out {
                 reused |= b == bi;
                 queues[next[n.index()]].push(b);
             }
-            if let (Some(log), Some(id)) = (trace.as_deref_mut(), traced) {
+            if let Some(log) = trace.as_deref_mut() {
                 let verdict = match r {
+                    Ok(()) if taken.len() > 1 => format!("{} packets out of {} taken", self.out.len(), taken.len()),
                     Ok(()) => format!("{} packets out", self.out.len()),
                     Err(c) => format!("drop: {}", <N::Counter as Counters>::INFO[c.index()].name),
                 };
-                log.push(TraceRecord {
-                    packet: id.get(),
-                    node: self.node.name(),
-                    text: format!("len {}", pool.get(bi).len()),
-                    verdict,
-                    time_ns: 0,
-                });
+                // The run's later packets are read after the call: a run is taken, not
+                // rewritten, so their marks are intact.
+                for (k, &b) in taken.iter().enumerate() {
+                    let id = if k == 0 { traced } else { pool.get(b).meta.trace };
+                    if let Some(id) = id {
+                        log.push(TraceRecord {
+                            packet: id.get(),
+                            node: self.node.name(),
+                            text: format!("len {}", pool.get(b).len()),
+                            verdict: verdict.clone(),
+                            time_ns: 0,
+                        });
+                    }
+                }
             }
-            if reused {
+            if !reused {
+                settle(pool, queues, counters, node, drop_queue, bi, r);
+            }
+            let later = &taken[1..];
+            if later.is_empty() {
                 continue;
             }
-            match r {
-                Ok(()) => pool.free(bi),
-                Err(c) => {
-                    counters[c.index()] += 1;
-                    pool.get_mut(bi).meta.drop = Some(DropReason { node, counter: c.index() as u16 });
-                    queues[drop_queue].push(bi);
+            // A run's packets are freed in one batch unless one of them went on.
+            if r.is_ok() && !self.out.iter().any(|(b, _)| later.contains(b)) {
+                pool.free_many(later);
+            } else {
+                for &b in later {
+                    if !self.out.iter().any(|&(o, _)| o == b) {
+                        settle(pool, queues, counters, node, drop_queue, b, r);
+                    }
                 }
             }
         }
         self.node.end_of_vector(cx);
+    }
+}
+
+/// An expand node's input packet that did not go on: freed, or on `Err` dropped under
+/// the counter.
+#[inline(always)]
+fn settle<K: Counters>(
+    pool: &mut Pool,
+    queues: &mut [Vec<BufIdx>],
+    counters: &mut [u64],
+    node: u16,
+    drop_queue: usize,
+    bi: BufIdx,
+    r: Result<(), K>,
+) {
+    match r {
+        Ok(()) => pool.free(bi),
+        Err(c) => {
+            counters[c.index()] += 1;
+            pool.get_mut(bi).meta.drop = Some(DropReason { node, counter: c.index() as u16 });
+            queues[drop_queue].push(bi);
+        }
     }
 }
 

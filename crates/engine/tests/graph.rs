@@ -238,6 +238,91 @@ fn an_expanding_node_multiplies_packets_without_leaks() {
     assert_eq!(sunk.load(std::sync::atomic::Ordering::Relaxed), 40 * 3 + 10);
 }
 
+counters! {
+    enum FoursCounter {
+        Refused(Warn, "refused", "a group whose number leaves 2 divided by 3"),
+        MidRun(Error, "mid-run", "called on a packet inside a run it had taken"),
+    }
+}
+
+/// Takes the packets 4g … 4g+3 (bytes) in one call, as a joining node takes a run:
+/// group g ≡ 0 (mod 3) becomes one new packet (byte 2g), g ≡ 1 goes on as its last
+/// packet (its byte made 0), g ≡ 2 is refused after pushing nothing.
+struct Fours;
+impl engine::ExpandNode<Cx> for Fours {
+    type Next = TripleNext;
+    type Counter = FoursCounter;
+    const TAKES_RUNS: bool = true;
+    fn name(&self) -> &'static str {
+        "fours"
+    }
+    fn expand(
+        &mut self,
+        cx: &mut Cx,
+        c: &mut Counts<'_, FoursCounter>,
+        pool: &mut Pool,
+        bi: BufIdx,
+        out: &mut Vec<(BufIdx, TripleNext)>,
+    ) -> Result<(), FoursCounter> {
+        self.expand_run(cx, c, pool, &[bi], out).1
+    }
+    fn expand_run(
+        &mut self,
+        _: &mut Cx,
+        c: &mut Counts<'_, FoursCounter>,
+        pool: &mut Pool,
+        input: &[BufIdx],
+        out: &mut Vec<(BufIdx, TripleNext)>,
+    ) -> (usize, Result<(), FoursCounter>) {
+        let first = pool.get(input[0]).bytes()[0];
+        if first % 4 != 0 {
+            c.inc(FoursCounter::MidRun);
+        }
+        let g = first / 4;
+        let n = input.iter().take_while(|&&b| pool.get(b).bytes()[0] / 4 == g).count();
+        match g % 3 {
+            0 => {
+                let d = pool.alloc(1).expect("buffers");
+                pool.get_mut(d).write(&[2 * g]).unwrap();
+                out.push((d, TripleNext::Parity));
+            }
+            1 => {
+                let last = input[n - 1];
+                pool.get_mut(last).write(&[0]).unwrap();
+                out.push((last, TripleNext::Parity));
+            }
+            _ => return (n, Err(FoursCounter::Refused)),
+        }
+        (n, Ok(()))
+    }
+}
+
+#[test]
+fn an_expanding_node_takes_runs_whose_packets_are_freed_dropped_or_reused() {
+    let mut g = GraphBuilder::<Cx>::new();
+    g.add(Parity);
+    g.add_expand(Fours);
+    let input = g.add_input("test-input", "fours");
+    let graph = g.build().unwrap();
+    let sunk = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let ports = vec![
+        Port::new(IfIndex(0), "src0".into(), Box::new(Counter { sent: 0, total: 100 }), Some(input)),
+        Port::new(IfIndex(1), "sink0".into(), Box::new(Sink(sunk.clone())), None),
+    ];
+    let mut w = Worker::new(0, graph, Pool::new(1024, 1), ports, Cx);
+    w.graph.trace_add("test-input", 6).unwrap();
+    drain(&mut w);
+    assert_eq!(w.pool.in_use(), 0, "taken packets freed once, reused ones sent, refused ones dropped");
+    assert_eq!(count(&w, "fours", "mid-run"), 0, "each call starts a group: the dispatcher moved past what was taken");
+    // Groups 2, 5, … 23 refused: 8 × 4 packets, each dropped under the counter.
+    assert_eq!(count(&w, "fours", "refused"), 32);
+    // Groups 0, 3, … 24 (9) as new packets and 1, 4, … 22 (8) as their last packet.
+    assert_eq!(sunk.load(std::sync::atomic::Ordering::Relaxed), 17);
+    let recs: Vec<_> = w.graph.trace_records().iter().filter(|r| r.node == "fours").collect();
+    assert_eq!(recs.len(), 6, "every traced packet of a run has its record: {recs:?}");
+    assert!(recs.iter().all(|r| r.verdict == "1 packets out of 4 taken"), "{recs:?}");
+}
+
 fn count(w: &Worker<Cx>, node: &str, counter: &str) -> u64 {
     w.snapshot().counters.iter().find(|c| c.node == node && c.counter == counter).map_or(0, |c| c.count)
 }

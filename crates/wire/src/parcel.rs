@@ -275,11 +275,26 @@ impl<T: AsRef<[u8]>, const V6: bool> Parcel<T, V6> {
     /// The sum every UDP checksum form of this parcel shares: the UDP header with length
     /// and checksum 0 and the `NSegs << 24 | UDP length` word.
     fn udp_header_sum(&self) -> Checksum {
-        let mut c = Checksum::new();
-        c.add_u16(self.src_port()).add_u16(self.dst_port());
-        c.add_u32(((self.layout.nsegs as u32) << 24) | (self.udp_len() as u32 & MAX_JUMBO_LEN as u32));
-        c
+        udp_header_sum(self.src_port(), self.dst_port(), self.layout.nsegs, self.udp_len())
     }
+}
+
+/// [`Parcel::udp_header_sum`] from the fields: a parcel's headers are summed where they
+/// are emitted, without parsing them back.
+fn udp_header_sum(src_port: u16, dst_port: u16, nsegs: usize, udp_len: usize) -> Checksum {
+    let mut c = Checksum::new();
+    c.add_u16(src_port).add_u16(dst_port);
+    c.add_u32(((nsegs as u32) << 24) | (udp_len as u32 & MAX_JUMBO_LEN as u32));
+    c
+}
+
+/// The IPv4 parcel's UDP checksum in `form` (the `seg_len` field of the pseudo-header
+/// byte-swapped in the prototype's form).
+fn udp_checksum_v4(src: Ipv4Addr, dst: Ipv4Addr, seg_len: u16, header: Checksum, form: UdpChecksumForm) -> u16 {
+    let l = if form == UdpChecksumForm::Prototype { seg_len.swap_bytes() } else { seg_len };
+    let mut c = checksum::pseudo_header_v4(src, dst, IpProtocol::Udp.into(), l);
+    c.add(header);
+    udp_checksum_value(c)
 }
 
 /// `~sum(segment)` folded, 0 sent as 0xffff (0 in the slot means "not computed").
@@ -310,11 +325,32 @@ pub fn datagram_checksum_from_slot(pseudo: Checksum, src_port: u16, dst_port: u1
 /// (`pseudo`, for UDP length `udp_len`) and the UDP header are taken out.
 #[inline]
 pub fn slot_from_datagram_checksum(pseudo: Checksum, src_port: u16, dst_port: u16, udp_len: u16, udp_checksum: u16) -> u16 {
-    let mut c = Checksum::new();
-    c.add_u16(!udp_checksum).add_u16(!pseudo.fold()).add_u16(!src_port).add_u16(!dst_port).add_u16(!udp_len);
-    match !c.fold() {
-        0 => 0xffff,
-        v => v,
+    DatagramSlots::new(pseudo, src_port, dst_port, udp_len).slot(udp_checksum)
+}
+
+/// [`slot_from_datagram_checksum`] for many datagrams of one flow and UDP length (a run
+/// joined into a parcel): what they share, the pseudo-header, ports and length, summed
+/// once, each datagram's checksum added to it.
+#[derive(Debug, Clone, Copy)]
+pub struct DatagramSlots(u32);
+
+impl DatagramSlots {
+    #[inline]
+    pub fn new(pseudo: Checksum, src_port: u16, dst_port: u16, udp_len: u16) -> Self {
+        DatagramSlots(!pseudo.fold() as u32 + !src_port as u32 + !dst_port as u32 + !udp_len as u32)
+    }
+    /// The slot of the segment of the datagram whose UDP checksum is `udp_checksum`.
+    #[inline(always)]
+    pub fn slot(self, udp_checksum: u16) -> u16 {
+        // Five 16-bit words: two end-around folds bring the sum to 16 bits (ones'
+        // complement addition is the same in either byte order).
+        let s = self.0 + !udp_checksum as u32;
+        let s = (s & 0xffff) + (s >> 16);
+        let s = (s & 0xffff) + (s >> 16);
+        match !(s as u16) {
+            0 => 0xffff,
+            v => v,
+        }
     }
 }
 
@@ -345,11 +381,7 @@ impl<T: AsRef<[u8]>> Parcel4<T> {
     }
     /// The UDP checksum for one form, as the sender would write it.
     pub fn compute_udp_checksum(&self, form: UdpChecksumForm) -> u16 {
-        let l = self.layout.seg_len as u16;
-        let l = if form == UdpChecksumForm::Prototype { l.swap_bytes() } else { l };
-        let mut c = checksum::pseudo_header_v4(self.src_addr(), self.dst_addr(), IpProtocol::Udp.into(), l);
-        c.add(self.udp_header_sum());
-        udp_checksum_value(c)
+        udp_checksum_v4(self.src_addr(), self.dst_addr(), self.layout.seg_len as u16, self.udp_header_sum(), form)
     }
     /// The form the UDP checksum matches, or None for a bad checksum.
     pub fn verify_udp_checksum(&self) -> Option<UdpChecksumForm> {
@@ -377,9 +409,7 @@ impl<T: AsRef<[u8]>> Parcel6<T> {
         self.buffer.as_ref()[7]
     }
     pub fn compute_udp_checksum(&self) -> u16 {
-        let mut c = checksum::pseudo_header_v6(&self.src_addr(), &self.dst_addr(), IpProtocol::Udp.into(), self.layout.seg_len as u32);
-        c.add(self.udp_header_sum());
-        udp_checksum_value(c)
+        udp_checksum_v6(&self.src_addr(), &self.dst_addr(), self.layout.seg_len as u16, self.udp_header_sum())
     }
     pub fn verify_udp_checksum(&self) -> Option<UdpChecksumForm> {
         (self.compute_udp_checksum() == self.udp_checksum()).then_some(UdpChecksumForm::Plain)
@@ -525,11 +555,25 @@ impl Parcel4Repr {
         crate::put16(b, 10, c);
         s.emit(&mut b[hl..]);
     }
+    /// The UDP checksum in `form` of the parcel these headers describe (it covers no
+    /// segment data, so it is known before the segments are in place).
+    pub fn udp_checksum(&self, form: UdpChecksumForm) -> u16 {
+        let s = &self.segments;
+        let header = udp_header_sum(s.src_port, s.dst_port, s.nsegs as usize, s.udp_len());
+        udp_checksum_v4(self.src, self.dst, s.seg_len, header, form)
+    }
     /// Writes the UDP checksum in `form` into an emitted parcel.
     pub fn fill_udp_checksum<T: AsRef<[u8]> + AsMut<[u8]>>(p: &mut Parcel4<T>, form: UdpChecksumForm) {
         let c = p.compute_udp_checksum(form);
         p.set_udp_checksum(c);
     }
+}
+
+/// The IPv6 parcel's UDP checksum (one form).
+fn udp_checksum_v6(src: &Ipv6Addr, dst: &Ipv6Addr, seg_len: u16, header: Checksum) -> u16 {
+    let mut c = checksum::pseudo_header_v6(src, dst, IpProtocol::Udp.into(), seg_len as u32);
+    c.add(header);
+    udp_checksum_value(c)
 }
 
 /// An IPv6 parcel's headers; used as [`Parcel4Repr`] is.
@@ -570,6 +614,11 @@ impl Parcel6Repr {
         b[40..44].copy_from_slice(&[IpProtocol::Udp.into(), 0, IPV6_JUMBO_OPTION, 4]);
         crate::put32(b, 44, ((s.nsegs as u32) << 24) | (self.buffer_len() - 40) as u32);
         s.emit(&mut b[IPV6_HEADER_LEN..]);
+    }
+    /// As [`Parcel4Repr::udp_checksum`].
+    pub fn udp_checksum(&self) -> u16 {
+        let s = &self.segments;
+        udp_checksum_v6(&self.src, &self.dst, s.seg_len, udp_header_sum(s.src_port, s.dst_port, s.nsegs as usize, s.udp_len()))
     }
     pub fn fill_udp_checksum<T: AsRef<[u8]> + AsMut<[u8]>>(p: &mut Parcel6<T>) {
         let c = p.compute_udp_checksum();
@@ -755,6 +804,8 @@ mod tests {
             Parcel4Repr::fill_udp_checksum(&mut p, form);
             let p = Parcel4::new_checked(&b[..]).unwrap();
             prop_assert_eq!(Parcel4Repr::parse(&p), r);
+            // The headers' own sum, before anything is parsed back, is the same.
+            prop_assert_eq!(r.udp_checksum(form), p.udp_checksum());
             // Both forms coincide when L's two bytes are equal.
             let l = segs.seg_len;
             if l.swap_bytes() != l {
@@ -792,6 +843,7 @@ mod tests {
             Parcel6Repr::fill_udp_checksum(&mut p);
             let p = Parcel6::new_checked(&b[..]).unwrap();
             prop_assert_eq!(Parcel6Repr::parse(&p), r);
+            prop_assert_eq!(r.udp_checksum(), p.udp_checksum());
             prop_assert_eq!(p.verify_udp_checksum(), Some(UdpChecksumForm::Plain));
             for i in 0..p.segment_count() {
                 let seg = p.segment(i);
@@ -803,6 +855,22 @@ mod tests {
                 crate::udp::UdpRepr { src_port: p.src_port(), dst_port: p.dst_port() }.emit(&mut u, seg.len());
                 u.fill_checksum_v6(&p.src_addr(), &p.dst_addr());
                 prop_assert_eq!(fast, u.checksum());
+                let back = slot_from_datagram_checksum(p.datagram_pseudo_header(ulen), p.src_port(), p.dst_port(), ulen, u.checksum());
+                prop_assert_eq!(back, p.segment_checksum(i));
+            }
+        }
+
+        #[test]
+        fn slots_of_a_run_match_the_sum_taken_apart_word_by_word(pseudo: u64, sp: u16, dp: u16, len: u16, sums in proptest::collection::vec(1u16.., 1..16)) {
+            let mut p = Checksum::new();
+            p.add_u32(pseudo as u32).add_u32((pseudo >> 32) as u32);
+            let slots = DatagramSlots::new(p, sp, dp, len);
+            for sum in sums {
+                // The definition: every word complemented into one sum, folded, complemented.
+                let mut c = Checksum::new();
+                c.add_u16(!sum).add_u16(!p.fold()).add_u16(!sp).add_u16(!dp).add_u16(!len);
+                let want = match !c.fold() { 0 => 0xffff, v => v };
+                prop_assert_eq!(slots.slot(sum), want);
             }
         }
 

@@ -1,8 +1,11 @@
 //! `parcel4-join` / `parcel6-join`: runs of consecutive UDP datagrams of one flow with equal lengths, in
 //! one vector, routed out of a link that takes parcels, become one parcel (the GRO of
 //! parcels). A run is bounded by the context's segment count and by the link's MTU, and
-//! never outlives its vector: `prepare` plans the whole vector, `expand` builds each
-//! parcel while its datagrams are still there, and nothing is held for a later vector.
+//! never outlives its vector: each call (`expand_run`) takes the datagrams at the head
+//! of what is left of the vector, extends the run while they match and builds its
+//! parcel at once, so nothing is held for a later vector, each datagram's header is
+//! read while its segment is about to be copied, and the dispatcher's per-packet work
+//! (the call, the output list, the free) is done once a run.
 //!
 //! Each segment's integrity slot is taken from its datagram's UDP checksum (the
 //! pseudo-header and UDP header taken out of it), so segments are copied, not summed; a
@@ -17,7 +20,7 @@
 use super::gso::{to_parcels, GsoFrame};
 use super::ParcelFamily;
 use crate::context::HasParcel;
-use engine::{counters, BufIdx, Counts, ExpandNode, Pool, VECTOR_SIZE};
+use engine::{counters, BufIdx, Counts, ExpandNode, Pool};
 use ip::tables::{Adjacency, Tables, MAX_INDEX};
 use wire::parcel::{self, SegmentsRepr};
 
@@ -33,48 +36,32 @@ counters! {
     }
 }
 
-/// The run of datagrams a plan is extending: its first datagram's index in the vector
-/// (whose header fields the others must share, `ParcelFamily::same_flow`), their UDP
-/// length and route, and the MTU of the parcel link.
-#[derive(Debug, Clone, Copy)]
-struct Run {
-    head: usize,
-    udp_len: u16,
-    adj: u32,
-    mtu: usize,
-}
-
-/// One datagram's role in the vector's plan.
+/// What the datagrams at the head of a vector's rest become.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Role {
     /// On its own, to `ip4-rewrite` (true: the route is a next hop) or `ip4-lookup`.
     Single(bool),
-    /// First of a run of this many datagrams: builds the parcel.
+    /// First of a run of this many datagrams (the ones after it are taken with it):
+    /// builds the parcel.
     Head(u16),
-    /// In a run after its head: already in the parcel.
+    /// In a run after its head: already in the parcel (only in the tests' listing).
+    #[cfg(test)]
     Member,
     /// A UDP GSO frame toward a parcel link: made into parcels of this many segments.
     Gso(u16),
 }
 
-pub struct ParcelJoin<F> {
-    bufs: Vec<BufIdx>,
-    roles: Vec<Role>,
-    pos: usize,
+pub struct ParcelJoin<F: ParcelFamily> {
+    /// The last route looked up in this vector (forgotten between vectors, whose
+    /// tables may differ).
+    last: Option<(F::Key, Route)>,
     /// The parcels one GSO frame becomes (kept to reuse its allocation).
     made: Vec<BufIdx>,
-    _f: std::marker::PhantomData<F>,
 }
 
-impl<F> Default for ParcelJoin<F> {
+impl<F: ParcelFamily> Default for ParcelJoin<F> {
     fn default() -> Self {
-        ParcelJoin {
-            bufs: Vec::with_capacity(VECTOR_SIZE),
-            roles: Vec::with_capacity(VECTOR_SIZE),
-            pos: 0,
-            made: Vec::with_capacity(64),
-            _f: std::marker::PhantomData,
-        }
+        ParcelJoin { last: None, made: Vec::with_capacity(64) }
     }
 }
 
@@ -115,49 +102,49 @@ fn classify<F: ParcelFamily>(t: &Tables, b: &[u8], last: &mut Option<(F::Key, Ro
 }
 
 impl<F: ParcelFamily> ParcelJoin<F> {
-    fn plan(&mut self, t: &Tables, max_segments: usize, pool: &mut Pool, input: &[BufIdx]) {
-        self.bufs.clear();
-        self.bufs.extend_from_slice(input);
-        self.roles.clear();
-        self.pos = 0;
-        let mut run: Option<Run> = None;
-        let mut last = None;
-        for (i, &bi) in input.iter().enumerate() {
-            let buf = pool.get_mut(bi);
-            let (adj, fwd, mut seg) = classify::<F>(t, buf.bytes(), &mut last);
-            buf.meta.adj = adj;
-            // A local sender's frame with work left for the device (a partial checksum,
-            // a GSO frame) is not a finished datagram: its checksum field is no sum to
-            // take a slot from, and its length is not one segment's. A UDP GSO frame
-            // toward a parcel link is a parcel in another layout, made one on its own.
-            if buf.meta.offload != engine::Offload::default() {
-                let per = seg.zip(GsoFrame::of::<F>(buf)).and_then(|((_, mtu), g)| g.per_parcel::<F>(max_segments, mtu));
-                self.roles.push(per.map_or(Role::Single(fwd), |n| Role::Gso(n as u16)));
-                seg = None;
-            } else {
-                self.roles.push(Role::Single(fwd));
+    /// The role of `input[0]` (its route set in `meta.adj`): a run takes the datagrams
+    /// after it while they are of its flow, length and route, within `max_segments`
+    /// and the parcel link's MTU.
+    fn next_run(&mut self, t: &Tables, max_segments: usize, pool: &mut Pool, input: &[BufIdx]) -> Role {
+        let buf = pool.get_mut(input[0]);
+        let (adj, fwd, seg) = classify::<F>(t, buf.bytes(), &mut self.last);
+        buf.meta.adj = adj;
+        // A local sender's frame with work left for the device (a partial checksum,
+        // a GSO frame) is not a finished datagram: its checksum field is no sum to
+        // take a slot from, and its length is not one segment's. A UDP GSO frame
+        // toward a parcel link is a parcel in another layout, made one on its own.
+        if buf.meta.offload != engine::Offload::default() {
+            let per = seg.zip(GsoFrame::of::<F>(buf)).and_then(|((_, mtu), g)| g.per_parcel::<F>(max_segments, mtu));
+            return per.map_or(Role::Single(fwd), |n| Role::Gso(n as u16));
+        }
+        let Some((udp_len, mtu)) = seg else { return Role::Single(fwd) };
+        let head = pool.get(input[0]).bytes();
+        let room = mtu.min(parcel::MAX_JUMBO_LEN);
+        let mut n = 1;
+        for &bi in &input[1..max_segments.min(input.len())] {
+            let b = pool.get(bi);
+            // Same flow means the same destination, so the same route as the head.
+            if b.meta.offload != engine::Offload::default()
+                || F::joinable_udp_len(b.bytes()) != Some(udp_len)
+                || F::PARCEL_HEADER_LEN + 8 + (n + 1) * (udp_len as usize - 6) > room
+                || !F::same_flow(head, b.bytes())
+            {
+                break;
             }
-            if let (Some(r), Some((udp_len, _))) = (run, seg) {
-                let n = i - r.head + 1;
-                if udp_len == r.udp_len
-                    && adj == r.adj
-                    && n <= max_segments
-                    && F::PARCEL_HEADER_LEN + 8 + n * (udp_len as usize - 6) <= r.mtu.min(parcel::MAX_JUMBO_LEN)
-                    && F::same_flow(pool.get(input[r.head]).bytes(), pool.get(bi).bytes())
-                {
-                    self.roles[r.head] = Role::Head(n as u16);
-                    self.roles[i] = Role::Member;
-                    continue;
-                }
-            }
-            run = seg.map(|(udp_len, mtu)| Run { head: i, udp_len, adj, mtu });
+            n += 1;
+        }
+        if n == 1 {
+            Role::Single(fwd)
+        } else {
+            Role::Head(n as u16)
         }
     }
 
-    /// Build the parcel of the `k` datagrams from `self.bufs[at]`; None without a buffer.
-    fn build(&self, pool: &mut Pool, at: usize, k: usize, counts: &mut Counts<'_, ParcelJoinCounter>) -> Option<BufIdx> {
+    /// Build the parcel of the datagrams `run`; None without a buffer.
+    fn build(pool: &mut Pool, run: &[BufIdx], counts: &mut Counts<'_, ParcelJoinCounter>) -> Option<BufIdx> {
         let hl = F::DATAGRAM_IP_LEN;
-        let first = pool.get(self.bufs[at]);
+        let k = run.len();
+        let first = pool.get(run[0]);
         let mut head = [0u8; 48];
         head[..hl + 8].copy_from_slice(first.bytes().get(..hl + 8)?);
         let meta = first.meta;
@@ -171,7 +158,7 @@ impl<F: ParcelFamily> ParcelJoin<F> {
         };
         let len = F::PARCEL_HEADER_LEN + segments.udp_len();
         let d = pool.alloc(len)?;
-        if self.fill(pool, d, at, &head[..hl + 8], &segments, counts).is_none() {
+        if Self::fill(pool, d, run, &head[..hl + 8], &segments, counts).is_none() {
             pool.free(d);
             return None;
         }
@@ -181,13 +168,12 @@ impl<F: ParcelFamily> ParcelJoin<F> {
         Some(d)
     }
 
-    /// Write into buffer `d` the parcel of the datagrams from `self.bufs[at]`, whose
-    /// first one's headers are `head`.
+    /// Write into buffer `d` the parcel of the datagrams `run`, whose first one's
+    /// headers are `head`.
     fn fill(
-        &self,
         pool: &mut Pool,
         d: BufIdx,
-        at: usize,
+        run: &[BufIdx],
         head: &[u8],
         segs: &SegmentsRepr,
         counts: &mut Counts<'_, ParcelJoinCounter>,
@@ -197,10 +183,11 @@ impl<F: ParcelFamily> ParcelJoin<F> {
         let ph = F::PARCEL_HEADER_LEN;
         pool.get_mut(d).set_len(ph + segs.udp_len()).ok()?;
         F::emit_parcel_headers(head, segs, pool.get_mut(d).bytes_mut());
-        let pseudo = F::datagram_pseudo_header(head, (8 + l) as u16);
+        let udp_len = (8 + l) as u16;
+        let slots = parcel::DatagramSlots::new(F::datagram_pseudo_header(head, udp_len), segs.src_port, segs.dst_port, udp_len);
         let data_at = ph + 8 + 2 * k;
-        for j in 0..k {
-            let (src, dst) = pool.two_mut(self.bufs[at + j], d)?;
+        for (j, &bi) in run.iter().enumerate().take(k) {
+            let (src, dst) = pool.two_mut(bi, d)?;
             let s = src.bytes();
             let seg = s.get(hl + 8..hl + 8 + l)?;
             let sum = u16::from_be_bytes([s[hl + 6], s[hl + 7]]);
@@ -208,44 +195,54 @@ impl<F: ParcelFamily> ParcelJoin<F> {
                 counts.inc(ParcelJoinCounter::Summed);
                 parcel::segment_checksum(seg)
             } else {
-                parcel::slot_from_datagram_checksum(pseudo, segs.src_port, segs.dst_port, (8 + l) as u16, sum)
+                slots.slot(sum)
             };
             let b = dst.bytes_mut();
             b[data_at + j * l..data_at + (j + 1) * l].copy_from_slice(seg);
             b[ph + 8 + 2 * j..ph + 10 + 2 * j].copy_from_slice(&slot.to_be_bytes());
         }
-        F::fill_parcel_udp_checksum(pool.get_mut(d).bytes_mut())
+        Some(())
     }
 }
 
 impl<Cx: HasParcel, F: ParcelFamily> ExpandNode<Cx> for ParcelJoin<F> {
     type Next = F::JoinNext;
     type Counter = ParcelJoinCounter;
+    const TAKES_RUNS: bool = true;
 
     fn name(&self) -> &'static str {
         F::JOIN
     }
 
-    fn prepare(&mut self, cx: &mut Cx, pool: &mut Pool, input: &[BufIdx]) {
-        let (ipcx, pcx) = cx.split_parcel();
-        let max = pcx.join_segments.clamp(1, parcel::MAX_SEGMENTS);
-        self.plan(&ipcx.tables, max, pool, input);
+    fn prepare(&mut self, _cx: &mut Cx, _pool: &mut Pool, _input: &[BufIdx]) {
+        self.last = None;
     }
 
     fn expand(
         &mut self,
-        _cx: &mut Cx,
+        cx: &mut Cx,
         counts: &mut Counts<'_, Self::Counter>,
         pool: &mut Pool,
         bi: BufIdx,
         out: &mut Vec<(BufIdx, Self::Next)>,
     ) -> Result<(), Self::Counter> {
-        let at = self.pos;
-        self.pos += 1;
-        // `expand` runs over the vector `prepare` planned, in order.
-        let role = if self.bufs.get(at) == Some(&bi) { self.roles[at] } else { Role::Single(false) };
-        match role {
+        self.expand_run(cx, counts, pool, &[bi], out).1
+    }
+
+    fn expand_run(
+        &mut self,
+        cx: &mut Cx,
+        counts: &mut Counts<'_, Self::Counter>,
+        pool: &mut Pool,
+        input: &[BufIdx],
+        out: &mut Vec<(BufIdx, Self::Next)>,
+    ) -> (usize, Result<(), Self::Counter>) {
+        let (ipcx, pcx) = cx.split_parcel();
+        let max = pcx.join_segments.clamp(1, parcel::MAX_SEGMENTS);
+        let bi = input[0];
+        match self.next_run(&ipcx.tables, max, pool, input) {
             Role::Single(fwd) => out.push((bi, if fwd { F::JOIN_TO_REWRITE } else { F::JOIN_TO_LOOKUP })),
+            #[cfg(test)]
             Role::Member => {}
             Role::Gso(per) => {
                 let g = GsoFrame::of::<F>(pool.get(bi));
@@ -263,22 +260,28 @@ impl<Cx: HasParcel, F: ParcelFamily> ExpandNode<Cx> for ParcelJoin<F> {
                 }
             }
             Role::Head(k) => {
-                let k = k as usize;
-                match self.build(pool, at, k, counts) {
+                let run = &input[..k as usize];
+                match Self::build(pool, run, counts) {
                     Some(d) => {
                         counts.inc(ParcelJoinCounter::Parcels);
-                        counts.add(ParcelJoinCounter::Datagrams, k as u64);
+                        counts.add(ParcelJoinCounter::Datagrams, run.len() as u64);
                         out.push((d, F::JOIN_TO_REWRITE));
                     }
                     None => {
+                        // Each goes on by itself, on the head's route (one flow, one
+                        // destination).
                         counts.inc(ParcelJoinCounter::NoBuffer);
-                        self.roles[at + 1..at + k].fill(Role::Single(true));
-                        out.push((bi, F::JOIN_TO_REWRITE));
+                        let adj = pool.get(bi).meta.adj;
+                        for &b in run {
+                            pool.get_mut(b).meta.adj = adj;
+                            out.push((b, F::JOIN_TO_REWRITE));
+                        }
                     }
                 }
+                return (run.len(), Ok(()));
             }
         }
-        Ok(())
+        (1, Ok(()))
     }
 }
 
@@ -342,9 +345,20 @@ mod tests {
                 b
             })
             .collect();
+        // The roles as the dispatcher meets them: a run's head, then what it took.
         let mut j = ParcelJoin::<Ip4>::default();
-        j.plan(t, max, &mut pool, &input);
-        j.roles
+        let mut roles = Vec::new();
+        let mut at = 0;
+        while at < input.len() {
+            let role = j.next_run(t, max, &mut pool, &input[at..]);
+            roles.push(role);
+            at += 1;
+            if let Role::Head(k) = role {
+                roles.extend((1..k).map(|_| Role::Member));
+                at += k as usize - 1;
+            }
+        }
+        roles
     }
 
     #[test]

@@ -120,7 +120,8 @@ pub trait ParcelFamily: Family {
     /// copied into keys: a key assembled from narrow stores and compared in wide loads
     /// stalled store forwarding on every datagram of `parcelN-join`'s plan.
     fn same_flow(a: &[u8], b: &[u8]) -> bool;
-    /// Write a parcel's headers for `segs` from its first datagram's headers `head`.
+    /// Write a parcel's headers for `segs` from its first datagram's headers `head`,
+    /// with its UDP header checksum (which covers no segment data).
     fn emit_parcel_headers(head: &[u8], segs: &SegmentsRepr, out: &mut [u8]);
     /// Move the IPv4 identification in the datagram headers `head` on by `by` (the
     /// identification of the datagram `by` places further on in a GSO frame); IPv6
@@ -128,8 +129,6 @@ pub trait ParcelFamily: Family {
     fn advance_ident(head: &mut [u8], by: usize);
     /// The pseudo-header sum of a datagram with headers `head` and UDP length `udp_len`.
     fn datagram_pseudo_header(head: &[u8], udp_len: u16) -> Checksum;
-    /// Fill the UDP header checksum of the parcel in `b`.
-    fn fill_parcel_udp_checksum(b: &mut [u8]) -> Option<()>;
     /// Write datagram `i`'s IP header (for `udp_len` UDP bytes) into `out` from the
     /// parcel's header `parcel`; returns the pseudo-header sum of its UDP checksum.
     fn write_datagram_ip(parcel: &[u8], i: usize, udp_len: usize, out: &mut [u8]) -> Checksum;
@@ -165,7 +164,7 @@ impl ParcelFamily for Ip4 {
         a[12..24] == b[12..24] && a[1] == b[1]
     }
     fn emit_parcel_headers(head: &[u8], segs: &SegmentsRepr, out: &mut [u8]) {
-        Parcel4Repr {
+        let r = Parcel4Repr {
             src: [head[12], head[13], head[14], head[15]].into(),
             dst: [head[16], head[17], head[18], head[19]].into(),
             ident: u16::from_be_bytes([head[4], head[5]]),
@@ -173,8 +172,11 @@ impl ParcelFamily for Ip4 {
             dscp_ecn: head[1],
             probe: None,
             segments: *segs,
-        }
-        .emit(out)
+        };
+        r.emit(out);
+        // The prototype's form: the only implementation's receivers check that one.
+        let at = Self::PARCEL_HEADER_LEN + 6;
+        out[at..at + 2].copy_from_slice(&r.udp_checksum(UdpChecksumForm::Prototype).to_be_bytes());
     }
     fn advance_ident(head: &mut [u8], by: usize) {
         let ident = u16::from_be_bytes([head[4], head[5]]).wrapping_add(by as u16);
@@ -182,12 +184,6 @@ impl ParcelFamily for Ip4 {
     }
     fn datagram_pseudo_header(head: &[u8], udp_len: u16) -> Checksum {
         pseudo_header_v4([head[12], head[13], head[14], head[15]].into(), [head[16], head[17], head[18], head[19]].into(), 17, udp_len)
-    }
-    fn fill_parcel_udp_checksum(b: &mut [u8]) -> Option<()> {
-        let mut p = Parcel4::new_checked(b).ok()?;
-        // The prototype's form: the only implementation's receivers check that one.
-        Parcel4Repr::fill_udp_checksum(&mut p, UdpChecksumForm::Prototype);
-        Some(())
     }
     fn check(b: &[u8]) -> Result<Shape, ParcelError> {
         Parcel4::new_checked(b).map(|p| Shape::of(&p))
@@ -259,25 +255,22 @@ impl ParcelFamily for Ip6 {
     }
     fn emit_parcel_headers(head: &[u8], segs: &SegmentsRepr, out: &mut [u8]) {
         let w = u32::from_be_bytes([head[0], head[1], head[2], head[3]]);
-        Parcel6Repr {
+        let r = Parcel6Repr {
             src: <[u8; 16]>::try_from(&head[8..24]).map_or(std::net::Ipv6Addr::UNSPECIFIED, Into::into),
             dst: <[u8; 16]>::try_from(&head[24..40]).map_or(std::net::Ipv6Addr::UNSPECIFIED, Into::into),
             hop_limit: head[7],
             traffic_class: (w >> 20) as u8,
             flow_label: w & 0x000f_ffff,
             segments: *segs,
-        }
-        .emit(out)
+        };
+        r.emit(out);
+        let at = Self::PARCEL_HEADER_LEN + 6;
+        out[at..at + 2].copy_from_slice(&r.udp_checksum().to_be_bytes());
     }
     fn advance_ident(_head: &mut [u8], _by: usize) {}
     fn datagram_pseudo_header(head: &[u8], udp_len: u16) -> Checksum {
         let a = |at: usize| <[u8; 16]>::try_from(&head[at..at + 16]).map_or(std::net::Ipv6Addr::UNSPECIFIED, Into::into);
         pseudo_header_v6(&a(8), &a(24), 17, udp_len as u32)
-    }
-    fn fill_parcel_udp_checksum(b: &mut [u8]) -> Option<()> {
-        let mut p = Parcel6::new_checked(b).ok()?;
-        Parcel6Repr::fill_udp_checksum(&mut p);
-        Some(())
     }
     fn check(b: &[u8]) -> Result<Shape, ParcelError> {
         Parcel6::new_checked(b).map(|p| Shape::of(&p))
