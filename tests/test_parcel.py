@@ -237,17 +237,8 @@ def test_join_runs_of_one_flow_into_parcels(vecgate, tmp_path):
 def test_join_without_a_large_buffer_sends_the_run_on_datagram_by_datagram(vecgate, tmp_path):
     """A run of 20 × 1000 bytes needs a large buffer (more than a medium one holds); with
     none, its datagrams go on one by one, unchanged, counted under no-large-buffer."""
-    import json
-    import subprocess
-    from conftest import gateway_config, write_pcap
     pay = [bytes([i]) * 1000 for i in range(20)]
-    write_pcap(tmp_path / "in.pcap", [bytes(datagram(WHOLE_DST, 5000, p)) for p in pay])
-    cfg = gateway_config(tmp_path, EXTRA)
-    cfg.write_text(cfg.read_text().replace("buffers = 1024", "buffers = 1024\nlarge_buffers = 0", 1))
-    out = subprocess.run([str(vecgate), "pcap", "--config", str(cfg), "--json"], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    c = {(x["node"], x["counter"]): x["count"] for x in json.loads(out.stdout)["counters"]}
-    out2 = list(rdpcap(str(tmp_path / "out2.pcap")))
+    _, out2, c = run_with(vecgate, tmp_path, [bytes(datagram(WHOLE_DST, 5000, p)) for p in pay], "large_buffers = 0")
     assert [bytes(f[UDP].payload) for f in out2] == pay
     assert all(udp_ok_by_scapy(f) and f[IP].ttl == 63 for f in out2)
     assert c[("parcel4-join", "no-large-buffer")] == 1 and c.get(("parcel4-join", "parcels-joined"), 0) == 0
@@ -289,19 +280,10 @@ def test_segment_check_off_leaves_damage_to_the_receiver(vecgate, tmp_path):
     """verify_parcel_segments = false: segments are not read in transit; a damaged one is
     split into a datagram whose checksum (from its slot) no longer matches, which scapy's
     recomputation shows, as any receiver would; the others are intact."""
-    import json
-    import subprocess
-    from conftest import gateway_config, write_pcap
     parts = segs(4, 500)
     p = bytearray(parcel4(SRC, SPLIT_DST, 1, 2, parts))
     p[28 + 8 + 8 + 2 * 500 + 10] ^= 0xFF   # a byte of segment 3 (index 2)
-    write_pcap(tmp_path / "in.pcap", [frame(bytes(p))])
-    cfg = gateway_config(tmp_path, EXTRA)
-    cfg.write_text(cfg.read_text().replace("[dataplane]\n", "[dataplane]\nverify_parcel_segments = false\n", 1))
-    r = subprocess.run([str(vecgate), "pcap", "--config", str(cfg), "--json"], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    c = {(x["node"], x["counter"]): x["count"] for x in json.loads(r.stdout)["counters"]}
-    out1 = list(rdpcap(str(tmp_path / "out1.pcap")))
+    out1, _, c = run_with(vecgate, tmp_path, [frame(bytes(p))], "verify_parcel_segments = false")
     assert len(out1) == 4
     assert [udp_ok_by_scapy(f) for f in out1] == [True, True, False, True]
     assert c.get(("parcel4-input", "bad-segment-checksum"), 0) == 0

@@ -198,23 +198,9 @@ impl<C, N: ExpandNode<C>> Runner<C> for ExpandRunner<N, C> {
                     let mut counts = Counts::new(counters);
                     self.node.expand(cx, &mut counts, pool, bi, &mut self.out)
                 };
-                let mut reused = false;
-                for &(b, n) in &self.out {
-                    reused |= b == bi;
-                    queues[next[n.index()]].push(b);
-                }
-                if let (Some(log), Some(id)) = (trace.as_deref_mut(), traced) {
-                    let verdict = match r {
-                        Ok(()) => format!("{} packets out", self.out.len()),
-                        Err(c) => format!("drop: {}", <N::Counter as Counters>::INFO[c.index()].name),
-                    };
-                    log.push(TraceRecord {
-                        packet: id.get(),
-                        node: self.node.name(),
-                        text: format!("len {}", pool.get(bi).len()),
-                        verdict,
-                        time_ns: 0,
-                    });
+                let reused = queue_expanded(&self.out, bi, next, queues);
+                if let Some(log) = trace.as_deref_mut() {
+                    trace_expanded(log, self.node.name(), pool, &[bi], traced, self.out.len(), r);
                 }
                 if !reused {
                     settle(pool, queues, counters, node, drop_queue, bi, r);
@@ -238,31 +224,9 @@ impl<C, N: ExpandNode<C>> Runner<C> for ExpandRunner<N, C> {
             // skip or repeat packets).
             let taken = &rest[..n.clamp(1, rest.len())];
             i += taken.len();
-            let mut reused = false;
-            for &(b, n) in &self.out {
-                reused |= b == bi;
-                queues[next[n.index()]].push(b);
-            }
+            let reused = queue_expanded(&self.out, bi, next, queues);
             if let Some(log) = trace.as_deref_mut() {
-                let verdict = match r {
-                    Ok(()) if taken.len() > 1 => format!("{} packets out of {} taken", self.out.len(), taken.len()),
-                    Ok(()) => format!("{} packets out", self.out.len()),
-                    Err(c) => format!("drop: {}", <N::Counter as Counters>::INFO[c.index()].name),
-                };
-                // The run's later packets are read after the call: a run is taken, not
-                // rewritten, so their marks are intact.
-                for (k, &b) in taken.iter().enumerate() {
-                    let id = if k == 0 { traced } else { pool.get(b).meta.trace };
-                    if let Some(id) = id {
-                        log.push(TraceRecord {
-                            packet: id.get(),
-                            node: self.node.name(),
-                            text: format!("len {}", pool.get(b).len()),
-                            verdict: verdict.clone(),
-                            time_ns: 0,
-                        });
-                    }
-                }
+                trace_expanded(log, self.node.name(), pool, taken, traced, self.out.len(), r);
             }
             if !reused {
                 settle(pool, queues, counters, node, drop_queue, bi, r);
@@ -283,6 +247,49 @@ impl<C, N: ExpandNode<C>> Runner<C> for ExpandRunner<N, C> {
             }
         }
         self.node.end_of_vector(cx);
+    }
+}
+
+/// Queue an expand call's outputs to their next nodes; true if the input packet `bi` is
+/// among them (reused).
+#[inline(always)]
+fn queue_expanded<N: NextNodes>(out: &[(BufIdx, N)], bi: BufIdx, next: &[usize], queues: &mut [Vec<BufIdx>]) -> bool {
+    let mut reused = false;
+    for &(b, n) in out {
+        reused |= b == bi;
+        queues[next[n.index()]].push(b);
+    }
+    reused
+}
+
+/// `show trace` records for the traced packets an expand call took: the first one's mark
+/// `first` read before the call (which may rewrite the packet it reuses), the others'
+/// after it (a run is taken, not rewritten, so their marks are intact).
+fn trace_expanded<K: Counters>(
+    log: &mut TraceLog,
+    node: &'static str,
+    pool: &Pool,
+    taken: &[BufIdx],
+    first: Option<core::num::NonZeroU32>,
+    outputs: usize,
+    r: Result<(), K>,
+) {
+    let verdict = match r {
+        Ok(()) if taken.len() > 1 => format!("{outputs} packets out of {} taken", taken.len()),
+        Ok(()) => format!("{outputs} packets out"),
+        Err(c) => format!("drop: {}", K::INFO[c.index()].name),
+    };
+    for (k, &b) in taken.iter().enumerate() {
+        let id = if k == 0 { first } else { pool.get(b).meta.trace };
+        if let Some(id) = id {
+            log.push(TraceRecord {
+                packet: id.get(),
+                node,
+                text: format!("len {}", pool.get(b).len()),
+                verdict: verdict.clone(),
+                time_ns: 0,
+            });
+        }
     }
 }
 

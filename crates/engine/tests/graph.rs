@@ -116,9 +116,21 @@ fn unknown_next_fails_at_build() {
 }
 
 fn worker(total: u32) -> (Worker<Cx>, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    worker_with(total, "parity", |_| {})
+}
+
+/// A worker whose `total` counted packets (bytes 0, 1, …) go from `test-input` to the
+/// node `first` of a graph of `parity` and what `add` puts in, and the packets its sink
+/// (the even ones' interface) received.
+fn worker_with(
+    total: u32,
+    first: &str,
+    add: impl FnOnce(&mut GraphBuilder<Cx>),
+) -> (Worker<Cx>, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
     let mut g = GraphBuilder::<Cx>::new();
     g.add(Parity);
-    let input = g.add_input("test-input", "parity");
+    add(&mut g);
+    let input = g.add_input("test-input", first);
     let graph = g.build().unwrap();
     let sunk = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let ports = vec![
@@ -212,17 +224,9 @@ impl engine::ExpandNode<Cx> for Triple {
 
 #[test]
 fn an_expanding_node_multiplies_packets_without_leaks() {
-    let mut g = GraphBuilder::<Cx>::new();
-    g.add(Parity);
-    g.add_expand(Triple);
-    let input = g.add_input("test-input", "triple");
-    let graph = g.build().unwrap();
-    let sunk = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let ports = vec![
-        Port::new(IfIndex(0), "src0".into(), Box::new(Counter { sent: 0, total: 100 }), Some(input)),
-        Port::new(IfIndex(1), "sink0".into(), Box::new(Sink(sunk.clone())), None),
-    ];
-    let mut w = Worker::new(0, graph, Pool::new(1024, 1), ports, Cx);
+    let (mut w, sunk) = worker_with(100, "triple", |g| {
+        g.add_expand(Triple);
+    });
     while !w.inputs_done() {
         w.poll_once();
     }
@@ -299,17 +303,9 @@ impl engine::ExpandNode<Cx> for Fours {
 
 #[test]
 fn an_expanding_node_takes_runs_whose_packets_are_freed_dropped_or_reused() {
-    let mut g = GraphBuilder::<Cx>::new();
-    g.add(Parity);
-    g.add_expand(Fours);
-    let input = g.add_input("test-input", "fours");
-    let graph = g.build().unwrap();
-    let sunk = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let ports = vec![
-        Port::new(IfIndex(0), "src0".into(), Box::new(Counter { sent: 0, total: 100 }), Some(input)),
-        Port::new(IfIndex(1), "sink0".into(), Box::new(Sink(sunk.clone())), None),
-    ];
-    let mut w = Worker::new(0, graph, Pool::new(1024, 1), ports, Cx);
+    let (mut w, sunk) = worker_with(100, "fours", |g| {
+        g.add_expand(Fours);
+    });
     w.graph.trace_add("test-input", 6).unwrap();
     drain(&mut w);
     assert_eq!(w.pool.in_use(), 0, "taken packets freed once, reused ones sent, refused ones dropped");

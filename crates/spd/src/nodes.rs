@@ -242,17 +242,11 @@ enum Ready<A: Classified> {
 
 /// What `IpsecOutput::prepare` decided for one packet: the verdict `process` returns
 /// and the `meta.param` it leaves (the SA's index for `espN-encrypt`).
+#[derive(Clone, Copy)]
 struct Decided<N: NextNodes> {
     verdict: Verdict<N, OutputCounter>,
     param: u32,
 }
-
-impl<N: NextNodes> Clone for Decided<N> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-impl<N: NextNodes> Copy for Decided<N> {}
 
 /// How many packets ahead of the one it decides `IpsecOutput::prepare` starts loading a
 /// slot: enough slots in flight to overlap DRAM latency when the flows do not fit in

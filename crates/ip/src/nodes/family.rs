@@ -54,7 +54,7 @@ pub trait Family: Send + 'static {
 /// an expiring TTL, a packet too big, no headroom) is left untouched for the rewrite
 /// node's general path: false. `ipN-lookup` takes it for the packets its route sends to
 /// a next hop, so a forwarded packet is rewritten without a hop to `ipN-rewrite`
-/// (docs/PERFORMANCE.md, "The lookup rewrites").
+/// (docs/PERFORMANCE.md, "Two hops fewer for a forwarded packet").
 #[inline(always)]
 pub fn rewrite_fast<F: Family>(adj: &Adjacency, buf: &mut engine::Buffer) -> bool {
     let Adjacency::Rewrite { tx_if, rewrite, mtu } = adj else { return false };
