@@ -415,6 +415,32 @@ mod tests {
     }
 
     #[test]
+    fn a_later_shapes_worse_bucket_does_not_replace_the_match() {
+        let r = |id, priority, remote: Range<u32>| Rule::<u32> {
+            id: PolicyId(id),
+            priority,
+            local: Range::any(),
+            remote,
+            proto: None,
+            local_ports: Range::ANY,
+            remote_ports: Range::ANY,
+            action: Action::Protect(SaId(id)),
+        };
+        let host = |a: u32| Range { lo: a, hi: a };
+        let net24 = |a: u32| Range { lo: a, hi: a | 0xff };
+        // Hosts first (best priority 10), the key's at 5; the /24s after (best 8),
+        // the key's at 1: the /24 shape is probed (8 beats 5) but its bucket, exact
+        // and worse, must not win.
+        let rules = [r(0, 10, host(0x0101_0101)), r(1, 5, host(0x0202_0202)), r(2, 8, net24(0x0303_0300)), r(3, 1, net24(0x0202_0200))];
+        let ts = TupleSpace::new(&rules);
+        assert_eq!(ts.shapes(), 2);
+        let k = FlowKey { local: 9, remote: 0x0202_0202, proto: 17, local_port: 1, remote_port: 2 };
+        assert_eq!(ts.lookup(&k).map(|r| r.id), Some(PolicyId(1)));
+        assert_eq!(ts.lookup(&k), linear(&rules, &k));
+        assert_eq!(ts.lookup(&FlowKey { remote: 0x0202_0203, ..k }).map(|r| r.id), Some(PolicyId(3)));
+    }
+
+    #[test]
     fn many_host_policies_share_one_shape() {
         let rules: Vec<Rule<u32>> = (0..10_000u32)
             .map(|i| Rule {
