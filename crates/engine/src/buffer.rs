@@ -51,6 +51,10 @@ pub struct Meta {
     pub tx_if: IfIndex,
     /// Result of the last lookup (an adjacency or tunnel index).
     pub adj: u32,
+    /// `adj` already holds the FIB's answer for this packet's destination: a node that
+    /// looked it up before sending the packet to the lookup node (`ethernet-input`'s fast
+    /// path) says so, and the lookup node takes the answer (and clears this).
+    pub looked_up: bool,
     /// A per-packet argument from one node to the next (e.g. an ICMP type, code and
     /// MTU for `ip4-icmp-error`); meaningless unless the sending node says so.
     pub param: u32,

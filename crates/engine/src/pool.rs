@@ -167,6 +167,13 @@ impl Pool {
 
     #[inline]
     pub fn free_many(&mut self, bufs: &[BufIdx]) {
+        // A vector of regular buffers (nearly always) joins its free list in one copy:
+        // pushed one by one, each push stores and reloads the list's length.
+        let highest = bufs.iter().fold(0, |m, b| m.max(b.get()));
+        if highest < self.regular {
+            self.free_regular.extend_from_slice(bufs);
+            return;
+        }
         for &i in bufs {
             self.free(i)
         }
@@ -286,5 +293,22 @@ mod tests {
         let big = p.alloc(MEDIUM_CAPACITY + 1).unwrap();
         assert_eq!(p.get(big).capacity(), LARGE_CAPACITY);
         assert_eq!(p.stats().medium_free, 1);
+    }
+
+    #[test]
+    fn freeing_many_returns_each_buffer_to_its_class() {
+        let mut p = Pool::with_classes(3, 1, 1);
+        let regular: Vec<BufIdx> = (0..3).map(|_| p.alloc(100).unwrap()).collect();
+        let m = p.alloc(9000).unwrap();
+        let l = p.alloc(9000).unwrap();
+        // All regular: the one-copy path.
+        p.free_many(&regular);
+        assert_eq!((p.stats().regular_free, p.stats().medium_free, p.stats().large_free), (3, 0, 0));
+        // Mixed: each to its own list, whatever its place in the vector.
+        let a = p.alloc(100).unwrap();
+        p.free_many(&[l, a, m]);
+        assert_eq!((p.stats().regular_free, p.stats().medium_free, p.stats().large_free, p.in_use()), (3, 1, 1, 0));
+        let (m2, l2) = (p.alloc(9000).unwrap(), p.alloc(9000).unwrap());
+        assert_eq!((p.get(m2).capacity(), p.get(l2).capacity()), (MEDIUM_CAPACITY, LARGE_CAPACITY));
     }
 }

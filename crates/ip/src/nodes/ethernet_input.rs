@@ -11,9 +11,11 @@
 //! (`fast_path_len`), and the forwarded packet skips a node hop. `ipN-input` sees the
 //! rest (errors with their counters, options, hop-by-hop, multicast, parcels, the SPD).
 
+use super::family::{Family, Ip4, Ip6};
+use super::ip_lookup::forwards_fast;
 use super::{ip4_input, ip6_input};
 use crate::context::HasIp;
-use crate::tables::UdpApp;
+use crate::tables::{Tables, UdpApp};
 use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
 use wire::ethernet::{EthernetFrame, HEADER_LEN};
 use wire::EtherType;
@@ -21,6 +23,7 @@ use wire::EtherType;
 next_nodes! {
     pub enum EthernetInputNext {
         Ip4 = "ip4-input", Ip6 = "ip6-input", Arp = "arp-input", Ip4Lookup = "ip4-lookup", Ip6Lookup = "ip6-lookup",
+        Output = "interface-output",
         Gtpu4Input = "gtpu4-input", Gue4Input = "gue4-input", Gtpu6Input = "gtpu6-input", Gue6Input = "gue6-input",
     }
 }
@@ -55,6 +58,29 @@ fn straight_to_lookup(buf: &mut Buffer, v6: bool, direct: bool) -> Option<Ethern
     };
     buf.truncate(end);
     Some(next)
+}
+
+/// The lookup's share for a packet `straight_to_lookup` passed, while the table is one
+/// the lookup node walks a packet at a time (a larger one it looks up a vector at once,
+/// so such packets go to it untouched): the FIB's answer, and if it is the lookup's
+/// common case ([`forwards_fast`]) the packet rewritten for `interface-output` — true,
+/// the packet a node hop further on. Otherwise the answer goes to `ipN-lookup` in
+/// `meta.adj` (`meta.looked_up`), which decides the rest without a second walk. A traced
+/// packet goes to the lookup untouched, so that its trace shows the route it took.
+#[inline(always)]
+fn route<F: Family>(tables: &Tables, buf: &mut Buffer) -> bool {
+    let fib = F::fib(tables);
+    if buf.meta.trace.is_some() || fib.prefers_batch() {
+        return false;
+    }
+    let Some(dst) = buf.bytes().get(F::DST_AT..F::HEADER_LEN) else { return false };
+    let adj = fib.lookup(F::key(dst));
+    buf.meta.adj = adj;
+    if forwards_fast::<F>(tables, adj, buf) {
+        return true;
+    }
+    buf.meta.looked_up = true;
+    false
 }
 
 impl<Cx: HasIp> Node<Cx> for EthernetInput {
@@ -94,6 +120,9 @@ impl<Cx: HasIp> Node<Cx> for EthernetInput {
                         // No link with an SPD or taking parcels: `ipN-input` would send every
                         // packet passing its fast path to the lookup.
                         (None, v6) => match straight_to_lookup(buf, v6, (cx.tables.spd_links | cx.tables.parcel_links) == 0) {
+                            Some(_) if if v6 { route::<Ip6>(&cx.tables, buf) } else { route::<Ip4>(&cx.tables, buf) } => {
+                                EthernetInputNext::Output
+                            }
                             Some(next) => next,
                             None if v6 => EthernetInputNext::Ip6,
                             None => EthernetInputNext::Ip4,

@@ -4,7 +4,7 @@
 use super::family::{rewrite_fast, Family};
 use crate::context::HasIp;
 use crate::multipath;
-use crate::tables::{Adjacency, TunnelRef, MAX_INDEX};
+use crate::tables::{Adjacency, Tables, TunnelRef, MAX_INDEX};
 use engine::{counters, BufIdx, Buffer, Counts, Node, Pool, Verdict, VECTOR_SIZE};
 
 counters! {
@@ -12,6 +12,23 @@ counters! {
         NoRoute(Info, "no-route", "no route to the destination (ICMP unreachable requested)"),
         Blackhole(Info, "blackhole", "matched a blackhole route"),
         Truncated(Error, "truncated", "shorter than the IP header (ipN-input should have dropped it)"),
+    }
+}
+
+/// The lookup's common case, in one place for `ipN-lookup` and `ethernet-input` (which
+/// takes it for the packets it sends straight on, a node hop fewer): `adj` a single-path
+/// route to a resolved next hop, no SPD on its link and no load balancer's replies to
+/// catch, the packet rewritten for the hop in place ([`rewrite_fast`]): true, the packet
+/// is ready for `interface-output`. Otherwise false, the packet untouched: the lookup
+/// node's general path decides.
+#[inline(always)]
+pub(crate) fn forwards_fast<F: Family>(tables: &Tables, adj: u32, buf: &mut Buffer) -> bool {
+    if adj > MAX_INDEX || tables.lb_replies {
+        return false;
+    }
+    match tables.adjacency(adj) {
+        a @ Adjacency::Rewrite { tx_if, .. } if !tables.has_spd(*tx_if) => rewrite_fast::<F>(a, buf),
+        _ => false,
     }
 }
 
@@ -79,11 +96,17 @@ impl<Cx: HasIp, F: Family> Node<Cx> for IpLookup<F> {
     #[inline(always)]
     fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
         let cx = cx.ip();
+        // Cleared whatever the branch, so that no buffer keeps it (stored only when set).
+        let looked_up = buf.meta.looked_up;
+        if looked_up {
+            buf.meta.looked_up = false;
+        }
         let Some(dst) = buf.bytes().get(F::DST_AT..F::HEADER_LEN) else {
             return Verdict::Drop(LookupCounter::Truncated);
         };
-        let mut adj = if self.batched {
-            // `prepare` looked the destination up for the whole vector.
+        let mut adj = if self.batched || looked_up {
+            // `prepare` looked the destination up for the whole vector, or
+            // `ethernet-input` did for this packet.
             buf.meta.adj
         } else {
             let adj = F::fib(&cx.tables).lookup(F::key(dst));
@@ -103,6 +126,9 @@ impl<Cx: HasIp, F: Family> Node<Cx> for IpLookup<F> {
                 return Verdict::Next(F::tunnel_next(t.kind));
             }
         }
+        if forwards_fast::<F>(&cx.tables, adj, buf) {
+            return Verdict::Next(F::OUTPUT);
+        }
         match cx.tables.adjacency(adj) {
             Adjacency::Rewrite { tx_if, .. } | Adjacency::Glean { tx_if, .. } | Adjacency::Incomplete { tx_if, .. }
                 if cx.tables.has_spd(*tx_if) =>
@@ -112,9 +138,8 @@ impl<Cx: HasIp, F: Family> Node<Cx> for IpLookup<F> {
             Adjacency::Rewrite { .. } | Adjacency::Glean { .. } | Adjacency::Incomplete { .. } if cx.tables.lb_replies => {
                 Verdict::Next(F::LB_NAT)
             }
-            // A resolved next hop: the rewrite's fast path here, saving the hop to
-            // `ipN-rewrite`; what it leaves (TTL expiring, too big, unresolved) goes there.
-            a @ Adjacency::Rewrite { .. } if rewrite_fast::<F>(a, buf) => Verdict::Next(F::OUTPUT),
+            // What `forwards_fast` left (TTL expiring, too big, unresolved) goes to
+            // `ipN-rewrite`'s general path.
             Adjacency::Rewrite { .. } | Adjacency::Glean { .. } | Adjacency::Incomplete { .. } => Verdict::Next(F::REWRITE),
             Adjacency::Local => Verdict::Next(F::LOCAL),
             Adjacency::Miss => {
