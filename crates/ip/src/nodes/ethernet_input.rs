@@ -6,16 +6,22 @@
 //! packet carries in `meta.param` the tag of the worker's tunnel hint it matched, or 0
 //! ([`crate::hint`]).
 //! Every other IPv4/IPv6 packet whose header passes `ipN-input`'s fast path goes straight
-//! to `ipN-lookup`, trimmed to its IP length, while no link has an SPD or takes parcels
-//! (then `ipN-input` would send it to the lookup too): the checks are the same functions
-//! (`fast_path_len`), and the forwarded packet skips a node hop. `ipN-input` sees the
-//! rest (errors with their counters, options, hop-by-hop, multicast, parcels, the SPD).
+//! on, trimmed to its IP length, while no link has an SPD or takes parcels (then
+//! `ipN-input` would send it to the lookup too): the checks are the same functions
+//! (`fast_path_len`). On a table the lookup walks a packet at a time, this node also
+//! takes the lookup's common case itself (`ip_lookup::forwards_fast`, the same function):
+//! a resolved next hop, the packet rewritten and sent to `interface-output` — a
+//! forwarded packet passes two nodes. The rest goes to `ipN-lookup` with the FIB's
+//! answer (`meta.looked_up`), as does every packet of a larger table (the lookup node
+//! looks those up a vector at once) and every traced one (its trace then shows its
+//! route). `ipN-input` sees what fails its fast path (errors with their counters,
+//! options, hop-by-hop, multicast, parcels, the SPD).
 
-use super::family::{Family, Ip4, Ip6};
+use super::family::{tunnel_next, Family, Ip4, Ip6};
 use super::ip_lookup::forwards_fast;
 use super::{ip4_input, ip6_input};
 use crate::context::HasIp;
-use crate::tables::{Tables, UdpApp};
+use crate::tables::{Tables, TunnelKind, TunnelRef, UdpApp};
 use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
 use wire::ethernet::{EthernetFrame, HEADER_LEN};
 use wire::EtherType;
@@ -24,6 +30,10 @@ next_nodes! {
     pub enum EthernetInputNext {
         Ip4 = "ip4-input", Ip6 = "ip6-input", Arp = "arp-input", Ip4Lookup = "ip4-lookup", Ip6Lookup = "ip6-lookup",
         Output = "interface-output",
+        // A route into a tunnel: the encap node, as `ipN-lookup` would send it.
+        Gtpu4Encap = "gtpu4-encap", Gtpu6Encap = "gtpu6-encap", Gue4Encap = "gue4-encap", Gue6Encap = "gue6-encap",
+        Lb4Nat = "lb4-nat", Lb6Nat = "lb6-nat", Esp4Encrypt = "esp4-encrypt", Esp6Encrypt = "esp6-encrypt",
+        Upf4Downlink = "upf4-downlink", Upf6Downlink = "upf6-downlink",
         Gtpu4Input = "gtpu4-input", Gue4Input = "gue4-input", Gtpu6Input = "gtpu6-input", Gue6Input = "gue6-input",
     }
 }
@@ -62,25 +72,30 @@ fn straight_to_lookup(buf: &mut Buffer, v6: bool, direct: bool) -> Option<Ethern
 
 /// The lookup's share for a packet `straight_to_lookup` passed, while the table is one
 /// the lookup node walks a packet at a time (a larger one it looks up a vector at once,
-/// so such packets go to it untouched): the FIB's answer, and if it is the lookup's
-/// common case ([`forwards_fast`]) the packet rewritten for `interface-output` — true,
-/// the packet a node hop further on. Otherwise the answer goes to `ipN-lookup` in
-/// `meta.adj` (`meta.looked_up`), which decides the rest without a second walk. A traced
-/// packet goes to the lookup untouched, so that its trace shows the route it took.
+/// so such packets go to it untouched): the FIB's answer, and where it is the lookup's
+/// common case the node the lookup would send the packet to — `interface-output` with
+/// the packet rewritten ([`forwards_fast`]), or a single route's tunnel encap node with
+/// the tunnel in `meta.param` — a node hop further on. Otherwise (`None`) the answer goes
+/// to `ipN-lookup` in `meta.adj` (`meta.looked_up`), which decides the rest without a
+/// second walk. A traced packet goes to the lookup untouched, so that its trace shows the
+/// route it took.
 #[inline(always)]
-fn route<F: Family>(tables: &Tables, buf: &mut Buffer) -> bool {
+fn route<F: Family>(tables: &Tables, buf: &mut Buffer) -> Option<EthernetInputNext> {
     let fib = F::fib(tables);
     if buf.meta.trace.is_some() || fib.prefers_batch() {
-        return false;
+        return None;
     }
-    let Some(dst) = buf.bytes().get(F::DST_AT..F::HEADER_LEN) else { return false };
-    let adj = fib.lookup(F::key(dst));
+    let adj = fib.lookup(F::key(buf.bytes().get(F::DST_AT..F::HEADER_LEN)?));
     buf.meta.adj = adj;
     if forwards_fast::<F>(tables, adj, buf) {
-        return true;
+        return Some(EthernetInputNext::Output);
+    }
+    if let Some(t) = TunnelRef::decode(adj) {
+        buf.meta.param = t.id;
+        return Some(tunnel_next!(EthernetInputNext, t.kind));
     }
     buf.meta.looked_up = true;
-    false
+    None
 }
 
 impl<Cx: HasIp> Node<Cx> for EthernetInput {
@@ -120,10 +135,10 @@ impl<Cx: HasIp> Node<Cx> for EthernetInput {
                         // No link with an SPD or taking parcels: `ipN-input` would send every
                         // packet passing its fast path to the lookup.
                         (None, v6) => match straight_to_lookup(buf, v6, (cx.tables.spd_links | cx.tables.parcel_links) == 0) {
-                            Some(_) if if v6 { route::<Ip6>(&cx.tables, buf) } else { route::<Ip4>(&cx.tables, buf) } => {
-                                EthernetInputNext::Output
+                            Some(next) => {
+                                let routed = if v6 { route::<Ip6>(&cx.tables, buf) } else { route::<Ip4>(&cx.tables, buf) };
+                                routed.unwrap_or(next)
                             }
-                            Some(next) => next,
                             None if v6 => EthernetInputNext::Ip6,
                             None => EthernetInputNext::Ip4,
                         },

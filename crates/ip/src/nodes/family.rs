@@ -78,6 +78,27 @@ pub fn solicit<F: Family>(cx: &mut crate::context::IpContext, buf: &mut engine::
     true
 }
 
+/// The encap node of each tunnel kind as a variant of a next-node enum that lists them
+/// under these names (`ipN-lookup`'s, and `ethernet-input`'s, which sends a tunnel route's
+/// packets on itself): the one mapping from a route into a tunnel to its node.
+macro_rules! tunnel_next {
+    ($next:ident, $kind:expr) => {
+        match $kind {
+            TunnelKind::Gtpu4 => $next::Gtpu4Encap,
+            TunnelKind::Gtpu6 => $next::Gtpu6Encap,
+            TunnelKind::Gue4 => $next::Gue4Encap,
+            TunnelKind::Gue6 => $next::Gue6Encap,
+            TunnelKind::Lb4 => $next::Lb4Nat,
+            TunnelKind::Lb6 => $next::Lb6Nat,
+            TunnelKind::Esp4 => $next::Esp4Encrypt,
+            TunnelKind::Esp6 => $next::Esp6Encrypt,
+            TunnelKind::Upf4 => $next::Upf4Downlink,
+            TunnelKind::Upf6 => $next::Upf6Downlink,
+        }
+    };
+}
+pub(crate) use tunnel_next;
+
 engine::next_nodes! {
     pub enum Ip4LookupNext {
         Rewrite = "ip4-rewrite", Output = "interface-output", Local = "ip4-local", IcmpError = "ip4-icmp-error",
@@ -115,18 +136,7 @@ impl Family for Ip4 {
     const OUTPUT: Ip4LookupNext = Ip4LookupNext::Output;
     #[inline(always)]
     fn tunnel_next(k: TunnelKind) -> Ip4LookupNext {
-        match k {
-            TunnelKind::Gtpu4 => Ip4LookupNext::Gtpu4Encap,
-            TunnelKind::Gtpu6 => Ip4LookupNext::Gtpu6Encap,
-            TunnelKind::Gue4 => Ip4LookupNext::Gue4Encap,
-            TunnelKind::Gue6 => Ip4LookupNext::Gue6Encap,
-            TunnelKind::Lb4 => Ip4LookupNext::Lb4Nat,
-            TunnelKind::Lb6 => Ip4LookupNext::Lb6Nat,
-            TunnelKind::Esp4 => Ip4LookupNext::Esp4Encrypt,
-            TunnelKind::Esp6 => Ip4LookupNext::Esp6Encrypt,
-            TunnelKind::Upf4 => Ip4LookupNext::Upf4Downlink,
-            TunnelKind::Upf6 => Ip4LookupNext::Upf6Downlink,
-        }
+        tunnel_next!(Ip4LookupNext, k)
     }
     const HEADER_LEN: usize = 20;
     const DST_AT: usize = 16;
@@ -181,18 +191,7 @@ impl Family for Ip6 {
     const OUTPUT: Ip6LookupNext = Ip6LookupNext::Output;
     #[inline(always)]
     fn tunnel_next(k: TunnelKind) -> Ip6LookupNext {
-        match k {
-            TunnelKind::Gtpu4 => Ip6LookupNext::Gtpu4Encap,
-            TunnelKind::Gtpu6 => Ip6LookupNext::Gtpu6Encap,
-            TunnelKind::Gue4 => Ip6LookupNext::Gue4Encap,
-            TunnelKind::Gue6 => Ip6LookupNext::Gue6Encap,
-            TunnelKind::Lb4 => Ip6LookupNext::Lb4Nat,
-            TunnelKind::Lb6 => Ip6LookupNext::Lb6Nat,
-            TunnelKind::Esp4 => Ip6LookupNext::Esp4Encrypt,
-            TunnelKind::Esp6 => Ip6LookupNext::Esp6Encrypt,
-            TunnelKind::Upf4 => Ip6LookupNext::Upf4Downlink,
-            TunnelKind::Upf6 => Ip6LookupNext::Upf6Downlink,
-        }
+        tunnel_next!(Ip6LookupNext, k)
     }
     const HEADER_LEN: usize = 40;
     const DST_AT: usize = 24;

@@ -17,17 +17,17 @@ counters! {
 
 /// The lookup's common case, in one place for `ipN-lookup` and `ethernet-input` (which
 /// takes it for the packets it sends straight on, a node hop fewer): `adj` a single-path
-/// route to a resolved next hop, no SPD on its link and no load balancer's replies to
-/// catch, the packet rewritten for the hop in place ([`rewrite_fast`]): true, the packet
-/// is ready for `interface-output`. Otherwise false, the packet untouched: the lookup
-/// node's general path decides.
+/// route to a resolved next hop whose link has no SPD while no load balancer's replies
+/// are to be caught ([`Tables::straight_to_rewrite`]), the packet rewritten for the hop
+/// in place ([`rewrite_fast`]): true, the packet is ready for `interface-output`.
+/// Otherwise false, the packet untouched: the lookup node's general path decides.
 #[inline(always)]
 pub(crate) fn forwards_fast<F: Family>(tables: &Tables, adj: u32, buf: &mut Buffer) -> bool {
-    if adj > MAX_INDEX || tables.lb_replies {
+    if adj > MAX_INDEX {
         return false;
     }
     match tables.adjacency(adj) {
-        a @ Adjacency::Rewrite { tx_if, .. } if !tables.has_spd(*tx_if) => rewrite_fast::<F>(a, buf),
+        a @ Adjacency::Rewrite { tx_if, .. } if tables.straight_to_rewrite(*tx_if) => rewrite_fast::<F>(a, buf),
         _ => false,
     }
 }
