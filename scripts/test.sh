@@ -26,6 +26,8 @@ command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
 command -v adduser >/dev/null 2>&1 || missing+=(adduser)
 command -v dpkg-shlibdeps >/dev/null 2>&1 || missing+=(dpkg-dev)
 command -v qemu-x86_64 >/dev/null 2>&1 || missing+=(qemu-user)
+# Intel's IPsec Multi-Buffer library: ESP's AES-GCM (crates/ipsec/build.rs finds its header).
+[ -e /usr/include/intel-ipsec-mb.h ] || missing+=(libipsec-mb-dev)
 python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
 # strongSwan (tests/test_ipsec_strongswan.py): charon with its userspace ESP, swanctl.
 [ -e /usr/lib/ipsec/plugins/libstrongswan-kernel-libipsec.so ] && command -v swanctl >/dev/null 2>&1 \
@@ -36,6 +38,8 @@ if [ ${#missing[@]} -gt 0 ]; then
     echo "wireshark-common wireshark-common/install-setuid boolean false" | $SUDO debconf-set-selections || true
     $SUDO apt-get update -qq
     $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+    # A build from before the library was installed probed without it: probe again.
+    if [[ " ${missing[*]} " == *" libipsec-mb-dev "* ]]; then touch crates/ipsec/build.rs; fi
 fi
 if ! python3 -c "import scapy, pytest, prometheus_client" >/dev/null 2>&1; then
     echo "== installing scapy, pytest, prometheus_client"

@@ -1,5 +1,7 @@
 //! Candidate AEAD crates for ESP, sealing and opening in place at 64 and 1400 bytes:
-//! `ring` against `aws-lc-rs` (AWS-LC) and RustCrypto's `aes-gcm` and `chacha20poly1305`. The figures chose the
+//! `ring` against `aws-lc-rs` (AWS-LC), Intel's IPsec Multi-Buffer library (when the
+//! crate is built with it: `cfg(vecgate_ipsec_mb)`, see build.rs) and RustCrypto's
+//! `aes-gcm` and `chacha20poly1305`. The figures chose the
 //! crate (docs/PERFORMANCE.md, "IPsec ESP: the crypto crate"). A plain timing loop, not
 //! criterion: the machine is shared, so each figure is the best of many short rounds
 //! (a round of 500 packets takes 40-700 us, shorter than the host's preemptions).
@@ -81,6 +83,27 @@ fn main() {
                 black_box(key.open_in_place(n, ring::aead::Aad::from(aad), &mut work).unwrap());
             })
         });
+    }
+    #[cfg(vecgate_ipsec_mb)]
+    if let Some(backend) = ipsec::ipsec_mb::backend_name() {
+        println!("({backend})");
+        for (key_len, name) in [(16, "intel-ipsec-mb AES-128-GCM"), (32, "intel-ipsec-mb AES-256-GCM")] {
+            let key = ipsec::ipsec_mb::GcmKey::new(&vec![9u8; key_len]).unwrap();
+            row(&format!("{name} seal"), &mut |buf| {
+                best_ns(|| {
+                    black_box(key.seal_in_place(&nonce, &aad, black_box(&mut *buf)));
+                })
+            });
+            row(&format!("{name} open"), &mut |buf| {
+                let tag = key.seal_in_place(&nonce, &aad, &mut *buf);
+                let sealed = buf.to_vec();
+                best_ns(|| {
+                    buf.copy_from_slice(&sealed);
+                    key.open_in_place(&nonce, &aad, black_box(&mut *buf), &tag).unwrap();
+                    black_box(&*buf);
+                })
+            });
+        }
     }
     #[cfg(feature = "bench-aws-lc")]
     for (alg, name) in [

@@ -6,7 +6,10 @@
 //!
 //! The AEADs and HMAC come from `ring`, AES-CBC from RustCrypto's `aes` + `cbc` (ring has
 //! no CBC). `ring` was chosen by measurement: docs/PERFORMANCE.md, "IPsec ESP: the crypto
-//! crate" (`cargo bench -p vecgate-ipsec --bench crypto`).
+//! crate" (`cargo bench -p vecgate-ipsec --bench crypto`). AES-GCM comes from Intel's
+//! IPsec Multi-Buffer library instead where the crate was built with it and the CPU has
+//! AES-NI ([`crate::ipsec_mb`], about half ring's cycles at 64 B); [`aes_gcm_backend`]
+//! names the one in use.
 //!
 //! The AEAD IV is the 64-bit sequence number: unique per key as RFC 4106 §3.1 asks,
 //! since an SA never wraps its counter ([`crate::sa`]). The CBC IV must be unpredictable
@@ -148,8 +151,19 @@ enum Cbc {
 
 enum Cipher {
     Null,
-    Aead { key: aead::LessSafeKey, salt: [u8; 4] },
-    Cbc { data: Cbc, iv_key: aes::Aes128 },
+    Aead {
+        key: aead::LessSafeKey,
+        salt: [u8; 4],
+    },
+    #[cfg(vecgate_ipsec_mb)]
+    ImbGcm {
+        key: crate::ipsec_mb::GcmKey,
+        salt: [u8; 4],
+    },
+    Cbc {
+        data: Cbc,
+        iv_key: aes::Aes128,
+    },
 }
 
 /// An SA's expanded keys.
@@ -166,6 +180,26 @@ impl std::fmt::Debug for Transform {
     }
 }
 
+/// The AES-GCM implementation SAs use in this process: "intel-ipsec-mb <version>
+/// (<the code it picked>)" or "ring".
+pub fn aes_gcm_backend() -> &'static str {
+    #[cfg(vecgate_ipsec_mb)]
+    if let Some(name) = crate::ipsec_mb::backend_name() {
+        return name;
+    }
+    "ring"
+}
+
+/// Which AES-GCM implementation a [`Transform`] is made with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GcmBackend {
+    /// intel-ipsec-mb where usable, else ring.
+    Fastest,
+    /// ring: the tests' reference (a build without the library has none to compare).
+    #[cfg_attr(not(all(test, vecgate_ipsec_mb)), allow(dead_code))]
+    Ring,
+}
+
 /// The ICV computed for HMAC-SHA-256-128: the first 16 bytes of the HMAC (RFC 4868).
 const HMAC_ICV_LEN: usize = 16;
 
@@ -173,6 +207,16 @@ impl Transform {
     /// Expand an SA's keys. `iv_seed` keys the CBC IV generator (16 random bytes from the
     /// caller, once per SA; unused by the other algorithms).
     pub fn new(alg: Algorithm, enc_key: &[u8], integ_key: &[u8], iv_seed: [u8; 16]) -> Result<Transform, KeyError> {
+        Transform::with_gcm_backend(alg, enc_key, integ_key, iv_seed, GcmBackend::Fastest)
+    }
+
+    pub(crate) fn with_gcm_backend(
+        alg: Algorithm,
+        enc_key: &[u8],
+        integ_key: &[u8],
+        iv_seed: [u8; 16],
+        gcm: GcmBackend,
+    ) -> Result<Transform, KeyError> {
         if !alg.enc_key_lens().contains(&enc_key.len()) {
             return Err(KeyError::EncKeyLen { alg, got: enc_key.len(), expected: alg.enc_key_lens() });
         }
@@ -185,10 +229,21 @@ impl Transform {
             let key = aead::LessSafeKey::new(aead::UnboundKey::new(ring_alg, k).expect("key length checked"));
             Cipher::Aead { key, salt: salt.try_into().expect("4-byte salt") }
         };
+        let aes_gcm = |ring_alg: &'static aead::Algorithm| {
+            #[cfg(vecgate_ipsec_mb)]
+            if gcm == GcmBackend::Fastest {
+                let (k, salt) = enc_key.split_at(enc_key.len() - 4);
+                if let Some(key) = crate::ipsec_mb::GcmKey::new(k) {
+                    return Cipher::ImbGcm { key, salt: salt.try_into().expect("4-byte salt") };
+                }
+            }
+            let _ = gcm;
+            aead(ring_alg)
+        };
         let cipher = match alg {
             Algorithm::Null | Algorithm::NullSha256 => Cipher::Null,
-            Algorithm::AesGcm128 => aead(&aead::AES_128_GCM),
-            Algorithm::AesGcm256 => aead(&aead::AES_256_GCM),
+            Algorithm::AesGcm128 => aes_gcm(&aead::AES_128_GCM),
+            Algorithm::AesGcm256 => aes_gcm(&aead::AES_256_GCM),
             Algorithm::Chacha20Poly1305 => aead(&aead::CHACHA20_POLY1305),
             Algorithm::AesCbcSha256 => {
                 let data = match enc_key.len() {
@@ -225,6 +280,14 @@ impl Transform {
                     .seal_in_place_separate_tag(nonce(salt, seq), aead::Aad::from(&aad[..aad_len]), text)
                     .expect("ESP packets are far below the AEAD's length limit");
                 icv.copy_from_slice(tag.as_ref());
+                return;
+            }
+            #[cfg(vecgate_ipsec_mb)]
+            Cipher::ImbGcm { key, salt } => {
+                head[HEADER_LEN..].copy_from_slice(&seq.to_be_bytes());
+                let (aad, aad_len) = aead_aad(head, seq, esn);
+                let tag = key.seal_in_place(&nonce_bytes(salt, seq), &aad[..aad_len], text);
+                icv.copy_from_slice(&tag);
                 return;
             }
             Cipher::Cbc { data, iv_key } => {
@@ -266,6 +329,13 @@ impl Transform {
                     .map(|_| ())
                     .map_err(|_| OpenError::BadIcv)
             }
+            #[cfg(vecgate_ipsec_mb)]
+            Cipher::ImbGcm { key, salt } => {
+                let iv: [u8; 8] = head[HEADER_LEN..].try_into().expect("8-byte IV");
+                let (aad, aad_len) = aead_aad(head, seq, esn);
+                let (text, icv) = rest.split_at_mut(text_len);
+                key.open_in_place(&nonce_bytes(salt, u64::from_be_bytes(iv)), &aad[..aad_len], text, icv).map_err(|_| OpenError::BadIcv)
+            }
             Cipher::Cbc { data, .. } => {
                 let iv = aes::Block::clone_from_slice(&head[HEADER_LEN..]);
                 cbc_decrypt(data, &iv, &mut rest[..text_len])
@@ -276,11 +346,16 @@ impl Transform {
 
 /// The AEAD nonce: the SA's salt and the 8-byte IV (RFC 4106 §4, RFC 7634 §2).
 #[inline(always)]
-fn nonce(salt: &[u8; 4], iv: u64) -> aead::Nonce {
+fn nonce_bytes(salt: &[u8; 4], iv: u64) -> [u8; 12] {
     let mut n = [0u8; 12];
     n[..4].copy_from_slice(salt);
     n[4..].copy_from_slice(&iv.to_be_bytes());
-    aead::Nonce::assume_unique_for_key(n)
+    n
+}
+
+#[inline(always)]
+fn nonce(salt: &[u8; 4], iv: u64) -> aead::Nonce {
+    aead::Nonce::assume_unique_for_key(nonce_bytes(salt, iv))
 }
 
 /// The AEAD's additional data: SPI and the 32-bit sequence number, or SPI and the
@@ -311,10 +386,12 @@ fn hmac_icv(k: &hmac::Key, head: &[u8], text: &[u8], seq: u64, esn: bool) -> hma
     cx.sign()
 }
 
-/// Compare ICVs in time independent of where they differ.
+/// Compare ICVs in time independent of where they differ (`subtle`'s comparison, which
+/// keeps the optimiser from turning it into an early exit).
 #[inline(always)]
-fn same_bytes(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+pub(crate) fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    use subtle::ConstantTimeEq;
+    a.len() == b.len() && bool::from(a.ct_eq(b))
 }
 
 fn cbc_encrypt(c: &Cbc, iv: &aes::Block, text: &mut [u8]) {
@@ -430,6 +507,120 @@ mod tests {
         let b = sealed(&t, 0x1000, 1, false, b"hello");
         assert_eq!(&b[8..13], b"hello");
         assert_eq!(b.len(), 8 + 5 + 1 + 2, "one byte of padding to a multiple of 4");
+    }
+
+    /// The AES-GCM Transform uses intel-ipsec-mb wherever the library loaded.
+    #[cfg(vecgate_ipsec_mb)]
+    #[test]
+    fn aes_gcm_uses_ipsec_mb_when_it_loaded() {
+        for alg in [Algorithm::AesGcm128, Algorithm::AesGcm256] {
+            let (e, i) = keys(alg);
+            let t = Transform::new(alg, &e, &i, [0; 16]).unwrap();
+            let mb = crate::ipsec_mb::backend_name().is_some();
+            // Built with it on a CPU with AES-NI, only the environment may turn it off:
+            // the other tests of the library must not pass because it failed to load.
+            let chosen_off = std::env::var("VECGATE_AES_GCM").is_ok_and(|v| v == "ring");
+            assert_eq!(mb, std::arch::is_x86_feature_detected!("aes") && !chosen_off, "intel-ipsec-mb loaded");
+            assert_eq!(matches!(t.cipher, Cipher::ImbGcm { .. }), mb, "{alg}");
+            assert_eq!(aes_gcm_backend().starts_with("intel-ipsec-mb"), mb);
+            let r = Transform::with_gcm_backend(alg, &e, &i, [0; 16], GcmBackend::Ring).unwrap();
+            assert!(matches!(r.cipher, Cipher::Aead { .. }));
+        }
+    }
+
+    /// The GCM spec's test case 4 (as above) through intel-ipsec-mb, and its open.
+    #[cfg(vecgate_ipsec_mb)]
+    #[test]
+    fn ipsec_mb_matches_the_gcm_spec_test_case_4() {
+        use crate::ipsec_mb::{BadTag, GcmKey};
+        let hex = |s: &str| (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect::<Vec<u8>>();
+        let Some(k) = GcmKey::new(&hex("feffe9928665731c6d6a8f9467308308")) else { return };
+        let iv: [u8; 12] = hex("cafebabefacedbaddecaf888").try_into().unwrap();
+        let pt =
+            hex("d9313225f88406e5a55909c5aff5269a86a7a9531534f7da2e4c303d8a318a721c3c0c95956809532fcf0e2449a6b525b16aedf5aa0de657ba637b39");
+        let ct =
+            hex("42831ec2217774244b7221b784d0d49ce3aa212f2c02a4e035c17e2329aca12e21d514b25466931c7d8f6a5aac84aa051ba30b396a0aac973d58e091");
+        let tag = hex("5bc94fbc3221a5db94fae95ae7121a47");
+        let aad = hex("feedfacedeadbeeffeedfacedeadbeefabaddad2");
+        let mut b = pt.clone();
+        let t = k.seal_in_place(&iv, &aad, &mut b);
+        assert_eq!((b.clone(), t.to_vec()), (ct, tag.clone()));
+        assert_eq!(k.open_in_place(&iv, &aad, &mut b, &tag), Ok(()));
+        assert_eq!(b, pt);
+        let mut bad_tag = tag.clone();
+        bad_tag[15] ^= 0x80;
+        let mut b = t.to_vec(); // any text: the tag decides
+        assert_eq!(k.open_in_place(&iv, &aad, &mut b, &bad_tag), Err(BadTag));
+        assert!(b.iter().all(|&x| x == 0), "refused text zeroed");
+    }
+
+    #[cfg(vecgate_ipsec_mb)]
+    proptest! {
+        /// intel-ipsec-mb against ring, both ways: the same ciphertext and tag for any key,
+        /// nonce, AAD and length; each opens what the other sealed; a flipped bit in the
+        /// ciphertext, the AAD or the tag is refused.
+        #[test]
+        fn ipsec_mb_and_ring_agree_both_ways(
+            key in proptest::collection::vec(any::<u8>(), 32), wide: bool,
+            iv in any::<[u8; 12]>(),
+            aad in proptest::collection::vec(any::<u8>(), 0..=20),
+            text in proptest::collection::vec(any::<u8>(), 0..2000),
+            target in 0u8..3, flip in any::<proptest::sample::Index>(), bit in 0u8..8,
+        ) {
+            use crate::ipsec_mb::{BadTag, GcmKey};
+            let key = if wide { &key[..] } else { &key[..16] };
+            let Some(mb) = GcmKey::new(key) else { return Ok(()) };
+            let ring_alg = if wide { &aead::AES_256_GCM } else { &aead::AES_128_GCM };
+            let rk = aead::LessSafeKey::new(aead::UnboundKey::new(ring_alg, key).unwrap());
+            let n = || aead::Nonce::assume_unique_for_key(iv);
+
+            // ipsec-mb seals, ring opens.
+            let mut by_mb = text.clone();
+            let tag = mb.seal_in_place(&iv, &aad, &mut by_mb);
+            let mut by_ring = text.clone();
+            let ring_tag = rk.seal_in_place_separate_tag(n(), aead::Aad::from(&aad), &mut by_ring).unwrap();
+            prop_assert_eq!(&by_mb, &by_ring);
+            prop_assert_eq!(&tag[..], ring_tag.as_ref());
+            let mut joined: Vec<u8> = by_mb.iter().chain(&tag).copied().collect();
+            let opened = rk.open_in_place(n(), aead::Aad::from(&aad), &mut joined).unwrap();
+            prop_assert_eq!(&opened[..], &text[..]);
+
+            // ring seals, ipsec-mb opens.
+            let mut o = by_ring.clone();
+            prop_assert_eq!(mb.open_in_place(&iv, &aad, &mut o, ring_tag.as_ref()), Ok(()));
+            prop_assert_eq!(&o, &text);
+
+            // One flipped bit anywhere is refused.
+            let (mut c, mut a, mut t) = (by_ring.clone(), aad.clone(), tag.to_vec());
+            let v = match target {
+                0 if !c.is_empty() => &mut c,
+                1 if !a.is_empty() => &mut a,
+                _ => &mut t,
+            };
+            let at = flip.index(v.len());
+            v[at] ^= 1 << bit;
+            prop_assert_eq!(mb.open_in_place(&iv, &a, &mut c, &t), Err(BadTag));
+        }
+
+        /// ESP packets sealed by one backend's Transform open with the other's, for both
+        /// key sizes, with and without ESN: the nonce and AAD are built the same way.
+        #[test]
+        fn esp_sealed_by_either_gcm_backend_opens_with_the_other(
+            wide: bool, payload in proptest::collection::vec(any::<u8>(), 0..300),
+            seq in 1u64..u64::MAX, esn: bool,
+        ) {
+            let alg = if wide { Algorithm::AesGcm256 } else { Algorithm::AesGcm128 };
+            let (e, i) = keys(alg);
+            let fast = Transform::new(alg, &e, &i, [0; 16]).unwrap();
+            let ring = Transform::with_gcm_backend(alg, &e, &i, [0; 16], GcmBackend::Ring).unwrap();
+            let a = sealed(&fast, 0x1234, seq, esn, &payload);
+            let b = sealed(&ring, 0x1234, seq, esn, &payload);
+            prop_assert_eq!(&a, &b);
+            let (mut x, mut y) = (a.clone(), b.clone());
+            prop_assert_eq!(ring.open(&mut x, seq, esn), Ok(()));
+            prop_assert_eq!(fast.open(&mut y, seq, esn), Ok(()));
+            prop_assert_eq!(&x, &y);
+        }
     }
 
     proptest! {

@@ -8,9 +8,17 @@
 //! - an outbound SA never reuses or wraps a sequence number ([`sa::Outbound`]), across
 //!   workers and table versions;
 //! - the anti-replay window moves only for packets whose ICV verified ([`replay`]).
-#![forbid(unsafe_code)]
+//!
+//! AES-GCM runs on Intel's IPsec Multi-Buffer library where the crate was built with it
+//! (build.rs; `ipsec_mb`) and the CPU has AES-NI, on `ring` otherwise;
+//! [`crypto::aes_gcm_backend`] names the one in use.
+// `unsafe` only in the glue to intel-ipsec-mb's C API.
+#![deny(unsafe_code)]
 
 pub mod crypto;
+#[cfg(vecgate_ipsec_mb)]
+#[allow(unsafe_code)]
+pub mod ipsec_mb;
 pub mod replay;
 pub mod sa;
 

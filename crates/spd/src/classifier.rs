@@ -8,6 +8,12 @@
 //! checked exactly in its bucket; each bucket is sorted by rank, so the first rule that
 //! matches is the bucket's answer.
 //!
+//! A lookup works on the flow cache's packed key as a miss hands it over: masking it to
+//! a shape is an AND per word, its bucket's hash the cache's hash of the masked words,
+//! the compare one per word. A bucket whose best rule is exactly its prefixes (the
+//! common case) needs no range check: every key that reaches it matches that rule, so
+//! the slot holds the rule's rank and the rules are read only for the final answer.
+//!
 //! Priority pruning: shapes are searched in order of the best rank they hold; once the
 //! best match so far outranks a shape's best rule, no later shape can win and the search
 //! stops. With policies of a handful of shapes (the common case: host or subnet pairs,
@@ -65,7 +71,6 @@ impl<A: SpdAddr> Masks<A> {
         }
     }
 
-    #[inline(always)]
     fn apply(&self, k: &FlowKey<A>) -> FlowKey<A> {
         FlowKey {
             local: k.local.and(self.local),
@@ -77,10 +82,18 @@ impl<A: SpdAddr> Masks<A> {
     }
 }
 
+/// Whether a rule matches every key its shape's mask maps to its bucket: each range is
+/// exactly its covering prefix (a protocol is exact in any shape).
+fn exact<A: SpdAddr>(r: &Rule<A>) -> bool {
+    r.local.is_prefix() && r.remote.is_prefix() && r.local_ports.is_prefix() && r.remote_ports.is_prefix()
+}
+
 /// The rules of one shape.
 #[derive(Debug, Clone)]
-struct Tuple<A> {
-    masks: Masks<A>,
+struct Tuple<A: CacheKey> {
+    /// The shape's masks packed as the cache packs a key, SPD field 0: ANDed with a
+    /// packed key, the key of its bucket here.
+    mask: A::Packed,
     /// The best (smallest) rank of any rule here, for pruning.
     best: u64,
     /// Masked key → the bucket's range in `rules`.
@@ -91,61 +104,69 @@ struct Tuple<A> {
 
 /// A built, immutable classifier over one family's rules of one SPD direction.
 #[derive(Debug, Clone)]
-pub struct TupleSpace<A> {
+pub struct TupleSpace<A: CacheKey> {
     /// Sorted by `best`.
     tuples: Vec<Tuple<A>>,
     len: usize,
 }
 
-/// An open-addressing table from masked keys to bucket ranges, at most half full:
+/// An open-addressing table from masked packed keys to buckets, at most half full:
 /// one hash (the flow cache's) and, for most lookups, one slot read. A std `HashMap`
 /// with the engine's word hasher cost some 120 cycles more per probe here (`benches/spd.rs`).
 #[derive(Debug, Clone)]
-struct Buckets<A> {
-    slots: Box<[BucketSlot<A>]>,
+struct Buckets<A: CacheKey> {
+    slots: Box<[BucketSlot<A::Packed>]>,
     mask: u32,
 }
 
+/// One bucket: its rules are `rules[start..start + len]` of its tuple, sorted by rank.
 #[derive(Debug, Clone, Copy, Default)]
-struct BucketSlot<A> {
-    key: FlowKey<A>,
+struct BucketSlot<P> {
+    key: P,
+    /// The first rule's rank: whether the bucket can beat the best match so far,
+    /// without reading the rule.
+    rank: u64,
     start: u32,
-    /// 0: an empty slot (a bucket holds at least one rule).
-    end: u32,
+    /// The number of rules, 0 for an empty slot (a bucket holds at least one), with
+    /// [`EXACT`] set when the first rule matches every key of the bucket.
+    len: u32,
 }
 
+/// [`BucketSlot::len`]'s flag: the bucket's first rule is [`exact`].
+const EXACT: u32 = 1 << 31;
+
 impl<A: CacheKey> Buckets<A> {
-    fn new(entries: Vec<(FlowKey<A>, u32, u32)>) -> Self {
+    fn new(entries: Vec<BucketSlot<A::Packed>>) -> Self {
         let size = (entries.len() * 2).next_power_of_two().max(2);
         let mut slots = vec![BucketSlot::default(); size].into_boxed_slice();
         let mask = size as u32 - 1;
-        for (key, start, end) in entries {
-            let mut i = A::slot_hash(0, &key) & mask;
-            while slots[i as usize].end != 0 {
+        for e in entries {
+            let mut i = A::key_hash(&e.key) & mask;
+            while slots[i as usize].len != 0 {
                 i = (i + 1) & mask;
             }
-            slots[i as usize] = BucketSlot { key, start, end };
+            slots[i as usize] = e;
         }
         Buckets { slots, mask }
     }
 
     #[inline(always)]
-    fn get(&self, k: &FlowKey<A>) -> Option<(u32, u32)> {
-        let mut i = A::slot_hash(0, k) & self.mask;
+    fn get(&self, k: &A::Packed) -> Option<&BucketSlot<A::Packed>> {
+        let mut i = A::key_hash(k) & self.mask;
         loop {
-            let s = &self.slots[i as usize];
-            if s.end == 0 {
+            let s = self.slots.get(i as usize)?;
+            if s.len == 0 {
                 return None;
             }
             if s.key == *k {
-                return Some((s.start, s.end));
+                return Some(s);
             }
             i = (i + 1) & self.mask;
         }
     }
 }
 
-impl<A: SpdAddr> Default for TupleSpace<A> {
+impl<A: CacheKey> Default for TupleSpace<A> {
     fn default() -> Self {
         TupleSpace { tuples: Vec::new(), len: 0 }
     }
@@ -179,10 +200,17 @@ impl<A: CacheKey> TupleSpace<A> {
                 for bucket in shape_run.chunk_by(|a, b| a.1 == b.1) {
                     let start = rules.len() as u32;
                     rules.extend(bucket.iter().map(|k| *k.3));
-                    entries.push((bucket[0].1, start, rules.len() as u32));
+                    let first = bucket[0].3;
+                    let len = bucket.len() as u32 | if exact(first) { EXACT } else { 0 };
+                    entries.push(BucketSlot { key: A::pack(0, &bucket[0].1), rank: bucket[0].2, start, len });
                 }
                 let best = shape_run.iter().map(|k| k.2).min().unwrap_or(u64::MAX);
-                Tuple { masks: Masks::of(shape_run[0].0), best, buckets: Buckets::new(entries), rules }
+                let m = Masks::<A>::of(shape_run[0].0);
+                let mask = A::pack(
+                    0,
+                    &FlowKey { local: m.local, remote: m.remote, proto: m.proto, local_port: m.local_port, remote_port: m.remote_port },
+                );
+                Tuple { mask, best, buckets: Buckets::new(entries), rules }
             })
             .collect();
         tuples.sort_by_key(|t| t.best);
@@ -205,31 +233,60 @@ impl<A: CacheKey> TupleSpace<A> {
     /// The best-ranked rule matching `k`.
     #[inline]
     pub fn lookup(&self, k: &FlowKey<A>) -> Option<&Rule<A>> {
-        let mut best: Option<&Rule<A>> = None;
+        self.lookup_packed(&A::pack(0, k))
+    }
+
+    /// [`TupleSpace::lookup`] of a key packed for the flow cache ([`CacheKey::pack`]);
+    /// its SPD field is ignored.
+    #[inline]
+    pub fn lookup_packed(&self, p: &A::Packed) -> Option<&Rule<A>> {
+        // The winner as its tuple and place: its rule is read once, at the end.
+        let mut best: Option<(&Tuple<A>, u32)> = None;
         let mut best_rank = u64::MAX;
         for t in &self.tuples {
             if t.best >= best_rank {
                 break;
             }
-            let Some((start, end)) = t.buckets.get(&t.masks.apply(k)) else { continue };
-            for r in &t.rules[start as usize..end as usize] {
+            let Some(b) = t.buckets.get(&A::mask_words(p, &t.mask)) else { continue };
+            if b.rank >= best_rank {
+                continue;
+            }
+            if b.len & EXACT != 0 {
+                best = Some((t, b.start));
+                best_rank = b.rank;
+                continue;
+            }
+            let k = A::unpack(p).1;
+            let end = b.start + b.len;
+            for (i, r) in t.rules.get(b.start as usize..end as usize).unwrap_or_default().iter().enumerate() {
                 let rank = r.rank();
                 if rank >= best_rank {
                     break;
                 }
-                if r.matches(k) {
-                    best = Some(r);
+                if r.matches(&k) {
+                    best = Some((t, b.start + i as u32));
                     best_rank = rank;
                     break;
                 }
             }
         }
-        best
+        best.and_then(|(t, i)| t.rules.get(i as usize))
     }
 
     #[inline]
     pub fn decide(&self, k: &FlowKey<A>) -> Decision {
-        self.lookup(k).map_or(Decision::NoMatch, |r| Decision::Act(r.action))
+        Self::decision(self.lookup(k))
+    }
+
+    /// [`TupleSpace::decide`] of a packed key ([`TupleSpace::lookup_packed`]).
+    #[inline]
+    pub fn decide_packed(&self, p: &A::Packed) -> Decision {
+        Self::decision(self.lookup_packed(p))
+    }
+
+    #[inline(always)]
+    fn decision(r: Option<&Rule<A>>) -> Decision {
+        r.map_or(Decision::NoMatch, |r| Decision::Act(r.action))
     }
 }
 
@@ -355,6 +412,32 @@ mod tests {
         let k = FlowKey { local: 1, remote: 17, proto: 6, local_port: 1, remote_port: 2 };
         assert_eq!(ts.lookup(&k).map(|r| r.id), Some(PolicyId(3)));
         assert_eq!(ts.decide(&FlowKey { remote: 21, ..k }), Decision::NoMatch);
+    }
+
+    #[test]
+    fn a_later_shapes_worse_bucket_does_not_replace_the_match() {
+        let r = |id, priority, remote: Range<u32>| Rule::<u32> {
+            id: PolicyId(id),
+            priority,
+            local: Range::any(),
+            remote,
+            proto: None,
+            local_ports: Range::ANY,
+            remote_ports: Range::ANY,
+            action: Action::Protect(SaId(id)),
+        };
+        let host = |a: u32| Range { lo: a, hi: a };
+        let net24 = |a: u32| Range { lo: a, hi: a | 0xff };
+        // Hosts first (best priority 10), the key's at 5; the /24s after (best 8),
+        // the key's at 1: the /24 shape is probed (8 beats 5) but its bucket, exact
+        // and worse, must not win.
+        let rules = [r(0, 10, host(0x0101_0101)), r(1, 5, host(0x0202_0202)), r(2, 8, net24(0x0303_0300)), r(3, 1, net24(0x0202_0200))];
+        let ts = TupleSpace::new(&rules);
+        assert_eq!(ts.shapes(), 2);
+        let k = FlowKey { local: 9, remote: 0x0202_0202, proto: 17, local_port: 1, remote_port: 2 };
+        assert_eq!(ts.lookup(&k).map(|r| r.id), Some(PolicyId(1)));
+        assert_eq!(ts.lookup(&k), linear(&rules, &k));
+        assert_eq!(ts.lookup(&FlowKey { remote: 0x0202_0203, ..k }).map(|r| r.id), Some(PolicyId(3)));
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The per-worker SPD context: the tables version the worker holds and its flow caches.
 
-use crate::flow_cache::{cache_spd, spd_of_field, CacheKey, FlowCache, FlowCacheStats, SizeError, Slot};
+use crate::flow_cache::{cache_spd, CacheKey, FlowCache, FlowCacheStats, SizeError, Slot};
 use crate::policy::{Action, Decision, FlowKey, SaId, SpdId};
 use crate::tables::{Classified, SpdTables};
 use arc_swap::{ArcSwap, Cache};
@@ -143,11 +143,7 @@ impl SpdContext {
     #[inline(always)]
     pub fn decide_prepared<A: Classified>(&mut self, p: &Prepared<A>) -> Decision {
         let tables = &self.tables;
-        let classify = || {
-            let (field, k) = A::unpack(&p.key);
-            let (spd, inbound) = spd_of_field(field);
-            tables.classify(spd, inbound, &k)
-        };
+        let classify = || tables.classify_packed::<A>(&p.key);
         let Some(cache) = A::cache_of(&mut self.flows4, &mut self.flows6) else {
             return classify();
         };

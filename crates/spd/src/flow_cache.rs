@@ -155,11 +155,9 @@ pub trait CacheKey: SpdAddr {
     /// The key's class in each dimension of [`Changes`]: the SPD field, the local and
     /// remote addresses' low bits, the local and remote ports.
     fn classes(p: &Self::Packed) -> [u32; DIMS];
-    /// The hash of an unpacked key (the classifier's bucket tables use it too).
-    #[inline(always)]
-    fn slot_hash(spd: u16, k: &FlowKey<Self>) -> u32 {
-        Self::key_hash(&Self::pack(spd, k))
-    }
+    /// `p` masked word by word: the classifier masks packed keys to a selector shape
+    /// (a mask packed with SPD field 0 also clears the SPD).
+    fn mask_words(p: &Self::Packed, mask: &Self::Packed) -> Self::Packed;
 }
 
 /// SPD, protocol and ports in one word, as the hash's second input.
@@ -209,6 +207,10 @@ impl CacheKey for u32 {
     fn classes(p: &[u64; 2]) -> [u32; DIMS] {
         [(p[1] >> 40) as u32, (p[0] >> 32) as u32, p[0] as u32, (p[1] >> 16) as u32 & 0xffff, p[1] as u32 & 0xffff]
     }
+    #[inline(always)]
+    fn mask_words(p: &[u64; 2], mask: &[u64; 2]) -> [u64; 2] {
+        [p[0] & mask[0], p[1] & mask[1]]
+    }
 }
 
 impl CacheKey for u128 {
@@ -234,6 +236,10 @@ impl CacheKey for u128 {
     #[inline(always)]
     fn classes(p: &[u64; 5]) -> [u32; DIMS] {
         [(p[4] >> 40) as u32, p[1] as u32, p[3] as u32, (p[4] >> 16) as u32 & 0xffff, p[4] as u32 & 0xffff]
+    }
+    #[inline(always)]
+    fn mask_words(p: &[u64; 5], mask: &[u64; 5]) -> [u64; 5] {
+        std::array::from_fn(|i| p[i] & mask[i])
     }
 }
 

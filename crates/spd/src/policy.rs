@@ -147,6 +147,13 @@ impl<A: SpdAddr> Range<A> {
         let diff = (self.lo.to_u128() ^ self.hi.to_u128()) << (128 - A::BITS);
         diff.leading_zeros().min(A::BITS) as u8
     }
+    /// Whether the range is exactly its covering prefix (every address with those first
+    /// bits, no other).
+    pub fn is_prefix(&self) -> bool {
+        let free = A::BITS - self.covering_len() as u32;
+        let host = if free == 128 { u128::MAX } else { (1u128 << free) - 1 };
+        self.lo.to_u128() & host == 0 && self.hi.to_u128() == self.lo.to_u128() | host
+    }
     pub fn any() -> Self {
         Range { lo: A::default(), hi: A::from_u128(u128::MAX >> (128 - A::BITS)) }
     }
@@ -156,6 +163,11 @@ impl Range<u16> {
     pub const ANY: Range<u16> = Range { lo: 0, hi: u16::MAX };
     pub fn covering_len(&self) -> u8 {
         (self.lo ^ self.hi).leading_zeros() as u8
+    }
+    /// Whether the range is exactly its covering prefix of the port's bits.
+    pub fn is_prefix(&self) -> bool {
+        let host = u16::MAX.checked_shr(self.covering_len() as u32).unwrap_or(0);
+        self.lo & host == 0 && self.hi == self.lo | host
     }
 }
 
@@ -481,6 +493,17 @@ mod tests {
             assert_eq!(e.field, *field, "{e}");
             assert!(e.to_string().contains("expected"), "{e}");
         }
+    }
+
+    #[test]
+    fn prefixes_are_told_from_other_ranges() {
+        let a = |lo: u32, hi: u32| Range { lo, hi }.is_prefix();
+        assert!(a(0, u32::MAX) && a(7, 7) && a(16, 19) && a(0xc613_0000, 0xc613_ffff));
+        assert!(!a(16, 18) && !a(17, 20) && !a(10, 20) && !a(1, u32::MAX) && !a(0, u32::MAX - 1));
+        assert!(Range::<u128>::any().is_prefix() && Range { lo: 4u128, hi: 7 }.is_prefix() && !Range { lo: 4u128, hi: 6 }.is_prefix());
+        let p = |lo: u16, hi: u16| Range { lo, hi }.is_prefix();
+        assert!(p(0, u16::MAX) && p(4500, 4500) && p(4096, 8191));
+        assert!(!p(0, 2) && !p(1, 2) && !p(4096, 8190) && !p(1, u16::MAX));
     }
 
     #[test]

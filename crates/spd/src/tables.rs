@@ -4,7 +4,7 @@
 
 use crate::changes::Changes;
 use crate::classifier::TupleSpace;
-use crate::flow_cache::{CacheKey, FlowCache};
+use crate::flow_cache::{spd_of_field, CacheKey, FlowCache};
 use crate::policy::{Action, Decision, FlowKey, SaId, SpdId};
 use engine::IfIndex;
 use std::sync::Arc;
@@ -116,6 +116,17 @@ impl SpdTables {
     pub fn classify<A: Classified>(&self, spd: SpdId, inbound: bool, k: &FlowKey<A>) -> Decision {
         match self.spds.get(spd.0 as usize) {
             Some(Some(s)) => A::space(s, inbound).decide(k),
+            _ => Decision::NoMatch,
+        }
+    }
+
+    /// [`SpdTables::classify`] of a key packed for the flow cache, with its SPD field
+    /// ([`cache_spd`](crate::flow_cache::cache_spd)): what a cache miss hands over as it is.
+    #[inline(always)]
+    pub fn classify_packed<A: Classified>(&self, p: &A::Packed) -> Decision {
+        let (spd, inbound) = spd_of_field(A::unpack(p).0);
+        match self.spds.get(spd.0 as usize) {
+            Some(Some(s)) => A::space(s, inbound).decide_packed(p),
             _ => Decision::NoMatch,
         }
     }

@@ -194,6 +194,9 @@ struct Report {
     lb: Option<LbReport>,
     #[serde(skip_serializing_if = "Option::is_none")]
     upf: Option<crate::bench_upf::UpfReport>,
+    /// The ESP scenarios with AES-GCM: the implementation that sealed or opened.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    aes_gcm: Option<&'static str>,
     nodes: Vec<NodeRow>,
 }
 
@@ -396,6 +399,8 @@ pub fn bench(
         gtpu: gtpu_report,
         lb: lb_report,
         upf: upf_report,
+        aes_gcm: (scenario.starts_with("esp") && matches!(opts.alg, ipsec::Algorithm::AesGcm128 | ipsec::Algorithm::AesGcm256))
+            .then(ipsec::crypto::aes_gcm_backend),
         nodes: node_rows(&s),
     };
     if json {

@@ -108,6 +108,7 @@ pub fn run(
         routes = control.state.route_count(),
         gtpu_tunnels = control.gtpu.len(),
         udp_tunnels = control.udptun.len(),
+        aes_gcm = ipsec::crypto::aes_gcm_backend(),
         "dataplane started"
     );
     let start = Instant::now();
