@@ -120,6 +120,6 @@ def test_bench_compare_reports_every_scenario_against_the_baseline(vecgate):
     # The vector-median extra: zero for the baseline, a number for the others.
     assert rows["ip4-forward"][8] == "+0.0" and rows["ip4-forward"][9] == "+0.0" and rows["gue4-decap"][9].startswith(("+", "-")) and float(rows["gue4-decap"][7]) > 0 and rows["gue4-decap"][8].startswith(("+", "-"))
     assert "gue4-encap" in rows["gue4-encap"][10:] and "gue4-input" in rows["gue4-decap"][10:]
-    # The held extra is a number for scenarios that have the control node (ip4-lookup).
+    # The held extra is a number for scenarios that have the control node (interface-output).
     assert rows["gue4-decap"][6].startswith(("+", "-")) and rows["gue4-decap"][6] != "-", r.stdout
     assert "host steal" in r.stdout

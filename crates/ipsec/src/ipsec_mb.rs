@@ -143,18 +143,19 @@ impl GcmKey {
         Some(GcmKey { data, enc, dec })
     }
 
-    /// Encrypt `text` in place and return the tag.
-    #[inline]
-    pub fn seal_in_place(&self, nonce: &[u8; 12], aad: &[u8], text: &mut [u8]) -> [u8; TAG_LEN] {
-        let mut tag = [0u8; TAG_LEN];
+    /// One call of the library's AES-GCM `f` (this key's encrypt or decrypt) over `text`
+    /// in place, the tag it computes into `tag`.
+    #[inline(always)]
+    fn run(&self, f: EncDec, nonce: &[u8; 12], aad: &[u8], text: &mut [u8], tag: &mut [u8; TAG_LEN]) {
         let mut ctx = MaybeUninit::<Context>::uninit();
-        // SAFETY: the key data was made by this key size's `pre`; the context is scratch
-        // the call initialises (big enough, checked at load); `text` is read and written
-        // in place for its length, which the library allows (out == in); the nonce is
-        // the 12 bytes the library reads (it appends the counter itself); `aad` and `tag`
-        // are valid for the lengths passed. The call keeps no pointer.
+        // SAFETY: the key data was made by this key size's `pre`, and `f` is this key
+        // size's; the context is scratch the call initialises (big enough, checked at
+        // load); `text` is read and written in place for its length, which the library
+        // allows (out == in); the nonce is the 12 bytes the library reads (it appends the
+        // counter itself); `aad` and `tag` are valid for the lengths passed. The call
+        // keeps no pointer.
         unsafe {
-            (self.enc)(
+            f(
                 &*self.data,
                 ctx.as_mut_ptr(),
                 text.as_mut_ptr(),
@@ -167,6 +168,13 @@ impl GcmKey {
                 TAG_LEN as u64,
             )
         };
+    }
+
+    /// Encrypt `text` in place and return the tag.
+    #[inline]
+    pub fn seal_in_place(&self, nonce: &[u8; 12], aad: &[u8], text: &mut [u8]) -> [u8; TAG_LEN] {
+        let mut tag = [0u8; TAG_LEN];
+        self.run(self.enc, nonce, aad, text, &mut tag);
         tag
     }
 
@@ -175,22 +183,7 @@ impl GcmKey {
     #[inline]
     pub fn open_in_place(&self, nonce: &[u8; 12], aad: &[u8], text: &mut [u8], tag: &[u8]) -> Result<(), BadTag> {
         let mut computed = [0u8; TAG_LEN];
-        let mut ctx = MaybeUninit::<Context>::uninit();
-        // SAFETY: as in `seal_in_place`; the tag computed is written to `computed`.
-        unsafe {
-            (self.dec)(
-                &*self.data,
-                ctx.as_mut_ptr(),
-                text.as_mut_ptr(),
-                text.as_ptr(),
-                text.len() as u64,
-                nonce.as_ptr(),
-                aad.as_ptr(),
-                aad.len() as u64,
-                computed.as_mut_ptr(),
-                TAG_LEN as u64,
-            )
-        };
+        self.run(self.dec, nonce, aad, text, &mut computed);
         if crate::crypto::same_bytes(&computed, tag) {
             Ok(())
         } else {
