@@ -203,16 +203,6 @@ impl Outbound {
     /// The sequence number for a packet of `len` bytes, and the SA's age.
     #[inline(always)]
     pub fn next(&self, len: u64, esn: bool, life: &Lifetime) -> Result<(u64, Age), SeqError> {
-        let seq = self.next_seq(esn)?;
-        let bytes = self.bytes.fetch_add(len, Ordering::Relaxed) + len;
-        match life.age(seq, bytes, len) {
-            Age::Expired => Err(SeqError::Expired),
-            age => Ok((seq, age)),
-        }
-    }
-
-    #[inline(always)]
-    fn next_seq(&self, esn: bool) -> Result<u64, SeqError> {
         let seq = self.seq.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
         let last = if esn { u64::MAX } else { u32::MAX as u64 };
         if seq > last || seq == 0 {
@@ -220,7 +210,11 @@ impl Outbound {
             self.seq.store(u64::MAX, Ordering::Relaxed);
             return Err(SeqError::Overflow);
         }
-        Ok(seq)
+        let bytes = self.bytes.fetch_add(len, Ordering::Relaxed) + len;
+        match life.age(seq, bytes, len) {
+            Age::Expired => Err(SeqError::Expired),
+            age => Ok((seq, age)),
+        }
     }
 
     pub fn packets(&self) -> u64 {
@@ -229,56 +223,6 @@ impl Outbound {
 
     pub fn bytes(&self) -> u64 {
         self.bytes.load(Ordering::Relaxed)
-    }
-}
-
-/// A worker's outbound byte counts for a run of packets of one SA, added to the SA's
-/// shared count once, when the SA changes or the vector ends ([`RunBytes::flush`]):
-/// one shared atomic add per packet fewer (docs/PERFORMANCE.md, "`esp4-encrypt`: the
-/// byte count once per run"). Only for SAs
-/// whose lifetime counts no bytes: a byte limit needs every worker's bytes at each
-/// packet, so those take [`Outbound::next`]. A reader of [`Outbound::bytes`] sees
-/// the count at most one vector late, as for the tunnel counters.
-#[derive(Debug, Default)]
-pub struct RunBytes {
-    sa: Option<Arc<Outbound>>,
-    bytes: u64,
-}
-
-impl RunBytes {
-    /// [`Outbound::next`] for SA counters `out`, the packet's bytes held here when the
-    /// lifetime counts none. The same numbers, ages and counts as `next`: the bytes of
-    /// a packet refused for its lifetime counted, of one refused for overflow not.
-    #[inline(always)]
-    pub fn next(&mut self, out: &Arc<Outbound>, len: u64, esn: bool, life: &Lifetime) -> Result<(u64, Age), SeqError> {
-        if life.soft_bytes != 0 || life.hard_bytes != 0 {
-            return out.next(len, esn, life);
-        }
-        let seq = out.next_seq(esn)?;
-        match &self.sa {
-            Some(s) if Arc::ptr_eq(s, out) => self.bytes += len,
-            _ => self.start(out, len),
-        }
-        match life.age(seq, 0, 0) {
-            Age::Expired => Err(SeqError::Expired),
-            age => Ok((seq, age)),
-        }
-    }
-
-    #[inline(never)]
-    fn start(&mut self, out: &Arc<Outbound>, len: u64) {
-        self.flush();
-        self.sa = Some(Arc::clone(out));
-        self.bytes = len;
-    }
-
-    /// Add the run's bytes to its SA's count.
-    #[inline]
-    pub fn flush(&mut self) {
-        if let Some(s) = self.sa.take() {
-            s.bytes.fetch_add(self.bytes, Ordering::Relaxed);
-            self.bytes = 0;
-        }
     }
 }
 
@@ -389,50 +333,6 @@ mod tests {
         all.sort_unstable();
         assert_eq!(all, (1..=40_000).collect::<Vec<_>>());
         assert_eq!(o.bytes(), 40_000 * 64);
-    }
-
-    /// What `RunBytes::next` gives for a sequence of (SA, length) packets, against
-    /// `Outbound::next` on a second set of counters: the same answers packet by packet,
-    /// the same counts once flushed.
-    fn run_bytes_matches_next(life: Lifetime, esn: bool, start: u64, packets: &[(usize, u64)]) {
-        let ours: Vec<Arc<Outbound>> = (0..2).map(|_| Arc::new(Outbound::starting_after(start))).collect();
-        let model: Vec<Outbound> = (0..2).map(|_| Outbound::starting_after(start)).collect();
-        let mut run = RunBytes::default();
-        for (i, &(sa, len)) in packets.iter().enumerate() {
-            assert_eq!(run.next(&ours[sa], len, esn, &life), model[sa].next(len, esn, &life), "packet {i}");
-        }
-        run.flush();
-        for sa in 0..2 {
-            assert_eq!((ours[sa].packets(), ours[sa].bytes()), (model[sa].packets(), model[sa].bytes()), "sa {sa}");
-        }
-    }
-
-    #[test]
-    fn a_run_counts_its_bytes_once_and_exactly() {
-        let interleaved: Vec<(usize, u64)> = (0..40).map(|i| ((i / 3 + i / 7) % 2, 60 + i as u64)).collect();
-        // Each SA's numbers consecutive in packet order, bytes exact across SA changes.
-        run_bytes_matches_next(Lifetime::default(), false, 0, &interleaved);
-        // A packet limit reached inside a run: soft once, then every later packet refused.
-        run_bytes_matches_next(Lifetime { soft_packets: 5, hard_packets: 9, ..Default::default() }, false, 0, &interleaved);
-        // Byte limits take the shared count at each packet.
-        run_bytes_matches_next(Lifetime { soft_bytes: 700, hard_bytes: 1_000, ..Default::default() }, false, 0, &interleaved);
-        // The counter's end inside a run: the overflowing packets' bytes not counted.
-        run_bytes_matches_next(Lifetime::default(), false, u32::MAX as u64 - 10, &interleaved);
-        run_bytes_matches_next(Lifetime::default(), true, u64::MAX - 10, &interleaved);
-    }
-
-    #[test]
-    fn a_run_is_held_until_flushed() {
-        let o = Arc::new(Outbound::default());
-        let mut run = RunBytes::default();
-        for _ in 0..3 {
-            run.next(&o, 100, false, &Lifetime::default()).unwrap();
-        }
-        assert_eq!((o.packets(), o.bytes()), (3, 0));
-        run.flush();
-        assert_eq!(o.bytes(), 300);
-        run.flush();
-        assert_eq!(o.bytes(), 300, "a second flush adds nothing");
     }
 
     #[test]

@@ -8,7 +8,7 @@
 
 use super::EspOuter;
 use crate::context::HasIpsec;
-use crate::sa::{Age, Mode, RunBytes, Sa, SeqError, UdpEncapPorts};
+use crate::sa::{Age, Mode, Sa, SeqError, UdpEncapPorts};
 use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
 use ip::outer::{encap_mtu, inner_hop, ChecksumMode, EncapMtu, InnerHop, MtuPolicy};
 use wire::esp::{EspRepr, EspTrailer, HEADER_LEN};
@@ -44,15 +44,11 @@ counters! {
     }
 }
 
-pub struct EspEncrypt<O: EspOuter> {
-    /// This worker's bytes for the current run of packets of one SA.
-    run_bytes: RunBytes,
-    outer: std::marker::PhantomData<O>,
-}
+pub struct EspEncrypt<O: EspOuter>(std::marker::PhantomData<O>);
 
 impl<O: EspOuter> Default for EspEncrypt<O> {
     fn default() -> Self {
-        EspEncrypt { run_bytes: RunBytes::default(), outer: std::marker::PhantomData }
+        EspEncrypt(std::marker::PhantomData)
     }
 }
 
@@ -224,7 +220,7 @@ impl<Cx: HasIpsec, O: EspOuter> Node<Cx> for EspEncrypt<O> {
         if ChecksumMode::Software.settle_inner_checksum(buf) {
             counts.inc(C::InnerChecksumCompleted);
         }
-        let seq = match self.run_bytes.next(&sa.outbound, buf.len() as u64, sa.spec.esn, &sa.spec.lifetime) {
+        let seq = match sa.outbound.next(buf.len() as u64, sa.spec.esn, &sa.spec.lifetime) {
             Ok((seq, age)) => {
                 if age == Age::SoftReached {
                     counts.inc(C::SoftLifetime);
@@ -261,11 +257,6 @@ impl<Cx: HasIpsec, O: EspOuter> Node<Cx> for EspEncrypt<O> {
             (false, false) => Verdict::Next(EspEncryptNext::Ip4Lookup),
             (false, true) => Verdict::Next(EspEncryptNext::Ip6Lookup),
         }
-    }
-
-    #[inline(always)]
-    fn end_of_vector(&mut self, _cx: &mut Cx) {
-        self.run_bytes.flush();
     }
 
     fn trace(&self, buf: &Buffer) -> String {
