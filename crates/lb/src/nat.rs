@@ -195,7 +195,10 @@ pub fn flow<F: Layout>(pkt: &[u8]) -> Result<Flow<F::Addr>, NatError> {
     let (Some(t), true) = (rest.first_chunk::<8>(), rest.len() >= need) else {
         return Err(NatError::Truncated);
     };
-    if proto == UDP && !(8..=rest.len()).contains(&(u16::from_be_bytes([t[4], t[5]]) as usize)) {
+    // 8 ≤ the UDP length ≤ the bytes from the header on, as one unsigned compare: a
+    // length below 8 wraps round past any packet (`rest` holds 8 bytes at least).
+    let udp_len = u16::from_be_bytes([t[4], t[5]]) as usize;
+    if proto == UDP && udp_len.wrapping_sub(8) > rest.len() - 8 {
         return Err(NatError::BadUdpLength);
     }
     let flags = if proto == TCP { rest[13] } else { 0 };
