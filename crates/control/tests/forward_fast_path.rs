@@ -100,7 +100,9 @@ fn ethernet_input_forwards_and_encapsulates_what_the_lookup_would() {
     let lookup = packets(&s, "ip4-lookup");
     assert!((100..=200).contains(&lookup), "ip4-lookup saw {lookup} packets");
     assert_eq!(packets(&s, "ip4-input"), 0);
-    assert_eq!(packets(&s, "ip4-rewrite"), 0);
+    // ip4-rewrite sees only the ICMP errors, back toward a sender whose address is not
+    // resolved (it solicits it): none of the routed packets.
+    assert!(packets(&s, "ip4-rewrite") <= 100, "{:?}", s.nodes);
     assert_eq!(counter(&s, "ip4-icmp-error", "sent") + counter(&s, "ip4-icmp-error", "rate-limited"), 100, "{:?}", s.counters);
     assert_eq!(packets(&s, "gtpu4-encap"), 2000);
     // (A traced packet takes the lookup node: `trace_by_packet.rs` sees it in the trace.)
