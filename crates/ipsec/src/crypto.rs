@@ -468,17 +468,35 @@ mod tests {
     /// RFC 4106 has no test vectors of its own; this is the McGrew-Viega GCM test case 4
     /// (the one RFC 4106 implementations check against), arranged as ESP would: the key,
     /// salt = the first 4 bytes of its IV, and our IV = the other 8 as the sequence number.
+    /// The GCM specification's test case 4 (AES-128, 60-byte text, 20-byte AAD).
+    struct GcmCase {
+        key: Vec<u8>,
+        iv: Vec<u8>,
+        pt: Vec<u8>,
+        ct: Vec<u8>,
+        tag: Vec<u8>,
+        aad: Vec<u8>,
+    }
+
+    fn gcm_test_case_4() -> GcmCase {
+        let hex = |s: &str| (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect::<Vec<u8>>();
+        GcmCase {
+            key: hex("feffe9928665731c6d6a8f9467308308"),
+            iv: hex("cafebabefacedbaddecaf888"),
+            pt: hex(
+                "d9313225f88406e5a55909c5aff5269a86a7a9531534f7da2e4c303d8a318a721c3c0c95956809532fcf0e2449a6b525b16aedf5aa0de657ba637b39",
+            ),
+            ct: hex(
+                "42831ec2217774244b7221b784d0d49ce3aa212f2c02a4e035c17e2329aca12e21d514b25466931c7d8f6a5aac84aa051ba30b396a0aac973d58e091",
+            ),
+            tag: hex("5bc94fbc3221a5db94fae95ae7121a47"),
+            aad: hex("feedfacedeadbeeffeedfacedeadbeefabaddad2"),
+        }
+    }
+
     #[test]
     fn aes_gcm_matches_the_gcm_spec_test_case_4() {
-        let hex = |s: &str| (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect::<Vec<u8>>();
-        let key = hex("feffe9928665731c6d6a8f9467308308");
-        let iv = hex("cafebabefacedbaddecaf888");
-        let pt =
-            hex("d9313225f88406e5a55909c5aff5269a86a7a9531534f7da2e4c303d8a318a721c3c0c95956809532fcf0e2449a6b525b16aedf5aa0de657ba637b39");
-        let ct =
-            hex("42831ec2217774244b7221b784d0d49ce3aa212f2c02a4e035c17e2329aca12e21d514b25466931c7d8f6a5aac84aa051ba30b396a0aac973d58e091");
-        let tag = hex("5bc94fbc3221a5db94fae95ae7121a47");
-        let aad = hex("feedfacedeadbeeffeedfacedeadbeefabaddad2");
+        let GcmCase { key, iv, pt, ct, tag, aad } = gcm_test_case_4();
         // Through ring directly (our nonce and AAD come next): the vector holds.
         let k = aead::LessSafeKey::new(aead::UnboundKey::new(&aead::AES_128_GCM, &key).unwrap());
         let mut b = pt.clone();
@@ -533,15 +551,9 @@ mod tests {
     #[test]
     fn ipsec_mb_matches_the_gcm_spec_test_case_4() {
         use crate::ipsec_mb::{BadTag, GcmKey};
-        let hex = |s: &str| (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect::<Vec<u8>>();
-        let Some(k) = GcmKey::new(&hex("feffe9928665731c6d6a8f9467308308")) else { return };
-        let iv: [u8; 12] = hex("cafebabefacedbaddecaf888").try_into().unwrap();
-        let pt =
-            hex("d9313225f88406e5a55909c5aff5269a86a7a9531534f7da2e4c303d8a318a721c3c0c95956809532fcf0e2449a6b525b16aedf5aa0de657ba637b39");
-        let ct =
-            hex("42831ec2217774244b7221b784d0d49ce3aa212f2c02a4e035c17e2329aca12e21d514b25466931c7d8f6a5aac84aa051ba30b396a0aac973d58e091");
-        let tag = hex("5bc94fbc3221a5db94fae95ae7121a47");
-        let aad = hex("feedfacedeadbeeffeedfacedeadbeefabaddad2");
+        let GcmCase { key, iv, pt, ct, tag, aad } = gcm_test_case_4();
+        let Some(k) = GcmKey::new(&key) else { return };
+        let iv: [u8; 12] = iv.try_into().unwrap();
         let mut b = pt.clone();
         let t = k.seal_in_place(&iv, &aad, &mut b);
         assert_eq!((b.clone(), t.to_vec()), (ct, tag.clone()));
