@@ -246,15 +246,15 @@ fn fold(mut s: u32) -> u16 {
 /// addresses' change goes into it.
 #[inline]
 pub fn translate<F: Layout>(pkt: &mut [u8], from: &Flow<F::Addr>, to: &Rewrite<F::Addr>, partial: bool) {
-    translate_with::<F>(pkt, from, to, Deltas::new::<F>(&from.key, to), partial);
+    translate_with::<F>(pkt, from.l4, from.key.proto, to, Deltas::new::<F>(&from.key, to), partial);
 }
 
-/// [`translate`] with the checksum changes computed beforehand (a session's): `from`
-/// must be the flow `d` was computed from. Inlined: on the session hit (`lbN-nat`) it
-/// was a call a packet (perf).
+/// [`translate`] with the checksum changes computed beforehand (a session's), of a
+/// packet whose flow (the one `d` was computed from) has its transport header at `l4`
+/// and protocol `proto`, as [`flow`] read them. Inlined: on the session hit (`lbN-nat`)
+/// it was a call a packet (perf).
 #[inline(always)]
-pub fn translate_with<F: Layout>(pkt: &mut [u8], from: &Flow<F::Addr>, to: &Rewrite<F::Addr>, d: Deltas, partial: bool) {
-    let (l4, proto) = (from.l4, from.key.proto);
+pub fn translate_with<F: Layout>(pkt: &mut [u8], l4: usize, proto: u8, to: &Rewrite<F::Addr>, d: Deltas, partial: bool) {
     if partial {
         let at = l4 + if proto == TCP { 16 } else { 6 };
         let sum = apply(!be16(pkt, at), d.addrs as u32);

@@ -31,7 +31,8 @@ use crate::context::{HasLb, LbFamily};
 use crate::encap::EncapError;
 use crate::family::Family;
 use crate::nat::{self, Flow, NatError};
-use crate::session::{Hit, LbDrop, Outcome};
+use crate::session::{Hit, Key, LbDrop, Outcome};
+use crate::table::TableKey;
 use crate::tables::FamilyTables;
 use engine::{counters, next_nodes, BufIdx, Buffer, Counts, GraphBuilder, Node, Pool, Verdict, VECTOR_SIZE};
 use ip::nodes::IcmpRequest;
@@ -100,18 +101,78 @@ impl NatNodeFamily for crate::V6 {
     type Ip = ip::nodes::family::Ip6;
 }
 
-/// What `prepare` read of one packet for `process`: its flow (or why it has none) and
-/// the flow's hash, so that a packet is parsed and hashed once.
+/// What `prepare` read of one packet for `process`, so that a packet is parsed and
+/// hashed once: its flow as whole words, written with a few full-word stores (as a
+/// 40-byte `Result<Flow>` it was twelve narrow ones, and a narrower field alone made
+/// it longer; docs/PERFORMANCE.md). The key is the session table's own form, compared
+/// in place by the hit.
 #[derive(Clone, Copy)]
-struct Prepared<A> {
-    flow: Result<Flow<A>, NatError>,
-    hash: u32,
+struct Prepared<F: Family> {
+    /// The flow's 5-tuple (default when the packet has no flow).
+    key: Key<F>,
+    /// The flow's hash (bits 0–31; 0 without a flow), its transport header's offset
+    /// (32–39), its TCP flags (40–47), and 0, or why the packet has no flow (48–55: the
+    /// place in [`NO_FLOW`] plus one).
+    meta: u64,
+}
+
+/// Why a packet has no flow, by its code in [`Prepared::meta`] less one.
+const NO_FLOW: [NatError; 5] =
+    [NatError::Truncated, NatError::Fragment, NatError::ExtensionHeaders, NatError::Protocol, NatError::BadUdpLength];
+
+impl<F: Family> Prepared<F> {
+    #[inline(always)]
+    fn new(flow: Result<Flow<F::Addr>, NatError>) -> Self {
+        match flow {
+            Ok(f) => {
+                let key = Key::new(&f.key);
+                // `l4` is at most 60 (an IPv4 header with options; IPv6's is 40).
+                let meta = key.hash() as u64 | (f.l4 as u64 & 0xff) << 32 | (f.flags as u64) << 40;
+                Prepared { key, meta }
+            }
+            Err(e) => Self::without_flow(e),
+        }
+    }
+
+    fn without_flow(e: NatError) -> Self {
+        let code = NO_FLOW.iter().position(|&n| n == e).map_or(0, |p| p + 1) as u64;
+        Prepared { key: Key::default(), meta: code << 48 }
+    }
+
+    #[inline(always)]
+    fn hash(&self) -> u32 {
+        self.meta as u32
+    }
+
+    #[inline(always)]
+    fn l4(&self) -> usize {
+        (self.meta >> 32) as u8 as usize
+    }
+
+    #[inline(always)]
+    fn flags(&self) -> u8 {
+        (self.meta >> 40) as u8
+    }
+
+    /// Whether the packet has a flow (else [`Prepared::flow`] says why not).
+    #[inline(always)]
+    fn has_flow(&self) -> bool {
+        self.meta >> 48 == 0
+    }
+
+    /// The flow as [`nat::flow`] read it, or why there is none.
+    fn flow(&self) -> Result<Flow<F::Addr>, NatError> {
+        match (self.meta >> 48) as usize {
+            0 => Ok(Flow { key: self.key.flow(), flags: self.flags(), l4: self.l4() }),
+            code => Err(NO_FLOW.get(code - 1).copied().unwrap_or(NatError::Truncated)),
+        }
+    }
 }
 
 pub struct LbNat<F: Family> {
     /// The current vector's packets as `prepare` read them, by their place in the
     /// vector (in `meta.param`, as `ipsecN-output` keeps its `Ready`).
-    ready: Box<[Prepared<F::Addr>; VECTOR_SIZE]>,
+    ready: Box<[Prepared<F>; VECTOR_SIZE]>,
     /// How many of `ready` are the current vector's.
     len: usize,
     /// Whether this vector prefetches outer headers too (more than the caches keep).
@@ -120,7 +181,7 @@ pub struct LbNat<F: Family> {
 
 impl<F: Family> Default for LbNat<F> {
     fn default() -> Self {
-        LbNat { ready: Box::new([Prepared { flow: Err(NatError::Truncated), hash: 0 }; VECTOR_SIZE]), len: 0, templates: false }
+        LbNat { ready: Box::new([Prepared::without_flow(NatError::Truncated); VECTOR_SIZE]), len: 0, templates: false }
     }
 }
 
@@ -166,11 +227,11 @@ impl<F: NatNodeFamily> LbNat<F> {
         cx: &mut Cx,
         counts: &mut Counts<'_, LbNatCounter>,
         buf: &mut Buffer,
-        flow: &Result<Flow<F::Addr>, NatError>,
+        flow: Result<Flow<F::Addr>, NatError>,
     ) -> Verdict<LbNatNext, LbNatCounter> {
         let partial = buf.meta.offload.has_partial_checksum();
         let (t, lb, now) = F::parts(cx.lb());
-        if let Ok(flow) = flow {
+        if let Ok(flow) = &flow {
             if t.reply_sources.contains(&flow.key.src) {
                 if let Some(rw) = lb.reverse(&flow.key, flow.flags, now) {
                     nat::translate::<F>(buf.bytes_mut(), flow, &rw, partial);
@@ -227,15 +288,15 @@ impl<F: NatNodeFamily> LbNat<F> {
         cx: &mut Cx,
         counts: &mut Counts<'_, LbNatCounter>,
         buf: &mut Buffer,
-        ready: &Prepared<F::Addr>,
+        ready: &Prepared<F>,
         local: bool,
     ) -> Verdict<LbNatNext, LbNatCounter> {
         use LbNatCounter as C;
         let partial = buf.meta.offload.has_partial_checksum();
-        let hash = ready.hash;
+        let hash = ready.hash();
         let (t, lb, now) = F::parts(cx.lb());
         let pkt = buf.bytes_mut();
-        let flow = match ready.flow {
+        let flow = match ready.flow() {
             Ok(flow) => flow,
             Err(NatError::Protocol) if F::l4(pkt).is_ok_and(|(_, p)| p == F::ICMP) => {
                 let Ok(e) = nat::icmp_error::<F>(pkt) else {
@@ -318,18 +379,13 @@ impl<Cx: HasLb, F: NatNodeFamily> Node<Cx> for LbNat<F> {
         let n = input.len().min(VECTOR_SIZE);
         for (i, (&b, ready)) in input[..n].iter().zip(self.ready.iter_mut()).enumerate() {
             let buf = pool.get_mut(b);
-            let flow = nat::flow::<F>(buf.bytes());
-            let hash = match &flow {
-                Ok(Flow { key: k, .. }) => F::flow_hash(&k.src, &k.dst, k.sport, k.dport, k.proto),
-                Err(_) => 0,
-            };
-            *ready = Prepared { flow, hash };
+            *ready = Prepared::new(nat::flow::<F>(buf.bytes()));
             buf.meta.param = i as u32;
         }
         self.len = n;
         let ready = &self.ready[..n];
         for r in ready.iter().take(AHEAD) {
-            lb.sessions.prefetch_hashed(r.hash);
+            lb.sessions.prefetch_hashed(r.hash());
         }
         // The outer headers of direct-server-return sessions (with packets going round
         // many services each is a miss of its own). Only where there are more than the
@@ -338,7 +394,7 @@ impl<Cx: HasLb, F: NatNodeFamily> Node<Cx> for LbNat<F> {
         self.templates = t.templates > FamilyTables::<F>::TEMPLATES_CACHED;
         if self.templates {
             for r in ready.iter().take(TEMPLATE_AHEAD) {
-                Self::prefetch_template(t, lb, r.hash);
+                Self::prefetch_template(t, lb, r.hash());
             }
         }
     }
@@ -356,11 +412,11 @@ impl<Cx: HasLb, F: NatNodeFamily> Node<Cx> for LbNat<F> {
             let (t, lb, _) = F::parts(cx.lb());
             let ready = &self.ready[..self.len];
             if let Some(r) = ready.get(at + AHEAD) {
-                lb.sessions.prefetch_hashed(r.hash);
+                lb.sessions.prefetch_hashed(r.hash());
             }
             if self.templates {
                 if let Some(r) = ready.get(at + TEMPLATE_AHEAD) {
-                    Self::prefetch_template(t, lb, r.hash);
+                    Self::prefetch_template(t, lb, r.hash());
                 }
             }
         }
@@ -371,26 +427,26 @@ impl<Cx: HasLb, F: NatNodeFamily> Node<Cx> for LbNat<F> {
         let adj = buf.meta.adj;
         let local = adj <= MAX_INDEX && matches!(cx.ip().tables.adjacency(adj), Adjacency::Local);
         if adj <= MAX_INDEX && !local {
-            return Self::forwarded(cx, counts, buf, &ready.flow);
+            return Self::forwarded(cx, counts, buf, ready.flow());
         }
-        let Ok(flow) = &ready.flow else {
+        if !ready.has_flow() {
             return Self::full_path(cx, counts, buf, ready, local);
-        };
+        }
         let (t, lb, now) = F::parts(cx.lb());
         // An established flow's packet: its session says everything (no service lookup).
-        let (rw, d) = match lb.hit(t, ready.hash, &flow.key, flow.flags, local, now) {
+        let (rw, d) = match lb.hit(t, ready.hash(), &ready.key, ready.flags(), local, now) {
             Some(Hit::Forward(rw, d)) => (rw, d),
             Some(Hit::Reply(rw, d)) => {
                 counts.inc(LbNatCounter::Replies);
                 (rw, d)
             }
             // `ready.hash` is the flow's (its session was found by it).
-            Some(Hit::Direct { service, backend }) => return Self::encapsulate(cx, counts, buf, service, backend, ready.hash),
+            Some(Hit::Direct { service, backend }) => return Self::encapsulate(cx, counts, buf, service, backend, ready.hash()),
             None => return Self::full_path(cx, counts, buf, ready, local),
         };
         // One translation for both directions, inlined here (a call a packet before, perf).
         let partial = buf.meta.offload.has_partial_checksum();
-        nat::translate_with::<F>(buf.bytes_mut(), flow, &rw, d, partial);
+        nat::translate_with::<F>(buf.bytes_mut(), ready.l4(), ready.key.proto(), &rw, d, partial);
         Verdict::Next(F::LOOKUP)
     }
 }

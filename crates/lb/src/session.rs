@@ -177,26 +177,45 @@ pub struct AffinityEntry<A> {
     pub port: u16,
 }
 
-/// Keys of either family hash through the family's flow hash.
-#[derive(Debug, Clone, Copy, Eq, Default)]
-pub struct Key<F: Family>(pub FlowKey<F::Addr>);
+/// A session table key: a flow's 5-tuple as the family's whole words
+/// ([`Family::Words`]), so that a lookup compares it in place a word at a time and
+/// `lbN-nat` keeps it, as read once from the packet, in the record its `prepare` writes.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Key<F: Family>(F::Words);
 
-/// Every field compared, without an early exit: the session hit's compare is one
-/// branch on the whole key, not one a field (derived, it was five compare-and-branch
-/// pairs a packet, callgrind).
+impl<F: Family> Key<F> {
+    #[inline(always)]
+    pub fn new(k: &FlowKey<F::Addr>) -> Self {
+        Key(F::words(&k.src, &k.dst, k.sport, k.dport, k.proto))
+    }
+
+    /// The 5-tuple the key is of.
+    pub fn flow(&self) -> FlowKey<F::Addr> {
+        let (src, dst, sport, dport, proto) = F::unwords(&self.0);
+        FlowKey { src, dst, sport, dport, proto }
+    }
+
+    #[inline(always)]
+    pub fn proto(&self) -> u8 {
+        F::words_proto(&self.0)
+    }
+}
+
+/// Every word compared, without an early exit: one branch on the whole key (derived
+/// field by field, it was five compare-and-branch pairs a packet, callgrind).
 impl<F: Family> PartialEq for Key<F> {
     #[inline(always)]
     fn eq(&self, o: &Self) -> bool {
-        let (a, b) = (&self.0, &o.0);
-        (a.src == b.src) & (a.dst == b.dst) & (a.sport == b.sport) & (a.dport == b.dport) & (a.proto == b.proto)
+        F::words_eq(&self.0, &o.0)
     }
 }
+
+impl<F: Family> Eq for Key<F> {}
 
 impl<F: Family> TableKey for Key<F> {
     #[inline(always)]
     fn hash(&self) -> u32 {
-        let k = &self.0;
-        F::flow_hash(&k.src, &k.dst, k.sport, k.dport, k.proto)
+        F::words_hash(&self.0)
     }
 }
 
@@ -292,7 +311,7 @@ impl<F: Family> Balancer<F> {
         now: u64,
     ) -> Result<(Rewrite<F::Addr>, Outcome), LbDrop> {
         let mut outcome = Outcome::New;
-        if let Some(i) = self.sessions.find(&Key(*key), now) {
+        if let Some(i) = self.sessions.find(&Key::new(key), now) {
             let s = *self.sessions.get(i);
             let restart = key.proto == TCP
                 && flags & TCP_SYN != 0
@@ -320,7 +339,7 @@ impl<F: Family> Balancer<F> {
         let there = Rewrite { src, sport, dst: backend.addr, dport: backend.port };
         let back = Rewrite { src: key.dst, sport: key.dport, dst: key.src, dport: key.sport };
         let reply_key = FlowKey { src: there.dst, sport: there.dport, dst: there.src, dport: there.sport, proto: key.proto };
-        if self.sessions.find(&Key(reply_key), now).is_some() {
+        if self.sessions.find(&Key::new(&reply_key), now).is_some() {
             return Err(LbDrop::ReplyTupleInUse);
         }
         let state = if key.proto != TCP {
@@ -332,16 +351,16 @@ impl<F: Family> Balancer<F> {
             ConnState::Established
         };
         let expires = now + self.timeout_of[state as usize];
-        if !self.sessions.has_room(&Key(*key), now) {
+        if !self.sessions.has_room(&Key::new(key), now) {
             return Err(LbDrop::SessionTableFull);
         }
         let (gen, node_port) = (svc.gen, svc.node_port);
         let fwd =
             Session { rewrite: there, service: svc.id, backend: b, twin: 0, gen, deltas: Deltas::new::<F>(key, &there), state, node_port };
-        let i = self.sessions.insert(Key(*key), fwd, now, expires).ok_or(LbDrop::SessionTableFull)?;
+        let i = self.sessions.insert(Key::new(key), fwd, now, expires).ok_or(LbDrop::SessionTableFull)?;
         let deltas = Deltas::new::<F>(&reply_key, &back);
         let rev = Session { rewrite: back, service: svc.id, backend: u32::MAX, twin: i, gen, deltas, state, node_port };
-        let Some(j) = self.sessions.insert(Key(reply_key), rev, now, expires) else {
+        let Some(j) = self.sessions.insert(Key::new(&reply_key), rev, now, expires) else {
             self.sessions.remove(i);
             return Err(LbDrop::SessionTableFull);
         };
@@ -356,7 +375,7 @@ impl<F: Family> Balancer<F> {
     #[inline]
     pub fn direct(&mut self, svc: &ServiceTable<F>, key: &FlowKey<F::Addr>, flags: u8, now: u64) -> Result<(u32, Outcome), LbDrop> {
         let mut outcome = Outcome::New;
-        if let Some(i) = self.sessions.find(&Key(*key), now) {
+        if let Some(i) = self.sessions.find(&Key::new(key), now) {
             let s = *self.sessions.get(i);
             let restart = key.proto == TCP
                 && flags & TCP_SYN != 0
@@ -394,7 +413,7 @@ impl<F: Family> Balancer<F> {
             state,
             node_port: svc.node_port,
         };
-        let i = self.sessions.insert(Key(*key), entry, now, now + self.timeout_of[state as usize]).ok_or(LbDrop::SessionTableFull)?;
+        let i = self.sessions.insert(Key::new(key), entry, now, now + self.timeout_of[state as usize]).ok_or(LbDrop::SessionTableFull)?;
         self.sessions.get_mut(i).twin = i;
         Ok((b, if affine { Outcome::NewAffine } else { outcome }))
     }
@@ -434,16 +453,9 @@ impl<F: Family> Balancer<F> {
     /// answer (`the_fast_path_answers_as_the_full_path`). Inlined into the node: as a
     /// call of its own it spilled the key and the entry's fields (perf).
     #[inline(always)]
-    pub fn hit(
-        &mut self,
-        t: &FamilyTables<F>,
-        hash: u32,
-        key: &FlowKey<F::Addr>,
-        flags: u8,
-        local: bool,
-        now: u64,
-    ) -> Option<Hit<F::Addr>> {
-        let i = self.sessions.find_hashed(hash, &Key(*key), now)?;
+    pub fn hit(&mut self, t: &FamilyTables<F>, hash: u32, key: &Key<F>, flags: u8, local: bool, now: u64) -> Option<Hit<F::Addr>> {
+        let i = self.sessions.find_hashed(hash, key, now)?;
+        let proto = key.proto();
         // Read in place, not copied out: a hit needs a few of the entry's fields.
         let s = self.sessions.get(i);
         let (twin, state) = (s.twin, s.state);
@@ -452,28 +464,28 @@ impl<F: Family> Balancer<F> {
                 return None;
             }
             let hit = Hit::Reply(s.rewrite, s.deltas);
-            self.touch(i, twin, state, next_state(state, key.proto, flags, false), now);
+            self.touch(i, twin, state, next_state(state, proto, flags, false), now);
             return Some(hit);
         }
         // The state first: it is rarely closing, so one test of the packet's.
-        let restart = matches!(state, ConnState::Closing | ConnState::Reset) && key.proto == TCP && flags & (TCP_SYN | TCP_ACK) == TCP_SYN;
+        let restart = matches!(state, ConnState::Closing | ConnState::Reset) && proto == TCP && flags & (TCP_SYN | TCP_ACK) == TCP_SYN;
         if restart || t.gen(s.service) != s.gen || (s.node_port && !local) {
             return None;
         }
         if twin == i {
             let hit = Hit::Direct { service: s.service, backend: s.backend };
-            self.touch(i, twin, state, next_state_direct(state, key.proto, flags), now);
+            self.touch(i, twin, state, next_state_direct(state, proto, flags), now);
             return Some(hit);
         }
         let hit = Hit::Forward(s.rewrite, s.deltas);
-        self.touch(i, twin, state, next_state(state, key.proto, flags, true), now);
+        self.touch(i, twin, state, next_state(state, proto, flags, true), now);
         Some(hit)
     }
 
     /// A packet that may be a reply of a translated connection: its translation.
     #[inline]
     pub fn reverse(&mut self, key: &FlowKey<F::Addr>, flags: u8, now: u64) -> Option<Rewrite<F::Addr>> {
-        let i = self.sessions.find(&Key(*key), now)?;
+        let i = self.sessions.find(&Key::new(key), now)?;
         let s = *self.sessions.get(i);
         if s.is_forward() {
             return None;
@@ -485,7 +497,7 @@ impl<F: Family> Balancer<F> {
     /// The translation of the entry whose key is `key`, whichever its direction (for the
     /// packet an ICMP error quotes). Does not refresh the session.
     pub fn peek(&self, key: &FlowKey<F::Addr>, now: u64) -> Option<Rewrite<F::Addr>> {
-        self.sessions.find(&Key(*key), now).map(|i| self.sessions.get(i).rewrite)
+        self.sessions.find(&Key::new(key), now).map(|i| self.sessions.get(i).rewrite)
     }
 
     /// A packet of the connection: its state, and its expiry pushed on. The expiry is
@@ -543,7 +555,7 @@ impl<F: Family> Balancer<F> {
         (0..SNAT_PORT_TRIES)
             .map(|n| if n == 0 { key.sport } else { 1024 + engine::hash::reduce(engine::hash::mix(h, n), 65536 - 1024) as u16 })
             .find(|&p| {
-                self.sessions.find(&Key(FlowKey { src: *baddr, sport: bport, dst: *node, dport: p, proto: key.proto }), now).is_none()
+                self.sessions.find(&Key::new(&FlowKey { src: *baddr, sport: bport, dst: *node, dport: p, proto: key.proto }), now).is_none()
             })
             .ok_or(LbDrop::SnatPortsExhausted)
     }

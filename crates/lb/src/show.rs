@@ -39,7 +39,7 @@ pub fn sessions<F: Family>(b: &Balancer<F>, worker: usize, now: u64, service: Op
         }
         total += 1;
         if rows.len() < limit {
-            let k = k.0;
+            let k = k.flow();
             rows.push(SessionRow {
                 worker,
                 service: s.service,

@@ -103,7 +103,7 @@ fn tcp_states_set_the_timeouts() {
     let k = client(7);
     let (there, _) = r.fwd(&k, TCP_SYN, 1000).unwrap();
     let reply = FlowKey { src: there.dst, dst: k.src, sport: 8080, dport: k.sport, proto: 6 };
-    let state_of = |r: &Run, now| r.lb.sessions.find(&Key(k), now).map(|i| (r.lb.sessions.get(i).state, r.lb.sessions.expires(i)));
+    let state_of = |r: &Run, now| r.lb.sessions.find(&Key::new(&k), now).map(|i| (r.lb.sessions.get(i).state, r.lb.sessions.expires(i)));
     assert_eq!(state_of(&r, 1000), Some((ConnState::SynSent, 1000 + to.tcp_syn_ms)));
     // Unanswered, it goes at the SYN timeout, both entries.
     assert!(state_of(&r, 1000 + to.tcp_syn_ms).is_none());
@@ -146,9 +146,9 @@ fn udp_sessions_age_when_idle() {
     let last = 9 * (to.udp_ms - 1);
     let reply = FlowKey { src: there.dst, dst: k.src, sport: 8080, dport: k.sport, proto: 17 };
     r.lb.reverse(&reply, 0, last).unwrap();
-    let i = r.lb.sessions.find(&Key(k), last).unwrap();
+    let i = r.lb.sessions.find(&Key::new(&k), last).unwrap();
     assert_eq!((r.lb.sessions.get(i).state, r.lb.sessions.expires(i)), (ConnState::UdpReplied, last + to.udp_replied_ms));
-    assert!(r.lb.sessions.find(&Key(k), last + to.udp_replied_ms).is_none());
+    assert!(r.lb.sessions.find(&Key::new(&k), last + to.udp_replied_ms).is_none());
     assert_eq!(r.fwd(&k, 0, last + to.udp_replied_ms).unwrap().1, Outcome::New);
 }
 
@@ -294,7 +294,7 @@ fn a_direct_connection_is_one_entry_and_sticks() {
     // The handshake's ACK makes the connection established (no SYN-ACK is ever seen).
     let k = flows[0];
     assert_eq!(r.lb.direct(&svc, &k, TCP_ACK, 1).unwrap(), (chosen[0], Outcome::Hit));
-    let i = r.lb.sessions.find(&Key(k), 1).unwrap();
+    let i = r.lb.sessions.find(&Key::new(&k), 1).unwrap();
     assert_eq!(r.lb.sessions.get(i).state, ConnState::Established);
     assert_eq!(r.lb.sessions.expires(i), 1 + Timeouts::default().tcp_established_ms);
     // A backend added: established flows keep theirs.
@@ -378,7 +378,7 @@ fn full_path(lb: &mut Balancer<V4>, t: &crate::tables::FamilyTables<V4>, k: &Flo
 /// checksum changes a hit hands out must be those of the packet's own flow.
 fn fast_path(lb: &mut Balancer<V4>, t: &crate::tables::FamilyTables<V4>, k: &FlowKey<[u8; 4]>, flags: u8, local: bool, now: u64) -> Answer {
     let h = V4::flow_hash(&k.src, &k.dst, k.sport, k.dport, k.proto);
-    match lb.hit(t, h, k, flags, local, now) {
+    match lb.hit(t, h, &Key::new(k), flags, local, now) {
         Some(Hit::Forward(rw, d)) => {
             assert_eq!(d, crate::nat::Deltas::new::<V4>(k, &rw));
             Answer::Nat(rw, Some(Outcome::Hit))
@@ -484,7 +484,7 @@ proptest! {
                     prop_assert_eq!(a, b, "{:?}", k);
                 }
                 Step::Reply(i, flags) => {
-                    let replies: Vec<FlowKey<[u8; 4]>> = full.sessions.iter_live(now).filter(|(_, _, s, _)| !s.is_forward()).map(|(_, k, _, _)| k.0).collect();
+                    let replies: Vec<FlowKey<[u8; 4]>> = full.sessions.iter_live(now).filter(|(_, _, s, _)| !s.is_forward()).map(|(_, k, _, _)| k.flow()).collect();
                     if replies.is_empty() {
                         continue;
                     }
@@ -543,25 +543,25 @@ fn an_established_flow_is_a_fast_hit_until_its_service_changes() {
     let mut r = Run::new(&st);
     let k = client(1);
     let h = |k: &FlowKey<[u8; 4]>| V4::flow_hash(&k.src, &k.dst, k.sport, k.dport, k.proto);
-    assert_eq!(r.lb.hit(&r.t.v4, h(&k), &k, TCP_SYN, false, 0), None, "a new flow");
+    assert_eq!(r.lb.hit(&r.t.v4, h(&k), &Key::new(&k), TCP_SYN, false, 0), None, "a new flow");
     let (there, _) = r.fwd(&k, TCP_SYN, 0).unwrap();
     let d = crate::nat::Deltas::new::<V4>(&k, &there);
-    assert_eq!(r.lb.hit(&r.t.v4, h(&k), &k, TCP_ACK, false, 1), Some(Hit::Forward(there, d)));
-    assert_eq!(r.lb.hit(&r.t.v4, h(&k) ^ 1, &k, TCP_ACK, false, 1), None, "found by its hash only");
+    assert_eq!(r.lb.hit(&r.t.v4, h(&k), &Key::new(&k), TCP_ACK, false, 1), Some(Hit::Forward(there, d)));
+    assert_eq!(r.lb.hit(&r.t.v4, h(&k) ^ 1, &Key::new(&k), TCP_ACK, false, 1), None, "found by its hash only");
     // The reply, to the node: a hit when it came to the node, not when routed.
     let rk = FlowKey { src: there.dst, sport: there.dport, dst: there.src, dport: there.sport, proto: 6 };
-    assert_eq!(r.lb.hit(&r.t.v4, h(&rk), &rk, TCP_ACK, false, 1), None);
-    let Some(Hit::Reply(back, _)) = r.lb.hit(&r.t.v4, h(&rk), &rk, TCP_SYN | TCP_ACK, true, 1) else { panic!("no reply hit") };
+    assert_eq!(r.lb.hit(&r.t.v4, h(&rk), &Key::new(&rk), TCP_ACK, false, 1), None);
+    let Some(Hit::Reply(back, _)) = r.lb.hit(&r.t.v4, h(&rk), &Key::new(&rk), TCP_SYN | TCP_ACK, true, 1) else { panic!("no reply hit") };
     assert_eq!((back.src, back.sport, back.dst, back.dport), (VIP, 80, k.src, k.sport));
     // Another backend added: the service's generation moved on.
     st.set_backend("default/web", BackendSpec::new("198.19.4.10".parse().unwrap(), 8080)).unwrap();
     r.t = st.tables();
-    assert_eq!(r.lb.hit(&r.t.v4, h(&k), &k, TCP_ACK, false, 2), None);
+    assert_eq!(r.lb.hit(&r.t.v4, h(&k), &Key::new(&k), TCP_ACK, false, 2), None);
     assert_eq!(r.fwd(&k, TCP_ACK, 2).unwrap(), (there, Outcome::Hit));
-    assert_eq!(r.lb.hit(&r.t.v4, h(&k), &k, TCP_ACK, false, 3), Some(Hit::Forward(there, d)));
+    assert_eq!(r.lb.hit(&r.t.v4, h(&k), &Key::new(&k), TCP_ACK, false, 3), Some(Hit::Forward(there, d)));
     // A SYN on a closed connection starts over by the full path.
-    assert!(r.lb.hit(&r.t.v4, h(&k), &k, TCP_FIN | TCP_ACK, false, 4).is_some());
-    assert_eq!(r.lb.hit(&r.t.v4, h(&k), &k, TCP_SYN, false, 5), None);
+    assert!(r.lb.hit(&r.t.v4, h(&k), &Key::new(&k), TCP_FIN | TCP_ACK, false, 4).is_some());
+    assert_eq!(r.lb.hit(&r.t.v4, h(&k), &Key::new(&k), TCP_SYN, false, 5), None);
 }
 
 /// `Timeouts::of` reads an array in `ConnState`'s order: each state gets its own field
@@ -579,7 +579,7 @@ fn each_state_has_its_own_timeout() {
 #[test]
 fn a_key_differs_in_any_field() {
     let k = FlowKey { src: [198, 18, 1, 7], dst: [198, 18, 128, 10], sport: 40_000, dport: 80, proto: 6 };
-    assert_eq!(Key::<V4>(k), Key::<V4>(k));
+    assert_eq!(Key::<V4>::new(&k), Key::<V4>::new(&k));
     let changed = [
         FlowKey { src: [198, 18, 1, 8], ..k },
         FlowKey { dst: [198, 18, 128, 11], ..k },
@@ -588,6 +588,6 @@ fn a_key_differs_in_any_field() {
         FlowKey { proto: 17, ..k },
     ];
     for c in changed {
-        assert_ne!(Key::<V4>(k), Key::<V4>(c), "{c:?}");
+        assert_ne!(Key::<V4>::new(&k), Key::<V4>::new(&c), "{c:?}");
     }
 }
