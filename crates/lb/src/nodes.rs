@@ -32,7 +32,7 @@ use crate::encap::EncapError;
 use crate::family::Family;
 use crate::nat::{self, Flow, NatError};
 use crate::session::{Hit, Key, LbDrop, Outcome};
-use crate::table::TableKey;
+use crate::table::{Hashed, Table, TableKey};
 use crate::tables::FamilyTables;
 use engine::{counters, next_nodes, BufIdx, Buffer, Counts, GraphBuilder, Node, Pool, Verdict, VECTOR_SIZE};
 use ip::nodes::IcmpRequest;
@@ -105,15 +105,17 @@ impl NatNodeFamily for crate::V6 {
 /// hashed once: its flow as whole words, written with a few full-word stores (as a
 /// 40-byte `Result<Flow>` it was twelve narrow ones, and a narrower field alone made
 /// it longer; docs/PERFORMANCE.md). The key is the session table's own form, compared
-/// in place by the hit.
+/// in place by the hit, and the hash comes with the key's home slot, so that the
+/// prefetch and the lookup start there.
 #[derive(Clone, Copy)]
 struct Prepared<F: Family> {
     /// The flow's 5-tuple (default when the packet has no flow).
     key: Key<F>,
-    /// The flow's hash (bits 0–31; 0 without a flow), its transport header's offset
-    /// (32–39), its TCP flags (40–47), and 0, or why the packet has no flow (48–55: the
-    /// place in [`NO_FLOW`] plus one).
-    meta: u64,
+    /// The flow's hash (0 without a flow) and its home slot in the session table.
+    at: Hashed,
+    /// The flow's transport header's offset (bits 0–7), its TCP flags (8–15), and 0,
+    /// or why the packet has no flow (16–23: the place in [`NO_FLOW`] plus one).
+    meta: u32,
 }
 
 /// Why a packet has no flow, by its code in [`Prepared::meta`] less one.
@@ -121,48 +123,49 @@ const NO_FLOW: [NatError; 5] =
     [NatError::Truncated, NatError::Fragment, NatError::ExtensionHeaders, NatError::Protocol, NatError::BadUdpLength];
 
 impl<F: Family> Prepared<F> {
+    /// `sessions`: the table whose home slot the record names.
     #[inline(always)]
-    fn new(flow: Result<Flow<F::Addr>, NatError>) -> Self {
+    fn new<V: Copy + Default>(flow: Result<Flow<F::Addr>, NatError>, sessions: &Table<Key<F>, V>) -> Self {
         match flow {
             Ok(f) => {
                 let key = Key::new(&f.key);
                 // `l4` is at most 60 (an IPv4 header with options; IPv6's is 40).
-                let meta = key.hash() as u64 | (f.l4 as u64 & 0xff) << 32 | (f.flags as u64) << 40;
-                Prepared { key, meta }
+                let meta = (f.l4 as u32 & 0xff) | (f.flags as u32) << 8;
+                Prepared { key, at: sessions.hashed(key.hash()), meta }
             }
             Err(e) => Self::without_flow(e),
         }
     }
 
     fn without_flow(e: NatError) -> Self {
-        let code = NO_FLOW.iter().position(|&n| n == e).map_or(0, |p| p + 1) as u64;
-        Prepared { key: Key::default(), meta: code << 48 }
+        let code = NO_FLOW.iter().position(|&n| n == e).map_or(0, |p| p + 1) as u32;
+        Prepared { key: Key::default(), at: Hashed::default(), meta: code << 16 }
     }
 
     #[inline(always)]
     fn hash(&self) -> u32 {
-        self.meta as u32
+        self.at.tag
     }
 
     #[inline(always)]
     fn l4(&self) -> usize {
-        (self.meta >> 32) as u8 as usize
+        self.meta as u8 as usize
     }
 
     #[inline(always)]
     fn flags(&self) -> u8 {
-        (self.meta >> 40) as u8
+        (self.meta >> 8) as u8
     }
 
     /// Whether the packet has a flow (else [`Prepared::flow`] says why not).
     #[inline(always)]
     fn has_flow(&self) -> bool {
-        self.meta >> 48 == 0
+        self.meta >> 16 == 0
     }
 
     /// The flow as [`nat::flow`] read it, or why there is none.
     fn flow(&self) -> Result<Flow<F::Addr>, NatError> {
-        match (self.meta >> 48) as usize {
+        match (self.meta >> 16) as usize {
             0 => Ok(Flow { key: self.key.flow(), flags: self.flags(), l4: self.l4() }),
             code => Err(NO_FLOW.get(code - 1).copied().unwrap_or(NatError::Truncated)),
         }
@@ -210,8 +213,8 @@ impl<F: NatNodeFamily> LbNat<F> {
     /// Start loading the outer headers of the direct session in the home slot of the
     /// key whose hash is `hash`, if there is one (a hint: the slot's key not compared).
     #[inline(always)]
-    fn prefetch_template(t: &FamilyTables<F>, lb: &crate::session::Balancer<F>, hash: u32) {
-        if let Some((i, s)) = lb.sessions.peek_hashed(hash) {
+    fn prefetch_template(t: &FamilyTables<F>, lb: &crate::session::Balancer<F>, at: Hashed) {
+        if let Some((i, s)) = lb.sessions.peek(at) {
             if s.twin == i {
                 if let Some(outer) = t.outer(s.service, s.backend) {
                     engine::prefetch::read(outer);
@@ -379,13 +382,13 @@ impl<Cx: HasLb, F: NatNodeFamily> Node<Cx> for LbNat<F> {
         let n = input.len().min(VECTOR_SIZE);
         for (i, (&b, ready)) in input[..n].iter().zip(self.ready.iter_mut()).enumerate() {
             let buf = pool.get_mut(b);
-            *ready = Prepared::new(nat::flow::<F>(buf.bytes()));
+            *ready = Prepared::new(nat::flow::<F>(buf.bytes()), &lb.sessions);
             buf.meta.param = i as u32;
         }
         self.len = n;
         let ready = &self.ready[..n];
         for r in ready.iter().take(AHEAD) {
-            lb.sessions.prefetch_hashed(r.hash());
+            lb.sessions.prefetch(r.at);
         }
         // The outer headers of direct-server-return sessions (with packets going round
         // many services each is a miss of its own). Only where there are more than the
@@ -394,7 +397,7 @@ impl<Cx: HasLb, F: NatNodeFamily> Node<Cx> for LbNat<F> {
         self.templates = t.templates > FamilyTables::<F>::TEMPLATES_CACHED;
         if self.templates {
             for r in ready.iter().take(TEMPLATE_AHEAD) {
-                Self::prefetch_template(t, lb, r.hash());
+                Self::prefetch_template(t, lb, r.at);
             }
         }
     }
@@ -412,11 +415,11 @@ impl<Cx: HasLb, F: NatNodeFamily> Node<Cx> for LbNat<F> {
             let (t, lb, _) = F::parts(cx.lb());
             let ready = &self.ready[..self.len];
             if let Some(r) = ready.get(at + AHEAD) {
-                lb.sessions.prefetch_hashed(r.hash());
+                lb.sessions.prefetch(r.at);
             }
             if self.templates {
                 if let Some(r) = ready.get(at + TEMPLATE_AHEAD) {
-                    Self::prefetch_template(t, lb, r.hash());
+                    Self::prefetch_template(t, lb, r.at);
                 }
             }
         }
@@ -434,7 +437,7 @@ impl<Cx: HasLb, F: NatNodeFamily> Node<Cx> for LbNat<F> {
         }
         let (t, lb, now) = F::parts(cx.lb());
         // An established flow's packet: its session says everything (no service lookup).
-        let (rw, d) = match lb.hit(t, ready.hash(), &ready.key, ready.flags(), local, now) {
+        let (rw, d) = match lb.hit(t, ready.at, &ready.key, ready.flags(), local, now) {
             Some(Hit::Forward(rw, d)) => (rw, d),
             Some(Hit::Reply(rw, d)) => {
                 counts.inc(LbNatCounter::Replies);
@@ -464,4 +467,33 @@ fn count_outcome(counts: &mut Counts<'_, LbNatCounter>, outcome: Outcome) {
 pub fn register<Cx: HasLb>(g: &mut GraphBuilder<Cx>) {
     g.add(LbNat::<crate::V4>::default());
     g.add(LbNat::<crate::V6>::default());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::session::{FlowKey, Session};
+
+    /// `process` reads back from the packed record what `prepare` read of the packet:
+    /// the flow (key, flags, transport offset) with its hash and home slot, or why
+    /// there is no flow, for each reason.
+    #[test]
+    fn the_prepared_record_gives_back_the_flow() {
+        let sessions: Table<Key<crate::V4>, Session<[u8; 4]>> = Table::new(1 << 10);
+        let key = FlowKey { src: [198, 18, 0, 1], dst: [198, 18, 128, 0], sport: 0xfedc, dport: 53, proto: 6 };
+        for (flags, l4) in [(0u8, 20usize), (0x12, 60), (0xff, 24)] {
+            let flow = Flow { key, flags, l4 };
+            let r = Prepared::<crate::V4>::new(Ok(flow), &sessions);
+            assert_eq!(r.flow(), Ok(flow));
+            assert!(r.has_flow());
+            assert_eq!((r.l4(), r.flags(), r.key.proto()), (l4, flags, 6));
+            let hash = crate::V4::flow_hash(&key.src, &key.dst, key.sport, key.dport, key.proto);
+            assert_eq!(r.at, sessions.hashed(hash));
+        }
+        for e in NO_FLOW {
+            let r = Prepared::<crate::V4>::new(Err(e), &sessions);
+            assert!(!r.has_flow());
+            assert_eq!(r.flow(), Err(e));
+        }
+    }
 }

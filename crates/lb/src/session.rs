@@ -12,7 +12,7 @@
 
 use crate::family::Family;
 use crate::nat::Deltas;
-use crate::table::{SlotIdx, Table, TableKey};
+use crate::table::{Hashed, SlotIdx, Table, TableKey};
 use crate::tables::{FamilyTables, ServiceTable};
 
 /// A flow's 5-tuple as a packet carries it.
@@ -442,8 +442,8 @@ impl<F: Family> Balancer<F> {
         }
     }
 
-    /// The fast path of every established flow's packet: its entry found by `hash`
-    /// (the key's, from the node's `prepare`), and the answer when the entry alone
+    /// The fast path of every established flow's packet: its entry found from `at`
+    /// (the key's hash and home slot, from the node's `prepare`), and the answer when the entry alone
     /// decides it: a client's packet whose service still has the generation the entry
     /// was checked against (so its backend is still there, and the service is still
     /// the one its address names), or a reply to the node (`local`). The entry is
@@ -453,11 +453,10 @@ impl<F: Family> Balancer<F> {
     /// answer (`the_fast_path_answers_as_the_full_path`). Inlined into the node: as a
     /// call of its own it spilled the key and the entry's fields (perf).
     #[inline(always)]
-    pub fn hit(&mut self, t: &FamilyTables<F>, hash: u32, key: &Key<F>, flags: u8, local: bool, now: u64) -> Option<Hit<F::Addr>> {
-        let i = self.sessions.find_hashed(hash, key, now)?;
-        let proto = key.proto();
+    pub fn hit(&mut self, t: &FamilyTables<F>, at: Hashed, key: &Key<F>, flags: u8, local: bool, now: u64) -> Option<Hit<F::Addr>> {
         // Read in place, not copied out: a hit needs a few of the entry's fields.
-        let s = self.sessions.get(i);
+        let (i, s) = self.sessions.find_at(at, key, now)?;
+        let proto = key.proto();
         let (twin, state) = (s.twin, s.state);
         if !s.is_forward() {
             if !local {

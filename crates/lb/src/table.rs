@@ -17,6 +17,11 @@
 /// Slots per bucket.
 pub const WAYS: usize = 8;
 
+/// The slots of a table made for `capacity` entries: whole buckets, a power of two of them.
+pub fn slots_for(capacity: usize) -> usize {
+    capacity.div_ceil(WAYS).max(1).next_power_of_two() * WAYS
+}
+
 /// A key the table can hash.
 pub trait TableKey: Copy + Eq + Default {
     fn hash(&self) -> u32;
@@ -38,6 +43,14 @@ struct Slot<K, V> {
 /// Where an entry lives; stable for the entry's life.
 pub type SlotIdx = u32;
 
+/// A key's hash and its home slot, worked out once where the key is read (`lbN-nat`'s
+/// `prepare`) for the prefetch and the lookup after it: they then start at the slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Hashed {
+    pub tag: u32,
+    pub home: SlotIdx,
+}
+
 pub struct Table<K, V> {
     /// Each slot's key hash, apart from the slots: a lookup whose key is not in its
     /// home slot reads its buckets' tags (a 32-byte run each) and only the slots whose
@@ -53,7 +66,7 @@ impl<K: TableKey, V: Copy + Default> Table<K, V> {
     /// megabytes, which on 4 KiB pages is a TLB miss as well as a cache miss
     /// (docs/PERFORMANCE.md).
     pub fn new(capacity: usize) -> Self {
-        let buckets = capacity.div_ceil(WAYS).max(1).next_power_of_two();
+        let buckets = slots_for(capacity) / WAYS;
         Table {
             tags: engine::mem::huge_table(buckets * WAYS, 0),
             slots: engine::mem::huge_table(buckets * WAYS, Slot::default()),
@@ -87,21 +100,28 @@ impl<K: TableKey, V: Copy + Default> Table<K, V> {
         (a..a + WAYS).chain(b..b + WAYS)
     }
 
-    /// Start loading the home slot of the key whose hash is `tag` (where most keys are),
-    /// so that the lookups of a vector's packets overlap their misses.
+    /// The hash `tag` with its home slot.
     #[inline(always)]
-    pub fn prefetch_hashed(&self, tag: u32) {
-        engine::prefetch::read(&self.slots[self.home(tag)]);
+    pub fn hashed(&self, tag: u32) -> Hashed {
+        Hashed { tag, home: self.home(tag) as SlotIdx }
     }
 
-    /// The entry in the home slot of the key whose hash is `tag`, if its tag is `tag`,
-    /// whatever its key and expiry: a hint for starting to load what the entry names
-    /// (after [`Table::prefetch_hashed`] brought the slot in), never an answer.
+    /// Start loading the home slot of a key (where most keys are), so that the lookups
+    /// of a vector's packets overlap their misses.
     #[inline(always)]
-    pub fn peek_hashed(&self, tag: u32) -> Option<(SlotIdx, &V)> {
-        let i = self.home(tag);
-        let s = &self.slots[i];
-        (s.tag == tag).then_some((i as SlotIdx, &s.val))
+    pub fn prefetch(&self, at: Hashed) {
+        if let Some(s) = self.slots.get(at.home as usize) {
+            engine::prefetch::read(s);
+        }
+    }
+
+    /// The entry in a key's home slot, if its tag is the key's, whatever its key and
+    /// expiry: a hint for starting to load what the entry names (after
+    /// [`Table::prefetch`] brought the slot in), never an answer.
+    #[inline(always)]
+    pub fn peek(&self, at: Hashed) -> Option<(SlotIdx, &V)> {
+        let s = self.slots.get(at.home as usize)?;
+        (s.tag == at.tag).then_some((at.home, &s.val))
     }
 
     /// The home slot of a key whose hash is `tag`: in its first bucket, the way from the
@@ -141,12 +161,21 @@ impl<K: TableKey, V: Copy + Default> Table<K, V> {
     /// slot first (one line); the buckets' tags only when the key is not at home.
     #[inline(always)]
     pub fn find_hashed(&self, tag: u32, key: &K, now: u64) -> Option<SlotIdx> {
-        let i = self.home(tag);
-        let s = &self.slots[i];
-        if s.tag == tag && s.expires > now && s.key == *key {
-            return Some(i as SlotIdx);
+        self.find_at(self.hashed(tag), key, now).map(|(i, _)| i)
+    }
+
+    /// [`Table::find_hashed`] from a [`Table::hashed`] worked out before, with the
+    /// entry (read where it was found). A `home` that is not the tag's home slot (or
+    /// past the table) only sends the lookup through the buckets' tags.
+    #[inline(always)]
+    pub fn find_at(&self, at: Hashed, key: &K, now: u64) -> Option<(SlotIdx, &V)> {
+        if let Some(s) = self.slots.get(at.home as usize) {
+            if s.tag == at.tag && s.expires > now && s.key == *key {
+                return Some((at.home, &s.val));
+            }
         }
-        self.find_away(tag, key, now)
+        let i = self.find_away(at.tag, key, now)?;
+        Some((i, &self.slots[i as usize].val))
     }
 
     /// A key not in its home slot: both buckets by their tags (out of line, so that the
@@ -280,8 +309,8 @@ mod tests {
         assert_ne!(ia, ib);
         assert_eq!((t.find(&a, 0), t.find(&b, 0)), (Some(ia), Some(ib)));
         // The hint: the home slot's entry when its tag is the one asked for.
-        assert_eq!(t.peek_hashed(a.0).map(|(i, v)| (i, *v)), Some((ia, 1)));
-        assert!(t.peek_hashed(b.0).is_none());
+        assert_eq!(t.peek(t.hashed(a.0)).map(|(i, v)| (i, *v)), Some((ia, 1)));
+        assert!(t.peek(t.hashed(b.0)).is_none());
         // The home freed, the next key with that home takes it; b stays where it is.
         t.remove(ia);
         let c = Hashed(5 << 29 | 2 << 12 | 3);
@@ -364,6 +393,12 @@ mod tests {
                 for (&k, &i) in &map {
                     proptest::prop_assert_eq!(t.find_hashed(K(k).hash(), &K(k), now), Some(i));
                     proptest::prop_assert_eq!(t.find_hashed(K(k).hash() ^ 1, &K(k), now), None);
+                    // A home slot that is not the key's (any slot, or past the table)
+                    // costs the lookup its shortcut, never its answer.
+                    let tag = K(k).hash();
+                    for home in [i ^ 1, i.wrapping_add(WAYS as u32), u32::MAX] {
+                        proptest::prop_assert_eq!(t.find_at(super::Hashed { tag, home }, &K(k), now).map(|(j, v)| (j, *v)), Some((i, k ^ 7)));
+                    }
                 }
                 proptest::prop_assert_eq!(t.live(now), map.len());
             }

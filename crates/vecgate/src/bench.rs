@@ -45,6 +45,8 @@ pub struct LbOptions {
     pub backends: u32,
     /// Client source ports cycled through (each a connection per service it meets).
     pub flows: u32,
+    /// Session table slots per worker (`lb.limits.sessions`); the default's when `None`.
+    pub sessions: Option<usize>,
 }
 
 /// Options of the GTP-U scenarios (ignored by the forwarding ones).
@@ -224,6 +226,8 @@ struct LbReport {
     /// Bytes of one session-table slot (a connection takes two) and of the services'
     /// Maglev tables and backends, per service.
     session_slot_bytes: usize,
+    /// Slots of a worker's session table (`lb.limits.sessions`, whole buckets).
+    session_slots: usize,
     bytes_per_service: usize,
     rss_bytes: u64,
 }
@@ -325,6 +329,9 @@ pub fn bench(
         if scenario.starts_with("upf") { format!("{BASE}{}", crate::bench_upf::config_section(opts.tunnels)) } else { BASE.to_string() };
     if opts.tunnel_counters {
         base += "\n[metrics]\ntunnel_counters = true\n";
+    }
+    if let (true, Some(n)) = (scenario.starts_with("lb"), lb_opts.sessions) {
+        base += &format!("\n[lb]\nlimits = {{ sessions = {n} }}\n");
     }
     let cfg = Config::parse(&base, "(bench scenario)", Path::new("."))?;
     let (mut control, mut worker) = assemble(&cfg)?.into_single();
@@ -573,6 +580,7 @@ fn lb_setup(
         flows: o.flows,
         load_seconds,
         session_slot_bytes: lb::table::Table::<lb::session::Key<lb::V4>, lb::session::Session<[u8; 4]>>::slot_bytes(),
+        session_slots: lb::table::slots_for(control.lb.limits.sessions),
         bytes_per_service: per_service,
         rss_bytes: rss_bytes(),
     };

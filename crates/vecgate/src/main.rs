@@ -131,6 +131,10 @@ enum Cmd {
         backends: u32,
         #[arg(long, default_value_t = 1024)]
         flows: u32,
+        /// Load-balancer scenarios: session table slots per worker (`lb.limits.sessions`;
+        /// the default's when absent), to see what the table's spread costs.
+        #[arg(long)]
+        lb_sessions: Option<usize>,
         /// Write the scenario's frames (frames.pcap) and large route table (routes.txt)
         /// into this directory and exit (for scripts/bench-vs-vpp.sh).
         #[arg(long)]
@@ -331,12 +335,13 @@ fn main() {
             services,
             backends,
             flows,
+            lb_sessions,
             export,
             frames,
             route_file,
             ..
         } => {
-            let lb = bench::LbOptions { services, backends, flows };
+            let lb = bench::LbOptions { services, backends, flows, sessions: lb_sessions };
             let side = bench_side::SideBySide { export, frames, routes: route_file };
             bench::bench(
                 &scenario,

@@ -378,7 +378,7 @@ fn full_path(lb: &mut Balancer<V4>, t: &crate::tables::FamilyTables<V4>, k: &Flo
 /// checksum changes a hit hands out must be those of the packet's own flow.
 fn fast_path(lb: &mut Balancer<V4>, t: &crate::tables::FamilyTables<V4>, k: &FlowKey<[u8; 4]>, flags: u8, local: bool, now: u64) -> Answer {
     let h = V4::flow_hash(&k.src, &k.dst, k.sport, k.dport, k.proto);
-    match lb.hit(t, h, &Key::new(k), flags, local, now) {
+    match lb.hit(t, lb.sessions.hashed(h), &Key::new(k), flags, local, now) {
         Some(Hit::Forward(rw, d)) => {
             assert_eq!(d, crate::nat::Deltas::new::<V4>(k, &rw));
             Answer::Nat(rw, Some(Outcome::Hit))
@@ -543,25 +543,27 @@ fn an_established_flow_is_a_fast_hit_until_its_service_changes() {
     let mut r = Run::new(&st);
     let k = client(1);
     let h = |k: &FlowKey<[u8; 4]>| V4::flow_hash(&k.src, &k.dst, k.sport, k.dport, k.proto);
-    assert_eq!(r.lb.hit(&r.t.v4, h(&k), &Key::new(&k), TCP_SYN, false, 0), None, "a new flow");
+    assert_eq!(r.lb.hit(&r.t.v4, r.lb.sessions.hashed(h(&k)), &Key::new(&k), TCP_SYN, false, 0), None, "a new flow");
     let (there, _) = r.fwd(&k, TCP_SYN, 0).unwrap();
     let d = crate::nat::Deltas::new::<V4>(&k, &there);
-    assert_eq!(r.lb.hit(&r.t.v4, h(&k), &Key::new(&k), TCP_ACK, false, 1), Some(Hit::Forward(there, d)));
-    assert_eq!(r.lb.hit(&r.t.v4, h(&k) ^ 1, &Key::new(&k), TCP_ACK, false, 1), None, "found by its hash only");
+    assert_eq!(r.lb.hit(&r.t.v4, r.lb.sessions.hashed(h(&k)), &Key::new(&k), TCP_ACK, false, 1), Some(Hit::Forward(there, d)));
+    assert_eq!(r.lb.hit(&r.t.v4, r.lb.sessions.hashed(h(&k) ^ 1), &Key::new(&k), TCP_ACK, false, 1), None, "found by its hash only");
     // The reply, to the node: a hit when it came to the node, not when routed.
     let rk = FlowKey { src: there.dst, sport: there.dport, dst: there.src, dport: there.sport, proto: 6 };
-    assert_eq!(r.lb.hit(&r.t.v4, h(&rk), &Key::new(&rk), TCP_ACK, false, 1), None);
-    let Some(Hit::Reply(back, _)) = r.lb.hit(&r.t.v4, h(&rk), &Key::new(&rk), TCP_SYN | TCP_ACK, true, 1) else { panic!("no reply hit") };
+    assert_eq!(r.lb.hit(&r.t.v4, r.lb.sessions.hashed(h(&rk)), &Key::new(&rk), TCP_ACK, false, 1), None);
+    let Some(Hit::Reply(back, _)) = r.lb.hit(&r.t.v4, r.lb.sessions.hashed(h(&rk)), &Key::new(&rk), TCP_SYN | TCP_ACK, true, 1) else {
+        panic!("no reply hit")
+    };
     assert_eq!((back.src, back.sport, back.dst, back.dport), (VIP, 80, k.src, k.sport));
     // Another backend added: the service's generation moved on.
     st.set_backend("default/web", BackendSpec::new("198.19.4.10".parse().unwrap(), 8080)).unwrap();
     r.t = st.tables();
-    assert_eq!(r.lb.hit(&r.t.v4, h(&k), &Key::new(&k), TCP_ACK, false, 2), None);
+    assert_eq!(r.lb.hit(&r.t.v4, r.lb.sessions.hashed(h(&k)), &Key::new(&k), TCP_ACK, false, 2), None);
     assert_eq!(r.fwd(&k, TCP_ACK, 2).unwrap(), (there, Outcome::Hit));
-    assert_eq!(r.lb.hit(&r.t.v4, h(&k), &Key::new(&k), TCP_ACK, false, 3), Some(Hit::Forward(there, d)));
+    assert_eq!(r.lb.hit(&r.t.v4, r.lb.sessions.hashed(h(&k)), &Key::new(&k), TCP_ACK, false, 3), Some(Hit::Forward(there, d)));
     // A SYN on a closed connection starts over by the full path.
-    assert!(r.lb.hit(&r.t.v4, h(&k), &Key::new(&k), TCP_FIN | TCP_ACK, false, 4).is_some());
-    assert_eq!(r.lb.hit(&r.t.v4, h(&k), &Key::new(&k), TCP_SYN, false, 5), None);
+    assert!(r.lb.hit(&r.t.v4, r.lb.sessions.hashed(h(&k)), &Key::new(&k), TCP_FIN | TCP_ACK, false, 4).is_some());
+    assert_eq!(r.lb.hit(&r.t.v4, r.lb.sessions.hashed(h(&k)), &Key::new(&k), TCP_SYN, false, 5), None);
 }
 
 /// `Timeouts::of` reads an array in `ConnState`'s order: each state gets its own field
@@ -589,5 +591,40 @@ fn a_key_differs_in_any_field() {
     ];
     for c in changed {
         assert_ne!(Key::<V4>::new(&k), Key::<V4>::new(&c), "{c:?}");
+    }
+}
+
+/// A 5-tuple whose fields differ from another's in few places (the same addresses or
+/// ports drawn from small sets), so that equal keys and near misses both come up.
+fn near_key<A: std::fmt::Debug + Clone>(addr: impl Strategy<Value = A> + Clone) -> impl Strategy<Value = FlowKey<A>> {
+    (
+        addr.clone(),
+        addr,
+        prop_oneof![Just(80u16), Just(0x5000), any::<u16>()],
+        prop_oneof![Just(80u16), Just(0x0050)],
+        prop_oneof![Just(6u8), Just(17), any::<u8>()],
+    )
+        .prop_map(|(src, dst, sport, dport, proto)| FlowKey { src, dst, sport, dport, proto })
+}
+
+proptest! {
+    /// The session key's words (compared XORed and ORed, a word at a time) are equal
+    /// exactly when the 5-tuples are, give the 5-tuple back, and hash as the flow hash
+    /// of its fields (the hash Maglev and the table were built on).
+    #[test]
+    fn packed_keys_compare_as_their_fields(
+        a in near_key(prop_oneof![Just([198u8, 18, 0, 1]), Just([1, 198, 18, 0]), any::<[u8; 4]>()]),
+        b in near_key(prop_oneof![Just([198u8, 18, 0, 1]), Just([1, 198, 18, 0]), any::<[u8; 4]>()]),
+        a6 in near_key(prop_oneof![Just([0x20u8; 16]), Just({ let mut x = [0x20u8; 16]; x[15] = 1; x }), any::<[u8; 16]>()]),
+        b6 in near_key(prop_oneof![Just([0x20u8; 16]), Just({ let mut x = [0x20u8; 16]; x[15] = 1; x }), any::<[u8; 16]>()]),
+    ) {
+        prop_assert_eq!(Key::<V4>::new(&a) == Key::<V4>::new(&b), a == b);
+        prop_assert_eq!(Key::<crate::V6>::new(&a6) == Key::<crate::V6>::new(&b6), a6 == b6);
+        prop_assert_eq!(Key::<V4>::new(&a).flow(), a);
+        prop_assert_eq!(Key::<crate::V6>::new(&a6).flow(), a6);
+        prop_assert_eq!(Key::<V4>::new(&a).proto(), a.proto);
+        prop_assert_eq!(Key::<crate::V6>::new(&a6).proto(), a6.proto);
+        prop_assert_eq!(Key::<V4>::new(&a).hash(), V4::flow_hash(&a.src, &a.dst, a.sport, a.dport, a.proto));
+        prop_assert_eq!(Key::<crate::V6>::new(&a6).hash(), crate::V6::flow_hash(&a6.src, &a6.dst, a6.sport, a6.dport, a6.proto));
     }
 }
