@@ -21,6 +21,19 @@ def test_lb_bench_reports_its_services_and_memory(vecgate):
     assert names["lb4-nat"]["packets"] == rep["packets"]
 
 
+
+def test_lb_bench_sizes_the_session_table(vecgate):
+    """--lb-sessions sets the workers' session table (lb.limits.sessions, whole buckets);
+    without it the default's 2^20 slots."""
+    sizes = {}
+    for args in ([], ["--lb-sessions", "65536"], ["--lb-sessions", "60000"]):
+        r = run(vecgate, "--services", "10", "--flows", "1000", *args)
+        assert r.returncode == 0, r.stderr
+        rep = json.loads(r.stdout)
+        assert rep["delivered"] == rep["packets"]
+        sizes[tuple(args)] = rep["lb"]["session_slots"]
+    assert sizes == {(): 1 << 20, ("--lb-sessions", "65536"): 65536, ("--lb-sessions", "60000"): 65536}
+
 def test_lb_bench_refuses_bad_options(vecgate):
     for args in (["--services", "0"], ["--flows", "0"], ["--backends", "0"]):
         r = run(vecgate, *args)
