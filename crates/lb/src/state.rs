@@ -7,7 +7,7 @@ use crate::encap::Outer;
 use crate::family::{Family, V4, V6};
 use crate::maglev::{self, MaglevBackend};
 use crate::service::{Affinity, BackendSpec, Conditions, ServiceSpec, ServiceType, SpecError, TrafficPolicy};
-use crate::tables::{Backend, FamilyTables, LbTables, ServiceHot, ServiceTable};
+use crate::tables::{Backend, FamilyTables, LbTables, ServiceTable};
 use ip::tables::ADJ_MISS;
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -226,7 +226,7 @@ impl LbState {
         fn clear<F: Family>(t: &mut FamilyTables<F>, id: u32) {
             if let Some(s) = t.services.get_mut(id as usize) {
                 *s = None;
-                t.hot[id as usize].gen = 0;
+                t.gens[id as usize] = 0;
                 t.set_outers(id, None);
             }
         }
@@ -318,9 +318,10 @@ impl LbState {
         fn put<F: Family>(t: &mut FamilyTables<F>, id: u32, s: ServiceTable<F>) {
             if t.services.len() <= id as usize {
                 t.services.resize(id as usize + 1, None);
-                t.hot.resize(id as usize + 1, ServiceHot::default());
+                t.gens.resize(id as usize + 1, 0);
+                t.outers.resize(id as usize + 1, None);
             }
-            t.hot[id as usize].gen = s.gen;
+            t.gens[id as usize] = s.gen;
             t.set_outers(id, Some(Arc::clone(&s.outer)));
             t.services[id as usize] = Some(Arc::new(s));
         }
@@ -479,7 +480,7 @@ mod tests {
         assert_eq!(asked.len(), 2, "NAT services' backends are not resolved: {asked:?}");
         let gen = st.tables().v4.gen(0);
         assert_eq!(adjs(&st.tables()), [7, 9]);
-        assert!(Arc::ptr_eq(&st.tables().v4.hot[0].outers.clone().unwrap(), &st.tables().v4.service(0).unwrap().outer));
+        assert!(Arc::ptr_eq(&st.tables().v4.outers[0].clone().unwrap(), &st.tables().v4.service(0).unwrap().outer));
         assert!(!st.resolve_outers(|a| answer(a, &mut Vec::new())), "the same answers change nothing");
         assert!(st.resolve_outers(|_| 11));
         assert_eq!(adjs(&st.tables()), [11, 11]);

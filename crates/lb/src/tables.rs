@@ -41,7 +41,7 @@ pub struct ServiceTable<F: Family> {
     /// NAT, or the encapsulation of a direct-server-return service (`lbN-nat`).
     pub forwarding: crate::service::Forwarding,
     /// Encapsulated services: each backend's outer headers, by index in `backends`;
-    /// empty for NAT. Shared with [`ServiceHot::outers`].
+    /// empty for NAT. Shared with [`FamilyTables::outers`].
     pub outer: Arc<[Outer]>,
 }
 
@@ -56,28 +56,19 @@ impl<F: Family> ServiceTable<F> {
     }
 }
 
-/// What a session hit reads of its service, by service id, in one record: the
-/// generation and an encapsulated service's outer headers (one bounds check and one
-/// line a packet, where two arrays took two of each).
-#[derive(Debug, Clone, Default)]
-pub struct ServiceHot {
-    /// The service's [`ServiceTable::gen`], 0 for none.
-    pub gen: u32,
-    /// An encapsulated service's outer headers (its `outer`), so that `lbN-nat` goes from
-    /// the packet's service id to its template without reading the service (one cache
-    /// miss a packet fewer when packets go round 10 000 services).
-    pub outers: Option<Arc<[Outer]>>,
-}
-
 /// One family's services.
 #[derive(Debug)]
 pub struct FamilyTables<F: Family> {
     /// By service id; `None` for ids of the other family or deleted.
     pub services: Vec<Option<Arc<ServiceTable<F>>>>,
-    /// By service id: what a session hit reads of the service. Apart from the services
-    /// so that a hit reads one record of a dense array, not a service.
-    pub hot: Vec<ServiceHot>,
-    /// How many outer headers `hot` holds in all (each backend of each encapsulated
+    /// By service id: the service's [`ServiceTable::gen`], 0 for none. Apart from the
+    /// services so that a session hit reads one word of a dense array, not a service.
+    pub gens: Vec<u32>,
+    /// By service id: an encapsulated service's outer headers (its `outer`), so that
+    /// `lbN-nat` goes from the packet's service id to its template without reading
+    /// the service (one cache miss a packet fewer when packets go round 10 000 services).
+    pub outers: Vec<Option<Arc<[Outer]>>>,
+    /// How many outer headers `outers` holds in all (each backend of each encapsulated
     /// service, kept by [`FamilyTables::set_outers`]): so few stay in the caches between
     /// vectors, and `lbN-nat` prefetches them only past [`FamilyTables::TEMPLATES_CACHED`].
     pub templates: usize,
@@ -97,7 +88,8 @@ impl<F: Family> Clone for FamilyTables<F> {
     fn clone(&self) -> Self {
         FamilyTables {
             services: self.services.clone(),
-            hot: self.hot.clone(),
+            gens: self.gens.clone(),
+            outers: self.outers.clone(),
             templates: self.templates,
             vips: self.vips.clone(),
             node_ports: self.node_ports.clone(),
@@ -111,7 +103,8 @@ impl<F: Family> Default for FamilyTables<F> {
     fn default() -> Self {
         FamilyTables {
             services: Vec::new(),
-            hot: Vec::new(),
+            gens: Vec::new(),
+            outers: Vec::new(),
             templates: 0,
             vips: HashMap::default(),
             node_ports: HashMap::default(),
@@ -140,10 +133,10 @@ impl<F: Family> FamilyTables<F> {
     }
 
     /// Service `id`'s outer headers (`None`, or empty: not encapsulated); `id` within
-    /// `hot`.
+    /// `outers`.
     pub fn set_outers(&mut self, id: u32, outers: Option<Arc<[Outer]>>) {
         let outers = outers.filter(|o| !o.is_empty());
-        let slot = &mut self.hot[id as usize].outers;
+        let slot = &mut self.outers[id as usize];
         let count = |o: &Option<Arc<[Outer]>>| o.as_ref().map_or(0, |o| o.len());
         self.templates = self.templates + count(&outers) - count(slot);
         *slot = outers;
@@ -152,19 +145,19 @@ impl<F: Family> FamilyTables<F> {
     /// How many services are encapsulated (have outer headers): counted, not kept, since
     /// the dataplane needs only [`FamilyTables::templates`].
     pub fn encapsulated(&self) -> usize {
-        self.hot.iter().filter(|h| h.outers.is_some()).count()
+        self.outers.iter().filter(|o| o.is_some()).count()
     }
 
     /// The outer headers of service `id`'s backend `backend` (encapsulated services).
     #[inline(always)]
     pub fn outer(&self, id: u32, backend: u32) -> Option<&Outer> {
-        self.hot.get(id as usize)?.outers.as_ref()?.get(backend as usize)
+        self.outers.get(id as usize)?.as_ref()?.get(backend as usize)
     }
 
     /// The generation of service `id` (0 for none).
     #[inline(always)]
     pub fn gen(&self, id: u32) -> u32 {
-        self.hot.get(id as usize).map_or(0, |h| h.gen)
+        self.gens.get(id as usize).copied().unwrap_or(0)
     }
 
     #[inline(always)]
