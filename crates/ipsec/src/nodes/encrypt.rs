@@ -99,7 +99,8 @@ fn seal_at(
     let pad = l.pad_len(len - at);
     let trailer = EspTrailer { pad_len: pad as u8, next_header };
     buf.set_len(len + trailer.buffer_len() + l.icv_len).map_err(|_| EspEncryptCounter::NoTailroom)?;
-    trailer.emit(&mut buf.bytes_mut()[len..len + trailer.buffer_len()]);
+    // With the ICV's room after it: the padding goes in with one store (`EspTrailer::emit`).
+    trailer.emit(&mut buf.bytes_mut()[len..]);
     let insert = gap + HEADER_LEN + l.iv_len;
     buf.prepend(insert).map_err(|_| EspEncryptCounter::NoHeadroom)?;
     let b = buf.bytes_mut();
