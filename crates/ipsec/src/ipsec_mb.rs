@@ -174,8 +174,15 @@ impl GcmKey {
     #[inline]
     pub fn seal_in_place(&self, nonce: &[u8; 12], aad: &[u8], text: &mut [u8]) -> [u8; TAG_LEN] {
         let mut tag = [0u8; TAG_LEN];
-        self.run(self.enc, nonce, aad, text, &mut tag);
+        self.seal_in_place_to(nonce, aad, text, &mut tag);
         tag
+    }
+
+    /// Encrypt `text` in place, the tag written into `tag` (the packet's ICV: no copy
+    /// through the stack).
+    #[inline(always)]
+    pub fn seal_in_place_to(&self, nonce: &[u8; 12], aad: &[u8], text: &mut [u8], tag: &mut [u8; TAG_LEN]) {
+        self.run(self.enc, nonce, aad, text, tag);
     }
 
     /// Decrypt `text` in place and verify `tag` (in constant time). On failure the text

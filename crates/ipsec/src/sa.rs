@@ -274,13 +274,16 @@ pub struct Sa {
     /// Tunnel mode: the outer IP header for an empty payload
     /// ([`crate::nodes::outer_template`]).
     pub outer_header: [u8; crate::nodes::OUTER_TEMPLATE_LEN],
+    /// The encrypt nodes' constants for this SA, from its spec.
+    pub plan: crate::nodes::encrypt::EncryptPlan,
 }
 
 impl Sa {
     pub fn new(spec: SaSpec, iv_seed: [u8; 16]) -> Result<Sa, SaSpecError> {
         let transform = spec.build(iv_seed)?;
         let outer_header = crate::nodes::outer_template(&spec);
-        Ok(Sa { spec: Arc::new(spec), transform: Arc::new(transform), outbound: Arc::new(Outbound::default()), outer_header })
+        let plan = crate::nodes::encrypt::EncryptPlan::new(&spec);
+        Ok(Sa { spec: Arc::new(spec), transform: Arc::new(transform), outbound: Arc::new(Outbound::default()), outer_header, plan })
     }
 }
 

@@ -8,10 +8,10 @@
 
 use super::EspOuter;
 use crate::context::HasIpsec;
-use crate::sa::{Age, Mode, Sa, SeqError, UdpEncapPorts};
+use crate::sa::{Age, Mode, Sa, SaSpec, SeqError, UdpEncapPorts};
 use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
 use ip::outer::{encap_mtu, inner_hop, ChecksumMode, EncapMtu, InnerHop, MtuPolicy};
-use wire::esp::{EspRepr, EspTrailer, HEADER_LEN};
+use wire::esp::{EspLayout, EspRepr, EspTrailer, HEADER_LEN};
 use wire::IpProtocol;
 
 next_nodes! {
@@ -52,6 +52,33 @@ impl<O: EspOuter> Default for EspEncrypt<O> {
     }
 }
 
+/// What the encrypt nodes need of an outbound SA that follows from its spec alone,
+/// worked out once when the SA is made (`Sa::new`) rather than per packet: the ESP
+/// layout, the block padding's alignment, the bytes the tunnel adds at most (for the
+/// inner MTU) and the mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EncryptPlan {
+    /// The algorithm's layout, with its least alignment.
+    pub layout: EspLayout,
+    /// [`crate::crypto::Algorithm::block_align`]: the padding used where the link has room.
+    pub block_align: usize,
+    /// Outer headers (tunnel mode), UDP (ESP in UDP) and the most ESP adds.
+    pub overhead: usize,
+    pub transport: bool,
+}
+
+impl EncryptPlan {
+    pub fn new(spec: &SaSpec) -> EncryptPlan {
+        let layout = spec.alg.layout();
+        EncryptPlan {
+            layout,
+            block_align: spec.alg.block_align(),
+            overhead: spec.outer_len() + layout.max_overhead(),
+            transport: spec.mode == Mode::Transport,
+        }
+    }
+}
+
 /// Put ESP around `buf[at..]` in place: padding (to a multiple of `align`), trailer and
 /// room for the ICV after it; the ESP header and IV inserted at `at`, after `gap` bytes
 /// left for a UDP header (the `at` bytes before it move to the front, into the headroom);
@@ -67,16 +94,20 @@ fn seal_at(
     align: usize,
 ) -> Result<usize, EspEncryptCounter> {
     let s = &*sa.spec;
-    let l = wire::esp::EspLayout { align, ..s.alg.layout() };
+    let l = EspLayout { align, ..sa.plan.layout };
     let len = buf.len();
     let pad = l.pad_len(len - at);
     let trailer = EspTrailer { pad_len: pad as u8, next_header };
     buf.set_len(len + trailer.buffer_len() + l.icv_len).map_err(|_| EspEncryptCounter::NoTailroom)?;
-    trailer.emit(&mut buf.bytes_mut()[len..len + trailer.buffer_len()]);
+    // With the ICV's room after it: the padding goes in with one store (`EspTrailer::emit`).
+    trailer.emit(&mut buf.bytes_mut()[len..]);
     let insert = gap + HEADER_LEN + l.iv_len;
     buf.prepend(insert).map_err(|_| EspEncryptCounter::NoHeadroom)?;
     let b = buf.bytes_mut();
-    b.copy_within(insert..insert + at, 0);
+    // Tunnel mode (`at` 0) moves nothing: no call into `memmove` for 0 bytes.
+    if at > 0 {
+        b.copy_within(insert..insert + at, 0);
+    }
     EspRepr { spi: s.spi, seq: seq as u32 }.emit(&mut b[at + gap..]);
     sa.transform.seal(&mut b[at + gap..], seq, s.esn);
     Ok(b.len() - at - gap)
@@ -108,7 +139,7 @@ fn emit_udp<O: EspOuter>(ports: UdpEncapPorts, src: &O::Addr, dst: &O::Addr, udp
 /// then starts at the outer header.
 #[inline(always)]
 pub fn encrypt<O: EspOuter>(sa: &Sa, seq: u64, inner_v4: bool, buf: &mut Buffer) -> Result<(), EspEncryptCounter> {
-    encrypt_padded::<O>(sa, seq, inner_v4, sa.spec.alg.layout().align, buf)
+    encrypt_padded::<O>(sa, seq, inner_v4, sa.plan.layout.align, buf)
 }
 
 /// [`encrypt`] with the ciphertext padded to a multiple of `align` (at least the
@@ -142,7 +173,7 @@ pub fn encrypt_padded<O: EspOuter>(sa: &Sa, seq: u64, inner_v4: bool, align: usi
 /// header) and length follow.
 #[inline(always)]
 pub fn encrypt_transport<O: EspOuter>(sa: &Sa, seq: u64, buf: &mut Buffer) -> Result<(), EspEncryptCounter> {
-    encrypt_transport_padded::<O>(sa, seq, sa.spec.alg.layout().align, buf)
+    encrypt_transport_padded::<O>(sa, seq, sa.plan.layout.align, buf)
 }
 
 /// [`encrypt_transport`] with the ciphertext padded to a multiple of `align`.
@@ -181,12 +212,12 @@ impl<Cx: HasIpsec, O: EspOuter> Node<Cx> for EspEncrypt<O> {
         };
         // Tunnel mode: the outer packet leaves by the SA's own adjacency. Transport
         // mode: the packet keeps its header, so it leaves where its lookup sent it.
-        let transport = sa.spec.mode == Mode::Transport;
+        let plan = &sa.plan;
+        let transport = plan.transport;
         let adj = if transport { buf.meta.adj } else { x.tables.outer_adj(index) };
         let link_mtu = ipc.tables.adjacency(adj).mtu();
         // The inner MTU leaves room for the most padding the cipher may need.
-        let layout = sa.spec.alg.layout();
-        let overhead = sa.spec.outer_len() + layout.max_overhead();
+        let overhead = plan.overhead;
         let fragment_outer = match encap_mtu(buf, link_mtu, overhead, MtuPolicy::default()) {
             EncapMtu::Encap { fragment_outer, .. } => fragment_outer,
             EncapMtu::TooBig { v4 } => {
@@ -232,10 +263,10 @@ impl<Cx: HasIpsec, O: EspOuter> Node<Cx> for EspEncrypt<O> {
         };
         // Padded to the cipher's blocks where that still fits the link (so the tunnel MTU
         // stays what the least padding allows): see `Algorithm::block_align`.
-        let block = sa.spec.alg.block_align();
+        let (block, least) = (plan.block_align, plan.layout.align);
         let align = match link_mtu {
-            Some(m) if buf.len() + overhead + block - layout.align <= m as usize => block,
-            _ => layout.align,
+            Some(m) if buf.len() + overhead + block - least <= m as usize => block,
+            _ => least,
         };
         let sealed =
             if transport { encrypt_transport_padded::<O>(sa, seq, align, buf) } else { encrypt_padded::<O>(sa, seq, inner_v4, align, buf) };
@@ -261,5 +292,72 @@ impl<Cx: HasIpsec, O: EspOuter> Node<Cx> for EspEncrypt<O> {
 
     fn trace(&self, buf: &Buffer) -> String {
         format!("sa {} len {}", buf.meta.param, buf.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crypto::Algorithm;
+    use crate::sa::{Direction, Lifetime, UdpEncapPorts};
+
+    fn spec(alg: Algorithm, mode: Mode, local: &str, udp: bool) -> SaSpec {
+        let v4 = !local.contains(':');
+        SaSpec {
+            spi: 0x1000,
+            direction: Direction::Outbound,
+            mode,
+            alg,
+            enc_key: vec![],
+            integ_key: vec![],
+            esn: false,
+            anti_replay: false,
+            lifetime: Lifetime::default(),
+            local: local.parse().unwrap(),
+            remote: if v4 { "198.18.0.2" } else { "2001:db8::2" }.parse().unwrap(),
+            udp_encap: udp.then(UdpEncapPorts::default),
+        }
+    }
+
+    /// The padding the node writes, for every algorithm, both alignments it chooses from
+    /// and every payload length up to past a jumbo's worth of blocks, against the plain
+    /// formula of RFC 4303 §2.4: payload, padding and trailer a multiple of the alignment,
+    /// with the least padding that does it.
+    #[test]
+    fn padding_for_every_algorithm_and_length() {
+        for alg in Algorithm::ALL {
+            let plan = EncryptPlan::new(&spec(alg, Mode::Tunnel, "198.18.0.1", false));
+            for align in [plan.layout.align, plan.block_align] {
+                let l = EspLayout { align, ..plan.layout };
+                for len in 0..2_100 {
+                    let pad = l.pad_len(len);
+                    assert_eq!(pad, (align - (len + 2) % align) % align, "{alg} align {align} len {len}");
+                    assert_eq!((len + pad + 2) % align, 0);
+                    assert!(pad < align && pad <= 255);
+                }
+            }
+        }
+    }
+
+    /// The plan holds what the spec's own methods say, for each mode, family and ESP in UDP.
+    #[test]
+    fn plan_follows_the_spec() {
+        for alg in Algorithm::ALL {
+            for mode in [Mode::Tunnel, Mode::Transport] {
+                for local in ["198.18.0.1", "2001:db8::1"] {
+                    for udp in [false, true] {
+                        let s = spec(alg, mode, local, udp);
+                        let p = EncryptPlan::new(&s);
+                        assert_eq!(p.layout, alg.layout());
+                        assert_eq!(p.block_align, alg.block_align());
+                        assert_eq!(p.overhead, s.outer_len() + alg.layout().max_overhead());
+                        assert_eq!(p.transport, mode == Mode::Transport);
+                    }
+                }
+            }
+        }
+        // Spot values: tunnel over IPv4 in UDP, AES-GCM: 20 + 8 + 8 + 8 + 3 + 2 + 16.
+        let p = EncryptPlan::new(&spec(Algorithm::AesGcm128, Mode::Tunnel, "198.18.0.1", true));
+        assert_eq!(p.overhead, 65);
     }
 }
