@@ -172,7 +172,7 @@ impl Buffer {
 
     /// The whole storage as bytes.
     #[inline(always)]
-    fn storage(&self) -> &[u8] {
+    pub(crate) fn storage(&self) -> &[u8] {
         #[allow(unsafe_code)]
         // SAFETY: `data` is `size` initialised bytes (whole `Line`s: arrays of `u8`, no
         // padding) that only this buffer uses and that outlive it (`Buffer::over`); the

@@ -89,6 +89,9 @@ pub trait ParcelFamily: Family {
     type SplitNext: NextNodes;
     const TO_LOOKUP: Self::SplitNext;
     const SPLIT_TO_REWRITE: Self::SplitNext;
+    /// `ipN-rewrite` takes chained packets (`Node::TAKES_CHAINS`): the split then makes
+    /// its datagrams chained, not copied, where they take the rewrite's fast path.
+    const REWRITE_TAKES_CHAINS: bool;
     /// The IP header of one datagram a split makes.
     const DATAGRAM_IP_LEN: usize;
     /// Check the parcel's layout (`wire::parcel`'s checks).
@@ -148,6 +151,7 @@ impl ParcelFamily for Ip4 {
     type SplitNext = Parcel4SplitNext;
     const TO_LOOKUP: Parcel4SplitNext = Parcel4SplitNext::Lookup;
     const SPLIT_TO_REWRITE: Parcel4SplitNext = Parcel4SplitNext::Rewrite;
+    const REWRITE_TAKES_CHAINS: bool = true;
     const DATAGRAM_IP_LEN: usize = 20;
     const JOIN: &'static str = "parcel4-join";
     type JoinNext = Parcel4JoinNext;
@@ -238,6 +242,7 @@ impl ParcelFamily for Ip6 {
     type SplitNext = Parcel6SplitNext;
     const TO_LOOKUP: Parcel6SplitNext = Parcel6SplitNext::Lookup;
     const SPLIT_TO_REWRITE: Parcel6SplitNext = Parcel6SplitNext::Rewrite;
+    const REWRITE_TAKES_CHAINS: bool = false;
     const DATAGRAM_IP_LEN: usize = 40;
     const JOIN: &'static str = "parcel6-join";
     type JoinNext = Parcel6JoinNext;

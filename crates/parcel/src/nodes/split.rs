@@ -10,11 +10,20 @@
 //! to the receiver. When `parcelN-input` asks (`PARAM_CHECK_SEGMENTS`) each segment is
 //! summed in the same pass that copies it (`Checksum::add_copied`) and left out when the
 //! sum does not match its slot; a zero slot (the sender computed none) is summed here.
+//!
+//! **Chained datagrams** (`chain`): where every datagram will take `ip4-rewrite`'s fast
+//! path (a resolved next hop, TTL left, within the MTU), a datagram is its headers in a
+//! fresh buffer plus an extent of its segment where it lies in the parcel's buffer
+//! (`Pool::attach`): no segment is copied, and the check sums it in place. The parcel's
+//! buffer goes back to the pool with its last datagram. The dispatcher and the worker
+//! copy a chained datagram into one buffer before any node or device that does not
+//! take chains, so the bytes that leave are the copying split's.
 
 use super::input::{PARAM_CHECK_SEGMENTS, PARAM_FROM_INPUT, PARAM_NEXT_HOP};
 use super::{ParcelFamily, Shape};
 use crate::context::HasParcel;
 use engine::{counters, BufIdx, Counts, ExpandNode, Pool};
+use ip::tables::Adjacency;
 use wire::checksum::Checksum;
 use wire::parcel::datagram_checksum_from_slot;
 
@@ -74,11 +83,14 @@ impl Template {
 
 /// Split the parcel in `bi` into datagrams, handing each to `out` (the last one made in
 /// `bi` itself). With `check`, each segment is summed as it is copied and left out
-/// (counted in `tally.bad`) when the sum does not match a non-zero slot.
+/// (counted in `tally.bad`) when the sum does not match a non-zero slot. With `chain`,
+/// each datagram is a chained packet (its headers, then its segment in `bi`, which the
+/// caller frees as ever: the pool keeps it until the last datagram goes).
 pub fn split_parcel<F: ParcelFamily>(
     pool: &mut Pool,
     bi: BufIdx,
     check: bool,
+    chain: bool,
     tally: &mut Tally,
     mut out: impl FnMut(BufIdx),
 ) -> Result<(), SplitError> {
@@ -106,7 +118,23 @@ pub fn split_parcel<F: ParcelFamily>(
         let slot = u16::from_be_bytes([p[at], p[at + 1]]);
         // The segment's own sum, when it is read (checked, or a zero slot).
         let mut sum = None;
-        let d = if i + 1 == s.nsegs {
+        let d = if chain {
+            if check || slot == 0 {
+                sum = Some(*Checksum::new().add_bytes(&p[range.clone()]));
+            }
+            if check && slot != 0 && sum.map(segment_slot) != Some(slot) {
+                tally.bad += 1;
+                continue;
+            }
+            // A buffer for the whole datagram, so that it can be made one again
+            // wherever a node or device needs it whole (`Pool::attach` asks it).
+            let Some(d) = pool.alloc(hl + udp_len) else { return Err(SplitError::NoBuffer) };
+            if pool.get_mut(d).set_len(hl + 8).is_err() || pool.attach(d, bi, range).is_err() {
+                pool.free(d);
+                return Err(SplitError::NoBuffer);
+            }
+            d
+        } else if i + 1 == s.nsegs {
             if check || slot == 0 {
                 sum = Some(*Checksum::new().add_bytes(&p[range.clone()]));
             }
@@ -167,6 +195,19 @@ pub fn split_parcel<F: ParcelFamily>(
     Ok(())
 }
 
+/// Whether every datagram of the parcel in `b` will take `ipN-rewrite`'s fast path as a
+/// chained packet (headers only read): the family's rewrite takes chains, the next hop
+/// is resolved (no solicitation, which rewrites the packet whole), the TTL does not
+/// expire and the largest datagram fits the link (no ICMP error, no fragmenting).
+fn takes_fast_rewrite<F: ParcelFamily>(ip: &ip::IpContext, b: &engine::Buffer) -> bool {
+    let bytes = b.bytes();
+    let Ok(s) = F::check(bytes) else { return false };
+    let largest = F::DATAGRAM_IP_LEN + 8 + s.seg_len;
+    F::REWRITE_TAKES_CHAINS
+        && bytes[F::HOP_LIMIT_AT] > 1
+        && matches!(ip.tables.adjacency(b.meta.adj), Adjacency::Rewrite { mtu, .. } if largest <= *mtu as usize)
+}
+
 /// A segment's integrity slot from its sum (`wire::parcel::segment_checksum`'s rule).
 fn segment_slot(sum: Checksum) -> u16 {
     match sum.finish() {
@@ -206,8 +247,9 @@ impl<Cx: HasParcel, F: ParcelFamily> ExpandNode<Cx> for ParcelSplit<F> {
         let check = if from_input { param & PARAM_CHECK_SEGMENTS != 0 } else { cx.split_parcel().1.verify_segments };
         // `parcelN-input` looked the destination up: a next hop needs no second lookup.
         let next = if param & PARAM_NEXT_HOP != 0 { F::SPLIT_TO_REWRITE } else { F::TO_LOOKUP };
+        let chain = param & PARAM_NEXT_HOP != 0 && takes_fast_rewrite::<F>(cx.split_parcel().0, pool.get(bi));
         let mut tally = Tally::default();
-        let r = split_parcel::<F>(pool, bi, check, &mut tally, |d| out.push((d, next)));
+        let r = split_parcel::<F>(pool, bi, check, chain, &mut tally, |d| out.push((d, next)));
         if r != Err(SplitError::NotParcel) {
             counts.inc(C::Split);
         }
