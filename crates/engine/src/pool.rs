@@ -202,7 +202,7 @@ impl Pool {
     #[inline]
     pub fn free(&mut self, i: BufIdx) {
         if self.extents_live != 0 {
-            return self.free_chained(i);
+            return self.free_one_chained(i);
         }
         self.push_free(i)
     }
@@ -221,7 +221,7 @@ impl Pool {
     #[inline]
     pub fn free_many(&mut self, bufs: &[BufIdx]) {
         if self.extents_live != 0 {
-            return bufs.iter().for_each(|&i| self.free_chained(i));
+            return self.free_many_chained(bufs);
         }
         // A vector of regular buffers (nearly always) joins its free list in one copy:
         // pushed one by one, each push stores and reloads the list's length.
@@ -235,8 +235,34 @@ impl Pool {
         }
     }
 
+    #[inline(never)]
+    fn free_one_chained(&mut self, i: BufIdx) {
+        self.free_chained(i)
+    }
+
+    /// `free_many` while extents are live (a vector of chained datagrams sent): their
+    /// extents let go, then the heads, which no extent points into, in `free_many`'s
+    /// one copy.
+    #[inline(never)]
+    fn free_many_chained(&mut self, bufs: &[BufIdx]) {
+        let mut shared = false;
+        for &i in bufs {
+            let e = std::mem::take(&mut self.extents[i.get()]);
+            if e.len != 0 {
+                self.extents_live -= 1;
+                self.release(BufIdx(e.buf));
+            }
+            shared |= self.refs[i.get()] != 0;
+        }
+        if shared || self.extents_live != 0 {
+            bufs.iter().for_each(|&i| self.release(i));
+        } else {
+            self.free_many(bufs);
+        }
+    }
+
     /// `free` while extents are live: the head's extent let go, then the buffer itself.
-    #[cold]
+    #[inline]
     fn free_chained(&mut self, i: BufIdx) {
         let e = std::mem::take(&mut self.extents[i.get()]);
         if e.len != 0 {
@@ -258,6 +284,7 @@ impl Pool {
     /// Make `head` a chained packet: its bytes followed by `range` of `src`'s packet
     /// bytes, which stay where they are (`src` held until `head` is freed). The head
     /// must have the tailroom to take them, so that [`Pool::linearize`] never fails.
+    #[inline]
     pub fn attach(&mut self, head: BufIdx, src: BufIdx, range: core::ops::Range<usize>) -> Result<(), ChainError> {
         if head == src || self.extents[head.get()].len != 0 || self.extents[src.get()].len != 0 {
             return Err(ChainError::Taken);

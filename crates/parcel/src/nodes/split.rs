@@ -83,14 +83,15 @@ impl Template {
 
 /// Split the parcel in `bi` into datagrams, handing each to `out` (the last one made in
 /// `bi` itself). With `check`, each segment is summed as it is copied and left out
-/// (counted in `tally.bad`) when the sum does not match a non-zero slot. With `chain`,
-/// each datagram is a chained packet (its headers, then its segment in `bi`, which the
-/// caller frees as ever: the pool keeps it until the last datagram goes).
+/// (counted in `tally.bad`) when the sum does not match a non-zero slot. With
+/// `chain_mtu` (the MTU of a resolved next hop whose rewrite takes chains), each datagram
+/// that fits it, with TTL left, is a chained packet: its headers, then its segment in
+/// `bi`, which the caller frees as ever (the pool keeps it until the last datagram goes).
 pub fn split_parcel<F: ParcelFamily>(
     pool: &mut Pool,
     bi: BufIdx,
     check: bool,
-    chain: bool,
+    chain_mtu: Option<usize>,
     tally: &mut Tally,
     mut out: impl FnMut(BufIdx),
 ) -> Result<(), SplitError> {
@@ -106,6 +107,9 @@ pub fn split_parcel<F: ParcelFamily>(
     let (sport, dport) =
         (u16::from_be_bytes([head[s.udp_at], head[s.udp_at + 1]]), u16::from_be_bytes([head[s.udp_at + 2], head[s.udp_at + 3]]));
     let mut tmpl = Template::new::<F>(head, s.udp_at, 8 + s.seg_len);
+    // Every datagram takes `ipN-rewrite`'s fast path (no ICMP error, no fragmenting,
+    // whose parsers would see the head alone): the largest fits, the TTL does not expire.
+    let chain = chain_mtu.is_some_and(|mtu| hl + 8 + s.seg_len <= mtu && head[F::HOP_LIMIT_AT] > 1);
     for i in 0..s.nsegs {
         let range = s.segment(i);
         let udp_len = 8 + range.len();
@@ -195,19 +199,6 @@ pub fn split_parcel<F: ParcelFamily>(
     Ok(())
 }
 
-/// Whether every datagram of the parcel in `b` will take `ipN-rewrite`'s fast path as a
-/// chained packet (headers only read): the family's rewrite takes chains, the next hop
-/// is resolved (no solicitation, which rewrites the packet whole), the TTL does not
-/// expire and the largest datagram fits the link (no ICMP error, no fragmenting).
-fn takes_fast_rewrite<F: ParcelFamily>(ip: &ip::IpContext, b: &engine::Buffer) -> bool {
-    let bytes = b.bytes();
-    let Ok(s) = F::check(bytes) else { return false };
-    let largest = F::DATAGRAM_IP_LEN + 8 + s.seg_len;
-    F::REWRITE_TAKES_CHAINS
-        && bytes[F::HOP_LIMIT_AT] > 1
-        && matches!(ip.tables.adjacency(b.meta.adj), Adjacency::Rewrite { mtu, .. } if largest <= *mtu as usize)
-}
-
 /// A segment's integrity slot from its sum (`wire::parcel::segment_checksum`'s rule).
 fn segment_slot(sum: Checksum) -> u16 {
     match sum.finish() {
@@ -247,9 +238,14 @@ impl<Cx: HasParcel, F: ParcelFamily> ExpandNode<Cx> for ParcelSplit<F> {
         let check = if from_input { param & PARAM_CHECK_SEGMENTS != 0 } else { cx.split_parcel().1.verify_segments };
         // `parcelN-input` looked the destination up: a next hop needs no second lookup.
         let next = if param & PARAM_NEXT_HOP != 0 { F::SPLIT_TO_REWRITE } else { F::TO_LOOKUP };
-        let chain = param & PARAM_NEXT_HOP != 0 && takes_fast_rewrite::<F>(cx.split_parcel().0, pool.get(bi));
+        // A resolved next hop (no solicitation, which rewrites a packet whole) whose
+        // rewrite takes chains: the datagrams are chained where they fit its MTU.
+        let chain_mtu = match cx.split_parcel().0.tables.adjacency(pool.get(bi).meta.adj) {
+            Adjacency::Rewrite { mtu, .. } if F::REWRITE_TAKES_CHAINS && param & PARAM_NEXT_HOP != 0 => Some(*mtu as usize),
+            _ => None,
+        };
         let mut tally = Tally::default();
-        let r = split_parcel::<F>(pool, bi, check, chain, &mut tally, |d| out.push((d, next)));
+        let r = split_parcel::<F>(pool, bi, check, chain_mtu, &mut tally, |d| out.push((d, next)));
         if r != Err(SplitError::NotParcel) {
             counts.inc(C::Split);
         }
