@@ -174,7 +174,7 @@ fn split<F: ParcelFamily>(parcel: &[u8], check: bool) -> (Vec<Vec<u8>>, Tally, u
     pool.get_mut(bi).write(parcel).expect("fits");
     let mut got: Vec<BufIdx> = Vec::new();
     let mut tally = Tally::default();
-    split_parcel::<F>(&mut pool, bi, check, None, &mut tally, |d| got.push(d)).expect("split");
+    split_parcel::<F>(&mut pool, bi, check, None, &mut tally, |d, _| got.push(d)).expect("split");
     let bytes = got.iter().map(|&d| pool.get(d).bytes().to_vec()).collect();
     if !got.contains(&bi) {
         pool.free(bi);
@@ -194,7 +194,7 @@ fn split_chained<F: ParcelFamily>(parcel: &[u8], check: bool, seed: u64) -> (Vec
     pool.get_mut(bi).write(parcel).expect("fits");
     let mut got: Vec<BufIdx> = Vec::new();
     let mut tally = Tally::default();
-    split_parcel::<F>(&mut pool, bi, check, Some(usize::MAX), &mut tally, |d| got.push(d)).expect("split");
+    split_parcel::<F>(&mut pool, bi, check, Some(usize::MAX), &mut tally, |d, _| got.push(d)).expect("split");
     assert!(!got.contains(&bi), "a chained split never reuses the parcel's buffer");
     let mut bytes = Vec::new();
     for (k, &d) in got.iter().enumerate() {

@@ -1,7 +1,8 @@
 //! `parcel4-split` / `parcel6-split`: a parcel into ordinary UDP datagrams, one per
-//! segment, each to `ipN-rewrite` when `parcelN-input` found a next hop (they all go to
-//! the parcel's destination), else to `ipN-lookup`. The last datagram reuses the parcel's
-//! buffer.
+//! segment, each rewritten here for its next hop when `parcelN-input` found one (they
+//! all go to the parcel's destination; `ipN-rewrite`'s fast path, the rest to
+//! `ipN-rewrite`), else to `ipN-lookup`. Copying, the last datagram reuses the
+//! parcel's buffer.
 //!
 //! The datagrams' IP and UDP headers are built once per parcel (a template); each
 //! datagram gets a copy with its IPv4 identification patched and the header checksum
@@ -23,6 +24,7 @@ use super::input::{PARAM_CHECK_SEGMENTS, PARAM_FROM_INPUT, PARAM_NEXT_HOP};
 use super::{ParcelFamily, Shape};
 use crate::context::HasParcel;
 use engine::{counters, BufIdx, Counts, ExpandNode, Pool};
+use ip::nodes::family::rewrite_fast;
 use ip::tables::Adjacency;
 use wire::checksum::Checksum;
 use wire::parcel::datagram_checksum_from_slot;
@@ -93,7 +95,7 @@ pub fn split_parcel<F: ParcelFamily>(
     check: bool,
     chain_mtu: Option<usize>,
     tally: &mut Tally,
-    mut out: impl FnMut(BufIdx),
+    mut out: impl FnMut(BufIdx, &mut engine::Buffer),
 ) -> Result<(), SplitError> {
     let src = pool.get(bi);
     let s: Shape = F::check(src.bytes()).map_err(|_| SplitError::NotParcel)?;
@@ -193,7 +195,7 @@ pub fn split_parcel<F: ParcelFamily>(
             _ => datagram_checksum_from_slot(tmpl.pseudo, sport, dport, udp_len as u16, slot),
         };
         b[hl + 6..hl + 8].copy_from_slice(&udp_sum.to_be_bytes());
-        out(d);
+        out(d, dst);
         tally.datagrams += 1;
     }
     Ok(())
@@ -240,12 +242,21 @@ impl<Cx: HasParcel, F: ParcelFamily> ExpandNode<Cx> for ParcelSplit<F> {
         let next = if param & PARAM_NEXT_HOP != 0 { F::SPLIT_TO_REWRITE } else { F::TO_LOOKUP };
         // A resolved next hop (no solicitation, which rewrites a packet whole) whose
         // rewrite takes chains: the datagrams are chained where they fit its MTU.
-        let chain_mtu = match cx.split_parcel().0.tables.adjacency(pool.get(bi).meta.adj) {
+        let adj = cx.split_parcel().0.tables.adjacency(pool.get(bi).meta.adj);
+        let chain_mtu = match adj {
             Adjacency::Rewrite { mtu, .. } if F::REWRITE_TAKES_CHAINS && param & PARAM_NEXT_HOP != 0 => Some(*mtu as usize),
             _ => None,
         };
+        // A datagram to a next hop takes the rewrite's fast path here, where it is made,
+        // and goes straight to `interface-output` (a node hop fewer, as `ipN-lookup`
+        // does for forwarded packets); the others, and any the fast path leaves (TTL
+        // expiring, too big, an unresolved neighbour), go on to `ipN-rewrite` as before.
+        let to_rewrite = param & PARAM_NEXT_HOP != 0;
         let mut tally = Tally::default();
-        let r = split_parcel::<F>(pool, bi, check, chain_mtu, &mut tally, |d| out.push((d, next)));
+        let r = split_parcel::<F>(pool, bi, check, chain_mtu, &mut tally, |d, b| {
+            let n = if to_rewrite && rewrite_fast::<F>(adj, b) { F::SPLIT_TO_OUTPUT } else { next };
+            out.push((d, n))
+        });
         if r != Err(SplitError::NotParcel) {
             counts.inc(C::Split);
         }
