@@ -141,10 +141,6 @@ pub trait ParcelFamily: Family {
     /// the IPv4 identification moved on by `i`, the header checksum updated for it
     /// (RFC 1624); IPv6 datagrams have no per-datagram field.
     fn patch_datagram_ident(out: &mut [u8], i: usize);
-    /// The forwarding hop's work on a datagram's IP header `ip` (TTL above 1): the TTL
-    /// or hop limit less one, IPv4's header checksum updated (RFC 1624), as
-    /// `Family::hop_fast` does to a packet.
-    fn decrement_hop_limit(ip: &mut [u8]);
 }
 
 impl ParcelFamily for Ip4 {
@@ -227,9 +223,6 @@ impl ParcelFamily for Ip4 {
         p
     }
     #[inline]
-    fn decrement_hop_limit(ip: &mut [u8]) {
-        wire::ipv4::Ipv4Packet::new_unchecked(&mut ip[..20]).decrement_ttl();
-    }
     fn patch_datagram_ident(out: &mut [u8], i: usize) {
         if i == 0 {
             return;
@@ -310,7 +303,4 @@ impl ParcelFamily for Ip6 {
     }
     #[inline]
     fn patch_datagram_ident(_out: &mut [u8], _i: usize) {}
-    fn decrement_hop_limit(ip: &mut [u8]) {
-        ip[7] = ip[7].saturating_sub(1);
-    }
 }

@@ -73,44 +73,29 @@ struct Template {
 }
 
 impl Template {
-    /// With `hop`, the forwarding hop's header work done (the TTL or hop limit less one).
-    fn new<F: ParcelFamily>(head: &[u8], udp_at: usize, udp_len: usize, hop: bool) -> Template {
+    fn new<F: ParcelFamily>(head: &[u8], udp_at: usize, udp_len: usize) -> Template {
         let hl = F::DATAGRAM_IP_LEN;
         let mut bytes = [0u8; 48];
         let pseudo = F::write_datagram_ip(head, 0, udp_len, &mut bytes[..hl]);
-        if hop {
-            F::decrement_hop_limit(&mut bytes[..hl]);
-        }
         bytes[hl..hl + 4].copy_from_slice(&head[udp_at..udp_at + 4]);
         bytes[hl + 4..hl + 6].copy_from_slice(&(udp_len as u16).to_be_bytes());
         Template { bytes, pseudo, udp_len }
     }
 }
 
-/// The resolved next hop of a parcel's datagrams (`Adjacency::Rewrite`), when the
-/// family's rewrite takes chains: the split then makes them chained and does the
-/// rewrite's work itself, once a parcel in the header template.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ChainHop {
-    pub mtu: usize,
-    pub tx_if: engine::IfIndex,
-    pub l2: [u8; 14],
-}
-
 /// Split the parcel in `bi` into datagrams, handing each to `out` (the last one made in
 /// `bi` itself). With `check`, each segment is summed as it is copied and left out
-/// (counted in `tally.bad`) when the sum does not match a non-zero slot. With `hop`,
-/// when every datagram fits its MTU and has TTL left, each is a chained packet made
-/// ready for `interface-output` (`ipN-rewrite`'s fast path done: TTL, Ethernet header,
-/// `tx_if`; `out`'s flag says so): its headers, then its segment in `bi`, which the
-/// caller frees as ever (the pool keeps it until the last datagram goes).
+/// (counted in `tally.bad`) when the sum does not match a non-zero slot. With
+/// `chain_mtu` (the MTU of a resolved next hop whose rewrite takes chains), each datagram
+/// that fits it, with TTL left, is a chained packet: its headers, then its segment in
+/// `bi`, which the caller frees as ever (the pool keeps it until the last datagram goes).
 pub fn split_parcel<F: ParcelFamily>(
     pool: &mut Pool,
     bi: BufIdx,
     check: bool,
-    hop: Option<ChainHop>,
+    chain_mtu: Option<usize>,
     tally: &mut Tally,
-    mut out: impl FnMut(BufIdx, &mut engine::Buffer, bool),
+    mut out: impl FnMut(BufIdx, &mut engine::Buffer),
 ) -> Result<(), SplitError> {
     let src = pool.get(bi);
     let s: Shape = F::check(src.bytes()).map_err(|_| SplitError::NotParcel)?;
@@ -123,17 +108,16 @@ pub fn split_parcel<F: ParcelFamily>(
     let head = &head[..s.udp_at + 8];
     let (sport, dport) =
         (u16::from_be_bytes([head[s.udp_at], head[s.udp_at + 1]]), u16::from_be_bytes([head[s.udp_at + 2], head[s.udp_at + 3]]));
+    let mut tmpl = Template::new::<F>(head, s.udp_at, 8 + s.seg_len);
     // Every datagram takes `ipN-rewrite`'s fast path (no ICMP error, no fragmenting,
     // whose parsers would see the head alone): the largest fits, the TTL does not expire.
-    let hop = hop.filter(|h| hl + 8 + s.seg_len <= h.mtu && head[F::HOP_LIMIT_AT] > 1);
-    let chain = hop.is_some();
-    let mut tmpl = Template::new::<F>(head, s.udp_at, 8 + s.seg_len, chain);
+    let chain = chain_mtu.is_some_and(|mtu| hl + 8 + s.seg_len <= mtu && head[F::HOP_LIMIT_AT] > 1);
     for i in 0..s.nsegs {
         let range = s.segment(i);
         let udp_len = 8 + range.len();
         if udp_len != tmpl.udp_len {
             // The last segment, shorter.
-            tmpl = Template::new::<F>(head, s.udp_at, udp_len, chain);
+            tmpl = Template::new::<F>(head, s.udp_at, udp_len);
         }
         let p = pool.get(bi).bytes();
         let at = s.udp_at + 8 + 2 * i;
@@ -151,7 +135,7 @@ pub fn split_parcel<F: ParcelFamily>(
             // A buffer for the whole datagram, so that it can be made one again
             // wherever a node or device needs it whole (`Pool::attach` asks it).
             let Some(d) = pool.alloc(hl + udp_len) else { return Err(SplitError::NoBuffer) };
-            if pool.get_mut(d).set_len(hl + 8).is_err() || pool.attach(d, bi, range).is_err() || pool.get_mut(d).extend_front(14).is_err() {
+            if pool.get_mut(d).set_len(hl + 8).is_err() || pool.attach(d, bi, range).is_err() {
                 pool.free(d);
                 return Err(SplitError::NoBuffer);
             }
@@ -195,15 +179,7 @@ pub fn split_parcel<F: ParcelFamily>(
         let dst = pool.get_mut(d);
         dst.meta.rx_if = meta.rx_if;
         dst.meta.adj = meta.adj;
-        let b = match hop {
-            Some(h) => {
-                dst.meta.tx_if = h.tx_if;
-                let b = dst.bytes_mut();
-                b[..14].copy_from_slice(&h.l2);
-                &mut b[14..]
-            }
-            None => dst.bytes_mut(),
-        };
+        let b = dst.bytes_mut();
         b[..hl + 8].copy_from_slice(&tmpl.bytes[..hl + 8]);
         F::patch_datagram_ident(b, i);
         let udp_sum = match (slot, sum) {
@@ -219,7 +195,7 @@ pub fn split_parcel<F: ParcelFamily>(
             _ => datagram_checksum_from_slot(tmpl.pseudo, sport, dport, udp_len as u16, slot),
         };
         b[hl + 6..hl + 8].copy_from_slice(&udp_sum.to_be_bytes());
-        out(d, dst, chain);
+        out(d, dst);
         tally.datagrams += 1;
     }
     Ok(())
@@ -267,10 +243,8 @@ impl<Cx: HasParcel, F: ParcelFamily> ExpandNode<Cx> for ParcelSplit<F> {
         // A resolved next hop (no solicitation, which rewrites a packet whole) whose
         // rewrite takes chains: the datagrams are chained where they fit its MTU.
         let adj = cx.split_parcel().0.tables.adjacency(pool.get(bi).meta.adj);
-        let hop = match adj {
-            Adjacency::Rewrite { mtu, tx_if, rewrite } if F::REWRITE_TAKES_CHAINS && param & PARAM_NEXT_HOP != 0 => {
-                Some(ChainHop { mtu: *mtu as usize, tx_if: *tx_if, l2: *rewrite })
-            }
+        let chain_mtu = match adj {
+            Adjacency::Rewrite { mtu, .. } if F::REWRITE_TAKES_CHAINS && param & PARAM_NEXT_HOP != 0 => Some(*mtu as usize),
             _ => None,
         };
         // A datagram to a next hop takes the rewrite's fast path here, where it is made,
@@ -279,8 +253,8 @@ impl<Cx: HasParcel, F: ParcelFamily> ExpandNode<Cx> for ParcelSplit<F> {
         // expiring, too big, an unresolved neighbour), go on to `ipN-rewrite` as before.
         let to_rewrite = param & PARAM_NEXT_HOP != 0;
         let mut tally = Tally::default();
-        let r = split_parcel::<F>(pool, bi, check, hop, &mut tally, |d, b, rewritten| {
-            let n = if rewritten || (to_rewrite && rewrite_fast::<F>(adj, b)) { F::SPLIT_TO_OUTPUT } else { next };
+        let r = split_parcel::<F>(pool, bi, check, chain_mtu, &mut tally, |d, b| {
+            let n = if to_rewrite && rewrite_fast::<F>(adj, b) { F::SPLIT_TO_OUTPUT } else { next };
             out.push((d, n))
         });
         if r != Err(SplitError::NotParcel) {
