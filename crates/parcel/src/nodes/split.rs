@@ -83,8 +83,8 @@ impl Template {
     }
 }
 
-/// Split the parcel in `bi` into datagrams, handing each to `out` (the last one made in
-/// `bi` itself). With `check`, each segment is summed as it is copied and left out
+/// Split the parcel in `bi` into datagrams, handing each to `out` (copying, the last one
+/// made in `bi` itself). With `check`, each segment is summed as it is copied and left out
 /// (counted in `tally.bad`) when the sum does not match a non-zero slot. With
 /// `chain_mtu` (the MTU of a resolved next hop whose rewrite takes chains), each datagram
 /// that fits it, with TTL left, is a chained packet: its headers, then its segment in
