@@ -4,7 +4,10 @@
 //! encapsulation prepends headers in place, then the packet, then tailroom. Packets
 //! larger than a regular buffer (jumbograms, IP parcels, GSO frames from a vnet-header
 //! device) are taken from the pool's *large* class, not chained: every parser and
-//! checksum then sees one slice, and nodes never walk chains. This is decided here once.
+//! checksum then sees one slice, and nodes never walk chains. The one exception is made
+//! by the pool, not here: a head buffer with an extent in another buffer
+//! (`Pool::attach`, `parcel4-split`'s datagrams), which only the nodes and devices that
+//! say they take chains ever see; for every other one it is made one buffer first.
 
 use crate::mem::LINE;
 use core::num::NonZeroU32;
@@ -172,7 +175,7 @@ impl Buffer {
 
     /// The whole storage as bytes.
     #[inline(always)]
-    fn storage(&self) -> &[u8] {
+    pub(crate) fn storage(&self) -> &[u8] {
         #[allow(unsafe_code)]
         // SAFETY: `data` is `size` initialised bytes (whole `Line`s: arrays of `u8`, no
         // padding) that only this buffer uses and that outlive it (`Buffer::over`); the

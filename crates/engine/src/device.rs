@@ -42,6 +42,13 @@ pub trait Device: Send {
     /// Append up to `max` received packets to `out`, in buffers from `pool`.
     fn rx(&mut self, pool: &mut Pool, out: &mut Vec<BufIdx>, max: usize) -> RxStatus;
 
+    /// Whether `tx` sends chained packets (a head buffer and its extent,
+    /// [`Pool::attach`]) as they are, gathering the pieces or not reading the bytes at
+    /// all; the worker copies a chained packet into one buffer for any other device.
+    fn takes_chains(&self) -> bool {
+        false
+    }
+
     /// Send and free every buffer in `bufs` (left empty).
     fn tx(&mut self, pool: &mut Pool, bufs: &mut Vec<BufIdx>) -> TxResult;
 

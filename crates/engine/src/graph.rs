@@ -363,6 +363,8 @@ impl<C> Kind<C> {
 struct Slot<C> {
     name: String,
     kind: Kind<C>,
+    /// The node takes chained packets as they are ([`Node::TAKES_CHAINS`]).
+    takes_chains: bool,
     next_names: Vec<String>,
     next: Vec<usize>,
     counter_info: &'static [CounterInfo],
@@ -399,16 +401,19 @@ impl<C: 'static> Default for GraphBuilder<C> {
 impl<C: 'static> GraphBuilder<C> {
     pub fn new() -> Self {
         let mut g = GraphBuilder { slots: Vec::new() };
-        g.push(ERROR_DROP, Kind::ErrorDrop, vec![], &[]);
-        g.push(INTERFACE_OUTPUT, Kind::InterfaceOutput, vec![], OutputCounter::INFO);
-        g.push(INTERFACE_TX, Kind::InterfaceTx, vec![], &[]);
+        // `error-drop` frees (the pool lets extents go), `interface-output` reads the
+        // metadata only: both take chains as they are.
+        g.push(ERROR_DROP, Kind::ErrorDrop, vec![], &[], true);
+        g.push(INTERFACE_OUTPUT, Kind::InterfaceOutput, vec![], OutputCounter::INFO, true);
+        g.push(INTERFACE_TX, Kind::InterfaceTx, vec![], &[], true);
         g
     }
 
-    fn push(&mut self, name: &str, kind: Kind<C>, next_names: Vec<String>, info: &'static [CounterInfo]) -> NodeId {
+    fn push(&mut self, name: &str, kind: Kind<C>, next_names: Vec<String>, info: &'static [CounterInfo], takes_chains: bool) -> NodeId {
         self.slots.push(Slot {
             name: name.to_string(),
             kind,
+            takes_chains,
             next: Vec::new(),
             next_names,
             counter_info: info,
@@ -423,7 +428,7 @@ impl<C: 'static> GraphBuilder<C> {
     pub fn add<N: Node<C>>(&mut self, node: N) -> NodeId {
         let name = node.name();
         let next = N::Next::NAMES.iter().map(|s| s.to_string()).collect();
-        self.push(name, Kind::Process(Box::new(NodeBox { node, speculated: 0 })), next, <N::Counter as Counters>::INFO)
+        self.push(name, Kind::Process(Box::new(NodeBox { node, speculated: 0 })), next, <N::Counter as Counters>::INFO, N::TAKES_CHAINS)
     }
 
     /// Add one node built in two forms with the same name, next nodes and counters,
@@ -441,7 +446,7 @@ impl<C: 'static> GraphBuilder<C> {
         let next = A::Next::NAMES.iter().map(|s| s.to_string()).collect();
         let runner =
             EitherBox { first: NodeBox { node: first, speculated: 0 }, second: NodeBox { node: second, speculated: 0 }, use_first };
-        self.push(name, Kind::Process(Box::new(runner)), next, <A::Counter as Counters>::INFO)
+        self.push(name, Kind::Process(Box::new(runner)), next, <A::Counter as Counters>::INFO, A::TAKES_CHAINS && B::TAKES_CHAINS)
     }
 
     /// Add a node that turns one packet into several (see [`ExpandNode`]).
@@ -452,7 +457,7 @@ impl<C: 'static> GraphBuilder<C> {
         let name = node.name();
         let next = N::Next::NAMES.iter().map(|s| s.to_string()).collect();
         let runner = ExpandRunner { node, out: Vec::new(), _c: core::marker::PhantomData };
-        self.push(name, Kind::Process(Box::new(runner)), next, <N::Counter as Counters>::INFO)
+        self.push(name, Kind::Process(Box::new(runner)), next, <N::Counter as Counters>::INFO, N::TAKES_CHAINS)
     }
 
     /// Add an input node (e.g. `pg-input`) that hands its packets to `next`.
@@ -460,7 +465,7 @@ impl<C: 'static> GraphBuilder<C> {
         if let Some(i) = self.slots.iter().position(|s| s.name == name) {
             return NodeId(i);
         }
-        self.push(name, Kind::Input, vec![next.to_string()], &[])
+        self.push(name, Kind::Input, vec![next.to_string()], &[], false)
     }
 
     pub fn build(mut self) -> Result<Graph<C>, GraphError> {
@@ -582,7 +587,13 @@ impl<C> Graph<C> {
         }
         for chunk in input.chunks(VECTOR_SIZE) {
             let t0 = clock::now();
-            let Slot { kind, next, counters, .. } = &mut self.slots[i];
+            let Slot { kind, next, counters, takes_chains, .. } = &mut self.slots[i];
+            // Chained packets (made by `parcel4-split`) reach only nodes that take them,
+            // and untraced: a trace's text reads the packet. Asked once a vector, one
+            // load while no chain is live (every other path).
+            if pool.has_chains() && (!*takes_chains || tracing) {
+                pool.linearize_all(chunk);
+            }
             match kind {
                 Kind::Process(runner) => {
                     runner.run(

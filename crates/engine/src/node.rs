@@ -76,6 +76,13 @@ pub trait Node<C>: Send + 'static {
     /// The node's name, e.g. `ip4-input`.
     fn name(&self) -> &'static str;
 
+    /// Whether `process` may see a chained packet (a head buffer whose bytes continue in
+    /// an extent the pool keeps, [`Pool::attach`]): true only for a node that reads and
+    /// writes nothing past the headers in its head and never rewrites the packet whole
+    /// (`ip4-rewrite` on a resolved adjacency). For every other node the dispatcher
+    /// copies a chained packet into one buffer first, so its parsers see it all.
+    const TAKES_CHAINS: bool = false;
+
     /// Decide what happens to one packet. Must not panic on any packet contents.
     fn process(&mut self, cx: &mut C, counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter>;
 
@@ -118,6 +125,9 @@ pub trait ExpandNode<C>: Send + 'static {
     type Counter: Counters;
 
     fn name(&self) -> &'static str;
+
+    /// As [`Node::TAKES_CHAINS`]: whether `expand` may be given a chained packet.
+    const TAKES_CHAINS: bool = false;
 
     /// Replace the packet `bi` with the packets pushed to `out`, each with its next node.
     /// The input buffer may itself be pushed (reused); if it is not, the dispatcher frees

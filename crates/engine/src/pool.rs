@@ -14,10 +14,40 @@
 //! an odd number of them, so the first lines of consecutive buffers — where every node
 //! reads its packet's headers — fall in different sets of the caches instead of
 //! crowding into a few, and the same physical layout is had by every run.
+//!
+//! **Chained packets.** A packet may be a head buffer plus one *extent*: bytes of another
+//! buffer of the pool that follow the head's bytes (`parcel4-split` makes each datagram
+//! its headers plus its segment where it lies in the parcel, instead of copying it). An
+//! extent holds its buffer: a buffer goes back to its free list when its last holder
+//! frees it (`refs`, counted only on buffers extents point into). Whether any extent is
+//! live is one count (`extents_live`), read once a call: with none (every path but the
+//! split's), `free` and `free_many` are what they were, and the graph's dispatcher and
+//! the worker ask it once a vector before copying chains into one buffer for a node or
+//! device that does not take them ([`Pool::linearize_all`]).
 
 use crate::buffer::{BufIdx, Buffer, Line, HEADROOM};
 use crate::mem::LINE;
 use core::ptr::NonNull;
+
+/// Bytes of another buffer that follow a head buffer's own: `len` bytes from `at` in
+/// `buf`'s storage (an absolute position, as `Offload::csum_start`). `len` 0: none.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Extent {
+    buf: u32,
+    at: u32,
+    len: u32,
+}
+
+/// Why [`Pool::attach`] refused an extent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ChainError {
+    #[error("the head already has an extent, or is the buffer it would point into")]
+    Taken,
+    #[error("the range is not inside the source packet")]
+    OutOfRange,
+    #[error("the head has no tailroom for the extent's bytes (it could not be copied in)")]
+    NoTailroom,
+}
 
 /// Payload capacity of a regular buffer: a full Ethernet jumbo-less frame plus room.
 pub const REGULAR_CAPACITY: usize = 2048;
@@ -37,6 +67,9 @@ pub struct PoolStats {
     pub medium_free: usize,
     /// Allocations refused because the class was empty.
     pub alloc_failures: u64,
+    /// Chained packets whose head had lost the tailroom to take its extent's bytes
+    /// (a node grew a chained head's tail; none do): sent without them.
+    pub chain_copy_failures: u64,
 }
 
 pub struct Pool {
@@ -51,6 +84,14 @@ pub struct Pool {
     free_medium: Vec<BufIdx>,
     free_large: Vec<BufIdx>,
     alloc_failures: u64,
+    /// Per buffer: its extent, if it is the head of a chained packet.
+    extents: Vec<Extent>,
+    /// Per buffer: holders beyond the first (extents pointing into it); the last holder
+    /// to free it returns it to its list.
+    refs: Vec<u32>,
+    /// Extents live in the pool: 0 means no chained packet and no shared buffer.
+    extents_live: u32,
+    chain_copy_failures: u64,
 }
 
 /// Lines a buffer of `capacity` bytes after the headroom uses.
@@ -116,6 +157,10 @@ impl Pool {
             free_medium: ids(regular, medium),
             free_large: ids(regular + medium, large),
             alloc_failures: 0,
+            extents: vec![Extent::default(); regular + medium + large],
+            refs: vec![0; regular + medium + large],
+            extents_live: 0,
+            chain_copy_failures: 0,
         }
     }
 
@@ -156,6 +201,14 @@ impl Pool {
 
     #[inline]
     pub fn free(&mut self, i: BufIdx) {
+        if self.extents_live != 0 {
+            return self.free_one_chained(i);
+        }
+        self.push_free(i)
+    }
+
+    #[inline]
+    fn push_free(&mut self, i: BufIdx) {
         if i.get() < self.regular {
             self.free_regular.push(i)
         } else if i.get() < self.medium_end {
@@ -167,6 +220,9 @@ impl Pool {
 
     #[inline]
     pub fn free_many(&mut self, bufs: &[BufIdx]) {
+        if self.extents_live != 0 {
+            return self.free_many_chained(bufs);
+        }
         // A vector of regular buffers (nearly always) joins its free list in one copy:
         // pushed one by one, each push stores and reloads the list's length.
         let highest = bufs.iter().fold(0, |m, b| m.max(b.get()));
@@ -175,7 +231,143 @@ impl Pool {
             return;
         }
         for &i in bufs {
-            self.free(i)
+            self.push_free(i)
+        }
+    }
+
+    #[inline(never)]
+    fn free_one_chained(&mut self, i: BufIdx) {
+        self.free_chained(i)
+    }
+
+    /// `free_many` while extents are live (a vector of chained datagrams sent): their
+    /// extents let go, then the heads, which no extent points into, in `free_many`'s
+    /// one copy.
+    #[inline(never)]
+    fn free_many_chained(&mut self, bufs: &[BufIdx]) {
+        let mut shared = false;
+        for &i in bufs {
+            let e = std::mem::take(&mut self.extents[i.get()]);
+            if e.len != 0 {
+                self.extents_live -= 1;
+                self.release(BufIdx(e.buf));
+            }
+            shared |= self.refs[i.get()] != 0;
+        }
+        if shared || self.extents_live != 0 {
+            bufs.iter().for_each(|&i| self.release(i));
+        } else {
+            self.free_many(bufs);
+        }
+    }
+
+    /// `free` while extents are live: the head's extent let go, then the buffer itself.
+    #[inline]
+    fn free_chained(&mut self, i: BufIdx) {
+        let e = std::mem::take(&mut self.extents[i.get()]);
+        if e.len != 0 {
+            self.extents_live -= 1;
+            self.release(BufIdx(e.buf));
+        }
+        self.release(i);
+    }
+
+    /// One holder of `i` lets go: back to its list if it was the last.
+    #[inline]
+    fn release(&mut self, i: BufIdx) {
+        match &mut self.refs[i.get()] {
+            0 => self.push_free(i),
+            r => *r -= 1,
+        }
+    }
+
+    /// Make `head` a chained packet: its bytes followed by `range` of `src`'s packet
+    /// bytes, which stay where they are (`src` held until `head` is freed). The head
+    /// must have the tailroom to take them, so that [`Pool::linearize`] never fails.
+    #[inline]
+    pub fn attach(&mut self, head: BufIdx, src: BufIdx, range: core::ops::Range<usize>) -> Result<(), ChainError> {
+        if head == src || self.extents[head.get()].len != 0 || self.extents[src.get()].len != 0 {
+            return Err(ChainError::Taken);
+        }
+        let s = &self.bufs[src.get()];
+        if range.start > range.end || range.end > s.len() {
+            return Err(ChainError::OutOfRange);
+        }
+        if range.is_empty() {
+            return Ok(());
+        }
+        if self.bufs[head.get()].tailroom() < range.len() {
+            return Err(ChainError::NoTailroom);
+        }
+        let at = (s.offset() + range.start) as u32;
+        self.extents[head.get()] = Extent { buf: src.0, at, len: range.len() as u32 };
+        self.refs[src.get()] += 1;
+        self.extents_live += 1;
+        Ok(())
+    }
+
+    /// Whether any chained packet is live (one load: asked once a vector).
+    #[inline(always)]
+    pub fn has_chains(&self) -> bool {
+        self.extents_live != 0
+    }
+
+    /// Bytes `b` carries beyond its head buffer (0 unless it is chained).
+    #[inline]
+    pub fn extent_len(&self, b: BufIdx) -> usize {
+        self.extents[b.get()].len as usize
+    }
+
+    /// The bytes of `b`'s extent (empty unless it is chained).
+    pub fn extent_bytes(&self, b: BufIdx) -> &[u8] {
+        let e = self.extents[b.get()];
+        &self.bufs[e.buf as usize].storage()[e.at as usize..(e.at + e.len) as usize]
+    }
+
+    /// The bytes of packets `bufs` beyond their heads (a device counting bytes sent).
+    #[inline]
+    pub fn chained_bytes(&self, bufs: &[BufIdx]) -> usize {
+        if self.extents_live == 0 {
+            return 0;
+        }
+        bufs.iter().map(|&b| self.extent_len(b)).sum()
+    }
+
+    /// Copy `b`'s extent (if any) after its head's bytes, making it one buffer again.
+    pub fn linearize(&mut self, b: BufIdx) {
+        let e = self.extents[b.get()];
+        if e.len == 0 {
+            return;
+        }
+        let len = e.len as usize;
+        // Two distinct buffers: `attach` refuses an extent into its own head.
+        match self.bufs.get_disjoint_mut([b.get(), e.buf as usize]) {
+            Ok([head, src]) => {
+                let end = head.len();
+                if head.set_len(end + len).is_ok() {
+                    head.bytes_mut()[end..].copy_from_slice(&src.storage()[e.at as usize..e.at as usize + len]);
+                } else {
+                    self.chain_copy_failures += 1;
+                }
+            }
+            Err(_) => self.chain_copy_failures += 1,
+        }
+        self.extents[b.get()] = Extent::default();
+        self.extents_live -= 1;
+        self.release(BufIdx(e.buf));
+    }
+
+    /// [`Pool::linearize`] every chained packet of `bufs`: before a node, device or
+    /// capture that does not take chains. Nothing to do (one load) while none is live.
+    #[inline]
+    pub fn linearize_all(&mut self, bufs: &[BufIdx]) {
+        if self.extents_live == 0 {
+            return;
+        }
+        for &b in bufs {
+            if self.extents[b.get()].len != 0 {
+                self.linearize(b);
+            }
         }
     }
 
@@ -220,6 +412,7 @@ impl Pool {
             medium_total: self.medium_end - self.regular,
             medium_free: self.free_medium.len(),
             alloc_failures: self.alloc_failures,
+            chain_copy_failures: self.chain_copy_failures,
         }
     }
 

@@ -288,6 +288,11 @@ impl<C: Context> Worker<C> {
             match self.port_of.get(q).copied().flatten() {
                 Some(pi) => {
                     let port = &mut self.ports[pi];
+                    // Chained packets go whole to a capture and to a device that does not
+                    // gather (asked once a queue: one load while no chain is live).
+                    if self.pool.has_chains() && (port.capture.is_some() || !port.device.takes_chains()) {
+                        self.pool.linearize_all(queue);
+                    }
                     capture(port, &self.pool, queue);
                     packets += queue.len() as u64;
                     let r = port.device.tx(&mut self.pool, queue);

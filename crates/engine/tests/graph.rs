@@ -518,3 +518,222 @@ impl Node<Cx> for Parity2 {
         Verdict::Next(SplitNext::A)
     }
 }
+
+// Chained packets: a head buffer and an extent in another buffer (`Pool::attach`).
+
+type Seen = std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>>;
+
+next_nodes! { enum ChainNext { Taker = "taker", Looker = "looker" } }
+counters! { enum ChainCounter { NoBuffer(Error, "no-buffer", "out of buffers"), Dropped(Warn, "dropped", "every fifth packet's second piece") } }
+
+/// For packet x (one byte): a 100-byte buffer of x, x+1, …, and three chained packets
+/// [x, k] + its bytes 30k..30k+30 (k = 0 to the non-taker `looker`, 1 and 2 to `taker`);
+/// the 100-byte buffer freed at once (its extents hold it).
+struct Chainer;
+impl engine::ExpandNode<Cx> for Chainer {
+    type Next = ChainNext;
+    type Counter = ChainCounter;
+    fn name(&self) -> &'static str {
+        "chainer"
+    }
+    fn expand(
+        &mut self,
+        _: &mut Cx,
+        _: &mut Counts<'_, ChainCounter>,
+        pool: &mut Pool,
+        bi: BufIdx,
+        out: &mut Vec<(BufIdx, ChainNext)>,
+    ) -> Result<(), ChainCounter> {
+        let x = pool.get(bi).bytes()[0];
+        let src = pool.alloc(100).ok_or(ChainCounter::NoBuffer)?;
+        let body: Vec<u8> = (0..100).map(|j| x.wrapping_add(j)).collect();
+        pool.get_mut(src).write(&body).unwrap();
+        for k in 0..3u8 {
+            let Some(h) = pool.alloc(32) else {
+                pool.free(src);
+                return Err(ChainCounter::NoBuffer);
+            };
+            pool.get_mut(h).write(&[x, k]).unwrap();
+            pool.attach(h, src, 30 * k as usize..30 * k as usize + 30).unwrap();
+            out.push((h, if k == 0 { ChainNext::Looker } else { ChainNext::Taker }));
+        }
+        pool.free(src);
+        Ok(())
+    }
+}
+
+/// The whole packet `chainer` made for head [x, k].
+fn chained_whole(x: u8, k: u8) -> Vec<u8> {
+    let mut v = vec![x, k];
+    v.extend((0..30).map(|j| x.wrapping_add(30 * k + j)));
+    v
+}
+
+next_nodes! { enum ToOutput { Out = "interface-output" } }
+
+/// Takes chains: records the bytes it sees (the head only), drops every fifth packet's
+/// piece 1, sends even packets to the sink that does not gather, odd ones to the one
+/// that does.
+struct Taker(Seen);
+impl Node<Cx> for Taker {
+    type Next = ToOutput;
+    type Counter = ChainCounter;
+    const TAKES_CHAINS: bool = true;
+    fn name(&self) -> &'static str {
+        "taker"
+    }
+    fn process(&mut self, _: &mut Cx, _: &mut Counts<'_, ChainCounter>, b: &mut Buffer) -> Verdict<ToOutput, ChainCounter> {
+        self.0.lock().unwrap().push(b.bytes().to_vec());
+        let (x, k) = (b.bytes()[0], b.bytes()[1]);
+        if k == 1 && x % 5 == 0 {
+            return Verdict::Drop(ChainCounter::Dropped);
+        }
+        b.meta.tx_if = IfIndex(if x % 2 == 0 { 1 } else { 2 });
+        Verdict::Next(ToOutput::Out)
+    }
+}
+
+/// Does not take chains: records what it sees, to the sink that does not gather.
+struct Looker(Seen);
+impl Node<Cx> for Looker {
+    type Next = ToOutput;
+    type Counter = ChainCounter;
+    fn name(&self) -> &'static str {
+        "looker"
+    }
+    fn process(&mut self, _: &mut Cx, _: &mut Counts<'_, ChainCounter>, b: &mut Buffer) -> Verdict<ToOutput, ChainCounter> {
+        self.0.lock().unwrap().push(b.bytes().to_vec());
+        b.meta.tx_if = IfIndex(1);
+        Verdict::Next(ToOutput::Out)
+    }
+}
+
+/// A transmit device that records each packet as its head's bytes and its extent's
+/// (`gather`: it takes chains) or as the one buffer it must be.
+struct ChainRecorder {
+    gather: bool,
+    seen: Seen,
+    chained: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+impl Device for ChainRecorder {
+    fn kind(&self) -> &'static str {
+        "recorder"
+    }
+    fn has_rx(&self) -> bool {
+        false
+    }
+    fn rx(&mut self, _: &mut Pool, _: &mut Vec<BufIdx>, _: usize) -> RxStatus {
+        RxStatus::Exhausted
+    }
+    fn takes_chains(&self) -> bool {
+        self.gather
+    }
+    fn tx(&mut self, pool: &mut Pool, bufs: &mut Vec<BufIdx>) -> TxResult {
+        for &b in bufs.iter() {
+            if pool.extent_len(b) != 0 {
+                self.chained.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            self.seen.lock().unwrap().push([pool.get(b).bytes(), pool.extent_bytes(b)].concat());
+        }
+        let n = bufs.len();
+        pool.free_many(bufs);
+        bufs.clear();
+        TxResult { sent: n, sent_bytes: n, failed: 0 }
+    }
+}
+
+struct Capture(Seen);
+impl engine::device::FrameSink for Capture {
+    fn record(&mut self, frame: &[u8]) -> bool {
+        self.0.lock().unwrap().push(frame.to_vec());
+        true
+    }
+}
+
+struct ChainRig {
+    w: Worker<Cx>,
+    taker: Seen,
+    looker: Seen,
+    plain: Seen,
+    plain_chained: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    gather: Seen,
+    gather_chained: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+fn chain_rig(total: u32) -> ChainRig {
+    let seen = || Seen::default();
+    let (taker, looker, plain, gather) = (seen(), seen(), seen(), seen());
+    let (plain_chained, gather_chained) = (Default::default(), std::sync::Arc::<std::sync::atomic::AtomicUsize>::default());
+    let mut g = GraphBuilder::<Cx>::new();
+    g.add_expand(Chainer);
+    g.add(Taker(taker.clone()));
+    g.add(Looker(looker.clone()));
+    let input = g.add_input("test-input", "chainer");
+    let ports = vec![
+        Port::new(IfIndex(0), "src0".into(), Box::new(Counter { sent: 0, total }), Some(input)),
+        Port::new(
+            IfIndex(1),
+            "plain0".into(),
+            Box::new(ChainRecorder { gather: false, seen: plain.clone(), chained: std::sync::Arc::clone(&plain_chained) }),
+            None,
+        ),
+        Port::new(
+            IfIndex(2),
+            "gather0".into(),
+            Box::new(ChainRecorder { gather: true, seen: gather.clone(), chained: gather_chained.clone() }),
+            None,
+        ),
+    ];
+    // A vector's 256 packets hold 5 buffers each at the most.
+    let w = Worker::new(0, g.build().unwrap(), Pool::new(2048, 1), ports, Cx);
+    ChainRig { w, taker, looker, plain, plain_chained, gather, gather_chained }
+}
+
+#[test]
+fn chained_packets_reach_only_nodes_and_devices_that_take_them() {
+    let total = 300u32;
+    let mut r = chain_rig(total);
+    drain(&mut r.w);
+    assert_eq!(r.w.pool.stats().alloc_failures, 0);
+    assert_eq!(r.w.pool.in_use(), 0, "every head and every shared buffer back, once");
+    assert!(!r.w.pool.has_chains());
+    assert_eq!(r.w.pool.stats().chain_copy_failures, 0);
+    let xs = || (0..total).map(|x| x as u8);
+    // The taker saw heads alone; the looker whole packets.
+    let taker = r.taker.lock().unwrap().clone();
+    assert_eq!(taker.len(), 2 * total as usize);
+    assert!(taker.iter().all(|h| h.len() == 2), "the taker got the chains as they are");
+    let looker = r.looker.lock().unwrap().clone();
+    assert_eq!(looker, xs().map(|x| chained_whole(x, 0)).collect::<Vec<_>>(), "made whole for the node that does not take chains");
+    // The device that does not gather got one buffer a packet, the one that does the
+    // chains; both sent the whole packets.
+    let dropped = xs().filter(|x| x % 5 == 0 && x % 2 == 1).count();
+    let plain = r.plain.lock().unwrap().clone();
+    let gather = r.gather.lock().unwrap().clone();
+    assert_eq!(r.plain_chained.load(std::sync::atomic::Ordering::Relaxed), 0);
+    assert_eq!(r.gather_chained.load(std::sync::atomic::Ordering::Relaxed), gather.len());
+    assert_eq!(gather.len(), 2 * (total as usize / 2) - dropped);
+    for p in plain.iter().chain(&gather) {
+        assert_eq!(p, &chained_whole(p[0], p[1]));
+    }
+    assert_eq!(count(&r.w, "taker", "dropped"), xs().filter(|x| x % 5 == 0).count() as u64);
+}
+
+#[test]
+fn chained_packets_go_whole_to_captures_and_traces() {
+    // A trace is decided a vector: the first (traced) vector's packets are made whole
+    // before every node, the second's (300 - 256, none traced) are not.
+    let mut r = chain_rig(300);
+    let frames = Seen::default();
+    r.w.ports[2].capture = Some(Box::new(Capture(frames.clone())));
+    r.w.graph.trace_add("test-input", 4).unwrap();
+    drain(&mut r.w);
+    assert_eq!(r.w.pool.in_use(), 0);
+    // Traced packets' pieces reach the taker whole (a trace reads the packet).
+    let taker = r.taker.lock().unwrap().clone();
+    assert!(taker[..2 * 256].iter().all(|h| h.len() == 32) && taker[2 * 256..].iter().all(|h| h.len() == 2));
+    assert_eq!(r.gather_chained.load(std::sync::atomic::Ordering::Relaxed), 0, "a captured port gets them whole");
+    let frames = frames.lock().unwrap().clone();
+    assert!(!frames.is_empty());
+    assert!(frames.iter().all(|f| f == &chained_whole(f[0], f[1])));
+}

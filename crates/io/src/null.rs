@@ -16,9 +16,13 @@ impl Device for NullSink {
     fn rx(&mut self, _: &mut Pool, _: &mut Vec<BufIdx>, _: usize) -> RxStatus {
         RxStatus::Exhausted
     }
+    /// Counts a chained packet's bytes from its extent's recorded length: nothing read.
+    fn takes_chains(&self) -> bool {
+        true
+    }
     #[inline]
     fn tx(&mut self, pool: &mut Pool, bufs: &mut Vec<BufIdx>) -> TxResult {
-        let mut bytes = 0;
+        let mut bytes = pool.chained_bytes(bufs);
         for &b in bufs.iter() {
             bytes += pool.get(b).len();
         }

@@ -174,7 +174,7 @@ fn split<F: ParcelFamily>(parcel: &[u8], check: bool) -> (Vec<Vec<u8>>, Tally, u
     pool.get_mut(bi).write(parcel).expect("fits");
     let mut got: Vec<BufIdx> = Vec::new();
     let mut tally = Tally::default();
-    split_parcel::<F>(&mut pool, bi, check, &mut tally, |d| got.push(d)).expect("split");
+    split_parcel::<F>(&mut pool, bi, check, None, &mut tally, |d, _| got.push(d)).expect("split");
     let bytes = got.iter().map(|&d| pool.get(d).bytes().to_vec()).collect();
     if !got.contains(&bi) {
         pool.free(bi);
@@ -183,8 +183,88 @@ fn split<F: ParcelFamily>(parcel: &[u8], check: bool) -> (Vec<Vec<u8>>, Tally, u
     (bytes, tally, pool.in_use())
 }
 
+/// The chained split: each datagram read as its head's bytes then its extent's, then
+/// made one buffer (`Pool::linearize`, as the dispatcher does), the two compared; the
+/// parcel and the datagrams freed in an order `seed` picks (the parcel first, last or
+/// in between, some datagrams linearized, some freed chained, some in one `free_many`).
+/// Returns the datagrams, the tally and the buffers left in use.
+fn split_chained<F: ParcelFamily>(parcel: &[u8], check: bool, seed: u64) -> (Vec<Vec<u8>>, Tally, usize) {
+    let mut pool = Pool::with_classes(64, 8, 2);
+    let bi = pool.alloc(parcel.len()).expect("a large buffer");
+    pool.get_mut(bi).write(parcel).expect("fits");
+    let mut got: Vec<BufIdx> = Vec::new();
+    let mut tally = Tally::default();
+    split_parcel::<F>(&mut pool, bi, check, Some(usize::MAX), &mut tally, |d, _| got.push(d)).expect("split");
+    assert!(!got.contains(&bi), "a chained split never reuses the parcel's buffer");
+    let mut bytes = Vec::new();
+    for (k, &d) in got.iter().enumerate() {
+        let pieces = [pool.get(d).bytes(), pool.extent_bytes(d)].concat();
+        assert_eq!(pool.extent_len(d), pool.extent_bytes(d).len());
+        if (seed >> (k % 64)) & 1 == 1 {
+            pool.linearize(d);
+            assert_eq!(pool.extent_len(d), 0);
+            assert_eq!(pool.get(d).bytes(), &pieces[..], "datagram {k} the same once linearized");
+        }
+        bytes.push(pieces);
+    }
+    // Free in the seed's order; the parcel's buffer at a place of its own.
+    let mut order = got.clone();
+    let n = order.len();
+    for i in (1..n).rev() {
+        order.swap(i, (seed.wrapping_mul(i as u64 + 11) >> 7) as usize % (i + 1));
+    }
+    let parcel_at = (seed >> 3) as usize % (n + 1);
+    order.insert(parcel_at, bi);
+    let batch = (seed >> 17) as usize % (order.len() + 1);
+    let in_use_before = pool.in_use();
+    for &b in &order[..batch] {
+        pool.free(b);
+    }
+    // The parcel's buffer stays in use while any datagram still points into it.
+    let chained_left = order[batch..].iter().any(|&b| b != bi && pool.extent_len(b) != 0);
+    if chained_left {
+        assert!(pool.in_use() > 0 && pool.has_chains());
+    }
+    pool.free_many(&order[batch..]);
+    assert!(in_use_before >= pool.in_use());
+    assert!(!pool.has_chains(), "every extent let go");
+    let in_use = pool.in_use();
+    // Each buffer on a free list exactly once: all of them allocate, each index once.
+    let mut seen = std::collections::HashSet::new();
+    while let Some(b) = pool.alloc(100) {
+        assert!(seen.insert(b), "{b:?} handed out twice");
+    }
+    while let Some(b) = pool.alloc(9000) {
+        assert!(seen.insert(b), "{b:?} handed out twice");
+    }
+    assert_eq!(seen.len(), 64 + 8 + 2);
+    (bytes, tally, in_use)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// The chained split makes, byte for byte, the copying split's datagrams (and so
+    /// the reference's), with the same tally, checked or not, IPv4 and IPv6; and the pool
+    /// gets every buffer back whatever the order they are freed in.
+    #[test]
+    fn chained_split_makes_the_copying_splits_datagrams(c in case(), check in any::<bool>(), seed in any::<u64>()) {
+        for v6 in [false, true] {
+            let (parcel, copied, chained) = if v6 {
+                let p = parcel6(&c);
+                let (a, b) = (split::<Ip6>(&p, check), split_chained::<Ip6>(&p, check, seed));
+                (p, a, b)
+            } else {
+                let p = parcel4(&c);
+                let (a, b) = (split::<Ip4>(&p, check), split_chained::<Ip4>(&p, check, seed));
+                (p, a, b)
+            };
+            prop_assert!(!parcel.is_empty());
+            prop_assert_eq!(&chained.0, &copied.0);
+            prop_assert_eq!(chained.1, copied.1);
+            prop_assert_eq!(chained.2, 0, "every buffer back");
+        }
+    }
 
     #[test]
     fn ipv4_split_matches_the_reference(c in case()) {

@@ -136,6 +136,10 @@ impl Device for Replay {
             RxStatus::Open
         }
     }
+    /// Frees what it is given unread.
+    fn takes_chains(&self) -> bool {
+        true
+    }
     fn tx(&mut self, pool: &mut Pool, bufs: &mut Vec<BufIdx>) -> TxResult {
         let n = bufs.len();
         pool.free_many(bufs);

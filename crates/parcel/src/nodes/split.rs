@@ -1,7 +1,8 @@
 //! `parcel4-split` / `parcel6-split`: a parcel into ordinary UDP datagrams, one per
-//! segment, each to `ipN-rewrite` when `parcelN-input` found a next hop (they all go to
-//! the parcel's destination), else to `ipN-lookup`. The last datagram reuses the parcel's
-//! buffer.
+//! segment, each rewritten here for its next hop when `parcelN-input` found one (they
+//! all go to the parcel's destination; `ipN-rewrite`'s fast path, the rest to
+//! `ipN-rewrite`), else to `ipN-lookup`. Copying, the last datagram reuses the
+//! parcel's buffer.
 //!
 //! The datagrams' IP and UDP headers are built once per parcel (a template); each
 //! datagram gets a copy with its IPv4 identification patched and the header checksum
@@ -10,11 +11,21 @@
 //! to the receiver. When `parcelN-input` asks (`PARAM_CHECK_SEGMENTS`) each segment is
 //! summed in the same pass that copies it (`Checksum::add_copied`) and left out when the
 //! sum does not match its slot; a zero slot (the sender computed none) is summed here.
+//!
+//! **Chained datagrams** (`chain`): where every datagram will take `ip4-rewrite`'s fast
+//! path (a resolved next hop, TTL left, within the MTU), a datagram is its headers in a
+//! fresh buffer plus an extent of its segment where it lies in the parcel's buffer
+//! (`Pool::attach`): no segment is copied, and the check sums it in place. The parcel's
+//! buffer goes back to the pool with its last datagram. The dispatcher and the worker
+//! copy a chained datagram into one buffer before any node or device that does not
+//! take chains, so the bytes that leave are the copying split's.
 
 use super::input::{PARAM_CHECK_SEGMENTS, PARAM_FROM_INPUT, PARAM_NEXT_HOP};
 use super::{ParcelFamily, Shape};
 use crate::context::HasParcel;
 use engine::{counters, BufIdx, Counts, ExpandNode, Pool};
+use ip::nodes::family::rewrite_fast;
+use ip::tables::Adjacency;
 use wire::checksum::Checksum;
 use wire::parcel::datagram_checksum_from_slot;
 
@@ -72,15 +83,19 @@ impl Template {
     }
 }
 
-/// Split the parcel in `bi` into datagrams, handing each to `out` (the last one made in
-/// `bi` itself). With `check`, each segment is summed as it is copied and left out
-/// (counted in `tally.bad`) when the sum does not match a non-zero slot.
+/// Split the parcel in `bi` into datagrams, handing each to `out` (copying, the last one
+/// made in `bi` itself). With `check`, each segment is summed as it is copied and left out
+/// (counted in `tally.bad`) when the sum does not match a non-zero slot. With
+/// `chain_mtu` (the MTU of a resolved next hop whose rewrite takes chains), each datagram
+/// that fits it, with TTL left, is a chained packet: its headers, then its segment in
+/// `bi`, which the caller frees as ever (the pool keeps it until the last datagram goes).
 pub fn split_parcel<F: ParcelFamily>(
     pool: &mut Pool,
     bi: BufIdx,
     check: bool,
+    chain_mtu: Option<usize>,
     tally: &mut Tally,
-    mut out: impl FnMut(BufIdx),
+    mut out: impl FnMut(BufIdx, &mut engine::Buffer),
 ) -> Result<(), SplitError> {
     let src = pool.get(bi);
     let s: Shape = F::check(src.bytes()).map_err(|_| SplitError::NotParcel)?;
@@ -94,6 +109,9 @@ pub fn split_parcel<F: ParcelFamily>(
     let (sport, dport) =
         (u16::from_be_bytes([head[s.udp_at], head[s.udp_at + 1]]), u16::from_be_bytes([head[s.udp_at + 2], head[s.udp_at + 3]]));
     let mut tmpl = Template::new::<F>(head, s.udp_at, 8 + s.seg_len);
+    // Every datagram takes `ipN-rewrite`'s fast path (no ICMP error, no fragmenting,
+    // whose parsers would see the head alone): the largest fits, the TTL does not expire.
+    let chain = chain_mtu.is_some_and(|mtu| hl + 8 + s.seg_len <= mtu && head[F::HOP_LIMIT_AT] > 1);
     for i in 0..s.nsegs {
         let range = s.segment(i);
         let udp_len = 8 + range.len();
@@ -106,7 +124,23 @@ pub fn split_parcel<F: ParcelFamily>(
         let slot = u16::from_be_bytes([p[at], p[at + 1]]);
         // The segment's own sum, when it is read (checked, or a zero slot).
         let mut sum = None;
-        let d = if i + 1 == s.nsegs {
+        let d = if chain {
+            if check || slot == 0 {
+                sum = Some(*Checksum::new().add_bytes(&p[range.clone()]));
+            }
+            if check && slot != 0 && sum.map(segment_slot) != Some(slot) {
+                tally.bad += 1;
+                continue;
+            }
+            // A buffer for the whole datagram, so that it can be made one again
+            // wherever a node or device needs it whole (`Pool::attach` asks it).
+            let Some(d) = pool.alloc(hl + udp_len) else { return Err(SplitError::NoBuffer) };
+            if pool.get_mut(d).set_len(hl + 8).is_err() || pool.attach(d, bi, range).is_err() {
+                pool.free(d);
+                return Err(SplitError::NoBuffer);
+            }
+            d
+        } else if i + 1 == s.nsegs {
             if check || slot == 0 {
                 sum = Some(*Checksum::new().add_bytes(&p[range.clone()]));
             }
@@ -161,7 +195,7 @@ pub fn split_parcel<F: ParcelFamily>(
             _ => datagram_checksum_from_slot(tmpl.pseudo, sport, dport, udp_len as u16, slot),
         };
         b[hl + 6..hl + 8].copy_from_slice(&udp_sum.to_be_bytes());
-        out(d);
+        out(d, dst);
         tally.datagrams += 1;
     }
     Ok(())
@@ -206,8 +240,23 @@ impl<Cx: HasParcel, F: ParcelFamily> ExpandNode<Cx> for ParcelSplit<F> {
         let check = if from_input { param & PARAM_CHECK_SEGMENTS != 0 } else { cx.split_parcel().1.verify_segments };
         // `parcelN-input` looked the destination up: a next hop needs no second lookup.
         let next = if param & PARAM_NEXT_HOP != 0 { F::SPLIT_TO_REWRITE } else { F::TO_LOOKUP };
+        // A resolved next hop (no solicitation, which rewrites a packet whole) whose
+        // rewrite takes chains: the datagrams are chained where they fit its MTU.
+        let adj = cx.split_parcel().0.tables.adjacency(pool.get(bi).meta.adj);
+        let chain_mtu = match adj {
+            Adjacency::Rewrite { mtu, .. } if F::REWRITE_TAKES_CHAINS && param & PARAM_NEXT_HOP != 0 => Some(*mtu as usize),
+            _ => None,
+        };
+        // A datagram to a next hop takes the rewrite's fast path here, where it is made,
+        // and goes straight to `interface-output` (a node hop fewer, as `ipN-lookup`
+        // does for forwarded packets); the others, and any the fast path leaves (TTL
+        // expiring, too big, an unresolved neighbour), go on to `ipN-rewrite` as before.
+        let to_rewrite = param & PARAM_NEXT_HOP != 0;
         let mut tally = Tally::default();
-        let r = split_parcel::<F>(pool, bi, check, &mut tally, |d| out.push((d, next)));
+        let r = split_parcel::<F>(pool, bi, check, chain_mtu, &mut tally, |d, b| {
+            let n = if to_rewrite && rewrite_fast::<F>(adj, b) { F::SPLIT_TO_OUTPUT } else { next };
+            out.push((d, n))
+        });
         if r != Err(SplitError::NotParcel) {
             counts.inc(C::Split);
         }
