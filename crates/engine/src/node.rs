@@ -78,8 +78,9 @@ pub trait Node<C>: Send + 'static {
 
     /// Whether `process` may see a chained packet (a head buffer whose bytes continue in
     /// an extent the pool keeps, [`Pool::attach`]): true only for a node that reads and
-    /// writes nothing past the headers in its head and never rewrites the packet whole
-    /// (`ip4-rewrite` on a resolved adjacency). For every other node the dispatcher
+    /// writes nothing past the headers in its head and never rewrites the packet whole, on
+    /// any path (the parcel split rewrites its chained datagrams itself, so no IP node
+    /// needs to). For every other node the dispatcher
     /// copies a chained packet into one buffer first, so its parsers see it all.
     const TAKES_CHAINS: bool = false;
 

@@ -503,9 +503,6 @@ mod tests {
         }
     }
 
-    /// RFC 4106 has no test vectors of its own; this is the McGrew-Viega GCM test case 4
-    /// (the one RFC 4106 implementations check against), arranged as ESP would: the key,
-    /// salt = the first 4 bytes of its IV, and our IV = the other 8 as the sequence number.
     /// The GCM specification's test case 4 (AES-128, 60-byte text, 20-byte AAD).
     struct GcmCase {
         key: Vec<u8>,
@@ -532,6 +529,9 @@ mod tests {
         }
     }
 
+    /// RFC 4106 has no test vectors of its own; this is the McGrew-Viega GCM test case 4
+    /// (the one RFC 4106 implementations check against), arranged as ESP would: the key,
+    /// salt = the first 4 bytes of its IV, and our IV = the other 8 as the sequence number.
     #[test]
     fn aes_gcm_matches_the_gcm_spec_test_case_4() {
         let GcmCase { key, iv, pt, ct, tag, aad } = gcm_test_case_4();

@@ -53,12 +53,6 @@ impl<Cx: HasIp> Node<Cx> for Ip4Rewrite {
         "ip4-rewrite"
     }
 
-    /// `parcel4-split`'s chained datagrams: the fast path reads and writes the IP header
-    /// only (its total length against the MTU) and prepends the Ethernet header. The
-    /// split chains only datagrams that take it (a resolved next hop, TTL left, within
-    /// the MTU); the general path's parse would see the head alone.
-    const TAKES_CHAINS: bool = true;
-
     #[inline(always)]
     fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
         let cx = cx.ip();

@@ -124,7 +124,9 @@ pub fn split_parcel<F: ParcelFamily>(
         let slot = u16::from_be_bytes([p[at], p[at + 1]]);
         // The segment's own sum, when it is read (checked, or a zero slot).
         let mut sum = None;
-        let d = if chain {
+        let d = if chain || i + 1 == s.nsegs {
+            // The segment stays where it is (chained, or the parcel's buffer narrowed to
+            // the last datagram): summed in place.
             if check || slot == 0 {
                 sum = Some(*Checksum::new().add_bytes(&p[range.clone()]));
             }
@@ -132,27 +134,22 @@ pub fn split_parcel<F: ParcelFamily>(
                 tally.bad += 1;
                 continue;
             }
-            // A buffer for the whole datagram, so that it can be made one again
-            // wherever a node or device needs it whole (`Pool::attach` asks it).
-            let Some(d) = pool.alloc(hl + udp_len) else { return Err(SplitError::NoBuffer) };
-            if pool.get_mut(d).set_len(hl + 8).is_err() || pool.attach(d, bi, range).is_err() {
-                pool.free(d);
-                return Err(SplitError::NoBuffer);
+            if chain {
+                // A buffer for the whole datagram, so that it can be made one again
+                // wherever a node or device needs it whole (`Pool::attach` asks it).
+                let Some(d) = pool.alloc(hl + udp_len) else { return Err(SplitError::NoBuffer) };
+                if pool.get_mut(d).set_len(hl + 8).is_err() || pool.attach(d, bi, range).is_err() {
+                    pool.free(d);
+                    return Err(SplitError::NoBuffer);
+                }
+                d
+            } else {
+                let b = pool.get_mut(bi);
+                if b.narrow(range.start - hl - 8, hl + udp_len).is_err() {
+                    return Err(SplitError::NotParcel);
+                }
+                bi
             }
-            d
-        } else if i + 1 == s.nsegs {
-            if check || slot == 0 {
-                sum = Some(*Checksum::new().add_bytes(&p[range.clone()]));
-            }
-            if check && slot != 0 && sum.map(segment_slot) != Some(slot) {
-                tally.bad += 1;
-                continue;
-            }
-            let b = pool.get_mut(bi);
-            if b.narrow(range.start - hl - 8, hl + udp_len).is_err() {
-                return Err(SplitError::NotParcel);
-            }
-            bi
         } else {
             let Some(d) = pool.alloc(hl + udp_len) else { return Err(SplitError::NoBuffer) };
             let Some((src, dst)) = pool.two_mut(bi, d) else {
@@ -239,22 +236,23 @@ impl<Cx: HasParcel, F: ParcelFamily> ExpandNode<Cx> for ParcelSplit<F> {
         }
         let check = if from_input { param & PARAM_CHECK_SEGMENTS != 0 } else { cx.split_parcel().1.verify_segments };
         // `parcelN-input` looked the destination up: a next hop needs no second lookup.
-        let next = if param & PARAM_NEXT_HOP != 0 { F::SPLIT_TO_REWRITE } else { F::TO_LOOKUP };
-        // A resolved next hop (no solicitation, which rewrites a packet whole) whose
-        // rewrite takes chains: the datagrams are chained where they fit its MTU.
+        let to_next_hop = param & PARAM_NEXT_HOP != 0;
+        let next = if to_next_hop { F::SPLIT_TO_REWRITE } else { F::TO_LOOKUP };
+        // A resolved next hop (no solicitation, which rewrites a packet whole): the
+        // datagrams are chained where they fit its MTU.
         let adj = cx.split_parcel().0.tables.adjacency(pool.get(bi).meta.adj);
         let chain_mtu = match adj {
-            Adjacency::Rewrite { mtu, .. } if F::REWRITE_TAKES_CHAINS && param & PARAM_NEXT_HOP != 0 => Some(*mtu as usize),
+            Adjacency::Rewrite { mtu, .. } if F::SPLIT_CHAINS && to_next_hop => Some(*mtu as usize),
             _ => None,
         };
         // A datagram to a next hop takes the rewrite's fast path here, where it is made,
         // and goes straight to `interface-output` (a node hop fewer, as `ipN-lookup`
         // does for forwarded packets); the others, and any the fast path leaves (TTL
-        // expiring, too big, an unresolved neighbour), go on to `ipN-rewrite` as before.
-        let to_rewrite = param & PARAM_NEXT_HOP != 0;
+        // expiring, too big, an unresolved neighbour), go on to `ipN-rewrite` as before
+        // (made whole first if chained: `ipN-rewrite` does not take chains).
         let mut tally = Tally::default();
         let r = split_parcel::<F>(pool, bi, check, chain_mtu, &mut tally, |d, b| {
-            let n = if to_rewrite && rewrite_fast::<F>(adj, b) { F::SPLIT_TO_OUTPUT } else { next };
+            let n = if to_next_hop && rewrite_fast::<F>(adj, b) { F::SPLIT_TO_OUTPUT } else { next };
             out.push((d, n))
         });
         if r != Err(SplitError::NotParcel) {
