@@ -145,17 +145,11 @@ pub fn split_parcel<F: ParcelFamily>(
             }
             if chain {
                 // A buffer for the whole datagram, so that it can be made one again
-                // wherever a node or device needs it whole (`Pool::attach` asks it).
+                // wherever a node or device needs it whole (`Pool::alloc_chained`).
                 // Its headers start `l2_len` into a line, so that the link header the
                 // rewrite puts in front shares their line: one line written a datagram,
                 // not two (the buffers come back cold after the next parcels' bytes).
-                let Some(d) = pool.alloc(l2_len + hl + udp_len) else { return Err(SplitError::NoBuffer) };
-                let b = pool.get_mut(d);
-                if b.set_len(l2_len + hl + 8).and_then(|()| b.narrow(l2_len, hl + 8)).is_err() || pool.attach(d, bi, range).is_err() {
-                    pool.free(d);
-                    return Err(SplitError::NoBuffer);
-                }
-                d
+                pool.alloc_chained(bi, range, l2_len, hl + 8).map_err(|_| SplitError::NoBuffer)?
             } else {
                 let b = pool.get_mut(bi);
                 if b.narrow(range.start - hl - 8, hl + udp_len).is_err() {
