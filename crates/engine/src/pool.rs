@@ -250,17 +250,31 @@ impl Pool {
     /// `free_many` while extents are live (a vector of chained datagrams sent): their
     /// extents let go, then the heads, which no extent points into, in `free_many`'s
     /// one copy.
+    ///
+    /// A parcel's datagrams come in a run, their extents all into its buffer: the run's
+    /// holds are let go in one step (one count changed a run, not a chain of
+    /// read-modify-writes of one count a datagram), and the live count once a call.
     #[inline(never)]
     fn free_many_chained(&mut self, bufs: &[BufIdx]) {
         let mut shared = false;
+        let mut let_go = 0;
+        let mut run = (0, 0);
         for &i in bufs {
             let e = std::mem::take(&mut self.extents[i.get()]);
             if e.len != 0 {
-                self.extents_live -= 1;
-                self.release(BufIdx(e.buf));
+                let_go += 1;
+                if e.buf == run.0 {
+                    run.1 += 1;
+                } else {
+                    self.release_many(run);
+                    run = (e.buf, 1);
+                }
             }
+            // A head some extent still points into (a parcel freed with its datagrams).
             shared |= self.refs[i.get()] != 0;
         }
+        self.release_many(run);
+        self.extents_live -= let_go;
         if shared || self.extents_live != 0 {
             bufs.iter().for_each(|&i| self.release(i));
         } else {
@@ -277,6 +291,22 @@ impl Pool {
             self.release(BufIdx(e.buf));
         }
         self.release(i);
+    }
+
+    /// `n` holders of buffer `buf` let go (`run`: `(buf, n)`, nothing when `n` is 0): back
+    /// to its list if they were the last.
+    #[inline]
+    fn release_many(&mut self, (buf, n): (u32, u32)) {
+        if n == 0 {
+            return;
+        }
+        let r = &mut self.refs[buf as usize];
+        if *r >= n {
+            *r -= n;
+        } else {
+            *r = 0;
+            self.push_free(BufIdx(buf));
+        }
     }
 
     /// One holder of `i` lets go: back to its list if it was the last.

@@ -27,7 +27,7 @@ use engine::{counters, BufIdx, Counts, ExpandNode, Pool};
 use ip::nodes::family::rewrite_fast;
 use ip::tables::Adjacency;
 use wire::checksum::Checksum;
-use wire::parcel::datagram_checksum_from_slot;
+use wire::parcel::DatagramChecksums;
 
 counters! {
     pub enum ParcelSplitCounter {
@@ -69,6 +69,8 @@ pub enum SplitError {
 struct Template {
     bytes: [u8; 48],
     pseudo: Checksum,
+    /// The datagrams' UDP checksums from their slots.
+    checksums: DatagramChecksums,
     udp_len: usize,
 }
 
@@ -79,7 +81,9 @@ impl Template {
         let pseudo = F::write_datagram_ip(head, 0, udp_len, &mut bytes[..hl]);
         bytes[hl..hl + 4].copy_from_slice(&head[udp_at..udp_at + 4]);
         bytes[hl + 4..hl + 6].copy_from_slice(&(udp_len as u16).to_be_bytes());
-        Template { bytes, pseudo, udp_len }
+        let port = |at: usize| u16::from_be_bytes([head[at], head[at + 1]]);
+        let checksums = DatagramChecksums::new(pseudo, port(udp_at), port(udp_at + 2), udp_len as u16);
+        Template { bytes, pseudo, checksums, udp_len }
     }
 }
 
@@ -197,7 +201,7 @@ pub fn split_parcel<F: ParcelFamily>(
                     v => v,
                 }
             }
-            _ => datagram_checksum_from_slot(tmpl.pseudo, sport, dport, udp_len as u16, slot),
+            _ => tmpl.checksums.checksum(slot),
         };
         hdr[hl + 6..hl + 8].copy_from_slice(&udp_sum.to_be_bytes());
         dst.bytes_mut()[..hl + 8].copy_from_slice(&hdr[..hl + 8]);
