@@ -38,7 +38,7 @@ struct Extent {
     len: u32,
 }
 
-/// Why [`Pool::attach`] refused an extent.
+/// Why [`Pool::attach`] or [`Pool::alloc_chained`] refused an extent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum ChainError {
     #[error("the head already has an extent, or is the buffer it would point into")]

@@ -15,7 +15,8 @@
 //! **Chained datagrams** (`chain`): where every datagram will take `ip4-rewrite`'s fast
 //! path (a resolved next hop, TTL left, within the MTU), a datagram is its headers in a
 //! fresh buffer plus an extent of its segment where it lies in the parcel's buffer
-//! (`Pool::attach`): no segment is copied, and the check sums it in place. The parcel's
+//! (`Pool::alloc_chained`; the headers placed so that the rewrite's link header shares
+//! their line): no segment is copied, and the check sums it in place. The parcel's
 //! buffer goes back to the pool with its last datagram. The dispatcher and the worker
 //! copy a chained datagram into one buffer before any node or device that does not
 //! take chains, so the bytes that leave are the copying split's.
