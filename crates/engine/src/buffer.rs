@@ -202,6 +202,19 @@ impl Buffer {
         self.meta = Meta::default();
     }
 
+    /// [`Buffer::reset`], the packet then `len` bytes from `start` in the storage
+    /// (contents unspecified): a fresh buffer placed in one step.
+    #[inline(always)]
+    pub(crate) fn reset_to(&mut self, start: usize, len: usize) -> Result<(), BufferError> {
+        if start + len > self.size as usize {
+            return Err(BufferError::TooLarge);
+        }
+        self.start = start as u32;
+        self.end = (start + len) as u32;
+        self.meta = Meta::default();
+        Ok(())
+    }
+
     /// The packet bytes.
     #[inline(always)]
     pub fn bytes(&self) -> &[u8] {

@@ -38,7 +38,7 @@ struct Extent {
     len: u32,
 }
 
-/// Why [`Pool::attach`] refused an extent.
+/// Why [`Pool::attach`] or [`Pool::alloc_chained`] refused an extent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum ChainError {
     #[error("the head already has an extent, or is the buffer it would point into")]
@@ -47,6 +47,8 @@ pub enum ChainError {
     OutOfRange,
     #[error("the head has no tailroom for the extent's bytes (it could not be copied in)")]
     NoTailroom,
+    #[error("no free buffer for the head")]
+    NoBuffer,
 }
 
 /// Payload capacity of a regular buffer: a full Ethernet jumbo-less frame plus room.
@@ -167,6 +169,14 @@ impl Pool {
     /// A buffer that can hold `len` bytes after the headroom, reset and empty.
     #[inline]
     pub fn alloc(&mut self, len: usize) -> Option<BufIdx> {
+        let i = self.take(len)?;
+        self.bufs[i.get()].reset();
+        Some(i)
+    }
+
+    /// A buffer that can hold `len` bytes after the headroom, as it was left.
+    #[inline(always)]
+    fn take(&mut self, len: usize) -> Option<BufIdx> {
         let list = if len <= REGULAR_CAPACITY {
             &mut self.free_regular
         } else if len <= MEDIUM_CAPACITY && !self.free_medium.is_empty() {
@@ -175,10 +185,7 @@ impl Pool {
             &mut self.free_large
         };
         match list.pop() {
-            Some(i) => {
-                self.bufs[i.get()].reset();
-                Some(i)
-            }
+            Some(i) => Some(i),
             None => {
                 self.alloc_failures += 1;
                 None
@@ -243,17 +250,31 @@ impl Pool {
     /// `free_many` while extents are live (a vector of chained datagrams sent): their
     /// extents let go, then the heads, which no extent points into, in `free_many`'s
     /// one copy.
+    ///
+    /// A parcel's datagrams come in a run, their extents all into its buffer: the run's
+    /// holds are let go in one step (one count changed a run, not a chain of
+    /// read-modify-writes of one count a datagram), and the live count once a call.
     #[inline(never)]
     fn free_many_chained(&mut self, bufs: &[BufIdx]) {
         let mut shared = false;
+        let mut let_go = 0;
+        let mut run = (0, 0);
         for &i in bufs {
             let e = std::mem::take(&mut self.extents[i.get()]);
             if e.len != 0 {
-                self.extents_live -= 1;
-                self.release(BufIdx(e.buf));
+                let_go += 1;
+                if e.buf == run.0 {
+                    run.1 += 1;
+                } else {
+                    self.release_many(run);
+                    run = (e.buf, 1);
+                }
             }
+            // A head some extent still points into (a parcel freed with its datagrams).
             shared |= self.refs[i.get()] != 0;
         }
+        self.release_many(run);
+        self.extents_live -= let_go;
         if shared || self.extents_live != 0 {
             bufs.iter().for_each(|&i| self.release(i));
         } else {
@@ -270,6 +291,22 @@ impl Pool {
             self.release(BufIdx(e.buf));
         }
         self.release(i);
+    }
+
+    /// `n` holders of buffer `buf` let go (`run`: `(buf, n)`, nothing when `n` is 0): back
+    /// to its list if they were the last.
+    #[inline]
+    fn release_many(&mut self, (buf, n): (u32, u32)) {
+        if n == 0 {
+            return;
+        }
+        let r = &mut self.refs[buf as usize];
+        if *r >= n {
+            *r -= n;
+        } else {
+            *r = 0;
+            self.push_free(BufIdx(buf));
+        }
     }
 
     /// One holder of `i` lets go: back to its list if it was the last.
@@ -304,6 +341,37 @@ impl Pool {
         self.refs[src.get()] += 1;
         self.extents_live += 1;
         Ok(())
+    }
+
+    /// A new chained packet in one step (what [`Pool::alloc`], `set_len` and
+    /// [`Pool::attach`] make, with `attach`'s checks on the head left out: a fresh head
+    /// has no extent and is not `src`): a buffer whose packet is `head_len` bytes from
+    /// `at` past the headroom (contents unspecified), then `range` of `src`'s packet
+    /// bytes where they lie. The buffer's class holds `at + head_len + range.len()`
+    /// bytes, so the packet can always be made one buffer again. One call a datagram for
+    /// `parcel4-split`.
+    #[inline]
+    pub fn alloc_chained(&mut self, src: BufIdx, range: core::ops::Range<usize>, at: usize, head_len: usize) -> Result<BufIdx, ChainError> {
+        if self.extents[src.get()].len != 0 {
+            return Err(ChainError::Taken);
+        }
+        let s = &self.bufs[src.get()];
+        if range.start > range.end || range.end > s.len() {
+            return Err(ChainError::OutOfRange);
+        }
+        let ext_at = (s.offset() + range.start) as u32;
+        let Some(head) = self.take(at + head_len + range.len()) else { return Err(ChainError::NoBuffer) };
+        if self.bufs[head.get()].reset_to(HEADROOM + at, head_len).is_err() {
+            // Not reached: the class holds the whole packet.
+            self.push_free(head);
+            return Err(ChainError::NoTailroom);
+        }
+        if !range.is_empty() {
+            self.extents[head.get()] = Extent { buf: src.0, at: ext_at, len: range.len() as u32 };
+            self.refs[src.get()] += 1;
+            self.extents_live += 1;
+        }
+        Ok(head)
     }
 
     /// Whether any chained packet is live (one load: asked once a vector).
@@ -486,6 +554,33 @@ mod tests {
         let big = p.alloc(MEDIUM_CAPACITY + 1).unwrap();
         assert_eq!(p.get(big).capacity(), LARGE_CAPACITY);
         assert_eq!(p.stats().medium_free, 1);
+    }
+
+    #[test]
+    fn alloc_chained_places_the_head_and_holds_the_source_until_its_last_holder_goes() {
+        let mut p = Pool::with_classes(2, 0, 1);
+        let src = p.alloc(4000).unwrap();
+        p.get_mut(src).write(&(0..4000u32).map(|i| i as u8).collect::<Vec<_>>()).unwrap();
+        let head = p.alloc_chained(src, 100..1380, 14, 28).unwrap();
+        let h = p.get(head);
+        assert_eq!((h.offset(), h.len(), h.capacity()), (HEADROOM + 14, 28, REGULAR_CAPACITY));
+        assert_eq!(h.meta, crate::Meta::default());
+        assert_eq!(p.extent_bytes(head), &p.get(src).bytes()[100..1380]);
+        assert!(h.tailroom() >= 1280, "room to be made whole");
+        // The source's own checks: out of its packet, or itself chained.
+        assert_eq!(p.alloc_chained(src, 3000..4001, 0, 28), Err(ChainError::OutOfRange));
+        assert_eq!(p.alloc_chained(head, 0..10, 0, 28), Err(ChainError::Taken));
+        // Too big for a regular head with the large class empty: no buffer, nothing held.
+        assert_eq!(p.alloc_chained(src, 0..3000, 14, 28), Err(ChainError::NoBuffer));
+        assert_eq!(p.in_use(), 2);
+        p.free(src);
+        assert_eq!(p.in_use(), 2, "the head still holds the source");
+        p.linearize(head);
+        assert_eq!(&p.get(head).bytes()[28..], &(100..1380u32).map(|i| i as u8).collect::<Vec<_>>()[..]);
+        assert_eq!(p.in_use(), 1);
+        p.free(head);
+        assert!(!p.has_chains());
+        assert_eq!(p.in_use(), 0);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 
 use engine::{BufIdx, Pool};
 use ip::nodes::family::{Ip4, Ip6};
-use parcel::nodes::split::{split_parcel, Tally};
+use parcel::nodes::split::{split_parcel, ChainTo, Tally};
 use parcel::nodes::ParcelFamily;
 use proptest::prelude::*;
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -194,10 +194,16 @@ fn split_chained<F: ParcelFamily>(parcel: &[u8], check: bool, seed: u64) -> (Vec
     pool.get_mut(bi).write(parcel).expect("fits");
     let mut got: Vec<BufIdx> = Vec::new();
     let mut tally = Tally::default();
-    split_parcel::<F>(&mut pool, bi, check, Some(usize::MAX), &mut tally, |d, _| got.push(d)).expect("split");
+    let l2_len = wire::ethernet::HEADER_LEN;
+    split_parcel::<F>(&mut pool, bi, check, Some(ChainTo { mtu: usize::MAX, l2_len }), &mut tally, |d, _| got.push(d)).expect("split");
     assert!(!got.contains(&bi), "a chained split never reuses the parcel's buffer");
     let mut bytes = Vec::new();
     for (k, &d) in got.iter().enumerate() {
+        // Room for the link header right in front, which then starts a line: the
+        // rewrite's header and the datagram's share it.
+        let h = pool.get(d);
+        assert!(h.headroom() >= l2_len);
+        assert_eq!((h.bytes().as_ptr() as usize - l2_len) % engine::mem::LINE, 0, "datagram {k}'s link header starts a line");
         let pieces = [pool.get(d).bytes(), pool.extent_bytes(d)].concat();
         assert_eq!(pool.extent_len(d), pool.extent_bytes(d).len());
         if (seed >> (k % 64)) & 1 == 1 {

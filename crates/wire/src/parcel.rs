@@ -311,11 +311,30 @@ pub fn segment_checksum(segment: &[u8]) -> u16 {
 /// the segment's bytes: `pseudo` is the pseudo-header sum for UDP length `8 + segment`.
 #[inline]
 pub fn datagram_checksum_from_slot(pseudo: Checksum, src_port: u16, dst_port: u16, udp_len: u16, slot: u16) -> u16 {
-    let mut c = pseudo;
-    c.add_u16(src_port).add_u16(dst_port).add_u16(udp_len).add_u16(!slot);
-    match c.finish() {
-        0 => 0xffff,
-        v => v,
+    DatagramChecksums::new(pseudo, src_port, dst_port, udp_len).checksum(slot)
+}
+
+/// [`datagram_checksum_from_slot`] for many segments of one length in one flow (a
+/// parcel's split): the pseudo-header, ports and length summed once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DatagramChecksums(u32);
+
+impl DatagramChecksums {
+    #[inline]
+    pub fn new(pseudo: Checksum, src_port: u16, dst_port: u16, udp_len: u16) -> Self {
+        DatagramChecksums(pseudo.fold() as u32 + src_port as u32 + dst_port as u32 + udp_len as u32)
+    }
+    /// The UDP checksum of the datagram carrying the segment whose slot is `slot`.
+    #[inline(always)]
+    pub fn checksum(self, slot: u16) -> u16 {
+        // Five 16-bit words (`DatagramSlots::slot`'s folds).
+        let s = self.0 + !slot as u32;
+        let s = (s & 0xffff) + (s >> 16);
+        let s = (s & 0xffff) + (s >> 16);
+        match !(s as u16) {
+            0 => 0xffff,
+            v => v,
+        }
     }
 }
 

@@ -15,7 +15,8 @@
 //! **Chained datagrams** (`chain`): where every datagram will take `ip4-rewrite`'s fast
 //! path (a resolved next hop, TTL left, within the MTU), a datagram is its headers in a
 //! fresh buffer plus an extent of its segment where it lies in the parcel's buffer
-//! (`Pool::attach`): no segment is copied, and the check sums it in place. The parcel's
+//! (`Pool::alloc_chained`; the headers placed so that the rewrite's link header shares
+//! their line): no segment is copied, and the check sums it in place. The parcel's
 //! buffer goes back to the pool with its last datagram. The dispatcher and the worker
 //! copy a chained datagram into one buffer before any node or device that does not
 //! take chains, so the bytes that leave are the copying split's.
@@ -27,7 +28,7 @@ use engine::{counters, BufIdx, Counts, ExpandNode, Pool};
 use ip::nodes::family::rewrite_fast;
 use ip::tables::Adjacency;
 use wire::checksum::Checksum;
-use wire::parcel::datagram_checksum_from_slot;
+use wire::parcel::DatagramChecksums;
 
 counters! {
     pub enum ParcelSplitCounter {
@@ -69,6 +70,8 @@ pub enum SplitError {
 struct Template {
     bytes: [u8; 48],
     pseudo: Checksum,
+    /// The datagrams' UDP checksums from their slots.
+    checksums: DatagramChecksums,
     udp_len: usize,
 }
 
@@ -79,21 +82,31 @@ impl Template {
         let pseudo = F::write_datagram_ip(head, 0, udp_len, &mut bytes[..hl]);
         bytes[hl..hl + 4].copy_from_slice(&head[udp_at..udp_at + 4]);
         bytes[hl + 4..hl + 6].copy_from_slice(&(udp_len as u16).to_be_bytes());
-        Template { bytes, pseudo, udp_len }
+        let port = |at: usize| u16::from_be_bytes([head[at], head[at + 1]]);
+        let checksums = DatagramChecksums::new(pseudo, port(udp_at), port(udp_at + 2), udp_len as u16);
+        Template { bytes, pseudo, checksums, udp_len }
     }
+}
+
+/// Where a split's datagrams may be chained: a resolved next hop whose link's MTU they
+/// must fit, and the length of the link header its rewrite puts in front of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChainTo {
+    pub mtu: usize,
+    pub l2_len: usize,
 }
 
 /// Split the parcel in `bi` into datagrams, handing each to `out` (copying, the last one
 /// made in `bi` itself). With `check`, each segment is summed as it is copied and left out
 /// (counted in `tally.bad`) when the sum does not match a non-zero slot. With
-/// `chain_mtu` (the MTU of a resolved next hop whose rewrite takes chains), each datagram
-/// that fits it, with TTL left, is a chained packet: its headers, then its segment in
+/// `chain_to` (a resolved next hop: the datagrams rewritten by the caller), each datagram
+/// that fits its MTU, with TTL left, is a chained packet: its headers, then its segment in
 /// `bi`, which the caller frees as ever (the pool keeps it until the last datagram goes).
 pub fn split_parcel<F: ParcelFamily>(
     pool: &mut Pool,
     bi: BufIdx,
     check: bool,
-    chain_mtu: Option<usize>,
+    chain_to: Option<ChainTo>,
     tally: &mut Tally,
     mut out: impl FnMut(BufIdx, &mut engine::Buffer),
 ) -> Result<(), SplitError> {
@@ -111,7 +124,8 @@ pub fn split_parcel<F: ParcelFamily>(
     let mut tmpl = Template::new::<F>(head, s.udp_at, 8 + s.seg_len);
     // Every datagram takes `ipN-rewrite`'s fast path (no ICMP error, no fragmenting,
     // whose parsers would see the head alone): the largest fits, the TTL does not expire.
-    let chain = chain_mtu.is_some_and(|mtu| hl + 8 + s.seg_len <= mtu && head[F::HOP_LIMIT_AT] > 1);
+    let chain = chain_to.is_some_and(|c| hl + 8 + s.seg_len <= c.mtu && head[F::HOP_LIMIT_AT] > 1);
+    let l2_len = chain_to.map_or(0, |c| c.l2_len);
     for i in 0..s.nsegs {
         let range = s.segment(i);
         let udp_len = 8 + range.len();
@@ -136,13 +150,11 @@ pub fn split_parcel<F: ParcelFamily>(
             }
             if chain {
                 // A buffer for the whole datagram, so that it can be made one again
-                // wherever a node or device needs it whole (`Pool::attach` asks it).
-                let Some(d) = pool.alloc(hl + udp_len) else { return Err(SplitError::NoBuffer) };
-                if pool.get_mut(d).set_len(hl + 8).is_err() || pool.attach(d, bi, range).is_err() {
-                    pool.free(d);
-                    return Err(SplitError::NoBuffer);
-                }
-                d
+                // wherever a node or device needs it whole (`Pool::alloc_chained`).
+                // Its headers start `l2_len` into a line, so that the link header the
+                // rewrite puts in front shares their line: one line written a datagram,
+                // not two (the buffers come back cold after the next parcels' bytes).
+                pool.alloc_chained(bi, range, l2_len, hl + 8).map_err(|_| SplitError::NoBuffer)?
             } else {
                 let b = pool.get_mut(bi);
                 if b.narrow(range.start - hl - 8, hl + udp_len).is_err() {
@@ -176,9 +188,10 @@ pub fn split_parcel<F: ParcelFamily>(
         let dst = pool.get_mut(d);
         dst.meta.rx_if = meta.rx_if;
         dst.meta.adj = meta.adj;
-        let b = dst.bytes_mut();
-        b[..hl + 8].copy_from_slice(&tmpl.bytes[..hl + 8]);
-        F::patch_datagram_ident(b, i);
+        // The headers made aside and stored once: read back from the datagram's line
+        // right after the template's store, they waited for that line.
+        let mut hdr = tmpl.bytes;
+        F::patch_datagram_ident(&mut hdr, i);
         let udp_sum = match (slot, sum) {
             (0, Some(sum)) => {
                 tally.summed += 1;
@@ -189,9 +202,10 @@ pub fn split_parcel<F: ParcelFamily>(
                     v => v,
                 }
             }
-            _ => datagram_checksum_from_slot(tmpl.pseudo, sport, dport, udp_len as u16, slot),
+            _ => tmpl.checksums.checksum(slot),
         };
-        b[hl + 6..hl + 8].copy_from_slice(&udp_sum.to_be_bytes());
+        hdr[hl + 6..hl + 8].copy_from_slice(&udp_sum.to_be_bytes());
+        dst.bytes_mut()[..hl + 8].copy_from_slice(&hdr[..hl + 8]);
         out(d, dst);
         tally.datagrams += 1;
     }
@@ -241,8 +255,10 @@ impl<Cx: HasParcel, F: ParcelFamily> ExpandNode<Cx> for ParcelSplit<F> {
         // A resolved next hop (no solicitation, which rewrites a packet whole): the
         // datagrams are chained where they fit its MTU.
         let adj = cx.split_parcel().0.tables.adjacency(pool.get(bi).meta.adj);
-        let chain_mtu = match adj {
-            Adjacency::Rewrite { mtu, .. } if F::SPLIT_CHAINS && to_next_hop => Some(*mtu as usize),
+        let chain_to = match adj {
+            Adjacency::Rewrite { mtu, rewrite, .. } if F::SPLIT_CHAINS && to_next_hop => {
+                Some(ChainTo { mtu: *mtu as usize, l2_len: rewrite.len() })
+            }
             _ => None,
         };
         // A datagram to a next hop takes the rewrite's fast path here, where it is made,
@@ -251,7 +267,7 @@ impl<Cx: HasParcel, F: ParcelFamily> ExpandNode<Cx> for ParcelSplit<F> {
         // expiring, too big, an unresolved neighbour), go on to `ipN-rewrite` as before
         // (made whole first if chained: `ipN-rewrite` does not take chains).
         let mut tally = Tally::default();
-        let r = split_parcel::<F>(pool, bi, check, chain_mtu, &mut tally, |d, b| {
+        let r = split_parcel::<F>(pool, bi, check, chain_to, &mut tally, |d, b| {
             let n = if to_next_hop && rewrite_fast::<F>(adj, b) { F::SPLIT_TO_OUTPUT } else { next };
             out.push((d, n))
         });
