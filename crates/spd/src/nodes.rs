@@ -14,10 +14,10 @@
 //! the IP header as validated by `ipN-input` or by the decrypt node (version, header
 //! length, total length).
 
-use crate::context::{HasSpd, Prepared, SpdContext};
-use crate::flow_cache::{cache_spd, pack4_words, CacheKey};
+use crate::context::{decide_cached, HasSpd, Prepared};
+use crate::flow_cache::{cache_spd, pack4_words, stamp, CacheKey, Cached, FlowCache, Slot};
 use crate::policy::{Action, Decision, FlowKey, SaId, SpdId};
-use crate::tables::Classified;
+use crate::tables::{Classified, SpdTables};
 use engine::{counters, next_nodes, BufIdx, Buffer, Counts, GraphBuilder, NextNodes, Node, Pool, Verdict, VECTOR_SIZE};
 use ip::tables::Adjacency;
 use wire::ipv6_ext::walk_chain;
@@ -221,6 +221,8 @@ impl From<KeyError> for OutputCounter {
     }
 }
 
+type OutputVerdict<F> = Verdict<<F as SpdFamily>::OutputNext, OutputCounter>;
+
 /// The interface the route lookup chose for a packet.
 #[inline(always)]
 fn tx_if(ip: &ip::IpContext, buf: &Buffer) -> Option<engine::IfIndex> {
@@ -270,29 +272,102 @@ pub struct IpsecOutput<F: SpdFamily> {
     ready: Box<[Ready<F::Addr>; VECTOR_SIZE]>,
     /// By the packet's place in the vector, which `prepare` leaves in `meta.param`.
     decided: Box<[Decided<F::OutputNext>; VECTOR_SIZE]>,
+    /// A cache hit's verdict by its kind ([`Cached::kind_index`]): a hit becomes its
+    /// verdict in one load, not through a [`Decision`].
+    by_kind: [OutputVerdict<F>; Cached::KINDS],
 }
 
 impl<F: SpdFamily> Default for IpsecOutput<F> {
     fn default() -> Self {
         let bypass = Decided { verdict: Verdict::Next(F::BYPASS), param: 0 };
-        IpsecOutput { ready: Box::new([Ready::NoSpd; VECTOR_SIZE]), decided: Box::new([bypass; VECTOR_SIZE]) }
+        IpsecOutput {
+            ready: Box::new([Ready::NoSpd; VECTOR_SIZE]),
+            decided: Box::new([bypass; VECTOR_SIZE]),
+            by_kind: std::array::from_fn(|k| decided::<F>(Cached::decision_of_kind(k)).verdict),
+        }
     }
 }
 
-/// The decision for a packet `IpsecOutput::prepare` read.
+/// What a packet with decision `d` does next, and the `meta.param` it leaves.
 #[inline(always)]
-fn decide_output<F: SpdFamily>(cx: &mut SpdContext, ready: &Ready<F::Addr>) -> Decided<F::OutputNext> {
-    let (verdict, param) = match ready {
-        Ready::NoSpd => (Verdict::Next(F::BYPASS), 0),
-        Ready::Bad(e) => (Verdict::Drop((*e).into()), 0),
-        Ready::Key(p) => match cx.decide_prepared(p) {
-            Decision::Act(Action::Protect(sa)) => (Verdict::Next(F::PROTECT), sa.0),
-            Decision::Act(Action::Bypass) => (Verdict::Next(F::BYPASS), 0),
-            Decision::Act(Action::Discard) => (Verdict::Drop(OutputCounter::PolicyDiscard), 0),
-            Decision::NoMatch => (Verdict::Drop(OutputCounter::NoPolicy), 0),
-        },
+fn decided<F: SpdFamily>(d: Decision) -> Decided<F::OutputNext> {
+    let (verdict, param) = match d {
+        Decision::Act(Action::Protect(sa)) => (Verdict::Next(F::PROTECT), sa.0),
+        Decision::Act(Action::Bypass) => (Verdict::Next(F::BYPASS), 0),
+        Decision::Act(Action::Discard) => (Verdict::Drop(OutputCounter::PolicyDiscard), 0),
+        Decision::NoMatch => (Verdict::Drop(OutputCounter::NoPolicy), 0),
     };
     Decided { verdict, param }
+}
+
+impl<F: SpdFamily> IpsecOutput<F> {
+    /// `prepare`'s pipeline over `input` (at most a vector), with this family's flow
+    /// cache or without one (`--no-flow-cache`: every packet classified). Inlined into
+    /// both cases, so neither tests per packet whether there is a cache.
+    #[inline(always)]
+    fn decide_vector(
+        &mut self,
+        ip: &ip::IpContext,
+        tables: &SpdTables,
+        mut cache: Option<&mut FlowCache<F::Addr>>,
+        pool: &mut Pool,
+        input: &[BufIdx],
+    ) {
+        let n = input.len().min(VECTOR_SIZE);
+        let current = stamp(tables.version);
+        // Counted once for the vector, not a read-modify-write of the cache's counter
+        // a packet.
+        let mut hits = 0;
+        let mut last: Option<(u32, Option<SpdId>)> = None;
+        for i in 0..n + SLOT_AHEAD {
+            if i < n {
+                let buf = pool.get_mut(input[i]);
+                let adj = buf.meta.adj;
+                let spd = match last {
+                    Some((a, s)) if a == adj => s,
+                    _ => {
+                        let s = tx_if(ip, buf).and_then(|i| tables.spd_of(i));
+                        last = Some((adj, s));
+                        s
+                    }
+                };
+                self.ready[i] = match spd.map(|s| F::outbound_cache_key(buf.bytes(), cache_spd(s.0, false))) {
+                    None => Ready::NoSpd,
+                    Some(Err(e)) => Ready::Bad(e),
+                    Some(Ok(key)) => {
+                        let slot = match &cache {
+                            Some(c) => {
+                                let slot = FlowCache::<F::Addr>::slot(&key);
+                                c.prefetch(slot);
+                                slot
+                            }
+                            None => Slot::default(),
+                        };
+                        Ready::Key(Prepared { key, slot })
+                    }
+                };
+                buf.meta.param = i as u32;
+            }
+            if i >= SLOT_AHEAD {
+                let j = i - SLOT_AHEAD;
+                self.decided[j] = match (&self.ready[j], cache.as_deref_mut()) {
+                    (Ready::Key(p), Some(c)) => match c.current(p.slot, &p.key, current) {
+                        Some(hit) => {
+                            hits += 1;
+                            Decided { verdict: self.by_kind[hit.kind_index()], param: hit.sa }
+                        }
+                        None => decided::<F>(decide_cached(tables, c, p)),
+                    },
+                    (Ready::Key(p), None) => decided::<F>(tables.classify_packed::<F::Addr>(&p.key)),
+                    (Ready::NoSpd, _) => Decided { verdict: Verdict::Next(F::BYPASS), param: 0 },
+                    (Ready::Bad(e), _) => Decided { verdict: Verdict::Drop((*e).into()), param: 0 },
+                };
+            }
+        }
+        if let Some(c) = cache {
+            c.count_hits(hits);
+        }
+    }
 }
 
 impl<Cx: HasSpd, F: SpdFamily> Node<Cx> for IpsecOutput<F> {
@@ -307,35 +382,9 @@ impl<Cx: HasSpd, F: SpdFamily> Node<Cx> for IpsecOutput<F> {
     /// the last adjacency is kept.
     fn prepare(&mut self, cx: &mut Cx, pool: &mut Pool, input: &[BufIdx]) {
         let (ip, cx) = cx.split_spd();
-        let n = input.len().min(VECTOR_SIZE);
-        let mut last: Option<(u32, Option<SpdId>)> = None;
-        for i in 0..n + SLOT_AHEAD {
-            if i < n {
-                let buf = pool.get_mut(input[i]);
-                let adj = buf.meta.adj;
-                let spd = match last {
-                    Some((a, s)) if a == adj => s,
-                    _ => {
-                        let s = tx_if(ip, buf).and_then(|i| cx.tables.spd_of(i));
-                        last = Some((adj, s));
-                        s
-                    }
-                };
-                self.ready[i] = match spd.map(|s| F::outbound_cache_key(buf.bytes(), cache_spd(s.0, false))) {
-                    None => Ready::NoSpd,
-                    Some(Err(e)) => Ready::Bad(e),
-                    Some(Ok(key)) => {
-                        let p = cx.prepare_packed(key);
-                        cx.prefetch(&p);
-                        Ready::Key(p)
-                    }
-                };
-                buf.meta.param = i as u32;
-            }
-            if i >= SLOT_AHEAD {
-                let j = i - SLOT_AHEAD;
-                self.decided[j] = decide_output::<F>(cx, &self.ready[j]);
-            }
+        match cx.tables_and_cache::<F::Addr>() {
+            (tables, Some(cache)) => self.decide_vector(ip, tables, Some(cache), pool, input),
+            (tables, None) => self.decide_vector(ip, tables, None, pool, input),
         }
     }
 
