@@ -300,6 +300,13 @@ fn decided<F: SpdFamily>(d: Decision) -> Decided<F::OutputNext> {
     Decided { verdict, param }
 }
 
+/// A packet the flow cache did not answer at once ([`FlowCache::current`]): out of the
+/// pipeline's loop, whose hits then keep their values in registers.
+#[inline(never)]
+fn decide_miss<A: Classified>(tables: &SpdTables, cache: &mut FlowCache<A>, p: &Prepared<A>) -> Decision {
+    decide_cached(tables, cache, p)
+}
+
 impl<F: SpdFamily> IpsecOutput<F> {
     /// `prepare`'s pipeline over `input` (at most a vector), with this family's flow
     /// cache or without one (`--no-flow-cache`: every packet classified). Inlined into
@@ -356,7 +363,7 @@ impl<F: SpdFamily> IpsecOutput<F> {
                             hits += 1;
                             Decided { verdict: self.by_kind[hit.kind_index()], param: hit.sa }
                         }
-                        None => decided::<F>(decide_cached(tables, c, p)),
+                        None => decided::<F>(decide_miss(tables, c, p)),
                     },
                     (Ready::Key(p), None) => decided::<F>(tables.classify_packed::<F::Addr>(&p.key)),
                     (Ready::NoSpd, _) => Decided { verdict: Verdict::Next(F::BYPASS), param: 0 },
