@@ -459,6 +459,31 @@ mod tests {
     }
 
     #[test]
+    fn current_finds_only_its_flow_under_the_current_stamp_and_counts_nothing() {
+        let mut c = FlowCache::<u32>::new(1).unwrap();
+        let decisions = [PROTECT, Decision::Act(Action::Bypass), Decision::Act(Action::Discard), Decision::NoMatch];
+        for (i, d) in decisions.into_iter().enumerate() {
+            let k = u32::pack(1, &key(i as u32));
+            let slot = FlowCache::<u32>::slot(&k);
+            c.insert(slot, &k, 9, d);
+            let hit = c.current(slot, &k, stamp(9)).unwrap();
+            assert_eq!(hit.decision(), d);
+            // A node's verdict table by kind holds the same decision (the SA apart).
+            let kind_of = Cached::decision_of_kind(hit.kind_index());
+            assert_eq!(kind_of, if d == PROTECT { Decision::Act(Action::Protect(SaId(0))) } else { d });
+            assert_eq!(hit.sa, if d == PROTECT { 7 } else { 0 });
+            // Another version, or another flow on the same (only) slot: not current.
+            assert_eq!(c.current(slot, &k, stamp(10)), None);
+            let other = u32::pack(1, &key(100));
+            assert_eq!(c.current(FlowCache::<u32>::slot(&other), &other, stamp(9)), None);
+        }
+        let before = c.stats;
+        assert_eq!(before.hits, 0);
+        c.count_hits(3);
+        assert_eq!(c.stats, FlowCacheStats { hits: 3, ..before });
+    }
+
+    #[test]
     fn a_colliding_flow_overwrites_and_the_first_misses() {
         // One slot: every flow collides.
         let mut c = FlowCache::new(1).unwrap();

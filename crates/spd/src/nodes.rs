@@ -16,7 +16,7 @@
 
 use crate::context::{decide_cached, HasSpd, Prepared};
 use crate::flow_cache::{cache_spd, pack4_words, stamp, CacheKey, Cached, FlowCache, Slot};
-use crate::policy::{Action, Decision, FlowKey, SaId, SpdId};
+use crate::policy::{Action, Decision, FlowKey, SaId};
 use crate::tables::{Classified, SpdTables};
 use engine::{counters, next_nodes, BufIdx, Buffer, Counts, GraphBuilder, NextNodes, Node, Pool, Verdict, VECTOR_SIZE};
 use ip::tables::Adjacency;
@@ -96,10 +96,20 @@ fn ports(proto: u8, b: &[u8], at: usize) -> Result<(u16, u16), KeyError> {
     Ok(((w >> 16) as u16, w as u16))
 }
 
+/// The protocols whose header starts with ports (TCP, UDP, SCTP), by number: one load
+/// a packet where three compares were.
+const HAS_PORTS: [bool; 256] = {
+    let mut t = [false; 256];
+    t[6] = true;
+    t[17] = true;
+    t[132] = true;
+    t
+};
+
 /// [`ports`] as one word: the source port in the high half.
 #[inline(always)]
 fn ports_word(proto: u8, b: &[u8], at: usize) -> Result<u32, KeyError> {
-    if !matches!(proto, 6 | 17 | 132) {
+    if !HAS_PORTS[proto as usize] {
         return Ok(0);
     }
     // One bounds check (`at` is at most a header chain's length, far from overflowing).
@@ -223,23 +233,13 @@ impl From<KeyError> for OutputCounter {
 
 type OutputVerdict<F> = Verdict<<F as SpdFamily>::OutputNext, OutputCounter>;
 
-/// The interface the route lookup chose for a packet.
+/// The interface of the adjacency the route lookup chose for a packet.
 #[inline(always)]
-fn tx_if(ip: &ip::IpContext, buf: &Buffer) -> Option<engine::IfIndex> {
-    match ip.tables.adjacency(buf.meta.adj) {
+fn tx_if(ip: &ip::IpContext, adj: u32) -> Option<engine::IfIndex> {
+    match ip.tables.adjacency(adj) {
         Adjacency::Rewrite { tx_if, .. } | Adjacency::Glean { tx_if, .. } | Adjacency::Incomplete { tx_if, .. } => Some(*tx_if),
         _ => None,
     }
-}
-
-/// What `IpsecOutput::prepare` found for one packet of the vector.
-#[derive(Debug, Clone, Copy, Default)]
-enum Ready<A: Classified> {
-    /// Its interface has no SPD (unbound since the lookup sent the packet here).
-    #[default]
-    NoSpd,
-    Bad(KeyError),
-    Key(Prepared<A>),
 }
 
 /// What `IpsecOutput::prepare` decided for one packet: the verdict `process` returns
@@ -268,8 +268,11 @@ const SLOT_AHEAD: usize = 16;
 /// are decided in arrival order, so a flow's second packet in a vector finds what its
 /// first one put in the cache.
 pub struct IpsecOutput<F: SpdFamily> {
-    /// By the packet's place in the vector.
-    ready: Box<[Ready<F::Addr>; VECTOR_SIZE]>,
+    /// By the packet's place in the vector: its key and slot, when `pending`.
+    keys: Box<[Prepared<F::Addr>; VECTOR_SIZE]>,
+    /// By the packet's place in the vector: whether it has a key to look up (else
+    /// `prepare` decided it at once: no SPD, or headers it could not read).
+    pending: Box<[bool; VECTOR_SIZE]>,
     /// By the packet's place in the vector, which `prepare` leaves in `meta.param`.
     decided: Box<[Decided<F::OutputNext>; VECTOR_SIZE]>,
     /// A cache hit's verdict by its kind ([`Cached::kind_index`]): a hit becomes its
@@ -281,7 +284,8 @@ impl<F: SpdFamily> Default for IpsecOutput<F> {
     fn default() -> Self {
         let bypass = Decided { verdict: Verdict::Next(F::BYPASS), param: 0 };
         IpsecOutput {
-            ready: Box::new([Ready::NoSpd; VECTOR_SIZE]),
+            keys: Box::new([Prepared { key: Default::default(), slot: Slot::default() }; VECTOR_SIZE]),
+            pending: Box::new([false; VECTOR_SIZE]),
             decided: Box::new([bypass; VECTOR_SIZE]),
             by_kind: std::array::from_fn(|k| decided::<F>(Cached::decision_of_kind(k)).verdict),
         }
@@ -325,22 +329,23 @@ impl<F: SpdFamily> IpsecOutput<F> {
         // Counted once for the vector, not a read-modify-write of the cache's counter
         // a packet.
         let mut hits = 0;
-        let mut last: Option<(u32, Option<SpdId>)> = None;
+        let spd_of_adj = |adj| tx_if(ip, adj).and_then(|i| tables.spd_of(i));
+        // The last adjacency's SPD, to start with the true one of an adjacency that
+        // does not exist (no Option to test a packet).
+        let mut last = (u32::MAX, spd_of_adj(u32::MAX));
         for i in 0..n + SLOT_AHEAD {
             if i < n {
                 let buf = pool.get_mut(input[i]);
                 let adj = buf.meta.adj;
-                let spd = match last {
-                    Some((a, s)) if a == adj => s,
-                    _ => {
-                        let s = tx_if(ip, buf).and_then(|i| tables.spd_of(i));
-                        last = Some((adj, s));
-                        s
-                    }
-                };
-                self.ready[i] = match spd.map(|s| F::outbound_cache_key(buf.bytes(), cache_spd(s.0, false))) {
-                    None => Ready::NoSpd,
-                    Some(Err(e)) => Ready::Bad(e),
+                if adj != last.0 {
+                    last = (adj, spd_of_adj(adj));
+                }
+                buf.meta.param = i as u32;
+                // Each field stored from its register, not an enum built and copied.
+                self.pending[i] = false;
+                match last.1.map(|s| F::outbound_cache_key(buf.bytes(), cache_spd(s.0, false))) {
+                    None => self.decided[i] = Decided { verdict: Verdict::Next(F::BYPASS), param: 0 },
+                    Some(Err(e)) => self.decided[i] = Decided { verdict: Verdict::Drop(e.into()), param: 0 },
                     Some(Ok(key)) => {
                         let slot = match &cache {
                             Some(c) => {
@@ -350,24 +355,23 @@ impl<F: SpdFamily> IpsecOutput<F> {
                             }
                             None => Slot::default(),
                         };
-                        Ready::Key(Prepared { key, slot })
+                        self.keys[i] = Prepared { key, slot };
+                        self.pending[i] = true;
                     }
-                };
-                buf.meta.param = i as u32;
+                }
             }
-            if i >= SLOT_AHEAD {
+            if i >= SLOT_AHEAD && self.pending[i - SLOT_AHEAD] {
                 let j = i - SLOT_AHEAD;
-                self.decided[j] = match (&self.ready[j], cache.as_deref_mut()) {
-                    (Ready::Key(p), Some(c)) => match c.current(p.slot, &p.key, current) {
+                let p = &self.keys[j];
+                self.decided[j] = match cache.as_deref_mut() {
+                    Some(c) => match c.current(p.slot, &p.key, current) {
                         Some(hit) => {
                             hits += 1;
                             Decided { verdict: self.by_kind[hit.kind_index()], param: hit.sa }
                         }
                         None => decided::<F>(decide_miss(tables, c, p)),
                     },
-                    (Ready::Key(p), None) => decided::<F>(tables.classify_packed::<F::Addr>(&p.key)),
-                    (Ready::NoSpd, _) => Decided { verdict: Verdict::Next(F::BYPASS), param: 0 },
-                    (Ready::Bad(e), _) => Decided { verdict: Verdict::Drop((*e).into()), param: 0 },
+                    None => decided::<F>(tables.classify_packed::<F::Addr>(&p.key)),
                 };
             }
         }
@@ -578,7 +582,7 @@ fn flow_text<A: Classified>(k: &FlowKey<A>) -> String {
         132 => "sctp".into(),
         p => format!("protocol {p}"),
     };
-    let ports = matches!(k.proto, 6 | 17 | 132);
+    let ports = HAS_PORTS[k.proto as usize];
     let at = |a: A, p: u16| if ports { format!("{} port {p}", a.ip()) } else { a.ip().to_string() };
     format!("{proto} local {} remote {}", at(k.local, k.local_port), at(k.remote, k.remote_port))
 }
