@@ -34,8 +34,8 @@ pub fn huge_table<T: Clone>(n: usize, value: T) -> Box<[T]> {
 /// A table of a power-of-two number of values (at least one), indexed by a hash: the
 /// index is the hash's low bits, so it is always in range and a lookup needs no bounds
 /// check (a flow cache's slot is read twice a packet, to prefetch and to compare: two
-/// checks a packet otherwise, docs/PERFORMANCE.md "IPsec SPD hit: the slot read without
-/// checks"). Backed by [`huge_table`].
+/// checks a packet otherwise, docs/PERFORMANCE.md "IPsec SPD hit: the verdict from the
+/// slot"). Backed by [`huge_table`].
 pub struct MaskedTable<T> {
     values: Box<[T]>,
     /// `values.len() - 1`, the low bits an index keeps.
