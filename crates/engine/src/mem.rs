@@ -31,6 +31,72 @@ pub fn huge_table<T: Clone>(n: usize, value: T) -> Box<[T]> {
     v.into_boxed_slice()
 }
 
+/// A table of a power-of-two number of values (at least one), indexed by a hash: the
+/// index is the hash's low bits, so it is always in range and a lookup needs no bounds
+/// check (a flow cache's slot is read twice a packet, to prefetch and to compare: two
+/// checks a packet otherwise, docs/PERFORMANCE.md "IPsec SPD hit: the verdict from the
+/// slot"). Backed by [`huge_table`].
+pub struct MaskedTable<T> {
+    values: Box<[T]>,
+    /// `values.len() - 1`, the low bits an index keeps.
+    mask: u32,
+}
+
+/// A [`MaskedTable`]'s size that is not a power of two from 1 to 2^31.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotPowerOfTwo(pub usize);
+
+impl<T: Clone> MaskedTable<T> {
+    /// `n` copies of `value`, `n` a power of two up to 2^31.
+    pub fn new(n: usize, value: T) -> Result<Self, NotPowerOfTwo> {
+        if !n.is_power_of_two() || n > 1 << 31 {
+            return Err(NotPowerOfTwo(n));
+        }
+        Ok(MaskedTable { values: huge_table(n, value), mask: (n - 1) as u32 })
+    }
+
+    /// Every value set to `value`.
+    pub fn fill(&mut self, value: T) {
+        self.values.fill(value);
+    }
+}
+
+impl<T> MaskedTable<T> {
+    pub fn len(&self) -> usize {
+        self.values.len()
+    }
+
+    /// Never: a table has at least one value.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// The value `hash`'s low bits name.
+    #[inline(always)]
+    pub fn get(&self, hash: u32) -> &T {
+        let i = (hash & self.mask) as usize;
+        debug_assert!(i < self.values.len());
+        #[allow(unsafe_code)]
+        // SAFETY: `new` made `values` exactly `mask + 1` long and nothing changes its
+        // length afterwards, so `hash & mask` is an index inside it.
+        unsafe {
+            self.values.get_unchecked(i)
+        }
+    }
+
+    /// [`MaskedTable::get`] to change.
+    #[inline(always)]
+    pub fn get_mut(&mut self, hash: u32) -> &mut T {
+        let i = (hash & self.mask) as usize;
+        debug_assert!(i < self.values.len());
+        #[allow(unsafe_code)]
+        // SAFETY: as in `get`.
+        unsafe {
+            self.values.get_unchecked_mut(i)
+        }
+    }
+}
+
 /// Bytes of a cache line.
 pub const LINE: usize = 64;
 
@@ -141,6 +207,25 @@ impl<T: Copy> SharedLines<T> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_masked_table_keeps_a_hashs_low_bits() {
+        let mut t = super::MaskedTable::new(8, 0u32).unwrap();
+        for i in 0..8 {
+            *t.get_mut(i) = i;
+        }
+        // Every hash lands on the value its low three bits name, however large.
+        for h in [0u32, 5, 8, 13, 0xffff_fff9, u32::MAX] {
+            assert_eq!(*t.get(h), h & 7);
+        }
+        assert_eq!(t.len(), 8);
+        t.fill(3);
+        assert_eq!(*t.get(6), 3);
+        assert_eq!(*super::MaskedTable::new(1, 9u8).unwrap().get(u32::MAX), 9);
+        for n in [0, 3, 1000, 1 << 32] {
+            assert_eq!(super::MaskedTable::new(n, 0u8).err(), Some(super::NotPowerOfTwo(n)));
+        }
+    }
+
     #[test]
     fn a_huge_table_holds_its_values() {
         let t = super::huge_table(3 << 20, 7u32);

@@ -44,7 +44,7 @@ fn load(g: &[AtomicU64; 6]) -> FlowCacheStats {
 }
 
 /// A packet's key made ready for the flow cache by [`SpdContext::prepare`]: packed and
-/// its slot found ([`SpdContext::prefetch`] starts loading it).
+/// its slot found ([`FlowCache::prefetch`] starts loading it).
 #[derive(Debug, Clone, Copy)]
 pub struct Prepared<A: CacheKey> {
     /// The SPD and direction are in it ([`cache_spd`]): on a miss, unpacked for the
@@ -118,7 +118,7 @@ impl SpdContext {
 
     /// Pack `k` for the flow cache and find its slot: the first half of
     /// [`SpdContext::decide`], which a node runs some packets ahead of the second (with
-    /// [`SpdContext::prefetch`]) so that the slots' cache misses overlap.
+    /// [`FlowCache::prefetch`]) so that the slots' cache misses overlap.
     #[inline(always)]
     pub fn prepare<A: Classified>(&self, spd: SpdId, inbound: bool, k: &FlowKey<A>) -> Prepared<A> {
         self.prepare_packed(A::pack(cache_spd(spd.0, inbound), k))
@@ -127,32 +127,26 @@ impl SpdContext {
     /// [`SpdContext::prepare`] of a key already packed ([`CacheKey::pack`]).
     #[inline(always)]
     pub fn prepare_packed<A: Classified>(&self, key: A::Packed) -> Prepared<A> {
-        let slot = A::cache_ref(&self.flows4, &self.flows6).map_or(Slot::default(), |c| c.slot(&key));
+        // Without a cache nothing reads the slot: not hashed.
+        let slot = A::cache_ref(&self.flows4, &self.flows6).map_or(Slot::default(), |_| FlowCache::<A>::slot(&key));
         Prepared { key, slot }
-    }
-
-    /// Start loading a prepared key's slot (nothing without a cache).
-    #[inline(always)]
-    pub fn prefetch<A: Classified>(&self, p: &Prepared<A>) {
-        if let Some(c) = A::cache_ref(&self.flows4, &self.flows6) {
-            c.prefetch(p.slot);
-        }
     }
 
     /// The second half of [`SpdContext::decide`].
     #[inline(always)]
     pub fn decide_prepared<A: Classified>(&mut self, p: &Prepared<A>) -> Decision {
-        let tables = &self.tables;
-        let classify = || tables.classify_packed::<A>(&p.key);
-        let Some(cache) = A::cache_of(&mut self.flows4, &mut self.flows6) else {
-            return classify();
-        };
-        if let Some(d) = cache.lookup(p.slot, &p.key, tables.version, A::changes(tables)) {
-            return d;
+        let (tables, cache) = self.tables_and_cache::<A>();
+        match cache {
+            Some(cache) => decide_cached(tables, cache, p),
+            None => tables.classify_packed::<A>(&p.key),
         }
-        let d = classify();
-        cache.insert(p.slot, &p.key, tables.version, d);
-        d
+    }
+
+    /// The tables and this family's flow cache (`None` without one), borrowed together:
+    /// a node that decides a whole vector finds the cache once for it.
+    #[inline(always)]
+    pub fn tables_and_cache<A: Classified>(&mut self) -> (&SpdTables, Option<&mut FlowCache<A>>) {
+        (&self.tables, A::cache_of(&mut self.flows4, &mut self.flows6))
     }
 
     /// [`SpdTables::check_inbound`] through the flow cache: for `ipsecN-decrypted`.
@@ -160,6 +154,18 @@ impl SpdContext {
     pub fn check_inbound<A: Classified>(&mut self, spd: SpdId, sa: SaId, k: &FlowKey<A>) -> bool {
         self.decide(spd, true, k) == Decision::Act(Action::Protect(sa))
     }
+}
+
+/// [`SpdContext::decide_prepared`] with a cache: its entry if it holds under `tables`'
+/// version, else the classifier's decision, then cached.
+#[inline(always)]
+pub fn decide_cached<A: Classified>(tables: &SpdTables, cache: &mut FlowCache<A>, p: &Prepared<A>) -> Decision {
+    if let Some(d) = cache.lookup(p.slot, &p.key, tables.version, A::changes(tables)) {
+        return d;
+    }
+    let d = tables.classify_packed::<A>(&p.key);
+    cache.insert(p.slot, &p.key, tables.version, d);
+    d
 }
 
 /// A worker context with the IP and the SPD parts.

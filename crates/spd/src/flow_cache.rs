@@ -138,9 +138,41 @@ impl FlowCacheStats {
 #[error("flow cache size {0}: expected a power of two from 1 to 2^28")]
 pub struct SizeError(pub usize);
 
-/// The slot a key's hash names, for [`FlowCache::lookup`] and [`FlowCache::insert`].
+/// The slot a key's hash names, for [`FlowCache::lookup`] and [`FlowCache::insert`]:
+/// the hash itself, whose low bits the table keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Slot(u32);
+
+/// A decision as a slot holds it, found by [`FlowCache::current`]: what a node maps
+/// straight to its verdict ([`Cached::kind_index`]) without a [`Decision`] between.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cached {
+    kind: u8,
+    /// The SA of a PROTECT decision; 0 for any other (as [`FlowCache::insert`] writes it).
+    pub sa: u32,
+}
+
+impl Cached {
+    /// How many values [`Cached::kind_index`] takes.
+    pub const KINDS: usize = 8;
+
+    /// The decision's kind, below [`Cached::KINDS`]: an index into a node's table of
+    /// verdicts by kind, which [`Cached::decision_of_kind`] fills.
+    #[inline(always)]
+    pub fn kind_index(self) -> usize {
+        (self.kind as usize) % Self::KINDS
+    }
+
+    /// The decision of a kind index, its SA (if PROTECT) 0.
+    pub fn decision_of_kind(kind_index: usize) -> Decision {
+        decode(kind_index as u8, 0)
+    }
+
+    #[inline(always)]
+    pub fn decision(self) -> Decision {
+        decode(self.kind, self.sa)
+    }
+}
 
 /// A family's cache key: the flow key and the SPD field packed into whole words,
 /// hashed and compared as they are (no field-by-field compare on a hit), and unpacked
@@ -244,8 +276,7 @@ impl CacheKey for u128 {
 }
 
 pub struct FlowCache<A: CacheKey> {
-    slots: Box<[A::Line]>,
-    mask: u32,
+    slots: engine::mem::MaskedTable<A::Line>,
     /// The high bits of the version the entries were stamped under.
     epoch: u32,
     pub stats: FlowCacheStats,
@@ -265,8 +296,7 @@ impl<A: CacheKey> FlowCache<A> {
         Self::check_size(size)?;
         Ok(FlowCache {
             // Huge pages: the default 2^20 slots are 32 MiB (IPv4), read at random.
-            slots: engine::mem::huge_table(size, A::Line::default()),
-            mask: size as u32 - 1,
+            slots: engine::mem::MaskedTable::new(size, A::Line::default()).map_err(|_| SizeError(size))?,
             epoch: 0,
             stats: FlowCacheStats::default(),
         })
@@ -287,16 +317,32 @@ impl<A: CacheKey> FlowCache<A> {
         }
     }
 
-    /// The slot of a packed key.
+    /// The slot of a packed key (of any cache: the table keeps the bits it needs).
     #[inline(always)]
-    pub fn slot(&self, key: &A::Packed) -> Slot {
-        Slot(A::key_hash(key) & self.mask)
+    pub fn slot(key: &A::Packed) -> Slot {
+        Slot(A::key_hash(key))
     }
 
     /// Start loading a slot (see `IpsecOutput::prepare`).
     #[inline(always)]
     pub fn prefetch(&self, slot: Slot) {
-        engine::prefetch::read(&self.slots[(slot.0 & self.mask) as usize]);
+        engine::prefetch::read(self.slots.get(slot.0));
+    }
+
+    /// What the slot holds for `key` decided under the version whose stamp is
+    /// `current` ([`stamp`]): the hit of [`FlowCache::lookup`] without its count (the
+    /// caller adds its hits with [`FlowCache::count_hits`]); `None` leaves the rest to
+    /// `lookup` (an older version, or another flow).
+    #[inline(always)]
+    pub fn current(&self, slot: Slot, key: &A::Packed, current: u32) -> Option<Cached> {
+        let e = &**self.slots.get(slot.0);
+        (e.key == *key && e.stamp == current).then_some(Cached { kind: e.kind, sa: e.sa })
+    }
+
+    /// Count `n` hits found by [`FlowCache::current`].
+    #[inline(always)]
+    pub fn count_hits(&mut self, n: u64) {
+        self.stats.hits += n;
     }
 
     /// The decision cached for `key` (its [`FlowCache::slot`]) that holds under tables
@@ -305,7 +351,7 @@ impl<A: CacheKey> FlowCache<A> {
     /// [`FlowCache::insert`].
     #[inline(always)]
     pub fn lookup(&mut self, slot: Slot, key: &A::Packed, version: u64, changes: &Changes) -> Option<Decision> {
-        let e = &mut *self.slots[(slot.0 & self.mask) as usize];
+        let e = &mut **self.slots.get_mut(slot.0);
         if e.key == *key {
             if e.stamp == stamp(version) {
                 self.stats.hits += 1;
@@ -329,7 +375,7 @@ impl<A: CacheKey> FlowCache<A> {
     /// whatever flow held it.
     #[inline(always)]
     pub fn insert(&mut self, slot: Slot, key: &A::Packed, version: u64, d: Decision) {
-        let e = &mut *self.slots[(slot.0 & self.mask) as usize];
+        let e = &mut **self.slots.get_mut(slot.0);
         self.stats.overwrites += (e.key != *key && e.stamp == stamp(version)) as u64;
         let (kind, sa) = encode(d);
         *e = Entry { key: *key, stamp: stamp(version), sa, kind };
@@ -382,7 +428,7 @@ mod tests {
 
     fn look<A: CacheKey>(c: &mut FlowCache<A>, spd: u16, k: &FlowKey<A>, v: u64) -> Probe {
         let key = A::pack(spd, k);
-        let s = c.slot(&key);
+        let s = FlowCache::<A>::slot(&key);
         match c.lookup(s, &key, v, &all_changed()) {
             Some(d) => Probe::Hit(d),
             None => Probe::Miss(s),
@@ -410,6 +456,31 @@ mod tests {
             fill(&mut c, 2, &k, 1, d);
             assert_eq!(look(&mut c, 2, &k, 1), Probe::Hit(d));
         }
+    }
+
+    #[test]
+    fn current_finds_only_its_flow_under_the_current_stamp_and_counts_nothing() {
+        let mut c = FlowCache::<u32>::new(1).unwrap();
+        let decisions = [PROTECT, Decision::Act(Action::Bypass), Decision::Act(Action::Discard), Decision::NoMatch];
+        for (i, d) in decisions.into_iter().enumerate() {
+            let k = u32::pack(1, &key(i as u32));
+            let slot = FlowCache::<u32>::slot(&k);
+            c.insert(slot, &k, 9, d);
+            let hit = c.current(slot, &k, stamp(9)).unwrap();
+            assert_eq!(hit.decision(), d);
+            // A node's verdict table by kind holds the same decision (the SA apart).
+            let kind_of = Cached::decision_of_kind(hit.kind_index());
+            assert_eq!(kind_of, if d == PROTECT { Decision::Act(Action::Protect(SaId(0))) } else { d });
+            assert_eq!(hit.sa, if d == PROTECT { 7 } else { 0 });
+            // Another version, or another flow on the same (only) slot: not current.
+            assert_eq!(c.current(slot, &k, stamp(10)), None);
+            let other = u32::pack(1, &key(100));
+            assert_eq!(c.current(FlowCache::<u32>::slot(&other), &other, stamp(9)), None);
+        }
+        let before = c.stats;
+        assert_eq!(before.hits, 0);
+        c.count_hits(3);
+        assert_eq!(c.stats, FlowCacheStats { hits: 3, ..before });
     }
 
     #[test]
@@ -518,16 +589,16 @@ mod tests {
         };
         ch.record(2, &r, stamp(11));
         let k2 = u32::pack(2, &key(2));
-        assert_eq!(c.lookup(c.slot(&k2), &k2, 11, &ch), Some(PROTECT));
+        assert_eq!(c.lookup(FlowCache::<u32>::slot(&k2), &k2, 11, &ch), Some(PROTECT));
         assert_eq!(c.stats.revalidated, 1);
         let k1 = u32::pack(2, &key(1));
-        assert_eq!(c.lookup(c.slot(&k1), &k1, 11, &ch), None);
+        assert_eq!(c.lookup(FlowCache::<u32>::slot(&k1), &k1, 11, &ch), None);
         assert_eq!(c.stats.stale, 1);
         // Restamped: the next lookup hits on the stamp alone, even against a record
         // in which everything changed before 12.
         let mut all = Changes::default();
         all.record_all(11);
-        assert_eq!(c.lookup(c.slot(&k2), &k2, 11, &all), Some(PROTECT));
+        assert_eq!(c.lookup(FlowCache::<u32>::slot(&k2), &k2, 11, &all), Some(PROTECT));
         assert_eq!(c.stats.revalidated, 1);
     }
 }

@@ -14,10 +14,10 @@
 //! the IP header as validated by `ipN-input` or by the decrypt node (version, header
 //! length, total length).
 
-use crate::context::{HasSpd, Prepared, SpdContext};
-use crate::flow_cache::{cache_spd, pack4_words, CacheKey};
-use crate::policy::{Action, Decision, FlowKey, SaId, SpdId};
-use crate::tables::Classified;
+use crate::context::{decide_cached, HasSpd, Prepared};
+use crate::flow_cache::{cache_spd, pack4_words, stamp, CacheKey, Cached, FlowCache, Slot};
+use crate::policy::{Action, Decision, FlowKey, SaId};
+use crate::tables::{Classified, SpdTables};
 use engine::{counters, next_nodes, BufIdx, Buffer, Counts, GraphBuilder, NextNodes, Node, Pool, Verdict, VECTOR_SIZE};
 use ip::tables::Adjacency;
 use wire::ipv6_ext::walk_chain;
@@ -96,10 +96,20 @@ fn ports(proto: u8, b: &[u8], at: usize) -> Result<(u16, u16), KeyError> {
     Ok(((w >> 16) as u16, w as u16))
 }
 
+/// The protocols whose header starts with ports (TCP, UDP, SCTP), by number: one load
+/// a packet where three compares were.
+const HAS_PORTS: [bool; 256] = {
+    let mut t = [false; 256];
+    t[6] = true;
+    t[17] = true;
+    t[132] = true;
+    t
+};
+
 /// [`ports`] as one word: the source port in the high half.
 #[inline(always)]
 fn ports_word(proto: u8, b: &[u8], at: usize) -> Result<u32, KeyError> {
-    if !matches!(proto, 6 | 17 | 132) {
+    if !HAS_PORTS[proto as usize] {
         return Ok(0);
     }
     // One bounds check (`at` is at most a header chain's length, far from overflowing).
@@ -221,23 +231,15 @@ impl From<KeyError> for OutputCounter {
     }
 }
 
-/// The interface the route lookup chose for a packet.
+type OutputVerdict<F> = Verdict<<F as SpdFamily>::OutputNext, OutputCounter>;
+
+/// The interface of the adjacency the route lookup chose for a packet.
 #[inline(always)]
-fn tx_if(ip: &ip::IpContext, buf: &Buffer) -> Option<engine::IfIndex> {
-    match ip.tables.adjacency(buf.meta.adj) {
+fn tx_if(ip: &ip::IpContext, adj: u32) -> Option<engine::IfIndex> {
+    match ip.tables.adjacency(adj) {
         Adjacency::Rewrite { tx_if, .. } | Adjacency::Glean { tx_if, .. } | Adjacency::Incomplete { tx_if, .. } => Some(*tx_if),
         _ => None,
     }
-}
-
-/// What `IpsecOutput::prepare` found for one packet of the vector.
-#[derive(Debug, Clone, Copy, Default)]
-enum Ready<A: Classified> {
-    /// Its interface has no SPD (unbound since the lookup sent the packet here).
-    #[default]
-    NoSpd,
-    Bad(KeyError),
-    Key(Prepared<A>),
 }
 
 /// What `IpsecOutput::prepare` decided for one packet: the verdict `process` returns
@@ -266,33 +268,117 @@ const SLOT_AHEAD: usize = 16;
 /// are decided in arrival order, so a flow's second packet in a vector finds what its
 /// first one put in the cache.
 pub struct IpsecOutput<F: SpdFamily> {
-    /// By the packet's place in the vector.
-    ready: Box<[Ready<F::Addr>; VECTOR_SIZE]>,
+    /// By the packet's place in the vector: its key and slot, when `pending`.
+    keys: Box<[Prepared<F::Addr>; VECTOR_SIZE]>,
+    /// By the packet's place in the vector: whether it has a key to look up (else
+    /// `prepare` decided it at once: no SPD, or headers it could not read).
+    pending: Box<[bool; VECTOR_SIZE]>,
     /// By the packet's place in the vector, which `prepare` leaves in `meta.param`.
     decided: Box<[Decided<F::OutputNext>; VECTOR_SIZE]>,
+    /// A cache hit's verdict by its kind ([`Cached::kind_index`]): a hit becomes its
+    /// verdict in one load, not through a [`Decision`].
+    by_kind: [OutputVerdict<F>; Cached::KINDS],
 }
 
 impl<F: SpdFamily> Default for IpsecOutput<F> {
     fn default() -> Self {
         let bypass = Decided { verdict: Verdict::Next(F::BYPASS), param: 0 };
-        IpsecOutput { ready: Box::new([Ready::NoSpd; VECTOR_SIZE]), decided: Box::new([bypass; VECTOR_SIZE]) }
+        IpsecOutput {
+            keys: Box::new([Prepared { key: Default::default(), slot: Slot::default() }; VECTOR_SIZE]),
+            pending: Box::new([false; VECTOR_SIZE]),
+            decided: Box::new([bypass; VECTOR_SIZE]),
+            by_kind: std::array::from_fn(|k| decided::<F>(Cached::decision_of_kind(k)).verdict),
+        }
     }
 }
 
-/// The decision for a packet `IpsecOutput::prepare` read.
+/// What a packet with decision `d` does next, and the `meta.param` it leaves.
 #[inline(always)]
-fn decide_output<F: SpdFamily>(cx: &mut SpdContext, ready: &Ready<F::Addr>) -> Decided<F::OutputNext> {
-    let (verdict, param) = match ready {
-        Ready::NoSpd => (Verdict::Next(F::BYPASS), 0),
-        Ready::Bad(e) => (Verdict::Drop((*e).into()), 0),
-        Ready::Key(p) => match cx.decide_prepared(p) {
-            Decision::Act(Action::Protect(sa)) => (Verdict::Next(F::PROTECT), sa.0),
-            Decision::Act(Action::Bypass) => (Verdict::Next(F::BYPASS), 0),
-            Decision::Act(Action::Discard) => (Verdict::Drop(OutputCounter::PolicyDiscard), 0),
-            Decision::NoMatch => (Verdict::Drop(OutputCounter::NoPolicy), 0),
-        },
+fn decided<F: SpdFamily>(d: Decision) -> Decided<F::OutputNext> {
+    let (verdict, param) = match d {
+        Decision::Act(Action::Protect(sa)) => (Verdict::Next(F::PROTECT), sa.0),
+        Decision::Act(Action::Bypass) => (Verdict::Next(F::BYPASS), 0),
+        Decision::Act(Action::Discard) => (Verdict::Drop(OutputCounter::PolicyDiscard), 0),
+        Decision::NoMatch => (Verdict::Drop(OutputCounter::NoPolicy), 0),
     };
     Decided { verdict, param }
+}
+
+/// A packet the flow cache did not answer at once ([`FlowCache::current`]): out of the
+/// pipeline's loop, whose hits then keep their values in registers.
+#[inline(never)]
+fn decide_miss<A: Classified>(tables: &SpdTables, cache: &mut FlowCache<A>, p: &Prepared<A>) -> Decision {
+    decide_cached(tables, cache, p)
+}
+
+impl<F: SpdFamily> IpsecOutput<F> {
+    /// `prepare`'s pipeline over `input` (at most a vector), with this family's flow
+    /// cache or without one (`--no-flow-cache`: every packet classified). Inlined into
+    /// both cases, so neither tests per packet whether there is a cache.
+    #[inline(always)]
+    fn decide_vector(
+        &mut self,
+        ip: &ip::IpContext,
+        tables: &SpdTables,
+        mut cache: Option<&mut FlowCache<F::Addr>>,
+        pool: &mut Pool,
+        input: &[BufIdx],
+    ) {
+        let n = input.len().min(VECTOR_SIZE);
+        let current = stamp(tables.version);
+        // Counted once for the vector, not a read-modify-write of the cache's counter
+        // a packet.
+        let mut hits = 0;
+        let spd_of_adj = |adj| tx_if(ip, adj).and_then(|i| tables.spd_of(i));
+        // The last adjacency's SPD, to start with the true one of an adjacency that
+        // does not exist (no Option to test a packet).
+        let mut last = (u32::MAX, spd_of_adj(u32::MAX));
+        for i in 0..n + SLOT_AHEAD {
+            if i < n {
+                let buf = pool.get_mut(input[i]);
+                let adj = buf.meta.adj;
+                if adj != last.0 {
+                    last = (adj, spd_of_adj(adj));
+                }
+                buf.meta.param = i as u32;
+                // Each field stored from its register, not an enum built and copied.
+                self.pending[i] = false;
+                match last.1.map(|s| F::outbound_cache_key(buf.bytes(), cache_spd(s.0, false))) {
+                    None => self.decided[i] = Decided { verdict: Verdict::Next(F::BYPASS), param: 0 },
+                    Some(Err(e)) => self.decided[i] = Decided { verdict: Verdict::Drop(e.into()), param: 0 },
+                    Some(Ok(key)) => {
+                        let slot = match &cache {
+                            Some(c) => {
+                                let slot = FlowCache::<F::Addr>::slot(&key);
+                                c.prefetch(slot);
+                                slot
+                            }
+                            None => Slot::default(),
+                        };
+                        self.keys[i] = Prepared { key, slot };
+                        self.pending[i] = true;
+                    }
+                }
+            }
+            if i >= SLOT_AHEAD && self.pending[i - SLOT_AHEAD] {
+                let j = i - SLOT_AHEAD;
+                let p = &self.keys[j];
+                self.decided[j] = match cache.as_deref_mut() {
+                    Some(c) => match c.current(p.slot, &p.key, current) {
+                        Some(hit) => {
+                            hits += 1;
+                            Decided { verdict: self.by_kind[hit.kind_index()], param: hit.sa }
+                        }
+                        None => decided::<F>(decide_miss(tables, c, p)),
+                    },
+                    None => decided::<F>(tables.classify_packed::<F::Addr>(&p.key)),
+                };
+            }
+        }
+        if let Some(c) = cache {
+            c.count_hits(hits);
+        }
+    }
 }
 
 impl<Cx: HasSpd, F: SpdFamily> Node<Cx> for IpsecOutput<F> {
@@ -307,35 +393,9 @@ impl<Cx: HasSpd, F: SpdFamily> Node<Cx> for IpsecOutput<F> {
     /// the last adjacency is kept.
     fn prepare(&mut self, cx: &mut Cx, pool: &mut Pool, input: &[BufIdx]) {
         let (ip, cx) = cx.split_spd();
-        let n = input.len().min(VECTOR_SIZE);
-        let mut last: Option<(u32, Option<SpdId>)> = None;
-        for i in 0..n + SLOT_AHEAD {
-            if i < n {
-                let buf = pool.get_mut(input[i]);
-                let adj = buf.meta.adj;
-                let spd = match last {
-                    Some((a, s)) if a == adj => s,
-                    _ => {
-                        let s = tx_if(ip, buf).and_then(|i| cx.tables.spd_of(i));
-                        last = Some((adj, s));
-                        s
-                    }
-                };
-                self.ready[i] = match spd.map(|s| F::outbound_cache_key(buf.bytes(), cache_spd(s.0, false))) {
-                    None => Ready::NoSpd,
-                    Some(Err(e)) => Ready::Bad(e),
-                    Some(Ok(key)) => {
-                        let p = cx.prepare_packed(key);
-                        cx.prefetch(&p);
-                        Ready::Key(p)
-                    }
-                };
-                buf.meta.param = i as u32;
-            }
-            if i >= SLOT_AHEAD {
-                let j = i - SLOT_AHEAD;
-                self.decided[j] = decide_output::<F>(cx, &self.ready[j]);
-            }
+        match cx.tables_and_cache::<F::Addr>() {
+            (tables, Some(cache)) => self.decide_vector(ip, tables, Some(cache), pool, input),
+            (tables, None) => self.decide_vector(ip, tables, None, pool, input),
         }
     }
 
@@ -522,7 +582,7 @@ fn flow_text<A: Classified>(k: &FlowKey<A>) -> String {
         132 => "sctp".into(),
         p => format!("protocol {p}"),
     };
-    let ports = matches!(k.proto, 6 | 17 | 132);
+    let ports = HAS_PORTS[k.proto as usize];
     let at = |a: A, p: u16| if ports { format!("{} port {p}", a.ip()) } else { a.ip().to_string() };
     format!("{proto} local {} remote {}", at(k.local, k.local_port), at(k.remote, k.remote_port))
 }
