@@ -9,7 +9,7 @@
 use super::EspOuter;
 use crate::context::HasIpsec;
 use crate::sa::{Age, Mode, Sa, SaSpec, SeqError, UdpEncapPorts};
-use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
+use engine::{counters, next_nodes, BufIdx, Buffer, Counts, Node, Pool, Verdict, VECTOR_SIZE};
 use ip::outer::{encap_mtu, inner_hop, ChecksumMode, EncapMtu, InnerHop, MtuPolicy};
 use wire::esp::{EspLayout, EspRepr, EspTrailer, HEADER_LEN};
 use wire::IpProtocol;
@@ -44,12 +44,40 @@ counters! {
     }
 }
 
-pub struct EspEncrypt<O: EspOuter>(std::marker::PhantomData<O>);
+pub struct EspEncrypt<O: EspOuter> {
+    /// For each packet of the vector in hand ([`Node::prepare`]), the lines `process` will
+    /// write: its `Buffer`, its headroom's last line (outer headers, ESP header), its
+    /// first line and the trailer's. Each packet's are prefetched [`PREFETCH_AHEAD`]
+    /// packets before its turn.
+    lines: Vec<[usize; 4]>,
+    /// The packet `process` is on: its place in the vector.
+    at: usize,
+    _outer: std::marker::PhantomData<O>,
+}
 
 impl<O: EspOuter> Default for EspEncrypt<O> {
     fn default() -> Self {
-        EspEncrypt(std::marker::PhantomData)
+        EspEncrypt { lines: Vec::with_capacity(VECTOR_SIZE), at: 0, _outer: std::marker::PhantomData }
     }
+}
+
+/// How many packets ahead of the one being encrypted its lines are prefetched. By the
+/// time the node reaches a packet, its lines have left L1 (the vector's packets touch
+/// more lines than L1 holds); a store into a line not in L1 holds up the commit of every
+/// later store, and the next `lock xadd` (the sequence number) and the library's masked
+/// load of the nonce wait for those commits (docs/PERFORMANCE.md).
+pub const PREFETCH_AHEAD: usize = 4;
+
+/// The trailer's reach past the packet's end: padding, trailer and ICV of the
+/// algorithms whose packets are small enough for the latency to matter (AES-GCM: at
+/// most 15 + 2 + 16).
+const TRAILER_REACH: usize = 33;
+
+/// The lines of `buf` that `esp4-encrypt` writes, as addresses for
+/// [`engine::prefetch::read_addr`].
+fn lines_written(buf: &Buffer) -> [usize; 4] {
+    let start = buf.bytes().as_ptr() as usize;
+    [buf as *const Buffer as usize, start.wrapping_sub(64), start, start + buf.len() + TRAILER_REACH]
 }
 
 /// What the encrypt nodes need of an outbound SA that follows from its spec alone,
@@ -202,9 +230,29 @@ impl<Cx: HasIpsec, O: EspOuter> Node<Cx> for EspEncrypt<O> {
         O::ENCRYPT
     }
 
+    /// Note where each packet's lines are, and start loading the first few packets'.
+    fn prepare(&mut self, _cx: &mut Cx, pool: &mut Pool, input: &[BufIdx]) {
+        self.lines.clear();
+        self.at = 0;
+        self.lines.extend(input.iter().map(|&b| lines_written(pool.get(b))));
+        for &l in self.lines.iter().take(PREFETCH_AHEAD).flatten() {
+            engine::prefetch::read_addr(l);
+        }
+    }
+
+    fn end_of_vector(&mut self, _cx: &mut Cx) {
+        self.lines.clear();
+    }
+
     #[inline(always)]
     fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
         use EspEncryptCounter as C;
+        if let Some(ahead) = self.lines.get(self.at + PREFETCH_AHEAD) {
+            for &l in ahead {
+                engine::prefetch::read_addr(l);
+            }
+        }
+        self.at += 1;
         let (ipc, x) = cx.split_ipsec();
         let index = buf.meta.param;
         let Some(sa) = x.tables.outbound(index) else {
