@@ -18,23 +18,3 @@ pub fn read<T>(r: &T) {
     #[cfg(not(target_arch = "x86_64"))]
     let _ = r;
 }
-
-/// Start loading the cache line holding address `addr` into all cache levels: [`read`]
-/// for a line a node cannot borrow yet, such as the headroom and trailer of a packet a
-/// few places ahead in the vector, which it will write. Any address will do: a prefetch
-/// never faults and never changes memory.
-#[inline(always)]
-pub fn read_addr(addr: usize) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        #[allow(unsafe_code)]
-        // SAFETY: PREFETCHT0 is part of SSE, which every x86_64 CPU has; it is a hint that
-        // never faults and never changes memory, whatever the address.
-        unsafe {
-            _mm_prefetch::<_MM_HINT_T0>(addr as *const i8)
-        };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = addr;
-}
