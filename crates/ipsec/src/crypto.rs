@@ -271,47 +271,11 @@ impl Transform {
     /// (the library called straight from the node); the others go through one call.
     #[inline(always)]
     pub fn seal(&self, esp: &mut [u8], seq: u64, esn: bool) {
-        if let Some(nonce) = self.seal_begin(esp, seq, esn) {
-            self.seal_finish(esp, seq, esn, &nonce);
-        }
-    }
-
-    /// [`Transform::seal`] in two steps, so that a node can write a whole vector's
-    /// packets before it seals any (`esp4-encrypt`): this writes what goes into the
-    /// packet before the cipher runs (the IV) and returns the nonce for
-    /// [`Transform::seal_finish`]; a transform that does not split (every one but
-    /// AES-GCM from intel-ipsec-mb) seals here and returns None.
-    ///
-    /// Why split: the library reads the nonce and the AAD with masked loads, which wait
-    /// until the stores that wrote them have reached the cache. Right after the packet's
-    /// headers and trailer were written that is a wait for all of them; a vector later,
-    /// none.
-    #[inline(always)]
-    pub fn seal_begin(&self, esp: &mut [u8], seq: u64, esn: bool) -> Option<[u8; 12]> {
         match &self.cipher {
-            Cipher::Null if self.hmac.is_none() => None,
+            Cipher::Null if self.hmac.is_none() => {}
             #[cfg(vecgate_ipsec_mb)]
-            Cipher::ImbGcm { salt, .. } => {
-                esp[HEADER_LEN..HEADER_LEN + 8].copy_from_slice(&seq.to_be_bytes());
-                Some(nonce_bytes(salt, seq))
-            }
-            _ => {
-                self.seal_other(esp, seq, esn);
-                None
-            }
-        }
-    }
-
-    /// The rest of a seal [`Transform::seal_begin`] started: the cipher over `esp` with
-    /// the `nonce` it returned, the ICV written.
-    #[inline(always)]
-    pub fn seal_finish(&self, esp: &mut [u8], seq: u64, esn: bool, nonce: &[u8; 12]) {
-        match &self.cipher {
-            #[cfg(vecgate_ipsec_mb)]
-            Cipher::ImbGcm { key, .. } => seal_imb_gcm(key, nonce, esp, seq, esn),
-            _ => {
-                let _ = (esp, seq, esn, nonce);
-            }
+            Cipher::ImbGcm { key, salt } => seal_imb_gcm(key, salt, esp, seq, esn),
+            _ => self.seal_other(esp, seq, esn),
         }
     }
 
@@ -396,23 +360,25 @@ impl Transform {
 }
 
 /// AES-GCM's seal by intel-ipsec-mb, written for its one layout (8-byte IV, 16-byte
-/// ICV), once [`Transform::seal_begin`] wrote the IV (the sequence number) into the
-/// packet and made the `nonce`: the AAD read from the ESP header in the packet unless the
-/// ESN's high half must go in (RFC 4106 §5), and the library's tag written straight into
-/// the ICV.
+/// ICV): the IV (the sequence number) written into the packet, the AAD read from the
+/// ESP header in the packet unless the ESN's high half must go in (RFC 4106 §5), and the
+/// library's tag written straight into the ICV.
 #[cfg(vecgate_ipsec_mb)]
 #[inline(always)]
-fn seal_imb_gcm(key: &crate::ipsec_mb::GcmKey, nonce: &[u8; 12], esp: &mut [u8], seq: u64, esn: bool) {
+fn seal_imb_gcm(key: &crate::ipsec_mb::GcmKey, salt: &[u8; 4], esp: &mut [u8], seq: u64, esn: bool) {
+    const IV_AT: usize = HEADER_LEN;
     const TEXT_AT: usize = HEADER_LEN + 8;
     let (head, rest) = esp.split_at_mut(TEXT_AT);
     let (text, icv) = rest.split_at_mut(rest.len() - crate::ipsec_mb::TAG_LEN);
     let icv: &mut [u8; crate::ipsec_mb::TAG_LEN] = icv.try_into().expect("split at the tag's length");
+    head[IV_AT..].copy_from_slice(&seq.to_be_bytes());
+    let nonce = nonce_bytes(salt, seq);
     if esn {
         let (aad, aad_len) = aead_aad(head, seq, true);
-        key.seal_in_place_to(nonce, &aad[..aad_len], text, icv);
+        key.seal_in_place_to(&nonce, &aad[..aad_len], text, icv);
     } else {
         // SPI and the low 32 bits of the sequence number: the ESP header as written.
-        key.seal_in_place_to(nonce, &head[..HEADER_LEN], text, icv);
+        key.seal_in_place_to(&nonce, &head[..HEADER_LEN], text, icv);
     }
 }
 

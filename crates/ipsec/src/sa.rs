@@ -54,13 +54,6 @@ impl Lifetime {
         Age::Fresh
     }
 
-    /// Whether a limit is in bytes: the SA's age then depends on every worker's bytes at
-    /// each packet ([`Outbound::reserve`] is not for it).
-    #[inline(always)]
-    pub fn counts_bytes(&self) -> bool {
-        self.soft_bytes != 0 || self.hard_bytes != 0
-    }
-
     pub fn checked(self) -> Result<Lifetime, (&'static str, String)> {
         for (name, soft, hard) in [("soft_packets", self.soft_packets, self.hard_packets), ("soft_bytes", self.soft_bytes, self.hard_bytes)]
         {
@@ -224,73 +217,12 @@ impl Outbound {
         }
     }
 
-    /// Sequence numbers for a run of `n` packets of this SA at once: one atomic operation
-    /// for the run, where [`Outbound::next`] makes two per packet. [`SeqRun::take`] hands
-    /// them out in order with what `next` would have said for each, and
-    /// [`SeqRun::finish`] adds the run's bytes. Only for an SA without a byte lifetime
-    /// (`Lifetime::counts_bytes`): its age at a packet then follows from the number
-    /// alone, where a byte limit needs every worker's bytes at each packet. The counter
-    /// saturates rather than wraps, so a stopped SA's numbers never come round again.
-    #[inline(always)]
-    pub fn reserve(&self, n: u64, esn: bool) -> SeqRun {
-        let before = match self.seq.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |s| Some(s.saturating_add(n))) {
-            Ok(s) | Err(s) => s,
-        };
-        SeqRun { last_taken: Some(before), end: before.saturating_add(n), last: if esn { u64::MAX } else { u32::MAX as u64 }, bytes: 0 }
-    }
-
     pub fn packets(&self) -> u64 {
         self.seq.load(Ordering::Relaxed)
     }
 
     pub fn bytes(&self) -> u64 {
         self.bytes.load(Ordering::Relaxed)
-    }
-}
-
-/// Numbers reserved for a run of packets ([`Outbound::reserve`]).
-#[derive(Debug)]
-pub struct SeqRun {
-    /// The number handed out last (at first the one before the run's); None once past
-    /// the counter's end.
-    last_taken: Option<u64>,
-    /// The counter after the reservation: no number beyond it is the run's.
-    end: u64,
-    /// The last number the SA may use (2^32 - 1 without ESN).
-    last: u64,
-    /// Bytes of the packets given numbers.
-    bytes: u64,
-}
-
-impl SeqRun {
-    /// The next packet's number and the SA's age after it, as [`Outbound::next`] says
-    /// for a packet of `len` bytes (`life` without byte limits).
-    #[inline(always)]
-    pub fn take(&mut self, outbound: &Outbound, len: u64, life: &Lifetime) -> Result<(u64, Age), SeqError> {
-        match self.last_taken.and_then(|s| s.checked_add(1)).filter(|&s| s <= self.last && s <= self.end) {
-            Some(seq) => {
-                self.last_taken = Some(seq);
-                self.bytes += len;
-                match life.age(seq, 0, len) {
-                    Age::Expired => Err(SeqError::Expired),
-                    age => Ok((seq, age)),
-                }
-            }
-            None => {
-                // Stay past the end so every later packet is refused too.
-                self.last_taken = None;
-                outbound.seq.store(u64::MAX, Ordering::Relaxed);
-                Err(SeqError::Overflow)
-            }
-        }
-    }
-
-    /// Add the run's bytes to the SA's count.
-    #[inline(always)]
-    pub fn finish(self, outbound: &Outbound) {
-        if self.bytes > 0 {
-            outbound.bytes.fetch_add(self.bytes, Ordering::Relaxed);
-        }
     }
 }
 
@@ -404,69 +336,6 @@ mod tests {
         all.sort_unstable();
         assert_eq!(all, (1..=40_000).collect::<Vec<_>>());
         assert_eq!(o.bytes(), 40_000 * 64);
-    }
-
-    /// A run's numbers taken at once say, packet for packet, what `next` says taking them
-    /// one by one — numbers, ages, errors — and leave the same packet and byte counts:
-    /// soft and hard packet limits reached inside a run, the counter's end with and
-    /// without ESN, runs after it, and runs of several lengths one after another.
-    #[test]
-    fn a_run_of_numbers_is_what_next_gives_one_by_one() {
-        let lives = [
-            Lifetime::default(),
-            Lifetime { soft_packets: 3, hard_packets: 7, ..Default::default() },
-            Lifetime { soft_packets: 1, ..Default::default() },
-        ];
-        let starts = [0, 5, u32::MAX as u64 - 4, u32::MAX as u64, u64::MAX - 4, u64::MAX - 1];
-        for life in lives {
-            for start in starts {
-                for esn in [false, true] {
-                    for runs in [&[1u64, 1, 1][..], &[4, 3], &[9], &[2, 0, 6, 1]] {
-                        let one_by_one = Outbound::starting_after(start);
-                        let at_once = Outbound::starting_after(start);
-                        let mut len = 40;
-                        for &n in runs {
-                            let mut run = at_once.reserve(n, esn);
-                            for _ in 0..n {
-                                len += 13;
-                                let want = one_by_one.next(len, esn, &life);
-                                assert_eq!(run.take(&at_once, len, &life), want, "{life:?} start {start} esn {esn} runs {runs:?}");
-                            }
-                            run.finish(&at_once);
-                            assert_eq!(at_once.packets(), one_by_one.packets(), "{life:?} start {start} esn {esn} runs {runs:?}");
-                            assert_eq!(at_once.bytes(), one_by_one.bytes(), "{life:?} start {start} esn {esn} runs {runs:?}");
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    /// Workers taking runs never share a number either.
-    #[test]
-    fn workers_taking_runs_never_share_a_number() {
-        let o = Arc::new(Outbound::default());
-        let l = Lifetime::default();
-        let handles: Vec<_> = (0..4u64)
-            .map(|w| {
-                let o = Arc::clone(&o);
-                std::thread::spawn(move || {
-                    let mut got = Vec::new();
-                    for i in 0..2_000u64 {
-                        let n = 1 + (i + w) % 7;
-                        let mut run = o.reserve(n, false);
-                        got.extend((0..n).map(|_| run.take(&o, 64, &l).unwrap().0));
-                        run.finish(&o);
-                    }
-                    got
-                })
-            })
-            .collect();
-        let mut all: Vec<u64> = handles.into_iter().flat_map(|h| h.join().unwrap()).collect();
-        let n = all.len() as u64;
-        all.sort_unstable();
-        assert_eq!(all, (1..=n).collect::<Vec<_>>());
-        assert_eq!((o.packets(), o.bytes()), (n, n * 64));
     }
 
     #[test]

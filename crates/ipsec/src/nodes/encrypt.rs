@@ -7,11 +7,10 @@
 //! outer IP header into the headroom, and the payload is encrypted where it lies.
 
 use super::EspOuter;
-use crate::context::{HasIpsec, IpsecContext};
+use crate::context::HasIpsec;
 use crate::sa::{Age, Mode, Sa, SaSpec, SeqError, UdpEncapPorts};
-use engine::{counters, next_nodes, BufIdx, Buffer, Counts, Node, Pool, Verdict, VECTOR_SIZE};
+use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
 use ip::outer::{encap_mtu, inner_hop, ChecksumMode, EncapMtu, InnerHop, MtuPolicy};
-use ip::IpContext;
 use wire::esp::{EspLayout, EspRepr, EspTrailer, HEADER_LEN};
 use wire::IpProtocol;
 
@@ -45,108 +44,11 @@ counters! {
     }
 }
 
-/// The node works on a whole vector in [`Node::prepare`], in three passes: the checks
-/// before the sequence number (SA, MTU, inner hop) for every packet; then, per run of
-/// packets of one SA, the run's numbers taken at once ([`crate::sa::Outbound::reserve`])
-/// and each packet written but for its cipher (trailer, ESP header, outer headers),
-/// noting what is left ([`PendingSeal`]); then the seals. `process` hands out the
-/// verdicts in order. VPP's `esp4-encrypt` works the same way (its crypto ops run after
-/// the frame's packets are written). Why: a locked instruction per packet (the counter's
-/// `lock xadd`) waits for every store before it to reach the cache, and so does
-/// intel-ipsec-mb's masked load of a nonce or AAD written just before (it cannot be
-/// forwarded from the store buffer); packet by packet, each packet waited for the last
-/// one's stores. A traced vector (`prepare_traced`) is done packet by packet in
-/// `process`, as before.
-pub struct EspEncrypt<O: EspOuter> {
-    /// The vector's verdicts, in its order.
-    verdicts: Vec<Verdict<EspEncryptNext, EspEncryptCounter>>,
-    /// The next verdict `process` hands out.
-    at: usize,
-    /// The packets the checks let through, with what they found (by place in the vector).
-    checked: Vec<(u16, Checked)>,
-    /// The last pass's work.
-    seals: Vec<PendingSeal>,
-    /// Counters the first pass incremented, added to the node's by the vector's first
-    /// `process` (only `process` holds the node's counters).
-    tally: Tally,
-    _outer: std::marker::PhantomData<O>,
-}
+pub struct EspEncrypt<O: EspOuter>(std::marker::PhantomData<O>);
 
 impl<O: EspOuter> Default for EspEncrypt<O> {
     fn default() -> Self {
-        EspEncrypt {
-            verdicts: Vec::with_capacity(VECTOR_SIZE),
-            at: 0,
-            checked: Vec::with_capacity(VECTOR_SIZE),
-            seals: Vec::with_capacity(VECTOR_SIZE),
-            tally: Tally::default(),
-            _outer: std::marker::PhantomData,
-        }
-    }
-}
-
-/// A packet written whole but for its cipher: [`Transform::seal_finish`] is left to do,
-/// over the last `esp_len` bytes of buffer `buf` (nothing after the seal moves the
-/// packet's end).
-///
-/// [`Transform::seal_finish`]: crate::crypto::Transform::seal_finish
-#[derive(Debug, Clone, Copy)]
-struct PendingSeal {
-    buf: BufIdx,
-    /// Its place in the vector (its verdict's).
-    at: u16,
-    sa: u32,
-    esp_len: u32,
-    seq: u64,
-    nonce: [u8; 12],
-}
-
-/// What [`seal_at`] left for later: the ESP's length from its header on, and the nonce
-/// when the cipher is still to run.
-struct Sealed {
-    esp_len: usize,
-    nonce: Option<[u8; 12]>,
-}
-
-/// Where the packet path counts: the node's counters, or the first pass's tally.
-trait Count {
-    fn inc(&mut self, c: EspEncryptCounter);
-}
-
-impl Count for Counts<'_, EspEncryptCounter> {
-    #[inline(always)]
-    fn inc(&mut self, c: EspEncryptCounter) {
-        Counts::inc(self, c)
-    }
-}
-
-/// Counters incremented before the node's counters are at hand: `encrypted` as a sum
-/// (every packet), the rare others one by one.
-#[derive(Debug, Default)]
-struct Tally {
-    encrypted: u64,
-    others: Vec<EspEncryptCounter>,
-}
-
-impl Count for Tally {
-    #[inline(always)]
-    fn inc(&mut self, c: EspEncryptCounter) {
-        match c {
-            EspEncryptCounter::Encrypted => self.encrypted += 1,
-            _ => self.others.push(c),
-        }
-    }
-}
-
-impl Tally {
-    fn flush(&mut self, counts: &mut Counts<'_, EspEncryptCounter>) {
-        if self.encrypted > 0 {
-            counts.add(EspEncryptCounter::Encrypted, self.encrypted);
-            self.encrypted = 0;
-        }
-        for c in self.others.drain(..) {
-            counts.inc(c);
-        }
+        EspEncrypt(std::marker::PhantomData)
     }
 }
 
@@ -180,10 +82,8 @@ impl EncryptPlan {
 /// Put ESP around `buf[at..]` in place: padding (to a multiple of `align`), trailer and
 /// room for the ICV after it; the ESP header and IV inserted at `at`, after `gap` bytes
 /// left for a UDP header (the `at` bytes before it move to the front, into the headroom);
-/// then seal, or with `defer` start the seal and leave the cipher to the caller
-/// ([`crate::crypto::Transform::seal_begin`]).
+/// then seal. Returns the length from the ESP header on.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 fn seal_at(
     sa: &Sa,
     seq: u64,
@@ -192,8 +92,7 @@ fn seal_at(
     at: usize,
     gap: usize,
     align: usize,
-    defer: bool,
-) -> Result<Sealed, EspEncryptCounter> {
+) -> Result<usize, EspEncryptCounter> {
     let s = &*sa.spec;
     let l = EspLayout { align, ..sa.plan.layout };
     let len = buf.len();
@@ -209,16 +108,9 @@ fn seal_at(
     if at > 0 {
         b.copy_within(insert..insert + at, 0);
     }
-    let esp = &mut b[at + gap..];
-    EspRepr { spi: s.spi, seq: seq as u32 }.emit(esp);
-    let nonce = match defer {
-        true => sa.transform.seal_begin(esp, seq, s.esn),
-        false => {
-            sa.transform.seal(esp, seq, s.esn);
-            None
-        }
-    };
-    Ok(Sealed { esp_len: esp.len(), nonce })
+    EspRepr { spi: s.spi, seq: seq as u32 }.emit(&mut b[at + gap..]);
+    sa.transform.seal(&mut b[at + gap..], seq, s.esn);
+    Ok(b.len() - at - gap)
 }
 
 /// The UDP header of ESP in UDP (RFC 3948) at the start of `udp`, for `esp_len` bytes
@@ -254,27 +146,12 @@ pub fn encrypt<O: EspOuter>(sa: &Sa, seq: u64, inner_v4: bool, buf: &mut Buffer)
 /// algorithm's alignment, and dividing 256).
 #[inline(always)]
 pub fn encrypt_padded<O: EspOuter>(sa: &Sa, seq: u64, inner_v4: bool, align: usize, buf: &mut Buffer) -> Result<(), EspEncryptCounter> {
-    encrypt_tunnel::<O>(sa, seq, inner_v4, align, buf, false).map(|_| ())
-}
-
-/// [`encrypt_padded`], with `defer` leaving the cipher to the caller where nothing after
-/// it needs the ciphertext (not for ESP in UDP over IPv6, whose UDP checksum covers it).
-#[inline(always)]
-fn encrypt_tunnel<O: EspOuter>(
-    sa: &Sa,
-    seq: u64,
-    inner_v4: bool,
-    align: usize,
-    buf: &mut Buffer,
-    defer: bool,
-) -> Result<Sealed, EspEncryptCounter> {
     let s = &*sa.spec;
     if s.local.is_ipv4() == O::IS_V6 {
         // SaSpec::build keeps both endpoints in one family, and the FIB kind follows it.
         return Err(EspEncryptCounter::NoSa);
     }
-    let defer = defer && !(O::IS_V6 && s.udp_encap.is_some());
-    let sealed = seal_at(sa, seq, if inner_v4 { IpProtocol::IpIp } else { IpProtocol::Ipv6 }, buf, 0, 0, align, defer)?;
+    seal_at(sa, seq, if inner_v4 { IpProtocol::IpIp } else { IpProtocol::Ipv6 }, buf, 0, 0, align)?;
     if let Some(ports) = s.udp_encap {
         let (Some(src), Some(dst)) = (O::from_ip(s.local), O::from_ip(s.remote)) else {
             return Err(EspEncryptCounter::NoSa);
@@ -288,7 +165,7 @@ fn encrypt_tunnel<O: EspOuter>(
     }
     let h = buf.prepend(O::HEADER_LEN).map_err(|_| EspEncryptCounter::NoHeadroom)?;
     O::emit_from_template(&sa.outer_header, payload_len, h);
-    Ok(sealed)
+    Ok(())
 }
 
 /// Put transport-mode ESP (and UDP if configured) between the packet's IP header and
@@ -302,23 +179,9 @@ pub fn encrypt_transport<O: EspOuter>(sa: &Sa, seq: u64, buf: &mut Buffer) -> Re
 /// [`encrypt_transport`] with the ciphertext padded to a multiple of `align`.
 #[inline(always)]
 pub fn encrypt_transport_padded<O: EspOuter>(sa: &Sa, seq: u64, align: usize, buf: &mut Buffer) -> Result<(), EspEncryptCounter> {
-    encrypt_transport_staged::<O>(sa, seq, align, buf, false).map(|_| ())
-}
-
-/// [`encrypt_transport_padded`], with `defer` as for [`encrypt_tunnel`].
-#[inline(always)]
-fn encrypt_transport_staged<O: EspOuter>(
-    sa: &Sa,
-    seq: u64,
-    align: usize,
-    buf: &mut Buffer,
-    defer: bool,
-) -> Result<Sealed, EspEncryptCounter> {
     let (hl, upper) = O::transport_split(buf.bytes())?;
     let (gap, proto) = if sa.spec.udp_encap.is_some() { (8, IpProtocol::Udp) } else { (0, IpProtocol::Esp) };
-    let defer = defer && !(O::IS_V6 && gap > 0);
-    let sealed = seal_at(sa, seq, upper, buf, hl, gap, align, defer)?;
-    let esp_len = sealed.esp_len;
+    let esp_len = seal_at(sa, seq, upper, buf, hl, gap, align)?;
     if hl + gap + esp_len > u16::MAX as usize + if O::IS_V6 { 40 } else { 0 } {
         return Err(EspEncryptCounter::TooBig);
     }
@@ -328,229 +191,7 @@ fn encrypt_transport_staged<O: EspOuter>(
         emit_udp::<O>(ports, &src, &dst, &mut b[hl..])?;
     }
     O::set_upper(b, hl, proto);
-    Ok(sealed)
-}
-
-/// One packet through the node, packet by packet (a traced vector).
-#[inline(always)]
-fn encrypt_one<O: EspOuter>(
-    ipc: &IpContext,
-    x: &IpsecContext,
-    counts: &mut Counts<'_, EspEncryptCounter>,
-    buf: &mut Buffer,
-) -> Verdict<EspEncryptNext, EspEncryptCounter> {
-    let r = match check_one::<O>(ipc, x, counts, buf) {
-        Ok(r) => r,
-        Err(v) => return v,
-    };
-    let Some(sa) = x.tables.outbound(r.index) else {
-        return Verdict::Drop(EspEncryptCounter::NoSa);
-    };
-    let next = sa.outbound.next(buf.len() as u64, sa.spec.esn, &sa.spec.lifetime);
-    finish_one::<O>(ipc, sa, counts, buf, &r, next, None)
-}
-
-/// What the checks before the sequence number found for a packet that goes on.
-#[derive(Debug, Clone, Copy)]
-struct Checked {
-    index: u32,
-    adj: u32,
-    link_mtu: Option<u16>,
-    fragment_outer: Option<u16>,
-    inner_v4: bool,
-}
-
-/// The node up to the sequence number: the SA, the MTU, the inner hop and checksum.
-/// Err: the packet's verdict (it goes no further here).
-#[inline(always)]
-fn check_one<O: EspOuter>(
-    ipc: &IpContext,
-    x: &IpsecContext,
-    counts: &mut impl Count,
-    buf: &mut Buffer,
-) -> Result<Checked, Verdict<EspEncryptNext, EspEncryptCounter>> {
-    use EspEncryptCounter as C;
-    let index = buf.meta.param;
-    let Some(sa) = x.tables.outbound(index) else {
-        return Err(Verdict::Drop(C::NoSa));
-    };
-    // Tunnel mode: the outer packet leaves by the SA's own adjacency. Transport
-    // mode: the packet keeps its header, so it leaves where its lookup sent it.
-    let plan = &sa.plan;
-    let transport = plan.transport;
-    let adj = if transport { buf.meta.adj } else { x.tables.outer_adj(index) };
-    let link_mtu = ipc.tables.adjacency(adj).mtu();
-    // The inner MTU leaves room for the most padding the cipher may need.
-    let overhead = plan.overhead;
-    let fragment_outer = match encap_mtu(buf, link_mtu, overhead, MtuPolicy::default()) {
-        EncapMtu::Encap { fragment_outer, .. } => fragment_outer,
-        EncapMtu::TooBig { v4 } => {
-            counts.inc(C::InnerTooBig);
-            return Err(Verdict::Next(if v4 { EspEncryptNext::Ip4IcmpError } else { EspEncryptNext::Ip6IcmpError }));
-        }
-        EncapMtu::FragmentInner => {
-            counts.inc(C::FragmentInner);
-            return Err(Verdict::Next(EspEncryptNext::Ip4Fragment));
-        }
-        EncapMtu::Segment => {
-            counts.inc(C::GsoSegmented);
-            return Err(Verdict::Next(EspEncryptNext::Segment));
-        }
-    };
-    // The forwarding hop: the inner packet's in tunnel mode (the outer packet is
-    // ours); in transport mode `ipN-rewrite` takes it, as for any forwarded packet.
-    let inner_v4 = match transport {
-        true => !O::IS_V6,
-        false => match inner_hop(buf.bytes_mut()) {
-            InnerHop::Forwarded { v4 } => v4,
-            InnerHop::Expired { v4, icmp } => {
-                counts.inc(C::InnerTtlExpired);
-                buf.meta.param = icmp.encode();
-                return Err(Verdict::Next(if v4 { EspEncryptNext::Ip4IcmpError } else { EspEncryptNext::Ip6IcmpError }));
-            }
-            InnerHop::NotIp => return Err(Verdict::Drop(C::BadInner)),
-        },
-    };
-    // Nothing can complete a checksum inside ciphertext: do it now.
-    if ChecksumMode::Software.settle_inner_checksum(buf) {
-        counts.inc(C::InnerChecksumCompleted);
-    }
-    Ok(Checked { index, adj, link_mtu, fragment_outer, inner_v4 })
-}
-
-/// The node from the sequence number on (`next`: what the SA's counter gave): the
-/// padding, ESP, the outer headers and where the packet goes. With `later` (the first
-/// pass over a vector) a seal that can wait is only started, and what it needs left
-/// there (SA index, ESP length, sequence number, nonce).
-#[inline(always)]
-fn finish_one<O: EspOuter>(
-    ipc: &IpContext,
-    sa: &Sa,
-    counts: &mut impl Count,
-    buf: &mut Buffer,
-    r: &Checked,
-    next: Result<(u64, Age), SeqError>,
-    later: Option<&mut Option<(u32, usize, u64, [u8; 12])>>,
-) -> Verdict<EspEncryptNext, EspEncryptCounter> {
-    use EspEncryptCounter as C;
-    let Checked { index, adj, link_mtu, fragment_outer, inner_v4 } = *r;
-    let plan = &sa.plan;
-    let (transport, overhead) = (plan.transport, plan.overhead);
-    let seq = match next {
-        Ok((seq, age)) => {
-            if age == Age::SoftReached {
-                counts.inc(C::SoftLifetime);
-            }
-            seq
-        }
-        Err(SeqError::Overflow) => return Verdict::Drop(C::SeqOverflow),
-        Err(SeqError::Expired) => return Verdict::Drop(C::LifetimeExpired),
-    };
-    // Padded to the cipher's blocks where that still fits the link (so the tunnel MTU
-    // stays what the least padding allows): see `Algorithm::block_align`.
-    let (block, least) = (plan.block_align, plan.layout.align);
-    let align = match link_mtu {
-        Some(m) if buf.len() + overhead + block - least <= m as usize => block,
-        _ => least,
-    };
-    let defer = later.is_some();
-    let sealed = match transport {
-        true => encrypt_transport_staged::<O>(sa, seq, align, buf, defer),
-        false => encrypt_tunnel::<O>(sa, seq, inner_v4, align, buf, defer),
-    };
-    match sealed {
-        Ok(Sealed { esp_len, nonce: Some(nonce) }) => {
-            if let Some(l) = later {
-                *l = Some((index, esp_len, seq, nonce));
-            }
-        }
-        Ok(_) => {}
-        Err(c) => return Verdict::Drop(c),
-    }
-    counts.inc(C::Encrypted);
-    buf.meta.adj = adj;
-    if fragment_outer.is_some() && ip::outer::fragment_outer(buf, fragment_outer) {
-        counts.inc(C::FragmentOuter);
-        return Verdict::Next(if O::IS_V6 { EspEncryptNext::Ip6Fragment } else { EspEncryptNext::Ip4Fragment });
-    }
-    if !transport && ip::nodes::family::send_originated::<O::Ip>(&ipc.tables, buf, adj) {
-        return Verdict::Next(EspEncryptNext::Output);
-    }
-    match (link_mtu.is_some(), O::IS_V6) {
-        (true, false) => Verdict::Next(EspEncryptNext::Ip4Rewrite),
-        (true, true) => Verdict::Next(EspEncryptNext::Ip6Rewrite),
-        (false, false) => Verdict::Next(EspEncryptNext::Ip4Lookup),
-        (false, true) => Verdict::Next(EspEncryptNext::Ip6Lookup),
-    }
-}
-
-/// How many packets the node's passes take at a time: few enough that the lines the first
-/// pass touched (each packet's `Buffer`, headroom, first and trailer lines) are still in
-/// L1 for the others; a whole vector's are not.
-const PASS_BATCH: usize = 32;
-
-impl<O: EspOuter> EspEncrypt<O> {
-    /// The three passes over the packets `batch` of `input`; their verdicts are pushed.
-    fn passes(&mut self, ipc: &IpContext, x: &IpsecContext, pool: &mut Pool, input: &[BufIdx], batch: std::ops::Range<usize>) {
-        self.checked.clear();
-        self.seals.clear();
-        // The checks before the sequence number, every packet.
-        for (at, &bi) in input[batch.clone()].iter().enumerate().map(|(i, b)| (batch.start + i, b)) {
-            match check_one::<O>(ipc, x, &mut self.tally, pool.get_mut(bi)) {
-                Ok(r) => {
-                    self.checked.push((at as u16, r));
-                    // Its verdict is the second pass's.
-                    self.verdicts.push(Verdict::Drop(EspEncryptCounter::NoSa));
-                }
-                Err(v) => self.verdicts.push(v),
-            }
-        }
-        // Runs of packets of one SA: their numbers at once, then each packet written.
-        let mut i = 0;
-        while let Some(&(_, first)) = self.checked.get(i) {
-            let run = self.checked[i..].iter().take_while(|(_, r)| r.index == first.index).count();
-            let Some(sa) = x.tables.outbound(first.index) else {
-                i += run;
-                continue;
-            };
-            let (esn, life) = (sa.spec.esn, &sa.spec.lifetime);
-            let mut numbers = (!life.counts_bytes()).then(|| sa.outbound.reserve(run as u64, esn));
-            for &(at, r) in &self.checked[i..i + run] {
-                let bi = input[at as usize];
-                let buf = pool.get_mut(bi);
-                let len = buf.len() as u64;
-                let next = match &mut numbers {
-                    Some(n) => n.take(&sa.outbound, len, life),
-                    None => sa.outbound.next(len, esn, life),
-                };
-                let mut later = None;
-                let verdict = finish_one::<O>(ipc, sa, &mut self.tally, buf, &r, next, Some(&mut later));
-                if let Some((sa, esp_len, seq, nonce)) = later {
-                    self.seals.push(PendingSeal { buf: bi, at, sa, esp_len: esp_len as u32, seq, nonce });
-                }
-                self.verdicts[at as usize] = verdict;
-            }
-            if let Some(n) = numbers {
-                n.finish(&sa.outbound);
-            }
-            i += run;
-        }
-        // The seals.
-        for p in &self.seals {
-            let esp = pool.get_mut(p.buf).bytes_mut();
-            let from = esp.len().wrapping_sub(p.esp_len as usize);
-            // The SA is the one the first pass found, in the same tables: this cannot
-            // miss, but were it to, the packet is dropped rather than sent unsealed.
-            match (x.tables.outbound(p.sa), esp.get_mut(from..)) {
-                (Some(sa), Some(esp)) => sa.transform.seal_finish(esp, p.seq, sa.spec.esn, &p.nonce),
-                _ => {
-                    if let Some(v) = self.verdicts.get_mut(p.at as usize) {
-                        *v = Verdict::Drop(EspEncryptCounter::NoSa);
-                    }
-                }
-            }
-        }
-    }
+    Ok(())
 }
 
 impl<Cx: HasIpsec, O: EspOuter> Node<Cx> for EspEncrypt<O> {
@@ -561,39 +202,92 @@ impl<Cx: HasIpsec, O: EspOuter> Node<Cx> for EspEncrypt<O> {
         O::ENCRYPT
     }
 
-    /// The vector's passes (see [`EspEncrypt`]), over [`PASS_BATCH`] packets at a time.
-    fn prepare(&mut self, cx: &mut Cx, pool: &mut Pool, input: &[BufIdx]) {
-        let (ipc, x) = cx.split_ipsec();
-        self.verdicts.clear();
-        self.at = 0;
-        for from in (0..input.len()).step_by(PASS_BATCH) {
-            self.passes(ipc, x, pool, input, from..input.len().min(from + PASS_BATCH));
-        }
-    }
-
-    /// A traced vector goes packet by packet through `process`, so that each packet's
-    /// trace line shows it as it came.
-    fn prepare_traced(&mut self, _cx: &mut Cx, _pool: &mut Pool, _input: &[BufIdx]) {
-        self.verdicts.clear();
-        self.at = 0;
-    }
-
-    fn end_of_vector(&mut self, _cx: &mut Cx) {
-        self.verdicts.clear();
-        self.at = 0;
-    }
-
     #[inline(always)]
     fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
-        if let Some(&verdict) = self.verdicts.get(self.at) {
-            if self.at == 0 {
-                self.tally.flush(counts);
-            }
-            self.at += 1;
-            return verdict;
-        }
+        use EspEncryptCounter as C;
         let (ipc, x) = cx.split_ipsec();
-        encrypt_one::<O>(ipc, x, counts, buf)
+        let index = buf.meta.param;
+        let Some(sa) = x.tables.outbound(index) else {
+            return Verdict::Drop(C::NoSa);
+        };
+        // Tunnel mode: the outer packet leaves by the SA's own adjacency. Transport
+        // mode: the packet keeps its header, so it leaves where its lookup sent it.
+        let plan = &sa.plan;
+        let transport = plan.transport;
+        let adj = if transport { buf.meta.adj } else { x.tables.outer_adj(index) };
+        let link_mtu = ipc.tables.adjacency(adj).mtu();
+        // The inner MTU leaves room for the most padding the cipher may need.
+        let overhead = plan.overhead;
+        let fragment_outer = match encap_mtu(buf, link_mtu, overhead, MtuPolicy::default()) {
+            EncapMtu::Encap { fragment_outer, .. } => fragment_outer,
+            EncapMtu::TooBig { v4 } => {
+                counts.inc(C::InnerTooBig);
+                return Verdict::Next(if v4 { EspEncryptNext::Ip4IcmpError } else { EspEncryptNext::Ip6IcmpError });
+            }
+            EncapMtu::FragmentInner => {
+                counts.inc(C::FragmentInner);
+                return Verdict::Next(EspEncryptNext::Ip4Fragment);
+            }
+            EncapMtu::Segment => {
+                counts.inc(C::GsoSegmented);
+                return Verdict::Next(EspEncryptNext::Segment);
+            }
+        };
+        // The forwarding hop: the inner packet's in tunnel mode (the outer packet is
+        // ours); in transport mode `ipN-rewrite` takes it, as for any forwarded packet.
+        let inner_v4 = match transport {
+            true => !O::IS_V6,
+            false => match inner_hop(buf.bytes_mut()) {
+                InnerHop::Forwarded { v4 } => v4,
+                InnerHop::Expired { v4, icmp } => {
+                    counts.inc(C::InnerTtlExpired);
+                    buf.meta.param = icmp.encode();
+                    return Verdict::Next(if v4 { EspEncryptNext::Ip4IcmpError } else { EspEncryptNext::Ip6IcmpError });
+                }
+                InnerHop::NotIp => return Verdict::Drop(C::BadInner),
+            },
+        };
+        // Nothing can complete a checksum inside ciphertext: do it now.
+        if ChecksumMode::Software.settle_inner_checksum(buf) {
+            counts.inc(C::InnerChecksumCompleted);
+        }
+        let seq = match sa.outbound.next(buf.len() as u64, sa.spec.esn, &sa.spec.lifetime) {
+            Ok((seq, age)) => {
+                if age == Age::SoftReached {
+                    counts.inc(C::SoftLifetime);
+                }
+                seq
+            }
+            Err(SeqError::Overflow) => return Verdict::Drop(C::SeqOverflow),
+            Err(SeqError::Expired) => return Verdict::Drop(C::LifetimeExpired),
+        };
+        // Padded to the cipher's blocks where that still fits the link (so the tunnel MTU
+        // stays what the least padding allows): see `Algorithm::block_align`.
+        let (block, least) = (plan.block_align, plan.layout.align);
+        let align = match link_mtu {
+            Some(m) if buf.len() + overhead + block - least <= m as usize => block,
+            _ => least,
+        };
+        let sealed =
+            if transport { encrypt_transport_padded::<O>(sa, seq, align, buf) } else { encrypt_padded::<O>(sa, seq, inner_v4, align, buf) };
+        if let Err(c) = sealed {
+            return Verdict::Drop(c);
+        }
+        counts.inc(C::Encrypted);
+        buf.meta.adj = adj;
+        if fragment_outer.is_some() && ip::outer::fragment_outer(buf, fragment_outer) {
+            counts.inc(C::FragmentOuter);
+            return Verdict::Next(if O::IS_V6 { EspEncryptNext::Ip6Fragment } else { EspEncryptNext::Ip4Fragment });
+        }
+        if !transport && ip::nodes::family::send_originated::<O::Ip>(&ipc.tables, buf, adj) {
+            return Verdict::Next(EspEncryptNext::Output);
+        }
+        match (link_mtu.is_some(), O::IS_V6) {
+            (true, false) => Verdict::Next(EspEncryptNext::Ip4Rewrite),
+            (true, true) => Verdict::Next(EspEncryptNext::Ip6Rewrite),
+            (false, false) => Verdict::Next(EspEncryptNext::Ip4Lookup),
+            (false, true) => Verdict::Next(EspEncryptNext::Ip6Lookup),
+        }
     }
 
     fn trace(&self, buf: &Buffer) -> String {
