@@ -327,14 +327,7 @@ impl DatagramChecksums {
     /// The UDP checksum of the datagram carrying the segment whose slot is `slot`.
     #[inline(always)]
     pub fn checksum(self, slot: u16) -> u16 {
-        // Five 16-bit words (`DatagramSlots::slot`'s folds).
-        let s = self.0 + !slot as u32;
-        let s = (s & 0xffff) + (s >> 16);
-        let s = (s & 0xffff) + (s >> 16);
-        match !(s as u16) {
-            0 => 0xffff,
-            v => v,
-        }
+        complement_of_five_words(self.0 + !slot as u32)
     }
 }
 
@@ -361,15 +354,20 @@ impl DatagramSlots {
     /// The slot of the segment of the datagram whose UDP checksum is `udp_checksum`.
     #[inline(always)]
     pub fn slot(self, udp_checksum: u16) -> u16 {
-        // Five 16-bit words: two end-around folds bring the sum to 16 bits (ones'
-        // complement addition is the same in either byte order).
-        let s = self.0 + !udp_checksum as u32;
-        let s = (s & 0xffff) + (s >> 16);
-        let s = (s & 0xffff) + (s >> 16);
-        match !(s as u16) {
-            0 => 0xffff,
-            v => v,
-        }
+        complement_of_five_words(self.0 + !udp_checksum as u32)
+    }
+}
+
+/// The complement of a sum of five 16-bit words, 0 given as 0xffff (a UDP checksum's and a
+/// slot's rule): two end-around folds bring the sum to 16 bits (ones' complement addition
+/// is the same in either byte order).
+#[inline(always)]
+fn complement_of_five_words(s: u32) -> u16 {
+    let s = (s & 0xffff) + (s >> 16);
+    let s = (s & 0xffff) + (s >> 16);
+    match !(s as u16) {
+        0 => 0xffff,
+        v => v,
     }
 }
 
