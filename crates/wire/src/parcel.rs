@@ -329,6 +329,12 @@ impl DatagramChecksums {
     pub fn checksum(self, slot: u16) -> u16 {
         complement_of_five_words(self.0 + !slot as u32)
     }
+    /// The UDP checksum of the datagram carrying a segment whose sum is `segment` (a
+    /// segment without a slot, summed as it was checked).
+    #[inline(always)]
+    pub fn of_sum(self, segment: Checksum) -> u16 {
+        complement_of_five_words(self.0 + segment.fold() as u32)
+    }
 }
 
 /// A segment's integrity slot from the checksum `udp_checksum` of the ordinary UDP
@@ -645,6 +651,26 @@ impl Parcel6Repr {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_datagram_checksum_of_a_segment_sum_is_the_whole_datagrams() {
+        // The datagram's UDP checksum over pseudo-header, header and segment, computed in
+        // full, against the one made from the shared sum and the segment's sum.
+        let (src, dst) = (core::net::Ipv4Addr::new(198, 18, 0, 1), core::net::Ipv4Addr::new(198, 19, 0, 2));
+        for (len, fill) in [(1u16, 0xffu8), (2, 0), (1279, 0x5a), (1280, 0xa5), (64, 0xff)] {
+            let seg: Vec<u8> = (0..len).map(|i| fill ^ (i as u8).wrapping_mul(37)).collect();
+            let udp_len = 8 + len;
+            let pseudo = checksum::pseudo_header_v4(src, dst, 17, udp_len);
+            let mut full = pseudo;
+            full.add_u16(4000).add_u16(2152).add_u16(udp_len).add_bytes(&seg);
+            let want = match full.finish() {
+                0 => 0xffff,
+                v => v,
+            };
+            let got = DatagramChecksums::new(pseudo, 4000, 2152, udp_len).of_sum(*Checksum::new().add_bytes(&seg));
+            assert_eq!(got, want, "segment of {len} bytes");
+        }
+    }
+
     use super::*;
     use proptest::prelude::*;
 

@@ -66,10 +66,9 @@ pub enum SplitError {
 }
 
 /// The IP and UDP headers every datagram of one parcel starts from: those of datagram 0
-/// for a full segment, and the pseudo-header sum they imply.
+/// for a full segment, and the checksum sums they imply.
 struct Template {
     bytes: [u8; 48],
-    pseudo: Checksum,
     /// The datagrams' UDP checksums from their slots.
     checksums: DatagramChecksums,
     udp_len: usize,
@@ -84,7 +83,7 @@ impl Template {
         bytes[hl + 4..hl + 6].copy_from_slice(&(udp_len as u16).to_be_bytes());
         let port = |at: usize| u16::from_be_bytes([head[at], head[at + 1]]);
         let checksums = DatagramChecksums::new(pseudo, port(udp_at), port(udp_at + 2), udp_len as u16);
-        Template { bytes, pseudo, checksums, udp_len }
+        Template { bytes, checksums, udp_len }
     }
 }
 
@@ -119,8 +118,6 @@ pub fn split_parcel<F: ParcelFamily>(
     let mut head = [0u8; 64];
     head[..s.udp_at + 8].copy_from_slice(&src.bytes()[..s.udp_at + 8]);
     let head = &head[..s.udp_at + 8];
-    let (sport, dport) =
-        (u16::from_be_bytes([head[s.udp_at], head[s.udp_at + 1]]), u16::from_be_bytes([head[s.udp_at + 2], head[s.udp_at + 3]]));
     let mut tmpl = Template::new::<F>(head, s.udp_at, 8 + s.seg_len);
     // Every datagram takes `ipN-rewrite`'s fast path (no ICMP error, no fragmenting,
     // whose parsers would see the head alone): the largest fits, the TTL does not expire.
@@ -195,12 +192,7 @@ pub fn split_parcel<F: ParcelFamily>(
         let udp_sum = match (slot, sum) {
             (0, Some(sum)) => {
                 tally.summed += 1;
-                let mut c = tmpl.pseudo;
-                c.add_u16(sport).add_u16(dport).add_u16(udp_len as u16).add(sum);
-                match c.finish() {
-                    0 => 0xffff,
-                    v => v,
-                }
+                tmpl.checksums.of_sum(sum)
             }
             _ => tmpl.checksums.checksum(slot),
         };
