@@ -12,7 +12,7 @@
 
 use crate::family::Family;
 use crate::nat::Deltas;
-use crate::table::{Hashed, SlotIdx, Table, TableKey};
+use crate::table::{Found, Hashed, SlotIdx, Table, TableKey};
 use crate::tables::{FamilyTables, ServiceTable};
 
 /// A flow's 5-tuple as a packet carries it.
@@ -292,11 +292,17 @@ pub struct Balancer<F: Family> {
     pub affinity: Table<ClientKey<F>, AffinityEntry<F::Addr>>,
     /// The timeouts by state ([`Timeouts::by_state`]): a hit reads one word.
     timeout_of: [u64; 6],
+    /// By state: the timeout less the most an expiry may lag behind (a sixteenth of the
+    /// timeout, at most a second; [`Balancer::touch`]), so that a hit's test whether
+    /// to write is one add and one compare.
+    slack_of: [u64; 6],
 }
 
 impl<F: Family> Balancer<F> {
     pub fn new(limits: Limits, timeouts: Timeouts) -> Self {
-        Balancer { sessions: Table::new(limits.sessions), affinity: Table::new(limits.affinity), timeout_of: timeouts.by_state() }
+        let timeout_of = timeouts.by_state();
+        let slack_of = timeout_of.map(|t| t - (t / 16).min(1000));
+        Balancer { sessions: Table::new(limits.sessions), affinity: Table::new(limits.affinity), timeout_of, slack_of }
     }
 
     /// A packet `key` from a client to `svc` (found by the caller in `t`): the
@@ -320,7 +326,7 @@ impl<F: Family> Balancer<F> {
             // (`s.twin != i`: not a direct connection's entry, its service's id reused.)
             let kept = s.twin != i && self.kept(i, &s, svc);
             if kept && !restart {
-                self.touch(i, s.twin, s.state, next_state(s.state, key.proto, flags, true), now);
+                self.touch(i, s.twin, s.state, next_state(s.state, key.proto, flags, true), now, self.sessions.expires(i));
                 return Ok((s.rewrite, Outcome::Hit));
             }
             // A new connection on an old tuple, or one whose backend is gone: start over.
@@ -383,7 +389,7 @@ impl<F: Family> Balancer<F> {
                 && matches!(s.state, ConnState::Closing | ConnState::Reset);
             let kept = s.twin == i && self.kept(i, &s, svc);
             if kept && !restart {
-                self.touch(i, s.twin, s.state, next_state_direct(s.state, key.proto, flags), now);
+                self.touch(i, s.twin, s.state, next_state_direct(s.state, key.proto, flags), now, self.sessions.expires(i));
                 return Ok((self.sessions.get(i).backend, Outcome::Hit));
             }
             // A NAT connection's entry (its service's id reused) goes with its twin.
@@ -455,7 +461,7 @@ impl<F: Family> Balancer<F> {
     #[inline(always)]
     pub fn hit(&mut self, t: &FamilyTables<F>, at: Hashed, key: &Key<F>, flags: u8, local: bool, now: u64) -> Option<Hit<F::Addr>> {
         // Read in place, not copied out: a hit needs a few of the entry's fields.
-        let (i, s) = self.sessions.find_at(at, key, now)?;
+        let Found { at: i, val: s, expires } = self.sessions.find_at(at, key, now)?;
         let proto = key.proto();
         let (twin, state) = (s.twin, s.state);
         if !s.is_forward() {
@@ -463,7 +469,7 @@ impl<F: Family> Balancer<F> {
                 return None;
             }
             let hit = Hit::Reply(s.rewrite, s.deltas);
-            self.touch(i, twin, state, next_state(state, proto, flags, false), now);
+            self.touch(i, twin, state, next_state(state, proto, flags, false), now, expires);
             return Some(hit);
         }
         // The state first: it is rarely closing, so one test of the packet's.
@@ -473,11 +479,11 @@ impl<F: Family> Balancer<F> {
         }
         if twin == i {
             let hit = Hit::Direct { service: s.service, backend: s.backend };
-            self.touch(i, twin, state, next_state_direct(state, proto, flags), now);
+            self.touch(i, twin, state, next_state_direct(state, proto, flags), now, expires);
             return Some(hit);
         }
         let hit = Hit::Forward(s.rewrite, s.deltas);
-        self.touch(i, twin, state, next_state(state, proto, flags, true), now);
+        self.touch(i, twin, state, next_state(state, proto, flags, true), now, expires);
         Some(hit)
     }
 
@@ -489,7 +495,7 @@ impl<F: Family> Balancer<F> {
         if s.is_forward() {
             return None;
         }
-        self.touch(i, s.twin, s.state, next_state(s.state, key.proto, flags, false), now);
+        self.touch(i, s.twin, s.state, next_state(s.state, key.proto, flags, false), now, self.sessions.expires(i));
         Some(s.rewrite)
     }
 
@@ -502,15 +508,16 @@ impl<F: Family> Balancer<F> {
     /// A packet of the connection: its state, and its expiry pushed on. The expiry is
     /// written only when it moves by a sixteenth of the timeout (at most a second), so
     /// a flow's packets mostly only read the table (the twin's slot is another cache
-    /// line); an idle connection goes that much early at most.
+    /// line); an idle connection goes that much early at most. `expires`: entry `i`'s
+    /// expiry as its lookup read it. (`now + timeout < expires + lag` is
+    /// `now + slack < expires`, the slack being `timeout - lag`: the lag is at most
+    /// the timeout.)
     #[inline(always)]
-    fn touch(&mut self, i: SlotIdx, twin: SlotIdx, was: ConnState, state: ConnState, now: u64) {
-        let timeout = self.timeout_of[state as usize];
-        let expires = now + timeout;
-        if state == was && expires < self.sessions.expires(i) + (timeout / 16).min(1000) {
+    fn touch(&mut self, i: SlotIdx, twin: SlotIdx, was: ConnState, state: ConnState, now: u64, expires: u64) {
+        if state == was && now + self.slack_of[state as usize] < expires {
             return;
         }
-        self.renew(i, twin, state, expires);
+        self.renew(i, twin, state, now + self.timeout_of[state as usize]);
     }
 
     /// Both entries of a connection: their state and expiry (out of line: most of a

@@ -51,6 +51,15 @@ pub struct Hashed {
     pub home: SlotIdx,
 }
 
+/// A live entry as [`Table::find_at`] found it.
+#[derive(Debug, Clone, Copy)]
+pub struct Found<'a, V> {
+    pub at: SlotIdx,
+    pub val: &'a V,
+    /// Its expiry when found (as [`Table::expires`] reads it).
+    pub expires: u64,
+}
+
 pub struct Table<K, V> {
     /// Each slot's key hash, apart from the slots: a lookup whose key is not in its
     /// home slot reads its buckets' tags (a 32-byte run each) and only the slots whose
@@ -161,21 +170,23 @@ impl<K: TableKey, V: Copy + Default> Table<K, V> {
     /// slot first (one line); the buckets' tags only when the key is not at home.
     #[inline(always)]
     pub fn find_hashed(&self, tag: u32, key: &K, now: u64) -> Option<SlotIdx> {
-        self.find_at(self.hashed(tag), key, now).map(|(i, _)| i)
+        self.find_at(self.hashed(tag), key, now).map(|f| f.at)
     }
 
     /// [`Table::find_hashed`] from a [`Table::hashed`] worked out before, with the
-    /// entry (read where it was found). A `home` that is not the tag's home slot (or
+    /// entry and its expiry (read where it was found: a hit that refreshes the entry
+    /// reads the slot no second time). A `home` that is not the tag's home slot (or
     /// past the table) only sends the lookup through the buckets' tags.
     #[inline(always)]
-    pub fn find_at(&self, at: Hashed, key: &K, now: u64) -> Option<(SlotIdx, &V)> {
+    pub fn find_at(&self, at: Hashed, key: &K, now: u64) -> Option<Found<'_, V>> {
         if let Some(s) = self.slots.get(at.home as usize) {
             if s.tag == at.tag && s.expires > now && s.key == *key {
-                return Some((at.home, &s.val));
+                return Some(Found { at: at.home, val: &s.val, expires: s.expires });
             }
         }
         let i = self.find_away(at.tag, key, now)?;
-        Some((i, &self.slots[i as usize].val))
+        let s = &self.slots[i as usize];
+        Some(Found { at: i, val: &s.val, expires: s.expires })
     }
 
     /// A key not in its home slot: both buckets by their tags (out of line, so that the
@@ -395,9 +406,11 @@ mod tests {
                     proptest::prop_assert_eq!(t.find_hashed(K(k).hash() ^ 1, &K(k), now), None);
                     // A home slot that is not the key's (any slot, or past the table)
                     // costs the lookup its shortcut, never its answer.
+                    // The expiry comes with the entry, from its own slot.
                     let tag = K(k).hash();
-                    for home in [i ^ 1, i.wrapping_add(WAYS as u32), u32::MAX] {
-                        proptest::prop_assert_eq!(t.find_at(super::Hashed { tag, home }, &K(k), now).map(|(j, v)| (j, *v)), Some((i, k ^ 7)));
+                    for home in [t.hashed(tag).home, i ^ 1, i.wrapping_add(WAYS as u32), u32::MAX] {
+                        let found = t.find_at(super::Hashed { tag, home }, &K(k), now).map(|f| (f.at, *f.val, f.expires));
+                        proptest::prop_assert_eq!(found, Some((i, k ^ 7, t.expires(i))));
                     }
                 }
                 proptest::prop_assert_eq!(t.live(now), map.len());

@@ -152,6 +152,42 @@ fn udp_sessions_age_when_idle() {
     assert_eq!(r.fwd(&k, 0, last + to.udp_replied_ms).unwrap().1, Outcome::New);
 }
 
+/// A packet of an unchanged state writes its entry's expiry only once the expiry would
+/// move by its lag (a sixteenth of the timeout, at most a second): not one millisecond
+/// before, and then to `now + timeout`; the same through the session hit and the full
+/// path, for a timeout whose lag is the second (UDP, 30 s) and one whose lag is a
+/// sixteenth (TCP reset, 10 s: 625 ms).
+#[test]
+fn an_expiry_is_written_when_it_moves_by_its_lag() {
+    let to = Timeouts::default();
+    for (proto, flags, timeout, lag) in [(17u8, 0u8, to.udp_ms, 1000u64), (6, TCP_RST, to.tcp_reset_ms, to.tcp_reset_ms / 16)] {
+        for fast in [false, true] {
+            let st = state(spec(if proto == 6 { Protocol::Tcp } else { Protocol::Udp }, TrafficPolicy::Local, Affinity::None));
+            let mut r = Run::new(&st);
+            let k = FlowKey { proto, ..client(5) };
+            // The first two packets set the state (a TCP connection picked up by an RST
+            // is established, then reset) and its expiry.
+            r.fwd(&k, flags, 100).unwrap();
+            r.fwd(&k, flags, 100).unwrap();
+            let i = r.lb.sessions.find(&Key::new(&k), 100).unwrap();
+            assert_eq!(r.lb.sessions.expires(i), 100 + timeout);
+            let mut packet = |r: &mut Run, now: u64| {
+                if fast {
+                    let h = V4::flow_hash(&k.src, &k.dst, k.sport, k.dport, k.proto);
+                    let at = r.lb.sessions.hashed(h);
+                    assert!(matches!(r.lb.hit(&r.t.v4, at, &Key::new(&k), flags, false, now), Some(Hit::Forward(..))));
+                } else {
+                    assert_eq!(r.fwd(&k, flags, now).unwrap().1, Outcome::Hit);
+                }
+            };
+            packet(&mut r, 100 + lag - 1);
+            assert_eq!(r.lb.sessions.expires(i), 100 + timeout, "{proto} fast {fast}: one ms short of the lag");
+            packet(&mut r, 100 + lag);
+            assert_eq!(r.lb.sessions.expires(i), 100 + lag + timeout, "{proto} fast {fast}: at the lag");
+        }
+    }
+}
+
 /// Flows keep their backends when backends come and go; Maglev moves only new flows.
 #[test]
 fn established_flows_keep_their_backends_across_changes() {
