@@ -171,7 +171,7 @@ fn an_expiry_is_written_when_it_moves_by_its_lag() {
             r.fwd(&k, flags, 100).unwrap();
             let i = r.lb.sessions.find(&Key::new(&k), 100).unwrap();
             assert_eq!(r.lb.sessions.expires(i), 100 + timeout);
-            let mut packet = |r: &mut Run, now: u64| {
+            let packet = |r: &mut Run, now: u64| {
                 if fast {
                     let h = V4::flow_hash(&k.src, &k.dst, k.sport, k.dport, k.proto);
                     let at = r.lb.sessions.hashed(h);
