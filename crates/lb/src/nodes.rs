@@ -264,18 +264,42 @@ impl<F: NatNodeFamily> LbNat<F> {
         let Some(outer) = t.outer(service, backend) else {
             return Verdict::Drop(C::NoOuter);
         };
+        match Self::put_outer(counts, buf, outer, hash) {
+            Ok(adj) => Self::send_outer(cx, buf, adj),
+            Err(v) => v,
+        }
+    }
+
+    /// [`LbNat::encapsulate`] up to the sending: `outer` put in front of the packet,
+    /// the adjacency to send it by returned (a GSO frame and a refusal: the verdict).
+    /// Apart from the sending so that a session hit, which found the template beside
+    /// the generation it checked, hands it over without a second lookup.
+    #[inline(always)]
+    fn put_outer(
+        counts: &mut Counts<'_, LbNatCounter>,
+        buf: &mut Buffer,
+        outer: &crate::encap::Outer,
+        hash: u32,
+    ) -> Result<u32, Verdict<LbNatNext, LbNatCounter>> {
+        use LbNatCounter as C;
         if buf.meta.offload.gso != engine::GsoKind::None {
             counts.inc(C::GsoSegmented);
-            return Verdict::Next(LbNatNext::Segment);
+            return Err(Verdict::Next(LbNatNext::Segment));
         }
         let adj = outer.adj;
         match outer.apply(buf, hash) {
             Ok(()) => counts.inc(C::Encapsulated),
-            Err(EncapError::NoHeadroom) => return Verdict::Drop(C::NoHeadroom),
-            Err(EncapError::TooBig) => return Verdict::Drop(C::TooBig),
+            Err(EncapError::NoHeadroom) => return Err(Verdict::Drop(C::NoHeadroom)),
+            Err(EncapError::TooBig) => return Err(Verdict::Drop(C::TooBig)),
         }
-        // No second lookup for a resolved backend (as the tunnels' encap nodes); what
-        // the link cannot carry whole goes by the lookup, whose rewrite decides.
+        Ok(adj)
+    }
+
+    /// An encapsulated packet by its backend's adjacency `adj`: no second lookup for a
+    /// resolved backend (as the tunnels' encap nodes); what the link cannot carry whole
+    /// goes by the lookup, whose rewrite decides.
+    #[inline(always)]
+    fn send_outer<Cx: HasLb>(cx: &mut Cx, buf: &mut Buffer, adj: u32) -> Verdict<LbNatNext, LbNatCounter> {
         if adj != ADJ_MISS && ip::nodes::family::send_originated_whole::<F::Ip>(&cx.ip().tables, buf, adj) {
             buf.meta.adj = adj;
             return Verdict::Next(LbNatNext::Output);
@@ -444,7 +468,12 @@ impl<Cx: HasLb, F: NatNodeFamily> Node<Cx> for LbNat<F> {
                 (rw, d)
             }
             // `ready.hash` is the flow's (its session was found by it).
-            Some(Hit::Direct { service, backend }) => return Self::encapsulate(cx, counts, buf, service, backend, ready.hash()),
+            Some(Hit::Direct { outer, .. }) => {
+                return match Self::put_outer(counts, buf, outer, ready.hash()) {
+                    Ok(adj) => Self::send_outer(cx, buf, adj),
+                    Err(v) => v,
+                };
+            }
             None => return Self::full_path(cx, counts, buf, ready, local),
         };
         // One translation for both directions, inlined here (a call a packet before, perf).

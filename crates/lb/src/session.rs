@@ -245,14 +245,15 @@ pub enum LbDrop {
 
 /// A packet that its session alone decides ([`Balancer::hit`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Hit<A> {
+pub enum Hit<'t, A> {
     /// A client's packet of a translated connection.
     Forward(Rewrite<A>, Deltas),
     /// A reply of a translated connection (addressed to the node).
     Reply(Rewrite<A>, Deltas),
-    /// A client's packet of a direct-server-return connection: the service's id and the
-    /// backend's index in it.
-    Direct { service: u32, backend: u32 },
+    /// A client's packet of a direct-server-return connection: the service's id, the
+    /// backend's index in it, and the backend's outer headers (read beside the service's
+    /// generation, so that the encapsulation looks nothing up).
+    Direct { service: u32, backend: u32, outer: &'t crate::encap::Outer },
 }
 
 /// What happened to the session on the way (counted by the node as information).
@@ -459,7 +460,15 @@ impl<F: Family> Balancer<F> {
     /// answer (`the_fast_path_answers_as_the_full_path`). Inlined into the node: as a
     /// call of its own it spilled the key and the entry's fields (perf).
     #[inline(always)]
-    pub fn hit(&mut self, t: &FamilyTables<F>, at: Hashed, key: &Key<F>, flags: u8, local: bool, now: u64) -> Option<Hit<F::Addr>> {
+    pub fn hit<'t>(
+        &mut self,
+        t: &'t FamilyTables<F>,
+        at: Hashed,
+        key: &Key<F>,
+        flags: u8,
+        local: bool,
+        now: u64,
+    ) -> Option<Hit<'t, F::Addr>> {
         // Read in place, not copied out: a hit needs a few of the entry's fields.
         let Found { at: i, val: s, expires } = self.sessions.find_at(at, key, now)?;
         let proto = key.proto();
@@ -478,7 +487,9 @@ impl<F: Family> Balancer<F> {
             return None;
         }
         if twin == i {
-            let hit = Hit::Direct { service: s.service, backend: s.backend };
+            // Without outer headers (never expected) the full path counts it.
+            let outer = t.outer(s.service, s.backend)?;
+            let hit = Hit::Direct { service: s.service, backend: s.backend, outer };
             self.touch(i, twin, state, next_state_direct(state, proto, flags), now, expires);
             return Some(hit);
         }

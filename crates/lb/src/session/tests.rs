@@ -423,7 +423,11 @@ fn fast_path(lb: &mut Balancer<V4>, t: &crate::tables::FamilyTables<V4>, k: &Flo
             assert_eq!(d, crate::nat::Deltas::new::<V4>(k, &rw));
             Answer::Nat(rw, None)
         }
-        Some(Hit::Direct { service, backend }) => Answer::Direct { service, backend, outcome: Outcome::Hit },
+        Some(Hit::Direct { service, backend, outer }) => {
+            // The backend's own template, as the node's full path looks it up.
+            assert!(t.outer(service, backend).is_some_and(|o| std::ptr::eq(o, outer)));
+            Answer::Direct { service, backend, outcome: Outcome::Hit }
+        }
         None => full_path(lb, t, k, flags, local, now),
     }
 }
