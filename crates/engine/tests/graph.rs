@@ -527,8 +527,8 @@ next_nodes! { enum ChainNext { Taker = "taker", Looker = "looker" } }
 counters! { enum ChainCounter { NoBuffer(Error, "no-buffer", "out of buffers"), Dropped(Warn, "dropped", "every fifth packet's second piece") } }
 
 /// For packet x (one byte): a 100-byte buffer of x, x+1, …, and three chained packets
-/// [x, k] + its bytes 30k..30k+30 (k = 0 to the non-taker `looker`, 1 and 2 to `taker`);
-/// the 100-byte buffer freed at once (its extents hold it).
+/// [x, k] + its bytes 30k..30k+30 (k = 0 to the non-taker `looker`, 1 and 2 to `taker`;
+/// k = 2 in three extents); the 100-byte buffer freed at once (its extents hold it).
 struct Chainer;
 impl engine::ExpandNode<Cx> for Chainer {
     type Next = ChainNext;
@@ -554,7 +554,16 @@ impl engine::ExpandNode<Cx> for Chainer {
                 return Err(ChainCounter::NoBuffer);
             };
             pool.get_mut(h).write(&[x, k]).unwrap();
-            pool.attach(h, src, 30 * k as usize..30 * k as usize + 30).unwrap();
+            let at = 30 * k as usize;
+            if k == 2 {
+                // A head of several extents (as `parcel4-join` makes): the same bytes in
+                // three pieces.
+                for piece in [at..at + 7, at + 7..at + 8, at + 8..at + 30] {
+                    pool.push_extent(h, src, piece).unwrap();
+                }
+            } else {
+                pool.attach(h, src, at..at + 30).unwrap();
+            }
             out.push((h, if k == 0 { ChainNext::Looker } else { ChainNext::Taker }));
         }
         pool.free(src);
@@ -633,7 +642,7 @@ impl Device for ChainRecorder {
             if pool.extent_len(b) != 0 {
                 self.chained.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
-            self.seen.lock().unwrap().push([pool.get(b).bytes(), pool.extent_bytes(b)].concat());
+            self.seen.lock().unwrap().push([pool.get(b).bytes(), &pool.extent_bytes(b)].concat());
         }
         let n = bufs.len();
         pool.free_many(bufs);
