@@ -463,6 +463,55 @@ impl Pool {
         Ok(())
     }
 
+    /// [`Pool::push_extent`] for a run of sources, the same non-empty `range` of each
+    /// one's packet bytes, in order, and **the head takes over the caller's hold on each
+    /// source**: the caller frees none of them (each must be a distinct packet it holds
+    /// once); they go back to the pool with the head, or when it is made whole. One call
+    /// a parcel for `parcel4-join`, whose dispatcher then leaves the run's datagrams be
+    /// (`engine::Taken::Held`): no hold counted up a datagram and back down when the
+    /// dispatcher frees it. On `Err` nothing changed.
+    #[inline]
+    pub fn push_extents_taking(&mut self, head: BufIdx, srcs: &[BufIdx], range: core::ops::Range<usize>) -> Result<(), ChainError> {
+        let e = self.extents[head.get()];
+        if e.len == 0 && self.refs[head.get()] != 0 {
+            return Err(ChainError::Taken);
+        }
+        if range.is_empty() {
+            // No extent would hold the sources.
+            return Err(ChainError::OutOfRange);
+        }
+        if srcs.is_empty() {
+            return Ok(());
+        }
+        let len = range.len();
+        let total = e.len as usize + srcs.len() * len;
+        if self.bufs[head.get()].tailroom() < total {
+            return Err(ChainError::NoTailroom);
+        }
+        for &s in srcs {
+            if s == head {
+                return Err(ChainError::Taken);
+            }
+            if self.extents[s.get()].len != 0 {
+                return Err(ChainError::ChainedSource);
+            }
+            if range.end > self.bufs[s.get()].len() {
+                return Err(ChainError::OutOfRange);
+            }
+        }
+        debug_assert!(srcs.iter().enumerate().all(|(i, s)| !srcs[..i].contains(s)), "a source taken twice");
+        let more = &mut self.more[head.get()];
+        match (e.len, e.buf) {
+            (0, _) => self.chains_live += 1,
+            (_, MANY) => {}
+            _ => more.push(e),
+        }
+        let bufs = &self.bufs;
+        more.extend(srcs.iter().map(|&s| Extent { buf: s.0, at: (bufs[s.get()].offset() + range.start) as u32, len: len as u32 }));
+        self.extents[head.get()] = Extent { buf: MANY, at: 0, len: total as u32 };
+        Ok(())
+    }
+
     /// Whether any chained packet is live (one load: asked once a vector).
     #[inline(always)]
     pub fn has_chains(&self) -> bool {
@@ -725,7 +774,7 @@ mod tests {
             }
             v
         };
-        let make = |p: &mut Pool| {
+        let make = |p: &mut Pool, srcs: &[BufIdx]| {
             let h = p.alloc_head(14, 40, 401).unwrap();
             // 14 + 40 + 401 bytes: a regular buffer holds the whole packet.
             assert_eq!((p.get(h).offset(), p.get(h).len(), p.get(h).capacity()), (HEADROOM + 14, 40, REGULAR_CAPACITY));
@@ -735,7 +784,7 @@ mod tests {
             }
             h
         };
-        let h = make(&mut p);
+        let h = make(&mut p, &srcs);
         assert_eq!(p.extent_len(h), 401);
         assert_eq!(p.extent_parts(h).map(<[u8]>::len).collect::<Vec<_>>(), [100, 300, 1]);
         assert_eq!([p.get(h).bytes(), &p.extent_bytes(h)].concat(), want(&[0xee; 40]));
@@ -762,10 +811,12 @@ mod tests {
         assert_eq!(p.in_use(), 0);
         // Freed chained, the head before its sources, then in one `free_many` with them:
         // every buffer back once.
-        let srcs2: Vec<BufIdx> = (0..3).map(|_| p.alloc(300).unwrap()).collect();
-        assert_eq!(srcs2.iter().copied().collect::<std::collections::HashSet<_>>(), srcs.iter().copied().collect());
+        let srcs: Vec<BufIdx> = (0..3).map(|_| p.alloc(300).unwrap()).collect();
+        for s in &srcs {
+            p.get_mut(*s).set_len(300).unwrap();
+        }
         for round in 0..2 {
-            let h = make(&mut p);
+            let h = make(&mut p, &srcs);
             if round == 0 {
                 p.free(h);
                 assert_eq!(p.in_use(), 3);

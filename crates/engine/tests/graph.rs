@@ -250,8 +250,10 @@ counters! {
 }
 
 /// Takes the packets 4g … 4g+3 (bytes) in one call, as a joining node takes a run:
-/// group g ≡ 0 (mod 3) becomes one new packet (byte 2g), g ≡ 1 goes on as its last
-/// packet (its byte made 0), g ≡ 2 is refused after pushing nothing.
+/// group g ≡ 0 (mod 3) becomes one new packet (byte 2g; for even g a chained one, its
+/// extents the group's four bytes, holding their buffers as `parcel4-join`'s parcels
+/// do), g ≡ 1 goes on as its last packet (its byte made 0), g ≡ 2 is refused after
+/// pushing nothing.
 struct Fours;
 impl engine::ExpandNode<Cx> for Fours {
     type Next = TripleNext;
@@ -268,7 +270,7 @@ impl engine::ExpandNode<Cx> for Fours {
         bi: BufIdx,
         out: &mut Vec<(BufIdx, TripleNext)>,
     ) -> Result<(), FoursCounter> {
-        self.expand_run(cx, c, pool, &[bi], out).1
+        self.expand_run(cx, c, pool, &[bi], out).1.map(|_| ())
     }
     fn expand_run(
         &mut self,
@@ -277,7 +279,7 @@ impl engine::ExpandNode<Cx> for Fours {
         pool: &mut Pool,
         input: &[BufIdx],
         out: &mut Vec<(BufIdx, TripleNext)>,
-    ) -> (usize, Result<(), FoursCounter>) {
+    ) -> (usize, Result<engine::Taken, FoursCounter>) {
         let first = pool.get(input[0]).bytes()[0];
         if first % 4 != 0 {
             c.inc(FoursCounter::MidRun);
@@ -289,6 +291,10 @@ impl engine::ExpandNode<Cx> for Fours {
                 let d = pool.alloc(1).expect("buffers");
                 pool.get_mut(d).write(&[2 * g]).unwrap();
                 out.push((d, TripleNext::Parity));
+                if g % 2 == 0 {
+                    pool.push_extents_taking(d, &input[..n], 0..1).unwrap();
+                    return (n, Ok(engine::Taken::Held));
+                }
             }
             1 => {
                 let last = input[n - 1];
@@ -297,7 +303,7 @@ impl engine::ExpandNode<Cx> for Fours {
             }
             _ => return (n, Err(FoursCounter::Refused)),
         }
-        (n, Ok(()))
+        (n, Ok(engine::Taken::Free))
     }
 }
 

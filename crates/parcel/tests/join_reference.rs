@@ -1,8 +1,9 @@
 //! `parcelN-join`'s chained parcel (headers and integrity block in a buffer of their own,
 //! each segment left where it lies in its datagram's buffer) against the copying join:
 //! the same bytes, whatever the runs' flows, sizes and counts, datagrams without a UDP
-//! checksum or with a wrong one; and every buffer back in the pool exactly once, whatever
-//! the order the parcels and datagrams are freed in. The copying join's parcels are also
+//! checksum or with a wrong one; and every buffer back in the pool exactly once (the
+//! datagrams' with their parcel's), whatever the order the parcels are freed in, made
+//! whole first or not. The copying join's parcels are also
 //! checked on their own: a valid parcel, each slot matching its segment exactly where the
 //! datagram's checksum was right.
 
@@ -32,7 +33,6 @@ struct Run {
     tos: u8,
     ttl: u8,
     ident: u16,
-    len: usize,
     payloads: Vec<Vec<u8>>,
     sums: Vec<Sum>,
     /// How far into its buffer each datagram starts, past the headroom.
@@ -61,7 +61,6 @@ fn run_strategy() -> impl Strategy<Value = Run> {
                 tos,
                 ttl,
                 ident,
-                len,
                 payloads,
                 sums,
                 offsets,
@@ -161,14 +160,15 @@ fn copied<F: ParcelFamily>(runs: &[Run], v6: bool) -> (Vec<Vec<u8>>, u64) {
 }
 
 /// The chained join's parcels (head bytes then extents', and once made whole for some),
-/// everything freed in the order `seed` picks; the segments summed and the buffers left
-/// in use, after checking that each buffer allocates exactly once.
+/// freed in the order `seed` picks, their datagrams with them; the segments summed and
+/// the buffers left in use, after checking that each buffer allocates exactly once.
 fn chained<F: ParcelFamily>(runs: &[Run], v6: bool, seed: u64) -> (Vec<Vec<u8>>, u64, usize) {
     let mut pool = Pool::with_classes(BUFFERS.0, BUFFERS.1, BUFFERS.2);
     let l2_len = wire::ethernet::HEADER_LEN;
     let mut summed = 0;
     let mut out = Vec::new();
     let mut all = Vec::new();
+    let mut datagrams = 0;
     for (r, run) in load(&mut pool, runs, v6).into_iter().enumerate() {
         let p = join_run::<F>(&mut pool, &run, Some(l2_len), &mut summed).expect("a buffer for the parcel");
         let h = pool.get(p);
@@ -177,18 +177,22 @@ fn chained<F: ParcelFamily>(runs: &[Run], v6: bool, seed: u64) -> (Vec<Vec<u8>>,
         assert_eq!((h.bytes().as_ptr() as usize - l2_len) % engine::mem::LINE, 0, "the link header starts a line");
         assert_eq!(pool.extent_parts(p).count(), run.len(), "one extent a datagram");
         let whole = [pool.get(p).bytes(), &pool.extent_bytes(p)].concat();
+        datagrams += run.len();
         assert_eq!(pool.extent_len(p), whole.len() - pool.get(p).len());
         if (seed >> (r % 64)) & 1 == 1 {
+            // Made whole, the parcel lets its datagrams go.
+            datagrams -= run.len();
             pool.linearize(p);
             assert_eq!(pool.extent_len(p), 0);
             assert_eq!(pool.get(p).bytes(), &whole[..], "parcel {r} the same once made whole");
         }
         out.push(whole);
         all.push(p);
-        all.extend(run);
     }
-    // Free in the seed's order: the datagrams before their parcel (as the dispatcher and
-    // then the device do), after it, or between; some one by one, the rest in one call.
+    // The parcels hold their datagrams (the caller frees none of them): each is still in
+    // use until its parcel goes or is made whole.
+    assert_eq!(pool.in_use(), all.len() + datagrams);
+    // Free the parcels in the seed's order, some one by one, the rest in one call.
     let n = all.len();
     for i in (1..n).rev() {
         all.swap(i, (seed.wrapping_mul(i as u64 + 13) >> 9) as usize % (i + 1));

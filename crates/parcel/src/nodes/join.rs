@@ -15,8 +15,9 @@
 //!
 //! **Chained parcels** (IPv4, toward a resolved next hop): the parcel is a buffer of its
 //! headers and integrity block plus one extent a datagram, its segment where it lies
-//! (`Pool::push_extent`), rewritten here and sent to `interface-output`; no segment is
-//! copied. The dispatcher and the worker make it one buffer before any node, device or
+//! (`Pool::push_extents_taking`: the parcel holds the datagrams' buffers, which the
+//! dispatcher then leaves be, `engine::Taken::Held`), rewritten here and sent to
+//! `interface-output`; no segment is copied. The dispatcher and the worker make it one buffer before any node, device or
 //! capture that does not take chains, so what leaves is the copying join's bytes
 //! (`tests/join_reference.rs`). Elsewhere (IPv6, a neighbour to resolve) the join copies
 //! each segment into the parcel's buffer and sends it to `ipN-rewrite`.
@@ -28,7 +29,7 @@
 use super::gso::{to_parcels, GsoFrame};
 use super::ParcelFamily;
 use crate::context::HasParcel;
-use engine::{counters, BufIdx, Counts, ExpandNode, Pool};
+use engine::{counters, BufIdx, Counts, ExpandNode, Pool, Taken};
 use ip::nodes::family::rewrite_fast;
 use ip::tables::{Adjacency, Tables, MAX_INDEX};
 use wire::parcel::{self, SegmentsRepr};
@@ -160,8 +161,9 @@ impl<F: ParcelFamily> ParcelJoin<F> {
 /// (`Some(l2_len)`: toward a resolved next hop whose rewrite puts `l2_len` bytes in
 /// front), the parcel's buffer holds its headers and integrity block, placed so that the
 /// link header starts a line, and each segment stays where it lies in its datagram's
-/// buffer, an extent of the parcel (`Pool::push_extent`): the datagrams' buffers go back
-/// to the pool with the parcel, whoever frees them first. Both make the same bytes.
+/// buffer, an extent of the parcel (`Pool::push_extents_taking`): the parcel then holds
+/// the datagrams, which the caller must not free (they go back to the pool with it).
+/// Both make the same bytes.
 pub fn join_run<F: ParcelFamily>(pool: &mut Pool, run: &[BufIdx], chain_l2: Option<usize>, summed: &mut u64) -> Option<BufIdx> {
     let hl = F::DATAGRAM_IP_LEN;
     let ph = F::PARCEL_HEADER_LEN;
@@ -192,7 +194,8 @@ pub fn join_run<F: ParcelFamily>(pool: &mut Pool, run: &[BufIdx], chain_l2: Opti
         }
     };
     F::emit_parcel_headers(&head[..hl + 8], &segments, pool.get_mut(d).bytes_mut());
-    let slots = parcel::DatagramSlots::new(F::datagram_pseudo_header(&head[..hl + 8], udp_len), segments.src_port, segments.dst_port, udp_len);
+    let slots =
+        parcel::DatagramSlots::new(F::datagram_pseudo_header(&head[..hl + 8], udp_len), segments.src_port, segments.dst_port, udp_len);
     let seg = hl + 8..hl + 8 + l;
     for (j, &bi) in run.iter().enumerate() {
         let Some((src, dst)) = pool.two_mut(bi, d) else {
@@ -212,15 +215,15 @@ pub fn join_run<F: ParcelFamily>(pool: &mut Pool, run: &[BufIdx], chain_l2: Opti
         };
         let b = dst.bytes_mut();
         b[ph + 8 + 2 * j..ph + 10 + 2 * j].copy_from_slice(&slot.to_be_bytes());
-        if chain_l2.is_some() {
-            if pool.push_extent(d, bi, seg.clone()).is_err() {
-                // Not reached: the run's datagrams are plain, the head's class holds all.
-                pool.free(d);
-                return None;
-            }
-        } else {
+        if chain_l2.is_none() {
             b[head_len + j * l..head_len + (j + 1) * l].copy_from_slice(&s[seg.clone()]);
         }
+    }
+    // Not refused: the run's datagrams are plain packets of this length, the head's class
+    // holds them all.
+    if chain_l2.is_some() && pool.push_extents_taking(d, run, seg).is_err() {
+        pool.free(d);
+        return None;
     }
     let out = pool.get_mut(d);
     out.meta.adj = meta.adj;
@@ -249,7 +252,7 @@ impl<Cx: HasParcel, F: ParcelFamily> ExpandNode<Cx> for ParcelJoin<F> {
         bi: BufIdx,
         out: &mut Vec<(BufIdx, Self::Next)>,
     ) -> Result<(), Self::Counter> {
-        self.expand_run(cx, counts, pool, &[bi], out).1
+        self.expand_run(cx, counts, pool, &[bi], out).1.map(|_| ())
     }
 
     fn expand_run(
@@ -259,7 +262,7 @@ impl<Cx: HasParcel, F: ParcelFamily> ExpandNode<Cx> for ParcelJoin<F> {
         pool: &mut Pool,
         input: &[BufIdx],
         out: &mut Vec<(BufIdx, Self::Next)>,
-    ) -> (usize, Result<(), Self::Counter>) {
+    ) -> (usize, Result<Taken, Self::Counter>) {
         let (ipcx, pcx) = cx.split_parcel();
         let max = pcx.join_segments.clamp(1, parcel::MAX_SEGMENTS);
         let bi = input[0];
@@ -307,6 +310,10 @@ impl<Cx: HasParcel, F: ParcelFamily> ExpandNode<Cx> for ParcelJoin<F> {
                             F::JOIN_TO_REWRITE
                         };
                         out.push((d, next));
+                        if chain_l2.is_some() {
+                            // The parcel holds the run's datagrams: its extents.
+                            return (run.len(), Ok(Taken::Held));
+                        }
                     }
                     None => {
                         // Each goes on by itself, on the head's route (one flow, one
@@ -319,10 +326,10 @@ impl<Cx: HasParcel, F: ParcelFamily> ExpandNode<Cx> for ParcelJoin<F> {
                         }
                     }
                 }
-                return (run.len(), Ok(()));
+                return (run.len(), Ok(Taken::Free));
             }
         }
-        (1, Ok(()))
+        (1, Ok(Taken::Free))
     }
 }
 
