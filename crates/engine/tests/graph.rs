@@ -291,7 +291,7 @@ impl engine::ExpandNode<Cx> for Fours {
                 let d = pool.alloc(1).expect("buffers");
                 pool.get_mut(d).write(&[2 * g]).unwrap();
                 out.push((d, TripleNext::Parity));
-                if g % 2 == 0 {
+                if g.is_multiple_of(2) {
                     pool.push_extents_taking(d, &input[..n], 0..1).unwrap();
                     return (n, Ok(engine::Taken::Held));
                 }
