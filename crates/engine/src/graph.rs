@@ -17,7 +17,7 @@
 
 use crate::buffer::{BufIdx, DropReason, IfIndex};
 use crate::clock;
-use crate::node::{CounterInfo, Counters, Counts, ExpandNode, NextNodes, Node, Verdict};
+use crate::node::{CounterInfo, Counters, Counts, ExpandNode, NextNodes, Node, Taken, Verdict};
 use crate::pool::Pool;
 use crate::stats::{per_packet, CounterSnapshot, NodeRuntime, NodeSnapshot};
 use crate::trace::{TraceLog, TraceRecord};
@@ -224,9 +224,15 @@ impl<C, N: ExpandNode<C>> Runner<C> for ExpandRunner<N, C> {
             // skip or repeat packets).
             let taken = &rest[..n.clamp(1, rest.len())];
             i += taken.len();
+            let held = matches!(r, Ok(Taken::Held));
+            let r = r.map(|_| ());
             let reused = queue_expanded(&self.out, bi, next, queues);
             if let Some(log) = trace.as_deref_mut() {
                 trace_expanded(log, self.node.name(), pool, taken, traced, self.out.len(), r);
+            }
+            if held {
+                // The pushed packets hold the rest (a chained parcel's extents).
+                continue;
             }
             if !reused {
                 settle(pool, queues, counters, node, drop_queue, bi, r);

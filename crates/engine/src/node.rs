@@ -153,8 +153,10 @@ pub trait ExpandNode<C>: Send + 'static {
     /// took. A node that combines consecutive packets (`parcel4-join`) takes a whole
     /// run in one call, so the dispatcher's per-packet work is done once per run; it
     /// sets [`Self::TAKES_RUNS`].
-    /// Taken packets that are not pushed are freed by the dispatcher, or on `Err`
-    /// dropped under the counter. The default takes one packet with [`Self::expand`].
+    /// Taken packets that are not pushed are freed by the dispatcher ([`Taken::Free`]),
+    /// or on `Err` dropped under the counter; or they are held by a packet the call
+    /// pushed ([`Taken::Held`]: a chained parcel whose extents they are) and left be.
+    /// The default takes one packet with [`Self::expand`].
     #[inline(always)]
     fn expand_run(
         &mut self,
@@ -163,8 +165,8 @@ pub trait ExpandNode<C>: Send + 'static {
         pool: &mut Pool,
         input: &[BufIdx],
         out: &mut Vec<(BufIdx, Self::Next)>,
-    ) -> (usize, Result<(), Self::Counter>) {
-        (1, self.expand(cx, counts, pool, input[0], out))
+    ) -> (usize, Result<Taken, Self::Counter>) {
+        (1, self.expand(cx, counts, pool, input[0], out).map(|()| Taken::Free))
     }
 
     /// Called once per vector before `expand` runs on each packet, as [`Node::prepare`]:
@@ -175,6 +177,16 @@ pub trait ExpandNode<C>: Send + 'static {
     /// Called after each vector: a node that batches work across packets (handing them
     /// to another worker a vector at a time) completes it here.
     fn end_of_vector(&mut self, _cx: &mut C) {}
+}
+
+/// What becomes of the packets an [`ExpandNode::expand_run`] call took and did not push.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Taken {
+    /// The dispatcher frees them.
+    Free,
+    /// A packet the call pushed holds them (its extents, `Pool::push_extents_taking`):
+    /// they go back to the pool with it, so the dispatcher leaves them be.
+    Held,
 }
 
 /// Define a `NextNodes` enum: `next_nodes! { pub enum FooNext { A = "node-a", B = "node-b" } }`.

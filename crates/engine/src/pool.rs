@@ -15,15 +15,19 @@
 //! reads its packet's headers — fall in different sets of the caches instead of
 //! crowding into a few, and the same physical layout is had by every run.
 //!
-//! **Chained packets.** A packet may be a head buffer plus one *extent*: bytes of another
-//! buffer of the pool that follow the head's bytes (`parcel4-split` makes each datagram
-//! its headers plus its segment where it lies in the parcel, instead of copying it). An
-//! extent holds its buffer: a buffer goes back to its free list when its last holder
-//! frees it (`refs`, counted only on buffers extents point into). Whether any extent is
-//! live is one count (`extents_live`), read once a call: with none (every path but the
-//! split's), `free` and `free_many` are what they were, and the graph's dispatcher and
-//! the worker ask it once a vector before copying chains into one buffer for a node or
-//! device that does not take them ([`Pool::linearize_all`]).
+//! **Chained packets.** A packet may be a head buffer plus *extents*: bytes of other
+//! buffers of the pool that follow the head's bytes, in order (`parcel4-split` makes each
+//! datagram its headers plus one extent, its segment where it lies in the parcel;
+//! `parcel4-join` makes a parcel its headers plus one extent a datagram, each segment
+//! where it lies in its datagram's buffer). An extent holds its buffer: a buffer goes
+//! back to its free list when its last holder frees it (`refs`, counted only on buffers
+//! extents point into). A head of one extent keeps it in `extents`; a head of several
+//! keeps them in `more` (its `extents` entry then says `MANY` and their total length).
+//! Whether any chained packet is live is one count (`chains_live`), read once a call: with
+//! none (every path but the split's and the join's), `free` and `free_many` are what they
+//! were, and the graph's dispatcher and the worker ask it once a vector before copying
+//! chains into one buffer for a node or device that does not take them
+//! ([`Pool::linearize_all`]).
 
 use crate::buffer::{BufIdx, Buffer, Line, HEADROOM};
 use crate::mem::LINE;
@@ -31,12 +35,18 @@ use core::ptr::NonNull;
 
 /// Bytes of another buffer that follow a head buffer's own: `len` bytes from `at` in
 /// `buf`'s storage (an absolute position, as `Offload::csum_start`). `len` 0: none.
+/// `buf` [`MANY`]: the head has several extents, in `Pool::more`, of `len` bytes in all.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Extent {
     buf: u32,
     at: u32,
     len: u32,
 }
+
+/// `Extent::buf` of a head with several extents (no buffer has this index: the pool's
+/// indices are `u32`s below its length). Kept in the one-extent entry so that the split's
+/// chains, one extent each, read the one table they read before.
+const MANY: u32 = u32::MAX;
 
 /// Why [`Pool::attach`] or [`Pool::alloc_chained`] refused an extent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -49,6 +59,8 @@ pub enum ChainError {
     NoTailroom,
     #[error("no free buffer for the head")]
     NoBuffer,
+    #[error("the source is itself a chained packet (its bytes are not all in its buffer)")]
+    ChainedSource,
 }
 
 /// Payload capacity of a regular buffer: a full Ethernet jumbo-less frame plus room.
@@ -86,13 +98,16 @@ pub struct Pool {
     free_medium: Vec<BufIdx>,
     free_large: Vec<BufIdx>,
     alloc_failures: u64,
-    /// Per buffer: its extent, if it is the head of a chained packet.
+    /// Per buffer: its extent, if it is the head of a chained packet (`MANY`: of several).
     extents: Vec<Extent>,
+    /// Per buffer: the extents of a head of several, in order (empty otherwise; each
+    /// keeps its allocation for the buffer's next use as such a head).
+    more: Vec<Vec<Extent>>,
     /// Per buffer: holders beyond the first (extents pointing into it); the last holder
     /// to free it returns it to its list.
     refs: Vec<u32>,
-    /// Extents live in the pool: 0 means no chained packet and no shared buffer.
-    extents_live: u32,
+    /// Chained packets live in the pool: 0 means no extent and no shared buffer.
+    chains_live: u32,
     chain_copy_failures: u64,
 }
 
@@ -160,8 +175,9 @@ impl Pool {
             free_large: ids(regular + medium, large),
             alloc_failures: 0,
             extents: vec![Extent::default(); regular + medium + large],
+            more: (0..regular + medium + large).map(|_| Vec::new()).collect(),
             refs: vec![0; regular + medium + large],
-            extents_live: 0,
+            chains_live: 0,
             chain_copy_failures: 0,
         }
     }
@@ -208,7 +224,7 @@ impl Pool {
 
     #[inline]
     pub fn free(&mut self, i: BufIdx) {
-        if self.extents_live != 0 {
+        if self.chains_live != 0 {
             return self.free_one_chained(i);
         }
         self.push_free(i)
@@ -227,7 +243,7 @@ impl Pool {
 
     #[inline]
     pub fn free_many(&mut self, bufs: &[BufIdx]) {
-        if self.extents_live != 0 {
+        if self.chains_live != 0 {
             return self.free_many_chained(bufs);
         }
         // A vector of regular buffers (nearly always) joins its free list in one copy:
@@ -263,7 +279,9 @@ impl Pool {
             let e = std::mem::take(&mut self.extents[i.get()]);
             if e.len != 0 {
                 let_go += 1;
-                if e.buf == run.0 {
+                if e.buf == MANY {
+                    self.release_more(i);
+                } else if e.buf == run.0 {
                     run.1 += 1;
                 } else {
                     self.release_many(run);
@@ -274,23 +292,34 @@ impl Pool {
             shared |= self.refs[i.get()] != 0;
         }
         self.release_many(run);
-        self.extents_live -= let_go;
-        if shared || self.extents_live != 0 {
+        self.chains_live -= let_go;
+        if shared || self.chains_live != 0 {
             bufs.iter().for_each(|&i| self.release(i));
         } else {
             self.free_many(bufs);
         }
     }
 
-    /// `free` while extents are live: the head's extent let go, then the buffer itself.
+    /// `free` while extents are live: the head's extents let go, then the buffer itself.
     #[inline]
     fn free_chained(&mut self, i: BufIdx) {
         let e = std::mem::take(&mut self.extents[i.get()]);
         if e.len != 0 {
-            self.extents_live -= 1;
-            self.release(BufIdx(e.buf));
+            self.chains_live -= 1;
+            self.release_extents(i, e);
         }
         self.release(i);
+    }
+
+    /// The holds of head `i`'s several extents let go (its `extents` entry already
+    /// cleared by the caller), the list emptied for its next use.
+    fn release_more(&mut self, i: BufIdx) {
+        let mut parts = std::mem::take(&mut self.more[i.get()]);
+        for e in &parts {
+            self.release(BufIdx(e.buf));
+        }
+        parts.clear();
+        self.more[i.get()] = parts;
     }
 
     /// `n` holders of buffer `buf` let go (`run`: `(buf, n)`, nothing when `n` is 0): back
@@ -339,7 +368,7 @@ impl Pool {
         let at = (s.offset() + range.start) as u32;
         self.extents[head.get()] = Extent { buf: src.0, at, len: range.len() as u32 };
         self.refs[src.get()] += 1;
-        self.extents_live += 1;
+        self.chains_live += 1;
         Ok(())
     }
 
@@ -369,15 +398,124 @@ impl Pool {
         if !range.is_empty() {
             self.extents[head.get()] = Extent { buf: src.0, at: ext_at, len: range.len() as u32 };
             self.refs[src.get()] += 1;
-            self.extents_live += 1;
+            self.chains_live += 1;
         }
         Ok(head)
+    }
+
+    /// A buffer for a packet of several extents (a parcel joined from datagrams whose
+    /// segments stay where they lie): its own `head_len` bytes from `at` past the
+    /// headroom (contents unspecified), no extent yet, from a class that holds
+    /// `at + head_len + extents_len` bytes, so that the packet can always be made one
+    /// buffer again once [`Pool::push_extent`] added up to `extents_len` bytes.
+    #[inline]
+    pub fn alloc_head(&mut self, at: usize, head_len: usize, extents_len: usize) -> Option<BufIdx> {
+        let head = self.take(at + head_len + extents_len)?;
+        if self.bufs[head.get()].reset_to(HEADROOM + at, head_len).is_err() {
+            // Not reached: the class holds the whole packet.
+            self.push_free(head);
+            return None;
+        }
+        Some(head)
+    }
+
+    /// Make `range` of `src`'s packet bytes, where they lie, follow what `head`'s packet
+    /// has so far (its own bytes, then the extents added before), holding `src` until
+    /// `head` is freed or made whole. `src` must hold its packet's bytes itself (not be
+    /// chained) and `head` must have the tailroom for all its extents' bytes, so that
+    /// [`Pool::linearize`] never fails. An empty range adds nothing.
+    #[inline]
+    pub fn push_extent(&mut self, head: BufIdx, src: BufIdx, range: core::ops::Range<usize>) -> Result<(), ChainError> {
+        let e = self.extents[head.get()];
+        // A buffer extents point into is no head (and, chained, never becomes a source).
+        if head == src || (e.len == 0 && self.refs[head.get()] != 0) {
+            return Err(ChainError::Taken);
+        }
+        if self.extents[src.get()].len != 0 {
+            return Err(ChainError::ChainedSource);
+        }
+        let s = &self.bufs[src.get()];
+        if range.start > range.end || range.end > s.len() {
+            return Err(ChainError::OutOfRange);
+        }
+        if range.is_empty() {
+            return Ok(());
+        }
+        let new = Extent { buf: src.0, at: (s.offset() + range.start) as u32, len: range.len() as u32 };
+        if self.bufs[head.get()].tailroom() < e.len as usize + range.len() {
+            return Err(ChainError::NoTailroom);
+        }
+        self.extents[head.get()] = match e.len {
+            0 => {
+                self.chains_live += 1;
+                new
+            }
+            _ => {
+                let more = &mut self.more[head.get()];
+                if e.buf != MANY {
+                    more.push(e);
+                }
+                more.push(new);
+                Extent { buf: MANY, at: 0, len: e.len + new.len }
+            }
+        };
+        self.refs[src.get()] += 1;
+        Ok(())
+    }
+
+    /// [`Pool::push_extent`] for a run of sources, the same non-empty `range` of each
+    /// one's packet bytes, in order, and **the head takes over the caller's hold on each
+    /// source**: the caller frees none of them (each must be a distinct packet it holds
+    /// once); they go back to the pool with the head, or when it is made whole. One call
+    /// a parcel for `parcel4-join`, whose dispatcher then leaves the run's datagrams be
+    /// (`engine::Taken::Held`): no hold counted up a datagram and back down when the
+    /// dispatcher frees it. On `Err` nothing changed.
+    #[inline]
+    pub fn push_extents_taking(&mut self, head: BufIdx, srcs: &[BufIdx], range: core::ops::Range<usize>) -> Result<(), ChainError> {
+        let e = self.extents[head.get()];
+        if e.len == 0 && self.refs[head.get()] != 0 {
+            return Err(ChainError::Taken);
+        }
+        if range.is_empty() {
+            // No extent would hold the sources.
+            return Err(ChainError::OutOfRange);
+        }
+        if srcs.is_empty() {
+            return Ok(());
+        }
+        let len = range.len();
+        let total = e.len as usize + srcs.len() * len;
+        if self.bufs[head.get()].tailroom() < total {
+            return Err(ChainError::NoTailroom);
+        }
+        for &s in srcs {
+            if s == head {
+                return Err(ChainError::Taken);
+            }
+            if self.extents[s.get()].len != 0 {
+                return Err(ChainError::ChainedSource);
+            }
+            if range.end > self.bufs[s.get()].len() {
+                return Err(ChainError::OutOfRange);
+            }
+        }
+        debug_assert!(srcs.iter().enumerate().all(|(i, s)| !srcs[..i].contains(s)), "a source taken twice");
+        let more = &mut self.more[head.get()];
+        match (e.len, e.buf) {
+            (0, _) => self.chains_live += 1,
+            (_, MANY) => {}
+            _ => more.push(e),
+        }
+        let bufs = &self.bufs;
+        more.extend(srcs.iter().map(|&s| Extent { buf: s.0, at: (bufs[s.get()].offset() + range.start) as u32, len: len as u32 }));
+        self.extents[head.get()] = Extent { buf: MANY, at: 0, len: total as u32 };
+        Ok(())
     }
 
     /// Whether any chained packet is live (one load: asked once a vector).
     #[inline(always)]
     pub fn has_chains(&self) -> bool {
-        self.extents_live != 0
+        self.chains_live != 0
     }
 
     /// Bytes `b` carries beyond its head buffer (0 unless it is chained).
@@ -386,29 +524,59 @@ impl Pool {
         self.extents[b.get()].len as usize
     }
 
-    /// The bytes of `b`'s extent (empty unless it is chained).
-    pub fn extent_bytes(&self, b: BufIdx) -> &[u8] {
-        let e = self.extents[b.get()];
-        &self.bufs[e.buf as usize].storage()[e.at as usize..(e.at + e.len) as usize]
+    /// `b`'s extents, in order (none unless it is chained).
+    fn extents_of(&self, b: BufIdx) -> &[Extent] {
+        let e = &self.extents[b.get()];
+        match (e.len, e.buf) {
+            (0, _) => &[],
+            (_, MANY) => &self.more[b.get()],
+            _ => core::slice::from_ref(e),
+        }
+    }
+
+    /// The bytes of `b`'s extents, in order (none unless it is chained).
+    pub fn extent_parts(&self, b: BufIdx) -> impl Iterator<Item = &[u8]> + '_ {
+        self.extents_of(b).iter().map(|e| &self.bufs[e.buf as usize].storage()[e.at as usize..(e.at + e.len) as usize])
+    }
+
+    /// The bytes of `b`'s extents, one after the other (empty unless it is chained).
+    pub fn extent_bytes(&self, b: BufIdx) -> Vec<u8> {
+        self.extent_parts(b).flatten().copied().collect()
     }
 
     /// The bytes of packets `bufs` beyond their heads (a device counting bytes sent).
     #[inline]
     pub fn chained_bytes(&self, bufs: &[BufIdx]) -> usize {
-        if self.extents_live == 0 {
+        if self.chains_live == 0 {
             return 0;
         }
         bufs.iter().map(|&b| self.extent_len(b)).sum()
     }
 
-    /// Copy `b`'s extent (if any) after its head's bytes, making it one buffer again.
+    /// Copy `b`'s extents (if any) after its head's bytes, making it one buffer again.
     pub fn linearize(&mut self, b: BufIdx) {
         let e = self.extents[b.get()];
         if e.len == 0 {
             return;
         }
+        if e.buf == MANY {
+            let parts = std::mem::take(&mut self.more[b.get()]);
+            for &p in &parts {
+                self.copy_extent(b, p);
+            }
+            self.more[b.get()] = parts;
+        } else {
+            self.copy_extent(b, e);
+        }
+        self.extents[b.get()] = Extent::default();
+        self.chains_live -= 1;
+        self.release_extents(b, e);
+    }
+
+    /// Append extent `e`'s bytes to head `b`'s packet.
+    fn copy_extent(&mut self, b: BufIdx, e: Extent) {
         let len = e.len as usize;
-        // Two distinct buffers: `attach` refuses an extent into its own head.
+        // Two distinct buffers: an extent never points into its own head.
         match self.bufs.get_disjoint_mut([b.get(), e.buf as usize]) {
             Ok([head, src]) => {
                 let end = head.len();
@@ -420,16 +588,22 @@ impl Pool {
             }
             Err(_) => self.chain_copy_failures += 1,
         }
-        self.extents[b.get()] = Extent::default();
-        self.extents_live -= 1;
-        self.release(BufIdx(e.buf));
+    }
+
+    /// Let go head `b`'s holds for its extent entry `e` (taken out of `extents` already).
+    fn release_extents(&mut self, b: BufIdx, e: Extent) {
+        if e.buf == MANY {
+            self.release_more(b);
+        } else {
+            self.release(BufIdx(e.buf));
+        }
     }
 
     /// [`Pool::linearize`] every chained packet of `bufs`: before a node, device or
     /// capture that does not take chains. Nothing to do (one load) while none is live.
     #[inline]
     pub fn linearize_all(&mut self, bufs: &[BufIdx]) {
-        if self.extents_live == 0 {
+        if self.chains_live == 0 {
             return;
         }
         for &b in bufs {
@@ -581,6 +755,84 @@ mod tests {
         p.free(head);
         assert!(!p.has_chains());
         assert_eq!(p.in_use(), 0);
+    }
+
+    #[test]
+    fn a_head_of_several_extents_reads_them_in_order_and_holds_each_source_until_it_goes() {
+        let mut p = Pool::with_classes(6, 0, 1);
+        let srcs: Vec<BufIdx> = (0..3u8)
+            .map(|k| {
+                let s = p.alloc(300).unwrap();
+                p.get_mut(s).write(&(0..300u32).map(|i| (i as u8).wrapping_mul(3).wrapping_add(k)).collect::<Vec<_>>()).unwrap();
+                s
+            })
+            .collect();
+        let want = |head: &[u8]| -> Vec<u8> {
+            let mut v = head.to_vec();
+            for (k, r) in [(0, 10..110), (1, 0..300), (2, 299..300)] {
+                v.extend(r.map(|i: u32| (i as u8).wrapping_mul(3).wrapping_add(k)));
+            }
+            v
+        };
+        let make = |p: &mut Pool, srcs: &[BufIdx]| {
+            let h = p.alloc_head(14, 40, 401).unwrap();
+            // 14 + 40 + 401 bytes: a regular buffer holds the whole packet.
+            assert_eq!((p.get(h).offset(), p.get(h).len(), p.get(h).capacity()), (HEADROOM + 14, 40, REGULAR_CAPACITY));
+            p.get_mut(h).bytes_mut().fill(0xee);
+            for (k, r) in [(0, 10..110), (1, 0..300), (2, 299..300), (2, 5..5)] {
+                p.push_extent(h, srcs[k], r).unwrap();
+            }
+            h
+        };
+        let h = make(&mut p, &srcs);
+        assert_eq!(p.extent_len(h), 401);
+        assert_eq!(p.extent_parts(h).map(<[u8]>::len).collect::<Vec<_>>(), [100, 300, 1]);
+        assert_eq!([p.get(h).bytes(), &p.extent_bytes(h)].concat(), want(&[0xee; 40]));
+        assert_eq!(p.chained_bytes(&[h, srcs[0]]), 401);
+        // Refused: a chained source, the head itself, a range out of the source, more
+        // bytes than the head's class holds; nothing changed by any of them.
+        let one = p.alloc(10).unwrap();
+        p.get_mut(one).set_len(REGULAR_CAPACITY - 8).unwrap();
+        assert_eq!(p.push_extent(one, h, 0..10), Err(ChainError::ChainedSource));
+        assert_eq!(p.push_extent(h, h, 0..10), Err(ChainError::Taken));
+        assert_eq!(p.push_extent(h, srcs[0], 0..301), Err(ChainError::OutOfRange));
+        assert_eq!(p.push_extent(one, srcs[0], 0..300), Err(ChainError::NoTailroom));
+        // A source is no head to add to (its bytes are pointed into).
+        assert_eq!(p.push_extent(srcs[0], one, 0..0), Err(ChainError::Taken));
+        p.free(one);
+        assert_eq!(p.extent_len(h), 401);
+        // The sources' own holders let go first: the head keeps them.
+        p.free_many(&srcs);
+        assert_eq!(p.in_use(), 4, "the head and the three sources it holds");
+        p.linearize(h);
+        assert_eq!(p.get(h).bytes(), &want(&[0xee; 40])[..]);
+        assert_eq!((p.extent_len(h), p.in_use(), p.has_chains()), (0, 1, false));
+        p.free(h);
+        assert_eq!(p.in_use(), 0);
+        // Freed chained, the head before its sources, then in one `free_many` with them:
+        // every buffer back once.
+        let srcs: Vec<BufIdx> = (0..3).map(|_| p.alloc(300).unwrap()).collect();
+        for s in &srcs {
+            p.get_mut(*s).set_len(300).unwrap();
+        }
+        for round in 0..2 {
+            let h = make(&mut p, &srcs);
+            if round == 0 {
+                p.free(h);
+                assert_eq!(p.in_use(), 3);
+            } else {
+                p.free_many(&[srcs[1], h, srcs[0]]);
+                assert_eq!(p.in_use(), 1);
+                assert!(!p.has_chains());
+                p.free(srcs[2]);
+                assert_eq!(p.in_use(), 0);
+            }
+        }
+        let mut seen = std::collections::HashSet::new();
+        while let Some(b) = p.alloc(100).or_else(|| p.alloc(70_000)) {
+            assert!(seen.insert(b), "{b:?} handed out twice");
+        }
+        assert_eq!(seen.len(), 7);
     }
 
     #[test]

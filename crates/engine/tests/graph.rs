@@ -250,8 +250,10 @@ counters! {
 }
 
 /// Takes the packets 4g … 4g+3 (bytes) in one call, as a joining node takes a run:
-/// group g ≡ 0 (mod 3) becomes one new packet (byte 2g), g ≡ 1 goes on as its last
-/// packet (its byte made 0), g ≡ 2 is refused after pushing nothing.
+/// group g ≡ 0 (mod 3) becomes one new packet (byte 2g; for even g a chained one, its
+/// extents the group's four bytes, holding their buffers as `parcel4-join`'s parcels
+/// do), g ≡ 1 goes on as its last packet (its byte made 0), g ≡ 2 is refused after
+/// pushing nothing.
 struct Fours;
 impl engine::ExpandNode<Cx> for Fours {
     type Next = TripleNext;
@@ -268,7 +270,7 @@ impl engine::ExpandNode<Cx> for Fours {
         bi: BufIdx,
         out: &mut Vec<(BufIdx, TripleNext)>,
     ) -> Result<(), FoursCounter> {
-        self.expand_run(cx, c, pool, &[bi], out).1
+        self.expand_run(cx, c, pool, &[bi], out).1.map(|_| ())
     }
     fn expand_run(
         &mut self,
@@ -277,7 +279,7 @@ impl engine::ExpandNode<Cx> for Fours {
         pool: &mut Pool,
         input: &[BufIdx],
         out: &mut Vec<(BufIdx, TripleNext)>,
-    ) -> (usize, Result<(), FoursCounter>) {
+    ) -> (usize, Result<engine::Taken, FoursCounter>) {
         let first = pool.get(input[0]).bytes()[0];
         if first % 4 != 0 {
             c.inc(FoursCounter::MidRun);
@@ -289,6 +291,10 @@ impl engine::ExpandNode<Cx> for Fours {
                 let d = pool.alloc(1).expect("buffers");
                 pool.get_mut(d).write(&[2 * g]).unwrap();
                 out.push((d, TripleNext::Parity));
+                if g.is_multiple_of(2) {
+                    pool.push_extents_taking(d, &input[..n], 0..1).unwrap();
+                    return (n, Ok(engine::Taken::Held));
+                }
             }
             1 => {
                 let last = input[n - 1];
@@ -297,7 +303,7 @@ impl engine::ExpandNode<Cx> for Fours {
             }
             _ => return (n, Err(FoursCounter::Refused)),
         }
-        (n, Ok(()))
+        (n, Ok(engine::Taken::Free))
     }
 }
 
@@ -527,8 +533,8 @@ next_nodes! { enum ChainNext { Taker = "taker", Looker = "looker" } }
 counters! { enum ChainCounter { NoBuffer(Error, "no-buffer", "out of buffers"), Dropped(Warn, "dropped", "every fifth packet's second piece") } }
 
 /// For packet x (one byte): a 100-byte buffer of x, x+1, …, and three chained packets
-/// [x, k] + its bytes 30k..30k+30 (k = 0 to the non-taker `looker`, 1 and 2 to `taker`);
-/// the 100-byte buffer freed at once (its extents hold it).
+/// [x, k] + its bytes 30k..30k+30 (k = 0 to the non-taker `looker`, 1 and 2 to `taker`;
+/// k = 2 in three extents); the 100-byte buffer freed at once (its extents hold it).
 struct Chainer;
 impl engine::ExpandNode<Cx> for Chainer {
     type Next = ChainNext;
@@ -554,7 +560,16 @@ impl engine::ExpandNode<Cx> for Chainer {
                 return Err(ChainCounter::NoBuffer);
             };
             pool.get_mut(h).write(&[x, k]).unwrap();
-            pool.attach(h, src, 30 * k as usize..30 * k as usize + 30).unwrap();
+            let at = 30 * k as usize;
+            if k == 2 {
+                // A head of several extents (as `parcel4-join` makes): the same bytes in
+                // three pieces.
+                for piece in [at..at + 7, at + 7..at + 8, at + 8..at + 30] {
+                    pool.push_extent(h, src, piece).unwrap();
+                }
+            } else {
+                pool.attach(h, src, at..at + 30).unwrap();
+            }
             out.push((h, if k == 0 { ChainNext::Looker } else { ChainNext::Taker }));
         }
         pool.free(src);
@@ -633,7 +648,7 @@ impl Device for ChainRecorder {
             if pool.extent_len(b) != 0 {
                 self.chained.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
-            self.seen.lock().unwrap().push([pool.get(b).bytes(), pool.extent_bytes(b)].concat());
+            self.seen.lock().unwrap().push([pool.get(b).bytes(), &pool.extent_bytes(b)].concat());
         }
         let n = bufs.len();
         pool.free_many(bufs);

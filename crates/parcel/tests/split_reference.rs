@@ -204,7 +204,7 @@ fn split_chained<F: ParcelFamily>(parcel: &[u8], check: bool, seed: u64) -> (Vec
         let h = pool.get(d);
         assert!(h.headroom() >= l2_len);
         assert_eq!((h.bytes().as_ptr() as usize - l2_len) % engine::mem::LINE, 0, "datagram {k}'s link header starts a line");
-        let pieces = [pool.get(d).bytes(), pool.extent_bytes(d)].concat();
+        let pieces = [pool.get(d).bytes(), &pool.extent_bytes(d)].concat();
         assert_eq!(pool.extent_len(d), pool.extent_bytes(d).len());
         if (seed >> (k % 64)) & 1 == 1 {
             pool.linearize(d);

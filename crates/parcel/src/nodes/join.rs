@@ -8,10 +8,19 @@
 //! (the call, the output list, the free) is done once a run.
 //!
 //! Each segment's integrity slot is taken from its datagram's UDP checksum (the
-//! pseudo-header and UDP header taken out of it), so segments are copied, not summed; a
+//! pseudo-header and UDP header taken out of it), so segments are not summed; a
 //! datagram sent without a checksum has its segment summed. A datagram whose checksum
 //! was wrong gives a slot its bytes do not match: the receiver finds that segment bad,
 //! as it would have found the datagram.
+//!
+//! **Chained parcels** (IPv4, toward a resolved next hop): the parcel is a buffer of its
+//! headers and integrity block plus one extent a datagram, its segment where it lies
+//! (`Pool::push_extents_taking`: the parcel holds the datagrams' buffers, which the
+//! dispatcher then leaves be, `engine::Taken::Held`), rewritten here and sent to
+//! `interface-output`; no segment is copied. The dispatcher and the worker make it one buffer before any node, device or
+//! capture that does not take chains, so what leaves is the copying join's bytes
+//! (`tests/join_reference.rs`). Elsewhere (IPv6, a neighbour to resolve) the join copies
+//! each segment into the parcel's buffer and sends it to `ipN-rewrite`.
 //!
 //! Datagrams that join nothing leave for `ipN-rewrite` with the lookup done here, or
 //! for `ipN-lookup` when the route is not a plain next hop or its interface has an
@@ -20,7 +29,8 @@
 use super::gso::{to_parcels, GsoFrame};
 use super::ParcelFamily;
 use crate::context::HasParcel;
-use engine::{counters, BufIdx, Counts, ExpandNode, Pool};
+use engine::{counters, BufIdx, Counts, ExpandNode, Pool, Taken};
+use ip::nodes::family::rewrite_fast;
 use ip::tables::{Adjacency, Tables, MAX_INDEX};
 use wire::parcel::{self, SegmentsRepr};
 
@@ -139,70 +149,86 @@ impl<F: ParcelFamily> ParcelJoin<F> {
             Role::Head(n as u16)
         }
     }
+}
 
-    /// Build the parcel of the datagrams `run`; None without a buffer.
-    fn build(pool: &mut Pool, run: &[BufIdx], counts: &mut Counts<'_, ParcelJoinCounter>) -> Option<BufIdx> {
-        let hl = F::DATAGRAM_IP_LEN;
-        let k = run.len();
-        let first = pool.get(run[0]);
-        let mut head = [0u8; 48];
-        head[..hl + 8].copy_from_slice(first.bytes().get(..hl + 8)?);
-        let meta = first.meta;
-        let l = u16::from_be_bytes([head[hl + 4], head[hl + 5]]) as usize - 8;
-        let segments = SegmentsRepr {
-            src_port: u16::from_be_bytes([head[hl], head[hl + 1]]),
-            dst_port: u16::from_be_bytes([head[hl + 2], head[hl + 3]]),
-            nsegs: k as u8,
-            seg_len: l as u16,
-            last_len: l as u16,
-        };
-        let len = F::PARCEL_HEADER_LEN + segments.udp_len();
-        let d = pool.alloc(len)?;
-        if Self::fill(pool, d, run, &head[..hl + 8], &segments, counts).is_none() {
+/// Join the datagrams `run` (a run the plan found: plain UDP datagrams of one flow and one
+/// UDP length, with hop limit left) into one parcel; None without a buffer for it (the
+/// datagrams untouched). Each segment's integrity slot comes from its datagram's UDP
+/// checksum, or from summing the segment when the datagram has none (counted in
+/// `summed`).
+///
+/// Copying (`chain_l2` None), the parcel is one buffer holding every segment. Chained
+/// (`Some(l2_len)`: toward a resolved next hop whose rewrite puts `l2_len` bytes in
+/// front), the parcel's buffer holds its headers and integrity block, placed so that the
+/// link header starts a line, and each segment stays where it lies in its datagram's
+/// buffer, an extent of the parcel (`Pool::push_extents_taking`): the parcel then holds
+/// the datagrams, which the caller must not free (they go back to the pool with it).
+/// Both make the same bytes.
+pub fn join_run<F: ParcelFamily>(pool: &mut Pool, run: &[BufIdx], chain_l2: Option<usize>, summed: &mut u64) -> Option<BufIdx> {
+    let hl = F::DATAGRAM_IP_LEN;
+    let ph = F::PARCEL_HEADER_LEN;
+    let first = pool.get(*run.first()?);
+    let mut head = [0u8; 48];
+    head[..hl + 8].copy_from_slice(first.bytes().get(..hl + 8)?);
+    let meta = first.meta;
+    let udp_len = u16::from_be_bytes([head[hl + 4], head[hl + 5]]);
+    let l = (udp_len as usize).checked_sub(8).filter(|&l| l > 0)?;
+    let k = run.len();
+    let segments = SegmentsRepr {
+        src_port: u16::from_be_bytes([head[hl], head[hl + 1]]),
+        dst_port: u16::from_be_bytes([head[hl + 2], head[hl + 3]]),
+        nsegs: u8::try_from(k).ok()?,
+        seg_len: l as u16,
+        last_len: l as u16,
+    };
+    let head_len = ph + 8 + 2 * k;
+    let d = match chain_l2 {
+        Some(l2_len) => pool.alloc_head(l2_len, head_len, k * l)?,
+        None => {
+            let d = pool.alloc(ph + segments.udp_len())?;
+            if pool.get_mut(d).set_len(ph + segments.udp_len()).is_err() {
+                pool.free(d);
+                return None;
+            }
+            d
+        }
+    };
+    F::emit_parcel_headers(&head[..hl + 8], &segments, pool.get_mut(d).bytes_mut());
+    let slots =
+        parcel::DatagramSlots::new(F::datagram_pseudo_header(&head[..hl + 8], udp_len), segments.src_port, segments.dst_port, udp_len);
+    let seg = hl + 8..hl + 8 + l;
+    for (j, &bi) in run.iter().enumerate() {
+        let Some((src, dst)) = pool.two_mut(bi, d) else {
             pool.free(d);
             return None;
+        };
+        let Some(s) = src.bytes().get(..seg.end) else {
+            pool.free(d);
+            return None;
+        };
+        let sum = u16::from_be_bytes([s[hl + 6], s[hl + 7]]);
+        let slot = if sum == 0 {
+            *summed += 1;
+            parcel::segment_checksum(&s[seg.clone()])
+        } else {
+            slots.slot(sum)
+        };
+        let b = dst.bytes_mut();
+        b[ph + 8 + 2 * j..ph + 10 + 2 * j].copy_from_slice(&slot.to_be_bytes());
+        if chain_l2.is_none() {
+            b[head_len + j * l..head_len + (j + 1) * l].copy_from_slice(&s[seg.clone()]);
         }
-        let out = pool.get_mut(d);
-        out.meta.adj = meta.adj;
-        out.meta.rx_if = meta.rx_if;
-        Some(d)
     }
-
-    /// Write into buffer `d` the parcel of the datagrams `run`, whose first one's
-    /// headers are `head`.
-    fn fill(
-        pool: &mut Pool,
-        d: BufIdx,
-        run: &[BufIdx],
-        head: &[u8],
-        segs: &SegmentsRepr,
-        counts: &mut Counts<'_, ParcelJoinCounter>,
-    ) -> Option<()> {
-        let (k, l) = (segs.nsegs as usize, segs.seg_len as usize);
-        let hl = F::DATAGRAM_IP_LEN;
-        let ph = F::PARCEL_HEADER_LEN;
-        pool.get_mut(d).set_len(ph + segs.udp_len()).ok()?;
-        F::emit_parcel_headers(head, segs, pool.get_mut(d).bytes_mut());
-        let udp_len = (8 + l) as u16;
-        let slots = parcel::DatagramSlots::new(F::datagram_pseudo_header(head, udp_len), segs.src_port, segs.dst_port, udp_len);
-        let data_at = ph + 8 + 2 * k;
-        for (j, &bi) in run.iter().enumerate().take(k) {
-            let (src, dst) = pool.two_mut(bi, d)?;
-            let s = src.bytes();
-            let seg = s.get(hl + 8..hl + 8 + l)?;
-            let sum = u16::from_be_bytes([s[hl + 6], s[hl + 7]]);
-            let slot = if sum == 0 {
-                counts.inc(ParcelJoinCounter::Summed);
-                parcel::segment_checksum(seg)
-            } else {
-                slots.slot(sum)
-            };
-            let b = dst.bytes_mut();
-            b[data_at + j * l..data_at + (j + 1) * l].copy_from_slice(seg);
-            b[ph + 8 + 2 * j..ph + 10 + 2 * j].copy_from_slice(&slot.to_be_bytes());
-        }
-        Some(())
+    // Not refused: the run's datagrams are plain packets of this length, the head's class
+    // holds them all.
+    if chain_l2.is_some() && pool.push_extents_taking(d, run, seg).is_err() {
+        pool.free(d);
+        return None;
     }
+    let out = pool.get_mut(d);
+    out.meta.adj = meta.adj;
+    out.meta.rx_if = meta.rx_if;
+    Some(d)
 }
 
 impl<Cx: HasParcel, F: ParcelFamily> ExpandNode<Cx> for ParcelJoin<F> {
@@ -226,7 +252,7 @@ impl<Cx: HasParcel, F: ParcelFamily> ExpandNode<Cx> for ParcelJoin<F> {
         bi: BufIdx,
         out: &mut Vec<(BufIdx, Self::Next)>,
     ) -> Result<(), Self::Counter> {
-        self.expand_run(cx, counts, pool, &[bi], out).1
+        self.expand_run(cx, counts, pool, &[bi], out).1.map(|_| ())
     }
 
     fn expand_run(
@@ -236,7 +262,7 @@ impl<Cx: HasParcel, F: ParcelFamily> ExpandNode<Cx> for ParcelJoin<F> {
         pool: &mut Pool,
         input: &[BufIdx],
         out: &mut Vec<(BufIdx, Self::Next)>,
-    ) -> (usize, Result<(), Self::Counter>) {
+    ) -> (usize, Result<Taken, Self::Counter>) {
         let (ipcx, pcx) = cx.split_parcel();
         let max = pcx.join_segments.clamp(1, parcel::MAX_SEGMENTS);
         let bi = input[0];
@@ -261,11 +287,33 @@ impl<Cx: HasParcel, F: ParcelFamily> ExpandNode<Cx> for ParcelJoin<F> {
             }
             Role::Head(k) => {
                 let run = &input[..k as usize];
-                match Self::build(pool, run, counts) {
+                // Toward a resolved next hop the parcel is chained and rewritten here (the
+                // rewrite's fast path: the run fits the link's MTU, its TTL is above 1),
+                // then goes straight to `interface-output`, which takes chains; a parcel
+                // the fast path leaves goes to `ipN-rewrite`, made whole first by the
+                // dispatcher.
+                let adj = ipcx.tables.adjacency(pool.get(bi).meta.adj);
+                let chain_l2 = match adj {
+                    Adjacency::Rewrite { rewrite, .. } if F::JOIN_CHAINS => Some(rewrite.len()),
+                    _ => None,
+                };
+                let mut summed = 0;
+                let made = join_run::<F>(pool, run, chain_l2, &mut summed);
+                counts.add(ParcelJoinCounter::Summed, summed);
+                match made {
                     Some(d) => {
                         counts.inc(ParcelJoinCounter::Parcels);
                         counts.add(ParcelJoinCounter::Datagrams, run.len() as u64);
-                        out.push((d, F::JOIN_TO_REWRITE));
+                        let next = if chain_l2.is_some() && rewrite_fast::<F>(adj, pool.get_mut(d)) {
+                            F::JOIN_TO_OUTPUT
+                        } else {
+                            F::JOIN_TO_REWRITE
+                        };
+                        out.push((d, next));
+                        if chain_l2.is_some() {
+                            // The parcel holds the run's datagrams: its extents.
+                            return (run.len(), Ok(Taken::Held));
+                        }
                     }
                     None => {
                         // Each goes on by itself, on the head's route (one flow, one
@@ -278,10 +326,10 @@ impl<Cx: HasParcel, F: ParcelFamily> ExpandNode<Cx> for ParcelJoin<F> {
                         }
                     }
                 }
-                return (run.len(), Ok(()));
+                return (run.len(), Ok(Taken::Free));
             }
         }
-        (1, Ok(()))
+        (1, Ok(Taken::Free))
     }
 }
 

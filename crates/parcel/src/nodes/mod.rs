@@ -30,10 +30,10 @@ engine::next_nodes! {
     pub enum Parcel6InputNext { Rewrite = "ip6-rewrite", Split = "parcel6-split", Lookup = "ip6-lookup" }
 }
 engine::next_nodes! {
-    pub enum Parcel4JoinNext { Rewrite = "ip4-rewrite", Lookup = "ip4-lookup" }
+    pub enum Parcel4JoinNext { Rewrite = "ip4-rewrite", Lookup = "ip4-lookup", Output = "interface-output" }
 }
 engine::next_nodes! {
-    pub enum Parcel6JoinNext { Rewrite = "ip6-rewrite", Lookup = "ip6-lookup" }
+    pub enum Parcel6JoinNext { Rewrite = "ip6-rewrite", Lookup = "ip6-lookup", Output = "interface-output" }
 }
 engine::next_nodes! {
     pub enum Parcel4SplitNext { Lookup = "ip4-lookup", Rewrite = "ip4-rewrite", Output = "interface-output" }
@@ -107,6 +107,12 @@ pub trait ParcelFamily: Family {
     type JoinNext: NextNodes;
     const JOIN_TO_REWRITE: Self::JoinNext;
     const JOIN_TO_LOOKUP: Self::JoinNext;
+    /// A parcel the join rewrote itself (`ip::nodes::family::rewrite_fast`).
+    const JOIN_TO_OUTPUT: Self::JoinNext;
+    /// The join makes its parcels chained, not copied, toward a resolved next hop: the
+    /// parcel's headers, then each segment where it lies in its datagram's buffer
+    /// (IPv4; IPv6 copies until measured, as its split does).
+    const JOIN_CHAINS: bool;
     /// The parcel's IP header (with the IPv6 hop-by-hop header) that a join emits.
     const PARCEL_HEADER_LEN: usize;
     /// A plain UDP datagram's headers (unfragmented, no options or extension headers,
@@ -160,6 +166,8 @@ impl ParcelFamily for Ip4 {
     type JoinNext = Parcel4JoinNext;
     const JOIN_TO_REWRITE: Parcel4JoinNext = Parcel4JoinNext::Rewrite;
     const JOIN_TO_LOOKUP: Parcel4JoinNext = Parcel4JoinNext::Lookup;
+    const JOIN_TO_OUTPUT: Parcel4JoinNext = Parcel4JoinNext::Output;
+    const JOIN_CHAINS: bool = true;
     const PARCEL_HEADER_LEN: usize = wire::parcel::IPV4_HEADER_LEN;
     const HOP_LIMIT_AT: usize = 8;
     fn datagram_udp_len(b: &[u8]) -> Option<u16> {
@@ -252,6 +260,8 @@ impl ParcelFamily for Ip6 {
     type JoinNext = Parcel6JoinNext;
     const JOIN_TO_REWRITE: Parcel6JoinNext = Parcel6JoinNext::Rewrite;
     const JOIN_TO_LOOKUP: Parcel6JoinNext = Parcel6JoinNext::Lookup;
+    const JOIN_TO_OUTPUT: Parcel6JoinNext = Parcel6JoinNext::Output;
+    const JOIN_CHAINS: bool = false;
     const PARCEL_HEADER_LEN: usize = wire::parcel::IPV6_HEADER_LEN;
     const HOP_LIMIT_AT: usize = 7;
     fn datagram_udp_len(b: &[u8]) -> Option<u16> {

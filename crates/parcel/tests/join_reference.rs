@@ -1,0 +1,257 @@
+//! `parcelN-join`'s chained parcel (headers and integrity block in a buffer of their own,
+//! each segment left where it lies in its datagram's buffer) against the copying join:
+//! the same bytes, whatever the runs' flows, sizes and counts, datagrams without a UDP
+//! checksum or with a wrong one; and every buffer back in the pool exactly once (the
+//! datagrams' with their parcel's), whatever the order the parcels are freed in, made
+//! whole first or not. The copying join's parcels are also
+//! checked on their own: a valid parcel, each slot matching its segment exactly where the
+//! datagram's checksum was right.
+
+use engine::{BufIdx, Pool};
+use ip::nodes::family::{Ip4, Ip6};
+use parcel::nodes::join::join_run;
+use parcel::nodes::ParcelFamily;
+use proptest::prelude::*;
+use std::net::{Ipv4Addr, Ipv6Addr};
+use wire::parcel::{Parcel4, Parcel6};
+
+/// What a datagram's UDP checksum field holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sum {
+    Right,
+    /// 0: sent without one (the join sums the segment).
+    None,
+    /// The right one with these bits flipped (never 0 after).
+    Wrong(u16),
+}
+
+/// One run of datagrams of one flow and one length, as the join's plan finds them.
+#[derive(Debug, Clone)]
+struct Run {
+    addrs: (u32, u32),
+    ports: (u16, u16),
+    tos: u8,
+    ttl: u8,
+    ident: u16,
+    payloads: Vec<Vec<u8>>,
+    sums: Vec<Sum>,
+    /// How far into its buffer each datagram starts, past the headroom.
+    offsets: Vec<usize>,
+}
+
+fn sum_strategy() -> impl Strategy<Value = Sum> {
+    prop_oneof![6 => Just(Sum::Right), 2 => Just(Sum::None), 2 => (1u16..).prop_map(Sum::Wrong)]
+}
+
+fn run_strategy() -> impl Strategy<Value = Run> {
+    (1usize..=20, 1usize..=1400).prop_flat_map(|(n, len)| {
+        (
+            (any::<u32>(), any::<u32>()),
+            (1u16.., 1u16..),
+            any::<u8>(),
+            2u8..=255,
+            any::<u16>(),
+            proptest::collection::vec(proptest::collection::vec(any::<u8>(), len), n),
+            proptest::collection::vec(sum_strategy(), n),
+            proptest::collection::vec(0usize..200, n),
+        )
+            .prop_map(move |(addrs, ports, tos, ttl, ident, payloads, sums, offsets)| Run {
+                addrs,
+                ports,
+                tos,
+                ttl,
+                ident,
+                payloads,
+                sums,
+                offsets,
+            })
+    })
+}
+
+/// Datagram `i` of `run`, IPv4 or IPv6, its UDP checksum as the run says.
+fn datagram(run: &Run, i: usize, v6: bool) -> Vec<u8> {
+    let payload = &run.payloads[i];
+    let hl = if v6 { 40 } else { 20 };
+    let mut b = vec![0u8; hl + 8 + payload.len()];
+    let (src4, dst4) = (Ipv4Addr::from(run.addrs.0), Ipv4Addr::from(run.addrs.1));
+    let v6addr = |a: u32| Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, (a >> 16) as u16, a as u16);
+    let (src6, dst6) = (v6addr(run.addrs.0), v6addr(run.addrs.1));
+    if v6 {
+        let ip = wire::ipv6::Ipv6Repr {
+            src: src6,
+            dst: dst6,
+            next_header: wire::IpProtocol::Udp,
+            payload_len: 8 + payload.len(),
+            hop_limit: run.ttl,
+            traffic_class: run.tos,
+            flow_label: 0x54321,
+        };
+        ip.emit(&mut wire::ipv6::Ipv6Packet::new_unchecked(&mut b[..40]));
+    } else {
+        let ip = wire::ipv4::Ipv4Repr {
+            src: src4,
+            dst: dst4,
+            protocol: wire::IpProtocol::Udp,
+            payload_len: 8 + payload.len(),
+            ttl: run.ttl,
+            dscp: run.tos >> 2,
+            ecn: run.tos & 3,
+            ident: run.ident.wrapping_add(i as u16),
+            dont_frag: false,
+        };
+        ip.emit(&mut wire::ipv4::Ipv4Packet::new_unchecked(&mut b[..20]));
+    }
+    b[hl + 8..].copy_from_slice(payload);
+    let mut u = wire::udp::UdpPacket::new_unchecked(&mut b[hl..]);
+    wire::udp::UdpRepr { src_port: run.ports.0, dst_port: run.ports.1 }.emit(&mut u, payload.len());
+    if v6 {
+        u.fill_checksum_v6(&src6, &dst6);
+    } else {
+        u.fill_checksum_v4(src4, dst4);
+    }
+    let right = u16::from_be_bytes([b[hl + 6], b[hl + 7]]);
+    let field = match run.sums[i] {
+        Sum::Right => right,
+        Sum::None => 0,
+        Sum::Wrong(x) => match right ^ x {
+            0 => right ^ 1,
+            w => w,
+        },
+    };
+    b[hl + 6..hl + 8].copy_from_slice(&field.to_be_bytes());
+    b
+}
+
+/// The runs' datagrams in buffers of `pool`, each at its offset past the headroom.
+fn load(pool: &mut Pool, runs: &[Run], v6: bool) -> Vec<Vec<BufIdx>> {
+    runs.iter()
+        .map(|run| {
+            (0..run.payloads.len())
+                .map(|i| {
+                    let d = datagram(run, i, v6);
+                    let b = pool.alloc(run.offsets[i] + d.len()).expect("a buffer a datagram");
+                    let buf = pool.get_mut(b);
+                    buf.write(&[vec![0xa5; run.offsets[i]], d].concat()).expect("fits");
+                    buf.advance(run.offsets[i]).expect("in the packet");
+                    b
+                })
+                .collect()
+        })
+        .collect()
+}
+
+const BUFFERS: (usize, usize, usize) = (96, 4, 6);
+
+/// The copying join's parcels, each run's datagrams freed as the dispatcher frees them;
+/// and the segments summed.
+fn copied<F: ParcelFamily>(runs: &[Run], v6: bool) -> (Vec<Vec<u8>>, u64) {
+    let mut pool = Pool::with_classes(BUFFERS.0, BUFFERS.1, BUFFERS.2);
+    let mut summed = 0;
+    let mut out = Vec::new();
+    for run in load(&mut pool, runs, v6) {
+        let p = join_run::<F>(&mut pool, &run, None, &mut summed).expect("a buffer for the parcel");
+        assert_eq!(pool.extent_len(p), 0);
+        out.push(pool.get(p).bytes().to_vec());
+        pool.free_many(&run);
+        pool.free(p);
+    }
+    assert_eq!(pool.in_use(), 0);
+    (out, summed)
+}
+
+/// The chained join's parcels (head bytes then extents', and once made whole for some),
+/// freed in the order `seed` picks, their datagrams with them; the segments summed and
+/// the buffers left in use, after checking that each buffer allocates exactly once.
+fn chained<F: ParcelFamily>(runs: &[Run], v6: bool, seed: u64) -> (Vec<Vec<u8>>, u64, usize) {
+    let mut pool = Pool::with_classes(BUFFERS.0, BUFFERS.1, BUFFERS.2);
+    let l2_len = wire::ethernet::HEADER_LEN;
+    let mut summed = 0;
+    let mut out = Vec::new();
+    let mut all = Vec::new();
+    let mut datagrams = 0;
+    for (r, run) in load(&mut pool, runs, v6).into_iter().enumerate() {
+        let p = join_run::<F>(&mut pool, &run, Some(l2_len), &mut summed).expect("a buffer for the parcel");
+        let h = pool.get(p);
+        assert_eq!(h.len(), F::PARCEL_HEADER_LEN + 8 + 2 * run.len(), "the head holds the headers and the slots");
+        assert!(h.headroom() >= l2_len);
+        assert_eq!((h.bytes().as_ptr() as usize - l2_len) % engine::mem::LINE, 0, "the link header starts a line");
+        assert_eq!(pool.extent_parts(p).count(), run.len(), "one extent a datagram");
+        let whole = [pool.get(p).bytes(), &pool.extent_bytes(p)].concat();
+        datagrams += run.len();
+        assert_eq!(pool.extent_len(p), whole.len() - pool.get(p).len());
+        if (seed >> (r % 64)) & 1 == 1 {
+            // Made whole, the parcel lets its datagrams go.
+            datagrams -= run.len();
+            pool.linearize(p);
+            assert_eq!(pool.extent_len(p), 0);
+            assert_eq!(pool.get(p).bytes(), &whole[..], "parcel {r} the same once made whole");
+        }
+        out.push(whole);
+        all.push(p);
+    }
+    // The parcels hold their datagrams (the caller frees none of them): each is still in
+    // use until its parcel goes or is made whole.
+    assert_eq!(pool.in_use(), all.len() + datagrams);
+    // Free the parcels in the seed's order, some one by one, the rest in one call.
+    let n = all.len();
+    for i in (1..n).rev() {
+        all.swap(i, (seed.wrapping_mul(i as u64 + 13) >> 9) as usize % (i + 1));
+    }
+    let batch = (seed >> 23) as usize % (n + 1);
+    for &b in &all[..batch] {
+        pool.free(b);
+    }
+    pool.free_many(&all[batch..]);
+    assert!(!pool.has_chains(), "every extent let go");
+    let in_use = pool.in_use();
+    let mut seen = std::collections::HashSet::new();
+    while let Some(b) = pool.alloc(100).or_else(|| pool.alloc(9000)).or_else(|| pool.alloc(70_000)) {
+        assert!(seen.insert(b), "{b:?} handed out twice");
+    }
+    assert_eq!(seen.len() + in_use, BUFFERS.0 + BUFFERS.1 + BUFFERS.2);
+    (out, summed, in_use)
+}
+
+/// Check a copying join's parcel on its own: it parses, its UDP header checksum holds, its
+/// segments are the payloads, and a slot matches its segment exactly where the datagram's
+/// checksum was right or absent.
+fn check_parcel(parcel: &[u8], run: &Run, v6: bool) {
+    let (segs, slots): (Vec<Vec<u8>>, Vec<u16>) = if v6 {
+        let p = Parcel6::new_checked(parcel).expect("a valid parcel");
+        assert!(p.verify_udp_checksum().is_some());
+        (p.segments().map(<[u8]>::to_vec).collect(), (0..p.segment_count()).map(|i| p.segment_checksum(i)).collect())
+    } else {
+        let p = Parcel4::new_checked(parcel).expect("a valid parcel");
+        assert!(p.verify_udp_checksum().is_some());
+        assert_eq!((p.ttl(), p.dscp_ecn(), p.ident()), (run.ttl, run.tos, run.ident));
+        (p.segments().map(<[u8]>::to_vec).collect(), (0..p.segment_count()).map(|i| p.segment_checksum(i)).collect())
+    };
+    assert_eq!(segs, run.payloads);
+    for (i, (seg, slot)) in segs.iter().zip(slots).enumerate() {
+        let matches = wire::parcel::segment_checksum(seg) == slot;
+        assert_eq!(matches, !matches!(run.sums[i], Sum::Wrong(_)), "segment {i}'s slot");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    #[test]
+    fn chained_join_makes_the_copying_joins_parcels(runs in proptest::collection::vec(run_strategy(), 1..=4), seed in any::<u64>()) {
+        let none = runs.iter().flat_map(|r| &r.sums).filter(|&&s| s == Sum::None).count() as u64;
+        for v6 in [false, true] {
+            let ((want, summed_copy), (got, summed_chain, in_use)) = if v6 {
+                (copied::<Ip6>(&runs, v6), chained::<Ip6>(&runs, v6, seed))
+            } else {
+                (copied::<Ip4>(&runs, v6), chained::<Ip4>(&runs, v6, seed))
+            };
+            for (parcel, run) in want.iter().zip(&runs) {
+                check_parcel(parcel, run, v6);
+            }
+            prop_assert_eq!(&got, &want);
+            prop_assert_eq!(summed_copy, none);
+            prop_assert_eq!(summed_chain, none);
+            prop_assert_eq!(in_use, 0, "every buffer back");
+        }
+    }
+}
