@@ -260,13 +260,13 @@ const SLOT_AHEAD: usize = 16;
 /// `ipsec4-output` / `ipsec6-output`: the outbound SPD of the interface the route
 /// lookup chose.
 ///
-/// The vector is decided in `prepare`, in two passes: the first reads each packet's
-/// interface, SPD and selector fields into the flow cache's key (two or five words) and
-/// hashes it; the second is a software pipeline in which packet `i`'s slot starts
-/// loading while packet `i - SLOT_AHEAD`'s, loaded by now, is compared with its key and
-/// its version checked; only a miss unpacks the key for the classifier. `process` then
-/// hands out each decision. Packets are decided in arrival order, so a flow's second
-/// packet in a vector finds what its first one put in the cache.
+/// The vector is decided in `prepare`, in one software pipeline: packet `i`'s
+/// interface, SPD and selector fields are read into the flow cache's key (two or five
+/// words), hashed, and its slot starts loading, while packet `i - SLOT_AHEAD`'s slot,
+/// loaded by now, is compared with its key and its version checked; only a miss
+/// unpacks the key for the classifier. `process` then hands out each decision. Packets
+/// are decided in arrival order, so a flow's second packet in a vector finds what its
+/// first one put in the cache.
 pub struct IpsecOutput<F: SpdFamily> {
     /// By the packet's place in the vector: its key and slot, when `pending`.
     keys: Box<[Prepared<F::Addr>; VECTOR_SIZE]>,
@@ -320,73 +320,64 @@ impl<F: SpdFamily> IpsecOutput<F> {
         &mut self,
         ip: &ip::IpContext,
         tables: &SpdTables,
-        cache: Option<&mut FlowCache<F::Addr>>,
+        mut cache: Option<&mut FlowCache<F::Addr>>,
         pool: &mut Pool,
         input: &[BufIdx],
     ) {
         let n = input.len().min(VECTOR_SIZE);
         let current = stamp(tables.version);
+        // Counted once for the vector, not a read-modify-write of the cache's counter
+        // a packet.
+        let mut hits = 0;
         let spd_of_adj = |adj| tx_if(ip, adj).and_then(|i| tables.spd_of(i));
         // The last adjacency's SPD, to start with the true one of an adjacency that
         // does not exist (no Option to test a packet).
         let mut last = (u32::MAX, spd_of_adj(u32::MAX));
-        let hashed = cache.is_some();
-        // Once for the vector: the slice's base and length stay in registers.
-        let bufs = pool.buffers_mut();
-        // First pass: each packet's key and slot, nothing loaded from the cache yet. The
-        // slot's address ends a chain of dependent loads (the buffer, its header, the
-        // ports where the header length says) and two CRC steps; a loop that does only
-        // this keeps more packets' chains in flight than one that also compares slots.
-        for i in 0..n {
-            let buf = &mut bufs[input[i].get()];
-            let adj = buf.meta.adj;
-            if adj != last.0 {
-                last = (adj, spd_of_adj(adj));
-            }
-            buf.meta.param = i as u32;
-            // Each field stored from its register, not an enum built and copied.
-            self.pending[i] = false;
-            match last.1.map(|s| F::outbound_cache_key(buf.bytes(), cache_spd(s.0, false))) {
-                None => self.decided[i] = Decided { verdict: Verdict::Next(F::BYPASS), param: 0 },
-                Some(Err(e)) => self.decided[i] = Decided { verdict: Verdict::Drop(e.into()), param: 0 },
-                Some(Ok(key)) => {
-                    // Without a cache nothing reads the slot: not hashed.
-                    let slot = if hashed { FlowCache::<F::Addr>::slot(&key) } else { Slot::default() };
-                    self.keys[i] = Prepared { key, slot };
-                    self.pending[i] = true;
-                }
-            }
-        }
-        let Some(c) = cache else {
-            for j in 0..n {
-                if self.pending[j] {
-                    self.decided[j] = decided::<F>(tables.classify_packed::<F::Addr>(&self.keys[j].key));
-                }
-            }
-            return;
-        };
-        // Second pass, a pipeline: packet `i`'s slot starts loading while packet
-        // `i - SLOT_AHEAD`'s, loaded by now, is compared with its key and its version
-        // checked. Counted once for the vector, not a read-modify-write of the cache's
-        // counter a packet.
-        let mut hits = 0;
         for i in 0..n + SLOT_AHEAD {
-            if i < n && self.pending[i] {
-                c.prefetch(self.keys[i].slot);
+            if i < n {
+                let buf = pool.get_mut(input[i]);
+                let adj = buf.meta.adj;
+                if adj != last.0 {
+                    last = (adj, spd_of_adj(adj));
+                }
+                buf.meta.param = i as u32;
+                // Each field stored from its register, not an enum built and copied.
+                self.pending[i] = false;
+                match last.1.map(|s| F::outbound_cache_key(buf.bytes(), cache_spd(s.0, false))) {
+                    None => self.decided[i] = Decided { verdict: Verdict::Next(F::BYPASS), param: 0 },
+                    Some(Err(e)) => self.decided[i] = Decided { verdict: Verdict::Drop(e.into()), param: 0 },
+                    Some(Ok(key)) => {
+                        let slot = match &cache {
+                            Some(c) => {
+                                let slot = FlowCache::<F::Addr>::slot(&key);
+                                c.prefetch(slot);
+                                slot
+                            }
+                            None => Slot::default(),
+                        };
+                        self.keys[i] = Prepared { key, slot };
+                        self.pending[i] = true;
+                    }
+                }
             }
             if i >= SLOT_AHEAD && self.pending[i - SLOT_AHEAD] {
                 let j = i - SLOT_AHEAD;
                 let p = &self.keys[j];
-                self.decided[j] = match c.current(p.slot, &p.key, current) {
-                    Some(hit) => {
-                        hits += 1;
-                        Decided { verdict: self.by_kind[hit.kind_index()], param: hit.sa }
-                    }
-                    None => decided::<F>(decide_miss(tables, c, p)),
+                self.decided[j] = match cache.as_deref_mut() {
+                    Some(c) => match c.current(p.slot, &p.key, current) {
+                        Some(hit) => {
+                            hits += 1;
+                            Decided { verdict: self.by_kind[hit.kind_index()], param: hit.sa }
+                        }
+                        None => decided::<F>(decide_miss(tables, c, p)),
+                    },
+                    None => decided::<F>(tables.classify_packed::<F::Addr>(&p.key)),
                 };
             }
         }
-        c.count_hits(hits);
+        if let Some(c) = cache {
+            c.count_hits(hits);
+        }
     }
 }
 
