@@ -157,10 +157,20 @@ impl SpdFamily for Ip4 {
     #[inline(always)]
     fn outbound_cache_key(b: &[u8], spd_field: u16) -> Result<[u64; 2], KeyError> {
         let h = b.first_chunk::<20>().ok_or(KeyError::Truncated)?;
-        let ihl = (h[0] & 0x0f) as usize * 4;
         let proto = h[9];
         let later_fragment = u16::from_be_bytes([h[6], h[7]]) & 0x1fff != 0;
-        let ports = if later_fragment { 0 } else { ports_word(proto, b, ihl)? };
+        let ports = if later_fragment || !HAS_PORTS[proto as usize] {
+            0
+        } else {
+            match b.get(20..24).and_then(|p| p.first_chunk::<4>()) {
+                // A header without options (most): the ports are read at a fixed offset,
+                // so their load does not wait for the header length's (a predicted
+                // branch instead of a dependent address), and the slot's hash starts
+                // one load earlier.
+                Some(p) if h[0] == 0x45 => u32::from_be_bytes(*p),
+                _ => ports_word(proto, b, (h[0] & 0x0f) as usize * 4)?,
+            }
+        };
         let addrs = u64::from_be_bytes([h[12], h[13], h[14], h[15], h[16], h[17], h[18], h[19]]);
         Ok(pack4_words(spd_field, addrs, proto, ports))
     }
@@ -636,6 +646,35 @@ mod tests {
         p[7] = 0;
         p[9] = 1;
         assert_eq!(Ip4::flow_key(&p[..20], false).unwrap().remote_port, 0);
+        assert_eq!(Ip4::outbound_cache_key(&p[..20], 5), Ok(u32::pack(5, &Ip4::flow_key(&p[..20], false).unwrap())));
+    }
+
+    /// The cache key reads a header without options' ports at their fixed offset, and
+    /// anything else where the header length says (`outbound_cache_key`'s fast case
+    /// must not be taken for a header with options).
+    #[test]
+    fn cache_keys_of_ipv4_headers_with_and_without_options() {
+        let mut p = [0u8; 28];
+        p[0] = 0x46; // one word of options, then the UDP header
+        p[9] = 17;
+        p[12..16].copy_from_slice(&[198, 18, 0, 1]);
+        p[16..20].copy_from_slice(&[198, 19, 0, 2]);
+        p[20..24].copy_from_slice(&[1, 0, 0, 0]); // the options: not ports
+        p[24..28].copy_from_slice(&[0x04, 0xd2, 0x11, 0x94]);
+        let key = Ip4::outbound_cache_key(&p, 3).unwrap();
+        assert_eq!(
+            u32::unpack(&key).1,
+            FlowKey { local: 0xc612_0001, remote: 0xc613_0002, proto: 17, local_port: 1234, remote_port: 4500 }
+        );
+        assert_eq!(Ip4::outbound_cache_key(&p[..26], 3), Err(KeyError::Truncated));
+        // Without options, the same ports four bytes earlier.
+        p[0] = 0x45;
+        p.copy_within(24..28, 20);
+        assert_eq!(Ip4::outbound_cache_key(&p[..24], 3), Ok(key));
+        assert_eq!(Ip4::outbound_cache_key(&p[..23], 3), Err(KeyError::Truncated));
+        // A header of options only up to its own length, and no ports protocol: a key.
+        p[9] = 1;
+        assert_eq!(u32::unpack(&Ip4::outbound_cache_key(&p[..20], 3).unwrap()).1.local_port, 0);
     }
 
     #[test]
