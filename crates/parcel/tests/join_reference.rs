@@ -7,6 +7,8 @@
 //! checked on their own: a valid parcel, each slot matching its segment exactly where the
 //! datagram's checksum was right.
 
+mod common;
+
 use engine::{BufIdx, Pool};
 use ip::nodes::family::{Ip4, Ip6};
 use parcel::nodes::join::join_run;
@@ -71,44 +73,22 @@ fn run_strategy() -> impl Strategy<Value = Run> {
 /// Datagram `i` of `run`, IPv4 or IPv6, its UDP checksum as the run says.
 fn datagram(run: &Run, i: usize, v6: bool) -> Vec<u8> {
     let payload = &run.payloads[i];
-    let hl = if v6 { 40 } else { 20 };
-    let mut b = vec![0u8; hl + 8 + payload.len()];
-    let (src4, dst4) = (Ipv4Addr::from(run.addrs.0), Ipv4Addr::from(run.addrs.1));
     let v6addr = |a: u32| Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, (a >> 16) as u16, a as u16);
-    let (src6, dst6) = (v6addr(run.addrs.0), v6addr(run.addrs.1));
-    if v6 {
-        let ip = wire::ipv6::Ipv6Repr {
-            src: src6,
-            dst: dst6,
-            next_header: wire::IpProtocol::Udp,
-            payload_len: 8 + payload.len(),
-            hop_limit: run.ttl,
-            traffic_class: run.tos,
-            flow_label: 0x54321,
-        };
-        ip.emit(&mut wire::ipv6::Ipv6Packet::new_unchecked(&mut b[..40]));
-    } else {
-        let ip = wire::ipv4::Ipv4Repr {
-            src: src4,
-            dst: dst4,
-            protocol: wire::IpProtocol::Udp,
-            payload_len: 8 + payload.len(),
-            ttl: run.ttl,
-            dscp: run.tos >> 2,
-            ecn: run.tos & 3,
-            ident: run.ident.wrapping_add(i as u16),
-            dont_frag: false,
-        };
-        ip.emit(&mut wire::ipv4::Ipv4Packet::new_unchecked(&mut b[..20]));
+    let mut b = common::Datagram {
+        v6,
+        src4: Ipv4Addr::from(run.addrs.0),
+        dst4: Ipv4Addr::from(run.addrs.1),
+        src6: v6addr(run.addrs.0),
+        dst6: v6addr(run.addrs.1),
+        ports: run.ports,
+        ttl: run.ttl,
+        tos: run.tos,
+        ident: run.ident.wrapping_add(i as u16),
+        dont_frag: false,
+        flow_label: 0x54321,
     }
-    b[hl + 8..].copy_from_slice(payload);
-    let mut u = wire::udp::UdpPacket::new_unchecked(&mut b[hl..]);
-    wire::udp::UdpRepr { src_port: run.ports.0, dst_port: run.ports.1 }.emit(&mut u, payload.len());
-    if v6 {
-        u.fill_checksum_v6(&src6, &dst6);
-    } else {
-        u.fill_checksum_v4(src4, dst4);
-    }
+    .build(payload);
+    let hl = if v6 { 40 } else { 20 };
     let right = u16::from_be_bytes([b[hl + 6], b[hl + 7]]);
     let field = match run.sums[i] {
         Sum::Right => right,

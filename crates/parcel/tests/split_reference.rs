@@ -3,6 +3,8 @@
 //! against a reference split: every datagram built from scratch with `wire`'s IPv4, IPv6
 //! and UDP reprs and summed in full.
 
+mod common;
+
 use engine::{BufIdx, Pool};
 use ip::nodes::family::{Ip4, Ip6};
 use parcel::nodes::split::{split_parcel, ChainTo, Tally};
@@ -128,41 +130,20 @@ fn reference(c: &Case, v6: bool) -> Vec<Vec<u8>> {
                 seg[off] ^= 0x5a;
             }
         }
-        let hl = if v6 { 40 } else { 20 };
-        let mut b = vec![0u8; hl + 8 + seg.len()];
-        if v6 {
-            let ip = wire::ipv6::Ipv6Repr {
-                src: SRC6,
-                dst: DST6,
-                next_header: wire::IpProtocol::Udp,
-                payload_len: 8 + seg.len(),
-                hop_limit: c.ttl,
-                traffic_class: c.tos,
-                flow_label: 0x12345,
-            };
-            ip.emit(&mut wire::ipv6::Ipv6Packet::new_unchecked(&mut b[..40]));
-        } else {
-            let ip = wire::ipv4::Ipv4Repr {
-                src: SRC4,
-                dst: DST4,
-                protocol: wire::IpProtocol::Udp,
-                payload_len: 8 + seg.len(),
-                ttl: c.ttl,
-                dscp: c.tos >> 2,
-                ecn: c.tos & 3,
-                ident: c.ident.wrapping_add(i as u16),
-                dont_frag: c.dont_frag,
-            };
-            ip.emit(&mut wire::ipv4::Ipv4Packet::new_unchecked(&mut b[..20]));
+        let b = common::Datagram {
+            v6,
+            src4: SRC4,
+            dst4: DST4,
+            src6: SRC6,
+            dst6: DST6,
+            ports: c.ports,
+            ttl: c.ttl,
+            tos: c.tos,
+            ident: c.ident.wrapping_add(i as u16),
+            dont_frag: c.dont_frag,
+            flow_label: 0x12345,
         }
-        b[hl + 8..].copy_from_slice(&seg);
-        let mut u = wire::udp::UdpPacket::new_unchecked(&mut b[hl..]);
-        wire::udp::UdpRepr { src_port: c.ports.0, dst_port: c.ports.1 }.emit(&mut u, seg.len());
-        if v6 {
-            u.fill_checksum_v6(&SRC6, &DST6);
-        } else {
-            u.fill_checksum_v4(SRC4, DST4);
-        }
+        .build(&seg);
         out.push(b);
     }
     out
