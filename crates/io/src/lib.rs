@@ -26,6 +26,7 @@ macro_rules! device_counters {
 
 pub mod af_packet;
 pub mod af_xdp;
+pub mod gather;
 pub mod linux;
 pub mod mem;
 pub mod null;
