@@ -295,7 +295,8 @@ impl Device for AfPacket {
         RxStatus::Open
     }
 
-    /// A chained packet leaves as its head and an iovec per extent (no copy).
+    /// A chained packet leaves as its head and an iovec per extent (no copy), unless its
+    /// extents are short ([`gather::IOVEC_MIN_EXTENT`]).
     fn takes_chains(&self) -> bool {
         true
     }
@@ -457,7 +458,7 @@ impl AfPacket {
         // grow once they do.
         for &b in bufs.iter() {
             if chains {
-                gather::flatten_if_needed(pool, b, gather::MAX_IOVECS - (per - 1));
+                gather::flatten_if_needed(pool, b, gather::MAX_IOVECS - (per - 1), gather::IOVEC_MIN_EXTENT);
             }
             let buf = pool.get_mut(b);
             if self.cfg.vnet_hdr {

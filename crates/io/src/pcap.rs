@@ -2,11 +2,11 @@
 //! one received frame, until the file ends), the transmit side appends every sent frame
 //! to another capture. Together they run a whole graph offline (`vecgate pcap`).
 
+use crate::gather;
 use engine::device::{Device, RxStatus, TxResult};
 use engine::{BufIdx, Pool};
 use pcap_file::pcap::{PcapPacket, PcapReader, PcapWriter};
 use std::fs::File;
-use crate::gather;
 use std::io::{BufWriter, Write};
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -160,7 +160,7 @@ impl Device for PcapDevice {
         let chains = pool.has_chains();
         for &b in bufs.iter() {
             if chains {
-                gather::flatten_if_needed(pool, b, usize::MAX);
+                gather::flatten_if_needed(pool, b, usize::MAX, 0);
             }
             // A file is no NIC: a checksum left for the device is computed here.
             crate::vnet::complete_in_software(pool.get_mut(b));

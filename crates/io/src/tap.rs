@@ -86,7 +86,14 @@ impl Tap {
             }
         }
         set_up(name)?;
-        Ok(Tap { fd, name: name.to_string(), offloads, scratch: vec![0; VNET_HDR_LEN + MAX_FRAME], iovs: Vec::new(), stats: Stats::default() })
+        Ok(Tap {
+            fd,
+            name: name.to_string(),
+            offloads,
+            scratch: vec![0; VNET_HDR_LEN + MAX_FRAME],
+            iovs: Vec::new(),
+            stats: Stats::default(),
+        })
     }
 
     pub fn name(&self) -> &str {
@@ -154,7 +161,7 @@ impl Device for Tap {
     }
 
     /// A chained packet leaves in one `writev`: the header, its head and an iovec per
-    /// extent (no copy).
+    /// extent (no copy), unless its extents are short ([`gather::IOVEC_MIN_EXTENT`]).
     fn takes_chains(&self) -> bool {
         true
     }
@@ -164,7 +171,7 @@ impl Device for Tap {
         let chains = pool.has_chains();
         for &b in bufs.iter() {
             if chains {
-                gather::flatten_if_needed(pool, b, gather::MAX_IOVECS - 1);
+                gather::flatten_if_needed(pool, b, gather::MAX_IOVECS - 1, gather::IOVEC_MIN_EXTENT);
             }
             let buf = pool.get(b);
             let Some(h) = VnetHdr::for_buffer(buf) else {

@@ -176,7 +176,7 @@ impl Device for AfXdp {
         self.sendable.clear();
         for &b in bufs.iter() {
             if chains {
-                gather::flatten_if_needed(pool, b, usize::MAX);
+                gather::flatten_if_needed(pool, b, usize::MAX, 0);
             }
             let len = gather::packet_len(pool, b);
             let buf = pool.get_mut(b);
