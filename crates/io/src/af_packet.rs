@@ -4,7 +4,8 @@
 //! frames and hands a block over when it is full or its retire timer (`retire_ms`)
 //! fires; we copy each frame into a pool buffer and give the block back. Copying keeps
 //! the ring small and buffers ours (frames are never held while the kernel wants the
-//! block back). Transmit: one `sendmmsg` per vector.
+//! block back). Transmit: one `sendmmsg` per vector, a chained packet (a head and its
+//! extents) gathered from its pieces by iovecs.
 //!
 //! With `PACKET_VNET_HDR` every frame carries a virtio-net header both ways
 //! ([`crate::vnet`]): a large GSO frame from a local TCP sender crosses the dataplane
@@ -16,6 +17,7 @@
 //! truncated by the ring, a full transmit queue, the link down or the interface deleted
 //! under us. None of them stops the worker.
 
+use crate::gather;
 use crate::linux::{self, Mapping, OpenError};
 use crate::vnet::{complete_in_software, VnetHdr, VNET_HDR_LEN};
 use engine::device::{Device, RxStatus, TxResult};
@@ -112,6 +114,8 @@ pub struct AfPacket {
     vnet_hdrs: Vec<[u8; VNET_HDR_LEN]>,
     /// The buffers of this call that can be sent (in `msgs` order).
     kept: Vec<BufIdx>,
+    /// Per message: its first iovec in `iovs` and how many it has.
+    iov_spans: Vec<(usize, usize)>,
 }
 
 // SAFETY: the raw pointers in the scratch vectors are rebuilt on every transmit and never
@@ -218,6 +222,7 @@ impl AfPacket {
             iovs: Vec::new(),
             vnet_hdrs: Vec::new(),
             kept: Vec::new(),
+            iov_spans: Vec::new(),
         })
     }
 
@@ -288,6 +293,12 @@ impl Device for AfPacket {
             self.check_link();
         }
         RxStatus::Open
+    }
+
+    /// A chained packet leaves as its head and an iovec per extent (no copy), unless its
+    /// extents are short ([`gather::IOVEC_MIN_EXTENT`]).
+    fn takes_chains(&self) -> bool {
+        true
     }
 
     fn tx(&mut self, pool: &mut Pool, bufs: &mut Vec<BufIdx>) -> TxResult {
@@ -439,10 +450,16 @@ impl AfPacket {
         self.iovs.clear();
         self.vnet_hdrs.clear();
         self.kept.clear();
+        self.iov_spans.clear();
         let mut result = TxResult::default();
+        let chains = pool.has_chains();
+        let per = if self.cfg.vnet_hdr { 2 } else { 1 };
         // Headers first, all of them: the iovecs point into `vnet_hdrs`, which must not
         // grow once they do.
         for &b in bufs.iter() {
+            if chains {
+                gather::flatten_if_needed(pool, b, gather::MAX_IOVECS - (per - 1), gather::IOVEC_MIN_EXTENT);
+            }
             let buf = pool.get_mut(b);
             if self.cfg.vnet_hdr {
                 match VnetHdr::for_buffer(buf) {
@@ -458,27 +475,34 @@ impl AfPacket {
             }
             self.kept.push(b);
         }
-        let per = if self.cfg.vnet_hdr { 2 } else { 1 };
         for (k, &b) in self.kept.iter().enumerate() {
-            let data = pool.get(b).bytes();
+            let first = self.iovs.len();
             if self.cfg.vnet_hdr {
                 self.iovs.push(libc::iovec { iov_base: self.vnet_hdrs[k].as_ptr() as *mut _, iov_len: VNET_HDR_LEN });
             }
+            let data = pool.get(b).bytes();
             self.iovs.push(libc::iovec { iov_base: data.as_ptr() as *mut _, iov_len: data.len() });
+            // A chained packet's extents follow its head, an iovec each, where they lie.
+            if chains {
+                for part in pool.extent_parts(b) {
+                    self.iovs.push(libc::iovec { iov_base: part.as_ptr() as *mut _, iov_len: part.len() });
+                }
+            }
+            self.iov_spans.push((first, self.iovs.len() - first));
         }
-        for k in 0..self.kept.len() {
+        for &(first, count) in &self.iov_spans {
             // SAFETY: msghdr is plain data; zero is valid before the fields are set.
             let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
-            h.msg_iov = self.iovs[k * per..].as_mut_ptr();
-            h.msg_iovlen = per;
+            h.msg_iov = self.iovs[first..].as_mut_ptr();
+            h.msg_iovlen = count;
             self.msgs.push(libc::mmsghdr { msg_hdr: h, msg_len: 0 });
         }
         let mut done = 0;
         while done < self.msgs.len() {
             let todo = &mut self.msgs[done..];
             // SAFETY: every msghdr points at iovecs in `self.iovs`, which point at
-            // `self.vnet_hdrs` and at pool buffers; none of them move or are freed until
-            // this loop ends.
+            // `self.vnet_hdrs` and at pool buffers (heads and the buffers their extents
+            // lie in); none of them move or are freed until this loop ends.
             let r = unsafe { libc::sendmmsg(self.fd.as_raw_fd(), todo.as_mut_ptr(), todo.len() as u32, libc::MSG_DONTWAIT) };
             if r < 0 {
                 let e = std::io::Error::last_os_error();
@@ -494,7 +518,7 @@ impl AfPacket {
                 break;
             }
             for &b in &self.kept[done..done + r as usize] {
-                result.sent_bytes += pool.get(b).len();
+                result.sent_bytes += gather::packet_len(pool, b);
             }
             done += r as usize;
         }

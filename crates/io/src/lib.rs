@@ -5,6 +5,8 @@
 //! - [`tap`]: a TAP device with virtio-net headers, the host stack as a neighbour.
 //! - [`pg`]: the packet generator; [`pcap`]: pcap files as an interface's receive and
 //!   transmit sides; [`null`]: a sink; [`mem`]: frames from and to memory (tests, fuzzing).
+//! - [`gather`]: when a chained packet (a head and its extents) is sent from its pieces
+//!   and when it is made one buffer first; af_packet, tap, af_xdp and pcap take chains.
 //!
 //! Backends move bytes; they hold no protocol logic (the generator builds its template
 //! packets once, at configuration time, with the wire library's emitters). `unsafe` lives
@@ -26,6 +28,7 @@ macro_rules! device_counters {
 
 pub mod af_packet;
 pub mod af_xdp;
+pub mod gather;
 pub mod linux;
 pub mod mem;
 pub mod null;

@@ -5,6 +5,7 @@
 //! as over af_packet ([`crate::vnet`]). The device lives as long as vecgate holds it:
 //! it disappears with the descriptor (on exit, SIGTERM included).
 
+use crate::gather;
 use crate::linux::{self, OpenError};
 use crate::vnet::{VnetHdr, VNET_HDR_LEN};
 use engine::device::{Device, RxStatus, TxResult};
@@ -34,8 +35,14 @@ pub struct Tap {
     /// Offloads the kernel agreed to hand us.
     pub offloads: u32,
     scratch: Vec<u8>,
+    /// `writev` scratch, kept between calls (its pointers never outlive one).
+    iovs: Vec<libc::iovec>,
     stats: Stats,
 }
+
+// SAFETY: `iovs` holds raw pointers only during a transmit call, emptied before it
+// returns; everything else is owned.
+unsafe impl Send for Tap {}
 
 #[repr(C)]
 struct IfReqFlags {
@@ -79,7 +86,14 @@ impl Tap {
             }
         }
         set_up(name)?;
-        Ok(Tap { fd, name: name.to_string(), offloads, scratch: vec![0; VNET_HDR_LEN + MAX_FRAME], stats: Stats::default() })
+        Ok(Tap {
+            fd,
+            name: name.to_string(),
+            offloads,
+            scratch: vec![0; VNET_HDR_LEN + MAX_FRAME],
+            iovs: Vec::new(),
+            stats: Stats::default(),
+        })
     }
 
     pub fn name(&self) -> &str {
@@ -146,9 +160,19 @@ impl Device for Tap {
         RxStatus::Open
     }
 
+    /// A chained packet leaves in one `writev`: the header, its head and an iovec per
+    /// extent (no copy), unless its extents are short ([`gather::IOVEC_MIN_EXTENT`]).
+    fn takes_chains(&self) -> bool {
+        true
+    }
+
     fn tx(&mut self, pool: &mut Pool, bufs: &mut Vec<BufIdx>) -> TxResult {
         let mut r = TxResult::default();
+        let chains = pool.has_chains();
         for &b in bufs.iter() {
+            if chains {
+                gather::flatten_if_needed(pool, b, gather::MAX_IOVECS - 1, gather::IOVEC_MIN_EXTENT);
+            }
             let buf = pool.get(b);
             let Some(h) = VnetHdr::for_buffer(buf) else {
                 self.stats.tx_unsendable += 1;
@@ -157,13 +181,18 @@ impl Device for Tap {
             };
             let h = h.emit();
             let data = buf.bytes();
-            let iov = [
-                libc::iovec { iov_base: h.as_ptr() as *mut _, iov_len: VNET_HDR_LEN },
-                libc::iovec { iov_base: data.as_ptr() as *mut _, iov_len: data.len() },
-            ];
-            // SAFETY: both iovecs point at live memory of the lengths given, unchanged
-            // for the duration of the call.
-            let w = unsafe { libc::writev(self.fd.as_raw_fd(), iov.as_ptr(), 2) };
+            self.iovs.clear();
+            self.iovs.push(libc::iovec { iov_base: h.as_ptr() as *mut _, iov_len: VNET_HDR_LEN });
+            self.iovs.push(libc::iovec { iov_base: data.as_ptr() as *mut _, iov_len: data.len() });
+            if chains {
+                for part in pool.extent_parts(b) {
+                    self.iovs.push(libc::iovec { iov_base: part.as_ptr() as *mut _, iov_len: part.len() });
+                }
+            }
+            // SAFETY: every iovec points at live memory of the length given (the header
+            // on this stack, the head and its extents' buffers in the pool), unchanged
+            // for the duration of the call; there are at most `MAX_IOVECS`.
+            let w = unsafe { libc::writev(self.fd.as_raw_fd(), self.iovs.as_ptr(), self.iovs.len() as i32) };
             if w < 0 {
                 match io::Error::last_os_error().raw_os_error() {
                     Some(libc::EAGAIN) => self.stats.tx_queue_full += 1,
@@ -172,9 +201,10 @@ impl Device for Tap {
                 r.failed += 1;
             } else {
                 r.sent += 1;
-                r.sent_bytes += data.len();
+                r.sent_bytes += gather::packet_len(pool, b);
             }
         }
+        self.iovs.clear();
         pool.free_many(bufs);
         bufs.clear();
         r

@@ -21,6 +21,7 @@ mod socket;
 pub use program::{XdpMode, XdpRedirect};
 pub use socket::BindMode;
 
+use crate::gather;
 use crate::linux::{self, OpenError};
 use crate::vnet::complete_in_software;
 use engine::device::{Device, RxStatus, TxResult};
@@ -155,6 +156,12 @@ impl Device for AfXdp {
         RxStatus::Open
     }
 
+    /// A chained packet is copied piece by piece into its UMEM frame (which must hold it
+    /// contiguous): one copy, as a linear packet takes, instead of two.
+    fn takes_chains(&self) -> bool {
+        true
+    }
+
     fn tx(&mut self, pool: &mut Pool, bufs: &mut Vec<BufIdx>) -> TxResult {
         let n = bufs.len();
         let mut result = TxResult::default();
@@ -165,14 +172,19 @@ impl Device for AfXdp {
             return result;
         };
         let frame_size = sock.frame_size() as usize;
+        let chains = pool.has_chains();
         self.sendable.clear();
         for &b in bufs.iter() {
+            if chains {
+                gather::flatten_if_needed(pool, b, usize::MAX, 0);
+            }
+            let len = gather::packet_len(pool, b);
             let buf = pool.get_mut(b);
             if buf.meta.offload.gso != engine::GsoKind::None {
                 self.stats.tx_gso += 1;
                 continue;
             }
-            if buf.len() > frame_size {
+            if len > frame_size {
                 self.stats.tx_too_big += 1;
                 continue;
             }
@@ -182,10 +194,24 @@ impl Device for AfXdp {
             }
             self.sendable.push(b);
         }
-        let queued = sock.send(self.sendable.iter().map(|&b| pool.get(b).bytes()), self.sendable.len() as u32) as usize;
+        let sendable = &self.sendable;
+        let pool_ref = &*pool;
+        // A chained packet's head and extents are copied one after the other straight
+        // into its frame (the one copy a frame takes anyway).
+        let queued = sock.send(sendable.len() as u32, |k, frame| {
+            let b = sendable[k];
+            let head = pool_ref.get(b).bytes();
+            frame[..head.len()].copy_from_slice(head);
+            let mut at = head.len();
+            for part in pool_ref.extent_parts(b) {
+                frame[at..at + part.len()].copy_from_slice(part);
+                at += part.len();
+            }
+            at
+        }) as usize;
         self.stats.tx_no_frame += (self.sendable.len() - queued) as u64;
         for &b in &self.sendable[..queued] {
-            result.sent_bytes += pool.get(b).len();
+            result.sent_bytes += gather::packet_len(pool, b);
         }
         if let Some(e) = sock.kick(queued as u32) {
             // Queued descriptors stay in the ring and leave with the next kick; the error

@@ -224,20 +224,22 @@ impl XskSocket {
         self.completion.release(n);
     }
 
-    /// Queue frames for transmit: `frames` yields the bytes of each; returns how many
-    /// were queued (the rest found no free frame or no ring room). The caller kicks.
-    pub fn send<'a>(&mut self, frames: impl Iterator<Item = &'a [u8]>, count: u32) -> u32 {
+    /// Queue up to `count` frames for transmit: `fill(k, frame)` writes the `k`th into a
+    /// free UMEM frame and returns its length (at most the frame's); returns how many were
+    /// queued (the rest found no free frame or no ring room). The caller kicks.
+    pub fn send(&mut self, count: u32, mut fill: impl FnMut(usize, &mut [u8]) -> usize) -> u32 {
         self.reclaim();
         let room = self.tx.free(count).min(self.free_tx.len() as u32);
         let mut k = 0;
-        for bytes in frames.take(room as usize) {
+        while k < room {
             let Some(Frame(addr)) = self.free_tx.pop() else { break };
-            debug_assert!(bytes.len() <= self.frame_size as usize, "callers check the size");
             // SAFETY: `addr` is a frame base we own (free list), `frame_size` bytes inside
-            // the UMEM; `bytes` is no longer than a frame and does not overlap the UMEM
-            // (it lives in a pool buffer).
-            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.umem.ptr().add(addr as usize), bytes.len()) };
-            self.tx.write(k, XdpDesc { addr, len: bytes.len() as u32, options: 0 });
+            // the UMEM; the kernel reads it only once its descriptor is submitted below,
+            // and nothing else refers to it meanwhile.
+            let frame = unsafe { std::slice::from_raw_parts_mut(self.umem.ptr().add(addr as usize), self.frame_size as usize) };
+            let len = fill(k as usize, frame);
+            debug_assert!(len <= self.frame_size as usize, "callers check the size");
+            self.tx.write(k, XdpDesc { addr, len: len as u32, options: 0 });
             k += 1;
         }
         self.tx.submit(k);
