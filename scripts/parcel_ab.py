@@ -8,8 +8,7 @@ rounds of the bench's median cycles per segment (per packet for ip4-forward), th
 ip4-forward / that (the issue's "× the per-segment rate of single packets"), and the
 parcel nodes' median cycles per packet they saw. `fwd16-strict` passes
 `--segment-check-in-transit` to every build but the baseline (which predates the flag).
-`PARCEL_AB_ONLY=split16,join16` runs only the scenarios named (ip4-forward always);
-`join6-16` (IPv6 datagrams) needs builds that have the `parcel-join6` scenario.
+`PARCEL_AB_ONLY=split16,join16` runs only the scenarios named (ip4-forward always).
 Used for docs/PERFORMANCE.md's parcel figures."""
 import json
 import os
@@ -29,7 +28,6 @@ SCENARIOS = [
     ("split8k", ["parcel-split", "--segment-size", "8000", "--segments", "8", "--packets", "50000"], False),
     ("split8k-off", ["parcel-split", "--segment-size", "8000", "--segments", "8", "--packets", "50000", "--no-segment-check"], False),
     ("join8k", ["parcel-join", "--segment-size", "8000", "--segments", "8", "--packets", "400000"], False),
-    ("join6-16", ["parcel-join6", "--segments", "16", "--packets", "1000000"], False),
 ]
 
 

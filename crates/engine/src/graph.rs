@@ -261,16 +261,9 @@ impl<C, N: ExpandNode<C>> Runner<C> for ExpandRunner<N, C> {
 #[inline(always)]
 fn queue_expanded<N: NextNodes>(out: &[(BufIdx, N)], bi: BufIdx, next: &[usize], queues: &mut [Vec<BufIdx>]) -> bool {
     let mut reused = false;
-    let mut rest = out;
-    while let Some(&(_, n)) = rest.first() {
-        // A run of outputs to one next node (a split's datagrams: all of a parcel's)
-        // joins its queue in one `extend`, which keeps the queue's length in a register
-        // and stores it once, instead of a load, compare and store of it a packet.
-        let run = rest.iter().position(|&(_, m)| m.index() != n.index()).unwrap_or(rest.len());
-        let (now, later) = rest.split_at(run);
-        reused |= now.iter().any(|&(b, _)| b == bi);
-        queues[next[n.index()]].extend(now.iter().map(|&(b, _)| b));
-        rest = later;
+    for &(b, n) in out {
+        reused |= b == bi;
+        queues[next[n.index()]].push(b);
     }
     reused
 }

@@ -403,20 +403,6 @@ impl Pool {
         Ok(head)
     }
 
-    /// A run of [`Pool::alloc_chained`]s into one source (a parcel's datagrams): the
-    /// source's own check made once, and its holds and the live count added once, when
-    /// the run ends (is dropped), instead of a read-modify-write of each a head. While
-    /// the run lives it holds the pool, so nothing frees or reads a count in between.
-    #[inline]
-    pub fn chain_run(&mut self, src: BufIdx) -> Result<ChainRun<'_>, ChainError> {
-        if self.extents[src.get()].len != 0 {
-            return Err(ChainError::Taken);
-        }
-        let s = &self.bufs[src.get()];
-        let (src_at, src_len) = (s.offset(), s.len());
-        Ok(ChainRun { pool: self, src, src_at, src_len, made: 0 })
-    }
-
     /// A buffer for a packet of several extents (a parcel joined from datagrams whose
     /// segments stay where they lie): its own `head_len` bytes from `at` past the
     /// headroom (contents unspecified), no extent yet, from a class that holds
@@ -675,61 +661,6 @@ impl Pool {
     /// Buffers currently handed out (a leak check for tests: zero when idle).
     pub fn in_use(&self) -> usize {
         self.bufs.len() - self.free_regular.len() - self.free_medium.len() - self.free_large.len()
-    }
-}
-
-/// Heads chained into one source, made by [`Pool::chain_run`]; the source's holds and
-/// the live count are added when it is dropped.
-pub struct ChainRun<'p> {
-    pool: &'p mut Pool,
-    src: BufIdx,
-    /// The source packet's start in its storage, and its length.
-    src_at: usize,
-    src_len: usize,
-    /// Heads made with an extent (each one hold on the source).
-    made: u32,
-}
-
-impl ChainRun<'_> {
-    /// [`Pool::alloc_chained`] within the run: a buffer whose packet is `head_len` bytes
-    /// from `at` past the headroom (contents unspecified), then `range` of the source's
-    /// packet bytes where they lie, from a class that holds the whole packet.
-    #[inline]
-    pub fn alloc(&mut self, range: core::ops::Range<usize>, at: usize, head_len: usize) -> Result<BufIdx, ChainError> {
-        if range.start > range.end || range.end > self.src_len {
-            return Err(ChainError::OutOfRange);
-        }
-        let pool = &mut *self.pool;
-        let Some(head) = pool.take(at + head_len + range.len()) else { return Err(ChainError::NoBuffer) };
-        if pool.bufs[head.get()].reset_to(HEADROOM + at, head_len).is_err() {
-            // Not reached: the class holds the whole packet.
-            pool.push_free(head);
-            return Err(ChainError::NoTailroom);
-        }
-        if !range.is_empty() {
-            pool.extents[head.get()] = Extent { buf: self.src.0, at: (self.src_at + range.start) as u32, len: range.len() as u32 };
-            self.made += 1;
-        }
-        Ok(head)
-    }
-
-    /// The source's buffer.
-    #[inline(always)]
-    pub fn source(&self) -> &Buffer {
-        &self.pool.bufs[self.src.get()]
-    }
-
-    /// A head made by this run (or any buffer), to write its bytes and metadata.
-    #[inline(always)]
-    pub fn get_mut(&mut self, i: BufIdx) -> &mut Buffer {
-        self.pool.get_mut(i)
-    }
-}
-
-impl Drop for ChainRun<'_> {
-    fn drop(&mut self) {
-        self.pool.refs[self.src.get()] += self.made;
-        self.pool.chains_live += self.made;
     }
 }
 

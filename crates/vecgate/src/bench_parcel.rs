@@ -18,8 +18,7 @@ use std::net::Ipv4Addr;
 use std::path::Path;
 use wire::parcel::{Parcel4, Parcel4Repr, SegmentsRepr, UdpChecksumForm};
 
-/// `parcel-join6`: `parcel-join` with IPv6 datagrams (`parcel6-join`).
-pub const SCENARIOS: &[&str] = &["parcel-forward", "parcel-split", "parcel-join", "parcel-join6"];
+pub const SCENARIOS: &[&str] = &["parcel-forward", "parcel-split", "parcel-join"];
 
 /// `null0` takes parcels (`parcels = true`, MTU 65535) except for `parcel-split`.
 fn config(parcel_link: bool) -> String {
@@ -35,30 +34,23 @@ large_buffers = 700
 name = "pg0"
 type = "pg"
 mac = "02:00:00:00:00:01"
-addresses = ["198.18.0.1/24", "2001:db8::1/64"]
+addresses = ["198.18.0.1/24"]
 
 [[interface]]
 name = "null0"
 type = "null"
 mac = "02:00:00:00:00:02"
 {link}
-addresses = ["198.18.1.1/24", "2001:db8:1::1/64"]
+addresses = ["198.18.1.1/24"]
 
 [[neighbour]]
 interface = "null0"
 ip = "198.18.1.2"
 mac = "02:00:00:00:01:02"
-[[neighbour]]
-interface = "null0"
-ip = "2001:db8:1::2"
-mac = "02:00:00:00:01:02"
 
 [[route]]
 prefix = "198.19.0.0/16"
 via = "198.18.1.2"
-[[route]]
-prefix = "2001:db8:100::/48"
-via = "2001:db8:1::2"
 "#
     )
 }
@@ -185,31 +177,6 @@ struct Report {
 }
 
 #[allow(clippy::too_many_arguments)]
-const SRC6: std::net::Ipv6Addr = std::net::Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 2);
-const DST6: std::net::Ipv6Addr = std::net::Ipv6Addr::new(0x2001, 0xdb8, 0x100, 0, 0, 0, 0, 1);
-
-/// An Ethernet frame holding one IPv6 UDP datagram of `size` payload bytes.
-fn datagram6_frame(size: usize) -> Vec<u8> {
-    let ip = wire::ipv6::Ipv6Repr {
-        src: SRC6,
-        dst: DST6,
-        next_header: wire::IpProtocol::Udp,
-        payload_len: 8 + size,
-        hop_limit: 64,
-        traffic_class: 0,
-        flow_label: 0,
-    };
-    let mut f = ETH.to_vec();
-    f[12..14].copy_from_slice(&[0x86, 0xdd]);
-    f.resize(14 + 40 + 8 + size, 0);
-    ip.emit(&mut wire::ipv6::Ipv6Packet::new_unchecked(&mut f[14..54]));
-    f[62..].copy_from_slice(&payload(size, 0));
-    let mut u = wire::udp::UdpPacket::new_unchecked(&mut f[54..]);
-    wire::udp::UdpRepr { src_port: 40000, dst_port: 9 }.emit(&mut u, size);
-    u.fill_checksum_v6(&SRC6, &DST6);
-    f
-}
-
 pub fn bench(
     scenario: &str,
     packets: u64,
@@ -226,7 +193,7 @@ pub fn bench(
     if !(1..=255).contains(&segments) || !(1..=9000).contains(&segment_size) {
         bail!("--segments {segments} --segment-size {segment_size}: expected 1 to 255 segments of 1 to 9000 bytes");
     }
-    let join = scenario.starts_with("parcel-join");
+    let join = scenario == "parcel-join";
     let cfg = Config::parse(&config(scenario != "parcel-split"), "(bench scenario)", Path::new("."))?;
     let (_control, mut worker) = assemble(&cfg)?.into_single();
     worker.cx.parcel.verify_segments = verify;
@@ -234,8 +201,7 @@ pub fn bench(
     let per_vector = (engine::VECTOR_SIZE / segments).max(1);
     let (frame, per_vector) = if join {
         worker.cx.parcel.join_segments = segments;
-        let frame = if scenario == "parcel-join6" { datagram6_frame(segment_size) } else { datagram_frame(segment_size) };
-        (frame, per_vector * segments)
+        (datagram_frame(segment_size), per_vector * segments)
     } else {
         (parcel_frame(segment_size, segments)?, per_vector)
     };

@@ -13,13 +13,13 @@
 //! was wrong gives a slot its bytes do not match: the receiver finds that segment bad,
 //! as it would have found the datagram.
 //!
-//! **Chained parcels** (toward a resolved next hop): the parcel is a buffer of its
+//! **Chained parcels** (IPv4, toward a resolved next hop): the parcel is a buffer of its
 //! headers and integrity block plus one extent a datagram, its segment where it lies
 //! (`Pool::push_extents_taking`: the parcel holds the datagrams' buffers, which the
 //! dispatcher then leaves be, `engine::Taken::Held`), rewritten here and sent to
 //! `interface-output`; no segment is copied. The dispatcher and the worker make it one buffer before any node, device or
 //! capture that does not take chains, so what leaves is the copying join's bytes
-//! (`tests/join_reference.rs`). Elsewhere (a neighbour to resolve) the join copies
+//! (`tests/join_reference.rs`). Elsewhere (IPv6, a neighbour to resolve) the join copies
 //! each segment into the parcel's buffer and sends it to `ipN-rewrite`.
 //!
 //! Datagrams that join nothing leave for `ipN-rewrite` with the lookup done here, or
@@ -293,9 +293,9 @@ impl<Cx: HasParcel, F: ParcelFamily> ExpandNode<Cx> for ParcelJoin<F> {
                 // the fast path leaves goes to `ipN-rewrite`, made whole first by the
                 // dispatcher.
                 let adj = ipcx.tables.adjacency(pool.get(bi).meta.adj);
-                let (chain_l2, mtu) = match adj {
-                    Adjacency::Rewrite { rewrite, mtu, .. } if F::JOIN_CHAINS => (Some(rewrite.len()), *mtu),
-                    _ => (None, 0),
+                let chain_l2 = match adj {
+                    Adjacency::Rewrite { rewrite, .. } if F::JOIN_CHAINS => Some(rewrite.len()),
+                    _ => None,
                 };
                 let mut summed = 0;
                 let made = join_run::<F>(pool, run, chain_l2, &mut summed);
@@ -304,8 +304,7 @@ impl<Cx: HasParcel, F: ParcelFamily> ExpandNode<Cx> for ParcelJoin<F> {
                     Some(d) => {
                         counts.inc(ParcelJoinCounter::Parcels);
                         counts.add(ParcelJoinCounter::Datagrams, run.len() as u64);
-                        let chained_fits = || F::chained_fits_mtu(pool.get(d).len() + pool.extent_len(d), mtu);
-                        let next = if chain_l2.is_some() && chained_fits() && rewrite_fast::<F>(adj, pool.get_mut(d)) {
+                        let next = if chain_l2.is_some() && rewrite_fast::<F>(adj, pool.get_mut(d)) {
                             F::JOIN_TO_OUTPUT
                         } else {
                             F::JOIN_TO_REWRITE

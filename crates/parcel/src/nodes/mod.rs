@@ -110,14 +110,9 @@ pub trait ParcelFamily: Family {
     /// A parcel the join rewrote itself (`ip::nodes::family::rewrite_fast`).
     const JOIN_TO_OUTPUT: Self::JoinNext;
     /// The join makes its parcels chained, not copied, toward a resolved next hop: the
-    /// parcel's headers, then each segment where it lies in its datagram's buffer.
+    /// parcel's headers, then each segment where it lies in its datagram's buffer
+    /// (IPv4; IPv6 copies until measured, as its split does).
     const JOIN_CHAINS: bool;
-    /// Whether a chained packet of `len` bytes in all (its head's and its extents') may
-    /// take the rewrite's fast path (`rewrite_fast`) on a link of `mtu`, as its copy
-    /// would. IPv6's hop compares the packet's length, which for a chained head is its
-    /// own bytes only, so the whole length is compared here; IPv4's compares its
-    /// header's length field, the same in the head as in the copy.
-    fn chained_fits_mtu(len: usize, mtu: u16) -> bool;
     /// The parcel's IP header (with the IPv6 hop-by-hop header) that a join emits.
     const PARCEL_HEADER_LEN: usize;
     /// A plain UDP datagram's headers (unfragmented, no options or extension headers,
@@ -173,9 +168,6 @@ impl ParcelFamily for Ip4 {
     const JOIN_TO_LOOKUP: Parcel4JoinNext = Parcel4JoinNext::Lookup;
     const JOIN_TO_OUTPUT: Parcel4JoinNext = Parcel4JoinNext::Output;
     const JOIN_CHAINS: bool = true;
-    fn chained_fits_mtu(_len: usize, _mtu: u16) -> bool {
-        true
-    }
     const PARCEL_HEADER_LEN: usize = wire::parcel::IPV4_HEADER_LEN;
     const HOP_LIMIT_AT: usize = 8;
     fn datagram_udp_len(b: &[u8]) -> Option<u16> {
@@ -270,9 +262,6 @@ impl ParcelFamily for Ip6 {
     const JOIN_TO_LOOKUP: Parcel6JoinNext = Parcel6JoinNext::Lookup;
     const JOIN_TO_OUTPUT: Parcel6JoinNext = Parcel6JoinNext::Output;
     const JOIN_CHAINS: bool = false;
-    fn chained_fits_mtu(len: usize, mtu: u16) -> bool {
-        len <= mtu as usize
-    }
     const PARCEL_HEADER_LEN: usize = wire::parcel::IPV6_HEADER_LEN;
     const HOP_LIMIT_AT: usize = 7;
     fn datagram_udp_len(b: &[u8]) -> Option<u16> {

@@ -24,7 +24,6 @@
 use super::input::{PARAM_CHECK_SEGMENTS, PARAM_FROM_INPUT, PARAM_NEXT_HOP};
 use super::{ParcelFamily, Shape};
 use crate::context::HasParcel;
-use engine::pool::ChainError;
 use engine::{counters, BufIdx, Counts, ExpandNode, Pool};
 use ip::nodes::family::rewrite_fast;
 use ip::tables::Adjacency;
@@ -112,19 +111,18 @@ pub fn split_parcel<F: ParcelFamily>(
 ) -> Result<(), SplitError> {
     let src = pool.get(bi);
     let s: Shape = F::check(src.bytes()).map_err(|_| SplitError::NotParcel)?;
-    let meta = (src.meta.rx_if, src.meta.adj);
+    let meta = src.meta;
     let hl = F::DATAGRAM_IP_LEN;
     // The parcel's headers, kept aside: the last datagram is made in the parcel's own
     // buffer, its headers written over the end of the segment before it.
     let mut head = [0u8; 64];
     head[..s.udp_at + 8].copy_from_slice(&src.bytes()[..s.udp_at + 8]);
     let head = &head[..s.udp_at + 8];
+    let mut tmpl = Template::new::<F>(head, s.udp_at, 8 + s.seg_len);
     // Every datagram takes `ipN-rewrite`'s fast path (no ICMP error, no fragmenting,
     // whose parsers would see the head alone): the largest fits, the TTL does not expire.
-    if let Some(c) = chain_to.filter(|c| hl + 8 + s.seg_len <= c.mtu && head[F::HOP_LIMIT_AT] > 1) {
-        return split_chained::<F>(pool, bi, &s, head, check, c.l2_len, meta, tally, &mut out);
-    }
-    let mut tmpl = Template::new::<F>(head, s.udp_at, 8 + s.seg_len);
+    let chain = chain_to.is_some_and(|c| hl + 8 + s.seg_len <= c.mtu && head[F::HOP_LIMIT_AT] > 1);
+    let l2_len = chain_to.map_or(0, |c| c.l2_len);
     for i in 0..s.nsegs {
         let range = s.segment(i);
         let udp_len = 8 + range.len();
@@ -137,9 +135,9 @@ pub fn split_parcel<F: ParcelFamily>(
         let slot = u16::from_be_bytes([p[at], p[at + 1]]);
         // The segment's own sum, when it is read (checked, or a zero slot).
         let mut sum = None;
-        let d = if i + 1 == s.nsegs {
-            // The parcel's buffer narrowed to the last datagram: the segment stays where
-            // it is, summed in place.
+        let d = if chain || i + 1 == s.nsegs {
+            // The segment stays where it is (chained, or the parcel's buffer narrowed to
+            // the last datagram): summed in place.
             if check || slot == 0 {
                 sum = Some(*Checksum::new().add_bytes(&p[range.clone()]));
             }
@@ -147,11 +145,20 @@ pub fn split_parcel<F: ParcelFamily>(
                 tally.bad += 1;
                 continue;
             }
-            let b = pool.get_mut(bi);
-            if b.narrow(range.start - hl - 8, hl + udp_len).is_err() {
-                return Err(SplitError::NotParcel);
+            if chain {
+                // A buffer for the whole datagram, so that it can be made one again
+                // wherever a node or device needs it whole (`Pool::alloc_chained`).
+                // Its headers start `l2_len` into a line, so that the link header the
+                // rewrite puts in front shares their line: one line written a datagram,
+                // not two (the buffers come back cold after the next parcels' bytes).
+                pool.alloc_chained(bi, range, l2_len, hl + 8).map_err(|_| SplitError::NoBuffer)?
+            } else {
+                let b = pool.get_mut(bi);
+                if b.narrow(range.start - hl - 8, hl + udp_len).is_err() {
+                    return Err(SplitError::NotParcel);
+                }
+                bi
             }
-            bi
         } else {
             let Some(d) = pool.alloc(hl + udp_len) else { return Err(SplitError::NoBuffer) };
             let Some((src, dst)) = pool.two_mut(bi, d) else {
@@ -176,96 +183,25 @@ pub fn split_parcel<F: ParcelFamily>(
             d
         };
         let dst = pool.get_mut(d);
-        write_headers::<F>(dst, &tmpl, i, slot, sum, meta, tally);
+        dst.meta.rx_if = meta.rx_if;
+        dst.meta.adj = meta.adj;
+        // The headers made aside and stored once: read back from the datagram's line
+        // right after the template's store, they waited for that line.
+        let mut hdr = tmpl.bytes;
+        F::patch_datagram_ident(&mut hdr, i);
+        let udp_sum = match (slot, sum) {
+            (0, Some(sum)) => {
+                tally.summed += 1;
+                tmpl.checksums.of_sum(sum)
+            }
+            _ => tmpl.checksums.checksum(slot),
+        };
+        hdr[hl + 6..hl + 8].copy_from_slice(&udp_sum.to_be_bytes());
+        dst.bytes_mut()[..hl + 8].copy_from_slice(&hdr[..hl + 8]);
         out(d, dst);
         tally.datagrams += 1;
     }
     Ok(())
-}
-
-/// The chained split's loop: each datagram a fresh buffer for its headers (the whole
-/// datagram fits its class, so that it can be made one again wherever a node or device
-/// needs it whole) and its segment left where it lies in the parcel's buffer, summed
-/// there when checked. The heads are made in one `Pool::chain_run`: the parcel's
-/// checks and holds once a parcel, not once a datagram. Each head's headers start
-/// `l2_len` into a line, so that the link header the rewrite puts in front shares their
-/// line: one line written a datagram, not two (the buffers come back cold after the
-/// next parcels' bytes).
-#[allow(clippy::too_many_arguments)]
-#[inline(always)]
-fn split_chained<F: ParcelFamily>(
-    pool: &mut Pool,
-    bi: BufIdx,
-    s: &Shape,
-    head: &[u8],
-    check: bool,
-    l2_len: usize,
-    meta: (engine::IfIndex, u32),
-    tally: &mut Tally,
-    out: &mut impl FnMut(BufIdx, &mut engine::Buffer),
-) -> Result<(), SplitError> {
-    let hl = F::DATAGRAM_IP_LEN;
-    let mut run = pool.chain_run(bi).map_err(|_| SplitError::NotParcel)?;
-    let mut tmpl = Template::new::<F>(head, s.udp_at, 8 + s.seg_len);
-    for i in 0..s.nsegs {
-        let range = s.segment(i);
-        let udp_len = 8 + range.len();
-        if udp_len != tmpl.udp_len {
-            // The last segment, shorter.
-            tmpl = Template::new::<F>(head, s.udp_at, udp_len);
-        }
-        let p = run.source().bytes();
-        let at = s.udp_at + 8 + 2 * i;
-        let slot = u16::from_be_bytes([p[at], p[at + 1]]);
-        let mut sum = None;
-        if check || slot == 0 {
-            sum = Some(*Checksum::new().add_bytes(&p[range.clone()]));
-        }
-        if check && slot != 0 && sum.map(segment_slot) != Some(slot) {
-            tally.bad += 1;
-            continue;
-        }
-        let d = run.alloc(range, l2_len, hl + 8).map_err(|e| match e {
-            ChainError::OutOfRange => SplitError::NotParcel,
-            _ => SplitError::NoBuffer,
-        })?;
-        let dst = run.get_mut(d);
-        write_headers::<F>(dst, &tmpl, i, slot, sum, meta, tally);
-        out(d, dst);
-        tally.datagrams += 1;
-    }
-    Ok(())
-}
-
-/// Datagram `i`'s metadata and its IP and UDP headers, from the template, into `dst`'s
-/// first bytes; its UDP checksum from its slot, or from its segment's `sum` for a zero
-/// slot.
-#[inline(always)]
-fn write_headers<F: ParcelFamily>(
-    dst: &mut engine::Buffer,
-    tmpl: &Template,
-    i: usize,
-    slot: u16,
-    sum: Option<Checksum>,
-    (rx_if, adj): (engine::IfIndex, u32),
-    tally: &mut Tally,
-) {
-    let hl = F::DATAGRAM_IP_LEN;
-    dst.meta.rx_if = rx_if;
-    dst.meta.adj = adj;
-    // The headers made aside and stored once: read back from the datagram's line
-    // right after the template's store, they waited for that line.
-    let mut hdr = tmpl.bytes;
-    F::patch_datagram_ident(&mut hdr, i);
-    let udp_sum = match (slot, sum) {
-        (0, Some(sum)) => {
-            tally.summed += 1;
-            tmpl.checksums.of_sum(sum)
-        }
-        _ => tmpl.checksums.checksum(slot),
-    };
-    hdr[hl + 6..hl + 8].copy_from_slice(&udp_sum.to_be_bytes());
-    dst.bytes_mut()[..hl + 8].copy_from_slice(&hdr[..hl + 8]);
 }
 
 /// A segment's integrity slot from its sum (`wire::parcel::segment_checksum`'s rule).
