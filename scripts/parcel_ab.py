@@ -25,6 +25,9 @@ SCENARIOS = [
     ("split16", ["parcel-split", "--segments", "16", "--packets", "100000"], False),
     ("split16-off", ["parcel-split", "--segments", "16", "--packets", "100000", "--no-segment-check"], False),
     ("join16", ["parcel-join", "--segments", "16", "--packets", "1000000"], False),
+    ("split8k", ["parcel-split", "--segment-size", "8000", "--segments", "8", "--packets", "50000"], False),
+    ("split8k-off", ["parcel-split", "--segment-size", "8000", "--segments", "8", "--packets", "50000", "--no-segment-check"], False),
+    ("join8k", ["parcel-join", "--segment-size", "8000", "--segments", "8", "--packets", "400000"], False),
 ]
 
 
