@@ -226,6 +226,12 @@ impl<T: Copy> MaskedTable<T> {
         self.values.len()
     }
 
+    /// Whether the table is on memory of its own aligned to a huge page
+    /// ([`HugeSlice::is_huge_aligned`]).
+    pub fn is_huge_aligned(&self) -> bool {
+        self.values.is_huge_aligned()
+    }
+
     /// Never: a table has at least one value.
     pub fn is_empty(&self) -> bool {
         false
