@@ -412,7 +412,7 @@ mod tests {
         assert!(t.iter().all(|v| *v == [5]));
         t[(3 << 18) - 1] = [7];
         let c = t.clone();
-        assert!(c.is_huge_aligned() && c.as_ptr() as usize % HUGE_PAGE == 0 && c.as_ptr() != t.as_ptr());
+        assert!(c.is_huge_aligned() && (c.as_ptr() as usize).is_multiple_of(HUGE_PAGE) && c.as_ptr() != t.as_ptr());
         t[0] = [1];
         assert_eq!((c[0], c[(3 << 18) - 1], t[0]), ([5], [7], [1]), "a clone is a copy");
         // Less than a huge page: an ordinary allocation, the same values.
