@@ -4,6 +4,7 @@
 //! flow cache).
 
 use std::ffi::c_void;
+use std::num::NonZeroUsize;
 use std::ptr::NonNull;
 
 const PAGE: usize = 4096;
@@ -31,13 +32,172 @@ pub fn huge_table<T: Clone>(n: usize, value: T) -> Box<[T]> {
     v.into_boxed_slice()
 }
 
+/// `n` copies of a value in memory of their own that starts on a 2 MiB boundary and
+/// spans whole 2 MiB pages, asked to be backed by transparent huge pages: every byte of
+/// a table of at least one huge page can be on huge pages, where [`huge_table`]'s
+/// allocation, placed where the allocator puts it, has 4 KiB pages at both ends and, as
+/// `malloc` places tables of a few megabytes (the SPD classifier's 8 MiB bucket table
+/// at 100,000 policies: on no huge page at all, `smaps`' `AnonHugePages` 0 kB),
+/// sometimes none inside either (docs/PERFORMANCE.md, the SPD miss, ninth session).
+/// Tables smaller than a huge page are an ordinary allocation.
+///
+/// The values are `Copy`: nothing to drop, and a table is filled or cloned by copying.
+pub struct HugeSlice<T: Copy> {
+    ptr: NonNull<T>,
+    len: usize,
+    /// Bytes mapped for the values (a multiple of [`HUGE_PAGE`]), or 0 when they are an
+    /// ordinary allocation (a `Box<[T]>`'s).
+    mapped: usize,
+}
+
+// SAFETY: a `HugeSlice` owns its values as a `Box<[T]>` does (no other pointer to them
+// exists; shared access goes through `&self`), so it may cross threads as a box can.
+#[allow(unsafe_code)]
+unsafe impl<T: Copy + Send> Send for HugeSlice<T> {}
+// SAFETY: as for `Send`: `&HugeSlice` gives only `&[T]`.
+#[allow(unsafe_code)]
+unsafe impl<T: Copy + Sync> Sync for HugeSlice<T> {}
+
+impl<T: Copy> HugeSlice<T> {
+    /// `n` copies of `value`.
+    pub fn new(n: usize, value: T) -> Self {
+        let s = Self::uninit(n).unwrap_or_else(|| Self::boxed(vec![value; n].into_boxed_slice()));
+        if s.mapped != 0 {
+            for i in 0..n {
+                #[allow(unsafe_code)]
+                // SAFETY: `uninit` mapped room for `n` values from `ptr`, aligned for
+                // `T` (a 2 MiB boundary), which only `s` refers to.
+                unsafe {
+                    s.ptr.as_ptr().add(i).write(value)
+                };
+            }
+        }
+        s
+    }
+
+    fn boxed(b: Box<[T]>) -> Self {
+        let len = b.len();
+        let ptr = NonNull::from(Box::leak(b)).cast::<T>();
+        HugeSlice { ptr, len, mapped: 0 }
+    }
+
+    /// Huge-page-aligned memory for `n` values, not yet written; `None` for less than a
+    /// huge page, or where the kernel does not map it (then an ordinary allocation).
+    fn uninit(n: usize) -> Option<Self> {
+        let bytes = n.checked_mul(std::mem::size_of::<T>())?;
+        if bytes < HUGE_PAGE || std::mem::align_of::<T>() > HUGE_PAGE {
+            return None;
+        }
+        let mapped = bytes.checked_next_multiple_of(HUGE_PAGE)?;
+        // One huge page more than needed, so that a 2 MiB boundary lies inside with
+        // `mapped` bytes after it; the rest is unmapped again.
+        let total = NonZeroUsize::new(mapped.checked_add(HUGE_PAGE)?)?;
+        use nix::sys::mman::{MapFlags, MmapAdvise, ProtFlags};
+        #[allow(unsafe_code)]
+        // SAFETY: a new private anonymous mapping at an address the kernel chooses
+        // overlaps nothing that exists.
+        let base =
+            unsafe { nix::sys::mman::mmap_anonymous(None, total, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, MapFlags::MAP_PRIVATE) }
+                .ok()?;
+        let start = (base.as_ptr() as usize).next_multiple_of(HUGE_PAGE);
+        let (head, tail) = (start - base.as_ptr() as usize, total.get() - (start - base.as_ptr() as usize) - mapped);
+        #[allow(unsafe_code)]
+        // SAFETY: [base, start) and [start + mapped, base + total) are whole pages (the
+        // mapping and `start` are page-aligned, `mapped` a multiple of pages) of the
+        // mapping just made, which nothing refers to; failing leaves them mapped, unused.
+        unsafe {
+            if head != 0 {
+                let _ = nix::sys::mman::munmap(base, head);
+            }
+            if let Some(end) = NonNull::new((start + mapped) as *mut c_void).filter(|_| tail != 0) {
+                let _ = nix::sys::mman::munmap(end, tail);
+            }
+        }
+        let ptr = NonNull::new(start as *mut T)?;
+        #[allow(unsafe_code)]
+        // SAFETY: [start, start + mapped) is the mapping's part just kept, not yet
+        // touched; MADV_HUGEPAGE changes only how the kernel backs it, and may fail (then
+        // ignored: 4 KiB pages).
+        let _ = unsafe { nix::sys::mman::madvise(ptr.cast(), mapped, MmapAdvise::MADV_HUGEPAGE) };
+        Some(HugeSlice { ptr, len: n, mapped })
+    }
+
+    /// Whether the values are on memory of their own aligned to a huge page (else an
+    /// ordinary allocation: less than a huge page, or the kernel would not map it).
+    pub fn is_huge_aligned(&self) -> bool {
+        self.mapped != 0
+    }
+}
+
+impl<T: Copy> std::ops::Deref for HugeSlice<T> {
+    type Target = [T];
+    #[inline(always)]
+    fn deref(&self) -> &[T] {
+        #[allow(unsafe_code)]
+        // SAFETY: `ptr` holds `len` values written by `new` or `clone`, owned by `self`.
+        unsafe {
+            std::slice::from_raw_parts(self.ptr.as_ptr(), self.len)
+        }
+    }
+}
+
+impl<T: Copy> std::ops::DerefMut for HugeSlice<T> {
+    #[inline(always)]
+    fn deref_mut(&mut self) -> &mut [T] {
+        #[allow(unsafe_code)]
+        // SAFETY: as in `deref`, and `&mut self` is the only access to them.
+        unsafe {
+            std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len)
+        }
+    }
+}
+
+impl<T: Copy> Clone for HugeSlice<T> {
+    fn clone(&self) -> Self {
+        match Self::uninit(self.len) {
+            Some(s) => {
+                #[allow(unsafe_code)]
+                // SAFETY: `s` has room for `len` values (`uninit`), its own memory, which
+                // cannot overlap `self`'s.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(self.ptr.as_ptr(), s.ptr.as_ptr(), self.len)
+                };
+                s
+            }
+            None => Self::boxed(self.to_vec().into_boxed_slice()),
+        }
+    }
+}
+
+impl<T: Copy> Drop for HugeSlice<T> {
+    fn drop(&mut self) {
+        #[allow(unsafe_code)]
+        // SAFETY: `mapped` bytes from `ptr` are the mapping `uninit` kept, or, when 0,
+        // `ptr` and `len` are the box `boxed` leaked; either is freed once, here.
+        unsafe {
+            if self.mapped != 0 {
+                let _ = nix::sys::mman::munmap(self.ptr.cast(), self.mapped);
+            } else {
+                drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(self.ptr.as_ptr(), self.len)));
+            }
+        }
+    }
+}
+
+impl<T: Copy> std::fmt::Debug for HugeSlice<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HugeSlice({} values, {} bytes mapped)", self.len, self.mapped)
+    }
+}
+
 /// A table of a power-of-two number of values (at least one), indexed by a hash: the
 /// index is the hash's low bits, so it is always in range and a lookup needs no bounds
 /// check (a flow cache's slot is read twice a packet, to prefetch and to compare: two
 /// checks a packet otherwise, docs/PERFORMANCE.md "IPsec SPD hit: the verdict from the
-/// slot"). Backed by [`huge_table`].
-pub struct MaskedTable<T> {
-    values: Box<[T]>,
+/// slot"). On huge pages ([`HugeSlice`]) from 2 MiB up.
+#[derive(Clone, Debug)]
+pub struct MaskedTable<T: Copy> {
+    values: HugeSlice<T>,
     /// `values.len() - 1`, the low bits an index keeps.
     mask: u32,
 }
@@ -46,13 +206,13 @@ pub struct MaskedTable<T> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NotPowerOfTwo(pub usize);
 
-impl<T: Clone> MaskedTable<T> {
+impl<T: Copy> MaskedTable<T> {
     /// `n` copies of `value`, `n` a power of two up to 2^31.
     pub fn new(n: usize, value: T) -> Result<Self, NotPowerOfTwo> {
         if !n.is_power_of_two() || n > 1 << 31 {
             return Err(NotPowerOfTwo(n));
         }
-        Ok(MaskedTable { values: huge_table(n, value), mask: (n - 1) as u32 })
+        Ok(MaskedTable { values: HugeSlice::new(n, value), mask: (n - 1) as u32 })
     }
 
     /// Every value set to `value`.
@@ -61,9 +221,15 @@ impl<T: Clone> MaskedTable<T> {
     }
 }
 
-impl<T> MaskedTable<T> {
+impl<T: Copy> MaskedTable<T> {
     pub fn len(&self) -> usize {
         self.values.len()
+    }
+
+    /// Whether the table is on memory of its own aligned to a huge page
+    /// ([`HugeSlice::is_huge_aligned`]).
+    pub fn is_huge_aligned(&self) -> bool {
+        self.values.is_huge_aligned()
     }
 
     /// Never: a table has at least one value.
@@ -233,6 +399,28 @@ mod tests {
         assert!(t.iter().all(|&x| x == 7));
         assert_eq!(super::huge_table(0, 1u8).len(), 0);
         assert_eq!(&*super::huge_table(5, [1u64; 2]), &[[1, 1]; 5]);
+    }
+
+    #[test]
+    fn a_huge_slice_of_a_huge_page_or_more_starts_on_one() {
+        use super::{HugeSlice, HUGE_PAGE};
+        // 3 MiB of values: on two whole huge pages of their own, the second half unused.
+        let mut t = HugeSlice::new(3 << 18, [5u32; 1]);
+        assert!(t.is_huge_aligned());
+        assert_eq!(t.as_ptr() as usize % HUGE_PAGE, 0);
+        assert_eq!(t.len(), 3 << 18);
+        assert!(t.iter().all(|v| *v == [5]));
+        t[(3 << 18) - 1] = [7];
+        let c = t.clone();
+        assert!(c.is_huge_aligned() && (c.as_ptr() as usize).is_multiple_of(HUGE_PAGE) && c.as_ptr() != t.as_ptr());
+        t[0] = [1];
+        assert_eq!((c[0], c[(3 << 18) - 1], t[0]), ([5], [7], [1]), "a clone is a copy");
+        // Less than a huge page: an ordinary allocation, the same values.
+        let small = HugeSlice::new(1000, 9u64);
+        assert!(!small.is_huge_aligned());
+        assert_eq!((small.len(), small.iter().sum::<u64>()), (1000, 9000));
+        assert_eq!(&*small.clone(), &*small);
+        assert!(HugeSlice::new(0, 1u8).is_empty());
     }
 
     #[test]

@@ -26,6 +26,7 @@
 
 use crate::flow_cache::CacheKey;
 use crate::policy::{Action, Decision, FlowKey, Rule, SpdAddr};
+use engine::mem::MaskedTable;
 
 /// A rule set's shape: covering prefix lengths and protocol presence.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -113,10 +114,11 @@ pub struct TupleSpace<A: CacheKey> {
 /// An open-addressing table from masked packed keys to buckets, at most half full:
 /// one hash (the flow cache's) and, for most lookups, one slot read. A std `HashMap`
 /// with the engine's word hasher cost some 120 cycles more per probe here (`benches/spd.rs`).
+/// On huge pages from 2 MiB up (`engine::mem::MaskedTable`): 100,000 policies of one
+/// shape are 8 MiB of slots, which 1,024 flows read at 1,024 places.
 #[derive(Debug, Clone)]
 struct Buckets<A: CacheKey> {
-    slots: Box<[BucketSlot<A::Packed>]>,
-    mask: u32,
+    slots: MaskedTable<BucketSlot<A::Packed>>,
 }
 
 /// One bucket: its rules are `rules[start..start + len]` of its tuple, sorted by rank.
@@ -138,30 +140,32 @@ const EXACT: u32 = 1 << 31;
 impl<A: CacheKey> Buckets<A> {
     fn new(entries: Vec<BucketSlot<A::Packed>>) -> Self {
         let size = (entries.len() * 2).next_power_of_two().max(2);
-        let mut slots = vec![BucketSlot::default(); size].into_boxed_slice();
-        let mask = size as u32 - 1;
+        // A power of two; more than 2^31 slots would be 2^30 buckets of as many rules,
+        // which no SPD holds (the control plane's limits are far below).
+        let mut slots = MaskedTable::new(size, BucketSlot::default()).expect("a power of two up to 2^31 slots");
         for e in entries {
-            let mut i = A::key_hash(&e.key) & mask;
-            while slots[i as usize].len != 0 {
-                i = (i + 1) & mask;
+            let mut h = A::key_hash(&e.key);
+            while slots.get(h).len != 0 {
+                h = h.wrapping_add(1);
             }
-            slots[i as usize] = e;
+            *slots.get_mut(h) = e;
         }
-        Buckets { slots, mask }
+        Buckets { slots }
     }
 
     #[inline(always)]
     fn get(&self, k: &A::Packed) -> Option<&BucketSlot<A::Packed>> {
-        let mut i = A::key_hash(k) & self.mask;
+        // At most half full: an empty slot ends every probe sequence.
+        let mut h = A::key_hash(k);
         loop {
-            let s = self.slots.get(i as usize)?;
+            let s = self.slots.get(h);
             if s.len == 0 {
                 return None;
             }
             if s.key == *k {
                 return Some(s);
             }
-            i = (i + 1) & self.mask;
+            h = h.wrapping_add(1);
         }
     }
 }
@@ -438,6 +442,32 @@ mod tests {
         assert_eq!(ts.lookup(&k).map(|r| r.id), Some(PolicyId(1)));
         assert_eq!(ts.lookup(&k), linear(&rules, &k));
         assert_eq!(ts.lookup(&FlowKey { remote: 0x0202_0203, ..k }).map(|r| r.id), Some(PolicyId(3)));
+    }
+
+    #[test]
+    fn a_large_shapes_buckets_are_on_huge_pages() {
+        // 70,000 hosts of one shape: 2^18 slots of 32 bytes, 8 MiB, read at random by
+        // the flows a miss classifies; a shape of a few rules stays an ordinary allocation.
+        let rule = |id: u32, local: Range<u32>| Rule::<u32> {
+            id: PolicyId(id),
+            priority: 10,
+            local,
+            remote: Range::any(),
+            proto: None,
+            local_ports: Range::ANY,
+            remote_ports: Range::ANY,
+            action: Action::Protect(SaId(id)),
+        };
+        let mut rules: Vec<Rule<u32>> = (0..70_000u32).map(|i| rule(i, Range { lo: 0x0a00_0000 + i, hi: 0x0a00_0000 + i })).collect();
+        rules.push(rule(70_000, Range { lo: 0x0b00_0000, hi: 0x0bff_ffff }));
+        let ts = TupleSpace::new(&rules);
+        assert_eq!(ts.shapes(), 2);
+        let huge: Vec<(usize, bool)> = ts.tuples.iter().map(|t| (t.buckets.slots.len(), t.buckets.slots.is_huge_aligned())).collect();
+        assert!(huge.contains(&(1 << 18, true)) && huge.contains(&(2, false)), "{huge:?}");
+        let k = FlowKey { local: 0x0a00_0000 + 69_999, remote: 1, proto: 6, local_port: 1, remote_port: 2 };
+        assert_eq!(ts.decide(&k), Decision::Act(Action::Protect(SaId(69_999))));
+        assert_eq!(ts.decide(&FlowKey { local: 0x0b01_0203, ..k }), Decision::Act(Action::Protect(SaId(70_000))));
+        assert_eq!(ts.decide(&FlowKey { local: 0x0a00_0000 + 70_000, ..k }), Decision::NoMatch);
     }
 
     #[test]
