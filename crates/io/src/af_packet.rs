@@ -480,14 +480,7 @@ impl AfPacket {
             if self.cfg.vnet_hdr {
                 self.iovs.push(libc::iovec { iov_base: self.vnet_hdrs[k].as_ptr() as *mut _, iov_len: VNET_HDR_LEN });
             }
-            let data = pool.get(b).bytes();
-            self.iovs.push(libc::iovec { iov_base: data.as_ptr() as *mut _, iov_len: data.len() });
-            // A chained packet's extents follow its head, an iovec each, where they lie.
-            if chains {
-                for part in pool.extent_parts(b) {
-                    self.iovs.push(libc::iovec { iov_base: part.as_ptr() as *mut _, iov_len: part.len() });
-                }
-            }
+            gather::push_iovecs(pool, b, chains, &mut self.iovs);
             self.iov_spans.push((first, self.iovs.len() - first));
         }
         for &(first, count) in &self.iov_spans {

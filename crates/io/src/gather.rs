@@ -32,6 +32,21 @@ pub fn flatten_if_needed(pool: &mut Pool, b: BufIdx, max_parts: usize, min_exten
     }
 }
 
+/// Append packet `b`'s bytes to `iovs`: its head's, then an iovec per extent where it
+/// lies (a packet that is not chained, `chains` false, is its head alone). The iovecs
+/// point into the pool: valid while `b` and its extents' buffers are neither written nor
+/// freed.
+#[inline]
+pub fn push_iovecs(pool: &Pool, b: BufIdx, chains: bool, iovs: &mut Vec<libc::iovec>) {
+    let data = pool.get(b).bytes();
+    iovs.push(libc::iovec { iov_base: data.as_ptr() as *mut _, iov_len: data.len() });
+    if chains {
+        for part in pool.extent_parts(b) {
+            iovs.push(libc::iovec { iov_base: part.as_ptr() as *mut _, iov_len: part.len() });
+        }
+    }
+}
+
 /// The length of packet `b`: its head's bytes and its extents'.
 #[inline]
 pub fn packet_len(pool: &Pool, b: BufIdx) -> usize {

@@ -2,12 +2,11 @@
 //! one received frame, until the file ends), the transmit side appends every sent frame
 //! to another capture. Together they run a whole graph offline (`vecgate pcap`).
 
-use crate::gather;
 use engine::device::{Device, RxStatus, TxResult};
 use engine::{BufIdx, Pool};
 use pcap_file::pcap::{PcapPacket, PcapReader, PcapWriter};
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::BufWriter;
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -21,10 +20,7 @@ pub enum PcapError {
 
 pub struct PcapDevice {
     reader: Option<PcapReader<File>>,
-    /// The output capture past its file header (written by `PcapWriter`): records are
-    /// written here piece by piece, so a chained packet goes out without being made one
-    /// buffer first.
-    writer: Option<BufWriter<File>>,
+    writer: Option<PcapWriter<BufWriter<File>>>,
     /// Records that could not be read or did not fit a buffer.
     pub rx_errors: u64,
 }
@@ -42,39 +38,12 @@ impl PcapDevice {
         let writer = match output {
             Some(p) => {
                 let f = File::create(p).map_err(|e| PcapError::Open { path: p.display().to_string(), source: e })?;
-                let w = PcapWriter::new(BufWriter::new(f)).map_err(|e| PcapError::Format { path: p.display().to_string(), source: e })?;
-                // The records that follow must match the header just written.
-                debug_assert!(w.endianness() == pcap_file::Endianness::native() && w.snaplen() == SNAPLEN);
-                Some(w.into_writer())
+                Some(PcapWriter::new(BufWriter::new(f)).map_err(|e| PcapError::Format { path: p.display().to_string(), source: e })?)
             }
             None => None,
         };
         Ok(PcapDevice { reader, writer, rx_errors: 0 })
     }
-}
-
-/// The snapshot length of `PcapWriter::new`'s header (its default): no record is longer.
-const SNAPLEN: u32 = 65535;
-
-/// One record of a capture with `PcapWriter::new`'s header (native byte order,
-/// microseconds):
-/// `len` bytes, the whole frame, given as `parts` in order.
-fn write_record<'a>(out: &mut impl Write, ts: Duration, len: usize, parts: impl Iterator<Item = &'a [u8]>) -> std::io::Result<()> {
-    let too_long = || std::io::Error::new(std::io::ErrorKind::InvalidInput, "frame longer than the capture's snapshot length");
-    let len = u32::try_from(len).ok().filter(|&l| l <= SNAPLEN).ok_or_else(too_long)?;
-    let secs = u32::try_from(ts.as_secs()).map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "timestamp past 2106"))?;
-    let mut head = [0u8; 16];
-    for (k, v) in [secs, ts.subsec_micros(), len, len].into_iter().enumerate() {
-        head[4 * k..4 * k + 4].copy_from_slice(&v.to_ne_bytes());
-    }
-    out.write_all(&head)?;
-    let mut written = 0;
-    for p in parts {
-        out.write_all(p)?;
-        written += p.len();
-    }
-    debug_assert_eq!(written, len as usize, "the parts make the whole frame");
-    Ok(())
 }
 
 /// A capture file for `pcap trace`: up to `remaining` frames, then done.
@@ -149,7 +118,8 @@ impl Device for PcapDevice {
         RxStatus::Open
     }
 
-    /// A chained packet's record is written from its pieces (no copy into one buffer).
+    /// A chained packet is made one buffer here, for its record: a file gains nothing
+    /// from gathering, and the record stays the capture crate's to write.
     fn takes_chains(&self) -> bool {
         true
     }
@@ -157,26 +127,23 @@ impl Device for PcapDevice {
     fn tx(&mut self, pool: &mut Pool, bufs: &mut Vec<BufIdx>) -> TxResult {
         let mut r = TxResult::default();
         let ts = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
-        let chains = pool.has_chains();
+        pool.linearize_all(bufs);
         for &b in bufs.iter() {
-            if chains {
-                gather::flatten_if_needed(pool, b, usize::MAX, 0);
-            }
             // A file is no NIC: a checksum left for the device is computed here.
             crate::vnet::complete_in_software(pool.get_mut(b));
-            let len = gather::packet_len(pool, b);
+            let data = pool.get(b).bytes();
             match self.writer.as_mut() {
-                Some(w) => match write_record(w, ts, len, std::iter::once(pool.get(b).bytes()).chain(pool.extent_parts(b))) {
-                    Ok(()) => {
+                Some(w) => match w.write_packet(&PcapPacket::new(ts, data.len() as u32, data)) {
+                    Ok(_) => {
                         r.sent += 1;
-                        r.sent_bytes += len;
+                        r.sent_bytes += data.len();
                     }
                     Err(_) => r.failed += 1,
                 },
                 None => {
                     // Receive-only pcap interface: transmit is a sink.
                     r.sent += 1;
-                    r.sent_bytes += len;
+                    r.sent_bytes += data.len();
                 }
             }
         }
@@ -186,8 +153,9 @@ impl Device for PcapDevice {
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
-        if let Some(mut w) = self.writer.take() {
-            w.flush()?;
+        if let Some(w) = self.writer.take() {
+            let mut inner = w.into_writer();
+            std::io::Write::flush(&mut inner)?;
         }
         Ok(())
     }

@@ -180,15 +180,9 @@ impl Device for Tap {
                 continue;
             };
             let h = h.emit();
-            let data = buf.bytes();
             self.iovs.clear();
             self.iovs.push(libc::iovec { iov_base: h.as_ptr() as *mut _, iov_len: VNET_HDR_LEN });
-            self.iovs.push(libc::iovec { iov_base: data.as_ptr() as *mut _, iov_len: data.len() });
-            if chains {
-                for part in pool.extent_parts(b) {
-                    self.iovs.push(libc::iovec { iov_base: part.as_ptr() as *mut _, iov_len: part.len() });
-                }
-            }
+            gather::push_iovecs(pool, b, chains, &mut self.iovs);
             // SAFETY: every iovec points at live memory of the length given (the header
             // on this stack, the head and its extents' buffers in the pool), unchanged
             // for the duration of the call; there are at most `MAX_IOVECS`.
