@@ -99,6 +99,9 @@ struct Tuple<A: CacheKey> {
     best: u64,
     /// Masked key → the bucket's range in `rules`.
     buckets: Buckets<A>,
+    /// The one bucket of a shape that has one (a catch-all or a subnet pair's policy):
+    /// its key compared in place, with no hash and no table read.
+    only: Option<BucketSlot<A::Packed>>,
     /// Buckets end to end, each sorted by rank.
     rules: Vec<Rule<A>>,
 }
@@ -286,7 +289,8 @@ impl<A: CacheKey> TupleSpace<A> {
                     0,
                     &FlowKey { local: m.local, remote: m.remote, proto: m.proto, local_port: m.local_port, remote_port: m.remote_port },
                 );
-                Tuple { mask, best, buckets: Buckets::new(entries, squeeze), rules }
+                let only = if let [one] = entries[..] { Some(one) } else { None };
+                Tuple { mask, best, buckets: Buckets::new(entries, squeeze), only, rules }
             })
             .collect();
         tuples.sort_by_key(|t| t.best);
@@ -323,7 +327,12 @@ impl<A: CacheKey> TupleSpace<A> {
             if t.best >= best_rank {
                 break;
             }
-            let Some(b) = t.buckets.get(&A::mask_words(p, &t.mask)) else { continue };
+            let masked = A::mask_words(p, &t.mask);
+            let found = match &t.only {
+                Some(one) => Some(one).filter(|one| one.key == masked),
+                None => t.buckets.get(&masked),
+            };
+            let Some(b) = found else { continue };
             if b.rank >= best_rank {
                 continue;
             }
