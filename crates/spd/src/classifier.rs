@@ -99,6 +99,9 @@ struct Tuple<A: CacheKey> {
     best: u64,
     /// Masked key → the bucket's range in `rules`.
     buckets: Buckets<A>,
+    /// The one bucket of a shape that has one (a catch-all or a subnet pair's policy):
+    /// its key compared in place, with no hash and no table read.
+    only: Option<BucketSlot<A::Packed>>,
     /// Buckets end to end, each sorted by rank.
     rules: Vec<Rule<A>>,
 }
@@ -111,14 +114,52 @@ pub struct TupleSpace<A: CacheKey> {
     len: usize,
 }
 
-/// An open-addressing table from masked packed keys to buckets, at most half full:
-/// one hash (the flow cache's) and, for most lookups, one slot read. A std `HashMap`
-/// with the engine's word hasher cost some 120 cycles more per probe here (`benches/spd.rs`).
-/// On huge pages from 2 MiB up (`engine::mem::MaskedTable`): 100,000 policies of one
-/// shape are 8 MiB of slots, which 1,024 flows read at 1,024 places.
+/// An open-addressing table from masked packed keys to buckets, at most half full, in
+/// groups of [`GROUP`] slots a line: one hash (the flow cache's) and, for most lookups,
+/// one line read. A slot is a tag (the key's hash, never 0: 0 is an empty slot) and the
+/// bucket's place in `entries`, where its key is compared only on a tag match. A probe
+/// compares a group's tags at once and ends at the first group with an empty slot:
+/// slots of a whole key one by one ended after a number of slots that varies from flow
+/// to flow, a branch the core mispredicted on a third of the misses (docs/PERFORMANCE.md,
+/// the SPD miss, tenth session). A std `HashMap` with the engine's word hasher cost some
+/// 120 cycles more per probe here (`benches/spd.rs`). On huge pages from 2 MiB up
+/// (`engine::mem::MaskedTable`): 100,000 policies of one shape are 2 MiB of groups,
+/// which 1,024 flows read at 1,024 places.
 #[derive(Debug, Clone)]
 struct Buckets<A: CacheKey> {
-    slots: MaskedTable<BucketSlot<A::Packed>>,
+    groups: MaskedTable<BucketGroup>,
+    entries: Box<[BucketSlot<A::Packed>]>,
+    /// The bits of the hash kept (all but in tests, which squeeze it to force tag
+    /// collisions and full groups).
+    #[cfg(test)]
+    squeeze: u32,
+}
+
+/// Slots a [`BucketGroup`] holds.
+const GROUP: usize = 8;
+
+/// One line of [`Buckets`]: each slot's tag, then its bucket's place.
+#[derive(Debug, Clone, Copy, Default)]
+#[repr(C, align(64))]
+struct BucketGroup {
+    tags: [u32; GROUP],
+    places: [u32; GROUP],
+}
+
+impl BucketGroup {
+    /// Whether a slot's tag is `tag`: one vector compare of the eight and a test, no
+    /// branch a slot (a mask of which slot, gathered bit by bit, cost some 30
+    /// instructions a group; which slot is found by the scalar loop of a match).
+    #[inline(always)]
+    fn has(&self, tag: u32) -> bool {
+        self.tags.iter().fold(false, |any, &t| any | (t == tag))
+    }
+
+    /// Whether the group has an empty slot: slots are filled in order, so its last.
+    #[inline(always)]
+    fn has_room(&self) -> bool {
+        self.tags[GROUP - 1] == 0
+    }
 }
 
 /// One bucket: its rules are `rules[start..start + len]` of its tuple, sorted by rank.
@@ -129,8 +170,8 @@ struct BucketSlot<P> {
     /// without reading the rule.
     rank: u64,
     start: u32,
-    /// The number of rules, 0 for an empty slot (a bucket holds at least one), with
-    /// [`EXACT`] set when the first rule matches every key of the bucket.
+    /// The number of rules (a bucket holds at least one), with [`EXACT`] set when the
+    /// first rule matches every key of the bucket.
     len: u32,
 }
 
@@ -138,34 +179,62 @@ struct BucketSlot<P> {
 const EXACT: u32 = 1 << 31;
 
 impl<A: CacheKey> Buckets<A> {
-    fn new(entries: Vec<BucketSlot<A::Packed>>) -> Self {
-        let size = (entries.len() * 2).next_power_of_two().max(2);
-        // A power of two; more than 2^31 slots would be 2^30 buckets of as many rules,
-        // which no SPD holds (the control plane's limits are far below).
-        let mut slots = MaskedTable::new(size, BucketSlot::default()).expect("a power of two up to 2^31 slots");
-        for e in entries {
-            let mut h = A::key_hash(&e.key);
-            while slots.get(h).len != 0 {
-                h = h.wrapping_add(1);
+    /// The table of `entries`, with the hash's bits `squeeze` keeps (`u32::MAX`
+    /// outside tests).
+    fn new(entries: Vec<BucketSlot<A::Packed>>, squeeze: u32) -> Self {
+        // At most half the slots used: some group has an empty slot, so every probe
+        // ends, and few groups are full (a full group sends a probe on to the next).
+        // A power of two; more than 2^31 groups would be 2^33 buckets, which no SPD
+        // holds (the control plane's limits are far below).
+        let size = (entries.len() * 2).div_ceil(GROUP).next_power_of_two();
+        let mut groups = MaskedTable::new(size, BucketGroup::default()).expect("a power of two up to 2^31 groups");
+        for (place, e) in entries.iter().enumerate() {
+            let h = A::key_hash(&e.key) & squeeze;
+            let mut g = h;
+            loop {
+                let group = groups.get_mut(g);
+                if let Some(i) = group.tags.iter().position(|&t| t == 0) {
+                    group.tags[i] = h | 1;
+                    group.places[i] = place as u32;
+                    break;
+                }
+                g = g.wrapping_add(1);
             }
-            *slots.get_mut(h) = e;
         }
-        Buckets { slots }
+        Buckets {
+            groups,
+            entries: entries.into_boxed_slice(),
+            #[cfg(test)]
+            squeeze,
+        }
+    }
+
+    #[inline(always)]
+    fn hash(&self, k: &A::Packed) -> u32 {
+        let h = A::key_hash(k);
+        #[cfg(test)]
+        let h = h & self.squeeze;
+        h
     }
 
     #[inline(always)]
     fn get(&self, k: &A::Packed) -> Option<&BucketSlot<A::Packed>> {
-        // At most half full: an empty slot ends every probe sequence.
-        let mut h = A::key_hash(k);
+        let h = self.hash(k);
+        let tag = h | 1;
+        let mut g = h;
         loop {
-            let s = self.slots.get(h);
-            if s.len == 0 {
+            let group = self.groups.get(g);
+            if group.has(tag) {
+                for (_, &place) in group.tags.iter().zip(&group.places).filter(|(&t, _)| t == tag) {
+                    if let Some(e) = self.entries.get(place as usize).filter(|e| e.key == *k) {
+                        return Some(e);
+                    }
+                }
+            }
+            if group.has_room() {
                 return None;
             }
-            if s.key == *k {
-                return Some(s);
-            }
-            h = h.wrapping_add(1);
+            g = g.wrapping_add(1);
         }
     }
 }
@@ -178,6 +247,12 @@ impl<A: CacheKey> Default for TupleSpace<A> {
 
 impl<A: CacheKey> TupleSpace<A> {
     pub fn new(rules: &[Rule<A>]) -> Self {
+        Self::with_squeeze(rules, u32::MAX)
+    }
+
+    /// [`TupleSpace::new`] with the bucket tables' hashes ANDed with `squeeze`: tests
+    /// force tag collisions and full groups with a few bits.
+    fn with_squeeze(rules: &[Rule<A>], squeeze: u32) -> Self {
         // Sorted by shape, then masked key, then rank: each shape's rules and each
         // bucket's are then one run, the bucket in rank order (no map of maps to build:
         // the control plane rebuilds an SPD on every change).
@@ -214,7 +289,8 @@ impl<A: CacheKey> TupleSpace<A> {
                     0,
                     &FlowKey { local: m.local, remote: m.remote, proto: m.proto, local_port: m.local_port, remote_port: m.remote_port },
                 );
-                Tuple { mask, best, buckets: Buckets::new(entries), rules }
+                let only = if let [one] = entries[..] { Some(one) } else { None };
+                Tuple { mask, best, buckets: Buckets::new(entries, squeeze), only, rules }
             })
             .collect();
         tuples.sort_by_key(|t| t.best);
@@ -251,7 +327,12 @@ impl<A: CacheKey> TupleSpace<A> {
             if t.best >= best_rank {
                 break;
             }
-            let Some(b) = t.buckets.get(&A::mask_words(p, &t.mask)) else { continue };
+            let masked = A::mask_words(p, &t.mask);
+            let found = match &t.only {
+                Some(one) => Some(one).filter(|one| one.key == masked),
+                None => t.buckets.get(&masked),
+            };
+            let Some(b) = found else { continue };
             if b.rank >= best_rank {
                 continue;
             }
@@ -388,6 +469,24 @@ mod tests {
             }
         }
 
+        /// Every tag alike (squeeze 0: one group, overflowing into the next ones) or a
+        /// few bits of them: the keys tell the buckets apart.
+        #[test]
+        fn tuple_space_with_colliding_tags_is_the_linear_scan_v4((rules, keys) in (rules::<u32>(0xc612_0000), keys::<u32>(0xc612_0000)), squeeze in prop_oneof![Just(0u32), Just(1), Just(6), Just(0x1f)]) {
+            let ts = TupleSpace::with_squeeze(&rules, squeeze);
+            for k in &keys {
+                prop_assert_eq!(ts.lookup(k), linear(&rules, k), "key {:?}", k);
+            }
+        }
+
+        #[test]
+        fn tuple_space_with_colliding_tags_is_the_linear_scan_v6((rules, keys) in (rules::<u128>(0x2001_0db8u128 << 96), keys::<u128>(0x2001_0db8u128 << 96)), squeeze in prop_oneof![Just(0u32), Just(1), Just(6), Just(0x1f)]) {
+            let ts = TupleSpace::with_squeeze(&rules, squeeze);
+            for k in &keys {
+                prop_assert_eq!(ts.lookup(k), linear(&rules, k), "key {:?}", k);
+            }
+        }
+
         #[test]
         fn tuple_space_is_the_linear_scan_v6((rules, keys) in (rules::<u128>(0x2001_0db8u128 << 96), keys::<u128>(0x2001_0db8u128 << 96))) {
             let ts = TupleSpace::new(&rules);
@@ -446,7 +545,7 @@ mod tests {
 
     #[test]
     fn a_large_shapes_buckets_are_on_huge_pages() {
-        // 70,000 hosts of one shape: 2^18 slots of 32 bytes, 8 MiB, read at random by
+        // 70,000 hosts of one shape: 2^15 groups of 64 bytes, 2 MiB, read at random by
         // the flows a miss classifies; a shape of a few rules stays an ordinary allocation.
         let rule = |id: u32, local: Range<u32>| Rule::<u32> {
             id: PolicyId(id),
@@ -462,12 +561,43 @@ mod tests {
         rules.push(rule(70_000, Range { lo: 0x0b00_0000, hi: 0x0bff_ffff }));
         let ts = TupleSpace::new(&rules);
         assert_eq!(ts.shapes(), 2);
-        let huge: Vec<(usize, bool)> = ts.tuples.iter().map(|t| (t.buckets.slots.len(), t.buckets.slots.is_huge_aligned())).collect();
-        assert!(huge.contains(&(1 << 18, true)) && huge.contains(&(2, false)), "{huge:?}");
+        let huge: Vec<(usize, bool)> = ts.tuples.iter().map(|t| (t.buckets.groups.len(), t.buckets.groups.is_huge_aligned())).collect();
+        assert!(huge.contains(&(1 << 15, true)) && huge.contains(&(1, false)), "{huge:?}");
         let k = FlowKey { local: 0x0a00_0000 + 69_999, remote: 1, proto: 6, local_port: 1, remote_port: 2 };
         assert_eq!(ts.decide(&k), Decision::Act(Action::Protect(SaId(69_999))));
         assert_eq!(ts.decide(&FlowKey { local: 0x0b01_0203, ..k }), Decision::Act(Action::Protect(SaId(70_000))));
         assert_eq!(ts.decide(&FlowKey { local: 0x0a00_0000 + 70_000, ..k }), Decision::NoMatch);
+    }
+
+    #[test]
+    fn full_groups_and_equal_tags_send_a_probe_on_to_the_key() {
+        // Every hash squeezed to 0: one tag, one home group; 40 hosts fill five groups
+        // of eight in a table of eight groups, so a probe passes full groups and reads
+        // every entry of a tag match, and an absent key's ends at the sixth group.
+        let rules: Vec<Rule<u32>> = (0..40u32)
+            .map(|i| Rule {
+                id: PolicyId(i),
+                priority: 7,
+                local: Range { lo: 0x0a00_0000 + i, hi: 0x0a00_0000 + i },
+                remote: Range::any(),
+                proto: None,
+                local_ports: Range::ANY,
+                remote_ports: Range::ANY,
+                action: Action::Protect(SaId(i)),
+            })
+            .collect();
+        let ts = TupleSpace::with_squeeze(&rules, 0);
+        assert_eq!(ts.shapes(), 1);
+        let b = &ts.tuples[0].buckets;
+        assert_eq!(b.groups.len(), 16);
+        let full = (0..16).filter(|&g| !b.groups.get(g).has_room()).count();
+        assert_eq!((full, b.groups.get(0).tags), (5, [1; GROUP]));
+        for i in 0..40u32 {
+            let k = FlowKey { local: 0x0a00_0000 + i, remote: 3, proto: 6, local_port: 1, remote_port: 2 };
+            assert_eq!(ts.decide(&k), Decision::Act(Action::Protect(SaId(i))), "host {i}");
+        }
+        let absent = FlowKey { local: 0x0a00_0000 + 40, remote: 3, proto: 6, local_port: 1, remote_port: 2 };
+        assert_eq!(ts.decide(&absent), Decision::NoMatch);
     }
 
     #[test]
