@@ -13,7 +13,7 @@
 //! was wrong gives a slot its bytes do not match: the receiver finds that segment bad,
 //! as it would have found the datagram.
 //!
-//! **Chained parcels** (IPv4, toward a resolved next hop): the parcel is a buffer of its
+//! **Chained parcels** (toward a resolved next hop): the parcel is a buffer of its
 //! headers and integrity block plus one extent a datagram, its segment where it lies
 //! (`Pool::push_extents_taking`: the parcel holds the datagrams' buffers, which the
 //! dispatcher then leaves be, `engine::Taken::Held`), rewritten here and sent to
@@ -21,9 +21,9 @@
 //! way, each its headers plus one extent, its segments where they lie in the frame's
 //! buffer (`gso::to_parcels`, the frame held by each). The dispatcher and the worker make
 //! it one buffer before any node, device or capture that does not take chains, so what
-//! leaves is the copying join's bytes (`tests/join_reference.rs`). Elsewhere (IPv6, a
-//! neighbour to resolve) the join copies each segment into the parcel's buffer and sends
-//! it to `ipN-rewrite` (`gso-frames-copied` counts the frames).
+//! leaves is the copying join's bytes (`tests/join_reference.rs`). Elsewhere (a neighbour
+//! to resolve) the join copies each segment into the parcel's buffer and sends it to
+//! `ipN-rewrite` (`gso-frames-copied` counts the frames).
 //!
 //! Datagrams that join nothing leave for `ipN-rewrite` with the lookup done here, or
 //! for `ipN-lookup` when the route is not a plain next hop or its interface has an
