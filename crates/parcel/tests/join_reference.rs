@@ -265,9 +265,8 @@ fn frame_strategy() -> impl Strategy<Value = Frame> {
         // The frame at most 64 KiB (its IP length field).
         let n = n.min((65000 - 48) / gso_size).max(2);
         let len = (n - 1) * gso_size + last.min(gso_size);
-        (run_strategy(), proptest::collection::vec(any::<u8>(), len), 0usize..200, 1usize..=40, 1500usize..=65535).prop_map(
-            move |(run, data, offset, max, mtu)| Frame { run, data, gso_size, offset, max, mtu },
-        )
+        (run_strategy(), proptest::collection::vec(any::<u8>(), len), 0usize..200, 1usize..=40, 1500usize..=65535)
+            .prop_map(move |(run, data, offset, max, mtu)| Frame { run, data, gso_size, offset, max, mtu })
     })
 }
 

@@ -309,11 +309,30 @@ fn main() {
         }
         Cmd::Ctl { socket, json, words } => run::ctl(&socket, json, &words),
         Cmd::Pcap { config, json } => run::pcap(&config, json),
-        Cmd::Bench { scenario, packets, json, core, segment_size, segments, no_segment_check, segment_check_in_transit, family, gso, .. }
-            if scenario.starts_with("parcel-") =>
-        {
-            bench_parcel::bench(&scenario, packets, json, core, segment_size, segments, !no_segment_check, segment_check_in_transit, &family, gso)
-        }
+        Cmd::Bench {
+            scenario,
+            packets,
+            json,
+            core,
+            segment_size,
+            segments,
+            no_segment_check,
+            segment_check_in_transit,
+            family,
+            gso,
+            ..
+        } if scenario.starts_with("parcel-") => bench_parcel::bench(
+            &scenario,
+            packets,
+            json,
+            core,
+            segment_size,
+            segments,
+            !no_segment_check,
+            segment_check_in_transit,
+            &family,
+            gso,
+        ),
         Cmd::Bench { scenario, json, routes, family, updates, .. } if scenario == "fib-update" => {
             bench_fib::bench(routes, &family, updates, json)
         }

@@ -5,10 +5,11 @@
 //! header's offsets count from it). What it checks, beyond not panicking:
 //! - the header emits back to the same bytes it parsed from, and the header made again
 //!   from a buffer's metadata (`VnetHdr::for_buffer`) gives that metadata back;
-//! - a GSO frame made into parcels (`to_parcels`, copied and chained: the same bytes): every parcel within the link's MTU and
+//! - a GSO frame made into parcels (`to_parcels`): every parcel within the link's MTU and
 //!   the segment bound, valid (layout, UDP header checksum, each segment against its
 //!   slot), and together holding the frame's payload, segment for segment as the
-//!   engine's own software GSO (`ip-gso-segment`) cuts it, when it can;
+//!   engine's own software GSO (`ip-gso-segment`) cuts it, when it can; the chained
+//!   parcels (toward a resolved next hop) the copied ones' bytes;
 //! - a valid parcel made into a GSO frame (`parcel_to_gso`): a frame `GsoFrame::of`
 //!   takes back, whose segments (cut by the software GSO, checksums completed and
 //!   verified) are the parcel's;
@@ -138,7 +139,11 @@ fn gso_to_parcels<F: ParcelFamily>(pool: &mut Pool, bi: BufIdx, g: GsoFrame, max
     let mut chained = Vec::new();
     if to_parcels::<F>(pool, bi, g, per, Some(wire::ethernet::HEADER_LEN), &mut chained).is_some() {
         for (&c, &d) in chained.iter().zip(&made) {
-            assert_eq!([pool.get(c).bytes(), &pool.extent_bytes(c)].concat(), pool.get(d).bytes(), "a chained parcel is not the copied one");
+            assert_eq!(
+                [pool.get(c).bytes(), &pool.extent_bytes(c)].concat(),
+                pool.get(d).bytes(),
+                "a chained parcel is not the copied one"
+            );
         }
         pool.free_many(&chained);
     }
