@@ -142,6 +142,7 @@ pub fn to_parcels<F: ParcelFamily>(
 /// bytes of link header the rewrite puts in front start a line, from a class that holds
 /// the whole parcel (`Pool::alloc_head`: it can always be made one buffer again), the
 /// segments to follow as extents. None without a buffer.
+#[inline(always)]
 pub(crate) fn new_parcel<F: ParcelFamily>(pool: &mut Pool, head: &[u8], segs: &SegmentsRepr, chain_l2: Option<usize>) -> Option<BufIdx> {
     let ph = F::PARCEL_HEADER_LEN;
     let head_len = ph + 8 + 2 * segs.nsegs as usize;

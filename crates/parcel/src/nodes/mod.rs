@@ -178,6 +178,7 @@ impl ParcelFamily for Ip4 {
     fn same_flow(a: &[u8], b: &[u8]) -> bool {
         a[12..24] == b[12..24] && a[1] == b[1]
     }
+    #[inline]
     fn emit_parcel_headers(head: &[u8], segs: &SegmentsRepr, out: &mut [u8]) {
         let r = Parcel4Repr {
             src: [head[12], head[13], head[14], head[15]].into(),
@@ -272,6 +273,7 @@ impl ParcelFamily for Ip6 {
     fn same_flow(a: &[u8], b: &[u8]) -> bool {
         a[8..44] == b[8..44] && a[..4] == b[..4]
     }
+    #[inline]
     fn emit_parcel_headers(head: &[u8], segs: &SegmentsRepr, out: &mut [u8]) {
         let w = u32::from_be_bytes([head[0], head[1], head[2], head[3]]);
         let r = Parcel6Repr {
