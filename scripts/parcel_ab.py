@@ -8,7 +8,9 @@ rounds of the bench's median cycles per segment (per packet for ip4-forward), th
 ip4-forward / that (the issue's "× the per-segment rate of single packets"), and the
 parcel nodes' median cycles per packet they saw. `fwd16-strict` passes
 `--segment-check-in-transit` to every build but the baseline (which predates the flag).
-`PARCEL_AB_ONLY=split16,join16` runs only the scenarios named (ip4-forward always).
+`PARCEL_AB_ONLY=split16,join16` runs only the scenarios named (ip4-forward always); the
+GSO-frame and IPv6 join rows (`gso16`, `gso8k`, `join6-16`, `join6-8k`, `gso6-16`) run
+only when named, their flags being newer than the older builds.
 Used for docs/PERFORMANCE.md's parcel figures."""
 import json
 import os
@@ -28,7 +30,14 @@ SCENARIOS = [
     ("split8k", ["parcel-split", "--segment-size", "8000", "--segments", "8", "--packets", "50000"], False),
     ("split8k-off", ["parcel-split", "--segment-size", "8000", "--segments", "8", "--packets", "50000", "--no-segment-check"], False),
     ("join8k", ["parcel-join", "--segment-size", "8000", "--segments", "8", "--packets", "400000"], False),
+    # Builds from 1320e7a on (`--gso`, `--family ip6`): not in PARCEL_AB_ONLY's default set.
+    ("gso16", ["parcel-join", "--gso", "--segments", "16", "--packets", "100000"], False),
+    ("gso8k", ["parcel-join", "--gso", "--segment-size", "8000", "--segments", "8", "--packets", "50000"], False),
+    ("join6-16", ["parcel-join", "--family", "ip6", "--segments", "16", "--packets", "1000000"], False),
+    ("join6-8k", ["parcel-join", "--family", "ip6", "--segment-size", "8000", "--segments", "8", "--packets", "400000"], False),
+    ("gso6-16", ["parcel-join", "--family", "ip6", "--gso", "--segments", "16", "--packets", "100000"], False),
 ]
+NEW = {"gso16", "gso8k", "join6-16", "join6-8k", "gso6-16"}
 
 
 def main():
@@ -36,6 +45,8 @@ def main():
     only = os.environ.get("PARCEL_AB_ONLY")
     if only:
         SCENARIOS = [s for s in SCENARIOS if s[0] == "ip4-forward" or s[0] in only.split(",")]
+    else:
+        SCENARIOS = [s for s in SCENARIOS if s[0] not in NEW]
     rounds = int(sys.argv[1])
     builds = [a.split("=", 1) for a in sys.argv[2:]]
     got = {}

@@ -7,6 +7,11 @@
 //! so a split or a join makes or takes one vector's worth; frames come from the pool's
 //! large buffers where they do not fit a regular one (the packet generator only fills
 //! regular buffers, hence the replay device here).
+//!
+//! `parcel-join` takes two options of its own: `--family ip6` (IPv6 datagrams, joined by
+//! `parcel6-join`) and `--gso` (the datagrams arrive as UDP GSO frames of N segments, as
+//! a local sender hands them over through a virtio-net header: the frame's checksum
+//! partial, its segment size in the offload metadata).
 
 use anyhow::{bail, Result};
 use control::config::Config;
@@ -14,13 +19,14 @@ use control::dataplane::assemble;
 use engine::device::{Device, RxStatus, TxResult};
 use engine::{BufIdx, Pool};
 use serde::Serialize;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::Path;
 use wire::parcel::{Parcel4, Parcel4Repr, SegmentsRepr, UdpChecksumForm};
 
 pub const SCENARIOS: &[&str] = &["parcel-forward", "parcel-split", "parcel-join"];
 
-/// `null0` takes parcels (`parcels = true`, MTU 65535) except for `parcel-split`.
+/// `null0` takes parcels (`parcels = true`, MTU 65535) except for `parcel-split`; the
+/// IPv6 addresses, neighbour and route are those of `parcel-join --family ip6`.
 fn config(parcel_link: bool) -> String {
     let link = if parcel_link { "mtu = 65535\nparcels = true" } else { "mtu = 9000" };
     format!(
@@ -34,30 +40,42 @@ large_buffers = 700
 name = "pg0"
 type = "pg"
 mac = "02:00:00:00:00:01"
-addresses = ["198.18.0.1/24"]
+addresses = ["198.18.0.1/24", "2001:db8::1/64"]
 
 [[interface]]
 name = "null0"
 type = "null"
 mac = "02:00:00:00:00:02"
 {link}
-addresses = ["198.18.1.1/24"]
+addresses = ["198.18.1.1/24", "2001:db8:1::1/64"]
 
 [[neighbour]]
 interface = "null0"
 ip = "198.18.1.2"
 mac = "02:00:00:00:01:02"
 
+[[neighbour]]
+interface = "null0"
+ip = "2001:db8:1::2"
+mac = "02:00:00:00:01:02"
+
 [[route]]
 prefix = "198.19.0.0/16"
 via = "198.18.1.2"
+
+[[route]]
+prefix = "2001:db8:100::/48"
+via = "2001:db8:1::2"
 "#
     )
 }
 
 const SRC: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
 const DST: Ipv4Addr = Ipv4Addr::new(198, 19, 0, 1);
+const SRC6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 2);
+const DST6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x100, 0, 0, 0, 0, 1);
 const ETH: [u8; 14] = [2, 0, 0, 0, 0, 1, 2, 0xfe, 0, 0, 0, 1, 8, 0];
+const ETH6: [u8; 14] = [2, 0, 0, 0, 0, 1, 2, 0xfe, 0, 0, 0, 1, 0x86, 0xdd];
 
 fn payload(len: usize, salt: usize) -> Vec<u8> {
     (0..len).map(|i| (i * 31 + salt * 7) as u8).collect()
@@ -87,26 +105,58 @@ fn parcel_frame(size: usize, n: usize) -> Result<Vec<u8>> {
     Ok(f)
 }
 
-/// An Ethernet frame holding one UDP datagram of `size` payload bytes.
-fn datagram_frame(size: usize) -> Vec<u8> {
-    let ip = wire::ipv4::Ipv4Repr {
-        src: SRC,
-        dst: DST,
-        protocol: wire::IpProtocol::Udp,
-        payload_len: 8 + size,
-        ttl: 64,
-        dscp: 0,
-        ecn: 0,
-        ident: 1,
-        dont_frag: false,
-    };
-    let mut f = ETH.to_vec();
-    f.resize(14 + 20 + 8 + size, 0);
-    ip.emit(&mut wire::ipv4::Ipv4Packet::new_unchecked(&mut f[14..34]));
-    f[42..].copy_from_slice(&payload(size, 0));
-    let mut u = wire::udp::UdpPacket::new_unchecked(&mut f[34..]);
+/// An Ethernet frame holding one UDP datagram of `size` payload bytes, IPv4 or IPv6
+/// (`v6`). With `gso` (a UDP GSO frame, its segments of `gso` bytes) the UDP checksum
+/// field holds the pseudo-header sum only, left for the device as a sender's kernel
+/// leaves it.
+fn datagram_frame(size: usize, v6: bool, gso: Option<usize>) -> Vec<u8> {
+    let hl = if v6 { 40 } else { 20 };
+    let mut f = if v6 { ETH6.to_vec() } else { ETH.to_vec() };
+    f.resize(14 + hl + 8 + size, 0);
+    if v6 {
+        let ip = wire::ipv6::Ipv6Repr {
+            src: SRC6,
+            dst: DST6,
+            next_header: wire::IpProtocol::Udp,
+            payload_len: 8 + size,
+            hop_limit: 64,
+            traffic_class: 0,
+            flow_label: 0,
+        };
+        ip.emit(&mut wire::ipv6::Ipv6Packet::new_unchecked(&mut f[14..54]));
+    } else {
+        let ip = wire::ipv4::Ipv4Repr {
+            src: SRC,
+            dst: DST,
+            protocol: wire::IpProtocol::Udp,
+            payload_len: 8 + size,
+            ttl: 64,
+            dscp: 0,
+            ecn: 0,
+            ident: 1,
+            dont_frag: false,
+        };
+        ip.emit(&mut wire::ipv4::Ipv4Packet::new_unchecked(&mut f[14..34]));
+    }
+    let data = 14 + hl + 8;
+    for (i, chunk) in f[data..].chunks_mut(gso.unwrap_or(size).max(1)).enumerate() {
+        chunk.copy_from_slice(&payload(chunk.len(), i));
+    }
+    let mut u = wire::udp::UdpPacket::new_unchecked(&mut f[14 + hl..]);
     wire::udp::UdpRepr { src_port: 40000, dst_port: 9 }.emit(&mut u, size);
-    u.fill_checksum_v4(SRC, DST);
+    let udp_len = 8 + size;
+    match (gso, v6) {
+        (Some(_), false) => {
+            let sum = wire::checksum::pseudo_header_v4(SRC, DST, 17, udp_len as u16).fold();
+            f[14 + hl + 6..14 + hl + 8].copy_from_slice(&sum.to_be_bytes());
+        }
+        (Some(_), true) => {
+            let sum = wire::checksum::pseudo_header_v6(&SRC6, &DST6, 17, udp_len as u32).fold();
+            f[14 + hl + 6..14 + hl + 8].copy_from_slice(&sum.to_be_bytes());
+        }
+        (None, false) => u.fill_checksum_v4(SRC, DST),
+        (None, true) => u.fill_checksum_v6(&SRC6, &DST6),
+    }
     f
 }
 
@@ -114,6 +164,9 @@ fn datagram_frame(size: usize) -> Vec<u8> {
 /// class its length needs.
 struct Replay {
     frame: Vec<u8>,
+    /// A UDP GSO frame's offload metadata, as a virtio-net header gives it: where its UDP
+    /// header is in the frame, the segment size.
+    gso: Option<(usize, u16)>,
     per_vector: usize,
     remaining: u64,
 }
@@ -126,7 +179,13 @@ impl Device for Replay {
         let n = (self.per_vector.min(max) as u64).min(self.remaining);
         for _ in 0..n {
             let Some(b) = pool.alloc(self.frame.len()) else { break };
-            let _ = pool.get_mut(b).write(&self.frame);
+            let buf = pool.get_mut(b);
+            let _ = buf.write(&self.frame);
+            if let Some((l4, gso_size)) = self.gso {
+                buf.set_partial_checksum(l4, 6);
+                buf.meta.offload.gso = engine::GsoKind::UdpL4;
+                buf.meta.offload.gso_size = gso_size;
+            }
             out.push(b);
             self.remaining -= 1;
         }
@@ -186,7 +245,14 @@ pub fn bench(
     segments: usize,
     verify: bool,
     in_transit: bool,
+    family: &str,
+    gso: bool,
 ) -> Result<()> {
+    let v6 = match family {
+        "ip4" => false,
+        "ip6" => true,
+        f => bail!("--family {f}: expected ip4 or ip6"),
+    };
     if !SCENARIOS.contains(&scenario) {
         bail!("unknown scenario {scenario:?}; expected one of {}", SCENARIOS.join(", "));
     }
@@ -194,20 +260,30 @@ pub fn bench(
         bail!("--segments {segments} --segment-size {segment_size}: expected 1 to 255 segments of 1 to 9000 bytes");
     }
     let join = scenario == "parcel-join";
+    if (v6 || gso) && !join {
+        bail!("--family ip6 and --gso are parcel-join's options");
+    }
+    if gso && (segments < 2 || segments * segment_size + 48 > 65535) {
+        bail!("--gso --segments {segments} --segment-size {segment_size}: a GSO frame holds 2 or more segments in at most 64 KiB");
+    }
     let cfg = Config::parse(&config(scenario != "parcel-split"), "(bench scenario)", Path::new("."))?;
     let (_control, mut worker) = assemble(&cfg)?.into_single();
     worker.cx.parcel.verify_segments = verify;
     worker.cx.parcel.verify_in_transit = in_transit;
     let per_vector = (engine::VECTOR_SIZE / segments).max(1);
-    let (frame, per_vector) = if join {
+    let gso_meta = gso.then(|| (14 + if v6 { 40 } else { 20 }, segment_size as u16));
+    let (frame, per_vector) = if gso {
         worker.cx.parcel.join_segments = segments;
-        (datagram_frame(segment_size), per_vector * segments)
+        (datagram_frame(segment_size * segments, v6, Some(segment_size)), per_vector)
+    } else if join {
+        worker.cx.parcel.join_segments = segments;
+        (datagram_frame(segment_size, v6, None), per_vector * segments)
     } else {
         (parcel_frame(segment_size, segments)?, per_vector)
     };
     let round = |n: u64| n.div_ceil(per_vector as u64) * per_vector as u64;
     let (warmup, packets) = (round((packets / 10).max(per_vector as u64 * 4)), round(packets));
-    worker.ports[0].device = Box::new(Replay { frame, per_vector, remaining: warmup + packets });
+    worker.ports[0].device = Box::new(Replay { frame, gso: gso_meta, per_vector, remaining: warmup + packets });
     engine::worker::Context::refresh(&mut worker.cx);
     let (s, secs, _) = crate::bench::measure(&mut worker, core, warmup);
     let input = s.nodes.iter().find(|n| n.name == "pg-input").map(|n| n.runtime.packets).unwrap_or(0);
@@ -221,7 +297,7 @@ pub fn bench(
         .filter_map(|n| n.vector_median.map(|m| m * n.runtime.packets as f64 / input.max(1) as f64))
         .sum();
     let delivered = s.ports.iter().find(|p| p.name == "null0").map(|p| p.counters.tx_packets).unwrap_or(0);
-    let segs_in = if join { input } else { input * segments as u64 };
+    let segs_in = if join && !gso { input } else { input * segments as u64 };
     let report = Report {
         scenario: scenario.into(),
         segment_size,

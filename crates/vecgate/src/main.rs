@@ -148,9 +148,13 @@ enum Cmd {
         /// fib-update: routes in the table.
         #[arg(long, default_value_t = 1_000_000)]
         routes: usize,
-        /// fib-update: ip4 or ip6.
+        /// fib-update, parcel-join: ip4 or ip6.
         #[arg(long, default_value = "ip4")]
         family: String,
+        /// parcel-join: the datagrams come as UDP GSO frames of `--segments` segments (a
+        /// local sender's, through a virtio-net header).
+        #[arg(long)]
+        gso: bool,
         /// fib-update: adds and deletes applied as fast as they go.
         #[arg(long, default_value_t = 200_000)]
         updates: u64,
@@ -305,11 +309,30 @@ fn main() {
         }
         Cmd::Ctl { socket, json, words } => run::ctl(&socket, json, &words),
         Cmd::Pcap { config, json } => run::pcap(&config, json),
-        Cmd::Bench { scenario, packets, json, core, segment_size, segments, no_segment_check, segment_check_in_transit, .. }
-            if scenario.starts_with("parcel-") =>
-        {
-            bench_parcel::bench(&scenario, packets, json, core, segment_size, segments, !no_segment_check, segment_check_in_transit)
-        }
+        Cmd::Bench {
+            scenario,
+            packets,
+            json,
+            core,
+            segment_size,
+            segments,
+            no_segment_check,
+            segment_check_in_transit,
+            family,
+            gso,
+            ..
+        } if scenario.starts_with("parcel-") => bench_parcel::bench(
+            &scenario,
+            packets,
+            json,
+            core,
+            segment_size,
+            segments,
+            !no_segment_check,
+            segment_check_in_transit,
+            &family,
+            gso,
+        ),
         Cmd::Bench { scenario, json, routes, family, updates, .. } if scenario == "fib-update" => {
             bench_fib::bench(routes, &family, updates, json)
         }

@@ -8,7 +8,8 @@
 //! - a GSO frame made into parcels (`to_parcels`): every parcel within the link's MTU and
 //!   the segment bound, valid (layout, UDP header checksum, each segment against its
 //!   slot), and together holding the frame's payload, segment for segment as the
-//!   engine's own software GSO (`ip-gso-segment`) cuts it, when it can;
+//!   engine's own software GSO (`ip-gso-segment`) cuts it, when it can; the chained
+//!   parcels (toward a resolved next hop) the copied ones' bytes;
 //! - a valid parcel made into a GSO frame (`parcel_to_gso`): a frame `GsoFrame::of`
 //!   takes back, whose segments (cut by the software GSO, checksums completed and
 //!   verified) are the parcel's;
@@ -117,7 +118,7 @@ fn gso_to_parcels<F: ParcelFamily>(pool: &mut Pool, bi: BufIdx, g: GsoFrame, max
     };
     assert!((2..=max.min(255)).contains(&per), "{per} segments per parcel, bound {max}");
     let mut made = Vec::new();
-    let Some(n) = to_parcels::<F>(pool, bi, g, per, &mut made) else {
+    let Some(n) = to_parcels::<F>(pool, bi, g, per, None, &mut made) else {
         // Out of buffers: nothing made.
         assert!(made.is_empty());
         pool.free(bi);
@@ -133,6 +134,18 @@ fn gso_to_parcels<F: ParcelFamily>(pool: &mut Pool, bi: BufIdx, g: GsoFrame, max
         assert_eq!(bad_segments(p, &s), 0, "a slot does not match its segment");
         assert!(s.nsegs <= per && s.seg_len == g.seg_len);
         segments.extend((0..s.nsegs).map(|i| p[s.segment(i)].to_vec()));
+    }
+    // Chained (toward a resolved next hop), the same bytes; the frame held by each.
+    let mut chained = Vec::new();
+    if to_parcels::<F>(pool, bi, g, per, Some(wire::ethernet::HEADER_LEN), &mut chained).is_some() {
+        for (&c, &d) in chained.iter().zip(&made) {
+            assert_eq!(
+                [pool.get(c).bytes(), &pool.extent_bytes(c)].concat(),
+                pool.get(d).bytes(),
+                "a chained parcel is not the copied one"
+            );
+        }
+        pool.free_many(&chained);
     }
     pool.free_many(&made);
     let want: Vec<Vec<u8>> = payload.chunks(g.seg_len).map(<[u8]>::to_vec).collect();

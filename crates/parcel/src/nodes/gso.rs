@@ -10,7 +10,9 @@
 //! - [`to_parcels`] (in `parcelN-join`): a GSO frame routed toward a parcel link becomes
 //!   one parcel, or a few where the link's MTU or the segment bound asks, without being
 //!   cut into datagrams first. The frame's checksum is partial (the sender left it to the
-//!   device), so each segment is summed for its slot: the one read of the data.
+//!   device), so each segment is summed for its slot: the one read of the data. Toward a
+//!   resolved next hop the parcels are chained (as `parcelN-join`'s runs): headers in a
+//!   buffer of their own, the segments left in the frame's buffer, nothing copied.
 //! - [`parcel_to_gso`] (in `parcelN-input`): a parcel routed toward a link that exchanges
 //!   virtio-net headers becomes one GSO frame in place (the headers rewritten in front of
 //!   the segments, nothing copied). The receiving kernel hands it whole to a UDP_GRO
@@ -68,7 +70,22 @@ impl GsoFrame {
 /// takes the rest), appended to `made`. All or nothing: when a buffer is missing, the
 /// ones taken are freed, `made` is left as it was and `None` returned (the frame is
 /// still whole). The frame's buffer is left to the caller.
-pub fn to_parcels<F: ParcelFamily>(pool: &mut Pool, bi: BufIdx, g: GsoFrame, per: usize, made: &mut Vec<BufIdx>) -> Option<usize> {
+///
+/// Copying (`chain_l2` None), each parcel is one buffer holding its segments. Chained
+/// (`Some(l2_len)`, as [`join_run`](super::join::join_run)'s), each parcel is a buffer of
+/// its headers and integrity block plus one extent, its segments where they lie in the
+/// frame's buffer (`Pool::push_extent`): the frame is held by each parcel as well as by
+/// the caller, and goes back to the pool when the last of them lets it go. Both make the
+/// same bytes; each segment is summed for its slot either way (the frame's checksum is
+/// partial, no sum of the data).
+pub fn to_parcels<F: ParcelFamily>(
+    pool: &mut Pool,
+    bi: BufIdx,
+    g: GsoFrame,
+    per: usize,
+    chain_l2: Option<usize>,
+    made: &mut Vec<BufIdx>,
+) -> Option<usize> {
     let hl = F::DATAGRAM_IP_LEN;
     let ph = F::PARCEL_HEADER_LEN;
     let src = pool.get(bi);
@@ -88,33 +105,61 @@ pub fn to_parcels<F: ParcelFamily>(pool: &mut Pool, bi: BufIdx, g: GsoFrame, per
             seg_len: g.seg_len as u16,
             last_len: last_len as u16,
         };
-        let len = ph + segs.udp_len();
-        let Some(d) = pool.alloc(len) else { return abandon(pool, made, from) };
-        made.push(d);
-        let Some((src, dst)) = pool.two_mut(bi, d) else { return abandon(pool, made, from) };
-        if dst.set_len(len).is_err() {
-            return abandon(pool, made, from);
-        }
-        dst.meta.adj = meta.adj;
-        dst.meta.rx_if = meta.rx_if;
-        dst.meta.trace = meta.trace;
         let mut parcel_head = head;
         // Each datagram the sender's kernel would have cut has the next identification
         // (RFC 6864 does not make them atomic); a parcel starts at its first segment's.
         F::advance_ident(&mut parcel_head, j * per);
+        let Some(d) = new_parcel::<F>(pool, &parcel_head[..hl + 8], &segs, chain_l2) else { return abandon(pool, made, from) };
+        made.push(d);
+        let Some((src, dst)) = pool.two_mut(bi, d) else { return abandon(pool, made, from) };
+        dst.meta.adj = meta.adj;
+        dst.meta.rx_if = meta.rx_if;
+        dst.meta.trace = meta.trace;
         let out = dst.bytes_mut();
-        F::emit_parcel_headers(&parcel_head[..hl + 8], &segs, out);
         let s = src.bytes();
+        let data = hl + 8 + j * per * g.seg_len..(hl + 8 + (j * per + k) * g.seg_len).min(s.len());
         let data_at = ph + 8 + 2 * k;
-        for i in 0..k {
-            let at = hl + 8 + (j * per + i) * g.seg_len;
-            let seg = &s[at..(at + g.seg_len).min(s.len())];
-            let to = data_at + i * g.seg_len;
-            out[to..to + seg.len()].copy_from_slice(seg);
+        for (i, seg) in s[data.clone()].chunks(g.seg_len).enumerate() {
+            if chain_l2.is_none() {
+                let to = data_at + i * g.seg_len;
+                out[to..to + seg.len()].copy_from_slice(seg);
+            }
             out[ph + 8 + 2 * i..ph + 10 + 2 * i].copy_from_slice(&parcel::segment_checksum(seg).to_be_bytes());
+        }
+        // Not refused: the frame is a plain packet (not chained) and the head's class holds
+        // the parcel whole.
+        if chain_l2.is_some() && pool.push_extent(d, bi, data).is_err() {
+            return abandon(pool, made, from);
         }
     }
     Some(count)
+}
+
+/// A new parcel's buffer, its headers (for `segs`, from its first datagram's headers
+/// `head`) and the room for its integrity block written: copying (`chain_l2` None), one
+/// buffer of the whole parcel, the segments to be copied in after the slots; chained
+/// (`Some(l2_len)`), a head of the headers and slots only, placed so that the `l2_len`
+/// bytes of link header the rewrite puts in front start a line, from a class that holds
+/// the whole parcel (`Pool::alloc_head`: it can always be made one buffer again), the
+/// segments to follow as extents. None without a buffer.
+#[inline(always)]
+pub(crate) fn new_parcel<F: ParcelFamily>(pool: &mut Pool, head: &[u8], segs: &SegmentsRepr, chain_l2: Option<usize>) -> Option<BufIdx> {
+    let ph = F::PARCEL_HEADER_LEN;
+    let head_len = ph + 8 + 2 * segs.nsegs as usize;
+    let len = ph + segs.udp_len();
+    let d = match chain_l2 {
+        Some(l2_len) => pool.alloc_head(l2_len, head_len, len - head_len)?,
+        None => {
+            let d = pool.alloc(len)?;
+            if pool.get_mut(d).set_len(len).is_err() {
+                pool.free(d);
+                return None;
+            }
+            d
+        }
+    };
+    F::emit_parcel_headers(head, segs, pool.get_mut(d).bytes_mut());
+    Some(d)
 }
 
 /// Give back the parcels made so far (from `made[from]` on).
@@ -317,8 +362,16 @@ mod tests {
             return;
         };
         let mut made = Vec::new();
-        let n = to_parcels::<F>(&mut pool, b, g, per, &mut made).expect("buffers");
+        let n = to_parcels::<F>(&mut pool, b, g, per, None, &mut made).expect("buffers");
         assert_eq!(n, made.len());
+        // Chained, the same parcels: each its headers plus one extent in the frame.
+        let mut chained = Vec::new();
+        assert_eq!(to_parcels::<F>(&mut pool, b, g, per, Some(14), &mut chained), Some(n));
+        for (&c, &d) in chained.iter().zip(&made) {
+            assert_eq!(pool.extent_parts(c).count(), 1);
+            assert_eq!([pool.get(c).bytes(), &pool.extent_bytes(c)].concat(), pool.get(d).bytes());
+        }
+        pool.free_many(&chained);
         let mut segs = Vec::new();
         for (j, &d) in made.iter().enumerate() {
             let p = pool.get(d).bytes();
@@ -371,9 +424,30 @@ mod tests {
         // Two parcels needed, one large buffer left: none made, nothing held.
         let g = GsoFrame::of::<Ip4>(pool.get(b)).unwrap();
         let mut made = Vec::new();
-        assert_eq!(to_parcels::<Ip4>(&mut pool, b, g, 5, &mut made), None);
+        assert_eq!(to_parcels::<Ip4>(&mut pool, b, g, 5, None, &mut made), None);
         assert!(made.is_empty());
         assert_eq!(pool.stats().large_free, 0, "the frame holds the only large buffer");
+    }
+
+    #[test]
+    fn out_of_buffers_chained_lets_the_frame_go_as_it_was() {
+        // Two chained parcels of 5000 bytes need two heads of their class; one is there:
+        // the first parcel made and given back, its hold on the frame with it.
+        let mut pool = Pool::new(4, 2);
+        let b = gso_frame(&mut pool, false, &payload(10000, 0), 1000);
+        let g = GsoFrame::of::<Ip4>(pool.get(b)).unwrap();
+        let earlier = pool.alloc(10).unwrap();
+        let mut made = vec![earlier];
+        assert_eq!(to_parcels::<Ip4>(&mut pool, b, g, 5, Some(14), &mut made), None);
+        assert_eq!(made, [earlier], "what was in `made` before is left");
+        assert!(!pool.has_chains());
+        assert_eq!(pool.in_use(), 2);
+        pool.free(earlier);
+        // The frame is whole and held once: freed once, every buffer is free.
+        assert_eq!(GsoFrame::of::<Ip4>(pool.get(b)), Some(g));
+        pool.free(b);
+        assert_eq!(pool.in_use(), 0);
+        assert_eq!((pool.stats().large_free, pool.stats().regular_free), (2, 4));
     }
 
     proptest! {

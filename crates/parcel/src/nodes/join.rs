@@ -13,20 +13,23 @@
 //! was wrong gives a slot its bytes do not match: the receiver finds that segment bad,
 //! as it would have found the datagram.
 //!
-//! **Chained parcels** (IPv4, toward a resolved next hop): the parcel is a buffer of its
+//! **Chained parcels** (toward a resolved next hop): the parcel is a buffer of its
 //! headers and integrity block plus one extent a datagram, its segment where it lies
 //! (`Pool::push_extents_taking`: the parcel holds the datagrams' buffers, which the
 //! dispatcher then leaves be, `engine::Taken::Held`), rewritten here and sent to
-//! `interface-output`; no segment is copied. The dispatcher and the worker make it one buffer before any node, device or
-//! capture that does not take chains, so what leaves is the copying join's bytes
-//! (`tests/join_reference.rs`). Elsewhere (IPv6, a neighbour to resolve) the join copies
-//! each segment into the parcel's buffer and sends it to `ipN-rewrite`.
+//! `interface-output`; no segment is copied. A UDP GSO frame's parcels are built the same
+//! way, each its headers plus one extent, its segments where they lie in the frame's
+//! buffer (`gso::to_parcels`, the frame held by each). The dispatcher and the worker make
+//! it one buffer before any node, device or capture that does not take chains, so what
+//! leaves is the copying join's bytes (`tests/join_reference.rs`). Elsewhere (a neighbour
+//! to resolve) the join copies each segment into the parcel's buffer and sends it to
+//! `ipN-rewrite` (`gso-frames-copied` counts the frames).
 //!
 //! Datagrams that join nothing leave for `ipN-rewrite` with the lookup done here, or
 //! for `ipN-lookup` when the route is not a plain next hop or its interface has an
 //! output feature (an SPD, LB reply translation: `Tables::straight_to_rewrite`).
 
-use super::gso::{to_parcels, GsoFrame};
+use super::gso::{new_parcel, to_parcels, GsoFrame};
 use super::ParcelFamily;
 use crate::context::HasParcel;
 use engine::{counters, BufIdx, Counts, ExpandNode, Pool, Taken};
@@ -42,6 +45,7 @@ counters! {
         NoBuffer(Info, "no-large-buffer", "no large buffer for a parcel: its datagrams went on one by one"),
         GsoFrames(Info, "gso-frames-joined", "UDP GSO frames from a local sender made into parcels (no datagrams cut first)"),
         GsoParcels(Info, "parcels-from-gso", "parcels made from UDP GSO frames"),
+        GsoCopied(Info, "gso-frames-copied", "UDP GSO frames whose segments were copied into their parcels: the next hop not resolved (or the family's join not chained), so no chain"),
         GsoPassed(Info, "gso-frames-passed", "UDP GSO frames toward a parcel link left whole: segments too large for two per parcel, or no large buffers"),
     }
 }
@@ -182,18 +186,7 @@ pub fn join_run<F: ParcelFamily>(pool: &mut Pool, run: &[BufIdx], chain_l2: Opti
         last_len: l as u16,
     };
     let head_len = ph + 8 + 2 * k;
-    let d = match chain_l2 {
-        Some(l2_len) => pool.alloc_head(l2_len, head_len, k * l)?,
-        None => {
-            let d = pool.alloc(ph + segments.udp_len())?;
-            if pool.get_mut(d).set_len(ph + segments.udp_len()).is_err() {
-                pool.free(d);
-                return None;
-            }
-            d
-        }
-    };
-    F::emit_parcel_headers(&head[..hl + 8], &segments, pool.get_mut(d).bytes_mut());
+    let d = new_parcel::<F>(pool, &head[..hl + 8], &segments, chain_l2)?;
     let slots =
         parcel::DatagramSlots::new(F::datagram_pseudo_header(&head[..hl + 8], udp_len), segments.src_port, segments.dst_port, udp_len);
     let seg = hl + 8..hl + 8 + l;
@@ -271,13 +264,30 @@ impl<Cx: HasParcel, F: ParcelFamily> ExpandNode<Cx> for ParcelJoin<F> {
             #[cfg(test)]
             Role::Member => {}
             Role::Gso(per) => {
+                // As a run's parcel: chained and rewritten here toward a resolved next hop
+                // (the frame's segments where they lie), copied elsewhere.
+                let adj = ipcx.tables.adjacency(pool.get(bi).meta.adj);
+                let chain_l2 = match adj {
+                    Adjacency::Rewrite { rewrite, .. } if F::JOIN_CHAINS => Some(rewrite.len()),
+                    _ => None,
+                };
                 let g = GsoFrame::of::<F>(pool.get(bi));
                 self.made.clear();
-                match g.and_then(|g| to_parcels::<F>(pool, bi, g, per as usize, &mut self.made)) {
+                match g.and_then(|g| to_parcels::<F>(pool, bi, g, per as usize, chain_l2, &mut self.made)) {
                     Some(n) => {
                         counts.inc(ParcelJoinCounter::GsoFrames);
                         counts.add(ParcelJoinCounter::GsoParcels, n as u64);
-                        out.extend(self.made.iter().map(|&d| (d, F::JOIN_TO_REWRITE)));
+                        if chain_l2.is_none() {
+                            counts.inc(ParcelJoinCounter::GsoCopied);
+                        }
+                        out.extend(self.made.iter().map(|&d| {
+                            let next = if chain_l2.is_some() && rewrite_fast::<F>(adj, pool.get_mut(d)) {
+                                F::JOIN_TO_OUTPUT
+                            } else {
+                                F::JOIN_TO_REWRITE
+                            };
+                            (d, next)
+                        }));
                     }
                     None => {
                         counts.inc(ParcelJoinCounter::GsoPassed);

@@ -110,8 +110,8 @@ pub trait ParcelFamily: Family {
     /// A parcel the join rewrote itself (`ip::nodes::family::rewrite_fast`).
     const JOIN_TO_OUTPUT: Self::JoinNext;
     /// The join makes its parcels chained, not copied, toward a resolved next hop: the
-    /// parcel's headers, then each segment where it lies in its datagram's buffer
-    /// (IPv4; IPv6 copies until measured, as its split does).
+    /// parcel's headers, then each segment where it lies in its datagram's buffer (or in
+    /// its GSO frame's). Both families (docs/PERFORMANCE.md measures each).
     const JOIN_CHAINS: bool;
     /// The parcel's IP header (with the IPv6 hop-by-hop header) that a join emits.
     const PARCEL_HEADER_LEN: usize;
@@ -178,6 +178,7 @@ impl ParcelFamily for Ip4 {
     fn same_flow(a: &[u8], b: &[u8]) -> bool {
         a[12..24] == b[12..24] && a[1] == b[1]
     }
+    #[inline]
     fn emit_parcel_headers(head: &[u8], segs: &SegmentsRepr, out: &mut [u8]) {
         let r = Parcel4Repr {
             src: [head[12], head[13], head[14], head[15]].into(),
@@ -261,7 +262,7 @@ impl ParcelFamily for Ip6 {
     const JOIN_TO_REWRITE: Parcel6JoinNext = Parcel6JoinNext::Rewrite;
     const JOIN_TO_LOOKUP: Parcel6JoinNext = Parcel6JoinNext::Lookup;
     const JOIN_TO_OUTPUT: Parcel6JoinNext = Parcel6JoinNext::Output;
-    const JOIN_CHAINS: bool = false;
+    const JOIN_CHAINS: bool = true;
     const PARCEL_HEADER_LEN: usize = wire::parcel::IPV6_HEADER_LEN;
     const HOP_LIMIT_AT: usize = 7;
     fn datagram_udp_len(b: &[u8]) -> Option<u16> {
@@ -272,6 +273,7 @@ impl ParcelFamily for Ip6 {
     fn same_flow(a: &[u8], b: &[u8]) -> bool {
         a[8..44] == b[8..44] && a[..4] == b[..4]
     }
+    #[inline]
     fn emit_parcel_headers(head: &[u8], segs: &SegmentsRepr, out: &mut [u8]) {
         let w = u32::from_be_bytes([head[0], head[1], head[2], head[3]]);
         let r = Parcel6Repr {
