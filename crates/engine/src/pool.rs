@@ -85,31 +85,37 @@ pub struct PoolStats {
     pub chain_copy_failures: u64,
 }
 
+/// `repr(C)`, the fields in the order a packet's allocation and free read them (the
+/// regular class's list and bounds, whether chains are live) ahead of the chained
+/// packets' tables, the counters and the slab: the compiler's own order moved with the
+/// slab's type and `parcel4-join` read 2 % slower at the same instructions
+/// (docs/PERFORMANCE.md, one huge-table concept).
+#[repr(C)]
 pub struct Pool {
     bufs: Vec<Buffer>,
+    free_regular: Vec<BufIdx>,
+    regular: usize,
+    /// Chained packets live in the pool: 0 means no extent and no shared buffer.
+    chains_live: u32,
+    /// Indices `regular..medium_end` are medium buffers, the rest large.
+    medium_end: usize,
+    free_medium: Vec<BufIdx>,
+    free_large: Vec<BufIdx>,
+    /// Per buffer: its extent, if it is the head of a chained packet (`MANY`: of several).
+    extents: Vec<Extent>,
+    /// Per buffer: holders beyond the first (extents pointing into it); the last holder
+    /// to free it returns it to its list.
+    refs: Vec<u32>,
+    /// Per buffer: the extents of a head of several, in order (empty otherwise; each
+    /// keeps its allocation for the buffer's next use as such a head).
+    more: Vec<Vec<Extent>>,
+    alloc_failures: u64,
+    chain_copy_failures: u64,
     /// The storage of every buffer in `bufs`, which point into it: unmapped in `Drop`,
     /// after them. Never read or written through this field after `with_classes` cut it
     /// up (the buffers' pointers are the only access): held for its drop.
     #[allow(dead_code)]
     slab: crate::mem::HugeSlice<Line>,
-    regular: usize,
-    /// Indices `regular..medium_end` are medium buffers, the rest large.
-    medium_end: usize,
-    free_regular: Vec<BufIdx>,
-    free_medium: Vec<BufIdx>,
-    free_large: Vec<BufIdx>,
-    alloc_failures: u64,
-    /// Per buffer: its extent, if it is the head of a chained packet (`MANY`: of several).
-    extents: Vec<Extent>,
-    /// Per buffer: the extents of a head of several, in order (empty otherwise; each
-    /// keeps its allocation for the buffer's next use as such a head).
-    more: Vec<Vec<Extent>>,
-    /// Per buffer: holders beyond the first (extents pointing into it); the last holder
-    /// to free it returns it to its list.
-    refs: Vec<u32>,
-    /// Chained packets live in the pool: 0 means no extent and no shared buffer.
-    chains_live: u32,
-    chain_copy_failures: u64,
 }
 
 /// Lines a buffer of `capacity` bytes after the headroom uses.
