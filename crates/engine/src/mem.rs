@@ -7,38 +7,17 @@ use std::ffi::c_void;
 use std::num::NonZeroUsize;
 use std::ptr::NonNull;
 
-const PAGE: usize = 4096;
 const HUGE_PAGE: usize = 2 << 20;
-
-/// `n` copies of `value` in one allocation that the kernel is asked to back with
-/// transparent huge pages (`madvise(MADV_HUGEPAGE)`, before any page is touched). Where
-/// it cannot (THP off, not Linux), the table is the same, on ordinary pages.
-pub fn huge_table<T: Clone>(n: usize, value: T) -> Box<[T]> {
-    let mut v: Vec<T> = Vec::with_capacity(n);
-    let addr = v.as_ptr() as usize;
-    let bytes = n * std::mem::size_of::<T>();
-    // Whole pages inside the allocation only.
-    let (start, end) = (addr.next_multiple_of(PAGE), (addr + bytes) & !(PAGE - 1));
-    if end >= start + HUGE_PAGE {
-        if let Some(p) = NonNull::new(start as *mut c_void) {
-            #[allow(unsafe_code)]
-            // SAFETY: [start, end) is whole pages inside `v`'s own allocation, which
-            // nothing else refers to; MADV_HUGEPAGE changes only how the kernel backs the
-            // pages, never their contents, and may fail (then ignored).
-            let _ = unsafe { nix::sys::mman::madvise(p, end - start, nix::sys::mman::MmapAdvise::MADV_HUGEPAGE) };
-        }
-    }
-    v.resize(n, value);
-    v.into_boxed_slice()
-}
 
 /// `n` copies of a value in memory of their own that starts on a 2 MiB boundary and
 /// spans whole 2 MiB pages, asked to be backed by transparent huge pages: every byte of
-/// a table of at least one huge page can be on huge pages, where [`huge_table`]'s
-/// allocation, placed where the allocator puts it, has 4 KiB pages at both ends and, as
-/// `malloc` places tables of a few megabytes (the SPD classifier's 8 MiB bucket table
-/// at 100,000 policies: on no huge page at all, `smaps`' `AnonHugePages` 0 kB),
-/// sometimes none inside either (docs/PERFORMANCE.md, the SPD miss, ninth session).
+/// a table of at least one huge page can be on huge pages, where advising the middle of
+/// an ordinary allocation, placed where the allocator puts it, left 4 KiB pages at both
+/// ends and, as `malloc` places tables of a few megabytes (the SPD classifier's 8 MiB
+/// bucket table at 100,000 policies: on no huge page at all, `smaps`' `AnonHugePages`
+/// 0 kB), sometimes none inside either (docs/PERFORMANCE.md, the SPD miss, ninth
+/// session). The one way the project puts a table on huge pages (flow caches, the LB's
+/// tables, the buffer pool's slab).
 /// Tables smaller than a huge page are an ordinary allocation.
 ///
 /// The values are `Copy`: nothing to drop, and a table is filled or cloned by copying.
@@ -390,15 +369,6 @@ mod tests {
         for n in [0, 3, 1000, 1 << 32] {
             assert_eq!(super::MaskedTable::new(n, 0u8).err(), Some(super::NotPowerOfTwo(n)));
         }
-    }
-
-    #[test]
-    fn a_huge_table_holds_its_values() {
-        let t = super::huge_table(3 << 20, 7u32);
-        assert_eq!(t.len(), 3 << 20);
-        assert!(t.iter().all(|&x| x == 7));
-        assert_eq!(super::huge_table(0, 1u8).len(), 0);
-        assert_eq!(&*super::huge_table(5, [1u64; 2]), &[[1, 1]; 5]);
     }
 
     #[test]

@@ -31,7 +31,6 @@
 
 use crate::buffer::{BufIdx, Buffer, Line, HEADROOM};
 use crate::mem::LINE;
-use core::ptr::NonNull;
 
 /// Bytes of another buffer that follow a head buffer's own: `len` bytes from `at` in
 /// `buf`'s storage (an absolute position, as `Offload::csum_start`). `len` 0: none.
@@ -86,29 +85,37 @@ pub struct PoolStats {
     pub chain_copy_failures: u64,
 }
 
+/// `repr(C)`, the fields in the order a packet's allocation and free read them (the
+/// regular class's list and bounds, whether chains are live) ahead of the chained
+/// packets' tables, the counters and the slab: the compiler's own order moved with the
+/// slab's type and `parcel4-join` read 2 % slower at the same instructions
+/// (docs/PERFORMANCE.md, one huge-table concept).
+#[repr(C)]
 pub struct Pool {
     bufs: Vec<Buffer>,
-    /// The storage of every buffer in `bufs` (`Box::into_raw` of it): freed in `Drop`,
-    /// after them.
-    slab: NonNull<[Line]>,
+    free_regular: Vec<BufIdx>,
     regular: usize,
+    /// Chained packets live in the pool: 0 means no extent and no shared buffer.
+    chains_live: u32,
     /// Indices `regular..medium_end` are medium buffers, the rest large.
     medium_end: usize,
-    free_regular: Vec<BufIdx>,
     free_medium: Vec<BufIdx>,
     free_large: Vec<BufIdx>,
-    alloc_failures: u64,
     /// Per buffer: its extent, if it is the head of a chained packet (`MANY`: of several).
     extents: Vec<Extent>,
-    /// Per buffer: the extents of a head of several, in order (empty otherwise; each
-    /// keeps its allocation for the buffer's next use as such a head).
-    more: Vec<Vec<Extent>>,
     /// Per buffer: holders beyond the first (extents pointing into it); the last holder
     /// to free it returns it to its list.
     refs: Vec<u32>,
-    /// Chained packets live in the pool: 0 means no extent and no shared buffer.
-    chains_live: u32,
+    /// Per buffer: the extents of a head of several, in order (empty otherwise; each
+    /// keeps its allocation for the buffer's next use as such a head).
+    more: Vec<Vec<Extent>>,
+    alloc_failures: u64,
     chain_copy_failures: u64,
+    /// The storage of every buffer in `bufs`, which point into it: unmapped in `Drop`,
+    /// after them. Never read or written through this field after `with_classes` cut it
+    /// up (the buffers' pointers are the only access): held for its drop.
+    #[allow(dead_code)]
+    slab: crate::mem::HugeSlice<Line>,
 }
 
 /// Lines a buffer of `capacity` bytes after the headroom uses.
@@ -129,11 +136,8 @@ unsafe impl Send for Pool {}
 
 impl Drop for Pool {
     fn drop(&mut self) {
+        // The buffers first, then the slab they point into (a field's drop, after this).
         self.bufs.clear();
-        #[allow(unsafe_code)]
-        // SAFETY: `slab` came from `Box::leak` in `with_classes` and is freed only here,
-        // after every buffer pointing into it is gone.
-        drop(unsafe { Box::from_raw(self.slab.as_ptr()) });
     }
 }
 
@@ -146,10 +150,10 @@ impl Pool {
     pub fn with_classes(regular: usize, medium: usize, large: usize) -> Pool {
         let classes = [(regular, REGULAR_CAPACITY), (medium, MEDIUM_CAPACITY), (large, LARGE_CAPACITY)];
         let total: usize = classes.iter().map(|&(n, capacity)| n * lines_given(capacity)).sum();
-        let slab = NonNull::from(Box::leak(crate::mem::huge_table(total, Line([0; LINE]))));
-        #[allow(unsafe_code)]
-        // SAFETY: the slab was just leaked to us; the pool frees it only in `Drop`.
-        let mut rest: &mut [Line] = unsafe { &mut *slab.as_ptr() };
+        // Its own 2 MiB-aligned mapping: the whole slab on huge pages, and the first
+        // buffer at the same place in its page, run after run.
+        let mut slab = crate::mem::HugeSlice::new(total, Line([0; LINE]));
+        let mut rest: &mut [Line] = &mut slab;
         let mut bufs = Vec::with_capacity(regular + medium + large);
         for (n, capacity) in classes {
             for _ in 0..n {
@@ -158,8 +162,10 @@ impl Pool {
                 // The buffer uses what its class holds; a line left over only spaces it.
                 let mine = &mut mine[..lines_used(capacity)];
                 #[allow(unsafe_code)]
-                // SAFETY: each buffer gets lines of its own (split off the rest), and the
-                // slab outlives the buffers: `Drop` clears them before freeing it.
+                // SAFETY: each buffer gets lines of its own (split off the rest); the
+                // slab's memory does not move when the pool (and the `HugeSlice` in it)
+                // does, nothing reaches it but through the buffers, and it outlives them:
+                // `Drop` clears them before the slab field is dropped (unmapped).
                 bufs.push(unsafe { Buffer::over(mine) });
             }
         }
@@ -689,6 +695,25 @@ mod tests {
             let lines = (w[1] - w[0]) / LINE;
             assert!(lines * LINE == w[1] - w[0] && lines % 2 == 1, "{lines} lines apart");
         }
+    }
+
+    /// A slab of 2 MiB or more is a mapping of its own on a 2 MiB boundary (all of it
+    /// can be on huge pages) and the first buffer starts it; a smaller one is an
+    /// ordinary allocation, its buffers as usable.
+    #[test]
+    fn a_large_slab_starts_a_huge_page_with_the_first_buffer() {
+        let mut p = Pool::new(2048, 4);
+        assert!(p.slab.is_huge_aligned());
+        let i = p.alloc(60).unwrap();
+        p.get_mut(i).write(&[1; 60]).unwrap();
+        let first = p.get(i).bytes().as_ptr() as usize - HEADROOM;
+        assert_eq!((first, first % (2 << 20)), (p.slab.as_ptr() as usize, 0));
+        p.free(i);
+        let mut small = Pool::new(4, 0);
+        assert!(!small.slab.is_huge_aligned());
+        let j = small.alloc(60).unwrap();
+        small.get_mut(j).write(&[2; 60]).unwrap();
+        assert_eq!(small.get(j).bytes(), &[2; 60]);
     }
 
     #[test]

@@ -60,31 +60,37 @@ pub struct Found<'a, V> {
     pub expires: u64,
 }
 
-pub struct Table<K, V> {
+pub struct Table<K: Copy, V: Copy> {
     /// Each slot's key hash, apart from the slots: a lookup whose key is not in its
     /// home slot reads its buckets' tags (a 32-byte run each) and only the slots whose
     /// tag matches.
-    tags: Box<[u32]>,
-    slots: Box<[Slot<K, V>]>,
+    tags: engine::mem::HugeSlice<u32>,
+    slots: engine::mem::HugeSlice<Slot<K, V>>,
     bucket_mask: u32,
 }
 
 impl<K: TableKey, V: Copy + Default> Table<K, V> {
     /// A table of at least `capacity` slots (whole buckets, a power of two of them), on
-    /// 2 MiB pages where the kernel allows: a lookup reads one random line of tens of
-    /// megabytes, which on 4 KiB pages is a TLB miss as well as a cache miss
-    /// (docs/PERFORMANCE.md).
+    /// 2 MiB pages of its own where the kernel allows ([`engine::mem::HugeSlice`]): a
+    /// lookup reads one random line of tens of megabytes, which on 4 KiB pages is a TLB
+    /// miss as well as a cache miss (docs/PERFORMANCE.md).
     pub fn new(capacity: usize) -> Self {
         let buckets = slots_for(capacity) / WAYS;
         Table {
-            tags: engine::mem::huge_table(buckets * WAYS, 0),
-            slots: engine::mem::huge_table(buckets * WAYS, Slot::default()),
+            tags: engine::mem::HugeSlice::new(buckets * WAYS, 0),
+            slots: engine::mem::HugeSlice::new(buckets * WAYS, Slot::default()),
             bucket_mask: buckets as u32 - 1,
         }
     }
 
     pub fn capacity(&self) -> usize {
         self.slots.len()
+    }
+
+    /// Whether the slots and the tags are each on memory of their own aligned to a huge
+    /// page ([`engine::mem::HugeSlice::is_huge_aligned`]; a table under 2 MiB is not).
+    pub fn is_huge_aligned(&self) -> (bool, bool) {
+        (self.slots.is_huge_aligned(), self.tags.is_huge_aligned())
     }
 
     /// Bytes the table holds per slot.
@@ -304,6 +310,21 @@ mod tests {
         fn hash(&self) -> u32 {
             self.0
         }
+    }
+
+    /// A table of a million slots (64 MiB of slots, 4 MiB of tags) is on 2 MiB pages of
+    /// its own, both arrays; one of 64 slots is an ordinary allocation. Either works.
+    #[test]
+    fn a_large_table_is_on_huge_page_aligned_memory() {
+        let mut big: Table<K, u32> = Table::new(1 << 20);
+        assert_eq!(big.is_huge_aligned(), (true, true));
+        assert_eq!((big.slots.as_ptr() as usize % (2 << 20), big.tags.as_ptr() as usize % (2 << 20)), (0, 0));
+        let at = big.insert(K(9), 90, 0, 10).unwrap();
+        assert_eq!((big.find(&K(9), 0), *big.get(at)), (Some(at), 90));
+        let mut small: Table<K, u32> = Table::new(64);
+        assert_eq!(small.is_huge_aligned(), (false, false));
+        let at = small.insert(K(9), 91, 0, 10).unwrap();
+        assert_eq!(small.find(&K(9), 0), Some(at));
     }
 
     /// A key goes to its home slot when that is free (a hit then reads that one slot);
