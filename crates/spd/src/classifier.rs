@@ -557,16 +557,16 @@ mod tests {
             remote_ports: Range::ANY,
             action: Action::Protect(SaId(id)),
         };
-        let mut rules: Vec<Rule<u32>> = (0..70_000u32).map(|i| rule(i, Range { lo: 0x0a00_0000 + i, hi: 0x0a00_0000 + i })).collect();
-        rules.push(rule(70_000, Range { lo: 0x0b00_0000, hi: 0x0bff_ffff }));
+        let mut rules: Vec<Rule<u32>> = (0..70_000u32).map(|i| rule(i, Range { lo: 0xc612_0000 + i, hi: 0xc612_0000 + i })).collect();
+        rules.push(rule(70_000, Range { lo: 0xc613_8000, hi: 0xc613_ffff }));
         let ts = TupleSpace::new(&rules);
         assert_eq!(ts.shapes(), 2);
         let huge: Vec<(usize, bool)> = ts.tuples.iter().map(|t| (t.buckets.groups.len(), t.buckets.groups.is_huge_aligned())).collect();
         assert!(huge.contains(&(1 << 15, true)) && huge.contains(&(1, false)), "{huge:?}");
-        let k = FlowKey { local: 0x0a00_0000 + 69_999, remote: 1, proto: 6, local_port: 1, remote_port: 2 };
+        let k = FlowKey { local: 0xc612_0000 + 69_999, remote: 1, proto: 6, local_port: 1, remote_port: 2 };
         assert_eq!(ts.decide(&k), Decision::Act(Action::Protect(SaId(69_999))));
-        assert_eq!(ts.decide(&FlowKey { local: 0x0b01_0203, ..k }), Decision::Act(Action::Protect(SaId(70_000))));
-        assert_eq!(ts.decide(&FlowKey { local: 0x0a00_0000 + 70_000, ..k }), Decision::NoMatch);
+        assert_eq!(ts.decide(&FlowKey { local: 0xc613_8203, ..k }), Decision::Act(Action::Protect(SaId(70_000))));
+        assert_eq!(ts.decide(&FlowKey { local: 0xc612_0000 + 70_000, ..k }), Decision::NoMatch);
     }
 
     #[test]
@@ -578,7 +578,7 @@ mod tests {
             .map(|i| Rule {
                 id: PolicyId(i),
                 priority: 7,
-                local: Range { lo: 0x0a00_0000 + i, hi: 0x0a00_0000 + i },
+                local: Range { lo: 0xc612_0000 + i, hi: 0xc612_0000 + i },
                 remote: Range::any(),
                 proto: None,
                 local_ports: Range::ANY,
@@ -593,10 +593,10 @@ mod tests {
         let full = (0..16).filter(|&g| !b.groups.get(g).has_room()).count();
         assert_eq!((full, b.groups.get(0).tags), (5, [1; GROUP]));
         for i in 0..40u32 {
-            let k = FlowKey { local: 0x0a00_0000 + i, remote: 3, proto: 6, local_port: 1, remote_port: 2 };
+            let k = FlowKey { local: 0xc612_0000 + i, remote: 3, proto: 6, local_port: 1, remote_port: 2 };
             assert_eq!(ts.decide(&k), Decision::Act(Action::Protect(SaId(i))), "host {i}");
         }
-        let absent = FlowKey { local: 0x0a00_0000 + 40, remote: 3, proto: 6, local_port: 1, remote_port: 2 };
+        let absent = FlowKey { local: 0xc612_0000 + 40, remote: 3, proto: 6, local_port: 1, remote_port: 2 };
         assert_eq!(ts.decide(&absent), Decision::NoMatch);
     }
 
