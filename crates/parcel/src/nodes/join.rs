@@ -45,7 +45,7 @@ counters! {
         NoBuffer(Info, "no-large-buffer", "no large buffer for a parcel: its datagrams went on one by one"),
         GsoFrames(Info, "gso-frames-joined", "UDP GSO frames from a local sender made into parcels (no datagrams cut first)"),
         GsoParcels(Info, "parcels-from-gso", "parcels made from UDP GSO frames"),
-        GsoCopied(Info, "gso-frames-copied", "UDP GSO frames whose segments were copied into their parcels: the next hop not resolved (or the family's join not chained), so no chain"),
+        GsoCopied(Info, "gso-frames-copied", "UDP GSO frames whose segments were copied into their parcels: the next hop not resolved, so no chain"),
         GsoPassed(Info, "gso-frames-passed", "UDP GSO frames toward a parcel link left whole: segments too large for two per parcel, or no large buffers"),
     }
 }
@@ -224,6 +224,30 @@ pub fn join_run<F: ParcelFamily>(pool: &mut Pool, run: &[BufIdx], chain_l2: Opti
     Some(d)
 }
 
+/// A parcel toward `adj` is chained when the next hop is resolved: `Some` of the link
+/// header the rewrite puts in front (the head is placed so that it starts a line). A
+/// neighbour to resolve: `None`, the copy.
+#[inline(always)]
+fn chain_toward(adj: &Adjacency) -> Option<usize> {
+    match adj {
+        Adjacency::Rewrite { rewrite, .. } => Some(rewrite.len()),
+        _ => None,
+    }
+}
+
+/// Where a parcel just made goes: a chained one the rewrite's fast path takes (it fits
+/// the link's MTU, its TTL is above 1) is rewritten here and goes to `interface-output`,
+/// which takes chains; any other to `ipN-rewrite` (made whole first by the dispatcher
+/// when chained).
+#[inline(always)]
+fn parcel_next<F: ParcelFamily>(adj: &Adjacency, chain_l2: Option<usize>, parcel: &mut engine::Buffer) -> F::JoinNext {
+    if chain_l2.is_some() && rewrite_fast::<F>(adj, parcel) {
+        F::JOIN_TO_OUTPUT
+    } else {
+        F::JOIN_TO_REWRITE
+    }
+}
+
 impl<Cx: HasParcel, F: ParcelFamily> ExpandNode<Cx> for ParcelJoin<F> {
     type Next = F::JoinNext;
     type Counter = ParcelJoinCounter;
@@ -267,10 +291,7 @@ impl<Cx: HasParcel, F: ParcelFamily> ExpandNode<Cx> for ParcelJoin<F> {
                 // As a run's parcel: chained and rewritten here toward a resolved next hop
                 // (the frame's segments where they lie), copied elsewhere.
                 let adj = ipcx.tables.adjacency(pool.get(bi).meta.adj);
-                let chain_l2 = match adj {
-                    Adjacency::Rewrite { rewrite, .. } if F::JOIN_CHAINS => Some(rewrite.len()),
-                    _ => None,
-                };
+                let chain_l2 = chain_toward(adj);
                 let g = GsoFrame::of::<F>(pool.get(bi));
                 self.made.clear();
                 match g.and_then(|g| to_parcels::<F>(pool, bi, g, per as usize, chain_l2, &mut self.made)) {
@@ -280,14 +301,7 @@ impl<Cx: HasParcel, F: ParcelFamily> ExpandNode<Cx> for ParcelJoin<F> {
                         if chain_l2.is_none() {
                             counts.inc(ParcelJoinCounter::GsoCopied);
                         }
-                        out.extend(self.made.iter().map(|&d| {
-                            let next = if chain_l2.is_some() && rewrite_fast::<F>(adj, pool.get_mut(d)) {
-                                F::JOIN_TO_OUTPUT
-                            } else {
-                                F::JOIN_TO_REWRITE
-                            };
-                            (d, next)
-                        }));
+                        out.extend(self.made.iter().map(|&d| (d, parcel_next::<F>(adj, chain_l2, pool.get_mut(d)))));
                     }
                     None => {
                         counts.inc(ParcelJoinCounter::GsoPassed);
@@ -297,16 +311,10 @@ impl<Cx: HasParcel, F: ParcelFamily> ExpandNode<Cx> for ParcelJoin<F> {
             }
             Role::Head(k) => {
                 let run = &input[..k as usize];
-                // Toward a resolved next hop the parcel is chained and rewritten here (the
-                // rewrite's fast path: the run fits the link's MTU, its TTL is above 1),
-                // then goes straight to `interface-output`, which takes chains; a parcel
-                // the fast path leaves goes to `ipN-rewrite`, made whole first by the
-                // dispatcher.
+                // Chained toward a resolved next hop (`chain_toward`), sent on by
+                // `parcel_next`.
                 let adj = ipcx.tables.adjacency(pool.get(bi).meta.adj);
-                let chain_l2 = match adj {
-                    Adjacency::Rewrite { rewrite, .. } if F::JOIN_CHAINS => Some(rewrite.len()),
-                    _ => None,
-                };
+                let chain_l2 = chain_toward(adj);
                 let mut summed = 0;
                 let made = join_run::<F>(pool, run, chain_l2, &mut summed);
                 counts.add(ParcelJoinCounter::Summed, summed);
@@ -314,12 +322,7 @@ impl<Cx: HasParcel, F: ParcelFamily> ExpandNode<Cx> for ParcelJoin<F> {
                     Some(d) => {
                         counts.inc(ParcelJoinCounter::Parcels);
                         counts.add(ParcelJoinCounter::Datagrams, run.len() as u64);
-                        let next = if chain_l2.is_some() && rewrite_fast::<F>(adj, pool.get_mut(d)) {
-                            F::JOIN_TO_OUTPUT
-                        } else {
-                            F::JOIN_TO_REWRITE
-                        };
-                        out.push((d, next));
+                        out.push((d, parcel_next::<F>(adj, chain_l2, pool.get_mut(d))));
                         if chain_l2.is_some() {
                             // The parcel holds the run's datagrams: its extents.
                             return (run.len(), Ok(Taken::Held));

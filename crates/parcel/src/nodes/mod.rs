@@ -109,10 +109,6 @@ pub trait ParcelFamily: Family {
     const JOIN_TO_LOOKUP: Self::JoinNext;
     /// A parcel the join rewrote itself (`ip::nodes::family::rewrite_fast`).
     const JOIN_TO_OUTPUT: Self::JoinNext;
-    /// The join makes its parcels chained, not copied, toward a resolved next hop: the
-    /// parcel's headers, then each segment where it lies in its datagram's buffer (or in
-    /// its GSO frame's). Both families (docs/PERFORMANCE.md measures each).
-    const JOIN_CHAINS: bool;
     /// The parcel's IP header (with the IPv6 hop-by-hop header) that a join emits.
     const PARCEL_HEADER_LEN: usize;
     /// A plain UDP datagram's headers (unfragmented, no options or extension headers,
@@ -167,7 +163,6 @@ impl ParcelFamily for Ip4 {
     const JOIN_TO_REWRITE: Parcel4JoinNext = Parcel4JoinNext::Rewrite;
     const JOIN_TO_LOOKUP: Parcel4JoinNext = Parcel4JoinNext::Lookup;
     const JOIN_TO_OUTPUT: Parcel4JoinNext = Parcel4JoinNext::Output;
-    const JOIN_CHAINS: bool = true;
     const PARCEL_HEADER_LEN: usize = wire::parcel::IPV4_HEADER_LEN;
     const HOP_LIMIT_AT: usize = 8;
     fn datagram_udp_len(b: &[u8]) -> Option<u16> {
@@ -262,7 +257,6 @@ impl ParcelFamily for Ip6 {
     const JOIN_TO_REWRITE: Parcel6JoinNext = Parcel6JoinNext::Rewrite;
     const JOIN_TO_LOOKUP: Parcel6JoinNext = Parcel6JoinNext::Lookup;
     const JOIN_TO_OUTPUT: Parcel6JoinNext = Parcel6JoinNext::Output;
-    const JOIN_CHAINS: bool = true;
     const PARCEL_HEADER_LEN: usize = wire::parcel::IPV6_HEADER_LEN;
     const HOP_LIMIT_AT: usize = 7;
     fn datagram_udp_len(b: &[u8]) -> Option<u16> {
