@@ -389,3 +389,115 @@ mod fuzzed {
         }
     }
 }
+
+/// The worker context of the graph test below.
+struct Cx {
+    ip: ip::IpContext,
+    ipsec: IpsecContext,
+}
+impl engine::worker::Context for Cx {
+    fn refresh(&mut self) {
+        self.ip.refresh();
+        self.ipsec.refresh();
+    }
+}
+impl ip::HasIp for Cx {
+    fn ip(&mut self) -> &mut ip::IpContext {
+        &mut self.ip
+    }
+}
+impl ipsec::HasIpsec for Cx {
+    fn split_ipsec(&mut self) -> (&mut ip::IpContext, &mut IpsecContext) {
+        (&mut self.ip, &mut self.ipsec)
+    }
+}
+
+engine::next_nodes! { enum SinkNext { Drop = "error-drop" } }
+engine::counters! { enum SinkCounter { Seen(Info, "seen", "packets the sink took") } }
+
+/// Stands in for a node the encrypt nodes send to: counts what it is given, then drops it.
+struct Sink(&'static str);
+impl engine::Node<Cx> for Sink {
+    type Next = SinkNext;
+    type Counter = SinkCounter;
+    fn name(&self) -> &'static str {
+        self.0
+    }
+    fn process(&mut self, _: &mut Cx, c: &mut engine::Counts<'_, SinkCounter>, _: &mut Buffer) -> engine::Verdict<SinkNext, SinkCounter> {
+        c.inc(SinkCounter::Seen);
+        engine::Verdict::Next(SinkNext::Drop)
+    }
+}
+
+/// `esp4-encrypt` keeps the last SA's outer adjacency and link MTU for the next packets
+/// of that SA in a vector. Two tunnel SAs leave by links of different MTUs; 1,300-byte
+/// inner packets with DF fit the 1,500-byte link's tunnel and not the 1,280-byte one's.
+/// Interleaved in one vector each packet gets its own SA's MTU; after SA 0's peer is
+/// routed over the smaller link, the next vector (starting with SA 0, as the last one
+/// ended) sees the new MTU at once.
+#[test]
+fn each_packet_gets_its_own_sas_outer_link_and_a_route_change_shows_in_the_next_vector() {
+    use ip::state::{InterfaceSpec, RouterState};
+    use ip::{Prefix, RouteTarget};
+    let link = |name: &str, n: u8, mtu: u16, addr: &str| InterfaceSpec {
+        name: name.into(),
+        mac: wire::EthernetAddress([2, 0, 0, 0, 0, n]),
+        mtu,
+        addresses: vec![addr.parse().unwrap()],
+    };
+    let mut router = RouterState::new(vec![link("out0", 1, 1500, "198.18.1.1/24"), link("out1", 2, 1280, "198.18.2.1/24")]).unwrap();
+    let mut state = IpsecState::new();
+    let out = Direction::Outbound;
+    state.add(0, SaSpec { spi: 0x1000, ..spec(Algorithm::AesGcm128, out, "198.18.1.1", "198.18.1.2", false, false) }, [9; 16]).unwrap();
+    state.add(1, SaSpec { spi: 0x1001, ..spec(Algorithm::AesGcm128, out, "198.18.2.1", "198.18.2.2", false, false) }, [9; 16]).unwrap();
+    state.refresh_outer(&mut router);
+    let ip_tables = Arc::new(ArcSwap::from_pointee(router.build()));
+    let ipsec_tables = Arc::new(ArcSwap::from_pointee(state.build()));
+    let mut cx = Cx {
+        ip: ip::IpContext::new(Arc::clone(&ip_tables), None, ip::Limits::default()),
+        ipsec: IpsecContext::new(Arc::clone(&ipsec_tables)),
+    };
+    let mut sinks: Vec<&'static str> = Vec::new();
+    let (mut graph, input) = loop {
+        let mut g = engine::GraphBuilder::new();
+        ipsec::nodes::register(&mut g);
+        for &name in &sinks {
+            g.add(Sink(name));
+        }
+        let input = g.add_input("test-enc4", "esp4-encrypt");
+        match g.build() {
+            Ok(graph) => break (graph, input),
+            Err(engine::GraphError::UnknownNext { to, .. }) => sinks.push(Box::leak(to.into_boxed_str())),
+            Err(e) => panic!("{e}"),
+        }
+    };
+    let mut pool = Pool::new(64, 4);
+    let mut send = |cx: &mut Cx, sas: &[u32]| {
+        let bufs: Vec<engine::BufIdx> = sas
+            .iter()
+            .map(|&sa| {
+                let b = pool.alloc(1400).unwrap();
+                pool.get_mut(b).write(&inner(false, 1300)).unwrap();
+                pool.get_mut(b).meta.param = sa;
+                b
+            })
+            .collect();
+        graph.inject(input, &mut pool, &bufs, 0);
+        graph.run(cx, &mut pool);
+        let count =
+            |name: &str| graph.counter_snapshots().iter().find(|c| c.node == "esp4-encrypt" && c.counter == name).map_or(0, |c| c.count);
+        (count("encrypted"), count("inner-too-big"))
+    };
+    assert_eq!(send(&mut cx, &[0, 1, 0, 0, 1, 1, 0, 1, 0]), (5, 4), "SA 0 over the 1,500-byte link, SA 1 over the 1,280-byte one");
+    router
+        .add_route(
+            "198.18.1.2/32".parse::<Prefix>().unwrap(),
+            RouteTarget::Via { next_hop: "198.18.2.2".parse().unwrap(), interface: None },
+        )
+        .unwrap();
+    state.refresh_outer(&mut router);
+    ip_tables.store(Arc::new(router.build()));
+    ipsec_tables.store(Arc::new(state.build()));
+    engine::worker::Context::refresh(&mut cx);
+    assert_eq!(send(&mut cx, &[0, 1, 0]), (5, 7), "both SAs over the 1,280-byte link now");
+}

@@ -44,12 +44,27 @@ counters! {
     }
 }
 
-pub struct EspEncrypt<O: EspOuter>(std::marker::PhantomData<O>);
+pub struct EspEncrypt<O: EspOuter> {
+    /// The last tunnel-mode SA's outer hop in this vector: the next packet of the same
+    /// SA (most are) takes it from here instead of through the SA's adjacency index and
+    /// the adjacency table. Forgotten at each vector's start, so a table change between
+    /// vectors is seen.
+    outer: Option<OuterHop>,
+    _family: std::marker::PhantomData<O>,
+}
 
 impl<O: EspOuter> Default for EspEncrypt<O> {
     fn default() -> Self {
-        EspEncrypt(std::marker::PhantomData)
+        EspEncrypt { outer: None, _family: std::marker::PhantomData }
     }
+}
+
+/// A tunnel-mode SA's outer adjacency and its link's MTU, as the tables give them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct OuterHop {
+    sa: u32,
+    adj: u32,
+    link_mtu: Option<u16>,
 }
 
 /// What the encrypt nodes need of an outbound SA that follows from its spec alone,
@@ -202,6 +217,10 @@ impl<Cx: HasIpsec, O: EspOuter> Node<Cx> for EspEncrypt<O> {
         O::ENCRYPT
     }
 
+    fn prepare(&mut self, _cx: &mut Cx, _pool: &mut engine::Pool, _input: &[engine::BufIdx]) {
+        self.outer = None;
+    }
+
     #[inline(always)]
     fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
         use EspEncryptCounter as C;
@@ -214,8 +233,16 @@ impl<Cx: HasIpsec, O: EspOuter> Node<Cx> for EspEncrypt<O> {
         // mode: the packet keeps its header, so it leaves where its lookup sent it.
         let plan = &sa.plan;
         let transport = plan.transport;
-        let adj = if transport { buf.meta.adj } else { x.tables.outer_adj(index) };
-        let link_mtu = ipc.tables.adjacency(adj).mtu();
+        let (adj, link_mtu) = match self.outer {
+            _ if transport => (buf.meta.adj, ipc.tables.adjacency(buf.meta.adj).mtu()),
+            Some(h) if h.sa == index => (h.adj, h.link_mtu),
+            _ => {
+                let adj = x.tables.outer_adj(index);
+                let link_mtu = ipc.tables.adjacency(adj).mtu();
+                self.outer = Some(OuterHop { sa: index, adj, link_mtu });
+                (adj, link_mtu)
+            }
+        };
         // The inner MTU leaves room for the most padding the cipher may need.
         let overhead = plan.overhead;
         let fragment_outer = match encap_mtu(buf, link_mtu, overhead, MtuPolicy::default()) {
