@@ -4,8 +4,9 @@
 //! stats; a node only says what happens to one packet. Next nodes are resolved by name
 //! when the graph is built, so a wrong name fails at start-up.
 
-use crate::buffer::{BufIdx, Buffer};
+use crate::buffer::{BufIdx, Buffer, DropReason};
 use crate::pool::Pool;
+use crate::VECTOR_SIZE;
 
 /// How bad a counter's event is, for `show errors`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -68,6 +69,105 @@ impl<'a, C: Counters> Counts<'a, C> {
     }
 }
 
+/// Where an untraced vector's packets go, each with its verdict ([`Enqueue::push`]): the
+/// dispatcher's speculative enqueue (see `graph`). A packet that takes the speculated next
+/// node is written to a local run, joined to that node's queue in one copy after the
+/// vector; only the others are pushed one by one to their queue (a load of the queue
+/// index, a bounds check, a `Vec` push through memory). Each queue still gets its packets
+/// in arrival order. A node that decides its whole vector in one loop
+/// ([`Node::RUNS_VECTORS`]) pushes its packets here itself, with no `process` call a
+/// packet.
+pub struct Enqueue<'a, N: NextNodes, C: Counters> {
+    run: [BufIdx; VECTOR_SIZE],
+    taken: usize,
+    /// Index (into the node's next nodes) of the speculated next node.
+    speculated: usize,
+    missed: usize,
+    last_miss: usize,
+    next: &'a [usize],
+    queues: &'a mut [Vec<BufIdx>],
+    counters: &'a mut [u64],
+    node: u16,
+    drop_queue: usize,
+    _v: core::marker::PhantomData<fn(N, C)>,
+}
+
+impl<'a, N: NextNodes, C: Counters> Enqueue<'a, N, C> {
+    /// `next` and `counters` exactly one entry per next node and counter: a verdict's
+    /// index is then in range by its type, and the per-packet bounds checks go.
+    #[inline(always)]
+    pub(crate) fn new(
+        speculated: usize,
+        next: &'a [usize],
+        queues: &'a mut [Vec<BufIdx>],
+        counters: &'a mut [u64],
+        node: u16,
+        drop_queue: usize,
+    ) -> Self {
+        let next = &next[..N::NAMES.len()];
+        let counters = &mut counters[..C::INFO.len()];
+        let speculated = speculated.min(next.len().saturating_sub(1));
+        Enqueue {
+            run: [BufIdx(0); VECTOR_SIZE],
+            taken: 0,
+            speculated,
+            missed: 0,
+            last_miss: speculated,
+            next,
+            queues,
+            counters,
+            node,
+            drop_queue,
+            _v: core::marker::PhantomData,
+        }
+    }
+
+    /// The node's own counters, for `process`.
+    #[inline(always)]
+    pub fn counts(&mut self) -> Counts<'_, C> {
+        Counts::new(self.counters)
+    }
+
+    /// Send packet `bi` (`buf`) on by its verdict: to a next node, or dropped under the
+    /// counter (counted, its reason in `meta.drop`, queued to `error-drop`). At most
+    /// [`VECTOR_SIZE`] packets a vector.
+    #[inline(always)]
+    pub fn push(&mut self, bi: BufIdx, buf: &mut Buffer, verdict: Verdict<N, C>) {
+        match verdict {
+            Verdict::Next(n) if n.index() == self.speculated => {
+                // The dispatcher's vectors hold at most VECTOR_SIZE packets, so the mask
+                // never wraps: it only spares the bounds check.
+                self.run[self.taken & (VECTOR_SIZE - 1)] = bi;
+                self.taken += 1;
+            }
+            Verdict::Next(n) => {
+                self.missed += 1;
+                self.last_miss = n.index();
+                self.queues[self.next[n.index()]].push(bi);
+            }
+            Verdict::Drop(c) => {
+                self.counters[c.index()] += 1;
+                buf.meta.drop = Some(DropReason { node: self.node, counter: c.index() as u16 });
+                self.queues[self.drop_queue].push(bi);
+            }
+        }
+    }
+
+    /// Join the run to the speculated node's queue; the next node to speculate on for
+    /// the next vector: where the last of the packets went, if most went elsewhere.
+    #[inline(always)]
+    pub(crate) fn finish(self) -> usize {
+        if self.taken > 0 {
+            self.queues[self.next[self.speculated]].extend_from_slice(&self.run[..self.taken.min(VECTOR_SIZE)]);
+        }
+        if self.missed > self.taken {
+            self.last_miss
+        } else {
+            self.speculated
+        }
+    }
+}
+
 /// A graph node over context `C` (the feature's tables and per-worker state).
 pub trait Node<C>: Send + 'static {
     type Next: NextNodes;
@@ -93,6 +193,29 @@ pub trait Node<C>: Send + 'static {
     /// gain; the default does nothing.
     #[inline(always)]
     fn prepare(&mut self, _cx: &mut C, _pool: &mut Pool, _input: &[BufIdx]) {}
+
+    /// Whether the dispatcher hands an untraced vector to [`Node::run_vector`] (one call)
+    /// in place of `prepare` and a `process` call a packet. Traced vectors still take
+    /// `prepare_traced`, `trace` and `process`.
+    const RUNS_VECTORS: bool = false;
+
+    /// Decide an untraced vector and hand each packet of `input` to `out` once, in order
+    /// ([`Enqueue::push`]); called only for a node that sets [`Node::RUNS_VECTORS`]. For
+    /// a node whose per-packet work is a loop of its own already (a pipeline over the
+    /// vector), which then pushes from that loop: the dispatcher's per-packet loop and
+    /// call go. The default is that loop: `prepare`, then `process` a packet.
+    #[inline(always)]
+    fn run_vector(&mut self, cx: &mut C, pool: &mut Pool, input: &[BufIdx], out: &mut Enqueue<'_, Self::Next, Self::Counter>) {
+        self.prepare(cx, pool, input);
+        // Once per vector: the slice's base and length stay local, where `pool.get_mut`
+        // reloaded them after every store into a buffer.
+        let bufs = pool.buffers_mut();
+        for &bi in input {
+            let b = &mut bufs[bi.get()];
+            let v = self.process(cx, &mut out.counts(), b);
+            out.push(bi, b, v);
+        }
+    }
 
     /// `prepare` for a vector that is being traced (`trace add`): `trace` runs before
     /// `process`, so a node whose trace line shows what `process` would work out (a

@@ -18,7 +18,7 @@ use crate::context::{decide_cached, HasSpd, Prepared};
 use crate::flow_cache::{cache_spd, pack4_words, stamp, CacheKey, Cached, FlowCache, Slot};
 use crate::policy::{Action, Decision, FlowKey, SaId};
 use crate::tables::{Classified, SpdTables};
-use engine::{counters, next_nodes, BufIdx, Buffer, Counts, GraphBuilder, NextNodes, Node, Pool, Verdict, VECTOR_SIZE};
+use engine::{counters, next_nodes, BufIdx, Buffer, Counts, Enqueue, GraphBuilder, NextNodes, Node, Pool, Verdict, VECTOR_SIZE};
 use ip::tables::Adjacency;
 use wire::ipv6_ext::walk_chain;
 use wire::IpProtocol;
@@ -270,21 +270,33 @@ const SLOT_AHEAD: usize = 16;
 /// `ipsec4-output` / `ipsec6-output`: the outbound SPD of the interface the route
 /// lookup chose.
 ///
-/// The vector is decided in `prepare`, in one software pipeline: packet `i`'s
+/// The vector is decided in one software pipeline (`decide_vector`): packet `i`'s
 /// interface, SPD and selector fields are read into the flow cache's key (two or five
 /// words), hashed, and its slot starts loading, while packet `i - SLOT_AHEAD`'s slot,
 /// loaded by now, is compared with its key and its version checked; only a miss
-/// unpacks the key for the classifier. `process` then hands out each decision. Packets
-/// are decided in arrival order, so a flow's second packet in a vector finds what its
-/// first one put in the cache.
+/// unpacks the key for the classifier. Packets are decided in arrival order, so a flow's
+/// second packet in a vector finds what its first one put in the cache. An untraced
+/// vector's packets go on from the pipeline itself (`run_vector`: no `process` call a
+/// packet); a traced one's decisions wait in `decided` for `process`.
 pub struct IpsecOutput<F: SpdFamily> {
-    /// By the packet's place in the vector: its key and slot, when `pending`.
-    keys: Box<[Prepared<F::Addr>; VECTOR_SIZE]>,
-    /// By the packet's place in the vector: whether it has a key to look up (else
-    /// `prepare` decided it at once: no SPD, or headers it could not read).
-    pending: Box<[bool; VECTOR_SIZE]>,
-    /// By the packet's place in the vector, which `prepare` leaves in `meta.param`.
+    pipeline: Pipeline<F>,
+    /// A traced vector's decisions by the packet's place in it, which `prepare` leaves in
+    /// `meta.param` for `process`.
     decided: Box<[Decided<F::OutputNext>; VECTOR_SIZE]>,
+}
+
+/// `IpsecOutput`'s per-vector state. The arrays are inline, not boxed each: the
+/// pipeline's loop then reaches them all from one register (the node's address, which
+/// the dispatcher boxes), where four pointers were more than the loop's registers.
+struct Pipeline<F: SpdFamily> {
+    /// By the packet's place in the vector: its key and slot, when `pending`.
+    keys: [Prepared<F::Addr>; VECTOR_SIZE],
+    /// By the packet's place in the vector: whether it has a key to look up (else
+    /// `early` holds its decision: no SPD, or headers it could not read).
+    pending: [bool; VECTOR_SIZE],
+    /// By the packet's place in the vector: the decision of a packet decided when its
+    /// headers were read, handed on in its turn (arrival order).
+    early: [Decided<F::OutputNext>; VECTOR_SIZE],
     /// A cache hit's verdict by its kind ([`Cached::kind_index`]): a hit becomes its
     /// verdict in one load, not through a [`Decision`].
     by_kind: [OutputVerdict<F>; Cached::KINDS],
@@ -294,10 +306,13 @@ impl<F: SpdFamily> Default for IpsecOutput<F> {
     fn default() -> Self {
         let bypass = Decided { verdict: Verdict::Next(F::BYPASS), param: 0 };
         IpsecOutput {
-            keys: Box::new([Prepared { key: Default::default(), slot: Slot::default() }; VECTOR_SIZE]),
-            pending: Box::new([false; VECTOR_SIZE]),
+            pipeline: Pipeline {
+                keys: [Prepared { key: Default::default(), slot: Slot::default() }; VECTOR_SIZE],
+                pending: [false; VECTOR_SIZE],
+                early: [bypass; VECTOR_SIZE],
+                by_kind: std::array::from_fn(|k| decided::<F>(Cached::decision_of_kind(k)).verdict),
+            },
             decided: Box::new([bypass; VECTOR_SIZE]),
-            by_kind: std::array::from_fn(|k| decided::<F>(Cached::decision_of_kind(k)).verdict),
         }
     }
 }
@@ -321,41 +336,85 @@ fn decide_miss<A: Classified>(tables: &SpdTables, cache: &mut FlowCache<A>, p: &
     decide_cached(tables, cache, p)
 }
 
-impl<F: SpdFamily> IpsecOutput<F> {
-    /// `prepare`'s pipeline over `input` (at most a vector), with this family's flow
-    /// cache or without one (`--no-flow-cache`: every packet classified). Inlined into
-    /// both cases, so neither tests per packet whether there is a cache.
+/// Where `Pipeline::decide_vector` hands each packet's decision, in arrival order.
+trait Decisions<N: NextNodes> {
+    /// Packet `bi` (`buf`), the `j`th of the vector, decided `d`.
+    fn put(&mut self, j: usize, bi: BufIdx, buf: &mut Buffer, d: Decided<N>);
+}
+
+/// An untraced vector: each packet goes on at once, its SA's index in `meta.param`.
+impl<N: NextNodes> Decisions<N> for Enqueue<'_, N, OutputCounter> {
     #[inline(always)]
-    fn decide_vector(
+    fn put(&mut self, _: usize, bi: BufIdx, buf: &mut Buffer, d: Decided<N>) {
+        buf.meta.param = d.param;
+        self.push(bi, buf, d.verdict);
+    }
+}
+
+/// A traced vector: each decision kept for `process` (which runs after the packet's
+/// trace line), the packet's place in `meta.param`.
+struct ForProcess<'a, N: NextNodes>(&'a mut [Decided<N>; VECTOR_SIZE]);
+
+impl<N: NextNodes> Decisions<N> for ForProcess<'_, N> {
+    #[inline(always)]
+    fn put(&mut self, j: usize, _: BufIdx, buf: &mut Buffer, d: Decided<N>) {
+        self.0[j % VECTOR_SIZE] = d;
+        buf.meta.param = j as u32;
+    }
+}
+
+impl<F: SpdFamily> Pipeline<F> {
+    /// The pipeline over `input` (at most a vector), with this family's flow cache or
+    /// without one (`--no-flow-cache`: every packet classified), each decision handed
+    /// to `out` in arrival order. Inlined into each case, so none tests per packet
+    /// whether there is a cache or where decisions go.
+    #[inline(always)]
+    fn decide_vector<D: Decisions<F::OutputNext>>(
         &mut self,
         ip: &ip::IpContext,
         tables: &SpdTables,
         mut cache: Option<&mut FlowCache<F::Addr>>,
-        pool: &mut Pool,
+        bufs: &mut [Buffer],
         input: &[BufIdx],
+        out: &mut D,
     ) {
         let n = input.len().min(VECTOR_SIZE);
         let current = stamp(tables.version);
-        // Counted once for the vector, not a read-modify-write of the cache's counter
-        // a packet.
-        let mut hits = 0;
+        // The cache's hits, counted once for the vector, not a packet: every packet with
+        // a key is a hit or a miss, so they are the vector's packets less the ones
+        // decided early and the misses, both counted on paths off the hits'.
+        let (mut early, mut misses) = (0, 0);
         let spd_of_adj = |adj| tx_if(ip, adj).and_then(|i| tables.spd_of(i));
-        // The last adjacency's SPD, to start with the true one of an adjacency that
-        // does not exist (no Option to test a packet).
-        let mut last = (u32::MAX, spd_of_adj(u32::MAX));
+        // The last adjacency that has an SPD, and that SPD's key field: consecutive
+        // packets mostly share their route, so one compare a packet, no `Option` to
+        // test (as u64, so that before the first one no adjacency matches).
+        let mut fast_adj = u64::MAX;
+        let mut fast_field = 0;
         for i in 0..n + SLOT_AHEAD {
             if i < n {
-                let buf = pool.get_mut(input[i]);
+                let buf = &bufs[input[i].get()];
                 let adj = buf.meta.adj;
-                if adj != last.0 {
-                    last = (adj, spd_of_adj(adj));
-                }
-                buf.meta.param = i as u32;
+                let field = if adj as u64 == fast_adj {
+                    Some(fast_field)
+                } else {
+                    spd_of_adj(adj).map(|s| {
+                        fast_adj = adj as u64;
+                        fast_field = cache_spd(s.0, false);
+                        fast_field
+                    })
+                };
                 // Each field stored from its register, not an enum built and copied.
-                self.pending[i] = false;
-                match last.1.map(|s| F::outbound_cache_key(buf.bytes(), cache_spd(s.0, false))) {
-                    None => self.decided[i] = Decided { verdict: Verdict::Next(F::BYPASS), param: 0 },
-                    Some(Err(e)) => self.decided[i] = Decided { verdict: Verdict::Drop(e.into()), param: 0 },
+                match field.map(|f| F::outbound_cache_key(buf.bytes(), f)) {
+                    None => {
+                        self.early[i] = Decided { verdict: Verdict::Next(F::BYPASS), param: 0 };
+                        self.pending[i] = false;
+                        early += 1;
+                    }
+                    Some(Err(e)) => {
+                        self.early[i] = Decided { verdict: Verdict::Drop(e.into()), param: 0 };
+                        self.pending[i] = false;
+                        early += 1;
+                    }
                     Some(Ok(key)) => {
                         let slot = match &cache {
                             Some(c) => {
@@ -370,23 +429,48 @@ impl<F: SpdFamily> IpsecOutput<F> {
                     }
                 }
             }
-            if i >= SLOT_AHEAD && self.pending[i - SLOT_AHEAD] {
+            if i >= SLOT_AHEAD {
                 let j = i - SLOT_AHEAD;
-                let p = &self.keys[j];
-                self.decided[j] = match cache.as_deref_mut() {
-                    Some(c) => match c.current(p.slot, &p.key, current) {
-                        Some(hit) => {
-                            hits += 1;
-                            Decided { verdict: self.by_kind[hit.kind_index()], param: hit.sa }
-                        }
-                        None => decided::<F>(decide_miss(tables, c, p)),
-                    },
-                    None => decided::<F>(tables.classify_packed::<F::Addr>(&p.key)),
+                let d = if self.pending[j] {
+                    let p = &self.keys[j];
+                    match cache.as_deref_mut() {
+                        Some(c) => match c.current(p.slot, &p.key, current) {
+                            Some(hit) => Decided { verdict: self.by_kind[hit.kind_index()], param: hit.sa },
+                            None => {
+                                misses += 1;
+                                decided::<F>(decide_miss(tables, c, p))
+                            }
+                        },
+                        None => decided::<F>(tables.classify_packed::<F::Addr>(&p.key)),
+                    }
+                } else {
+                    self.early[j]
                 };
+                let bi = input[j];
+                out.put(j, bi, &mut bufs[bi.get()], d);
             }
         }
         if let Some(c) = cache {
-            c.count_hits(hits);
+            c.count_hits((n - early - misses) as u64);
+        }
+    }
+}
+
+impl<F: SpdFamily> IpsecOutput<F> {
+    /// [`Pipeline::decide_vector`] with the worker's tables and this family's cache.
+    #[inline(always)]
+    fn decide<Cx: HasSpd, D: Decisions<F::OutputNext>>(
+        pipeline: &mut Pipeline<F>,
+        cx: &mut Cx,
+        pool: &mut Pool,
+        input: &[BufIdx],
+        out: &mut D,
+    ) {
+        let (ip, cx) = cx.split_spd();
+        let bufs = pool.buffers_mut();
+        match cx.tables_and_cache::<F::Addr>() {
+            (tables, Some(cache)) => pipeline.decide_vector(ip, tables, Some(cache), bufs, input, out),
+            (tables, None) => pipeline.decide_vector(ip, tables, None, bufs, input, out),
         }
     }
 }
@@ -399,14 +483,16 @@ impl<Cx: HasSpd, F: SpdFamily> Node<Cx> for IpsecOutput<F> {
         F::OUTPUT
     }
 
-    /// The pipeline (above). Consecutive packets mostly share their route, so the SPD of
-    /// the last adjacency is kept.
+    const RUNS_VECTORS: bool = true;
+
+    /// The pipeline (above), its packets sent on as it decides them.
+    fn run_vector(&mut self, cx: &mut Cx, pool: &mut Pool, input: &[BufIdx], out: &mut Enqueue<'_, Self::Next, Self::Counter>) {
+        Self::decide(&mut self.pipeline, cx, pool, input, out);
+    }
+
+    /// The pipeline, for a traced vector: `process` hands out the decisions.
     fn prepare(&mut self, cx: &mut Cx, pool: &mut Pool, input: &[BufIdx]) {
-        let (ip, cx) = cx.split_spd();
-        match cx.tables_and_cache::<F::Addr>() {
-            (tables, Some(cache)) => self.decide_vector(ip, tables, Some(cache), pool, input),
-            (tables, None) => self.decide_vector(ip, tables, None, pool, input),
-        }
+        Self::decide(&mut self.pipeline, cx, pool, input, &mut ForProcess(&mut self.decided));
     }
 
     #[inline(always)]

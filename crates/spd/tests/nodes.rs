@@ -81,16 +81,63 @@ fn a_full_vector_gets_each_packets_own_decision_in_order() {
         .filter(|&f| f >= 48)
         .map(|f| (if f >= 88 { 7 } else { 8 }, (1000 + f) | 1 << 16))
         .collect();
-    for round in 0..2 {
+    // The third round traced: its decisions wait for `process`, where the first two's
+    // went on from the pipeline (`run_vector`).
+    for round in 0..3 {
         r.reset();
+        if round == 2 {
+            r.graph.trace_add("test-out4", 1).unwrap();
+        }
         r.send(r.out4, &pkts);
         assert_eq!(*r.seen4.lock().unwrap(), protected, "round {round}");
         assert_eq!(r.counter("ipsec4-output", "policy-discard"), 40, "round {round}");
         assert_eq!(r.packets("ip4-rewrite"), 56, "round {round}");
     }
+    assert_eq!(r.graph.trace_records().iter().filter(|t| t.node == "ipsec4-output").count(), 1);
     let c = r.cx.spd.flows4.as_ref().unwrap();
-    // First vector: each flow misses once and hits once; second vector: all hits.
-    assert_eq!((c.stats.misses, c.stats.hits), (128, 128 + 256));
+    // First vector: each flow misses once and hits once; then all hits.
+    assert_eq!((c.stats.misses, c.stats.hits), (128, 128 + 2 * 256));
+}
+
+/// Packets decided as their headers are read (no SPD on their route, too short to
+/// read) among packets the flow cache decides, in one vector: the pipeline hands each
+/// on in its turn with its own decision (every fifth bypassed, every fifth dropped as
+/// truncated, the rest protected with their own flow's SA).
+#[test]
+fn packets_decided_early_among_looked_up_ones_get_their_own_decisions() {
+    let mut r = Rig::new(Some(1 << 12));
+    r.policy(Direction::Outbound, 100, ActionKind::Protect, Some(7), "198.19.0.0/24", "any");
+    r.spd.bind(OUT_IF, 1).unwrap();
+    r.publish();
+    let mut pkts = Vec::new();
+    let mut adjs = Vec::new();
+    let mut protected = Vec::new();
+    let unbound = r.router.lookup(v4("198.18.0.9"));
+    let bound = r.router.lookup(v4("198.19.0.5"));
+    for k in 0..engine::VECTOR_SIZE as u16 {
+        let mut p = common::udp_packet(1, 1000 + k, v4("198.19.0.5"), 4000);
+        match k % 5 {
+            // Bypassed for want of an SPD (the route's interface has none).
+            1 => adjs.push(unbound),
+            // Too short for its ports.
+            3 => {
+                p.truncate(22);
+                adjs.push(bound)
+            }
+            _ => {
+                adjs.push(bound);
+                protected.push((7, (1000 + k as u32) | 1 << 16));
+            }
+        }
+        pkts.push(p);
+    }
+    for round in 0..2 {
+        r.reset();
+        r.send_with_adjacencies(r.out4, &pkts, &adjs);
+        assert_eq!(*r.seen4.lock().unwrap(), protected, "round {round}");
+        assert_eq!(r.packets("ip4-rewrite"), 51, "round {round}");
+        assert_eq!(r.counter("ipsec4-output", "truncated"), 51, "round {round}");
+    }
 }
 
 #[test]

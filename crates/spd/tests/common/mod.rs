@@ -183,20 +183,34 @@ impl Rig {
     /// Send packets as they are, with `meta.param` = `param` (the SA index a decrypt
     /// node hands on).
     pub fn send_bytes(&mut self, input: NodeId, pkts: &[Vec<u8>], param: u32) {
-        for vector in pkts.chunks(engine::VECTOR_SIZE) {
-            let mut bufs: Vec<BufIdx> = Vec::new();
-            for p in vector {
-                let dst = if p[0] >> 4 == 4 {
+        let adjs: Vec<u32> = pkts
+            .iter()
+            .map(|p| {
+                self.router.lookup(if p[0] >> 4 == 4 {
                     IpAddr::from(<[u8; 4]>::try_from(&p[16..20]).unwrap())
                 } else {
                     IpAddr::from(<[u8; 16]>::try_from(&p[24..40]).unwrap())
-                };
+                })
+            })
+            .collect();
+        self.send_packets(input, pkts, &adjs, param);
+    }
+
+    /// Send packets as they are, each with its adjacency (`meta.adj`) given, not looked up.
+    pub fn send_with_adjacencies(&mut self, input: NodeId, pkts: &[Vec<u8>], adjs: &[u32]) {
+        self.send_packets(input, pkts, adjs, 0);
+    }
+
+    fn send_packets(&mut self, input: NodeId, pkts: &[Vec<u8>], adjs: &[u32], param: u32) {
+        for (vector, adjs) in pkts.chunks(engine::VECTOR_SIZE).zip(adjs.chunks(engine::VECTOR_SIZE)) {
+            let mut bufs: Vec<BufIdx> = Vec::new();
+            for (p, &adj) in vector.iter().zip(adjs) {
                 let b = self.pool.alloc(128).unwrap();
                 let buf = self.pool.get_mut(b);
                 buf.write(p).unwrap();
                 buf.meta.rx_if = IN_IF;
                 buf.meta.param = param;
-                buf.meta.adj = self.router.lookup(dst);
+                buf.meta.adj = adj;
                 bufs.push(b);
             }
             self.graph.inject(input, &mut self.pool, &bufs, 0);
