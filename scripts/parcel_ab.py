@@ -9,8 +9,10 @@ ip4-forward / that (the issue's "× the per-segment rate of single packets"), an
 parcel nodes' median cycles per packet they saw. `fwd16-strict` passes
 `--segment-check-in-transit` to every build but the baseline (which predates the flag).
 `PARCEL_AB_ONLY=split16,join16` runs only the scenarios named (ip4-forward always); the
-GSO-frame and IPv6 join rows (`gso16`, `gso8k`, `join6-16`, `join6-8k`, `gso6-16`) run
-only when named, their flags being newer than the older builds.
+GSO-frame and IPv6 rows (`gso16`, `gso8k`, `join6-16`, `join6-8k`, `gso6-16`, `split6-16`,
+`split6-16-off`, `split6-8k`) run only when named, their flags being newer than the older
+builds. `PARCEL_AB_WRAP="/tmp/quiet.sh"` puts that command in front of every bench run
+(each run timed alone, the machine's other work free in between).
 Used for docs/PERFORMANCE.md's parcel figures."""
 import json
 import os
@@ -36,8 +38,12 @@ SCENARIOS = [
     ("join6-16", ["parcel-join", "--family", "ip6", "--segments", "16", "--packets", "1000000"], False),
     ("join6-8k", ["parcel-join", "--family", "ip6", "--segment-size", "8000", "--segments", "8", "--packets", "400000"], False),
     ("gso6-16", ["parcel-join", "--family", "ip6", "--gso", "--segments", "16", "--packets", "100000"], False),
+    # Builds from feat/split6 on (`parcel-split --family ip6`).
+    ("split6-16", ["parcel-split", "--family", "ip6", "--segments", "16", "--packets", "100000"], False),
+    ("split6-16-off", ["parcel-split", "--family", "ip6", "--segments", "16", "--packets", "100000", "--no-segment-check"], False),
+    ("split6-8k", ["parcel-split", "--family", "ip6", "--segment-size", "8000", "--segments", "8", "--packets", "50000"], False),
 ]
-NEW = {"gso16", "gso8k", "join6-16", "join6-8k", "gso6-16"}
+NEW = {"gso16", "gso8k", "join6-16", "join6-8k", "gso6-16", "split6-16", "split6-16-off", "split6-8k"}
 
 
 def main():
@@ -47,6 +53,7 @@ def main():
         SCENARIOS = [s for s in SCENARIOS if s[0] == "ip4-forward" or s[0] in only.split(",")]
     else:
         SCENARIOS = [s for s in SCENARIOS if s[0] not in NEW]
+    wrap = os.environ.get("PARCEL_AB_WRAP", "").split()
     rounds = int(sys.argv[1])
     builds = [a.split("=", 1) for a in sys.argv[2:]]
     got = {}
@@ -54,7 +61,7 @@ def main():
         for name, args, new_flag in SCENARIOS:
             for bn, binary in builds if r % 2 == 0 else builds[::-1]:
                 a = [x for x in args if not (new_flag and bn == builds[0][0] and x == "--segment-check-in-transit")]
-                out = subprocess.run([binary, "bench", *a, "--json", "--core", "1"], capture_output=True, text=True, check=True, timeout=300).stdout
+                out = subprocess.run([*wrap, binary, "bench", *a, "--json", "--core", "1"], capture_output=True, text=True, check=True, timeout=300).stdout
                 d = json.loads(out)
                 v = d.get("median_cycles_per_segment", d.get("median_cycles_per_packet"))
                 nodes = {n["name"]: n.get("vector_median") for n in d["nodes"] if n["name"].startswith("parcel")}

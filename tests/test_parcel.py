@@ -290,12 +290,15 @@ def test_segment_check_off_leaves_damage_to_the_receiver(vecgate, tmp_path):
 
 
 def test_bench_parcel_scenarios(vecgate):
-    """`vecgate bench parcel-*` runs, delivers what it must and reports segments/s."""
+    """`vecgate bench parcel-*` runs, delivers what it must and reports segments/s, for
+    IPv4 and IPv6 parcels."""
     import json
     import subprocess
-    for scenario, n in [("parcel-forward", 16), ("parcel-split", 4), ("parcel-join", 8)]:
+    for scenario, n, family in [("parcel-forward", 16, "ip4"), ("parcel-split", 4, "ip4"), ("parcel-join", 8, "ip4"),
+                                ("parcel-forward", 16, "ip6"), ("parcel-split", 4, "ip6"), ("parcel-join", 8, "ip6")]:
         r = subprocess.run([str(vecgate), "bench", scenario, "--packets", "2000", "--segment-size", "1000",
-                            "--segments", str(n), "--json", "--core", "0"], capture_output=True, text=True, timeout=120)
+                            "--segments", str(n), "--family", family, "--json", "--core", "0"],
+                           capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr
         rep = json.loads(r.stdout)
         assert rep["scenario"] == scenario and rep["segments"] == n and rep["segment_size"] == 1000
@@ -303,8 +306,9 @@ def test_bench_parcel_scenarios(vecgate):
         assert rep["segments_per_sec"] > 0 and rep["mpps"] > 0
         expect = {"parcel-forward": rep["packets"], "parcel-split": segs_in, "parcel-join": segs_in // n}[scenario]
         assert rep["delivered"] == expect
-        names = {x["name"] for x in rep["nodes"]}
-        assert {"parcel-forward": "parcel4-input", "parcel-split": "parcel4-split", "parcel-join": "parcel4-join"}[scenario] in names
+        names = {x["name"]: x for x in rep["nodes"]}
+        node = {"parcel-forward": "parcel%s-input", "parcel-split": "parcel%s-split", "parcel-join": "parcel%s-join"}[scenario]
+        assert names[node % family[-1]]["packets"] > 0, (scenario, family)
 
 
 def test_ipv6_join_and_forward_whole(vecgate, tmp_path):

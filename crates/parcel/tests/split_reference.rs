@@ -7,7 +7,7 @@ mod common;
 
 use engine::{BufIdx, Pool};
 use ip::nodes::family::{Ip4, Ip6};
-use parcel::nodes::split::{split_parcel, ChainTo, Tally};
+use parcel::nodes::split::{split_parcel, ChainTo, SplitError, Tally};
 use parcel::nodes::ParcelFamily;
 use proptest::prelude::*;
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -228,6 +228,48 @@ fn split_chained<F: ParcelFamily>(parcel: &[u8], check: bool, seed: u64) -> (Vec
     (bytes, tally, in_use)
 }
 
+/// A split short of buffers: `regular` regular buffers for the datagrams (the parcel in
+/// the one large buffer), chained (`chain`) or copying, unchecked. Returns the datagrams
+/// made (each read whole, chained ones as head then extent), the split's result and
+/// tally, after the datagrams and the parcel are freed in an order `seed` picks and every
+/// buffer was allocated once (the pool whole again).
+fn split_short<F: ParcelFamily>(parcel: &[u8], chain: bool, regular: usize, seed: u64) -> (Vec<Vec<u8>>, Result<(), SplitError>, Tally) {
+    let mut pool = Pool::with_classes(regular, 0, 1);
+    // The large buffer for the parcel however short it is: the regular ones are the
+    // datagrams'.
+    let bi = pool.alloc(parcel.len().max(engine::pool::REGULAR_CAPACITY + 1)).expect("the large buffer");
+    pool.get_mut(bi).write(parcel).expect("fits");
+    let mut got: Vec<BufIdx> = Vec::new();
+    let mut tally = Tally::default();
+    let chain_to = chain.then_some(ChainTo { mtu: usize::MAX, l2_len: wire::ethernet::HEADER_LEN });
+    let r = split_parcel::<F>(&mut pool, bi, false, chain_to, &mut tally, |d, _| got.push(d));
+    let bytes = got.iter().map(|&d| [pool.get(d).bytes(), &pool.extent_bytes(d)].concat()).collect();
+    // The caller frees the parcel's buffer unless it became the last datagram.
+    let mut order = got.clone();
+    if !got.contains(&bi) {
+        order.push(bi);
+    }
+    for i in (1..order.len()).rev() {
+        order.swap(i, (seed.wrapping_mul(i as u64 + 5) >> 9) as usize % (i + 1));
+    }
+    let half = order.len() / 2;
+    for &b in &order[..half] {
+        pool.free(b);
+    }
+    pool.free_many(&order[half..]);
+    assert!(!pool.has_chains(), "every extent let go");
+    assert_eq!(pool.in_use(), 0, "every buffer back");
+    let mut seen = std::collections::HashSet::new();
+    while let Some(b) = pool.alloc(100) {
+        assert!(seen.insert(b), "{b:?} handed out twice");
+    }
+    while let Some(b) = pool.alloc(9000) {
+        assert!(seen.insert(b), "{b:?} handed out twice");
+    }
+    assert_eq!(seen.len(), regular + 1);
+    (bytes, r, tally)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(128))]
 
@@ -250,6 +292,26 @@ proptest! {
             prop_assert_eq!(&chained.0, &copied.0);
             prop_assert_eq!(chained.1, copied.1);
             prop_assert_eq!(chained.2, 0, "every buffer back");
+        }
+    }
+
+    /// Out of buffers, IPv4 and IPv6, chained or copying: the split stops with
+    /// `NoBuffer` at the first datagram it has no buffer for, the datagrams made before
+    /// it are the full split's first ones byte for byte, and the pool gets every buffer
+    /// back, the parcel's included, whatever the order they are freed in.
+    #[test]
+    fn a_split_short_of_buffers_stops_and_gives_every_buffer_back(c in case(), chain in any::<bool>(), short in 0usize..=24, seed in any::<u64>()) {
+        let n = c.segments.len();
+        for v6 in [false, true] {
+            let (p, full) = if v6 { let p = parcel6(&c); let f = split::<Ip6>(&p, false); (p, f) } else { let p = parcel4(&c); let f = split::<Ip4>(&p, false); (p, f) };
+            let regular = short.min(n);
+            let (got, r, tally) = if v6 { split_short::<Ip6>(&p, chain, regular, seed) } else { split_short::<Ip4>(&p, chain, regular, seed) };
+            // Copying, the last datagram takes the parcel's own buffer.
+            let made = if chain { regular.min(n) } else if regular + 1 >= n { n } else { regular };
+            prop_assert_eq!(r, if made == n { Ok(()) } else { Err(SplitError::NoBuffer) }, "v6 {} chain {} regular {} of {}", v6, chain, regular, n);
+            prop_assert_eq!(got.len(), made);
+            prop_assert_eq!(tally.datagrams as usize, made);
+            prop_assert_eq!(&got[..], &full.0[..made]);
         }
     }
 

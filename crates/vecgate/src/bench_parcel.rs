@@ -8,10 +8,11 @@
 //! large buffers where they do not fit a regular one (the packet generator only fills
 //! regular buffers, hence the replay device here).
 //!
-//! `parcel-join` takes two options of its own: `--family ip6` (IPv6 datagrams, joined by
-//! `parcel6-join`) and `--gso` (the datagrams arrive as UDP GSO frames of N segments, as
-//! a local sender hands them over through a virtio-net header: the frame's checksum
-//! partial, its segment size in the offload metadata).
+//! `--family ip6`: IPv6 parcels (the Jumbo Payload option; `parcel6-input`, `parcel6-split`)
+//! or, for `parcel-join`, IPv6 datagrams joined by `parcel6-join`. `parcel-join` takes
+//! `--gso` too (the datagrams arrive as UDP GSO frames of N segments, as a local sender
+//! hands them over through a virtio-net header: the frame's checksum partial, its segment
+//! size in the offload metadata).
 
 use anyhow::{bail, Result};
 use control::config::Config;
@@ -21,7 +22,7 @@ use engine::{BufIdx, Pool};
 use serde::Serialize;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::Path;
-use wire::parcel::{Parcel4, Parcel4Repr, SegmentsRepr, UdpChecksumForm};
+use wire::parcel::{Parcel4, Parcel4Repr, Parcel6, Parcel6Repr, SegmentsRepr, UdpChecksumForm};
 
 pub const SCENARIOS: &[&str] = &["parcel-forward", "parcel-split", "parcel-join"];
 
@@ -81,27 +82,32 @@ fn payload(len: usize, salt: usize) -> Vec<u8> {
     (0..len).map(|i| (i * 31 + salt * 7) as u8).collect()
 }
 
-/// An Ethernet frame holding a parcel of `n` segments of `size` bytes.
-fn parcel_frame(size: usize, n: usize) -> Result<Vec<u8>> {
-    let repr = Parcel4Repr {
-        src: SRC,
-        dst: DST,
-        ident: 1,
-        ttl: 64,
-        dscp_ecn: 0,
-        probe: None,
-        segments: SegmentsRepr { src_port: 40000, dst_port: 9, nsegs: n as u8, seg_len: size as u16, last_len: size as u16 },
-    };
-    let mut f = ETH.to_vec();
-    f.resize(14 + repr.buffer_len(), 0);
-    repr.emit(&mut f[14..]);
-    let mut p = Parcel4::new_checked(&mut f[14..]).map_err(|e| anyhow::anyhow!("bench parcel: {e}"))?;
-    for i in 0..n {
-        let seg = payload(size, i);
-        p.segment_mut(i).copy_from_slice(&seg);
+/// An Ethernet frame holding a parcel of `n` segments of `size` bytes, IPv4 or IPv6 (`v6`).
+fn parcel_frame(size: usize, n: usize, v6: bool) -> Result<Vec<u8>> {
+    let segments = SegmentsRepr { src_port: 40000, dst_port: 9, nsegs: n as u8, seg_len: size as u16, last_len: size as u16 };
+    let bad = |e: wire::parcel::ParcelError| anyhow::anyhow!("bench parcel: {e}");
+    let mut f = if v6 { ETH6.to_vec() } else { ETH.to_vec() };
+    if v6 {
+        let repr = Parcel6Repr { src: SRC6, dst: DST6, hop_limit: 64, traffic_class: 0, flow_label: 0, segments };
+        f.resize(14 + repr.buffer_len(), 0);
+        repr.emit(&mut f[14..]);
+        let mut p = Parcel6::new_checked(&mut f[14..]).map_err(bad)?;
+        for i in 0..n {
+            p.segment_mut(i).copy_from_slice(&payload(size, i));
+        }
+        p.fill_segment_checksums();
+        Parcel6Repr::fill_udp_checksum(&mut p);
+    } else {
+        let repr = Parcel4Repr { src: SRC, dst: DST, ident: 1, ttl: 64, dscp_ecn: 0, probe: None, segments };
+        f.resize(14 + repr.buffer_len(), 0);
+        repr.emit(&mut f[14..]);
+        let mut p = Parcel4::new_checked(&mut f[14..]).map_err(bad)?;
+        for i in 0..n {
+            p.segment_mut(i).copy_from_slice(&payload(size, i));
+        }
+        p.fill_segment_checksums();
+        Parcel4Repr::fill_udp_checksum(&mut p, UdpChecksumForm::Prototype);
     }
-    p.fill_segment_checksums();
-    Parcel4Repr::fill_udp_checksum(&mut p, UdpChecksumForm::Prototype);
     Ok(f)
 }
 
@@ -260,8 +266,8 @@ pub fn bench(
         bail!("--segments {segments} --segment-size {segment_size}: expected 1 to 255 segments of 1 to 9000 bytes");
     }
     let join = scenario == "parcel-join";
-    if (v6 || gso) && !join {
-        bail!("--family ip6 and --gso are parcel-join's options");
+    if gso && !join {
+        bail!("--gso is parcel-join's option");
     }
     if gso && (segments < 2 || segments * segment_size + 48 > 65535) {
         bail!("--gso --segments {segments} --segment-size {segment_size}: a GSO frame holds 2 or more segments in at most 64 KiB");
@@ -279,7 +285,7 @@ pub fn bench(
         worker.cx.parcel.join_segments = segments;
         (datagram_frame(segment_size, v6, None), per_vector * segments)
     } else {
-        (parcel_frame(segment_size, segments)?, per_vector)
+        (parcel_frame(segment_size, segments, v6)?, per_vector)
     };
     let round = |n: u64| n.div_ceil(per_vector as u64) * per_vector as u64;
     let (warmup, packets) = (round((packets / 10).max(per_vector as u64 * 4)), round(packets));

@@ -148,7 +148,7 @@ enum Cmd {
         /// fib-update: routes in the table.
         #[arg(long, default_value_t = 1_000_000)]
         routes: usize,
-        /// fib-update, parcel-join: ip4 or ip6.
+        /// fib-update, parcel scenarios: ip4 or ip6.
         #[arg(long, default_value = "ip4")]
         family: String,
         /// parcel-join: the datagrams come as UDP GSO frames of `--segments` segments (a

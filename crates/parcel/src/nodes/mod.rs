@@ -91,9 +91,6 @@ pub trait ParcelFamily: Family {
     const SPLIT_TO_REWRITE: Self::SplitNext;
     /// A datagram the split rewrote itself (`ip::nodes::family::rewrite_fast`).
     const SPLIT_TO_OUTPUT: Self::SplitNext;
-    /// The split makes its datagrams chained, not copied, where they take the rewrite's
-    /// fast path (IPv4; the IPv6 chained split is not measured yet, so it copies).
-    const SPLIT_CHAINS: bool;
     /// The IP header of one datagram a split makes.
     const DATAGRAM_IP_LEN: usize;
     /// Check the parcel's layout (`wire::parcel`'s checks).
@@ -156,7 +153,6 @@ impl ParcelFamily for Ip4 {
     const TO_LOOKUP: Parcel4SplitNext = Parcel4SplitNext::Lookup;
     const SPLIT_TO_REWRITE: Parcel4SplitNext = Parcel4SplitNext::Rewrite;
     const SPLIT_TO_OUTPUT: Parcel4SplitNext = Parcel4SplitNext::Output;
-    const SPLIT_CHAINS: bool = true;
     const DATAGRAM_IP_LEN: usize = 20;
     const JOIN: &'static str = "parcel4-join";
     type JoinNext = Parcel4JoinNext;
@@ -250,7 +246,6 @@ impl ParcelFamily for Ip6 {
     const TO_LOOKUP: Parcel6SplitNext = Parcel6SplitNext::Lookup;
     const SPLIT_TO_REWRITE: Parcel6SplitNext = Parcel6SplitNext::Rewrite;
     const SPLIT_TO_OUTPUT: Parcel6SplitNext = Parcel6SplitNext::Output;
-    const SPLIT_CHAINS: bool = false;
     const DATAGRAM_IP_LEN: usize = 40;
     const JOIN: &'static str = "parcel6-join";
     type JoinNext = Parcel6JoinNext;

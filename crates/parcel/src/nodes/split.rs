@@ -12,14 +12,14 @@
 //! summed in the same pass that copies it (`Checksum::add_copied`) and left out when the
 //! sum does not match its slot; a zero slot (the sender computed none) is summed here.
 //!
-//! **Chained datagrams** (`chain`): where every datagram will take `ip4-rewrite`'s fast
-//! path (a resolved next hop, TTL left, within the MTU), a datagram is its headers in a
-//! fresh buffer plus an extent of its segment where it lies in the parcel's buffer
-//! (`Pool::alloc_chained`; the headers placed so that the rewrite's link header shares
-//! their line): no segment is copied, and the check sums it in place. The parcel's
-//! buffer goes back to the pool with its last datagram. The dispatcher and the worker
-//! copy a chained datagram into one buffer before any node or device that does not
-//! take chains, so the bytes that leave are the copying split's.
+//! **Chained datagrams** (`chain`), both families: where every datagram will take the
+//! rewrite's fast path (a resolved next hop, TTL or hop limit left, within the MTU), a
+//! datagram is its headers in a fresh buffer plus an extent of its segment where it lies
+//! in the parcel's buffer (`Pool::alloc_chained`; the headers placed so that the
+//! rewrite's link header shares their line): no segment is copied, and the check sums it
+//! in place. The parcel's buffer goes back to the pool with its last datagram. The
+//! dispatcher and the worker copy a chained datagram into one buffer before any node or
+//! device that does not take chains, so the bytes that leave are the copying split's.
 
 use super::input::{PARAM_CHECK_SEGMENTS, PARAM_FROM_INPUT, PARAM_NEXT_HOP};
 use super::{ParcelFamily, Shape};
@@ -121,6 +121,8 @@ pub fn split_parcel<F: ParcelFamily>(
     let mut tmpl = Template::new::<F>(head, s.udp_at, 8 + s.seg_len);
     // Every datagram takes `ipN-rewrite`'s fast path (no ICMP error, no fragmenting,
     // whose parsers would see the head alone): the largest fits, the TTL does not expire.
+    // The MTU is compared here for both families: IPv6's fast path compares the buffer's
+    // length, which for a chained head is its own 48 bytes.
     let chain = chain_to.is_some_and(|c| hl + 8 + s.seg_len <= c.mtu && head[F::HOP_LIMIT_AT] > 1);
     let l2_len = chain_to.map_or(0, |c| c.l2_len);
     for i in 0..s.nsegs {
@@ -248,9 +250,7 @@ impl<Cx: HasParcel, F: ParcelFamily> ExpandNode<Cx> for ParcelSplit<F> {
         // datagrams are chained where they fit its MTU.
         let adj = cx.split_parcel().0.tables.adjacency(pool.get(bi).meta.adj);
         let chain_to = match adj {
-            Adjacency::Rewrite { mtu, rewrite, .. } if F::SPLIT_CHAINS && to_next_hop => {
-                Some(ChainTo { mtu: *mtu as usize, l2_len: rewrite.len() })
-            }
+            Adjacency::Rewrite { mtu, rewrite, .. } if to_next_hop => Some(ChainTo { mtu: *mtu as usize, l2_len: rewrite.len() }),
             _ => None,
         };
         // A datagram to a next hop takes the rewrite's fast path here, where it is made,
