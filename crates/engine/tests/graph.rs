@@ -416,11 +416,31 @@ impl Node<Cx> for Recorder {
     }
 }
 
+/// `Split` as a node that runs its vectors (`Node::RUNS_VECTORS`) through the default
+/// `run_vector`: its packets go through `Enqueue`, not the dispatcher's own loop.
+struct SplitByVector;
+impl Node<Cx> for SplitByVector {
+    type Next = SplitNext;
+    type Counter = RecCounter;
+    const RUNS_VECTORS: bool = true;
+    fn name(&self) -> &'static str {
+        "split"
+    }
+    fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, RecCounter>, b: &mut Buffer) -> Verdict<SplitNext, RecCounter> {
+        Split.process(cx, counts, b)
+    }
+}
+
 #[test]
 fn speculative_enqueue_keeps_every_packet_in_order_as_the_mix_changes() {
+    speculative_enqueue_in_order(Split);
+    speculative_enqueue_in_order(SplitByVector);
+}
+
+fn speculative_enqueue_in_order<N: Node<Cx, Next = SplitNext, Counter = RecCounter>>(split: N) {
     let log = Log::default();
     let mut g = GraphBuilder::<Cx>::new();
-    g.add(Split);
+    g.add(split);
     for name in ["rec-a", "rec-b", "rec-c"] {
         g.add(Recorder(name, log.clone()));
     }
