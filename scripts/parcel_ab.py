@@ -45,6 +45,18 @@ SCENARIOS = [
 ]
 NEW = {"gso16", "gso8k", "join6-16", "join6-8k", "gso6-16", "split6-16", "split6-16-off", "split6-8k"}
 
+# PARCEL_AB_WRAP: a command put in front of every bench run (parcel_abba.py too).
+WRAP = os.environ.get("PARCEL_AB_WRAP", "").split()
+
+
+def bench(binary, args):
+    """One `vecgate bench` run: its median cycles a segment (a packet for ip4-forward) and
+    the parcel nodes' median vectors."""
+    out = subprocess.run([*WRAP, binary, "bench", *args, "--json", "--core", "1"], capture_output=True, text=True, check=True, timeout=300).stdout
+    d = json.loads(out)
+    v = d.get("median_cycles_per_segment", d.get("median_cycles_per_packet"))
+    return v, {n["name"]: n.get("vector_median") for n in d["nodes"] if n["name"].startswith("parcel")}
+
 
 def main():
     global SCENARIOS
@@ -53,7 +65,6 @@ def main():
         SCENARIOS = [s for s in SCENARIOS if s[0] == "ip4-forward" or s[0] in only.split(",")]
     else:
         SCENARIOS = [s for s in SCENARIOS if s[0] not in NEW]
-    wrap = os.environ.get("PARCEL_AB_WRAP", "").split()
     rounds = int(sys.argv[1])
     builds = [a.split("=", 1) for a in sys.argv[2:]]
     got = {}
@@ -61,11 +72,7 @@ def main():
         for name, args, new_flag in SCENARIOS:
             for bn, binary in builds if r % 2 == 0 else builds[::-1]:
                 a = [x for x in args if not (new_flag and bn == builds[0][0] and x == "--segment-check-in-transit")]
-                out = subprocess.run([*wrap, binary, "bench", *a, "--json", "--core", "1"], capture_output=True, text=True, check=True, timeout=300).stdout
-                d = json.loads(out)
-                v = d.get("median_cycles_per_segment", d.get("median_cycles_per_packet"))
-                nodes = {n["name"]: n.get("vector_median") for n in d["nodes"] if n["name"].startswith("parcel")}
-                got.setdefault((bn, name), []).append((v, nodes))
+                got.setdefault((bn, name), []).append(bench(binary, a))
     for bn, _ in builds:
         base = statistics.median(v for v, _ in got[(bn, "ip4-forward")])
         for name, _, _ in SCENARIOS:

@@ -3,28 +3,23 @@
 (docs/PERFORMANCE.md's parcel part): parcel_abba.py ROUNDS A B SCENARIO...
 
 A SCENARIO is a row name of scripts/parcel_ab.py (`ip4-forward`, `split16`, `split6-16`,
-...). Each round runs, per scenario, A, B, B, A back to back, each run under
-`/tmp/quiet.sh` when it exists (timed alone), and takes B's two runs over A's two (the
-bench's median cycles a segment; a packet for ip4-forward) as the round's ratio. Prints
+...). Each round runs, per scenario, A, B, B, A back to back, each run as parcel_ab.py
+runs it (`PARCEL_AB_WRAP=/tmp/quiet.sh` times each alone), and takes B's two runs over
+A's two (the bench's median cycles a segment; a packet for ip4-forward) as the round's
+ratio. Prints
 per scenario the median of the round ratios, each build's fastest run and the median of
 its runs; ratios against ip4-forward are of the fastest runs, which share the host's
 fast phase."""
-import json
 import os
 import statistics
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from parcel_ab import SCENARIOS  # noqa: E402
-
-WRAP = ["/tmp/quiet.sh"] if os.path.exists("/tmp/quiet.sh") else []
+from parcel_ab import SCENARIOS, bench  # noqa: E402
 
 
 def run(binary, args):
-    out = subprocess.run([*WRAP, binary, "bench", *args, "--json", "--core", "1"], capture_output=True, text=True, check=True, timeout=300).stdout
-    d = json.loads(out)
-    return d.get("median_cycles_per_segment", d.get("median_cycles_per_packet"))
+    return bench(binary, args)[0]
 
 
 def main():

@@ -85,26 +85,27 @@ fn payload(len: usize, salt: usize) -> Vec<u8> {
 /// An Ethernet frame holding a parcel of `n` segments of `size` bytes, IPv4 or IPv6 (`v6`).
 fn parcel_frame(size: usize, n: usize, v6: bool) -> Result<Vec<u8>> {
     let segments = SegmentsRepr { src_port: 40000, dst_port: 9, nsegs: n as u8, seg_len: size as u16, last_len: size as u16 };
-    let bad = |e: wire::parcel::ParcelError| anyhow::anyhow!("bench parcel: {e}");
+    let r4 = Parcel4Repr { src: SRC, dst: DST, ident: 1, ttl: 64, dscp_ecn: 0, probe: None, segments };
+    let r6 = Parcel6Repr { src: SRC6, dst: DST6, hop_limit: 64, traffic_class: 0, flow_label: 0, segments };
     let mut f = if v6 { ETH6.to_vec() } else { ETH.to_vec() };
+    f.resize(14 + if v6 { r6.buffer_len() } else { r4.buffer_len() }, 0);
     if v6 {
-        let repr = Parcel6Repr { src: SRC6, dst: DST6, hop_limit: 64, traffic_class: 0, flow_label: 0, segments };
-        f.resize(14 + repr.buffer_len(), 0);
-        repr.emit(&mut f[14..]);
+        r6.emit(&mut f[14..]);
+    } else {
+        r4.emit(&mut f[14..]);
+    }
+    // The segments end the parcel, one after another.
+    let data_at = f.len() - n * size;
+    for (i, seg) in f[data_at..].chunks_exact_mut(size).enumerate() {
+        seg.copy_from_slice(&payload(size, i));
+    }
+    let bad = |e: wire::parcel::ParcelError| anyhow::anyhow!("bench parcel: {e}");
+    if v6 {
         let mut p = Parcel6::new_checked(&mut f[14..]).map_err(bad)?;
-        for i in 0..n {
-            p.segment_mut(i).copy_from_slice(&payload(size, i));
-        }
         p.fill_segment_checksums();
         Parcel6Repr::fill_udp_checksum(&mut p);
     } else {
-        let repr = Parcel4Repr { src: SRC, dst: DST, ident: 1, ttl: 64, dscp_ecn: 0, probe: None, segments };
-        f.resize(14 + repr.buffer_len(), 0);
-        repr.emit(&mut f[14..]);
         let mut p = Parcel4::new_checked(&mut f[14..]).map_err(bad)?;
-        for i in 0..n {
-            p.segment_mut(i).copy_from_slice(&payload(size, i));
-        }
         p.fill_segment_checksums();
         Parcel4Repr::fill_udp_checksum(&mut p, UdpChecksumForm::Prototype);
     }
