@@ -34,7 +34,7 @@ use crate::nat::{self, Flow, NatError};
 use crate::session::{Hit, Key, LbDrop, Outcome};
 use crate::table::{Hashed, Table, TableKey};
 use crate::tables::FamilyTables;
-use engine::{counters, next_nodes, BufIdx, Buffer, Counts, GraphBuilder, Node, Pool, Verdict, VECTOR_SIZE};
+use engine::{counters, next_nodes, BufIdx, Buffer, Counts, Enqueue, GraphBuilder, Node, Pool, Verdict, VECTOR_SIZE};
 use ip::nodes::IcmpRequest;
 use ip::tables::{Adjacency, ADJ_MISS, MAX_INDEX};
 
@@ -396,18 +396,55 @@ impl<Cx: HasLb, F: NatNodeFamily> Node<Cx> for LbNat<F> {
         F::NODE
     }
 
-    /// Read and hash each packet's flow once, here, kept in `ready` for `process`, and
-    /// start loading the session slots (the key's home slot, the one line a hit reads)
-    /// of the first [`AHEAD`] packets; `process` keeps the loads that far ahead. With
-    /// more outer headers than the caches keep, the first [`TEMPLATE_AHEAD`] packets'
-    /// too. Measured in docs/PERFORMANCE.md.
+    const RUNS_VECTORS: bool = true;
+
+    /// The vector decided and sent on in one loop: each packet's flow read as in
+    /// `prepare`, then each decided (its session's hit, or the full path) and pushed to
+    /// its next node in arrival order, its place in the vector the loop's own index (no
+    /// `process` call and no `meta.param` round trip a packet).
+    fn run_vector(&mut self, cx: &mut Cx, pool: &mut Pool, input: &[BufIdx], out: &mut Enqueue<'_, Self::Next, Self::Counter>) {
+        self.read_vector(cx, pool, input, false);
+        let bufs = pool.buffers_mut();
+        for (at, &bi) in input[..self.len].iter().enumerate() {
+            let buf = &mut bufs[bi.get()];
+            let v = self.decide(cx, &mut out.counts(), buf, at);
+            out.push(bi, buf, v);
+        }
+    }
+
+    /// For a traced vector: the flows read as in `run_vector`, each packet's place in
+    /// the vector left in `meta.param` for `process` (which runs after its trace line).
     fn prepare(&mut self, cx: &mut Cx, pool: &mut Pool, input: &[BufIdx]) {
+        self.read_vector(cx, pool, input, true);
+    }
+
+    #[inline(always)]
+    fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
+        // `prepare` ran on this vector (the dispatcher runs it first) and left the
+        // packet's place in it; the packet is as `prepare` read it.
+        let at = buf.meta.param as usize % VECTOR_SIZE;
+        self.decide(cx, counts, buf, at)
+    }
+}
+
+impl<F: NatNodeFamily> LbNat<F> {
+    /// Read and hash each packet's flow once, here, kept in `ready` for `decide`, and
+    /// start loading the session slots (the key's home slot, the one line a hit reads)
+    /// of the first [`AHEAD`] packets; `decide` keeps the loads that far ahead. With
+    /// more outer headers than the caches keep, the first [`TEMPLATE_AHEAD`] packets'
+    /// too. `places`: each packet's place in the vector written to its `meta.param`
+    /// (for `process`). Measured in docs/PERFORMANCE.md.
+    #[inline(always)]
+    fn read_vector<Cx: HasLb>(&mut self, cx: &mut Cx, pool: &mut Pool, input: &[BufIdx], places: bool) {
         let (t, lb, _) = F::parts(cx.lb());
         let n = input.len().min(VECTOR_SIZE);
+        let bufs = pool.buffers_mut();
         for (i, (&b, ready)) in input[..n].iter().zip(self.ready.iter_mut()).enumerate() {
-            let buf = pool.get_mut(b);
+            let buf = &mut bufs[b.get()];
             *ready = Prepared::new(nat::flow::<F>(buf.bytes()), &lb.sessions);
-            buf.meta.param = i as u32;
+            if places {
+                buf.meta.param = i as u32;
+            }
         }
         self.len = n;
         let ready = &self.ready[..n];
@@ -426,15 +463,18 @@ impl<Cx: HasLb, F: NatNodeFamily> Node<Cx> for LbNat<F> {
         }
     }
 
-    /// A session hit here, inlined into the dispatcher's loop; everything else (a new
-    /// flow, a changed service, a reply found by the full lookup, an ICMP error, a bad
-    /// packet) out of line in [`LbNat::full_path`], so the hit path's registers and
-    /// stack stay its own.
+    /// The packet at place `at` of the vector `read_vector` read: a session hit here,
+    /// inlined into the vector's loop; everything else (a new flow, a changed service, a
+    /// reply found by the full lookup, an ICMP error, a bad packet) out of line in
+    /// [`LbNat::full_path`], so the hit path's registers and stack stay its own.
     #[inline(always)]
-    fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
-        // `prepare` ran on this vector (the dispatcher runs it first) and left the
-        // packet's place in it; the packet is as `prepare` read it.
-        let at = buf.meta.param as usize % VECTOR_SIZE;
+    fn decide<Cx: HasLb>(
+        &self,
+        cx: &mut Cx,
+        counts: &mut Counts<'_, LbNatCounter>,
+        buf: &mut Buffer,
+        at: usize,
+    ) -> Verdict<LbNatNext, LbNatCounter> {
         {
             let (t, lb, _) = F::parts(cx.lb());
             let ready = &self.ready[..self.len];
@@ -447,7 +487,7 @@ impl<Cx: HasLb, F: NatNodeFamily> Node<Cx> for LbNat<F> {
                 }
             }
         }
-        let ready = &self.ready[at];
+        let ready = &self.ready[at % VECTOR_SIZE];
         // Routed here by a service address's FIB entry (a tunnel reference above the
         // adjacency indices), by ipN-local for the node's own addresses, or on its way
         // to ipN-rewrite (`lb_replies`: a reply that kept the client's address?).
