@@ -15,7 +15,7 @@
 //! length, total length).
 
 use crate::context::{decide_cached, HasSpd, Prepared};
-use crate::flow_cache::{cache_spd, pack4_words, stamp, CacheKey, Cached, FlowCache, Slot};
+use crate::flow_cache::{cache_spd, pack4_words, stamp, CacheKey, CacheView, Cached, FlowCache, Slot};
 use crate::policy::{Action, Decision, FlowKey, SaId};
 use crate::tables::{Classified, SpdTables};
 use engine::{counters, next_nodes, BufIdx, Buffer, Counts, Enqueue, GraphBuilder, NextNodes, Node, Pool, Verdict, VECTOR_SIZE};
@@ -434,17 +434,26 @@ impl<F: SpdFamily> Pipeline<F> {
         let current = stamp(tables.version);
         let runs: [bool; Cached::KINDS] = std::array::from_fn(|k| out.runs(self.by_kind[k]));
         let mut walk = Walk { fast_adj: u64::MAX, fast_field: 0, early: 0, misses: 0 };
+        // The cache as values the loops keep in registers; taken again after each miss
+        // (which changes the cache).
+        let mut view = cache.as_deref().map(FlowCache::view);
         let ahead = n.min(SLOT_AHEAD);
         for (i, bi) in input[..ahead].iter().enumerate() {
-            self.read_key(i, &bufs[bi.get()], ip, tables, cache.as_deref(), &mut walk);
+            self.read_key(i, &bufs[bi.get()], ip, tables, view, &mut walk);
         }
         for i in SLOT_AHEAD..n {
-            self.read_key(i, &bufs[input[i].get()], ip, tables, cache.as_deref(), &mut walk);
+            self.read_key(i, &bufs[input[i].get()], ip, tables, view, &mut walk);
             let j = i - SLOT_AHEAD;
-            self.decide_one(j, input[j], bufs, tables, cache.as_deref_mut(), current, &runs, &mut walk, out);
+            if !self.decide_hit(j, input[j], bufs, view, current, &runs, out) {
+                self.decide_looked_up(j, input[j], bufs, tables, cache.as_deref_mut(), &mut walk, out);
+                view = cache.as_deref().map(FlowCache::view);
+            }
         }
         for j in n - ahead..n {
-            self.decide_one(j, input[j], bufs, tables, cache.as_deref_mut(), current, &runs, &mut walk, out);
+            if !self.decide_hit(j, input[j], bufs, view, current, &runs, out) {
+                self.decide_looked_up(j, input[j], bufs, tables, cache.as_deref_mut(), &mut walk, out);
+                view = cache.as_deref().map(FlowCache::view);
+            }
         }
         if let Some(c) = cache {
             c.count_hits((n - walk.early - walk.misses) as u64);
@@ -460,7 +469,7 @@ impl<F: SpdFamily> Pipeline<F> {
         buf: &Buffer,
         ip: &ip::IpContext,
         tables: &SpdTables,
-        cache: Option<&FlowCache<F::Addr>>,
+        cache: Option<CacheView<'_, F::Addr>>,
         walk: &mut Walk,
     ) {
         let i = i % VECTOR_SIZE;
@@ -499,44 +508,69 @@ impl<F: SpdFamily> Pipeline<F> {
     }
 
     /// The pipeline's second stage for packet `j` (`bi`), whose slot has had
-    /// `SLOT_AHEAD` packets' time to load: its decision handed to `out`. A hit whose
-    /// kind `runs` goes on after that one test.
+    /// `SLOT_AHEAD` packets' time to load: its decision handed to `out` if it was decided
+    /// early or its slot holds its flow's current decision (a hit whose kind `runs`
+    /// goes on after that one test); false leaves it to
+    /// [`Pipeline::decide_looked_up`].
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
-    fn decide_one<D: Decisions<F::OutputNext>>(
-        &mut self,
+    fn decide_hit<D: Decisions<F::OutputNext>>(
+        &self,
+        j: usize,
+        bi: BufIdx,
+        bufs: &mut [Buffer],
+        cache: Option<CacheView<'_, F::Addr>>,
+        current: u32,
+        runs: &[bool; Cached::KINDS],
+        out: &mut D,
+    ) -> bool {
+        let j = j % VECTOR_SIZE;
+        match &self.staged[j] {
+            Staged::Lookup(p) => match cache.and_then(|c| c.current(p.slot, &p.key, current)) {
+                Some(hit) => {
+                    let k = hit.kind_index();
+                    let d = Decided { verdict: self.by_kind[k], param: hit.sa };
+                    let buf = &mut bufs[bi.get()];
+                    if runs[k] {
+                        out.put_run(j, bi, buf, d);
+                    } else {
+                        out.put(j, bi, buf, d);
+                    }
+                    true
+                }
+                None => false,
+            },
+            Staged::Early(d) => {
+                out.put(j, bi, &mut bufs[bi.get()], *d);
+                true
+            }
+        }
+    }
+
+    /// Packet `j` (`bi`) that [`Pipeline::decide_hit`] left: a cache miss (or no cache),
+    /// decided by the classifier and handed to `out`.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn decide_looked_up<D: Decisions<F::OutputNext>>(
+        &self,
         j: usize,
         bi: BufIdx,
         bufs: &mut [Buffer],
         tables: &SpdTables,
         cache: Option<&mut FlowCache<F::Addr>>,
-        current: u32,
-        runs: &[bool; Cached::KINDS],
         walk: &mut Walk,
         out: &mut D,
     ) {
         let j = j % VECTOR_SIZE;
         let d = match &self.staged[j] {
             Staged::Lookup(p) => match cache {
-                Some(c) => match c.current(p.slot, &p.key, current) {
-                    Some(hit) => {
-                        let k = hit.kind_index();
-                        let d = Decided { verdict: self.by_kind[k], param: hit.sa };
-                        let buf = &mut bufs[bi.get()];
-                        if runs[k] {
-                            out.put_run(j, bi, buf, d);
-                        } else {
-                            out.put(j, bi, buf, d);
-                        }
-                        return;
-                    }
-                    None => {
-                        walk.misses += 1;
-                        decided::<F>(decide_miss(tables, c, p))
-                    }
-                },
+                Some(c) => {
+                    walk.misses += 1;
+                    decided::<F>(decide_miss(tables, c, p))
+                }
                 None => decided::<F>(tables.classify_packed::<F::Addr>(&p.key)),
             },
+            // Handed on by `decide_hit`, which never leaves one.
             Staged::Early(d) => *d,
         };
         out.put(j, bi, &mut bufs[bi.get()], d);
