@@ -449,9 +449,11 @@ impl<F: SpdFamily> Pipeline<F> {
                 view = cache.as_deref().map(FlowCache::view);
             }
         }
-        for j in n - ahead..n {
-            if !self.decide_hit(j, input[j], bufs, view, current, &runs, out) {
-                self.decide_looked_up(j, input[j], bufs, tables, cache.as_deref_mut(), &mut walk, out);
+        let tail = n - ahead;
+        for (k, &bi) in input[tail..].iter().enumerate() {
+            let j = tail + k;
+            if !self.decide_hit(j, bi, bufs, view, current, &runs, out) {
+                self.decide_looked_up(j, bi, bufs, tables, cache.as_deref_mut(), &mut walk, out);
                 view = cache.as_deref().map(FlowCache::view);
             }
         }
