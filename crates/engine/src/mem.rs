@@ -181,6 +181,30 @@ pub struct MaskedTable<T: Copy> {
     mask: u32,
 }
 
+/// A [`MaskedTable`] to read ([`MaskedTable::view`]).
+#[derive(Clone, Copy, Debug)]
+pub struct MaskedView<'a, T: Copy> {
+    values: &'a [T],
+    /// `values.len() - 1`.
+    mask: u32,
+}
+
+impl<'a, T: Copy> MaskedView<'a, T> {
+    /// The value `hash`'s low bits name.
+    #[inline(always)]
+    pub fn get(self, hash: u32) -> &'a T {
+        let i = (hash & self.mask) as usize;
+        debug_assert!(i < self.values.len());
+        #[allow(unsafe_code)]
+        // SAFETY: only `MaskedTable::view` makes a view, of a table that `new` made
+        // exactly `mask + 1` long and whose length nothing changes afterwards, so
+        // `hash & mask` is an index inside it.
+        unsafe {
+            self.values.get_unchecked(i)
+        }
+    }
+}
+
 /// A [`MaskedTable`]'s size that is not a power of two from 1 to 2^31.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NotPowerOfTwo(pub usize);
@@ -219,14 +243,15 @@ impl<T: Copy> MaskedTable<T> {
     /// The value `hash`'s low bits name.
     #[inline(always)]
     pub fn get(&self, hash: u32) -> &T {
-        let i = (hash & self.mask) as usize;
-        debug_assert!(i < self.values.len());
-        #[allow(unsafe_code)]
-        // SAFETY: `new` made `values` exactly `mask + 1` long and nothing changes its
-        // length afterwards, so `hash & mask` is an index inside it.
-        unsafe {
-            self.values.get_unchecked(i)
-        }
+        self.view().get(hash)
+    }
+
+    /// The table to read, as two values a loop can keep in registers (its values'
+    /// address and the mask), where reads through `&self` load both again after
+    /// every store the compiler cannot tell apart from the table.
+    #[inline(always)]
+    pub fn view(&self) -> MaskedView<'_, T> {
+        MaskedView { values: &self.values, mask: self.mask }
     }
 
     /// [`MaskedTable::get`] to change.

@@ -134,12 +134,7 @@ impl<'a, N: NextNodes, C: Counters> Enqueue<'a, N, C> {
     #[inline(always)]
     pub fn push(&mut self, bi: BufIdx, buf: &mut Buffer, verdict: Verdict<N, C>) {
         match verdict {
-            Verdict::Next(n) if n.index() == self.speculated => {
-                // The dispatcher's vectors hold at most VECTOR_SIZE packets, so the mask
-                // never wraps: it only spares the bounds check.
-                self.run[self.taken & (VECTOR_SIZE - 1)] = bi;
-                self.taken += 1;
-            }
+            Verdict::Next(n) if n.index() == self.speculated => self.push_run(bi),
             Verdict::Next(n) => {
                 self.missed += 1;
                 self.last_miss = n.index();
@@ -151,6 +146,24 @@ impl<'a, N: NextNodes, C: Counters> Enqueue<'a, N, C> {
                 self.queues[self.drop_queue].push(bi);
             }
         }
+    }
+
+    /// Whether [`Enqueue::push`] sends a packet with `verdict` to the local run (the
+    /// speculated next node, fixed for the vector): a node that decides its packets from
+    /// a few verdicts tests each verdict once a vector, not once a packet, and hands the
+    /// packets of those that run to [`Enqueue::push_run`].
+    #[inline(always)]
+    pub fn runs(&self, verdict: Verdict<N, C>) -> bool {
+        matches!(verdict, Verdict::Next(n) if n.index() == self.speculated)
+    }
+
+    /// [`Enqueue::push`] of a packet whose verdict [`Enqueue::runs`].
+    #[inline(always)]
+    pub fn push_run(&mut self, bi: BufIdx) {
+        // The dispatcher's vectors hold at most VECTOR_SIZE packets, so the mask never
+        // wraps: it only spares the bounds check.
+        self.run[self.taken & (VECTOR_SIZE - 1)] = bi;
+        self.taken += 1;
     }
 
     /// Join the run to the speculated node's queue; the next node to speculate on for

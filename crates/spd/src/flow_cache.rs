@@ -275,6 +275,39 @@ impl CacheKey for u128 {
     }
 }
 
+/// A [`FlowCache`] to look up without changing it ([`FlowCache::view`]): its slots'
+/// address and mask as values, which `ipsec4-output`'s loop keeps in registers where
+/// reads through the cache loaded both again after each packet's stores.
+pub struct CacheView<'a, A: CacheKey> {
+    slots: engine::mem::MaskedView<'a, A::Line>,
+}
+
+impl<A: CacheKey> Clone for CacheView<'_, A> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<A: CacheKey> Copy for CacheView<'_, A> {}
+
+impl<A: CacheKey> CacheView<'_, A> {
+    /// Start loading a slot (see `IpsecOutput`).
+    #[inline(always)]
+    pub fn prefetch(self, slot: Slot) {
+        engine::prefetch::read(self.slots.get(slot.0));
+    }
+
+    /// What the slot holds for `key` decided under the version whose stamp is
+    /// `current` ([`stamp`]): the hit of [`FlowCache::lookup`] without its count (the
+    /// caller adds its hits with [`FlowCache::count_hits`]); `None` leaves the rest to
+    /// `lookup` (an older version, or another flow).
+    #[inline(always)]
+    pub fn current(self, slot: Slot, key: &A::Packed, current: u32) -> Option<Cached> {
+        let e = &**self.slots.get(slot.0);
+        (e.key == *key && e.stamp == current).then_some(Cached { kind: e.kind, sa: e.sa })
+    }
+}
+
 pub struct FlowCache<A: CacheKey> {
     slots: engine::mem::MaskedTable<A::Line>,
     /// The high bits of the version the entries were stamped under.
@@ -326,17 +359,19 @@ impl<A: CacheKey> FlowCache<A> {
     /// Start loading a slot (see `IpsecOutput::prepare`).
     #[inline(always)]
     pub fn prefetch(&self, slot: Slot) {
-        engine::prefetch::read(self.slots.get(slot.0));
+        self.view().prefetch(slot);
     }
 
-    /// What the slot holds for `key` decided under the version whose stamp is
-    /// `current` ([`stamp`]): the hit of [`FlowCache::lookup`] without its count (the
-    /// caller adds its hits with [`FlowCache::count_hits`]); `None` leaves the rest to
-    /// `lookup` (an older version, or another flow).
+    /// [`CacheView::current`].
     #[inline(always)]
     pub fn current(&self, slot: Slot, key: &A::Packed, current: u32) -> Option<Cached> {
-        let e = &**self.slots.get(slot.0);
-        (e.key == *key && e.stamp == current).then_some(Cached { kind: e.kind, sa: e.sa })
+        self.view().current(slot, key, current)
+    }
+
+    /// The cache to look up without changing it, for a loop over many packets.
+    #[inline(always)]
+    pub fn view(&self) -> CacheView<'_, A> {
+        CacheView { slots: self.slots.view() }
     }
 
     /// Count `n` hits found by [`FlowCache::current`].

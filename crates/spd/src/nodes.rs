@@ -15,7 +15,7 @@
 //! length, total length).
 
 use crate::context::{decide_cached, HasSpd, Prepared};
-use crate::flow_cache::{cache_spd, pack4_words, stamp, CacheKey, Cached, FlowCache, Slot};
+use crate::flow_cache::{cache_spd, pack4_words, stamp, CacheKey, CacheView, Cached, FlowCache, Slot};
 use crate::policy::{Action, Decision, FlowKey, SaId};
 use crate::tables::{Classified, SpdTables};
 use engine::{counters, next_nodes, BufIdx, Buffer, Counts, Enqueue, GraphBuilder, NextNodes, Node, Pool, Verdict, VECTOR_SIZE};
@@ -289,27 +289,37 @@ pub struct IpsecOutput<F: SpdFamily> {
 /// pipeline's loop then reaches them all from one register (the node's address, which
 /// the dispatcher boxes), where four pointers were more than the loop's registers.
 struct Pipeline<F: SpdFamily> {
-    /// By the packet's place in the vector: its key and slot, when `pending`.
-    keys: [Prepared<F::Addr>; VECTOR_SIZE],
-    /// By the packet's place in the vector: whether it has a key to look up (else
-    /// `early` holds its decision: no SPD, or headers it could not read).
-    pending: [bool; VECTOR_SIZE],
-    /// By the packet's place in the vector: the decision of a packet decided when its
-    /// headers were read, handed on in its turn (arrival order).
-    early: [Decided<F::OutputNext>; VECTOR_SIZE],
+    /// By the packet's place in the vector: what its first stage left for its second.
+    staged: [Staged<F>; VECTOR_SIZE],
     /// A cache hit's verdict by its kind ([`Cached::kind_index`]): a hit becomes its
     /// verdict in one load, not through a [`Decision`].
     by_kind: [OutputVerdict<F>; Cached::KINDS],
 }
+
+/// What the pipeline's first stage leaves for a packet's second, in one array: the key
+/// and the test of which it is share the packet's line and its index.
+enum Staged<F: SpdFamily> {
+    /// Its key and slot, to look up.
+    Lookup(Prepared<F::Addr>),
+    /// Decided as its headers were read (no SPD, or headers it could not read), handed
+    /// on in its turn (arrival order).
+    Early(Decided<F::OutputNext>),
+}
+
+impl<F: SpdFamily> Clone for Staged<F> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<F: SpdFamily> Copy for Staged<F> {}
 
 impl<F: SpdFamily> Default for IpsecOutput<F> {
     fn default() -> Self {
         let bypass = Decided { verdict: Verdict::Next(F::BYPASS), param: 0 };
         IpsecOutput {
             pipeline: Pipeline {
-                keys: [Prepared { key: Default::default(), slot: Slot::default() }; VECTOR_SIZE],
-                pending: [false; VECTOR_SIZE],
-                early: [bypass; VECTOR_SIZE],
+                staged: [Staged::Early(bypass); VECTOR_SIZE],
                 by_kind: std::array::from_fn(|k| decided::<F>(Cached::decision_of_kind(k)).verdict),
             },
             decided: Box::new([bypass; VECTOR_SIZE]),
@@ -340,6 +350,18 @@ fn decide_miss<A: Classified>(tables: &SpdTables, cache: &mut FlowCache<A>, p: &
 trait Decisions<N: NextNodes> {
     /// Packet `bi` (`buf`), the `j`th of the vector, decided `d`.
     fn put(&mut self, j: usize, bi: BufIdx, buf: &mut Buffer, d: Decided<N>);
+    /// Whether [`Decisions::put_run`] may take a packet decided `verdict`: asked once a
+    /// vector for each kind of cache hit, so that a hit's packet goes on after one test
+    /// of its kind, not the tests of its verdict.
+    #[inline(always)]
+    fn runs(&self, _verdict: Verdict<N, OutputCounter>) -> bool {
+        false
+    }
+    /// [`Decisions::put`] of a packet whose verdict [`Decisions::runs`].
+    #[inline(always)]
+    fn put_run(&mut self, j: usize, bi: BufIdx, buf: &mut Buffer, d: Decided<N>) {
+        self.put(j, bi, buf, d);
+    }
 }
 
 /// An untraced vector: each packet goes on at once, its SA's index in `meta.param`.
@@ -348,6 +370,17 @@ impl<N: NextNodes> Decisions<N> for Enqueue<'_, N, OutputCounter> {
     fn put(&mut self, _: usize, bi: BufIdx, buf: &mut Buffer, d: Decided<N>) {
         buf.meta.param = d.param;
         self.push(bi, buf, d.verdict);
+    }
+
+    #[inline(always)]
+    fn runs(&self, verdict: Verdict<N, OutputCounter>) -> bool {
+        Enqueue::runs(self, verdict)
+    }
+
+    #[inline(always)]
+    fn put_run(&mut self, _: usize, bi: BufIdx, buf: &mut Buffer, d: Decided<N>) {
+        buf.meta.param = d.param;
+        self.push_run(bi);
     }
 }
 
@@ -363,11 +396,29 @@ impl<N: NextNodes> Decisions<N> for ForProcess<'_, N> {
     }
 }
 
+/// What `Pipeline::decide_vector` carries from packet to packet.
+struct Walk {
+    /// The last adjacency that has an SPD, and that SPD's key field: consecutive packets
+    /// mostly share their route, so one compare a packet, no `Option` to test (as u64,
+    /// so that before the first one no adjacency matches).
+    fast_adj: u64,
+    fast_field: u16,
+    /// The cache's hits are counted once for the vector, not a packet: every packet
+    /// with a key is a hit or a miss, so they are the vector's packets less the ones
+    /// decided early and the misses, both counted on paths off the hits'.
+    early: usize,
+    misses: usize,
+}
+
 impl<F: SpdFamily> Pipeline<F> {
     /// The pipeline over `input` (at most a vector), with this family's flow cache or
     /// without one (`--no-flow-cache`: every packet classified), each decision handed
     /// to `out` in arrival order. Inlined into each case, so none tests per packet
     /// whether there is a cache or where decisions go.
+    ///
+    /// Three loops: the first `SLOT_AHEAD` packets' keys read, then each packet's key
+    /// read with the decision of the one `SLOT_AHEAD` before it, then the last ones
+    /// decided; so no packet tests which of the two stages it runs.
     #[inline(always)]
     fn decide_vector<D: Decisions<F::OutputNext>>(
         &mut self,
@@ -378,81 +429,153 @@ impl<F: SpdFamily> Pipeline<F> {
         input: &[BufIdx],
         out: &mut D,
     ) {
-        let n = input.len().min(VECTOR_SIZE);
+        let input = &input[..input.len().min(VECTOR_SIZE)];
+        let n = input.len();
         let current = stamp(tables.version);
-        // The cache's hits, counted once for the vector, not a packet: every packet with
-        // a key is a hit or a miss, so they are the vector's packets less the ones
-        // decided early and the misses, both counted on paths off the hits'.
-        let (mut early, mut misses) = (0, 0);
-        let spd_of_adj = |adj| tx_if(ip, adj).and_then(|i| tables.spd_of(i));
-        // The last adjacency that has an SPD, and that SPD's key field: consecutive
-        // packets mostly share their route, so one compare a packet, no `Option` to
-        // test (as u64, so that before the first one no adjacency matches).
-        let mut fast_adj = u64::MAX;
-        let mut fast_field = 0;
-        for i in 0..n + SLOT_AHEAD {
-            if i < n {
-                let buf = &bufs[input[i].get()];
-                let adj = buf.meta.adj;
-                let field = if adj as u64 == fast_adj {
-                    Some(fast_field)
-                } else {
-                    spd_of_adj(adj).map(|s| {
-                        fast_adj = adj as u64;
-                        fast_field = cache_spd(s.0, false);
-                        fast_field
-                    })
-                };
-                // Each field stored from its register, not an enum built and copied.
-                match field.map(|f| F::outbound_cache_key(buf.bytes(), f)) {
-                    None => {
-                        self.early[i] = Decided { verdict: Verdict::Next(F::BYPASS), param: 0 };
-                        self.pending[i] = false;
-                        early += 1;
-                    }
-                    Some(Err(e)) => {
-                        self.early[i] = Decided { verdict: Verdict::Drop(e.into()), param: 0 };
-                        self.pending[i] = false;
-                        early += 1;
-                    }
-                    Some(Ok(key)) => {
-                        let slot = match &cache {
-                            Some(c) => {
-                                let slot = FlowCache::<F::Addr>::slot(&key);
-                                c.prefetch(slot);
-                                slot
-                            }
-                            None => Slot::default(),
-                        };
-                        self.keys[i] = Prepared { key, slot };
-                        self.pending[i] = true;
-                    }
-                }
+        let runs: [bool; Cached::KINDS] = std::array::from_fn(|k| out.runs(self.by_kind[k]));
+        let mut walk = Walk { fast_adj: u64::MAX, fast_field: 0, early: 0, misses: 0 };
+        // The cache as values the loops keep in registers; taken again after each miss
+        // (which changes the cache).
+        let mut view = cache.as_deref().map(FlowCache::view);
+        let ahead = n.min(SLOT_AHEAD);
+        for (i, bi) in input[..ahead].iter().enumerate() {
+            self.read_key(i, &bufs[bi.get()], ip, tables, view, &mut walk);
+        }
+        for i in SLOT_AHEAD..n {
+            self.read_key(i, &bufs[input[i].get()], ip, tables, view, &mut walk);
+            let j = i - SLOT_AHEAD;
+            if !self.decide_hit(j, input[j], bufs, view, current, &runs, out) {
+                self.decide_looked_up(j, input[j], bufs, tables, cache.as_deref_mut(), &mut walk, out);
+                view = cache.as_deref().map(FlowCache::view);
             }
-            if i >= SLOT_AHEAD {
-                let j = i - SLOT_AHEAD;
-                let d = if self.pending[j] {
-                    let p = &self.keys[j];
-                    match cache.as_deref_mut() {
-                        Some(c) => match c.current(p.slot, &p.key, current) {
-                            Some(hit) => Decided { verdict: self.by_kind[hit.kind_index()], param: hit.sa },
-                            None => {
-                                misses += 1;
-                                decided::<F>(decide_miss(tables, c, p))
-                            }
-                        },
-                        None => decided::<F>(tables.classify_packed::<F::Addr>(&p.key)),
-                    }
-                } else {
-                    self.early[j]
-                };
-                let bi = input[j];
-                out.put(j, bi, &mut bufs[bi.get()], d);
+        }
+        let tail = n - ahead;
+        for (k, &bi) in input[tail..].iter().enumerate() {
+            let j = tail + k;
+            if !self.decide_hit(j, bi, bufs, view, current, &runs, out) {
+                self.decide_looked_up(j, bi, bufs, tables, cache.as_deref_mut(), &mut walk, out);
+                view = cache.as_deref().map(FlowCache::view);
             }
         }
         if let Some(c) = cache {
-            c.count_hits((n - early - misses) as u64);
+            c.count_hits((n - walk.early - walk.misses) as u64);
         }
+    }
+
+    /// The pipeline's first stage for packet `i` (`buf`): its key read and its slot
+    /// loading, or its decision in `early` when it needs no lookup.
+    #[inline(always)]
+    fn read_key(
+        &mut self,
+        i: usize,
+        buf: &Buffer,
+        ip: &ip::IpContext,
+        tables: &SpdTables,
+        cache: Option<CacheView<'_, F::Addr>>,
+        walk: &mut Walk,
+    ) {
+        let i = i % VECTOR_SIZE;
+        let adj = buf.meta.adj;
+        let field = if adj as u64 == walk.fast_adj {
+            Some(walk.fast_field)
+        } else {
+            tx_if(ip, adj).and_then(|i| tables.spd_of(i)).map(|s| {
+                walk.fast_adj = adj as u64;
+                walk.fast_field = cache_spd(s.0, false);
+                walk.fast_field
+            })
+        };
+        // Each field stored from its register, not an enum built and copied.
+        match field.map(|f| F::outbound_cache_key(buf.bytes(), f)) {
+            None => {
+                self.staged[i] = Staged::Early(Decided { verdict: Verdict::Next(F::BYPASS), param: 0 });
+                walk.early += 1;
+            }
+            Some(Err(e)) => {
+                self.staged[i] = Staged::Early(Decided { verdict: Verdict::Drop(e.into()), param: 0 });
+                walk.early += 1;
+            }
+            Some(Ok(key)) => {
+                let slot = match cache {
+                    Some(c) => {
+                        let slot = FlowCache::<F::Addr>::slot(&key);
+                        c.prefetch(slot);
+                        slot
+                    }
+                    None => Slot::default(),
+                };
+                self.staged[i] = Staged::Lookup(Prepared { key, slot });
+            }
+        }
+    }
+
+    /// The pipeline's second stage for packet `j` (`bi`), whose slot has had
+    /// `SLOT_AHEAD` packets' time to load: its decision handed to `out` if it was decided
+    /// early or its slot holds its flow's current decision (a hit whose kind `runs`
+    /// goes on after that one test); false leaves it to
+    /// [`Pipeline::decide_looked_up`].
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn decide_hit<D: Decisions<F::OutputNext>>(
+        &self,
+        j: usize,
+        bi: BufIdx,
+        bufs: &mut [Buffer],
+        cache: Option<CacheView<'_, F::Addr>>,
+        current: u32,
+        runs: &[bool; Cached::KINDS],
+        out: &mut D,
+    ) -> bool {
+        let j = j % VECTOR_SIZE;
+        match &self.staged[j] {
+            Staged::Lookup(p) => match cache.and_then(|c| c.current(p.slot, &p.key, current)) {
+                Some(hit) => {
+                    let k = hit.kind_index();
+                    let d = Decided { verdict: self.by_kind[k], param: hit.sa };
+                    let buf = &mut bufs[bi.get()];
+                    if runs[k] {
+                        out.put_run(j, bi, buf, d);
+                    } else {
+                        out.put(j, bi, buf, d);
+                    }
+                    true
+                }
+                None => false,
+            },
+            Staged::Early(d) => {
+                out.put(j, bi, &mut bufs[bi.get()], *d);
+                true
+            }
+        }
+    }
+
+    /// Packet `j` (`bi`) that [`Pipeline::decide_hit`] left: a cache miss (or no cache),
+    /// decided by the classifier and handed to `out`.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn decide_looked_up<D: Decisions<F::OutputNext>>(
+        &self,
+        j: usize,
+        bi: BufIdx,
+        bufs: &mut [Buffer],
+        tables: &SpdTables,
+        cache: Option<&mut FlowCache<F::Addr>>,
+        walk: &mut Walk,
+        out: &mut D,
+    ) {
+        let j = j % VECTOR_SIZE;
+        let d = match &self.staged[j] {
+            Staged::Lookup(p) => match cache {
+                Some(c) => {
+                    walk.misses += 1;
+                    decided::<F>(decide_miss(tables, c, p))
+                }
+                None => decided::<F>(tables.classify_packed::<F::Addr>(&p.key)),
+            },
+            // Handed on by `decide_hit`, which never leaves one.
+            Staged::Early(d) => *d,
+        };
+        out.put(j, bi, &mut bufs[bi.get()], d);
     }
 }
 
