@@ -126,7 +126,7 @@ pub fn is_ipv6_parcel(b: &[u8]) -> bool {
     b.len() >= IPV6_HEADER_LEN && b[6] == 0 && (b[4] | b[5]) != 0 && b[42] == IPV6_JUMBO_OPTION
 }
 
-#[inline]
+#[inline(always)]
 fn parse_v4(b: &[u8]) -> Result<Layout, ParcelError> {
     if b.len() < IPV4_HEADER_LEN {
         return Err(ParcelError::Truncated);
@@ -155,7 +155,7 @@ fn parse_v4(b: &[u8]) -> Result<Layout, ParcelError> {
     layout(b, hl, nsegs, crate::be16(b, 2) as usize, jumbo)
 }
 
-#[inline]
+#[inline(always)]
 fn parse_v6(b: &[u8]) -> Result<Layout, ParcelError> {
     if b.len() < IPV6_HEADER_LEN + UDP_HEADER_LEN {
         return Err(ParcelError::Truncated);
@@ -172,7 +172,7 @@ fn parse_v6(b: &[u8]) -> Result<Layout, ParcelError> {
 }
 
 /// The checks common to both families, in the order the error list reads.
-#[inline]
+#[inline(always)]
 fn layout(b: &[u8], udp_at: usize, nsegs: usize, seg_len: usize, total_len: usize) -> Result<Layout, ParcelError> {
     if nsegs == 0 {
         return Err(ParcelError::NoSegments);
