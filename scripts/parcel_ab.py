@@ -10,7 +10,7 @@ parcel nodes' median cycles per packet they saw. `fwd16-strict` passes
 `--segment-check-in-transit` to every build but the baseline (which predates the flag).
 `PARCEL_AB_ONLY=split16,join16` runs only the scenarios named (ip4-forward always); the
 GSO-frame and IPv6 rows (`gso16`, `gso8k`, `join6-16`, `join6-8k`, `gso6-16`, `split6-16`,
-`split6-16-off`, `split6-8k`) run only when named, their flags being newer than the older
+`split6-16-off`, `split6-8k`, `fwd6-16`) run only when named, their flags being newer than the older
 builds. `PARCEL_AB_WRAP="/tmp/quiet.sh"` puts that command in front of every bench run
 (each run timed alone, the machine's other work free in between).
 Used for docs/PERFORMANCE.md's parcel figures."""
@@ -42,8 +42,9 @@ SCENARIOS = [
     ("split6-16", ["parcel-split", "--family", "ip6", "--segments", "16", "--packets", "100000"], False),
     ("split6-16-off", ["parcel-split", "--family", "ip6", "--segments", "16", "--packets", "100000", "--no-segment-check"], False),
     ("split6-8k", ["parcel-split", "--family", "ip6", "--segment-size", "8000", "--segments", "8", "--packets", "50000"], False),
+    ("fwd6-16", ["parcel-forward", "--family", "ip6", "--segments", "16", "--packets", "100000"], False),
 ]
-NEW = {"gso16", "gso8k", "join6-16", "join6-8k", "gso6-16", "split6-16", "split6-16-off", "split6-8k"}
+NEW = {"gso16", "gso8k", "join6-16", "join6-8k", "gso6-16", "split6-16", "split6-16-off", "split6-8k", "fwd6-16"}
 
 # PARCEL_AB_WRAP: a command put in front of every bench run (parcel_abba.py too).
 WRAP = os.environ.get("PARCEL_AB_WRAP", "").split()

@@ -126,6 +126,7 @@ pub fn is_ipv6_parcel(b: &[u8]) -> bool {
     b.len() >= IPV6_HEADER_LEN && b[6] == 0 && (b[4] | b[5]) != 0 && b[42] == IPV6_JUMBO_OPTION
 }
 
+#[inline(always)]
 fn parse_v4(b: &[u8]) -> Result<Layout, ParcelError> {
     if b.len() < IPV4_HEADER_LEN {
         return Err(ParcelError::Truncated);
@@ -142,12 +143,19 @@ fn parse_v4(b: &[u8]) -> Result<Layout, ParcelError> {
         (IPV4_PROBE_OPTION_LEN, 40) => (b[24] as usize, crate::be32(b, 24) as usize & MAX_JUMBO_LEN),
         _ => return Err(ParcelError::BadOption),
     };
-    if !checksum::verify(&b[..hl]) {
+    // The two header sizes the option allows, each summed at its fixed size.
+    let header_ok = if hl == IPV4_HEADER_LEN {
+        b.first_chunk::<IPV4_HEADER_LEN>().is_some_and(checksum::verify_ipv4_header_words)
+    } else {
+        b.first_chunk::<40>().is_some_and(checksum::verify_ipv4_header_words)
+    };
+    if !header_ok {
         return Err(ParcelError::BadHeaderChecksum);
     }
     layout(b, hl, nsegs, crate::be16(b, 2) as usize, jumbo)
 }
 
+#[inline(always)]
 fn parse_v6(b: &[u8]) -> Result<Layout, ParcelError> {
     if b.len() < IPV6_HEADER_LEN + UDP_HEADER_LEN {
         return Err(ParcelError::Truncated);
@@ -164,6 +172,7 @@ fn parse_v6(b: &[u8]) -> Result<Layout, ParcelError> {
 }
 
 /// The checks common to both families, in the order the error list reads.
+#[inline(always)]
 fn layout(b: &[u8], udp_at: usize, nsegs: usize, seg_len: usize, total_len: usize) -> Result<Layout, ParcelError> {
     if nsegs == 0 {
         return Err(ParcelError::NoSegments);

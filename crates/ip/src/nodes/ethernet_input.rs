@@ -14,8 +14,9 @@
 //! forwarded packet passes two nodes. The rest goes to `ipN-lookup` with the FIB's
 //! answer (`meta.looked_up`), as does every packet of a larger table (the lookup node
 //! looks those up a vector at once) and every traced one (its trace then shows its
-//! route). `ipN-input` sees what fails its fast path (errors with their counters,
-//! options, hop-by-hop, multicast, parcels, the SPD).
+//! route). An IP parcel goes straight to `parcelN-input`, which checks its header
+//! whole. `ipN-input` sees the rest of what fails its fast path (errors with their
+//! counters, options, hop-by-hop, multicast, the SPD).
 
 use super::family::{tunnel_next, Family, Ip4, Ip6};
 use super::ip_lookup::forwards_fast;
@@ -35,6 +36,7 @@ next_nodes! {
         Lb4Nat = "lb4-nat", Lb6Nat = "lb6-nat", Esp4Encrypt = "esp4-encrypt", Esp6Encrypt = "esp6-encrypt",
         Upf4Downlink = "upf4-downlink", Upf6Downlink = "upf6-downlink",
         Gtpu4Input = "gtpu4-input", Gue4Input = "gue4-input", Gtpu6Input = "gtpu6-input", Gue6Input = "gue6-input",
+        Parcel4Input = "parcel4-input", Parcel6Input = "parcel6-input",
     }
 }
 
@@ -68,6 +70,20 @@ fn straight_to_lookup(buf: &mut Buffer, v6: bool, direct: bool) -> Option<Ethern
     };
     buf.truncate(end);
     Some(next)
+}
+
+/// Where a packet that `straight_to_lookup` left goes: `parcelN-input` for an IP parcel
+/// (`wire::parcel::is_ipv4_parcel` / `is_ipv6_parcel`, the test `ipN-input` makes before
+/// its general path; `parcelN-input` checks the whole header itself, the IPv4 header
+/// checksum included), else `ipN-input`.
+#[inline(always)]
+fn parcel_or_ip_input(b: &[u8], v6: bool) -> EthernetInputNext {
+    match v6 {
+        true if wire::parcel::is_ipv6_parcel(b) => EthernetInputNext::Parcel6Input,
+        true => EthernetInputNext::Ip6,
+        false if wire::parcel::is_ipv4_parcel(b) => EthernetInputNext::Parcel4Input,
+        false => EthernetInputNext::Ip4,
+    }
 }
 
 /// The lookup's share for a packet `straight_to_lookup` passed, while the table is one
@@ -139,8 +155,10 @@ impl<Cx: HasIp> Node<Cx> for EthernetInput {
                                 let routed = if v6 { route::<Ip6>(&cx.tables, buf) } else { route::<Ip4>(&cx.tables, buf) };
                                 routed.unwrap_or(next)
                             }
-                            None if v6 => EthernetInputNext::Ip6,
-                            None => EthernetInputNext::Ip4,
+                            // An IP parcel goes where `ipN-input` sends it (its header fails
+                            // that node's fast path, so it would take the same test there):
+                            // a node hop fewer for a parcel.
+                            None => parcel_or_ip_input(buf.bytes(), v6),
                         },
                         (Some((app, len, hint_tag)), _) => {
                             buf.truncate(len);
@@ -229,6 +247,42 @@ mod tests {
     fn packets_passing_ip_inputs_fast_path_go_to_the_lookup_trimmed() {
         assert_eq!(run(&ip4(12), false, true), (Some(EthernetInputNext::Ip4Lookup), 48), "padding trimmed");
         assert_eq!(run(&ip6(DST6, 8), true, true), (Some(EthernetInputNext::Ip6Lookup), 56), "padding trimmed");
+    }
+
+    #[test]
+    fn parcels_go_straight_to_their_input_node() {
+        use wire::parcel::{Parcel4Repr, Parcel6Repr, SegmentsRepr};
+        let segments = SegmentsRepr { src_port: 9000, dst_port: 9001, nsegs: 4, seg_len: 100, last_len: 100 };
+        let (src, dst) = ("198.18.0.2".parse().unwrap(), "198.19.0.1".parse().unwrap());
+        let r4 = Parcel4Repr { src, dst, ident: 1, ttl: 64, dscp_ecn: 0, probe: None, segments };
+        let mut p4 = vec![0; r4.buffer_len()];
+        r4.emit(&mut p4);
+        let r6 = Parcel6Repr {
+            src: "2001:db8:1::2".parse().unwrap(),
+            dst: "2001:db8:2::9".parse().unwrap(),
+            hop_limit: 64,
+            traffic_class: 0,
+            flow_label: 0,
+            segments,
+        };
+        let mut p6 = vec![0; r6.buffer_len()];
+        r6.emit(&mut p6);
+        // Whatever the links: a parcel never passes `ipN-input`'s fast path.
+        for direct in [false, true] {
+            assert_eq!(run(&p4, false, direct), (None, p4.len()));
+            assert_eq!(run(&p6, true, direct), (None, p6.len()));
+        }
+        assert_eq!(parcel_or_ip_input(&p4, false), EthernetInputNext::Parcel4Input);
+        assert_eq!(parcel_or_ip_input(&p6, true), EthernetInputNext::Parcel6Input);
+        // Other options, another hop-by-hop option, a plain packet: `ipN-input`.
+        let mut other_option = p4.clone();
+        other_option[20] = 0x94;
+        assert_eq!(parcel_or_ip_input(&other_option, false), EthernetInputNext::Ip4);
+        let mut jumbogram = p6.clone();
+        jumbogram[4..6].fill(0);
+        assert_eq!(parcel_or_ip_input(&jumbogram, true), EthernetInputNext::Ip6);
+        assert_eq!(parcel_or_ip_input(&ip4(0), false), EthernetInputNext::Ip4);
+        assert_eq!(parcel_or_ip_input(&ip6(DST6, 0), true), EthernetInputNext::Ip6);
     }
 
     #[test]

@@ -6,6 +6,7 @@
 use super::ParcelFamily;
 use crate::context::HasParcel;
 use engine::{counters, Buffer, Counts, Node, Verdict};
+use ip::nodes::family::rewrite_fast;
 use ip::tables::{Adjacency, TunnelKind, TunnelRef, MAX_INDEX};
 use wire::parcel::ParcelError;
 
@@ -139,7 +140,13 @@ impl<Cx: HasParcel, F: ParcelFamily> Node<Cx> for ParcelInput<F> {
             if let Some((tx_if, mtu)) = next_hop {
                 if whole {
                     counts.inc(C::Whole);
-                    return Verdict::Next(F::TO_REWRITE);
+                    // The rewrite's fast path here, as the lookup takes it for a packet:
+                    // `next_hop` is a link without an SPD or caught replies, and the whole
+                    // parcel is within its MTU (`hop_fast` compares IPv4's Total Length,
+                    // a parcel's segment length). An expiring TTL or an unresolved
+                    // neighbour goes to `ipN-rewrite`'s general path.
+                    let adjacency = ipcx.tables.adjacency(adj);
+                    return Verdict::Next(if rewrite_fast::<F>(adjacency, buf) { F::TO_OUTPUT } else { F::TO_REWRITE });
                 }
                 // Only verified segments: the kernel gives each datagram a fresh checksum
                 // over its bytes, which would hide damage the slots could still show.

@@ -24,10 +24,10 @@ pub fn register<Cx: HasParcel>(g: &mut GraphBuilder<Cx>) {
 }
 
 engine::next_nodes! {
-    pub enum Parcel4InputNext { Rewrite = "ip4-rewrite", Split = "parcel4-split", Lookup = "ip4-lookup" }
+    pub enum Parcel4InputNext { Rewrite = "ip4-rewrite", Split = "parcel4-split", Lookup = "ip4-lookup", Output = "interface-output" }
 }
 engine::next_nodes! {
-    pub enum Parcel6InputNext { Rewrite = "ip6-rewrite", Split = "parcel6-split", Lookup = "ip6-lookup" }
+    pub enum Parcel6InputNext { Rewrite = "ip6-rewrite", Split = "parcel6-split", Lookup = "ip6-lookup", Output = "interface-output" }
 }
 engine::next_nodes! {
     pub enum Parcel4JoinNext { Rewrite = "ip4-rewrite", Lookup = "ip4-lookup", Output = "interface-output" }
@@ -79,6 +79,8 @@ pub trait ParcelFamily: Family {
     type InputNext: NextNodes;
     const TO_REWRITE: Self::InputNext;
     const TO_SPLIT: Self::InputNext;
+    /// A parcel forwarded whole that this node rewrote itself (`ip::nodes::family::rewrite_fast`).
+    const TO_OUTPUT: Self::InputNext;
     /// Where a parcel routed into a UDP tunnel goes whole: `ipN-lookup`, to the tunnel's
     /// encap node. Parcels of both families go whole: the tunnel
     /// sends each in one outer packet, fragmented to the link under its `fragment =
@@ -148,6 +150,7 @@ impl ParcelFamily for Ip4 {
     type InputNext = Parcel4InputNext;
     const TO_REWRITE: Parcel4InputNext = Parcel4InputNext::Rewrite;
     const TO_SPLIT: Parcel4InputNext = Parcel4InputNext::Split;
+    const TO_OUTPUT: Parcel4InputNext = Parcel4InputNext::Output;
     const TO_TUNNEL: Parcel4InputNext = Parcel4InputNext::Lookup;
     type SplitNext = Parcel4SplitNext;
     const TO_LOOKUP: Parcel4SplitNext = Parcel4SplitNext::Lookup;
@@ -241,6 +244,7 @@ impl ParcelFamily for Ip6 {
     type InputNext = Parcel6InputNext;
     const TO_REWRITE: Parcel6InputNext = Parcel6InputNext::Rewrite;
     const TO_SPLIT: Parcel6InputNext = Parcel6InputNext::Split;
+    const TO_OUTPUT: Parcel6InputNext = Parcel6InputNext::Output;
     const TO_TUNNEL: Parcel6InputNext = Parcel6InputNext::Lookup;
     type SplitNext = Parcel6SplitNext;
     const TO_LOOKUP: Parcel6SplitNext = Parcel6SplitNext::Lookup;
