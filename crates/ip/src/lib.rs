@@ -8,6 +8,7 @@
 //!                               │                          └→ ip4-icmp-error → ip4-lookup
 //!                               ├→ ip6-input → ip6-lookup → interface-output / ip6-rewrite / ip6-local (echo, ND) / ip6-icmp-error
 //!                               ├→ arp-input (reply for own addresses, learn)
+//!                               ├→ parcel4-input / parcel6-input (IP parcels, `crates/parcel`)
 //!                               └→ gtpuN-input / gueN-input (UDP to a tunnel endpoint, the header
 //!                                  checked as ipN-input would: `UdpDemux`; the packets of the
 //!                                  tunnel decapsulated last known by one template: `hint`)
@@ -15,7 +16,8 @@
 //!
 //! A packet whose header passes `ipN-input`'s fast path goes from `ethernet-input` straight
 //! to `ipN-lookup` while no link has an SPD or takes parcels (`ipN-input` would send it
-//! there too); `ipN-input` takes the rest. The lookup rewrites a packet whose route
+//! there too); an IP parcel goes to `parcelN-input` (the test `ipN-input` would make);
+//! `ipN-input` takes the rest. The lookup rewrites a packet whose route
 //! resolves to a next hop itself (`nodes::family::rewrite_fast`, the same code as
 //! `ipN-rewrite`'s fast path) and sends it to `interface-output`; `ipN-rewrite` takes what
 //! needs its general path (an expiring TTL, a packet too big, a neighbour to solicit).
@@ -41,6 +43,8 @@ pub mod prefix;
 pub mod reassembly;
 pub mod state;
 pub mod tables;
+#[cfg(test)]
+mod test_parcels;
 pub mod tunnel_counters;
 
 pub use context::{HasIp, IpContext, IpEvent, Limits};

@@ -441,6 +441,7 @@ pub fn udp_checksum_ok(pseudo: Checksum, seg: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_parcels::{parcel4, parcel6};
 
     /// An IPv6 header from 2001:db8:1::2 to 2001:db8:1::1 naming `next`, then `ext`,
     /// then a UDP header.
@@ -481,24 +482,6 @@ mod tests {
         encap_mtu(pool.get_mut(b), Some(1500), overhead, MtuPolicy { mtu: 0, fragment, mss_clamp: false })
     }
 
-    /// An IPv6 parcel of `nsegs` segments of `seg_len` bytes.
-    fn parcel6(nsegs: u8, seg_len: u16) -> Vec<u8> {
-        use wire::parcel::{Parcel6Repr, SegmentsRepr};
-        let segments = SegmentsRepr { src_port: 9000, dst_port: 9001, nsegs, seg_len, last_len: seg_len };
-        let r = Parcel6Repr {
-            src: "2001:db8:1::2".parse().unwrap(),
-            dst: "2001:db8:2::9".parse().unwrap(),
-            hop_limit: 64,
-            traffic_class: 0,
-            flow_label: 0,
-            segments,
-        };
-        let mut p = vec![0; r.buffer_len()];
-        r.emit(&mut p);
-        assert!(wire::parcel::Parcel6::new_checked(&p[..]).is_ok());
-        p
-    }
-
     #[test]
     fn ipv6_parcels_follow_the_fragment_policy_never_packet_too_big() {
         use FragmentPolicy::{Inner, Outer};
@@ -516,17 +499,7 @@ mod tests {
         assert!(long.len() <= u16::MAX as usize && long.len() + 32 > u16::MAX as usize);
         assert_eq!(decide(&long, 32, Outer), EncapMtu::FragmentInner);
         // An IPv4 parcel with DF: the policy too, no frag-needed.
-        let mut p4 = vec![0u8; 28 + 8 + 2 * 4 + 4 * 1000];
-        wire::parcel::Parcel4Repr {
-            src: [198, 18, 0, 2].into(),
-            dst: [198, 19, 0, 9].into(),
-            ident: 1,
-            ttl: 64,
-            dscp_ecn: 0,
-            probe: None,
-            segments: wire::parcel::SegmentsRepr { src_port: 1, dst_port: 2, nsegs: 4, seg_len: 1000, last_len: 1000 },
-        }
-        .emit(&mut p4);
+        let mut p4 = parcel4(4, 1000);
         p4[6] |= 0x40;
         assert!(wire::parcel::is_ipv4_parcel(&p4));
         assert_eq!(decide(&p4, 32, Outer), frag_outer);

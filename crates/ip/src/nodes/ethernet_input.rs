@@ -251,22 +251,7 @@ mod tests {
 
     #[test]
     fn parcels_go_straight_to_their_input_node() {
-        use wire::parcel::{Parcel4Repr, Parcel6Repr, SegmentsRepr};
-        let segments = SegmentsRepr { src_port: 9000, dst_port: 9001, nsegs: 4, seg_len: 100, last_len: 100 };
-        let (src, dst) = ("198.18.0.2".parse().unwrap(), "198.19.0.1".parse().unwrap());
-        let r4 = Parcel4Repr { src, dst, ident: 1, ttl: 64, dscp_ecn: 0, probe: None, segments };
-        let mut p4 = vec![0; r4.buffer_len()];
-        r4.emit(&mut p4);
-        let r6 = Parcel6Repr {
-            src: "2001:db8:1::2".parse().unwrap(),
-            dst: "2001:db8:2::9".parse().unwrap(),
-            hop_limit: 64,
-            traffic_class: 0,
-            flow_label: 0,
-            segments,
-        };
-        let mut p6 = vec![0; r6.buffer_len()];
-        r6.emit(&mut p6);
+        let (p4, p6) = (crate::test_parcels::parcel4(4, 100), crate::test_parcels::parcel6(4, 100));
         // Whatever the links: a parcel never passes `ipN-input`'s fast path.
         for direct in [false, true] {
             assert_eq!(run(&p4, false, direct), (None, p4.len()));
