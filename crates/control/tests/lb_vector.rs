@@ -20,11 +20,8 @@ fn seed(name: &str) -> (usize, Vec<u8>) {
 fn set_field(frame: &mut [u8], at: usize, v: u16, sum: usize) {
     let old = u16::from_be_bytes([frame[at], frame[at + 1]]);
     let c = u16::from_be_bytes([frame[sum], frame[sum + 1]]);
-    let mut s = (!c as u32) + (!old as u32) + v as u32;
-    s = (s & 0xffff) + (s >> 16);
-    s = (s & 0xffff) + (s >> 16);
     frame[at..at + 2].copy_from_slice(&v.to_be_bytes());
-    frame[sum..sum + 2].copy_from_slice(&(!(s as u16)).to_be_bytes());
+    frame[sum..sum + 2].copy_from_slice(&wire::checksum::update16(c, old, v).to_be_bytes());
 }
 
 /// One vector's frames: per flow number `k`, a TCP packet to the NAT service and one to
