@@ -44,7 +44,7 @@ fn load(g: &[AtomicU64; 6]) -> FlowCacheStats {
 }
 
 /// A packet's key made ready for the flow cache by [`SpdContext::prepare`]: packed and
-/// its slot found ([`FlowCache::prefetch`] starts loading it).
+/// its slot found ([`CacheView::prefetch`](crate::flow_cache::CacheView::prefetch) starts loading it).
 #[derive(Debug, Clone, Copy)]
 pub struct Prepared<A: CacheKey> {
     /// The SPD and direction are in it ([`cache_spd`]): on a miss, unpacked for the
@@ -118,7 +118,7 @@ impl SpdContext {
 
     /// Pack `k` for the flow cache and find its slot: the first half of
     /// [`SpdContext::decide`], which a node runs some packets ahead of the second (with
-    /// [`FlowCache::prefetch`]) so that the slots' cache misses overlap.
+    /// [`CacheView::prefetch`](crate::flow_cache::CacheView::prefetch)) so that the slots' cache misses overlap.
     #[inline(always)]
     pub fn prepare<A: Classified>(&self, spd: SpdId, inbound: bool, k: &FlowKey<A>) -> Prepared<A> {
         self.prepare_packed(A::pack(cache_spd(spd.0, inbound), k))

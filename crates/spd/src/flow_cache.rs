@@ -143,7 +143,7 @@ pub struct SizeError(pub usize);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Slot(u32);
 
-/// A decision as a slot holds it, found by [`FlowCache::current`]: what a node maps
+/// A decision as a slot holds it, found by [`CacheView::current`]: what a node maps
 /// straight to its verdict ([`Cached::kind_index`]) without a [`Decision`] between.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Cached {
@@ -356,25 +356,13 @@ impl<A: CacheKey> FlowCache<A> {
         Slot(A::key_hash(key))
     }
 
-    /// Start loading a slot (see `IpsecOutput::prepare`).
-    #[inline(always)]
-    pub fn prefetch(&self, slot: Slot) {
-        self.view().prefetch(slot);
-    }
-
-    /// [`CacheView::current`].
-    #[inline(always)]
-    pub fn current(&self, slot: Slot, key: &A::Packed, current: u32) -> Option<Cached> {
-        self.view().current(slot, key, current)
-    }
-
     /// The cache to look up without changing it, for a loop over many packets.
     #[inline(always)]
     pub fn view(&self) -> CacheView<'_, A> {
         CacheView { slots: self.slots.view() }
     }
 
-    /// Count `n` hits found by [`FlowCache::current`].
+    /// Count `n` hits found by [`CacheView::current`].
     #[inline(always)]
     pub fn count_hits(&mut self, n: u64) {
         self.stats.hits += n;
@@ -501,16 +489,16 @@ mod tests {
             let k = u32::pack(1, &key(i as u32));
             let slot = FlowCache::<u32>::slot(&k);
             c.insert(slot, &k, 9, d);
-            let hit = c.current(slot, &k, stamp(9)).unwrap();
+            let hit = c.view().current(slot, &k, stamp(9)).unwrap();
             assert_eq!(hit.decision(), d);
             // A node's verdict table by kind holds the same decision (the SA apart).
             let kind_of = Cached::decision_of_kind(hit.kind_index());
             assert_eq!(kind_of, if d == PROTECT { Decision::Act(Action::Protect(SaId(0))) } else { d });
             assert_eq!(hit.sa, if d == PROTECT { 7 } else { 0 });
             // Another version, or another flow on the same (only) slot: not current.
-            assert_eq!(c.current(slot, &k, stamp(10)), None);
+            assert_eq!(c.view().current(slot, &k, stamp(10)), None);
             let other = u32::pack(1, &key(100));
-            assert_eq!(c.current(FlowCache::<u32>::slot(&other), &other, stamp(9)), None);
+            assert_eq!(c.view().current(FlowCache::<u32>::slot(&other), &other, stamp(9)), None);
         }
         let before = c.stats;
         assert_eq!(before.hits, 0);

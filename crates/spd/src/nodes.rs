@@ -339,7 +339,7 @@ fn decided<F: SpdFamily>(d: Decision) -> Decided<F::OutputNext> {
     Decided { verdict, param }
 }
 
-/// A packet the flow cache did not answer at once ([`FlowCache::current`]): out of the
+/// A packet the flow cache did not answer at once ([`CacheView::current`]): out of the
 /// pipeline's loop, whose hits then keep their values in registers.
 #[inline(never)]
 fn decide_miss<A: Classified>(tables: &SpdTables, cache: &mut FlowCache<A>, p: &Prepared<A>) -> Decision {
