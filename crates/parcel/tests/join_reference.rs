@@ -191,11 +191,7 @@ fn chained<F: ParcelFamily>(runs: &[Run], v6: bool, seed: u64) -> (Vec<Vec<u8>>,
     pool.free_many(&all[batch..]);
     assert!(!pool.has_chains(), "every extent let go");
     let in_use = pool.in_use();
-    let mut seen = std::collections::HashSet::new();
-    while let Some(b) = pool.alloc(100).or_else(|| pool.alloc(9000)).or_else(|| pool.alloc(70_000)) {
-        assert!(seen.insert(b), "{b:?} handed out twice");
-    }
-    assert_eq!(seen.len() + in_use, BUFFERS.0 + BUFFERS.1 + BUFFERS.2);
+    assert_eq!(common::allocate_each_once(&mut pool) + in_use, BUFFERS.0 + BUFFERS.1 + BUFFERS.2);
     (out, summed, in_use)
 }
 
@@ -321,11 +317,7 @@ fn gso_parcels<F: ParcelFamily>(f: &Frame, v6: bool, chain_l2: Option<usize>, se
     pool.free_many(&all[batch..]);
     assert!(!pool.has_chains(), "every extent let go");
     assert_eq!(pool.in_use(), 0, "every buffer back");
-    let mut seen = std::collections::HashSet::new();
-    while let Some(x) = pool.alloc(100).or_else(|| pool.alloc(9000)).or_else(|| pool.alloc(70_000)) {
-        assert!(seen.insert(x), "{x:?} handed out twice");
-    }
-    assert_eq!(seen.len(), GSO_BUFFERS.0 + GSO_BUFFERS.1 + GSO_BUFFERS.2);
+    assert_eq!(common::allocate_each_once(&mut pool), GSO_BUFFERS.0 + GSO_BUFFERS.1 + GSO_BUFFERS.2);
     Some(out)
 }
 

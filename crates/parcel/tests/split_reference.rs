@@ -217,14 +217,7 @@ fn split_chained<F: ParcelFamily>(parcel: &[u8], check: bool, seed: u64) -> (Vec
     assert!(!pool.has_chains(), "every extent let go");
     let in_use = pool.in_use();
     // Each buffer on a free list exactly once: all of them allocate, each index once.
-    let mut seen = std::collections::HashSet::new();
-    while let Some(b) = pool.alloc(100) {
-        assert!(seen.insert(b), "{b:?} handed out twice");
-    }
-    while let Some(b) = pool.alloc(9000) {
-        assert!(seen.insert(b), "{b:?} handed out twice");
-    }
-    assert_eq!(seen.len(), 64 + 8 + 2);
+    assert_eq!(common::allocate_each_once(&mut pool), 64 + 8 + 2);
     (bytes, tally, in_use)
 }
 
@@ -259,14 +252,7 @@ fn split_short<F: ParcelFamily>(parcel: &[u8], chain: bool, regular: usize, seed
     pool.free_many(&order[half..]);
     assert!(!pool.has_chains(), "every extent let go");
     assert_eq!(pool.in_use(), 0, "every buffer back");
-    let mut seen = std::collections::HashSet::new();
-    while let Some(b) = pool.alloc(100) {
-        assert!(seen.insert(b), "{b:?} handed out twice");
-    }
-    while let Some(b) = pool.alloc(9000) {
-        assert!(seen.insert(b), "{b:?} handed out twice");
-    }
-    assert_eq!(seen.len(), regular + 1);
+    assert_eq!(common::allocate_each_once(&mut pool), regular + 1);
     (bytes, r, tally)
 }
 
