@@ -28,11 +28,10 @@
 //! ```
 
 use crate::context::{HasLb, LbFamily};
-use crate::encap::EncapError;
-use crate::encap::Outer;
+use crate::encap::{EncapError, Outer};
 use crate::family::Family;
-use crate::nat::{self, Deltas, Flow, NatError};
-use crate::session::{Hit, Key, LbDrop, Outcome, Rewrite};
+use crate::nat::{self, Flow, NatError};
+use crate::session::{Hit, Key, LbDrop, Outcome};
 use crate::table::{Hashed, Table, TableKey};
 use crate::tables::FamilyTables;
 use engine::{counters, next_nodes, BufIdx, Buffer, Counts, Enqueue, GraphBuilder, Node, Pool, Verdict, VECTOR_SIZE};
@@ -173,30 +172,10 @@ impl<F: Family> Prepared<F> {
     }
 }
 
-/// A translated connection's packet whose session decided it, staged by `run_vector`'s
-/// first loop for the translating loop: its place in the vector and its translation.
-#[derive(Clone, Copy, Default)]
-struct NatHit<A> {
-    rw: Rewrite<A>,
-    d: Deltas,
-    at: u16,
-}
-
-/// The session hits `run_vector`'s first loop staged, by kind, in arrival order.
-struct Staged<F: Family> {
-    nat: [NatHit<F::Addr>; VECTOR_SIZE],
-    nats: usize,
-    /// The encapsulated hits' places in the vector (their outer headers beside them,
-    /// in the run's own array: a borrow of the tables).
-    encap: [u16; VECTOR_SIZE],
-    encaps: usize,
-}
-
 pub struct LbNat<F: Family> {
     /// The current vector's packets as `prepare` read them, by their place in the
     /// vector (in `meta.param`, as `ipsecN-output` keeps its `Ready`).
     ready: Box<[Prepared<F>; VECTOR_SIZE]>,
-    staged: Box<Staged<F>>,
     /// How many of `ready` are the current vector's.
     len: usize,
     /// Whether this vector prefetches outer headers too (more than the caches keep).
@@ -205,12 +184,7 @@ pub struct LbNat<F: Family> {
 
 impl<F: Family> Default for LbNat<F> {
     fn default() -> Self {
-        LbNat {
-            ready: Box::new([Prepared::without_flow(NatError::Truncated); VECTOR_SIZE]),
-            staged: Box::new(Staged { nat: [NatHit::default(); VECTOR_SIZE], nats: 0, encap: [0; VECTOR_SIZE], encaps: 0 }),
-            len: 0,
-            templates: false,
-        }
+        LbNat { ready: Box::new([Prepared::without_flow(NatError::Truncated); VECTOR_SIZE]), len: 0, templates: false }
     }
 }
 
@@ -319,6 +293,29 @@ impl<F: NatNodeFamily> LbNat<F> {
             Err(EncapError::TooBig) => return Err(Verdict::Drop(C::TooBig)),
         }
         Ok(adj)
+    }
+
+    /// A session hit's encapsulation when its backend is resolved and its link carries
+    /// the packet whole (the common case): the next hop's Ethernet header put on with the
+    /// outer headers, one headroom test ([`Outer::apply_with_l2`]), the packet then bound
+    /// for `interface-output`. False, the packet unchanged, otherwise: [`LbNat::put_outer`]
+    /// and [`LbNat::send_outer_by`] decide, as before. Not counted here: the caller adds
+    /// its packets to `encapsulated` once a vector.
+    #[inline(always)]
+    fn put_outer_l2(ip: &ip::tables::Tables, buf: &mut Buffer, outer: &Outer, hash: u32) -> bool {
+        let adj = outer.adj;
+        if adj == ADJ_MISS || buf.meta.offload.gso != engine::GsoKind::None {
+            return false;
+        }
+        let Adjacency::Rewrite { tx_if, rewrite, mtu } = ip.adjacency(adj) else {
+            return false;
+        };
+        if outer.len() + buf.len() > *mtu as usize || !outer.apply_with_l2(buf, hash, rewrite) {
+            return false;
+        }
+        buf.meta.tx_if = *tx_if;
+        buf.meta.adj = adj;
+        true
     }
 
     /// An encapsulated packet by its backend's adjacency `adj`: no second lookup for a
@@ -436,68 +433,19 @@ impl<Cx: HasLb, F: NatNodeFamily> Node<Cx> for LbNat<F> {
     /// `process` call and no `meta.param` round trip a packet).
     fn run_vector(&mut self, cx: &mut Cx, pool: &mut Pool, input: &[BufIdx], out: &mut Enqueue<'_, Self::Next, Self::Counter>) {
         self.read_vector(cx, pool, input, false);
-        // The tables for the whole vector (the context's own version, as `F::parts`
-        // gives it): the staged hits' outer headers are borrowed from them while the
-        // slow path takes the context.
-        let tables = std::sync::Arc::clone(&cx.lb().tables);
-        let t = F::tables_of(&tables);
-        let mut outers: [&Outer; VECTOR_SIZE] = [&Outer::NONE; VECTOR_SIZE];
-        let mut replies = 0u64;
+        // The IP tables for the vector (the context's version): the hit's encapsulation
+        // reads the backend's adjacency while its outer headers are borrowed from the
+        // LB context.
+        let ip = std::sync::Arc::clone(&cx.ip().tables);
+        let mut encapsulated = 0u64;
         let bufs = pool.buffers_mut();
-        let (ready, staged) = (&self.ready[..self.len], &mut *self.staged);
-        staged.nats = 0;
-        staged.encaps = 0;
-        for (at, &bi) in input[..ready.len()].iter().enumerate() {
-            let r = &ready[at];
+        for (at, &bi) in input[..self.len].iter().enumerate() {
             let buf = &mut bufs[bi.get()];
-            // Routed here by a service address's FIB entry (a tunnel reference above the
-            // adjacency indices), by ipN-local for the node's own addresses, or on its way
-            // to ipN-rewrite (`lb_replies`: a reply that kept the client's address?).
-            let adj = buf.meta.adj;
-            let local = adj <= MAX_INDEX && matches!(cx.ip().tables.adjacency(adj), Adjacency::Local);
-            let (_, lb, now) = F::parts(cx.lb());
-            if let Some(r) = ready.get(at + AHEAD) {
-                lb.sessions.prefetch(r.at);
-            }
-            if self.templates {
-                if let Some(r) = ready.get(at + TEMPLATE_AHEAD) {
-                    Self::prefetch_template(t, lb, r.at);
-                }
-            }
-            // An established flow's packet: its session says everything (no service lookup).
-            let hit = if (adj > MAX_INDEX || local) && r.has_flow() { lb.hit(t, r.at, &r.key, r.flags(), local, now) } else { None };
-            match hit {
-                Some(Hit::Forward(rw, d)) => {
-                    staged.nat[staged.nats % VECTOR_SIZE] = NatHit { rw, d, at: at as u16 };
-                    staged.nats += 1;
-                }
-                Some(Hit::Reply(rw, d)) => {
-                    replies += 1;
-                    staged.nat[staged.nats % VECTOR_SIZE] = NatHit { rw, d, at: at as u16 };
-                    staged.nats += 1;
-                }
-                Some(Hit::Direct { outer, .. }) => {
-                    outers[staged.encaps % VECTOR_SIZE] = outer;
-                    staged.encap[staged.encaps % VECTOR_SIZE] = at as u16;
-                    staged.encaps += 1;
-                }
-                None => {
-                    // The hits before it leave first: each next node gets its packets in
-                    // arrival order, and a flow's packets keep theirs.
-                    Self::send_staged(cx, bufs, input, ready, staged, &outers, out);
-                    let buf = &mut bufs[bi.get()];
-                    let v = if adj <= MAX_INDEX && !local {
-                        Self::forwarded(cx, &mut out.counts(), buf, r.flow())
-                    } else {
-                        Self::full_path(cx, &mut out.counts(), buf, r, local)
-                    };
-                    out.push(bi, buf, v);
-                }
-            }
+            let v = self.decide(cx, &mut out.counts(), buf, at, &ip, &mut encapsulated);
+            out.push(bi, buf, v);
         }
-        Self::send_staged(cx, bufs, input, ready, staged, &outers, out);
-        if replies != 0 {
-            out.counts().add(LbNatCounter::Replies, replies);
+        if encapsulated != 0 {
+            out.counts().add(LbNatCounter::Encapsulated, encapsulated);
         }
     }
 
@@ -512,7 +460,11 @@ impl<Cx: HasLb, F: NatNodeFamily> Node<Cx> for LbNat<F> {
         // `prepare` ran on this vector (the dispatcher runs it first) and left the
         // packet's place in it; the packet is as `prepare` read it.
         let at = buf.meta.param as usize % VECTOR_SIZE;
-        self.decide(cx, counts, buf, at)
+        let ip = std::sync::Arc::clone(&cx.ip().tables);
+        let mut encapsulated = 0u64;
+        let v = self.decide(cx, counts, buf, at, &ip, &mut encapsulated);
+        counts.add(LbNatCounter::Encapsulated, encapsulated);
+        v
     }
 }
 
@@ -552,78 +504,8 @@ impl<F: NatNodeFamily> LbNat<F> {
         }
     }
 
-    /// The hits `run_vector` staged, each kind in a loop of its own, in arrival order
-    /// within the kind: the translated connections' packets rewritten and sent to the
-    /// lookup, then the encapsulated ones put in their outer headers and sent. Empties
-    /// the stage. The encapsulation's count is added once a call.
-    #[inline(always)]
-    fn send_staged<Cx: HasLb>(
-        cx: &mut Cx,
-        bufs: &mut [Buffer],
-        input: &[BufIdx],
-        ready: &[Prepared<F>],
-        staged: &mut Staged<F>,
-        outers: &[&Outer; VECTOR_SIZE],
-        out: &mut Enqueue<'_, LbNatNext, LbNatCounter>,
-    ) {
-        let lookup = Verdict::Next(F::LOOKUP);
-        if staged.nats != 0 {
-            let runs = out.runs(lookup);
-            for h in &staged.nat[..staged.nats.min(VECTOR_SIZE)] {
-                let at = h.at as usize;
-                let (Some(&bi), Some(r)) = (input.get(at), ready.get(at)) else { continue };
-                let buf = &mut bufs[bi.get()];
-                // One translation for both directions, inlined here (a call a packet before, perf).
-                let partial = buf.meta.offload.has_partial_checksum();
-                nat::translate_with::<F>(buf.bytes_mut(), r.l4(), r.key.proto(), &h.rw, h.d, partial);
-                if runs {
-                    out.push_run(bi);
-                } else {
-                    out.push(bi, buf, lookup);
-                }
-            }
-            staged.nats = 0;
-        }
-        if staged.encaps != 0 {
-            let ip = &cx.ip().tables;
-            let output = Verdict::Next(LbNatNext::Output);
-            let runs = out.runs(output);
-            let mut encapsulated = 0u64;
-            for (&at, &outer) in staged.encap[..staged.encaps.min(VECTOR_SIZE)].iter().zip(outers) {
-                let at = at as usize;
-                let (Some(&bi), Some(r)) = (input.get(at), ready.get(at)) else { continue };
-                let buf = &mut bufs[bi.get()];
-                let adj = outer.adj;
-                // A resolved backend and a packet its link carries whole: the Ethernet
-                // header goes on with the outer ones (one headroom test).
-                if adj != ADJ_MISS && buf.meta.offload.gso == engine::GsoKind::None {
-                    if let Adjacency::Rewrite { tx_if, rewrite, mtu } = ip.adjacency(adj) {
-                        if outer.len() + buf.len() <= *mtu as usize && outer.apply_with_l2(buf, r.hash(), rewrite) {
-                            buf.meta.tx_if = *tx_if;
-                            buf.meta.adj = adj;
-                            encapsulated += 1;
-                            if runs {
-                                out.push_run(bi);
-                            } else {
-                                out.push(bi, buf, output);
-                            }
-                            continue;
-                        }
-                    }
-                }
-                // `r.hash` is the flow's (its session was found by it).
-                let v = match Self::put_outer(&mut out.counts(), buf, outer, r.hash()) {
-                    Ok(adj) => Self::send_outer_by(ip, buf, adj),
-                    Err(v) => v,
-                };
-                out.push(bi, buf, v);
-            }
-            out.counts().add(LbNatCounter::Encapsulated, encapsulated);
-            staged.encaps = 0;
-        }
-    }
-
-    /// The packet at place `at` of the vector `read_vector` read: a session hit here,
+    /// The packet at place `at` of the vector `read_vector` read (`ip`: the IP tables;
+    /// the hits encapsulated whole counted in `encapsulated`, for the caller to add): a session hit here,
     /// inlined into the vector's loop; everything else (a new flow, a changed service, a
     /// reply found by the full lookup, an ICMP error, a bad packet) out of line in
     /// [`LbNat::full_path`], so the hit path's registers and stack stay its own.
@@ -634,6 +516,8 @@ impl<F: NatNodeFamily> LbNat<F> {
         counts: &mut Counts<'_, LbNatCounter>,
         buf: &mut Buffer,
         at: usize,
+        ip: &ip::tables::Tables,
+        encapsulated: &mut u64,
     ) -> Verdict<LbNatNext, LbNatCounter> {
         {
             let (t, lb, _) = F::parts(cx.lb());
@@ -669,8 +553,12 @@ impl<F: NatNodeFamily> LbNat<F> {
             }
             // `ready.hash` is the flow's (its session was found by it).
             Some(Hit::Direct { outer, .. }) => {
+                if Self::put_outer_l2(ip, buf, outer, ready.hash()) {
+                    *encapsulated += 1;
+                    return Verdict::Next(LbNatNext::Output);
+                }
                 return match Self::put_outer(counts, buf, outer, ready.hash()) {
-                    Ok(adj) => Self::send_outer(cx, buf, adj),
+                    Ok(adj) => Self::send_outer_by(ip, buf, adj),
                     Err(v) => v,
                 };
             }
