@@ -316,33 +316,6 @@ impl Buffer {
         Ok(())
     }
 
-    /// Grow the packet by `n` bytes at the front in one step (`n` at most `N`) and return
-    /// the `N` bytes that end where the packet started: the packet's new first `n` bytes
-    /// are their last `n`, the `N - n` before those are headroom, free to write (a whole
-    /// template copied in with one fixed-size copy). One headroom test for all the
-    /// headers an encapsulating node puts on (outer headers and the next hop's Ethernet
-    /// header together). `None`, the packet unchanged, when the headroom is short of `N`
-    /// bytes (not only of `n`) or `n > N`.
-    #[inline(always)]
-    pub fn prepend_window<const N: usize>(&mut self, n: usize) -> Option<&mut [u8; N]> {
-        let s = self.start as usize;
-        let from = s.checked_sub(N)?;
-        if n > N {
-            return None;
-        }
-        self.start = (s - n) as u32;
-        debug_assert!(s <= self.storage().len());
-        #[allow(unsafe_code)]
-        // SAFETY: `from + N == s`, the packet's old start, which is within the storage by
-        // this type's invariant (`start <= end <= storage().len()`); the new start
-        // `s - n >= from` keeps the invariant. The bounds test it spares was one of the
-        // encapsulating hit's (docs/PERFORMANCE.md, the load balancer's 2026-12-02 pass).
-        unsafe {
-            let w = self.storage_mut().get_unchecked_mut(from..s);
-            Some(&mut *(w.as_mut_ptr() as *mut [u8; N]))
-        }
-    }
-
     /// `N` bytes as one array, from `back` bytes in front of the packet (headroom, for
     /// headers about to go on) into the packet: a node that rewrites the front of a
     /// packet at fixed offsets proves all its bounds with this one check. `None` if the
@@ -493,30 +466,6 @@ mod tests {
         assert!(b.extend_front(HEADROOM - 2).is_ok());
         assert!(b.extend_front(1).is_err());
         assert_eq!(b.headroom(), 0);
-    }
-
-    #[test]
-    fn prepend_window_grows_the_front_once() {
-        let mut b = buffer(64);
-        b.write(&[1, 2, 3, 4]).unwrap();
-        let w = b.prepend_window::<6>(2).unwrap();
-        // The window ends where the packet started.
-        w[4..].copy_from_slice(&[7, 8]);
-        w[..4].copy_from_slice(&[5, 5, 5, 5]);
-        assert_eq!(b.bytes(), &[7, 8, 1, 2, 3, 4]);
-        assert_eq!(b.headroom(), HEADROOM - 2);
-        assert_eq!(b.preceding(4), Some(&[5, 5, 5, 5][..]));
-        // A whole window taken in.
-        b.prepend_window::<3>(3).unwrap().copy_from_slice(&[9, 9, 9]);
-        assert_eq!(b.bytes(), &[9, 9, 9, 7, 8, 1, 2, 3, 4]);
-        // More than the window, or a window past the headroom: refused, nothing moved.
-        assert!(b.prepend_window::<2>(3).is_none());
-        let room = b.headroom();
-        assert!(b.prepend_window::<300>(1).is_none());
-        assert_eq!(b.headroom(), room);
-        assert!(b.prepend_window::<251>(0).is_some());
-        assert!(b.prepend_window::<252>(0).is_none());
-        assert_eq!(b.bytes(), &[9, 9, 9, 7, 8, 1, 2, 3, 4]);
     }
 
     #[test]

@@ -51,8 +51,6 @@ pub trait HasLb: HasIp {
 /// A family's balancer and tables within the context.
 pub trait LbFamily: Family + crate::nat::Layout {
     fn parts(cx: &mut LbContext) -> (&FamilyTables<Self>, &mut Balancer<Self>, u64);
-    /// The family's part of the tables alone.
-    fn tables_of(t: &LbTables) -> &FamilyTables<Self>;
 }
 
 impl LbFamily for V4 {
@@ -60,21 +58,11 @@ impl LbFamily for V4 {
     fn parts(cx: &mut LbContext) -> (&FamilyTables<V4>, &mut Balancer<V4>, u64) {
         (&cx.tables.v4, &mut cx.b4, cx.now_ms)
     }
-
-    #[inline(always)]
-    fn tables_of(t: &LbTables) -> &FamilyTables<V4> {
-        &t.v4
-    }
 }
 
 impl LbFamily for V6 {
     #[inline(always)]
     fn parts(cx: &mut LbContext) -> (&FamilyTables<V6>, &mut Balancer<V6>, u64) {
         (&cx.tables.v6, &mut cx.b6, cx.now_ms)
-    }
-
-    #[inline(always)]
-    fn tables_of(t: &LbTables) -> &FamilyTables<V6> {
-        &t.v6
     }
 }

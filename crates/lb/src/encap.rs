@@ -60,9 +60,6 @@ pub struct Outer {
 }
 
 impl Outer {
-    /// No headers (a placeholder where a reference to one is needed; never applied).
-    pub const NONE: Outer = Outer { bytes: [0; MAX_OUTER], len: 0, udp_at: 0, v6: false, ip_sum: 0, pseudo: 0, adj: ADJ_MISS };
-
     /// The outer headers from the node's address `src` to a backend `dst` (one family)
     /// for `forwarding` (not NAT), `gue_port` the GUE destination port.
     pub fn new(forwarding: Forwarding, src: IpAddr, dst: IpAddr, gue_port: u16) -> Option<Outer> {
@@ -172,45 +169,6 @@ impl Outer {
             h[u + 4..u + 6].copy_from_slice(&((total - u) as u16).to_be_bytes());
         }
         Ok(())
-    }
-
-    /// [`Outer::apply`] for IPv4 outer headers sent by a resolved next hop whose Ethernet
-    /// header is `l2`: that header and the outer ones put on with one growth of the front
-    /// ([`engine::Buffer::prepend_window`]: one headroom test, the template one
-    /// fixed-size copy, the Ethernet header one copy in front of it), then the length,
-    /// checksum and GUE port patched. The buffer then starts at the Ethernet header.
-    /// False, the packet unchanged, for IPv6 outer headers, a packet too long for IPv4,
-    /// or headroom short of the whole window: [`Outer::apply`] then decides (and
-    /// counts) as before.
-    #[inline(always)]
-    pub fn apply_with_l2(&self, buf: &mut engine::Buffer, hash: u32, l2: &[u8; 14]) -> bool {
-        const L2: usize = 14;
-        let len = self.len as usize;
-        let total = len + buf.len();
-        if self.v6 || total > u16::MAX as usize {
-            return false;
-        }
-        let Some(w) = buf.prepend_window::<{ L2 + MAX_OUTER }>(L2 + len) else {
-            return false;
-        };
-        w[L2..].copy_from_slice(&self.bytes);
-        // Where the Ethernet header starts in the window: an IPv4 template is at least
-        // 20 bytes, so the minimum only spares the bounds test.
-        let at = (MAX_OUTER - len.min(MAX_OUTER)).min(MAX_OUTER - 20);
-        let front: &mut [u8; L2 + 20] = (&mut w[at..at + L2 + 20]).try_into().unwrap_or_else(|_| unreachable!());
-        front[..L2].copy_from_slice(l2);
-        front[L2 + 2..L2 + 4].copy_from_slice(&(total as u16).to_be_bytes());
-        let mut c = self.ip_sum as u32 + total as u32;
-        c = (c & 0xffff) + (c >> 16);
-        front[L2 + 10..L2 + 12].copy_from_slice(&(!(c as u16)).to_be_bytes());
-        if self.udp_at != 0 {
-            // GUE over IPv4: UDP right after the 20-byte header (`udp_at` is 20).
-            let u = (at + L2 + self.udp_at as usize).min(L2 + MAX_OUTER - 8);
-            let udp = &mut w[u..u + 8];
-            udp[0..2].copy_from_slice(&Self::gue_port(hash).to_be_bytes());
-            udp[4..6].copy_from_slice(&((total - self.udp_at as usize) as u16).to_be_bytes());
-        }
-        true
     }
 
     /// [`Outer::apply`] for IPv6 outer headers.
@@ -398,52 +356,6 @@ mod tests {
             } else {
                 assert_eq!(r, Err(EncapError::NoHeadroom), "headroom {headroom}");
             }
-        }
-    }
-
-    /// The outer headers and the next hop's Ethernet header put on in one step are the
-    /// Ethernet header followed by what [`Outer::apply`] puts on, byte for byte, in each
-    /// IPv4 mode; IPv6 outer headers, a packet too long and short headroom are left to
-    /// `apply`, the packet unchanged.
-    #[test]
-    fn the_ethernet_header_goes_on_with_the_outer_headers() {
-        let l2 = [2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 8, 0];
-        for mode in [Forwarding::Ipip, Forwarding::Gre, Forwarding::Gue] {
-            let o = Outer::new(mode, NODE.parse().unwrap(), BACKEND.parse().unwrap(), 6080).unwrap();
-            for n in [0, 1, 100, 1400] {
-                let inner = inner4(n);
-                let mut pool = engine::Pool::new(1, 1);
-                let b = pool.alloc(inner.len()).unwrap();
-                pool.get_mut(b).write(&inner).unwrap();
-                assert!(o.apply_with_l2(pool.get_mut(b), 0xdead_beef, &l2), "{mode:?}");
-                let mut want = l2.to_vec();
-                want.extend(encap(&o, &inner, 0xdead_beef).unwrap());
-                assert_eq!(pool.get(b).bytes(), &want[..], "{mode:?} {n}");
-            }
-            // Headroom short of the window: refused, nothing moved.
-            let inner = inner4(10);
-            let mut pool = engine::Pool::new(1, 1);
-            let b = pool.alloc(inner.len()).unwrap();
-            let buf = pool.get_mut(b);
-            buf.write(&inner).unwrap();
-            let down = buf.headroom() - (14 + MAX_OUTER - 1);
-            buf.extend_front(down).unwrap();
-            buf.bytes_mut()[..inner.len()].copy_from_slice(&inner);
-            buf.truncate(inner.len());
-            assert!(!o.apply_with_l2(buf, 1, &l2));
-            assert_eq!(buf.bytes(), &inner[..]);
-        }
-        let (src, dst): (IpAddr, IpAddr) = ("2001:db8:1::1".parse().unwrap(), "2001:db8:100::10".parse().unwrap());
-        let o6 = Outer::new(Forwarding::Gre, src, dst, 0).unwrap();
-        let o4 = Outer::new(Forwarding::Gre, NODE.parse().unwrap(), BACKEND.parse().unwrap(), 1).unwrap();
-        let mut big = inner4(0);
-        big.resize(65_520, 0);
-        for (o, inner) in [(&o6, inner6()), (&o4, big)] {
-            let mut pool = engine::Pool::new(1, 1);
-            let b = pool.alloc(inner.len()).unwrap();
-            pool.get_mut(b).write(&inner).unwrap();
-            assert!(!o.apply_with_l2(pool.get_mut(b), 1, &l2));
-            assert_eq!(pool.get(b).bytes(), &inner[..]);
         }
     }
 

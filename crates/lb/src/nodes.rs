@@ -28,7 +28,7 @@
 //! ```
 
 use crate::context::{HasLb, LbFamily};
-use crate::encap::{EncapError, Outer};
+use crate::encap::EncapError;
 use crate::family::Family;
 use crate::nat::{self, Flow, NatError};
 use crate::session::{Hit, Key, LbDrop, Outcome};
@@ -295,41 +295,12 @@ impl<F: NatNodeFamily> LbNat<F> {
         Ok(adj)
     }
 
-    /// A session hit's encapsulation when its backend is resolved and its link carries
-    /// the packet whole (the common case): the next hop's Ethernet header put on with the
-    /// outer headers, one headroom test ([`Outer::apply_with_l2`]), the packet then bound
-    /// for `interface-output`. False, the packet unchanged, otherwise: [`LbNat::put_outer`]
-    /// and [`LbNat::send_outer_by`] decide, as before. Not counted here: the caller adds
-    /// its packets to `encapsulated` once a vector.
-    #[inline(always)]
-    fn put_outer_l2(ip: &ip::tables::Tables, buf: &mut Buffer, outer: &Outer, hash: u32) -> bool {
-        let adj = outer.adj;
-        if adj == ADJ_MISS || buf.meta.offload.gso != engine::GsoKind::None {
-            return false;
-        }
-        let Adjacency::Rewrite { tx_if, rewrite, mtu } = ip.adjacency(adj) else {
-            return false;
-        };
-        if outer.len() + buf.len() > *mtu as usize || !outer.apply_with_l2(buf, hash, rewrite) {
-            return false;
-        }
-        buf.meta.tx_if = *tx_if;
-        buf.meta.adj = adj;
-        true
-    }
-
     /// An encapsulated packet by its backend's adjacency `adj`: no second lookup for a
     /// resolved backend (as the tunnels' encap nodes); what the link cannot carry whole
     /// goes by the lookup, whose rewrite decides.
     #[inline(always)]
     fn send_outer<Cx: HasLb>(cx: &mut Cx, buf: &mut Buffer, adj: u32) -> Verdict<LbNatNext, LbNatCounter> {
-        Self::send_outer_by(&cx.ip().tables, buf, adj)
-    }
-
-    /// [`LbNat::send_outer`] with the IP tables in hand.
-    #[inline(always)]
-    fn send_outer_by(ip: &ip::tables::Tables, buf: &mut Buffer, adj: u32) -> Verdict<LbNatNext, LbNatCounter> {
-        if adj != ADJ_MISS && ip::nodes::family::send_originated_whole::<F::Ip>(ip, buf, adj) {
+        if adj != ADJ_MISS && ip::nodes::family::send_originated_whole::<F::Ip>(&cx.ip().tables, buf, adj) {
             buf.meta.adj = adj;
             return Verdict::Next(LbNatNext::Output);
         }
@@ -433,19 +404,11 @@ impl<Cx: HasLb, F: NatNodeFamily> Node<Cx> for LbNat<F> {
     /// `process` call and no `meta.param` round trip a packet).
     fn run_vector(&mut self, cx: &mut Cx, pool: &mut Pool, input: &[BufIdx], out: &mut Enqueue<'_, Self::Next, Self::Counter>) {
         self.read_vector(cx, pool, input, false);
-        // The IP tables for the vector (the context's version): the hit's encapsulation
-        // reads the backend's adjacency while its outer headers are borrowed from the
-        // LB context.
-        let ip = std::sync::Arc::clone(&cx.ip().tables);
-        let mut encapsulated = 0u64;
         let bufs = pool.buffers_mut();
         for (at, &bi) in input[..self.len].iter().enumerate() {
             let buf = &mut bufs[bi.get()];
-            let v = self.decide(cx, &mut out.counts(), buf, at, &ip, &mut encapsulated);
+            let v = self.decide(cx, &mut out.counts(), buf, at);
             out.push(bi, buf, v);
-        }
-        if encapsulated != 0 {
-            out.counts().add(LbNatCounter::Encapsulated, encapsulated);
         }
     }
 
@@ -460,11 +423,7 @@ impl<Cx: HasLb, F: NatNodeFamily> Node<Cx> for LbNat<F> {
         // `prepare` ran on this vector (the dispatcher runs it first) and left the
         // packet's place in it; the packet is as `prepare` read it.
         let at = buf.meta.param as usize % VECTOR_SIZE;
-        let ip = std::sync::Arc::clone(&cx.ip().tables);
-        let mut encapsulated = 0u64;
-        let v = self.decide(cx, counts, buf, at, &ip, &mut encapsulated);
-        counts.add(LbNatCounter::Encapsulated, encapsulated);
-        v
+        self.decide(cx, counts, buf, at)
     }
 }
 
@@ -504,8 +463,7 @@ impl<F: NatNodeFamily> LbNat<F> {
         }
     }
 
-    /// The packet at place `at` of the vector `read_vector` read (`ip`: the IP tables;
-    /// the hits encapsulated whole counted in `encapsulated`, for the caller to add): a session hit here,
+    /// The packet at place `at` of the vector `read_vector` read: a session hit here,
     /// inlined into the vector's loop; everything else (a new flow, a changed service, a
     /// reply found by the full lookup, an ICMP error, a bad packet) out of line in
     /// [`LbNat::full_path`], so the hit path's registers and stack stay its own.
@@ -516,8 +474,6 @@ impl<F: NatNodeFamily> LbNat<F> {
         counts: &mut Counts<'_, LbNatCounter>,
         buf: &mut Buffer,
         at: usize,
-        ip: &ip::tables::Tables,
-        encapsulated: &mut u64,
     ) -> Verdict<LbNatNext, LbNatCounter> {
         {
             let (t, lb, _) = F::parts(cx.lb());
@@ -553,12 +509,8 @@ impl<F: NatNodeFamily> LbNat<F> {
             }
             // `ready.hash` is the flow's (its session was found by it).
             Some(Hit::Direct { outer, .. }) => {
-                if Self::put_outer_l2(ip, buf, outer, ready.hash()) {
-                    *encapsulated += 1;
-                    return Verdict::Next(LbNatNext::Output);
-                }
                 return match Self::put_outer(counts, buf, outer, ready.hash()) {
-                    Ok(adj) => Self::send_outer_by(ip, buf, adj),
+                    Ok(adj) => Self::send_outer(cx, buf, adj),
                     Err(v) => v,
                 };
             }
