@@ -5,7 +5,7 @@
 
 use super::ParcelFamily;
 use crate::context::HasParcel;
-use engine::{counters, Buffer, Counts, Node, Verdict};
+use engine::{counters, BufIdx, Buffer, Counts, Enqueue, Node, Pool, Verdict};
 use ip::nodes::family::rewrite_fast;
 use ip::tables::{Adjacency, TunnelKind, TunnelRef, MAX_INDEX};
 use wire::parcel::ParcelError;
@@ -83,6 +83,36 @@ pub fn bad_segments(b: &[u8], s: &super::Shape) -> usize {
         .count()
 }
 
+/// The common case, decided without `process`: a parcel whose header passes the checks,
+/// from a unicast source, routed to a next hop that takes parcels (`parcels = true`, no
+/// SPD or caught replies on it) within its MTU, and no segment to read on the way (the
+/// in-transit check off). Its segment count and next node (`interface-output` rewritten
+/// here, or `ipN-rewrite`'s general path), the packet trimmed to the parcel and its
+/// adjacency in `meta.adj`, as `process` leaves it; `None` (the packet untouched) for
+/// anything else, which `process` then decides and counts by name.
+#[inline(always)]
+fn forward_whole<F: ParcelFamily>(ipcx: &ip::context::IpContext, buf: &mut Buffer) -> Option<(usize, F::InputNext)> {
+    let b = buf.bytes();
+    let s = F::check(b).ok()?;
+    if F::bad_source(b) {
+        return None;
+    }
+    let key = F::key(&b[F::DST_AT..]);
+    let adj = F::fib(&ipcx.tables).lookup(key);
+    if adj > MAX_INDEX {
+        return None;
+    }
+    let adjacency = ipcx.tables.adjacency(adj);
+    let (Adjacency::Rewrite { tx_if, mtu, .. } | Adjacency::Glean { tx_if, mtu }) = adjacency else { return None };
+    let t = &ipcx.tables;
+    if !(t.straight_to_rewrite(*tx_if) && t.takes_parcels(*tx_if) && s.total_len <= *mtu as usize) {
+        return None;
+    }
+    buf.truncate(s.total_len);
+    buf.meta.adj = adj;
+    Some((s.nsegs, if rewrite_fast::<F>(adjacency, buf) { F::TO_OUTPUT } else { F::TO_REWRITE }))
+}
+
 /// The route `adj` leads into a UDP tunnel (GUE, GRE-in-UDP, IP-in-UDP).
 fn into_udp_tunnel(adj: u32) -> bool {
     TunnelRef::decode(adj).is_some_and(|t| matches!(t.kind, TunnelKind::Gue4 | TunnelKind::Gue6))
@@ -94,6 +124,37 @@ impl<Cx: HasParcel, F: ParcelFamily> Node<Cx> for ParcelInput<F> {
 
     fn name(&self) -> &'static str {
         F::INPUT
+    }
+
+    /// The vector in one loop: the parcels forwarded whole ([`forward_whole`]) pushed on
+    /// and counted once a vector; every other packet through `process`, in order.
+    const RUNS_VECTORS: bool = true;
+
+    fn run_vector(&mut self, cx: &mut Cx, pool: &mut Pool, input: &[BufIdx], out: &mut Enqueue<'_, Self::Next, Self::Counter>) {
+        use ParcelInputCounter as C;
+        let in_transit = {
+            let (_, pcx) = cx.split_parcel();
+            pcx.verify_segments && pcx.verify_in_transit
+        };
+        let bufs = pool.buffers_mut();
+        let (mut whole, mut segments) = (0u64, 0u64);
+        for &bi in input {
+            let b = &mut bufs[bi.get()];
+            let fast = if in_transit { None } else { forward_whole::<F>(cx.split_parcel().0, b) };
+            let v = match fast {
+                Some((nsegs, next)) => {
+                    whole += 1;
+                    segments += nsegs as u64;
+                    Verdict::Next(next)
+                }
+                None => self.process(cx, &mut out.counts(), b),
+            };
+            out.push(bi, b, v);
+        }
+        let mut counts = out.counts();
+        counts.add(C::Parcels, whole);
+        counts.add(C::Segments, segments);
+        counts.add(C::Whole, whole);
     }
 
     fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
