@@ -83,34 +83,44 @@ pub fn bad_segments(b: &[u8], s: &super::Shape) -> usize {
         .count()
 }
 
+/// What [`forward_whole`] found.
+enum Fast<N> {
+    /// Forwarded whole: the segment count and the next node.
+    Whole(usize, N),
+    /// A parcel whose header passed, from a unicast source, looked up (its adjacency):
+    /// not the common case; [`ParcelInput::decide`] takes it from there.
+    Looked(super::Shape, u32),
+    /// Anything else: `process` checks it again and names what is wrong.
+    Refused,
+}
+
 /// The common case, decided without `process`: a parcel whose header passes the checks,
 /// from a unicast source, routed to a next hop that takes parcels (`parcels = true`, no
 /// SPD or caught replies on it) within its MTU, and no segment to read on the way (the
-/// in-transit check off). Its segment count and next node (`interface-output` rewritten
-/// here, or `ipN-rewrite`'s general path), the packet trimmed to the parcel and its
-/// adjacency in `meta.adj`, as `process` leaves it; `None` (the packet untouched) for
-/// anything else, which `process` then decides and counts by name.
+/// in-transit check off). The packet trimmed to the parcel and its adjacency in
+/// `meta.adj`, rewritten for `interface-output` (or left to `ipN-rewrite`'s general
+/// path), as `process` leaves it.
 #[inline(always)]
-fn forward_whole<F: ParcelFamily>(ipcx: &ip::context::IpContext, buf: &mut Buffer) -> Option<(usize, F::InputNext)> {
+fn forward_whole<F: ParcelFamily>(ipcx: &ip::context::IpContext, buf: &mut Buffer) -> Fast<F::InputNext> {
     let b = buf.bytes();
-    let s = F::check(b).ok()?;
+    let Ok(s) = F::check(b) else { return Fast::Refused };
     if F::bad_source(b) {
-        return None;
+        return Fast::Refused;
     }
     let key = F::key(&b[F::DST_AT..]);
-    let adj = F::fib(&ipcx.tables).lookup(key);
-    if adj > MAX_INDEX {
-        return None;
-    }
-    let adjacency = ipcx.tables.adjacency(adj);
-    let (Adjacency::Rewrite { tx_if, mtu, .. } | Adjacency::Glean { tx_if, mtu }) = adjacency else { return None };
     let t = &ipcx.tables;
-    if !(t.straight_to_rewrite(*tx_if) && t.takes_parcels(*tx_if) && s.total_len <= *mtu as usize) {
-        return None;
-    }
+    let adj = F::fib(t).lookup(key);
+    let adjacency = match (adj <= MAX_INDEX).then(|| t.adjacency(adj)) {
+        Some(a @ (Adjacency::Rewrite { tx_if, mtu, .. } | Adjacency::Glean { tx_if, mtu }))
+            if t.straight_to_rewrite(*tx_if) && t.takes_parcels(*tx_if) && s.total_len <= *mtu as usize =>
+        {
+            a
+        }
+        _ => return Fast::Looked(s, adj),
+    };
     buf.truncate(s.total_len);
     buf.meta.adj = adj;
-    Some((s.nsegs, if rewrite_fast::<F>(adjacency, buf) { F::TO_OUTPUT } else { F::TO_REWRITE }))
+    Fast::Whole(s.nsegs, if rewrite_fast::<F>(adjacency, buf) { F::TO_OUTPUT } else { F::TO_REWRITE })
 }
 
 /// The route `adj` leads into a UDP tunnel (GUE, GRE-in-UDP, IP-in-UDP).
@@ -140,14 +150,15 @@ impl<Cx: HasParcel, F: ParcelFamily> Node<Cx> for ParcelInput<F> {
         let (mut whole, mut segments) = (0u64, 0u64);
         for &bi in input {
             let b = &mut bufs[bi.get()];
-            let fast = if in_transit { None } else { forward_whole::<F>(cx.split_parcel().0, b) };
+            let fast = if in_transit { Fast::Refused } else { forward_whole::<F>(cx.split_parcel().0, b) };
             let v = match fast {
-                Some((nsegs, next)) => {
+                Fast::Whole(nsegs, next) => {
                     whole += 1;
                     segments += nsegs as u64;
                     Verdict::Next(next)
                 }
-                None => self.process(cx, &mut out.counts(), b),
+                Fast::Looked(s, adj) => Self::decide(cx, &mut out.counts(), b, s, adj),
+                Fast::Refused => self.process(cx, &mut out.counts(), b),
             };
             out.push(bi, b, v);
         }
@@ -167,16 +178,38 @@ impl<Cx: HasParcel, F: ParcelFamily> Node<Cx> for ParcelInput<F> {
         if F::bad_source(b) {
             return Verdict::Drop(C::BadSource);
         }
+        let adj = F::fib(&cx.split_parcel().0.tables).lookup(F::key(&b[F::DST_AT..]));
+        Self::decide(cx, counts, buf, s, adj)
+    }
+
+    fn trace(&self, buf: &Buffer) -> String {
+        match F::check(buf.bytes()) {
+            Ok(s) => format!("parcel {} x {} B, {} B", s.nsegs, s.seg_len, s.total_len),
+            Err(e) => format!("not a parcel: {e}"),
+        }
+    }
+}
+
+impl<F: ParcelFamily> ParcelInput<F> {
+    /// The rest of `process` for a parcel whose header passed (`s`), from a unicast
+    /// source, whose destination looked up to `adj`.
+    #[inline(always)]
+    fn decide<Cx: HasParcel>(
+        cx: &mut Cx,
+        counts: &mut Counts<'_, ParcelInputCounter>,
+        buf: &mut Buffer,
+        s: super::Shape,
+        adj: u32,
+    ) -> Verdict<F::InputNext, ParcelInputCounter> {
+        use ParcelInputCounter as C;
         let (ipcx, pcx) = cx.split_parcel();
         // Per hop only the headers are checked: the slots travel on (whole, or as each
         // datagram's checksum after a split), so the receiver still finds a damaged
         // segment. Segments are read where that chain would break (a GSO frame: the
         // kernel sums each datagram afresh), and in the split as it copies them.
         let strict = pcx.verify_segments && pcx.verify_in_transit;
-        let mut bad = if strict { bad_segments(b, &s) } else { 0 };
-        let key = F::key(&b[F::DST_AT..]);
+        let mut bad = if strict { bad_segments(buf.bytes(), &s) } else { 0 };
         buf.truncate(s.total_len);
-        let adj = F::fib(&ipcx.tables).lookup(key);
         buf.meta.adj = adj;
         let next_hop = match (adj <= MAX_INDEX).then(|| ipcx.tables.adjacency(adj)) {
             Some(Adjacency::Rewrite { tx_if, mtu, .. } | Adjacency::Glean { tx_if, mtu }) if ipcx.tables.straight_to_rewrite(*tx_if) => {
@@ -234,12 +267,5 @@ impl<Cx: HasParcel, F: ParcelFamily> Node<Cx> for ParcelInput<F> {
             PARAM_FROM_INPUT | if check { PARAM_CHECK_SEGMENTS } else { 0 } | if next_hop.is_some() { PARAM_NEXT_HOP } else { 0 };
         counts.inc(C::ToSplit);
         Verdict::Next(F::TO_SPLIT)
-    }
-
-    fn trace(&self, buf: &Buffer) -> String {
-        match F::check(buf.bytes()) {
-            Ok(s) => format!("parcel {} x {} B, {} B", s.nsegs, s.seg_len, s.total_len),
-            Err(e) => format!("not a parcel: {e}"),
-        }
     }
 }
