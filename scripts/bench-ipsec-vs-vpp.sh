@@ -25,7 +25,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 rounds=3
 seconds=3
-packets=2000000
+packets=20000000  # ≥ 1 s of vecgate a round: docs/PERFORMANCE.md, "Measuring on the shared VMs"
 core=1
 positions="1 10 100 1000"
 caches="on off"

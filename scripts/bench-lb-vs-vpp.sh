@@ -19,7 +19,7 @@
 set -euo pipefail
 # The runs themselves are scripts/bench-vs-vpp.sh's `lb4-gre4-N` scenarios; this picks the
 # VIP counts and the LB's defaults.
-packets=3000000
+packets=20000000  # ≥ 1 s of vecgate a round: docs/PERFORMANCE.md, "Measuring on the shared VMs"
 vips="1 1000"
 args=()
 while [ $# -gt 0 ]; do

@@ -10,7 +10,8 @@ parcel nodes' median cycles per packet they saw. `fwd16-strict` passes
 `--segment-check-in-transit` to every build but the baseline (which predates the flag).
 `PARCEL_AB_ONLY=split16,join16` runs only the scenarios named (ip4-forward always); the
 GSO-frame and IPv6 rows (`gso16`, `gso8k`, `join6-16`, `join6-8k`, `gso6-16`, `split6-16`,
-`split6-16-off`, `split6-8k`, `fwd6-16`) run only when named, their flags being newer than the older
+`split6-16-off`, `split6-8k`, `fwd6-16`, and `fwd16-v256` / `fwd16-v16`, the forward at a
+set vector size) run only when named, their flags being newer than the older
 builds. `PARCEL_AB_WRAP="/tmp/quiet.sh"` puts that command in front of every bench run
 (each run timed alone, the machine's other work free in between).
 Used for docs/PERFORMANCE.md's parcel figures."""
@@ -20,6 +21,7 @@ import statistics
 import subprocess
 import sys
 
+# `fwd16` runs each build's default vector: 16 parcels before 2026-12-03, 256 since.
 SCENARIOS = [
     ("ip4-forward", ["ip4-forward", "--packets", "1000000"], False),
     ("fwd16", ["parcel-forward", "--segments", "16", "--packets", "100000"], False),
@@ -43,8 +45,12 @@ SCENARIOS = [
     ("split6-16-off", ["parcel-split", "--family", "ip6", "--segments", "16", "--packets", "100000", "--no-segment-check"], False),
     ("split6-8k", ["parcel-split", "--family", "ip6", "--segment-size", "8000", "--segments", "8", "--packets", "50000"], False),
     ("fwd6-16", ["parcel-forward", "--family", "ip6", "--segments", "16", "--packets", "100000"], False),
+    # Builds from 2026-12-03 on (`--per-vector`): `parcel-forward` gets full vectors (256
+    # parcels) by default, the older builds 16 parcels a vector; these rows set the count.
+    ("fwd16-v256", ["parcel-forward", "--segments", "16", "--packets", "100000", "--per-vector", "256"], False),
+    ("fwd16-v16", ["parcel-forward", "--segments", "16", "--packets", "100000", "--per-vector", "16"], False),
 ]
-NEW = {"gso16", "gso8k", "join6-16", "join6-8k", "gso6-16", "split6-16", "split6-16-off", "split6-8k", "fwd6-16"}
+NEW = {"gso16", "gso8k", "join6-16", "join6-8k", "gso6-16", "split6-16", "split6-16-off", "split6-8k", "fwd6-16", "fwd16-v256", "fwd16-v16"}
 
 # PARCEL_AB_WRAP: a command put in front of every bench run (parcel_abba.py too).
 WRAP = os.environ.get("PARCEL_AB_WRAP", "").split()

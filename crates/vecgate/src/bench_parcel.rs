@@ -3,8 +3,11 @@
 //! `--segments`. The report adds `segments_per_sec` beside `mpps` (packets in: parcels,
 //! or datagrams for `parcel-join`).
 //!
-//! A vector carries about 256 segments (256 / N parcels, or whole runs of N datagrams),
-//! so a split or a join makes or takes one vector's worth; frames come from the pool's
+//! `parcel-forward` gets full vectors (256 parcels, as a loaded receiver hands them over,
+//! and as `ip4-forward`'s 256 packets, the rate it is compared with); for the split and
+//! the join a vector carries about 256 segments (256 / N parcels, or whole runs of N
+//! datagrams), so that they make or take one vector's worth; `--per-vector` sets the
+//! count (`--per-vector 16`: the forward as measured before 2026-12-03). Frames come from the pool's
 //! large buffers where they do not fit a regular one (the packet generator only fills
 //! regular buffers, hence the replay device here).
 //!
@@ -224,6 +227,8 @@ struct Report {
     verify_segments: bool,
     /// `verify_parcel_segments_in_transit`: and at every hop, forwarded whole too.
     verify_in_transit: bool,
+    /// Frames the replay device hands the graph a vector (`--per-vector`).
+    per_vector: usize,
     /// Packets in: parcels, or datagrams for `parcel-join`.
     packets: u64,
     delivered: u64,
@@ -254,6 +259,7 @@ pub fn bench(
     in_transit: bool,
     family: &str,
     gso: bool,
+    per_vector: Option<usize>,
 ) -> Result<()> {
     let v6 = match family {
         "ip4" => false,
@@ -277,17 +283,25 @@ pub fn bench(
     let (_control, mut worker) = assemble(&cfg)?.into_single();
     worker.cx.parcel.verify_segments = verify;
     worker.cx.parcel.verify_in_transit = in_transit;
-    let per_vector = (engine::VECTOR_SIZE / segments).max(1);
+    if per_vector.is_some_and(|n| !(1..=engine::VECTOR_SIZE).contains(&n)) {
+        bail!("--per-vector: expected 1 to {} frames", engine::VECTOR_SIZE);
+    }
+    // A vector of 256 segments where a node makes or takes datagrams (the split's output,
+    // the join's input fill one vector); a full vector of parcels forwarded whole.
+    let segments_vector = (engine::VECTOR_SIZE / segments).max(1);
     let gso_meta = gso.then(|| (14 + if v6 { 40 } else { 20 }, segment_size as u16));
-    let (frame, per_vector) = if gso {
+    let (frame, default_vector) = if gso {
         worker.cx.parcel.join_segments = segments;
-        (datagram_frame(segment_size * segments, v6, Some(segment_size)), per_vector)
+        (datagram_frame(segment_size * segments, v6, Some(segment_size)), segments_vector)
     } else if join {
         worker.cx.parcel.join_segments = segments;
-        (datagram_frame(segment_size, v6, None), per_vector * segments)
+        (datagram_frame(segment_size, v6, None), (segments_vector * segments).min(engine::VECTOR_SIZE))
+    } else if scenario == "parcel-forward" {
+        (parcel_frame(segment_size, segments, v6)?, engine::VECTOR_SIZE)
     } else {
-        (parcel_frame(segment_size, segments, v6)?, per_vector)
+        (parcel_frame(segment_size, segments, v6)?, segments_vector)
     };
+    let per_vector = per_vector.unwrap_or(default_vector);
     let round = |n: u64| n.div_ceil(per_vector as u64) * per_vector as u64;
     let (warmup, packets) = (round((packets / 10).max(per_vector as u64 * 4)), round(packets));
     worker.ports[0].device = Box::new(Replay { frame, gso: gso_meta, per_vector, remaining: warmup + packets });
@@ -311,6 +325,7 @@ pub fn bench(
         segments,
         verify_segments: verify,
         verify_in_transit: verify && in_transit,
+        per_vector,
         packets: input,
         delivered,
         mpps: input as f64 / secs / 1e6,
@@ -329,10 +344,11 @@ pub fn bench(
     } else {
         print!("{}", control::format::runtime(&s));
         println!(
-            "{}: {} x {} B, {} packets in, {} delivered, {:.3} Mpps, {:.2} M segments/s, {:.2} Gbit/s, {:.0} cycles/packet, {:.1} cycles/segment, median {:.1} cycles/segment ({})",
+            "{}: {} x {} B, {} a vector, {} packets in, {} delivered, {:.3} Mpps, {:.2} M segments/s, {:.2} Gbit/s, {:.0} cycles/packet, {:.1} cycles/segment, median {:.1} cycles/segment ({})",
             report.scenario,
             segments,
             segment_size,
+            per_vector,
             input,
             delivered,
             report.mpps,

@@ -117,6 +117,12 @@ enum Cmd {
         /// parcel-forward, parcel-split, parcel-join: segments per parcel (join: at most).
         #[arg(long, default_value_t = 16)]
         segments: usize,
+        /// parcel scenarios: frames the replay device hands the graph a vector (default:
+        /// parcel-forward a full vector, 256 parcels, as a loaded receiver gives them;
+        /// parcel-split 256 / segments parcels, so that a split makes one vector of
+        /// datagrams; parcel-join 256 datagrams, or 256 / segments GSO frames).
+        #[arg(long)]
+        per_vector: Option<usize>,
         /// parcel scenarios: `verify_parcel_segments = false` (segments never read).
         #[arg(long)]
         no_segment_check: bool,
@@ -320,6 +326,7 @@ fn main() {
             segment_check_in_transit,
             family,
             gso,
+            per_vector,
             ..
         } if scenario.starts_with("parcel-") => bench_parcel::bench(
             &scenario,
@@ -332,6 +339,7 @@ fn main() {
             segment_check_in_transit,
             &family,
             gso,
+            per_vector,
         ),
         Cmd::Bench { scenario, json, routes, family, updates, .. } if scenario == "fib-update" => {
             bench_fib::bench(routes, &family, updates, json)

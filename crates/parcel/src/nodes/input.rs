@@ -5,7 +5,7 @@
 
 use super::ParcelFamily;
 use crate::context::HasParcel;
-use engine::{counters, Buffer, Counts, Node, Verdict};
+use engine::{counters, BufIdx, Buffer, Counts, Enqueue, Node, Pool, Verdict};
 use ip::nodes::family::rewrite_fast;
 use ip::tables::{Adjacency, TunnelKind, TunnelRef, MAX_INDEX};
 use wire::parcel::ParcelError;
@@ -83,6 +83,46 @@ pub fn bad_segments(b: &[u8], s: &super::Shape) -> usize {
         .count()
 }
 
+/// What [`forward_whole`] found.
+enum Fast<N> {
+    /// Forwarded whole: the segment count and the next node.
+    Whole(usize, N),
+    /// A parcel whose header passed, from a unicast source, looked up (its adjacency):
+    /// not the common case; [`ParcelInput::decide`] takes it from there.
+    Looked(super::Shape, u32),
+    /// Anything else: `process` checks it again and names what is wrong.
+    Refused,
+}
+
+/// The common case, decided without `process`: a parcel whose header passes the checks,
+/// from a unicast source, routed to a next hop that takes parcels (`parcels = true`, no
+/// SPD or caught replies on it) within its MTU, and no segment to read on the way (the
+/// in-transit check off). The packet trimmed to the parcel and its adjacency in
+/// `meta.adj`, rewritten for `interface-output` (or left to `ipN-rewrite`'s general
+/// path), as `process` leaves it.
+#[inline(always)]
+fn forward_whole<F: ParcelFamily>(ipcx: &ip::context::IpContext, buf: &mut Buffer) -> Fast<F::InputNext> {
+    let b = buf.bytes();
+    let Ok(s) = F::check(b) else { return Fast::Refused };
+    if F::bad_source(b) {
+        return Fast::Refused;
+    }
+    let key = F::key(&b[F::DST_AT..]);
+    let t = &ipcx.tables;
+    let adj = F::fib(t).lookup(key);
+    let adjacency = match (adj <= MAX_INDEX).then(|| t.adjacency(adj)) {
+        Some(a @ (Adjacency::Rewrite { tx_if, mtu, .. } | Adjacency::Glean { tx_if, mtu }))
+            if t.straight_to_rewrite(*tx_if) && t.takes_parcels(*tx_if) && s.total_len <= *mtu as usize =>
+        {
+            a
+        }
+        _ => return Fast::Looked(s, adj),
+    };
+    buf.truncate(s.total_len);
+    buf.meta.adj = adj;
+    Fast::Whole(s.nsegs, if rewrite_fast::<F>(adjacency, buf) { F::TO_OUTPUT } else { F::TO_REWRITE })
+}
+
 /// The route `adj` leads into a UDP tunnel (GUE, GRE-in-UDP, IP-in-UDP).
 fn into_udp_tunnel(adj: u32) -> bool {
     TunnelRef::decode(adj).is_some_and(|t| matches!(t.kind, TunnelKind::Gue4 | TunnelKind::Gue6))
@@ -96,6 +136,38 @@ impl<Cx: HasParcel, F: ParcelFamily> Node<Cx> for ParcelInput<F> {
         F::INPUT
     }
 
+    /// The vector in one loop: the parcels forwarded whole ([`forward_whole`]) pushed on
+    /// and counted once a vector; every other packet through `process`, in order.
+    const RUNS_VECTORS: bool = true;
+
+    fn run_vector(&mut self, cx: &mut Cx, pool: &mut Pool, input: &[BufIdx], out: &mut Enqueue<'_, Self::Next, Self::Counter>) {
+        use ParcelInputCounter as C;
+        let in_transit = {
+            let (_, pcx) = cx.split_parcel();
+            pcx.verify_segments && pcx.verify_in_transit
+        };
+        let bufs = pool.buffers_mut();
+        let (mut whole, mut segments) = (0u64, 0u64);
+        for &bi in input {
+            let b = &mut bufs[bi.get()];
+            let fast = if in_transit { Fast::Refused } else { forward_whole::<F>(cx.split_parcel().0, b) };
+            let v = match fast {
+                Fast::Whole(nsegs, next) => {
+                    whole += 1;
+                    segments += nsegs as u64;
+                    Verdict::Next(next)
+                }
+                Fast::Looked(s, adj) => Self::decide(cx, &mut out.counts(), b, s, adj),
+                Fast::Refused => self.process(cx, &mut out.counts(), b),
+            };
+            out.push(bi, b, v);
+        }
+        let mut counts = out.counts();
+        counts.add(C::Parcels, whole);
+        counts.add(C::Segments, segments);
+        counts.add(C::Whole, whole);
+    }
+
     fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
         use ParcelInputCounter as C;
         let b = buf.bytes();
@@ -106,16 +178,38 @@ impl<Cx: HasParcel, F: ParcelFamily> Node<Cx> for ParcelInput<F> {
         if F::bad_source(b) {
             return Verdict::Drop(C::BadSource);
         }
+        let adj = F::fib(&cx.split_parcel().0.tables).lookup(F::key(&b[F::DST_AT..]));
+        Self::decide(cx, counts, buf, s, adj)
+    }
+
+    fn trace(&self, buf: &Buffer) -> String {
+        match F::check(buf.bytes()) {
+            Ok(s) => format!("parcel {} x {} B, {} B", s.nsegs, s.seg_len, s.total_len),
+            Err(e) => format!("not a parcel: {e}"),
+        }
+    }
+}
+
+impl<F: ParcelFamily> ParcelInput<F> {
+    /// The rest of `process` for a parcel whose header passed (`s`), from a unicast
+    /// source, whose destination looked up to `adj`.
+    #[inline(always)]
+    fn decide<Cx: HasParcel>(
+        cx: &mut Cx,
+        counts: &mut Counts<'_, ParcelInputCounter>,
+        buf: &mut Buffer,
+        s: super::Shape,
+        adj: u32,
+    ) -> Verdict<F::InputNext, ParcelInputCounter> {
+        use ParcelInputCounter as C;
         let (ipcx, pcx) = cx.split_parcel();
         // Per hop only the headers are checked: the slots travel on (whole, or as each
         // datagram's checksum after a split), so the receiver still finds a damaged
         // segment. Segments are read where that chain would break (a GSO frame: the
         // kernel sums each datagram afresh), and in the split as it copies them.
         let strict = pcx.verify_segments && pcx.verify_in_transit;
-        let mut bad = if strict { bad_segments(b, &s) } else { 0 };
-        let key = F::key(&b[F::DST_AT..]);
+        let mut bad = if strict { bad_segments(buf.bytes(), &s) } else { 0 };
         buf.truncate(s.total_len);
-        let adj = F::fib(&ipcx.tables).lookup(key);
         buf.meta.adj = adj;
         let next_hop = match (adj <= MAX_INDEX).then(|| ipcx.tables.adjacency(adj)) {
             Some(Adjacency::Rewrite { tx_if, mtu, .. } | Adjacency::Glean { tx_if, mtu }) if ipcx.tables.straight_to_rewrite(*tx_if) => {
@@ -173,12 +267,5 @@ impl<Cx: HasParcel, F: ParcelFamily> Node<Cx> for ParcelInput<F> {
             PARAM_FROM_INPUT | if check { PARAM_CHECK_SEGMENTS } else { 0 } | if next_hop.is_some() { PARAM_NEXT_HOP } else { 0 };
         counts.inc(C::ToSplit);
         Verdict::Next(F::TO_SPLIT)
-    }
-
-    fn trace(&self, buf: &Buffer) -> String {
-        match F::check(buf.bytes()) {
-            Ok(s) => format!("parcel {} x {} B, {} B", s.nsegs, s.seg_len, s.total_len),
-            Err(e) => format!("not a parcel: {e}"),
-        }
     }
 }
