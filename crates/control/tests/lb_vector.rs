@@ -5,16 +5,11 @@
 //! longer than the pipeline's distance, mixing new flows, session hits, encapsulated
 //! services, a port without a service and packets without a flow.
 
-use control::fuzz::graph::{decode, Harness};
-use io::mem::RxFrame;
-use std::path::Path;
+mod common;
 
-/// The first frame of a committed fuzz seed (fuzz/make_graph_corpus.py).
-fn seed(name: &str) -> (usize, Vec<u8>) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/graph").join(name);
-    let (port, f) = decode(&std::fs::read(&path).unwrap()).remove(0);
-    (port, f.bytes)
-}
+use common::{count, counters, seed, traced_and_untraced_agree};
+use control::fuzz::graph::Harness;
+use io::mem::RxFrame;
 
 /// A 16-bit field at `at` set to `v`, the checksum at `sum` kept right (RFC 1624).
 fn set_field(frame: &mut [u8], at: usize, v: u16, sum: usize) {
@@ -59,40 +54,18 @@ fn vector(flows: u16) -> Vec<(usize, RxFrame)> {
     out.into_iter().map(|(port, bytes)| (port, RxFrame { bytes, vnet: None })).collect()
 }
 
-fn lb_counters(h: &Harness) -> Vec<(String, String, u64)> {
-    let mut c: Vec<_> = h
-        .worker
-        .graph
-        .counter_snapshots()
-        .into_iter()
-        .filter(|c| c.node.starts_with("lb") && c.count > 0)
-        .map(|c| (c.node.to_string(), c.counter.to_string(), c.count))
-        .collect();
-    c.sort();
-    c
-}
-
 #[test]
 fn a_vector_run_in_one_loop_goes_where_the_traced_one_goes() {
     let mut untraced = Harness::new();
     let mut traced = Harness::new();
     // Three rounds: new sessions, then their hits twice.
     for round in 0..3 {
-        traced.worker.graph.trace_add("pg-input", 10_000).unwrap();
         let frames = vector(24);
         assert!(frames.len() > 2 * 16, "longer than the pipeline's distance");
-        let a = untraced.frames(frames.clone());
-        let b = traced.frames(frames);
-        assert!(traced.worker.graph.trace_records().iter().any(|t| t.node == "lb4-nat"), "round {round}: traced");
-        traced.worker.graph.trace_clear();
-        assert_eq!(a.len(), b.len(), "round {round}: frames sent");
-        for (i, (x, y)) in a.iter().zip(&b).enumerate() {
-            assert_eq!(x, y, "round {round}: frame {i}");
-        }
-        assert_eq!(lb_counters(&untraced), lb_counters(&traced), "round {round}");
+        traced_and_untraced_agree(&mut untraced, &mut traced, frames, "lb4-nat", "lb", round);
     }
-    let c = lb_counters(&untraced);
-    let count = |node: &str, counter: &str| c.iter().find(|(n, k, _)| n == node && k == counter).map_or(0, |e| e.2);
+    let c = counters(&untraced, "lb");
+    let count = |node: &str, counter: &str| count(&c, node, counter);
     // Each flow's first packet made its session; the later rounds were hits.
     assert_eq!(count("lb4-nat", "new-session"), 48, "{c:?}");
     // The IPv6 service has client affinity: the client's later flows follow its first.

@@ -5,16 +5,11 @@
 //! mix parcels forwarded whole (both families), parcels to split, parcels to a GSO link,
 //! parcels whose TTL expires here, and parcels dropped by name.
 
-use control::fuzz::graph::{decode, Harness};
-use io::mem::RxFrame;
-use std::path::Path;
+mod common;
 
-/// The first frame of a committed fuzz seed (fuzz/make_graph_corpus.py).
-fn seed(name: &str) -> (usize, Vec<u8>) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/graph").join(name);
-    let (port, f) = decode(&std::fs::read(&path).unwrap()).remove(0);
-    (port, f.bytes)
-}
+use common::{count, counters, seed, traced_and_untraced_agree};
+use control::fuzz::graph::Harness;
+use io::mem::RxFrame;
 
 /// Ethernet 14, then an IPv4 parcel header of 28 bytes.
 const IP: usize = 14;
@@ -67,38 +62,15 @@ fn vector(n: u8) -> Vec<(usize, RxFrame)> {
     out.into_iter().map(|(port, bytes)| (port, RxFrame { bytes, vnet: None })).collect()
 }
 
-fn parcel_counters(h: &Harness) -> Vec<(String, String, u64)> {
-    let mut c: Vec<_> = h
-        .worker
-        .graph
-        .counter_snapshots()
-        .into_iter()
-        .filter(|c| c.node.starts_with("parcel") && c.count > 0)
-        .map(|c| (c.node.to_string(), c.counter.to_string(), c.count))
-        .collect();
-    c.sort();
-    c
-}
-
 #[test]
 fn a_vector_run_in_one_loop_goes_where_the_traced_one_goes() {
     let mut untraced = Harness::new();
     let mut traced = Harness::new();
     for round in 0..2 {
-        traced.worker.graph.trace_add("pg-input", 10_000).unwrap();
-        let frames = vector(30);
-        let a = untraced.frames(frames.clone());
-        let b = traced.frames(frames);
-        assert!(traced.worker.graph.trace_records().iter().any(|t| t.node == "parcel4-input"), "round {round}: traced");
-        traced.worker.graph.trace_clear();
-        assert_eq!(a.len(), b.len(), "round {round}: frames sent");
-        for (i, (x, y)) in a.iter().zip(&b).enumerate() {
-            assert_eq!(x, y, "round {round}: frame {i}");
-        }
-        assert_eq!(parcel_counters(&untraced), parcel_counters(&traced), "round {round}");
+        traced_and_untraced_agree(&mut untraced, &mut traced, vector(30), "parcel4-input", "parcel", round);
     }
-    let c = parcel_counters(&untraced);
-    let count = |node: &str, counter: &str| c.iter().find(|(n, k, _)| n == node && k == counter).map_or(0, |e| e.2);
+    let c = counters(&untraced, "parcel");
+    let count = |node: &str, counter: &str| count(&c, node, counter);
     // Per round: 30 whole IPv4 parcels and 6 with TTL 1 (whole too, then the rewrite's
     // general path), 30 IPv6 ones.
     assert_eq!(count("parcel4-input", "forwarded-whole"), 2 * 36, "{c:?}");
