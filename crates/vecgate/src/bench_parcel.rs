@@ -295,7 +295,7 @@ pub fn bench(
         (datagram_frame(segment_size * segments, v6, Some(segment_size)), segments_vector)
     } else if join {
         worker.cx.parcel.join_segments = segments;
-        (datagram_frame(segment_size, v6, None), (segments_vector * segments).min(engine::VECTOR_SIZE))
+        (datagram_frame(segment_size, v6, None), segments_vector * segments)
     } else if scenario == "parcel-forward" {
         (parcel_frame(segment_size, segments, v6)?, engine::VECTOR_SIZE)
     } else {

@@ -5,9 +5,10 @@
 
 use super::ParcelFamily;
 use crate::context::HasParcel;
+use engine::IfIndex;
 use engine::{counters, BufIdx, Buffer, Counts, Enqueue, Node, Pool, Verdict};
 use ip::nodes::family::rewrite_fast;
-use ip::tables::{Adjacency, TunnelKind, TunnelRef, MAX_INDEX};
+use ip::tables::{Adjacency, Tables, TunnelKind, TunnelRef, MAX_INDEX};
 use wire::parcel::ParcelError;
 
 counters! {
@@ -107,20 +108,54 @@ fn forward_whole<F: ParcelFamily>(ipcx: &ip::context::IpContext, buf: &mut Buffe
     if F::bad_source(b) {
         return Fast::Refused;
     }
-    let key = F::key(&b[F::DST_AT..]);
     let t = &ipcx.tables;
-    let adj = F::fib(t).lookup(key);
-    let adjacency = match (adj <= MAX_INDEX).then(|| t.adjacency(adj)) {
-        Some(a @ (Adjacency::Rewrite { tx_if, mtu, .. } | Adjacency::Glean { tx_if, mtu }))
-            if t.straight_to_rewrite(*tx_if) && t.takes_parcels(*tx_if) && s.total_len <= *mtu as usize =>
-        {
-            a
-        }
+    let adj = F::fib(t).lookup(F::key(&b[F::DST_AT..]));
+    let hop = match next_hop(t, adj) {
+        Some(hop) if takes_whole(t, &hop, s.total_len) => hop,
         _ => return Fast::Looked(s, adj),
     };
     buf.truncate(s.total_len);
     buf.meta.adj = adj;
-    Fast::Whole(s.nsegs, if rewrite_fast::<F>(adjacency, buf) { F::TO_OUTPUT } else { F::TO_REWRITE })
+    Fast::Whole(s.nsegs, send_whole::<F>(&hop, buf))
+}
+
+/// The link a route sends to straight (resolved or not; no SPD, no caught replies on
+/// it): its adjacency, interface and MTU.
+struct Hop<'a> {
+    adjacency: &'a Adjacency,
+    tx_if: IfIndex,
+    mtu: usize,
+}
+
+/// The [`Hop`] of route `adj`; `None` for any other route (a tunnel, a drop …).
+#[inline(always)]
+fn next_hop(t: &Tables, adj: u32) -> Option<Hop<'_>> {
+    match (adj <= MAX_INDEX).then(|| t.adjacency(adj)) {
+        Some(a @ (Adjacency::Rewrite { tx_if, mtu, .. } | Adjacency::Glean { tx_if, mtu })) if t.straight_to_rewrite(*tx_if) => {
+            Some(Hop { adjacency: a, tx_if: *tx_if, mtu: *mtu as usize })
+        }
+        _ => None,
+    }
+}
+
+/// The link `hop` takes a parcel of `total_len` bytes whole (`parcels = true`, within
+/// its MTU).
+#[inline(always)]
+fn takes_whole(t: &Tables, hop: &Hop<'_>, total_len: usize) -> bool {
+    t.takes_parcels(hop.tx_if) && total_len <= hop.mtu
+}
+
+/// A parcel forwarded whole to `hop`: the rewrite's fast path
+/// here, as the lookup takes it for a packet (`hop_fast` compares IPv4's Total Length, a
+/// parcel's segment length); an expiring TTL or an unresolved neighbour goes to
+/// `ipN-rewrite`'s general path.
+#[inline(always)]
+fn send_whole<F: ParcelFamily>(hop: &Hop<'_>, buf: &mut Buffer) -> F::InputNext {
+    if rewrite_fast::<F>(hop.adjacency, buf) {
+        F::TO_OUTPUT
+    } else {
+        F::TO_REWRITE
+    }
 }
 
 /// The route `adj` leads into a UDP tunnel (GUE, GRE-in-UDP, IP-in-UDP).
@@ -211,18 +246,13 @@ impl<F: ParcelFamily> ParcelInput<F> {
         let mut bad = if strict { bad_segments(buf.bytes(), &s) } else { 0 };
         buf.truncate(s.total_len);
         buf.meta.adj = adj;
-        let next_hop = match (adj <= MAX_INDEX).then(|| ipcx.tables.adjacency(adj)) {
-            Some(Adjacency::Rewrite { tx_if, mtu, .. } | Adjacency::Glean { tx_if, mtu }) if ipcx.tables.straight_to_rewrite(*tx_if) => {
-                Some((*tx_if, *mtu as usize))
-            }
-            _ => None,
-        };
+        let next_hop = next_hop(&ipcx.tables, adj);
         // The UDP header checksum is the receiver's, as for any UDP datagram a router
         // forwards: checked here only where the parcel is taken apart or leaves as a GSO
         // frame, since its ports and lengths then go into each datagram's checksum.
         let whole = bad == 0
-            && match next_hop {
-                Some((tx_if, mtu)) => ipcx.tables.takes_parcels(tx_if) && s.total_len <= mtu,
+            && match &next_hop {
+                Some(hop) => takes_whole(&ipcx.tables, hop, s.total_len),
                 None => into_udp_tunnel(adj),
             };
         if !whole && !F::check_with_udp(buf.bytes()).is_ok_and(|(_, ok)| ok) {
@@ -231,20 +261,14 @@ impl<F: ParcelFamily> ParcelInput<F> {
         counts.inc(C::Parcels);
         counts.add(C::Segments, s.nsegs as u64);
         if bad == 0 {
-            if let Some((tx_if, mtu)) = next_hop {
+            if let Some(hop) = &next_hop {
                 if whole {
                     counts.inc(C::Whole);
-                    // The rewrite's fast path here, as the lookup takes it for a packet:
-                    // `next_hop` is a link without an SPD or caught replies, and the whole
-                    // parcel is within its MTU (`hop_fast` compares IPv4's Total Length,
-                    // a parcel's segment length). An expiring TTL or an unresolved
-                    // neighbour goes to `ipN-rewrite`'s general path.
-                    let adjacency = ipcx.tables.adjacency(adj);
-                    return Verdict::Next(if rewrite_fast::<F>(adjacency, buf) { F::TO_OUTPUT } else { F::TO_REWRITE });
+                    return Verdict::Next(send_whole::<F>(hop, buf));
                 }
                 // Only verified segments: the kernel gives each datagram a fresh checksum
                 // over its bytes, which would hide damage the slots could still show.
-                if pcx.verify_segments && pcx.takes_gso(tx_if) && F::DATAGRAM_IP_LEN + 8 + s.seg_len <= mtu {
+                if pcx.verify_segments && pcx.takes_gso(hop.tx_if) && F::DATAGRAM_IP_LEN + 8 + s.seg_len <= hop.mtu {
                     if !strict {
                         bad = bad_segments(buf.bytes(), &s);
                     }
