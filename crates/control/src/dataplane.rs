@@ -71,6 +71,10 @@ impl HasIp for WorkerContext {
     fn ip(&mut self) -> &mut IpContext {
         &mut self.ip
     }
+    #[inline(always)]
+    fn parcels_whole_at_input(&self) -> bool {
+        !self.parcel.reads_segments_in_transit()
+    }
 }
 
 impl HasGtpu for WorkerContext {

@@ -62,7 +62,7 @@ fn a_vector_run_in_one_loop_goes_where_the_traced_one_goes() {
     for round in 0..3 {
         let frames = vector(24);
         assert!(frames.len() > 2 * 16, "longer than the pipeline's distance");
-        traced_and_untraced_agree(&mut untraced, &mut traced, frames, "lb4-nat", "lb", round);
+        traced_and_untraced_agree(&mut untraced, &mut traced, frames, "lb4-nat", |h| counters(h, "lb"), round);
     }
     let c = counters(&untraced, "lb");
     let count = |node: &str, counter: &str| count(&c, node, counter);

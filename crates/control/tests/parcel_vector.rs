@@ -1,13 +1,17 @@
-//! `parcel4-input` / `parcel6-input` decide an untraced vector in one loop (`run_vector`:
-//! the parcels forwarded whole decided there, counted once a vector; every other packet
-//! through `process`) and a traced one by a `process` call a packet. Both must send every
-//! packet where the other does, with the same bytes and the same counters: vectors that
-//! mix parcels forwarded whole (both families), parcels to split, parcels to a GSO link,
-//! parcels whose TTL expires here, and parcels dropped by name.
+//! `ethernet-input` forwards an untraced parcel whole itself when it is the common case
+//! (`ip::parcel::forward_whole`), and `parcel4-input` / `parcel6-input` decide the other
+//! parcels of an untraced vector in one loop (`run_vector`: every packet not forwarded
+//! whole through `process`); a traced parcel goes to its input node and is decided by a
+//! `process` call. Both ways must send every packet where the other does, with the same
+//! bytes and the same counters (the parcels forwarded whole counted by whichever node
+//! forwarded them): vectors that mix parcels forwarded whole (both families), parcels to
+//! split, parcels to a GSO link, parcels whose TTL expires here, and parcels dropped by
+//! name.
 
 mod common;
 
 use common::{count, counters, seed, traced_and_untraced_agree};
+use control::fuzz::graph::Harness as H;
 use control::fuzz::graph::Harness;
 use io::mem::RxFrame;
 
@@ -62,17 +66,43 @@ fn vector(n: u8) -> Vec<(usize, RxFrame)> {
     out.into_iter().map(|(port, bytes)| (port, RxFrame { bytes, vnet: None })).collect()
 }
 
+/// The parcel nodes' counters, with the parcels `ethernet-input` forwarded whole counted
+/// as their input node counts them, and the two families' `parcels`, `segments` and
+/// `forwarded-whole` together (`ethernet-input` counts both families in one).
+fn parcel_view(h: &H) -> Vec<(String, String, u64)> {
+    let mut v = std::collections::BTreeMap::new();
+    for (node, counter, n) in counters(h, "") {
+        let key = match (node.as_str(), counter.as_str()) {
+            ("ethernet-input", "parcels-forwarded-whole") => {
+                *v.entry(("parcelN-input".to_string(), "parcels".to_string())).or_insert(0) += n;
+                ("parcelN-input", "forwarded-whole")
+            }
+            ("ethernet-input", "parcel-segments-forwarded-whole") => ("parcelN-input", "segments"),
+            ("parcel4-input" | "parcel6-input", c @ ("parcels" | "segments" | "forwarded-whole")) => ("parcelN-input", c),
+            (n, c) if n.starts_with("parcel") => (n, c),
+            _ => continue,
+        };
+        *v.entry((key.0.to_string(), key.1.to_string())).or_insert(0) += n;
+    }
+    v.into_iter().map(|((n, c), k)| (n, c, k)).collect()
+}
+
 #[test]
 fn a_vector_run_in_one_loop_goes_where_the_traced_one_goes() {
     let mut untraced = Harness::new();
     let mut traced = Harness::new();
     for round in 0..2 {
-        traced_and_untraced_agree(&mut untraced, &mut traced, vector(30), "parcel4-input", "parcel", round);
+        traced_and_untraced_agree(&mut untraced, &mut traced, vector(30), "parcel4-input", parcel_view, round);
     }
-    let c = counters(&untraced, "parcel");
-    let count = |node: &str, counter: &str| count(&c, node, counter);
     // Per round: 30 whole IPv4 parcels and 6 with TTL 1 (whole too, then the rewrite's
-    // general path), 30 IPv6 ones.
+    // general path), 30 IPv6 ones: untraced, `ethernet-input` forwards them all; traced,
+    // each its input node.
+    let u = counters(&untraced, "");
+    assert_eq!(count(&u, "ethernet-input", "parcels-forwarded-whole"), 2 * (36 + 30), "{u:?}");
+    assert_eq!(count(&u, "parcel4-input", "forwarded-whole") + count(&u, "parcel6-input", "forwarded-whole"), 0, "{u:?}");
+    let c = counters(&traced, "");
+    let count = |node: &str, counter: &str| count(&c, node, counter);
+    assert_eq!(count("ethernet-input", "parcels-forwarded-whole"), 0, "{c:?}");
     assert_eq!(count("parcel4-input", "forwarded-whole"), 2 * 36, "{c:?}");
     assert_eq!(count("parcel6-input", "forwarded-whole"), 2 * 30, "{c:?}");
     assert_eq!(count("parcel4-input", "bad-header-checksum"), 2 * 4, "{c:?}");
@@ -81,4 +111,18 @@ fn a_vector_run_in_one_loop_goes_where_the_traced_one_goes() {
     assert!(count("parcel4-input", "to-split") >= 2 * 10, "{c:?}");
     // Every parcel that was not dropped counted once, with its segments.
     assert_eq!(count("parcel4-input", "parcels"), 2 * (36 + 10 + 10), "{c:?}");
+}
+
+/// With segments read at every hop (`verify_parcel_segments_in_transit`), no parcel goes
+/// on unread: `ethernet-input` forwards none, each is checked by its input node.
+#[test]
+fn the_strict_mode_leaves_every_parcel_to_its_input_node() {
+    let mut h = Harness::new();
+    h.worker.cx.parcel.verify_in_transit = true;
+    assert!(h.worker.cx.parcel.verify_segments);
+    h.frames(vector(30));
+    let c = counters(&h, "");
+    assert_eq!(count(&c, "ethernet-input", "parcels-forwarded-whole"), 0, "{c:?}");
+    assert_eq!(count(&c, "parcel4-input", "forwarded-whole"), 36, "{c:?}");
+    assert_eq!(count(&c, "parcel6-input", "forwarded-whole"), 30, "{c:?}");
 }

@@ -158,6 +158,13 @@ impl engine::worker::Context for IpContext {
 /// feature's part, and every node reaches the part it reads.
 pub trait HasIp: engine::worker::Context + Send + 'static {
     fn ip(&mut self) -> &mut IpContext;
+    /// `ethernet-input` may forward an IP parcel whole itself ([`crate::parcel`]): the
+    /// parcel nodes are configured not to read segments in transit. Without parcel
+    /// settings (the default), parcels go to `parcelN-input` as they come.
+    #[inline(always)]
+    fn parcels_whole_at_input(&self) -> bool {
+        false
+    }
 }
 
 impl HasIp for IpContext {

@@ -39,6 +39,7 @@ pub mod mss;
 pub mod multipath;
 pub mod nodes;
 pub mod outer;
+pub mod parcel;
 pub mod prefix;
 pub mod reassembly;
 pub mod state;

@@ -23,6 +23,13 @@ pub struct ParcelContext {
 }
 
 impl ParcelContext {
+    /// Every segment of every parcel is read at every hop (the strict mode): no parcel
+    /// goes on whole unread.
+    #[inline(always)]
+    pub fn reads_segments_in_transit(&self) -> bool {
+        self.verify_segments && self.verify_in_transit
+    }
+
     /// Interface `i` takes UDP GSO frames.
     #[inline]
     pub fn takes_gso(&self, i: engine::IfIndex) -> bool {

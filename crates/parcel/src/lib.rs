@@ -4,7 +4,9 @@
 //! runs of datagrams of one flow into parcels toward links configured for them.
 //!
 //! ```text
-//! ethernet-input or ip4-input ─(option 0x0b)→ parcel4-input ─┬─(egress `parcels = true`, within its MTU)→ interface-output
+//! ethernet-input ─(option 0x0b, header checked, routed to a parcel link within its MTU; untraced,
+//!     segments not read in transit: `ip::parcel::forward_whole`)→ interface-output / ip4-rewrite
+//! ethernet-input or ip4-input ─(option 0x0b, the rest)→ parcel4-input ─┬─(egress `parcels = true`, within its MTU)→ interface-output
 //!     (rewritten in parcel4-input; an expiring TTL or an unresolved neighbour → ip4-rewrite)
 //!                                          └─(otherwise)→ parcel4-split ─→ interface-output / ip4-rewrite / ip4-lookup (each segment;
 //!                                                 toward a resolved next hop rewritten in the split, chained: headers + the segment in place)
@@ -12,7 +14,8 @@
 //!                                                               │     (a parcel rewritten in the join, chained: headers + each segment in its datagram)
 //!                                                               ├─(runs toward a parcel link otherwise)→ ip4-rewrite (a parcel)
 //!                                                               └─(the rest)→ ip4-rewrite / ip4-lookup
-//! ethernet-input or ip6-input ─(HBH jumbo option, Payload Length ≠ 0)→ parcel6-input → interface-output / ip6-rewrite / parcel6-split → interface-output / ip6-rewrite / ip6-lookup
+//! ethernet-input ─(HBH jumbo option, Payload Length ≠ 0; forwarded whole as IPv4's)→ interface-output / ip6-rewrite
+//! ethernet-input or ip6-input ─(HBH jumbo option, Payload Length ≠ 0, the rest)→ parcel6-input → interface-output / ip6-rewrite / parcel6-split → interface-output / ip6-rewrite / ip6-lookup
 //! parcelN-input ─(route into a UDP tunnel)→ ipN-lookup → gue4-encap / gue6-encap (outer family)
 //!     ─┬─(fits the tunnel, or `fragment = "outer"`)→ the parcel whole in one outer packet, fragmented to the link
 //!      └─(`fragment = "inner"`, or longer than one outer IP packet can be)→ ipN-fragment → parcelN-split

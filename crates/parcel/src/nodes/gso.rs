@@ -201,6 +201,7 @@ mod tests {
     use crate::nodes::Shape;
     use ip::nodes::family::{Ip4, Ip6};
     use ip::nodes::gso_segment::{self, GsoSegmentNext};
+    use ip::parcel::ParcelHeader;
     use proptest::prelude::*;
     use std::net::{Ipv4Addr, Ipv6Addr};
     use wire::checksum::{complete_partial, pseudo_header_v4, pseudo_header_v6};

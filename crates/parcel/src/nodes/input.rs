@@ -5,10 +5,9 @@
 
 use super::ParcelFamily;
 use crate::context::HasParcel;
-use engine::IfIndex;
 use engine::{counters, BufIdx, Buffer, Counts, Enqueue, Node, Pool, Verdict};
-use ip::nodes::family::rewrite_fast;
-use ip::tables::{Adjacency, Tables, TunnelKind, TunnelRef, MAX_INDEX};
+use ip::parcel::{forward_whole, next_hop, send_whole, takes_whole, Whole};
+use ip::tables::{TunnelKind, TunnelRef};
 use wire::parcel::ParcelError;
 
 counters! {
@@ -84,80 +83,6 @@ pub fn bad_segments(b: &[u8], s: &super::Shape) -> usize {
         .count()
 }
 
-/// What [`forward_whole`] found.
-enum Fast<N> {
-    /// Forwarded whole: the segment count and the next node.
-    Whole(usize, N),
-    /// A parcel whose header passed, from a unicast source, looked up (its adjacency):
-    /// not the common case; [`ParcelInput::decide`] takes it from there.
-    Looked(super::Shape, u32),
-    /// Anything else: `process` checks it again and names what is wrong.
-    Refused,
-}
-
-/// The common case, decided without `process`: a parcel whose header passes the checks,
-/// from a unicast source, routed to a next hop that takes parcels (`parcels = true`, no
-/// SPD or caught replies on it) within its MTU, and no segment to read on the way (the
-/// in-transit check off). The packet trimmed to the parcel and its adjacency in
-/// `meta.adj`, rewritten for `interface-output` (or left to `ipN-rewrite`'s general
-/// path), as `process` leaves it.
-#[inline(always)]
-fn forward_whole<F: ParcelFamily>(ipcx: &ip::context::IpContext, buf: &mut Buffer) -> Fast<F::InputNext> {
-    let b = buf.bytes();
-    let Ok(s) = F::check(b) else { return Fast::Refused };
-    if F::bad_source(b) {
-        return Fast::Refused;
-    }
-    let t = &ipcx.tables;
-    let adj = F::fib(t).lookup(F::key(&b[F::DST_AT..]));
-    let hop = match next_hop(t, adj) {
-        Some(hop) if takes_whole(t, &hop, s.total_len) => hop,
-        _ => return Fast::Looked(s, adj),
-    };
-    buf.truncate(s.total_len);
-    buf.meta.adj = adj;
-    Fast::Whole(s.nsegs, send_whole::<F>(&hop, buf))
-}
-
-/// The link a route sends to straight (resolved or not; no SPD, no caught replies on
-/// it): its adjacency, interface and MTU.
-struct Hop<'a> {
-    adjacency: &'a Adjacency,
-    tx_if: IfIndex,
-    mtu: usize,
-}
-
-/// The [`Hop`] of route `adj`; `None` for any other route (a tunnel, a drop …).
-#[inline(always)]
-fn next_hop(t: &Tables, adj: u32) -> Option<Hop<'_>> {
-    match (adj <= MAX_INDEX).then(|| t.adjacency(adj)) {
-        Some(a @ (Adjacency::Rewrite { tx_if, mtu, .. } | Adjacency::Glean { tx_if, mtu })) if t.straight_to_rewrite(*tx_if) => {
-            Some(Hop { adjacency: a, tx_if: *tx_if, mtu: *mtu as usize })
-        }
-        _ => None,
-    }
-}
-
-/// The link `hop` takes a parcel of `total_len` bytes whole (`parcels = true`, within
-/// its MTU).
-#[inline(always)]
-fn takes_whole(t: &Tables, hop: &Hop<'_>, total_len: usize) -> bool {
-    t.takes_parcels(hop.tx_if) && total_len <= hop.mtu
-}
-
-/// A parcel forwarded whole to `hop`: the rewrite's fast path
-/// here, as the lookup takes it for a packet (`hop_fast` compares IPv4's Total Length, a
-/// parcel's segment length); an expiring TTL or an unresolved neighbour goes to
-/// `ipN-rewrite`'s general path.
-#[inline(always)]
-fn send_whole<F: ParcelFamily>(hop: &Hop<'_>, buf: &mut Buffer) -> F::InputNext {
-    if rewrite_fast::<F>(hop.adjacency, buf) {
-        F::TO_OUTPUT
-    } else {
-        F::TO_REWRITE
-    }
-}
-
 /// The route `adj` leads into a UDP tunnel (GUE, GRE-in-UDP, IP-in-UDP).
 fn into_udp_tunnel(adj: u32) -> bool {
     TunnelRef::decode(adj).is_some_and(|t| matches!(t.kind, TunnelKind::Gue4 | TunnelKind::Gue6))
@@ -177,23 +102,20 @@ impl<Cx: HasParcel, F: ParcelFamily> Node<Cx> for ParcelInput<F> {
 
     fn run_vector(&mut self, cx: &mut Cx, pool: &mut Pool, input: &[BufIdx], out: &mut Enqueue<'_, Self::Next, Self::Counter>) {
         use ParcelInputCounter as C;
-        let in_transit = {
-            let (_, pcx) = cx.split_parcel();
-            pcx.verify_segments && pcx.verify_in_transit
-        };
+        let in_transit = cx.split_parcel().1.reads_segments_in_transit();
         let bufs = pool.buffers_mut();
         let (mut whole, mut segments) = (0u64, 0u64);
         for &bi in input {
             let b = &mut bufs[bi.get()];
-            let fast = if in_transit { Fast::Refused } else { forward_whole::<F>(cx.split_parcel().0, b) };
+            let fast = if in_transit { Whole::Refused } else { forward_whole::<F>(&cx.split_parcel().0.tables, b) };
             let v = match fast {
-                Fast::Whole(nsegs, next) => {
+                Whole::Forwarded { nsegs, rewritten } => {
                     whole += 1;
                     segments += nsegs as u64;
-                    Verdict::Next(next)
+                    Verdict::Next(Self::whole_next(rewritten))
                 }
-                Fast::Looked(s, adj) => Self::decide(cx, &mut out.counts(), b, s, adj),
-                Fast::Refused => self.process(cx, &mut out.counts(), b),
+                Whole::Looked(s, adj) => Self::decide(cx, &mut out.counts(), b, s, adj),
+                Whole::Refused => self.process(cx, &mut out.counts(), b),
             };
             out.push(bi, b, v);
         }
@@ -226,6 +148,17 @@ impl<Cx: HasParcel, F: ParcelFamily> Node<Cx> for ParcelInput<F> {
 }
 
 impl<F: ParcelFamily> ParcelInput<F> {
+    /// A parcel forwarded whole goes to `interface-output` when rewritten here, else to
+    /// `ipN-rewrite`'s general path.
+    #[inline(always)]
+    fn whole_next(rewritten: bool) -> F::InputNext {
+        if rewritten {
+            F::TO_OUTPUT
+        } else {
+            F::TO_REWRITE
+        }
+    }
+
     /// The rest of `process` for a parcel whose header passed (`s`), from a unicast
     /// source, whose destination looked up to `adj`.
     #[inline(always)]
@@ -242,7 +175,7 @@ impl<F: ParcelFamily> ParcelInput<F> {
         // datagram's checksum after a split), so the receiver still finds a damaged
         // segment. Segments are read where that chain would break (a GSO frame: the
         // kernel sums each datagram afresh), and in the split as it copies them.
-        let strict = pcx.verify_segments && pcx.verify_in_transit;
+        let strict = pcx.reads_segments_in_transit();
         let mut bad = if strict { bad_segments(buf.bytes(), &s) } else { 0 };
         buf.truncate(s.total_len);
         buf.meta.adj = adj;
@@ -264,7 +197,7 @@ impl<F: ParcelFamily> ParcelInput<F> {
             if let Some(hop) = &next_hop {
                 if whole {
                     counts.inc(C::Whole);
-                    return Verdict::Next(send_whole::<F>(hop, buf));
+                    return Verdict::Next(Self::whole_next(send_whole::<F>(hop, buf)));
                 }
                 // Only verified segments: the kernel gives each datagram a fresh checksum
                 // over its bytes, which would hide damage the slots could still show.

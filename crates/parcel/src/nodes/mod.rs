@@ -9,7 +9,7 @@ pub mod split;
 use crate::context::HasParcel;
 use engine::node::NextNodes;
 use engine::GraphBuilder;
-use ip::nodes::family::{Family, Ip4, Ip6};
+use ip::nodes::family::{Ip4, Ip6};
 use wire::checksum::{pseudo_header_v4, pseudo_header_v6, Checksum};
 use wire::parcel::{Parcel4, Parcel4Repr, Parcel6, Parcel6Repr, ParcelError, SegmentsRepr, UdpChecksumForm};
 
@@ -42,38 +42,10 @@ engine::next_nodes! {
     pub enum Parcel6SplitNext { Lookup = "ip6-lookup", Rewrite = "ip6-rewrite", Output = "interface-output" }
 }
 
-/// What a parcel node needs of a checked parcel, whatever its family.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Shape {
-    pub nsegs: usize,
-    pub seg_len: usize,
-    pub total_len: usize,
-    /// Offset of segment 0.
-    pub data_at: usize,
-    /// Offset of the UDP header.
-    pub udp_at: usize,
-}
-
-impl Shape {
-    fn of<T: AsRef<[u8]>, const V6: bool>(p: &wire::parcel::Parcel<T, V6>) -> Shape {
-        Shape {
-            nsegs: p.segment_count(),
-            seg_len: p.segment_len(),
-            total_len: p.total_len(),
-            data_at: p.segment_offset(0),
-            udp_at: p.ip_header_len(),
-        }
-    }
-    /// Segment `i`'s byte range.
-    #[inline(always)]
-    pub fn segment(&self, i: usize) -> core::ops::Range<usize> {
-        let at = self.data_at + i * self.seg_len;
-        at..(at + self.seg_len).min(self.total_len)
-    }
-}
+pub use ip::parcel::Shape;
 
 /// What differs between IPv4 and IPv6 parcels for the nodes.
-pub trait ParcelFamily: Family {
+pub trait ParcelFamily: ip::parcel::ParcelHeader {
     const INPUT: &'static str;
     const SPLIT: &'static str;
     type InputNext: NextNodes;
@@ -95,13 +67,9 @@ pub trait ParcelFamily: Family {
     const SPLIT_TO_OUTPUT: Self::SplitNext;
     /// The IP header of one datagram a split makes.
     const DATAGRAM_IP_LEN: usize;
-    /// Check the parcel's layout (`wire::parcel`'s checks).
-    fn check(b: &[u8]) -> Result<Shape, ParcelError>;
-    /// [`ParcelFamily::check`], and whether the UDP checksum over the header matches (in
+    /// [`ip::parcel::ParcelHeader::check`], and whether the UDP checksum over the header matches (in
     /// either form the family has), from one parse.
     fn check_with_udp(b: &[u8]) -> Result<(Shape, bool), ParcelError>;
-    /// The source is multicast or broadcast (refused, as `ipN-input` refuses it).
-    fn bad_source(b: &[u8]) -> bool;
     const JOIN: &'static str;
     type JoinNext: NextNodes;
     const JOIN_TO_REWRITE: Self::JoinNext;
@@ -195,14 +163,8 @@ impl ParcelFamily for Ip4 {
     fn datagram_pseudo_header(head: &[u8], udp_len: u16) -> Checksum {
         pseudo_header_v4([head[12], head[13], head[14], head[15]].into(), [head[16], head[17], head[18], head[19]].into(), 17, udp_len)
     }
-    fn check(b: &[u8]) -> Result<Shape, ParcelError> {
-        Parcel4::new_checked(b).map(|p| Shape::of(&p))
-    }
     fn check_with_udp(b: &[u8]) -> Result<(Shape, bool), ParcelError> {
         Parcel4::new_checked(b).map(|p| (Shape::of(&p), p.verify_udp_checksum().is_some()))
-    }
-    fn bad_source(b: &[u8]) -> bool {
-        b[12] >= 224 && b[12] < 240 || b[12..16] == [255; 4]
     }
     #[inline]
     fn write_datagram_ip(parcel: &[u8], i: usize, udp_len: usize, out: &mut [u8]) -> Checksum {
@@ -286,14 +248,8 @@ impl ParcelFamily for Ip6 {
         let a = |at: usize| <[u8; 16]>::try_from(&head[at..at + 16]).map_or(std::net::Ipv6Addr::UNSPECIFIED, Into::into);
         pseudo_header_v6(&a(8), &a(24), 17, udp_len as u32)
     }
-    fn check(b: &[u8]) -> Result<Shape, ParcelError> {
-        Parcel6::new_checked(b).map(|p| Shape::of(&p))
-    }
     fn check_with_udp(b: &[u8]) -> Result<(Shape, bool), ParcelError> {
         Parcel6::new_checked(b).map(|p| (Shape::of(&p), p.verify_udp_checksum().is_some()))
-    }
-    fn bad_source(b: &[u8]) -> bool {
-        b[8] == 0xff
     }
     #[inline]
     fn write_datagram_ip(parcel: &[u8], _i: usize, udp_len: usize, out: &mut [u8]) -> Checksum {
