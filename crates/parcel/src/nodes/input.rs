@@ -2,6 +2,10 @@
 //! checksum; the UDP header checksum where it is split), count it and its segments, and choose: forward it
 //! whole when the route's egress interface takes parcels and its MTU the whole parcel,
 //! else split it. Segments are read only where the crate's docs say (the edge).
+//! The common case, forwarded whole, is mostly decided before a parcel gets here:
+//! `ethernet-input` takes it by the same function ([`ip::parcel::forward_whole`]), so
+//! this node sees the rest, traced parcels, parcels from `ipN-input` (a tunnel's inner
+//! parcel) and every parcel in the strict mode.
 
 use super::ParcelFamily;
 use crate::context::HasParcel;
@@ -96,8 +100,9 @@ impl<Cx: HasParcel, F: ParcelFamily> Node<Cx> for ParcelInput<F> {
         F::INPUT
     }
 
-    /// The vector in one loop: the parcels forwarded whole ([`forward_whole`]) pushed on
-    /// and counted once a vector; every other packet through `process`, in order.
+    /// The vector in one loop: the parcels forwarded whole ([`forward_whole`]: those from
+    /// `ipN-input`; `ethernet-input` forwards the others itself) pushed on and counted
+    /// once a vector; every other packet through `process`, in order.
     const RUNS_VECTORS: bool = true;
 
     fn run_vector(&mut self, cx: &mut Cx, pool: &mut Pool, input: &[BufIdx], out: &mut Enqueue<'_, Self::Next, Self::Counter>) {
