@@ -17,8 +17,9 @@
 //! route). An IP parcel is forwarded whole here in its common case (its header passes,
 //! routed to a link that takes parcels within its MTU, segments not read in transit:
 //! [`crate::parcel::forward_whole`], as `parcelN-input` takes it); any other goes
-//! straight to `parcelN-input`, which checks its header whole and names what is wrong. `ipN-input` sees the rest of what fails its fast path (errors with their
-//! counters, options, hop-by-hop, multicast, the SPD).
+//! straight to `parcelN-input`, which checks its header whole and names what is wrong.
+//! `ipN-input` sees the rest of what fails its fast path (errors with their counters,
+//! options, hop-by-hop, multicast, the SPD).
 
 use super::family::{tunnel_next, Family, Ip4, Ip6};
 use super::ip_lookup::forwards_fast;
@@ -99,7 +100,8 @@ fn parcel_or_ip_input(b: &[u8], v6: bool) -> EthernetInputNext {
 /// parcel, and a traced one (its trace then shows its input node), goes to `to_input`
 /// untouched, which decides the rest and names what is wrong. Out of line: inlined, it
 /// cost every other packet of this node (`ip4-forward` 265.4 → 273.1 instructions a
-/// packet, callgrind; out of line 268.7), for 3 % on the parcel forward.
+/// packet, callgrind; out of line 268.7), for ~8 % on the parcel forward
+/// (docs/PERFORMANCE.md).
 #[inline(never)]
 fn parcel<F: ParcelHeader>(
     tables: &Tables,
