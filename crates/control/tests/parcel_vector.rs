@@ -11,7 +11,6 @@
 mod common;
 
 use common::{count, counters, seed, traced_and_untraced_agree};
-use control::fuzz::graph::Harness as H;
 use control::fuzz::graph::Harness;
 use io::mem::RxFrame;
 
@@ -69,7 +68,7 @@ fn vector(n: u8) -> Vec<(usize, RxFrame)> {
 /// The parcel nodes' counters, with the parcels `ethernet-input` forwarded whole counted
 /// as their input node counts them, and the two families' `parcels`, `segments` and
 /// `forwarded-whole` together (`ethernet-input` counts both families in one).
-fn parcel_view(h: &H) -> Vec<(String, String, u64)> {
+fn parcel_view(h: &Harness) -> Vec<(String, String, u64)> {
     let mut v = std::collections::BTreeMap::new();
     for (node, counter, n) in counters(h, "") {
         let key = match (node.as_str(), counter.as_str()) {

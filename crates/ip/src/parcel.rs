@@ -104,7 +104,10 @@ pub fn forward_whole<F: ParcelHeader>(t: &Tables, buf: &mut Buffer) -> Whole {
     };
     buf.truncate(s.total_len);
     buf.meta.adj = adj;
-    Whole::Forwarded { nsegs: s.nsegs, rewritten: send_whole::<F>(&hop, buf) }
+    // The rewrite's fast path here, as the lookup takes it for a packet (`hop_fast`
+    // compares IPv4's Total Length, a parcel's segment length); `false`: an expiring TTL
+    // or an unresolved neighbour, for `ipN-rewrite`'s general path.
+    Whole::Forwarded { nsegs: s.nsegs, rewritten: rewrite_fast::<F>(hop.adjacency, buf) }
 }
 
 /// The link a route sends to straight (resolved or not; no SPD, no caught replies on
@@ -131,13 +134,4 @@ pub fn next_hop(t: &Tables, adj: u32) -> Option<Hop<'_>> {
 #[inline(always)]
 pub fn takes_whole(t: &Tables, hop: &Hop<'_>, total_len: usize) -> bool {
     t.takes_parcels(hop.tx_if) && total_len <= hop.mtu
-}
-
-/// A parcel forwarded whole to `hop`: the rewrite's fast path here, as the lookup
-/// takes it for a packet (`hop_fast` compares IPv4's Total Length, a parcel's segment
-/// length). `false`: an expiring TTL or an unresolved neighbour, for `ipN-rewrite`'s
-/// general path.
-#[inline(always)]
-pub fn send_whole<F: Family>(hop: &Hop<'_>, buf: &mut Buffer) -> bool {
-    rewrite_fast::<F>(hop.adjacency, buf)
 }

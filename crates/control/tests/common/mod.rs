@@ -33,8 +33,8 @@ pub fn count(c: &[(String, String, u64)], node: &str, counter: &str) -> u64 {
 }
 
 /// `frames` through `untraced` and, every packet traced (so `node` sees them by
-/// `process`), through `traced`: the same frames must leave by the same ports, byte for byte, and the
-/// counters `view` gives of each must agree.
+/// `process`), through `traced`: the same frames must leave by the same ports, byte
+/// for byte, and the counters `view` gives of each must agree.
 pub fn traced_and_untraced_agree(
     untraced: &mut Harness,
     traced: &mut Harness,

@@ -201,20 +201,15 @@ impl<Cx: HasIp> Node<Cx> for EthernetInput {
                             // a node hop fewer for a parcel (the parcel settings read for
                             // parcels only).
                             None => match parcel_or_ip_input(buf.bytes(), v6) {
-                                EthernetInputNext::Parcel4Input if wcx.parcels_whole_at_input() => parcel::<Ip4>(
-                                    &wcx.ip().tables,
-                                    counts,
-                                    buf,
-                                    EthernetInputNext::Parcel4Input,
-                                    EthernetInputNext::Ip4Rewrite,
-                                ),
-                                EthernetInputNext::Parcel6Input if wcx.parcels_whole_at_input() => parcel::<Ip6>(
-                                    &wcx.ip().tables,
-                                    counts,
-                                    buf,
-                                    EthernetInputNext::Parcel6Input,
-                                    EthernetInputNext::Ip6Rewrite,
-                                ),
+                                to_input @ (EthernetInputNext::Parcel4Input | EthernetInputNext::Parcel6Input)
+                                    if wcx.parcels_whole_at_input() =>
+                                {
+                                    let t = &wcx.ip().tables;
+                                    match v6 {
+                                        false => parcel::<Ip4>(t, counts, buf, to_input, EthernetInputNext::Ip4Rewrite),
+                                        true => parcel::<Ip6>(t, counts, buf, to_input, EthernetInputNext::Ip6Rewrite),
+                                    }
+                                }
                                 next => next,
                             },
                         },

@@ -10,7 +10,8 @@
 use super::ParcelFamily;
 use crate::context::HasParcel;
 use engine::{counters, BufIdx, Buffer, Counts, Enqueue, Node, Pool, Verdict};
-use ip::parcel::{forward_whole, next_hop, send_whole, takes_whole, Whole};
+use ip::nodes::family::rewrite_fast;
+use ip::parcel::{forward_whole, next_hop, takes_whole, Whole};
 use ip::tables::{TunnelKind, TunnelRef};
 use wire::parcel::ParcelError;
 
@@ -202,7 +203,7 @@ impl<F: ParcelFamily> ParcelInput<F> {
             if let Some(hop) = &next_hop {
                 if whole {
                     counts.inc(C::Whole);
-                    return Verdict::Next(Self::whole_next(send_whole::<F>(hop, buf)));
+                    return Verdict::Next(Self::whole_next(rewrite_fast::<F>(hop.adjacency, buf)));
                 }
                 // Only verified segments: the kernel gives each datagram a fresh checksum
                 // over its bytes, which would hide damage the slots could still show.
