@@ -374,18 +374,25 @@ impl LbState {
     /// [`LbState::resolve_outers`] for the services changed since resolution last ran,
     /// their backends not resolved yet only (routes have not changed since: the others'
     /// answers stand), so that a backend change costs its own service's resolution,
-    /// not every service's.
+    /// not every service's. A service compiled before one of its backends was resolved
+    /// is retemplated — also when another service of the same batch asked first
+    /// (services sharing backends, added before one publish): an address resolved in
+    /// this call is one every such service compiled without.
     pub fn resolve_changed(&mut self, mut resolve: impl FnMut(IpAddr) -> u32) {
+        let mut fresh = std::collections::HashSet::new();
         for id in std::mem::take(&mut self.unresolved) {
             let Some(spec) = self.specs.get(id as usize).and_then(Option::as_ref) else { continue };
-            let new: Vec<IpAddr> = spec.backends.iter().map(|b| b.addr).filter(|a| !self.outer_adj.contains_key(a)).collect();
-            if new.is_empty() {
-                continue;
+            let mut stale = false;
+            for b in &spec.backends {
+                if !self.outer_adj.contains_key(&b.addr) {
+                    self.outer_adj.insert(b.addr, resolve(b.addr));
+                    fresh.insert(b.addr);
+                }
+                stale |= fresh.contains(&b.addr);
             }
-            for a in new {
-                self.outer_adj.insert(a, resolve(a));
+            if stale {
+                self.retemplate(id);
             }
-            self.retemplate(id);
         }
     }
 
@@ -507,6 +514,34 @@ mod tests {
         assert_eq!((st.tables().v4.encapsulated(), st.tables().v4.templates), (1, 3));
         st.del_service("gre").unwrap();
         assert_eq!((st.tables().v4.encapsulated(), st.tables().v4.templates), (0, 0));
+    }
+
+    /// Services sharing backends, added before one resolution: every one of them gets
+    /// the answers, not only the first to ask (the second used to keep `ADJ_MISS`, its
+    /// outer packets sent through `ipN-lookup`).
+    #[test]
+    fn services_sharing_backends_all_resolve() {
+        let mut st = LbState::new();
+        st.set_snat(Some("198.18.1.1".parse().unwrap())).unwrap();
+        for (i, backends) in
+            [["198.19.1.10", "198.19.2.10"], ["198.19.2.10", "198.19.1.10"], ["198.19.1.10", "198.19.3.10"]].iter().enumerate()
+        {
+            let mut gre = spec(&format!("gre{i}"), &format!("198.18.128.{}", 10 + i), 8080, backends);
+            gre.forwarding = crate::service::Forwarding::Gre;
+            st.add_service(gre).unwrap();
+        }
+        let mut asked = Vec::new();
+        st.resolve_changed(|a| {
+            asked.push(a);
+            match a.to_string().as_str() {
+                "198.19.1.10" => 7,
+                "198.19.2.10" => 8,
+                _ => 9,
+            }
+        });
+        assert_eq!(asked.len(), 3, "each address asked once: {asked:?}");
+        let adjs = |id: u32| (0..2).map(|b| st.tables().v4.outer(id, b).unwrap().adj).collect::<Vec<_>>();
+        assert_eq!([adjs(0), adjs(1), adjs(2)], [[7, 8], [8, 7], [7, 9]].map(Vec::from));
     }
 
     #[test]
