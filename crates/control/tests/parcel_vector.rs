@@ -112,6 +112,36 @@ fn a_vector_run_in_one_loop_goes_where_the_traced_one_goes() {
     assert_eq!(count("parcel4-input", "parcels"), 2 * (36 + 10 + 10), "{c:?}");
 }
 
+/// `vector(n)` with the first frame of each port padded past a full 1500-byte packet's
+/// frame (Ethernet padding after the parcel, trimmed where the parcel is read): every
+/// vector then takes `ethernet-input`'s form with the parcel forward inlined
+/// (`ethernet_input::parcels_inlined`), where `vector(n)` takes the other.
+fn long_vector(n: u8) -> Vec<(usize, RxFrame)> {
+    let mut v = vector(n);
+    let mut padded = std::collections::HashSet::new();
+    for (port, f) in &mut v {
+        if padded.insert(*port) {
+            f.bytes.resize(1600, 0);
+        }
+    }
+    v
+}
+
+/// The same agreement in `ethernet-input`'s other form: the parcel forward inlined.
+#[test]
+fn a_vector_with_long_frames_goes_where_the_traced_one_goes() {
+    let mut untraced = Harness::new();
+    let mut traced = Harness::new();
+    for round in 0..2 {
+        traced_and_untraced_agree(&mut untraced, &mut traced, long_vector(30), "parcel4-input", parcel_view, round);
+    }
+    let u = counters(&untraced, "");
+    assert_eq!(count(&u, "ethernet-input", "parcels-forwarded-whole"), 2 * (36 + 30), "{u:?}");
+    assert_eq!(count(&u, "parcel4-input", "forwarded-whole") + count(&u, "parcel6-input", "forwarded-whole"), 0, "{u:?}");
+    let c = counters(&traced, "");
+    assert_eq!(count(&c, "parcel4-input", "forwarded-whole"), 2 * 36, "{c:?}");
+}
+
 /// With segments read at every hop (`verify_parcel_segments_in_transit`), no parcel goes
 /// on unread: `ethernet-input` forwards none, each is checked by its input node.
 #[test]

@@ -15,7 +15,7 @@
 //! (docs/PERFORMANCE.md, "The per-packet toll": 2-6 % fewer instructions per packet on
 //! every path measured.)
 
-use crate::buffer::{BufIdx, DropReason, IfIndex};
+use crate::buffer::{BufIdx, Buffer, DropReason, IfIndex};
 use crate::clock;
 use crate::node::{CounterInfo, Counters, Counts, Enqueue, ExpandNode, NextNodes, Node, Taken, Verdict};
 use crate::pool::Pool;
@@ -332,17 +332,28 @@ fn settle<K: Counters>(
     }
 }
 
+/// What chooses the form of an [`EitherBox`] for a vector: the context alone, or the
+/// context and the vector's packets.
+enum Choose<C> {
+    ByContext(fn(&mut C) -> bool),
+    ByVector(fn(&mut C, &[Buffer], &[BufIdx]) -> bool),
+}
+
 /// One node in two forms, the form to run chosen once per vector
-/// ([`GraphBuilder::add_either`]).
+/// ([`GraphBuilder::add_either`], [`GraphBuilder::add_either_by_vector`]).
 struct EitherBox<C, A, B> {
     first: NodeBox<A>,
     second: NodeBox<B>,
-    use_first: fn(&mut C) -> bool,
+    use_first: Choose<C>,
 }
 
 impl<C: 'static, A: Node<C>, B: Node<C, Next = A::Next, Counter = A::Counter>> Runner<C> for EitherBox<C, A, B> {
     fn run(&mut self, cx: &mut C, io: DispatchIo<'_>) {
-        if (self.use_first)(cx) {
+        let first = match self.use_first {
+            Choose::ByContext(f) => f(cx),
+            Choose::ByVector(f) => f(cx, io.pool.buffers(), io.input),
+        };
+        if first {
             run_form(&mut self.first, cx, io)
         } else {
             run_form(&mut self.second, cx, io)
@@ -454,6 +465,26 @@ impl<C: 'static> GraphBuilder<C> {
     /// vector, where a per-packet test would keep its code in every packet's path (and
     /// that code's registers and layout cost even when the branch is never taken).
     pub fn add_either<A, B>(&mut self, first: A, second: B, use_first: fn(&mut C) -> bool) -> NodeId
+    where
+        A: Node<C>,
+        B: Node<C, Next = A::Next, Counter = A::Counter>,
+    {
+        self.add_forms(first, second, Choose::ByContext(use_first))
+    }
+
+    /// [`GraphBuilder::add_either`] with the choice made from the vector as well (its
+    /// buffers by index): for a case some vectors carry and most do not (IP parcels at
+    /// `ethernet-input`), whose code inlined into the node's loop would cost every
+    /// packet. Both forms must decide every packet alike: the choice is of code.
+    pub fn add_either_by_vector<A, B>(&mut self, first: A, second: B, use_first: fn(&mut C, &[Buffer], &[BufIdx]) -> bool) -> NodeId
+    where
+        A: Node<C>,
+        B: Node<C, Next = A::Next, Counter = A::Counter>,
+    {
+        self.add_forms(first, second, Choose::ByVector(use_first))
+    }
+
+    fn add_forms<A, B>(&mut self, first: A, second: B, use_first: Choose<C>) -> NodeId
     where
         A: Node<C>,
         B: Node<C, Next = A::Next, Counter = A::Counter>,

@@ -526,6 +526,45 @@ fn a_node_in_two_forms_runs_the_one_chosen_for_each_vector() {
     assert_eq!(pool.in_use(), 0);
 }
 
+/// `add_either_by_vector`: the chooser sees each vector's packets (here: a vector with
+/// a packet longer than 3 bytes takes `AllToB`), and the whole vector takes one form.
+#[test]
+fn a_node_in_two_forms_runs_the_one_its_vector_chooses() {
+    fn short_only(_: &mut Cx, bufs: &[Buffer], input: &[BufIdx]) -> bool {
+        input.iter().all(|&bi| bufs[bi.get()].len() <= 3)
+    }
+    let log = Log::default();
+    let mut g = GraphBuilder::<Cx>::new();
+    g.add_either_by_vector(Split, AllToB, short_only);
+    for name in ["rec-a", "rec-b", "rec-c"] {
+        g.add(Recorder(name, log.clone()));
+    }
+    let input = g.add_input("src", "split");
+    let mut graph = g.build().unwrap();
+    let mut pool = Pool::new(64, 0);
+    // Every packet's first byte says rec-a; in the second vector one packet is long.
+    for (v, long_at) in [None, Some(2), None].into_iter().enumerate() {
+        let bufs: Vec<BufIdx> = (0..4u16)
+            .map(|i| {
+                let seq = v as u16 * 4 + i;
+                let len = if long_at == Some(i) { 5 } else { 3 };
+                let b = pool.alloc(len).unwrap();
+                let mut bytes = vec![0, (seq >> 8) as u8, seq as u8];
+                bytes.resize(len, 0);
+                pool.get_mut(b).write(&bytes).unwrap();
+                b
+            })
+            .collect();
+        graph.inject(input, &mut pool, &bufs, 0);
+        graph.run(&mut Cx, &mut pool);
+    }
+    let got = log.lock().unwrap().clone();
+    let to = |name: &str| -> Vec<u16> { got.iter().filter(|s| s.0 == name).map(|s| s.1).collect() };
+    assert_eq!(to("rec-a"), [0, 1, 2, 3, 8, 9, 10, 11]);
+    assert_eq!(to("rec-b"), [4, 5, 6, 7]);
+    assert_eq!(pool.in_use(), 0);
+}
+
 #[test]
 #[should_panic(expected = "one name")]
 fn the_two_forms_of_a_node_share_its_name() {

@@ -16,8 +16,10 @@
 //! looks those up a vector at once) and every traced one (its trace then shows its
 //! route). An IP parcel is forwarded whole here in its common case (its header passes,
 //! routed to a link that takes parcels within its MTU, segments not read in transit:
-//! [`crate::parcel::forward_whole`], as `parcelN-input` takes it); any other goes
-//! straight to `parcelN-input`, which checks its header whole and names what is wrong.
+//! [`crate::parcel::forward_whole`], as `parcelN-input` takes it; the node is added in two
+//! forms, the forward inlined in the one for vectors with long frames, [`parcels_inlined`]);
+//! any other goes straight to `parcelN-input`, which checks its header whole and names
+//! what is wrong.
 //! `ipN-input` sees the rest of what fails its fast path (errors with their counters,
 //! options, hop-by-hop, multicast, the SPD).
 
@@ -27,7 +29,7 @@ use super::{ip4_input, ip6_input};
 use crate::context::HasIp;
 use crate::parcel::{forward_whole, ParcelHeader, Whole};
 use crate::tables::{Tables, TunnelKind, TunnelRef, UdpApp};
-use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
+use engine::{counters, next_nodes, BufIdx, Buffer, Counts, Node, Verdict};
 use wire::ethernet::{EthernetFrame, HEADER_LEN};
 use wire::EtherType;
 
@@ -58,7 +60,9 @@ counters! {
     }
 }
 
-pub struct EthernetInput;
+/// `PARCELS_INLINED`: the form for vectors with long frames ([`parcels_inlined`]), the
+/// parcel forward inlined in its loop.
+pub struct EthernetInput<const PARCELS_INLINED: bool = false>;
 
 /// A packet that passes `ipN-input`'s fast-path checks ([`ip4_input::fast_path_len`],
 /// [`ip6_input::fast_path_len`], the same functions), trimmed to its IP length as that
@@ -98,11 +102,12 @@ fn parcel_or_ip_input(b: &[u8], v6: bool) -> EthernetInputNext {
 /// whole here when it is the common case ([`crate::parcel::forward_whole`], the function
 /// `parcelN-input` takes it by): a node hop fewer, as for a forwarded packet. Any other
 /// parcel, and a traced one (its trace then shows its input node), goes to `to_input`
-/// untouched, which decides the rest and names what is wrong. Out of line: inlined, it
-/// cost every other packet of this node (`ip4-forward` 265.4 → 273.1 instructions a
-/// packet, callgrind; out of line 268.7), for ~8 % on the parcel forward
-/// (docs/PERFORMANCE.md).
-#[inline(never)]
+/// untouched, which decides the rest and names what is wrong. Inlined in the form for
+/// vectors that carry long frames ([`parcels_inlined`]); out of line
+/// ([`parcel_outlined`]) in the loop every other vector takes: inlined there, it cost
+/// every packet of this node (`ip4-forward` 265.4 → 273.1 instructions a packet,
+/// callgrind; out of line 268.7), for ~8 % on the parcel forward (docs/PERFORMANCE.md).
+#[inline(always)]
 fn parcel<F: ParcelHeader>(
     tables: &Tables,
     counts: &mut Counts<'_, EthernetInputCounter>,
@@ -126,6 +131,24 @@ fn parcel<F: ParcelHeader>(
         Whole::Looked(..) | Whole::Refused => to_input,
     }
 }
+
+/// [`parcel`] out of line, for the form of vectors without long frames.
+#[inline(never)]
+fn parcel_outlined<F: ParcelHeader>(
+    tables: &Tables,
+    counts: &mut Counts<'_, EthernetInputCounter>,
+    buf: &mut Buffer,
+    to_input: EthernetInputNext,
+    to_rewrite: EthernetInputNext,
+) -> EthernetInputNext {
+    parcel::<F>(tables, counts, buf, to_input, to_rewrite)
+}
+
+/// The longest frame that is not an IP parcel in the common case (a full 1500-byte
+/// packet and its Ethernet header): a vector with a longer one takes the form with the
+/// parcel forward inlined. Only a choice of code: a jumbo frame there, or a short
+/// parcel in the other form, is decided the same.
+const LONGEST_PLAIN_FRAME: usize = 1514;
 
 /// The lookup's share for a packet `straight_to_lookup` passed, while the table is one
 /// the lookup node walks a packet at a time (a larger one it looks up a vector at once,
@@ -155,7 +178,7 @@ fn route<F: Family>(tables: &Tables, buf: &mut Buffer) -> Option<EthernetInputNe
     None
 }
 
-impl<Cx: HasIp> Node<Cx> for EthernetInput {
+impl<Cx: HasIp, const PARCELS_INLINED: bool> Node<Cx> for EthernetInput<PARCELS_INLINED> {
     type Next = EthernetInputNext;
     type Counter = EthernetInputCounter;
 
@@ -205,9 +228,11 @@ impl<Cx: HasIp> Node<Cx> for EthernetInput {
                                     if wcx.parcels_whole_at_input() =>
                                 {
                                     let t = &wcx.ip().tables;
-                                    match v6 {
-                                        false => parcel::<Ip4>(t, counts, buf, to_input, EthernetInputNext::Ip4Rewrite),
-                                        true => parcel::<Ip6>(t, counts, buf, to_input, EthernetInputNext::Ip6Rewrite),
+                                    match (v6, PARCELS_INLINED) {
+                                        (false, true) => parcel::<Ip4>(t, counts, buf, to_input, EthernetInputNext::Ip4Rewrite),
+                                        (true, true) => parcel::<Ip6>(t, counts, buf, to_input, EthernetInputNext::Ip6Rewrite),
+                                        (false, false) => parcel_outlined::<Ip4>(t, counts, buf, to_input, EthernetInputNext::Ip4Rewrite),
+                                        (true, false) => parcel_outlined::<Ip6>(t, counts, buf, to_input, EthernetInputNext::Ip6Rewrite),
                                     }
                                 }
                                 next => next,
@@ -261,6 +286,17 @@ impl<Cx: HasIp> Node<Cx> for EthernetInput {
     }
 }
 
+/// Which form of `ethernet-input` a vector takes (`engine::GraphBuilder::add_either_by_vector`):
+/// the one with the parcel forward inlined for a vector with a frame longer than
+/// [`LONGEST_PLAIN_FRAME`], where some link takes parcels and they may go on unread. The
+/// scan of lengths is then a few instructions a packet beside `ipN-input`'s path, which
+/// every packet takes on a gateway with such a link.
+pub fn parcels_inlined<Cx: HasIp>(wcx: &mut Cx, bufs: &[Buffer], input: &[BufIdx]) -> bool {
+    wcx.ip().tables.parcel_links != 0
+        && wcx.parcels_whole_at_input()
+        && input.iter().any(|&bi| bufs.get(bi.get()).is_some_and(|b| b.len() > LONGEST_PLAIN_FRAME))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -300,6 +336,44 @@ mod tests {
     fn packets_passing_ip_inputs_fast_path_go_to_the_lookup_trimmed() {
         assert_eq!(run(&ip4(12), false, true), (Some(EthernetInputNext::Ip4Lookup), 48), "padding trimmed");
         assert_eq!(run(&ip6(DST6, 8), true, true), (Some(EthernetInputNext::Ip6Lookup), 56), "padding trimmed");
+    }
+
+    /// A worker context whose parcels may go on unread (the parcel settings' default).
+    struct Unread(crate::context::IpContext);
+    impl engine::worker::Context for Unread {}
+    impl HasIp for Unread {
+        fn ip(&mut self) -> &mut crate::context::IpContext {
+            &mut self.0
+        }
+        fn parcels_whole_at_input(&self) -> bool {
+            true
+        }
+    }
+
+    /// The form with the parcel forward inlined is taken by a vector with a frame longer
+    /// than a full 1500-byte packet's, only where some link takes parcels and they may go
+    /// on unread.
+    #[test]
+    fn vectors_with_long_frames_take_the_form_with_the_parcel_forward_inlined() {
+        let mut pool = Pool::new(4, 0);
+        let frames: Vec<engine::BufIdx> = [1514, 64, 1515]
+            .iter()
+            .map(|&n| {
+                let b = pool.alloc(n).unwrap();
+                pool.get_mut(b).write(&vec![0; n]).unwrap();
+                b
+            })
+            .collect();
+        let context = |parcel_links: u64| {
+            let t = Tables { parcel_links, ..Tables::empty() };
+            crate::context::IpContext::new(std::sync::Arc::new(arc_swap::ArcSwap::from_pointee(t)), None, Default::default())
+        };
+        let (short, long) = (&frames[..2], &frames[1..]);
+        assert!(!parcels_inlined(&mut Unread(context(0)), pool.buffers(), long), "no link takes parcels");
+        let mut cx = Unread(context(1 << 1));
+        assert!(parcels_inlined(&mut cx, pool.buffers(), long));
+        assert!(!parcels_inlined(&mut cx, pool.buffers(), short), "1514 bytes is a plain frame's length");
+        assert!(!parcels_inlined(&mut context(1 << 1), pool.buffers(), long), "parcels read in transit");
     }
 
     #[test]

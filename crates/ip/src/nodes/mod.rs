@@ -24,7 +24,11 @@ use engine::GraphBuilder;
 
 /// Add every forwarding node to a graph.
 pub fn register<Cx: HasIp>(g: &mut GraphBuilder<Cx>) {
-    g.add(ethernet_input::EthernetInput);
+    g.add_either_by_vector(
+        ethernet_input::EthernetInput::<true>,
+        ethernet_input::EthernetInput::<false>,
+        ethernet_input::parcels_inlined::<Cx>,
+    );
     g.add(arp_input::ArpInput);
     g.add(ip4_input::Ip4Input);
     g.add(ip_lookup::IpLookup::<family::Ip4>::default());
