@@ -86,36 +86,11 @@ fn parcel_view(h: &Harness) -> Vec<(String, String, u64)> {
     v.into_iter().map(|((n, c), k)| (n, c, k)).collect()
 }
 
-#[test]
-fn a_vector_run_in_one_loop_goes_where_the_traced_one_goes() {
-    let mut untraced = Harness::new();
-    let mut traced = Harness::new();
-    for round in 0..2 {
-        traced_and_untraced_agree(&mut untraced, &mut traced, vector(30), "parcel4-input", parcel_view, round);
-    }
-    // Per round: 30 whole IPv4 parcels and 6 with TTL 1 (whole too, then the rewrite's
-    // general path), 30 IPv6 ones: untraced, `ethernet-input` forwards them all; traced,
-    // each its input node.
-    let u = counters(&untraced, "");
-    assert_eq!(count(&u, "ethernet-input", "parcels-forwarded-whole"), 2 * (36 + 30), "{u:?}");
-    assert_eq!(count(&u, "parcel4-input", "forwarded-whole") + count(&u, "parcel6-input", "forwarded-whole"), 0, "{u:?}");
-    let c = counters(&traced, "");
-    let count = |node: &str, counter: &str| count(&c, node, counter);
-    assert_eq!(count("ethernet-input", "parcels-forwarded-whole"), 0, "{c:?}");
-    assert_eq!(count("parcel4-input", "forwarded-whole"), 2 * 36, "{c:?}");
-    assert_eq!(count("parcel6-input", "forwarded-whole"), 2 * 30, "{c:?}");
-    assert_eq!(count("parcel4-input", "bad-header-checksum"), 2 * 4, "{c:?}");
-    assert_eq!(count("parcel4-input", "no-segments"), 2 * 3, "{c:?}");
-    assert_eq!(count("parcel4-input", "truncated"), 2 * 2, "{c:?}");
-    assert!(count("parcel4-input", "to-split") >= 2 * 10, "{c:?}");
-    // Every parcel that was not dropped counted once, with its segments.
-    assert_eq!(count("parcel4-input", "parcels"), 2 * (36 + 10 + 10), "{c:?}");
-}
-
 /// `vector(n)` with the first frame of each port padded past a full 1500-byte packet's
-/// frame (Ethernet padding after the parcel, trimmed where the parcel is read): every
+/// frame (Ethernet padding after the parcel, trimmed where the parcel is read): the
 /// vector then takes `ethernet-input`'s form with the parcel forward inlined
-/// (`ethernet_input::parcels_inlined`), where `vector(n)` takes the other.
+/// (`ethernet_input::parcels_inlined` samples the first frame), where `vector(n)` takes
+/// the other.
 fn long_vector(n: u8) -> Vec<(usize, RxFrame)> {
     let mut v = vector(n);
     let mut padded = std::collections::HashSet::new();
@@ -127,19 +102,33 @@ fn long_vector(n: u8) -> Vec<(usize, RxFrame)> {
     v
 }
 
-/// The same agreement in `ethernet-input`'s other form: the parcel forward inlined.
+/// In both of `ethernet-input`'s forms: out of line (`vector`), inlined (`long_vector`).
 #[test]
-fn a_vector_with_long_frames_goes_where_the_traced_one_goes() {
-    let mut untraced = Harness::new();
-    let mut traced = Harness::new();
-    for round in 0..2 {
-        traced_and_untraced_agree(&mut untraced, &mut traced, long_vector(30), "parcel4-input", parcel_view, round);
+fn a_vector_run_in_one_loop_goes_where_the_traced_one_goes() {
+    for frames in [vector, long_vector] {
+        let mut untraced = Harness::new();
+        let mut traced = Harness::new();
+        for round in 0..2 {
+            traced_and_untraced_agree(&mut untraced, &mut traced, frames(30), "parcel4-input", parcel_view, round);
+        }
+        // Per round: 30 whole IPv4 parcels and 6 with TTL 1 (whole too, then the rewrite's
+        // general path), 30 IPv6 ones: untraced, `ethernet-input` forwards them all;
+        // traced, each its input node.
+        let u = counters(&untraced, "");
+        assert_eq!(count(&u, "ethernet-input", "parcels-forwarded-whole"), 2 * (36 + 30), "{u:?}");
+        assert_eq!(count(&u, "parcel4-input", "forwarded-whole") + count(&u, "parcel6-input", "forwarded-whole"), 0, "{u:?}");
+        let c = counters(&traced, "");
+        let count = |node: &str, counter: &str| count(&c, node, counter);
+        assert_eq!(count("ethernet-input", "parcels-forwarded-whole"), 0, "{c:?}");
+        assert_eq!(count("parcel4-input", "forwarded-whole"), 2 * 36, "{c:?}");
+        assert_eq!(count("parcel6-input", "forwarded-whole"), 2 * 30, "{c:?}");
+        assert_eq!(count("parcel4-input", "bad-header-checksum"), 2 * 4, "{c:?}");
+        assert_eq!(count("parcel4-input", "no-segments"), 2 * 3, "{c:?}");
+        assert_eq!(count("parcel4-input", "truncated"), 2 * 2, "{c:?}");
+        assert!(count("parcel4-input", "to-split") >= 2 * 10, "{c:?}");
+        // Every parcel that was not dropped counted once, with its segments.
+        assert_eq!(count("parcel4-input", "parcels"), 2 * (36 + 10 + 10), "{c:?}");
     }
-    let u = counters(&untraced, "");
-    assert_eq!(count(&u, "ethernet-input", "parcels-forwarded-whole"), 2 * (36 + 30), "{u:?}");
-    assert_eq!(count(&u, "parcel4-input", "forwarded-whole") + count(&u, "parcel6-input", "forwarded-whole"), 0, "{u:?}");
-    let c = counters(&traced, "");
-    assert_eq!(count(&c, "parcel4-input", "forwarded-whole"), 2 * 36, "{c:?}");
 }
 
 /// With segments read at every hop (`verify_parcel_segments_in_transit`), no parcel goes

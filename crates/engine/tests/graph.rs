@@ -496,34 +496,13 @@ static USE_SPLIT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool:
 
 #[test]
 fn a_node_in_two_forms_runs_the_one_chosen_for_each_vector() {
-    let log = Log::default();
-    let mut g = GraphBuilder::<Cx>::new();
-    g.add_either(Split, AllToB, |_| USE_SPLIT.load(std::sync::atomic::Ordering::Relaxed));
-    for name in ["rec-a", "rec-b", "rec-c"] {
-        g.add(Recorder(name, log.clone()));
-    }
-    let input = g.add_input("src", "split");
-    let mut graph = g.build().unwrap();
-    let mut pool = Pool::new(64, 0);
-    // Every packet's first byte says rec-a; the second form ignores it.
-    for (v, use_split) in [true, false, true].into_iter().enumerate() {
-        USE_SPLIT.store(use_split, std::sync::atomic::Ordering::Relaxed);
-        let bufs: Vec<BufIdx> = (0..4u16)
-            .map(|i| {
-                let b = pool.alloc(3).unwrap();
-                let seq = v as u16 * 4 + i;
-                pool.get_mut(b).write(&[0, (seq >> 8) as u8, seq as u8]).unwrap();
-                b
-            })
-            .collect();
-        graph.inject(input, &mut pool, &bufs, 0);
-        graph.run(&mut Cx, &mut pool);
-    }
-    let got = log.lock().unwrap().clone();
-    let to = |name: &str| -> Vec<u16> { got.iter().filter(|s| s.0 == name).map(|s| s.1).collect() };
-    assert_eq!(to("rec-a"), [0, 1, 2, 3, 8, 9, 10, 11]);
-    assert_eq!(to("rec-b"), [4, 5, 6, 7]);
-    assert_eq!(pool.in_use(), 0);
+    let add = |g: &mut GraphBuilder<Cx>| {
+        g.add_either(Split, AllToB, |_| USE_SPLIT.load(std::sync::atomic::Ordering::Relaxed));
+    };
+    second_of_three_vectors_takes_the_second_form(add, |v, _| {
+        USE_SPLIT.store(v != 1, std::sync::atomic::Ordering::Relaxed);
+        3
+    });
 }
 
 /// `add_either_by_vector`: the chooser sees each vector's packets (here: a vector with
@@ -533,24 +512,32 @@ fn a_node_in_two_forms_runs_the_one_its_vector_chooses() {
     fn short_only(_: &mut Cx, bufs: &[Buffer], input: &[BufIdx]) -> bool {
         input.iter().all(|&bi| bufs[bi.get()].len() <= 3)
     }
+    let add = |g: &mut GraphBuilder<Cx>| {
+        g.add_either_by_vector(Split, AllToB, short_only);
+    };
+    second_of_three_vectors_takes_the_second_form(add, |v, i| if (v, i) == (1, 2) { 5 } else { 3 });
+}
+
+/// `add` puts `Split` and `AllToB` in as one node's two forms; three vectors of four
+/// packets, each packet `len(vector, i)` bytes long (also where a test switches the form),
+/// all saying rec-a: the first and last vector reach rec-a, the second rec-b.
+fn second_of_three_vectors_takes_the_second_form(add: impl FnOnce(&mut GraphBuilder<Cx>), len: impl Fn(usize, u16) -> usize) {
     let log = Log::default();
     let mut g = GraphBuilder::<Cx>::new();
-    g.add_either_by_vector(Split, AllToB, short_only);
+    add(&mut g);
     for name in ["rec-a", "rec-b", "rec-c"] {
         g.add(Recorder(name, log.clone()));
     }
     let input = g.add_input("src", "split");
     let mut graph = g.build().unwrap();
     let mut pool = Pool::new(64, 0);
-    // Every packet's first byte says rec-a; in the second vector one packet is long.
-    for (v, long_at) in [None, Some(2), None].into_iter().enumerate() {
+    for v in 0..3 {
         let bufs: Vec<BufIdx> = (0..4u16)
             .map(|i| {
                 let seq = v as u16 * 4 + i;
-                let len = if long_at == Some(i) { 5 } else { 3 };
-                let b = pool.alloc(len).unwrap();
                 let mut bytes = vec![0, (seq >> 8) as u8, seq as u8];
-                bytes.resize(len, 0);
+                bytes.resize(len(v, i), 0);
+                let b = pool.alloc(bytes.len()).unwrap();
                 pool.get_mut(b).write(&bytes).unwrap();
                 b
             })
