@@ -222,10 +222,11 @@ impl<Cx: HasIp, const PARCELS_INLINED: bool> Node<Cx> for EthernetInput<PARCELS_
                             // An IP parcel goes where `ipN-input` sends it (its header fails
                             // that node's fast path, so it would take the same test there):
                             // a node hop fewer for a parcel (the parcel settings read for
-                            // parcels only).
+                            // parcels only; in the inlined form, read by its chooser once
+                            // for the vector).
                             None => match parcel_or_ip_input(buf.bytes(), v6) {
                                 to_input @ (EthernetInputNext::Parcel4Input | EthernetInputNext::Parcel6Input)
-                                    if wcx.parcels_whole_at_input() =>
+                                    if PARCELS_INLINED || wcx.parcels_whole_at_input() =>
                                 {
                                     let t = &wcx.ip().tables;
                                     match (v6, PARCELS_INLINED) {
