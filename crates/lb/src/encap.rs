@@ -1,5 +1,7 @@
-//! The outer headers of an encapsulated (direct server return) service, one template per
-//! backend, built on the control plane; a packet costs one copy and a few patches.
+//! The outer headers of an encapsulated (direct server return) service, built on the
+//! control plane as one shape per encapsulation (mode, GUE port, the node's address),
+//! shared by every service and backend that has it; a packet costs one copy of the shape
+//! and a few patches, its backend's address among them.
 //!
 //! ```text
 //! ipip: [outer IP, protocol 4 or 41][client's packet]
@@ -11,11 +13,16 @@
 //! and identification 0 (an atomic datagram, RFC 6864), as `ip::outer` emits it for the
 //! UDP tunnels. The GUE UDP checksum is zero over IPv4 and computed over IPv6 (Linux's
 //! fou takes no zero checksum over IPv6 unless configured to).
+//!
+//! Why a shape and not a template per backend: with packets going round 10 000 services,
+//! a template a backend was a cache line apart for every connection, the one miss of a
+//! session hit, and prefetching it cost a second read of the session a packet
+//! (docs/PERFORMANCE.md). The few shapes stay in the L1 cache; the backend's address and
+//! adjacency come with the session.
 
-use crate::service::Forwarding;
+use crate::service::{Forwarding, ServiceSpec};
 use ip::outer::{udp_checksum, Ip4Outer, Ip6Outer, OuterFamily};
-use ip::tables::ADJ_MISS;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use wire::checksum::Checksum;
 
 /// The longest outer headers: IPv6 (40), UDP (8), GUE (4).
@@ -34,8 +41,26 @@ pub enum EncapError {
     TooBig,
 }
 
-/// One backend's outer headers: one cache line (`an_outer_template_is_one_cache_line`),
-/// the one miss of the encapsulation (`lbN-nat`) a packet when packets go round many services.
+/// What makes two encapsulated services' outer headers alike, their backends apart: the
+/// mode and, for GUE, the destination port (the source, the node's address, is the
+/// family's). A service's shape is found by it ([`crate::LbState`] interns them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ShapeKey {
+    pub forwarding: Forwarding,
+    /// GUE's destination port; 0 for the other modes.
+    pub gue_port: u16,
+}
+
+impl ShapeKey {
+    /// An encapsulated service's key; `None` for NAT.
+    pub fn of(spec: &ServiceSpec) -> Option<ShapeKey> {
+        let gue_port = if spec.forwarding == Forwarding::Gue { spec.gue_port() } else { 0 };
+        spec.forwarding.is_encap().then_some(ShapeKey { forwarding: spec.forwarding, gue_port })
+    }
+}
+
+/// One shape of outer headers, the destination left zero: one cache line
+/// (`an_outer_shape_is_one_cache_line`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(align(64))]
 pub struct Outer {
@@ -48,31 +73,33 @@ pub struct Outer {
     /// Where UDP starts (GUE only; 0 without UDP).
     udp_at: u8,
     v6: bool,
-    /// IPv4: the header's ones'-complement sum with a zero total length, folded, not
-    /// complemented: the checksum of a packet of `n` bytes is `!(sum + n)` folded.
+    /// IPv4: the header's ones'-complement sum with a zero total length and a zero
+    /// destination, folded, not complemented: the checksum of a packet of `n` bytes to
+    /// `d` is `!(sum + n + d)` folded.
     ip_sum: u16,
-    /// IPv6 GUE: the UDP pseudo-header sum without the length, folded (as
-    /// [`Checksum::fold`] gives it).
+    /// IPv6 GUE: the UDP pseudo-header sum without the length and the destination,
+    /// folded (as [`Checksum::fold`] gives it).
     pseudo: u16,
-    /// The adjacency the outer packet leaves by, resolved on the control plane
-    /// ([`crate::LbState::resolve_outers`]); `ADJ_MISS` when `ipN-lookup` must decide.
-    pub adj: u32,
 }
 
 impl Outer {
-    /// The outer headers from the node's address `src` to a backend `dst` (one family)
-    /// for `forwarding` (not NAT), `gue_port` the GUE destination port.
-    pub fn new(forwarding: Forwarding, src: IpAddr, dst: IpAddr, gue_port: u16) -> Option<Outer> {
+    /// The outer headers of `key` from the node's address `src`.
+    pub fn new(key: ShapeKey, src: IpAddr) -> Option<Outer> {
         let mut bytes = [0u8; MAX_OUTER];
-        let (ip_len, pseudo) = match (src, dst) {
-            (IpAddr::V4(s), IpAddr::V4(d)) => (Ip4Outer::emit_header(s, d, 0, &mut bytes), Ip4Outer::pseudo(&s, &d)),
-            (IpAddr::V6(s), IpAddr::V6(d)) => (Ip6Outer::emit_header(s, d, 0, &mut bytes), Ip6Outer::pseudo(&s, &d)),
-            _ => return None,
+        let (ip_len, pseudo) = match src {
+            IpAddr::V4(s) => {
+                let any = Ipv4Addr::UNSPECIFIED;
+                (Ip4Outer::emit_header(s, any, 0, &mut bytes), Ip4Outer::pseudo(&s, &any))
+            }
+            IpAddr::V6(s) => {
+                let any = Ipv6Addr::UNSPECIFIED;
+                (Ip6Outer::emit_header(s, any, 0, &mut bytes), Ip6Outer::pseudo(&s, &any))
+            }
         };
         let v6 = ip_len == 40;
         // The inner packet is of the outer family (a service's backends are of its family).
         let (inner_proto, ethertype) = if v6 { (41u8, 0x86ddu16) } else { (4u8, 0x0800u16) };
-        let (proto, extra, udp_at) = match forwarding {
+        let (proto, extra, udp_at) = match key.forwarding {
             Forwarding::Nat => return None,
             Forwarding::Ipip => (inner_proto, 0, 0),
             Forwarding::Gre => {
@@ -82,13 +109,13 @@ impl Outer {
             Forwarding::Gue => {
                 let u = &mut bytes[ip_len..ip_len + 8];
                 u[0..2].copy_from_slice(&GUE_PORT_MIN.to_be_bytes());
-                u[2..4].copy_from_slice(&gue_port.to_be_bytes());
+                u[2..4].copy_from_slice(&key.gue_port.to_be_bytes());
                 wire::gue::GueRepr::data(wire::IpProtocol::from(inner_proto)).emit(&mut bytes[ip_len + 8..]);
                 (17, 8 + wire::gue::BASE_LEN, ip_len)
             }
         };
         // The emitted header names UDP and sums a zero length: name the protocol and sum
-        // the header again (IPv4), so a packet adds only its length.
+        // the header again (IPv4), so a packet adds only its length and destination.
         let ip_sum = if v6 {
             bytes[6] = proto;
             0
@@ -103,12 +130,7 @@ impl Outer {
         let len = ip_len + extra;
         bytes.copy_within(..len, MAX_OUTER - len);
         bytes[..MAX_OUTER - len].fill(0);
-        Some(Outer { bytes, len: len as u8, udp_at: udp_at as u8, v6, ip_sum, pseudo: pseudo.fold(), adj: ADJ_MISS })
-    }
-
-    /// The same headers, sent by adjacency `adj`.
-    pub fn via(self, adj: u32) -> Outer {
-        Outer { adj, ..self }
+        Some(Outer { bytes, len: len as u8, udp_at: udp_at as u8, v6, ip_sum, pseudo: pseudo.fold() })
     }
 
     /// The headers' length.
@@ -120,7 +142,7 @@ impl Outer {
         self.len == 0
     }
 
-    /// The headers as a packet of no payload would carry them.
+    /// The headers as a packet of no payload to no destination would carry them.
     pub fn bytes(&self) -> &[u8] {
         &self.bytes[MAX_OUTER - self.len as usize..]
     }
@@ -142,14 +164,15 @@ impl Outer {
     }
 
     /// Put the headers in front of the packet in `buf` (the client's, from its IP header
-    /// on), `hash` the flow's hash (the GUE source port). The buffer then starts at the
-    /// outer IP header. IPv4 inlined into the caller's session hit (as one `#[inline]`
+    /// on), addressed to `dst` (the backend: 4 bytes under an IPv4 shape, 16 under
+    /// IPv6), `hash` the flow's hash (the GUE source port). The buffer then starts at
+    /// the outer IP header. IPv4 inlined into the caller's session hit (as one `#[inline]`
     /// function it stayed a call of its own, perf); IPv6, whose GUE header takes a
     /// whole UDP checksum, out of line.
     #[inline(always)]
-    pub fn apply(&self, buf: &mut engine::Buffer, hash: u32) -> Result<(), EncapError> {
+    pub fn apply(&self, buf: &mut engine::Buffer, hash: u32, dst: &[u8]) -> Result<(), EncapError> {
         if self.v6 {
-            return self.apply6(buf, hash);
+            return self.apply6(buf, hash, dst);
         }
         let len = self.len as usize;
         let total = len + buf.len();
@@ -157,10 +180,13 @@ impl Outer {
             return Err(EncapError::TooBig);
         }
         let h = self.put_in_front(buf).ok_or(EncapError::NoHeadroom)?;
-        // The IPv4 header's 20 bytes proven once for both patches.
+        // The IPv4 header's 20 bytes proven once for the patches.
         let ip: &mut [u8; 20] = h.first_chunk_mut().ok_or(EncapError::NoHeadroom)?;
+        let d: &[u8; 4] = dst.first_chunk().ok_or(EncapError::NoHeadroom)?;
+        ip[16..20].copy_from_slice(d);
         ip[2..4].copy_from_slice(&(total as u16).to_be_bytes());
-        let mut c = self.ip_sum as u32 + total as u32;
+        let mut c = self.ip_sum as u32 + total as u32 + u16::from_be_bytes([d[0], d[1]]) as u32 + u16::from_be_bytes([d[2], d[3]]) as u32;
+        c = (c & 0xffff) + (c >> 16);
         c = (c & 0xffff) + (c >> 16);
         ip[10..12].copy_from_slice(&(!(c as u16)).to_be_bytes());
         if self.udp_at != 0 {
@@ -173,13 +199,14 @@ impl Outer {
 
     /// [`Outer::apply`] for IPv6 outer headers.
     #[inline(never)]
-    fn apply6(&self, buf: &mut engine::Buffer, hash: u32) -> Result<(), EncapError> {
+    fn apply6(&self, buf: &mut engine::Buffer, hash: u32, dst: &[u8]) -> Result<(), EncapError> {
         let len = self.len as usize;
         let total = len + buf.len();
         let ip_payload = total - 40;
         if ip_payload > u16::MAX as usize {
             return Err(EncapError::TooBig);
         }
+        let d: &[u8; 16] = dst.first_chunk().ok_or(EncapError::NoHeadroom)?;
         // Under a computed outer checksum the inner packet's pending partial checksum
         // (from a vnet-header device) is completed first: the outer one covers it.
         if self.udp_at != 0 {
@@ -187,12 +214,13 @@ impl Outer {
         }
         let h = self.put_in_front(buf).ok_or(EncapError::NoHeadroom)?;
         h[4..6].copy_from_slice(&(ip_payload as u16).to_be_bytes());
+        h[24..40].copy_from_slice(d);
         if self.udp_at != 0 {
             let u = self.udp_at as usize;
             h[u..u + 2].copy_from_slice(&Self::gue_port(hash).to_be_bytes());
             h[u + 4..u + 6].copy_from_slice(&((total - u) as u16).to_be_bytes());
             let seg = &mut buf.bytes_mut()[u..];
-            let c = udp_checksum(*Checksum::new().add_u16(self.pseudo), seg);
+            let c = udp_checksum(*Checksum::new().add_u16(self.pseudo).add_array(d), seg);
             seg[6..8].copy_from_slice(&c.to_be_bytes());
         }
         Ok(())
@@ -211,13 +239,26 @@ mod tests {
     use wire::ipv4::{Ipv4Packet, Ipv4Repr};
     use wire::ipv6::{Ipv6Packet, Ipv6Repr};
 
-    /// Encapsulate `inner` with `o` in a buffer of a fresh pool: the bytes out.
-    fn encap(o: &Outer, inner: &[u8], hash: u32) -> Result<Vec<u8>, EncapError> {
+    /// Encapsulate `inner` with `o` to `dst` in a buffer of a fresh pool: the bytes out.
+    fn encap_to(o: &Outer, dst: IpAddr, inner: &[u8], hash: u32) -> Result<Vec<u8>, EncapError> {
         let mut pool = engine::Pool::new(1, 1);
         let b = pool.alloc(inner.len()).unwrap();
         pool.get_mut(b).write(inner).unwrap();
-        o.apply(pool.get_mut(b), hash)?;
+        let d = match dst {
+            IpAddr::V4(a) => a.octets().to_vec(),
+            IpAddr::V6(a) => a.octets().to_vec(),
+        };
+        o.apply(pool.get_mut(b), hash, &d)?;
         Ok(pool.get(b).bytes().to_vec())
+    }
+
+    /// [`encap_to`] the one backend most tests use.
+    fn encap(o: &Outer, inner: &[u8], hash: u32) -> Result<Vec<u8>, EncapError> {
+        encap_to(o, BACKEND.parse().unwrap(), inner, hash)
+    }
+
+    fn shape(forwarding: Forwarding, gue_port: u16) -> ShapeKey {
+        ShapeKey { forwarding, gue_port }
     }
 
     /// An inner IPv4 UDP packet of `n` payload bytes from 198.18.0.2:1234 to 198.18.128.10:53.
@@ -265,7 +306,7 @@ mod tests {
         for (mode, proto, extra) in [(Forwarding::Ipip, 4, 0), (Forwarding::Gre, 47, 4), (Forwarding::Gue, 17, 12)] {
             for n in [0, 1, 100, 1400] {
                 let inner = inner4(n);
-                let o = Outer::new(mode, NODE.parse().unwrap(), BACKEND.parse().unwrap(), 6080).unwrap();
+                let o = Outer::new(shape(mode, 6080), NODE.parse().unwrap()).unwrap();
                 let p = encap(&o, &inner, 0xdead_beef).unwrap();
                 let ip = Ipv4Packet::new_checked(&p[..]).unwrap();
                 let r = Ipv4Repr::parse(&ip).unwrap_or_else(|e| panic!("{mode:?} {n}: {e:?}"));
@@ -294,7 +335,7 @@ mod tests {
     /// The GUE source port follows the flow hash, so flows spread over the range.
     #[test]
     fn gue_source_port_spreads_flows() {
-        let o = Outer::new(Forwarding::Gue, NODE.parse().unwrap(), BACKEND.parse().unwrap(), 5555).unwrap();
+        let o = Outer::new(shape(Forwarding::Gue, 5555), NODE.parse().unwrap()).unwrap();
         let ports: std::collections::HashSet<u16> = (0..64u32)
             .map(|h| {
                 let p = encap(&o, &inner4(10), engine::hash::finish(h)).unwrap();
@@ -311,8 +352,8 @@ mod tests {
         let (src, dst): (IpAddr, IpAddr) = ("2001:db8:1::1".parse().unwrap(), "2001:db8:100::10".parse().unwrap());
         for (mode, proto, extra) in [(Forwarding::Ipip, 41, 0), (Forwarding::Gre, 47, 4), (Forwarding::Gue, 17, 12)] {
             let inner = inner6();
-            let o = Outer::new(mode, src, dst, 6080).unwrap();
-            let p = encap(&o, &inner, 3).unwrap();
+            let o = Outer::new(shape(mode, 6080), src).unwrap();
+            let p = encap_to(&o, dst, &inner, 3).unwrap();
             let r = Ipv6Repr::parse(&Ipv6Packet::new_checked(&p[..]).unwrap()).unwrap();
             assert_eq!(r.next_header, wire::IpProtocol::from(proto));
             assert_eq!(r.payload_len, extra + inner.len());
@@ -335,7 +376,7 @@ mod tests {
     /// alone are copied, the same bytes as with room; shorter still, refused by name.
     #[test]
     fn short_headroom_takes_the_headers_alone() {
-        let o = Outer::new(Forwarding::Gue, NODE.parse().unwrap(), BACKEND.parse().unwrap(), 6080).unwrap();
+        let o = Outer::new(shape(Forwarding::Gue, 6080), NODE.parse().unwrap()).unwrap();
         let inner = inner4(10);
         let roomy = encap(&o, &inner, 7).unwrap();
         for headroom in [o.len(), o.len() + 1, MAX_OUTER - 1, 0, o.len() - 1] {
@@ -349,7 +390,7 @@ mod tests {
             buf.bytes_mut()[..inner.len()].copy_from_slice(&inner);
             buf.truncate(inner.len());
             assert_eq!(buf.headroom(), headroom);
-            let r = o.apply(buf, 7);
+            let r = o.apply(buf, 7, &BACKEND.parse::<std::net::Ipv4Addr>().unwrap().octets());
             if headroom >= o.len() {
                 assert_eq!(r, Ok(()), "headroom {headroom}");
                 assert_eq!(buf.bytes(), &roomy[..], "headroom {headroom}");
@@ -359,16 +400,32 @@ mod tests {
         }
     }
 
+    /// The destination goes in with the packet, and the IPv4 header checksum takes it:
+    /// addresses whose words carry when summed (all ones) verify too, and one shape
+    /// serves every backend.
     #[test]
-    fn an_outer_template_is_one_cache_line() {
+    fn one_shape_serves_every_destination() {
+        let o = Outer::new(shape(Forwarding::Gre, 0), NODE.parse().unwrap()).unwrap();
+        assert_eq!(&o.bytes()[16..20], &[0, 0, 0, 0], "no destination in the shape");
+        for dst in ["198.19.1.10", "198.19.255.255", "255.255.255.254", "1.0.0.1", "254.255.0.255"] {
+            let inner = inner4(3);
+            let p = encap_to(&o, dst.parse().unwrap(), &inner, 1).unwrap();
+            let ip = Ipv4Packet::new_checked(&p[..]).unwrap();
+            assert!(ip.verify_checksum(), "{dst}");
+            assert_eq!(ip.dst_addr().to_string(), dst);
+            assert_eq!(&p[24..], &inner[..]);
+        }
+    }
+
+    #[test]
+    fn an_outer_shape_is_one_cache_line() {
         assert_eq!(std::mem::size_of::<Outer>(), 64);
     }
 
     #[test]
     fn refusals() {
-        assert!(Outer::new(Forwarding::Nat, NODE.parse().unwrap(), BACKEND.parse().unwrap(), 1).is_none());
-        assert!(Outer::new(Forwarding::Gre, NODE.parse().unwrap(), "2001:db8::1".parse().unwrap(), 1).is_none());
-        let o = Outer::new(Forwarding::Gre, NODE.parse().unwrap(), BACKEND.parse().unwrap(), 1).unwrap();
+        assert!(Outer::new(shape(Forwarding::Nat, 0), NODE.parse().unwrap()).is_none());
+        let o = Outer::new(shape(Forwarding::Gre, 0), NODE.parse().unwrap()).unwrap();
         // 65 520 bytes with 24 more of outer headers: past IPv4's 65 535.
         let mut big = inner4(0);
         big.resize(65_520, 0);

@@ -15,7 +15,8 @@
 //! A service with `forwarding` other than NAT (direct server return) takes the same
 //! steps up to the backend's choice (one session entry per connection, no reply
 //! entry), then the same node puts the client's packet, unchanged, into the backend's
-//! outer headers ([`crate::encap::Outer`], precomputed per backend) and sends it by the
+//! outer headers ([`crate::encap::Outer`], a shape shared by services of one encapsulation,
+//! the backend's address patched in) and sends it by the
 //! backend's adjacency when the control plane resolved it and the packet fits its link,
 //! else routes it to the backend like any packet the node sends. One node for the
 //! choice and the encapsulation: a session hit needs nothing else (no second frame, no
@@ -33,7 +34,6 @@ use crate::family::Family;
 use crate::nat::{self, Flow, NatError};
 use crate::session::{Hit, Key, LbDrop, Outcome};
 use crate::table::{Hashed, Table, TableKey};
-use crate::tables::FamilyTables;
 use engine::{counters, next_nodes, BufIdx, Buffer, Counts, Enqueue, GraphBuilder, Node, Pool, Verdict, VECTOR_SIZE};
 use ip::nodes::IcmpRequest;
 use ip::tables::{Adjacency, ADJ_MISS, MAX_INDEX};
@@ -178,13 +178,11 @@ pub struct LbNat<F: Family> {
     ready: Box<[Prepared<F>; VECTOR_SIZE]>,
     /// How many of `ready` are the current vector's.
     len: usize,
-    /// Whether this vector prefetches outer headers too (more than the caches keep).
-    templates: bool,
 }
 
 impl<F: Family> Default for LbNat<F> {
     fn default() -> Self {
-        LbNat { ready: Box::new([Prepared::without_flow(NatError::Truncated); VECTOR_SIZE]), len: 0, templates: false }
+        LbNat { ready: Box::new([Prepared::without_flow(NatError::Truncated); VECTOR_SIZE]), len: 0 }
     }
 }
 
@@ -195,9 +193,6 @@ impl<F: Family> Default for LbNat<F> {
 /// own lines, overflowed the L1 cache before the first were used (perf: a third of the
 /// node's samples on that prefetch and on the hit's load; docs/PERFORMANCE.md).
 const AHEAD: usize = 16;
-/// How far ahead the outer headers of a direct session: half as far, so that its slot
-/// (prefetched `AHEAD` packets before) has had time to arrive.
-const TEMPLATE_AHEAD: usize = AHEAD / 2;
 
 fn nat_drop(e: NatError) -> LbNatCounter {
     match e {
@@ -210,19 +205,6 @@ fn nat_drop(e: NatError) -> LbNatCounter {
 }
 
 impl<F: NatNodeFamily> LbNat<F> {
-    /// Start loading the outer headers of the direct session in the home slot of the
-    /// key whose hash is `hash`, if there is one (a hint: the slot's key not compared).
-    #[inline(always)]
-    fn prefetch_template(t: &FamilyTables<F>, lb: &crate::session::Balancer<F>, at: Hashed) {
-        if let Some((i, s)) = lb.sessions.peek(at) {
-            if s.twin == i {
-                if let Some(outer) = t.outer(s.service, s.backend) {
-                    engine::prefetch::read(outer);
-                }
-            }
-        }
-    }
-
     /// A forwarded packet: translated if it is the reply of a `Local`-policy connection,
     /// on to `ipN-rewrite` either way (its route is the client's, unchanged).
     #[inline]
@@ -261,24 +243,27 @@ impl<F: NatNodeFamily> LbNat<F> {
     ) -> Verdict<LbNatNext, LbNatCounter> {
         use LbNatCounter as C;
         let (t, _, _) = F::parts(cx.lb());
-        let Some(outer) = t.outer(service, backend) else {
+        let found = t.service(service).and_then(|s| Some((t.shape(s.shape)?, s.backends.get(backend as usize)?)));
+        let Some((outer, b)) = found else {
             return Verdict::Drop(C::NoOuter);
         };
-        match Self::put_outer(counts, buf, outer, hash) {
+        match Self::put_outer(counts, buf, outer, b.addr.as_ref(), b.adj, hash) {
             Ok(adj) => Self::send_outer(cx, buf, adj),
             Err(v) => v,
         }
     }
 
     /// [`LbNat::encapsulate`] up to the sending: `outer` put in front of the packet,
-    /// the adjacency to send it by returned (a GSO frame and a refusal: the verdict).
-    /// Apart from the sending so that a session hit, which found the template beside
-    /// the generation it checked, hands it over without a second lookup.
+    /// addressed to `dst`, the adjacency to send it by (`adj`) returned (a GSO frame
+    /// and a refusal: the verdict). Apart from the sending so that a session hit, which
+    /// carries the backend's address and adjacency, hands them over without a lookup.
     #[inline(always)]
     fn put_outer(
         counts: &mut Counts<'_, LbNatCounter>,
         buf: &mut Buffer,
         outer: &crate::encap::Outer,
+        dst: &[u8],
+        adj: u32,
         hash: u32,
     ) -> Result<u32, Verdict<LbNatNext, LbNatCounter>> {
         use LbNatCounter as C;
@@ -286,8 +271,7 @@ impl<F: NatNodeFamily> LbNat<F> {
             counts.inc(C::GsoSegmented);
             return Err(Verdict::Next(LbNatNext::Segment));
         }
-        let adj = outer.adj;
-        match outer.apply(buf, hash) {
+        match outer.apply(buf, hash, dst) {
             Ok(()) => counts.inc(C::Encapsulated),
             Err(EncapError::NoHeadroom) => return Err(Verdict::Drop(C::NoHeadroom)),
             Err(EncapError::TooBig) => return Err(Verdict::Drop(C::TooBig)),
@@ -430,13 +414,12 @@ impl<Cx: HasLb, F: NatNodeFamily> Node<Cx> for LbNat<F> {
 impl<F: NatNodeFamily> LbNat<F> {
     /// Read and hash each packet's flow once, here, kept in `ready` for `decide`, and
     /// start loading the session slots (the key's home slot, the one line a hit reads)
-    /// of the first [`AHEAD`] packets; `decide` keeps the loads that far ahead. With
-    /// more outer headers than the caches keep, the first [`TEMPLATE_AHEAD`] packets'
-    /// too. `places`: each packet's place in the vector written to its `meta.param`
+    /// of the first [`AHEAD`] packets; `decide` keeps the loads that far ahead.
+    /// `places`: each packet's place in the vector written to its `meta.param`
     /// (for `process`). Measured in docs/PERFORMANCE.md.
     #[inline(always)]
     fn read_vector<Cx: HasLb>(&mut self, cx: &mut Cx, pool: &mut Pool, input: &[BufIdx], places: bool) {
-        let (t, lb, _) = F::parts(cx.lb());
+        let (_, lb, _) = F::parts(cx.lb());
         let n = input.len().min(VECTOR_SIZE);
         let bufs = pool.buffers_mut();
         for (i, (&b, ready)) in input[..n].iter().zip(self.ready.iter_mut()).enumerate() {
@@ -450,16 +433,6 @@ impl<F: NatNodeFamily> LbNat<F> {
         let ready = &self.ready[..n];
         for r in ready.iter().take(AHEAD) {
             lb.sessions.prefetch(r.at);
-        }
-        // The outer headers of direct-server-return sessions (with packets going round
-        // many services each is a miss of its own). Only where there are more than the
-        // caches keep: it reads the slot, which the hit alone need not (NAT, or a few
-        // encapsulated services).
-        self.templates = t.templates > FamilyTables::<F>::TEMPLATES_CACHED;
-        if self.templates {
-            for r in ready.iter().take(TEMPLATE_AHEAD) {
-                Self::prefetch_template(t, lb, r.at);
-            }
         }
     }
 
@@ -476,15 +449,9 @@ impl<F: NatNodeFamily> LbNat<F> {
         at: usize,
     ) -> Verdict<LbNatNext, LbNatCounter> {
         {
-            let (t, lb, _) = F::parts(cx.lb());
-            let ready = &self.ready[..self.len];
-            if let Some(r) = ready.get(at + AHEAD) {
+            let (_, lb, _) = F::parts(cx.lb());
+            if let Some(r) = self.ready[..self.len].get(at + AHEAD) {
                 lb.sessions.prefetch(r.at);
-            }
-            if self.templates {
-                if let Some(r) = ready.get(at + TEMPLATE_AHEAD) {
-                    Self::prefetch_template(t, lb, r.at);
-                }
             }
         }
         let ready = &self.ready[at % VECTOR_SIZE];
@@ -508,8 +475,8 @@ impl<F: NatNodeFamily> LbNat<F> {
                 (rw, d)
             }
             // `ready.hash` is the flow's (its session was found by it).
-            Some(Hit::Direct { outer, .. }) => {
-                return match Self::put_outer(counts, buf, outer, ready.hash()) {
+            Some(Hit::Direct { outer, dst, adj, .. }) => {
+                return match Self::put_outer(counts, buf, outer, dst.as_ref(), adj, ready.hash()) {
                     Ok(adj) => Self::send_outer(cx, buf, adj),
                     Err(v) => v,
                 };

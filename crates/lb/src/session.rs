@@ -14,6 +14,7 @@ use crate::family::Family;
 use crate::nat::Deltas;
 use crate::table::{Found, Hashed, SlotIdx, Table, TableKey};
 use crate::tables::{FamilyTables, ServiceTable};
+use ip::tables::ADJ_MISS;
 
 /// A flow's 5-tuple as a packet carries it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
@@ -149,11 +150,41 @@ pub struct Session<A> {
     /// The service's generation ([`ServiceTable::gen`]) when the entry was made or last
     /// checked against it: while the service still has it, the backend is still in it.
     pub gen: u32,
-    /// The checksum changes of `rewrite` on a packet of this entry's key.
-    pub deltas: Deltas,
+    /// A translated entry's checksum changes of `rewrite` on a packet of this entry's
+    /// key, or a direct entry's backend adjacency.
+    pub via: Via,
     pub state: ConnState,
     /// Made for a NodePort service (found only for packets that came by `ipN-local`).
     pub node_port: bool,
+    /// A direct entry's outer headers' shape ([`ServiceTable::shape`]; 0 for NAT).
+    pub shape: u16,
+}
+
+/// An entry's last word, by its kind: a translated entry's checksum changes
+/// ([`Deltas`]), or a direct entry's (its own twin's) backend adjacency, the one its
+/// outer packets leave by. One word for both: an IPv4 entry is one cache line with no
+/// room for a second.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Via([u16; 2]);
+
+impl Via {
+    pub fn nat(d: Deltas) -> Via {
+        Via([d.addrs, d.all])
+    }
+
+    pub fn direct(adj: u32) -> Via {
+        Via([adj as u16, (adj >> 16) as u16])
+    }
+
+    #[inline(always)]
+    pub fn deltas(self) -> Deltas {
+        Deltas { addrs: self.0[0], all: self.0[1] }
+    }
+
+    #[inline(always)]
+    pub fn adj(self) -> u32 {
+        self.0[0] as u32 | (self.0[1] as u32) << 16
+    }
 }
 
 impl<A> Session<A> {
@@ -251,9 +282,10 @@ pub enum Hit<'t, A> {
     /// A reply of a translated connection (addressed to the node).
     Reply(Rewrite<A>, Deltas),
     /// A client's packet of a direct-server-return connection: the service's id, the
-    /// backend's index in it, and the backend's outer headers (read beside the service's
-    /// generation, so that the encapsulation looks nothing up).
-    Direct { service: u32, backend: u32, outer: &'t crate::encap::Outer },
+    /// backend's index in it, the service's outer headers' shape, and from the session
+    /// the backend's address (the outer destination) and adjacency, so that the
+    /// encapsulation reads nothing a backend or a service of its own.
+    Direct { service: u32, backend: u32, outer: &'t crate::encap::Outer, dst: A, adj: u32 },
 }
 
 /// What happened to the session on the way (counted by the node as information).
@@ -362,11 +394,11 @@ impl<F: Family> Balancer<F> {
             return Err(LbDrop::SessionTableFull);
         }
         let (gen, node_port) = (svc.gen, svc.node_port);
-        let fwd =
-            Session { rewrite: there, service: svc.id, backend: b, twin: 0, gen, deltas: Deltas::new::<F>(key, &there), state, node_port };
+        let via = Via::nat(Deltas::new::<F>(key, &there));
+        let fwd = Session { rewrite: there, service: svc.id, backend: b, twin: 0, gen, via, state, node_port, shape: 0 };
         let i = self.sessions.insert(Key::new(key), fwd, now, expires).ok_or(LbDrop::SessionTableFull)?;
-        let deltas = Deltas::new::<F>(&reply_key, &back);
-        let rev = Session { rewrite: back, service: svc.id, backend: u32::MAX, twin: i, gen, deltas, state, node_port };
+        let via = Via::nat(Deltas::new::<F>(&reply_key, &back));
+        let rev = Session { rewrite: back, service: svc.id, backend: u32::MAX, twin: i, gen, via, state, node_port, shape: 0 };
         let Some(j) = self.sessions.insert(Key::new(&reply_key), rev, now, expires) else {
             self.sessions.remove(i);
             return Err(LbDrop::SessionTableFull);
@@ -391,7 +423,11 @@ impl<F: Family> Balancer<F> {
             let kept = s.twin == i && self.kept(i, &s, svc);
             if kept && !restart {
                 self.touch(i, s.twin, s.state, next_state_direct(s.state, key.proto, flags), now, self.sessions.expires(i));
-                return Ok((self.sessions.get(i).backend, Outcome::Hit));
+                // Checked against a new generation: its backend's adjacency may be new.
+                let e = self.sessions.get_mut(i);
+                e.via = Via::direct(svc.backends.get(e.backend as usize).map_or(ADJ_MISS, |b| b.adj));
+                e.shape = svc.shape;
+                return Ok((e.backend, Outcome::Hit));
             }
             // A NAT connection's entry (its service's id reused) goes with its twin.
             self.sessions.remove(s.twin);
@@ -416,9 +452,10 @@ impl<F: Family> Balancer<F> {
             backend: b,
             twin: 0,
             gen: svc.gen,
-            deltas: Deltas::default(),
+            via: Via::direct(backend.adj),
             state,
             node_port: svc.node_port,
+            shape: svc.shape,
         };
         let i = self.sessions.insert(Key::new(key), entry, now, now + self.timeout_of[state as usize]).ok_or(LbDrop::SessionTableFull)?;
         self.sessions.get_mut(i).twin = i;
@@ -477,7 +514,7 @@ impl<F: Family> Balancer<F> {
             if !local {
                 return None;
             }
-            let hit = Hit::Reply(s.rewrite, s.deltas);
+            let hit = Hit::Reply(s.rewrite, s.via.deltas());
             self.touch(i, twin, state, next_state(state, proto, flags, false), now, expires);
             return Some(hit);
         }
@@ -488,12 +525,12 @@ impl<F: Family> Balancer<F> {
         }
         if twin == i {
             // Without outer headers (never expected) the full path counts it.
-            let outer = t.outer(s.service, s.backend)?;
-            let hit = Hit::Direct { service: s.service, backend: s.backend, outer };
+            let outer = t.shape(s.shape)?;
+            let hit = Hit::Direct { service: s.service, backend: s.backend, outer, dst: s.rewrite.dst, adj: s.via.adj() };
             self.touch(i, twin, state, next_state_direct(state, proto, flags), now, expires);
             return Some(hit);
         }
-        let hit = Hit::Forward(s.rewrite, s.deltas);
+        let hit = Hit::Forward(s.rewrite, s.via.deltas());
         self.touch(i, twin, state, next_state(state, proto, flags, true), now, expires);
         Some(hit)
     }

@@ -3,7 +3,7 @@
 //! table only (one Maglev build), so a backend update costs the same with 10 000
 //! services as with one; `tables()` hands out the current version to publish.
 
-use crate::encap::Outer;
+use crate::encap::{Outer, ShapeKey};
 use crate::family::{Family, V4, V6};
 use crate::maglev::{self, MaglevBackend};
 use crate::service::{Affinity, BackendSpec, Conditions, ServiceSpec, ServiceType, SpecError, TrafficPolicy};
@@ -29,7 +29,13 @@ pub enum LbError {
     Snat(IpAddr),
     #[error("service {0:?}: forwarding: {1} needs the node's {2} address (lb.{3}), the outer headers' source")]
     NoEncapSource(String, &'static str, &'static str, &'static str),
+    #[error("service {0:?}: gue_port: {1}: every one of the {MAX_SHAPES} outer header shapes of its family is taken: expected a GUE port in use already")]
+    Shapes(String, u16),
 }
+
+/// Outer header shapes a family can have ([`ServiceTable::shape`] is 16 bits): more than
+/// the distinct (mode, GUE port) pairs a cluster would use.
+const MAX_SHAPES: usize = 1 << 16;
 
 #[derive(Debug, Default)]
 pub struct LbState {
@@ -50,6 +56,10 @@ pub struct LbState {
     /// Encapsulated services rebuilt since the last resolution: their new backends wait
     /// for [`LbState::resolve_changed`].
     unresolved: Vec<u32>,
+    /// The outer header shapes handed out, by family (IPv6?) and key: their index in the
+    /// family's [`FamilyTables::shapes`]. Kept for the process's life (at most one per
+    /// mode and GUE port).
+    shape_ids: HashMap<(bool, ShapeKey), u16>,
 }
 
 /// Which backends take new connections: the ready ones; without any, the serving ones
@@ -65,29 +75,22 @@ fn eligible(spec: &ServiceSpec) -> Vec<bool> {
     spec.backends.iter().map(|b| candidate(b) && b.conditions.serving && b.conditions.terminating).collect()
 }
 
-/// An encapsulated service's outer headers, by backend index, each sent by its backend's
-/// adjacency in `adj`; none for NAT or without the node's address.
-fn outers<F: Family>(spec: &ServiceSpec, node: Option<F::Addr>, adj: &HashMap<IpAddr, u32>) -> Arc<[Outer]> {
-    match node.filter(|_| spec.forwarding.is_encap()) {
-        Some(n) => spec
-            .backends
-            .iter()
-            .filter_map(|b| {
-                let o = Outer::new(spec.forwarding, F::to_ip(&n), b.addr, spec.gue_port())?;
-                Some(o.via(adj.get(&b.addr).copied().unwrap_or(ADJ_MISS)))
-            })
-            .collect(),
-        None => Arc::new([]),
-    }
-}
-
-fn compile<F: Family>(id: u32, gen: u32, spec: &ServiceSpec, node: Option<F::Addr>, adj: &HashMap<IpAddr, u32>) -> ServiceTable<F> {
+/// Service `id`'s table; `shape` its outer headers' (encapsulated services), `adj` the
+/// resolved adjacencies of encapsulated backends.
+fn compile<F: Family>(id: u32, gen: u32, spec: &ServiceSpec, shape: u16, adj: &HashMap<IpAddr, u32>) -> ServiceTable<F> {
     let eligible = eligible(spec);
+    let encap = spec.forwarding.is_encap();
     let backends: Vec<Backend<F>> = spec
         .backends
         .iter()
         .zip(&eligible)
-        .map(|(b, &e)| Backend { addr: F::from_ip(b.addr).unwrap_or_default(), port: b.port, conditions: b.conditions, eligible: e })
+        .map(|(b, &e)| Backend {
+            addr: F::from_ip(b.addr).unwrap_or_default(),
+            port: b.port,
+            conditions: b.conditions,
+            eligible: e,
+            adj: if encap { adj.get(&b.addr).copied().unwrap_or(ADJ_MISS) } else { ADJ_MISS },
+        })
         .collect();
     let weighted: Vec<MaglevBackend> = spec
         .backends
@@ -110,8 +113,7 @@ fn compile<F: Family>(id: u32, gen: u32, spec: &ServiceSpec, node: Option<F::Add
         backends,
         maglev: maglev::build(&weighted, size),
         forwarding: spec.forwarding,
-        // Checked by `add_service`: an encapsulated service has a node address.
-        outer: outers::<F>(spec, node, adj),
+        shape,
     }
 }
 
@@ -163,14 +165,50 @@ impl LbState {
     }
 
     /// Set the address `Cluster`-policy services of its family translate sources to.
+    /// The family's outer header shapes are made again from it, in their places.
     pub fn set_snat(&mut self, addr: Option<IpAddr>) -> Result<(), LbError> {
-        match addr {
+        let shapes = match addr {
             Some(a) if a.is_unspecified() || a.is_multicast() || a.is_loopback() => return Err(LbError::Snat(a)),
-            Some(IpAddr::V4(a)) => self.tables.v4.snat = Some(a.octets()),
-            Some(IpAddr::V6(a)) => self.tables.v6.snat = Some(a.octets()),
-            None => {}
+            Some(IpAddr::V4(a)) => {
+                self.tables.v4.snat = Some(a.octets());
+                &mut self.tables.v4.shapes
+            }
+            Some(IpAddr::V6(a)) => {
+                self.tables.v6.snat = Some(a.octets());
+                &mut self.tables.v6.shapes
+            }
+            None => return Ok(()),
+        };
+        let (Some(src), v6) = (addr, addr.is_some_and(|a| a.is_ipv6())) else { return Ok(()) };
+        for (&(family_v6, key), &i) in &self.shape_ids {
+            if let Some(o) = Outer::new(key, src).filter(|_| family_v6 == v6) {
+                shapes[i as usize] = o;
+            }
         }
         Ok(())
+    }
+
+    /// The index of `spec`'s outer header shape, made if new (0 for NAT); `None` when
+    /// the family has every shape it can.
+    fn intern_shape(&mut self, spec: &ServiceSpec) -> Option<u16> {
+        let Some(key) = ShapeKey::of(spec) else { return Some(0) };
+        let v6 = !spec.vip.is_ipv4();
+        if let Some(&i) = self.shape_ids.get(&(v6, key)) {
+            return Some(i);
+        }
+        let (src, shapes) = match v6 {
+            false => (self.tables.v4.snat.map(|a| V4::to_ip(&a)), &mut self.tables.v4.shapes),
+            true => (self.tables.v6.snat.map(|a| V6::to_ip(&a)), &mut self.tables.v6.shapes),
+        };
+        if shapes.len() >= MAX_SHAPES {
+            return None;
+        }
+        // Checked by `add_service`: an encapsulated service has a node address.
+        let o = Outer::new(key, src?)?;
+        let i = shapes.len() as u16;
+        shapes.push(o);
+        self.shape_ids.insert((v6, key), i);
+        Some(i)
     }
 
     pub fn add_service(&mut self, spec: ServiceSpec) -> Result<u32, LbError> {
@@ -191,6 +229,10 @@ impl LbState {
         let address = (spec.vip, spec.port, spec.protocol, spec.kind == ServiceType::NodePort);
         if let Some(other) = self.by_address.get(&address).and_then(|&id| self.specs[id as usize].as_ref()) {
             return Err(LbError::DuplicateAddress(spec.name.clone(), spec.vip, spec.port, spec.protocol, other.name.clone()));
+        }
+        if self.intern_shape(&spec).is_none() {
+            let port = spec.gue_port();
+            return Err(LbError::Shapes(spec.name, port));
         }
         let id = match self.specs.iter().position(Option::is_none) {
             Some(i) => i as u32,
@@ -227,7 +269,6 @@ impl LbState {
             if let Some(s) = t.services.get_mut(id as usize) {
                 *s = None;
                 t.gens[id as usize] = 0;
-                t.set_outers(id, None);
             }
         }
         clear(&mut self.tables.v4, id);
@@ -314,26 +355,23 @@ impl LbState {
     }
 
     fn rebuild(&mut self, id: u32) {
-        let spec = self.specs[id as usize].as_ref().expect("rebuilt services have specs");
         fn put<F: Family>(t: &mut FamilyTables<F>, id: u32, s: ServiceTable<F>) {
             if t.services.len() <= id as usize {
                 t.services.resize(id as usize + 1, None);
                 t.gens.resize(id as usize + 1, 0);
-                t.outers.resize(id as usize + 1, None);
             }
             t.gens[id as usize] = s.gen;
-            t.set_outers(id, Some(Arc::clone(&s.outer)));
             t.services[id as usize] = Some(Arc::new(s));
         }
-        // Never 0 (no service); wraps to 1 after 4 billion changes.
-        self.last_gen = self.last_gen.checked_add(1).unwrap_or(1);
-        let gen = self.last_gen;
-        if spec.vip.is_ipv4() {
-            let node = self.tables.v4.snat;
-            put(&mut self.tables.v4, id, compile::<V4>(id, gen, spec, node, &self.outer_adj));
+        let gen = self.next_gen();
+        let spec = self.specs[id as usize].as_ref().expect("rebuilt services have specs");
+        let v6 = !spec.vip.is_ipv4();
+        // Interned by `add_service` (a service's shape key never changes).
+        let shape = ShapeKey::of(spec).and_then(|k| self.shape_ids.get(&(v6, k)).copied()).unwrap_or(0);
+        if !v6 {
+            put(&mut self.tables.v4, id, compile::<V4>(id, gen, spec, shape, &self.outer_adj));
         } else {
-            let node = self.tables.v6.snat;
-            put(&mut self.tables.v6, id, compile::<V6>(id, gen, spec, node, &self.outer_adj));
+            put(&mut self.tables.v6, id, compile::<V6>(id, gen, spec, shape, &self.outer_adj));
         }
         self.maglev_builds += 1;
         if spec.forwarding.is_encap() {
@@ -344,8 +382,10 @@ impl LbState {
     /// Resolve every encapsulated backend to the adjacency its outer packets leave by
     /// (`resolve`: the router's answer, `ADJ_MISS` where the lookup must decide), so
     /// that `lbN-nat` sends them there without a second lookup (VPP's `lb4-gre4` does
-    /// not look the outer header up either). Services whose answers changed get new
-    /// templates, not a new generation (their sessions stay). True if any answer
+    /// not look the outer header up either). Services whose answers changed get their
+    /// backends' new adjacencies and a new generation: their sessions keep their
+    /// backends and take the new adjacency (a session carries its own) from the full
+    /// path on their next packet. True if any answer
     /// changed (the tables are then to publish). After route changes; service changes
     /// take [`LbState::resolve_changed`] (a new backend takes the lookup until then).
     pub fn resolve_outers(&mut self, mut resolve: impl FnMut(IpAddr) -> u32) -> bool {
@@ -366,7 +406,7 @@ impl LbState {
             .map(|(id, _)| id)
             .collect();
         for id in changed {
-            self.retemplate(id);
+            self.take_adjacencies(id);
         }
         true
     }
@@ -375,7 +415,7 @@ impl LbState {
     /// their backends not resolved yet only (routes have not changed since: the others'
     /// answers stand), so that a backend change costs its own service's resolution,
     /// not every service's. A service compiled before one of its backends was resolved
-    /// is retemplated — also when another service of the same batch asked first
+    /// takes the answers — also when another service of the same batch asked first
     /// (services sharing backends, added before one publish): an address resolved in
     /// this call is one every such service compiled without.
     pub fn resolve_changed(&mut self, mut resolve: impl FnMut(IpAddr) -> u32) {
@@ -391,27 +431,34 @@ impl LbState {
                 stale |= fresh.contains(&b.addr);
             }
             if stale {
-                self.retemplate(id);
+                self.take_adjacencies(id);
             }
         }
     }
 
-    /// Service `id`'s outer templates again from the resolved adjacencies.
-    fn retemplate(&mut self, id: u32) {
-        fn set<F: Family>(t: &mut FamilyTables<F>, id: u32, outer: Arc<[Outer]>) {
+    /// Service `id`'s backends' adjacencies again from the resolved ones, under a new
+    /// generation (no Maglev build: its backends are the same).
+    fn take_adjacencies(&mut self, id: u32) {
+        fn set<F: Family>(t: &mut FamilyTables<F>, id: u32, gen: u32, adj: &HashMap<IpAddr, u32>) {
             if let Some(Some(s)) = t.services.get_mut(id as usize) {
-                Arc::make_mut(s).outer = Arc::clone(&outer);
-                t.set_outers(id, Some(outer));
+                let s = Arc::make_mut(s);
+                for b in &mut s.backends {
+                    b.adj = adj.get(&F::to_ip(&b.addr)).copied().unwrap_or(ADJ_MISS);
+                }
+                s.gen = gen;
+                t.gens[id as usize] = gen;
             }
         }
-        let spec = self.specs[id as usize].as_ref().expect("retemplated services have specs");
-        if spec.vip.is_ipv4() {
-            let outer = outers::<V4>(spec, self.tables.v4.snat, &self.outer_adj);
-            set(&mut self.tables.v4, id, outer);
-        } else {
-            let outer = outers::<V6>(spec, self.tables.v6.snat, &self.outer_adj);
-            set(&mut self.tables.v6, id, outer);
-        }
+        let gen = self.next_gen();
+        set(&mut self.tables.v4, id, gen, &self.outer_adj);
+        set(&mut self.tables.v6, id, gen, &self.outer_adj);
+    }
+
+    /// A generation never handed out before: never 0 (no service); wraps to 1 after 4
+    /// billion changes.
+    fn next_gen(&mut self) -> u32 {
+        self.last_gen = self.last_gen.checked_add(1).unwrap_or(1);
+        self.last_gen
     }
 }
 
@@ -461,8 +508,9 @@ mod tests {
         assert_eq!(before.v4.service(7).unwrap().backends.len(), 2, "a published version never changes");
     }
 
-    /// Outer templates carry their backend's resolved adjacency; a changed answer gives
-    /// the service new templates, not a new generation (its sessions stay).
+    /// Encapsulated backends carry their resolved adjacency; a changed answer gives the
+    /// service a new generation (its sessions carry the adjacency: they take the new
+    /// one on their next packet), the same answers change nothing.
     #[test]
     fn encapsulated_backends_resolve_to_their_adjacency() {
         let mut st = LbState::new();
@@ -472,7 +520,7 @@ mod tests {
         gre.forwarding = crate::service::Forwarding::Gre;
         st.add_service(gre).unwrap();
         st.add_service(spec("nat", "198.18.128.11", 80, &["198.19.3.10"])).unwrap();
-        let adjs = |t: &LbTables| (0..2).map(|b| t.v4.outer(0, b).unwrap().adj).collect::<Vec<_>>();
+        let adjs = |t: &LbTables| t.v4.service(0).unwrap().backends.iter().map(|b| b.adj).collect::<Vec<_>>();
         assert_eq!(adjs(&st.tables()), [ADJ_MISS, ADJ_MISS], "unresolved until resolved");
         let mut asked = Vec::new();
         let answer = |a: IpAddr, asked: &mut Vec<IpAddr>| {
@@ -487,16 +535,18 @@ mod tests {
         assert_eq!(asked.len(), 2, "NAT services' backends are not resolved: {asked:?}");
         let gen = st.tables().v4.gen(0);
         assert_eq!(adjs(&st.tables()), [7, 9]);
-        assert!(Arc::ptr_eq(&st.tables().v4.outers[0].clone().unwrap(), &st.tables().v4.service(0).unwrap().outer));
+        assert_eq!(st.tables().v4.service(0).unwrap().gen, gen);
         assert!(!st.resolve_outers(|a| answer(a, &mut Vec::new())), "the same answers change nothing");
+        assert_eq!(st.tables().v4.gen(0), gen);
+        let nat_gen = st.tables().v4.gen(1);
         assert!(st.resolve_outers(|_| 11));
         assert_eq!(adjs(&st.tables()), [11, 11]);
-        assert_eq!(st.tables().v4.gen(0), gen);
+        assert_ne!(st.tables().v4.gen(0), gen, "new answers, a new generation");
+        assert_eq!(st.tables().v4.gen(1), nat_gen, "the NAT service untouched");
         // A rebuilt service keeps the answers; a new backend takes the lookup until
         // resolved, alone (the others' answers stand until routes change).
         st.set_backend("gre", BackendSpec::new("198.19.4.10".parse().unwrap(), 8080)).unwrap();
-        let all = |st: &LbState| (0..3).map(|b| st.tables().v4.outer(0, b).unwrap().adj).collect::<Vec<_>>();
-        assert_eq!(all(&st), [11, 11, ADJ_MISS]);
+        assert_eq!(adjs(&st.tables()), [11, 11, ADJ_MISS]);
         let rebuilt = st.tables().v4.gen(0);
         let mut asked = Vec::new();
         st.resolve_changed(|a| {
@@ -504,16 +554,46 @@ mod tests {
             13
         });
         assert_eq!(asked, ["198.19.4.10".parse::<IpAddr>().unwrap()]);
-        assert_eq!(all(&st), [11, 11, 13]);
-        assert_eq!(st.tables().v4.gen(0), rebuilt, "the backend change's generation, not another");
-        // The counts of encapsulated services and of their outer headers (the latter gates
-        // lbN-nat's template prefetch) follow changes, re-templating and deletion.
-        assert_eq!((st.tables().v4.encapsulated(), st.tables().v6.encapsulated()), (1, 0), "the NAT service not counted");
-        assert_eq!(st.tables().v4.templates, 3, "one a backend of the encapsulated service");
-        st.del_service("nat").unwrap();
-        assert_eq!((st.tables().v4.encapsulated(), st.tables().v4.templates), (1, 3));
-        st.del_service("gre").unwrap();
-        assert_eq!((st.tables().v4.encapsulated(), st.tables().v4.templates), (0, 0));
+        assert_eq!(adjs(&st.tables()), [11, 11, 13]);
+        assert_ne!(st.tables().v4.gen(0), rebuilt);
+        assert_eq!(st.tables().v4.service(0).unwrap().gen, st.tables().v4.gen(0));
+    }
+
+    /// Outer header shapes: one a family per mode and GUE port, shared by the services
+    /// that have it, kept in their places when the node's address changes (made again
+    /// from it) and when services go.
+    #[test]
+    fn services_share_outer_header_shapes() {
+        use crate::service::Forwarding;
+        let mut st = LbState::new();
+        st.set_snat(Some("198.18.1.1".parse().unwrap())).unwrap();
+        st.set_snat(Some("2001:db8::1".parse().unwrap())).unwrap();
+        let add = |st: &mut LbState, name: &str, vip: &str, backend: &str, f: Forwarding, gue_port: u16| {
+            let mut s = spec(name, vip, 8080, &[backend]);
+            s.forwarding = f;
+            s.gue_port = gue_port;
+            st.add_service(s).unwrap()
+        };
+        let shape = |st: &LbState, id: u32| st.tables().v4.service(id).map(|s| s.shape);
+        let a = add(&mut st, "gre-a", "198.18.128.10", "198.19.1.10", Forwarding::Gre, 0);
+        let b = add(&mut st, "gre-b", "198.18.128.11", "198.19.1.11", Forwarding::Gre, 0);
+        let c = add(&mut st, "gue", "198.18.128.12", "198.19.1.12", Forwarding::Gue, 6080);
+        let d = add(&mut st, "gue-default", "198.18.128.13", "198.19.1.13", Forwarding::Gue, 0);
+        let e = add(&mut st, "gue-other", "198.18.128.14", "198.19.1.14", Forwarding::Gue, 7000);
+        add(&mut st, "gre6", "2001:db8:80::1", "2001:db8:1::10", Forwarding::Gre, 0);
+        assert_eq!(shape(&st, a), shape(&st, b));
+        assert_eq!(shape(&st, c), shape(&st, d), "port 0 is the default GUE port, 6080");
+        assert_ne!(shape(&st, c), shape(&st, e));
+        assert_ne!(shape(&st, a), shape(&st, c));
+        assert_eq!((st.tables().v4.shapes.len(), st.tables().v6.shapes.len()), (3, 1));
+        let src = |st: &LbState, id: u32| st.tables().v4.shape(shape(st, id).unwrap()).unwrap().bytes()[12..16].to_vec();
+        assert_eq!(src(&st, e), [198, 18, 1, 1]);
+        st.set_snat(Some("198.18.1.2".parse().unwrap())).unwrap();
+        assert_eq!((src(&st, a), src(&st, e)), (vec![198, 18, 1, 2], vec![198, 18, 1, 2]), "every IPv4 shape made again");
+        assert_eq!(st.tables().v6.shapes[0].bytes()[8..24], "2001:db8::1".parse::<std::net::Ipv6Addr>().unwrap().octets());
+        st.del_service("gre-a").unwrap();
+        assert_eq!(shape(&st, b), Some(0));
+        assert_eq!(st.tables().v4.shapes.len(), 3);
     }
 
     /// Services sharing backends, added before one resolution: every one of them gets
@@ -540,7 +620,7 @@ mod tests {
             }
         });
         assert_eq!(asked.len(), 3, "each address asked once: {asked:?}");
-        let adjs = |id: u32| (0..2).map(|b| st.tables().v4.outer(id, b).unwrap().adj).collect::<Vec<_>>();
+        let adjs = |id: u32| st.tables().v4.service(id).unwrap().backends.iter().map(|b| b.adj).collect::<Vec<_>>();
         assert_eq!([adjs(0), adjs(1), adjs(2)], [[7, 8], [8, 7], [7, 9]].map(Vec::from));
     }
 

@@ -17,6 +17,10 @@ pub struct Backend<F: Family> {
     pub conditions: Conditions,
     /// In the service's Maglev table: takes new connections.
     pub eligible: bool,
+    /// Encapsulated services: the adjacency the backend's outer packets leave by,
+    /// resolved on the control plane ([`crate::LbState::resolve_outers`]); `ADJ_MISS`
+    /// when `ipN-lookup` must decide (and for NAT).
+    pub adj: u32,
 }
 
 #[derive(Debug, Clone)]
@@ -40,9 +44,9 @@ pub struct ServiceTable<F: Family> {
     pub maglev: Vec<u32>,
     /// NAT, or the encapsulation of a direct-server-return service (`lbN-nat`).
     pub forwarding: crate::service::Forwarding,
-    /// Encapsulated services: each backend's outer headers, by index in `backends`;
-    /// empty for NAT. Shared with [`FamilyTables::outers`].
-    pub outer: Arc<[Outer]>,
+    /// Encapsulated services: their outer headers' shape, in [`FamilyTables::shapes`]
+    /// (0 for NAT, unused).
+    pub shape: u16,
 }
 
 impl<F: Family> ServiceTable<F> {
@@ -64,14 +68,10 @@ pub struct FamilyTables<F: Family> {
     /// By service id: the service's [`ServiceTable::gen`], 0 for none. Apart from the
     /// services so that a session hit reads one word of a dense array, not a service.
     pub gens: Vec<u32>,
-    /// By service id: an encapsulated service's outer headers (its `outer`), so that
-    /// `lbN-nat` goes from the packet's service id to its template without reading
-    /// the service (one cache miss a packet fewer when packets go round 10 000 services).
-    pub outers: Vec<Option<Arc<[Outer]>>>,
-    /// How many outer headers `outers` holds in all (each backend of each encapsulated
-    /// service, kept by [`FamilyTables::set_outers`]): so few stay in the caches between
-    /// vectors, and `lbN-nat` prefetches them only past [`FamilyTables::TEMPLATES_CACHED`].
-    pub templates: usize,
+    /// The outer headers' shapes of encapsulated services, by [`ServiceTable::shape`]:
+    /// a few, shared by every service and backend (interned by [`crate::LbState`]), so
+    /// they stay in the L1 cache however many services packets go round.
+    pub shapes: Vec<Outer>,
     /// ClusterIP and LoadBalancer services: (address, port, protocol) → service id.
     pub vips: HashMap<(F::Addr, u16, u8), u32, WordHashBuilder>,
     /// NodePort services: (port, protocol) → service id, on any local address.
@@ -89,8 +89,7 @@ impl<F: Family> Clone for FamilyTables<F> {
         FamilyTables {
             services: self.services.clone(),
             gens: self.gens.clone(),
-            outers: self.outers.clone(),
-            templates: self.templates,
+            shapes: self.shapes.clone(),
             vips: self.vips.clone(),
             node_ports: self.node_ports.clone(),
             snat: self.snat,
@@ -104,8 +103,7 @@ impl<F: Family> Default for FamilyTables<F> {
         FamilyTables {
             services: Vec::new(),
             gens: Vec::new(),
-            outers: Vec::new(),
-            templates: 0,
+            shapes: Vec::new(),
             vips: HashMap::default(),
             node_ports: HashMap::default(),
             snat: None,
@@ -115,11 +113,6 @@ impl<F: Family> Default for FamilyTables<F> {
 }
 
 impl<F: Family> FamilyTables<F> {
-    /// Outer headers up to this many (16 KB) stay in the caches between vectors: `lbN-nat`
-    /// does not prefetch them (the prefetch reads each packet's session slot a second
-    /// time, ~37 instructions a packet, callgrind; docs/PERFORMANCE.md).
-    pub const TEMPLATES_CACHED: usize = 256;
-
     /// The service a packet to `dst:port` belongs to; NodePort services only when `dst`
     /// is one of the node's addresses (`local`).
     #[inline]
@@ -132,26 +125,10 @@ impl<F: Family> FamilyTables<F> {
         self.service(id)
     }
 
-    /// Service `id`'s outer headers (`None`, or empty: not encapsulated); `id` within
-    /// `outers`.
-    pub fn set_outers(&mut self, id: u32, outers: Option<Arc<[Outer]>>) {
-        let outers = outers.filter(|o| !o.is_empty());
-        let slot = &mut self.outers[id as usize];
-        let count = |o: &Option<Arc<[Outer]>>| o.as_ref().map_or(0, |o| o.len());
-        self.templates = self.templates + count(&outers) - count(slot);
-        *slot = outers;
-    }
-
-    /// How many services are encapsulated (have outer headers): counted, not kept, since
-    /// the dataplane needs only [`FamilyTables::templates`].
-    pub fn encapsulated(&self) -> usize {
-        self.outers.iter().filter(|o| o.is_some()).count()
-    }
-
-    /// The outer headers of service `id`'s backend `backend` (encapsulated services).
+    /// Outer headers' shape `i` (encapsulated services' [`ServiceTable::shape`]).
     #[inline(always)]
-    pub fn outer(&self, id: u32, backend: u32) -> Option<&Outer> {
-        self.outers.get(id as usize)?.as_ref()?.get(backend as usize)
+    pub fn shape(&self, i: u16) -> Option<&Outer> {
+        self.shapes.get(i as usize)
     }
 
     /// The generation of service `id` (0 for none).

@@ -311,7 +311,7 @@ fn a_direct_connection_is_one_entry_and_sticks() {
     let mut st = state(s);
     let mut r = Run::new(&st);
     let svc = Arc::clone(r.t.v4.service(0).unwrap());
-    assert_eq!(svc.outer.len(), BACKENDS.len());
+    assert!(r.t.v4.shape(svc.shape).is_some(), "an encapsulated service has its outer headers' shape");
     assert!(!svc.snat, "an encapsulated service translates nothing");
     let flows: Vec<_> = (0..200).map(client).collect();
     let chosen: Vec<u32> = flows
@@ -353,6 +353,35 @@ fn a_direct_connection_is_one_entry_and_sticks() {
             assert_eq!(o, Outcome::Hit);
         }
     }
+}
+
+/// A direct session carries its backend's adjacency: when resolution changes it, the
+/// service's new generation sends the session's next packet through the full path,
+/// which keeps the backend and takes the new adjacency; hits then carry it.
+#[test]
+fn a_direct_session_takes_its_backends_new_adjacency() {
+    let mut s = spec(Protocol::Tcp, TrafficPolicy::Cluster, Affinity::None);
+    s.forwarding = crate::service::Forwarding::Gre;
+    s.backends.iter_mut().for_each(|b| b.port = 80);
+    let mut st = state(s);
+    st.resolve_changed(|_| 21);
+    let mut r = Run::new(&st);
+    let k = client(5);
+    let at = |r: &Run| r.lb.sessions.hashed(V4::flow_hash(&k.src, &k.dst, k.sport, k.dport, k.proto));
+    let svc = Arc::clone(r.t.v4.service(0).unwrap());
+    let (b, _) = r.lb.direct(&svc, &k, TCP_SYN, 0).unwrap();
+    let adj_of = |r: &mut Run, now| match r.lb.hit(&r.t.v4, at(r), &Key::new(&k), TCP_ACK, false, now) {
+        Some(Hit::Direct { backend, adj, dst, .. }) => Some((backend, dst, adj)),
+        _ => None,
+    };
+    let addr = svc.backends[b as usize].addr;
+    assert_eq!(adj_of(&mut r, 1), Some((b, addr, 21)));
+    assert!(st.resolve_outers(|_| 22));
+    r.t = st.tables();
+    assert_eq!(adj_of(&mut r, 2), None, "a new generation: the full path first");
+    let svc = Arc::clone(r.t.v4.service(0).unwrap());
+    assert_eq!(r.lb.direct(&svc, &k, TCP_ACK, 2).unwrap(), (b, Outcome::Hit));
+    assert_eq!(adj_of(&mut r, 3), Some((b, addr, 22)));
 }
 
 #[test]
@@ -423,9 +452,13 @@ fn fast_path(lb: &mut Balancer<V4>, t: &crate::tables::FamilyTables<V4>, k: &Flo
             assert_eq!(d, crate::nat::Deltas::new::<V4>(k, &rw));
             Answer::Nat(rw, None)
         }
-        Some(Hit::Direct { service, backend, outer }) => {
-            // The backend's own template, as the node's full path looks it up.
-            assert!(t.outer(service, backend).is_some_and(|o| std::ptr::eq(o, outer)));
+        Some(Hit::Direct { service, backend, outer, dst, adj }) => {
+            // The service's shape, the backend's address and adjacency, as the node's
+            // full path looks them up.
+            let svc = t.service(service).unwrap();
+            assert!(t.shape(svc.shape).is_some_and(|o| std::ptr::eq(o, outer)));
+            let b = &svc.backends[backend as usize];
+            assert_eq!((dst, adj), (b.addr, b.adj));
             Answer::Direct { service, backend, outcome: Outcome::Hit }
         }
         None => full_path(lb, t, k, flags, local, now),
