@@ -167,21 +167,22 @@ impl LbState {
     /// Set the address `Cluster`-policy services of its family translate sources to.
     /// The family's outer header shapes are made again from it, in their places.
     pub fn set_snat(&mut self, addr: Option<IpAddr>) -> Result<(), LbError> {
-        let shapes = match addr {
-            Some(a) if a.is_unspecified() || a.is_multicast() || a.is_loopback() => return Err(LbError::Snat(a)),
-            Some(IpAddr::V4(a)) => {
+        let Some(src) = addr else { return Ok(()) };
+        if src.is_unspecified() || src.is_multicast() || src.is_loopback() {
+            return Err(LbError::Snat(src));
+        }
+        let shapes = match src {
+            IpAddr::V4(a) => {
                 self.tables.v4.snat = Some(a.octets());
                 &mut self.tables.v4.shapes
             }
-            Some(IpAddr::V6(a)) => {
+            IpAddr::V6(a) => {
                 self.tables.v6.snat = Some(a.octets());
                 &mut self.tables.v6.shapes
             }
-            None => return Ok(()),
         };
-        let (Some(src), v6) = (addr, addr.is_some_and(|a| a.is_ipv6())) else { return Ok(()) };
-        for (&(family_v6, key), &i) in &self.shape_ids {
-            if let Some(o) = Outer::new(key, src).filter(|_| family_v6 == v6) {
+        for (&(_, key), &i) in self.shape_ids.iter().filter(|((v6, _), _)| *v6 == src.is_ipv6()) {
+            if let Some(o) = Outer::new(key, src) {
                 shapes[i as usize] = o;
             }
         }

@@ -130,15 +130,6 @@ impl<K: TableKey, V: Copy + Default> Table<K, V> {
         }
     }
 
-    /// The entry in a key's home slot, if its tag is the key's, whatever its key and
-    /// expiry: a hint for starting to load what the entry names (after
-    /// [`Table::prefetch`] brought the slot in), never an answer.
-    #[inline(always)]
-    pub fn peek(&self, at: Hashed) -> Option<(SlotIdx, &V)> {
-        let s = self.slots.get(at.home as usize)?;
-        (s.tag == at.tag).then_some((at.home, &s.val))
-    }
-
     /// The home slot of a key whose hash is `tag`: in its first bucket, the way from the
     /// tag's top bits (the bucket is from its low bits).
     #[inline(always)]
@@ -340,9 +331,6 @@ mod tests {
         let ib = t.insert(b, 2, 0, 10).unwrap();
         assert_ne!(ia, ib);
         assert_eq!((t.find(&a, 0), t.find(&b, 0)), (Some(ia), Some(ib)));
-        // The hint: the home slot's entry when its tag is the one asked for.
-        assert_eq!(t.peek(t.hashed(a.0)).map(|(i, v)| (i, *v)), Some((ia, 1)));
-        assert!(t.peek(t.hashed(b.0)).is_none());
         // The home freed, the next key with that home takes it; b stays where it is.
         t.remove(ia);
         let c = Hashed(5 << 29 | 2 << 12 | 3);
