@@ -301,14 +301,20 @@ fn memory_per_session() {
     assert_eq!(Table::<Key<crate::V6>, Session<[u8; 16]>>::slot_size(), 128);
 }
 
+/// A TCP service encapsulated in GRE (its backends on the service's port, as
+/// encapsulation needs).
+fn gre_spec() -> ServiceSpec {
+    let mut s = spec(Protocol::Tcp, TrafficPolicy::Cluster, Affinity::None);
+    s.forwarding = crate::service::Forwarding::Gre;
+    s.backends.iter_mut().for_each(|b| b.port = 80);
+    s
+}
+
 /// A direct-server-return service: one entry per connection, the backend kept while the
 /// set changes, the TCP state from the client's packets alone.
 #[test]
 fn a_direct_connection_is_one_entry_and_sticks() {
-    let mut s = spec(Protocol::Tcp, TrafficPolicy::Cluster, Affinity::None);
-    s.forwarding = crate::service::Forwarding::Gre;
-    s.backends.iter_mut().for_each(|b| b.port = 80);
-    let mut st = state(s);
+    let mut st = state(gre_spec());
     let mut r = Run::new(&st);
     let svc = Arc::clone(r.t.v4.service(0).unwrap());
     assert!(r.t.v4.shape(svc.shape).is_some(), "an encapsulated service has its outer headers' shape");
@@ -360,10 +366,7 @@ fn a_direct_connection_is_one_entry_and_sticks() {
 /// which keeps the backend and takes the new adjacency; hits then carry it.
 #[test]
 fn a_direct_session_takes_its_backends_new_adjacency() {
-    let mut s = spec(Protocol::Tcp, TrafficPolicy::Cluster, Affinity::None);
-    s.forwarding = crate::service::Forwarding::Gre;
-    s.backends.iter_mut().for_each(|b| b.port = 80);
-    let mut st = state(s);
+    let mut st = state(gre_spec());
     st.resolve_changed(|_| 21);
     let mut r = Run::new(&st);
     let k = client(5);
