@@ -227,36 +227,12 @@ impl<F: NatNodeFamily> LbNat<F> {
         Verdict::Next(F::REWRITE)
     }
 
-    /// A direct-server-return packet, its backend chosen (`service`'s backend `backend`),
-    /// into the backend's outer headers (`hash` the flow's, the GUE source port), then
-    /// sent by the backend's adjacency when resolved and the packet fits its link whole,
-    /// else by `ipN-lookup`. A GSO frame goes to segmentation first; its segments come
-    /// back by the service's route and each is encapsulated here.
-    #[inline(always)]
-    fn encapsulate<Cx: HasLb>(
-        cx: &mut Cx,
-        counts: &mut Counts<'_, LbNatCounter>,
-        buf: &mut Buffer,
-        service: u32,
-        backend: u32,
-        hash: u32,
-    ) -> Verdict<LbNatNext, LbNatCounter> {
-        use LbNatCounter as C;
-        let (t, _, _) = F::parts(cx.lb());
-        let found = t.service(service).and_then(|s| Some((t.shape(s.shape)?, s.backends.get(backend as usize)?)));
-        let Some((outer, b)) = found else {
-            return Verdict::Drop(C::NoOuter);
-        };
-        match Self::put_outer(counts, buf, outer, b.addr.as_ref(), b.adj, hash) {
-            Ok(adj) => Self::send_outer(cx, buf, adj),
-            Err(v) => v,
-        }
-    }
-
-    /// [`LbNat::encapsulate`] up to the sending: `outer` put in front of the packet,
-    /// addressed to `dst`, the adjacency to send it by (`adj`) returned (a GSO frame
-    /// and a refusal: the verdict). Apart from the sending so that a session hit, which
-    /// carries the backend's address and adjacency, hands them over without a lookup.
+    /// A direct-server-return packet, its backend chosen: `outer` put in front of the
+    /// packet, addressed to `dst` (the backend), `hash` the flow's (the GUE source port),
+    /// the adjacency to send it by (`adj`) returned for [`LbNat::send_outer`] (a GSO
+    /// frame and a refusal: the verdict; a GSO frame goes to segmentation first, its
+    /// segments come back by the service's route and each is encapsulated here). Apart
+    /// from the sending, which needs the context the shape is borrowed from.
     #[inline(always)]
     fn put_outer(
         counts: &mut Counts<'_, LbNatCounter>,
@@ -341,8 +317,13 @@ impl<F: NatNodeFamily> LbNat<F> {
             return match lb.direct(svc, &key, flags, now) {
                 Ok((b, outcome)) => {
                     count_outcome(counts, outcome);
-                    let id = svc.id;
-                    Self::encapsulate(cx, counts, buf, id, b, hash)
+                    let Some((outer, backend)) = t.shape(svc.shape).zip(svc.backends.get(b as usize)) else {
+                        return Verdict::Drop(C::NoOuter);
+                    };
+                    match Self::put_outer(counts, buf, outer, backend.addr.as_ref(), backend.adj, hash) {
+                        Ok(adj) => Self::send_outer(cx, buf, adj),
+                        Err(v) => v,
+                    }
                 }
                 Err(LbDrop::NoBackend) => {
                     counts.inc(C::NoBackend);

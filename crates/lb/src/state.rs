@@ -75,6 +75,14 @@ fn eligible(spec: &ServiceSpec) -> Vec<bool> {
     spec.backends.iter().map(|b| candidate(b) && b.conditions.serving && b.conditions.terminating).collect()
 }
 
+/// A family's node address (its outer header shapes' source) and its shapes.
+fn shapes_of(t: &mut LbTables, v6: bool) -> (Option<IpAddr>, &mut Vec<Outer>) {
+    match v6 {
+        false => (t.v4.snat.map(|a| V4::to_ip(&a)), &mut t.v4.shapes),
+        true => (t.v6.snat.map(|a| V6::to_ip(&a)), &mut t.v6.shapes),
+    }
+}
+
 /// Service `id`'s table; `shape` its outer headers' (encapsulated services), `adj` the
 /// resolved adjacencies of encapsulated backends.
 fn compile<F: Family>(id: u32, gen: u32, spec: &ServiceSpec, shape: u16, adj: &HashMap<IpAddr, u32>) -> ServiceTable<F> {
@@ -171,17 +179,13 @@ impl LbState {
         if src.is_unspecified() || src.is_multicast() || src.is_loopback() {
             return Err(LbError::Snat(src));
         }
-        let shapes = match src {
-            IpAddr::V4(a) => {
-                self.tables.v4.snat = Some(a.octets());
-                &mut self.tables.v4.shapes
-            }
-            IpAddr::V6(a) => {
-                self.tables.v6.snat = Some(a.octets());
-                &mut self.tables.v6.shapes
-            }
-        };
-        for (&(_, key), &i) in self.shape_ids.iter().filter(|((v6, _), _)| *v6 == src.is_ipv6()) {
+        match src {
+            IpAddr::V4(a) => self.tables.v4.snat = Some(a.octets()),
+            IpAddr::V6(a) => self.tables.v6.snat = Some(a.octets()),
+        }
+        let v6 = src.is_ipv6();
+        let shapes = shapes_of(&mut self.tables, v6).1;
+        for (&(_, key), &i) in self.shape_ids.iter().filter(|((f, _), _)| *f == v6) {
             if let Some(o) = Outer::new(key, src) {
                 shapes[i as usize] = o;
             }
@@ -197,10 +201,7 @@ impl LbState {
         if let Some(&i) = self.shape_ids.get(&(v6, key)) {
             return Some(i);
         }
-        let (src, shapes) = match v6 {
-            false => (self.tables.v4.snat.map(|a| V4::to_ip(&a)), &mut self.tables.v4.shapes),
-            true => (self.tables.v6.snat.map(|a| V6::to_ip(&a)), &mut self.tables.v6.shapes),
-        };
+        let (src, shapes) = shapes_of(&mut self.tables, v6);
         if shapes.len() >= MAX_SHAPES {
             return None;
         }
