@@ -129,7 +129,7 @@ pub enum BufferError {
 /// headers of three buffers in four and made each node touch two lines a packet there.
 /// The pool cuts every buffer's storage from one slab of these (`Pool::with_classes`).
 #[repr(C, align(64))]
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, zerocopy::FromZeros)]
 pub(crate) struct Line(pub(crate) [u8; LINE]);
 
 /// One packet buffer. `start..end` is the packet within its storage (`data`'s bytes).

@@ -54,6 +54,20 @@ impl<T: Copy> HugeSlice<T> {
         s
     }
 
+    /// `n` values of all-zero bytes, written by nobody: a fresh anonymous mapping is
+    /// zero already, so its pages cost neither time nor memory until first touched.
+    /// For tables whose empty slot is all zeros (the LB's session tables, the buffer
+    /// slab), sized for a million entries whether a gateway uses them or not: filled
+    /// like `new`, they took seconds of start-up under memory pressure and their
+    /// hundreds of megabytes at once (docs/PERFORMANCE.md, "Start-up and memory").
+    pub fn zeroed(n: usize) -> Self
+    where
+        T: zerocopy::FromZeros,
+    {
+        // Not `uninit`'s pages being zero: `T::new_zeroed` per value is the fallback's.
+        Self::uninit(n).unwrap_or_else(|| Self::boxed(vec![T::new_zeroed(); n].into_boxed_slice()))
+    }
+
     fn boxed(b: Box<[T]>) -> Self {
         let len = b.len();
         let ptr = NonNull::from(Box::leak(b)).cast::<T>();
@@ -416,6 +430,46 @@ mod tests {
         assert_eq!((small.len(), small.iter().sum::<u64>()), (1000, 9000));
         assert_eq!(&*small.clone(), &*small);
         assert!(HugeSlice::new(0, 1u8).is_empty());
+    }
+
+    /// The resident kilobytes of the mapping that holds `at`, by `/proc/self/smaps`.
+    fn resident_kb(at: usize) -> u64 {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let mut inside = false;
+        for line in smaps.lines() {
+            let first = line.split_whitespace().next().unwrap_or("");
+            if let Some((lo, hi)) = first.split_once('-').filter(|_| !line.ends_with(':') && !first.ends_with(':')) {
+                if let (Ok(lo), Ok(hi)) = (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16)) {
+                    inside = (lo..hi).contains(&at);
+                    continue;
+                }
+            }
+            if inside && first == "Rss:" {
+                return line.split_whitespace().nth(1).unwrap().parse().unwrap();
+            }
+        }
+        panic!("no mapping holds {at:#x}")
+    }
+
+    #[test]
+    fn a_zeroed_huge_slice_costs_nothing_until_touched() {
+        use super::{HugeSlice, HUGE_PAGE};
+        // 64 MiB of zero values: readable as zeros, none of it resident, where `new`
+        // writes (and so makes resident) every page.
+        let n = 8 << 20;
+        let mut t = HugeSlice::<u64>::zeroed(n);
+        assert!(t.is_huge_aligned() && t.len() == n);
+        assert_eq!(resident_kb(t.as_ptr() as usize), 0);
+        let filled = HugeSlice::new(n, 0u64);
+        assert!(resident_kb(filled.as_ptr() as usize) >= 64 << 10);
+        // Touching one value makes at most its huge page resident.
+        t[n / 2] = 7;
+        assert!(resident_kb(t.as_ptr() as usize) <= (HUGE_PAGE >> 10) as u64);
+        assert_eq!((t[n / 2], t[0], t[n - 1]), (7, 0, 0));
+        assert!(t.iter().all(|&v| v == 0 || v == 7));
+        // Under a huge page: an ordinary allocation of zeros.
+        let small = HugeSlice::<[u32; 4]>::zeroed(100);
+        assert!(!small.is_huge_aligned() && small.iter().all(|v| *v == [0; 4]));
     }
 
     #[test]

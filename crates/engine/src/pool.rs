@@ -151,8 +151,10 @@ impl Pool {
         let classes = [(regular, REGULAR_CAPACITY), (medium, MEDIUM_CAPACITY), (large, LARGE_CAPACITY)];
         let total: usize = classes.iter().map(|&(n, capacity)| n * lines_given(capacity)).sum();
         // Its own 2 MiB-aligned mapping: the whole slab on huge pages, and the first
-        // buffer at the same place in its page, run after run.
-        let mut slab = crate::mem::HugeSlice::new(total, Line([0; LINE]));
+        // buffer at the same place in its page, run after run. Zero and untouched: a
+        // buffer's pages are the kernel's to fault in when it is first used (the free
+        // lists hand out the lowest first), not all of them at start-up.
+        let mut slab = crate::mem::HugeSlice::<Line>::zeroed(total);
         let mut rest: &mut [Line] = &mut slab;
         let mut bufs = Vec::with_capacity(regular + medium + large);
         for (n, capacity) in classes {

@@ -8,7 +8,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 pub trait Family: Copy + Default + Eq + Send + Sync + Debug + 'static {
     /// An address as the packet carries it.
-    type Addr: Copy + Eq + Hash + Default + Debug + Send + Sync + AsRef<[u8]> + 'static;
+    type Addr: Copy + Eq + Hash + Default + Debug + Send + Sync + AsRef<[u8]> + zerocopy::FromZeros + 'static;
     const NAME: &'static str;
     /// The flow hash of a 5-tuple (the same words `ip` and the tunnels hash).
     #[inline(always)]
@@ -19,7 +19,7 @@ pub trait Family: Copy + Default + Eq + Send + Sync + Debug + 'static {
     /// protocol and ports as one (`proto << 32 | sport << 16 | dport`). The session
     /// table keeps its keys so, so that a lookup compares them a word at a time, XORed
     /// and ORed into one test (docs/PERFORMANCE.md).
-    type Words: Copy + Eq + Default + Debug + Send + Sync + 'static;
+    type Words: Copy + Eq + Default + Debug + Send + Sync + zerocopy::FromZeros + 'static;
     fn words(src: &Self::Addr, dst: &Self::Addr, sport: u16, dport: u16, proto: u8) -> Self::Words;
     /// The 5-tuple back: (source, destination, source port, destination port, protocol).
     fn unwords(w: &Self::Words) -> (Self::Addr, Self::Addr, u16, u16, u8);

@@ -33,7 +33,7 @@ impl<A: Copy> FlowKey<A> {
 }
 
 /// What a packet's addresses and ports become.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, zerocopy::FromZeros)]
 pub struct Rewrite<A> {
     pub src: A,
     pub dst: A,
@@ -42,8 +42,9 @@ pub struct Rewrite<A> {
 }
 
 /// Where a connection is in its life: the timeout it gets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, zerocopy::FromZeros)]
 #[serde(rename_all = "snake_case")]
+#[repr(u8)]
 pub enum ConnState {
     /// The client's SYN seen, no answer yet.
     #[default]
@@ -140,7 +141,7 @@ pub fn next_state_direct(s: ConnState, proto: u8, flags: u8) -> ConnState {
 /// One direction of a connection: with its key and expiry one cache line for IPv4
 /// (`memory_per_session`), and all a packet of an established flow needs, so that a
 /// session hit reads nothing else ([`Balancer::hit`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, zerocopy::FromZeros)]
 pub struct Session<A> {
     pub rewrite: Rewrite<A>,
     pub service: u32,
@@ -164,7 +165,7 @@ pub struct Session<A> {
 /// ([`Deltas`]), or a direct entry's (its own twin's) backend adjacency, the one its
 /// outer packets leave by. One word for both: an IPv4 entry is one cache line with no
 /// room for a second.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, zerocopy::FromZeros)]
 pub struct Via([u16; 2]);
 
 impl Via {
@@ -194,14 +195,14 @@ impl<A> Session<A> {
 }
 
 /// The client-affinity key: client address and service.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, zerocopy::FromZeros)]
 pub struct AffinityKey<A> {
     pub client: A,
     pub service: u32,
 }
 
 /// The backend an affine client goes to, checked against the service on use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, zerocopy::FromZeros)]
 pub struct AffinityEntry<A> {
     pub backend: u32,
     pub addr: A,
@@ -211,7 +212,7 @@ pub struct AffinityEntry<A> {
 /// A session table key: a flow's 5-tuple as the family's whole words
 /// ([`Family::Words`]), so that a lookup compares it in place a word at a time and
 /// `lbN-nat` keeps it, as read once from the packet, in the record its `prepare` writes.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, zerocopy::FromZeros)]
 pub struct Key<F: Family>(F::Words);
 
 impl<F: Family> Key<F> {
@@ -250,7 +251,7 @@ impl<F: Family> TableKey for Key<F> {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, zerocopy::FromZeros)]
 pub struct ClientKey<F: Family>(pub AffinityKey<F::Addr>);
 
 impl<F: Family> TableKey for ClientKey<F> {

@@ -23,13 +23,13 @@ pub fn slots_for(capacity: usize) -> usize {
 }
 
 /// A key the table can hash.
-pub trait TableKey: Copy + Eq + Default {
+pub trait TableKey: Copy + Eq + Default + zerocopy::FromZeros {
     fn hash(&self) -> u32;
 }
 
 /// One cache line (64-byte aligned) for an IPv4 session, so the lookup's one dependent
 /// miss is one line, never two (a 60-byte slot straddled lines; docs/PERFORMANCE.md).
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, zerocopy::FromZeros)]
 #[repr(align(64))]
 struct Slot<K, V> {
     /// When the entry expires, in the caller's milliseconds; 0 for a free slot.
@@ -69,20 +69,25 @@ pub struct Table<K: Copy, V: Copy> {
     bucket_mask: u32,
 }
 
-impl<K: TableKey, V: Copy + Default> Table<K, V> {
+impl<K: TableKey, V: Copy + Default + zerocopy::FromZeros> Table<K, V> {
     /// A table of at least `capacity` slots (whole buckets, a power of two of them), on
     /// 2 MiB pages of its own where the kernel allows ([`engine::mem::HugeSlice`]): a
     /// lookup reads one random line of tens of megabytes, which on 4 KiB pages is a TLB
-    /// miss as well as a cache miss (docs/PERFORMANCE.md).
+    /// miss as well as a cache miss (docs/PERFORMANCE.md). Empty is all zeros (a free
+    /// slot's `expires` is 0), so the table is made without writing it
+    /// ([`engine::mem::HugeSlice::zeroed`]): its pages cost nothing until entries land
+    /// in them, and a gateway that balances nothing keeps none.
     pub fn new(capacity: usize) -> Self {
         let buckets = slots_for(capacity) / WAYS;
         Table {
-            tags: engine::mem::HugeSlice::new(buckets * WAYS, 0),
-            slots: engine::mem::HugeSlice::new(buckets * WAYS, Slot::default()),
+            tags: engine::mem::HugeSlice::zeroed(buckets * WAYS),
+            slots: engine::mem::HugeSlice::zeroed(buckets * WAYS),
             bucket_mask: buckets as u32 - 1,
         }
     }
+}
 
+impl<K: TableKey, V: Copy + Default> Table<K, V> {
     pub fn capacity(&self) -> usize {
         self.slots.len()
     }
@@ -278,7 +283,7 @@ impl<K: TableKey, V: Copy + Default> Table<K, V> {
 mod tests {
     use super::*;
 
-    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, zerocopy::FromZeros)]
     struct K(u32);
     impl TableKey for K {
         fn hash(&self) -> u32 {
@@ -286,7 +291,7 @@ mod tests {
         }
     }
     /// A key whose every value lands in the same two buckets.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, zerocopy::FromZeros)]
     struct Same(u32);
     impl TableKey for Same {
         fn hash(&self) -> u32 {
@@ -295,7 +300,7 @@ mod tests {
     }
 
     /// A key whose hash is itself: its home slot chosen by the test.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, zerocopy::FromZeros)]
     struct Hashed(u32);
     impl TableKey for Hashed {
         fn hash(&self) -> u32 {

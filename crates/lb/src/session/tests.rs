@@ -301,6 +301,25 @@ fn memory_per_session() {
     assert_eq!(Table::<Key<crate::V6>, Session<[u8; 16]>>::slot_size(), 128);
 }
 
+/// The tables are made of zero bytes, not of default values written out: the two must
+/// be the same entries, or a free slot would read as something a default never was.
+#[test]
+fn an_untouched_entry_is_the_default_one() {
+    use zerocopy::FromZeros;
+    assert_eq!(Session::<[u8; 4]>::new_zeroed(), Session::default());
+    assert_eq!(Session::<[u8; 16]>::new_zeroed(), Session::default());
+    assert_eq!(ConnState::new_zeroed(), ConnState::default());
+    assert_eq!(Key::<V4>::new_zeroed().flow(), Key::<V4>::default().flow());
+    assert_eq!(Key::<crate::V6>::new_zeroed().flow(), Key::<crate::V6>::default().flow());
+    assert_eq!(AffinityEntry::<[u8; 16]>::new_zeroed(), AffinityEntry::default());
+    // A million-entry table reads empty.
+    let mut t: Table<Key<V4>, Session<[u8; 4]>> = Table::new(1 << 20);
+    let key = Key::<V4>::new(&FlowKey { src: [198, 18, 0, 1], dst: [198, 18, 128, 0], sport: 1, dport: 80, proto: 6 });
+    assert!(t.find(&key, 1).is_none());
+    assert!(t.insert(key, Session::default(), 1, 1000).is_some());
+    assert!(t.find(&key, 2).is_some());
+}
+
 /// A TCP service encapsulated in GRE (its backends on the service's port, as
 /// encapsulation needs).
 fn gre_spec() -> ServiceSpec {
