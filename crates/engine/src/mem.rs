@@ -232,6 +232,17 @@ impl<T: Copy> MaskedTable<T> {
         Ok(MaskedTable { values: HugeSlice::new(n, value), mask: (n - 1) as u32 })
     }
 
+    /// `n` values of zero bytes, not written ([`HugeSlice::zeroed`]), `n` as for `new`.
+    pub fn zeroed(n: usize) -> Result<Self, NotPowerOfTwo>
+    where
+        T: zerocopy::FromZeros,
+    {
+        if !n.is_power_of_two() || n > 1 << 31 {
+            return Err(NotPowerOfTwo(n));
+        }
+        Ok(MaskedTable { values: HugeSlice::zeroed(n), mask: (n - 1) as u32 })
+    }
+
     /// Every value set to `value`.
     pub fn fill(&mut self, value: T) {
         self.values.fill(value);

@@ -36,7 +36,7 @@ use std::ops::{Deref, DerefMut};
 /// A slot's contents: the packed key ([`CacheKey::Packed`], compared whole) and the
 /// decision. Each family's slot is laid out in one aligned piece of a cache line
 /// ([`Line32`] / [`Line64`]), so a lookup reads one line.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, zerocopy::FromZeros)]
 #[repr(C)]
 pub struct Entry<K> {
     key: K,
@@ -46,12 +46,12 @@ pub struct Entry<K> {
 }
 
 /// An IPv4 slot: 16 bytes of key and 9 of value in 32 aligned bytes (two to a line).
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, zerocopy::FromZeros)]
 #[repr(C, align(32))]
 pub struct Line32<T>(T);
 
 /// An IPv6 slot: 40 bytes of key and 9 of value in one line.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, zerocopy::FromZeros)]
 #[repr(C, align(64))]
 pub struct Line64<T>(T);
 
@@ -180,7 +180,7 @@ impl Cached {
 pub trait CacheKey: SpdAddr {
     type Packed: Copy + Eq + Default + std::fmt::Debug + Send + Sync + 'static;
     /// The cache's slot type: an [`Entry`] in an aligned line.
-    type Line: Copy + Default + std::fmt::Debug + Send + Deref<Target = Entry<Self::Packed>> + DerefMut;
+    type Line: Copy + Default + std::fmt::Debug + Send + Deref<Target = Entry<Self::Packed>> + DerefMut + zerocopy::FromZeros;
     fn pack(spd: u16, k: &FlowKey<Self>) -> Self::Packed;
     fn unpack(p: &Self::Packed) -> (u16, FlowKey<Self>);
     fn key_hash(p: &Self::Packed) -> u32;
@@ -328,8 +328,10 @@ impl<A: CacheKey> FlowCache<A> {
     pub fn new(size: usize) -> Result<Self, SizeError> {
         Self::check_size(size)?;
         Ok(FlowCache {
-            // Huge pages: the default 2^20 slots are 32 MiB (IPv4), read at random.
-            slots: engine::mem::MaskedTable::new(size, A::Line::default()).map_err(|_| SizeError(size))?,
+            // Huge pages: the default 2^20 slots are 32 MiB (IPv4), read at random. Not
+            // written: a worker makes its caches when an SPD is first bound, between
+            // vectors, and a free slot (stamp 0, as `Line::default()`) is all zeros.
+            slots: engine::mem::MaskedTable::zeroed(size).map_err(|_| SizeError(size))?,
             epoch: 0,
             stats: FlowCacheStats::default(),
         })
