@@ -82,6 +82,28 @@ def test_router_udp_and_tcp_both_families(lab, vecgate, tmp_path, ring):
     assert code == 0 and "final:" in out
 
 
+def test_the_first_packet_to_an_unknown_neighbour_arrives(lab, vecgate, tmp_path):
+    """vecgate has never heard from host B: a single ping from A, each family, is
+    answered. The echo request waits in `ip-glean` while vecgate asks for B's MAC; B's
+    kernel answers, the control plane publishes B, the request goes on. (Before the hold,
+    the request itself became the ARP request / NS, and a lone ping was lost.)"""
+    a, g, b = topology(lab)
+    gw = Vecgate(lab, vecgate, g, router_config(None), tmp_path)
+    for dst in ("198.18.1.2", "2001:db8:1::2"):
+        r = lab.run(a, "ping", "-c", "1", "-W", "5", dst, check=False)
+        assert r.returncode == 0, (dst, r.stdout, gw.errors())
+    errs = gw.errors()
+    held = errs.get(("ip-glean", "held"), 0)
+    released = errs.get(("ip-glean-release", "released"), 0) + errs.get(("ip-glean", "released"), 0)
+    # At least the two echo requests (A's kernel held its own for vecgate's MAC; vecgate,
+    # answering A's ARP/ND, learned A before any reply came back).
+    assert held >= 2 and released == held, errs
+    assert errs.get(("ip-glean", "arp-request-sent"), 0) >= 1 and errs.get(("ip-glean", "ns-sent"), 0) >= 1, errs
+    assert not [k for k, v in errs.items() if v and k[1] in ("hold-expired", "neighbour-unresolved", "hold-full")], errs
+    code, _, _ = gw.stop()
+    assert code == 0
+
+
 def test_link_down_and_interface_deleted_are_survived(lab, vecgate, tmp_path):
     a, g, b = topology(lab)
     gw = Vecgate(lab, vecgate, g, router_config(None), tmp_path)

@@ -176,6 +176,9 @@ pub struct DataplaneConfig {
     pub icmp_errors_per_sec: u64,
     #[serde(default = "default_solicit_rate")]
     pub solicitations_per_sec: u64,
+    /// Packets held per unresolved next hop while it is solicited (0: none held).
+    #[serde(default = "default_neighbour_hold")]
+    pub neighbour_hold: usize,
     /// ICMP/ICMPv6 echo replies, ARP replies and neighbour advertisements per second per
     /// worker, each kind its own bucket (burst up to 100).
     #[serde(default = "default_replies_rate")]
@@ -285,6 +288,9 @@ fn default_icmp_rate() -> u64 {
 fn default_solicit_rate() -> u64 {
     100
 }
+fn default_neighbour_hold() -> usize {
+    ip::hold::HOLD_PER_NEIGHBOUR
+}
 fn default_replies_rate() -> u64 {
     1000
 }
@@ -300,6 +306,7 @@ impl Default for DataplaneConfig {
             medium_buffers: default_medium_buffers(),
             icmp_errors_per_sec: default_icmp_rate(),
             solicitations_per_sec: default_solicit_rate(),
+            neighbour_hold: default_neighbour_hold(),
             replies_per_sec: default_replies_rate(),
             socket: default_socket(),
             worker_core: None,

@@ -228,12 +228,13 @@ impl Control {
 
     /// Apply neighbour events from the workers; publish once if anything changed.
     pub fn process_events(&mut self) -> usize {
-        let mut changed = 0;
+        let (mut changed, mut learned) = (0, 0);
         while let Ok(ev) = self.events.try_recv() {
             match ev {
                 IpEvent::NeighbourLearned { if_index, ip, mac } => {
                     if self.state.set_neighbour(if_index, ip, mac, false) {
                         changed += 1;
+                        learned += 1;
                     }
                 }
             }
@@ -255,8 +256,19 @@ impl Control {
         }
         if changed > 0 {
             self.publish();
+            if learned > 0 {
+                self.release_held();
+            }
         }
         changed
+    }
+
+    /// After publishing neighbours: the workers send on the packets they hold for them
+    /// (`ip-glean-release`; any frame but an empty one).
+    pub fn release_held(&self) {
+        for w in &self.workers {
+            let _ = w.send(WorkerCmd::Inject { input: ip::nodes::glean::GLEAN_INPUT.to_string(), frames: vec![vec![1]] });
+        }
     }
 }
 
@@ -618,6 +630,9 @@ fn check_workers(cfg: &Config) -> Result<(), ConfigError> {
     if cfg.dataplane.medium_buffers > MAX_MEDIUM_BUFFERS {
         return Err(cfg.err("dataplane.medium_buffers", format!("{}: expected 0 to {MAX_MEDIUM_BUFFERS}", cfg.dataplane.medium_buffers)));
     }
+    if cfg.dataplane.neighbour_hold > ip::hold::HOLD_MAX {
+        return Err(cfg.err("dataplane.neighbour_hold", format!("{}: expected 0 to {}", cfg.dataplane.neighbour_hold, ip::hold::HOLD_MAX)));
+    }
     cfg.dataplane.reassembly.check().map_err(|(field, why)| cfg.err(format!("dataplane.reassembly.{field}"), why))
 }
 
@@ -862,6 +877,7 @@ fn build(
         solicit_per_sec: cfg.dataplane.solicitations_per_sec,
         replies_per_sec: cfg.dataplane.replies_per_sec,
         reassembly: cfg.dataplane.reassembly.limits(),
+        neighbour_hold: cfg.dataplane.neighbour_hold,
     };
     let gtpu_shared = Arc::new(ArcSwap::from_pointee(gtpu.build()));
     let (gev_tx, gev_rx) = crossbeam_channel::bounded(1024);

@@ -70,6 +70,9 @@ pub fn reload(c: &mut Control, path: Option<&str>) -> Result<Reply, String> {
     routes(c, &new, &gtpu_ids, &udp_ids, &mut changes)?;
     tunnel_counting(c, &new, &mut changes);
     c.publish_routes();
+    if changes.iter().any(|ch| ch.object == "neighbour" && ch.action != "removed") {
+        c.release_held();
+    }
     interfaces_remove(c, &new, &mut changes)?;
     ipsec_policies(c, &new, &mut changes)?;
     lb_services(c, &new, &mut changes)?;

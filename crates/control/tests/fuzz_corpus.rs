@@ -215,6 +215,7 @@ fn a_pool_beyond_the_limit_is_a_config_error() {
         ("[dataplane]\nbuffers = 0\n", "dataplane.buffers"),
         ("[dataplane]\nlarge_buffers = 5000\n", "dataplane.large_buffers"),
         ("[dataplane]\nmedium_buffers = 70000\n", "dataplane.medium_buffers"),
+        ("[dataplane]\nneighbour_hold = 257\n", "dataplane.neighbour_hold"),
     ] {
         let cfg = Config::parse(text, "gw.toml", Path::new(".")).unwrap();
         let errors = control::dataplane::assemble(&cfg).err().expect("refused");

@@ -406,6 +406,7 @@ impl<C: Context> Worker<C> {
             }
             if self.poll_once() == 0 {
                 if until_inputs_done && self.inputs_done() {
+                    self.drain();
                     self.shutdown();
                     return;
                 }
@@ -417,6 +418,23 @@ impl<C: Context> Worker<C> {
                 idle = 0;
             }
         }
+    }
+
+    /// The inputs are done and the graph ran dry: an empty frame to each drained input
+    /// ([`crate::graph::GraphBuilder::add_input_drained`]), so what nodes still hold is
+    /// sent or dropped, and counted, before the run ends.
+    pub fn drain(&mut self) {
+        let inputs = self.graph.drained_inputs().to_vec();
+        if inputs.is_empty() {
+            return;
+        }
+        for id in inputs {
+            if let Some(b) = self.pool.alloc(0) {
+                self.graph.inject(id, &mut self.pool, &[b], 0);
+            }
+        }
+        self.graph.run(&mut self.cx, &mut self.pool);
+        self.flush_tx();
     }
 
     /// Flush devices (pcap writers) before exit.

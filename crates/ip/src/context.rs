@@ -70,6 +70,9 @@ pub struct Limits {
     pub replies_per_sec: u64,
     /// Reassembly of fragments addressed to the gateway, per worker and family.
     pub reassembly: ReassemblyLimits,
+    /// Packets held per unresolved neighbour while it is solicited (0: none, each such
+    /// packet becomes the solicitation); at most [`crate::hold::HOLD_MAX`] per worker.
+    pub neighbour_hold: usize,
 }
 
 impl Default for Limits {
@@ -80,6 +83,7 @@ impl Default for Limits {
             solicit_per_sec: 100,
             replies_per_sec: 1000,
             reassembly: ReassemblyLimits::default(),
+            neighbour_hold: crate::hold::HOLD_PER_NEIGHBOUR,
         }
     }
 }
@@ -105,6 +109,8 @@ pub struct IpContext {
     pub reassembly6: Reassembly<Ipv6Addr>,
     /// The outer headers of the tunnels decapsulated last, for `ethernet-input`.
     pub tunnel_hints: TunnelHints,
+    /// Packets waiting for their next hop's MAC (`ip-glean`).
+    pub hold: crate::hold::NeighbourHold,
 }
 
 impl IpContext {
@@ -129,6 +135,7 @@ impl IpContext {
             reassembly4: Reassembly::new(limits.reassembly, u16::MAX as usize - 20),
             reassembly6: Reassembly::new(limits.reassembly, u16::MAX as usize),
             tunnel_hints: TunnelHints::default(),
+            hold: crate::hold::NeighbourHold::new(limits.neighbour_hold, crate::hold::HOLD_SECONDS * clock::hz()),
         }
     }
 

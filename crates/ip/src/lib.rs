@@ -32,6 +32,7 @@ pub mod context;
 pub mod fib;
 pub mod flow;
 pub mod hint;
+pub mod hold;
 // The lookup walks the arena unchecked (each block says why the index is in range).
 #[allow(unsafe_code)]
 pub mod lpm;

@@ -2,16 +2,15 @@
 //! `ip4-fragment`), TTL decrement with an incremental checksum (RFC 1624), and the
 //! adjacency's Ethernet header prepended in the headroom.
 
-use super::family::{prepend_l2, resolve, rewrite_fast, solicit, Ip4, Resolved};
+use super::family::{prepend_l2, resolve, rewrite_fast, Ip4, Resolved};
 use super::IcmpRequest;
-use crate::context::{HasIp, IpContext};
-use engine::{counters, next_nodes, Buffer, Counts, IfIndex, Node, Verdict};
-use std::net::Ipv4Addr;
+use crate::context::HasIp;
+use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
 use wire::icmpv4::unreach;
 use wire::ipv4::Ipv4Packet;
 
 next_nodes! {
-    pub enum Ip4RewriteNext { Output = "interface-output", IcmpError = "ip4-icmp-error", Fragment = "ip4-fragment" }
+    pub enum Ip4RewriteNext { Output = "interface-output", IcmpError = "ip4-icmp-error", Fragment = "ip4-fragment", Glean = "ip-glean" }
 }
 
 counters! {
@@ -19,8 +18,6 @@ counters! {
         TtlExpired(Info, "ttl-expired", "TTL would reach 0 (ICMP time exceeded requested)"),
         FragNeeded(Info, "frag-needed", "larger than the MTU with DF set (ICMP frag-needed requested)"),
         ToFragment(Info, "to-fragment", "larger than the MTU without DF: sent to ip4-fragment"),
-        Unresolved(Warn, "neighbour-unresolved", "next hop MAC unknown and solicitation rate-limited"),
-        ArpSent(Info, "arp-request-sent", "next hop MAC unknown: packet replaced by an ARP request"),
         NoHeadroom(Error, "no-headroom", "no headroom for the Ethernet header"),
         BadAdjacency(Error, "bad-adjacency", "adjacency is not a forwarding one"),
         Truncated(Error, "truncated", "shorter than an IPv4 header"),
@@ -28,22 +25,6 @@ counters! {
 }
 
 pub struct Ip4Rewrite;
-
-impl Ip4Rewrite {
-    fn solicit(
-        cx: &mut IpContext,
-        buf: &mut Buffer,
-        counts: &mut Counts<'_, Ip4RewriteCounter>,
-        tx_if: IfIndex,
-        target: Ipv4Addr,
-    ) -> Verdict<Ip4RewriteNext, Ip4RewriteCounter> {
-        if !solicit::<Ip4>(cx, buf, tx_if, target) {
-            return Verdict::Drop(Ip4RewriteCounter::Unresolved);
-        }
-        counts.inc(Ip4RewriteCounter::ArpSent);
-        Verdict::Next(Ip4RewriteNext::Output)
-    }
-}
 
 impl<Cx: HasIp> Node<Cx> for Ip4Rewrite {
     type Next = Ip4RewriteNext;
@@ -77,7 +58,8 @@ impl<Cx: HasIp> Node<Cx> for Ip4Rewrite {
         let dst = p.dst_addr();
         let (tx_if, mtu, rewrite) = match resolve::<Ip4>(&cx.tables, adj, dst) {
             Resolved::Send { tx_if, mtu, rewrite } => (tx_if, mtu, rewrite),
-            Resolved::Solicit { tx_if, target } => return Self::solicit(cx, buf, counts, tx_if, target),
+            // Its next hop to learn: held (or turned into the solicitation) by `ip-glean`.
+            Resolved::Solicit { .. } => return Verdict::Next(Ip4RewriteNext::Glean),
             Resolved::Bad => return Verdict::Drop(C::BadAdjacency),
         };
         if super::wire_segment_len(buf, len) > mtu as usize {

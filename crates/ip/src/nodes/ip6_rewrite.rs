@@ -1,23 +1,20 @@
 //! `ip6-rewrite`: hop-limit and MTU checks (IPv6 routers never fragment: packet too big,
 //! RFC 8201), hop-limit decrement, Ethernet header from the adjacency.
 
-use super::family::{prepend_l2, resolve, rewrite_fast, solicit, Ip6, Resolved};
+use super::family::{prepend_l2, resolve, rewrite_fast, Ip6, Resolved};
 use super::IcmpRequest;
-use crate::context::{HasIp, IpContext};
-use engine::{counters, next_nodes, Buffer, Counts, IfIndex, Node, Verdict};
-use std::net::Ipv6Addr;
+use crate::context::HasIp;
+use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
 use wire::ipv6::Ipv6Packet;
 
 next_nodes! {
-    pub enum Ip6RewriteNext { Output = "interface-output", IcmpError = "ip6-icmp-error" }
+    pub enum Ip6RewriteNext { Output = "interface-output", IcmpError = "ip6-icmp-error", Glean = "ip-glean" }
 }
 
 counters! {
     pub enum Ip6RewriteCounter {
         HopLimitExpired(Info, "hop-limit-expired", "hop limit would reach 0 (ICMPv6 time exceeded requested)"),
         PacketTooBig(Info, "packet-too-big", "larger than the MTU (ICMPv6 packet too big requested)"),
-        Unresolved(Warn, "neighbour-unresolved", "next hop MAC unknown and solicitation rate-limited"),
-        NsSent(Info, "ns-sent", "next hop MAC unknown: packet replaced by a neighbour solicitation"),
         NoHeadroom(Error, "no-headroom", "no headroom for the Ethernet header"),
         BadAdjacency(Error, "bad-adjacency", "adjacency is not a forwarding one"),
         Truncated(Error, "truncated", "shorter than an IPv6 header"),
@@ -25,22 +22,6 @@ counters! {
 }
 
 pub struct Ip6Rewrite;
-
-impl Ip6Rewrite {
-    fn solicit(
-        cx: &mut IpContext,
-        buf: &mut Buffer,
-        counts: &mut Counts<'_, Ip6RewriteCounter>,
-        tx_if: IfIndex,
-        target: Ipv6Addr,
-    ) -> Verdict<Ip6RewriteNext, Ip6RewriteCounter> {
-        if !solicit::<Ip6>(cx, buf, tx_if, target) {
-            return Verdict::Drop(Ip6RewriteCounter::Unresolved);
-        }
-        counts.inc(Ip6RewriteCounter::NsSent);
-        Verdict::Next(Ip6RewriteNext::Output)
-    }
-}
 
 impl<Cx: HasIp> Node<Cx> for Ip6Rewrite {
     type Next = Ip6RewriteNext;
@@ -74,7 +55,8 @@ impl<Cx: HasIp> Node<Cx> for Ip6Rewrite {
         let dst = p.dst_addr();
         let (tx_if, mtu, rewrite) = match resolve::<Ip6>(&cx.tables, buf.meta.adj, dst) {
             Resolved::Send { tx_if, mtu, rewrite } => (tx_if, mtu, rewrite),
-            Resolved::Solicit { tx_if, target } => return Self::solicit(cx, buf, counts, tx_if, target),
+            // Its next hop to learn: held (or turned into the solicitation) by `ip-glean`.
+            Resolved::Solicit { .. } => return Verdict::Next(Ip6RewriteNext::Glean),
             Resolved::Bad => return Verdict::Drop(C::BadAdjacency),
         };
         if super::wire_segment_len(buf, len) > mtu as usize {

@@ -4,6 +4,7 @@
 pub mod arp_input;
 pub mod ethernet_input;
 pub mod family;
+pub mod glean;
 pub mod gso_segment;
 pub mod ip4_icmp_error;
 pub mod ip4_input;
@@ -45,6 +46,9 @@ pub fn register<Cx: HasIp>(g: &mut GraphBuilder<Cx>) {
     g.add_expand(ip_fragment::Ip6Fragment);
     g.add_expand(ip_reassembly::Ip4Reassembly);
     g.add_expand(ip_reassembly::Ip6Reassembly);
+    g.add_expand(glean::IpGlean);
+    g.add_expand(glean::IpGleanRelease);
+    g.add_input_drained(glean::GLEAN_INPUT, "ip-glean-release");
 }
 
 /// What a node asks `ipN-fragment` for, carried in `Meta::param`: fragments of at most

@@ -115,7 +115,9 @@ impl Rig {
         let ip_tables = Arc::new(ArcSwap::from_pointee(router.build()));
         let spd = SpdState::new();
         let cx = Cx {
-            ip: IpContext::new(Arc::clone(&ip_tables), None, ip::Limits::default()),
+            // No packets held for unresolved next hops: the tests hand packets adjacencies
+            // of their choosing, which a held packet's fresh lookup would not keep.
+            ip: IpContext::new(Arc::clone(&ip_tables), None, ip::Limits { neighbour_hold: 0, ..Default::default() }),
             spd: SpdContext::new(spd.shared(), flow_cache).unwrap(),
         };
         let seen4 = Arc::new(Mutex::new(Vec::new()));
