@@ -549,7 +549,7 @@ impl<C: 'static> GraphBuilder<C> {
             tx: Vec::new(),
             trace: TraceLog::default(),
             sampling: false,
-            drained: self.drained.iter().map(|d| names.iter().position(|n| n == d).map(NodeId).expect("added as an input")).collect(),
+            drained: self.drained.iter().filter_map(|d| names.iter().position(|n| n == d).map(NodeId)).collect(),
         })
     }
 }

@@ -290,8 +290,9 @@ pub trait ExpandNode<C>: Send + 'static {
     /// run in one call, so the dispatcher's per-packet work is done once per run; it
     /// sets [`Self::TAKES_RUNS`].
     /// Taken packets that are not pushed are freed by the dispatcher ([`Taken::Free`]),
-    /// or on `Err` dropped under the counter; or they are held by a packet the call
-    /// pushed ([`Taken::Held`]: a chained parcel whose extents they are) and left be.
+    /// or on `Err` dropped under the counter; or they are held ([`Taken::Held`]: by a
+    /// packet the call pushed, a chained parcel whose extents they are, or by the node)
+    /// and left be.
     /// The default takes one packet with [`Self::expand`].
     #[inline(always)]
     fn expand_run(
@@ -320,8 +321,9 @@ pub trait ExpandNode<C>: Send + 'static {
 pub enum Taken {
     /// The dispatcher frees them.
     Free,
-    /// A packet the call pushed holds them (its extents, `Pool::push_extents_taking`):
-    /// they go back to the pool with it, so the dispatcher leaves them be.
+    /// Something else holds them, so the dispatcher leaves them be: a packet the call
+    /// pushed (its extents, `Pool::push_extents_taking`: they go back to the pool with
+    /// it), or the node itself (`ip-glean`'s hold), which pushes or drops them later.
     Held,
 }
 

@@ -9,6 +9,7 @@
 //! hdr_len u16, gso_size u16, csum_start u16, csum_offset u16 — 10 bytes.
 
 use engine::{Buffer, GsoKind};
+use wire::EtherType;
 
 pub const VNET_HDR_LEN: usize = 10;
 
@@ -44,6 +45,24 @@ pub enum VnetError {
     BadChecksumOffsets,
     #[error("GSO frame without a partial checksum")]
     GsoWithoutChecksum,
+    #[error("checksum start inside the IP header")]
+    ChecksumInIpHeader,
+}
+
+/// Where an Ethernet frame's IPv4 or IPv6 header ends (after up to two VLAN tags), or
+/// `None` for other frames and frames too short to say.
+fn ip_header_end(frame: &[u8]) -> Option<usize> {
+    let mut at = 12;
+    for _ in 0..3 {
+        let ethertype = u16::from_be_bytes([*frame.get(at)?, *frame.get(at + 1)?]);
+        match EtherType::from(ethertype) {
+            EtherType::Vlan | EtherType::QinQ => at += wire::vlan::TAG_LEN,
+            EtherType::Ipv4 => return Some(at + 2 + (usize::from(*frame.get(at + 2)? & 0x0f) * 4).max(20)),
+            EtherType::Ipv6 => return Some(at + 2 + 40),
+            _ => return None,
+        }
+    }
+    None
 }
 
 impl VnetHdr {
@@ -76,6 +95,12 @@ impl VnetHdr {
         if self.flags & F_NEEDS_CSUM != 0 {
             if self.csum_start as usize + self.csum_offset as usize + 2 > buf.len() {
                 return Err(VnetError::BadChecksumOffsets);
+            }
+            // An L4 checksum starts after the IP header: one pending inside it would be
+            // written over the header's own fields when completed (found by the graph
+            // fuzz target: a TTL and protocol overwritten, the IPv4 checksum then wrong).
+            if ip_header_end(buf.bytes()).is_some_and(|end| (self.csum_start as usize) < end) {
+                return Err(VnetError::ChecksumInIpHeader);
             }
             buf.set_partial_checksum(self.csum_start as usize, self.csum_offset as usize);
         } else if gso != GsoKind::None {
@@ -175,5 +200,36 @@ mod tests {
         assert_eq!(beyond.apply_to(buf), Err(VnetError::BadChecksumOffsets));
         let gso_no_csum = VnetHdr { gso_type: GSO_TCPV6, gso_size: 1000, ..Default::default() };
         assert_eq!(gso_no_csum.apply_to(buf), Err(VnetError::GsoWithoutChecksum));
+    }
+
+    /// A pending checksum must start past the IP header (IPv4 with options, IPv6, behind
+    /// a VLAN tag): one inside it would overwrite the header's fields.
+    #[test]
+    fn a_checksum_inside_the_ip_header_is_refused() {
+        let mut pool = Pool::new(4, 0);
+        let frame = |tags: usize, ethertype: u16, first: u8| {
+            let mut f = vec![0u8; 14 + 4 * tags + 80];
+            for t in 0..tags {
+                f[12 + 4 * t..14 + 4 * t].copy_from_slice(&0x8100u16.to_be_bytes());
+            }
+            f[12 + 4 * tags..14 + 4 * tags].copy_from_slice(&ethertype.to_be_bytes());
+            f[14 + 4 * tags] = first;
+            f
+        };
+        // (frame, the first csum_start allowed)
+        for (f, l4) in
+            [(frame(0, 0x0800, 0x45), 34), (frame(0, 0x0800, 0x47), 42), (frame(1, 0x0800, 0x45), 38), (frame(0, 0x86dd, 0x60), 54)]
+        {
+            let b = pool.alloc(f.len()).unwrap();
+            let buf = pool.get_mut(b);
+            buf.write(&f).unwrap();
+            for start in [16, 22, l4 - 1] {
+                let h = VnetHdr { flags: F_NEEDS_CSUM, csum_start: start as u16, csum_offset: 6, ..Default::default() };
+                assert_eq!(h.apply_to(buf), Err(VnetError::ChecksumInIpHeader), "csum_start {start}");
+            }
+            let h = VnetHdr { flags: F_NEEDS_CSUM, csum_start: l4 as u16, csum_offset: 6, ..Default::default() };
+            assert_eq!(h.apply_to(buf), Ok(()), "csum_start {l4}");
+            pool.free(b);
+        }
     }
 }
