@@ -14,9 +14,10 @@
 //!                                                                        └► error-drop (waited too long)
 //! ```
 //!
-//! Held packets that waited [`crate::hold::HOLD_SECONDS`] are dropped (`hold-expired`) when either node
-//! next runs; at the end of a run to completion (`vecgate pcap`) the worker sends an empty
-//! frame to `ip-glean-input` and what is held is dropped as `hold-flushed`.
+//! Held packets that waited [`crate::hold::HOLD_SECONDS`] are dropped (`hold-expired`)
+//! when either node next runs; at the end of a run to completion (`vecgate pcap`) the
+//! worker sends an empty frame to `ip-glean-input` and what is held is dropped as
+//! `hold-flushed`. Both nodes count under the same counters (`show errors` lists each).
 
 use super::family::{resolve, solicit, Family, Ip4, Ip6, Resolved};
 use crate::context::{HasIp, IpContext};
