@@ -64,7 +64,7 @@ impl<T: Copy> HugeSlice<T> {
     where
         T: zerocopy::FromZeros,
     {
-        // Not `uninit`'s pages being zero: `T::new_zeroed` per value is the fallback's.
+        // Under a huge page (or no mapping to be had): an ordinary allocation of zeros.
         Self::uninit(n).unwrap_or_else(|| Self::boxed(vec![T::new_zeroed(); n].into_boxed_slice()))
     }
 
@@ -226,10 +226,8 @@ pub struct NotPowerOfTwo(pub usize);
 impl<T: Copy> MaskedTable<T> {
     /// `n` copies of `value`, `n` a power of two up to 2^31.
     pub fn new(n: usize, value: T) -> Result<Self, NotPowerOfTwo> {
-        if !n.is_power_of_two() || n > 1 << 31 {
-            return Err(NotPowerOfTwo(n));
-        }
-        Ok(MaskedTable { values: HugeSlice::new(n, value), mask: (n - 1) as u32 })
+        let mask = Self::mask_for(n)?;
+        Ok(MaskedTable { values: HugeSlice::new(n, value), mask })
     }
 
     /// `n` values of zero bytes, not written ([`HugeSlice::zeroed`]), `n` as for `new`.
@@ -237,10 +235,16 @@ impl<T: Copy> MaskedTable<T> {
     where
         T: zerocopy::FromZeros,
     {
+        let mask = Self::mask_for(n)?;
+        Ok(MaskedTable { values: HugeSlice::zeroed(n), mask })
+    }
+
+    /// The index mask of a table of `n` values: `n` a power of two up to 2^31.
+    fn mask_for(n: usize) -> Result<u32, NotPowerOfTwo> {
         if !n.is_power_of_two() || n > 1 << 31 {
             return Err(NotPowerOfTwo(n));
         }
-        Ok(MaskedTable { values: HugeSlice::zeroed(n), mask: (n - 1) as u32 })
+        Ok((n - 1) as u32)
     }
 
     /// Every value set to `value`.

@@ -9,6 +9,9 @@
 //! hdr_len u16, gso_size u16, csum_start u16, csum_offset u16 — 10 bytes.
 
 use engine::{Buffer, GsoKind};
+use wire::ethernet::EthernetFrame;
+use wire::ipv4::Ipv4Packet;
+use wire::vlan::VlanTag;
 use wire::EtherType;
 
 pub const VNET_HDR_LEN: usize = 10;
@@ -52,17 +55,21 @@ pub enum VnetError {
 /// Where an Ethernet frame's IPv4 or IPv6 header ends (after up to two VLAN tags), or
 /// `None` for other frames and frames too short to say.
 fn ip_header_end(frame: &[u8]) -> Option<usize> {
-    let mut at = 12;
-    for _ in 0..3 {
-        let ethertype = u16::from_be_bytes([*frame.get(at)?, *frame.get(at + 1)?]);
-        match EtherType::from(ethertype) {
-            EtherType::Vlan | EtherType::QinQ => at += wire::vlan::TAG_LEN,
-            EtherType::Ipv4 => return Some(at + 2 + (usize::from(*frame.get(at + 2)? & 0x0f) * 4).max(20)),
-            EtherType::Ipv6 => return Some(at + 2 + 40),
-            _ => return None,
+    let mut ethertype = EthernetFrame::new_checked(frame).ok()?.ethertype();
+    let mut at = wire::ethernet::HEADER_LEN;
+    for _ in 0..2 {
+        if !matches!(ethertype, EtherType::Vlan | EtherType::QinQ) {
+            break;
         }
+        ethertype = VlanTag::new_checked(frame.get(at..)?).ok()?.ethertype();
+        at += wire::vlan::TAG_LEN;
     }
-    None
+    match ethertype {
+        // An IHL below 5 is no header ipN-input takes; 20 bytes are still header.
+        EtherType::Ipv4 => Some(at + Ipv4Packet::new_unchecked(frame.get(at..).filter(|p| !p.is_empty())?).header_len().max(20)),
+        EtherType::Ipv6 => Some(at + wire::ipv6::HEADER_LEN),
+        _ => None,
+    }
 }
 
 impl VnetHdr {

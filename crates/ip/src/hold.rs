@@ -52,9 +52,9 @@ pub struct NeighbourHold<B = BufIdx> {
     per_neighbour: usize,
     /// Ticks a packet may wait.
     timeout: u64,
-    /// The tables version (any number that changes with them) the held packets were last
-    /// checked against ([`NeighbourHold::tables_changed`]).
-    checked: usize,
+    /// The tables generation the held packets were last checked against
+    /// ([`NeighbourHold::tables_changed`]).
+    checked: u64,
 }
 
 impl<B: Copy> NeighbourHold<B> {
@@ -63,11 +63,11 @@ impl<B: Copy> NeighbourHold<B> {
         NeighbourHold { held: VecDeque::new(), per_neighbour, timeout, checked: 0 }
     }
 
-    /// Whether `tables` differs from the version this was last asked about (and remember
-    /// it): held packets can only become sendable with new tables, so a flood toward
-    /// unanswered addresses does not make every packet look at every held one.
-    pub fn tables_changed(&mut self, tables: usize) -> bool {
-        std::mem::replace(&mut self.checked, tables) != tables
+    /// Whether the tables `generation` differs from the one this was last asked about (and
+    /// remember it): held packets can only become sendable with new tables, so a flood
+    /// toward unanswered addresses does not make every packet look at every held one.
+    pub fn tables_changed(&mut self, generation: u64) -> bool {
+        std::mem::replace(&mut self.checked, generation) != generation
     }
 
     pub fn len(&self) -> usize {

@@ -29,7 +29,7 @@ pub trait TableKey: Copy + Eq + Default + zerocopy::FromZeros {
 
 /// One cache line (64-byte aligned) for an IPv4 session, so the lookup's one dependent
 /// miss is one line, never two (a 60-byte slot straddled lines; docs/PERFORMANCE.md).
-#[derive(Debug, Clone, Copy, Default, zerocopy::FromZeros)]
+#[derive(Debug, Clone, Copy, zerocopy::FromZeros)]
 #[repr(align(64))]
 struct Slot<K, V> {
     /// When the entry expires, in the caller's milliseconds; 0 for a free slot.

@@ -111,7 +111,7 @@ fn settle_held(ip: &mut IpContext, counts: &mut Counts<'_, GleanCounter>, pool: 
     ip.hold.expire(clock::now(), &mut done);
     counts.add(C::Expired, done.len() as u64);
     out.extend(done.drain(..).map(|h| (h.buf, GleanNext::Drop)));
-    let changed = ip.hold.tables_changed(std::sync::Arc::as_ptr(&ip.tables) as usize);
+    let changed = ip.hold.tables_changed(ip.tables.generation);
     if !(always || changed) {
         return;
     }
