@@ -96,14 +96,16 @@ def write_pcap(path: Path, frames):
             f.write(fr)
 
 
-def run_pcap(vecgate, tmp: Path, packets, extra: str = ""):
+def run_pcap(vecgate, tmp: Path, packets, extra: str = "", drops: Path = None):
     """Write `packets` (scapy or raw bytes) to in.pcap, run the graph, return
-    (eth0 output, eth1 output, counters {(node, counter): count})."""
+    (eth0 output, eth1 output, counters {(node, counter): count}); with `drops`, the
+    dropped packets are captured there (`vecgate pcap --drops`)."""
     from scapy.all import rdpcap
 
     write_pcap(tmp / "in.pcap", [bytes(p) for p in packets])
     cfg = gateway_config(tmp, extra)
-    out = subprocess.run([str(vecgate), "pcap", "--config", str(cfg), "--json"], capture_output=True, text=True, timeout=60)
+    cmd = [str(vecgate), "pcap", "--config", str(cfg), "--json"] + (["--drops", str(drops)] if drops else [])
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     snap = json.loads(out.stdout)
     counters = {(c["node"], c["counter"]): c["count"] for c in snap["counters"]}

@@ -194,6 +194,40 @@ def test_pcap_trace_captures_any_interface(vecgate, running, tmp_path):
     assert r.returncode != 0 and "no capture running on pg0" in (r.stdout + r.stderr), r.stdout + r.stderr
 
 
+def test_pcap_trace_drop_captures_what_a_node_drops_and_why(vecgate, running, tmp_path):
+    """`pcap trace drop`: the default gateway's generator pings faster than the echo
+    reply rate limit, so `ip4-local` drops echo requests (`rate-limited`). A capture of
+    that node's drops holds 20 of them, each with its reason, and tshark dissects each
+    as an ICMP echo request (an IP packet without a link header). Filters naming what the
+    graph lacks are refused by name and leave the running capture be."""
+    proc, sock = running
+    f = tmp_path / "drops.pcapng"
+    r = ctl(vecgate, sock, "pcap", "trace", "drop", str(f), "20", "node", "ip4-local")
+    assert r.returncode == 0 and "packets dropped by ip4-local" in r.stdout, r.stdout + r.stderr
+    for words, want in ((["node", "nosuch"], "nosuch"), (["error", "no-such-counter"], "no-such-counter"),
+                        (["node", "ip4-local", "error", "no-route"], "no-route"), (["0"], "at least 1")):
+        r = ctl(vecgate, sock, "pcap", "trace", "drop", str(f), *words)
+        assert r.returncode != 0 and want in (r.stdout + r.stderr), (words, r.stdout + r.stderr)
+    files = [f] + sorted(tmp_path.glob("drops.pcapng.w*"))
+    deadline = time.time() + 15
+    recs = []
+    while time.time() < deadline:
+        recs = []
+        for p in files:
+            if p.exists():
+                t = subprocess.run(["tshark", "-r", str(p), "-T", "fields", "-E", "separator=|", "-e", "frame.comment",
+                                    "-e", "frame.protocols", "-e", "icmp.type"], capture_output=True, text=True, timeout=30)
+                recs += [l.split("|") for l in t.stdout.splitlines() if l.strip()]
+        if len(recs) >= 20:
+            break
+        time.sleep(0.3)
+    assert len(recs) == 20, recs
+    assert all(c == "ip4-local: rate-limited, received on pg0" and p.startswith("raw:ip:icmp") and t == "8" for c, p, t in recs), recs[:3]
+    # The capture ended at its count: stopping it now says so.
+    r = ctl(vecgate, sock, "pcap", "trace", "drop", "off")
+    assert r.returncode != 0 and "no capture of drops running" in (r.stdout + r.stderr), r.stdout + r.stderr
+
+
 def test_udp_tunnels_live(vecgate, running):
     """The default gateway runs a GUE tunnel (udp_tunnel0) both ways; more UDP tunnels are
     created through the CLI and the JSON API with routes, a duplicate refused by name,

@@ -308,3 +308,59 @@ def test_jumbo_frames_use_large_buffers(vecgate, tmp_path):
     assert len(p6) == len(big6) and p6[IPv6].hlim == 63
     snap = json.loads(r.stdout)
     assert snap["pool"]["large_free"] == snap["pool"]["large_total"]
+
+
+def dropped_records(capture):
+    """tshark's reading of a capture of drops: per record, its comment (why it was
+    dropped), its protocols and the fields the test looks at."""
+    import subprocess
+    r = subprocess.run(["tshark", "-r", str(capture), "-T", "fields", "-E", "separator=|", "-e", "frame.comment",
+                        "-e", "frame.protocols", "-e", "ip.src", "-e", "ip.dst", "-e", "ip.checksum", "-e", "ipv6.dst",
+                        "-e", "eth.type", "-e", "arp.opcode"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return [dict(zip(["comment", "protocols", "src", "dst", "checksum", "dst6", "ethertype", "arp"], l.split("|")))
+            for l in r.stdout.splitlines() if l.strip()]
+
+
+def test_drops_are_captured_with_their_reasons(vecgate, tmp_path):
+    """`vecgate pcap --drops F`: every dropped packet is in F (pcapng), tshark finds in
+    each record's comment the node and counter that dropped it, and dissects the packet
+    as it was when dropped: frames that `ethernet-input` and `arp-input` drop as Ethernet,
+    the others as IP packets without a link header."""
+    bad_csum = eth0(IP(src="198.18.0.2", dst="198.19.0.9", chksum=0x1234) / UDP(sport=1, dport=2))
+    blackhole = eth0(IP(src="198.18.0.2", dst="198.19.254.7") / UDP())
+    martian = eth0(IP(src="127.0.0.1", dst="198.19.0.11") / UDP())
+    unknown_type = Ether(src=HOST_MAC, dst=GW_MAC0, type=0x88b5) / Raw(b"\x00" * 46)
+    martian6 = eth0(IPv6(src="ff02::1", dst="2001:db8:100::9") / UDP(sport=1, dport=2))
+    # An ARP request for an address that is not the gateway's.
+    not_ours = Ether(src=HOST_MAC, dst="ff:ff:ff:ff:ff:ff") / ARP(op=1, hwsrc=HOST_MAC, psrc="198.18.0.2", pdst="198.18.0.77")
+    # Not dropped: forwarded, and an ICMP time exceeded made of the packet itself.
+    good = eth0(IP(src="198.18.0.2", dst="198.19.0.9") / UDP(sport=1, dport=2) / Raw(b"abcd"))
+    ttl1 = eth0(IP(src="198.18.0.2", dst="198.19.0.10", ttl=1) / UDP(sport=1, dport=2))
+    drops = tmp_path / "drops.pcapng"
+    packets = [bad_csum, ttl1, good, blackhole, martian, unknown_type, martian6, not_ours]
+    out0, out1, c, snap = run_pcap(vecgate, tmp_path, packets, drops=drops)
+    assert len(out1) == 1 and len(out0) == 1
+    recs = dropped_records(drops)
+    # Every packet `error-drop` freed is a record.
+    freed = next(n["packets"] for n in snap["nodes"] if n["name"] == "error-drop")
+    assert len(recs) == freed == 6, (freed, recs)
+    by_reason = {}
+    for r in recs:
+        by_reason.setdefault(r["comment"].split(",")[0], []).append(r)
+    for reason, rs in by_reason.items():
+        node, counter = reason.split(": ")
+        assert c.get((node, counter), 0) == len(rs), (reason, len(rs), c)
+        assert all(r["comment"].endswith("received on eth0") for r in rs), rs
+    r = by_reason["ip4-input: bad-checksum"][0]
+    assert r["protocols"].startswith("raw:ip") and r["checksum"] == "0x1234" and r["dst"] == "198.19.0.9", r
+    assert by_reason["ip4-input: bad-source"][0]["src"] == "127.0.0.1"
+    assert by_reason["ip4-lookup: blackhole"][0]["dst"] == "198.19.254.7"
+    r = by_reason["ip6-input: bad-source"][0]
+    assert r["protocols"].startswith("raw:ipv6") and r["dst6"] == "2001:db8:100::9", r
+    r = by_reason["ethernet-input: unknown-ethertype"][0]
+    assert r["protocols"].startswith("eth:") and r["ethertype"] == "0x88b5", r
+    # `arp-input` saw the ARP payload; the record has its Ethernet header back.
+    r = by_reason["arp-input: not-for-us"][0]
+    assert r["protocols"].startswith("eth:ethertype:arp") and r["arp"] == "1", r

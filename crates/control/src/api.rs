@@ -174,6 +174,21 @@ pub enum Request {
     PcapTraceOff {
         interface: String,
     },
+    /// Capture dropped packets, each with its reason, to a pcapng file (one file per
+    /// worker, `<file>.w<N>`, when there are several): all drops, or one node's, or those
+    /// under one counter name.
+    PcapTraceDrop {
+        file: String,
+        /// Packets per worker before the capture stops (default 10000).
+        #[serde(default)]
+        count: Option<u64>,
+        #[serde(default)]
+        node: Option<String>,
+        /// A counter name (`ttl-expired`), in `node` or in any node.
+        #[serde(default)]
+        error: Option<String>,
+    },
+    PcapTraceDropOff {},
     ShowPfcpAssociations {},
     ShowPfcpSessions {
         /// At most this many rows (default 100).
@@ -365,6 +380,61 @@ impl Control {
                     rx.recv_timeout(WORKER_TIMEOUT).map_err(|_| "worker did not answer".to_string())??;
                 }
                 Reply::ok(serde_json::Value::Null, format!("capture of {interface} stopped"))
+            }
+            Request::PcapTraceDrop { file, count, node, error } => {
+                let n = self.workers.len();
+                let count = count.unwrap_or(10_000);
+                if count == 0 {
+                    return Err("pcap trace drop: count: expected at least 1 packet".into());
+                }
+                let filter = engine::DropFilter { node: node.clone(), counter: error.clone() };
+                // Checked before anything starts: a running capture goes on, its file whole.
+                let snap = self.snapshot()?;
+                filter
+                    .check(snap.nodes.iter().map(|n| n.name.as_str()), snap.counters.iter().map(|c| (c.node.as_str(), c.counter)))
+                    .map_err(|e| format!("pcap trace drop: {e}"))?;
+                let paths: Vec<String> = (0..n).map(|k| if n > 1 { format!("{file}.w{k}") } else { file.clone() }).collect();
+                for (w, path) in self.workers.iter().zip(&paths) {
+                    let started =
+                        io::pcap::DropCapture::create(std::path::Path::new(path), count).map_err(|e| e.to_string()).and_then(|sink| {
+                            let (tx, rx) = crossbeam_channel::bounded(1);
+                            w.send(WorkerCmd::CaptureDrops { sink: Some(Box::new(sink)), filter: filter.clone(), reply: tx })
+                                .map_err(|_| "worker has stopped".to_string())?;
+                            rx.recv_timeout(WORKER_TIMEOUT).map_err(|_| "worker did not answer".to_string())?
+                        });
+                    if let Err(e) = started {
+                        // All workers or none: the ones started stop, and no file is left.
+                        for w in &self.workers {
+                            let (tx, _rx) = crossbeam_channel::bounded(1);
+                            let _ = w.send(WorkerCmd::CaptureDrops { sink: None, filter: engine::DropFilter::default(), reply: tx });
+                        }
+                        for p in &paths {
+                            let _ = std::fs::remove_file(p);
+                        }
+                        return Err(format!("pcap trace drop: {e}"));
+                    }
+                }
+                let which = match (node, error) {
+                    (None, None) => "dropped packets".to_string(),
+                    (Some(n), None) => format!("packets dropped by {n}"),
+                    (None, Some(e)) => format!("packets dropped as {e}"),
+                    (Some(n), Some(e)) => format!("packets dropped by {n} as {e}"),
+                };
+                let per = if n > 1 { " per worker" } else { "" };
+                Reply::ok(serde_json::Value::Null, format!("capturing up to {count} {which}{per} into {file}"))
+            }
+            Request::PcapTraceDropOff {} => {
+                let mut running = false;
+                for w in &self.workers {
+                    let (tx, rx) = crossbeam_channel::bounded(1);
+                    w.send(WorkerCmd::CaptureDrops { sink: None, filter: engine::DropFilter::default(), reply: tx })
+                        .map_err(|_| "worker has stopped".to_string())?;
+                    running |= rx.recv_timeout(WORKER_TIMEOUT).map_err(|_| "worker did not answer".to_string())??;
+                }
+                if !running {
+                    return Err("no capture of drops running (none was started, or it ended at its packet count)".into());
+                }
+                Reply::ok(serde_json::Value::Null, "capture of drops stopped".into())
             }
             Request::TraceClear {} => {
                 self.broadcast(|| WorkerCmd::TraceClear)?;

@@ -66,6 +66,9 @@ commands:
   show ipsec sa                        SAs and their counters (never their keys)
   pcap trace <interface> <file> [<count>]   capture received and sent frames (default 10000)
   pcap trace off <interface>
+  pcap trace drop <file> [<count>] [node <name>] [error <counter>]
+                                       capture dropped packets, each with its reason (pcapng;
+                                       default 10000); `pcap trace drop off` stops it
   ipsec policy add spd <n> inbound|outbound [priority <n>] protect <sa>|bypass|discard
          [local <sel>] [remote <sel>] [protocol <p>] [local-ports <range>] [remote-ports <range>]
          (<sel>: any, a prefix or <addr>-<addr>; <range>: any, <port> or <lo>-<hi>)
@@ -139,6 +142,8 @@ pub fn parse(words: &[String]) -> Result<Request, String> {
             Ok(Request::IpsecSaDel { index: index.parse().map_err(|_| format!("index {index:?}: expected a number"))? })
         }
         ["show", "ipsec", "sa" | "sas"] => Ok(Request::ShowIpsecSa {}),
+        ["pcap", "trace", "drop", "off"] => Ok(Request::PcapTraceDropOff {}),
+        ["pcap", "trace", "drop", file, rest @ ..] => parse_pcap_trace_drop(file, rest),
         ["pcap", "trace", "off", interface] => Ok(Request::PcapTraceOff { interface: interface.to_string() }),
         ["pcap", "trace", interface, file] => {
             Ok(Request::PcapTrace { interface: interface.to_string(), file: file.to_string(), count: None })
@@ -516,4 +521,26 @@ mod tests {
         );
         assert!(serde_json::from_str::<Request>(r#"{"op":"show_runtime","extra":1}"#).is_err());
     }
+}
+
+/// `pcap trace drop <file> [<count>] [node <name>] [error <counter>]`.
+fn parse_pcap_trace_drop(file: &str, rest: &[&str]) -> Result<Request, String> {
+    let (mut count, mut node, mut error) = (None, None, None);
+    let mut words = rest.iter();
+    while let Some(&w) = words.next() {
+        match w {
+            "node" | "error" => {
+                let v = words.next().ok_or_else(|| format!("pcap trace drop: `{w}` needs a name"))?.to_string();
+                *(if w == "node" { &mut node } else { &mut error }) = Some(v);
+            }
+            n if count.is_none() => {
+                count = Some(
+                    n.parse()
+                        .map_err(|_| format!("pcap trace drop: {n:?}: expected a packet count, `node <name>` or `error <counter>`"))?,
+                )
+            }
+            other => return Err(format!("pcap trace drop: unexpected {other:?}; expected `node <name>` or `error <counter>`")),
+        }
+    }
+    Ok(Request::PcapTraceDrop { file: file.to_string(), count, node, error })
 }

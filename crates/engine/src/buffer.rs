@@ -395,6 +395,12 @@ impl Buffer {
         let s = self.start as usize;
         s.checked_sub(n).map(|from| &self.storage()[from..s])
     }
+
+    /// The packet with the `n` bytes before it, if the buffer has them.
+    pub fn with_preceding(&self, n: usize) -> Option<&[u8]> {
+        let s = self.start as usize;
+        s.checked_sub(n).map(|from| &self.storage()[from..self.end as usize])
+    }
 }
 
 #[cfg(test)]

@@ -30,6 +30,22 @@ pub trait FrameSink: Send {
     fn record(&mut self, frame: &[u8]) -> bool;
 }
 
+/// What a dropped packet is recorded as (`pcap trace drop`): its link layer, which the
+/// dropping node's place in the graph decides ([`crate::Receives`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DroppedAs {
+    Ethernet,
+    /// An IPv4 or IPv6 packet without a link-layer header.
+    Ip,
+}
+
+/// Where a capture of dropped packets goes (`pcap trace drop`): each with why it was
+/// dropped (`"<node>: <counter>"`) and where it came from, until the sink is done.
+pub trait DropSink: Send {
+    /// Record one dropped packet; false once the sink is done.
+    fn record(&mut self, packet: &[u8], link: DroppedAs, reason: &str) -> bool;
+}
+
 pub trait Device: Send {
     /// Backend kind: names the input node (`<kind>-input`) and shows in `show interfaces`.
     fn kind(&self) -> &'static str;

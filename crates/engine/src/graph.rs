@@ -17,7 +17,8 @@
 
 use crate::buffer::{BufIdx, Buffer, DropReason, IfIndex};
 use crate::clock;
-use crate::node::{CounterInfo, Counters, Counts, Enqueue, ExpandNode, NextNodes, Node, Taken, Verdict};
+use crate::device::{DropSink, DroppedAs};
+use crate::node::{CounterInfo, Counters, Counts, Enqueue, ExpandNode, NextNodes, Node, Receives, Taken, Verdict};
 use crate::pool::Pool;
 use crate::stats::{per_packet, CounterSnapshot, NodeRuntime, NodeSnapshot};
 use crate::trace::{TraceLog, TraceRecord};
@@ -55,6 +56,8 @@ pub enum GraphError {
     ZeroTraceCount(String),
     #[error("no input node named {name:?}; input nodes: {inputs}")]
     NoSuchInput { name: String, inputs: String },
+    #[error("no counter named {counter:?} in {scope}")]
+    NoSuchCounter { counter: String, scope: String },
 }
 
 crate::counters! {
@@ -393,6 +396,8 @@ struct Slot<C> {
     kind: Kind<C>,
     /// The node takes chained packets as they are ([`Node::TAKES_CHAINS`]).
     takes_chains: bool,
+    /// Where its packets start ([`Node::RECEIVES`]): how a capture records its drops.
+    receives: Receives,
     next_names: Vec<String>,
     next: Vec<usize>,
     counter_info: &'static [CounterInfo],
@@ -434,7 +439,8 @@ impl<C: 'static> GraphBuilder<C> {
         // `error-drop` frees (the pool lets extents go), `interface-output` reads the
         // metadata only: both take chains as they are.
         g.push(ERROR_DROP, Kind::ErrorDrop, vec![], &[], true);
-        g.push(INTERFACE_OUTPUT, Kind::InterfaceOutput, vec![], OutputCounter::INFO, true);
+        let out = g.push(INTERFACE_OUTPUT, Kind::InterfaceOutput, vec![], OutputCounter::INFO, true);
+        g.slots[out.0].receives = Receives::Ethernet;
         g.push(INTERFACE_TX, Kind::InterfaceTx, vec![], &[], true);
         g
     }
@@ -444,6 +450,7 @@ impl<C: 'static> GraphBuilder<C> {
             name: name.to_string(),
             kind,
             takes_chains,
+            receives: Receives::Ip,
             next: Vec::new(),
             next_names,
             counter_info: info,
@@ -458,7 +465,15 @@ impl<C: 'static> GraphBuilder<C> {
     pub fn add<N: Node<C>>(&mut self, node: N) -> NodeId {
         let name = node.name();
         let next = N::Next::NAMES.iter().map(|s| s.to_string()).collect();
-        self.push(name, Kind::Process(Box::new(NodeBox { node, speculated: 0 })), next, <N::Counter as Counters>::INFO, N::TAKES_CHAINS)
+        let id = self.push(
+            name,
+            Kind::Process(Box::new(NodeBox { node, speculated: 0 })),
+            next,
+            <N::Counter as Counters>::INFO,
+            N::TAKES_CHAINS,
+        );
+        self.slots[id.0].receives = N::RECEIVES;
+        id
     }
 
     /// Add one node built in two forms with the same name, next nodes and counters,
@@ -496,7 +511,9 @@ impl<C: 'static> GraphBuilder<C> {
         let next = A::Next::NAMES.iter().map(|s| s.to_string()).collect();
         let runner =
             EitherBox { first: NodeBox { node: first, speculated: 0 }, second: NodeBox { node: second, speculated: 0 }, use_first };
-        self.push(name, Kind::Process(Box::new(runner)), next, <A::Counter as Counters>::INFO, A::TAKES_CHAINS && B::TAKES_CHAINS)
+        let id = self.push(name, Kind::Process(Box::new(runner)), next, <A::Counter as Counters>::INFO, A::TAKES_CHAINS && B::TAKES_CHAINS);
+        self.slots[id.0].receives = A::RECEIVES;
+        id
     }
 
     /// Add a node that turns one packet into several (see [`ExpandNode`]).
@@ -507,7 +524,9 @@ impl<C: 'static> GraphBuilder<C> {
         let name = node.name();
         let next = N::Next::NAMES.iter().map(|s| s.to_string()).collect();
         let runner = ExpandRunner { node, out: Vec::new(), _c: core::marker::PhantomData };
-        self.push(name, Kind::Process(Box::new(runner)), next, <N::Counter as Counters>::INFO, N::TAKES_CHAINS)
+        let id = self.push(name, Kind::Process(Box::new(runner)), next, <N::Counter as Counters>::INFO, N::TAKES_CHAINS);
+        self.slots[id.0].receives = N::RECEIVES;
+        id
     }
 
     /// Add an input node (e.g. `pg-input`) that hands its packets to `next`.
@@ -515,7 +534,9 @@ impl<C: 'static> GraphBuilder<C> {
         if let Some(i) = self.slots.iter().position(|s| s.name == name) {
             return NodeId(i);
         }
-        self.push(name, Kind::Input, vec![next.to_string()], &[], false)
+        let id = self.push(name, Kind::Input, vec![next.to_string()], &[], false);
+        self.slots[id.0].receives = Receives::Ethernet;
+        id
     }
 
     /// An input node as [`GraphBuilder::add_input`], which also gets one empty frame when
@@ -550,6 +571,7 @@ impl<C: 'static> GraphBuilder<C> {
             trace: TraceLog::default(),
             sampling: false,
             drained: self.drained.iter().filter_map(|d| names.iter().position(|n| n == d).map(NodeId)).collect(),
+            drop_capture: None,
         })
     }
 }
@@ -564,6 +586,58 @@ pub struct Graph<C> {
     /// Keep every vector's time per node (see [`Graph::sample_vectors`]).
     sampling: bool,
     drained: Vec<NodeId>,
+    /// A running capture of dropped packets (`pcap trace drop`).
+    drop_capture: Option<DropCapture>,
+}
+
+/// An Ethernet header without VLAN tags: what `ethernet-input` advances past before a
+/// node that [`Receives::EthernetPayload`].
+const ETHERNET_HEADER_LEN: usize = 14;
+
+/// A capture of dropped packets and which drops it takes.
+struct DropCapture {
+    sink: Box<dyn DropSink>,
+    /// `wanted[node][counter]`: the drops it records (all, or a node's, or a counter's).
+    wanted: Vec<Vec<bool>>,
+}
+
+/// Which drops a capture records: all, or those of one node, or under one counter name
+/// (in any node), or both.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DropFilter {
+    pub node: Option<String>,
+    pub counter: Option<String>,
+}
+
+impl DropFilter {
+    /// Whether drops by `node` under `counter` are taken.
+    pub fn takes(&self, node: &str, counter: &str) -> bool {
+        self.node.as_deref().is_none_or(|n| n == node) && self.counter.as_deref().is_none_or(|c| c == counter)
+    }
+
+    /// The filter against a graph's nodes and their counters (`(node, counter)` names):
+    /// an error if it names a node the graph lacks, or a counter no node it covers has.
+    /// The control plane checks a request this way (against a worker's snapshot) before
+    /// it starts anything.
+    pub fn check<'a>(
+        &self,
+        mut nodes: impl Iterator<Item = &'a str>,
+        counters: impl Iterator<Item = (&'a str, &'a str)>,
+    ) -> Result<(), GraphError> {
+        if let Some(n) = &self.node {
+            if !nodes.any(|x| x == n) {
+                return Err(GraphError::NoSuchNode(n.clone()));
+            }
+        }
+        let mut counters = counters;
+        match &self.counter {
+            Some(c) if !counters.any(|(n, x)| self.takes(n, x)) => {
+                let scope = self.node.as_ref().map_or("any node".to_string(), |n| format!("node {n:?}"));
+                Err(GraphError::NoSuchCounter { counter: c.clone(), scope })
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 /// The most vectors a node keeps while sampling: a bench of a few million packets.
@@ -574,6 +648,57 @@ impl<C> Graph<C> {
     /// ([`GraphBuilder::add_input_drained`]).
     pub fn drained_inputs(&self) -> &[NodeId] {
         &self.drained
+    }
+
+    /// Start (`Some`) or stop (`None`) capturing dropped packets into `sink`, those
+    /// `filter` names. A filter naming a node or counter the graph lacks is an error, and
+    /// changes nothing.
+    pub fn set_drop_capture(&mut self, sink: Option<Box<dyn DropSink>>, filter: &DropFilter) -> Result<(), GraphError> {
+        let Some(sink) = sink else {
+            self.drop_capture = None;
+            return Ok(());
+        };
+        filter.check(
+            self.slots.iter().map(|s| s.name.as_str()),
+            self.slots.iter().flat_map(|s| s.counter_info.iter().map(|c| (s.name.as_str(), c.name))),
+        )?;
+        let wanted = self.slots.iter().map(|s| s.counter_info.iter().map(|c| filter.takes(&s.name, c.name)).collect()).collect();
+        self.drop_capture = Some(DropCapture { sink, wanted });
+        Ok(())
+    }
+
+    /// Whether a capture of dropped packets is running.
+    pub fn capturing_drops(&self) -> bool {
+        self.drop_capture.is_some()
+    }
+
+    /// Hand the dropped packets of `chunk` that the capture wants to its sink; end the
+    /// capture when the sink is done.
+    fn capture_drops(&mut self, pool: &mut Pool, chunk: &[BufIdx]) {
+        let Some(cap) = self.drop_capture.as_mut() else { return };
+        if pool.has_chains() {
+            pool.linearize_all(chunk);
+        }
+        for &b in chunk {
+            let buf = pool.get(b);
+            let Some(r) = buf.meta.drop else { continue };
+            let (node, counter) = (r.node as usize, r.counter as usize);
+            if !cap.wanted.get(node).and_then(|w| w.get(counter)).copied().unwrap_or(false) {
+                continue;
+            }
+            let s = &self.slots[node];
+            let reason = format!("{}: {}, received on {}", s.name, s.counter_info[counter].name, self.trace.if_name(buf.meta.rx_if.get()));
+            let (bytes, link) = match s.receives {
+                Receives::Ip => (buf.bytes(), DroppedAs::Ip),
+                Receives::Ethernet => (buf.bytes(), DroppedAs::Ethernet),
+                // The Ethernet header a node advanced past, and the packet after it.
+                Receives::EthernetPayload => (buf.with_preceding(ETHERNET_HEADER_LEN).unwrap_or(buf.bytes()), DroppedAs::Ethernet),
+            };
+            if !cap.sink.record(bytes, link, &reason) {
+                self.drop_capture = None;
+                return;
+            }
+        }
     }
 
     pub fn node_id(&self, name: &str) -> Result<NodeId, GraphError> {
@@ -679,6 +804,9 @@ impl<C> Graph<C> {
                     );
                 }
                 Kind::ErrorDrop => {
+                    if self.drop_capture.is_some() {
+                        self.capture_drops(pool, chunk);
+                    }
                     if tracing {
                         for &b in chunk {
                             let m = pool.get(b).meta;

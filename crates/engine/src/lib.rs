@@ -34,8 +34,8 @@ pub mod trace;
 pub mod worker;
 
 pub use buffer::{BufIdx, Buffer, GsoKind, IfIndex, Meta, Offload, HEADROOM};
-pub use graph::{Graph, GraphBuilder, GraphError, NodeId};
-pub use node::{CounterInfo, Counters, Counts, Enqueue, ExpandNode, NextNodes, Node, Severity, Taken, Verdict};
+pub use graph::{DropFilter, Graph, GraphBuilder, GraphError, NodeId};
+pub use node::{CounterInfo, Counters, Counts, Enqueue, ExpandNode, NextNodes, Node, Receives, Severity, Taken, Verdict};
 pub use pool::Pool;
 
 /// The most buffers a node processes in one call (VPP's frame size).

@@ -181,6 +181,19 @@ impl<'a, N: NextNodes, C: Counters> Enqueue<'a, N, C> {
     }
 }
 
+/// Where the packets a node is given start: what a capture of its drops
+/// (`pcap trace drop`) records them as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Receives {
+    /// At an IP header (IPv4 or IPv6): most nodes.
+    Ip,
+    /// At an Ethernet header (`ethernet-input`, `interface-output`).
+    Ethernet,
+    /// Just past an Ethernet header that is still in the buffer in front of them
+    /// (`arp-input`): recorded with it.
+    EthernetPayload,
+}
+
 /// A graph node over context `C` (the feature's tables and per-worker state).
 pub trait Node<C>: Send + 'static {
     type Next: NextNodes;
@@ -188,6 +201,9 @@ pub trait Node<C>: Send + 'static {
 
     /// The node's name, e.g. `ip4-input`.
     fn name(&self) -> &'static str;
+
+    /// Where the packets given to this node start.
+    const RECEIVES: Receives = Receives::Ip;
 
     /// Whether `process` may see a chained packet (a head buffer whose bytes continue in
     /// an extent the pool keeps, [`Pool::attach`]): true only for a node that reads and
@@ -262,6 +278,9 @@ pub trait ExpandNode<C>: Send + 'static {
     type Counter: Counters;
 
     fn name(&self) -> &'static str;
+
+    /// As [`Node::RECEIVES`].
+    const RECEIVES: Receives = Receives::Ip;
 
     /// As [`Node::TAKES_CHAINS`]: whether `expand` may be given a chained packet.
     const TAKES_CHAINS: bool = false;

@@ -7,8 +7,8 @@
 
 use crate::buffer::{BufIdx, IfIndex};
 use crate::clock;
-use crate::device::{Device, FrameSink, RxStatus};
-use crate::graph::{Graph, NodeId};
+use crate::device::{Device, DropSink, FrameSink, RxStatus};
+use crate::graph::{DropFilter, Graph, NodeId};
 use crate::handoff::{HandoffKind, LaneRx};
 use crate::pool::Pool;
 use crate::stats::{PortCounters, PortSnapshot, Snapshot};
@@ -68,6 +68,13 @@ pub enum WorkerCmd {
         interface: String,
         sink: Option<Box<dyn FrameSink>>,
         reply: Sender<Result<(), String>>,
+    },
+    /// Start (`Some`) or stop (`None`) capturing dropped packets (those `filter`
+    /// names); the reply says whether a capture was running before.
+    CaptureDrops {
+        sink: Option<Box<dyn DropSink>>,
+        filter: DropFilter,
+        reply: Sender<Result<bool, String>>,
     },
     /// Send frames the control plane built (a UPF's End Markers) into the graph at this
     /// input node; frames that find no free buffer are lost, as on a full ring.
@@ -340,6 +347,10 @@ impl<C: Context> Worker<C> {
                     None => Err(format!("no interface {interface:?}")),
                 };
                 let _ = reply.send(r);
+            }
+            WorkerCmd::CaptureDrops { sink, filter, reply } => {
+                let was = self.graph.capturing_drops();
+                let _ = reply.send(self.graph.set_drop_capture(sink, &filter).map(|()| was).map_err(|e| e.to_string()));
             }
             WorkerCmd::Inject { input, frames } => {
                 if let Ok(id) = self.graph.node_id(&input) {

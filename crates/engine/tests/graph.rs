@@ -798,3 +798,71 @@ fn chained_packets_go_whole_to_captures_and_traces() {
     assert!(!frames.is_empty());
     assert!(frames.iter().all(|f| f == &chained_whole(f[0], f[1])));
 }
+
+/// A capture of drops in memory: (bytes, link, reason) a record, until `room` is used.
+struct Drops {
+    got: std::sync::Arc<std::sync::Mutex<Vec<(Vec<u8>, engine::device::DroppedAs, String)>>>,
+    room: usize,
+}
+impl engine::device::DropSink for Drops {
+    fn record(&mut self, packet: &[u8], link: engine::device::DroppedAs, reason: &str) -> bool {
+        let mut g = self.got.lock().unwrap();
+        g.push((packet.to_vec(), link, reason.to_string()));
+        g.len() < self.room
+    }
+}
+
+type Captured = std::sync::Arc<std::sync::Mutex<Vec<(Vec<u8>, engine::device::DroppedAs, String)>>>;
+
+fn capture_drops(w: &mut Worker<Cx>, room: usize, filter: engine::DropFilter) -> Result<Captured, GraphError> {
+    let got = Captured::default();
+    w.graph.set_drop_capture(Some(Box::new(Drops { got: got.clone(), room })), &filter)?;
+    Ok(got)
+}
+
+#[test]
+fn dropped_packets_are_captured_with_their_reasons_until_the_sink_is_done() {
+    use engine::device::DroppedAs;
+    let (mut w, _) = worker(20);
+    let got = capture_drops(&mut w, 4, engine::DropFilter::default()).unwrap();
+    assert!(w.graph.capturing_drops());
+    drain(&mut w);
+    // The odd packets 1, 3, 5, 7, then the sink was done and the capture ended.
+    let got = got.lock().unwrap();
+    assert_eq!(got.iter().map(|r| r.0.clone()).collect::<Vec<_>>(), vec![vec![1], vec![3], vec![5], vec![7]]);
+    assert!(got.iter().all(|r| r.1 == DroppedAs::Ip && r.2 == "parity: odd, received on src0"), "{got:?}");
+    assert!(!w.graph.capturing_drops());
+    assert_eq!(w.pool.in_use(), 0);
+}
+
+#[test]
+fn a_drop_capture_takes_the_node_and_counter_it_names() {
+    let filter = |node: Option<&str>, counter: Option<&str>| engine::DropFilter {
+        node: node.map(str::to_string),
+        counter: counter.map(str::to_string),
+    };
+    for (f, want) in [(filter(Some("parity"), None), 10), (filter(None, Some("odd")), 10), (filter(Some("parity"), Some("odd")), 10)] {
+        let (mut w, _) = worker(20);
+        let got = capture_drops(&mut w, usize::MAX, f.clone()).unwrap();
+        drain(&mut w);
+        assert_eq!(got.lock().unwrap().len(), want, "{f:?}");
+    }
+    // A counter the node lacks (`seen` is not a drop, but it is the node's: taken, and
+    // never matches), a node or counter the graph lacks: refused by name.
+    let (mut w, _) = worker(20);
+    let got = capture_drops(&mut w, usize::MAX, filter(Some("parity"), Some("seen"))).unwrap();
+    drain(&mut w);
+    assert!(got.lock().unwrap().is_empty());
+    let (mut w, _) = worker(20);
+    let e = capture_drops(&mut w, 1, filter(Some("nosuch"), None)).unwrap_err();
+    assert!(e.to_string().contains("nosuch"), "{e}");
+    let e = capture_drops(&mut w, 1, filter(Some("parity"), Some("even"))).unwrap_err();
+    assert!(e.to_string().contains("\"even\"") && e.to_string().contains("parity"), "{e}");
+    let e = capture_drops(&mut w, 1, filter(None, Some("even"))).unwrap_err();
+    assert!(e.to_string().contains("any node"), "{e}");
+    assert!(!w.graph.capturing_drops(), "a refused filter starts nothing");
+    // Stopping.
+    capture_drops(&mut w, 1, filter(None, None)).unwrap();
+    w.graph.set_drop_capture(None, &engine::DropFilter::default()).unwrap();
+    assert!(!w.graph.capturing_drops());
+}

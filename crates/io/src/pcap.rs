@@ -2,9 +2,14 @@
 //! one received frame, until the file ends), the transmit side appends every sent frame
 //! to another capture. Together they run a whole graph offline (`vecgate pcap`).
 
-use engine::device::{Device, RxStatus, TxResult};
+use engine::device::{Device, DroppedAs, RxStatus, TxResult};
 use engine::{BufIdx, Pool};
 use pcap_file::pcap::{PcapPacket, PcapReader, PcapWriter};
+use pcap_file::pcapng::blocks::enhanced_packet::{EnhancedPacketBlock, EnhancedPacketOption};
+use pcap_file::pcapng::blocks::interface_description::{InterfaceDescriptionBlock, InterfaceDescriptionOption};
+use pcap_file::pcapng::PcapNgWriter;
+use pcap_file::DataLink;
+use std::borrow::Cow;
 use std::fs::File;
 use std::io::BufWriter;
 use std::path::Path;
@@ -73,6 +78,69 @@ impl engine::device::FrameSink for PcapCapture {
             // Flush as the capture ends, so the file is whole without waiting for a stop.
             if let Some(w) = self.writer.take() {
                 let _ = std::io::Write::flush(&mut w.into_writer());
+            }
+            return false;
+        }
+        true
+    }
+}
+
+/// A capture file of dropped packets for `pcap trace drop`: pcapng, since each record
+/// carries why the packet was dropped (the packet's comment, which Wireshark and
+/// tshark show as `frame.comment`) and records of two link types share the file (an
+/// interface description each: Ethernet frames, and IP packets without a link header).
+/// Up to `remaining` packets, then done.
+pub struct DropCapture {
+    writer: Option<PcapNgWriter<BufWriter<File>>>,
+    remaining: u64,
+}
+
+/// The capture's interface ids, in the order their descriptions are written.
+const DROPS_ETHERNET: u32 = 0;
+const DROPS_IP: u32 = 1;
+
+impl DropCapture {
+    pub fn create(path: &Path, count: u64) -> Result<DropCapture, PcapError> {
+        let name = || path.display().to_string();
+        let f = File::create(path).map_err(|e| PcapError::Open { path: name(), source: e })?;
+        let mut w = PcapNgWriter::new(BufWriter::new(f)).map_err(|e| PcapError::Format { path: name(), source: e })?;
+        for (linktype, what) in [(DataLink::ETHERNET, "dropped Ethernet frames"), (DataLink::RAW, "dropped IP packets")] {
+            let idb = InterfaceDescriptionBlock {
+                linktype,
+                snaplen: 0,
+                options: vec![
+                    InterfaceDescriptionOption::IfName(Cow::Borrowed("error-drop")),
+                    InterfaceDescriptionOption::IfDescription(Cow::Borrowed(what)),
+                    // Nanosecond timestamps, as the writer writes them.
+                    InterfaceDescriptionOption::IfTsResol(9),
+                ],
+            };
+            w.write_pcapng_block(idb).map_err(|e| PcapError::Format { path: name(), source: e })?;
+        }
+        Ok(DropCapture { writer: Some(w), remaining: count })
+    }
+}
+
+impl engine::device::DropSink for DropCapture {
+    fn record(&mut self, packet: &[u8], link: DroppedAs, reason: &str) -> bool {
+        let Some(w) = self.writer.as_mut() else { return false };
+        let block = EnhancedPacketBlock {
+            interface_id: match link {
+                DroppedAs::Ethernet => DROPS_ETHERNET,
+                DroppedAs::Ip => DROPS_IP,
+            },
+            timestamp: SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO),
+            original_len: packet.len() as u32,
+            data: Cow::Borrowed(packet),
+            options: vec![EnhancedPacketOption::Comment(Cow::Borrowed(reason))],
+        };
+        if self.remaining == 0 || w.write_pcapng_block(block).is_err() {
+            return false;
+        }
+        self.remaining -= 1;
+        if self.remaining == 0 {
+            if let Some(w) = self.writer.take() {
+                let _ = std::io::Write::flush(&mut w.into_inner());
             }
             return false;
         }

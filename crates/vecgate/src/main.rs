@@ -68,6 +68,10 @@ enum Cmd {
         /// Print the final runtime and counters as JSON.
         #[arg(long)]
         json: bool,
+        /// Write every dropped packet to this pcapng file, each with why it was dropped
+        /// (the record's comment: `<node>: <counter>, received on <interface>`).
+        #[arg(long, value_name = "FILE")]
+        drops: Option<PathBuf>,
     },
     /// Benchmark a scenario: generator → graph → null sink on one core.
     Bench {
@@ -314,7 +318,7 @@ fn main() {
             run::run(config.as_deref(), duration, interval, socket, metrics, tunnel_counters, json)
         }
         Cmd::Ctl { socket, json, words } => run::ctl(&socket, json, &words),
-        Cmd::Pcap { config, json } => run::pcap(&config, json),
+        Cmd::Pcap { config, json, drops } => run::pcap(&config, json, drops.as_deref()),
         Cmd::Bench {
             scenario,
             packets,

@@ -226,9 +226,13 @@ fn cannot_reach(socket: &Path, e: &std::io::Error) -> anyhow::Error {
     }
 }
 
-pub fn pcap(config: &Path, json: bool) -> Result<()> {
+pub fn pcap(config: &Path, json: bool, drops: Option<&Path>) -> Result<()> {
     let cfg = Config::load(config)?;
-    let (mut control, worker) = assemble(&cfg)?.into_single();
+    let (mut control, mut worker) = assemble(&cfg)?.into_single();
+    if let Some(path) = drops {
+        let sink = io::pcap::DropCapture::create(path, u64::MAX)?;
+        worker.graph.set_drop_capture(Some(Box::new(sink)), &engine::DropFilter::default())?;
+    }
     let handle = spawn(&mut control, worker, None, true);
     while !handle.is_finished() {
         control.process_events();

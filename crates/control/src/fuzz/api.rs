@@ -7,7 +7,7 @@
 //! serializes; after the requests the tables still publish and `show ip fib` and
 //! `show runtime` answer; the stopped worker holds no buffer.
 //!
-//! Requests naming files (`pcap trace`) are skipped: an input must not write where it
+//! Requests naming files (`pcap trace`, `pcap trace drop`) are skipped: an input must not write where it
 //! likes.
 
 use crate::api::Request;
@@ -44,7 +44,7 @@ pub fn run(data: &[u8]) {
         };
         let json = serde_json::to_string(&req).expect("a request serializes");
         assert_eq!(serde_json::from_str::<Request>(&json).expect("and parses back"), req);
-        if matches!(req, Request::PcapTrace { .. } | Request::Reload { .. }) {
+        if matches!(req, Request::PcapTrace { .. } | Request::PcapTraceDrop { .. } | Request::Reload { .. }) {
             continue;
         }
         let reply = control.handle(&req);

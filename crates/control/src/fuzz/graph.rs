@@ -19,6 +19,8 @@
 //! - the frame left something behind: a transmitted frame, a counter that moved, or a
 //!   device counter (a refused vnet header);
 //! - every drop was named: `error-drop` took no more packets than counters moved;
+//! - every drop was captured: a capture of drops (`pcap trace drop`, to memory) runs
+//!   throughout and recorded each packet `error-drop` took, with its node and counter;
 //! - no buffer is held but the packets `ip-glean` holds for a next hop it solicits: the
 //!   pool is back to all free but those;
 //! - every frame the gateway sends from its own MAC parses (Ethernet, then IPv4, IPv6 or
@@ -75,6 +77,21 @@ pub struct Harness {
     received: Vec<Vec<u8>>,
     /// IPv6 tunnel endpoints (ours, peer) that send zero UDP checksums (RFC 6935).
     zero_csum6: Vec<(IpAddr, IpAddr)>,
+    /// Dropped packets the capture of drops (always on here) recorded.
+    captured: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// The harness's capture of drops: counts the records, each checked for its form.
+struct DropTally(std::sync::Arc<std::sync::atomic::AtomicU64>);
+
+impl engine::device::DropSink for DropTally {
+    fn record(&mut self, _packet: &[u8], _link: engine::device::DroppedAs, reason: &str) -> bool {
+        let (node_counter, from) = reason.split_once(", received on ").expect("a drop's reason says where it came from");
+        assert!(node_counter.split_once(": ").is_some_and(|(n, c)| !n.is_empty() && !c.is_empty()), "{reason}");
+        assert!(!from.is_empty(), "{reason}");
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        true
+    }
 }
 
 impl Harness {
@@ -116,7 +133,9 @@ impl Harness {
             .chain(cfg.udp_tunnels.iter().filter(|t| t.checksum == Some(ChecksumMode::Zero)).map(|t| (t.local.as_str(), t.remote.as_str())))
             .filter_map(|(l, r)| Some((l.parse().ok()?, r.parse().ok()?)))
             .collect();
-        Harness { control, worker, handles, mtu, macs, ours, zero_csum6, received: Vec::new() }
+        let captured = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        worker.graph.set_drop_capture(Some(Box::new(DropTally(captured.clone()))), &engine::DropFilter::default()).expect("no filter");
+        Harness { control, worker, handles, mtu, macs, ours, zero_csum6, received: Vec::new(), captured }
     }
 
     /// Run one fuzz input (see the module's format) and check every invariant.
@@ -180,6 +199,7 @@ impl Harness {
         let counted = after.counters - before.counters;
         assert!(sent + counted + (after.device - before.device) >= 1, "a frame vanished: nothing sent and no counter moved");
         assert!(after.dropped - before.dropped <= counted, "a drop without a named counter");
+        assert_eq!(after.captured - before.captured, after.dropped - before.dropped, "every drop captured, with its reason");
         assert_eq!(after.port_tx - before.port_tx, sent, "interface tx counters match the frames sent");
         // Packets to a next hop being solicited wait in `ip-glean`'s hold (bounded); no
         // other buffer outlives the graph's run.
@@ -191,7 +211,8 @@ impl Harness {
         let (counters, dropped) = self.worker.graph.counter_sum();
         let device = self.worker.ports.iter().flat_map(|p| p.device.counters()).map(|(_, n)| n).sum();
         let port_tx = self.worker.ports.iter().map(|p| p.counters.tx_packets + p.counters.tx_errors).sum();
-        Tally { counters, dropped, device, port_tx }
+        let captured = self.captured.load(std::sync::atomic::Ordering::Relaxed);
+        Tally { counters, dropped, captured, device, port_tx }
     }
 
     /// What every frame leaving interface `i` must be.
@@ -399,6 +420,7 @@ impl Default for Harness {
 struct Tally {
     counters: u64,
     dropped: u64,
+    captured: u64,
     device: u64,
     port_tx: u64,
 }

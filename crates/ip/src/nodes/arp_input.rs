@@ -30,6 +30,7 @@ pub struct ArpInput;
 impl<Cx: HasIp> Node<Cx> for ArpInput {
     type Next = ArpInputNext;
     type Counter = ArpInputCounter;
+    const RECEIVES: engine::Receives = engine::Receives::EthernetPayload;
 
     fn name(&self) -> &'static str {
         "arp-input"

@@ -181,6 +181,7 @@ fn route<F: Family>(tables: &Tables, buf: &mut Buffer) -> Option<EthernetInputNe
 impl<Cx: HasIp, const PARCELS_INLINED: bool> Node<Cx> for EthernetInput<PARCELS_INLINED> {
     type Next = EthernetInputNext;
     type Counter = EthernetInputCounter;
+    const RECEIVES: engine::Receives = engine::Receives::Ethernet;
 
     fn name(&self) -> &'static str {
         "ethernet-input"

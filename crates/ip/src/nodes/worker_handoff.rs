@@ -36,6 +36,7 @@ impl WorkerHandoff {
 impl<Cx: Send + 'static> ExpandNode<Cx> for WorkerHandoff {
     type Next = WorkerHandoffNext;
     type Counter = WorkerHandoffCounter;
+    const RECEIVES: engine::Receives = engine::Receives::Ethernet;
 
     fn name(&self) -> &'static str {
         "worker-handoff"
