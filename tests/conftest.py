@@ -25,7 +25,7 @@ def vecgate():
     return BIN
 
 
-def gateway_config(tmp: Path, extra: str = "") -> Path:
+def gateway_config(tmp: Path, extra: str = "", eth0_extra: str = "") -> Path:
     cfg = tmp / "gw.toml"
     cfg.write_text(f"""
 [dataplane]
@@ -40,6 +40,7 @@ mtu = 1500
 addresses = ["198.18.0.1/24", "2001:db8::1/64"]
 input = "in.pcap"
 output = "out0.pcap"
+{eth0_extra}
 
 [[interface]]
 name = "eth1"
@@ -96,14 +97,14 @@ def write_pcap(path: Path, frames):
             f.write(fr)
 
 
-def run_pcap(vecgate, tmp: Path, packets, extra: str = "", drops: Path = None):
+def run_pcap(vecgate, tmp: Path, packets, extra: str = "", drops: Path = None, eth0_extra: str = ""):
     """Write `packets` (scapy or raw bytes) to in.pcap, run the graph, return
     (eth0 output, eth1 output, counters {(node, counter): count}); with `drops`, the
     dropped packets are captured there (`vecgate pcap --drops`)."""
     from scapy.all import rdpcap
 
     write_pcap(tmp / "in.pcap", [bytes(p) for p in packets])
-    cfg = gateway_config(tmp, extra)
+    cfg = gateway_config(tmp, extra, eth0_extra)
     cmd = [str(vecgate), "pcap", "--config", str(cfg), "--json"] + (["--drops", str(drops)] if drops else [])
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

@@ -144,6 +144,23 @@ def udp_ping(host, port, count, size):
     print(json.dumps({"sent": count, "matched": len(matched), "corrupt": corrupt}), flush=True)
 
 
+def udp_collect(port, seconds):
+    """Every datagram that arrives within `seconds` of the first call: its source and
+    payload."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("0.0.0.0", port))
+    print("READY", flush=True)
+    got, until = [], time.time() + seconds
+    while (left := until - time.time()) > 0:
+        s.settimeout(left)
+        try:
+            b, (src, _) = s.recvfrom(65535)
+        except socket.timeout:
+            break
+        got.append([src, b.decode(errors="replace")])
+    print(json.dumps({"got": got}), flush=True)
+
+
 def main(a):
     mode = a[0]
     if mode == "tcp-recv":
@@ -153,6 +170,8 @@ def main(a):
     elif mode == "udp-echo":
         wait = float(a[a.index("--timeout") + 1]) if "--timeout" in a else TIMEOUT
         udp_echo(int(a[1]), int(a[2]), "--v6" in a, wait)
+    elif mode == "udp-collect":
+        udp_collect(int(a[1]), float(a[2]))
     elif mode == "udp-ping":
         udp_ping(a[1], int(a[2]), int(a[3]), int(a[4]))
     else:

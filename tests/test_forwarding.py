@@ -1,5 +1,7 @@
 """Whole-graph golden tests: scapy builds the input, vecgate runs it offline
 (`vecgate pcap`), scapy and tshark dissect what came out."""
+import pytest
+
 from conftest import GW_MAC0, GW_MAC1, HOST_MAC, ROUTER_MAC, run_pcap, tshark_clean
 
 from scapy.all import ARP, ICMP, IP, UDP, TCP, Ether, Raw, IPv6, ICMPv6EchoRequest, ICMPv6EchoReply, \
@@ -364,3 +366,51 @@ def test_drops_are_captured_with_their_reasons(vecgate, tmp_path):
     # `arp-input` saw the ARP payload; the record has its Ethernet header back.
     r = by_reason["arp-input: not-for-us"][0]
     assert r["protocols"].startswith("eth:ethertype:arp") and r["arp"] == "1", r
+
+
+URPF_ROUTES = """
+[[route]]
+prefix = "198.18.64.0/24"
+via = "198.18.0.9"
+
+[[route]]
+prefix = "198.18.128.0/24"
+paths = [{ via = "198.18.0.9" }, { via = "198.18.1.2" }]
+
+[[route]]
+prefix = "198.18.129.0/24"
+paths = [{ via = "198.18.1.2" }, { via = "198.18.1.3" }]
+"""
+
+
+@pytest.mark.parametrize("mode", ["strict", "loose", "off"])
+def test_urpf_drops_spoofed_sources_by_mode(vecgate, tmp_path, mode):
+    """`urpf` on eth0 (RFC 3704): each packet from eth0 to a routed destination, by its
+    source: on eth0's subnet, routed back by eth0, by an ECMP route with a path by eth0
+    (all pass); routed back by eth1 only, singly or by ECMP (strict drops); no route, a
+    blackhole (strict and loose drop); one of the gateway's own addresses (strict and
+    loose drop; without uRPF it is forwarded). Echo requests to the gateway from a good
+    source are still answered."""
+    def udp(src, dst="198.19.0.9"):
+        return eth0(IP(src=src, dst=dst) / UDP(sport=7, dport=9) / Raw(src.encode()))
+
+    def udp6(src):
+        return eth0(IPv6(src=src, dst="2001:db8:100::9") / UDP(sport=7, dport=9) / Raw(src.encode()))
+
+    good = ["198.18.0.2", "198.18.64.5", "198.18.128.5"]
+    wrong_if = ["198.19.0.5", "198.18.129.5"]
+    no_route = ["198.18.77.1", "198.19.254.3"]
+    own = ["198.18.0.1", "198.18.1.1"]
+    good6, wrong_if6, own6 = ["2001:db8::2"], ["2001:db8:100::5"], ["2001:db8::1"]
+    ping = eth0(IP(src="198.18.0.2", dst="198.18.0.1") / ICMP(type=8, id=1, seq=1))
+    pkts = [udp(a) for a in good + wrong_if + no_route + own] + [udp6(a) for a in good6 + wrong_if6 + own6] + [ping]
+    out0, out1, c, _ = run_pcap(vecgate, tmp_path, pkts, extra=URPF_ROUTES, eth0_extra=f'urpf = "{mode}"')
+    forwarded = sorted(bytes(p[Raw]).decode() for p in out1 if p.haslayer(UDP) and p.haslayer(Raw))
+    passes = {"strict": good + good6, "loose": good + wrong_if + good6 + wrong_if6,
+              "off": good + wrong_if + no_route + own + good6 + wrong_if6 + own6}[mode]
+    assert forwarded == sorted(passes), (mode, forwarded)
+    replies = [p for p in out0 if p.haslayer(ICMP) and p[ICMP].type == 0]
+    assert len(replies) == 1 and replies[0][IP].dst == "198.18.0.2"
+    check = lambda counter: c.get(("ip4-source-check", counter), 0) + c.get(("ip6-source-check", counter), 0)
+    want = {"strict": (3, 2, 3), "loose": (0, 2, 3), "off": (0, 0, 0)}[mode]
+    assert (check("wrong-interface"), check("no-route"), check("own-address")) == want, c

@@ -265,3 +265,74 @@ def test_link_down_and_up_are_logged(lab, vecgate, tmp_path):
     assert not any("link down host_if=a1" in l for l in log), log
     # One line per counted transition: as many down lines as link-down-events.
     assert len(down) == events and len(up) == events, (events, log)
+
+
+# Sources host A claims, each in its own datagram to host B: its own, on B's subnet (the
+# route back leaves by the other link), unroutable, and the router's own on either link.
+SPOOFED = ["198.18.0.2", "198.18.1.77", "198.18.9.9", "198.18.1.1", "198.18.0.1"]
+
+SEND_SPOOFED = """
+import sys
+from scapy.all import Ether, IP, UDP, Raw, sendp
+dst_mac = sys.argv[1]
+pkts = [Ether(dst=dst_mac) / IP(src=s, dst="198.18.1.2", ttl=64) / UDP(sport=4000, dport=7020) / Raw(s.encode())
+        for s in sys.argv[2:]]
+sendp(pkts, iface="a0", verbose=False)
+"""
+
+
+def arrivals(lab, a, b, dst_mac):
+    """The datagrams of SPOOFED that reach host B through the router on A's link."""
+    recv = lab.peer(b, "udp-collect", 7020, 3)
+    lab.run(a, "python3", "-c", SEND_SPOOFED, dst_mac, *SPOOFED)
+    return sorted(p for _, p in result(recv)["got"])
+
+
+def linux_router(lab, mode):
+    """Host A ⇄ a Linux router with `rp_filter` = `mode` (1 strict, 2 loose) on both
+    links ⇄ host B, addressed as vecgate is in `router_config`."""
+    a, r, b = lab.ns("a"), lab.ns("r"), lab.ns("b")
+    lab.veth(a, "a0", r, "a1")
+    lab.veth(b, "b0", r, "b1")
+    lab.host(a, "a0", "198.18.0.2/24", "2001:db8::2/64", "198.18.0.1", "2001:db8::1")
+    lab.host(b, "b0", "198.18.1.2/24", "2001:db8:1::2/64", "198.18.1.1", "2001:db8:1::1")
+    for addr, dev in (("198.18.0.1/24", "a1"), ("198.18.1.1/24", "b1")):
+        lab.run(r, "ip", "addr", "add", addr, "dev", dev)
+    lab.run(r, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+    for dev in ("all", "default", "a1", "b1"):
+        lab.run(r, "sysctl", "-qw", f"net.ipv4.conf.{dev}.rp_filter={mode}")
+    for dev in ("all", "default", "b0"):
+        lab.run(b, "sysctl", "-qw", f"net.ipv4.conf.{dev}.rp_filter=0")
+    mac = lab.run(r, "cat", "/sys/class/net/a1/address").stdout.strip()
+    return a, b, mac
+
+
+@pytest.mark.parametrize("mode,rp_filter", [("strict", 1), ("loose", 2)])
+def test_urpf_agrees_with_linux_rp_filter(lab, vecgate, tmp_path, mode, rp_filter):
+    """The same spoofed datagrams from host A to host B, through a Linux router with
+    `rp_filter` (1 strict, 2 loose; its own addresses as sources are martians either
+    way) and through vecgate with `urpf` on A's link: the same ones arrive. Strict lets
+    only A's own address through; loose lets B's subnet through too."""
+    a, b, mac = linux_router(lab, rp_filter)
+    lab.run(a, "ping", "-c", "2", "-i", "0.2", "-W", "1", "198.18.1.2", check=False)
+    linux = arrivals(lab, a, b, mac)
+    lab.close()
+
+    lab2 = Lab()
+    try:
+        a, g, b = topology(lab2)
+        config = router_config(None).replace('host_if = "a1"\n', f'host_if = "a1"\nurpf = "{mode}"\n', 1)
+        gw = Vecgate(lab2, vecgate, g, config, tmp_path)
+        warm_up(lab2, a)
+        ours = arrivals(lab2, a, b, "02:00:00:00:00:0a")
+        errs = gw.errors()
+        code, _, _ = gw.stop()
+    finally:
+        lab2.close()
+    want = {"strict": ["198.18.0.2"], "loose": ["198.18.0.2", "198.18.1.77"]}[mode]
+    assert linux == want, (mode, linux)
+    assert ours == linux, (mode, ours, errs)
+    dropped = {k[1]: v for k, v in errs.items() if k[0] == "ip4-source-check" and v}
+    assert dropped == ({"wrong-interface": 1, "no-route": 1, "own-address": 2} if mode == "strict"
+                       else {"no-route": 1, "own-address": 2}), errs
+    assert code == 0

@@ -378,3 +378,39 @@ def test_reload_feature_sections(vecgate, gateway):
     assert sum(1 for c in changes(r) if c[:2] == ("removed", "ipsec_policy")) == 1, changes(r)
     spd = json.loads(ctl(vecgate, sock, "show", "ipsec", "spd", json_out=True).stdout)["data"]
     assert len(spd["policies"]) == 1
+
+
+def test_urpf_changes_in_place(vecgate, gateway):
+    """An interface's `urpf` changes by a reload in place, even on a generator link that
+    opens at start-up only (anything else changed there would be refused), and by `set
+    interface … urpf` until the next reload applies the file's again."""
+    cfg, sock, _ = gateway(A)
+
+    def modes():
+        r = ctl(vecgate, sock, "show", "interfaces", json_out=True)
+        return {i["name"]: i["urpf"] for i in json.loads(r.stdout)["data"]}
+
+    assert modes() == {"pg0": "off", "null0": "off", "null1": "off"}
+    strict_pg0 = BASE.replace('name = "pg0"\ntype = "pg"\n', 'name = "pg0"\ntype = "pg"\nurpf = "strict"\n', 1)
+    assert strict_pg0 != BASE
+    cfg.write_text(strict_pg0 + A)
+    code, r = reload(vecgate, sock)
+    assert code == 0 and changes(r) == {("replaced", "setting", "interface pg0: urpf = strict")}, r
+    assert modes()["pg0"] == "strict"
+    r = ctl(vecgate, sock, "set", "interface", "null1", "urpf", "loose")
+    assert r.returncode == 0 and "null1: urpf loose" in r.stdout, r.stdout + r.stderr
+    r = ctl(vecgate, sock, "set", "interface", "null1", "urpf", "sometimes")
+    assert r.returncode != 0 and "expected strict, loose or off" in r.stdout + r.stderr
+    r = ctl(vecgate, sock, "set", "interface", "nosuch", "urpf", "loose")
+    assert r.returncode != 0 and "nosuch" in r.stdout + r.stderr
+    assert modes() == {"pg0": "strict", "null0": "off", "null1": "loose"}
+    show = ctl(vecgate, sock, "show", "interfaces").stdout
+    assert "urpf strict" in show and "urpf loose" in show, show
+    # The file again: null1 back to off, pg0 stays strict, nothing else changes.
+    code, r = reload(vecgate, sock)
+    assert code == 0 and changes(r) == {("replaced", "setting", "interface null1: urpf = off")}, r
+    assert modes() == {"pg0": "strict", "null0": "off", "null1": "off"}
+    # A bad value names the file, the field and what was expected.
+    cfg.write_text(BASE.replace('type = "pg"\n', 'type = "pg"\nurpf = "yes"\n', 1) + A)
+    code, r = reload(vecgate, sock)
+    assert code != 0 and "urpf" in r["error"] and "gw.toml" in r["error"], r

@@ -32,6 +32,11 @@ pub enum Request {
     },
     TraceClear {},
     ShowInterfaces {},
+    /// Set an interface's reverse-path check (until a reload applies the file's).
+    SetInterfaceUrpf {
+        interface: String,
+        mode: ip::urpf::Urpf,
+    },
     /// Add an interface to the running gateway (the fields of an `[[interface]]` table;
     /// af_packet, tap or null).
     CreateInterface(crate::config::InterfaceConfig),
@@ -448,6 +453,15 @@ impl Control {
                 let s = self.snapshot().ok();
                 let rows = format::interface_rows(self.state.interfaces(), &self.interfaces, s.as_ref());
                 Reply::ok(serde_json::to_value(&rows).map_err(|e| e.to_string())?, format::interfaces(&rows))
+            }
+            Request::SetInterfaceUrpf { interface, mode } => {
+                let i = self.state.if_index(interface).map_err(|_| format!("no interface {interface:?}"))?;
+                if *mode != ip::urpf::Urpf::Off && i.get() >= 64 {
+                    return Err(format!("{interface} is interface {}: only the first 64 interfaces may check sources", i.get()));
+                }
+                self.state.set_urpf(i, *mode);
+                self.publish_routes();
+                Reply::ok(serde_json::Value::Null, format!("{interface}: urpf {mode}"))
             }
             Request::CreateInterface(ic) => crate::interfaces::create(self, ic.clone())?,
             Request::DeleteInterface { name } => crate::interfaces::delete(self, name)?,

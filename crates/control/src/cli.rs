@@ -14,6 +14,9 @@ commands:
          [address <addr>/<len>]... [vnet-hdr on|off]
                                        add an interface to the running gateway
   delete interface <name>              says which routes went with it
+  set interface <name> urpf strict|loose|off
+                                       check the sources it receives (RFC 3704): strict, the
+                                       route back leaves by it; loose, there is a route back
   show ip fib [limit <n>]              IPv4 and IPv6 routes, UE routes too (first 1000; limit 0: all)
   show ip fib <address>|<prefix>       the route an address takes (longest match), or a prefix's
   show neighbours
@@ -96,6 +99,10 @@ pub fn parse(words: &[String]) -> Result<Request, String> {
         }),
         ["trace", "clear"] | ["clear", "trace"] => Ok(Request::TraceClear {}),
         ["show", "interfaces" | "interface" | "int"] => Ok(Request::ShowInterfaces {}),
+        ["set", "interface", interface, "urpf", mode] => Ok(Request::SetInterfaceUrpf {
+            interface: interface.to_string(),
+            mode: mode.parse().map_err(|e| format!("set interface {interface} urpf: {e}"))?,
+        }),
         ["show", "ip" | "ip6", "fib"] => Ok(Request::ShowIpFib { limit: None }),
         ["show", "ip" | "ip6", "fib", "limit", n] => {
             Ok(Request::ShowIpFib { limit: Some(n.parse().map_err(|_| format!("limit {n:?}: expected a number (0: all)"))?) })

@@ -374,6 +374,11 @@ pub struct InterfaceConfig {
     /// instead of split into UDP datagrams. Default false.
     #[serde(default)]
     pub parcels: bool,
+    /// The reverse-path check of the sources it receives (RFC 3704): `strict` (the route
+    /// back leaves by this interface), `loose` (there is a route back) or `off` (the
+    /// default). Both drop sources that are the gateway's own addresses.
+    #[serde(default)]
+    pub urpf: ip::urpf::Urpf,
     #[serde(default)]
     pub addresses: Vec<String>,
     /// pcap: file read as the receive side.

@@ -329,6 +329,9 @@ pub(crate) fn interface_spec(cfg: &Config, i: usize) -> Result<InterfaceSpec, Co
     if ic.parcels && i >= 64 {
         return Err(cfg.err(f("parcels"), "only the first 64 interfaces may take parcels"));
     }
+    if ic.urpf != ip::urpf::Urpf::Off && i >= 64 {
+        return Err(cfg.err(f("urpf"), "only the first 64 interfaces may check sources"));
+    }
     if ic.mtu < min_mtu || ic.mtu > max_mtu {
         return Err(cfg.err(f("mtu"), format!("{}: expected {min_mtu} to {max_mtu} bytes", ic.mtu)));
     }
@@ -410,6 +413,9 @@ fn build_core_state(cfg: &Config) -> Result<(RouterState, GtpuState, UdpTunState
     crate::validate::check_once(cfg, &mut problems);
     let mut state = RouterState::new(specs).map_err(|e| cfg.err("interface", e.to_string()))?;
     state.set_parcel_links(cfg.interfaces.iter().enumerate().filter(|(_, ic)| ic.parcels).fold(0, |m, (i, _)| m | 1 << i));
+    for (i, ic) in cfg.interfaces.iter().enumerate() {
+        state.set_urpf(IfIndex(i as u16), ic.urpf);
+    }
     let mut neighbour_ips: BTreeMap<IpAddr, usize> = BTreeMap::new();
     for (i, n) in cfg.neighbours.iter().enumerate() {
         let r = (|| {

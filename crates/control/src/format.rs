@@ -123,6 +123,8 @@ pub struct InterfaceRow {
     pub detail: Option<String>,
     pub mac: String,
     pub mtu: u16,
+    /// The reverse-path check of what it receives: `strict`, `loose` or `off`.
+    pub urpf: ip::urpf::Urpf,
     pub addresses: Vec<String>,
     pub rx_packets: u64,
     pub rx_bytes: u64,
@@ -150,6 +152,7 @@ pub fn interface_rows(l3: &[IfL3], info: &[InterfaceInfo], s: Option<&Snapshot>)
                 detail: info.get(i).and_then(|x| x.detail.clone()),
                 mac: ifl.mac.to_string(),
                 mtu: ifl.mtu,
+                urpf: ifl.urpf,
                 addresses,
                 rx_packets: c.rx_packets,
                 rx_bytes: c.rx_bytes,
@@ -169,7 +172,11 @@ pub fn interfaces(rows: &[InterfaceRow]) -> String {
             Some(d) => format!("{}: {d}", r.kind),
             None => r.kind.to_string(),
         };
-        let _ = writeln!(o, "{} ({kind}) index {} mac {} mtu {}", r.name, r.index, r.mac, r.mtu);
+        let urpf = match r.urpf {
+            ip::urpf::Urpf::Off => String::new(),
+            m => format!(" urpf {m}"),
+        };
+        let _ = writeln!(o, "{} ({kind}) index {} mac {} mtu {}{urpf}", r.name, r.index, r.mac, r.mtu);
         for a in &r.addresses {
             let _ = writeln!(o, "    {a}");
         }

@@ -17,6 +17,7 @@ use crate::dataplane::{interface_spec, kind_name, open_device, Control, Interfac
 use engine::worker::WorkerCmd;
 use engine::IfIndex;
 use ip::state::RemovedInterface;
+use ip::urpf::Urpf;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -86,6 +87,11 @@ pub(crate) fn add(c: &mut Control, cfg: &Config, i: usize) -> Result<IfIndex, St
     }
     let spec = interface_spec(cfg, i).map_err(|e| e.to_string())?;
     let at = c.state.add_interface(spec).map_err(|e| format!("{field}: {e}"))?;
+    if ic.urpf != Urpf::Off && at.get() >= 64 {
+        let _ = c.state.remove_interface(&ic.name);
+        return Err(format!("{field}.urpf: only the first 64 interfaces may check sources (this one would be interface {})", at.get()));
+    }
+    c.state.set_urpf(at, ic.urpf);
     let workers = c.workers.len();
     // A TAP device exists once: worker 0 owns it, the others send through their lanes.
     let owners = crate::dataplane::owners(ic.kind, workers);
@@ -184,6 +190,7 @@ pub fn parse_create(name: &str, kind: &str, w: &[&str]) -> Result<crate::api::Re
         mac: None,
         mtu: crate::config::default_mtu(),
         parcels: false,
+        urpf: Default::default(),
         addresses: Vec::new(),
         input: None,
         output: None,

@@ -69,6 +69,7 @@ pub fn reload(c: &mut Control, path: Option<&str>) -> Result<Reply, String> {
     neighbours(c, &new, &mut changes)?;
     routes(c, &new, &gtpu_ids, &udp_ids, &mut changes)?;
     tunnel_counting(c, &new, &mut changes);
+    source_checks(c, &new, &mut changes);
     c.publish_routes();
     if changes.iter().any(|ch| ch.object == "neighbour" && ch.action != "removed") {
         c.release_held();
@@ -152,9 +153,23 @@ fn tunnel_counting(c: &mut Control, new: &Config, changes: &mut Vec<Change>) {
     changes.push(Change::new("replaced", "setting", format!("metrics.tunnel_counters = {on}")));
 }
 
-/// Whether the file's interface `ic` runs as the file says (it was applied as it is now).
+/// Whether the file's interface `ic` runs as the file says (it was applied as it is now),
+/// its reverse-path check aside: that changes in place ([`source_checks`]).
 fn interface_current(c: &Control, ic: &crate::config::InterfaceConfig) -> bool {
-    c.applied.interfaces.iter().any(|o| o == ic) && c.state.if_index(&ic.name).is_ok()
+    c.applied.interfaces.iter().any(|o| crate::config::InterfaceConfig { urpf: ic.urpf, ..o.clone() } == *ic)
+        && c.state.if_index(&ic.name).is_ok()
+}
+
+/// Each interface's `urpf` as the file says, in place (from the publication that
+/// follows; a `set interface … urpf` since the last load is undone too).
+fn source_checks(c: &mut Control, new: &Config, changes: &mut Vec<Change>) {
+    for ic in &new.interfaces {
+        let Ok(i) = c.state.if_index(&ic.name) else { continue };
+        if c.state.interfaces().get(i.get()).is_some_and(|l| l.urpf != ic.urpf) {
+            c.state.set_urpf(i, ic.urpf);
+            changes.push(Change::new("replaced", "setting", format!("interface {}: urpf = {}", ic.name, ic.urpf)));
+        }
+    }
 }
 
 /// What the interfaces' changes need, before anything changes: each interface to add

@@ -212,6 +212,7 @@ impl<C, N: ExpandNode<C>> Runner<C> for ExpandRunner<N, C> {
                     let mut counts = Counts::new(counters);
                     self.node.expand(cx, &mut counts, pool, bi, &mut self.out)
                 };
+                mark_dropped::<C, N>(&self.out, pool, node);
                 let reused = queue_expanded(&self.out, bi, next, queues);
                 if let Some(log) = trace.as_deref_mut() {
                     trace_expanded(log, self.node.name(), pool, &[bi], traced, self.out.len(), r);
@@ -240,6 +241,7 @@ impl<C, N: ExpandNode<C>> Runner<C> for ExpandRunner<N, C> {
             i += taken.len();
             let held = matches!(r, Ok(Taken::Held));
             let r = r.map(|_| ());
+            mark_dropped::<C, N>(&self.out, pool, node);
             let reused = queue_expanded(&self.out, bi, next, queues);
             if let Some(log) = trace.as_deref_mut() {
                 trace_expanded(log, self.node.name(), pool, taken, traced, self.out.len(), r);
@@ -267,6 +269,17 @@ impl<C, N: ExpandNode<C>> Runner<C> for ExpandRunner<N, C> {
             }
         }
         self.node.end_of_vector(cx);
+    }
+}
+
+/// Give each output an expand node sends to `error-drop` its reason
+/// ([`ExpandNode::dropped_as`]); no code for a node that names none.
+#[inline(always)]
+fn mark_dropped<C, N: ExpandNode<C>>(out: &[(BufIdx, N::Next)], pool: &mut Pool, node: u16) {
+    for &(b, n) in out {
+        if let Some(c) = N::dropped_as(n) {
+            pool.get_mut(b).meta.drop = Some(DropReason { node, counter: c.index() as u16 });
+        }
     }
 }
 

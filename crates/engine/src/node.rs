@@ -333,6 +333,14 @@ pub trait ExpandNode<C>: Send + 'static {
     /// Called after each vector: a node that batches work across packets (handing them
     /// to another worker a vector at a time) completes it here.
     fn end_of_vector(&mut self, _cx: &mut C) {}
+
+    /// For a next node that is `error-drop` (a node dropping packets other than the one
+    /// it was given, which it counted itself: `ip-glean`'s expired ones), the counter
+    /// that names why, so traces and captures of drops show it. The default names none.
+    #[inline(always)]
+    fn dropped_as(_next: Self::Next) -> Option<Self::Counter> {
+        None
+    }
 }
 
 /// What becomes of the packets an [`ExpandNode::expand_run`] call took and did not push.

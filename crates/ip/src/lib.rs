@@ -48,6 +48,7 @@ pub mod tables;
 #[cfg(test)]
 mod test_parcels;
 pub mod tunnel_counters;
+pub mod urpf;
 
 pub use context::{HasIp, IpContext, IpEvent, Limits};
 pub use prefix::{IfAddr, Prefix};

@@ -50,6 +50,9 @@ pub const fn decode(v: u32) -> Option<u32> {
 #[derive(Clone, PartialEq, Eq)]
 pub struct Multipath {
     buckets: Box<[u32; BUCKETS]>,
+    /// Bit i: a path leaves by interface i (usable now or not), for strict uRPF
+    /// (`crate::urpf`): a source routed over this group may come in by any of them.
+    pub links: u64,
 }
 
 impl std::fmt::Debug for Multipath {
@@ -73,7 +76,7 @@ impl Multipath {
     pub fn new(paths: &[(u32, u32, bool)]) -> Multipath {
         let mut buckets = Box::new([crate::tables::ADJ_MISS; BUCKETS]);
         if paths.is_empty() {
-            return Multipath { buckets };
+            return Multipath { buckets, links: 0 };
         }
         // Every path's own buckets, as when all can send: what a path keeps when
         // another goes away.
@@ -106,7 +109,7 @@ impl Multipath {
         for (b, &o) in buckets.iter_mut().zip(&owner) {
             *b = paths[o].0;
         }
-        Multipath { buckets }
+        Multipath { buckets, links: 0 }
     }
 
     /// How many buckets each path value holds, in value order.

@@ -130,7 +130,16 @@ fn if_l3(s: InterfaceSpec) -> IfL3 {
             IpAddr::V6(v) => ip6.push((v, a.len)),
         }
     }
-    IfL3 { ip6_link_local: wire::ipv6::link_local_from_mac(&s.mac), name: s.name, mac: s.mac, mtu: s.mtu, ip4, ip6, removed: false }
+    IfL3 {
+        ip6_link_local: wire::ipv6::link_local_from_mac(&s.mac),
+        name: s.name,
+        mac: s.mac,
+        mtu: s.mtu,
+        ip4,
+        ip6,
+        removed: false,
+        urpf: crate::urpf::Urpf::Off,
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -420,6 +429,17 @@ impl RouterState {
     /// Set which interfaces have an outbound SPD (bit i: interface i; see `Tables::spd_links`).
     pub fn set_spd_links(&mut self, links: u64) {
         self.spd_links = links;
+    }
+
+    /// Set interface `i`'s reverse-path check; false if there is no such interface.
+    pub fn set_urpf(&mut self, i: IfIndex, mode: crate::urpf::Urpf) -> bool {
+        match self.interfaces.get_mut(i.get()).filter(|l| !l.removed) {
+            Some(l) => {
+                l.urpf = mode;
+                true
+            }
+            None => false,
+        }
     }
 
     /// Set which interfaces take IP parcels (bit i: interface i; see `Tables::parcel_links`).
@@ -713,11 +733,21 @@ impl RouterState {
     fn multipaths(&mut self, adjacencies: &[Adjacency]) -> Vec<Arc<Multipath>> {
         for (g, paths) in self.mp_paths.iter().enumerate() {
             let usable: Vec<bool> = paths.iter().map(|&(v, _)| self.path_usable(adjacencies, v)).collect();
-            if self.mp_built.get(g).is_some_and(|(u, _)| *u == usable) {
+            let links = paths.iter().fold(0u64, |m, &(v, _)| match adjacencies.get(v as usize) {
+                Some(Adjacency::Rewrite { tx_if, .. } | Adjacency::Glean { tx_if, .. } | Adjacency::Incomplete { tx_if, .. })
+                    if TunnelRef::decode(v).is_none() =>
+                {
+                    m | 1u64.checked_shl(tx_if.0 as u32).unwrap_or(0)
+                }
+                _ => m,
+            });
+            if self.mp_built.get(g).is_some_and(|(u, m)| *u == usable && m.links == links) {
                 continue;
             }
             let spec: Vec<(u32, u32, bool)> = paths.iter().zip(&usable).map(|(&(v, w), &u)| (v, w, u)).collect();
-            let built = (usable, Arc::new(Multipath::new(&spec)));
+            let mut m = Multipath::new(&spec);
+            m.links = links;
+            let built = (usable, Arc::new(m));
             match self.mp_built.get_mut(g) {
                 Some(b) => *b = built,
                 None => self.mp_built.push(built),
@@ -962,6 +992,12 @@ impl RouterState {
             udp: self.udp.clone(),
             parcel_links: self.parcel_links,
             spd_links: self.spd_links,
+            urpf_links: self
+                .interfaces
+                .iter()
+                .enumerate()
+                .filter(|(i, l)| *i < 64 && l.urpf != crate::urpf::Urpf::Off)
+                .fold(0, |m, (i, _)| m | 1 << i),
             lb_local: self.lb_local,
             lb_replies: self.lb_replies,
         }

@@ -29,6 +29,7 @@ use super::{ip4_input, ip6_input};
 use crate::context::HasIp;
 use crate::parcel::{forward_whole, ParcelHeader, Whole};
 use crate::tables::{Tables, TunnelKind, TunnelRef, UdpApp};
+use crate::urpf::Urpf;
 use engine::{counters, next_nodes, BufIdx, Buffer, Counts, Node, Verdict};
 use wire::ethernet::{EthernetFrame, HEADER_LEN};
 use wire::EtherType;
@@ -36,6 +37,8 @@ use wire::EtherType;
 next_nodes! {
     pub enum EthernetInputNext {
         Ip4 = "ip4-input", Ip6 = "ip6-input", Arp = "arp-input", Ip4Lookup = "ip4-lookup", Ip6Lookup = "ip6-lookup",
+        // An interface with a reverse-path check (`crate::urpf`): every IP packet first.
+        Ip4SourceCheck = "ip4-source-check", Ip6SourceCheck = "ip6-source-check",
         Output = "interface-output",
         // A route into a tunnel: the encap node, as `ipN-lookup` would send it.
         Gtpu4Encap = "gtpu4-encap", Gtpu6Encap = "gtpu6-encap", Gue4Encap = "gue4-encap", Gue6Encap = "gue6-encap",
@@ -193,7 +196,9 @@ impl<Cx: HasIp, const PARCELS_INLINED: bool> Node<Cx> for EthernetInput<PARCELS_
         use EthernetInputCounter as C;
         // Fast path: one bounds proof for the 14 header bytes, unicast to us, IPv4/IPv6.
         if let (Some(h), Some(ifl)) = (buf.bytes().first_chunk::<HEADER_LEN>(), cx.tables.interface(buf.meta.rx_if)) {
-            if h[..6] == ifl.mac.0 {
+            // A link that checks sources (`crate::urpf`) takes the general path below,
+            // which sends its IP packets to the check.
+            if h[..6] == ifl.mac.0 && ifl.urpf == Urpf::Off {
                 let v6 = match u16::from_be_bytes([h[12], h[13]]) {
                     0x0800 => Some(false),
                     0x86dd => Some(true),
@@ -268,7 +273,10 @@ impl<Cx: HasIp, const PARCELS_INLINED: bool> Node<Cx> for EthernetInput<PARCELS_
         if dst != ifl.mac && dst.is_unicast() {
             return Verdict::Drop(C::L2Mismatch);
         }
+        let urpf = ifl.urpf != Urpf::Off;
         let next = match f.ethertype() {
+            EtherType::Ipv4 if urpf => EthernetInputNext::Ip4SourceCheck,
+            EtherType::Ipv6 if urpf => EthernetInputNext::Ip6SourceCheck,
             EtherType::Ipv4 => EthernetInputNext::Ip4,
             EtherType::Ipv6 => EthernetInputNext::Ip6,
             EtherType::Arp => EthernetInputNext::Arp,

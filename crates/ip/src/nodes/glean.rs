@@ -33,7 +33,9 @@ pub const GLEAN_INPUT: &str = "ip-glean-input";
 next_nodes! {
     pub enum GleanNext {
         Output = "interface-output", Ip4Lookup = "ip4-lookup", Ip6Lookup = "ip6-lookup",
-        Ip4Rewrite = "ip4-rewrite", Ip6Rewrite = "ip6-rewrite", Drop = "error-drop",
+        Ip4Rewrite = "ip4-rewrite", Ip6Rewrite = "ip6-rewrite",
+        // Held packets dropped (counted by the node), by reason.
+        Expired = "error-drop", Flushed = "error-drop",
     }
 }
 
@@ -110,7 +112,7 @@ fn settle_held(ip: &mut IpContext, counts: &mut Counts<'_, GleanCounter>, pool: 
     let mut done = Vec::new();
     ip.hold.expire(clock::now(), &mut done);
     counts.add(C::Expired, done.len() as u64);
-    out.extend(done.drain(..).map(|h| (h.buf, GleanNext::Drop)));
+    out.extend(done.drain(..).map(|h| (h.buf, GleanNext::Expired)));
     let changed = ip.hold.tables_changed(ip.tables.generation);
     if !(always || changed) {
         return;
@@ -119,6 +121,15 @@ fn settle_held(ip: &mut IpContext, counts: &mut Counts<'_, GleanCounter>, pool: 
     hold.take_resolved(|h| resolved(tables, pool, h), &mut done);
     counts.add(C::Released, done.len() as u64);
     out.extend(done.iter().map(|h| (h.buf, lookup_of(h))));
+}
+
+/// Why a held packet sent to `error-drop` was dropped (both glean nodes).
+fn dropped_as(next: GleanNext) -> Option<GleanCounter> {
+    match next {
+        GleanNext::Expired => Some(C::Expired),
+        GleanNext::Flushed => Some(C::Flushed),
+        _ => None,
+    }
 }
 
 fn lookup_of(h: &Held) -> GleanNext {
@@ -194,6 +205,10 @@ impl<Cx: HasIp> ExpandNode<Cx> for IpGlean {
         "ip-glean"
     }
 
+    fn dropped_as(next: GleanNext) -> Option<C> {
+        dropped_as(next)
+    }
+
     // One packet a call, but only `expand_run` may answer `Taken::Held`.
     const TAKES_RUNS: bool = true;
 
@@ -252,6 +267,10 @@ impl<Cx: HasIp> ExpandNode<Cx> for IpGleanRelease {
         "ip-glean-release"
     }
 
+    fn dropped_as(next: GleanNext) -> Option<C> {
+        dropped_as(next)
+    }
+
     fn expand(
         &mut self,
         cx: &mut Cx,
@@ -265,7 +284,7 @@ impl<Cx: HasIp> ExpandNode<Cx> for IpGleanRelease {
             let mut all = Vec::new();
             ip.hold.take_all(&mut all);
             counts.add(C::Flushed, all.len() as u64);
-            out.extend(all.iter().map(|h| (h.buf, GleanNext::Drop)));
+            out.extend(all.iter().map(|h| (h.buf, GleanNext::Flushed)));
         } else {
             settle_held(ip, counts, pool, true, out);
         }

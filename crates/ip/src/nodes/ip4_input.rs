@@ -142,7 +142,8 @@ impl<Cx: HasIp> Node<Cx> for Ip4Input {
 /// RFC 1812 §5.3.7: never forward (or take) a packet whose source is on network 0 or
 /// 127, multicast, reserved (240/4) or the limited broadcast: a test of the source's
 /// first octet. A source that is one of the gateway's own addresses is forwarded, as
-/// VPP does without uRPF: telling it apart costs a lookup per packet.
+/// VPP does without uRPF: telling it apart costs a lookup per packet, which a link with
+/// a reverse-path check pays (`crate::urpf`, `ip4-source-check`).
 #[inline(always)]
 fn forwardable_source(first_octet: u8) -> bool {
     !matches!(first_octet, 0 | 127 | 224..)

@@ -18,6 +18,7 @@ pub mod ip_fragment;
 pub mod ip_lookup;
 pub mod ip_reassembly;
 pub mod solicit;
+pub mod source_check;
 pub mod worker_handoff;
 
 use crate::context::HasIp;
@@ -31,6 +32,8 @@ pub fn register<Cx: HasIp>(g: &mut GraphBuilder<Cx>) {
         ethernet_input::parcels_inlined::<Cx>,
     );
     g.add(arp_input::ArpInput);
+    g.add(source_check::Ip4SourceCheck);
+    g.add(source_check::Ip6SourceCheck);
     g.add(ip4_input::Ip4Input);
     g.add(ip_lookup::IpLookup::<family::Ip4>::default());
     g.add(ip4_rewrite::Ip4Rewrite);

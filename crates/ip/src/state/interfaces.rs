@@ -96,6 +96,7 @@ impl RouterState {
             ip6: Vec::new(),
             ip6_link_local: Ipv6Addr::UNSPECIFIED,
             removed: true,
+            urpf: crate::urpf::Urpf::Off,
         };
         // Each prefix it gave or routed now takes what is left: a static route on one
         // of its host addresses, another interface's entry, or nothing.

@@ -1,0 +1,86 @@
+//! The reverse-path check (`ip::urpf::check`) against tables the router publishes: each
+//! kind of route back to a source, in both modes, and the interface bits the tables
+//! carry for `ethernet-input`.
+
+use ip::state::{Path, RouteTarget, RouterState};
+use ip::tables::{Tables, TunnelKind, TunnelRef};
+use ip::urpf::{check, SourceFault, Urpf};
+use ip::{IfAddr, InterfaceSpec, Prefix};
+
+fn router() -> RouterState {
+    let spec = |name: &str, mac: &str, addrs: &[&str]| InterfaceSpec {
+        name: name.into(),
+        mac: mac.parse().unwrap(),
+        mtu: 1500,
+        addresses: addrs.iter().map(|a| a.parse::<IfAddr>().unwrap()).collect(),
+    };
+    let mut r = RouterState::new(vec![
+        spec("eth0", "02:00:00:00:00:01", &["198.18.1.1/24", "2001:db8:1::1/64"]),
+        spec("eth1", "02:00:00:00:00:02", &["198.18.2.1/24", "2001:db8:2::1/64"]),
+    ])
+    .unwrap();
+    r.add_static_neighbour("eth1", "198.18.2.2".parse().unwrap(), "02:aa:00:00:00:02".parse().unwrap()).unwrap();
+    let via = |a: &str| RouteTarget::Via { next_hop: a.parse().unwrap(), interface: None };
+    let path = |a: &str| Path { target: via(a), weight: 1 };
+    let routes = [
+        ("198.19.1.0/24", via("198.18.1.2")), // by eth0, next hop unresolved
+        ("198.19.2.0/24", via("198.18.2.2")), // by eth1, resolved
+        ("198.19.3.0/24", RouteTarget::Multipath(vec![path("198.18.1.2"), path("198.18.2.2")])),
+        ("198.19.4.0/24", RouteTarget::Multipath(vec![path("198.18.2.2"), path("198.18.2.3")])),
+        ("198.19.5.0/24", RouteTarget::Blackhole),
+        ("198.19.6.0/24", RouteTarget::Tunnel(TunnelRef { kind: TunnelKind::Gue4, id: 0 })),
+        ("2001:db8:9::/48", via("2001:db8:2::2")),
+    ];
+    for (p, t) in routes {
+        r.add_route(p.parse::<Prefix>().unwrap(), t).unwrap();
+    }
+    r
+}
+
+fn verdict(t: &Tables, src: &str, rx: u16, mode: Urpf) -> Result<(), SourceFault> {
+    let route = match src.parse().unwrap() {
+        std::net::IpAddr::V4(a) => t.fib4.lookup(u32::from(a)),
+        std::net::IpAddr::V6(a) => t.fib6.lookup(u128::from(a)),
+    };
+    check(t, route, engine::IfIndex(rx), mode)
+}
+
+#[test]
+fn each_kind_of_route_back_in_each_mode() {
+    let t = router().build();
+    use SourceFault::*;
+    // (source, received on eth0: strict, loose; received on eth1: strict)
+    let cases: &[(&str, Result<(), SourceFault>, Result<(), SourceFault>, Result<(), SourceFault>)] = &[
+        ("198.18.1.7", Ok(()), Ok(()), Err(WrongInterface)), // eth0's subnet
+        ("198.19.1.7", Ok(()), Ok(()), Err(WrongInterface)), // by eth0, unresolved still counts
+        ("198.19.2.7", Err(WrongInterface), Ok(()), Ok(())), // by eth1
+        ("198.19.3.7", Ok(()), Ok(()), Ok(())),              // ECMP over both
+        ("198.19.4.7", Err(WrongInterface), Ok(()), Ok(())), // ECMP, eth1 only
+        ("198.19.5.7", Err(NoRoute), Err(NoRoute), Err(NoRoute)),
+        ("198.19.6.7", Err(WrongInterface), Ok(()), Err(WrongInterface)), // into a tunnel
+        ("198.20.0.1", Err(NoRoute), Err(NoRoute), Err(NoRoute)),
+        ("198.18.2.1", Err(OwnAddress), Err(OwnAddress), Err(OwnAddress)),
+        ("2001:db8:9::1", Err(WrongInterface), Ok(()), Ok(())),
+        ("2001:db8:1::1", Err(OwnAddress), Err(OwnAddress), Err(OwnAddress)),
+    ];
+    for &(src, strict0, loose0, strict1) in cases {
+        assert_eq!(verdict(&t, src, 0, Urpf::Strict), strict0, "{src} on eth0, strict");
+        assert_eq!(verdict(&t, src, 0, Urpf::Loose), loose0, "{src} on eth0, loose");
+        assert_eq!(verdict(&t, src, 1, Urpf::Strict), strict1, "{src} on eth1, strict");
+        assert_eq!(verdict(&t, src, 0, Urpf::Off), Ok(()), "{src}: off checks nothing");
+    }
+}
+
+#[test]
+fn the_tables_mark_the_interfaces_that_check_and_a_removed_one_stops() {
+    let mut r = router();
+    assert_eq!(r.build().urpf_links, 0);
+    assert!(r.set_urpf(engine::IfIndex(1), Urpf::Loose));
+    let t = r.build();
+    assert_eq!(t.urpf_links, 0b10);
+    assert!(t.has_urpf(engine::IfIndex(1)) && !t.has_urpf(engine::IfIndex(0)) && !t.has_urpf(engine::IfIndex(70)));
+    assert!(!r.set_urpf(engine::IfIndex(5), Urpf::Strict), "no such interface");
+    r.remove_interface("eth1").unwrap();
+    assert_eq!(r.build().urpf_links, 0);
+    assert!(!r.set_urpf(engine::IfIndex(1), Urpf::Strict), "removed");
+}
