@@ -451,19 +451,26 @@ impl<C: 'static> GraphBuilder<C> {
         let mut g = GraphBuilder { slots: Vec::new(), drained: Vec::new() };
         // `error-drop` frees (the pool lets extents go), `interface-output` reads the
         // metadata only: both take chains as they are.
-        g.push(ERROR_DROP, Kind::ErrorDrop, vec![], &[], true);
-        let out = g.push(INTERFACE_OUTPUT, Kind::InterfaceOutput, vec![], OutputCounter::INFO, true);
-        g.slots[out.0].receives = Receives::Ethernet;
-        g.push(INTERFACE_TX, Kind::InterfaceTx, vec![], &[], true);
+        g.push(ERROR_DROP, Kind::ErrorDrop, vec![], &[], true, Receives::Ip);
+        g.push(INTERFACE_OUTPUT, Kind::InterfaceOutput, vec![], OutputCounter::INFO, true, Receives::Ethernet);
+        g.push(INTERFACE_TX, Kind::InterfaceTx, vec![], &[], true, Receives::Ethernet);
         g
     }
 
-    fn push(&mut self, name: &str, kind: Kind<C>, next_names: Vec<String>, info: &'static [CounterInfo], takes_chains: bool) -> NodeId {
+    fn push(
+        &mut self,
+        name: &str,
+        kind: Kind<C>,
+        next_names: Vec<String>,
+        info: &'static [CounterInfo],
+        takes_chains: bool,
+        receives: Receives,
+    ) -> NodeId {
         self.slots.push(Slot {
             name: name.to_string(),
             kind,
             takes_chains,
-            receives: Receives::Ip,
+            receives,
             next: Vec::new(),
             next_names,
             counter_info: info,
@@ -478,15 +485,8 @@ impl<C: 'static> GraphBuilder<C> {
     pub fn add<N: Node<C>>(&mut self, node: N) -> NodeId {
         let name = node.name();
         let next = N::Next::NAMES.iter().map(|s| s.to_string()).collect();
-        let id = self.push(
-            name,
-            Kind::Process(Box::new(NodeBox { node, speculated: 0 })),
-            next,
-            <N::Counter as Counters>::INFO,
-            N::TAKES_CHAINS,
-        );
-        self.slots[id.0].receives = N::RECEIVES;
-        id
+        let kind = Kind::Process(Box::new(NodeBox { node, speculated: 0 }));
+        self.push(name, kind, next, <N::Counter as Counters>::INFO, N::TAKES_CHAINS, N::RECEIVES)
     }
 
     /// Add one node built in two forms with the same name, next nodes and counters,
@@ -524,9 +524,8 @@ impl<C: 'static> GraphBuilder<C> {
         let next = A::Next::NAMES.iter().map(|s| s.to_string()).collect();
         let runner =
             EitherBox { first: NodeBox { node: first, speculated: 0 }, second: NodeBox { node: second, speculated: 0 }, use_first };
-        let id = self.push(name, Kind::Process(Box::new(runner)), next, <A::Counter as Counters>::INFO, A::TAKES_CHAINS && B::TAKES_CHAINS);
-        self.slots[id.0].receives = A::RECEIVES;
-        id
+        let takes_chains = A::TAKES_CHAINS && B::TAKES_CHAINS;
+        self.push(name, Kind::Process(Box::new(runner)), next, <A::Counter as Counters>::INFO, takes_chains, A::RECEIVES)
     }
 
     /// Add a node that turns one packet into several (see [`ExpandNode`]).
@@ -537,9 +536,7 @@ impl<C: 'static> GraphBuilder<C> {
         let name = node.name();
         let next = N::Next::NAMES.iter().map(|s| s.to_string()).collect();
         let runner = ExpandRunner { node, out: Vec::new(), _c: core::marker::PhantomData };
-        let id = self.push(name, Kind::Process(Box::new(runner)), next, <N::Counter as Counters>::INFO, N::TAKES_CHAINS);
-        self.slots[id.0].receives = N::RECEIVES;
-        id
+        self.push(name, Kind::Process(Box::new(runner)), next, <N::Counter as Counters>::INFO, N::TAKES_CHAINS, N::RECEIVES)
     }
 
     /// Add an input node (e.g. `pg-input`) that hands its packets to `next`.
@@ -547,9 +544,8 @@ impl<C: 'static> GraphBuilder<C> {
         if let Some(i) = self.slots.iter().position(|s| s.name == name) {
             return NodeId(i);
         }
-        let id = self.push(name, Kind::Input, vec![next.to_string()], &[], false);
-        self.slots[id.0].receives = Receives::Ethernet;
-        id
+        // Inputs drop nothing; where their packets start does not matter.
+        self.push(name, Kind::Input, vec![next.to_string()], &[], false, Receives::Ip)
     }
 
     /// An input node as [`GraphBuilder::add_input`], which also gets one empty frame when
@@ -635,14 +631,13 @@ impl DropFilter {
     pub fn check<'a>(
         &self,
         mut nodes: impl Iterator<Item = &'a str>,
-        counters: impl Iterator<Item = (&'a str, &'a str)>,
+        mut counters: impl Iterator<Item = (&'a str, &'a str)>,
     ) -> Result<(), GraphError> {
         if let Some(n) = &self.node {
             if !nodes.any(|x| x == n) {
                 return Err(GraphError::NoSuchNode(n.clone()));
             }
         }
-        let mut counters = counters;
         match &self.counter {
             Some(c) if !counters.any(|(n, x)| self.takes(n, x)) => {
                 let scope = self.node.as_ref().map_or("any node".to_string(), |n| format!("node {n:?}"));

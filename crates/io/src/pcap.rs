@@ -51,37 +51,53 @@ impl PcapDevice {
     }
 }
 
-/// A capture file for `pcap trace`: up to `remaining` frames, then done.
-pub struct PcapCapture {
-    /// Taken (and flushed) when the count is reached; a dropped writer flushes too.
-    writer: Option<PcapWriter<BufWriter<File>>>,
+/// A capture's file and how many more records it takes: the file is flushed and closed
+/// as the count runs out (a dropped writer flushes too).
+struct Countdown<W> {
+    writer: Option<W>,
     remaining: u64,
 }
+
+impl<W> Countdown<W> {
+    /// One record by `write` (false: it failed), then `close` the writer if that was the
+    /// last; false once the capture is done.
+    fn record(&mut self, write: impl FnOnce(&mut W) -> bool, close: impl FnOnce(W)) -> bool {
+        let Some(w) = self.writer.as_mut() else { return false };
+        if self.remaining == 0 || !write(w) {
+            return false;
+        }
+        self.remaining -= 1;
+        if self.remaining == 0 {
+            // Flushed as the capture ends, so the file is whole without waiting for a stop.
+            if let Some(w) = self.writer.take() {
+                close(w);
+            }
+            return false;
+        }
+        true
+    }
+}
+
+/// A capture file for `pcap trace`: up to a count of frames, then done.
+pub struct PcapCapture(Countdown<PcapWriter<BufWriter<File>>>);
 
 impl PcapCapture {
     pub fn create(path: &Path, count: u64) -> Result<PcapCapture, PcapError> {
         let f = File::create(path).map_err(|e| PcapError::Open { path: path.display().to_string(), source: e })?;
         let writer = PcapWriter::new(BufWriter::new(f)).map_err(|e| PcapError::Format { path: path.display().to_string(), source: e })?;
-        Ok(PcapCapture { writer: Some(writer), remaining: count })
+        Ok(PcapCapture(Countdown { writer: Some(writer), remaining: count }))
     }
 }
 
 impl engine::device::FrameSink for PcapCapture {
     fn record(&mut self, frame: &[u8]) -> bool {
-        let Some(w) = self.writer.as_mut() else { return false };
         let ts = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
-        if self.remaining == 0 || w.write_packet(&PcapPacket::new(ts, frame.len() as u32, frame)).is_err() {
-            return false;
-        }
-        self.remaining -= 1;
-        if self.remaining == 0 {
-            // Flush as the capture ends, so the file is whole without waiting for a stop.
-            if let Some(w) = self.writer.take() {
+        self.0.record(
+            |w| w.write_packet(&PcapPacket::new(ts, frame.len() as u32, frame)).is_ok(),
+            |w| {
                 let _ = std::io::Write::flush(&mut w.into_writer());
-            }
-            return false;
-        }
-        true
+            },
+        )
     }
 }
 
@@ -90,10 +106,7 @@ impl engine::device::FrameSink for PcapCapture {
 /// tshark show as `frame.comment`) and records of two link types share the file (an
 /// interface description each: Ethernet frames, and IP packets without a link header).
 /// Up to `remaining` packets, then done.
-pub struct DropCapture {
-    writer: Option<PcapNgWriter<BufWriter<File>>>,
-    remaining: u64,
-}
+pub struct DropCapture(Countdown<PcapNgWriter<BufWriter<File>>>);
 
 /// The capture's interface ids, in the order their descriptions are written.
 const DROPS_ETHERNET: u32 = 0;
@@ -117,13 +130,12 @@ impl DropCapture {
             };
             w.write_pcapng_block(idb).map_err(|e| PcapError::Format { path: name(), source: e })?;
         }
-        Ok(DropCapture { writer: Some(w), remaining: count })
+        Ok(DropCapture(Countdown { writer: Some(w), remaining: count }))
     }
 }
 
 impl engine::device::DropSink for DropCapture {
     fn record(&mut self, packet: &[u8], link: DroppedAs, reason: &str) -> bool {
-        let Some(w) = self.writer.as_mut() else { return false };
         let block = EnhancedPacketBlock {
             interface_id: match link {
                 DroppedAs::Ethernet => DROPS_ETHERNET,
@@ -134,17 +146,12 @@ impl engine::device::DropSink for DropCapture {
             data: Cow::Borrowed(packet),
             options: vec![EnhancedPacketOption::Comment(Cow::Borrowed(reason))],
         };
-        if self.remaining == 0 || w.write_pcapng_block(block).is_err() {
-            return false;
-        }
-        self.remaining -= 1;
-        if self.remaining == 0 {
-            if let Some(w) = self.writer.take() {
+        self.0.record(
+            |w| w.write_pcapng_block(block).is_ok(),
+            |w| {
                 let _ = std::io::Write::flush(&mut w.into_inner());
-            }
-            return false;
-        }
-        true
+            },
+        )
     }
 }
 

@@ -5,21 +5,13 @@
 use ip::multipath;
 use ip::state::{Path, RouteTarget, RouterState, StateError};
 use ip::tables::{Adjacency, Tables, TunnelKind, TunnelRef, MAX_INDEX};
-use ip::{IfAddr, InterfaceSpec, Prefix};
+use ip::Prefix;
 use std::net::IpAddr;
 
+mod common;
+
 fn router() -> RouterState {
-    let spec = |name: &str, mac: &str, addrs: &[&str]| InterfaceSpec {
-        name: name.into(),
-        mac: mac.parse().unwrap(),
-        mtu: 1500,
-        addresses: addrs.iter().map(|a| a.parse::<IfAddr>().unwrap()).collect(),
-    };
-    let mut r = RouterState::new(vec![
-        spec("eth0", "02:00:00:00:00:01", &["198.18.1.1/24", "2001:db8:1::1/64"]),
-        spec("eth1", "02:00:00:00:00:02", &["198.18.2.1/24", "2001:db8:2::1/64"]),
-    ])
-    .unwrap();
+    let mut r = common::two_links();
     for (i, a, m) in [
         ("eth0", "198.18.1.2", "02:aa:00:00:00:01"),
         ("eth1", "198.18.2.2", "02:aa:00:00:00:02"),

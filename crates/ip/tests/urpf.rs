@@ -5,20 +5,12 @@
 use ip::state::{Path, RouteTarget, RouterState};
 use ip::tables::{Tables, TunnelKind, TunnelRef};
 use ip::urpf::{check, SourceFault, Urpf};
-use ip::{IfAddr, InterfaceSpec, Prefix};
+use ip::Prefix;
+
+mod common;
 
 fn router() -> RouterState {
-    let spec = |name: &str, mac: &str, addrs: &[&str]| InterfaceSpec {
-        name: name.into(),
-        mac: mac.parse().unwrap(),
-        mtu: 1500,
-        addresses: addrs.iter().map(|a| a.parse::<IfAddr>().unwrap()).collect(),
-    };
-    let mut r = RouterState::new(vec![
-        spec("eth0", "02:00:00:00:00:01", &["198.18.1.1/24", "2001:db8:1::1/64"]),
-        spec("eth1", "02:00:00:00:00:02", &["198.18.2.1/24", "2001:db8:2::1/64"]),
-    ])
-    .unwrap();
+    let mut r = common::two_links();
     r.add_static_neighbour("eth1", "198.18.2.2".parse().unwrap(), "02:aa:00:00:00:02".parse().unwrap()).unwrap();
     let via = |a: &str| RouteTarget::Via { next_hop: a.parse().unwrap(), interface: None };
     let path = |a: &str| Path { target: via(a), weight: 1 };
