@@ -5,7 +5,7 @@
 //! every checksum mode, sequence numbers, PDU session containers and Ethernet decap;
 //! GUE, GRE-in-UDP (key, checksum, sequence) and direct UDP tunnels over both families;
 //! tunnel MTUs with inner and outer fragmentation; MSS clamping; routed fragmentation
-//! (a narrower interface); reassembly; IPsec ESP tunnels (AES-GCM, AES-CBC with
+//! (a narrower interface, which checks sources: loose uRPF); reassembly; IPsec ESP tunnels (AES-GCM, AES-CBC with
 //! HMAC-SHA-256, NULL with HMAC-SHA-256 in UDP over IPv6) and an SPD with protect, bypass
 //! and discard policies bound to the narrow interface; load-balanced services (TCP over
 //! IPv4, UDP over IPv6, NAT both ways); a parcel-capable link; access0 as a link that takes
