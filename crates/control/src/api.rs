@@ -260,6 +260,16 @@ fn log_request(req: &Request, reply: &Reply) {
     }
 }
 
+/// Worker `k`'s file of a capture into `file` (`pcap trace`, `pcap trace drop`): the name
+/// itself with one worker, `<file>.w<k>` with `n` > 1.
+fn capture_path(file: &str, k: usize, n: usize) -> String {
+    if n > 1 {
+        format!("{file}.w{k}")
+    } else {
+        file.to_string()
+    }
+}
+
 impl Control {
     /// Ask every worker for its snapshot and merge them.
     pub fn snapshot(&self) -> Result<Snapshot, String> {
@@ -368,7 +378,7 @@ impl Control {
                 let n = self.workers.len();
                 let count = count.unwrap_or(10_000);
                 for (k, w) in self.workers.iter().enumerate() {
-                    let path = if n > 1 { format!("{file}.w{k}") } else { file.clone() };
+                    let path = capture_path(file, k, n);
                     let sink = io::pcap::PcapCapture::create(std::path::Path::new(&path), count).map_err(|e| e.to_string())?;
                     let (tx, rx) = crossbeam_channel::bounded(1);
                     w.send(WorkerCmd::Capture { interface: interface.clone(), sink: Some(Box::new(sink)), reply: tx })
@@ -398,7 +408,7 @@ impl Control {
                 filter
                     .check(snap.nodes.iter().map(|n| n.name.as_str()), snap.counters.iter().map(|c| (c.node.as_str(), c.counter)))
                     .map_err(|e| format!("pcap trace drop: {e}"))?;
-                let paths: Vec<String> = (0..n).map(|k| if n > 1 { format!("{file}.w{k}") } else { file.clone() }).collect();
+                let paths: Vec<String> = (0..n).map(|k| capture_path(file, k, n)).collect();
                 for (w, path) in self.workers.iter().zip(&paths) {
                     let started =
                         io::pcap::DropCapture::create(std::path::Path::new(path), count).map_err(|e| e.to_string()).and_then(|sink| {

@@ -733,14 +733,11 @@ impl RouterState {
     fn multipaths(&mut self, adjacencies: &[Adjacency]) -> Vec<Arc<Multipath>> {
         for (g, paths) in self.mp_paths.iter().enumerate() {
             let usable: Vec<bool> = paths.iter().map(|&(v, _)| self.path_usable(adjacencies, v)).collect();
-            let links = paths.iter().fold(0u64, |m, &(v, _)| match adjacencies.get(v as usize) {
-                Some(Adjacency::Rewrite { tx_if, .. } | Adjacency::Glean { tx_if, .. } | Adjacency::Incomplete { tx_if, .. })
-                    if TunnelRef::decode(v).is_none() =>
-                {
-                    m | 1u64.checked_shl(tx_if.0 as u32).unwrap_or(0)
-                }
-                _ => m,
-            });
+            let links = paths
+                .iter()
+                .filter(|&&(v, _)| TunnelRef::decode(v).is_none())
+                .filter_map(|&(v, _)| adjacencies.get(v as usize)?.tx_if())
+                .fold(0u64, |m, i| m | 1u64.checked_shl(i.0 as u32).unwrap_or(0));
             if self.mp_built.get(g).is_some_and(|(u, m)| *u == usable && m.links == links) {
                 continue;
             }
@@ -992,12 +989,6 @@ impl RouterState {
             udp: self.udp.clone(),
             parcel_links: self.parcel_links,
             spd_links: self.spd_links,
-            urpf_links: self
-                .interfaces
-                .iter()
-                .enumerate()
-                .filter(|(i, l)| *i < 64 && l.urpf != crate::urpf::Urpf::Off)
-                .fold(0, |m, (i, _)| m | 1 << i),
             lb_local: self.lb_local,
             lb_replies: self.lb_replies,
         }

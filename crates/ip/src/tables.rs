@@ -214,6 +214,15 @@ pub enum Adjacency {
 }
 
 impl Adjacency {
+    /// The link this adjacency sends on, if it sends.
+    #[inline(always)]
+    pub fn tx_if(&self) -> Option<IfIndex> {
+        match self {
+            Adjacency::Rewrite { tx_if, .. } | Adjacency::Glean { tx_if, .. } | Adjacency::Incomplete { tx_if, .. } => Some(*tx_if),
+            _ => None,
+        }
+    }
+
     /// The MTU of the link this adjacency sends on, if it sends.
     #[inline(always)]
     pub fn mtu(&self) -> Option<u16> {
@@ -246,7 +255,9 @@ pub struct IfL3 {
     /// name interfaces by index) until an added interface reuses it; it has no name and
     /// no addresses, so nothing matches it.
     pub removed: bool,
-    /// The reverse-path check of what it receives.
+    /// The reverse-path check of what it receives (`ethernet-input` reads it per packet,
+    /// from the interface it has loaded for the MAC test). The first 64 interfaces only:
+    /// an ECMP group knows its links as a 64-bit mask (`Multipath::links`).
     pub urpf: crate::urpf::Urpf,
 }
 
@@ -294,9 +305,6 @@ pub struct Tables {
     /// after `ipN-input`, and ESP decrypted from it to `ipsecN-decrypted` (0: no SPD
     /// anywhere, one test per packet).
     pub spd_links: u64,
-    /// Bit i: interface i checks the sources it receives (`IfL3::urpf` not off):
-    /// `ethernet-input` sends its IP packets to `ipN-source-check` first.
-    pub urpf_links: u64,
     /// TCP and UDP for the gateway's own addresses go to `lbN-nat` (NodePort services,
     /// replies to source-translated connections) rather than being refused.
     pub lb_local: bool,
@@ -319,7 +327,6 @@ impl Tables {
             udp: Arc::new(UdpDemux::default()),
             parcel_links: 0,
             spd_links: 0,
-            urpf_links: 0,
             lb_local: false,
             lb_replies: false,
         }
@@ -355,13 +362,6 @@ impl Tables {
     #[inline(always)]
     pub fn adjacency(&self, i: u32) -> &Adjacency {
         self.adjacencies.get(i as usize).unwrap_or(&Adjacency::Miss)
-    }
-
-    /// Whether interface `i` checks the sources it receives (`urpf_links`): one load and
-    /// one predictable branch while no interface does.
-    #[inline(always)]
-    pub fn has_urpf(&self, i: IfIndex) -> bool {
-        self.urpf_links != 0 && self.urpf_links.checked_shr(i.0 as u32).unwrap_or(0) & 1 != 0
     }
 
     /// Whether interface `i` has an IPsec SPD bound (`spd_links`): one load and one

@@ -76,15 +76,11 @@ pub fn check(tables: &Tables, route: u32, rx_if: IfIndex, mode: Urpf) -> Result<
     if TunnelRef::decode(route).is_some() {
         return if strict { Err(SourceFault::WrongInterface) } else { Ok(()) };
     }
-    match tables.adjacency(route) {
-        Adjacency::Miss | Adjacency::Blackhole => Err(SourceFault::NoRoute),
-        Adjacency::Local => Err(SourceFault::OwnAddress),
-        Adjacency::Rewrite { tx_if, .. } | Adjacency::Glean { tx_if, .. } | Adjacency::Incomplete { tx_if, .. } => {
-            if strict && *tx_if != rx_if {
-                Err(SourceFault::WrongInterface)
-            } else {
-                Ok(())
-            }
-        }
+    let adj = tables.adjacency(route);
+    match adj.tx_if() {
+        Some(tx_if) if strict && tx_if != rx_if => Err(SourceFault::WrongInterface),
+        Some(_) => Ok(()),
+        None if matches!(adj, Adjacency::Local) => Err(SourceFault::OwnAddress),
+        None => Err(SourceFault::NoRoute),
     }
 }

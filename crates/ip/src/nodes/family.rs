@@ -29,6 +29,8 @@ pub trait Family: Send + 'static {
     fn tunnel_next(k: TunnelKind) -> Self::LookupNext;
     /// Minimum header length and where the destination address sits in it.
     const HEADER_LEN: usize;
+    /// The source address is `SRC_AT..DST_AT`, the destination right after it.
+    const SRC_AT: usize;
     const DST_AT: usize;
     const ETHERTYPE: EtherType;
     /// The ICMP error for "no route".
@@ -139,6 +141,7 @@ impl Family for Ip4 {
         tunnel_next!(Ip4LookupNext, k)
     }
     const HEADER_LEN: usize = 20;
+    const SRC_AT: usize = 12;
     const DST_AT: usize = 16;
     const ETHERTYPE: EtherType = EtherType::Ipv4;
     const NO_ROUTE: IcmpRequest = IcmpRequest::new(3, wire::icmpv4::unreach::NET, 0);
@@ -194,6 +197,7 @@ impl Family for Ip6 {
         tunnel_next!(Ip6LookupNext, k)
     }
     const HEADER_LEN: usize = 40;
+    const SRC_AT: usize = 8;
     const DST_AT: usize = 24;
     const ETHERTYPE: EtherType = EtherType::Ipv6;
     const NO_ROUTE: IcmpRequest = IcmpRequest::new(1, wire::icmpv6::unreach::NO_ROUTE, 0);

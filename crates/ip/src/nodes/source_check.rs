@@ -32,16 +32,11 @@ fn counter(f: SourceFault) -> SourceCheckCounter {
     }
 }
 
-/// The check of the packet's source (`len` bytes at `at`), `Ok` for a packet too short
-/// to have one or a source `exempt` says needs no route back.
+/// The check of the packet's source, `Ok` for a packet too short to have one or a source
+/// `exempt` says needs no route back.
 #[inline(always)]
-fn source_ok<F: Family>(
-    cx: &crate::context::IpContext,
-    buf: &Buffer,
-    (at, len): (usize, usize),
-    exempt: impl Fn(&[u8]) -> bool,
-) -> Result<(), SourceFault> {
-    let Some(src) = buf.bytes().get(at..at + len) else {
+fn source_ok<F: Family>(cx: &crate::context::IpContext, buf: &Buffer, exempt: impl Fn(&[u8]) -> bool) -> Result<(), SourceFault> {
+    let Some(src) = buf.bytes().get(F::SRC_AT..F::DST_AT) else {
         return Ok(());
     };
     if exempt(src) {
@@ -63,7 +58,7 @@ impl<Cx: HasIp> Node<Cx> for Ip4SourceCheck {
     }
 
     fn process(&mut self, cx: &mut Cx, _: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
-        match source_ok::<Ip4>(cx.ip(), buf, (12, 4), |_| false) {
+        match source_ok::<Ip4>(cx.ip(), buf, |_| false) {
             Ok(()) => Verdict::Next(Ip4SourceCheckNext::Input),
             Err(f) => Verdict::Drop(counter(f)),
         }
@@ -88,8 +83,11 @@ impl<Cx: HasIp> Node<Cx> for Ip6SourceCheck {
         // Link-local sources (neighbour discovery, routing protocols) and the unspecified
         // source of duplicate address detection have no route back and need none: they
         // never leave the link.
-        let on_link = |s: &[u8]| (s[0] == 0xfe && s[1] & 0xc0 == 0x80) || s.iter().all(|&b| b == 0);
-        match source_ok::<Ip6>(cx.ip(), buf, (8, 16), on_link) {
+        let on_link = |s: &[u8]| {
+            let a = std::net::Ipv6Addr::from(<[u8; 16]>::try_from(s).unwrap_or_default());
+            a.is_unicast_link_local() || a.is_unspecified()
+        };
+        match source_ok::<Ip6>(cx.ip(), buf, on_link) {
             Ok(()) => Verdict::Next(Ip6SourceCheckNext::Input),
             Err(f) => Verdict::Drop(counter(f)),
         }
