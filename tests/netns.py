@@ -68,9 +68,9 @@ class Lab:
         self.procs.append(p)
         return p
 
-    def peer(self, ns, *args):
+    def peer(self, ns, *args, **kw):
         """A listening peer, returned once its socket is bound (it prints READY)."""
-        p = self.spawn(ns, sys.executable, str(PEER), *map(str, args))
+        p = self.spawn(ns, sys.executable, str(PEER), *map(str, args), **kw)
         import select
         ready, _, _ = select.select([p.stdout], [], [], 10)
         line = p.stdout.readline() if ready else ""

@@ -13,6 +13,7 @@ and prints one JSON line with what it saw.
 import hashlib
 import json
 import random
+import select
 import socket
 import sys
 import time
@@ -144,18 +145,26 @@ def udp_ping(host, port, count, size):
     print(json.dumps({"sent": count, "matched": len(matched), "corrupt": corrupt}), flush=True)
 
 
-def udp_collect(port, seconds):
-    """Every datagram that arrives within `seconds` of the first call: its source and
+def udp_collect(port, limit):
+    """Every datagram that arrives until stdin closes (the test closes it once its sender
+    is done, so a slow sender loses nothing) or `limit` seconds pass: its source and
     payload."""
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.bind(("0.0.0.0", port))
     print("READY", flush=True)
-    got, until = [], time.time() + seconds
-    while (left := until - time.time()) > 0:
-        s.settimeout(left)
+    got, until, open_ = [], time.time() + limit, True
+    while open_ and (left := until - time.time()) > 0:
+        ready, _, _ = select.select([s, sys.stdin], [], [], left)
+        if sys.stdin in ready and not sys.stdin.read(1):
+            open_ = False
+        if s in ready:
+            b, (src, _) = s.recvfrom(65535)
+            got.append([src, b.decode(errors="replace")])
+    s.setblocking(False)
+    while True:
         try:
             b, (src, _) = s.recvfrom(65535)
-        except socket.timeout:
+        except BlockingIOError:
             break
         got.append([src, b.decode(errors="replace")])
     print(json.dumps({"got": got}), flush=True)

@@ -3,6 +3,7 @@ interfaces on veth pairs: host A (198.18.0.2, 2001:db8::2) ⇄ vecgate ⇄ host 
 (198.18.1.2, 2001:db8:1::2). The hosts' own kernels are the peers: they resolve
 vecgate by ARP/ND, and their TCP stacks checksum every byte of a 10 MB transfer."""
 import os
+import subprocess
 import time
 
 import pytest
@@ -283,8 +284,10 @@ sendp(pkts, iface="a0", verbose=False)
 
 def arrivals(lab, a, b, dst_mac):
     """The datagrams of SPOOFED that reach host B through the router on A's link."""
-    recv = lab.peer(b, "udp-collect", 7020, 3)
+    recv = lab.peer(b, "udp-collect", 7020, 60, stdin=subprocess.PIPE)
     lab.run(a, "python3", "-c", SEND_SPOOFED, dst_mac, *SPOOFED)
+    time.sleep(0.5)  # what was sent is through the router, or dropped
+    # result() closes the collector's stdin, which ends its collection
     return sorted(p for _, p in result(recv)["got"])
 
 
