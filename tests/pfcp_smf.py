@@ -286,10 +286,10 @@ def serve(upf, port):
             out = {"cause": i["IE_Cause"].cause,
                    "features": [n for n in ("FTUP", "EMPU", "DDND", "DLBD", "UDBC", "BUCP") if f is not None and getattr(f, n)]}
         elif op == "establish":
-            r = smf.establish(a["cp_seid"], a["gnb"], a["gnb_teid"], quota=a.get("quota"), buffer=a.get("buffer", False),
-                              period=a.get("period"), bar=a.get("bar"))
+            r = smf.establish(a["cp_seid"], a["gnb"], a["gnb_teid"], ue=a.get("ue"), quota=a.get("quota"),
+                              buffer=a.get("buffer", False), period=a.get("period"), bar=a.get("bar"))
             i = ies(r)
-            out = {"cause": i["IE_Cause"].cause, "seid": i["IE_FSEID"].seid}
+            out = {"cause": i["IE_Cause"].cause, "seid": i["IE_FSEID"].seid, "ue": a.get("ue")}
             for c in all_ies(r, "IE_CreatedPDR"):
                 for ie in c.IE_list:
                     if type(ie).__name__ == "IE_FTEID":

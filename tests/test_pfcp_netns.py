@@ -333,6 +333,32 @@ def test_qer_gate_and_mbr_police_the_downlink(lab, vecgate, tmp_path):
     assert pcap_clean(smf, tmp_path).count("53") == 2  # both modifications answered
 
 
+def test_a_ue_cannot_send_from_an_address_not_its_own(lab, vecgate, tmp_path):
+    """TS 29.244 §5.2.1: the SMF names the UE's address in the uplink PDR's PDI (as SMFs
+    do; this one assigns the address itself), so a G-PDU whose inner source is another
+    address matches no PDR. The data network host receives the UE's own datagrams only;
+    the others are counted as `wrong-ue-source`, and `show pfcp sessions` shows the
+    address the uplink checks. tshark reads the PFCP messages."""
+    gnb, upf, dn, v, smf = upf_lab(lab, vecgate, tmp_path)
+    ue = "198.19.7.50"
+    s = smf("establish", cp_seid=0x71, gnb=GNB, gnb_teid=0x200, ue=ue)
+    assert s["cause"] == 1, s
+    shown = v.ctl("show", "pfcp", "sessions")["data"]["sessions"][0]
+    assert (shown["ue"], shown["uplink"][0]["ue"]) == ([ue], [ue]), shown
+    assert f"ue {ue}" in v.ctl("show", "pfcp", "sessions", json_out=False)
+    r = receiver(lab, dn, "0.0.0.0", 7200, seconds=10, count=COUNT)
+    # Another UE's address and one on the data network, then the UE's: the spoofed ones go
+    # first, so any that got through would be among the first COUNT received.
+    for src in ("198.19.7.51", "198.18.8.77", ue):
+        py(lab, gnb, GNB_SEND_N, s["teid"], src, COUNT // 2 if src != ue else COUNT, 100)
+    got = received(r)
+    assert len(got) == COUNT and {a for a, _ in got} == {ue}, (got, v.errors())
+    assert counter(v, "upf4-uplink", "wrong-ue-source", COUNT) == COUNT, v.errors()
+    e = v.errors()
+    assert (e.get(("upf4-uplink", "forwarded")), e.get(("upf4-uplink", "no-pdr"), 0)) == (COUNT, 0), e
+    pcap_clean(smf, tmp_path)
+
+
 def test_urr_quota_stops_traffic_and_deletion_reports_the_volumes(lab, vecgate, tmp_path):
     gnb, upf, dn, v, smf = upf_lab(lab, vecgate, tmp_path)
     # Session 1: no quota. Volumes sent both ways must come back in the final report.

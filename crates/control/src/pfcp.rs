@@ -625,6 +625,9 @@ pub struct RuleRow {
     /// Uplink: the local TEID matched.
     pub teid: Option<u32>,
     pub qfi: Option<u8>,
+    /// Uplink: the UE addresses the inner packet must carry (its source, or with the
+    /// PDI's S/D bit its destination; IPv6 as the UE's /64).
+    pub ue: Vec<String>,
     pub sdf_filters: usize,
     /// `forward`, `drop` or `buffer`.
     pub action: &'static str,
@@ -653,6 +656,7 @@ fn rule_row(r: &upf::Rule) -> RuleRow {
         precedence: r.precedence,
         teid: r.teid,
         qfi: r.qfi,
+        ue: r.ue.map_or(vec![], |m| m.addresses()),
         sdf_filters: r.sdf.len(),
         action,
         hold_limit: r.hold_limit.filter(|_| r.forward == upf::Forward::Buffer),
@@ -672,6 +676,9 @@ fn format_rule(dir: &str, r: &RuleRow) -> String {
     }
     if let Some(q) = r.qfi {
         s += &format!(" qfi {q}");
+    }
+    if !r.ue.is_empty() {
+        s += &format!(" ue {}", r.ue.join(","));
     }
     if r.sdf_filters > 0 {
         s += &format!(" sdf {}", r.sdf_filters);

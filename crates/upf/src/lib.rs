@@ -37,4 +37,4 @@ pub mod session;
 pub mod tables;
 
 pub use context::{HasUpf, UpfContext, UpfEvent, UsageCells};
-pub use tables::{Forward, OuterHeader, QerRef, Rule, Session, UpfTables, UrrRef};
+pub use tables::{Forward, OuterHeader, QerRef, Rule, Session, UeMatch, UpfTables, UrrRef};

@@ -28,7 +28,7 @@
 use crate::buffering::{BufferCmd, HoldError};
 use crate::context::{HasUpf, Policer, UpfContext, UpfEvent, UsageCells};
 use crate::sdf::FlowView;
-use crate::tables::{Action, Forward, OuterHeader, Record, Rule, Session, Stop, UpfTables};
+use crate::tables::{Action, Forward, OuterHeader, Record, Rule, Session, Stop, UeMatch, UpfTables};
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use engine::{counters, next_nodes, BufIdx, Buffer, Counts, ExpandNode, GraphBuilder, Node, Pool, Verdict, VECTOR_SIZE};
 use ip::outer::{udp_checksum, Ip4Outer, Ip6Outer, OuterFamily};
@@ -54,6 +54,7 @@ counters! {
         NoSession(Warn, "no-session", "no session for the TEID (Error Indication rate-limited away) or UE address"),
         ErrorIndicationsSent(Info, "error-indications-sent", "Error Indications sent for G-PDUs to TEIDs no session has"),
         NoPdr(Warn, "no-pdr", "no PDR of the session matches the packet"),
+        WrongUeSource(Warn, "wrong-ue-source", "uplink: a PDR would match but the inner source is not the UE address its PDI names (spoofed)"),
         FarDrop(Info, "far-drop", "the matched PDR's FAR says DROP"),
         BufferedDropped(Warn, "buffered-dropped", "an uplink FAR says BUFF: only downlink packets are held, dropped"),
         Held(Info, "held", "downlink packets held for a session whose FAR buffers"),
@@ -170,24 +171,35 @@ impl Inner {
             Ok(Inner {
                 v6: false,
                 proto: h[9],
-                src: IpAddr::V4(Ipv4Addr::new(h[12], h[13], h[14], h[15])),
-                dst: IpAddr::V4(Ipv4Addr::new(h[16], h[17], h[18], h[19])),
+                src: Inner::address(b, false, false),
+                dst: Inner::address(b, false, true),
                 ports: if first && has_ports(h[9]) { ports_at(ihl) } else { None },
             })
         } else {
             let h = b.first_chunk::<40>().ok_or(UpfCounter::Truncated)?;
-            let a = |at: usize| {
-                let mut x = [0u8; 16];
-                x.copy_from_slice(&h[at..at + 16]);
-                Ipv6Addr::from(x)
-            };
             Ok(Inner {
                 v6: true,
                 proto: h[6],
-                src: IpAddr::V6(a(8)),
-                dst: IpAddr::V6(a(24)),
+                src: Inner::address(b, true, false),
+                dst: Inner::address(b, true, true),
                 ports: if has_ports(h[6]) { ports_at(40) } else { None },
             })
+        }
+    }
+
+    /// The source (or destination) address of an inner header [`Inner::family`] accepted.
+    #[inline(always)]
+    pub fn address(b: &[u8], v6: bool, destination: bool) -> IpAddr {
+        let at = match (v6, destination) {
+            (false, false) => 12,
+            (false, true) => 16,
+            (true, false) => 8,
+            (true, true) => 24,
+        };
+        if v6 {
+            IpAddr::V6(Ipv6Addr::from(b.get(at..at + 16).and_then(|a| a.first_chunk::<16>()).copied().unwrap_or_default()))
+        } else {
+            IpAddr::V4(Ipv4Addr::from(b.get(at..at + 4).and_then(|a| a.first_chunk::<4>()).copied().unwrap_or_default()))
         }
     }
 
@@ -421,6 +433,11 @@ fn prefetch_records(u: &UpfContext, slots: &[Option<u32>], uplink: bool) {
     let mut n = 0;
     for s in slots.iter().flatten() {
         let r = record(*s);
+        if uplink && r.check_ue {
+            if let Some(m) = t.uplink_ue.get(*s as usize) {
+                engine::prefetch::read(m);
+            }
+        }
         if r.action.is_none() {
             unresolved[n] = Some(*s);
             n += 1;
@@ -513,7 +530,29 @@ impl<O: OuterFamily> Default for UpfUplink<O> {
 /// The uplink PDR a G-PDU matches.
 pub fn match_uplink<'a>(s: &'a Session, teid: u32, qfi: Option<u8>, inner: &Inner) -> Option<&'a Rule> {
     let v = inner.view(true);
-    s.uplink.iter().find(|r| r.teid.map_or(true, |t| t == teid) && r.qfi.map_or(true, |q| Some(q) == qfi) && sdf_ok(r, &v))
+    s.uplink.iter().find(|r| uplink_but_ue(r, teid, qfi, &v) && r.ue.is_none_or(|m| ue_ok(&m, inner)))
+}
+
+/// Whether an uplink rule matches but for its UE addresses.
+#[inline]
+fn uplink_but_ue(r: &Rule, teid: u32, qfi: Option<u8>, v: &FlowView) -> bool {
+    r.teid.is_none_or(|t| t == teid) && r.qfi.is_none_or(|q| Some(q) == qfi) && sdf_ok(r, v)
+}
+
+#[inline(always)]
+fn ue_ok(m: &UeMatch, inner: &Inner) -> bool {
+    m.admits(if m.on_destination() { inner.dst } else { inner.src })
+}
+
+/// Why no uplink PDR took a G-PDU: one would have but for the UE address (a UE sending
+/// from an address not its own), or none.
+fn uplink_miss(s: &Session, teid: u32, qfi: Option<u8>, inner: &Inner) -> UpfCounter {
+    let v = inner.view(true);
+    if s.uplink.iter().any(|r| uplink_but_ue(r, teid, qfi, &v)) {
+        UpfCounter::WrongUeSource
+    } else {
+        UpfCounter::NoPdr
+    }
 }
 
 /// The downlink PDR a packet to the UE matches.
@@ -577,22 +616,29 @@ impl<Cx: HasUpf, O: OuterFamily> Node<Cx> for UpfUplink<O> {
                 Ok(v6) => v6,
                 Err(c) => return Verdict::Drop(c),
             };
-            let ohc = match action {
-                Action::Forward => rec.outer.as_ref(),
-                Action::Buffer => return Verdict::Drop(UpfCounter::BufferedDropped),
-                Action::Stop(c) => return Verdict::Drop(c.into()),
+            // A packet the record's PDR does not take for its UE address: the full match.
+            let ue_ok = || {
+                let m = tables.uplink_ue(slot);
+                m.admits(Inner::address(inner_bytes, v6, m.on_destination()))
             };
-            if let Err(c) = enforce_record(usage, policer, rec, true, g.inner_len as u64) {
-                return Verdict::Drop(c);
+            if !rec.check_ue || ue_ok() {
+                let ohc = match action {
+                    Action::Forward => rec.outer.as_ref(),
+                    Action::Buffer => return Verdict::Drop(UpfCounter::BufferedDropped),
+                    Action::Stop(c) => return Verdict::Drop(c.into()),
+                };
+                if let Err(c) = enforce_record(usage, policer, rec, true, g.inner_len as u64) {
+                    return Verdict::Drop(c);
+                }
+                return forward_uplink::<O>(buf, counts, tables, &g, rec.remove_outer, ohc, v6);
             }
-            return forward_uplink::<O>(buf, counts, tables, &g, rec.remove_outer, ohc, v6);
         }
         let Some(s) = tables.session(slot) else { return error_indication::<O>(replies, counts, buf, g.teid) };
         let inner = match Inner::parse(inner_bytes) {
             Ok(i) => i,
             Err(c) => return Verdict::Drop(c),
         };
-        let Some(r) = match_uplink(s, g.teid, g.qfi, &inner) else { return Verdict::Drop(UpfCounter::NoPdr) };
+        let Some(r) = match_uplink(s, g.teid, g.qfi, &inner) else { return Verdict::Drop(uplink_miss(s, g.teid, g.qfi, &inner)) };
         let ohc = match &r.forward {
             Forward::Drop => return Verdict::Drop(UpfCounter::FarDrop),
             Forward::Buffer => return Verdict::Drop(UpfCounter::BufferedDropped),

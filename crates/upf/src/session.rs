@@ -9,7 +9,7 @@
 //! are not installed, and [`Compiled::ignored`] names them.
 
 use crate::sdf::{SdfError, SdfFilter};
-use crate::tables::{Forward, OuterHeader, QerRef, Rule, Session, UrrRef};
+use crate::tables::{Forward, OuterHeader, QerRef, Rule, Session, UeMatch, UrrRef};
 use core::net::{Ipv4Addr, Ipv6Addr};
 use pfcp::ie::Interface;
 use pfcp::rules::{Pdr, SessionRules};
@@ -259,5 +259,6 @@ fn rule(r: &SessionRules, p: &Pdr, slots: &SessionSlots, uplink: bool) -> Result
         hold_limit: p.far_id.and_then(|id| r.bar_of(id)).and_then(|b| b.hold_limit()),
         qers,
         urrs,
+        ue: if uplink { UeMatch::new(p.ue_ipv4, p.ue_ipv6, p.ue_is_destination) } else { None },
     })
 }

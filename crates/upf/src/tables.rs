@@ -127,6 +127,66 @@ pub struct Rule {
     pub hold_limit: Option<u16>,
     pub qers: Box<[QerRef]>,
     pub urrs: Box<[UrrRef]>,
+    /// Uplink: the UE addresses the PDR's PDI names, which the inner packet must carry.
+    pub ue: Option<UeMatch>,
+}
+
+/// The UE IP Address of an uplink PDR's PDI (TS 29.244 §5.2.1: a packet matches a PDR
+/// when every match field of its PDI does): the inner packet's source (its destination
+/// when the IE's S/D bit says so) is the IPv4 address, or in the IPv6 /64 the UE was
+/// given (as the downlink finds UEs, [`ue6_key`]). So a UE cannot send from an address
+/// that is not its own. 16 bytes: four to a line of [`UpfTables::uplink_ue`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct UeMatch {
+    v6_prefix: u64,
+    v4: u32,
+    flags: u8,
+}
+
+impl UeMatch {
+    const V4: u8 = 1;
+    const V6: u8 = 2;
+    const DESTINATION: u8 = 4;
+
+    /// `None` when the PDI names no UE address (every packet matches).
+    pub fn new(v4: Option<Ipv4Addr>, v6: Option<Ipv6Addr>, destination: bool) -> Option<UeMatch> {
+        if v4.is_none() && v6.is_none() {
+            return None;
+        }
+        let bit = |b: bool, v: u8| if b { v } else { 0 };
+        Some(UeMatch {
+            v6_prefix: v6.as_ref().map_or(0, ue6_key),
+            v4: v4.map_or(0, u32::from),
+            flags: bit(v4.is_some(), Self::V4) | bit(v6.is_some(), Self::V6) | bit(destination, Self::DESTINATION),
+        })
+    }
+
+    /// The inner packet's address to compare is its destination (S/D set), not its source.
+    #[inline(always)]
+    pub fn on_destination(&self) -> bool {
+        self.flags & Self::DESTINATION != 0
+    }
+
+    /// Whether `a` (the inner side [`UeMatch::on_destination`] names) is the UE's.
+    #[inline(always)]
+    pub fn admits(&self, a: IpAddr) -> bool {
+        match a {
+            IpAddr::V4(a) => self.flags & Self::V4 != 0 && u32::from(a) == self.v4,
+            IpAddr::V6(a) => self.flags & Self::V6 != 0 && ue6_key(&a) == self.v6_prefix,
+        }
+    }
+
+    /// The addresses, for display: the IPv4 one and the IPv6 /64.
+    pub fn addresses(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        if self.flags & Self::V4 != 0 {
+            v.push(Ipv4Addr::from(self.v4).to_string());
+        }
+        if self.flags & Self::V6 != 0 {
+            v.push(format!("{}/64", Ipv6Addr::from((self.v6_prefix as u128) << 64)));
+        }
+        v
+    }
 }
 
 /// A session as the workers read it: its rules by direction, each list in precedence
@@ -165,6 +225,9 @@ pub struct Record {
     pub remove_outer: bool,
     /// Uplink: the QFI the PDR asks of a G-PDU (another goes through the full match).
     pub qfi: Option<u8>,
+    /// Uplink: the PDR names UE addresses, kept in [`UpfTables::uplink_ue`] (the line has
+    /// no room for them); a packet that does not carry one goes through the full match.
+    pub check_ue: bool,
     pub usage: Option<UsageCellRef>,
     pub policer: Option<PolicerRef>,
 }
@@ -210,7 +273,8 @@ pub struct UsageCellRef {
 }
 
 impl Record {
-    pub const UNRESOLVED: Record = Record { action: None, remove_outer: false, qfi: None, outer: None, usage: None, policer: None };
+    pub const UNRESOLVED: Record =
+        Record { action: None, remove_outer: false, qfi: None, check_ue: false, outer: None, usage: None, policer: None };
 
     /// The record of one direction's rules (in precedence order); uplink, also the TEID it is for (the first rule's). The first rule decides when
     /// it matches every packet its key finds (and, uplink, carries the record's QFI);
@@ -250,6 +314,7 @@ impl Record {
             action: Some(action),
             remove_outer: uplink && r.remove_outer,
             qfi: if uplink { r.qfi } else { None },
+            check_ue: uplink && r.ue.is_some(),
             outer,
             usage,
             policer,
@@ -274,6 +339,11 @@ impl SessionRecords {
         let (downlink, _) = Record::resolve(&s.downlink, false);
         (SessionRecords { uplink, downlink }, teid)
     }
+
+    /// The UE addresses the uplink record checks ([`Record::check_ue`]), kept beside it.
+    pub fn uplink_ue(s: &Session) -> UeMatch {
+        s.uplink.first().and_then(|r| r.ue).unwrap_or_default()
+    }
 }
 
 /// Records per chunk: 128 of 128 bytes, the 16 KiB a TEID table chunk has, so that a
@@ -284,6 +354,10 @@ const RECORD_CHUNK_BITS: u32 = 7;
 /// [`Record`] is one line (new entries unresolved).
 pub type RecordArray = CowVec<SessionRecords, RECORD_CHUNK_BITS, engine::mem::SharedLines<SessionRecords>>;
 
+/// Each session's uplink record's UE addresses, by slot: 1024 of 16 bytes a chunk (the
+/// records' 16 KiB).
+pub type UplinkUeArray = CowVec<UeMatch, 10>;
+
 /// A version of the UPF tables.
 #[derive(Clone)]
 pub struct UpfTables {
@@ -291,6 +365,8 @@ pub struct UpfTables {
     pub sessions: CowVec<Option<Arc<Session>>>,
     /// Each session's records, by the session's slot.
     pub records: RecordArray,
+    /// What the uplink record's PDR asks of the inner packet's UE address, by slot.
+    pub uplink_ue: UplinkUeArray,
     /// Local TEID → session slot; the aux word is 1 for the TEID the session's uplink
     /// record is for.
     pub by_teid: TeidTable,
@@ -309,6 +385,7 @@ impl Default for UpfTables {
             generation: 0,
             sessions: CowVec::new(0, None),
             records: RecordArray::new(0, SessionRecords::UNRESOLVED),
+            uplink_ue: UplinkUeArray::default(),
             by_teid: TeidTable::default(),
             by_ue4: TeidTable::default(),
             by_ue6: TeidTable::default(),
@@ -345,12 +422,19 @@ impl UpfTables {
         self.records.get(slot as usize).unwrap_or(&SessionRecords::UNRESOLVED)
     }
 
+    /// The UE addresses a session's uplink record checks (none for a free slot).
+    #[inline(always)]
+    pub fn uplink_ue(&self, slot: u32) -> UeMatch {
+        self.uplink_ue.get(slot as usize).copied().unwrap_or_default()
+    }
+
     pub fn memory_bytes(&self) -> usize {
         self.by_teid.memory_bytes()
             + self.by_ue4.memory_bytes()
             + self.by_ue6.memory_bytes()
             + self.sessions.memory_bytes()
             + self.records.memory_bytes()
+            + self.uplink_ue.memory_bytes()
     }
 }
 
@@ -527,6 +611,7 @@ impl UpfState {
                     let s = self.tables.sessions.len() as u32;
                     self.tables.sessions.resize(s as usize + 1);
                     self.tables.records.resize(s as usize + 1);
+                    self.tables.uplink_ue.resize(s as usize + 1);
                     s
                 }
                 None => return Err(InstallError::Full(self.max_sessions)),
@@ -534,6 +619,7 @@ impl UpfState {
         };
         session.slot = slot;
         let (records, record_teid) = SessionRecords::of(&session);
+        let uplink_ue = SessionRecords::uplink_ue(&session);
         for &t in &keys.teids {
             self.tables.by_teid.insert_entry(t as u64, slot, u32::from(Some(t) == record_teid));
         }
@@ -549,6 +635,9 @@ impl UpfState {
         }
         if let Some(r) = self.tables.records.get_mut(slot as usize) {
             *r = records;
+        }
+        if let Some(u) = self.tables.uplink_ue.get_mut(slot as usize) {
+            *u = uplink_ue;
         }
         self.slot_of.insert(seid, (slot, keys));
         Ok(slot)
@@ -606,6 +695,9 @@ impl UpfState {
         }
         if let Some(r) = self.tables.records.get_mut(slot as usize) {
             *r = SessionRecords::UNRESOLVED;
+        }
+        if let Some(u) = self.tables.uplink_ue.get_mut(slot as usize) {
+            *u = UeMatch::default();
         }
         self.free.push(slot);
         true

@@ -344,6 +344,51 @@ fn uplink_decapsulates_and_counts_the_inner_bytes() {
     assert_eq!(rig.counter("upf4-uplink", "no-pdr"), 2);
 }
 
+/// TS 29.244 §5.2.1: the uplink PDR's PDI names the UE's address, so a G-PDU whose inner
+/// source is another is matched by no PDR (dropped as `wrong-ue-source`), through the
+/// session's record and through the full match alike; IPv6 by the UE's /64; a PDI without
+/// a UE address takes any source; S/D set compares the inner destination.
+#[test]
+fn a_ue_cannot_send_from_an_address_not_its_own() {
+    let spoofed = Ipv4Addr::new(198, 19, 7, 99);
+    let in_prefix: Ipv6Addr = "2001:db8:19:1::abcd".parse().unwrap();
+    let off_prefix: Ipv6Addr = "2001:db8:19:2::1".parse().unwrap();
+    let dn6: Ipv6Addr = "2001:db8:8::9".parse().unwrap();
+    for full_match_only in [false, true] {
+        let mut rig = Rig::new();
+        rig.full_match_only = full_match_only;
+        let mut r = session(1);
+        r.pdrs.get_mut(&1).unwrap().ue_ipv6 = Some(UE6);
+        rig.install(&r);
+        let own = udp4(UE, DN, 4000, 53, 10);
+        let other = udp4(spoofed, DN, 4000, 53, 10);
+        let got = rig.send(0, &[gpdu4(0x100, Some(9), &own), gpdu4(0x100, Some(9), &other), gpdu4(0x100, Some(9), &own)]);
+        assert_eq!(got, vec![("ip4-input", own.clone()), ("ip4-input", own.clone())], "full match only: {full_match_only}");
+        let own6 = udp6(in_prefix, dn6, 4000, 53, 10);
+        let other6 = udp6(off_prefix, dn6, 4000, 53, 10);
+        let got = rig.send(0, &[gpdu4(0x100, Some(9), &other6), gpdu4(0x100, Some(9), &own6)]);
+        assert_eq!(got, vec![("ip6-input", own6.clone())]);
+        assert_eq!(rig.counter("upf4-uplink", "wrong-ue-source"), 2);
+        assert_eq!(rig.counter("upf4-uplink", "no-pdr"), 0);
+        assert_eq!(rig.usage(1, 1).ul_packets, 3, "what was dropped is not counted as usage");
+        // Another QFI fails the PDR on its own: no PDR, whatever the source.
+        assert!(rig.send(0, &[gpdu4(0x100, Some(5), &other)]).is_empty());
+        assert_eq!(rig.counter("upf4-uplink", "no-pdr"), 1);
+
+        // Without a UE address in the PDI any source goes; with S/D set, the destination
+        // is compared.
+        let up = r.pdrs.get_mut(&1).unwrap();
+        (up.ue_ipv4, up.ue_ipv6) = (None, None);
+        rig.install(&r);
+        assert_eq!(rig.send(0, &[gpdu4(0x100, Some(9), &other)]).len(), 1);
+        let up = r.pdrs.get_mut(&1).unwrap();
+        (up.ue_ipv4, up.ue_is_destination) = (Some(DN), true);
+        rig.install(&r);
+        assert_eq!(rig.send(0, &[gpdu4(0x100, Some(9), &other), gpdu4(0x100, Some(9), &udp4(DN, UE, 1, 2, 3))]).len(), 1);
+        assert_eq!(rig.counter("upf4-uplink", "wrong-ue-source"), 3);
+    }
+}
+
 #[test]
 fn downlink_encapsulates_toward_the_gnb_with_the_qfi() {
     let mut rig = Rig::new();
@@ -517,6 +562,7 @@ fn ipv6_outer_and_ipv6_ue() {
     let up = r.pdrs.get_mut(&1).unwrap();
     up.local_f_teid = Some(GtpuEndpoint { teid: 0x600, addr: IpAddr::V6(N3_6) });
     up.qfi = None;
+    (up.ue_ipv4, up.ue_ipv6) = (None, Some(UE6));
     let down = r.pdrs.get_mut(&2).unwrap();
     down.ue_ipv4 = None;
     down.ue_ipv6 = Some(UE6);
@@ -934,7 +980,7 @@ fn ue6(i: u64) -> Ipv6Addr {
 }
 
 /// A random session `seid` (1..=3): up to three uplink PDRs on TEIDs 0x100·seid + 0..2
-/// (with or without a QFI, SDF filters, outer header removal), up to three downlink PDRs
+/// (with or without a QFI, SDF filters, outer header removal, UE addresses), up to three downlink PDRs
 /// to its UE addresses, FARs of every action (FORW with or without an outer header over
 /// IPv4 or IPv6, DROP, BUFF with or without NOCP, NOCP alone), QERs with gates, MBRs that
 /// police (0: a byte a second, so the burst runs out) or never, GBRs, URRs with quotas
@@ -943,7 +989,7 @@ fn arb_session(seid: u64) -> impl Strategy<Value = SessionRules> {
     let ids = || prop::collection::vec(1u32..=2, 0..=2);
     let sdf = || prop::collection::vec(0usize..SDF.len(), 0..=2);
     let far_id = || prop::option::weighted(0.95, 1u32..=4);
-    let up = (0u32..4, 0u32..3, prop::option::of(prop::sample::select(vec![5u8, 9])), sdf(), any::<bool>(), far_id(), ids(), ids());
+    let up = ((0u32..4, 0u32..3, prop::option::of(prop::sample::select(vec![5u8, 9])), sdf()), any::<bool>(), far_id(), ids(), ids(), 0u8..4);
     let down = (0u32..4, 0u8..3, sdf(), far_id(), ids(), ids());
     let fars = (0u8..8, any::<bool>(), 1u32..0x1000);
     let mbr = || prop::sample::select(vec![None, Some(0u64), Some(10_000_000)]);
@@ -960,8 +1006,11 @@ fn arb_session(seid: u64) -> impl Strategy<Value = SessionRules> {
             let mut r = no_rules(seid);
             r.bar = bar.map(|n| Bar { id: 1, ddn_delay: Duration::ZERO, suggested_packets: Some(n), extended: None });
             let mut id = 1;
-            for (prec, teid, qfi, sdf, removal, far_id, q, u) in ups {
+            for ((prec, teid, qfi, sdf), removal, far_id, q, u, ue) in ups {
                 let mut p = pdr(id, prec * 50, 0);
+                // 0: no UE address in the PDI, 1: the IPv4 one, 2: the IPv6 one, 3: both.
+                p.ue_ipv4 = (ue & 1 != 0).then(|| ue4(seid));
+                p.ue_ipv6 = (ue & 2 != 0).then(|| ue6(seid));
                 p.local_f_teid = Some(GtpuEndpoint { teid: 0x100 * seid as u32 + teid, addr: IpAddr::V4(N3) });
                 p.qfi = qfi;
                 p.sdf_filters = sdf.iter().map(|i| SDF[*i].as_bytes().to_vec()).collect();
@@ -1013,7 +1062,8 @@ fn arb_session(seid: u64) -> impl Strategy<Value = SessionRules> {
 /// A packet into one of the rig's inputs: G-PDUs over IPv4 (with or without a QFI) or
 /// IPv6 on the sessions' TEIDs and others, and packets to the sessions' UEs and others;
 /// inner packets of either family, TCP or UDP from the filters' addresses and ports or
-/// not, and a few that are truncated or not IP.
+/// not, from the session's UE addresses or another's, and a few that are truncated or
+/// not IP.
 fn arb_packet() -> impl Strategy<Value = (usize, Vec<u8>)> {
     let inner = (0u8..8, any::<bool>(), prop::sample::select(vec![53u16, 54]), prop::sample::select(vec![5000u16, 4000]), 0usize..200);
     (0usize..4, 1u64..=4, 0u32..3, prop::option::of(prop::sample::select(vec![5u8, 9])), inner).prop_map(
@@ -1022,7 +1072,11 @@ fn arb_packet() -> impl Strategy<Value = (usize, Vec<u8>)> {
             let dn4 = if kind == 1 { Ipv4Addr::new(198, 18, 9, 9) } else { DN };
             let (ue_a, ue_b) = (ue4(seid), ue6(seid));
             let to_ue = input >= 2;
+            // Kinds 2 and 5 from the UE send from another session's address.
+            let (spoofed_a, spoofed_b) = (ue4(seid % 4 + 1), ue6(seid % 4 + 1));
             let mut p = match (kind, to_ue) {
+                (2, false) => udp4(spoofed_a, dn4, ue_port, dn_port, len),
+                (5, false) => udp6(spoofed_b, dn6, ue_port, dn_port, len),
                 (0..=3, false) => udp4(ue_a, dn4, ue_port, dn_port, len),
                 (0..=3, true) => udp4(dn4, ue_a, dn_port, ue_port, len),
                 (4 | 5, false) => udp6(ue_b, dn6, ue_port, dn_port, len),

@@ -32,6 +32,9 @@ pub(crate) fn config_section(sessions: u32) -> String {
 }
 
 /// Session `i`'s UE: IPv4 for the first [`UE4_MAX`] (unless `inner6`), then IPv6.
+/// The inner source of the uplink scenario's G-PDUs.
+const UPLINK_INNER_SRC: Ipv4Addr = Ipv4Addr::new(198, 18, 128, 0);
+
 fn ue(i: u32, inner6: bool) -> IpAddr {
     if i < UE4_MAX && !inner6 {
         IpAddr::V4(Ipv4Addr::from(UE4_BASE + i))
@@ -92,6 +95,10 @@ pub(crate) fn session(i: u32, inner6: bool, rules: SessionRuleSet) -> SessionRul
     let mut up = pdr(1, 1);
     up.local_f_teid = Some(GtpuEndpoint { teid: i + 1, addr: IpAddr::V4(N3) });
     up.outer_header_removal = true;
+    // As an SMF's uplink PDI does, it names the UE's address, so every G-PDU's inner
+    // source is checked; the address the generator sends from (one for every session:
+    // it varies the TEID, not the inner source).
+    up.ue_ipv4 = Some(UPLINK_INNER_SRC);
     let mut down = pdr(2, 2);
     down.source = Interface::Core;
     down.ue_is_destination = true;
@@ -237,7 +244,7 @@ pub(crate) fn setup(
             src: IpAddr::V4(GNB),
             dst: IpAddr::V4(N3),
             ttl: 64,
-            l4: L4Spec::Gtpu { teid: 1, inner_src: "198.18.128.0".parse()?, inner_dst: "198.19.0.1".parse()?, checksum: false },
+            l4: L4Spec::Gtpu { teid: 1, inner_src: IpAddr::V4(UPLINK_INNER_SRC), inner_dst: "198.19.0.1".parse()?, checksum: false },
             frame_size: 14 + 20 + 16 + inner_size,
         }
     };
