@@ -433,11 +433,6 @@ fn prefetch_records(u: &UpfContext, slots: &[Option<u32>], uplink: bool) {
     let mut n = 0;
     for s in slots.iter().flatten() {
         let r = record(*s);
-        if uplink && r.check_ue {
-            if let Some(m) = t.uplink_ue.get(*s as usize) {
-                engine::prefetch::read(m);
-            }
-        }
         if r.action.is_none() {
             unresolved[n] = Some(*s);
             n += 1;
@@ -617,13 +612,9 @@ impl<Cx: HasUpf, O: OuterFamily> Node<Cx> for UpfUplink<O> {
                 Err(c) => return Verdict::Drop(c),
             };
             // A packet the record's PDR does not take for its UE address: the full match.
-            let ue_ok = || {
-                let m = tables.uplink_ue(slot);
-                m.admits(Inner::address(inner_bytes, v6, m.on_destination()))
-            };
-            if !rec.check_ue || ue_ok() {
+            if rec.carried.ue().is_none_or(|m| m.admits(Inner::address(inner_bytes, v6, m.on_destination()))) {
                 let ohc = match action {
-                    Action::Forward => rec.outer.as_ref(),
+                    Action::Forward => rec.carried.outer(),
                     Action::Buffer => return Verdict::Drop(UpfCounter::BufferedDropped),
                     Action::Stop(c) => return Verdict::Drop(c.into()),
                 };
@@ -822,7 +813,7 @@ impl<Cx: HasUpf, F: UeFamily> Node<Cx> for UpfDownlink<F> {
         if action == Action::Buffer || held.holds(slot) {
             return Verdict::Next(UpfNext::Buffer);
         }
-        let o = match (action, &rec.outer) {
+        let o = match (action, rec.carried.outer()) {
             (Action::Stop(c), _) => return Verdict::Drop(c.into()),
             (_, Some(o)) => o,
             // Resolved as `Stop::NoOuterHeader`.

@@ -135,11 +135,11 @@ pub struct Rule {
 /// when every match field of its PDI does): the inner packet's source (its destination
 /// when the IE's S/D bit says so) is the IPv4 address, or in the IPv6 /64 the UE was
 /// given (as the downlink finds UEs, [`ue6_key`]). So a UE cannot send from an address
-/// that is not its own. 16 bytes: four to a line of [`UpfTables::uplink_ue`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// that is not its own. 13 bytes of alignment 1, so that it fits in a [`Record`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct UeMatch {
-    v6_prefix: u64,
-    v4: u32,
+    v6_prefix: [u8; 8],
+    v4: [u8; 4],
     flags: u8,
 }
 
@@ -155,8 +155,8 @@ impl UeMatch {
         }
         let bit = |b: bool, v: u8| if b { v } else { 0 };
         Some(UeMatch {
-            v6_prefix: v6.as_ref().map_or(0, ue6_key),
-            v4: v4.map_or(0, u32::from),
+            v6_prefix: v6.as_ref().map_or(0, ue6_key).to_be_bytes(),
+            v4: v4.map_or([0; 4], |a| a.octets()),
             flags: bit(v4.is_some(), Self::V4) | bit(v6.is_some(), Self::V6) | bit(destination, Self::DESTINATION),
         })
     }
@@ -171,8 +171,8 @@ impl UeMatch {
     #[inline(always)]
     pub fn admits(&self, a: IpAddr) -> bool {
         match a {
-            IpAddr::V4(a) => self.flags & Self::V4 != 0 && u32::from(a) == self.v4,
-            IpAddr::V6(a) => self.flags & Self::V6 != 0 && ue6_key(&a) == self.v6_prefix,
+            IpAddr::V4(a) => self.flags & Self::V4 != 0 && a.octets() == self.v4,
+            IpAddr::V6(a) => self.flags & Self::V6 != 0 && ue6_key(&a).to_be_bytes() == self.v6_prefix,
         }
     }
 
@@ -183,9 +183,37 @@ impl UeMatch {
             v.push(Ipv4Addr::from(self.v4).to_string());
         }
         if self.flags & Self::V6 != 0 {
-            v.push(format!("{}/64", Ipv6Addr::from((self.v6_prefix as u128) << 64)));
+            v.push(format!("{}/64", Ipv6Addr::from((u64::from_be_bytes(self.v6_prefix) as u128) << 64)));
         }
         v
+    }
+}
+
+/// What a [`Record`] carries beside its action: the outer header its FORW creates, or,
+/// for an uplink PDR that names the UE's address, that address to check. An uplink PDR
+/// with both (re-encapsulating on N9) is left to the full match.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Carried {
+    Nothing,
+    Outer(OuterHeader),
+    Ue(UeMatch),
+}
+
+impl Carried {
+    #[inline(always)]
+    pub fn outer(&self) -> Option<&OuterHeader> {
+        match self {
+            Carried::Outer(o) => Some(o),
+            _ => None,
+        }
+    }
+
+    #[inline(always)]
+    pub fn ue(&self) -> Option<&UeMatch> {
+        match self {
+            Carried::Ue(m) => Some(m),
+            _ => None,
+        }
     }
 }
 
@@ -217,17 +245,15 @@ pub struct Session {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(C)]
 pub struct Record {
-    /// FORW with outer header creation (toward the gNB, or a peer UPF on N9).
-    pub outer: Option<OuterHeader>,
+    /// FORW with outer header creation (toward the gNB, or a peer UPF on N9), or the UE
+    /// address an uplink PDR matches (a packet without it goes through the full match).
+    pub carried: Carried,
     /// `None`: not resolvable ahead of the packet, the full PDR match decides.
     pub action: Option<Action>,
     /// Uplink: the PDR's outer header removal.
     pub remove_outer: bool,
     /// Uplink: the QFI the PDR asks of a G-PDU (another goes through the full match).
     pub qfi: Option<u8>,
-    /// Uplink: the PDR names UE addresses, kept in [`UpfTables::uplink_ue`] (the line has
-    /// no room for them); a packet that does not carry one goes through the full match.
-    pub check_ue: bool,
     pub usage: Option<UsageCellRef>,
     pub policer: Option<PolicerRef>,
 }
@@ -274,7 +300,7 @@ pub struct UsageCellRef {
 
 impl Record {
     pub const UNRESOLVED: Record =
-        Record { action: None, remove_outer: false, qfi: None, check_ue: false, outer: None, usage: None, policer: None };
+        Record { action: None, remove_outer: false, qfi: None, carried: Carried::Nothing, usage: None, policer: None };
 
     /// The record of one direction's rules (in precedence order); uplink, also the TEID it is for (the first rule's). The first rule decides when
     /// it matches every packet its key finds (and, uplink, carries the record's QFI);
@@ -310,12 +336,17 @@ impl Record {
             Forward::Forward(_) if q.is_some_and(|q| !q.open) => (Action::Stop(Stop::GateClosed), None),
             Forward::Forward(o) => (Action::Forward, o),
         };
+        let carried = match (outer, r.ue.filter(|_| uplink)) {
+            (Some(_), Some(_)) => return (Record::UNRESOLVED, None),
+            (Some(o), None) => Carried::Outer(o),
+            (None, Some(m)) => Carried::Ue(m),
+            (None, None) => Carried::Nothing,
+        };
         let record = Record {
             action: Some(action),
             remove_outer: uplink && r.remove_outer,
             qfi: if uplink { r.qfi } else { None },
-            check_ue: uplink && r.ue.is_some(),
-            outer,
+            carried,
             usage,
             policer,
         };
@@ -339,11 +370,6 @@ impl SessionRecords {
         let (downlink, _) = Record::resolve(&s.downlink, false);
         (SessionRecords { uplink, downlink }, teid)
     }
-
-    /// The UE addresses the uplink record checks ([`Record::check_ue`]), kept beside it.
-    pub fn uplink_ue(s: &Session) -> UeMatch {
-        s.uplink.first().and_then(|r| r.ue).unwrap_or_default()
-    }
 }
 
 /// Records per chunk: 128 of 128 bytes, the 16 KiB a TEID table chunk has, so that a
@@ -354,10 +380,6 @@ const RECORD_CHUNK_BITS: u32 = 7;
 /// [`Record`] is one line (new entries unresolved).
 pub type RecordArray = CowVec<SessionRecords, RECORD_CHUNK_BITS, engine::mem::SharedLines<SessionRecords>>;
 
-/// Each session's uplink record's UE addresses, by slot: 1024 of 16 bytes a chunk (the
-/// records' 16 KiB).
-pub type UplinkUeArray = CowVec<UeMatch, 10>;
-
 /// A version of the UPF tables.
 #[derive(Clone)]
 pub struct UpfTables {
@@ -365,8 +387,6 @@ pub struct UpfTables {
     pub sessions: CowVec<Option<Arc<Session>>>,
     /// Each session's records, by the session's slot.
     pub records: RecordArray,
-    /// What the uplink record's PDR asks of the inner packet's UE address, by slot.
-    pub uplink_ue: UplinkUeArray,
     /// Local TEID → session slot; the aux word is 1 for the TEID the session's uplink
     /// record is for.
     pub by_teid: TeidTable,
@@ -385,7 +405,6 @@ impl Default for UpfTables {
             generation: 0,
             sessions: CowVec::new(0, None),
             records: RecordArray::new(0, SessionRecords::UNRESOLVED),
-            uplink_ue: UplinkUeArray::default(),
             by_teid: TeidTable::default(),
             by_ue4: TeidTable::default(),
             by_ue6: TeidTable::default(),
@@ -422,19 +441,12 @@ impl UpfTables {
         self.records.get(slot as usize).unwrap_or(&SessionRecords::UNRESOLVED)
     }
 
-    /// The UE addresses a session's uplink record checks (none for a free slot).
-    #[inline(always)]
-    pub fn uplink_ue(&self, slot: u32) -> UeMatch {
-        self.uplink_ue.get(slot as usize).copied().unwrap_or_default()
-    }
-
     pub fn memory_bytes(&self) -> usize {
         self.by_teid.memory_bytes()
             + self.by_ue4.memory_bytes()
             + self.by_ue6.memory_bytes()
             + self.sessions.memory_bytes()
             + self.records.memory_bytes()
-            + self.uplink_ue.memory_bytes()
     }
 }
 
@@ -611,7 +623,6 @@ impl UpfState {
                     let s = self.tables.sessions.len() as u32;
                     self.tables.sessions.resize(s as usize + 1);
                     self.tables.records.resize(s as usize + 1);
-                    self.tables.uplink_ue.resize(s as usize + 1);
                     s
                 }
                 None => return Err(InstallError::Full(self.max_sessions)),
@@ -619,7 +630,6 @@ impl UpfState {
         };
         session.slot = slot;
         let (records, record_teid) = SessionRecords::of(&session);
-        let uplink_ue = SessionRecords::uplink_ue(&session);
         for &t in &keys.teids {
             self.tables.by_teid.insert_entry(t as u64, slot, u32::from(Some(t) == record_teid));
         }
@@ -635,9 +645,6 @@ impl UpfState {
         }
         if let Some(r) = self.tables.records.get_mut(slot as usize) {
             *r = records;
-        }
-        if let Some(u) = self.tables.uplink_ue.get_mut(slot as usize) {
-            *u = uplink_ue;
         }
         self.slot_of.insert(seid, (slot, keys));
         Ok(slot)
@@ -695,9 +702,6 @@ impl UpfState {
         }
         if let Some(r) = self.tables.records.get_mut(slot as usize) {
             *r = SessionRecords::UNRESOLVED;
-        }
-        if let Some(u) = self.tables.uplink_ue.get_mut(slot as usize) {
-            *u = UeMatch::default();
         }
         self.free.push(slot);
         true

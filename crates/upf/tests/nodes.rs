@@ -989,7 +989,8 @@ fn arb_session(seid: u64) -> impl Strategy<Value = SessionRules> {
     let ids = || prop::collection::vec(1u32..=2, 0..=2);
     let sdf = || prop::collection::vec(0usize..SDF.len(), 0..=2);
     let far_id = || prop::option::weighted(0.95, 1u32..=4);
-    let up = ((0u32..4, 0u32..3, prop::option::of(prop::sample::select(vec![5u8, 9])), sdf()), any::<bool>(), far_id(), ids(), ids(), 0u8..4);
+    let up =
+        ((0u32..4, 0u32..3, prop::option::of(prop::sample::select(vec![5u8, 9])), sdf()), any::<bool>(), far_id(), ids(), ids(), 0u8..4);
     let down = (0u32..4, 0u8..3, sdf(), far_id(), ids(), ids());
     let fars = (0u8..8, any::<bool>(), 1u32..0x1000);
     let mbr = || prop::sample::select(vec![None, Some(0u64), Some(10_000_000)]);
@@ -1079,7 +1080,7 @@ fn arb_packet() -> impl Strategy<Value = (usize, Vec<u8>)> {
                 (5, false) => udp6(spoofed_b, dn6, ue_port, dn_port, len),
                 (0..=3, false) => udp4(ue_a, dn4, ue_port, dn_port, len),
                 (0..=3, true) => udp4(dn4, ue_a, dn_port, ue_port, len),
-                (4 | 5, false) => udp6(ue_b, dn6, ue_port, dn_port, len),
+                (4, false) => udp6(ue_b, dn6, ue_port, dn_port, len),
                 (4 | 5, true) => udp6(dn6, ue_b, dn_port, ue_port, len),
                 (6, _) => vec![0x45, 0, 0],
                 _ => vec![0x50; 24],
@@ -1162,9 +1163,10 @@ fn plain_sessions_resolve_and_filtered_ones_do_not() {
     let slot = rig.state.slot(1).unwrap();
     let t = rig.shared.load_full();
     let (up, down) = (t.records(slot).uplink, t.records(slot).downlink);
-    assert_eq!((up.action, up.qfi, up.remove_outer, up.outer), (Some(Action::Forward), Some(9), true, None));
+    assert_eq!((up.action, up.qfi, up.remove_outer, up.carried.outer()), (Some(Action::Forward), Some(9), true, None));
+    assert_eq!(up.carried.ue().map(|m| m.addresses()), Some(vec![UE.to_string()]), "the uplink PDR names the UE's address");
     assert_eq!(down.action, Some(Action::Forward));
-    assert_eq!(down.outer.map(|o| (o.teid(), o.peer, o.qfi())), Some((0x200, IpAddr::V4(GNB), Some(9))));
+    assert_eq!(down.carried.outer().map(|o| (o.teid(), o.peer, o.qfi())), Some((0x200, IpAddr::V4(GNB), Some(9))));
     assert!(up.usage.is_some() && up.policer.is_none(), "one URR; a QER without an MBR does not police");
     assert_eq!(t.by_teid.get_entry(0x100), Some((slot, 1)), "the uplink record is TEID 0x100's");
     let mut r = session(1);
@@ -1178,4 +1180,14 @@ fn plain_sessions_resolve_and_filtered_ones_do_not() {
     r.pdrs.get_mut(&2).unwrap().sdf_filters = vec![SDF[0].as_bytes().to_vec()];
     rig.install(&r);
     assert_eq!(rig.shared.load_full().records(slot).downlink.action, None, "an SDF filter: the full match");
+    // An uplink PDR that names the UE and re-encapsulates toward a peer UPF: the line has
+    // room for one of the two, so the full match.
+    let mut r = session(1);
+    r.fars.get_mut(&1).unwrap().outer_header = Some(GtpuEndpoint { teid: 0x300, addr: IpAddr::V4(GNB) });
+    rig.install(&r);
+    assert_eq!(rig.shared.load_full().records(slot).uplink.action, None, "UE address and outer header: the full match");
+    r.pdrs.get_mut(&1).unwrap().ue_ipv4 = None;
+    rig.install(&r);
+    let up = rig.shared.load_full().records(slot).uplink;
+    assert_eq!((up.action, up.carried.outer().map(|o| o.teid())), (Some(Action::Forward), Some(0x300)));
 }
