@@ -196,6 +196,48 @@ def test_two_workers_share_the_load_and_keep_every_flow_intact(lab, vecgate, tmp
     assert code == 0
 
 
+# argv[1]: the destination MAC; 64 UDP flows (source ports 20000-20063) from a source
+# with no route back (198.18.9.9) to host B.
+SEND_FLOWS = """
+import sys
+from scapy.all import Ether, IP, UDP, Raw, sendp
+sendp([Ether(dst=sys.argv[1]) / IP(src="198.18.9.9", dst="198.18.1.2") / UDP(sport=20000 + k, dport=7000) / Raw(b"drop")
+       for k in range(64)], iface="a0", verbose=False)
+"""
+
+
+def test_two_workers_capture_their_drops_into_one_file(lab, vecgate, tmp_path):
+    """workers = 2 (af_packet fanout): `pcap trace drop` takes what both workers drop
+    into one pcapng file. Host A sends 64 flows from a source with no route back through
+    a link with loose uRPF: both workers receive some, each datagram is dropped
+    (`ip4-source-check: no-route`) and is in the one file, as tshark reads it."""
+    a, g, b = topology(lab)
+    config = router_config(None).replace('host_if = "a1"\n', 'host_if = "a1"\nurpf = "loose"\n', 1)
+    gw = Vecgate(lab, vecgate, g, "[dataplane]\nworkers = 2\n" + config, tmp_path, split_dataplane=True)
+    warm_up(lab, a)
+    f = tmp_path / "drops.pcapng"
+    out = gw.ctl("pcap", "trace", "drop", str(f), "1000", "node", "ip4-source-check", json_out=False)
+    assert f"into {f}" in out and "per worker" not in out, out
+    before = dict(gw.ctl("show", "runtime")["data"]["worker_rx"])
+    lab.run(a, "python3", "-c", SEND_FLOWS, "02:00:00:00:00:0a")
+    for _ in range(100):
+        if gw.errors().get(("ip4-source-check", "no-route"), 0) >= 64:
+            break
+        time.sleep(0.1)
+    assert gw.errors().get(("ip4-source-check", "no-route"), 0) == 64, gw.errors()
+    after = dict(gw.ctl("show", "runtime")["data"]["worker_rx"])
+    assert all(after[w] > before.get(w, 0) for w in (0, 1)), (before, after)
+    gw.ctl("pcap", "trace", "drop", "off", json_out=False)  # the file closed whole
+    t = subprocess.run(["tshark", "-r", str(f), "-T", "fields", "-E", "separator=|", "-e", "frame.comment", "-e", "udp.srcport"],
+                       capture_output=True, text=True, timeout=30)
+    recs = [l.split("|") for l in t.stdout.splitlines() if l.strip()]
+    assert {c for c, _ in recs} == {"ip4-source-check: no-route, received on a"}, recs[:3]
+    assert sorted(int(p) for _, p in recs) == list(range(20000, 20064)), recs
+    assert not list(tmp_path.glob("drops.pcapng.*")), "one file, not one per worker"
+    code, _, _ = gw.stop()
+    assert code == 0
+
+
 def test_route_churn_under_live_traffic_loses_nothing(lab, vecgate, tmp_path):
     """While UDP flows between the hosts, the control plane adds and deletes routes
     (each change recompiles and publishes the FIB to the worker): every datagram and

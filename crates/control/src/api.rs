@@ -167,24 +167,23 @@ pub enum Request {
     },
     /// SAs without their keys.
     ShowIpsecSa {},
-    /// Capture an interface's received and sent frames to a pcap file (one file per
-    /// worker, `<file>.w<N>`, when there are several).
+    /// Capture an interface's received and sent frames to a pcap file (one file, what
+    /// every worker receives and sends there).
     PcapTrace {
         interface: String,
         file: String,
-        /// Frames per worker before the capture stops (default 10000).
+        /// Frames before the capture stops (default 10000), from all workers.
         #[serde(default)]
         count: Option<u64>,
     },
     PcapTraceOff {
         interface: String,
     },
-    /// Capture dropped packets, each with its reason, to a pcapng file (one file per
-    /// worker, `<file>.w<N>`, when there are several): all drops, or one node's, or those
-    /// under one counter name.
+    /// Capture dropped packets, each with its reason, to a pcapng file (one file, what
+    /// every worker drops): all drops, or one node's, or those under one counter name.
     PcapTraceDrop {
         file: String,
-        /// Packets per worker before the capture stops (default 10000).
+        /// Packets before the capture stops (default 10000), from all workers.
         #[serde(default)]
         count: Option<u64>,
         #[serde(default)]
@@ -257,16 +256,6 @@ fn log_request(req: &Request, reply: &Reply) {
             let result = reply.text.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join("; ");
             tracing::info!(op = %op, result = %result, "applied")
         }
-    }
-}
-
-/// Worker `k`'s file of a capture into `file` (`pcap trace`, `pcap trace drop`): the name
-/// itself with one worker, `<file>.w<k>` with `n` > 1.
-fn capture_path(file: &str, k: usize, n: usize) -> String {
-    if n > 1 {
-        format!("{file}.w{k}")
-    } else {
-        file.to_string()
     }
 }
 
@@ -375,13 +364,13 @@ impl Control {
                 if !self.interfaces.iter().any(|i| &i.name == interface) {
                     return Err(format!("no interface {interface:?}"));
                 }
-                let n = self.workers.len();
                 let count = count.unwrap_or(10_000);
-                for (k, w) in self.workers.iter().enumerate() {
-                    let path = capture_path(file, k, n);
-                    let sink = io::pcap::PcapCapture::create(std::path::Path::new(&path), count).map_err(|e| e.to_string())?;
+                // One file, its records from every worker (each has its share of the
+                // interface's queues, or hands frames to the one that sends).
+                let sink = io::pcap::PcapCapture::create(std::path::Path::new(file), count).map_err(|e| e.to_string())?;
+                for w in &self.workers {
                     let (tx, rx) = crossbeam_channel::bounded(1);
-                    w.send(WorkerCmd::Capture { interface: interface.clone(), sink: Some(Box::new(sink)), reply: tx })
+                    w.send(WorkerCmd::Capture { interface: interface.clone(), sink: Some(Box::new(sink.clone())), reply: tx })
                         .map_err(|_| "worker has stopped".to_string())?;
                     rx.recv_timeout(WORKER_TIMEOUT).map_err(|_| "worker did not answer".to_string())??;
                 }
@@ -397,7 +386,6 @@ impl Control {
                 Reply::ok(serde_json::Value::Null, format!("capture of {interface} stopped"))
             }
             Request::PcapTraceDrop { file, count, node, error } => {
-                let n = self.workers.len();
                 let count = count.unwrap_or(10_000);
                 if count == 0 {
                     return Err("pcap trace drop: count: expected at least 1 packet".into());
@@ -408,24 +396,21 @@ impl Control {
                 filter
                     .check(snap.nodes.iter().map(|n| n.name.as_str()), snap.counters.iter().map(|c| (c.node.as_str(), c.counter)))
                     .map_err(|e| format!("pcap trace drop: {e}"))?;
-                let paths: Vec<String> = (0..n).map(|k| capture_path(file, k, n)).collect();
-                for (w, path) in self.workers.iter().zip(&paths) {
-                    let started =
-                        io::pcap::DropCapture::create(std::path::Path::new(path), count).map_err(|e| e.to_string()).and_then(|sink| {
-                            let (tx, rx) = crossbeam_channel::bounded(1);
-                            w.send(WorkerCmd::CaptureDrops { sink: Some(Box::new(sink)), filter: filter.clone(), reply: tx })
-                                .map_err(|_| "worker has stopped".to_string())?;
-                            rx.recv_timeout(WORKER_TIMEOUT).map_err(|_| "worker did not answer".to_string())?
-                        });
+                // One file, its records from every worker.
+                let sink = io::pcap::DropCapture::create(std::path::Path::new(file), count).map_err(|e| format!("pcap trace drop: {e}"))?;
+                for w in &self.workers {
+                    let (tx, rx) = crossbeam_channel::bounded(1);
+                    let started = w
+                        .send(WorkerCmd::CaptureDrops { sink: Some(Box::new(sink.clone())), filter: filter.clone(), reply: tx })
+                        .map_err(|_| "worker has stopped".to_string())
+                        .and_then(|()| rx.recv_timeout(WORKER_TIMEOUT).map_err(|_| "worker did not answer".to_string())?);
                     if let Err(e) = started {
                         // All workers or none: the ones started stop, and no file is left.
                         for w in &self.workers {
                             let (tx, _rx) = crossbeam_channel::bounded(1);
                             let _ = w.send(WorkerCmd::CaptureDrops { sink: None, filter: engine::DropFilter::default(), reply: tx });
                         }
-                        for p in &paths {
-                            let _ = std::fs::remove_file(p);
-                        }
+                        let _ = std::fs::remove_file(file);
                         return Err(format!("pcap trace drop: {e}"));
                     }
                 }
@@ -435,8 +420,7 @@ impl Control {
                     (None, Some(e)) => format!("packets dropped as {e}"),
                     (Some(n), Some(e)) => format!("packets dropped by {n} as {e}"),
                 };
-                let per = if n > 1 { " per worker" } else { "" };
-                Reply::ok(serde_json::Value::Null, format!("capturing up to {count} {which}{per} into {file}"))
+                Reply::ok(serde_json::Value::Null, format!("capturing up to {count} {which} into {file}"))
             }
             Request::PcapTraceDropOff {} => {
                 let mut running = false;
