@@ -105,6 +105,34 @@ def test_the_first_packet_to_an_unknown_neighbour_arrives(lab, vecgate, tmp_path
     assert code == 0
 
 
+def test_show_neighbours_lists_the_ones_being_solicited_with_their_held_packets(lab, vecgate, tmp_path):
+    """Two datagrams from A to an address on B's link that nobody answers for: `show
+    neighbours` lists it as incomplete (no MAC yet) with the two packets `ip-glean` holds
+    and how long they have waited, beside A and B, learned. When the hold times out (3 s)
+    the row is gone and both packets are dropped by name."""
+    a, g, b = topology(lab)
+    gw = Vecgate(lab, vecgate, g, router_config(None), tmp_path)
+    warm_up(lab, a)
+    send = "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); [s.sendto(b'x', ('198.18.1.77', 9)) for _ in range(2)]"
+    lab.run(a, "python3", "-c", send)
+    rows = {r["ip"]: r for r in gw.ctl("show", "neighbours")["data"]}
+    ghost = rows.get("198.18.1.77")
+    assert ghost and (ghost["incomplete"], ghost["mac"], ghost["interface"], ghost["held"]) == (True, "", "b", 2), rows
+    assert 0 <= ghost["waiting_ms"] < 3000, ghost
+    assert all(not rows[ip]["incomplete"] and rows[ip]["mac"] for ip in ("198.18.0.2", "198.18.1.2")), rows
+    assert "incomplete, 2 packets held" in gw.ctl("show", "neighbours", json_out=False)
+    # Nothing else reaches ip-glean: the gateway's periodic look at the hold drops them.
+    expired = lambda e: e.get(("ip-glean", "hold-expired"), 0) + e.get(("ip-glean-release", "hold-expired"), 0)
+    for _ in range(60):
+        if expired(gw.errors()) >= 2:
+            break
+        time.sleep(0.1)
+    assert expired(gw.errors()) == 2, gw.errors()
+    assert "198.18.1.77" not in {r["ip"] for r in gw.ctl("show", "neighbours")["data"]}
+    code, _, _ = gw.stop()
+    assert code == 0
+
+
 def test_link_down_and_interface_deleted_are_survived(lab, vecgate, tmp_path):
     a, g, b = topology(lab)
     gw = Vecgate(lab, vecgate, g, router_config(None), tmp_path)

@@ -232,22 +232,53 @@ pub fn fib(rows: &[ip::state::FibEntry], generation: u64) -> String {
 #[derive(Debug, Clone, Serialize)]
 pub struct NeighbourRow {
     pub ip: String,
+    /// Empty while incomplete.
     pub mac: String,
     pub interface: String,
     #[serde(rename = "static")]
     pub is_static: bool,
+    /// Being solicited, with packets held for it (`ip-glean`): none has answered yet.
+    pub incomplete: bool,
+    /// Packets held for it, all workers together, and how long the oldest has waited.
+    pub held: usize,
+    pub waiting_ms: Option<u64>,
 }
 
-pub fn neighbour_rows(state: &RouterState) -> Vec<NeighbourRow> {
+/// The known neighbours, and those the workers are soliciting with packets held
+/// (`waiting`: each worker's [`ip::hold::Waiting`], with the oldest's age in ms).
+pub fn neighbour_rows(state: &RouterState, waiting: &[(ip::hold::Waiting, u64)]) -> Vec<NeighbourRow> {
+    let if_name = |i: engine::IfIndex| state.interfaces().get(i.get()).map_or("?".into(), |i| i.name.clone());
     let mut v: Vec<NeighbourRow> = state
         .neighbours()
         .map(|(ip, n)| NeighbourRow {
             ip: ip.to_string(),
             mac: n.mac.to_string(),
-            interface: state.interfaces().get(n.if_index.get()).map_or("?".into(), |i| i.name.clone()),
+            interface: if_name(n.if_index),
             is_static: n.is_static,
+            incomplete: false,
+            held: 0,
+            waiting_ms: None,
         })
         .collect();
+    for (w, age_ms) in waiting {
+        let (ip, interface) = (w.target.to_string(), if_name(w.if_index));
+        // Several workers may wait for one neighbour; one known by now is not incomplete.
+        match v.iter_mut().find(|r| r.ip == ip && r.interface == interface) {
+            Some(r) => {
+                r.held += w.packets;
+                r.waiting_ms = r.waiting_ms.max(Some(*age_ms));
+            }
+            None => v.push(NeighbourRow {
+                ip,
+                mac: String::new(),
+                interface,
+                is_static: false,
+                incomplete: true,
+                held: w.packets,
+                waiting_ms: Some(*age_ms),
+            }),
+        }
+    }
     v.sort_by(|a, b| a.ip.cmp(&b.ip));
     v
 }
@@ -256,7 +287,17 @@ pub fn neighbours(rows: &[NeighbourRow]) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "{:<40} {:<18} {:<10} Type", "Address", "MAC", "Interface");
     for r in rows {
-        let _ = writeln!(o, "{:<40} {:<18} {:<10} {}", r.ip, r.mac, r.interface, if r.is_static { "static" } else { "learned" });
+        let kind = match (r.incomplete, r.is_static) {
+            (true, _) => "incomplete",
+            (false, true) => "static",
+            (false, false) => "learned",
+        };
+        let held = match r.waiting_ms {
+            Some(ms) if r.held > 0 => format!(", {} packets held, the oldest {ms} ms", r.held),
+            _ => String::new(),
+        };
+        let mac = if r.mac.is_empty() { "-" } else { &r.mac };
+        let _ = writeln!(o, "{:<40} {:<18} {:<10} {kind}{held}", r.ip, mac, r.interface);
     }
     o
 }

@@ -34,6 +34,15 @@ pub struct Held<B = BufIdx> {
     pub since: u64,
 }
 
+/// A neighbour packets wait for: how many, and since when the oldest (ticks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Waiting {
+    pub if_index: IfIndex,
+    pub target: IpAddr,
+    pub packets: usize,
+    pub since: u64,
+}
+
 /// Why a packet was not held.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NotHeld {
@@ -117,6 +126,19 @@ impl<B: Copy> NeighbourHold<B> {
         debug_assert!(out[before..].windows(2).all(|w| w[0].since <= w[1].since));
     }
 
+    /// The neighbours packets wait for (`show neighbours`' incomplete ones): each with how
+    /// many packets wait and since when the oldest, in the order they were first held.
+    pub fn waiting(&self) -> Vec<Waiting> {
+        let mut v: Vec<Waiting> = Vec::new();
+        for h in &self.held {
+            match v.iter_mut().find(|w| w.if_index == h.if_index && w.target == h.target) {
+                Some(w) => w.packets += 1,
+                None => v.push(Waiting { if_index: h.if_index, target: h.target, packets: 1, since: h.since }),
+            }
+        }
+        v
+    }
+
     /// Take every held packet into `out`, oldest first (the run is ending).
     pub fn take_all(&mut self, out: &mut Vec<Held<B>>) {
         out.extend(self.held.drain(..));
@@ -151,6 +173,8 @@ mod tests {
         assert_eq!(h.hold(ifx(2), A, Buf(4), 3), Ok(true));
         assert_eq!(h.hold(ifx(1), B, Buf(5), 3), Ok(true));
         assert_eq!(h.len(), 5);
+        let w = |i, target, packets, since| Waiting { if_index: ifx(i), target, packets, since };
+        assert_eq!(h.waiting(), [w(1, A, 3, 0), w(2, A, 1, 3), w(1, B, 1, 3)], "per neighbour, its oldest packet's time");
         let mut big = NeighbourHold::<Buf>::new(HOLD_MAX + 1, 100);
         for i in 0..HOLD_MAX as u32 {
             assert!(big.hold(ifx(1), A, Buf(i), 0).is_ok());

@@ -113,6 +113,7 @@ pub fn run(
     );
     let start = Instant::now();
     let mut next_print = start + Duration::from_secs_f64(interval.max(0.05));
+    let mut next_hold_look = start + HOLD_LOOK;
     let tty = std::io::stdout().is_terminal();
     // The previous live view's snapshot, for rates over the interval.
     let mut live_prev: Option<(Instant, engine::stats::Snapshot)> = None;
@@ -141,6 +142,12 @@ pub fn run(
         }
         control.process_events();
         control.pfcp_tick();
+        if Instant::now() >= next_hold_look {
+            // Held packets time out (3 s) even when nothing else reaches `ip-glean`, so
+            // their buffers come back and `show neighbours` does not list stale ones.
+            next_hold_look += HOLD_LOOK;
+            control.release_held();
+        }
         if interval > 0.0 && Instant::now() >= next_print {
             next_print += Duration::from_secs_f64(interval);
             if let Ok(s) = control.snapshot() {
@@ -181,6 +188,9 @@ pub fn run(
     }
     Ok(())
 }
+
+/// How often the workers look at the packets they hold for unresolved next hops.
+const HOLD_LOOK: Duration = Duration::from_millis(500);
 
 /// `vecgate ctl`: exit 0 when the gateway did it, 1 when the request could not be made
 /// (a bad command, no gateway to ask), 2 when the gateway refused it. Every error goes
