@@ -293,11 +293,47 @@ pub fn neighbours(rows: &[NeighbourRow]) -> String {
             (false, false) => "learned",
         };
         let held = match r.waiting_ms {
-            Some(ms) if r.held > 0 => format!(", {} packets held, the oldest {ms} ms", r.held),
+            Some(ms) if r.held > 0 => format!(", {} packet{} held, the oldest {ms} ms", r.held, if r.held == 1 { "" } else { "s" }),
             _ => String::new(),
         };
         let mac = if r.mac.is_empty() { "-" } else { &r.mac };
         let _ = writeln!(o, "{:<40} {:<18} {:<10} {kind}{held}", r.ip, mac, r.interface);
     }
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ip::hold::Waiting;
+    use ip::{IfAddr, InterfaceSpec};
+
+    /// Two workers soliciting the same next hop make one incomplete row with both
+    /// workers' packets and the older wait; a next hop learned meanwhile is not incomplete
+    /// (its packets are on their way), but shows what still waits.
+    #[test]
+    fn incomplete_neighbours_merge_the_workers_waits() {
+        let spec = |name: &str, mac: &str, a: &str| InterfaceSpec {
+            name: name.into(),
+            mac: mac.parse().unwrap(),
+            mtu: 1500,
+            addresses: vec![a.parse::<IfAddr>().unwrap()],
+        };
+        let mut state =
+            RouterState::new(vec![spec("a", "02:00:00:00:00:0a", "198.18.0.1/24"), spec("b", "02:00:00:00:00:0b", "198.18.1.1/24")])
+                .unwrap();
+        let (ghost, known): (std::net::IpAddr, std::net::IpAddr) = ("198.18.1.77".parse().unwrap(), "198.18.1.2".parse().unwrap());
+        state.set_neighbour(engine::IfIndex(1), known, "02:00:00:00:01:02".parse().unwrap(), false);
+        let w = |target, packets| Waiting { if_index: engine::IfIndex(1), target, packets, since: 0 };
+        let rows = neighbour_rows(&state, &[(w(ghost, 2), 40), (w(ghost, 1), 900), (w(known, 1), 5)]);
+        let row = |ip: &str| rows.iter().find(|r| r.ip == ip).unwrap();
+        assert_eq!(rows.len(), 2);
+        let g = row("198.18.1.77");
+        assert_eq!((g.incomplete, g.mac.as_str(), g.interface.as_str(), g.held, g.waiting_ms), (true, "", "b", 3, Some(900)));
+        let k = row("198.18.1.2");
+        assert_eq!((k.incomplete, k.held, k.waiting_ms), (false, 1, Some(5)));
+        let text = neighbours(&rows);
+        assert!(text.contains("incomplete, 3 packets held, the oldest 900 ms"), "{text}");
+        assert!(text.contains("learned, 1 packet held"), "{text}");
+    }
 }

@@ -230,10 +230,11 @@ pub struct Session {
 
 /// The session-resolved record: what a packet found by a key of one direction (an uplink
 /// TEID, a UE address) needs when its session's first PDR for that direction matches
-/// every such packet — no SDF filter, no QFI to compare beyond the one kept here, at most
-/// one QER and one URR — in one cache line beside its session's other direction: the
-/// FAR's action with the QERs' gate and the URRs' quota already applied, the QER bucket
-/// with this worker's share of the MBR, the URR cell, and the precomputed outer header.
+/// every such packet — no SDF filter, no QFI or UE address to compare beyond the one kept
+/// here, at most one QER and one URR — in one cache line beside its session's other
+/// direction: the FAR's action with the QERs' gate and the URRs' quota already applied,
+/// the QER bucket with this worker's share of the MBR, the URR cell, and the precomputed
+/// outer header or the UE address ([`Carried`]).
 /// A node reads the lookup table's slot, this line, and the bucket and cell, where the
 /// full match follows the session pointer, the session, its rules and their QER and URR
 /// slices first. Any other session (`action: None`) goes through the full match, and
@@ -336,7 +337,7 @@ impl Record {
             Forward::Forward(_) if q.is_some_and(|q| !q.open) => (Action::Stop(Stop::GateClosed), None),
             Forward::Forward(o) => (Action::Forward, o),
         };
-        let carried = match (outer, r.ue.filter(|_| uplink)) {
+        let carried = match (outer, r.ue) {
             (Some(_), Some(_)) => return (Record::UNRESOLVED, None),
             (Some(o), None) => Carried::Outer(o),
             (None, Some(m)) => Carried::Ue(m),
