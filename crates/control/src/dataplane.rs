@@ -192,6 +192,8 @@ pub struct Control {
     /// leaves its flow-cache counters.
     pub spd: SpdState,
     pub spd_gauges: Vec<Arc<spd::context::FlowCacheGauges>>,
+    /// Per worker: how many packets its `ip-glean` holds ([`ip::hold::NeighbourHold::gauge`]).
+    pub hold_gauges: Vec<Arc<std::sync::atomic::AtomicUsize>>,
     /// The configuration as last applied (at start-up or by `reload`): what a reload
     /// compares against to know which objects the file owns.
     pub applied: Config,
@@ -268,6 +270,17 @@ impl Control {
     pub fn release_held(&self) {
         for w in &self.workers {
             let _ = w.send(WorkerCmd::Inject { input: ip::nodes::glean::GLEAN_INPUT.to_string(), frames: vec![vec![1]] });
+        }
+    }
+
+    /// The workers that hold packets look at them (as [`Control::release_held`]), so that
+    /// what waited too long is dropped while no packet reaches `ip-glean`; the others
+    /// are left alone.
+    pub fn look_at_held(&self) {
+        for (w, held) in self.workers.iter().zip(&self.hold_gauges) {
+            if held.load(std::sync::atomic::Ordering::Relaxed) > 0 {
+                let _ = w.send(WorkerCmd::Inject { input: ip::nodes::glean::GLEAN_INPUT.to_string(), frames: vec![vec![1]] });
+            }
         }
     }
 }
@@ -891,6 +904,7 @@ fn build(
     let (uev_tx, uev_rx) = crossbeam_channel::bounded(1024);
     let ipsec_shared = Arc::new(ArcSwap::from_pointee(ipsec.build()));
     let mut spd_gauges = Vec::new();
+    let mut hold_gauges = Vec::new();
     let mut workers = Vec::with_capacity(per_worker.len());
     for (k, (devices, lanes)) in per_worker.into_iter().zip(lanes).enumerate() {
         let spd_cx = SpdContext::new(spd_state.shared(), cfg.spd.cache_size()).map_err(|e| cfg.err("spd.flow_cache", e.to_string()))?;
@@ -899,8 +913,10 @@ fn build(
         gtpu.counters.watch(gtpu_cx.counters.shared());
         let udptun_cx = UdpTunContext::new(udptun_shared.clone(), Some(uev_tx.clone()));
         udp.counters.watch(udptun_cx.counters.shared());
+        let ip_cx = IpContext::new(shared.clone(), Some(ev_tx.clone()), limits);
+        hold_gauges.push(ip_cx.hold.gauge());
         let cx = WorkerContext {
-            ip: IpContext::new(shared.clone(), Some(ev_tx.clone()), limits),
+            ip: ip_cx,
             gtpu: gtpu_cx,
             udptun: udptun_cx,
             parcel: ParcelContext {
@@ -947,6 +963,7 @@ fn build(
         lb,
         spd: spd_state,
         spd_gauges,
+        hold_gauges,
         applied: cfg.clone(),
         config_path: None,
         lanes_to: Vec::new(),

@@ -11,6 +11,8 @@
 use engine::{BufIdx, IfIndex};
 use std::collections::VecDeque;
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 /// Packets a worker holds at most, over all its neighbours: a bound on the buffers a
 /// flood toward unanswered addresses can tie up.
@@ -64,12 +66,25 @@ pub struct NeighbourHold<B = BufIdx> {
     /// The tables generation the held packets were last checked against
     /// ([`NeighbourHold::tables_changed`]).
     checked: u64,
+    /// How many packets are held, for the control plane ([`NeighbourHold::gauge`]).
+    gauge: Arc<AtomicUsize>,
 }
 
 impl<B: Copy> NeighbourHold<B> {
     /// Up to `per_neighbour` packets per neighbour (0: none held), each for `timeout` ticks.
     pub fn new(per_neighbour: usize, timeout: u64) -> Self {
-        NeighbourHold { held: VecDeque::new(), per_neighbour, timeout, checked: 0 }
+        NeighbourHold { held: VecDeque::new(), per_neighbour, timeout, checked: 0, gauge: Arc::default() }
+    }
+
+    /// The number of packets held, as the worker last changed it: the control plane
+    /// reads it to know whether the worker's hold needs a look (expiry) while no packet
+    /// reaches `ip-glean`.
+    pub fn gauge(&self) -> Arc<AtomicUsize> {
+        Arc::clone(&self.gauge)
+    }
+
+    fn changed(&self) {
+        self.gauge.store(self.held.len(), Ordering::Relaxed);
     }
 
     /// Whether the tables `generation` differs from the one this was last asked about (and
@@ -101,6 +116,7 @@ impl<B: Copy> NeighbourHold<B> {
             return Err(NotHeld::Full);
         }
         self.held.push_back(Held { if_index, target, buf, since: now });
+        self.changed();
         Ok(waiting == 0)
     }
 
@@ -110,6 +126,7 @@ impl<B: Copy> NeighbourHold<B> {
             out.push(*h);
             self.held.pop_front();
         }
+        self.changed();
     }
 
     /// Take the packets `resolved` says can go now into `out`, in the order they came;
@@ -124,6 +141,7 @@ impl<B: Copy> NeighbourHold<B> {
             !go
         });
         debug_assert!(out[before..].windows(2).all(|w| w[0].since <= w[1].since));
+        self.changed();
     }
 
     /// The neighbours packets wait for (`show neighbours`' incomplete ones): each with how
@@ -142,6 +160,7 @@ impl<B: Copy> NeighbourHold<B> {
     /// Take every held packet into `out`, oldest first (the run is ending).
     pub fn take_all(&mut self, out: &mut Vec<Held<B>>) {
         out.extend(self.held.drain(..));
+        self.changed();
     }
 }
 
@@ -173,6 +192,7 @@ mod tests {
         assert_eq!(h.hold(ifx(2), A, Buf(4), 3), Ok(true));
         assert_eq!(h.hold(ifx(1), B, Buf(5), 3), Ok(true));
         assert_eq!(h.len(), 5);
+        assert_eq!(h.gauge().load(Ordering::Relaxed), 5, "the control plane's view follows");
         let w = |i, target, packets, since| Waiting { if_index: ifx(i), target, packets, since };
         assert_eq!(h.waiting(), [w(1, A, 3, 0), w(2, A, 1, 3), w(1, B, 1, 3)], "per neighbour, its oldest packet's time");
         let mut big = NeighbourHold::<Buf>::new(HOLD_MAX + 1, 100);
@@ -210,8 +230,10 @@ mod tests {
         h.expire(130, &mut out);
         assert_eq!(out.iter().map(|w| w.buf).collect::<Vec<_>>(), [Buf(1), Buf(3)]);
         out.clear();
+        assert_eq!(h.gauge().load(Ordering::Relaxed), 1);
         h.take_all(&mut out);
         assert_eq!(out.iter().map(|w| (w.target, w.buf)).collect::<Vec<_>>(), [(A, Buf(9))]);
         assert!(h.is_empty());
+        assert_eq!(h.gauge().load(Ordering::Relaxed), 0);
     }
 }

@@ -146,7 +146,7 @@ pub fn run(
             // Held packets time out (3 s) even when nothing else reaches `ip-glean`, so
             // their buffers come back and `show neighbours` does not list stale ones.
             next_hold_look += HOLD_LOOK;
-            control.release_held();
+            control.look_at_held();
         }
         if interval > 0.0 && Instant::now() >= next_print {
             next_print += Duration::from_secs_f64(interval);
