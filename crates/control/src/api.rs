@@ -288,17 +288,11 @@ impl Control {
     fn held_for_neighbours(&self) -> Result<Vec<(ip::hold::Waiting, u64)>, String> {
         let mut all = Vec::new();
         for w in &self.workers {
-            let (tx, rx) = crossbeam_channel::bounded(1);
-            let read = move |cx: Option<&mut dyn std::any::Any>| {
-                let found = cx.and_then(|a| a.downcast_mut::<crate::dataplane::WorkerContext>()).map(|cx| {
-                    let (now, hz) = (engine::clock::now(), engine::clock::hz().max(1));
-                    let age_ms = |since: u64| (now.saturating_sub(since) as u128 * 1000 / hz as u128) as u64;
-                    cx.ip.hold.waiting().into_iter().map(|w| (w, age_ms(w.since))).collect::<Vec<_>>()
-                });
-                let _ = tx.send(found);
-            };
-            w.send(WorkerCmd::Inspect(Box::new(read))).map_err(|_| "worker has stopped".to_string())?;
-            all.extend(rx.recv_timeout(WORKER_TIMEOUT).map_err(|_| "worker did not answer".to_string())?.unwrap_or_default());
+            all.extend(Control::inspect(w, |cx| {
+                let (now, hz) = (engine::clock::now(), engine::clock::hz().max(1));
+                let age_ms = |since: u64| (now.saturating_sub(since) as u128 * 1000 / hz as u128) as u64;
+                cx.ip.hold.waiting().into_iter().map(|w| (w, age_ms(w.since))).collect::<Vec<_>>()
+            })?);
         }
         Ok(all)
     }

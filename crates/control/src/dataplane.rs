@@ -265,12 +265,9 @@ impl Control {
         changed
     }
 
-    /// After publishing neighbours: the workers send on the packets they hold for them
-    /// (`ip-glean-release`; any frame but an empty one).
+    /// After publishing neighbours: the workers send on the packets they hold for them.
     pub fn release_held(&self) {
-        for w in &self.workers {
-            let _ = w.send(WorkerCmd::Inject { input: ip::nodes::glean::GLEAN_INPUT.to_string(), frames: vec![vec![1]] });
-        }
+        self.workers.iter().for_each(look_at_hold);
     }
 
     /// The workers that hold packets look at them (as [`Control::release_held`]), so that
@@ -279,10 +276,32 @@ impl Control {
     pub fn look_at_held(&self) {
         for (w, held) in self.workers.iter().zip(&self.hold_gauges) {
             if held.load(std::sync::atomic::Ordering::Relaxed) > 0 {
-                let _ = w.send(WorkerCmd::Inject { input: ip::nodes::glean::GLEAN_INPUT.to_string(), frames: vec![vec![1]] });
+                look_at_hold(w);
             }
         }
     }
+
+    /// What `read` finds in worker `w`'s context, read between its vectors
+    /// ([`WorkerCmd::Inspect`]).
+    pub fn inspect<T: Send + 'static>(
+        w: &Sender<WorkerCmd>,
+        read: impl FnOnce(&mut WorkerContext) -> T + Send + 'static,
+    ) -> Result<T, String> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let read = move |cx: Option<&mut dyn std::any::Any>| {
+            let _ = tx.send(cx.and_then(|a| a.downcast_mut::<WorkerContext>()).map(read));
+        };
+        w.send(WorkerCmd::Inspect(Box::new(read))).map_err(|_| "worker has stopped".to_string())?;
+        rx.recv_timeout(std::time::Duration::from_secs(2))
+            .map_err(|_| "worker did not answer".to_string())?
+            .ok_or_else(|| "worker context is not the gateway's".to_string())
+    }
+}
+
+/// A worker's `ip-glean-release` settles its hold: sends on what can go, drops what
+/// waited too long (any frame but an empty one, which flushes).
+fn look_at_hold(w: &Sender<WorkerCmd>) {
+    let _ = w.send(WorkerCmd::Inject { input: ip::nodes::glean::GLEAN_INPUT.to_string(), frames: vec![vec![1]] });
 }
 
 pub(crate) fn kind_name(k: InterfaceKind) -> &'static str {

@@ -405,27 +405,17 @@ pub const MAX_SESSION_ROWS: usize = 100_000;
 
 /// Every worker's connections (of service `id`, if given): up to `limit` rows, and the total.
 fn sessions(c: &crate::dataplane::Control, id: Option<u32>, limit: usize) -> Result<(Vec<lb::show::SessionRow>, usize), String> {
-    use engine::worker::WorkerCmd;
     let mut rows = Vec::new();
     let mut total = 0;
     for (w, worker) in c.workers.iter().enumerate() {
-        let (tx, rx) = crossbeam_channel::bounded(1);
         let left = limit - rows.len();
-        let read = move |cx: Option<&mut dyn std::any::Any>| {
-            let found = cx.and_then(|a| a.downcast_mut::<crate::dataplane::WorkerContext>()).map(|cx| {
-                let now = cx.lb.now_ms;
-                let (mut r, t4) = lb::show::sessions(&cx.lb.b4, w, now, id, left);
-                let (r6, t6) = lb::show::sessions(&cx.lb.b6, w, now, id, left - r.len());
-                r.extend(r6);
-                (r, t4 + t6)
-            });
-            let _ = tx.send(found);
-        };
-        worker.send(WorkerCmd::Inspect(Box::new(read))).map_err(|_| "worker has stopped".to_string())?;
-        let (r, t) = rx
-            .recv_timeout(std::time::Duration::from_secs(2))
-            .map_err(|_| "worker did not answer".to_string())?
-            .ok_or("worker context without a load balancer")?;
+        let (r, t) = crate::dataplane::Control::inspect(worker, move |cx| {
+            let now = cx.lb.now_ms;
+            let (mut r, t4) = lb::show::sessions(&cx.lb.b4, w, now, id, left);
+            let (r6, t6) = lb::show::sessions(&cx.lb.b6, w, now, id, left - r.len());
+            r.extend(r6);
+            (r, t4 + t6)
+        })?;
         rows.extend(r);
         total += t;
     }
