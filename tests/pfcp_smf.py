@@ -131,24 +131,28 @@ class Smf:
     def release(self):
         return self.request(PFCPAssociationReleaseRequest(IE_list=[self.node_id()]))
 
-    def establish(self, cp_seid, gnb, gnb_teid, ue=None, qfi=9, quota=None, buffer=False, period=None, bar=None):
+    def establish(self, cp_seid, gnb, gnb_teid, ue=None, qfi=9, quota=None, buffer=False, period=None, bar=None, ue6=None):
         """Uplink PDR 1 on a chosen F-TEID; downlink PDR 2 to the UE (chosen unless `ue`);
+        with `ue6` (a dual-stack UE: IPv6 address given), the uplink PDR names both
+        addresses and downlink PDR 3 (precedence 200, after PDR 2) names the IPv6 one, with
+        FAR 3 toward the gNB on TEID `gnb_teid` + 1;
         with `quota`, URR 1 has a total volume quota of that many bytes; with `buffer`, the
         downlink FAR buffers and notifies (BUFF + NOCP: a UE in idle mode); with `period`, URR 1
         also measures time and asks for a periodic report every `period` seconds; with `bar`
         ({"delay": units of 50 ms, "count": packets}), BAR 1 is created and the buffering FAR
         names it."""
-        return self.request(self.establish_request(cp_seid, gnb, gnb_teid, ue, qfi, quota, buffer, period, bar), seid=0)
+        return self.request(self.establish_request(cp_seid, gnb, gnb_teid, ue, qfi, quota, buffer, period, bar, ue6), seid=0)
 
-    def establish_request(self, cp_seid, gnb, gnb_teid, ue=None, qfi=9, quota=None, buffer=False, period=None, bar=None):
+    def establish_request(self, cp_seid, gnb, gnb_teid, ue=None, qfi=9, quota=None, buffer=False, period=None, bar=None, ue6=None):
         ue_ie = IE_UE_IP_Address(V4=1, SD=1, ipv4=ue) if ue else None
+        ue_up = [IE_UE_IP_Address(V4=1, ipv4=ue, V6=1, ipv6=ue6) if ue6 else IE_UE_IP_Address(V4=1, ipv4=ue)] if ue else []
         ies_ = [
             self.node_id(),
             IE_FSEID(v4=1, seid=cp_seid, ipv4=self.local),
             IE_CreatePDR(IE_list=[
                 IE_PDR_Id(id=1), IE_Precedence(precedence=100),
                 IE_PDI(IE_list=[IE_SourceInterface(interface=0), IE_FTEID(V4=1, CH=1, CHID=1, choose_id=1)]
-                       + ([IE_UE_IP_Address(V4=1, ipv4=ue)] if ue else [])),
+                       + ue_up),
                 IE_OuterHeaderRemoval(header=0), IE_FAR_Id(id=1), IE_QER_Id(id=1), IE_URR_Id(id=1)]),
             IE_CreatePDR(IE_list=[
                 IE_PDR_Id(id=2), IE_Precedence(precedence=100),
@@ -170,6 +174,17 @@ class Smf:
                          + ([IE_VolumeQuota(TOVOL=1, total=quota)] if quota else [])
                          + ([IE_MeasurementPeriod(period=period)] if period else [])),
         ]
+        if ue6:
+            ies_ += [
+                IE_CreatePDR(IE_list=[
+                    IE_PDR_Id(id=3), IE_Precedence(precedence=200),
+                    IE_PDI(IE_list=[IE_SourceInterface(interface=1), IE_UE_IP_Address(V6=1, SD=1, ipv6=ue6)]),
+                    IE_FAR_Id(id=3), IE_QER_Id(id=1), IE_URR_Id(id=1)]),
+                IE_CreateFAR(IE_list=[IE_FAR_Id(id=3), IE_ApplyAction(FORW=1),
+                                      IE_ForwardingParameters(IE_list=[
+                                          IE_DestinationInterface(interface=0),
+                                          IE_OuterHeaderCreation(GTPUUDPIPV4=1, TEID=gnb_teid + 1, ipv4=gnb)])]),
+            ]
         if bar:
             ies_.append(IE_Create_BAR(IE_list=[IE_BAR_Id(id=1), IE_DownlinkDataNotificationDelay(delay=bar["delay"]),
                                                IE_SuggestedBufferingPacketsCount(count=bar["count"])]))
@@ -287,7 +302,8 @@ def serve(upf, port):
                    "features": [n for n in ("FTUP", "EMPU", "DDND", "DLBD", "UDBC", "BUCP") if f is not None and getattr(f, n)]}
         elif op == "establish":
             r = smf.establish(a["cp_seid"], a["gnb"], a["gnb_teid"], ue=a.get("ue"), quota=a.get("quota"),
-                              buffer=a.get("buffer", False), period=a.get("period"), bar=a.get("bar"))
+                              buffer=a.get("buffer", False), period=a.get("period"), bar=a.get("bar"),
+                              ue6=a.get("ue6"))
             i = ies(r)
             out = {"cause": i["IE_Cause"].cause, "seid": i["IE_FSEID"].seid, "ue": a.get("ue")}
             for c in all_ies(r, "IE_CreatedPDR"):

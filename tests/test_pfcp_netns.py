@@ -18,6 +18,7 @@ from netns import Lab, Vecgate
 
 HERE = Path(__file__).resolve().parent
 UPF_N3, UPF_N6, GNB, GNB2, DN = "198.18.7.2", "198.18.8.1", "198.18.7.10", "198.18.7.11", "198.18.8.2"
+UPF_N6_6, DN6 = "2001:db8:8::1", "2001:db8:8::2"
 COUNT = 20
 
 CONFIG = f"""
@@ -33,12 +34,13 @@ name = "n6"
 type = "af_packet"
 host_if = "n6"
 mac = "02:00:00:00:08:01"
-addresses = ["{UPF_N6}/24"]
+addresses = ["{UPF_N6}/24", "{UPF_N6_6}/64"]
 
 [pfcp]
 listen = "127.0.0.1:8805"
 n3 = "{UPF_N3}"
 ue_pool = "198.19.7.0/24"
+ue_pool6 = "2001:db8:19::/48"
 allowed_peers = ["127.0.0.1"]
 """
 
@@ -356,6 +358,51 @@ def test_a_ue_cannot_send_from_an_address_not_its_own(lab, vecgate, tmp_path):
     assert counter(v, "upf4-uplink", "wrong-ue-source", COUNT) == COUNT, v.errors()
     e = v.errors()
     assert (e.get(("upf4-uplink", "forwarded")), e.get(("upf4-uplink", "no-pdr"), 0)) == (COUNT, 0), e
+    pcap_clean(smf, tmp_path)
+
+
+# Downlink over IPv6: argv[2] UDP datagrams to the UE's IPv6 address argv[1].
+DN6_SEND_N = f"""
+import socket, sys
+s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+s.bind(("{DN6}", 7200))
+for i in range(int(sys.argv[2])):
+    s.sendto(f"v6-{{i}}".encode(), (sys.argv[1], 7300))
+"""
+
+
+def test_a_dual_stack_session_sends_each_family_by_its_own_downlink_pdr(lab, vecgate, tmp_path):
+    """TS 29.244 §5.2.1 on the downlink: the SMF gives a dual-stack UE one downlink PDR
+    per family, the IPv4 one first in precedence, each with its FAR (TEIDs 0x200 and
+    0x201). The data network host sends datagrams to both addresses; the gNB receives
+    the IPv4 ones on TEID 0x200 and the IPv6 ones on 0x201 (scapy dissects the G-PDUs), none
+    dropped. Before, the first PDR in precedence took the IPv6 packets too."""
+    gnb, upf, dn, v, smf = upf_lab(lab, vecgate, tmp_path)
+    lab.run(dn, "ip", "-6", "addr", "add", f"{DN6}/64", "dev", "d0", "nodad")
+    lab.run(dn, "ip", "-6", "route", "add", "2001:db8:19::/48", "via", UPF_N6_6)
+    for _ in range(20):
+        if lab.run(dn, "ping", "-6", "-c", "1", "-W", "1", UPF_N6_6, check=False).returncode == 0:
+            break
+    else:
+        raise AssertionError(f"{UPF_N6_6} never answered a ping")
+    ue, ue6 = "198.19.7.60", "2001:db8:19:1::1"
+    s = smf("establish", cp_seid=0x81, gnb=GNB, gnb_teid=0x200, ue=ue, ue6=ue6)
+    assert s["cause"] == 1, s
+    shown = v.ctl("show", "pfcp", "sessions")["data"]["sessions"][0]
+    assert [r["ue"] for r in shown["downlink"]] == [[ue], ["2001:db8:19:1::/64"]], shown
+    r = receiver(lab, gnb, GNB, 2152, seconds=10, count=2 * COUNT)
+    py(lab, dn, DN_SEND_N, ue, COUNT, 100)
+    py(lab, dn, DN6_SEND_N, ue6, COUNT)
+    from scapy.all import IP, IPv6
+    by_teid = {}
+    for g in gpdus(received(r)):
+        inner = g[IPv6].dst if IPv6 in g else g[IP].dst if IP in g else None
+        by_teid.setdefault(g.teid, []).append(inner)
+    assert sorted(by_teid) == [0x200, 0x201], (by_teid, v.errors())
+    assert by_teid[0x200] == [ue] * COUNT and by_teid[0x201] == [ue6] * COUNT, (by_teid, v.errors())
+    e = v.errors()
+    assert (e.get(("upf4-downlink", "forwarded")), e.get(("upf6-downlink", "forwarded"))) == (COUNT, COUNT), e
+    assert not any(name == "no-pdr" for (_, name) in e), e
     pcap_clean(smf, tmp_path)
 
 

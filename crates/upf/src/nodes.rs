@@ -553,7 +553,7 @@ fn uplink_miss(s: &Session, teid: u32, qfi: Option<u8>, inner: &Inner) -> UpfCou
 /// The downlink PDR a packet to the UE matches.
 pub fn match_downlink<'a>(s: &'a Session, inner: &Inner) -> Option<&'a Rule> {
     let v = inner.view(false);
-    s.downlink.iter().find(|r| sdf_ok(r, &v))
+    s.downlink.iter().find(|r| sdf_ok(r, &v) && r.ue.is_none_or(|m| m.admits(inner.dst)))
 }
 
 impl<Cx: HasUpf, O: OuterFamily> Node<Cx> for UpfUplink<O> {

@@ -259,6 +259,8 @@ fn rule(r: &SessionRules, p: &Pdr, slots: &SessionSlots, uplink: bool) -> Result
         hold_limit: p.far_id.and_then(|id| r.bar_of(id)).and_then(|b| b.hold_limit()),
         qers,
         urrs,
-        ue: if uplink { UeMatch::new(p.ue_ipv4, p.ue_ipv6, p.ue_is_destination) } else { None },
+        // Downlink: the UE is the destination whatever the S/D bit says (the PDR is one
+        // because it names the UE with the core as its source, or S/D set).
+        ue: UeMatch::new(p.ue_ipv4, p.ue_ipv6, p.ue_is_destination || !uplink),
     })
 }

@@ -127,7 +127,8 @@ pub struct Rule {
     pub hold_limit: Option<u16>,
     pub qers: Box<[QerRef]>,
     pub urrs: Box<[UrrRef]>,
-    /// Uplink: the UE addresses the PDR's PDI names, which the inner packet must carry.
+    /// The UE addresses the PDR's PDI names, which the inner packet must carry: uplink,
+    /// as its source (or destination, by the S/D bit); downlink, as its destination.
     pub ue: Option<UeMatch>,
 }
 
@@ -174,6 +175,15 @@ impl UeMatch {
             IpAddr::V4(a) => self.flags & Self::V4 != 0 && a.octets() == self.v4,
             IpAddr::V6(a) => self.flags & Self::V6 != 0 && ue6_key(&a).to_be_bytes() == self.v6_prefix,
         }
+    }
+
+    /// Whether every packet `other` admits, this admits too (same side, and each
+    /// address `other` names named here).
+    pub fn covers(&self, other: &UeMatch) -> bool {
+        let (v4, v6) = (other.flags & Self::V4 != 0, other.flags & Self::V6 != 0);
+        (self.flags & Self::DESTINATION) == (other.flags & Self::DESTINATION)
+            && (!v4 || (self.flags & Self::V4 != 0 && self.v4 == other.v4))
+            && (!v6 || (self.flags & Self::V6 != 0 && self.v6_prefix == other.v6_prefix))
     }
 
     /// The addresses, for display: the IPv4 one and the IPv6 /64.
@@ -313,6 +323,12 @@ impl Record {
         if !r.sdf.is_empty() || r.qers.len() > 1 || r.urrs.len() > 1 || (uplink && r.teid.is_none()) {
             return (Record::UNRESOLVED, None);
         }
+        // Downlink packets find the session by any UE address its PDRs name; the record
+        // takes them all only when its PDR names each of those addresses (one PDR for
+        // the IPv4 UE and another for the IPv6 one: the full match picks by family).
+        if !uplink && rules.iter().any(|o| matches!((r.ue, o.ue), (Some(m), Some(n)) if !m.covers(&n))) {
+            return (Record::UNRESOLVED, None);
+        }
         let q = r.qers.first();
         let u = r.urrs.first();
         let policer = match q.and_then(|q| Some((q, q.mbr_bytes_per_sec?))) {
@@ -337,7 +353,7 @@ impl Record {
             Forward::Forward(_) if q.is_some_and(|q| !q.open) => (Action::Stop(Stop::GateClosed), None),
             Forward::Forward(o) => (Action::Forward, o),
         };
-        let carried = match (outer, r.ue) {
+        let carried = match (outer, r.ue.filter(|_| uplink)) {
             (Some(_), Some(_)) => return (Record::UNRESOLVED, None),
             (Some(o), None) => Carried::Outer(o),
             (None, Some(m)) => Carried::Ue(m),

@@ -585,6 +585,50 @@ fn ipv6_outer_and_ipv6_ue() {
     assert_eq!(&p[p.len() - to_ue.len()..], &to_ue[..]);
 }
 
+/// A dual-stack session whose SMF gives each family its own downlink PDR (TS 29.244
+/// §5.2.1: every match field of the PDI, the UE address included): an IPv6 packet to
+/// the UE takes the IPv6 PDR even when the IPv4 one has precedence, and the other way
+/// round; with the IPv6 PDR gone, the session no longer takes IPv6 packets at all.
+#[test]
+fn downlink_pdrs_of_one_family_take_only_that_family() {
+    let mut rig = Rig::new();
+    let mut r = session(1);
+    let mut v6 = r.pdrs.get(&2).unwrap().clone();
+    (v6.id, v6.precedence, v6.far_id, v6.ue_ipv4, v6.ue_ipv6) = (3, 200, Some(3), None, Some(UE6));
+    r.pdrs.insert(3, v6);
+    r.fars.insert(3, far(3, apply_action::FORW, Some((IpAddr::V4(GNB), 0x300))));
+    let dn6: Ipv6Addr = "2001:db8:8::9".parse().unwrap();
+    let teid_of = |rig: &mut Rig, input: usize, p: Vec<u8>| {
+        let got = rig.send(input, &[p]);
+        assert_eq!(got.len(), 1, "{got:?}");
+        decap4(&got[0].1).2.teid.0
+    };
+    for v4_first in [true, false] {
+        r.pdrs.get_mut(&2).unwrap().precedence = if v4_first { 100 } else { 300 };
+        rig.install(&r);
+        assert_eq!(teid_of(&mut rig, 2, udp4(DN, UE, 53, 4000, 10)), 0x200, "IPv4, v4 first {v4_first}");
+        assert_eq!(teid_of(&mut rig, 3, udp6(dn6, UE6, 53, 4000, 10)), 0x300, "IPv6, v4 first {v4_first}");
+        let slot = rig.state.slot(1).unwrap();
+        let down = rig.shared.load_full().records(slot).downlink;
+        assert_eq!(down.action, None, "two PDRs by family: the full match decides");
+    }
+    // One PDR naming both addresses ahead of the IPv6 one: it takes both families, and
+    // the record does (it names every address the session is found by).
+    let both = r.pdrs.get_mut(&2).unwrap();
+    (both.precedence, both.ue_ipv6) = (100, Some(UE6));
+    rig.install(&r);
+    assert_eq!(teid_of(&mut rig, 3, udp6(dn6, UE6, 53, 4000, 10)), 0x200);
+    let slot = rig.state.slot(1).unwrap();
+    assert!(rig.shared.load_full().records(slot).downlink.action.is_some(), "the first PDR covers both UE addresses");
+    // Only the IPv4 PDR left: no IPv6 key, no session for IPv6 packets.
+    r.pdrs.get_mut(&2).unwrap().ue_ipv6 = None;
+    r.pdrs.remove(&3);
+    rig.install(&r);
+    assert!(rig.send(3, &[udp6(dn6, UE6, 53, 4000, 10)]).is_empty());
+    assert_eq!(rig.counter("upf6-downlink", "no-session"), 1);
+    assert_eq!(teid_of(&mut rig, 2, udp4(DN, UE, 53, 4000, 10)), 0x200);
+}
+
 #[test]
 fn forwarding_to_a_peer_upf_replaces_the_outer_header() {
     let mut rig = Rig::new();
