@@ -184,6 +184,26 @@ def test_decap_ipv6_zero_checksum_needs_configuration(vecgate, tmp_path):
     assert len(routed) == 2 and all(p[IPv6].hlim == 63 for p in routed)
 
 
+def test_strict_urpf_on_a_tunnel_passes_only_its_ues(vecgate, tmp_path):
+    """`urpf = "strict"` on a GTP-U tunnel (the static one-UE tunnel's anti-spoofing):
+    scapy's G-PDUs from the UE's address are routed, those from another address (the
+    data network's side, the IPv6 tunnel's UE, the gateway's own) dropped by reason in
+    `gtpu4-input`. Switched off, all but the gateway's own pass (uRPF off forwards it,
+    as VPP does)."""
+    inner = lambda src: IP(src=src, dst="198.19.0.5") / UDP(sport=4000, dport=9) / Raw(b"uplink-payload")
+    srcs = [UE4, "198.19.0.77", "198.18.1.1", UE4]
+    pkts = [from_gnb4(GTP_U_Header(teid=0x100) / inner(s)) for s in srcs]
+    pkts.append(from_gnb4(GTP_U_Header(teid=0x100) / IPv6(src=UE6, dst="2001:db8:100::5") / UDP(sport=1, dport=9)))
+    _, out1, c, _ = run_pcap(vecgate, tmp_path, pkts, tunnels(v4='urpf = "strict"\ndecap_next = "ip"'))
+    routed = [p[IP].src for p in out1 if p.haslayer(IP) and p[IP].dst == "198.19.0.5"]
+    assert routed == [UE4, UE4], (routed, c)
+    assert (c[("gtpu4-input", "urpf-wrong-tunnel")], c[("gtpu4-input", "urpf-own-address")]) == (2, 1), c
+    assert c[("gtpu4-input", "decapsulated")] == 5
+    _, out1, c, _ = run_pcap(vecgate, tmp_path, pkts, tunnels(v4='decap_next = "ip"'))
+    assert len([p for p in out1 if p.haslayer(IP) and p[IP].dst == "198.19.0.5"]) == 4, c
+    assert not any(v for k, v in c.items() if k[1].startswith("urpf")), c
+
+
 def assert_error_indication(p, teid, sport):
     """`p` is the gateway's Error Indication (198.18.1.1 → the gNB 198.18.1.2) for a G-PDU
     with `teid` sent from UDP port `sport`."""

@@ -4,6 +4,8 @@ is 198.18.1.2 / 2001:db8:1::2 behind eth1; every input frame enters through eth0
 gateway accepts its addresses on any interface)."""
 import struct
 
+import pytest
+
 from conftest import GW_MAC0, HOST_MAC, run_pcap, tshark_clean
 
 from scapy.all import GRE, ICMP, IP, UDP, Ether, IPv6, Raw, raw
@@ -274,3 +276,33 @@ routes = ["198.19.51.0/24"]
     assert c[("gue4-input", "decapsulated")] == 4
     # The GUE header from the direct tunnel's peer is read as an inner packet of version 0.
     assert c.get(("gue4-input", "unsupported-inner")) == 1 and c.get(("gue4-input", "no-tunnel")) == 1, c
+
+
+@pytest.mark.parametrize("mode", ["strict", "loose"])
+def test_urpf_on_a_tunnel_checks_the_sources_it_takes_out(vecgate, tmp_path, mode):
+    """`urpf` on a `[[udp_tunnel]]`: scapy sends GUE packets whose inner sources are the
+    tunnel's own (a route into it), the far side of the eth1 link, the gateway's own
+    address, a blackhole and nobody's, over IPv4 and IPv6. Strict passes only the
+    tunnel's own; loose also the link's. Every other packet is in the drop capture, and
+    tshark reads there the reason and the inner source each was dropped for."""
+    from test_forwarding import dropped_records
+    srcs4 = {INNER4: "pass", "198.19.60.7": "link", "198.18.1.1": "own-address",
+             "198.19.254.7": "no-route", "198.18.99.1": "no-route"}
+    srcs6 = {"2001:db8:150::9": "pass", "2001:db8:100::9": "link"}
+    pkts = [from_peer4(6080, b"\x00\x04\x00\x00" + raw(IP(src=s, dst="198.18.0.2") / UDP(sport=9, dport=1000) / Raw(b"u")))
+            for s in srcs4]
+    pkts += [from_peer4(6080, b"\x00\x29\x00\x00" + raw(IPv6(src=s, dst="2001:db8::2") / UDP(sport=9, dport=1000) / Raw(b"u")))
+             for s in srcs6]
+    drops = tmp_path / "drops.pcapng"
+    out0, out1, c, _ = run_pcap(vecgate, tmp_path, pkts, tunnel("gue", extra=f'urpf = "{mode}"'), drops=drops)
+    want = {"pass"} | ({"link"} if mode == "loose" else set())
+    passed = sorted(p[IP].src if IP in p else p[IPv6].src for p in out0)
+    assert passed == sorted(s for s, k in {**srcs4, **srcs6}.items() if k in want), (passed, c)
+    reasons = {"link": "urpf-wrong-tunnel", "own-address": "urpf-own-address", "no-route": "urpf-no-route"}
+    recs = dropped_records(drops)
+    dropped4 = {r["src"]: r["comment"] for r in recs if r["src"]}
+    assert dropped4 == {s: f"gue4-input: {reasons[k]}, received on eth0" for s, k in srcs4.items() if k not in want}, (recs, c)
+    # The IPv6 one from the link's side, under strict.
+    assert len(recs) - len(dropped4) == (1 if mode == "strict" else 0), recs
+    assert c.get(("gue4-input", "urpf-wrong-tunnel"), 0) == (2 if mode == "strict" else 0), c
+    assert c[("gue4-input", "decapsulated")] == len(pkts)

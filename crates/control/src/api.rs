@@ -462,6 +462,20 @@ impl Control {
                 let rows = format::interface_rows(self.state.interfaces(), &self.interfaces, s.as_ref());
                 Reply::ok(serde_json::to_value(&rows).map_err(|e| e.to_string())?, format::interfaces(&rows))
             }
+            Request::SetInterfaceUrpf { interface, mode } if self.state.if_index(interface).is_err() => {
+                // A tunnel: its decap node checks what it takes out.
+                if let Some(t) = crate::gtpu::tunnel_by_name(&self.gtpu, interface) {
+                    let change = gtpu::TunnelChange { urpf: Some(*mode), ..Default::default() };
+                    self.gtpu.modify(&mut self.state, t.id, change).map_err(|e| e.to_string())?;
+                } else if let Some(t) = crate::udptun::tunnel_by_name(&self.udptun, interface) {
+                    let change = udptun::UdpTunnelChange { urpf: Some(*mode), ..Default::default() };
+                    self.udptun.modify(&mut self.state, t.id, change).map_err(|e| e.to_string())?;
+                } else {
+                    return Err(format!("no interface or tunnel {interface:?}"));
+                }
+                self.publish();
+                Reply::ok(serde_json::Value::Null, format!("{interface}: urpf {mode}"))
+            }
             Request::SetInterfaceUrpf { interface, mode } => {
                 let i = self.state.if_index(interface).map_err(|_| format!("no interface {interface:?}"))?;
                 if *mode != ip::urpf::Urpf::Off && i.get() >= 64 {

@@ -17,6 +17,7 @@ commands:
   set interface <name> urpf strict|loose|off
                                        check the sources it receives (RFC 3704): strict, the
                                        route back leaves by it; loose, there is a route back
+                                       (a tunnel too: gtpu_tunnelN, udp_tunnelN)
   show ip fib [limit <n>]              IPv4 and IPv6 routes, UE routes too (first 1000; limit 0: all)
   show ip fib <address>|<prefix>       the route an address takes (longest match), or a prefix's
   show neighbours
@@ -33,7 +34,7 @@ commands:
          [qfi <0-63>] [uplink] [sequence] [checksum zero|software|offload]
          [accept-zero-checksum] [src-port fixed|flow-hash] [ue <prefix>]
          [decap-next ip4|ip6|ip | decap-next ethernet <interface>]
-         [mtu <n>] [fragment inner|outer] [mss-clamp]
+         [mtu <n>] [fragment inner|outer] [mss-clamp] [urpf strict|loose]
   delete gtpu tunnel <gtpu_tunnelN>    says which routes went with it
   set gtpu tunnel <gtpu_tunnelN> [remote <addr>] [teid-out <n>] [qfi <0-63>]
                                        change it in place (a handover)
@@ -41,7 +42,7 @@ commands:
          [src-ports <min>-<max>] [key <n>] [gre-checksum] [gre-sequence]
          [checksum zero|software|offload]
          [accept-zero-checksum] [ttl <n>] [route <prefix>]...
-         [mtu <n>] [fragment inner|outer] [mss-clamp]
+         [mtu <n>] [fragment inner|outer] [mss-clamp] [urpf strict|loose]
   delete udp tunnel <udp_tunnelN>
   show udp tunnels
   set udp tunnel <udp_tunnelN> [remote <addr>] [port <n>] [key <n>|none]
@@ -234,6 +235,7 @@ fn udp_tunnel(w: &[&str]) -> Result<crate::udptun::UdpTunnelConfig, String> {
         mtu: None,
         fragment: Default::default(),
         tcp_mss_clamp: false,
+        urpf: Default::default(),
         routes: Vec::new(),
     };
     let mut encap = false;
@@ -278,6 +280,7 @@ fn udp_tunnel(w: &[&str]) -> Result<crate::udptun::UdpTunnelConfig, String> {
             "route" => c.routes.push(v.to_string()),
             "mtu" => c.mtu = Some(mtu_word(v)?),
             "fragment" => c.fragment = v.parse().map_err(|e| format!("fragment {e}"))?,
+            "urpf" => c.urpf = v.parse().map_err(|e| format!("urpf {e}"))?,
             o => return Err(format!("create udp tunnel: unknown word {o:?}")),
         }
         i += 2;
@@ -332,6 +335,7 @@ fn gtpu_tunnel(w: &[&str]) -> Result<crate::gtpu::GtpuTunnelConfig, String> {
         mtu: None,
         fragment: Default::default(),
         tcp_mss_clamp: false,
+        urpf: Default::default(),
     };
     let mut i = 0;
     while i < w.len() {
@@ -346,6 +350,7 @@ fn gtpu_tunnel(w: &[&str]) -> Result<crate::gtpu::GtpuTunnelConfig, String> {
             "ue" => c.ue = Some(need()?.to_string()),
             "mtu" => c.mtu = Some(mtu_word(need()?)?),
             "fragment" => c.fragment = need()?.parse().map_err(|e| format!("fragment {e}"))?,
+            "urpf" => c.urpf = need()?.parse().map_err(|e| format!("urpf {e}"))?,
             "mss-clamp" => {
                 c.tcp_mss_clamp = true;
                 i += 1;

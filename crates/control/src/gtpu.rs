@@ -60,6 +60,10 @@ pub struct GtpuTunnelConfig {
     /// Lower the MSS of TCP SYNs in both directions to fit the tunnel's MTU.
     #[serde(default)]
     pub tcp_mss_clamp: bool,
+    /// Check the sources of the inner packets it decapsulates (RFC 3704): strict, the
+    /// route back goes into this tunnel; loose, there is a route back.
+    #[serde(default)]
+    pub urpf: ip::urpf::Urpf,
 }
 
 /// A field-named error, for config messages (`gtpu_tunnel[3].remote: …`).
@@ -95,6 +99,7 @@ impl GtpuTunnelConfig {
             s.ue = Some(u.parse::<Prefix>().map_err(|e| ("ue", format!("{u:?}: {e}")))?);
         }
         s.mtu = MtuPolicy::checked(self.mtu, self.fragment, self.tcp_mss_clamp)?;
+        s.urpf = self.urpf;
         Ok(s)
     }
 }
@@ -144,6 +149,7 @@ pub struct TunnelRow {
     /// (none while the outer route is unresolved and no cap is set).
     pub inner_mtu: Option<usize>,
     pub mtu: MtuPolicy,
+    pub urpf: ip::urpf::Urpf,
 }
 
 pub fn rows(g: &gtpu::GtpuState, router: &RouterState, limit: usize) -> Vec<TunnelRow> {
@@ -193,16 +199,25 @@ fn rows_of(
                 inner_mtu: Some(ip::outer::inner_mtu(router.adjacency_mtu(g.outer_adj(id)), t.rewrite_len as usize, t.mtu.mtu))
                     .filter(|&m| m != usize::MAX),
                 mtu: t.mtu,
+                urpf: t.urpf,
             }
         })
         .collect()
+}
+
+/// ` urpf <mode>` for a tunnel that checks sources, nothing for one that does not.
+pub fn urpf_words(u: ip::urpf::Urpf) -> String {
+    match u {
+        ip::urpf::Urpf::Off => String::new(),
+        m => format!(" urpf {m}"),
+    }
 }
 
 pub fn format_rows(rows: &[TunnelRow], total: usize) -> String {
     let mut s = format!("{total} GTP-U tunnels{}\n", counting_note(rows));
     for r in rows {
         s += &format!(
-            "{:<16} {} -> {} teid in {:#x} out {:#x}{}{} checksum {} src-port {} decap {}{} outer {} mtu {}{}{}\n",
+            "{:<16} {} -> {} teid in {:#x} out {:#x}{}{} checksum {} src-port {} decap {}{} outer {} mtu {}{}{}{}\n",
             r.name,
             r.local,
             r.remote,
@@ -218,6 +233,7 @@ pub fn format_rows(rows: &[TunnelRow], total: usize) -> String {
             r.inner_mtu.map_or("?".into(), |m| m.to_string()),
             if r.mtu.fragment == FragmentPolicy::Outer { " fragment outer" } else { "" },
             if r.mtu.mss_clamp { " mss-clamp" } else { "" },
+            urpf_words(r.urpf),
         );
         if let Some(c) = &r.counters {
             s +=
@@ -320,6 +336,7 @@ pub fn handle(c: &mut crate::dataplane::Control, req: &crate::api::Request) -> R
                 remote: remote.as_deref().map(|r| address("remote", r)).transpose()?,
                 teid_out: *teid_out,
                 qfi: qfi.map(|q| wire::gtpu::Qfi::new(q).ok_or(format!("qfi {q}: expected 0 to 63"))).transpose()?,
+                urpf: None,
             };
             let before = c.gtpu.modify(&mut c.state, t.id, change).map_err(|e| e.to_string())?;
             // Only this tunnel's slot changed: the other tables are republished as they are.

@@ -51,6 +51,9 @@ pub struct UdpTunnelConfig {
     pub fragment: FragmentPolicy,
     #[serde(default)]
     pub tcp_mss_clamp: bool,
+    /// Check the sources of the inner packets it decapsulates, as for GTP-U tunnels.
+    #[serde(default)]
+    pub urpf: ip::urpf::Urpf,
     /// Routes into the tunnel.
     #[serde(default)]
     pub routes: Vec<String>,
@@ -95,6 +98,7 @@ impl UdpTunnelConfig {
             s.ttl = t;
         }
         s.mtu = MtuPolicy::checked(self.mtu, self.fragment, self.tcp_mss_clamp)?;
+        s.urpf = self.urpf;
         let routes = self
             .routes
             .iter()
@@ -136,6 +140,7 @@ pub struct UdpTunnelRow {
     pub mtu: MtuPolicy,
     /// The inner MTU now (see `gtpu::TunnelRow::inner_mtu`).
     pub inner_mtu: Option<usize>,
+    pub urpf: ip::urpf::Urpf,
 }
 
 pub fn rows(u: &UdpTunState, router: &ip::RouterState) -> Vec<UdpTunnelRow> {
@@ -165,6 +170,7 @@ pub fn rows_where(u: &UdpTunState, router: &ip::RouterState, keep: impl Fn(u32, 
             accept_zero_checksum: s.accept_zero_checksum,
             ttl: s.ttl,
             mtu: s.mtu,
+            urpf: s.urpf,
         })
         .collect()
 }
@@ -178,7 +184,7 @@ pub fn format_rows(rows: &[UdpTunnelRow]) -> String {
             + if r.gre_sequence { " gre-sequence" } else { "" };
         let _ = writeln!(
             o,
-            "{:<16} {} -> {} {} port {} src-ports {}{} checksum {}{} ttl {}{}{}{}",
+            "{:<16} {} -> {} {} port {} src-ports {}{} checksum {}{} ttl {}{}{}{}{}",
             r.name,
             r.local,
             r.remote,
@@ -192,6 +198,7 @@ pub fn format_rows(rows: &[UdpTunnelRow]) -> String {
             format!(" mtu {}", r.inner_mtu.map_or("?".into(), |m| m.to_string())),
             if r.mtu.fragment == FragmentPolicy::Outer { " fragment outer" } else { "" },
             if r.mtu.mss_clamp { " mss-clamp" } else { "" },
+            crate::gtpu::urpf_words(r.urpf),
         );
         if let Some(c) = &r.counters {
             let _ = writeln!(
@@ -260,8 +267,12 @@ pub fn handle(c: &mut crate::dataplane::Control, req: &crate::api::Request) -> R
             if *port == Some(0) {
                 return Err("port 0: expected 1 to 65535".into());
             }
-            let change =
-                UdpTunnelChange { remote: remote.as_deref().map(|r| address("remote", r)).transpose()?, port: *port, gre_key: *key };
+            let change = UdpTunnelChange {
+                remote: remote.as_deref().map(|r| address("remote", r)).transpose()?,
+                port: *port,
+                gre_key: *key,
+                urpf: None,
+            };
             let before = c.udptun.modify(&mut c.state, t.id, change).map_err(|e| e.to_string())?;
             // One publication: the tunnel's new outer header, its receive key and (for a
             // new port) the demux reach the workers together; other tunnels are untouched.

@@ -7,6 +7,7 @@ use crate::teid_table::{self, TeidKey, TeidTable};
 use crate::tunnel::{DecapNext, Tunnel, TunnelSpec};
 use ip::tables::{TunnelRef, UdpApp, UdpDemux, ADJ_MISS, MAX_INDEX};
 use ip::tunnel_counters::WorkerCounters;
+use ip::urpf::Urpf;
 use ip::{Prefix, RouterState, StateError};
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -46,6 +47,8 @@ pub struct TunnelChange {
     pub remote: Option<IpAddr>,
     pub teid_out: Option<u32>,
     pub qfi: Option<Qfi>,
+    /// The reverse-path check of what it decapsulates.
+    pub urpf: Option<Urpf>,
 }
 
 pub struct GtpuState {
@@ -182,9 +185,14 @@ impl GtpuState {
         new.remote = change.remote.unwrap_or(old.remote);
         new.teid_out = change.teid_out.unwrap_or(old.teid_out);
         new.qfi = change.qfi.or(old.qfi);
+        new.urpf = change.urpf.unwrap_or(old.urpf);
         Self::validate_peer(router, &new)?;
         let t = Tunnel::build(&new);
-        debug_assert_eq!(t.decap_aux(), self.tables.tunnel(id).expect("live").decap_aux(), "a handover keeps the decap side");
+        if t.decap_aux() != self.tables.tunnel(id).expect("live").decap_aux() {
+            // The reverse-path check rides in the decap entry: that one slot changes.
+            let k = self.decap_key(new.local, new.teid_in).expect("a live tunnel's endpoint");
+            self.tables.decap.insert_entry(k, id, t.decap_aux());
+        }
         *self.tables.tunnels.get_mut(id as usize).expect("live tunnel") = t;
         Arc::make_mut(&mut self.tables.outer_adj)[id as usize] = router.resolve_outer(new.remote);
         Ok(old)
@@ -398,7 +406,7 @@ mod tests {
         let other = g.create(&mut r, TunnelSpec::new(s.local, "198.18.1.3".parse().unwrap(), 7, 8)).unwrap();
         let other_before = g.spec(&r, other);
         let qfi = Qfi::new(9);
-        let change = TunnelChange { remote: Some("198.18.1.4".parse().unwrap()), teid_out: Some(0x99), qfi };
+        let change = TunnelChange { remote: Some("198.18.1.4".parse().unwrap()), teid_out: Some(0x99), qfi, urpf: None };
         assert_eq!(g.modify(&mut r, id, change).unwrap(), s);
         let now = g.spec(&r, id).unwrap();
         assert_eq!((now.remote, now.teid_out, now.qfi), ("198.18.1.4".parse().unwrap(), 0x99, qfi));

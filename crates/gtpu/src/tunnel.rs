@@ -7,6 +7,7 @@ use crate::nodes::{Ip4Outer, Ip6Outer, OuterFamily};
 use engine::IfIndex;
 pub use ip::outer::{ChecksumMode, MtuPolicy};
 use ip::tables::TunnelKind;
+use ip::urpf::Urpf;
 use ip::Prefix;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use wire::checksum::{self, Checksum};
@@ -73,6 +74,9 @@ pub struct TunnelSpec {
     /// Downlink route: inner packets to this prefix (the UE address) enter the tunnel.
     pub ue: Option<Prefix>,
     pub mtu: MtuPolicy,
+    /// The reverse-path check of the inner packets it takes out (`ip::urpf`; strict:
+    /// the route back to their source goes into this tunnel).
+    pub urpf: Urpf,
 }
 
 impl TunnelSpec {
@@ -93,6 +97,7 @@ impl TunnelSpec {
             src_port: SrcPort::Fixed,
             ue: None,
             mtu: MtuPolicy::default(),
+            urpf: Urpf::Off,
         }
     }
 
@@ -144,6 +149,7 @@ pub struct Tunnel {
     /// The UDP pseudo-header sum of the addresses and protocol (lengths added per packet).
     pub pseudo: Checksum,
     pub mtu: MtuPolicy,
+    pub urpf: Urpf,
 }
 
 impl Default for Tunnel {
@@ -164,6 +170,7 @@ impl Default for Tunnel {
             teid_in: 0,
             pseudo: Checksum::new(),
             mtu: MtuPolicy::default(),
+            urpf: Urpf::Off,
         }
     }
 }
@@ -197,6 +204,7 @@ impl Tunnel {
             decap_next: spec.decap_next,
             teid_in: spec.teid_in,
             mtu: spec.mtu,
+            urpf: spec.urpf,
             ..Tunnel::default()
         };
         // The same outer header as every packet we originate (`Outer::emit_header`),
@@ -239,7 +247,8 @@ impl Tunnel {
 
     /// What decap needs, packed into the TEID table slot next to the tunnel id: the
     /// decap-next kind (bits 0–1), accept-zero-checksum (bit 2), MSS clamping (bit 3),
-    /// and for Ethernet the outgoing interface (bits 16–31).
+    /// the reverse-path check (bits 4–5), and for Ethernet the outgoing interface (bits
+    /// 16–31). Bits 6–15 stay clear ([`Tunnel::AUX_FREE`]): a node may mark the word there.
     pub fn decap_aux(&self) -> u32 {
         let (kind, tx) = match self.decap_next {
             DecapNext::Ip4 => (0, 0),
@@ -247,13 +256,31 @@ impl Tunnel {
             DecapNext::Ip => (2, 0),
             DecapNext::Ethernet(i) => (3, i.get() as u32),
         };
-        kind | (self.accept_zero_checksum as u32) << 2 | (self.mtu.mss_clamp as u32) << 3 | tx << 16
+        let urpf = match self.urpf {
+            Urpf::Off => 0,
+            Urpf::Loose => 1,
+            Urpf::Strict => 2,
+        };
+        kind | (self.accept_zero_checksum as u32) << 2 | (self.mtu.mss_clamp as u32) << 3 | urpf << 4 | tx << 16
     }
+
+    /// The bits [`Tunnel::decap_aux`] never sets.
+    pub const AUX_FREE: u32 = 0xffc0;
 
     /// From [`Tunnel::decap_aux`]: does the tunnel clamp the MSS of SYNs leaving it?
     #[inline(always)]
     pub fn aux_mss_clamp(aux: u32) -> bool {
         aux & 8 != 0
+    }
+
+    /// From [`Tunnel::decap_aux`]: the check of the inner packets' sources.
+    #[inline(always)]
+    pub fn aux_urpf(aux: u32) -> Urpf {
+        match (aux >> 4) & 3 {
+            0 => Urpf::Off,
+            1 => Urpf::Loose,
+            _ => Urpf::Strict,
+        }
     }
 
     /// Inverse of [`Tunnel::decap_aux`].
@@ -324,6 +351,7 @@ impl Tunnel {
             src_port: self.src_port,
             ue: None,
             mtu: self.mtu,
+            urpf: self.urpf,
         }
     }
 }
@@ -350,11 +378,18 @@ mod tests {
     #[test]
     fn decap_aux_round_trips() {
         let mut s = TunnelSpec::new("2001:db8::1".parse().unwrap(), "2001:db8::2".parse().unwrap(), 1, 2);
-        for next in [DecapNext::Ip4, DecapNext::Ip6, DecapNext::Ip, DecapNext::Ethernet(IfIndex(513))] {
+        for next in [DecapNext::Ip4, DecapNext::Ip6, DecapNext::Ip, DecapNext::Ethernet(IfIndex(0xffff))] {
             for zero in [false, true] {
-                s.decap_next = next;
-                s.accept_zero_checksum = zero;
-                assert_eq!(Tunnel::decode_aux(Tunnel::build(&s).decap_aux()), (next, zero));
+                for (clamp, urpf) in [(false, Urpf::Off), (true, Urpf::Loose), (false, Urpf::Strict), (true, Urpf::Off)] {
+                    s.decap_next = next;
+                    s.accept_zero_checksum = zero;
+                    s.mtu.mss_clamp = clamp;
+                    s.urpf = urpf;
+                    let aux = Tunnel::build(&s).decap_aux();
+                    assert_eq!(Tunnel::decode_aux(aux), (next, zero));
+                    assert_eq!((Tunnel::aux_mss_clamp(aux), Tunnel::aux_urpf(aux)), (clamp, urpf));
+                    assert_eq!(aux & Tunnel::AUX_FREE, 0, "{aux:#x} sets a bit decap nodes mark");
+                }
             }
         }
     }

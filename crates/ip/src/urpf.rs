@@ -7,8 +7,9 @@
 //! to the router; VPP forwards it too, Linux drops it as a martian).
 //!
 //! The check is `ipN-source-check`'s, run on the packets `ethernet-input` receives on such
-//! an interface before `ipN-input`: packets a tunnel decapsulates are not checked against
-//! the link the tunnel came in by.
+//! an interface before `ipN-input`. A tunnel is an interface too (`gtpu_tunnelN`,
+//! `udp_tunnelN`): its decap node checks the inner packets it takes out (strict: the
+//! route back goes into the same tunnel), never against the link the tunnel came by.
 
 use crate::multipath;
 use crate::tables::{Adjacency, Tables, TunnelRef};
@@ -57,30 +58,57 @@ pub enum SourceFault {
     OwnAddress,
 }
 
+/// Where a packet came in: a link, or out of a tunnel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arrival {
+    Link(IfIndex),
+    Tunnel(TunnelRef),
+}
+
 /// The check of a source whose FIB lookup gave `route` (an adjacency index, an ECMP group
-/// or a tunnel), for a packet received on `rx_if` in `mode`.
+/// or a tunnel), for a packet that arrived by `from`, in `mode`.
 #[inline]
-pub fn check(tables: &Tables, route: u32, rx_if: IfIndex, mode: Urpf) -> Result<(), SourceFault> {
+pub fn check(tables: &Tables, route: u32, from: Arrival, mode: Urpf) -> Result<(), SourceFault> {
     let strict = match mode {
         Urpf::Off => return Ok(()),
         Urpf::Loose => false,
         Urpf::Strict => true,
     };
+    let wrong = |ok: bool| if strict && !ok { Err(SourceFault::WrongInterface) } else { Ok(()) };
     if let Some(group) = multipath::decode(route) {
         let links = tables.multipaths.get(group as usize).map_or(0, |m| m.links);
-        return match strict && links.checked_shr(rx_if.0 as u32).unwrap_or(0) & 1 == 0 {
-            true => Err(SourceFault::WrongInterface),
-            false => Ok(()),
-        };
+        return wrong(matches!(from, Arrival::Link(i) if links.checked_shr(i.0 as u32).unwrap_or(0) & 1 != 0));
     }
-    if TunnelRef::decode(route).is_some() {
-        return if strict { Err(SourceFault::WrongInterface) } else { Ok(()) };
+    if let Some(t) = TunnelRef::decode(route) {
+        return wrong(from == Arrival::Tunnel(t));
     }
     let adj = tables.adjacency(route);
     match adj.tx_if() {
-        Some(tx_if) if strict && tx_if != rx_if => Err(SourceFault::WrongInterface),
-        Some(_) => Ok(()),
+        Some(tx_if) => wrong(from == Arrival::Link(tx_if)),
         None if matches!(adj, Adjacency::Local) => Err(SourceFault::OwnAddress),
         None => Err(SourceFault::NoRoute),
     }
+}
+
+/// The check of `packet`'s source (an IPv6 packet if `v6`, else IPv4): `Ok` for a
+/// packet too short to have one (the input node drops it by name) and for IPv6
+/// link-local and unspecified sources (neighbour discovery, routing protocols and
+/// duplicate address detection never leave the link and need no route back).
+#[inline]
+pub fn check_source(tables: &Tables, packet: &[u8], v6: bool, from: Arrival, mode: Urpf) -> Result<(), SourceFault> {
+    if mode == Urpf::Off {
+        return Ok(());
+    }
+    let route = if v6 {
+        let Some(src) = packet.get(8..24).and_then(|s| <[u8; 16]>::try_from(s).ok()) else { return Ok(()) };
+        let a = std::net::Ipv6Addr::from(src);
+        if a.is_unicast_link_local() || a.is_unspecified() {
+            return Ok(());
+        }
+        tables.fib6.lookup(u128::from(a))
+    } else {
+        let Some(src) = packet.get(12..16).and_then(|s| <[u8; 4]>::try_from(s).ok()) else { return Ok(()) };
+        tables.fib4.lookup(u32::from_be_bytes(src))
+    };
+    check(tables, route, from, mode)
 }

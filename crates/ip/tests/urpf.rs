@@ -1,10 +1,10 @@
 //! The reverse-path check (`ip::urpf::check`) against tables the router publishes: each
-//! kind of route back to a source, in both modes, and the interface bits the tables
-//! carry for `ethernet-input`.
+//! kind of route back to a source, in both modes, for packets from a link and out of a
+//! tunnel, and the interface bits the tables carry for `ethernet-input`.
 
 use ip::state::{Path, RouteTarget, RouterState};
 use ip::tables::{Tables, TunnelKind, TunnelRef};
-use ip::urpf::{check, SourceFault, Urpf};
+use ip::urpf::{check, check_source, Arrival, SourceFault, Urpf};
 use ip::Prefix;
 
 mod common;
@@ -34,7 +34,7 @@ fn verdict(t: &Tables, src: &str, rx: u16, mode: Urpf) -> Result<(), SourceFault
         std::net::IpAddr::V4(a) => t.fib4.lookup(u32::from(a)),
         std::net::IpAddr::V6(a) => t.fib6.lookup(u128::from(a)),
     };
-    check(t, route, engine::IfIndex(rx), mode)
+    check(t, route, Arrival::Link(engine::IfIndex(rx)), mode)
 }
 
 #[test]
@@ -61,6 +61,53 @@ fn each_kind_of_route_back_in_each_mode() {
         assert_eq!(verdict(&t, src, 1, Urpf::Strict), strict1, "{src} on eth1, strict");
         assert_eq!(verdict(&t, src, 0, Urpf::Off), Ok(()), "{src}: off checks nothing");
     }
+}
+
+/// Packets out of a tunnel: strict passes a source whose route back goes into that same
+/// tunnel and nothing else (not another tunnel, not a link, not an ECMP group of links);
+/// loose any route but a blackhole; the gateway's own addresses never.
+#[test]
+fn packets_out_of_a_tunnel_in_each_mode() {
+    let t = router().build();
+    use SourceFault::*;
+    let gue0 = Arrival::Tunnel(TunnelRef { kind: TunnelKind::Gue4, id: 0 });
+    let gue1 = Arrival::Tunnel(TunnelRef { kind: TunnelKind::Gue4, id: 1 });
+    let gtpu0 = Arrival::Tunnel(TunnelRef { kind: TunnelKind::Gtpu4, id: 0 });
+    let v4 = |a: &str| {
+        let mut p = vec![0x45u8; 20];
+        p[12..16].copy_from_slice(&a.parse::<std::net::Ipv4Addr>().unwrap().octets());
+        p
+    };
+    let v6 = |a: &str| {
+        let mut p = vec![0x60u8; 40];
+        p[8..24].copy_from_slice(&a.parse::<std::net::Ipv6Addr>().unwrap().octets());
+        p
+    };
+    // (source, from udp_tunnel0: strict, loose; from udp_tunnel1 strict; gtpu_tunnel0 strict)
+    let cases: &[(&str, Result<(), SourceFault>, Result<(), SourceFault>, Result<(), SourceFault>, Result<(), SourceFault>)] = &[
+        ("198.19.6.7", Ok(()), Ok(()), Err(WrongInterface), Err(WrongInterface)), // into udp_tunnel0
+        ("198.19.2.7", Err(WrongInterface), Ok(()), Err(WrongInterface), Err(WrongInterface)), // by eth1
+        ("198.19.3.7", Err(WrongInterface), Ok(()), Err(WrongInterface), Err(WrongInterface)), // ECMP of links
+        ("198.19.5.7", Err(NoRoute), Err(NoRoute), Err(NoRoute), Err(NoRoute)),
+        ("198.20.0.1", Err(NoRoute), Err(NoRoute), Err(NoRoute), Err(NoRoute)),
+        ("198.18.2.1", Err(OwnAddress), Err(OwnAddress), Err(OwnAddress), Err(OwnAddress)),
+    ];
+    for &(src, strict0, loose0, strict1, gtpu) in cases {
+        let p = v4(src);
+        assert_eq!(check_source(&t, &p, false, gue0, Urpf::Strict), strict0, "{src} from udp_tunnel0, strict");
+        assert_eq!(check_source(&t, &p, false, gue0, Urpf::Loose), loose0, "{src} from udp_tunnel0, loose");
+        assert_eq!(check_source(&t, &p, false, gue1, Urpf::Strict), strict1, "{src} from udp_tunnel1, strict");
+        assert_eq!(check_source(&t, &p, false, gtpu0, Urpf::Strict), gtpu, "{src} from gtpu_tunnel0, strict");
+        assert_eq!(check_source(&t, &p, false, gue1, Urpf::Off), Ok(()), "{src}: off checks nothing");
+    }
+    assert_eq!(check_source(&t, &v6("2001:db8:9::1"), true, gue0, Urpf::Loose), Ok(()));
+    assert_eq!(check_source(&t, &v6("2001:db8:9::1"), true, gue0, Urpf::Strict), Err(WrongInterface));
+    assert_eq!(check_source(&t, &v6("2001:db8:77::1"), true, gue0, Urpf::Loose), Err(NoRoute));
+    // Link-local and unspecified sources need no route back; a header too short to
+    // hold a source is the input node's to drop.
+    assert_eq!(check_source(&t, &v6("fe80::1"), true, gue0, Urpf::Strict), Ok(()));
+    assert_eq!(check_source(&t, &v6("::"), true, gue0, Urpf::Strict), Ok(()));
+    assert_eq!(check_source(&t, &v4("198.20.0.1")[..14], false, gue0, Urpf::Strict), Ok(()));
 }
 
 #[test]

@@ -42,6 +42,8 @@ pub struct UdpTunnelChange {
     pub port: Option<u16>,
     /// `Some(None)` removes the GRE key.
     pub gre_key: Option<Option<u32>>,
+    /// The reverse-path check of what it decapsulates.
+    pub urpf: Option<ip::urpf::Urpf>,
 }
 
 #[derive(Debug, Default)]
@@ -160,6 +162,7 @@ impl UdpTunState {
         new.remote = change.remote.unwrap_or(old.remote);
         new.port = change.port.unwrap_or(old.port);
         new.gre_key = change.gre_key.unwrap_or(old.gre_key);
+        new.urpf = change.urpf.unwrap_or(old.urpf);
         self.validate_as(router, &new, Some(id))?;
         let adj = router.resolve_outer(new.remote);
         self.tunnels[id as usize] = Some(new);

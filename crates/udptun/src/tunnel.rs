@@ -3,6 +3,7 @@
 
 use ip::outer::{ChecksumMode, Ip4Outer, Ip6Outer, MtuPolicy, OuterFamily};
 use ip::tables::TunnelKind;
+use ip::urpf::Urpf;
 use std::net::IpAddr;
 use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
@@ -79,6 +80,9 @@ pub struct UdpTunnelSpec {
     /// Outer TTL / hop limit.
     pub ttl: u8,
     pub mtu: MtuPolicy,
+    /// The reverse-path check of the inner packets it takes out (`ip::urpf`; strict:
+    /// the route back to their source goes into this tunnel).
+    pub urpf: Urpf,
 }
 
 impl UdpTunnelSpec {
@@ -99,6 +103,7 @@ impl UdpTunnelSpec {
             accept_zero_checksum: false,
             ttl: 64,
             mtu: MtuPolicy::default(),
+            urpf: Urpf::Off,
         }
     }
 
@@ -153,6 +158,7 @@ pub struct Tunnel {
     /// sequence number, no MTU cap or MSS clamping to apply, so a packet that fits the
     /// link needs only the template.
     pub plain: bool,
+    pub urpf: Urpf,
 }
 
 impl Tunnel {
@@ -219,6 +225,7 @@ impl Tunnel {
                 && len <= MAX_PLAIN_REWRITE,
             gre_sequence,
             mtu: s.mtu,
+            urpf: s.urpf,
         }
     }
 

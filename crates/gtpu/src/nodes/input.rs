@@ -14,6 +14,8 @@ use crate::teid_table::{self, TeidKey};
 use crate::tunnel::{DecapNext, Tunnel};
 use engine::{counters, next_nodes, BufIdx, Buffer, Counts, Node, Pool, Verdict, VECTOR_SIZE};
 use ip::nodes::input_fast_path_len;
+use ip::tables::{TunnelKind, TunnelRef};
+use ip::urpf::{Arrival, SourceFault, Urpf};
 use wire::gtpu::{GtpuError, GtpuPacket, GtpuRepr, MessageType};
 
 next_nodes! {
@@ -53,6 +55,9 @@ counters! {
         Notifications(Info, "ext-notifications", "Supported Extension Headers Notifications received, consumed"),
         UnknownMessage(Warn, "unknown-message", "GTP-U message type not handled"),
         BadInner(Warn, "bad-inner", "inner packet does not match the tunnel's decap-next or is truncated"),
+        UrpfNoRoute(Warn, "urpf-no-route", "uRPF: no route back to the inner packet's source (or a blackhole)"),
+        UrpfWrongTunnel(Warn, "urpf-wrong-tunnel", "strict uRPF: the route back to the inner packet's source does not go into this tunnel"),
+        UrpfOwnAddress(Warn, "urpf-own-address", "uRPF: the inner packet's source is one of the gateway's own addresses"),
         NoHeadroom(Error, "no-room", "no room to build a reply"),
     }
 }
@@ -60,7 +65,8 @@ counters! {
 /// Set in `meta.param` of packets whose key `prepare` already looked up: the tunnel id
 /// (or `NOT_FOUND`) is in `meta.adj`, the decap data (`Tunnel::decap_aux`, which leaves
 /// this bit clear) in the rest of `meta.param`.
-const PREPARED: u32 = 1 << 3;
+const PREPARED: u32 = 1 << 15;
+const _: () = assert!(PREPARED & Tunnel::AUX_FREE == PREPARED, "PREPARED is a bit decap_aux leaves clear");
 const NOT_FOUND: u32 = u32::MAX;
 
 /// `COUNT`: the form that counts per tunnel; the graph runs it only while per-tunnel
@@ -173,6 +179,23 @@ fn parse<O: Outer>(b: &[u8], trusted: bool) -> Result<Parsed<O::Addr>, GtpuInput
         seq: repr.seq.unwrap_or(0),
         ghl: total - repr.payload_len,
         payload: repr.payload_len,
+    })
+}
+
+/// The reverse-path check of an inner packet out of tunnel `id` (an IP packet of
+/// another version is left to `forward`, which drops it as `bad-inner`).
+#[inline(never)]
+fn source_check<O: Outer>(ipc: &ip::context::IpContext, inner: &[u8], id: u32, urpf: Urpf) -> Result<(), GtpuInputCounter> {
+    let v6 = match inner.first().map(|v| v >> 4) {
+        Some(4) => false,
+        Some(6) => true,
+        _ => return Ok(()),
+    };
+    let from = Arrival::Tunnel(TunnelRef { kind: if O::IS_V6 { TunnelKind::Gtpu6 } else { TunnelKind::Gtpu4 }, id });
+    ip::urpf::check_source(&ipc.tables, inner, v6, from, urpf).map_err(|f| match f {
+        SourceFault::NoRoute => GtpuInputCounter::UrpfNoRoute,
+        SourceFault::WrongInterface => GtpuInputCounter::UrpfWrongTunnel,
+        SourceFault::OwnAddress => GtpuInputCounter::UrpfOwnAddress,
     })
 }
 
@@ -301,7 +324,7 @@ impl<Cx: HasGtpu, O: Outer, const COUNT: bool> Node<Cx> for GtpuInput<O, COUNT> 
         match p.msg {
             MessageType::GPdu => {
                 let (id, aux) = if buf.meta.param & PREPARED != 0 {
-                    (buf.meta.adj, buf.meta.param)
+                    (buf.meta.adj, buf.meta.param & !PREPARED)
                 } else {
                     match O::endpoint(t, &p.dst) {
                         Some(e) => lookup(t, &mut g.last, teid_table::key(e, p.teid)),
@@ -332,6 +355,12 @@ impl<Cx: HasGtpu, O: Outer, const COUNT: bool> Node<Cx> for GtpuInput<O, COUNT> 
                 }
                 buf.truncate(p.payload);
                 counts.inc(C::Decapsulated);
+                let urpf = Tunnel::aux_urpf(aux);
+                if urpf != Urpf::Off && !matches!(next, DecapNext::Ethernet(_)) {
+                    if let Err(f) = source_check::<O>(ipc, buf.bytes(), id, urpf) {
+                        return Verdict::Drop(f);
+                    }
+                }
                 if Tunnel::aux_mss_clamp(aux) {
                     if let Some(tun) = t.tunnel(id) {
                         let link_mtu = ipc.tables.adjacency(t.outer_adj(id)).mtu();

@@ -4,9 +4,8 @@
 //! dropped under the reason, the rest go on to `ipN-input` (which validates the header:
 //! a packet too short to have a source goes there unchecked, to be dropped by name).
 
-use super::family::{Family, Ip4, Ip6};
 use crate::context::HasIp;
-use crate::urpf::{check, SourceFault};
+use crate::urpf::{check_source, Arrival, SourceFault};
 use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
 
 next_nodes! {
@@ -32,19 +31,12 @@ fn counter(f: SourceFault) -> SourceCheckCounter {
     }
 }
 
-/// The check of the packet's source, `Ok` for a packet too short to have one or a source
-/// `exempt` says needs no route back.
+/// The check of the packet's source against the interface it came in on.
 #[inline(always)]
-fn source_ok<F: Family>(cx: &crate::context::IpContext, buf: &Buffer, exempt: impl Fn(&[u8]) -> bool) -> Result<(), SourceFault> {
-    let Some(src) = buf.bytes().get(F::SRC_AT..F::DST_AT) else {
-        return Ok(());
-    };
-    if exempt(src) {
-        return Ok(());
-    }
+fn source_ok(cx: &crate::context::IpContext, buf: &Buffer, v6: bool) -> Result<(), SourceFault> {
     let t = &cx.tables;
     let mode = t.interface(buf.meta.rx_if).map_or(Default::default(), |l| l.urpf);
-    check(t, F::fib(t).lookup(F::key(src)), buf.meta.rx_if, mode)
+    check_source(t, buf.bytes(), v6, Arrival::Link(buf.meta.rx_if), mode)
 }
 
 pub struct Ip4SourceCheck;
@@ -58,7 +50,7 @@ impl<Cx: HasIp> Node<Cx> for Ip4SourceCheck {
     }
 
     fn process(&mut self, cx: &mut Cx, _: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
-        match source_ok::<Ip4>(cx.ip(), buf, |_| false) {
+        match source_ok(cx.ip(), buf, false) {
             Ok(()) => Verdict::Next(Ip4SourceCheckNext::Input),
             Err(f) => Verdict::Drop(counter(f)),
         }
@@ -80,14 +72,7 @@ impl<Cx: HasIp> Node<Cx> for Ip6SourceCheck {
     }
 
     fn process(&mut self, cx: &mut Cx, _: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
-        // Link-local sources (neighbour discovery, routing protocols) and the unspecified
-        // source of duplicate address detection have no route back and need none: they
-        // never leave the link.
-        let on_link = |s: &[u8]| {
-            let a = std::net::Ipv6Addr::from(<[u8; 16]>::try_from(s).unwrap_or_default());
-            a.is_unicast_link_local() || a.is_unspecified()
-        };
-        match source_ok::<Ip6>(cx.ip(), buf, on_link) {
+        match source_ok(cx.ip(), buf, true) {
             Ok(()) => Verdict::Next(Ip6SourceCheckNext::Input),
             Err(f) => Verdict::Drop(counter(f)),
         }

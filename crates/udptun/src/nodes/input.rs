@@ -18,7 +18,8 @@ use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
 use ip::hint::{TunnelHint, TunnelHints};
 use ip::nodes::input_fast_path_len;
 use ip::outer::{udp_checksum_ok, OuterError};
-use ip::tables::UdpApp;
+use ip::tables::{TunnelKind, TunnelRef, UdpApp};
+use ip::urpf::{Arrival, SourceFault, Urpf};
 use std::num::NonZeroU32;
 use wire::gre::{GreError, GrePacket, GreRepr};
 use wire::gue::{self, GueError, GuePacket, GueRepr, Variant};
@@ -48,6 +49,9 @@ counters! {
         GreBadChecksum(Warn, "gre-bad-checksum", "GRE checksum mismatch"),
         GreKeyMismatch(Warn, "gre-key-mismatch", "GRE key absent, unexpected or not the tunnel's"),
         UnsupportedInner(Warn, "unsupported-inner", "inner protocol is not IPv4 or IPv6"),
+        UrpfNoRoute(Warn, "urpf-no-route", "uRPF: no route back to the inner packet's source (or a blackhole)"),
+        UrpfWrongTunnel(Warn, "urpf-wrong-tunnel", "strict uRPF: the route back to the inner packet's source does not go into this tunnel"),
+        UrpfOwnAddress(Warn, "urpf-own-address", "uRPF: the inner packet's source is one of the gateway's own addresses"),
     }
 }
 
@@ -100,7 +104,7 @@ struct DecapPlan<A> {
     /// The fast path's test: the four header bytes after UDP of a plain data packet
     /// with an inner IPv4 and with an inner IPv6 packet (a GUE header without flags or
     /// extensions, a GRE header without options). `None`: this tunnel's packets always
-    /// take the full path (no such header, a GRE key, MSS clamping).
+    /// take the full path (no such header, a GRE key, MSS clamping, a source check).
     plain: Option<([u8; 4], [u8; 4])>,
     /// A zero UDP checksum is accepted (always over IPv4, RFC 6936 over IPv6).
     zero_checksum_ok: bool,
@@ -108,7 +112,7 @@ struct DecapPlan<A> {
 
 impl<A> DecapPlan<A> {
     fn new(key: (A, A, u16), id: u32, t: &Tunnel, is_v6: bool) -> Self {
-        let plain = if t.mtu.mss_clamp { None } else { plain_headers(t.encap, t.gre_key) };
+        let plain = if t.mtu.mss_clamp || t.urpf != Urpf::Off { None } else { plain_headers(t.encap, t.gre_key) };
         DecapPlan { key, id, plain, zero_checksum_ok: !is_v6 || t.accept_zero_checksum }
     }
 }
@@ -441,6 +445,16 @@ impl<Cx: HasUdpTun, O: TunOuter, const COUNT: bool> Node<Cx> for UdpTunInput<O, 
                 }
                 if remote_checksum {
                     counts.inc(C::GueRemoteChecksumCompleted);
+                }
+                if t.urpf != Urpf::Off {
+                    let from = Arrival::Tunnel(TunnelRef { kind: if O::IS_V6 { TunnelKind::Gue6 } else { TunnelKind::Gue4 }, id });
+                    if let Err(f) = ip::urpf::check_source(&ipc.tables, buf.bytes(), !v4, from, t.urpf) {
+                        return Verdict::Drop(match f {
+                            SourceFault::NoRoute => C::UrpfNoRoute,
+                            SourceFault::WrongInterface => C::UrpfWrongTunnel,
+                            SourceFault::OwnAddress => C::UrpfOwnAddress,
+                        });
+                    }
                 }
                 if t.mtu.mss_clamp {
                     let link_mtu = ipc.tables.adjacency(u.tables.outer_adj(id)).mtu();
