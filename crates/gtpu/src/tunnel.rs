@@ -266,6 +266,8 @@ impl Tunnel {
 
     /// The bits [`Tunnel::decap_aux`] never sets.
     pub const AUX_FREE: u32 = 0xffc0;
+    /// The bits that ask decap for more: MSS clamping, the reverse-path check.
+    pub const AUX_MORE: u32 = 0x38;
 
     /// From [`Tunnel::decap_aux`]: does the tunnel clamp the MSS of SYNs leaving it?
     #[inline(always)]
@@ -388,6 +390,7 @@ mod tests {
                     let aux = Tunnel::build(&s).decap_aux();
                     assert_eq!(Tunnel::decode_aux(aux), (next, zero));
                     assert_eq!((Tunnel::aux_mss_clamp(aux), Tunnel::aux_urpf(aux)), (clamp, urpf));
+                    assert_eq!(aux & Tunnel::AUX_MORE != 0, clamp || urpf != Urpf::Off);
                     assert_eq!(aux & Tunnel::AUX_FREE, 0, "{aux:#x} sets a bit decap nodes mark");
                 }
             }

@@ -182,21 +182,43 @@ fn parse<O: Outer>(b: &[u8], trusted: bool) -> Result<Parsed<O::Addr>, GtpuInput
     })
 }
 
-/// The reverse-path check of an inner packet out of tunnel `id` (an IP packet of
-/// another version is left to `forward`, which drops it as `bad-inner`).
+/// What a tunnel does beyond decapsulating, by its decap data (out of the fast path):
+/// the reverse-path check of the inner packet (an IP packet of another version is left
+/// to `forward`, which drops it as `bad-inner`), then MSS clamping.
+#[cold]
 #[inline(never)]
-fn source_check<O: Outer>(ipc: &ip::context::IpContext, inner: &[u8], id: u32, urpf: Urpf) -> Result<(), GtpuInputCounter> {
-    let v6 = match inner.first().map(|v| v >> 4) {
-        Some(4) => false,
-        Some(6) => true,
-        _ => return Ok(()),
+fn more_than_decap<O: Outer>(
+    ipc: &ip::context::IpContext,
+    t: &GtpuTables,
+    counts: &mut Counts<'_, GtpuInputCounter>,
+    buf: &mut Buffer,
+    id: u32,
+    aux: u32,
+    next: DecapNext,
+) -> Result<(), GtpuInputCounter> {
+    let urpf = Tunnel::aux_urpf(aux);
+    let v6 = match buf.bytes().first().map(|v| v >> 4) {
+        Some(4) => Some(false),
+        Some(6) => Some(true),
+        _ => None,
     };
-    let from = Arrival::Tunnel(TunnelRef { kind: if O::IS_V6 { TunnelKind::Gtpu6 } else { TunnelKind::Gtpu4 }, id });
-    ip::urpf::check_source(&ipc.tables, inner, v6, from, urpf).map_err(|f| match f {
-        SourceFault::NoRoute => GtpuInputCounter::UrpfNoRoute,
-        SourceFault::WrongInterface => GtpuInputCounter::UrpfWrongTunnel,
-        SourceFault::OwnAddress => GtpuInputCounter::UrpfOwnAddress,
-    })
+    if let Some(v6) = v6.filter(|_| urpf != Urpf::Off && !matches!(next, DecapNext::Ethernet(_))) {
+        let from = Arrival::Tunnel(TunnelRef { kind: if O::IS_V6 { TunnelKind::Gtpu6 } else { TunnelKind::Gtpu4 }, id });
+        ip::urpf::check_source(&ipc.tables, buf.bytes(), v6, from, urpf).map_err(|f| match f {
+            SourceFault::NoRoute => GtpuInputCounter::UrpfNoRoute,
+            SourceFault::WrongInterface => GtpuInputCounter::UrpfWrongTunnel,
+            SourceFault::OwnAddress => GtpuInputCounter::UrpfOwnAddress,
+        })?;
+    }
+    if Tunnel::aux_mss_clamp(aux) {
+        if let Some(tun) = t.tunnel(id) {
+            let link_mtu = ipc.tables.adjacency(t.outer_adj(id)).mtu();
+            if ip::outer::decap_mss_clamp(buf, link_mtu, tun.rewrite_len as usize, tun.mtu) {
+                counts.inc(GtpuInputCounter::MssClamped);
+            }
+        }
+    }
+    Ok(())
 }
 
 impl<O: Outer, const COUNT: bool> GtpuInput<O, COUNT> {
@@ -355,18 +377,10 @@ impl<Cx: HasGtpu, O: Outer, const COUNT: bool> Node<Cx> for GtpuInput<O, COUNT> 
                 }
                 buf.truncate(p.payload);
                 counts.inc(C::Decapsulated);
-                let urpf = Tunnel::aux_urpf(aux);
-                if urpf != Urpf::Off && !matches!(next, DecapNext::Ethernet(_)) {
-                    if let Err(f) = source_check::<O>(ipc, buf.bytes(), id, urpf) {
-                        return Verdict::Drop(f);
-                    }
-                }
-                if Tunnel::aux_mss_clamp(aux) {
-                    if let Some(tun) = t.tunnel(id) {
-                        let link_mtu = ipc.tables.adjacency(t.outer_adj(id)).mtu();
-                        if ip::outer::decap_mss_clamp(buf, link_mtu, tun.rewrite_len as usize, tun.mtu) {
-                            counts.inc(C::MssClamped);
-                        }
+                // One test for the tunnels that do more than decapsulate.
+                if aux & Tunnel::AUX_MORE != 0 {
+                    if let Err(c) = more_than_decap::<O>(ipc, t, counts, buf, id, aux, next) {
+                        return Verdict::Drop(c);
                     }
                 }
                 // Last, after every read of the tables: a store into the context before
