@@ -280,6 +280,15 @@ fn tunnels(c: &mut Control, new: &Config, changes: &mut Vec<Change>) -> Result<(
                 gtpu_ids.push(id);
                 continue;
             }
+            // Only the source check differs: changed in place (`set interface … urpf`'s
+            // path), so the tunnel keeps its counters.
+            Some(id) if running_spec(c, id).is_some_and(|r| TunnelSpec { urpf: s.urpf, ..r } == s) => {
+                let change = gtpu::TunnelChange { urpf: Some(s.urpf), ..Default::default() };
+                c.gtpu.modify(&mut c.state, id, change).map_err(|e| e.to_string())?;
+                changes.push(Change::new("replaced", "gtpu_tunnel", format!("{} (teid-in {}, urpf in place)", gname(id), s.teid_in)));
+                gtpu_ids.push(id);
+                continue;
+            }
             Some(id) => {
                 c.gtpu.delete(&mut c.state, id).map_err(|e| e.to_string())?;
                 "replaced"
@@ -316,15 +325,22 @@ fn tunnels(c: &mut Control, new: &Config, changes: &mut Vec<Change>) -> Result<(
                 udp_ids.push(id);
                 continue;
             }
-            // Only the GRE key differs: changed in place, so the tunnel keeps its counters
-            // and GRE sequence (`set udp tunnel`'s path).
+            // Only the GRE key or the source check differs: changed in place, so the
+            // tunnel keeps its counters and GRE sequence (`set udp tunnel`'s and `set
+            // interface … urpf`'s path).
             Some(id)
-                if c.udptun.spec(id).is_some_and(|r| udptun::UdpTunnelSpec { gre_key: s.gre_key, ..r.clone() } == s)
+                if c.udptun.spec(id).is_some_and(|r| udptun::UdpTunnelSpec { gre_key: s.gre_key, urpf: s.urpf, ..r.clone() } == s)
                     && routes_into(c, s.kind(), id) == sorted(&routes) =>
             {
-                let change = udptun::UdpTunnelChange { gre_key: Some(s.gre_key), ..Default::default() };
+                let r = c.udptun.spec(id).expect("tested above");
+                let what = match (r.gre_key != s.gre_key, r.urpf != s.urpf) {
+                    (true, true) => "key and urpf",
+                    (true, false) => "key",
+                    _ => "urpf",
+                };
+                let change = udptun::UdpTunnelChange { gre_key: Some(s.gre_key), urpf: Some(s.urpf), ..Default::default() };
                 c.udptun.modify(&mut c.state, id, change).map_err(|e| e.to_string())?;
-                changes.push(Change::new("replaced", "udp_tunnel", format!("{} (remote {}, key in place)", uname(id), s.remote)));
+                changes.push(Change::new("replaced", "udp_tunnel", format!("{} (remote {}, {what} in place)", uname(id), s.remote)));
                 udp_ids.push(id);
                 continue;
             }

@@ -1,6 +1,7 @@
 //! A reload that changes only a UDP tunnel's GRE key changes the tunnel in place (the
 //! path `set udp tunnel` takes): it keeps its id, routes, counters and GRE sequence,
-//! where removing and adding it would start them again.
+//! where removing and adding it would start them again. So does one that changes only a
+//! UDP or GTP-U tunnel's source check (`set interface … urpf`'s path).
 
 use control::api::Request;
 use control::config::Config;
@@ -35,6 +36,13 @@ encap = "gre"
 key = 7
 gre_sequence = true
 routes = ["198.19.1.0/24"]
+
+[[gtpu_tunnel]]
+local = "198.18.1.1"
+remote = "198.18.1.2"
+teid_in = 100
+teid_out = 200
+ue = "198.19.2.0/24"
 
 [[stream]]
 name = "into-gre"
@@ -80,4 +88,39 @@ fn a_reload_changing_only_the_key_keeps_the_tunnel_and_its_counters() {
     assert!(r.ok, "{r:?}");
     let row = &c.handle(&find).data[0];
     assert_eq!((row["port"].as_u64(), &row["counters"]["tx_packets"]), (Some(5000), &serde_json::json!(0)), "{row}");
+}
+
+#[test]
+fn a_reload_changing_only_urpf_changes_tunnels_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gw.toml");
+    std::fs::write(&path, CFG).unwrap();
+    let cfg = Config::load(&path).unwrap();
+    let (mut c, mut worker) = assemble(&cfg).unwrap().into_single();
+    c.config_path = Some(path.clone());
+    while !worker.inputs_done() {
+        worker.poll_once();
+    }
+    worker.poll_once();
+    worker.cx.refresh();
+    let changed = CFG.replace("routes = [\"198.19.1.0/24\"]", "routes = [\"198.19.1.0/24\"]\nurpf = \"strict\"").replace(
+        "ue = \"198.19.2.0/24\"",
+        "ue = \"198.19.2.0/24\"\nurpf = \"loose\"",
+    );
+    std::fs::write(&path, changed).unwrap();
+    let r = c.handle(&Request::Reload { file: None });
+    assert!(r.ok, "{r:?}");
+    assert_eq!(
+        r.data["changes"],
+        serde_json::json!([
+            { "action": "replaced", "object": "gtpu_tunnel", "name": "gtpu_tunnel0 (teid-in 100, urpf in place)" },
+            { "action": "replaced", "object": "udp_tunnel", "name": "udp_tunnel0 (remote 198.18.1.2, urpf in place)" },
+        ])
+    );
+    let row = &c.handle(&Request::FindUdpTunnels { remote: None, local: None, id: Some(0) }).data[0];
+    assert_eq!((row["urpf"].as_str(), &row["counters"]["tx_packets"]), (Some("strict"), &serde_json::json!(1000)), "{row}");
+    let rows = c.handle(&Request::ShowGtpuTunnels { limit: None });
+    assert!(rows.text.contains("gtpu_tunnel0") && rows.text.contains("urpf loose"), "{}", rows.text);
+    let fib = c.handle(&Request::ShowIpFibEntry { query: "198.19.2.1".into() });
+    assert!(fib.text.contains("gtpu_tunnel0"), "{}", fib.text);
 }
