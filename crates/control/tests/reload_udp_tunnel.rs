@@ -54,19 +54,27 @@ src = "198.18.0.2"
 dst = "198.19.1.1"
 "#;
 
-#[test]
-fn a_reload_changing_only_the_key_keeps_the_tunnel_and_its_counters() {
+/// A gateway loaded from `CFG` in a file of its own (so that it can reload it), its
+/// generator's packets sent into the GRE tunnel.
+fn run_from_file() -> (tempfile::TempDir, control::dataplane::Control) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("gw.toml");
     std::fs::write(&path, CFG).unwrap();
     let cfg = Config::load(&path).unwrap();
     let (mut c, mut worker) = assemble(&cfg).unwrap().into_single();
-    c.config_path = Some(path.clone());
+    c.config_path = Some(path);
     while !worker.inputs_done() {
         worker.poll_once();
     }
     worker.poll_once();
     worker.cx.refresh();
+    (dir, c)
+}
+
+#[test]
+fn a_reload_changing_only_the_key_keeps_the_tunnel_and_its_counters() {
+    let (dir, mut c) = run_from_file();
+    let path = dir.path().join("gw.toml");
     let find = Request::FindUdpTunnels { remote: None, local: None, id: Some(0) };
     assert_eq!(c.handle(&find).data[0]["counters"]["tx_packets"], 1000);
 
@@ -92,21 +100,11 @@ fn a_reload_changing_only_the_key_keeps_the_tunnel_and_its_counters() {
 
 #[test]
 fn a_reload_changing_only_urpf_changes_tunnels_in_place() {
-    let dir = tempfile::tempdir().unwrap();
+    let (dir, mut c) = run_from_file();
     let path = dir.path().join("gw.toml");
-    std::fs::write(&path, CFG).unwrap();
-    let cfg = Config::load(&path).unwrap();
-    let (mut c, mut worker) = assemble(&cfg).unwrap().into_single();
-    c.config_path = Some(path.clone());
-    while !worker.inputs_done() {
-        worker.poll_once();
-    }
-    worker.poll_once();
-    worker.cx.refresh();
-    let changed = CFG.replace("routes = [\"198.19.1.0/24\"]", "routes = [\"198.19.1.0/24\"]\nurpf = \"strict\"").replace(
-        "ue = \"198.19.2.0/24\"",
-        "ue = \"198.19.2.0/24\"\nurpf = \"loose\"",
-    );
+    let changed = CFG
+        .replace("routes = [\"198.19.1.0/24\"]", "routes = [\"198.19.1.0/24\"]\nurpf = \"strict\"")
+        .replace("ue = \"198.19.2.0/24\"", "ue = \"198.19.2.0/24\"\nurpf = \"loose\"");
     std::fs::write(&path, changed).unwrap();
     let r = c.handle(&Request::Reload { file: None });
     assert!(r.ok, "{r:?}");

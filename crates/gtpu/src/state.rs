@@ -176,9 +176,10 @@ impl GtpuState {
     }
 
     /// Change a tunnel in place, as a handover does (the peer's new address and TEID,
-    /// the QFI): it keeps its id, so its routes and its decap entry stay, and only its
-    /// own slot and outer adjacency change in the next published tables; other tunnels'
-    /// packets never see a difference. Returns the spec before the change.
+    /// the QFI), or its source check: it keeps its id, so its routes stay, and only its
+    /// own slot, outer adjacency and (for the source check) decap entry's data change in
+    /// the next published tables; other tunnels' packets never see a difference. Returns
+    /// the spec before the change.
     pub fn modify(&mut self, router: &mut RouterState, id: u32, change: TunnelChange) -> Result<TunnelSpec, GtpuError> {
         let old = self.spec(router, id).ok_or(GtpuError::NoSuchTunnel(id))?;
         let mut new = old.clone();
