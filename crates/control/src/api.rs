@@ -8,7 +8,6 @@ use engine::stats::Snapshot;
 use engine::worker::WorkerCmd;
 use ip::Prefix;
 use serde::{Deserialize, Serialize};
-use std::time::Duration;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
@@ -241,7 +240,7 @@ impl Reply {
     }
 }
 
-const WORKER_TIMEOUT: Duration = Duration::from_secs(2);
+use crate::dataplane::WORKER_TIMEOUT;
 
 /// Log what a request changed (or why it changed nothing) at info; reads (`show_*`,
 /// `metrics`) at debug. One place for every front-end: CLI, JSON socket, metrics.

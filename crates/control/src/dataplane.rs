@@ -292,7 +292,7 @@ impl Control {
             let _ = tx.send(cx.and_then(|a| a.downcast_mut::<WorkerContext>()).map(read));
         };
         w.send(WorkerCmd::Inspect(Box::new(read))).map_err(|_| "worker has stopped".to_string())?;
-        rx.recv_timeout(std::time::Duration::from_secs(2))
+        rx.recv_timeout(WORKER_TIMEOUT)
             .map_err(|_| "worker did not answer".to_string())?
             .ok_or_else(|| "worker context is not the gateway's".to_string())
     }
@@ -303,6 +303,9 @@ impl Control {
 fn look_at_hold(w: &Sender<WorkerCmd>) {
     let _ = w.send(WorkerCmd::Inject { input: ip::nodes::glean::GLEAN_INPUT.to_string(), frames: vec![vec![1]] });
 }
+
+/// How long the control plane waits for a worker to answer a command.
+pub(crate) const WORKER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 pub(crate) fn kind_name(k: InterfaceKind) -> &'static str {
     match k {

@@ -165,6 +165,15 @@ pub fn interface_rows(l3: &[IfL3], info: &[InterfaceInfo], s: Option<&Snapshot>)
         .collect()
 }
 
+/// ` urpf <mode>` for an interface or tunnel that checks sources, nothing for one that
+/// does not (`show interfaces`, `show gtpu tunnels`, `show udp tunnels`).
+pub fn urpf_words(u: ip::urpf::Urpf) -> String {
+    match u {
+        ip::urpf::Urpf::Off => String::new(),
+        m => format!(" urpf {m}"),
+    }
+}
+
 pub fn interfaces(rows: &[InterfaceRow]) -> String {
     let mut o = String::new();
     for r in rows {
@@ -172,11 +181,7 @@ pub fn interfaces(rows: &[InterfaceRow]) -> String {
             Some(d) => format!("{}: {d}", r.kind),
             None => r.kind.to_string(),
         };
-        let urpf = match r.urpf {
-            ip::urpf::Urpf::Off => String::new(),
-            m => format!(" urpf {m}"),
-        };
-        let _ = writeln!(o, "{} ({kind}) index {} mac {} mtu {}{urpf}", r.name, r.index, r.mac, r.mtu);
+        let _ = writeln!(o, "{} ({kind}) index {} mac {} mtu {}{}", r.name, r.index, r.mac, r.mtu, urpf_words(r.urpf));
         for a in &r.addresses {
             let _ = writeln!(o, "    {a}");
         }

@@ -205,14 +205,6 @@ fn rows_of(
         .collect()
 }
 
-/// ` urpf <mode>` for a tunnel that checks sources, nothing for one that does not.
-pub fn urpf_words(u: ip::urpf::Urpf) -> String {
-    match u {
-        ip::urpf::Urpf::Off => String::new(),
-        m => format!(" urpf {m}"),
-    }
-}
-
 pub fn format_rows(rows: &[TunnelRow], total: usize) -> String {
     let mut s = format!("{total} GTP-U tunnels{}\n", counting_note(rows));
     for r in rows {
@@ -233,7 +225,7 @@ pub fn format_rows(rows: &[TunnelRow], total: usize) -> String {
             r.inner_mtu.map_or("?".into(), |m| m.to_string()),
             if r.mtu.fragment == FragmentPolicy::Outer { " fragment outer" } else { "" },
             if r.mtu.mss_clamp { " mss-clamp" } else { "" },
-            urpf_words(r.urpf),
+            crate::format::urpf_words(r.urpf),
         );
         if let Some(c) = &r.counters {
             s +=

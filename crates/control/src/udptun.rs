@@ -198,7 +198,7 @@ pub fn format_rows(rows: &[UdpTunnelRow]) -> String {
             format!(" mtu {}", r.inner_mtu.map_or("?".into(), |m| m.to_string())),
             if r.mtu.fragment == FragmentPolicy::Outer { " fragment outer" } else { "" },
             if r.mtu.mss_clamp { " mss-clamp" } else { "" },
-            crate::gtpu::urpf_words(r.urpf),
+            crate::format::urpf_words(r.urpf),
         );
         if let Some(c) = &r.counters {
             let _ = writeln!(
