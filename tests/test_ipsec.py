@@ -36,7 +36,7 @@ def ends(outer):
     return ("198.18.1.1", "198.18.1.2") if outer == 4 else ("2001:db8:1::1", "2001:db8:1::2")
 
 
-def sa_config(alg, outer, udp, lifetime="", esn=False):
+def sa_config(alg, outer, udp, inbound_extra="", esn=False):
     local, remote = ends(outer)
     (ek, ik), (ek2, ik2) = keys(alg, 1), keys(alg, 2)
     udp_line = "udp_encap = true" if udp else ""
@@ -65,7 +65,7 @@ local = "{local}"
 remote = "{remote}"
 {udp_line}
 esn = {"true" if esn else "false"}
-{lifetime}
+{inbound_extra}
 """
 
 
@@ -160,6 +160,37 @@ def test_replay_bad_icv_and_unknown_spi_dropped_by_name(vecgate, tmp_path):
     assert c.get(("esp4-decrypt", "replay")) == 2, c
     assert c.get(("esp4-decrypt", "no-sa")) == 1, c
     assert c.get(("esp4-decrypt", "nat-keepalive")) == 1, c
+
+
+@pytest.mark.parametrize("mode", ["strict", "loose"])
+def test_urpf_on_an_inbound_sa_checks_the_sources_it_decrypts(vecgate, tmp_path, mode):
+    """`urpf` on an inbound `[[ipsec_sa]]`: scapy's SA seals packets whose inner sources
+    are behind the tunnel (routes into ipsec_tunnel0, the SA's pair to the same peer),
+    behind the eth1 link, the gateway's own, a blackhole's and nobody's, over IPv4 and
+    IPv6. Strict passes only the tunnel's; loose also the link's. tshark reads in the
+    drop capture each dropped packet's reason and inner source."""
+    from test_forwarding import dropped_records
+    local, remote = ends(4)
+    peer = scapy_sa("aes-gcm-128", 4, False, IN_SPI, 2, remote, local)
+    srcs4 = {"198.19.60.7": "pass", "198.19.5.7": "link", "198.18.0.1": "own-address",
+             "198.19.254.7": "no-route", "198.18.99.1": "no-route"}
+    srcs6 = {"2001:db8:160::7": "pass", "2001:db8:100::9": "link"}
+    inners = [IP(src=s, dst="198.18.0.2") / UDP(sport=9, dport=2000) / Raw(b"u") for s in srcs4]
+    inners += [IPv6(src=s, dst="2001:db8::2") / UDP(sport=9, dport=2000) / Raw(b"u") for s in srcs6]
+    frames = [Ether(src=HOST_MAC, dst=GW_MAC0) / peer.encrypt(p) for p in inners]
+    drops = tmp_path / "drops.pcapng"
+    out0, out1, c, _ = run_pcap(vecgate, tmp_path, frames, sa_config("aes-gcm-128", 4, False, f'urpf = "{mode}"'), drops=drops)
+    want = {"pass"} | ({"link"} if mode == "loose" else set())
+    passed = sorted(p[IP].src if IP in p else p[IPv6].src for p in out0)
+    assert passed == sorted(s for s, k in {**srcs4, **srcs6}.items() if k in want), (passed, c)
+    assert not out1 and c[("esp4-decrypt", "decrypted")] == len(frames), c
+    reasons = {"link": "urpf-wrong-tunnel", "own-address": "urpf-own-address", "no-route": "urpf-no-route"}
+    recs = dropped_records(drops)
+    dropped4 = {r["src"]: r["comment"] for r in recs if r["src"]}
+    assert dropped4 == {s: f"esp4-decrypt: {reasons[k]}, received on eth0" for s, k in srcs4.items() if k not in want}, (recs, c)
+    # The IPv6 one from behind the link, under strict.
+    assert len(recs) - len(dropped4) == (1 if mode == "strict" else 0), recs
+    assert c.get(("esp4-decrypt", "urpf-wrong-tunnel"), 0) == (2 if mode == "strict" else 0), c
 
 
 def test_hard_lifetime_stops_the_sa_by_name(vecgate, tmp_path):

@@ -414,3 +414,50 @@ def test_urpf_changes_in_place(vecgate, gateway):
     cfg.write_text(BASE.replace('type = "pg"\n', 'type = "pg"\nurpf = "yes"\n', 1) + A)
     code, r = reload(vecgate, sock)
     assert code != 0 and "urpf" in r["error"] and "gw.toml" in r["error"], r
+
+
+INBOUND_SA = """
+[[ipsec_sa]]
+index = 8
+spi = 8193
+direction = "inbound"
+algorithm = "aes-gcm-128"
+enc_key = "000102030405060708090a0b0c0d0e0f10111213"
+local = "198.18.3.1"
+remote = "198.18.3.20"
+"""
+
+
+def test_an_inbound_sas_urpf_changes_in_place(vecgate, gateway):
+    """An inbound SA's `urpf` changes by a reload in place (keys and replay window stay:
+    crates/ipsec/tests/esp_nodes.rs checks the window), and by `ipsec sa set … urpf`
+    until the next reload applies the file's again; an outbound SA refuses it by name."""
+    cfg, sock, _ = gateway(FEATURES_A + INBOUND_SA)
+
+    def modes():
+        r = ctl(vecgate, sock, "show", "ipsec", "sa", json_out=True)
+        return {s["index"]: s["urpf"] for s in json.loads(r.stdout)["data"]["sas"]}
+
+    assert modes() == {7: "off", 8: "off"}
+    write(cfg, FEATURES_A + INBOUND_SA + 'urpf = "strict"\n')
+    code, r = reload(vecgate, sock)
+    assert code == 0 and changes(r) == {("replaced", "ipsec_sa", "SA 8 (urpf in place)")}, r
+    assert modes() == {7: "off", 8: "strict"}
+    r = ctl(vecgate, sock, "ipsec", "sa", "set", "8", "urpf", "loose")
+    assert r.returncode == 0 and "SA 8: urpf loose" in r.stdout, r.stdout + r.stderr
+    assert "urpf loose" in ctl(vecgate, sock, "show", "ipsec", "sa").stdout
+    r = ctl(vecgate, sock, "ipsec", "sa", "set", "7", "urpf", "strict")
+    assert r.returncode != 0 and "expected off except on an inbound tunnel-mode SA" in r.stdout + r.stderr, r.stdout + r.stderr
+    r = ctl(vecgate, sock, "ipsec", "sa", "set", "9", "urpf", "strict")
+    assert r.returncode != 0 and "index 9: no such SA" in r.stdout + r.stderr, r.stdout + r.stderr
+    assert modes() == {7: "off", 8: "loose"}
+    # The file again: back to strict, nothing else touched.
+    code, r = reload(vecgate, sock)
+    assert code == 0 and changes(r) == {("replaced", "ipsec_sa", "SA 8 (urpf in place)")}, r
+    assert modes() == {7: "off", 8: "strict"}
+    code, r = reload(vecgate, sock)
+    assert code == 0 and r["data"]["changes"] == [], r
+    # Anything else changed replaces the SA.
+    write(cfg, FEATURES_A + INBOUND_SA.replace("8193", "8194") + 'urpf = "strict"\n')
+    code, r = reload(vecgate, sock)
+    assert code == 0 and changes(r) == {("replaced", "ipsec_sa", "SA 8")}, r

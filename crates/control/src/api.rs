@@ -164,6 +164,11 @@ pub enum Request {
     IpsecSaDel {
         index: u32,
     },
+    /// Change an inbound SA's uRPF in place (keys, counters and replay window stay).
+    IpsecSaSet {
+        index: u32,
+        urpf: ip::urpf::Urpf,
+    },
     /// SAs without their keys.
     ShowIpsecSa {},
     /// Capture an interface's received and sent frames to a pcap file (one file, what
@@ -607,6 +612,11 @@ impl Control {
                 crate::ipsec::del(&mut self.ipsec, &mut self.state, *index)?;
                 self.publish_routes();
                 Reply::ok(serde_json::Value::Null, format!("deleted SA {index}"))
+            }
+            Request::IpsecSaSet { index, urpf } => {
+                self.ipsec.set_urpf(*index, *urpf).map_err(|e| e.to_string())?;
+                self.publish_routes();
+                Reply::ok(serde_json::Value::Null, format!("SA {index}: urpf {urpf}"))
             }
             Request::ShowIpsecSa {} => {
                 let rows = crate::ipsec::rows(&self.ipsec);

@@ -65,7 +65,8 @@ commands:
   show lb sessions [service <name>] [limit <n>]
   ipsec sa add <index> spi <n> inbound|outbound [tunnel|transport] alg <algorithm> [enc-key <hex>]
          [integ-key <hex>] local <addr> remote <addr> [udp-encap] [esn] [no-anti-replay]
-         [soft-packets|hard-packets|soft-bytes|hard-bytes <n>] [route <prefix>]...
+         [soft-packets|hard-packets|soft-bytes|hard-bytes <n>] [route <prefix>]... [urpf strict|loose]
+  ipsec sa set <index> urpf strict|loose|off   check the sources an inbound SA decrypts
   ipsec sa del <index>
   show ipsec sa                        SAs and their counters (never their keys)
   pcap trace <interface> <file> [<count>]   capture received and sent frames (default 10000)
@@ -149,6 +150,10 @@ pub fn parse(words: &[String]) -> Result<Request, String> {
         ["ipsec", "sa", "del" | "delete", index] => {
             Ok(Request::IpsecSaDel { index: index.parse().map_err(|_| format!("index {index:?}: expected a number"))? })
         }
+        ["ipsec", "sa", "set", index, "urpf", mode] => Ok(Request::IpsecSaSet {
+            index: index.parse().map_err(|_| format!("index {index:?}: expected a number"))?,
+            urpf: mode.parse().map_err(|e| format!("urpf {e}"))?,
+        }),
         ["show", "ipsec", "sa" | "sas"] => Ok(Request::ShowIpsecSa {}),
         ["pcap", "trace", "drop", "off"] => Ok(Request::PcapTraceDropOff {}),
         ["pcap", "trace", "drop", file, rest @ ..] => parse_pcap_trace_drop(file, rest),

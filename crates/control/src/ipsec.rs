@@ -5,6 +5,7 @@
 
 use crate::config::{Config, ConfigError, Problems};
 use ip::tables::{TunnelRef, UdpApp, UdpDemux, IPSEC_TUNNEL_IF_PREFIX};
+use ip::urpf::Urpf;
 use ip::{Prefix, RouteTarget, RouterState};
 use ipsec::{Algorithm, Direction, IpsecState, Lifetime, Mode, SaSpec, UdpEncapPorts};
 use serde::{Deserialize, Serialize};
@@ -53,6 +54,10 @@ pub struct IpsecSaConfig {
     /// Routes into the SA's tunnel interface (outbound SAs).
     #[serde(default)]
     pub routes: Vec<String>,
+    /// Inbound tunnel mode: `strict` or `loose` checks each decrypted packet's source
+    /// (strict: its route back goes into an ESP tunnel to the same peer).
+    #[serde(default)]
+    pub urpf: Urpf,
 }
 
 impl std::fmt::Debug for IpsecSaConfig {
@@ -115,6 +120,7 @@ impl IpsecSaConfig {
             local,
             remote,
             udp_encap,
+            urpf: self.urpf,
         };
         let routes = self
             .routes
@@ -146,6 +152,7 @@ pub fn parse_sa_add(w: &[&str]) -> Result<IpsecSaConfig, String> {
         anti_replay: true,
         lifetime: Lifetime::default(),
         routes: Vec::new(),
+        urpf: Urpf::Off,
     };
     let (mut spi, mut alg) = (false, false);
     let mut i = 1;
@@ -181,6 +188,7 @@ pub fn parse_sa_add(w: &[&str]) -> Result<IpsecSaConfig, String> {
                     "local" => c.local = v.to_string(),
                     "remote" => c.remote = v.to_string(),
                     "route" => c.routes.push(v.to_string()),
+                    "urpf" => c.urpf = v.parse().map_err(|e| format!("urpf {e}"))?,
                     "soft-packets" => c.lifetime.soft_packets = num(key)?,
                     "hard-packets" => c.lifetime.hard_packets = num(key)?,
                     "soft-bytes" => c.lifetime.soft_bytes = num(key)?,
@@ -332,6 +340,7 @@ pub struct SaRow {
     pub esn: bool,
     pub anti_replay: bool,
     pub lifetime: Lifetime,
+    pub urpf: Urpf,
     /// Outbound: packets and bytes sent (all workers).
     pub packets: u64,
     pub bytes: u64,
@@ -356,6 +365,7 @@ pub fn rows(x: &IpsecState) -> Vec<SaRow> {
                 esn: p.esn,
                 anti_replay: p.anti_replay,
                 lifetime: p.lifetime,
+                urpf: p.urpf,
                 packets: if out { s.outbound.packets() } else { 0 },
                 bytes: if out { s.outbound.bytes() } else { 0 },
             }
@@ -375,7 +385,7 @@ pub fn format_rows(rows: &[SaRow]) -> String {
             Direction::Outbound => "outbound",
         };
         s += &format!(
-            "{:<6} {:<15} {:<10} {:<9} {:<18} {:<22} {:<22} {:<10} {:>10} {:>12}\n",
+            "{:<6} {:<15} {:<10} {:<9} {:<18} {:<22} {:<22} {:<10} {:>10} {:>12}{}\n",
             r.index,
             r.name.as_deref().unwrap_or(if r.mode == Mode::Transport { "(transport)" } else { "-" }),
             format!("{:#x}", r.spi),
@@ -385,7 +395,8 @@ pub fn format_rows(rows: &[SaRow]) -> String {
             r.remote,
             udp,
             r.packets,
-            r.bytes
+            r.bytes,
+            crate::format::urpf_words(r.urpf)
         );
     }
     s
@@ -413,6 +424,7 @@ mod tests {
             anti_replay: true,
             lifetime: Lifetime::default(),
             routes: vec!["198.19.4.0/24".into()],
+            urpf: Urpf::Off,
         }
     }
 

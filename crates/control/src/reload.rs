@@ -470,8 +470,15 @@ fn ipsec_sas(c: &mut Control, new: &Config, changes: &mut Vec<Change>) -> Result
     for (index, sa) in want {
         // Keys are never read back, so "unchanged" is the file's entry as applied last,
         // with the SA still there.
-        let present = c.ipsec.get(index).is_some();
-        if present && old.get(&index) == Some(sa) {
+        let running_urpf = c.ipsec.get(index).map(|s| s.spec.urpf);
+        let present = running_urpf.is_some();
+        // Only the source check differs from the file's entry as applied last, or from
+        // the running SA (`ipsec sa set`): changed in place, keeping the replay window.
+        if present && old.get(&index).is_some_and(|o| crate::ipsec::IpsecSaConfig { urpf: sa.urpf, ..o.clone() } == *sa) {
+            if running_urpf != Some(sa.urpf) {
+                apply(c, Request::IpsecSaSet { index, urpf: sa.urpf })?;
+                changes.push(Change::new("replaced", "ipsec_sa", format!("SA {index} (urpf in place)")));
+            }
             continue;
         }
         if present {

@@ -166,3 +166,23 @@ fn a_repeat_of_a_bad_entry_is_reported_too() {
     let fields: Vec<&str> = e.all().map(|e| e.field.as_str()).collect();
     assert_eq!(fields, ["ipsec_sa[0].spi", "ipsec_sa[1].index", "lb_service[0].backends[0].weight", "lb_service[1].name"], "{e}");
 }
+
+/// `urpf` is for inbound tunnel-mode SAs: on an outbound or a transport-mode SA it is
+/// refused by name, with its line; on an inbound tunnel-mode SA it is taken.
+#[test]
+fn urpf_only_on_inbound_tunnel_sas() {
+    let text = [
+        PG0.to_string(),
+        sa(1, 1000, "urpf = \"strict\"\n"),
+        sa(2, 1001, "urpf = \"loose\"\nmode = \"transport\"\n"),
+        sa(3, 1002, "urpf = \"strict\"\n").replace("\"inbound\"", "\"outbound\""),
+    ]
+    .concat();
+    let e = refuse(&text);
+    let fields: Vec<&str> = e.all().map(|e| e.field.as_str()).collect();
+    assert_eq!(fields, ["ipsec_sa[1].urpf", "ipsec_sa[2].urpf"], "{e}");
+    assert!(e.message.contains("loose: expected off except on an inbound tunnel-mode SA"), "{e}");
+    assert_eq!(e.line, Some(line_of(&text, "urpf = \"loose\"", 0)), "{e}");
+    let unknown = Config::parse(&format!("{PG0}{}", sa(1, 1000, "urpf = \"sometimes\"\n")), "gw.toml", Path::new("."));
+    assert!(unknown.is_err_and(|e| e.to_string().contains("ipsec_sa") && e.to_string().contains("sometimes")));
+}

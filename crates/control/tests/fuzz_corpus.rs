@@ -52,6 +52,7 @@ fn graph_seeds_reach_every_feature() {
         ("esp4-decrypt", "decrypted"),
         ("esp6-decrypt", "decrypted"),
         ("esp6-decrypt", "nat-keepalive"),
+        ("esp6-decrypt", "urpf-wrong-tunnel"),
         ("esp4-encrypt", "encrypted"),
         ("esp6-encrypt", "encrypted"),
         ("ipsec4-output", "policy-discard"),

@@ -10,6 +10,8 @@
 //! an interface before `ipN-input`. A tunnel is an interface too (`gtpu_tunnelN`,
 //! `udp_tunnelN`): its decap node checks the inner packets it takes out (strict: the
 //! route back goes into the same tunnel), never against the link the tunnel came by.
+//! An inbound ESP SA with `urpf` has `espN-decrypt` check what it decrypts (strict: the
+//! route back goes into an ESP tunnel to the same peer).
 
 use crate::multipath;
 use crate::tables::{Adjacency, Tables, TunnelRef};
@@ -92,23 +94,33 @@ pub fn check(tables: &Tables, route: u32, from: Arrival, mode: Urpf) -> Result<(
 
 /// The check of `packet`'s source (an IPv6 packet if `v6`, else IPv4): `Ok` for a
 /// packet too short to have one (the input node drops it by name) and for IPv6
-/// link-local and unspecified sources (neighbour discovery, routing protocols and
-/// duplicate address detection never leave the link and need no route back).
+/// link-local and unspecified sources (see [`source_route`]).
 #[inline]
 pub fn check_source(tables: &Tables, packet: &[u8], v6: bool, from: Arrival, mode: Urpf) -> Result<(), SourceFault> {
     if mode == Urpf::Off {
         return Ok(());
     }
-    let route = if v6 {
-        let Some(src) = packet.get(8..24).and_then(|s| <[u8; 16]>::try_from(s).ok()) else { return Ok(()) };
+    match source_route(tables, packet, v6) {
+        Some(route) => check(tables, route, from, mode),
+        None => Ok(()),
+    }
+}
+
+/// The FIB's answer for `packet`'s source (an IPv6 packet if `v6`, else IPv4), or `None`
+/// when there is nothing to check: a packet too short to have a source, and IPv6
+/// link-local and unspecified sources (neighbour discovery, routing protocols and
+/// duplicate address detection never leave the link and need no route back).
+#[inline]
+pub fn source_route(tables: &Tables, packet: &[u8], v6: bool) -> Option<u32> {
+    if v6 {
+        let src = <[u8; 16]>::try_from(packet.get(8..24)?).ok()?;
         let a = std::net::Ipv6Addr::from(src);
         if a.is_unicast_link_local() || a.is_unspecified() {
-            return Ok(());
+            return None;
         }
-        tables.fib6.lookup(u128::from(a))
+        Some(tables.fib6.lookup(u128::from(a)))
     } else {
-        let Some(src) = packet.get(12..16).and_then(|s| <[u8; 4]>::try_from(s).ok()) else { return Ok(()) };
-        tables.fib4.lookup(u32::from_be_bytes(src))
-    };
-    check(tables, route, from, mode)
+        let src = <[u8; 4]>::try_from(packet.get(12..16)?).ok()?;
+        Some(tables.fib4.lookup(u32::from_be_bytes(src)))
+    }
 }

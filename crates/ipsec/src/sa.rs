@@ -14,6 +14,7 @@
 
 use crate::crypto::{Algorithm, KeyError, Transform};
 use crate::replay::{ReplayError, ReplayWindow};
+use ip::urpf::Urpf;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -121,6 +122,10 @@ pub struct SaSpec {
     pub local: IpAddr,
     pub remote: IpAddr,
     pub udp_encap: Option<UdpEncapPorts>,
+    /// Inbound tunnel mode: the reverse-path check of each decrypted packet's source
+    /// (strict: its route back goes into an ESP tunnel to this SA's peer).
+    #[serde(default)]
+    pub urpf: Urpf,
 }
 
 impl std::fmt::Debug for SaSpec {
@@ -135,6 +140,7 @@ impl std::fmt::Debug for SaSpec {
             .field("local", &self.local)
             .field("remote", &self.remote)
             .field("udp_encap", &self.udp_encap)
+            .field("urpf", &self.urpf)
             .finish_non_exhaustive()
     }
 }
@@ -158,10 +164,21 @@ impl SaSpec {
             return Err(err("remote", format!("{}: expected the same address family as local {}", self.remote, self.local)));
         }
         self.lifetime.checked().map_err(|(f, m)| err(f, m))?;
+        self.check_urpf()?;
         Transform::new(self.alg, &self.enc_key, &self.integ_key, iv_seed).map_err(|e| match e {
             KeyError::EncKeyLen { .. } => err("enc_key", e.to_string()),
             KeyError::IntegKeyLen { .. } => err("integ_key", e.to_string()),
         })
+    }
+
+    /// uRPF is for inbound tunnel-mode SAs: outbound SAs receive nothing, and a
+    /// transport-mode packet's source is the peer itself, which the SA's addresses pin.
+    pub fn check_urpf(&self) -> Result<(), SaSpecError> {
+        if self.urpf != Urpf::Off && (self.direction != Direction::Inbound || self.mode != Mode::Tunnel) {
+            let message = format!("{}: expected off except on an inbound tunnel-mode SA", self.urpf);
+            return Err(SaSpecError { field: "urpf", message });
+        }
+        Ok(())
     }
 
     /// Bytes the outer headers add before ESP: IP (in tunnel mode), and UDP when
@@ -367,6 +384,7 @@ mod tests {
             local: "198.18.1.1".parse().unwrap(),
             remote: "198.18.1.2".parse().unwrap(),
             udp_encap: None,
+            urpf: Urpf::Off,
         }
     }
 

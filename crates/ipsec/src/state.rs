@@ -60,6 +60,16 @@ impl IpsecState {
         self.sas.get_mut(index as usize).and_then(Option::take).ok_or(IpsecError::NoSuchSa(index))
     }
 
+    /// Change SA `index`'s uRPF in place: its keys, counters and replay window stay
+    /// (workers know an SA's state by its counters, which the changed SA shares).
+    pub fn set_urpf(&mut self, index: u32, urpf: ip::urpf::Urpf) -> Result<(), IpsecError> {
+        let sa = self.sas.get_mut(index as usize).and_then(Option::as_mut).ok_or(IpsecError::NoSuchSa(index))?;
+        let spec = SaSpec { urpf, ..(*sa.spec).clone() };
+        spec.check_urpf()?;
+        sa.spec = std::sync::Arc::new(spec);
+        Ok(())
+    }
+
     pub fn get(&self, index: u32) -> Option<&Sa> {
         self.sas.get(index as usize)?.as_ref()
     }

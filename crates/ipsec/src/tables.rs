@@ -2,8 +2,9 @@
 //! between versions by `Arc` (keys and outbound counters), so publishing a change to one
 //! SA leaves every other SA's sequence numbers running.
 
-use crate::sa::{Direction, Sa};
+use crate::sa::{Direction, Sa, SaSpec};
 use engine::hash::WordHashBuilder;
+use ip::tables::{TunnelKind, TunnelRef};
 use std::collections::HashMap;
 
 #[derive(Debug, Clone, Default)]
@@ -30,6 +31,15 @@ impl IpsecTables {
     pub fn inbound(&self, spi: u32) -> Option<(u32, &Sa)> {
         let i = *self.inbound.get(&spi)?;
         Some((i, self.sas.get(i as usize)?.as_ref()?))
+    }
+
+    /// Whether a route into `t` leads back to the peer of inbound SA `inbound`: `t` is
+    /// an outbound SA's tunnel between the same two addresses (during a rekey there are
+    /// two such SAs, and routes may name either).
+    #[inline]
+    pub fn reaches_peer(&self, t: TunnelRef, inbound: &SaSpec) -> bool {
+        matches!(t.kind, TunnelKind::Esp4 | TunnelKind::Esp6)
+            && self.outbound(t.id).is_some_and(|o| o.spec.local == inbound.local && o.spec.remote == inbound.remote)
     }
 
     #[inline(always)]

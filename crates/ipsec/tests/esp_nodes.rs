@@ -29,6 +29,7 @@ fn spec(alg: Algorithm, dir: Direction, local: &str, remote: &str, udp: bool, es
         local: local.parse().unwrap(),
         remote: remote.parse().unwrap(),
         udp_encap: udp.then(UdpEncapPorts::default),
+        urpf: ip::urpf::Urpf::Off,
     }
 }
 
@@ -429,6 +430,24 @@ impl engine::Node<Cx> for Sink {
     }
 }
 
+/// The ESP nodes with an input into `node` and a [`Sink`] for every node they send to.
+fn esp_graph(node: &str) -> (engine::Graph<Cx>, engine::NodeId) {
+    let mut sinks: Vec<&'static str> = Vec::new();
+    loop {
+        let mut g = engine::GraphBuilder::new();
+        ipsec::nodes::register(&mut g);
+        for &name in &sinks {
+            g.add(Sink(name));
+        }
+        let input = g.add_input("test-input", node);
+        match g.build() {
+            Ok(graph) => return (graph, input),
+            Err(engine::GraphError::UnknownNext { to, .. }) => sinks.push(Box::leak(to.into_boxed_str())),
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
 /// `esp4-encrypt` keeps the last SA's outer adjacency and link MTU for the next packets
 /// of that SA in a vector. Two tunnel SAs leave by links of different MTUs; 1,300-byte
 /// inner packets with DF fit the 1,500-byte link's tunnel and not the 1,280-byte one's.
@@ -457,20 +476,7 @@ fn each_packet_gets_its_own_sas_outer_link_and_a_route_change_shows_in_the_next_
         ip: ip::IpContext::new(Arc::clone(&ip_tables), None, ip::Limits::default()),
         ipsec: IpsecContext::new(Arc::clone(&ipsec_tables)),
     };
-    let mut sinks: Vec<&'static str> = Vec::new();
-    let (mut graph, input) = loop {
-        let mut g = engine::GraphBuilder::new();
-        ipsec::nodes::register(&mut g);
-        for &name in &sinks {
-            g.add(Sink(name));
-        }
-        let input = g.add_input("test-enc4", "esp4-encrypt");
-        match g.build() {
-            Ok(graph) => break (graph, input),
-            Err(engine::GraphError::UnknownNext { to, .. }) => sinks.push(Box::leak(to.into_boxed_str())),
-            Err(e) => panic!("{e}"),
-        }
-    };
+    let (mut graph, input) = esp_graph("esp4-encrypt");
     let mut pool = Pool::new(64, 4);
     let mut send = |cx: &mut Cx, sas: &[u32]| {
         let bufs: Vec<engine::BufIdx> = sas
@@ -500,4 +506,128 @@ fn each_packet_gets_its_own_sas_outer_link_and_a_route_change_shows_in_the_next_
     ipsec_tables.store(Arc::new(state.build()));
     engine::worker::Context::refresh(&mut cx);
     assert_eq!(send(&mut cx, &[0, 1, 0]), (5, 7), "both SAs over the 1,280-byte link now");
+}
+
+/// uRPF on an inbound SA, through `esp4-decrypt`: a decrypted packet's source passes
+/// strict when its route back goes into an ESP tunnel to the same peer (the SA's own
+/// pair, or a second outbound SA to that peer, as during a rekey), not into a tunnel to
+/// another peer nor out of a link; loose passes any route but a blackhole; the gateway's
+/// own addresses never pass. Changing the mode in place keeps the replay window.
+#[test]
+fn urpf_on_an_inbound_sa_checks_what_it_decrypts() {
+    use ip::state::{InterfaceSpec, RouterState};
+    use ip::urpf::Urpf;
+    use ip::{Prefix, RouteTarget};
+    let link = |name: &str, n: u8, addrs: &[&str]| InterfaceSpec {
+        name: name.into(),
+        mac: wire::EthernetAddress([2, 0, 0, 0, 0, n]),
+        mtu: 1500,
+        addresses: addrs.iter().map(|a| a.parse().unwrap()).collect(),
+    };
+    let mut router = RouterState::new(vec![
+        link("out0", 1, &["198.18.1.1/24", "2001:db8:1::1/64"]),
+        link("out1", 2, &["198.18.2.1/24", "2001:db8:2::1/64"]),
+    ])
+    .unwrap();
+    let alg = Algorithm::AesGcm128;
+    let (out, inb) = (Direction::Outbound, Direction::Inbound);
+    let mut state = IpsecState::new();
+    state.add(0, SaSpec { spi: 0x1000, ..spec(alg, out, "198.18.1.1", "198.18.1.2", false, false) }, [9; 16]).unwrap();
+    state.add(1, SaSpec { spi: 0x2000, urpf: Urpf::Strict, ..spec(alg, inb, "198.18.1.1", "198.18.1.2", false, false) }, [9; 16]).unwrap();
+    state.add(2, SaSpec { spi: 0x1002, ..spec(alg, out, "198.18.1.1", "198.18.1.2", false, false) }, [9; 16]).unwrap();
+    state.add(3, SaSpec { spi: 0x1003, ..spec(alg, out, "198.18.1.1", "198.18.1.3", false, false) }, [9; 16]).unwrap();
+    let into = |n: u32| RouteTarget::Tunnel(state.tunnel_by_name(&format!("ipsec_tunnel{n}")).unwrap());
+    for (p, t) in [
+        ("198.19.60.0/24", into(0)),
+        ("2001:db8:160::/48", into(0)),
+        ("198.19.61.0/24", into(2)),
+        ("198.19.62.0/24", into(3)),
+        ("198.19.63.0/24", RouteTarget::Blackhole),
+    ] {
+        router.add_route(p.parse::<Prefix>().unwrap(), t).unwrap();
+    }
+    state.refresh_outer(&mut router);
+    let ip_tables = Arc::new(ArcSwap::from_pointee(router.build()));
+    let ipsec_tables = Arc::new(ArcSwap::from_pointee(state.build()));
+    let mut cx = Cx {
+        ip: ip::IpContext::new(Arc::clone(&ip_tables), None, ip::Limits::default()),
+        ipsec: IpsecContext::new(Arc::clone(&ipsec_tables)),
+    };
+    // The peer's end of inbound SA 1: the same keys, sealing what the peer sends.
+    let mut peer = IpsecState::new();
+    peer.add(0, SaSpec { spi: 0x2000, ..spec(alg, out, "198.18.1.2", "198.18.1.1", false, false) }, [9; 16]).unwrap();
+    let peer = Pair { a: peer, b: IpsecContext::new(Arc::new(ArcSwap::from_pointee(IpsecState::new().build()))) };
+    let (mut graph, input) = esp_graph("esp4-decrypt");
+    let mut pool = Pool::new(64, 4);
+    let from = |src: &str| {
+        let v6 = src.contains(':');
+        let mut p = inner(v6, 100);
+        match src.parse::<IpAddr>().unwrap() {
+            IpAddr::V4(a) => {
+                p[12..16].copy_from_slice(&a.octets());
+                p[10..12].fill(0);
+                let c = wire::checksum::checksum(&p[..20]);
+                p[10..12].copy_from_slice(&c.to_be_bytes());
+            }
+            IpAddr::V6(a) => p[8..24].copy_from_slice(&a.octets()),
+        }
+        p
+    };
+    // Each packet alone: the one counter of esp4-decrypt or the sink that moved.
+    let mut send = |cx: &mut Cx, pool: &mut Pool, wire: &[u8]| -> String {
+        let before = graph.counter_snapshots();
+        let b = pool.alloc(wire.len() + 64).unwrap();
+        pool.get_mut(b).write(wire).unwrap();
+        graph.inject(input, pool, &[b], 0);
+        graph.run(cx, pool);
+        let moved: Vec<String> = graph
+            .counter_snapshots()
+            .iter()
+            .filter(|c| {
+                c.counter != "decrypted"
+                    && before.iter().find(|b| b.node == c.node && b.counter == c.counter).map_or(0, |b| b.count) < c.count
+            })
+            .map(|c| if c.counter == "seen" { c.node.to_string() } else { c.counter.to_string() })
+            .collect();
+        moved.join(",")
+    };
+    let lookup = |v6: bool| if v6 { "ip6-lookup" } else { "ip4-lookup" };
+    // (source, strict, loose)
+    let cases = [
+        ("198.19.60.7", "", ""),                                   // into the SA's pair, ipsec_tunnel0
+        ("2001:db8:160::7", "", ""),                               // the same, IPv6
+        ("198.19.61.7", "", ""),                                   // into SA 2, the same peer
+        ("198.19.62.7", "urpf-wrong-tunnel", ""),                  // into a tunnel to another peer
+        ("198.18.2.9", "urpf-wrong-tunnel", ""),                   // out of a link
+        ("2001:db8:2::9", "urpf-wrong-tunnel", ""),                // out of a link, IPv6
+        ("198.19.63.7", "urpf-no-route", "urpf-no-route"),         // a blackhole
+        ("198.20.0.1", "urpf-no-route", "urpf-no-route"),          // no route at all
+        ("198.18.1.1", "urpf-own-address", "urpf-own-address"),    // the gateway's
+        ("2001:db8:2::1", "urpf-own-address", "urpf-own-address"), // the gateway's, IPv6
+        ("fe80::7", "", ""),                                       // link-local: not checked
+    ];
+    let mut first = None;
+    for mode in [Urpf::Strict, Urpf::Loose, Urpf::Off] {
+        state.set_urpf(1, mode).unwrap();
+        ipsec_tables.store(Arc::new(state.build()));
+        engine::worker::Context::refresh(&mut cx);
+        for (src, strict, loose) in cases {
+            let want = match mode {
+                Urpf::Strict => strict,
+                Urpf::Loose => loose,
+                Urpf::Off => "",
+            };
+            let want = if want.is_empty() { lookup(src.contains(':')) } else { want };
+            let w = seal::<Ip4Outer>(&peer, &mut pool, &from(src));
+            first.get_or_insert_with(|| w.clone());
+            assert_eq!(send(&mut cx, &mut pool, &w), want, "{src}, {mode}");
+        }
+    }
+    // The replay window went through both changes: the very first packet is a replay.
+    assert_eq!(send(&mut cx, &mut pool, first.as_ref().unwrap()), "replay");
+    assert_eq!(state.get(1).unwrap().spec.urpf, Urpf::Off);
+    // uRPF is for inbound tunnel-mode SAs.
+    assert_eq!(state.set_urpf(0, Urpf::Loose).unwrap_err().to_string(), "urpf: loose: expected off except on an inbound tunnel-mode SA");
+    let transport = SaSpec { mode: Mode::Transport, urpf: Urpf::Strict, ..spec(alg, inb, "198.18.1.1", "198.18.1.2", false, false) };
+    assert_eq!(transport.build([0; 16]).unwrap_err().field, "urpf");
 }

@@ -621,6 +621,7 @@ fn esp_sa(alg: ipsec::Algorithm, direction: ipsec::Direction) -> control::ipsec:
         anti_replay: false,
         lifetime: Default::default(),
         routes: if direction == ipsec::Direction::Outbound { vec!["198.19.0.0/24".into()] } else { Vec::new() },
+        urpf: Default::default(),
     }
 }
 

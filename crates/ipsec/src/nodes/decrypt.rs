@@ -11,7 +11,10 @@ use crate::context::{HasIpsec, IpsecContext};
 use crate::crypto::OpenError;
 use crate::replay::ReplayError;
 use crate::sa::{Age, InboundError, Mode};
+use crate::tables::IpsecTables;
 use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
+use ip::tables::{TunnelKind, TunnelRef};
+use ip::urpf::{self, Arrival, SourceFault, Urpf};
 use wire::esp::{classify_udp, EspError, EspPacket, EspTrailer, UdpEncap, HEADER_LEN};
 use wire::IpProtocol;
 
@@ -42,6 +45,9 @@ counters! {
         BadNextHeader(Warn, "bad-next-header", "tunnel-mode payload neither IPv4 nor IPv6"),
         BadInner(Warn, "bad-inner", "inner packet's header disagrees with the payload"),
         TransportExtHeader(Warn, "transport-extension-header", "transport-mode ESP after IPv6 extension headers (not restored)"),
+        UrpfNoRoute(Warn, "urpf-no-route", "uRPF: no route back to the decrypted packet's source"),
+        UrpfWrongTunnel(Warn, "urpf-wrong-tunnel", "strict uRPF: the route back to the source does not go to the SA's peer"),
+        UrpfOwnAddress(Warn, "urpf-own-address", "uRPF: the decrypted packet's source is one of the gateway's addresses"),
     }
 }
 
@@ -157,6 +163,32 @@ fn restore_transport<O: EspOuter>(
     Ok(if O::IS_V6 { EspDecryptNext::Ip6Lookup } else { EspDecryptNext::Ip4Lookup })
 }
 
+/// The reverse-path check of a packet [`decrypt`] took out of inbound SA
+/// `buf.meta.param` (the SA's `urpf`; `v6`: the inner packet is IPv6). Strict passes a
+/// source whose route back goes into an ESP tunnel to the SA's peer
+/// ([`IpsecTables::reaches_peer`]), not into another tunnel or out of a link.
+#[inline]
+pub fn check_source(x: &IpsecTables, ip: &ip::tables::Tables, buf: &Buffer, v6: bool) -> Result<(), EspDecryptCounter> {
+    let Some(sa) = x.sas.get(buf.meta.param as usize).and_then(Option::as_ref) else { return Ok(()) };
+    let s = &*sa.spec;
+    if s.urpf == Urpf::Off {
+        return Ok(());
+    }
+    let Some(route) = urpf::source_route(ip, buf.bytes(), v6) else { return Ok(()) };
+    // The packet came out of the inbound SA, which no route leads into; a route into a
+    // tunnel to the same peer counts as leading back into it.
+    let kind = if s.local.is_ipv4() { TunnelKind::Esp4 } else { TunnelKind::Esp6 };
+    let from = match TunnelRef::decode(route) {
+        Some(t) if x.reaches_peer(t, s) => t,
+        _ => TunnelRef { kind, id: buf.meta.param },
+    };
+    urpf::check(ip, route, Arrival::Tunnel(from), s.urpf).map_err(|f| match f {
+        SourceFault::NoRoute => EspDecryptCounter::UrpfNoRoute,
+        SourceFault::WrongInterface => EspDecryptCounter::UrpfWrongTunnel,
+        SourceFault::OwnAddress => EspDecryptCounter::UrpfOwnAddress,
+    })
+}
+
 fn replay_counter(e: ReplayError) -> EspDecryptCounter {
     match e {
         ReplayError::Replayed => EspDecryptCounter::Replay,
@@ -181,6 +213,9 @@ impl<Cx: HasIpsec, O: EspOuter> Node<Cx> for EspDecrypt<O> {
                     counts.inc(EspDecryptCounter::SoftLifetime);
                 }
                 counts.inc(EspDecryptCounter::Decrypted);
+                if let Err(c) = check_source(&x.tables, &ipc.tables, buf, next == EspDecryptNext::Ip6Lookup) {
+                    return Verdict::Drop(c);
+                }
                 // Arrived on an interface with an SPD: the inner packet must be one its
                 // inbound policy sends through this SA (the SA index is in meta.param).
                 Verdict::Next(match (ipc.tables.has_spd(buf.meta.rx_if), next) {

@@ -343,6 +343,7 @@ mod tests {
             local: local.parse().unwrap(),
             remote: if v4 { "198.18.0.2" } else { "2001:db8::2" }.parse().unwrap(),
             udp_encap: udp.then(UdpEncapPorts::default),
+            urpf: ip::urpf::Urpf::Off,
         }
     }
 

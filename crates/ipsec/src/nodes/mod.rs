@@ -224,6 +224,7 @@ mod tests {
             local,
             remote,
             udp_encap: udp.then(UdpEncapPorts::default),
+            urpf: ip::urpf::Urpf::Off,
         }
     }
 
