@@ -103,7 +103,7 @@ fn seal<O: EspOuter>(p: &Pair, pool: &mut Pool, plain: &[u8]) -> Vec<u8> {
 }
 
 fn open<O: EspOuter>(p: &mut Pair, pool: &mut Pool, wire: &[u8]) -> Result<(EspDecryptNext, Vec<u8>), D> {
-    with_buffer(pool, wire, |b| decrypt::<O>(&mut p.b, b).map(|(n, _)| (n, b.bytes().to_vec())))
+    with_buffer(pool, wire, |b| decrypt::<O>(&mut p.b, b).map(|(n, _, _)| (n, b.bytes().to_vec())))
 }
 
 fn round_trip<O: EspOuter>(alg: Algorithm, udp: bool, esn: bool) {

@@ -72,9 +72,9 @@ impl From<EspError> for EspDecryptCounter {
 
 /// Decrypt the ESP packet in `buf` (from its outer header on); on success the buffer
 /// holds the inner packet and `meta.param` the inbound SA's index (for the inbound SPD
-/// check), and the result names its lookup and the SA's age.
+/// check), and the result names its lookup, the SA's age and its source check.
 #[inline(always)]
-pub fn decrypt<O: EspOuter>(x: &mut IpsecContext, buf: &mut Buffer) -> Result<(EspDecryptNext, Age), EspDecryptCounter> {
+pub fn decrypt<O: EspOuter>(x: &mut IpsecContext, buf: &mut Buffer) -> Result<(EspDecryptNext, Age, Urpf), EspDecryptCounter> {
     use EspDecryptCounter as C;
     let outer = O::outer_esp(buf.bytes()).ok_or(C::NotEsp)?;
     let mut at = outer.at;
@@ -120,7 +120,7 @@ pub fn decrypt<O: EspOuter>(x: &mut IpsecContext, buf: &mut Buffer) -> Result<(E
         Err(InboundError::Replay(e)) => return Err(replay_counter(e)),
     };
     if s.mode == Mode::Transport && trailer.next_header != IpProtocol::Ipv6NoNxt {
-        return restore_transport::<O>(buf, outer.at, text_at, payload_len, trailer.next_header, index).map(|n| (n, age));
+        return restore_transport::<O>(buf, outer.at, text_at, payload_len, trailer.next_header, index).map(|n| (n, age, s.urpf));
     }
     let inner = &buf.bytes()[text_at..text_at + payload_len];
     let next = match trailer.next_header {
@@ -137,7 +137,7 @@ pub fn decrypt<O: EspOuter>(x: &mut IpsecContext, buf: &mut Buffer) -> Result<(E
     };
     buf.narrow(text_at, payload_len).map_err(|_| C::Truncated)?;
     buf.meta.param = index;
-    Ok((next, age))
+    Ok((next, age, s.urpf))
 }
 
 /// Transport mode: the packet's own IP header (`hl` bytes, where ESP or its UDP header
@@ -164,16 +164,15 @@ fn restore_transport<O: EspOuter>(
 }
 
 /// The reverse-path check of a packet [`decrypt`] took out of inbound SA
-/// `buf.meta.param` (the SA's `urpf`; `v6`: the inner packet is IPv6). Strict passes a
-/// source whose route back goes into an ESP tunnel to the SA's peer
-/// ([`IpsecTables::reaches_peer`]), not into another tunnel or out of a link.
-#[inline]
+/// `buf.meta.param` (whose `urpf` it returned, not off; `v6`: the inner packet is IPv6).
+/// Strict passes a source whose route back goes into an ESP tunnel to the SA's peer
+/// ([`IpsecTables::reaches_peer`]), not into another tunnel or out of a link. Out of
+/// line: SAs without the check pay one compare.
+#[cold]
+#[inline(never)]
 pub fn check_source(x: &IpsecTables, ip: &ip::tables::Tables, buf: &Buffer, v6: bool) -> Result<(), EspDecryptCounter> {
     let Some(sa) = x.sas.get(buf.meta.param as usize).and_then(Option::as_ref) else { return Ok(()) };
     let s = &*sa.spec;
-    if s.urpf == Urpf::Off {
-        return Ok(());
-    }
     let Some(route) = urpf::source_route(ip, buf.bytes(), v6) else { return Ok(()) };
     // The packet came out of the inbound SA, which no route leads into; a route into a
     // tunnel to the same peer counts as leading back into it.
@@ -208,13 +207,15 @@ impl<Cx: HasIpsec, O: EspOuter> Node<Cx> for EspDecrypt<O> {
     fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
         let (ipc, x) = cx.split_ipsec();
         match decrypt::<O>(x, buf) {
-            Ok((next, age)) => {
+            Ok((next, age, urpf)) => {
                 if age == Age::SoftReached {
                     counts.inc(EspDecryptCounter::SoftLifetime);
                 }
                 counts.inc(EspDecryptCounter::Decrypted);
-                if let Err(c) = check_source(&x.tables, &ipc.tables, buf, next == EspDecryptNext::Ip6Lookup) {
-                    return Verdict::Drop(c);
+                if urpf != Urpf::Off {
+                    if let Err(c) = check_source(&x.tables, &ipc.tables, buf, next == EspDecryptNext::Ip6Lookup) {
+                        return Verdict::Drop(c);
+                    }
                 }
                 // Arrived on an interface with an SPD: the inner packet must be one its
                 // inbound policy sends through this SA (the SA index is in meta.param).
