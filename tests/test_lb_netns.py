@@ -193,3 +193,44 @@ backends = [{backends}]
     assert errs.get(("lb4-nat", "reply-translated"), 0) >= 60, errs
     code, _, _ = gw.stop()
     assert code == 0
+
+
+def test_two_workers_translate_every_reply(lab, vecgate, tmp_path):
+    """Two workers, each with its own af_packet socket in the fanout group: the kernel
+    hashes a connection's client packets and its backend's replies (other addresses and
+    ports) to either worker, and sessions are per worker. `session-handoff` moves each to
+    the worker with the session (lb::steer), so every connection, with SNAT and with the
+    client's address kept, is answered from the service address and a transfer is
+    intact."""
+    backends = ", ".join(f'{{ addr = "{a}", port = 8080 }}' for a in BACKENDS)
+    local = f"""
+[[lb_service]]
+name = "default/web-local"
+type = "load_balancer"
+vip = "{VIP}"
+port = 81
+protocol = "tcp"
+traffic_policy = "Local"
+backends = [{backends}]
+"""
+    c, g, bes = topology(lab)
+    gw = Vecgate(lab, vecgate, g, "[dataplane]\nworkers = 2\n" + config(local), tmp_path, split_dataplane=True)
+    for i, b in enumerate(bes):
+        serve(lab, b, f"be{i}")
+    for a in NODE_B:
+        lab.run(c, "ping", "-c", "2", "-i", "0.2", "-W", "1", a, check=False)
+    for i, b in enumerate(bes):
+        lab.run(b, "ping", "-c", "2", "-i", "0.2", "-W", "1", NODE_B[i], check=False)
+    for port, src in ((80, "198.19.1.1"), (81, "198.18.0.2")):
+        r = client(lab, c, "who", VIP, port, 60)
+        assert len(r["answers"]) == 60 and len({a.split()[0] for a in r["answers"]}) == 3, r
+        assert all(a.split()[1] == src and a.split()[2] == VIP for a in r["answers"]), r
+        e = client(lab, c, "echo", VIP, port, 2 * 1024 * 1024)
+        assert e["bytes"] == 2 * 1024 * 1024 and e["sent"] == e["got"], e
+    errs = gw.errors()
+    assert errs.get(("lb4-nat", "reply-translated"), 0) >= 120, errs
+    # Both workers took connections, and replies crossed between them.
+    assert errs.get(("session-handoff", "handed-off"), 0) > 0, errs
+    assert not any(k[0] == "lb4-nat" and k[1] in ("no-service", "snat-ports-exhausted", "reply-tuple-in-use") for k in errs), errs
+    code, _, _ = gw.stop()
+    assert code == 0

@@ -105,6 +105,16 @@ impl lb::HasLb for WorkerContext {
     }
 }
 
+/// A load-balanced connection's packets, both ways, go to the worker that holds its
+/// session (`lb::steer`); everything else as the flow hash says.
+impl ip::nodes::worker_handoff::Steering for WorkerContext {
+    #[inline]
+    fn steer(&mut self, frame: &[u8], workers: u32) -> Option<u32> {
+        let ip = &self.ip.tables;
+        lb::steer::owner(&self.lb.tables, ip::flow::frame_ip(frame)?, workers, |a| ip.is_local(a))
+    }
+}
+
 impl ipsec::HasIpsec for WorkerContext {
     #[inline(always)]
     fn split_ipsec(&mut self) -> (&mut IpContext, &mut ipsec::IpsecContext) {
@@ -947,7 +957,11 @@ fn build(
                 gso_links: crate::parcel::gso_links(cfg),
                 ..ParcelContext::default()
             },
-            lb: lb::LbContext::new(lb.shared.clone(), lb.limits, lb.timeouts),
+            lb: {
+                let mut c = lb::LbContext::new(lb.shared.clone(), lb.limits, lb.timeouts);
+                c.set_worker(k as u32, cfg.dataplane.workers as u32);
+                c
+            },
             ipsec: ipsec::IpsecContext::new(ipsec_shared.clone()),
             spd: spd_cx,
             upf: upf_dp.context(k),
@@ -996,8 +1010,10 @@ fn build(
 
 /// One worker: its graph, pool and ports over its own devices. With several workers,
 /// every worker's graph has `worker-handoff` (where the input kinds in `spread` go
-/// first) and `handoff-input` (packets other workers handed over); the graphs stay
-/// identical in shape, so their snapshots merge node by node.
+/// first), `session-handoff` (where the others go first: it moves a load-balanced
+/// connection's packets to the worker with its session) and `handoff-input` (packets
+/// other workers handed over); the graphs stay identical in shape, so their snapshots
+/// merge node by node.
 fn build_worker(
     cfg: &Config,
     k: usize,
@@ -1018,20 +1034,28 @@ fn build_worker(
     let mut handoff_input = None;
     if let Some(l) = &lanes {
         g.add_expand(ip::nodes::worker_handoff::WorkerHandoff::new(k, l.to.clone()));
+        g.add_expand(ip::nodes::worker_handoff::WorkerHandoff::sessions_only(k, l.to.clone()));
         handoff_input = Some(g.add_input("handoff-input", "ethernet-input"));
     }
     let mut inputs = BTreeMap::new();
     for ic in &cfg.interfaces {
         if ic.kind != InterfaceKind::Null {
             let name = format!("{}-input", kind_name(ic.kind));
-            let next = if lanes.is_some() && spread.contains(&ic.kind) { "worker-handoff" } else { "ethernet-input" };
+            let next = match (&lanes, spread.contains(&ic.kind)) {
+                (None, _) => "ethernet-input",
+                (Some(_), true) => "worker-handoff",
+                (Some(_), false) => "session-handoff",
+            };
             let id = g.add_input(&name, next);
             inputs.insert(ic.name.clone(), id);
         }
     }
     // Interfaces added at run time enter by these (`crate::interfaces`): af_packet
     // sockets on every worker, a TAP device on one that spreads what it receives.
-    g.add_input(&format!("{}-input", kind_name(InterfaceKind::AfPacket)), "ethernet-input");
+    g.add_input(
+        &format!("{}-input", kind_name(InterfaceKind::AfPacket)),
+        if lanes.is_some() { "session-handoff" } else { "ethernet-input" },
+    );
     g.add_input(&format!("{}-input", kind_name(InterfaceKind::Tap)), if lanes.is_some() { "worker-handoff" } else { "ethernet-input" });
     let graph = g.build().map_err(|e| cfg.err("(graph)", e.to_string()))?;
     let ports = cfg

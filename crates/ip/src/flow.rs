@@ -94,19 +94,26 @@ fn gtpu_teid(b: &[u8]) -> Option<u32> {
 /// they carry), any other IP packet by its 5-tuple, anything else (ARP, …) by 0.
 /// One 802.1Q tag is looked through.
 pub fn frame_flow_hash(f: &[u8]) -> u32 {
+    match frame_ip(f) {
+        Some(ip) => match gtpu_teid(ip) {
+            Some(teid) => hash::hash_words(0x6770_7475, &[teid]),
+            None => ip_flow_hash(ip),
+        },
+        None => 0,
+    }
+}
+
+/// The IP packet of an Ethernet frame (IPv4 or IPv6, one 802.1Q tag looked through),
+/// possibly truncated; `None` for other frames.
+#[inline]
+pub fn frame_ip(f: &[u8]) -> Option<&[u8]> {
     let (ethertype, l3) = match f.get(12..14) {
         Some([0x81, 0x00]) => (f.get(16..18), 18),
         t => (t, 14),
     };
     match ethertype {
-        Some([0x08, 0x00]) | Some([0x86, 0xdd]) => {
-            let ip = &f[l3.min(f.len())..];
-            match gtpu_teid(ip) {
-                Some(teid) => hash::hash_words(0x6770_7475, &[teid]),
-                None => ip_flow_hash(ip),
-            }
-        }
-        _ => 0,
+        Some([0x08, 0x00]) | Some([0x86, 0xdd]) => Some(&f[l3.min(f.len())..]),
+        _ => None,
     }
 }
 

@@ -364,6 +364,15 @@ impl Tables {
         self.adjacencies.get(i as usize).unwrap_or(&Adjacency::Miss)
     }
 
+    /// Whether `a` is one of the gateway's own addresses (its route is local).
+    pub fn is_local(&self, a: std::net::IpAddr) -> bool {
+        let route = match a {
+            std::net::IpAddr::V4(a) => self.fib4.lookup(u32::from(a)),
+            std::net::IpAddr::V6(a) => self.fib6.lookup(u128::from(a)),
+        };
+        matches!(self.adjacency(route), Adjacency::Local)
+    }
+
     /// Whether interface `i` has an IPsec SPD bound (`spd_links`): one load and one
     /// predictable branch while no SPD is bound anywhere.
     #[inline(always)]

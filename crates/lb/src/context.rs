@@ -32,6 +32,12 @@ impl LbContext {
         }
     }
 
+    /// Worker `me` of `workers`: the SNAT ports it may use ([`crate::steer`]).
+    pub fn set_worker(&mut self, me: u32, workers: u32) {
+        self.b4.set_worker(me, workers);
+        self.b6.set_worker(me, workers);
+    }
+
     /// Pick up a newly published table version and the time.
     #[inline]
     pub fn refresh(&mut self) {

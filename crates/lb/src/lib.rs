@@ -25,6 +25,7 @@ pub mod service;
 pub mod session;
 pub mod show;
 pub mod state;
+pub mod steer;
 pub mod table;
 pub mod tables;
 

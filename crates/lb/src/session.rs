@@ -330,13 +330,23 @@ pub struct Balancer<F: Family> {
     /// timeout, at most a second; [`Balancer::touch`]), so that a hit's test whether
     /// to write is one add and one compare.
     slack_of: [u64; 6],
+    /// This worker and how many there are: SNAT ports are the ones whose replies are
+    /// steered here ([`crate::steer`]).
+    me: u32,
+    workers: u32,
 }
 
 impl<F: Family> Balancer<F> {
     pub fn new(limits: Limits, timeouts: Timeouts) -> Self {
         let timeout_of = timeouts.by_state();
         let slack_of = timeout_of.map(|t| t - (t / 16).min(1000));
-        Balancer { sessions: Table::new(limits.sessions), affinity: Table::new(limits.affinity), timeout_of, slack_of }
+        Balancer { sessions: Table::new(limits.sessions), affinity: Table::new(limits.affinity), timeout_of, slack_of, me: 0, workers: 1 }
+    }
+
+    /// Worker `me` of `workers` (the default: the only one).
+    pub fn set_worker(&mut self, me: u32, workers: u32) {
+        assert!(me < workers, "worker {me} of {workers}");
+        (self.me, self.workers) = (me, workers);
     }
 
     /// A packet `key` from a client to `svc` (found by the caller in `t`): the
@@ -373,7 +383,7 @@ impl<F: Family> Balancer<F> {
         let (b, affine) = self.choose(svc, key, now)?;
         let backend = &svc.backends[b as usize];
         let (src, sport) = match (svc.snat, t.snat) {
-            (true, Some(node)) => (node, self.snat_port(key, &backend.addr, backend.port, &node, now)?),
+            (true, Some(node)) => (node, self.snat_port(t, key, &backend.addr, backend.port, &node, now)?),
             _ => (key.src, key.sport),
         };
         let there = Rewrite { src, sport, dst: backend.addr, dport: backend.port };
@@ -603,12 +613,24 @@ impl<F: Family> Balancer<F> {
         Ok((b, false))
     }
 
-    /// A source port on the node's address whose reply tuple from the backend is free:
-    /// the client's own port first, then ports from the flow hash.
-    fn snat_port(&self, key: &FlowKey<F::Addr>, baddr: &F::Addr, bport: u16, node: &F::Addr, now: u64) -> Result<u16, LbDrop> {
+    /// A source port on the node's address whose reply tuple from the backend is free
+    /// and whose replies are steered to this worker (one port in `workers` is; so each
+    /// worker has its own ports and no two pick the same one): the client's own port
+    /// first, then ports from the flow hash.
+    fn snat_port(
+        &self,
+        t: &FamilyTables<F>,
+        key: &FlowKey<F::Addr>,
+        baddr: &F::Addr,
+        bport: u16,
+        node: &F::Addr,
+        now: u64,
+    ) -> Result<u16, LbDrop> {
         let h = F::flow_hash(&key.src, &key.dst, key.sport, key.dport, key.proto);
-        (0..SNAT_PORT_TRIES)
+        (0..SNAT_PORT_TRIES * self.workers)
             .map(|n| if n == 0 { key.sport } else { 1024 + engine::hash::reduce(engine::hash::mix(h, n), 65536 - 1024) as u16 })
+            .filter(|&p| crate::steer::owns_snat_port(t, node, p, key.proto, self.me, self.workers))
+            .take(SNAT_PORT_TRIES as usize)
             .find(|&p| {
                 self.sessions.find(&Key::new(&FlowKey { src: *baddr, sport: bport, dst: *node, dport: p, proto: key.proto }), now).is_none()
             })

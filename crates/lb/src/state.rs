@@ -142,6 +142,14 @@ impl LbState {
                 };
             }
         }
+        for (_, s) in self.services().filter(|(_, s)| !s.forwarding.is_encap()) {
+            for b in &s.backends {
+                match b.addr {
+                    IpAddr::V4(a) => t.v4.nat_backends.insert(a.octets()),
+                    IpAddr::V6(a) => t.v6.nat_backends.insert(a.octets()),
+                };
+            }
+        }
         Arc::new(t)
     }
 

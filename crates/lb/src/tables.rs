@@ -82,6 +82,9 @@ pub struct FamilyTables<F: Family> {
     /// Backends of `Local`-policy services: forwarded packets from these may be replies
     /// to translate (others pass without a session lookup).
     pub reply_sources: std::collections::HashSet<F::Addr, WordHashBuilder>,
+    /// Backends of every NAT service: packets from these are steered to the worker of
+    /// their destination, the connection's client ([`crate::steer`]).
+    pub nat_backends: std::collections::HashSet<F::Addr, WordHashBuilder>,
 }
 
 impl<F: Family> Clone for FamilyTables<F> {
@@ -94,6 +97,7 @@ impl<F: Family> Clone for FamilyTables<F> {
             node_ports: self.node_ports.clone(),
             snat: self.snat,
             reply_sources: self.reply_sources.clone(),
+            nat_backends: self.nat_backends.clone(),
         }
     }
 }
@@ -108,11 +112,18 @@ impl<F: Family> Default for FamilyTables<F> {
             node_ports: HashMap::default(),
             snat: None,
             reply_sources: Default::default(),
+            nat_backends: Default::default(),
         }
     }
 }
 
 impl<F: Family> FamilyTables<F> {
+    /// No service and no NAT backend of this family: [`crate::steer`] has nothing to do.
+    #[inline]
+    pub fn nothing_to_steer(&self) -> bool {
+        self.vips.is_empty() && self.node_ports.is_empty() && self.nat_backends.is_empty()
+    }
+
     /// The service a packet to `dst:port` belongs to; NodePort services only when `dst`
     /// is one of the node's addresses (`local`).
     #[inline]

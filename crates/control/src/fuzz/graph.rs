@@ -10,7 +10,11 @@
 //! and discard policies bound to the narrow interface; load-balanced services (TCP over
 //! IPv4, UDP over IPv6, NAT both ways); a parcel-capable link; access0 as a link that takes
 //! UDP GSO frames (see [`Harness::new`]); a UPF with sessions forwarding both ways over
-//! both families, buffering, and re-encapsulating on N9.
+//! both families, buffering, and re-encapsulating on N9. The `graph_workers` target runs
+//! the same through two workers ([`Harness::with_workers`]): worker 0 owns the devices
+//! and spreads what it receives over the handoff lanes (`worker-handoff`, the load
+//! balancer's connections steered to their session's worker), the other sends back
+//! through its lane; the invariants below hold summed over both.
 //!
 //! One dataplane serves every input (building one per input runs ~10x slower), so state
 //! a real gateway keeps (reassembly in progress, hints, rate limiters) carries from one
@@ -65,7 +69,12 @@ pub const UPF_CONFIG: &str = include_str!("graph_upf.toml");
 /// The dataplane an input goes through, kept across inputs.
 pub struct Harness {
     pub control: Control,
+    /// Worker 0: it owns every device (each fed from memory).
     pub worker: Worker<WorkerContext>,
+    /// With more than one worker ([`Harness::with_workers`]): the others. Worker 0
+    /// spreads what it receives over the handoff lanes by flow (software RSS,
+    /// `worker-handoff`), and they send through their lanes back to worker 0's devices.
+    pub others: Vec<Worker<WorkerContext>>,
     handles: Vec<MemHandle>,
     /// Per interface: its MTU and MAC; and every address of ours (what we source).
     mtu: Vec<u16>,
@@ -96,25 +105,42 @@ impl engine::device::DropSink for DropTally {
 
 impl Harness {
     pub fn new() -> Harness {
-        let mut h = Harness::with_config(&format!("{CONFIG}\n{UPF_CONFIG}"));
+        Harness::with_workers(1)
+    }
+
+    /// [`CONFIG`] and its UPF with `workers` workers.
+    pub fn with_workers(workers: usize) -> Harness {
+        let config = CONFIG.replacen("[dataplane]\n", &format!("[dataplane]\nworkers = {workers}\n"), 1);
+        let mut h = Harness::with_config(&format!("{config}\n{UPF_CONFIG}"));
         super::upf_sessions::install(&mut h.control);
         // access0 stands for a host link with virtio-net headers (an af_packet
         // interface's default, which memory devices cannot be configured as): a parcel
         // toward it leaves as one UDP GSO frame (`parcelN-input`'s `to-gso-frame`).
         let access0 = h.worker.ports.iter().position(|p| p.name == "access0").expect("graph.toml has access0");
-        h.worker.cx.parcel.gso_links |= 1 << access0;
+        for w in std::iter::once(&mut h.worker).chain(h.others.iter_mut()) {
+            w.cx.parcel.gso_links |= 1 << access0;
+        }
         h
     }
 
     /// A harness over another configuration (its interfaces are all fed from memory).
     pub fn with_config(text: &str) -> Harness {
         let cfg = Config::parse(text, "fuzz/graph.toml", std::path::Path::new(".")).expect("the graph harness config is valid");
-        let (control, mut worker) = assemble(&cfg).expect("the graph harness config assembles").into_single();
+        let a = assemble(&cfg).expect("the graph harness config assembles");
+        let control = a.control;
+        let mut workers = a.workers.into_iter();
+        let mut worker = workers.next().expect("one worker at least");
         let mut handles = Vec::new();
         for port in worker.ports.iter_mut() {
             let (dev, h) = mem_device();
             *port = Port::new(port.if_index, port.name.clone(), Box::new(dev), port.input);
             handles.push(h);
+        }
+        let mut others: Vec<Worker<WorkerContext>> = workers.collect();
+        for w in &others {
+            for p in &w.ports {
+                assert_eq!(p.device.kind(), "handoff", "{}: the other workers reach every device through worker 0", p.name);
+            }
         }
         let ifs = control.state.interfaces();
         let mtu = ifs.iter().map(|i| i.mtu).collect();
@@ -134,8 +160,10 @@ impl Harness {
             .filter_map(|(l, r)| Some((l.parse().ok()?, r.parse().ok()?)))
             .collect();
         let captured = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-        worker.graph.set_drop_capture(Some(Box::new(DropTally(captured.clone()))), &engine::DropFilter::default()).expect("no filter");
-        Harness { control, worker, handles, mtu, macs, ours, zero_csum6, received: Vec::new(), captured }
+        for w in std::iter::once(&mut worker).chain(others.iter_mut()) {
+            w.graph.set_drop_capture(Some(Box::new(DropTally(captured.clone()))), &engine::DropFilter::default()).expect("no filter");
+        }
+        Harness { control, worker, others, handles, mtu, macs, ours, zero_csum6, received: Vec::new(), captured }
     }
 
     /// Run one fuzz input (see the module's format) and check every invariant.
@@ -182,9 +210,21 @@ impl Harness {
         self.run_checked(before)
     }
 
-    /// One poll, then the invariants on what came out since `before`.
+    /// One poll (and with other workers, rounds of theirs and worker 0's until nothing
+    /// moves between them), then the invariants on what came out since `before`.
     fn run_checked(&mut self, before: Tally) -> Vec<(usize, TxFrame)> {
         self.worker.poll_once();
+        // A frame goes to another worker and what it sends comes back: two rounds; the
+        // bound is for what a lane may hold over.
+        for _ in 0..HANDOFF_ROUNDS {
+            if self.others.is_empty() {
+                break;
+            }
+            let moved: usize = self.others.iter_mut().map(|w| w.poll_once()).sum::<usize>() + self.worker.poll_once();
+            if moved == 0 {
+                break;
+            }
+        }
         let mut out = Vec::new();
         for (i, h) in self.handles.iter().enumerate() {
             while let Ok(t) = h.tx.try_recv() {
@@ -202,17 +242,29 @@ impl Harness {
         assert_eq!(after.captured - before.captured, after.dropped - before.dropped, "every drop captured, with its reason");
         assert_eq!(after.port_tx - before.port_tx, sent, "interface tx counters match the frames sent");
         // Packets to a next hop being solicited wait in `ip-glean`'s hold (bounded); no
-        // other buffer outlives the graph's run.
-        assert_eq!(self.worker.pool.in_use(), self.worker.cx.ip.hold.len(), "buffers held after the graph ran");
+        // other buffer outlives the graph's run, on any worker.
+        for w in self.workers() {
+            assert_eq!(w.pool.in_use(), w.cx.ip.hold.len(), "buffers held after the graph ran on worker {}", w.id);
+        }
         out
     }
 
+    /// Worker 0, then the others.
+    pub fn workers(&self) -> impl Iterator<Item = &Worker<WorkerContext>> {
+        std::iter::once(&self.worker).chain(self.others.iter())
+    }
+
+    /// The sums over every worker.
     fn tally(&self) -> Tally {
-        let (counters, dropped) = self.worker.graph.counter_sum();
-        let device = self.worker.ports.iter().flat_map(|p| p.device.counters()).map(|(_, n)| n).sum();
-        let port_tx = self.worker.ports.iter().map(|p| p.counters.tx_packets + p.counters.tx_errors).sum();
-        let captured = self.captured.load(std::sync::atomic::Ordering::Relaxed);
-        Tally { counters, dropped, captured, device, port_tx }
+        let mut t = Tally { captured: self.captured.load(std::sync::atomic::Ordering::Relaxed), ..Tally::default() };
+        for w in self.workers() {
+            let (counters, dropped) = w.graph.counter_sum();
+            t.counters += counters;
+            t.dropped += dropped;
+            t.device += w.ports.iter().flat_map(|p| p.device.counters()).map(|(_, n)| n).sum::<u64>();
+            t.port_tx += w.ports.iter().map(|p| p.counters.tx_packets + p.counters.tx_errors).sum::<u64>();
+        }
+        t
     }
 
     /// What every frame leaving interface `i` must be.
@@ -417,6 +469,7 @@ impl Default for Harness {
     }
 }
 
+#[derive(Default)]
 struct Tally {
     counters: u64,
     dropped: u64,
@@ -425,11 +478,20 @@ struct Tally {
     port_tx: u64,
 }
 
+/// Rounds of polls between the workers after an input's poll (see `run_checked`).
+const HANDOFF_ROUNDS: usize = 4;
+
 thread_local! {
     static HARNESS: RefCell<Option<Harness>> = const { RefCell::new(None) };
+    static HARNESS2: RefCell<Option<Harness>> = const { RefCell::new(None) };
 }
 
 /// The fuzz target: one input through this thread's dataplane (built on first use).
 pub fn run(data: &[u8]) {
     HARNESS.with(|h| h.borrow_mut().get_or_insert_with(Harness::new).input(data));
+}
+
+/// The `graph_workers` target: the same through two workers, handoff lanes between them.
+pub fn run_workers(data: &[u8]) {
+    HARNESS2.with(|h| h.borrow_mut().get_or_insert_with(|| Harness::with_workers(2)).input(data));
 }

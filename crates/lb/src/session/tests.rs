@@ -723,3 +723,54 @@ proptest! {
         prop_assert_eq!(Key::<crate::V6>::new(&a6).hash(), crate::V6::flow_hash(&a6.src, &a6.dst, a6.sport, a6.dport, a6.proto));
     }
 }
+
+/// An IPv4 TCP header and ports for `crate::steer::owner`.
+fn l3(k: &FlowKey<[u8; 4]>) -> Vec<u8> {
+    let mut p = vec![0x45, 0, 0, 24, 0, 0, 0, 0, 64, k.proto, 0, 0];
+    p.extend_from_slice(&k.src);
+    p.extend_from_slice(&k.dst);
+    p.extend_from_slice(&k.sport.to_be_bytes());
+    p.extend_from_slice(&k.dport.to_be_bytes());
+    p
+}
+
+/// With several workers, a connection's client packets and its backend's replies are
+/// steered to one worker, the one whose session holds it, with SNAT (the reply to the
+/// node's address and a port that worker chose) and without (the reply to the client);
+/// no two workers hand out the same SNAT port; packets of nobody's service are not
+/// steered.
+#[test]
+fn both_directions_steer_to_the_worker_with_the_session() {
+    for policy in [TrafficPolicy::Cluster, TrafficPolicy::Local] {
+        for workers in [2u32, 3, 4] {
+            let st = state(spec(Protocol::Tcp, policy, Affinity::None));
+            let t = st.tables();
+            let mut runs: Vec<Run> = (0..workers)
+                .map(|k| {
+                    let mut r = Run::new(&st);
+                    r.lb.set_worker(k, workers);
+                    r
+                })
+                .collect();
+            let mut given = std::collections::HashSet::new();
+            let mut on = vec![0; workers as usize];
+            for i in 0..300 {
+                let k = client(i);
+                let w = crate::steer::owner(&t, &l3(&k), workers, |_| false).expect("a client's packet to a service");
+                on[w as usize] += 1;
+                let (rw, _) = runs[w as usize].fwd(&k, TCP_SYN, 0).unwrap();
+                let reply = FlowKey { src: rw.dst, sport: rw.dport, dst: rw.src, dport: rw.sport, proto: 6 };
+                assert_eq!(crate::steer::owner(&t, &l3(&reply), workers, |_| false), Some(w), "{policy:?}, {workers} workers, client {i}");
+                assert!(runs[w as usize].lb.reverse(&reply, TCP_SYN | TCP_ACK, 0).is_some(), "the session is there");
+                if policy == TrafficPolicy::Cluster {
+                    assert_eq!(rw.src, NODE);
+                    assert!(given.insert((rw.dst, rw.sport)), "SNAT port {} given twice", rw.sport);
+                }
+            }
+            assert!(on.iter().all(|&n| n > 300 / workers as usize / 2), "spread: {on:?}");
+            // Not the load balancer's: from and to elsewhere.
+            let other = FlowKey { src: ip("198.18.5.5"), sport: 1000, dst: ip("198.18.6.6"), dport: 80, proto: 6 };
+            assert_eq!(crate::steer::owner(&t, &l3(&other), workers, |_| false), None);
+        }
+    }
+}

@@ -1,0 +1,89 @@
+//! Which worker handles a packet of a load-balanced connection, in either direction.
+//!
+//! Sessions are per worker, so both directions of a NAT connection must reach the worker
+//! that holds its session: the client's packets and the backend's replies, which carry
+//! other addresses and ports (the reply of a `Cluster` connection goes to the node's
+//! SNAT address and port). A flow hash of the 5-tuple, ours or the kernel's, sends the
+//! two directions to different workers. So a connection's worker is its *client
+//! endpoint's* (address, port, protocol) hash: a client's packet carries it as its
+//! source, a reply from a backend as its destination, and a Cluster reply's destination
+//! is the SNAT address and a port that the owning worker chose so that it hashes to
+//! itself ([`owns_snat_port`]).
+//!
+//! [`owner`] gives the worker for packets the load balancer handles (to a service, from a
+//! NAT backend) and `None` for the rest, which keep the flow hash (or the worker that
+//! received them). `worker-handoff` asks it for every frame a worker spreads, and for
+//! every frame a worker received itself when there are several (`lb-handoff`).
+
+use crate::family::{Family, V4, V6};
+use crate::tables::{FamilyTables, LbTables};
+use std::net::IpAddr;
+
+const TCP: u8 = 6;
+const UDP: u8 = 17;
+
+/// The worker of client endpoint `addr:port` among `workers`.
+#[inline]
+pub fn client_worker<F: Family>(addr: &F::Addr, port: u16, proto: u8, workers: u32) -> u32 {
+    engine::hash::reduce(F::flow_hash(addr, &F::Addr::default(), port, 0, proto), workers)
+}
+
+/// Whether worker `me` of `workers` may use `port` on the SNAT address `node`: replies
+/// to it come to `me`, and it is no NodePort (whose packets go by their client).
+#[inline]
+pub fn owns_snat_port<F: Family>(t: &FamilyTables<F>, node: &F::Addr, port: u16, proto: u8, me: u32, workers: u32) -> bool {
+    (workers <= 1 || client_worker::<F>(node, port, proto, workers) == me) && !t.node_ports.contains_key(&(port, proto))
+}
+
+/// The worker that must handle IP packet `l3` (`None`: the load balancer has no say);
+/// `is_local` says whether an address is one of the node's (NodePort services).
+#[inline]
+pub fn owner(t: &LbTables, l3: &[u8], workers: u32, is_local: impl Fn(IpAddr) -> bool) -> Option<u32> {
+    if t.v4.nothing_to_steer() && t.v6.nothing_to_steer() {
+        return None;
+    }
+    match l3.first()? >> 4 {
+        4 => {
+            let ihl = ((l3[0] & 0xf) as usize) * 4;
+            let h = l3.get(..20)?;
+            // A non-first fragment has no ports (the load balancer drops fragments).
+            if u16::from_be_bytes([h[6], h[7]]) & 0x1fff != 0 {
+                return None;
+            }
+            let ports = l3.get(ihl..ihl + 4)?;
+            family_owner::<V4>(&t.v4, h[12..16].try_into().ok()?, h[16..20].try_into().ok()?, ports, h[9], workers, is_local)
+        }
+        6 => {
+            // Extension headers: the load balancer drops them (`extension-headers`).
+            let h = l3.get(..40)?;
+            let ports = l3.get(40..44)?;
+            family_owner::<V6>(&t.v6, h[8..24].try_into().ok()?, h[24..40].try_into().ok()?, ports, h[6], workers, is_local)
+        }
+        _ => None,
+    }
+}
+
+#[inline]
+fn family_owner<F: Family>(
+    t: &FamilyTables<F>,
+    src: F::Addr,
+    dst: F::Addr,
+    ports: &[u8],
+    proto: u8,
+    workers: u32,
+    is_local: impl Fn(IpAddr) -> bool,
+) -> Option<u32> {
+    if (proto != TCP && proto != UDP) || t.nothing_to_steer() {
+        return None;
+    }
+    let (sport, dport) = (u16::from_be_bytes([ports[0], ports[1]]), u16::from_be_bytes([ports[2], ports[3]]));
+    // A client's packet to a service: its source is the client.
+    if t.vips.contains_key(&(dst, dport, proto)) || (t.node_ports.contains_key(&(dport, proto)) && is_local(F::to_ip(&dst))) {
+        return Some(client_worker::<F>(&src, sport, proto, workers));
+    }
+    // A backend's reply: its destination is the client, or the SNAT address and port.
+    if t.nat_backends.contains(&src) {
+        return Some(client_worker::<F>(&dst, dport, proto, workers));
+    }
+    None
+}
