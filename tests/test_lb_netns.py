@@ -234,3 +234,26 @@ backends = [{backends}]
     assert not any(k[0] == "lb4-nat" and k[1] in ("no-service", "snat-ports-exhausted", "reply-tuple-in-use") for k in errs), errs
     code, _, _ = gw.stop()
     assert code == 0
+
+
+def test_cluster_policy_without_a_snat_address_keeps_the_client_address(lab, vecgate, tmp_path):
+    """`Cluster` with no `[lb] snat4` to translate to: the client's address is kept, as
+    with `Local`, so the backends' replies come forwarded to the client, and are
+    translated back on the forwarding path: the client still sees the service address."""
+    c, g, bes = topology(lab)
+    text = config()
+    assert '[lb]\nsnat4 = "198.19.1.1"\n' in text
+    gw = Vecgate(lab, vecgate, g, text.replace('[lb]\nsnat4 = "198.19.1.1"\n', ""), tmp_path)
+    for i, b in enumerate(bes):
+        serve(lab, b, f"be{i}")
+    for a in NODE_B:
+        lab.run(c, "ping", "-c", "2", "-i", "0.2", "-W", "1", a, check=False)
+    for i, b in enumerate(bes):
+        lab.run(b, "ping", "-c", "2", "-i", "0.2", "-W", "1", NODE_B[i], check=False)
+    r = client(lab, c, "who", VIP, 80, 30)
+    assert len({a.split()[0] for a in r["answers"]}) == 3, r
+    assert all(a.split()[1] == "198.18.0.2" and a.split()[2] == VIP for a in r["answers"]), r
+    errs = gw.errors()
+    assert errs.get(("lb4-nat", "reply-translated"), 0) >= 30, errs
+    code, _, _ = gw.stop()
+    assert code == 0

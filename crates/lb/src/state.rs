@@ -133,8 +133,8 @@ impl LbState {
     /// The current tables, to publish.
     pub fn tables(&self) -> Arc<LbTables> {
         let mut t = self.tables.clone();
-        // Only services with the Local policy have replies that come forwarded (few).
-        for (_, s) in self.services().filter(|(_, s)| s.traffic_policy == TrafficPolicy::Local) {
+        // Only services that keep the client's address have replies that come forwarded.
+        for (_, s) in self.services().filter(|(_, s)| self.keeps_client(s)) {
             for b in &s.backends {
                 match b.addr {
                     IpAddr::V4(a) => t.v4.reply_sources.insert(a.octets()),
@@ -155,7 +155,14 @@ impl LbState {
 
     /// Whether some service keeps client addresses (its replies come forwarded).
     pub fn has_local_policy(&self) -> bool {
-        self.services().any(|(_, s)| s.traffic_policy == TrafficPolicy::Local)
+        self.services().any(|(_, s)| self.keeps_client(s))
+    }
+
+    /// Whether a service's connections keep the client's address: the `Local` policy, or
+    /// `Cluster` with no SNAT address of its family to translate to.
+    fn keeps_client(&self, s: &ServiceSpec) -> bool {
+        let no_snat = if s.vip.is_ipv4() { self.tables.v4.snat.is_none() } else { self.tables.v6.snat.is_none() };
+        s.traffic_policy == TrafficPolicy::Local || no_snat
     }
 
     /// Services on `addr` (any port and protocol), NodePort services apart.

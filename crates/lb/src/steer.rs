@@ -11,11 +11,12 @@
 //! itself ([`owns_snat_port`]).
 //!
 //! [`owner`] gives the worker for packets the load balancer handles (to a service, from a
-//! NAT backend) and `None` for the rest, which keep the flow hash (or the worker that
+//! NAT backend, an ICMP error about either) and `None` for the rest, which keep the flow hash (or the worker that
 //! received them). `worker-handoff` asks it for every frame a worker spreads, and for
 //! every frame a worker received itself when there are several (`lb-handoff`).
 
 use crate::family::{Family, V4, V6};
+use crate::nat::Layout;
 use crate::tables::{FamilyTables, LbTables};
 use std::net::IpAddr;
 
@@ -43,40 +44,30 @@ pub fn owner(t: &LbTables, l3: &[u8], workers: u32, is_local: impl Fn(IpAddr) ->
         return None;
     }
     match l3.first()? >> 4 {
-        4 => {
-            let ihl = ((l3[0] & 0xf) as usize) * 4;
-            let h = l3.get(..20)?;
-            // A non-first fragment has no ports (the load balancer drops fragments).
-            if u16::from_be_bytes([h[6], h[7]]) & 0x1fff != 0 {
-                return None;
-            }
-            let ports = l3.get(ihl..ihl + 4)?;
-            family_owner::<V4>(&t.v4, h[12..16].try_into().ok()?, h[16..20].try_into().ok()?, ports, h[9], workers, is_local)
-        }
-        6 => {
-            // Extension headers: the load balancer drops them (`extension-headers`).
-            let h = l3.get(..40)?;
-            let ports = l3.get(40..44)?;
-            family_owner::<V6>(&t.v6, h[8..24].try_into().ok()?, h[24..40].try_into().ok()?, ports, h[6], workers, is_local)
-        }
+        4 => family_owner::<V4>(&t.v4, l3, workers, is_local),
+        6 => family_owner::<V6>(&t.v6, l3, workers, is_local),
         _ => None,
     }
 }
 
 #[inline]
-fn family_owner<F: Family>(
-    t: &FamilyTables<F>,
-    src: F::Addr,
-    dst: F::Addr,
-    ports: &[u8],
-    proto: u8,
-    workers: u32,
-    is_local: impl Fn(IpAddr) -> bool,
-) -> Option<u32> {
-    if (proto != TCP && proto != UDP) || t.nothing_to_steer() {
+fn family_owner<F: Layout>(t: &FamilyTables<F>, pkt: &[u8], workers: u32, is_local: impl Fn(IpAddr) -> bool) -> Option<u32> {
+    if t.nothing_to_steer() {
         return None;
     }
-    let (sport, dport) = (u16::from_be_bytes([ports[0], ports[1]]), u16::from_be_bytes([ports[2], ports[3]]));
+    // Fragments and extension headers: the load balancer drops them.
+    let (l4, proto) = F::l4(pkt).ok()?;
+    let (src, dst, sport, dport, proto) = if proto == TCP || proto == UDP {
+        let p = pkt.get(l4..l4 + 4)?;
+        (F::src(pkt), F::dst(pkt), u16::from_be_bytes([p[0], p[1]]), u16::from_be_bytes([p[2], p[3]]), proto)
+    } else if proto == F::ICMP {
+        // An error about a connection goes where the answer to the packet it quotes
+        // would go (it travels against that packet).
+        let q = crate::nat::icmp_error::<F>(pkt).ok()?.quoted;
+        (q.dst, q.src, q.dport, q.sport, q.proto)
+    } else {
+        return None;
+    };
     // A client's packet to a service: its source is the client.
     if t.vips.contains_key(&(dst, dport, proto)) || (t.node_ports.contains_key(&(dport, proto)) && is_local(F::to_ip(&dst))) {
         return Some(client_worker::<F>(&src, sport, proto, workers));

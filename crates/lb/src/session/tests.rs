@@ -734,6 +734,18 @@ fn l3(k: &FlowKey<[u8; 4]>) -> Vec<u8> {
     p
 }
 
+/// An ICMP error (destination unreachable, fragmentation needed) from `from` to `to`
+/// quoting a packet of flow `q`.
+fn icmp_error(from: [u8; 4], to: [u8; 4], q: &FlowKey<[u8; 4]>) -> Vec<u8> {
+    let mut p = vec![0x45, 0, 0, 56, 0, 0, 0, 0, 64, 1, 0, 0];
+    p.extend_from_slice(&from);
+    p.extend_from_slice(&to);
+    p.extend_from_slice(&[3, 4, 0, 0, 0, 0, 5, 0x78]);
+    p.extend_from_slice(&l3(q));
+    p.extend_from_slice(&[0; 4]);
+    p
+}
+
 /// With several workers, a connection's client packets and its backend's replies are
 /// steered to one worker, the one whose session holds it, with SNAT (the reply to the
 /// node's address and a port that worker chose) and without (the reply to the client);
@@ -762,6 +774,14 @@ fn both_directions_steer_to_the_worker_with_the_session() {
                 let reply = FlowKey { src: rw.dst, sport: rw.dport, dst: rw.src, dport: rw.sport, proto: 6 };
                 assert_eq!(crate::steer::owner(&t, &l3(&reply), workers, |_| false), Some(w), "{policy:?}, {workers} workers, client {i}");
                 assert!(runs[w as usize].lb.reverse(&reply, TCP_SYN | TCP_ACK, 0).is_some(), "the session is there");
+                // ICMP errors about either direction: from a router toward the backend
+                // (quoting the translated packet) and toward the client (quoting the
+                // translated reply).
+                let there = FlowKey { src: rw.src, sport: rw.sport, dst: rw.dst, dport: rw.dport, proto: 6 };
+                let back = FlowKey { src: k.dst, sport: k.dport, dst: k.src, dport: k.sport, proto: 6 };
+                for (to, q) in [(rw.src, &there), (k.src, &back)] {
+                    assert_eq!(crate::steer::owner(&t, &icmp_error(ip("198.18.9.9"), to, q), workers, |_| false), Some(w), "{q:?}");
+                }
                 if policy == TrafficPolicy::Cluster {
                     assert_eq!(rw.src, NODE);
                     assert!(given.insert((rw.dst, rw.sport)), "SNAT port {} given twice", rw.sport);
