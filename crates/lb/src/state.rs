@@ -60,6 +60,12 @@ pub struct LbState {
     /// family's [`FamilyTables::shapes`]. Kept for the process's life (at most one per
     /// mode and GUE port).
     shape_ids: HashMap<(bool, ShapeKey), u16>,
+    /// How many services name each NAT backend address, and each (IPv6?, backend port?,
+    /// port): the steering sets ([`FamilyTables::nat_backends`], `service_ports`,
+    /// `backend_ports`) change only when a count goes to or from zero, so an endpoint's
+    /// change costs what that service holds, not what all of them do.
+    backend_refs: HashMap<IpAddr, u32>,
+    port_refs: HashMap<(bool, bool, u16), u32>,
 }
 
 /// Which backends take new connections: the ready ones; without any, the serving ones
@@ -125,6 +131,38 @@ fn compile<F: Family>(id: u32, gen: u32, spec: &ServiceSpec, shape: u16, adj: &H
     }
 }
 
+/// What a service adds to the steering sets ([`crate::steer`]): its port (IPv6?, not a
+/// backend's), and its NAT backends' addresses and ports.
+struct SteeringKeys {
+    ports: Vec<(bool, bool, u16)>,
+    addrs: Vec<IpAddr>,
+}
+
+impl SteeringKeys {
+    fn of(spec: &ServiceSpec) -> SteeringKeys {
+        let v6 = !spec.vip.is_ipv4();
+        let nat: &[BackendSpec] = if spec.forwarding.is_encap() { &[] } else { &spec.backends };
+        SteeringKeys {
+            ports: std::iter::once((v6, false, spec.port)).chain(nat.iter().map(|b| (v6, true, b.port))).collect(),
+            addrs: nat.iter().map(|b| b.addr).collect(),
+        }
+    }
+}
+
+/// Put `a` in or out of a shared set (copied first if a published table holds it).
+fn set_member<A: std::hash::Hash + Eq + Clone>(
+    set: &mut Arc<std::collections::HashSet<A, engine::hash::WordHashBuilder>>,
+    a: A,
+    present: bool,
+) {
+    let s = Arc::make_mut(set);
+    if present {
+        s.insert(a);
+    } else {
+        s.remove(&a);
+    }
+}
+
 impl LbState {
     pub fn new() -> Self {
         LbState::default()
@@ -142,14 +180,7 @@ impl LbState {
                 };
             }
         }
-        for (_, s) in self.services().filter(|(_, s)| !s.forwarding.is_encap()) {
-            for b in &s.backends {
-                match b.addr {
-                    IpAddr::V4(a) => t.v4.nat_backends.insert(a.octets()),
-                    IpAddr::V6(a) => t.v6.nat_backends.insert(a.octets()),
-                };
-            }
-        }
+
         Arc::new(t)
     }
 
@@ -263,6 +294,7 @@ impl LbState {
         if !address.3 {
             *self.on_vip.entry(address.0).or_default() += 1;
         }
+        self.count_steering(&SteeringKeys::of(&spec), true);
         self.specs[id as usize] = Some(spec);
         self.index(id, true);
         self.rebuild(id);
@@ -272,6 +304,8 @@ impl LbState {
     pub fn del_service(&mut self, name: &str) -> Result<ServiceSpec, LbError> {
         let id = self.by_name.remove(name).ok_or_else(|| LbError::NoSuchService(name.into()))?;
         self.index(id, false);
+        let keys = SteeringKeys::of(self.specs[id as usize].as_ref().expect("named services have specs"));
+        self.count_steering(&keys, false);
         let spec = self.specs[id as usize].take().expect("named services have specs");
         self.by_address.remove(&(spec.vip, spec.port, spec.protocol, spec.kind == ServiceType::NodePort));
         if spec.kind != ServiceType::NodePort {
@@ -298,12 +332,14 @@ impl LbState {
         let (id, spec) = self.service(service).ok_or_else(|| LbError::NoSuchService(service.into()))?;
         let i = spec.backends.iter().position(|o| o.addr == b.addr && o.port == b.port).unwrap_or(spec.backends.len());
         spec.validate_backend(i, &b).map_err(|e| LbError::Spec(service.into(), e))?;
+        let before = SteeringKeys::of(spec);
         let spec = self.specs[id as usize].as_mut().expect("found above");
         if i == spec.backends.len() {
             spec.backends.push(b);
         } else {
             spec.backends[i] = b;
         }
+        self.recount_steering(id, before);
         self.rebuild(id);
         Ok(())
     }
@@ -332,9 +368,51 @@ impl LbState {
             addr,
             port,
         ))?;
+        let before = SteeringKeys::of(spec);
         self.specs[id as usize].as_mut().expect("found above").backends.remove(i);
+        self.recount_steering(id, before);
         self.rebuild(id);
         Ok(())
+    }
+
+    /// Count a service's steering keys in (`up`) or out of the steering sets.
+    fn count_steering(&mut self, keys: &SteeringKeys, up: bool) {
+        /// The count changed; whether it went to or from zero.
+        fn step<K: std::hash::Hash + Eq + Copy>(refs: &mut HashMap<K, u32>, k: K, up: bool) -> bool {
+            let n = refs.entry(k).or_default();
+            *n = if up { *n + 1 } else { n.saturating_sub(1) };
+            let edge = if up { *n == 1 } else { *n == 0 };
+            if *n == 0 {
+                refs.remove(&k);
+            }
+            edge
+        }
+        for &(v6, backend, port) in &keys.ports {
+            if step(&mut self.port_refs, (v6, backend, port), up) {
+                let (service_ports, backend_ports) = if v6 {
+                    (&mut self.tables.v6.service_ports, &mut self.tables.v6.backend_ports)
+                } else {
+                    (&mut self.tables.v4.service_ports, &mut self.tables.v4.backend_ports)
+                };
+                if backend { backend_ports } else { service_ports }.set(port, up);
+            }
+        }
+        for &a in &keys.addrs {
+            if step(&mut self.backend_refs, a, up) {
+                match a {
+                    IpAddr::V4(a) => set_member(&mut self.tables.v4.nat_backends, a.octets(), up),
+                    IpAddr::V6(a) => set_member(&mut self.tables.v6.nat_backends, a.octets(), up),
+                }
+            }
+        }
+    }
+
+    /// Service `id` changed from keys `before`: the new ones counted in first, so what
+    /// both name never goes through zero (and no published set is copied for it).
+    fn recount_steering(&mut self, id: u32, before: SteeringKeys) {
+        let after = SteeringKeys::of(self.specs[id as usize].as_ref().expect("recounted services have specs"));
+        self.count_steering(&after, true);
+        self.count_steering(&before, false);
     }
 
     fn index(&mut self, id: u32, add: bool) {
@@ -498,6 +576,38 @@ mod tests {
             forwarding: crate::service::Forwarding::Nat,
             gue_port: 0,
         }
+    }
+
+    /// The steering sets follow the services: a backend two services share stays until
+    /// both let it go, ports likewise; a backend's condition changes nothing; a DSR
+    /// service's backends are not NAT backends.
+    #[test]
+    fn steering_sets_count_what_services_name() {
+        let mut st = LbState::new();
+        st.set_snat(Some("198.18.1.1".parse().unwrap())).unwrap();
+        let be = |st: &LbState, a: &str| st.tables().v4.nat_backends.contains(&a.parse::<std::net::Ipv4Addr>().unwrap().octets());
+        st.add_service(spec("a", "198.18.128.10", 80, &["198.19.1.10", "198.19.1.11"])).unwrap();
+        st.add_service(spec("b", "198.18.128.11", 443, &["198.19.1.11"])).unwrap();
+        let mut dsr = spec("c", "198.18.128.12", 8080, &["198.19.1.12"]);
+        dsr.forwarding = crate::service::Forwarding::Gre;
+        st.add_service(dsr).unwrap();
+        let t = st.tables();
+        assert!(be(&st, "198.19.1.10") && be(&st, "198.19.1.11") && !be(&st, "198.19.1.12"));
+        assert!(t.v4.service_ports.contains(80) && t.v4.service_ports.contains(443) && t.v4.service_ports.contains(8080));
+        assert!(t.v4.backend_ports.contains(8080) && !t.v4.backend_ports.contains(80) && !t.v6.service_ports.contains(80));
+        let held = Arc::clone(&t.v4.nat_backends);
+        st.update_backend("a", "198.19.1.10".parse().unwrap(), 8080, None, Some(Conditions { ready: false, ..Default::default() }))
+            .unwrap();
+        assert!(Arc::ptr_eq(&held, &st.tables().v4.nat_backends), "a condition changes no set");
+        st.del_service("a").unwrap();
+        assert!(!be(&st, "198.19.1.10") && be(&st, "198.19.1.11"), "still b's");
+        assert!(!st.tables().v4.service_ports.contains(80) && st.tables().v4.backend_ports.contains(8080));
+        assert!(held.contains(&[198, 19, 1, 10]), "a published version keeps its own");
+        st.del_backend("b", "198.19.1.11".parse().unwrap(), 8080).unwrap();
+        assert!(!be(&st, "198.19.1.11") && !st.tables().v4.backend_ports.contains(8080));
+        st.del_service("b").unwrap();
+        st.del_service("c").unwrap();
+        assert!(st.tables().v4.nothing_to_steer() && st.backend_refs.is_empty() && st.port_refs.is_empty());
     }
 
     #[test]

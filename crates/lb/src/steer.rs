@@ -59,7 +59,12 @@ fn family_owner<F: Layout>(t: &FamilyTables<F>, pkt: &[u8], workers: u32, is_loc
     let (l4, proto) = F::l4(pkt).ok()?;
     let (src, dst, sport, dport, proto) = if proto == TCP || proto == UDP {
         let p = pkt.get(l4..l4 + 4)?;
-        (F::src(pkt), F::dst(pkt), u16::from_be_bytes([p[0], p[1]]), u16::from_be_bytes([p[2], p[3]]), proto)
+        let (sport, dport) = (u16::from_be_bytes([p[0], p[1]]), u16::from_be_bytes([p[2], p[3]]));
+        // Neither to a service's port nor from a backend's: not the load balancer's.
+        if !t.service_ports.contains(dport) && !t.backend_ports.contains(sport) {
+            return None;
+        }
+        (F::src(pkt), F::dst(pkt), sport, dport, proto)
     } else if proto == F::ICMP {
         // An error about a connection goes where the answer to the packet it quotes
         // would go (it travels against that packet).

@@ -84,7 +84,45 @@ pub struct FamilyTables<F: Family> {
     pub reply_sources: std::collections::HashSet<F::Addr, WordHashBuilder>,
     /// Backends of every NAT service: packets from these are steered to the worker of
     /// their destination, the connection's client ([`crate::steer`]).
-    pub nat_backends: std::collections::HashSet<F::Addr, WordHashBuilder>,
+    pub nat_backends: Arc<std::collections::HashSet<F::Addr, WordHashBuilder>>,
+    /// The ports of every service (destination ports a client's packet may have) and
+    /// of every NAT backend (source ports a reply may have): [`crate::steer`] passes
+    /// by a packet that has neither with two bit tests.
+    pub service_ports: PortSet,
+    pub backend_ports: PortSet,
+}
+
+/// A set of ports, as a bitmap (8 KiB, shared by table versions).
+#[derive(Clone)]
+pub struct PortSet(Arc<[u64; 1024]>);
+
+impl Default for PortSet {
+    fn default() -> Self {
+        PortSet(Arc::new([0; 1024]))
+    }
+}
+
+impl std::fmt::Debug for PortSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "PortSet({} ports)", self.0.iter().map(|w| w.count_ones()).sum::<u32>())
+    }
+}
+
+impl PortSet {
+    /// Put `p` in or out (the bitmap copied first if a published table holds it).
+    pub fn set(&mut self, p: u16, present: bool) {
+        let w = &mut Arc::make_mut(&mut self.0)[p as usize >> 6];
+        if present {
+            *w |= 1 << (p & 63);
+        } else {
+            *w &= !(1 << (p & 63));
+        }
+    }
+
+    #[inline(always)]
+    pub fn contains(&self, p: u16) -> bool {
+        self.0[p as usize >> 6] >> (p & 63) & 1 != 0
+    }
 }
 
 impl<F: Family> Clone for FamilyTables<F> {
@@ -98,6 +136,8 @@ impl<F: Family> Clone for FamilyTables<F> {
             snat: self.snat,
             reply_sources: self.reply_sources.clone(),
             nat_backends: self.nat_backends.clone(),
+            service_ports: self.service_ports.clone(),
+            backend_ports: self.backend_ports.clone(),
         }
     }
 }
@@ -113,6 +153,8 @@ impl<F: Family> Default for FamilyTables<F> {
             snat: None,
             reply_sources: Default::default(),
             nat_backends: Default::default(),
+            service_ports: PortSet::default(),
+            backend_ports: PortSet::default(),
         }
     }
 }
