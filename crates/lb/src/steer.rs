@@ -11,9 +11,10 @@
 //! itself ([`owns_snat_port`]).
 //!
 //! [`owner`] gives the worker for packets the load balancer handles (to a service, from a
-//! NAT backend, an ICMP error about either) and `None` for the rest, which keep the flow hash (or the worker that
-//! received them). `worker-handoff` asks it for every frame a worker spreads, and for
-//! every frame a worker received itself when there are several (`lb-handoff`).
+//! NAT backend, an ICMP error about either) and `None` for the rest, which keep the flow
+//! hash (or the worker that received them). `worker-handoff` asks it for every frame a
+//! worker spreads, and `session-handoff` for every frame a worker received itself when
+//! there are several.
 
 use crate::family::{Family, V4, V6};
 use crate::nat::Layout;
@@ -30,10 +31,13 @@ pub fn client_worker<F: Family>(addr: &F::Addr, port: u16, proto: u8, workers: u
 }
 
 /// Whether worker `me` of `workers` may use `port` on the SNAT address `node`: replies
-/// to it come to `me`, and it is no NodePort (whose packets go by their client).
+/// to it come to `me`, and it is no service's port there (whose packets go by their
+/// client: a NodePort, or a service on the node's own address).
 #[inline]
 pub fn owns_snat_port<F: Family>(t: &FamilyTables<F>, node: &F::Addr, port: u16, proto: u8, me: u32, workers: u32) -> bool {
-    (workers <= 1 || client_worker::<F>(node, port, proto, workers) == me) && !t.node_ports.contains_key(&(port, proto))
+    (workers <= 1 || client_worker::<F>(node, port, proto, workers) == me)
+        && !t.node_ports.contains_key(&(port, proto))
+        && !t.vips.contains_key(&(*node, port, proto))
 }
 
 /// The worker that must handle IP packet `l3` (`None`: the load balancer has no say);
