@@ -49,6 +49,19 @@ backends = [{backends}]
 {extra}"""
 
 
+# The same backends behind the same address, port 81, keeping the client's address.
+LOCAL_SERVICE = f"""
+[[lb_service]]
+name = "default/web-local"
+type = "load_balancer"
+vip = "{VIP}"
+port = 81
+protocol = "tcp"
+traffic_policy = "Local"
+backends = [{", ".join(f'{{ addr = "{a}", port = 8080 }}' for a in BACKENDS)}]
+"""
+
+
 @pytest.fixture
 def lab():
     l = Lab()
@@ -79,6 +92,16 @@ def serve(lab, ns, name):
     return p
 
 
+def serve_all(lab, c, bes):
+    """A server in each backend namespace; neighbours learned both ways before counting."""
+    for i, b in enumerate(bes):
+        serve(lab, b, f"be{i}")
+    for a in NODE_B:
+        lab.run(c, "ping", "-c", "2", "-i", "0.2", "-W", "1", a, check=False)
+    for i, b in enumerate(bes):
+        lab.run(b, "ping", "-c", "2", "-i", "0.2", "-W", "1", NODE_B[i], check=False)
+
+
 def client(lab, ns, *args, timeout=90):
     r = lab.run(ns, sys.executable, str(PEER), *map(str, args), timeout=timeout)
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -87,13 +110,7 @@ def client(lab, ns, *args, timeout=90):
 def test_connections_spread_intact_and_stick(lab, vecgate, tmp_path):
     c, g, bes = topology(lab)
     gw = Vecgate(lab, vecgate, g, config(), tmp_path)
-    for i, b in enumerate(bes):
-        serve(lab, b, f"be{i}")
-    # Neighbours learned both ways before counting.
-    for a in NODE_B:
-        lab.run(c, "ping", "-c", "2", "-i", "0.2", "-W", "1", a, check=False)
-    for i, b in enumerate(bes):
-        lab.run(b, "ping", "-c", "2", "-i", "0.2", "-W", "1", NODE_B[i], check=False)
+    serve_all(lab, c, bes)
 
     # 60 connections: every backend answers, each saw the node's address (SNAT), and
     # the client saw the service address as its peer every time.
@@ -132,12 +149,7 @@ def test_an_open_connection_keeps_its_backend_while_backends_drain(lab, vecgate,
     again."""
     c, g, bes = topology(lab)
     gw = Vecgate(lab, vecgate, g, config(), tmp_path)
-    for i, b in enumerate(bes):
-        serve(lab, b, f"be{i}")
-    for a in NODE_B:
-        lab.run(c, "ping", "-c", "2", "-i", "0.2", "-W", "1", a, check=False)
-    for i, b in enumerate(bes):
-        lab.run(b, "ping", "-c", "2", "-i", "0.2", "-W", "1", NODE_B[i], check=False)
+    serve_all(lab, c, bes)
     n = 16 * 1024 * 1024
     p = lab.spawn(c, sys.executable, str(PEER), "echo", VIP, "80", str(n))
     time.sleep(0.3)
@@ -162,25 +174,9 @@ def test_local_policy_keeps_the_client_address(lab, vecgate, tmp_path):
     """externalTrafficPolicy Local: no source translation, so each backend sees the
     client's own address; its replies (routed back through vecgate, their destination the
     client) are translated on the forwarding path, so the client still sees the VIP."""
-    backends = ", ".join(f'{{ addr = "{a}", port = 8080 }}' for a in BACKENDS)
-    local = f"""
-[[lb_service]]
-name = "default/web-local"
-type = "load_balancer"
-vip = "{VIP}"
-port = 81
-protocol = "tcp"
-traffic_policy = "Local"
-backends = [{backends}]
-"""
     c, g, bes = topology(lab)
-    gw = Vecgate(lab, vecgate, g, config(local), tmp_path)
-    for i, b in enumerate(bes):
-        serve(lab, b, f"be{i}")
-    for a in NODE_B:
-        lab.run(c, "ping", "-c", "2", "-i", "0.2", "-W", "1", a, check=False)
-    for i, b in enumerate(bes):
-        lab.run(b, "ping", "-c", "2", "-i", "0.2", "-W", "1", NODE_B[i], check=False)
+    gw = Vecgate(lab, vecgate, g, config(LOCAL_SERVICE), tmp_path)
+    serve_all(lab, c, bes)
     r = client(lab, c, "who", VIP, 81, 30)
     assert len({a.split()[0] for a in r["answers"]}) == 3, r
     assert all(a.split()[1] == "198.18.0.2" and a.split()[2] == VIP for a in r["answers"]), r
@@ -202,25 +198,9 @@ def test_two_workers_translate_every_reply(lab, vecgate, tmp_path):
     the worker with the session (lb::steer), so every connection, with SNAT and with the
     client's address kept, is answered from the service address and a transfer is
     intact."""
-    backends = ", ".join(f'{{ addr = "{a}", port = 8080 }}' for a in BACKENDS)
-    local = f"""
-[[lb_service]]
-name = "default/web-local"
-type = "load_balancer"
-vip = "{VIP}"
-port = 81
-protocol = "tcp"
-traffic_policy = "Local"
-backends = [{backends}]
-"""
     c, g, bes = topology(lab)
-    gw = Vecgate(lab, vecgate, g, "[dataplane]\nworkers = 2\n" + config(local), tmp_path, split_dataplane=True)
-    for i, b in enumerate(bes):
-        serve(lab, b, f"be{i}")
-    for a in NODE_B:
-        lab.run(c, "ping", "-c", "2", "-i", "0.2", "-W", "1", a, check=False)
-    for i, b in enumerate(bes):
-        lab.run(b, "ping", "-c", "2", "-i", "0.2", "-W", "1", NODE_B[i], check=False)
+    gw = Vecgate(lab, vecgate, g, "[dataplane]\nworkers = 2\n" + config(LOCAL_SERVICE), tmp_path, split_dataplane=True)
+    serve_all(lab, c, bes)
     for port, src in ((80, "198.19.1.1"), (81, "198.18.0.2")):
         r = client(lab, c, "who", VIP, port, 60)
         assert len(r["answers"]) == 60 and len({a.split()[0] for a in r["answers"]}) == 3, r
@@ -244,12 +224,7 @@ def test_cluster_policy_without_a_snat_address_keeps_the_client_address(lab, vec
     text = config()
     assert '[lb]\nsnat4 = "198.19.1.1"\n' in text
     gw = Vecgate(lab, vecgate, g, text.replace('[lb]\nsnat4 = "198.19.1.1"\n', ""), tmp_path)
-    for i, b in enumerate(bes):
-        serve(lab, b, f"be{i}")
-    for a in NODE_B:
-        lab.run(c, "ping", "-c", "2", "-i", "0.2", "-W", "1", a, check=False)
-    for i, b in enumerate(bes):
-        lab.run(b, "ping", "-c", "2", "-i", "0.2", "-W", "1", NODE_B[i], check=False)
+    serve_all(lab, c, bes)
     r = client(lab, c, "who", VIP, 80, 30)
     assert len({a.split()[0] for a in r["answers"]}) == 3, r
     assert all(a.split()[1] == "198.18.0.2" and a.split()[2] == VIP for a in r["answers"]), r

@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from netns import Lab, Vecgate
-from test_lb_netns import BACKENDS, VIP, NODE_B, client, config, serve, topology
+from test_lb_netns import BACKENDS, VIP, client, config, serve_all, topology
 
 
 @pytest.fixture
@@ -20,12 +20,7 @@ def lab():
 def test_sessions_list_each_connection_with_its_backend(lab, vecgate, tmp_path):
     c, g, bes = topology(lab)
     gw = Vecgate(lab, vecgate, g, config(), tmp_path)
-    for i, b in enumerate(bes):
-        serve(lab, b, f"be{i}")
-    for a in NODE_B:
-        lab.run(c, "ping", "-c", "2", "-i", "0.2", "-W", "1", a, check=False)
-    for i, b in enumerate(bes):
-        lab.run(b, "ping", "-c", "2", "-i", "0.2", "-W", "1", NODE_B[i], check=False)
+    serve_all(lab, c, bes)
     assert gw.ctl("show", "lb", "sessions")["data"] == {"sessions": [], "total": 0}
 
     r = client(lab, c, "who", VIP, 80, 24)

@@ -430,6 +430,22 @@ impl engine::Node<Cx> for Sink {
     }
 }
 
+/// A worker's context over `router`'s and `state`'s tables (published, so a test can
+/// publish changed ones).
+fn context(
+    router: &mut ip::state::RouterState,
+    state: &mut IpsecState,
+) -> (Cx, Arc<ArcSwap<ip::tables::Tables>>, Arc<ArcSwap<ipsec::IpsecTables>>) {
+    state.refresh_outer(router);
+    let ip_tables = Arc::new(ArcSwap::from_pointee(router.build()));
+    let ipsec_tables = Arc::new(ArcSwap::from_pointee(state.build()));
+    let cx = Cx {
+        ip: ip::IpContext::new(Arc::clone(&ip_tables), None, ip::Limits::default()),
+        ipsec: IpsecContext::new(Arc::clone(&ipsec_tables)),
+    };
+    (cx, ip_tables, ipsec_tables)
+}
+
 /// The ESP nodes with an input into `node` and a [`Sink`] for every node they send to.
 fn esp_graph(node: &str) -> (engine::Graph<Cx>, engine::NodeId) {
     let mut sinks: Vec<&'static str> = Vec::new();
@@ -469,13 +485,7 @@ fn each_packet_gets_its_own_sas_outer_link_and_a_route_change_shows_in_the_next_
     let out = Direction::Outbound;
     state.add(0, SaSpec { spi: 0x1000, ..spec(Algorithm::AesGcm128, out, "198.18.1.1", "198.18.1.2", false, false) }, [9; 16]).unwrap();
     state.add(1, SaSpec { spi: 0x1001, ..spec(Algorithm::AesGcm128, out, "198.18.2.1", "198.18.2.2", false, false) }, [9; 16]).unwrap();
-    state.refresh_outer(&mut router);
-    let ip_tables = Arc::new(ArcSwap::from_pointee(router.build()));
-    let ipsec_tables = Arc::new(ArcSwap::from_pointee(state.build()));
-    let mut cx = Cx {
-        ip: ip::IpContext::new(Arc::clone(&ip_tables), None, ip::Limits::default()),
-        ipsec: IpsecContext::new(Arc::clone(&ipsec_tables)),
-    };
+    let (mut cx, ip_tables, ipsec_tables) = context(&mut router, &mut state);
     let (mut graph, input) = esp_graph("esp4-encrypt");
     let mut pool = Pool::new(64, 4);
     let mut send = |cx: &mut Cx, sas: &[u32]| {
@@ -546,13 +556,7 @@ fn urpf_on_an_inbound_sa_checks_what_it_decrypts() {
     ] {
         router.add_route(p.parse::<Prefix>().unwrap(), t).unwrap();
     }
-    state.refresh_outer(&mut router);
-    let ip_tables = Arc::new(ArcSwap::from_pointee(router.build()));
-    let ipsec_tables = Arc::new(ArcSwap::from_pointee(state.build()));
-    let mut cx = Cx {
-        ip: ip::IpContext::new(Arc::clone(&ip_tables), None, ip::Limits::default()),
-        ipsec: IpsecContext::new(Arc::clone(&ipsec_tables)),
-    };
+    let (mut cx, _ip_tables, ipsec_tables) = context(&mut router, &mut state);
     // The peer's end of inbound SA 1: the same keys, sealing what the peer sends.
     let mut peer = IpsecState::new();
     peer.add(0, SaSpec { spi: 0x2000, ..spec(alg, out, "198.18.1.2", "198.18.1.1", false, false) }, [9; 16]).unwrap();
