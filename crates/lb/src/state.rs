@@ -66,6 +66,7 @@ pub struct LbState {
     /// change costs what that service holds, not what all of them do.
     backend_refs: HashMap<IpAddr, u32>,
     port_refs: HashMap<(bool, bool, u16), u32>,
+    reply_refs: HashMap<IpAddr, u32>,
 }
 
 /// Which backends take new connections: the ready ones; without any, the serving ones
@@ -133,18 +134,22 @@ fn compile<F: Family>(id: u32, gen: u32, spec: &ServiceSpec, shape: u16, adj: &H
 
 /// What a service adds to the steering sets ([`crate::steer`]): its port (IPv6?, not a
 /// backend's), and its NAT backends' addresses and ports.
+/// And the backends whose replies come forwarded (a service that keeps the client's
+/// address: [`FamilyTables::reply_sources`]).
 struct SteeringKeys {
     ports: Vec<(bool, bool, u16)>,
     addrs: Vec<IpAddr>,
+    replies: Vec<IpAddr>,
 }
 
 impl SteeringKeys {
-    fn of(spec: &ServiceSpec) -> SteeringKeys {
+    fn of(spec: &ServiceSpec, keeps_client: bool) -> SteeringKeys {
         let v6 = !spec.vip.is_ipv4();
         let nat: &[BackendSpec] = if spec.forwarding.is_encap() { &[] } else { &spec.backends };
         SteeringKeys {
             ports: std::iter::once((v6, false, spec.port)).chain(nat.iter().map(|b| (v6, true, b.port))).collect(),
             addrs: nat.iter().map(|b| b.addr).collect(),
+            replies: if keeps_client { spec.backends.iter().map(|b| b.addr).collect() } else { Vec::new() },
         }
     }
 }
@@ -170,18 +175,7 @@ impl LbState {
 
     /// The current tables, to publish.
     pub fn tables(&self) -> Arc<LbTables> {
-        let mut t = self.tables.clone();
-        // Only services that keep the client's address have replies that come forwarded.
-        for (_, s) in self.services().filter(|(_, s)| self.keeps_client(s)) {
-            for b in &s.backends {
-                match b.addr {
-                    IpAddr::V4(a) => t.v4.reply_sources.insert(a.octets()),
-                    IpAddr::V6(a) => t.v6.reply_sources.insert(a.octets()),
-                };
-            }
-        }
-
-        Arc::new(t)
+        Arc::new(self.tables.clone())
     }
 
     /// Whether some service keeps client addresses (its replies come forwarded).
@@ -225,6 +219,12 @@ impl LbState {
         if src.is_unspecified() || src.is_multicast() || src.is_loopback() {
             return Err(LbError::Snat(src));
         }
+        // Which services keep the client's address may change with it (their replies'
+        // backends): counted out with the old address, in again with the new.
+        let ids: Vec<u32> = self.services().map(|(id, _)| id).collect();
+        for &id in &ids {
+            self.count_steering(&self.steering_keys(id), false);
+        }
         match src {
             IpAddr::V4(a) => self.tables.v4.snat = Some(a.octets()),
             IpAddr::V6(a) => self.tables.v6.snat = Some(a.octets()),
@@ -235,6 +235,9 @@ impl LbState {
             if let Some(o) = Outer::new(key, src) {
                 shapes[i as usize] = o;
             }
+        }
+        for &id in &ids {
+            self.count_steering(&self.steering_keys(id), true);
         }
         Ok(())
     }
@@ -294,7 +297,7 @@ impl LbState {
         if !address.3 {
             *self.on_vip.entry(address.0).or_default() += 1;
         }
-        self.count_steering(&SteeringKeys::of(&spec), true);
+        self.count_steering(&SteeringKeys::of(&spec, self.keeps_client(&spec)), true);
         self.specs[id as usize] = Some(spec);
         self.index(id, true);
         self.rebuild(id);
@@ -304,7 +307,7 @@ impl LbState {
     pub fn del_service(&mut self, name: &str) -> Result<ServiceSpec, LbError> {
         let id = self.by_name.remove(name).ok_or_else(|| LbError::NoSuchService(name.into()))?;
         self.index(id, false);
-        let keys = SteeringKeys::of(self.specs[id as usize].as_ref().expect("named services have specs"));
+        let keys = self.steering_keys(id);
         self.count_steering(&keys, false);
         let spec = self.specs[id as usize].take().expect("named services have specs");
         self.by_address.remove(&(spec.vip, spec.port, spec.protocol, spec.kind == ServiceType::NodePort));
@@ -332,7 +335,7 @@ impl LbState {
         let (id, spec) = self.service(service).ok_or_else(|| LbError::NoSuchService(service.into()))?;
         let i = spec.backends.iter().position(|o| o.addr == b.addr && o.port == b.port).unwrap_or(spec.backends.len());
         spec.validate_backend(i, &b).map_err(|e| LbError::Spec(service.into(), e))?;
-        let before = SteeringKeys::of(spec);
+        let before = self.steering_keys(id);
         let spec = self.specs[id as usize].as_mut().expect("found above");
         if i == spec.backends.len() {
             spec.backends.push(b);
@@ -368,11 +371,16 @@ impl LbState {
             addr,
             port,
         ))?;
-        let before = SteeringKeys::of(spec);
+        let before = self.steering_keys(id);
         self.specs[id as usize].as_mut().expect("found above").backends.remove(i);
         self.recount_steering(id, before);
         self.rebuild(id);
         Ok(())
+    }
+
+    fn steering_keys(&self, id: u32) -> SteeringKeys {
+        let spec = self.specs[id as usize].as_ref().expect("counted services have specs");
+        SteeringKeys::of(spec, self.keeps_client(spec))
     }
 
     /// Count a service's steering keys in (`up`) or out of the steering sets.
@@ -405,12 +413,20 @@ impl LbState {
                 }
             }
         }
+        for &a in &keys.replies {
+            if step(&mut self.reply_refs, a, up) {
+                match a {
+                    IpAddr::V4(a) => set_member(&mut self.tables.v4.reply_sources, a.octets(), up),
+                    IpAddr::V6(a) => set_member(&mut self.tables.v6.reply_sources, a.octets(), up),
+                }
+            }
+        }
     }
 
     /// Service `id` changed from keys `before`: the new ones counted in first, so what
     /// both name never goes through zero (and no published set is copied for it).
     fn recount_steering(&mut self, id: u32, before: SteeringKeys) {
-        let after = SteeringKeys::of(self.specs[id as usize].as_ref().expect("recounted services have specs"));
+        let after = self.steering_keys(id);
         self.count_steering(&after, true);
         self.count_steering(&before, false);
     }
@@ -608,6 +624,27 @@ mod tests {
         st.del_service("b").unwrap();
         st.del_service("c").unwrap();
         assert!(st.tables().v4.nothing_to_steer() && st.backend_refs.is_empty() && st.port_refs.is_empty());
+    }
+
+    /// Backends whose replies come forwarded: those of services that keep the client's
+    /// address (`Local`, or `Cluster` while its family has no SNAT address), counted like
+    /// the steering sets, and counted again when the SNAT address is set.
+    #[test]
+    fn reply_sources_follow_the_services_that_keep_the_client() {
+        let mut st = LbState::new();
+        let reply = |st: &LbState, a: &str| st.tables().v4.reply_sources.contains(&a.parse::<std::net::Ipv4Addr>().unwrap().octets());
+        let mut local = spec("local", "198.18.128.10", 80, &["198.19.1.10"]);
+        local.traffic_policy = TrafficPolicy::Local;
+        st.add_service(local).unwrap();
+        st.add_service(spec("cluster", "198.18.128.11", 80, &["198.19.1.11"])).unwrap();
+        assert!(reply(&st, "198.19.1.10") && reply(&st, "198.19.1.11"), "no SNAT address: both keep the client");
+        assert!(st.has_local_policy());
+        st.set_snat(Some("198.18.1.1".parse().unwrap())).unwrap();
+        assert!(reply(&st, "198.19.1.10") && !reply(&st, "198.19.1.11"), "Cluster now translates to the node");
+        st.set_backend("cluster", BackendSpec::new("198.19.1.12".parse().unwrap(), 8080)).unwrap();
+        assert!(!reply(&st, "198.19.1.12"));
+        st.del_service("local").unwrap();
+        assert!(!reply(&st, "198.19.1.10") && !st.has_local_policy() && st.reply_refs.is_empty());
     }
 
     #[test]

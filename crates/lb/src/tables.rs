@@ -81,7 +81,7 @@ pub struct FamilyTables<F: Family> {
     pub snat: Option<F::Addr>,
     /// Backends of `Local`-policy services: forwarded packets from these may be replies
     /// to translate (others pass without a session lookup).
-    pub reply_sources: std::collections::HashSet<F::Addr, WordHashBuilder>,
+    pub reply_sources: Arc<std::collections::HashSet<F::Addr, WordHashBuilder>>,
     /// Backends of every NAT service: packets from these are steered to the worker of
     /// their destination, the connection's client ([`crate::steer`]).
     pub nat_backends: Arc<std::collections::HashSet<F::Addr, WordHashBuilder>>,
