@@ -641,6 +641,9 @@ mod tests {
         assert!(st.has_local_policy());
         st.set_snat(Some("198.18.1.1".parse().unwrap())).unwrap();
         assert!(reply(&st, "198.19.1.10") && !reply(&st, "198.19.1.11"), "Cluster now translates to the node");
+        let held = Arc::clone(&st.tables().v4.reply_sources);
+        st.update_backend("local", "198.19.1.10".parse().unwrap(), 8080, Some(3), None).unwrap();
+        assert!(Arc::ptr_eq(&held, &st.tables().v4.reply_sources), "a weight changes no set");
         st.set_backend("cluster", BackendSpec::new("198.19.1.12".parse().unwrap(), 8080)).unwrap();
         assert!(!reply(&st, "198.19.1.12"));
         st.del_service("local").unwrap();
