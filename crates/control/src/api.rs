@@ -615,7 +615,8 @@ impl Control {
             }
             Request::IpsecSaSet { index, urpf } => {
                 self.ipsec.set_urpf(*index, *urpf).map_err(|e| e.to_string())?;
-                self.publish_routes();
+                // No route changed: the tables as they are, with the SA's new spec.
+                self.publish();
                 Reply::ok(serde_json::Value::Null, format!("SA {index}: urpf {urpf}"))
             }
             Request::ShowIpsecSa {} => {

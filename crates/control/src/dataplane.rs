@@ -1037,26 +1037,24 @@ fn build_worker(
         g.add_expand(ip::nodes::worker_handoff::WorkerHandoff::sessions_only(k, l.to.clone()));
         handoff_input = Some(g.add_input("handoff-input", "ethernet-input"));
     }
+    // The first node of an input kind: with several workers, the one that spreads what
+    // a device's owner receives, or the one that moves only what belongs elsewhere.
+    let first_node = |spreads: bool| match (lanes.is_some(), spreads) {
+        (false, _) => "ethernet-input",
+        (true, true) => "worker-handoff",
+        (true, false) => "session-handoff",
+    };
     let mut inputs = BTreeMap::new();
     for ic in &cfg.interfaces {
         if ic.kind != InterfaceKind::Null {
-            let name = format!("{}-input", kind_name(ic.kind));
-            let next = match (&lanes, spread.contains(&ic.kind)) {
-                (None, _) => "ethernet-input",
-                (Some(_), true) => "worker-handoff",
-                (Some(_), false) => "session-handoff",
-            };
-            let id = g.add_input(&name, next);
+            let id = g.add_input(&format!("{}-input", kind_name(ic.kind)), first_node(spread.contains(&ic.kind)));
             inputs.insert(ic.name.clone(), id);
         }
     }
     // Interfaces added at run time enter by these (`crate::interfaces`): af_packet
     // sockets on every worker, a TAP device on one that spreads what it receives.
-    g.add_input(
-        &format!("{}-input", kind_name(InterfaceKind::AfPacket)),
-        if lanes.is_some() { "session-handoff" } else { "ethernet-input" },
-    );
-    g.add_input(&format!("{}-input", kind_name(InterfaceKind::Tap)), if lanes.is_some() { "worker-handoff" } else { "ethernet-input" });
+    g.add_input(&format!("{}-input", kind_name(InterfaceKind::AfPacket)), first_node(false));
+    g.add_input(&format!("{}-input", kind_name(InterfaceKind::Tap)), first_node(true));
     let graph = g.build().map_err(|e| cfg.err("(graph)", e.to_string()))?;
     let ports = cfg
         .interfaces

@@ -27,8 +27,8 @@ pub enum NatError {
     BadUdpLength,
 }
 
-const TCP: u8 = 6;
-const UDP: u8 = 17;
+pub(crate) const TCP: u8 = 6;
+pub(crate) const UDP: u8 = 17;
 const ICMP4: u8 = 1;
 const ICMP6: u8 = 58;
 

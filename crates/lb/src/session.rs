@@ -103,7 +103,7 @@ pub const TCP_FIN: u8 = 0x01;
 pub const TCP_SYN: u8 = 0x02;
 pub const TCP_RST: u8 = 0x04;
 pub const TCP_ACK: u8 = 0x10;
-const TCP: u8 = 6;
+use crate::nat::TCP;
 
 /// The next state after a packet with `flags` (0 for UDP), from the client (`forward`)
 /// or from the backend.

@@ -178,9 +178,10 @@ impl LbState {
         Arc::new(self.tables.clone())
     }
 
-    /// Whether some service keeps client addresses (its replies come forwarded).
+    /// Whether some service keeps client addresses (its backends' replies come
+    /// forwarded): the reply sources are counted ([`LbState::count_steering`]).
     pub fn has_local_policy(&self) -> bool {
-        self.services().any(|(_, s)| self.keeps_client(s))
+        !self.reply_refs.is_empty()
     }
 
     /// Whether a service's connections keep the client's address: the `Local` policy, or

@@ -17,12 +17,9 @@
 //! there are several.
 
 use crate::family::{Family, V4, V6};
-use crate::nat::Layout;
+use crate::nat::{Layout, TCP, UDP};
 use crate::tables::{FamilyTables, LbTables};
 use std::net::IpAddr;
-
-const TCP: u8 = 6;
-const UDP: u8 = 17;
 
 /// The worker of client endpoint `addr:port` among `workers`.
 #[inline]

@@ -117,7 +117,7 @@ impl Harness {
         // interface's default, which memory devices cannot be configured as): a parcel
         // toward it leaves as one UDP GSO frame (`parcelN-input`'s `to-gso-frame`).
         let access0 = h.worker.ports.iter().position(|p| p.name == "access0").expect("graph.toml has access0");
-        for w in std::iter::once(&mut h.worker).chain(h.others.iter_mut()) {
+        for w in h.workers_mut() {
             w.cx.parcel.gso_links |= 1 << access0;
         }
         h
@@ -136,7 +136,7 @@ impl Harness {
             *port = Port::new(port.if_index, port.name.clone(), Box::new(dev), port.input);
             handles.push(h);
         }
-        let mut others: Vec<Worker<WorkerContext>> = workers.collect();
+        let others: Vec<Worker<WorkerContext>> = workers.collect();
         for w in &others {
             for p in &w.ports {
                 assert_eq!(p.device.kind(), "handoff", "{}: the other workers reach every device through worker 0", p.name);
@@ -160,10 +160,12 @@ impl Harness {
             .filter_map(|(l, r)| Some((l.parse().ok()?, r.parse().ok()?)))
             .collect();
         let captured = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-        for w in std::iter::once(&mut worker).chain(others.iter_mut()) {
+        let mut h =
+            Harness { control, worker, others, handles, mtu, macs, ours, zero_csum6, received: Vec::new(), captured: captured.clone() };
+        for w in h.workers_mut() {
             w.graph.set_drop_capture(Some(Box::new(DropTally(captured.clone()))), &engine::DropFilter::default()).expect("no filter");
         }
-        Harness { control, worker, others, handles, mtu, macs, ours, zero_csum6, received: Vec::new(), captured }
+        h
     }
 
     /// Run one fuzz input (see the module's format) and check every invariant.
@@ -252,6 +254,10 @@ impl Harness {
     /// Worker 0, then the others.
     pub fn workers(&self) -> impl Iterator<Item = &Worker<WorkerContext>> {
         std::iter::once(&self.worker).chain(self.others.iter())
+    }
+
+    fn workers_mut(&mut self) -> impl Iterator<Item = &mut Worker<WorkerContext>> {
+        std::iter::once(&mut self.worker).chain(self.others.iter_mut())
     }
 
     /// The sums over every worker.

@@ -771,14 +771,14 @@ fn both_directions_steer_to_the_worker_with_the_session() {
                 let w = crate::steer::owner(&t, &l3(&k), workers, |_| false).expect("a client's packet to a service");
                 on[w as usize] += 1;
                 let (rw, _) = runs[w as usize].fwd(&k, TCP_SYN, 0).unwrap();
-                let reply = FlowKey { src: rw.dst, sport: rw.dport, dst: rw.src, dport: rw.sport, proto: 6 };
+                let there = FlowKey { src: rw.src, sport: rw.sport, dst: rw.dst, dport: rw.dport, proto: 6 };
+                let reply = there.reversed();
                 assert_eq!(crate::steer::owner(&t, &l3(&reply), workers, |_| false), Some(w), "{policy:?}, {workers} workers, client {i}");
                 assert!(runs[w as usize].lb.reverse(&reply, TCP_SYN | TCP_ACK, 0).is_some(), "the session is there");
                 // ICMP errors about either direction: from a router toward the backend
                 // (quoting the translated packet) and toward the client (quoting the
                 // translated reply).
-                let there = FlowKey { src: rw.src, sport: rw.sport, dst: rw.dst, dport: rw.dport, proto: 6 };
-                let back = FlowKey { src: k.dst, sport: k.dport, dst: k.src, dport: k.sport, proto: 6 };
+                let back = k.reversed();
                 for (to, q) in [(rw.src, &there), (k.src, &back)] {
                     assert_eq!(crate::steer::owner(&t, &icmp_error(ip("198.18.9.9"), to, q), workers, |_| false), Some(w), "{q:?}");
                 }
