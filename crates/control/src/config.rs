@@ -141,6 +141,9 @@ pub struct Config {
     pub ipsec_spds: Vec<crate::spd::SpdBindingConfig>,
     #[serde(default, rename = "ipsec_policy")]
     pub ipsec_policies: Vec<spd::PolicySpec>,
+    /// Ports of our addresses handed to the host's stack (IKE, BGP, SSH daemons).
+    #[serde(default)]
+    pub punt: Option<crate::punt::PuntConfig>,
     /// Where relative paths (pcap files) are resolved; the config file's folder.
     #[serde(skip)]
     pub base_dir: PathBuf,

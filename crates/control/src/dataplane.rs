@@ -532,6 +532,7 @@ fn build_core_state(cfg: &Config) -> Result<(RouterState, GtpuState, UdpTunState
     gtpu.refresh_outer(&mut state);
     udp.refresh_outer(&mut state);
     state.set_udp_demux(udp_demux(&gtpu, &udp));
+    crate::punt::apply(cfg, &mut state)?;
     Ok((state, gtpu, udp))
 }
 

@@ -26,6 +26,7 @@ pub mod lb;
 pub mod metrics;
 pub mod parcel;
 pub mod pfcp;
+pub mod punt;
 pub mod reload;
 pub mod server;
 pub mod spd;

@@ -70,6 +70,10 @@ pub fn reload(c: &mut Control, path: Option<&str>) -> Result<Reply, String> {
     routes(c, &new, &gtpu_ids, &udp_ids, &mut changes)?;
     tunnel_counting(c, &new, &mut changes);
     source_checks(c, &new, &mut changes);
+    if crate::punt::apply(&new, &mut c.state).map_err(|e| e.to_string())? {
+        let what = new.punt.as_ref().map_or("off".to_string(), |p| format!("to {}", p.interface));
+        changes.push(Change::new("replaced", "setting", format!("punt {what}")));
+    }
     c.publish_routes();
     if changes.iter().any(|ch| ch.object == "neighbour" && ch.action != "removed") {
         c.release_held();

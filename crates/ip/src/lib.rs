@@ -42,6 +42,7 @@ pub mod nodes;
 pub mod outer;
 pub mod parcel;
 pub mod prefix;
+pub mod punt;
 pub mod reassembly;
 pub mod state;
 pub mod tables;

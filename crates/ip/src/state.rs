@@ -176,6 +176,8 @@ pub struct RouterState {
     mp_built: Vec<(Vec<bool>, Arc<Multipath>)>,
     /// Bit i: interface i's link is down (its paths are skipped).
     links_down: u64,
+    /// `[punt]`: ports of our addresses handed to the host's stack.
+    punt: Option<crate::punt::PuntSpec>,
 }
 
 impl RouterState {
@@ -206,6 +208,7 @@ impl RouterState {
             mp_paths: Vec::new(),
             mp_built: Vec::new(),
             links_down: 0,
+            punt: None,
         };
         state.rebuild_fibs();
         Ok(state)
@@ -450,6 +453,49 @@ impl RouterState {
     /// Whether TCP and UDP for the gateway's addresses go to the load balancer.
     pub fn set_lb_local(&mut self, on: bool) {
         self.lb_local = on;
+    }
+
+    /// Punt these ports of our addresses to the host's stack (`None`: nothing is). The
+    /// host's addresses must be on connected subnets of the punt link.
+    pub fn set_punt(&mut self, spec: Option<crate::punt::PuntSpec>) -> Result<(), StateError> {
+        if let Some(s) = &spec {
+            let link = self.if_index(&s.interface)?;
+            for hop in [crate::punt::host_hop(s, false), crate::punt::host_hop(s, true)].into_iter().flatten() {
+                if self.connected_if(hop) != Some(link) {
+                    return Err(StateError::NextHopNotOnInterface { hop, interface: s.interface.clone() });
+                }
+            }
+        }
+        self.punt = spec;
+        Ok(())
+    }
+
+    /// Whether `a` is on a connected subnet of interface `name`.
+    pub fn on_interface(&self, a: IpAddr, name: &str) -> bool {
+        self.if_index(name).is_ok_and(|i| self.connected_if(a) == Some(i))
+    }
+
+    /// The tunnel application that takes UDP port `p` of our addresses, if any.
+    pub fn udp_port(&self, p: u16) -> Option<crate::tables::UdpApp> {
+        self.udp.port(p)
+    }
+
+    pub fn punt(&self) -> Option<&crate::punt::PuntSpec> {
+        self.punt.as_ref()
+    }
+
+    /// The published punt table: each family's host next hop as an adjacency, if it is
+    /// still on a connected subnet of the punt link (an interface change may have moved it).
+    fn punt_table(&mut self) -> crate::punt::Punt {
+        let Some(spec) = self.punt.clone() else { return crate::punt::Punt::default() };
+        let link = self.if_index(&spec.interface).ok();
+        let mut adj = |v6| {
+            let hop = crate::punt::host_hop(&spec, v6)?;
+            (link.is_some() && self.connected_if(hop) == link)
+                .then(|| self.target_adj(&RouteTarget::Via { next_hop: hop, interface: Some(spec.interface.clone()) }))
+        };
+        let (adj4, adj6) = (adj(false), adj(true));
+        crate::punt::Punt::new(&spec, adj4, adj6)
     }
 
     /// Whether forwarded packets pass the load balancer (for replies it must translate).
@@ -975,6 +1021,7 @@ impl RouterState {
                 }
             }
         }
+        let punt = self.punt_table();
         let adjacencies = self.adjacencies();
         let multipaths = self.multipaths(&adjacencies);
         Tables {
@@ -991,6 +1038,7 @@ impl RouterState {
             spd_links: self.spd_links,
             lb_local: self.lb_local,
             lb_replies: self.lb_replies,
+            punt: Arc::new(punt),
         }
     }
 }

@@ -311,6 +311,8 @@ pub struct Tables {
     /// Forwarded packets go to `lbN-nat` before `ipN-rewrite`: replies of load-balanced
     /// connections that kept the client's address (services with the `Local` policy).
     pub lb_replies: bool,
+    /// Ports of our addresses whose packets go to the host's stack (`[punt]`).
+    pub punt: Arc<crate::punt::Punt>,
 }
 
 impl Tables {
@@ -329,6 +331,7 @@ impl Tables {
             spd_links: 0,
             lb_local: false,
             lb_replies: false,
+            punt: Arc::new(crate::punt::Punt::default()),
         }
     }
 

@@ -11,7 +11,7 @@ use wire::ipv4::Ipv4Packet;
 use wire::IpProtocol;
 
 next_nodes! {
-    pub enum Ip4LocalNext { Lookup = "ip4-lookup", IcmpError = "ip4-icmp-error", Gtpu4Input = "gtpu4-input", Gue4Input = "gue4-input", Reassembly = "ip4-reassembly", Lb4Nat = "lb4-nat", Esp4Decrypt = "esp4-decrypt" }
+    pub enum Ip4LocalNext { Lookup = "ip4-lookup", IcmpError = "ip4-icmp-error", Gtpu4Input = "gtpu4-input", Gue4Input = "gue4-input", Reassembly = "ip4-reassembly", Lb4Nat = "lb4-nat", Esp4Decrypt = "esp4-decrypt", Punt = "ip-punt" }
 }
 
 counters! {
@@ -93,6 +93,10 @@ impl<Cx: HasIp> Node<Cx> for Ip4Local {
                         UdpApp::Esp => Ip4LocalNext::Esp4Decrypt,
                     });
                 }
+                if let Some(adj) = cx.ip().tables.punt.target(false, IpProtocol::Udp, p.payload()) {
+                    buf.meta.adj = adj;
+                    return Verdict::Next(Ip4LocalNext::Punt);
+                }
                 if cx.ip().tables.lb_local {
                     return Verdict::Next(Ip4LocalNext::Lb4Nat);
                 }
@@ -100,7 +104,18 @@ impl<Cx: HasIp> Node<Cx> for Ip4Local {
                 buf.meta.param = IcmpRequest::new(3, unreach::PORT, 0).encode();
                 Verdict::Next(Ip4LocalNext::IcmpError)
             }
-            IpProtocol::Tcp if cx.ip().tables.lb_local => Verdict::Next(Ip4LocalNext::Lb4Nat),
+            IpProtocol::Tcp if !cx.ip().tables.punt.is_off() || cx.ip().tables.lb_local => {
+                if let Some(adj) = cx.ip().tables.punt.target(false, IpProtocol::Tcp, p.payload()) {
+                    buf.meta.adj = adj;
+                    return Verdict::Next(Ip4LocalNext::Punt);
+                }
+                if cx.ip().tables.lb_local {
+                    return Verdict::Next(Ip4LocalNext::Lb4Nat);
+                }
+                counts.inc(C::ProtocolUnreachable);
+                buf.meta.param = IcmpRequest::new(3, unreach::PROTOCOL, 0).encode();
+                Verdict::Next(Ip4LocalNext::IcmpError)
+            }
             IpProtocol::Esp => Verdict::Next(Ip4LocalNext::Esp4Decrypt),
             _ => {
                 counts.inc(C::ProtocolUnreachable);

@@ -13,7 +13,7 @@ use wire::ipv6_ext::walk_chain;
 use wire::{EtherType, EthernetAddress, IpProtocol};
 
 next_nodes! {
-    pub enum Ip6LocalNext { Lookup = "ip6-lookup", IcmpError = "ip6-icmp-error", Output = "interface-output", Gtpu6Input = "gtpu6-input", Gue6Input = "gue6-input", Reassembly = "ip6-reassembly", Lb6Nat = "lb6-nat", Esp6Decrypt = "esp6-decrypt" }
+    pub enum Ip6LocalNext { Lookup = "ip6-lookup", IcmpError = "ip6-icmp-error", Output = "interface-output", Gtpu6Input = "gtpu6-input", Gue6Input = "gue6-input", Reassembly = "ip6-reassembly", Lb6Nat = "lb6-nat", Esp6Decrypt = "esp6-decrypt", Punt = "ip-punt" }
 }
 
 counters! {
@@ -85,6 +85,10 @@ impl<Cx: HasIp> Node<Cx> for Ip6Local {
                         UdpApp::Esp => Ip6LocalNext::Esp6Decrypt,
                     });
                 }
+                if let Some(adj) = cx.tables.punt.target(true, IpProtocol::Udp, buf.bytes().get(off..).unwrap_or(&[])) {
+                    buf.meta.adj = adj;
+                    return Verdict::Next(Ip6LocalNext::Punt);
+                }
                 if cx.tables.lb_local {
                     return Verdict::Next(Ip6LocalNext::Lb6Nat);
                 }
@@ -93,7 +97,18 @@ impl<Cx: HasIp> Node<Cx> for Ip6Local {
                 return Verdict::Next(Ip6LocalNext::IcmpError);
             }
             Some(IpProtocol::Ipv6NoNxt) => return Verdict::Drop(C::IcmpIgnored),
-            Some(IpProtocol::Tcp) if cx.tables.lb_local => return Verdict::Next(Ip6LocalNext::Lb6Nat),
+            Some(IpProtocol::Tcp) if !cx.tables.punt.is_off() || cx.tables.lb_local => {
+                if let Some(adj) = cx.tables.punt.target(true, IpProtocol::Tcp, buf.bytes().get(off..).unwrap_or(&[])) {
+                    buf.meta.adj = adj;
+                    return Verdict::Next(Ip6LocalNext::Punt);
+                }
+                if cx.tables.lb_local {
+                    return Verdict::Next(Ip6LocalNext::Lb6Nat);
+                }
+                counts.inc(C::UnknownNextHeader);
+                buf.meta.param = IcmpRequest::new(4, 1, 6).encode();
+                return Verdict::Next(Ip6LocalNext::IcmpError);
+            }
             Some(IpProtocol::Esp) if info.routing.is_none() => return Verdict::Next(Ip6LocalNext::Esp6Decrypt),
             _ => {
                 counts.inc(C::UnknownNextHeader);

@@ -16,6 +16,7 @@ pub mod ip6_local;
 pub mod ip6_rewrite;
 pub mod ip_fragment;
 pub mod ip_lookup;
+pub mod ip_punt;
 pub mod ip_reassembly;
 pub mod solicit;
 pub mod source_check;
@@ -44,6 +45,7 @@ pub fn register<Cx: HasIp>(g: &mut GraphBuilder<Cx>) {
     g.add(ip6_rewrite::Ip6Rewrite);
     g.add(ip6_local::Ip6Local);
     g.add(ip6_icmp_error::Ip6IcmpError);
+    g.add(ip_punt::IpPunt);
     g.add_expand(gso_segment::GsoSegment);
     g.add_expand(ip_fragment::Ip4Fragment);
     g.add_expand(ip_fragment::Ip6Fragment);

@@ -22,6 +22,8 @@ next_nodes! {
     pub enum EspDecryptNext {
         Ip4Lookup = "ip4-lookup", Ip6Lookup = "ip6-lookup",
         Ipsec4Decrypted = "ipsec4-decrypted", Ipsec6Decrypted = "ipsec6-decrypted",
+        // IKE behind the non-ESP marker, to the IKE daemon on the host (`[punt]`).
+        Punt = "ip-punt",
     }
 }
 
@@ -30,7 +32,7 @@ counters! {
         Decrypted(Info, "decrypted", "packets decrypted"),
         SoftLifetime(Warn, "soft-lifetime", "an inbound SA passed a soft lifetime (packets or bytes)"),
         NatKeepalive(Info, "nat-keepalive", "NAT keep-alives received (RFC 3948), consumed"),
-        IkeNotHandled(Info, "ike", "IKE messages behind the non-ESP marker: no IKE daemon here"),
+        IkeNotHandled(Info, "ike", "IKE messages behind the non-ESP marker, consumed: their port is not punted to an IKE daemon"),
         NotEsp(Error, "not-esp", "neither ESP nor UDP after the outer header (ipN-local should not send it)"),
         Truncated(Warn, "truncated", "ESP packet shorter than its header, IV, trailer and ICV"),
         BadSpi(Warn, "bad-spi", "SPI 0 or in the reserved range 1-255"),
@@ -225,6 +227,13 @@ impl<Cx: HasIpsec, O: EspOuter> Node<Cx> for EspDecrypt<O> {
                     (_, n) => n,
                 })
             }
+            Err(EspDecryptCounter::IkeNotHandled) => match ipc.tables.punt.target_of(buf.bytes()) {
+                Some(adj) => {
+                    buf.meta.adj = adj;
+                    Verdict::Next(EspDecryptNext::Punt)
+                }
+                None => Verdict::Drop(EspDecryptCounter::IkeNotHandled),
+            },
             Err(c) => Verdict::Drop(c),
         }
     }

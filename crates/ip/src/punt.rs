@@ -1,0 +1,113 @@
+//! Punt: packets for the gateway's own addresses that a daemon on the host answers (an
+//! IKE daemon on UDP 500 and 4500, a BGP speaker on TCP 179, sshd), handed whole to the
+//! host's stack behind one of the gateway's links (a tap), as VPP's punt and linux-cp do.
+//! The host's replies come back through that link and are routed like any packet.
+//!
+//! ```text
+//! ipN-local ──(UDP/TCP to a punted port)──┐
+//! espN-decrypt ──(IKE behind the non-ESP  ├─► ip-punt ─► interface-output (the punt link)
+//!                 marker on a punted port)┘        └──► ip-glean (host next hop unresolved)
+//! ```
+//!
+//! The packet is delivered, not forwarded: its TTL / hop limit stays as it arrived.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use wire::IpProtocol;
+
+/// What `[punt]` asks for, as the router state keeps it: the link toward the host, the
+/// host's address on it per family (the packets' next hop), the ports.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PuntSpec {
+    pub interface: String,
+    pub host4: Option<Ipv4Addr>,
+    pub host6: Option<Ipv6Addr>,
+    pub udp_ports: Vec<u16>,
+    pub tcp_ports: Vec<u16>,
+}
+
+/// The published side: which ports go to the host and by which adjacency.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Punt {
+    udp: Vec<u16>,
+    tcp: Vec<u16>,
+    /// The host next hop's adjacency per family (`None`: that family is not punted).
+    adj4: Option<u32>,
+    adj6: Option<u32>,
+}
+
+impl Punt {
+    pub fn new(spec: &PuntSpec, adj4: Option<u32>, adj6: Option<u32>) -> Punt {
+        let sorted = |p: &[u16]| {
+            let mut v = p.to_vec();
+            v.sort_unstable();
+            v.dedup();
+            v
+        };
+        Punt { udp: sorted(&spec.udp_ports), tcp: sorted(&spec.tcp_ports), adj4, adj6 }
+    }
+
+    /// Nothing is punted (the default): one test in `ipN-local`.
+    #[inline(always)]
+    pub fn is_off(&self) -> bool {
+        self.adj4.is_none() && self.adj6.is_none()
+    }
+
+    /// The adjacency toward the host for a UDP or TCP packet of this family whose header
+    /// starts `l4`, if it is punted: its destination port is a daemon's, or its source
+    /// port is (a reply to a connection the host's daemon opened, as a BGP speaker does).
+    #[inline]
+    pub fn target(&self, v6: bool, protocol: IpProtocol, l4: &[u8]) -> Option<u32> {
+        let adj = if v6 { self.adj6 } else { self.adj4 };
+        adj?;
+        let ports = match protocol {
+            IpProtocol::Udp => &self.udp,
+            IpProtocol::Tcp => &self.tcp,
+            _ => return None,
+        };
+        let (src, dst) = match l4 {
+            [a, b, c, d, ..] => (u16::from_be_bytes([*a, *b]), u16::from_be_bytes([*c, *d])),
+            _ => return None,
+        };
+        adj.filter(|_| ports.binary_search(&dst).is_ok() || ports.binary_search(&src).is_ok())
+    }
+
+    /// [`Punt::target`] for a whole IP packet (UDP or TCP right after the fixed header,
+    /// or after IPv6 extension headers): `espN-decrypt` asks it of an IKE message on 4500.
+    pub fn target_of(&self, ip: &[u8]) -> Option<u32> {
+        if self.is_off() {
+            return None;
+        }
+        let (v6, protocol, l4) = l4_of(ip)?;
+        self.target(v6, protocol, ip.get(l4..)?)
+    }
+}
+
+/// An IP packet's upper-layer protocol and where its header starts (`None`: truncated,
+/// or an IPv4 fragment other than the first).
+fn l4_of(ip: &[u8]) -> Option<(bool, IpProtocol, usize)> {
+    match ip.first()? >> 4 {
+        4 => {
+            let p = wire::ipv4::Ipv4Packet::new_checked(ip).ok()?;
+            (p.frag_offset() == 0).then(|| (false, p.protocol(), p.header_len()))
+        }
+        6 => {
+            let p = wire::ipv6::Ipv6Packet::new_checked(ip).ok()?;
+            let chain = wire::ipv6_ext::walk_chain(p.next_header(), p.payload()).ok()?;
+            if chain.fragment.is_some() {
+                return None;
+            }
+            Some((true, chain.upper?, wire::ipv6::HEADER_LEN + chain.upper_offset))
+        }
+        _ => None,
+    }
+}
+
+/// The next hop toward the host of `spec` for one family: its address must be on a
+/// connected subnet of the punt link.
+pub fn host_hop(spec: &PuntSpec, v6: bool) -> Option<IpAddr> {
+    if v6 {
+        spec.host6.map(IpAddr::V6)
+    } else {
+        spec.host4.map(IpAddr::V4)
+    }
+}

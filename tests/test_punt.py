@@ -1,0 +1,124 @@
+"""Punt: packets for the gateway's own address on a host daemon's ports go whole to the
+host's stack behind a tap; the host's replies come back through the tap and are routed
+out. Linux's stack is the host, Linux's stack the client.
+
+  ns A (client)                  ns G (vecgate)                        ns S (the host's stack)
+  a0 198.18.3.1/24       ─veth─  g0 198.18.3.2/24 (af_packet)
+     2001:db8:3::1/64               2001:db8:3::2/64
+                                 tap "host" 198.18.250.1/30    ─tap─   vg-host 198.18.250.2/30
+                                     2001:db8:250::1/64                 2001:db8:250::2/64
+                                                                        lo: 198.18.3.2/32, 2001:db8:3::2/128
+                                                                        A's subnets via the tap, from those
+
+The tap's kernel side is moved to S, so G's kernel holds none of the gateway's addresses.
+"""
+import socket
+
+import pytest
+
+from netns import Lab, Vecgate, result, same_stream
+
+CONFIG = """
+[[interface]]
+name = "a"
+type = "af_packet"
+host_if = "g0"
+mac = "02:00:00:00:3a:01"
+addresses = ["198.18.3.2/24", "2001:db8:3::2/64"]
+
+[[interface]]
+name = "host"
+type = "tap"
+host_if = "vg-host"
+mac = "02:00:00:00:3a:02"
+addresses = ["198.18.250.1/30", "2001:db8:250::1/64"]
+
+[punt]
+interface = "host"
+host4 = "198.18.250.2"
+host6 = "2001:db8:250::2"
+udp_ports = [500, 5000]
+tcp_ports = [179]
+"""
+
+# Receive one datagram with IP_RECVTTL / IPV6_RECVHOPLIMIT and print the TTL it arrived with.
+RECV_TTL = """
+import socket, sys
+v6 = sys.argv[1] == "6"
+s = socket.socket(socket.AF_INET6 if v6 else socket.AF_INET, socket.SOCK_DGRAM)
+if v6:
+    s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_RECVHOPLIMIT, 1)
+else:
+    s.setsockopt(socket.IPPROTO_IP, getattr(socket, "IP_RECVTTL", 12), 1)  # Linux value
+s.bind(("::" if v6 else "0.0.0.0", 5000))
+print("READY", flush=True)
+s.settimeout(20)
+data, anc, _, _ = s.recvmsg(2048, 256)
+print(data.decode(), int.from_bytes(anc[0][2][:4], sys.byteorder), flush=True)
+"""
+
+
+@pytest.fixture
+def lab():
+    l = Lab()
+    yield l
+    l.close()
+
+
+def punt_lab(lab, vecgate, tmp_path):
+    a, g, s = lab.ns("a"), lab.dataplane_ns("gw"), lab.ns("s")
+    lab.veth(a, "a0", g, "g0")
+    lab.run(a, "ip", "addr", "add", "198.18.3.1/24", "dev", "a0")
+    lab.run(a, "ip", "addr", "add", "2001:db8:3::1/64", "dev", "a0", "nodad")
+    gw = Vecgate(lab, vecgate, g, CONFIG, tmp_path)
+    lab.run(g, "ip", "link", "set", "vg-host", "netns", s)
+    lab.run(s, "ip", "link", "set", "vg-host", "up")
+    lab.run(s, "ip", "addr", "add", "198.18.250.2/30", "dev", "vg-host")
+    lab.run(s, "ip", "addr", "add", "2001:db8:250::2/64", "dev", "vg-host", "nodad")
+    lab.run(s, "ip", "addr", "add", "198.18.3.2/32", "dev", "lo")
+    lab.run(s, "ip", "addr", "add", "2001:db8:3::2/128", "dev", "lo")
+    lab.run(s, "ip", "route", "add", "198.18.3.0/24", "via", "198.18.250.1", "src", "198.18.3.2")
+    lab.run(s, "ip", "-6", "route", "add", "2001:db8:3::/64", "via", "2001:db8:250::1", "src", "2001:db8:3::2")
+    # A resolves the gateway; vecgate and S resolve each other on the tap.
+    for dst in ("198.18.3.2", "2001:db8:3::2"):
+        lab.run(a, "ping", "-c", "2", "-i", "0.2", "-W", "1", dst, check=False)
+    for dst in ("198.18.250.1", "2001:db8:250::1"):
+        lab.run(s, "ping", "-c", "2", "-i", "0.2", "-W", "1", dst, check=False)
+    return a, s, gw
+
+
+def test_a_host_daemons_ports_reach_the_hosts_stack(lab, vecgate, tmp_path):
+    a, s, gw = punt_lab(lab, vecgate, tmp_path)
+    # UDP to a punted port, both families: S's socket echoes every datagram.
+    for dst, v6 in (("198.18.3.2", []), ("2001:db8:3::2", ["--v6"])):
+        echo = lab.peer(s, "udp-echo", 500, 50, *v6)
+        ping = lab.peer_run(a, "udp-ping", dst, 500, 50, 400)
+        assert ping["matched"] == 50, (ping, gw.errors())
+        assert result(echo)["echoed"] == 50
+    # TCP to the daemon's port (A connects), and from it (S's daemon connects to A's
+    # port 179: the replies come from that port), 2 MB each way.
+    recv = lab.peer(s, "tcp-recv", 179)
+    sent = lab.peer_run(a, "tcp-send", "198.18.3.2", 179, 2_000_000)
+    assert same_stream(sent, result(recv)), (sent, gw.errors())
+    recv = lab.peer(a, "tcp-recv", 179, "--v6")
+    sent = lab.peer_run(s, "tcp-send", "2001:db8:3::1", 179, 2_000_000)
+    assert same_stream(sent, result(recv)), (sent, gw.errors())
+    # Delivered, not forwarded: a datagram sent with TTL / hop limit 1 arrives with it.
+    for fam, dst, opt in ((4, "198.18.3.2", (socket.IPPROTO_IP, socket.IP_TTL)),
+                          (6, "2001:db8:3::2", (socket.IPPROTO_IPV6, socket.IPV6_UNICAST_HOPS))):
+        r = lab.spawn(s, "python3", "-c", RECV_TTL, str(fam))
+        assert r.stdout.readline().strip() == "READY"
+        send = (f"import socket; s = socket.socket(socket.AF_INET{'6' if fam == 6 else ''}, socket.SOCK_DGRAM); "
+                f"s.setsockopt({opt[0]}, {opt[1]}, 1); s.sendto(b'ttl-one', ('{dst}', 5000))")
+        lab.run(a, "python3", "-c", send)
+        out, err = r.communicate(timeout=25)
+        assert out.split() == ["ttl-one", "1"], (out, err)
+    # A port no daemon was given: vecgate answers it (port unreachable), S never sees it.
+    lab.run(a, "python3", "-c", "import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('198.18.3.2', 600))")
+    e = gw.errors()
+    # 50 + 50 datagrams, the two TTL probes and the TCP segments (the kernel hands some
+    # over coalesced); nothing dropped by the punt.
+    assert e.get(("ip-punt", "punted"), 0) >= 100 + 2 + 2 * 20, e
+    assert not [k for k, v in e.items() if v and k[0] == "ip-punt" and k[1] not in ("punted", "host-unresolved")], e
+    assert e.get(("ip4-local", "port-unreachable"), 0) >= 1, e
+    assert gw.stop()[0] == 0
