@@ -13,6 +13,7 @@ out. Linux's stack is the host, Linux's stack the client.
 The tap's kernel side is moved to S, so G's kernel holds none of the gateway's addresses.
 """
 import socket
+import time
 
 import pytest
 
@@ -56,6 +57,14 @@ s.settimeout(20)
 data, anc, _, _ = s.recvmsg(2048, 256)
 print(data.decode(), int.from_bytes(anc[0][2][:4], sys.byteorder), flush=True)
 """
+
+
+def unreachable_reaches(gw, n):
+    """`ip4-local port-unreachable` reaches n within 5 s (the worker counts as it runs)."""
+    deadline = time.time() + 5
+    while (got := gw.errors().get(("ip4-local", "port-unreachable"), 0)) < n and time.time() < deadline:
+        time.sleep(0.05)
+    return got
 
 
 @pytest.fixture
@@ -115,10 +124,31 @@ def test_a_host_daemons_ports_reach_the_hosts_stack(lab, vecgate, tmp_path):
         assert out.split() == ["ttl-one", "1"], (out, err)
     # A port no daemon was given: vecgate answers it (port unreachable), S never sees it.
     lab.run(a, "python3", "-c", "import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('198.18.3.2', 600))")
+    assert unreachable_reaches(gw, 1) >= 1
     e = gw.errors()
     # 50 + 50 datagrams, the two TTL probes and the TCP segments (the kernel hands some
     # over coalesced); nothing dropped by the punt.
     assert e.get(("ip-punt", "punted"), 0) >= 100 + 2 + 2 * 20, e
     assert not [k for k, v in e.items() if v and k[0] == "ip-punt" and k[1] not in ("punted", "host-unresolved")], e
-    assert e.get(("ip4-local", "port-unreachable"), 0) >= 1, e
+    assert gw.stop()[0] == 0
+
+
+def test_a_reload_changes_the_punted_ports_in_place(lab, vecgate, tmp_path):
+    a, s, gw = punt_lab(lab, vecgate, tmp_path)
+    gw.cfg.write_text(gw.cfg.read_text().replace("udp_ports = [500, 5000]", "udp_ports = [5000]"))
+    r = gw.ctl("reload")["data"]
+    assert [(c["action"], c["object"], c["name"]) for c in r["changes"]] == [("replaced", "setting", "punt to host")], r
+    echo = lab.peer(s, "udp-echo", 5000, 20)
+    ping = lab.peer_run(a, "udp-ping", "198.18.3.2", 5000, 20, 200)
+    assert ping["matched"] == 20 and result(echo)["echoed"] == 20, (ping, gw.errors())
+    # 500 is no longer the host's: vecgate answers it with port unreachable.
+    before = gw.errors().get(("ip4-local", "port-unreachable"), 0)
+    lab.run(a, "python3", "-c", "import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('198.18.3.2', 500))")
+    assert unreachable_reaches(gw, before + 1) == before + 1
+    # The section gone: nothing is punted.
+    gw.cfg.write_text(gw.cfg.read_text().split("[punt]")[0])
+    r = gw.ctl("reload")["data"]
+    assert [(c["action"], c["name"]) for c in r["changes"]] == [("replaced", "punt off")], r
+    lab.run(a, "python3", "-c", "import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('198.18.3.2', 5000))")
+    assert unreachable_reaches(gw, before + 2) == before + 2
     assert gw.stop()[0] == 0

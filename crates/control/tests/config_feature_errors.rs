@@ -186,3 +186,36 @@ fn urpf_only_on_inbound_tunnel_sas() {
     let unknown = Config::parse(&format!("{PG0}{}", sa(1, 1000, "urpf = \"sometimes\"\n")), "gw.toml", Path::new("."));
     assert!(unknown.is_err_and(|e| e.to_string().contains("ipsec_sa") && e.to_string().contains("sometimes")));
 }
+
+/// `[punt]`: each mistake refused by its field, with what was expected; a good section
+/// is taken.
+#[test]
+fn punt_errors_name_their_field() {
+    let punt = |body: &str| format!("{PG0}\n[punt]\n{body}");
+    let good = "interface = \"pg0\"\nhost4 = \"198.18.0.2\"\nhost6 = \"2001:db8::2\"\nudp_ports = [500, 4500]\ntcp_ports = [179]\n";
+    let cfg = Config::parse(&punt(good), "gw.toml", Path::new(".")).unwrap();
+    assert!(assemble(&cfg).is_ok());
+    let cases = [
+        (good.replace("\"pg0\"", "\"eth9\""), "punt.interface", "\"eth9\": expected the name of an [[interface]]"),
+        (good.replace("198.18.0.2", "2001:db8::5"), "punt.host4", "expected the host's IPv4 address"),
+        (good.replace("198.18.0.2", "198.18.9.9"), "punt.host4", "198.18.9.9 is not on a connected subnet of \"pg0\""),
+        (good.replace("2001:db8::2", "2001:db8:9::2"), "punt.host6", "not on a connected subnet"),
+        ("interface = \"pg0\"\nudp_ports = [500]\n".to_string(), "punt", "no host4 or host6"),
+        ("interface = \"pg0\"\nhost4 = \"198.18.0.2\"\n".to_string(), "punt", "no udp_ports or tcp_ports"),
+        (good.replace("[179]", "[179, 0]"), "punt.tcp_ports", "0: expected ports 1 to 65535"),
+    ];
+    for (body, field, what) in cases {
+        let text = punt(&body);
+        let e = refuse(&text);
+        assert_eq!(e.field, field, "{e}");
+        assert!(e.message.contains(what), "{e}");
+        let at = match field.strip_prefix("punt.") {
+            Some(key) => line_of(&text, &format!("{key} ="), 0),
+            None => line_of(&text, "[punt]", 0),
+        };
+        assert_eq!(e.line, Some(at), "{e}");
+    }
+    let gtpu = format!("{}[[gtpu_tunnel]]\nlocal = \"198.18.0.1\"\nremote = \"198.18.0.9\"\nteid_in = 1\nteid_out = 2\n", punt(&good.replace("[500, 4500]", "[2152]")));
+    let e = refuse(&gtpu);
+    assert_eq!((e.field.as_str(), e.message.contains("2152 is GTP-U's port")), ("punt.udp_ports", true), "{e}");
+}

@@ -111,3 +111,58 @@ pub fn host_hop(spec: &PuntSpec, v6: bool) -> Option<IpAddr> {
         spec.host4.map(IpAddr::V4)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn punt() -> Punt {
+        let spec = PuntSpec { udp_ports: vec![4500, 500, 500], tcp_ports: vec![179], ..Default::default() };
+        Punt::new(&spec, Some(7), None)
+    }
+
+    fn ports(src: u16, dst: u16) -> [u8; 8] {
+        let mut h = [0u8; 8];
+        h[..2].copy_from_slice(&src.to_be_bytes());
+        h[2..4].copy_from_slice(&dst.to_be_bytes());
+        h
+    }
+
+    #[test]
+    fn a_daemons_port_either_way_round_and_only_its_protocol() {
+        let p = punt();
+        assert_eq!(p.target(false, IpProtocol::Udp, &ports(40000, 500)), Some(7));
+        assert_eq!(p.target(false, IpProtocol::Udp, &ports(4500, 4500)), Some(7));
+        // A reply to a connection the host's daemon opened comes from the daemon's port.
+        assert_eq!(p.target(false, IpProtocol::Tcp, &ports(179, 40000)), Some(7));
+        assert_eq!(p.target(false, IpProtocol::Tcp, &ports(40000, 500)), None, "500 is a UDP port here");
+        assert_eq!(p.target(false, IpProtocol::Udp, &ports(40000, 179)), None, "179 is a TCP port here");
+        assert_eq!(p.target(false, IpProtocol::Icmp, &ports(500, 500)), None);
+        assert_eq!(p.target(true, IpProtocol::Udp, &ports(40000, 500)), None, "no IPv6 host next hop");
+        assert_eq!(p.target(false, IpProtocol::Udp, &ports(40000, 500)[..3]), None, "truncated");
+        assert!(Punt::default().is_off() && !p.is_off());
+    }
+
+    #[test]
+    fn whole_packets_found_after_extension_headers_not_in_later_fragments() {
+        let spec = PuntSpec { udp_ports: vec![4500], ..Default::default() };
+        let p = Punt::new(&spec, Some(3), Some(4));
+        let mut v4 = vec![0x45, 0, 0, 36, 0, 0, 0, 0, 64, 17, 0, 0, 198, 18, 3, 1, 198, 18, 3, 2];
+        v4.extend_from_slice(&ports(4500, 4500));
+        v4.extend_from_slice(&[0; 8]);
+        assert_eq!(p.target_of(&v4), Some(3));
+        let mut later = v4.clone();
+        later[7] = 1; // fragment offset 8: no UDP header here
+        assert_eq!(p.target_of(&later), None);
+        // IPv6 with a Destination Options header (8 bytes) before UDP.
+        let mut v6 = vec![0x60, 0, 0, 0, 0, 24, 60, 64];
+        v6.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+        v6.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+        v6.extend_from_slice(&[17, 0, 1, 4, 0, 0, 0, 0]);
+        v6.extend_from_slice(&ports(4500, 4500));
+        v6.extend_from_slice(&[0; 8]);
+        assert_eq!(p.target_of(&v6), Some(4));
+        assert_eq!(p.target_of(&v6[..50]), None, "truncated in the extension header");
+        assert_eq!(p.target_of(&[0x15; 40]), None, "neither version");
+    }
+}
