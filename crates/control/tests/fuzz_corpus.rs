@@ -103,6 +103,8 @@ fn seeds_reach_every_feature(mut h: Harness, not_here: &[(&str, &str)]) {
         ("parcel6-join", "gso-frames-joined"),
         ("parcel6-input", "to-tunnel"),
         ("ip6-fragment", "parcel-to-split"),
+        ("ip-punt", "punted"),
+        ("ip-punt", "host-unresolved"),
     ] {
         if not_here.contains(&(node, counter)) {
             continue;
