@@ -2,7 +2,8 @@
 # Every test vecgate has, on a fresh machine. Installs what the tests need:
 #   Debian: tshark, iproute2, iputils-ping, ethtool, chromium (the /graph page test),
 #           groff-base, man-db, systemd, adduser, dpkg-dev (man page and package tests),
-#           qemu-user (an older CPU model: the x86-64-v3 check), strongSwan (IKEv2 peer);
+#           qemu-user (an older CPU model: the x86-64-v3 check), strongSwan (IKEv2 peer,
+#           and Debian's strongSwan source for the kernel-vecgate plugin's headers);
 #   PyPI: scapy, pytest, prometheus_client; crates.io: cargo-deb (by scripts/package.sh).
 # Builds, runs the Rust suites (unit, property, fuzz-corpus replay, engine) and the Python
 # suites (scapy/tshark golden pcap tests, live run + ctl, metrics, packaging, bench smoke,
@@ -55,6 +56,11 @@ command -v cargo >/dev/null 2>&1 || { echo "Rust is needed: https://rustup.rs (s
 # also installs etcd-server, nftables, curl, openssl)
 echo "== kubernetes test binaries"
 tests/k8s/build.sh | tail -1
+
+# contrib/strongswan's charon plugin for the installed strongSwan, against Debian's source
+# of it (half a minute the first time, cached in ~/.cache/vecgate-strongswan).
+echo "== strongSwan plugin (kernel-vecgate)"
+scripts/build-strongswan-plugin.sh | tail -1
 
 echo "== build"
 cargo build --release --workspace --locked 2>/dev/null || cargo build --release --workspace

@@ -29,14 +29,18 @@ from netns import Lab, Vecgate, result, same_stream
 CHARON = "/usr/lib/ipsec/charon"
 
 STRONGSWAN_CONF = """charon {{
-    # kernel-libipsec before kernel-netlink: the first IPsec backend loaded wins, so ESP is
-    # charon's own (a TUN device); kernel-netlink only installs routes.
+    # The IPsec backend before kernel-netlink: the first one loaded wins, so ESP is
+    # charon's own (kernel-libipsec: a TUN device) or vecgate's (kernel-vecgate);
+    # kernel-netlink only installs routes, or nothing.
     load_modular = no
-    load = random nonce openssl pem pkcs1 x509 pubkey socket-default kernel-libipsec kernel-netlink vici updown aes gcm chapoly sha2 hmac kdf curve25519
-    install_routes = yes
+    load = random nonce openssl pem pkcs1 x509 pubkey socket-default {backend} kernel-netlink vici updown aes gcm chapoly sha2 hmac kdf curve25519
+    install_routes = {install_routes}
     plugins {{
         vici {{
             socket = unix://{dir}/charon.vici
+        }}
+        kernel-vecgate {{
+            socket = {vecgate_socket}
         }}
     }}
     filelog {{
@@ -77,6 +81,7 @@ SWANCTL_CONF = """connections {{
                 mode = tunnel
             }}
         }}
+        mobike = {mobike}
     }}
 }}
 secrets {{
@@ -89,11 +94,20 @@ secrets {{
 """
 
 
-def start_charon(lab, ns, d, local, remote, local_ts, remote_ts, esp):
+def start_charon(lab, ns, d, local, remote, local_ts, remote_ts, esp, vecgate=None, mobike="yes"):
+    """A charon in `ns` whose ESP is its own (kernel-libipsec), or, with `vecgate` =
+    (plugin .so, vecgate's API socket), vecgate's through the kernel-vecgate plugin
+    (contrib/strongswan; `!`: charon refuses to start if the plugin cannot)."""
     d.mkdir()
-    (d / "strongswan.conf").write_text(STRONGSWAN_CONF.format(dir=d))
-    (d / "swanctl.conf").write_text(SWANCTL_CONF.format(local=local, remote=remote, local_ts=local_ts, remote_ts=remote_ts, esp=esp))
+    backend, install_routes, sock = ("kernel-libipsec", "yes", "") if vecgate is None else ("kernel-vecgate!", "no", vecgate[1])
+    (d / "strongswan.conf").write_text(STRONGSWAN_CONF.format(dir=d, backend=backend, install_routes=install_routes, vecgate_socket=sock))
+    (d / "swanctl.conf").write_text(SWANCTL_CONF.format(local=local, remote=remote, local_ts=local_ts, remote_ts=remote_ts, esp=esp,
+                                                        mobike=mobike))
     env = dict(os.environ, STRONGSWAN_CONF=str(d / "strongswan.conf"))
+    if vecgate is not None:
+        # strongSwan 5.9 has no setting for another plugin folder: charon finds a
+        # plugin's constructor already in the process first.
+        env["LD_PRELOAD"] = str(vecgate[0])
     # Its own /run: charon writes /run/charon.pid and will not start beside another.
     p = subprocess.Popen(["ip", "netns", "exec", ns, "unshare", "-m", "sh", "-c", f"mount -t tmpfs tmpfs /run && exec {CHARON}"],
                          env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -254,4 +268,133 @@ udp_encap = true
     # encryption, counted.)
     fine = ("decrypted", "encrypted", "inner-checksum-completed", "gso-to-segment", "ike", "nat-keepalive")
     assert not [k for k, v in e.items() if v and k[0].startswith("esp") and k[1] not in fine], e
+    assert gw.stop()[0] == 0
+
+
+@pytest.fixture(scope="module")
+def kernel_vecgate_plugin():
+    """contrib/strongswan's plugin built for the strongSwan installed (cached after the
+    first build: scripts/build-strongswan-plugin.sh)."""
+    script = os.path.join(os.path.dirname(__file__), "..", "scripts", "build-strongswan-plugin.sh")
+    r = subprocess.run(["bash", script], capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r.stdout.strip().splitlines()[-1]
+
+
+def sa_rows(gw):
+    return gw.ctl("show", "ipsec", "sa")["data"]["sas"]
+
+
+def settle(gw, want, seconds=20):
+    """The gateway's SAs once `want(rows)` holds (charon installs and deletes as the
+    exchanges finish), or the last rows seen."""
+    deadline = time.time() + seconds
+    rows = sa_rows(gw)
+    while not want(rows) and time.time() < deadline:
+        time.sleep(0.2)
+        rows = sa_rows(gw)
+    return rows
+
+
+def test_strongswan_drives_vecgates_sas_over_ike(lab, vecgate, tmp_path, kernel_vecgate_plugin):
+    """vecgate as a security gateway whose SAs an IKE daemon negotiates, as in a real
+    deployment: IKE to the gateway's address is punted to charon on the host's stack
+    behind a tap, and charon installs each CHILD_SA's SAs in vecgate through the
+    kernel-vecgate plugin (contrib/strongswan). A's charon (its own userspace ESP) is the
+    independent peer: pings and 10 MB each way through the tunnel, a rekey, the end.
+
+      ns A (charon, initiator)  ── veth ──  ns G: vecgate  ── veth ──  ns H
+      a0 198.18.3.1, lo 198.19.3.1          g0 198.18.3.2   g1 198.19.4.254   198.19.4.1
+                                            tap "host" 198.18.250.1
+                                              └─ ns S: vg-host 198.18.250.2, 198.18.3.2/32; charon B
+    """
+    a, g, h, s = lab.ns("a"), lab.dataplane_ns("g"), lab.ns("h"), lab.ns("s")
+    lab.veth(a, "a0", g, "g0")
+    lab.veth(h, "h0", g, "g1")
+    lab.run(a, "ip", "addr", "add", "198.18.3.1/24", "dev", "a0")
+    lab.run(a, "ip", "addr", "add", "198.19.3.1/32", "dev", "lo")
+    lab.run(h, "ip", "addr", "add", "198.19.4.1/24", "dev", "h0")
+    lab.run(h, "ip", "route", "add", "default", "via", "198.19.4.254")
+    config = """
+[[interface]]
+name = "a"
+type = "af_packet"
+host_if = "g0"
+mac = "02:00:00:00:3b:01"
+addresses = ["198.18.3.2/24"]
+
+[[interface]]
+name = "h"
+type = "af_packet"
+host_if = "g1"
+mac = "02:00:00:00:3b:02"
+addresses = ["198.19.4.254/24"]
+
+[[interface]]
+name = "host"
+type = "tap"
+host_if = "vg-host"
+mac = "02:00:00:00:3b:03"
+addresses = ["198.18.250.1/30"]
+
+[punt]
+interface = "host"
+host4 = "198.18.250.2"
+udp_ports = [500, 4500]
+"""
+    gw = Vecgate(lab, vecgate, g, config, tmp_path)
+    lab.run(g, "ip", "link", "set", "vg-host", "netns", s)
+    lab.run(s, "ip", "link", "set", "vg-host", "up")
+    lab.run(s, "ip", "addr", "add", "198.18.250.2/30", "dev", "vg-host")
+    lab.run(s, "ip", "addr", "add", "198.18.3.2/32", "dev", "vg-host")
+    lab.run(s, "ip", "route", "add", "198.18.3.0/24", "via", "198.18.250.1", "src", "198.18.3.2")
+    ca, env_a = start_charon(lab, a, tmp_path / "a", "198.18.3.1", "198.18.3.2", "198.19.3.0/24", "198.19.4.0/24", "aes128gcm16",
+                             mobike="no")
+    start_charon(lab, s, tmp_path / "b", "198.18.3.2", "198.18.3.1", "198.19.4.0/24", "198.19.3.0/24", "aes128gcm16",
+                 vecgate=(kernel_vecgate_plugin, gw.sock), mobike="no")
+    assert "kernel-vecgate" in (tmp_path / "b" / "charon.log").read_text()
+
+    def swanctl_a(*args):
+        r = subprocess.run(["swanctl", *args, "--uri", f"unix://{tmp_path}/a/charon.vici"], env=env_a, capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode == 0, r.stdout + r.stderr
+        return r.stdout
+
+    assert "initiate completed successfully" in swanctl_a("--initiate", "--child", "net")
+    # The CHILD_SA's two SAs, as A's charon installed them: vecgate has their mirror.
+    sas_a = child_sa_keys(tmp_path / "a" / "keys.log", "198.18.3.1")
+    rows = settle(gw, lambda r: len(r) == 2)
+    got = sorted((r["spi"], r["direction"], r["local"], r["remote"], r["algorithm"], r["udp_encap"] is not None) for r in rows)
+    want = sorted((spi, "inbound" if src == "198.18.3.1" else "outbound", "198.18.3.2", "198.18.3.1", "aes-gcm-128", True)
+                  for spi, src, _, _, _ in sas_a)
+    assert got == want, (rows, sas_a)
+    assert all(r["index"] >= 1000 for r in rows) and [r["urpf"] for r in rows if r["direction"] == "inbound"] == ["strict"], rows
+
+    def through(tag):
+        lab.run(a, "ping", "-c", "1", "-W", "2", "-I", "198.19.3.1", "198.19.4.1", check=False)
+        p = lab.run(a, "ping", "-c", "5", "-i", "0.2", "-W", "3", "-I", "198.19.3.1", "198.19.4.1", check=False, timeout=30)
+        assert p.returncode == 0 and " 0% packet loss" in p.stdout, (tag, p.stdout, gw.errors())
+
+    through("first CHILD_SA")
+    rx = lab.peer(h, "tcp-recv", 7110)
+    tx = lab.peer_run(a, "tcp-send", "198.19.4.1", 7110, 10_000_000, timeout=120)
+    assert same_stream(tx, result(rx, timeout=120)), tx
+    rx = lab.peer(a, "tcp-recv", 7111)
+    tx = lab.peer_run(h, "tcp-send", "198.19.3.1", 7111, 10_000_000, timeout=120)
+    assert same_stream(tx, result(rx, timeout=120)), tx
+    # A rekey: charon B installs the new SAs and deletes the old ones; traffic follows.
+    old = {r["spi"] for r in rows}
+    swanctl_a("--rekey", "--child", "net")
+    rows = settle(gw, lambda r: len(r) == 2 and not old & {x["spi"] for x in r})
+    assert len(rows) == 2 and not old & {r["spi"] for r in rows}, (old, rows)
+    through("rekeyed CHILD_SA")
+    e = gw.errors()
+    assert e.get(("esp4-decrypt", "decrypted"), 0) >= 10 + 1000 and e.get(("esp4-encrypt", "encrypted"), 0) >= 10 + 1000, e
+    # Every IKE message reached charon: none was consumed as `ike` by esp4-decrypt.
+    assert e.get(("ip-punt", "punted"), 0) >= 4 and e.get(("esp4-decrypt", "ike"), 0) == 0, e
+    fine = ("decrypted", "encrypted", "inner-checksum-completed", "gso-to-segment", "nat-keepalive")
+    assert not [k for k, v in e.items() if v and k[0].startswith("esp") and k[1] not in fine], e
+    # The IKE SA ends: charon B deletes the SAs it installed.
+    swanctl_a("--terminate", "--ike", "gw")
+    assert settle(gw, lambda r: not r) == []
     assert gw.stop()[0] == 0

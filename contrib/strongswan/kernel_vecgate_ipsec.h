@@ -1,0 +1,48 @@
+/*
+ * kernel_vecgate_ipsec: charon's kernel_ipsec_t backed by vecgate's JSON API.
+ *
+ * Each ESP SA charon installs becomes one vecgate SA ("ipsec_sa_add"), each SA
+ * charon deletes is removed again ("ipsec_sa_del"). One connection to the API
+ * socket per request: write one JSON object and "\n", read one line back.
+ *
+ * Settings (strongswan.conf, charon.plugins.kernel-vecgate.*):
+ *   socket       path of vecgate's API socket (required)
+ *   first_index  first vecgate SA index handed out (default 1000)
+ *   indexes      how many indexes from first_index on (default 1000)
+ *   urpf         strict (default), loose or off: set on inbound tunnel SAs
+ *
+ * vecgate's SAs here are route-based: an outbound tunnel-mode SA gets a route
+ * into its tunnel interface for each of the peer's traffic selectors, and the
+ * policy calls are accepted without doing anything. Therefore every traffic
+ * selector on the peer's side of a tunnel-mode SA must be exactly one subnet
+ * with any protocol and any port; anything else (an address range that is not
+ * a prefix, a protocol, a port range) is refused with NOT_SUPPORTED, on the
+ * inbound SA already, so the CHILD_SA fails before anything reaches vecgate.
+ *
+ * Supported: ESP only (no AH, no IPComp), tunnel or transport mode, with
+ * AES-GCM-128/256 (16-byte ICV), ChaCha20-Poly1305, AES-CBC-128/256 with
+ * HMAC-SHA2-256-128, NULL with HMAC-SHA2-256-128, and NULL without integrity.
+ * SAs cannot be updated (no MOBIKE address changes) or queried (no traffic
+ * counters, so no byte/packet lifetimes); charon's own rekeying by time works.
+ */
+
+#ifndef KERNEL_VECGATE_IPSEC_H_
+#define KERNEL_VECGATE_IPSEC_H_
+
+#include <library.h>
+#include <kernel/kernel_ipsec.h>
+
+typedef struct kernel_vecgate_ipsec_t kernel_vecgate_ipsec_t;
+
+struct kernel_vecgate_ipsec_t {
+
+	/** implements kernel_ipsec_t */
+	kernel_ipsec_t interface;
+};
+
+/**
+ * Create the backend; NULL if the settings are missing or invalid.
+ */
+kernel_vecgate_ipsec_t *kernel_vecgate_ipsec_create();
+
+#endif /* KERNEL_VECGATE_IPSEC_H_ */
