@@ -112,24 +112,31 @@ def test_a_host_daemons_ports_reach_the_hosts_stack(lab, vecgate, tmp_path):
     recv = lab.peer(a, "tcp-recv", 179, "--v6")
     sent = lab.peer_run(s, "tcp-send", "2001:db8:3::1", 179, 2_000_000)
     assert same_stream(sent, result(recv)), (sent, gw.errors())
-    # Delivered, not forwarded: a datagram sent with TTL / hop limit 1 arrives with it.
-    for fam, dst, opt in ((4, "198.18.3.2", (socket.IPPROTO_IP, socket.IP_TTL)),
-                          (6, "2001:db8:3::2", (socket.IPPROTO_IPV6, socket.IPV6_UNICAST_HOPS))):
-        r = lab.spawn(s, "python3", "-c", RECV_TTL, str(fam))
-        assert r.stdout.readline().strip() == "READY"
-        send = (f"import socket; s = socket.socket(socket.AF_INET{'6' if fam == 6 else ''}, socket.SOCK_DGRAM); "
-                f"s.setsockopt({opt[0]}, {opt[1]}, 1); s.sendto(b'ttl-one', ('{dst}', 5000))")
-        lab.run(a, "python3", "-c", send)
-        out, err = r.communicate(timeout=25)
-        assert out.split() == ["ttl-one", "1"], (out, err)
+    # Delivered, not forwarded, both ways: a datagram with TTL / hop limit 1 sent to the
+    # host's daemon arrives with it, and so does one the host sends from the gateway's
+    # address (ip-punt-inject sends it as the gateway's own), as does one with 255.
+    for fam, src, dst, frm, to, opt in ((4, a, s, "", "198.18.3.2", (socket.IPPROTO_IP, socket.IP_TTL)),
+                                        (6, a, s, "", "2001:db8:3::2", (socket.IPPROTO_IPV6, socket.IPV6_UNICAST_HOPS)),
+                                        (4, s, a, "198.18.3.2", "198.18.3.1", (socket.IPPROTO_IP, socket.IP_TTL)),
+                                        (6, s, a, "2001:db8:3::2", "2001:db8:3::1", (socket.IPPROTO_IPV6, socket.IPV6_UNICAST_HOPS))):
+        for ttl in (1, 255):
+            r = lab.spawn(dst, "python3", "-c", RECV_TTL, str(fam))
+            assert r.stdout.readline().strip() == "READY"
+            send = (f"import socket; s = socket.socket(socket.AF_INET{'6' if fam == 6 else ''}, socket.SOCK_DGRAM); "
+                    f"s.bind(('{frm}', 0)); s.setsockopt({opt[0]}, {opt[1]}, {ttl}); s.sendto(b'ttl', ('{to}', 5000))")
+            lab.run(src, "python3", "-c", send)
+            out, err = r.communicate(timeout=25)
+            assert out.split() == ["ttl", str(ttl)], (fam, src, ttl, out, err, gw.errors())
     # A port no daemon was given: vecgate answers it (port unreachable), S never sees it.
     lab.run(a, "python3", "-c", "import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('198.18.3.2', 600))")
     assert unreachable_reaches(gw, 1) >= 1
     e = gw.errors()
-    # 50 + 50 datagrams, the two TTL probes and the TCP segments (the kernel hands some
+    # 50 + 50 datagrams, the four TTL probes and the TCP segments (the kernel hands some
     # over coalesced); nothing dropped by the punt.
-    assert e.get(("ip-punt", "punted"), 0) >= 100 + 2 + 2 * 20, e
+    assert e.get(("ip-punt", "punted"), 0) >= 100 + 4 + 2 * 20, e
     assert not [k for k, v in e.items() if v and k[0] == "ip-punt" and k[1] not in ("punted", "host-unresolved")], e
+    # The host's replies, its TCP sender's segments and its TTL probes went as the gateway's.
+    assert e.get(("ip-punt-inject", "injected"), 0) >= 100 + 4 + 2 * 20, e
     assert gw.stop()[0] == 0
 
 

@@ -1045,10 +1045,20 @@ fn build_worker(
         (true, true) => "worker-handoff",
         (true, false) => "session-handoff",
     };
+    // The punt link's packets meet `ip-punt-inject` first: the host's own are sent as the
+    // gateway's; the rest go on to the kind's first node.
+    let punt_link = cfg.punt.as_ref().map(|p| p.interface.as_str());
+    if let Some(link) = cfg.interfaces.iter().find(|ic| Some(ic.name.as_str()) == punt_link) {
+        match lanes {
+            None => g.add(ip::nodes::ip_punt::IpPuntInject),
+            Some(_) => g.add(ip::nodes::ip_punt::IpPuntInjectHandoff { spread: spread.contains(&link.kind) }),
+        };
+    }
     let mut inputs = BTreeMap::new();
     for ic in &cfg.interfaces {
         if ic.kind != InterfaceKind::Null {
-            let id = g.add_input(&format!("{}-input", kind_name(ic.kind)), first_node(spread.contains(&ic.kind)));
+            let first = if Some(ic.name.as_str()) == punt_link { "ip-punt-inject" } else { first_node(spread.contains(&ic.kind)) };
+            let id = g.add_input(&format!("{}-input", kind_name(ic.kind)), first);
             inputs.insert(ic.name.clone(), id);
         }
     }

@@ -292,7 +292,7 @@ fn send_originated_glean<F: Family>(t: &Tables, buf: &mut engine::Buffer, adj: u
 /// Put a next hop's Ethernet header in front of a packet bound for `tx_if`; false if
 /// the headroom is short.
 #[inline(always)]
-pub(super) fn prepend_l2(buf: &mut engine::Buffer, tx_if: IfIndex, rewrite: &[u8; 14]) -> bool {
+pub(crate) fn prepend_l2(buf: &mut engine::Buffer, tx_if: IfIndex, rewrite: &[u8; 14]) -> bool {
     let Ok(h) = buf.prepend(rewrite.len()) else { return false };
     h.copy_from_slice(rewrite);
     buf.meta.tx_if = tx_if;

@@ -2,8 +2,9 @@
 //! (`crate::punt`), sent whole to the host's stack by the host next hop's adjacency, which
 //! the sending node put in `meta.adj`. Delivered, not forwarded: the TTL / hop limit stays.
 
-use super::family::{send_originated, Ip4, Ip6};
+use super::family::{prepend_l2, resolve, send_originated, Family, Ip4, Ip6, Resolved};
 use crate::context::HasIp;
+use crate::tables::{Adjacency, Tables};
 use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
 
 next_nodes! {
@@ -51,4 +52,108 @@ impl<Cx: HasIp> Node<Cx> for IpPunt {
     fn trace(&self, buf: &Buffer) -> String {
         super::trace_adj(buf.meta.adj)
     }
+}
+
+next_nodes! {
+    pub enum IpPuntInjectNext { Output = "interface-output", EthernetInput = "ethernet-input" }
+}
+
+next_nodes! {
+    pub enum IpPuntInjectHandoffNext { Output = "interface-output", WorkerHandoff = "worker-handoff", SessionHandoff = "session-handoff" }
+}
+
+counters! {
+    pub enum IpPuntInjectCounter {
+        Injected(Info, "injected", "the host's own packets (from one of the gateway's addresses) sent as the gateway's: TTL kept"),
+    }
+}
+
+/// `ip-punt-inject`: the first node of the punt link. A packet the host's stack sends
+/// from one of the gateway's addresses (its daemons' replies and sessions) is the
+/// gateway's own: sent by its route with the TTL / hop limit the host gave it, as the
+/// gateway's own packets are (an eBGP session's TTL of 1, GTSM's 255 arrive as sent).
+/// Anything else (ARP, neighbour discovery, traffic the host routes through the gateway,
+/// a route that is not a plain next hop, a packet too big for the route's MTU) goes the
+/// way of the link's other packets: `ethernet-input`; with several workers
+/// [`IpPuntInjectHandoff`], the same node before the link kind's handoff node.
+pub struct IpPuntInject;
+
+/// `ip-punt-inject` with several workers: what it does not send goes to `worker-handoff`
+/// (`spread`) or `session-handoff`, the link kind's first node.
+pub struct IpPuntInjectHandoff {
+    pub spread: bool,
+}
+
+/// The frame's IP family, and whether it went out as the gateway's own.
+fn inject_frame(t: &Tables, buf: &mut Buffer) -> bool {
+    match buf.bytes().get(12..14) {
+        Some([0x08, 0x00]) => inject::<Ip4>(t, buf, |ip| wire::ipv4::Ipv4Packet::new_checked(ip).is_ok_and(|p| p.verify_checksum())),
+        Some([0x86, 0xdd]) => inject::<Ip6>(t, buf, |ip| wire::ipv6::Ipv6Packet::new_checked(ip).is_ok()),
+        _ => false,
+    }
+}
+
+impl<Cx: HasIp> Node<Cx> for IpPuntInject {
+    type Next = IpPuntInjectNext;
+    type Counter = IpPuntInjectCounter;
+
+    fn name(&self) -> &'static str {
+        "ip-punt-inject"
+    }
+
+    fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
+        if inject_frame(&cx.ip().tables, buf) {
+            counts.inc(IpPuntInjectCounter::Injected);
+            return Verdict::Next(IpPuntInjectNext::Output);
+        }
+        Verdict::Next(IpPuntInjectNext::EthernetInput)
+    }
+
+    fn trace(&self, buf: &Buffer) -> String {
+        format!("len {}", buf.len())
+    }
+}
+
+impl<Cx: HasIp> Node<Cx> for IpPuntInjectHandoff {
+    type Next = IpPuntInjectHandoffNext;
+    type Counter = IpPuntInjectCounter;
+
+    fn name(&self) -> &'static str {
+        "ip-punt-inject"
+    }
+
+    fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
+        if inject_frame(&cx.ip().tables, buf) {
+            counts.inc(IpPuntInjectCounter::Injected);
+            return Verdict::Next(IpPuntInjectHandoffNext::Output);
+        }
+        Verdict::Next(if self.spread { IpPuntInjectHandoffNext::WorkerHandoff } else { IpPuntInjectHandoffNext::SessionHandoff })
+    }
+
+    fn trace(&self, buf: &Buffer) -> String {
+        format!("len {}", buf.len())
+    }
+}
+
+/// Send an Ethernet frame from the host whose IP source is one of ours by its
+/// destination's route, if that route names a next hop the packet fits; true when the
+/// buffer now holds the frame for `interface-output`, false (the frame untouched) if not.
+fn inject<F: Family>(t: &Tables, buf: &mut Buffer, well_formed: fn(&[u8]) -> bool) -> bool {
+    let ip = &buf.bytes()[14..];
+    let (Some(src), Some(dst)) = (ip.get(F::SRC_AT..F::DST_AT), ip.get(F::DST_AT..F::HEADER_LEN)) else { return false };
+    if !matches!(t.adjacency(F::fib(t).lookup(F::key(src))), Adjacency::Local) || !well_formed(ip) {
+        return false;
+    }
+    let key = F::key(dst);
+    let Resolved::Send { tx_if, mtu, rewrite } = resolve::<F>(t, F::fib(t).lookup(key), F::addr(key)) else { return false };
+    let ip_len = ip.len();
+    if buf.advance(14).is_err() {
+        return false;
+    }
+    if super::wire_segment_len(buf, ip_len) > mtu as usize {
+        // The rewrite's general path fragments or refuses it: as a received packet.
+        let _ = buf.prepend(14);
+        return false;
+    }
+    prepend_l2(buf, tx_if, &rewrite)
 }
