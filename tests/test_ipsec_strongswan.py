@@ -15,6 +15,7 @@ with an outbound SA (B -> A, the responder's key) routing 198.19.3.0/24 and an i
 one (A -> B, the initiator's key). A's charon, an independent ESP implementation, then
 pings H and moves 10 MB over TCP both ways through vecgate; what arrives is hashed.
 strongSwan comes from apt (scripts/test.sh installs it)."""
+import ipaddress
 import os
 import re
 import shutil
@@ -296,7 +297,13 @@ def settle(gw, want, seconds=20):
     return rows
 
 
-def test_strongswan_drives_vecgates_sas_over_ike(lab, vecgate, tmp_path, kernel_vecgate_plugin):
+# The punt link's addresses: vecgate's side (the tap) and the host's.
+TAP = {4: dict(gw="198.18.250.1", host="198.18.250.2", plen=30), 6: dict(gw="2001:db8:250::1", host="2001:db8:250::2", plen=64)}
+IKE_CASES = [("aes-gcm-128", 4), ("chacha20-poly1305", 6)]
+
+
+@pytest.mark.parametrize("alg,fam", IKE_CASES, ids=[f"{a}-v{f}" for a, f in IKE_CASES])
+def test_strongswan_drives_vecgates_sas_over_ike(lab, vecgate, tmp_path, kernel_vecgate_plugin, alg, fam):
     """vecgate as a security gateway whose SAs an IKE daemon negotiates, as in a real
     deployment: IKE to the gateway's address is punted to charon on the host's stack
     behind a tap, and charon installs each CHILD_SA's SAs in vecgate through the
@@ -307,51 +314,54 @@ def test_strongswan_drives_vecgates_sas_over_ike(lab, vecgate, tmp_path, kernel_
       a0 198.18.3.1, lo 198.19.3.1          g0 198.18.3.2   g1 198.19.4.254   198.19.4.1
                                             tap "host" 198.18.250.1
                                               └─ ns S: vg-host 198.18.250.2, 198.18.3.2/32; charon B
+    (and the same over IPv6: FAMILIES, TAP)
     """
+    f, tap, esp = FAMILIES[fam], TAP[fam], ALGS[alg]
+    v6 = ["nodad"] if fam == 6 else []
     a, g, h, s = lab.ns("a"), lab.dataplane_ns("g"), lab.ns("h"), lab.ns("s")
     lab.veth(a, "a0", g, "g0")
     lab.veth(h, "h0", g, "g1")
-    lab.run(a, "ip", "addr", "add", "198.18.3.1/24", "dev", "a0")
-    lab.run(a, "ip", "addr", "add", "198.19.3.1/32", "dev", "lo")
-    lab.run(h, "ip", "addr", "add", "198.19.4.1/24", "dev", "h0")
-    lab.run(h, "ip", "route", "add", "default", "via", "198.19.4.254")
-    config = """
+    lab.run(a, "ip", "addr", "add", f"{f['a']}/{f['plen']}", "dev", "a0", *v6)
+    lab.run(a, "ip", "addr", "add", f"{f['a_host']}/{f['host_plen']}", "dev", "lo")
+    lab.run(h, "ip", "addr", "add", f"{f['h']}/{f['plen'] if fam == 6 else 24}", "dev", "h0", *v6)
+    lab.run(h, "ip", f"-{fam}", "route", "add", "default", "via", f["gw"])
+    host_key = "host4" if fam == 4 else "host6"
+    config = f"""
 [[interface]]
 name = "a"
 type = "af_packet"
 host_if = "g0"
 mac = "02:00:00:00:3b:01"
-addresses = ["198.18.3.2/24"]
+addresses = ["{f['b']}/{f['plen']}"]
 
 [[interface]]
 name = "h"
 type = "af_packet"
 host_if = "g1"
 mac = "02:00:00:00:3b:02"
-addresses = ["198.19.4.254/24"]
+addresses = ["{f['gw']}/{f['plen'] if fam == 6 else 24}"]
 
 [[interface]]
 name = "host"
 type = "tap"
 host_if = "vg-host"
 mac = "02:00:00:00:3b:03"
-addresses = ["198.18.250.1/30"]
+addresses = ["{tap['gw']}/{tap['plen']}"]
 
 [punt]
 interface = "host"
-host4 = "198.18.250.2"
+{host_key} = "{tap['host']}"
 udp_ports = [500, 4500]
 """
     gw = Vecgate(lab, vecgate, g, config, tmp_path)
     lab.run(g, "ip", "link", "set", "vg-host", "netns", s)
     lab.run(s, "ip", "link", "set", "vg-host", "up")
-    lab.run(s, "ip", "addr", "add", "198.18.250.2/30", "dev", "vg-host")
-    lab.run(s, "ip", "addr", "add", "198.18.3.2/32", "dev", "vg-host")
-    lab.run(s, "ip", "route", "add", "198.18.3.0/24", "via", "198.18.250.1", "src", "198.18.3.2")
-    ca, env_a = start_charon(lab, a, tmp_path / "a", "198.18.3.1", "198.18.3.2", "198.19.3.0/24", "198.19.4.0/24", "aes128gcm16",
-                             mobike="no")
-    start_charon(lab, s, tmp_path / "b", "198.18.3.2", "198.18.3.1", "198.19.4.0/24", "198.19.3.0/24", "aes128gcm16",
-                 vecgate=(kernel_vecgate_plugin, gw.sock), mobike="no")
+    lab.run(s, "ip", "addr", "add", f"{tap['host']}/{tap['plen']}", "dev", "vg-host", *v6)
+    lab.run(s, "ip", "addr", "add", f"{f['b']}/{f['host_plen']}", "dev", "vg-host", *v6)
+    outer_net = str(ipaddress.ip_interface(f"{f['a']}/{f['plen']}").network)
+    lab.run(s, "ip", f"-{fam}", "route", "add", outer_net, "via", tap["gw"], "src", f["b"])
+    ca, env_a = start_charon(lab, a, tmp_path / "a", f["a"], f["b"], f["a_net"], f["h_net"], esp, mobike="no")
+    start_charon(lab, s, tmp_path / "b", f["b"], f["a"], f["h_net"], f["a_net"], esp, vecgate=(kernel_vecgate_plugin, gw.sock), mobike="no")
     assert "kernel-vecgate" in (tmp_path / "b" / "charon.log").read_text()
 
     def swanctl_a(*args):
@@ -362,25 +372,25 @@ udp_ports = [500, 4500]
 
     assert "initiate completed successfully" in swanctl_a("--initiate", "--child", "net")
     # The CHILD_SA's two SAs, as A's charon installed them: vecgate has their mirror.
-    sas_a = child_sa_keys(tmp_path / "a" / "keys.log", "198.18.3.1")
+    sas_a = child_sa_keys(tmp_path / "a" / "keys.log", f["a"])
     rows = settle(gw, lambda r: len(r) == 2)
     got = sorted((r["spi"], r["direction"], r["local"], r["remote"], r["algorithm"], r["udp_encap"] is not None) for r in rows)
-    want = sorted((spi, "inbound" if src == "198.18.3.1" else "outbound", "198.18.3.2", "198.18.3.1", "aes-gcm-128", True)
-                  for spi, src, _, _, _ in sas_a)
+    want = sorted((spi, "inbound" if src == f["a"] else "outbound", f["b"], f["a"], alg, True) for spi, src, _, _, _ in sas_a)
     assert got == want, (rows, sas_a)
     assert all(r["index"] >= 1000 for r in rows) and [r["urpf"] for r in rows if r["direction"] == "inbound"] == ["strict"], rows
 
     def through(tag):
-        lab.run(a, "ping", "-c", "1", "-W", "2", "-I", "198.19.3.1", "198.19.4.1", check=False)
-        p = lab.run(a, "ping", "-c", "5", "-i", "0.2", "-W", "3", "-I", "198.19.3.1", "198.19.4.1", check=False, timeout=30)
+        lab.run(a, "ping", "-c", "1", "-W", "2", "-I", f["a_host"], f["h"], check=False)
+        p = lab.run(a, "ping", "-c", "5", "-i", "0.2", "-W", "3", "-I", f["a_host"], f["h"], check=False, timeout=30)
         assert p.returncode == 0 and " 0% packet loss" in p.stdout, (tag, p.stdout, gw.errors())
 
     through("first CHILD_SA")
-    rx = lab.peer(h, "tcp-recv", 7110)
-    tx = lab.peer_run(a, "tcp-send", "198.19.4.1", 7110, 10_000_000, timeout=120)
+    rv6 = ["--v6"] if fam == 6 else []
+    rx = lab.peer(h, "tcp-recv", 7110, *rv6)
+    tx = lab.peer_run(a, "tcp-send", f["h"], 7110, 10_000_000, timeout=120)
     assert same_stream(tx, result(rx, timeout=120)), tx
-    rx = lab.peer(a, "tcp-recv", 7111)
-    tx = lab.peer_run(h, "tcp-send", "198.19.3.1", 7111, 10_000_000, timeout=120)
+    rx = lab.peer(a, "tcp-recv", 7111, *rv6)
+    tx = lab.peer_run(h, "tcp-send", f["a_host"], 7111, 10_000_000, timeout=120)
     assert same_stream(tx, result(rx, timeout=120)), tx
     # A rekey: charon B installs the new SAs and deletes the old ones; traffic follows.
     old = {r["spi"] for r in rows}
@@ -389,9 +399,11 @@ udp_ports = [500, 4500]
     assert len(rows) == 2 and not old & {r["spi"] for r in rows}, (old, rows)
     through("rekeyed CHILD_SA")
     e = gw.errors()
-    assert e.get(("esp4-decrypt", "decrypted"), 0) >= 10 + 1000 and e.get(("esp4-encrypt", "encrypted"), 0) >= 10 + 1000, e
-    # Every IKE message reached charon: none was consumed as `ike` by esp4-decrypt.
-    assert e.get(("ip-punt", "punted"), 0) >= 4 and e.get(("esp4-decrypt", "ike"), 0) == 0, e
+    assert e.get((f"esp{fam}-decrypt", "decrypted"), 0) >= 10 + 1000 and e.get((f"esp{fam}-encrypt", "encrypted"), 0) >= 10 + 1000, e
+    # Every IKE message reached charon (none was consumed as `ike` by the decrypt node),
+    # and charon's went out as the gateway's own.
+    assert e.get(("ip-punt", "punted"), 0) >= 4 and e.get((f"esp{fam}-decrypt", "ike"), 0) == 0, e
+    assert e.get(("ip-punt-inject", "injected"), 0) >= 4, e
     fine = ("decrypted", "encrypted", "inner-checksum-completed", "gso-to-segment", "nat-keepalive")
     assert not [k for k, v in e.items() if v and k[0].startswith("esp") and k[1] not in fine], e
     # The IKE SA ends: charon B deletes the SAs it installed.
