@@ -392,6 +392,12 @@ udp_ports = [500, 4500]
     rx = lab.peer(a, "tcp-recv", 7111, *rv6)
     tx = lab.peer_run(h, "tcp-send", f["a_host"], 7111, 10_000_000, timeout=120)
     assert same_stream(tx, result(rx, timeout=120)), tx
+    # Both SAs counted what they carried: the pings and 10 MB each way (the workers'
+    # inbound counts summed, the payload bytes).
+    e = gw.errors()
+    counted = {r["direction"]: (r["packets"], r["bytes"]) for r in sa_rows(gw)}
+    assert counted["inbound"] == (e[(f"esp{fam}-decrypt", "decrypted")], counted["inbound"][1]), (counted, e)
+    assert counted["inbound"][1] > 10_000_000 and counted["outbound"][1] > 10_000_000, counted
     # A rekey: charon B installs the new SAs and deletes the old ones; traffic follows.
     old = {r["spi"] for r in rows}
     swanctl_a("--rekey", "--child", "net")

@@ -620,7 +620,12 @@ impl Control {
                 Reply::ok(serde_json::Value::Null, format!("SA {index}: urpf {urpf}"))
             }
             Request::ShowIpsecSa {} => {
-                let rows = crate::ipsec::rows(&self.ipsec);
+                let mut rows = crate::ipsec::rows(&self.ipsec);
+                let mut taken = Vec::new();
+                for w in &self.workers {
+                    taken.extend(Control::inspect(w, |cx| cx.ipsec.inbound_counts())?);
+                }
+                crate::ipsec::add_inbound_counts(&self.ipsec, &mut rows, &taken);
                 Reply::ok(serde_json::json!({ "sas": rows }), crate::ipsec::format_rows(&rows))
             }
             Request::IpsecPolicyAdd(p) => {

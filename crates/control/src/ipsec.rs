@@ -341,7 +341,8 @@ pub struct SaRow {
     pub anti_replay: bool,
     pub lifetime: Lifetime,
     pub urpf: Urpf,
-    /// Outbound: packets and bytes sent (all workers).
+    /// Packets and bytes sent (outbound) or taken (inbound: decrypted and accepted,
+    /// payload bytes), all workers.
     pub packets: u64,
     pub bytes: u64,
 }
@@ -371,6 +372,18 @@ pub fn rows(x: &IpsecState) -> Vec<SaRow> {
             }
         })
         .collect()
+}
+
+/// The workers' inbound counts (`IpsecContext::inbound_counts`) into the inbound rows:
+/// each count belongs to the SA it names by identity, not to a later one at its index.
+pub fn add_inbound_counts(x: &IpsecState, rows: &mut [SaRow], taken: &[(u32, std::sync::Arc<ipsec::sa::Outbound>, u64, u64)]) {
+    for (index, id, packets, bytes) in taken {
+        let same = x.iter().any(|(i, s)| i == *index && std::sync::Arc::ptr_eq(&s.outbound, id));
+        if let Some(r) = rows.iter_mut().find(|r| r.index == *index && r.direction == Direction::Inbound).filter(|_| same) {
+            r.packets += packets;
+            r.bytes += bytes;
+        }
+    }
 }
 
 pub fn format_rows(rows: &[SaRow]) -> String {

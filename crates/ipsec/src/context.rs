@@ -36,6 +36,13 @@ impl IpsecContext {
         true
     }
 
+    /// What this worker's inbound SAs took: (index, the SA's identity, packets, bytes)
+    /// for each that received a packet here (`show ipsec sa` sums the workers').
+    pub fn inbound_counts(&self) -> Vec<(u32, Arc<Outbound>, u64, u64)> {
+        let slots = self.inbound.iter().enumerate();
+        slots.filter_map(|(i, s)| s.as_ref().map(|(id, st)| (i as u32, Arc::clone(id), st.packets, st.bytes))).collect()
+    }
+
     /// This worker's state of inbound SA `index` (`sa` its table entry); fresh if the SA
     /// at that index was replaced since.
     #[inline(always)]
