@@ -398,6 +398,12 @@ udp_ports = [500, 4500]
     counted = {r["direction"]: (r["packets"], r["bytes"]) for r in sa_rows(gw)}
     assert counted["inbound"] == (e[(f"esp{fam}-decrypt", "decrypted")], counted["inbound"][1]), (counted, e)
     assert counted["inbound"][1] > 10_000_000 and counted["outbound"][1] > 10_000_000, counted
+    # charon B asks vecgate for them (the plugin's query_sa): swanctl shows the same.
+    env_b = dict(os.environ, STRONGSWAN_CONF=str(tmp_path / "b" / "strongswan.conf"))
+    listed = subprocess.run(["swanctl", "--list-sas", "--uri", f"unix://{tmp_path}/b/charon.vici"], env=env_b, capture_output=True,
+                            text=True, timeout=30).stdout
+    seen = {d: (int(p), int(b)) for d, b, p in re.findall(r"\b(in|out)\s+[0-9a-f]{8}[^,]*,\s+(\d+) bytes,\s+(\d+) packets", listed)}
+    assert seen == {"in": counted["inbound"], "out": counted["outbound"]}, (listed, counted)
     # A rekey: charon B installs the new SAs and deletes the old ones; traffic follows.
     old = {r["spi"] for r in rows}
     swanctl_a("--rekey", "--child", "net")

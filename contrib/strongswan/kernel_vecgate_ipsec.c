@@ -43,6 +43,10 @@ typedef struct {
 	uint32_t spi;		/* network order, as charon passes it */
 	host_t *dst;
 	int64_t index;
+	/** the byte count query_sa() last saw, and when it saw it grow
+	 * (monotonic seconds; 0: not yet) */
+	uint64_t last_bytes;
+	time_t last_use;
 } sa_entry_t;
 
 typedef struct private_kernel_vecgate_ipsec_t private_kernel_vecgate_ipsec_t;
@@ -188,7 +192,7 @@ static void set_error(char **error, const char *fmt, ...)
  * to why the exchange itself failed.
  */
 static status_t request(private_kernel_vecgate_ipsec_t *this, char *json,
-						char **error)
+						char **error, char **answer)
 {
 	struct sockaddr_un addr = { .sun_family = AF_UNIX };
 	struct timeval tv = { .tv_sec = REQUEST_TIMEOUT_S };
@@ -283,7 +287,14 @@ static status_t request(private_kernel_vecgate_ipsec_t *this, char *json,
 			pos += strspn(pos, " \t");
 			if (strneq(pos, "true", 4))
 			{
-				free(reply);
+				if (answer)
+				{
+					*answer = reply;
+				}
+				else
+				{
+					free(reply);
+				}
 				return SUCCESS;
 			}
 		}
@@ -326,7 +337,7 @@ static status_t del_index(private_kernel_vecgate_ipsec_t *this, int64_t index)
 
 	snprintf(json, sizeof(json), "{\"op\":\"ipsec_sa_del\",\"index\":%lld}",
 			 (long long)index);
-	status = request(this, json, &error);
+	status = request(this, json, &error, NULL);
 	if (status != SUCCESS)
 	{
 		DBG1(DBG_KNL, "vecgate: deleting SA index %lld failed: %s",
@@ -645,7 +656,7 @@ METHOD(kernel_ipsec_t, add_sa, status_t,
 		{
 			goto out;
 		}
-		status = request(this, req.buf, &error);
+		status = request(this, req.buf, &error, NULL);
 		if (status == SUCCESS)
 		{
 			break;
@@ -700,12 +711,72 @@ METHOD(kernel_ipsec_t, update_sa, status_t,
 	return NOT_SUPPORTED;
 }
 
+/** the unsigned number after the first `key` in `text` (`key` with its quotes
+ * and colon, so "bytes": is not found in "hard_bytes":) */
+static bool number_after(char *text, const char *key, uint64_t *value)
+{
+	char *pos = strstr(text, key), *end;
+
+	if (!pos)
+	{
+		return FALSE;
+	}
+	pos += strlen(key);
+	errno = 0;
+	*value = strtoull(pos, &end, 10);
+	return end != pos && errno == 0;
+}
+
+/* What an SA carried (vecgate counts payload bytes, all workers summed). vecgate
+ * keeps no time of last use: the time returned is when a query first saw the byte
+ * count grow, which is what charon compares for DPD and inactivity. */
 METHOD(kernel_ipsec_t, query_sa, status_t,
 	private_kernel_vecgate_ipsec_t *this, kernel_ipsec_sa_id_t *id,
 	kernel_ipsec_query_sa_t *data, uint64_t *bytes, uint64_t *packets,
 	time_t *time)
 {
-	return NOT_SUPPORTED;
+	sa_entry_t *entry;
+	char json[96], *error, *answer = NULL;
+	status_t status;
+
+	this->mutex->lock(this->mutex);
+	entry = find_entry(this, id->spi, id->dst);
+	if (!entry || entry->index < 0)
+	{
+		this->mutex->unlock(this->mutex);
+		return NOT_FOUND;
+	}
+	snprintf(json, sizeof(json), "{\"op\":\"show_ipsec_sa\",\"index\":%lld}",
+			 (long long)entry->index);
+	status = request(this, json, &error, &answer);
+	if (status != SUCCESS)
+	{
+		DBG1(DBG_KNL, "vecgate: querying SA with SPI %.8x (index %lld) failed: %s",
+			 ntohl(id->spi), (long long)entry->index, error ?: "unknown error");
+		free(error);
+	}
+	else if (!number_after(answer, "\"bytes\":", bytes) ||
+			 !number_after(answer, "\"packets\":", packets))
+	{
+		DBG1(DBG_KNL, "vecgate: no counts in the answer about SA index %lld",
+			 (long long)entry->index);
+		status = FAILED;
+	}
+	else
+	{
+		if (*bytes != entry->last_bytes)
+		{
+			entry->last_bytes = *bytes;
+			entry->last_use = time_monotonic(NULL);
+		}
+		if (time)
+		{
+			*time = entry->last_use;
+		}
+	}
+	this->mutex->unlock(this->mutex);
+	free(answer);
+	return status;
 }
 
 METHOD(kernel_ipsec_t, del_sa, status_t,

@@ -22,8 +22,10 @@
  * Supported: ESP only (no AH, no IPComp), tunnel or transport mode, with
  * AES-GCM-128/256 (16-byte ICV), ChaCha20-Poly1305, AES-CBC-128/256 with
  * HMAC-SHA2-256-128, NULL with HMAC-SHA2-256-128, and NULL without integrity.
- * SAs cannot be updated (no MOBIKE address changes) or queried (no traffic
- * counters, so no byte/packet lifetimes); charon's own rekeying by time works.
+ * SAs cannot be updated (no MOBIKE address changes). Queries answer vecgate's
+ * counts (payload bytes and packets, "show_ipsec_sa"), so `swanctl --list-sas`
+ * shows them and DPD sees traffic; vecgate does not report byte or packet
+ * lifetimes expiring, so charon rekeys by time.
  */
 
 #ifndef KERNEL_VECGATE_IPSEC_H_

@@ -169,8 +169,11 @@ pub enum Request {
         index: u32,
         urpf: ip::urpf::Urpf,
     },
-    /// SAs without their keys.
-    ShowIpsecSa {},
+    /// SAs without their keys: all, or the one at `index` (an error if there is none).
+    ShowIpsecSa {
+        #[serde(default)]
+        index: Option<u32>,
+    },
     /// Capture an interface's received and sent frames to a pcap file (one file, what
     /// every worker receives and sends there).
     PcapTrace {
@@ -619,8 +622,14 @@ impl Control {
                 self.publish();
                 Reply::ok(serde_json::Value::Null, format!("SA {index}: urpf {urpf}"))
             }
-            Request::ShowIpsecSa {} => {
+            Request::ShowIpsecSa { index } => {
                 let mut rows = crate::ipsec::rows(&self.ipsec);
+                if let Some(i) = index {
+                    rows.retain(|r| r.index == *i);
+                    if rows.is_empty() {
+                        return Err(format!("index {i}: no SA has it"));
+                    }
+                }
                 let mut taken = Vec::new();
                 for w in &self.workers {
                     taken.extend(Control::inspect(w, |cx| cx.ipsec.inbound_counts())?);

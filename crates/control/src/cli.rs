@@ -154,7 +154,10 @@ pub fn parse(words: &[String]) -> Result<Request, String> {
             index: index.parse().map_err(|_| format!("index {index:?}: expected a number"))?,
             urpf: mode.parse().map_err(|e| format!("urpf {e}"))?,
         }),
-        ["show", "ipsec", "sa" | "sas"] => Ok(Request::ShowIpsecSa {}),
+        ["show", "ipsec", "sa" | "sas"] => Ok(Request::ShowIpsecSa { index: None }),
+        ["show", "ipsec", "sa" | "sas", index] => {
+            Ok(Request::ShowIpsecSa { index: Some(index.parse().map_err(|_| format!("index {index:?}: expected a number"))?) })
+        }
         ["pcap", "trace", "drop", "off"] => Ok(Request::PcapTraceDropOff {}),
         ["pcap", "trace", "drop", file, rest @ ..] => parse_pcap_trace_drop(file, rest),
         ["pcap", "trace", "off", interface] => Ok(Request::PcapTraceOff { interface: interface.to_string() }),
