@@ -302,20 +302,9 @@ TAP = {4: dict(gw="198.18.250.1", host="198.18.250.2", plen=30), 6: dict(gw="200
 IKE_CASES = [("aes-gcm-128", 4), ("chacha20-poly1305", 6)]
 
 
-@pytest.mark.parametrize("alg,fam", IKE_CASES, ids=[f"{a}-v{f}" for a, f in IKE_CASES])
-def test_strongswan_drives_vecgates_sas_over_ike(lab, vecgate, tmp_path, kernel_vecgate_plugin, alg, fam):
-    """vecgate as a security gateway whose SAs an IKE daemon negotiates, as in a real
-    deployment: IKE to the gateway's address is punted to charon on the host's stack
-    behind a tap, and charon installs each CHILD_SA's SAs in vecgate through the
-    kernel-vecgate plugin (contrib/strongswan). A's charon (its own userspace ESP) is the
-    independent peer: pings and 10 MB each way through the tunnel, a rekey, the end.
-
-      ns A (charon, initiator)  ── veth ──  ns G: vecgate  ── veth ──  ns H
-      a0 198.18.3.1, lo 198.19.3.1          g0 198.18.3.2   g1 198.19.4.254   198.19.4.1
-                                            tap "host" 198.18.250.1
-                                              └─ ns S: vg-host 198.18.250.2, 198.18.3.2/32; charon B
-    (and the same over IPv6: FAMILIES, TAP)
-    """
+def ike_lab(lab, vecgate, tmp_path, plugin, alg, fam, a_ts_suffix=""):
+    """The topology of test_strongswan_drives_vecgates_sas_over_ike with both charons
+    started: (f, ns A, ns H, vecgate, swanctl on A)."""
     f, tap, esp = FAMILIES[fam], TAP[fam], ALGS[alg]
     v6 = ["nodad"] if fam == 6 else []
     a, g, h, s = lab.ns("a"), lab.dataplane_ns("g"), lab.ns("h"), lab.ns("s")
@@ -360,8 +349,8 @@ udp_ports = [500, 4500]
     lab.run(s, "ip", "addr", "add", f"{f['b']}/{f['host_plen']}", "dev", "vg-host", *v6)
     outer_net = str(ipaddress.ip_interface(f"{f['a']}/{f['plen']}").network)
     lab.run(s, "ip", f"-{fam}", "route", "add", outer_net, "via", tap["gw"], "src", f["b"])
-    ca, env_a = start_charon(lab, a, tmp_path / "a", f["a"], f["b"], f["a_net"], f["h_net"], esp, mobike="no")
-    start_charon(lab, s, tmp_path / "b", f["b"], f["a"], f["h_net"], f["a_net"], esp, vecgate=(kernel_vecgate_plugin, gw.sock), mobike="no")
+    ca, env_a = start_charon(lab, a, tmp_path / "a", f["a"], f["b"], f["a_net"] + a_ts_suffix, f["h_net"], esp, mobike="no")
+    start_charon(lab, s, tmp_path / "b", f["b"], f["a"], f["h_net"], f["a_net"], esp, vecgate=(plugin, gw.sock), mobike="no")
     assert "kernel-vecgate" in (tmp_path / "b" / "charon.log").read_text()
 
     def swanctl_a(*args):
@@ -370,6 +359,24 @@ udp_ports = [500, 4500]
         assert r.returncode == 0, r.stdout + r.stderr
         return r.stdout
 
+    return f, a, h, gw, swanctl_a
+
+
+@pytest.mark.parametrize("alg,fam", IKE_CASES, ids=[f"{a}-v{f}" for a, f in IKE_CASES])
+def test_strongswan_drives_vecgates_sas_over_ike(lab, vecgate, tmp_path, kernel_vecgate_plugin, alg, fam):
+    """vecgate as a security gateway whose SAs an IKE daemon negotiates, as in a real
+    deployment: IKE to the gateway's address is punted to charon on the host's stack
+    behind a tap, and charon installs each CHILD_SA's SAs in vecgate through the
+    kernel-vecgate plugin (contrib/strongswan). A's charon (its own userspace ESP) is the
+    independent peer: pings and 10 MB each way through the tunnel, a rekey, the end.
+
+      ns A (charon, initiator)  ── veth ──  ns G: vecgate  ── veth ──  ns H
+      a0 198.18.3.1, lo 198.19.3.1          g0 198.18.3.2   g1 198.19.4.254   198.19.4.1
+                                            tap "host" 198.18.250.1
+                                              └─ ns S: vg-host 198.18.250.2, 198.18.3.2/32; charon B
+    (and the same over IPv6: FAMILIES, TAP)
+    """
+    f, a, h, gw, swanctl_a = ike_lab(lab, vecgate, tmp_path, kernel_vecgate_plugin, alg, fam)
     assert "initiate completed successfully" in swanctl_a("--initiate", "--child", "net")
     # The CHILD_SA's two SAs, as A's charon installed them: vecgate has their mirror.
     sas_a = child_sa_keys(tmp_path / "a" / "keys.log", f["a"])
@@ -421,4 +428,18 @@ udp_ports = [500, 4500]
     # The IKE SA ends: charon B deletes the SAs it installed.
     swanctl_a("--terminate", "--ike", "gw")
     assert settle(gw, lambda r: not r) == []
+    assert gw.stop()[0] == 0
+
+
+def test_strongswan_selectors_narrower_than_a_prefix_are_refused(lab, vecgate, tmp_path, kernel_vecgate_plugin):
+    """vecgate's SAs from charon are route-based: a CHILD_SA whose peer selector names a
+    protocol (A proposes TCP only) is refused by the plugin before anything reaches
+    vecgate, and the CHILD_SA fails instead of being installed to protect other traffic."""
+    f, a, h, gw, swanctl_a = ike_lab(lab, vecgate, tmp_path, kernel_vecgate_plugin, "aes-gcm-128", 4, a_ts_suffix="[tcp]")
+    r = subprocess.run(["swanctl", "--initiate", "--child", "net", "--uri", f"unix://{tmp_path}/a/charon.vici"],
+                       env=dict(os.environ, STRONGSWAN_CONF=str(tmp_path / "a" / "strongswan.conf")), capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode != 0 and "initiate completed successfully" not in r.stdout, r.stdout
+    assert sa_rows(gw) == []
+    assert "limits protocol or ports" in (tmp_path / "b" / "charon.log").read_text()
     assert gw.stop()[0] == 0

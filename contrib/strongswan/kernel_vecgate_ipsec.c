@@ -566,17 +566,19 @@ METHOD(kernel_ipsec_t, add_sa, status_t,
 	sa_entry_t *entry;
 	status_t status = FAILED;
 	int64_t index;
-	bool tunnel;
 
 	if (id->proto != IPPROTO_ESP || data->ipcomp != IPCOMP_NONE)
 	{
 		DBG1(DBG_KNL, "vecgate: only ESP SAs are supported (no AH, no IPComp)");
 		return NOT_SUPPORTED;
 	}
-	if (data->mode != MODE_TUNNEL && data->mode != MODE_TRANSPORT)
+	if (data->mode != MODE_TUNNEL)
 	{
-		DBG1(DBG_KNL, "vecgate: %N mode is not supported", ipsec_mode_names,
-			 data->mode);
+		/* a transport-mode SA in vecgate protects only what SPD policies
+		 * select, and this plugin installs routes, not policies: refused
+		 * rather than installed to protect nothing */
+		DBG1(DBG_KNL, "vecgate: %N mode is not supported (tunnel mode only)",
+			 ipsec_mode_names, data->mode);
 		return NOT_SUPPORTED;
 	}
 	alg = algorithm_name(data);
@@ -588,8 +590,6 @@ METHOD(kernel_ipsec_t, add_sa, status_t,
 			 data->int_alg);
 		return NOT_SUPPORTED;
 	}
-	tunnel = data->mode == MODE_TUNNEL;
-
 	/* inbound: the SA goes from the peer (src) to us (dst); outbound the
 	 * other way round. vecgate wants our endpoint and port first. */
 	us = data->inbound ? id->dst : id->src;
@@ -604,7 +604,7 @@ METHOD(kernel_ipsec_t, add_sa, status_t,
 	jb_add(&body, "\"spi\":%u,\"direction\":\"%s\",\"mode\":\"%s\","
 		   "\"algorithm\":\"%s\",\"enc_key\":\"", ntohl(id->spi),
 		   data->inbound ? "inbound" : "outbound",
-		   tunnel ? "tunnel" : "transport", alg);
+		   "tunnel", alg);
 	jb_hex(&body, data->enc_key);
 	jb_add(&body, "\",\"integ_key\":\"");
 	jb_hex(&body, data->int_key);
@@ -621,14 +621,13 @@ METHOD(kernel_ipsec_t, add_sa, status_t,
 	/* the peer's selectors are the destination of an outbound SA and the
 	 * source of an inbound one; refusing them already on the inbound SA
 	 * (installed first) saves adding an SA that is deleted right after */
-	if (tunnel &&
-		!peer_routes(data->inbound ? data->src_ts : data->dst_ts,
+	if (!peer_routes(data->inbound ? data->src_ts : data->dst_ts,
 					 data->inbound ? NULL : &body))
 	{
 		jb_free(&body);
 		return NOT_SUPPORTED;
 	}
-	if (tunnel && data->inbound)
+	if (data->inbound)
 	{
 		jb_add(&body, ",\"urpf\":\"%s\"", this->urpf);
 	}

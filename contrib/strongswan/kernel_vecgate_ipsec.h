@@ -19,7 +19,9 @@
  * a prefix, a protocol, a port range) is refused with NOT_SUPPORTED, on the
  * inbound SA already, so the CHILD_SA fails before anything reaches vecgate.
  *
- * Supported: ESP only (no AH, no IPComp), tunnel or transport mode, with
+ * Supported: ESP only (no AH, no IPComp), tunnel mode only (vecgate's
+ * transport-mode SAs protect what SPD policies select, and the policies are not
+ * installed), with
  * AES-GCM-128/256 (16-byte ICV), ChaCha20-Poly1305, AES-CBC-128/256 with
  * HMAC-SHA2-256-128, NULL with HMAC-SHA2-256-128, and NULL without integrity.
  * SAs cannot be updated (no MOBIKE address changes). Queries answer vecgate's
