@@ -74,12 +74,12 @@ def lab():
     l.close()
 
 
-def punt_lab(lab, vecgate, tmp_path):
+def punt_lab(lab, vecgate, tmp_path, workers=1):
     a, g, s = lab.ns("a"), lab.dataplane_ns("gw"), lab.ns("s")
     lab.veth(a, "a0", g, "g0")
     lab.run(a, "ip", "addr", "add", "198.18.3.1/24", "dev", "a0")
     lab.run(a, "ip", "addr", "add", "2001:db8:3::1/64", "dev", "a0", "nodad")
-    gw = Vecgate(lab, vecgate, g, CONFIG, tmp_path)
+    gw = Vecgate(lab, vecgate, g, f"[dataplane]\nworkers = {workers}\n" + CONFIG, tmp_path, split_dataplane=True)
     lab.run(g, "ip", "link", "set", "vg-host", "netns", s)
     lab.run(s, "ip", "link", "set", "vg-host", "up")
     lab.run(s, "ip", "addr", "add", "198.18.250.2/30", "dev", "vg-host")
@@ -96,8 +96,12 @@ def punt_lab(lab, vecgate, tmp_path):
     return a, s, gw
 
 
-def test_a_host_daemons_ports_reach_the_hosts_stack(lab, vecgate, tmp_path):
-    a, s, gw = punt_lab(lab, vecgate, tmp_path)
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_host_daemons_ports_reach_the_hosts_stack(lab, vecgate, tmp_path, workers):
+    """With two workers, af_packet's fanout gives each its share of the uplink, and the
+    tap is read by one: what either punts reaches the tap, what the host sends is sent
+    by the worker that reads it."""
+    a, s, gw = punt_lab(lab, vecgate, tmp_path, workers)
     # UDP to a punted port, both families: S's socket echoes every datagram.
     for dst, v6 in (("198.18.3.2", []), ("2001:db8:3::2", ["--v6"])):
         echo = lab.peer(s, "udp-echo", 500, 50, *v6)
