@@ -193,10 +193,13 @@ seeds = {
     "esp4-decrypt": [rec(CORE, eth(CORE, esp(esp4_in, inner4, seq))) for seq in (1, 2)],
     "esp6-udp-decrypt": [rec(CORE, eth(CORE, esp(esp6_in, inner6, seq))) for seq in (1, 2)]
                         + [rec(CORE, eth(CORE, IPv6(src="2001:db8:1::7", dst=US6) / UDP(sport=4500, dport=4500) / Raw(b"\xff")))],
-    # Punt: IKE to 500, a BGP SYN to 179, IKE behind ESP in UDP's non-ESP marker (4500).
+    # Punt: IKE to 500, a BGP SYN to 179, IKE behind ESP in UDP's non-ESP marker (4500);
+    # the host's answer from the punt link.
     "punt": [rec(ACCESS, eth(ACCESS, IP(src=USER4, dst=US4) / UDP(sport=500, dport=500) / payload(100))),
              rec(ACCESS, eth(ACCESS, IPv6(src=USER6, dst=US6) / TCP(sport=40010, dport=179, flags="S"))),
-             rec(CORE, eth(CORE, IPv6(src="2001:db8:1::7", dst=US6) / UDP(sport=4500, dport=4500) / Raw(b"\0\0\0\0" + bytes(payload(60)))))],
+             rec(CORE, eth(CORE, IPv6(src="2001:db8:1::7", dst=US6) / UDP(sport=4500, dport=4500) / Raw(b"\0\0\0\0" + bytes(payload(60))))),
+             # the host's reply from our address, in by the punt link: sent as ours (ip-punt-inject)
+             rec(NARROW, eth(NARROW, IP(src=US4, dst=USER4, ttl=1) / UDP(sport=500, dport=500) / payload(100)))],
     "esp4-encrypt": [rec(ACCESS, user_udp4("198.19.30.5")), rec(ACCESS, user_udp4("198.19.30.5", 1380))],
     "esp6-encrypt": [rec(ACCESS, eth(ACCESS, IPv6(src=USER6, dst="2001:db8:130::5") / UDP() / payload(100))),
                      rec(ACCESS, eth(ACCESS, IP(src=USER4, dst="198.19.30.6") / TCP(flags="S", options=[("MSS", 1460)])))],

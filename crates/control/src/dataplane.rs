@@ -1057,8 +1057,11 @@ fn build_worker(
     let mut inputs = BTreeMap::new();
     for ic in &cfg.interfaces {
         if ic.kind != InterfaceKind::Null {
-            let first = if Some(ic.name.as_str()) == punt_link { "ip-punt-inject" } else { first_node(spread.contains(&ic.kind)) };
-            let id = g.add_input(&format!("{}-input", kind_name(ic.kind)), first);
+            // Inputs are shared by kind: the punt link's is one of its own.
+            let id = match Some(ic.name.as_str()) == punt_link {
+                true => g.add_input(&format!("{}-punt-input", kind_name(ic.kind)), "ip-punt-inject"),
+                false => g.add_input(&format!("{}-input", kind_name(ic.kind)), first_node(spread.contains(&ic.kind))),
+            };
             inputs.insert(ic.name.clone(), id);
         }
     }

@@ -105,6 +105,7 @@ fn seeds_reach_every_feature(mut h: Harness, not_here: &[(&str, &str)]) {
         ("ip6-fragment", "parcel-to-split"),
         ("ip-punt", "punted"),
         ("ip-punt", "host-unresolved"),
+        ("ip-punt-inject", "injected"),
     ] {
         if not_here.contains(&(node, counter)) {
             continue;
