@@ -131,6 +131,20 @@ def test_a_host_daemons_ports_reach_the_hosts_stack(lab, vecgate, tmp_path, work
             lab.run(src, "python3", "-c", send)
             out, err = r.communicate(timeout=25)
             assert out.split() == ["ttl", str(ttl)], (fam, src, ttl, out, err, gw.errors())
+    # The host's ping from the gateway's address: the echo replies are the host's.
+    for dst in ("198.18.3.1", "2001:db8:3::1"):
+        src = "198.18.3.2" if ":" not in dst else "2001:db8:3::2"
+        p = lab.run(s, "ping", "-c", "3", "-i", "0.2", "-W", "2", "-I", src, dst, check=False, timeout=20)
+        assert " 0% packet loss" in p.stdout, (p.stdout, gw.errors())
+    # An error about a daemon's packet is the host's too: A refuses a datagram from S's
+    # port 500 (port unreachable), and S's connected socket hears of it.
+    for fam, frm, to in ((4, "198.18.3.2", "198.18.3.1"), (6, "2001:db8:3::2", "2001:db8:3::1")):
+        refused = (f"import socket, time; s = socket.socket(socket.AF_INET{'6' if fam == 6 else ''}, socket.SOCK_DGRAM); "
+                   f"s.bind(('{frm}', 500)); s.connect(('{to}', 9)); s.send(b'x'); s.settimeout(5)\n"
+                   f"try:\n    s.recv(100); print('answered')\nexcept ConnectionRefusedError:\n    print('refused')\n"
+                   f"except socket.timeout:\n    print('nothing')")
+        out = lab.run(s, "python3", "-c", refused, timeout=20).stdout.strip()
+        assert out == "refused", (fam, out, gw.errors())
     # A port no daemon was given: vecgate answers it (port unreachable), S never sees it.
     lab.run(a, "python3", "-c", "import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('198.18.3.2', 600))")
     assert unreachable_reaches(gw, 1) >= 1

@@ -71,6 +71,31 @@ impl Punt {
         adj.filter(|_| ports.binary_search(&dst).is_ok() || ports.binary_search(&src).is_ok())
     }
 
+    /// The adjacency toward the host for an ICMP or ICMPv6 message (`icmp`: from its
+    /// type on) to one of our addresses that is the host's: an echo reply (the gateway
+    /// sends no echo requests of its own: it answers the host's ping), or an error that
+    /// quotes a packet of a punted port (the host's IKE or BGP packet was refused, too
+    /// big, or timed out on its way).
+    pub fn icmp_target(&self, v6: bool, icmp: &[u8]) -> Option<u32> {
+        let adj = if v6 { self.adj6 } else { self.adj4 }?;
+        let t = *icmp.first()?;
+        let (echo_reply, error) = if v6 { (t == 129, t < 128) } else { (t == 0, matches!(t, 3 | 11 | 12)) };
+        if echo_reply {
+            return Some(adj);
+        }
+        if !error {
+            return None;
+        }
+        // The quoted packet is cut short (IPv4: its header and 8 bytes): read its
+        // protocol and ports by position, not through a checked header view.
+        let q = icmp.get(8..)?;
+        let (protocol, l4) = match v6 {
+            true => (IpProtocol::from(*q.get(6)?), wire::ipv6::HEADER_LEN),
+            false => (IpProtocol::from(*q.get(9)?), usize::from(*q.first()? & 0x0f) * 4),
+        };
+        self.target(v6, protocol, q.get(l4..)?)
+    }
+
     /// [`Punt::target`] for a whole IP packet (UDP or TCP right after the fixed header,
     /// or after IPv6 extension headers): `espN-decrypt` asks it of an IKE message on 4500.
     pub fn target_of(&self, ip: &[u8]) -> Option<u32> {
@@ -141,6 +166,28 @@ mod tests {
         assert_eq!(p.target(true, IpProtocol::Udp, &ports(40000, 500)), None, "no IPv6 host next hop");
         assert_eq!(p.target(false, IpProtocol::Udp, &ports(40000, 500)[..3]), None, "truncated");
         assert!(Punt::default().is_off() && !p.is_off());
+    }
+
+    #[test]
+    fn echo_replies_and_errors_about_a_daemons_packets() {
+        let p = punt();
+        assert_eq!(p.icmp_target(false, &[0, 0, 0, 0, 0, 1, 0, 1]), Some(7), "echo reply");
+        assert_eq!(p.icmp_target(false, &[8, 0, 0, 0, 0, 1, 0, 1]), None, "echo request: the gateway's to answer");
+        // Port unreachable quoting our IKE packet (header and 8 bytes, as routers quote).
+        let mut err = vec![3, 3, 0, 0, 0, 0, 0, 0, 0x45, 0, 0, 200, 0, 0, 0, 0, 64, 17, 0, 0, 198, 18, 3, 2, 198, 18, 3, 1];
+        err.extend_from_slice(&ports(500, 500));
+        assert_eq!(p.icmp_target(false, &err), Some(7));
+        err[8 + 20..8 + 24].copy_from_slice(&ports(40000, 53)[..4]);
+        assert_eq!(p.icmp_target(false, &err), None, "about another port");
+        assert_eq!(p.icmp_target(false, &err[..30]), None, "quote cut before the ports");
+        assert_eq!(p.icmp_target(true, &[129, 0, 0, 0]), None, "no IPv6 host next hop");
+        let p6 = Punt::new(&PuntSpec { tcp_ports: vec![179], ..Default::default() }, None, Some(9));
+        let mut err6 = vec![1, 4, 0, 0, 0, 0, 0, 0, 0x60, 0, 0, 0, 0, 20, 6, 64];
+        err6.extend_from_slice(&[0; 32]);
+        err6.extend_from_slice(&ports(179, 40000));
+        assert_eq!(p6.icmp_target(true, &err6), Some(9));
+        assert_eq!(p6.icmp_target(true, &[129, 0, 0, 0]), Some(9));
+        assert_eq!(p6.icmp_target(true, &[135, 0, 0, 0]), None, "neighbour solicitation");
     }
 
     #[test]

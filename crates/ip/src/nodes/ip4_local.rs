@@ -55,6 +55,10 @@ impl<Cx: HasIp> Node<Cx> for Ip4Local {
                 if !icmp.verify_checksum() {
                     return Verdict::Drop(C::IcmpMalformed);
                 }
+                if let Some(adj) = cx.ip().tables.punt.icmp_target(false, p.payload()) {
+                    buf.meta.adj = adj;
+                    return Verdict::Next(Ip4LocalNext::Punt);
+                }
                 if icmp.msg_type().is_error() && cx.ip().tables.lb_local {
                     // Perhaps about a load-balanced connection translated to our address.
                     return Verdict::Next(Ip4LocalNext::Lb4Nat);

@@ -125,6 +125,10 @@ impl<Cx: HasIp> Node<Cx> for Ip6Local {
         let Ok(repr) = Icmpv6Repr::parse(&icmp, &src, &dst, hop_limit) else {
             return Verdict::Drop(C::IcmpMalformed);
         };
+        if let Some(adj) = cx.tables.punt.icmp_target(true, &bytes[off..]) {
+            buf.meta.adj = adj;
+            return Verdict::Next(Ip6LocalNext::Punt);
+        }
         match repr {
             Icmpv6Repr::EchoRequest { .. } => {
                 if !cx.echo6.take() {
