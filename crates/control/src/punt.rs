@@ -37,7 +37,10 @@ pub struct PuntConfig {
 /// interfaces and tunnel ports.
 pub fn spec(cfg: &Config, pc: &PuntConfig, state: &RouterState) -> Result<PuntSpec, ConfigError> {
     if state.if_index(&pc.interface).is_err() {
-        return Err(cfg.err("punt.interface", format!("{:?}: expected the name of an [[interface]] (the link toward the host's stack)", pc.interface)));
+        return Err(cfg.err(
+            "punt.interface",
+            format!("{:?}: expected the name of an [[interface]] (the link toward the host's stack)", pc.interface),
+        ));
     }
     let host4 = pc
         .host4
@@ -70,9 +73,10 @@ pub fn spec(cfg: &Config, pc: &PuntConfig, state: &RouterState) -> Result<PuntSp
     }
     let spec = PuntSpec { interface: pc.interface.clone(), host4, host6, udp_ports: pc.udp_ports.clone(), tcp_ports: pc.tcp_ports.clone() };
     let host_on_link = |hop: Option<std::net::IpAddr>, field: &str| match hop {
-        Some(h) if !state.on_interface(h, &pc.interface) => {
-            Err(cfg.err(field, format!("{h} is not on a connected subnet of {:?}: expected the host's address on the punt interface", pc.interface)))
-        }
+        Some(h) if !state.on_interface(h, &pc.interface) => Err(cfg.err(
+            field,
+            format!("{h} is not on a connected subnet of {:?}: expected the host's address on the punt interface", pc.interface),
+        )),
         _ => Ok(()),
     };
     host_on_link(host4.map(Into::into), "punt.host4")?;

@@ -215,7 +215,10 @@ fn punt_errors_name_their_field() {
         };
         assert_eq!(e.line, Some(at), "{e}");
     }
-    let gtpu = format!("{}[[gtpu_tunnel]]\nlocal = \"198.18.0.1\"\nremote = \"198.18.0.9\"\nteid_in = 1\nteid_out = 2\n", punt(&good.replace("[500, 4500]", "[2152]")));
+    let gtpu = format!(
+        "{}[[gtpu_tunnel]]\nlocal = \"198.18.0.1\"\nremote = \"198.18.0.9\"\nteid_in = 1\nteid_out = 2\n",
+        punt(&good.replace("[500, 4500]", "[2152]"))
+    );
     let e = refuse(&gtpu);
     assert_eq!((e.field.as_str(), e.message.contains("2152 is GTP-U's port")), ("punt.udp_ports", true), "{e}");
 }
