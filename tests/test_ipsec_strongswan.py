@@ -283,7 +283,8 @@ def kernel_vecgate_plugin():
 
 
 def sa_rows(gw):
-    return gw.ctl("show", "ipsec", "sa")["data"]["sas"]
+    """The SAs in the plugin's index range (1000 on)."""
+    return [r for r in gw.ctl("show", "ipsec", "sa")["data"]["sas"] if r["index"] >= 1000]
 
 
 def settle(gw, want, seconds=20):
@@ -350,7 +351,12 @@ udp_ports = [500, 4500]
     outer_net = str(ipaddress.ip_interface(f"{f['a']}/{f['plen']}").network)
     lab.run(s, "ip", f"-{fam}", "route", "add", outer_net, "via", tap["gw"], "src", f["b"])
     ca, env_a = start_charon(lab, a, tmp_path / "a", f["a"], f["b"], f["a_net"] + a_ts_suffix, f["h_net"], esp, mobike="no")
+    # What an earlier charon left in the plugin's index range goes when the plugin starts;
+    # an SA outside the range stays.
+    for index, spi in ((1000, 4096), (7, 4097)):
+        gw.ctl("ipsec", "sa", "add", str(index), "spi", str(spi), "inbound", "alg", "null", "local", f["b"], "remote", f["a"])
     start_charon(lab, s, tmp_path / "b", f["b"], f["a"], f["h_net"], f["a_net"], esp, vecgate=(plugin, gw.sock), mobike="no")
+    assert [r["index"] for r in gw.ctl("show", "ipsec", "sa")["data"]["sas"]] == [7]
     assert "kernel-vecgate" in (tmp_path / "b" / "charon.log").read_text()
 
     def swanctl_a(*args):
@@ -384,7 +390,7 @@ def test_strongswan_drives_vecgates_sas_over_ike(lab, vecgate, tmp_path, kernel_
     got = sorted((r["spi"], r["direction"], r["local"], r["remote"], r["algorithm"], r["udp_encap"] is not None) for r in rows)
     want = sorted((spi, "inbound" if src == f["a"] else "outbound", f["b"], f["a"], alg, True) for spi, src, _, _, _ in sas_a)
     assert got == want, (rows, sas_a)
-    assert all(r["index"] >= 1000 for r in rows) and [r["urpf"] for r in rows if r["direction"] == "inbound"] == ["strict"], rows
+    assert sorted(r["index"] for r in rows) == [1000, 1001] and [r["urpf"] for r in rows if r["direction"] == "inbound"] == ["strict"], rows
 
     def through(tag):
         lab.run(a, "ping", "-c", "1", "-W", "2", "-I", f["a_host"], f["h"], check=False)

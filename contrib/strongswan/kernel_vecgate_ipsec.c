@@ -22,8 +22,9 @@
 
 /** vecgate answers quickly; never let a stuck socket block a charon thread */
 #define REQUEST_TIMEOUT_S 5
-/** longest answer line we read (answers to add/del are short) */
-#define MAX_REPLY 65536
+/** longest answer line we read (add/del answers are short; the list of all
+ * SAs read at start-up is about 500 bytes an SA) */
+#define MAX_REPLY (4 << 20)
 
 /* SPIs we hand out: a block of its own, so they are easy to tell apart */
 #define SPI_BASE 0xc0000000
@@ -875,6 +876,41 @@ METHOD(kernel_ipsec_t, enable_udp_decap, bool,
 	return TRUE;
 }
 
+/* The index range is ours: SAs in it that an earlier charon left behind (it
+ * stopped without deleting them, or crashed) protect nothing charon knows of, and
+ * their routes would outlive them. Removed at start; if vecgate cannot be asked
+ * now, each is found taken when its index comes up, and stays. */
+static void clear_leftovers(private_kernel_vecgate_ipsec_t *this)
+{
+	char *answer = NULL, *error, *pos;
+	uint64_t index;
+	u_int removed = 0;
+
+	if (request(this, "{\"op\":\"show_ipsec_sa\"}", &error, &answer) != SUCCESS)
+	{
+		DBG1(DBG_KNL, "vecgate: cannot list SAs at start (%s): SAs an earlier "
+			 "run left in our index range stay", error ?: "unknown error");
+		free(error);
+		return;
+	}
+	for (pos = answer; (pos = strstr(pos, "\"index\":")); pos++)
+	{
+		if (number_after(pos, "\"index\":", &index) &&
+			index >= this->first_index &&
+			index - this->first_index < this->indexes &&
+			del_index(this, index) == SUCCESS)
+		{
+			removed++;
+		}
+	}
+	free(answer);
+	if (removed)
+	{
+		DBG1(DBG_KNL, "vecgate: removed %u SAs an earlier run left in our "
+			 "index range", removed);
+	}
+}
+
 METHOD(kernel_ipsec_t, destroy, void,
 	private_kernel_vecgate_ipsec_t *this)
 {
@@ -964,5 +1000,6 @@ kernel_vecgate_ipsec_t *kernel_vecgate_ipsec_create()
 	}
 	DBG1(DBG_KNL, "vecgate: SAs go to %s, indexes %u..%u", this->socket,
 		 this->first_index, this->first_index + this->indexes - 1);
+	clear_leftovers(this);
 	return &this->public;
 }

@@ -8,7 +8,9 @@
  * Settings (strongswan.conf, charon.plugins.kernel-vecgate.*):
  *   socket       path of vecgate's API socket (required)
  *   first_index  first vecgate SA index handed out (default 1000)
- *   indexes      how many indexes from first_index on (default 1000)
+ *   indexes      how many indexes from first_index on (default 1000); the
+ *                range is ours: SAs an earlier run left in it are removed at
+ *                start
  *   urpf         strict (default), loose or off: set on inbound tunnel SAs
  *
  * vecgate's SAs here are route-based: an outbound tunnel-mode SA gets a route
