@@ -54,6 +54,10 @@ def main():
             sys.exit(f"kubectl {args[:3]}: {r.stderr}")
         return r.stdout
 
+    def endpoint_addr(s, i):
+        n = s * a.endpoints + i
+        return f"198.19.{n // 250 % 250}.{n % 250 + 1}"
+
     try:
         kubectl("apply", "-f", str(HERE / "rbac.yaml"))
         t0 = time.time()
@@ -68,8 +72,7 @@ def main():
             name = f"s{s}"
             chunk.append({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": "default"},
                           "spec": {"ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]}})
-            eps = [{"addresses": [f"198.19.{(s * a.endpoints + i) // 250 % 250}.{(s * a.endpoints + i) % 250 + 1}"],
-                    "conditions": {"ready": True}} for i in range(a.endpoints)]
+            eps = [{"addresses": [endpoint_addr(s, i)], "conditions": {"ready": True}} for i in range(a.endpoints)]
             chunk.append({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
                           "metadata": {"name": f"{name}-1", "namespace": "default",
                                        "labels": {"kubernetes.io/service-name": name,
@@ -125,10 +128,14 @@ def main():
             kubectl("patch", "endpointslice", f"s{s}-1", "--type=json",
                     "-p", json.dumps([{"op": "replace", "path": "/endpoints/0/conditions", "value": {"ready": ready}}]))
             svc = [x["name"] for x in services if x["name"].startswith(f"default/s{s}:")][0]
+            addr = endpoint_addr(s, 0)
+            deadline = time.time() + 60
             while True:
-                rows = ctl("show", "lb", "backends", svc)["data"]
-                if rows and sorted(rows, key=lambda r: (r["addr"], r["port"]))[0]["conditions"]["ready"] == ready:
+                rows = [r for r in ctl("show", "lb", "backends", svc)["data"] if r["addr"] == addr]
+                if rows and rows[0]["conditions"]["ready"] == ready:
                     break
+                if time.time() > deadline:
+                    sys.exit(f"event {e}: {svc} backend {addr} not ready={ready} after 60 s: {rows}")
                 time.sleep(0.002)
             event_ms.append((time.time() - t) * 1e3)
         lines = [l for l in log1.read_text().splitlines() if "event applied" in l]
