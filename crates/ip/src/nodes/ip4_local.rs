@@ -47,6 +47,13 @@ impl<Cx: HasIp> Node<Cx> for Ip4Local {
             return Verdict::Next(Ip4LocalNext::Reassembly);
         }
         let hl = p.header_len();
+        // A host daemon's TCP port (BGP, SSH) before the load balancer's NodePorts.
+        if p.protocol() == IpProtocol::Tcp {
+            if let Some(adj) = cx.ip().tables.punt.target(false, IpProtocol::Tcp, p.payload()) {
+                buf.meta.adj = adj;
+                return Verdict::Next(Ip4LocalNext::Punt);
+            }
+        }
         match p.protocol() {
             IpProtocol::Icmp => {
                 let Ok(icmp) = Icmpv4Packet::new_checked(p.payload()) else {
@@ -108,18 +115,7 @@ impl<Cx: HasIp> Node<Cx> for Ip4Local {
                 buf.meta.param = IcmpRequest::new(3, unreach::PORT, 0).encode();
                 Verdict::Next(Ip4LocalNext::IcmpError)
             }
-            IpProtocol::Tcp if !cx.ip().tables.punt.is_off() || cx.ip().tables.lb_local => {
-                if let Some(adj) = cx.ip().tables.punt.target(false, IpProtocol::Tcp, p.payload()) {
-                    buf.meta.adj = adj;
-                    return Verdict::Next(Ip4LocalNext::Punt);
-                }
-                if cx.ip().tables.lb_local {
-                    return Verdict::Next(Ip4LocalNext::Lb4Nat);
-                }
-                counts.inc(C::ProtocolUnreachable);
-                buf.meta.param = IcmpRequest::new(3, unreach::PROTOCOL, 0).encode();
-                Verdict::Next(Ip4LocalNext::IcmpError)
-            }
+            IpProtocol::Tcp if cx.ip().tables.lb_local => Verdict::Next(Ip4LocalNext::Lb4Nat),
             IpProtocol::Esp => Verdict::Next(Ip4LocalNext::Esp4Decrypt),
             _ => {
                 counts.inc(C::ProtocolUnreachable);

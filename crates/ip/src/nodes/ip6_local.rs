@@ -69,6 +69,13 @@ impl<Cx: HasIp> Node<Cx> for Ip6Local {
             return Verdict::Next(Ip6LocalNext::Reassembly);
         }
         let off = HEADER_LEN + info.upper_offset;
+        // A host daemon's TCP port (BGP, SSH) before the load balancer's NodePorts.
+        if info.upper == Some(IpProtocol::Tcp) {
+            if let Some(adj) = cx.tables.punt.target(true, IpProtocol::Tcp, buf.bytes().get(off..).unwrap_or(&[])) {
+                buf.meta.adj = adj;
+                return Verdict::Next(Ip6LocalNext::Punt);
+            }
+        }
         match info.upper {
             Some(IpProtocol::Icmpv6) => {}
             Some(IpProtocol::Udp) => {
@@ -97,18 +104,7 @@ impl<Cx: HasIp> Node<Cx> for Ip6Local {
                 return Verdict::Next(Ip6LocalNext::IcmpError);
             }
             Some(IpProtocol::Ipv6NoNxt) => return Verdict::Drop(C::IcmpIgnored),
-            Some(IpProtocol::Tcp) if !cx.tables.punt.is_off() || cx.tables.lb_local => {
-                if let Some(adj) = cx.tables.punt.target(true, IpProtocol::Tcp, buf.bytes().get(off..).unwrap_or(&[])) {
-                    buf.meta.adj = adj;
-                    return Verdict::Next(Ip6LocalNext::Punt);
-                }
-                if cx.tables.lb_local {
-                    return Verdict::Next(Ip6LocalNext::Lb6Nat);
-                }
-                counts.inc(C::UnknownNextHeader);
-                buf.meta.param = IcmpRequest::new(4, 1, 6).encode();
-                return Verdict::Next(Ip6LocalNext::IcmpError);
-            }
+            Some(IpProtocol::Tcp) if cx.tables.lb_local => return Verdict::Next(Ip6LocalNext::Lb6Nat),
             Some(IpProtocol::Esp) if info.routing.is_none() => return Verdict::Next(Ip6LocalNext::Esp6Decrypt),
             _ => {
                 counts.inc(C::UnknownNextHeader);
