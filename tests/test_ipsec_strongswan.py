@@ -153,6 +153,23 @@ def child_sa_keys(log, initiator):
     return sas
 
 
+def through(lab, gw, a, f, tag):
+    """A's protected host pings H through the tunnel: the first ping may go while vecgate
+    resolves H; then every one comes back."""
+    lab.run(a, "ping", "-c", "1", "-W", "2", "-I", f["a_host"], f["h"], check=False)
+    p = lab.run(a, "ping", "-c", "5", "-i", "0.2", "-W", "3", "-I", f["a_host"], f["h"], check=False, timeout=30)
+    assert p.returncode == 0 and " 0% packet loss" in p.stdout, (tag, p.stdout, gw.errors())
+
+
+def both_ways(lab, a, h, f, fam, port):
+    """10 MB A -> H, then H -> A, through charon's ESP and vecgate's, arrive whole."""
+    rv6 = ["--v6"] if fam == 6 else []
+    for src, dst_ns, dst, p in ((a, h, f["h"], port), (h, a, f["a_host"], port + 1)):
+        rx = lab.peer(dst_ns, "tcp-recv", p, *rv6)
+        tx = lab.peer_run(src, "tcp-send", dst, p, 10_000_000, timeout=120)
+        assert same_stream(tx, result(rx, timeout=120)), tx
+
+
 @pytest.fixture
 def lab():
     if not os.path.exists(CHARON) or shutil.which("swanctl") is None:
@@ -249,18 +266,8 @@ remote = "{f['a']}"
 udp_encap = true
 """
     gw = Vecgate(lab, vecgate, g, config, tmp_path)
-    # The first ping may go while vecgate resolves H; then every one comes back.
-    lab.run(a, "ping", "-c", "1", "-W", "2", "-I", f["a_host"], f["h"], check=False)
-    p = lab.run(a, "ping", "-c", "5", "-i", "0.2", "-W", "3", "-I", f["a_host"], f["h"], check=False, timeout=30)
-    assert p.returncode == 0 and " 0% packet loss" in p.stdout, (p.stdout, gw.errors())
-    # 10 MB A -> H, then H -> A, through charon's ESP and vecgate's.
-    rv6 = ["--v6"] if fam == 6 else []
-    rx = lab.peer(h, "tcp-recv", 7100, *rv6)
-    tx = lab.peer_run(a, "tcp-send", f["h"], 7100, 10_000_000, timeout=120)
-    assert same_stream(tx, result(rx, timeout=120)), tx
-    rx = lab.peer(a, "tcp-recv", 7101, *rv6)
-    tx = lab.peer_run(h, "tcp-send", f["a_host"], 7101, 10_000_000, timeout=120)
-    assert same_stream(tx, result(rx, timeout=120)), tx
+    through(lab, gw, a, f, "the CHILD_SA taken over")
+    both_ways(lab, a, h, f, fam, 7100)
     e = gw.errors()
     assert e.get((f"esp{fam}-decrypt", "decrypted"), 0) >= 5 + 1000, e
     assert e.get((f"esp{fam}-encrypt", "encrypted"), 0) >= 5 + 1000, e
@@ -392,19 +399,8 @@ def test_strongswan_drives_vecgates_sas_over_ike(lab, vecgate, tmp_path, kernel_
     assert got == want, (rows, sas_a)
     assert sorted(r["index"] for r in rows) == [1000, 1001] and [r["urpf"] for r in rows if r["direction"] == "inbound"] == ["strict"], rows
 
-    def through(tag):
-        lab.run(a, "ping", "-c", "1", "-W", "2", "-I", f["a_host"], f["h"], check=False)
-        p = lab.run(a, "ping", "-c", "5", "-i", "0.2", "-W", "3", "-I", f["a_host"], f["h"], check=False, timeout=30)
-        assert p.returncode == 0 and " 0% packet loss" in p.stdout, (tag, p.stdout, gw.errors())
-
-    through("first CHILD_SA")
-    rv6 = ["--v6"] if fam == 6 else []
-    rx = lab.peer(h, "tcp-recv", 7110, *rv6)
-    tx = lab.peer_run(a, "tcp-send", f["h"], 7110, 10_000_000, timeout=120)
-    assert same_stream(tx, result(rx, timeout=120)), tx
-    rx = lab.peer(a, "tcp-recv", 7111, *rv6)
-    tx = lab.peer_run(h, "tcp-send", f["a_host"], 7111, 10_000_000, timeout=120)
-    assert same_stream(tx, result(rx, timeout=120)), tx
+    through(lab, gw, a, f, "first CHILD_SA")
+    both_ways(lab, a, h, f, fam, 7110)
     # Both SAs counted what they carried: the pings and 10 MB each way (the workers'
     # inbound counts summed, the payload bytes).
     e = gw.errors()
@@ -422,7 +418,7 @@ def test_strongswan_drives_vecgates_sas_over_ike(lab, vecgate, tmp_path, kernel_
     swanctl_a("--rekey", "--child", "net")
     rows = settle(gw, lambda r: len(r) == 2 and not old & {x["spi"] for x in r})
     assert len(rows) == 2 and not old & {r["spi"] for r in rows}, (old, rows)
-    through("rekeyed CHILD_SA")
+    through(lab, gw, a, f, "rekeyed CHILD_SA")
     e = gw.errors()
     assert e.get((f"esp{fam}-decrypt", "decrypted"), 0) >= 10 + 1000 and e.get((f"esp{fam}-encrypt", "encrypted"), 0) >= 10 + 1000, e
     # Every IKE message reached charon (none was consumed as `ike` by the decrypt node),

@@ -1049,9 +1049,10 @@ fn build_worker(
     // gateway's; the rest go on to the kind's first node.
     let punt_link = cfg.punt.as_ref().map(|p| p.interface.as_str());
     if let Some(link) = cfg.interfaces.iter().find(|ic| Some(ic.name.as_str()) == punt_link) {
+        use ip::nodes::ip_punt::{Alone, Handoff, IpPuntInject};
         match lanes {
-            None => g.add(ip::nodes::ip_punt::IpPuntInject),
-            Some(_) => g.add(ip::nodes::ip_punt::IpPuntInjectHandoff { spread: spread.contains(&link.kind) }),
+            None => g.add(IpPuntInject(Alone)),
+            Some(_) => g.add(IpPuntInject(Handoff { spread: spread.contains(&link.kind) })),
         };
     }
     let mut inputs = BTreeMap::new();

@@ -74,48 +74,49 @@ counters! {
 /// gateway's own packets are (an eBGP session's TTL of 1, GTSM's 255 arrive as sent).
 /// Anything else (ARP, neighbour discovery, traffic the host routes through the gateway,
 /// a route that is not a plain next hop, a packet too big for the route's MTU) goes the
-/// way of the link's other packets: `ethernet-input`; with several workers
-/// [`IpPuntInjectHandoff`], the same node before the link kind's handoff node.
-pub struct IpPuntInject;
+/// way of the link's other packets: [`PassOn`] says where.
+pub struct IpPuntInject<P>(pub P);
 
-/// `ip-punt-inject` with several workers: what it does not send goes to `worker-handoff`
-/// (`spread`) or `session-handoff`, the link kind's first node.
-pub struct IpPuntInjectHandoff {
+/// Where `ip-punt-inject` sends what it does not inject: the link kind's first node.
+/// Its own next-node set for each, since a graph has the handoff nodes only with
+/// several workers.
+pub trait PassOn: Send + 'static {
+    type Next: engine::node::NextNodes;
+    const OUTPUT: Self::Next;
+    fn next(&self) -> Self::Next;
+}
+
+/// One worker: `ethernet-input`.
+pub struct Alone;
+
+/// Several workers: `worker-handoff` (`spread`: a device one worker reads) or
+/// `session-handoff`.
+pub struct Handoff {
     pub spread: bool,
 }
 
-/// The frame's IP family, and whether it went out as the gateway's own.
-fn inject_frame(t: &Tables, buf: &mut Buffer) -> bool {
-    match buf.bytes().get(12..14) {
-        Some([0x08, 0x00]) => inject::<Ip4>(t, buf, |ip| wire::ipv4::Ipv4Packet::new_checked(ip).is_ok_and(|p| p.verify_checksum())),
-        Some([0x86, 0xdd]) => inject::<Ip6>(t, buf, |ip| wire::ipv6::Ipv6Packet::new_checked(ip).is_ok()),
-        _ => false,
-    }
-}
-
-impl<Cx: HasIp> Node<Cx> for IpPuntInject {
+impl PassOn for Alone {
     type Next = IpPuntInjectNext;
-    type Counter = IpPuntInjectCounter;
-
-    fn name(&self) -> &'static str {
-        "ip-punt-inject"
-    }
-
-    fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
-        if inject_frame(&cx.ip().tables, buf) {
-            counts.inc(IpPuntInjectCounter::Injected);
-            return Verdict::Next(IpPuntInjectNext::Output);
-        }
-        Verdict::Next(IpPuntInjectNext::EthernetInput)
-    }
-
-    fn trace(&self, buf: &Buffer) -> String {
-        format!("len {}", buf.len())
+    const OUTPUT: IpPuntInjectNext = IpPuntInjectNext::Output;
+    fn next(&self) -> IpPuntInjectNext {
+        IpPuntInjectNext::EthernetInput
     }
 }
 
-impl<Cx: HasIp> Node<Cx> for IpPuntInjectHandoff {
+impl PassOn for Handoff {
     type Next = IpPuntInjectHandoffNext;
+    const OUTPUT: IpPuntInjectHandoffNext = IpPuntInjectHandoffNext::Output;
+    fn next(&self) -> IpPuntInjectHandoffNext {
+        if self.spread {
+            IpPuntInjectHandoffNext::WorkerHandoff
+        } else {
+            IpPuntInjectHandoffNext::SessionHandoff
+        }
+    }
+}
+
+impl<Cx: HasIp, P: PassOn> Node<Cx> for IpPuntInject<P> {
+    type Next = P::Next;
     type Counter = IpPuntInjectCounter;
 
     fn name(&self) -> &'static str {
@@ -123,11 +124,17 @@ impl<Cx: HasIp> Node<Cx> for IpPuntInjectHandoff {
     }
 
     fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
-        if inject_frame(&cx.ip().tables, buf) {
+        let t = &cx.ip().tables;
+        let sent = match buf.bytes().get(12..14) {
+            Some([0x08, 0x00]) => inject::<Ip4>(t, buf, |ip| wire::ipv4::Ipv4Packet::new_checked(ip).is_ok_and(|p| p.verify_checksum())),
+            Some([0x86, 0xdd]) => inject::<Ip6>(t, buf, |ip| wire::ipv6::Ipv6Packet::new_checked(ip).is_ok()),
+            _ => false,
+        };
+        if sent {
             counts.inc(IpPuntInjectCounter::Injected);
-            return Verdict::Next(IpPuntInjectHandoffNext::Output);
+            return Verdict::Next(P::OUTPUT);
         }
-        Verdict::Next(if self.spread { IpPuntInjectHandoffNext::WorkerHandoff } else { IpPuntInjectHandoffNext::SessionHandoff })
+        Verdict::Next(self.0.next())
     }
 
     fn trace(&self, buf: &Buffer) -> String {
