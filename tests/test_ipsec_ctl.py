@@ -45,6 +45,11 @@ def test_sas_added_shown_without_keys_and_deleted_live(vecgate, running):
     rows = {r["index"]: r for r in json.loads(j.stdout)["data"]["sas"]}
     assert rows[3]["name"] == "ipsec_tunnel3" and rows[3]["spi"] == 0x3001 and rows[3]["algorithm"] == "aes-gcm-128"
     assert rows[4]["direction"] == "inbound" and rows[4]["udp_encap"] == {"src": 4500, "dst": 4500}
+    # One SA by its index (what strongSwan's plugin asks); an index no SA has is refused.
+    one = json.loads(ctl(vecgate, sock, "show", "ipsec", "sa", "4", json_out=True).stdout)["data"]["sas"]
+    assert [r["index"] for r in one] == [4] and (one[0]["packets"], one[0]["bytes"]) == (0, 0), one
+    r = ctl(vecgate, sock, "show", "ipsec", "sa", "99")
+    assert r.returncode != 0 and "index 99: no SA has it" in r.stdout + r.stderr, r.stdout + r.stderr
     assert ctl(vecgate, sock, "ipsec", "sa", "del", "3").returncode == 0
     fib = ctl(vecgate, sock, "show", "ip", "fib").stdout
     assert "198.19.113.0/24" not in fib and "ipsec_tunnel3" not in fib, fib

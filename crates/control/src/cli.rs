@@ -68,7 +68,7 @@ commands:
          [soft-packets|hard-packets|soft-bytes|hard-bytes <n>] [route <prefix>]... [urpf strict|loose]
   ipsec sa set <index> urpf strict|loose|off   check the sources an inbound SA decrypts
   ipsec sa del <index>
-  show ipsec sa                        SAs and their counters (never their keys)
+  show ipsec sa [<index>]              SAs (or one) and their counters, both ways (never their keys)
   pcap trace <interface> <file> [<count>]   capture received and sent frames (default 10000)
   pcap trace off <interface>
   pcap trace drop <file> [<count>] [node <name>] [error <counter>]
@@ -467,6 +467,14 @@ mod tests {
         );
         assert!(p("ip route add 198.19.0.0/16 sideways").is_err());
         assert!(p("trace add pg-input many").is_err());
+        assert_eq!(p("show ipsec sa"), Ok(Request::ShowIpsecSa { index: None }));
+        assert_eq!(p("show ipsec sa 1000"), Ok(Request::ShowIpsecSa { index: Some(1000) }));
+        assert!(p("show ipsec sa first").unwrap_err().contains("index \"first\": expected a number"));
+        let one: Request = serde_json::from_str(r#"{"op":"show_ipsec_sa","index":7}"#).unwrap();
+        assert_eq!(
+            (one, serde_json::from_str::<Request>(r#"{"op":"show_ipsec_sa"}"#).unwrap()),
+            (Request::ShowIpsecSa { index: Some(7) }, Request::ShowIpsecSa { index: None })
+        );
         assert!(p("make coffee").unwrap_err().contains("unknown command"));
     }
 
