@@ -378,7 +378,7 @@ pub fn rows(x: &IpsecState) -> Vec<SaRow> {
 /// each count belongs to the SA it names by identity, not to a later one at its index.
 pub fn add_inbound_counts(x: &IpsecState, rows: &mut [SaRow], taken: &[(u32, std::sync::Arc<ipsec::sa::Outbound>, u64, u64)]) {
     for (index, id, packets, bytes) in taken {
-        let same = x.iter().any(|(i, s)| i == *index && std::sync::Arc::ptr_eq(&s.outbound, id));
+        let same = x.get(*index).is_some_and(|s| std::sync::Arc::ptr_eq(&s.outbound, id));
         if let Some(r) = rows.iter_mut().find(|r| r.index == *index && r.direction == Direction::Inbound).filter(|_| same) {
             r.packets += packets;
             r.bytes += bytes;

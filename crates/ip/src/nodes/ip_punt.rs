@@ -4,7 +4,7 @@
 
 use super::family::{prepend_l2, resolve, send_originated, Family, Ip4, Ip6, Resolved};
 use crate::context::HasIp;
-use crate::tables::{Adjacency, Tables};
+use crate::tables::Tables;
 use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
 
 next_nodes! {
@@ -145,10 +145,10 @@ impl<Cx: HasIp, P: PassOn> Node<Cx> for IpPuntInject<P> {
 /// Send an Ethernet frame from the host whose IP source is one of ours by its
 /// destination's route, if that route names a next hop the packet fits; true when the
 /// buffer now holds the frame for `interface-output`, false (the frame untouched) if not.
-fn inject<F: Family>(t: &Tables, buf: &mut Buffer, well_formed: fn(&[u8]) -> bool) -> bool {
+fn inject<F: Family<Addr: Into<std::net::IpAddr>>>(t: &Tables, buf: &mut Buffer, well_formed: fn(&[u8]) -> bool) -> bool {
     let ip = &buf.bytes()[14..];
     let (Some(src), Some(dst)) = (ip.get(F::SRC_AT..F::DST_AT), ip.get(F::DST_AT..F::HEADER_LEN)) else { return false };
-    if !matches!(t.adjacency(F::fib(t).lookup(F::key(src))), Adjacency::Local) || !well_formed(ip) {
+    if !t.is_local(F::addr(F::key(src)).into()) || !well_formed(ip) {
         return false;
     }
     let key = F::key(dst);
