@@ -7,7 +7,7 @@ from collections import Counter
 
 from conftest import GW_MAC0, GW_MAC1, HOST_MAC, ROUTER_MAC, run_pcap  # every frame enters through eth0
 
-from scapy.all import ICMP, IP, TCP, UDP, Ether, IPerror, IPv6, ICMPv6DestUnreach, Raw, TCPerror, raw
+from scapy.all import ICMP, IP, TCP, UDP, Ether, ICMPv6PacketTooBig, IPerror, IPerror6, IPv6, Raw, TCPerror, raw
 
 VIP = "198.18.128.10"
 VIP6 = "2001:db8:80::10"
@@ -163,6 +163,80 @@ def test_icmp_frag_needed_reaches_the_client_about_its_own_packet(vecgate, tmp_p
     del qi.chksum
     assert IP(raw(qi)).chksum == q.chksum, "the quoted header's checksum"
     assert counters[("lb4-nat", "icmp-translated")] == 1
+
+
+def test_icmpv6_packet_too_big_reaches_the_client_about_its_own_packet(vecgate, tmp_path):
+    """PMTU discovery through the translation over IPv6: the error comes to the node's
+    address by ip6-local, and the client gets it about the packet it sent."""
+    _, out1, _, _ = run_pcap(vecgate, tmp_path, [syn6(40000)], services())
+    assert len(out1) == 1
+    sent = out1[0]
+    backend, sport = sent[IPv6].dst, sent[TCP].sport
+    quoted = IPv6(src=SNAT6, dst=backend, hlim=63) / TCP(sport=sport, dport=8080, flags="S", seq=1000)
+    err = Ether(src=HOST_MAC, dst=GW_MAC0) / IPv6(src="2001:db8:1::2", dst=SNAT6) / ICMPv6PacketTooBig(mtu=1280) / raw(quoted)
+    filler = [syn(21000 + i) for i in range(299)]
+    out0, _, counters, _ = run_pcap(vecgate, tmp_path, [syn6(40000)] + filler + [err], services())
+    ptb = [p for p in out0 if ICMPv6PacketTooBig in p]
+    assert len(ptb) == 1, [p.summary() for p in out0]
+    p = ptb[0]
+    assert (p[IPv6].src, p[IPv6].dst, p[ICMPv6PacketTooBig].mtu) == ("2001:db8:1::2", CLIENT6, 1280)
+    q = p[IPerror6]
+    assert (q.src, q.dst, q[TCPerror].sport, q[TCPerror].dport) == (CLIENT6, VIP6, 40000, 80)
+    sent_sum, fresh = recomputed(p, ICMPv6PacketTooBig)
+    assert sent_sum == fresh, "the ICMPv6 checksum over the new addresses"
+    assert counters[("lb6-nat", "icmp-translated")] == 1
+
+
+LOCAL = f"""
+[[lb_service]]
+name = "default/web-local"
+type = "load_balancer"
+vip = "{VIP}"
+port = 81
+protocol = "tcp"
+traffic_policy = "Local"
+backends = [{{ addr = "{BACKENDS[0]}", port = 8080 }}]
+
+[[lb_service]]
+name = "default/web6-local"
+type = "load_balancer"
+vip = "{VIP6}"
+port = 81
+protocol = "tcp"
+traffic_policy = "Local"
+backends = [{{ addr = "{BACKENDS6[0]}", port = 8080 }}]
+"""
+
+
+def test_forwarded_icmp_errors_about_a_client_kept_connection_are_translated(vecgate, tmp_path):
+    """`Local` policy keeps the client's address, so a router on the way to the backend
+    addresses its error to the client, and it is forwarded through the node: the client
+    must get it about the packet it sent (the service address and port), both families."""
+    quoted4 = IP(src=CLIENT, dst=BACKENDS[0], ttl=63, flags="DF") / TCP(sport=20000, dport=8080, flags="S", seq=1000) / Raw(b"hello")
+    quoted6 = IPv6(src=CLIENT6, dst=BACKENDS6[0], hlim=63) / TCP(sport=40000, dport=8080, flags="S", seq=1000)
+    err4 = Ether(src=HOST_MAC, dst=GW_MAC0) / IP(src="198.18.1.2", dst=CLIENT, ttl=64) / ICMP(type=3, code=4, nexthopmtu=1280) / raw(quoted4)[:28]
+    err6 = Ether(src=HOST_MAC, dst=GW_MAC0) / IPv6(src="2001:db8:1::2", dst=CLIENT6, hlim=64) / ICMPv6PacketTooBig(mtu=1280) / raw(quoted6)
+    syn4 = syn(20000, dport=81)
+    syn6_ = Ether(src=HOST_MAC, dst=GW_MAC0) / IPv6(src=CLIENT6, dst=VIP6) / TCP(sport=40000, dport=81, flags="S", seq=1000)
+    filler = [syn(21000 + i) for i in range(298)]
+    out0, out1, counters, _ = run_pcap(vecgate, tmp_path, [syn4, syn6_] + filler + [err4, err6], services(LOCAL))
+    kept = [p for p in out1 if (IP in p and p[IP].src == CLIENT) or (IPv6 in p and p[IPv6].src == CLIENT6)]
+    assert len(kept) == 2, "both connections keep the client's address"
+    e4 = [p for p in out0 if ICMP in p]
+    e6 = [p for p in out0 if ICMPv6PacketTooBig in p]
+    assert len(e4) == 1 and len(e6) == 1, [p.summary() for p in out0]
+    p4, p6 = e4[0], e6[0]
+    assert (p4[IP].src, p4[IP].dst, p4[IP].ttl, p4[ICMP].nexthopmtu) == ("198.18.1.2", CLIENT, 63, 1280)
+    q = p4[IPerror]
+    assert (q.src, q.dst, q[TCPerror].sport, q[TCPerror].dport) == (CLIENT, VIP, 20000, 81)
+    assert (p6[IPv6].src, p6[IPv6].dst, p6[IPv6].hlim, p6[ICMPv6PacketTooBig].mtu) == ("2001:db8:1::2", CLIENT6, 63, 1280)
+    q6 = p6[IPerror6]
+    assert (q6.src, q6.dst, q6[TCPerror].sport, q6[TCPerror].dport) == (CLIENT6, VIP6, 40000, 81)
+    for p, layer in ((p4, IP), (p4, ICMP), (p6, ICMPv6PacketTooBig)):
+        sent_sum, fresh = recomputed(p, layer)
+        assert sent_sum == fresh, (layer, p.summary())
+    assert counters[("lb4-nat", "icmp-translated")] == 1
+    assert counters[("lb6-nat", "icmp-translated")] == 1
 
 
 def test_refusals_are_counted_by_name(vecgate, tmp_path):

@@ -206,7 +206,9 @@ fn nat_drop(e: NatError) -> LbNatCounter {
 
 impl<F: NatNodeFamily> LbNat<F> {
     /// A forwarded packet: translated if it is the reply of a `Local`-policy connection,
-    /// on to `ipN-rewrite` either way (its route is the client's, unchanged).
+    /// or an ICMP error about one of its packets (from the backend or a router on the
+    /// way: the client must see the error about the packet it sent, for path MTU
+    /// discovery); on to `ipN-rewrite` either way (its route is the client's, unchanged).
     #[inline]
     fn forwarded<Cx: HasLb>(
         cx: &mut Cx,
@@ -216,13 +218,25 @@ impl<F: NatNodeFamily> LbNat<F> {
     ) -> Verdict<LbNatNext, LbNatCounter> {
         let partial = buf.meta.offload.has_partial_checksum();
         let (t, lb, now) = F::parts(cx.lb());
-        if let Ok(flow) = &flow {
-            if t.reply_sources.contains(&flow.key.src) {
-                if let Some(rw) = lb.reverse(&flow.key, flow.flags, now) {
-                    nat::translate::<F>(buf.bytes_mut(), flow, &rw, partial);
-                    counts.inc(LbNatCounter::Replies);
+        match &flow {
+            Ok(flow) => {
+                if t.reply_sources.contains(&flow.key.src) {
+                    if let Some(rw) = lb.reverse(&flow.key, flow.flags, now) {
+                        nat::translate::<F>(buf.bytes_mut(), flow, &rw, partial);
+                        counts.inc(LbNatCounter::Replies);
+                    }
                 }
             }
+            Err(NatError::Protocol) => {
+                let pkt = buf.bytes_mut();
+                if let Ok(e) = nat::icmp_error::<F>(pkt) {
+                    if let Some(rw) = lb.peek(&e.quoted.reversed(), now) {
+                        nat::translate_icmp_error::<F>(pkt, &e, &rw);
+                        counts.inc(LbNatCounter::IcmpTranslated);
+                    }
+                }
+            }
+            Err(_) => {}
         }
         Verdict::Next(F::REWRITE)
     }

@@ -125,6 +125,11 @@ impl<Cx: HasIp> Node<Cx> for Ip6Local {
             buf.meta.adj = adj;
             return Verdict::Next(Ip6LocalNext::Punt);
         }
+        // An error about a translated connection (the node's address is its source
+        // translation): the load balancer turns it back to the client, as for IPv4.
+        if icmp.msg_type() < 128 && cx.tables.lb_local {
+            return Verdict::Next(Ip6LocalNext::Lb6Nat);
+        }
         match repr {
             Icmpv6Repr::EchoRequest { .. } => {
                 if !cx.echo6.take() {
