@@ -16,9 +16,12 @@
 #include <sys/time.h>
 #include <sys/un.h>
 
+#include <daemon.h>
 #include <collections/linked_list.h>
 #include <crypto/rngs/rng.h>
+#include <processing/jobs/callback_job.h>
 #include <threading/mutex.h>
+#include <threading/rwlock.h>
 
 /** vecgate answers quickly; never let a stuck socket block a charon thread */
 #define REQUEST_TIMEOUT_S 5
@@ -29,6 +32,14 @@
 /* SPIs we hand out: a block of its own, so they are easy to tell apart */
 #define SPI_BASE 0xc0000000
 #define SPI_MASK 0x0fffffff
+
+/** vecgate reports no lifetime events: how often we read the counts of SAs
+ * that have a byte or packet limit (ms) */
+#define POLL_MS 1000
+/** the largest payload of a packet through vecgate (its largest MTU). An
+ * inbound SA refuses, uncounted, the packet that would take it past its hard
+ * byte limit, so its count may stop up to that much short of the limit. */
+#define MAX_PAYLOAD 9216
 
 /** state of one index of our range */
 typedef enum {
@@ -44,6 +55,15 @@ typedef struct {
 	uint32_t spi;		/* network order, as charon passes it */
 	host_t *dst;
 	int64_t index;
+	/** unique for each SA added (0: a reservation), so a scheduled job never
+	 * takes a later SA with the same SPI or index for the one it was meant for */
+	u_int id;
+	bool inbound;
+	/** charon's byte and packet limits (0: none); vecgate enforces the hard
+	 * ones, we report both */
+	uint64_t rekey_bytes, life_bytes, rekey_packets, life_packets;
+	/** charon wants the soft expire once */
+	bool soft_sent;
 	/** the byte count query_sa() last saw, and when it saw it grow
 	 * (monotonic seconds; 0: not yet) */
 	uint64_t last_bytes;
@@ -51,6 +71,19 @@ typedef struct {
 } sa_entry_t;
 
 typedef struct private_kernel_vecgate_ipsec_t private_kernel_vecgate_ipsec_t;
+
+/**
+ * What our scheduled jobs hold on to instead of the backend: a job may run, or
+ * be destroyed, after the backend is gone (charon shutting down).
+ */
+typedef struct {
+	/** NULL once the backend is destroyed */
+	private_kernel_vecgate_ipsec_t *backend;
+	/** read-locked by a job while it uses backend, write-locked to clear it */
+	rwlock_t *lock;
+	/** one for the backend, one for each job */
+	refcount_t refs;
+} anchor_t;
 
 struct private_kernel_vecgate_ipsec_t {
 
@@ -79,6 +112,15 @@ struct private_kernel_vecgate_ipsec_t {
 
 	/** for SPIs */
 	rng_t *rng;
+
+	/** for our jobs (lifetimes) */
+	anchor_t *anchor;
+
+	/** the id of the last SA added */
+	u_int last_id;
+
+	/** a job polls the counts of SAs with byte or packet limits */
+	bool polling;
 };
 
 /* ------------------------------------------------------------------------ */
@@ -330,6 +372,30 @@ failed:
 	return FAILED;
 }
 
+/** the unsigned number after the first `key` in `text` (`key` with its quotes
+ * and colon, so "bytes": is not found in "hard_bytes":) */
+static bool number_after(char *text, const char *key, uint64_t *value)
+{
+	char *pos = strstr(text, key), *end;
+
+	if (!pos)
+	{
+		return FALSE;
+	}
+	pos += strlen(key);
+	errno = 0;
+	*value = strtoull(pos, &end, 10);
+	return end != pos && errno == 0;
+}
+
+/** the same, with `key` found before `end` (NULL: anywhere) */
+static bool number_in(char *text, char *end, const char *key, uint64_t *value)
+{
+	char *pos = strstr(text, key);
+
+	return pos && (!end || pos < end) && number_after(pos, key, value);
+}
+
 /** delete one of our SAs in vecgate */
 static status_t del_index(private_kernel_vecgate_ipsec_t *this, int64_t index)
 {
@@ -396,6 +462,261 @@ static void set_index_state(private_kernel_vecgate_ipsec_t *this,
 							int64_t index, index_state_t state)
 {
 	this->index_state[index - this->first_index] = state;
+}
+
+/** one of our installed SAs by id or by index (id 0: by index); call with
+ * mutex held */
+static sa_entry_t *find_installed(private_kernel_vecgate_ipsec_t *this,
+								  u_int id, int64_t index)
+{
+	enumerator_t *enumerator;
+	sa_entry_t *entry, *found = NULL;
+
+	enumerator = this->sas->create_enumerator(this->sas);
+	while (enumerator->enumerate(enumerator, &entry))
+	{
+		if (entry->index >= 0 &&
+			(id ? entry->id == id : entry->index == index))
+		{
+			found = entry;
+			break;
+		}
+	}
+	enumerator->destroy(enumerator);
+	return found;
+}
+
+static bool has_volume_limits(sa_entry_t *entry)
+{
+	return entry->rekey_bytes || entry->life_bytes ||
+		   entry->rekey_packets || entry->life_packets;
+}
+
+/* ------------------------------------------------------------------------ */
+/* lifetimes: charon learns from its kernel backend when an SA's time, bytes
+ * or packets run out (soft: it rekeys the CHILD_SA; hard: it deletes it). As
+ * libipsec does, time limits are jobs of ours; byte and packet limits vecgate
+ * enforces, and we poll its counts to report them. */
+
+/** an expire to report once the mutex is released (charon may call back) */
+typedef struct {
+	uint32_t spi;
+	host_t *dst;
+	bool hard;
+} expire_t;
+
+static anchor_t *anchor_get(anchor_t *anchor)
+{
+	ref_get(&anchor->refs);
+	return anchor;
+}
+
+static void anchor_put(anchor_t *anchor)
+{
+	if (ref_put(&anchor->refs))
+	{
+		anchor->lock->destroy(anchor->lock);
+		free(anchor);
+	}
+}
+
+/**
+ * An SA reached a limit; call with mutex held. A hard one ends the SA here
+ * and now, as in the kernel and libipsec: removed from vecgate and from our
+ * table, so nothing is left if charon has no CHILD_SA for it any more (its
+ * del_sa, if it comes, finds nothing). Soft is reported once.
+ */
+static void expire_entry(private_kernel_vecgate_ipsec_t *this,
+						 sa_entry_t *entry, bool hard, linked_list_t *events)
+{
+	expire_t *event;
+
+	if (!hard && entry->soft_sent)
+	{
+		return;
+	}
+	INIT(event,
+		.spi = entry->spi,
+		.dst = entry->dst->clone(entry->dst),
+		.hard = hard,
+	);
+	events->insert_last(events, event);
+	if (!hard)
+	{
+		entry->soft_sent = TRUE;
+		return;
+	}
+	this->sas->remove(this->sas, entry, NULL);
+	/* freed even if vecgate fails, as in del_sa */
+	del_index(this, entry->index);
+	set_index_state(this, entry->index, INDEX_FREE);
+	entry_destroy(entry);
+}
+
+/** tell charon, without our locks, and free the list */
+static void raise_expires(linked_list_t *events)
+{
+	expire_t *event;
+
+	while (events->remove_first(events, (void**)&event) == SUCCESS)
+	{
+		DBG1(DBG_KNL, "vecgate: SA with SPI %.8x to %H reached its %s lifetime",
+			 ntohl(event->spi), event->dst, event->hard ? "hard" : "soft");
+		charon->kernel->expire(charon->kernel, IPPROTO_ESP, event->spi,
+							   event->dst, event->hard);
+		event->dst->destroy(event->dst);
+		free(event);
+	}
+	events->destroy(events);
+}
+
+/** a time limit of one SA */
+typedef struct {
+	anchor_t *anchor;
+	u_int id;
+	bool hard;
+} time_job_t;
+
+static void time_job_destroy(time_job_t *job)
+{
+	anchor_put(job->anchor);
+	free(job);
+}
+
+static job_requeue_t time_expired(time_job_t *job)
+{
+	private_kernel_vecgate_ipsec_t *this;
+	linked_list_t *events = linked_list_create();
+	sa_entry_t *entry;
+
+	job->anchor->lock->read_lock(job->anchor->lock);
+	this = job->anchor->backend;
+	if (this)
+	{
+		this->mutex->lock(this->mutex);
+		entry = find_installed(this, job->id, -1);
+		if (entry)
+		{
+			expire_entry(this, entry, job->hard, events);
+		}
+		this->mutex->unlock(this->mutex);
+	}
+	job->anchor->lock->unlock(job->anchor->lock);
+	raise_expires(events);
+	return JOB_REQUEUE_NONE;
+}
+
+/** call with mutex held */
+static void schedule_time(private_kernel_vecgate_ipsec_t *this, u_int id,
+						  uint64_t seconds, bool hard)
+{
+	time_job_t *job;
+
+	INIT(job,
+		.anchor = anchor_get(this->anchor),
+		.id = id,
+		.hard = hard,
+	);
+	lib->scheduler->schedule_job(lib->scheduler, (job_t*)callback_job_create(
+						(callback_job_cb_t)time_expired, job,
+						(callback_job_cleanup_t)time_job_destroy, NULL),
+						min(seconds, UINT32_MAX));
+}
+
+/** a count reached a limit (0: none). The kernel's way, a count reaching the
+ * limit; `slack` early. */
+static bool reached(uint64_t count, uint64_t limit, uint64_t slack)
+{
+	return limit && count + slack >= limit;
+}
+
+/** compare each of our SAs with a volume limit to vecgate's counts; call with
+ * mutex held */
+static void check_counts(private_kernel_vecgate_ipsec_t *this,
+						 linked_list_t *events)
+{
+	char *answer = NULL, *error, *pos, *next;
+	uint64_t index, packets, bytes, slack;
+	sa_entry_t *entry;
+
+	/* one request for all: each SA's object starts with its "index" and has
+	 * its "packets" and "bytes" (inbound: all workers summed) */
+	if (request(this, "{\"op\":\"show_ipsec_sa\"}", &error, &answer) != SUCCESS)
+	{
+		DBG1(DBG_KNL, "vecgate: reading SA counts for byte and packet "
+			 "lifetimes failed: %s", error ?: "unknown error");
+		free(error);
+		return;
+	}
+	for (pos = strstr(answer, "\"index\":"); pos; pos = next)
+	{
+		next = strstr(pos + 1, "\"index\":");
+		if (number_in(pos, next, "\"index\":", &index) &&
+			number_in(pos, next, "\"packets\":", &packets) &&
+			number_in(pos, next, "\"bytes\":", &bytes) &&
+			(entry = find_installed(this, 0, index)) &&
+			has_volume_limits(entry))
+		{
+			slack = entry->inbound ? min(MAX_PAYLOAD, entry->life_bytes / 2) : 0;
+			if (reached(packets, entry->life_packets, 0) ||
+				reached(bytes, entry->life_bytes, slack))
+			{
+				expire_entry(this, entry, TRUE, events);
+			}
+			else if (reached(packets, entry->rekey_packets, 0) ||
+					 reached(bytes, entry->rekey_bytes, 0))
+			{
+				expire_entry(this, entry, FALSE, events);
+			}
+		}
+	}
+	free(answer);
+}
+
+/** polls while one of our SAs has a byte or packet limit */
+static job_requeue_t poll_counts(anchor_t *anchor)
+{
+	private_kernel_vecgate_ipsec_t *this;
+	linked_list_t *events = linked_list_create();
+	enumerator_t *enumerator;
+	sa_entry_t *entry;
+	bool again = FALSE;
+
+	anchor->lock->read_lock(anchor->lock);
+	this = anchor->backend;
+	if (this)
+	{
+		this->mutex->lock(this->mutex);
+		enumerator = this->sas->create_enumerator(this->sas);
+		while (!again && enumerator->enumerate(enumerator, &entry))
+		{
+			again = entry->index >= 0 && has_volume_limits(entry);
+		}
+		enumerator->destroy(enumerator);
+		if (again)
+		{
+			check_counts(this, events);
+		}
+		/* add_sa starts a new job once this one stops */
+		this->polling = again;
+		this->mutex->unlock(this->mutex);
+	}
+	anchor->lock->unlock(anchor->lock);
+	raise_expires(events);
+	return again ? JOB_RESCHEDULE_MS(POLL_MS) : JOB_REQUEUE_NONE;
+}
+
+/** call with mutex held */
+static void start_polling(private_kernel_vecgate_ipsec_t *this)
+{
+	if (this->polling)
+	{
+		return;
+	}
+	this->polling = TRUE;
+	lib->scheduler->schedule_job_ms(lib->scheduler, (job_t*)callback_job_create(
+						(callback_job_cb_t)poll_counts, anchor_get(this->anchor),
+						(callback_job_cleanup_t)anchor_put, NULL), POLL_MS);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -562,6 +883,7 @@ METHOD(kernel_ipsec_t, add_sa, status_t,
 	kernel_ipsec_add_sa_t *data)
 {
 	char local[INET6_ADDRSTRLEN], remote[INET6_ADDRSTRLEN], *alg, *error;
+	lifetime_cfg_t none = {}, *lft = data->lifetime ?: &none;
 	host_t *us, *peer;
 	jbuf_t body = {}, req = {};
 	sa_entry_t *entry;
@@ -632,6 +954,16 @@ METHOD(kernel_ipsec_t, add_sa, status_t,
 	{
 		jb_add(&body, ",\"urpf\":\"%s\"", this->urpf);
 	}
+	/* vecgate counts and enforces byte and packet limits itself (past a hard
+	 * one the SA drops packets); its soft limit may not be above the hard */
+	jb_add(&body, ",\"lifetime\":{\"soft_packets\":%llu,\"hard_packets\":%llu,"
+		   "\"soft_bytes\":%llu,\"hard_bytes\":%llu}",
+		   (unsigned long long)(lft->packets.life ?
+				min(lft->packets.rekey, lft->packets.life) : lft->packets.rekey),
+		   (unsigned long long)lft->packets.life,
+		   (unsigned long long)(lft->bytes.life ?
+				min(lft->bytes.rekey, lft->bytes.life) : lft->bytes.rekey),
+		   (unsigned long long)lft->bytes.life);
 	jb_add(&body, "}");
 	if (body.failed)
 	{
@@ -693,6 +1025,26 @@ METHOD(kernel_ipsec_t, add_sa, status_t,
 		this->sas->insert_last(this->sas, entry);
 	}
 	entry->index = index;
+	entry->id = ++this->last_id ?: ++this->last_id;
+	entry->inbound = data->inbound;
+	entry->rekey_bytes = lft->bytes.rekey;
+	entry->life_bytes = lft->bytes.life;
+	entry->rekey_packets = lft->packets.rekey;
+	entry->life_packets = lft->packets.life;
+	entry->soft_sent = FALSE;
+	/* as libipsec: no soft expire at or after the hard one */
+	if (lft->time.rekey && (!lft->time.life || lft->time.rekey < lft->time.life))
+	{
+		schedule_time(this, entry->id, lft->time.rekey, FALSE);
+	}
+	if (lft->time.life)
+	{
+		schedule_time(this, entry->id, lft->time.life, TRUE);
+	}
+	if (has_volume_limits(entry))
+	{
+		start_polling(this);
+	}
 	DBG2(DBG_KNL, "vecgate: added %s %s SA with SPI %.8x as index %lld",
 		 data->inbound ? "inbound" : "outbound", alg, ntohl(id->spi),
 		 (long long)index);
@@ -709,22 +1061,6 @@ METHOD(kernel_ipsec_t, update_sa, status_t,
 	kernel_ipsec_update_sa_t *data)
 {
 	return NOT_SUPPORTED;
-}
-
-/** the unsigned number after the first `key` in `text` (`key` with its quotes
- * and colon, so "bytes": is not found in "hard_bytes":) */
-static bool number_after(char *text, const char *key, uint64_t *value)
-{
-	char *pos = strstr(text, key), *end;
-
-	if (!pos)
-	{
-		return FALSE;
-	}
-	pos += strlen(key);
-	errno = 0;
-	*value = strtoull(pos, &end, 10);
-	return end != pos && errno == 0;
 }
 
 /* What an SA carried (vecgate counts payload bytes, all workers summed). vecgate
@@ -914,6 +1250,15 @@ static void clear_leftovers(private_kernel_vecgate_ipsec_t *this)
 METHOD(kernel_ipsec_t, destroy, void,
 	private_kernel_vecgate_ipsec_t *this)
 {
+	/* jobs still pending find no backend from now on (charon flushes its
+	 * scheduler before it unloads plugins, but jobs may not rely on that) */
+	if (this->anchor)
+	{
+		this->anchor->lock->write_lock(this->anchor->lock);
+		this->anchor->backend = NULL;
+		this->anchor->lock->unlock(this->anchor->lock);
+		anchor_put(this->anchor);
+	}
 	/* SAs stay in vecgate: charon deletes each CHILD_SA before this */
 	this->sas->destroy_function(this->sas, (void*)entry_destroy);
 	DESTROY_IF(this->rng);
@@ -991,6 +1336,11 @@ kernel_vecgate_ipsec_t *kernel_vecgate_ipsec_create()
 		.urpf = strdup(urpf),
 		.sas = linked_list_create(),
 		.rng = lib->crypto->create_rng(lib->crypto, RNG_WEAK),
+	);
+	INIT(this->anchor,
+		.backend = this,
+		.lock = rwlock_create(RWLOCK_TYPE_DEFAULT),
+		.refs = 1,
 	);
 	if (!this->rng)
 	{

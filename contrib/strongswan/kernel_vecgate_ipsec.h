@@ -28,8 +28,16 @@
  * HMAC-SHA2-256-128, NULL with HMAC-SHA2-256-128, and NULL without integrity.
  * SAs cannot be updated (no MOBIKE address changes). Queries answer vecgate's
  * counts (payload bytes and packets, "show_ipsec_sa"), so `swanctl --list-sas`
- * shows them and DPD sees traffic; vecgate does not report byte or packet
- * lifetimes expiring, so charon rekeys by time.
+ * shows them and DPD sees traffic.
+ *
+ * Lifetimes: charon rekeys a CHILD_SA when its backend reports a soft expire
+ * and deletes it on a hard one, so the plugin reports them as the kernel
+ * would. Time limits are scheduler jobs of ours (as in libipsec). Byte and
+ * packet limits go to vecgate with the SA, which drops packets past the hard
+ * ones; vecgate sends no events, so while an SA has such a limit a job reads
+ * all SAs' counts every second and reports a limit the counts reached. A soft
+ * expire is reported once; on a hard one the SA is removed from vecgate at
+ * once, before charon hears of it.
  */
 
 #ifndef KERNEL_VECGATE_IPSEC_H_
