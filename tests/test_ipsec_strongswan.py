@@ -80,6 +80,7 @@ SWANCTL_CONF = """connections {{
                 remote_ts = {remote_ts}
                 esp_proposals = {esp}-x25519
                 mode = tunnel
+                {child}
             }}
         }}
         mobike = {mobike}
@@ -95,15 +96,16 @@ secrets {{
 """
 
 
-def start_charon(lab, ns, d, local, remote, local_ts, remote_ts, esp, vecgate=None, mobike="yes"):
+def start_charon(lab, ns, d, local, remote, local_ts, remote_ts, esp, vecgate=None, mobike="yes", child=""):
     """A charon in `ns` whose ESP is its own (kernel-libipsec), or, with `vecgate` =
     (plugin .so, vecgate's API socket), vecgate's through the kernel-vecgate plugin
-    (contrib/strongswan; `!`: charon refuses to start if the plugin cannot)."""
+    (contrib/strongswan; `!`: charon refuses to start if the plugin cannot). `child`:
+    more settings of the CHILD_SA (lifetimes)."""
     d.mkdir()
     backend, install_routes, sock = ("kernel-libipsec", "yes", "") if vecgate is None else ("kernel-vecgate!", "no", vecgate[1])
     (d / "strongswan.conf").write_text(STRONGSWAN_CONF.format(dir=d, backend=backend, install_routes=install_routes, vecgate_socket=sock))
     (d / "swanctl.conf").write_text(SWANCTL_CONF.format(local=local, remote=remote, local_ts=local_ts, remote_ts=remote_ts, esp=esp,
-                                                        mobike=mobike))
+                                                        mobike=mobike, child=child))
     env = dict(os.environ, STRONGSWAN_CONF=str(d / "strongswan.conf"))
     if vecgate is not None:
         # strongSwan 5.9 has no setting for another plugin folder: charon finds a
@@ -310,9 +312,10 @@ TAP = {4: dict(gw="198.18.250.1", host="198.18.250.2", plen=30), 6: dict(gw="200
 IKE_CASES = [("aes-gcm-128", 4), ("chacha20-poly1305", 6)]
 
 
-def ike_lab(lab, vecgate, tmp_path, plugin, alg, fam, a_ts_suffix=""):
+def ike_lab(lab, vecgate, tmp_path, plugin, alg, fam, a_ts_suffix="", b_child=""):
     """The topology of test_strongswan_drives_vecgates_sas_over_ike with both charons
-    started: (f, ns A, ns H, vecgate, swanctl on A)."""
+    started: (f, ns A, ns H, vecgate, swanctl on A). `b_child`: more settings of charon
+    B's CHILD_SA."""
     f, tap, esp = FAMILIES[fam], TAP[fam], ALGS[alg]
     v6 = ["nodad"] if fam == 6 else []
     a, g, h, s = lab.ns("a"), lab.dataplane_ns("g"), lab.ns("h"), lab.ns("s")
@@ -362,7 +365,8 @@ udp_ports = [500, 4500]
     # an SA outside the range stays.
     for index, spi in ((1000, 4096), (7, 4097)):
         gw.ctl("ipsec", "sa", "add", str(index), "spi", str(spi), "inbound", "alg", "null", "local", f["b"], "remote", f["a"])
-    start_charon(lab, s, tmp_path / "b", f["b"], f["a"], f["h_net"], f["a_net"], esp, vecgate=(plugin, gw.sock), mobike="no")
+    start_charon(lab, s, tmp_path / "b", f["b"], f["a"], f["h_net"], f["a_net"], esp, vecgate=(plugin, gw.sock), mobike="no",
+                 child=b_child)
     assert [r["index"] for r in gw.ctl("show", "ipsec", "sa")["data"]["sas"]] == [7]
     assert "kernel-vecgate" in (tmp_path / "b" / "charon.log").read_text()
 
@@ -444,4 +448,107 @@ def test_strongswan_selectors_narrower_than_a_prefix_are_refused(lab, vecgate, t
     assert r.returncode != 0 and "initiate completed successfully" not in r.stdout, r.stdout
     assert sa_rows(gw) == []
     assert "limits protocol or ports" in (tmp_path / "b" / "charon.log").read_text()
+    assert gw.stop()[0] == 0
+
+
+# Lifetimes on vecgate's side: charon rekeys or deletes a CHILD_SA when its kernel
+# backend reports a soft or hard expire, which the plugin does (time: its own timers;
+# bytes and packets: enforced by vecgate, its counts polled every second). A keeps the
+# default lifetimes (rekey after an hour), so each rekey or expiry here is B's.
+
+
+def swanctl_b(tmp_path, *args):
+    env = dict(os.environ, STRONGSWAN_CONF=str(tmp_path / "b" / "strongswan.conf"))
+    r = subprocess.run(["swanctl", *args, "--uri", f"unix://{tmp_path}/b/charon.vici"], env=env, capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout
+
+
+def b_log(tmp_path):
+    return (tmp_path / "b" / "charon.log").read_text()
+
+
+def listed_spis(listing):
+    """The SPIs of the CHILD_SAs in a `swanctl --list-sas` listing."""
+    return {int(x, 16) for x in re.findall(r"\b(?:in|out)\s+([0-9a-f]{8})", listing)}
+
+
+def rekeyed(gw, old, seconds, why):
+    """Two SAs in vecgate again, none of them one of `old` (the SPIs before)."""
+    rows = settle(gw, lambda r: len(r) == 2 and not old & {x["spi"] for x in r}, seconds=seconds)
+    assert len(rows) == 2 and not old & {r["spi"] for r in rows}, (why, old, rows)
+    return rows
+
+
+def test_strongswan_rekeys_vecgates_sas_by_time(lab, vecgate, tmp_path, kernel_vecgate_plugin):
+    """B's rekey_time (6 s, no jitter): the plugin's timer reports the soft expire of the
+    inbound SA, and B rekeys the CHILD_SA on its own: new SAs in vecgate, the old ones
+    removed, traffic through the new ones."""
+    f, a, h, gw, swanctl_a = ike_lab(lab, vecgate, tmp_path, kernel_vecgate_plugin, "aes-gcm-128", 4,
+                                     b_child="rekey_time = 6s\n life_time = 60s\n rand_time = 0s")
+    assert "initiate completed successfully" in swanctl_a("--initiate", "--child", "net")
+    started = time.time()
+    rows = settle(gw, lambda r: len(r) == 2)
+    old = {r["spi"] for r in rows}
+    assert len(old) == 2, rows
+    through(lab, gw, a, f, "first CHILD_SA")
+    rows = rekeyed(gw, old, 6 + 10 - (time.time() - started), "B did not rekey the CHILD_SA within 16 s of a 6 s rekey_time")
+    assert time.time() - started >= 5, "rekeyed before B's rekey_time"
+    log = b_log(tmp_path)
+    assert "reached its soft lifetime" in log and "creating rekey job for CHILD_SA" in log, log[-3000:]
+    assert "generating CREATE_CHILD_SA request" in log, log[-3000:]
+    listing = swanctl_b(tmp_path, "--list-sas")
+    assert "INSTALLED" in listing and listed_spis(listing) == {r["spi"] for r in rows}, (listing, rows)
+    through(lab, gw, a, f, "CHILD_SA rekeyed by B's timer")
+    assert gw.stop()[0] == 0
+
+
+def test_strongswan_rekeys_vecgates_sas_by_bytes(lab, vecgate, tmp_path, kernel_vecgate_plugin):
+    """B's rekey_bytes (1 MB; life_bytes 100 MB): the limits reach vecgate with the SAs,
+    10 MB each way pass whole, and B rekeys the CHILD_SA on its own as the counts pass
+    1 MB."""
+    f, a, h, gw, swanctl_a = ike_lab(lab, vecgate, tmp_path, kernel_vecgate_plugin, "aes-gcm-128", 4,
+                                     b_child="rekey_bytes = 1000000\n life_bytes = 100000000\n rand_bytes = 0")
+    assert "initiate completed successfully" in swanctl_a("--initiate", "--child", "net")
+    rows = settle(gw, lambda r: len(r) == 2)
+    assert [r["lifetime"] for r in rows] == [dict(soft_packets=0, hard_packets=0, soft_bytes=1_000_000, hard_bytes=100_000_000)] * 2, rows
+    old = {r["spi"] for r in rows}
+    through(lab, gw, a, f, "first CHILD_SA")
+    both_ways(lab, a, h, f, 4, 7120)
+    # The last rekey may still be under way: then two SAs again, not the first ones.
+    rows = rekeyed(gw, old, 10, "B did not rekey the CHILD_SA after 20 MB through a 1 MB rekey_bytes")
+    log = b_log(tmp_path)
+    assert "reached its soft lifetime" in log and "creating rekey job for CHILD_SA" in log, log[-3000:]
+    assert "generating CREATE_CHILD_SA request" in log, log[-3000:]
+    assert "reached its hard lifetime" not in log, log[-3000:]
+    e = gw.errors()
+    assert e.get(("esp4-decrypt", "soft-lifetime"), 0) + e.get(("esp4-encrypt", "soft-lifetime"), 0) >= 1, e
+    assert not e.get(("esp4-decrypt", "lifetime-expired")) and not e.get(("esp4-encrypt", "lifetime-expired")), e
+    through(lab, gw, a, f, "CHILD_SA rekeyed by B's byte count")
+    assert gw.stop()[0] == 0
+
+
+def test_strongswan_expires_vecgates_sas_by_packets(lab, vecgate, tmp_path, kernel_vecgate_plugin):
+    """B's life_packets (200; no rekey by packets or time): vecgate drops the inbound
+    packets past 200 (lifetime-expired), and the SAs go from vecgate and from B's CHILD_SAs
+    (charon then sets up a new CHILD_SA, as after any hard expire)."""
+    f, a, h, gw, swanctl_a = ike_lab(lab, vecgate, tmp_path, kernel_vecgate_plugin, "aes-gcm-128", 4,
+                                     b_child="rekey_time = 0s\n life_packets = 200\n rand_packets = 0")
+    assert "initiate completed successfully" in swanctl_a("--initiate", "--child", "net")
+    rows = settle(gw, lambda r: len(r) == 2)
+    assert [r["lifetime"] for r in rows] == [dict(soft_packets=0, hard_packets=200, soft_bytes=0, hard_bytes=0)] * 2, rows
+    old = {r["spi"] for r in rows}
+    through(lab, gw, a, f, "first CHILD_SA")
+    # 300 echo requests, most of them within the second before the plugin's next poll.
+    lab.run(a, "ping", "-q", "-c", "300", "-i", "0.002", "-W", "1", "-I", f["a_host"], f["h"], check=False, timeout=30)
+    e = gw.errors()
+    assert e.get(("esp4-decrypt", "lifetime-expired"), 0) >= 1, e
+    rows = settle(gw, lambda r: not old & {x["spi"] for x in r}, seconds=10)
+    assert not old & {r["spi"] for r in rows}, ("the SAs outlived their 200 packets", old, rows)
+    log = b_log(tmp_path)
+    assert "reached its hard lifetime" in log and "creating delete job for CHILD_SA" in log, log[-3000:]
+    assert "closing expired CHILD_SA" in log, log[-3000:]
+    listing = swanctl_b(tmp_path, "--list-sas")
+    assert not old & listed_spis(listing), (old, listing)
     assert gw.stop()[0] == 0
