@@ -2,7 +2,7 @@
 Every mode is bounded in count and time and prints one JSON line (clients) or READY
 (servers, once listening).
 
-  serve NAME PORT            answer each TCP connection: read a first line; "who" gets
+  serve NAME PORT            answer each TCP connection (IPv4 or IPv6): read a first line; "who" gets
                              "NAME CLIENT-ADDR" back, "echo N" gets the N bytes that
                              follow sent back; stops after 120 s
   who HOST PORT COUNT        COUNT connections asking "who": the answers, in order
@@ -24,9 +24,11 @@ LIMIT = 120.0
 
 
 def serve(name, port):
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # Both families on one socket: an IPv4 peer shows as ::ffff:a.b.c.d.
+    s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind(("0.0.0.0", port))
+    s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    s.bind(("::", port))
     s.listen(256)
     s.settimeout(1.0)
     print("READY", flush=True)
@@ -37,7 +39,7 @@ def serve(name, port):
         f = c.makefile("rb")
         line = f.readline().decode().split()
         if line[:1] == ["who"]:
-            c.sendall(f"{name} {peer[0]}\n".encode())
+            c.sendall(f"{name} {peer[0].removeprefix('::ffff:')}\n".encode())
         elif line[:1] == ["echo"]:
             n = int(line[1])
             c.sendall(f"{name}\n".encode())

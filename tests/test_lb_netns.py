@@ -232,3 +232,104 @@ def test_cluster_policy_without_a_snat_address_keeps_the_client_address(lab, vec
     assert errs.get(("lb4-nat", "reply-translated"), 0) >= 30, errs
     code, _, _ = gw.stop()
     assert code == 0
+
+
+VIP6 = "2001:db8:80::10"
+
+
+def pmtu_topology(lab):
+    """client ─ vecgate ─ router ─ backend, the router's way to the backend narrower
+    (a locked route MTU of 1280) than the client's and vecgate's links (1500)."""
+    c, g, r, be = lab.ns("c"), lab.dataplane_ns("gw"), lab.ns("r"), lab.ns("be")
+    lab.veth(c, "a0", g, "a1")
+    lab.veth(g, "r0g", r, "r0")
+    lab.veth(r, "r1", be, "e0")
+    lab.host(c, "a0", "198.18.0.2/24", "2001:db8::2/64", "198.18.0.1", "2001:db8::1")
+    lab.host(be, "e0", "198.19.2.10/24", "2001:db8:2::10/64", "198.19.2.1", "2001:db8:2::1")
+    lab.run(r, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+    lab.run(r, "sysctl", "-qw", "net.ipv6.conf.all.forwarding=1")
+    lab.run(r, "ip", "addr", "add", "198.19.1.2/24", "dev", "r0")
+    lab.run(r, "ip", "addr", "add", "2001:db8:1::2/64", "dev", "r0", "nodad")
+    lab.run(r, "ip", "addr", "add", "198.19.2.1/24", "dev", "r1")
+    lab.run(r, "ip", "addr", "add", "2001:db8:2::1/64", "dev", "r1", "nodad")
+    lab.run(r, "ip", "route", "add", "default", "via", "198.19.1.1")
+    lab.run(r, "ip", "-6", "route", "add", "default", "via", "2001:db8:1::1")
+    # A locked route MTU applies to forwarded packets too (the link's would not).
+    lab.run(r, "ip", "route", "add", "198.19.2.10/32", "dev", "r1", "mtu", "lock", "1280")
+    lab.run(r, "ip", "-6", "route", "add", "2001:db8:2::10/128", "dev", "r1", "mtu", "lock", "1280")
+    return c, g, r, be
+
+
+def pmtu_config():
+    def svc(name, vip, port, policy):
+        return f"""
+[[lb_service]]
+name = "default/{name}"
+type = "load_balancer"
+vip = "{vip}"
+port = {port}
+protocol = "tcp"
+traffic_policy = "{policy}"
+backends = [{{ addr = "{'2001:db8:2::10' if ':' in vip else '198.19.2.10'}", port = 8080 }}]
+"""
+    return f"""
+[[interface]]
+name = "a"
+type = "af_packet"
+host_if = "a1"
+mac = "02:00:00:00:00:0a"
+addresses = ["198.18.0.1/24", "2001:db8::1/64"]
+
+[[interface]]
+name = "r"
+type = "af_packet"
+host_if = "r0g"
+mac = "02:00:00:00:00:0b"
+addresses = ["198.19.1.1/24", "2001:db8:1::1/64"]
+
+[[route]]
+prefix = "198.19.2.0/24"
+via = "198.19.1.2"
+
+[[route]]
+prefix = "2001:db8:2::/64"
+via = "2001:db8:1::2"
+
+[lb]
+snat4 = "198.19.1.1"
+snat6 = "2001:db8:1::1"
+""" + svc("web", VIP, 80, "Cluster") + svc("web-local", VIP, 81, "Local") + svc("web6", VIP6, 80, "Cluster") + svc("web6-local", VIP6, 81, "Local")
+
+
+@pytest.mark.parametrize("vip", [VIP, VIP6], ids=["v4", "v6"])
+def test_path_mtu_discovery_through_the_translation(lab, vecgate, tmp_path, vip):
+    """A router beyond vecgate cannot forward the client's full-size segments to the
+    backend and says so (frag-needed / packet too big) to their source: vecgate's own
+    address for a source-translated connection (`Cluster`, by ipN-local), the client's
+    for one that kept it (`Local`, forwarded through vecgate). Either way the client's
+    kernel must get the error about the packet it sent, to the service address, lower
+    its path MTU and retransmit: the upload completes intact only if it did."""
+    c, g, r, be = pmtu_topology(lab)
+    gw = Vecgate(lab, vecgate, g, pmtu_config(), tmp_path)
+    serve(lab, be, "be")
+    v6 = ":" in vip
+    lab.run(be, "ping", "-6" if v6 else "-4", "-c", "2", "-i", "0.2", "-W", "1", "2001:db8:2::1" if v6 else "198.19.2.1", check=False)
+    lab.run(c, "ping", "-6" if v6 else "-4", "-c", "2", "-i", "0.2", "-W", "1", "2001:db8::1" if v6 else "198.18.0.1", check=False)
+    for port, source in ((80, "2001:db8:1::1" if v6 else "198.19.1.1"), (81, "2001:db8::2" if v6 else "198.18.0.2")):
+        lab.run(c, "ip", "route", "flush", "cache", check=False)
+        lab.run(c, "ip", "-6" if v6 else "-4", "route", "flush", "cache", check=False)
+        r_who = client(lab, c, "who", vip, port, 1)
+        assert r_who["answers"] == [f"be {source} {vip}"], r_who
+        e = client(lab, c, "echo", vip, port, 2 * 1024 * 1024)
+        assert e["bytes"] == 2 * 1024 * 1024 and e["sent"] == e["got"], (port, e)
+        # The client's kernel took the error: its path MTU to the service address.
+        route = lab.run(c, "ip", "route", "get", vip).stdout
+        assert "mtu 1280" in route, (port, route)
+        lab.run(c, "ip", "route", "flush", "cache", check=False)
+        lab.run(c, "ip", "-6", "route", "flush", "cache", check=False)
+    errs = gw.errors()
+    node = "lb6-nat" if v6 else "lb4-nat"
+    assert errs.get((node, "icmp-translated"), 0) >= 2, errs
+    assert errs.get((node, "icmp-not-translated"), 0) == 0, errs
+    code, _, _ = gw.stop()
+    assert code == 0
