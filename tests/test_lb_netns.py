@@ -237,12 +237,13 @@ def test_cluster_policy_without_a_snat_address_keeps_the_client_address(lab, vec
 VIP6 = "2001:db8:80::10"
 
 
-def pmtu_topology(lab):
+def pmtu_topology(lab, narrow_router=True):
     """client ─ vecgate ─ router ─ backend, the router's way to the backend narrower
-    (a locked route MTU of 1280) than the client's and vecgate's links (1500)."""
+    (a locked route MTU of 1280) than the client's and vecgate's links (1500), or
+    (`narrow_router` false) vecgate's link to the router narrower (1280)."""
     c, g, r, be = lab.ns("c"), lab.dataplane_ns("gw"), lab.ns("r"), lab.ns("be")
     lab.veth(c, "a0", g, "a1")
-    lab.veth(g, "r0g", r, "r0")
+    lab.veth(g, "r0g", r, "r0", mtu=1500 if narrow_router else 1280)
     lab.veth(r, "r1", be, "e0")
     lab.host(c, "a0", "198.18.0.2/24", "2001:db8::2/64", "198.18.0.1", "2001:db8::1")
     lab.host(be, "e0", "198.19.2.10/24", "2001:db8:2::10/64", "198.19.2.1", "2001:db8:2::1")
@@ -254,13 +255,14 @@ def pmtu_topology(lab):
     lab.run(r, "ip", "addr", "add", "2001:db8:2::1/64", "dev", "r1", "nodad")
     lab.run(r, "ip", "route", "add", "default", "via", "198.19.1.1")
     lab.run(r, "ip", "-6", "route", "add", "default", "via", "2001:db8:1::1")
-    # A locked route MTU applies to forwarded packets too (the link's would not).
-    lab.run(r, "ip", "route", "add", "198.19.2.10/32", "dev", "r1", "mtu", "lock", "1280")
-    lab.run(r, "ip", "-6", "route", "add", "2001:db8:2::10/128", "dev", "r1", "mtu", "lock", "1280")
+    if narrow_router:
+        # A locked route MTU applies to forwarded packets too (the link's would not).
+        lab.run(r, "ip", "route", "add", "198.19.2.10/32", "dev", "r1", "mtu", "lock", "1280")
+        lab.run(r, "ip", "-6", "route", "add", "2001:db8:2::10/128", "dev", "r1", "mtu", "lock", "1280")
     return c, g, r, be
 
 
-def pmtu_config():
+def pmtu_config(r_mtu=1500):
     def svc(name, vip, port, policy):
         return f"""
 [[lb_service]]
@@ -286,6 +288,7 @@ type = "af_packet"
 host_if = "r0g"
 mac = "02:00:00:00:00:0b"
 addresses = ["198.19.1.1/24", "2001:db8:1::1/64"]
+mtu = {r_mtu}
 
 [[route]]
 prefix = "198.19.2.0/24"
@@ -301,16 +304,19 @@ snat6 = "2001:db8:1::1"
 """ + svc("web", VIP, 80, "Cluster") + svc("web-local", VIP, 81, "Local") + svc("web6", VIP6, 80, "Cluster") + svc("web6-local", VIP6, 81, "Local")
 
 
+@pytest.mark.parametrize("narrow", ["router", "vecgate"])
 @pytest.mark.parametrize("vip", [VIP, VIP6], ids=["v4", "v6"])
-def test_path_mtu_discovery_through_the_translation(lab, vecgate, tmp_path, vip):
+def test_path_mtu_discovery_through_the_translation(lab, vecgate, tmp_path, vip, narrow):
     """A router beyond vecgate cannot forward the client's full-size segments to the
     backend and says so (frag-needed / packet too big) to their source: vecgate's own
     address for a source-translated connection (`Cluster`, by ipN-local), the client's
     for one that kept it (`Local`, forwarded through vecgate). Either way the client's
     kernel must get the error about the packet it sent, to the service address, lower
-    its path MTU and retransmit: the upload completes intact only if it did."""
-    c, g, r, be = pmtu_topology(lab)
-    gw = Vecgate(lab, vecgate, g, pmtu_config(), tmp_path)
+    its path MTU and retransmit: the upload completes intact only if it did. The same
+    when vecgate's own link to the router is the narrow one: its error about the
+    translated packet goes the same ways."""
+    c, g, r, be = pmtu_topology(lab, narrow_router=narrow == "router")
+    gw = Vecgate(lab, vecgate, g, pmtu_config(1500 if narrow == "router" else 1280), tmp_path)
     serve(lab, be, "be")
     v6 = ":" in vip
     lab.run(be, "ping", "-6" if v6 else "-4", "-c", "2", "-i", "0.2", "-W", "1", "2001:db8:2::1" if v6 else "198.19.2.1", check=False)
