@@ -314,8 +314,8 @@ IKE_CASES = [("aes-gcm-128", 4), ("chacha20-poly1305", 6)]
 
 def ike_lab(lab, vecgate, tmp_path, plugin, alg, fam, a_ts_suffix="", b_child=""):
     """The topology of test_strongswan_drives_vecgates_sas_over_ike with both charons
-    started: (f, ns A, ns H, vecgate, swanctl on A). `b_child`: more settings of charon
-    B's CHILD_SA."""
+    started: (f, ns A, ns H, vecgate, swanctl on A, charon B). `b_child`: more settings of
+    charon B's CHILD_SA."""
     f, tap, esp = FAMILIES[fam], TAP[fam], ALGS[alg]
     v6 = ["nodad"] if fam == 6 else []
     a, g, h, s = lab.ns("a"), lab.dataplane_ns("g"), lab.ns("h"), lab.ns("s")
@@ -365,8 +365,8 @@ udp_ports = [500, 4500]
     # an SA outside the range stays.
     for index, spi in ((1000, 4096), (7, 4097)):
         gw.ctl("ipsec", "sa", "add", str(index), "spi", str(spi), "inbound", "alg", "null", "local", f["b"], "remote", f["a"])
-    start_charon(lab, s, tmp_path / "b", f["b"], f["a"], f["h_net"], f["a_net"], esp, vecgate=(plugin, gw.sock), mobike="no",
-                 child=b_child)
+    cb, _ = start_charon(lab, s, tmp_path / "b", f["b"], f["a"], f["h_net"], f["a_net"], esp, vecgate=(plugin, gw.sock), mobike="no",
+                         child=b_child)
     assert [r["index"] for r in gw.ctl("show", "ipsec", "sa")["data"]["sas"]] == [7]
     assert "kernel-vecgate" in (tmp_path / "b" / "charon.log").read_text()
 
@@ -376,7 +376,7 @@ udp_ports = [500, 4500]
         assert r.returncode == 0, r.stdout + r.stderr
         return r.stdout
 
-    return f, a, h, gw, swanctl_a
+    return f, a, h, gw, swanctl_a, cb
 
 
 @pytest.mark.parametrize("alg,fam", IKE_CASES, ids=[f"{a}-v{f}" for a, f in IKE_CASES])
@@ -393,7 +393,7 @@ def test_strongswan_drives_vecgates_sas_over_ike(lab, vecgate, tmp_path, kernel_
                                               └─ ns S: vg-host 198.18.250.2, 198.18.3.2/32; charon B
     (and the same over IPv6: FAMILIES, TAP)
     """
-    f, a, h, gw, swanctl_a = ike_lab(lab, vecgate, tmp_path, kernel_vecgate_plugin, alg, fam)
+    f, a, h, gw, swanctl_a, cb = ike_lab(lab, vecgate, tmp_path, kernel_vecgate_plugin, alg, fam)
     assert "initiate completed successfully" in swanctl_a("--initiate", "--child", "net")
     # The CHILD_SA's two SAs, as A's charon installed them: vecgate has their mirror.
     sas_a = child_sa_keys(tmp_path / "a" / "keys.log", f["a"])
@@ -441,7 +441,7 @@ def test_strongswan_selectors_narrower_than_a_prefix_are_refused(lab, vecgate, t
     """vecgate's SAs from charon are route-based: a CHILD_SA whose peer selector names a
     protocol (A proposes TCP only) is refused by the plugin before anything reaches
     vecgate, and the CHILD_SA fails instead of being installed to protect other traffic."""
-    f, a, h, gw, swanctl_a = ike_lab(lab, vecgate, tmp_path, kernel_vecgate_plugin, "aes-gcm-128", 4, a_ts_suffix="[tcp]")
+    f, a, h, gw, swanctl_a, cb = ike_lab(lab, vecgate, tmp_path, kernel_vecgate_plugin, "aes-gcm-128", 4, a_ts_suffix="[tcp]")
     r = subprocess.run(["swanctl", "--initiate", "--child", "net", "--uri", f"unix://{tmp_path}/a/charon.vici"],
                        env=dict(os.environ, STRONGSWAN_CONF=str(tmp_path / "a" / "strongswan.conf")), capture_output=True, text=True,
                        timeout=60)
@@ -474,6 +474,14 @@ def listed_spis(listing):
     return {int(x, 16) for x in re.findall(r"\b(?:in|out)\s+([0-9a-f]{8})", listing)}
 
 
+def stop_charon_b(cb, gw, tmp_path):
+    """SIGTERM to charon B while the plugin's timers (and its poll) are pending: charon
+    deletes its SAs and exits cleanly, and none of them stays in vecgate."""
+    cb.terminate()
+    assert cb.wait(15) == 0, b_log(tmp_path)[-3000:]
+    assert sa_rows(gw) == [], sa_rows(gw)
+
+
 def rekeyed(gw, old, seconds, why):
     """Two SAs in vecgate again, none of them one of `old` (the SPIs before)."""
     rows = settle(gw, lambda r: len(r) == 2 and not old & {x["spi"] for x in r}, seconds=seconds)
@@ -485,7 +493,7 @@ def test_strongswan_rekeys_vecgates_sas_by_time(lab, vecgate, tmp_path, kernel_v
     """B's rekey_time (6 s, no jitter): the plugin's timer reports the soft expire of the
     inbound SA, and B rekeys the CHILD_SA on its own: new SAs in vecgate, the old ones
     removed, traffic through the new ones."""
-    f, a, h, gw, swanctl_a = ike_lab(lab, vecgate, tmp_path, kernel_vecgate_plugin, "aes-gcm-128", 4,
+    f, a, h, gw, swanctl_a, cb = ike_lab(lab, vecgate, tmp_path, kernel_vecgate_plugin, "aes-gcm-128", 4,
                                      b_child="rekey_time = 6s\n life_time = 60s\n rand_time = 0s")
     assert "initiate completed successfully" in swanctl_a("--initiate", "--child", "net")
     started = time.time()
@@ -501,6 +509,7 @@ def test_strongswan_rekeys_vecgates_sas_by_time(lab, vecgate, tmp_path, kernel_v
     listing = swanctl_b(tmp_path, "--list-sas")
     assert "INSTALLED" in listing and listed_spis(listing) == {r["spi"] for r in rows}, (listing, rows)
     through(lab, gw, a, f, "CHILD_SA rekeyed by B's timer")
+    stop_charon_b(cb, gw, tmp_path)
     assert gw.stop()[0] == 0
 
 
@@ -508,11 +517,12 @@ def test_strongswan_rekeys_vecgates_sas_by_bytes(lab, vecgate, tmp_path, kernel_
     """B's rekey_bytes (1 MB; life_bytes 100 MB): the limits reach vecgate with the SAs,
     10 MB each way pass whole, and B rekeys the CHILD_SA on its own as the counts pass
     1 MB."""
-    f, a, h, gw, swanctl_a = ike_lab(lab, vecgate, tmp_path, kernel_vecgate_plugin, "aes-gcm-128", 4,
+    f, a, h, gw, swanctl_a, cb = ike_lab(lab, vecgate, tmp_path, kernel_vecgate_plugin, "aes-gcm-128", 4,
                                      b_child="rekey_bytes = 1000000\n life_bytes = 100000000\n rand_bytes = 0")
     assert "initiate completed successfully" in swanctl_a("--initiate", "--child", "net")
     rows = settle(gw, lambda r: len(r) == 2)
-    assert [r["lifetime"] for r in rows] == [dict(soft_packets=0, hard_packets=0, soft_bytes=1_000_000, hard_bytes=100_000_000)] * 2, rows
+    limits = dict(soft_packets=0, hard_packets=0, soft_bytes=1_000_000, hard_bytes=100_000_000)
+    assert [r["lifetime"] for r in rows] == [limits] * 2, rows
     old = {r["spi"] for r in rows}
     through(lab, gw, a, f, "first CHILD_SA")
     both_ways(lab, a, h, f, 4, 7120)
@@ -526,6 +536,7 @@ def test_strongswan_rekeys_vecgates_sas_by_bytes(lab, vecgate, tmp_path, kernel_
     assert e.get(("esp4-decrypt", "soft-lifetime"), 0) + e.get(("esp4-encrypt", "soft-lifetime"), 0) >= 1, e
     assert not e.get(("esp4-decrypt", "lifetime-expired")) and not e.get(("esp4-encrypt", "lifetime-expired")), e
     through(lab, gw, a, f, "CHILD_SA rekeyed by B's byte count")
+    stop_charon_b(cb, gw, tmp_path)
     assert gw.stop()[0] == 0
 
 
@@ -533,7 +544,7 @@ def test_strongswan_expires_vecgates_sas_by_packets(lab, vecgate, tmp_path, kern
     """B's life_packets (200; no rekey by packets or time): vecgate drops the inbound
     packets past 200 (lifetime-expired), and the SAs go from vecgate and from B's CHILD_SAs
     (charon then sets up a new CHILD_SA, as after any hard expire)."""
-    f, a, h, gw, swanctl_a = ike_lab(lab, vecgate, tmp_path, kernel_vecgate_plugin, "aes-gcm-128", 4,
+    f, a, h, gw, swanctl_a, cb = ike_lab(lab, vecgate, tmp_path, kernel_vecgate_plugin, "aes-gcm-128", 4,
                                      b_child="rekey_time = 0s\n life_packets = 200\n rand_packets = 0")
     assert "initiate completed successfully" in swanctl_a("--initiate", "--child", "net")
     rows = settle(gw, lambda r: len(r) == 2)
@@ -551,4 +562,5 @@ def test_strongswan_expires_vecgates_sas_by_packets(lab, vecgate, tmp_path, kern
     assert "closing expired CHILD_SA" in log, log[-3000:]
     listing = swanctl_b(tmp_path, "--list-sas")
     assert not old & listed_spis(listing), (old, listing)
+    stop_charon_b(cb, gw, tmp_path)
     assert gw.stop()[0] == 0
