@@ -209,6 +209,9 @@ pub struct Control {
     pub applied: Config,
     /// The file `reload` reads by default (none for the built-in default gateway).
     pub config_path: Option<std::path::PathBuf>,
+    /// The link whose port opened with `ip-punt-inject` as its first node (`[punt]`'s
+    /// interface at start-up): the only one a reload may name as the punt link.
+    pub punt_link: Option<String>,
     /// Each worker's lanes to the others (`lanes_to[k][j]`: from worker k to j), for the
     /// devices of interfaces added at run time on workers that do not own them.
     pub lanes_to: Vec<Vec<Option<engine::handoff::LaneTx>>>,
@@ -1003,6 +1006,7 @@ fn build(
         hold_gauges,
         applied: cfg.clone(),
         config_path: None,
+        punt_link: cfg.punt.as_ref().map(|p| p.interface.clone()).filter(|name| cfg.interfaces.iter().any(|ic| &ic.name == name)),
         lanes_to: Vec::new(),
         link_poll: Default::default(),
     };

@@ -148,6 +148,9 @@ pub(crate) fn remove(c: &mut Control, name: &str) -> Result<RemovedInterface, St
     if let Some(spd) = c.spd.binding(i) {
         return Err(format!("{name} has SPD {} bound: unbind it first (`ipsec spd unbind {name}`)", spd.0));
     }
+    if c.state.punt().is_some_and(|p| p.interface == name) {
+        return Err(format!("{name} is the punt link: turn [punt] off first (a reload without it)"));
+    }
     if let Some((id, _)) = c.gtpu.tunnels().find(|(_, t)| t.decap_next == gtpu::DecapNext::Ethernet(i)) {
         let t = ip::tables::TunnelRef { kind: ip::tables::TunnelKind::Gtpu4, id };
         return Err(format!("GTP-U tunnel {} decapsulates to {name}: delete it first", t.if_name()));

@@ -59,6 +59,7 @@ pub fn reload(c: &mut Control, path: Option<&str>) -> Result<Reply, String> {
     check_scratch(&new)?;
     check_fixed(&c.applied, &new)?;
     check_interfaces(c, &new)?;
+    check_punt_link(c, &new)?;
     let mut changes = Vec::new();
     // Interfaces first (routes and tunnels may need their subnets); the ones the file
     // dropped go last, after the routes through them.
@@ -198,6 +199,25 @@ fn check_interfaces(c: &Control, new: &Config) -> Result<(), String> {
                 new.source, o.name
             ));
         }
+    }
+    Ok(())
+}
+
+/// A link's first node is chosen when its port opens: the punt link's is `ip-punt-inject`
+/// (the host's packets sent as the gateway's), chosen at start-up. Another link, or the
+/// punt link opened again by this reload, would receive the host's packets as any
+/// link's: refused rather than half done.
+fn check_punt_link(c: &Control, new: &Config) -> Result<(), String> {
+    let Some(p) = &new.punt else { return Ok(()) };
+    let refuse = |what: String| Err(format!("{}: punt: interface: {what} (restart to apply); nothing was changed", new.source));
+    if c.punt_link.as_deref() != Some(p.interface.as_str()) {
+        return refuse(match &c.punt_link {
+            Some(link) => format!("the punt link is {link:?} since start-up; {:?} cannot become it while the gateway runs", p.interface),
+            None => format!("no punt link was opened at start-up; {:?} cannot become it while the gateway runs", p.interface),
+        });
+    }
+    if new.interfaces.iter().any(|ic| ic.name == p.interface && !interface_current(c, ic)) {
+        return refuse(format!("{:?} is the punt link: it cannot be replaced while the gateway runs", p.interface));
     }
     Ok(())
 }
