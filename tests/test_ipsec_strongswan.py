@@ -564,3 +564,31 @@ def test_strongswan_expires_vecgates_sas_by_packets(lab, vecgate, tmp_path, kern
     assert not old & listed_spis(listing), (old, listing)
     stop_charon_b(cb, gw, tmp_path)
     assert gw.stop()[0] == 0
+
+
+def test_strongswan_expires_an_inbound_sa_that_stopped_short_of_its_byte_limit(lab, vecgate, tmp_path, kernel_vecgate_plugin):
+    """B's life_bytes (50,000) with traffic one way only (A's 1000-byte datagrams to an
+    address behind vecgate that nobody answers): vecgate refuses, uncounted, the datagram
+    that would pass the inbound SA's limit, so its count stops short of it (48 × 1028
+    bytes); the plugin learns of the refusal from `show ipsec sa`'s `expired` and reports
+    the hard expire, and the SAs go."""
+    f, a, h, gw, swanctl_a, cb = ike_lab(lab, vecgate, tmp_path, kernel_vecgate_plugin, "aes-gcm-128", 4,
+                                     b_child="rekey_time = 0s\n life_bytes = 50000\n rand_bytes = 0")
+    assert "initiate completed successfully" in swanctl_a("--initiate", "--child", "net")
+    rows = settle(gw, lambda r: len(r) == 2)
+    assert [r["lifetime"]["hard_bytes"] for r in rows] == [50_000] * 2, rows
+    old = {r["spi"] for r in rows}
+    send = ("import socket, time\n"
+            "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+            f"s.bind(('{f['a_host']}', 0))\n"
+            "for i in range(60):\n"
+            "    s.sendto(bytes(1000), ('198.19.4.77', 9)); time.sleep(0.002)\n")
+    lab.run(a, "python3", "-c", send)
+    e = gw.errors()
+    assert e.get(("esp4-decrypt", "lifetime-expired"), 0) >= 1, e
+    rows = settle(gw, lambda r: not old & {x["spi"] for x in r}, seconds=10)
+    assert not old & {r["spi"] for r in rows}, ("the SAs outlived the inbound one's refusal", old, [(r["direction"], r["packets"], r["bytes"], r["expired"]) for r in rows], e)
+    log = b_log(tmp_path)
+    assert "reached its hard lifetime" in log and "creating delete job for CHILD_SA" in log, log[-3000:]
+    stop_charon_b(cb, gw, tmp_path)
+    assert gw.stop()[0] == 0

@@ -36,10 +36,6 @@
 /** vecgate reports no lifetime events: how often we read the counts of SAs
  * that have a byte or packet limit (ms) */
 #define POLL_MS 1000
-/** the largest payload of a packet through vecgate (its largest MTU). An
- * inbound SA refuses, uncounted, the packet that would take it past its hard
- * byte limit, so its count may stop up to that much short of the limit. */
-#define MAX_PAYLOAD 9216
 
 /** state of one index of our range */
 typedef enum {
@@ -396,6 +392,14 @@ static bool number_in(char *text, char *end, const char *key, uint64_t *value)
 	return pos && (!end || pos < end) && number_after(pos, key, value);
 }
 
+/** whether `text` has `what` before `end` (NULL: anywhere) */
+static bool found_in(char *text, char *end, const char *what)
+{
+	char *pos = strstr(text, what);
+
+	return pos && (!end || pos < end);
+}
+
 /** delete one of our SAs in vecgate */
 static status_t del_index(private_kernel_vecgate_ipsec_t *this, int64_t index)
 {
@@ -623,11 +627,53 @@ static void schedule_time(private_kernel_vecgate_ipsec_t *this, u_int id,
 						min(seconds, UINT32_MAX));
 }
 
-/** a count reached a limit (0: none). The kernel's way, a count reaching the
- * limit; `slack` early. */
-static bool reached(uint64_t count, uint64_t limit, uint64_t slack)
+/** a count reached a limit (0: none), the kernel's way */
+static bool reached(uint64_t count, uint64_t limit)
 {
-	return limit && count + slack >= limit;
+	return limit && count >= limit;
+}
+
+/** one past the closing brace of the JSON object opening at `start` (NULL if
+ * it does not close); braces in strings do not count */
+static char *object_end(char *start)
+{
+	bool quoted = FALSE;
+	int depth = 0;
+	char *p;
+
+	for (p = start; *p; p++)
+	{
+		if (quoted)
+		{
+			if (*p == '\\' && p[1])
+			{
+				p++;
+			}
+			else if (*p == '"')
+			{
+				quoted = FALSE;
+			}
+			continue;
+		}
+		switch (*p)
+		{
+			case '"':
+				quoted = TRUE;
+				break;
+			case '{':
+				depth++;
+				break;
+			case '}':
+				if (--depth == 0)
+				{
+					return p + 1;
+				}
+				break;
+			default:
+				break;
+		}
+	}
+	return NULL;
 }
 
 /** compare each of our SAs with a volume limit to vecgate's counts; call with
@@ -636,11 +682,12 @@ static void check_counts(private_kernel_vecgate_ipsec_t *this,
 						 linked_list_t *events)
 {
 	char *answer = NULL, *error, *pos, *next;
-	uint64_t index, packets, bytes, slack;
+	uint64_t index, packets, bytes;
 	sa_entry_t *entry;
 
-	/* one request for all: each SA's object starts with its "index" and has
-	 * its "packets" and "bytes" (inbound: all workers summed) */
+	/* one request for all: the "sas" array has an object per SA, with its
+	 * "index", "packets", "bytes" (inbound: all workers summed) and "expired",
+	 * in no order we rely on: each object is cut out whole */
 	if (request(this, "{\"op\":\"show_ipsec_sa\"}", &error, &answer) != SUCCESS)
 	{
 		DBG1(DBG_KNL, "vecgate: reading SA counts for byte and packet "
@@ -648,23 +695,28 @@ static void check_counts(private_kernel_vecgate_ipsec_t *this,
 		free(error);
 		return;
 	}
-	for (pos = strstr(answer, "\"index\":"); pos; pos = next)
+	pos = strstr(answer, "\"sas\":[");
+	for (pos = pos ? pos + strlen("\"sas\":[") : NULL;
+		 pos && *pos == '{' && (next = object_end(pos));
+		 pos = *next == ',' ? next + 1 : NULL)
 	{
-		next = strstr(pos + 1, "\"index\":");
 		if (number_in(pos, next, "\"index\":", &index) &&
 			number_in(pos, next, "\"packets\":", &packets) &&
 			number_in(pos, next, "\"bytes\":", &bytes) &&
 			(entry = find_installed(this, 0, index)) &&
 			has_volume_limits(entry))
 		{
-			slack = entry->inbound ? min(MAX_PAYLOAD, entry->life_bytes / 2) : 0;
-			if (reached(packets, entry->life_packets, 0) ||
-				reached(bytes, entry->life_bytes, slack))
+			/* "expired": vecgate refused a packet for the hard limit. An
+			 * inbound SA's byte count may stop short of that limit (the
+			 * packet that would pass it is refused uncounted). */
+			if (found_in(pos, next, "\"expired\":true") ||
+				reached(packets, entry->life_packets) ||
+				reached(bytes, entry->life_bytes))
 			{
 				expire_entry(this, entry, TRUE, events);
 			}
-			else if (reached(packets, entry->rekey_packets, 0) ||
-					 reached(bytes, entry->rekey_bytes, 0))
+			else if (reached(packets, entry->rekey_packets) ||
+					 reached(bytes, entry->rekey_bytes))
 			{
 				expire_entry(this, entry, FALSE, events);
 			}

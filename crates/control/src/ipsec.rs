@@ -345,6 +345,9 @@ pub struct SaRow {
     /// payload bytes), all workers.
     pub packets: u64,
     pub bytes: u64,
+    /// The SA refuses every packet: a hard lifetime passed (on some worker, inbound)
+    /// or its sequence numbers ran out. What an IKE daemon replaces it on.
+    pub expired: bool,
 }
 
 pub fn rows(x: &IpsecState) -> Vec<SaRow> {
@@ -369,6 +372,7 @@ pub fn rows(x: &IpsecState) -> Vec<SaRow> {
                 urpf: p.urpf,
                 packets: if out { s.outbound.packets() } else { 0 },
                 bytes: if out { s.outbound.bytes() } else { 0 },
+                expired: out && s.outbound.expired(&p.lifetime),
             }
         })
         .collect()
@@ -376,12 +380,13 @@ pub fn rows(x: &IpsecState) -> Vec<SaRow> {
 
 /// The workers' inbound counts (`IpsecContext::inbound_counts`) into the inbound rows:
 /// each count belongs to the SA it names by identity, not to a later one at its index.
-pub fn add_inbound_counts(x: &IpsecState, rows: &mut [SaRow], taken: &[(u32, std::sync::Arc<ipsec::sa::Outbound>, u64, u64)]) {
-    for (index, id, packets, bytes) in taken {
-        let same = x.get(*index).is_some_and(|s| std::sync::Arc::ptr_eq(&s.outbound, id));
-        if let Some(r) = rows.iter_mut().find(|r| r.index == *index && r.direction == Direction::Inbound).filter(|_| same) {
-            r.packets += packets;
-            r.bytes += bytes;
+pub fn add_inbound_counts(x: &IpsecState, rows: &mut [SaRow], taken: &[ipsec::context::InboundCount]) {
+    for t in taken {
+        let same = x.get(t.index).is_some_and(|s| std::sync::Arc::ptr_eq(&s.outbound, &t.id));
+        if let Some(r) = rows.iter_mut().find(|r| r.index == t.index && r.direction == Direction::Inbound).filter(|_| same) {
+            r.packets += t.packets;
+            r.bytes += t.bytes;
+            r.expired |= t.expired;
         }
     }
 }
@@ -398,7 +403,7 @@ pub fn format_rows(rows: &[SaRow]) -> String {
             Direction::Outbound => "outbound",
         };
         s += &format!(
-            "{:<6} {:<15} {:<10} {:<9} {:<18} {:<22} {:<22} {:<10} {:>10} {:>12}{}\n",
+            "{:<6} {:<15} {:<10} {:<9} {:<18} {:<22} {:<22} {:<10} {:>10} {:>12}{}{}\n",
             r.index,
             r.name.as_deref().unwrap_or(if r.mode == Mode::Transport { "(transport)" } else { "-" }),
             format!("{:#x}", r.spi),
@@ -409,7 +414,8 @@ pub fn format_rows(rows: &[SaRow]) -> String {
             udp,
             r.packets,
             r.bytes,
-            crate::format::urpf_words(r.urpf)
+            crate::format::urpf_words(r.urpf),
+            if r.expired { "  expired" } else { "" }
         );
     }
     s
@@ -475,6 +481,33 @@ mod tests {
         assert_eq!((r[0].mode, r[0].name.as_deref()), (Mode::Transport, None));
         assert!(format_rows(&r).contains("(transport)"));
         assert_eq!(x.tunnel_by_name("ipsec_tunnel3"), None, "no route can lead into it");
+    }
+
+    #[test]
+    fn an_sa_past_its_hard_lifetime_shows_expired() {
+        let mut x = IpsecState::new();
+        let lifetime = Lifetime { hard_packets: 2, ..Default::default() };
+        let (out, _) = IpsecSaConfig { lifetime, ..sa() }.to_spec().unwrap();
+        let (inb, _) = IpsecSaConfig { spi: 0x101, direction: Direction::Inbound, routes: Vec::new(), ..sa() }.to_spec().unwrap();
+        x.add(0, out, [0; 16]).unwrap();
+        x.add(1, inb, [0; 16]).unwrap();
+        let expired = |x: &IpsecState, taken: &[ipsec::context::InboundCount]| {
+            let mut r = rows(x);
+            add_inbound_counts(x, &mut r, taken);
+            (r[0].expired, r[1].expired, format_rows(&r).matches("expired").count())
+        };
+        let o = std::sync::Arc::clone(&x.get(0).unwrap().outbound);
+        for _ in 0..2 {
+            o.next(64, false, &lifetime).unwrap();
+        }
+        assert_eq!(expired(&x, &[]), (false, false, 0), "at the limit, nothing refused yet");
+        assert!(o.next(64, false, &lifetime).is_err());
+        assert_eq!(expired(&x, &[]), (true, false, 1));
+        // Inbound: any worker's refusal; a count of an SA replaced at the index is not its.
+        let id = std::sync::Arc::clone(&x.get(1).unwrap().outbound);
+        let count = |expired, id| ipsec::context::InboundCount { index: 1, id, packets: 5, bytes: 320, expired };
+        assert_eq!(expired(&x, &[count(false, id.clone()), count(true, id.clone())]), (true, true, 2));
+        assert_eq!(expired(&x, &[count(true, std::sync::Arc::default())]), (true, false, 1));
     }
 
     #[test]

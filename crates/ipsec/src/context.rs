@@ -19,6 +19,18 @@ pub struct IpsecContext {
     inbound: InboundStates,
 }
 
+/// One worker's count of an inbound SA ([`IpsecContext::inbound_counts`]).
+#[derive(Debug, Clone)]
+pub struct InboundCount {
+    pub index: u32,
+    /// The SA's identity: a count of an SA since replaced at the index is not its.
+    pub id: Arc<Outbound>,
+    pub packets: u64,
+    pub bytes: u64,
+    /// A packet was refused here for a hard lifetime.
+    pub expired: bool,
+}
+
 impl IpsecContext {
     pub fn new(shared: Arc<ArcSwap<IpsecTables>>) -> Self {
         let tables = shared.load_full();
@@ -36,11 +48,21 @@ impl IpsecContext {
         true
     }
 
-    /// What this worker's inbound SAs took: (index, the SA's identity, packets, bytes)
-    /// for each that received a packet here (`show ipsec sa` sums the workers').
-    pub fn inbound_counts(&self) -> Vec<(u32, Arc<Outbound>, u64, u64)> {
+    /// What this worker's inbound SAs took, for each that received a packet here
+    /// (`show ipsec sa` sums the workers').
+    pub fn inbound_counts(&self) -> Vec<InboundCount> {
         let slots = self.inbound.iter().enumerate();
-        slots.filter_map(|(i, s)| s.as_ref().map(|(id, st)| (i as u32, Arc::clone(id), st.packets, st.bytes))).collect()
+        slots
+            .filter_map(|(i, s)| {
+                s.as_ref().map(|(id, st)| InboundCount {
+                    index: i as u32,
+                    id: Arc::clone(id),
+                    packets: st.packets,
+                    bytes: st.bytes,
+                    expired: st.expired,
+                })
+            })
+            .collect()
     }
 
     /// This worker's state of inbound SA `index` (`sa` its table entry); fresh if the SA

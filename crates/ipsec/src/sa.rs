@@ -241,6 +241,14 @@ impl Outbound {
     pub fn bytes(&self) -> u64 {
         self.bytes.load(Ordering::Relaxed)
     }
+
+    /// Whether the SA refuses every packet from now on: its sequence numbers ran out,
+    /// or a packet was refused for a hard lifetime (refused packets are counted here,
+    /// so the counts are past the limit).
+    pub fn expired(&self, life: &Lifetime) -> bool {
+        let packets = self.packets();
+        packets == u64::MAX || life.age(packets, self.bytes(), 0) == Age::Expired
+    }
 }
 
 /// Why an inbound packet is refused by the SA's state.
@@ -256,11 +264,15 @@ pub struct Inbound {
     pub window: ReplayWindow,
     pub packets: u64,
     pub bytes: u64,
+    /// A packet was refused for a hard lifetime. The counts alone cannot say so: the
+    /// packet that would pass the byte limit is refused uncounted, so they may stop
+    /// short of it.
+    pub expired: bool,
 }
 
 impl Inbound {
     pub fn new(esn: bool) -> Self {
-        Inbound { window: ReplayWindow::new(esn), packets: 0, bytes: 0 }
+        Inbound { window: ReplayWindow::new(esn), packets: 0, bytes: 0, expired: false }
     }
 
     /// After the ICV verified: record the number (when `anti_replay`) and count the
@@ -269,6 +281,7 @@ impl Inbound {
     pub fn accept(&mut self, seq: u64, len: u64, life: &Lifetime, anti_replay: bool) -> Result<Age, InboundError> {
         let age = life.age(self.packets + 1, self.bytes + len, len);
         if age == Age::Expired {
+            self.expired = true;
             return Err(InboundError::Expired);
         }
         if anti_replay {
@@ -362,8 +375,16 @@ mod tests {
         assert_eq!(i.accept(1, 10, &l, true), Ok(Age::Fresh));
         assert_eq!(i.accept(1, 10, &l, true), Err(InboundError::Replay(ReplayError::Replayed)));
         assert_eq!(i.accept(2, 10, &l, true), Ok(Age::Fresh));
+        assert!(!i.expired);
         assert_eq!(i.accept(3, 10, &l, true), Err(InboundError::Expired));
-        assert_eq!((i.packets, i.bytes), (2, 20));
+        assert_eq!((i.packets, i.bytes, i.expired), (2, 20, true));
+        // A byte limit: the packet that would pass it is refused uncounted, so the
+        // count stays short of the limit, and the flag tells.
+        let l = Lifetime { hard_bytes: 25, ..Default::default() };
+        let mut k = Inbound::new(false);
+        assert_eq!(k.accept(1, 20, &l, true), Ok(Age::Fresh));
+        assert_eq!(k.accept(2, 20, &l, true), Err(InboundError::Expired));
+        assert_eq!((k.bytes, k.expired), (20, true));
         // Without anti-replay the same number is taken again.
         let mut j = Inbound::new(false);
         assert_eq!(j.accept(1, 10, &Lifetime::default(), false), Ok(Age::Fresh));
