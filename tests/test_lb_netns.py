@@ -304,9 +304,10 @@ snat6 = "2001:db8:1::1"
 """ + svc("web", VIP, 80, "Cluster") + svc("web-local", VIP, 81, "Local") + svc("web6", VIP6, 80, "Cluster") + svc("web6-local", VIP6, 81, "Local")
 
 
+@pytest.mark.parametrize("workers", [1, 2])
 @pytest.mark.parametrize("narrow", ["router", "vecgate"])
 @pytest.mark.parametrize("vip", [VIP, VIP6], ids=["v4", "v6"])
-def test_path_mtu_discovery_through_the_translation(lab, vecgate, tmp_path, vip, narrow):
+def test_path_mtu_discovery_through_the_translation(lab, vecgate, tmp_path, vip, narrow, workers):
     """A router beyond vecgate cannot forward the client's full-size segments to the
     backend and says so (frag-needed / packet too big) to their source: vecgate's own
     address for a source-translated connection (`Cluster`, by ipN-local), the client's
@@ -314,9 +315,11 @@ def test_path_mtu_discovery_through_the_translation(lab, vecgate, tmp_path, vip,
     kernel must get the error about the packet it sent, to the service address, lower
     its path MTU and retransmit: the upload completes intact only if it did. The same
     when vecgate's own link to the router is the narrow one: its error about the
-    translated packet goes the same ways."""
+    translated packet goes the same ways. With two workers, the errors are steered to the
+    worker that holds the connection's session, as its replies are."""
     c, g, r, be = pmtu_topology(lab, narrow_router=narrow == "router")
-    gw = Vecgate(lab, vecgate, g, pmtu_config(1500 if narrow == "router" else 1280), tmp_path)
+    text = f"[dataplane]\nworkers = {workers}\n" + pmtu_config(1500 if narrow == "router" else 1280)
+    gw = Vecgate(lab, vecgate, g, text, tmp_path, split_dataplane=True)
     serve(lab, be, "be")
     v6 = ":" in vip
     lab.run(be, "ping", "-6" if v6 else "-4", "-c", "2", "-i", "0.2", "-W", "1", "2001:db8:2::1" if v6 else "198.19.2.1", check=False)
