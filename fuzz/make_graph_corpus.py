@@ -11,7 +11,7 @@ import struct
 import sys
 from pathlib import Path
 
-from scapy.all import (ARP, ICMP, IP, TCP, UDP, Ether, Dot1Q, IPv6, ICMPv6EchoRequest, ICMPv6ND_NS,
+from scapy.all import (ARP, ICMP, IP, TCP, UDP, Ether, Dot1Q, IPv6, ICMPv6EchoRequest, ICMPv6ND_NS, ICMPv6PacketTooBig,
                        ICMPv6NDOptSrcLLAddr, IPv6ExtHdrFragment, IPv6ExtHdrHopByHop, HBHOptUnknown, GRE, Raw,
                        fragment, fragment6, raw)
 from scapy.contrib.gtp import GTP_U_Header, GTPPDUSessionContainer, GTPEchoRequest
@@ -224,6 +224,14 @@ seeds = {
                     rec(ACCESS, eth(ACCESS, IP(src=USER4, dst="198.18.128.11") / TCP(sport=40002, dport=80, flags="A", seq=2) / payload(200)))],
     "lb6-dsr-gue": [rec(ACCESS, user_udp6("2001:db8:128::11", 120, sport=5002, dport=53), hold=True),
                     rec(ACCESS, user_udp6("2001:db8:128::11", 64, sport=5003, dport=53))],
+    # A packet too big about the IPv6 service's translated datagram, to the node's
+    # address (the client's port kept on it; either backend): lb6-nat translates it to
+    # the client. (No `Local` service here: its forwarded replies would take every
+    # forwarded packet through lbN-nat, past ethernet-input's forwarding fast paths.)
+    "lb6-ptb": [rec(ACCESS, user_udp6("2001:db8:128::10", 1300, sport=5010, dport=53))]
+               + [rec(ACCESS, eth(ACCESS, IPv6(src="2001:db8::9", dst=US6) / ICMPv6PacketTooBig(mtu=1280)
+                                  / raw(IPv6(src=US6, dst=b, hlim=63) / UDP(sport=5010, dport=5353) / payload(1300))[:1232]))
+                  for b in ("2001:db8:98::10", "2001:db8:98::11")],
     "lb-no-service": [rec(ACCESS, eth(ACCESS, IP(src=USER4, dst="198.18.128.10") / TCP(sport=40001, dport=81, flags="S"))),
                       rec(ACCESS, user_udp6("2001:db8:128::10", 8, sport=5001, dport=54))],
     # Parcels: routed out of the parcel link whole, split for the narrow link, and a run

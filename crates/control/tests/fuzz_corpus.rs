@@ -56,7 +56,10 @@ fn graph_corpus_through_two_workers() {
     // The seeds' replies go to the client's own port on the SNAT address, which a worker
     // keeps only when replies to it come to that worker: tests/lb_workers.rs replies to
     // the port chosen.
-    seeds_reach_every_feature(Harness::with_workers(2), &[("lb4-nat", "reply-translated"), ("lb6-nat", "reply-translated")]);
+    seeds_reach_every_feature(
+        Harness::with_workers(2),
+        &[("lb4-nat", "reply-translated"), ("lb6-nat", "reply-translated"), ("lb6-nat", "icmp-translated")],
+    );
 }
 
 /// `not_here`: counters the seeds cannot reach with this harness.
@@ -91,6 +94,7 @@ fn seeds_reach_every_feature(mut h: Harness, not_here: &[(&str, &str)]) {
         ("lb6-nat", "reply-translated"),
         ("lb4-nat", "no-service"),
         ("lb6-nat", "no-service"),
+        ("lb6-nat", "icmp-translated"),
         ("ethernet-input", "parcels-forwarded-whole"),
         ("parcel4-input", "to-split"),
         ("parcel4-split", "parcels-split"),
