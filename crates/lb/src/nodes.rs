@@ -204,6 +204,16 @@ fn nat_drop(e: NatError) -> LbNatCounter {
     }
 }
 
+/// An ICMP error about a packet of one of this worker's connections, translated in place
+/// to be about the packet the error's receiver sent (PMTU discovery through the
+/// translation); false, untouched, for anything else.
+fn translate_error<F: nat::Layout>(lb: &crate::session::Balancer<F>, pkt: &mut [u8], now: u64) -> bool {
+    let Ok(e) = nat::icmp_error::<F>(pkt) else { return false };
+    let Some(rw) = lb.peek(&e.quoted.reversed(), now) else { return false };
+    nat::translate_icmp_error::<F>(pkt, &e, &rw);
+    true
+}
+
 impl<F: NatNodeFamily> LbNat<F> {
     /// A forwarded packet: translated if it is the reply of a `Local`-policy connection,
     /// or an ICMP error about one of its packets (from the backend or a router on the
@@ -228,12 +238,8 @@ impl<F: NatNodeFamily> LbNat<F> {
                 }
             }
             Err(NatError::Protocol) => {
-                let pkt = buf.bytes_mut();
-                if let Ok(e) = nat::icmp_error::<F>(pkt) {
-                    if let Some(rw) = lb.peek(&e.quoted.reversed(), now) {
-                        nat::translate_icmp_error::<F>(pkt, &e, &rw);
-                        counts.inc(LbNatCounter::IcmpTranslated);
-                    }
+                if translate_error(lb, buf.bytes_mut(), now) {
+                    counts.inc(LbNatCounter::IcmpTranslated);
                 }
             }
             Err(_) => {}
@@ -300,13 +306,9 @@ impl<F: NatNodeFamily> LbNat<F> {
         let flow = match ready.flow() {
             Ok(flow) => flow,
             Err(NatError::Protocol) if F::l4(pkt).is_ok_and(|(_, p)| p == F::ICMP) => {
-                let Ok(e) = nat::icmp_error::<F>(pkt) else {
+                if !translate_error(lb, pkt, now) {
                     return Verdict::Drop(C::IcmpNotOurs);
-                };
-                let Some(rw) = lb.peek(&e.quoted.reversed(), now) else {
-                    return Verdict::Drop(C::IcmpNotOurs);
-                };
-                nat::translate_icmp_error::<F>(pkt, &e, &rw);
+                }
                 counts.inc(C::IcmpTranslated);
                 return Verdict::Next(F::LOOKUP);
             }
