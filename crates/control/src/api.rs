@@ -169,6 +169,10 @@ pub enum Request {
         index: u32,
         urpf: ip::urpf::Urpf,
     },
+    /// Move an SA to new endpoints in place — local and remote address, UDP
+    /// encapsulation and its ports (a NAT rebinding, MOBIKE); keys, SPI, sequence
+    /// numbers, replay window, counts, index and routes stay. Fields not given stay.
+    IpsecSaUpdate(crate::ipsec::SaEndpoints),
     /// SAs without their keys: all, or the one at `index` (an error if there is none).
     ShowIpsecSa {
         #[serde(default)]
@@ -621,6 +625,12 @@ impl Control {
                 // No route changed: the tables as they are, with the SA's new spec.
                 self.publish();
                 Reply::ok(serde_json::Value::Null, format!("SA {index}: urpf {urpf}"))
+            }
+            Request::IpsecSaUpdate(e) => {
+                let now = crate::ipsec::update(&mut self.ipsec, &self.state, e)?;
+                // The outer adjacency follows the new remote; the UDP demux the ports.
+                self.publish_routes();
+                Reply::ok(serde_json::json!({ "index": e.index }), format!("SA {}: {now}", e.index))
             }
             Request::ShowIpsecSa { index } => {
                 let mut rows = crate::ipsec::rows(&self.ipsec);

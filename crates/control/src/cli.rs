@@ -67,6 +67,8 @@ commands:
          [integ-key <hex>] local <addr> remote <addr> [udp-encap] [esn] [no-anti-replay]
          [soft-packets|hard-packets|soft-bytes|hard-bytes <n>] [route <prefix>]... [urpf strict|loose]
   ipsec sa set <index> urpf strict|loose|off   check the sources an inbound SA decrypts
+  ipsec sa set <index> [local <addr>] [remote <addr>] [udp-encap on|off] [udp-ports <src> <dst>]
+                                       move an SA's endpoints in place (NAT rebinding, MOBIKE)
   ipsec sa del <index>
   show ipsec sa [<index>]              SAs (or one) and their counters, both ways (never their keys)
   pcap trace <interface> <file> [<count>]   capture received and sent frames (default 10000)
@@ -154,6 +156,7 @@ pub fn parse(words: &[String]) -> Result<Request, String> {
             index: index.parse().map_err(|_| format!("index {index:?}: expected a number"))?,
             urpf: mode.parse().map_err(|e| format!("urpf {e}"))?,
         }),
+        ["ipsec", "sa", "set", index, rest @ ..] => crate::ipsec::parse_sa_endpoints(index, rest).map(Request::IpsecSaUpdate),
         ["show", "ipsec", "sa" | "sas"] => Ok(Request::ShowIpsecSa { index: None }),
         ["show", "ipsec", "sa" | "sas", index] => {
             Ok(Request::ShowIpsecSa { index: Some(index.parse().map_err(|_| format!("index {index:?}: expected a number"))?) })
@@ -474,6 +477,39 @@ mod tests {
         assert_eq!(
             (one, serde_json::from_str::<Request>(r#"{"op":"show_ipsec_sa"}"#).unwrap()),
             (Request::ShowIpsecSa { index: Some(7) }, Request::ShowIpsecSa { index: None })
+        );
+        assert_eq!(
+            p("ipsec sa set 3 remote 198.18.0.9 udp-ports 4500 61000"),
+            Ok(Request::IpsecSaUpdate(crate::ipsec::SaEndpoints {
+                index: 3,
+                remote: Some("198.18.0.9".into()),
+                udp_src_port: Some(4500),
+                udp_dst_port: Some(61000),
+                ..Default::default()
+            }))
+        );
+        assert_eq!(
+            p("ipsec sa set 3 local 198.18.0.1 udp-encap off"),
+            Ok(Request::IpsecSaUpdate(crate::ipsec::SaEndpoints {
+                index: 3,
+                local: Some("198.18.0.1".into()),
+                udp_encap: Some(false),
+                ..Default::default()
+            }))
+        );
+        assert_eq!(p("ipsec sa set 3 urpf strict"), Ok(Request::IpsecSaSet { index: 3, urpf: ip::urpf::Urpf::Strict }));
+        assert!(p("ipsec sa set 3").unwrap_err().contains("needs local, remote"));
+        assert!(p("ipsec sa set 3 udp-ports 4500").unwrap_err().contains("udp-ports needs a value"));
+        assert!(p("ipsec sa set 3 udp-encap maybe").unwrap_err().contains("expected on or off"));
+        let j: Request = serde_json::from_str(r#"{"op":"ipsec_sa_update","index":3,"remote":"198.18.0.9","udp_dst_port":61000}"#).unwrap();
+        assert_eq!(
+            j,
+            Request::IpsecSaUpdate(crate::ipsec::SaEndpoints {
+                index: 3,
+                remote: Some("198.18.0.9".into()),
+                udp_dst_port: Some(61000),
+                ..Default::default()
+            })
         );
         assert!(p("make coffee").unwrap_err().contains("unknown command"));
     }

@@ -240,6 +240,89 @@ pub fn add(x: &mut IpsecState, router: &mut RouterState, c: &IpsecSaConfig) -> R
     Ok(name)
 }
 
+/// `ipsec_sa_update`: SA `index`'s endpoints as asked, each field that is not given
+/// as it is (`udp_encap` on without ports: the ports it had, or 4500).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SaEndpoints {
+    pub index: u32,
+    #[serde(default)]
+    pub local: Option<String>,
+    #[serde(default)]
+    pub remote: Option<String>,
+    #[serde(default)]
+    pub udp_encap: Option<bool>,
+    #[serde(default)]
+    pub udp_src_port: Option<u16>,
+    #[serde(default)]
+    pub udp_dst_port: Option<u16>,
+}
+
+/// `ipsec sa set <index> [local <addr>] [remote <addr>] [udp-encap on|off]
+/// [udp-ports <src> <dst>]`: the CLI's words after the index.
+pub fn parse_sa_endpoints(index: &str, w: &[&str]) -> Result<SaEndpoints, String> {
+    let mut e = SaEndpoints { index: index.parse().map_err(|_| format!("index {index:?}: expected a number"))?, ..Default::default() };
+    let port = |k: &str, v: &str| v.parse::<u16>().map_err(|_| format!("{k} {v:?}: expected a port (1 to 65535)"));
+    let mut i = 0;
+    while i < w.len() {
+        let v = |n: usize| w.get(i + n).copied().ok_or_else(|| format!("{} needs a value", w[i]));
+        match w[i] {
+            "local" => e.local = Some(v(1)?.to_string()),
+            "remote" => e.remote = Some(v(1)?.to_string()),
+            "udp-encap" => {
+                e.udp_encap = Some(match v(1)? {
+                    "on" => true,
+                    "off" => false,
+                    o => return Err(format!("udp-encap {o:?}: expected on or off")),
+                })
+            }
+            "udp-ports" => {
+                e.udp_src_port = Some(port("udp-ports", v(1)?)?);
+                e.udp_dst_port = Some(port("udp-ports", v(2)?)?);
+                i += 1;
+            }
+            o => return Err(format!("unknown word {o:?} in ipsec sa set (local, remote, udp-encap, udp-ports or urpf)")),
+        }
+        i += 2;
+    }
+    if e == (SaEndpoints { index: e.index, ..Default::default() }) {
+        return Err("ipsec sa set needs local, remote, udp-encap or udp-ports".into());
+    }
+    Ok(e)
+}
+
+/// Move SA `index` to new endpoints in place (a peer behind a NAT that rebound, or
+/// MOBIKE): keys, SPI, counters, replay window, index and routes stay. Returns what it
+/// is now, for the reply.
+pub fn update(x: &mut IpsecState, router: &RouterState, e: &SaEndpoints) -> Result<String, String> {
+    let sa = x.get(e.index).ok_or_else(|| format!("index {}: no such SA", e.index))?;
+    let old = (*sa.spec).clone();
+    let addr = |field: &str, s: &Option<String>, was: IpAddr| match s {
+        None => Ok(was),
+        Some(s) => s.parse::<IpAddr>().map_err(|_| format!("{field}: {s:?}: expected an IPv4 or IPv6 address")),
+    };
+    let (local, remote) = (addr("local", &e.local, old.local)?, addr("remote", &e.remote, old.remote)?);
+    let ports_given = e.udp_src_port.is_some() || e.udp_dst_port.is_some();
+    let on = e.udp_encap.unwrap_or(old.udp_encap.is_some() || ports_given);
+    if !on && ports_given {
+        return Err("udp_encap: UDP ports are given: expected udp_encap on".into());
+    }
+    let was = old.udp_encap.unwrap_or_default();
+    let udp_encap = on.then(|| UdpEncapPorts { src: e.udp_src_port.unwrap_or(was.src), dst: e.udp_dst_port.unwrap_or(was.dst) });
+    if local != old.local {
+        let ours = router.interfaces().iter().any(|i| match local {
+            IpAddr::V4(v) => i.has_ip4(v),
+            IpAddr::V6(v) => i.has_ip6(&v),
+        });
+        if !ours {
+            return Err(format!("local: {local} is not an address of this gateway"));
+        }
+    }
+    x.set_endpoints(e.index, local, remote, udp_encap).map_err(|e| e.to_string())?;
+    let udp = udp_encap.map_or("no UDP".to_string(), |p| format!("UDP {}>{}", p.src, p.dst));
+    Ok(format!("{local} -> {remote} {udp}"))
+}
+
 /// Delete SA `index` and the routes into its tunnel.
 pub fn del(x: &mut IpsecState, router: &mut RouterState, index: u32) -> Result<(), String> {
     if let Some(t) = x.tunnel_by_name(&format!("{IPSEC_TUNNEL_IF_PREFIX}{index}")) {

@@ -1,9 +1,10 @@
 //! The control plane's IPsec state: SAs by index, built into [`IpsecTables`].
 
-use crate::sa::{Direction, Mode, Sa, SaSpec, SaSpecError};
+use crate::sa::{Direction, Mode, Sa, SaSpec, SaSpecError, UdpEncapPorts};
 use crate::tables::IpsecTables;
 use ip::tables::{TunnelKind, TunnelRef, ADJ_MISS};
 use ip::RouterState;
+use std::net::IpAddr;
 
 /// Why an SA change was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -66,6 +67,36 @@ impl IpsecState {
         let sa = self.sas.get_mut(index as usize).and_then(Option::as_mut).ok_or(IpsecError::NoSuchSa(index))?;
         let spec = SaSpec { urpf, ..(*sa.spec).clone() };
         spec.check_urpf()?;
+        sa.spec = std::sync::Arc::new(spec);
+        Ok(())
+    }
+
+    /// Move SA `index` to new endpoints in place — its outer addresses and its UDP
+    /// encapsulation (a peer behind a NAT that rebound, or MOBIKE): its keys, SPI,
+    /// sequence counter, replay window and counts stay (workers know an SA's state by
+    /// its counters, which the moved SA shares), and so do its index and the routes
+    /// into it. The outer header template and the encrypt plan are rebuilt. The
+    /// address family stays.
+    pub fn set_endpoints(&mut self, index: u32, local: IpAddr, remote: IpAddr, udp_encap: Option<UdpEncapPorts>) -> Result<(), IpsecError> {
+        let sa = self.sas.get_mut(index as usize).and_then(Option::as_mut).ok_or(IpsecError::NoSuchSa(index))?;
+        let err = |field, message| IpsecError::Spec(SaSpecError { field, message });
+        let v4 = sa.spec.local.is_ipv4();
+        if local.is_ipv4() != v4 {
+            return Err(err("local", format!("{local}: expected the SA's address family (as {})", sa.spec.local)));
+        }
+        if remote.is_ipv4() != v4 {
+            return Err(err("remote", format!("{remote}: expected the SA's address family (as {})", sa.spec.remote)));
+        }
+        if let Some(p) = udp_encap {
+            for (field, port) in [("udp_src_port", p.src), ("udp_dst_port", p.dst)] {
+                if port == 0 {
+                    return Err(err(field, "0: expected 1 to 65535".into()));
+                }
+            }
+        }
+        let spec = SaSpec { local, remote, udp_encap, ..(*sa.spec).clone() };
+        sa.outer_header = crate::nodes::outer_template(&spec);
+        sa.plan = crate::nodes::encrypt::EncryptPlan::new(&spec);
         sa.spec = std::sync::Arc::new(spec);
         Ok(())
     }

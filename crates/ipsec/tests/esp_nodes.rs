@@ -353,6 +353,78 @@ fn outer_header_is_what_the_sa_says() {
     assert_eq!(w.len(), 20 + 8 + 8 + 8 + 104 + 16);
 }
 
+/// A peer behind a NAT that rebound (or MOBIKE) moves both ends' SAs in place
+/// (`IpsecState::set_endpoints`): the outbound SA's packets leave with the new outer
+/// addresses and UDP ports and its sequence numbers go on; the inbound SA keeps its
+/// replay window and counts (the worker knows it by its counters, the same `Arc`) and
+/// takes the peer's packets from its new address only.
+#[test]
+fn moved_sas_keep_their_sequence_numbers_and_replay_window() {
+    let mut pool = Pool::new(8, 0);
+    let (x, y) = ends(false);
+    let alg = Algorithm::AesGcm128;
+    let mut a = IpsecState::new();
+    a.add(0, spec(alg, Direction::Outbound, x, y, true, false), [9; 16]).unwrap();
+    let mut b = IpsecState::new();
+    b.add(0, spec(alg, Direction::Inbound, y, x, true, false), [9; 16]).unwrap();
+    let shared = Arc::new(ArcSwap::from_pointee(b.build()));
+    let mut p = Pair { a, b: IpsecContext::new(Arc::clone(&shared)) };
+    let plain = inner(false, 100);
+    let before: Vec<_> = (0..3).map(|_| seal::<Ip4Outer>(&p, &mut pool, &plain)).collect();
+    for w in &before[..2] {
+        open::<Ip4Outer>(&mut p, &mut pool, w).unwrap();
+    }
+    let (out_id, in_id) = (Arc::clone(&p.a.get(0).unwrap().outbound), Arc::clone(&b.get(0).unwrap().outbound));
+
+    // The sender now shows up as 198.18.1.9 and is reached at UDP port 61000 (its NAT's
+    // new mapping); both ends' SAs follow.
+    let moved: IpAddr = "198.18.1.9".parse().unwrap();
+    p.a.set_endpoints(0, moved, y.parse().unwrap(), Some(UdpEncapPorts { src: 4500, dst: 61000 })).unwrap();
+    b.set_endpoints(0, y.parse().unwrap(), moved, Some(UdpEncapPorts::default())).unwrap();
+    shared.store(Arc::new(b.build()));
+    assert!(p.b.refresh());
+    assert!(Arc::ptr_eq(&out_id, &p.a.get(0).unwrap().outbound) && Arc::ptr_eq(&in_id, &b.get(0).unwrap().outbound));
+
+    let w = seal::<Ip4Outer>(&p, &mut pool, &plain);
+    let ip = wire::ipv4::Ipv4Packet::new_checked(&w[..]).unwrap();
+    assert!(ip.verify_checksum());
+    assert_eq!((IpAddr::V4(ip.src_addr()), IpAddr::V4(ip.dst_addr())), (moved, y.parse().unwrap()));
+    assert_eq!(&w[20..24], &[0x11, 0x94, 0xee, 0x48], "UDP 4500 -> 61000");
+    assert_eq!(u32::from_be_bytes(w[32..36].try_into().unwrap()), 4, "the sequence numbers go on");
+    assert_eq!(p.a.get(0).unwrap().outbound.packets(), 4);
+    assert_eq!(open::<Ip4Outer>(&mut p, &mut pool, &w).map(|(_, got)| got), Ok(plain.clone()));
+    // From the old address: no SA any more.
+    assert_eq!(open::<Ip4Outer>(&mut p, &mut pool, &before[2]).unwrap_err(), D::NoSa);
+    // An old packet from the new address: the window remembers it.
+    let mut replayed = before[1].clone();
+    replayed[12..16].copy_from_slice(&[198, 18, 1, 9]);
+    replayed[10..12].fill(0);
+    let c = wire::checksum::checksum(&replayed[..20]);
+    replayed[10..12].copy_from_slice(&c.to_be_bytes());
+    assert_eq!(open::<Ip4Outer>(&mut p, &mut pool, &replayed).unwrap_err(), D::Replay);
+    let counts = p.b.inbound_counts();
+    assert_eq!(counts.len(), 1);
+    assert!(Arc::ptr_eq(&counts[0].id, &in_id));
+    assert_eq!(counts[0].packets, 3, "the counts before the move and after it");
+
+    // The family stays; a port of 0 and an unknown index are refused by name.
+    let field = |r: Result<(), ipsec::state::IpsecError>| match r.unwrap_err() {
+        ipsec::state::IpsecError::Spec(e) => e.field.to_string(),
+        e => e.to_string(),
+    };
+    let v6: IpAddr = "2001:db8::1".parse().unwrap();
+    assert_eq!(field(p.a.set_endpoints(0, v6, y.parse().unwrap(), None)), "local");
+    assert_eq!(field(p.a.set_endpoints(0, moved, v6, None)), "remote");
+    assert_eq!(field(p.a.set_endpoints(0, moved, moved, Some(UdpEncapPorts { src: 0, dst: 4500 }))), "udp_src_port");
+    assert_eq!(field(p.a.set_endpoints(7, moved, moved, None)), "index 7: no such SA");
+    // Off UDP: plain ESP again, the template rebuilt (protocol 50, checksum right).
+    p.a.set_endpoints(0, moved, y.parse().unwrap(), None).unwrap();
+    let w = seal::<Ip4Outer>(&p, &mut pool, &plain);
+    let ip = wire::ipv4::Ipv4Packet::new_checked(&w[..]).unwrap();
+    assert!(ip.verify_checksum());
+    assert_eq!((w[9], u32::from_be_bytes(w[24..28].try_into().unwrap())), (50, 5));
+}
+
 mod fuzzed {
     use super::*;
     use proptest::prelude::*;
