@@ -33,6 +33,8 @@ python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
 # strongSwan (tests/test_ipsec_strongswan.py): charon with its userspace ESP, swanctl.
 [ -e /usr/lib/ipsec/plugins/libstrongswan-kernel-libipsec.so ] && command -v swanctl >/dev/null 2>&1 \
     || missing+=(strongswan-charon strongswan-swanctl libstrongswan-extra-plugins libcharon-extra-plugins)
+# conntrack: its NAT test forgets the NAT's mappings (a new one, a new port).
+command -v conntrack >/dev/null 2>&1 || missing+=(conntrack)
 if [ ${#missing[@]} -gt 0 ]; then
     echo "== installing ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive

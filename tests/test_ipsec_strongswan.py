@@ -64,7 +64,7 @@ SWANCTL_CONF = """connections {{
     gw {{
         version = 2
         local_addrs = {local}
-        remote_addrs = {remote}
+        remote_addrs = {remote_addrs}
         proposals = aes128gcm16-prfsha256-x25519
         local {{
             auth = psk
@@ -96,16 +96,17 @@ secrets {{
 """
 
 
-def start_charon(lab, ns, d, local, remote, local_ts, remote_ts, esp, vecgate=None, mobike="yes", child=""):
+def start_charon(lab, ns, d, local, remote, local_ts, remote_ts, esp, vecgate=None, mobike="yes", child="", remote_addrs=None):
     """A charon in `ns` whose ESP is its own (kernel-libipsec), or, with `vecgate` =
     (plugin .so, vecgate's API socket), vecgate's through the kernel-vecgate plugin
     (contrib/strongswan; `!`: charon refuses to start if the plugin cannot). `child`:
-    more settings of the CHILD_SA (lifetimes)."""
+    more settings of the CHILD_SA (lifetimes). The peer's IKE identity is `remote`, its
+    address too unless `remote_addrs` says (a peer behind a NAT)."""
     d.mkdir()
     backend, install_routes, sock = ("kernel-libipsec", "yes", "") if vecgate is None else ("kernel-vecgate!", "no", vecgate[1])
     (d / "strongswan.conf").write_text(STRONGSWAN_CONF.format(dir=d, backend=backend, install_routes=install_routes, vecgate_socket=sock))
     (d / "swanctl.conf").write_text(SWANCTL_CONF.format(local=local, remote=remote, local_ts=local_ts, remote_ts=remote_ts, esp=esp,
-                                                        mobike=mobike, child=child))
+                                                        mobike=mobike, child=child, remote_addrs=remote_addrs or remote))
     env = dict(os.environ, STRONGSWAN_CONF=str(d / "strongswan.conf"))
     if vecgate is not None:
         # strongSwan 5.9 has no setting for another plugin folder: charon finds a
@@ -312,16 +313,53 @@ TAP = {4: dict(gw="198.18.250.1", host="198.18.250.2", plen=30), 6: dict(gw="200
 IKE_CASES = [("aes-gcm-128", 4), ("chacha20-poly1305", 6)]
 
 
-def ike_lab(lab, vecgate, tmp_path, plugin, alg, fam, a_ts_suffix="", b_child=""):
+# IPv4 behind a NAT (NAT_LAB): A's own outer address and its router's, and the NAT's
+# address on vecgate's link, which is what B and vecgate see of A.
+NAT = dict(a="198.18.5.1", router="198.18.5.254", public="198.18.3.9", plen=24, ports="20000-29999")
+
+
+def nat_between(lab, a, g):
+    """ns N between A and vecgate: A's router, masquerading A's packets to its own
+    address on vecgate's link, each new mapping from a random port of NAT["ports"] (as a
+    carrier NAT that rebinds does). A gets NAT["a"] and its default route through N."""
+    n = lab.ns("n")
+    lab.veth(a, "a0", n, "n0")
+    lab.veth(n, "n1", g, "g0")
+    lab.run(a, "ip", "addr", "add", f"{NAT['a']}/{NAT['plen']}", "dev", "a0")
+    lab.run(a, "ip", "route", "add", "default", "via", NAT["router"])
+    lab.run(n, "ip", "addr", "add", f"{NAT['router']}/{NAT['plen']}", "dev", "n0")
+    lab.run(n, "ip", "addr", "add", f"{NAT['public']}/{NAT['plen']}", "dev", "n1")
+    lab.run(n, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+    rules = ("table ip vgt_nat {\n chain post {\n  type nat hook postrouting priority srcnat;\n"
+             f"  oifname \"n1\" meta l4proto udp masquerade to :{NAT['ports']} random\n  oifname \"n1\" masquerade\n }}\n}}\n")
+    subprocess.run(["ip", "netns", "exec", n, "nft", "-f", "-"], input=rules, text=True, check=True, capture_output=True, timeout=10)
+    return n
+
+
+def nat_port(lab, n):
+    """The NAT's port for A's UDP 4500 (IKE and ESP in UDP share it), or None."""
+    out = lab.run(n, "conntrack", "-L", "-p", "udp", "--orig-src", NAT["a"], "--orig-port-src", "4500", check=False).stdout
+    m = re.search(rf"src=\S+ dst={re.escape(NAT['public'])} sport=4500 dport=(\d+)", out)
+    return int(m.group(1)) if m else None
+
+
+def ike_lab(lab, vecgate, tmp_path, plugin, alg, fam, a_ts_suffix="", b_child="", nat=False):
     """The topology of test_strongswan_drives_vecgates_sas_over_ike with both charons
     started: (f, ns A, ns H, vecgate, swanctl on A, charon B). `b_child`: more settings of
-    charon B's CHILD_SA."""
+    charon B's CHILD_SA. `nat` (IPv4): A behind ns N (nat_between; f["a"] is then A's own
+    address, f["nat"] N's namespace)."""
     f, tap, esp = FAMILIES[fam], TAP[fam], ALGS[alg]
     v6 = ["nodad"] if fam == 6 else []
     a, g, h, s = lab.ns("a"), lab.dataplane_ns("g"), lab.ns("h"), lab.ns("s")
-    lab.veth(a, "a0", g, "g0")
+    # S routes to vecgate's outer link, where A (or its NAT) is.
+    outer_net = str(ipaddress.ip_interface(f"{f['a']}/{f['plen']}").network)
+    if nat:
+        assert fam == 4
+        f = dict(f, a=NAT["a"], nat=nat_between(lab, a, g))
+    else:
+        lab.veth(a, "a0", g, "g0")
+        lab.run(a, "ip", "addr", "add", f"{f['a']}/{f['plen']}", "dev", "a0", *v6)
     lab.veth(h, "h0", g, "g1")
-    lab.run(a, "ip", "addr", "add", f"{f['a']}/{f['plen']}", "dev", "a0", *v6)
     lab.run(a, "ip", "addr", "add", f"{f['a_host']}/{f['host_plen']}", "dev", "lo")
     lab.run(h, "ip", "addr", "add", f"{f['h']}/{f['plen'] if fam == 6 else 24}", "dev", "h0", *v6)
     lab.run(h, "ip", f"-{fam}", "route", "add", "default", "via", f["gw"])
@@ -358,7 +396,6 @@ udp_ports = [500, 4500]
     lab.run(s, "ip", "link", "set", "vg-host", "up")
     lab.run(s, "ip", "addr", "add", f"{tap['host']}/{tap['plen']}", "dev", "vg-host", *v6)
     lab.run(s, "ip", "addr", "add", f"{f['b']}/{f['host_plen']}", "dev", "vg-host", *v6)
-    outer_net = str(ipaddress.ip_interface(f"{f['a']}/{f['plen']}").network)
     lab.run(s, "ip", f"-{fam}", "route", "add", outer_net, "via", tap["gw"], "src", f["b"])
     ca, env_a = start_charon(lab, a, tmp_path / "a", f["a"], f["b"], f["a_net"] + a_ts_suffix, f["h_net"], esp, mobike="no")
     # What an earlier charon left in the plugin's index range goes when the plugin starts;
@@ -366,7 +403,7 @@ udp_ports = [500, 4500]
     for index, spi in ((1000, 4096), (7, 4097)):
         gw.ctl("ipsec", "sa", "add", str(index), "spi", str(spi), "inbound", "alg", "null", "local", f["b"], "remote", f["a"])
     cb, _ = start_charon(lab, s, tmp_path / "b", f["b"], f["a"], f["h_net"], f["a_net"], esp, vecgate=(plugin, gw.sock), mobike="no",
-                         child=b_child)
+                         child=b_child, remote_addrs=NAT["public"] if nat else None)
     assert [r["index"] for r in gw.ctl("show", "ipsec", "sa")["data"]["sas"]] == [7]
     assert "kernel-vecgate" in (tmp_path / "b" / "charon.log").read_text()
 
@@ -432,6 +469,58 @@ def test_strongswan_drives_vecgates_sas_over_ike(lab, vecgate, tmp_path, kernel_
     fine = ("decrypted", "encrypted", "inner-checksum-completed", "gso-to-segment", "nat-keepalive")
     assert not [k for k, v in e.items() if v and k[0].startswith("esp") and k[1] not in fine], e
     # The IKE SA ends: charon B deletes the SAs it installed.
+    swanctl_a("--terminate", "--ike", "gw")
+    assert settle(gw, lambda r: not r) == []
+    assert gw.stop()[0] == 0
+
+
+def test_strongswan_follows_a_nat_rebinding(lab, vecgate, tmp_path, kernel_vecgate_plugin):
+    """A behind a NAT (ns N masquerading, a random port per mapping; mobike = no on both
+    sides) sets up the CHILD_SA: ESP in UDP between vecgate's 4500 and the NAT's port.
+    Then the NAT forgets its mappings (conntrack -D) and A rekeys its IKE SA: A's
+    message comes from a new port, charon B moves the IKE SA there (RFC 7296 §2.23) and
+    each CHILD_SA's SAs with it (the plugin's update_sa: `ipsec_sa_update`), and vecgate
+    sends to the new port. The CHILD_SA is the same one — same SPIs, the counts and
+    sequence numbers running on — and traffic flows both ways again.
+
+      ns A 198.18.5.1 ── ns N 198.18.5.254 | 198.18.3.9 (masquerade) ── ns G: vecgate 198.18.3.2 ── ns H
+    """
+    f, a, h, gw, swanctl_a, cb = ike_lab(lab, vecgate, tmp_path, kernel_vecgate_plugin, "aes-gcm-128", 4, nat=True)
+    n = f["nat"]
+    assert "initiate completed successfully" in swanctl_a("--initiate", "--child", "net")
+    rows = settle(gw, lambda r: len(r) == 2)
+    port = nat_port(lab, n)
+    assert port is not None and port != 4500, lab.run(n, "conntrack", "-L", check=False).stdout
+    out = lambda rows: next(r for r in rows if r["direction"] == "outbound")
+    assert (out(rows)["remote"], out(rows)["udp_encap"]) == (NAT["public"], dict(src=4500, dst=port)), rows
+    through(lab, gw, a, f, "CHILD_SA behind the NAT")
+    before = {r["spi"]: (r["direction"], r["packets"]) for r in sa_rows(gw)}
+    assert all(p >= 5 for _, p in before.values()), before
+
+    # The NAT forgets A (its mapping timed out, or the carrier rebooted it): A's next
+    # packet gets a new mapping. Nothing is sent meanwhile.
+    gone = lab.run(n, "conntrack", "-D", "-p", "udp", check=False)
+    assert "have been deleted" in gone.stderr and nat_port(lab, n) is None, (gone.stdout, gone.stderr)
+    swanctl_a("--rekey", "--ike", "gw")
+    rows = settle(gw, lambda r: len(r) == 2 and out(r)["udp_encap"]["dst"] not in (port, 4500), seconds=10)
+    new_port = nat_port(lab, n)
+    assert new_port not in (None, port), (port, new_port)
+    log = b_log(tmp_path)
+    moved = [l for l in log.splitlines() if "vecgate: updated" in l]
+    assert {r["spi"]: r["direction"] for r in rows} == {spi: d for spi, (d, _) in before.items()}, (
+        "the CHILD_SA was replaced instead of updated", before, rows, log[-4000:])
+    assert (out(rows)["remote"], out(rows)["udp_encap"]) == (NAT["public"], dict(src=4500, dst=new_port)), (rows, new_port)
+    # charon B saw A at its new port and moved both SAs (the plugin logs each).
+    assert f"remote endpoint changed from {NAT['public']}[{port}] to {NAT['public']}[{new_port}]" in log, log[-3000:]
+    assert len(moved) == 2 and all(f"{NAT['public']}[{new_port}]" in l for l in moved), (moved, log[-3000:])
+
+    through(lab, gw, a, f, "CHILD_SA after the NAT rebinding")
+    after = {r["spi"]: (r["direction"], r["packets"]) for r in sa_rows(gw)}
+    # The same SAs counted on: the first five pings and the later ones (at least 5 each way).
+    assert all(after[spi][1] >= p + 5 for spi, (_, p) in before.items()), (before, after)
+    e = gw.errors()
+    fine = ("decrypted", "encrypted", "inner-checksum-completed", "gso-to-segment", "nat-keepalive")
+    assert not [k for k, v in e.items() if v and k[0].startswith("esp") and k[1] not in fine], e
     swanctl_a("--terminate", "--ike", "gw")
     assert settle(gw, lambda r: not r) == []
     assert gw.stop()[0] == 0

@@ -986,9 +986,11 @@ METHOD(kernel_ipsec_t, add_sa, status_t,
 	jb_add(&body, "\",\"local\":\"%s\",\"remote\":\"%s\",\"udp_encap\":%s",
 		   local, remote, data->encap ? "true" : "false");
 	if (data->encap)
-	{
+	{	/* the ports of the SA's packets, as its addresses: an inbound SA's
+		 * destination port is ours (vecgate takes ESP in UDP there), its source
+		 * the peer's (a NAT's, which need not be 4500) */
 		jb_add(&body, ",\"udp_src_port\":%u,\"udp_dst_port\":%u",
-			   us->get_port(us), peer->get_port(peer));
+			   id->src->get_port(id->src), id->dst->get_port(id->dst));
 	}
 	jb_add(&body, ",\"esn\":%s,\"anti_replay\":%s",
 		   data->esn ? "true" : "false",
@@ -1108,11 +1110,74 @@ out:
 	return status;
 }
 
+/* The SA's endpoints changed: the peer's NAT mapping (seen on an authenticated
+ * IKE message from a new address or port) or MOBIKE. vecgate moves the SA in
+ * place (ipsec_sa_update): keys, SPI, sequence numbers, replay window, counts,
+ * index and routes stay. Our entry is then known by its new destination. */
 METHOD(kernel_ipsec_t, update_sa, status_t,
 	private_kernel_vecgate_ipsec_t *this, kernel_ipsec_sa_id_t *id,
 	kernel_ipsec_update_sa_t *data)
 {
-	return NOT_SUPPORTED;
+	char local[INET6_ADDRSTRLEN], remote[INET6_ADDRSTRLEN], *error;
+	host_t *us, *peer;
+	jbuf_t req = {};
+	sa_entry_t *entry;
+	status_t status = FAILED;
+
+	if (id->proto != IPPROTO_ESP || data->cpi)
+	{
+		return NOT_SUPPORTED;
+	}
+	this->mutex->lock(this->mutex);
+	entry = find_entry(this, id->spi, id->dst);
+	if (!entry || entry->index < 0)
+	{
+		this->mutex->unlock(this->mutex);
+		DBG1(DBG_KNL, "vecgate: no SA with SPI %.8x to %H to update",
+			 ntohl(id->spi), id->dst);
+		return NOT_FOUND;
+	}
+	/* as in add_sa: our endpoint is the destination of an inbound SA */
+	us = entry->inbound ? data->new_dst : data->new_src;
+	peer = entry->inbound ? data->new_src : data->new_dst;
+	if (!addr_str(us, local, sizeof(local)) ||
+		!addr_str(peer, remote, sizeof(remote)))
+	{
+		goto out;
+	}
+	jb_add(&req, "{\"op\":\"ipsec_sa_update\",\"index\":%lld,\"local\":\"%s\","
+		   "\"remote\":\"%s\",\"udp_encap\":%s", (long long)entry->index,
+		   local, remote, data->new_encap ? "true" : "false");
+	if (data->new_encap)
+	{	/* the ports of the SA's packets (see add_sa) */
+		jb_add(&req, ",\"udp_src_port\":%u,\"udp_dst_port\":%u",
+			   data->new_src->get_port(data->new_src),
+			   data->new_dst->get_port(data->new_dst));
+	}
+	jb_add(&req, "}");
+	if (req.failed)
+	{
+		goto out;
+	}
+	status = request(this, req.buf, &error, NULL);
+	if (status != SUCCESS)
+	{
+		DBG1(DBG_KNL, "vecgate: updating SA with SPI %.8x (index %lld) failed: "
+			 "%s", ntohl(id->spi), (long long)entry->index, error ?: "?");
+		free(error);
+		goto out;
+	}
+	entry->dst->destroy(entry->dst);
+	entry->dst = data->new_dst->clone(data->new_dst);
+	DBG1(DBG_KNL, "vecgate: updated %s SA with SPI %.8x (index %lld): %#H "
+		 "-> %#H%s", entry->inbound ? "inbound" : "outbound", ntohl(id->spi),
+		 (long long)entry->index, data->new_src, data->new_dst,
+		 data->new_encap ? " in UDP" : "");
+
+out:
+	this->mutex->unlock(this->mutex);
+	jb_free(&req);
+	return status;
 }
 
 /* What an SA carried (vecgate counts payload bytes, all workers summed). vecgate

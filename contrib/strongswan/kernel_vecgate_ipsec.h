@@ -26,7 +26,10 @@
  * installed), with
  * AES-GCM-128/256 (16-byte ICV), ChaCha20-Poly1305, AES-CBC-128/256 with
  * HMAC-SHA2-256-128, NULL with HMAC-SHA2-256-128, and NULL without integrity.
- * SAs cannot be updated (no MOBIKE address changes). Queries answer vecgate's
+ * SAs are updated in place when their endpoints change (a peer's NAT mapping
+ * seen anew on an IKE message, or MOBIKE): "ipsec_sa_update" with the new
+ * addresses and UDP ports keeps keys, sequence numbers and replay windows.
+ * Queries answer vecgate's
  * counts (payload bytes and packets, "show_ipsec_sa"), so `swanctl --list-sas`
  * shows them and DPD sees traffic.
  *
