@@ -10,7 +10,7 @@ from collections import Counter
 
 from conftest import GW_MAC0, GW_MAC1, HOST_MAC, ROUTER_MAC, gateway_config, run_pcap, tshark_clean, write_pcap
 
-from scapy.all import GRE, IP, TCP, UDP, Ether, IPv6, Raw, raw
+from scapy.all import GRE, ICMP, IP, TCP, UDP, Ether, ICMPv6PacketTooBig, IPerror, IPerror6, IPv6, Raw, TCPerror, raw
 
 BACKENDS = ["198.19.1.10", "198.19.2.10", "198.19.3.10"]
 BACKENDS6 = ["2001:db8:100::10", "2001:db8:100::20", "2001:db8:100::30"]
@@ -172,6 +172,40 @@ def test_udp_service_and_ipv6_gue(vecgate, tmp_path):
     assert len({p[IPv6].dst for p in v6}) == 3
     assert counters[("lb6-nat", "encapsulated")] == 30
     assert counters[("lb4-nat", "encapsulated")] == 20
+
+
+def test_a_packet_too_big_for_the_backends_link_once_encapsulated(vecgate, tmp_path):
+    """The outer headers make a client packet that fits the link to the backend (1400
+    bytes, eth1's MTU) longer than that link: with DF (IPv4) or over IPv6, the client is told the size that fits
+    (frag-needed / packet too big about its own packet: the link MTU less the outer
+    headers), as a tunnel tells its sources; without DF, the outer packet goes
+    fragmented, its DF cleared, and the fragments make up the client's packet whole."""
+    big = Raw((bytes(range(256)) * 6)[:1360])
+    df = Ether(src=HOST_MAC, dst=GW_MAC0) / IP(src=CLIENT, dst=VIPS["gre"], flags="DF") / TCP(sport=30000, dport=80, flags="S") / big
+    no_df = Ether(src=HOST_MAC, dst=GW_MAC0) / IP(src=CLIENT, dst=VIPS["gue"]) / TCP(sport=30001, dport=80, flags="S") / big
+    six = Ether(src=HOST_MAC, dst=GW_MAC0) / IPv6(src=CLIENT6, dst=VIP6) / TCP(sport=30002, dport=80, flags="S") / big.load[:1340]
+    fits = client_packet("gre", 30003)
+    out0, out1, counters, _ = run_pcap(vecgate, tmp_path, [df, no_df, six, fits], services())
+    assert len(df[IP]) == 1400 and len(six[IPv6]) == 1400
+    errs = [p for p in out0 if ICMP in p or ICMPv6PacketTooBig in p]
+    assert len(errs) == 2, [p.summary() for p in out0]
+    e4 = next(p for p in errs if ICMP in p)
+    assert (e4[IP].dst, e4[ICMP].type, e4[ICMP].code, e4[ICMP].nexthopmtu) == (CLIENT, 3, 4, 1400 - 24)
+    assert (e4[IPerror].src, e4[IPerror].dst, e4[TCPerror].sport) == (CLIENT, VIPS["gre"], 30000)
+    e6 = next(p for p in errs if ICMPv6PacketTooBig in p)
+    # IPv6 outer 40, UDP 8, GUE 4.
+    assert (e6[IPv6].dst, e6[ICMPv6PacketTooBig].mtu) == (CLIENT6, 1400 - 52)
+    assert (e6[IPerror6].src, e6[IPerror6].dst) == (CLIENT6, VIP6)
+    assert counters[("lb4-nat", "inner-too-big")] == 1 and counters[("lb6-nat", "inner-too-big")] == 1, counters
+    # Without DF: outer fragments, DF clear, that reassemble into the GUE packet carrying
+    # the client's packet unchanged.
+    frags = [p for p in out1 if IP in p and p[IP].proto == 17]
+    assert len(frags) == 2 and all(not p[IP].flags.DF for p in frags), [p.summary() for p in out1]
+    whole = b"".join(raw(p[IP].payload) for p in sorted(frags, key=lambda p: p[IP].frag))
+    assert whole[8 + 4:] == raw(no_df[IP]), "the client's packet inside the reassembled GUE datagram"
+    # The packet that fits goes whole, DF kept.
+    whole_gre = [p for p in out1 if IP in p and p[IP].proto == 47]
+    assert len(whole_gre) == 1 and whole_gre[0][IP].flags.DF
 
 
 def test_bad_encapsulated_services_name_the_field(vecgate, tmp_path):

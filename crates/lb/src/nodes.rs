@@ -69,6 +69,7 @@ counters! {
         NoOuter(Error, "no-outer-headers", "the service or backend the balancer chose has no outer headers in the tables (never expected)"),
         NoHeadroom(Error, "no-headroom", "not enough headroom for the outer headers"),
         TooBig(Warn, "too-big", "encapsulated packet longer than an IP packet can be"),
+        InnerTooBig(Info, "inner-too-big", "client packet too big for the backend's link once encapsulated, with DF or IPv6 (ICMP frag-needed / packet-too-big requested)"),
     }
 }
 
@@ -277,14 +278,67 @@ impl<F: NatNodeFamily> LbNat<F> {
 
     /// An encapsulated packet by its backend's adjacency `adj`: no second lookup for a
     /// resolved backend (as the tunnels' encap nodes); what the link cannot carry whole
-    /// goes by the lookup, whose rewrite decides.
+    /// goes by the lookup, whose rewrite decides, unless the client must be told
+    /// ([`LbNat::too_big_for_link`]).
     #[inline(always)]
-    fn send_outer<Cx: HasLb>(cx: &mut Cx, buf: &mut Buffer, adj: u32) -> Verdict<LbNatNext, LbNatCounter> {
-        if adj != ADJ_MISS && ip::nodes::family::send_originated_whole::<F::Ip>(&cx.ip().tables, buf, adj) {
-            buf.meta.adj = adj;
-            return Verdict::Next(LbNatNext::Output);
+    fn send_outer<Cx: HasLb>(
+        cx: &mut Cx,
+        counts: &mut Counts<'_, LbNatCounter>,
+        buf: &mut Buffer,
+        adj: u32,
+        outer_len: usize,
+    ) -> Verdict<LbNatNext, LbNatCounter> {
+        if adj != ADJ_MISS {
+            if ip::nodes::family::send_originated_whole::<F::Ip>(&cx.ip().tables, buf, adj) {
+                buf.meta.adj = adj;
+                return Verdict::Next(LbNatNext::Output);
+            }
+            if let Some(v) = Self::too_big_for_link(cx, counts, buf, adj, outer_len) {
+                return v;
+            }
         }
         Verdict::Next(F::LOOKUP)
+    }
+
+    /// The encapsulated packet is longer than the backend's link carries. The outer
+    /// header has DF, so a router would only tell the node; the client is told instead,
+    /// as every tunnel tells its sources (`ip::outer::inner_fit`, with the link MTU less
+    /// the outer headers): frag-needed or packet too big about its own packet, when that
+    /// may not be fragmented (IPv4 with DF, IPv6 over 1280 bytes). Otherwise `None`: the
+    /// outer packet goes by the lookup and is fragmented there, its DF cleared as the
+    /// inner packet's is (RFC 2003 §5.1; the backend reassembles).
+    #[inline(never)]
+    fn too_big_for_link<Cx: HasLb>(
+        cx: &mut Cx,
+        counts: &mut Counts<'_, LbNatCounter>,
+        buf: &mut Buffer,
+        adj: u32,
+        outer_len: usize,
+    ) -> Option<Verdict<LbNatNext, LbNatCounter>> {
+        let mtu = cx.ip().tables.adjacency(adj).mtu()? as usize;
+        if buf.len() <= mtu {
+            return None;
+        }
+        // The client's packet at the start again (the outer headers stay in headroom).
+        buf.advance(outer_len).ok()?;
+        match ip::outer::inner_fit(buf, mtu.saturating_sub(outer_len), ip::outer::FragmentPolicy::Outer) {
+            ip::outer::InnerFit::TooBig { icmp, .. } => {
+                buf.meta.param = icmp.encode();
+                counts.inc(LbNatCounter::InnerTooBig);
+                Some(Verdict::Next(F::ICMP_ERROR))
+            }
+            _ => {
+                buf.extend_front(outer_len).ok()?;
+                if let Some(h) = buf.bytes_mut().first_chunk_mut::<20>().filter(|h| h[0] >> 4 == 4) {
+                    let old = u16::from_be_bytes([h[6], h[7]]);
+                    let new = old & !0x4000;
+                    let sum = wire::checksum::update16(u16::from_be_bytes([h[10], h[11]]), old, new);
+                    h[6..8].copy_from_slice(&new.to_be_bytes());
+                    h[10..12].copy_from_slice(&sum.to_be_bytes());
+                }
+                None
+            }
+        }
     }
 
     /// A packet its session alone did not decide: an ICMP error or a packet without a
@@ -336,8 +390,9 @@ impl<F: NatNodeFamily> LbNat<F> {
                     let Some((outer, backend)) = t.shape(svc.shape).zip(svc.backends.get(b as usize)) else {
                         return Verdict::Drop(C::NoOuter);
                     };
+                    let outer_len = outer.len();
                     match Self::put_outer(counts, buf, outer, backend.addr.as_ref(), backend.adj, hash) {
-                        Ok(adj) => Self::send_outer(cx, buf, adj),
+                        Ok(adj) => Self::send_outer(cx, counts, buf, adj, outer_len),
                         Err(v) => v,
                     }
                 }
@@ -473,8 +528,9 @@ impl<F: NatNodeFamily> LbNat<F> {
             }
             // `ready.hash` is the flow's (its session was found by it).
             Some(Hit::Direct { outer, dst, adj, .. }) => {
+                let outer_len = outer.len();
                 return match Self::put_outer(counts, buf, outer, dst.as_ref(), adj, ready.hash()) {
-                    Ok(adj) => Self::send_outer(cx, buf, adj),
+                    Ok(adj) => Self::send_outer(cx, counts, buf, adj, outer_len),
                     Err(v) => v,
                 };
             }
