@@ -125,8 +125,9 @@ impl<Cx: HasIp> Node<Cx> for Ip6Local {
             buf.meta.adj = adj;
             return Verdict::Next(Ip6LocalNext::Punt);
         }
-        // An error about a translated connection (the node's address is its source
-        // translation): the load balancer turns it back to the client, as for IPv4.
+        // An error (types below 128, RFC 4443 §2.1) about a translated connection (the
+        // node's address is its source translation): the load balancer turns it back to
+        // the client, as for IPv4.
         if icmp.msg_type() < 128 && cx.tables.lb_local {
             return Verdict::Next(Ip6LocalNext::Lb6Nat);
         }
