@@ -214,19 +214,23 @@ fn iv_seed() -> Result<[u8; 16], String> {
     Ok(s)
 }
 
+/// An SA's `local` must be one of the gateway's addresses.
+fn check_local(router: &RouterState, local: IpAddr) -> Result<(), String> {
+    let ours = router.interfaces().iter().any(|i| match local {
+        IpAddr::V4(v) => i.has_ip4(v),
+        IpAddr::V6(v) => i.has_ip6(&v),
+    });
+    match ours {
+        true => Ok(()),
+        false => Err(format!("local: {local} is not an address of this gateway")),
+    }
+}
+
 /// Add an SA and its routes (into `ipsec_tunnel<index>`); its local address must be
 /// one of ours.
 pub fn add(x: &mut IpsecState, router: &mut RouterState, c: &IpsecSaConfig) -> Result<String, String> {
     let (spec, routes) = c.to_spec().map_err(|(f, m)| format!("{f}: {m}"))?;
-    let ours = |a: IpAddr| {
-        router.interfaces().iter().any(|i| match a {
-            IpAddr::V4(v) => i.has_ip4(v),
-            IpAddr::V6(v) => i.has_ip6(&v),
-        })
-    };
-    if !ours(spec.local) {
-        return Err(format!("local: {} is not an address of this gateway", spec.local));
-    }
+    check_local(router, spec.local)?;
     x.add(c.index, spec, iv_seed()?).map_err(|e| e.to_string())?;
     let name = format!("{IPSEC_TUNNEL_IF_PREFIX}{}", c.index);
     if let Some(t) = x.tunnel_by_name(&name) {
@@ -310,13 +314,7 @@ pub fn update(x: &mut IpsecState, router: &RouterState, e: &SaEndpoints) -> Resu
     let was = old.udp_encap.unwrap_or_default();
     let udp_encap = on.then(|| UdpEncapPorts { src: e.udp_src_port.unwrap_or(was.src), dst: e.udp_dst_port.unwrap_or(was.dst) });
     if local != old.local {
-        let ours = router.interfaces().iter().any(|i| match local {
-            IpAddr::V4(v) => i.has_ip4(v),
-            IpAddr::V6(v) => i.has_ip6(&v),
-        });
-        if !ours {
-            return Err(format!("local: {local} is not an address of this gateway"));
-        }
+        check_local(router, local)?;
     }
     x.set_endpoints(e.index, local, remote, udp_encap).map_err(|e| e.to_string())?;
     let udp = udp_encap.map_or("no UDP".to_string(), |p| format!("UDP {}>{}", p.src, p.dst));

@@ -43,6 +43,7 @@ next_nodes! {
         Ip4Lookup = "ip4-lookup", Ip6Lookup = "ip6-lookup", Ip4IcmpError = "ip4-icmp-error", Ip6IcmpError = "ip6-icmp-error",
         Ip4Rewrite = "ip4-rewrite", Ip6Rewrite = "ip6-rewrite",
         Output = "interface-output", Segment = "ip-gso-segment",
+        Ip4Fragment = "ip4-fragment", Ip6Fragment = "ip6-fragment",
     }
 }
 
@@ -69,6 +70,7 @@ counters! {
         NoOuter(Error, "no-outer-headers", "the service or backend the balancer chose has no outer headers in the tables (never expected)"),
         NoHeadroom(Error, "no-headroom", "not enough headroom for the outer headers"),
         TooBig(Warn, "too-big", "encapsulated packet longer than an IP packet can be"),
+        FragmentOuter(Info, "fragment-outer", "encapsulated packets too big for the backend's link sent to ipN-fragment (the client's packet may be fragmented)"),
         InnerTooBig(Info, "inner-too-big", "client packet too big for the backend's link once encapsulated, with DF or IPv6 (ICMP frag-needed / packet-too-big requested)"),
     }
 }
@@ -79,6 +81,8 @@ pub trait NatNodeFamily: LbFamily {
     const LOOKUP: LbNatNext;
     const ICMP_ERROR: LbNatNext;
     const REWRITE: LbNatNext;
+    /// Fragmentation of the outer packets (their family is the service's).
+    const FRAGMENT: LbNatNext;
     const PORT_UNREACHABLE: IcmpRequest;
     /// The outer packet's family on the forwarding side (its adjacency).
     type Ip: ip::nodes::family::Family;
@@ -89,6 +93,7 @@ impl NatNodeFamily for crate::V4 {
     const LOOKUP: LbNatNext = LbNatNext::Ip4Lookup;
     const ICMP_ERROR: LbNatNext = LbNatNext::Ip4IcmpError;
     const REWRITE: LbNatNext = LbNatNext::Ip4Rewrite;
+    const FRAGMENT: LbNatNext = LbNatNext::Ip4Fragment;
     const PORT_UNREACHABLE: IcmpRequest = IcmpRequest::new(3, wire::icmpv4::unreach::PORT, 0);
     type Ip = ip::nodes::family::Ip4;
 }
@@ -98,6 +103,7 @@ impl NatNodeFamily for crate::V6 {
     const LOOKUP: LbNatNext = LbNatNext::Ip6Lookup;
     const ICMP_ERROR: LbNatNext = LbNatNext::Ip6IcmpError;
     const REWRITE: LbNatNext = LbNatNext::Ip6Rewrite;
+    const FRAGMENT: LbNatNext = LbNatNext::Ip6Fragment;
     const PORT_UNREACHABLE: IcmpRequest = IcmpRequest::new(1, wire::icmpv6::unreach::PORT, 0);
     type Ip = ip::nodes::family::Ip6;
 }
@@ -304,9 +310,10 @@ impl<F: NatNodeFamily> LbNat<F> {
     /// header has DF, so a router would only tell the node; the client is told instead,
     /// as every tunnel tells its sources (`ip::outer::inner_fit`, with the link MTU less
     /// the outer headers): frag-needed or packet too big about its own packet, when that
-    /// may not be fragmented (IPv4 with DF, IPv6 over 1280 bytes). Otherwise `None`: the
-    /// outer packet goes by the lookup and is fragmented there, its DF cleared as the
-    /// inner packet's is (RFC 2003 §5.1; the backend reassembles).
+    /// may not be fragmented (IPv4 with DF, IPv6 over 1280 bytes). Otherwise the outer
+    /// packet is fragmented as a tunnel's (`ip::outer::fragment_outer`: `ipN-fragment`
+    /// gives it an identification and clears its DF, we being its source; the backend
+    /// reassembles). `None`: the link is not the reason.
     #[inline(never)]
     fn too_big_for_link<Cx: HasLb>(
         cx: &mut Cx,
@@ -329,14 +336,11 @@ impl<F: NatNodeFamily> LbNat<F> {
             }
             _ => {
                 buf.extend_front(outer_len).ok()?;
-                if let Some(h) = buf.bytes_mut().first_chunk_mut::<20>().filter(|h| h[0] >> 4 == 4) {
-                    let old = u16::from_be_bytes([h[6], h[7]]);
-                    let new = old & !0x4000;
-                    let sum = wire::checksum::update16(u16::from_be_bytes([h[10], h[11]]), old, new);
-                    h[6..8].copy_from_slice(&new.to_be_bytes());
-                    h[10..12].copy_from_slice(&sum.to_be_bytes());
-                }
-                None
+                let mtu = u16::try_from(mtu).ok()?;
+                ip::outer::fragment_outer(buf, Some(mtu)).then(|| {
+                    counts.inc(LbNatCounter::FragmentOuter);
+                    Verdict::Next(F::FRAGMENT)
+                })
             }
         }
     }
