@@ -232,6 +232,18 @@ seeds = {
                + [rec(ACCESS, eth(ACCESS, IPv6(src="2001:db8::9", dst=US6) / ICMPv6PacketTooBig(mtu=1280)
                                   / raw(IPv6(src=US6, dst=b, hlim=63) / UDP(sport=5010, dport=5353) / payload(1300))[:1232]))
                   for b in ("2001:db8:98::10", "2001:db8:98::11")],
+    # The graph_local target's `Local` services (graph_local.toml; in the graph target these
+    # are routed packets): a connection keeps the client's address, so the backend's reply
+    # and a router's ICMP error about it are forwarded to the client, translated by
+    # lbN-nat on the way (reply-translated, icmp-translated).
+    "lb4-local": [rec(ACCESS, eth(ACCESS, IP(src=USER4, dst="198.18.128.12") / TCP(sport=40020, dport=80, flags="S", seq=1))),
+                  rec(ACCESS, eth(ACCESS, IP(src="198.19.1.30", dst=USER4) / TCP(sport=8080, dport=40020, flags="SA", seq=7, ack=2))),
+                  rec(ACCESS, eth(ACCESS, IP(src="198.18.0.9", dst=USER4) / ICMP(type=3, code=4, nexthopmtu=1280)
+                                  / raw(IP(src=USER4, dst="198.19.1.30", ttl=63) / TCP(sport=40020, dport=8080, flags="A", seq=2))[:28]))],
+    "lb6-local": [rec(ACCESS, user_udp6("2001:db8:128::12", 1300, sport=5020, dport=53)),
+                  rec(ACCESS, eth(ACCESS, IPv6(src="2001:db8:98::30", dst=USER6) / UDP(sport=5353, dport=5020) / payload(80))),
+                  rec(ACCESS, eth(ACCESS, IPv6(src="2001:db8::9", dst=USER6) / ICMPv6PacketTooBig(mtu=1280)
+                                  / raw(IPv6(src=USER6, dst="2001:db8:98::30", hlim=63) / UDP(sport=5020, dport=5353) / payload(1300))[:1232]))],
     "lb-no-service": [rec(ACCESS, eth(ACCESS, IP(src=USER4, dst="198.18.128.10") / TCP(sport=40001, dport=81, flags="S"))),
                       rec(ACCESS, user_udp6("2001:db8:128::10", 8, sport=5001, dport=54))],
     # Parcels: routed out of the parcel link whole, split for the narrow link, and a run
@@ -257,6 +269,9 @@ seeds = {
 
 out = Path(__file__).parent / "corpus" / "graph"
 out.mkdir(parents=True, exist_ok=True)
+# Seed names as arguments write only those (the ESP seeds' IVs are random).
+only = set(sys.argv[1:]) or set(seeds)
 for name, records in seeds.items():
-    (out / f"seed-{name}").write_bytes(b"".join(records))
-print(f"{len(seeds)} seeds in {out}")
+    if name in only:
+        (out / f"seed-{name}").write_bytes(b"".join(records))
+print(f"{len(only & set(seeds))} seeds in {out}")

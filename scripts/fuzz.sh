@@ -38,8 +38,9 @@ if [ "$TARGET" = merge ]; then
     # The UPF target shares the pfcp target's corpus; its inputs are kept apart by name.
     [ "$t" = pfcp_upf ] && seeds=fuzz/corpus/pfcp grown=grown-upf-
     [ "$t" = upf_tables ] && seeds=fuzz/corpus/pfcp grown=grown-tables-
-    # The two-worker graph target reads the graph target's inputs.
+    # The two-worker and Local-service graph targets read the graph target's inputs.
     [ "$t" = graph_workers ] && seeds=fuzz/corpus/graph grown=grown-workers-
+    [ "$t" = graph_local ] && seeds=fuzz/corpus/graph grown=grown-local-
     export RUSTFLAGS="-Ctarget-cpu=x86-64-v3"
     RUSTC_BOOTSTRAP=1 cargo fuzz build "$t"
     merged=$(mktemp -d)
@@ -73,7 +74,7 @@ run_one() {
     local t=$1 out=target/fuzz-corpus/$1 seeds=fuzz/corpus/$1
     # The UPF target reads PFCP messages: it starts from the pfcp target's seeds.
     [ "$t" = pfcp_upf ] || [ "$t" = upf_tables ] && seeds=fuzz/corpus/pfcp
-    [ "$t" = graph_workers ] && seeds=fuzz/corpus/graph
+    [ "$t" = graph_workers ] || [ "$t" = graph_local ] && seeds=fuzz/corpus/graph
     mkdir -p "$out" "$seeds"
     echo "== $t: ${SECONDS_EACH}s" >&2
     fuzz run "$t" "$out" "$seeds" -- \

@@ -62,6 +62,85 @@ fn graph_corpus_through_two_workers() {
     );
 }
 
+/// The `graph_local` target's harness (services that keep the client's address, so every
+/// forwarded packet passes `lbN-nat`): the whole corpus passes the invariants, and the
+/// seeds still reach every feature.
+#[test]
+fn graph_corpus_with_local_services() {
+    let mut h = Harness::with_local_services();
+    for (path, data) in &corpus("graph") {
+        eprintln!("{}", path.display());
+        h.input(data);
+    }
+    // With lbN-nat on the forwarded path (an output feature, as an SPD is: each datagram
+    // must pass it), parcels are not forwarded whole nor datagrams joined into them.
+    seeds_reach_every_feature(
+        Harness::with_local_services(),
+        &[
+            ("ethernet-input", "parcels-forwarded-whole"),
+            ("parcel4-join", "parcels-joined"),
+            ("parcel6-join", "parcels-joined"),
+            ("parcel4-join", "gso-frames-joined"),
+            ("parcel6-join", "gso-frames-joined"),
+            ("parcel4-input", "to-gso-frame"),
+            ("parcel6-input", "to-gso-frame"),
+        ],
+    );
+}
+
+/// The `Local` seeds do what they are for in the `graph_local` harness: the backend's
+/// reply and a router's ICMP error about the connection, both addressed to the client,
+/// leave translated to the service's address and port (scapy checks the same
+/// translation in tests/test_lb.py; here the seeds' paths are pinned).
+#[test]
+fn graph_local_seeds_translate_forwarded_replies_and_errors() {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+    let seed = |name: &str| {
+        let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/graph").join(format!("seed-{name}"));
+        control::fuzz::graph::decode(&std::fs::read(p).unwrap())
+    };
+    let mut h = Harness::with_local_services();
+    // (source, source port of the reply / destination port quoted in the error)
+    let mut seen = Vec::new();
+    for name in ["lb4-local", "lb6-local"] {
+        for (port, f) in seed(name) {
+            for (_, t) in h.frame(port, f) {
+                let l3 = &t.bytes[14..];
+                let (src, proto, l4, quoted): (IpAddr, _, &[u8], &[u8]) = match l3[0] >> 4 {
+                    4 => {
+                        let ip = wire::ipv4::Ipv4Packet::new_checked(l3).unwrap();
+                        let p = &l3[usize::from(l3[0] & 0xf) * 4..];
+                        (IpAddr::V4(ip.src_addr()), ip.protocol(), p, p.get(8..).unwrap_or(&[]))
+                    }
+                    _ => {
+                        let ip = wire::ipv6::Ipv6Packet::new_checked(l3).unwrap();
+                        let p = &l3[40..];
+                        (IpAddr::V6(ip.src_addr()), ip.next_header(), p, p.get(8..).unwrap_or(&[]))
+                    }
+                };
+                seen.push(match proto {
+                    wire::IpProtocol::Icmp => {
+                        let q = wire::ipv4::Ipv4Packet::new_unchecked(quoted);
+                        ("icmp", IpAddr::V4(q.dst_addr()), u16::from_be_bytes([quoted[22], quoted[23]]))
+                    }
+                    wire::IpProtocol::Icmpv6 => {
+                        let q = wire::ipv6::Ipv6Packet::new_unchecked(quoted);
+                        ("icmp", IpAddr::V6(q.dst_addr()), u16::from_be_bytes([quoted[42], quoted[43]]))
+                    }
+                    _ => ("reply", src, u16::from_be_bytes([l4[0], l4[1]])),
+                });
+            }
+        }
+    }
+    let vip4 = IpAddr::V4(Ipv4Addr::new(198, 18, 128, 12));
+    let vip6 = IpAddr::V6("2001:db8:128::12".parse::<Ipv6Addr>().unwrap());
+    for want in [("reply", vip4, 80), ("icmp", vip4, 80), ("reply", vip6, 53), ("icmp", vip6, 53)] {
+        assert!(seen.contains(&want), "{want:?} in {seen:?}");
+    }
+    assert_eq!(count(&h, "lb4-nat", "reply-translated") + count(&h, "lb6-nat", "reply-translated"), 2, "{:?}", nonzero(&h));
+    assert_eq!(count(&h, "lb4-nat", "icmp-translated") + count(&h, "lb6-nat", "icmp-translated"), 2, "{:?}", nonzero(&h));
+}
+
 /// `not_here`: counters the seeds cannot reach with this harness.
 fn seeds_reach_every_feature(mut h: Harness, not_here: &[(&str, &str)]) {
     for (path, data) in corpus("graph") {

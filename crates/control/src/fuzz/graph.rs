@@ -15,6 +15,10 @@
 //! and spreads what it receives over the handoff lanes (`worker-handoff`, the load
 //! balancer's connections steered to their session's worker), the other sends back
 //! through its lane; the invariants below hold summed over both.
+//! The `graph_local` target ([`Harness::with_local_services`]) adds services that keep
+//! the client's address ([`LOCAL_CONFIG`]): their replies are forwarded packets, so every
+//! forwarded packet passes `lbN-nat` before `ipN-rewrite`, and the forwarding fast paths
+//! (and parcels forwarded whole or joined) step aside, as for an SPD.
 //!
 //! One dataplane serves every input (building one per input runs ~10x slower), so state
 //! a real gateway keeps (reassembly in progress, hints, rate limiters) carries from one
@@ -65,6 +69,9 @@ pub const MAX_FRAMES: usize = 16;
 pub const CONFIG: &str = include_str!("graph.toml");
 /// The UPF [`Harness::new`] adds to it, with the sessions of [`super::upf_sessions`].
 pub const UPF_CONFIG: &str = include_str!("graph_upf.toml");
+/// What the `graph_local` target adds ([`Harness::with_local_services`]): services that
+/// keep the client's address, which send every forwarded packet through `lbN-nat`.
+pub const LOCAL_CONFIG: &str = include_str!("graph_local.toml");
 
 /// The dataplane an input goes through, kept across inputs.
 pub struct Harness {
@@ -110,8 +117,18 @@ impl Harness {
 
     /// [`CONFIG`] and its UPF with `workers` workers.
     pub fn with_workers(workers: usize) -> Harness {
+        Harness::with_extra(workers, "")
+    }
+
+    /// One worker, and [`LOCAL_CONFIG`]'s services besides [`CONFIG`]'s.
+    pub fn with_local_services() -> Harness {
+        Harness::with_extra(1, LOCAL_CONFIG)
+    }
+
+    /// [`CONFIG`], its UPF and `extra` with `workers` workers.
+    fn with_extra(workers: usize, extra: &str) -> Harness {
         let config = CONFIG.replacen("[dataplane]\n", &format!("[dataplane]\nworkers = {workers}\n"), 1);
-        let mut h = Harness::with_config(&format!("{config}\n{UPF_CONFIG}"));
+        let mut h = Harness::with_config(&format!("{config}\n{UPF_CONFIG}\n{extra}"));
         super::upf_sessions::install(&mut h.control);
         // access0 stands for a host link with virtio-net headers (an af_packet
         // interface's default, which memory devices cannot be configured as): a parcel
@@ -490,6 +507,7 @@ const HANDOFF_ROUNDS: usize = 4;
 thread_local! {
     static HARNESS: RefCell<Option<Harness>> = const { RefCell::new(None) };
     static HARNESS2: RefCell<Option<Harness>> = const { RefCell::new(None) };
+    static HARNESS_LOCAL: RefCell<Option<Harness>> = const { RefCell::new(None) };
 }
 
 /// The fuzz target: one input through this thread's dataplane (built on first use).
@@ -500,4 +518,9 @@ pub fn run(data: &[u8]) {
 /// The `graph_workers` target: the same through two workers, handoff lanes between them.
 pub fn run_workers(data: &[u8]) {
     HARNESS2.with(|h| h.borrow_mut().get_or_insert_with(|| Harness::with_workers(2)).input(data));
+}
+
+/// The `graph_local` target: the same with services that keep the client's address.
+pub fn run_local(data: &[u8]) {
+    HARNESS_LOCAL.with(|h| h.borrow_mut().get_or_insert_with(Harness::with_local_services).input(data));
 }
