@@ -187,12 +187,13 @@ def lab():
 ALGS = {"aes-gcm-128": "aes128gcm16", "chacha20-poly1305": "chacha20poly1305", "aes-cbc-sha256": "aes128-sha256"}
 
 # The addresses of each family: outer A and B (then vecgate), A's protected host, H, the
-# address charon B routes from, vecgate's on H's link; the protected subnets.
+# address charon B routes from, vecgate's on H's link; the protected subnets; a_gw: A's
+# vecgate on its host's link (when A's ESP is a vecgate too).
 FAMILIES = {
     4: dict(a="198.18.3.1", b="198.18.3.2", plen=24, a_host="198.19.3.1", h="198.19.4.1", b_host="198.19.4.253",
-            gw="198.19.4.254", a_net="198.19.3.0/24", h_net="198.19.4.0/24", host_plen=32),
+            gw="198.19.4.254", a_net="198.19.3.0/24", h_net="198.19.4.0/24", host_plen=32, a_gw="198.19.3.254"),
     6: dict(a="2001:db8:3::1", b="2001:db8:3::2", plen=64, a_host="2001:db8:13::1", h="2001:db8:14::1", b_host="2001:db8:14::fd",
-            gw="2001:db8:14::fe", a_net="2001:db8:13::/64", h_net="2001:db8:14::/64", host_plen=128),
+            gw="2001:db8:14::fe", a_net="2001:db8:13::/64", h_net="2001:db8:14::/64", host_plen=128, a_gw="2001:db8:13::fe"),
 }
 CASES = [(a, 4) for a in ALGS] + [("aes-gcm-128", 6)]
 
@@ -313,97 +314,135 @@ TAP = {4: dict(gw="198.18.250.1", host="198.18.250.2", plen=30), 6: dict(gw="200
 IKE_CASES = [("aes-gcm-128", 4), ("chacha20-poly1305", 6)]
 
 
-# IPv4 behind a NAT (NAT_LAB): A's own outer address and its router's, and the NAT's
-# address on vecgate's link, which is what B and vecgate see of A.
-NAT = dict(a="198.18.5.1", router="198.18.5.254", public="198.18.3.9", plen=24, ports="20000-29999")
+# Behind a NAT (NAT_LAB), per family: A's own outer address and its router's, and the
+# NAT's address on vecgate's link, which is what B and vecgate see of A. IPv6 is NAT66
+# (nftables masquerade in an ip6 table), as some carriers and home routers do.
+NATS = {
+    4: dict(a="198.18.5.1", router="198.18.5.254", public="198.18.3.9", plen=24, ports="20000-29999"),
+    6: dict(a="2001:db8:5::1", router="2001:db8:5::fe", public="2001:db8:3::9", plen=64, ports="20000-29999"),
+}
 
 
-def nat_between(lab, a, g):
+def nat_between(lab, a, g, fam=4):
     """ns N between A and vecgate: A's router, masquerading A's packets to its own
-    address on vecgate's link, each new mapping from a random port of NAT["ports"] (as a
-    carrier NAT that rebinds does). A gets NAT["a"] and its default route through N."""
+    address on vecgate's link, each new mapping from a random port of the NAT's "ports"
+    (as a carrier NAT that rebinds does). A gets NATS[fam]["a"] and its default route
+    through N."""
+    nat, v6 = NATS[fam], (["nodad"] if fam == 6 else [])
     n = lab.ns("n")
     lab.veth(a, "a0", n, "n0")
     lab.veth(n, "n1", g, "g0")
-    lab.run(a, "ip", "addr", "add", f"{NAT['a']}/{NAT['plen']}", "dev", "a0")
-    lab.run(a, "ip", "route", "add", "default", "via", NAT["router"])
-    lab.run(n, "ip", "addr", "add", f"{NAT['router']}/{NAT['plen']}", "dev", "n0")
-    lab.run(n, "ip", "addr", "add", f"{NAT['public']}/{NAT['plen']}", "dev", "n1")
-    lab.run(n, "sysctl", "-qw", "net.ipv4.ip_forward=1")
-    rules = ("table ip vgt_nat {\n chain post {\n  type nat hook postrouting priority srcnat;\n"
-             f"  oifname \"n1\" meta l4proto udp masquerade to :{NAT['ports']} random\n  oifname \"n1\" masquerade\n }}\n}}\n")
+    lab.run(a, "ip", "addr", "add", f"{nat['a']}/{nat['plen']}", "dev", "a0", *v6)
+    lab.run(a, "ip", f"-{fam}", "route", "add", "default", "via", nat["router"])
+    lab.run(n, "ip", "addr", "add", f"{nat['router']}/{nat['plen']}", "dev", "n0", *v6)
+    lab.run(n, "ip", "addr", "add", f"{nat['public']}/{nat['plen']}", "dev", "n1", *v6)
+    lab.run(n, "sysctl", "-qw", "net.ipv4.ip_forward=1" if fam == 4 else "net.ipv6.conf.all.forwarding=1")
+    rules = (f"table {'ip' if fam == 4 else 'ip6'} vgt_nat {{\n chain post {{\n  type nat hook postrouting priority srcnat;\n"
+             f"  oifname \"n1\" meta l4proto udp masquerade to :{nat['ports']} random\n  oifname \"n1\" masquerade\n }}\n}}\n")
     subprocess.run(["ip", "netns", "exec", n, "nft", "-f", "-"], input=rules, text=True, check=True, capture_output=True, timeout=10)
     return n
 
 
-def nat_port(lab, n):
+def nat_port(lab, n, fam=4):
     """The NAT's port for A's UDP 4500 (IKE and ESP in UDP share it), or None."""
-    out = lab.run(n, "conntrack", "-L", "-p", "udp", "--orig-src", NAT["a"], "--orig-port-src", "4500", check=False).stdout
-    m = re.search(rf"src=\S+ dst={re.escape(NAT['public'])} sport=4500 dport=(\d+)", out)
+    nat = NATS[fam]
+    out = lab.run(n, "conntrack", "-L", "-f", f"ipv{fam}", "-p", "udp", "--orig-src", nat["a"], "--orig-port-src", "4500",
+                  check=False).stdout
+    m = re.search(rf"src=\S+ dst={re.escape(nat['public'])} sport=4500 dport=(\d+)", out)
     return int(m.group(1)) if m else None
 
 
-def ike_lab(lab, vecgate, tmp_path, plugin, alg, fam, a_ts_suffix="", b_child="", nat=False):
-    """The topology of test_strongswan_drives_vecgates_sas_over_ike with both charons
-    started: (f, ns A, ns H, vecgate, swanctl on A, charon B). `b_child`: more settings of
-    charon B's CHILD_SA. `nat` (IPv4): A behind ns N (nat_between; f["a"] is then A's own
-    address, f["nat"] N's namespace)."""
-    f, tap, esp = FAMILIES[fam], TAP[fam], ALGS[alg]
+def punting_gateway(lab, vecgate, tmp_path, g, s, fam, links, outer, inner, name="gw", mac="3b"):
+    """vecgate in ns `g` as a security gateway: its outer link links[0] with the addresses
+    `outer`, its inner link links[1] with `inner`, and a tap into ns `s` where IKE (UDP
+    500, 4500) to its addresses is punted. The host in `s` takes the first outer address
+    as its own and routes the outer subnet back through the tap from it."""
+    f, tap = FAMILIES[fam], TAP[fam]
     v6 = ["nodad"] if fam == 6 else []
-    a, g, h, s = lab.ns("a"), lab.dataplane_ns("g"), lab.ns("h"), lab.ns("s")
-    # S routes to vecgate's outer link, where A (or its NAT) is.
-    outer_net = str(ipaddress.ip_interface(f"{f['a']}/{f['plen']}").network)
-    if nat:
-        assert fam == 4
-        f = dict(f, a=NAT["a"], nat=nat_between(lab, a, g))
-    else:
-        lab.veth(a, "a0", g, "g0")
-        lab.run(a, "ip", "addr", "add", f"{f['a']}/{f['plen']}", "dev", "a0", *v6)
-    lab.veth(h, "h0", g, "g1")
-    lab.run(a, "ip", "addr", "add", f"{f['a_host']}/{f['host_plen']}", "dev", "lo")
-    lab.run(h, "ip", "addr", "add", f"{f['h']}/{f['plen'] if fam == 6 else 24}", "dev", "h0", *v6)
-    lab.run(h, "ip", f"-{fam}", "route", "add", "default", "via", f["gw"])
-    host_key = "host4" if fam == 4 else "host6"
+    outer_net = str(ipaddress.ip_interface(f"{outer[0]}/{f['plen']}").network)
+    addresses = ", ".join(f'"{x}/{f["plen"]}"' for x in outer)
     config = f"""
 [[interface]]
-name = "a"
+name = "out"
 type = "af_packet"
-host_if = "g0"
-mac = "02:00:00:00:3b:01"
-addresses = ["{f['b']}/{f['plen']}"]
+host_if = "{links[0]}"
+mac = "02:00:00:00:{mac}:01"
+addresses = [{addresses}]
 
 [[interface]]
-name = "h"
+name = "in"
 type = "af_packet"
-host_if = "g1"
-mac = "02:00:00:00:3b:02"
-addresses = ["{f['gw']}/{f['plen'] if fam == 6 else 24}"]
+host_if = "{links[1]}"
+mac = "02:00:00:00:{mac}:02"
+addresses = ["{inner}/{f['plen'] if fam == 6 else 24}"]
 
 [[interface]]
 name = "host"
 type = "tap"
 host_if = "vg-host"
-mac = "02:00:00:00:3b:03"
+mac = "02:00:00:00:{mac}:03"
 addresses = ["{tap['gw']}/{tap['plen']}"]
 
 [punt]
 interface = "host"
-{host_key} = "{tap['host']}"
+{'host4' if fam == 4 else 'host6'} = "{tap['host']}"
 udp_ports = [500, 4500]
 """
-    gw = Vecgate(lab, vecgate, g, config, tmp_path)
+    gw = Vecgate(lab, vecgate, g, config, tmp_path, name=name)
     lab.run(g, "ip", "link", "set", "vg-host", "netns", s)
     lab.run(s, "ip", "link", "set", "vg-host", "up")
     lab.run(s, "ip", "addr", "add", f"{tap['host']}/{tap['plen']}", "dev", "vg-host", *v6)
-    lab.run(s, "ip", "addr", "add", f"{f['b']}/{f['host_plen']}", "dev", "vg-host", *v6)
-    lab.run(s, "ip", f"-{fam}", "route", "add", outer_net, "via", tap["gw"], "src", f["b"])
-    ca, env_a = start_charon(lab, a, tmp_path / "a", f["a"], f["b"], f["a_net"] + a_ts_suffix, f["h_net"], esp, mobike="no")
+    lab.run(s, "ip", "addr", "add", f"{outer[0]}/{f['host_plen']}", "dev", "vg-host", *v6)
+    lab.run(s, "ip", f"-{fam}", "route", "add", outer_net, "via", tap["gw"], "src", outer[0])
+    return gw
+
+
+def ike_lab(lab, vecgate, tmp_path, plugin, alg, fam, a_ts_suffix="", b_child="", nat=False, mobike=False, a_vecgate=None):
+    """The topology of test_strongswan_drives_vecgates_sas_over_ike with both charons
+    started: (f, ns A, ns H, vecgate, swanctl on A, charon B). `b_child`: more settings of
+    charon B's CHILD_SA. `nat`: A behind ns N (nat_between; f["a"] is then A's own
+    address, f["nat"] N's namespace). `mobike`: both charons offer MOBIKE (RFC 4555).
+    `a_vecgate` (a list of more addresses for A's outer link): A's ESP is a vecgate too,
+    driven by charon A through the plugin, as B's; the ns returned as A is then the host
+    behind it (f["a_host"]), f["gw_a"] that vecgate and f["s_a"] charon A's ns."""
+    f, esp = FAMILIES[fam], ALGS[alg]
+    v6 = ["nodad"] if fam == 6 else []
+    a = lab.dataplane_ns("a") if a_vecgate is not None else lab.ns("a")
+    g, h, s = lab.dataplane_ns("g"), lab.ns("h"), lab.ns("s")
+    if nat:
+        f = dict(f, a=NATS[fam]["a"], nat=nat_between(lab, a, g, fam))
+    elif a_vecgate is not None:
+        # A: vecgate between the outer link and A's host in ns HA, charon A in ns SA.
+        lab.veth(a, "a0", g, "g0")
+        ha, sa = lab.ns("ha"), lab.ns("sa")
+        lab.veth(ha, "ha0", a, "a1")
+        lab.run(ha, "ip", "addr", "add", f"{f['a_host']}/{f['plen'] if fam == 6 else 24}", "dev", "ha0", *v6)
+        lab.run(ha, "ip", f"-{fam}", "route", "add", "default", "via", f["a_gw"])
+        gw_a = punting_gateway(lab, vecgate, tmp_path, a, sa, fam, ("a0", "a1"), [f["a"], *a_vecgate], f["a_gw"], name="gw_a", mac="3c")
+        f = dict(f, gw_a=gw_a, s_a=sa)
+    else:
+        lab.veth(a, "a0", g, "g0")
+        lab.run(a, "ip", "addr", "add", f"{f['a']}/{f['plen']}", "dev", "a0", *v6)
+    lab.veth(h, "h0", g, "g1")
+    if a_vecgate is None:
+        lab.run(a, "ip", "addr", "add", f"{f['a_host']}/{f['host_plen']}", "dev", "lo")
+    lab.run(h, "ip", "addr", "add", f"{f['h']}/{f['plen'] if fam == 6 else 24}", "dev", "h0", *v6)
+    lab.run(h, "ip", f"-{fam}", "route", "add", "default", "via", f["gw"])
+    # S routes to vecgate's outer link, where A (or its NAT) is.
+    gw = punting_gateway(lab, vecgate, tmp_path, g, s, fam, ("g0", "g1"), [f["b"]], f["gw"])
+    yes_no = "yes" if mobike else "no"
+    if a_vecgate is None:
+        ca, env_a = start_charon(lab, a, tmp_path / "a", f["a"], f["b"], f["a_net"] + a_ts_suffix, f["h_net"], esp, mobike=yes_no)
+    else:
+        ca, env_a = start_charon(lab, f["s_a"], tmp_path / "a", f["a"], f["b"], f["a_net"] + a_ts_suffix, f["h_net"], esp,
+                                 vecgate=(plugin, f["gw_a"].sock), mobike=yes_no)
+        a = ha
     # What an earlier charon left in the plugin's index range goes when the plugin starts;
     # an SA outside the range stays.
     for index, spi in ((1000, 4096), (7, 4097)):
         gw.ctl("ipsec", "sa", "add", str(index), "spi", str(spi), "inbound", "alg", "null", "local", f["b"], "remote", f["a"])
-    cb, _ = start_charon(lab, s, tmp_path / "b", f["b"], f["a"], f["h_net"], f["a_net"], esp, vecgate=(plugin, gw.sock), mobike="no",
-                         child=b_child, remote_addrs=NAT["public"] if nat else None)
+    cb, _ = start_charon(lab, s, tmp_path / "b", f["b"], f["a"], f["h_net"], f["a_net"], esp, vecgate=(plugin, gw.sock),
+                         mobike=yes_no, child=b_child, remote_addrs=NATS[fam]["public"] if nat else None)
     assert [r["index"] for r in gw.ctl("show", "ipsec", "sa")["data"]["sas"]] == [7]
     assert "kernel-vecgate" in (tmp_path / "b" / "charon.log").read_text()
 
@@ -474,7 +513,8 @@ def test_strongswan_drives_vecgates_sas_over_ike(lab, vecgate, tmp_path, kernel_
     assert gw.stop()[0] == 0
 
 
-def test_strongswan_follows_a_nat_rebinding(lab, vecgate, tmp_path, kernel_vecgate_plugin):
+@pytest.mark.parametrize("fam", [4, 6], ids=["v4", "v6"])
+def test_strongswan_follows_a_nat_rebinding(lab, vecgate, tmp_path, kernel_vecgate_plugin, fam):
     """A behind a NAT (ns N masquerading, a random port per mapping; mobike = no on both
     sides) sets up the CHILD_SA: ESP in UDP between vecgate's 4500 and the NAT's port.
     Then the NAT forgets its mappings (conntrack -D) and A rekeys its IKE SA: A's
@@ -484,35 +524,42 @@ def test_strongswan_follows_a_nat_rebinding(lab, vecgate, tmp_path, kernel_vecga
     sequence numbers running on — and traffic flows both ways again.
 
       ns A 198.18.5.1 ── ns N 198.18.5.254 | 198.18.3.9 (masquerade) ── ns G: vecgate 198.18.3.2 ── ns H
+    (and over IPv6, NAT66: A 2001:db8:5::1 behind N's 2001:db8:3::9, vecgate 2001:db8:3::2)
+
+    Nothing forces UDP encapsulation here: A's NAT-D payloads see a real NAT over either
+    family (A's userspace ESP, kernel-libipsec, would ask for it anyway).
     """
-    f, a, h, gw, swanctl_a, cb = ike_lab(lab, vecgate, tmp_path, kernel_vecgate_plugin, "aes-gcm-128", 4, nat=True)
-    n = f["nat"]
+    f, a, h, gw, swanctl_a, cb = ike_lab(lab, vecgate, tmp_path, kernel_vecgate_plugin, "aes-gcm-128", fam, nat=True)
+    n, nat = f["nat"], NATS[fam]
     assert "initiate completed successfully" in swanctl_a("--initiate", "--child", "net")
     rows = settle(gw, lambda r: len(r) == 2)
-    port = nat_port(lab, n)
+    port = nat_port(lab, n, fam)
     assert port is not None and port != 4500, lab.run(n, "conntrack", "-L", check=False).stdout
     out = lambda rows: next(r for r in rows if r["direction"] == "outbound")
-    assert (out(rows)["remote"], out(rows)["udp_encap"]) == (NAT["public"], dict(src=4500, dst=port)), rows
+    assert (out(rows)["remote"], out(rows)["udp_encap"]) == (nat["public"], dict(src=4500, dst=port)), rows
+    # A's own NAT-D found the NAT (charon fakes a NAT without this line when only its
+    # userspace ESP asks for UDP encapsulation).
+    assert "local host is behind NAT" in (tmp_path / "a" / "charon.log").read_text()
     through(lab, gw, a, f, "CHILD_SA behind the NAT")
     before = {r["spi"]: (r["direction"], r["packets"]) for r in sa_rows(gw)}
     assert all(p >= 5 for _, p in before.values()), before
 
     # The NAT forgets A (its mapping timed out, or the carrier rebooted it): A's next
     # packet gets a new mapping. Nothing is sent meanwhile.
-    gone = lab.run(n, "conntrack", "-D", "-p", "udp", check=False)
-    assert "have been deleted" in gone.stderr and nat_port(lab, n) is None, (gone.stdout, gone.stderr)
+    gone = lab.run(n, "conntrack", "-D", "-f", f"ipv{fam}", "-p", "udp", check=False)
+    assert "have been deleted" in gone.stderr and nat_port(lab, n, fam) is None, (gone.stdout, gone.stderr)
     swanctl_a("--rekey", "--ike", "gw")
     rows = settle(gw, lambda r: len(r) == 2 and out(r)["udp_encap"]["dst"] not in (port, 4500), seconds=10)
-    new_port = nat_port(lab, n)
+    new_port = nat_port(lab, n, fam)
     assert new_port not in (None, port), (port, new_port)
     log = b_log(tmp_path)
     moved = [l for l in log.splitlines() if "vecgate: updated" in l]
     assert {r["spi"]: r["direction"] for r in rows} == {spi: d for spi, (d, _) in before.items()}, (
         "the CHILD_SA was replaced instead of updated", before, rows, log[-4000:])
-    assert (out(rows)["remote"], out(rows)["udp_encap"]) == (NAT["public"], dict(src=4500, dst=new_port)), (rows, new_port)
+    assert (out(rows)["remote"], out(rows)["udp_encap"]) == (nat["public"], dict(src=4500, dst=new_port)), (rows, new_port)
     # charon B saw A at its new port and moved both SAs (the plugin logs each).
-    assert f"remote endpoint changed from {NAT['public']}[{port}] to {NAT['public']}[{new_port}]" in log, log[-3000:]
-    assert len(moved) == 2 and all(f"{NAT['public']}[{new_port}]" in l for l in moved), (moved, log[-3000:])
+    assert f"remote endpoint changed from {nat['public']}[{port}] to {nat['public']}[{new_port}]" in log, log[-3000:]
+    assert len(moved) == 2 and all(f"{nat['public']}[{new_port}]" in l for l in moved), (moved, log[-3000:])
 
     through(lab, gw, a, f, "CHILD_SA after the NAT rebinding")
     after = {r["spi"]: (r["direction"], r["packets"]) for r in sa_rows(gw)}
@@ -524,6 +571,82 @@ def test_strongswan_follows_a_nat_rebinding(lab, vecgate, tmp_path, kernel_vecga
     swanctl_a("--terminate", "--ike", "gw")
     assert settle(gw, lambda r: not r) == []
     assert gw.stop()[0] == 0
+
+
+# Where A moves to with MOBIKE: another of its gateway's addresses on the outer link.
+MOVED = {4: "198.18.3.11", 6: "2001:db8:3::11"}
+
+
+@pytest.mark.parametrize("fam", [4, 6], ids=["v4", "v6"])
+def test_strongswan_follows_a_mobike_address_move(lab, vecgate, tmp_path, kernel_vecgate_plugin, fam):
+    """MOBIKE (RFC 4555) on both charons; A, the IKE initiator, moves to another address,
+    and both ends move the CHILD_SA in place. A's ESP is a second vecgate here, driven by
+    its own charon through the plugin: charon's own userspace ESP (kernel-libipsec, the
+    peer of the other tests) cannot move an SA (its update_sa is NOT_SUPPORTED), so its
+    charon rekeys the CHILD_SA after every move of its own address instead.
+
+    A's gateway has two addresses on the outer link; charon A (behind its punt tap) first
+    has only the first one, then gets the second and loses the first, as a host whose
+    uplink changed. charon A sees the change and sends UPDATE_SA_ADDRESSES from the new
+    address; charon B moves the IKE SA and each CHILD_SA's SAs to A's new address
+    (`remote`, in vecgate B) and charon A its own (`local`, in vecgate A). The same SPIs
+    carry on, their counts running on, and A's host and H ping each other through them.
+
+      ns HA ── ns A: vecgate 198.18.3.1 (→ .11) ── ns G: vecgate 198.18.3.2 ── ns H
+               └─ ns SA: charon A 198.18.3.1 → .11   └─ ns S: charon B
+    """
+    new = MOVED[fam]
+    f, ha, h, gw, swanctl_a, cb = ike_lab(lab, vecgate, tmp_path, kernel_vecgate_plugin, "aes-gcm-128", fam, mobike=True,
+                                          a_vecgate=[new])
+    gw_a, sa, old = f["gw_a"], f["s_a"], f["a"]
+    assert "initiate completed successfully" in swanctl_a("--initiate", "--child", "net")
+    rows = settle(gw, lambda r: len(r) == 2)
+    rows_a = settle(gw_a, lambda r: len(r) == 2)
+    # The same two SAs at both ends, each one's inbound the other's outbound.
+    flip = {"inbound": "outbound", "outbound": "inbound"}
+    spis = {r["spi"]: r["direction"] for r in rows}
+    assert len(spis) == 2 and {r["spi"]: flip[r["direction"]] for r in rows_a} == spis, (rows, rows_a)
+    assert {(r["local"], r["remote"]) for r in rows} == {(f["b"], old)}, rows
+    assert {(r["local"], r["remote"]) for r in rows_a} == {(old, f["b"])}, rows_a
+    encap = {r["spi"]: r["udp_encap"] for r in rows + rows_a}
+    through(lab, gw, ha, f, "CHILD_SA before the move")
+    count = lambda g: {r["spi"]: r["packets"] for r in sa_rows(g)}
+    before, before_a = count(gw), count(gw_a)
+    assert all(p >= 5 for p in list(before.values()) + list(before_a.values())), (before, before_a)
+    assert "peer supports MOBIKE" in b_log(tmp_path), b_log(tmp_path)[-3000:]
+
+    # A's host takes the new address and routes from it; the old one goes.
+    tap, v6 = TAP[fam], (["nodad"] if fam == 6 else [])
+    outer_net = str(ipaddress.ip_interface(f"{old}/{f['plen']}").network)
+    lab.run(sa, "ip", "addr", "add", f"{new}/{f['host_plen']}", "dev", "vg-host", *v6)
+    lab.run(sa, "ip", f"-{fam}", "route", "replace", outer_net, "via", tap["gw"], "src", new)
+    lab.run(sa, "ip", "addr", "del", f"{old}/{f['host_plen']}", "dev", "vg-host")
+    rows = settle(gw, lambda r: len(r) == 2 and {x["remote"] for x in r} == {new})
+    rows_a = settle(gw_a, lambda r: len(r) == 2 and {x["local"] for x in r} == {new})
+    log, log_a = b_log(tmp_path), (tmp_path / "a" / "charon.log").read_text()
+    assert {r["spi"]: r["direction"] for r in rows} == spis and {r["spi"]: flip[r["direction"]] for r in rows_a} == spis, (
+        "the CHILD_SA was replaced instead of moved", spis, rows, rows_a, log[-3000:], log_a[-3000:])
+    assert {(r["local"], r["remote"]) for r in rows} == {(f["b"], new)}, (rows, log[-3000:])
+    assert {(r["local"], r["remote"]) for r in rows_a} == {(new, f["b"])}, (rows_a, log_a[-3000:])
+    assert {r["spi"]: r["udp_encap"] for r in rows + rows_a} == encap, (encap, rows, rows_a)
+    # MOBIKE moved them (A's UPDATE_SA_ADDRESSES), and each plugin both SAs of its end.
+    assert "N(UPD_SA_ADDR)" in log and f"remote endpoint changed from {old}[" in log, log[-3000:]
+    assert f"local endpoint changed from {old}[" in log_a, log_a[-3000:]
+    for text in (log, log_a):
+        moved = [l for l in text.splitlines() if "vecgate: updated" in l]
+        assert len(moved) == 2 and all(new in l for l in moved), (moved, text[-3000:])
+
+    through(lab, gw, ha, f, "CHILD_SA after A moved")
+    after, after_a = count(gw), count(gw_a)
+    assert all(after[spi] >= p + 5 for spi, p in before.items()), (before, after)
+    assert all(after_a[spi] >= p + 5 for spi, p in before_a.items()), (before_a, after_a)
+    fine = ("decrypted", "encrypted", "inner-checksum-completed", "gso-to-segment", "nat-keepalive")
+    for g in (gw, gw_a):
+        e = g.errors()
+        assert not [k for k, v in e.items() if v and k[0].startswith("esp") and k[1] not in fine], e
+    swanctl_a("--terminate", "--ike", "gw")
+    assert settle(gw, lambda r: not r) == [] and settle(gw_a, lambda r: not r) == []
+    assert gw.stop()[0] == 0 and gw_a.stop()[0] == 0
 
 
 def test_strongswan_selectors_narrower_than_a_prefix_are_refused(lab, vecgate, tmp_path, kernel_vecgate_plugin):
