@@ -197,10 +197,33 @@ pub struct BackendChange {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "BackendAddFields")]
 pub struct BackendAdd {
     pub service: String,
     #[serde(flatten)]
     pub backend: BackendSpec,
+}
+
+/// A [`BackendAdd`] as it arrives. A flattened struct takes only its own fields and
+/// leaves the rest unread, so the rest is collected here and refused: a misspelt
+/// `weight` must not add the backend with weight 1.
+#[derive(Deserialize)]
+struct BackendAddFields {
+    service: String,
+    #[serde(flatten)]
+    backend: BackendSpec,
+    #[serde(flatten)]
+    rest: std::collections::BTreeMap<String, serde::de::IgnoredAny>,
+}
+
+impl TryFrom<BackendAddFields> for BackendAdd {
+    type Error = String;
+    fn try_from(f: BackendAddFields) -> Result<Self, String> {
+        match f.rest.keys().next() {
+            Some(k) => Err(format!("unknown field `{k}`, expected one of `service`, `addr`, `port`, `weight`, `conditions`, `local`")),
+            None => Ok(BackendAdd { service: f.service, backend: f.backend }),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -595,6 +618,25 @@ mod tests {
         }
         let e = Config::parse(&format!("{BASE}{WEB}colour = \"blue\"\n"), "lb.toml", Path::new(".")).unwrap_err();
         assert!(e.field.starts_with("lb_service[0]") && e.message.contains("colour"), "{e}");
+        // Unknown keys inside a backend or the affinity table too (a misspelt weight
+        // must not start with weight 1).
+        let e = Config::parse(
+            &format!("{BASE}{WEB}backends = [{{ addr = \"198.19.1.10\", port = 80, wieght = 2 }}]\n"),
+            "lb.toml",
+            Path::new("."),
+        )
+        .unwrap_err();
+        assert!(e.field.starts_with("lb_service[0].backends[0]") && e.message.contains("wieght"), "{e}");
+        let e = Config::parse(
+            &format!("{BASE}{WEB}affinity = {{ kind = \"client_ip\", timeout_s = 5, extra = 1 }}\n"),
+            "lb.toml",
+            Path::new("."),
+        )
+        .unwrap_err();
+        assert!(e.field.starts_with("lb_service[0].affinity") && e.message.contains("extra"), "{e}");
+        let r: Result<crate::api::Request, _> =
+            serde_json::from_str(r#"{"op":"lb_backend_add","service":"web","addr":"198.19.1.50","port":8443,"wieght":7}"#);
+        assert!(r.unwrap_err().to_string().contains("wieght"));
     }
 
     #[test]

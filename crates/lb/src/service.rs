@@ -57,7 +57,7 @@ pub enum TrafficPolicy {
 
 /// `sessionAffinity`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Affinity {
     #[default]
     None,
@@ -142,6 +142,7 @@ impl Default for Conditions {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct BackendSpec {
     pub addr: IpAddr,
     pub port: u16,
