@@ -128,6 +128,7 @@ def test_ipv4_icmp_errors(vecgate, tmp_path):
     for p in out0:
         assert p[Ether].dst == HOST_MAC and p[Ether].src == GW_MAC0
         assert p[IP].dst == "198.18.0.2" and p[IP].src == "198.18.0.1"
+        assert p[IP].ttl == 64, "the gateway's own error, not forwarded"
         assert checksums_valid(p), p.show(dump=True)
         assert p[IP].len <= 576
     # The quote is the offending packet as received (TTL 1 untouched, ID kept).
@@ -162,6 +163,8 @@ def test_echo_and_arp_for_gateway(vecgate, tmp_path):
     arp = next(p for p in out0 if p.haslayer(ARP))
     assert rep[ICMP].type == 0 and rep[ICMP].id == 0x77 and rep[ICMP].seq == 3 and bytes(rep[Raw]) == b"ping-payload"
     assert rep[IP].src == "198.18.0.1" and rep[IP].dst == "198.18.0.2"
+    # The gateway's own packet: the TTL it was given, not one less as if forwarded.
+    assert rep[IP].ttl == 64
     assert checksums_valid(rep)
     a = arp[ARP]
     assert a.op == 2 and a.psrc == "198.18.0.1" and a.hwsrc == GW_MAC0 and a.pdst == "198.18.0.9" and a.hwdst == "02:fe:00:00:00:09"
@@ -190,6 +193,7 @@ def test_ipv6_forwarding_and_errors(vecgate, tmp_path):
     assert ptb[ICMPv6PacketTooBig].mtu == 1400
     for p in out0:
         assert p[IPv6].dst == "2001:db8::2" and p[IPv6].src == "2001:db8::1"
+        assert p[IPv6].hlim == 64, "the gateway's own error, not forwarded"
         assert len(raw(p[IPv6])) <= 1280
         ck = p[IPv6].payload.cksum
         c2 = p[IPv6].copy()
@@ -220,6 +224,7 @@ def test_ipv6_echo_nd_and_hop_by_hop(vecgate, tmp_path):
     assert len(out0) == 3
     rep = next(p for p in out0 if p.haslayer(ICMPv6EchoReply))
     assert rep.haslayer(ICMPv6EchoReply) and rep[ICMPv6EchoReply].id == 9 and rep[ICMPv6EchoReply].data == b"hello6"
+    assert rep[IPv6].hlim == 64
     na = next(p for p in out0 if p.haslayer(ICMPv6ND_NA))
     assert na.haslayer(ICMPv6ND_NA) and na[ICMPv6ND_NA].tgt == "2001:db8::1" and na[ICMPv6ND_NA].S == 1
     assert na[IPv6].hlim == 255 and na[IPv6].dst == "2001:db8::7" and na[Ether].dst == "02:fe:00:00:00:07"

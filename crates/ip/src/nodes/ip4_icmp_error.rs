@@ -14,7 +14,7 @@ use wire::IpProtocol;
 const MAX_ERROR_LEN: usize = 576;
 
 next_nodes! {
-    pub enum Ip4IcmpErrorNext { Lookup = "ip4-lookup" }
+    pub enum Ip4IcmpErrorNext { Lookup = "ip4-lookup", Output = "interface-output" }
 }
 
 counters! {
@@ -91,7 +91,11 @@ impl<Cx: HasIp> Node<Cx> for Ip4IcmpError {
         icmp.set_rest(0, req.value);
         icmp.fill_checksum();
         counts.inc(C::Sent);
-        Verdict::Next(Ip4IcmpErrorNext::Lookup)
+        // Ours, not forwarded: sent with the TTL / hop limit of 64 it was given.
+        match super::family::send_own::<super::family::Ip4>(&cx.tables, buf) {
+            true => Verdict::Next(Ip4IcmpErrorNext::Output),
+            false => Verdict::Next(Ip4IcmpErrorNext::Lookup),
+        }
     }
 
     fn trace(&self, buf: &Buffer) -> String {

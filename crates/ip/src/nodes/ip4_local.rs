@@ -11,7 +11,7 @@ use wire::ipv4::Ipv4Packet;
 use wire::IpProtocol;
 
 next_nodes! {
-    pub enum Ip4LocalNext { Lookup = "ip4-lookup", IcmpError = "ip4-icmp-error", Gtpu4Input = "gtpu4-input", Gue4Input = "gue4-input", Reassembly = "ip4-reassembly", Lb4Nat = "lb4-nat", Esp4Decrypt = "esp4-decrypt", Punt = "ip-punt" }
+    pub enum Ip4LocalNext { Lookup = "ip4-lookup", Output = "interface-output", IcmpError = "ip4-icmp-error", Gtpu4Input = "gtpu4-input", Gue4Input = "gue4-input", Reassembly = "ip4-reassembly", Lb4Nat = "lb4-nat", Esp4Decrypt = "esp4-decrypt", Punt = "ip-punt" }
 }
 
 counters! {
@@ -91,7 +91,11 @@ impl<Cx: HasIp> Node<Cx> for Ip4Local {
                 icmp.set_msg_type(Icmpv4Type::EchoReply);
                 icmp.set_checksum(checksum::update16(old, 0x0800 | code, code));
                 counts.inc(C::EchoReplies);
-                Verdict::Next(Ip4LocalNext::Lookup)
+                // Ours, not forwarded: sent with the TTL / hop limit of 64 it was given.
+                match super::family::send_own::<super::family::Ip4>(&cx.ip().tables, buf) {
+                    true => Verdict::Next(Ip4LocalNext::Output),
+                    false => Verdict::Next(Ip4LocalNext::Lookup),
+                }
             }
             IpProtocol::Udp => {
                 let port = p.payload().get(2..4).map(|d| u16::from_be_bytes([d[0], d[1]]));

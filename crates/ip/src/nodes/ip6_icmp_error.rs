@@ -12,7 +12,7 @@ use wire::ipv6_ext::walk_chain;
 use wire::IpProtocol;
 
 next_nodes! {
-    pub enum Ip6IcmpErrorNext { Lookup = "ip6-lookup" }
+    pub enum Ip6IcmpErrorNext { Lookup = "ip6-lookup", Output = "interface-output" }
 }
 
 counters! {
@@ -78,7 +78,11 @@ impl<Cx: HasIp> Node<Cx> for Ip6IcmpError {
         icmp.set_header(req.msg_type, req.code, req.value as u32);
         icmp.fill_checksum(&src, &orig_src);
         counts.inc(C::Sent);
-        Verdict::Next(Ip6IcmpErrorNext::Lookup)
+        // Ours, not forwarded: sent with the TTL / hop limit of 64 it was given.
+        match super::family::send_own::<super::family::Ip6>(&cx.tables, buf) {
+            true => Verdict::Next(Ip6IcmpErrorNext::Output),
+            false => Verdict::Next(Ip6IcmpErrorNext::Lookup),
+        }
     }
 
     fn trace(&self, buf: &Buffer) -> String {

@@ -157,7 +157,11 @@ impl<Cx: HasIp> Node<Cx> for Ip6Local {
                 b[HEADER_LEN] = wire::icmpv6::types::ECHO_REPLY;
                 Icmpv6Packet::new_unchecked(&mut b[HEADER_LEN..]).fill_checksum(&reply_src, &src);
                 counts.inc(C::EchoReplies);
-                Verdict::Next(Ip6LocalNext::Lookup)
+                // Ours, not forwarded: sent with the TTL / hop limit of 64 it was given.
+                match super::family::send_own::<super::family::Ip6>(&cx.ip().tables, buf) {
+                    true => Verdict::Next(Ip6LocalNext::Output),
+                    false => Verdict::Next(Ip6LocalNext::Lookup),
+                }
             }
             Icmpv6Repr::NeighborSolicit { target, source_lladdr } => {
                 if !ifl.has_ip6(&target) {

@@ -2,7 +2,7 @@
 //! (`crate::punt`), sent whole to the host's stack by the host next hop's adjacency, which
 //! the sending node put in `meta.adj`. Delivered, not forwarded: the TTL / hop limit stays.
 
-use super::family::{prepend_l2, resolve, send_originated, Family, Ip4, Ip6, Resolved};
+use super::family::{send_originated, send_own, Family, Ip4, Ip6};
 use crate::context::HasIp;
 use crate::tables::Tables;
 use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
@@ -147,20 +147,18 @@ impl<Cx: HasIp, P: PassOn> Node<Cx> for IpPuntInject<P> {
 /// buffer now holds the frame for `interface-output`, false (the frame untouched) if not.
 fn inject<F: Family<Addr: Into<std::net::IpAddr>>>(t: &Tables, buf: &mut Buffer, well_formed: fn(&[u8]) -> bool) -> bool {
     let ip = &buf.bytes()[14..];
-    let (Some(src), Some(dst)) = (ip.get(F::SRC_AT..F::DST_AT), ip.get(F::DST_AT..F::HEADER_LEN)) else { return false };
+    let Some(src) = ip.get(F::SRC_AT..F::DST_AT) else { return false };
     if !t.is_local(F::addr(F::key(src)).into()) || !well_formed(ip) {
         return false;
     }
-    let key = F::key(dst);
-    let Resolved::Send { tx_if, mtu, rewrite } = resolve::<F>(t, F::fib(t).lookup(key), F::addr(key)) else { return false };
-    let ip_len = ip.len();
     if buf.advance(14).is_err() {
         return false;
     }
-    if super::wire_segment_len(buf, ip_len) > mtu as usize {
-        // The rewrite's general path fragments or refuses it: as a received packet.
+    if !send_own::<F>(t, buf) {
+        // Not a plain next hop, or too big (the rewrite's general path fragments or
+        // refuses it): as a received packet.
         let _ = buf.prepend(14);
         return false;
     }
-    prepend_l2(buf, tx_if, &rewrite)
+    true
 }
