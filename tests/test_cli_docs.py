@@ -40,3 +40,22 @@ def test_an_older_cpu_gets_a_message_not_sigill(vecgate):
     assert "this CPU lacks avx" in old.stderr and "x86-64-v3" in old.stderr, old.stderr
     new = subprocess.run([qemu, "-cpu", "Haswell", str(vecgate), "--version"], capture_output=True, text=True, timeout=60)
     assert new.returncode == 0 and "vecgate" in new.stdout, new.stderr[-500:]
+
+
+def test_the_docs_toml_examples_parse():
+    """Every ```toml block of the README and docs/ is valid TOML as written (an operator
+    copies them; an inline table spread over lines is not)."""
+    import re
+    import tomllib
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    blocks = 0
+    for doc in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+        for m in re.finditer(r"^```toml\n(.*?)^```", doc.read_text(), re.S | re.M):
+            blocks += 1
+            line = doc.read_text()[:m.start()].count("\n") + 1
+            try:
+                tomllib.loads(m.group(1))
+            except tomllib.TOMLDecodeError as e:
+                raise AssertionError(f"{doc.name}:{line}: {e}") from None
+    assert blocks >= 4

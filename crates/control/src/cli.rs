@@ -5,6 +5,9 @@ use crate::api::Request;
 pub const HELP: &str = "\
 commands:
   show runtime                         per-node calls, vectors, packets, cycles/packet
+  show graph                           the node graph, each node's packet and drop rates since
+                                       the last `show graph`
+  show metrics                         every counter in the OpenMetrics text format (as GET /metrics)
   show errors [all]                    per-node counters (non-zero unless `all`)
   show trace                           records of traced packets
   trace add <input-node> <count>       trace the next <count> packets of an input (e.g. pg-input)

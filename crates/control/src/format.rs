@@ -28,14 +28,14 @@ pub fn runtime(s: &Snapshot) -> String {
     let _ = writeln!(
         o,
         "{:<22} {:>8} {:>12} {:>12} {:>14} {:>11} {:>10}",
-        "Name", "Kind", "Calls", "Vectors", "Packets", "Cycles/pkt", "Pkts/call"
+        "Name", "Kind", "Calls", "Vectors", "Packets", "Cycles/pkt", "Pkts/vec"
     );
     for n in s.nodes.iter().filter(|n| n.runtime.calls > 0 || n.runtime.packets > 0) {
-        let per_call = if n.runtime.vectors > 0 { n.runtime.packets as f64 / n.runtime.vectors as f64 } else { 0.0 };
+        let per_vector = if n.runtime.vectors > 0 { n.runtime.packets as f64 / n.runtime.vectors as f64 } else { 0.0 };
         let _ = writeln!(
             o,
             "{:<22} {:>8} {:>12} {:>12} {:>14} {:>11.1} {:>10.1}",
-            n.name, n.kind, n.runtime.calls, n.runtime.vectors, n.runtime.packets, n.cycles_per_packet, per_call
+            n.name, n.kind, n.runtime.calls, n.runtime.vectors, n.runtime.packets, n.cycles_per_packet, per_vector
         );
     }
     let input_packets: u64 = s.nodes.iter().filter(|n| n.kind == "input").map(|n| n.runtime.packets).sum();

@@ -323,7 +323,14 @@ pub fn bench(
     side: &crate::bench_side::SideBySide,
 ) -> Result<()> {
     if !SCENARIOS.contains(&scenario) {
-        bail!("unknown scenario {scenario:?}; expected one of {}", SCENARIOS.join(", "));
+        let all: Vec<&str> = SCENARIOS
+            .iter()
+            .chain(crate::bench_ipsec::SCENARIOS)
+            .chain(crate::bench_parcel::SCENARIOS)
+            .chain(&["fib-update"])
+            .copied()
+            .collect();
+        bail!("unknown scenario {scenario:?}; expected one of {}", all.join(", "));
     }
     let mut base =
         if scenario.starts_with("upf") { format!("{BASE}{}", crate::bench_upf::config_section(opts.tunnels)) } else { BASE.to_string() };

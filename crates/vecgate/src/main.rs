@@ -27,6 +27,8 @@ struct Cli {
 enum Cmd {
     /// Run the gateway (the built-in default gateway without --config), printing live stats.
     Run {
+        /// The gateway's TOML file (docs/CONFIGURATION.md); `vecgate ctl reload` and SIGHUP
+        /// read it again.
         #[arg(long)]
         config: Option<PathBuf>,
         /// Stop after this many seconds (default: run until SIGINT/SIGTERM).
@@ -78,7 +80,10 @@ enum Cmd {
         /// ip4-forward, ip6-forward, ip4-forward-1m, ip6-forward-1m, gtpu4-encap,
         /// gtpu4-decap, gtpu6-encap, gtpu6-decap, gtpu4-decap-frag (outer packets in two
         /// fragments, reassembled), gue4-encap, gue4-decap, gre-udp4-encap, lb4-nat,
-        /// lb4-encap (the services in GRE, as VPP's lb4-gre4), ipsec4-encrypt (the SPD and ESP)
+        /// lb4-encap (the services in GRE, as VPP's lb4-gre4), esp4-encrypt, esp4-decrypt,
+        /// ipsec4-encrypt (the SPD and ESP), upf4-uplink, upf4-downlink, parcel-forward,
+        /// parcel-split, parcel-join, fib-update (route adds and deletes into a table of
+        /// BGP-like routes)
         scenario: String,
         #[arg(long, default_value_t = 20_000_000)]
         packets: u64,
