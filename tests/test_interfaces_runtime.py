@@ -100,6 +100,11 @@ def test_interfaces_added_and_removed_while_forwarding(lab, vecgate, tmp_path, w
     assert "host_if" in err and "nosuchif0" in err, err
     err = ctl_fails(gw, "create", "interface", "x", "null", "mtu", "10", "mac", "02:00:00:00:00:0d")
     assert "mtu" in err, err
+    # A host interface a vecgate interface has already (a's, b's, or the TAP vecgate made):
+    # a second socket would receive, and forward, every frame again.
+    for taken, owner in [("a1", "a"), ("b1", "b"), ("vgtap0", "t")]:
+        err = ctl_fails(gw, "create", "interface", "x", "af_packet", "host-if", taken, "mac", "02:00:00:00:00:0d")
+        assert f'"{taken}" is already {owner}\'s host interface' in err, err
     assert set(gw.interfaces()) == {"a", "b", "t"}
 
     # b goes: the route through it and its subnets with it; a then cannot reach b.

@@ -699,6 +699,11 @@ mod tests {
         assert_eq!(e.field, "interface[0].xdp_mode", "{e}");
         let e = Config::parse(&format!("{xdp}xdp_mode = \"offload\"\n"), "gw.toml", Path::new(".")).unwrap_err();
         assert!(e.field.starts_with("interface[0]") && e.message.contains("native"), "{e}");
+        // One host interface, one vecgate interface (of whatever kind binds it).
+        let b = "[[interface]]\nname = \"b\"\ntype = \"tap\"\nhost_if = \"vg-no-such-if\"\nmac = \"02:00:00:00:00:02\"\n";
+        let e = assemble(&Config::parse(&format!("{afp}{b}"), "gw.toml", Path::new(".")).unwrap()).err().unwrap();
+        assert_eq!(e.field, "interface[1].host_if", "{e}");
+        assert!(e.message.contains("\"vg-no-such-if\" is already interface[0]'s (a) host interface"), "{e}");
     }
 
     /// Bad UDP tunnels are refused by field name before anything runs.

@@ -29,6 +29,8 @@ pub struct InterfaceInfo {
     pub kind: &'static str,
     /// How the device was opened, where that varies (af_xdp: "copy, native XDP").
     pub detail: Option<String>,
+    /// The host interface it binds (af_packet, af_xdp) or creates (tap).
+    pub host_if: Option<String>,
 }
 
 /// A worker's context: one part per feature. The IP nodes see the IP part, the GTP-U
@@ -360,6 +362,16 @@ pub(crate) fn interface_spec(cfg: &Config, i: usize) -> Result<InterfaceSpec, Co
     }
     if ic.name.is_empty() || ic.name.len() > 32 {
         return Err(cfg.err(f("name"), "expected 1 to 32 characters"));
+    }
+    // Two sockets on one host interface would each receive (and forward) every frame.
+    if let Some((j, o)) =
+        ic.host_if.as_ref().and_then(|h| cfg.interfaces[..i].iter().enumerate().find(|(_, o)| o.host_if.as_ref() == Some(h)))
+    {
+        let h = ic.host_if.as_deref().unwrap_or_default();
+        return Err(cfg.err(
+            f("host_if"),
+            format!("{h:?} is already interface[{j}]'s ({}) host interface: expected each host interface once", o.name),
+        ));
     }
     let mac = interface_mac(cfg, i)?;
     if !mac.is_unicast() {
@@ -976,7 +988,7 @@ fn build(
         .interfaces
         .iter()
         .zip(details.into_iter().chain(std::iter::repeat(None)))
-        .map(|(ic, detail)| InterfaceInfo { name: ic.name.clone(), kind: kind_name(ic.kind), detail })
+        .map(|(ic, detail)| InterfaceInfo { name: ic.name.clone(), kind: kind_name(ic.kind), detail, host_if: ic.host_if.clone() })
         .collect();
     let control = Control {
         state,

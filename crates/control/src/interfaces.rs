@@ -85,6 +85,13 @@ pub(crate) fn add(c: &mut Control, cfg: &Config, i: usize) -> Result<IfIndex, St
     if c.workers.is_empty() {
         return Err(format!("{field}: this dataplane has no running workers to poll an interface"));
     }
+    if let Some(o) = ic.host_if.as_ref().and_then(|h| c.interfaces.iter().find(|o| o.host_if.as_ref() == Some(h))) {
+        return Err(format!(
+            "{field}.host_if: {:?} is already {}'s host interface: expected each host interface once",
+            o.host_if.as_deref().unwrap_or_default(),
+            o.name
+        ));
+    }
     let spec = interface_spec(cfg, i).map_err(|e| e.to_string())?;
     let at = c.state.add_interface(spec).map_err(|e| format!("{field}: {e}"))?;
     if ic.urpf != Urpf::Off && at.get() >= 64 {
@@ -112,11 +119,11 @@ pub(crate) fn add(c: &mut Control, cfg: &Config, i: usize) -> Result<IfIndex, St
             }
         }
     }
-    let info = InterfaceInfo { name: ic.name.clone(), kind: kind_name(ic.kind), detail };
+    let info = InterfaceInfo { name: ic.name.clone(), kind: kind_name(ic.kind), detail, host_if: ic.host_if.clone() };
     match c.interfaces.get_mut(at.get()) {
         Some(slot) => *slot = info,
         None => {
-            c.interfaces.resize(at.get(), InterfaceInfo { name: String::new(), kind: "removed", detail: None });
+            c.interfaces.resize(at.get(), InterfaceInfo { name: String::new(), kind: "removed", detail: None, host_if: None });
             c.interfaces.push(info);
         }
     }
@@ -171,7 +178,7 @@ pub(crate) fn remove(c: &mut Control, name: &str) -> Result<RemovedInterface, St
     }
     let gone = c.state.remove_interface(name).map_err(|e| e.to_string())?;
     if let Some(slot) = c.interfaces.get_mut(i.get()) {
-        *slot = InterfaceInfo { name: String::new(), kind: "removed", detail: None };
+        *slot = InterfaceInfo { name: String::new(), kind: "removed", detail: None, host_if: None };
     }
     c.publish_routes();
     tracing::info!(interface = %name, index = i.0, routes = gone.routes.len(), "interface removed");
