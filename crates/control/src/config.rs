@@ -672,6 +672,13 @@ mod tests {
         assert_eq!(assemble(&cfg).err().unwrap().field, "dataplane.workers");
         let cfg = Config::parse(&format!("[dataplane]\nworker_cores = [0, 1]\n{pg}"), "gw.toml", Path::new(".")).unwrap();
         assert_eq!(assemble(&cfg).err().unwrap().field, "dataplane.worker_cores");
+        // A core the process may not run on, or one core for two workers.
+        let cfg = Config::parse(&format!("[dataplane]\nworker_core = 100000\n{pg}"), "gw.toml", Path::new(".")).unwrap();
+        let e = assemble(&cfg).err().unwrap();
+        assert!(e.field == "dataplane.worker_core" && e.message.contains("core 100000: expected one of the cores"), "{e}");
+        let cfg = Config::parse(&format!("[dataplane]\nworkers = 2\nworker_cores = [0, 0]\n{pg}"), "gw.toml", Path::new(".")).unwrap();
+        let e = assemble(&cfg).err().unwrap();
+        assert!(e.field == "dataplane.worker_cores[1]" && e.message.contains("already dataplane.worker_cores[0]'s"), "{e}");
         let tap = "[[interface]]\nname = \"t\"\ntype = \"tap\"\nmac = \"02:00:00:00:00:01\"\n";
         let cfg = Config::parse(tap, "gw.toml", Path::new(".")).unwrap();
         assert_eq!(assemble(&cfg).err().unwrap().field, "interface[0].host_if");

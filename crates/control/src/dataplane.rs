@@ -688,6 +688,21 @@ fn check_workers(cfg: &Config) -> Result<(), ConfigError> {
             format!("{} cores for {n} workers: expected one core per worker", cfg.dataplane.worker_cores.len()),
         ));
     }
+    // Pinning to a core the process may not run on fails, and polling workers sharing a
+    // core take turns at it: refused here rather than noticed in the rates.
+    let allowed: Vec<usize> = core_affinity::get_core_ids().unwrap_or_default().into_iter().map(|c| c.id).collect();
+    let pinned: Vec<(String, usize)> = match cfg.dataplane.worker_cores.is_empty() {
+        true => cfg.dataplane.worker_core.map(|c| ("dataplane.worker_core".to_string(), c)).into_iter().collect(),
+        false => cfg.dataplane.worker_cores.iter().enumerate().map(|(k, &c)| (format!("dataplane.worker_cores[{k}]"), c)).collect(),
+    };
+    for (k, (field, c)) in pinned.iter().enumerate() {
+        if !allowed.is_empty() && !allowed.contains(c) {
+            return Err(cfg.err(field, format!("core {c}: expected one of the cores this process may run on ({allowed:?})")));
+        }
+        if let Some((other, _)) = pinned[..k].iter().find(|(_, o)| o == c) {
+            return Err(cfg.err(field, format!("core {c} is already {other}'s: expected a core per worker")));
+        }
+    }
     if !(1..=MAX_BUFFERS).contains(&cfg.dataplane.buffers) {
         return Err(cfg.err("dataplane.buffers", format!("{}: expected 1 to {MAX_BUFFERS}", cfg.dataplane.buffers)));
     }
@@ -1116,7 +1131,9 @@ pub fn spawn(
         .name(format!("vecgate-worker-{}", worker.id))
         .spawn(move || {
             if let Some(c) = core {
-                core_affinity::set_for_current(core_affinity::CoreId { id: c });
+                if !core_affinity::set_for_current(core_affinity::CoreId { id: c }) {
+                    tracing::warn!(worker = worker.id, core = c, "could not pin the worker to its core; it runs unpinned");
+                }
             }
             worker.run(&rx, until_inputs_done);
             worker
