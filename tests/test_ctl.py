@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 
-def ctl(vecgate, sock, *words, json_out=False):
+def ctl(vecgate, sock, *words, json_out=False, cwd=None):
     args = [str(vecgate), "ctl", "--socket", str(sock)] + (["--json"] if json_out else []) + list(words)
-    r = subprocess.run(args, capture_output=True, text=True, timeout=20)
+    r = subprocess.run(args, capture_output=True, text=True, timeout=20, cwd=cwd)
     return r
 
 
@@ -174,9 +174,12 @@ def test_pcap_trace_captures_any_interface(vecgate, running, tmp_path):
     """`pcap trace` wraps an interface of any kind: here the generator pg0 (received
     frames) and the null sink null0 (sent frames); tshark reads both captures."""
     proc, sock = running
-    rx_file, tx_file = tmp_path / "pg0.pcap", tmp_path / "null0.pcap"
+    here = tmp_path / "here"
+    here.mkdir()
+    rx_file, tx_file = tmp_path / "pg0.pcap", here / "null0.pcap"
     assert ctl(vecgate, sock, "pcap", "trace", "pg0", str(rx_file), "50").returncode == 0
-    assert ctl(vecgate, sock, "pcap", "trace", "null0", str(tx_file), "40").returncode == 0
+    # A relative path is the shell's (ctl's working directory), not the gateway's.
+    assert ctl(vecgate, sock, "pcap", "trace", "null0", "null0.pcap", "40", cwd=here).returncode == 0
     r = ctl(vecgate, sock, "pcap", "trace", "nosuch0", str(tmp_path / "x.pcap"))
     assert r.returncode != 0 and "nosuch0" in (r.stdout + r.stderr)
     deadline = time.time() + 10

@@ -202,7 +202,8 @@ pub fn ctl(socket: &Path, json: bool, words: &[String]) -> Result<()> {
         println!("{}", control::cli::HELP);
         return Ok(());
     }
-    let req: Request = control::cli::parse(&words).map_err(|e| anyhow!(e))?;
+    let mut req: Request = control::cli::parse(&words).map_err(|e| anyhow!(e))?;
+    files_from_here(&mut req);
     let reply = server::call(socket, &req).map_err(|e| cannot_reach(socket, &e))?;
     if json {
         println!("{}", serde_json::to_string_pretty(&reply)?);
@@ -219,6 +220,20 @@ pub fn ctl(socket: &Path, json: bool, words: &[String]) -> Result<()> {
         std::process::exit(2);
     }
     Ok(())
+}
+
+/// The gateway opens the files a command names in its own working directory (`/` under
+/// systemd): a relative path is made this shell's, as `ip route batch` reads its file here.
+fn files_from_here(req: &mut Request) {
+    let file = match req {
+        Request::Reload { file: Some(f) } | Request::PcapTrace { file: f, .. } | Request::PcapTraceDrop { file: f, .. } => f,
+        _ => return,
+    };
+    if Path::new(file.as_str()).is_relative() {
+        if let Ok(here) = std::env::current_dir() {
+            *file = here.join(&*file).to_string_lossy().into_owned();
+        }
+    }
 }
 
 /// Why the control socket did not answer, in terms of what to do about it.
