@@ -46,6 +46,7 @@ pub fn create(c: &mut Control, ic: InterfaceConfig) -> Result<Reply, String> {
 
 /// `delete interface`: remove it and list what went with it.
 pub fn delete(c: &mut Control, name: &str) -> Result<Reply, String> {
+    endpoints_elsewhere(c, name)?;
     let gone = remove(c, name)?;
     let routes: Vec<String> = gone.routes.iter().map(|(p, t)| crate::reload::describe(p, t)).collect();
     let neighbours: Vec<String> = gone.neighbours.iter().map(|a| a.to_string()).collect();
@@ -66,6 +67,40 @@ pub fn delete(c: &mut Control, name: &str) -> Result<Reply, String> {
         serde_json::json!({ "name": name, "index": gone.if_index.0, "routes": routes, "narrowed": narrowed, "neighbours": neighbours }),
         text,
     ))
+}
+
+/// `delete interface` refuses an interface whose addresses tunnels, SAs or the load
+/// balancer send from: they would go on sending from an address the gateway no longer
+/// has (`create` refuses the same state). A reload checks its file whole instead.
+fn endpoints_elsewhere(c: &Control, name: &str) -> Result<(), String> {
+    use ip::tables::{TunnelKind, TunnelRef};
+    let i = c.state.if_index(name).map_err(|e| e.to_string())?;
+    let Some(ifc) = c.state.interfaces().get(i.get()) else { return Ok(()) };
+    let ours: Vec<std::net::IpAddr> = ifc.ip4.iter().map(|(a, _)| (*a).into()).chain(ifc.ip6.iter().map(|(a, _)| (*a).into())).collect();
+    let mut users: Vec<String> = Vec::new();
+    let mut note = |what: String, a: std::net::IpAddr| {
+        if ours.contains(&a) {
+            users.push(format!("{what} (local {a})"));
+        }
+    };
+    for (id, t) in c.gtpu.tunnels() {
+        note(TunnelRef { kind: TunnelKind::Gtpu4, id }.if_name(), t.local());
+    }
+    for (id, t) in c.udptun.tunnels() {
+        note(TunnelRef { kind: TunnelKind::Gue4, id }.if_name(), t.local);
+    }
+    for (index, sa) in c.ipsec.iter() {
+        note(format!("SA {index}"), sa.spec.local);
+    }
+    for (key, a) in [("[lb] snat4", c.applied.lb.snat4), ("[lb] snat6", c.applied.lb.snat6)] {
+        if let Some(a) = a {
+            note(key.to_string(), a);
+        }
+    }
+    if users.is_empty() {
+        return Ok(());
+    }
+    Err(format!("{name} holds the source address of {}: delete or move them first", users.join(", ")))
 }
 
 /// Add `cfg.interfaces[i]` to the running gateway; errors start with `cfg.source` (the
