@@ -671,7 +671,7 @@ impl Control {
             }
             Request::IpsecSpdUnbind { interface } => {
                 let i = self.state.if_index(interface).map_err(|e| format!("interface: {e}"))?;
-                let s = self.spd.unbind(i).map_err(|e| e.to_string())?;
+                let s = self.spd.unbind(i).map_err(|_| format!("{interface}: no SPD bound"))?;
                 let v = self.spd.publish().version;
                 self.state.set_spd_links(crate::spd::links(&self.spd));
                 self.publish();

@@ -706,6 +706,15 @@ mod tests {
         assert_eq!(e.field, "interface[0].xdp_mode", "{e}");
         let e = Config::parse(&format!("{xdp}xdp_mode = \"offload\"\n"), "gw.toml", Path::new(".")).unwrap_err();
         assert!(e.field.starts_with("interface[0]") && e.message.contains("native"), "{e}");
+        // What is missing is named: a null interface's MAC, an af_packet interface's
+        // host interface (whose MAC it would borrow).
+        let e =
+            assemble(&Config::parse("[[interface]]\nname = \"n\"\ntype = \"null\"\n", "gw.toml", Path::new(".")).unwrap()).err().unwrap();
+        assert!(e.field == "interface[0].mac" && e.message.starts_with("missing: a null interface needs a `mac`"), "{e}");
+        let e = assemble(&Config::parse("[[interface]]\nname = \"a\"\ntype = \"af_packet\"\n", "gw.toml", Path::new(".")).unwrap())
+            .err()
+            .unwrap();
+        assert!(e.field == "interface[0].host_if" && e.message.contains("needs `host_if`"), "{e}");
         // One host interface, one vecgate interface (of whatever kind binds it).
         let b = "[[interface]]\nname = \"b\"\ntype = \"tap\"\nhost_if = \"vg-no-such-if\"\nmac = \"02:00:00:00:00:02\"\n";
         let e = assemble(&Config::parse(&format!("{afp}{b}"), "gw.toml", Path::new(".")).unwrap()).err().unwrap();

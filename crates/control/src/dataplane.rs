@@ -348,7 +348,18 @@ fn interface_mac(cfg: &Config, i: usize) -> Result<EthernetAddress, ConfigError>
             }
             None => Err(cfg.err(f, format!("no `mac` given and host interface {h:?} has none to borrow"))),
         },
-        (None, _, _) => Err(cfg.err(f, "expected a MAC address like 02:00:00:00:00:01")),
+        // No host interface to lend one: that is the thing missing.
+        (None, InterfaceKind::AfPacket | InterfaceKind::AfXdp, None) => Err(cfg.err(
+            format!("interface[{i}].host_if"),
+            format!("an {} interface needs `host_if`, the host interface to bind to", kind_name(ic.kind)),
+        )),
+        (None, kind, _) => Err(cfg.err(
+            f,
+            format!(
+                "missing: a {} interface needs a `mac` like 02:00:00:00:00:01 (af_packet and af_xdp borrow their host interface's)",
+                kind_name(kind)
+            ),
+        )),
     }
 }
 
