@@ -49,6 +49,16 @@ pub fn default_sigpipe() {
     }
 }
 
+/// Nanoseconds the calling thread has run on a CPU (its CPU-time clock), 0 if unknown.
+pub fn thread_cpu_ns() -> u64 {
+    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `t` is a valid timespec for the call to fill; the clock id is a constant.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) } != 0 {
+        return 0;
+    }
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
 /// The kernel's index of a host interface.
 pub fn if_index(ifname: &str) -> Result<i32, OpenError> {
     sysfs(ifname, "ifindex").and_then(|s| s.parse().ok()).ok_or_else(|| OpenError::NoSuchInterface(ifname.to_string()))
