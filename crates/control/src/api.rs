@@ -662,12 +662,15 @@ impl Control {
                 if i.0 >= 64 {
                     return Err(format!("interface {interface}: an SPD binds to the first 64 interfaces only"));
                 }
+                let was = self.spd.binding(i);
                 self.spd.bind(i, *spd).map_err(|e| e.to_string())?;
                 // The SPD tables first, then the IP tables that send packets to them.
                 let v = self.spd.publish().version;
                 self.state.set_spd_links(crate::spd::links(&self.spd));
                 self.publish();
-                Reply::ok(serde_json::json!({ "version": v }), format!("spd {spd} bound to {interface}"))
+                // Binding another SPD replaces the one bound, in one step: say so.
+                let replaced = was.filter(|w| u32::from(w.0) != *spd).map(|w| format!(" (replacing spd {})", w.0)).unwrap_or_default();
+                Reply::ok(serde_json::json!({ "version": v, "replaced": was.map(|w| w.0) }), format!("spd {spd} bound to {interface}{replaced}"))
             }
             Request::IpsecSpdUnbind { interface } => {
                 let i = self.state.if_index(interface).map_err(|e| format!("interface: {e}"))?;

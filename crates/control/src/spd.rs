@@ -344,6 +344,15 @@ mod tests {
         assert!(!c.handle(&Request::IpsecPolicyDel { id }).ok);
         let r = c.handle(&Request::IpsecSpdBind { spd: 2, interface: "nope".into() });
         assert!(!r.ok && r.error.unwrap().contains("interface"));
+        // Another SPD on a bound interface replaces it, and the reply says so; unbinding an
+        // interface with none names it.
+        let r = c.handle(&Request::IpsecSpdBind { spd: 2, interface: "pg0".into() });
+        assert!(r.ok && r.text == "spd 2 bound to pg0 (replacing spd 1)", "{}", r.text);
+        assert!(c.handle(&Request::IpsecSpdUnbind { interface: "pg0".into() }).ok);
+        let r = c.handle(&Request::IpsecSpdUnbind { interface: "pg0".into() });
+        assert_eq!(r.error.as_deref(), Some("pg0: no SPD bound"));
+        let r = c.handle(&Request::IpsecSpdBind { spd: 1, interface: "pg0".into() });
+        assert!(r.ok && r.text == "spd 1 bound to pg0", "{}", r.text);
         let r = c.handle(&Request::ShowIpsecFlowCache {});
         assert!(r.ok && r.text.contains("flow cache"), "{}", r.text);
         // The JSON form of the API takes the config's field names.
