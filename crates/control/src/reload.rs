@@ -64,9 +64,12 @@ pub fn reload(c: &mut Control, path: Option<&str>) -> Result<Reply, String> {
     // Interfaces first (routes and tunnels may need their subnets); the ones the file
     // dropped go last, after the routes through them.
     interfaces_add(c, &new, &mut changes)?;
+    // What the file routes itself (tunnels' and SAs' own routes): a route re-attached to
+    // a replaced tunnel must not take one of these.
+    let claimed = file_claims(c, &new);
     // SAs first: routes may lead into their tunnels.
-    ipsec_sas(c, &new, &mut changes)?;
-    let (gtpu_ids, udp_ids) = tunnels(c, &new, &mut changes)?;
+    ipsec_sas(c, &new, &claimed, &mut changes)?;
+    let (gtpu_ids, udp_ids) = tunnels(c, &new, &claimed, &mut changes)?;
     neighbours(c, &new, &mut changes)?;
     routes(c, &new, &gtpu_ids, &udp_ids, &mut changes)?;
     tunnel_counting(c, &new, &mut changes);
@@ -82,8 +85,9 @@ pub fn reload(c: &mut Control, path: Option<&str>) -> Result<Reply, String> {
     interfaces_remove(c, &new, &mut changes)?;
     ipsec_policies(c, &new, &mut changes)?;
     lb_services(c, &new, &mut changes)?;
+    // A file named in the request applies once: `config_path` stays the --config file,
+    // which plain reloads and SIGHUP read (docs/CONFIGURATION.md, "Reloading").
     c.applied = new;
-    c.config_path = Some(path.clone());
     for ch in &changes {
         tracing::info!(action = ch.action, object = ch.object, name = %ch.name, "config applied");
     }
@@ -271,8 +275,8 @@ fn rename_tunnel(name: &str, gtpu_ids: &[u32], udp_ids: &[u32]) -> String {
 }
 
 /// GTP-U and UDP tunnels; returns the running id of each tunnel the new file declares,
-/// in file order.
-fn tunnels(c: &mut Control, new: &Config, changes: &mut Vec<Change>) -> Result<(Vec<u32>, Vec<u32>), String> {
+/// in file order. A tunnel replaced keeps the routes into it (see [`reattach`]).
+fn tunnels(c: &mut Control, new: &Config, claimed: &HashSet<Prefix>, changes: &mut Vec<Change>) -> Result<(Vec<u32>, Vec<u32>), String> {
     let gname = |id: u32| format!("{}{id}", ip::tables::GTPU_IF_PREFIX);
     // Each running tunnel's UE prefix, in one pass over the tunnel routes.
     let ue: HashMap<TunnelRef, Prefix> = c.state.tunnel_routes_of(|_| true).into_iter().map(|(p, t)| (t, p)).collect();
@@ -287,19 +291,22 @@ fn tunnels(c: &mut Control, new: &Config, changes: &mut Vec<Change>) -> Result<(
     }
     let kept: HashSet<(IpAddr, u32)> = want.iter().map(|s| (s.local, s.teid_in)).collect();
     // Tunnels the old file declared and the new one does not.
-    for t in &c.applied.gtpu_tunnels {
+    for t in &c.applied.gtpu_tunnels.clone() {
         let Ok(s) = t.to_spec(&c.state) else { continue };
         if kept.contains(&(s.local, s.teid_in)) {
             continue;
         }
         if let Some(id) = c.gtpu.find(s.local, s.teid_in) {
+            let t = TunnelRef { kind: s.kind(), id };
+            let held = routes_through(c, t);
             c.gtpu.delete(&mut c.state, id).map_err(|e| e.to_string())?;
             changes.push(Change::new("removed", "gtpu_tunnel", format!("{} (teid-in {})", gname(id), s.teid_in)));
+            reattach(c, held, t, None, Own::default(), claimed, changes);
         }
     }
     let mut gtpu_ids = Vec::with_capacity(want.len());
     for s in want {
-        let action = match c.gtpu.find(s.local, s.teid_in) {
+        let replaced = match c.gtpu.find(s.local, s.teid_in) {
             Some(id) if running_spec(c, id).as_ref() == Some(&s) => {
                 gtpu_ids.push(id);
                 continue;
@@ -314,14 +321,25 @@ fn tunnels(c: &mut Control, new: &Config, changes: &mut Vec<Change>) -> Result<(
                 continue;
             }
             Some(id) => {
+                let t = TunnelRef { kind: running_spec(c, id).map_or(s.kind(), |r| r.kind()), id };
+                let held = routes_through(c, t);
                 c.gtpu.delete(&mut c.state, id).map_err(|e| e.to_string())?;
+                Some((t, held))
+            }
+            None => None,
+        };
+        let (teid, kind) = (s.teid_in, s.kind());
+        let id = c.gtpu.create(&mut c.state, s).map_err(|e| e.to_string())?;
+        let (action, mut note, mut lost) = ("added", String::new(), Vec::new());
+        let action = match replaced {
+            Some((old, held)) => {
+                note = kept_note(reattach(c, held, old, Some(TunnelRef { kind, id }), Own::default(), claimed, &mut lost));
                 "replaced"
             }
-            None => "added",
+            None => action,
         };
-        let teid = s.teid_in;
-        let id = c.gtpu.create(&mut c.state, s).map_err(|e| e.to_string())?;
-        changes.push(Change::new(action, "gtpu_tunnel", format!("{} (teid-in {teid})", gname(id))));
+        changes.push(Change::new(action, "gtpu_tunnel", format!("{} (teid-in {teid}{note})", gname(id))));
+        changes.append(&mut lost);
         gtpu_ids.push(id);
     }
 
@@ -332,20 +350,37 @@ fn tunnels(c: &mut Control, new: &Config, changes: &mut Vec<Change>) -> Result<(
     }
     let key = |s: &udptun::UdpTunnelSpec| (s.local, s.remote, s.port);
     let kept: HashSet<_> = want.iter().map(|(s, _)| key(s)).collect();
-    for t in &c.applied.udp_tunnels {
-        let Ok((s, _)) = t.to_spec() else { continue };
+    // Each tunnel's own `routes` in the old file, by tunnel.
+    let old_routes: HashMap<_, Vec<Prefix>> =
+        c.applied.udp_tunnels.iter().filter_map(|t| t.to_spec().ok()).map(|(s, r)| (key(&s), r)).collect();
+    for t in &c.applied.udp_tunnels.clone() {
+        let Ok((s, own)) = t.to_spec() else { continue };
         if kept.contains(&key(&s)) {
             continue;
         }
         if let Some(id) = c.udptun.find(s.local, s.remote, s.port) {
+            let t = TunnelRef { kind: s.kind(), id };
+            let held = routes_through(c, t);
             c.udptun.delete(&mut c.state, id).map_err(|e| e.to_string())?;
             changes.push(Change::new("removed", "udp_tunnel", format!("{} (remote {})", uname(id), s.remote)));
+            // Its own routes went with it, as the file says; any other route is listed.
+            reattach(c, held, t, None, Own { new: &own, old: &[] }, claimed, changes);
         }
     }
     let mut udp_ids = Vec::with_capacity(want.len());
-    for (s, routes) in want {
-        let action = match c.udptun.find(s.local, s.remote, s.port) {
-            Some(id) if c.udptun.spec(id) == Some(&s) && routes_into(c, s.kind(), id) == sorted(&routes) => {
+    for (i, (s, routes)) in want.into_iter().enumerate() {
+        let own_old = old_routes.get(&key(&s)).map_or(&[][..], Vec::as_slice);
+        // The tunnel's own routes are as the file says: each one into it, and none the
+        // last file gave it and this one does not. Other routes into it (added with
+        // `ctl`) are no reason to replace it.
+        let own_current = |c: &Control, id: u32| {
+            let into = RouteTarget::Tunnel(TunnelRef { kind: s.kind(), id });
+            routes.iter().all(|p| c.state.route(p) == Some(&into))
+                && own_old.iter().all(|p| routes.contains(p) || c.state.route(p) != Some(&into))
+        };
+        let replaced = match c.udptun.find(s.local, s.remote, s.port) {
+            // The tunnel runs as the file says (made by the last file or with `ctl`): kept.
+            Some(id) if c.udptun.spec(id) == Some(&s) && own_current(c, id) => {
                 udp_ids.push(id);
                 continue;
             }
@@ -354,7 +389,7 @@ fn tunnels(c: &mut Control, new: &Config, changes: &mut Vec<Change>) -> Result<(
             // interface … urpf`'s path).
             Some(id)
                 if c.udptun.spec(id).is_some_and(|r| udptun::UdpTunnelSpec { gre_key: s.gre_key, urpf: s.urpf, ..r.clone() } == s)
-                    && routes_into(c, s.kind(), id) == sorted(&routes) =>
+                    && own_current(c, id) =>
             {
                 let r = c.udptun.spec(id).expect("tested above");
                 let what = match (r.gre_key != s.gre_key, r.urpf != s.urpf) {
@@ -368,31 +403,148 @@ fn tunnels(c: &mut Control, new: &Config, changes: &mut Vec<Change>) -> Result<(
                 udp_ids.push(id);
                 continue;
             }
+            // Anything else differs, its own routes as the file says: replaced under the
+            // same id, so its name and the routes into it stay as they are.
+            Some(id) if own_current(c, id) => {
+                let kept = routes_through(c, TunnelRef { kind: s.kind(), id }).iter().filter(|(p, _)| !routes.contains(p)).count();
+                let remote = s.remote;
+                c.udptun.replace(&mut c.state, id, s).map_err(|e| format!("{}: udp_tunnel[{i}]: {e}", new.source))?;
+                changes.push(Change::new("replaced", "udp_tunnel", format!("{} (remote {remote}{})", uname(id), kept_note(kept))));
+                udp_ids.push(id);
+                continue;
+            }
+            // Its own routes changed too: removed and made again with them (its other
+            // routes put back).
             Some(id) => {
+                let t = TunnelRef { kind: c.udptun.spec(id).map_or(s.kind(), |r| r.kind()), id };
+                let held = routes_through(c, t);
                 c.udptun.delete(&mut c.state, id).map_err(|e| e.to_string())?;
+                Some((t, held))
+            }
+            None => None,
+        };
+        let (remote, kind) = (s.remote, s.kind());
+        let replaced_id = replaced.as_ref().map(|(t, _)| t.id);
+        let id = c.udptun.create(&mut c.state, s, &routes).map_err(|e| format!("{}: udp_tunnel[{i}]: {e}", new.source))?;
+        let (action, mut note, mut lost) = ("added", String::new(), Vec::new());
+        let action = match replaced {
+            Some((old, held)) => {
+                let own = Own { new: &routes, old: own_old };
+                note = kept_note(reattach(c, held, old, Some(TunnelRef { kind, id }), own, claimed, &mut lost));
                 "replaced"
             }
-            None => "added",
+            None => action,
         };
-        let remote = s.remote;
-        let id = c.udptun.create(&mut c.state, s, &routes).map_err(|e| e.to_string())?;
-        changes.push(Change::new(action, "udp_tunnel", format!("{} (remote {remote})", uname(id))));
+        // `create` takes the lowest free id: a replacement may run under another name.
+        let was = match replaced_id {
+            Some(o) if o != id => format!("was {}, ", uname(o)),
+            _ => String::new(),
+        };
+        changes.push(Change::new(action, "udp_tunnel", format!("{} ({was}remote {remote}{note})", uname(id))));
+        changes.append(&mut lost);
         udp_ids.push(id);
     }
     Ok((gtpu_ids, udp_ids))
 }
 
-fn routes_into(c: &Control, kind: ip::tables::TunnelKind, id: u32) -> Vec<Prefix> {
-    let t = TunnelRef { kind, id };
-    let mut v: Vec<Prefix> = c.state.routes().filter(|(_, r)| **r == RouteTarget::Tunnel(t)).map(|(p, _)| *p).collect();
-    v.sort();
-    v
+/// The prefixes the file routes as part of a tunnel or an SA (a GTP-U tunnel's `ue`, a
+/// UDP tunnel's or an outbound SA's `routes`). Entries with errors are left out: the
+/// validation on scratch state has refused such a file already.
+fn file_claims(c: &Control, new: &Config) -> HashSet<Prefix> {
+    let mut claimed: HashSet<Prefix> = new.gtpu_tunnels.iter().filter_map(|t| t.to_spec(&c.state).ok()?.ue).collect();
+    claimed.extend(new.udp_tunnels.iter().filter_map(|t| t.to_spec().ok()).flat_map(|(_, r)| r));
+    claimed.extend(new.ipsec_sas.iter().filter_map(|s| s.to_spec().ok()).flat_map(|(_, r)| r));
+    claimed
 }
 
-fn sorted(p: &[Prefix]) -> Vec<Prefix> {
-    let mut v = p.to_vec();
-    v.sort();
-    v
+/// Whether route target `r` leads into tunnel `t` (wholly, or by one of its paths).
+fn leads_into(r: &RouteTarget, t: TunnelRef) -> bool {
+    match r {
+        RouteTarget::Tunnel(x) => *x == t,
+        RouteTarget::Multipath(paths) => paths.iter().any(|p| p.target == RouteTarget::Tunnel(t)),
+        _ => false,
+    }
+}
+
+/// The static routes into tunnel `t`, as they are: what deleting it takes away.
+fn routes_through(c: &Control, t: TunnelRef) -> Vec<(Prefix, RouteTarget)> {
+    c.state.routes().filter(|(_, r)| leads_into(r, t)).map(|(p, r)| (*p, r.clone())).collect()
+}
+
+/// A tunnel's or SA's own routes (`routes` in its `[[udp_tunnel]]` or `[[ipsec_sa]]`) in
+/// the new file and in the old one.
+#[derive(Default, Clone, Copy)]
+struct Own<'a> {
+    new: &'a [Prefix],
+    old: &'a [Prefix],
+}
+
+/// Put the routes that led into tunnel `old` before it was deleted (`held`, from
+/// [`routes_through`]) back into its replacement `new`. Deleting a tunnel deletes the
+/// routes into it, which for a reload's replacement would silently drop routes added
+/// with `ctl` (their traffic falling to a covering route, for an SA unencrypted). Not
+/// put back: the replacement's own routes (made with it), the old ones the file no
+/// longer gives it, and prefixes the file routes elsewhere; each of these but the
+/// first, and any route that has nowhere to go (`new` is none: the tunnel was removed,
+/// or the SA is no longer an outbound tunnel), is pushed to `changes`. Returns how many
+/// were put back.
+fn reattach(
+    c: &mut Control,
+    held: Vec<(Prefix, RouteTarget)>,
+    old: TunnelRef,
+    new: Option<TunnelRef>,
+    own: Own,
+    claimed: &HashSet<Prefix>,
+    changes: &mut Vec<Change>,
+) -> usize {
+    let swap = |r: &RouteTarget, to: TunnelRef| match r {
+        RouteTarget::Multipath(paths) => RouteTarget::Multipath(
+            paths
+                .iter()
+                .map(|p| match p.target {
+                    RouteTarget::Tunnel(x) if x == old => ip::state::Path { target: RouteTarget::Tunnel(to), ..p.clone() },
+                    _ => p.clone(),
+                })
+                .collect(),
+        ),
+        _ => RouteTarget::Tunnel(to),
+    };
+    let mut kept = 0;
+    for (p, r) in held {
+        if own.new.contains(&p) {
+            continue;
+        }
+        let why = if own.old.contains(&p) {
+            "the file no longer routes it there".to_string()
+        } else if claimed.contains(&p) {
+            "the file routes this prefix elsewhere".to_string()
+        } else if let Some(to) = new {
+            match c.state.add_route(p, swap(&r, to)) {
+                Ok(()) => {
+                    kept += 1;
+                    continue;
+                }
+                Err(e) => e.to_string(),
+            }
+        } else {
+            format!("{} is gone", old.if_name())
+        };
+        // A multipath route keeps its other paths.
+        match c.state.route(&p) {
+            Some(now) => changes.push(Change::new("replaced", "route", format!("{} (was {}: {why})", describe(&p, now), describe(&p, &r)))),
+            None => changes.push(Change::new("removed", "route", format!("{} ({why})", describe(&p, &r)))),
+        }
+    }
+    kept
+}
+
+/// `, N routes kept` for a replaced tunnel's or SA's name, or nothing.
+fn kept_note(n: usize) -> String {
+    match n {
+        0 => String::new(),
+        1 => ", 1 route kept".into(),
+        n => format!(", {n} routes kept"),
+    }
 }
 
 fn neighbours(c: &mut Control, new: &Config, changes: &mut Vec<Change>) -> Result<(), String> {
@@ -482,16 +634,27 @@ fn apply(c: &mut Control, req: Request) -> Result<(), String> {
     }
 }
 
-fn ipsec_sas(c: &mut Control, new: &Config, changes: &mut Vec<Change>) -> Result<(), String> {
-    let want: BTreeMap<u32, &crate::ipsec::IpsecSaConfig> = new.ipsec_sas.iter().map(|s| (s.index, s)).collect();
+fn ipsec_sas(c: &mut Control, new: &Config, claimed: &HashSet<Prefix>, changes: &mut Vec<Change>) -> Result<(), String> {
+    let want: BTreeMap<u32, (usize, &crate::ipsec::IpsecSaConfig)> =
+        new.ipsec_sas.iter().enumerate().map(|(i, s)| (s.index, (i, s))).collect();
     let old: BTreeMap<u32, crate::ipsec::IpsecSaConfig> = c.applied.ipsec_sas.iter().map(|s| (s.index, s.clone())).collect();
-    for &index in old.keys() {
+    let own = |s: &crate::ipsec::IpsecSaConfig| s.to_spec().map(|(_, r)| r).unwrap_or_default();
+    let tunnel = |c: &Control, index: u32| c.ipsec.tunnel_by_name(&format!("{}{index}", ip::tables::IPSEC_TUNNEL_IF_PREFIX));
+    // Deleted and added here without publishing (not by requests, which publish each):
+    // the SA, its replacement and the routes put back into it reach the workers in the
+    // reload's one publication, so no packet finds the route gone meanwhile.
+    for (&index, o) in &old {
         if !want.contains_key(&index) && c.ipsec.get(index).is_some() {
-            apply(c, Request::IpsecSaDel { index })?;
+            let t = tunnel(c, index);
+            let held = t.map(|t| routes_through(c, t)).unwrap_or_default();
+            crate::ipsec::del(&mut c.ipsec, &mut c.state, index)?;
             changes.push(Change::new("removed", "ipsec_sa", format!("SA {index}")));
+            if let Some(t) = t {
+                reattach(c, held, t, None, Own { new: &own(o), old: &[] }, claimed, changes);
+            }
         }
     }
-    for (index, sa) in want {
+    for (index, (i, sa)) in want {
         // Keys are never read back, so "unchanged" is the file's entry as applied last,
         // with the SA still there.
         let running_urpf = c.ipsec.get(index).map(|s| s.spec.urpf);
@@ -505,11 +668,24 @@ fn ipsec_sas(c: &mut Control, new: &Config, changes: &mut Vec<Change>) -> Result
             }
             continue;
         }
+        let t = tunnel(c, index);
+        let held = t.map(|t| routes_through(c, t)).unwrap_or_default();
         if present {
-            apply(c, Request::IpsecSaDel { index })?;
+            crate::ipsec::del(&mut c.ipsec, &mut c.state, index)?;
         }
-        apply(c, Request::IpsecSaAdd(sa.clone()))?;
-        changes.push(Change::new(if present { "replaced" } else { "added" }, "ipsec_sa", format!("SA {index}")));
+        crate::ipsec::add(&mut c.ipsec, &mut c.state, sa).map_err(|e| format!("{}: ipsec_sa[{i}] (index {index}): {e}", new.source))?;
+        let mut lost = Vec::new();
+        let note = match t {
+            Some(t) => {
+                let (own_new, own_old) = (own(sa), old.get(&index).map(own).unwrap_or_default());
+                let kept = reattach(c, held, t, tunnel(c, index), Own { new: &own_new, old: &own_old }, claimed, &mut lost);
+                kept_note(kept)
+            }
+            None => String::new(),
+        };
+        let note = note.strip_prefix(", ").map_or(String::new(), |n| format!(" ({n})"));
+        changes.push(Change::new(if present { "replaced" } else { "added" }, "ipsec_sa", format!("SA {index}{note}")));
+        changes.append(&mut lost);
     }
     Ok(())
 }

@@ -173,6 +173,30 @@ impl UdpTunState {
         Ok(old)
     }
 
+    /// Replace tunnel `id` by `spec` whole, under the same id (a reload's change beyond
+    /// what `modify` changes): its name and every route into it stay, where a delete
+    /// and a create would drop the routes and might take a lower free id. It starts
+    /// again as a new tunnel would: counters from zero, a new GRE sequence. `spec` keeps
+    /// the local address's family (the FIB entries of the routes name it; a reload
+    /// replaces a tunnel with the same endpoints only). Returns the spec before.
+    pub fn replace(&mut self, router: &mut RouterState, id: u32, spec: UdpTunnelSpec) -> Result<UdpTunnelSpec, UdpTunError> {
+        let old = self.spec(id).ok_or(UdpTunError::NoSuchTunnel(id))?.clone();
+        debug_assert_eq!(spec.kind(), old.kind(), "a replaced tunnel keeps its family");
+        self.validate_as(router, &spec, Some(id))?;
+        self.gre_sequence.remove(&id);
+        if spec.gre_sequence {
+            self.gre_sequence.insert(id, GreSequence::default());
+        }
+        self.counters.reset(id);
+        let adj = router.resolve_outer(spec.remote);
+        self.tunnels[id as usize] = Some(spec);
+        if self.outer_adj.len() <= id as usize {
+            self.outer_adj.resize(id as usize + 1, ADJ_MISS);
+        }
+        self.outer_adj[id as usize] = adj;
+        Ok(old)
+    }
+
     /// Delete a tunnel and every route into it.
     pub fn delete(&mut self, router: &mut RouterState, id: u32) -> Result<UdpTunnelSpec, UdpTunError> {
         let spec = self.tunnels.get_mut(id as usize).and_then(Option::take).ok_or(UdpTunError::NoSuchTunnel(id))?;
