@@ -44,12 +44,14 @@ def test_default_gateway_runs_and_answers(vecgate, running):
     r = ctl(vecgate, sock, "show", "runtime")
     assert r.returncode == 0, r.stderr
     for node in ["pg-input", "ethernet-input", "ip4-lookup", "ip4-rewrite", "ip6-lookup",
-                 "ip6-rewrite", "ip4-local", "ip6-local", "ip4-icmp-error", "interface-output"]:
+                 "ip4-local", "ip6-local", "ip4-icmp-error", "interface-output"]:
         assert node in r.stdout, (node, r.stdout)
-    # Well-formed packets go from ethernet-input straight to the lookups; ipN-input, which
-    # takes the rest, is in the graph all the same.
+    # Well-formed packets go from ethernet-input straight to the lookups, and forwarded
+    # ones past ipN-rewrite (the lookup rewrites them; the gateway's own replies go
+    # straight out); ipN-input and ip6-rewrite, which take the rest, are in the graph all
+    # the same.
     graph = {n["name"] for n in json.loads(ctl(vecgate, sock, "show", "graph", json_out=True).stdout)["data"]["nodes"]}
-    assert {"ip4-input", "ip6-input"} <= graph, graph
+    assert {"ip4-input", "ip6-input", "ip6-rewrite"} <= graph, graph
     j = json.loads(ctl(vecgate, sock, "show", "runtime", json_out=True).stdout)
     nodes = {n["name"]: n for n in j["data"]["nodes"]}
     assert nodes["ip4-lookup"]["packets"] > 1000
@@ -201,30 +203,31 @@ def test_pcap_trace_captures_any_interface(vecgate, running, tmp_path):
 
 
 def test_pcap_trace_drop_captures_what_a_node_drops_and_why(vecgate, running, tmp_path):
-    """`pcap trace drop`: the default gateway's generator pings faster than the echo
-    reply rate limit, so `ip4-local` drops echo requests (`rate-limited`). A capture of
-    that node's drops holds 20 of them, each with its reason, and tshark dissects each
-    as an ICMP echo request (an IP packet without a link header). Filters naming what the
-    graph lacks are refused by name and leave the running capture be."""
+    """`pcap trace drop`: a blackhole route for one of the default gateway's generated
+    destinations makes `ip4-lookup` drop its datagrams (`blackhole`). A capture of that
+    node's drops holds 20 of them, each with its reason, and tshark dissects each as a
+    UDP datagram (an IP packet without a link header). Filters naming what the graph
+    lacks are refused by name and leave the running capture be."""
     proc, sock = running
     f = tmp_path / "drops.pcapng"
-    r = ctl(vecgate, sock, "pcap", "trace", "drop", str(f), "20", "node", "ip4-local")
-    assert r.returncode == 0 and "packets dropped by ip4-local" in r.stdout, r.stdout + r.stderr
+    r = ctl(vecgate, sock, "pcap", "trace", "drop", str(f), "20", "node", "ip4-lookup")
+    assert r.returncode == 0 and "packets dropped by ip4-lookup" in r.stdout, r.stdout + r.stderr
     for words, want in ((["node", "nosuch"], "nosuch"), (["error", "no-such-counter"], "no-such-counter"),
-                        (["node", "ip4-local", "error", "no-route"], "no-route"), (["0"], "at least 1")):
+                        (["node", "ip4-lookup", "error", "ttl-expired"], "ttl-expired"), (["0"], "at least 1")):
         r = ctl(vecgate, sock, "pcap", "trace", "drop", str(f), *words)
         assert r.returncode != 0 and want in (r.stdout + r.stderr), (words, r.stdout + r.stderr)
+    assert ctl(vecgate, sock, "ip", "route", "add", "198.19.1.1/32", "blackhole").returncode == 0
     deadline = time.time() + 15
     recs = []
     while time.time() < deadline:
         t = subprocess.run(["tshark", "-r", str(f), "-T", "fields", "-E", "separator=|", "-e", "frame.comment",
-                            "-e", "frame.protocols", "-e", "icmp.type"], capture_output=True, text=True, timeout=30)
+                            "-e", "frame.protocols", "-e", "ip.dst"], capture_output=True, text=True, timeout=30)
         recs = [l.split("|") for l in t.stdout.splitlines() if l.strip()]
         if len(recs) >= 20:
             break
         time.sleep(0.3)
     assert len(recs) == 20, recs
-    assert all(c == "ip4-local: rate-limited, received on pg0" and p.startswith("raw:ip:icmp") and t == "8" for c, p, t in recs), recs[:3]
+    assert all(c == "ip4-lookup: blackhole, received on pg0" and p.startswith("raw:ip:udp") and d == "198.19.1.1" for c, p, d in recs), recs[:3]
     # The capture ended at its count: stopping it now says so.
     r = ctl(vecgate, sock, "pcap", "trace", "drop", "off")
     assert r.returncode != 0 and "no capture of drops running" in (r.stdout + r.stderr), r.stdout + r.stderr
