@@ -520,7 +520,11 @@ impl Control {
                     .map_err(|(f, m)| if f.is_empty() { m } else { format!("ip_route_add{f}: {m}") })?;
                 let t = crate::ipsec::resolve_target(&self.ipsec, t)?;
                 let t = crate::dataplane::resolve_target(&self.gtpu, &self.udptun, &self.state, t)?;
-                self.state.add_route(p, t).map_err(|e| e.to_string())?;
+                // A prefix with a different route is refused, naming it: a change is a
+                // delete and an add, or a batch line (which replaces, in one publication).
+                if !self.state.create_route(p, t).map_err(|e| e.to_string())? {
+                    return Ok(Reply::ok(serde_json::Value::Null, format!("route {p} unchanged (already so)")));
+                }
                 self.publish_routes();
                 Reply::ok(serde_json::Value::Null, format!("route {p} added"))
             }

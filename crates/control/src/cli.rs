@@ -28,10 +28,12 @@ commands:
   ip route add <prefix> interface <name>
   ip route add <prefix> blackhole
   ip route add <prefix> via <addr> [weight <n>] via <addr> [weight <n>]...
-                                       ECMP: each flow on one path, flows spread by weight
-  ip route del <prefix>
-  ip route batch <file>                many changes in one request: lines of a route file,
-                                       `del <prefix>` lines delete (all or nothing)
+                                       ECMP: each flow on one path, flows spread by weight;
+                                       refused if the prefix has another route
+  ip route del <prefix>                a static route (a tunnel's, SA's or service's goes with it)
+  ip route batch <file>                many changes in one request: lines of a route file
+                                       (replacing static routes), `del <prefix>` lines delete
+                                       (all or nothing)
   clear runtime                        zero runtime stats and counters
   create gtpu tunnel local <addr> remote <addr> teid-in <n> teid-out <n>
          [qfi <0-63>] [uplink] [sequence] [checksum zero|software|offload]

@@ -279,12 +279,17 @@ pub fn route_batch(c: &mut crate::dataplane::Control, add: &[String], del: &[Str
     // All or nothing: a refused add puts the deleted routes back.
     let saved: Vec<(Prefix, RouteTarget)> = dels.iter().filter_map(|p| c.state.route(p).map(|t| (*p, t.clone()))).collect();
     c.state.del_routes(&dels).map_err(|(i, e)| format!("del[{i}]: {e}"))?;
+    // Unlike one `ip route add`, a batch line replaces a static route already there: a
+    // route feed's update of a prefix is its new path (and no gap, no delete line). The
+    // reply counts them, so nothing is replaced silently.
+    let replaced = adds.iter().filter(|(p, t)| c.state.route(p).is_some_and(|o| o != t)).count();
     if let Err((i, e)) = c.state.add_routes(adds) {
         c.state.add_routes(saved).map_err(|(_, e)| format!("add[{i}] refused and the deletes could not be undone: {e}"))?;
         return Err(format!("add[{i}]: {e}"));
     }
     c.publish_routes();
-    Ok(format!("{} routes added, {} deleted", add.len(), del.len()))
+    let replaced = if replaced > 0 { format!(" ({replaced} of them replaced a route)") } else { String::new() };
+    Ok(format!("{} routes added{replaced}, {} deleted", add.len(), del.len()))
 }
 
 #[cfg(test)]

@@ -234,11 +234,12 @@ pub fn add(x: &mut IpsecState, router: &mut RouterState, c: &IpsecSaConfig) -> R
     x.add(c.index, spec, iv_seed()?).map_err(|e| e.to_string())?;
     let name = format!("{IPSEC_TUNNEL_IF_PREFIX}{}", c.index);
     if let Some(t) = x.tunnel_by_name(&name) {
-        for (i, p) in routes.into_iter().enumerate() {
-            if let Err(e) = router.add_route(p, RouteTarget::Tunnel(t)) {
-                let _ = x.del(c.index);
-                return Err(format!("routes[{i}]: {e}"));
-            }
+        // The SA's own routes, all or none: refused over any route there (as a tunnel's
+        // are), and deleted only with the SA.
+        let owned: Vec<(Prefix, TunnelRef)> = routes.into_iter().map(|p| (p, t)).collect();
+        if let Err((i, e)) = router.add_owned_routes(&owned) {
+            let _ = x.del(c.index);
+            return Err(format!("routes[{i}]: {e}"));
         }
     }
     Ok(name)

@@ -163,6 +163,14 @@ impl LbControl {
 /// Add a service and its VIP route (not published).
 pub fn add_service(state: &mut LbState, router: &mut RouterState, spec: ServiceSpec) -> Result<u32, String> {
     let name = spec.name.clone();
+    // Our own address as a service address would take the gateway's own packets (echo
+    // replies, tunnels' traffic) into `lbN-nat`; node ports use our addresses by design.
+    if let Some((p, _)) = vip_route(&spec) {
+        if let Some(interface) = router.own_address_of(&p) {
+            let why = "packets to it are the gateway's own; expected a service address that is not (a node_port service listens on the node's addresses)";
+            return Err(format!("service {name:?}: vip: {} is an address of {interface}: {why}", spec.vip));
+        }
+    }
     let id = state.add_service(spec).map_err(|e| e.to_string())?;
     let (_, spec) = state.service(&name).expect("just added");
     if let Some(r) = vip_route(spec).filter(|_| !vip_shared(state, spec, true)) {

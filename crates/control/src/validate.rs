@@ -1,5 +1,6 @@
 //! Checks of a configuration that involve several of its entries: each address once,
-//! each subnet on one interface, each routed prefix in one place, each policy once.
+//! each subnet on one interface, no route or service on an address of ours, each routed
+//! prefix in one place, each policy once.
 //! Entry-by-entry checks stay with the code that builds the entry.
 
 use crate::config::{Config, Problems};
@@ -21,7 +22,8 @@ pub fn check_feature_entries(cfg: &Config, problems: &mut Problems) {
 }
 
 /// Each address once in the whole file, and each subnet on one interface: a second
-/// interface on an overlapping subnet would make the connected routes ambiguous.
+/// interface on an overlapping subnet would make the connected routes ambiguous. Then
+/// no address of ours routed elsewhere (`check_own_addresses`).
 pub fn check_addresses(cfg: &Config, specs: &[InterfaceSpec], problems: &mut Problems) {
     let mut seen: Vec<(IfAddr, usize, usize)> = Vec::new();
     for (i, s) in specs.iter().enumerate() {
@@ -40,6 +42,63 @@ pub fn check_addresses(cfg: &Config, specs: &[InterfaceSpec], problems: &mut Pro
                 problems.push(cfg.err(field, why));
             }
             seen.push((*a, i, j));
+        }
+    }
+    check_own_addresses(cfg, specs, problems);
+}
+
+/// No route, GTP-U `ue`, tunnel's or SA's `routes` or service address is one of our
+/// own addresses (a /32 or /128 equal to it): it would take the gateway's own packets.
+/// A wider prefix is fine (the address stays local by the longest match); so are node
+/// ports, which use our addresses by design. Nor may a service address be `[lb]`'s SNAT
+/// address, to which every translated connection's replies come.
+fn check_own_addresses(cfg: &Config, specs: &[InterfaceSpec], problems: &mut Problems) {
+    let own = |a: std::net::IpAddr| {
+        specs.iter().enumerate().find_map(|(i, s)| s.addresses.iter().position(|x| x.addr == a).map(|j| (i, j, s.name.as_str())))
+    };
+    let mut places: Vec<(String, &str)> = Vec::new();
+    places.extend(cfg.routes.iter().enumerate().map(|(i, r)| (format!("route[{i}].prefix"), r.prefix.as_str())));
+    places.extend(cfg.gtpu_tunnels.iter().enumerate().filter_map(|(i, t)| Some((format!("gtpu_tunnel[{i}].ue"), t.ue.as_deref()?))));
+    for (i, t) in cfg.udp_tunnels.iter().enumerate() {
+        places.extend(t.routes.iter().enumerate().map(|(j, r)| (format!("udp_tunnel[{i}].routes[{j}]"), r.as_str())));
+    }
+    for (i, sa) in cfg.ipsec_sas.iter().enumerate() {
+        places.extend(sa.routes.iter().enumerate().map(|(j, r)| (format!("ipsec_sa[{i}].routes[{j}]"), r.as_str())));
+    }
+    for (field, text) in places {
+        // Prefixes that do not parse are reported where they are built.
+        let Ok(p) = text.parse::<Prefix>() else { continue };
+        let (a, len) = match p {
+            Prefix::V4(a, l) => (std::net::IpAddr::V4(a), l),
+            Prefix::V6(a, l) => (std::net::IpAddr::V6(a), l),
+        };
+        if len != if a.is_ipv4() { 32 } else { 128 } {
+            continue;
+        }
+        if let Some((i, j, name)) = own(a) {
+            let why = format!(
+                "{p} is interface[{i}].addresses[{j}] ({name}): packets to it are the gateway's own, and a route there would take them; expected another prefix (a wider one that contains it is fine)"
+            );
+            problems.push(cfg.err(field, why));
+        }
+    }
+    for (k, s) in cfg.lb_services.iter().enumerate() {
+        if s.kind == lb::ServiceType::NodePort {
+            continue;
+        }
+        let field = format!("lb_service[{k}].vip");
+        if let Some((i, j, name)) = own(s.vip) {
+            let why = format!(
+                "{} is interface[{i}].addresses[{j}] ({name}): packets to it are the gateway's own; expected a service address that is not (a node_port service listens on the node's addresses)",
+                s.vip
+            );
+            problems.push(cfg.err(field, why));
+        } else if let Some(snat) = [("lb.snat4", cfg.lb.snat4), ("lb.snat6", cfg.lb.snat6)].into_iter().find(|(_, a)| *a == Some(s.vip)) {
+            let why = format!(
+                "{} is {}, the source Cluster-policy connections are translated to (their replies come back to it): expected another address",
+                s.vip, snat.0
+            );
+            problems.push(cfg.err(field, why));
         }
     }
 }

@@ -9,7 +9,7 @@ use crate::multipath::{self, Multipath, MAX_PATHS, MAX_WEIGHT};
 use crate::prefix::{IfAddr, Prefix};
 use crate::tables::{l2_rewrite, Adjacency, IfL3, Neighbour, Tables, TunnelRef, UdpDemux, ADJ_LOCAL, ADJ_MISS, MAX_INDEX};
 use engine::IfIndex;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::sync::Arc;
 use wire::{EtherType, EthernetAddress};
@@ -31,6 +31,14 @@ pub enum StateError {
     FamilyMismatch { hop: IpAddr, prefix: Prefix },
     #[error("{0} is the connected subnet of an interface; it cannot be a static route")]
     ConnectedPrefix(Prefix),
+    #[error("{prefix} is an address of {interface}: packets to it are the gateway's own, and a route there would take them; expected another prefix (a wider one that contains it is fine)")]
+    OwnAddress { prefix: Prefix, interface: String },
+    #[error("{prefix} exists: {existing}; {remedy}")]
+    RouteExists { prefix: Prefix, existing: String, remedy: String },
+    #[error("{prefix} is {owner}, not a static route: {remedy}")]
+    OwnedRoute { prefix: Prefix, owner: String, remedy: String },
+    #[error("address {addr} is already routed: {by}; remove that first")]
+    AddressRouted { addr: IpAddr, by: String },
     #[error("no route for {0}")]
     NoSuchRoute(Prefix),
     #[error("neighbour {0} is not on a connected subnet of {1}")]
@@ -142,6 +150,48 @@ fn if_l3(s: InterfaceSpec) -> IfL3 {
     }
 }
 
+/// A route's target in `ip route add`'s words (`via 198.18.2.2`, `blackhole`).
+pub fn target_words(t: &RouteTarget) -> String {
+    match t {
+        RouteTarget::Via { next_hop, interface: None } => format!("via {next_hop}"),
+        RouteTarget::Via { next_hop, interface: Some(i) } => format!("via {next_hop} interface {i}"),
+        RouteTarget::Interface(i) => format!("interface {i}"),
+        RouteTarget::Blackhole => "blackhole".into(),
+        RouteTarget::Tunnel(r) => format!("interface {}", r.if_name()),
+        RouteTarget::Multipath(paths) => {
+            paths.iter().map(|p| format!("{} weight {}", target_words(&p.target), p.weight)).collect::<Vec<_>>().join(" ")
+        }
+    }
+}
+
+/// Whose route a tunnel-owned prefix is, in words.
+fn owner_words(t: TunnelRef) -> String {
+    use crate::tables::TunnelKind as K;
+    let name = t.if_name();
+    match t.kind {
+        K::Gtpu4 | K::Gtpu6 => format!("{name}'s ue"),
+        K::Gue4 | K::Gue6 => format!("one of {name}'s routes"),
+        K::Esp4 | K::Esp6 => format!("one of SA {}'s routes ({name})", t.id),
+        K::Lb4 | K::Lb6 => format!("a load-balanced service address ({name})"),
+        K::Upf4 | K::Upf6 => format!("the UPF's UE pool ({name})"),
+    }
+}
+
+/// How the route at `p` goes: a static one by `ip route del`, an owned one with its
+/// owner (`None`: a static route).
+fn remedy(p: &Prefix, owner: Option<TunnelRef>) -> String {
+    use crate::tables::TunnelKind as K;
+    let Some(t) = owner else { return format!("delete it first (ip route del {p})") };
+    let name = t.if_name();
+    match t.kind {
+        K::Gtpu4 | K::Gtpu6 => format!("it goes with the tunnel (delete gtpu tunnel {name})"),
+        K::Gue4 | K::Gue6 => format!("it goes with the tunnel (delete udp tunnel {name})"),
+        K::Esp4 | K::Esp6 => format!("it goes with the SA (ipsec sa del {})", t.id),
+        K::Lb4 | K::Lb6 => "it goes with the services on it (lb service del <name>)".into(),
+        K::Upf4 | K::Upf6 => "it goes with [pfcp] ue_pool (a restart)".into(),
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum AdjKey {
     Blackhole,
@@ -155,6 +205,10 @@ pub struct RouterState {
     /// Routes that tunnel features own (a UE address to its GTP-U tunnel), kept apart
     /// from static routes so a million of them cost 8 bytes of target each.
     tunnel_routes: BTreeMap<Prefix, TunnelRef>,
+    /// Static routes into a tunnel that the tunnel or SA put there from its own `routes`
+    /// (not `ip route add`): they go with it, so `ip route del` and `ip route add` leave
+    /// them alone.
+    owned: BTreeSet<Prefix>,
     udp: Arc<UdpDemux>,
     parcel_links: u64,
     spd_links: u64,
@@ -193,6 +247,7 @@ impl RouterState {
             interfaces,
             routes: BTreeMap::new(),
             tunnel_routes: BTreeMap::new(),
+            owned: BTreeSet::new(),
             udp: Arc::new(UdpDemux::default()),
             parcel_links: 0,
             spd_links: 0,
@@ -243,14 +298,56 @@ impl RouterState {
         })
     }
 
-    /// Check a route without applying it.
+    /// The interface `p` is an address of: a /32 or /128 equal to one of its addresses
+    /// (its IPv6 link-local one too). Only these matter: a wider prefix that contains an
+    /// address of ours leaves it local by the longest match.
+    pub fn own_address_of(&self, p: &Prefix) -> Option<&str> {
+        let host = |a: IpAddr| Prefix::covering(a, if a.is_ipv4() { 32 } else { 128 }) == *p;
+        self.interfaces
+            .iter()
+            .filter(|i| !i.removed)
+            .find(|i| {
+                i.ip4.iter().any(|(a, _)| host(IpAddr::V4(*a)))
+                    || i.ip6.iter().any(|(a, _)| host(IpAddr::V6(*a)))
+                    || host(IpAddr::V6(i.ip6_link_local))
+            })
+            .map(|i| i.name.as_str())
+    }
+
+    /// What routes exactly `p` besides the interfaces: a static route (`None` as the
+    /// owner), or a tunnel, SA or service that owns its route there.
+    fn route_at(&self, p: &Prefix) -> Option<(String, Option<TunnelRef>)> {
+        if let Some(t) = self.tunnel_routes.get(p) {
+            return Some((owner_words(*t), Some(*t)));
+        }
+        let target = self.routes.get(p)?;
+        match target {
+            RouteTarget::Tunnel(t) if self.owned.contains(p) => Some((owner_words(*t), Some(*t))),
+            _ => Some((target_words(target), None)),
+        }
+    }
+
+    /// Refuse a prefix that routes the gateway's own address or is routed already: the
+    /// one rule of every kind of route (static, a tunnel's, an SA's, a service address).
+    /// `replace`: a static route may be replaced (a batch, a reload), not a tunnel's.
+    fn check_prefix_free(&self, p: &Prefix, replace: bool) -> Result<(), StateError> {
+        if self.is_connected_prefix(p) {
+            return Err(StateError::ConnectedPrefix(*p));
+        }
+        if let Some(name) = self.own_address_of(p) {
+            return Err(StateError::OwnAddress { prefix: *p, interface: name.to_string() });
+        }
+        match self.route_at(p) {
+            Some((_, None)) if replace => Ok(()),
+            Some((existing, owner)) => Err(StateError::RouteExists { prefix: *p, existing, remedy: remedy(p, owner) }),
+            None => Ok(()),
+        }
+    }
+
+    /// Check a route without applying it: it may replace a static route, not the route
+    /// of a tunnel, SA or service.
     pub fn validate_route(&self, prefix: &Prefix, target: &RouteTarget) -> Result<(), StateError> {
-        if self.is_connected_prefix(prefix) {
-            return Err(StateError::ConnectedPrefix(*prefix));
-        }
-        if self.tunnel_routes.contains_key(prefix) {
-            return Err(StateError::TunnelRouteExists(*prefix));
-        }
+        self.check_prefix_free(prefix, true)?;
         self.validate_target(prefix, target)
     }
 
@@ -292,17 +389,25 @@ impl RouterState {
         }
     }
 
-    /// Check a route a tunnel feature owns (a UE prefix) without applying it.
+    /// Check a route a tunnel feature owns (a UE prefix, a service address, a UDP
+    /// tunnel's or an SA's `routes`) without applying it: the prefix must have no route.
     pub fn validate_tunnel_route(&self, prefix: &Prefix) -> Result<(), StateError> {
-        if self.is_connected_prefix(prefix) {
-            return Err(StateError::ConnectedPrefix(*prefix));
+        self.check_prefix_free(prefix, false)
+    }
+
+    /// Add the static routes a UDP tunnel or an SA declares (its `routes`), all or
+    /// nothing: listed by `show ip fib` as any route into it, but refused where a route
+    /// is already, and removed only with their tunnel (`del_routes_into`).
+    pub fn add_owned_routes(&mut self, routes: &[(Prefix, TunnelRef)]) -> Result<(), (usize, StateError)> {
+        let mut seen = std::collections::HashSet::new();
+        for (i, (p, _)) in routes.iter().enumerate() {
+            self.validate_tunnel_route(p).map_err(|e| (i, e))?;
+            if !seen.insert(*p) {
+                return Err((i, StateError::TunnelRouteExists(*p)));
+            }
         }
-        if self.routes.contains_key(prefix) {
-            return Err(StateError::StaticRouteExists(*prefix));
-        }
-        if self.tunnel_routes.contains_key(prefix) {
-            return Err(StateError::TunnelRouteExists(*prefix));
-        }
+        self.add_routes(routes.iter().map(|(p, t)| (*p, RouteTarget::Tunnel(*t))))?;
+        self.owned.extend(routes.iter().map(|(p, _)| *p));
         Ok(())
     }
 
@@ -337,6 +442,7 @@ impl RouterState {
         let gone: Vec<Prefix> = self.routes.iter().filter(|(_, r)| **r == RouteTarget::Tunnel(t)).map(|(p, _)| *p).collect();
         for p in &gone {
             self.routes.remove(p);
+            self.owned.remove(p);
             self.fib_unset(p);
         }
         let into = RouteTarget::Tunnel(t);
@@ -503,7 +609,18 @@ impl RouterState {
         self.lb_replies = on;
     }
 
-    /// Add or replace a route.
+    /// `ip route add`: add a route where the prefix has none. The same route again
+    /// changes nothing (`Ok(false)`); a different one is refused, naming what is there
+    /// (as Linux's "File exists"): a change is a delete and an add, or a batch line.
+    pub fn create_route(&mut self, prefix: Prefix, target: RouteTarget) -> Result<bool, StateError> {
+        if self.routes.get(&prefix) == Some(&target) && !self.owned.contains(&prefix) {
+            return Ok(false);
+        }
+        self.check_prefix_free(&prefix, false)?;
+        self.add_route(prefix, target).map(|()| true)
+    }
+
+    /// Add or replace a static route (a reload's path; not a tunnel's route).
     pub fn add_route(&mut self, prefix: Prefix, target: RouteTarget) -> Result<(), StateError> {
         self.validate_route(&prefix, &target)?;
         let v = self.target_adj(&target);
@@ -551,12 +668,20 @@ impl RouterState {
         Ok(())
     }
 
+    /// Why `p` cannot be deleted as a static route: it has none, or it is a tunnel's,
+    /// an SA's or a service's (which goes with its owner).
+    fn check_deletable(&self, p: &Prefix) -> Result<(), StateError> {
+        match self.route_at(p) {
+            None => Err(StateError::NoSuchRoute(*p)),
+            Some((_, None)) => Ok(()),
+            Some((owner, t)) => Err(StateError::OwnedRoute { prefix: *p, owner, remedy: remedy(p, t) }),
+        }
+    }
+
     /// Remove many routes, all or nothing: every prefix must have a static route.
     pub fn del_routes(&mut self, prefixes: &[Prefix]) -> Result<(), (usize, StateError)> {
         for (i, p) in prefixes.iter().enumerate() {
-            if !self.routes.contains_key(p) {
-                return Err((i, StateError::NoSuchRoute(*p)));
-            }
+            self.check_deletable(p).map_err(|e| (i, e))?;
         }
         let mut changes = Vec::with_capacity(prefixes.len());
         for p in prefixes {
@@ -569,6 +694,7 @@ impl RouterState {
     }
 
     pub fn del_route(&mut self, prefix: &Prefix) -> Result<(), StateError> {
+        self.check_deletable(prefix)?;
         self.routes.remove(prefix).ok_or(StateError::NoSuchRoute(*prefix))?;
         self.fib_unset(prefix);
         Ok(())
@@ -1042,3 +1168,6 @@ impl RouterState {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

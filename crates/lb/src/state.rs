@@ -27,6 +27,8 @@ pub enum LbError {
     NoSuchBackend(String, IpAddr, u16),
     #[error("snat: {0}: expected a unicast address")]
     Snat(IpAddr),
+    #[error("service {0:?}: vip: {1} is lb.{2}, the source Cluster-policy connections are translated to (their replies come back to it): expected another address")]
+    VipIsSnat(String, IpAddr, &'static str),
     #[error("service {0:?}: forwarding: {1} needs the node's {2} address (lb.{3}), the outer headers' source")]
     NoEncapSource(String, &'static str, &'static str, &'static str),
     #[error("service {0:?}: gue_port: {1}: every one of the {MAX_SHAPES} outer header shapes of its family is taken: expected a GUE port in use already")]
@@ -267,6 +269,16 @@ impl LbState {
         spec.validate().map_err(|e| LbError::Spec(spec.name.clone(), e))?;
         if self.by_name.contains_key(&spec.name) {
             return Err(LbError::DuplicateName(spec.name));
+        }
+        // The SNAT address on a service would take the replies of every translated
+        // connection into the balancer as new connections to it.
+        let (snat, field) = if spec.vip.is_ipv4() {
+            (self.tables.v4.snat.map(|a| V4::to_ip(&a)), "snat4")
+        } else {
+            (self.tables.v6.snat.map(|a| V6::to_ip(&a)), "snat6")
+        };
+        if spec.kind != ServiceType::NodePort && snat == Some(spec.vip) {
+            return Err(LbError::VipIsSnat(spec.name, spec.vip, field));
         }
         if spec.forwarding.is_encap() {
             let (has, family, field) = if spec.vip.is_ipv4() {

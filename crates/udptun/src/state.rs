@@ -5,7 +5,7 @@
 use crate::tables::UdpTunTables;
 use crate::tunnel::{GreSequence, Tunnel, UdpTunnelSpec};
 use ip::outer::ChecksumMode;
-use ip::state::{RouteTarget, RouterState};
+use ip::state::RouterState;
 use ip::tables::{TunnelRef, UdpApp, UdpDemux, ADJ_MISS};
 use ip::tunnel_counters::WorkerCounters;
 use ip::Prefix;
@@ -134,13 +134,10 @@ impl UdpTunState {
         self.validate(router, &spec)?;
         let id = self.tunnels.iter().position(Option::is_none).unwrap_or(self.tunnels.len()) as u32;
         let t = TunnelRef { kind: spec.kind(), id };
-        for p in routes {
-            router.validate_tunnel_route(p).map_err(|e| UdpTunError::Route(*p, e.to_string()))?;
-        }
-        // Ordinary static routes into the tunnel (a handful, unlike GTP-U's million UE
-        // routes): `show ip fib` lists them and deleting the tunnel removes them.
-        let rs: Vec<(Prefix, RouteTarget)> = routes.iter().map(|p| (*p, RouteTarget::Tunnel(t))).collect();
-        router.add_routes(rs).map_err(|(i, e)| UdpTunError::Route(routes[i], e.to_string()))?;
+        // Static routes into the tunnel (a handful, unlike GTP-U's million UE routes):
+        // `show ip fib` lists them; they are the tunnel's, so they go only with it.
+        let rs: Vec<(Prefix, TunnelRef)> = routes.iter().map(|p| (*p, t)).collect();
+        router.add_owned_routes(&rs).map_err(|(i, e)| UdpTunError::Route(routes[i], e.to_string()))?;
         if spec.gre_sequence {
             self.gre_sequence.insert(id, GreSequence::default());
         }

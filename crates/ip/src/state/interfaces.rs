@@ -46,14 +46,18 @@ impl RouterState {
                     }
                 }
             }
+            let p = a.subnet();
+            if self.routes.contains_key(&p) {
+                return Err(StateError::StaticRouteExists(p));
+            }
+            if self.tunnel_routes.contains_key(&p) {
+                return Err(StateError::TunnelRouteExists(p));
+            }
+            // A host route, a UE route or a service address on it would take its packets.
             let host = Prefix::covering(a.addr, if a.addr.is_ipv4() { 32 } else { 128 });
-            for p in [a.subnet(), host] {
-                if self.routes.contains_key(&p) {
-                    return Err(StateError::StaticRouteExists(p));
-                }
-                if self.tunnel_routes.contains_key(&p) {
-                    return Err(StateError::TunnelRouteExists(p));
-                }
+            if let Some((what, owner)) = self.route_at(&host) {
+                let by = if owner.is_some() { format!("{host} is {what}") } else { format!("the static route {host} {what}") };
+                return Err(StateError::AddressRouted { addr: a.addr, by });
             }
         }
         let slot = self.interfaces.iter().position(|l| l.removed).unwrap_or(self.interfaces.len());
