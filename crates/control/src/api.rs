@@ -674,7 +674,10 @@ impl Control {
                 self.publish();
                 // Binding another SPD replaces the one bound, in one step: say so.
                 let replaced = was.filter(|w| u32::from(w.0) != *spd).map(|w| format!(" (replacing spd {})", w.0)).unwrap_or_default();
-                Reply::ok(serde_json::json!({ "version": v, "replaced": was.map(|w| w.0) }), format!("spd {spd} bound to {interface}{replaced}"))
+                Reply::ok(
+                    serde_json::json!({ "version": v, "replaced": was.map(|w| w.0) }),
+                    format!("spd {spd} bound to {interface}{replaced}"),
+                )
             }
             Request::IpsecSpdUnbind { interface } => {
                 let i = self.state.if_index(interface).map_err(|e| format!("interface: {e}"))?;

@@ -47,15 +47,9 @@ pub fn check_addresses(cfg: &Config, specs: &[InterfaceSpec], problems: &mut Pro
     check_own_addresses(cfg, specs, problems);
 }
 
-/// No route, GTP-U `ue`, tunnel's or SA's `routes` or service address is one of our
-/// own addresses (a /32 or /128 equal to it): it would take the gateway's own packets.
-/// A wider prefix is fine (the address stays local by the longest match); so are node
-/// ports, which use our addresses by design. Nor may a service address be `[lb]`'s SNAT
-/// address, to which every translated connection's replies come.
-fn check_own_addresses(cfg: &Config, specs: &[InterfaceSpec], problems: &mut Problems) {
-    let own = |a: std::net::IpAddr| {
-        specs.iter().enumerate().find_map(|(i, s)| s.addresses.iter().position(|x| x.addr == a).map(|j| (i, j, s.name.as_str())))
-    };
+/// Every prefix the file routes, with its field: `[[route]]`s, GTP-U tunnels' `ue`, UDP
+/// tunnels' and SAs' `routes`.
+fn routed_prefixes(cfg: &Config) -> Vec<(String, &str)> {
     let mut places: Vec<(String, &str)> = Vec::new();
     places.extend(cfg.routes.iter().enumerate().map(|(i, r)| (format!("route[{i}].prefix"), r.prefix.as_str())));
     places.extend(cfg.gtpu_tunnels.iter().enumerate().filter_map(|(i, t)| Some((format!("gtpu_tunnel[{i}].ue"), t.ue.as_deref()?))));
@@ -65,7 +59,20 @@ fn check_own_addresses(cfg: &Config, specs: &[InterfaceSpec], problems: &mut Pro
     for (i, sa) in cfg.ipsec_sas.iter().enumerate() {
         places.extend(sa.routes.iter().enumerate().map(|(j, r)| (format!("ipsec_sa[{i}].routes[{j}]"), r.as_str())));
     }
-    for (field, text) in places {
+    places
+}
+
+/// No route, GTP-U `ue`, tunnel's or SA's `routes` or service address is one of our
+/// own addresses (a /32 or /128 equal to it): it would take the gateway's own packets.
+/// A wider prefix is fine (the address stays local by the longest match); so are node
+/// ports, which use our addresses by design. Nor may a service address be `[lb]`'s SNAT
+/// address, to which every translated connection's replies come.
+fn check_own_addresses(cfg: &Config, specs: &[InterfaceSpec], problems: &mut Problems) {
+    let own = |a: std::net::IpAddr| {
+        specs.iter().enumerate().find_map(|(i, s)| s.addresses.iter().position(|x| x.addr == a).map(|j| (i, j, s.name.as_str())))
+    };
+    let places = routed_prefixes(cfg);
+    for (field, text) in &places {
         // Prefixes that do not parse are reported where they are built.
         let Ok(p) = text.parse::<Prefix>() else { continue };
         let (a, len) = match p {
@@ -108,15 +115,7 @@ fn check_own_addresses(cfg: &Config, specs: &[InterfaceSpec], problems: &mut Pro
 /// refused, naming both. Prefixes that do not parse are reported where they are built.
 /// So is a `[[ipsec_policy]]` written twice.
 pub fn check_once(cfg: &Config, problems: &mut Problems) {
-    let mut places: Vec<(String, &str)> = Vec::new();
-    places.extend(cfg.routes.iter().enumerate().map(|(i, r)| (format!("route[{i}].prefix"), r.prefix.as_str())));
-    places.extend(cfg.gtpu_tunnels.iter().enumerate().filter_map(|(i, t)| Some((format!("gtpu_tunnel[{i}].ue"), t.ue.as_deref()?))));
-    for (i, t) in cfg.udp_tunnels.iter().enumerate() {
-        places.extend(t.routes.iter().enumerate().map(|(j, r)| (format!("udp_tunnel[{i}].routes[{j}]"), r.as_str())));
-    }
-    for (i, sa) in cfg.ipsec_sas.iter().enumerate() {
-        places.extend(sa.routes.iter().enumerate().map(|(j, r)| (format!("ipsec_sa[{i}].routes[{j}]"), r.as_str())));
-    }
+    let places = routed_prefixes(cfg);
     let mut first: BTreeMap<Prefix, &str> = BTreeMap::new();
     for (field, text) in &places {
         let Ok(p) = text.parse::<Prefix>() else { continue };
