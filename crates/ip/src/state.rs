@@ -7,7 +7,7 @@ use crate::fib::FibBuilder;
 use crate::lpm::Route;
 use crate::multipath::{self, Multipath, MAX_PATHS, MAX_WEIGHT};
 use crate::prefix::{IfAddr, Prefix};
-use crate::tables::{l2_rewrite, Adjacency, IfL3, Neighbour, Tables, TunnelRef, UdpDemux, ADJ_LOCAL, ADJ_MISS, MAX_INDEX};
+use crate::tables::{l2_rewrite, Adjacency, IfL3, Neighbour, Tables, TunnelKind, TunnelRef, UdpDemux, ADJ_LOCAL, ADJ_MISS, MAX_INDEX};
 use engine::IfIndex;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
@@ -399,14 +399,29 @@ impl RouterState {
     /// nothing: listed by `show ip fib` as any route into it, but refused where a route
     /// is already, and removed only with their tunnel (`del_routes_into`).
     pub fn add_owned_routes(&mut self, routes: &[(Prefix, TunnelRef)]) -> Result<(), (usize, StateError)> {
+        // A rekeyed SA (make before break: the new outbound SA comes before the old one
+        // goes) takes its predecessor's routes over; no other owner's route is taken.
+        let esp = |t: &TunnelRef| matches!(t.kind, TunnelKind::Esp4 | TunnelKind::Esp6);
+        let handed: Vec<Prefix> = routes
+            .iter()
+            .filter(|(p, t)| esp(t) && self.owned.contains(p) && matches!(self.routes.get(p), Some(RouteTarget::Tunnel(o)) if esp(o)))
+            .map(|(p, _)| *p)
+            .collect();
         let mut seen = std::collections::HashSet::new();
         for (i, (p, _)) in routes.iter().enumerate() {
-            self.validate_tunnel_route(p).map_err(|e| (i, e))?;
+            if !handed.contains(p) {
+                self.validate_tunnel_route(p).map_err(|e| (i, e))?;
+            }
             if !seen.insert(*p) {
                 return Err((i, StateError::TunnelRouteExists(*p)));
             }
         }
-        self.add_routes(routes.iter().map(|(p, t)| (*p, RouteTarget::Tunnel(*t))))?;
+        for p in &handed {
+            self.owned.remove(p);
+        }
+        let added = self.add_routes(routes.iter().map(|(p, t)| (*p, RouteTarget::Tunnel(*t))));
+        self.owned.extend(handed);
+        added?;
         self.owned.extend(routes.iter().map(|(p, _)| *p));
         Ok(())
     }

@@ -279,16 +279,18 @@ pub fn send_originated_whole<F: Family>(t: &Tables, buf: &mut engine::Buffer, ad
 }
 
 /// Send an IP packet the gateway built (an echo reply, an ICMP error, the punt host's own)
-/// by its destination's route when that route names a resolved next hop, the link has no
-/// SPD and the packet fits: the TTL / hop limit goes out as set, where `ipN-rewrite`
-/// would take one off as for a forwarded packet. True when the buffer holds the frame for
-/// `interface-output`; false (the packet untouched) for anything else, which the caller
-/// hands to `ipN-lookup`.
-pub fn send_own<F: Family>(t: &Tables, buf: &mut engine::Buffer) -> bool {
+/// by its destination's route when that route names a resolved next hop and the packet
+/// fits: the TTL / hop limit goes out as set, where `ipN-rewrite` would take one off as
+/// for a forwarded packet. With `features`, not where an output feature must see it
+/// first (an SPD on the link; the load balancer, which translates an ICMP error about a
+/// client-kept connection: `Tables::straight_to_rewrite`). True when the buffer holds the
+/// frame for `interface-output`; false (the packet untouched) for anything else, which
+/// the caller hands to `ipN-lookup`.
+pub fn send_own<F: Family>(t: &Tables, buf: &mut engine::Buffer, features: bool) -> bool {
     let Some(dst) = buf.bytes().get(F::DST_AT..F::HEADER_LEN) else { return false };
     let key = F::key(dst);
     let Resolved::Send { tx_if, mtu, rewrite } = resolve::<F>(t, F::fib(t).lookup(key), F::addr(key)) else { return false };
-    if t.has_spd(tx_if) || super::wire_segment_len(buf, buf.len()) > mtu as usize {
+    if (features && !t.straight_to_rewrite(tx_if)) || super::wire_segment_len(buf, buf.len()) > mtu as usize {
         return false;
     }
     prepend_l2(buf, tx_if, &rewrite)

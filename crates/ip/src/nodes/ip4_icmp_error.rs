@@ -92,7 +92,7 @@ impl<Cx: HasIp> Node<Cx> for Ip4IcmpError {
         icmp.fill_checksum();
         counts.inc(C::Sent);
         // Ours, not forwarded: sent with the TTL / hop limit of 64 it was given.
-        match super::family::send_own::<super::family::Ip4>(&cx.tables, buf) {
+        match super::family::send_own::<super::family::Ip4>(&cx.tables, buf, true) {
             true => Verdict::Next(Ip4IcmpErrorNext::Output),
             false => Verdict::Next(Ip4IcmpErrorNext::Lookup),
         }

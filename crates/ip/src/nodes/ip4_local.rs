@@ -92,7 +92,7 @@ impl<Cx: HasIp> Node<Cx> for Ip4Local {
                 icmp.set_checksum(checksum::update16(old, 0x0800 | code, code));
                 counts.inc(C::EchoReplies);
                 // Ours, not forwarded: sent with the TTL / hop limit of 64 it was given.
-                match super::family::send_own::<super::family::Ip4>(&cx.ip().tables, buf) {
+                match super::family::send_own::<super::family::Ip4>(&cx.ip().tables, buf, true) {
                     true => Verdict::Next(Ip4LocalNext::Output),
                     false => Verdict::Next(Ip4LocalNext::Lookup),
                 }

@@ -79,7 +79,7 @@ impl<Cx: HasIp> Node<Cx> for Ip6IcmpError {
         icmp.fill_checksum(&src, &orig_src);
         counts.inc(C::Sent);
         // Ours, not forwarded: sent with the TTL / hop limit of 64 it was given.
-        match super::family::send_own::<super::family::Ip6>(&cx.tables, buf) {
+        match super::family::send_own::<super::family::Ip6>(&cx.tables, buf, true) {
             true => Verdict::Next(Ip6IcmpErrorNext::Output),
             false => Verdict::Next(Ip6IcmpErrorNext::Lookup),
         }

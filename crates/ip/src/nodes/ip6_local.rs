@@ -158,7 +158,7 @@ impl<Cx: HasIp> Node<Cx> for Ip6Local {
                 Icmpv6Packet::new_unchecked(&mut b[HEADER_LEN..]).fill_checksum(&reply_src, &src);
                 counts.inc(C::EchoReplies);
                 // Ours, not forwarded: sent with the TTL / hop limit of 64 it was given.
-                match super::family::send_own::<super::family::Ip6>(&cx.ip().tables, buf) {
+                match super::family::send_own::<super::family::Ip6>(&cx.ip().tables, buf, true) {
                     true => Verdict::Next(Ip6LocalNext::Output),
                     false => Verdict::Next(Ip6LocalNext::Lookup),
                 }

@@ -154,9 +154,10 @@ fn inject<F: Family<Addr: Into<std::net::IpAddr>>>(t: &Tables, buf: &mut Buffer,
     if buf.advance(14).is_err() {
         return false;
     }
-    if !send_own::<F>(t, buf) {
+    if !send_own::<F>(t, buf, false) {
         // Not a plain next hop, or too big (the rewrite's general path fragments or
-        // refuses it): as a received packet.
+        // refuses it): as a received packet. The host's own packets are sent as they
+        // came, past the links' output features, as before this shared helper.
         let _ = buf.prepend(14);
         return false;
     }

@@ -161,3 +161,23 @@ fn a_tunnels_or_sas_route_and_a_static_route_never_take_each_others_prefix() {
     r.create_route(p("198.22.0.0/16"), RouteTarget::Tunnel(SA4)).unwrap();
     r.del_route(&p("198.22.0.0/16")).unwrap();
 }
+
+/// An SA rekeyed make-before-break: the new outbound SA's routes are its predecessor's,
+/// added while the old SA still holds them, so they move to the new SA; a UDP tunnel's
+/// may not take them, nor may an SA take a static route.
+#[test]
+fn a_rekeyed_sa_takes_its_predecessors_routes() {
+    let mut r = router();
+    let old = TunnelRef { kind: TunnelKind::Esp4, id: 1 };
+    let new = TunnelRef { kind: TunnelKind::Esp4, id: 2 };
+    r.add_owned_routes(&[(p("198.19.30.0/24"), old)]).unwrap();
+    r.add_owned_routes(&[(p("198.19.30.0/24"), new)]).unwrap();
+    assert_eq!(r.route(&p("198.19.30.0/24")), Some(&RouteTarget::Tunnel(new)));
+    // The old SA going takes no route with it; the prefix stays the new SA's own.
+    assert_eq!(r.del_routes_into(old), 0);
+    assert!(r.del_route(&p("198.19.30.0/24")).is_err(), "an SA's own route goes with the SA only");
+    let gue = TunnelRef { kind: TunnelKind::Gue4, id: 3 };
+    assert!(r.add_owned_routes(&[(p("198.19.30.0/24"), gue)]).is_err());
+    r.add_route(p("198.19.31.0/24"), via("198.18.2.2")).unwrap();
+    assert!(r.add_owned_routes(&[(p("198.19.31.0/24"), new)]).is_err());
+}
