@@ -13,6 +13,12 @@ fn corpus(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
     files.into_iter().map(|p| (p.clone(), std::fs::read(&p).unwrap())).collect()
 }
 
+/// The frames of the graph corpus's `seed-NAME`.
+fn seed(name: &str) -> Vec<(usize, io::mem::RxFrame)> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/graph").join(format!("seed-{name}"));
+    control::fuzz::graph::decode(&std::fs::read(p).unwrap())
+}
+
 /// A counter summed over the harness's workers.
 fn count(h: &Harness, node: &str, counter: &str) -> u64 {
     h.workers().flat_map(|w| w.graph.counter_snapshots()).filter(|c| c.node == node && c.counter == counter).map(|c| c.count).sum()
@@ -95,10 +101,6 @@ fn graph_corpus_with_local_services() {
 #[test]
 fn graph_local_seeds_translate_forwarded_replies_and_errors() {
     use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-    let seed = |name: &str| {
-        let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/graph").join(format!("seed-{name}"));
-        control::fuzz::graph::decode(&std::fs::read(p).unwrap())
-    };
     let mut h = Harness::with_local_services();
     // (source, source port of the reply / destination port quoted in the error)
     let mut seen = Vec::new();
@@ -221,10 +223,6 @@ fn seeds_reach_every_feature(mut h: Harness, not_here: &[(&str, &str)]) {
 /// SPD, so protected and discarded datagrams left narrow0 in the clear.
 #[test]
 fn graph_spd_seeds_take_their_policies() {
-    let seed = |name: &str| {
-        let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/graph").join(format!("seed-{name}"));
-        control::fuzz::graph::decode(&std::fs::read(p).unwrap())
-    };
     let mut h = Harness::new();
     for (port, f) in seed("spd-protect") {
         // The larger one is fragmented before encryption (SA 5's tunnel MTU): two ESP

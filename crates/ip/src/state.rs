@@ -407,15 +407,7 @@ impl RouterState {
             .filter(|(p, t)| esp(t) && self.owned.contains(p) && matches!(self.routes.get(p), Some(RouteTarget::Tunnel(o)) if esp(o)))
             .map(|(p, _)| *p)
             .collect();
-        let mut seen = std::collections::HashSet::new();
-        for (i, (p, _)) in routes.iter().enumerate() {
-            if !handed.contains(p) {
-                self.validate_tunnel_route(p).map_err(|e| (i, e))?;
-            }
-            if !seen.insert(*p) {
-                return Err((i, StateError::TunnelRouteExists(*p)));
-            }
-        }
+        self.check_tunnel_routes(routes, &handed)?;
         for p in &handed {
             self.owned.remove(p);
         }
@@ -426,15 +418,24 @@ impl RouterState {
         Ok(())
     }
 
-    /// Add tunnel-owned routes, all or nothing.
-    pub fn add_tunnel_routes(&mut self, routes: &[(Prefix, TunnelRef)]) -> Result<(), (usize, StateError)> {
+    /// A tunnel's new routes, before any is added: each free (but those in `taken_over`)
+    /// and each once.
+    fn check_tunnel_routes(&self, routes: &[(Prefix, TunnelRef)], taken_over: &[Prefix]) -> Result<(), (usize, StateError)> {
         let mut seen = std::collections::HashSet::new();
         for (i, (p, _)) in routes.iter().enumerate() {
-            self.validate_tunnel_route(p).map_err(|e| (i, e))?;
+            if !taken_over.contains(p) {
+                self.validate_tunnel_route(p).map_err(|e| (i, e))?;
+            }
             if !seen.insert(*p) {
                 return Err((i, StateError::TunnelRouteExists(*p)));
             }
         }
+        Ok(())
+    }
+
+    /// Add tunnel-owned routes, all or nothing.
+    pub fn add_tunnel_routes(&mut self, routes: &[(Prefix, TunnelRef)]) -> Result<(), (usize, StateError)> {
+        self.check_tunnel_routes(routes, &[])?;
         for (p, t) in routes {
             self.tunnel_routes.insert(*p, *t);
             self.fib_set(p, Some(t.encode()));

@@ -161,12 +161,7 @@ impl UdpTunState {
         new.gre_key = change.gre_key.unwrap_or(old.gre_key);
         new.urpf = change.urpf.unwrap_or(old.urpf);
         self.validate_as(router, &new, Some(id))?;
-        let adj = router.resolve_outer(new.remote);
-        self.tunnels[id as usize] = Some(new);
-        if self.outer_adj.len() <= id as usize {
-            self.outer_adj.resize(id as usize + 1, ADJ_MISS);
-        }
-        self.outer_adj[id as usize] = adj;
+        self.set_in_place(router, id, new);
         Ok(old)
     }
 
@@ -185,13 +180,18 @@ impl UdpTunState {
             self.gre_sequence.insert(id, GreSequence::default());
         }
         self.counters.reset(id);
+        self.set_in_place(router, id, spec);
+        Ok(old)
+    }
+
+    /// Put `spec` at `id` with its outer hop resolved (`modify` and `replace`).
+    fn set_in_place(&mut self, router: &mut RouterState, id: u32, spec: UdpTunnelSpec) {
         let adj = router.resolve_outer(spec.remote);
         self.tunnels[id as usize] = Some(spec);
         if self.outer_adj.len() <= id as usize {
             self.outer_adj.resize(id as usize + 1, ADJ_MISS);
         }
         self.outer_adj[id as usize] = adj;
-        Ok(old)
     }
 
     /// Delete a tunnel and every route into it.
