@@ -72,8 +72,8 @@ fn session(conn: UnixStream, jobs: Sender<Job>) {
         if line.trim().is_empty() {
             continue;
         }
-        let reply = match serde_json::from_str::<Request>(&line) {
-            Err(e) => Reply::err(format!("bad request: {e}")),
+        let reply = match parse_request(&line) {
+            Err(e) => Reply::err(e),
             Ok(req) => {
                 let (tx, rx) = crossbeam_channel::bounded(1);
                 if jobs.send((req, tx)).is_err() {
@@ -93,6 +93,42 @@ fn session(conn: UnixStream, jobs: Sender<Job>) {
     }
 }
 
+/// One request line, or an error that names the field it is about. serde reads an
+/// internally tagged enum's object whole before it reads the variant's fields, so a
+/// field's wrong type or value reports no field name; the field is found by removing
+/// the object's keys one at a time: the key whose removal changes the error is the one
+/// it was about (a struct's fields are read in order, and a missing field is only
+/// reported after all of them, so removing any other key leaves the same error).
+pub fn parse_request(line: &str) -> Result<Request, String> {
+    let err = match serde_json::from_str::<Request>(line) {
+        Ok(req) => return Ok(req),
+        Err(e) => e,
+    };
+    // Not JSON, or not an object: the parser's own message (with its position) says it.
+    let Ok(serde_json::Value::Object(object)) = serde_json::from_str::<serde_json::Value>(line) else {
+        return Err(format!("bad request: {err}"));
+    };
+    let error_of = |object: serde_json::Map<String, serde_json::Value>| {
+        serde_json::from_value::<Request>(serde_json::Value::Object(object)).err().map(|e| e.to_string())
+    };
+    let Some(whole) = error_of(object.clone()) else {
+        return Err(format!("bad request: {err}"));
+    };
+    // These already name what they are about.
+    if ["missing field", "unknown field", "unknown variant", "duplicate field"].iter().any(|p| whole.starts_with(p)) {
+        return Err(format!("bad request: {whole}"));
+    }
+    let field = object.keys().filter(|k| *k != "op").find(|k| {
+        let mut without = object.clone();
+        without.remove(*k);
+        error_of(without).as_deref() != Some(whole.as_str())
+    });
+    match field {
+        Some(field) => Err(format!("bad request: field `{field}`: {whole}")),
+        None => Err(format!("bad request: {whole}")),
+    }
+}
+
 /// Client side: send one request, read one reply.
 pub fn call(path: &Path, req: &Request) -> std::io::Result<Reply> {
     let mut s = UnixStream::connect(path)?;
@@ -102,4 +138,37 @@ pub fn call(path: &Path, req: &Request) -> std::io::Result<Reply> {
     let mut r = String::new();
     BufReader::new(s).read_line(&mut r)?;
     serde_json::from_str(&r).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_request;
+
+    #[test]
+    fn a_wrong_type_or_value_names_its_field() {
+        let e = parse_request(r#"{"op":"ip_route_add","prefix":"2001:db8:5::/48","via":5}"#).unwrap_err();
+        assert!(e.starts_with("bad request: field `via`: "), "{e}");
+        let e = parse_request(r#"{"op":"ip_route_add","prefix":"2001:db8:5::/48","blackhole":"yes","via":"2001:db8::2"}"#).unwrap_err();
+        assert!(e.starts_with("bad request: field `blackhole`: "), "{e}");
+        // The wrong one among several good ones, wherever it stands.
+        let e = parse_request(r#"{"op":"create_gtpu_tunnel","teid_out":"x","local":"2001:db8::1","remote":"2001:db8::2","teid_in":1}"#)
+            .unwrap_err();
+        assert!(e.starts_with("bad request: field `teid_out`: "), "{e}");
+        let e = parse_request(r#"{"op":"create_gtpu_tunnel","local":"2001:db8::1","remote":"2001:db8::2","teid_in":1,"teid_out":-2}"#)
+            .unwrap_err();
+        assert!(e.starts_with("bad request: field `teid_out`: "), "{e}");
+    }
+
+    #[test]
+    fn errors_that_name_their_subject_are_kept() {
+        let e = parse_request(r#"{"op":"show_runtime","extra":1}"#).unwrap_err();
+        assert!(e.starts_with("bad request: unknown field `extra`"), "{e}");
+        let e = parse_request(r#"{"op":"ip_route_add","via":"2001:db8::2"}"#).unwrap_err();
+        assert!(e.starts_with("bad request: missing field `prefix`"), "{e}");
+        let e = parse_request(r#"{"op":"no_such_op"}"#).unwrap_err();
+        assert!(e.starts_with("bad request: unknown variant `no_such_op`"), "{e}");
+        let e = parse_request(r#"{"op":"show_runtime""#).unwrap_err();
+        assert!(e.starts_with("bad request: EOF while parsing"), "{e}");
+        assert!(parse_request(r#"{"op":"show_runtime"}"#).is_ok());
+    }
 }
