@@ -1153,7 +1153,7 @@ impl Upf {
             return self.respond(now, from, header, &Message::SessionModificationResponse(resp));
         };
         let mut s = self.sessions.remove(&seid).expect("found above");
-        let before = s.clone();
+        let mut before = s.clone();
         let mut created = Vec::new();
         let mut end_markers = Vec::new();
         let res = self
@@ -1162,7 +1162,11 @@ impl Upf {
             .and_then(|()| dp.admit(&s.rules).map_err(Reject::from));
         let resp = match res {
             Ok(()) => {
-                let reports = r.query_urr.iter().filter_map(|q| self.usage_report(&mut s, now, q.0 .0, trigger::LIUSA_OR_IMMER)).collect();
+                // A removed URR's usage since its last report goes in the response
+                // (Table 7.5.5.1-1, TERMR: the URR terminated): nothing could ask for it later.
+                let mut reports: Vec<UsageReportSmr> =
+                    r.remove_urr.iter().filter_map(|u| self.usage_report(&mut before, now, u.0 .0, trigger::TERMR)).collect();
+                reports.extend(r.query_urr.iter().filter_map(|q| self.usage_report(&mut s, now, q.0 .0, trigger::LIUSA_OR_IMMER)));
                 let freed: Vec<Allocation> = before.allocated.iter().filter(|a| !s.allocated.contains(a)).copied().collect();
                 self.release(&freed);
                 if r.flags.is_some_and(|f| f.has(smreq_flags::DROBU)) {

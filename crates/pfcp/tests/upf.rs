@@ -514,6 +514,41 @@ fn usage_thresholds_quotas_and_deletion_are_reported() {
 }
 
 #[test]
+fn a_removed_urr_reports_its_last_usage_in_the_modification_response() {
+    let mut sim = Sim::new();
+    sim.associate(1);
+    let (seid, _) = established(&mut sim, 0x57);
+    sim.upf.usage(sim.now, seid, 1, Usage { ul_bytes: 300, dl_bytes: 400, ul_packets: 3, dl_packets: 4 });
+    // The PDRs count into a new URR 2 and URR 1 goes: what URR 1 counted is reported now,
+    // or never.
+    let to_urr2 = |id| UpdatePdr {
+        pdr_id: U16Ie(id),
+        precedence: None,
+        pdi: None,
+        outer_header_removal: None,
+        far_id: None,
+        urr_ids: vec![U32Ie(2)],
+        qer_ids: vec![],
+    };
+    let m = SessionModificationRequest {
+        create_urr: vec![CreateUrr::measuring(2, measurement_method::VOLUM, trigger::VOLTH)],
+        update_pdr: vec![to_urr2(1), to_urr2(2)],
+        remove_urr: vec![Remove(U32Ie(1))],
+        ..Default::default()
+    };
+    let Message::SessionModificationResponse(r) = sim.request(Some(seid), Message::SessionModificationRequest(m)).1 else { panic!() };
+    assert_eq!(r.cause.0, Cause::RequestAccepted, "{r:?}");
+    let [ur] = &r.usage_report[..] else { panic!("one report, for URR 1: {r:?}") };
+    assert_eq!(ur.urr_id, U32Ie(1));
+    assert!(ur.trigger.has(trigger::TERMR), "{ur:?}");
+    let v = ur.volume.unwrap();
+    assert_eq!((v.uplink, v.downlink, v.total, v.total_packets), (Some(300), Some(400), Some(700), Some(7)));
+    // The deletion reports URR 2 alone.
+    let Message::SessionDeletionResponse(d) = sim.request(Some(seid), Message::SessionDeletionRequest).1 else { panic!() };
+    assert_eq!(d.usage_report.iter().map(|u| u.urr_id.0).collect::<Vec<_>>(), vec![2]);
+}
+
+#[test]
 fn one_downlink_data_report_per_buffering_episode() {
     let mut sim = Sim::new();
     sim.associate(1);
