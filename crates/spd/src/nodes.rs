@@ -654,9 +654,26 @@ impl From<KeyError> for InputCounter {
     }
 }
 
+/// Whether an arriving packet (its inbound key: `local` is the destination) is ESP or
+/// ESP in UDP for one of the gateway's own SAs: IP protocol 50, or UDP to port 4500 or
+/// to a port an inbound SA takes ESP in UDP on, addressed to one of our addresses. Only
+/// those skip the inbound policies (the decrypt nodes and `ipsecN-decrypted` check
+/// them): ESP or UDP 4500 passing through to another host is plain traffic to the SPD
+/// (RFC 4301 §5.2), which a BYPASS policy may let through, not a way around it.
+#[inline(always)]
+fn esp_for_us<A: Classified>(ip: &ip::Tables, key: &FlowKey<A>) -> bool {
+    let esp = match key.proto {
+        ESP => true,
+        17 => key.local_port == ESP_UDP_PORT || ip.udp.port(key.local_port) == Some(ip::tables::UdpApp::Esp),
+        _ => false,
+    };
+    esp && ip.is_local(key.local.ip())
+}
+
 /// `ipsec4-input` / `ipsec6-input`: plain packets arriving on an interface with an SPD
-/// must match a BYPASS policy of its inbound side. ESP and ESP in UDP go on to the
-/// lookup (and so to the decrypt nodes, whose output `ipsecN-decrypted` checks).
+/// must match a BYPASS policy of its inbound side. ESP and ESP in UDP to our addresses
+/// go on to the lookup (and so to the decrypt nodes, whose output `ipsecN-decrypted`
+/// checks).
 pub struct IpsecInput<F>(std::marker::PhantomData<F>);
 
 impl<F> Default for IpsecInput<F> {
@@ -675,13 +692,13 @@ impl<Cx: HasSpd, F: SpdFamily> Node<Cx> for IpsecInput<F> {
 
     #[inline(always)]
     fn process(&mut self, cx: &mut Cx, _counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
-        let (_, cx) = cx.split_spd();
+        let (ip, cx) = cx.split_spd();
         let Some(spd) = cx.tables.spd_of(buf.meta.rx_if) else { return Verdict::Next(F::PASS) };
         let key = match F::flow_key(buf.bytes(), true) {
             Ok(k) => k,
             Err(e) => return Verdict::Drop(e.into()),
         };
-        if key.proto == ESP || (key.proto == 17 && key.local_port == ESP_UDP_PORT) || F::link_control(buf.bytes()) {
+        if F::link_control(buf.bytes()) || esp_for_us(&ip.tables, &key) {
             return Verdict::Next(F::PASS);
         }
         match cx.decide(spd, true, &key) {

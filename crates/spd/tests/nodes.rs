@@ -9,7 +9,7 @@
 mod common;
 
 use common::*;
-use spd::policy::{ActionKind, Direction};
+use spd::policy::{ActionKind, Direction, PolicySpec};
 use std::net::IpAddr;
 
 fn v4(s: &str) -> IpAddr {
@@ -182,10 +182,11 @@ fn inbound_plain_packets_of_protected_flows_are_dropped() {
     assert_eq!(r.counter("ipsec4-input", "plain-on-protected-flow"), 1);
     assert_eq!(r.counter("ipsec4-input", "policy-discard"), 1);
     assert_eq!(r.packets("ip4-lookup"), 1);
-    // ESP in UDP from a protected peer goes on to the lookup (and the decrypt node).
+    // ESP in UDP from a protected peer to the gateway goes on to the lookup (and the
+    // decrypt node).
     r.reset();
-    r.send(r.in4, &[(5, 4500, v4("198.19.0.5"), 4500)]);
-    assert_eq!(r.packets("ip4-lookup"), 1);
+    r.send(r.in4, &[(5, 4500, v4("198.18.0.1"), 4500)]);
+    assert_eq!((r.packets("ipsec4-input"), r.packets("ip4-local")), (1, 1));
     // After decryption the inner packet must match its SA's policy.
     let key = spd::FlowKey { local: 0xc613_0005u32, remote: 0xc612_0005, proto: 17, local_port: 80, remote_port: 1 };
     assert!(r.cx.spd.check_inbound(spd::SpdId(1), spd::SaId(3), &key));
@@ -341,4 +342,49 @@ fn decrypted_packets_must_match_the_policy_of_their_sa() {
         r.send_bytes(r.dec4, &pkts, 3);
         assert_eq!(r.packets("ip4-lookup"), 4);
     }
+}
+
+/// Only ESP for the gateway's own SAs skips the inbound policies: raw ESP and UDP to
+/// port 4500 (or to a port an inbound SA takes ESP in UDP on) addressed to one of our
+/// addresses. The same packets addressed to a host behind the gateway are plain traffic
+/// to the SPD: of a PROTECT flow they are dropped (they were forwarded in the clear),
+/// and a BYPASS policy for protocol esp lets transit ESP through.
+#[test]
+fn only_esp_addressed_to_the_gateway_skips_the_inbound_policies() {
+    let mut r = Rig::new(Some(256));
+    r.policy(Direction::Inbound, 100, ActionKind::Protect, Some(3), "198.18.0.0-198.18.0.9", "any");
+    r.spd.bind(IN_IF, 1).unwrap();
+    r.publish();
+    let esp = |host: u8, dst: &str| {
+        let mut p = udp_packet(host, 0x1234, v4(dst), 0x5678);
+        p[9] = 50;
+        p
+    };
+    let to_us = [udp_packet(5, 4500, v4("198.18.0.1"), 4500), esp(5, "198.18.0.1"), esp(5, "198.18.1.1")];
+    let transit = [udp_packet(5, 4500, v4("198.19.0.5"), 4500), esp(5, "198.19.0.5"), udp_packet(6, 1, v4("198.19.0.5"), 4500)];
+    r.send_bytes(r.in4, &to_us, 0);
+    assert_eq!(r.packets("ip4-local"), 3, "ESP and ESP in UDP to our addresses pass");
+    r.reset();
+    r.send_bytes(r.in4, &transit, 0);
+    assert_eq!(r.counter("ipsec4-input", "plain-on-protected-flow"), 3, "transit ESP is a plain packet of its flow");
+    assert_eq!(r.packets("ip4-lookup"), 0);
+    // Transit ESP by a BYPASS policy for it.
+    let bypass = PolicySpec {
+        spd: 1,
+        direction: Direction::Inbound,
+        priority: 200,
+        action: ActionKind::Bypass,
+        sa: None,
+        local: "any".into(),
+        remote: "any".into(),
+        protocol: "esp".into(),
+        local_ports: "any".into(),
+        remote_ports: "any".into(),
+    };
+    r.spd.add_policy(&bypass).unwrap();
+    r.publish();
+    r.reset();
+    r.send_bytes(r.in4, &transit, 0);
+    assert_eq!(r.packets("ip4-lookup"), 1, "the transit ESP");
+    assert_eq!(r.counter("ipsec4-input", "plain-on-protected-flow"), 2);
 }
