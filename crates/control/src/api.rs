@@ -564,6 +564,7 @@ impl Control {
             }
             Request::CreateUdpTunnel(c) => {
                 let (spec, routes) = c.to_spec().map_err(|(f, m)| format!("{f}: {m}"))?;
+                crate::lb::check_tunnel_port(&self.lb.state, spec.port)?;
                 let kind = spec.kind();
                 let what = format!("{} -> {} {} port {}", spec.local, spec.remote, spec.encap.name(), spec.port);
                 let id = self.udptun.create(&mut self.state, spec, &routes).map_err(|e| e.to_string())?;
@@ -615,7 +616,7 @@ impl Control {
             | Request::ShowLbBackends { .. }
             | Request::ShowLbSessions { .. } => crate::lb::handle(self, req)?,
             Request::IpsecSaAdd(c) => {
-                let name = crate::ipsec::add(&mut self.ipsec, &mut self.state, c)?;
+                let name = crate::ipsec::add(&mut self.ipsec, &mut self.state, c, |p| crate::lb::check_tunnel_port(&self.lb.state, p))?;
                 self.publish_routes();
                 Reply::ok(serde_json::json!({ "index": c.index, "name": name }), format!("added SA {} ({name})", c.index))
             }
@@ -631,7 +632,7 @@ impl Control {
                 Reply::ok(serde_json::Value::Null, format!("SA {index}: urpf {urpf}"))
             }
             Request::IpsecSaUpdate(e) => {
-                let now = crate::ipsec::update(&mut self.ipsec, &self.state, e)?;
+                let now = crate::ipsec::update(&mut self.ipsec, &self.state, e, |p| crate::lb::check_tunnel_port(&self.lb.state, p))?;
                 // The outer adjacency follows the new remote; the UDP demux the ports.
                 self.publish_routes();
                 Reply::ok(serde_json::json!({ "index": e.index }), format!("SA {}: {now}", e.index))

@@ -173,6 +173,13 @@ fn udp_demux(g: &GtpuState, u: &UdpTunState) -> ip::tables::UdpDemux {
     d
 }
 
+/// Set the router's local UDP demux with every feature's ports (ESP in UDP too).
+pub fn set_udp_demux(state: &mut RouterState, g: &GtpuState, u: &UdpTunState, x: &ipsec::IpsecState) {
+    let mut demux = udp_demux(g, u);
+    crate::ipsec::add_to_demux(x, &mut demux);
+    state.set_udp_demux(demux);
+}
+
 /// Path-management events kept for `show gtpu tunnels`.
 const RECENT_EVENTS: usize = 32;
 
@@ -224,9 +231,7 @@ pub struct Control {
 impl Control {
     /// Compile the state into new tables and publish them to every worker.
     pub fn publish(&mut self) {
-        let mut demux = udp_demux(&self.gtpu, &self.udptun);
-        crate::ipsec::add_to_demux(&self.ipsec, &mut demux);
-        self.state.set_udp_demux(demux);
+        set_udp_demux(&mut self.state, &self.gtpu, &self.udptun, &self.ipsec);
         let t = self.state.build();
         self.gtpu_shared.store(Arc::new(self.gtpu.build()));
         self.ipsec_shared.store(Arc::new(self.ipsec.build()));
@@ -819,9 +824,7 @@ pub fn assemble(cfg: &Config) -> Result<Assembly, ConfigError> {
     problems.check()?;
     let ((mut state, gtpu, udp), mut streams) = built.zip(streams).expect("no errors, so both were built");
     let ipsec = crate::ipsec::build_state(cfg, &mut state)?;
-    let mut demux = udp_demux(&gtpu, &udp);
-    crate::ipsec::add_to_demux(&ipsec, &mut demux);
-    state.set_udp_demux(demux);
+    set_udp_demux(&mut state, &gtpu, &udp, &ipsec);
     let programs = attach_xdp(cfg)?;
     let placement = placements(cfg, &programs);
     let lanes = if cfg.dataplane.workers > 1 { engine::handoff::mesh(cfg.dataplane.workers) } else { Vec::new() };

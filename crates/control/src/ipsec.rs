@@ -228,9 +228,16 @@ fn check_local(router: &RouterState, local: IpAddr) -> Result<(), String> {
 
 /// Add an SA and its routes (into `ipsec_tunnel<index>`); its local address must be
 /// one of ours.
-pub fn add(x: &mut IpsecState, router: &mut RouterState, c: &IpsecSaConfig) -> Result<String, String> {
+/// `port_free` refuses a UDP port the SA would receive on that something else needs.
+pub fn add(
+    x: &mut IpsecState,
+    router: &mut RouterState,
+    c: &IpsecSaConfig,
+    port_free: impl Fn(u16) -> Result<(), String>,
+) -> Result<String, String> {
     let (spec, routes) = c.to_spec().map_err(|(f, m)| format!("{f}: {m}"))?;
     check_local(router, spec.local)?;
+    spec.udp_receive_port().map_or(Ok(()), &port_free).map_err(|e| format!("udp_dst_port: {e}"))?;
     x.add(c.index, spec, iv_seed()?).map_err(|e| e.to_string())?;
     let name = format!("{IPSEC_TUNNEL_IF_PREFIX}{}", c.index);
     if let Some(t) = x.tunnel_by_name(&name) {
@@ -299,7 +306,13 @@ pub fn parse_sa_endpoints(index: &str, w: &[&str]) -> Result<SaEndpoints, String
 /// Move SA `index` to new endpoints in place (a peer behind a NAT that rebound, or
 /// MOBIKE): keys, SPI, counters, replay window, index and routes stay. Returns what it
 /// is now, for the reply.
-pub fn update(x: &mut IpsecState, router: &RouterState, e: &SaEndpoints) -> Result<String, String> {
+/// `port_free` as for [`add`].
+pub fn update(
+    x: &mut IpsecState,
+    router: &RouterState,
+    e: &SaEndpoints,
+    port_free: impl Fn(u16) -> Result<(), String>,
+) -> Result<String, String> {
     let sa = x.get(e.index).ok_or_else(|| format!("index {}: no such SA", e.index))?;
     let old = (*sa.spec).clone();
     let addr = |field: &str, s: &Option<String>, was: IpAddr| match s {
@@ -316,6 +329,10 @@ pub fn update(x: &mut IpsecState, router: &RouterState, e: &SaEndpoints) -> Resu
     let udp_encap = on.then(|| UdpEncapPorts { src: e.udp_src_port.unwrap_or(was.src), dst: e.udp_dst_port.unwrap_or(was.dst) });
     if local != old.local {
         check_local(router, local)?;
+    }
+    let receives = udp_encap.filter(|_| old.direction == Direction::Inbound).map(|p| p.dst);
+    if receives != old.udp_receive_port() {
+        receives.map_or(Ok(()), &port_free).map_err(|e| format!("udp_dst_port: {e}"))?;
     }
     x.set_endpoints(e.index, local, remote, udp_encap).map_err(|e| e.to_string())?;
     let udp = udp_encap.map_or("no UDP".to_string(), |p| format!("UDP {}>{}", p.src, p.dst));
@@ -370,7 +387,8 @@ pub fn build_state(cfg: &Config, router: &mut RouterState) -> Result<IpsecState,
     let mut x = IpsecState::new();
     for (i, c) in cfg.ipsec_sas.iter().enumerate() {
         // `add` names the field first (`local: …`, `routes[1]: …`).
-        let r = add(&mut x, router, c).map_err(|m| match m.split_once(": ").filter(|(f, _)| !f.contains(' ')) {
+        // Node ports come after: `[[lb_service]]` is checked against the SAs' ports.
+        let r = add(&mut x, router, c, |_| Ok(())).map_err(|m| match m.split_once(": ").filter(|(f, _)| !f.contains(' ')) {
             Some((f, rest)) => cfg.err(format!("ipsec_sa[{i}].{f}"), rest),
             None => cfg.err(format!("ipsec_sa[{i}]"), m),
         });
@@ -383,8 +401,7 @@ pub fn build_state(cfg: &Config, router: &mut RouterState) -> Result<IpsecState,
 
 /// ESP in UDP arrives on port 4500 when any SA uses it.
 pub fn add_to_demux(x: &IpsecState, d: &mut UdpDemux) {
-    let mut ports: Vec<u16> =
-        x.iter().filter_map(|(_, s)| s.spec.udp_encap.filter(|_| s.spec.direction == Direction::Inbound).map(|p| p.dst)).collect();
+    let mut ports: Vec<u16> = x.iter().filter_map(|(_, s)| s.spec.udp_receive_port()).collect();
     ports.sort_unstable();
     ports.dedup();
     for p in ports {

@@ -6,10 +6,10 @@
 use crate::api::{Reply, Request};
 use crate::config::{Config, ConfigError, Problems};
 use arc_swap::ArcSwap;
-use ip::tables::{TunnelKind, TunnelRef};
+use ip::tables::{TunnelKind, TunnelRef, UdpApp};
 use ip::{Prefix, RouterState};
 use lb::session::{Limits, Timeouts};
-use lb::{BackendSpec, Conditions, LbState, LbTables, ServiceSpec, ServiceType};
+use lb::{BackendSpec, Conditions, LbState, LbTables, Protocol, ServiceSpec, ServiceType};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -160,9 +160,44 @@ impl LbControl {
     }
 }
 
+/// What takes `port`/`protocol` of the gateway's own addresses before the load balancer
+/// does (`ipN-local` hands the tunnels' UDP ports and `[punt]`'s ports on first), so a
+/// node_port service there would never see a packet.
+fn local_port_owner(router: &RouterState, port: u16, protocol: Protocol) -> Option<&'static str> {
+    if protocol == Protocol::Udp {
+        if let Some(app) = router.udp_port(port) {
+            return Some(match app {
+                UdpApp::Gtpu => "GTP-U",
+                UdpApp::Gue => "a UDP tunnel",
+                UdpApp::Esp => "ESP in UDP (an inbound SA)",
+            });
+        }
+    }
+    let punt = router.punt()?;
+    let ports = if protocol == Protocol::Udp { &punt.udp_ports } else { &punt.tcp_ports };
+    ports.contains(&port).then_some("[punt] (handed to the host's stack)")
+}
+
+/// A tunnel or SA about to receive on UDP `port` of the gateway's addresses: refused
+/// if a node_port service is there (the tunnel would take its packets).
+pub fn check_tunnel_port(state: &LbState, port: u16) -> Result<(), String> {
+    match state.node_port_service(port, Protocol::Udp) {
+        Some(name) => Err(format!("port {port}: node_port service {name:?} receives on it; expected a port no node_port service uses")),
+        None => Ok(()),
+    }
+}
+
 /// Add a service and its VIP route (not published).
 pub fn add_service(state: &mut LbState, router: &mut RouterState, spec: ServiceSpec) -> Result<u32, String> {
     let name = spec.name.clone();
+    if spec.kind == ServiceType::NodePort {
+        if let Some(owner) = local_port_owner(router, spec.port, spec.protocol) {
+            let (port, protocol) = (spec.port, spec.protocol.name());
+            return Err(format!(
+                "service {name:?}: port: {port}/{protocol} of the node's addresses is taken by {owner}; expected a port nothing else receives on"
+            ));
+        }
+    }
     // Our own address as a service address would take the gateway's own packets (echo
     // replies, tunnels' traffic) into `lbN-nat`; node ports use our addresses by design.
     if let Some((p, _)) = vip_route(&spec) {
@@ -461,7 +496,7 @@ fn format_sessions(c: &LbControl, rows: &[lb::show::SessionRow], total: usize) -
     );
     for r in rows {
         let name = c.state.services().find(|(id, _)| *id == r.service).map_or_else(|| r.service.to_string(), |(_, s)| s.name.clone());
-        let proto = lb::Protocol::from_number(r.protocol).map_or_else(|| r.protocol.to_string(), |p| format!("{p:?}").to_lowercase());
+        let proto = lb::Protocol::from_number(r.protocol).map_or_else(|| r.protocol.to_string(), |p| p.name().to_string());
         s += &format!(
             "{:<3} {:<28} {:<5} {:<26} {:<26} {:<26} {:<26} {:<12} {:>10}\n",
             r.worker,

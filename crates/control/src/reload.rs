@@ -107,10 +107,13 @@ pub fn reload(c: &mut Control, path: Option<&str>) -> Result<Reply, String> {
 /// The start-up validation, on scratch state: every cross-reference of the file holds
 /// on its own.
 fn check_scratch(new: &Config) -> Result<(), String> {
-    let (mut state, _, _) = build_state(new).map_err(|e| e.to_string())?;
+    let (mut state, gtpu, udp) = build_state(new).map_err(|e| e.to_string())?;
     // The feature sections' errors that need the interfaces, all of them.
     let mut problems = crate::config::Problems::default();
-    problems.take(crate::ipsec::build_state(new, &mut state));
+    if let Some(x) = problems.take(crate::ipsec::build_state(new, &mut state)) {
+        // Node ports are checked against every tunnel's port.
+        crate::dataplane::set_udp_demux(&mut state, &gtpu, &udp, &x);
+    }
     problems.take(crate::lb::LbControl::from_config(new, &mut state));
     problems.take(crate::spd::build_state(new, &state));
     problems.check().map_err(|e| e.to_string())
@@ -673,7 +676,9 @@ fn ipsec_sas(c: &mut Control, new: &Config, claimed: &HashSet<Prefix>, changes: 
         if present {
             crate::ipsec::del(&mut c.ipsec, &mut c.state, index)?;
         }
-        crate::ipsec::add(&mut c.ipsec, &mut c.state, sa).map_err(|e| format!("{}: ipsec_sa[{i}] (index {index}): {e}", new.source))?;
+        // Its UDP port against the file's node_port services: `check_scratch`'s.
+        crate::ipsec::add(&mut c.ipsec, &mut c.state, sa, |_| Ok(()))
+            .map_err(|e| format!("{}: ipsec_sa[{i}] (index {index}): {e}", new.source))?;
         let mut lost = Vec::new();
         let note = match t {
             Some(t) => {

@@ -267,6 +267,9 @@ pub fn handle(c: &mut crate::dataplane::Control, req: &crate::api::Request) -> R
             if *port == Some(0) {
                 return Err("port 0: expected 1 to 65535".into());
             }
+            if let Some(p) = port.filter(|p| c.udptun.spec(t.id).is_some_and(|s| s.port != *p)) {
+                crate::lb::check_tunnel_port(&c.lb.state, p)?;
+            }
             let change = UdpTunnelChange {
                 remote: remote.as_deref().map(|r| address("remote", r)).transpose()?,
                 port: *port,

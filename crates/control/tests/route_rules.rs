@@ -320,3 +320,72 @@ fn an_interface_address_is_refused_where_a_route_or_service_is() {
     }
     handle.join().unwrap();
 }
+
+/// `ipN-local` hands the tunnels' UDP ports (GTP-U, UDP tunnels, ESP in UDP) and
+/// `[punt]`'s ports on before the load balancer sees them, so a node_port service there
+/// would never receive a packet: refused either way round, naming the other, in the
+/// file and at run time. The same number over TCP is another port.
+#[test]
+fn node_ports_and_tunnel_ports_exclude_each_other() {
+    let mut c = control();
+    let taken = |name: &str, port: &str, owner: &str| {
+        format!("service {name:?}: port: {port} of the node's addresses is taken by {owner}; expected a port nothing else receives on")
+    };
+    refused(&mut c, "lb service add gtp node_port 0.0.0.0 2152 udp backend 198.19.1.40:2152", &taken("gtp", "2152/udp", "GTP-U"));
+    ok(&mut c, "create udp tunnel local 198.18.2.1 remote 198.18.2.9 encap gue port 7000");
+    refused(&mut c, "lb service add g6 node_port :: 7000 udp backend [2001:db8:9::1]:7000", &taken("g6", "7000/udp", "a UDP tunnel"));
+    ok(&mut c, "ipsec sa add 21 spi 3001 inbound alg null local 198.18.2.1 remote 198.18.2.9 udp-encap");
+    refused(
+        &mut c,
+        "lb service add nat-t node_port 0.0.0.0 4500 udp backend 198.19.1.40:4500",
+        &taken("nat-t", "4500/udp", "ESP in UDP (an inbound SA)"),
+    );
+    ok(&mut c, "lb service add tcp4500 node_port 0.0.0.0 4500 tcp backend 198.19.1.40:80");
+    assert_eq!(c.lb.state.services().map(|(_, s)| s.name.as_str()).collect::<Vec<_>>(), ["tcp4500"]);
+
+    // The other way round: the node port was there first.
+    ok(&mut c, "lb service add np node_port 0.0.0.0 30080 udp backend 198.19.1.40:80");
+    let np = "port 30080: node_port service \"np\" receives on it; expected a port no node_port service uses";
+    refused(&mut c, "create udp tunnel local 198.18.2.1 remote 198.18.2.10 encap gue port 30080", np);
+    refused(&mut c, "set udp tunnel udp_tunnel0 port 30080", np);
+    refused(&mut c, "ipsec sa set 21 udp-ports 4500 30080", &format!("udp_dst_port: {np}"));
+    assert_eq!((c.udptun.len(), c.udptun.spec(0).map(|s| s.port)), (1, Some(7000)), "nothing refused changed");
+    assert_eq!(c.ipsec.get(21).and_then(|s| s.spec.udp_receive_port()), Some(4500));
+    assert_eq!(c.state.udp_port(30080), None);
+    // Another port is fine, and so is an outbound SA's (it receives nothing).
+    ok(&mut c, "set udp tunnel udp_tunnel0 port 7001");
+    ok(&mut c, "ipsec sa set 21 udp-ports 4500 4501");
+    ok(&mut c, "ipsec sa add 22 spi 3002 outbound alg null local 198.18.2.1 remote 198.18.2.9 udp-encap");
+
+    // In the file: the service after the tunnels, refused by its entry.
+    let file = format!(
+        "{CFG}\n[[udp_tunnel]]\nlocal = \"198.18.2.1\"\nremote = \"198.18.2.9\"\nencap = \"gue\"\nport = 7000\n\n\
+         [[lb_service]]\nname = \"g\"\ntype = \"node_port\"\nvip = \"0.0.0.0\"\nport = 7000\nprotocol = \"udp\"\n\
+         backends = [{{ addr = \"198.19.1.40\", port = 7000 }}]\n"
+    );
+    let cfg = Config::parse(&file, "gw.toml", Path::new(".")).unwrap();
+    let e = assemble(&cfg).err().expect("a node port on a tunnel's port is refused").to_string();
+    assert!(e.contains(&format!("gw.toml: lb_service[0]: {}", taken("g", "7000/udp", "a UDP tunnel"))), "{e}");
+    // And on a port `[punt]` hands to the host.
+    let file = format!(
+        "{CFG}
+[punt]
+interface = \"pg0\"
+host4 = \"198.18.0.2\"
+tcp_ports = [179]
+
+\
+         [[lb_service]]
+name = \"bgp\"
+type = \"node_port\"
+vip = \"0.0.0.0\"
+port = 179
+protocol = \"tcp\"
+\
+         backends = [{{ addr = \"198.19.1.40\", port = 179 }}]
+"
+    );
+    let cfg = Config::parse(&file, "gw.toml", Path::new(".")).unwrap();
+    let e = assemble(&cfg).err().expect("a node port on a punted port is refused").to_string();
+    assert!(e.contains(&taken("bgp", "179/tcp", "[punt] (handed to the host's stack)")), "{e}");
+}

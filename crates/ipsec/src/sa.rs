@@ -154,6 +154,12 @@ pub struct SaSpecError {
 }
 
 impl SaSpec {
+    /// The UDP port of the gateway's addresses this SA receives ESP in UDP on, if it
+    /// does (an inbound SA with `udp_encap`).
+    pub fn udp_receive_port(&self) -> Option<u16> {
+        self.udp_encap.filter(|_| self.direction == Direction::Inbound).map(|p| p.dst)
+    }
+
     /// Check everything but the keys' randomness; expand the keys.
     pub fn build(&self, iv_seed: [u8; 16]) -> Result<Transform, SaSpecError> {
         let err = |field, message| SaSpecError { field, message };

@@ -29,6 +29,20 @@ impl Protocol {
             _ => None,
         }
     }
+
+    /// The name the config and `show lb` use.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "tcp",
+            Protocol::Udp => "udp",
+        }
+    }
+}
+
+impl std::fmt::Display for Protocol {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// How clients reach the service (Kubernetes' Service `type`).

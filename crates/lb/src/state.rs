@@ -19,7 +19,7 @@ pub enum LbError {
     Spec(String, SpecError),
     #[error("service {0:?}: name: already exists")]
     DuplicateName(String),
-    #[error("service {0:?}: vip/port/protocol: {1} port {2} {3:?} already belongs to service {4:?}")]
+    #[error("service {0:?}: vip/port/protocol: {1} port {2}/{3} already belongs to service {4:?}")]
     DuplicateAddress(String, IpAddr, u16, crate::service::Protocol, String),
     #[error("service {0:?}: no such service")]
     NoSuchService(String),
@@ -196,6 +196,13 @@ impl LbState {
     /// Services on `addr` (any port and protocol), NodePort services apart.
     pub fn on_address(&self, addr: IpAddr) -> usize {
         self.on_vip.get(&addr).copied().unwrap_or(0)
+    }
+
+    /// The name of a node_port service on `port`/`protocol` (either family), if any.
+    pub fn node_port_service(&self, port: u16, protocol: crate::service::Protocol) -> Option<&str> {
+        let any = [IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)];
+        let id = any.into_iter().find_map(|a| self.by_address.get(&(a, port, protocol, true)))?;
+        self.specs[*id as usize].as_ref().map(|s| s.name.as_str())
     }
 
     pub fn services(&self) -> impl Iterator<Item = (u32, &ServiceSpec)> {
@@ -875,7 +882,7 @@ mod tests {
         let e = st.add_service(spec("a", "198.18.128.11", 80, &[])).unwrap_err().to_string();
         assert_eq!(e, "service \"a\": name: already exists");
         let e = st.add_service(spec("b", "198.18.128.10", 80, &[])).unwrap_err().to_string();
-        assert_eq!(e, "service \"b\": vip/port/protocol: 198.18.128.10 port 80 Tcp already belongs to service \"a\"");
+        assert_eq!(e, "service \"b\": vip/port/protocol: 198.18.128.10 port 80/tcp already belongs to service \"a\"");
         let e =
             st.set_backend("a", BackendSpec { weight: 0, ..BackendSpec::new("198.19.1.1".parse().unwrap(), 1) }).unwrap_err().to_string();
         assert_eq!(e, "service \"a\": backends[0].weight: 0: expected 1 to 1000");
