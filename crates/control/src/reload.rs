@@ -67,6 +67,7 @@ pub fn reload(c: &mut Control, path: Option<&str>) -> Result<Reply, String> {
     // What the file routes itself (tunnels' and SAs' own routes): a route re-attached to
     // a replaced tunnel must not take one of these.
     let claimed = file_claims(c, &new);
+    routes_dropped(c, &new, &mut changes)?;
     // SAs first: routes may lead into their tunnels.
     ipsec_sas(c, &new, &claimed, &mut changes)?;
     let (gtpu_ids, udp_ids) = tunnels(c, &new, &claimed, &mut changes)?;
@@ -592,6 +593,26 @@ pub(crate) fn describe(p: &Prefix, t: &RouteTarget) -> String {
     }
 }
 
+/// Remove the last file's `[[route]]`s that the new file does not have, before the SAs
+/// and tunnels are applied: a prefix the file moves into an SA's or tunnel's own routes
+/// is free for it then (it would be refused over a static route).
+fn routes_dropped(c: &mut Control, new: &Config, changes: &mut Vec<Change>) -> Result<(), String> {
+    // A prefix that does not parse is reported by `routes`.
+    let kept: HashSet<Prefix> = new.routes.iter().filter_map(|r| r.prefix.parse().ok()).collect();
+    for r in &c.applied.routes {
+        let Ok(p) = r.prefix.parse::<Prefix>() else { continue };
+        if kept.contains(&p) {
+            continue;
+        }
+        if let Some(t) = c.state.route(&p).cloned() {
+            c.state.del_route(&p).map_err(|e| e.to_string())?;
+            changes.push(Change::new("removed", "route", describe(&p, &t)));
+        }
+    }
+    Ok(())
+}
+
+/// Add or replace the new file's `[[route]]`s (after the tunnels, which they may name).
 fn routes(c: &mut Control, new: &Config, gtpu_ids: &[u32], udp_ids: &[u32], changes: &mut Vec<Change>) -> Result<(), String> {
     let mut want = BTreeMap::new();
     for (i, r) in new.routes.iter().enumerate() {
@@ -604,16 +625,6 @@ fn routes(c: &mut Control, new: &Config, gtpu_ids: &[u32], udp_ids: &[u32], chan
         let t = crate::ipsec::resolve_target(&c.ipsec, t).map_err(|m| field(".interface", m))?;
         let t = resolve_target(&c.gtpu, &c.udptun, &c.state, t).map_err(|m| field(".interface", m))?;
         want.insert(p, t);
-    }
-    for r in &c.applied.routes {
-        let Ok(p) = r.prefix.parse::<Prefix>() else { continue };
-        if want.contains_key(&p) {
-            continue;
-        }
-        if let Some(t) = c.state.route(&p).cloned() {
-            c.state.del_route(&p).map_err(|e| e.to_string())?;
-            changes.push(Change::new("removed", "route", describe(&p, &t)));
-        }
     }
     for (p, t) in want {
         let action = match c.state.route(&p) {

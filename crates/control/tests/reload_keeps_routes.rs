@@ -231,3 +231,28 @@ fn a_file_named_in_reload_applies_once() {
     assert_eq!(r.data["file"], dir.path().join("base.toml").display().to_string());
     assert_eq!(c.config_path.as_deref(), Some(dir.path().join("base.toml").as_path()));
 }
+
+/// A prefix the file moves from a `[[route]]` into an SA's or a tunnel's own `routes`
+/// (and back) in one reload: the static route goes first, so the owned route may come.
+#[test]
+fn a_file_moves_a_prefix_between_a_static_route_and_a_tunnels_routes() {
+    let route = "\n[[route]]\nprefix = \"198.19.177.0/24\"\nvia = \"198.18.2.2\"\n";
+    let (dir, mut c) = start(&format!("{BASE}{SA}{UDP}{route}"));
+    assert_eq!(fib(&mut c, "198.19.177.5"), pair("198.19.177.0/24", "198.18.2.2"));
+
+    let sa_routes = format!("{SA}routes = [\"198.19.177.0/24\"]\n");
+    let got = reload(&dir, &mut c, &format!("{BASE}{sa_routes}{UDP}"));
+    assert_eq!(fib(&mut c, "198.19.177.5"), pair("198.19.177.0/24", "ipsec_tunnel1"));
+    assert_eq!(got[0], ch("removed", "route", "198.19.177.0/24 via 198.18.2.2"), "{got:?}");
+    assert!(got.contains(&ch("replaced", "ipsec_sa", "SA 1")), "{got:?}");
+
+    // From the SA's routes into the UDP tunnel's.
+    let udp_routes = UDP.replace("[\"198.19.174.0/24\"]", "[\"198.19.174.0/24\", \"198.19.177.0/24\"]");
+    reload(&dir, &mut c, &format!("{BASE}{SA}{udp_routes}"));
+    assert_eq!(fib(&mut c, "198.19.177.5"), pair("198.19.177.0/24", "udp_tunnel0"));
+
+    // And back to a static route.
+    let got = reload(&dir, &mut c, &format!("{BASE}{SA}{UDP}{route}"));
+    assert_eq!(fib(&mut c, "198.19.177.5"), pair("198.19.177.0/24", "198.18.2.2"));
+    assert!(got.contains(&ch("added", "route", "198.19.177.0/24 via 198.18.2.2")), "{got:?}");
+}
