@@ -960,7 +960,10 @@ fn build(
     // upfN-uplink (with [pfcp]).
     if let Some(p) = &cfg.pfcp {
         let routes = p.pool_routes().map_err(|(f, m)| cfg.err(format!("pfcp.{f}"), m))?;
-        state.add_routes(routes).map_err(|(_, e)| cfg.err("pfcp.ue_pool", e.to_string()))?;
+        // Owned by `[pfcp]`: `ip route del` refuses them, naming the pool.
+        state.add_owned_routes(&routes).map_err(|(i, e)| {
+            cfg.err(if matches!(routes[i].0, Prefix::V4(..)) { "pfcp.ue_pool" } else { "pfcp.ue_pool6" }, e.to_string())
+        })?;
         gtpu.set_upf_uplink(true);
     }
     let upf_dp = crate::pfcp::UpfDataplane::new(cfg.pfcp.as_ref(), per_worker.len()).with_replies(cfg.gtpu.replies_per_sec);

@@ -196,9 +196,9 @@ impl PfcpConfig {
     }
 
     /// The UE pools' routes (into `upfN-downlink`), checked like `upf_config` does.
-    pub fn pool_routes(&self) -> Result<Vec<(ip::Prefix, ip::RouteTarget)>, FieldError> {
+    pub fn pool_routes(&self) -> Result<Vec<(ip::Prefix, ip::tables::TunnelRef)>, FieldError> {
         let c = self.upf_config(0)?;
-        let route = |p: ip::Prefix, kind| (p, ip::RouteTarget::Tunnel(ip::tables::TunnelRef { kind, id: 0 }));
+        let route = |p: ip::Prefix, kind| (p, ip::tables::TunnelRef { kind, id: 0 });
         let mut v = Vec::new();
         if let Some((a, len)) = c.ue_pool_v4 {
             v.push(route(ip::Prefix::new(IpAddr::V4(a), len).map_err(|e| ("ue_pool", e.to_string()))?, ip::tables::TunnelKind::Upf4));
@@ -839,13 +839,7 @@ mod tests {
     #[test]
     fn each_ue_pool_is_one_route_into_the_upf() {
         let routes = cfg("ue_pool = \"198.19.0.0/16\"\nue_pool6 = \"2001:db8:19::/48\"").pool_routes().unwrap();
-        let kinds: Vec<_> = routes
-            .iter()
-            .map(|(p, t)| match t {
-                ip::RouteTarget::Tunnel(r) => (p.to_string(), r.kind),
-                other => panic!("{other:?}"),
-            })
-            .collect();
+        let kinds: Vec<_> = routes.iter().map(|(p, t)| (p.to_string(), t.kind)).collect();
         assert_eq!(
             kinds,
             vec![

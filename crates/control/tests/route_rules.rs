@@ -389,3 +389,22 @@ protocol = \"tcp\"
     let e = assemble(&cfg).err().expect("a node port on a punted port is refused").to_string();
     assert!(e.contains(&taken("bgp", "179/tcp", "[punt] (handed to the host's stack)")), "{e}");
 }
+
+/// The UPF's UE pools are `[pfcp]`'s routes: neither deleted nor replaced as static ones.
+#[test]
+fn the_ue_pools_are_the_upfs_routes() {
+    let file = format!(
+        "{CFG}\n[pfcp]\nlisten = \"127.0.0.1:0\"\nn3 = \"198.18.2.1\"\nue_pool = \"198.20.0.0/17\"\nue_pool6 = \"2001:db8:20::/48\"\n"
+    );
+    let cfg = Config::parse(&file, "gw.toml", Path::new(".")).unwrap();
+    let mut c = assemble(&cfg).unwrap().into_single().0;
+    for pool in ["198.20.0.0/17", "2001:db8:20::/48"] {
+        let before = fib(&mut c, pool).expect("the pool is routed");
+        let del = run(&mut c, &format!("ip route del {pool}"));
+        let e = del.error.unwrap_or_else(|| panic!("ip route del {pool} accepted"));
+        assert!(e.starts_with(&format!("{pool} is the UPF's UE pool (")) && e.ends_with("it goes with [pfcp] ue_pool (a restart)"), "{e}");
+        let add = run(&mut c, &format!("ip route add {pool} blackhole"));
+        assert!(add.error.is_some_and(|e| e.starts_with(&format!("{pool} exists: the UPF's UE pool ("))), "{pool}");
+        assert_eq!(fib(&mut c, pool), Some(before));
+    }
+}
