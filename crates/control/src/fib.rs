@@ -245,20 +245,43 @@ pub fn batch_request(file: &str) -> Result<crate::api::Request, String> {
     }
     let text = std::fs::read_to_string(file).map_err(|e| format!("{file}: {e}"))?;
     let (mut add, mut del) = (Vec::new(), Vec::new());
-    for (n, line) in text.lines().enumerate() {
-        let line = line.split('#').next().unwrap_or("").trim();
+    for (n, line, is_del) in batch_lines(&text) {
         match line.split_whitespace().collect::<Vec<_>>()[..] {
-            [] => {}
-            ["del" | "delete", p] => del.push(p.to_string()),
-            ["del" | "delete", ..] => return Err(format!("{file}:{}: expected del <prefix>", n + 1)),
-            _ => {
+            [_, p] if is_del => del.push(p.to_string()),
+            _ if is_del => return Err(format!("{file}:{n}: expected del <prefix>")),
+            ref words => {
                 // Checked here too, so a typo names its line of the file.
-                parse_route_words(&line.split_whitespace().collect::<Vec<_>>()).map_err(|e| format!("{file}:{}: {e}", n + 1))?;
+                parse_route_words(words).map_err(|e| format!("{file}:{n}: {e}"))?;
                 add.push(line.to_string());
             }
         }
     }
     Ok(crate::api::Request::IpRouteBatch { add, del })
+}
+
+/// A batch file's lines that say something: (line number from 1, the line without its
+/// comment, whether it deletes).
+fn batch_lines(text: &str) -> impl Iterator<Item = (usize, &str, bool)> {
+    text.lines().enumerate().filter_map(|(n, line)| {
+        let line = line.split('#').next().unwrap_or("").trim();
+        let is_del = matches!(line.split_whitespace().next(), Some("del" | "delete"));
+        (!line.is_empty()).then_some((n + 1, line, is_del))
+    })
+}
+
+/// The gateway names a batch's refused line `add[i]` or `del[i]` (it gets lists, not
+/// the file): on the client, that becomes the line of `file` it came from.
+pub fn batch_error_in_file(file: &str, error: &str) -> Option<String> {
+    let (is_del, rest) = match error.split_once('[')? {
+        ("add", rest) => (false, rest),
+        ("del", rest) => (true, rest),
+        _ => return None,
+    };
+    let (i, rest) = rest.split_once("]: ")?;
+    let i: usize = i.parse().ok()?;
+    let text = std::fs::read_to_string(file).ok()?;
+    let (n, _, _) = batch_lines(&text).filter(|l| l.2 == is_del).nth(i)?;
+    Some(format!("{file}:{n}: {rest}"))
 }
 
 /// Apply a batch: every line checked first (an error names `add[i]` or `del[i]`), then
@@ -295,6 +318,32 @@ pub fn route_batch(c: &mut crate::dataplane::Control, add: &[String], del: &[Str
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_batch_line_is_named_by_its_line_of_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("feed.txt");
+        let text = "# feed\n198.19.1.0/24 blackhole\ndel 198.19.2.0/24\n\n198.19.3.0/24 blackhole # x\ndelete 198.19.4.0/24\n";
+        std::fs::write(&file, text).unwrap();
+        let f = file.to_str().unwrap();
+        match batch_request(f).unwrap() {
+            crate::api::Request::IpRouteBatch { add, del } => {
+                assert_eq!((add.len(), del.len()), (2, 2));
+                assert_eq!(add[1], "198.19.3.0/24 blackhole");
+            }
+            other => panic!("{other:?}"),
+        }
+        let at = |e: &str| batch_error_in_file(f, e);
+        assert_eq!(at("add[0]: no"), Some(format!("{f}:2: no")));
+        assert_eq!(at("add[1]: 198.19.3.0/24 is an address of pg0"), Some(format!("{f}:5: 198.19.3.0/24 is an address of pg0")));
+        assert_eq!(at("del[1]: it goes with the SA"), Some(format!("{f}:6: it goes with the SA")));
+        assert_eq!(at("del[2]: past the end"), None);
+        assert_eq!(at("routes[0]: not a batch's"), None);
+        let e = batch_request(&format!("{f}x")).unwrap_err();
+        assert!(e.starts_with(&format!("{f}x: ")), "{e}");
+        std::fs::write(&file, "198.19.1.0/24 blackhole\ndel\n").unwrap();
+        assert_eq!(batch_request(f).unwrap_err(), format!("{f}:2: expected del <prefix>"));
+    }
 
     #[test]
     fn route_file_round_trip_and_errors() {

@@ -204,7 +204,12 @@ pub fn ctl(socket: &Path, json: bool, words: &[String]) -> Result<()> {
     }
     let mut req: Request = control::cli::parse(&words).map_err(|e| anyhow!(e))?;
     files_from_here(&mut req);
-    let reply = server::call(socket, &req).map_err(|e| cannot_reach(socket, &e))?;
+    let mut reply = server::call(socket, &req).map_err(|e| cannot_reach(socket, &e))?;
+    if let (Request::IpRouteBatch { .. }, Some(error), [.., file]) = (&req, &mut reply.error, &words[..]) {
+        if let Some(e) = control::fib::batch_error_in_file(file, error) {
+            *error = e;
+        }
+    }
     if json {
         println!("{}", serde_json::to_string_pretty(&reply)?);
     } else if reply.ok {
