@@ -234,6 +234,26 @@ fn edit_distance(a: &str, b: &str) -> usize {
     row[b.len()]
 }
 
+/// The words `create udp tunnel` takes, for the error that names one it does not.
+const UDP_TUNNEL_WORDS: &[&str] = &[
+    "local",
+    "remote",
+    "encap",
+    "port",
+    "src-ports",
+    "key",
+    "checksum",
+    "ttl",
+    "route",
+    "mtu",
+    "fragment",
+    "urpf",
+    "accept-zero-checksum",
+    "mss-clamp",
+    "gre-checksum",
+    "gre-sequence",
+];
+
 fn udp_tunnel(w: &[&str]) -> Result<crate::udptun::UdpTunnelConfig, String> {
     let mut c = crate::udptun::UdpTunnelConfig {
         local: String::new(),
@@ -297,7 +317,7 @@ fn udp_tunnel(w: &[&str]) -> Result<crate::udptun::UdpTunnelConfig, String> {
             "mtu" => c.mtu = Some(mtu_word(v)?),
             "fragment" => c.fragment = v.parse().map_err(|e| format!("fragment {e}"))?,
             "urpf" => c.urpf = v.parse().map_err(|e| format!("urpf {e}"))?,
-            o => return Err(format!("create udp tunnel: unknown word {o:?}")),
+            o => return Err(format!("create udp tunnel: unknown word {o:?} ({})", UDP_TUNNEL_WORDS.join(", "))),
         }
         i += 2;
     }
@@ -323,6 +343,26 @@ pub(crate) fn u32_word(k: &str, v: &str) -> Result<u32, String> {
         _ => format!("{k} {v:?}: expected a number (decimal, or hex with 0x)"),
     })
 }
+
+/// The words `create gtpu tunnel` takes, for the error that names one it does not.
+const GTPU_TUNNEL_WORDS: &[&str] = &[
+    "local",
+    "remote",
+    "teid-in",
+    "teid-out",
+    "qfi",
+    "ue",
+    "mtu",
+    "fragment",
+    "urpf",
+    "checksum",
+    "src-port",
+    "decap-next",
+    "mss-clamp",
+    "uplink",
+    "sequence",
+    "accept-zero-checksum",
+];
 
 fn gtpu_tunnel(w: &[&str]) -> Result<crate::gtpu::GtpuTunnelConfig, String> {
     use crate::gtpu::{DecapNextName, GtpuTunnelConfig};
@@ -409,7 +449,7 @@ fn gtpu_tunnel(w: &[&str]) -> Result<crate::gtpu::GtpuTunnelConfig, String> {
                 i += 1;
                 continue;
             }
-            o => return Err(format!("unknown tunnel option {o:?}\n{HELP}")),
+            o => return Err(format!("create gtpu tunnel: unknown word {o:?} ({})", GTPU_TUNNEL_WORDS.join(", "))),
         }
         i += 2;
     }
@@ -445,6 +485,27 @@ mod tests {
         assert!(p("create interface x af_packet vnet-hdr maybe").unwrap_err().contains("on or off"));
         assert!(p("create interface x af_packet colour red").unwrap_err().contains("colour"));
         assert!(p("create interface x af_packet host-if").unwrap_err().contains("needs a value"));
+    }
+
+    #[test]
+    fn an_unknown_tunnel_or_sa_word_is_named_with_the_words_there_are() {
+        let gtpu = "create gtpu tunnel local 198.18.0.1 remote 198.18.0.2 teid-in 1 teid-out 2";
+        let udp = "create udp tunnel local 198.18.0.1 remote 198.18.0.2";
+        let sa = "ipsec sa add 1 spi 5 inbound alg null local 198.18.0.1 remote 198.18.0.2";
+        let cases = [
+            ("create gtpu tunnel", gtpu, GTPU_TUNNEL_WORDS),
+            ("create udp tunnel", udp, UDP_TUNNEL_WORDS),
+            ("ipsec sa add", sa, crate::ipsec::SA_ADD_WORDS),
+        ];
+        for (what, line, words) in cases {
+            let e = p(&format!("{line} colour red")).unwrap_err();
+            assert_eq!(e, format!("{what}: unknown word \"colour\" ({})", words.join(", ")));
+            // Every word listed is one it takes (whatever it then says of the value).
+            for w in words {
+                let e = p(&format!("{line} {w} x")).err().unwrap_or_default();
+                assert!(!e.contains(&format!("unknown word {w:?}")), "{w}: {e}");
+            }
+        }
     }
 
     #[test]

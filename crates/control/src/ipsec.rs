@@ -131,6 +131,29 @@ impl IpsecSaConfig {
     }
 }
 
+/// The words `ipsec sa add` takes, for the error that names one it does not.
+pub(crate) const SA_ADD_WORDS: &[&str] = &[
+    "spi",
+    "inbound",
+    "outbound",
+    "alg",
+    "enc-key",
+    "integ-key",
+    "local",
+    "remote",
+    "transport",
+    "tunnel",
+    "udp-encap",
+    "esn",
+    "no-anti-replay",
+    "route",
+    "urpf",
+    "soft-packets",
+    "hard-packets",
+    "soft-bytes",
+    "hard-bytes",
+];
+
 /// `ipsec sa add <index> spi <n> inbound|outbound alg <a> [enc-key <hex>] ...`: the CLI's
 /// words after `add`.
 pub fn parse_sa_add(w: &[&str]) -> Result<IpsecSaConfig, String> {
@@ -193,7 +216,7 @@ pub fn parse_sa_add(w: &[&str]) -> Result<IpsecSaConfig, String> {
                     "hard-packets" => c.lifetime.hard_packets = num(key)?,
                     "soft-bytes" => c.lifetime.soft_bytes = num(key)?,
                     "hard-bytes" => c.lifetime.hard_bytes = num(key)?,
-                    _ => return Err(format!("unknown word {key:?} in ipsec sa add")),
+                    _ => return Err(format!("ipsec sa add: unknown word {key:?} ({})", SA_ADD_WORDS.join(", "))),
                 }
                 i += 1;
             }
