@@ -246,6 +246,7 @@ pub struct Stats {
     pub unknown_type: u64,
     pub duplicate_requests: u64,
     pub retransmissions: u64,
+    /// Session Report Requests given up after `request_retries` unanswered retransmissions.
     pub report_timeouts: u64,
     pub sessions_established: u64,
     pub sessions_deleted: u64,
@@ -679,11 +680,14 @@ impl Upf {
             self.send(peer, Header::node(MessageType::HeartbeatRequest, seq), &m);
         }
         let mut resend = Vec::new();
+        let mut given_up = 0;
         self.pending.retain(|_, p| {
             if now < p.next {
                 return true;
             }
             if p.tries_left == 0 {
+                // The SMF never answered: the report is lost to it, counted (not silent).
+                given_up += 1;
                 return false;
             }
             p.tries_left -= 1;
@@ -691,6 +695,7 @@ impl Upf {
             resend.push(Transmit { dst: p.dst, data: p.data.clone() });
             true
         });
+        self.stats.report_timeouts += given_up;
         self.stats.retransmissions += resend.len() as u64;
         self.stats.tx += resend.len() as u64;
         self.transmits.extend(resend);

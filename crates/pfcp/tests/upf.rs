@@ -514,6 +514,20 @@ fn usage_thresholds_quotas_and_deletion_are_reported() {
 }
 
 #[test]
+fn a_report_never_answered_is_retransmitted_then_given_up_and_counted() {
+    let mut sim = Sim::new();
+    sim.associate(1);
+    let (seid, _) = established(&mut sim, 0x56);
+    sim.upf.usage(sim.now, seid, 1, Usage { ul_bytes: 700, dl_bytes: 700, ul_packets: 7, dl_packets: 7 });
+    let (h, _) = Message::parse(&sim.upf.poll_transmit().unwrap().data).unwrap();
+    assert_eq!(sim.upf.stats().report_timeouts, 0);
+    let sent = sim.advance(20);
+    assert_eq!(sent.iter().filter(|(h2, _)| h2.seq == h.seq).count(), 3, "request_retries retransmissions");
+    assert_eq!(sim.upf.stats().report_timeouts, 1, "the lost report is counted: {:?}", sim.upf.stats());
+    assert!(sim.advance(20).iter().all(|(h2, _)| h2.seq != h.seq), "then no more");
+}
+
+#[test]
 fn a_removed_urr_reports_its_last_usage_in_the_modification_response() {
     let mut sim = Sim::new();
     sim.associate(1);
