@@ -73,3 +73,60 @@ def test_outbound_spd_protects_bypasses_and_discards(vecgate, tmp_path):
         want.ttl -= 1
         del want.chksum
         assert raw(inner) == raw(IP(raw(want)))
+
+
+def test_a_policy_protects_either_inner_family_with_a_tunnel_of_the_other(vecgate, tmp_path):
+    """IPv6 protected by an IPv4 tunnel SA and IPv4 by an IPv6 one, by SPD policies (as
+    routes into `ipsec_tunnelN` carry them): `ipsec6-output` sends PROTECT to
+    `esp6-encrypt`, which hands a packet for an IPv4-outer SA to `esp4-encrypt` before
+    counting it against the SA (it dropped them as `no-sa`, their sequence numbers and
+    bytes counted as sent)."""
+    from scapy.all import IPv6
+    key6 = bytes(range(40, 60))
+    cfg = CONFIG + f"""
+[[ipsec_sa]]
+index = 1
+spi = {SPI + 1}
+direction = "outbound"
+algorithm = "aes-gcm-128"
+enc_key = "{key6.hex()}"
+local = "2001:db8:1::1"
+remote = "2001:db8:1::2"
+
+[[ipsec_policy]]
+spd = 1
+direction = "outbound"
+priority = 100
+action = "protect"
+sa = 0
+remote = "2001:db8:100::/48"
+
+[[ipsec_policy]]
+spd = 1
+direction = "outbound"
+priority = 100
+action = "protect"
+sa = 1
+remote = "198.19.3.0/24"
+"""
+    six = [Ether(src=HOST_MAC, dst=GW_MAC0) / IPv6(src="2001:db8::2", dst="2001:db8:100::7", hlim=64) / UDP(sport=6000 + i, dport=9)
+           / Raw(bytes([i]) * 30) for i in range(3)]
+    four = [pkt("198.19.3.7", i) for i in range(2)]
+    out0, out1, c, _ = run_pcap(vecgate, tmp_path, six + four, cfg)
+    assert not c.get(("esp6-encrypt", "no-sa")) and not c.get(("esp4-encrypt", "no-sa")), c
+    assert c.get(("esp6-encrypt", "to-outer-family")) == 3 and c.get(("esp4-encrypt", "to-outer-family")) == 2, c
+    assert c.get(("esp4-encrypt", "encrypted")) == 3 and c.get(("esp6-encrypt", "encrypted")) == 2, c
+    assert len(out1) == 5 and not out0, c
+    over4 = SecurityAssociation(ESP, spi=SPI, crypt_algo="AES-GCM", crypt_key=KEY,
+                                tunnel_header=IP(src="198.18.1.1", dst="198.18.1.2"))
+    over6 = SecurityAssociation(ESP, spi=SPI + 1, crypt_algo="AES-GCM", crypt_key=key6,
+                                tunnel_header=IPv6(src="2001:db8:1::1", dst="2001:db8:1::2"))
+    esp4 = [IP(raw(f)[14:]) for f in out1 if raw(f)[12:14] == b"\x08\x00"]
+    esp6 = [IPv6(raw(f)[14:]) for f in out1 if raw(f)[12:14] == b"\x86\xdd"]
+    assert [p[ESP].seq for p in esp4] == [1, 2, 3] and [p[ESP].seq for p in esp6] == [1, 2]
+    for l3, orig in zip(esp4, six):
+        inner = over4.decrypt(l3)
+        assert inner[UDP].sport == orig[UDP].sport and inner.hlim == 63 and bytes(inner[UDP].payload) == bytes(orig[Raw])
+    for l3, orig in zip(esp6, four):
+        inner = over6.decrypt(l3)
+        assert inner[UDP].sport == orig[UDP].sport and inner.ttl == 63 and bytes(inner[UDP].payload) == bytes(orig[Raw])

@@ -20,6 +20,9 @@ next_nodes! {
         Ip6Rewrite = "ip6-rewrite", Ip6Lookup = "ip6-lookup",
         Ip4IcmpError = "ip4-icmp-error", Ip6IcmpError = "ip6-icmp-error",
         Segment = "ip-gso-segment", Ip4Fragment = "ip4-fragment", Ip6Fragment = "ip6-fragment",
+        // A tunnel-mode SA of the other outer family (an SPD node chose this one by the
+        // inner packet's family).
+        Esp4Encrypt = "esp4-encrypt", Esp6Encrypt = "esp6-encrypt",
     }
 }
 
@@ -28,6 +31,8 @@ counters! {
         Encrypted(Info, "encrypted", "packets encrypted"),
         SoftLifetime(Warn, "soft-lifetime", "an SA passed a soft lifetime (packets or bytes): time to rekey"),
         NoSa(Error, "no-sa", "no outbound SA at the index the route or policy named"),
+        ToOuterFamily(Info, "to-outer-family", "packets for a tunnel-mode SA whose outer family is the other one (an SPD policy protects IPv6 with an IPv4 tunnel, or the reverse): handed to that family's encrypt node"),
+        TransportFamily(Warn, "transport-family-mismatch", "a transport-mode SA of the other address family than the packet's: nothing to put ESP into"),
         SeqOverflow(Error, "seq-overflow", "the SA's sequence number reached its end: dropped, never wrapped (RFC 4303 3.3.3)"),
         LifetimeExpired(Error, "lifetime-expired", "the SA passed a hard lifetime (packets or bytes)"),
         NoHeadroom(Error, "no-headroom", "not enough headroom for the outer headers"),
@@ -229,6 +234,15 @@ impl<Cx: HasIpsec, O: EspOuter> Node<Cx> for EspEncrypt<O> {
         let Some(sa) = x.tables.outbound(index) else {
             return Verdict::Drop(C::NoSa);
         };
+        if sa.spec.local.is_ipv4() == O::IS_V6 {
+            // Routes reach the node of the SA's outer family; an SPD policy, the node of
+            // the packet's. Handed over before anything is counted against the SA.
+            if sa.plan.transport {
+                return Verdict::Drop(C::TransportFamily);
+            }
+            counts.inc(C::ToOuterFamily);
+            return Verdict::Next(if O::IS_V6 { EspEncryptNext::Esp4Encrypt } else { EspEncryptNext::Esp6Encrypt });
+        }
         // Tunnel mode: the outer packet leaves by the SA's own adjacency. Transport
         // mode: the packet keeps its header, so it leaves where its lookup sent it.
         let plan = &sa.plan;
