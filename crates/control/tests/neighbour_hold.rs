@@ -181,3 +181,73 @@ fn with_holding_off_each_packet_becomes_the_solicitation() {
     assert_eq!((count(&h, "held"), count(&h, "hold-full"), count(&h, "arp-request-sent")), (0, 0, 2));
     assert_eq!(h.worker.pool.in_use(), 0);
 }
+
+/// A link with an SPD bound, and an SA to a peer on it whose MAC is not known yet: the
+/// SA's ESP (of a flow a PROTECT policy sends through it, and of a route into its
+/// tunnel) is held like any packet, and once the peer answers it leaves as ESP. It had
+/// passed the link's outbound policies (or never meets them, as the outer packet of a
+/// tunnel): released to the lookup, it met them again and, with no policy for ESP, was
+/// dropped as `no-policy`, so a tunnel's first packets were lost.
+#[test]
+fn held_esp_leaves_a_link_with_an_spd_once_the_peer_answers() {
+    let cfg = r#"
+[[interface]]
+name = "access0"
+type = "pg"
+mac = "02:00:00:00:00:01"
+addresses = ["198.18.0.1/24", "2001:db8::1/64"]
+
+[[interface]]
+name = "core0"
+type = "pg"
+mac = "02:00:00:00:00:02"
+addresses = ["198.18.1.1/24", "2001:db8:1::1/64"]
+
+[[neighbour]]
+interface = "access0"
+ip = "198.18.0.2"
+mac = "02:00:00:00:01:02"
+
+[[route]]
+prefix = "198.19.77.0/24"
+via = "198.18.1.77"
+
+[[ipsec_sa]]
+index = 7
+spi = 0x7001
+direction = "outbound"
+algorithm = "aes-gcm-128"
+enc_key = "0102030405060708090a0b0c0d0e0f1011121314"
+local = "198.18.1.1"
+remote = "198.18.1.77"
+routes = ["198.19.78.0/24"]
+
+[[ipsec_spd]]
+id = 1
+interfaces = ["core0"]
+
+[[ipsec_policy]]
+spd = 1
+direction = "outbound"
+action = "protect"
+sa = 7
+remote = "198.19.77.0/24"
+"#;
+    let mut h = Harness::with_config(cfg);
+    for (dst, sport) in [(Ipv4Addr::new(198, 19, 77, 1), 5001), (Ipv4Addr::new(198, 19, 78, 1), 5002)] {
+        assert_eq!(core0(&h.frame(ACCESS0, udp4(dst, sport))), [Out::ArpRequest(PEER4)], "datagram {sport}");
+    }
+    assert_eq!(count(&h, "held"), 2);
+    assert!(core0(&h.frame(CORE0, arp_reply())).is_empty());
+    let out = learn(&mut h);
+    assert_eq!(count(&h, "released"), 2);
+    // Both leave as ESP to the peer, sequence numbers 1 and 2, in the order they came.
+    let esp: Vec<(u32, [u8; 6])> = out
+        .iter()
+        .filter(|(i, t)| *i == CORE0 && t.bytes[12..14] == [8, 0] && t.bytes[23] == 50)
+        .map(|(_, t)| (u32::from_be_bytes(t.bytes[38..42].try_into().unwrap()), t.bytes[0..6].try_into().unwrap()))
+        .collect();
+    let drops: Vec<_> = h.worker.graph.counter_snapshots().into_iter().filter(|c| c.count > 0 && c.node.starts_with("ipsec")).collect();
+    assert_eq!(esp, [(1, PEER), (2, PEER)], "{drops:?}");
+    assert_eq!(h.worker.pool.in_use(), 0);
+}

@@ -11,6 +11,8 @@
 //! ipN-rewrite ─(next hop unresolved)─► ip-glean ─┬► interface-output (the solicitation)
 //!                                                 └─ held … ─┐
 //! control plane ─(neighbour learned)─► ip-glean-input ─► ip-glean-release ─► ipN-lookup
+//!                                                                        ├► ipN-rewrite (held for a link
+//!                                                                        │  with an SPD: past it already)
 //!                                                                        └► error-drop (waited too long)
 //! ```
 //!
@@ -105,7 +107,13 @@ fn resolved(tables: &Tables, pool: &Pool, h: &Held) -> bool {
 /// resolved it may have moved its adjacency). What can go is looked for when `always`
 /// (the control plane said a neighbour was learned) or the tables changed since the last
 /// look.
-fn settle_held(ip: &mut IpContext, counts: &mut Counts<'_, GleanCounter>, pool: &Pool, always: bool, out: &mut Vec<(BufIdx, GleanNext)>) {
+fn settle_held(
+    ip: &mut IpContext,
+    counts: &mut Counts<'_, GleanCounter>,
+    pool: &mut Pool,
+    always: bool,
+    out: &mut Vec<(BufIdx, GleanNext)>,
+) {
     if ip.hold.is_empty() {
         return;
     }
@@ -120,7 +128,33 @@ fn settle_held(ip: &mut IpContext, counts: &mut Counts<'_, GleanCounter>, pool: 
     let IpContext { hold, tables, .. } = ip;
     hold.take_resolved(|h| resolved(tables, pool, h), &mut done);
     counts.add(C::Released, done.len() as u64);
-    out.extend(done.iter().map(|h| (h.buf, lookup_of(h))));
+    out.extend(done.iter().map(|h| (h.buf, released_to(tables, pool.get_mut(h.buf), h))));
+}
+
+/// Where a released packet goes: to its lookup, which finds its next hop afresh. But a
+/// packet held on its way out of a link with an SPD bound had passed the link's outbound
+/// policies already (or is one they never see: a tunnel's outer packet, the ESP an SA
+/// made of a PROTECT flow), so while its fresh route still leaves by that link it goes
+/// to the rewrite with that route, not through the SPD again, where an SA's ESP found
+/// no policy and was dropped.
+fn released_to(tables: &Tables, buf: &mut engine::Buffer, h: &Held) -> GleanNext {
+    fn past_spd<F: GleanFamily>(tables: &Tables, buf: &mut engine::Buffer, h: &Held) -> GleanNext {
+        let Some(dst) = buf.bytes().get(F::DST_AT..F::HEADER_LEN) else { return F::AGAIN };
+        let key = F::key(dst);
+        let adj = F::fib(tables).lookup(key);
+        match resolve::<F>(tables, adj, F::addr(key)) {
+            Resolved::Send { tx_if, .. } if tx_if == h.if_index => {
+                buf.meta.adj = adj;
+                F::ON
+            }
+            _ => F::AGAIN,
+        }
+    }
+    match h.target {
+        _ if !tables.has_spd(h.if_index) => lookup_of(h),
+        IpAddr::V4(_) => past_spd::<Ip4>(tables, buf, h),
+        IpAddr::V6(_) => past_spd::<Ip6>(tables, buf, h),
+    }
 }
 
 /// Why a held packet sent to `error-drop` was dropped (both glean nodes).
