@@ -106,6 +106,8 @@ pub fn run(
         interfaces = cfg.interfaces.len(),
         workers = n_workers,
         routes = control.state.route_count(),
+        // GTP-U `ue` routes and service addresses, kept apart from `routes`.
+        tunnel_routes = control.state.tunnel_route_count(),
         gtpu_tunnels = control.gtpu.len(),
         udp_tunnels = control.udptun.len(),
         aes_gcm = ipsec::crypto::aes_gcm_backend(),
