@@ -707,7 +707,7 @@ static void check_counts(private_kernel_vecgate_ipsec_t *this,
 			has_volume_limits(entry))
 		{
 			/* "expired": vecgate refused a packet for the hard limit. An
-			 * inbound SA's byte count may stop short of that limit (the
+			 * SA's byte count may stop short of that limit (the
 			 * packet that would pass it is refused uncounted). */
 			if (found_in(pos, next, "\"expired\":true") ||
 				reached(packets, entry->life_packets) ||

@@ -494,7 +494,7 @@ pub fn rows(x: &IpsecState) -> Vec<SaRow> {
                 urpf: p.urpf,
                 packets: if out { s.outbound.packets() } else { 0 },
                 bytes: if out { s.outbound.bytes() } else { 0 },
-                expired: out && s.outbound.expired(&p.lifetime),
+                expired: out && s.outbound.expired(),
             }
         })
         .collect()

@@ -212,15 +212,22 @@ pub enum SeqError {
 /// The outbound counters of an SA, shared by every worker and every table version.
 #[derive(Debug, Default)]
 pub struct Outbound {
-    /// The last sequence number handed out.
+    /// The last sequence number handed out (a refused packet takes one too, so the
+    /// lifetime's limits keep refusing every later packet).
     seq: AtomicU64,
+    /// The bytes of every packet that took a sequence number.
     bytes: AtomicU64,
+    /// Of those, the packets refused (hard lifetime, the counter's end) and their bytes:
+    /// counted on the refusal's path only, so the packet path keeps its two atomics, and
+    /// taken off what [`Outbound::packets`] and [`Outbound::bytes`] report as sent.
+    refused: AtomicU64,
+    refused_bytes: AtomicU64,
 }
 
 impl Outbound {
     /// Start after `seq` (a test, or a restored SA).
     pub fn starting_after(seq: u64) -> Self {
-        Outbound { seq: AtomicU64::new(seq), bytes: AtomicU64::new(0) }
+        Outbound { seq: AtomicU64::new(seq), ..Default::default() }
     }
 
     /// The sequence number for a packet of `len` bytes, and the SA's age.
@@ -229,31 +236,49 @@ impl Outbound {
         let seq = self.seq.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
         let last = if esn { u64::MAX } else { u32::MAX as u64 };
         if seq > last || seq == 0 {
-            // Stay past the end so every later packet is refused too.
-            self.seq.store(u64::MAX, Ordering::Relaxed);
-            return Err(SeqError::Overflow);
+            return Err(self.past_the_end(seq, len));
         }
         let bytes = self.bytes.fetch_add(len, Ordering::Relaxed) + len;
         match life.age(seq, bytes, len) {
-            Age::Expired => Err(SeqError::Expired),
+            Age::Expired => Err(self.refuse(len, SeqError::Expired)),
             age => Ok((seq, age)),
         }
     }
 
+    /// A number past the counter's end (`seq`): every later packet is refused too.
+    #[cold]
+    fn past_the_end(&self, seq: u64, len: u64) -> SeqError {
+        if seq == 0 {
+            // With ESN the counter itself wrapped: it stays at the end (the last number
+            // was sent, so this refusal is the only one not in the count).
+            self.seq.store(u64::MAX, Ordering::Relaxed);
+            return SeqError::Overflow;
+        }
+        self.bytes.fetch_add(len, Ordering::Relaxed);
+        self.refuse(len, SeqError::Overflow)
+    }
+
+    #[cold]
+    fn refuse(&self, len: u64, why: SeqError) -> SeqError {
+        self.refused.fetch_add(1, Ordering::Relaxed);
+        self.refused_bytes.fetch_add(len, Ordering::Relaxed);
+        why
+    }
+
+    /// Packets sent (sealed with a sequence number): refused ones are not.
     pub fn packets(&self) -> u64 {
-        self.seq.load(Ordering::Relaxed)
+        self.seq.load(Ordering::Relaxed).saturating_sub(self.refused.load(Ordering::Relaxed))
     }
 
+    /// Bytes sent (the inner packets', as the lifetime counts them).
     pub fn bytes(&self) -> u64 {
-        self.bytes.load(Ordering::Relaxed)
+        self.bytes.load(Ordering::Relaxed).saturating_sub(self.refused_bytes.load(Ordering::Relaxed))
     }
 
-    /// Whether the SA refuses every packet from now on: its sequence numbers ran out,
-    /// or a packet was refused for a hard lifetime (refused packets are counted here,
-    /// so the counts are past the limit).
-    pub fn expired(&self, life: &Lifetime) -> bool {
-        let packets = self.packets();
-        packets == u64::MAX || life.age(packets, self.bytes(), 0) == Age::Expired
+    /// Whether the SA refuses every packet from now on: it refused one for a hard
+    /// lifetime, or its sequence numbers ran out.
+    pub fn expired(&self) -> bool {
+        self.refused.load(Ordering::Relaxed) != 0 || self.seq.load(Ordering::Relaxed) == u64::MAX
     }
 }
 
@@ -286,7 +311,9 @@ impl Inbound {
     #[inline(always)]
     pub fn accept(&mut self, seq: u64, len: u64, life: &Lifetime, anti_replay: bool) -> Result<Age, InboundError> {
         let age = life.age(self.packets + 1, self.bytes + len, len);
-        if age == Age::Expired {
+        // Once expired, every packet is refused: a smaller one would fit under the byte
+        // limit the refused one passed, but a hard lifetime ends the SA (RFC 4301 §4.4.2.1).
+        if age == Age::Expired || self.expired {
             self.expired = true;
             return Err(InboundError::Expired);
         }
@@ -340,6 +367,34 @@ mod tests {
         let o = Outbound::default();
         let ages: Vec<_> = (0..5).map(|_| o.next(100, false, &b).map(|x| x.1)).collect();
         assert_eq!(ages, vec![Ok(Age::Fresh), Ok(Age::Fresh), Ok(Age::SoftReached), Ok(Age::Fresh), Err(SeqError::Expired)]);
+    }
+
+    /// What an SA reports as sent leaves out the packets its lifetime or counter
+    /// refused (they were dropped), and once it refused one it refuses every later one,
+    /// a smaller packet that would fit under the byte limit too.
+    #[test]
+    fn refused_packets_are_not_counted_as_sent() {
+        let l = Lifetime { hard_packets: 3, ..Default::default() };
+        let o = Outbound::default();
+        let sent = (0..5).filter(|_| o.next(100, false, &l).is_ok()).count();
+        assert_eq!((sent, o.packets(), o.bytes(), o.expired()), (3, 3, 300, true));
+        let b = Lifetime { hard_bytes: 250, ..Default::default() };
+        let o = Outbound::default();
+        assert!(o.next(100, false, &b).is_ok() && o.next(100, false, &b).is_ok());
+        assert!(!o.expired());
+        assert_eq!(o.next(100, false, &b), Err(SeqError::Expired));
+        assert_eq!(o.next(10, false, &b), Err(SeqError::Expired), "stopped for good");
+        assert_eq!((o.packets(), o.bytes(), o.expired()), (2, 200, true));
+        // Past the counter's end (no ESN): the numbers sent, not the attempts.
+        let o = Outbound::starting_after(u32::MAX as u64 - 2);
+        let n = (0..5).filter(|_| o.next(10, false, &Lifetime::default()).is_ok()).count();
+        assert_eq!((n, o.packets(), o.bytes(), o.expired()), (2, u32::MAX as u64, 20, true));
+        // Inbound: refused for the byte limit, then a smaller packet: refused too.
+        let mut i = Inbound::new(false);
+        assert_eq!(i.accept(1, 200, &b, true), Ok(Age::Fresh));
+        assert_eq!(i.accept(2, 100, &b, true), Err(InboundError::Expired));
+        assert_eq!(i.accept(3, 10, &b, true), Err(InboundError::Expired));
+        assert_eq!((i.packets, i.bytes), (1, 200));
     }
 
     #[test]
