@@ -234,6 +234,50 @@ def test_cluster_policy_without_a_snat_address_keeps_the_client_address(lab, vec
     assert code == 0
 
 
+# Services on the node's own addresses (Kubernetes: an external IP or load balancer
+# address that is the node's): the client-facing address, and the SNAT address itself.
+OWN_ADDRESS_SERVICES = "".join(f"""
+[[lb_service]]
+name = "default/{name}"
+type = "load_balancer"
+vip = "{vip}"
+port = {port}
+protocol = "tcp"
+backends = [{", ".join(f'{{ addr = "{a}", port = 8080 }}' for a in BACKENDS)}]
+""" for name, vip, port in (("ext", "198.18.0.1", 80), ("on-snat", "198.19.1.1", 81)))
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_service_on_an_address_of_the_node(lab, vecgate, tmp_path, workers):
+    """A service address that is one of the gateway's own is served by `ip4-local`, as a
+    node port is: no route takes the address, so the gateway still answers pings there,
+    and a port without a service is refused as before. Connections spread over the
+    backends and come back from the address the client dialled, with two workers too."""
+    c, g, bes = topology(lab)
+    text = config(OWN_ADDRESS_SERVICES)
+    gw = Vecgate(lab, vecgate, g, f"[dataplane]\nworkers = {workers}\n" + text, tmp_path, split_dataplane=True)
+    serve_all(lab, c, bes)
+    for vip, port in (("198.18.0.1", 80), ("198.19.1.1", 81)):
+        r = client(lab, c, "who", vip, port, 30)
+        assert len(r["answers"]) == 30 and len({a.split()[0] for a in r["answers"]}) == 3, r
+        assert all(a.split()[1] == "198.19.1.1" and a.split()[2] == vip for a in r["answers"]), r
+    e = client(lab, c, "echo", "198.18.0.1", 80, 2 * 1024 * 1024)
+    assert e["bytes"] == 2 * 1024 * 1024 and e["sent"] == e["got"], e
+    # The address is still the gateway's: pings answered, and no route took it.
+    lab.run(c, "ping", "-c", "3", "-i", "0.2", "-W", "2", "198.18.0.1")
+    fib = gw.ctl("show", "ip", "fib", "198.18.0.1")["data"]
+    assert fib["kind"] == "local", fib
+    # A port with no service there: refused (ICMP port unreachable), not left hanging.
+    probe = "import socket\ntry:\n socket.create_connection(('198.18.0.1', 82), timeout=5)\n print('open')\n" \
+            "except ConnectionRefusedError:\n print('refused')\n"
+    assert lab.run(c, sys.executable, "-c", probe).stdout.strip() == "refused"
+    errs = gw.errors()
+    assert errs.get(("lb4-nat", "new-session"), 0) >= 61, errs
+    assert not any(k[0] == "lb4-nat" and k[1] in ("snat-ports-exhausted", "reply-tuple-in-use") for k in errs), errs
+    code, _, _ = gw.stop()
+    assert code == 0
+
+
 VIP6 = "2001:db8:80::10"
 
 

@@ -92,6 +92,9 @@ fn endpoints_elsewhere(c: &Control, name: &str) -> Result<(), String> {
     for (index, sa) in c.ipsec.iter() {
         note(format!("SA {index}"), sa.spec.local);
     }
+    for (_, s) in c.lb.state.services().filter(|(_, s)| s.kind != lb::ServiceType::NodePort) {
+        note(format!("service {:?}", s.name), s.vip);
+    }
     for (key, a) in [("[lb] snat4", c.applied.lb.snat4), ("[lb] snat6", c.applied.lb.snat6)] {
         if let Some(a) = a {
             note(key.to_string(), a);
@@ -100,7 +103,7 @@ fn endpoints_elsewhere(c: &Control, name: &str) -> Result<(), String> {
     if users.is_empty() {
         return Ok(());
     }
-    Err(format!("{name} holds the source address of {}: delete or move them first", users.join(", ")))
+    Err(format!("{name} holds the local address of {}: delete or move them first", users.join(", ")))
 }
 
 /// Add `cfg.interfaces[i]` to the running gateway; errors start with `cfg.source` (the

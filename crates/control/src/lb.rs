@@ -187,28 +187,26 @@ pub fn check_tunnel_port(state: &LbState, port: u16) -> Result<(), String> {
     }
 }
 
-/// Add a service and its VIP route (not published).
+/// Add a service and its VIP route (not published). A service on one of the node's own
+/// addresses (an external IP or load balancer address that is the node's, as Kubernetes
+/// allows) gets no route: a route there would take every packet to the address, echo
+/// requests and tunnels' too, into `lbN-nat`. Its packets come by `ipN-local`, as a
+/// node port's do, so the same ports are refused.
 pub fn add_service(state: &mut LbState, router: &mut RouterState, spec: ServiceSpec) -> Result<u32, String> {
     let name = spec.name.clone();
-    if spec.kind == ServiceType::NodePort {
+    let ours = vip_route(&spec).is_some_and(|(p, _)| router.own_address_of(&p).is_some());
+    if spec.kind == ServiceType::NodePort || ours {
         if let Some(owner) = local_port_owner(router, spec.port, spec.protocol) {
             let (port, protocol) = (spec.port, spec.protocol.name());
+            let on = if ours { format!("{}", spec.vip) } else { "the node's addresses".into() };
             return Err(format!(
-                "service {name:?}: port: {port}/{protocol} of the node's addresses is taken by {owner}; expected a port nothing else receives on"
+                "service {name:?}: port: {port}/{protocol} of {on} is taken by {owner}; expected a port nothing else receives on"
             ));
         }
     }
-    // Our own address as a service address would take the gateway's own packets (echo
-    // replies, tunnels' traffic) into `lbN-nat`; node ports use our addresses by design.
-    if let Some((p, _)) = vip_route(&spec) {
-        if let Some(interface) = router.own_address_of(&p) {
-            let why = "packets to it are the gateway's own; expected a service address that is not (a node_port service listens on the node's addresses)";
-            return Err(format!("service {name:?}: vip: {} is an address of {interface}: {why}", spec.vip));
-        }
-    }
-    let id = state.add_service(spec).map_err(|e| e.to_string())?;
+    let id = state.add_service_at(spec, ours).map_err(|e| e.to_string())?;
     let (_, spec) = state.service(&name).expect("just added");
-    if let Some(r) = vip_route(spec).filter(|_| !vip_shared(state, spec, true)) {
+    if let Some(r) = vip_route(spec).filter(|_| !ours && !vip_shared(state, spec, true)) {
         if let Err((_, e)) = router.add_tunnel_routes(&[r]) {
             state.del_service(&name).expect("just added");
             return Err(format!("service {name:?}: vip: {e}"));
@@ -413,6 +411,7 @@ pub fn handle(c: &mut crate::dataplane::Control, req: &Request) -> Result<Reply,
         }
         Request::LbServiceDel { name } => {
             let spec = c.lb.state.del_service(name).map_err(|e| e.to_string())?;
+            // A service on an address of ours has no route to remove.
             if let Some((p, _)) = vip_route(&spec).filter(|_| !vip_shared(&c.lb.state, &spec, false)) {
                 c.state.del_tunnel_routes(&[p]);
             }

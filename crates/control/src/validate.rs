@@ -62,11 +62,12 @@ fn routed_prefixes(cfg: &Config) -> Vec<(String, &str)> {
     places
 }
 
-/// No route, GTP-U `ue`, tunnel's or SA's `routes` or service address is one of our
-/// own addresses (a /32 or /128 equal to it): it would take the gateway's own packets.
-/// A wider prefix is fine (the address stays local by the longest match); so are node
-/// ports, which use our addresses by design. Nor may a service address be `[lb]`'s SNAT
-/// address, to which every translated connection's replies come.
+/// No route, GTP-U `ue`, tunnel's or SA's `routes` is one of our own addresses (a /32
+/// or /128 equal to it): it would take the gateway's own packets. A wider prefix is
+/// fine (the address stays local by the longest match). A service on an address of
+/// ours is served without a route (`crate::lb::add_service`); a service address that is
+/// not ours may not be `[lb]`'s SNAT address, to which every translated connection's
+/// replies come.
 fn check_own_addresses(cfg: &Config, specs: &[InterfaceSpec], problems: &mut Problems) {
     let own = |a: std::net::IpAddr| {
         specs.iter().enumerate().find_map(|(i, s)| s.addresses.iter().position(|x| x.addr == a).map(|j| (i, j, s.name.as_str())))
@@ -94,13 +95,12 @@ fn check_own_addresses(cfg: &Config, specs: &[InterfaceSpec], problems: &mut Pro
             continue;
         }
         let field = format!("lb_service[{k}].vip");
-        if let Some((i, j, name)) = own(s.vip) {
-            let why = format!(
-                "{} is interface[{i}].addresses[{j}] ({name}): packets to it are the gateway's own; expected a service address that is not (a node_port service listens on the node's addresses)",
-                s.vip
-            );
-            problems.push(cfg.err(field, why));
-        } else if let Some(snat) = [("lb.snat4", cfg.lb.snat4), ("lb.snat6", cfg.lb.snat6)].into_iter().find(|(_, a)| *a == Some(s.vip)) {
+        // A service on an address of ours is served by `ipN-local`, as a node port is
+        // (`crate::lb::add_service`), so it may be the SNAT address too.
+        if own(s.vip).is_some() {
+            continue;
+        }
+        if let Some(snat) = [("lb.snat4", cfg.lb.snat4), ("lb.snat6", cfg.lb.snat6)].into_iter().find(|(_, a)| *a == Some(s.vip)) {
             let why = format!(
                 "{} is {}, the source Cluster-policy connections are translated to (their replies come back to it): expected another address",
                 s.vip, snat.0

@@ -42,7 +42,7 @@ fn an_interface_that_tunnels_and_sas_send_from_is_not_deleted() {
     ctl(&mut c, "create udp tunnel local 2001:db8:2::1 remote 2001:db8:2::8 encap gue port 7000").unwrap();
     ctl(&mut c, "ipsec sa add 20 spi 3000 outbound alg null local 198.18.2.1 remote 198.18.2.9").unwrap();
     let e = ctl(&mut c, "delete interface eth1").unwrap_err();
-    assert!(e.starts_with("eth1 holds the source address of "), "{e}");
+    assert!(e.starts_with("eth1 holds the local address of "), "{e}");
     for who in ["gtpu_tunnel", "(local 198.18.2.1)", "udp_tunnel", "(local 2001:db8:2::1)", "SA 20"] {
         assert!(e.contains(who), "{who} in {e}");
     }

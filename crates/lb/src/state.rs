@@ -273,18 +273,26 @@ impl LbState {
     }
 
     pub fn add_service(&mut self, spec: ServiceSpec) -> Result<u32, LbError> {
+        self.add_service_at(spec, false)
+    }
+
+    /// Add a service; `vip_is_ours`: its address is one of the node's, whose packets come
+    /// by `ipN-local` (as a node port's do) rather than by a route to the address.
+    pub fn add_service_at(&mut self, spec: ServiceSpec, vip_is_ours: bool) -> Result<u32, LbError> {
         spec.validate().map_err(|e| LbError::Spec(spec.name.clone(), e))?;
         if self.by_name.contains_key(&spec.name) {
             return Err(LbError::DuplicateName(spec.name));
         }
-        // The SNAT address on a service would take the replies of every translated
-        // connection into the balancer as new connections to it.
+        // The SNAT address routed to a service would take the replies of every translated
+        // connection into the balancer as new connections to it. On the node's own
+        // address (a node port's, or an external IP that is the node's) it is a port
+        // like a node port: SNAT never uses a service's port there (`owns_snat_port`).
         let (snat, field) = if spec.vip.is_ipv4() {
             (self.tables.v4.snat.map(|a| V4::to_ip(&a)), "snat4")
         } else {
             (self.tables.v6.snat.map(|a| V6::to_ip(&a)), "snat6")
         };
-        if spec.kind != ServiceType::NodePort && snat == Some(spec.vip) {
+        if spec.kind != ServiceType::NodePort && !vip_is_ours && snat == Some(spec.vip) {
             return Err(LbError::VipIsSnat(spec.name, spec.vip, field));
         }
         if spec.forwarding.is_encap() {
