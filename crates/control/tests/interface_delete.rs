@@ -1,6 +1,7 @@
 //! `delete interface` refuses an interface whose address a GTP-U tunnel, a UDP tunnel, an
 //! IPsec SA or the load balancer's SNAT sends from (they would go on sending from an
-//! address the gateway no longer has), naming them; once they are gone it deletes it.
+//! address the gateway no longer has), or a service is on, naming them; once they are
+//! gone it deletes it.
 
 use control::config::Config;
 use control::dataplane::{assemble, Control};
@@ -65,4 +66,17 @@ fn the_load_balancers_snat_address_keeps_its_interface() {
     let e = ctl(&mut c, "delete interface eth1").unwrap_err();
     assert!(e.contains("[lb] snat6 (local 2001:db8:2::1)"), "{e}");
     ctl(&mut c, "delete interface pg0").unwrap();
+}
+
+/// A service on one of the interface's addresses (served by `ipN-local`, without a
+/// route) would stop being served when the address goes.
+#[test]
+fn a_service_on_its_address_keeps_an_interface() {
+    let mut c = start(LINKS);
+    ctl(&mut c, "lb service add ext load_balancer 198.18.2.1 80 tcp backend 198.18.0.40:80").unwrap();
+    ctl(&mut c, "lb service add np node_port 0.0.0.0 30080 tcp backend 198.18.0.40:80").unwrap();
+    let e = ctl(&mut c, "delete interface eth1").unwrap_err();
+    assert_eq!(e, "eth1 holds the local address of service \"ext\" (local 198.18.2.1): delete or move them first");
+    ctl(&mut c, "lb service del ext").unwrap();
+    ctl(&mut c, "delete interface eth1").unwrap();
 }
