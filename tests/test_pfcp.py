@@ -154,7 +154,7 @@ def ies_of(grouped):
 
 
 def test_malformed_requests_get_the_right_cause(vecgate, upf, tmp_path):
-    port, _ = upf
+    port, sock = upf
     smf = Smf("127.0.0.1", port)
     # Before any association: No established PFCP Association (72).
     r = smf.establish(0x2001, GNB, 0x200)
@@ -183,6 +183,14 @@ def test_malformed_requests_get_the_right_cause(vecgate, upf, tmp_path):
     smf.send_raw(bytes(v2))
     r = smf.recv()
     assert (r.message_type, r.seq) == (11, smf.seq)
+    # The three that could not be parsed (no F-SEID, the bad length, version 2) are
+    # counted where an operator looks: show pfcp associations and the metrics.
+    a = ctl(vecgate, sock, "show", "pfcp", "associations")
+    assert a["data"]["stats"]["malformed"] == 3, a
+    assert "malformed 3" in a["text"], a["text"]
+    metrics = subprocess.run([str(vecgate), "ctl", "--socket", str(sock), "show", "metrics"], capture_output=True, text=True, timeout=20).stdout
+    assert 'vecgate_pfcp_total{counter="malformed"} 3' in metrics, metrics
+    assert 'vecgate_table_entries{table="pfcp_associations"} 1' in metrics, metrics
     # The last two requests are not PFCP tshark can read without complaint; the answers are.
     smf.log = [m for m in smf.log if m[0] != bytes(v2) and m[0] != body]
     tshark_clean(smf, tmp_path, port)

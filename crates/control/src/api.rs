@@ -337,6 +337,11 @@ impl Control {
                     neighbours: self.state.neighbours().count(),
                     gtpu_tunnels: self.gtpu.len(),
                     udp_tunnels: self.udptun.len(),
+                    pfcp: self.pfcp.as_ref().map(|p| crate::metrics::PfcpCounts {
+                        associations: p.upf.associations().count(),
+                        sessions: p.upf.session_count(),
+                        stats: p.upf.stats(),
+                    }),
                 };
                 let top = self.applied.metrics.top_tunnels.unwrap_or(10);
                 let tunnels = crate::metrics::tunnel_traffic(&self.gtpu, &self.udptun, top);
@@ -583,10 +588,10 @@ impl Control {
             Request::ShowPfcpAssociations {} => {
                 let p = self.pfcp.as_ref().ok_or("PFCP is not configured (no [pfcp] section)")?;
                 let rows = crate::pfcp::association_rows(p);
-                Reply::ok(
-                    serde_json::json!({ "associations": rows, "stats": format!("{:?}", p.upf.stats()) }),
-                    crate::pfcp::format_associations(&rows),
-                )
+                let stats = p.upf.stats();
+                let counts: serde_json::Map<String, serde_json::Value> =
+                    stats.named().iter().map(|(name, v)| (name.to_string(), (*v).into())).collect();
+                Reply::ok(serde_json::json!({ "associations": rows, "stats": counts }), crate::pfcp::format_associations(&rows, &stats))
             }
             Request::ShowPfcpSessions { limit } => {
                 let p = self.pfcp.as_ref().ok_or("PFCP is not configured (no [pfcp] section)")?;

@@ -92,6 +92,16 @@ pub struct TableSizes {
     pub neighbours: usize,
     pub gtpu_tunnels: usize,
     pub udp_tunnels: usize,
+    /// With `[pfcp]`: its associations, sessions and message counts.
+    pub pfcp: Option<PfcpCounts>,
+}
+
+/// The UPF's control side for a scrape.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PfcpCounts {
+    pub associations: usize,
+    pub sessions: usize,
+    pub stats: pfcp::upf::Stats,
 }
 
 type Labels = Vec<(String, String)>;
@@ -202,6 +212,14 @@ pub fn render(workers: &[Snapshot], tables: TableSizes, tunnels: &TunnelTraffic)
         ("udp_tunnels", tables.udp_tunnels),
     ] {
         table.get_or_create(&labels(&[("table", name)])).set(gauge(v));
+    }
+    if let Some(p) = tables.pfcp {
+        table.get_or_create(&labels(&[("table", "pfcp_associations")])).set(gauge(p.associations));
+        table.get_or_create(&labels(&[("table", "pfcp_sessions")])).set(gauge(p.sessions));
+        let counts = counter_family(&mut r, "pfcp", "PFCP (N4) messages and sessions, by counter (as show pfcp associations)");
+        for (name, v) in p.stats.named() {
+            counts.get_or_create(&labels(&[("counter", name)])).inc_by(v);
+        }
     }
     let mut out = String::new();
     // Writing into a String cannot fail.
@@ -319,6 +337,19 @@ mod tests {
         assert!(t.contains(r#"vecgate_interface_device_total{worker="0",interface="pg0",counter="kernel-drops"} 3"#), "{t}");
         assert!(t.contains(r#"vecgate_table_entries{table="routes"} 12"#), "{t}");
         assert!(t.trim_end().ends_with("# EOF"), "OpenMetrics text ends with # EOF");
+    }
+
+    #[test]
+    fn a_upf_has_its_sessions_and_pfcp_counts_in_the_scrape() {
+        let stats = pfcp::upf::Stats { malformed: 3, report_timeouts: 1, ..Default::default() };
+        let pfcp = PfcpCounts { associations: 1, sessions: 2, stats };
+        let t = render(&[], TableSizes { pfcp: Some(pfcp), ..Default::default() }, &TunnelTraffic::default());
+        assert!(t.contains(r#"vecgate_table_entries{table="pfcp_sessions"} 2"#), "{t}");
+        assert!(t.contains(r#"vecgate_table_entries{table="pfcp_associations"} 1"#), "{t}");
+        assert!(t.contains(r#"vecgate_pfcp_total{counter="malformed"} 3"#), "{t}");
+        assert!(t.contains(r#"vecgate_pfcp_total{counter="report-timeouts"} 1"#), "{t}");
+        let without = render(&[], TableSizes::default(), &TunnelTraffic::default());
+        assert!(!without.contains("pfcp"), "no [pfcp], no PFCP series: {without}");
     }
 
     #[test]

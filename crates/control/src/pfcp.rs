@@ -758,7 +758,7 @@ pub fn session_rows(p: &Pfcp, limit: usize) -> Vec<SessionRow> {
     rows
 }
 
-pub fn format_associations(rows: &[AssociationRow]) -> String {
+pub fn format_associations(rows: &[AssociationRow], stats: &pfcp::upf::Stats) -> String {
     let mut s = format!("{} PFCP associations\n", rows.len());
     for r in rows {
         s += &format!(
@@ -766,7 +766,9 @@ pub fn format_associations(rows: &[AssociationRow]) -> String {
             r.node_id, r.peer, r.recovery_time_stamp, r.state, r.misses, r.sessions
         );
     }
-    s
+    // What was dropped or given up is worth seeing where the associations are.
+    let counts: Vec<String> = stats.named().iter().map(|(name, v)| format!("{name} {v}")).collect();
+    s + &format!("counters: {}\n", counts.join(", "))
 }
 
 pub fn format_sessions(rows: &[SessionRow], total: usize, recent: &VecDeque<String>) -> String {

@@ -236,7 +236,7 @@ struct Pending {
     seid: Option<u64>,
 }
 
-/// Message counts (`show pfcp`).
+/// Message and session counts (`show pfcp associations`, `vecgate_pfcp_total`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Stats {
     pub rx: u64,
@@ -251,6 +251,25 @@ pub struct Stats {
     pub sessions_established: u64,
     pub sessions_deleted: u64,
     pub peers_lost: u64,
+}
+
+impl Stats {
+    /// Each count with its name, for `show pfcp associations` and the metrics.
+    pub fn named(&self) -> [(&'static str, u64); 11] {
+        [
+            ("received", self.rx),
+            ("sent", self.tx),
+            ("malformed", self.malformed),
+            ("unknown-peer", self.unknown_peer),
+            ("unknown-type", self.unknown_type),
+            ("duplicate-requests", self.duplicate_requests),
+            ("retransmissions", self.retransmissions),
+            ("report-timeouts", self.report_timeouts),
+            ("sessions-established", self.sessions_established),
+            ("sessions-deleted", self.sessions_deleted),
+            ("peers-lost", self.peers_lost),
+        ]
+    }
 }
 
 /// Why a request is refused: the Cause and the IE to name.
