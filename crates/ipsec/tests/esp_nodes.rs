@@ -707,3 +707,33 @@ fn urpf_on_an_inbound_sa_checks_what_it_decrypts() {
     let transport = SaSpec { mode: Mode::Transport, urpf: Urpf::Strict, ..spec(alg, inb, "198.18.1.1", "198.18.1.2", false, false) };
     assert_eq!(transport.build([0; 16]).unwrap_err().field, "urpf");
 }
+
+/// Tunnel mode: a sender may put TFC padding after the inner packet (RFC 4303 §2.7; the
+/// inner header gives its length): the receiver hands on the inner packet alone. An
+/// inner header that claims more than the payload holds is still `bad-inner`.
+#[test]
+fn tfc_padding_after_the_inner_packet_is_taken_off() {
+    let mut pool = Pool::new(8, 2);
+    for v6 in [false, true] {
+        let mut p = pair(Algorithm::AesGcm128, v6, false, false);
+        for inner_v6 in [false, true] {
+            let plain = inner(inner_v6, 100);
+            let mut padded = plain.clone();
+            padded.extend_from_slice(&[0; 37]);
+            let got = if v6 {
+                let w = seal::<Ip6Outer>(&p, &mut pool, &padded);
+                open::<Ip6Outer>(&mut p, &mut pool, &w)
+            } else {
+                let w = seal::<Ip4Outer>(&p, &mut pool, &padded);
+                open::<Ip4Outer>(&mut p, &mut pool, &w)
+            };
+            assert_eq!(got.map(|(_, b)| b), Ok(plain.clone()), "outer v6 {v6} inner v6 {inner_v6}");
+            // The inner header claims more than was sealed.
+            let mut short = plain.clone();
+            short.truncate(90);
+            let w = seal::<Ip4Outer>(&pair(Algorithm::AesGcm128, false, false, false), &mut pool, &short);
+            let mut q = pair(Algorithm::AesGcm128, false, false, false);
+            assert_eq!(open::<Ip4Outer>(&mut q, &mut pool, &w).unwrap_err(), D::BadInner);
+        }
+    }
+}

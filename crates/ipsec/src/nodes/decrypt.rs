@@ -124,20 +124,23 @@ pub fn decrypt<O: EspOuter>(x: &mut IpsecContext, buf: &mut Buffer) -> Result<(E
     if s.mode == Mode::Transport && trailer.next_header != IpProtocol::Ipv6NoNxt {
         return restore_transport::<O>(buf, outer.at, text_at, payload_len, trailer.next_header, index).map(|n| (n, age, s.urpf));
     }
+    // The inner packet's own length: a sender may follow it with TFC padding (RFC 4303
+    // §2.7, Linux's `tfcpad`, strongSwan's `tfc_padding`), which goes with the trailer.
     let inner = &buf.bytes()[text_at..text_at + payload_len];
-    let next = match trailer.next_header {
-        IpProtocol::IpIp => {
-            let ok = wire::ipv4::Ipv4Packet::new_checked(inner).is_ok_and(|q| q.total_len() == payload_len);
-            ok.then_some(EspDecryptNext::Ip4Lookup).ok_or(C::BadInner)?
-        }
-        IpProtocol::Ipv6 => {
-            let ok = wire::ipv6::Ipv6Packet::new_checked(inner).is_ok_and(|q| q.payload_len() + 40 == payload_len);
-            ok.then_some(EspDecryptNext::Ip6Lookup).ok_or(C::BadInner)?
-        }
+    let (next, inner_len) = match trailer.next_header {
+        IpProtocol::IpIp => match wire::ipv4::Ipv4Packet::new_checked(inner) {
+            Ok(q) => (EspDecryptNext::Ip4Lookup, q.total_len()),
+            Err(_) => return Err(C::BadInner),
+        },
+        IpProtocol::Ipv6 => match wire::ipv6::Ipv6Packet::new_checked(inner) {
+            // A payload length of 0 (a jumbogram's) says nothing of where it ends.
+            Ok(q) if q.payload_len() != 0 || payload_len == 40 => (EspDecryptNext::Ip6Lookup, q.payload_len() + 40),
+            _ => return Err(C::BadInner),
+        },
         IpProtocol::Ipv6NoNxt => return Err(C::Dummy),
         _ => return Err(C::BadNextHeader),
     };
-    buf.narrow(text_at, payload_len).map_err(|_| C::Truncated)?;
+    buf.narrow(text_at, inner_len).map_err(|_| C::Truncated)?;
     buf.meta.param = index;
     Ok((next, age, s.urpf))
 }
