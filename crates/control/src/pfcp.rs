@@ -39,7 +39,7 @@ use upf::tables::{UpfState, UpfTables};
 use upf::UpfEvent;
 
 /// `[pfcp]`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct PfcpConfig {
     /// Address and port PFCP is heard on.
@@ -121,6 +121,17 @@ type FieldError = (&'static str, String);
 
 /// Seconds between 1900 (NTP's epoch, which PFCP time stamps use) and 1970.
 const NTP_UNIX_OFFSET: u64 = 2_208_988_800;
+
+/// The `[pfcp]` key that differs between two files (`pfcp` when one has no section),
+/// for a reload that refuses the change by name.
+pub fn changed_key(old: Option<&PfcpConfig>, new: Option<&PfcpConfig>) -> String {
+    let (Some(old), Some(new)) = (old, new) else { return "pfcp".into() };
+    let (Ok(serde_json::Value::Object(a)), Ok(serde_json::Value::Object(b))) = (serde_json::to_value(old), serde_json::to_value(new))
+    else {
+        return "pfcp".into();
+    };
+    a.iter().find(|(k, v)| b.get(*k) != Some(*v)).map_or("pfcp".into(), |(k, _)| format!("pfcp.{k}"))
+}
 
 impl PfcpConfig {
     pub fn listen_addr(&self) -> Result<SocketAddr, FieldError> {

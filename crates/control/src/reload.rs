@@ -143,7 +143,7 @@ fn check_fixed(old: &Config, new: &Config) -> Result<(), String> {
         return refuse("log", "the log filter");
     }
     if old.pfcp != new.pfcp {
-        return refuse("pfcp", "the PFCP endpoint");
+        return refuse(&crate::pfcp::changed_key(old.pfcp.as_ref(), new.pfcp.as_ref()), "the PFCP settings");
     }
     if old.lb != new.lb {
         return refuse("lb", "the load balancer's limits and addresses");
