@@ -959,6 +959,7 @@ fn build(
     // The UPF's UE pools route to upfN-downlink, and G-PDUs for TEIDs of no tunnel go to
     // upfN-uplink (with [pfcp]).
     if let Some(p) = &cfg.pfcp {
+        p.check_n3(&state).map_err(|(f, m)| cfg.err(format!("pfcp.{f}"), m))?;
         let routes = p.pool_routes().map_err(|(f, m)| cfg.err(format!("pfcp.{f}"), m))?;
         // Owned by `[pfcp]`: `ip route del` refuses them, naming the pool.
         state.add_owned_routes(&routes).map_err(|(i, e)| {

@@ -206,6 +206,25 @@ impl PfcpConfig {
         Ok(c)
     }
 
+    /// `n3` and `n3_ipv6` are addresses of the gateway's interfaces: the UPF hands them to
+    /// SMFs in the F-TEIDs it chooses, and G-PDUs sent to an address no interface has
+    /// would never arrive.
+    pub fn check_n3(&self, router: &ip::RouterState) -> Result<(), FieldError> {
+        let c = self.upf_config(0)?;
+        let ours = |a: IpAddr| {
+            router.interfaces().iter().any(|i| match a {
+                IpAddr::V4(v) => i.has_ip4(v),
+                IpAddr::V6(v) => i.has_ip6(&v),
+            })
+        };
+        for (field, a) in [("n3", c.n3_ipv4.map(IpAddr::V4)), ("n3_ipv6", c.n3_ipv6.map(IpAddr::V6))] {
+            if let Some(a) = a.filter(|a| !ours(*a)) {
+                return Err((field, format!("{a}: expected an address of one of the interfaces (gNBs send G-PDUs to it)")));
+            }
+        }
+        Ok(())
+    }
+
     /// The UE pools' routes (into `upfN-downlink`), checked like `upf_config` does.
     pub fn pool_routes(&self) -> Result<Vec<(ip::Prefix, ip::tables::TunnelRef)>, FieldError> {
         let c = self.upf_config(0)?;

@@ -140,6 +140,23 @@ fn errors_that_need_the_interfaces_are_reported_per_entry() {
     assert_eq!(fields, ["ipsec_spd[0].interfaces[0]", "ipsec_spd[0].interfaces[2]"], "{e}");
 }
 
+/// `[pfcp]`'s N3 addresses go to SMFs in the F-TEIDs the UPF chooses: one no interface
+/// has (a typo) would send every gNB's G-PDUs nowhere, so it is refused by field.
+#[test]
+fn a_pfcp_n3_address_no_interface_has_is_refused_by_field() {
+    for (field, good, bad) in [("n3", "198.18.0.1", "198.18.9.1"), ("n3_ipv6", "2001:db8::1", "2001:db8:9::1")] {
+        let n3 = if field == "n3" { "" } else { "n3 = \"198.18.0.1\"\n" };
+        let pfcp = |v: &str| format!("[pfcp]\nlisten = \"127.0.0.1:0\"\n{n3}{field} = \"{v}\"\n");
+        let text = format!("{PG0}{}", pfcp(bad));
+        let e = refuse(&text);
+        assert_eq!(e.field, format!("pfcp.{field}"), "{e}");
+        assert!(e.message.contains(&format!("{bad}: expected an address of one of the interfaces")), "{e}");
+        assert_eq!(e.line, Some(line_of(&text, bad, 0)), "{e}");
+        let cfg = Config::parse(&format!("{PG0}{}", pfcp(good)), "gw.toml", Path::new(".")).unwrap();
+        assert!(assemble(&cfg).is_ok(), "{field} = {good} is pg0's");
+    }
+}
+
 #[test]
 fn feature_errors_are_bounded_like_the_rest() {
     let text: String = std::iter::once(PG0.to_string()).chain((0..MAX_ERRORS as u32 + 5).map(|k| sa(k, k, ""))).collect();
