@@ -852,11 +852,17 @@ impl Upf {
         urrs: &[CreateUrr],
         created: &mut Vec<CreatedPdr>,
     ) -> Result<(), Reject> {
+        // A Create for an id the session has (before, or earlier in the request) is the
+        // SMF's error, refused as the second BAR is: replacing the rule would change it
+        // without an Update, and a second PDR on CHOOSE would be answered twice.
+        let taken = |there: bool, ie| if there { Err(reject(Cause::RuleCreationModificationFailure, ie)) } else { Ok(()) };
         for f in fars {
+            taken(s.rules.fars.contains_key(&f.far_id.0), ty::CREATE_FAR)?;
             let far = far_from(f.far_id.0, f.apply_action, f.forwarding_parameters.as_ref(), f.bar_id)?;
             s.rules.fars.insert(far.id, far);
         }
         for q in qers {
+            taken(s.rules.qers.contains_key(&q.qer_id.0), ty::CREATE_QER)?;
             let mut qer = Qer {
                 id: q.qer_id.0,
                 ul_open: true,
@@ -871,6 +877,7 @@ impl Upf {
             s.rules.qers.insert(qer.id, qer);
         }
         for u in urrs {
+            taken(s.rules.urrs.contains_key(&u.urr_id.0), ty::CREATE_URR)?;
             let mut urr = Urr { id: u.urr_id.0, ..Default::default() };
             update_urr(&mut urr, u);
             s.rules.urrs.insert(urr.id, urr);
@@ -878,6 +885,7 @@ impl Upf {
         }
         let mut chosen: HashMap<u8, GtpuEndpoint> = HashMap::new();
         for p in pdrs {
+            taken(s.rules.pdrs.contains_key(&p.pdr_id.0), ty::CREATE_PDR)?;
             let pdi = p.pdi.as_ref().ok_or(reject(Cause::MandatoryIeMissing, ty::PDI))?;
             let mut pdr = Pdr {
                 id: p.pdr_id.0,

@@ -287,6 +287,43 @@ fn establishment_rejections_name_cause_and_ie_and_change_nothing() {
     assert_eq!((r.cause.0, r.offending_ie), (Cause::ConditionalIeMissing, Some(U16Ie(ty::FORWARDING_PARAMETERS))));
 }
 
+/// A Create for a rule id the session already has (or the request created just before)
+/// is refused with 73 naming the Create IE; nothing changes and nothing chosen leaks.
+#[test]
+fn a_create_for_an_id_the_session_has_is_refused() {
+    let mut sim = Sim::new();
+    sim.associate(1);
+    // Establishment: PDR 1 twice (both on CHOOSE: two TEIDs for one PDR id).
+    let mut dup = session_request(2);
+    let again = CreatePdr { precedence: Some(U32Ie(5)), ..dup.create_pdr[0].clone() };
+    dup.create_pdr.push(again);
+    let (_, r) = sim.establish(2, dup);
+    assert_eq!((r.cause.0, r.offending_ie), (Cause::RuleCreationModificationFailure, Some(U16Ie(ty::CREATE_PDR))), "{r:?}");
+    assert!(r.created_pdr.is_empty() && r.up_f_seid.is_none());
+    assert_eq!(sim.upf.session_count(), 0);
+    let (seid, _) = established(&mut sim, 3);
+    let rules = sim.upf.session(seid).unwrap().clone();
+    sim.actions();
+    // Modification: a Create FAR, QER or URR for an id in use.
+    let drop_far2 = CreateFar { far_id: U32Ie(2), apply_action: Flags(apply_action::DROP), forwarding_parameters: None, bar_id: None };
+    let qer1 = CreateQer { qer_id: U32Ie(1), gate_status: Some(GateStatus::default()), mbr: None, gbr: None, qfi: None };
+    let urr1 = CreateUrr::measuring(1, measurement_method::VOLUM, 0);
+    for (m, ie) in [
+        (SessionModificationRequest { create_far: vec![drop_far2.clone()], ..Default::default() }, ty::CREATE_FAR),
+        (SessionModificationRequest { create_qer: vec![qer1], ..Default::default() }, ty::CREATE_QER),
+        (SessionModificationRequest { create_urr: vec![urr1], ..Default::default() }, ty::CREATE_URR),
+    ] {
+        let Message::SessionModificationResponse(r) = sim.request(Some(seid), Message::SessionModificationRequest(m)).1 else { panic!() };
+        assert_eq!((r.cause.0, r.offending_ie), (Cause::RuleCreationModificationFailure, Some(U16Ie(ie))), "{r:?}");
+        assert_eq!(sim.upf.session(seid), Some(&rules), "unchanged");
+        assert!(sim.actions().is_empty());
+    }
+    // Removed first in the same request (Remove, then Create), the id is free again.
+    let m = SessionModificationRequest { remove_far: vec![Remove(U32Ie(2))], create_far: vec![drop_far2], ..Default::default() };
+    let Message::SessionModificationResponse(r) = sim.request(Some(seid), Message::SessionModificationRequest(m)).1 else { panic!() };
+    assert_eq!(r.cause.0, Cause::RequestAccepted, "{r:?}");
+}
+
 #[test]
 fn malformed_requests_are_answered_with_cause_and_offending_ie() {
     let mut sim = Sim::new();
