@@ -25,10 +25,11 @@ pub fn run(data: &[u8]) {
     let handle = spawn(&mut control, worker, None, false);
     for line in text.lines().take(MAX_REQUESTS) {
         let req = if line.trim_start().starts_with('{') {
-            match serde_json::from_str::<Request>(line) {
+            // As the control socket reads a line (its field search on a bad one too).
+            match crate::server::parse_request(line) {
                 Ok(r) => r,
                 Err(e) => {
-                    assert!(!e.to_string().is_empty());
+                    assert!(e.starts_with("bad request: "), "{e}");
                     continue;
                 }
             }
