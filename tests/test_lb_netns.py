@@ -49,17 +49,23 @@ backends = [{backends}]
 {extra}"""
 
 
-# The same backends behind the same address, port 81, keeping the client's address.
-LOCAL_SERVICE = f"""
+def lb_service(name, vip, port, backends, policy="Cluster"):
+    """A `load_balancer` TCP service's table; its backends listen on 8080."""
+    listed = ", ".join(f'{{ addr = "{a}", port = 8080 }}' for a in backends)
+    return f"""
 [[lb_service]]
-name = "default/web-local"
+name = "default/{name}"
 type = "load_balancer"
-vip = "{VIP}"
-port = 81
+vip = "{vip}"
+port = {port}
 protocol = "tcp"
-traffic_policy = "Local"
-backends = [{", ".join(f'{{ addr = "{a}", port = 8080 }}' for a in BACKENDS)}]
+traffic_policy = "{policy}"
+backends = [{listed}]
 """
+
+
+# The same backends behind the same address, port 81, keeping the client's address.
+LOCAL_SERVICE = lb_service("web-local", VIP, 81, BACKENDS, "Local")
 
 
 @pytest.fixture
@@ -236,15 +242,7 @@ def test_cluster_policy_without_a_snat_address_keeps_the_client_address(lab, vec
 
 # Services on the node's own addresses (Kubernetes: an external IP or load balancer
 # address that is the node's): the client-facing address, and the SNAT address itself.
-OWN_ADDRESS_SERVICES = "".join(f"""
-[[lb_service]]
-name = "default/{name}"
-type = "load_balancer"
-vip = "{vip}"
-port = {port}
-protocol = "tcp"
-backends = [{", ".join(f'{{ addr = "{a}", port = 8080 }}' for a in BACKENDS)}]
-""" for name, vip, port in (("ext", "198.18.0.1", 80), ("on-snat", "198.19.1.1", 81)))
+OWN_ADDRESS_SERVICES = lb_service("ext", "198.18.0.1", 80, BACKENDS) + lb_service("on-snat", "198.19.1.1", 81, BACKENDS)
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -308,16 +306,7 @@ def pmtu_topology(lab, narrow_router=True):
 
 def pmtu_config(r_mtu=1500):
     def svc(name, vip, port, policy):
-        return f"""
-[[lb_service]]
-name = "default/{name}"
-type = "load_balancer"
-vip = "{vip}"
-port = {port}
-protocol = "tcp"
-traffic_policy = "{policy}"
-backends = [{{ addr = "{'2001:db8:2::10' if ':' in vip else '198.19.2.10'}", port = 8080 }}]
-"""
+        return lb_service(name, vip, port, ["2001:db8:2::10" if ":" in vip else "198.19.2.10"], policy)
     return f"""
 [[interface]]
 name = "a"
