@@ -684,12 +684,15 @@ fn ipsec_sas(c: &mut Control, new: &Config, claimed: &HashSet<Prefix>, changes: 
         }
         let t = tunnel(c, index);
         let held = t.map(|t| routes_through(c, t)).unwrap_or_default();
+        let was = c.ipsec.get(index).cloned();
         if present {
             crate::ipsec::del(&mut c.ipsec, &mut c.state, index)?;
         }
         // Its UDP port against the file's node_port services: `check_scratch`'s.
         crate::ipsec::add(&mut c.ipsec, &mut c.state, sa, |_| Ok(()))
             .map_err(|e| format!("{}: ipsec_sa[{i}] (index {index}): {e}", new.source))?;
+        // The same keys: the same SA, whose sequence numbers and replay window go on.
+        let same_keys = was.is_some_and(|w| c.ipsec.keep_counters(index, &w));
         let mut lost = Vec::new();
         let note = match t {
             Some(t) => {
@@ -699,6 +702,7 @@ fn ipsec_sas(c: &mut Control, new: &Config, claimed: &HashSet<Prefix>, changes: 
             }
             None => String::new(),
         };
+        let note = if same_keys { format!("{note}, sequence numbers and replay window kept") } else { note };
         let note = note.strip_prefix(", ").map_or(String::new(), |n| format!(" ({n})"));
         changes.push(Change::new(if present { "replaced" } else { "added" }, "ipsec_sa", format!("SA {index}{note}")));
         changes.append(&mut lost);

@@ -244,7 +244,7 @@ fn a_file_moves_a_prefix_between_a_static_route_and_a_tunnels_routes() {
     let got = reload(&dir, &mut c, &format!("{BASE}{sa_routes}{UDP}"));
     assert_eq!(fib(&mut c, "198.19.177.5"), pair("198.19.177.0/24", "ipsec_tunnel1"));
     assert_eq!(got[0], ch("removed", "route", "198.19.177.0/24 via 198.18.2.2"), "{got:?}");
-    assert!(got.contains(&ch("replaced", "ipsec_sa", "SA 1")), "{got:?}");
+    assert!(got.contains(&ch("replaced", "ipsec_sa", "SA 1 (sequence numbers and replay window kept)")), "{got:?}");
 
     // From the SA's routes into the UDP tunnel's.
     let udp_routes = UDP.replace("[\"198.19.174.0/24\"]", "[\"198.19.174.0/24\", \"198.19.177.0/24\"]");
@@ -255,4 +255,39 @@ fn a_file_moves_a_prefix_between_a_static_route_and_a_tunnels_routes() {
     let got = reload(&dir, &mut c, &format!("{BASE}{SA}{UDP}{route}"));
     assert_eq!(fib(&mut c, "198.19.177.5"), pair("198.19.177.0/24", "198.18.2.2"));
     assert!(got.contains(&ch("added", "route", "198.19.177.0/24 via 198.18.2.2")), "{got:?}");
+}
+
+/// A reload that changes an SA but not its keys (a route more, a lifetime) replaces it
+/// with the same SA to the peer: its sequence numbers go on (AES-GCM's and ChaCha20's
+/// nonce is the salt and the sequence number: numbering again from 1 under the same key
+/// repeated nonces, and the peer dropped the packets as replays) and an inbound SA keeps
+/// its replay window and counts (the workers' state is the one of these counters). New
+/// keys make a new SA, whose numbers start again.
+#[test]
+fn a_replaced_sa_with_the_same_keys_keeps_its_sequence_numbers() {
+    let inbound = SA.replace("index = 1", "index = 2").replace("\"outbound\"", "\"inbound\"");
+    let (dir, mut c) = start(&format!("{BASE}{SA}{inbound}"));
+    let counters = |c: &Control, i: u32| std::sync::Arc::clone(&c.ipsec.get(i).unwrap().outbound);
+    let (out0, in0) = (counters(&c, 1), counters(&c, 2));
+    for _ in 0..3 {
+        out0.next(100, false, &Default::default()).unwrap();
+    }
+    let more = SA.replace("remote = \"198.18.2.9\"\n", "remote = \"198.18.2.9\"\nroutes = [\"198.19.176.0/24\"]\n");
+    let later = inbound.replace("\"inbound\"\n", "\"inbound\"\nlifetime = { hard_packets = 1000000 }\n");
+    let got = reload(&dir, &mut c, &format!("{BASE}{more}{later}"));
+    assert_eq!(
+        got,
+        [
+            ch("replaced", "ipsec_sa", "SA 1 (sequence numbers and replay window kept)"),
+            ch("replaced", "ipsec_sa", "SA 2 (sequence numbers and replay window kept)")
+        ]
+    );
+    assert!(std::sync::Arc::ptr_eq(&counters(&c, 1), &out0) && std::sync::Arc::ptr_eq(&counters(&c, 2), &in0));
+    assert_eq!(c.ipsec.get(1).unwrap().outbound.next(100, false, &Default::default()).map(|(seq, _)| seq), Ok(4));
+    assert_eq!(fib(&mut c, "198.19.176.5"), pair("198.19.176.0/24", "ipsec_tunnel1"));
+    // A new key: a new SA, numbered from 1.
+    let rekeyed = more.replace("enc_key = \"000102", "enc_key = \"ff0102");
+    let got = reload(&dir, &mut c, &format!("{BASE}{rekeyed}{later}"));
+    assert_eq!(got, [ch("replaced", "ipsec_sa", "SA 1")]);
+    assert_eq!(c.ipsec.get(1).unwrap().outbound.next(100, false, &Default::default()).map(|(seq, _)| seq), Ok(1));
 }

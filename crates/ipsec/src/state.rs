@@ -101,6 +101,28 @@ impl IpsecState {
         Ok(())
     }
 
+    /// Give SA `index` the counters of `was`, the SA it replaced, when both are the same
+    /// SA to the peer (direction, SPI, algorithm and keys; inbound, ESN too, which the
+    /// replay window's kind follows): its sequence numbers go on, since an AEAD's nonce
+    /// is its salt and the sequence number, so numbering again from 1 under the same key
+    /// would repeat nonces (and the peer drop the packets as replays); an inbound SA
+    /// keeps its replay window and counts (workers know its state by these counters), so
+    /// its old packets cannot be replayed to it. True if it took them.
+    pub fn keep_counters(&mut self, index: u32, was: &Sa) -> bool {
+        let Some(sa) = self.sas.get_mut(index as usize).and_then(Option::as_mut) else { return false };
+        let (a, b) = (&*sa.spec, &*was.spec);
+        let same = a.direction == b.direction
+            && a.spi == b.spi
+            && a.alg == b.alg
+            && a.enc_key == b.enc_key
+            && a.integ_key == b.integ_key
+            && (a.direction == Direction::Outbound || a.esn == b.esn);
+        if same {
+            sa.outbound = std::sync::Arc::clone(&was.outbound);
+        }
+        same
+    }
+
     pub fn get(&self, index: u32) -> Option<&Sa> {
         self.sas.get(index as usize)?.as_ref()
     }
