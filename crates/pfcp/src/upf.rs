@@ -299,6 +299,21 @@ fn reject(cause: Cause, ie: u16) -> Reject {
 /// T1 × N1.
 const RESPONSE_MEMORY: Duration = Duration::from_secs(30);
 
+struct Answered {
+    request_digest: u64,
+    at: Instant,
+    response: Vec<u8>,
+}
+
+/// A request's bytes, hashed: a retransmission is the same message again (§6.4), while a
+/// restarted SMF numbers its new requests from the start again.
+fn digest(data: &[u8]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    data.hash(&mut h);
+    h.finish()
+}
+
 pub struct Upf {
     cfg: Config,
     associations: HashMap<NodeId, Association>,
@@ -318,8 +333,12 @@ pub struct Upf {
     ipv6_free: Vec<u64>,
     ipv6_next: u64,
     pending: HashMap<u32, Pending>,
-    answered: HashMap<(SocketAddr, u32), Vec<u8>>,
+    /// Our responses by the request's sender and sequence number, with a digest of the
+    /// request and when it was answered: only the same request again is a repeat.
+    answered: HashMap<(SocketAddr, u32), Answered>,
     answered_order: VecDeque<(Instant, (SocketAddr, u32))>,
+    /// The digest of the request being handled, for `respond`.
+    request_digest: u64,
     transmits: VecDeque<Transmit>,
     actions: VecDeque<Action>,
     stats: Stats,
@@ -355,6 +374,7 @@ impl Upf {
             pending: HashMap::new(),
             answered: HashMap::new(),
             answered_order: VecDeque::new(),
+            request_digest: 0,
             transmits: VecDeque::new(),
             actions: VecDeque::new(),
             stats: Stats::default(),
@@ -434,10 +454,11 @@ impl Upf {
         };
         self.heard_from(from, now);
         if header.msg_type.is_request() {
-            if let Some(resp) = self.answered.get(&(from, header.seq)) {
+            self.request_digest = digest(data);
+            if let Some(a) = self.answered.get(&(from, header.seq)).filter(|a| a.request_digest == self.request_digest) {
                 self.stats.duplicate_requests += 1;
                 self.stats.tx += 1;
-                self.transmits.push_back(Transmit { dst: from, data: resp.clone() });
+                self.transmits.push_back(Transmit { dst: from, data: a.response.clone() });
                 return;
             }
         }
@@ -597,6 +618,9 @@ impl Upf {
                 self.delete_sessions_of(&r.node_id);
             }
         }
+        // A setup that is not a repeat starts the peer's requests anew (a restarted SMF
+        // numbers them from the start again), even after its association was released.
+        self.forget_answers_to(from);
         self.associations.insert(
             r.node_id.clone(),
             Association {
@@ -632,7 +656,14 @@ impl Upf {
             let node = a.node_id.clone();
             self.associations.remove(&node);
             self.delete_sessions_of(&node);
+            self.forget_answers_to(from);
         }
+    }
+
+    /// A restarted peer's requests are new whatever their sequence numbers: what we
+    /// answered its previous life is not theirs to get again.
+    fn forget_answers_to(&mut self, from: SocketAddr) {
+        self.answered.retain(|(peer, _), _| peer.ip() != from.ip());
     }
 
     fn delete_sessions_of(&mut self, node: &NodeId) {
@@ -723,7 +754,10 @@ impl Upf {
                 break;
             }
             self.answered_order.pop_front();
-            self.answered.remove(&key);
+            // Unless answered again since (a new request with the same number).
+            if self.answered.get(&key).is_some_and(|a| a.at == t) {
+                self.answered.remove(&key);
+            }
         }
     }
 
@@ -743,7 +777,7 @@ impl Upf {
     /// Sends a response and remembers it for a repeated request.
     fn respond(&mut self, now: Instant, dst: SocketAddr, h: Header, m: &Message) {
         let data = self.send(dst, h, m);
-        self.answered.insert((dst, h.seq), data);
+        self.answered.insert((dst, h.seq), Answered { request_digest: self.request_digest, at: now, response: data });
         self.answered_order.push_back((now, (dst, h.seq)));
     }
 

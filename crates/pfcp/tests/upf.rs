@@ -384,6 +384,36 @@ fn a_repeated_request_gets_the_same_answer_and_runs_once() {
     assert_eq!(sim.upf.session_count(), 2);
 }
 
+/// A restarted SMF at the same address and port numbers its requests from the start
+/// again, within the time answers are remembered: they are new requests (a repeat is the
+/// same message again), not repeats to be answered from the previous life.
+#[test]
+fn a_restarted_smf_reusing_sequence_numbers_is_heard_anew() {
+    let mut sim = Sim::new();
+    sim.seq = 0;
+    sim.associate(1);
+    let (old, _) = established(&mut sim, 5);
+    sim.actions();
+    sim.advance(2);
+    sim.seq = 0;
+    let r = sim.associate(2);
+    assert_eq!(r.cause.0, Cause::RequestAccepted);
+    assert_eq!(sim.upf.session_count(), 0, "the restart was seen: the old session is gone");
+    assert!(matches!(sim.actions()[..], [Action::Remove { seid }] if seid == old));
+    // The same establishment as before, with the same number: a session of its own.
+    let (new, _) = established(&mut sim, 5);
+    assert_ne!(new, old);
+    assert_eq!(sim.upf.session_count(), 1);
+    assert_eq!(sim.upf.stats().duplicate_requests, 0);
+    // Without a restart, another message under a number already answered is new too.
+    sim.seq -= 1;
+    let Message::SessionDeletionResponse(d) = sim.request(Some(new), Message::SessionDeletionRequest).1 else {
+        panic!("a deletion's answer, not the establishment's again")
+    };
+    assert_eq!(d.cause.0, Cause::RequestAccepted);
+    assert_eq!(sim.upf.session_count(), 0);
+}
+
 #[test]
 fn a_silent_peer_is_lost_but_its_sessions_outlive_it_for_the_grace_period() {
     let mut sim = Sim::new();
