@@ -6,7 +6,7 @@
 //! - NodePort and LoadBalancer types: every port's nodePort × every family of
 //!   `spec.ipFamilies`: a `node_port` service;
 //! - every port × every `status.loadBalancer.ingress[].ip` and `spec.externalIPs`
-//!   address: a `load_balancer` service.
+//!   address of a family the Service has a cluster IP of: a `load_balancer` service.
 //!
 //! Backends: the endpoints of the Service's slices of the address's family, at the slice
 //! port with the service port's name and protocol; an address listed by two slices (as
@@ -135,7 +135,10 @@ pub fn desired<'a>(svc: &Service, slices: impl Iterator<Item = &'a Slice> + Clon
                 add("nodeport6".into(), ServiceType::NodePort, Ipv6Addr::UNSPECIFIED.into(), np, external_policy, false);
             }
         }
-        for &ip in &svc.external_ips {
+        // kube-proxy serves a Service in a family only where it has a cluster IP of that
+        // family: an external address of another family, or of a headless Service, makes
+        // nothing (not a service without backends refusing whatever is sent there).
+        for &ip in svc.external_ips.iter().filter(|ip| svc.cluster_ips.iter().any(|c| c.is_ipv4() == ip.is_ipv4())) {
             add(ip.to_string(), ServiceType::LoadBalancer, ip, port.port, external_policy, false);
         }
     }

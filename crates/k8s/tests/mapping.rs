@@ -228,6 +228,30 @@ fn headless_external_name_fqdn_and_sctp_make_nothing() {
 }
 
 #[test]
+fn external_addresses_are_served_only_in_the_families_of_the_cluster_ips() {
+    // As kube-proxy: an IPv4-only Service's IPv6 external IP makes nothing (an LB service
+    // without backends would refuse whatever is sent there), nor does a headless
+    // Service's external IP.
+    let mut v = web();
+    v["spec"]["externalIPs"] = json!(["198.18.140.1", "2001:db8:140::1"]);
+    let s = slice(web_slice("web-1", vec![endpoint("198.19.1.10", true, false, "n1")]));
+    let d = k8s::desired::desired(&service(v.clone()), [s.clone()].iter(), &settings());
+    let names: Vec<&String> = d.keys().collect();
+    assert_eq!(
+        names,
+        [
+            "default/web:dns@198.18.128.10",
+            "default/web:dns@198.18.140.1",
+            "default/web:http@198.18.128.10",
+            "default/web:http@198.18.140.1"
+        ]
+    );
+    v["spec"]["clusterIP"] = json!("None");
+    v["spec"]["clusterIPs"] = json!(["None"]);
+    assert!(k8s::desired::desired(&service(v), [s].iter(), &settings()).is_empty());
+}
+
+#[test]
 fn bad_objects_are_refused_naming_object_field_and_expectation() {
     let cases = [
         (
