@@ -66,7 +66,8 @@ pub struct Service {
     pub ipv4: bool,
     pub ipv6: bool,
     pub ports: Vec<ServicePort>,
-    /// `status.loadBalancer.ingress[].ip` and `spec.externalIPs`: addresses from outside.
+    /// `status.loadBalancer.ingress[].ip` (but `ipMode: Proxy`'s) and `spec.externalIPs`:
+    /// addresses from outside.
     pub external_ips: Vec<IpAddr>,
     pub affinity: Affinity,
     /// `externalTrafficPolicy: Local`: traffic from outside goes to this node's endpoints
@@ -194,6 +195,11 @@ impl Service {
         if kind == ServiceKind::LoadBalancer {
             let ingress = s.status.as_ref().and_then(|st| st.load_balancer.as_ref()).and_then(|l| l.ingress.as_ref());
             for (i, g) in ingress.into_iter().flatten().enumerate() {
+                // `ipMode: Proxy`: the load balancer itself carries the traffic on to the
+                // nodes, addressed to them; kube-proxy leaves such an address alone.
+                if g.ip_mode.as_deref() == Some("Proxy") {
+                    continue;
+                }
                 if let Some(a) = &g.ip {
                     external_ips.push(c.ip(format!("status.loadBalancer.ingress[{i}].ip"), a)?);
                 }

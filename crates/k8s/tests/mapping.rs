@@ -252,6 +252,18 @@ fn external_addresses_are_served_only_in_the_families_of_the_cluster_ips() {
 }
 
 #[test]
+fn an_ingress_address_in_proxy_mode_is_left_to_its_load_balancer() {
+    // `ipMode: Proxy` (kube-proxy skips it): the load balancer sends to the nodes' own
+    // addresses, so taking its address here would short-circuit it; `VIP` (the default) is served.
+    let mut v = web();
+    v["spec"]["type"] = json!("LoadBalancer");
+    v["status"] = json!({"loadBalancer": {"ingress": [{"ip": "198.18.141.1", "ipMode": "Proxy"}, {"ip": "198.18.141.2", "ipMode": "VIP"},
+                                                      {"ip": "198.18.141.3"}]}});
+    let ips: Vec<String> = service(v).external_ips.iter().map(|a| a.to_string()).collect();
+    assert_eq!(ips, ["198.18.141.2", "198.18.141.3"]);
+}
+
+#[test]
 fn bad_objects_are_refused_naming_object_field_and_expectation() {
     let cases = [
         (
