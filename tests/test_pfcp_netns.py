@@ -42,6 +42,7 @@ n3 = "{UPF_N3}"
 ue_pool = "198.19.7.0/24"
 ue_pool6 = "2001:db8:19::/48"
 allowed_peers = ["127.0.0.1"]
+smf_port = 0
 """
 
 # The SMF, run inside vecgate's namespace: associate, one session, print what was chosen.

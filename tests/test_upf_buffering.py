@@ -37,6 +37,7 @@ listen = "127.0.0.1:8805"
 n3 = "{UPF_N3}"
 ue_pool = "198.19.7.0/24"
 allowed_peers = ["127.0.0.1"]
+smf_port = 0
 buffer_packets = 64
 buffer_per_session = {PER_SESSION}
 """

@@ -83,6 +83,14 @@ pub struct PfcpConfig {
     /// Packets held for one session on one worker.
     #[serde(default = "default_buffer_per_session")]
     pub buffer_per_session: u32,
+    /// The port our requests (heartbeats, Session Report Requests) go to on each SMF:
+    /// 8805 (TS 29.244 §4.2.2); 0: the port its Association Setup Request came from.
+    #[serde(default = "default_smf_port")]
+    pub smf_port: u16,
+}
+
+fn default_smf_port() -> u16 {
+    pfcp::upf::PFCP_PORT
 }
 
 fn default_buffer_packets() -> u32 {
@@ -191,6 +199,7 @@ impl PfcpConfig {
             return Err(("teid_worker_bits", format!("{}: expected 0 to 8", self.teid_worker_bits)));
         }
         c.teid_worker_bits = self.teid_worker_bits;
+        c.smf_port = (self.smf_port != 0).then_some(self.smf_port);
         if self.max_sessions == 0 || self.max_sessions > MAX_SESSIONS {
             return Err(("max_sessions", format!("{}: expected 1 to {MAX_SESSIONS}", self.max_sessions)));
         }
@@ -848,6 +857,8 @@ mod tests {
         assert_eq!(c.node_id, NodeId::Ipv4("127.0.0.1".parse().unwrap()));
         assert_eq!((c.heartbeat_interval, c.heartbeat_misses, c.grace), (Duration::from_secs(10), 3, Duration::from_secs(60)));
         assert_eq!(c.recovery_time_stamp, 5);
+        assert_eq!(c.smf_port, Some(8805), "requests go to PFCP's port");
+        assert_eq!(cfg("smf_port = 0").upf_config(5).unwrap().smf_port, None, "0: where the SMF associated from");
         for (extra, field, says) in [
             ("listen = \"nowhere\"", "listen", "address and port"),
             ("ue_pool = \"198.19.0.0/31\"", "ue_pool", "/30"),

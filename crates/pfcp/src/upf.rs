@@ -66,7 +66,15 @@ pub struct Config {
     pub teid_worker_bits: u8,
     pub request_timeout: Duration,
     pub request_retries: u32,
+    /// The port our requests (heartbeats, Session Report Requests) go to on an SMF:
+    /// PFCP's own, 8805 (§4.2.2), whatever port the SMF sends its requests from; `None`:
+    /// the port its Association Setup Request came from (two PFCP endpoints on one
+    /// address, as a lab on loopback has).
+    pub smf_port: Option<u16>,
 }
+
+/// PFCP's registered port: where requests go (TS 29.244 §4.2.2).
+pub const PFCP_PORT: u16 = 8805;
 
 impl Config {
     pub fn new(node_id: NodeId, recovery_time_stamp: u32) -> Config {
@@ -84,6 +92,7 @@ impl Config {
             teid_worker_bits: 0,
             request_timeout: Duration::from_secs(3),
             request_retries: 3,
+            smf_port: Some(PFCP_PORT),
         }
     }
 }
@@ -717,7 +726,7 @@ impl Upf {
                 }
                 a.heard_since_heartbeat = false;
                 a.next_heartbeat = now + self.cfg.heartbeat_interval;
-                heartbeats.push(a.peer);
+                heartbeats.push(request_dst(self.cfg.smf_port, a.peer));
             }
         }
         for node in expired {
@@ -1665,7 +1674,7 @@ impl Upf {
     }
 
     fn report(&mut self, now: Instant, s: &Session, m: SessionReportRequest) {
-        let Some(peer) = self.associations.get(&s.rules.cp_node).map(|a| a.peer) else {
+        let Some(peer) = self.associations.get(&s.rules.cp_node).map(|a| request_dst(self.cfg.smf_port, a.peer)) else {
             return;
         };
         let seq = self.seq();
@@ -1677,6 +1686,12 @@ impl Upf {
             Some(s.rules.seid),
         );
     }
+}
+
+/// Where a request of ours to the SMF heard from `peer` goes: its address, PFCP's port
+/// (or, without `smf_port`, the port it sent from).
+fn request_dst(smf_port: Option<u16>, peer: SocketAddr) -> SocketAddr {
+    smf_port.map_or(peer, |port| SocketAddr::new(peer.ip(), port))
 }
 
 /// A URR's Measurement Period, if it has a usable one.

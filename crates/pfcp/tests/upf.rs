@@ -414,6 +414,39 @@ fn a_restarted_smf_reusing_sequence_numbers_is_heard_anew() {
     assert_eq!(sim.upf.session_count(), 0);
 }
 
+/// Our requests go to PFCP's port on the SMF (TS 29.244 §4.2.2), whatever port it sends
+/// its own from (an SMF may use another for its requests, Cisco's 8809); responses go
+/// back to the request's port. Without `smf_port`, requests go where the SMF's
+/// Association Setup came from.
+#[test]
+fn our_requests_go_to_port_8805_whatever_port_the_smf_sends_from() {
+    let from = SocketAddr::new(IpAddr::V4(SMF_IP), 8809);
+    for (smf_port, dst) in [(Some(8805), SocketAddr::new(IpAddr::V4(SMF_IP), 8805)), (None, from)] {
+        let mut sim = Sim::new();
+        sim.upf = Upf::new(Config { smf_port, ..sim.upf.config().clone() });
+        let req = AssociationRequest {
+            node_id: NodeId::Ipv4(SMF_IP),
+            recovery_time_stamp: Some(U32Ie(1)),
+            up_function_features: None,
+            cp_function_features: None,
+        };
+        sim.request_from(from, None, Message::AssociationSetupRequest(req));
+        let (h, r) = sim.request_from(from, Some(0), Message::SessionEstablishmentRequest(session_request(9)));
+        assert_eq!(h.msg_type, MessageType::SessionEstablishmentResponse, "answered at {from}");
+        let Message::SessionEstablishmentResponse(r) = r else { panic!() };
+        let seid = r.up_f_seid.unwrap().seid;
+        sim.upf.usage(sim.now, seid, 1, Usage { ul_bytes: 700, dl_bytes: 700, ul_packets: 7, dl_packets: 7 });
+        let report = sim.upf.poll_transmit().unwrap();
+        assert_eq!(report.dst, dst, "the Session Report Request");
+        sim.now += Duration::from_secs(10);
+        sim.upf.handle_timeout(sim.now);
+        let hb = std::iter::from_fn(|| sim.upf.poll_transmit())
+            .find(|t| matches!(Message::parse(&t.data), Ok((_, Message::HeartbeatRequest(_)))))
+            .expect("a Heartbeat Request");
+        assert_eq!(hb.dst, dst, "the Heartbeat Request");
+    }
+}
+
 #[test]
 fn a_silent_peer_is_lost_but_its_sessions_outlive_it_for_the_grace_period() {
     let mut sim = Sim::new();
