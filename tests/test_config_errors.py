@@ -1,7 +1,7 @@
 """A file with mistakes in several feature entries (`[[ipsec_sa]]`, `[[ipsec_policy]]`,
 `[[lb_service]]`) and in a core section (a route written twice) reports all of them in one run, each line with
-the file, the field path, the line and what was expected — from `vecgate run` and from
-`vecgate ctl reload`, which changes nothing."""
+the file, the field path, the line and what was expected — from `vecgate run`, from
+`vecgate ctl reload`, which changes nothing, and from `vecgate check`, which opens nothing."""
 import subprocess
 import time
 
@@ -124,3 +124,35 @@ def test_reload_reports_every_feature_entry_error_and_changes_nothing(vecgate, t
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_check_reports_what_run_reports_and_opens_no_interface(vecgate, tmp_path):
+    cfg = tmp_path / "gw.toml"
+    cfg.write_text(BAD)
+    r = subprocess.run([str(vecgate), "check", "--config", str(cfg)], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1 and r.stdout == "", r
+    check_all_reported(error_lines(r.stderr), route_error=True)
+    # A good file: ok, though its af_packet interface's host interface is not on this
+    # machine (it is opened by `run` only).
+    cfg.write_text(GOOD + """
+[[interface]]
+name = "up0"
+type = "af_packet"
+host_if = "vg-no-such-if"
+mac = "02:00:00:00:00:02"
+addresses = ["198.18.5.1/24"]
+""")
+    r = subprocess.run([str(vecgate), "check", "--config", str(cfg)], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0 and r.stdout == f"{cfg}: ok\n", r
+    # What only the feature stage sees (a node port on GTP-U's port) is found too.
+    cfg.write_text(GOOD + """
+[[lb_service]]
+name = "gtp"
+type = "node_port"
+vip = "0.0.0.0"
+port = 2152
+protocol = "udp"
+backends = [{ addr = "198.18.0.9", port = 2152 }]
+""")
+    r = subprocess.run([str(vecgate), "check", "--config", str(cfg)], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1 and "lb_service[0]: service \"gtp\": port: 2152/udp" in r.stderr, r

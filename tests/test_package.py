@@ -75,8 +75,10 @@ def test_install_run_as_the_unit_does_remove_and_purge(package, tmp_path):
     # runtime directory systemd would create, and a NOTIFY_SOCKET to hear READY=1 on.
     lines = unit.read_text().splitlines()
     exec_start = next(l for l in lines if l.startswith("ExecStart=")).split("=", 1)[1].split()
-    # `systemctl reload` runs ExecReload with $MAINPID set to the service's process.
-    exec_reload = next((l for l in lines if l.startswith("ExecReload=")), "ExecReload= missing").split("=", 1)[1].split()
+    # `systemctl reload` runs the ExecReload lines in turn, as the service's user, with
+    # $MAINPID set to the service's process; the first checks the file.
+    exec_reloads = [l.split("=", 1)[1].split() for l in lines if l.startswith("ExecReload=")]
+    assert [c[:2] for c in exec_reloads] == [["/usr/bin/vecgate", "check"], ["/bin/kill", "-HUP"]], exec_reloads
     run_dir = Path("/run/vecgate")
     made_run_dir = not run_dir.exists()
     run_dir.mkdir(mode=0o750, exist_ok=True)
@@ -89,8 +91,8 @@ def test_install_run_as_the_unit_does_remove_and_purge(package, tmp_path):
     notify.bind(str(notify_path))
     os.chmod(notify_path, 0o777)
     notify.settimeout(20)
-    setpriv = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--init-groups",
-               f"--inh-caps={CAPS}", f"--ambient-caps={CAPS}", "--"]
+    as_user = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--init-groups", "--"]
+    setpriv = as_user[:-1] + [f"--inh-caps={CAPS}", f"--ambient-caps={CAPS}", "--"]
     log = tmp_path / "vecgate.log"
     proc = subprocess.Popen(setpriv + exec_start, stdout=subprocess.DEVNULL, stderr=log.open("w"),
                             env={"NOTIFY_SOCKET": str(notify_path), "PATH": "/usr/bin:/bin"})
@@ -102,15 +104,23 @@ def test_install_run_as_the_unit_does_remove_and_purge(package, tmp_path):
         r = sh("/usr/bin/vecgate", "ctl", "--socket", str(sock), "show", "interfaces")
         assert "null0" in r.stdout
         # The unit's ExecReload, as systemd runs it: the service reloads its file and runs on.
-        reload = [str(proc.pid) if a in ("$MAINPID", "${MAINPID}") else a for a in exec_reload]
-        assert str(proc.pid) in reload, exec_reload
-        sh(*reload)
+        for cmd in exec_reloads:
+            sh(*as_user, *[str(proc.pid) if a in ("$MAINPID", "${MAINPID}") else a for a in cmd])
         deadline = time.time() + 20
         while "reloaded" not in log.read_text():
             assert time.time() < deadline and proc.poll() is None, log.read_text()
             time.sleep(0.1)
         assert "/etc/vecgate/vecgate.toml" in log.read_text() and "refused" not in log.read_text(), log.read_text()
         assert proc.poll() is None and "null0" in sh("/usr/bin/vecgate", "ctl", "--socket", str(sock), "show", "interfaces").stdout
+        # A bad file fails the reload at its check, naming the mistake; no signal is sent.
+        conf = Path("/etc/vecgate/vecgate.toml")
+        good = conf.read_text()
+        conf.write_text(good + '\n[[route]]\nprefix = "198.19.0.0/33"\nblackhole = true\n')
+        try:
+            r = sh(*as_user, *exec_reloads[0], check=False)
+            assert r.returncode == 1 and "vecgate.toml: route[0].prefix" in r.stderr, r
+        finally:
+            conf.write_text(good)
         proc.terminate()
         assert "STOPPING=1" in notify.recv(4096).decode()
         assert proc.wait(timeout=20) == 0, log.read_text()

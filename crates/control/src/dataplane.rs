@@ -814,6 +814,40 @@ pub fn worker_core(cfg: &Config, k: usize) -> Option<usize> {
     }
 }
 
+/// `[pfcp]`'s UE pools as routes into the UPF's downlink, once its N3 addresses are
+/// checked.
+fn add_ue_pools(cfg: &Config, state: &mut RouterState) -> Result<(), ConfigError> {
+    let Some(p) = &cfg.pfcp else { return Ok(()) };
+    p.check_n3(state).map_err(|(f, m)| cfg.err(format!("pfcp.{f}"), m))?;
+    let routes = p.pool_routes().map_err(|(f, m)| cfg.err(format!("pfcp.{f}"), m))?;
+    // Owned by `[pfcp]`: `ip route del` refuses them, naming the pool.
+    state
+        .add_owned_routes(&routes)
+        .map_err(|(i, e)| cfg.err(if matches!(routes[i].0, Prefix::V4(..)) { "pfcp.ue_pool" } else { "pfcp.ue_pool6" }, e.to_string()))
+}
+
+/// Every check start-up makes of a file that needs no device, on scratch state
+/// (`vecgate check`, and a reload before it changes anything): the core sections, the
+/// workers and generators, then what the feature sections need of them, every error of
+/// a stage reported together. Host interfaces, XDP and pcap files are only opened by
+/// [`assemble`].
+pub fn check(cfg: &Config) -> Result<(), ConfigError> {
+    let mut problems = crate::config::Problems::default();
+    let built = problems.take(build_state(cfg));
+    problems.take(check_workers(cfg));
+    problems.take(stream_specs(cfg));
+    problems.check()?;
+    let (mut state, gtpu, udp) = built.expect("no errors, so it was built");
+    if let Some(x) = problems.take(crate::ipsec::build_state(cfg, &mut state)) {
+        // Node ports are checked against every tunnel's port.
+        set_udp_demux(&mut state, &gtpu, &udp, &x);
+    }
+    problems.take(crate::lb::LbControl::from_config(cfg, &mut state));
+    problems.take(crate::spd::build_state(cfg, &state));
+    problems.take(add_ue_pools(cfg, &mut state));
+    problems.check()
+}
+
 /// Validate the whole configuration and build the dataplane. Nothing runs yet.
 pub fn assemble(cfg: &Config) -> Result<Assembly, ConfigError> {
     // Independent checks all report before anything is opened.
@@ -958,13 +992,8 @@ fn build(
     state.set_spd_links(crate::spd::links(&spd_state));
     // The UPF's UE pools route to upfN-downlink, and G-PDUs for TEIDs of no tunnel go to
     // upfN-uplink (with [pfcp]).
-    if let Some(p) = &cfg.pfcp {
-        p.check_n3(&state).map_err(|(f, m)| cfg.err(format!("pfcp.{f}"), m))?;
-        let routes = p.pool_routes().map_err(|(f, m)| cfg.err(format!("pfcp.{f}"), m))?;
-        // Owned by `[pfcp]`: `ip route del` refuses them, naming the pool.
-        state.add_owned_routes(&routes).map_err(|(i, e)| {
-            cfg.err(if matches!(routes[i].0, Prefix::V4(..)) { "pfcp.ue_pool" } else { "pfcp.ue_pool6" }, e.to_string())
-        })?;
+    if cfg.pfcp.is_some() {
+        add_ue_pools(cfg, &mut state)?;
         gtpu.set_upf_uplink(true);
     }
     let upf_dp = crate::pfcp::UpfDataplane::new(cfg.pfcp.as_ref(), per_worker.len()).with_replies(cfg.gtpu.replies_per_sec);

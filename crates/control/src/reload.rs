@@ -18,7 +18,7 @@
 
 use crate::api::{Reply, Request};
 use crate::config::Config;
-use crate::dataplane::{build_state, resolve_target, Control};
+use crate::dataplane::{resolve_target, Control};
 use gtpu::TunnelSpec;
 use ip::tables::TunnelRef;
 use ip::{Prefix, RouteTarget};
@@ -56,7 +56,7 @@ pub fn reload(c: &mut Control, path: Option<&str>) -> Result<Reply, String> {
             .ok_or("this gateway runs the built-in default (no --config file): there is no file to reload; name one: `reload FILE`")?,
     };
     let new = Config::load(&path).map_err(|e| e.to_string())?;
-    check_scratch(&new)?;
+    crate::dataplane::check(&new).map_err(|e| e.to_string())?;
     check_fixed(&c.applied, &new)?;
     check_interfaces(c, &new)?;
     check_punt_link(c, &new)?;
@@ -103,21 +103,6 @@ pub fn reload(c: &mut Control, path: Option<&str>) -> Result<Reply, String> {
         }
     }
     Ok(Reply::ok(serde_json::json!({ "file": path.display().to_string(), "changes": changes }), text))
-}
-
-/// The start-up validation, on scratch state: every cross-reference of the file holds
-/// on its own.
-fn check_scratch(new: &Config) -> Result<(), String> {
-    let (mut state, gtpu, udp) = build_state(new).map_err(|e| e.to_string())?;
-    // The feature sections' errors that need the interfaces, all of them.
-    let mut problems = crate::config::Problems::default();
-    if let Some(x) = problems.take(crate::ipsec::build_state(new, &mut state)) {
-        // Node ports are checked against every tunnel's port.
-        crate::dataplane::set_udp_demux(&mut state, &gtpu, &udp, &x);
-    }
-    problems.take(crate::lb::LbControl::from_config(new, &mut state));
-    problems.take(crate::spd::build_state(new, &state));
-    problems.check().map_err(|e| e.to_string())
 }
 
 /// Sections a running gateway cannot change.
@@ -688,7 +673,7 @@ fn ipsec_sas(c: &mut Control, new: &Config, claimed: &HashSet<Prefix>, changes: 
         if present {
             crate::ipsec::del(&mut c.ipsec, &mut c.state, index)?;
         }
-        // Its UDP port against the file's node_port services: `check_scratch`'s.
+        // Its UDP port against the file's node_port services: `dataplane::check`'s.
         crate::ipsec::add(&mut c.ipsec, &mut c.state, sa, |_| Ok(()))
             .map_err(|e| format!("{}: ipsec_sa[{i}] (index {index}): {e}", new.source))?;
         // The same keys: the same SA, whose sequence numbers and replay window go on.

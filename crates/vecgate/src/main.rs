@@ -63,6 +63,14 @@ enum Cmd {
         #[arg(trailing_var_arg = true, required = true)]
         words: Vec<String>,
     },
+    /// Check a configuration file as start-up and `ctl reload` do, without opening any
+    /// interface: exit 0 and print `<file>: ok`, or exit 1 with every error found
+    /// (file, line, field and what was expected). Before a restart or a reload.
+    Check {
+        /// The gateway's TOML file.
+        #[arg(long)]
+        config: PathBuf,
+    },
     /// Run a config's pcap inputs through the graph to completion, write pcap outputs, exit.
     Pcap {
         #[arg(long)]
@@ -323,6 +331,7 @@ fn main() {
             run::run(config.as_deref(), duration, interval, socket, metrics, tunnel_counters, json)
         }
         Cmd::Ctl { socket, json, words } => run::ctl(&socket, json, &words),
+        Cmd::Check { config } => run::check(&config),
         Cmd::Pcap { config, json, drops } => run::pcap(&config, json, drops.as_deref()),
         Cmd::Bench {
             scenario,

@@ -258,6 +258,14 @@ fn cannot_reach(socket: &Path, e: &std::io::Error) -> anyhow::Error {
     }
 }
 
+/// `vecgate check`: the file validated as start-up validates it, no device opened.
+pub fn check(config: &Path) -> Result<()> {
+    let cfg = Config::load(config)?;
+    control::dataplane::check(&cfg)?;
+    println!("{}: ok", config.display());
+    Ok(())
+}
+
 pub fn pcap(config: &Path, json: bool, drops: Option<&Path>) -> Result<()> {
     let cfg = Config::load(config)?;
     let (mut control, mut worker) = assemble(&cfg)?.into_single();
