@@ -8,6 +8,8 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 pub type Job = (Request, Sender<Reply>);
 
@@ -52,17 +54,42 @@ pub fn bind(path: &Path) -> std::io::Result<(UnixListener, BoundSocket)> {
     Ok((l, BoundSocket { path: path.to_path_buf(), id: (m.dev(), m.ino()) }))
 }
 
+/// Connections served at once, each on its own thread: one more is answered with an
+/// error and closed, so that a client leaking connections cannot use up the process's
+/// threads.
+pub const MAX_CONNECTIONS: usize = 64;
+
 /// Accept connections forever on a background thread.
 pub fn serve(listener: UnixListener, jobs: Sender<Job>) {
+    let open = Arc::new(AtomicUsize::new(0));
     std::thread::Builder::new()
         .name("vecgate-ctl".into())
         .spawn(move || {
-            for conn in listener.incoming().flatten() {
-                let jobs = jobs.clone();
-                let _ = std::thread::Builder::new().name("vecgate-ctl-conn".into()).spawn(move || session(conn, jobs));
+            for mut conn in listener.incoming().flatten() {
+                if open.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
+                    open.fetch_sub(1, Ordering::AcqRel);
+                    let why = format!("too many control connections ({MAX_CONNECTIONS} open): close some and retry");
+                    let _ = send(&mut conn, &Reply::err(why));
+                    continue;
+                }
+                let (jobs, done) = (jobs.clone(), open.clone());
+                let spawned = std::thread::Builder::new().name("vecgate-ctl-conn".into()).spawn(move || {
+                    session(conn, jobs);
+                    done.fetch_sub(1, Ordering::AcqRel);
+                });
+                if spawned.is_err() {
+                    open.fetch_sub(1, Ordering::AcqRel);
+                }
             }
         })
         .expect("spawn control socket thread");
+}
+
+/// One reply as a line.
+fn send(out: &mut UnixStream, reply: &Reply) -> std::io::Result<()> {
+    let mut text = serde_json::to_string(reply)?;
+    text.push('\n');
+    out.write_all(text.as_bytes())
 }
 
 fn session(conn: UnixStream, jobs: Sender<Job>) {
@@ -85,9 +112,7 @@ fn session(conn: UnixStream, jobs: Sender<Job>) {
                 }
             }
         };
-        let Ok(mut text) = serde_json::to_string(&reply) else { return };
-        text.push('\n');
-        if out.write_all(text.as_bytes()).is_err() {
+        if send(&mut out, &reply).is_err() {
             return;
         }
     }
@@ -144,7 +169,52 @@ pub fn call(path: &Path, req: &Request) -> std::io::Result<Reply> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_request;
+    use super::*;
+
+    #[test]
+    fn connections_past_the_limit_are_answered_and_closed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ctl.sock");
+        let (listener, _bound) = bind(&path).unwrap();
+        let (jobs, requests) = crossbeam_channel::unbounded::<Job>();
+        serve(listener, jobs);
+        // The control loop: every request answered.
+        std::thread::spawn(move || {
+            for (_, tx) in requests {
+                let _ = tx.send(Reply::ok(serde_json::Value::Null, "fine".to_string()));
+            }
+        });
+        let ask = |s: &UnixStream| {
+            let mut w = s.try_clone().unwrap();
+            w.write_all(b"{\"op\":\"show_runtime\"}\n").unwrap();
+            let mut line = String::new();
+            BufReader::new(s.try_clone().unwrap()).read_line(&mut line).unwrap();
+            serde_json::from_str::<Reply>(&line).unwrap()
+        };
+        // Held open, each answered once so that its session runs.
+        let mut held: Vec<UnixStream> = (0..MAX_CONNECTIONS).map(|_| UnixStream::connect(&path).unwrap()).collect();
+        for s in &held {
+            assert!(ask(s).ok);
+        }
+        let extra = UnixStream::connect(&path).unwrap();
+        // Served like the others, it would wait for a request: a bounded wait fails it.
+        extra.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+        let mut line = String::new();
+        BufReader::new(&extra).read_line(&mut line).unwrap();
+        let r: Reply = serde_json::from_str(&line).unwrap();
+        assert!(r.error.as_deref().is_some_and(|e| e.starts_with("too many control connections (64 open)")), "{r:?}");
+        // One closed makes room again.
+        drop(held.pop());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let s = UnixStream::connect(&path).unwrap();
+            if ask(&s).ok {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "no room after a connection closed");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
 
     #[test]
     fn a_wrong_type_or_value_names_its_field() {
