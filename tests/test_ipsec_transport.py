@@ -127,3 +127,43 @@ def test_transport_sa_with_routes_is_refused_by_field(vecgate, tmp_path):
     r = subprocess.run([str(vecgate), "pcap", "--config", str(gateway_config(tmp_path, cfg))], capture_output=True, text=True, timeout=60)
     assert r.returncode != 0
     assert "routes" in r.stderr and "transport" in r.stderr, r.stderr
+
+
+TUNNELS = {
+    "gue": ("""
+[[udp_tunnel]]
+local = "198.18.1.1"
+remote = "198.18.1.2"
+encap = "gue"
+routes = ["198.19.90.0/24"]
+""", 6080),
+    "gtpu": ("""
+[[gtpu_tunnel]]
+local = "198.18.1.1"
+remote = "198.18.1.2"
+teid_in = 100
+teid_out = 200
+ue = "198.19.90.0/24"
+""", 2152),
+}
+
+
+@pytest.mark.parametrize("kind", list(TUNNELS))
+def test_a_tunnels_outer_packets_are_protected_by_a_transport_sa(vecgate, tmp_path, kind):
+    """What the docs promise transport mode: the gateway's tunnels' outer packets, which
+    leave by eth1 where an SPD protects the tunnel's UDP port with the outbound transport
+    SA. They went straight out of the tunnel node in the clear, past the link's policies
+    (the peer, holding its inbound side to the same policy, dropped them)."""
+    tunnel, port = TUNNELS[kind]
+    cfg = config("aes-gcm-128", 4, False).replace('protocol = "icmp"', f'protocol = "udp"\nremote_ports = "{port}"') + tunnel
+    inner = [Ether(src=HOST_MAC, dst=GW_MAC0) / IP(src="198.18.0.2", dst="198.19.90.7") / UDP(sport=7000 + n, dport=9) / Raw(bytes([n]) * 30)
+             for n in range(3)]
+    out0, out1, c, _ = run_pcap(vecgate, tmp_path, inner, cfg)
+    assert c.get(("esp4-encrypt", "encrypted")) == 3 and not out0 and len(out1) == 3, c
+    peer_in = scapy_sa("aes-gcm-128", False, OUT_SPI, 1)
+    for n, frame in enumerate(out1):
+        l3 = IP(raw(frame)[14:])
+        assert (l3.src, l3.dst, l3.proto, l3.ttl) == ("198.18.1.1", "198.18.1.2", 50, 64), l3.summary()
+        outer = peer_in.decrypt(l3)
+        assert outer[UDP].dport == port, outer.show(dump=True)
+        assert raw(outer).endswith(bytes([n]) * 30)

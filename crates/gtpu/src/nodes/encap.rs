@@ -285,6 +285,9 @@ impl<Cx: HasGtpu, O: Outer, const COUNT: bool> Node<Cx> for GtpuEncap<O, COUNT> 
             }
             return Verdict::Next(Self::LOOKUP);
         }
+        if ip::nodes::family::outer_to_output_features(&ipc.tables, buf, adj) {
+            return Verdict::Next(Self::LOOKUP);
+        }
         if ip::nodes::family::send_originated::<O::Ip>(&ipc.tables, buf, adj) {
             return Verdict::Next(GtpuEncapNext::Output);
         }

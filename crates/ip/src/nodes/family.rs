@@ -266,6 +266,41 @@ pub fn send_originated<F: Family>(t: &Tables, buf: &mut engine::Buffer, adj: u32
     }
 }
 
+/// Whether a tunnel's outer packet (the gateway's own, its buffer at the IP header) bound
+/// for adjacency `adj` leaves by a link with an IPsec SPD bound. Such a packet must meet
+/// the link's outbound policies (a transport-mode SA that protects the tunnel, a DISCARD),
+/// which only `ipN-lookup` sends it through: [`send_originated`] and `ipN-rewrite` send it
+/// straight out, in the clear. Its TTL / hop limit is raised by one first, for the
+/// `ipN-rewrite` after the policies that takes one off, so it leaves as the tunnel set it.
+/// One test of a table word while no SPD is bound anywhere.
+#[inline(always)]
+pub fn outer_to_output_features(t: &Tables, buf: &mut engine::Buffer, adj: u32) -> bool {
+    if t.spd_links == 0 {
+        return false;
+    }
+    match t.adjacency(adj) {
+        Adjacency::Rewrite { tx_if, .. } | Adjacency::Glean { tx_if, .. } | Adjacency::Incomplete { tx_if, .. } if t.has_spd(*tx_if) => {
+            raise_hop_limit(buf.bytes_mut());
+            true
+        }
+        _ => false,
+    }
+}
+
+/// One more TTL (IPv4, its checksum patched) or hop limit (IPv6), at most 255.
+#[cold]
+fn raise_hop_limit(b: &mut [u8]) {
+    match b.first().map(|v| v >> 4) {
+        Some(4) if b.len() >= 20 => {
+            let mut h = wire::ipv4::Ipv4Packet::new_unchecked(&mut b[..20]);
+            h.set_ttl(h.ttl().saturating_add(1));
+            h.fill_checksum();
+        }
+        Some(6) if b.len() >= 40 => b[7] = b[7].saturating_add(1),
+        _ => {}
+    }
+}
+
 /// [`send_originated`] for a packet that must cross the adjacency's link whole: false as
 /// well when it is longer than the link's MTU (the caller hands it to `ipN-lookup`, whose
 /// rewrite fragments it or signals). One read of the adjacency for both.

@@ -318,6 +318,11 @@ impl<Cx: HasUdpTun, O: TunOuter, const COUNT: bool> Node<Cx> for UdpTunEncap<O, 
         if id != self.plan.id {
             let adj = u.tables.outer_adj(id);
             self.plan = EncapPlan::new(id, u.tables.tunnel(id), adj, ipc.tables.adjacency(adj));
+            // Out of a link with an SPD, the outer packets meet its policies: not planned
+            // straight out (`outer_to_output_features` below).
+            if self.plan.max_inner != 0 && ipc.tables.has_spd(self.plan.tx_if) {
+                self.plan.max_inner = 0;
+            }
         }
         let inner_len = buf.len();
         if encap_planned::<O>(&self.plan, buf) {
@@ -381,6 +386,9 @@ impl<Cx: HasUdpTun, O: TunOuter, const COUNT: bool> Node<Cx> for UdpTunEncap<O, 
         if fragment_outer.is_some() && ip::outer::fragment_outer(buf, fragment_outer) {
             counts.inc(UdpTunEncapCounter::FragmentOuter);
             return Verdict::Next(if O::IS_V6 { UdpTunEncapNext::Ip6Fragment } else { UdpTunEncapNext::Ip4Fragment });
+        }
+        if ip::nodes::family::outer_to_output_features(&ipc.tables, buf, adj) {
+            return Verdict::Next(if O::IS_V6 { UdpTunEncapNext::Ip6Lookup } else { UdpTunEncapNext::Ip4Lookup });
         }
         if ip::nodes::family::send_originated::<O::Ip>(&ipc.tables, buf, adj) {
             return Verdict::Next(UdpTunEncapNext::Output);
