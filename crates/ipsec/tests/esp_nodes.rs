@@ -220,6 +220,10 @@ fn transport_mode_round_trips_with_the_packets_own_header() {
                 let again = if v6 { open::<Ip6Outer>(&mut p, &mut pool, &w) } else { open::<Ip4Outer>(&mut p, &mut pool, &w) };
                 assert_eq!(again.unwrap_err(), D::Replay, "{what}");
             }
+            // Both ends count the same bytes of the same packets: each packet whole, its
+            // own header too (as the encrypt node counts it), not the receiver its payload only.
+            let (sent, taken) = (&p.a.get(0).unwrap().outbound, &p.b.inbound_counts()[0]);
+            assert_eq!((taken.packets, taken.bytes), (sent.packets(), sent.bytes()), "{alg} v6 {v6} udp {udp}");
         }
     }
 }

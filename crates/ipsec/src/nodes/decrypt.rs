@@ -116,7 +116,10 @@ pub fn decrypt<O: EspOuter>(x: &mut IpsecContext, buf: &mut Buffer) -> Result<(E
     let text_len = buf.len() - text_at - l.icv_len;
     let trailer = EspTrailer::parse(&buf.bytes()[text_at..text_at + text_len])?;
     let payload_len = trailer.payload_len(text_len);
-    let age = match state.accept(seq, payload_len as u64, &s.lifetime, s.anti_replay) {
+    // Counted as the sender counts it: the packet it sealed, its own IP header with it in
+    // transport mode (`outer.at` bytes, where ESP or its UDP header began).
+    let counted = if s.mode == Mode::Transport { outer.at + payload_len } else { payload_len };
+    let age = match state.accept(seq, counted as u64, &s.lifetime, s.anti_replay) {
         Ok(Age::Expired) | Err(InboundError::Expired) => return Err(C::LifetimeExpired),
         Ok(age) => age,
         Err(InboundError::Replay(e)) => return Err(replay_counter(e)),
