@@ -336,6 +336,46 @@ def test_qer_gate_and_mbr_police_the_downlink(lab, vecgate, tmp_path):
     assert pcap_clean(smf, tmp_path).count("53") == 2  # both modifications answered
 
 
+# Path MTU discovery toward a UE: argv[2] bytes of UDP payload to argv[1] with DF, twice
+# (the second after the ICMP error had time to arrive); prints the path MTU the kernel
+# learned and whether the second send fit.
+PMTU_SEND = """
+import socket, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.IPPROTO_IP, 10, 2)  # IP_MTU_DISCOVER: IP_PMTUDISC_DO (DF set)
+s.connect((sys.argv[1], 7300))
+s.send(b"y" * int(sys.argv[2]))
+time.sleep(1)
+try:
+    s.send(b"y" * int(sys.argv[2]))
+    fit = True
+except OSError:
+    fit = False
+print(s.getsockopt(socket.IPPROTO_IP, 14), fit)  # IP_MTU
+"""
+
+
+def test_a_downlink_packet_too_big_for_n3_tells_its_source(lab, vecgate, tmp_path):
+    """A full-size datagram with DF to a UE does not fit N3 (1500) in GTP-U with the PDU
+    Session Container (44 bytes of headers): the UPF answers the data network host with
+    ICMP fragmentation needed naming 1456, as every tunnel does, so its path MTU
+    discovery works (the packet was encapsulated and dropped as the gateway's own, the
+    source never told: a black hole for full-size downlink)."""
+    gnb, upf, dn, v, smf = upf_lab(lab, vecgate, tmp_path)
+    s = smf("establish", cp_seid=0x61, gnb=GNB, gnb_teid=0x200)
+    assert s["cause"] == 1, s
+    out = py(lab, dn, PMTU_SEND, s["ue"], 1472)
+    assert out == "1456 False", (out, v.errors())
+    e = v.errors()
+    assert e.get(("upf4-downlink", "inner-too-big")) == 1 and ("upf4-downlink", "encapsulated") not in e, e
+    # What fits still goes: 1456 bytes of inner packet make a 1500-byte outer one.
+    r = receiver(lab, gnb, GNB, 2152, count=1)
+    py(lab, dn, DN_SEND_N, s["ue"], 1, 1456 - 28)
+    got = gpdus(received(r))
+    from scapy.all import IP
+    assert [g[IP].len for g in got] == [1456], v.errors()
+
+
 def test_a_ue_cannot_send_from_an_address_not_its_own(lab, vecgate, tmp_path):
     """TS 29.244 §5.2.1: the SMF names the UE's address in the uplink PDR's PDI (as SMFs
     do; this one assigns the address itself), so a G-PDU whose inner source is another

@@ -40,6 +40,8 @@ next_nodes! {
         Ip4Input = "ip4-input", Ip6Input = "ip6-input",
         Ip4Lookup = "ip4-lookup", Ip6Lookup = "ip6-lookup",
         Buffer = "upf-buffer",
+        Ip4IcmpError = "ip4-icmp-error", Ip6IcmpError = "ip6-icmp-error",
+        Ip4Fragment = "ip4-fragment", Ip6Fragment = "ip6-fragment", Segment = "ip-gso-segment",
     }
 }
 
@@ -72,6 +74,10 @@ counters! {
         NoOuterHeader(Error, "no-outer-header", "a downlink FAR forwards without an outer header to create"),
         NoN3Address(Error, "no-n3-address", "no N3 address of the peer's family to send from"),
         NoRoom(Error, "no-room", "no headroom for the outer headers"),
+        InnerTooBig(Info, "inner-too-big", "downlink packet larger than the N3 path's MTU less the GTP-U headers, with DF or IPv6 (ICMP frag-needed / packet-too-big to its source requested)"),
+        FragmentInner(Info, "fragment-inner", "downlink IPv4 packet without DF larger than the N3 path allows: fragmented before encapsulation"),
+        FragmentOuter(Info, "fragment-outer", "an IPv6 packet of at most 1280 bytes on an N3 path narrower than that: the outer packet fragmented"),
+        GsoSegmented(Info, "gso-to-segment", "GSO frames sent to software segmentation before encapsulation"),
     }
 }
 
@@ -269,6 +275,18 @@ fn enforce_record(usage: &UsageCells, policer: &Policer, rec: &Record, uplink: b
     Ok(())
 }
 
+/// Where a matched downlink rule that does not buffer sends the packet: its FAR's outer
+/// header, or why it does not.
+#[inline]
+fn outer_of(r: &Rule) -> Result<OuterHeader, UpfCounter> {
+    match r.forward {
+        Forward::Drop => Err(UpfCounter::FarDrop),
+        Forward::Buffer => Err(UpfCounter::BufferedDropped),
+        Forward::Forward(None) => Err(UpfCounter::NoOuterHeader),
+        Forward::Forward(Some(o)) => Ok(o),
+    }
+}
+
 /// Apply a matched downlink rule that does not buffer: its FAR, QERs and URRs, then the
 /// GTP-U header toward the gNB.
 #[inline]
@@ -311,6 +329,47 @@ pub fn encap(buf: &mut Buffer, t: &UpfTables, o: &OuterHeader) -> Result<UpfNext
             Ok(UpfNext::Ip6Lookup)
         }
     }
+}
+
+/// The tunnel-MTU step every tunnel takes ([`ip::outer::encap_mtu`], docs "Tunnel MTU"),
+/// for a packet about to be put in GTP-U toward `o`: its room is the MTU of the link the
+/// outer route to the peer leaves by, less the outer headers. `Ok`: encapsulate (then
+/// fragment the outer packet to the MTU given, if any); `Err`: the next node (ICMP to the
+/// packet's source, inner fragmentation or GSO segmentation; `meta.param` set) and the
+/// counter. A packet that fits IPv4's smallest link whatever it is needs no lookup.
+#[inline]
+fn fit_n3(ip: &ip::Tables, o: &OuterHeader, buf: &mut Buffer) -> Result<Option<u16>, (UpfNext, UpfCounter)> {
+    let (link_mtu, outer_hl) = match o.peer {
+        IpAddr::V4(_) if buf.len() + 20 + 8 + o.gtpu_len as usize <= ip::outer::MtuPolicy::MIN_MTU as usize => return Ok(None),
+        IpAddr::V4(p) => (ip.adjacency(ip.fib4.lookup(u32::from(p))).mtu(), 20),
+        IpAddr::V6(_) if buf.len() + 40 + 8 + o.gtpu_len as usize <= 1280 => return Ok(None),
+        IpAddr::V6(p) => (ip.adjacency(ip.fib6.lookup(u128::from(p))).mtu(), 40),
+    };
+    let inner_v6 = buf.bytes().first().is_some_and(|v| v >> 4 == 6);
+    match ip::outer::encap_mtu(buf, link_mtu, outer_hl + 8 + o.gtpu_len as usize, ip::outer::MtuPolicy::default()) {
+        ip::outer::EncapMtu::Encap { fragment_outer, .. } => Ok(fragment_outer),
+        ip::outer::EncapMtu::TooBig { v4 } => {
+            Err((if v4 { UpfNext::Ip4IcmpError } else { UpfNext::Ip6IcmpError }, UpfCounter::InnerTooBig))
+        }
+        ip::outer::EncapMtu::FragmentInner => {
+            Err((if inner_v6 { UpfNext::Ip6Fragment } else { UpfNext::Ip4Fragment }, UpfCounter::FragmentInner))
+        }
+        ip::outer::EncapMtu::Segment => Err((UpfNext::Segment, UpfCounter::GsoSegmented)),
+    }
+}
+
+/// After [`encap`] under `fit_n3`'s `Ok(Some(mtu))`: the outer packet to `ipN-fragment`
+/// if it is larger than the link.
+#[inline]
+fn fragment_outer(buf: &mut Buffer, mtu: Option<u16>, next: UpfNext, counts: &mut Counts<'_, UpfCounter>) -> UpfNext {
+    if mtu.is_some() && ip::outer::fragment_outer(buf, mtu) {
+        // The fragments take the lookup (the outer packet was routed by it, not sent by
+        // an adjacency of ours).
+        buf.meta.adj = ip::tables::ADJ_MISS;
+        counts.inc(UpfCounter::FragmentOuter);
+        return if next == UpfNext::Ip6Lookup { UpfNext::Ip6Fragment } else { UpfNext::Ip4Fragment };
+    }
+    next
 }
 
 /// Prepend the outer IP, UDP (2152 both ways: a UPF answers on the GTP-U port) and the
@@ -552,8 +611,14 @@ fn uplink_miss(s: &Session, teid: u32, qfi: Option<u8>, inner: &Inner) -> UpfCou
 
 /// The downlink PDR a packet to the UE matches.
 pub fn match_downlink<'a>(s: &'a Session, inner: &Inner) -> Option<&'a Rule> {
+    match_downlink_index(s, inner).map(|i| &s.downlink[i])
+}
+
+/// [`match_downlink`]'s rule as its index in the session's downlink rules.
+#[inline]
+pub fn match_downlink_index(s: &Session, inner: &Inner) -> Option<usize> {
     let v = inner.view(false);
-    s.downlink.iter().find(|r| sdf_ok(r, &v) && r.ue.is_none_or(|m| m.admits(inner.dst)))
+    s.downlink.iter().position(|r| sdf_ok(r, &v) && r.ue.is_none_or(|m| m.admits(inner.dst)))
 }
 
 impl<Cx: HasUpf, O: OuterFamily> Node<Cx> for UpfUplink<O> {
@@ -783,50 +848,77 @@ impl<Cx: HasUpf, F: UeFamily> Node<Cx> for UpfDownlink<F> {
 
     #[inline]
     fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, UpfCounter>, buf: &mut Buffer) -> Verdict<UpfNext, UpfCounter> {
-        let UpfContext { tables, usage, policer, held, .. } = cx.upf();
-        let b = buf.bytes();
-        let v6 = match Inner::family(b) {
-            Ok(v6) => v6,
-            Err(c) => return Verdict::Drop(c),
-        };
-        // A packet of the other family has no session here.
-        let Some(slot) = F::key(b).filter(|_| v6 == F::IS_V6).and_then(|k| F::table(tables).get(k)) else {
-            return Verdict::Drop(UpfCounter::NoSession);
-        };
-        let rec = &tables.records(slot).downlink;
-        let Some(action) = rec.action else {
-            let inner = match Inner::parse(b) {
-                Ok(i) => i,
+        // The session's rule and where it sends the packet; the rule is the resolved
+        // record's (`None`) or the session's downlink rule at that index.
+        let (slot, o, rule) = {
+            let UpfContext { tables, held, .. } = cx.upf();
+            let b = buf.bytes();
+            let v6 = match Inner::family(b) {
+                Ok(v6) => v6,
                 Err(c) => return Verdict::Drop(c),
             };
-            let Some(s) = tables.session(slot) else { return Verdict::Drop(UpfCounter::NoSession) };
-            let Some(r) = match_downlink(s, &inner) else { return Verdict::Drop(UpfCounter::NoPdr) };
-            // Held packets of the session go first: a newer one waits behind them.
-            if r.forward == Forward::Buffer || held.holds(slot) {
-                return Verdict::Next(UpfNext::Buffer);
-            }
-            return match deliver_downlink(tables, usage, policer, r, buf, counts) {
-                Ok(n) => Verdict::Next(n),
-                Err(c) => Verdict::Drop(c),
+            // A packet of the other family has no session here.
+            let Some(slot) = F::key(b).filter(|_| v6 == F::IS_V6).and_then(|k| F::table(tables).get(k)) else {
+                return Verdict::Drop(UpfCounter::NoSession);
             };
+            let rec = &tables.records(slot).downlink;
+            match rec.action {
+                None => {
+                    let inner = match Inner::parse(b) {
+                        Ok(i) => i,
+                        Err(c) => return Verdict::Drop(c),
+                    };
+                    let Some(s) = tables.session(slot) else { return Verdict::Drop(UpfCounter::NoSession) };
+                    let Some(i) = match_downlink_index(s, &inner) else { return Verdict::Drop(UpfCounter::NoPdr) };
+                    let r = &s.downlink[i];
+                    // Held packets of the session go first: a newer one waits behind them.
+                    if r.forward == Forward::Buffer || held.holds(slot) {
+                        return Verdict::Next(UpfNext::Buffer);
+                    }
+                    match outer_of(r) {
+                        Ok(o) => (slot, o, Some(i)),
+                        Err(c) => return Verdict::Drop(c),
+                    }
+                }
+                Some(action) => {
+                    if action == Action::Buffer || held.holds(slot) {
+                        return Verdict::Next(UpfNext::Buffer);
+                    }
+                    match (action, rec.carried.outer()) {
+                        (Action::Stop(c), _) => return Verdict::Drop(c.into()),
+                        (_, Some(o)) => (slot, *o, None),
+                        // Resolved as `Stop::NoOuterHeader`.
+                        (_, None) => return Verdict::Drop(UpfCounter::NoOuterHeader),
+                    }
+                }
+            }
         };
-        if action == Action::Buffer || held.holds(slot) {
-            return Verdict::Next(UpfNext::Buffer);
-        }
-        let o = match (action, rec.carried.outer()) {
-            (Action::Stop(c), _) => return Verdict::Drop(c.into()),
-            (_, Some(o)) => o,
-            // Resolved as `Stop::NoOuterHeader`.
-            (_, None) => return Verdict::Drop(UpfCounter::NoOuterHeader),
+        // Too big for the N3 path: told, fragmented or segmented before anything is
+        // counted (the pieces come back by the route and are counted as they go out).
+        let outer_mtu = match fit_n3(&cx.ip().tables, &o, buf) {
+            Ok(m) => m,
+            Err((next, c)) => {
+                counts.inc(c);
+                return Verdict::Next(next);
+            }
         };
-        if let Err(c) = enforce_record(usage, policer, rec, false, buf.len() as u64) {
+        let UpfContext { tables, usage, policer, .. } = cx.upf();
+        let bytes = buf.len() as u64;
+        let enforced = match rule {
+            None => enforce_record(usage, policer, &tables.records(slot).downlink, false, bytes),
+            Some(i) => match tables.session(slot).and_then(|s| s.downlink.get(i)) {
+                Some(r) => enforce(usage, policer, r, false, bytes),
+                None => Err(UpfCounter::NoSession),
+            },
+        };
+        if let Err(c) = enforced {
             return Verdict::Drop(c);
         }
-        match encap(buf, tables, o) {
+        match encap(buf, tables, &o) {
             Ok(n) => {
                 counts.inc(UpfCounter::Forwarded);
                 counts.inc(UpfCounter::Encapsulated);
-                Verdict::Next(n)
+                Verdict::Next(fragment_outer(buf, outer_mtu, n, counts))
             }
             Err(c) => Verdict::Drop(c),
         }

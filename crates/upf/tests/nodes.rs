@@ -90,7 +90,17 @@ impl Rig {
         let seen: Seen = Arc::default();
         let mut g = GraphBuilder::new();
         upf::nodes::register(&mut g);
-        for name in ["ip4-input", "ip6-input", "ip4-lookup", "ip6-lookup"] {
+        for name in [
+            "ip4-input",
+            "ip6-input",
+            "ip4-lookup",
+            "ip6-lookup",
+            "ip4-icmp-error",
+            "ip6-icmp-error",
+            "ip4-fragment",
+            "ip6-fragment",
+            "ip-gso-segment",
+        ] {
             g.add(Sink { name, seen: Arc::clone(&seen) });
         }
         let inputs = [
@@ -106,7 +116,14 @@ impl Rig {
         let shared = Arc::new(ArcSwap::from_pointee(state.build()));
         let usage = UsageCells::new(1000);
         let (tx, events) = crossbeam_channel::bounded(16);
-        let ip_tables = Arc::new(ArcSwap::from_pointee(ip::RouterState::new(vec![]).unwrap().build()));
+        // N3: the gNBs' subnets, on a 1500-byte link.
+        let n3 = ip::InterfaceSpec {
+            name: "n3".into(),
+            mac: "02:00:00:00:07:02".parse().unwrap(),
+            mtu: 1500,
+            addresses: vec!["198.18.7.2/24".parse().unwrap(), "2001:db8:7::2/64".parse().unwrap()],
+        };
+        let ip_tables = Arc::new(ArcSwap::from_pointee(ip::RouterState::new(vec![n3]).unwrap().build()));
         let cx = Cx {
             ip: IpContext::new(ip_tables, None, Default::default()),
             upf: UpfContext::new(shared.clone(), usage.clone(), Policer::new(1000), Some(tx)).with_buffering(16, 8, Arc::default()),
@@ -405,6 +422,38 @@ fn downlink_encapsulates_toward_the_gnb_with_the_qfi() {
     // Another UE address in the pool: no session.
     assert!(rig.send(2, &[udp4(DN, Ipv4Addr::new(198, 19, 7, 2), 53, 4000, 10)]).is_empty());
     assert_eq!(rig.counter("upf4-downlink", "no-session"), 1);
+}
+
+/// `udp4` with DF set.
+fn with_df(mut p: Vec<u8>) -> Vec<u8> {
+    p[6] |= 0x40;
+    p[10..12].copy_from_slice(&[0, 0]);
+    let sum = wire::checksum::checksum(&p[..20]);
+    p[10..12].copy_from_slice(&sum.to_be_bytes());
+    p
+}
+
+/// Downlink takes the tunnel-MTU step every tunnel does: the N3 link (1500) less the
+/// outer IPv4, UDP and GTP-U headers (20 + 8 + 16 with the PDU Session Container) leaves
+/// 1456 bytes. A larger packet with DF is answered with ICMP frag-needed to its source
+/// (it was encapsulated and then dropped as the gateway's own, its source never told), one
+/// without DF is fragmented first; neither is counted until it goes out.
+#[test]
+fn downlink_larger_than_the_n3_path_is_signalled_or_fragmented_not_lost() {
+    let mut rig = Rig::new();
+    rig.install(&session(1));
+    let fits = with_df(udp4(DN, UE, 53, 4000, 1456 - 28));
+    let got = rig.send(2, &[fits]);
+    assert_eq!(got.len(), 1);
+    assert_eq!((got[0].0, got[0].1.len()), ("ip4-lookup", 1500), "exactly the link");
+    let big = udp4(DN, UE, 53, 4000, 1457 - 28);
+    let got = rig.send(2, &[with_df(big.clone())]);
+    assert_eq!(got.iter().map(|(n, p)| (*n, p.len())).collect::<Vec<_>>(), [("ip4-icmp-error", 1457)]);
+    assert_eq!(rig.counter("upf4-downlink", "inner-too-big"), 1);
+    let got = rig.send(2, &[big]);
+    assert_eq!(got.iter().map(|(n, p)| (*n, p.len())).collect::<Vec<_>>(), [("ip4-fragment", 1457)]);
+    assert_eq!(rig.counter("upf4-downlink", "fragment-inner"), 1);
+    assert_eq!(rig.usage(1, 1), Usage { dl_bytes: 1456, dl_packets: 1, ..Default::default() }, "only what went out");
 }
 
 #[test]
