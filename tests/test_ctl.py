@@ -63,7 +63,10 @@ def test_default_gateway_runs_and_answers(vecgate, running):
     names = {(e["node"], e["counter"]) for e in errs}
     assert ("ip4-rewrite", "ttl-expired") in names and ("ip4-lookup", "no-route") in names
     assert ("ip4-local", "echo-replies") in names and ("ip6-local", "echo-replies") in names
-    assert ("ip4-lookup", "blackhole") not in names or True
+    # The default gateway's own traffic earns no warning (its pings stay under the reply
+    # rate limit): a newcomer's first `show errors` has nothing to worry about.
+    warned = [(e["node"], e["counter"]) for e in errs if e["severity"] != "info"]
+    assert warned == [], warned
     r = ctl(vecgate, sock, "show", "interfaces")
     assert "pg0" in r.stdout and "198.18.0.1/24" in r.stdout and "null0" in r.stdout
 
