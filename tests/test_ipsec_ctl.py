@@ -9,7 +9,7 @@ import pytest
 from conftest import GW_MAC0, HOST_MAC, run_pcap
 from test_ctl import ctl, running  # noqa: F401  (fixture)
 
-from scapy.all import ICMP, IP, UDP, Ether, Raw
+from scapy.all import ICMP, IP, UDP, Ether, Raw, raw
 
 GCM_KEY = "0102030405060708090a0b0c0d0e0f1011121314"
 
@@ -81,3 +81,26 @@ def test_esp_tunnel_mtu_answers_frag_needed_with_the_inner_mtu(vecgate, tmp_path
     assert c.get(("esp4-encrypt", "inner-too-big")) == 1, c
     assert len(out0) == 1 and out0[0][ICMP].type == 3 and out0[0][ICMP].code == 4, out0
     assert out0[0][ICMP].nexthopmtu == 1343
+
+
+def test_an_sa_mtu_cap_fits_the_tunnel_to_a_narrower_path(vecgate, tmp_path):
+    """A path to the peer narrower than eth1 (a router's frag-needed about ESP is not
+    learned): the SA's `mtu` caps its inner MTU as a GTP-U or UDP tunnel's does, so a DF
+    packet over it gets frag-needed with the cap, one at the cap goes in, and with
+    `tcp_mss_clamp` a SYN entering the tunnel has its MSS lowered to fit (scapy opens
+    the ESP). Without the option an SA had no way to fit such a path."""
+    from scapy.all import TCP
+    from scapy.layers.ipsec import ESP, SecurityAssociation
+
+    def inner(size):
+        return Ether(src=HOST_MAC, dst=GW_MAC0) / IP(src="198.18.0.2", dst="198.19.60.7", flags="DF") / UDP(sport=7, dport=9) / Raw(b"m" * (size - 28))
+    syn = Ether(src=HOST_MAC, dst=GW_MAC0) / IP(src="198.18.0.2", dst="198.19.60.7", flags="DF") / TCP(sport=4000, dport=80, flags="S", options=[("MSS", 1460)])
+    cfg = ESP_SA + "mtu = 1200\ntcp_mss_clamp = true\n"
+    out0, out1, c, _ = run_pcap(vecgate, tmp_path, [inner(1200), inner(1201), syn], cfg)
+    assert c.get(("esp4-encrypt", "inner-too-big")) == 1 and c.get(("esp4-encrypt", "encrypted")) == 2, c
+    assert len(out0) == 1 and out0[0][ICMP].type == 3 and out0[0][ICMP].code == 4 and out0[0][ICMP].nexthopmtu == 1200, out0
+    peer = SecurityAssociation(ESP, spi=4097, crypt_algo="AES-GCM", crypt_key=bytes.fromhex(GCM_KEY),
+                               tunnel_header=IP(src="198.18.1.1", dst="198.18.1.2"))
+    opened = [peer.decrypt(IP(raw(f)[14:])) for f in out1]
+    assert len(opened[0]) == 1200
+    assert dict(opened[1][TCP].options)["MSS"] == 1160, opened[1][TCP].options

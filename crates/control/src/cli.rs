@@ -71,6 +71,7 @@ commands:
   ipsec sa add <index> spi <n> inbound|outbound [tunnel|transport] alg <algorithm> [enc-key <hex>]
          [integ-key <hex>] local <addr> remote <addr> [udp-encap] [esn] [no-anti-replay]
          [soft-packets|hard-packets|soft-bytes|hard-bytes <n>] [route <prefix>]... [urpf strict|loose]
+         [mtu <n>] [fragment inner|outer] [mss-clamp]
   ipsec sa set <index> urpf strict|loose|off   check the sources an inbound SA decrypts
   ipsec sa set <index> [local <addr>] [remote <addr>] [udp-encap on|off] [udp-ports <src> <dst>]
                                        move an SA's endpoints in place (NAT rebinding, MOBIKE)

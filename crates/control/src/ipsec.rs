@@ -4,6 +4,7 @@
 //! rows `show ipsec sa` prints. Keys go in and never come back out.
 
 use crate::config::{Config, ConfigError, Problems};
+use ip::outer::{FragmentPolicy, MtuPolicy};
 use ip::tables::{TunnelRef, UdpApp, UdpDemux, IPSEC_TUNNEL_IF_PREFIX};
 use ip::urpf::Urpf;
 use ip::{Prefix, RouteTarget, RouterState};
@@ -58,6 +59,14 @@ pub struct IpsecSaConfig {
     /// (strict: its route back goes into an ESP tunnel to the same peer).
     #[serde(default)]
     pub urpf: Urpf,
+    /// Outbound: the inner MTU cap, fragmentation policy and MSS clamping, as for GTP-U
+    /// and UDP tunnels (a cap fits the SA to a path narrower than its link).
+    #[serde(default)]
+    pub mtu: Option<u16>,
+    #[serde(default)]
+    pub fragment: FragmentPolicy,
+    #[serde(default)]
+    pub tcp_mss_clamp: bool,
 }
 
 impl std::fmt::Debug for IpsecSaConfig {
@@ -121,6 +130,7 @@ impl IpsecSaConfig {
             remote,
             udp_encap,
             urpf: self.urpf,
+            mtu: MtuPolicy::checked(self.mtu, self.fragment, self.tcp_mss_clamp)?,
         };
         let routes = self
             .routes
@@ -152,6 +162,9 @@ pub(crate) const SA_ADD_WORDS: &[&str] = &[
     "hard-packets",
     "soft-bytes",
     "hard-bytes",
+    "mtu",
+    "fragment",
+    "mss-clamp",
 ];
 
 /// `ipsec sa add <index> spi <n> inbound|outbound alg <a> [enc-key <hex>] ...`: the CLI's
@@ -176,6 +189,9 @@ pub fn parse_sa_add(w: &[&str]) -> Result<IpsecSaConfig, String> {
         lifetime: Lifetime::default(),
         routes: Vec::new(),
         urpf: Urpf::Off,
+        mtu: None,
+        fragment: FragmentPolicy::default(),
+        tcp_mss_clamp: false,
     };
     let (mut spi, mut alg) = (false, false);
     let mut i = 1;
@@ -188,6 +204,7 @@ pub fn parse_sa_add(w: &[&str]) -> Result<IpsecSaConfig, String> {
             "udp-encap" => c.udp_encap = true,
             "esn" => c.esn = true,
             "no-anti-replay" => c.anti_replay = false,
+            "mss-clamp" => c.tcp_mss_clamp = true,
             key => {
                 let v = *w.get(i + 1).ok_or_else(|| format!("{key} needs a value"))?;
                 let num = |k: &str| -> Result<u64, String> {
@@ -216,6 +233,8 @@ pub fn parse_sa_add(w: &[&str]) -> Result<IpsecSaConfig, String> {
                     "hard-packets" => c.lifetime.hard_packets = num(key)?,
                     "soft-bytes" => c.lifetime.soft_bytes = num(key)?,
                     "hard-bytes" => c.lifetime.hard_bytes = num(key)?,
+                    "mtu" => c.mtu = Some(u16::try_from(num(key)?).map_err(|_| format!("mtu {v:?}: expected a number of bytes"))?),
+                    "fragment" => c.fragment = v.parse().map_err(|e| format!("fragment {e}"))?,
                     _ => return Err(format!("ipsec sa add: unknown word {key:?} ({})", SA_ADD_WORDS.join(", "))),
                 }
                 i += 1;
@@ -463,6 +482,8 @@ pub struct SaRow {
     pub anti_replay: bool,
     pub lifetime: Lifetime,
     pub urpf: Urpf,
+    /// The inner MTU cap (0: none), fragmentation policy and MSS clamping.
+    pub mtu: MtuPolicy,
     /// Packets and bytes sent (outbound) or taken (inbound: decrypted and accepted,
     /// payload bytes), all workers.
     pub packets: u64,
@@ -492,6 +513,7 @@ pub fn rows(x: &IpsecState) -> Vec<SaRow> {
                 anti_replay: p.anti_replay,
                 lifetime: p.lifetime,
                 urpf: p.urpf,
+                mtu: p.mtu,
                 packets: if out { s.outbound.packets() } else { 0 },
                 bytes: if out { s.outbound.bytes() } else { 0 },
                 expired: out && s.outbound.expired(),
@@ -511,6 +533,21 @@ pub fn add_inbound_counts(x: &IpsecState, rows: &mut [SaRow], taken: &[ipsec::co
             r.expired |= t.expired;
         }
     }
+}
+
+/// An SA's MTU settings as `show ipsec sa` appends them (none when it has none).
+fn mtu_words(m: &MtuPolicy) -> String {
+    let mut w = String::new();
+    if m.mtu != 0 {
+        w += &format!(" mtu {}", m.mtu);
+    }
+    if m.fragment == FragmentPolicy::Outer {
+        w += " fragment outer";
+    }
+    if m.mss_clamp {
+        w += " mss-clamp";
+    }
+    w
 }
 
 pub fn format_rows(rows: &[SaRow]) -> String {
@@ -536,7 +573,7 @@ pub fn format_rows(rows: &[SaRow]) -> String {
             udp,
             r.packets,
             r.bytes,
-            crate::format::urpf_words(r.urpf),
+            crate::format::urpf_words(r.urpf) + &mtu_words(&r.mtu),
             if r.expired { "  expired" } else { "" }
         );
     }
@@ -566,6 +603,9 @@ mod tests {
             lifetime: Lifetime::default(),
             routes: vec!["198.19.4.0/24".into()],
             urpf: Urpf::Off,
+            mtu: None,
+            fragment: FragmentPolicy::default(),
+            tcp_mss_clamp: false,
         }
     }
 
@@ -592,6 +632,15 @@ mod tests {
         assert!(e.contains("aes-gcm-128"), "{e}");
         let w = "2 spi 0x200 outbound transport alg aes-gcm-128 local 198.18.1.1 remote 198.18.1.2";
         assert_eq!(parse_sa_add(&w.split(' ').collect::<Vec<_>>()).unwrap().mode, Mode::Transport);
+        // The MTU words, as a tunnel's: into the spec's policy, shown back.
+        let w = "3 spi 0x300 outbound alg null local 198.18.1.1 remote 198.18.1.2 mtu 1400 fragment outer mss-clamp";
+        let (spec, _) = parse_sa_add(&w.split(' ').collect::<Vec<_>>()).unwrap().to_spec().unwrap();
+        assert_eq!(spec.mtu, MtuPolicy { mtu: 1400, fragment: FragmentPolicy::Outer, mss_clamp: true });
+        let mut x = IpsecState::new();
+        x.add(3, spec, [0; 16]).unwrap();
+        assert!(format_rows(&rows(&x)).contains(" mtu 1400 fragment outer mss-clamp"), "{}", format_rows(&rows(&x)));
+        let e = parse_sa_add(&"4 spi 5 outbound alg null local 198.18.1.1 remote 198.18.1.2 mtu 100".split(' ').collect::<Vec<_>>());
+        assert_eq!(e.unwrap().to_spec().unwrap_err().0, "mtu");
     }
 
     #[test]

@@ -14,6 +14,7 @@
 
 use crate::crypto::{Algorithm, KeyError, Transform};
 use crate::replay::{ReplayError, ReplayWindow};
+use ip::outer::MtuPolicy;
 use ip::urpf::Urpf;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -126,6 +127,11 @@ pub struct SaSpec {
     /// (strict: its route back goes into an ESP tunnel to this SA's peer).
     #[serde(default)]
     pub urpf: Urpf,
+    /// Outbound: the inner MTU cap, fragmentation policy and MSS clamping, as for every
+    /// tunnel (`ip::outer`): a cap is how an SA fits a path narrower than its link, since
+    /// a router's frag-needed about its ESP is not learned.
+    #[serde(default)]
+    pub mtu: MtuPolicy,
 }
 
 impl std::fmt::Debug for SaSpec {
@@ -141,6 +147,7 @@ impl std::fmt::Debug for SaSpec {
             .field("remote", &self.remote)
             .field("udp_encap", &self.udp_encap)
             .field("urpf", &self.urpf)
+            .field("mtu", &self.mtu)
             .finish_non_exhaustive()
     }
 }
@@ -171,6 +178,14 @@ impl SaSpec {
         }
         self.lifetime.checked().map_err(|(f, m)| err(f, m))?;
         self.check_urpf()?;
+        if self.direction == Direction::Inbound && self.mtu != MtuPolicy::default() {
+            let field = match self.mtu {
+                MtuPolicy { mtu: 1.., .. } => "mtu",
+                MtuPolicy { mss_clamp: true, .. } => "tcp_mss_clamp",
+                _ => "fragment",
+            };
+            return Err(err(field, "expected on an outbound SA only: it shapes what enters the tunnel".into()));
+        }
         Transform::new(self.alg, &self.enc_key, &self.integ_key, iv_seed).map_err(|e| match e {
             KeyError::EncKeyLen { .. } => err("enc_key", e.to_string()),
             KeyError::IntegKeyLen { .. } => err("integ_key", e.to_string()),
@@ -467,6 +482,7 @@ mod tests {
             remote: "198.18.1.2".parse().unwrap(),
             udp_encap: None,
             urpf: Urpf::Off,
+            mtu: MtuPolicy::default(),
         }
     }
 
@@ -479,6 +495,9 @@ mod tests {
         assert_eq!(field(SaSpec { enc_key: vec![1; 16], ..spec() }), "enc_key");
         assert_eq!(field(SaSpec { alg: Algorithm::AesCbcSha256, enc_key: vec![1; 16], ..spec() }), "integ_key");
         assert_eq!(field(SaSpec { lifetime: Lifetime { soft_bytes: 9, hard_bytes: 8, ..Default::default() }, ..spec() }), "soft_bytes");
+        let capped = MtuPolicy { mtu: 1400, ..Default::default() };
+        assert!(Sa::new(SaSpec { mtu: capped, ..spec() }, [0; 16]).is_ok());
+        assert_eq!(field(SaSpec { direction: Direction::Inbound, mtu: capped, ..spec() }), "mtu");
     }
 
     #[test]

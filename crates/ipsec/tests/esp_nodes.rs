@@ -30,6 +30,7 @@ fn spec(alg: Algorithm, dir: Direction, local: &str, remote: &str, udp: bool, es
         remote: remote.parse().unwrap(),
         udp_encap: udp.then(UdpEncapPorts::default),
         urpf: ip::urpf::Urpf::Off,
+        mtu: Default::default(),
     }
 }
 

@@ -629,6 +629,9 @@ fn esp_sa(alg: ipsec::Algorithm, direction: ipsec::Direction) -> control::ipsec:
         lifetime: Default::default(),
         routes: if direction == ipsec::Direction::Outbound { vec!["198.19.0.0/24".into()] } else { Vec::new() },
         urpf: Default::default(),
+        mtu: None,
+        fragment: Default::default(),
+        tcp_mss_clamp: false,
     }
 }
 

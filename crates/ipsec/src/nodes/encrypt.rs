@@ -85,6 +85,8 @@ pub struct EncryptPlan {
     /// Outer headers (tunnel mode), UDP (ESP in UDP) and the most ESP adds.
     pub overhead: usize,
     pub transport: bool,
+    /// The SA's inner MTU cap, fragmentation policy and MSS clamping.
+    pub mtu: MtuPolicy,
 }
 
 impl EncryptPlan {
@@ -95,6 +97,7 @@ impl EncryptPlan {
             block_align: spec.alg.block_align(),
             overhead: spec.outer_len() + layout.max_overhead(),
             transport: spec.mode == Mode::Transport,
+            mtu: spec.mtu,
         }
     }
 }
@@ -259,7 +262,7 @@ impl<Cx: HasIpsec, O: EspOuter> Node<Cx> for EspEncrypt<O> {
         };
         // The inner MTU leaves room for the most padding the cipher may need.
         let overhead = plan.overhead;
-        let fragment_outer = match encap_mtu(buf, link_mtu, overhead, MtuPolicy::default()) {
+        let fragment_outer = match encap_mtu(buf, link_mtu, overhead, plan.mtu) {
             EncapMtu::Encap { fragment_outer, .. } => fragment_outer,
             EncapMtu::TooBig { v4 } => {
                 counts.inc(C::InnerTooBig);
@@ -358,6 +361,7 @@ mod tests {
             remote: if v4 { "198.18.0.2" } else { "2001:db8::2" }.parse().unwrap(),
             udp_encap: udp.then(UdpEncapPorts::default),
             urpf: ip::urpf::Urpf::Off,
+            mtu: MtuPolicy::default(),
         }
     }
 

@@ -102,8 +102,9 @@ impl EspOuter for Ip4Outer {
     }
     #[inline(always)]
     fn emit(src: Ipv4Addr, dst: Ipv4Addr, protocol: IpProtocol, payload_len: usize, out: &mut [u8]) {
-        // DF: a path that cannot carry the packet answers with frag-needed, which the
-        // tunnel MTU turns into a smaller inner MTU.
+        // DF: a path that cannot carry the packet drops it (its frag-needed is not learned:
+        // an SA's `mtu` fits the tunnel to a path narrower than its link) rather than
+        // fragmenting it on the way.
         let r = Ipv4Repr { src, dst, protocol, payload_len, ttl: 64, dscp: 0, ecn: 0, ident: 0, dont_frag: true };
         r.emit(&mut Ipv4Packet::new_unchecked(&mut out[..20]));
     }
@@ -225,6 +226,7 @@ mod tests {
             remote,
             udp_encap: udp.then(UdpEncapPorts::default),
             urpf: ip::urpf::Urpf::Off,
+            mtu: Default::default(),
         }
     }
 
