@@ -226,6 +226,43 @@ def test_controller_programs_the_lb_with_one_change_per_endpoint(api, lab, vecga
     assert gw.stop()[0] == 0
 
 
+def managed_ids(gw):
+    """The controller's LB services in the gateway: name → id."""
+    return {r["name"]: r["id"] for r in gw.ctl("show", "lb", "services")["data"] if r["name"].startswith("default/")}
+
+
+def test_restarts_converge(api, lab, vecgate, tmp_path):
+    """What an operator restarts under live services: the controller (it reads the gateway
+    back and changes nothing, local backends included)."""
+    api_ns, w = api
+    c, gw = dataplane(lab, vecgate, tmp_path)
+    http = [{"name": "http", "port": 8080, "protocol": "TCP"}]
+    tcp80 = [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]
+    apply(api_ns, w, [service("rs", "198.18.128.50", tcp80, externalIPs=["198.18.140.5"]),
+                      endpoint_slice("rs-1", "rs", http, [endpoint(a) for a in BACKENDS])])
+    rs = "default/rs:http@198.18.128.50"
+    proc, log = controller(lab, vecgate, api_ns, w, gw, tmp_path)
+    try:
+        wait_for("the first sync", lambda: (b := backends(gw, rs)) and len(b) == 3)
+        ids = managed_ids(gw)
+
+        # The controller restarted: nothing to change, every LB service kept as it was.
+        proc.terminate()
+        proc.wait(10)
+        proc, log = controller(lab, vecgate, api_ns, w, gw, tmp_path)
+        lines = wait_for("the restarted controller's sync", lambda: [l for l in log.read_text().splitlines() if "initial sync done" in l])
+        assert changes_of(lines[0]) == 0, lines
+        assert managed_ids(gw) == ids
+
+        assert proc.poll() is None, log.read_text()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    kubectl(api_ns, w, "delete", "service", "rs")
+    kubectl(api_ns, w, "delete", "endpointslice", "rs-1")
+    assert gw.stop()[0] == 0
+
+
 def kube_proxy_backends(api_ns):
     """kube-proxy's choice per service port: the endpoints its service chains jump to
     (nftables mode: `service-<hash>-<ns>/<name>/<proto>/<port>` chains with a vmap to

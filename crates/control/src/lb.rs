@@ -292,6 +292,9 @@ pub struct BackendRow {
     pub port: u16,
     pub weight: u32,
     pub conditions: Conditions,
+    /// On this node (what `Local` policies keep to); a controller reading the rows back
+    /// needs it to see the backend unchanged.
+    pub local: bool,
     pub eligible: bool,
     /// Maglev slots the backend owns.
     pub slots: usize,
@@ -343,6 +346,7 @@ fn backend_rows(c: &LbControl, service: Option<&str>) -> Vec<BackendRow> {
                 port: b.port,
                 weight: b.weight,
                 conditions: b.conditions,
+                local: b.local,
                 eligible: eligible.get(i).copied().unwrap_or(false),
                 slots: slots.get(i).copied().unwrap_or(0),
             });
@@ -383,7 +387,7 @@ fn format_services(rows: &[ServiceRow]) -> String {
 }
 
 fn format_backends(rows: &[BackendRow]) -> String {
-    let mut s = format!("{:<28} {:<40} {:>6} {:<24} {:>7}\n", "service", "backend", "weight", "conditions", "slots");
+    let mut s = format!("{:<28} {:<40} {:>6} {:<24} {:<5} {:>7}\n", "service", "backend", "weight", "conditions", "local", "slots");
     for r in rows {
         let c = r.conditions;
         let cond = [(c.ready, "ready"), (c.serving, "serving"), (c.terminating, "terminating")]
@@ -393,7 +397,8 @@ fn format_backends(rows: &[BackendRow]) -> String {
             .collect::<Vec<_>>()
             .join(",");
         let addr = if r.addr.is_ipv6() { format!("[{}]:{}", r.addr, r.port) } else { format!("{}:{}", r.addr, r.port) };
-        s += &format!("{:<28} {:<40} {:>6} {:<24} {:>7}\n", r.service, addr, r.weight, cond, r.slots);
+        let local = if r.local { "yes" } else { "no" };
+        s += &format!("{:<28} {:<40} {:>6} {:<24} {:<5} {:>7}\n", r.service, addr, r.weight, cond, local, r.slots);
     }
     s
 }

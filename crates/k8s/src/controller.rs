@@ -108,8 +108,7 @@ fn adopt_existing(applier: &Applier, model: &mut Model, settings: &Settings) -> 
     // Backend rows by service, in one pass (100 000 rows at the scale measured).
     let mut by_service: std::collections::HashMap<&str, Vec<serde_json::Value>> = std::collections::HashMap::new();
     for b in backends.as_array().into_iter().flatten() {
-        let row =
-            serde_json::json!({"addr": b["addr"], "port": b["port"], "weight": b["weight"], "conditions": b["conditions"], "local": false});
+        let row = serde_json::json!({"addr": b["addr"], "port": b["port"], "weight": b["weight"], "conditions": b["conditions"], "local": b["local"]});
         by_service.entry(b["service"].as_str().unwrap_or("")).or_default().push(row);
     }
     let mut n = 0;
