@@ -240,6 +240,25 @@ def test_cluster_policy_without_a_snat_address_keeps_the_client_address(lab, vec
     assert code == 0
 
 
+def test_a_local_service_given_its_backends_afterwards_translates_replies(lab, vecgate, tmp_path):
+    """A `Local` service added without backends, then its backends one request each (as
+    `vecgate k8s` does for a Service that comes before its EndpointSlice): the first
+    backend whose replies come forwarded turns the reply path on, so the client still
+    sees the service address (the path was only set by service changes, and the
+    backends' replies reached the client untranslated, which reset them)."""
+    c, g, bes = topology(lab)
+    gw = Vecgate(lab, vecgate, g, config(), tmp_path)
+    serve_all(lab, c, bes)
+    gw.ctl("lb", "service", "add", "default/late", "load_balancer", VIP, "82", "tcp", "policy", "local")
+    for a in BACKENDS:
+        gw.ctl("lb", "backend", "add", "default/late", a, "8080")
+    r = client(lab, c, "who", VIP, 82, 30)
+    assert len({a.split()[0] for a in r["answers"]}) == 3, r
+    assert all(a.split()[1] == "198.18.0.2" and a.split()[2] == VIP for a in r["answers"]), r
+    code, _, _ = gw.stop()
+    assert code == 0
+
+
 # Services on the node's own addresses (Kubernetes: an external IP or load balancer
 # address that is the node's): the client-facing address, and the SNAT address itself.
 OWN_ADDRESS_SERVICES = lb_service("ext", "198.18.0.1", 80, BACKENDS) + lb_service("on-snat", "198.19.1.1", 81, BACKENDS)

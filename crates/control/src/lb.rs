@@ -403,6 +403,17 @@ fn format_backends(rows: &[BackendRow]) -> String {
     s
 }
 
+/// After a backend added or removed: forwarded packets pass `lbN-nat` while a backend's
+/// replies come forwarded (a service that keeps the client's address has backends), so
+/// the first such backend turns that on and the last one off, as a service change does.
+fn replies_changed(c: &mut crate::dataplane::Control, before: bool) {
+    let now = c.lb.state.has_local_policy();
+    if now != before {
+        c.state.set_lb_replies(now);
+        c.publish();
+    }
+}
+
 /// Carry out an `lb_*` request.
 pub fn handle(c: &mut crate::dataplane::Control, req: &Request) -> Result<Reply, String> {
     let reply = match req {
@@ -427,8 +438,10 @@ pub fn handle(c: &mut crate::dataplane::Control, req: &Request) -> Result<Reply,
             Reply::ok(serde_json::Value::Null, format!("service {name:?} deleted"))
         }
         Request::LbBackendAdd(a) => {
+            let replies = c.lb.state.has_local_policy();
             c.lb.state.set_backend(&a.service, a.backend).map_err(|e| e.to_string())?;
             c.lb.publish(&mut c.state);
+            replies_changed(c, replies);
             Reply::ok(serde_json::Value::Null, format!("backend {} port {} set in {:?}", a.backend.addr, a.backend.port, a.service))
         }
         Request::LbBackendSet(ch) => {
@@ -437,8 +450,10 @@ pub fn handle(c: &mut crate::dataplane::Control, req: &Request) -> Result<Reply,
             Reply::ok(serde_json::Value::Null, format!("backend {} port {} of {:?} changed", ch.addr, ch.port, ch.service))
         }
         Request::LbBackendDel(r) => {
+            let replies = c.lb.state.has_local_policy();
             c.lb.state.del_backend(&r.service, r.addr, r.port).map_err(|e| e.to_string())?;
             c.lb.publish(&mut c.state);
+            replies_changed(c, replies);
             Reply::ok(serde_json::Value::Null, format!("backend {} port {} removed from {:?}", r.addr, r.port, r.service))
         }
         Request::ShowLbServices {} => {
