@@ -128,7 +128,12 @@ class Vecgate:
             text = f'[dataplane]\nsocket = "{self.sock}"\n' + config_text
         self.cfg.write_text(text)
         self.log = tmp / f"{name}.log"
-        self.proc = lab.spawn(ns, self.bin, "run", "--config", str(self.cfg), "--interval", "0", "--duration", "300")
+        self.lab, self.ns = lab, ns
+        self.start()
+
+    def start(self):
+        """Run the gateway on its config; returns once its socket answers."""
+        self.proc = self.lab.spawn(self.ns, self.bin, "run", "--config", str(self.cfg), "--interval", "0", "--duration", "300")
         deadline = time.time() + 10
         # The socket is bound before the interfaces open; the first answer comes after.
         while not os.path.exists(self.sock) or subprocess.run(
@@ -155,3 +160,10 @@ class Vecgate:
         self.proc.terminate()
         out, err = self.proc.communicate(timeout=15)
         return self.proc.returncode, out, err
+
+    def restart(self):
+        """Stop, then start again on the same config and socket (only what the config
+        holds comes back); returns what stop() does."""
+        stopped = self.stop()
+        self.start()
+        return stopped

@@ -233,7 +233,9 @@ def managed_ids(gw):
 
 def test_restarts_converge(api, lab, vecgate, tmp_path):
     """What an operator restarts under live services: the controller (it reads the gateway
-    back and changes nothing, local backends included)."""
+    back and changes nothing, local backends included), and the gateway under a running
+    controller (no Kubernetes event says so: the controller finds the LB services it
+    applied gone and applies every Service again)."""
     api_ns, w = api
     c, gw = dataplane(lab, vecgate, tmp_path)
     http = [{"name": "http", "port": 8080, "protocol": "TCP"}]
@@ -254,6 +256,16 @@ def test_restarts_converge(api, lab, vecgate, tmp_path):
         assert changes_of(lines[0]) == 0, lines
         assert managed_ids(gw) == ids
 
+        # The gateway restarted under the running controller: back from its config file
+        # alone, then the controller's services again, without a Kubernetes event.
+        gw.restart()
+        for i in range(3):
+            lab.run(c, "ping", "-c", "2", "-i", "0.2", "-W", "1", NODE_B[i], check=False)
+            lab.run(f"{lab.prefix}-be{i}", "ping", "-c", "2", "-i", "0.2", "-W", "1", NODE_B[i], check=False)
+        wait_for("the LB services applied again", lambda: set(managed_ids(gw)) == set(ids) and len(backends(gw, rs)) == 3)
+        assert "gateway resynced" in log.read_text()
+        r = who(lab, c, "198.18.128.50", 80, 30)
+        assert set(a.split()[0] for a in r["answers"]) == {"be0", "be1", "be2"}, r
         assert proc.poll() is None, log.read_text()
     finally:
         proc.terminate()

@@ -5,6 +5,9 @@
 //! Nothing is applied until both kinds are listed once: the first sync then adds each LB
 //! service whole (one request per service, its backends included). After that an event
 //! applies only what its Service's diff says; a relist applies only what changed meanwhile.
+//! The gateway is checked every [`GATEWAY_CHECK`]: one restarted under the controller (it
+//! holds only its config file's LB services again) or unreachable for a while is read back
+//! and every Service's difference applied once it answers.
 
 use crate::desired::{is_managed, Settings};
 use crate::model::{Change, Model};
@@ -17,7 +20,12 @@ use kube::runtime::WatchStreamExt;
 use kube::{Api, Client};
 use std::collections::BTreeSet;
 use std::path::PathBuf;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// How often the gateway is asked whether it still holds the LB services applied to it:
+/// a gateway restarted under the controller starts from its config file again, and no
+/// Kubernetes event says so.
+pub const GATEWAY_CHECK: Duration = Duration::from_secs(5);
 
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -89,6 +97,50 @@ impl Applier {
         }
         Ok(n)
     }
+
+    /// Whether the gateway holds, by name, the managed LB services the model applied.
+    fn holds_applied(&self, model: &Model) -> Result<bool, Error> {
+        let rows = self.call(&control::api::Request::ShowLbServices {}, "show lb services")?.data;
+        let held: BTreeSet<&str> =
+            rows.as_array().into_iter().flatten().filter_map(|r| r["name"].as_str()).filter(|n| is_managed(n)).collect();
+        Ok(held.len() == model.applied().len() && model.applied().keys().all(|n| held.contains(n.as_str())))
+    }
+
+    /// Read the gateway's LB services back as applied, then apply every Service's
+    /// difference; the number of changes.
+    fn resync(&mut self, model: &mut Model, settings: &Settings) -> Result<usize, Error> {
+        model.forget_applied();
+        adopt_existing(self, model, settings)?;
+        let keys = model.keys();
+        self.apply_all(model, keys)
+    }
+}
+
+/// The periodic check: a gateway that lost LB services applied to it (restarted), or was
+/// unreachable, is resynced. `lost`: it was unreachable; kept until a resync succeeds.
+fn check_gateway(applier: &mut Applier, model: &mut Model, settings: &Settings, lost: &mut bool) {
+    let t0 = Instant::now();
+    let held = if *lost { Ok(false) } else { applier.holds_applied(model) };
+    match held.and_then(|held| if held { Ok(None) } else { applier.resync(model, settings).map(Some) }) {
+        Ok(None) => {}
+        Ok(Some(n)) => {
+            *lost = false;
+            tracing::info!(
+                lb_services = model.applied().len(),
+                changes = n,
+                ms = t0.elapsed().as_secs_f64() * 1e3,
+                "gateway resynced (it had lost LB services the controller applied, or did not answer)"
+            );
+        }
+        Err(e) => gateway_lost(lost, &e),
+    }
+}
+
+fn gateway_lost(lost: &mut bool, e: &Error) {
+    if !*lost {
+        tracing::warn!(error = %e, "gateway unreachable; its LB services are read back and every Service resynced once it answers");
+    }
+    *lost = true;
 }
 
 fn short(c: &Change) -> String {
@@ -170,7 +222,8 @@ fn parse<T>(stats: &mut Stats, r: Result<Option<T>, crate::objects::ObjectError>
     }
 }
 
-/// Watch and apply until the process is stopped (SIGINT/SIGTERM) or the socket fails.
+/// Watch and apply until the process is stopped (SIGINT/SIGTERM); the gateway must answer
+/// at start (its LB services are read back then).
 pub async fn run(opts: Options) -> Result<Stats, Error> {
     let client = client(&opts).await?;
     let mut applier = Applier { socket: opts.socket.clone(), stats: Stats::default() };
@@ -186,9 +239,18 @@ pub async fn run(opts: Options) -> Result<Stats, Error> {
     let mut synced = false;
     let started = Instant::now();
     let mut stop = Box::pin(shutdown());
+    let mut check = tokio::time::interval(GATEWAY_CHECK);
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The gateway did not answer a request: events only update the model until a
+    // resync succeeds.
+    let mut lost = false;
     loop {
         let ev = tokio::select! {
             ev = events.next() => match ev { Some(ev) => ev, None => break },
+            _ = check.tick(), if synced => {
+                check_gateway(&mut applier, &mut model, &opts.settings, &mut lost);
+                continue;
+            }
             _ = &mut stop => break,
         };
         applier.stats.events += 1;
@@ -264,7 +326,13 @@ pub async fn run(opts: Options) -> Result<Stats, Error> {
             }
             synced = true;
             let keys = model.keys();
-            let n = applier.apply_all(&mut model, keys)?;
+            let n = match applier.apply_all(&mut model, keys) {
+                Ok(n) => n,
+                Err(e) => {
+                    gateway_lost(&mut lost, &e);
+                    continue;
+                }
+            };
             tracing::info!(
                 services = model.services(),
                 lb_services = model.applied().len(),
@@ -276,7 +344,16 @@ pub async fn run(opts: Options) -> Result<Stats, Error> {
             );
             continue;
         }
-        let n = applier.apply_all(&mut model, keys.iter().cloned())?;
+        if lost {
+            continue;
+        }
+        let n = match applier.apply_all(&mut model, keys.iter().cloned()) {
+            Ok(n) => n,
+            Err(e) => {
+                gateway_lost(&mut lost, &e);
+                continue;
+            }
+        };
         if relisted {
             tracing::info!(keys = keys.len(), changes = n, us = t0.elapsed().as_micros() as u64, "resync done");
         } else if n > 0 {

@@ -113,6 +113,12 @@ impl Model {
         self.services.len()
     }
 
+    /// Forget what was applied, before the gateway's LB services are adopted again (a
+    /// gateway restarted under the controller holds only its config file's).
+    pub fn forget_applied(&mut self) {
+        self.applied.clear();
+    }
+
     /// Take LB services found in the dataplane at start as applied (a restarted
     /// controller then changes only what differs).
     pub fn adopt(&mut self, spec: ServiceSpec) {
