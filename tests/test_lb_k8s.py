@@ -275,6 +275,39 @@ def test_restarts_converge(api, lab, vecgate, tmp_path):
     assert gw.stop()[0] == 0
 
 
+def test_an_external_address_moved_between_services_is_applied_once_freed(api, lab, vecgate, tmp_path):
+    """An external address moved from one Service to another, added to the second first:
+    refused while the first holds it, applied once the first lets it go, without another
+    event of the second."""
+    api_ns, w = api
+    c, gw = dataplane(lab, vecgate, tmp_path)
+    http = [{"name": "http", "port": 8080, "protocol": "TCP"}]
+    tcp80 = [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]
+    apply(api_ns, w, [service("mv", "198.18.128.52", tcp80, externalIPs=["198.18.140.6"]),
+                      endpoint_slice("mv-1", "mv", http, [endpoint(a) for a in BACKENDS[1:]]),
+                      service("mv2", "198.18.128.53", tcp80),
+                      endpoint_slice("mv2-1", "mv2", http, [endpoint(BACKENDS[0])])])
+    ext, ext2 = "default/mv:http@198.18.140.6", "default/mv2:http@198.18.140.6"
+    proc, log = controller(lab, vecgate, api_ns, w, gw, tmp_path)
+    try:
+        wait_for("the first sync", lambda: backends(gw, ext) and backends(gw, "default/mv2:http@198.18.128.53"))
+        kubectl(api_ns, w, "patch", "service", "mv2", "--type=merge", "-p", '{"spec":{"externalIPs":["198.18.140.6"]}}')
+        wait_for("the refusal", lambda: "change refused" in log.read_text())
+        assert backends(gw, ext2) is None
+        kubectl(api_ns, w, "patch", "service", "mv", "--type=json", "-p", '[{"op":"remove","path":"/spec/externalIPs"}]')
+        wait_for("the address passed to mv2", lambda: backends(gw, ext) is None and backends(gw, ext2) is not None)
+        assert set(backends(gw, ext2)) == {(BACKENDS[0], 8080)}
+        r = who(lab, c, "198.18.140.6", 80, 10)
+        assert set(a.split()[0] for a in r["answers"]) == {"be0"}, r
+        assert proc.poll() is None, log.read_text()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    kubectl(api_ns, w, "delete", "service", "mv", "mv2")
+    kubectl(api_ns, w, "delete", "endpointslice", "mv-1", "mv2-1")
+    assert gw.stop()[0] == 0
+
+
 def kube_proxy_backends(api_ns):
     """kube-proxy's choice per service port: the endpoints its service chains jump to
     (nftables mode: `service-<hash>-<ns>/<name>/<proto>/<port>` chains with a vmap to

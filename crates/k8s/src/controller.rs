@@ -60,6 +60,9 @@ pub struct Stats {
 struct Applier {
     socket: PathBuf,
     stats: Stats,
+    /// Services with a change the gateway refused: tried again after a change to another
+    /// Service is applied, which may have freed what was refused (an address, a port).
+    pending: BTreeSet<Key>,
 }
 
 impl Applier {
@@ -72,9 +75,11 @@ impl Applier {
         Ok(reply)
     }
 
-    /// Plan and apply one Service's changes; the number applied.
-    fn apply(&mut self, model: &mut Model, key: &Key) -> Result<usize, Error> {
+    /// Plan and apply one Service's changes; the number applied. A refusal is logged at
+    /// warn, or at debug when `retry` (it was logged when first refused).
+    fn apply(&mut self, model: &mut Model, key: &Key, retry: bool) -> Result<usize, Error> {
         let mut n = 0;
+        let mut refused = false;
         for c in model.plan(key) {
             let reply =
                 control::server::call(&self.socket, &c.request()).map_err(|e| Error::Socket(self.socket.display().to_string(), e))?;
@@ -84,16 +89,36 @@ impl Applier {
                 n += 1;
             } else {
                 self.stats.refused += 1;
-                tracing::warn!(service = %key, change = ?short(&c), error = reply.error.as_deref().unwrap_or(""), "change refused");
+                refused = true;
+                let error = reply.error.as_deref().unwrap_or("");
+                if retry {
+                    tracing::debug!(service = %key, change = ?short(&c), error, "change refused again");
+                } else {
+                    tracing::warn!(service = %key, change = ?short(&c), error, "change refused");
+                }
             }
+        }
+        if refused {
+            self.pending.insert(key.clone());
+        } else {
+            self.pending.remove(key);
         }
         Ok(n)
     }
 
+    /// Apply the Services `keys`, then, if that changed anything, the pending ones.
     fn apply_all(&mut self, model: &mut Model, keys: impl IntoIterator<Item = Key>) -> Result<usize, Error> {
         let mut n = 0;
+        let mut tried = BTreeSet::new();
         for k in keys {
-            n += self.apply(model, &k)?;
+            n += self.apply(model, &k, false)?;
+            tried.insert(k);
+        }
+        if n > 0 {
+            let pending: Vec<Key> = self.pending.difference(&tried).cloned().collect();
+            for k in pending {
+                n += self.apply(model, &k, true)?;
+            }
         }
         Ok(n)
     }
@@ -110,6 +135,7 @@ impl Applier {
     /// difference; the number of changes.
     fn resync(&mut self, model: &mut Model, settings: &Settings) -> Result<usize, Error> {
         model.forget_applied();
+        self.pending.clear();
         adopt_existing(self, model, settings)?;
         let keys = model.keys();
         self.apply_all(model, keys)
@@ -226,7 +252,7 @@ fn parse<T>(stats: &mut Stats, r: Result<Option<T>, crate::objects::ObjectError>
 /// at start (its LB services are read back then).
 pub async fn run(opts: Options) -> Result<Stats, Error> {
     let client = client(&opts).await?;
-    let mut applier = Applier { socket: opts.socket.clone(), stats: Stats::default() };
+    let mut applier = Applier { socket: opts.socket.clone(), stats: Stats::default(), pending: BTreeSet::new() };
     let mut model = Model::new(opts.settings.clone());
     let adopted = adopt_existing(&applier, &mut model, &opts.settings)?;
     tracing::info!(adopted, socket = %opts.socket.display(), "controller started");
