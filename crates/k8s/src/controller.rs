@@ -248,6 +248,12 @@ fn parse<T>(stats: &mut Stats, r: Result<Option<T>, crate::objects::ObjectError>
     }
 }
 
+fn log_unsupported(s: &Service) {
+    for e in &s.unsupported {
+        tracing::warn!(error = %e, "field not supported");
+    }
+}
+
 /// Watch and apply until the process is stopped (SIGINT/SIGTERM); the gateway must answer
 /// at start (its LB services are read back then).
 pub async fn run(opts: Options) -> Result<Stats, Error> {
@@ -288,6 +294,7 @@ pub async fn run(opts: Options) -> Result<Stats, Error> {
                 Event::Init => listing.services = Some(Vec::new()),
                 Event::InitApply(o) => {
                     if let Some(s) = parse(&mut applier.stats, Service::from_k8s(&o)) {
+                        log_unsupported(&s);
                         listing.services.get_or_insert_with(Vec::new).push(s);
                     }
                 }
@@ -298,6 +305,7 @@ pub async fn run(opts: Options) -> Result<Stats, Error> {
                 }
                 Event::Apply(o) => match parse(&mut applier.stats, Service::from_k8s(&o)) {
                     Some(s) => {
+                        log_unsupported(&s);
                         keys.insert(model.service_applied(s));
                     }
                     // An ExternalName service (maybe ClusterIP before): nothing of it stays.

@@ -75,6 +75,9 @@ pub struct Service {
     pub external_local: bool,
     /// `internalTrafficPolicy: Local`: ClusterIP traffic goes to this node's endpoints only.
     pub internal_local: bool,
+    /// Fields the load balancer cannot honour, and what is served instead (the controller
+    /// logs them at each event of the Service).
+    pub unsupported: Vec<ObjectError>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -192,7 +195,21 @@ impl Service {
         for (i, a) in spec.external_ips.iter().flatten().enumerate() {
             external_ips.push(c.ip(format!("spec.externalIPs[{i}]"), a)?);
         }
-        if kind == ServiceKind::LoadBalancer {
+        let mut unsupported = Vec::new();
+        let source_ranges = spec.load_balancer_source_ranges.as_deref().unwrap_or_default();
+        // kube-proxy drops what other sources send to the ingress addresses; the load
+        // balancer filters no sources, so those addresses are not served rather than open
+        // to everyone (external IPs and node ports are not filtered by kube-proxy either).
+        if kind == ServiceKind::LoadBalancer && !source_ranges.is_empty() {
+            unsupported.push(c.err(
+                "spec.loadBalancerSourceRanges",
+                format!(
+                    "{}: sources are not filtered, so the status.loadBalancer.ingress addresses are not served (kube-proxy serves them to these sources only)",
+                    source_ranges.join(",")
+                ),
+            ));
+        }
+        if kind == ServiceKind::LoadBalancer && source_ranges.is_empty() {
             let ingress = s.status.as_ref().and_then(|st| st.load_balancer.as_ref()).and_then(|l| l.ingress.as_ref());
             for (i, g) in ingress.into_iter().flatten().enumerate() {
                 // `ipMode: Proxy`: the load balancer itself carries the traffic on to the
@@ -239,6 +256,7 @@ impl Service {
             ports,
             external_ips,
             affinity,
+            unsupported,
         }))
     }
 }

@@ -264,6 +264,27 @@ fn an_ingress_address_in_proxy_mode_is_left_to_its_load_balancer() {
 }
 
 #[test]
+fn load_balancer_source_ranges_leave_the_ingress_addresses_unserved_and_say_so() {
+    // kube-proxy serves the ingress addresses to those sources only; the LB filters no
+    // sources, so it does not serve them (rather than to everyone) and names the field.
+    // External IPs and node ports, which kube-proxy does not filter, are served.
+    let mut v = web();
+    v["spec"]["type"] = json!("LoadBalancer");
+    v["spec"]["externalIPs"] = json!(["198.18.140.1"]);
+    v["spec"]["loadBalancerSourceRanges"] = json!(["198.18.50.0/24"]);
+    v["status"] = json!({"loadBalancer": {"ingress": [{"ip": "198.18.141.1"}]}});
+    let svc = service(v);
+    assert_eq!(svc.external_ips, [addr("198.18.140.1")]);
+    let why: Vec<String> = svc.unsupported.iter().map(|e| e.to_string()).collect();
+    assert_eq!(
+        why,
+        ["service default/web: spec.loadBalancerSourceRanges: 198.18.50.0/24: sources are not filtered, so the status.loadBalancer.ingress \
+          addresses are not served (kube-proxy serves them to these sources only)"]
+    );
+    assert!(service(web()).unsupported.is_empty());
+}
+
+#[test]
 fn bad_objects_are_refused_naming_object_field_and_expectation() {
     let cases = [
         (
