@@ -287,10 +287,12 @@ fn outer_of(r: &Rule) -> Result<OuterHeader, UpfCounter> {
     }
 }
 
-/// Apply a matched downlink rule that does not buffer: its FAR, QERs and URRs, then the
-/// GTP-U header toward the gNB.
+/// Apply a matched downlink rule that does not buffer (`upf-buffer`'s packets): the N3
+/// path's MTU as `upfN-downlink` does, its FAR, QERs and URRs, then the GTP-U header
+/// toward the gNB.
 #[inline]
 fn deliver_downlink(
+    ip: &ip::Tables,
     t: &UpfTables,
     usage: &UsageCells,
     policer: &Policer,
@@ -298,18 +300,20 @@ fn deliver_downlink(
     buf: &mut Buffer,
     counts: &mut Counts<'_, UpfCounter>,
 ) -> Result<UpfNext, UpfCounter> {
-    let o = match r.forward {
-        Forward::Drop => return Err(UpfCounter::FarDrop),
-        // Only reached by a caller that did not hold it: nothing to forward it with.
-        Forward::Buffer => return Err(UpfCounter::BufferedDropped),
-        Forward::Forward(None) => return Err(UpfCounter::NoOuterHeader),
-        Forward::Forward(Some(o)) => o,
+    // Only reached by a caller that did not hold it: a Buffer FAR has nothing to forward with.
+    let o = outer_of(r)?;
+    let outer_mtu = match fit_n3(ip, &o, buf) {
+        Ok(m) => m,
+        Err((next, c)) => {
+            counts.inc(c);
+            return Ok(next);
+        }
     };
     enforce(usage, policer, r, false, buf.len() as u64)?;
     let n = encap(buf, t, &o)?;
     counts.inc(UpfCounter::Forwarded);
     counts.inc(UpfCounter::Encapsulated);
-    Ok(n)
+    Ok(fragment_outer(buf, outer_mtu, n, counts))
 }
 
 /// Put the buffer's packet in IP/UDP/GTP-U toward `o`; the next node routes the outer
@@ -969,7 +973,14 @@ impl UpfBuffer {
     /// Send on what is held for the session in `slot`, oldest first, each matched against
     /// the session's rules as they are now: one that still buffers is held again (behind
     /// the others, so the order stands), one that forwards goes to `out`.
-    fn release(u: &mut UpfContext, counts: &mut Counts<'_, UpfCounter>, pool: &mut Pool, slot: u32, out: &mut Vec<(BufIdx, UpfNext)>) {
+    fn release(
+        ip: &ip::Tables,
+        u: &mut UpfContext,
+        counts: &mut Counts<'_, UpfCounter>,
+        pool: &mut Pool,
+        slot: u32,
+        out: &mut Vec<(BufIdx, UpfNext)>,
+    ) {
         let tables = Arc::clone(&u.tables);
         let Some(s) = tables.session(slot) else {
             counts.add(UpfCounter::Discarded, u.held.discard(slot) as u64);
@@ -997,7 +1008,7 @@ impl UpfBuffer {
                 Some(r) if r.forward == Forward::Buffer => Self::hold(u, counts, s, r, pool.get(b).bytes()).map(|()| None),
                 Some(r) => {
                     let UpfContext { usage, policer, .. } = &mut *u;
-                    deliver_downlink(&tables, usage, policer, r, pool.get_mut(b), counts).map(Some)
+                    deliver_downlink(ip, &tables, usage, policer, r, pool.get_mut(b), counts).map(Some)
                 }
             };
             match result {
@@ -1031,11 +1042,13 @@ impl<Cx: HasUpf> ExpandNode<Cx> for UpfBuffer {
         bi: BufIdx,
         out: &mut Vec<(BufIdx, UpfNext)>,
     ) -> Result<(), UpfCounter> {
+        // The N3 route's MTU for what goes out (the buffering path only: a clone here).
+        let ip = Arc::clone(&cx.ip().tables);
         let u = cx.upf();
         match BufferCmd::parse(pool.get(bi).bytes()) {
             Some(Ok(BufferCmd::Release { slot, seid })) => {
                 if u.tables.session(slot).is_some_and(|s| s.seid == seid) {
-                    Self::release(u, counts, pool, slot, out);
+                    Self::release(&ip, u, counts, pool, slot, out);
                 }
                 return Ok(());
             }
@@ -1055,9 +1068,9 @@ impl<Cx: HasUpf> ExpandNode<Cx> for UpfBuffer {
             return Self::hold(u, counts, s, r, pool.get(bi).bytes());
         }
         // The FAR forwards now: what is held goes first.
-        Self::release(u, counts, pool, s.slot, out);
+        Self::release(&ip, u, counts, pool, s.slot, out);
         let UpfContext { usage, policer, .. } = u;
-        let n = deliver_downlink(&tables, usage, policer, r, pool.get_mut(bi), counts)?;
+        let n = deliver_downlink(&ip, &tables, usage, policer, r, pool.get_mut(bi), counts)?;
         out.push((bi, n));
         Ok(())
     }

@@ -858,6 +858,26 @@ fn buffered_packets_go_first_in_order_once_the_far_forwards() {
     assert_eq!(got, numbered(10..13).into_iter().map(|p| (0x300, p)).collect::<Vec<_>>());
 }
 
+/// Held packets meet the N3 path's MTU when they are released, as the downlink's own do:
+/// one too big with DF is answered to its source, the rest go out.
+#[test]
+fn a_held_packet_too_big_for_n3_is_signalled_when_released() {
+    let mut rig = Rig::new();
+    let mut r = session(9);
+    r.fars.get_mut(&2).unwrap().action = apply_action::BUFF;
+    rig.install(&r);
+    let big = with_df(udp4(DN, UE, 53, 4000, 1457 - 28));
+    let small = udp4(DN, UE, 53, 4000, 100);
+    assert!(rig.send(2, &[big, small.clone()]).is_empty());
+    r.fars.get_mut(&2).unwrap().action = apply_action::FORW;
+    rig.install(&r);
+    let mut got: Vec<_> = rig.command(BufferCmd::Release { slot: 0, seid: 9 }).iter().map(|(n, p)| (*n, p.len())).collect();
+    got.sort();
+    assert_eq!(got, [("ip4-icmp-error", 1457), ("ip4-lookup", 44 + 128)]);
+    assert_eq!(rig.counter("upf-buffer", "inner-too-big"), 1);
+    assert_eq!(rig.usage(9, 1), Usage { dl_bytes: small.len() as u64, dl_packets: 1, ..Default::default() });
+}
+
 #[test]
 fn buffering_without_nocp_holds_silently_and_bounds_are_counted() {
     let mut rig = Rig::new();
