@@ -292,7 +292,11 @@ impl Slice {
             let k = e.conditions.clone().unwrap_or_default();
             let ready = k.ready.unwrap_or(true);
             let terminating = k.terminating.unwrap_or(false);
-            let conditions = EndpointConditions { ready: ready && !terminating, serving: k.serving.unwrap_or(ready), terminating };
+            // A ready endpoint takes new connections even while terminating, as kube-proxy
+            // reads it (the EndpointSlice controller says so for a Service with
+            // publishNotReadyAddresses); the LB holds a terminating backend not ready, so it
+            // is given as ready only.
+            let conditions = EndpointConditions { ready, serving: k.serving.unwrap_or(ready), terminating: terminating && !ready };
             endpoints.push(Endpoint { addr, conditions, node_name: e.node_name.clone() });
         }
         Ok(Some(Slice { service: Key::new(&c.key.namespace, service), key: c.key, ipv4, ports, endpoints }))

@@ -110,6 +110,15 @@ fn a_terminating_endpoint_is_one_backend_set_with_its_conditions() {
 }
 
 #[test]
+fn a_ready_endpoint_takes_new_connections_even_while_terminating() {
+    // publishNotReadyAddresses: the EndpointSlice controller keeps a terminating pod
+    // ready, and kube-proxy sends it new connections as any ready endpoint.
+    let (mut m, key) = synced(vec![endpoint("198.19.1.10", true, false, "n1"), endpoint("198.19.2.10", true, false, "n2")]);
+    m.slice_applied(slice(web_slice("web-1", vec![endpoint("198.19.1.10", true, false, "n1"), endpoint("198.19.2.10", true, true, "n2")])));
+    assert_eq!(m.plan(&key), []);
+}
+
+#[test]
 fn an_endpoint_moving_between_slices_changes_nothing() {
     let (mut m, key) = synced(vec![endpoint("198.19.1.10", true, false, "n1"), endpoint("198.19.2.10", true, false, "n2")]);
     // The new slice first lists it (both slices have it for a moment), then the old one drops it.
