@@ -209,7 +209,7 @@ pub fn format_rows(rows: &[TunnelRow], total: usize) -> String {
     let mut s = format!("{total} GTP-U tunnels{}\n", counting_note(rows));
     for r in rows {
         s += &format!(
-            "{:<16} {} -> {} teid in {:#x} out {:#x}{}{} checksum {} src-port {} decap {}{} outer {} mtu {}{}{}{}\n",
+            "{:<16} {} -> {} teid in {:#x} out {:#x}{}{} checksum {} src-port {} decap {}{}{} mtu {}{}{}{}\n",
             r.name,
             r.local,
             r.remote,
@@ -221,7 +221,8 @@ pub fn format_rows(rows: &[TunnelRow], total: usize) -> String {
             crate::format::word(&r.src_port),
             r.decap_next,
             r.ue.as_ref().map(|u| format!(" ue {u}")).unwrap_or_default(),
-            if r.outer_adjacency == ip::tables::ADJ_MISS { "unresolved" } else { "resolved" },
+            // The way to the remote (a route and its next hop's address) is not known yet.
+            if r.outer_adjacency == ip::tables::ADJ_MISS { " remote unresolved" } else { "" },
             r.inner_mtu.map_or("?".into(), |m| m.to_string()),
             if r.mtu.fragment == FragmentPolicy::Outer { " fragment outer" } else { "" },
             if r.mtu.mss_clamp { " mss-clamp" } else { "" },
