@@ -60,6 +60,7 @@ pub fn reload(c: &mut Control, path: Option<&str>) -> Result<Reply, String> {
     check_fixed(&c.applied, &new)?;
     check_interfaces(c, &new)?;
     check_punt_link(c, &new)?;
+    check_ctl_node_ports(c, &new)?;
     let mut changes = Vec::new();
     // Interfaces first (routes and tunnels may need their subnets); the ones the file
     // dropped go last, after the routes through them.
@@ -103,6 +104,29 @@ pub fn reload(c: &mut Control, path: Option<&str>) -> Result<Reply, String> {
         }
     }
     Ok(Reply::ok(serde_json::json!({ "file": path.display().to_string(), "changes": changes }), text))
+}
+
+/// A node_port service made with `ctl` (neither the last file nor this one names it)
+/// stays through the reload: a UDP tunnel or inbound SA of the file on its port is
+/// refused before anything changes. (The file's own services are checked against the
+/// file's tunnels by `dataplane::check`.)
+fn check_ctl_node_ports(c: &Control, new: &Config) -> Result<(), String> {
+    let tunnels = new.udp_tunnels.iter().enumerate().filter_map(|(i, t)| Some((format!("udp_tunnel[{i}].port"), t.to_spec().ok()?.0.port)));
+    let sas = new
+        .ipsec_sas
+        .iter()
+        .enumerate()
+        .filter_map(|(i, sa)| Some((format!("ipsec_sa[{i}].udp_dst_port"), sa.to_spec().ok()?.0.udp_receive_port()?)));
+    for (field, port) in tunnels.chain(sas) {
+        let Some(name) = c.lb.state.node_port_service(port, lb::Protocol::Udp) else { continue };
+        if !c.applied.lb_services.iter().chain(&new.lb_services).any(|s| s.name == name) {
+            return Err(format!(
+                "{}: {field}: {port}: node_port service {name:?} (made with ctl) receives on it; expected a port no node_port service uses; nothing was changed",
+                new.source
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Sections a running gateway cannot change.

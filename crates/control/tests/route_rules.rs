@@ -382,6 +382,41 @@ protocol = \"tcp\"
     assert!(e.contains(&taken("bgp", "179/tcp", "[punt] (handed to the host's stack)")), "{e}");
 }
 
+/// A reload whose file brings a UDP tunnel or an inbound SA onto the port of a node_port
+/// service made with `ctl` is refused before anything changes; a file service on that
+/// port, which the same file replaces, is no obstacle.
+#[test]
+fn a_reload_does_not_put_a_tunnel_on_a_ctl_node_port() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gw.toml");
+    std::fs::write(&path, CFG).unwrap();
+    let cfg = Config::load(&path).unwrap();
+    let (mut c, _worker) = assemble(&cfg).unwrap().into_single();
+    c.config_path = Some(path.clone());
+    ok(&mut c, "lb service add np node_port 0.0.0.0 30080 udp backend 198.19.1.40:80");
+    let tunnel = "\n[[udp_tunnel]]\nlocal = \"198.18.2.1\"\nremote = \"198.18.2.9\"\nencap = \"gue\"\nport = 30080\n";
+    let sa = "\n[[ipsec_sa]]\nindex = 3\nspi = 3000\ndirection = \"inbound\"\nalgorithm = \"null\"\nlocal = \"198.18.2.1\"\n\
+              remote = \"198.18.2.9\"\nudp_encap = true\nudp_dst_port = 30080\n";
+    for (extra, field) in [(tunnel, "udp_tunnel[0].port"), (sa, "ipsec_sa[0].udp_dst_port")] {
+        std::fs::write(&path, format!("{CFG}{extra}")).unwrap();
+        let r = c.handle(&Request::Reload { file: None });
+        let e = r.error.unwrap_or_else(|| panic!("reload with {field} on the node port accepted"));
+        assert!(
+            e.ends_with(&format!(
+                "{field}: 30080: node_port service \"np\" (made with ctl) receives on it; expected a port no node_port service uses; nothing was changed"
+            )),
+            "{e}"
+        );
+        assert_eq!((c.udptun.len(), c.ipsec.get(3).is_some(), c.state.udp_port(30080)), (0, false, None));
+    }
+    // Once the service is gone, the same file applies.
+    ok(&mut c, "lb service del np");
+    std::fs::write(&path, format!("{CFG}{tunnel}")).unwrap();
+    let r = c.handle(&Request::Reload { file: None });
+    assert!(r.ok, "{r:?}");
+    assert_eq!(c.udptun.len(), 1);
+}
+
 /// The UPF's UE pools are `[pfcp]`'s routes: neither deleted nor replaced as static ones.
 #[test]
 fn the_ue_pools_are_the_upfs_routes() {
