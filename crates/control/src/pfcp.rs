@@ -154,6 +154,14 @@ impl PfcpConfig {
             Some(n) => ip("node_id", n)?,
             None => listen.ip(),
         };
+        // The Node ID and our F-SEIDs carry it: SMFs send their requests there.
+        if node.is_unspecified() {
+            let why = match &self.node_id {
+                Some(n) => format!("{n:?}"),
+                None => format!("not set, and listen ({}) is a wildcard address", self.listen),
+            };
+            return Err(("node_id", format!("{why}: expected the address SMFs reach this UPF at")));
+        }
         let node_id = match node {
             IpAddr::V4(a) => NodeId::Ipv4(a),
             IpAddr::V6(a) => NodeId::Ipv6(a),
@@ -870,11 +878,15 @@ mod tests {
             ("max_sessions = 0", "max_sessions", "1 to"),
             ("buffer_packets = 2000000", "buffer_packets", "0 to"),
             ("buffer_per_session = 5000", "buffer_per_session", "at most buffer_packets (4096)"),
+            ("listen = \"0.0.0.0:8805\"", "node_id", "listen (0.0.0.0:8805) is a wildcard address: expected the address SMFs reach"),
+            ("node_id = \"::\"", "node_id", "expected the address SMFs reach this UPF at"),
         ] {
             let (f, m) = cfg(extra).upf_config(1).unwrap_err();
             assert_eq!(f, field, "{extra}");
             assert!(m.contains(says), "{extra}: {m}");
         }
+        let any = cfg("listen = \"0.0.0.0:8805\"\nnode_id = \"198.18.9.1\"").upf_config(1).unwrap();
+        assert_eq!(any.node_id, NodeId::Ipv4("198.18.9.1".parse().unwrap()), "on every address, named by node_id");
         let (f, _) = toml::from_str::<PfcpConfig>("n3 = \"2001:db8::1\"").unwrap().upf_config(1).unwrap_err();
         assert_eq!(f, "n3");
     }
