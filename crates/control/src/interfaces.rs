@@ -95,6 +95,14 @@ fn endpoints_elsewhere(c: &Control, name: &str) -> Result<(), String> {
     for (_, s) in c.lb.state.services().filter(|(_, s)| s.kind != lb::ServiceType::NodePort) {
         note(format!("service {:?}", s.name), s.vip);
     }
+    // The UPF's N3 addresses: the F-TEIDs it gave the SMFs name them.
+    if let Some(p) = &c.applied.pfcp {
+        for (key, a) in [("[pfcp] n3", Some(&p.n3)), ("[pfcp] n3_ipv6", p.n3_ipv6.as_ref())] {
+            if let Some(a) = a.and_then(|a| a.parse().ok()) {
+                note(key.to_string(), a);
+            }
+        }
+    }
     for (key, a) in [("[lb] snat4", c.applied.lb.snat4), ("[lb] snat6", c.applied.lb.snat6)] {
         if let Some(a) = a {
             note(key.to_string(), a);

@@ -1,7 +1,7 @@
 //! `delete interface` refuses an interface whose address a GTP-U tunnel, a UDP tunnel, an
-//! IPsec SA or the load balancer's SNAT sends from (they would go on sending from an
-//! address the gateway no longer has), or a service is on, naming them; once they are
-//! gone it deletes it.
+//! IPsec SA, the load balancer's SNAT or the UPF's N3 sends from (they would go on
+//! sending from an address the gateway no longer has), or a service is on, naming them;
+//! once they are gone it deletes it.
 
 use control::config::Config;
 use control::dataplane::{assemble, Control};
@@ -79,4 +79,13 @@ fn a_service_on_its_address_keeps_an_interface() {
     assert_eq!(e, "eth1 holds the local address of service \"ext\" (local 198.18.2.1): delete or move them first");
     ctl(&mut c, "lb service del ext").unwrap();
     ctl(&mut c, "delete interface eth1").unwrap();
+}
+
+/// The UPF's N3 address: the F-TEIDs handed to SMFs name it.
+#[test]
+fn the_upfs_n3_address_keeps_its_interface() {
+    let mut c = start(&format!("{LINKS}\n[pfcp]\nlisten = \"127.0.0.1:0\"\nn3 = \"198.18.2.1\"\nn3_ipv6 = \"2001:db8:2::1\"\n"));
+    let e = ctl(&mut c, "delete interface eth1").unwrap_err();
+    assert!(e.contains("[pfcp] n3 (local 198.18.2.1)") && e.contains("[pfcp] n3_ipv6 (local 2001:db8:2::1)"), "{e}");
+    assert!(c.state.if_index("eth1").is_ok());
 }
