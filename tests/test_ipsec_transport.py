@@ -167,3 +167,20 @@ def test_a_tunnels_outer_packets_are_protected_by_a_transport_sa(vecgate, tmp_pa
         outer = peer_in.decrypt(l3)
         assert outer[UDP].dport == port, outer.show(dump=True)
         assert raw(outer).endswith(bytes([n]) * 30)
+
+
+def test_a_forwarded_packet_is_not_put_in_transport_mode_esp(vecgate, tmp_path):
+    """Transport mode protects the gateway's own packets to the peer: a host's packet that
+    a PROTECT policy sends to a transport SA (an SPD written for tunnel mode, say) is
+    dropped by name; it left as ESP under the host's own addresses, which no SA at the
+    peer takes (it checks the outer addresses), so it was lost unseen."""
+    local, remote = ends(4)
+    forwarded = Ether(src=HOST_MAC, dst=GW_MAC0) / IP(src="198.18.0.2", dst=remote) / ICMP(type=8, id=5, seq=1) / Raw(b"f" * 20)
+    peer_out = scapy_sa("aes-gcm-128", False, IN_SPI, 2)
+    own = Ether(src=HOST_MAC, dst=GW_MAC0) / peer_out.encrypt(IP(src=remote, dst=local) / ICMP(type=8, id=6, seq=1) / Raw(b"o" * 20))
+    out0, out1, c, _ = run_pcap(vecgate, tmp_path, [forwarded, own], config("aes-gcm-128", 4, False))
+    assert c.get(("esp4-encrypt", "transport-not-endpoints")) == 1, c
+    # The gateway's own echo reply still goes through the SA.
+    assert c.get(("esp4-encrypt", "encrypted")) == 1 and len(out1) == 1 and not out0, c
+    reply = scapy_sa("aes-gcm-128", False, OUT_SPI, 1).decrypt(IP(raw(out1[0])[14:]))
+    assert (reply.src, reply.dst, reply[ICMP].id) == (local, remote, 6)

@@ -33,6 +33,7 @@ counters! {
         NoSa(Error, "no-sa", "no outbound SA at the index the route or policy named"),
         ToOuterFamily(Info, "to-outer-family", "packets for a tunnel-mode SA whose outer family is the other one (an SPD policy protects IPv6 with an IPv4 tunnel, or the reverse): handed to that family's encrypt node"),
         TransportFamily(Warn, "transport-family-mismatch", "a transport-mode SA of the other address family than the packet's: nothing to put ESP into"),
+        TransportNotEndpoints(Warn, "transport-not-endpoints", "a packet for a transport-mode SA that is not from its local to its remote address (a forwarded one): its ESP would reach no SA"),
         SeqOverflow(Error, "seq-overflow", "the SA's sequence number reached its end: dropped, never wrapped (RFC 4303 3.3.3)"),
         LifetimeExpired(Error, "lifetime-expired", "the SA passed a hard lifetime (packets or bytes)"),
         NoHeadroom(Error, "no-headroom", "not enough headroom for the outer headers"),
@@ -100,6 +101,16 @@ impl EncryptPlan {
             mtu: spec.mtu,
         }
     }
+}
+
+/// Whether packet `b` goes from the SA's `local` to its `remote` address.
+#[inline(always)]
+fn between_endpoints<O: EspOuter>(spec: &SaSpec, b: &[u8]) -> bool {
+    if b.len() < O::HEADER_LEN {
+        return false;
+    }
+    let (src, dst) = O::addrs(b);
+    O::from_ip(spec.local) == Some(src) && O::from_ip(spec.remote) == Some(dst)
 }
 
 /// Put ESP around `buf[at..]` in place: padding (to a multiple of `align`), trailer and
@@ -245,6 +256,11 @@ impl<Cx: HasIpsec, O: EspOuter> Node<Cx> for EspEncrypt<O> {
             }
             counts.inc(C::ToOuterFamily);
             return Verdict::Next(if O::IS_V6 { EspEncryptNext::Esp4Encrypt } else { EspEncryptNext::Esp6Encrypt });
+        }
+        // Transport mode protects the gateway's own packets to the peer (RFC 4301 §4.1):
+        // ESP on another's packet, under its own addresses, would reach no SA.
+        if sa.plan.transport && !between_endpoints::<O>(&sa.spec, buf.bytes()) {
+            return Verdict::Drop(C::TransportNotEndpoints);
         }
         // Tunnel mode: the outer packet leaves by the SA's own adjacency. Transport
         // mode: the packet keeps its header, so it leaves where its lookup sent it.
