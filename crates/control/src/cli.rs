@@ -236,6 +236,11 @@ fn edit_distance(a: &str, b: &str) -> usize {
     row[b.len()]
 }
 
+/// A word `command` does not take, named with the words it does.
+pub(crate) fn unknown_word(command: &str, word: &str, words: &[&str]) -> String {
+    format!("{command}: unknown word {word:?} ({})", words.join(", "))
+}
+
 /// The words `create udp tunnel` takes, for the error that names one it does not.
 const UDP_TUNNEL_WORDS: &[&str] = &[
     "local",
@@ -291,6 +296,9 @@ fn udp_tunnel(w: &[&str]) -> Result<crate::udptun::UdpTunnelConfig, String> {
             i += 1;
             continue;
         }
+        if !UDP_TUNNEL_WORDS.contains(&w[i]) {
+            return Err(unknown_word("create udp tunnel", w[i], UDP_TUNNEL_WORDS));
+        }
         let v = w.get(i + 1).copied().ok_or_else(|| format!("{} needs a value", w[i]))?;
         let num = |k: &str| -> Result<u32, String> {
             match v.strip_prefix("0x") {
@@ -319,7 +327,7 @@ fn udp_tunnel(w: &[&str]) -> Result<crate::udptun::UdpTunnelConfig, String> {
             "mtu" => c.mtu = Some(mtu_word(v)?),
             "fragment" => c.fragment = v.parse().map_err(|e| format!("fragment {e}"))?,
             "urpf" => c.urpf = v.parse().map_err(|e| format!("urpf {e}"))?,
-            o => return Err(format!("create udp tunnel: unknown word {o:?} ({})", UDP_TUNNEL_WORDS.join(", "))),
+            o => return Err(unknown_word("create udp tunnel", o, UDP_TUNNEL_WORDS)),
         }
         i += 2;
     }
@@ -451,7 +459,7 @@ fn gtpu_tunnel(w: &[&str]) -> Result<crate::gtpu::GtpuTunnelConfig, String> {
                 i += 1;
                 continue;
             }
-            o => return Err(format!("create gtpu tunnel: unknown word {o:?} ({})", GTPU_TUNNEL_WORDS.join(", "))),
+            o => return Err(unknown_word("create gtpu tunnel", o, GTPU_TUNNEL_WORDS)),
         }
         i += 2;
     }
@@ -501,6 +509,8 @@ mod tests {
         ];
         for (what, line, words) in cases {
             let e = p(&format!("{line} colour red")).unwrap_err();
+            // Last on the line too: named as unknown, not as wanting a value.
+            assert_eq!(p(&format!("{line} colour")).unwrap_err(), e);
             assert_eq!(e, format!("{what}: unknown word \"colour\" ({})", words.join(", ")));
             // Every word listed is one it takes (whatever it then says of the value).
             for w in words {

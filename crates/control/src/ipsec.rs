@@ -206,6 +206,9 @@ pub fn parse_sa_add(w: &[&str]) -> Result<IpsecSaConfig, String> {
             "no-anti-replay" => c.anti_replay = false,
             "mss-clamp" => c.tcp_mss_clamp = true,
             key => {
+                if !SA_ADD_WORDS.contains(&key) && key != "algorithm" {
+                    return Err(crate::cli::unknown_word("ipsec sa add", key, SA_ADD_WORDS));
+                }
                 let v = *w.get(i + 1).ok_or_else(|| format!("{key} needs a value"))?;
                 let num = |k: &str| -> Result<u64, String> {
                     match v.strip_prefix("0x") {
@@ -235,7 +238,7 @@ pub fn parse_sa_add(w: &[&str]) -> Result<IpsecSaConfig, String> {
                     "hard-bytes" => c.lifetime.hard_bytes = num(key)?,
                     "mtu" => c.mtu = Some(u16::try_from(num(key)?).map_err(|_| format!("mtu {v:?}: expected a number of bytes"))?),
                     "fragment" => c.fragment = v.parse().map_err(|e| format!("fragment {e}"))?,
-                    _ => return Err(format!("ipsec sa add: unknown word {key:?} ({})", SA_ADD_WORDS.join(", "))),
+                    _ => return Err(crate::cli::unknown_word("ipsec sa add", key, SA_ADD_WORDS)),
                 }
                 i += 1;
             }
