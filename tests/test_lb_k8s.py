@@ -345,11 +345,15 @@ def test_kube_proxy_nftables_selects_the_same_backends(api, lab, vecgate, tmp_pa
         service("split", "198.18.128.32", tcp80),
         endpoint_slice("split-1", "split", http, [endpoint(BACKENDS[0])]),
         endpoint_slice("split-2", "split", http, [endpoint(BACKENDS[2])]),
+        # ready while terminating (publishNotReadyAddresses): new connections as any ready one
+        service("pnr", "198.18.128.33", tcp80, publishNotReadyAddresses=True),
+        endpoint_slice("pnr-1", "pnr", http, [endpoint(BACKENDS[0], True, True, True), endpoint(BACKENDS[1])]),
     ])
     r = subprocess.run([str(K8S / "proxy.sh"), str(w), "--bin", str(BIN_DIR)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     proc, log = controller(lab, vecgate, api_ns, w, gw, tmp_path)
-    want = {"mixed": {BACKENDS[0], BACKENDS[1]}, "draining": {BACKENDS[1]}, "split": {BACKENDS[0], BACKENDS[2]}}
+    want = {"mixed": {BACKENDS[0], BACKENDS[1]}, "draining": {BACKENDS[1]}, "split": {BACKENDS[0], BACKENDS[2]},
+            "pnr": {BACKENDS[0], BACKENDS[1]}}
     try:
         def ours():
             rows = gw.ctl("show", "lb", "backends")["data"]
@@ -395,13 +399,13 @@ time.sleep(120)
 """)
         assert server.stdout.readline().strip() == "READY"
         names = {f"be{i}": a for i, a in enumerate(BACKENDS)}
-        for svc, vip in (("mixed", "198.18.128.30"), ("draining", "198.18.128.31"), ("split", "198.18.128.32")):
+        for svc, vip in (("mixed", "198.18.128.30"), ("draining", "198.18.128.31"), ("split", "198.18.128.32"), ("pnr", "198.18.128.33")):
             through_vecgate = {names[a.split()[0]] for a in who(lab, c, vip, 80, 24)["answers"]}
             through_kube_proxy = {a.split()[0] for a in who(lab, api_ns, vip, 80, 24)["answers"]}
             assert through_vecgate == through_kube_proxy == want[svc], (svc, through_vecgate, through_kube_proxy)
     finally:
         proc.terminate()
         proc.wait(10)
-    kubectl(api_ns, w, "delete", "service", "mixed", "draining", "split")
-    kubectl(api_ns, w, "delete", "endpointslice", "mixed-1", "draining-1", "split-1", "split-2")
+    kubectl(api_ns, w, "delete", "service", "mixed", "draining", "split", "pnr")
+    kubectl(api_ns, w, "delete", "endpointslice", "mixed-1", "draining-1", "split-1", "split-2", "pnr-1")
     assert gw.stop()[0] == 0

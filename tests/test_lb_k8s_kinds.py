@@ -66,7 +66,8 @@ def test_other_service_kinds_match_kube_proxy(api, lab, vecgate, tmp_path):
     apply(api_ns, w, [
         service("np", "198.18.128.40", port(30080), type="NodePort"),
         endpoint_slice("np-1", "np", http, [endpoint(BACKENDS[0]), endpoint(BACKENDS[1])]),
-        service("lbx", "198.18.128.41", port(30081), type="LoadBalancer", externalIPs=["198.18.140.1"]),
+        # An IPv6 external IP of an IPv4-only Service: kube-proxy serves it in no family.
+        service("lbx", "198.18.128.41", port(30081), type="LoadBalancer", externalIPs=["198.18.140.1", "2001:db8:140::1"]),
         endpoint_slice("lbx-1", "lbx", http, [endpoint(BACKENDS[1]), endpoint(BACKENDS[2])]),
         service("six", "2001:db8:128::10", port(), ipFamilies=["IPv6"], ipFamilyPolicy="SingleStack"),
         six,
@@ -75,7 +76,8 @@ def test_other_service_kinds_match_kube_proxy(api, lab, vecgate, tmp_path):
         endpoint_slice("sticky-1", "sticky", http, [endpoint(a) for a in BACKENDS]),
     ])
     kubectl(api_ns, w, "patch", "service", "lbx", "--subresource=status", "--type=merge",
-            "-p", '{"status":{"loadBalancer":{"ingress":[{"ip":"198.18.141.1"}]}}}')
+            # ipMode Proxy: its load balancer sends on to the nodes; kube-proxy leaves it alone.
+            "-p", '{"status":{"loadBalancer":{"ingress":[{"ip":"198.18.141.1"},{"ip":"198.18.141.9","ipMode":"Proxy"}]}}}')
     r = subprocess.run([str(K8S / "proxy.sh"), str(w), "--bin", str(BIN_DIR)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     proc, log = controller(lab, vecgate, api_ns, w, gw, tmp_path)
