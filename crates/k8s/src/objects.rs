@@ -245,8 +245,17 @@ impl Service {
             "Local" => Ok(true),
             o => Err(c.err(field, format!("{o:?}: expected Cluster or Local"))),
         };
+        let external_local = policy("spec.externalTrafficPolicy", spec.external_traffic_policy.as_deref())?;
+        // kube-proxy answers the load balancer's health checks of this node there (HTTP:
+        // healthy while the node has an endpoint of the Service); nothing does here.
+        if let Some(p) = spec.health_check_node_port.filter(|&p| p != 0 && kind == ServiceKind::LoadBalancer && external_local) {
+            unsupported.push(c.err(
+                "spec.healthCheckNodePort",
+                format!("{p}: not answered (kube-proxy serves the load balancer's health checks of this node there), so those checks fail"),
+            ));
+        }
         Ok(Some(Service {
-            external_local: policy("spec.externalTrafficPolicy", spec.external_traffic_policy.as_deref())?,
+            external_local,
             internal_local: policy("spec.internalTrafficPolicy", spec.internal_traffic_policy.as_deref())?,
             key: c.key,
             kind,

@@ -294,6 +294,22 @@ fn load_balancer_source_ranges_leave_the_ingress_addresses_unserved_and_say_so()
 }
 
 #[test]
+fn a_health_check_node_port_is_said_to_go_unanswered() {
+    // externalTrafficPolicy Local: the cloud load balancer checks each node there (kube-proxy
+    // answers); nothing answers here, so the operator is told.
+    let mut v = web();
+    v["spec"]["type"] = json!("LoadBalancer");
+    v["spec"]["externalTrafficPolicy"] = json!("Local");
+    v["spec"]["healthCheckNodePort"] = json!(31500);
+    let why: Vec<String> = service(v).unsupported.iter().map(|e| e.to_string()).collect();
+    assert_eq!(
+        why,
+        ["service default/web: spec.healthCheckNodePort: 31500: not answered (kube-proxy serves the load balancer's health checks of \
+          this node there), so those checks fail"]
+    );
+}
+
+#[test]
 fn bad_objects_are_refused_naming_object_field_and_expectation() {
     let cases = [
         (
