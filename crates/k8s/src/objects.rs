@@ -120,6 +120,17 @@ fn key_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> 
     Key::new(meta.namespace.as_deref().unwrap_or("default"), meta.name.as_deref().unwrap_or(""))
 }
 
+/// Dotted-quad IPv4 with leading zeros in a field (`198.018.001.010`), read in decimal.
+fn legacy_ipv4(s: &str) -> Option<IpAddr> {
+    let mut octets = [0u8; 4];
+    let mut fields = s.split('.');
+    for o in &mut octets {
+        let f = fields.next().filter(|f| !f.is_empty() && f.bytes().all(|c| c.is_ascii_digit()))?;
+        *o = f.parse().ok()?;
+    }
+    fields.next().is_none().then_some(IpAddr::from(octets))
+}
+
 struct Checker {
     kind: &'static str,
     key: Key,
@@ -130,8 +141,10 @@ impl Checker {
         ObjectError { kind: self.kind, key: self.key.clone(), field: field.into(), message: message.into() }
     }
 
+    /// An address as Kubernetes reads it (kube-proxy's `ParseIPSloppy`): IPv4 fields with
+    /// leading zeros, which the API server still accepts (with a warning), are decimal.
     fn ip(&self, field: impl Into<String>, s: &str) -> Result<IpAddr, ObjectError> {
-        s.parse().map_err(|_| self.err(field, format!("{s:?}: expected an IPv4 or IPv6 address")))
+        s.parse().ok().or_else(|| legacy_ipv4(s)).ok_or_else(|| self.err(field, format!("{s:?}: expected an IPv4 or IPv6 address")))
     }
 
     fn port(&self, field: impl Into<String>, p: i32) -> Result<u16, ObjectError> {

@@ -310,6 +310,21 @@ fn a_health_check_node_port_is_said_to_go_unanswered() {
 }
 
 #[test]
+fn ipv4_with_leading_zeros_is_read_in_decimal_as_kubernetes_reads_it() {
+    // The API server (v1.31) still accepts "198.018.140.010" with a warning and kube-proxy
+    // serves 198.18.140.10; refusing it took the whole Service down.
+    let mut v = web();
+    v["spec"]["externalIPs"] = json!(["198.018.140.010"]);
+    assert_eq!(service(v).external_ips, [addr("198.18.140.10")]);
+    for bad in ["198.018.140.256", "198.18.140", "198.18.140.1.1", "198.+18.140.1", "198..140.1"] {
+        let mut v = web();
+        v["spec"]["externalIPs"] = json!([bad]);
+        let o: k8s_openapi::api::core::v1::Service = serde_json::from_value(v).unwrap();
+        assert!(Service::from_k8s(&o).is_err(), "{bad}");
+    }
+}
+
+#[test]
 fn bad_objects_are_refused_naming_object_field_and_expectation() {
     let cases = [
         (
