@@ -295,6 +295,11 @@ impl<F: NatNodeFamily> LbNat<F> {
         outer_len: usize,
     ) -> Verdict<LbNatNext, LbNatCounter> {
         if adj != ADJ_MISS {
+            // Out of a link with an SPD bound, the outer packet meets the link's outbound
+            // policies, which the lookup sends it through.
+            if ip::nodes::family::outer_to_output_features(&cx.ip().tables, buf, adj) {
+                return Verdict::Next(F::LOOKUP);
+            }
             if ip::nodes::family::send_originated_whole::<F::Ip>(&cx.ip().tables, buf, adj) {
                 buf.meta.adj = adj;
                 return Verdict::Next(LbNatNext::Output);
