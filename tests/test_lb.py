@@ -245,13 +245,27 @@ def test_refusals_are_counted_by_name(vecgate, tmp_path):
     gre = Ether(src=HOST_MAC, dst=GW_MAC0) / IP(src=CLIENT, dst=VIP, proto=47) / Raw(b"x" * 8)
     empty = syn(20000, dst="198.18.128.11")
     wrong_port = syn(20001, dport=81)
-    out0, out1, counters, _ = run_pcap(vecgate, tmp_path, [truncated, frag, gre, empty, wrong_port], services())
+    elsewhere = syn(20002, dst="198.18.140.20")
+    # Local policy, its only backend on another node.
+    local_elsewhere = """
+[[lb_service]]
+name = "default/elsewhere"
+type = "load_balancer"
+vip = "198.18.140.20"
+port = 80
+protocol = "tcp"
+traffic_policy = "Local"
+backends = [{ addr = "198.19.1.10", port = 8080, local = false }]
+"""
+    out0, out1, counters, _ = run_pcap(vecgate, tmp_path, [truncated, frag, gre, empty, wrong_port, elsewhere], services(local_elsewhere))
     assert out1 == []
     assert counters[("lb4-nat", "truncated")] == 1
     assert counters[("lb4-nat", "fragment")] == 1
     assert counters[("lb4-nat", "not-tcp-udp")] == 1
     assert counters[("lb4-nat", "no-backend")] == 1
     assert counters[("lb4-nat", "no-service")] == 1
+    # Endpoints only on other nodes: dropped, as kube-proxy's "has no local endpoints" rule.
+    assert counters[("lb4-nat", "no-local-backend")] == 1
     # A service without backends, and a port without a service: port unreachable, as
     # kube-proxy's reject rules answer.
     unreach = [p for p in out0 if ICMP in p]

@@ -56,6 +56,7 @@ counters! {
         IcmpTranslated(Info, "icmp-translated", "ICMP errors about a translated connection translated"),
         NoService(Info, "no-service", "TCP/UDP to the node on a port no service has (ICMP port unreachable requested)"),
         NoBackend(Info, "no-backend", "service without a backend that takes new connections (ICMP port unreachable requested)"),
+        NoLocalBackend(Info, "no-local-backend", "Local-policy service whose backends are all on other nodes: dropped, not refused (as kube-proxy)"),
         SessionTableFull(Error, "session-table-full", "no room in the session table for a new connection"),
         SnatPortsExhausted(Error, "snat-ports-exhausted", "no free source port on the node address toward the backend"),
         ReplyTupleInUse(Warn, "reply-tuple-in-use", "the new connection's reply direction is another connection's"),
@@ -405,6 +406,7 @@ impl<F: NatNodeFamily> LbNat<F> {
                         Err(v) => v,
                     }
                 }
+                Err(LbDrop::NoBackend) if svc.drop_without_backend => Verdict::Drop(C::NoLocalBackend),
                 Err(LbDrop::NoBackend) => {
                     counts.inc(C::NoBackend);
                     buf.meta.param = F::PORT_UNREACHABLE.encode();
@@ -421,6 +423,7 @@ impl<F: NatNodeFamily> LbNat<F> {
                 count_outcome(counts, outcome);
                 Verdict::Next(F::LOOKUP)
             }
+            Err(LbDrop::NoBackend) if svc.drop_without_backend => Verdict::Drop(C::NoLocalBackend),
             Err(LbDrop::NoBackend) => {
                 counts.inc(C::NoBackend);
                 buf.meta.param = F::PORT_UNREACHABLE.encode();

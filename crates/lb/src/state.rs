@@ -84,6 +84,14 @@ fn eligible(spec: &ServiceSpec) -> Vec<bool> {
     spec.backends.iter().map(|b| candidate(b) && b.conditions.serving && b.conditions.terminating).collect()
 }
 
+/// `Local` policy on traffic from outside with no backend of this node to take a new flow
+/// while one elsewhere would: kube-proxy drops such a flow rather than refusing it.
+fn drop_without_backend(spec: &ServiceSpec, eligible: &[bool]) -> bool {
+    let local_only = spec.traffic_policy == TrafficPolicy::Local && spec.kind != ServiceType::ClusterIp;
+    let usable = |b: &BackendSpec| b.conditions.ready || (b.conditions.serving && b.conditions.terminating);
+    local_only && !eligible.contains(&true) && spec.backends.iter().any(usable)
+}
+
 /// A family's node address (its outer header shapes' source) and its shapes.
 fn shapes_of(t: &mut LbTables, v6: bool) -> (Option<IpAddr>, &mut Vec<Outer>) {
     match v6 {
@@ -127,6 +135,7 @@ fn compile<F: Family>(id: u32, gen: u32, spec: &ServiceSpec, shape: u16, adj: &H
             Affinity::None => 0,
             Affinity::ClientIp { timeout_s } => timeout_s as u64 * 1000,
         },
+        drop_without_backend: drop_without_backend(spec, &eligible),
         backends,
         maglev: maglev::build(&weighted, size),
         forwarding: spec.forwarding,

@@ -38,6 +38,10 @@ pub struct ServiceTable<F: Family> {
     pub snat: bool,
     /// ClientIP affinity timeout; 0 without affinity.
     pub affinity_ms: u64,
+    /// `Local` policy, and the backends that would take new flows are all on other nodes:
+    /// a new flow is dropped, not refused, as kube-proxy does (the service has endpoints,
+    /// this node is not one of them; whatever sent here should send elsewhere).
+    pub drop_without_backend: bool,
     /// Every backend of the service, in any condition (a session names one by index).
     pub backends: Vec<Backend<F>>,
     /// Maglev: slot → index in `backends`; empty when no backend takes new flows.
