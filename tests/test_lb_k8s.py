@@ -117,9 +117,10 @@ snat4 = "198.19.1.1"
     return c, gw
 
 
-def controller(lab, vecgate, api_ns, w, gw, tmp):
+def controller(lab, vecgate, api_ns, w, gw, tmp, node="n1"):
     log = open(tmp / "k8s.log", "w")
-    p = lab.spawn_to(api_ns, log, str(vecgate), "k8s", "--socket", gw.sock, "--kubeconfig", str(w / "vecgate.kubeconfig"), "--node-name", "n1")
+    named = ["--node-name", node] if node else []
+    p = lab.spawn_to(api_ns, log, str(vecgate), "k8s", "--socket", gw.sock, "--kubeconfig", str(w / "vecgate.kubeconfig"), *named)
     return p, tmp / "k8s.log"
 
 
@@ -305,6 +306,21 @@ def test_an_external_address_moved_between_services_is_applied_once_freed(api, l
         proc.wait(10)
     kubectl(api_ns, w, "delete", "service", "mv", "mv2")
     kubectl(api_ns, w, "delete", "endpointslice", "mv-1", "mv2-1")
+    assert gw.stop()[0] == 0
+
+
+def test_a_controller_without_a_node_name_says_what_that_costs(api, lab, vecgate, tmp_path):
+    """Without --node-name no endpoint is local (kube-proxy always has its node): Local
+    policies would send nothing, so the controller says so at start."""
+    api_ns, w = api
+    c, gw = dataplane(lab, vecgate, tmp_path)
+    proc, log = controller(lab, vecgate, api_ns, w, gw, tmp_path, node=None)
+    try:
+        wait_for("the first sync", lambda: "initial sync done" in log.read_text())
+        assert "no --node-name: no endpoint is this node's" in log.read_text(), log.read_text()
+    finally:
+        proc.terminate()
+        proc.wait(10)
     assert gw.stop()[0] == 0
 
 

@@ -261,7 +261,12 @@ pub async fn run(opts: Options) -> Result<Stats, Error> {
     let mut applier = Applier { socket: opts.socket.clone(), stats: Stats::default(), pending: BTreeSet::new() };
     let mut model = Model::new(opts.settings.clone());
     let adopted = adopt_existing(&applier, &mut model, &opts.settings)?;
-    tracing::info!(adopted, socket = %opts.socket.display(), "controller started");
+    tracing::info!(adopted, socket = %opts.socket.display(), node = opts.settings.node.as_deref().unwrap_or(""), "controller started");
+    if opts.settings.node.is_none() {
+        // kube-proxy always knows its node (the host name by default); without one no
+        // endpoint is local, and Local policies would quietly send nothing anywhere.
+        tracing::warn!("no --node-name: no endpoint is this node's, so Services with externalTrafficPolicy or internalTrafficPolicy Local get no traffic through it");
+    }
 
     let services =
         watcher::watcher(Api::<K8sService>::all(client.clone()), watcher::Config::default()).default_backoff().map(Ev::Service).boxed();
