@@ -362,15 +362,26 @@ fn per_backend(x: Option<(Vec<bool>, &[u32])>) -> (Vec<bool>, Vec<usize>) {
     (eligible, slots)
 }
 
+/// An address and port as `show lb` prints them (`[v6]:port`).
+fn at(a: IpAddr, port: u16) -> String {
+    if a.is_ipv6() {
+        format!("[{a}]:{port}")
+    } else {
+        format!("{a}:{port}")
+    }
+}
+
 fn format_services(rows: &[ServiceRow]) -> String {
+    let addrs: Vec<String> = rows.iter().map(|r| at(r.vip, r.port)).collect();
+    let name_w = crate::format::column(28, rows.iter().map(|r| r.name.as_str()));
+    let addr_w = crate::format::column(28, addrs.iter().map(String::as_str));
     let mut s = format!(
-        "{:<4} {:<28} {:<13} {:<28} {:<5} {:<8} {:<10} {:>8} {:>8} {:>7}\n",
+        "{:<4} {:<name_w$} {:<13} {:<addr_w$} {:<5} {:<8} {:<10} {:>8} {:>8} {:>7}\n",
         "id", "name", "type", "address", "proto", "policy", "forwarding", "backends", "eligible", "table"
     );
-    for r in rows {
-        let addr = if r.vip.is_ipv6() { format!("[{}]:{}", r.vip, r.port) } else { format!("{}:{}", r.vip, r.port) };
+    for (r, addr) in rows.iter().zip(&addrs) {
         s += &format!(
-            "{:<4} {:<28} {:<13} {:<28} {:<5} {:<8} {:<10} {:>8} {:>8} {:>7}\n",
+            "{:<4} {:<name_w$} {:<13} {:<addr_w$} {:<5} {:<8} {:<10} {:>8} {:>8} {:>7}\n",
             r.id,
             r.name,
             crate::format::word(&r.kind),
@@ -387,7 +398,8 @@ fn format_services(rows: &[ServiceRow]) -> String {
 }
 
 fn format_backends(rows: &[BackendRow]) -> String {
-    let mut s = format!("{:<28} {:<40} {:>6} {:<24} {:<5} {:>7}\n", "service", "backend", "weight", "conditions", "local", "slots");
+    let name_w = crate::format::column(28, rows.iter().map(|r| r.service.as_str()));
+    let mut s = format!("{:<name_w$} {:<40} {:>6} {:<24} {:<5} {:>7}\n", "service", "backend", "weight", "conditions", "local", "slots");
     for r in rows {
         let c = r.conditions;
         let cond = [(c.ready, "ready"), (c.serving, "serving"), (c.terminating, "terminating")]
@@ -396,9 +408,8 @@ fn format_backends(rows: &[BackendRow]) -> String {
             .map(|(_, n)| *n)
             .collect::<Vec<_>>()
             .join(",");
-        let addr = if r.addr.is_ipv6() { format!("[{}]:{}", r.addr, r.port) } else { format!("{}:{}", r.addr, r.port) };
         let local = if r.local { "yes" } else { "no" };
-        s += &format!("{:<28} {:<40} {:>6} {:<24} {:<5} {:>7}\n", r.service, addr, r.weight, cond, local, r.slots);
+        s += &format!("{:<name_w$} {:<40} {:>6} {:<24} {:<5} {:>7}\n", r.service, at(r.addr, r.port), r.weight, cond, local, r.slots);
     }
     s
 }
@@ -508,16 +519,18 @@ fn sessions(c: &crate::dataplane::Control, id: Option<u32>, limit: usize) -> Res
 }
 
 fn format_sessions(c: &LbControl, rows: &[lb::show::SessionRow], total: usize) -> String {
-    let at = |a: IpAddr, p: u16| if a.is_ipv6() { format!("[{a}]:{p}") } else { format!("{a}:{p}") };
+    let names: HashMap<u32, &str> = c.state.services().map(|(id, s)| (id, s.name.as_str())).collect();
+    let name_of = |id: u32| names.get(&id).map_or_else(|| id.to_string(), |n| n.to_string());
+    let row_names: Vec<String> = rows.iter().map(|r| name_of(r.service)).collect();
+    let name_w = crate::format::column(28, row_names.iter().map(String::as_str));
     let mut s = format!(
-        "{:<3} {:<28} {:<5} {:<26} {:<26} {:<26} {:<26} {:<12} {:>10}\n",
+        "{:<3} {:<name_w$} {:<5} {:<26} {:<26} {:<26} {:<26} {:<12} {:>10}\n",
         "wk", "service", "proto", "client", "service address", "backend", "source seen", "state", "expires ms"
     );
-    for r in rows {
-        let name = c.state.services().find(|(id, _)| *id == r.service).map_or_else(|| r.service.to_string(), |(_, s)| s.name.clone());
+    for (r, name) in rows.iter().zip(&row_names) {
         let proto = lb::Protocol::from_number(r.protocol).map_or_else(|| r.protocol.to_string(), |p| p.name().to_string());
         s += &format!(
-            "{:<3} {:<28} {:<5} {:<26} {:<26} {:<26} {:<26} {:<12} {:>10}\n",
+            "{:<3} {:<name_w$} {:<5} {:<26} {:<26} {:<26} {:<26} {:<12} {:>10}\n",
             r.worker,
             name,
             proto,
@@ -661,6 +674,28 @@ mod tests {
     }
 
     const WEB: &str = "[[lb_service]]\nname = \"web\"\ntype = \"cluster_ip\"\nvip = \"198.18.128.10\"\nport = 80\nprotocol = \"tcp\"\n";
+
+    /// Long names (Kubernetes' `namespace/name:port`) and IPv6 addresses widen their
+    /// columns: every row's fields start where their headers do.
+    #[test]
+    fn show_lb_columns_fit_long_names_and_addresses() {
+        let long = "[[lb_service]]\nname = \"kube-system/a-rather-long-service-name:metrics-https\"\ntype = \"load_balancer\"\n\
+                    vip = \"2001:db8:aaaa:bbbb:cccc:dddd:eeee:ffff\"\nport = 65000\nprotocol = \"tcp\"\n\
+                    backends = [{ addr = \"2001:db8::10\", port = 8443 }]\n";
+        let (c, _) = load(&format!("{WEB}backends = [{{ addr = \"198.19.1.10\", port = 80 }}]\n{long}")).unwrap();
+        // The left-aligned columns before the first right-aligned one: id, name, type and
+        // address; service and backend.
+        for (text, left) in [(format_services(&service_rows(&c)), 4), (format_backends(&backend_rows(&c, None)), 2)] {
+            let lines: Vec<&str> = text.lines().collect();
+            let starts = |l: &str| -> Vec<usize> {
+                l.char_indices().filter(|&(i, ch)| ch != ' ' && (i == 0 || l.as_bytes()[i - 1] == b' ')).map(|(i, _)| i).collect()
+            };
+            let head = starts(lines[0]);
+            for l in &lines[1..] {
+                assert_eq!(starts(l)[..left], head[..left], "{text}");
+            }
+        }
+    }
 
     #[test]
     fn bad_settings_name_file_field_and_expectation() {
