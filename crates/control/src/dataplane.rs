@@ -126,8 +126,8 @@ impl ipsec::HasIpsec for WorkerContext {
 
 impl upf::HasUpf for WorkerContext {
     #[inline(always)]
-    fn upf(&mut self) -> &mut upf::UpfContext {
-        &mut self.upf
+    fn split_upf(&mut self) -> (&mut IpContext, &mut upf::UpfContext) {
+        (&mut self.ip, &mut self.upf)
     }
 }
 

@@ -96,9 +96,9 @@ fn endpoints_elsewhere(c: &Control, name: &str) -> Result<(), String> {
         note(format!("service {:?}", s.name), s.vip);
     }
     // The UPF's N3 addresses: the F-TEIDs it gave the SMFs name them.
-    if let Some(p) = &c.applied.pfcp {
-        for (key, a) in [("[pfcp] n3", Some(&p.n3)), ("[pfcp] n3_ipv6", p.n3_ipv6.as_ref())] {
-            if let Some(a) = a.and_then(|a| a.parse().ok()) {
+    if let Some(u) = c.applied.pfcp.as_ref().and_then(|p| p.upf_config(0).ok()) {
+        for (key, a) in [("[pfcp] n3", u.n3_ipv4.map(Into::into)), ("[pfcp] n3_ipv6", u.n3_ipv6.map(Into::into))] {
+            if let Some(a) = a {
                 note(key.to_string(), a);
             }
         }

@@ -375,7 +375,7 @@ pub fn update(
     if local != old.local {
         check_local(router, local)?;
     }
-    let receives = udp_encap.filter(|_| old.direction == Direction::Inbound).map(|p| p.dst);
+    let receives = SaSpec { udp_encap, ..old.clone() }.udp_receive_port();
     if receives != old.udp_receive_port() {
         receives.map_or(Ok(()), &port_free).map_err(|e| format!("udp_dst_port: {e}"))?;
     }

@@ -139,17 +139,20 @@ impl LbControl {
         }
         problems.check()?;
         state.resolve_outers(|a| router.resolve_outer(a));
-        router.set_lb_local(!state.is_empty());
-        router.set_lb_replies(state.has_local_policy());
+        set_router_flags(&state, router);
         let limits = cfg.lb.limits.unwrap_or_default();
         let timeouts = cfg.lb.timeouts.unwrap_or_default();
         Ok(LbControl { shared: Arc::new(ArcSwap::new(state.tables())), state, limits, timeouts })
     }
 
-    /// Resolve the changed services' new encapsulated backends, then publish the tables.
-    pub fn publish(&mut self, router: &mut RouterState) {
+    /// Resolve the changed services' new encapsulated backends, then publish the tables;
+    /// the router's flags follow the services. True if those changed: the IP tables are
+    /// then to be published too.
+    #[must_use]
+    pub fn publish(&mut self, router: &mut RouterState) -> bool {
         self.state.resolve_changed(|a| router.resolve_outer(a));
         self.shared.store(self.state.tables());
+        set_router_flags(&self.state, router)
     }
 
     /// After a route change: publish if an encapsulated backend's adjacency changed.
@@ -362,13 +365,9 @@ fn per_backend(x: Option<(Vec<bool>, &[u32])>) -> (Vec<bool>, Vec<usize>) {
     (eligible, slots)
 }
 
-/// An address and port as `show lb` prints them (`[v6]:port`).
+/// An address and port as `show lb` prints them (`[v6]:port`, as a socket address).
 fn at(a: IpAddr, port: u16) -> String {
-    if a.is_ipv6() {
-        format!("[{a}]:{port}")
-    } else {
-        format!("{a}:{port}")
-    }
+    std::net::SocketAddr::new(a, port).to_string()
 }
 
 fn format_services(rows: &[ServiceRow]) -> String {
@@ -414,13 +413,19 @@ fn format_backends(rows: &[BackendRow]) -> String {
     s
 }
 
-/// After a backend added or removed: forwarded packets pass `lbN-nat` while a backend's
-/// replies come forwarded (a service that keeps the client's address has backends), so
-/// the first such backend turns that on and the last one off, as a service change does.
-fn replies_changed(c: &mut crate::dataplane::Control, before: bool) {
-    let now = c.lb.state.has_local_policy();
-    if now != before {
-        c.state.set_lb_replies(now);
+/// The router's flags that follow from the services: TCP and UDP to the node's addresses
+/// go to `lbN-nat` while there is any service, and forwarded packets pass it while a
+/// service that keeps its clients' addresses has backends (their replies come
+/// forwarded). True if either changed.
+fn set_router_flags(state: &LbState, router: &mut RouterState) -> bool {
+    let local = router.set_lb_local(!state.is_empty());
+    router.set_lb_replies(state.has_local_policy()) | local
+}
+
+/// Publish the LB tables after a change, and the IP tables too if the router's flags
+/// changed with it.
+fn publish(c: &mut crate::dataplane::Control) {
+    if c.lb.publish(&mut c.state) {
         c.publish();
     }
 }
@@ -430,9 +435,8 @@ pub fn handle(c: &mut crate::dataplane::Control, req: &Request) -> Result<Reply,
     let reply = match req {
         Request::LbServiceAdd(spec) => {
             let id = add_service(&mut c.lb.state, &mut c.state, spec.clone())?;
-            c.state.set_lb_local(true);
-            c.state.set_lb_replies(c.lb.state.has_local_policy());
-            c.lb.publish(&mut c.state);
+            // Its route, and the router's flags, in one publication.
+            let _ = c.lb.publish(&mut c.state);
             c.publish_routes();
             Reply::ok(serde_json::json!({ "id": id }), format!("service {:?} added as lb_service{id}", spec.name))
         }
@@ -442,29 +446,25 @@ pub fn handle(c: &mut crate::dataplane::Control, req: &Request) -> Result<Reply,
             if let Some((p, _)) = vip_route(&spec).filter(|_| !vip_shared(&c.lb.state, &spec, false)) {
                 c.state.del_tunnel_routes(&[p]);
             }
-            c.state.set_lb_local(!c.lb.state.is_empty());
-            c.state.set_lb_replies(c.lb.state.has_local_policy());
-            c.lb.publish(&mut c.state);
+            let _ = c.lb.publish(&mut c.state);
             c.publish_routes();
             Reply::ok(serde_json::Value::Null, format!("service {name:?} deleted"))
         }
         Request::LbBackendAdd(a) => {
-            let replies = c.lb.state.has_local_policy();
             c.lb.state.set_backend(&a.service, a.backend).map_err(|e| e.to_string())?;
-            c.lb.publish(&mut c.state);
-            replies_changed(c, replies);
+            // The first backend of a service that keeps its clients' addresses turns the
+            // reply path on.
+            publish(c);
             Reply::ok(serde_json::Value::Null, format!("backend {} port {} set in {:?}", a.backend.addr, a.backend.port, a.service))
         }
         Request::LbBackendSet(ch) => {
             c.lb.state.update_backend(&ch.service, ch.addr, ch.port, ch.weight, ch.conditions).map_err(|e| e.to_string())?;
-            c.lb.publish(&mut c.state);
+            publish(c);
             Reply::ok(serde_json::Value::Null, format!("backend {} port {} of {:?} changed", ch.addr, ch.port, ch.service))
         }
         Request::LbBackendDel(r) => {
-            let replies = c.lb.state.has_local_policy();
             c.lb.state.del_backend(&r.service, r.addr, r.port).map_err(|e| e.to_string())?;
-            c.lb.publish(&mut c.state);
-            replies_changed(c, replies);
+            publish(c);
             Reply::ok(serde_json::Value::Null, format!("backend {} port {} removed from {:?}", r.addr, r.port, r.service))
         }
         Request::ShowLbServices {} => {

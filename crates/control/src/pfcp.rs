@@ -90,7 +90,7 @@ pub struct PfcpConfig {
 }
 
 fn default_smf_port() -> u16 {
-    pfcp::upf::PFCP_PORT
+    pfcp::PORT
 }
 
 fn default_buffer_packets() -> u32 {

@@ -572,9 +572,10 @@ impl RouterState {
         self.parcel_links = links;
     }
 
-    /// Whether TCP and UDP for the gateway's addresses go to the load balancer.
-    pub fn set_lb_local(&mut self, on: bool) {
-        self.lb_local = on;
+    /// Whether TCP and UDP for the gateway's addresses go to the load balancer; true if
+    /// that changed.
+    pub fn set_lb_local(&mut self, on: bool) -> bool {
+        std::mem::replace(&mut self.lb_local, on) != on
     }
 
     /// Punt these ports of our addresses to the host's stack (`None`: nothing is). The
@@ -620,9 +621,10 @@ impl RouterState {
         crate::punt::Punt::new(&spec, adj4, adj6)
     }
 
-    /// Whether forwarded packets pass the load balancer (for replies it must translate).
-    pub fn set_lb_replies(&mut self, on: bool) {
-        self.lb_replies = on;
+    /// Whether forwarded packets pass the load balancer (for replies it must translate);
+    /// true if that changed.
+    pub fn set_lb_replies(&mut self, on: bool) -> bool {
+        std::mem::replace(&mut self.lb_replies, on) != on
     }
 
     /// `ip route add`: add a route where the prefix has none. The same route again

@@ -73,9 +73,6 @@ pub struct Config {
     pub smf_port: Option<u16>,
 }
 
-/// PFCP's registered port: where requests go (TS 29.244 §4.2.2).
-pub const PFCP_PORT: u16 = 8805;
-
 impl Config {
     pub fn new(node_id: NodeId, recovery_time_stamp: u32) -> Config {
         Config {
@@ -92,7 +89,7 @@ impl Config {
             teid_worker_bits: 0,
             request_timeout: Duration::from_secs(3),
             request_retries: 3,
-            smf_port: Some(PFCP_PORT),
+            smf_port: Some(crate::PORT),
         }
     }
 }

@@ -273,8 +273,15 @@ impl UpfContext {
 }
 
 /// A worker context with the UPF part (the IP nodes run in the same graph).
+/// A worker context with both the IP and the UPF parts; the downlink needs both at once
+/// (the N3 route's MTU and the session's rules).
 pub trait HasUpf: HasIp {
-    fn upf(&mut self) -> &mut UpfContext;
+    fn split_upf(&mut self) -> (&mut ip::IpContext, &mut UpfContext);
+
+    #[inline(always)]
+    fn upf(&mut self) -> &mut UpfContext {
+        self.split_upf().1
+    }
 }
 
 #[cfg(test)]

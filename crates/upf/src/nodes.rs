@@ -615,14 +615,8 @@ fn uplink_miss(s: &Session, teid: u32, qfi: Option<u8>, inner: &Inner) -> UpfCou
 
 /// The downlink PDR a packet to the UE matches.
 pub fn match_downlink<'a>(s: &'a Session, inner: &Inner) -> Option<&'a Rule> {
-    match_downlink_index(s, inner).map(|i| &s.downlink[i])
-}
-
-/// [`match_downlink`]'s rule as its index in the session's downlink rules.
-#[inline]
-pub fn match_downlink_index(s: &Session, inner: &Inner) -> Option<usize> {
     let v = inner.view(false);
-    s.downlink.iter().position(|r| sdf_ok(r, &v) && r.ue.is_none_or(|m| m.admits(inner.dst)))
+    s.downlink.iter().find(|r| sdf_ok(r, &v) && r.ue.is_none_or(|m| m.admits(inner.dst)))
 }
 
 impl<Cx: HasUpf, O: OuterFamily> Node<Cx> for UpfUplink<O> {
@@ -852,73 +846,55 @@ impl<Cx: HasUpf, F: UeFamily> Node<Cx> for UpfDownlink<F> {
 
     #[inline]
     fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, UpfCounter>, buf: &mut Buffer) -> Verdict<UpfNext, UpfCounter> {
-        // The session's rule and where it sends the packet; the rule is the resolved
-        // record's (`None`) or the session's downlink rule at that index.
-        let (slot, o, rule) = {
-            let UpfContext { tables, held, .. } = cx.upf();
-            let b = buf.bytes();
-            let v6 = match Inner::family(b) {
-                Ok(v6) => v6,
+        let (ipc, UpfContext { tables, usage, policer, held, .. }) = cx.split_upf();
+        let b = buf.bytes();
+        let v6 = match Inner::family(b) {
+            Ok(v6) => v6,
+            Err(c) => return Verdict::Drop(c),
+        };
+        // A packet of the other family has no session here.
+        let Some(slot) = F::key(b).filter(|_| v6 == F::IS_V6).and_then(|k| F::table(tables).get(k)) else {
+            return Verdict::Drop(UpfCounter::NoSession);
+        };
+        let rec = &tables.records(slot).downlink;
+        let Some(action) = rec.action else {
+            let inner = match Inner::parse(b) {
+                Ok(i) => i,
                 Err(c) => return Verdict::Drop(c),
             };
-            // A packet of the other family has no session here.
-            let Some(slot) = F::key(b).filter(|_| v6 == F::IS_V6).and_then(|k| F::table(tables).get(k)) else {
-                return Verdict::Drop(UpfCounter::NoSession);
-            };
-            let rec = &tables.records(slot).downlink;
-            match rec.action {
-                None => {
-                    let inner = match Inner::parse(b) {
-                        Ok(i) => i,
-                        Err(c) => return Verdict::Drop(c),
-                    };
-                    let Some(s) = tables.session(slot) else { return Verdict::Drop(UpfCounter::NoSession) };
-                    let Some(i) = match_downlink_index(s, &inner) else { return Verdict::Drop(UpfCounter::NoPdr) };
-                    let r = &s.downlink[i];
-                    // Held packets of the session go first: a newer one waits behind them.
-                    if r.forward == Forward::Buffer || held.holds(slot) {
-                        return Verdict::Next(UpfNext::Buffer);
-                    }
-                    match outer_of(r) {
-                        Ok(o) => (slot, o, Some(i)),
-                        Err(c) => return Verdict::Drop(c),
-                    }
-                }
-                Some(action) => {
-                    if action == Action::Buffer || held.holds(slot) {
-                        return Verdict::Next(UpfNext::Buffer);
-                    }
-                    match (action, rec.carried.outer()) {
-                        (Action::Stop(c), _) => return Verdict::Drop(c.into()),
-                        (_, Some(o)) => (slot, *o, None),
-                        // Resolved as `Stop::NoOuterHeader`.
-                        (_, None) => return Verdict::Drop(UpfCounter::NoOuterHeader),
-                    }
-                }
+            let Some(s) = tables.session(slot) else { return Verdict::Drop(UpfCounter::NoSession) };
+            let Some(r) = match_downlink(s, &inner) else { return Verdict::Drop(UpfCounter::NoPdr) };
+            // Held packets of the session go first: a newer one waits behind them.
+            if r.forward == Forward::Buffer || held.holds(slot) {
+                return Verdict::Next(UpfNext::Buffer);
             }
+            return match deliver_downlink(&ipc.tables, tables, usage, policer, r, buf, counts) {
+                Ok(n) => Verdict::Next(n),
+                Err(c) => Verdict::Drop(c),
+            };
+        };
+        if action == Action::Buffer || held.holds(slot) {
+            return Verdict::Next(UpfNext::Buffer);
+        }
+        let o = match (action, rec.carried.outer()) {
+            (Action::Stop(c), _) => return Verdict::Drop(c.into()),
+            (_, Some(o)) => o,
+            // Resolved as `Stop::NoOuterHeader`.
+            (_, None) => return Verdict::Drop(UpfCounter::NoOuterHeader),
         };
         // Too big for the N3 path: told, fragmented or segmented before anything is
         // counted (the pieces come back by the route and are counted as they go out).
-        let outer_mtu = match fit_n3(&cx.ip().tables, &o, buf) {
+        let outer_mtu = match fit_n3(&ipc.tables, o, buf) {
             Ok(m) => m,
             Err((next, c)) => {
                 counts.inc(c);
                 return Verdict::Next(next);
             }
         };
-        let UpfContext { tables, usage, policer, .. } = cx.upf();
-        let bytes = buf.len() as u64;
-        let enforced = match rule {
-            None => enforce_record(usage, policer, &tables.records(slot).downlink, false, bytes),
-            Some(i) => match tables.session(slot).and_then(|s| s.downlink.get(i)) {
-                Some(r) => enforce(usage, policer, r, false, bytes),
-                None => Err(UpfCounter::NoSession),
-            },
-        };
-        if let Err(c) = enforced {
+        if let Err(c) = enforce_record(usage, policer, rec, false, buf.len() as u64) {
             return Verdict::Drop(c);
         }
-        match encap(buf, tables, &o) {
+        match encap(buf, tables, o) {
             Ok(n) => {
                 counts.inc(UpfCounter::Forwarded);
                 counts.inc(UpfCounter::Encapsulated);
@@ -1042,13 +1018,12 @@ impl<Cx: HasUpf> ExpandNode<Cx> for UpfBuffer {
         bi: BufIdx,
         out: &mut Vec<(BufIdx, UpfNext)>,
     ) -> Result<(), UpfCounter> {
-        // The N3 route's MTU for what goes out (the buffering path only: a clone here).
-        let ip = Arc::clone(&cx.ip().tables);
-        let u = cx.upf();
+        let (ipc, u) = cx.split_upf();
+        let ip = &ipc.tables;
         match BufferCmd::parse(pool.get(bi).bytes()) {
             Some(Ok(BufferCmd::Release { slot, seid })) => {
                 if u.tables.session(slot).is_some_and(|s| s.seid == seid) {
-                    Self::release(&ip, u, counts, pool, slot, out);
+                    Self::release(ip, u, counts, pool, slot, out);
                 }
                 return Ok(());
             }
@@ -1068,9 +1043,9 @@ impl<Cx: HasUpf> ExpandNode<Cx> for UpfBuffer {
             return Self::hold(u, counts, s, r, pool.get(bi).bytes());
         }
         // The FAR forwards now: what is held goes first.
-        Self::release(&ip, u, counts, pool, s.slot, out);
+        Self::release(ip, u, counts, pool, s.slot, out);
         let UpfContext { usage, policer, .. } = u;
-        let n = deliver_downlink(&ip, &tables, usage, policer, r, pool.get_mut(bi), counts)?;
+        let n = deliver_downlink(ip, &tables, usage, policer, r, pool.get_mut(bi), counts)?;
         out.push((bi, n));
         Ok(())
     }

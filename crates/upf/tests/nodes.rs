@@ -33,8 +33,8 @@ impl HasIp for Cx {
     }
 }
 impl HasUpf for Cx {
-    fn upf(&mut self) -> &mut UpfContext {
-        &mut self.upf
+    fn split_upf(&mut self) -> (&mut IpContext, &mut UpfContext) {
+        (&mut self.ip, &mut self.upf)
     }
 }
 

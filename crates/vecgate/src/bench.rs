@@ -568,8 +568,8 @@ fn lb_setup(
         };
         control::lb::add_service(&mut control.lb.state, &mut control.state, spec).map_err(|e| anyhow!(e))?;
     }
-    control.state.set_lb_local(true);
-    control.lb.publish(&mut control.state);
+    // The router's flags follow the services; the routes publish them.
+    let _ = control.lb.publish(&mut control.state);
     control.publish_routes();
     let load_seconds = t0.elapsed().as_secs_f64();
     let t = control.lb.state.tables();

@@ -86,6 +86,9 @@ pub struct EncryptPlan {
     /// Outer headers (tunnel mode), UDP (ESP in UDP) and the most ESP adds.
     pub overhead: usize,
     pub transport: bool,
+    /// The outer family (its `local` address's): the encrypt node of the other family
+    /// hands the SA's packets over.
+    pub outer_v6: bool,
     /// The SA's inner MTU cap, fragmentation policy and MSS clamping.
     pub mtu: MtuPolicy,
 }
@@ -98,6 +101,7 @@ impl EncryptPlan {
             block_align: spec.alg.block_align(),
             overhead: spec.outer_len() + layout.max_overhead(),
             transport: spec.mode == Mode::Transport,
+            outer_v6: spec.local.is_ipv6(),
             mtu: spec.mtu,
         }
     }
@@ -248,7 +252,7 @@ impl<Cx: HasIpsec, O: EspOuter> Node<Cx> for EspEncrypt<O> {
         let Some(sa) = x.tables.outbound(index) else {
             return Verdict::Drop(C::NoSa);
         };
-        if sa.spec.local.is_ipv4() == O::IS_V6 {
+        if sa.plan.outer_v6 != O::IS_V6 {
             // Routes reach the node of the SA's outer family; an SPD policy, the node of
             // the packet's. Handed over before anything is counted against the SA.
             if sa.plan.transport {
