@@ -14,7 +14,10 @@
 //!   (forwarding goes on: the dataplane never needed the SMF). A peer heard from again
 //!   within the grace period is up again with nothing lost; after it, its sessions and the
 //!   association are deleted. A heartbeat carrying a new Recovery Time Stamp is a restart:
-//!   the peer's sessions are deleted at once.
+//!   the peer's sessions are deleted at once. A heartbeat carries no Node ID: it is the
+//!   association's whose peer sent it (address and port; a response, the one our request
+//!   went to), else the only association at that address; two SMF nodes sharing an
+//!   address each keep their own sessions whatever the other's stamp says.
 //! - Sessions: Establishment allocates our SEID, and F-TEIDs / UE addresses where the SMF
 //!   sets CHOOSE (TEIDs carry the worker in their low `teid_worker_bits` bits, so a NIC's
 //!   RSS or flow rules can steer a worker's share; a TEID the SMF assigned, and a UE
@@ -157,6 +160,9 @@ pub struct Association {
     pub misses: u32,
     next_heartbeat: Instant,
     heard_since_heartbeat: bool,
+    /// The sequence number of our last Heartbeat Request to it: its response names the
+    /// association even when another SMF node shares the peer's address.
+    heartbeat_seq: Option<u32>,
 }
 
 /// Cumulative counts the dataplane measured for one URR.
@@ -480,13 +486,21 @@ impl Upf {
     fn dispatch(&mut self, now: Instant, from: SocketAddr, h: Header, m: Message, dp: &mut dyn Admission) {
         match m {
             Message::HeartbeatRequest(hb) => {
-                self.check_restart(from, hb.recovery_time_stamp.0);
+                let node = self.peer_node(from);
+                self.check_restart(from, node, hb.recovery_time_stamp.0);
                 let resp = Message::HeartbeatResponse(Heartbeat { recovery_time_stamp: U32Ie(self.cfg.recovery_time_stamp) });
                 self.respond(now, from, Header::node(MessageType::HeartbeatResponse, h.seq), &resp);
             }
             Message::HeartbeatResponse(hb) => {
-                self.pending.remove(&h.seq);
-                self.check_restart(from, hb.recovery_time_stamp.0);
+                // The association our request went to (several SMF nodes may share an
+                // address, and answer from PFCP's port whatever port they asked from).
+                let node = self
+                    .associations
+                    .values()
+                    .find(|a| a.heartbeat_seq == Some(h.seq) && a.peer.ip() == from.ip())
+                    .map(|a| a.node_id.clone())
+                    .or_else(|| self.peer_node(from));
+                self.check_restart(from, node, hb.recovery_time_stamp.0);
             }
             Message::AssociationSetupRequest(r) => self.association_setup(now, from, h, r),
             Message::AssociationUpdateRequest(r) => {
@@ -496,11 +510,9 @@ impl Upf {
                 self.respond(now, from, Header::node(MessageType::AssociationUpdateResponse, h.seq), &resp);
             }
             Message::AssociationReleaseRequest(r) => {
-                // By Node ID, else the association of the sender's address: pfcpsim
-                // names itself 0.0.0.0 in its release.
-                let node = Some(r.node_id)
-                    .filter(|n| self.associations.contains_key(n))
-                    .or_else(|| self.associations.values().find(|a| a.peer.ip() == from.ip()).map(|a| a.node_id.clone()));
+                // By Node ID, else the association of the sender: pfcpsim names itself
+                // 0.0.0.0 in its release.
+                let node = Some(r.node_id).filter(|n| self.associations.contains_key(n)).or_else(|| self.peer_node(from));
                 let cause = if let Some(node) = node {
                     self.associations.remove(&node);
                     self.delete_sessions_of(&node);
@@ -637,39 +649,57 @@ impl Upf {
                 misses: 0,
                 next_heartbeat: now + self.cfg.heartbeat_interval,
                 heard_since_heartbeat: true,
+                heartbeat_seq: None,
             },
         );
         let resp = Message::AssociationSetupResponse(self.association_response(Cause::RequestAccepted, true));
         self.respond(now, from, Header::node(MessageType::AssociationSetupResponse, h.seq), &resp);
     }
 
-    /// Any valid message from a peer shows it is alive.
+    /// The association a message from `from` belongs to, where a message without a Node
+    /// ID can tell (heartbeats, a release naming no node we know): the one set up from
+    /// that address and port, else the only one at that address. Associations are keyed
+    /// by Node ID (TS 29.244 §6.2.6), and two SMF nodes may share an address: then a
+    /// message from neither one's port is nobody's in particular.
+    fn peer_node(&self, from: SocketAddr) -> Option<NodeId> {
+        sole(self.associations.values().filter(|a| a.peer == from))
+            .or_else(|| sole(self.associations.values().filter(|a| a.peer.ip() == from.ip())))
+    }
+
+    /// Any valid message from a peer shows it is alive: its association's peer, or, when
+    /// the address is shared and the port tells none, every association at the address
+    /// (a host that answers is not taken for lost).
     fn heard_from(&mut self, from: SocketAddr, _now: Instant) {
-        if let Some(a) = self.associations.values_mut().find(|a| a.peer.ip() == from.ip()) {
-            a.heard_since_heartbeat = true;
-            a.misses = 0;
-            a.liveness = Liveness::Up;
+        let node = self.peer_node(from);
+        for a in self.associations.values_mut() {
+            if node.as_ref().map_or(a.peer.ip() == from.ip(), |n| *n == a.node_id) {
+                a.heard_since_heartbeat = true;
+                a.misses = 0;
+                a.liveness = Liveness::Up;
+            }
         }
     }
 
-    /// A heartbeat with a Recovery Time Stamp other than the one the association was set
-    /// up with: the peer restarted and lost its sessions, so we drop ours (TS 23.007).
-    fn check_restart(&mut self, from: SocketAddr, rts: u32) {
-        let Some(a) = self.associations.values().find(|a| a.peer.ip() == from.ip()) else {
+    /// A heartbeat of `node` with a Recovery Time Stamp other than the one its association
+    /// was set up with: that SMF node restarted and lost its sessions, so we drop ours
+    /// (TS 23.007), and only its own: another node at the same address keeps its sessions.
+    fn check_restart(&mut self, from: SocketAddr, node: Option<NodeId>, rts: u32) {
+        let Some(a) = node.and_then(|n| self.associations.get(&n)) else {
             return;
         };
         if a.recovery_time_stamp != rts {
-            let node = a.node_id.clone();
+            let (node, peer) = (a.node_id.clone(), a.peer);
             self.associations.remove(&node);
             self.delete_sessions_of(&node);
+            self.forget_answers_to(peer);
             self.forget_answers_to(from);
         }
     }
 
     /// A restarted peer's requests are new whatever their sequence numbers: what we
-    /// answered its previous life is not theirs to get again.
+    /// answered its previous life (at that address and port) is not theirs to get again.
     fn forget_answers_to(&mut self, from: SocketAddr) {
-        self.answered.retain(|(peer, _), _| peer.ip() != from.ip());
+        self.answered.retain(|(peer, _), _| *peer != from);
     }
 
     fn delete_sessions_of(&mut self, node: &NodeId) {
@@ -723,15 +753,18 @@ impl Upf {
                 }
                 a.heard_since_heartbeat = false;
                 a.next_heartbeat = now + self.cfg.heartbeat_interval;
-                heartbeats.push(request_dst(self.cfg.smf_port, a.peer));
+                heartbeats.push((a.node_id.clone(), request_dst(self.cfg.smf_port, a.peer)));
             }
         }
         for node in expired {
             self.associations.remove(&node);
             self.delete_sessions_of(&node);
         }
-        for peer in heartbeats {
+        for (node, peer) in heartbeats {
             let seq = self.seq();
+            if let Some(a) = self.associations.get_mut(&node) {
+                a.heartbeat_seq = Some(seq);
+            }
             let m = Message::HeartbeatRequest(Heartbeat { recovery_time_stamp: U32Ie(self.cfg.recovery_time_stamp) });
             self.send(peer, Header::node(MessageType::HeartbeatRequest, seq), &m);
         }
@@ -1248,6 +1281,10 @@ impl Upf {
                 arm_urrs(&mut self.urr_timers, now, seid, &mut s);
                 self.actions.push_back(Action::Install(s.rules.clone()));
                 self.actions.extend(end_markers.into_iter().map(|old| Action::EndMarker { seid, old }));
+                // The SMF's new F-SEID is part of the modification: taken only with it.
+                if let Some(cp) = r.cp_f_seid {
+                    s.cp_f_seid = cp;
+                }
                 SessionModificationResponse {
                     cause: CauseIe(Cause::RequestAccepted),
                     offending_ie: None,
@@ -1267,10 +1304,11 @@ impl Upf {
                 }
             }
         };
-        let cp = r.cp_f_seid.unwrap_or(s.cp_f_seid);
-        s.cp_f_seid = cp;
+        // A refused modification changes nothing, the SMF's F-SEID included: the refusal
+        // goes to the SEID still in force.
+        let cp_seid = s.cp_f_seid.seid;
         self.sessions.insert(seid, s);
-        let header = Header::session(MessageType::SessionModificationResponse, cp.seid, h.seq);
+        let header = Header::session(MessageType::SessionModificationResponse, cp_seid, h.seq);
         self.respond(now, from, header, &Message::SessionModificationResponse(resp));
     }
 
@@ -1682,6 +1720,14 @@ impl Upf {
             &Message::SessionReportRequest(m),
             Some(s.rules.seid),
         );
+    }
+}
+
+/// The Node ID of the one association `it` yields; none when it yields none or several.
+fn sole<'a>(mut it: impl Iterator<Item = &'a Association>) -> Option<NodeId> {
+    match (it.next(), it.next()) {
+        (Some(a), None) => Some(a.node_id.clone()),
+        _ => None,
     }
 }
 

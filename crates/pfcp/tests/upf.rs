@@ -324,6 +324,45 @@ fn a_create_for_an_id_the_session_has_is_refused() {
     assert_eq!(r.cause.0, Cause::RequestAccepted, "{r:?}");
 }
 
+/// A refused modification changes nothing, the SMF's new F-SEID in it included: the
+/// refusal and the UPF's later requests about the session carry the SEID still in force
+/// (the SMF did not get the change it asked for); an accepted one takes it.
+#[test]
+fn a_refused_modification_keeps_the_smfs_f_seid() {
+    let mut sim = Sim::new();
+    sim.associate(1);
+    let (seid, _) = established(&mut sim, 0x11);
+    let rules = sim.upf.session(seid).unwrap().clone();
+    sim.actions();
+    let moved = Some(FSeid { seid: 0x22, ipv4: Some(SMF_IP), ipv6: None });
+    let bad = SessionModificationRequest {
+        cp_f_seid: moved,
+        update_far: vec![UpdateFar { far_id: U32Ie(99), apply_action: None, update_forwarding_parameters: None, bar_id: None }],
+        ..Default::default()
+    };
+    let (h, m) = sim.request(Some(seid), Message::SessionModificationRequest(bad));
+    let Message::SessionModificationResponse(r) = m else { panic!("{m:?}") };
+    assert_eq!((r.cause.0, r.offending_ie), (Cause::RuleCreationModificationFailure, Some(U16Ie(ty::UPDATE_FAR))), "{r:?}");
+    assert_eq!(h.seid, Some(0x11), "the refusal goes to the SEID still in force");
+    assert_eq!(sim.upf.session(seid), Some(&rules));
+    assert!(sim.actions().is_empty());
+    // A usage report about the session: to the SMF's SEID as it was.
+    sim.upf.usage(sim.now, seid, 1, Usage { ul_bytes: 700, dl_bytes: 700, ul_packets: 7, dl_packets: 7 });
+    let report = sim.upf.poll_transmit().expect("a Session Report Request");
+    let (h, m) = Message::parse(&report.data).unwrap();
+    assert!(matches!(m, Message::SessionReportRequest(_)), "{m:?}");
+    assert_eq!(h.seid, Some(0x11), "not the F-SEID of the refused modification");
+    // Accepted, the new F-SEID is taken: its response and what follows carry it.
+    let good = SessionModificationRequest { cp_f_seid: moved, ..Default::default() };
+    let (h, m) = sim.request(Some(seid), Message::SessionModificationRequest(good));
+    let Message::SessionModificationResponse(r) = m else { panic!("{m:?}") };
+    assert_eq!(r.cause.0, Cause::RequestAccepted, "{r:?}");
+    assert_eq!(h.seid, Some(0x22));
+    let (h, m) = sim.request(Some(seid), Message::SessionDeletionRequest);
+    assert!(matches!(m, Message::SessionDeletionResponse(ref d) if d.cause.0 == Cause::RequestAccepted), "{m:?}");
+    assert_eq!(h.seid, Some(0x22));
+}
+
 #[test]
 fn malformed_requests_are_answered_with_cause_and_offending_ie() {
     let mut sim = Sim::new();
@@ -515,6 +554,86 @@ fn a_peer_restart_deletes_its_sessions() {
     established(&mut sim, 1);
     sim.associate(3);
     assert_eq!(sim.upf.session_count(), 0);
+}
+
+/// Two SMF nodes at one address (different Node IDs, different ports): associations are
+/// keyed by Node ID (TS 29.244 §6.2.6), and a new Recovery Time Stamp means that node
+/// restarted: its sessions go, the other's stay. A heartbeat names no node: it is the
+/// node's that sent it from its port (a response, the node our request went to); one
+/// from neither node's port restarts neither. Each round is a fresh UPF, its tables laid
+/// out anew (the restart went to either node by the order they were kept in).
+#[test]
+fn a_restart_of_one_of_two_smf_nodes_at_one_address_deletes_only_its_sessions() {
+    let port = |p| SocketAddr::new(IpAddr::V4(SMF_IP), p);
+    let (a, b) = (NodeId::Fqdn(b"\x05smf-a\x07example".to_vec()), NodeId::Fqdn(b"\x05smf-b\x07example".to_vec()));
+    let hb = |rts| Message::HeartbeatRequest(Heartbeat { recovery_time_stamp: U32Ie(rts) });
+    for _ in 0..16 {
+        let mut sim = Sim::new();
+        let mut seids = Vec::new();
+        for (node, from, rts) in [(&a, port(8805), 1), (&b, port(8806), 7)] {
+            let setup = AssociationRequest {
+                node_id: node.clone(),
+                recovery_time_stamp: Some(U32Ie(rts)),
+                up_function_features: None,
+                cp_function_features: None,
+            };
+            sim.request_from(from, None, Message::AssociationSetupRequest(setup));
+            let req = SessionEstablishmentRequest { node_id: node.clone(), ..session_request(rts.into()) };
+            let (_, Message::SessionEstablishmentResponse(r)) = sim.request_from(from, Some(0), Message::SessionEstablishmentRequest(req))
+            else {
+                panic!()
+            };
+            assert_eq!(r.cause.0, Cause::RequestAccepted, "{r:?}");
+            seids.push(r.up_f_seid.unwrap().seid);
+        }
+        sim.actions();
+        let (sa, sb) = (seids[0], seids[1]);
+        // Node A's stamp unchanged, from A's port; node B's new one from B's port.
+        sim.request_from(port(8805), None, hb(1));
+        assert!(sim.actions().is_empty());
+        sim.request_from(port(8806), None, hb(8));
+        assert_eq!(sim.actions(), [Action::Remove { seid: sb }], "B restarted, not A");
+        assert!(sim.upf.session(sa).is_some());
+        assert_eq!(sim.upf.associations().map(|x| &x.node_id).collect::<Vec<_>>(), [&a]);
+        // From neither port (A's stamp or not): nobody's restart.
+        sim.now += Duration::from_secs(5);
+        let setup = AssociationRequest {
+            node_id: b.clone(),
+            recovery_time_stamp: Some(U32Ie(8)),
+            up_function_features: None,
+            cp_function_features: None,
+        };
+        sim.request_from(port(8806), None, Message::AssociationSetupRequest(setup));
+        let req = SessionEstablishmentRequest { node_id: b.clone(), ..session_request(9) };
+        let (_, Message::SessionEstablishmentResponse(r)) =
+            sim.request_from(port(8806), Some(0), Message::SessionEstablishmentRequest(req))
+        else {
+            panic!()
+        };
+        let sb = r.up_f_seid.unwrap().seid;
+        sim.actions();
+        sim.request_from(port(9999), None, hb(1));
+        sim.request_from(port(9999), None, hb(3));
+        assert!(sim.actions().is_empty(), "a heartbeat from neither node's port");
+        // Our heartbeats go to PFCP's port on the address, which is A's: A's (due first, A
+        // set up 5 s before B) is answered with A's stamp, B's with a new one.
+        for rts in [1, 9] {
+            sim.now += Duration::from_secs(5);
+            sim.upf.handle_timeout(sim.now);
+            let ours: Vec<_> = std::iter::from_fn(|| sim.upf.poll_transmit()).collect();
+            assert_eq!(ours.len(), 1, "one Heartbeat Request");
+            let (h, _) = Message::parse(&ours[0].data).unwrap();
+            assert_eq!(ours[0].dst, port(8805));
+            let resp = Message::HeartbeatResponse(Heartbeat { recovery_time_stamp: U32Ie(rts) });
+            sim.upf.handle(sim.now, port(8805), &resp.to_bytes(&Header::node(MessageType::HeartbeatResponse, h.seq)));
+        }
+        assert_eq!(
+            sim.actions(),
+            [Action::Remove { seid: sb }],
+            "B restarted again: the response to its heartbeat is its own, whatever port it came from"
+        );
+        assert!(sim.upf.session(sa).is_some());
+    }
 }
 
 #[test]
