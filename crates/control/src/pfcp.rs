@@ -566,7 +566,7 @@ impl Pfcp {
     fn apply(&mut self, a: Action) -> bool {
         match a {
             Action::Install(rules) => match self.tables.install_rules(&rules) {
-                Ok(ignored) => {
+                Ok(()) => {
                     // Workers may hold packets of a session that ever had a buffering
                     // FAR: they send them if it forwards now.
                     if let Some(slot) = self.tables.slot(rules.seid) {
@@ -576,9 +576,6 @@ impl Pfcp {
                         if self.tables.session(rules.seid).is_some_and(|s| s.downlink.iter().any(|r| r.forward == upf::Forward::Buffer)) {
                             self.buffering.insert(rules.seid);
                         }
-                    }
-                    if !ignored.is_empty() {
-                        self.note(format!("session {:#x}: PDRs {ignored:?} are neither uplink (no F-TEID) nor downlink (no UE address as destination): not installed", rules.seid));
                     }
                     true
                 }

@@ -994,7 +994,13 @@ impl Upf {
         chosen: &mut HashMap<u8, GtpuEndpoint>,
     ) -> Result<CreatedPdr, Reject> {
         let mut created = CreatedPdr { pdr_id: U16Ie(pdr.id), f_teid: None, ue_ip_address: None };
-        pdr.source = pdi.source_interface.map_or(Interface::Access, |i| i.0);
+        // Source Interface is mandatory in a PDI (Table 7.5.2.2-2), and one of the values
+        // TS 29.244 §8.2.2 defines: without it, or with a spare one, what the PDR matches
+        // is not known.
+        pdr.source = match pdi.source_interface.ok_or(reject(Cause::MandatoryIeMissing, ty::SOURCE_INTERFACE))?.0 {
+            Interface::Unknown(_) => return Err(reject(Cause::MandatoryIeIncorrect, ty::SOURCE_INTERFACE)),
+            i => i,
+        };
         pdr.local_f_teid = match pdi.f_teid {
             None => None,
             Some(FTeid::Assigned { teid, ipv4, ipv6 }) => {

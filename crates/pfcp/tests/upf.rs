@@ -287,6 +287,41 @@ fn establishment_rejections_name_cause_and_ie_and_change_nothing() {
     assert_eq!((r.cause.0, r.offending_ie), (Cause::ConditionalIeMissing, Some(U16Ie(ty::FORWARDING_PARAMETERS))));
 }
 
+/// A PDI's Source Interface is mandatory (TS 29.244 Table 7.5.2.2-2): without it the PDR
+/// was taken as from Access, and a spare value (§8.2.2: 5 to 15) as whatever it was;
+/// refused with 66 / 69 naming it, nothing kept, in an establishment and an Update PDR.
+#[test]
+fn a_pdi_without_a_known_source_interface_is_refused_by_name() {
+    let mut sim = Sim::new();
+    sim.associate(1);
+    for (si, cause) in [(None, Cause::MandatoryIeMissing), (Some(InterfaceIe(Interface::Unknown(7))), Cause::MandatoryIeIncorrect)] {
+        let mut r = session_request(2);
+        r.create_pdr[2].pdi.as_mut().unwrap().source_interface = si;
+        let (_, r) = sim.establish(2, r);
+        assert_eq!((r.cause.0, r.offending_ie), (cause, Some(U16Ie(ty::SOURCE_INTERFACE))), "{r:?}");
+        assert_eq!(sim.upf.session_count(), 0);
+        assert!(sim.actions().is_empty());
+    }
+    let (seid, _) = established(&mut sim, 3);
+    let rules = sim.upf.session(seid).unwrap().clone();
+    sim.actions();
+    let mut pdi = session_request(3).create_pdr[2].pdi.clone().unwrap();
+    pdi.source_interface = None;
+    let update = UpdatePdr {
+        pdr_id: U16Ie(2),
+        precedence: None,
+        pdi: Some(pdi),
+        outer_header_removal: None,
+        far_id: None,
+        urr_ids: vec![],
+        qer_ids: vec![],
+    };
+    let m = SessionModificationRequest { update_pdr: vec![update], ..Default::default() };
+    let Message::SessionModificationResponse(r) = sim.request(Some(seid), Message::SessionModificationRequest(m)).1 else { panic!() };
+    assert_eq!((r.cause.0, r.offending_ie), (Cause::MandatoryIeMissing, Some(U16Ie(ty::SOURCE_INTERFACE))), "{r:?}");
+    assert_eq!(sim.upf.session(seid), Some(&rules));
+}
+
 /// A Create for a rule id the session already has (or the request created just before)
 /// is refused with 73 naming the Create IE; nothing changes and nothing chosen leaks.
 #[test]

@@ -5,8 +5,9 @@
 //!
 //! Direction: a PDR with a local F-TEID is uplink (it matches G-PDUs on that TEID); one
 //! with a UE address that is the destination (S/D set, or a PDR from the Core / N6 side,
-//! which can only be addressed to the UE — pfcpsim leaves S/D clear) is downlink. Others
-//! are not installed, and [`Compiled::ignored`] names them.
+//! which can only be addressed to the UE — pfcpsim leaves S/D clear) is downlink. Any
+//! other PDR could match nothing this dataplane receives: the session is refused
+//! ([`CompileError::NoDirection`]) rather than accepted with the PDR left out.
 
 use crate::sdf::{SdfError, SdfFilter};
 use crate::tables::{Forward, OuterHeader, QerRef, Rule, Session, UeMatch, UrrRef};
@@ -89,6 +90,8 @@ pub enum CompileError {
     Sdf { pdr: u16, text: String, error: SdfError },
     #[error("no free {0} slot (raise [pfcp] max_{0}s)")]
     NoSlot(&'static str),
+    #[error("PDR {0}: neither uplink (no local F-TEID) nor downlink (no UE IP Address as the destination, nor from the Core / N6 side)")]
+    NoDirection(u16),
 }
 
 /// A compiled session and the UE addresses it is found by.
@@ -97,8 +100,6 @@ pub struct Compiled {
     pub session: Session,
     pub ue4: Vec<Ipv4Addr>,
     pub ue6: Vec<Ipv6Addr>,
-    /// PDRs that are neither uplink nor downlink as this UPF reads them.
-    pub ignored: Vec<u16>,
 }
 
 fn is_uplink(p: &Pdr) -> bool {
@@ -188,12 +189,10 @@ pub fn compile(r: &SessionRules, slots: &SessionSlots) -> Result<Compiled, Compi
     let mut downlink = Vec::new();
     let mut ue4 = Vec::new();
     let mut ue6 = Vec::new();
-    let mut ignored = Vec::new();
     for p in r.pdrs.values() {
         let up = is_uplink(p);
         if !up && !is_downlink(p) {
-            ignored.push(p.id);
-            continue;
+            return Err(CompileError::NoDirection(p.id));
         }
         let rule = rule(r, p, slots, up)?;
         if up {
@@ -208,7 +207,7 @@ pub fn compile(r: &SessionRules, slots: &SessionSlots) -> Result<Compiled, Compi
     uplink.sort_by_key(|r: &Rule| (r.precedence, r.pdr_id));
     downlink.sort_by_key(|r: &Rule| (r.precedence, r.pdr_id));
     let session = Session { seid: r.seid, slot: 0, uplink: uplink.into(), downlink: downlink.into() };
-    Ok(Compiled { session, ue4, ue6, ignored })
+    Ok(Compiled { session, ue4, ue6 })
 }
 
 fn rule(r: &SessionRules, p: &Pdr, slots: &SessionSlots, uplink: bool) -> Result<Rule, CompileError> {

@@ -521,6 +521,9 @@ impl InstallError {
             InstallError::TeidInUse(_) => (Cause::RuleCreationModificationFailure, Some(ty::F_TEID)),
             InstallError::UeInUse(_) => (Cause::RuleCreationModificationFailure, Some(ty::UE_IP_ADDRESS)),
             InstallError::Compile(CompileError::Sdf { .. }) => (Cause::RuleCreationModificationFailure, Some(ty::SDF_FILTER)),
+            // A PDI this dataplane cannot match on (no F-TEID, no UE address it receives
+            // packets for): the PDR cannot be created as asked.
+            InstallError::Compile(CompileError::NoDirection(_)) => (Cause::RuleCreationModificationFailure, Some(ty::PDI)),
             InstallError::Full(_) | InstallError::Compile(CompileError::NoSlot(_)) => (Cause::NoResourcesAvailable, None),
         };
         pfcp::upf::Refusal { cause, offending_ie: ie }
@@ -563,9 +566,8 @@ impl UpfState {
     }
 
     /// Install (or replace) a PFCP session's rules: compiled, with QER/URR slots kept
-    /// across modifications. Returns the PDR ids that were not installed (neither
-    /// direction). A refused change leaves the installed session as it was.
-    pub fn install_rules(&mut self, r: &pfcp::rules::SessionRules) -> Result<Vec<u16>, InstallError> {
+    /// across modifications. A refused change leaves the installed session as it was.
+    pub fn install_rules(&mut self, r: &pfcp::rules::SessionRules) -> Result<(), InstallError> {
         // Everything that can refuse first, so that once slots are assigned nothing fails.
         self.check_rules(r)?;
         let mut slots = self.rule_slots.get(&r.seid).cloned().unwrap_or_default();
@@ -573,12 +575,12 @@ impl UpfState {
         let c = compile(r, &slots)?;
         self.install(c.session, c.ue4, c.ue6)?;
         self.rule_slots.insert(r.seid, slots);
-        Ok(c.ignored)
+        Ok(())
     }
 
-    /// Would [`UpfState::install_rules`] take `r` now? Its SDF filters compile, its keys
-    /// are free or its own, and there is a session slot (if new) and a slot for each QER
-    /// and URR that has none yet. Nothing changes.
+    /// Would [`UpfState::install_rules`] take `r` now? Each PDR is uplink or downlink, its
+    /// SDF filters compile, its keys are free or its own, and there is a session slot (if
+    /// new) and a slot for each QER and URR that has none yet. Nothing changes.
     pub fn check_rules(&self, r: &pfcp::rules::SessionRules) -> Result<(), InstallError> {
         let probe = compile(r, &SessionSlots::default())?;
         self.check(&probe.session, &probe.ue4, &probe.ue6)?;

@@ -251,6 +251,62 @@ fn an_sdf_filter_the_dataplane_cannot_compile_is_refused() {
     assert_eq!(teid, 1, "the refused session's TEID is reused");
 }
 
+/// A PDR this dataplane could match nothing with — no local F-TEID (so not uplink), and
+/// no UE address it receives packets for (not downlink: an Access or CP-function source
+/// without S/D) — is refused with 73 naming the PDI, in an establishment (nothing kept,
+/// the chosen TEID back in the pool) and in a modification (Create or Update PDR: the
+/// session as it was). It was accepted with cause 1 and left out of the tables: the SMF
+/// believed in a rule that never matched a packet.
+#[test]
+fn a_pdr_neither_uplink_nor_downlink_is_refused_not_left_out() {
+    let mut u = Upf2::new(8, 8);
+    let nowhere = |id: u16, source: Interface| CreatePdr {
+        pdr_id: U16Ie(id),
+        precedence: Some(U32Ie(10)),
+        pdi: Some(Pdi {
+            source_interface: Some(InterfaceIe(source)),
+            ue_ip_address: Some(UeIpAddress { ipv4: Some(ue(1)), ..Default::default() }),
+            ..Default::default()
+        }),
+        outer_header_removal: None,
+        far_id: Some(U32Ie(1)),
+        urr_ids: vec![],
+        qer_ids: vec![],
+    };
+    for source in [Interface::Access, Interface::CpFunction] {
+        let mut r = session(1, None, ue(1));
+        r.create_pdr.push(nowhere(3, source));
+        let r = u.establish(r);
+        assert_eq!(refusal(r.cause, r.offending_ie), (Cause::RuleCreationModificationFailure, Some(ty::PDI)), "{source:?}");
+        assert!(r.up_f_seid.is_none() && r.created_pdr.is_empty());
+        assert_eq!((u.core.session_count(), u.tables.len()), (0, 0));
+    }
+    let seid = u.accepted(session(2, None, ue(2)));
+    let teid = u.core.session(seid).unwrap().pdrs.get(&1).unwrap().local_f_teid.unwrap().teid;
+    assert_eq!(teid, 1, "the refused sessions' TEIDs went back");
+    let before = u.snapshot(seid);
+    let r = u.modify(seid, SessionModificationRequest { create_pdr: vec![nowhere(3, Interface::Access)], ..Default::default() });
+    assert_eq!(refusal(r.cause, r.offending_ie), (Cause::RuleCreationModificationFailure, Some(ty::PDI)));
+    assert_eq!(u.snapshot(seid), before);
+    // The uplink PDR's PDI replaced by one without its F-TEID.
+    let update = SessionModificationRequest {
+        update_pdr: vec![UpdatePdr {
+            pdr_id: U16Ie(1),
+            precedence: None,
+            pdi: nowhere(1, Interface::Access).pdi,
+            outer_header_removal: None,
+            far_id: None,
+            urr_ids: vec![],
+            qer_ids: vec![],
+        }],
+        ..Default::default()
+    };
+    let r = u.modify(seid, update);
+    assert_eq!(refusal(r.cause, r.offending_ie), (Cause::RuleCreationModificationFailure, Some(ty::PDI)));
+    assert_eq!(u.snapshot(seid), before);
+    assert_eq!(u.seid_by_teid(1), Some(seid), "still found by its TEID");
+}
+
 #[test]
 fn dupl_is_refused_with_service_not_supported() {
     let mut u = Upf2::new(8, 8);
