@@ -282,3 +282,57 @@ def test_ipv6_destination_options_before_esp(vecgate, tmp_path):
     out0, _, c, _ = run_pcap(vecgate, tmp_path, frames[1:], sa_config("aes-gcm-128", 6, True))
     assert len(out0) == 1 and c.get(("esp6-decrypt", "decrypted")) == 1, c
     assert bytes(out0[0][UDP].payload) == b"after options"
+
+
+def test_decrypted_packets_get_ip_input_checks(vecgate, tmp_path):
+    """An inner packet out of an SA is held to ip4-input's and ip6-input's rules, as a
+    packet from a wire is: scapy's SA seals (validly) inner packets from martian sources,
+    with a bad header checksum, malformed IPv4 options and IPv6 hop-by-hop options that
+    say discard; esp4-decrypt drops each by name. Well-formed options (which take the
+    checks' slow path) and plain packets pass, each told apart by its UDP port."""
+    from scapy.all import IPOption_NOP, IPv6ExtHdrHopByHop, HBHOptUnknown, PadN
+    local, remote = ends(4)
+    peer = scapy_sa("aes-gcm-128", 4, False, IN_SPI, 2, remote, local)
+
+    def v4(src, port, **kw):
+        return IP(src=src, dst="198.18.0.2", **kw) / UDP(sport=9, dport=port) / Raw(b"m")
+
+    def v6(src, port, *ext):
+        p = IPv6(src=src, dst="2001:db8::2")
+        for e in ext:
+            p = p / e
+        return p / UDP(sport=9, dport=port) / Raw(b"m")
+
+    # An IPv4 header with a Record Route option whose length runs past the header.
+    bad_opt = bytearray(raw(IP(src="198.19.60.7", dst="198.18.0.2", options=[IPOption_NOP()] * 4) / UDP(sport=9, dport=2107) / Raw(b"m")))
+    bad_opt[20:24] = bytes([7, 39, 4, 0])
+    bad_opt[10:12] = b"\0\0"
+    bad_opt = IP(bytes(bad_opt))
+    del bad_opt.chksum
+    bad_opt = IP(raw(bad_opt))
+    want = {
+        2101: ("v4", v4("0.1.2.3", 2101), "inner-bad-source"),
+        2102: ("v4", v4("127.0.0.1", 2102), "inner-bad-source"),
+        2103: ("v4", v4("224.0.0.5", 2103), "inner-bad-source"),
+        2104: ("v4", v4("240.0.0.1", 2104), "inner-bad-source"),
+        2105: ("v4", v4("255.255.255.255", 2105), "inner-bad-source"),
+        2106: ("v4", v4("198.19.60.7", 2106, chksum=0x1234), "inner-bad-checksum"),
+        2107: ("v4", bad_opt, "inner-bad-option"),
+        2108: ("v4", v4("198.19.60.7", 2108, options=[IPOption_NOP()] * 4), None),
+        2109: ("v4", v4("198.19.60.7", 2109), None),
+        2110: ("v6", v6("ff02::1", 2110), "inner-bad-source"),
+        2111: ("v6", v6("::1", 2111), "inner-bad-source"),
+        # Option type 0x7e: unrecognised, action 01 (discard silently).
+        2112: ("v6", v6("2001:db8:160::7", 2112, IPv6ExtHdrHopByHop(options=[HBHOptUnknown(otype=0x7E, optdata=b"\0\0\0\0")])), "inner-bad-option"),
+        2113: ("v6", v6("2001:db8:160::7", 2113, IPv6ExtHdrHopByHop(options=[PadN(optdata=b"\0\0\0\0")])), None),
+        2114: ("v6", v6("2001:db8:160::7", 2114), None),
+    }
+    frames = [Ether(src=HOST_MAC, dst=GW_MAC0) / peer.encrypt(p) for _, p, _ in want.values()]
+    out0, out1, c, _ = run_pcap(vecgate, tmp_path, frames, sa_config("aes-gcm-128", 4, False))
+    passed = sorted(p[UDP].dport for p in out0)
+    assert passed == sorted(port for port, (_, _, why) in want.items() if why is None), (passed, c)
+    assert not out1, c
+    for reason in ("inner-bad-source", "inner-bad-checksum", "inner-bad-option"):
+        n = sum(1 for _, _, why in want.values() if why == reason)
+        assert c.get(("esp4-decrypt", reason)) == n, (reason, c)
+    assert c.get(("esp4-decrypt", "decrypted")) == len(passed), c

@@ -71,6 +71,25 @@ pub fn tunnel_endpoint(udp: &UdpDemux, hint: Option<&TunnelHint<HeadTemplate<4>>
     Some((udp.bypass4(dst, u16::from_be_bytes([h[22], h[23]]))?, total, 0))
 }
 
+/// This node's checks of a packet the fast path did not take (options, errors): its
+/// total length, or why it is dropped. Also for a node that hands on an inner packet
+/// without the hop through this node (`esp4-decrypt`), so that a packet out of a tunnel
+/// is held to the same rules as one from a wire.
+#[inline]
+pub fn full_check(b: &[u8]) -> Result<usize, Ip4InputCounter> {
+    let p = Ipv4Packet::new_checked(b).map_err(counter)?;
+    if !p.verify_checksum() {
+        return Err(Ip4InputCounter::BadChecksum);
+    }
+    if p.header_len() > HEADER_LEN && p.check_options().is_err() {
+        return Err(Ip4InputCounter::BadOption);
+    }
+    if !forwardable_source(p.src_addr().octets()[0]) {
+        return Err(Ip4InputCounter::BadSource);
+    }
+    Ok(p.total_len())
+}
+
 fn counter(e: Ipv4Error) -> Ip4InputCounter {
     match e {
         Ipv4Error::Truncated => Ip4InputCounter::Truncated,
@@ -113,20 +132,10 @@ impl<Cx: HasIp> Node<Cx> for Ip4Input {
         if wire::parcel::is_ipv4_parcel(buf.bytes()) {
             return Verdict::Next(Ip4InputNext::Parcel);
         }
-        let p = match Ipv4Packet::new_checked(buf.bytes()) {
-            Ok(p) => p,
-            Err(e) => return Verdict::Drop(counter(e)),
+        let total = match full_check(buf.bytes()) {
+            Ok(total) => total,
+            Err(c) => return Verdict::Drop(c),
         };
-        if !p.verify_checksum() {
-            return Verdict::Drop(Ip4InputCounter::BadChecksum);
-        }
-        if p.header_len() > HEADER_LEN && p.check_options().is_err() {
-            return Verdict::Drop(Ip4InputCounter::BadOption);
-        }
-        if !forwardable_source(p.src_addr().octets()[0]) {
-            return Verdict::Drop(Ip4InputCounter::BadSource);
-        }
-        let total = p.total_len();
         buf.truncate(total);
         if cx.ip().tables.has_spd(buf.meta.rx_if) {
             return Verdict::Next(Ip4InputNext::Ipsec);

@@ -65,6 +65,65 @@ pub fn tunnel_endpoint(udp: &UdpDemux, hint: Option<&TunnelHint<HeadTemplate<7>>
     Some((udp.bypass6(&std::net::Ipv6Addr::from(d), u16::from_be_bytes([h[42], h[43]]))?, end, 0))
 }
 
+/// What [`full_check`] found in a packet it did not refuse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ip6Checked {
+    /// The packet's end (a jumbogram's from its jumbo option) and whether its
+    /// destination is multicast.
+    Pass { len: usize, dst_multicast: bool },
+    /// An unrecognised hop-by-hop option asks for an ICMP parameter problem (code 2)
+    /// pointing at it (`pointer`, from the IPv6 header's start): not forwarded.
+    ParamProblem { pointer: u16 },
+}
+
+/// This node's checks of a packet the fast path did not take (a hop-by-hop header,
+/// multicast, errors). Also for a node that hands on an inner packet without the hop
+/// through this node (`esp6-decrypt`), so that a packet out of a tunnel is held to the
+/// same rules as one from a wire.
+#[inline]
+pub fn full_check(b: &[u8]) -> Result<Ip6Checked, Ip6InputCounter> {
+    use Ip6InputCounter as C;
+    let p = match Ipv6Packet::new_checked(b) {
+        Ok(p) => p,
+        Err(Ipv6Error::BadVersion) => return Err(C::BadVersion),
+        Err(_) => return Err(C::Truncated),
+    };
+    let dst_multicast = p.dst_addr().is_multicast();
+    // RFC 4291 §2.5.3: ::1 never leaves a node, so it never arrives from a link.
+    let src = p.src_addr();
+    if src.is_multicast() || src.is_loopback() {
+        return Err(C::BadSource);
+    }
+    let mut len = HEADER_LEN + p.payload_len();
+    if p.next_header() == IpProtocol::HopByHop {
+        let Ok(info) = walk_chain(IpProtocol::HopByHop, p.payload()) else {
+            return Err(C::BadHopByHop);
+        };
+        if let Some((off, action)) = info.unknown_option {
+            let icmp = match action {
+                OptionAction::Skip => false,
+                OptionAction::Discard => false,
+                OptionAction::DiscardSendIcmp => true,
+                OptionAction::DiscardSendIcmpUnlessMulticast => !dst_multicast,
+            };
+            if !icmp {
+                return Err(C::OptionDiscard);
+            }
+            return Ok(Ip6Checked::ParamProblem { pointer: (HEADER_LEN + off) as u16 });
+        }
+        if p.is_jumbo_candidate() {
+            // RFC 2675: the jumbo option carries a length > 65535 that must fit.
+            match info.jumbo_len {
+                Some(j) if j > 65_535 && HEADER_LEN + j as usize <= b.len() => len = HEADER_LEN + j as usize,
+                _ => return Err(C::BadJumbo),
+            }
+        } else if info.jumbo_len.is_some() {
+            return Err(C::BadJumbo);
+        }
+    }
+    Ok(Ip6Checked::Pass { len, dst_multicast })
+}
+
 impl<Cx: HasIp> Node<Cx> for Ip6Input {
     type Next = Ip6InputNext;
     type Counter = Ip6InputCounter;
@@ -97,46 +156,15 @@ impl<Cx: HasIp> Node<Cx> for Ip6Input {
         if wire::parcel::is_ipv6_parcel(buf.bytes()) {
             return Verdict::Next(Ip6InputNext::Parcel);
         }
-        let p = match Ipv6Packet::new_checked(buf.bytes()) {
-            Ok(p) => p,
-            Err(Ipv6Error::BadVersion) => return Verdict::Drop(C::BadVersion),
-            Err(_) => return Verdict::Drop(C::Truncated),
-        };
-        let dst_multicast = p.dst_addr().is_multicast();
-        // RFC 4291 §2.5.3: ::1 never leaves a node, so it never arrives from a link.
-        let src = p.src_addr();
-        if src.is_multicast() || src.is_loopback() {
-            return Verdict::Drop(C::BadSource);
-        }
-        let mut len = HEADER_LEN + p.payload_len();
-        if p.next_header() == IpProtocol::HopByHop {
-            let Ok(info) = walk_chain(IpProtocol::HopByHop, p.payload()) else {
-                return Verdict::Drop(C::BadHopByHop);
-            };
-            if let Some((off, action)) = info.unknown_option {
-                let icmp = match action {
-                    OptionAction::Skip => false,
-                    OptionAction::Discard => false,
-                    OptionAction::DiscardSendIcmp => true,
-                    OptionAction::DiscardSendIcmpUnlessMulticast => !dst_multicast,
-                };
-                if !icmp {
-                    return Verdict::Drop(C::OptionDiscard);
-                }
+        let (len, dst_multicast) = match full_check(buf.bytes()) {
+            Ok(Ip6Checked::Pass { len, dst_multicast }) => (len, dst_multicast),
+            Ok(Ip6Checked::ParamProblem { pointer }) => {
                 counts.inc(C::OptionParamProblem);
-                buf.meta.param = IcmpRequest::new(4, 2, (HEADER_LEN + off) as u16).encode();
+                buf.meta.param = IcmpRequest::new(4, 2, pointer).encode();
                 return Verdict::Next(Ip6InputNext::IcmpError);
             }
-            if p.is_jumbo_candidate() {
-                // RFC 2675: the jumbo option carries a length > 65535 that must fit.
-                match info.jumbo_len {
-                    Some(j) if j > 65_535 && HEADER_LEN + j as usize <= buf.len() => len = HEADER_LEN + j as usize,
-                    _ => return Verdict::Drop(C::BadJumbo),
-                }
-            } else if info.jumbo_len.is_some() {
-                return Verdict::Drop(C::BadJumbo);
-            }
-        }
+            Err(c) => return Verdict::Drop(c),
+        };
         buf.truncate(len);
         if dst_multicast {
             return Verdict::Next(Ip6InputNext::Local);

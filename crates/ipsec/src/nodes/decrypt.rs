@@ -46,6 +46,9 @@ counters! {
         Dummy(Info, "dummy", "dummy packets (next header 59, RFC 4303 2.6), consumed"),
         BadNextHeader(Warn, "bad-next-header", "tunnel-mode payload neither IPv4 nor IPv6"),
         BadInner(Warn, "bad-inner", "inner packet's header disagrees with the payload"),
+        InnerBadSource(Warn, "inner-bad-source", "decrypted packet's source is one ipN-input refuses (0/8, 127/8, multicast, 240/4, broadcast; IPv6 multicast or ::1)"),
+        InnerBadChecksum(Warn, "inner-bad-checksum", "decrypted IPv4 packet's header checksum is wrong"),
+        InnerBadOption(Warn, "inner-bad-option", "decrypted packet's IPv4 options or IPv6 hop-by-hop header malformed, or an unrecognised option says discard"),
         TransportExtHeader(Warn, "transport-extension-header", "transport-mode ESP after IPv6 extension headers (not restored)"),
         UrpfNoRoute(Warn, "urpf-no-route", "uRPF: no route back to the decrypted packet's source"),
         UrpfWrongTunnel(Warn, "urpf-wrong-tunnel", "strict uRPF: the route back to the source does not go to the SA's peer"),
@@ -129,23 +132,51 @@ pub fn decrypt<O: EspOuter>(x: &mut IpsecContext, buf: &mut Buffer) -> Result<(E
     }
     // The inner packet's own length: a sender may follow it with TFC padding (RFC 4303
     // §2.7, Linux's `tfcpad`, strongSwan's `tfc_padding`), which goes with the trailer.
+    // It then gets `ipN-input`'s checks (a martian source, a bad header checksum or
+    // option), as a packet from a wire does: the SA's peer vouches only for having sent it.
     let inner = &buf.bytes()[text_at..text_at + payload_len];
-    let (next, inner_len) = match trailer.next_header {
-        IpProtocol::IpIp => match wire::ipv4::Ipv4Packet::new_checked(inner) {
-            Ok(q) => (EspDecryptNext::Ip4Lookup, q.total_len()),
-            Err(_) => return Err(C::BadInner),
-        },
-        IpProtocol::Ipv6 => match wire::ipv6::Ipv6Packet::new_checked(inner) {
-            // A payload length of 0 (a jumbogram's) says nothing of where it ends.
-            Ok(q) if q.payload_len() != 0 || payload_len == 40 => (EspDecryptNext::Ip6Lookup, q.payload_len() + 40),
-            _ => return Err(C::BadInner),
-        },
+    let (next, v4) = match trailer.next_header {
+        IpProtocol::IpIp => (EspDecryptNext::Ip4Lookup, true),
+        IpProtocol::Ipv6 => (EspDecryptNext::Ip6Lookup, false),
         IpProtocol::Ipv6NoNxt => return Err(C::Dummy),
         _ => return Err(C::BadNextHeader),
+    };
+    let inner_len = match ip::nodes::input_fast_path_len(inner, v4) {
+        Some(len) => len,
+        None => inner_full_check(inner, v4)?,
     };
     buf.narrow(text_at, inner_len).map_err(|_| C::Truncated)?;
     buf.meta.param = index;
     Ok((next, age, s.urpf))
+}
+
+/// `ipN-input`'s checks past its fast path for a decrypted inner packet (IPv4 when
+/// `v4`): its length, or the reason it is dropped. An unrecognised hop-by-hop option
+/// that asks for an ICMP parameter problem drops the packet without one (the error would
+/// go back into the SA to the sender of a packet its own policy let through).
+#[cold]
+#[inline(never)]
+fn inner_full_check(inner: &[u8], v4: bool) -> Result<usize, EspDecryptCounter> {
+    use ip::nodes::ip4_input::{self, Ip4InputCounter as C4};
+    use ip::nodes::ip6_input::{self, Ip6Checked, Ip6InputCounter as C6};
+    use EspDecryptCounter as C;
+    if v4 {
+        return ip4_input::full_check(inner).map_err(|e| match e {
+            C4::BadSource => C::InnerBadSource,
+            C4::BadChecksum => C::InnerBadChecksum,
+            C4::BadOption => C::InnerBadOption,
+            C4::Truncated | C4::BadVersion | C4::BadHeaderLength | C4::BadTotalLength => C::BadInner,
+        });
+    }
+    match ip6_input::full_check(inner) {
+        // A payload length of 0 (a jumbogram's) says nothing of where it ends in ESP.
+        Ok(Ip6Checked::Pass { len, .. }) if len <= inner.len() && (len > 40 || inner.len() == 40) => Ok(len),
+        Ok(Ip6Checked::Pass { .. }) => Err(C::BadInner),
+        Ok(Ip6Checked::ParamProblem { .. }) => Err(C::InnerBadOption),
+        Err(C6::BadSource) => Err(C::InnerBadSource),
+        Err(C6::BadHopByHop | C6::OptionDiscard | C6::OptionParamProblem) => Err(C::InnerBadOption),
+        Err(C6::Truncated | C6::BadVersion | C6::BadJumbo) => Err(C::BadInner),
+    }
 }
 
 /// Transport mode: the packet's own IP header (`hl` bytes, where ESP or its UDP header
