@@ -131,7 +131,8 @@ class Smf:
     def release(self):
         return self.request(PFCPAssociationReleaseRequest(IE_list=[self.node_id()]))
 
-    def establish(self, cp_seid, gnb, gnb_teid, ue=None, qfi=9, quota=None, buffer=False, period=None, bar=None, ue6=None):
+    def establish(self, cp_seid, gnb, gnb_teid, ue=None, qfi=9, quota=None, buffer=False, period=None, bar=None, ue6=None,
+                  n9=None):
         """Uplink PDR 1 on a chosen F-TEID; downlink PDR 2 to the UE (chosen unless `ue`);
         with `ue6` (a dual-stack UE: IPv6 address given), the uplink PDR names both
         addresses and downlink PDR 3 (precedence 200, after PDR 2) names the IPv6 one, with
@@ -140,10 +141,12 @@ class Smf:
         downlink FAR buffers and notifies (BUFF + NOCP: a UE in idle mode); with `period`, URR 1
         also measures time and asks for a periodic report every `period` seconds; with `bar`
         ({"delay": units of 50 ms, "count": packets}), BAR 1 is created and the buffering FAR
-        names it."""
-        return self.request(self.establish_request(cp_seid, gnb, gnb_teid, ue, qfi, quota, buffer, period, bar, ue6), seid=0)
+        names it; with `n9` ((address, TEID) of a peer UPF), the uplink FAR sends the UE's
+        packets on in GTP-U to it instead of to the data network in the clear."""
+        return self.request(self.establish_request(cp_seid, gnb, gnb_teid, ue, qfi, quota, buffer, period, bar, ue6, n9), seid=0)
 
-    def establish_request(self, cp_seid, gnb, gnb_teid, ue=None, qfi=9, quota=None, buffer=False, period=None, bar=None, ue6=None):
+    def establish_request(self, cp_seid, gnb, gnb_teid, ue=None, qfi=9, quota=None, buffer=False, period=None, bar=None, ue6=None,
+                          n9=None):
         ue_ie = IE_UE_IP_Address(V4=1, SD=1, ipv4=ue) if ue else None
         ue_up = [IE_UE_IP_Address(V4=1, ipv4=ue, V6=1, ipv6=ue6) if ue6 else IE_UE_IP_Address(V4=1, ipv4=ue)] if ue else []
         ies_ = [
@@ -159,7 +162,9 @@ class Smf:
                 IE_PDI(IE_list=[IE_SourceInterface(interface=1), ue_ie if ue_ie else choose_ue_dst()]),
                 IE_FAR_Id(id=2), IE_QER_Id(id=1), IE_URR_Id(id=1)]),
             IE_CreateFAR(IE_list=[IE_FAR_Id(id=1), IE_ApplyAction(FORW=1),
-                                  IE_ForwardingParameters(IE_list=[IE_DestinationInterface(interface=1)])]),
+                                  IE_ForwardingParameters(IE_list=[IE_DestinationInterface(interface=1)]
+                                                          + ([IE_OuterHeaderCreation(GTPUUDPIPV4=1, TEID=n9[1], ipv4=n9[0])]
+                                                             if n9 else []))]),
             IE_CreateFAR(IE_list=[IE_FAR_Id(id=2), IE_ApplyAction(BUFF=1, NOCP=1)] + ([IE_BAR_Id(id=1)] if bar else []))
             if buffer else
             IE_CreateFAR(IE_list=[IE_FAR_Id(id=2), IE_ApplyAction(FORW=1),
@@ -303,7 +308,7 @@ def serve(upf, port):
         elif op == "establish":
             r = smf.establish(a["cp_seid"], a["gnb"], a["gnb_teid"], ue=a.get("ue"), quota=a.get("quota"),
                               buffer=a.get("buffer", False), period=a.get("period"), bar=a.get("bar"),
-                              ue6=a.get("ue6"))
+                              ue6=a.get("ue6"), n9=a.get("n9"))
             i = ies(r)
             out = {"cause": i["IE_Cause"].cause, "seid": i["IE_FSEID"].seid, "ue": a.get("ue")}
             for c in all_ies(r, "IE_CreatedPDR"):

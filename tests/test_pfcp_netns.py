@@ -376,6 +376,52 @@ def test_a_downlink_packet_too_big_for_n3_tells_its_source(lab, vecgate, tmp_pat
     assert [g[IP].len for g in got] == [1456], v.errors()
 
 
+# Uplink: one G-PDU with TEID argv[1] from UE argv[2], its inner packet argv[3] bytes, DF set
+# when argv[4] is 1.
+GNB_SEND_ONE = f"""
+import socket, sys
+from scapy.all import IP, UDP, raw
+from scapy.contrib.gtp import GTP_U_Header
+teid, ue, size, df = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
+inner = IP(src=ue, dst="{DN}", flags="DF" if df else 0) / UDP(sport=7300, dport=7200) / bytes(size - 28)
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("{GNB}", 0))  # the gNB's port 2152 is the test's receiver
+s.sendto(raw(GTP_U_Header(teid=teid) / inner), ("{UPF_N3}", 2152))
+"""
+
+
+def test_an_uplink_packet_too_big_for_n9_tells_the_ue(lab, vecgate, tmp_path):
+    """N9: the uplink FAR sends the UE's packets on in GTP-U to a peer UPF (on the N6
+    link, 1500 bytes), which leaves 1456 bytes for the inner packet, as N3 leaves the
+    downlink. One that fits arrives whole; a larger one with DF is answered with ICMP
+    fragmentation needed naming 1456, which reaches the UE through its own downlink
+    tunnel (it was re-encapsulated and dropped as the gateway's own, the UE never told);
+    a larger one without DF arrives whole in fragmented outer packets, which the peer
+    reassembles."""
+    from scapy.all import ICMP, IP
+    from scapy.contrib.gtp import GTP_U_Header
+    peer = "198.18.8.3"
+    gnb, upf, dn, v, smf = upf_lab(lab, vecgate, tmp_path)
+    lab.run(dn, "ip", "addr", "add", f"{peer}/24", "dev", "d0")
+    lab.run(dn, "ip", "route", "add", f"{UPF_N3}/32", "via", UPF_N6)  # the tunnel's source, for the reassembled datagrams
+    lab.run(dn, "ping", "-c", "2", "-i", "0.2", "-W", "1", "-I", peer, UPF_N6, check=False)  # vecgate learns the peer
+    s = smf("establish", cp_seid=0x62, gnb=GNB, gnb_teid=0x200, n9=[peer, 0x900])
+    assert s["cause"] == 1, s
+    at_peer = receiver(lab, dn, peer, 2152, count=2)
+    at_ue = receiver(lab, gnb, GNB, 2152, count=1)
+    for size, df in ((1456, 1), (1457, 1), (1457, 0)):
+        py(lab, gnb, GNB_SEND_ONE, s["teid"], s["ue"], size, df)
+    sent_on = [GTP_U_Header(bytes.fromhex(d)) for _, d in received(at_peer)]
+    assert sorted((g.teid, g[IP].len, g[IP].src) for g in sent_on) == [(0x900, 1456, s["ue"]), (0x900, 1457, s["ue"])], v.errors()
+    told = gpdus(received(at_ue))
+    assert len(told) == 1, v.errors()
+    icmp = told[0][IP]
+    assert (told[0].teid, icmp.dst, icmp[ICMP].type, icmp[ICMP].code, icmp[ICMP].nexthopmtu) == (0x200, s["ue"], 3, 4, 1456), icmp.show(dump=True)
+    e = v.errors()
+    assert e.get(("upf4-uplink", "inner-too-big")) == 1 and e.get(("upf4-uplink", "fragment-outer")) == 1, e
+    assert e.get(("upf4-uplink", "encapsulated")) == 2, e
+
+
 def test_a_ue_cannot_send_from_an_address_not_its_own(lab, vecgate, tmp_path):
     """TS 29.244 §5.2.1: the SMF names the UE's address in the uplink PDR's PDI (as SMFs
     do; this one assigns the address itself), so a G-PDU whose inner source is another

@@ -31,7 +31,7 @@ use crate::sdf::FlowView;
 use crate::tables::{Action, Forward, OuterHeader, Record, Rule, Session, Stop, UeMatch, UpfTables};
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use engine::{counters, next_nodes, BufIdx, Buffer, Counts, ExpandNode, GraphBuilder, Node, Pool, Verdict, VECTOR_SIZE};
-use ip::outer::{udp_checksum, Ip4Outer, Ip6Outer, OuterFamily};
+use ip::outer::{udp_checksum, FragmentPolicy, Ip4Outer, Ip6Outer, OuterFamily};
 use std::sync::Arc;
 use wire::gtpu::{GtpuPacket, GtpuRepr, MessageType, PduSession, Teid};
 
@@ -74,9 +74,9 @@ counters! {
         NoOuterHeader(Error, "no-outer-header", "a downlink FAR forwards without an outer header to create"),
         NoN3Address(Error, "no-n3-address", "no N3 address of the peer's family to send from"),
         NoRoom(Error, "no-room", "no headroom for the outer headers"),
-        InnerTooBig(Info, "inner-too-big", "downlink packet larger than the N3 path's MTU less the GTP-U headers, with DF or IPv6 (ICMP frag-needed / packet-too-big to its source requested)"),
+        InnerTooBig(Info, "inner-too-big", "packet larger than its GTP-U path's MTU (downlink: N3; uplink: N9 to a peer UPF) less the GTP-U headers, with DF or IPv6 (ICMP frag-needed / packet-too-big to its source requested)"),
         FragmentInner(Info, "fragment-inner", "downlink IPv4 packet without DF larger than the N3 path allows: fragmented before encapsulation"),
-        FragmentOuter(Info, "fragment-outer", "an IPv6 packet of at most 1280 bytes on an N3 path narrower than that: the outer packet fragmented"),
+        FragmentOuter(Info, "fragment-outer", "the outer packet fragmented: an IPv6 packet of at most 1280 bytes on a GTP-U path narrower than that, or an uplink IPv4 packet without DF too big for its N9 path"),
         GsoSegmented(Info, "gso-to-segment", "GSO frames sent to software segmentation before encapsulation"),
     }
 }
@@ -302,7 +302,7 @@ fn deliver_downlink(
 ) -> Result<UpfNext, UpfCounter> {
     // Only reached by a caller that did not hold it: a Buffer FAR has nothing to forward with.
     let o = outer_of(r)?;
-    let outer_mtu = match fit_n3(ip, &o, buf) {
+    let outer_mtu = match fit_path(ip, &o, buf, FragmentPolicy::Inner) {
         Ok(m) => m,
         Err((next, c)) => {
             counts.inc(c);
@@ -341,8 +341,10 @@ pub fn encap(buf: &mut Buffer, t: &UpfTables, o: &OuterHeader) -> Result<UpfNext
 /// fragment the outer packet to the MTU given, if any); `Err`: the next node (ICMP to the
 /// packet's source, inner fragmentation or GSO segmentation; `meta.param` set) and the
 /// counter. A packet that fits IPv4's smallest link whatever it is needs no lookup.
+/// `fragment`: what an IPv4 packet without DF gets (downlink: fragmented first, the
+/// fragments coming back to the session by the UE pool's route).
 #[inline]
-fn fit_n3(ip: &ip::Tables, o: &OuterHeader, buf: &mut Buffer) -> Result<Option<u16>, (UpfNext, UpfCounter)> {
+fn fit_path(ip: &ip::Tables, o: &OuterHeader, buf: &mut Buffer, fragment: FragmentPolicy) -> Result<Option<u16>, (UpfNext, UpfCounter)> {
     let (link_mtu, outer_hl) = match o.peer {
         IpAddr::V4(_) if buf.len() + 20 + 8 + o.gtpu_len as usize <= ip::outer::MtuPolicy::MIN_MTU as usize => return Ok(None),
         IpAddr::V4(p) => (ip.adjacency(ip.fib4.lookup(u32::from(p))).mtu(), 20),
@@ -350,7 +352,8 @@ fn fit_n3(ip: &ip::Tables, o: &OuterHeader, buf: &mut Buffer) -> Result<Option<u
         IpAddr::V6(p) => (ip.adjacency(ip.fib6.lookup(u128::from(p))).mtu(), 40),
     };
     let inner_v6 = buf.bytes().first().is_some_and(|v| v >> 4 == 6);
-    match ip::outer::encap_mtu(buf, link_mtu, outer_hl + 8 + o.gtpu_len as usize, ip::outer::MtuPolicy::default()) {
+    let policy = ip::outer::MtuPolicy { fragment, ..Default::default() };
+    match ip::outer::encap_mtu(buf, link_mtu, outer_hl + 8 + o.gtpu_len as usize, policy) {
         ip::outer::EncapMtu::Encap { fragment_outer, .. } => Ok(fragment_outer),
         ip::outer::EncapMtu::TooBig { v4 } => {
             Err((if v4 { UpfNext::Ip4IcmpError } else { UpfNext::Ip6IcmpError }, UpfCounter::InnerTooBig))
@@ -362,7 +365,7 @@ fn fit_n3(ip: &ip::Tables, o: &OuterHeader, buf: &mut Buffer) -> Result<Option<u
     }
 }
 
-/// After [`encap`] under `fit_n3`'s `Ok(Some(mtu))`: the outer packet to `ipN-fragment`
+/// After [`encap`] under `fit_path`'s `Ok(Some(mtu))`: the outer packet to `ipN-fragment`
 /// if it is larger than the link.
 #[inline]
 fn fragment_outer(buf: &mut Buffer, mtu: Option<u16>, next: UpfNext, counts: &mut Counts<'_, UpfCounter>) -> UpfNext {
@@ -655,12 +658,11 @@ impl<Cx: HasUpf, O: OuterFamily> Node<Cx> for UpfUplink<O> {
 
     #[inline]
     fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, UpfCounter>, buf: &mut Buffer) -> Verdict<UpfNext, UpfCounter> {
-        let u = cx.upf();
         let g = match parse_gpdu::<O>(buf.bytes()) {
             Ok(g) => g,
             Err(c) => return Verdict::Drop(c),
         };
-        let UpfContext { tables, usage, policer, replies, .. } = u;
+        let (ipc, UpfContext { tables, usage, policer, replies, .. }) = cx.split_upf();
         let Some((slot, record_teid)) = tables.by_teid.get_entry(g.teid as u64) else {
             return error_indication::<O>(replies, counts, buf, g.teid);
         };
@@ -681,10 +683,8 @@ impl<Cx: HasUpf, O: OuterFamily> Node<Cx> for UpfUplink<O> {
                     Action::Buffer => return Verdict::Drop(UpfCounter::BufferedDropped),
                     Action::Stop(c) => return Verdict::Drop(c.into()),
                 };
-                if let Err(c) = enforce_record(usage, policer, rec, true, g.inner_len as u64) {
-                    return Verdict::Drop(c);
-                }
-                return forward_uplink::<O>(buf, counts, tables, &g, rec.remove_outer, ohc, v6);
+                let enforced = || enforce_record(usage, policer, rec, true, g.inner_len as u64);
+                return forward_uplink::<O>(&ipc.tables, buf, counts, tables, &g, rec.remove_outer, ohc, v6, enforced);
             }
         }
         let Some(s) = tables.session(slot) else { return error_indication::<O>(replies, counts, buf, g.teid) };
@@ -698,10 +698,8 @@ impl<Cx: HasUpf, O: OuterFamily> Node<Cx> for UpfUplink<O> {
             Forward::Buffer => return Verdict::Drop(UpfCounter::BufferedDropped),
             Forward::Forward(o) => o.as_ref(),
         };
-        if let Err(c) = enforce(usage, policer, r, true, g.inner_len as u64) {
-            return Verdict::Drop(c);
-        }
-        forward_uplink::<O>(buf, counts, tables, &g, r.remove_outer, ohc, inner.v6)
+        let enforced = || enforce(usage, policer, r, true, g.inner_len as u64);
+        forward_uplink::<O>(&ipc.tables, buf, counts, tables, &g, r.remove_outer, ohc, inner.v6, enforced)
     }
 
     fn trace(&self, buf: &Buffer) -> String {
@@ -713,9 +711,12 @@ impl<Cx: HasUpf, O: OuterFamily> Node<Cx> for UpfUplink<O> {
 }
 
 /// Send on a G-PDU's inner packet that its rule forwards (`ohc`: re-encapsulated toward a
-/// peer UPF), the outer header removed where the rule or the re-encapsulation says so.
+/// peer UPF), the outer header removed where the rule or the re-encapsulation says so;
+/// `enforce` applies the rule's QERs and URRs once the packet is known to go out.
 #[inline]
+#[allow(clippy::too_many_arguments)]
 fn forward_uplink<O: OuterFamily>(
+    ip: &ip::Tables,
     buf: &mut Buffer,
     counts: &mut Counts<'_, UpfCounter>,
     tables: &UpfTables,
@@ -723,6 +724,7 @@ fn forward_uplink<O: OuterFamily>(
     remove_outer: bool,
     ohc: Option<&OuterHeader>,
     inner_v6: bool,
+    enforce: impl FnOnce() -> Result<(), UpfCounter>,
 ) -> Verdict<UpfNext, UpfCounter> {
     let decap = remove_outer || ohc.is_some();
     if decap {
@@ -731,12 +733,29 @@ fn forward_uplink<O: OuterFamily>(
         }
         buf.truncate(g.inner_len);
     }
+    // N9: into another GTP-U tunnel, the tunnel-MTU step the downlink takes, before
+    // anything is counted. An IPv4 packet without DF goes whole in fragmented outer
+    // packets: fragments of the inner one would come back by the route, to its
+    // destination on N6, not into this tunnel.
+    let outer_mtu = match ohc {
+        Some(o) => match fit_path(ip, o, buf, FragmentPolicy::Outer) {
+            Ok(m) => m,
+            Err((next, c)) => {
+                counts.inc(c);
+                return Verdict::Next(next);
+            }
+        },
+        None => None,
+    };
+    if let Err(c) = enforce() {
+        return Verdict::Drop(c);
+    }
     counts.inc(UpfCounter::Forwarded);
     if ohc.is_some() {
         counts.inc(UpfCounter::Encapsulated);
     }
     match send_on(buf, tables, ohc, if decap { inner_v6 } else { O::IS_V6 }) {
-        Ok(n) => Verdict::Next(n),
+        Ok(n) => Verdict::Next(fragment_outer(buf, outer_mtu, n, counts)),
         Err(c) => Verdict::Drop(c),
     }
 }
@@ -884,7 +903,7 @@ impl<Cx: HasUpf, F: UeFamily> Node<Cx> for UpfDownlink<F> {
         };
         // Too big for the N3 path: told, fragmented or segmented before anything is
         // counted (the pieces come back by the route and are counted as they go out).
-        let outer_mtu = match fit_n3(&ipc.tables, o, buf) {
+        let outer_mtu = match fit_path(&ipc.tables, o, buf, FragmentPolicy::Inner) {
             Ok(m) => m,
             Err((next, c)) => {
                 counts.inc(c);

@@ -693,6 +693,43 @@ fn forwarding_to_a_peer_upf_replaces_the_outer_header() {
     assert_eq!(back, inner);
 }
 
+/// N9 takes the tunnel-MTU step the downlink's N3 does: a peer UPF on the 1500-byte link
+/// leaves 1456 bytes for the inner packet in IPv4/UDP/GTP-U with the PDU Session
+/// Container. A larger one with DF is answered with ICMP frag-needed to the UE (it was
+/// re-encapsulated and then dropped as the gateway's own); one without DF goes whole in
+/// fragmented outer packets (its own fragments would come back by the route, to the data
+/// network in the clear). Through the session's record and the full match alike; only
+/// what goes out is counted.
+#[test]
+fn uplink_re_encapsulated_larger_than_the_n9_path_is_signalled_or_fragmented_not_lost() {
+    let peer = Ipv4Addr::new(198, 18, 7, 3);
+    for full_match_only in [false, true] {
+        let mut rig = Rig::new();
+        rig.full_match_only = full_match_only;
+        let mut r = session(1);
+        r.fars.get_mut(&1).unwrap().outer_header = Some(GtpuEndpoint { teid: 0x900, addr: IpAddr::V4(peer) });
+        rig.install(&r);
+        let fits = with_df(udp4(UE, DN, 4000, 53, 1456 - 28));
+        let got = rig.send(0, &[gpdu4(0x100, Some(9), &fits)]);
+        assert_eq!(got.iter().map(|(n, p)| (*n, p.len())).collect::<Vec<_>>(), [("ip4-lookup", 1500)], "exactly the link");
+        assert_eq!(decap4(&got[0].1).1, peer);
+        let big = udp4(UE, DN, 4000, 53, 1457 - 28);
+        let got = rig.send(0, &[gpdu4(0x100, Some(9), &with_df(big.clone()))]);
+        assert_eq!(
+            got.iter().map(|(n, p)| (*n, p.len())).collect::<Vec<_>>(),
+            [("ip4-icmp-error", 1457)],
+            "the inner packet, for its source"
+        );
+        assert_eq!(rig.counter("upf4-uplink", "inner-too-big"), 1);
+        let got = rig.send(0, &[gpdu4(0x100, Some(9), &big)]);
+        assert_eq!(got.iter().map(|(n, p)| (*n, p.len())).collect::<Vec<_>>(), [("ip4-fragment", 1457 + 44)], "re-encapsulated whole");
+        assert_eq!(decap4(&got[0].1).3, big);
+        assert_eq!(rig.counter("upf4-uplink", "fragment-outer"), 1);
+        assert_eq!(rig.counter("upf4-uplink", "encapsulated"), 2);
+        assert_eq!(rig.usage(1, 1), Usage { ul_bytes: 1456 + 1457, ul_packets: 2, ..Default::default() }, "only what went out");
+    }
+}
+
 #[test]
 fn a_removed_session_drops_and_its_slots_count_afresh_for_the_next() {
     let mut rig = Rig::new();
