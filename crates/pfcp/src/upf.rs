@@ -257,6 +257,9 @@ pub struct Stats {
     pub unknown_peer: u64,
     pub unknown_type: u64,
     pub duplicate_requests: u64,
+    /// Requests answered with a Cause other than Request accepted (a session or change the
+    /// SMF asked for and did not get; malformed requests that could be answered too).
+    pub requests_refused: u64,
     pub retransmissions: u64,
     /// Session Report Requests given up after `request_retries` unanswered retransmissions.
     pub report_timeouts: u64,
@@ -267,7 +270,7 @@ pub struct Stats {
 
 impl Stats {
     /// Each count with its name, for `show pfcp associations` and the metrics.
-    pub fn named(&self) -> [(&'static str, u64); 11] {
+    pub fn named(&self) -> [(&'static str, u64); 12] {
         [
             ("received", self.rx),
             ("sent", self.tx),
@@ -275,6 +278,7 @@ impl Stats {
             ("unknown-peer", self.unknown_peer),
             ("unknown-type", self.unknown_type),
             ("duplicate-requests", self.duplicate_requests),
+            ("requests-refused", self.requests_refused),
             ("retransmissions", self.retransmissions),
             ("report-timeouts", self.report_timeouts),
             ("sessions-established", self.sessions_established),
@@ -815,6 +819,18 @@ impl Upf {
 
     /// Sends a response and remembers it for a repeated request.
     fn respond(&mut self, now: Instant, dst: SocketAddr, h: Header, m: &Message) {
+        let cause = match m {
+            Message::AssociationSetupResponse(r) | Message::AssociationUpdateResponse(r) | Message::AssociationReleaseResponse(r) => {
+                Some(r.cause.0)
+            }
+            Message::SessionEstablishmentResponse(r) => Some(r.cause.0),
+            Message::SessionModificationResponse(r) => Some(r.cause.0),
+            Message::SessionDeletionResponse(r) => Some(r.cause.0),
+            _ => None,
+        };
+        if cause.is_some_and(|c| c != Cause::RequestAccepted) {
+            self.stats.requests_refused += 1;
+        }
         let data = self.send(dst, h, m);
         self.answered.insert((dst, h.seq), Answered { request_digest: self.request_digest, at: now, response: data });
         self.answered_order.push_back((now, (dst, h.seq)));

@@ -285,6 +285,10 @@ fn establishment_rejections_name_cause_and_ie_and_change_nothing() {
     bad.create_far[0].forwarding_parameters = None;
     let (_, r) = sim.establish(4, bad);
     assert_eq!((r.cause.0, r.offending_ie), (Cause::ConditionalIeMissing, Some(U16Ie(ty::FORWARDING_PARAMETERS))));
+    // Each refusal counted where an operator sees it (show pfcp associations, the
+    // metrics), what was accepted not.
+    assert_eq!(sim.upf.stats().requests_refused, 3);
+    assert!(sim.upf.stats().named().contains(&("requests-refused", 3)));
 }
 
 /// A PDI's Source Interface is mandatory (TS 29.244 Table 7.5.2.2-2): without it the PDR
