@@ -225,6 +225,8 @@ def test_sessions_the_dataplane_cannot_hold_are_refused(vecgate, tmp_path):
         r = smf.request(PFCPSessionModificationRequest(IE_list=[deny]), seid=first)
         i = ies(r)
         assert (i["IE_Cause"].cause, i["IE_OffendingIE"].type) == (73, 23), r.show(dump=True)
+        # TS 29.244 Table 7.5.5.1-1: with 73 the Failed Rule ID names the rule (PDR 5).
+        assert (i["IE_FailedRuleId"].type, i["IE_FailedRuleId"].pdr_id) == (0, 5), r.show(dump=True)
         assert ctl(vecgate, sock, "show", "pfcp", "sessions")["data"]["sessions"] == installed
         assert installed[0]["installed"] and installed[0]["seid"] == first
         r = smf.delete(first)

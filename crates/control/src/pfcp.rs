@@ -547,7 +547,7 @@ impl pfcp::upf::Admission for TablesAdmission<'_> {
     fn admit(&mut self, rules: &pfcp::rules::SessionRules) -> Result<(), pfcp::upf::Refusal> {
         self.tables.check_rules(rules).map_err(|e| {
             self.refused.push(format!("a session of {}: refused: {e}", node_name(&rules.cp_node)));
-            e.refusal()
+            e.refusal(rules)
         })
     }
 }

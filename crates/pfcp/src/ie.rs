@@ -80,6 +80,7 @@ pub mod ty {
     pub const FAR_ID: u16 = 108;
     pub const QER_ID: u16 = 109;
     pub const PDN_TYPE: u16 = 113;
+    pub const FAILED_RULE_ID: u16 = 114;
     pub const QFI: u16 = 124;
     pub const SUGGESTED_BUFFERING_PACKETS_COUNT: u16 = 140;
 }
@@ -160,6 +161,55 @@ impl Ie for CauseIe {
     }
     fn emit_value(&self, out: &mut Vec<u8>) {
         out.push(self.0.into());
+    }
+}
+
+/// Failed Rule ID (§8.2.80): the rule a Rule creation/modification failure is about, by its
+/// kind (Rule ID Type, the low 5 bits of the first octet) and its id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FailedRuleId {
+    Pdr(u16),
+    Far(u32),
+    Qer(u32),
+    Urr(u32),
+    Bar(u8),
+}
+
+impl Ie for FailedRuleId {
+    const TYPE: u16 = ty::FAILED_RULE_ID;
+    fn parse(v: &[u8]) -> Result<Self, Error> {
+        let t = ty::FAILED_RULE_ID;
+        let kind = at_least::<1>(t, v)?[0] & 0x1f;
+        let rest = &v[1..];
+        Ok(match kind {
+            0 => FailedRuleId::Pdr(u16::from_be_bytes(at_least(t, rest)?)),
+            1 => FailedRuleId::Far(u32::from_be_bytes(at_least(t, rest)?)),
+            2 => FailedRuleId::Qer(u32::from_be_bytes(at_least(t, rest)?)),
+            3 => FailedRuleId::Urr(u32::from_be_bytes(at_least(t, rest)?)),
+            4 => FailedRuleId::Bar(at_least::<1>(t, rest)?[0]),
+            _ => return Err(Error::Incorrect(t)),
+        })
+    }
+    fn emit_value(&self, out: &mut Vec<u8>) {
+        match *self {
+            FailedRuleId::Pdr(id) => {
+                out.push(0);
+                out.extend_from_slice(&id.to_be_bytes());
+            }
+            FailedRuleId::Far(id) => {
+                out.push(1);
+                out.extend_from_slice(&id.to_be_bytes());
+            }
+            FailedRuleId::Qer(id) => {
+                out.push(2);
+                out.extend_from_slice(&id.to_be_bytes());
+            }
+            FailedRuleId::Urr(id) => {
+                out.push(3);
+                out.extend_from_slice(&id.to_be_bytes());
+            }
+            FailedRuleId::Bar(id) => out.extend_from_slice(&[4, id]),
+        }
     }
 }
 

@@ -68,6 +68,8 @@ pub struct SessionEstablishmentResponse {
     pub offending_ie: Option<OffendingIe>,
     pub up_f_seid: Option<FSeid>,
     pub created_pdr: Vec<CreatedPdr>,
+    /// With cause 73 (Rule creation/modification failure): the rule that failed.
+    pub failed_rule_id: Option<FailedRuleId>,
 }
 
 /// Session Modification Request (§7.5.4).
@@ -100,6 +102,8 @@ pub struct SessionModificationResponse {
     pub offending_ie: Option<OffendingIe>,
     pub created_pdr: Vec<CreatedPdr>,
     pub usage_report: Vec<UsageReportSmr>,
+    /// With cause 73 (Rule creation/modification failure): the rule that failed.
+    pub failed_rule_id: Option<FailedRuleId>,
 }
 
 /// Session Deletion Response (§7.5.7).
@@ -209,13 +213,14 @@ impl Message {
             T::VersionNotSupportedResponse => Message::VersionNotSupportedResponse,
             T::SessionEstablishmentRequest => Message::SessionEstablishmentRequest(parse_establishment_request(body)?),
             T::SessionEstablishmentResponse => {
-                let (mut node_id, mut cause, mut off, mut fseid, mut created) = (None, None, None, None, Vec::new());
+                let (mut node_id, mut cause, mut off, mut fseid, mut created, mut failed) = (None, None, None, None, Vec::new(), None);
                 walk(body, |raw| match raw.ty {
                     ty::NODE_ID => once(&mut node_id, raw),
                     ty::CAUSE => once(&mut cause, raw),
                     ty::OFFENDING_IE => once(&mut off, raw),
                     ty::F_SEID => once(&mut fseid, raw),
                     ty::CREATED_PDR => push(&mut created, raw),
+                    ty::FAILED_RULE_ID => once(&mut failed, raw),
                     _ => Ok(()),
                 })?;
                 Message::SessionEstablishmentResponse(SessionEstablishmentResponse {
@@ -224,16 +229,18 @@ impl Message {
                     offending_ie: off,
                     up_f_seid: fseid,
                     created_pdr: created,
+                    failed_rule_id: failed,
                 })
             }
             T::SessionModificationRequest => Message::SessionModificationRequest(parse_modification_request(body)?),
             T::SessionModificationResponse => {
-                let (mut cause, mut off, mut created, mut reports) = (None, None, Vec::new(), Vec::new());
+                let (mut cause, mut off, mut created, mut reports, mut failed) = (None, None, Vec::new(), Vec::new(), None);
                 walk(body, |raw| match raw.ty {
                     ty::CAUSE => once(&mut cause, raw),
                     ty::OFFENDING_IE => once(&mut off, raw),
                     ty::CREATED_PDR => push(&mut created, raw),
                     ty::USAGE_REPORT_SMR => push(&mut reports, raw),
+                    ty::FAILED_RULE_ID => once(&mut failed, raw),
                     _ => Ok(()),
                 })?;
                 Message::SessionModificationResponse(SessionModificationResponse {
@@ -241,6 +248,7 @@ impl Message {
                     offending_ie: off,
                     created_pdr: created,
                     usage_report: reports,
+                    failed_rule_id: failed,
                 })
             }
             T::SessionDeletionRequest => {
@@ -336,6 +344,7 @@ impl Message {
                 emit_opt(&m.offending_ie, out);
                 emit_opt(&m.up_f_seid, out);
                 emit_all(&m.created_pdr, out);
+                emit_opt(&m.failed_rule_id, out);
             }
             Message::SessionModificationRequest(m) => {
                 emit_opt(&m.cp_f_seid, out);
@@ -362,6 +371,7 @@ impl Message {
                 emit_opt(&m.offending_ie, out);
                 emit_all(&m.created_pdr, out);
                 emit_all(&m.usage_report, out);
+                emit_opt(&m.failed_rule_id, out);
             }
             Message::SessionDeletionResponse(m) => {
                 m.cause.emit(out);

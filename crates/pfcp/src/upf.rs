@@ -31,8 +31,10 @@
 //!   or a Modification, the core asks the dataplane ([`Admission`], given to
 //!   [`Upf::handle_with`]) whether it would take the session's new rules, and a refusal is
 //!   answered with the Cause and Offending IE it names, the core keeping the session as it
-//!   was (none, for an establishment). FARs that duplicate (DUPL) are refused with Service
-//!   not supported: no UP Function Feature offers it.
+//!   was (none, for an establishment). Every Rule creation/modification failure names the
+//!   rule in a Failed Rule ID, as Tables 7.5.3.1-1 and 7.5.5.1-1 require. FARs that
+//!   duplicate (DUPL) are refused with Service not supported: no UP Function Feature
+//!   offers it.
 //! - Requests repeated by the SMF (same peer and sequence number) get the same response
 //!   again without being re-executed (§6.4). Our Session Report Requests are retransmitted
 //!   `request_retries` times every `request_timeout`.
@@ -124,6 +126,8 @@ pub enum Action {
 pub struct Refusal {
     pub cause: Cause,
     pub offending_ie: Option<u16>,
+    /// With Rule creation/modification failure: the rule that cannot be created.
+    pub failed_rule: Option<FailedRuleId>,
 }
 
 /// The dataplane as the core asks it before it accepts an establishment or a modification.
@@ -293,22 +297,30 @@ impl Stats {
 struct Reject {
     cause: Cause,
     ie: Option<u16>,
+    /// The rule a Rule creation/modification failure is about (Failed Rule ID).
+    rule: Option<FailedRuleId>,
 }
 
 impl From<Error> for Reject {
     fn from(e: Error) -> Reject {
-        Reject { cause: e.cause(), ie: e.offending_ie() }
+        Reject { cause: e.cause(), ie: e.offending_ie(), rule: None }
     }
 }
 
 impl From<Refusal> for Reject {
     fn from(r: Refusal) -> Reject {
-        Reject { cause: r.cause, ie: r.offending_ie }
+        Reject { cause: r.cause, ie: r.offending_ie, rule: r.failed_rule }
     }
 }
 
 fn reject(cause: Cause, ie: u16) -> Reject {
-    Reject { cause, ie: Some(ie) }
+    Reject { cause, ie: Some(ie), rule: None }
+}
+
+/// Rule creation/modification failure of `rule`, blaming `ie` (the Failed Rule ID the
+/// response must then carry, TS 29.244 Tables 7.5.3.1-1 and 7.5.5.1-1).
+fn rule_failure(ie: u16, rule: FailedRuleId) -> Reject {
+    Reject { cause: Cause::RuleCreationModificationFailure, ie: Some(ie), rule: Some(rule) }
 }
 
 /// How long answered requests are remembered to spot repeats: longer than any SMF's
@@ -587,6 +599,7 @@ impl Upf {
                     offending_ie,
                     up_f_seid: None,
                     created_pdr: vec![],
+                    failed_rule_id: None,
                 }),
             ),
             MessageType::SessionModificationRequest => (
@@ -596,6 +609,7 @@ impl Upf {
                     offending_ie,
                     created_pdr: vec![],
                     usage_report: vec![],
+                    failed_rule_id: None,
                 }),
             ),
             MessageType::SessionDeletionRequest => (
@@ -848,7 +862,11 @@ impl Upf {
     fn establish(&mut self, now: Instant, from: SocketAddr, h: Header, r: SessionEstablishmentRequest, dp: &mut dyn Admission) {
         let cp_seid = r.cp_f_seid.seid;
         let associated = self.associations.get(&r.node_id).is_some_and(|a| a.peer.ip() == from.ip());
-        let result = if associated { self.build_session(&r, dp) } else { Err(Reject { cause: Cause::NoEstablishedAssociation, ie: None }) };
+        let result = if associated {
+            self.build_session(&r, dp)
+        } else {
+            Err(Reject { cause: Cause::NoEstablishedAssociation, ie: None, rule: None })
+        };
         let resp = match result {
             Ok((mut session, created)) => {
                 let seid = session.rules.seid;
@@ -863,6 +881,7 @@ impl Upf {
                     offending_ie: None,
                     up_f_seid: Some(up_f_seid),
                     created_pdr: created,
+                    failed_rule_id: None,
                 }
             }
             Err(rej) => SessionEstablishmentResponse {
@@ -871,6 +890,7 @@ impl Upf {
                 offending_ie: rej.ie.map(U16Ie),
                 up_f_seid: None,
                 created_pdr: vec![],
+                failed_rule_id: rej.rule,
             },
         };
         let header = Header::session(MessageType::SessionEstablishmentResponse, cp_seid, h.seq);
@@ -944,14 +964,14 @@ impl Upf {
         // A Create for an id the session has (before, or earlier in the request) is the
         // SMF's error, refused as the second BAR is: replacing the rule would change it
         // without an Update, and a second PDR on CHOOSE would be answered twice.
-        let taken = |there: bool, ie| if there { Err(reject(Cause::RuleCreationModificationFailure, ie)) } else { Ok(()) };
+        let taken = |there: bool, ie, rule| if there { Err(rule_failure(ie, rule)) } else { Ok(()) };
         for f in fars {
-            taken(s.rules.fars.contains_key(&f.far_id.0), ty::CREATE_FAR)?;
+            taken(s.rules.fars.contains_key(&f.far_id.0), ty::CREATE_FAR, FailedRuleId::Far(f.far_id.0))?;
             let far = far_from(f.far_id.0, f.apply_action, f.forwarding_parameters.as_ref(), f.bar_id)?;
             s.rules.fars.insert(far.id, far);
         }
         for q in qers {
-            taken(s.rules.qers.contains_key(&q.qer_id.0), ty::CREATE_QER)?;
+            taken(s.rules.qers.contains_key(&q.qer_id.0), ty::CREATE_QER, FailedRuleId::Qer(q.qer_id.0))?;
             let mut qer = Qer {
                 id: q.qer_id.0,
                 ul_open: true,
@@ -966,7 +986,7 @@ impl Upf {
             s.rules.qers.insert(qer.id, qer);
         }
         for u in urrs {
-            taken(s.rules.urrs.contains_key(&u.urr_id.0), ty::CREATE_URR)?;
+            taken(s.rules.urrs.contains_key(&u.urr_id.0), ty::CREATE_URR, FailedRuleId::Urr(u.urr_id.0))?;
             let mut urr = Urr { id: u.urr_id.0, ..Default::default() };
             update_urr(&mut urr, u);
             s.rules.urrs.insert(urr.id, urr);
@@ -974,7 +994,7 @@ impl Upf {
         }
         let mut chosen: HashMap<u8, GtpuEndpoint> = HashMap::new();
         for p in pdrs {
-            taken(s.rules.pdrs.contains_key(&p.pdr_id.0), ty::CREATE_PDR)?;
+            taken(s.rules.pdrs.contains_key(&p.pdr_id.0), ty::CREATE_PDR, FailedRuleId::Pdr(p.pdr_id.0))?;
             let pdi = p.pdi.as_ref().ok_or(reject(Cause::MandatoryIeMissing, ty::PDI))?;
             let mut pdr = Pdr {
                 id: p.pdr_id.0,
@@ -1021,7 +1041,7 @@ impl Upf {
             None => None,
             Some(FTeid::Assigned { teid, ipv4, ipv6 }) => {
                 let addr = ipv4.map(IpAddr::V4).or(ipv6.map(IpAddr::V6)).ok_or(reject(Cause::MandatoryIeIncorrect, ty::F_TEID))?;
-                self.hold_smf_teid(s, teid)?;
+                self.hold_smf_teid(s, teid).map_err(|e| Reject { rule: Some(FailedRuleId::Pdr(pdr.id)), ..e })?;
                 Some(GtpuEndpoint { teid, addr })
             }
             Some(FTeid::Choose { v4, v6, choose_id }) => {
@@ -1055,10 +1075,10 @@ impl Upf {
             pdr.ue_ipv4 = ue.ipv4;
             pdr.ue_ipv6 = ue.ipv6;
             if let Some(a) = ue.ipv4.filter(|_| !ue.choose_v4) {
-                self.hold_smf_ipv4(s, a)?;
+                self.hold_smf_ipv4(s, a).map_err(|e| Reject { rule: Some(FailedRuleId::Pdr(pdr.id)), ..e })?;
             }
             if let Some(a) = ue.ipv6.filter(|_| !ue.choose_v6) {
-                self.hold_smf_ipv6(s, a)?;
+                self.hold_smf_ipv6(s, a).map_err(|e| Reject { rule: Some(FailedRuleId::Pdr(pdr.id)), ..e })?;
             }
             let mut alloc = UeIpAddress { destination: ue.destination, ..Default::default() };
             if ue.choose_v4 {
@@ -1275,6 +1295,7 @@ impl Upf {
                 offending_ie: None,
                 created_pdr: vec![],
                 usage_report: vec![],
+                failed_rule_id: None,
             };
             let header = Header::session(MessageType::SessionModificationResponse, 0, h.seq);
             return self.respond(now, from, header, &Message::SessionModificationResponse(resp));
@@ -1312,6 +1333,7 @@ impl Upf {
                     offending_ie: None,
                     created_pdr: created,
                     usage_report: reports,
+                    failed_rule_id: None,
                 }
             }
             Err(rej) => {
@@ -1323,6 +1345,7 @@ impl Upf {
                     offending_ie: rej.ie.map(U16Ie),
                     created_pdr: vec![],
                     usage_report: vec![],
+                    failed_rule_id: rej.rule,
                 }
             }
         };
@@ -1343,7 +1366,7 @@ impl Upf {
         end_markers: &mut Vec<GtpuEndpoint>,
     ) -> Result<(), Reject> {
         for p in &r.remove_pdr {
-            let pdr = s.rules.pdrs.remove(&p.0 .0).ok_or(reject(Cause::RuleCreationModificationFailure, ty::REMOVE_PDR))?;
+            let pdr = s.rules.pdrs.remove(&p.0 .0).ok_or(rule_failure(ty::REMOVE_PDR, FailedRuleId::Pdr(p.0 .0)))?;
             // A TEID the UPF chose goes back to the pool with the PDR that used it, unless
             // another PDR (same CHOOSE ID) still uses it.
             if let Some(ep) = pdr.local_f_teid {
@@ -1354,22 +1377,22 @@ impl Upf {
             }
         }
         for f in &r.remove_far {
-            s.rules.fars.remove(&f.0 .0).ok_or(reject(Cause::RuleCreationModificationFailure, ty::REMOVE_FAR))?;
+            s.rules.fars.remove(&f.0 .0).ok_or(rule_failure(ty::REMOVE_FAR, FailedRuleId::Far(f.0 .0)))?;
         }
         for q in &r.remove_qer {
-            s.rules.qers.remove(&q.0 .0).ok_or(reject(Cause::RuleCreationModificationFailure, ty::REMOVE_QER))?;
+            s.rules.qers.remove(&q.0 .0).ok_or(rule_failure(ty::REMOVE_QER, FailedRuleId::Qer(q.0 .0)))?;
         }
         for u in &r.remove_urr {
-            s.rules.urrs.remove(&u.0 .0).ok_or(reject(Cause::RuleCreationModificationFailure, ty::REMOVE_URR))?;
+            s.rules.urrs.remove(&u.0 .0).ok_or(rule_failure(ty::REMOVE_URR, FailedRuleId::Urr(u.0 .0)))?;
             s.urr.remove(&u.0 .0);
         }
         if let Some(b) = r.remove_bar {
-            s.rules.bar.take().filter(|bar| bar.id == b.0 .0).ok_or(reject(Cause::RuleCreationModificationFailure, ty::REMOVE_BAR))?;
+            s.rules.bar.take().filter(|bar| bar.id == b.0 .0).ok_or(rule_failure(ty::REMOVE_BAR, FailedRuleId::Bar(b.0 .0)))?;
         }
         if let Some(b) = &r.create_bar {
             if s.rules.bar.is_some() {
                 // One BAR a session: a second is an error, not a replacement.
-                return Err(reject(Cause::RuleCreationModificationFailure, ty::CREATE_BAR));
+                return Err(rule_failure(ty::CREATE_BAR, FailedRuleId::Bar(b.bar_id.0)));
             }
             s.rules.bar = Some(bar_from(b));
         }
@@ -1379,7 +1402,7 @@ impl Upf {
                 .bar
                 .as_mut()
                 .filter(|bar| bar.id == b.bar_id.0)
-                .ok_or(reject(Cause::RuleCreationModificationFailure, ty::UPDATE_BAR_SMR))?;
+                .ok_or(rule_failure(ty::UPDATE_BAR_SMR, FailedRuleId::Bar(b.bar_id.0)))?;
             if let Some(d) = b.dl_data_notification_delay {
                 bar.ddn_delay = ddn_delay(d);
             }
@@ -1389,7 +1412,7 @@ impl Upf {
         }
         self.apply_creates(s, &r.create_pdr, &r.create_far, &r.create_qer, &r.create_urr, created)?;
         for u in &r.update_pdr {
-            let mut pdr = s.rules.pdrs.get(&u.pdr_id.0).cloned().ok_or(reject(Cause::RuleCreationModificationFailure, ty::UPDATE_PDR))?;
+            let mut pdr = s.rules.pdrs.get(&u.pdr_id.0).cloned().ok_or(rule_failure(ty::UPDATE_PDR, FailedRuleId::Pdr(u.pdr_id.0)))?;
             if let Some(pdi) = &u.pdi {
                 let c = self.apply_pdi(s, &mut pdr, pdi, &mut HashMap::new())?;
                 if c.f_teid.is_some() || c.ue_ip_address.is_some() {
@@ -1400,7 +1423,7 @@ impl Upf {
             s.rules.pdrs.insert(pdr.id, pdr);
         }
         for u in &r.update_far {
-            let far = s.rules.fars.get_mut(&u.far_id.0).ok_or(reject(Cause::RuleCreationModificationFailure, ty::UPDATE_FAR))?;
+            let far = s.rules.fars.get_mut(&u.far_id.0).ok_or(rule_failure(ty::UPDATE_FAR, FailedRuleId::Far(u.far_id.0)))?;
             if let Some(a) = u.apply_action {
                 far.action = supported_action(a)?;
             }
@@ -1427,11 +1450,11 @@ impl Upf {
             }
         }
         for u in &r.update_qer {
-            let qer = s.rules.qers.get_mut(&u.qer_id.0).ok_or(reject(Cause::RuleCreationModificationFailure, ty::UPDATE_QER))?;
+            let qer = s.rules.qers.get_mut(&u.qer_id.0).ok_or(rule_failure(ty::UPDATE_QER, FailedRuleId::Qer(u.qer_id.0)))?;
             update_qer(qer, u);
         }
         for u in &r.update_urr {
-            let urr = s.rules.urrs.get_mut(&u.urr_id.0).ok_or(reject(Cause::RuleCreationModificationFailure, ty::UPDATE_URR))?;
+            let urr = s.rules.urrs.get_mut(&u.urr_id.0).ok_or(rule_failure(ty::UPDATE_URR, FailedRuleId::Urr(u.urr_id.0)))?;
             update_urr(urr, u);
             if let Some(st) = s.urr.get_mut(&u.urr_id.0) {
                 // A new quota re-opens the gate it closed; a time quota is used from now
@@ -1932,19 +1955,19 @@ fn update_urr<const T: u16>(urr: &mut Urr, u: &crate::grouped::Urr<T>) {
 /// FAR ID is conditional on not activating predefined rules, which we do not offer).
 fn check_references(r: &SessionRules) -> Result<(), Reject> {
     // A FAR's BAR ID names the session's BAR.
-    if r.fars.values().any(|f| f.bar_id.is_some_and(|id| r.bar.map(|b| b.id) != Some(id))) {
-        return Err(reject(Cause::RuleCreationModificationFailure, ty::BAR_ID));
+    if let Some(f) = r.fars.values().find(|f| f.bar_id.is_some_and(|id| r.bar.map(|b| b.id) != Some(id))) {
+        return Err(rule_failure(ty::BAR_ID, FailedRuleId::Far(f.id)));
     }
     for p in r.pdrs.values() {
         let far = p.far_id.ok_or(reject(Cause::ConditionalIeMissing, ty::FAR_ID))?;
         if !r.fars.contains_key(&far) {
-            return Err(reject(Cause::RuleCreationModificationFailure, ty::FAR_ID));
+            return Err(rule_failure(ty::FAR_ID, FailedRuleId::Pdr(p.id)));
         }
         if p.qer_ids.iter().any(|q| !r.qers.contains_key(q)) {
-            return Err(reject(Cause::RuleCreationModificationFailure, ty::QER_ID));
+            return Err(rule_failure(ty::QER_ID, FailedRuleId::Pdr(p.id)));
         }
         if p.urr_ids.iter().any(|u| !r.urrs.contains_key(u)) {
-            return Err(reject(Cause::RuleCreationModificationFailure, ty::URR_ID));
+            return Err(rule_failure(ty::URR_ID, FailedRuleId::Pdr(p.id)));
         }
     }
     Ok(())

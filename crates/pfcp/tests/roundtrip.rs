@@ -115,6 +115,16 @@ fn gate() -> BoxedStrategy<GateStatus> {
 fn cause() -> BoxedStrategy<CauseIe> {
     any::<u8>().prop_map(|c| CauseIe(c.into())).boxed()
 }
+fn failed_rule_id() -> BoxedStrategy<FailedRuleId> {
+    prop_oneof![
+        any::<u16>().prop_map(FailedRuleId::Pdr),
+        any::<u32>().prop_map(FailedRuleId::Far),
+        any::<u32>().prop_map(FailedRuleId::Qer),
+        any::<u32>().prop_map(FailedRuleId::Urr),
+        any::<u8>().prop_map(FailedRuleId::Bar),
+    ]
+    .boxed()
+}
 fn network_instance() -> BoxedStrategy<NetworkInstance> {
     vec(any::<u8>(), 0..30).prop_map(NetworkInstance).boxed()
 }
@@ -373,9 +383,16 @@ fn message() -> BoxedStrategy<Message> {
                 pdn_type: pdn.map(U8Ie),
             }
         });
-    let sers = (node_id(), cause(), of(any::<u16>()), of(f_seid()), vec(created_pdr(), 0..3)).prop_map(|(node_id, cause, off, f, cr)| {
-        SessionEstablishmentResponse { node_id, cause, offending_ie: off.map(U16Ie), up_f_seid: f, created_pdr: cr }
-    });
+    let sers = (node_id(), cause(), of(any::<u16>()), of(f_seid()), vec(created_pdr(), 0..3), of(failed_rule_id())).prop_map(
+        |(node_id, cause, off, f, cr, failed_rule_id)| SessionEstablishmentResponse {
+            node_id,
+            cause,
+            offending_ie: off.map(U16Ie),
+            up_f_seid: f,
+            created_pdr: cr,
+            failed_rule_id,
+        },
+    );
     let smr = (
         of(f_seid()),
         vec(any::<u16>().prop_map(|i| Remove(U16Ie(i))), 0..2),
@@ -410,9 +427,15 @@ fn message() -> BoxedStrategy<Message> {
                 update_bar: b.2,
             }
         });
-    let smrs = (cause(), of(any::<u16>()), vec(created_pdr(), 0..2), vec(usage_report(), 0..2)).prop_map(|(cause, off, cr, ur)| {
-        SessionModificationResponse { cause, offending_ie: off.map(U16Ie), created_pdr: cr, usage_report: ur }
-    });
+    let smrs = (cause(), of(any::<u16>()), vec(created_pdr(), 0..2), vec(usage_report(), 0..2), of(failed_rule_id())).prop_map(
+        |(cause, off, cr, ur, failed_rule_id)| SessionModificationResponse {
+            cause,
+            offending_ie: off.map(U16Ie),
+            created_pdr: cr,
+            usage_report: ur,
+            failed_rule_id,
+        },
+    );
     let sdrs = (cause(), of(any::<u16>()), vec(usage_report(), 0..2)).prop_map(|(cause, off, ur)| SessionDeletionResponse {
         cause,
         offending_ie: off.map(U16Ie),
@@ -574,4 +597,20 @@ fn flags_accept_longer_values_and_emit_the_minimum() {
     assert_eq!(ReportingTriggers::parse(&[1]), Err(Error::InvalidLength(pfcp::ie::ty::REPORTING_TRIGGERS)));
     let up = UpFunctionFeatures::from(Flags(up_features::FTUP | up_features::UEIP | up_features::EMPU));
     assert_eq!(up.to_bytes(), vec![0, 43, 0, 3, 0x10, 0x01, 0x04]);
+}
+
+/// Failed Rule ID (§8.2.80): the Rule ID Type in the low 5 bits of its first octet (PDR 0,
+/// FAR 1, QER 2, URR 3, BAR 4), then the rule's id at its own width.
+#[test]
+fn failed_rule_id_octets() {
+    assert_eq!(FailedRuleId::Pdr(0x0102).to_bytes(), vec![0, 114, 0, 3, 0, 1, 2]);
+    assert_eq!(FailedRuleId::Far(7).to_bytes(), vec![0, 114, 0, 5, 1, 0, 0, 0, 7]);
+    assert_eq!(FailedRuleId::Qer(8).to_bytes(), vec![0, 114, 0, 5, 2, 0, 0, 0, 8]);
+    assert_eq!(FailedRuleId::Urr(9).to_bytes(), vec![0, 114, 0, 5, 3, 0, 0, 0, 9]);
+    assert_eq!(FailedRuleId::Bar(3).to_bytes(), vec![0, 114, 0, 2, 4, 3]);
+    // The spare bits above the type are not read; an id cut short or an unknown type is not
+    // a rule.
+    assert_eq!(FailedRuleId::parse(&[0xe0, 0, 5]), Ok(FailedRuleId::Pdr(5)));
+    assert_eq!(FailedRuleId::parse(&[1, 0, 5]), Err(Error::InvalidLength(ty::FAILED_RULE_ID)));
+    assert_eq!(FailedRuleId::parse(&[5, 0, 0, 0, 1]), Err(Error::Incorrect(ty::FAILED_RULE_ID)));
 }

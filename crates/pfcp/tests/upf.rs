@@ -271,6 +271,7 @@ fn establishment_rejections_name_cause_and_ie_and_change_nothing() {
     let (h, r) = sim.establish(2, bad);
     assert_eq!(h.seid, Some(2));
     assert_eq!((r.cause.0, r.offending_ie), (Cause::RuleCreationModificationFailure, Some(U16Ie(ty::FAR_ID))));
+    assert_eq!(r.failed_rule_id, Some(FailedRuleId::Pdr(2)), "the PDR whose FAR is missing");
     assert!(r.up_f_seid.is_none());
     assert!(sim.actions().is_empty());
     assert_eq!(sim.upf.session_count(), 0);
@@ -285,6 +286,7 @@ fn establishment_rejections_name_cause_and_ie_and_change_nothing() {
     bad.create_far[0].forwarding_parameters = None;
     let (_, r) = sim.establish(4, bad);
     assert_eq!((r.cause.0, r.offending_ie), (Cause::ConditionalIeMissing, Some(U16Ie(ty::FORWARDING_PARAMETERS))));
+    assert_eq!(r.failed_rule_id, None, "only with Rule creation/modification failure");
     // Each refusal counted where an operator sees it (show pfcp associations, the
     // metrics), what was accepted not.
     assert_eq!(sim.upf.stats().requests_refused, 3);
@@ -338,6 +340,7 @@ fn a_create_for_an_id_the_session_has_is_refused() {
     dup.create_pdr.push(again);
     let (_, r) = sim.establish(2, dup);
     assert_eq!((r.cause.0, r.offending_ie), (Cause::RuleCreationModificationFailure, Some(U16Ie(ty::CREATE_PDR))), "{r:?}");
+    assert_eq!(r.failed_rule_id, Some(FailedRuleId::Pdr(1)));
     assert!(r.created_pdr.is_empty() && r.up_f_seid.is_none());
     assert_eq!(sim.upf.session_count(), 0);
     let (seid, _) = established(&mut sim, 3);
@@ -347,13 +350,14 @@ fn a_create_for_an_id_the_session_has_is_refused() {
     let drop_far2 = CreateFar { far_id: U32Ie(2), apply_action: Flags(apply_action::DROP), forwarding_parameters: None, bar_id: None };
     let qer1 = CreateQer { qer_id: U32Ie(1), gate_status: Some(GateStatus::default()), mbr: None, gbr: None, qfi: None };
     let urr1 = CreateUrr::measuring(1, measurement_method::VOLUM, 0);
-    for (m, ie) in [
-        (SessionModificationRequest { create_far: vec![drop_far2.clone()], ..Default::default() }, ty::CREATE_FAR),
-        (SessionModificationRequest { create_qer: vec![qer1], ..Default::default() }, ty::CREATE_QER),
-        (SessionModificationRequest { create_urr: vec![urr1], ..Default::default() }, ty::CREATE_URR),
+    for (m, ie, rule) in [
+        (SessionModificationRequest { create_far: vec![drop_far2.clone()], ..Default::default() }, ty::CREATE_FAR, FailedRuleId::Far(2)),
+        (SessionModificationRequest { create_qer: vec![qer1], ..Default::default() }, ty::CREATE_QER, FailedRuleId::Qer(1)),
+        (SessionModificationRequest { create_urr: vec![urr1], ..Default::default() }, ty::CREATE_URR, FailedRuleId::Urr(1)),
     ] {
         let Message::SessionModificationResponse(r) = sim.request(Some(seid), Message::SessionModificationRequest(m)).1 else { panic!() };
         assert_eq!((r.cause.0, r.offending_ie), (Cause::RuleCreationModificationFailure, Some(U16Ie(ie))), "{r:?}");
+        assert_eq!(r.failed_rule_id, Some(rule));
         assert_eq!(sim.upf.session(seid), Some(&rules), "unchanged");
         assert!(sim.actions().is_empty());
     }
@@ -382,6 +386,7 @@ fn a_refused_modification_keeps_the_smfs_f_seid() {
     let (h, m) = sim.request(Some(seid), Message::SessionModificationRequest(bad));
     let Message::SessionModificationResponse(r) = m else { panic!("{m:?}") };
     assert_eq!((r.cause.0, r.offending_ie), (Cause::RuleCreationModificationFailure, Some(U16Ie(ty::UPDATE_FAR))), "{r:?}");
+    assert_eq!(r.failed_rule_id, Some(FailedRuleId::Far(99)));
     assert_eq!(h.seid, Some(0x11), "the refusal goes to the SEID still in force");
     assert_eq!(sim.upf.session(seid), Some(&rules));
     assert!(sim.actions().is_empty());

@@ -513,10 +513,19 @@ impl InstallError {
     /// which blames no IE. A rule that cannot be built as asked (an SDF filter form we do
     /// not compile, a TEID or UE address another session holds) is Rule creation/
     /// modification failure naming that IE: the IE is well formed, so not Mandatory IE
-    /// incorrect, and this UPF cannot take it.
-    pub fn refusal(&self) -> pfcp::upf::Refusal {
-        use pfcp::ie::ty;
+    /// incorrect, and this UPF cannot take it; the PDR of `rules` it is in is the Failed
+    /// Rule ID.
+    pub fn refusal(&self, rules: &pfcp::rules::SessionRules) -> pfcp::upf::Refusal {
+        use pfcp::ie::{ty, FailedRuleId};
         use pfcp::Cause;
+        let pdr = |f: &dyn Fn(&pfcp::rules::Pdr) -> bool| rules.pdrs.values().find(|p| f(p)).map(|p| FailedRuleId::Pdr(p.id));
+        let failed_rule = match *self {
+            InstallError::TeidInUse(t) => pdr(&|p| p.local_f_teid.is_some_and(|e| e.teid == t)),
+            InstallError::UeInUse(IpAddr::V4(a)) => pdr(&|p| p.ue_ipv4 == Some(a)),
+            InstallError::UeInUse(IpAddr::V6(a)) => pdr(&|p| p.ue_ipv6.is_some_and(|u| ue6_key(&u) == ue6_key(&a))),
+            InstallError::Compile(CompileError::Sdf { pdr, .. } | CompileError::NoDirection(pdr)) => Some(FailedRuleId::Pdr(pdr)),
+            InstallError::Full(_) | InstallError::Compile(CompileError::NoSlot(_)) => None,
+        };
         let (cause, ie) = match self {
             InstallError::TeidInUse(_) => (Cause::RuleCreationModificationFailure, Some(ty::F_TEID)),
             InstallError::UeInUse(_) => (Cause::RuleCreationModificationFailure, Some(ty::UE_IP_ADDRESS)),
@@ -526,14 +535,14 @@ impl InstallError {
             InstallError::Compile(CompileError::NoDirection(_)) => (Cause::RuleCreationModificationFailure, Some(ty::PDI)),
             InstallError::Full(_) | InstallError::Compile(CompileError::NoSlot(_)) => (Cause::NoResourcesAvailable, None),
         };
-        pfcp::upf::Refusal { cause, offending_ie: ie }
+        pfcp::upf::Refusal { cause, offending_ie: ie, failed_rule }
     }
 }
 
 /// The core asks the tables it will install into: [`UpfState::check_rules`].
 impl pfcp::upf::Admission for UpfState {
     fn admit(&mut self, rules: &pfcp::rules::SessionRules) -> Result<(), pfcp::upf::Refusal> {
-        self.check_rules(rules).map_err(|e| e.refusal())
+        self.check_rules(rules).map_err(|e| e.refusal(rules))
     }
 }
 

@@ -196,6 +196,7 @@ fn a_session_beyond_max_sessions_is_refused_with_no_resources() {
     let first = u.accepted(session(1, None, ue(1)));
     let r = u.establish(session(2, None, ue(2)));
     assert_eq!(refusal(r.cause, r.offending_ie), (Cause::NoResourcesAvailable, None));
+    assert_eq!(r.failed_rule_id, None);
     assert!(r.up_f_seid.is_none() && r.created_pdr.is_empty());
     assert_eq!((u.core.session_count(), u.tables.len()), (1, 1), "the core keeps no session for a refused establishment");
     // The first session goes on, and once it is deleted there is room again.
@@ -223,6 +224,7 @@ fn an_smf_assigned_teid_or_ue_address_of_another_session_is_refused() {
     let first = u.accepted(session(1, Some(0x1234), ue(1)));
     let r = u.establish(session(2, Some(0x1234), ue(2)));
     assert_eq!(refusal(r.cause, r.offending_ie), (Cause::RuleCreationModificationFailure, Some(ty::F_TEID)));
+    assert_eq!(r.failed_rule_id, Some(FailedRuleId::Pdr(1)), "the PDR with the TEID");
     let r = u.establish(session(3, Some(0x1235), ue(1)));
     assert_eq!(refusal(r.cause, r.offending_ie), (Cause::RuleCreationModificationFailure, Some(ty::UE_IP_ADDRESS)));
     assert_eq!((u.core.session_count(), u.tables.len()), (1, 1));
@@ -243,6 +245,7 @@ fn an_sdf_filter_the_dataplane_cannot_compile_is_refused() {
     deny.create_pdr[1].pdi.as_mut().unwrap().sdf_filters = vec![sdf("deny out ip from any to assigned")];
     let r = u.establish(deny);
     assert_eq!(refusal(r.cause, r.offending_ie), (Cause::RuleCreationModificationFailure, Some(ty::SDF_FILTER)));
+    assert_eq!(r.failed_rule_id, Some(FailedRuleId::Pdr(2)), "the PDR with the filter");
     assert_eq!((u.core.session_count(), u.tables.len()), (0, 0));
     // What the refused request allocated (its chosen TEID) went back to the pool.
     let again = u.establish(session(2, None, ue(1)));
@@ -278,6 +281,7 @@ fn a_pdr_neither_uplink_nor_downlink_is_refused_not_left_out() {
         r.create_pdr.push(nowhere(3, source));
         let r = u.establish(r);
         assert_eq!(refusal(r.cause, r.offending_ie), (Cause::RuleCreationModificationFailure, Some(ty::PDI)), "{source:?}");
+        assert_eq!(r.failed_rule_id, Some(FailedRuleId::Pdr(3)));
         assert!(r.up_f_seid.is_none() && r.created_pdr.is_empty());
         assert_eq!((u.core.session_count(), u.tables.len()), (0, 0));
     }
@@ -303,6 +307,7 @@ fn a_pdr_neither_uplink_nor_downlink_is_refused_not_left_out() {
     };
     let r = u.modify(seid, update);
     assert_eq!(refusal(r.cause, r.offending_ie), (Cause::RuleCreationModificationFailure, Some(ty::PDI)));
+    assert_eq!(r.failed_rule_id, Some(FailedRuleId::Pdr(1)));
     assert_eq!(u.snapshot(seid), before);
     assert_eq!(u.seid_by_teid(1), Some(seid), "still found by its TEID");
 }
@@ -358,6 +363,7 @@ fn a_refused_modification_keeps_the_old_session_forwarding() {
     };
     let r = u.modify(seid, steal);
     assert_eq!(refusal(r.cause, r.offending_ie), (Cause::RuleCreationModificationFailure, Some(ty::F_TEID)));
+    assert_eq!(r.failed_rule_id, Some(FailedRuleId::Pdr(1)));
     // A new downlink PDR with a filter that does not compile.
     let mut pdr = session(1, None, ue(1)).create_pdr[1].clone();
     pdr.pdr_id = U16Ie(5);
