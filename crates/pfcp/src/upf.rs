@@ -1032,9 +1032,11 @@ impl Upf {
         let mut created = CreatedPdr { pdr_id: U16Ie(pdr.id), f_teid: None, ue_ip_address: None };
         // Source Interface is mandatory in a PDI (Table 7.5.2.2-2), and one of the values
         // TS 29.244 §8.2.2 defines: without it, or with a spare one, what the PDR matches
-        // is not known.
+        // is not known. 5G VN internal (packets a 5G VN group's UEs send each other, §5.29)
+        // is a service this UPF does not offer: such a PDR would match N3 or N6 traffic.
         pdr.source = match pdi.source_interface.ok_or(reject(Cause::MandatoryIeMissing, ty::SOURCE_INTERFACE))?.0 {
             Interface::Unknown(_) => return Err(reject(Cause::MandatoryIeIncorrect, ty::SOURCE_INTERFACE)),
+            Interface::VnInternal => return Err(reject(Cause::ServiceNotSupported, ty::SOURCE_INTERFACE)),
             i => i,
         };
         pdr.local_f_teid = match pdi.f_teid {

@@ -296,11 +296,17 @@ fn establishment_rejections_name_cause_and_ie_and_change_nothing() {
 /// A PDI's Source Interface is mandatory (TS 29.244 Table 7.5.2.2-2): without it the PDR
 /// was taken as from Access, and a spare value (§8.2.2: 5 to 15) as whatever it was;
 /// refused with 66 / 69 naming it, nothing kept, in an establishment and an Update PDR.
+/// 5G VN internal (a 5G VN group's local switching, not offered) gets 76: such a PDR was
+/// taken as uplink or downlink and matched N3 or N6 traffic.
 #[test]
 fn a_pdi_without_a_known_source_interface_is_refused_by_name() {
     let mut sim = Sim::new();
     sim.associate(1);
-    for (si, cause) in [(None, Cause::MandatoryIeMissing), (Some(InterfaceIe(Interface::Unknown(7))), Cause::MandatoryIeIncorrect)] {
+    for (si, cause) in [
+        (None, Cause::MandatoryIeMissing),
+        (Some(InterfaceIe(Interface::Unknown(7))), Cause::MandatoryIeIncorrect),
+        (Some(InterfaceIe(Interface::VnInternal)), Cause::ServiceNotSupported),
+    ] {
         let mut r = session_request(2);
         r.create_pdr[2].pdi.as_mut().unwrap().source_interface = si;
         let (_, r) = sim.establish(2, r);
