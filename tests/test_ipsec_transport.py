@@ -184,3 +184,36 @@ def test_a_forwarded_packet_is_not_put_in_transport_mode_esp(vecgate, tmp_path):
     assert c.get(("esp4-encrypt", "encrypted")) == 1 and len(out1) == 1 and not out0, c
     reply = scapy_sa("aes-gcm-128", False, OUT_SPI, 1).decrypt(IP(raw(out1[0])[14:]))
     assert (reply.src, reply.dst, reply[ICMP].id) == (local, remote, 6)
+
+
+@pytest.mark.parametrize("udp", [False, True], ids=["esp", "esp-in-udp"])
+@pytest.mark.parametrize("kind", list(TUNNELS))
+def test_a_tunnel_over_a_transport_sa_counts_esp_in_its_inner_mtu(vecgate, tmp_path, kind, udp):
+    """A tunnel whose outer packets a transport-mode SA protects leaves room for ESP's
+    worst case in its inner MTU (AES-GCM: ESP header 8, IV 8, padding up to 3, trailer 2,
+    ICV 16; 8 more in UDP), so its largest inner packet still leaves eth1 (MTU 1400) as
+    one ESP packet, and one byte more (DF) gets a frag-needed carrying that MTU back to
+    its source. The inner MTU counted the tunnel's headers only: the one byte more passed
+    the tunnel, and espN-encrypt dropped its outer packet with the frag-needed sent to the
+    gateway itself, so the source never learned."""
+    from scapy.all import ICMP, IPerror
+    tunnel, port = TUNNELS[kind]
+    cfg = config("aes-gcm-128", 4, udp).replace('protocol = "icmp"', f'protocol = "udp"\nremote_ports = "{port}"') + tunnel
+    headers = 20 + 8 + (4 if kind == "gue" else 8)
+    mtu = 1400 - headers - (8 + 8 + 3 + 2 + 16) - (8 if udp else 0)
+
+    def inner(size, n):
+        return Ether(src=HOST_MAC, dst=GW_MAC0) / IP(src="198.18.0.2", dst="198.19.90.7", flags="DF") / UDP(sport=7000 + n, dport=9) / Raw(bytes([n]) * (size - 28))
+
+    out0, out1, c, _ = run_pcap(vecgate, tmp_path, [inner(mtu, 1), inner(mtu + 1, 2)], cfg)
+    assert c.get(("esp4-encrypt", "encrypted")) == 1 and len(out1) == 1, c
+    l3 = IP(raw(out1[0])[14:])
+    assert len(l3) <= 1400 and (l3.proto == 17) == udp, l3.summary()
+    outer = scapy_sa("aes-gcm-128", udp, OUT_SPI, 1).decrypt(l3)
+    assert outer[UDP].dport == port and raw(outer).endswith(bytes([1]) * (mtu - 28))
+    # The one byte more: frag-needed with the tunnel's inner MTU, to its source.
+    assert len(out0) == 1, c
+    err = out0[0][IP]
+    assert (err.dst, err[ICMP].type, err[ICMP].code, err[ICMP].nexthopmtu) == ("198.18.0.2", 3, 4, mtu), err.show(dump=True)
+    assert err[IPerror].dst == "198.19.90.7"
+    assert c.get(("esp4-encrypt", "inner-too-big"), 0) == 0, c

@@ -173,11 +173,13 @@ fn udp_demux(g: &GtpuState, u: &UdpTunState) -> ip::tables::UdpDemux {
     d
 }
 
-/// Set the router's local UDP demux with every feature's ports (ESP in UDP too).
+/// Set the router's local UDP demux with every feature's ports (ESP in UDP too), and
+/// what transport-mode SAs add to the tunnels' outer packets they protect.
 pub fn set_udp_demux(state: &mut RouterState, g: &GtpuState, u: &UdpTunState, x: &ipsec::IpsecState) {
     let mut demux = udp_demux(g, u);
     crate::ipsec::add_to_demux(x, &mut demux);
     state.set_udp_demux(demux);
+    state.set_transport_esp(crate::ipsec::transport_esp(x));
 }
 
 /// Path-management events kept for `show gtpu tunnels`.

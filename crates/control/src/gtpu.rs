@@ -196,8 +196,12 @@ fn rows_of(
                 },
                 ue: s.ue.map(|p| p.to_string()),
                 outer_adjacency: g.outer_adj(id),
-                inner_mtu: Some(ip::outer::inner_mtu(router.adjacency_mtu(g.outer_adj(id)), t.rewrite_len as usize, t.mtu.mtu))
-                    .filter(|&m| m != usize::MAX),
+                inner_mtu: Some(ip::outer::inner_mtu(
+                    router.tunnel_link_mtu(g.outer_adj(id), s.local, s.remote),
+                    t.rewrite_len as usize,
+                    t.mtu.mtu,
+                ))
+                .filter(|&m| m != usize::MAX),
                 mtu: t.mtu,
                 urpf: t.urpf,
             }

@@ -444,6 +444,20 @@ pub fn build_state(cfg: &Config, router: &mut RouterState) -> Result<IpsecState,
     Ok(x)
 }
 
+/// The outbound transport-mode SAs' worst-case cost on the packets they protect (a
+/// tunnel's outer packets among them: its inner MTU counts it).
+pub fn transport_esp(x: &IpsecState) -> Vec<ip::tables::TransportEsp> {
+    x.iter()
+        .filter(|(_, sa)| sa.spec.direction == Direction::Outbound && sa.spec.mode == Mode::Transport)
+        .map(|(_, sa)| ip::tables::TransportEsp {
+            local: sa.spec.local,
+            remote: sa.spec.remote,
+            overhead: sa.plan.overhead as u16,
+            mtu: sa.spec.mtu.mtu,
+        })
+        .collect()
+}
+
 /// ESP in UDP arrives on port 4500 when any SA uses it.
 pub fn add_to_demux(x: &IpsecState, d: &mut UdpDemux) {
     let mut ports: Vec<u16> = x.iter().filter_map(|(_, s)| s.spec.udp_receive_port()).collect();

@@ -212,6 +212,7 @@ pub struct RouterState {
     udp: Arc<UdpDemux>,
     parcel_links: u64,
     spd_links: u64,
+    transport_esp: Arc<Vec<crate::tables::TransportEsp>>,
     lb_local: bool,
     lb_replies: bool,
     neighbours: HashMap<IpAddr, Neighbour>,
@@ -251,6 +252,7 @@ impl RouterState {
             udp: Arc::new(UdpDemux::default()),
             parcel_links: 0,
             spd_links: 0,
+            transport_esp: Arc::new(Vec::new()),
             lb_local: false,
             lb_replies: false,
             neighbours: HashMap::new(),
@@ -554,6 +556,27 @@ impl RouterState {
     /// Set which interfaces have an outbound SPD (bit i: interface i; see `Tables::spd_links`).
     pub fn set_spd_links(&mut self, links: u64) {
         self.spd_links = links;
+    }
+
+    /// Set the outbound transport-mode SAs' costs (`Tables::transport_esp`).
+    pub fn set_transport_esp(&mut self, esp: Vec<crate::tables::TransportEsp>) {
+        if *self.transport_esp != esp {
+            self.transport_esp = Arc::new(esp);
+        }
+    }
+
+    /// [`crate::tables::Tables::tunnel_link_mtu`] for the control plane: adjacency
+    /// `adj`'s link MTU as a tunnel from `local` to `remote` can use it.
+    pub fn tunnel_link_mtu(&self, adj: u32, local: IpAddr, remote: IpAddr) -> Option<u16> {
+        let mtu = self.adjacency_mtu(adj)?;
+        let i = match self.adj_keys.get((adj as usize).wrapping_sub(2))? {
+            AdjKey::Attached(i) | AdjKey::NextHop(i, _) => *i,
+            AdjKey::Blackhole => return Some(mtu),
+        };
+        if self.spd_links.checked_shr(i.0 as u32).unwrap_or(0) & 1 == 0 {
+            return Some(mtu);
+        }
+        Some(crate::tables::esp_limited_mtu(&self.transport_esp, mtu, local, remote))
     }
 
     /// Set interface `i`'s reverse-path check; false if there is no such interface.
@@ -1180,6 +1203,7 @@ impl RouterState {
             udp: self.udp.clone(),
             parcel_links: self.parcel_links,
             spd_links: self.spd_links,
+            transport_esp: self.transport_esp.clone(),
             lb_local: self.lb_local,
             lb_replies: self.lb_replies,
             punt: Arc::new(punt),

@@ -313,6 +313,44 @@ pub struct Tables {
     pub lb_replies: bool,
     /// Ports of our addresses whose packets go to the host's stack (`[punt]`).
     pub punt: Arc<crate::punt::Punt>,
+    /// Outbound transport-mode SAs' cost on the packets they protect, for the tunnels
+    /// whose outer packets they protect ([`Tables::tunnel_link_mtu`]).
+    pub transport_esp: Arc<Vec<TransportEsp>>,
+}
+
+/// What an outbound transport-mode SA adds to each packet it protects (the gateway's
+/// own, from `local` to `remote`) at worst: its ESP header, IV, most padding, trailer
+/// and ICV, and UDP with ESP in UDP; `mtu`: the SA's own inner MTU cap (0: none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TransportEsp {
+    pub local: std::net::IpAddr,
+    pub remote: std::net::IpAddr,
+    pub overhead: u16,
+    pub mtu: u16,
+}
+
+/// The largest packet from `src` to `dst` a link of MTU `mtu` carries once the
+/// transport-mode SAs in `esp` between those addresses have added their bytes.
+pub(crate) fn esp_limited_mtu(esp: &[TransportEsp], mtu: u16, src: std::net::IpAddr, dst: std::net::IpAddr) -> u16 {
+    esp.iter()
+        .filter(|e| e.local == src && e.remote == dst)
+        .map(|e| crate::outer::inner_mtu(Some(mtu), e.overhead as usize, e.mtu) as u16)
+        .fold(mtu, u16::min)
+}
+
+/// The source and destination of the IPv4 or IPv6 header at the start of `h`.
+fn header_addrs(h: &[u8]) -> Option<(std::net::IpAddr, std::net::IpAddr)> {
+    match h.first().map(|v| v >> 4) {
+        Some(4) => {
+            let a = h.get(12..20)?;
+            Some((Ipv4Addr::new(a[0], a[1], a[2], a[3]).into(), Ipv4Addr::new(a[4], a[5], a[6], a[7]).into()))
+        }
+        Some(6) => {
+            let a: &[u8; 32] = h.get(8..40)?.try_into().ok()?;
+            Some((Ipv6Addr::from(*a.first_chunk::<16>()?).into(), Ipv6Addr::from(*a.last_chunk::<16>()?).into()))
+        }
+        _ => None,
+    }
 }
 
 impl Tables {
@@ -332,7 +370,23 @@ impl Tables {
             lb_local: false,
             lb_replies: false,
             punt: Arc::new(crate::punt::Punt::default()),
+            transport_esp: Arc::new(Vec::new()),
         }
+    }
+
+    /// The MTU a tunnel's outer packets (IP header `outer`, as the tunnel's rewrite holds
+    /// it) have on the link of adjacency `adj`: the link's, less what an outbound
+    /// transport-mode SA between the header's addresses adds to them where the link has
+    /// an SPD (its PROTECT policy sends them there after the tunnel), so full-size inner
+    /// packets still fit the link as ESP. `None` when `adj` does not send.
+    #[inline(always)]
+    pub fn tunnel_link_mtu(&self, adj: u32, outer: &[u8]) -> Option<u16> {
+        let a = self.adjacency(adj);
+        let mtu = a.mtu()?;
+        if self.transport_esp.is_empty() || !a.tx_if().is_some_and(|i| self.has_spd(i)) {
+            return Some(mtu);
+        }
+        Some(header_addrs(outer).map_or(mtu, |(src, dst)| esp_limited_mtu(&self.transport_esp, mtu, src, dst)))
     }
 
     /// A packet routed out of interface `i` may go from the route lookup straight to

@@ -225,7 +225,8 @@ impl<Cx: HasGtpu, O: Outer, const COUNT: bool> Node<Cx> for GtpuEncap<O, COUNT> 
             return Verdict::Drop(GtpuEncapCounter::NoTunnel);
         };
         let adj = g.tables.outer_adj(id);
-        let link_mtu = ipc.tables.adjacency(adj).mtu();
+        // Less ESP's bytes where a transport-mode SA protects the outer packets.
+        let link_mtu = ipc.tables.tunnel_link_mtu(adj, t.header());
         let fragment_outer = match encap_mtu(buf, link_mtu, t.rewrite_len as usize, t.mtu) {
             EncapMtu::Encap { fragment_outer, clamped } => {
                 if clamped {

@@ -337,8 +337,8 @@ impl<Cx: HasUdpTun, O: TunOuter, const COUNT: bool> Node<Cx> for UdpTunEncap<O, 
             return Verdict::Drop(UdpTunEncapCounter::NoTunnel);
         };
         let adj = self.plan.adj;
-        let adjacency = ipc.tables.adjacency(adj);
-        let link_mtu = adjacency.mtu();
+        // Less ESP's bytes where a transport-mode SA protects the outer packets.
+        let link_mtu = ipc.tables.tunnel_link_mtu(adj, &t.rewrite[MAX_REWRITE - t.rewrite_len as usize..]);
         let fragment_outer = match encap_mtu(buf, link_mtu, t.rewrite_len as usize, t.mtu) {
             EncapMtu::Encap { fragment_outer, clamped } => {
                 if clamped {
