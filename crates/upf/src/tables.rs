@@ -502,6 +502,8 @@ pub enum InstallError {
     TeidInUse(u32),
     #[error("UE address {0} belongs to another session")]
     UeInUse(IpAddr),
+    #[error("PDR {pdr}: its FAR sends in GTP-U to {peer}, and there is no N3 address of that family to send from ([pfcp] n3 / n3_ipv6)")]
+    NoN3Address { pdr: u16, peer: IpAddr },
     #[error("no free session slot (all {0} in use)")]
     Full(usize),
     #[error("{0}")]
@@ -524,11 +526,14 @@ impl InstallError {
             InstallError::UeInUse(IpAddr::V4(a)) => pdr(&|p| p.ue_ipv4 == Some(a)),
             InstallError::UeInUse(IpAddr::V6(a)) => pdr(&|p| p.ue_ipv6.is_some_and(|u| ue6_key(&u) == ue6_key(&a))),
             InstallError::Compile(CompileError::Sdf { pdr, .. } | CompileError::NoDirection(pdr)) => Some(FailedRuleId::Pdr(pdr)),
+            InstallError::NoN3Address { pdr, .. } => rules.pdrs.get(&pdr).and_then(|p| p.far_id).map(FailedRuleId::Far),
             InstallError::Full(_) | InstallError::Compile(CompileError::NoSlot(_)) => None,
         };
         let (cause, ie) = match self {
             InstallError::TeidInUse(_) => (Cause::RuleCreationModificationFailure, Some(ty::F_TEID)),
             InstallError::UeInUse(_) => (Cause::RuleCreationModificationFailure, Some(ty::UE_IP_ADDRESS)),
+            // Every packet the FAR forwards would be dropped (`no-n3-address`).
+            InstallError::NoN3Address { .. } => (Cause::RuleCreationModificationFailure, Some(ty::OUTER_HEADER_CREATION)),
             InstallError::Compile(CompileError::Sdf { .. }) => (Cause::RuleCreationModificationFailure, Some(ty::SDF_FILTER)),
             // A PDI this dataplane cannot match on (no F-TEID, no UE address it receives
             // packets for): the PDR cannot be created as asked.
@@ -696,6 +701,17 @@ impl UpfState {
         for a in ue6 {
             if taken(self.tables.by_ue6.get(ue6_key(a))) {
                 return Err(InstallError::UeInUse(IpAddr::V6(*a)));
+            }
+        }
+        for r in session.uplink.iter().chain(session.downlink.iter()) {
+            if let Forward::Forward(Some(o)) = &r.forward {
+                let ours = match o.peer {
+                    IpAddr::V4(_) => self.tables.n3_v4.is_some(),
+                    IpAddr::V6(_) => self.tables.n3_v6.is_some(),
+                };
+                if !ours {
+                    return Err(InstallError::NoN3Address { pdr: r.pdr_id, peer: o.peer });
+                }
             }
         }
         if own.is_none() && self.free.is_empty() && self.tables.sessions.len() >= self.max_sessions {

@@ -312,6 +312,39 @@ fn a_pdr_neither_uplink_nor_downlink_is_refused_not_left_out() {
     assert_eq!(u.seid_by_teid(1), Some(seid), "still found by its TEID");
 }
 
+/// A FAR that sends in GTP-U to a peer of a family the UPF has no N3 address of (here an
+/// IPv6 gNB, the UPF's N3 IPv4 only) is refused with 73 naming Outer Header Creation and
+/// the FAR: it was accepted and every packet it forwarded dropped as `no-n3-address`.
+#[test]
+fn a_far_to_a_peer_of_a_family_without_an_n3_address_is_refused() {
+    let mut u = Upf2::new(8, 8);
+    let gnb6: Ipv6Addr = "2001:db8:7::10".parse().unwrap();
+    let mut r = session(1, None, ue(1));
+    r.create_far[1] = CreateFar::forward(2, Interface::Access, Some(OuterHeaderCreation::gtpu(0x200, None, Some(gnb6))));
+    let r = u.establish(r);
+    assert_eq!(refusal(r.cause, r.offending_ie), (Cause::RuleCreationModificationFailure, Some(ty::OUTER_HEADER_CREATION)), "{r:?}");
+    assert_eq!(r.failed_rule_id, Some(FailedRuleId::Far(2)));
+    assert_eq!((u.core.session_count(), u.tables.len()), (0, 0));
+    // A handover to it: refused, the session forwarding as before.
+    let seid = u.accepted(session(2, None, ue(2)));
+    let before = u.snapshot(seid);
+    let handover = SessionModificationRequest {
+        update_far: vec![UpdateFar {
+            far_id: U32Ie(2),
+            apply_action: None,
+            update_forwarding_parameters: Some(UpdateForwardingParameters {
+                outer_header_creation: Some(OuterHeaderCreation::gtpu(0x300, None, Some(gnb6))),
+                ..Default::default()
+            }),
+            bar_id: None,
+        }],
+        ..Default::default()
+    };
+    let r = u.modify(seid, handover);
+    assert_eq!(refusal(r.cause, r.offending_ie), (Cause::RuleCreationModificationFailure, Some(ty::OUTER_HEADER_CREATION)));
+    assert_eq!(u.snapshot(seid), before);
+}
+
 #[test]
 fn dupl_is_refused_with_service_not_supported() {
     let mut u = Upf2::new(8, 8);
