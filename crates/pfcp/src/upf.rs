@@ -1471,6 +1471,14 @@ impl Upf {
                 }
             }
         }
+        // A Query URR names a URR of the session (or one this request removes: reported as it
+        // goes); one of no URR was answered Request accepted with no report, as if unused.
+        for q in &r.query_urr {
+            let id = q.0 .0;
+            if !s.rules.urrs.contains_key(&id) && !r.remove_urr.iter().any(|u| u.0 .0 == id) {
+                return Err(rule_failure(ty::QUERY_URR, FailedRuleId::Urr(id)));
+            }
+        }
         // SMF-assigned TEIDs and UE addresses no PDR has any more are let go (checked at
         // the end, so that a PDR removed and one created with its TEID or address in the
         // same request keep it).

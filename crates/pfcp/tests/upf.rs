@@ -831,6 +831,33 @@ fn a_removed_urr_reports_its_last_usage_in_the_modification_response() {
     assert_eq!(d.usage_report.iter().map(|u| u.urr_id.0).collect::<Vec<_>>(), vec![2]);
 }
 
+/// Query URR (TS 29.244 §5.2.2.3.2): the URR's usage since its last report comes in the
+/// response (trigger IMMER), and counts start again from there. A query of a URR the
+/// session lacks is refused with 73 naming Query URR and the URR, nothing reported or
+/// reset: it was accepted with no report, as if the URR had counted nothing.
+#[test]
+fn query_urr_reports_the_usage_and_a_query_of_no_urr_is_refused() {
+    let mut sim = Sim::new();
+    sim.associate(1);
+    let (seid, _) = established(&mut sim, 1);
+    sim.upf.usage(sim.now, seid, 1, Usage { ul_bytes: 300, dl_bytes: 200, ul_packets: 3, dl_packets: 2 });
+    let query = |id| SessionModificationRequest { query_urr: vec![Remove(U32Ie(id))], ..Default::default() };
+    let Message::SessionModificationResponse(r) = sim.request(Some(seid), Message::SessionModificationRequest(query(9))).1 else {
+        panic!()
+    };
+    assert_eq!((r.cause.0, r.offending_ie), (Cause::RuleCreationModificationFailure, Some(U16Ie(ty::QUERY_URR))), "{r:?}");
+    assert_eq!(r.failed_rule_id, Some(FailedRuleId::Urr(9)));
+    assert!(r.usage_report.is_empty());
+    let Message::SessionModificationResponse(r) = sim.request(Some(seid), Message::SessionModificationRequest(query(1))).1 else {
+        panic!()
+    };
+    assert_eq!(r.cause.0, Cause::RequestAccepted, "{r:?}");
+    let [report] = &r.usage_report[..] else { panic!("{r:?}") };
+    assert_eq!((report.urr_id.0, report.trigger.0), (1, trigger::LIUSA_OR_IMMER));
+    let v = report.volume.unwrap();
+    assert_eq!((v.total, v.uplink, v.downlink), (Some(500), Some(300), Some(200)), "all of it: the refused query reset nothing");
+}
+
 #[test]
 fn one_downlink_data_report_per_buffering_episode() {
     let mut sim = Sim::new();
