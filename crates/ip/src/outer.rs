@@ -3,6 +3,8 @@
 //! rules and the per-tunnel checksum mode. Shared by every UDP tunnel feature (GTP-U,
 //! GUE and its kin); each adds its own per-family constants on top.
 
+pub mod tos;
+
 use crate::nodes::IcmpRequest;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use wire::checksum::{self, Checksum};
@@ -250,8 +252,9 @@ pub fn decap_mss_clamp(buf: &mut engine::Buffer, link_mtu: Option<u16>, overhead
 /// What entering a tunnel did to the inner packet, or why it cannot enter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InnerHop {
-    /// TTL / hop limit decremented; the inner packet is IPv4 (`true`) or IPv6.
-    Forwarded { v4: bool },
+    /// TTL / hop limit decremented; the inner packet is IPv4 (`true`) or IPv6, its traffic
+    /// class `tc` (DSCP and ECN: what the outer header takes, [`tos`]).
+    Forwarded { v4: bool, tc: u8 },
     /// The TTL or hop limit would reach 0: the ICMP error to send (time exceeded), to be
     /// built by `ip4-icmp-error` (`v4`) or `ip6-icmp-error`.
     Expired { v4: bool, icmp: crate::nodes::IcmpRequest },
@@ -270,14 +273,14 @@ pub fn inner_hop(b: &mut [u8]) -> InnerHop {
                 return InnerHop::Expired { v4: true, icmp: IcmpRequest::new(11, 0, 0) };
             }
             Ipv4Packet::new_unchecked(&mut b[..20]).decrement_ttl();
-            InnerHop::Forwarded { v4: true }
+            InnerHop::Forwarded { v4: true, tc: b[1] }
         }
         Some(6) if b.len() >= 40 => {
             if b[7] <= 1 {
                 return InnerHop::Expired { v4: false, icmp: IcmpRequest::new(3, 0, 0) };
             }
             b[7] -= 1;
-            InnerHop::Forwarded { v4: false }
+            InnerHop::Forwarded { v4: false, tc: (b[0] << 4) | (b[1] >> 4) }
         }
         _ => InnerHop::NotIp,
     }

@@ -166,9 +166,10 @@ impl Outer {
     /// Put the headers in front of the packet in `buf` (the client's, from its IP header
     /// on), addressed to `dst` (the backend: 4 bytes under an IPv4 shape, 16 under
     /// IPv6), `hash` the flow's hash (the GUE source port). The buffer then starts at
-    /// the outer IP header. IPv4 inlined into the caller's session hit (as one `#[inline]`
-    /// function it stayed a call of its own, perf); IPv6, whose GUE header takes a
-    /// whole UDP checksum, out of line.
+    /// the outer IP header, which takes the client packet's DSCP and ECN (as every
+    /// tunnel's does: `ip::outer::tos`). IPv4 inlined into the caller's session hit (as
+    /// one `#[inline]` function it stayed a call of its own, perf); IPv6, whose GUE header
+    /// takes a whole UDP checksum, out of line.
     #[inline(always)]
     pub fn apply(&self, buf: &mut engine::Buffer, hash: u32, dst: &[u8]) -> Result<(), EncapError> {
         if self.v6 {
@@ -179,13 +180,19 @@ impl Outer {
         if total > u16::MAX as usize {
             return Err(EncapError::TooBig);
         }
+        let tc = buf.bytes().get(1).copied().unwrap_or(0);
         let h = self.put_in_front(buf).ok_or(EncapError::NoHeadroom)?;
         // The IPv4 header's 20 bytes proven once for the patches.
         let ip: &mut [u8; 20] = h.first_chunk_mut().ok_or(EncapError::NoHeadroom)?;
         let d: &[u8; 4] = dst.first_chunk().ok_or(EncapError::NoHeadroom)?;
         ip[16..20].copy_from_slice(d);
+        ip[1] = tc;
         ip[2..4].copy_from_slice(&(total as u16).to_be_bytes());
-        let mut c = self.ip_sum as u32 + total as u32 + u16::from_be_bytes([d[0], d[1]]) as u32 + u16::from_be_bytes([d[2], d[3]]) as u32;
+        let mut c = self.ip_sum as u32
+            + tc as u32
+            + total as u32
+            + u16::from_be_bytes([d[0], d[1]]) as u32
+            + u16::from_be_bytes([d[2], d[3]]) as u32;
         c = (c & 0xffff) + (c >> 16);
         c = (c & 0xffff) + (c >> 16);
         ip[10..12].copy_from_slice(&(!(c as u16)).to_be_bytes());
@@ -212,7 +219,9 @@ impl Outer {
         if self.udp_at != 0 {
             ip::outer::ChecksumMode::Software.settle_inner_checksum(buf);
         }
+        let tc = ip::outer::tos::traffic_class(buf.bytes());
         let h = self.put_in_front(buf).ok_or(EncapError::NoHeadroom)?;
+        ip::outer::tos::set_ipv6_traffic_class(h, tc);
         h[4..6].copy_from_slice(&(ip_payload as u16).to_be_bytes());
         h[24..40].copy_from_slice(d);
         if self.udp_at != 0 {

@@ -31,6 +31,7 @@ use crate::sdf::FlowView;
 use crate::tables::{Action, Forward, OuterHeader, Record, Rule, Session, Stop, UeMatch, UpfTables};
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use engine::{counters, next_nodes, BufIdx, Buffer, Counts, ExpandNode, GraphBuilder, Node, Pool, Verdict, VECTOR_SIZE};
+use ip::outer::tos::EcnDecap;
 use ip::outer::{udp_checksum, FragmentPolicy, Ip4Outer, Ip6Outer, OuterFamily};
 use std::sync::Arc;
 use wire::gtpu::{GtpuPacket, GtpuRepr, MessageType, PduSession, Teid};
@@ -53,6 +54,8 @@ counters! {
         Truncated(Warn, "truncated", "outer, GTP-U or inner headers truncated or inconsistent"),
         NotGpdu(Warn, "not-gpdu", "a GTP-U message other than a G-PDU"),
         BadInner(Warn, "bad-inner", "the packet inside is not IPv4 or IPv6"),
+        EcnMarked(Info, "ecn-marked", "uplink: the outer header's congestion mark (CE, or ECT(1)) copied into the inner packet (RFC 6040)"),
+        EcnCeNotEct(Warn, "ecn-ce-not-ect", "uplink: outer header marked CE over an inner packet that is not ECN-capable: dropped, as RFC 6040 asks"),
         NoSession(Warn, "no-session", "no session for the TEID (Error Indication rate-limited away) or UE address"),
         ErrorIndicationsSent(Info, "error-indications-sent", "Error Indications sent for G-PDUs to TEIDs no session has"),
         NoPdr(Warn, "no-pdr", "no PDR of the session matches the packet"),
@@ -382,7 +385,8 @@ fn fragment_outer(buf: &mut Buffer, mtu: Option<u16>, next: UpfNext, counts: &mu
 /// Prepend the outer IP, UDP (2152 both ways: a UPF answers on the GTP-U port) and the
 /// precomputed GTP-U header `gtpu`, its length field increased by the payload's. The UDP
 /// checksum is zero over IPv4 (as gtpuN-encap sends by default) and computed over IPv6
-/// (RFC 8200 §8.1).
+/// (RFC 8200 §8.1). The outer header takes the inner packet's DSCP and ECN, as every
+/// tunnel's does (`ip::outer::tos`).
 fn emit<O: OuterFamily>(buf: &mut Buffer, src: O::Addr, dst: O::Addr, gtpu: &[u8]) -> Result<(), UpfCounter> {
     let payload_len = buf.len();
     let ghl = gtpu.len();
@@ -391,8 +395,10 @@ fn emit<O: OuterFamily>(buf: &mut Buffer, src: O::Addr, dst: O::Addr, gtpu: &[u8
     if udp_len > u16::MAX as usize {
         return Err(UpfCounter::NoRoom);
     }
+    let tc = ip::outer::tos::traffic_class(buf.bytes());
     let h = buf.prepend(hl + 8 + ghl).map_err(|_| UpfCounter::NoRoom)?;
     O::emit_header(src, dst, udp_len, h);
+    ip::outer::tos::set_traffic_class(h, tc);
     let u = &mut h[hl..];
     u[0..2].copy_from_slice(&wire::gtpu::PORT.to_be_bytes());
     u[2..4].copy_from_slice(&wire::gtpu::PORT.to_be_bytes());
@@ -728,10 +734,16 @@ fn forward_uplink<O: OuterFamily>(
 ) -> Verdict<UpfNext, UpfCounter> {
     let decap = remove_outer || ohc.is_some();
     if decap {
+        let ecn = ip::outer::tos::traffic_class(buf.bytes()) & ip::outer::tos::CE;
         if buf.advance(g.inner_at).is_err() {
             return Verdict::Drop(UpfCounter::Truncated);
         }
         buf.truncate(g.inner_len);
+        match ip::outer::tos::decap_ecn(ecn, buf.bytes_mut()) {
+            EcnDecap::Unchanged => {}
+            EcnDecap::Marked => counts.inc(UpfCounter::EcnMarked),
+            EcnDecap::Drop => return Verdict::Drop(UpfCounter::EcnCeNotEct),
+        }
     }
     // N9: into another GTP-U tunnel, the tunnel-MTU step the downlink takes, before
     // anything is counted. An IPv4 packet without DF goes whole in fragmented outer

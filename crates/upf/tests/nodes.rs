@@ -1059,7 +1059,8 @@ fn dummy_upf() -> UpfContext {
 }
 
 /// The encapsulation before the G-PDU header was precomputed: the header emitted from a
-/// `GtpuRepr` per packet (the reference the precomputed path is checked against).
+/// `GtpuRepr` per packet (the reference the precomputed path is checked against), the
+/// outer traffic class the payload's.
 fn encap_reference(src: IpAddr, dst: IpAddr, teid: u32, qfi: Option<u8>, payload: &[u8]) -> Vec<u8> {
     use ip::outer::{Ip4Outer, Ip6Outer, OuterFamily};
     let repr = upf::tables::gpdu_repr(teid, qfi, payload.len());
@@ -1076,6 +1077,8 @@ fn encap_reference(src: IpAddr, dst: IpAddr, teid: u32, qfi: Option<u8>, payload
         }
         _ => unreachable!(),
     }
+    // The outer header takes the payload's DSCP and ECN where the payload is IP.
+    ip::outer::tos::set_traffic_class(&mut out, ip::outer::tos::traffic_class(payload));
     let u = &mut out[hl..];
     u[0..2].copy_from_slice(&2152u16.to_be_bytes());
     u[2..4].copy_from_slice(&2152u16.to_be_bytes());

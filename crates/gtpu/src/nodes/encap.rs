@@ -116,7 +116,7 @@ impl<O: Outer, const COUNT: bool> GtpuEncap<O, COUNT> {
 
     /// Prepend and patch the outer headers; the buffer then starts at the outer IP header.
     #[inline(always)]
-    fn encap(t: &Tunnel, seq: Option<&mut u16>, from_inner: bool, buf: &mut Buffer) -> Result<(), GtpuEncapCounter> {
+    fn encap(t: &Tunnel, tc: u8, seq: Option<&mut u16>, from_inner: bool, buf: &mut Buffer) -> Result<(), GtpuEncapCounter> {
         let inner_len = buf.len();
         let port = match t.src_port {
             SrcPort::Fixed => None,
@@ -136,11 +136,15 @@ impl<O: Outer, const COUNT: bool> GtpuEncap<O, COUNT> {
             return Err(GtpuEncapCounter::NoHeadroom);
         }
         let Some(h) = buf.bytes_mut().get_mut(..rl) else { return Err(GtpuEncapCounter::NoHeadroom) };
+        // The inner traffic class goes on the outer header (ip::outer::tos).
         if O::IS_V6 {
+            ip::outer::tos::set_ipv6_traffic_class(h, tc);
             h[4..6].copy_from_slice(&(ip_payload as u16).to_be_bytes());
         } else {
+            h[1] = tc;
             h[2..4].copy_from_slice(&(total as u16).to_be_bytes());
-            let c = checksum::update16(u16::from_be_bytes([h[10], h[11]]), 0, total as u16);
+            // The template's checksum is for TOS and length 0: one update for both words.
+            let c = checksum::update32(u16::from_be_bytes([h[10], h[11]]), 0, (tc as u32) << 16 | total as u32);
             h[10..12].copy_from_slice(&c.to_be_bytes());
         }
         // UDP length, then the GTP-U length (everything after its first 8 bytes).
@@ -247,21 +251,21 @@ impl<Cx: HasGtpu, O: Outer, const COUNT: bool> Node<Cx> for GtpuEncap<O, COUNT> 
                 return Verdict::Next(GtpuEncapNext::Segment);
             }
         };
-        match inner_hop(buf.bytes_mut()) {
-            InnerHop::Forwarded { .. } => {}
+        let tc = match inner_hop(buf.bytes_mut()) {
+            InnerHop::Forwarded { tc, .. } => tc,
             InnerHop::Expired { v4, icmp } => {
                 counts.inc(GtpuEncapCounter::InnerTtlExpired);
                 buf.meta.param = icmp.encode();
                 return Verdict::Next(if v4 { GtpuEncapNext::Ip4IcmpError } else { GtpuEncapNext::Ip6IcmpError });
             }
             InnerHop::NotIp => return Verdict::Drop(GtpuEncapCounter::BadInner),
-        }
+        };
         if t.checksum.settle_inner_checksum(buf) {
             counts.inc(GtpuEncapCounter::InnerChecksumCompleted);
         }
         let inner_len = buf.len();
         let seq = if t.sequence { g.seq.get_mut(id as usize) } else { None };
-        if let Err(c) = Self::encap(t, seq, g.tables.techniques.checksum_from_inner, buf) {
+        if let Err(c) = Self::encap(t, tc, seq, g.tables.techniques.checksum_from_inner, buf) {
             return Verdict::Drop(c);
         }
         counts.inc(GtpuEncapCounter::Encapsulated);

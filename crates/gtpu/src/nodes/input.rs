@@ -14,6 +14,7 @@ use crate::teid_table::{self, TeidKey};
 use crate::tunnel::{DecapNext, Tunnel};
 use engine::{counters, next_nodes, BufIdx, Buffer, Counts, Node, Pool, Verdict, VECTOR_SIZE};
 use ip::nodes::input_fast_path_len;
+use ip::outer::tos::EcnDecap;
 use ip::tables::{TunnelKind, TunnelRef};
 use ip::urpf::{Arrival, SourceFault, Urpf};
 use wire::gtpu::{GtpuError, GtpuPacket, GtpuRepr, MessageType};
@@ -31,6 +32,8 @@ counters! {
     pub enum GtpuInputCounter {
         Decapsulated(Info, "decapsulated", "G-PDUs decapsulated"),
         MssClamped(Info, "mss-clamped", "TCP SYN MSS lowered to fit the tunnel"),
+        EcnMarked(Info, "ecn-marked", "the outer header's congestion mark (CE, or ECT(1)) copied into the inner packet (RFC 6040)"),
+        EcnCeNotEct(Warn, "ecn-ce-not-ect", "outer header marked CE over an inner packet that is not ECN-capable: dropped, as RFC 6040 asks"),
         EchoReplies(Info, "echo-replies", "Echo Responses sent"),
         RateLimited(Warn, "rate-limited", "Echo Request not answered: reply rate limit"),
         ErrorIndicationsSent(Info, "error-indications-sent", "Error Indications sent for unknown TEIDs"),
@@ -134,6 +137,8 @@ struct Parsed<A> {
     /// GTP-U header length (with optional fields and extensions) and payload length.
     ghl: usize,
     payload: usize,
+    /// The outer header's ECN field, for the inner packet (`ip::outer::tos`).
+    ecn: u8,
 }
 
 /// `trusted`: the device already verified the UDP checksum.
@@ -155,6 +160,7 @@ fn parse<O: Outer>(b: &[u8], trusted: bool) -> Result<Parsed<O::Addr>, GtpuInput
         return Err(C::BadUdpChecksum);
     }
     let src_port = u16::from_be_bytes([u[0], u[1]]);
+    let ecn = ip::outer::tos::traffic_class(b) & ip::outer::tos::CE;
     let g = &seg[8..];
     // Fast path: a G-PDU without optional fields.
     if g[0] == 0x30 && g[1] == 255 {
@@ -163,7 +169,7 @@ fn parse<O: Outer>(b: &[u8], trusted: bool) -> Result<Parsed<O::Addr>, GtpuInput
             return Err(C::GtpTruncated);
         }
         let teid = u32::from_be_bytes([g[4], g[5], g[6], g[7]]);
-        return Ok(Parsed { hl, src, dst, src_port, zero_checksum, msg: MessageType::GPdu, teid, seq: 0, ghl: 8, payload: glen });
+        return Ok(Parsed { hl, src, dst, src_port, zero_checksum, msg: MessageType::GPdu, teid, seq: 0, ghl: 8, payload: glen, ecn });
     }
     let p = GtpuPacket::new_checked(g).map_err(gtp_counter)?;
     let repr = GtpuRepr::parse(&p).map_err(gtp_counter)?;
@@ -179,6 +185,7 @@ fn parse<O: Outer>(b: &[u8], trusted: bool) -> Result<Parsed<O::Addr>, GtpuInput
         seq: repr.seq.unwrap_or(0),
         ghl: total - repr.payload_len,
         payload: repr.payload_len,
+        ecn,
     })
 }
 
@@ -376,6 +383,14 @@ impl<Cx: HasGtpu, O: Outer, const COUNT: bool> Node<Cx> for GtpuInput<O, COUNT> 
                     return Verdict::Drop(C::GtpTruncated);
                 }
                 buf.truncate(p.payload);
+                // An Ethernet PDU session's frame carries no ECN field of its own here.
+                if !matches!(next, DecapNext::Ethernet(_)) {
+                    match ip::outer::tos::decap_ecn(p.ecn, buf.bytes_mut()) {
+                        EcnDecap::Unchanged => {}
+                        EcnDecap::Marked => counts.inc(C::EcnMarked),
+                        EcnDecap::Drop => return Verdict::Drop(C::EcnCeNotEct),
+                    }
+                }
                 counts.inc(C::Decapsulated);
                 // One test for the tunnels that do more than decapsulate.
                 if aux & Tunnel::AUX_MORE != 0 {

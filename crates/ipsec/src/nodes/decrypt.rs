@@ -13,6 +13,7 @@ use crate::replay::ReplayError;
 use crate::sa::{Age, InboundError, Mode};
 use crate::tables::IpsecTables;
 use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
+use ip::outer::tos::EcnDecap;
 use ip::tables::{TunnelKind, TunnelRef};
 use ip::urpf::{self, Arrival, SourceFault, Urpf};
 use wire::esp::{classify_udp, EspError, EspPacket, EspTrailer, UdpEncap, HEADER_LEN};
@@ -30,6 +31,8 @@ next_nodes! {
 counters! {
     pub enum EspDecryptCounter {
         Decrypted(Info, "decrypted", "packets decrypted"),
+        EcnMarked(Info, "ecn-marked", "the outer header's congestion mark (CE, or ECT(1)) copied into the inner packet (RFC 6040)"),
+        EcnCeNotEct(Warn, "ecn-ce-not-ect", "outer header marked CE over an inner packet that is not ECN-capable: dropped, as RFC 6040 asks"),
         SoftLifetime(Warn, "soft-lifetime", "an inbound SA passed a soft lifetime (packets or bytes)"),
         NatKeepalive(Info, "nat-keepalive", "NAT keep-alives received (RFC 3948), consumed"),
         IkeNotHandled(Info, "ike", "IKE messages behind the non-ESP marker, consumed: their port is not punted to an IKE daemon"),
@@ -245,8 +248,17 @@ impl<Cx: HasIpsec, O: EspOuter> Node<Cx> for EspDecrypt<O> {
     #[inline(always)]
     fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
         let (ipc, x) = cx.split_ipsec();
+        // The outer ECN field, read before decryption strips the outer header, goes into
+        // the inner packet by RFC 6040 (RFC 4301 §5.1.2.1). In transport mode the "inner"
+        // header is that same header, which the combination leaves as it is.
+        let ecn = ip::outer::tos::traffic_class(buf.bytes()) & ip::outer::tos::CE;
         match decrypt::<O>(x, buf) {
             Ok((next, age, urpf)) => {
+                match ip::outer::tos::decap_ecn(ecn, buf.bytes_mut()) {
+                    EcnDecap::Unchanged => {}
+                    EcnDecap::Marked => counts.inc(EspDecryptCounter::EcnMarked),
+                    EcnDecap::Drop => return Verdict::Drop(EspDecryptCounter::EcnCeNotEct),
+                }
                 if age == Age::SoftReached {
                     counts.inc(EspDecryptCounter::SoftLifetime);
                 }

@@ -189,6 +189,7 @@ pub fn encrypt_padded<O: EspOuter>(sa: &Sa, seq: u64, inner_v4: bool, align: usi
         // SaSpec::build keeps both endpoints in one family, and the FIB kind follows it.
         return Err(EspEncryptCounter::NoSa);
     }
+    let tc = ip::outer::tos::traffic_class(buf.bytes());
     seal_at(sa, seq, if inner_v4 { IpProtocol::IpIp } else { IpProtocol::Ipv6 }, buf, 0, 0, align)?;
     if let Some(ports) = s.udp_encap {
         let (Some(src), Some(dst)) = (O::from_ip(s.local), O::from_ip(s.remote)) else {
@@ -202,7 +203,7 @@ pub fn encrypt_padded<O: EspOuter>(sa: &Sa, seq: u64, inner_v4: bool, align: usi
         return Err(EspEncryptCounter::TooBig);
     }
     let h = buf.prepend(O::HEADER_LEN).map_err(|_| EspEncryptCounter::NoHeadroom)?;
-    O::emit_from_template(&sa.outer_header, payload_len, h);
+    O::emit_from_template(&sa.outer_header, payload_len, tc, h);
     Ok(())
 }
 
@@ -302,7 +303,7 @@ impl<Cx: HasIpsec, O: EspOuter> Node<Cx> for EspEncrypt<O> {
         let inner_v4 = match transport {
             true => !O::IS_V6,
             false => match inner_hop(buf.bytes_mut()) {
-                InnerHop::Forwarded { v4 } => v4,
+                InnerHop::Forwarded { v4, .. } => v4,
                 InnerHop::Expired { v4, icmp } => {
                     counts.inc(C::InnerTtlExpired);
                     buf.meta.param = icmp.encode();

@@ -72,8 +72,9 @@ pub trait EspOuter: OuterFamily {
     fn emit(src: Self::Addr, dst: Self::Addr, proto: IpProtocol, payload_len: usize, out: &mut [u8]);
     /// Write the outer header into `out` (`HEADER_LEN` bytes) from an SA's template
     /// ([`outer_template`]: the header for an empty payload), with its length set for
-    /// `payload_len` bytes (the IPv4 checksum patched incrementally).
-    fn emit_from_template(template: &[u8; OUTER_TEMPLATE_LEN], payload_len: usize, out: &mut [u8]);
+    /// `payload_len` bytes and its traffic class `tc` (the inner packet's, RFC 4301
+    /// §5.1.2.1; the IPv4 checksum patched incrementally).
+    fn emit_from_template(template: &[u8; OUTER_TEMPLATE_LEN], payload_len: usize, tc: u8, out: &mut [u8]);
     fn from_ip(a: IpAddr) -> Option<Self::Addr>;
     /// Transport mode: where the packet's IP header ends (ESP goes there) and the
     /// protocol after it, or why ESP cannot go in.
@@ -109,11 +110,13 @@ impl EspOuter for Ip4Outer {
         r.emit(&mut Ipv4Packet::new_unchecked(&mut out[..20]));
     }
     #[inline(always)]
-    fn emit_from_template(template: &[u8; OUTER_TEMPLATE_LEN], payload_len: usize, out: &mut [u8]) {
+    fn emit_from_template(template: &[u8; OUTER_TEMPLATE_LEN], payload_len: usize, tc: u8, out: &mut [u8]) {
         let h = &mut out[..20];
         h.copy_from_slice(&template[..20]);
         let total = (20 + payload_len) as u16;
-        let sum = wire::checksum::update16(u16::from_be_bytes([h[10], h[11]]), 20, total);
+        // The template's first two words: TOS 0, length 20.
+        let sum = wire::checksum::update32(u16::from_be_bytes([h[10], h[11]]), 20, (tc as u32) << 16 | total as u32);
+        h[1] = tc;
         h[2..4].copy_from_slice(&total.to_be_bytes());
         h[10..12].copy_from_slice(&sum.to_be_bytes());
     }
@@ -168,9 +171,10 @@ impl EspOuter for Ip6Outer {
         r.emit(&mut Ipv6Packet::new_unchecked(&mut out[..40]));
     }
     #[inline(always)]
-    fn emit_from_template(template: &[u8; OUTER_TEMPLATE_LEN], payload_len: usize, out: &mut [u8]) {
+    fn emit_from_template(template: &[u8; OUTER_TEMPLATE_LEN], payload_len: usize, tc: u8, out: &mut [u8]) {
         let h = &mut out[..40];
         h.copy_from_slice(template);
+        ip::outer::tos::set_ipv6_traffic_class(h, tc);
         h[4..6].copy_from_slice(&(payload_len as u16).to_be_bytes());
     }
     fn from_ip(a: IpAddr) -> Option<Ipv6Addr> {
@@ -234,7 +238,7 @@ mod tests {
         /// The template path writes the same header as emitting it in full.
         #[test]
         fn template_header_equals_the_emitted_one(
-            a in any::<[u8; 16]>(), b in any::<[u8; 16]>(), udp: bool, v6: bool, payload_len in 0usize..65_495,
+            a in any::<[u8; 16]>(), b in any::<[u8; 16]>(), udp: bool, v6: bool, payload_len in 0usize..65_495, tc: u8,
         ) {
             let (local, remote): (IpAddr, IpAddr) = match v6 {
                 false => (Ipv4Addr::from(<[u8; 4]>::try_from(&a[..4]).unwrap()).into(), Ipv4Addr::from(<[u8; 4]>::try_from(&b[..4]).unwrap()).into()),
@@ -246,12 +250,14 @@ mod tests {
             match (local, remote) {
                 (IpAddr::V4(s), IpAddr::V4(d)) => {
                     Ip4Outer::emit(s, d, proto, payload_len, &mut want);
-                    Ip4Outer::emit_from_template(&t, payload_len, &mut got);
+                    ip::outer::tos::set_ipv4_tos(&mut want, tc);
+                    Ip4Outer::emit_from_template(&t, payload_len, tc, &mut got);
                     prop_assert!(wire::checksum::verify(&got[..20]));
                 }
                 (IpAddr::V6(s), IpAddr::V6(d)) => {
                     Ip6Outer::emit(s, d, proto, payload_len, &mut want);
-                    Ip6Outer::emit_from_template(&t, payload_len, &mut got);
+                    ip::outer::tos::set_ipv6_traffic_class(&mut want, tc);
+                    Ip6Outer::emit_from_template(&t, payload_len, tc, &mut got);
                 }
                 _ => unreachable!(),
             }

@@ -60,9 +60,10 @@ impl<O: TunOuter, const COUNT: bool> Default for UdpTunEncap<O, COUNT> {
 }
 
 /// Prepend and patch the outer headers of `t` before the inner packet in `buf` (IPv4
-/// when `inner_v4`); the buffer then starts at the outer IP header.
+/// when `inner_v4`; its traffic class `tc`); the buffer then starts at the outer IP
+/// header.
 #[inline(always)]
-pub fn encap(t: &Tunnel, is_v6: bool, inner_v4: bool, buf: &mut Buffer) -> Result<(), UdpTunEncapCounter> {
+pub fn encap(t: &Tunnel, is_v6: bool, inner_v4: bool, tc: u8, buf: &mut Buffer) -> Result<(), UdpTunEncapCounter> {
     let port = t.src_port(ip::flow::ip_flow_hash(buf.bytes()));
     let inner_len = buf.len();
     let rl = t.rewrite_len as usize;
@@ -76,7 +77,7 @@ pub fn encap(t: &Tunnel, is_v6: bool, inner_v4: bool, buf: &mut Buffer) -> Resul
     let room = buf.prepend(MAX_REWRITE).map_err(|_| UdpTunEncapCounter::NoHeadroom)?;
     room.copy_from_slice(&t.rewrite);
     buf.advance(MAX_REWRITE - rl).map_err(|_| UdpTunEncapCounter::NoHeadroom)?;
-    if !patch_outer(is_v6, t.ip_sum, buf.bytes_mut(), total, port) {
+    if !patch_outer(is_v6, t.ip_sum, buf.bytes_mut(), total, port, tc) {
         return Err(UdpTunEncapCounter::NoHeadroom);
     }
     if !inner_v4 {
@@ -222,13 +223,14 @@ fn encap_planned<O: TunOuter>(p: &EncapPlan, buf: &mut Buffer) -> bool {
         let Some(inner) = inner.first_chunk_mut::<24>() else { return false };
         let hash = ip::flow::ip4_flow_hash_plain(inner);
         Ipv4Packet::new_unchecked(&mut inner[..]).decrement_ttl();
-        put_head::<O>(p, head, 0, inner_len, hash);
+        put_head::<O>(p, head, 0, inner_len, hash, inner[1]);
     } else if let Some(w) = buf.front_window::<{ HEAD + 44 }>(HEAD).filter(|w| w[HEAD] >> 4 == 6 && w[HEAD + 7] > 1) {
         let Some((head, inner)) = w.split_first_chunk_mut::<HEAD>() else { return false };
         let Some(h) = inner.first_chunk::<40>() else { return false };
         let hash = ip::flow::ip6_flow_hash(h, inner);
+        let tc = ip::outer::tos::traffic_class(inner);
         inner[7] -= 1;
-        put_head::<O>(p, head, 1, inner_len, hash);
+        put_head::<O>(p, head, 1, inner_len, hash, tc);
     } else {
         return false;
     }
@@ -241,9 +243,9 @@ fn encap_planned<O: TunOuter>(p: &EncapPlan, buf: &mut Buffer) -> bool {
 }
 
 /// The planned headers for the inner family (`family`: 0 IPv4, 1 IPv6) into the room in
-/// front of an inner packet of `inner_len` bytes, patched for it.
+/// front of an inner packet of `inner_len` bytes and traffic class `tc`, patched for it.
 #[inline(always)]
-fn put_head<O: TunOuter>(p: &EncapPlan, head: &mut [u8; HEAD], family: usize, inner_len: usize, hash: u32) {
+fn put_head<O: TunOuter>(p: &EncapPlan, head: &mut [u8; HEAD], family: usize, inner_len: usize, hash: u32, tc: u8) {
     // As 64 bytes and an overlapping last word: four vector moves and one word move,
     // which LLVM does not always choose for a 70-byte copy by itself.
     let from = &p.head[family];
@@ -252,27 +254,32 @@ fn put_head<O: TunOuter>(p: &EncapPlan, head: &mut [u8; HEAD], family: usize, in
     let port = crate::tunnel::src_port(p.port_min, p.port_span, hash);
     // Never false: the plan only takes templates with whole IP and UDP headers.
     let total = p.front - 14 + inner_len;
-    let patched = head.get_mut(p.ip_at..).is_some_and(|h| patch_outer(O::IS_V6, p.ip_sum, h, total, port));
+    let patched = head.get_mut(p.ip_at..).is_some_and(|h| patch_outer(O::IS_V6, p.ip_sum, h, total, port, tc));
     debug_assert!(patched);
 }
 
 /// Patch the copied template `h` (outer IP header first) for a packet of `total` bytes
-/// from source port `port`: the IP length (and IPv4 checksum, from the template's
-/// precomputed sum `ip_sum`), the UDP length and port. Fixed offsets per family, so one
-/// bounds check. False if `h` is shorter than IP + UDP (never for a template).
+/// from source port `port` whose inner traffic class is `tc`: the IP length and traffic
+/// class (and IPv4 checksum, from the template's precomputed sum `ip_sum`), the UDP
+/// length and port. Fixed offsets per family, so one bounds check. False if `h` is
+/// shorter than IP + UDP (never for a template).
 #[inline(always)]
-fn patch_outer(is_v6: bool, ip_sum: u32, h: &mut [u8], total: usize, port: u16) -> bool {
+fn patch_outer(is_v6: bool, ip_sum: u32, h: &mut [u8], total: usize, port: u16, tc: u8) -> bool {
     let port = port.to_be_bytes();
     if is_v6 {
         let Some(h) = h.first_chunk_mut::<48>() else { return false };
         let len = ((total - 40) as u16).to_be_bytes();
+        ip::outer::tos::set_ipv6_traffic_class(h, tc);
         h[4..6].copy_from_slice(&len);
         h[40..42].copy_from_slice(&port);
         h[44..46].copy_from_slice(&len);
     } else {
         let Some(h) = h.first_chunk_mut::<28>() else { return false };
+        h[1] = tc;
         h[2..4].copy_from_slice(&(total as u16).to_be_bytes());
-        let mut c = ip_sum + total as u32;
+        // The template's TOS byte is 0: the inner one adds its value to the first word.
+        let mut c = ip_sum + total as u32 + tc as u32;
+        c = (c & 0xffff) + (c >> 16);
         c = (c & 0xffff) + (c >> 16);
         h[10..12].copy_from_slice(&(!(c as u16)).to_be_bytes());
         h[20..22].copy_from_slice(&port);
@@ -361,8 +368,8 @@ impl<Cx: HasUdpTun, O: TunOuter, const COUNT: bool> Node<Cx> for UdpTunEncap<O, 
                 return Verdict::Next(UdpTunEncapNext::Segment);
             }
         };
-        let inner_v4 = match inner_hop(buf.bytes_mut()) {
-            InnerHop::Forwarded { v4 } => v4,
+        let (inner_v4, tc) = match inner_hop(buf.bytes_mut()) {
+            InnerHop::Forwarded { v4, tc } => (v4, tc),
             InnerHop::Expired { v4, icmp } => {
                 counts.inc(UdpTunEncapCounter::InnerTtlExpired);
                 buf.meta.param = icmp.encode();
@@ -375,7 +382,7 @@ impl<Cx: HasUdpTun, O: TunOuter, const COUNT: bool> Node<Cx> for UdpTunEncap<O, 
         if settle.settle_inner_checksum(buf) {
             counts.inc(UdpTunEncapCounter::InnerChecksumCompleted);
         }
-        if let Err(c) = encap(t, O::IS_V6, inner_v4, buf) {
+        if let Err(c) = encap(t, O::IS_V6, inner_v4, tc, buf) {
             return Verdict::Drop(c);
         }
         counts.inc(UdpTunEncapCounter::Encapsulated);
@@ -444,7 +451,7 @@ mod tests {
         let b = pool.alloc(64).unwrap();
         let inner = inner_udp4(1000);
         pool.get_mut(b).write(&inner).unwrap();
-        encap(&t, false, true, pool.get_mut(b)).unwrap();
+        encap(&t, false, true, 0, pool.get_mut(b)).unwrap();
         let o = pool.get(b).bytes();
         assert_eq!(o.len(), 20 + 8 + 4 + inner.len());
         let ip = wire::ipv4::Ipv4Packet::new_checked(o).unwrap();
@@ -467,7 +474,7 @@ mod tests {
         let mut inner = vec![0x60, 0, 0, 0, 0, 0, 59, 64];
         inner.extend_from_slice(&[0x20; 32]);
         pool.get_mut(b).write(&inner).unwrap();
-        encap(&t, true, false, pool.get_mut(b)).unwrap();
+        encap(&t, true, false, 0, pool.get_mut(b)).unwrap();
         let o = pool.get(b).bytes();
         let ip = wire::ipv6::Ipv6Packet::new_checked(o).unwrap();
         let u = wire::udp::UdpPacket::new_checked(&o[40..]).unwrap();
@@ -496,7 +503,7 @@ mod tests {
             let b = pool.alloc(64).unwrap();
             pool.get_mut(b).write(&inner).unwrap();
             assert!(!fast_path(false, t, &adj, pool.get_mut(b)));
-            encap(t, false, true, pool.get_mut(b)).unwrap();
+            encap(t, false, true, 0, pool.get_mut(b)).unwrap();
             let o = pool.get(b).bytes();
             let u = wire::udp::UdpPacket::new_checked(&o[20..]).unwrap();
             assert_eq!(u.len(), o.len() - 20);
@@ -541,8 +548,8 @@ mod tests {
                     let ok = fast_path(v6, &t, &adj, pool.get_mut(fast));
                     assert!(ok);
                     let b = pool.get_mut(slow);
-                    let InnerHop::Forwarded { v4 } = inner_hop(b.bytes_mut()) else { panic!("inner") };
-                    encap(&t, v6, v4, b).unwrap();
+                    let InnerHop::Forwarded { v4, tc } = inner_hop(b.bytes_mut()) else { panic!("inner") };
+                    encap(&t, v6, v4, tc, b).unwrap();
                     b.prepend(14).unwrap().copy_from_slice(&l2);
                     assert_eq!(pool.get(fast).bytes(), pool.get(slow).bytes(), "{encap_kind:?} over {local}");
                     assert_eq!(pool.get(fast).meta.tx_if, engine::IfIndex(3));
@@ -606,8 +613,8 @@ mod tests {
             }
             proptest::prop_assert!(inner.len() + t.rewrite_len as usize <= mtu as usize);
             let b = pool.get_mut(slow);
-            let InnerHop::Forwarded { v4 } = inner_hop(b.bytes_mut()) else { panic!("the fast path took a packet the general path would not") };
-            encap(&t, v6_outer, v4, b).unwrap();
+            let InnerHop::Forwarded { v4, tc } = inner_hop(b.bytes_mut()) else { panic!("the fast path took a packet the general path would not") };
+            encap(&t, v6_outer, v4, tc, b).unwrap();
             b.prepend(14).unwrap().copy_from_slice(&l2);
             proptest::prop_assert_eq!(pool.get(fast).bytes(), pool.get(slow).bytes());
         }

@@ -17,6 +17,7 @@ use crate::tunnel::{Encap, Tunnel};
 use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
 use ip::hint::{TunnelHint, TunnelHints};
 use ip::nodes::input_fast_path_len;
+use ip::outer::tos::EcnDecap;
 use ip::outer::{udp_checksum_ok, OuterError};
 use ip::tables::{TunnelKind, TunnelRef, UdpApp};
 use ip::urpf::{Arrival, SourceFault, Urpf};
@@ -32,6 +33,8 @@ counters! {
     pub enum UdpTunInputCounter {
         Decapsulated(Info, "decapsulated", "packets decapsulated"),
         MssClamped(Info, "mss-clamped", "TCP SYN MSS lowered to fit the tunnel"),
+        EcnMarked(Info, "ecn-marked", "the outer header's congestion mark (CE, or ECT(1)) copied into the inner packet (RFC 6040)"),
+        EcnCeNotEct(Warn, "ecn-ce-not-ect", "outer header marked CE over an inner packet that is not ECN-capable: dropped, as RFC 6040 asks"),
         ControlMessages(Info, "control-messages", "GUE control messages (C bit): passed to the control plane, not forwarded"),
         EventQueueFull(Warn, "event-queue-full", "control message lost: control queue full"),
         OuterTruncated(Warn, "outer-truncated", "outer IP header truncated"),
@@ -404,6 +407,7 @@ impl<Cx: HasUdpTun, O: TunOuter, const COUNT: bool> Node<Cx> for UdpTunInput<O, 
             Err(OuterError::NotPlainUdp) => return Verdict::Drop(C::NotPlainUdp),
         };
         let Some(udp) = OuterUdp::read(b, hl) else { return Verdict::Drop(C::BadUdpLength) };
+        let ecn = ip::outer::tos::traffic_class(b) & ip::outer::tos::CE;
         let (port, udp_len) = (udp.dst_port, udp.len);
         if udp_len < 8 || hl + udp_len > b.len() {
             return Verdict::Drop(C::BadUdpLength);
@@ -418,7 +422,10 @@ impl<Cx: HasUdpTun, O: TunOuter, const COUNT: bool> Node<Cx> for UdpTunInput<O, 
                 p
             }
         };
-        if let Some(next) = decap_plain(&plan, udp, buf) {
+        // The fast path leaves the inner ECN field as it is: only for the outer fields that
+        // change nothing inside (its template tests the same).
+        let plain = if ecn & ip::outer::tos::ECT1 == 0 { decap_plain(&plan, udp, buf) } else { None };
+        if let Some(next) = plain {
             counts.inc(C::Decapsulated);
             if COUNT {
                 u.counters.rx(plan.id, buf.len());
@@ -439,6 +446,11 @@ impl<Cx: HasUdpTun, O: TunOuter, const COUNT: bool> Node<Cx> for UdpTunInput<O, 
                 Verdict::Drop(C::ControlMessages)
             }
             Ok(Some((v4, remote_checksum))) => {
+                match ip::outer::tos::decap_ecn(ecn, buf.bytes_mut()) {
+                    EcnDecap::Unchanged => {}
+                    EcnDecap::Marked => counts.inc(C::EcnMarked),
+                    EcnDecap::Drop => return Verdict::Drop(C::EcnCeNotEct),
+                }
                 counts.inc(C::Decapsulated);
                 if COUNT {
                     u.counters.rx(id, buf.len());
@@ -662,9 +674,12 @@ mod tests {
     fn head_agrees<O: TunOuter>(local: O::Addr, remote: O::Addr, b: &[u8]) -> bool {
         let matched = O::head(local, remote, 6080).matches(b);
         let version_ok = if O::IS_V6 { b.first().is_some_and(|v| v >> 4 == 6) } else { b.first() == Some(&0x45) };
+        // Outer ECT(1) and CE take the full path, which carries them inside.
+        let ecn_ok = ip::outer::tos::traffic_class(b) & ip::outer::tos::ECT1 == 0;
         let parsed = O::outer(b).ok().zip(OuterUdp::read(b, O::FIXED_LEN));
         let expected = b.len() >= <O::Head as HeadMatch>::LEN
             && version_ok
+            && ecn_ok
             && parsed.is_some_and(|((hl, src, dst), udp)| {
                 hl == O::FIXED_LEN && (src, dst) == (remote, local) && udp.dst_port == 6080 && udp.sum == 0
             });
@@ -687,16 +702,22 @@ mod tests {
         p.extend_from_slice(&[0, 4, 0, 0]);
         p.extend_from_slice(&inner_packet(true, 0));
         assert!(head_agrees::<Ip4Outer>(l4, r4, &p));
-        // Free: TOS, total length, identification, DF, TTL, IP checksum, source port,
-        // UDP length and what follows UDP.
+        // Free: DSCP and ECT(0), total length, identification, DF, TTL, IP checksum,
+        // source port, UDP length and what follows UDP.
         for i in [1, 2, 3, 4, 5, 6, 8, 10, 11, 20, 21, 24, 25, 28, 29, 30, 31] {
             let mut q = p.clone();
-            q[i] ^= if i == 6 { 0x40 } else { 0x11 };
+            q[i] ^= match i {
+                1 => 0xfe,
+                6 => 0x40,
+                _ => 0x11,
+            };
             assert!(head_agrees::<Ip4Outer>(l4, r4, &q), "byte {i}");
         }
-        // Fixed: version and IHL, MF, offset, protocol, addresses, port, checksum.
+        // Fixed: version and IHL, ECT(1) or CE, MF, offset, protocol, addresses, port,
+        // checksum.
         for (i, x) in [
             (0, 0x01),
+            (1, 0x01),
             (0, 0x10),
             (6, 0x20),
             (6, 0x01),
@@ -725,10 +746,14 @@ mod tests {
         assert!(head_agrees::<Ip6Outer>(l6, r6, &p6));
         for i in [0, 1, 2, 3, 4, 5, 7, 40, 41, 44, 45, 48, 55] {
             let mut q = p6.clone();
-            q[i] ^= if i == 0 { 0x0f } else { 0x11 };
+            q[i] ^= match i {
+                0 => 0x0f,
+                1 => 0xef,
+                _ => 0x11,
+            };
             assert!(head_agrees::<Ip6Outer>(l6, r6, &q), "byte {i}");
         }
-        for (i, x) in [(0, 0x20), (6, 0x01), (8, 1), (23, 1), (24, 1), (39, 1), (42, 1), (43, 1), (46, 1), (47, 1)] {
+        for (i, x) in [(0, 0x20), (1, 0x10), (6, 0x01), (8, 1), (23, 1), (24, 1), (39, 1), (42, 1), (43, 1), (46, 1), (47, 1)] {
             let mut q = p6.clone();
             q[i] ^= x;
             assert!(!head_agrees::<Ip6Outer>(l6, r6, &q), "byte {i} ^ {x:#x}");

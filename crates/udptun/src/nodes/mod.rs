@@ -84,11 +84,12 @@ impl TunOuter for Ip4Outer {
         remote.octets()[0] < 224
     }
     fn head(local: Ipv4Addr, remote: Ipv4Addr, port: u16) -> HeadTemplate<4> {
-        // Version 4 and IHL 5; no MF flag or fragment offset; UDP; the addresses; the
-        // port; a zero UDP checksum. Free: TOS, lengths, identification, TTL, the IP
+        // Version 4 and IHL 5; an ECN field of Not-ECT or ECT(0), which change nothing
+        // inside (`ip::outer::tos`); no MF flag or fragment offset; UDP; the addresses;
+        // the port; a zero UDP checksum. Free: DSCP, lengths, identification, TTL, the IP
         // checksum (`ip4-input`'s checks, made before this node), the source port.
         HeadTemplate::new(&[
-            (0, &[0x45], &[0xff]),
+            (0, &[0x45, 0], &[0xff, 0x01]),
             (6, &[0, 0], &[0x3f, 0xff]),
             (9, &[17], &[0xff]),
             (12, &remote.octets(), &[0xff; 4]),
@@ -116,10 +117,11 @@ impl TunOuter for Ip6Outer {
         !local.is_multicast() && !remote.is_multicast()
     }
     fn head(local: Ipv6Addr, remote: Ipv6Addr, port: u16) -> HeadTemplate<7> {
-        // Version 6; UDP right after the fixed header; the addresses; the port; a zero UDP
-        // checksum (only on tunnels that accept one, RFC 6936).
+        // Version 6; an ECN field of Not-ECT or ECT(0); UDP right after the fixed header;
+        // the addresses; the port; a zero UDP checksum (only on tunnels that accept one,
+        // RFC 6936).
         HeadTemplate::new(&[
-            (0, &[0x60], &[0xf0]),
+            (0, &[0x60, 0], &[0xf0, 0x10]),
             (6, &[17], &[0xff]),
             (8, &remote.octets(), &[0xff; 16]),
             (24, &local.octets(), &[0xff; 16]),

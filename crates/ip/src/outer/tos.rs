@@ -1,0 +1,189 @@
+//! DSCP and ECN across a tunnel, for every tunnel alike.
+//!
+//! Entering a tunnel, the outer header takes the inner packet's traffic class byte whole:
+//! its DSCP by RFC 2983's uniform model (what RFC 4301 §5.1.2.1 asks of IPsec tunnels)
+//! and its ECN by RFC 6040's normal mode, so QoS classes and congestion marks are seen
+//! by the routers between the tunnel's ends. Leaving one, RFC 6040 §4.2 combines the
+//! outer ECN into the inner packet: a CE mark that a router on the outer path set
+//! reaches the inner packet's receiver, and an outer CE over an inner packet that
+//! cannot carry one is dropped, since forwarding it would lose the congestion signal.
+//! The inner DSCP is left as the sender set it.
+
+use wire::checksum;
+
+/// The ECN field's code points (RFC 3168 §5).
+pub const NOT_ECT: u8 = 0b00;
+pub const ECT1: u8 = 0b01;
+pub const ECT0: u8 = 0b10;
+pub const CE: u8 = 0b11;
+
+/// The traffic class byte (DSCP << 2 | ECN) of the IPv4 or IPv6 header at the start of
+/// `b`; 0 for anything else (an Ethernet frame in an Ethernet PDU session).
+#[inline(always)]
+pub fn traffic_class(b: &[u8]) -> u8 {
+    match b.first_chunk::<2>() {
+        Some(&[v, t]) if v >> 4 == 4 => t,
+        Some(&[v, t]) if v >> 4 == 6 => (v << 4) | (t >> 4),
+        _ => 0,
+    }
+}
+
+/// Set the traffic class of the IPv6 header at the start of `h` (version and flow label
+/// kept).
+#[inline(always)]
+pub fn set_ipv6_traffic_class(h: &mut [u8], tc: u8) {
+    if let Some(w) = h.first_chunk_mut::<2>() {
+        w[0] = (w[0] & 0xf0) | (tc >> 4);
+        w[1] = (w[1] & 0x0f) | (tc << 4);
+    }
+}
+
+/// Set the TOS byte of the IPv4 header at the start of `h`, its checksum patched.
+#[inline(always)]
+pub fn set_ipv4_tos(h: &mut [u8], tos: u8) {
+    if let Some(w) = h.first_chunk_mut::<12>() {
+        let old = u16::from_be_bytes([w[0], w[1]]);
+        w[1] = tos;
+        let c = checksum::update16(u16::from_be_bytes([w[10], w[11]]), old, u16::from_be_bytes([w[0], tos]));
+        w[10..12].copy_from_slice(&c.to_be_bytes());
+    }
+}
+
+/// Set the traffic class of the IPv4 (checksum patched) or IPv6 header at the start of
+/// `h`; nothing for anything else.
+#[inline(always)]
+pub fn set_traffic_class(h: &mut [u8], tc: u8) {
+    match h.first().map(|v| v >> 4) {
+        Some(4) => set_ipv4_tos(h, tc),
+        Some(6) => set_ipv6_traffic_class(h, tc),
+        _ => {}
+    }
+}
+
+/// What decapsulation did to the inner packet's ECN field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EcnDecap {
+    /// Left as it was (the common case: the outer field was Not-ECT or ECT(0), or said
+    /// nothing new).
+    Unchanged,
+    /// The outer header's CE (or ECT(1)) copied in.
+    Marked,
+    /// The outer header is CE and the inner packet is Not-ECT: to be dropped.
+    Drop,
+}
+
+/// RFC 6040 §4.2: combine `outer_ecn` (the outer header's ECN field, as read before it
+/// was stripped) into the inner IPv4 or IPv6 packet at the start of `inner`.
+#[inline(always)]
+pub fn decap_ecn(outer_ecn: u8, inner: &mut [u8]) -> EcnDecap {
+    // Not-ECT and ECT(0) outer fields change nothing in the table: one test of one bit.
+    if outer_ecn & ECT1 == 0 {
+        return EcnDecap::Unchanged;
+    }
+    combine(outer_ecn & CE, inner)
+}
+
+#[cold]
+#[inline(never)]
+fn combine(outer: u8, inner: &mut [u8]) -> EcnDecap {
+    if !matches!(inner.first().map(|v| v >> 4), Some(4 | 6)) {
+        return EcnDecap::Unchanged;
+    }
+    let tc = traffic_class(inner);
+    let ecn = match (outer, tc & CE) {
+        (CE, NOT_ECT) => return EcnDecap::Drop,
+        (CE, CE) | (ECT1, ECT1 | CE | NOT_ECT) => return EcnDecap::Unchanged,
+        (CE, _) => CE,
+        (ECT1, ECT0) => ECT1,
+        _ => return EcnDecap::Unchanged,
+    };
+    set_traffic_class(inner, (tc & !CE) | ecn);
+    EcnDecap::Marked
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn ipv4(tos: u8) -> Vec<u8> {
+        let mut h = vec![0x45, tos, 0, 20, 0x12, 0x34, 0x40, 0, 64, 17, 0, 0, 198, 18, 0, 1, 198, 19, 0, 2];
+        let c = checksum::checksum(&h);
+        h[10..12].copy_from_slice(&c.to_be_bytes());
+        h
+    }
+
+    fn ipv6(tc: u8, flow: u32) -> Vec<u8> {
+        let mut h = vec![0u8; 40];
+        h[..4].copy_from_slice(&((6u32 << 28) | ((tc as u32) << 20) | (flow & 0xfffff)).to_be_bytes());
+        h[6] = 17;
+        h[7] = 64;
+        h
+    }
+
+    /// RFC 6040 §4.2, Figure 4, row by row: the inner field (rows) under each outer
+    /// field (columns: Not-ECT, ECT(0), ECT(1), CE); `None` is drop.
+    const TABLE: [[Option<u8>; 4]; 4] = [
+        // inner Not-ECT
+        [Some(NOT_ECT), Some(NOT_ECT), Some(NOT_ECT), None],
+        // inner ECT(0)
+        [Some(ECT0), Some(ECT0), Some(ECT1), Some(CE)],
+        // inner ECT(1)
+        [Some(ECT1), Some(ECT1), Some(ECT1), Some(CE)],
+        // inner CE
+        [Some(CE), Some(CE), Some(CE), Some(CE)],
+    ];
+    const ORDER: [u8; 4] = [NOT_ECT, ECT0, ECT1, CE];
+
+    #[test]
+    fn decapsulation_follows_rfc_6040_table_over_both_families() {
+        for (row, &inner) in ORDER.iter().enumerate() {
+            for (col, &outer) in ORDER.iter().enumerate() {
+                let want = TABLE[row][col];
+                for dscp in [0u8, 46, 63] {
+                    let tc = dscp << 2 | inner;
+                    let mut p4 = ipv4(tc);
+                    let mut p6 = ipv6(tc, 0xabcde);
+                    let r4 = decap_ecn(outer, &mut p4);
+                    let r6 = decap_ecn(outer, &mut p6);
+                    assert_eq!(r4, r6);
+                    match want {
+                        None => assert_eq!(r4, EcnDecap::Drop, "inner {inner} outer {outer}"),
+                        Some(e) => {
+                            assert_ne!(r4, EcnDecap::Drop);
+                            assert_eq!(r4 == EcnDecap::Marked, e != inner, "inner {inner} outer {outer}");
+                            assert_eq!(p4[1], dscp << 2 | e, "inner {inner} outer {outer}");
+                            assert!(checksum::verify(&p4), "IPv4 header checksum after the mark");
+                            assert_eq!(traffic_class(&p6), dscp << 2 | e);
+                            assert_eq!(u32::from_be_bytes([p6[0], p6[1], p6[2], p6[3]]) & 0xf00f_ffff, 0x6000_0000 | 0xabcde);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn not_ip_is_left_alone() {
+        let mut eth = vec![0x02u8; 60];
+        assert_eq!(decap_ecn(CE, &mut eth), EcnDecap::Unchanged);
+        assert_eq!(eth, vec![0x02u8; 60]);
+        assert_eq!(decap_ecn(CE, &mut []), EcnDecap::Unchanged);
+        assert_eq!(traffic_class(&[0x45]), 0);
+    }
+
+    proptest! {
+        #[test]
+        fn traffic_class_round_trips(tc in any::<u8>(), flow in any::<u32>(), tos in any::<u8>()) {
+            let mut p6 = ipv6(0, flow);
+            set_traffic_class(&mut p6, tc);
+            prop_assert_eq!(traffic_class(&p6), tc);
+            prop_assert_eq!(p6[0] >> 4, 6);
+            prop_assert_eq!(u32::from_be_bytes([p6[0], p6[1], p6[2], p6[3]]) & 0xfffff, flow & 0xfffff);
+            let mut p4 = ipv4(tos);
+            set_traffic_class(&mut p4, tc);
+            prop_assert_eq!(traffic_class(&p4), tc);
+            prop_assert!(checksum::verify(&p4));
+        }
+    }
+}
