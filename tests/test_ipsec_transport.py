@@ -217,3 +217,36 @@ def test_a_tunnel_over_a_transport_sa_counts_esp_in_its_inner_mtu(vecgate, tmp_p
     assert (err.dst, err[ICMP].type, err[ICMP].code, err[ICMP].nexthopmtu) == ("198.18.0.2", 3, 4, mtu), err.show(dump=True)
     assert err[IPerror].dst == "198.19.90.7"
     assert c.get(("esp4-encrypt", "inner-too-big"), 0) == 0, c
+
+
+@pytest.mark.parametrize("udp", [False, True], ids=["esp", "esp-in-udp"])
+@pytest.mark.parametrize("kind", list(TUNNELS))
+def test_outer_fragments_of_a_protected_tunnel_leave_as_esp(vecgate, tmp_path, kind, udp):
+    """`fragment = "outer"` on a tunnel whose outer packets a transport-mode SA protects:
+    an inner IPv4 packet without DF, larger than the tunnel's inner MTU, is encapsulated
+    whole, sealed whole by the SA (ESP goes on whole datagrams, RFC 4303 §3.3.4) and the
+    ESP packet fragmented to eth1's MTU. scapy reassembles the fragments and decrypts the
+    tunnel's outer packet with the inner packet whole in it. The tunnel fragmented its
+    outer packet itself and sent the fragments past the link's policies, in the clear."""
+    from scapy.layers.inet import defragment
+    tunnel, port = TUNNELS[kind]
+    cfg = (config("aes-gcm-128", 4, udp).replace('protocol = "icmp"', f'protocol = "udp"\nremote_ports = "{port}"')
+           + tunnel + 'fragment = "outer"\n')
+    payload = bytes(range(256)) * 5 + bytes(52)
+    big = Ether(src=HOST_MAC, dst=GW_MAC0) / IP(src="198.18.0.2", dst="198.19.90.7") / UDP(sport=7001, dport=9) / Raw(payload)
+    out0, out1, c, _ = run_pcap(vecgate, tmp_path, [big], cfg)
+    assert not out0 and len(out1) >= 2, c
+    frags = [IP(raw(f)[14:]) for f in out1]
+    for f in frags:
+        assert len(f) <= 1400 and (f.src, f.dst) == ("198.18.1.1", "198.18.1.2"), f.summary()
+        # Every fragment is of the ESP packet (or ESP in UDP): none carries the tunnel.
+        assert f.proto == (17 if udp else 50), f.summary()
+    whole = [p for p in defragment(frags) if IP in p and p[IP].flags.MF == 0 and p[IP].frag == 0]
+    assert len(whole) == 1, [p.summary() for p in defragment(frags)]
+    l3 = IP(raw(whole[0]))
+    if udp:
+        assert (l3[UDP].sport, l3[UDP].dport) == (4500, 4500)
+    assert l3[ESP].spi == OUT_SPI
+    outer = scapy_sa("aes-gcm-128", udp, OUT_SPI, 1).decrypt(l3)
+    assert outer[UDP].dport == port and raw(outer).endswith(payload), outer.summary()
+    assert c.get(("esp4-encrypt", "encrypted")) == 1 and c.get(("esp4-encrypt", "fragment-outer")) == 1, c

@@ -389,6 +389,16 @@ impl Tables {
         Some(header_addrs(outer).map_or(mtu, |(src, dst)| esp_limited_mtu(&self.transport_esp, mtu, src, dst)))
     }
 
+    /// Whether a tunnel's outer packets (IP header `outer`) sent by adjacency `adj` go
+    /// to an outbound transport-mode SA ([`Tables::tunnel_link_mtu`] counts it): one too
+    /// big is then left whole, for `espN-encrypt` to fragment as ESP, since fragments
+    /// made before it would leave past the link's policies, in the clear.
+    pub fn tunnel_esp_protected(&self, adj: u32, outer: &[u8]) -> bool {
+        !self.transport_esp.is_empty()
+            && self.adjacency(adj).tx_if().is_some_and(|i| self.has_spd(i))
+            && header_addrs(outer).is_some_and(|(src, dst)| self.transport_esp.iter().any(|e| e.local == src && e.remote == dst))
+    }
+
     /// A packet routed out of interface `i` may go from the route lookup straight to
     /// `ipN-rewrite`: no SPD is bound to `i` and no LB reply translation is on. A node that
     /// looks routes up itself (the parcel nodes) sends the others to `ipN-lookup`, which

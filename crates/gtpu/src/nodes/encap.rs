@@ -273,6 +273,9 @@ impl<Cx: HasGtpu, O: Outer, const COUNT: bool> Node<Cx> for GtpuEncap<O, COUNT> 
             g.counters.tx(id, inner_len);
         }
         buf.meta.adj = adj;
+        // Fragments of an outer packet that a transport-mode SA protects would leave in
+        // the clear: it goes whole to the SPD, and espN-encrypt fragments its ESP packet.
+        let fragment_outer = fragment_outer.filter(|_| !ipc.tables.tunnel_esp_protected(adj, buf.bytes()));
         if fragment_outer.is_some() && ip::outer::fragment_outer(buf, fragment_outer) {
             counts.inc(GtpuEncapCounter::FragmentOuter);
             return Verdict::Next(if O::IS_V6 { GtpuEncapNext::Ip6Fragment } else { GtpuEncapNext::Ip4Fragment });

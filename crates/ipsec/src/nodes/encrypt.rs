@@ -233,6 +233,13 @@ pub fn encrypt_transport_padded<O: EspOuter>(sa: &Sa, seq: u64, align: usize, bu
     Ok(())
 }
 
+/// A whole (non-GSO) packet that is still one IP datagram once `overhead` bytes of ESP
+/// are added, so that its ESP packet can be fragmented.
+#[inline]
+fn fits_one_datagram(buf: &Buffer, overhead: usize) -> bool {
+    buf.meta.offload.gso == engine::GsoKind::None && buf.len() + overhead <= u16::MAX as usize
+}
+
 impl<Cx: HasIpsec, O: EspOuter> Node<Cx> for EspEncrypt<O> {
     type Next = EspEncryptNext;
     type Counter = EspEncryptCounter;
@@ -285,6 +292,11 @@ impl<Cx: HasIpsec, O: EspOuter> Node<Cx> for EspEncrypt<O> {
         let overhead = plan.overhead;
         let fragment_outer = match encap_mtu(buf, link_mtu, overhead, plan.mtu) {
             EncapMtu::Encap { fragment_outer, .. } => fragment_outer,
+            // Transport mode carries the gateway's own packets (a tunnel's outer ones that
+            // it leaves to be fragmented, say): ESP goes on whole datagrams only (RFC 4303
+            // §3.3.4), so one too big is sealed whole and the ESP packet fragmented, as
+            // their source may; a frag-needed would go to the gateway itself.
+            EncapMtu::TooBig { .. } | EncapMtu::FragmentInner if transport && fits_one_datagram(buf, overhead) => link_mtu,
             EncapMtu::TooBig { v4 } => {
                 counts.inc(C::InnerTooBig);
                 return Verdict::Next(if v4 { EspEncryptNext::Ip4IcmpError } else { EspEncryptNext::Ip6IcmpError });
