@@ -693,6 +693,41 @@ fn forwarding_to_a_peer_upf_replaces_the_outer_header() {
     assert_eq!(back, inner);
 }
 
+/// RFC 6040 on the uplink: the gNB path's outer CE mark reaches an ECN-capable inner
+/// packet (its checksum patched) and drops one that is not; re-encapsulated toward a
+/// peer UPF (N9), the new outer header carries the inner traffic class so combined.
+#[test]
+fn uplink_carries_congestion_marks_into_the_inner_packet() {
+    use ip::outer::tos::{set_ipv4_tos, CE, ECT0};
+    let marked = |mut p: Vec<u8>| {
+        set_ipv4_tos(&mut p, CE);
+        p
+    };
+    let mut ect0 = udp4(UE, DN, 4000, 53, 20);
+    set_ipv4_tos(&mut ect0, 0xb8 | ECT0);
+    let not_ect = udp4(UE, DN, 4001, 53, 20);
+    let mut want = ect0.clone();
+    want[1] = 0xb8 | CE;
+    want[10..12].copy_from_slice(&[0, 0]);
+    let sum = wire::checksum::checksum(&want[..20]);
+    want[10..12].copy_from_slice(&sum.to_be_bytes());
+    let mut rig = Rig::new();
+    rig.install(&session(1));
+    let sent = [marked(gpdu4(0x100, Some(9), &ect0)), marked(gpdu4(0x100, Some(9), &not_ect)), gpdu4(0x100, Some(9), &not_ect)];
+    let got = rig.send(0, &sent);
+    assert_eq!(got, vec![("ip4-input", want.clone()), ("ip4-input", not_ect.clone())]);
+    assert_eq!((rig.counter("upf4-uplink", "ecn-marked"), rig.counter("upf4-uplink", "ecn-ce-not-ect")), (1, 1));
+    let mut rig = Rig::new();
+    let mut r = session(1);
+    r.fars.get_mut(&1).unwrap().outer_header = Some(GtpuEndpoint { teid: 0x900, addr: IpAddr::V4(Ipv4Addr::new(198, 18, 9, 1)) });
+    rig.install(&r);
+    let got = rig.send(0, &[marked(gpdu4(0x100, Some(9), &ect0))]);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].1[1], 0xb8 | CE, "the N9 outer header carries the combined traffic class");
+    assert!(wire::checksum::verify(&got[0].1[..20]));
+    assert_eq!(decap4(&got[0].1).3, want);
+}
+
 /// N9 takes the tunnel-MTU step the downlink's N3 does: a peer UPF on the 1500-byte link
 /// leaves 1456 bytes for the inner packet in IPv4/UDP/GTP-U with the PDU Session
 /// Container. A larger one with DF is answered with ICMP frag-needed to the UE (it was
