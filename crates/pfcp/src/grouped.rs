@@ -104,6 +104,7 @@ pub struct ForwardingParams<const T: u16> {
     pub destination_interface: Option<DestinationInterface>,
     pub network_instance: Option<NetworkInstance>,
     pub outer_header_creation: Option<OuterHeaderCreation>,
+    pub transport_level_marking: Option<TransportLevelMarking>,
     pub smreq_flags: Option<SmReqFlags>,
 }
 pub type ForwardingParameters = ForwardingParams<{ ty::FORWARDING_PARAMETERS }>;
@@ -119,6 +120,7 @@ impl<const T: u16> Ie for ForwardingParams<T> {
                 ty::DESTINATION_INTERFACE => once(&mut p.destination_interface, raw)?,
                 ty::NETWORK_INSTANCE => once(&mut p.network_instance, raw)?,
                 ty::OUTER_HEADER_CREATION => once(&mut p.outer_header_creation, raw)?,
+                ty::TRANSPORT_LEVEL_MARKING => once(&mut p.transport_level_marking, raw)?,
                 ty::PFCPSMREQ_FLAGS if T == ty::UPDATE_FORWARDING_PARAMETERS => once(&mut p.smreq_flags, raw)?,
                 _ => {}
             }
@@ -132,6 +134,7 @@ impl<const T: u16> Ie for ForwardingParams<T> {
         emit_opt(&self.destination_interface, out);
         emit_opt(&self.network_instance, out);
         emit_opt(&self.outer_header_creation, out);
+        emit_opt(&self.transport_level_marking, out);
         emit_opt(&self.smreq_flags, out);
     }
 }

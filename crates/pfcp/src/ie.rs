@@ -36,6 +36,7 @@ pub mod ty {
     pub const MBR: u16 = 26;
     pub const GBR: u16 = 27;
     pub const PRECEDENCE: u16 = 29;
+    pub const TRANSPORT_LEVEL_MARKING: u16 = 30;
     pub const VOLUME_THRESHOLD: u16 = 31;
     pub const TIME_THRESHOLD: u16 = 32;
     pub const REPORTING_TRIGGERS: u16 = 37;
@@ -765,6 +766,26 @@ impl Ie for VolumeMeasurement {
         for v in vals.into_iter().flatten() {
             out.extend_from_slice(&v.to_be_bytes());
         }
+    }
+}
+
+/// Transport Level Marking (§8.2.12): the ToS / Traffic Class the SMF wants on the outer
+/// header of what a FAR sends in GTP-U (the DSCP of the QoS flow's transport class),
+/// with the mask of the bits it sets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct TransportLevelMarking {
+    pub tos: u8,
+    pub mask: u8,
+}
+
+impl Ie for TransportLevelMarking {
+    const TYPE: u16 = ty::TRANSPORT_LEVEL_MARKING;
+    fn parse(v: &[u8]) -> Result<Self, Error> {
+        let [tos, mask] = Reader::new(ty::TRANSPORT_LEVEL_MARKING, v).bytes::<2>()?;
+        Ok(TransportLevelMarking { tos, mask })
+    }
+    fn emit_value(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&[self.tos, self.mask]);
     }
 }
 

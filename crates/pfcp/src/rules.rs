@@ -44,6 +44,9 @@ pub struct Far {
     pub destination: Option<Interface>,
     /// GTP-U outer header to add (toward the gNB or a peer UPF).
     pub outer_header: Option<GtpuEndpoint>,
+    /// The SMF's Transport Level Marking for that outer header: (ToS / Traffic Class,
+    /// mask), its DSCP bits used (the ECN field is the inner packet's, RFC 6040).
+    pub transport_marking: Option<(u8, u8)>,
     pub network_instance: Option<Vec<u8>>,
     /// The session's BAR applies when this FAR buffers and names it.
     pub bar_id: Option<u8>,

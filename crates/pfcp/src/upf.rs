@@ -1439,6 +1439,9 @@ impl Upf {
                 if let Some(ni) = &fp.network_instance {
                     far.network_instance = Some(ni.0.clone());
                 }
+                if let Some(m) = fp.transport_level_marking {
+                    far.transport_marking = Some((m.tos, m.mask));
+                }
                 if let Some(ohc) = &fp.outer_header_creation {
                     let new = gtpu_endpoint(ohc)?;
                     let sndem = fp.smreq_flags.is_some_and(|f| f.has(smreq_flags::SNDEM));
@@ -1896,6 +1899,7 @@ fn far_from(id: u32, action: ApplyAction, fp: Option<&ForwardingParameters>, bar
         action: action_bits,
         destination: fp.and_then(|f| f.destination_interface).map(|d| d.0),
         outer_header,
+        transport_marking: fp.and_then(|f| f.transport_level_marking).map(|m| (m.tos, m.mask)),
         network_instance: fp.and_then(|f| f.network_instance.as_ref()).map(|n| n.0.clone()),
         bar_id: bar_id.map(|b| b.0),
     })

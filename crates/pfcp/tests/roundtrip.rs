@@ -154,11 +154,12 @@ fn pdr<const T: u16>(create: bool) -> BoxedStrategy<Pdr<T>> {
         .boxed()
 }
 fn fwd<const T: u16>(create: bool) -> BoxedStrategy<ForwardingParams<T>> {
-    (interface(), any::<bool>(), of(network_instance()), of(ohc()), of(flags()))
-        .prop_map(move |(di, has_di, ni, ohc, fl)| ForwardingParams {
+    (interface(), any::<bool>(), of(network_instance()), of(ohc()), of(flags()), of(any::<[u8; 2]>()))
+        .prop_map(move |(di, has_di, ni, ohc, fl, tlm)| ForwardingParams {
             destination_interface: (create || has_di).then_some(InterfaceIe(di)),
             network_instance: ni,
             outer_header_creation: ohc,
+            transport_level_marking: tlm.map(|[tos, mask]| TransportLevelMarking { tos, mask }),
             smreq_flags: if create { None } else { fl },
         })
         .boxed()

@@ -731,6 +731,42 @@ fn handover_sends_end_markers_on_the_old_path() {
     assert!(sim.upf.session(seid).unwrap().pdrs.contains_key(&1));
 }
 
+/// The SMF's Transport Level Marking (TS 29.244 §8.2.12) of a FAR's outer header comes
+/// with the FAR from its Forwarding Parameters and changes with an Update FAR's.
+#[test]
+fn transport_level_marking_reaches_the_far_and_follows_an_update() {
+    let mut sim = Sim::new();
+    sim.associate(1);
+    let mut req = session_request(0x78);
+    let fp = req.create_far[1].forwarding_parameters.as_mut().unwrap();
+    fp.transport_level_marking = Some(TransportLevelMarking { tos: 46 << 2, mask: 0xfc });
+    let (_, r) = sim.establish(0x78, req);
+    assert_eq!(r.cause.0, Cause::RequestAccepted, "{r:?}");
+    let seid = r.up_f_seid.unwrap().seid;
+    let acts = sim.actions();
+    let Some(Action::Install(rules)) = acts.first() else { panic!("{acts:?}") };
+    assert_eq!(rules.fars[&2].transport_marking, Some((46 << 2, 0xfc)));
+    assert_eq!(rules.fars[&1].transport_marking, None);
+    let m = SessionModificationRequest {
+        update_far: vec![UpdateFar {
+            far_id: U32Ie(2),
+            apply_action: None,
+            update_forwarding_parameters: Some(UpdateForwardingParameters {
+                transport_level_marking: Some(TransportLevelMarking { tos: 10 << 2, mask: 0xfc }),
+                ..Default::default()
+            }),
+            bar_id: None,
+        }],
+        ..Default::default()
+    };
+    let Message::SessionModificationResponse(r) = sim.request(Some(seid), Message::SessionModificationRequest(m)).1 else { panic!() };
+    assert_eq!(r.cause.0, Cause::RequestAccepted);
+    let acts = sim.actions();
+    let Some(Action::Install(rules)) = acts.first() else { panic!("{acts:?}") };
+    assert_eq!(rules.fars[&2].transport_marking, Some((10 << 2, 0xfc)));
+    assert_eq!(rules.fars[&2].outer_header, Some(GtpuEndpoint { teid: 0x200, addr: IpAddr::V4(GNB) }), "the rest of the FAR kept");
+}
+
 #[test]
 fn usage_thresholds_quotas_and_deletion_are_reported() {
     let mut sim = Sim::new();

@@ -327,12 +327,12 @@ pub fn encap(buf: &mut Buffer, t: &UpfTables, o: &OuterHeader) -> Result<UpfNext
     match o.peer {
         IpAddr::V4(peer) => {
             let src = t.n3_v4.ok_or(UpfCounter::NoN3Address)?;
-            emit::<Ip4Outer>(buf, src, peer, gtpu)?;
+            emit::<Ip4Outer>(buf, src, peer, gtpu, o)?;
             Ok(UpfNext::Ip4Lookup)
         }
         IpAddr::V6(peer) => {
             let src = t.n3_v6.ok_or(UpfCounter::NoN3Address)?;
-            emit::<Ip6Outer>(buf, src, peer, gtpu)?;
+            emit::<Ip6Outer>(buf, src, peer, gtpu, o)?;
             Ok(UpfNext::Ip6Lookup)
         }
     }
@@ -386,8 +386,9 @@ fn fragment_outer(buf: &mut Buffer, mtu: Option<u16>, next: UpfNext, counts: &mu
 /// precomputed GTP-U header `gtpu`, its length field increased by the payload's. The UDP
 /// checksum is zero over IPv4 (as gtpuN-encap sends by default) and computed over IPv6
 /// (RFC 8200 §8.1). The outer header takes the inner packet's DSCP and ECN, as every
-/// tunnel's does (`ip::outer::tos`).
-fn emit<O: OuterFamily>(buf: &mut Buffer, src: O::Addr, dst: O::Addr, gtpu: &[u8]) -> Result<(), UpfCounter> {
+/// tunnel's does (`ip::outer::tos`), but for the DSCP bits the SMF's Transport Level
+/// Marking sets (TS 29.244 §8.2.12, in the FAR's Forwarding Parameters).
+fn emit<O: OuterFamily>(buf: &mut Buffer, src: O::Addr, dst: O::Addr, gtpu: &[u8], o: &OuterHeader) -> Result<(), UpfCounter> {
     let payload_len = buf.len();
     let ghl = gtpu.len();
     let hl = if O::IS_V6 { 40 } else { 20 };
@@ -395,7 +396,7 @@ fn emit<O: OuterFamily>(buf: &mut Buffer, src: O::Addr, dst: O::Addr, gtpu: &[u8
     if udp_len > u16::MAX as usize {
         return Err(UpfCounter::NoRoom);
     }
-    let tc = ip::outer::tos::traffic_class(buf.bytes());
+    let tc = o.traffic_class(ip::outer::tos::traffic_class(buf.bytes()));
     let h = buf.prepend(hl + 8 + ghl).map_err(|_| UpfCounter::NoRoom)?;
     O::emit_header(src, dst, udp_len, h);
     ip::outer::tos::set_traffic_class(h, tc);

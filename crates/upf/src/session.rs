@@ -242,7 +242,9 @@ fn rule(r: &SessionRules, p: &Pdr, slots: &SessionSlots, uplink: bool) -> Result
     let forward = match p.far_id.and_then(|id| r.fars.get(&id)) {
         Some(f) if f.drops() => Forward::Drop,
         Some(f) if f.buffers() => Forward::Buffer,
-        Some(f) if f.forwards() => Forward::Forward(f.outer_header.map(|e| OuterHeader::new(e.teid, e.addr, qfi))),
+        Some(f) if f.forwards() => {
+            Forward::Forward(f.outer_header.map(|e| OuterHeader::new(e.teid, e.addr, qfi).marked(f.transport_marking)))
+        }
         // No FAR, or NOCP alone: nothing forwards (the core refuses DUPL).
         _ => Forward::Drop,
     };

@@ -276,6 +276,7 @@ fn far(id: u32, action: u64, to: Option<(IpAddr, u32)>) -> Far {
         action,
         destination: None,
         outer_header: to.map(|(addr, teid)| GtpuEndpoint { teid, addr }),
+        transport_marking: None,
         network_instance: None,
         bar_id: None,
     }
@@ -422,6 +423,32 @@ fn downlink_encapsulates_toward_the_gnb_with_the_qfi() {
     // Another UE address in the pool: no session.
     assert!(rig.send(2, &[udp4(DN, Ipv4Addr::new(198, 19, 7, 2), 53, 4000, 10)]).is_empty());
     assert_eq!(rig.counter("upf4-downlink", "no-session"), 1);
+}
+
+/// The downlink's outer header takes the inner packet's DSCP and ECN, but for the DSCP
+/// bits the SMF's Transport Level Marking sets (a mask of 0 meaning the whole DSCP); the
+/// ECN field is always the inner packet's.
+#[test]
+fn downlink_outer_traffic_class_is_the_inner_ones_or_the_smfs_marking() {
+    use ip::outer::tos::{set_ipv4_tos, CE, ECT0};
+    let mut inner = udp4(DN, UE, 53, 4000, 60);
+    set_ipv4_tos(&mut inner, (34 << 2) | ECT0);
+    for (marking, want) in [
+        (None, (34 << 2) | ECT0),
+        (Some((46 << 2, 0xfc)), (46 << 2) | ECT0),
+        (Some(((46 << 2) | CE, 0)), (46 << 2) | ECT0),
+        (Some((0xff, 0x20)), (34 << 2) | 0x20 | ECT0),
+    ] {
+        let mut rig = Rig::new();
+        let mut r = session(1);
+        r.fars.get_mut(&2).unwrap().transport_marking = marking;
+        rig.install(&r);
+        let got = rig.send(2, &[inner.clone()]);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].1[1], want, "{marking:?}");
+        assert!(wire::checksum::verify(&got[0].1[..20]));
+        assert_eq!(decap4(&got[0].1).3, inner, "the inner packet as it came");
+    }
 }
 
 /// `udp4` with DF set.

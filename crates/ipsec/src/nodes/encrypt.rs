@@ -173,8 +173,9 @@ fn emit_udp<O: EspOuter>(ports: UdpEncapPorts, src: &O::Addr, dst: &O::Addr, udp
 }
 
 /// Wrap the inner packet (IPv4 when `inner_v4`) in tunnel-mode ESP for `sa` with
-/// sequence number `seq`, then UDP if configured, then the outer header; the buffer
-/// then starts at the outer header.
+/// sequence number `seq`, then UDP if configured, then the outer header (which takes
+/// the inner traffic class: `ip::outer::tos`); the buffer then starts at the outer
+/// header.
 #[inline(always)]
 pub fn encrypt<O: EspOuter>(sa: &Sa, seq: u64, inner_v4: bool, buf: &mut Buffer) -> Result<(), EspEncryptCounter> {
     encrypt_padded::<O>(sa, seq, inner_v4, sa.plan.layout.align, buf)
