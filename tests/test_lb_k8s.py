@@ -117,10 +117,10 @@ snat4 = "198.19.1.1"
     return c, gw
 
 
-def controller(lab, vecgate, api_ns, w, gw, tmp, node="n1"):
+def controller(lab, vecgate, api_ns, w, gw, tmp, node="n1", extra=()):
     log = open(tmp / "k8s.log", "w")
     named = ["--node-name", node] if node else []
-    p = lab.spawn_to(api_ns, log, str(vecgate), "k8s", "--socket", gw.sock, "--kubeconfig", str(w / "vecgate.kubeconfig"), *named)
+    p = lab.spawn_to(api_ns, log, str(vecgate), "k8s", "--socket", gw.sock, "--kubeconfig", str(w / "vecgate.kubeconfig"), *named, *extra)
     return p, tmp / "k8s.log"
 
 
@@ -257,9 +257,26 @@ def test_restarts_converge(api, lab, vecgate, tmp_path):
         assert changes_of(lines[0]) == 0, lines
         assert managed_ids(gw) == ids
 
+        # Restarted with another Maglev table size: the services it finds were added with
+        # the old one, so each is replaced (the size is not taken as what it asks for now).
+        proc.terminate()
+        proc.wait(10)
+        proc, log = controller(lab, vecgate, api_ns, w, gw, tmp_path, extra=("--table-size", "1009"))
+        lines = wait_for("the resized sync", lambda: [l for l in log.read_text().splitlines() if "initial sync done" in l])
+        rows = {r["name"]: r for r in gw.ctl("show", "lb", "services")["data"] if r["name"] in ids}
+        assert changes_of(lines[0]) == 2 * len(ids), lines  # each deleted and added again
+        assert {(r["table_size"], r["configured_table_size"]) for r in rows.values()} == {(1009, 1009)}, rows
+        assert len(backends(gw, rs)) == 3
+        ids = managed_ids(gw)
+
         # The gateway restarted under the running controller: back from its config file
-        # alone, then the controller's services again, without a Kubernetes event.
+        # alone, then the controller's services again, without a Kubernetes event. The
+        # controller tells by the gateway's instance (pid and start time), not by reading
+        # every LB service back every 5 s.
+        before = gw.ctl("show", "instance")["data"]
         gw.restart()
+        after = gw.ctl("show", "instance")["data"]
+        assert before["instance"] != after["instance"], (before, after)
         for i in range(3):
             lab.run(c, "ping", "-c", "2", "-i", "0.2", "-W", "1", NODE_B[i], check=False)
             lab.run(f"{lab.prefix}-be{i}", "ping", "-c", "2", "-i", "0.2", "-W", "1", NODE_B[i], check=False)
@@ -309,6 +326,15 @@ def test_an_external_address_moved_between_services_is_applied_once_freed(api, l
     assert gw.stop()[0] == 0
 
 
+def test_a_table_size_the_lb_refuses_stops_the_controller_at_start(vecgate, tmp_path):
+    """--table-size 1000 (not a prime) would make every LB service invalid, and the
+    controller made none, saying nothing: it now refuses to start, naming the option,
+    before it reads a kubeconfig or reaches a gateway."""
+    r = subprocess.run([str(vecgate), "k8s", "--socket", str(tmp_path / "none.sock"), "--kubeconfig", str(tmp_path / "none"),
+                        "--table-size", "1000"], capture_output=True, text=True, timeout=30)
+    assert r.returncode != 0 and "--table-size 1000: expected 0 (sized by the backends) or a prime" in r.stderr, r.stderr
+
+
 def test_a_controller_without_a_node_name_says_what_that_costs(api, lab, vecgate, tmp_path):
     """Without --node-name no endpoint is local (kube-proxy always has its node): Local
     policies would send nothing, so the controller says so at start."""
@@ -324,15 +350,16 @@ def test_a_controller_without_a_node_name_says_what_that_costs(api, lab, vecgate
     assert gw.stop()[0] == 0
 
 
-def kube_proxy_backends(api_ns):
+def kube_proxy_backends(api_ns, policy="service"):
     """kube-proxy's choice per service port: the endpoints its service chains jump to
     (nftables mode: `service-<hash>-<ns>/<name>/<proto>/<port>` chains with a vmap to
-    `endpoint-<hash>-<ns>/<name>/<proto>/<port>__<addr>/<port>` chains)."""
+    `endpoint-<hash>-<ns>/<name>/<proto>/<port>__<addr>/<port>` chains); `policy="local"`:
+    its `local-…` chains (a Local traffic policy's, this node's endpoints)."""
     text = sh("ip", "netns", "exec", api_ns, "nft", "list", "table", "ip", "kube-proxy").stdout
     out = {}
     chain = None
     for line in text.splitlines():
-        m = re.match(r"\s*chain service-\w+-(\S+) \{", line)
+        m = re.match(rf"\s*chain {policy}-\w+-(\S+) \{{", line)
         if m:
             chain = m.group(1)
             out.setdefault(chain, set())
@@ -343,6 +370,82 @@ def kube_proxy_backends(api_ns):
             for ns_, name, proto, port, addr, tport in re.findall(r"endpoint-\w+-([^/\s]+)/([^/\s]+)/(\w+)/(\w*)__([\d.]+)/(\d+)", line):
                 out[chain].add((addr, int(tport)))
     return out
+
+
+def ensure_kube_proxy(w):
+    """kube-proxy (nftables mode, node n1) on the module's API server, started once."""
+    pid = w / "kube-proxy.pid"
+    if pid.exists() and Path(f"/proc/{pid.read_text().strip()}").exists():
+        return
+    r = subprocess.run([str(K8S / "proxy.sh"), str(w), "--bin", str(BIN_DIR)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def kube_proxy_filter_verdict(api_ns, vip, port):
+    """kube-proxy's verdict for a service port it does not send to an endpoint (its
+    `no-endpoint-services` map: `drop` or `goto reject-chain`), or None."""
+    text = sh("ip", "netns", "exec", api_ns, "nft", "list", "map", "ip", "kube-proxy", "no-endpoint-services", check=False).stdout
+    m = re.search(re.escape(f"{vip} . tcp . {port}") + r'(?: comment "[^"]*")? : (drop|goto reject-chain)', text)
+    return m.group(1) if m else None
+
+
+def connect_once(lab, ns, host, port):
+    """One TCP connection attempt: connected, refused (an RST or ICMP unreachable) or
+    no answer."""
+    code = f"""
+import socket
+s = socket.socket(); s.settimeout(3)
+try:
+    s.connect(({host!r}, {port})); print("connected")
+except socket.timeout:
+    print("no answer")
+except ConnectionRefusedError:
+    print("refused")
+"""
+    return lab.run(ns, sys.executable, "-c", code, timeout=30).stdout.strip()
+
+
+def test_internal_traffic_policy_local_without_local_endpoints_drops_as_kube_proxy(api, lab, vecgate, tmp_path):
+    """internalTrafficPolicy: Local with endpoints on other nodes only: kube-proxy drops
+    what this node sends to the cluster IP ("has no local endpoints"), it does not refuse
+    it; vecgate's LB service holds the endpoints as not local and drops too (counted
+    no-local-backend). With a local endpoint, both send to it alone."""
+    api_ns, w = api
+    c, gw = dataplane(lab, vecgate, tmp_path)
+    http = [{"name": "http", "port": 8080, "protocol": "TCP"}]
+    tcp80 = [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]
+    apply(api_ns, w, [
+        service("itl", "198.18.128.60", tcp80, internalTrafficPolicy="Local"),
+        endpoint_slice("itl-1", "itl", http, [endpoint(BACKENDS[1], node="n2"), endpoint(BACKENDS[2], node="n2")]),
+        service("itl2", "198.18.128.61", tcp80, internalTrafficPolicy="Local"),
+        endpoint_slice("itl2-1", "itl2", http, [endpoint(BACKENDS[0]), endpoint(BACKENDS[1], node="n2")]),
+    ])
+    ensure_kube_proxy(w)
+    proc, log = controller(lab, vecgate, api_ns, w, gw, tmp_path)
+    itl, itl2 = "default/itl:http@198.18.128.60", "default/itl2:http@198.18.128.61"
+    try:
+        def eligible(name):
+            b = backends(gw, name)
+            return b and {a for (a, _), (_, e) in b.items() if e}
+        wait_for("the controller's sync", lambda: backends(gw, itl) and len(backends(gw, itl)) == 2 and eligible(itl2))
+        assert eligible(itl) == set() and eligible(itl2) == {BACKENDS[0]}
+        assert wait_for("kube-proxy's drop", lambda: kube_proxy_filter_verdict(api_ns, "198.18.128.60", 80)) == "drop"
+        kp = wait_for("kube-proxy's itl2",
+                      lambda: {k: v for k, v in kube_proxy_backends(api_ns, "local").items() if k == "default/itl2/tcp/http" and v})
+        assert kp["default/itl2/tcp/http"] == {(BACKENDS[0], 8080)}, kp
+
+        assert connect_once(lab, c, "198.18.128.60", 80) == "no answer"
+        errors = gw.errors()
+        assert errors.get(("lb4-nat", "no-local-backend"), 0) >= 1 and errors.get(("lb4-nat", "no-backend"), 0) == 0, errors
+        r = who(lab, c, "198.18.128.61", 80, 10)
+        assert {a.split()[0] for a in r["answers"]} == {"be0"}, r
+        assert "change refused" not in log.read_text() and proc.poll() is None, log.read_text()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    kubectl(api_ns, w, "delete", "service", "itl", "itl2")
+    kubectl(api_ns, w, "delete", "endpointslice", "itl-1", "itl2-1")
+    assert gw.stop()[0] == 0
 
 
 def test_kube_proxy_nftables_selects_the_same_backends(api, lab, vecgate, tmp_path):
@@ -365,8 +468,7 @@ def test_kube_proxy_nftables_selects_the_same_backends(api, lab, vecgate, tmp_pa
         service("pnr", "198.18.128.33", tcp80, publishNotReadyAddresses=True),
         endpoint_slice("pnr-1", "pnr", http, [endpoint(BACKENDS[0], True, True, True), endpoint(BACKENDS[1])]),
     ])
-    r = subprocess.run([str(K8S / "proxy.sh"), str(w), "--bin", str(BIN_DIR)], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stdout + r.stderr
+    ensure_kube_proxy(w)
     proc, log = controller(lab, vecgate, api_ns, w, gw, tmp_path)
     want = {"mixed": {BACKENDS[0], BACKENDS[1]}, "draining": {BACKENDS[1]}, "split": {BACKENDS[0], BACKENDS[2]},
             "pnr": {BACKENDS[0], BACKENDS[1]}}

@@ -13,6 +13,9 @@ use serde::{Deserialize, Serialize};
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Request {
     ShowRuntime {},
+    /// Which gateway process answers: its pid and start time (`instance` joins them). A
+    /// controller polls it to notice a restarted gateway without reading its tables.
+    ShowInstance {},
     /// Every worker's counters and the table sizes in the OpenMetrics text format (the
     /// reply's `text`), as `GET /metrics` serves them.
     Metrics {},
@@ -327,6 +330,17 @@ impl Control {
 
     fn try_handle(&mut self, req: &Request) -> Result<Reply, String> {
         Ok(match req {
+            Request::ShowInstance {} => {
+                let pid = std::process::id();
+                let started = self.started.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+                let instance = format!("{pid}-{}", started.as_nanos());
+                let uptime_s = self.started.elapsed().unwrap_or_default().as_secs_f64();
+                let text = format!("instance {instance}: pid {pid}, started {:.3} (unix s), up {uptime_s:.0} s\n", started.as_secs_f64());
+                Reply::ok(
+                    serde_json::json!({"instance": instance, "pid": pid, "started_unix_s": started.as_secs_f64(), "uptime_s": uptime_s}),
+                    text,
+                )
+            }
             Request::ShowRuntime {} => {
                 let s = self.snapshot()?;
                 Reply::ok(serde_json::to_value(&s).map_err(|e| e.to_string())?, format::runtime(&s))

@@ -5,6 +5,7 @@ use crate::api::Request;
 pub const HELP: &str = "\
 commands:
   show runtime                         per-node calls, vectors, packets, cycles/packet
+  show instance                        this gateway process: pid, start time (changes on restart)
   show graph                           the node graph, each node's packet and drop rates since
                                        the last `show graph`
   show metrics                         every counter in the OpenMetrics text format (as GET /metrics)
@@ -97,6 +98,7 @@ pub fn parse(words: &[String]) -> Result<Request, String> {
     let w: Vec<&str> = words.iter().map(String::as_str).collect();
     match w.as_slice() {
         ["show", "runtime" | "run"] => Ok(Request::ShowRuntime {}),
+        ["show", "instance"] => Ok(Request::ShowInstance {}),
         ["show", "metrics"] => Ok(Request::Metrics {}),
         ["reload"] => Ok(Request::Reload { file: None }),
         ["reload", file] => Ok(Request::Reload { file: Some(file.to_string()) }),
@@ -535,6 +537,7 @@ mod tests {
     #[test]
     fn commands() {
         assert_eq!(p("show runtime"), Ok(Request::ShowRuntime {}));
+        assert_eq!(p("show instance"), Ok(Request::ShowInstance {}));
         assert_eq!(p("trace add pg-input 10"), Ok(Request::TraceAdd { node: "pg-input".into(), count: 10 }));
         assert_eq!(
             p("ip route add 198.19.0.0/16 via 198.18.2.2"),

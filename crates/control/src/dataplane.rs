@@ -228,6 +228,8 @@ pub struct Control {
     pub lanes_to: Vec<Vec<Option<engine::handoff::LaneTx>>>,
     /// When multipath routes' links were last read (`crate::fib::poll_links`).
     pub link_poll: crate::fib::LinkPoll,
+    /// When this gateway process assembled its dataplane (`show instance`).
+    pub started: std::time::SystemTime,
 }
 
 impl Control {
@@ -1085,6 +1087,7 @@ fn build(
         punt_link: cfg.punt.as_ref().map(|p| p.interface.clone()).filter(|name| cfg.interfaces.iter().any(|ic| &ic.name == name)),
         lanes_to: Vec::new(),
         link_poll: Default::default(),
+        started: std::time::SystemTime::now(),
     };
     Ok(Assembly { control, workers })
 }

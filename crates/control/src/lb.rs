@@ -286,6 +286,9 @@ pub struct ServiceRow {
     /// Backends taking new connections.
     pub eligible: usize,
     pub table_size: usize,
+    /// The spec's `table_size` (0: sized by the backends): what a controller reading the
+    /// service back compares with the size it would ask for.
+    pub configured_table_size: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -325,6 +328,7 @@ fn service_rows(c: &LbControl) -> Vec<ServiceRow> {
                 backends: s.backends.len(),
                 eligible,
                 table_size,
+                configured_table_size: s.table_size,
             }
         })
         .collect()

@@ -5,12 +5,13 @@
 //! Nothing is applied until both kinds are listed once: the first sync then adds each LB
 //! service whole (one request per service, its backends included). After that an event
 //! applies only what its Service's diff says; a relist applies only what changed meanwhile.
-//! The gateway is checked every [`GATEWAY_CHECK`]: one restarted under the controller (it
-//! holds only its config file's LB services again) or unreachable for a while is read back
-//! and every Service's difference applied once it answers.
+//! The gateway is checked every [`GATEWAY_CHECK`] by its instance (`show instance`: pid and
+//! start time, a few bytes): one restarted under the controller (it holds only its config
+//! file's LB services again) or unreachable for a while is read back and every Service's
+//! difference applied once it answers.
 
 use crate::desired::{is_managed, Settings};
-use crate::model::{Change, Model};
+use crate::model::{Change, Listed, Model};
 use crate::objects::{Key, Service, Slice};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Service as K8sService;
@@ -22,9 +23,8 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-/// How often the gateway is asked whether it still holds the LB services applied to it:
-/// a gateway restarted under the controller starts from its config file again, and no
-/// Kubernetes event says so.
+/// How often the gateway is asked which process it is: a gateway restarted under the
+/// controller starts from its config file again, and no Kubernetes event says so.
 pub const GATEWAY_CHECK: Duration = Duration::from_secs(5);
 
 #[derive(Debug, Clone)]
@@ -46,6 +46,8 @@ pub enum Error {
     Socket(String, std::io::Error),
     #[error("socket {0}: {1}: {2}")]
     Refused(String, &'static str, String),
+    #[error("{0}")]
+    Settings(String),
 }
 
 /// Counts since start, logged as they change.
@@ -63,6 +65,9 @@ struct Applier {
     /// Services with a change the gateway refused: tried again after a change to another
     /// Service is applied, which may have freed what was refused (an address, a port).
     pending: BTreeSet<Key>,
+    /// The gateway process whose LB services were read back (`show instance`'s
+    /// `instance`); another one answering has restarted.
+    instance: Option<serde_json::Value>,
 }
 
 impl Applier {
@@ -123,31 +128,36 @@ impl Applier {
         Ok(n)
     }
 
-    /// Whether the gateway holds, by name, the managed LB services the model applied.
-    fn holds_applied(&self, model: &Model) -> Result<bool, Error> {
-        let rows = self.call(&control::api::Request::ShowLbServices {}, "show lb services")?.data;
-        let held: BTreeSet<&str> =
-            rows.as_array().into_iter().flatten().filter_map(|r| r["name"].as_str()).filter(|n| is_managed(n)).collect();
-        Ok(held.len() == model.applied().len() && model.applied().keys().all(|n| held.contains(n.as_str())))
+    /// The gateway process answering (`show instance`: a reply of a few bytes, where
+    /// reading its LB services back is megabytes at 10 000 services).
+    fn instance(&self) -> Result<serde_json::Value, Error> {
+        Ok(self.call(&control::api::Request::ShowInstance {}, "show instance")?.data["instance"].clone())
+    }
+
+    /// Whether the gateway is still the process whose LB services were read back (so it
+    /// holds what was applied since).
+    fn same_instance(&self) -> Result<bool, Error> {
+        let now = self.instance()?;
+        Ok(self.instance.as_ref() == Some(&now))
     }
 
     /// Read the gateway's LB services back as applied, then apply every Service's
     /// difference; the number of changes.
-    fn resync(&mut self, model: &mut Model, settings: &Settings) -> Result<usize, Error> {
+    fn resync(&mut self, model: &mut Model) -> Result<usize, Error> {
         model.forget_applied();
         self.pending.clear();
-        adopt_existing(self, model, settings)?;
+        adopt_existing(self, model)?;
         let keys = model.keys();
         self.apply_all(model, keys)
     }
 }
 
-/// The periodic check: a gateway that lost LB services applied to it (restarted), or was
-/// unreachable, is resynced. `lost`: it was unreachable; kept until a resync succeeds.
-fn check_gateway(applier: &mut Applier, model: &mut Model, settings: &Settings, lost: &mut bool) {
+/// The periodic check: a gateway restarted (another process answers), or unreachable, is
+/// resynced. `lost`: it was unreachable; kept until a resync succeeds.
+fn check_gateway(applier: &mut Applier, model: &mut Model, lost: &mut bool) {
     let t0 = Instant::now();
-    let held = if *lost { Ok(false) } else { applier.holds_applied(model) };
-    match held.and_then(|held| if held { Ok(None) } else { applier.resync(model, settings).map(Some) }) {
+    let held = if *lost { Ok(false) } else { applier.same_instance() };
+    match held.and_then(|held| if held { Ok(None) } else { applier.resync(model).map(Some) }) {
         Ok(None) => {}
         Ok(Some(n)) => {
             *lost = false;
@@ -155,7 +165,7 @@ fn check_gateway(applier: &mut Applier, model: &mut Model, settings: &Settings, 
                 lb_services = model.applied().len(),
                 changes = n,
                 ms = t0.elapsed().as_secs_f64() * 1e3,
-                "gateway resynced (it had lost LB services the controller applied, or did not answer)"
+                "gateway resynced (it had restarted, or did not answer)"
             );
         }
         Err(e) => gateway_lost(lost, &e),
@@ -178,9 +188,11 @@ fn short(c: &Change) -> String {
     }
 }
 
-/// The managed LB services the gateway holds now, as [`Model::adopt`] takes them.
-fn adopt_existing(applier: &Applier, model: &mut Model, settings: &Settings) -> Result<usize, Error> {
+/// The managed LB services the gateway holds now, as [`Model::adopt`] takes them; the
+/// gateway's instance is noted first (a restart from then on is seen at the next check).
+fn adopt_existing(applier: &mut Applier, model: &mut Model) -> Result<usize, Error> {
     use control::api::Request;
+    applier.instance = Some(applier.instance()?);
     let services = applier.call(&Request::ShowLbServices {}, "show lb services")?.data;
     let backends = applier.call(&Request::ShowLbBackends { service: None }, "show lb backends")?.data;
     // Backend rows by service, in one pass (100 000 rows at the scale measured).
@@ -193,9 +205,12 @@ fn adopt_existing(applier: &Applier, model: &mut Model, settings: &Settings) -> 
     for row in services.as_array().into_iter().flatten() {
         let Some(name) = row["name"].as_str().filter(|n| is_managed(n)) else { continue };
         let mut row = row.clone();
-        row["table_size"] = settings.table_size.into();
+        // The size the service was added with (not the size its table has now, which
+        // follows the backends): a controller restarted with another --table-size sees
+        // the difference and replaces the service.
+        row["table_size"] = row["configured_table_size"].clone();
         row["backends"] = by_service.remove(name).unwrap_or_default().into();
-        for k in ["id", "eligible"] {
+        for k in ["id", "eligible", "configured_table_size"] {
             row.as_object_mut().map(|o| o.remove(k));
         }
         match serde_json::from_value::<lb::ServiceSpec>(row) {
@@ -218,8 +233,8 @@ enum Ev {
 /// A list in progress (`Init` … `InitDone`).
 #[derive(Default)]
 struct Listing {
-    services: Option<Vec<Service>>,
-    slices: Option<Vec<Slice>>,
+    services: Option<Listed<Service>>,
+    slices: Option<Listed<Slice>>,
     services_done: bool,
     slices_done: bool,
 }
@@ -237,15 +252,14 @@ async fn client(opts: &Options) -> Result<Client, Error> {
     Ok(Client::try_from(config)?)
 }
 
-fn parse<T>(stats: &mut Stats, r: Result<Option<T>, crate::objects::ObjectError>) -> Option<T> {
-    match r {
-        Ok(t) => t,
-        Err(e) => {
-            stats.bad_objects += 1;
-            tracing::warn!(error = %e, "object ignored");
-            None
-        }
+/// An object as parsed; one that does not parse is logged (its kind, name, field and
+/// what was expected) and counted, and its last good state is kept by the caller.
+fn parse<T>(stats: &mut Stats, r: Result<Option<T>, crate::objects::ObjectError>) -> Result<Option<T>, crate::objects::ObjectError> {
+    if let Err(e) = &r {
+        stats.bad_objects += 1;
+        tracing::warn!(error = %e, "object not understood; its last good state is kept");
     }
+    r
 }
 
 fn log_unsupported(s: &Service) {
@@ -257,10 +271,11 @@ fn log_unsupported(s: &Service) {
 /// Watch and apply until the process is stopped (SIGINT/SIGTERM); the gateway must answer
 /// at start (its LB services are read back then).
 pub async fn run(opts: Options) -> Result<Stats, Error> {
+    opts.settings.validate().map_err(Error::Settings)?;
     let client = client(&opts).await?;
-    let mut applier = Applier { socket: opts.socket.clone(), stats: Stats::default(), pending: BTreeSet::new() };
+    let mut applier = Applier { socket: opts.socket.clone(), stats: Stats::default(), pending: BTreeSet::new(), instance: None };
     let mut model = Model::new(opts.settings.clone());
-    let adopted = adopt_existing(&applier, &mut model, &opts.settings)?;
+    let adopted = adopt_existing(&mut applier, &mut model)?;
     tracing::info!(adopted, socket = %opts.socket.display(), node = opts.settings.node.as_deref().unwrap_or(""), "controller started");
     if opts.settings.node.is_none() {
         // kube-proxy always knows its node (the host name by default); without one no
@@ -285,7 +300,7 @@ pub async fn run(opts: Options) -> Result<Stats, Error> {
         let ev = tokio::select! {
             ev = events.next() => match ev { Some(ev) => ev, None => break },
             _ = check.tick(), if synced => {
-                check_gateway(&mut applier, &mut model, &opts.settings, &mut lost);
+                check_gateway(&mut applier, &mut model, &mut lost);
                 continue;
             }
             _ = &mut stop => break,
@@ -296,12 +311,13 @@ pub async fn run(opts: Options) -> Result<Stats, Error> {
         let mut relisted = false;
         match ev {
             Ev::Service(Ok(e)) => match e {
-                Event::Init => listing.services = Some(Vec::new()),
+                Event::Init => listing.services = Some(Listed::default()),
                 Event::InitApply(o) => {
-                    if let Some(s) = parse(&mut applier.stats, Service::from_k8s(&o)) {
-                        log_unsupported(&s);
-                        listing.services.get_or_insert_with(Vec::new).push(s);
+                    let parsed = parse(&mut applier.stats, Service::from_k8s(&o));
+                    if let Ok(Some(s)) = &parsed {
+                        log_unsupported(s);
                     }
+                    listing.services.get_or_insert_with(Listed::default).add(parsed);
                 }
                 Event::InitDone => {
                     keys = model.services_listed(listing.services.take().unwrap_or_default());
@@ -309,18 +325,18 @@ pub async fn run(opts: Options) -> Result<Stats, Error> {
                     relisted = true;
                 }
                 Event::Apply(o) => match parse(&mut applier.stats, Service::from_k8s(&o)) {
-                    Some(s) => {
+                    Ok(Some(s)) => {
                         log_unsupported(&s);
                         keys.insert(model.service_applied(s));
                     }
                     // An ExternalName service (maybe ClusterIP before): nothing of it stays.
-                    None if o.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("ExternalName") => {
+                    Ok(None) => {
                         keys.insert(model.service_deleted(&Key::new(
                             o.metadata.namespace.as_deref().unwrap_or("default"),
                             o.metadata.name.as_deref().unwrap_or(""),
                         )));
                     }
-                    None => {}
+                    Err(_) => {}
                 },
                 Event::Delete(o) => {
                     keys.insert(model.service_deleted(&Key::new(
@@ -330,11 +346,9 @@ pub async fn run(opts: Options) -> Result<Stats, Error> {
                 }
             },
             Ev::Slice(Ok(e)) => match e {
-                Event::Init => listing.slices = Some(Vec::new()),
+                Event::Init => listing.slices = Some(Listed::default()),
                 Event::InitApply(o) => {
-                    if let Some(s) = parse(&mut applier.stats, Slice::from_k8s(&o)) {
-                        listing.slices.get_or_insert_with(Vec::new).push(s);
-                    }
+                    listing.slices.get_or_insert_with(Listed::default).add(parse(&mut applier.stats, Slice::from_k8s(&o)))
                 }
                 Event::InitDone => {
                     keys = model.slices_listed(listing.slices.take().unwrap_or_default());
@@ -344,9 +358,10 @@ pub async fn run(opts: Options) -> Result<Stats, Error> {
                 Event::Apply(o) => {
                     let key = Key::new(o.metadata.namespace.as_deref().unwrap_or("default"), o.metadata.name.as_deref().unwrap_or(""));
                     match parse(&mut applier.stats, Slice::from_k8s(&o)) {
-                        Some(s) => keys.extend(model.slice_applied(s)),
+                        Ok(Some(s)) => keys.extend(model.slice_applied(s)),
                         // Relabelled away from any service, or turned FQDN: gone for us.
-                        None => keys.extend(model.slice_deleted(&key)),
+                        Ok(None) => keys.extend(model.slice_deleted(&key)),
+                        Err(_) => {}
                     }
                 }
                 Event::Delete(o) => {

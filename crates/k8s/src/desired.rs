@@ -14,7 +14,9 @@
 //! out always passes the LB's validation: an endpoint or service address it would refuse
 //! is left out alone, so one bad endpoint cannot block its service.
 //! `externalTrafficPolicy` applies to node-port and external addresses,
-//! `internalTrafficPolicy: Local` keeps cluster-IP traffic on this node's endpoints.
+//! `internalTrafficPolicy` to cluster IPs: with `Local`, every endpoint is given, marked
+//! local or not, and the LB sends new connections to the local ones only, dropping them
+//! (not refusing them) when only other nodes have endpoints, as kube-proxy does.
 
 use crate::objects::{EndpointConditions, Service, ServiceKind, ServicePort, Slice};
 use lb::{BackendSpec, Conditions, ServiceSpec, ServiceType, TrafficPolicy};
@@ -28,6 +30,20 @@ pub struct Settings {
     pub node: Option<String>,
     /// Maglev table size of every service (0: the LB's default).
     pub table_size: u32,
+}
+
+impl Settings {
+    /// Settings every LB service can be made with: a table size the LB would refuse
+    /// would leave every Service unserved (each LB service invalid, so none made).
+    pub fn validate(&self) -> Result<(), String> {
+        lb::service::check_table_size(self.table_size).map_err(|_| {
+            format!(
+                "--table-size {}: expected 0 (sized by the backends) or a prime from 101 to {}",
+                self.table_size,
+                lb::maglev::MAX_TABLE_SIZE
+            )
+        })
+    }
 }
 
 /// The LB name of one of a Service's addresses: `namespace/name:port@where`, with `where`
@@ -59,23 +75,14 @@ fn readier(a: EndpointConditions, b: EndpointConditions) -> EndpointConditions {
     }
 }
 
-/// The backends of `port` in the slices of one family (`ipv4`), local ones only if
-/// asked; sorted by address and port, so that equal sets compare equal.
-fn backends<'a>(
-    port: &ServicePort,
-    ipv4: bool,
-    slices: impl Iterator<Item = &'a Slice>,
-    settings: &Settings,
-    local_only: bool,
-) -> Vec<BackendSpec> {
+/// The backends of `port` in the slices of one family (`ipv4`), sorted by address and
+/// port, so that equal sets compare equal.
+fn backends<'a>(port: &ServicePort, ipv4: bool, slices: impl Iterator<Item = &'a Slice>, settings: &Settings) -> Vec<BackendSpec> {
     let mut by_addr: BTreeMap<(IpAddr, u16), (EndpointConditions, bool)> = BTreeMap::new();
     for s in slices.filter(|s| s.ipv4 == ipv4) {
         let Some(sp) = s.ports.iter().find(|p| p.name == port.name && p.protocol == port.protocol) else { continue };
         for e in &s.endpoints {
             let local = settings.node.as_deref().is_some_and(|n| e.node_name.as_deref() == Some(n));
-            if local_only && !local {
-                continue;
-            }
             by_addr
                 .entry((e.addr, sp.port))
                 .and_modify(|(c, l)| {
@@ -103,16 +110,17 @@ fn backends<'a>(
 /// Every LB service `svc` and its slices make, by name.
 pub fn desired<'a>(svc: &Service, slices: impl Iterator<Item = &'a Slice> + Clone, settings: &Settings) -> BTreeMap<String, ServiceSpec> {
     let mut out = BTreeMap::new();
-    let external_policy = if svc.external_local { TrafficPolicy::Local } else { TrafficPolicy::Cluster };
+    let policy = |local: bool| if local { TrafficPolicy::Local } else { TrafficPolicy::Cluster };
+    let (external_policy, internal_policy) = (policy(svc.external_local), policy(svc.internal_local));
     for port in &svc.ports {
-        let mut add = |place: String, kind: ServiceType, vip: IpAddr, port_no: u16, policy: TrafficPolicy, local_only: bool| {
+        let mut add = |place: String, kind: ServiceType, vip: IpAddr, port_no: u16, policy: TrafficPolicy| {
             let spec = ServiceSpec {
                 name: lb_name(svc, port, &place),
                 kind,
                 vip,
                 port: port_no,
                 protocol: port.protocol,
-                backends: backends(port, vip.is_ipv4(), slices.clone(), settings, local_only),
+                backends: backends(port, vip.is_ipv4(), slices.clone(), settings),
                 traffic_policy: policy,
                 affinity: svc.affinity,
                 table_size: settings.table_size,
@@ -125,21 +133,21 @@ pub fn desired<'a>(svc: &Service, slices: impl Iterator<Item = &'a Slice> + Clon
             }
         };
         for &ip in &svc.cluster_ips {
-            add(ip.to_string(), ServiceType::ClusterIp, ip, port.port, TrafficPolicy::Cluster, svc.internal_local);
+            add(ip.to_string(), ServiceType::ClusterIp, ip, port.port, internal_policy);
         }
         if let (Some(np), true) = (port.node_port, svc.kind != ServiceKind::ClusterIp) {
             if svc.ipv4 {
-                add("nodeport4".into(), ServiceType::NodePort, Ipv4Addr::UNSPECIFIED.into(), np, external_policy, false);
+                add("nodeport4".into(), ServiceType::NodePort, Ipv4Addr::UNSPECIFIED.into(), np, external_policy);
             }
             if svc.ipv6 {
-                add("nodeport6".into(), ServiceType::NodePort, Ipv6Addr::UNSPECIFIED.into(), np, external_policy, false);
+                add("nodeport6".into(), ServiceType::NodePort, Ipv6Addr::UNSPECIFIED.into(), np, external_policy);
             }
         }
         // kube-proxy serves a Service in a family only where it has a cluster IP of that
         // family: an external address of another family, or of a headless Service, makes
         // nothing (not a service without backends refusing whatever is sent there).
         for &ip in svc.external_ips.iter().filter(|ip| svc.cluster_ips.iter().any(|c| c.is_ipv4() == ip.is_ipv4())) {
-            add(ip.to_string(), ServiceType::LoadBalancer, ip, port.port, external_policy, false);
+            add(ip.to_string(), ServiceType::LoadBalancer, ip, port.port, external_policy);
         }
     }
     out

@@ -6,7 +6,7 @@
 //! one is tried again at the next event or resync of that Service.
 
 use crate::desired::{self, Settings};
-use crate::objects::{Key, Service, Slice};
+use crate::objects::{Key, ObjectError, Service, Slice};
 use lb::{BackendSpec, ServiceSpec};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
@@ -213,24 +213,60 @@ impl Model {
         vec![old.service]
     }
 
-    /// After a (re)list of Services: the listed ones replace what was known. Returns
-    /// every key to plan.
-    pub fn services_listed(&mut self, listed: Vec<Service>) -> BTreeSet<Key> {
+    /// After a (re)list of Services: the listed ones replace what was known, but one
+    /// listed that did not parse keeps its last good state, as a watch event that does not
+    /// parse does. Returns every key to plan.
+    pub fn services_listed(&mut self, listed: Listed<Service>) -> BTreeSet<Key> {
         let mut keys: BTreeSet<Key> = self.services.keys().cloned().collect();
-        self.services = listed.into_iter().map(|s| (s.key.clone(), s)).collect();
+        let mut old = std::mem::take(&mut self.services);
+        self.services = listed.objects.into_iter().map(|s| (s.key.clone(), s)).collect();
+        for k in &listed.unreadable {
+            if let Some(s) = old.remove(k) {
+                self.services.insert(k.clone(), s);
+            }
+        }
         keys.extend(self.services.keys().cloned());
         keys
     }
 
     /// After a (re)list of slices, the same.
-    pub fn slices_listed(&mut self, listed: Vec<Slice>) -> BTreeSet<Key> {
+    pub fn slices_listed(&mut self, listed: Listed<Slice>) -> BTreeSet<Key> {
         let mut keys: BTreeSet<Key> = self.by_service.keys().cloned().collect();
-        self.slices.clear();
+        let mut old = std::mem::take(&mut self.slices);
         self.by_service.clear();
-        for s in listed {
+        let kept = listed.unreadable.iter().filter_map(|k| old.remove(k));
+        for s in listed.objects.into_iter().chain(kept) {
             keys.insert(s.service.clone());
             self.slice_applied(s);
         }
         keys
+    }
+}
+
+/// The objects of one kind a (re)list gave, as parsed: those read, and the keys of those
+/// that did not parse (each logged where it was read), whose last good state is kept.
+#[derive(Debug)]
+pub struct Listed<T> {
+    pub objects: Vec<T>,
+    pub unreadable: BTreeSet<Key>,
+}
+
+impl<T> Default for Listed<T> {
+    fn default() -> Self {
+        Listed { objects: Vec::new(), unreadable: BTreeSet::new() }
+    }
+}
+
+impl<T> Listed<T> {
+    /// One listed object as parsed: `None` is an object with no dataplane part (an
+    /// ExternalName Service, an FQDN slice), taken as absent.
+    pub fn add(&mut self, parsed: Result<Option<T>, ObjectError>) {
+        match parsed {
+            Ok(Some(o)) => self.objects.push(o),
+            Ok(None) => {}
+            Err(e) => {
+                self.unreadable.insert(e.key);
+            }
+        }
     }
 }

@@ -1,7 +1,7 @@
 //! The sans-IO controller without a server: Services and EndpointSlices as the API
 //! serves them (JSON) → LB services → the typed changes an event causes.
 
-use k8s::model::{diff, Change, Model};
+use k8s::model::{diff, Change, Listed, Model};
 use k8s::objects::{Key, Service, Slice};
 use k8s::Settings;
 use lb::{Affinity, BackendSpec, Conditions, Protocol, ServiceSpec, ServiceType, TrafficPolicy};
@@ -213,8 +213,30 @@ fn internal_traffic_policy_local_keeps_cluster_ip_traffic_on_the_node() {
     let mut v = web();
     v["spec"]["internalTrafficPolicy"] = json!("Local");
     let s = slice(web_slice("web-1", vec![endpoint("198.19.1.10", true, false, "n1"), endpoint("198.19.2.10", true, false, "n2")]));
+    let d = k8s::desired::desired(&service(v.clone()), [s].iter(), &settings());
+    let ci = &d["default/web:http@198.18.128.10"];
+    assert_eq!(ci.traffic_policy, TrafficPolicy::Local);
+    assert_eq!(
+        ci.backends.iter().map(|b| (b.addr, b.local)).collect::<Vec<_>>(),
+        [(addr("198.19.1.10"), true), (addr("198.19.2.10"), false)]
+    );
+    let mut st = lb::state::LbState::new();
+    st.add_service(ci.clone()).unwrap();
+    let t = st.tables();
+    let table = t.v4.service(0).unwrap();
+    assert!(table.backends.iter().map(|b| b.eligible).eq([true, false]), "new connections to the local endpoint only");
+
+    // Endpoints on other nodes only: kube-proxy drops what is sent to the cluster IP from
+    // this node ("has no local endpoints"); the LB service is made, and drops it too.
+    let s = slice(web_slice("web-1", vec![endpoint("198.19.2.10", true, false, "n2")]));
     let d = k8s::desired::desired(&service(v), [s].iter(), &settings());
-    assert_eq!(d["default/web:http@198.18.128.10"].backends.iter().map(|b| b.addr).collect::<Vec<_>>(), [addr("198.19.1.10")]);
+    let ci = &d["default/web:http@198.18.128.10"];
+    assert_eq!((ci.traffic_policy, ci.backends.len(), ci.backends[0].local), (TrafficPolicy::Local, 1, false));
+    let mut st = lb::state::LbState::new();
+    st.add_service(ci.clone()).unwrap();
+    let t = st.tables();
+    let table = t.v4.service(0).unwrap();
+    assert!(table.maglev.is_empty() && table.drop_without_backend);
 }
 
 #[test]
@@ -377,14 +399,58 @@ fn a_relist_applies_only_what_changed_while_the_watch_was_down() {
     other["metadata"]["name"] = json!("api");
     other["spec"]["clusterIP"] = json!("198.18.128.12");
     other["spec"]["clusterIPs"] = json!(["198.18.128.12"]);
-    let keys = m.services_listed(vec![service(web()), service(other)]);
+    let keys = m.services_listed(Listed { objects: vec![service(web()), service(other)], ..Listed::default() });
     assert_eq!(keys.len(), 2);
-    let keys2 = m.slices_listed(vec![slice(web_slice("web-1", vec![endpoint("198.19.1.10", true, false, "n1")]))]);
+    let keys2 = m.slices_listed(Listed {
+        objects: vec![slice(web_slice("web-1", vec![endpoint("198.19.1.10", true, false, "n1")]))],
+        ..Listed::default()
+    });
     assert!(keys2.contains(&key));
     let plan: Vec<Change> = keys.union(&keys2).flat_map(|k| m.plan(k)).collect();
     let dels = plan.iter().filter(|c| matches!(c, Change::DelBackend { .. })).count();
     let adds = plan.iter().filter(|c| matches!(c, Change::AddService(_))).count();
     assert_eq!((plan.len(), dels, adds), (4, 2, 2), "{plan:?}");
+}
+
+/// A Service or slice that does not parse in a relist keeps its last good state, as in a
+/// watch event: its LB services are neither deleted nor changed.
+#[test]
+fn a_relisted_object_that_does_not_parse_keeps_its_last_good_state() {
+    let (mut m, key) = synced(vec![endpoint("198.19.1.10", true, false, "n1"), endpoint("198.19.2.10", true, false, "n2")]);
+    let applied = m.applied().clone();
+    let mut bad = web();
+    bad["spec"]["clusterIPs"] = json!(["198.18.128.999"]);
+    let mut services = Listed::default();
+    let parsed = Service::from_k8s(&serde_json::from_value(bad).unwrap());
+    assert_eq!(parsed.as_ref().unwrap_err().field, "spec.clusterIPs[0]");
+    services.add(parsed);
+    let mut bad_slice = web_slice("web-1", vec![endpoint("198.19.1.10", true, false, "n1")]);
+    bad_slice["endpoints"][0]["addresses"] = json!(["198.19.1.x"]);
+    let mut slices = Listed::default();
+    slices.add(Slice::from_k8s(&serde_json::from_value(bad_slice).unwrap()));
+    assert_eq!((services.objects.len(), slices.objects.len()), (0, 0));
+    let keys = m.services_listed(services);
+    let keys2 = m.slices_listed(slices);
+    assert!(keys.contains(&key) && keys2.contains(&key));
+    assert_eq!(m.plan(&key), [], "nothing deleted or changed");
+    assert_eq!(m.applied(), &applied);
+    assert_eq!(m.services(), 1);
+
+    // The Service gone from a later list (deleted meanwhile) is deleted.
+    let keys = m.services_listed(Listed::default());
+    assert!(m.plan(keys.first().unwrap()).iter().all(|c| matches!(c, Change::DelService(_))));
+}
+
+/// A table size the LB refuses would make every LB service invalid, so none would be
+/// made: the controller refuses it at start, naming the option.
+#[test]
+fn a_table_size_the_lb_refuses_is_refused_at_start() {
+    let bad = Settings { node: None, table_size: 1000 };
+    assert_eq!(bad.validate().unwrap_err(), "--table-size 1000: expected 0 (sized by the backends) or a prime from 101 to 1048573");
+    assert!(k8s::desired::desired(&service(web()), [].iter(), &bad).is_empty(), "what it would make of a Service");
+    for n in [0, 101, 1009, 65521] {
+        assert_eq!(Settings { node: None, table_size: n }.validate(), Ok(()));
+    }
 }
 
 #[test]

@@ -263,6 +263,14 @@ fn unicast(a: IpAddr) -> bool {
     !(a.is_unspecified() || a.is_multicast() || a.is_loopback() || matches!(a, IpAddr::V4(v) if v.is_broadcast()))
 }
 
+/// A service's `table_size`: 0 (sized by the backends) or a prime in range.
+pub fn check_table_size(n: u32) -> Result<(), SpecError> {
+    if n != 0 && (n < 101 || n > MAX_TABLE_SIZE || !is_prime(n)) {
+        return Err(SpecError::TableSize(n));
+    }
+    Ok(())
+}
+
 impl ServiceSpec {
     pub fn validate(&self) -> Result<(), SpecError> {
         if self.name.is_empty() || self.name.len() > 253 {
@@ -280,9 +288,7 @@ impl ServiceSpec {
         if self.port == 0 {
             return Err(SpecError::Port);
         }
-        if self.table_size != 0 && (self.table_size < 101 || self.table_size > MAX_TABLE_SIZE || !is_prime(self.table_size)) {
-            return Err(SpecError::TableSize(self.table_size));
-        }
+        check_table_size(self.table_size)?;
         if let Affinity::ClientIp { timeout_s } = self.affinity {
             if timeout_s == 0 || timeout_s > MAX_AFFINITY_TIMEOUT_S {
                 return Err(SpecError::AffinityTimeout(timeout_s));

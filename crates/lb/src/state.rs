@@ -72,10 +72,11 @@ pub struct LbState {
 }
 
 /// Which backends take new connections: the ready ones; without any, the serving ones
-/// that are terminating (Kubernetes' `ProxyTerminatingEndpoints`). With `Local` policy on
-/// traffic from outside the cluster (NodePort, LoadBalancer), only the node's own.
+/// that are terminating (Kubernetes' `ProxyTerminatingEndpoints`). With `Local` policy,
+/// only the node's own (`externalTrafficPolicy: Local` on a node port or load balancer
+/// address, `internalTrafficPolicy: Local` on a cluster IP).
 fn eligible(spec: &ServiceSpec) -> Vec<bool> {
-    let local_only = spec.traffic_policy == TrafficPolicy::Local && spec.kind != ServiceType::ClusterIp;
+    let local_only = spec.traffic_policy == TrafficPolicy::Local;
     let candidate = |b: &BackendSpec| !local_only || b.local;
     let ready: Vec<bool> = spec.backends.iter().map(|b| candidate(b) && b.conditions.ready).collect();
     if ready.iter().any(|&r| r) {
@@ -84,10 +85,10 @@ fn eligible(spec: &ServiceSpec) -> Vec<bool> {
     spec.backends.iter().map(|b| candidate(b) && b.conditions.serving && b.conditions.terminating).collect()
 }
 
-/// `Local` policy on traffic from outside with no backend of this node to take a new flow
-/// while one elsewhere would: kube-proxy drops such a flow rather than refusing it.
+/// `Local` policy with no backend of this node to take a new flow while one elsewhere
+/// would: kube-proxy drops such a flow rather than refusing it.
 fn drop_without_backend(spec: &ServiceSpec, eligible: &[bool]) -> bool {
-    let local_only = spec.traffic_policy == TrafficPolicy::Local && spec.kind != ServiceType::ClusterIp;
+    let local_only = spec.traffic_policy == TrafficPolicy::Local;
     let usable = |b: &BackendSpec| b.conditions.ready || (b.conditions.serving && b.conditions.terminating);
     local_only && !eligible.contains(&true) && spec.backends.iter().any(usable)
 }
@@ -890,6 +891,27 @@ mod tests {
         let svc = t.v4.service(0).unwrap();
         assert!(!svc.snat);
         assert!(svc.maglev.iter().all(|&i| i == 1));
+    }
+
+    /// `internalTrafficPolicy: Local`: a cluster IP's new connections go to this node's
+    /// backends only, and with none of them (but some elsewhere) are dropped, as
+    /// kube-proxy's "has no local endpoints" rule does, not refused.
+    #[test]
+    fn local_policy_keeps_cluster_ip_traffic_on_local_backends() {
+        let mut st = LbState::new();
+        let mut s = spec("ci", "198.18.128.20", 80, &["198.19.1.10", "198.19.2.10"]);
+        s.traffic_policy = TrafficPolicy::Local;
+        s.backends[0].local = false;
+        st.add_service(s.clone()).unwrap();
+        let svc = st.tables().v4.service(0).unwrap().clone();
+        assert!(svc.maglev.iter().all(|&i| i == 1) && !svc.drop_without_backend);
+        s.backends[1].local = false;
+        st.del_service("ci").unwrap();
+        st.add_service(s).unwrap();
+        let id = st.service("ci").unwrap().0;
+        let t = st.tables();
+        let svc = t.v4.service(id).unwrap();
+        assert!(svc.maglev.is_empty() && svc.drop_without_backend, "endpoints elsewhere only: dropped");
     }
 
     #[test]
