@@ -508,9 +508,14 @@ pub struct SaRow {
     /// The SA refuses every packet: a hard lifetime passed (on some worker, inbound)
     /// or its sequence numbers ran out. What an IKE daemon replaces it on.
     pub expired: bool,
+    /// Outbound: the path MTU a router reported about the SA's ESP (frag-needed or
+    /// Packet Too Big) and its age in seconds, until it ages out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path_mtu: Option<ipsec::sa::LearnedMtu>,
 }
 
 pub fn rows(x: &IpsecState) -> Vec<SaRow> {
+    let now = ipsec::sa::clock_secs();
     x.iter()
         .map(|(i, s)| {
             let p = &s.spec;
@@ -534,6 +539,7 @@ pub fn rows(x: &IpsecState) -> Vec<SaRow> {
                 packets: if out { s.outbound.packets() } else { 0 },
                 bytes: if out { s.outbound.bytes() } else { 0 },
                 expired: out && s.outbound.expired(),
+                path_mtu: if out { s.outbound.learned_mtu(now) } else { None },
             }
         })
         .collect()
@@ -590,7 +596,9 @@ pub fn format_rows(rows: &[SaRow]) -> String {
             udp,
             r.packets,
             r.bytes,
-            crate::format::urpf_words(r.urpf) + &mtu_words(&r.mtu),
+            crate::format::urpf_words(r.urpf)
+                + &mtu_words(&r.mtu)
+                + &r.path_mtu.map_or(String::new(), |l| format!(" path-mtu {} age {}s", l.mtu, l.age_secs)),
             if r.expired { "  expired" } else { "" }
         );
     }
@@ -696,6 +704,31 @@ mod tests {
         let count = |expired, id| ipsec::context::InboundCount { index: 1, id, packets: 5, bytes: 320, expired };
         assert_eq!(expired(&x, &[count(false, id.clone()), count(true, id.clone())]), (true, true, 2));
         assert_eq!(expired(&x, &[count(true, std::sync::Arc::default())]), (true, false, 1));
+    }
+
+    /// A learned path MTU shows with its age on the outbound SA's row (text and API),
+    /// none before one is learned or on an inbound SA; the keys never do.
+    #[test]
+    fn a_learned_path_mtu_shows_with_its_age() {
+        let mut x = IpsecState::new();
+        let (out, _) = sa().to_spec().unwrap();
+        let (inb, _) = IpsecSaConfig { spi: 0x101, direction: Direction::Inbound, routes: Vec::new(), ..sa() }.to_spec().unwrap();
+        x.add(0, out, [0; 16]).unwrap();
+        x.add(1, inb, [0; 16]).unwrap();
+        assert!(rows(&x).iter().all(|r| r.path_mtu.is_none()));
+        assert!(!format_rows(&rows(&x)).contains("path-mtu"));
+        let now = ipsec::sa::clock_secs();
+        assert!(x.get(0).unwrap().outbound.learn_path_mtu(1300, now.saturating_sub(5)));
+        let r = rows(&x);
+        let learned = r[0].path_mtu.expect("learned");
+        assert_eq!(learned.mtu, 1300);
+        assert!(learned.age_secs >= 5 && learned.age_secs < ipsec::sa::PATH_MTU_AGE_SECS, "{learned:?}");
+        assert_eq!(r[1].path_mtu, None);
+        let text = format_rows(&r);
+        assert!(text.contains(&format!(" path-mtu 1300 age {}s", learned.age_secs)), "{text}");
+        let json = serde_json::to_string(&r).unwrap();
+        assert!(json.contains("\"path_mtu\":{\"mtu\":1300,\"age_secs\":"), "{json}");
+        assert!(!json.contains("0102030405") && !text.contains("0102030405"));
     }
 
     #[test]

@@ -19,6 +19,7 @@ pub mod crypto;
 #[cfg(vecgate_ipsec_mb)]
 #[allow(unsafe_code)]
 pub mod ipsec_mb;
+pub mod pmtu;
 pub mod replay;
 pub mod sa;
 

@@ -128,8 +128,8 @@ pub struct SaSpec {
     #[serde(default)]
     pub urpf: Urpf,
     /// Outbound: the inner MTU cap, fragmentation policy and MSS clamping, as for every
-    /// tunnel (`ip::outer`): a cap is how an SA fits a path narrower than its link, since
-    /// a router's frag-needed about its ESP is not learned.
+    /// tunnel (`ip::outer`). A router's frag-needed about the SA's ESP is learned too
+    /// ([`crate::pmtu`]); a cap still fits a path whose routers send none.
     #[serde(default)]
     pub mtu: MtuPolicy,
 }
@@ -237,6 +237,30 @@ pub struct Outbound {
     /// taken off what [`Outbound::packets`] and [`Outbound::bytes`] report as sent.
     refused: AtomicU64,
     refused_bytes: AtomicU64,
+    /// The path MTU a router reported about this SA's ESP packets ([`crate::pmtu`]),
+    /// with when: `seconds << 16 | mtu`, 0 for none. One word, so a worker never reads
+    /// one report's MTU with another's time; the encrypt nodes load it once per SA per
+    /// vector, the ICMP path stores it.
+    path_mtu: AtomicU64,
+}
+
+/// How long a learned path MTU holds (RFC 1191 §6.3 suggests 10 minutes): after that
+/// the SA sends at its link MTU again, so a path that grew back is found (a router's
+/// next report lowers it again at once).
+pub const PATH_MTU_AGE_SECS: u64 = 600;
+
+/// A path MTU an SA learned and how long ago.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct LearnedMtu {
+    pub mtu: u16,
+    pub age_secs: u64,
+}
+
+/// Seconds on the dataplane's clock (the time-stamp counter): what a learned path
+/// MTU's age is counted in.
+#[inline]
+pub fn clock_secs() -> u64 {
+    engine::clock::now() / engine::clock::hz().max(1)
 }
 
 impl Outbound {
@@ -288,6 +312,52 @@ impl Outbound {
     /// Bytes sent (the inner packets', as the lifetime counts them).
     pub fn bytes(&self) -> u64 {
         self.bytes.load(Ordering::Relaxed).saturating_sub(self.refused_bytes.load(Ordering::Relaxed))
+    }
+
+    /// Take `mtu` as the SA's path MTU at time `now` (seconds, [`clock_secs`]) unless it
+    /// is above the one learned and still young (RFC 1191 §6.3: increases are not
+    /// believed; the value ages out instead). A report of the same or a lower MTU
+    /// renews the age. True if taken.
+    pub fn learn_path_mtu(&self, mtu: u16, now: u64) -> bool {
+        let new = now << 16 | mtu as u64;
+        let mut cur = self.path_mtu.load(Ordering::Relaxed);
+        loop {
+            if Self::live(cur, now).is_some_and(|m| mtu > m) {
+                return false;
+            }
+            match self.path_mtu.compare_exchange_weak(cur, new, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return true,
+                Err(v) => cur = v,
+            }
+        }
+    }
+
+    /// The learned path MTU of word `v` if it is younger than [`PATH_MTU_AGE_SECS`].
+    #[inline(always)]
+    fn live(v: u64, now: u64) -> Option<u16> {
+        let (mtu, at) = (v as u16, v >> 16);
+        (mtu != 0 && now.saturating_sub(at) < PATH_MTU_AGE_SECS).then_some(mtu)
+    }
+
+    /// The path MTU in force: learned, and not aged out. The clock is read only when
+    /// there is one (most SAs never learn any).
+    #[inline(always)]
+    pub fn path_mtu(&self) -> Option<u16> {
+        match self.path_mtu.load(Ordering::Relaxed) {
+            0 => None,
+            v => Self::live(v, clock_secs()),
+        }
+    }
+
+    /// [`Outbound::path_mtu`] at time `now`, with its age (for `show ipsec sa`).
+    pub fn learned_mtu(&self, now: u64) -> Option<LearnedMtu> {
+        let v = self.path_mtu.load(Ordering::Relaxed);
+        Self::live(v, now).map(|mtu| LearnedMtu { mtu, age_secs: now.saturating_sub(v >> 16) })
+    }
+
+    /// Forget the learned path MTU (the SA moved to other endpoints: another path).
+    pub fn forget_path_mtu(&self) {
+        self.path_mtu.store(0, Ordering::Relaxed);
     }
 
     /// Whether the SA refuses every packet from now on: it refused one for a hard

@@ -95,6 +95,10 @@ impl IpsecState {
             }
         }
         let spec = SaSpec { local, remote, udp_encap, ..(*sa.spec).clone() };
+        if (spec.local, spec.remote, spec.udp_encap) != (sa.spec.local, sa.spec.remote, sa.spec.udp_encap) {
+            // Another path: what the old one's routers reported does not hold for it.
+            sa.outbound.forget_path_mtu();
+        }
         sa.outer_header = crate::nodes::outer_template(&spec);
         sa.plan = crate::nodes::encrypt::EncryptPlan::new(&spec);
         sa.spec = std::sync::Arc::new(spec);

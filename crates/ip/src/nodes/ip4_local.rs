@@ -11,7 +11,7 @@ use wire::ipv4::Ipv4Packet;
 use wire::IpProtocol;
 
 next_nodes! {
-    pub enum Ip4LocalNext { Lookup = "ip4-lookup", Output = "interface-output", IcmpError = "ip4-icmp-error", Gtpu4Input = "gtpu4-input", Gue4Input = "gue4-input", Reassembly = "ip4-reassembly", Lb4Nat = "lb4-nat", Esp4Decrypt = "esp4-decrypt", Punt = "ip-punt" }
+    pub enum Ip4LocalNext { Lookup = "ip4-lookup", Output = "interface-output", IcmpError = "ip4-icmp-error", Gtpu4Input = "gtpu4-input", Gue4Input = "gue4-input", Reassembly = "ip4-reassembly", Lb4Nat = "lb4-nat", Esp4Decrypt = "esp4-decrypt", Esp4Pmtu = "esp4-pmtu", Punt = "ip-punt" }
 }
 
 counters! {
@@ -19,7 +19,7 @@ counters! {
         EchoReplies(Info, "echo-replies", "ICMP echo replies sent"),
         RateLimited(Warn, "rate-limited", "echo request not answered: reply rate limit"),
         IcmpMalformed(Warn, "icmp-malformed", "ICMP message truncated or with a bad checksum"),
-        IcmpIgnored(Info, "icmp-ignored", "ICMP messages other than echo request, consumed"),
+        IcmpIgnored(Info, "icmp-ignored", "ICMP messages other than echo request (and frag-needed about ESP: esp4-pmtu), consumed"),
         PortUnreachable(Info, "port-unreachable", "UDP to a port nothing listens on (ICMP requested)"),
         ProtocolUnreachable(Info, "protocol-unreachable", "protocol not handled locally (ICMP requested)"),
         Fragment(Info, "to-reassembly", "fragment addressed to the gateway: sent to ip4-reassembly"),
@@ -65,6 +65,14 @@ impl<Cx: HasIp> Node<Cx> for Ip4Local {
                 if let Some(adj) = cx.ip().tables.punt.icmp_target(false, p.payload()) {
                     buf.meta.adj = adj;
                     return Verdict::Next(Ip4LocalNext::Punt);
+                }
+                if icmp.msg_type() == Icmpv4Type::DstUnreachable
+                    && icmp.code() == unreach::FRAG_NEEDED
+                    && super::quotes_esp(p.payload().get(8..).unwrap_or(&[]), false, &cx.ip().tables.udp)
+                {
+                    // About ESP we may have sent: the SA's path MTU (RFC 4301 §8.2).
+                    buf.meta.param = hl as u32;
+                    return Verdict::Next(Ip4LocalNext::Esp4Pmtu);
                 }
                 if icmp.msg_type().is_error() && cx.ip().tables.lb_local {
                     // Perhaps about a load-balanced connection translated to our address.

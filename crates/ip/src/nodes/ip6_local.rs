@@ -13,7 +13,7 @@ use wire::ipv6_ext::walk_chain;
 use wire::{EtherType, EthernetAddress, IpProtocol};
 
 next_nodes! {
-    pub enum Ip6LocalNext { Lookup = "ip6-lookup", IcmpError = "ip6-icmp-error", Output = "interface-output", Gtpu6Input = "gtpu6-input", Gue6Input = "gue6-input", Reassembly = "ip6-reassembly", Lb6Nat = "lb6-nat", Esp6Decrypt = "esp6-decrypt", Punt = "ip-punt" }
+    pub enum Ip6LocalNext { Lookup = "ip6-lookup", IcmpError = "ip6-icmp-error", Output = "interface-output", Gtpu6Input = "gtpu6-input", Gue6Input = "gue6-input", Reassembly = "ip6-reassembly", Lb6Nat = "lb6-nat", Esp6Decrypt = "esp6-decrypt", Esp6Pmtu = "esp6-pmtu", Punt = "ip-punt" }
 }
 
 counters! {
@@ -26,7 +26,7 @@ counters! {
         NdConsumed(Info, "nd-consumed", "advertisements and other ND messages consumed"),
         NdNotForUs(Info, "nd-not-for-us", "solicitation for an address that is not ours"),
         IcmpMalformed(Warn, "icmp-malformed", "ICMPv6 truncated, bad checksum, or invalid ND"),
-        IcmpIgnored(Info, "icmp-ignored", "ICMPv6 messages other than echo request and ND, consumed"),
+        IcmpIgnored(Info, "icmp-ignored", "ICMPv6 messages other than echo request and ND (and packet-too-big about ESP: esp6-pmtu), consumed"),
         PortUnreachable(Info, "port-unreachable", "UDP to a port nothing listens on (ICMPv6 requested)"),
         UnknownNextHeader(Info, "unknown-next-header", "upper-layer protocol not handled (ICMPv6 parameter problem requested)"),
         NotOurGroup(Info, "not-our-group", "multicast to a group this interface does not listen to"),
@@ -124,6 +124,13 @@ impl<Cx: HasIp> Node<Cx> for Ip6Local {
         if let Some(adj) = cx.tables.punt.icmp_target(true, &bytes[off..]) {
             buf.meta.adj = adj;
             return Verdict::Next(Ip6LocalNext::Punt);
+        }
+        if let Icmpv6Repr::PacketTooBig { data, .. } = repr {
+            if super::quotes_esp(data, true, &cx.tables.udp) {
+                // About ESP we may have sent: the SA's path MTU (RFC 4301 §8.2).
+                buf.meta.param = off as u32;
+                return Verdict::Next(Ip6LocalNext::Esp6Pmtu);
+            }
         }
         // An error (types below 128, RFC 4443 §2.1) about a translated connection (the
         // node's address is its source translation): the load balancer turns it back to

@@ -56,6 +56,26 @@ pub fn register<Cx: HasIp>(g: &mut GraphBuilder<Cx>) {
     g.add_input_drained(glean::GLEAN_INPUT, "ip-glean-release");
 }
 
+/// Whether the packet an ICMP too-big error quotes (`quote`: from its IP header on) may
+/// be ESP the gateway sent: protocol ESP (over IPv6 perhaps behind a first fragment's
+/// header), or UDP from a port ESP in UDP arrives on (RFC 3948: both ends use 4500).
+/// `espN-pmtu` checks the rest (`ipsec::pmtu`); other errors keep their way.
+pub(crate) fn quotes_esp(quote: &[u8], v6: bool, udp: &crate::tables::UdpDemux) -> bool {
+    let (mut proto, mut hl) = match v6 {
+        false => (quote.get(9).copied(), quote.first().map_or(0, |b| (b & 0xf) as usize * 4)),
+        true => (quote.get(6).copied(), 40),
+    };
+    if v6 && proto == Some(44) {
+        // First fragment or not, the node reads it; offset 0 is the one with a SPI.
+        (proto, hl) = (quote.get(40).copied(), 48);
+    }
+    match proto {
+        Some(50) => true,
+        Some(17) => quote.get(hl..hl + 2).is_some_and(|p| udp.port(u16::from_be_bytes([p[0], p[1]])) == Some(crate::tables::UdpApp::Esp)),
+        _ => false,
+    }
+}
+
 /// What a node asks `ipN-fragment` for, carried in `Meta::param`: fragments of at most
 /// `mtu` bytes; `originated` when we are the packet's source (an outer header we built),
 /// which lets IPv4 fragmentation give it an identification and clear its DF.

@@ -65,12 +65,25 @@ impl<O: EspOuter> Default for EspEncrypt<O> {
     }
 }
 
-/// A tunnel-mode SA's outer adjacency and its link's MTU, as the tables give them.
+/// A tunnel-mode SA's outer adjacency and its link's MTU, as the tables give them, and
+/// the MTU its packets are sized by: the link's, or the SA's learned path MTU below it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct OuterHop {
     sa: u32,
     adj: u32,
     link_mtu: Option<u16>,
+    mtu: Option<u16>,
+}
+
+/// The MTU an SA's packets are sized by: its outer link's, or the path MTU a router
+/// reported about its ESP below it (`crate::pmtu`; read once per SA per vector in
+/// tunnel mode: one relaxed load, the clock only when one was learned).
+#[inline(always)]
+fn sized_mtu(sa: &Sa, link_mtu: Option<u16>) -> Option<u16> {
+    match sa.outbound.path_mtu() {
+        Some(p) => Some(link_mtu.map_or(p, |l| l.min(p))),
+        None => link_mtu,
+    }
 }
 
 /// What the encrypt nodes need of an outbound SA that follows from its spec alone,
@@ -279,25 +292,29 @@ impl<Cx: HasIpsec, O: EspOuter> Node<Cx> for EspEncrypt<O> {
         // mode: the packet keeps its header, so it leaves where its lookup sent it.
         let plan = &sa.plan;
         let transport = plan.transport;
-        let (adj, link_mtu) = match self.outer {
-            _ if transport => (buf.meta.adj, ipc.tables.adjacency(buf.meta.adj).mtu()),
-            Some(h) if h.sa == index => (h.adj, h.link_mtu),
+        let (adj, link_mtu, mtu) = match self.outer {
+            _ if transport => {
+                let link_mtu = ipc.tables.adjacency(buf.meta.adj).mtu();
+                (buf.meta.adj, link_mtu, sized_mtu(sa, link_mtu))
+            }
+            Some(h) if h.sa == index => (h.adj, h.link_mtu, h.mtu),
             _ => {
                 let adj = x.tables.outer_adj(index);
                 let link_mtu = ipc.tables.adjacency(adj).mtu();
-                self.outer = Some(OuterHop { sa: index, adj, link_mtu });
-                (adj, link_mtu)
+                let mtu = sized_mtu(sa, link_mtu);
+                self.outer = Some(OuterHop { sa: index, adj, link_mtu, mtu });
+                (adj, link_mtu, mtu)
             }
         };
         // The inner MTU leaves room for the most padding the cipher may need.
         let overhead = plan.overhead;
-        let fragment_outer = match encap_mtu(buf, link_mtu, overhead, plan.mtu) {
+        let fragment_outer = match encap_mtu(buf, mtu, overhead, plan.mtu) {
             EncapMtu::Encap { fragment_outer, .. } => fragment_outer,
             // Transport mode carries the gateway's own packets (a tunnel's outer ones that
             // it leaves to be fragmented, say): ESP goes on whole datagrams only (RFC 4303
             // §3.3.4), so one too big is sealed whole and the ESP packet fragmented, as
             // their source may; a frag-needed would go to the gateway itself.
-            EncapMtu::TooBig { .. } | EncapMtu::FragmentInner if transport && fits_one_datagram(buf, overhead) => link_mtu,
+            EncapMtu::TooBig { .. } | EncapMtu::FragmentInner if transport && fits_one_datagram(buf, overhead) => mtu,
             EncapMtu::TooBig { v4 } => {
                 counts.inc(C::InnerTooBig);
                 return Verdict::Next(if v4 { EspEncryptNext::Ip4IcmpError } else { EspEncryptNext::Ip6IcmpError });
@@ -342,7 +359,7 @@ impl<Cx: HasIpsec, O: EspOuter> Node<Cx> for EspEncrypt<O> {
         // Padded to the cipher's blocks where that still fits the link (so the tunnel MTU
         // stays what the least padding allows): see `Algorithm::block_align`.
         let (block, least) = (plan.block_align, plan.layout.align);
-        let align = match link_mtu {
+        let align = match mtu {
             Some(m) if buf.len() + overhead + block - least <= m as usize => block,
             _ => least,
         };

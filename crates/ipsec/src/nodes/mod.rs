@@ -5,6 +5,7 @@
 //! (an SPD node: PROTECT with SA N) ─────↗   meta.param = outbound SA index N
 //! ip4-local ─(IP protocol 50, or UDP 4500)→ esp4-decrypt ─→ ip4-lookup / ip6-lookup (inner)
 //!                                               └─(arrived where an SPD is bound)→ ipsec4-decrypted / ipsec6-decrypted
+//! ip4-local ─(ICMP frag-needed quoting ESP)→ esp4-pmtu (the SA's path MTU: `crate::pmtu`)
 //! ```
 //! and the same over IPv6 outer headers (`esp6-*`). **The encrypt node's argument is the
 //! outbound SA's index in `meta.param`**: `ipN-lookup` puts it there for a route into
@@ -13,6 +14,7 @@
 
 pub mod decrypt;
 pub mod encrypt;
+pub mod pmtu;
 
 use crate::context::HasIpsec;
 use encrypt::EspEncryptCounter;
@@ -29,6 +31,8 @@ pub fn register<Cx: HasIpsec>(g: &mut GraphBuilder<Cx>) {
     g.add(encrypt::EspEncrypt::<Ip6Outer>::default());
     g.add(decrypt::EspDecrypt::<Ip4Outer>::default());
     g.add(decrypt::EspDecrypt::<Ip6Outer>::default());
+    g.add(pmtu::EspPmtu::<Ip4Outer>::default());
+    g.add(pmtu::EspPmtu::<Ip6Outer>::default());
 }
 
 /// Where the outer header of a received ESP packet ends, and what follows it.
@@ -103,9 +107,8 @@ impl EspOuter for Ip4Outer {
     }
     #[inline(always)]
     fn emit(src: Ipv4Addr, dst: Ipv4Addr, protocol: IpProtocol, payload_len: usize, out: &mut [u8]) {
-        // DF: a path that cannot carry the packet drops it (its frag-needed is not learned:
-        // an SA's `mtu` fits the tunnel to a path narrower than its link) rather than
-        // fragmenting it on the way.
+        // DF: a path that cannot carry the packet drops it and says so (the frag-needed
+        // lowers the SA's path MTU: `crate::pmtu`) rather than fragmenting it on the way.
         let r = Ipv4Repr { src, dst, protocol, payload_len, ttl: 64, dscp: 0, ecn: 0, ident: 0, dont_frag: true };
         r.emit(&mut Ipv4Packet::new_unchecked(&mut out[..20]));
     }
