@@ -338,7 +338,11 @@ pub trait OuterFamily: Send + 'static {
     /// The pseudo-header sum (without length) for a UDP checksum.
     fn pseudo(src: &Self::Addr, dst: &Self::Addr) -> Checksum;
     /// Emit a 20- or 40-byte header for a packet we originate; returns its length.
-    fn emit_header(src: Self::Addr, dst: Self::Addr, payload_len: usize, out: &mut [u8]) -> usize;
+    fn emit_header(src: Self::Addr, dst: Self::Addr, payload_len: usize, out: &mut [u8]) -> usize {
+        Self::emit_header_with(src, dst, payload_len, 0, out)
+    }
+    /// [`OuterFamily::emit_header`] with traffic class `tc` (DSCP and ECN, [`tos`]).
+    fn emit_header_with(src: Self::Addr, dst: Self::Addr, payload_len: usize, tc: u8, out: &mut [u8]) -> usize;
 }
 
 pub struct Ip4Outer;
@@ -365,10 +369,11 @@ impl OuterFamily for Ip4Outer {
     fn pseudo(src: &Ipv4Addr, dst: &Ipv4Addr) -> Checksum {
         checksum::pseudo_header_v4(*src, *dst, 17, 0)
     }
-    fn emit_header(src: Ipv4Addr, dst: Ipv4Addr, payload_len: usize, out: &mut [u8]) -> usize {
+    fn emit_header_with(src: Ipv4Addr, dst: Ipv4Addr, payload_len: usize, tc: u8, out: &mut [u8]) -> usize {
         // An atomic datagram (RFC 6864): identification 0 is fine, and a path that cannot
         // carry it answers with frag-needed.
-        let r = Ipv4Repr { src, dst, protocol: IpProtocol::Udp, payload_len, ttl: 64, dscp: 0, ecn: 0, ident: 0, dont_frag: true };
+        let (dscp, ecn) = (tc >> 2, tc & tos::CE);
+        let r = Ipv4Repr { src, dst, protocol: IpProtocol::Udp, payload_len, ttl: 64, dscp, ecn, ident: 0, dont_frag: true };
         r.emit(&mut Ipv4Packet::new_unchecked(&mut out[..20]));
         20
     }
@@ -392,8 +397,8 @@ impl OuterFamily for Ip6Outer {
     fn pseudo(src: &Ipv6Addr, dst: &Ipv6Addr) -> Checksum {
         checksum::pseudo_header_v6(src, dst, 17, 0)
     }
-    fn emit_header(src: Ipv6Addr, dst: Ipv6Addr, payload_len: usize, out: &mut [u8]) -> usize {
-        let r = Ipv6Repr { src, dst, next_header: IpProtocol::Udp, payload_len, hop_limit: 64, traffic_class: 0, flow_label: 0 };
+    fn emit_header_with(src: Ipv6Addr, dst: Ipv6Addr, payload_len: usize, tc: u8, out: &mut [u8]) -> usize {
+        let r = Ipv6Repr { src, dst, next_header: IpProtocol::Udp, payload_len, hop_limit: 64, traffic_class: tc, flow_label: 0 };
         r.emit(&mut Ipv6Packet::new_unchecked(&mut out[..40]));
         40
     }

@@ -398,8 +398,7 @@ fn emit<O: OuterFamily>(buf: &mut Buffer, src: O::Addr, dst: O::Addr, gtpu: &[u8
     }
     let tc = o.traffic_class(ip::outer::tos::traffic_class(buf.bytes()));
     let h = buf.prepend(hl + 8 + ghl).map_err(|_| UpfCounter::NoRoom)?;
-    O::emit_header(src, dst, udp_len, h);
-    ip::outer::tos::set_traffic_class(h, tc);
+    O::emit_header_with(src, dst, udp_len, tc, h);
     let u = &mut h[hl..];
     u[0..2].copy_from_slice(&wire::gtpu::PORT.to_be_bytes());
     u[2..4].copy_from_slice(&wire::gtpu::PORT.to_be_bytes());
@@ -735,12 +734,12 @@ fn forward_uplink<O: OuterFamily>(
 ) -> Verdict<UpfNext, UpfCounter> {
     let decap = remove_outer || ohc.is_some();
     if decap {
-        let ecn = ip::outer::tos::traffic_class(buf.bytes()) & ip::outer::tos::CE;
+        let ecn = ip::outer::tos::ecn(buf.bytes(), O::IS_V6);
         if buf.advance(g.inner_at).is_err() {
             return Verdict::Drop(UpfCounter::Truncated);
         }
         buf.truncate(g.inner_len);
-        match ip::outer::tos::decap_ecn(ecn, buf.bytes_mut()) {
+        match ip::outer::tos::decap_ecn(ecn, buf) {
             EcnDecap::Unchanged => {}
             EcnDecap::Marked => counts.inc(UpfCounter::EcnMarked),
             EcnDecap::Drop => return Verdict::Drop(UpfCounter::EcnCeNotEct),

@@ -137,8 +137,6 @@ struct Parsed<A> {
     /// GTP-U header length (with optional fields and extensions) and payload length.
     ghl: usize,
     payload: usize,
-    /// The outer header's ECN field, for the inner packet (`ip::outer::tos`).
-    ecn: u8,
 }
 
 /// `trusted`: the device already verified the UDP checksum.
@@ -160,7 +158,6 @@ fn parse<O: Outer>(b: &[u8], trusted: bool) -> Result<Parsed<O::Addr>, GtpuInput
         return Err(C::BadUdpChecksum);
     }
     let src_port = u16::from_be_bytes([u[0], u[1]]);
-    let ecn = ip::outer::tos::traffic_class(b) & ip::outer::tos::CE;
     let g = &seg[8..];
     // Fast path: a G-PDU without optional fields.
     if g[0] == 0x30 && g[1] == 255 {
@@ -169,7 +166,7 @@ fn parse<O: Outer>(b: &[u8], trusted: bool) -> Result<Parsed<O::Addr>, GtpuInput
             return Err(C::GtpTruncated);
         }
         let teid = u32::from_be_bytes([g[4], g[5], g[6], g[7]]);
-        return Ok(Parsed { hl, src, dst, src_port, zero_checksum, msg: MessageType::GPdu, teid, seq: 0, ghl: 8, payload: glen, ecn });
+        return Ok(Parsed { hl, src, dst, src_port, zero_checksum, msg: MessageType::GPdu, teid, seq: 0, ghl: 8, payload: glen });
     }
     let p = GtpuPacket::new_checked(g).map_err(gtp_counter)?;
     let repr = GtpuRepr::parse(&p).map_err(gtp_counter)?;
@@ -185,7 +182,6 @@ fn parse<O: Outer>(b: &[u8], trusted: bool) -> Result<Parsed<O::Addr>, GtpuInput
         seq: repr.seq.unwrap_or(0),
         ghl: total - repr.payload_len,
         payload: repr.payload_len,
-        ecn,
     })
 }
 
@@ -379,13 +375,15 @@ impl<Cx: HasGtpu, O: Outer, const COUNT: bool> Node<Cx> for GtpuInput<O, COUNT> 
                     return Verdict::Drop(C::ZeroChecksumRefused);
                 }
                 let skip = t.techniques.skip_inner_input;
+                // The outer ECN field, for the inner packet (`ip::outer::tos`).
+                let ecn = ip::outer::tos::ecn(buf.bytes(), O::IS_V6);
                 if buf.advance(p.hl + 8 + p.ghl).is_err() {
                     return Verdict::Drop(C::GtpTruncated);
                 }
                 buf.truncate(p.payload);
                 // An Ethernet PDU session's frame carries no ECN field of its own here.
-                if !matches!(next, DecapNext::Ethernet(_)) {
-                    match ip::outer::tos::decap_ecn(p.ecn, buf.bytes_mut()) {
+                if ecn & ip::outer::tos::ECT1 != 0 && !matches!(next, DecapNext::Ethernet(_)) {
+                    match ip::outer::tos::decap_ecn(ecn, buf) {
                         EcnDecap::Unchanged => {}
                         EcnDecap::Marked => counts.inc(C::EcnMarked),
                         EcnDecap::Drop => return Verdict::Drop(C::EcnCeNotEct),

@@ -28,6 +28,17 @@ pub fn traffic_class(b: &[u8]) -> u8 {
     }
 }
 
+/// The ECN field of the IPv4 (`v6` false) or IPv6 header at the start of `b`, its family
+/// known: what a decapsulating node reads of the outer header before stripping it.
+#[inline(always)]
+pub fn ecn(b: &[u8], v6: bool) -> u8 {
+    match b.get(1) {
+        Some(t) if v6 => (t >> 4) & CE,
+        Some(t) => t & CE,
+        None => NOT_ECT,
+    }
+}
+
 /// Set the traffic class of the IPv6 header at the start of `h` (version and flow label
 /// kept).
 #[inline(always)]
@@ -73,19 +84,22 @@ pub enum EcnDecap {
 }
 
 /// RFC 6040 §4.2: combine `outer_ecn` (the outer header's ECN field, as read before it
-/// was stripped) into the inner IPv4 or IPv6 packet at the start of `inner`.
+/// was stripped) into the inner IPv4 or IPv6 packet `buf` now holds.
 #[inline(always)]
-pub fn decap_ecn(outer_ecn: u8, inner: &mut [u8]) -> EcnDecap {
-    // Not-ECT and ECT(0) outer fields change nothing in the table: one test of one bit.
+pub fn decap_ecn(outer_ecn: u8, buf: &mut engine::Buffer) -> EcnDecap {
+    // Not-ECT and ECT(0) outer fields change nothing in the table: one test of one bit,
+    // before the buffer's bytes are even asked for.
     if outer_ecn & ECT1 == 0 {
         return EcnDecap::Unchanged;
     }
-    combine(outer_ecn & CE, inner)
+    combine_ecn(outer_ecn, buf.bytes_mut())
 }
 
+/// [`decap_ecn`]'s table for the inner packet at the start of `inner`, any outer field.
 #[cold]
 #[inline(never)]
-fn combine(outer: u8, inner: &mut [u8]) -> EcnDecap {
+pub fn combine_ecn(outer_ecn: u8, inner: &mut [u8]) -> EcnDecap {
+    let outer = outer_ecn & CE;
     if !matches!(inner.first().map(|v| v >> 4), Some(4 | 6)) {
         return EcnDecap::Unchanged;
     }
@@ -144,8 +158,8 @@ mod tests {
                     let tc = dscp << 2 | inner;
                     let mut p4 = ipv4(tc);
                     let mut p6 = ipv6(tc, 0xabcde);
-                    let r4 = decap_ecn(outer, &mut p4);
-                    let r6 = decap_ecn(outer, &mut p6);
+                    let r4 = combine_ecn(outer, &mut p4);
+                    let r6 = combine_ecn(outer, &mut p6);
                     assert_eq!(r4, r6);
                     match want {
                         None => assert_eq!(r4, EcnDecap::Drop, "inner {inner} outer {outer}"),
@@ -166,9 +180,9 @@ mod tests {
     #[test]
     fn not_ip_is_left_alone() {
         let mut eth = vec![0x02u8; 60];
-        assert_eq!(decap_ecn(CE, &mut eth), EcnDecap::Unchanged);
+        assert_eq!(combine_ecn(CE, &mut eth), EcnDecap::Unchanged);
         assert_eq!(eth, vec![0x02u8; 60]);
-        assert_eq!(decap_ecn(CE, &mut []), EcnDecap::Unchanged);
+        assert_eq!(combine_ecn(CE, &mut []), EcnDecap::Unchanged);
         assert_eq!(traffic_class(&[0x45]), 0);
     }
 

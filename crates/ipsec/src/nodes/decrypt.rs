@@ -251,10 +251,10 @@ impl<Cx: HasIpsec, O: EspOuter> Node<Cx> for EspDecrypt<O> {
         // The outer ECN field, read before decryption strips the outer header, goes into
         // the inner packet by RFC 6040 (RFC 4301 §5.1.2.1). In transport mode the "inner"
         // header is that same header, which the combination leaves as it is.
-        let ecn = ip::outer::tos::traffic_class(buf.bytes()) & ip::outer::tos::CE;
+        let ecn = ip::outer::tos::ecn(buf.bytes(), O::IS_V6);
         match decrypt::<O>(x, buf) {
             Ok((next, age, urpf)) => {
-                match ip::outer::tos::decap_ecn(ecn, buf.bytes_mut()) {
+                match ip::outer::tos::decap_ecn(ecn, buf) {
                     EcnDecap::Unchanged => {}
                     EcnDecap::Marked => counts.inc(EspDecryptCounter::EcnMarked),
                     EcnDecap::Drop => return Verdict::Drop(EspDecryptCounter::EcnCeNotEct),

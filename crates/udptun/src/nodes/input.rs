@@ -407,7 +407,7 @@ impl<Cx: HasUdpTun, O: TunOuter, const COUNT: bool> Node<Cx> for UdpTunInput<O, 
             Err(OuterError::NotPlainUdp) => return Verdict::Drop(C::NotPlainUdp),
         };
         let Some(udp) = OuterUdp::read(b, hl) else { return Verdict::Drop(C::BadUdpLength) };
-        let ecn = ip::outer::tos::traffic_class(b) & ip::outer::tos::CE;
+        let ecn = ip::outer::tos::ecn(b, O::IS_V6);
         let (port, udp_len) = (udp.dst_port, udp.len);
         if udp_len < 8 || hl + udp_len > b.len() {
             return Verdict::Drop(C::BadUdpLength);
@@ -446,7 +446,7 @@ impl<Cx: HasUdpTun, O: TunOuter, const COUNT: bool> Node<Cx> for UdpTunInput<O, 
                 Verdict::Drop(C::ControlMessages)
             }
             Ok(Some((v4, remote_checksum))) => {
-                match ip::outer::tos::decap_ecn(ecn, buf.bytes_mut()) {
+                match ip::outer::tos::decap_ecn(ecn, buf) {
                     EcnDecap::Unchanged => {}
                     EcnDecap::Marked => counts.inc(C::EcnMarked),
                     EcnDecap::Drop => return Verdict::Drop(C::EcnCeNotEct),
