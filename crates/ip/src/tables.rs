@@ -381,12 +381,11 @@ impl Tables {
     /// packets still fit the link as ESP. `None` when `adj` does not send.
     #[inline(always)]
     pub fn tunnel_link_mtu(&self, adj: u32, outer: &[u8]) -> Option<u16> {
-        let a = self.adjacency(adj);
-        let mtu = a.mtu()?;
-        if self.transport_esp.is_empty() || !a.tx_if().is_some_and(|i| self.has_spd(i)) {
-            return Some(mtu);
-        }
-        Some(header_addrs(outer).map_or(mtu, |(src, dst)| esp_limited_mtu(&self.transport_esp, mtu, src, dst)))
+        let mtu = self.adjacency(adj).mtu()?;
+        Some(match self.transport_ends(adj, outer) {
+            Some((src, dst)) => esp_limited_mtu(&self.transport_esp, mtu, src, dst),
+            None => mtu,
+        })
     }
 
     /// Whether a tunnel's outer packets (IP header `outer`) sent by adjacency `adj` go
@@ -394,9 +393,18 @@ impl Tables {
     /// big is then left whole, for `espN-encrypt` to fragment as ESP, since fragments
     /// made before it would leave past the link's policies, in the clear.
     pub fn tunnel_esp_protected(&self, adj: u32, outer: &[u8]) -> bool {
-        !self.transport_esp.is_empty()
-            && self.adjacency(adj).tx_if().is_some_and(|i| self.has_spd(i))
-            && header_addrs(outer).is_some_and(|(src, dst)| self.transport_esp.iter().any(|e| e.local == src && e.remote == dst))
+        self.transport_ends(adj, outer).is_some_and(|(src, dst)| self.transport_esp.iter().any(|e| e.local == src && e.remote == dst))
+    }
+
+    /// The addresses of a tunnel's outer header `outer` when its packets, sent by
+    /// adjacency `adj`, may meet an outbound transport-mode SA: some SA exists and the
+    /// link has an SPD. `None` (the common case, one test) otherwise.
+    #[inline(always)]
+    fn transport_ends(&self, adj: u32, outer: &[u8]) -> Option<(std::net::IpAddr, std::net::IpAddr)> {
+        if self.transport_esp.is_empty() || !self.adjacency(adj).tx_if().is_some_and(|i| self.has_spd(i)) {
+            return None;
+        }
+        header_addrs(outer)
     }
 
     /// A packet routed out of interface `i` may go from the route lookup straight to
