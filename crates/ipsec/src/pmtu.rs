@@ -174,8 +174,7 @@ pub fn check_mtu(mtu: u32, v6: bool, link: Option<u16>) -> Result<u16, MtuError>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crypto::Algorithm;
-    use crate::sa::{Lifetime, Mode, Outbound, UdpEncapPorts, PATH_MTU_AGE_SECS};
+    use crate::sa::{Outbound, PATH_MTU_AGE_SECS};
 
     fn v4_quote(proto: u8, after: &[u8]) -> Vec<u8> {
         let mut m = vec![3, 4, 0, 0, 0, 0, 0x05, 0x00]; // next-hop MTU 1280
@@ -252,22 +251,7 @@ mod tests {
     }
 
     fn spec(udp: bool) -> SaSpec {
-        SaSpec {
-            spi: 0x1000,
-            direction: Direction::Outbound,
-            mode: Mode::Tunnel,
-            alg: Algorithm::Null,
-            enc_key: vec![],
-            integ_key: vec![],
-            esn: false,
-            anti_replay: false,
-            lifetime: Lifetime::default(),
-            local: "198.18.0.1".parse().unwrap(),
-            remote: "198.18.0.2".parse().unwrap(),
-            udp_encap: udp.then(UdpEncapPorts::default),
-            urpf: ip::urpf::Urpf::Off,
-            mtu: Default::default(),
-        }
+        crate::sa::test_spec("198.18.0.1".parse().unwrap(), "198.18.0.2".parse().unwrap(), udp)
     }
 
     /// Every part of the quote names the SA: change any one and it is not the sender.

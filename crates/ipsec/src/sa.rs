@@ -435,6 +435,28 @@ impl Sa {
     }
 }
 
+/// The SA the crate's tests start from: outbound, tunnel mode, NULL, no keys, no
+/// lifetime, ESP in UDP with `udp`; a test changes what it is about.
+#[cfg(test)]
+pub(crate) fn test_spec(local: IpAddr, remote: IpAddr, udp: bool) -> SaSpec {
+    SaSpec {
+        spi: 0x1000,
+        direction: Direction::Outbound,
+        mode: Mode::Tunnel,
+        alg: crate::crypto::Algorithm::Null,
+        enc_key: vec![],
+        integ_key: vec![],
+        esn: false,
+        anti_replay: false,
+        lifetime: Lifetime::default(),
+        local,
+        remote,
+        udp_encap: udp.then(UdpEncapPorts::default),
+        urpf: ip::urpf::Urpf::Off,
+        mtu: Default::default(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -214,28 +214,10 @@ impl EspOuter for Ip6Outer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crypto::Algorithm;
-    use crate::sa::{Direction, Lifetime, Mode, SaSpec, UdpEncapPorts};
+    use crate::sa::{Mode, SaSpec};
     use proptest::prelude::*;
 
-    fn spec(local: IpAddr, remote: IpAddr, udp: bool) -> SaSpec {
-        SaSpec {
-            spi: 0x1000,
-            direction: Direction::Outbound,
-            mode: Mode::Tunnel,
-            alg: Algorithm::Null,
-            enc_key: vec![],
-            integ_key: vec![],
-            esn: false,
-            anti_replay: false,
-            lifetime: Lifetime::default(),
-            local,
-            remote,
-            udp_encap: udp.then(UdpEncapPorts::default),
-            urpf: ip::urpf::Urpf::Off,
-            mtu: Default::default(),
-        }
-    }
+    use crate::sa::test_spec as spec;
 
     proptest! {
         /// The template path writes the same header as emitting it in full.
