@@ -493,16 +493,23 @@ impl ipsec::HasIpsec for Cx {
 engine::next_nodes! { enum SinkNext { Drop = "error-drop" } }
 engine::counters! { enum SinkCounter { Seen(Info, "seen", "packets the sink took") } }
 
-/// Stands in for a node the encrypt nodes send to: counts what it is given, then drops it.
-struct Sink(&'static str);
+/// What a [`Sink`] keeps of the packets it is given: each one's bytes.
+type Seen = Arc<std::sync::Mutex<Vec<Vec<u8>>>>;
+
+/// Stands in for a node the encrypt nodes send to: counts what it is given (and keeps
+/// it, with a [`Seen`]), then drops it.
+struct Sink(&'static str, Option<Seen>);
 impl engine::Node<Cx> for Sink {
     type Next = SinkNext;
     type Counter = SinkCounter;
     fn name(&self) -> &'static str {
         self.0
     }
-    fn process(&mut self, _: &mut Cx, c: &mut engine::Counts<'_, SinkCounter>, _: &mut Buffer) -> engine::Verdict<SinkNext, SinkCounter> {
+    fn process(&mut self, _: &mut Cx, c: &mut engine::Counts<'_, SinkCounter>, b: &mut Buffer) -> engine::Verdict<SinkNext, SinkCounter> {
         c.inc(SinkCounter::Seen);
+        if let Some(seen) = &self.1 {
+            seen.lock().unwrap().push(b.bytes().to_vec());
+        }
         engine::Verdict::Next(SinkNext::Drop)
     }
 }
@@ -525,12 +532,17 @@ fn context(
 
 /// The ESP nodes with an input into `node` and a [`Sink`] for every node they send to.
 fn esp_graph(node: &str) -> (engine::Graph<Cx>, engine::NodeId) {
-    let mut sinks: Vec<&'static str> = Vec::new();
+    esp_graph_keeping(node, None)
+}
+
+/// [`esp_graph`] with the sink of node `keep.0` keeping what it is given.
+fn esp_graph_keeping(node: &str, keep: Option<(&'static str, Seen)>) -> (engine::Graph<Cx>, engine::NodeId) {
+    let mut sinks: Vec<&'static str> = keep.iter().map(|k| k.0).collect();
     loop {
         let mut g = engine::GraphBuilder::new();
         ipsec::nodes::register(&mut g);
         for &name in &sinks {
-            g.add(Sink(name));
+            g.add(Sink(name, keep.as_ref().filter(|k| k.0 == name).map(|k| Arc::clone(&k.1))));
         }
         let input = g.add_input("test-input", node);
         match g.build() {
@@ -741,4 +753,84 @@ fn tfc_padding_after_the_inner_packet_is_taken_off() {
             assert_eq!(open::<Ip4Outer>(&mut q, &mut pool, &w).unwrap_err(), D::BadInner);
         }
     }
+}
+
+/// `esp4-encrypt` reserves a vector's sequence numbers per SA with one atomic add
+/// (`VectorSeqs`, up to four SAs a vector; further SAs take one number at a time). Six
+/// SAs interleaved in each vector, four of SA 2's ten packets with an inner TTL of 1
+/// (dropped for an ICMP error before they take a number): on the wire every SA's numbers
+/// rise by one within a vector, the next vector goes on after the numbers the last one
+/// reserved (SA 2's skip those of its expired packets), and each SA reports as sent
+/// exactly the packets and bytes it sealed.
+#[test]
+fn a_vectors_sequence_numbers_are_reserved_per_sa_and_nothing_is_miscounted() {
+    use ip::state::{InterfaceSpec, RouterState};
+    let out0 = InterfaceSpec {
+        name: "out0".into(),
+        mac: wire::EthernetAddress([2, 0, 0, 0, 0, 1]),
+        mtu: 1500,
+        addresses: vec!["198.18.1.1/24".parse().unwrap()],
+    };
+    let mut router = RouterState::new(vec![out0]).unwrap();
+    let mut state = IpsecState::new();
+    for i in 0..6u32 {
+        let remote = format!("198.18.1.{}", 10 + i);
+        let s = SaSpec { spi: 0x1000 + i, ..spec(Algorithm::AesGcm128, Direction::Outbound, "198.18.1.1", &remote, false, false) };
+        state.add(i, s, [9; 16]).unwrap();
+    }
+    let (mut cx, _ip_tables, _ipsec_tables) = context(&mut router, &mut state);
+    let seen: Seen = Default::default();
+    let (mut graph, input) = esp_graph_keeping("esp4-encrypt", Some(("ip4-rewrite", Arc::clone(&seen))));
+    let mut pool = Pool::new(512, 4);
+    // Per SA: the numbers seen on the wire, the packets and bytes sent.
+    let mut wire: Vec<Vec<u32>> = vec![Vec::new(); 6];
+    let mut sent = [(0u64, 0u64); 6];
+    for vector in 0..3 {
+        let mut bufs = Vec::new();
+        for k in 0..60u32 {
+            let sa = k % 6;
+            let len = 100 + 7 * k as usize + vector;
+            let mut p = inner(false, len);
+            let expired = sa == 2 && k % 18 == 2;
+            if expired {
+                p[8] = 1;
+                let c = wire::checksum::checksum(&{
+                    let mut h = p[..20].to_vec();
+                    h[10..12].copy_from_slice(&[0, 0]);
+                    h
+                });
+                p[10..12].copy_from_slice(&c.to_be_bytes());
+            } else {
+                sent[sa as usize].0 += 1;
+                sent[sa as usize].1 += len as u64;
+            }
+            let b = pool.alloc(len + 256).unwrap();
+            pool.get_mut(b).write(&p).unwrap();
+            pool.get_mut(b).meta.param = sa;
+            bufs.push(b);
+        }
+        graph.inject(input, &mut pool, &bufs, 0);
+        graph.run(&mut cx, &mut pool);
+        for w in seen.lock().unwrap().drain(..) {
+            let spi = u32::from_be_bytes(w[20..24].try_into().unwrap());
+            wire[(spi - 0x1000) as usize].push(u32::from_be_bytes(w[24..28].try_into().unwrap()));
+        }
+        for (sa, nums) in wire.iter().enumerate() {
+            // Ten packets an SA a vector; SA 2's expired ones (k = 2, 20, 38, 56) take
+            // none, and the numbers reserved for them are skipped.
+            let expect: Vec<u32> = match sa {
+                2 => (0..=vector as u32).flat_map(|v| v * 10 + 1..=v * 10 + 6).collect(),
+                _ => (1..=10 * (vector as u32 + 1)).collect(),
+            };
+            assert_eq!(nums, &expect, "SA {sa} after vector {vector}");
+        }
+    }
+    let tables = _ipsec_tables.load();
+    for (sa, &(packets, bytes)) in sent.iter().enumerate() {
+        let o = &tables.outbound(sa as u32).unwrap().outbound;
+        assert_eq!((o.packets(), o.bytes()), (packets, bytes), "SA {sa}");
+    }
+    let count =
+        |name: &str| graph.counter_snapshots().iter().find(|c| c.node == "esp4-encrypt" && c.counter == name).map_or(0, |c| c.count);
+    assert_eq!((count("encrypted"), count("inner-ttl-expired")), (168, 12));
 }

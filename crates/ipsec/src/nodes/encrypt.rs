@@ -8,7 +8,7 @@
 
 use super::EspOuter;
 use crate::context::HasIpsec;
-use crate::sa::{Age, Mode, Sa, SaSpec, SeqError, UdpEncapPorts};
+use crate::sa::{Age, Mode, Reserved, Sa, SaSpec, SeqError, UdpEncapPorts};
 use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
 use ip::outer::{encap_mtu, inner_hop, ChecksumMode, EncapMtu, InnerHop, MtuPolicy};
 use wire::esp::{EspLayout, EspRepr, EspTrailer, HEADER_LEN};
@@ -56,12 +56,75 @@ pub struct EspEncrypt<O: EspOuter> {
     /// the adjacency table. Forgotten at each vector's start, so a table change between
     /// vectors is seen.
     outer: Option<OuterHop>,
+    /// The vector's sequence numbers, reserved per SA.
+    seqs: VectorSeqs,
     _family: std::marker::PhantomData<O>,
 }
 
 impl<O: EspOuter> Default for EspEncrypt<O> {
     fn default() -> Self {
-        EspEncrypt { outer: None, _family: std::marker::PhantomData }
+        EspEncrypt { outer: None, seqs: VectorSeqs::default(), _family: std::marker::PhantomData }
+    }
+}
+
+/// How many SAs of one vector get their sequence numbers reserved at once; a vector's
+/// packets of any further SA take theirs one atomic add each.
+const VECTOR_SAS: usize = 4;
+
+/// The sequence numbers of a vector's packets, reserved per SA with one atomic add
+/// ([`crate::sa::Outbound::reserve`]): `prepare` counts the packets naming each SA, an
+/// SA's first packet that gets as far as its number reserves that many, and
+/// `end_of_vector` settles (bytes into the SA's count; numbers left for packets that
+/// went elsewhere first, as skipped).
+#[derive(Debug, Default)]
+struct VectorSeqs {
+    n: usize,
+    sa: [u32; VECTOR_SAS],
+    /// Packets naming the SA, until its numbers are reserved.
+    want: [u32; VECTOR_SAS],
+    reserved: [Reserved; VECTOR_SAS],
+}
+
+impl VectorSeqs {
+    #[inline(always)]
+    fn count(&mut self, sa: u32) {
+        for i in 0..self.n {
+            if self.sa[i] == sa {
+                self.want[i] += 1;
+                return;
+            }
+        }
+        if self.n < VECTOR_SAS {
+            let n = self.n;
+            (self.sa[n], self.want[n], self.reserved[n]) = (sa, 1, Reserved::default());
+            self.n += 1;
+        }
+    }
+
+    /// A sequence number for a packet of `len` bytes of SA `index` (`sa`).
+    #[inline(always)]
+    fn take(&mut self, index: u32, sa: &Sa, len: u64) -> Result<(u64, Age), SeqError> {
+        let s = &*sa.spec;
+        for i in 0..self.n {
+            if self.sa[i] == index {
+                let r = &mut self.reserved[i];
+                if r.left() == 0 && self.want[i] != 0 {
+                    *r = sa.outbound.reserve(self.want[i] as u64);
+                    self.want[i] = 0;
+                }
+                return sa.outbound.take(r, len, s.esn, &s.lifetime);
+            }
+        }
+        sa.outbound.next(len, s.esn, &s.lifetime)
+    }
+
+    fn settle(&mut self, tables: &crate::tables::IpsecTables) {
+        for i in 0..self.n {
+            if let Some(sa) = tables.outbound(self.sa[i]) {
+                sa.outbound.settle(&mut self.reserved[i]);
+            }
+        }
+        self.n = 0;
     }
 }
 
@@ -262,8 +325,19 @@ impl<Cx: HasIpsec, O: EspOuter> Node<Cx> for EspEncrypt<O> {
         O::ENCRYPT
     }
 
-    fn prepare(&mut self, _cx: &mut Cx, _pool: &mut engine::Pool, _input: &[engine::BufIdx]) {
+    fn prepare(&mut self, cx: &mut Cx, pool: &mut engine::Pool, input: &[engine::BufIdx]) {
         self.outer = None;
+        if self.seqs.n != 0 {
+            // A vector that ended without `end_of_vector` (none does): nothing is lost.
+            self.seqs.settle(&cx.split_ipsec().1.tables);
+        }
+        for &bi in input {
+            self.seqs.count(pool.get(bi).meta.param);
+        }
+    }
+
+    fn end_of_vector(&mut self, cx: &mut Cx) {
+        self.seqs.settle(&cx.split_ipsec().1.tables);
     }
 
     #[inline(always)]
@@ -346,7 +420,7 @@ impl<Cx: HasIpsec, O: EspOuter> Node<Cx> for EspEncrypt<O> {
         if ChecksumMode::Software.settle_inner_checksum(buf) {
             counts.inc(C::InnerChecksumCompleted);
         }
-        let seq = match sa.outbound.next(buf.len() as u64, sa.spec.esn, &sa.spec.lifetime) {
+        let seq = match self.seqs.take(index, sa, buf.len() as u64) {
             Ok((seq, age)) => {
                 if age == Age::SoftReached {
                     counts.inc(C::SoftLifetime);
