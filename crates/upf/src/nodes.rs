@@ -3,10 +3,12 @@
 //!
 //! Each finds the session (uplink: by the G-PDU's TEID; downlink: by the destination
 //! address), takes the first of the session's PDRs for its direction that matches (TEID,
-//! QFI, SDF filters, in precedence order) and applies it: the FAR's DROP or BUFF, else a
-//! URR whose quota is used up, a closed gate, the MBR, then counts the packet in its
-//! URRs and forwards — removing the outer header (uplink) and adding one toward the gNB
-//! or peer UPF where the FAR says so.
+//! QFI, SDF filters, in precedence order) and applies it: the FAR's DROP or BUFF, else it
+//! removes the outer header (uplink) and adds one toward the gNB or peer UPF where the
+//! FAR says so, then a URR whose quota is used up, a closed gate or the MBR may still
+//! stop it; only a packet that goes on is counted in its URRs and as `forwarded`. Every
+//! packet is counted once, under what happened to it: one with no room for its new
+//! outer header is a `no-room` drop, not also forwarded or usage.
 //!
 //! Most sessions never get that far: the lookup's slot indexes the session's
 //! [`Record`], where the first PDR's outcome for the direction is already resolved (FAR,
@@ -312,8 +314,11 @@ fn deliver_downlink(
             return Ok(next);
         }
     };
-    enforce(usage, policer, r, false, buf.len() as u64)?;
+    // Encapsulated before the QERs and URRs see it: a packet with no room for the outer
+    // header is counted once, under that drop, neither as forwarded nor as usage.
+    let bytes = buf.len() as u64;
     let n = encap(buf, t, &o)?;
+    enforce(usage, policer, r, false, bytes)?;
     counts.inc(UpfCounter::Forwarded);
     counts.inc(UpfCounter::Encapsulated);
     Ok(fragment_outer(buf, outer_mtu, n, counts))
@@ -718,7 +723,8 @@ impl<Cx: HasUpf, O: OuterFamily> Node<Cx> for UpfUplink<O> {
 
 /// Send on a G-PDU's inner packet that its rule forwards (`ohc`: re-encapsulated toward a
 /// peer UPF), the outer header removed where the rule or the re-encapsulation says so;
-/// `enforce` applies the rule's QERs and URRs once the packet is known to go out.
+/// `enforce` applies the rule's QERs and URRs once the packet is known to go out (its
+/// path fits and its new outer header, if any, is on).
 #[inline]
 #[allow(clippy::too_many_arguments)]
 fn forward_uplink<O: OuterFamily>(
@@ -759,6 +765,13 @@ fn forward_uplink<O: OuterFamily>(
         },
         None => None,
     };
+    // Sent on (re-encapsulated, where the FAR says so) before the QERs and URRs see it: a
+    // packet with no room for the new outer header is counted once, under that drop,
+    // neither as forwarded nor as the session's usage.
+    let next = match send_on(buf, tables, ohc, if decap { inner_v6 } else { O::IS_V6 }) {
+        Ok(n) => n,
+        Err(c) => return Verdict::Drop(c),
+    };
     if let Err(c) = enforce() {
         return Verdict::Drop(c);
     }
@@ -766,10 +779,7 @@ fn forward_uplink<O: OuterFamily>(
     if ohc.is_some() {
         counts.inc(UpfCounter::Encapsulated);
     }
-    match send_on(buf, tables, ohc, if decap { inner_v6 } else { O::IS_V6 }) {
-        Ok(n) => Verdict::Next(fragment_outer(buf, outer_mtu, n, counts)),
-        Err(c) => Verdict::Drop(c),
-    }
+    Verdict::Next(fragment_outer(buf, outer_mtu, next, counts))
 }
 
 /// A G-PDU to a TEID no session has: answered with an Error Indication to its sender
@@ -922,17 +932,18 @@ impl<Cx: HasUpf, F: UeFamily> Node<Cx> for UpfDownlink<F> {
                 return Verdict::Next(next);
             }
         };
-        if let Err(c) = enforce_record(usage, policer, rec, false, buf.len() as u64) {
+        // As `deliver_downlink`: encapsulated first, counted only once it can go.
+        let bytes = buf.len() as u64;
+        let n = match encap(buf, tables, o) {
+            Ok(n) => n,
+            Err(c) => return Verdict::Drop(c),
+        };
+        if let Err(c) = enforce_record(usage, policer, rec, false, bytes) {
             return Verdict::Drop(c);
         }
-        match encap(buf, tables, o) {
-            Ok(n) => {
-                counts.inc(UpfCounter::Forwarded);
-                counts.inc(UpfCounter::Encapsulated);
-                Verdict::Next(fragment_outer(buf, outer_mtu, n, counts))
-            }
-            Err(c) => Verdict::Drop(c),
-        }
+        counts.inc(UpfCounter::Forwarded);
+        counts.inc(UpfCounter::Encapsulated);
+        Verdict::Next(fragment_outer(buf, outer_mtu, n, counts))
     }
 
     fn trace(&self, buf: &Buffer) -> String {

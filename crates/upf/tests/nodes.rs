@@ -171,6 +171,27 @@ impl Rig {
         std::mem::take(&mut *self.seen.lock().unwrap())
     }
 
+    /// [`Rig::inject`] with each packet placed so that only `headroom` bytes are free in
+    /// front of it (a buffer another node left short of room).
+    fn inject_with_headroom(&mut self, i: usize, pkts: &[Vec<u8>], headroom: usize) -> Vec<(&'static str, Vec<u8>)> {
+        self.seen.lock().unwrap().clear();
+        let mut bufs: Vec<BufIdx> = Vec::new();
+        for p in pkts {
+            let b = self.pool.alloc(p.len()).unwrap();
+            let buf = self.pool.get_mut(b);
+            buf.write(p).unwrap();
+            let grow = buf.headroom() - headroom;
+            buf.extend_front(grow).unwrap();
+            buf.bytes_mut().copy_within(grow.., 0);
+            buf.truncate(p.len());
+            assert_eq!((buf.headroom(), buf.bytes()), (headroom, &p[..]));
+            bufs.push(b);
+        }
+        self.graph.inject(self.inputs[i], &mut self.pool, &bufs, 0);
+        self.graph.run(&mut self.cx, &mut self.pool);
+        std::mem::take(&mut *self.seen.lock().unwrap())
+    }
+
     fn counter(&self, node: &str, name: &str) -> u64 {
         self.graph.counter_snapshots().iter().find(|c| c.node == node && c.counter == name).map_or(0, |c| c.count)
     }
@@ -789,6 +810,41 @@ fn uplink_re_encapsulated_larger_than_the_n9_path_is_signalled_or_fragmented_not
         assert_eq!(rig.counter("upf4-uplink", "fragment-outer"), 1);
         assert_eq!(rig.counter("upf4-uplink", "encapsulated"), 2);
         assert_eq!(rig.usage(1, 1), Usage { ul_bytes: 1456 + 1457, ul_packets: 2, ..Default::default() }, "only what went out");
+    }
+}
+
+/// A packet whose new outer header finds no room in front of it is dropped as `no-room`
+/// and counted nowhere else: not as forwarded or encapsulated, not in the session's
+/// usage. Uplink re-encapsulated toward a peer UPF (a plain 8-byte GTP-U header
+/// removed, 16 bytes with the PDU Session Container to add) and downlink toward the gNB,
+/// through the session's record and the full match alike; the same packets with room go
+/// on and are counted.
+#[test]
+fn a_packet_without_room_for_its_outer_header_is_only_a_drop() {
+    for full_match_only in [false, true] {
+        let mut rig = Rig::new();
+        rig.full_match_only = full_match_only;
+        let mut r = session(1);
+        r.pdrs.get_mut(&1).unwrap().qfi = None;
+        r.fars.get_mut(&1).unwrap().outer_header = Some(GtpuEndpoint { teid: 0x900, addr: IpAddr::V4(Ipv4Addr::new(198, 18, 7, 3)) });
+        rig.install(&r);
+        let up = gpdu4(0x100, None, &udp4(UE, DN, 4000, 53, 20));
+        let down = udp4(DN, UE, 53, 4000, 20);
+        assert!(rig.inject_with_headroom(0, std::slice::from_ref(&up), 0).is_empty());
+        assert!(rig.inject_with_headroom(2, std::slice::from_ref(&down), 0).is_empty());
+        for node in ["upf4-uplink", "upf4-downlink"] {
+            assert_eq!(rig.counter(node, "no-room"), 1, "{node}");
+            assert_eq!((rig.counter(node, "forwarded"), rig.counter(node, "encapsulated")), (0, 0), "{node}");
+        }
+        assert_eq!(rig.usage(1, 1), Usage::default(), "nothing went out");
+        let got = rig.inject_with_headroom(0, &[up], 44);
+        assert_eq!(got.len(), 1, "44 bytes are room enough");
+        let got = rig.inject_with_headroom(2, &[down], 44);
+        assert_eq!(got.len(), 1);
+        for node in ["upf4-uplink", "upf4-downlink"] {
+            assert_eq!((rig.counter(node, "no-room"), rig.counter(node, "forwarded")), (1, 1), "{node}");
+        }
+        assert_eq!(rig.usage(1, 1), Usage { ul_bytes: 48, ul_packets: 1, dl_bytes: 48, dl_packets: 1 });
     }
 }
 
