@@ -3,7 +3,9 @@
 //! test takes: their tables are small): a TCP SYN out of a tunnel without MSS clamping
 //! leaves with its MSS as it came, one out of a tunnel with it has its MSS lowered. Before
 //! session 55 the prepared mark was the decap data's MSS-clamping bit (every prepared
-//! packet took the clamping path, which the tunnel's own policy then refused).
+//! packet took the clamping path, which the tunnel's own policy then refused). Also (on a
+//! small table, the other path): a G-PDU that came from a vnet-header device as a UDP GSO
+//! frame leaves decapsulated without the outer packet's GSO mark.
 
 use control::fuzz::graph::Harness;
 use std::net::{IpAddr, Ipv4Addr};
@@ -93,4 +95,31 @@ fn prepared_syns_are_clamped_only_where_the_tunnel_says() {
     let f = syn_gpdu(&h, 7_000_000, peer);
     assert_eq!(mss_out(&mut h, f), 1260);
     assert_eq!(clamped(&h), 1);
+}
+
+/// The outer packet's offload marks stay with the outer packet: a G-PDU received with a
+/// vnet header asking for UDP segmentation of its outer datagram (gso_size 1000, the
+/// outer UDP checksum pending, DATA_VALID) leaves, decapsulated, as one plain packet:
+/// no GSO asked of the sending device, its own TCP checksum intact.
+#[test]
+fn a_decapsulated_packet_leaves_without_the_outer_gso_mark() {
+    use io::vnet::{VnetHdr, F_DATA_VALID, F_NEEDS_CSUM, GSO_UDP_L4};
+    let mut h = Harness::with_workers(1);
+    let mut f = syn_gpdu(&h, 100, Ipv4Addr::new(198, 18, 1, 2));
+    // Ethernet 14 + outer IPv4 20: the outer UDP header, its checksum field 6 bytes in.
+    f.vnet = Some(VnetHdr {
+        flags: F_NEEDS_CSUM | F_DATA_VALID,
+        gso_type: GSO_UDP_L4,
+        hdr_len: 0,
+        gso_size: 1000,
+        csum_start: 34,
+        csum_offset: 6,
+    });
+    let core0 = h.worker.ports.iter().position(|p| p.name == "core0").unwrap();
+    let out = h.frame(core0, f);
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert_eq!((out[0].1.gso, out[0].1.gso_size), (engine::GsoKind::None, 0), "the outer datagram's GSO stayed with it");
+    let ip = Ipv4Packet::new_checked(&out[0].1.bytes[14..]).unwrap();
+    assert_eq!((ip.src_addr(), ip.dst_addr()), (UE, HOST));
+    assert!(TcpPacket::new_checked(ip.payload()).unwrap().verify_checksum_v4(UE, HOST));
 }

@@ -287,6 +287,30 @@ impl Buffer {
         Ok(())
     }
 
+    /// A tunnel's inner packet: the `len` bytes from `at` on ([`Buffer::narrow`]), with the
+    /// metadata that described the outer packet dropped, so that nothing later checks,
+    /// completes or segments the inner packet as if it were the outer one: the device's
+    /// word that it verified the L4 checksum (the outer UDP's: virtio's DATA_VALID
+    /// vouches for the outermost only), a partial checksum in the stripped headers or
+    /// past the inner packet's end, and GSO (no device hands over a tunnel GSO kind, so a
+    /// GSO mark on an encapsulated packet segments the outer datagram; the inner packet
+    /// is one packet). A partial checksum inside the inner packet (a local sender's,
+    /// under the outer header) stays: it is the inner packet's own. Every decapsulating
+    /// node strips through this.
+    #[inline(always)]
+    pub fn decapsulate(&mut self, at: usize, len: usize) -> Result<(), BufferError> {
+        self.narrow(at, len)?;
+        self.meta.l4_checksum_ok = false;
+        let o = &mut self.meta.offload;
+        o.gso = GsoKind::None;
+        o.gso_size = 0;
+        if o.csum_start as u32 + o.csum_offset as u32 + 2 > self.end {
+            o.csum_start = 0;
+            o.csum_offset = 0;
+        }
+        Ok(())
+    }
+
     /// A checksum pending in headers stripped (a tunnel's outer UDP) goes with them, so
     /// no later prepend can bring its stale position back into the packet.
     #[inline(always)]
@@ -450,6 +474,40 @@ mod tests {
         assert_eq!(b.bytes(), &[3, 4, 5]);
         b.narrow(3, 0).unwrap();
         assert!(b.is_empty());
+    }
+
+    /// Decapsulation keeps only the inner packet's own offload work: the outer packet's
+    /// GSO, its device-verified checksum and a partial checksum in the stripped headers
+    /// or past the inner end go; a partial checksum inside the inner packet stays.
+    #[test]
+    fn decapsulate_drops_what_described_the_outer_packet() {
+        let outer = Offload { csum_start: 0, csum_offset: 6, gso: GsoKind::UdpL4, gso_size: 1400 };
+        let mut b = buffer(2048);
+        let packet: Vec<u8> = (0..100).collect();
+        // The outer UDP's partial checksum (at 20), UDP GSO, the device's DATA_VALID.
+        b.write(&packet).unwrap();
+        b.meta.offload = Offload { csum_start: (HEADROOM + 20) as u16, ..outer };
+        b.meta.l4_checksum_ok = true;
+        b.decapsulate(36, 40).unwrap();
+        assert_eq!(b.bytes(), &packet[36..76]);
+        assert_eq!(b.meta.offload, Offload::default());
+        assert!(!b.meta.l4_checksum_ok);
+        // A partial checksum inside the inner packet (its UDP at 36 + 20) is its own.
+        b.write(&packet).unwrap();
+        b.meta.offload = Offload { csum_start: (HEADROOM + 56) as u16, ..outer };
+        b.decapsulate(36, 40).unwrap();
+        assert_eq!(b.meta.offload, Offload { csum_start: (HEADROOM + 56) as u16, csum_offset: 6, ..Default::default() });
+        assert_eq!(b.take_partial_checksum(), Some((20, 6)));
+        // One whose field lies past the inner packet's end cannot be completed: dropped.
+        b.write(&packet).unwrap();
+        b.meta.offload = Offload { csum_start: (HEADROOM + 70) as u16, ..outer };
+        b.decapsulate(36, 40).unwrap();
+        assert_eq!(b.meta.offload, Offload::default());
+        // Short: refused, the buffer as it was.
+        b.write(&packet).unwrap();
+        b.meta.offload = outer;
+        assert_eq!(b.decapsulate(36, 65), Err(BufferError::Short));
+        assert_eq!((b.len(), b.meta.offload), (100, outer));
     }
 
     #[test]

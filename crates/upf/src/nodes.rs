@@ -741,10 +741,11 @@ fn forward_uplink<O: OuterFamily>(
     let decap = remove_outer || ohc.is_some();
     if decap {
         let ecn = ip::outer::tos::ecn(buf.bytes(), O::IS_V6);
-        if buf.advance(g.inner_at).is_err() {
+        // The outer packet's offload marks (GSO, checksums) go with its headers, as in
+        // gtpuN-input's decap (`Buffer::decapsulate`).
+        if buf.decapsulate(g.inner_at, g.inner_len).is_err() {
             return Verdict::Drop(UpfCounter::Truncated);
         }
-        buf.truncate(g.inner_len);
         match ip::outer::tos::decap_ecn(ecn, buf) {
             EcnDecap::Unchanged => {}
             EcnDecap::Marked => counts.inc(UpfCounter::EcnMarked),

@@ -43,10 +43,11 @@ counters! { enum SinkCounter { Seen(Info, "seen", "packets the sink took") } }
 
 type Seen = Arc<Mutex<Vec<(&'static str, Vec<u8>)>>>;
 
-/// Stands in for an IP node: records what it is given, then drops it.
+/// Stands in for an IP node: records what it is given (and its metadata), then drops it.
 struct Sink {
     name: &'static str,
     seen: Seen,
+    metas: Arc<Mutex<Vec<engine::Meta>>>,
 }
 impl Node<Cx> for Sink {
     type Next = SinkNext;
@@ -57,6 +58,7 @@ impl Node<Cx> for Sink {
     fn process(&mut self, _: &mut Cx, c: &mut Counts<'_, SinkCounter>, buf: &mut Buffer) -> Verdict<SinkNext, SinkCounter> {
         c.inc(SinkCounter::Seen);
         self.seen.lock().unwrap().push((self.name, buf.bytes().to_vec()));
+        self.metas.lock().unwrap().push(buf.meta);
         Verdict::Next(SinkNext::Drop)
     }
 }
@@ -78,6 +80,8 @@ struct Rig {
     usage: Arc<UsageCells>,
     events: crossbeam_channel::Receiver<UpfEvent>,
     seen: Seen,
+    /// The metadata of what the sinks saw, in the same order.
+    metas: Arc<Mutex<Vec<engine::Meta>>>,
     inputs: [NodeId; 4],
     buffer_input: NodeId,
     /// Publish the sessions' records unresolved, so that every packet takes the full PDR
@@ -88,6 +92,7 @@ struct Rig {
 impl Rig {
     fn new() -> Rig {
         let seen: Seen = Arc::default();
+        let metas: Arc<Mutex<Vec<engine::Meta>>> = Arc::default();
         let mut g = GraphBuilder::new();
         upf::nodes::register(&mut g);
         for name in [
@@ -101,7 +106,7 @@ impl Rig {
             "ip6-fragment",
             "ip-gso-segment",
         ] {
-            g.add(Sink { name, seen: Arc::clone(&seen) });
+            g.add(Sink { name, seen: Arc::clone(&seen), metas: Arc::clone(&metas) });
         }
         let inputs = [
             g.add_input("test-n3", "upf4-uplink"),
@@ -128,7 +133,7 @@ impl Rig {
             ip: IpContext::new(ip_tables, None, Default::default()),
             upf: UpfContext::new(shared.clone(), usage.clone(), Policer::new(1000), Some(tx)).with_buffering(16, 8, Arc::default()),
         };
-        Rig { graph, pool: Pool::new(1024, 4), cx, state, shared, usage, events, seen, inputs, buffer_input, full_match_only: false }
+        Rig { graph, pool: Pool::new(1024, 4), cx, state, shared, usage, events, seen, metas, inputs, buffer_input, full_match_only: false }
     }
 
     /// What the control plane sends a worker's `upf-buffer` after a publish.
@@ -159,11 +164,18 @@ impl Rig {
     }
 
     fn inject(&mut self, input: NodeId, pkts: &[Vec<u8>]) -> Vec<(&'static str, Vec<u8>)> {
+        self.inject_prepared(input, pkts, |_| {})
+    }
+
+    /// [`Rig::inject`], each buffer given to `prepare` once its packet is written.
+    fn inject_prepared(&mut self, input: NodeId, pkts: &[Vec<u8>], prepare: impl Fn(&mut Buffer)) -> Vec<(&'static str, Vec<u8>)> {
         self.seen.lock().unwrap().clear();
+        self.metas.lock().unwrap().clear();
         let mut bufs: Vec<BufIdx> = Vec::new();
         for p in pkts {
             let b = self.pool.alloc(p.len()).unwrap();
             self.pool.get_mut(b).write(p).unwrap();
+            prepare(self.pool.get_mut(b));
             bufs.push(b);
         }
         self.graph.inject(input, &mut self.pool, &bufs, 0);
@@ -174,22 +186,13 @@ impl Rig {
     /// [`Rig::inject`] with each packet placed so that only `headroom` bytes are free in
     /// front of it (a buffer another node left short of room).
     fn inject_with_headroom(&mut self, i: usize, pkts: &[Vec<u8>], headroom: usize) -> Vec<(&'static str, Vec<u8>)> {
-        self.seen.lock().unwrap().clear();
-        let mut bufs: Vec<BufIdx> = Vec::new();
-        for p in pkts {
-            let b = self.pool.alloc(p.len()).unwrap();
-            let buf = self.pool.get_mut(b);
-            buf.write(p).unwrap();
-            let grow = buf.headroom() - headroom;
+        self.inject_prepared(self.inputs[i], pkts, |buf| {
+            let (len, grow) = (buf.len(), buf.headroom() - headroom);
             buf.extend_front(grow).unwrap();
             buf.bytes_mut().copy_within(grow.., 0);
-            buf.truncate(p.len());
-            assert_eq!((buf.headroom(), buf.bytes()), (headroom, &p[..]));
-            bufs.push(b);
-        }
-        self.graph.inject(self.inputs[i], &mut self.pool, &bufs, 0);
-        self.graph.run(&mut self.cx, &mut self.pool);
-        std::mem::take(&mut *self.seen.lock().unwrap())
+            buf.truncate(len);
+            assert_eq!(buf.headroom(), headroom);
+        })
     }
 
     fn counter(&self, node: &str, name: &str) -> u64 {
@@ -846,6 +849,39 @@ fn a_packet_without_room_for_its_outer_header_is_only_a_drop() {
         }
         assert_eq!(rig.usage(1, 1), Usage { ul_bytes: 48, ul_packets: 1, dl_bytes: 48, dl_packets: 1 });
     }
+}
+
+/// The uplink's decap drops the offload marks that described the outer packet, as
+/// gtpuN-input's does (one helper, `Buffer::decapsulate`): a G-PDU that came as a UDP GSO
+/// frame with its outer UDP checksum pending and the device's DATA_VALID reaches the
+/// router as one plain packet; a partial checksum inside the inner packet (its own UDP's)
+/// stays, moved with it.
+#[test]
+fn uplink_decap_drops_the_outer_packets_offload_marks() {
+    let mut rig = Rig::new();
+    rig.install(&session(1));
+    let inner = udp4(UE, DN, 4000, 53, 100);
+    let gpdu = gpdu4(0x100, Some(9), &inner);
+    let inner_at = gpdu.len() - inner.len();
+    let n3 = rig.inputs[0];
+    let outer = |csum_at: usize| {
+        move |buf: &mut Buffer| {
+            buf.set_partial_checksum(csum_at, 6);
+            buf.meta.offload.gso = engine::GsoKind::UdpL4;
+            buf.meta.offload.gso_size = 1000;
+            buf.meta.l4_checksum_ok = true;
+        }
+    };
+    let got = rig.inject_prepared(n3, std::slice::from_ref(&gpdu), outer(20));
+    assert_eq!(got, vec![("ip4-input", inner.clone())]);
+    let m = rig.metas.lock().unwrap()[0];
+    assert_eq!((m.offload, m.l4_checksum_ok), (engine::Offload::default(), false), "the outer datagram's marks");
+    let got = rig.inject_prepared(n3, std::slice::from_ref(&gpdu), outer(inner_at + 20));
+    assert_eq!(got, vec![("ip4-input", inner.clone())]);
+    let m = rig.metas.lock().unwrap()[0];
+    assert_eq!((m.offload.gso, m.offload.gso_size, m.l4_checksum_ok), (engine::GsoKind::None, 0, false));
+    let own = (m.offload.csum_start as usize, m.offload.csum_offset);
+    assert_eq!(own, (engine::HEADROOM + inner_at + 20, 6), "the inner UDP's own partial checksum stays");
 }
 
 #[test]

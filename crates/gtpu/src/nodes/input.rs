@@ -377,10 +377,10 @@ impl<Cx: HasGtpu, O: Outer, const COUNT: bool> Node<Cx> for GtpuInput<O, COUNT> 
                 let skip = t.techniques.skip_inner_input;
                 // The outer ECN field, for the inner packet (`ip::outer::tos`).
                 let ecn = ip::outer::tos::ecn(buf.bytes(), O::IS_V6);
-                if buf.advance(p.hl + 8 + p.ghl).is_err() {
+                // The outer packet's offload marks go with its headers (`Buffer::decapsulate`).
+                if buf.decapsulate(p.hl + 8 + p.ghl, p.payload).is_err() {
                     return Verdict::Drop(C::GtpTruncated);
                 }
-                buf.truncate(p.payload);
                 // An Ethernet PDU session's frame carries no ECN field of its own here.
                 if ecn & ip::outer::tos::ECT1 != 0 && !matches!(next, DecapNext::Ethernet(_)) {
                     match ip::outer::tos::decap_ecn(ecn, buf) {

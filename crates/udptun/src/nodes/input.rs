@@ -252,9 +252,8 @@ fn hinted_payload(hl: usize, v4: bool, buf: &mut Buffer) -> Option<UdpTunInputNe
 #[inline(always)]
 fn inner_fast(at: usize, v4: bool, buf: &mut Buffer) -> Option<UdpTunInputNext> {
     let inner_len = input_fast_path_len(buf.bytes().get(at..)?, v4)?;
-    buf.narrow(at, inner_len).ok()?;
-    // The outer checksum said nothing about the inner packet's own.
-    buf.meta.l4_checksum_ok = false;
+    // The outer packet's offload marks go with its headers (`Buffer::decapsulate`).
+    buf.decapsulate(at, inner_len).ok()?;
     Some(lookup_next(v4))
 }
 
@@ -295,9 +294,9 @@ fn decap_full<O: TunOuter>(
     let Some((skip, v4)) = inner(t.encap, t.gre_key, &seg[8..])? else { return Ok(None) };
     // Only a GUE header with fields past its first word can carry the offload.
     let remote = if t.encap == Encap::Gue && skip > gue::BASE_LEN { GuePacket::new_unchecked(&seg[8..]).remote_checksum() } else { None };
-    buf.truncate(hl + len);
-    buf.advance(hl + 8 + skip).map_err(|_| C::BadUdpLength)?;
-    buf.meta.l4_checksum_ok = false;
+    // The outer packet's offload marks go with its headers (`Buffer::decapsulate`).
+    let inner_len = len.checked_sub(8 + skip).ok_or(C::BadUdpLength)?;
+    buf.decapsulate(hl + 8 + skip, inner_len).map_err(|_| C::BadUdpLength)?;
     if let Some((start, field)) = remote {
         // The field holds the pseudo-header sum; the sum from `start` on completes it.
         // The field must be a 16-bit word of that sum: an even distance from `start`.
