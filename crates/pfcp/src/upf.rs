@@ -24,7 +24,9 @@
 //!   address (IPv6: /64 prefix) it assigned inside the UE pool, is held for its session,
 //!   so CHOOSE skips it and another session cannot take it); every rule
 //!   reference is checked before anything is installed, and a rejected request changes
-//!   nothing. Modification applies
+//!   nothing but this: an establishment with the CP F-SEID of an existing session of the
+//!   same SMF node (not a repeat) deletes that session first (§5.6.2: an F-SEID names
+//!   one session). Modification applies
 //!   Remove, Create, then Update IEs; an Update FAR with SNDEM and a new outer header asks
 //!   for End Markers on the old path. Deletion answers with the final usage reports.
 //! - Nothing is accepted that the dataplane cannot hold: before answering an Establishment
@@ -269,12 +271,15 @@ pub struct Stats {
     pub report_timeouts: u64,
     pub sessions_established: u64,
     pub sessions_deleted: u64,
+    /// Sessions deleted because an establishment came with their CP F-SEID (counted in
+    /// `sessions_deleted` too).
+    pub sessions_replaced: u64,
     pub peers_lost: u64,
 }
 
 impl Stats {
     /// Each count with its name, for `show pfcp associations` and the metrics.
-    pub fn named(&self) -> [(&'static str, u64); 12] {
+    pub fn named(&self) -> [(&'static str, u64); 13] {
         [
             ("received", self.rx),
             ("sent", self.tx),
@@ -287,6 +292,7 @@ impl Stats {
             ("report-timeouts", self.report_timeouts),
             ("sessions-established", self.sessions_established),
             ("sessions-deleted", self.sessions_deleted),
+            ("sessions-replaced", self.sessions_replaced),
             ("peers-lost", self.peers_lost),
         ]
     }
@@ -863,6 +869,19 @@ impl Upf {
         let cp_seid = r.cp_f_seid.seid;
         let associated = self.associations.get(&r.node_id).is_some_and(|a| a.peer.ip() == from.ip());
         let result = if associated {
+            // A CP F-SEID names one session of its SMF node (TS 29.244 §5.6.2: the SEID
+            // identifies a PFCP session at an IP address of a PFCP entity). An
+            // establishment with one an existing session of the node has is not a repeat
+            // (a repeat, the same message under the same sequence number, was answered
+            // from `answered` before reaching here) but the SMF starting that session
+            // afresh: it holds the old one as gone, so the old one is deleted, its rules,
+            // F-TEIDs and UE addresses with it (no usage report: the SMF would match it
+            // to no session), before the new one is built. It stays deleted if the new
+            // request is refused.
+            if let Some(old) = self.session_of_cp_f_seid(&r.node_id, &r.cp_f_seid) {
+                self.remove_session(old);
+                self.stats.sessions_replaced += 1;
+            }
             self.build_session(&r, dp)
         } else {
             Err(Reject { cause: Cause::NoEstablishedAssociation, ie: None, rule: None })
@@ -895,6 +914,13 @@ impl Upf {
         };
         let header = Header::session(MessageType::SessionEstablishmentResponse, cp_seid, h.seq);
         self.respond(now, from, header, &Message::SessionEstablishmentResponse(resp));
+    }
+
+    /// Our SEID of the session of SMF node `node` whose CP F-SEID is `f`: the same SEID at
+    /// an address of the same family.
+    fn session_of_cp_f_seid(&self, node: &NodeId, f: &FSeid) -> Option<u64> {
+        let same = |a: &FSeid| a.seid == f.seid && ((a.ipv4.is_some() && a.ipv4 == f.ipv4) || (a.ipv6.is_some() && a.ipv6 == f.ipv6));
+        self.sessions.iter().find(|(_, s)| s.rules.cp_node == *node && same(&s.cp_f_seid)).map(|(seid, _)| *seid)
     }
 
     /// The F-SEID address: ours in the family the SMF spoke to us in.

@@ -466,11 +466,71 @@ fn a_repeated_request_gets_the_same_answer_and_runs_once() {
     assert_eq!(first, again);
     assert_eq!(sim.upf.session_count(), 1);
     assert_eq!(sim.upf.stats().duplicate_requests, 1);
-    // Forgotten after a while: the same sequence number is a new request then.
+    assert!(matches!(sim.actions()[..], [Action::Install(_)]), "the repeat installed and removed nothing");
+    // Forgotten after a while: the same sequence number is a new request then, an
+    // establishment with the CP F-SEID of the session the first made, which it replaces.
     sim.advance(40);
     sim.upf.handle(sim.now, smf(), &b);
-    let _ = sim.upf.poll_transmit().unwrap();
+    let later = sim.upf.poll_transmit().unwrap();
+    assert_ne!(later, first, "another session, under another UP SEID");
+    assert_eq!(sim.upf.session_count(), 1);
+    assert!(matches!(sim.actions()[..], [Action::Remove { .. }, Action::Install(_)]));
+}
+
+fn modify_cause(sim: &mut Sim, seid: u64) -> Cause {
+    let m = SessionModificationRequest::default();
+    let Message::SessionModificationResponse(r) = sim.request(Some(seid), Message::SessionModificationRequest(m)).1 else { panic!() };
+    r.cause.0
+}
+
+/// An establishment with the CP F-SEID of an existing session of the same SMF node (not
+/// a repeat: a new sequence number) replaces it: the old session is deleted
+/// (`Action::Remove` before the new `Action::Install`), the old UP SEID names no session
+/// any more, and what the old one held is free — here the UE address the SMF assigned,
+/// which another session could not take while it was held. Another CP SEID of the node,
+/// or the same CP SEID at another address, is a session of its own; a refused
+/// replacement still deletes the old session, which the SMF holds as gone.
+#[test]
+fn an_establishment_with_a_cp_f_seid_in_use_replaces_that_session() {
+    let ue = Ipv4Addr::new(198, 19, 7, 200);
+    let assigned = |cp_seid: u64| {
+        let mut r = session_request(cp_seid);
+        r.create_pdr[0].pdi.as_mut().unwrap().ue_ip_address = Some(UeIpAddress { ipv4: Some(ue), ..Default::default() });
+        r
+    };
+    let accepted = |sim: &mut Sim, r: SessionEstablishmentRequest| {
+        let (_, resp) = sim.establish(r.cp_f_seid.seid, r);
+        (resp.cause.0 == Cause::RequestAccepted).then(|| resp.up_f_seid.unwrap().seid)
+    };
+    let mut sim = Sim::new();
+    sim.associate(1);
+    let old = accepted(&mut sim, assigned(0x77)).unwrap();
+    assert_eq!(accepted(&mut sim, assigned(0x78)), None, "the UE address is held for the session");
+    let other = accepted(&mut sim, session_request(0x78)).unwrap();
+    let mut elsewhere = session_request(0x77);
+    elsewhere.cp_f_seid.ipv4 = Some(Ipv4Addr::new(198, 18, 7, 99));
+    let third = accepted(&mut sim, elsewhere).unwrap();
+    sim.actions();
+    assert_eq!(sim.upf.session_count(), 3);
+    let new = accepted(&mut sim, assigned(0x77)).expect("the old session's UE address was freed first");
+    assert_ne!(new, old);
+    let acts = sim.actions();
+    let [Action::Remove { seid }, Action::Install(rules)] = &acts[..] else { panic!("{acts:?}") };
+    assert_eq!((*seid, rules.seid, rules.pdrs[&1].ue_ipv4), (old, new, Some(ue)));
+    assert_eq!(sim.upf.session_count(), 3);
+    assert!(sim.upf.session(old).is_none() && sim.upf.session(other).is_some() && sim.upf.session(third).is_some());
+    assert_eq!((sim.upf.stats().sessions_replaced, sim.upf.stats().sessions_deleted), (1, 1));
+    assert_eq!(modify_cause(&mut sim, old), Cause::SessionContextNotFound);
+    assert_eq!(modify_cause(&mut sim, new), Cause::RequestAccepted);
+    sim.actions();
+    // A replacement the UPF refuses (a PDR naming a FAR it lacks) leaves no session under
+    // that CP F-SEID.
+    let mut bad = session_request(0x77);
+    bad.create_pdr[0].far_id = Some(U32Ie(99));
+    assert_eq!(accepted(&mut sim, bad), None);
+    assert!(sim.upf.session(new).is_none());
     assert_eq!(sim.upf.session_count(), 2);
+    assert!(matches!(sim.actions()[..], [Action::Remove { seid }] if seid == new));
 }
 
 /// A restarted SMF at the same address and port numbers its requests from the start
