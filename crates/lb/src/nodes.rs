@@ -550,7 +550,7 @@ impl<F: NatNodeFamily> LbNat<F> {
         };
         // One translation for both directions, inlined here (a call a packet before, perf).
         let partial = buf.meta.offload.has_partial_checksum();
-        nat::translate_with::<F>(buf.bytes_mut(), ready.l4(), ready.key.proto(), &rw, d, partial);
+        nat::translate_with::<F>(buf.bytes_mut(), ready.l4(), ready.key.proto(), rw, d, partial);
         Verdict::Next(F::LOOKUP)
     }
 }

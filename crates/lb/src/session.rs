@@ -278,10 +278,12 @@ pub enum LbDrop {
 /// A packet that its session alone decides ([`Balancer::hit`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Hit<'t, A> {
-    /// A client's packet of a translated connection.
-    Forward(Rewrite<A>, Deltas),
+    /// A client's packet of a translated connection: its translation where the session
+    /// holds it. (Handed over by value, the translation was rebuilt on the node's stack
+    /// in pieces and read back whole: a failed store forward a packet.)
+    Forward(&'t Rewrite<A>, Deltas),
     /// A reply of a translated connection (addressed to the node).
-    Reply(Rewrite<A>, Deltas),
+    Reply(&'t Rewrite<A>, Deltas),
     /// A client's packet of a direct-server-return connection: the service's id, the
     /// backend's index in it, the service's outer headers' shape, and from the session
     /// the backend's address (the outer destination) and adjacency, so that the
@@ -509,7 +511,7 @@ impl<F: Family> Balancer<F> {
     /// call of its own it spilled the key and the entry's fields (perf).
     #[inline(always)]
     pub fn hit<'t>(
-        &mut self,
+        &'t mut self,
         t: &'t FamilyTables<F>,
         at: Hashed,
         key: &Key<F>,
@@ -525,9 +527,9 @@ impl<F: Family> Balancer<F> {
             if !local {
                 return None;
             }
-            let hit = Hit::Reply(s.rewrite, s.via.deltas());
+            let d = s.via.deltas();
             self.touch(i, twin, state, next_state(state, proto, flags, false), now, expires);
-            return Some(hit);
+            return Some(Hit::Reply(&self.sessions.get(i).rewrite, d));
         }
         // The state first: it is rarely closing, so one test of the packet's.
         let restart = matches!(state, ConnState::Closing | ConnState::Reset) && proto == TCP && flags & (TCP_SYN | TCP_ACK) == TCP_SYN;
@@ -541,9 +543,9 @@ impl<F: Family> Balancer<F> {
             self.touch(i, twin, state, next_state_direct(state, proto, flags), now, expires);
             return Some(hit);
         }
-        let hit = Hit::Forward(s.rewrite, s.via.deltas());
+        let d = s.via.deltas();
         self.touch(i, twin, state, next_state(state, proto, flags, true), now, expires);
-        Some(hit)
+        Some(Hit::Forward(&self.sessions.get(i).rewrite, d))
     }
 
     /// A packet that may be a reply of a translated connection: its translation.

@@ -467,12 +467,12 @@ fn fast_path(lb: &mut Balancer<V4>, t: &crate::tables::FamilyTables<V4>, k: &Flo
     let h = V4::flow_hash(&k.src, &k.dst, k.sport, k.dport, k.proto);
     match lb.hit(t, lb.sessions.hashed(h), &Key::new(k), flags, local, now) {
         Some(Hit::Forward(rw, d)) => {
-            assert_eq!(d, crate::nat::Deltas::new::<V4>(k, &rw));
-            Answer::Nat(rw, Some(Outcome::Hit))
+            assert_eq!(d, crate::nat::Deltas::new::<V4>(k, rw));
+            Answer::Nat(*rw, Some(Outcome::Hit))
         }
         Some(Hit::Reply(rw, d)) => {
-            assert_eq!(d, crate::nat::Deltas::new::<V4>(k, &rw));
-            Answer::Nat(rw, None)
+            assert_eq!(d, crate::nat::Deltas::new::<V4>(k, rw));
+            Answer::Nat(*rw, None)
         }
         Some(Hit::Direct { service, backend, outer, dst, adj }) => {
             // The service's shape, the backend's address and adjacency, as the node's
@@ -641,12 +641,12 @@ fn an_established_flow_is_a_fast_hit_until_its_service_changes() {
     assert_eq!(r.lb.hit(&r.t.v4, r.lb.sessions.hashed(h(&k)), &Key::new(&k), TCP_SYN, false, 0), None, "a new flow");
     let (there, _) = r.fwd(&k, TCP_SYN, 0).unwrap();
     let d = crate::nat::Deltas::new::<V4>(&k, &there);
-    assert_eq!(r.lb.hit(&r.t.v4, r.lb.sessions.hashed(h(&k)), &Key::new(&k), TCP_ACK, false, 1), Some(Hit::Forward(there, d)));
+    assert_eq!(r.lb.hit(&r.t.v4, r.lb.sessions.hashed(h(&k)), &Key::new(&k), TCP_ACK, false, 1), Some(Hit::Forward(&there, d)));
     assert_eq!(r.lb.hit(&r.t.v4, r.lb.sessions.hashed(h(&k) ^ 1), &Key::new(&k), TCP_ACK, false, 1), None, "found by its hash only");
     // The reply, to the node: a hit when it came to the node, not when routed.
     let rk = FlowKey { src: there.dst, sport: there.dport, dst: there.src, dport: there.sport, proto: 6 };
     assert_eq!(r.lb.hit(&r.t.v4, r.lb.sessions.hashed(h(&rk)), &Key::new(&rk), TCP_ACK, false, 1), None);
-    let Some(Hit::Reply(back, _)) = r.lb.hit(&r.t.v4, r.lb.sessions.hashed(h(&rk)), &Key::new(&rk), TCP_SYN | TCP_ACK, true, 1) else {
+    let Some(Hit::Reply(&back, _)) = r.lb.hit(&r.t.v4, r.lb.sessions.hashed(h(&rk)), &Key::new(&rk), TCP_SYN | TCP_ACK, true, 1) else {
         panic!("no reply hit")
     };
     assert_eq!((back.src, back.sport, back.dst, back.dport), (VIP, 80, k.src, k.sport));
@@ -655,7 +655,7 @@ fn an_established_flow_is_a_fast_hit_until_its_service_changes() {
     r.t = st.tables();
     assert_eq!(r.lb.hit(&r.t.v4, r.lb.sessions.hashed(h(&k)), &Key::new(&k), TCP_ACK, false, 2), None);
     assert_eq!(r.fwd(&k, TCP_ACK, 2).unwrap(), (there, Outcome::Hit));
-    assert_eq!(r.lb.hit(&r.t.v4, r.lb.sessions.hashed(h(&k)), &Key::new(&k), TCP_ACK, false, 3), Some(Hit::Forward(there, d)));
+    assert_eq!(r.lb.hit(&r.t.v4, r.lb.sessions.hashed(h(&k)), &Key::new(&k), TCP_ACK, false, 3), Some(Hit::Forward(&there, d)));
     // A SYN on a closed connection starts over by the full path.
     assert!(r.lb.hit(&r.t.v4, r.lb.sessions.hashed(h(&k)), &Key::new(&k), TCP_FIN | TCP_ACK, false, 4).is_some());
     assert_eq!(r.lb.hit(&r.t.v4, r.lb.sessions.hashed(h(&k)), &Key::new(&k), TCP_SYN, false, 5), None);
