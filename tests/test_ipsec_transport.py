@@ -219,6 +219,45 @@ def test_a_tunnel_over_a_transport_sa_counts_esp_in_its_inner_mtu(vecgate, tmp_p
     assert c.get(("esp4-encrypt", "inner-too-big"), 0) == 0, c
 
 
+@pytest.mark.parametrize("policies", ["icmp-only", "bypass-port"])
+@pytest.mark.parametrize("kind", list(TUNNELS))
+def test_a_tunnel_its_spd_does_not_protect_keeps_the_whole_link_mtu(vecgate, tmp_path, kind, policies):
+    """An outbound transport SA between the tunnel's addresses, but eth1's SPD does not
+    send the tunnel's outer packets to it: its PROTECT policy selects ICMP only, or a
+    higher bypass policy takes the tunnel's UDP port. The tunnel's inner MTU is eth1's
+    less its own headers: the largest inner packet (DF) leaves in the clear at 1400
+    bytes, one byte more gets frag-needed with that MTU. ESP's bytes were taken off
+    whenever such an SA existed, so the largest packet got a frag-needed too."""
+    from scapy.all import IPerror
+    tunnel, port = TUNNELS[kind]
+    cfg = config("aes-gcm-128", 4, False)
+    if policies == "bypass-port":
+        cfg = cfg.replace('protocol = "icmp"', 'protocol = "udp"') + f"""
+[[ipsec_policy]]
+spd = 1
+direction = "outbound"
+priority = 200
+action = "bypass"
+protocol = "udp"
+remote_ports = "{port}"
+"""
+    headers = 20 + 8 + (4 if kind == "gue" else 8)
+    mtu = 1400 - headers
+
+    def inner(size, n):
+        return Ether(src=HOST_MAC, dst=GW_MAC0) / IP(src="198.18.0.2", dst="198.19.90.7", flags="DF") / UDP(sport=7000 + n, dport=9) / Raw(bytes([n]) * (size - 28))
+
+    out0, out1, c, _ = run_pcap(vecgate, tmp_path, [inner(mtu, 1), inner(mtu + 1, 2)], cfg + tunnel)
+    assert c.get(("esp4-encrypt", "encrypted"), 0) == 0 and len(out1) == 1, c
+    l3 = IP(raw(out1[0])[14:])
+    assert (l3.len, l3.proto, l3[UDP].dport) == (1400, 17, port), l3.summary()
+    assert raw(l3).endswith(bytes([1]) * (mtu - 28))
+    assert len(out0) == 1, c
+    err = out0[0][IP]
+    assert (err.dst, err[ICMP].type, err[ICMP].code, err[ICMP].nexthopmtu) == ("198.18.0.2", 3, 4, mtu), err.show(dump=True)
+    assert err[IPerror].dst == "198.19.90.7"
+
+
 @pytest.mark.parametrize("udp", [False, True], ids=["esp", "esp-in-udp"])
 @pytest.mark.parametrize("kind", list(TUNNELS))
 def test_outer_fragments_of_a_protected_tunnel_leave_as_esp(vecgate, tmp_path, kind, udp):

@@ -674,11 +674,15 @@ impl Control {
             Request::IpsecPolicyAdd(p) => {
                 let id = self.spd.add_policy(p).map_err(|e| e.to_string())?;
                 let v = self.spd.publish().version;
+                // Which tunnels' outer packets transport-mode SAs protect may have changed.
+                self.publish();
                 Reply::ok(serde_json::json!({ "id": id.0, "version": v }), format!("ipsec policy {} added (SPD version {v})", id.0))
             }
             Request::IpsecPolicyDel { id } => {
                 self.spd.del_policy(*id).map_err(|e| e.to_string())?;
                 let v = self.spd.publish().version;
+                // Which tunnels' outer packets transport-mode SAs protect may have changed.
+                self.publish();
                 Reply::ok(serde_json::json!({ "id": id, "version": v }), format!("ipsec policy {id} deleted (SPD version {v})"))
             }
             Request::IpsecSpdBind { spd, interface } => {

@@ -173,13 +173,35 @@ fn udp_demux(g: &GtpuState, u: &UdpTunState) -> ip::tables::UdpDemux {
     d
 }
 
-/// Set the router's local UDP demux with every feature's ports (ESP in UDP too), and
-/// what transport-mode SAs add to the tunnels' outer packets they protect.
+/// Set the router's local UDP demux with every feature's ports (ESP in UDP too).
 pub fn set_udp_demux(state: &mut RouterState, g: &GtpuState, u: &UdpTunState, x: &ipsec::IpsecState) {
     let mut demux = udp_demux(g, u);
     crate::ipsec::add_to_demux(x, &mut demux);
     state.set_udp_demux(demux);
-    state.set_transport_esp(crate::ipsec::transport_esp(x));
+}
+
+/// Set which tunnels' outer packets the outbound transport-mode SAs protect, where
+/// (`crate::ipsec::tunnel_esp`): after any change of tunnels, SAs, policies or bindings.
+pub fn set_tunnel_esp(state: &mut RouterState, g: &GtpuState, u: &UdpTunState, x: &ipsec::IpsecState, spd: &SpdState) {
+    state.set_tunnel_esp(crate::ipsec::tunnel_esp(x, spd, || {
+        let gtpu = g.tunnels().map(|(_, t)| {
+            let s = t.spec();
+            let port = wire::gtpu::PORT;
+            // gtpuN-encap's flow-hash ports: 0xc000 | 14 bits of the inner flow's hash.
+            let src_ports = match s.src_port {
+                gtpu::SrcPort::Fixed => (port, port),
+                gtpu::SrcPort::FlowHash => (0xc000, 0xffff),
+            };
+            crate::ipsec::OuterFlow { local: s.local, remote: s.remote, port, src_ports }
+        });
+        let udp = u.tunnels().map(|(_, s)| crate::ipsec::OuterFlow {
+            local: s.local,
+            remote: s.remote,
+            port: s.port,
+            src_ports: (s.src_port_min, s.src_port_max),
+        });
+        gtpu.chain(udp).collect()
+    }));
 }
 
 /// Path-management events kept for `show gtpu tunnels`.
@@ -236,6 +258,7 @@ impl Control {
     /// Compile the state into new tables and publish them to every worker.
     pub fn publish(&mut self) {
         set_udp_demux(&mut self.state, &self.gtpu, &self.udptun, &self.ipsec);
+        set_tunnel_esp(&mut self.state, &self.gtpu, &self.udptun, &self.ipsec, &self.spd);
         let t = self.state.build();
         self.gtpu_shared.store(Arc::new(self.gtpu.build()));
         self.ipsec_shared.store(Arc::new(self.ipsec.build()));
@@ -994,6 +1017,7 @@ fn build(
     // take `ipsecN-output` from the first vector on.
     let spd_state = crate::spd::build_state(cfg, &state)?;
     state.set_spd_links(crate::spd::links(&spd_state));
+    set_tunnel_esp(&mut state, &gtpu, &udp, &ipsec, &spd_state);
     // The UPF's UE pools route to upfN-downlink, and G-PDUs for TEIDs of no tunnel go to
     // upfN-uplink (with [pfcp]).
     if cfg.pfcp.is_some() {

@@ -197,7 +197,7 @@ fn rows_of(
                 ue: s.ue.map(|p| p.to_string()),
                 outer_adjacency: g.outer_adj(id),
                 inner_mtu: Some(ip::outer::inner_mtu(
-                    router.tunnel_link_mtu(g.outer_adj(id), s.local, s.remote),
+                    router.tunnel_link_mtu(g.outer_adj(id), s.local, s.remote, wire::gtpu::PORT),
                     t.rewrite_len as usize,
                     t.mtu.mtu,
                 ))

@@ -444,18 +444,54 @@ pub fn build_state(cfg: &Config, router: &mut RouterState) -> Result<IpsecState,
     Ok(x)
 }
 
-/// The outbound transport-mode SAs' worst-case cost on the packets they protect (a
-/// tunnel's outer packets among them: its inner MTU counts it).
-pub fn transport_esp(x: &IpsecState) -> Vec<ip::tables::TransportEsp> {
-    x.iter()
-        .filter(|(_, sa)| sa.spec.direction == Direction::Outbound && sa.spec.mode == Mode::Transport)
-        .map(|(_, sa)| ip::tables::TransportEsp {
-            local: sa.spec.local,
-            remote: sa.spec.remote,
-            overhead: sa.plan.overhead as u16,
-            mtu: sa.spec.mtu.mtu,
-        })
-        .collect()
+/// A tunnel's outer packets as its encap node emits them: UDP from `local` to `remote`,
+/// to port `port`, from a source port in `src_ports` (one, or a range chosen per flow).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct OuterFlow {
+    pub local: IpAddr,
+    pub remote: IpAddr,
+    pub port: u16,
+    pub src_ports: (u16, u16),
+}
+
+/// Which tunnels' outer packets the outbound transport-mode SAs protect, on which links,
+/// and what each adds to them: for each such SA, each tunnel `outers` names between its
+/// addresses and each link with an SPD bound, that SPD's answer for the tunnel's outer
+/// packets (UDP, the tunnel's ports). Only PROTECT by that very SA counts: a policy
+/// that selects other protocols or ports, a bypass or discard policy, or another SA
+/// leaves the link's MTU whole. A tunnel choosing its source port per flow (GUE, GTP-U
+/// `src_port = "flow_hash"`) sends packets the policies may tell apart by that port;
+/// then the SA counts when it protects any of them (conservative: those bypassed get
+/// an inner MTU lower than they need, and are left whole rather than fragmented before
+/// the SPD, which is never wrong for those it protects). Worked out when the tables are
+/// published, so a packet only compares its header with the entries there are (none
+/// without transport-mode SAs and SPD bindings: then the tunnels are not even read).
+pub fn tunnel_esp(x: &IpsecState, spd: &spd::SpdState, outers: impl FnOnce() -> Vec<OuterFlow>) -> Vec<ip::tables::TunnelEsp> {
+    let transport: Vec<_> =
+        x.iter().filter(|(_, sa)| sa.spec.direction == Direction::Outbound && sa.spec.mode == Mode::Transport).collect();
+    let links: Vec<_> = spd.bindings().filter(|(i, _)| i.0 < 64).collect();
+    if transport.is_empty() || links.is_empty() {
+        return Vec::new();
+    }
+    let mut outers = outers();
+    outers.sort_unstable();
+    outers.dedup();
+    const UDP: u8 = 17;
+    let mut esp = Vec::new();
+    for (index, sa) in transport {
+        let protect = spd::Decision::Act(spd::Action::Protect(spd::SaId(index)));
+        for o in outers.iter().filter(|o| o.local == sa.spec.local && o.remote == sa.spec.remote) {
+            let ports = spd::policy::Range { lo: o.src_ports.0, hi: o.src_ports.1 };
+            let on = links
+                .iter()
+                .filter(|(_, s)| spd.outbound_decisions(*s, o.local, o.remote, UDP, ports, o.port).contains(&protect))
+                .fold(0u64, |m, (i, _)| m | 1 << i.0);
+            if on != 0 {
+                esp.push(ip::tables::TunnelEsp::new(o.local, o.remote, o.port, on, sa.plan.overhead as u16, sa.spec.mtu.mtu));
+            }
+        }
+    }
+    esp
 }
 
 /// ESP in UDP arrives on port 4500 when any SA uses it.
@@ -666,6 +702,61 @@ mod tests {
         assert!(format_rows(&rows(&x)).contains(" mtu 1400 fragment outer mss-clamp"), "{}", format_rows(&rows(&x)));
         let e = parse_sa_add(&"4 spi 5 outbound alg null local 198.18.1.1 remote 198.18.1.2 mtu 100".split(' ').collect::<Vec<_>>());
         assert_eq!(e.unwrap().to_spec().unwrap_err().0, "mtu");
+    }
+
+    /// A transport SA's bytes count on a tunnel's outer packets only where the link's SPD
+    /// PROTECTs those very packets by it: not for a policy of another protocol, not past a
+    /// bypass of the tunnel's port, not for another SA, not on a link without the SPD;
+    /// some of a tunnel's per-flow source ports protected counts (conservative).
+    #[test]
+    fn tunnel_esp_counts_an_sa_only_where_the_spd_protects_the_tunnel_by_it() {
+        use spd::{policy::ActionKind, Direction as D, PolicySpec, SpdState};
+        let mut x = IpsecState::new();
+        let transport = |spi, local: &str| IpsecSaConfig { spi, mode: Mode::Transport, routes: Vec::new(), local: local.into(), ..sa() };
+        x.add(6, transport(0x600, "198.18.1.1").to_spec().unwrap().0, [0; 16]).unwrap();
+        x.add(7, transport(0x700, "198.18.1.1").to_spec().unwrap().0, [0; 16]).unwrap();
+        x.add(8, transport(0x800, "198.18.1.9").to_spec().unwrap().0, [0; 16]).unwrap();
+        let overhead = x.get(6).unwrap().plan.overhead as u16;
+        let (l, r): (IpAddr, IpAddr) = ("198.18.1.1".parse().unwrap(), "198.18.1.2".parse().unwrap());
+        let gtpu = OuterFlow { local: l, remote: r, port: 2152, src_ports: (2152, 2152) };
+        let gue = OuterFlow { local: l, remote: r, port: 6080, src_ports: (49152, 65535) };
+        let policy = |prio, action, sa: Option<u32>, proto: &str, local_ports: &str, remote_ports: &str| PolicySpec {
+            spd: 1,
+            direction: D::Outbound,
+            priority: prio,
+            action,
+            sa,
+            local: "any".into(),
+            remote: "198.18.1.2".into(),
+            protocol: proto.into(),
+            local_ports: local_ports.into(),
+            remote_ports: remote_ports.into(),
+        };
+        let esp = |policies: &[PolicySpec], bind: &[u16]| {
+            let mut s = SpdState::new();
+            for p in policies {
+                s.add_policy(p).unwrap();
+            }
+            for &i in bind {
+                s.bind(engine::IfIndex(i), 1).unwrap();
+            }
+            let mut e = tunnel_esp(&x, &s, || vec![gue, gtpu, gtpu]);
+            e.sort_by_key(|e| e.port);
+            e.iter().map(|e| (e.port, e.links, e.overhead)).collect::<Vec<_>>()
+        };
+        let protect_udp = policy(10, ActionKind::Protect, Some(6), "udp", "any", "any");
+        assert_eq!(esp(&[protect_udp.clone()], &[1, 3]), vec![(2152, 0b1010, overhead), (6080, 0b1010, overhead)]);
+        assert_eq!(esp(&[protect_udp.clone()], &[]), vec![], "no link has the SPD");
+        let tcp_only = policy(10, ActionKind::Protect, Some(6), "tcp", "any", "any");
+        assert_eq!(esp(&[tcp_only], &[1]), vec![], "the policy selects TCP only");
+        let bypass_gtpu = policy(20, ActionKind::Bypass, None, "udp", "any", "2152");
+        assert_eq!(esp(&[protect_udp.clone(), bypass_gtpu], &[1]), vec![(6080, 0b10, overhead)]);
+        let other_sa = policy(10, ActionKind::Protect, Some(7), "udp", "any", "2152");
+        assert_eq!(esp(&[other_sa], &[1]).iter().map(|e| e.0).collect::<Vec<_>>(), vec![2152], "SA 7's own entry");
+        let some_ports = policy(20, ActionKind::Bypass, None, "udp", "50000-50999", "any");
+        assert_eq!(esp(&[protect_udp.clone(), some_ports], &[1]), vec![(2152, 0b10, overhead), (6080, 0b10, overhead)]);
+        let all_gue_ports = policy(20, ActionKind::Bypass, None, "udp", "49152-65535", "any");
+        assert_eq!(esp(&[protect_udp, all_gue_ports], &[1]), vec![(2152, 0b10, overhead)]);
     }
 
     #[test]

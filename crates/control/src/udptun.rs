@@ -155,7 +155,7 @@ pub fn rows_where(u: &UdpTunState, router: &ip::RouterState, keep: impl Fn(u32, 
             counters: u.counters.enabled().then(|| u.counters.count(id)),
             inner_mtu: u
                 .outer(id)
-                .map(|(overhead, adj)| ip::outer::inner_mtu(router.tunnel_link_mtu(adj, s.local, s.remote), overhead, s.mtu.mtu))
+                .map(|(overhead, adj)| ip::outer::inner_mtu(router.tunnel_link_mtu(adj, s.local, s.remote, s.port), overhead, s.mtu.mtu))
                 .filter(|&m| m != usize::MAX),
             name: format!("{UDP_TUNNEL_IF_PREFIX}{id}"),
             local: s.local.to_string(),

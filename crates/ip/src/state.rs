@@ -212,7 +212,7 @@ pub struct RouterState {
     udp: Arc<UdpDemux>,
     parcel_links: u64,
     spd_links: u64,
-    transport_esp: Arc<Vec<crate::tables::TransportEsp>>,
+    tunnel_esp: Arc<Vec<crate::tables::TunnelEsp>>,
     lb_local: bool,
     lb_replies: bool,
     neighbours: HashMap<IpAddr, Neighbour>,
@@ -252,7 +252,7 @@ impl RouterState {
             udp: Arc::new(UdpDemux::default()),
             parcel_links: 0,
             spd_links: 0,
-            transport_esp: Arc::new(Vec::new()),
+            tunnel_esp: Arc::new(Vec::new()),
             lb_local: false,
             lb_replies: false,
             neighbours: HashMap::new(),
@@ -558,25 +558,23 @@ impl RouterState {
         self.spd_links = links;
     }
 
-    /// Set the outbound transport-mode SAs' costs (`Tables::transport_esp`).
-    pub fn set_transport_esp(&mut self, esp: Vec<crate::tables::TransportEsp>) {
-        if *self.transport_esp != esp {
-            self.transport_esp = Arc::new(esp);
+    /// Set which tunnels' outer packets outbound transport-mode SAs protect, and on which
+    /// links (`Tables::tunnel_esp`).
+    pub fn set_tunnel_esp(&mut self, esp: Vec<crate::tables::TunnelEsp>) {
+        if *self.tunnel_esp != esp {
+            self.tunnel_esp = Arc::new(esp);
         }
     }
 
     /// [`crate::tables::Tables::tunnel_link_mtu`] for the control plane: adjacency
-    /// `adj`'s link MTU as a tunnel from `local` to `remote` can use it.
-    pub fn tunnel_link_mtu(&self, adj: u32, local: IpAddr, remote: IpAddr) -> Option<u16> {
+    /// `adj`'s link MTU as a tunnel from `local` to `remote`, UDP port `port`, can use it.
+    pub fn tunnel_link_mtu(&self, adj: u32, local: IpAddr, remote: IpAddr, port: u16) -> Option<u16> {
         let mtu = self.adjacency_mtu(adj)?;
         let i = match self.adj_keys.get((adj as usize).wrapping_sub(2))? {
             AdjKey::Attached(i) | AdjKey::NextHop(i, _) => *i,
             AdjKey::Blackhole => return Some(mtu),
         };
-        if self.spd_links.checked_shr(i.0 as u32).unwrap_or(0) & 1 == 0 {
-            return Some(mtu);
-        }
-        Some(crate::tables::esp_limited_mtu(&self.transport_esp, mtu, local, remote))
+        Some(crate::tables::esp_limited_mtu(&self.tunnel_esp, i, mtu, local, remote, port))
     }
 
     /// Set interface `i`'s reverse-path check; false if there is no such interface.
@@ -1203,7 +1201,7 @@ impl RouterState {
             udp: self.udp.clone(),
             parcel_links: self.parcel_links,
             spd_links: self.spd_links,
-            transport_esp: self.transport_esp.clone(),
+            tunnel_esp: self.tunnel_esp.clone(),
             lb_local: self.lb_local,
             lb_replies: self.lb_replies,
             punt: Arc::new(punt),

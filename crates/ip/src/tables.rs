@@ -313,44 +313,90 @@ pub struct Tables {
     pub lb_replies: bool,
     /// Ports of our addresses whose packets go to the host's stack (`[punt]`).
     pub punt: Arc<crate::punt::Punt>,
-    /// Outbound transport-mode SAs' cost on the packets they protect, for the tunnels
-    /// whose outer packets they protect ([`Tables::tunnel_link_mtu`]).
-    pub transport_esp: Arc<Vec<TransportEsp>>,
+    /// The tunnels' outer packets that an outbound transport-mode SA protects, and on
+    /// which links: what it takes off their link MTU ([`Tables::tunnel_link_mtu`]).
+    /// Empty (the common case: one test a packet) unless some SPD's answer for a
+    /// tunnel's outer packets is PROTECT by a transport-mode SA.
+    pub tunnel_esp: Arc<Vec<TunnelEsp>>,
 }
 
-/// What an outbound transport-mode SA adds to each packet it protects (the gateway's
-/// own, from `local` to `remote`) at worst: its ESP header, IV, most padding, trailer
-/// and ICV, and UDP with ESP in UDP; `mtu`: the SA's own inner MTU cap (0: none).
+/// A tunnel's outer packets (UDP from `local` to `remote`, destination port `port`) that
+/// an outbound transport-mode SA protects when they leave by one of `links` (bit i:
+/// interface i, whose SPD's answer for them is PROTECT by that SA), and what the SA adds
+/// to each at worst: its ESP header, IV, most padding, trailer and ICV, and UDP with ESP
+/// in UDP (`overhead`); `mtu`: the SA's own inner MTU cap (0: none). Worked out by the
+/// control plane when it publishes, from the tunnels, the SAs and the SPDs, so that a
+/// packet only compares its header's bytes with the few entries there are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TransportEsp {
+pub struct TunnelEsp {
     pub local: std::net::IpAddr,
     pub remote: std::net::IpAddr,
+    pub port: u16,
+    pub links: u64,
     pub overhead: u16,
     pub mtu: u16,
+    /// The source and destination as the outer header holds them (the first 8 bytes for
+    /// IPv4, all 32 for IPv6): what a packet's header is compared with.
+    ends: [u8; 32],
 }
 
-/// The largest packet from `src` to `dst` a link of MTU `mtu` carries once the
-/// transport-mode SAs in `esp` between those addresses have added their bytes.
-pub(crate) fn esp_limited_mtu(esp: &[TransportEsp], mtu: u16, src: std::net::IpAddr, dst: std::net::IpAddr) -> u16 {
-    esp.iter()
-        .filter(|e| e.local == src && e.remote == dst)
-        .map(|e| crate::outer::inner_mtu(Some(mtu), e.overhead as usize, e.mtu) as u16)
-        .fold(mtu, u16::min)
-}
-
-/// The source and destination of the IPv4 or IPv6 header at the start of `h`.
-fn header_addrs(h: &[u8]) -> Option<(std::net::IpAddr, std::net::IpAddr)> {
-    match h.first().map(|v| v >> 4) {
-        Some(4) => {
-            let a = h.get(12..20)?;
-            Some((Ipv4Addr::new(a[0], a[1], a[2], a[3]).into(), Ipv4Addr::new(a[4], a[5], a[6], a[7]).into()))
+impl TunnelEsp {
+    pub fn new(local: std::net::IpAddr, remote: std::net::IpAddr, port: u16, links: u64, overhead: u16, mtu: u16) -> TunnelEsp {
+        let mut ends = [0; 32];
+        match (local, remote) {
+            (std::net::IpAddr::V4(l), std::net::IpAddr::V4(r)) => {
+                ends[..4].copy_from_slice(&l.octets());
+                ends[4..8].copy_from_slice(&r.octets());
+            }
+            (std::net::IpAddr::V6(l), std::net::IpAddr::V6(r)) => {
+                ends[..16].copy_from_slice(&l.octets());
+                ends[16..].copy_from_slice(&r.octets());
+            }
+            // Mixed families: no header has them; the entry matches nothing.
+            _ => return TunnelEsp { local, remote, port, links: 0, overhead, mtu, ends },
         }
-        Some(6) => {
-            let a: &[u8; 32] = h.get(8..40)?.try_into().ok()?;
-            Some((Ipv6Addr::from(*a.first_chunk::<16>()?).into(), Ipv6Addr::from(*a.last_chunk::<16>()?).into()))
-        }
-        _ => None,
+        TunnelEsp { local, remote, port, links, overhead, mtu, ends }
     }
+
+    /// The largest outer packet a link of MTU `mtu` carries once this SA added its bytes.
+    #[inline(always)]
+    fn limit(&self, mtu: u16) -> u16 {
+        crate::outer::inner_mtu(Some(mtu), self.overhead as usize, self.mtu).min(mtu as usize) as u16
+    }
+
+    /// Whether the outer IP + UDP header `h` is one of these packets: its addresses
+    /// (compared as bytes, not parsed) and its destination port. Any source port: see the
+    /// control plane's `tunnel_esp`, which counts an SA that protects some of a
+    /// tunnel's source ports as protecting all of them.
+    #[inline(always)]
+    fn matches(&self, h: &[u8]) -> bool {
+        let (ends, udp) = match h.first().map(|v| v >> 4) {
+            Some(4) => (h.get(12..20), (h[0] as usize & 0xf) * 4),
+            Some(6) => (h.get(8..40), 40),
+            _ => return false,
+        };
+        let n = ends.map_or(0, <[u8]>::len);
+        ends.is_some_and(|e| e == &self.ends[..n]) && h.get(udp + 2..udp + 4).is_some_and(|p| u16::from_be_bytes([p[0], p[1]]) == self.port)
+    }
+}
+
+/// The MTU of a link (`mtu`, interface `i`) for the tunnel outer packets from `local`
+/// to `remote` to port `port` once the transport-mode SAs in `esp` that protect them
+/// there have added their bytes (the control plane's view of
+/// [`Tables::tunnel_link_mtu`]).
+pub(crate) fn esp_limited_mtu(
+    esp: &[TunnelEsp],
+    i: IfIndex,
+    mtu: u16,
+    local: std::net::IpAddr,
+    remote: std::net::IpAddr,
+    port: u16,
+) -> u16 {
+    let bit = 1u64.checked_shl(i.0 as u32).unwrap_or(0);
+    esp.iter()
+        .filter(|e| e.links & bit != 0 && e.local == local && e.remote == remote && e.port == port)
+        .map(|e| e.limit(mtu))
+        .fold(mtu, u16::min)
 }
 
 impl Tables {
@@ -370,41 +416,41 @@ impl Tables {
             lb_local: false,
             lb_replies: false,
             punt: Arc::new(crate::punt::Punt::default()),
-            transport_esp: Arc::new(Vec::new()),
+            tunnel_esp: Arc::new(Vec::new()),
         }
     }
 
-    /// The MTU a tunnel's outer packets (IP header `outer`, as the tunnel's rewrite holds
-    /// it) have on the link of adjacency `adj`: the link's, less what an outbound
-    /// transport-mode SA between the header's addresses adds to them where the link has
-    /// an SPD (its PROTECT policy sends them there after the tunnel), so full-size inner
-    /// packets still fit the link as ESP. `None` when `adj` does not send.
+    /// The MTU a tunnel's outer packets (IP and UDP header `outer`, as the tunnel's
+    /// rewrite holds it) have on the link of adjacency `adj`: the link's, less what an
+    /// outbound transport-mode SA adds to them where the link's SPD PROTECTs them by it
+    /// (its answer for their addresses, protocol and ports, worked out when the tables
+    /// were published: [`TunnelEsp`]), so full-size inner packets still fit the link as
+    /// ESP. `None` when `adj` does not send.
     #[inline(always)]
     pub fn tunnel_link_mtu(&self, adj: u32, outer: &[u8]) -> Option<u16> {
-        let mtu = self.adjacency(adj).mtu()?;
-        Some(match self.transport_ends(adj, outer) {
-            Some((src, dst)) => esp_limited_mtu(&self.transport_esp, mtu, src, dst),
-            None => mtu,
-        })
-    }
-
-    /// Whether a tunnel's outer packets (IP header `outer`) sent by adjacency `adj` go
-    /// to an outbound transport-mode SA ([`Tables::tunnel_link_mtu`] counts it): one too
-    /// big is then left whole, for `espN-encrypt` to fragment as ESP, since fragments
-    /// made before it would leave past the link's policies, in the clear.
-    pub fn tunnel_esp_protected(&self, adj: u32, outer: &[u8]) -> bool {
-        self.transport_ends(adj, outer).is_some_and(|(src, dst)| self.transport_esp.iter().any(|e| e.local == src && e.remote == dst))
-    }
-
-    /// The addresses of a tunnel's outer header `outer` when its packets, sent by
-    /// adjacency `adj`, may meet an outbound transport-mode SA: some SA exists and the
-    /// link has an SPD. `None` (the common case, one test) otherwise.
-    #[inline(always)]
-    fn transport_ends(&self, adj: u32, outer: &[u8]) -> Option<(std::net::IpAddr, std::net::IpAddr)> {
-        if self.transport_esp.is_empty() || !self.adjacency(adj).tx_if().is_some_and(|i| self.has_spd(i)) {
-            return None;
+        let a = self.adjacency(adj);
+        let mtu = a.mtu()?;
+        if self.tunnel_esp.is_empty() {
+            return Some(mtu);
         }
-        header_addrs(outer)
+        Some(self.tunnel_esp_of(a, outer).map(|e| e.limit(mtu)).fold(mtu, u16::min))
+    }
+
+    /// Whether a tunnel's outer packets (IP and UDP header `outer`) sent by adjacency
+    /// `adj` go to an outbound transport-mode SA ([`Tables::tunnel_link_mtu`] counts it):
+    /// one too big is then left whole, for `espN-encrypt` to fragment as ESP, since
+    /// fragments made before it would leave past the link's policies, in the clear.
+    #[inline(always)]
+    pub fn tunnel_esp_protected(&self, adj: u32, outer: &[u8]) -> bool {
+        !self.tunnel_esp.is_empty() && self.tunnel_esp_of(self.adjacency(adj), outer).next().is_some()
+    }
+
+    /// The entries of [`Tables::tunnel_esp`] that protect outer packets `outer` leaving
+    /// by adjacency `a`'s link.
+    #[inline(always)]
+    fn tunnel_esp_of<'a>(&'a self, a: &Adjacency, outer: &'a [u8]) -> impl Iterator<Item = &'a TunnelEsp> + 'a {
+        let bit = a.tx_if().map_or(0, |i| 1u64.checked_shl(i.0 as u32).unwrap_or(0));
+        self.tunnel_esp.iter().filter(move |e| e.links & bit != 0 && e.matches(outer))
     }
 
     /// A packet routed out of interface `i` may go from the route lookup straight to
@@ -464,6 +510,79 @@ pub fn l2_rewrite(ifl: &IfL3, dst: EthernetAddress, ethertype: wire::EtherType) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An outer IPv4 (options of `ihl` words) or IPv6 header and UDP to port `port`.
+    fn outer(src: &str, dst: &str, ihl: usize, port: u16) -> Vec<u8> {
+        let (src, dst): (std::net::IpAddr, std::net::IpAddr) = (src.parse().unwrap(), dst.parse().unwrap());
+        let mut h = match (src, dst) {
+            (std::net::IpAddr::V4(s), std::net::IpAddr::V4(d)) => {
+                let mut h = vec![0u8; ihl * 4];
+                h[0] = 0x40 | ihl as u8;
+                h[9] = 17;
+                h[12..16].copy_from_slice(&s.octets());
+                h[16..20].copy_from_slice(&d.octets());
+                h
+            }
+            (std::net::IpAddr::V6(s), std::net::IpAddr::V6(d)) => {
+                let mut h = vec![0u8; 40];
+                h[0] = 0x60;
+                h[6] = 17;
+                h[8..24].copy_from_slice(&s.octets());
+                h[24..40].copy_from_slice(&d.octets());
+                h
+            }
+            _ => unreachable!(),
+        };
+        h.extend_from_slice(&[0xc0, 0x01]);
+        h.extend_from_slice(&port.to_be_bytes());
+        h.extend_from_slice(&[0; 4]);
+        h
+    }
+
+    #[test]
+    fn a_tunnels_link_mtu_counts_only_the_sa_protecting_its_packets_on_that_link() {
+        let mut t = Tables::empty();
+        let rewrite = |i| Adjacency::Rewrite { tx_if: IfIndex(i), rewrite: [0; 14], mtu: 1400 };
+        t.adjacencies = Arc::new(vec![Adjacency::Miss, Adjacency::Local, rewrite(1), rewrite(2), Adjacency::Blackhole]);
+        let ip = |a: &str| a.parse::<std::net::IpAddr>().unwrap();
+        let h4 = outer("198.18.1.1", "198.18.1.2", 5, 2152);
+        let h6 = outer("2001:db8:1::1", "2001:db8:1::2", 0, 6080);
+        // Nothing protected: the link's MTU, nothing read past the adjacency.
+        assert_eq!(t.tunnel_link_mtu(2, &h4), Some(1400));
+        assert!(!t.tunnel_esp_protected(2, &h4));
+        t.tunnel_esp = Arc::new(vec![
+            TunnelEsp::new(ip("198.18.1.1"), ip("198.18.1.2"), 2152, 0b10, 40, 0),
+            TunnelEsp::new(ip("198.18.1.1"), ip("198.18.1.2"), 2152, 0b10, 60, 1300),
+            TunnelEsp::new(ip("2001:db8:1::1"), ip("2001:db8:1::2"), 6080, 0b110, 48, 0),
+        ]);
+        // The SA with the larger cost (and a cap) wins; only on interface 1's link.
+        assert_eq!(t.tunnel_link_mtu(2, &h4), Some(1300));
+        assert!(t.tunnel_esp_protected(2, &h4));
+        assert_eq!(t.tunnel_link_mtu(3, &h4), Some(1400), "interface 2's SPD does not protect them");
+        assert!(!t.tunnel_esp_protected(3, &h4));
+        assert_eq!(t.tunnel_link_mtu(4, &h4), None);
+        assert!(!t.tunnel_esp_protected(4, &h4));
+        // Another port, address or family: the link's whole MTU.
+        assert_eq!(t.tunnel_link_mtu(2, &outer("198.18.1.1", "198.18.1.2", 5, 2153)), Some(1400));
+        assert_eq!(t.tunnel_link_mtu(2, &outer("198.18.1.1", "198.18.1.3", 5, 2152)), Some(1400));
+        assert_eq!(t.tunnel_link_mtu(2, &outer("198.18.1.3", "198.18.1.2", 5, 2152)), Some(1400));
+        // IPv4 options move the UDP header: its port is still found.
+        assert_eq!(t.tunnel_link_mtu(2, &outer("198.18.1.1", "198.18.1.2", 6, 2152)), Some(1300));
+        assert_eq!(t.tunnel_link_mtu(3, &h6), Some(1400 - 48));
+        assert!(t.tunnel_esp_protected(3, &h6));
+        assert_eq!(t.tunnel_link_mtu(3, &outer("2001:db8:1::1", "2001:db8:1::2", 0, 2152)), Some(1400));
+        assert_eq!(t.tunnel_link_mtu(3, &outer("2001:db8:1::1", "2001:db8:1::3", 0, 6080)), Some(1400));
+        // Truncated headers and other versions match nothing (and do not panic).
+        for n in 0..h6.len() {
+            assert_eq!(t.tunnel_link_mtu(3, &h6[..n]), Some(if n >= 44 { 1400 - 48 } else { 1400 }), "{n} bytes");
+            assert_eq!(
+                t.tunnel_link_mtu(2, &h4[..n.min(h4.len())]),
+                Some(if n >= 24 { 1300 } else { 1400 }),
+                "{n} bytes: the port ends at byte 24"
+            );
+        }
+        assert_eq!(t.tunnel_link_mtu(2, &[0x50; 40]), Some(1400));
+    }
 
     #[test]
     fn udp_demux_filters_never_hide_an_endpoint() {

@@ -3,9 +3,9 @@
 //! others are shared with the previous version.
 
 use crate::changes::Changes;
-use crate::classifier::TupleSpace;
+use crate::classifier::{linear, TupleSpace};
 use crate::flow_cache::{cache_spd, publishable, stamp};
-use crate::policy::{Direction, Policy, PolicyError, PolicyId, PolicySpec, SpdId};
+use crate::policy::{Decision, Direction, FlowKey, Policy, PolicyError, PolicyId, PolicySpec, Range, Rule, SpdAddr, SpdId};
 use crate::tables::{Spd, SpdTables, NO_SPD};
 use arc_swap::ArcSwap;
 use engine::IfIndex;
@@ -134,6 +134,38 @@ impl SpdState {
         self.bindings.iter().map(|(i, s)| (*i, *s))
     }
 
+    /// Every decision SPD `spd`'s outbound policies give the packets from `local` to
+    /// `remote` of protocol `proto` to remote port `remote_port` whose local (source)
+    /// port is in `local_ports`, each once, in port order of first appearance: one when
+    /// no policy tells those ports apart. Worked out at the few ports where some policy's
+    /// local port range starts or ends (between two of them the same policies match),
+    /// not port by port. For the control plane (a tunnel's outer packets choose their
+    /// source port per flow), not for packets.
+    pub fn outbound_decisions(
+        &self,
+        spd: SpdId,
+        local: std::net::IpAddr,
+        remote: std::net::IpAddr,
+        proto: u8,
+        local_ports: Range<u16>,
+        remote_port: u16,
+    ) -> Vec<Decision> {
+        let policies = || self.by_spd.get(&spd).into_iter().flat_map(|s| s.values()).filter(|p| p.direction == Direction::Outbound);
+        match (local, remote) {
+            (std::net::IpAddr::V4(l), std::net::IpAddr::V4(r)) => {
+                let rules: Vec<_> = policies().filter_map(|p| p.v4).collect();
+                let k = FlowKey { local: u32::from(l), remote: u32::from(r), proto, local_port: 0, remote_port };
+                decisions_over_local_ports(&rules, k, local_ports)
+            }
+            (std::net::IpAddr::V6(l), std::net::IpAddr::V6(r)) => {
+                let rules: Vec<_> = policies().filter_map(|p| p.v6).collect();
+                let k = FlowKey { local: u128::from(l), remote: u128::from(r), proto, local_port: 0, remote_port };
+                decisions_over_local_ports(&rules, k, local_ports)
+            }
+            _ => vec![Decision::NoMatch],
+        }
+    }
+
     fn build_spd(&self, spd: SpdId) -> Spd {
         let policies = || self.by_spd.get(&spd).into_iter().flat_map(|s| s.values());
         let rules4 = |d| policies().filter(|p| p.direction == d).filter_map(|p| p.v4).collect::<Vec<_>>();
@@ -218,6 +250,24 @@ impl SpdState {
     }
 }
 
+/// [`SpdState::outbound_decisions`] over `rules`: `k` with every local port in `ports`.
+fn decisions_over_local_ports<A: SpdAddr>(rules: &[Rule<A>], k: FlowKey<A>, ports: Range<u16>) -> Vec<Decision> {
+    let mut at = vec![ports.lo];
+    for r in rules {
+        at.extend([Some(r.local_ports.lo), r.local_ports.hi.checked_add(1)].into_iter().flatten().filter(|&p| ports.contains(p)));
+    }
+    at.sort_unstable();
+    at.dedup();
+    let mut out = Vec::new();
+    for p in at {
+        let d = linear(rules, &FlowKey { local_port: p, ..k }).map_or(Decision::NoMatch, |r| Decision::Act(r.action));
+        if !out.contains(&d) {
+            out.push(d);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -283,6 +333,46 @@ mod tests {
         assert!(!t.check_inbound(SpdId(4), SaId(8), &k));
         assert!(!t.check_inbound(SpdId(4), SaId(9), &FlowKey { remote: 0xc614_0001, ..k }));
         assert!(!t.check_inbound(SpdId(5), SaId(9), &k));
+    }
+
+    #[test]
+    fn outbound_decisions_tell_source_ports_apart_only_where_policies_do() {
+        let mut s = SpdState::new();
+        let mut protect = spec(1, Direction::Outbound, 10, ActionKind::Protect, Some(5), "198.19.0.0/16");
+        protect.protocol = "udp".into();
+        s.add_policy(&protect).unwrap();
+        let mut tcp = spec(1, Direction::Outbound, 50, ActionKind::Protect, Some(6), "any");
+        tcp.protocol = "tcp".into();
+        s.add_policy(&tcp).unwrap();
+        let mut some_ports = spec(1, Direction::Outbound, 20, ActionKind::Bypass, None, "any");
+        some_ports.local_ports = "50000-50999".into();
+        some_ports.protocol = "udp".into();
+        s.add_policy(&some_ports).unwrap();
+        let (l, r): (std::net::IpAddr, std::net::IpAddr) = ("198.18.0.1".parse().unwrap(), "198.19.0.1".parse().unwrap());
+        let d = |s: &SpdState, proto, ports: Range<u16>, port| s.outbound_decisions(SpdId(1), l, r, proto, ports, port);
+        let protect5 = Decision::Act(Action::Protect(SaId(5)));
+        assert_eq!(d(&s, 17, Range { lo: 2152, hi: 2152 }, 2152), vec![protect5]);
+        assert_eq!(d(&s, 17, Range { lo: 49152, hi: 65535 }, 6080), vec![protect5, Decision::Act(Action::Bypass)]);
+        assert_eq!(d(&s, 17, Range { lo: 51000, hi: 65535 }, 6080), vec![protect5], "past the bypassed ports");
+        assert_eq!(d(&s, 17, Range { lo: 50999, hi: 50999 }, 6080), vec![Decision::Act(Action::Bypass)]);
+        assert_eq!(
+            d(&s, 17, Range { lo: 50500, hi: 65535 }, 6080),
+            vec![Decision::Act(Action::Bypass), protect5],
+            "from inside the bypassed ports"
+        );
+        assert_eq!(d(&s, 6, Range { lo: 1, hi: 1 }, 80), vec![Decision::Act(Action::Protect(SaId(6)))]);
+        assert_eq!(s.outbound_decisions(SpdId(2), l, r, 17, Range { lo: 1, hi: 9 }, 2152), vec![Decision::NoMatch]);
+        // A bypass for the tunnel's destination port outranks the protect policy.
+        let mut gtpu = spec(1, Direction::Outbound, 30, ActionKind::Bypass, None, "any");
+        gtpu.remote_ports = "2152".into();
+        gtpu.protocol = "udp".into();
+        s.add_policy(&gtpu).unwrap();
+        assert_eq!(d(&s, 17, Range { lo: 49152, hi: 65535 }, 2152), vec![Decision::Act(Action::Bypass)]);
+        let v6 = |a: &str| a.parse::<std::net::IpAddr>().unwrap();
+        assert_eq!(
+            s.outbound_decisions(SpdId(1), v6("2001:db8::1"), v6("2001:db8::2"), 17, Range { lo: 1, hi: 1 }, 9),
+            vec![Decision::NoMatch]
+        );
     }
 
     #[test]
