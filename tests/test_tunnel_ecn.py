@@ -1,12 +1,17 @@
 """DSCP and ECN across every tunnel (RFC 6040, RFC 2983's uniform model, RFC 4301
 §5.1.2.1): entering, the outer header carries the inner packet's traffic class byte
-(DSCP and ECN); leaving, the outer ECN is combined into the inner packet by RFC 6040's
+(DSCP and ECN), or with a tunnel's `dscp = N` (the pipe model) that DSCP and the inner
+ECN field; leaving, the outer ECN is combined into the inner packet by RFC 6040's
 table (outer CE marks an ECN-capable inner packet CE, outer ECT(1) turns ECT(0) into
 ECT(1), outer CE over a Not-ECT inner packet is dropped by name), the inner DSCP kept.
 scapy builds the packets and reads the results; an IPv4 header's checksum is checked
 by recomputing it with scapy. GUE (the fast path and, with a GRE key, the general
 one), GTP-U, ESP (scapy's ESP layer decrypts and encrypts) and the load balancer's
 direct server return."""
+import json
+import socket
+import subprocess
+
 import pytest
 from conftest import GW_MAC0, HOST_MAC, run_pcap
 
@@ -17,6 +22,7 @@ import test_gtpu
 import test_ipsec
 import test_lb_encap
 import test_udptun
+from test_ctl import ctl, running  # noqa: F401 (a fixture)
 
 NOT_ECT, ECT1, ECT0, CE = 0, 1, 2, 3
 EF = 46 << 2  # DSCP Expedited Forwarding in the traffic class byte
@@ -78,6 +84,36 @@ def test_udp_tunnel_outer_header_carries_the_inner_traffic_class(vecgate, tmp_pa
             assert ip4_checksum_ok(l3), p.summary()
         else:
             assert l3.fl == 0, "the flow label is left as the template has it"
+
+
+def outer_tc_for(dscp, inner_tc):
+    """What the outer header carries under a tunnel's `dscp` setting: the inner byte
+    whole ("inherit"), or the fixed DSCP over the inner ECN field."""
+    return inner_tc if dscp == "inherit" else dscp << 2 | (inner_tc & CE)
+
+
+@pytest.mark.parametrize("dscp", ["inherit", 10, 0], ids=["inherit", "dscp-10", "dscp-0"])
+@pytest.mark.parametrize("outer", [4, 6])
+@pytest.mark.parametrize("encap,extra", [("gue", ""), ("gre", "key = 7"), ("direct", "port = 5555"), ("gue", "tcp_mss_clamp = true")],
+                         ids=["gue-fast-path", "gre-key-fast-path", "direct-fast-path", "gue-clamping-general-path"])
+def test_udp_tunnel_dscp_policy(vecgate, tmp_path, outer, encap, extra, dscp):
+    """`dscp = N` (the pipe model): the outer DSCP is the tunnel's, the ECN field the
+    inner packet's (congestion marks still reach the far end); `dscp = "inherit"` is the
+    uniform model. The inner packet leaves as it came."""
+    sent = [inner_from_host(v, tc, i) for i, (v, tc) in enumerate((v, tc) for v in (4, 6) for tc in TCS)]
+    value = '"inherit"' if dscp == "inherit" else dscp
+    out0, out1, c, _ = run_pcap(vecgate, tmp_path, sent, test_udptun.tunnel(encap, outer, f"{extra}\ndscp = {value}"))
+    assert len(out1) == len(sent) and not out0, c
+    for p, s in zip(out1, sent):
+        l3 = IP(raw(p)[14:]) if outer == 4 else IPv6(raw(p)[14:])
+        inner_tc = tc_of(s[IP] if IP in s else s[IPv6])
+        assert tc_of(l3) == outer_tc_for(dscp, inner_tc), (p.summary(), dscp, inner_tc)
+        inner = raw(p)[-len(raw(s)) + 14:]
+        assert tc_of(IP(inner) if inner[0] >> 4 == 4 else IPv6(inner)) == inner_tc, "the inner packet keeps its own"
+        if outer == 4:
+            assert ip4_checksum_ok(l3), p.summary()
+        else:
+            assert l3.fl == 0
 
 
 def gue_from_peer(outer, outer_tc, inner, zero_checksum):
@@ -145,6 +181,77 @@ def test_gtpu_outer_header_carries_the_inner_traffic_class(vecgate, tmp_path):
             assert ip4_checksum_ok(l3)
         seen.add(key)
     assert seen == set(want)
+
+
+@pytest.mark.parametrize("dscp4,dscp6", [(46, "inherit"), ("inherit", 63)])
+def test_gtpu_dscp_policy(vecgate, tmp_path, dscp4, dscp6):
+    """A GTP-U tunnel with `dscp = N` sends that DSCP and the inner ECN field; one with
+    `dscp = "inherit"` the inner byte whole; each family both ways across the runs."""
+    value = lambda d: '"inherit"' if d == "inherit" else d
+    sent = []
+    for k, tc in enumerate(TCS):
+        sent.append(Ether(src=HOST_MAC, dst=GW_MAC0) / IP(src="198.18.0.2", dst=test_gtpu.UE4, tos=tc) / UDP(sport=1000 + k, dport=9) / Raw(b"u" * 20))
+        sent.append(Ether(src=HOST_MAC, dst=GW_MAC0) / IPv6(src="2001:db8::2", dst=test_gtpu.UE6, tc=tc) / UDP(sport=1000 + k, dport=9) / Raw(b"u" * 20))
+    cfg = test_gtpu.tunnels(v4=f"dscp = {value(dscp4)}", v6=f"dscp = {value(dscp6)}")
+    out0, out1, c, _ = run_pcap(vecgate, tmp_path, sent, cfg)
+    assert len(out1) == len(sent), c
+    want = {(4 if IP in s else 6, s[UDP].sport): tc_of(s[IP] if IP in s else s[IPv6]) for s in sent}
+    seen = set()
+    for p in out1:
+        l3 = IP(raw(p)[14:]) if IP in p else IPv6(raw(p)[14:])
+        inner = p[GTP_U_Header].payload
+        key = (inner.version, inner[UDP].sport)
+        dscp = dscp4 if l3.version == 4 else dscp6
+        assert tc_of(l3) == outer_tc_for(dscp, want[key]), (p.summary(), dscp, want[key])
+        assert tc_of(inner) == want[key]
+        if l3.version == 4:
+            assert ip4_checksum_ok(l3)
+        seen.add(key)
+    assert seen == set(want)
+
+
+def test_tunnel_dscp_set_and_shown_through_ctl(vecgate, running):
+    """`dscp` through the CLI and the JSON API on both tunnel kinds, shown by `show udp
+    tunnels` / `show gtpu tunnels` (text and JSON); a bad value refused saying what is
+    expected."""
+    proc, sock = running
+    r = ctl(vecgate, sock, "create", "udp", "tunnel", "local", "198.18.1.1", "remote", "198.18.1.9", "encap", "gue",
+            "port", "5555", "dscp", "46")
+    assert r.returncode == 0 and "created udp_tunnel1" in r.stdout, r.stdout + r.stderr
+    r = ctl(vecgate, sock, "create", "udp", "tunnel", "local", "198.18.1.1", "remote", "198.18.1.9", "encap", "gue",
+            "port", "5556", "dscp", "64")
+    assert r.returncode != 0 and 'expected "inherit" or a DSCP 0 to 63' in (r.stdout + r.stderr), r.stdout + r.stderr
+    req = {"op": "create_gtpu_tunnel", "local": "2001:db8:1::1", "remote": "2001:db8:1::9", "teid_in": 0x700, "teid_out": 0x701,
+           "dscp": 10}
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(str(sock))
+        s.sendall((json.dumps(req) + "\n").encode())
+        reply = json.loads(s.makefile().readline())
+    assert reply["ok"], reply
+    gname = reply["data"]["name"]
+    text = ctl(vecgate, sock, "show", "udp", "tunnels").stdout
+    line = next(l for l in text.splitlines() if l.startswith("udp_tunnel1 "))
+    assert " dscp 46 " in line, text
+    assert " dscp " not in next(l for l in text.splitlines() if l.startswith("udp_tunnel0 ")), "inherit shows nothing"
+    rows = {t["name"]: t for t in json.loads(ctl(vecgate, sock, "show", "udp", "tunnels", json_out=True).stdout)["data"]["tunnels"]}
+    assert rows["udp_tunnel1"]["dscp"] == 46 and rows["udp_tunnel0"]["dscp"] == "inherit", rows
+    text = ctl(vecgate, sock, "show", "gtpu", "tunnels").stdout
+    assert " dscp 10 " in next(l for l in text.splitlines() if l.startswith(gname + " ")), text
+    rows = {t["name"]: t for t in json.loads(ctl(vecgate, sock, "show", "gtpu", "tunnels", json_out=True).stdout)["data"]["tunnels"]}
+    assert rows[gname]["dscp"] == 10 and rows["gtpu_tunnel0"]["dscp"] == "inherit", rows
+
+
+def test_bad_tunnel_dscp_names_file_tunnel_and_field(vecgate, tmp_path):
+    cfg = tmp_path / "bad.toml"
+    base = '[[interface]]\nname = "pg0"\ntype = "pg"\nmac = "02:00:00:00:00:01"\naddresses = ["198.18.1.1/24"]\n'
+    cfg.write_text(base + '[[udp_tunnel]]\nlocal = "198.18.1.1"\nremote = "198.18.1.2"\nencap = "gue"\ndscp = "ef"\n')
+    r = subprocess.run([str(vecgate), "run", "--config", str(cfg), "--duration", "1"], capture_output=True, text=True, timeout=20)
+    assert r.returncode != 0
+    assert 'bad.toml: udp_tunnel[0].dscp: "ef": expected "inherit" or a DSCP 0 to 63' in r.stderr, r.stderr
+    cfg.write_text(base + '[[gtpu_tunnel]]\nlocal = "198.18.1.1"\nremote = "198.18.1.2"\nteid_in = 1\nteid_out = 2\ndscp = 64\n')
+    r = subprocess.run([str(vecgate), "run", "--config", str(cfg), "--duration", "1"], capture_output=True, text=True, timeout=20)
+    assert r.returncode != 0
+    assert 'bad.toml: gtpu_tunnel[0].dscp: 64: expected "inherit" or a DSCP 0 to 63' in r.stderr, r.stderr
 
 
 def test_gtpu_decapsulation_combines_ecn_by_rfc_6040(vecgate, tmp_path):

@@ -750,6 +750,38 @@ mod tests {
         assert_eq!(a.control.udptun.len(), 1);
     }
 
+    /// A tunnel's `dscp` is "inherit" or 0 to 63; anything else is refused naming the
+    /// file, the tunnel and the field; a good one reaches the running tunnel.
+    #[test]
+    fn tunnel_dscp_is_checked() {
+        use crate::dataplane::assemble;
+        use ip::outer::tos::Dscp;
+        let base = "[[interface]]\nname = \"pg0\"\ntype = \"pg\"\nmac = \"02:00:00:00:00:01\"\naddresses = [\"198.18.1.1/24\", \"2001:db8:1::1/64\"]\n";
+        let udp = |v: &str| format!("{base}[[udp_tunnel]]\nlocal = \"198.18.1.1\"\nremote = \"198.18.1.2\"\nencap = \"gue\"\ndscp = {v}\n");
+        let gtpu = |v: &str| {
+            format!("{base}[[gtpu_tunnel]]\nlocal = \"2001:db8:1::1\"\nremote = \"2001:db8:1::2\"\nteid_in = 1\nteid_out = 2\ndscp = {v}\n")
+        };
+        for bad in ["64", "-1", "300", "\"ef\"", "\"Inherit\"", "4.5", "true", "\"\""] {
+            for (text, field) in [(udp(bad), "udp_tunnel[0].dscp"), (gtpu(bad), "gtpu_tunnel[0].dscp")] {
+                let e = Config::parse(&text, "gw.toml", Path::new(".")).err().unwrap_or_else(|| panic!("{field} = {bad} accepted"));
+                assert_eq!(e.field, field, "{e}");
+                assert!(e.message.contains("expected \"inherit\" or a DSCP 0 to 63"), "{e}");
+                assert!(e.to_string().starts_with(&format!("gw.toml: {field}: ")), "{e}");
+                assert_eq!(e.line, text.lines().position(|l| l.starts_with("dscp")).map(|n| n + 1), "{e}");
+            }
+        }
+        for (v, want) in [("\"inherit\"", Dscp::Inherit), ("46", Dscp::Fixed(46)), ("0", Dscp::Fixed(0)), ("63", Dscp::Fixed(63))] {
+            let a = assemble(&Config::parse(&udp(v), "gw.toml", Path::new(".")).unwrap()).expect("a valid tunnel");
+            assert_eq!(a.control.udptun.tunnels().map(|(_, s)| s.dscp).collect::<Vec<_>>(), [want]);
+            let a = assemble(&Config::parse(&gtpu(v), "gw.toml", Path::new(".")).unwrap()).expect("a valid tunnel");
+            assert_eq!(a.control.gtpu.tunnels().map(|(_, t)| t.spec().dscp).collect::<Vec<_>>(), [want]);
+        }
+        // Left out: the inner packet's.
+        let text = format!("{base}[[udp_tunnel]]\nlocal = \"198.18.1.1\"\nremote = \"198.18.1.2\"\nencap = \"gre\"\n");
+        let a = assemble(&Config::parse(&text, "gw.toml", Path::new(".")).unwrap()).unwrap();
+        assert_eq!(a.control.udptun.tunnels().map(|(_, s)| s.dscp).collect::<Vec<_>>(), [Dscp::Inherit]);
+    }
+
     #[test]
     fn the_default_gateway_parses() {
         let c = Config::default_gateway();

@@ -2,7 +2,7 @@
 //! config file's `[[gtpu_tunnel]]`, the JSON API's `create_gtpu_tunnel` and the CLI),
 //! its conversion to a validated [`TunnelSpec`], and the rows `show gtpu tunnels` prints.
 
-use gtpu::{ChecksumMode, DecapNext, PduDirection, SrcPort, TunnelSpec};
+use gtpu::{ChecksumMode, DecapNext, Dscp, PduDirection, SrcPort, TunnelSpec};
 use ip::outer::{FragmentPolicy, MtuPolicy};
 use ip::tables::{TunnelRef, GTPU_IF_PREFIX};
 use ip::{Prefix, RouteTarget, RouterState};
@@ -64,6 +64,10 @@ pub struct GtpuTunnelConfig {
     /// route back goes into this tunnel; loose, there is a route back.
     #[serde(default)]
     pub urpf: ip::urpf::Urpf,
+    /// The outer DSCP: `"inherit"` (the inner packet's, the default) or 0 to 63 (the
+    /// tunnel's own; ECN still the inner packet's).
+    #[serde(default)]
+    pub dscp: Dscp,
 }
 
 /// A field-named error, for config messages (`gtpu_tunnel[3].remote: …`).
@@ -100,6 +104,7 @@ impl GtpuTunnelConfig {
         }
         s.mtu = MtuPolicy::checked(self.mtu, self.fragment, self.tcp_mss_clamp)?;
         s.urpf = self.urpf;
+        s.dscp = self.dscp;
         Ok(s)
     }
 }
@@ -150,6 +155,8 @@ pub struct TunnelRow {
     pub inner_mtu: Option<usize>,
     pub mtu: MtuPolicy,
     pub urpf: ip::urpf::Urpf,
+    /// `"inherit"` or the fixed outer DSCP.
+    pub dscp: Dscp,
 }
 
 pub fn rows(g: &gtpu::GtpuState, router: &RouterState, limit: usize) -> Vec<TunnelRow> {
@@ -204,6 +211,7 @@ fn rows_of(
                 .filter(|&m| m != usize::MAX),
                 mtu: t.mtu,
                 urpf: t.urpf,
+                dscp: s.dscp,
             }
         })
         .collect()
@@ -213,7 +221,7 @@ pub fn format_rows(rows: &[TunnelRow], total: usize) -> String {
     let mut s = format!("{total} GTP-U tunnels{}\n", counting_note(rows));
     for r in rows {
         s += &format!(
-            "{:<16} {} -> {} teid in {:#x} out {:#x}{}{} checksum {} src-port {} decap {}{}{} mtu {}{}{}{}\n",
+            "{:<16} {} -> {} teid in {:#x} out {:#x}{}{} checksum {} src-port {}{} decap {}{}{} mtu {}{}{}{}\n",
             r.name,
             r.local,
             r.remote,
@@ -223,6 +231,7 @@ pub fn format_rows(rows: &[TunnelRow], total: usize) -> String {
             if r.sequence { " seq" } else { "" },
             crate::format::word(&r.checksum),
             crate::format::word(&r.src_port),
+            dscp_words(r.dscp),
             r.decap_next,
             r.ue.as_ref().map(|u| format!(" ue {u}")).unwrap_or_default(),
             // The way to the remote (a route and its next hop's address) is not known yet.
@@ -241,6 +250,15 @@ pub fn format_rows(rows: &[TunnelRow], total: usize) -> String {
         s += &format!("… {} more\n", total - rows.len());
     }
     s
+}
+
+/// A tunnel row's DSCP policy: nothing for the default (the inner packet's), ` dscp N`
+/// for a fixed one (any tunnel kind's rows).
+pub fn dscp_words(d: Dscp) -> String {
+    match d {
+        Dscp::Inherit => String::new(),
+        Dscp::Fixed(n) => format!(" dscp {n}"),
+    }
 }
 
 /// What a tunnel listing says when its rows have no counts: that counting is off and how

@@ -54,6 +54,9 @@ pub struct UdpTunnelConfig {
     /// Check the sources of the inner packets it decapsulates, as for GTP-U tunnels.
     #[serde(default)]
     pub urpf: ip::urpf::Urpf,
+    /// The outer DSCP, as for GTP-U tunnels.
+    #[serde(default)]
+    pub dscp: udptun::Dscp,
     /// Routes into the tunnel.
     #[serde(default)]
     pub routes: Vec<String>,
@@ -99,6 +102,7 @@ impl UdpTunnelConfig {
         }
         s.mtu = MtuPolicy::checked(self.mtu, self.fragment, self.tcp_mss_clamp)?;
         s.urpf = self.urpf;
+        s.dscp = self.dscp;
         let routes = self
             .routes
             .iter()
@@ -141,6 +145,8 @@ pub struct UdpTunnelRow {
     /// The inner MTU now (see `gtpu::TunnelRow::inner_mtu`).
     pub inner_mtu: Option<usize>,
     pub urpf: ip::urpf::Urpf,
+    /// `"inherit"` or the fixed outer DSCP.
+    pub dscp: udptun::Dscp,
 }
 
 pub fn rows(u: &UdpTunState, router: &ip::RouterState) -> Vec<UdpTunnelRow> {
@@ -171,6 +177,7 @@ pub fn rows_where(u: &UdpTunState, router: &ip::RouterState, keep: impl Fn(u32, 
             ttl: s.ttl,
             mtu: s.mtu,
             urpf: s.urpf,
+            dscp: s.dscp,
         })
         .collect()
 }
@@ -184,7 +191,7 @@ pub fn format_rows(rows: &[UdpTunnelRow]) -> String {
             + if r.gre_sequence { " gre-sequence" } else { "" };
         let _ = writeln!(
             o,
-            "{:<16} {} -> {} {} port {} src-ports {}{} checksum {}{} ttl {}{}{}{}{}",
+            "{:<16} {} -> {} {} port {} src-ports {}{} checksum {}{} ttl {}{}{}{}{}{}",
             r.name,
             r.local,
             r.remote,
@@ -195,6 +202,7 @@ pub fn format_rows(rows: &[UdpTunnelRow]) -> String {
             crate::format::word(&r.checksum),
             if r.accept_zero_checksum { " accept-zero-checksum" } else { "" },
             r.ttl,
+            crate::gtpu::dscp_words(r.dscp),
             format!(" mtu {}", r.inner_mtu.map_or("?".into(), |m| m.to_string())),
             if r.mtu.fragment == FragmentPolicy::Outer { " fragment outer" } else { "" },
             if r.mtu.mss_clamp { " mss-clamp" } else { "" },

@@ -24,4 +24,4 @@ pub mod tunnel;
 pub use context::{GtpuContext, GtpuEvent, HasGtpu};
 pub use state::{GtpuError, GtpuState, TunnelChange};
 pub use tables::{GtpuTables, Techniques};
-pub use tunnel::{ChecksumMode, DecapNext, PduDirection, SrcPort, Tunnel, TunnelSpec};
+pub use tunnel::{ChecksumMode, DecapNext, Dscp, PduDirection, SrcPort, Tunnel, TunnelSpec};

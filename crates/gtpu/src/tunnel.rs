@@ -5,6 +5,8 @@
 
 use crate::nodes::{Ip4Outer, Ip6Outer, OuterFamily};
 use engine::IfIndex;
+pub use ip::outer::tos::Dscp;
+use ip::outer::tos::Marking;
 pub use ip::outer::{ChecksumMode, MtuPolicy};
 use ip::tables::TunnelKind;
 use ip::urpf::Urpf;
@@ -77,6 +79,8 @@ pub struct TunnelSpec {
     /// The reverse-path check of the inner packets it takes out (`ip::urpf`; strict:
     /// the route back to their source goes into this tunnel).
     pub urpf: Urpf,
+    /// The outer DSCP: the inner packet's, or a fixed one (`ip::outer::tos`).
+    pub dscp: Dscp,
 }
 
 impl TunnelSpec {
@@ -98,6 +102,7 @@ impl TunnelSpec {
             ue: None,
             mtu: MtuPolicy::default(),
             urpf: Urpf::Off,
+            dscp: Dscp::Inherit,
         }
     }
 
@@ -136,6 +141,9 @@ pub struct Tunnel {
     pub rewrite_len: u8,
     /// Offset of the UDP header in `rewrite` (the outer IP header length).
     pub udp_at: u8,
+    /// The outer traffic class from the inner one (the tunnel's DSCP policy); the
+    /// template's own byte is 0.
+    pub marking: Marking,
     pub live: bool,
     pub v6: bool,
     pub sequence: bool,
@@ -158,6 +166,7 @@ impl Default for Tunnel {
             rewrite: [0; MAX_REWRITE],
             rewrite_len: 0,
             udp_at: 0,
+            marking: Marking::INHERIT,
             live: false,
             v6: false,
             sequence: false,
@@ -205,6 +214,7 @@ impl Tunnel {
             teid_in: spec.teid_in,
             mtu: spec.mtu,
             urpf: spec.urpf,
+            marking: Marking::of(spec.dscp),
             ..Tunnel::default()
         };
         // The same outer header as every packet we originate (`Outer::emit_header`),
@@ -354,6 +364,7 @@ impl Tunnel {
             ue: None,
             mtu: self.mtu,
             urpf: self.urpf,
+            dscp: self.marking.dscp(),
         }
     }
 }

@@ -28,4 +28,5 @@ pub mod tunnel;
 pub use context::{HasUdpTun, UdpTunContext, UdpTunEvent};
 pub use state::{UdpTunError, UdpTunState, UdpTunnelChange};
 pub use tables::UdpTunTables;
+pub use ip::outer::tos::Dscp;
 pub use tunnel::{Encap, Tunnel, UdpTunnelSpec};

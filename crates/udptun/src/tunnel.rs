@@ -1,6 +1,7 @@
 //! A UDP tunnel as configured ([`UdpTunnelSpec`]) and as the dataplane reads it
 //! ([`Tunnel`]: the outer headers precomputed, with the offsets a packet patches).
 
+use ip::outer::tos::{Dscp, Marking};
 use ip::outer::{ChecksumMode, Ip4Outer, Ip6Outer, MtuPolicy, OuterFamily};
 use ip::tables::TunnelKind;
 use ip::urpf::Urpf;
@@ -83,6 +84,8 @@ pub struct UdpTunnelSpec {
     /// The reverse-path check of the inner packets it takes out (`ip::urpf`; strict:
     /// the route back to their source goes into this tunnel).
     pub urpf: Urpf,
+    /// The outer DSCP: the inner packet's, or a fixed one (`ip::outer::tos`).
+    pub dscp: Dscp,
 }
 
 impl UdpTunnelSpec {
@@ -104,6 +107,7 @@ impl UdpTunnelSpec {
             ttl: 64,
             mtu: MtuPolicy::default(),
             urpf: Urpf::Off,
+            dscp: Dscp::Inherit,
         }
     }
 
@@ -138,6 +142,9 @@ pub struct Tunnel {
     pub encap: Encap,
     pub checksum: ChecksumMode,
     pub accept_zero_checksum: bool,
+    /// The outer traffic class from the inner one (the tunnel's DSCP policy); the
+    /// template's own byte is 0.
+    pub marking: Marking,
     /// The UDP pseudo-header sum without the length.
     pub pseudo: Checksum,
     /// The outer IPv4 header's ones'-complement sum with a zero total length, folded
@@ -211,6 +218,7 @@ impl Tunnel {
             encap: s.encap,
             checksum: s.checksum,
             accept_zero_checksum: s.accept_zero_checksum,
+            marking: Marking::of(s.dscp),
             pseudo,
             ip_sum: if ip_len == 20 { !u16::from_be_bytes([hdr[10], hdr[11]]) as u32 } else { 0 },
             src_port_min: s.src_port_min,

@@ -12,6 +12,7 @@ use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use core::num::{NonZeroU32, NonZeroU64};
 use engine::cow::CowVec;
 use gtpu::teid_table::TeidTable;
+use ip::outer::tos::Marking;
 use std::sync::Arc;
 
 /// Where a FAR sends a packet.
@@ -38,11 +39,10 @@ pub struct OuterHeader {
     /// the one place they are kept.
     pub gtpu_header: [u8; GPDU_HEADER_MAX],
     pub gtpu_len: u8,
-    /// The outer traffic class's bits the SMF's Transport Level Marking sets (its DSCP
-    /// bits: `tos_mask` is 0 or within 0xfc) and their values; the others, the ECN field
-    /// always among them, are the inner packet's (`ip::outer::tos`).
-    pub tos: u8,
-    pub tos_mask: u8,
+    /// The outer traffic class from the inner one: the inner byte whole, or with the
+    /// DSCP bits the SMF's Transport Level Marking sets; the ECN field always the inner
+    /// packet's (`ip::outer::tos`, as every tunnel's).
+    pub marking: Marking,
 }
 
 /// The longest G-PDU header a FAR sends: 8 octets, the optional fields and a PDU Session
@@ -55,23 +55,21 @@ impl OuterHeader {
         let mut gtpu_header = [0u8; GPDU_HEADER_MAX];
         let len = repr.header_len();
         repr.emit(&mut gtpu_header[..len]);
-        OuterHeader { peer, gtpu_header, gtpu_len: len as u8, tos: 0, tos_mask: 0 }
+        OuterHeader { peer, gtpu_header, gtpu_len: len as u8, marking: Marking::INHERIT }
     }
 
     /// With the SMF's Transport Level Marking (ToS / Traffic Class, mask): its DSCP bits
-    /// only, as the ECN field stays the inner packet's (RFC 6040). A mask of 0 (some SMFs
-    /// send the value alone) is taken as the whole DSCP: a marking that set no bit would
-    /// not have been sent.
+    /// only, as the ECN field stays the inner packet's (RFC 6040;
+    /// [`Marking::transport_level`]).
     pub fn marked(self, marking: Option<(u8, u8)>) -> OuterHeader {
         let Some((tos, mask)) = marking else { return self };
-        let tos_mask = if mask == 0 { 0xfc } else { mask & 0xfc };
-        OuterHeader { tos: tos & tos_mask, tos_mask, ..self }
+        OuterHeader { marking: Marking::transport_level(tos, mask), ..self }
     }
 
     /// The outer traffic class for an inner packet whose own is `inner`.
     #[inline(always)]
     pub fn traffic_class(&self, inner: u8) -> u8 {
-        (inner & !self.tos_mask) | self.tos
+        self.marking.apply(inner)
     }
 
     pub fn teid(&self) -> u32 {

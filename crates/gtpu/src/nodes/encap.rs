@@ -136,7 +136,9 @@ impl<O: Outer, const COUNT: bool> GtpuEncap<O, COUNT> {
             return Err(GtpuEncapCounter::NoHeadroom);
         }
         let Some(h) = buf.bytes_mut().get_mut(..rl) else { return Err(GtpuEncapCounter::NoHeadroom) };
-        // The inner traffic class goes on the outer header (ip::outer::tos).
+        // The inner traffic class goes on the outer header, or its ECN field under the
+        // tunnel's own DSCP (ip::outer::tos).
+        let tc = t.marking.apply(tc);
         if O::IS_V6 {
             ip::outer::tos::set_ipv6_traffic_class(h, tc);
             h[4..6].copy_from_slice(&(ip_payload as u16).to_be_bytes());
@@ -406,5 +408,53 @@ mod tests {
         let mut short = ipv4(6, &[0u8; 40]);
         short.truncate(50);
         assert!(inner_sum_from_headers(&short).is_none(), "length mismatch");
+    }
+
+    /// The outer traffic class under both DSCP models over both outer families and
+    /// both inner ones: the inner byte whole (inherit), or the tunnel's DSCP with the
+    /// inner ECN field (fixed); the outer IPv4 header checksum right, the IPv6 version
+    /// and flow label untouched, the inner packet's own byte kept.
+    #[test]
+    fn outer_dscp_by_the_tunnel_policy() {
+        use crate::tunnel::{Dscp, TunnelSpec};
+        use ip::outer::tos;
+        let mut pool = Pool::new(4, 0);
+        for (local, remote) in [("198.18.1.1", "198.18.1.2"), ("2001:db8:1::1", "2001:db8:1::2")] {
+            let v6 = local.contains(':');
+            for (policy, inner_tc, want) in [
+                (Dscp::Inherit, 10 << 2 | tos::ECT0, 10 << 2 | tos::ECT0),
+                (Dscp::Inherit, 46 << 2 | tos::CE, 46 << 2 | tos::CE),
+                (Dscp::Fixed(46), 10 << 2 | tos::ECT0, 46 << 2 | tos::ECT0),
+                (Dscp::Fixed(46), 63 << 2 | tos::CE, 46 << 2 | tos::CE),
+                (Dscp::Fixed(0), 63 << 2 | tos::ECT1, tos::ECT1),
+                (Dscp::Fixed(63), tos::NOT_ECT, 63 << 2),
+            ] {
+                for mut inner in [ipv4(17, &[0u8; 16]), ipv6(17, &[0u8; 16])] {
+                    tos::set_traffic_class(&mut inner, inner_tc);
+                    let mut s = TunnelSpec::new(local.parse().unwrap(), remote.parse().unwrap(), 7, 9);
+                    s.dscp = policy;
+                    let t = Tunnel::build(&s);
+                    assert_eq!(t.spec().dscp, policy, "the spec reads the policy back");
+                    let b = pool.alloc(128).unwrap();
+                    pool.get_mut(b).write(&inner).unwrap();
+                    let r = if v6 {
+                        GtpuEncap::<crate::nodes::Ip6Outer, false>::encap(&t, inner_tc, None, false, pool.get_mut(b))
+                    } else {
+                        GtpuEncap::<crate::nodes::Ip4Outer, false>::encap(&t, inner_tc, None, false, pool.get_mut(b))
+                    };
+                    r.unwrap();
+                    let o = pool.get(b).bytes();
+                    let what = format!("{policy} over {local}, inner {inner_tc:#x}");
+                    assert_eq!(tos::traffic_class(o), want, "{what}");
+                    if v6 {
+                        assert_eq!(u32::from_be_bytes([o[0], o[1], o[2], o[3]]) & 0xf00f_ffff, 0x6000_0000, "{what}");
+                    } else {
+                        assert!(wire::ipv4::Ipv4Packet::new_checked(o).unwrap().verify_checksum(), "{what}");
+                    }
+                    assert_eq!(tos::traffic_class(&o[o.len() - inner.len()..]), inner_tc, "{what}");
+                    pool.free(b);
+                }
+            }
+        }
     }
 }

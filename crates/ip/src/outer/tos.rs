@@ -8,6 +8,14 @@
 //! reaches the inner packet's receiver, and an outer CE over an inner packet that
 //! cannot carry one is dropped, since forwarding it would lose the congestion signal.
 //! The inner DSCP is left as the sender set it.
+//!
+//! A tunnel may instead send one DSCP of its own ([`Dscp::Fixed`]: RFC 2983's pipe
+//! model, the inner marking kept for the far side while the outer path sees the
+//! tunnel's class), and a UPF's FAR may set some DSCP bits (PFCP's Transport Level
+//! Marking). Both are a [`Marking`]: the inner byte's bits to keep and the bits to add,
+//! worked out once per tunnel, so encapsulation costs the same two operations whatever
+//! the policy. The ECN field is always the inner packet's (RFC 6040's normal mode), so
+//! congestion marks keep reaching the receiver under every model.
 
 use wire::checksum;
 
@@ -16,6 +24,142 @@ pub const NOT_ECT: u8 = 0b00;
 pub const ECT1: u8 = 0b01;
 pub const ECT0: u8 = 0b10;
 pub const CE: u8 = 0b11;
+
+/// The DSCP (RFC 2474) a tunnel sends on its outer header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Dscp {
+    /// The inner packet's (RFC 2983's uniform model; the default).
+    #[default]
+    Inherit,
+    /// This one, 0 to 63, whatever the inner packet's (the pipe model).
+    Fixed(u8),
+}
+
+/// Why a DSCP setting was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DscpError(pub String);
+
+impl std::fmt::Display for DscpError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: expected \"inherit\" or a DSCP 0 to 63", self.0)
+    }
+}
+
+impl std::error::Error for DscpError {}
+
+impl Dscp {
+    /// `Fixed(n)`, if `n` is a DSCP (6 bits).
+    pub fn fixed(n: u64) -> Result<Dscp, DscpError> {
+        match u8::try_from(n) {
+            Ok(d) if d <= 63 => Ok(Dscp::Fixed(d)),
+            _ => Err(DscpError(n.to_string())),
+        }
+    }
+}
+
+impl std::str::FromStr for Dscp {
+    type Err = DscpError;
+    fn from_str(s: &str) -> Result<Dscp, DscpError> {
+        match s {
+            "inherit" => Ok(Dscp::Inherit),
+            _ => s.parse::<u64>().map_err(|_| DscpError(format!("{s:?}"))).and_then(Dscp::fixed),
+        }
+    }
+}
+
+impl std::fmt::Display for Dscp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Dscp::Inherit => f.write_str("inherit"),
+            Dscp::Fixed(d) => write!(f, "{d}"),
+        }
+    }
+}
+
+/// `"inherit"` or the number, as the config file and the API write it.
+impl serde::Serialize for Dscp {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Dscp::Inherit => s.serialize_str("inherit"),
+            Dscp::Fixed(d) => s.serialize_u8(*d),
+        }
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Dscp {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Dscp, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Dscp;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("\"inherit\" or a DSCP 0 to 63")
+            }
+            fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<Dscp, E> {
+                Dscp::fixed(n).map_err(E::custom)
+            }
+            fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<Dscp, E> {
+                u64::try_from(n).map_err(|_| E::custom(DscpError(n.to_string()))).and_then(|n| self.visit_u64(n))
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Dscp, E> {
+                s.parse().map_err(E::custom)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// What a tunnel does to the inner traffic class byte to make the outer one: keeps the
+/// bits of `keep` and sets those of `set` (never ECN bits: `keep` has both, `set`
+/// neither). Built once per tunnel, applied per packet in two operations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Marking {
+    pub keep: u8,
+    pub set: u8,
+}
+
+impl Default for Marking {
+    fn default() -> Self {
+        Marking::INHERIT
+    }
+}
+
+impl Marking {
+    /// The inner byte whole (the uniform model).
+    pub const INHERIT: Marking = Marking { keep: 0xff, set: 0 };
+
+    /// A tunnel's DSCP policy.
+    pub const fn of(d: Dscp) -> Marking {
+        match d {
+            Dscp::Inherit => Marking::INHERIT,
+            Dscp::Fixed(d) => Marking { keep: CE, set: (d & 0x3f) << 2 },
+        }
+    }
+
+    /// PFCP's Transport Level Marking (TS 29.244 §8.2.12: ToS / Traffic Class and its
+    /// mask): the DSCP bits of the mask set to the value's. A mask of 0 (some SMFs send
+    /// the value alone) is taken as the whole DSCP: a marking that set no bit would not
+    /// have been sent.
+    pub const fn transport_level(tos: u8, mask: u8) -> Marking {
+        let m = if mask == 0 { 0xfc } else { mask & 0xfc };
+        Marking { keep: !m, set: tos & m }
+    }
+
+    /// The outer traffic class for an inner packet whose own is `inner`.
+    #[inline(always)]
+    pub const fn apply(self, inner: u8) -> u8 {
+        (inner & self.keep) | self.set
+    }
+
+    /// The policy this marking came from by [`Marking::of`] (a partial one, which only
+    /// a Transport Level Marking makes, reads as its DSCP).
+    pub const fn dscp(self) -> Dscp {
+        if self.keep == 0xff {
+            Dscp::Inherit
+        } else {
+            Dscp::Fixed(self.set >> 2)
+        }
+    }
+}
 
 /// The traffic class byte (DSCP << 2 | ECN) of the IPv4 or IPv6 header at the start of
 /// `b`; 0 for anything else (an Ethernet frame in an Ethernet PDU session).
@@ -184,6 +328,39 @@ mod tests {
         assert_eq!(eth, vec![0x02u8; 60]);
         assert_eq!(combine_ecn(CE, &mut []), EcnDecap::Unchanged);
         assert_eq!(traffic_class(&[0x45]), 0);
+    }
+
+    #[test]
+    fn dscp_policy_reads_and_writes() {
+        assert_eq!("inherit".parse(), Ok(Dscp::Inherit));
+        assert_eq!("46".parse(), Ok(Dscp::Fixed(46)));
+        assert_eq!("0".parse(), Ok(Dscp::Fixed(0)));
+        assert_eq!("63".parse(), Ok(Dscp::Fixed(63)));
+        for bad in ["64", "-1", "ef", "", "Inherit", "256"] {
+            let e = bad.parse::<Dscp>().unwrap_err().to_string();
+            assert!(e.ends_with("expected \"inherit\" or a DSCP 0 to 63"), "{bad}: {e}");
+        }
+        assert_eq!(Dscp::fixed(300).unwrap_err().to_string(), "300: expected \"inherit\" or a DSCP 0 to 63");
+        for d in [Dscp::Inherit, Dscp::Fixed(0), Dscp::Fixed(46), Dscp::Fixed(63)] {
+            assert_eq!(d.to_string().parse(), Ok(d));
+            assert_eq!(Marking::of(d).dscp(), d);
+        }
+    }
+
+    #[test]
+    fn markings_keep_ecn_and_set_dscp() {
+        for inner in 0..=255u8 {
+            assert_eq!(Marking::INHERIT.apply(inner), inner);
+            assert_eq!(Marking::of(Dscp::Inherit).apply(inner), inner);
+            for d in [0u8, 10, 46, 63] {
+                assert_eq!(Marking::of(Dscp::Fixed(d)).apply(inner), d << 2 | (inner & CE), "inner {inner:#x} dscp {d}");
+            }
+            // A Transport Level Marking of the whole DSCP (mask 0xfc, or 0: the value
+            // alone), and of some of its bits.
+            assert_eq!(Marking::transport_level(46 << 2, 0xfc).apply(inner), 46 << 2 | (inner & CE));
+            assert_eq!(Marking::transport_level(46 << 2 | 3, 0).apply(inner), 46 << 2 | (inner & CE));
+            assert_eq!(Marking::transport_level(0xe0, 0xe3).apply(inner), 0xe0 | (inner & 0x1f));
+        }
     }
 
     proptest! {

@@ -15,6 +15,7 @@ use super::TunOuter;
 use crate::context::HasUdpTun;
 use crate::tunnel::{Encap, Tunnel, MAX_PLAIN_REWRITE, MAX_REWRITE};
 use engine::{counters, next_nodes, Buffer, Counts, GsoKind, IfIndex, Node, Verdict};
+use ip::outer::tos::Marking;
 use ip::outer::{encap_mtu, inner_hop, udp_checksum, ChecksumMode, EncapMtu, InnerHop};
 use ip::tables::Adjacency;
 use wire::ipv4::Ipv4Packet;
@@ -60,8 +61,8 @@ impl<O: TunOuter, const COUNT: bool> Default for UdpTunEncap<O, COUNT> {
 }
 
 /// Prepend and patch the outer headers of `t` before the inner packet in `buf` (IPv4
-/// when `inner_v4`; its traffic class `tc`); the buffer then starts at the outer IP
-/// header.
+/// when `inner_v4`; its traffic class `tc`, which the tunnel's marking makes the outer
+/// one); the buffer then starts at the outer IP header.
 #[inline(always)]
 pub fn encap(t: &Tunnel, is_v6: bool, inner_v4: bool, tc: u8, buf: &mut Buffer) -> Result<(), UdpTunEncapCounter> {
     let port = t.src_port(ip::flow::ip_flow_hash(buf.bytes()));
@@ -77,7 +78,7 @@ pub fn encap(t: &Tunnel, is_v6: bool, inner_v4: bool, tc: u8, buf: &mut Buffer) 
     let room = buf.prepend(MAX_REWRITE).map_err(|_| UdpTunEncapCounter::NoHeadroom)?;
     room.copy_from_slice(&t.rewrite);
     buf.advance(MAX_REWRITE - rl).map_err(|_| UdpTunEncapCounter::NoHeadroom)?;
-    if !patch_outer(is_v6, t.ip_sum, buf.bytes_mut(), total, port, tc) {
+    if !patch_outer(is_v6, t.ip_sum, buf.bytes_mut(), total, port, t.marking.apply(tc)) {
         return Err(UdpTunEncapCounter::NoHeadroom);
     }
     if !inner_v4 {
@@ -146,8 +147,10 @@ pub struct EncapPlan {
     /// fast path cannot take this tunnel's packets at all (not plain, no resolved outer
     /// adjacency, no such tunnel).
     max_inner: usize,
-    /// The tunnel's [`Tunnel::ip_sum`], [`Tunnel::src_port_min`], [`Tunnel::src_port_span`].
+    /// The tunnel's [`Tunnel::ip_sum`], [`Tunnel::src_port_min`], [`Tunnel::src_port_span`],
+    /// [`Tunnel::marking`].
     ip_sum: u32,
+    marking: Marking,
     port_min: u16,
     port_span: u32,
     tx_if: IfIndex,
@@ -164,6 +167,7 @@ impl Default for EncapPlan {
             front: 14,
             max_inner: 0,
             ip_sum: 0,
+            marking: Marking::INHERIT,
             port_min: 0,
             port_span: 1,
             tx_if: IfIndex(0),
@@ -194,6 +198,7 @@ impl EncapPlan {
                 plan.front = 14 + rl;
                 plan.max_inner = (*mtu as usize).saturating_sub(rl);
                 (plan.ip_sum, plan.port_min, plan.port_span) = (t.ip_sum, t.src_port_min, t.src_port_span);
+                plan.marking = t.marking;
                 plan.tx_if = *tx_if;
             }
         }
@@ -243,7 +248,8 @@ fn encap_planned<O: TunOuter>(p: &EncapPlan, buf: &mut Buffer) -> bool {
 }
 
 /// The planned headers for the inner family (`family`: 0 IPv4, 1 IPv6) into the room in
-/// front of an inner packet of `inner_len` bytes and traffic class `tc`, patched for it.
+/// front of an inner packet of `inner_len` bytes and traffic class `tc` (the outer one by
+/// the tunnel's marking), patched for it.
 #[inline(always)]
 fn put_head<O: TunOuter>(p: &EncapPlan, head: &mut [u8; HEAD], family: usize, inner_len: usize, hash: u32, tc: u8) {
     // As 64 bytes and an overlapping last word: four vector moves and one word move,
@@ -254,12 +260,13 @@ fn put_head<O: TunOuter>(p: &EncapPlan, head: &mut [u8; HEAD], family: usize, in
     let port = crate::tunnel::src_port(p.port_min, p.port_span, hash);
     // Never false: the plan only takes templates with whole IP and UDP headers.
     let total = p.front - 14 + inner_len;
+    let tc = p.marking.apply(tc);
     let patched = head.get_mut(p.ip_at..).is_some_and(|h| patch_outer(O::IS_V6, p.ip_sum, h, total, port, tc));
     debug_assert!(patched);
 }
 
 /// Patch the copied template `h` (outer IP header first) for a packet of `total` bytes
-/// from source port `port` whose inner traffic class is `tc`: the IP length and traffic
+/// from source port `port` whose outer traffic class is `tc`: the IP length and traffic
 /// class (and IPv4 checksum, from the template's precomputed sum `ip_sum`), the UDP
 /// length and port. Fixed offsets per family, so one bounds check. False if `h` is
 /// shorter than IP + UDP (never for a template).
@@ -277,7 +284,7 @@ fn patch_outer(is_v6: bool, ip_sum: u32, h: &mut [u8], total: usize, port: u16, 
         let Some(h) = h.first_chunk_mut::<28>() else { return false };
         h[1] = tc;
         h[2..4].copy_from_slice(&(total as u16).to_be_bytes());
-        // The template's TOS byte is 0: the inner one adds its value to the first word.
+        // The template's TOS byte is 0: the outer one adds its value to the first word.
         let mut c = ip_sum + total as u32 + tc as u32;
         c = (c & 0xffff) + (c >> 16);
         c = (c & 0xffff) + (c >> 16);
@@ -580,6 +587,61 @@ mod tests {
         assert_eq!(pool.get(b).bytes(), &inner_udp4(1)[..]);
     }
 
+    /// The outer traffic class under both DSCP models, on the fast and the general path,
+    /// both outer and both inner families: the inner byte whole (inherit), or the
+    /// tunnel's DSCP with the inner ECN field (fixed); the IPv4 header checksum right.
+    #[test]
+    fn outer_dscp_by_the_tunnel_policy() {
+        use ip::outer::tos::{self, Dscp};
+        let l2 = [2, 0, 0, 0, 0, 9, 2, 0, 0, 0, 0, 1, 0x08, 0x00];
+        let adj = Adjacency::Rewrite { tx_if: engine::IfIndex(3), rewrite: l2, mtu: 1500 };
+        let mut pool = Pool::new(8, 0);
+        for (local, remote) in [("198.18.1.1", "198.18.1.2"), ("2001:db8:1::1", "2001:db8:1::2")] {
+            let v6 = local.contains(':');
+            for (policy, inner_tc, want) in [
+                (Dscp::Inherit, 10 << 2 | tos::ECT0, 10 << 2 | tos::ECT0),
+                (Dscp::Inherit, 46 << 2 | tos::CE, 46 << 2 | tos::CE),
+                (Dscp::Fixed(46), 10 << 2 | tos::ECT0, 46 << 2 | tos::ECT0),
+                (Dscp::Fixed(46), 63 << 2 | tos::CE, 46 << 2 | tos::CE),
+                (Dscp::Fixed(0), 63 << 2 | tos::ECT1, tos::ECT1),
+                (Dscp::Fixed(63), tos::NOT_ECT, 63 << 2),
+            ] {
+                for inner_v6 in [false, true] {
+                    let mut inner = if inner_v6 {
+                        let mut p = vec![0x60, 0, 0, 0, 0, 8, 17, 64];
+                        p.extend_from_slice(&[0x20; 32]);
+                        p.extend_from_slice(&[0x13, 0x88, 0, 9, 0, 8, 0, 0]);
+                        p
+                    } else {
+                        inner_udp4(1000)
+                    };
+                    tos::set_traffic_class(&mut inner, inner_tc);
+                    let mut s = spec(Encap::Gue, local, remote);
+                    (s.checksum, s.dscp) = (ChecksumMode::Zero, policy);
+                    let t = Tunnel::new(&s);
+                    let (fast, slow) = (pool.alloc(64).unwrap(), pool.alloc(64).unwrap());
+                    pool.get_mut(fast).write(&inner).unwrap();
+                    pool.get_mut(slow).write(&inner).unwrap();
+                    assert!(fast_path(v6, &t, &adj, pool.get_mut(fast)));
+                    let b = pool.get_mut(slow);
+                    let InnerHop::Forwarded { v4, tc } = inner_hop(b.bytes_mut()) else { panic!("inner") };
+                    encap(&t, v6, v4, tc, b).unwrap();
+                    let what = format!("{policy} over {local}, inner v6 {inner_v6}, inner {inner_tc:#x}");
+                    for o in [&pool.get(fast).bytes()[14..], pool.get(slow).bytes()] {
+                        assert_eq!(tos::traffic_class(o), want, "{what}");
+                        if !v6 {
+                            assert!(wire::ipv4::Ipv4Packet::new_checked(o).unwrap().verify_checksum(), "{what}");
+                        }
+                        // The inner packet keeps its own traffic class.
+                        assert_eq!(tos::traffic_class(&o[o.len() - inner.len()..]), inner_tc, "{what}");
+                    }
+                    pool.free(fast);
+                    pool.free(slow);
+                }
+            }
+        }
+    }
+
     proptest::proptest! {
         /// Any inner packet (any version nibble, TTL, protocol, length; IPv4 options
         /// too) in any plain tunnel: the fast path either declines and leaves the buffer
@@ -593,6 +655,7 @@ mod tests {
             ihl in 5u8..16,
             mtu in 60u16..300,
             src_min in 1024u16..60000,
+            dscp in proptest::option::of(0u8..64),
         ) {
             let encap_kind = [Encap::Gue, Encap::Gre, Encap::Direct][kind];
             if let Some(b) = inner.first_mut() {
@@ -602,6 +665,7 @@ mod tests {
             let mut s = spec(encap_kind, local, remote);
             s.checksum = ChecksumMode::Zero;
             s.src_port_min = src_min;
+            s.dscp = dscp.map_or(ip::outer::tos::Dscp::Inherit, ip::outer::tos::Dscp::Fixed);
             let t = Tunnel::new(&s);
             let l2 = [2, 0, 0, 0, 0, 9, 2, 0, 0, 0, 0, 1, 0x08, 0x00];
             let adj = Adjacency::Rewrite { tx_if: engine::IfIndex(3), rewrite: l2, mtu };
