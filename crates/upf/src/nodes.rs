@@ -234,7 +234,7 @@ fn sdf_ok(r: &Rule, v: &FlowView) -> bool {
 /// The QERs and URRs of a matched, forwarding rule: a used-up quota, a closed gate or the
 /// MBR stop the packet; otherwise it is counted in the rule's URRs.
 #[inline]
-fn enforce(usage: &UsageCells, policer: &Policer, r: &Rule, uplink: bool, bytes: u64) -> Result<(), UpfCounter> {
+fn enforce(usage: &UsageCells, policer: &Policer, r: &Rule, uplink: bool, bytes: u64, now: u64) -> Result<(), UpfCounter> {
     if r.urrs.iter().any(|x| x.exhausted) {
         return Err(UpfCounter::QuotaExhausted);
     }
@@ -243,7 +243,7 @@ fn enforce(usage: &UsageCells, policer: &Policer, r: &Rule, uplink: bool, bytes:
             return Err(UpfCounter::GateClosed);
         }
         if let Some(rate) = q.mbr_bytes_per_sec {
-            if !policer.police(q.slot, q.generation, uplink, rate, bytes, engine::clock::now()) {
+            if !policer.police(q.slot, q.generation, uplink, rate, bytes, now) {
                 return Err(UpfCounter::MbrExceeded);
             }
         }
@@ -266,11 +266,13 @@ impl From<Stop> for UpfCounter {
 }
 
 /// [`enforce`] for a resolved record, whose quota and gate were applied when it was
-/// built: the MBR stops the packet, else it is counted.
+/// built: the MBR stops the packet, else it is counted. `now`: the clock as the vector
+/// started (read once a vector by the nodes: in a VM `rdtsc` a packet was ~40 % of the
+/// policing's samples).
 #[inline]
-fn enforce_record(usage: &UsageCells, policer: &Policer, rec: &Record, uplink: bool, bytes: u64) -> Result<(), UpfCounter> {
+fn enforce_record(usage: &UsageCells, policer: &Policer, rec: &Record, uplink: bool, bytes: u64, now: u64) -> Result<(), UpfCounter> {
     if let Some(p) = rec.policer {
-        if !policer.police(p.slot, p.generation.get(), uplink, p.rate.get(), bytes, engine::clock::now()) {
+        if !policer.police(p.slot, p.generation.get(), uplink, p.rate.get(), bytes, now) {
             return Err(UpfCounter::MbrExceeded);
         }
     }
@@ -304,6 +306,7 @@ fn deliver_downlink(
     r: &Rule,
     buf: &mut Buffer,
     counts: &mut Counts<'_, UpfCounter>,
+    now: u64,
 ) -> Result<UpfNext, UpfCounter> {
     // Only reached by a caller that did not hold it: a Buffer FAR has nothing to forward with.
     let o = outer_of(r)?;
@@ -318,7 +321,7 @@ fn deliver_downlink(
     // header is counted once, under that drop, neither as forwarded nor as usage.
     let bytes = buf.len() as u64;
     let n = encap(buf, t, &o)?;
-    enforce(usage, policer, r, false, bytes)?;
+    enforce(usage, policer, r, false, bytes, now)?;
     counts.inc(UpfCounter::Forwarded);
     counts.inc(UpfCounter::Encapsulated);
     Ok(fragment_outer(buf, outer_mtu, n, counts))
@@ -591,11 +594,15 @@ fn parse_gpdu_full<O: OuterFamily>(b: &[u8]) -> Result<Gpdu, UpfCounter> {
 
 /// `upf4-uplink` / `upf6-uplink`: G-PDUs `gtpuN-input` found no tunnel for (it checked the
 /// outer UDP and the GTP-U header).
-pub struct UpfUplink<O: OuterFamily>(core::marker::PhantomData<O>);
+pub struct UpfUplink<O: OuterFamily> {
+    /// The clock as the vector started: what the QERs' buckets are filled to.
+    now: u64,
+    _family: core::marker::PhantomData<O>,
+}
 
 impl<O: OuterFamily> Default for UpfUplink<O> {
     fn default() -> Self {
-        UpfUplink(core::marker::PhantomData)
+        UpfUplink { now: 0, _family: core::marker::PhantomData }
     }
 }
 
@@ -648,6 +655,7 @@ impl<Cx: HasUpf, O: OuterFamily> Node<Cx> for UpfUplink<O> {
     /// With many sessions: prefetch the vector's lookups level by level
     /// (docs/PERFORMANCE.md, `vecgate bench upf4-uplink`).
     fn prepare(&mut self, cx: &mut Cx, pool: &mut Pool, input: &[BufIdx]) {
+        self.now = engine::clock::now();
         let u = cx.upf();
         if u.tables.sessions.len() < PREFETCH_SESSIONS {
             return;
@@ -694,7 +702,7 @@ impl<Cx: HasUpf, O: OuterFamily> Node<Cx> for UpfUplink<O> {
                     Action::Buffer => return Verdict::Drop(UpfCounter::BufferedDropped),
                     Action::Stop(c) => return Verdict::Drop(c.into()),
                 };
-                let enforced = || enforce_record(usage, policer, rec, true, g.inner_len as u64);
+                let enforced = || enforce_record(usage, policer, rec, true, g.inner_len as u64, self.now);
                 return forward_uplink::<O>(&ipc.tables, buf, counts, tables, &g, rec.remove_outer, ohc, v6, enforced);
             }
         }
@@ -709,7 +717,7 @@ impl<Cx: HasUpf, O: OuterFamily> Node<Cx> for UpfUplink<O> {
             Forward::Buffer => return Verdict::Drop(UpfCounter::BufferedDropped),
             Forward::Forward(o) => o.as_ref(),
         };
-        let enforced = || enforce(usage, policer, r, true, g.inner_len as u64);
+        let enforced = || enforce(usage, policer, r, true, g.inner_len as u64, self.now);
         forward_uplink::<O>(&ipc.tables, buf, counts, tables, &g, r.remove_outer, ohc, inner.v6, enforced)
     }
 
@@ -849,11 +857,15 @@ impl UeFamily for Ue6 {
 }
 
 /// `upf4-downlink` / `upf6-downlink`: packets routed to a UE pool.
-pub struct UpfDownlink<F: UeFamily>(core::marker::PhantomData<F>);
+pub struct UpfDownlink<F: UeFamily> {
+    /// The clock as the vector started: what the QERs' buckets are filled to.
+    now: u64,
+    _family: core::marker::PhantomData<F>,
+}
 
 impl<F: UeFamily> Default for UpfDownlink<F> {
     fn default() -> Self {
-        UpfDownlink(core::marker::PhantomData)
+        UpfDownlink { now: 0, _family: core::marker::PhantomData }
     }
 }
 
@@ -867,6 +879,7 @@ impl<Cx: HasUpf, F: UeFamily> Node<Cx> for UpfDownlink<F> {
 
     /// With many sessions: prefetch the vector's lookups level by level.
     fn prepare(&mut self, cx: &mut Cx, pool: &mut Pool, input: &[BufIdx]) {
+        self.now = engine::clock::now();
         let u = cx.upf();
         if u.tables.sessions.len() < PREFETCH_SESSIONS {
             return;
@@ -910,7 +923,7 @@ impl<Cx: HasUpf, F: UeFamily> Node<Cx> for UpfDownlink<F> {
             if r.forward == Forward::Buffer || held.holds(slot) {
                 return Verdict::Next(UpfNext::Buffer);
             }
-            return match deliver_downlink(&ipc.tables, tables, usage, policer, r, buf, counts) {
+            return match deliver_downlink(&ipc.tables, tables, usage, policer, r, buf, counts, self.now) {
                 Ok(n) => Verdict::Next(n),
                 Err(c) => Verdict::Drop(c),
             };
@@ -939,7 +952,7 @@ impl<Cx: HasUpf, F: UeFamily> Node<Cx> for UpfDownlink<F> {
             Ok(n) => n,
             Err(c) => return Verdict::Drop(c),
         };
-        if let Err(c) = enforce_record(usage, policer, rec, false, bytes) {
+        if let Err(c) = enforce_record(usage, policer, rec, false, bytes, self.now) {
             return Verdict::Drop(c);
         }
         counts.inc(UpfCounter::Forwarded);
@@ -1027,7 +1040,7 @@ impl UpfBuffer {
                 Some(r) if r.forward == Forward::Buffer => Self::hold(u, counts, s, r, pool.get(b).bytes()).map(|()| None),
                 Some(r) => {
                     let UpfContext { usage, policer, .. } = &mut *u;
-                    deliver_downlink(ip, &tables, usage, policer, r, pool.get_mut(b), counts).map(Some)
+                    deliver_downlink(ip, &tables, usage, policer, r, pool.get_mut(b), counts, engine::clock::now()).map(Some)
                 }
             };
             match result {
@@ -1088,7 +1101,7 @@ impl<Cx: HasUpf> ExpandNode<Cx> for UpfBuffer {
         // The FAR forwards now: what is held goes first.
         Self::release(ip, u, counts, pool, s.slot, out);
         let UpfContext { usage, policer, .. } = u;
-        let n = deliver_downlink(ip, &tables, usage, policer, r, pool.get_mut(bi), counts)?;
+        let n = deliver_downlink(ip, &tables, usage, policer, r, pool.get_mut(bi), counts, engine::clock::now())?;
         out.push((bi, n));
         Ok(())
     }
