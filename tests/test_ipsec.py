@@ -336,3 +336,44 @@ def test_decrypted_packets_get_ip_input_checks(vecgate, tmp_path):
         n = sum(1 for _, _, why in want.values() if why == reason)
         assert c.get(("esp4-decrypt", reason)) == n, (reason, c)
     assert c.get(("esp4-decrypt", "decrypted")) == len(passed), c
+
+
+def test_an_inner_option_asking_for_a_parameter_problem_gets_one(vecgate, tmp_path):
+    """RFC 8200 §4.2: an unrecognised hop-by-hop option whose type's top bits are 10 asks
+    for an ICMPv6 parameter problem (code 2, pointing at the option) whatever the
+    destination, 11 unless it is multicast. ip6-input sends it for a packet from a wire;
+    esp4-decrypt now does the same for a packet out of the SA (it dropped them without
+    the error): the error goes back to the inner source, through the outbound SA, where
+    scapy decrypts it and finds type 4, code 2, pointer 42 and the packet quoted. An
+    inner packet to a multicast group is dropped as inner-multicast (it went to the
+    unicast lookup); type 11 to a multicast group is dropped without an error."""
+    from scapy.all import HBHOptUnknown, ICMPv6ParamProblem, IPerror6, IPv6ExtHdrHopByHop, UDPerror
+    local, remote = ends(4)
+    peer = scapy_sa("aes-gcm-128", 4, False, IN_SPI, 2, remote, local)
+
+    def v6(dst, port, otype=None):
+        p = IPv6(src="2001:db8:160::7", dst=dst)
+        if otype is not None:
+            p = p / IPv6ExtHdrHopByHop(options=[HBHOptUnknown(otype=otype, optdata=b"\0\0\0\0")])
+        return p / UDP(sport=9, dport=port) / Raw(b"m")
+
+    sent = [v6("2001:db8::2", 2201, 0xBE), v6("2001:db8::2", 2202, 0xFE), v6("ff0e::1", 2203, 0xFE), v6("ff0e::1", 2204, 0xBE),
+            v6("ff0e::1", 2205), v6("ff02::1", 2206), v6("2001:db8::2", 2207)]
+    frames = [Ether(src=HOST_MAC, dst=GW_MAC0) / peer.encrypt(p) for p in sent]
+    out0, out1, c, _ = run_pcap(vecgate, tmp_path, frames, sa_config("aes-gcm-128", 4, False))
+    assert [p[UDP].dport for p in out0] == [2207], c
+    assert c.get(("esp4-decrypt", "inner-param-problem")) == 3, c
+    assert c.get(("esp4-decrypt", "inner-multicast")) == 2, c
+    assert c.get(("esp4-decrypt", "inner-bad-option")) == 1, c
+    assert c.get(("esp4-decrypt", "decrypted")) == 1, c
+    assert c.get(("ip6-icmp-error", "sent")) == 3, c
+    back = scapy_sa("aes-gcm-128", 4, False, OUT_SPI, 1, local, remote)
+    errs = [back.decrypt(IP(raw(f)[14:])) for f in out1]
+    ports = []
+    for e in errs:
+        assert e[IPv6].dst == "2001:db8:160::7" and ICMPv6ParamProblem in e, e.show(dump=True)
+        pp = e[ICMPv6ParamProblem]
+        assert (pp.code, pp.ptr) == (2, 42), e.show(dump=True)
+        assert e[IPerror6].src == "2001:db8:160::7"
+        ports.append(e[UDPerror].dport)
+    assert sorted(ports) == [2201, 2202, 2204]

@@ -76,6 +76,13 @@ pub enum Ip6Checked {
     ParamProblem { pointer: u16 },
 }
 
+/// The ICMPv6 error about an unrecognised option at `pointer` (from the IPv6 header's
+/// start) whose type asks for one: parameter problem, code 2 (RFC 4443 §3.4, RFC 8200
+/// §4.2). Also `esp6-decrypt`'s, for an inner packet with such an option.
+pub const fn option_param_problem(pointer: u16) -> IcmpRequest {
+    IcmpRequest::new(4, 2, pointer)
+}
+
 /// This node's checks of a packet the fast path did not take (a hop-by-hop header,
 /// multicast, errors). Also for a node that hands on an inner packet without the hop
 /// through this node (`esp6-decrypt`), so that a packet out of a tunnel is held to the
@@ -160,7 +167,7 @@ impl<Cx: HasIp> Node<Cx> for Ip6Input {
             Ok(Ip6Checked::Pass { len, dst_multicast }) => (len, dst_multicast),
             Ok(Ip6Checked::ParamProblem { pointer }) => {
                 counts.inc(C::OptionParamProblem);
-                buf.meta.param = IcmpRequest::new(4, 2, pointer).encode();
+                buf.meta.param = option_param_problem(pointer).encode();
                 return Verdict::Next(Ip6InputNext::IcmpError);
             }
             Err(c) => return Verdict::Drop(c),

@@ -22,6 +22,8 @@ use wire::IpProtocol;
 next_nodes! {
     pub enum EspDecryptNext {
         Ip4Lookup = "ip4-lookup", Ip6Lookup = "ip6-lookup",
+        // An inner IPv6 packet whose hop-by-hop option asks for a parameter problem.
+        Ip6IcmpError = "ip6-icmp-error",
         Ipsec4Decrypted = "ipsec4-decrypted", Ipsec6Decrypted = "ipsec6-decrypted",
         // IKE behind the non-ESP marker, to the IKE daemon on the host (`[punt]`).
         Punt = "ip-punt",
@@ -52,6 +54,8 @@ counters! {
         InnerBadSource(Warn, "inner-bad-source", "decrypted packet's source is one ipN-input refuses (0/8, 127/8, multicast, 240/4, broadcast; IPv6 multicast or ::1)"),
         InnerBadChecksum(Warn, "inner-bad-checksum", "decrypted IPv4 packet's header checksum is wrong"),
         InnerBadOption(Warn, "inner-bad-option", "decrypted packet's IPv4 options or IPv6 hop-by-hop header malformed, or an unrecognised option says discard"),
+        InnerParamProblem(Info, "inner-param-problem", "decrypted IPv6 packet's unrecognised hop-by-hop option asks for an ICMPv6 parameter problem: sent to ip6-icmp-error, as ip6-input does"),
+        InnerMulticast(Info, "inner-multicast", "decrypted IPv6 packet to a multicast address: not routed, and link-scope groups are no business of a tunnel's"),
         TransportExtHeader(Warn, "transport-extension-header", "transport-mode ESP after IPv6 extension headers (not restored)"),
         UrpfNoRoute(Warn, "urpf-no-route", "uRPF: no route back to the decrypted packet's source"),
         UrpfWrongTunnel(Warn, "urpf-wrong-tunnel", "strict uRPF: the route back to the source does not go to the SA's peer"),
@@ -146,25 +150,49 @@ pub fn decrypt<O: EspOuter>(x: &mut IpsecContext, buf: &mut Buffer) -> Result<(E
     };
     let inner_len = match ip::nodes::input_fast_path_len(inner, v4) {
         Some(len) => len,
-        None => inner_full_check(inner, v4)?,
+        None => match inner_full_check(inner, v4)? {
+            InnerChecked::Pass(len) => len,
+            InnerChecked::Icmp(req) => {
+                // The error quotes the inner packet (its header's length, at most what
+                // ESP carried), from the interface the ESP arrived on.
+                let len = (40 + u16::from_be_bytes([inner[4], inner[5]]) as usize).min(inner.len());
+                buf.narrow(text_at, len).map_err(|_| C::Truncated)?;
+                buf.meta.param = req.encode();
+                return Err(C::InnerParamProblem);
+            }
+        },
     };
     buf.narrow(text_at, inner_len).map_err(|_| C::Truncated)?;
     buf.meta.param = index;
     Ok((next, age, s.urpf))
 }
 
+/// What [`inner_full_check`] found in an inner packet it did not refuse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum InnerChecked {
+    /// Its length.
+    Pass(usize),
+    /// The ICMPv6 error `ip6-input` would send about it (an unrecognised hop-by-hop
+    /// option whose type asks for a parameter problem, RFC 8200 §4.2).
+    Icmp(ip::nodes::IcmpRequest),
+}
+
 /// `ipN-input`'s checks past its fast path for a decrypted inner packet (IPv4 when
-/// `v4`): its length, or the reason it is dropped. An unrecognised hop-by-hop option
-/// that asks for an ICMP parameter problem drops the packet without one (the error would
-/// go back into the SA to the sender of a packet its own policy let through).
+/// `v4`), the same functions: its length, the ICMPv6 parameter problem `ip6-input` would
+/// send for it (sent too: the error goes back by the route to the packet's source, into
+/// the SA's pair where the peer sent it from behind it), or the reason it is dropped. An
+/// IPv6 packet to a multicast address is dropped (`inner-multicast`): vecgate routes no
+/// multicast, and `ip6-local`, where `ip6-input` sends multicast from a wire for the
+/// link's groups (neighbour discovery), is for the link the packet arrived on, which a
+/// packet out of a tunnel did not come from.
 #[cold]
 #[inline(never)]
-fn inner_full_check(inner: &[u8], v4: bool) -> Result<usize, EspDecryptCounter> {
+fn inner_full_check(inner: &[u8], v4: bool) -> Result<InnerChecked, EspDecryptCounter> {
     use ip::nodes::ip4_input::{self, Ip4InputCounter as C4};
     use ip::nodes::ip6_input::{self, Ip6Checked, Ip6InputCounter as C6};
     use EspDecryptCounter as C;
     if v4 {
-        return ip4_input::full_check(inner).map_err(|e| match e {
+        return ip4_input::full_check(inner).map(InnerChecked::Pass).map_err(|e| match e {
             C4::BadSource => C::InnerBadSource,
             C4::BadChecksum => C::InnerBadChecksum,
             C4::BadOption => C::InnerBadOption,
@@ -173,9 +201,10 @@ fn inner_full_check(inner: &[u8], v4: bool) -> Result<usize, EspDecryptCounter> 
     }
     match ip6_input::full_check(inner) {
         // A payload length of 0 (a jumbogram's) says nothing of where it ends in ESP.
-        Ok(Ip6Checked::Pass { len, .. }) if len <= inner.len() && (len > 40 || inner.len() == 40) => Ok(len),
-        Ok(Ip6Checked::Pass { .. }) => Err(C::BadInner),
-        Ok(Ip6Checked::ParamProblem { .. }) => Err(C::InnerBadOption),
+        Ok(Ip6Checked::Pass { len, .. }) if len > inner.len() || (len == 40 && inner.len() != 40) => Err(C::BadInner),
+        Ok(Ip6Checked::Pass { dst_multicast: true, .. }) => Err(C::InnerMulticast),
+        Ok(Ip6Checked::Pass { len, .. }) => Ok(InnerChecked::Pass(len)),
+        Ok(Ip6Checked::ParamProblem { pointer }) => Ok(InnerChecked::Icmp(ip6_input::option_param_problem(pointer))),
         Err(C6::BadSource) => Err(C::InnerBadSource),
         Err(C6::BadHopByHop | C6::OptionDiscard | C6::OptionParamProblem) => Err(C::InnerBadOption),
         Err(C6::Truncated | C6::BadVersion | C6::BadJumbo) => Err(C::BadInner),
@@ -276,6 +305,10 @@ impl<Cx: HasIpsec, O: EspOuter> Node<Cx> for EspDecrypt<O> {
                     (_, n) => n,
                 })
             }
+            Err(EspDecryptCounter::InnerParamProblem) => {
+                counts.inc(EspDecryptCounter::InnerParamProblem);
+                Verdict::Next(EspDecryptNext::Ip6IcmpError)
+            }
             Err(EspDecryptCounter::IkeNotHandled) => match ipc.tables.punt.target_of(buf.bytes()) {
                 Some(adj) => {
                     buf.meta.adj = adj;
@@ -289,5 +322,46 @@ impl<Cx: HasIpsec, O: EspOuter> Node<Cx> for EspDecrypt<O> {
 
     fn trace(&self, buf: &Buffer) -> String {
         format!("len {}", buf.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An IPv6 packet from 2001:db8:160::7 to `dst`, with a hop-by-hop header holding one
+    /// 4-byte option of type `otype` if any, and 8 bytes of UDP.
+    fn inner6(dst: [u8; 16], otype: Option<u8>) -> Vec<u8> {
+        let mut p = vec![0x60, 0, 0, 0, 0, 0, 17, 64];
+        p.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0x01, 0x60, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7]);
+        p.extend_from_slice(&dst);
+        if let Some(t) = otype {
+            p[6] = 0;
+            p.extend_from_slice(&[17, 0, t, 4, 0, 0, 0, 0]);
+        }
+        p.extend_from_slice(&[0, 9, 0, 9, 0, 8, 0, 0]);
+        let len = (p.len() - 40) as u16;
+        p[4..6].copy_from_slice(&len.to_be_bytes());
+        p
+    }
+
+    #[test]
+    fn inner_checks_send_the_parameter_problem_and_drop_multicast() {
+        let unicast = [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2];
+        let mut group = [0; 16];
+        group[..2].copy_from_slice(&[0xff, 0x0e]);
+        group[15] = 1;
+        let check = |p: Vec<u8>| inner_full_check(&p, false);
+        let pp = Ok(InnerChecked::Icmp(ip::nodes::IcmpRequest::new(4, 2, 42)));
+        assert_eq!(check(inner6(unicast, Some(0xbe))), pp);
+        assert_eq!(check(inner6(unicast, Some(0xfe))), pp);
+        assert_eq!(check(inner6(group, Some(0xbe))), pp, "type 10: even to a group");
+        assert_eq!(check(inner6(group, Some(0xfe))), Err(EspDecryptCounter::InnerBadOption), "type 11: not to a group");
+        assert_eq!(check(inner6(unicast, Some(0x7e))), Err(EspDecryptCounter::InnerBadOption), "type 01: discard");
+        assert_eq!(check(inner6(unicast, Some(0x3e))), Ok(InnerChecked::Pass(56)), "type 00: skipped");
+        assert_eq!(check(inner6(group, None)), Err(EspDecryptCounter::InnerMulticast));
+        group[1] = 0x02;
+        assert_eq!(check(inner6(group, Some(0x3e))), Err(EspDecryptCounter::InnerMulticast));
+        assert_eq!(check(inner6(unicast, None)), Ok(InnerChecked::Pass(48)));
     }
 }
