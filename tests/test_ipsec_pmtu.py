@@ -125,3 +125,26 @@ def test_forged_or_out_of_range_errors_change_nothing(vecgate, tmp_path, outer, 
     assert c.get((node, "quote-not-esp"), 0) == (1 if udp else 0), c
     assert c.get((node, "pmtu-learned"), 0) == 0, c
     assert mtus == [] and sent == 2, (mtus, c)
+
+
+def test_esp_in_udp_from_its_own_port_learns_too(vecgate, tmp_path):
+    """An outbound SA sending ESP in UDP from port 4501 to 4600 (`udp_src_port`,
+    `udp_dst_port`) while ESP in UDP arrives on 4500: a frag-needed quoting its packet
+    (UDP 4501 -> 4600) is about our ESP and lowers the SA's path MTU. ip4-local knew ESP
+    in UDP only by a port it receives ESP in UDP on, and consumed this error as
+    icmp-ignored: nothing was learned and the large packet left."""
+    cfg = sa_config("aes-gcm-128", 4, True).replace("udp_encap = true", "udp_encap = true\nudp_src_port = 4501\nudp_dst_port = 4600", 1)
+    d = tmp_path / "first"
+    d.mkdir()
+    _, out1, c, _ = run_pcap(vecgate, d, [inner(0, 100)], cfg)
+    assert len(out1) == 1, c
+    esp = raw(out1[0])[14:]
+    assert (IP(esp)[UDP].sport, IP(esp)[UDP].dport) == (4501, 4600)
+    d = tmp_path / "probe"
+    d.mkdir()
+    size = 1290
+    out0, out1, c, _ = run_pcap(vecgate, d, [inner(0, 100), too_big(4, esp, 1300)] + fillers() + [inner(1, size)], cfg)
+    assert c.get(("esp4-pmtu", "pmtu-learned")) == 1, c
+    assert c.get(("ip4-local", "icmp-ignored"), 0) == 0, c
+    mtus = frag_needed_mtu(out0)
+    assert len(mtus) == 1 and mtus[0] < size and len(out1) == 1, (mtus, c)

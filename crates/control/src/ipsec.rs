@@ -494,8 +494,15 @@ pub fn tunnel_esp(x: &IpsecState, spd: &spd::SpdState, outers: impl FnOnce() -> 
     esp
 }
 
-/// ESP in UDP arrives on port 4500 when any SA uses it.
+/// ESP in UDP arrives on port 4500 when any SA uses it (an inbound SA's `udp_dst_port`
+/// otherwise); our outbound ESP in UDP leaves from 4500 (an outbound SA's `udp_src_port`),
+/// the port ICMP errors about it quote (`UdpDemux::esp_sources`).
 pub fn add_to_demux(x: &IpsecState, d: &mut UdpDemux) {
+    let mut sources: Vec<u16> =
+        x.iter().filter(|(_, s)| s.spec.direction == Direction::Outbound).filter_map(|(_, s)| s.spec.udp_encap.map(|p| p.src)).collect();
+    sources.sort_unstable();
+    sources.dedup();
+    d.esp_sources = sources;
     let mut ports: Vec<u16> = x.iter().filter_map(|(_, s)| s.spec.udp_receive_port()).collect();
     ports.sort_unstable();
     ports.dedup();
@@ -757,6 +764,24 @@ mod tests {
         assert_eq!(esp(&[protect_udp.clone(), some_ports], &[1]), vec![(2152, 0b10, overhead), (6080, 0b10, overhead)]);
         let all_gue_ports = policy(20, ActionKind::Bypass, None, "udp", "49152-65535", "any");
         assert_eq!(esp(&[protect_udp, all_gue_ports], &[1]), vec![(2152, 0b10, overhead)]);
+    }
+
+    /// ICMP errors about ESP in UDP are known by the port outbound SAs send from; ESP in
+    /// UDP is taken on the ports inbound SAs receive on.
+    #[test]
+    fn the_demux_knows_our_esp_in_udp_source_ports_apart_from_the_receive_ports() {
+        let mut x = IpsecState::new();
+        let out = IpsecSaConfig { udp_encap: true, udp_src_port: Some(4501), udp_dst_port: Some(4600), ..sa() };
+        let inb = IpsecSaConfig { spi: 0x101, direction: Direction::Inbound, routes: Vec::new(), udp_encap: true, ..sa() };
+        let plain = IpsecSaConfig { spi: 0x102, ..sa() };
+        x.add(0, out.to_spec().unwrap().0, [0; 16]).unwrap();
+        x.add(1, inb.to_spec().unwrap().0, [0; 16]).unwrap();
+        x.add(2, plain.to_spec().unwrap().0, [0; 16]).unwrap();
+        let mut d = UdpDemux::default();
+        add_to_demux(&x, &mut d);
+        assert_eq!(d.esp_sources, vec![4501]);
+        assert_eq!(d.ports, vec![(4500, UdpApp::Esp)]);
+        assert!(d.esp_source(4501) && !d.esp_source(4500) && !d.esp_source(4600));
     }
 
     #[test]

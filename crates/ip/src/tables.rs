@@ -138,6 +138,11 @@ pub struct UdpDemux {
     pub ports: Vec<(u16, UdpApp)>,
     pub bypass4: Vec<(Ipv4Addr, u16, UdpApp)>,
     pub bypass6: Vec<(Ipv6Addr, u16, UdpApp)>,
+    /// The UDP source ports our outbound ESP in UDP leaves from (each such SA's
+    /// `udp_src_port`, 4500 by default): an ICMP error quoting UDP from one of them may
+    /// be about our ESP ([`UdpDemux::esp_source`]). Not the ports ESP in UDP arrives on:
+    /// an SA may send from another port than its pair takes packets on.
+    pub esp_sources: Vec<u16>,
     /// Filters, so that a forwarded packet (most of them) costs `ethernet-input` a test
     /// or two rather than a scan: bit `port % 64` for every bypass port, and for every
     /// bypass address a bit picked by a multiplicative hash of its last 32 bits (not the
@@ -167,6 +172,12 @@ impl UdpDemux {
     #[inline(always)]
     pub fn may_be_endpoint(&self, low32: u32) -> bool {
         self.bypass_addrs & addr_bit(low32) != 0
+    }
+
+    /// Whether our outbound ESP in UDP leaves from UDP port `port`.
+    #[inline(always)]
+    pub fn esp_source(&self, port: u16) -> bool {
+        self.esp_sources.contains(&port)
     }
 
     #[inline(always)]

@@ -149,10 +149,13 @@ pub fn is_sender(spec: &SaSpec, q: &TooBig, to: IpAddr) -> bool {
         && ports == q.udp
 }
 
-/// The outbound SA that sent the quoted packet. A walk over the SAs: ICMP errors are
-/// rare, and outbound SPIs (chosen by each peer) are not unique to index by.
+/// The outbound SA that sent the quoted packet: one look-up by everything the quote
+/// names ([`crate::tables::QuoteKey`]: outbound SPIs, chosen by each peer, are unique
+/// only with the addresses), built with the tables, then [`is_sender`] to be sure.
 pub fn find_outbound(tables: &IpsecTables, q: &TooBig, to: IpAddr) -> Option<u32> {
-    tables.sas.iter().position(|s| s.as_ref().is_some_and(|s| is_sender(&s.spec, q, to))).map(|i| i as u32)
+    let key = crate::tables::QuoteKey { src: q.src, dst: q.dst, spi: q.spi, udp: q.udp };
+    let i = *tables.outbound_by_quote.get(&key)?;
+    tables.outbound(i).filter(|s| is_sender(&s.spec, q, to)).map(|_| i)
 }
 
 /// The reported MTU if it is one to take: at least the family's minimum and below the
@@ -273,6 +276,49 @@ mod tests {
         assert!(!is_sender(&spec(true), &TooBig { udp: Some((4500, 4501)), ..u }, to));
         assert!(!is_sender(&spec(true), &TooBig { udp: Some((4501, 4500)), ..u }, to));
         assert!(!is_sender(&spec(true), &q, to));
+    }
+
+    /// Among many outbound SAs (the same SPI to other peers, the same peer with other
+    /// SPIs, ESP in UDP on other ports, an inbound SA with the very key) the quote finds
+    /// the one that sent it, through the tables' look-up.
+    #[test]
+    fn the_right_sa_among_many_is_found() {
+        let mut x = crate::state::IpsecState::new();
+        let local: IpAddr = "198.18.0.1".parse().unwrap();
+        let peer = |i: u32| IpAddr::V4(Ipv4Addr::new(198, 19, (i / 200) as u8, (i % 200) as u8 + 1));
+        let mut index = 0;
+        let mut add = |x: &mut crate::state::IpsecState, s: SaSpec| {
+            x.add(index, s, [0; 16]).unwrap();
+            index += 1;
+            index - 1
+        };
+        let base = crate::sa::test_spec(local, peer(0), false);
+        let inbound = add(&mut x, SaSpec { direction: Direction::Inbound, local: peer(7), remote: local, spi: 0x1007, ..base.clone() });
+        let mut want = std::collections::HashMap::new();
+        for i in 0..300u32 {
+            let udp = (i % 3 == 1).then_some(crate::sa::UdpEncapPorts { src: 4500 + (i % 5) as u16, dst: 4600 + (i % 7) as u16 });
+            // Two SPIs per peer; the same SPIs at every peer.
+            let s = SaSpec { remote: peer(i / 2), spi: 0x1000 + i % 2, udp_encap: udp, ..base.clone() };
+            let key = crate::tables::QuoteKey::of(&s);
+            let n = add(&mut x, s);
+            want.insert(key, n);
+        }
+        let t = x.build();
+        assert_eq!(t.outbound_by_quote.len(), 300);
+        for (k, n) in &want {
+            let q = TooBig { mtu: 1300, src: k.src, dst: k.dst, udp: k.udp, spi: k.spi };
+            assert_eq!(find_outbound(&t, &q, local), Some(*n), "{k:?}");
+            assert_eq!(find_outbound(&t, &q, peer(0)), None, "sent to another address");
+            assert_eq!(find_outbound(&t, &TooBig { spi: k.spi ^ 2, ..q }, local), None);
+            let other_ports = k.udp.map(|(a, b)| (a, b + 100));
+            if k.udp.is_some() {
+                assert_eq!(find_outbound(&t, &TooBig { udp: other_ports, ..q }, local), None);
+                assert_eq!(find_outbound(&t, &TooBig { udp: None, ..q }, local), None);
+            }
+        }
+        // The inbound SA's own key names no outbound SA.
+        let q = TooBig { mtu: 1300, src: peer(7), dst: local, udp: None, spi: 0x1007 };
+        assert_eq!(find_outbound(&t, &q, peer(7)), None, "inbound SA {inbound}");
     }
 
     #[test]

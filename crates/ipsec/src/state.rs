@@ -163,6 +163,10 @@ impl IpsecState {
 
     pub fn build(&self) -> IpsecTables {
         let inbound = self.iter().filter(|(_, s)| s.spec.direction == Direction::Inbound).map(|(i, s)| (s.spec.spi, i)).collect();
-        IpsecTables { sas: self.sas.clone(), inbound, outer_adj: self.outer_adj.clone() }
+        let mut outbound_by_quote = std::collections::HashMap::new();
+        for (i, s) in self.iter().filter(|(_, s)| s.spec.direction == Direction::Outbound) {
+            outbound_by_quote.entry(crate::tables::QuoteKey::of(&s.spec)).or_insert(i);
+        }
+        IpsecTables { sas: self.sas.clone(), inbound, outer_adj: self.outer_adj.clone(), outbound_by_quote }
     }
 }

@@ -17,6 +17,27 @@ pub struct IpsecTables {
     /// Per SA index: the adjacency its outer packets leave by (resolved on the control
     /// plane), or `ADJ_MISS` for "look it up".
     pub outer_adj: Vec<u32>,
+    /// Outbound SAs by what an ICMP error's quote of their ESP names
+    /// ([`crate::pmtu::find_outbound`]); the lowest index where two SAs share a key.
+    pub outbound_by_quote: HashMap<QuoteKey, u32>,
+}
+
+/// What identifies an outbound SA's ESP packet as a router quotes it: the outer source
+/// (the SA's local address) and destination, the SPI, and with ESP in UDP the source
+/// and destination ports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct QuoteKey {
+    pub src: std::net::IpAddr,
+    pub dst: std::net::IpAddr,
+    pub spi: u32,
+    pub udp: Option<(u16, u16)>,
+}
+
+impl QuoteKey {
+    /// The key of outbound SA `spec`'s packets.
+    pub fn of(spec: &SaSpec) -> QuoteKey {
+        QuoteKey { src: spec.local, dst: spec.remote, spi: spec.spi, udp: spec.udp_encap.map(|p| (p.src, p.dst)) }
+    }
 }
 
 impl IpsecTables {

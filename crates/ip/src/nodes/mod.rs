@@ -58,7 +58,8 @@ pub fn register<Cx: HasIp>(g: &mut GraphBuilder<Cx>) {
 
 /// Whether the packet an ICMP too-big error quotes (`quote`: from its IP header on) may
 /// be ESP the gateway sent: protocol ESP (over IPv6 perhaps behind a first fragment's
-/// header), or UDP from a port ESP in UDP arrives on (RFC 3948: both ends use 4500).
+/// header), or UDP from a port an outbound SA sends ESP in UDP from (RFC 3948: 4500,
+/// unless the SA names its own `udp_src_port`; [`crate::tables::UdpDemux::esp_source`]).
 /// `espN-pmtu` checks the rest (`ipsec::pmtu`); other errors keep their way.
 pub(crate) fn quotes_esp(quote: &[u8], v6: bool, udp: &crate::tables::UdpDemux) -> bool {
     let (mut proto, mut hl) = match v6 {
@@ -71,7 +72,7 @@ pub(crate) fn quotes_esp(quote: &[u8], v6: bool, udp: &crate::tables::UdpDemux) 
     }
     match proto {
         Some(50) => true,
-        Some(17) => quote.get(hl..hl + 2).is_some_and(|p| udp.port(u16::from_be_bytes([p[0], p[1]])) == Some(crate::tables::UdpApp::Esp)),
+        Some(17) => quote.get(hl..hl + 2).is_some_and(|p| udp.esp_source(u16::from_be_bytes([p[0], p[1]]))),
         _ => false,
     }
 }
@@ -167,5 +168,37 @@ pub(crate) fn trace_ip6(b: &[u8]) -> String {
     match wire::ipv6::Ipv6Packet::new_checked(b) {
         Ok(p) => format!("{} -> {} {} hlim {} plen {}", p.src_addr(), p.dst_addr(), p.next_header(), p.hop_limit(), p.payload_len()),
         Err(e) => format!("malformed IPv6: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An IPv4 (or IPv6) header quoting protocol `proto` and 4 bytes after it: ports
+    /// `sport` -> `dport` for UDP.
+    fn quote(v6: bool, proto: u8, sport: u16, dport: u16) -> Vec<u8> {
+        let mut q = if v6 { vec![0x60, 0, 0, 0, 0, 0, proto, 64] } else { vec![0x45, 0, 0, 0, 0, 0, 0, 0, 64, proto] };
+        q.resize(if v6 { 40 } else { 20 }, 0);
+        q.extend_from_slice(&sport.to_be_bytes());
+        q.extend_from_slice(&dport.to_be_bytes());
+        q
+    }
+
+    /// ESP in UDP is recognised by the port our outbound SAs send it from, which need not
+    /// be a port ESP in UDP arrives on.
+    #[test]
+    fn an_error_quoting_esp_in_udp_is_known_by_the_sas_source_port() {
+        let mut d = crate::tables::UdpDemux::default();
+        d.ports.push((4500, crate::tables::UdpApp::Esp));
+        d.esp_sources.push(4501);
+        for v6 in [false, true] {
+            assert!(quotes_esp(&quote(v6, 17, 4501, 4600), v6, &d), "from the SA's own source port");
+            assert!(!quotes_esp(&quote(v6, 17, 4500, 4500), v6, &d), "from the receive port: no SA sends from it");
+            assert!(!quotes_esp(&quote(v6, 17, 4600, 4501), v6, &d), "to the port, not from it");
+            assert!(quotes_esp(&quote(v6, 50, 0, 0), v6, &d), "ESP");
+            assert!(!quotes_esp(&quote(v6, 6, 4501, 4600), v6, &d), "TCP");
+        }
+        assert!(!quotes_esp(&quote(false, 17, 4501, 4600)[..21], false, &d), "cut short");
     }
 }
