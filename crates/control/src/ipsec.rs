@@ -752,8 +752,8 @@ mod tests {
             e.iter().map(|e| (e.port, e.links, e.overhead)).collect::<Vec<_>>()
         };
         let protect_udp = policy(10, ActionKind::Protect, Some(6), "udp", "any", "any");
-        assert_eq!(esp(&[protect_udp.clone()], &[1, 3]), vec![(2152, 0b1010, overhead), (6080, 0b1010, overhead)]);
-        assert_eq!(esp(&[protect_udp.clone()], &[]), vec![], "no link has the SPD");
+        assert_eq!(esp(std::slice::from_ref(&protect_udp), &[1, 3]), vec![(2152, 0b1010, overhead), (6080, 0b1010, overhead)]);
+        assert_eq!(esp(std::slice::from_ref(&protect_udp), &[]), vec![], "no link has the SPD");
         let tcp_only = policy(10, ActionKind::Protect, Some(6), "tcp", "any", "any");
         assert_eq!(esp(&[tcp_only], &[1]), vec![], "the policy selects TCP only");
         let bypass_gtpu = policy(20, ActionKind::Bypass, None, "udp", "any", "2152");
