@@ -416,19 +416,12 @@ mod tests {
     /// and flow label untouched, the inner packet's own byte kept.
     #[test]
     fn outer_dscp_by_the_tunnel_policy() {
-        use crate::tunnel::{Dscp, TunnelSpec};
+        use crate::tunnel::TunnelSpec;
         use ip::outer::tos;
         let mut pool = Pool::new(4, 0);
         for (local, remote) in [("198.18.1.1", "198.18.1.2"), ("2001:db8:1::1", "2001:db8:1::2")] {
             let v6 = local.contains(':');
-            for (policy, inner_tc, want) in [
-                (Dscp::Inherit, 10 << 2 | tos::ECT0, 10 << 2 | tos::ECT0),
-                (Dscp::Inherit, 46 << 2 | tos::CE, 46 << 2 | tos::CE),
-                (Dscp::Fixed(46), 10 << 2 | tos::ECT0, 46 << 2 | tos::ECT0),
-                (Dscp::Fixed(46), 63 << 2 | tos::CE, 46 << 2 | tos::CE),
-                (Dscp::Fixed(0), 63 << 2 | tos::ECT1, tos::ECT1),
-                (Dscp::Fixed(63), tos::NOT_ECT, 63 << 2),
-            ] {
+            for (policy, inner_tc, want) in tos::DSCP_POLICY_EXAMPLES {
                 for mut inner in [ipv4(17, &[0u8; 16]), ipv6(17, &[0u8; 16])] {
                     tos::set_traffic_class(&mut inner, inner_tc);
                     let mut s = TunnelSpec::new(local.parse().unwrap(), remote.parse().unwrap(), 7, 9);

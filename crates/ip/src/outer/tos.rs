@@ -108,6 +108,18 @@ impl<'de> serde::Deserialize<'de> for Dscp {
     }
 }
 
+/// Worked examples of the two models, as (policy, inner traffic class, outer traffic
+/// class): the tunnels' encap tests check the headers they write against these, each
+/// case written out here once rather than in every tunnel's test.
+pub const DSCP_POLICY_EXAMPLES: [(Dscp, u8, u8); 6] = [
+    (Dscp::Inherit, 10 << 2 | ECT0, 10 << 2 | ECT0),
+    (Dscp::Inherit, 46 << 2 | CE, 46 << 2 | CE),
+    (Dscp::Fixed(46), 10 << 2 | ECT0, 46 << 2 | ECT0),
+    (Dscp::Fixed(46), 63 << 2 | CE, 46 << 2 | CE),
+    (Dscp::Fixed(0), 63 << 2 | ECT1, ECT1),
+    (Dscp::Fixed(63), NOT_ECT, 63 << 2),
+];
+
 /// What a tunnel does to the inner traffic class byte to make the outer one: keeps the
 /// bits of `keep` and sets those of `set` (never ECN bits: `keep` has both, `set`
 /// neither). Built once per tunnel, applied per packet in two operations.
@@ -349,6 +361,9 @@ mod tests {
 
     #[test]
     fn markings_keep_ecn_and_set_dscp() {
+        for (d, inner, outer) in DSCP_POLICY_EXAMPLES {
+            assert_eq!(Marking::of(d).apply(inner), outer, "{d:?} inner {inner:#x}");
+        }
         for inner in 0..=255u8 {
             assert_eq!(Marking::INHERIT.apply(inner), inner);
             assert_eq!(Marking::of(Dscp::Inherit).apply(inner), inner);

@@ -592,20 +592,13 @@ mod tests {
     /// tunnel's DSCP with the inner ECN field (fixed); the IPv4 header checksum right.
     #[test]
     fn outer_dscp_by_the_tunnel_policy() {
-        use ip::outer::tos::{self, Dscp};
+        use ip::outer::tos;
         let l2 = [2, 0, 0, 0, 0, 9, 2, 0, 0, 0, 0, 1, 0x08, 0x00];
         let adj = Adjacency::Rewrite { tx_if: engine::IfIndex(3), rewrite: l2, mtu: 1500 };
         let mut pool = Pool::new(8, 0);
         for (local, remote) in [("198.18.1.1", "198.18.1.2"), ("2001:db8:1::1", "2001:db8:1::2")] {
             let v6 = local.contains(':');
-            for (policy, inner_tc, want) in [
-                (Dscp::Inherit, 10 << 2 | tos::ECT0, 10 << 2 | tos::ECT0),
-                (Dscp::Inherit, 46 << 2 | tos::CE, 46 << 2 | tos::CE),
-                (Dscp::Fixed(46), 10 << 2 | tos::ECT0, 46 << 2 | tos::ECT0),
-                (Dscp::Fixed(46), 63 << 2 | tos::CE, 46 << 2 | tos::CE),
-                (Dscp::Fixed(0), 63 << 2 | tos::ECT1, tos::ECT1),
-                (Dscp::Fixed(63), tos::NOT_ECT, 63 << 2),
-            ] {
+            for (policy, inner_tc, want) in tos::DSCP_POLICY_EXAMPLES {
                 for inner_v6 in [false, true] {
                     let mut inner = if inner_v6 {
                         let mut p = vec![0x60, 0, 0, 0, 0, 8, 17, 64];
