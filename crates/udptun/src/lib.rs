@@ -26,7 +26,7 @@ pub mod tables;
 pub mod tunnel;
 
 pub use context::{HasUdpTun, UdpTunContext, UdpTunEvent};
+pub use ip::outer::tos::Dscp;
 pub use state::{UdpTunError, UdpTunState, UdpTunnelChange};
 pub use tables::UdpTunTables;
-pub use ip::outer::tos::Dscp;
 pub use tunnel::{Encap, Tunnel, UdpTunnelSpec};
