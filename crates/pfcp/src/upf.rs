@@ -352,6 +352,9 @@ pub struct Upf {
     cfg: Config,
     associations: HashMap<NodeId, Association>,
     sessions: HashMap<u64, Session>,
+    /// Our SEIDs of the sessions by their SMF node and CP SEID: an establishment finds a
+    /// session whose CP F-SEID it reuses without a walk over every session.
+    by_cp_seid: HashMap<(NodeId, u64), Vec<u64>>,
     next_seid: u64,
     next_seq: u32,
     teids_used: HashSet<u32>,
@@ -394,6 +397,7 @@ impl Upf {
             cfg,
             associations: HashMap::new(),
             sessions: HashMap::new(),
+            by_cp_seid: HashMap::new(),
             next_seid: 1,
             next_seq: 1,
             teids_used: HashSet::new(),
@@ -735,6 +739,7 @@ impl Upf {
 
     fn remove_session(&mut self, seid: u64) {
         if let Some(s) = self.sessions.remove(&seid) {
+            self.unindex_cp_seid(&s, seid);
             self.release(&s.allocated);
             self.actions.push_back(Action::Remove { seid });
             self.stats.sessions_deleted += 1;
@@ -892,6 +897,7 @@ impl Upf {
                 let up_f_seid = FSeid { seid, ipv4: self.local_ipv4(from), ipv6: self.local_ipv6(from) };
                 arm_urrs(&mut self.urr_timers, now, seid, &mut session);
                 self.actions.push_back(Action::Install(session.rules.clone()));
+                self.index_cp_seid(&session, seid);
                 self.sessions.insert(seid, session);
                 self.stats.sessions_established += 1;
                 SessionEstablishmentResponse {
@@ -920,7 +926,24 @@ impl Upf {
     /// an address of the same family.
     fn session_of_cp_f_seid(&self, node: &NodeId, f: &FSeid) -> Option<u64> {
         let same = |a: &FSeid| a.seid == f.seid && ((a.ipv4.is_some() && a.ipv4 == f.ipv4) || (a.ipv6.is_some() && a.ipv6 == f.ipv6));
-        self.sessions.iter().find(|(_, s)| s.rules.cp_node == *node && same(&s.cp_f_seid)).map(|(seid, _)| *seid)
+        let seids = self.by_cp_seid.get(&(node.clone(), f.seid))?;
+        seids.iter().copied().find(|seid| self.sessions.get(seid).is_some_and(|s| s.rules.cp_node == *node && same(&s.cp_f_seid)))
+    }
+
+    /// Session `seid` (`s`) under its SMF node and CP SEID in `by_cp_seid`.
+    fn index_cp_seid(&mut self, s: &Session, seid: u64) {
+        self.by_cp_seid.entry((s.rules.cp_node.clone(), s.cp_f_seid.seid)).or_default().push(seid);
+    }
+
+    /// Session `seid` (`s`) out of `by_cp_seid`.
+    fn unindex_cp_seid(&mut self, s: &Session, seid: u64) {
+        let key = (s.rules.cp_node.clone(), s.cp_f_seid.seid);
+        if let Some(v) = self.by_cp_seid.get_mut(&key) {
+            v.retain(|&x| x != seid);
+            if v.is_empty() {
+                self.by_cp_seid.remove(&key);
+            }
+        }
     }
 
     /// The F-SEID address: ours in the family the SMF spoke to us in.
@@ -1354,7 +1377,9 @@ impl Upf {
                 self.actions.extend(end_markers.into_iter().map(|old| Action::EndMarker { seid, old }));
                 // The SMF's new F-SEID is part of the modification: taken only with it.
                 if let Some(cp) = r.cp_f_seid {
+                    self.unindex_cp_seid(&s, seid);
                     s.cp_f_seid = cp;
+                    self.index_cp_seid(&s, seid);
                 }
                 SessionModificationResponse {
                     cause: CauseIe(Cause::RequestAccepted),
@@ -1529,6 +1554,7 @@ impl Upf {
             return self.respond(now, from, header, &Message::SessionDeletionResponse(resp));
         };
         let mut s = self.sessions.remove(&seid).expect("found above");
+        self.unindex_cp_seid(&s, seid);
         let ids: Vec<u32> = s.rules.urrs.keys().copied().collect();
         let reports: Vec<UsageReportSdr> = ids.into_iter().filter_map(|id| self.usage_report(&mut s, now, id, trigger::TERMR)).collect();
         self.release(&s.allocated);

@@ -533,6 +533,23 @@ fn an_establishment_with_a_cp_f_seid_in_use_replaces_that_session() {
     assert!(matches!(sim.actions()[..], [Action::Remove { seid }] if seid == new));
 }
 
+/// A modification that gives a session a new CP F-SEID moves it: an establishment with
+/// the new one replaces the session, one with the old one is a session of its own.
+#[test]
+fn a_cp_f_seid_moved_by_a_modification_is_the_one_replaced() {
+    let mut sim = Sim::new();
+    sim.associate(1);
+    let (old, _) = established(&mut sim, 0x77);
+    let m = SessionModificationRequest { cp_f_seid: Some(FSeid { seid: 0x90, ipv4: Some(SMF_IP), ipv6: None }), ..Default::default() };
+    let Message::SessionModificationResponse(r) = sim.request(Some(old), Message::SessionModificationRequest(m)).1 else { panic!() };
+    assert_eq!(r.cause.0, Cause::RequestAccepted);
+    let (beside, _) = established(&mut sim, 0x77);
+    assert!(sim.upf.session(old).is_some() && sim.upf.session(beside).is_some(), "0x77 no longer names the first session");
+    let (new, _) = established(&mut sim, 0x90);
+    assert!(sim.upf.session(old).is_none() && sim.upf.session(new).is_some());
+    assert_eq!((sim.upf.session_count(), sim.upf.stats().sessions_replaced), (2, 1));
+}
+
 /// A restarted SMF at the same address and port numbers its requests from the start
 /// again, within the time answers are remembered: they are new requests (a repeat is the
 /// same message again), not repeats to be answered from the previous life.
