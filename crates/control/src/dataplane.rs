@@ -186,13 +186,7 @@ pub fn set_tunnel_esp(state: &mut RouterState, g: &GtpuState, u: &UdpTunState, x
     state.set_tunnel_esp(crate::ipsec::tunnel_esp(x, spd, || {
         let gtpu = g.tunnels().map(|(_, t)| {
             let s = t.spec();
-            let port = wire::gtpu::PORT;
-            // gtpuN-encap's flow-hash ports: 0xc000 | 14 bits of the inner flow's hash.
-            let src_ports = match s.src_port {
-                gtpu::SrcPort::Fixed => (port, port),
-                gtpu::SrcPort::FlowHash => (0xc000, 0xffff),
-            };
-            crate::ipsec::OuterFlow { local: s.local, remote: s.remote, port, src_ports }
+            crate::ipsec::OuterFlow { local: s.local, remote: s.remote, port: wire::gtpu::PORT, src_ports: s.src_port.range() }
         });
         let udp = u.tunnels().map(|(_, s)| crate::ipsec::OuterFlow {
             local: s.local,

@@ -27,6 +27,26 @@ pub enum SrcPort {
     FlowHash,
 }
 
+impl SrcPort {
+    /// The flow-hash ports' base: the hash's low 14 bits go below it.
+    pub const FLOW_HASH_BASE: u16 = 0xc000;
+
+    /// The flow-hash source port of an inner flow whose hash is `hash`.
+    #[inline(always)]
+    pub const fn flow_hash_port(hash: u32) -> u16 {
+        SrcPort::FLOW_HASH_BASE | (hash as u16 & !SrcPort::FLOW_HASH_BASE)
+    }
+
+    /// The lowest and highest source port the tunnel's packets leave from (what an SPD
+    /// sees of them).
+    pub const fn range(self) -> (u16, u16) {
+        match self {
+            SrcPort::Fixed => (wire::gtpu::PORT, wire::gtpu::PORT),
+            SrcPort::FlowHash => (SrcPort::FLOW_HASH_BASE, u16::MAX),
+        }
+    }
+}
+
 /// What a decapsulated packet is and where it goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DecapNext {

@@ -120,7 +120,7 @@ impl<O: Outer, const COUNT: bool> GtpuEncap<O, COUNT> {
         let inner_len = buf.len();
         let port = match t.src_port {
             SrcPort::Fixed => None,
-            SrcPort::FlowHash => Some(0xc000 | (ip::flow::ip_flow_hash(buf.bytes()) as u16 & 0x3fff)),
+            SrcPort::FlowHash => Some(SrcPort::flow_hash_port(ip::flow::ip_flow_hash(buf.bytes()))),
         };
         let rl = t.rewrite_len as usize;
         let ua = t.udp_at as usize;
