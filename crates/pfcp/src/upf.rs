@@ -26,7 +26,8 @@
 //!   reference is checked before anything is installed, and a rejected request changes
 //!   nothing but this: an establishment with the CP F-SEID of an existing session of the
 //!   same SMF node (not a repeat) deletes that session first (§5.6.2: an F-SEID names
-//!   one session). Modification applies
+//!   one session, and is released only with it; what the UP function then does is
+//!   this crate's reading, no clause says it). Modification applies
 //!   Remove, Create, then Update IEs; an Update FAR with SNDEM and a new outer header asks
 //!   for End Markers on the old path. Deletion answers with the final usage reports.
 //! - Nothing is accepted that the dataplane cannot hold: before answering an Establishment
@@ -874,15 +875,20 @@ impl Upf {
         let cp_seid = r.cp_f_seid.seid;
         let associated = self.associations.get(&r.node_id).is_some_and(|a| a.peer.ip() == from.ip());
         let result = if associated {
-            // A CP F-SEID names one session of its SMF node (TS 29.244 §5.6.2: the SEID
-            // identifies a PFCP session at an IP address of a PFCP entity). An
-            // establishment with one an existing session of the node has is not a repeat
-            // (a repeat, the same message under the same sequence number, was answered
-            // from `answered` before reaching here) but the SMF starting that session
-            // afresh: it holds the old one as gone, so the old one is deleted, its rules,
-            // F-TEIDs and UE addresses with it (no usage report: the SMF would match it
-            // to no session), before the new one is built. It stays deleted if the new
-            // request is refused.
+            // A CP F-SEID names one session of its SMF node: TS 29.244 §5.6.2 (Session
+            // Endpoint Identifier Handling) says the SEID uniquely identifies a PFCP
+            // session at an IP address of a PFCP entity, and that an F-SEID is released
+            // after its PFCP session is released. So an establishment with one an existing
+            // session of the node has is not a repeat (a repeat, the same message under
+            // the same sequence number, was answered from `answered` before reaching
+            // here) but the SMF starting that session afresh, having released the old one
+            // on its side. What the UP function then does is not specified in the text
+            // found: §5.6.2 says only the above, and §6.3.2.3 (UP function behaviour on
+            // an establishment, Rel-16) has it store the rules or refuse them, with no
+            // word on a CP F-SEID in use; some UPFs refuse such a request. Ours follows the
+            // SMF: the old session is deleted, its rules, F-TEIDs and UE addresses with
+            // it (no usage report: the SMF would match it to no session), before the new
+            // one is built. It stays deleted if the new request is refused.
             if let Some(old) = self.session_of_cp_f_seid(&r.node_id, &r.cp_f_seid) {
                 self.remove_session(old);
                 self.stats.sessions_replaced += 1;
