@@ -8,10 +8,13 @@
 //! The gateway is checked every [`GATEWAY_CHECK`] by its instance (`show instance`: pid and
 //! start time, a few bytes): one restarted under the controller (it holds only its config
 //! file's LB services again) or unreachable for a while is read back and every Service's
-//! difference applied once it answers.
+//! difference applied once it answers. The same process is compared with what was applied
+//! by its LB services' rows (`show lb services`, ~250 bytes a service, no backends): a
+//! managed LB service deleted or changed by hand (`lb service del`), or with another number
+//! of backends, is read back alone and its Service's difference applied (`restored`).
 
 use crate::desired::{is_managed, Settings};
-use crate::model::{Change, Listed, Model};
+use crate::model::{Change, Held, Listed, Model};
 use crate::objects::{Key, Service, Slice};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Service as K8sService;
@@ -19,7 +22,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -57,6 +60,9 @@ pub struct Stats {
     pub requests: u64,
     pub refused: u64,
     pub bad_objects: u64,
+    /// Managed LB services found changed outside the controller (deleted or altered by
+    /// hand) and restored from their Services.
+    pub restored: u64,
 }
 
 struct Applier {
@@ -141,6 +147,51 @@ impl Applier {
         Ok(self.instance.as_ref() == Some(&now))
     }
 
+    /// The managed LB services the gateway holds, as its `show lb services` rows say
+    /// (without their backends).
+    fn held(&self) -> Result<BTreeMap<String, Held>, Error> {
+        let rows = self.call(&control::api::Request::ShowLbServices {}, "show lb services")?.data;
+        Ok(held_of_rows(&rows))
+    }
+
+    /// Compare the gateway's managed LB services with what was applied ([`Model::drift`]);
+    /// each that differs (deleted or changed by hand through the ctl) is read back alone,
+    /// taken as applied, and its Service's difference applied, which restores it. Counted
+    /// (`restored`) and logged; the number of changes.
+    fn restore(&mut self, model: &mut Model) -> Result<usize, Error> {
+        let held = self.held()?;
+        let drifted = model.drift(&held);
+        if drifted.is_empty() {
+            return Ok(0);
+        }
+        let mut keys = BTreeSet::new();
+        for name in &drifted {
+            let now = match held.get(name) {
+                Some(h) => self.read_back(name, &h.spec)?,
+                None => None,
+            };
+            tracing::warn!(
+                service = name.as_str(),
+                held = now.is_some(),
+                "LB service not as the controller applied it (changed or deleted outside it); restoring it from its Service"
+            );
+            keys.extend(model.readopt(name, now));
+        }
+        self.stats.restored += drifted.len() as u64;
+        let n = self.apply_all(model, keys)?;
+        tracing::info!(services = drifted.len(), changes = n, "LB services restored");
+        Ok(n)
+    }
+
+    /// One LB service with its backends, as the gateway holds it (`spec`: its row's).
+    fn read_back(&self, name: &str, spec: &lb::ServiceSpec) -> Result<Option<lb::ServiceSpec>, Error> {
+        let rows = self.call(&control::api::Request::ShowLbBackends { service: Some(name.to_string()) }, "show lb backends")?.data;
+        let mut spec = spec.clone();
+        spec.backends = rows.as_array().into_iter().flatten().filter_map(|b| serde_json::from_value(backend_row(b)).ok()).collect();
+        spec.backends.sort_by_key(|b| (b.addr, b.port));
+        Ok(Some(spec))
+    }
+
     /// Read the gateway's LB services back as applied, then apply every Service's
     /// difference; the number of changes.
     fn resync(&mut self, model: &mut Model) -> Result<usize, Error> {
@@ -153,11 +204,13 @@ impl Applier {
 }
 
 /// The periodic check: a gateway restarted (another process answers), or unreachable, is
-/// resynced. `lost`: it was unreachable; kept until a resync succeeds.
+/// resynced; one still the same process has its managed LB services compared with what
+/// was applied, and those changed by hand restored ([`Applier::restore`]). `lost`: it
+/// was unreachable; kept until a resync succeeds.
 fn check_gateway(applier: &mut Applier, model: &mut Model, lost: &mut bool) {
     let t0 = Instant::now();
     let held = if *lost { Ok(false) } else { applier.same_instance() };
-    match held.and_then(|held| if held { Ok(None) } else { applier.resync(model).map(Some) }) {
+    match held.and_then(|held| if held { applier.restore(model).map(|_| None) } else { applier.resync(model).map(Some) }) {
         Ok(None) => {}
         Ok(Some(n)) => {
             *lost = false;
@@ -198,22 +251,12 @@ fn adopt_existing(applier: &mut Applier, model: &mut Model) -> Result<usize, Err
     // Backend rows by service, in one pass (100 000 rows at the scale measured).
     let mut by_service: std::collections::HashMap<&str, Vec<serde_json::Value>> = std::collections::HashMap::new();
     for b in backends.as_array().into_iter().flatten() {
-        let row = serde_json::json!({"addr": b["addr"], "port": b["port"], "weight": b["weight"], "conditions": b["conditions"], "local": b["local"]});
-        by_service.entry(b["service"].as_str().unwrap_or("")).or_default().push(row);
+        by_service.entry(b["service"].as_str().unwrap_or("")).or_default().push(backend_row(b));
     }
     let mut n = 0;
     for row in services.as_array().into_iter().flatten() {
         let Some(name) = row["name"].as_str().filter(|n| is_managed(n)) else { continue };
-        let mut row = row.clone();
-        // The size the service was added with (not the size its table has now, which
-        // follows the backends): a controller restarted with another --table-size sees
-        // the difference and replaces the service.
-        row["table_size"] = row["configured_table_size"].clone();
-        row["backends"] = by_service.remove(name).unwrap_or_default().into();
-        for k in ["id", "eligible", "configured_table_size"] {
-            row.as_object_mut().map(|o| o.remove(k));
-        }
-        match serde_json::from_value::<lb::ServiceSpec>(row) {
+        match spec_of_row(row, by_service.remove(name).unwrap_or_default()) {
             Ok(mut spec) => {
                 spec.backends.sort_by_key(|b| (b.addr, b.port));
                 model.adopt(spec);
@@ -223,6 +266,41 @@ fn adopt_existing(applier: &mut Applier, model: &mut Model) -> Result<usize, Err
         }
     }
     Ok(n)
+}
+
+/// A `show lb backends` row as a backend spec reads it.
+fn backend_row(b: &serde_json::Value) -> serde_json::Value {
+    serde_json::json!({"addr": b["addr"], "port": b["port"], "weight": b["weight"], "conditions": b["conditions"], "local": b["local"]})
+}
+
+/// A `show lb services` row and its backends' rows as the spec the service was added with.
+fn spec_of_row(row: &serde_json::Value, backends: Vec<serde_json::Value>) -> Result<lb::ServiceSpec, serde_json::Error> {
+    let mut row = row.clone();
+    // The size the service was added with (not the size its table has now, which
+    // follows the backends): a controller restarted with another --table-size sees
+    // the difference and replaces the service.
+    row["table_size"] = row["configured_table_size"].clone();
+    row["backends"] = backends.into();
+    for k in ["id", "eligible", "configured_table_size"] {
+        row.as_object_mut().map(|o| o.remove(k));
+    }
+    serde_json::from_value::<lb::ServiceSpec>(row)
+}
+
+/// The managed LB services of `show lb services` rows, each without its backends but
+/// their number. A row not understood is left out: its service counts as gone, as one
+/// not understood at start is not adopted.
+pub fn held_of_rows(rows: &serde_json::Value) -> BTreeMap<String, Held> {
+    rows.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|row| {
+            let name = row["name"].as_str().filter(|n| is_managed(n))?;
+            let backends = row["backends"].as_u64()? as usize;
+            let spec = spec_of_row(row, Vec::new()).ok()?;
+            Some((name.to_string(), Held { spec, backends }))
+        })
+        .collect()
 }
 
 enum Ev {
@@ -435,4 +513,163 @@ async fn shutdown() {
 pub fn run_blocking(opts: Options) -> Result<Stats, Error> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| Error::Socket("runtime".into(), e))?;
     rt.block_on(run(opts))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A gateway on a real control socket (control's server), its LB services in memory:
+    /// what the controller's periodic check asks, and the adds it makes.
+    fn fake_gateway(path: &std::path::Path, lb: std::sync::Arc<std::sync::Mutex<BTreeMap<String, lb::ServiceSpec>>>) {
+        use control::api::{Reply, Request};
+        let (listener, bound) = control::server::bind(path).unwrap();
+        std::mem::forget(bound);
+        let (jobs, requests) = crossbeam_channel::unbounded::<control::server::Job>();
+        control::server::serve(listener, jobs);
+        std::thread::spawn(move || {
+            for (req, tx) in requests {
+                let mut lb = lb.lock().unwrap();
+                let reply = match req {
+                    Request::ShowInstance {} => Reply::ok(serde_json::json!({"instance": "1-1"}), String::new()),
+                    Request::ShowLbServices {} => {
+                        let rows: Vec<_> = lb
+                            .values()
+                            .enumerate()
+                            .map(|(id, s)| control::lb::ServiceRow {
+                                id: id as u32,
+                                name: s.name.clone(),
+                                kind: s.kind,
+                                vip: s.vip,
+                                port: s.port,
+                                protocol: s.protocol,
+                                traffic_policy: s.traffic_policy,
+                                affinity: s.affinity,
+                                forwarding: s.forwarding,
+                                backends: s.backends.len(),
+                                eligible: s.backends.len(),
+                                table_size: 211,
+                                configured_table_size: s.table_size,
+                            })
+                            .collect();
+                        Reply::ok(serde_json::to_value(rows).unwrap(), String::new())
+                    }
+                    Request::ShowLbBackends { service } => {
+                        let rows: Vec<_> = lb
+                            .values()
+                            .filter(|s| service.as_ref().is_none_or(|n| *n == s.name))
+                            .flat_map(|s| {
+                                s.backends.iter().map(|b| {
+                                    serde_json::json!({"service": s.name, "addr": b.addr, "port": b.port, "weight": b.weight,
+                                        "conditions": b.conditions, "local": b.local, "eligible": true, "slots": 1})
+                                })
+                            })
+                            .collect();
+                        Reply::ok(rows.into(), String::new())
+                    }
+                    Request::LbServiceAdd(spec) if !lb.contains_key(&spec.name) => {
+                        lb.insert(spec.name.clone(), spec);
+                        Reply::ok(serde_json::Value::Null, String::new())
+                    }
+                    Request::LbBackendAdd(b) => match lb.get_mut(&b.service) {
+                        Some(s) => {
+                            s.backends.retain(|x| (x.addr, x.port) != (b.backend.addr, b.backend.port));
+                            s.backends.push(b.backend);
+                            s.backends.sort_by_key(|x| (x.addr, x.port));
+                            Reply::ok(serde_json::Value::Null, String::new())
+                        }
+                        None => Reply::err("no such service"),
+                    },
+                    other => Reply::err(format!("not expected: {other:?}")),
+                };
+                let _ = tx.send(reply);
+            }
+        });
+    }
+
+    /// The periodic check against a gateway that is still the same process: a managed LB
+    /// service deleted by hand (`lb service del`) is added back whole from its Service,
+    /// and a backend deleted by hand is set again, each counted as restored; a check that
+    /// finds the gateway as applied changes nothing.
+    #[test]
+    fn the_periodic_check_restores_lb_services_changed_by_hand() {
+        use crate::objects::{Service, Slice};
+        let path = std::env::temp_dir().join(format!("vecgate-k8s-check-{}.sock", std::process::id()));
+        let lb = std::sync::Arc::new(std::sync::Mutex::new(BTreeMap::new()));
+        fake_gateway(&path, lb.clone());
+        let svc: k8s_openapi::api::core::v1::Service = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"type": "ClusterIP", "clusterIP": "198.18.128.10", "clusterIPs": ["198.18.128.10"], "ipFamilies": ["IPv4"],
+                     "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]}
+        }))
+        .unwrap();
+        let slice: k8s_openapi::api::discovery::v1::EndpointSlice = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web-1", "namespace": "default", "labels": {"kubernetes.io/service-name": "web"}},
+            "addressType": "IPv4",
+            "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+            "endpoints": [{"addresses": ["198.19.1.10"], "conditions": {"ready": true}, "nodeName": "n1"},
+                          {"addresses": ["198.19.2.10"], "conditions": {"ready": true}, "nodeName": "n2"}]
+        }))
+        .unwrap();
+        let mut model = Model::new(crate::Settings { node: Some("n1".into()), table_size: 0 });
+        let key = model.service_applied(Service::from_k8s(&svc).unwrap().unwrap());
+        model.slice_applied(Slice::from_k8s(&slice).unwrap().unwrap());
+        let mut applier = Applier { socket: path.clone(), stats: Stats::default(), pending: BTreeSet::new(), instance: None };
+        adopt_existing(&mut applier, &mut model).unwrap();
+        assert_eq!(applier.apply_all(&mut model, [key]).unwrap(), 1);
+        let programmed = lb.lock().unwrap().clone();
+        assert_eq!(programmed.len(), 1);
+        let name = programmed.keys().next().unwrap().clone();
+        let mut lost = false;
+
+        check_gateway(&mut applier, &mut model, &mut lost);
+        assert_eq!((applier.stats.restored, applier.stats.requests), (0, 1), "as applied: nothing to do");
+
+        lb.lock().unwrap().clear(); // `vecgate ctl lb service del …`
+        check_gateway(&mut applier, &mut model, &mut lost);
+        assert_eq!(*lb.lock().unwrap(), programmed, "added back whole");
+        assert_eq!(applier.stats.restored, 1);
+
+        let gone = lb.lock().unwrap().get_mut(&name).unwrap().backends.remove(0); // `lb backend del`
+        check_gateway(&mut applier, &mut model, &mut lost);
+        assert_eq!(*lb.lock().unwrap(), programmed, "the backend set again: {gone:?}");
+        assert_eq!(applier.stats.restored, 2);
+        assert!(!lost);
+        let _ = std::fs::remove_file(&path);
+    }
+
+    /// The gateway's own `show lb services` rows (control's `ServiceRow`, serialized as the
+    /// socket sends them) read as the model compares them: the managed service's spec as it
+    /// was added (its configured table size, not the grown one) and its backend count; a
+    /// config file's service left out.
+    #[test]
+    fn held_services_are_read_from_the_gateways_rows() {
+        let row = |id, name: &str, backends, table_size, configured_table_size| control::lb::ServiceRow {
+            id,
+            name: name.into(),
+            kind: lb::ServiceType::ClusterIp,
+            vip: "198.18.128.10".parse().unwrap(),
+            port: 80,
+            protocol: lb::Protocol::Tcp,
+            traffic_policy: lb::TrafficPolicy::Local,
+            affinity: lb::Affinity::None,
+            forwarding: lb::Forwarding::default(),
+            backends,
+            eligible: backends,
+            table_size,
+            configured_table_size,
+        };
+        let managed = "default/web:http@198.18.128.10";
+        let rows = serde_json::to_value(vec![row(0, "config-dns", 3, 307, 0), row(1, managed, 2, 211, 0)]).unwrap();
+        let held = held_of_rows(&rows);
+        assert_eq!(held.keys().collect::<Vec<_>>(), [managed]);
+        let h = &held[managed];
+        assert_eq!(h.backends, 2);
+        assert_eq!((h.spec.name.as_str(), h.spec.port, h.spec.table_size), (managed, 80, 0));
+        assert_eq!(
+            (h.spec.kind, h.spec.protocol, h.spec.traffic_policy),
+            (lb::ServiceType::ClusterIp, lb::Protocol::Tcp, lb::TrafficPolicy::Local)
+        );
+        assert!(h.spec.backends.is_empty());
+    }
 }

@@ -51,6 +51,20 @@ fn same_service(a: &ServiceSpec, b: &ServiceSpec) -> bool {
         == (b.kind, b.vip, b.port, b.protocol, b.traffic_policy, b.affinity, b.table_size)
 }
 
+/// The Service a managed LB service's name (`namespace/name:port`) is of.
+fn key_of(name: &str) -> Option<Key> {
+    let (ns, rest) = name.split_once('/').filter(|_| desired::is_managed(name))?;
+    Some(Key::new(ns, rest.split(':').next().unwrap_or("")))
+}
+
+/// One LB service as the gateway lists it (`show lb services`): the spec without its
+/// backends, and how many it has.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Held {
+    pub spec: ServiceSpec,
+    pub backends: usize,
+}
+
 /// The changes that turn `current` into `desired` (both one Service's LB services):
 /// deletions first (an address may pass from one name to another), then additions,
 /// then backends.
@@ -144,12 +158,39 @@ impl Model {
     /// Every Service key with objects or applied LB services (for a whole resync).
     pub fn keys(&self) -> BTreeSet<Key> {
         let mut keys: BTreeSet<Key> = self.services.keys().cloned().collect();
-        for name in self.applied.keys().filter(|n| desired::is_managed(n)) {
-            if let Some((ns, rest)) = name.split_once('/') {
-                keys.insert(Key::new(ns, rest.split(':').next().unwrap_or("")));
+        keys.extend(self.applied.keys().filter_map(|n| key_of(n)));
+        keys
+    }
+
+    /// The managed LB services whose applied state is not what the gateway holds
+    /// (`held`: every managed LB service it has, by name, as `show lb services` lists
+    /// them): applied but gone (deleted by hand, `lb service del`), changed, holding
+    /// another number of backends, or there but never applied. Compares the services'
+    /// rows, not the backends one by one (those are read only for what this names).
+    pub fn drift(&self, held: &BTreeMap<String, Held>) -> Vec<String> {
+        let managed = self.applied.iter().filter(|(n, _)| desired::is_managed(n));
+        let mut names: Vec<String> = managed
+            .filter(|(n, a)| !held.get(*n).is_some_and(|h| same_service(&h.spec, a) && h.backends == a.backends.len()))
+            .map(|(n, _)| n.clone())
+            .collect();
+        names.extend(held.keys().filter(|n| desired::is_managed(n) && !self.applied.contains_key(*n)).cloned());
+        names.sort();
+        names
+    }
+
+    /// Take the gateway's state of the LB service `name` as applied (`None`: it has no
+    /// such service), after [`Model::drift`] named it; returns the Service key to plan,
+    /// whose plan then restores what the Service says.
+    pub fn readopt(&mut self, name: &str, held: Option<ServiceSpec>) -> Option<Key> {
+        match held {
+            Some(spec) => {
+                self.applied.insert(name.to_string(), spec);
+            }
+            None => {
+                self.applied.remove(name);
             }
         }
-        keys
+        key_of(name)
     }
 
     /// Record a change the load balancer accepted.

@@ -1,7 +1,7 @@
 //! The sans-IO controller without a server: Services and EndpointSlices as the API
 //! serves them (JSON) → LB services → the typed changes an event causes.
 
-use k8s::model::{diff, Change, Listed, Model};
+use k8s::model::{diff, Change, Held, Listed, Model};
 use k8s::objects::{Key, Service, Slice};
 use k8s::Settings;
 use lb::{Affinity, BackendSpec, Conditions, Protocol, ServiceSpec, ServiceType, TrafficPolicy};
@@ -459,6 +459,74 @@ fn managed_names_are_told_from_config_names() {
     assert!(k8s::desired::is_managed("prod/shop:443@nodeport6"));
     assert!(!k8s::desired::is_managed("web"));
     assert!(!k8s::desired::is_managed("web:http"));
+}
+
+/// The gateway's `show lb services` view of what the model applied, as
+/// `controller::held_of_rows` gives it (no backends, their number), plus a config file's
+/// service the controller leaves alone.
+fn held_as_applied(m: &Model) -> BTreeMap<String, Held> {
+    let mut held: BTreeMap<String, Held> = m
+        .applied()
+        .iter()
+        .map(|(n, s)| (n.clone(), Held { spec: ServiceSpec { backends: Vec::new(), ..s.clone() }, backends: s.backends.len() }))
+        .collect();
+    let config = ServiceSpec { name: "dns".into(), backends: Vec::new(), ..m.applied()["default/web:dns@198.18.128.10"].clone() };
+    held.insert("dns".into(), Held { spec: config, backends: 3 });
+    held
+}
+
+/// The periodic check against the gateway: a managed LB service deleted by hand
+/// (`lb service del`) is named, and once taken as gone its Service's plan adds it back
+/// whole; one whose backends were deleted by hand is read back and its plan sets them
+/// again; one changed by hand is replaced; one made by hand under a managed name that
+/// no Service wants is deleted; nothing else is touched, and the config file's service
+/// is never named.
+#[test]
+fn lb_services_changed_by_hand_are_found_and_restored_from_their_services() {
+    let (mut m, key) = synced(vec![endpoint("198.19.1.10", true, false, "n1"), endpoint("198.19.2.10", true, false, "n2")]);
+    let (http, dns) = ("default/web:http@198.18.128.10", "default/web:dns@198.18.128.10");
+    let mut held = held_as_applied(&m);
+    assert!(m.drift(&held).is_empty(), "the gateway holds what was applied");
+
+    // `lb service del default/web:http@…`.
+    let want = m.applied()[http].clone();
+    held.remove(http);
+    assert_eq!(m.drift(&held), [http]);
+    assert_eq!(m.readopt(http, None), Some(key.clone()));
+    assert_eq!(m.plan(&key), [Change::AddService(want.clone())]);
+    for c in m.plan(&key) {
+        m.record(&c);
+    }
+    let mut held = held_as_applied(&m);
+    assert!(m.drift(&held).is_empty(), "restored");
+
+    // `lb backend del` of one of dns's backends: the row says one backend fewer.
+    held.get_mut(dns).unwrap().backends = 1;
+    assert_eq!(m.drift(&held), [dns]);
+    let mut now = m.applied()[dns].clone();
+    let gone = now.backends.remove(1);
+    m.readopt(dns, Some(now));
+    assert_eq!(m.plan(&key), [Change::SetBackend { service: dns.into(), backend: gone }]);
+
+    // The service changed by hand (another table size): replaced.
+    let (mut m, key) = synced(vec![endpoint("198.19.1.10", true, false, "n1")]);
+    let mut held = held_as_applied(&m);
+    held.get_mut(http).unwrap().spec.table_size = 65537;
+    assert_eq!(m.drift(&held), [http]);
+    let changed = ServiceSpec { table_size: 65537, ..m.applied()[http].clone() };
+    let want = m.applied()[http].clone();
+    m.readopt(http, Some(changed));
+    assert_eq!(m.plan(&key), [Change::DelService(http.into()), Change::AddService(want)]);
+
+    // Made by hand under a managed name of a Service that does not exist: deleted.
+    let (mut m, _) = synced(vec![endpoint("198.19.1.10", true, false, "n1")]);
+    let mut held = held_as_applied(&m);
+    let stray = "default/gone:http@198.18.128.99";
+    held.insert(stray.into(), Held { spec: ServiceSpec { name: stray.into(), ..m.applied()[http].clone() }, backends: 0 });
+    assert_eq!(m.drift(&held), [stray]);
+    let stray_key = m.readopt(stray, Some(ServiceSpec { name: stray.into(), backends: Vec::new(), ..m.applied()[http].clone() })).unwrap();
+    assert_eq!(stray_key, Key::new("default", "gone"));
+    assert_eq!(m.plan(&stray_key), [Change::DelService(stray.into())]);
 }
 
 fn spec_strategy() -> impl Strategy<Value = BTreeMap<String, ServiceSpec>> {
