@@ -293,6 +293,52 @@ fn drops_are_named() {
 
 #[test]
 fn packets_far_behind_the_window_are_too_old() {
+/// A decrypted packet carries none of the marks the receiving device put on the ESP
+/// packet (`decrypt`'s `plaintext`), in either mode, with and without UDP: not its word
+/// that it verified the L4 checksum (the outer UDP's), not GSO, not a partial checksum,
+/// whether it lay in the stripped headers (the outer UDP's) or inside the ciphertext.
+#[test]
+fn a_decrypted_packet_keeps_none_of_the_outer_packets_marks() {
+    use engine::{GsoKind, Offload};
+    let mut pool = Pool::new(8, 2);
+    for alg in Algorithm::ALL {
+        for mode in [Mode::Tunnel, Mode::Transport] {
+            for (v6, udp) in [(false, false), (false, true), (true, false), (true, true)] {
+                let mut p = pair_in(mode, alg, v6, udp, false);
+                let plain = if mode == Mode::Tunnel { inner(!v6, 120) } else { host_packet(v6, 120, 0) };
+                let hl = if v6 { 40 } else { 20 };
+                // The outer UDP's checksum pending, or one a bad vnet header put inside
+                // the ciphertext; both as a local sender's GSO frame says.
+                for pending in [hl, hl + 24] {
+                    let sa = p.a.get(0).unwrap();
+                    let (seq, _) = sa.outbound.next(plain.len() as u64, false, &sa.spec.lifetime).unwrap();
+                    let w = with_buffer(&mut pool, &plain, |b| {
+                        match (mode, v6) {
+                            (Mode::Tunnel, false) => encrypt::<Ip4Outer>(sa, seq, plain[0] >> 4 == 4, b).unwrap(),
+                            (Mode::Tunnel, true) => encrypt::<Ip6Outer>(sa, seq, plain[0] >> 4 == 4, b).unwrap(),
+                            (Mode::Transport, false) => encrypt_transport::<Ip4Outer>(sa, seq, b).unwrap(),
+                            (Mode::Transport, true) => encrypt_transport::<Ip6Outer>(sa, seq, b).unwrap(),
+                        };
+                        b.bytes().to_vec()
+                    });
+                    let what = format!("{alg} {mode:?} v6 {v6} udp {udp} pending at {pending}");
+                    let (next, got, marks) = with_buffer(&mut pool, &w, |b| {
+                        b.meta.l4_checksum_ok = true;
+                        b.meta.offload = Offload { gso: GsoKind::UdpL4, gso_size: 1000, ..Default::default() };
+                        b.set_partial_checksum(pending, 6);
+                        let r = if v6 { decrypt::<Ip6Outer>(&mut p.b, b) } else { decrypt::<Ip4Outer>(&mut p.b, b) };
+                        let (next, _, _) = r.unwrap_or_else(|e| panic!("{what}: {e:?}"));
+                        (next, b.bytes().to_vec(), (b.meta.l4_checksum_ok, b.meta.offload))
+                    });
+                    assert_eq!(got, plain, "{what}");
+                    assert_eq!(next == EspDecryptNext::Ip6Lookup, plain[0] >> 4 == 6, "{what}");
+                    assert_eq!(marks, (false, Offload::default()), "{what}");
+                }
+            }
+        }
+    }
+}
+
     let mut pool = Pool::new(8, 0);
     let mut p = pair(Algorithm::Chacha20Poly1305, true, false, false);
     let plain = inner(true, 80);

@@ -156,15 +156,37 @@ pub fn decrypt<O: EspOuter>(x: &mut IpsecContext, buf: &mut Buffer) -> Result<(E
                 // The error quotes the inner packet (its header's length, at most what
                 // ESP carried), from the interface the ESP arrived on.
                 let len = (40 + u16::from_be_bytes([inner[4], inner[5]]) as usize).min(inner.len());
-                buf.narrow(text_at, len).map_err(|_| C::Truncated)?;
+                plaintext(buf, text_at, len)?;
                 buf.meta.param = req.encode();
                 return Err(C::InnerParamProblem);
             }
         },
     };
-    buf.narrow(text_at, inner_len).map_err(|_| C::Truncated)?;
+    plaintext(buf, text_at, inner_len)?;
     buf.meta.param = index;
     Ok((next, age, s.urpf))
+}
+
+/// The decrypted packet, the `len` bytes from `at`, with nothing left of what the
+/// receiving device said about the ESP packet it saw: in both modes the result is
+/// another packet than the device's (the inner one in tunnel mode; in transport mode the
+/// packet's own header over an upper layer the device saw only encrypted). So, as for
+/// every tunnel (`Buffer::decapsulate`): its word that it verified the L4 checksum (for
+/// ESP in UDP that was the outer UDP's; the plaintext's checksums nobody verified), its
+/// GSO mark (one ESP packet, one inner packet; a frame of several was cut before
+/// `ipN-local` sent it here), a partial checksum in the stripped headers; and then also
+/// a partial checksum left inside the result, which `decapsulate` would keep as an inner
+/// packet's own: no sender leaves a checksum pending under ESP (it seals finished bytes,
+/// as `espN-encrypt` completes one first), so such a mark points at bytes that were
+/// ciphertext, or, in transport mode, into the header moved up over the stripped ones
+/// (an outer UDP's, under the null algorithms, whose ESP has no IV), and completing it
+/// would corrupt them.
+#[inline(always)]
+fn plaintext(buf: &mut Buffer, at: usize, len: usize) -> Result<(), EspDecryptCounter> {
+    buf.decapsulate(at, len).map_err(|_| EspDecryptCounter::Truncated)?;
+    buf.meta.offload.csum_start = 0;
+    buf.meta.offload.csum_offset = 0;
+    Ok(())
 }
 
 /// What [`inner_full_check`] found in an inner packet it did not refuse.
@@ -228,7 +250,7 @@ fn restore_transport<O: EspOuter>(
         return Err(EspDecryptCounter::TransportExtHeader);
     }
     buf.bytes_mut().copy_within(0..hl, text_at - hl);
-    buf.narrow(text_at - hl, hl + payload_len).map_err(|_| EspDecryptCounter::Truncated)?;
+    plaintext(buf, text_at - hl, hl + payload_len)?;
     O::set_upper(buf.bytes_mut(), hl, upper);
     buf.meta.param = index;
     Ok(if O::IS_V6 { EspDecryptNext::Ip6Lookup } else { EspDecryptNext::Ip4Lookup })
