@@ -4,7 +4,8 @@
 //! here ([`ip4_input::tunnel_endpoint`]): the tunnel's packets then take as many node
 //! hops as forwarded ones, the tunnel node standing where `ipN-input` would. Such a
 //! packet carries in `meta.param` the tag of the worker's tunnel hint it matched, or 0
-//! ([`crate::hint`]).
+//! ([`crate::hint`]). A UDP GSO frame of several datagrams is not bypassed: `ipN-local`
+//! sends it to `ip-gso-segment` before the tunnel node, which takes one datagram a buffer.
 //! Every other IPv4/IPv6 packet whose header passes `ipN-input`'s fast path goes straight
 //! on, trimmed to its IP length, while no link has an SPD or takes parcels (then
 //! `ipN-input` would send it to the lookup too): the checks are the same functions
@@ -24,6 +25,7 @@
 //! options, hop-by-hop, multicast, the SPD).
 
 use super::family::{tunnel_next, Family, Ip4, Ip6};
+use super::gso_segment::several_datagrams;
 use super::ip_lookup::forwards_fast;
 use super::{ip4_input, ip6_input};
 use crate::context::HasIp;
@@ -213,8 +215,10 @@ impl<Cx: HasIp, const PARCELS_INLINED: bool> Node<Cx> for EthernetInput<PARCELS_
                         ip4_input::tunnel_endpoint(udp, hints.v4.as_ref(), buf.bytes())
                     };
                     // An interface with an SPD: every packet to its inbound policies, by
-                    // way of `ipN-input` (the bypass would skip them).
-                    let endpoint = endpoint.filter(|_| !cx.tables.has_spd(buf.meta.rx_if));
+                    // way of `ipN-input` (the bypass would skip them). A UDP GSO frame of
+                    // several datagrams too: `ipN-local` has it cut first (a tunnel node
+                    // takes one datagram a buffer; `gso_segment::several_datagrams`).
+                    let endpoint = endpoint.filter(|_| !cx.tables.has_spd(buf.meta.rx_if) && !several_datagrams(buf));
                     return Verdict::Next(match (endpoint, v6) {
                         // What `ipN-input`'s fast path would send to the lookup goes
                         // there now (see the module's note); the rest takes `ipN-input`.

@@ -8,9 +8,15 @@
 //! checksum; TCP sequence number and flags: FIN and PSH only on the last, CWR only on the
 //! first) and a partial L4 checksum (the pseudo-header sum in the field), completed by
 //! whoever sends it: the encapsulating node, or the transmitting device.
+//!
+//! Decapsulation needs it too: a UDP GSO frame to one of our tunnel ports (a local
+//! sender's datagrams over a vnet-header device, each a G-PDU, a GUE packet or ESP) is
+//! cut here before any tunnel node sees it ([`several_datagrams`], asked by `ipN-local`
+//! where it hands UDP to the tunnel input nodes; `ethernet-input`'s bypass leaves GSO
+//! frames to that path), since a tunnel node decapsulates one datagram a buffer.
 
 use crate::context::HasIp;
-use engine::{BufIdx, Counts, ExpandNode, GsoKind, Pool};
+use engine::{BufIdx, Buffer, Counts, ExpandNode, GsoKind, Pool};
 use wire::checksum::{pseudo_header_v4, pseudo_header_v6};
 
 engine::next_nodes! {
@@ -75,6 +81,26 @@ impl<Cx: HasIp> ExpandNode<Cx> for GsoSegment {
         let r = segment(pool, bi, out);
         counts.add(GsoSegmentCounter::Segments, (out.len() - from) as u64);
         r
+    }
+}
+
+/// Whether `buf`, a UDP datagram, is a UDP GSO frame of more than one datagram, which a
+/// node that takes one datagram a buffer (a tunnel's decapsulation) must have cut first
+/// ([`segment`]): its payload past the UDP header (found by its pending checksum, as
+/// [`segment`] finds it) longer than one segment. A frame whose checksum start is not in
+/// the packet is one too, so that the segmenter, not a tunnel node, judges it (and counts
+/// it `bad-gso-frame`). A frame of one segment is a plain datagram (`Buffer::decapsulate`
+/// drops its mark); a TCP GSO kind on a UDP datagram is no frame a kernel makes, and the
+/// datagram is taken as one. One compare on a packet without GSO.
+#[inline(always)]
+pub fn several_datagrams(buf: &Buffer) -> bool {
+    let o = &buf.meta.offload;
+    if o.gso != GsoKind::UdpL4 {
+        return false;
+    }
+    match (o.csum_start as usize).checked_sub(buf.offset()).filter(|_| o.has_partial_checksum()) {
+        Some(l4) => buf.len().saturating_sub(l4 + 8) > o.gso_size as usize,
+        None => true,
     }
 }
 
@@ -280,5 +306,29 @@ mod tests {
         let mut out = Vec::new();
         assert_eq!(segment(&mut pool, b, &mut out), Err(GsoSegmentCounter::NoBuffer));
         assert!(!out.is_empty());
+    }
+
+    /// What `ipN-local` and `ethernet-input` ask before a tunnel node sees a UDP datagram:
+    /// a UDP GSO frame of more than one segment, or one whose headers cannot be found
+    /// (for the segmenter to refuse and count); not a packet without GSO, not a frame of
+    /// one segment, not a TCP kind.
+    #[test]
+    fn several_datagrams_is_a_udp_frame_of_more_than_one_segment() {
+        let mut pool = Pool::new(4, 4);
+        let mut several = |v6: bool, tcp: bool, payload: usize, edit: &dyn Fn(&mut Offload)| {
+            let b = frame(&mut pool, v6, tcp, payload, 1000);
+            edit(&mut pool.get_mut(b).meta.offload);
+            let r = several_datagrams(pool.get(b));
+            pool.free(b);
+            r
+        };
+        for v6 in [false, true] {
+            assert!(several(v6, false, 2500, &|_| {}), "v6 {v6}: three segments");
+            assert!(!several(v6, false, 1000, &|_| {}), "v6 {v6}: one whole segment");
+            assert!(several(v6, false, 1001, &|_| {}), "v6 {v6}: a segment and a byte");
+            assert!(several(v6, false, 2500, &|o| o.csum_start = 0), "v6 {v6}: headers not found, to the segmenter");
+            assert!(!several(v6, false, 2500, &|o| *o = Offload::default()), "v6 {v6}: no GSO");
+            assert!(!several(v6, true, 2500, &|_| {}), "v6 {v6}: TCP");
+        }
     }
 }

@@ -11,7 +11,7 @@ use wire::ipv4::Ipv4Packet;
 use wire::IpProtocol;
 
 next_nodes! {
-    pub enum Ip4LocalNext { Lookup = "ip4-lookup", Output = "interface-output", IcmpError = "ip4-icmp-error", Gtpu4Input = "gtpu4-input", Gue4Input = "gue4-input", Reassembly = "ip4-reassembly", Lb4Nat = "lb4-nat", Esp4Decrypt = "esp4-decrypt", Esp4Pmtu = "esp4-pmtu", Punt = "ip-punt" }
+    pub enum Ip4LocalNext { Lookup = "ip4-lookup", Output = "interface-output", IcmpError = "ip4-icmp-error", Gtpu4Input = "gtpu4-input", Gue4Input = "gue4-input", Reassembly = "ip4-reassembly", Lb4Nat = "lb4-nat", Esp4Decrypt = "esp4-decrypt", Esp4Pmtu = "esp4-pmtu", Punt = "ip-punt", Segment = "ip-gso-segment" }
 }
 
 counters! {
@@ -20,6 +20,7 @@ counters! {
         RateLimited(Warn, "rate-limited", "echo request not answered: reply rate limit"),
         IcmpMalformed(Warn, "icmp-malformed", "ICMP message truncated or with a bad checksum"),
         IcmpIgnored(Info, "icmp-ignored", "ICMP messages other than echo request (and frag-needed about ESP: esp4-pmtu), consumed"),
+        GsoToSegment(Info, "gso-to-segment", "UDP GSO frames of several datagrams to a tunnel's port, sent to ip-gso-segment first: each datagram is decapsulated on its own"),
         PortUnreachable(Info, "port-unreachable", "UDP to a port nothing listens on (ICMP requested)"),
         ProtocolUnreachable(Info, "protocol-unreachable", "protocol not handled locally (ICMP requested)"),
         Fragment(Info, "to-reassembly", "fragment addressed to the gateway: sent to ip4-reassembly"),
@@ -108,6 +109,13 @@ impl<Cx: HasIp> Node<Cx> for Ip4Local {
             IpProtocol::Udp => {
                 let port = p.payload().get(2..4).map(|d| u16::from_be_bytes([d[0], d[1]]));
                 if let Some(app) = port.and_then(|port| cx.ip().tables.udp.port(port)) {
+                    // A tunnel node decapsulates one datagram a buffer: a local
+                    // sender's GSO frame of several is cut first, its datagrams coming
+                    // back here one by one (by way of the lookup).
+                    if super::gso_segment::several_datagrams(buf) {
+                        counts.inc(C::GsoToSegment);
+                        return Verdict::Next(Ip4LocalNext::Segment);
+                    }
                     // A tunnel node's argument is the tag of a tunnel hint: none here.
                     buf.meta.param = 0;
                     return Verdict::Next(match app {

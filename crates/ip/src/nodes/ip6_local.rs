@@ -13,7 +13,7 @@ use wire::ipv6_ext::walk_chain;
 use wire::{EtherType, EthernetAddress, IpProtocol};
 
 next_nodes! {
-    pub enum Ip6LocalNext { Lookup = "ip6-lookup", IcmpError = "ip6-icmp-error", Output = "interface-output", Gtpu6Input = "gtpu6-input", Gue6Input = "gue6-input", Reassembly = "ip6-reassembly", Lb6Nat = "lb6-nat", Esp6Decrypt = "esp6-decrypt", Esp6Pmtu = "esp6-pmtu", Punt = "ip-punt" }
+    pub enum Ip6LocalNext { Lookup = "ip6-lookup", IcmpError = "ip6-icmp-error", Output = "interface-output", Gtpu6Input = "gtpu6-input", Gue6Input = "gue6-input", Reassembly = "ip6-reassembly", Lb6Nat = "lb6-nat", Esp6Decrypt = "esp6-decrypt", Esp6Pmtu = "esp6-pmtu", Punt = "ip-punt", Segment = "ip-gso-segment" }
 }
 
 counters! {
@@ -27,6 +27,7 @@ counters! {
         NdNotForUs(Info, "nd-not-for-us", "solicitation for an address that is not ours"),
         IcmpMalformed(Warn, "icmp-malformed", "ICMPv6 truncated, bad checksum, or invalid ND"),
         IcmpIgnored(Info, "icmp-ignored", "ICMPv6 messages other than echo request and ND (and packet-too-big about ESP: esp6-pmtu), consumed"),
+        GsoToSegment(Info, "gso-to-segment", "UDP GSO frames of several datagrams to a tunnel's port, sent to ip-gso-segment first: each datagram is decapsulated on its own"),
         PortUnreachable(Info, "port-unreachable", "UDP to a port nothing listens on (ICMPv6 requested)"),
         UnknownNextHeader(Info, "unknown-next-header", "upper-layer protocol not handled (ICMPv6 parameter problem requested)"),
         NotOurGroup(Info, "not-our-group", "multicast to a group this interface does not listen to"),
@@ -84,6 +85,13 @@ impl<Cx: HasIp> Node<Cx> for Ip6Local {
                 // Encapsulation Limit option by default), not after a routing header.
                 let port = buf.bytes().get(off + 2..off + 4).map(|d| u16::from_be_bytes([d[0], d[1]]));
                 if let (None, Some(app)) = (info.routing, port.and_then(|port| cx.tables.udp.port(port))) {
+                    // A tunnel node decapsulates one datagram a buffer: a local
+                    // sender's GSO frame of several is cut first, its datagrams coming
+                    // back here one by one (by way of the lookup).
+                    if super::gso_segment::several_datagrams(buf) {
+                        counts.inc(C::GsoToSegment);
+                        return Verdict::Next(Ip6LocalNext::Segment);
+                    }
                     // A tunnel node's argument is the tag of a tunnel hint: none here.
                     buf.meta.param = 0;
                     return Verdict::Next(match app {
