@@ -707,7 +707,7 @@ fn rule_row(r: &upf::Rule) -> RuleRow {
         peer: out.map(|o| o.peer.to_string()),
         teid_out: out.map(|o| o.teid()),
         qfi_out: out.and_then(|o| o.qfi()),
-        qers: r.qers.iter().map(|q| (q.open, q.mbr_bytes_per_sec)).collect(),
+        qers: r.qers.iter().map(|q| (q.open, q.mbr.map(|m| m.bytes_per_sec()))).collect(),
         gbrs: r.qers.iter().map(|q| q.gbr_bytes_per_sec).collect(),
         urrs_exhausted: r.urrs.iter().map(|u| u.exhausted).collect(),
     }

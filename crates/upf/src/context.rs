@@ -3,6 +3,7 @@
 //! events for the control plane.
 
 use crate::buffering::{self, HeldPackets};
+use crate::mbr::Divisor;
 use crate::tables::UpfTables;
 use arc_swap::{ArcSwap, Cache};
 use crossbeam_channel::Sender;
@@ -144,6 +145,8 @@ pub struct Policer {
     hz: u64,
     /// [`BURST_MS`] in clock ticks.
     burst_ticks: u64,
+    /// [`MIN_BURST`] × `hz`: divided by a rate, the ticks a low rate's bucket holds.
+    min_burst_hz: u64,
 }
 
 impl Policer {
@@ -151,7 +154,7 @@ impl Policer {
     pub fn new(qer_slots: usize) -> Arc<Policer> {
         let hz = engine::clock::hz().max(1);
         let buckets = (0..qer_slots.saturating_mul(2)).map(|_| QerBucket::default()).collect();
-        Arc::new(Policer { buckets, hz, burst_ticks: hz * BURST_MS / 1000 })
+        Arc::new(Policer { buckets, hz, burst_ticks: hz * BURST_MS / 1000, min_burst_hz: MIN_BURST.saturating_mul(hz) })
     }
 
     /// QER slots held.
@@ -176,12 +179,32 @@ impl Policer {
         }
     }
 
+    /// The ticks `bytes` take at the rate `rate` divides by, rounded up (never above the
+    /// MBR): `⌈bytes × hz / rate⌉`, exactly. `None` past [`Divisor`]'s exact range (a
+    /// packet of more than 65 535 bytes below a 68 GHz clock), which the caller refuses.
+    #[inline(always)]
+    fn cost(&self, rate: Divisor, bytes: u64) -> Option<u64> {
+        rate.div_ceil(bytes.checked_mul(self.hz)?)
+    }
+
+    /// The burst as ticks of the rate: [`BURST_MS`] of it, or the ticks [`MIN_BURST`]
+    /// bytes take where that is more (rates below 30 000 bytes/s). Only a packet that the
+    /// [`BURST_MS`] bucket refuses asks for it. Past [`Divisor`]'s range (a clock above
+    /// 1.5 THz) the smaller one: stricter, never above the MBR.
+    #[cold]
+    #[inline(never)]
+    fn tolerance(&self, rate: Divisor) -> u64 {
+        rate.div_floor(self.min_burst_hz).unwrap_or(0).max(self.burst_ticks)
+    }
+
     /// Take `bytes` from the bucket of a QER's direction at `now` (clock ticks); false:
-    /// over the MBR. `rate`: the QER's MBR for that direction, bytes per second. A bucket
-    /// starts full for a new generation and holds [`BURST_MS`] of the rate (at least
-    /// [`MIN_BURST`] bytes).
+    /// over the MBR. `rate`: the QER's MBR for that direction ([`Mbr::divisor`], made with
+    /// the rules: the cost is a multiplication, not a division). A bucket starts full for
+    /// a new generation and holds [`BURST_MS`] of the rate (at least [`MIN_BURST`] bytes).
+    ///
+    /// [`Mbr::divisor`]: crate::mbr::Mbr::divisor
     #[inline]
-    pub fn police(&self, slot: u32, generation: u32, uplink: bool, rate: u64, bytes: u64, now: u64) -> bool {
+    pub fn police(&self, slot: u32, generation: u32, uplink: bool, rate: Divisor, bytes: u64, now: u64) -> bool {
         let Some(b) = self.bucket(slot, uplink) else { return true };
         let seen = b.generation.load(Relaxed);
         // A slot's new QER restarts the bucket. Whoever claims it resets it: a packet
@@ -191,15 +214,13 @@ impl Policer {
         if seen != generation && b.generation.compare_exchange(seen, generation, Relaxed, Relaxed).is_ok() {
             b.tat.store(0, Relaxed);
         }
-        let rate = rate.max(1);
-        // Ticks the bytes take at the rate (rounded up: never above the MBR), and the
-        // burst as ticks of the rate.
-        let cost = (bytes * self.hz).div_ceil(rate);
-        let tolerance = if rate * BURST_MS >= MIN_BURST * 1000 { self.burst_ticks } else { MIN_BURST * self.hz / rate };
+        let Some(cost) = self.cost(rate, bytes) else { return false };
         let mut tat = b.tat.load(Relaxed);
         loop {
             let next = tat.max(now) + cost;
-            if next > now + tolerance {
+            // The burst is at least BURST_MS: only what that refuses needs the low rates'
+            // larger one.
+            if next > now + self.burst_ticks && next > now + self.tolerance(rate) {
                 return false;
             }
             match b.tat.compare_exchange_weak(tat, next, Relaxed, Relaxed) {
@@ -287,6 +308,12 @@ pub trait HasUpf: HasIp {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mbr::Mbr;
+    use proptest::prelude::*;
+
+    fn mbr(bytes_per_sec: u64) -> Divisor {
+        Mbr::new(bytes_per_sec).divisor()
+    }
 
     #[test]
     fn usage_restarts_for_a_new_generation_and_is_read_only_for_its_own() {
@@ -318,7 +345,7 @@ mod tests {
         for k in 0..n {
             let now = k * 2 * hz / n;
             let w = on(k);
-            if cx[w].policer.police(0, 1, false, rate, 1000, now) && now >= hz {
+            if cx[w].policer.police(0, 1, false, mbr(rate), 1000, now) && now >= hz {
                 passed[w] += 1000;
             }
         }
@@ -375,7 +402,7 @@ mod tests {
                     let (p, start) = (&*c.policer, &start);
                     s.spawn(move || {
                         start.wait();
-                        (0..n).filter(|k| p.police(0, 1, true, rate, 1000, k * seconds * hz / n)).count() as u64 * 1000
+                        (0..n).filter(|k| p.police(0, 1, true, mbr(rate), 1000, k * seconds * hz / n)).count() as u64 * 1000
                     })
                 })
                 .collect();
@@ -397,20 +424,20 @@ mod tests {
         let mut passed = 0u64;
         let step = hz / 20_000; // 20 000 offers per second of 1000 bytes: 20 MB/s offered
         for i in 0..20_000u64 {
-            if c.police(0, 1, true, rate, 1000, i * step) {
+            if c.police(0, 1, true, mbr(rate), 1000, i * step) {
                 passed += 1000;
             }
         }
         let burst = (rate * BURST_MS / 1000).max(MIN_BURST);
         assert!(passed <= rate + burst + 1000, "{passed}");
         assert!(passed >= rate - 1000, "{passed}");
-        assert!(!c.police(0, 1, true, rate, 1000, 20_000 * step), "the uplink bucket is empty");
-        assert!(c.police(0, 1, false, rate, 1000, 20_000 * step), "the downlink's is full");
-        assert!(c.police(1, 1, true, rate, 1000, 20_000 * step), "another slot's is full");
+        assert!(!c.police(0, 1, true, mbr(rate), 1000, 20_000 * step), "the uplink bucket is empty");
+        assert!(c.police(0, 1, false, mbr(rate), 1000, 20_000 * step), "the downlink's is full");
+        assert!(c.police(1, 1, true, mbr(rate), 1000, 20_000 * step), "another slot's is full");
         // A new generation starts with a full bucket.
-        assert!(c.police(0, 2, true, rate, burst * 9 / 10, 20_000 * step));
+        assert!(c.police(0, 2, true, mbr(rate), burst * 9 / 10, 20_000 * step));
         // A slot past the buckets is not policed.
-        assert!(c.police(5, 1, true, 1, 1_000_000, 0));
+        assert!(c.police(5, 1, true, mbr(1), 1_000_000, 0));
     }
 
     /// A low rate's bucket holds MIN_BURST bytes, not BURST_MS of the rate; an MBR of 0
@@ -418,9 +445,53 @@ mod tests {
     #[test]
     fn low_rates_hold_the_minimum_burst() {
         let c = Policer::new(1);
-        assert!(c.police(0, 1, true, 1000, MIN_BURST, 0));
-        assert!(!c.police(0, 1, true, 1000, 1, 0));
-        assert!(c.police(0, 1, false, 0, MIN_BURST / 2, 0));
-        assert!(!c.police(0, 1, false, 0, MIN_BURST, 0));
+        assert!(c.police(0, 1, true, mbr(1000), MIN_BURST, 0));
+        assert!(!c.police(0, 1, true, mbr(1000), 1, 0));
+        assert!(c.police(0, 1, false, mbr(0), MIN_BURST / 2, 0));
+        assert!(!c.police(0, 1, false, mbr(0), MIN_BURST, 0));
+    }
+
+    /// The policer as it was before its divisor: GCRA with 64-bit divisions, one bucket.
+    struct DividingBucket {
+        tat: u64,
+    }
+
+    impl DividingBucket {
+        fn police(&mut self, hz: u64, rate: u64, bytes: u64, now: u64) -> bool {
+            let rate = rate.max(1);
+            let cost = (bytes * hz).div_ceil(rate);
+            let burst_ticks = hz * BURST_MS / 1000;
+            let tolerance = if rate as u128 * BURST_MS as u128 >= (MIN_BURST * 1000) as u128 { burst_ticks } else { MIN_BURST * hz / rate };
+            let next = self.tat.max(now) + cost;
+            if next > now + tolerance {
+                return false;
+            }
+            self.tat = next;
+            true
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+        /// The policer with its divisor passes and refuses exactly the packets the
+        /// division-based bucket does: any MBR a PFCP QER can carry (kbit/s up to 2^40,
+        /// × 125, and 0), packet sizes 0..=65 535, arrivals from back to back to seconds
+        /// apart, low rates (where the minimum burst decides) as often as high ones.
+        #[test]
+        fn verdicts_are_the_division_based_ones(
+            kbps in prop_oneof![0u64..300, 0u64..=1 << 40],
+            offers in proptest::collection::vec((0u64..=65_535, prop_oneof![0u64..1000, 0u64..1 << 32]), 1..200),
+        ) {
+            let p = Policer::new(1);
+            let rate = kbps * 125;
+            let mut model = DividingBucket { tat: 0 };
+            let mut now = 1u64 << 40;
+            for (k, &(bytes, gap)) in offers.iter().enumerate() {
+                now += gap;
+                let want = model.police(p.hz, rate, bytes, now);
+                prop_assert_eq!(p.police(0, 1, true, mbr(rate), bytes, now), want, "offer {} ({} bytes at {})", k, bytes, now);
+            }
+        }
     }
 }

@@ -25,12 +25,15 @@
 //! - Usage (URR volumes) is counted per worker in cells the control plane sums
 //!   ([`context::UsageCells`]). The MBR is one token bucket per QER and direction that
 //!   every worker takes from with a compare-and-swap, no lock ([`context::Policer`]): a
-//!   QER gets its whole MBR however many workers its packets reach, one or several.
+//!   QER gets its whole MBR however many workers its packets reach, one or several. A
+//!   packet's cost divides by the MBR through a reciprocal made with the rules
+//!   ([`mbr::Divisor`], exact: no division on the packet path).
 #![forbid(unsafe_code)]
 
 pub mod buffering;
 pub mod context;
 pub mod fuzz;
+pub mod mbr;
 pub mod nodes;
 pub mod sdf;
 pub mod session;

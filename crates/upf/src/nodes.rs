@@ -242,8 +242,8 @@ fn enforce(usage: &UsageCells, policer: &Policer, r: &Rule, uplink: bool, bytes:
         if !q.open {
             return Err(UpfCounter::GateClosed);
         }
-        if let Some(rate) = q.mbr_bytes_per_sec {
-            if !policer.police(q.slot, q.generation, uplink, rate, bytes, now) {
+        if let Some(mbr) = q.mbr {
+            if !policer.police(q.slot, q.generation, uplink, mbr.divisor(), bytes, now) {
                 return Err(UpfCounter::MbrExceeded);
             }
         }
@@ -272,7 +272,7 @@ impl From<Stop> for UpfCounter {
 #[inline]
 fn enforce_record(usage: &UsageCells, policer: &Policer, rec: &Record, uplink: bool, bytes: u64, now: u64) -> Result<(), UpfCounter> {
     if let Some(p) = rec.policer {
-        if !policer.police(p.slot, p.generation.get(), uplink, p.rate.get(), bytes, now) {
+        if !policer.police(p.slot, p.generation.get(), uplink, p.rate, bytes, now) {
             return Err(UpfCounter::MbrExceeded);
         }
     }

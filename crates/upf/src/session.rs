@@ -9,6 +9,7 @@
 //! other PDR could match nothing this dataplane receives: the session is refused
 //! ([`CompileError::NoDirection`]) rather than accepted with the PDR left out.
 
+use crate::mbr::Mbr;
 use crate::sdf::{SdfError, SdfFilter};
 use crate::tables::{Forward, OuterHeader, QerRef, Rule, Session, UeMatch, UrrRef};
 use core::net::{Ipv4Addr, Ipv6Addr};
@@ -227,8 +228,9 @@ fn rule(r: &SessionRules, p: &Pdr, slots: &SessionSlots, uplink: bool) -> Result
             slot: s.slot,
             generation: s.generation,
             open: if uplink { q.ul_open } else { q.dl_open },
-            // kbit/s (TS 29.244 §8.2.8: kilobits of 1000 bits) to bytes/s.
-            mbr_bytes_per_sec: if uplink { q.mbr_ul_kbps } else { q.mbr_dl_kbps }.map(|k| k.saturating_mul(125)),
+            // kbit/s (TS 29.244 §8.2.8: kilobits of 1000 bits) to bytes/s, with the
+            // reciprocal the policer divides by (made here, not per packet).
+            mbr: if uplink { q.mbr_ul_kbps } else { q.mbr_dl_kbps }.map(|k| Mbr::new(k.saturating_mul(125))),
             gbr_bytes_per_sec: if uplink { q.gbr_ul_kbps } else { q.gbr_dl_kbps }.map(|k| k.saturating_mul(125)),
         })
         .collect();

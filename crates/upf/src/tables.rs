@@ -6,10 +6,11 @@
 //! installing or removing one copies a few chunks of 1024 slots whatever the number of
 //! sessions; publishing clones the chunk pointers (`benches` in `tests/scale.rs`).
 
+use crate::mbr::{Divisor, Mbr};
 use crate::sdf::SdfFilter;
 use crate::session::{assign_slots, compile, slots_fit, CompileError, SessionSlots, SlotAllocator};
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use core::num::{NonZeroU32, NonZeroU64};
+use core::num::NonZeroU32;
 use engine::cow::CowVec;
 use gtpu::teid_table::TeidTable;
 use ip::outer::tos::Marking;
@@ -110,9 +111,10 @@ pub struct QerRef {
     pub slot: u32,
     pub generation: u32,
     pub open: bool,
-    /// Bytes per second for the whole QER, this direction (one bucket all workers take
-    /// from: [`crate::context::Policer`]); `None`: not policed.
-    pub mbr_bytes_per_sec: Option<u64>,
+    /// The MBR for the whole QER, this direction (one bucket all workers take from:
+    /// [`crate::context::Policer`]), with the reciprocal the bucket divides by; `None`:
+    /// not policed.
+    pub mbr: Option<Mbr>,
     /// The guaranteed rate, bytes per second: shown, not enforced (the RAN schedules
     /// the GFBR, TS 23.501 §5.7.2.5; the UPF polices the MFBR, which is at least it).
     pub gbr_bytes_per_sec: Option<u64>,
@@ -317,8 +319,8 @@ pub enum Stop {
 pub struct PolicerRef {
     pub slot: u32,
     pub generation: NonZeroU32,
-    /// The QER's MBR for this direction, bytes per second (0 polices as 1).
-    pub rate: NonZeroU64,
+    /// The QER's MBR for this direction, as the bucket divides by it ([`Mbr::divisor`]).
+    pub rate: Divisor,
 }
 
 /// A URR's usage cell.
@@ -350,9 +352,9 @@ impl Record {
         }
         let q = r.qers.first();
         let u = r.urrs.first();
-        let policer = match q.and_then(|q| Some((q, q.mbr_bytes_per_sec?))) {
+        let policer = match q.and_then(|q| Some((q, q.mbr?))) {
             Some((q, mbr)) => match NonZeroU32::new(q.generation) {
-                Some(generation) => Some(PolicerRef { slot: q.slot, generation, rate: NonZeroU64::new(mbr).unwrap_or(NonZeroU64::MIN) }),
+                Some(generation) => Some(PolicerRef { slot: q.slot, generation, rate: mbr.divisor() }),
                 None => return (Record::UNRESOLVED, None),
             },
             None => None,
