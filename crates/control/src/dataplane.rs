@@ -182,7 +182,9 @@ pub fn set_udp_demux(state: &mut RouterState, g: &GtpuState, u: &UdpTunState, x:
 
 /// Set which tunnels' outer packets the outbound transport-mode SAs protect, where
 /// (`crate::ipsec::tunnel_esp`): after any change of tunnels, SAs, policies or bindings.
-pub fn set_tunnel_esp(state: &mut RouterState, g: &GtpuState, u: &UdpTunState, x: &ipsec::IpsecState, spd: &SpdState) {
+/// `upf_n3`: the UPF's N3 addresses (`[pfcp]`), whose GTP-U to gNBs and peer UPFs the
+/// PFCP sessions' outer header creation sends: tunnels like the others.
+pub fn set_tunnel_esp(state: &mut RouterState, g: &GtpuState, u: &UdpTunState, x: &ipsec::IpsecState, spd: &SpdState, upf_n3: &[IpAddr]) {
     state.set_tunnel_esp(crate::ipsec::tunnel_esp(x, spd, || {
         let gtpu = g.tunnels().map(|(_, t)| {
             let s = t.spec();
@@ -194,8 +196,22 @@ pub fn set_tunnel_esp(state: &mut RouterState, g: &GtpuState, u: &UdpTunState, x
             port: s.port,
             src_ports: (s.src_port_min, s.src_port_max),
         });
-        gtpu.chain(udp).collect()
+        gtpu.chain(udp).chain(upf_outer_flows(x, upf_n3)).collect()
     }));
+}
+
+/// The UPF's GTP-U packets as tunnels' outer packets: from an N3 address to a gNB or peer
+/// UPF a FAR's outer header creation names, 2152 both ways (`upf::nodes::encap`). The
+/// peers come and go with PFCP sessions, which do not republish the IP tables: every peer
+/// an outbound transport-mode SA from an N3 address leads to stands for them (a peer
+/// without such an SA has nothing to count, and `tunnel_esp` reads only the flows
+/// between an SA's addresses), so that a session's first packet already finds its entry.
+fn upf_outer_flows<'a>(x: &'a ipsec::IpsecState, upf_n3: &'a [IpAddr]) -> impl Iterator<Item = crate::ipsec::OuterFlow> + 'a {
+    let port = wire::gtpu::PORT;
+    x.iter()
+        .map(|(_, sa)| &sa.spec)
+        .filter(|s| s.direction == ipsec::Direction::Outbound && s.mode == ipsec::Mode::Transport && upf_n3.contains(&s.local))
+        .map(move |s| crate::ipsec::OuterFlow { local: s.local, remote: s.remote, port, src_ports: (port, port) })
 }
 
 /// Path-management events kept for `show gtpu tunnels`.
@@ -252,7 +268,8 @@ impl Control {
     /// Compile the state into new tables and publish them to every worker.
     pub fn publish(&mut self) {
         set_udp_demux(&mut self.state, &self.gtpu, &self.udptun, &self.ipsec);
-        set_tunnel_esp(&mut self.state, &self.gtpu, &self.udptun, &self.ipsec, &self.spd);
+        let upf_n3 = self.pfcp.as_ref().map_or(Vec::new(), |p| crate::pfcp::n3_addresses(p.upf.config()));
+        set_tunnel_esp(&mut self.state, &self.gtpu, &self.udptun, &self.ipsec, &self.spd, &upf_n3);
         let t = self.state.build();
         self.gtpu_shared.store(Arc::new(self.gtpu.build()));
         self.ipsec_shared.store(Arc::new(self.ipsec.build()));
@@ -1011,7 +1028,9 @@ fn build(
     // take `ipsecN-output` from the first vector on.
     let spd_state = crate::spd::build_state(cfg, &state)?;
     state.set_spd_links(crate::spd::links(&spd_state));
-    set_tunnel_esp(&mut state, &gtpu, &udp, &ipsec, &spd_state);
+    // (A bad `[pfcp]` is reported when the endpoint opens.)
+    let upf_n3 = cfg.pfcp.as_ref().and_then(|p| p.upf_config(0).ok()).map_or(Vec::new(), |c| crate::pfcp::n3_addresses(&c));
+    set_tunnel_esp(&mut state, &gtpu, &udp, &ipsec, &spd_state, &upf_n3);
     // The UPF's UE pools route to upfN-downlink, and G-PDUs for TEIDs of no tunnel go to
     // upfN-uplink (with [pfcp]).
     if cfg.pfcp.is_some() {
@@ -1209,4 +1228,60 @@ pub fn spawn(
             worker
         })
         .expect("spawn worker thread")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An outbound SA as the CLI adds it.
+    fn sa(words: &str) -> ipsec::SaSpec {
+        let c = crate::ipsec::parse_sa_add(&words.split(' ').collect::<Vec<_>>()).unwrap();
+        c.to_spec().unwrap().0
+    }
+
+    /// The UPF's GTP-U is a tunnel like the others to the transport-mode SAs: with an SPD
+    /// on the N3 link PROTECTing UDP to 2152 by an SA from the N3 address to a gNB, the IP
+    /// tables get that SA's entry for the N3 address, the gNB and 2152 (what
+    /// upfN-downlink and upfN-uplink take off the path's MTU), the gNB named by no GTP-U
+    /// or UDP tunnel: PFCP sessions' peers need none. An SA from another address, a
+    /// tunnel-mode one, or no `[pfcp]` (no N3 address) gives none.
+    #[test]
+    fn upf_outer_headers_count_a_transport_sa_protecting_them() {
+        let key = "enc-key 0102030405060708090a0b0c0d0e0f1011121314";
+        let mut x = ipsec::IpsecState::new();
+        let words = |i: u32, local: &str, mode: &str| {
+            format!("{i} spi {} outbound alg aes-gcm-128 {key} local {local} remote 198.18.7.10 {mode}", 0x600 + i)
+        };
+        x.add(1, sa(&words(1, "198.18.7.2", "transport")), [0; 16]).unwrap();
+        x.add(2, sa(&words(2, "198.18.7.9", "transport")), [0; 16]).unwrap();
+        x.add(3, sa(&words(3, "198.18.7.2", "tunnel")), [0; 16]).unwrap();
+        let mut spd = SpdState::new();
+        for (sa, local) in [(1, "198.18.7.2"), (2, "198.18.7.9")] {
+            spd.add_policy(&spd::PolicySpec {
+                spd: 1,
+                direction: spd::Direction::Outbound,
+                priority: 10,
+                action: spd::policy::ActionKind::Protect,
+                sa: Some(sa),
+                local: local.into(),
+                remote: "198.18.7.10".into(),
+                protocol: "udp".into(),
+                local_ports: "any".into(),
+                remote_ports: "2152".into(),
+            })
+            .unwrap();
+        }
+        spd.bind(IfIndex(0), 1).unwrap();
+        let n3: IpAddr = "198.18.7.2".parse().unwrap();
+        let gnb: IpAddr = "198.18.7.10".parse().unwrap();
+        let (g, u) = (GtpuState::default(), UdpTunState::new());
+        let mut state = RouterState::new(Vec::new()).unwrap();
+        set_tunnel_esp(&mut state, &g, &u, &x, &spd, &[n3]);
+        let overhead = x.get(1).unwrap().plan.overhead as u16;
+        let esp = state.build().tunnel_esp.clone();
+        assert_eq!(*esp, [ip::tables::TunnelEsp::new(n3, gnb, wire::gtpu::PORT, 1, overhead, 0)]);
+        set_tunnel_esp(&mut state, &g, &u, &x, &spd, &[]);
+        assert!(state.build().tunnel_esp.is_empty(), "no [pfcp]: no UPF tunnels");
+    }
 }

@@ -357,6 +357,12 @@ pub struct Pfcp {
     pub recent: VecDeque<String>,
 }
 
+/// The UPF's N3 addresses: the source of every GTP-U packet its sessions send (the IP
+/// tables count what transport-mode SAs add to them, `dataplane::set_tunnel_esp`).
+pub fn n3_addresses(c: &UpfConfig) -> Vec<IpAddr> {
+    c.n3_ipv4.map(IpAddr::V4).into_iter().chain(c.n3_ipv6.map(IpAddr::V6)).collect()
+}
+
 const RECENT: usize = 32;
 
 impl Pfcp {

@@ -403,11 +403,20 @@ pub(crate) fn esp_limited_mtu(
     remote: std::net::IpAddr,
     port: u16,
 ) -> u16 {
+    esp_of(esp, i, local, remote, port).map(|e| e.limit(mtu)).fold(mtu, u16::min)
+}
+
+/// Whether an entry of `esp` protects the outer packets from `local` to `remote` to port
+/// `port` leaving by interface `i`.
+fn esp_protects(esp: &[TunnelEsp], i: IfIndex, local: std::net::IpAddr, remote: std::net::IpAddr, port: u16) -> bool {
+    esp_of(esp, i, local, remote, port).next().is_some()
+}
+
+/// The entries of `esp` for the outer packets from `local` to `remote` to port `port`
+/// leaving by interface `i`.
+fn esp_of(esp: &[TunnelEsp], i: IfIndex, local: std::net::IpAddr, remote: std::net::IpAddr, port: u16) -> impl Iterator<Item = &TunnelEsp> {
     let bit = 1u64.checked_shl(i.0 as u32).unwrap_or(0);
-    esp.iter()
-        .filter(|e| e.links & bit != 0 && e.local == local && e.remote == remote && e.port == port)
-        .map(|e| e.limit(mtu))
-        .fold(mtu, u16::min)
+    esp.iter().filter(move |e| e.links & bit != 0 && e.local == local && e.remote == remote && e.port == port)
 }
 
 impl Tables {
@@ -445,6 +454,26 @@ impl Tables {
             return Some(mtu);
         }
         Some(self.tunnel_esp_of(a, outer).map(|e| e.limit(mtu)).fold(mtu, u16::min))
+    }
+
+    /// [`Tables::tunnel_link_mtu`] and [`Tables::tunnel_esp_protected`] at once for outer
+    /// packets given by their addresses and UDP destination port rather than a built
+    /// header: a tunnel that checks its MTU before it builds the header (the UPF's, whose
+    /// FARs name only the peer, the source being its N3 address). The same entries decide
+    /// as for a header: the MTU of the link of `adj` less what a transport-mode SA its SPD
+    /// PROTECTs these packets by adds, and whether there is one. `None` when `adj` does
+    /// not send.
+    #[inline]
+    pub fn tunnel_link_mtu_to(&self, adj: u32, local: std::net::IpAddr, remote: std::net::IpAddr, port: u16) -> Option<(u16, bool)> {
+        let a = self.adjacency(adj);
+        let mtu = a.mtu()?;
+        match a.tx_if() {
+            Some(i) if !self.tunnel_esp.is_empty() => {
+                let limited = esp_limited_mtu(&self.tunnel_esp, i, mtu, local, remote, port);
+                Some((limited, esp_protects(&self.tunnel_esp, i, local, remote, port)))
+            }
+            _ => Some((mtu, false)),
+        }
     }
 
     /// Whether a tunnel's outer packets (IP and UDP header `outer`) sent by adjacency

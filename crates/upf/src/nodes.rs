@@ -310,7 +310,7 @@ fn deliver_downlink(
 ) -> Result<UpfNext, UpfCounter> {
     // Only reached by a caller that did not hold it: a Buffer FAR has nothing to forward with.
     let o = outer_of(r)?;
-    let outer_mtu = match fit_path(ip, &o, buf, FragmentPolicy::Inner) {
+    let outer_mtu = match fit_path(ip, t, &o, buf, FragmentPolicy::Inner) {
         Ok(m) => m,
         Err((next, c)) => {
             counts.inc(c);
@@ -348,24 +348,43 @@ pub fn encap(buf: &mut Buffer, t: &UpfTables, o: &OuterHeader) -> Result<UpfNext
 
 /// The tunnel-MTU step every tunnel takes ([`ip::outer::encap_mtu`], docs "Tunnel MTU"),
 /// for a packet about to be put in GTP-U toward `o`: its room is the MTU of the link the
-/// outer route to the peer leaves by, less the outer headers. `Ok`: encapsulate (then
-/// fragment the outer packet to the MTU given, if any); `Err`: the next node (ICMP to the
-/// packet's source, inner fragmentation or GSO segmentation; `meta.param` set) and the
-/// counter. A packet that fits IPv4's smallest link whatever it is needs no lookup.
+/// outer route to the peer leaves by, less the outer headers, and less what an outbound
+/// transport-mode SA adds where that link's SPD PROTECTs our GTP-U packets to the peer
+/// by it (the control plane's `tunnel_esp`, as for gtpuN-encap's and udptun's tunnels:
+/// `ip::Tables::tunnel_link_mtu_to`). `Ok`: encapsulate (then fragment the outer packet
+/// to the MTU given, if any: never one such an SA protects, which goes whole to
+/// `espN-encrypt` to be fragmented as ESP, since fragments made here would leave past the
+/// SPD in the clear); `Err`: the next node (ICMP to the packet's source, inner
+/// fragmentation or GSO segmentation; `meta.param` set) and the counter. Without such
+/// SAs, a packet that fits IPv4's smallest link whatever it is needs no lookup.
 /// `fragment`: what an IPv4 packet without DF gets (downlink: fragmented first, the
 /// fragments coming back to the session by the UE pool's route).
 #[inline]
-fn fit_path(ip: &ip::Tables, o: &OuterHeader, buf: &mut Buffer, fragment: FragmentPolicy) -> Result<Option<u16>, (UpfNext, UpfCounter)> {
-    let (link_mtu, outer_hl) = match o.peer {
-        IpAddr::V4(_) if buf.len() + 20 + 8 + o.gtpu_len as usize <= ip::outer::MtuPolicy::MIN_MTU as usize => return Ok(None),
-        IpAddr::V4(p) => (ip.adjacency(ip.fib4.lookup(u32::from(p))).mtu(), 20),
-        IpAddr::V6(_) if buf.len() + 40 + 8 + o.gtpu_len as usize <= 1280 => return Ok(None),
-        IpAddr::V6(p) => (ip.adjacency(ip.fib6.lookup(u128::from(p))).mtu(), 40),
+fn fit_path(
+    ip: &ip::Tables,
+    t: &UpfTables,
+    o: &OuterHeader,
+    buf: &mut Buffer,
+    fragment: FragmentPolicy,
+) -> Result<Option<u16>, (UpfNext, UpfCounter)> {
+    let any_link_fits = ip.tunnel_esp.is_empty();
+    let (adj, local, outer_hl) = match o.peer {
+        IpAddr::V4(_) if any_link_fits && buf.len() + 20 + 8 + o.gtpu_len as usize <= ip::outer::MtuPolicy::MIN_MTU as usize => {
+            return Ok(None)
+        }
+        IpAddr::V4(p) => (ip.fib4.lookup(u32::from(p)), t.n3_v4.map(IpAddr::V4), 20),
+        IpAddr::V6(_) if any_link_fits && buf.len() + 40 + 8 + o.gtpu_len as usize <= 1280 => return Ok(None),
+        IpAddr::V6(p) => (ip.fib6.lookup(u128::from(p)), t.n3_v6.map(IpAddr::V6), 40),
+    };
+    // Without an N3 address of the peer's family `encap` refuses the packet anyway.
+    let (link_mtu, protected) = match local {
+        Some(l) => ip.tunnel_link_mtu_to(adj, l, o.peer, wire::gtpu::PORT).map_or((None, false), |(m, p)| (Some(m), p)),
+        None => (ip.adjacency(adj).mtu(), false),
     };
     let inner_v6 = buf.bytes().first().is_some_and(|v| v >> 4 == 6);
     let policy = ip::outer::MtuPolicy { fragment, ..Default::default() };
     match ip::outer::encap_mtu(buf, link_mtu, outer_hl + 8 + o.gtpu_len as usize, policy) {
-        ip::outer::EncapMtu::Encap { fragment_outer, .. } => Ok(fragment_outer),
+        ip::outer::EncapMtu::Encap { fragment_outer, .. } => Ok(fragment_outer.filter(|_| !protected)),
         ip::outer::EncapMtu::TooBig { v4 } => {
             Err((if v4 { UpfNext::Ip4IcmpError } else { UpfNext::Ip6IcmpError }, UpfCounter::InnerTooBig))
         }
@@ -765,7 +784,7 @@ fn forward_uplink<O: OuterFamily>(
     // packets: fragments of the inner one would come back by the route, to its
     // destination on N6, not into this tunnel.
     let outer_mtu = match ohc {
-        Some(o) => match fit_path(ip, o, buf, FragmentPolicy::Outer) {
+        Some(o) => match fit_path(ip, tables, o, buf, FragmentPolicy::Outer) {
             Ok(m) => m,
             Err((next, c)) => {
                 counts.inc(c);
@@ -939,7 +958,7 @@ impl<Cx: HasUpf, F: UeFamily> Node<Cx> for UpfDownlink<F> {
         };
         // Too big for the N3 path: told, fragmented or segmented before anything is
         // counted (the pieces come back by the route and are counted as they go out).
-        let outer_mtu = match fit_path(&ipc.tables, o, buf, FragmentPolicy::Inner) {
+        let outer_mtu = match fit_path(&ipc.tables, tables, o, buf, FragmentPolicy::Inner) {
             Ok(m) => m,
             Err((next, c)) => {
                 counts.inc(c);

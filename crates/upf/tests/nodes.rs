@@ -87,6 +87,9 @@ struct Rig {
     /// Publish the sessions' records unresolved, so that every packet takes the full PDR
     /// match (the reference the records are held to).
     full_match_only: bool,
+    /// The IP tables the workers read (N3 on interface 0), and their state.
+    ip_tables: Arc<ArcSwap<ip::Tables>>,
+    router: ip::RouterState,
 }
 
 impl Rig {
@@ -128,12 +131,36 @@ impl Rig {
             mtu: 1500,
             addresses: vec!["198.18.7.2/24".parse().unwrap(), "2001:db8:7::2/64".parse().unwrap()],
         };
-        let ip_tables = Arc::new(ArcSwap::from_pointee(ip::RouterState::new(vec![n3]).unwrap().build()));
+        let mut router = ip::RouterState::new(vec![n3]).unwrap();
+        let ip_tables = Arc::new(ArcSwap::from_pointee(router.build()));
         let cx = Cx {
-            ip: IpContext::new(ip_tables, None, Default::default()),
+            ip: IpContext::new(ip_tables.clone(), None, Default::default()),
             upf: UpfContext::new(shared.clone(), usage.clone(), Policer::new(1000), Some(tx)).with_buffering(16, 8, Arc::default()),
         };
-        Rig { graph, pool: Pool::new(1024, 4), cx, state, shared, usage, events, seen, metas, inputs, buffer_input, full_match_only: false }
+        Rig {
+            graph,
+            pool: Pool::new(1024, 4),
+            cx,
+            state,
+            shared,
+            usage,
+            events,
+            seen,
+            metas,
+            inputs,
+            buffer_input,
+            full_match_only: false,
+            ip_tables,
+            router,
+        }
+    }
+
+    /// Publish IP tables with these transport-mode SA entries (the control plane's
+    /// `tunnel_esp`).
+    fn set_tunnel_esp(&mut self, esp: Vec<ip::tables::TunnelEsp>) {
+        self.router.set_tunnel_esp(esp);
+        self.ip_tables.store(Arc::new(self.router.build()));
+        engine::worker::Context::refresh(&mut self.cx);
     }
 
     /// What the control plane sends a worker's `upf-buffer` after a publish.
@@ -786,6 +813,56 @@ fn uplink_carries_congestion_marks_into_the_inner_packet() {
 /// fragmented outer packets (its own fragments would come back by the route, to the data
 /// network in the clear). Through the session's record and the full match alike; only
 /// what goes out is counted.
+/// A transport-mode SA that the N3 link's SPD PROTECTs our GTP-U to a peer by (the
+/// control plane's `tunnel_esp` entry: N3 address → peer, UDP 2152, the link's bit) takes
+/// its bytes off that path's MTU, as for gtpuN-encap's tunnels: downlink toward the gNB
+/// and uplink re-encapsulated toward a peer UPF, by the record and the full match alike.
+/// A packet that fits the link but not the link less ESP is signalled (DF) where it
+/// went out before; an N9 one without DF too big for the link goes whole, not in outer
+/// fragments that would leave past the SPD in the clear. An entry for another port, peer
+/// or link changes nothing.
+#[test]
+fn a_transport_sa_protecting_our_gtpu_takes_its_bytes_off_the_path_mtu() {
+    let peer = Ipv4Addr::new(198, 18, 7, 3);
+    let overhead = 57;
+    let limit = ip::outer::inner_mtu(Some(1500), overhead, 0) as u16;
+    assert!(limit < 1500 - 40, "{limit}");
+    let esp = |to: Ipv4Addr, port, links| ip::tables::TunnelEsp::new(N3.into(), to.into(), port, links, overhead as u16, 0);
+    for full_match_only in [false, true] {
+        let mut rig = Rig::new();
+        rig.full_match_only = full_match_only;
+        rig.install(&session(1));
+        let fits = with_df(udp4(DN, UE, 53, 4000, 1456 - 28));
+        for other in [esp(GNB, 2153, 1), esp(peer, 2152, 1), esp(GNB, 2152, 2)] {
+            rig.set_tunnel_esp(vec![other]);
+            let got = rig.send(2, &[fits.clone()]);
+            assert_eq!(got.iter().map(|(n, p)| (*n, p.len())).collect::<Vec<_>>(), [("ip4-lookup", 1500)], "{other:?}");
+        }
+        rig.set_tunnel_esp(vec![esp(GNB, 2152, 1)]);
+        let got = rig.send(2, &[fits.clone()]);
+        assert_eq!(got.iter().map(|(n, p)| (*n, p.len())).collect::<Vec<_>>(), [("ip4-icmp-error", 1456)]);
+        assert_eq!(rig.counter("upf4-downlink", "inner-too-big"), 1);
+        let room = with_df(udp4(DN, UE, 53, 4000, limit as usize - 44 - 28));
+        let got = rig.send(2, &[room]);
+        assert_eq!(got.iter().map(|(n, p)| (*n, p.len())).collect::<Vec<_>>(), [("ip4-lookup", limit as usize)], "the link less ESP");
+
+        // Uplink toward a peer UPF (N9), the SA protecting GTP-U to it.
+        let mut rig = Rig::new();
+        rig.full_match_only = full_match_only;
+        let mut r = session(1);
+        r.fars.get_mut(&1).unwrap().outer_header = Some(GtpuEndpoint { teid: 0x900, addr: IpAddr::V4(peer) });
+        rig.install(&r);
+        rig.set_tunnel_esp(vec![esp(peer, 2152, 1)]);
+        let fits = with_df(udp4(UE, DN, 4000, 53, 1456 - 28));
+        let got = rig.send(0, &[gpdu4(0x100, Some(9), &fits)]);
+        assert_eq!(got.iter().map(|(n, p)| (*n, p.len())).collect::<Vec<_>>(), [("ip4-icmp-error", 1456)]);
+        let big = udp4(UE, DN, 4000, 53, 1457 - 28);
+        let got = rig.send(0, &[gpdu4(0x100, Some(9), &big)]);
+        assert_eq!(got.iter().map(|(n, p)| (*n, p.len())).collect::<Vec<_>>(), [("ip4-lookup", 1457 + 44)], "whole, for ESP");
+        assert_eq!(rig.counter("upf4-uplink", "fragment-outer"), 0);
+    }
+}
+
 #[test]
 fn uplink_re_encapsulated_larger_than_the_n9_path_is_signalled_or_fragmented_not_lost() {
     let peer = Ipv4Addr::new(198, 18, 7, 3);
