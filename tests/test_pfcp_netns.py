@@ -221,9 +221,9 @@ class SmfProc:
         return json.loads(line)
 
 
-def upf_lab(lab, vecgate, tmp_path, workers=1):
+def upf_lab(lab, vecgate, tmp_path, workers=1, extra=""):
     """`workers`: vecgate's worker threads (af_packet gives each its own socket of a fanout
-    group: the kernel hashes each flow to one worker)."""
+    group: the kernel hashes each flow to one worker). `extra`: more configuration."""
     gnb, upf, dn = lab.ns("gnb"), lab.dataplane_ns("upf"), lab.ns("dn")
     lab.veth(gnb, "g0", upf, "n3")
     lab.veth(dn, "d0", upf, "n6")
@@ -231,7 +231,7 @@ def upf_lab(lab, vecgate, tmp_path, workers=1):
     lab.run(dn, "ip", "addr", "add", f"{DN}/24", "dev", "d0")
     lab.run(dn, "ip", "route", "add", "198.19.0.0/16", "via", UPF_N6)
     if workers == 1:
-        v = Vecgate(lab, vecgate, upf, CONFIG, tmp_path, name="upf")
+        v = Vecgate(lab, vecgate, upf, CONFIG + extra, tmp_path, name="upf")
     else:
         v = Vecgate(lab, vecgate, upf, f"[dataplane]\nworkers = {workers}\n" + CONFIG, tmp_path, name="upf", split_dataplane=True)
     # Both neighbours known to vecgate (it learns them from their ARP requests) before
@@ -374,6 +374,62 @@ def test_a_downlink_packet_too_big_for_n3_tells_its_source(lab, vecgate, tmp_pat
     got = gpdus(received(r))
     from scapy.all import IP
     assert [g[IP].len for g in got] == [1456], v.errors()
+
+
+# An outbound transport-mode SA from N3 to the gNB, and N3's SPD PROTECTing the UPF's GTP-U
+# to the gNB by it (everything else bypassed).
+N3_TRANSPORT_SA = f"""
+[[ipsec_sa]]
+index = 6
+spi = 0x600
+direction = "outbound"
+mode = "transport"
+algorithm = "aes-gcm-128"
+enc_key = "{'11' * 20}"
+local = "{UPF_N3}"
+remote = "{GNB}"
+
+[[ipsec_spd]]
+id = 1
+interfaces = ["n3"]
+
+[[ipsec_policy]]
+spd = 1
+direction = "outbound"
+priority = 100
+action = "protect"
+sa = 6
+remote = "{GNB}"
+protocol = "udp"
+remote_ports = "2152"
+
+[[ipsec_policy]]
+spd = 1
+direction = "outbound"
+priority = 10
+action = "bypass"
+
+[[ipsec_policy]]
+spd = 1
+direction = "inbound"
+priority = 10
+action = "bypass"
+"""
+
+
+def test_a_transport_sa_protecting_n3_takes_esp_off_the_downlink_path_mtu(lab, vecgate, tmp_path):
+    """N3's SPD PROTECTs the UPF's GTP-U to the gNB by an outbound transport-mode SA
+    (AES-GCM: 8 + 8 + 3 + 2 + 16 = 37 bytes at worst): the session's downlink path MTU is
+    N3's 1500 less ESP and the 44 bytes of GTP-U headers, 1419, as for a configured GTP-U
+    tunnel. A DF sender learns 1419 from the UPF's frag-needed (the Linux host's own path
+    MTU discovery reads it); before, it was told 1456, and its 1456-byte packets left as
+    ESP packets 37 bytes over the link."""
+    gnb, upf, dn, v, smf = upf_lab(lab, vecgate, tmp_path, extra=N3_TRANSPORT_SA)
+    s = smf("establish", cp_seid=0x62, gnb=GNB, gnb_teid=0x200)
+    assert s["cause"] == 1, s
+    out = py(lab, dn, PMTU_SEND, s["ue"], 1472)
+    assert out == "1419 False", (out, v.errors())
+    assert v.errors().get(("upf4-downlink", "inner-too-big")) == 1, v.errors()
 
 
 # Uplink: one G-PDU with TEID argv[1] from UE argv[2], its inner packet argv[3] bytes, DF set
