@@ -100,6 +100,10 @@ pub enum Request {
         teid_out: Option<u32>,
         #[serde(default)]
         qfi: Option<u8>,
+        /// The outer DSCP, `"inherit"` or 0 to 63 (`ip::outer::tos`): the next packet
+        /// carries it; the tunnel keeps its counters.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        dscp: Option<ip::outer::tos::Dscp>,
     },
     /// The GTP-U tunnels with this TEID (incoming or outgoing), this peer, or a UE route
     /// covering this address; give one.
@@ -130,6 +134,9 @@ pub enum Request {
         /// The GRE key: a number, or null to send none (absent: unchanged).
         #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::udptun::present")]
         key: Option<Option<u32>>,
+        /// The outer DSCP, `"inherit"` or 0 to 63 (`ip::outer::tos`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        dscp: Option<ip::outer::tos::Dscp>,
     },
     /// The UDP tunnels to this peer, from this local address, or with this id; give one.
     FindUdpTunnels {
@@ -167,10 +174,15 @@ pub enum Request {
     IpsecSaDel {
         index: u32,
     },
-    /// Change an inbound SA's uRPF in place (keys, counters and replay window stay).
+    /// Change an SA's settings in place (keys, counters, sequence numbers, replay window
+    /// and routes stay), each one given: an inbound SA's uRPF, an outbound tunnel-mode
+    /// SA's outer DSCP (`"inherit"` or 0 to 63; RFC 4301 §5.1.2.1).
     IpsecSaSet {
         index: u32,
-        urpf: ip::urpf::Urpf,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        urpf: Option<ip::urpf::Urpf>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        dscp: Option<ip::outer::tos::Dscp>,
     },
     /// Move an SA to new endpoints in place — local and remote address, UDP
     /// encapsulation and its ports (a NAT rebinding, MOBIKE); keys, SPI, sequence
@@ -644,11 +656,26 @@ impl Control {
                 self.publish_routes();
                 Reply::ok(serde_json::Value::Null, format!("deleted SA {index}"))
             }
-            Request::IpsecSaSet { index, urpf } => {
-                self.ipsec.set_urpf(*index, *urpf).map_err(|e| e.to_string())?;
+            Request::IpsecSaSet { index, urpf, dscp } => {
+                if urpf.is_none() && dscp.is_none() {
+                    return Err("ipsec_sa_set needs urpf or dscp".into());
+                }
+                // Both checked before either is set: a refused request changes nothing.
+                let sa = self.ipsec.get(*index).ok_or_else(|| format!("index {index}: no such SA"))?;
+                let spec = ipsec::SaSpec { urpf: urpf.unwrap_or(sa.spec.urpf), dscp: dscp.unwrap_or(sa.spec.dscp), ..(*sa.spec).clone() };
+                spec.check_urpf().and_then(|_| spec.check_dscp()).map_err(|e| e.to_string())?;
+                let mut done = Vec::new();
+                if let Some(u) = urpf {
+                    self.ipsec.set_urpf(*index, *u).map_err(|e| e.to_string())?;
+                    done.push(format!("urpf {u}"));
+                }
+                if let Some(d) = dscp {
+                    self.ipsec.set_dscp(*index, *d).map_err(|e| e.to_string())?;
+                    done.push(format!("dscp {d}"));
+                }
                 // No route changed: the tables as they are, with the SA's new spec.
                 self.publish();
-                Reply::ok(serde_json::Value::Null, format!("SA {index}: urpf {urpf}"))
+                Reply::ok(serde_json::Value::Null, format!("SA {index}: {}", done.join(", ")))
             }
             Request::IpsecSaUpdate(e) => {
                 let now = crate::ipsec::update(&mut self.ipsec, &self.state, e, |p| crate::lb::check_tunnel_port(&self.lb.state, p))?;

@@ -44,7 +44,7 @@ commands:
          [dscp inherit|<0-63>]
   delete gtpu tunnel <gtpu_tunnelN>    says which routes went with it
   set gtpu tunnel <gtpu_tunnelN> [remote <addr>] [teid-out <n>] [qfi <0-63>]
-                                       change it in place (a handover)
+         [dscp inherit|<0-63>]         change it in place (a handover, a new outer DSCP)
   create udp tunnel local <addr> remote <addr> encap gue|gre|direct [port <n>]
          [src-ports <min>-<max>] [key <n>] [gre-checksum] [gre-sequence]
          [checksum zero|software|offload]
@@ -53,7 +53,7 @@ commands:
          [dscp inherit|<0-63>]
   delete udp tunnel <udp_tunnelN>
   show udp tunnels
-  set udp tunnel <udp_tunnelN> [remote <addr>] [port <n>] [key <n>|none]
+  set udp tunnel <udp_tunnelN> [remote <addr>] [port <n>] [key <n>|none] [dscp inherit|<0-63>]
                                        change it in place (one table change, no packet lost)
   show udp tunnel remote <addr> | local <addr> | id <n>   the tunnels to that peer, from that
                                        address, or with that id
@@ -75,8 +75,9 @@ commands:
   ipsec sa add <index> spi <n> inbound|outbound [tunnel|transport] alg <algorithm> [enc-key <hex>]
          [integ-key <hex>] local <addr> remote <addr> [udp-encap] [esn] [no-anti-replay]
          [soft-packets|hard-packets|soft-bytes|hard-bytes <n>] [route <prefix>]... [urpf strict|loose]
-         [mtu <n>] [fragment inner|outer] [mss-clamp]
+         [mtu <n>] [fragment inner|outer] [mss-clamp] [dscp inherit|<0-63>]
   ipsec sa set <index> urpf strict|loose|off   check the sources an inbound SA decrypts
+  ipsec sa set <index> dscp inherit|<0-63>     an outbound tunnel-mode SA's outer DSCP, in place
   ipsec sa set <index> [local <addr>] [remote <addr>] [udp-encap on|off] [udp-ports <src> <dst>]
                                        move an SA's endpoints in place (NAT rebinding, MOBIKE)
   ipsec sa del <index>
@@ -165,7 +166,13 @@ pub fn parse(words: &[String]) -> Result<Request, String> {
         }
         ["ipsec", "sa", "set", index, "urpf", mode] => Ok(Request::IpsecSaSet {
             index: index.parse().map_err(|_| format!("index {index:?}: expected a number"))?,
-            urpf: mode.parse().map_err(|e| format!("urpf {e}"))?,
+            urpf: Some(mode.parse().map_err(|e| format!("urpf {e}"))?),
+            dscp: None,
+        }),
+        ["ipsec", "sa", "set", index, "dscp", d] => Ok(Request::IpsecSaSet {
+            index: index.parse().map_err(|_| format!("index {index:?}: expected a number"))?,
+            urpf: None,
+            dscp: Some(d.parse().map_err(|e| format!("dscp {e}"))?),
         }),
         ["ipsec", "sa", "set", index, rest @ ..] => crate::ipsec::parse_sa_endpoints(index, rest).map(Request::IpsecSaUpdate),
         ["show", "ipsec", "sa" | "sas"] => Ok(Request::ShowIpsecSa { index: None }),
@@ -586,7 +593,17 @@ mod tests {
                 ..Default::default()
             }))
         );
-        assert_eq!(p("ipsec sa set 3 urpf strict"), Ok(Request::IpsecSaSet { index: 3, urpf: ip::urpf::Urpf::Strict }));
+        assert_eq!(p("ipsec sa set 3 urpf strict"), Ok(Request::IpsecSaSet { index: 3, urpf: Some(ip::urpf::Urpf::Strict), dscp: None }));
+        let dscp = |d| Ok(Request::IpsecSaSet { index: 3, urpf: None, dscp: Some(d) });
+        assert_eq!(p("ipsec sa set 3 dscp 46"), dscp(ip::outer::tos::Dscp::Fixed(46)));
+        assert_eq!(p("ipsec sa set 3 dscp inherit"), dscp(ip::outer::tos::Dscp::Inherit));
+        let e = p("ipsec sa set 3 dscp 64").unwrap_err();
+        assert_eq!(e, "dscp 64: expected \"inherit\" or a DSCP 0 to 63");
+        // The JSON form: either setting, or both; the old uRPF-only request still reads.
+        let r: Request = serde_json::from_str(r#"{"op":"ipsec_sa_set","index":3,"urpf":"strict"}"#).unwrap();
+        assert_eq!(r, Request::IpsecSaSet { index: 3, urpf: Some(ip::urpf::Urpf::Strict), dscp: None });
+        let r: Request = serde_json::from_str(r#"{"op":"ipsec_sa_set","index":3,"dscp":"inherit"}"#).unwrap();
+        assert_eq!(r, Request::IpsecSaSet { index: 3, urpf: None, dscp: Some(ip::outer::tos::Dscp::Inherit) });
         assert!(p("ipsec sa set 3").unwrap_err().contains("needs local, remote"));
         assert!(p("ipsec sa set 3 udp-ports 4500").unwrap_err().contains("udp-ports needs a value"));
         assert!(p("ipsec sa set 3 udp-encap maybe").unwrap_err().contains("expected on or off"));
@@ -622,13 +639,24 @@ mod tests {
         assert!(big.contains("out of range"), "{big}");
         assert_eq!(p("delete gtpu tunnel gtpu_tunnel3"), Ok(Request::DeleteGtpuTunnel { name: "gtpu_tunnel3".into() }));
         let set = p("set gtpu tunnel gtpu_tunnel3 remote 198.18.1.9 teid-out 0x100 qfi 5").unwrap();
-        let want =
-            Request::SetGtpuTunnel { name: "gtpu_tunnel3".into(), remote: Some("198.18.1.9".into()), teid_out: Some(256), qfi: Some(5) };
+        let want = Request::SetGtpuTunnel {
+            name: "gtpu_tunnel3".into(),
+            remote: Some("198.18.1.9".into()),
+            teid_out: Some(256),
+            qfi: Some(5),
+            dscp: None,
+        };
         assert_eq!(set, want);
         assert!(p("set gtpu tunnel gtpu_tunnel3").unwrap_err().contains("needs remote"));
         assert!(p("set gtpu tunnel gtpu_tunnel3 teid-in 5").unwrap_err().contains("cannot be changed in place"));
         assert!(p("set gtpu tunnel gtpu_tunnel3 teid-out").unwrap_err().contains("needs a value"));
         assert!(p("set gtpu tunnel gtpu_tunnel3 teid-out 4294967296").unwrap_err().contains("out of range"));
+        let Ok(Request::SetGtpuTunnel { dscp, remote: None, teid_out: None, qfi: None, .. }) = p("set gtpu tunnel gtpu_tunnel3 dscp 46")
+        else {
+            panic!("a dscp-only set")
+        };
+        assert_eq!(dscp, Some(ip::outer::tos::Dscp::Fixed(46)));
+        assert!(p("set gtpu tunnel gtpu_tunnel3 dscp ef").unwrap_err().ends_with("expected \"inherit\" or a DSCP 0 to 63"));
         let find = |teid, remote: Option<&str>, ue: Option<&str>| Request::FindGtpuTunnels {
             teid,
             remote: remote.map(Into::into),

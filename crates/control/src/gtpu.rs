@@ -299,24 +299,25 @@ pub fn deleted_reply(name: &str, routes: &[Prefix]) -> crate::api::Reply {
     crate::api::Reply::ok(serde_json::json!({ "name": name, "routes": list }), text)
 }
 
-/// `set gtpu tunnel <name> [remote <addr>] [teid-out <n>] [qfi <q>]`.
+/// `set gtpu tunnel <name> [remote <addr>] [teid-out <n>] [qfi <q>] [dscp inherit|<0-63>]`.
 pub fn parse_set(name: &str, w: &[&str]) -> Result<crate::api::Request, String> {
-    let (mut remote, mut teid_out, mut qfi) = (None, None, None);
+    let (mut remote, mut teid_out, mut qfi, mut dscp) = (None, None, None, None);
     let mut pairs = w.chunks(2);
     for pair in &mut pairs {
         match pair {
             ["remote", v] => remote = Some(v.to_string()),
             ["teid-out", v] => teid_out = Some(crate::cli::u32_word("teid-out", v)?),
             ["qfi", v] => qfi = Some(v.parse::<u8>().map_err(|_| format!("qfi {v:?}: expected 0 to 63"))?),
-            [k, _] => return Err(format!("set gtpu tunnel: {k:?} cannot be changed in place (remote, teid-out or qfi)")),
+            ["dscp", v] => dscp = Some(v.parse::<Dscp>().map_err(|e| format!("dscp {e}"))?),
+            [k, _] => return Err(format!("set gtpu tunnel: {k:?} cannot be changed in place (remote, teid-out, qfi or dscp)")),
             [k] => return Err(format!("set gtpu tunnel: {k:?} needs a value")),
             _ => unreachable!("chunks of two"),
         }
     }
-    if remote.is_none() && teid_out.is_none() && qfi.is_none() {
-        return Err("set gtpu tunnel <name> needs remote <addr>, teid-out <n> or qfi <0-63>".into());
+    if remote.is_none() && teid_out.is_none() && qfi.is_none() && dscp.is_none() {
+        return Err("set gtpu tunnel <name> needs remote <addr>, teid-out <n>, qfi <0-63> or dscp inherit|<0-63>".into());
     }
-    Ok(crate::api::Request::SetGtpuTunnel { name: name.to_string(), remote, teid_out, qfi })
+    Ok(crate::api::Request::SetGtpuTunnel { name: name.to_string(), remote, teid_out, qfi, dscp })
 }
 
 /// `show gtpu tunnel teid <n> | remote <addr> | ue <addr>`.
@@ -345,20 +346,21 @@ pub fn handle(c: &mut crate::dataplane::Control, req: &crate::api::Request) -> R
             c.publish_routes();
             deleted_reply(name, &routes)
         }
-        Request::SetGtpuTunnel { name, remote, teid_out, qfi } => {
+        Request::SetGtpuTunnel { name, remote, teid_out, qfi, dscp } => {
             let t = tunnel_by_name(&c.gtpu, name).ok_or_else(|| format!("no tunnel named {name:?}"))?;
             let change = gtpu::TunnelChange {
                 remote: remote.as_deref().map(|r| address("remote", r)).transpose()?,
                 teid_out: *teid_out,
                 qfi: qfi.map(|q| wire::gtpu::Qfi::new(q).ok_or(format!("qfi {q}: expected 0 to 63"))).transpose()?,
                 urpf: None,
+                dscp: *dscp,
             };
             let before = c.gtpu.modify(&mut c.state, t.id, change).map_err(|e| e.to_string())?;
             // Only this tunnel's slot changed: the other tables are republished as they are.
             c.publish();
             let after = c.gtpu.spec(&c.state, t.id).expect("modified, so live");
             let text = format!(
-                "{name}: remote {} -> {}, teid out {:#x} -> {:#x}{}",
+                "{name}: remote {} -> {}, teid out {:#x} -> {:#x}{}{}",
                 before.remote,
                 after.remote,
                 before.teid_out,
@@ -367,10 +369,13 @@ pub fn handle(c: &mut crate::dataplane::Control, req: &crate::api::Request) -> R
                     (b, a) if b != a =>
                         format!(", qfi {} -> {}", b.map_or("none".into(), |q| q.get().to_string()), a.map_or(0, |q| q.get())),
                     _ => String::new(),
-                }
+                },
+                if before.dscp != after.dscp { format!(", dscp {} -> {}", before.dscp, after.dscp) } else { String::new() }
             );
             Reply::ok(
-                serde_json::json!({ "name": name, "remote": after.remote, "teid_out": after.teid_out, "qfi": after.qfi.map(|q| q.get()) }),
+                serde_json::json!({
+                    "name": name, "remote": after.remote, "teid_out": after.teid_out, "qfi": after.qfi.map(|q| q.get()), "dscp": after.dscp,
+                }),
                 text,
             )
         }

@@ -4,6 +4,7 @@
 //! rows `show ipsec sa` prints. Keys go in and never come back out.
 
 use crate::config::{Config, ConfigError, Problems};
+use ip::outer::tos::Dscp;
 use ip::outer::{FragmentPolicy, MtuPolicy};
 use ip::tables::{TunnelRef, UdpApp, UdpDemux, IPSEC_TUNNEL_IF_PREFIX};
 use ip::urpf::Urpf;
@@ -67,6 +68,11 @@ pub struct IpsecSaConfig {
     pub fragment: FragmentPolicy,
     #[serde(default)]
     pub tcp_mss_clamp: bool,
+    /// Outbound tunnel mode: the outer DSCP, `"inherit"` (the inner packet's, the
+    /// default) or 0 to 63 (the SA's own; RFC 4301 §5.1.2.1). ECN is the inner
+    /// packet's either way (RFC 6040).
+    #[serde(default)]
+    pub dscp: Dscp,
 }
 
 impl std::fmt::Debug for IpsecSaConfig {
@@ -131,6 +137,7 @@ impl IpsecSaConfig {
             udp_encap,
             urpf: self.urpf,
             mtu: MtuPolicy::checked(self.mtu, self.fragment, self.tcp_mss_clamp)?,
+            dscp: self.dscp,
         };
         let routes = self
             .routes
@@ -165,6 +172,7 @@ pub(crate) const SA_ADD_WORDS: &[&str] = &[
     "mtu",
     "fragment",
     "mss-clamp",
+    "dscp",
 ];
 
 /// `ipsec sa add <index> spi <n> inbound|outbound alg <a> [enc-key <hex>] ...`: the CLI's
@@ -192,6 +200,7 @@ pub fn parse_sa_add(w: &[&str]) -> Result<IpsecSaConfig, String> {
         mtu: None,
         fragment: FragmentPolicy::default(),
         tcp_mss_clamp: false,
+        dscp: Dscp::Inherit,
     };
     let (mut spi, mut alg) = (false, false);
     let mut i = 1;
@@ -238,6 +247,7 @@ pub fn parse_sa_add(w: &[&str]) -> Result<IpsecSaConfig, String> {
                     "hard-bytes" => c.lifetime.hard_bytes = num(key)?,
                     "mtu" => c.mtu = Some(u16::try_from(num(key)?).map_err(|_| format!("mtu {v:?}: expected a number of bytes"))?),
                     "fragment" => c.fragment = v.parse().map_err(|e| format!("fragment {e}"))?,
+                    "dscp" => c.dscp = v.parse().map_err(|e| format!("dscp {e}"))?,
                     _ => return Err(crate::cli::unknown_word("ipsec sa add", key, SA_ADD_WORDS)),
                 }
                 i += 1;
@@ -338,7 +348,7 @@ pub fn parse_sa_endpoints(index: &str, w: &[&str]) -> Result<SaEndpoints, String
                 e.udp_dst_port = Some(port("udp-ports", v(2)?)?);
                 i += 1;
             }
-            o => return Err(format!("unknown word {o:?} in ipsec sa set (local, remote, udp-encap, udp-ports or urpf)")),
+            o => return Err(format!("unknown word {o:?} in ipsec sa set (local, remote, udp-encap, udp-ports, urpf or dscp)")),
         }
         i += 2;
     }
@@ -544,6 +554,8 @@ pub struct SaRow {
     pub urpf: Urpf,
     /// The inner MTU cap (0: none), fragmentation policy and MSS clamping.
     pub mtu: MtuPolicy,
+    /// `"inherit"` or the SA's own outer DSCP.
+    pub dscp: Dscp,
     /// Packets and bytes sent (outbound) or taken (inbound: decrypted and accepted,
     /// payload bytes), all workers.
     pub packets: u64,
@@ -579,6 +591,7 @@ pub fn rows(x: &IpsecState) -> Vec<SaRow> {
                 lifetime: p.lifetime,
                 urpf: p.urpf,
                 mtu: p.mtu,
+                dscp: p.dscp,
                 packets: if out { s.outbound.packets() } else { 0 },
                 bytes: if out { s.outbound.bytes() } else { 0 },
                 expired: out && s.outbound.expired(),
@@ -641,6 +654,7 @@ pub fn format_rows(rows: &[SaRow]) -> String {
             r.bytes,
             crate::format::urpf_words(r.urpf)
                 + &mtu_words(&r.mtu)
+                + &crate::gtpu::dscp_words(r.dscp)
                 + &r.path_mtu.map_or(String::new(), |l| format!(" path-mtu {} age {}s", l.mtu, l.age_secs)),
             if r.expired { "  expired" } else { "" }
         );
@@ -674,6 +688,7 @@ mod tests {
             mtu: None,
             fragment: FragmentPolicy::default(),
             tcp_mss_clamp: false,
+            dscp: Dscp::Inherit,
         }
     }
 

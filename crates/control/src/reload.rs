@@ -324,12 +324,15 @@ fn tunnels(c: &mut Control, new: &Config, claimed: &HashSet<Prefix>, changes: &m
                 gtpu_ids.push(id);
                 continue;
             }
-            // Only the source check differs: changed in place (`set interface … urpf`'s
-            // path), so the tunnel keeps its counters.
-            Some(id) if running_spec(c, id).is_some_and(|r| TunnelSpec { urpf: s.urpf, ..r } == s) => {
-                let change = gtpu::TunnelChange { urpf: Some(s.urpf), ..Default::default() };
+            // Only the source check or the outer DSCP differs: changed in place (`set
+            // interface … urpf`'s and `set gtpu tunnel … dscp`'s path), so the tunnel
+            // keeps its counters.
+            Some(id) if running_spec(c, id).is_some_and(|r| TunnelSpec { urpf: s.urpf, dscp: s.dscp, ..r } == s) => {
+                let r = running_spec(c, id).expect("tested above");
+                let what = in_place(&[("urpf", r.urpf != s.urpf), ("dscp", r.dscp != s.dscp)]);
+                let change = gtpu::TunnelChange { urpf: Some(s.urpf), dscp: Some(s.dscp), ..Default::default() };
                 c.gtpu.modify(&mut c.state, id, change).map_err(|e| e.to_string())?;
-                changes.push(Change::new("replaced", "gtpu_tunnel", format!("{} (teid-in {}, urpf in place)", gname(id), s.teid_in)));
+                changes.push(Change::new("replaced", "gtpu_tunnel", format!("{} (teid-in {}, {what})", gname(id), s.teid_in)));
                 gtpu_ids.push(id);
                 continue;
             }
@@ -397,22 +400,21 @@ fn tunnels(c: &mut Control, new: &Config, claimed: &HashSet<Prefix>, changes: &m
                 udp_ids.push(id);
                 continue;
             }
-            // Only the GRE key or the source check differs: changed in place, so the
-            // tunnel keeps its counters and GRE sequence (`set udp tunnel`'s and `set
-            // interface … urpf`'s path).
+            // Only the GRE key, the source check or the outer DSCP differs: changed in
+            // place, so the tunnel keeps its counters and GRE sequence (`set udp
+            // tunnel`'s and `set interface … urpf`'s path).
             Some(id)
-                if c.udptun.spec(id).is_some_and(|r| udptun::UdpTunnelSpec { gre_key: s.gre_key, urpf: s.urpf, ..r.clone() } == s)
+                if c.udptun
+                    .spec(id)
+                    .is_some_and(|r| udptun::UdpTunnelSpec { gre_key: s.gre_key, urpf: s.urpf, dscp: s.dscp, ..r.clone() } == s)
                     && own_current(c, id) =>
             {
                 let r = c.udptun.spec(id).expect("tested above");
-                let what = match (r.gre_key != s.gre_key, r.urpf != s.urpf) {
-                    (true, true) => "key and urpf",
-                    (true, false) => "key",
-                    _ => "urpf",
-                };
-                let change = udptun::UdpTunnelChange { gre_key: Some(s.gre_key), urpf: Some(s.urpf), ..Default::default() };
+                let what = in_place(&[("key", r.gre_key != s.gre_key), ("urpf", r.urpf != s.urpf), ("dscp", r.dscp != s.dscp)]);
+                let change =
+                    udptun::UdpTunnelChange { gre_key: Some(s.gre_key), urpf: Some(s.urpf), dscp: Some(s.dscp), ..Default::default() };
                 c.udptun.modify(&mut c.state, id, change).map_err(|e| e.to_string())?;
-                changes.push(Change::new("replaced", "udp_tunnel", format!("{} (remote {}, {what} in place)", uname(id), s.remote)));
+                changes.push(Change::new("replaced", "udp_tunnel", format!("{} (remote {}, {what})", uname(id), s.remote)));
                 udp_ids.push(id);
                 continue;
             }
@@ -458,6 +460,18 @@ fn tunnels(c: &mut Control, new: &Config, claimed: &HashSet<Prefix>, changes: &m
         udp_ids.push(id);
     }
     Ok((gtpu_ids, udp_ids))
+}
+
+/// What a reload changed in place, for its report: `key and urpf in place`, `dscp in
+/// place` (the names of the settings that differ, in order).
+fn in_place(settings: &[(&str, bool)]) -> String {
+    let changed: Vec<&str> = settings.iter().filter(|s| s.1).map(|s| s.0).collect();
+    let names = match changed.split_last() {
+        Some((last, [])) => last.to_string(),
+        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+        None => "nothing".to_string(),
+    };
+    format!("{names} in place")
 }
 
 /// The prefixes the file routes as part of a tunnel or an SA (a GTP-U tunnel's `ue`, a
@@ -680,14 +694,20 @@ fn ipsec_sas(c: &mut Control, new: &Config, claimed: &HashSet<Prefix>, changes: 
     for (index, (i, sa)) in want {
         // Keys are never read back, so "unchanged" is the file's entry as applied last,
         // with the SA still there.
-        let running_urpf = c.ipsec.get(index).map(|s| s.spec.urpf);
-        let present = running_urpf.is_some();
-        // Only the source check differs from the file's entry as applied last, or from
-        // the running SA (`ipsec sa set`): changed in place, keeping the replay window.
-        if present && old.get(&index).is_some_and(|o| crate::ipsec::IpsecSaConfig { urpf: sa.urpf, ..o.clone() } == *sa) {
-            if running_urpf != Some(sa.urpf) {
-                apply(c, Request::IpsecSaSet { index, urpf: sa.urpf })?;
-                changes.push(Change::new("replaced", "ipsec_sa", format!("SA {index} (urpf in place)")));
+        let running = c.ipsec.get(index).map(|s| (s.spec.urpf, s.spec.dscp));
+        let present = running.is_some();
+        // Only the source check or the outer DSCP differs from the file's entry as
+        // applied last, or from the running SA (`ipsec sa set`): changed in place,
+        // keeping the sequence numbers, replay window, counts and routes.
+        if let Some((urpf, dscp)) = running
+            .filter(|_| old.get(&index).is_some_and(|o| crate::ipsec::IpsecSaConfig { urpf: sa.urpf, dscp: sa.dscp, ..o.clone() } == *sa))
+        {
+            let (new_urpf, new_dscp) = (urpf != sa.urpf, dscp != sa.dscp);
+            if new_urpf || new_dscp {
+                let set = Request::IpsecSaSet { index, urpf: new_urpf.then_some(sa.urpf), dscp: new_dscp.then_some(sa.dscp) };
+                apply(c, set)?;
+                let what = in_place(&[("urpf", new_urpf), ("dscp", new_dscp)]);
+                changes.push(Change::new("replaced", "ipsec_sa", format!("SA {index} ({what})")));
             }
             continue;
         }

@@ -235,24 +235,25 @@ fn address(field: &str, v: &str) -> Result<IpAddr, String> {
     v.parse().map_err(|_| format!("{field} {v:?}: expected an IPv4 or IPv6 address"))
 }
 
-/// `set udp tunnel <udp_tunnelN> [remote <addr>] [port <n>] [key <n>|none]`.
+/// `set udp tunnel <udp_tunnelN> [remote <addr>] [port <n>] [key <n>|none] [dscp inherit|<0-63>]`.
 pub fn parse_set(name: &str, w: &[&str]) -> Result<crate::api::Request, String> {
-    let (mut remote, mut port, mut key) = (None, None, None);
+    let (mut remote, mut port, mut key, mut dscp) = (None, None, None, None);
     for pair in w.chunks(2) {
         match pair {
             ["remote", v] => remote = Some(v.to_string()),
             ["port", v] => port = Some(v.parse::<u16>().map_err(|_| format!("port {v:?}: expected 1 to 65535"))?),
             ["key", "none"] => key = Some(None),
             ["key", v] => key = Some(Some(crate::cli::u32_word("key", v)?)),
-            [k, _] => return Err(format!("set udp tunnel: {k:?} cannot be changed in place (remote, port or key)")),
+            ["dscp", v] => dscp = Some(v.parse::<ip::outer::tos::Dscp>().map_err(|e| format!("dscp {e}"))?),
+            [k, _] => return Err(format!("set udp tunnel: {k:?} cannot be changed in place (remote, port, key or dscp)")),
             [k] => return Err(format!("set udp tunnel: {k:?} needs a value")),
             _ => unreachable!("chunks of two"),
         }
     }
-    if remote.is_none() && port.is_none() && key.is_none() {
-        return Err("set udp tunnel <name> needs remote <addr>, port <n> or key <n>|none".into());
+    if remote.is_none() && port.is_none() && key.is_none() && dscp.is_none() {
+        return Err("set udp tunnel <name> needs remote <addr>, port <n>, key <n>|none or dscp inherit|<0-63>".into());
     }
-    Ok(crate::api::Request::SetUdpTunnel { name: name.to_string(), remote, port, key })
+    Ok(crate::api::Request::SetUdpTunnel { name: name.to_string(), remote, port, key, dscp })
 }
 
 /// `show udp tunnel remote <addr> | local <addr> | id <n>`.
@@ -270,7 +271,7 @@ pub fn parse_find(key: &str, value: &str) -> Result<crate::api::Request, String>
 pub fn handle(c: &mut crate::dataplane::Control, req: &crate::api::Request) -> Result<crate::api::Reply, String> {
     use crate::api::{Reply, Request};
     Ok(match req {
-        Request::SetUdpTunnel { name, remote, port, key } => {
+        Request::SetUdpTunnel { name, remote, port, key, dscp } => {
             let t = named(&c.udptun, name)?;
             if *port == Some(0) {
                 return Err("port 0: expected 1 to 65535".into());
@@ -283,6 +284,7 @@ pub fn handle(c: &mut crate::dataplane::Control, req: &crate::api::Request) -> R
                 port: *port,
                 gre_key: *key,
                 urpf: None,
+                dscp: *dscp,
             };
             let before = c.udptun.modify(&mut c.state, t.id, change).map_err(|e| e.to_string())?;
             // One publication: the tunnel's new outer header, its receive key and (for a
@@ -295,7 +297,12 @@ pub fn handle(c: &mut crate::dataplane::Control, req: &crate::api::Request) -> R
             if before.gre_key != after.gre_key {
                 text += &format!(", key {} -> {}", key_word(before.gre_key), key_word(after.gre_key));
             }
-            Reply::ok(serde_json::json!({ "name": name, "remote": after.remote, "port": after.port, "key": after.gre_key }), text)
+            if before.dscp != after.dscp {
+                text += &format!(", dscp {} -> {}", before.dscp, after.dscp);
+            }
+            let data =
+                serde_json::json!({ "name": name, "remote": after.remote, "port": after.port, "key": after.gre_key, "dscp": after.dscp });
+            Reply::ok(data, text)
         }
         Request::FindUdpTunnels { remote, local, id } => {
             let rows = match (remote, local, id) {
@@ -333,13 +340,22 @@ mod tests {
 
     #[test]
     fn set_and_find_words() {
-        let want =
-            Request::SetUdpTunnel { name: "udp_tunnel3".into(), remote: Some("198.18.1.9".into()), port: Some(5000), key: Some(Some(16)) };
+        let want = Request::SetUdpTunnel {
+            name: "udp_tunnel3".into(),
+            remote: Some("198.18.1.9".into()),
+            port: Some(5000),
+            key: Some(Some(16)),
+            dscp: None,
+        };
         assert_eq!(p("set udp tunnel udp_tunnel3 remote 198.18.1.9 port 5000 key 0x10"), Ok(want));
         assert_eq!(
             p("set udp tunnel 3 key none"),
-            Ok(Request::SetUdpTunnel { name: "3".into(), remote: None, port: None, key: Some(None) })
+            Ok(Request::SetUdpTunnel { name: "3".into(), remote: None, port: None, key: Some(None), dscp: None })
         );
+        let dscp = |d| Ok(Request::SetUdpTunnel { name: "3".into(), remote: None, port: None, key: None, dscp: Some(d) });
+        assert_eq!(p("set udp tunnel 3 dscp 10"), dscp(ip::outer::tos::Dscp::Fixed(10)));
+        assert_eq!(p("set udp tunnel 3 dscp inherit"), dscp(ip::outer::tos::Dscp::Inherit));
+        assert_eq!(p("set udp tunnel 3 dscp 99").unwrap_err(), "dscp 99: expected \"inherit\" or a DSCP 0 to 63");
         assert!(p("set udp tunnel udp_tunnel3").unwrap_err().contains("needs remote"));
         assert!(p("set udp tunnel udp_tunnel3 encap gue").unwrap_err().contains("cannot be changed in place"));
         assert!(p("set udp tunnel udp_tunnel3 port").unwrap_err().contains("needs a value"));

@@ -90,7 +90,13 @@ fn a_handover_in_place_loses_no_packet() {
             let (remote, teid_out) = if handovers % 2 == 1 { ("198.18.1.3", 0x1000 + handovers) } else { ("198.18.1.2", 8) };
             let r = ok(
                 &mut control,
-                Request::SetGtpuTunnel { name: "gtpu_tunnel0".into(), remote: Some(remote.into()), teid_out: Some(teid_out), qfi: None },
+                Request::SetGtpuTunnel {
+                    name: "gtpu_tunnel0".into(),
+                    remote: Some(remote.into()),
+                    teid_out: Some(teid_out),
+                    qfi: None,
+                    dscp: None,
+                },
             );
             assert_eq!(r.data["remote"], remote);
             assert_eq!(r.data["teid_out"], teid_out);
@@ -134,7 +140,13 @@ fn tunnels_are_found_by_teid_remote_and_ue_and_deletion_names_its_routes() {
     assert!(r.text.contains("ue 198.18.200.2/32") && r.text.contains("checksum zero") && r.text.contains("src-port fixed"), "{}", r.text);
     assert!(!r.text.contains("adj"), "no internal adjacency codes: {}", r.text);
     // After a handover, the tunnel is found at its new peer.
-    let set = Request::SetGtpuTunnel { name: "gtpu_tunnel1".into(), remote: Some("198.18.1.3".into()), teid_out: Some(77), qfi: Some(5) };
+    let set = Request::SetGtpuTunnel {
+        name: "gtpu_tunnel1".into(),
+        remote: Some("198.18.1.3".into()),
+        teid_out: Some(77),
+        qfi: Some(5),
+        dscp: None,
+    };
     let r = ok(&mut c, set);
     assert!(
         r.text.contains("remote 198.18.1.2 -> 198.18.1.3") && r.text.contains("0x9 -> 0x4d") && r.text.contains("qfi none -> 5"),
@@ -145,14 +157,29 @@ fn tunnels_are_found_by_teid_remote_and_ue_and_deletion_names_its_routes() {
     assert_eq!(names(&ok(&mut c, find(Some(77), None, None))), ["gtpu_tunnel1"]);
     // Refused changes say why and change nothing.
     for (bad, says) in [
-        (Request::SetGtpuTunnel { name: "gtpu_tunnel1".into(), remote: None, teid_out: Some(0), qfi: None }, "teid_out 0"),
+        (Request::SetGtpuTunnel { name: "gtpu_tunnel1".into(), remote: None, teid_out: Some(0), qfi: None, dscp: None }, "teid_out 0"),
         (
-            Request::SetGtpuTunnel { name: "gtpu_tunnel1".into(), remote: Some("198.18.1.1".into()), teid_out: None, qfi: None },
+            Request::SetGtpuTunnel {
+                name: "gtpu_tunnel1".into(),
+                remote: Some("198.18.1.1".into()),
+                teid_out: None,
+                qfi: None,
+                dscp: None,
+            },
             "own addresses",
         ),
-        (Request::SetGtpuTunnel { name: "gtpu_tunnel1".into(), remote: Some("2001:db8::9".into()), teid_out: None, qfi: None }, "families"),
-        (Request::SetGtpuTunnel { name: "gtpu_tunnel1".into(), remote: None, teid_out: None, qfi: Some(64) }, "0 to 63"),
-        (Request::SetGtpuTunnel { name: "gtpu_tunnel9".into(), remote: None, teid_out: Some(5), qfi: None }, "no tunnel named"),
+        (
+            Request::SetGtpuTunnel {
+                name: "gtpu_tunnel1".into(),
+                remote: Some("2001:db8::9".into()),
+                teid_out: None,
+                qfi: None,
+                dscp: None,
+            },
+            "families",
+        ),
+        (Request::SetGtpuTunnel { name: "gtpu_tunnel1".into(), remote: None, teid_out: None, qfi: Some(64), dscp: None }, "0 to 63"),
+        (Request::SetGtpuTunnel { name: "gtpu_tunnel9".into(), remote: None, teid_out: Some(5), qfi: None, dscp: None }, "no tunnel named"),
         (find(Some(1), Some("198.18.1.2"), None), "one of"),
     ] {
         let r = c.handle(&bad);

@@ -76,7 +76,7 @@ fn ok(c: &mut Control, r: Request) -> Reply {
 }
 
 fn set(name: &str, remote: Option<&str>, port: Option<u16>, key: Option<Option<u32>>) -> Request {
-    Request::SetUdpTunnel { name: name.into(), remote: remote.map(Into::into), port, key }
+    Request::SetUdpTunnel { name: name.into(), remote: remote.map(Into::into), port, key, dscp: None }
 }
 
 #[test]

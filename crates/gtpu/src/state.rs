@@ -49,6 +49,8 @@ pub struct TunnelChange {
     pub qfi: Option<Qfi>,
     /// The reverse-path check of what it decapsulates.
     pub urpf: Option<Urpf>,
+    /// The outer DSCP policy (`ip::outer::tos`): the next packet carries it.
+    pub dscp: Option<crate::tunnel::Dscp>,
 }
 
 pub struct GtpuState {
@@ -187,6 +189,7 @@ impl GtpuState {
         new.teid_out = change.teid_out.unwrap_or(old.teid_out);
         new.qfi = change.qfi.or(old.qfi);
         new.urpf = change.urpf.unwrap_or(old.urpf);
+        new.dscp = change.dscp.unwrap_or(old.dscp);
         Self::validate_peer(router, &new)?;
         let t = Tunnel::build(&new);
         if t.decap_aux() != self.tables.tunnel(id).expect("live").decap_aux() {
@@ -407,7 +410,7 @@ mod tests {
         let other = g.create(&mut r, TunnelSpec::new(s.local, "198.18.1.3".parse().unwrap(), 7, 8)).unwrap();
         let other_before = g.spec(&r, other);
         let qfi = Qfi::new(9);
-        let change = TunnelChange { remote: Some("198.18.1.4".parse().unwrap()), teid_out: Some(0x99), qfi, urpf: None };
+        let change = TunnelChange { remote: Some("198.18.1.4".parse().unwrap()), teid_out: Some(0x99), qfi, urpf: None, dscp: None };
         assert_eq!(g.modify(&mut r, id, change).unwrap(), s);
         let now = g.spec(&r, id).unwrap();
         assert_eq!((now.remote, now.teid_out, now.qfi), ("198.18.1.4".parse().unwrap(), 0x99, qfi));
@@ -432,5 +435,11 @@ mod tests {
         let v6 = TunnelChange { remote: Some("2001:db8:1::2".parse().unwrap()), ..Default::default() };
         assert!(matches!(g.modify(&mut r, id, v6), Err(GtpuError::FamilyMismatch { .. })));
         assert_eq!(g.modify(&mut r, 77, TunnelChange::default()), Err(GtpuError::NoSuchTunnel(77)));
+        // The outer DSCP policy alone: the tunnel's marking follows, the rest stays.
+        let fixed = crate::tunnel::Dscp::Fixed(46);
+        g.modify(&mut r, id, TunnelChange { dscp: Some(fixed), ..Default::default() }).unwrap();
+        assert_eq!(g.spec(&r, id).unwrap(), TunnelSpec { dscp: fixed, ..now.clone() });
+        assert_eq!(g.tunnel(id).unwrap().marking, ip::outer::tos::Marking::of(fixed));
+        assert_eq!(g.find(s.local, 5), Some(id));
     }
 }

@@ -17,6 +17,7 @@
 
 use crate::crypto::{Algorithm, KeyError, Transform};
 use crate::replay::{ReplayError, ReplayWindow};
+use ip::outer::tos::Dscp;
 use ip::outer::MtuPolicy;
 use ip::urpf::Urpf;
 use std::net::IpAddr;
@@ -135,6 +136,11 @@ pub struct SaSpec {
     /// ([`crate::pmtu`]); a cap still fits a path whose routers send none.
     #[serde(default)]
     pub mtu: MtuPolicy,
+    /// Outbound tunnel mode: the outer header's DSCP, the inner packet's (the default)
+    /// or the SA's own (RFC 4301 §5.1.2.1: copied from the inner header, or set per SA);
+    /// the ECN field is the inner packet's either way (RFC 6040). `ip::outer::tos`.
+    #[serde(default)]
+    pub dscp: Dscp,
 }
 
 impl std::fmt::Debug for SaSpec {
@@ -151,6 +157,7 @@ impl std::fmt::Debug for SaSpec {
             .field("udp_encap", &self.udp_encap)
             .field("urpf", &self.urpf)
             .field("mtu", &self.mtu)
+            .field("dscp", &self.dscp)
             .finish_non_exhaustive()
     }
 }
@@ -181,6 +188,7 @@ impl SaSpec {
         }
         self.lifetime.checked().map_err(|(f, m)| err(f, m))?;
         self.check_urpf()?;
+        self.check_dscp()?;
         if self.direction == Direction::Inbound && self.mtu != MtuPolicy::default() {
             let field = match self.mtu {
                 MtuPolicy { mtu: 1.., .. } => "mtu",
@@ -203,6 +211,23 @@ impl SaSpec {
             return Err(SaSpecError { field: "urpf", message });
         }
         Ok(())
+    }
+
+    /// A DSCP of the SA's own is for an outbound tunnel-mode SA, the one that writes an
+    /// outer header: a transport-mode SA's packets keep their own header, whose DSCP is
+    /// their sender's, and an inbound SA writes no header (its inner packets keep
+    /// theirs, as RFC 4301 §5.1.2.1 has it by default).
+    pub fn check_dscp(&self) -> Result<(), SaSpecError> {
+        if self.dscp == Dscp::Inherit {
+            return Ok(());
+        }
+        let why = match (self.direction, self.mode) {
+            (Direction::Outbound, Mode::Tunnel) => return Ok(()),
+            (Direction::Inbound, _) => "an inbound SA writes no outer header",
+            (Direction::Outbound, Mode::Transport) => "a transport-mode SA's packets keep their own header and its DSCP",
+        };
+        let message = format!("{}: expected \"inherit\" except on an outbound tunnel-mode SA ({why})", self.dscp);
+        Err(SaSpecError { field: "dscp", message })
     }
 
     /// Bytes the outer headers add before ESP: IP (in tunnel mode), and UDP when
@@ -546,6 +571,7 @@ pub(crate) fn test_spec(local: IpAddr, remote: IpAddr, udp: bool) -> SaSpec {
         udp_encap: udp.then(UdpEncapPorts::default),
         urpf: ip::urpf::Urpf::Off,
         mtu: Default::default(),
+        dscp: Dscp::Inherit,
     }
 }
 
@@ -750,6 +776,7 @@ mod tests {
             udp_encap: None,
             urpf: Urpf::Off,
             mtu: MtuPolicy::default(),
+            dscp: Dscp::Inherit,
         }
     }
 
@@ -765,6 +792,24 @@ mod tests {
         let capped = MtuPolicy { mtu: 1400, ..Default::default() };
         assert!(Sa::new(SaSpec { mtu: capped, ..spec() }, [0; 16]).is_ok());
         assert_eq!(field(SaSpec { direction: Direction::Inbound, mtu: capped, ..spec() }), "mtu");
+    }
+
+    /// A DSCP of the SA's own only where the SA writes an outer header (outbound tunnel
+    /// mode); "inherit" everywhere; the error names the field and says why.
+    #[test]
+    fn an_own_dscp_only_on_an_outbound_tunnel_sa() {
+        let fixed = Dscp::Fixed(46);
+        assert!(Sa::new(SaSpec { dscp: fixed, ..spec() }, [0; 16]).is_ok());
+        for (direction, mode) in
+            [(Direction::Outbound, Mode::Transport), (Direction::Inbound, Mode::Tunnel), (Direction::Inbound, Mode::Transport)]
+        {
+            assert!(Sa::new(SaSpec { direction, mode, ..spec() }, [0; 16]).is_ok(), "inherit is every SA's");
+            let e = Sa::new(SaSpec { direction, mode, dscp: fixed, ..spec() }, [0; 16]).unwrap_err();
+            assert_eq!(e.field, "dscp", "{direction:?} {mode:?}");
+            assert!(e.message.starts_with("46: expected \"inherit\" except on an outbound tunnel-mode SA"), "{e}");
+        }
+        let e = SaSpec { mode: Mode::Transport, dscp: fixed, ..spec() }.check_dscp().unwrap_err();
+        assert!(e.message.contains("keep their own header"), "{e}");
     }
 
     #[test]

@@ -71,6 +71,19 @@ impl IpsecState {
         Ok(())
     }
 
+    /// Change SA `index`'s outer DSCP policy in place (RFC 4301 §5.1.2.1: the inner
+    /// packet's, or the SA's own): its keys, sequence counter, counts and routes stay;
+    /// the encrypt plan, which holds the marking, is rebuilt. Refused by field on an SA
+    /// that writes no outer header (inbound, transport mode).
+    pub fn set_dscp(&mut self, index: u32, dscp: ip::outer::tos::Dscp) -> Result<(), IpsecError> {
+        let sa = self.sas.get_mut(index as usize).and_then(Option::as_mut).ok_or(IpsecError::NoSuchSa(index))?;
+        let spec = SaSpec { dscp, ..(*sa.spec).clone() };
+        spec.check_dscp()?;
+        sa.plan = crate::nodes::encrypt::EncryptPlan::new(&spec);
+        sa.spec = std::sync::Arc::new(spec);
+        Ok(())
+    }
+
     /// Move SA `index` to new endpoints in place — its outer addresses and its UDP
     /// encapsulation (a peer behind a NAT that rebound, or MOBIKE): its keys, SPI,
     /// sequence counter, replay window and counts stay (workers know an SA's state by

@@ -31,6 +31,7 @@ fn spec(alg: Algorithm, dir: Direction, local: &str, remote: &str, udp: bool, es
         udp_encap: udp.then(UdpEncapPorts::default),
         urpf: ip::urpf::Urpf::Off,
         mtu: Default::default(),
+        dscp: Default::default(),
     }
 }
 
@@ -146,7 +147,8 @@ fn block_padded_gcm_fills_whole_blocks_and_opens() {
             let sa = p.a.get(0).unwrap();
             let (seq, _) = sa.outbound.next(plain.len() as u64, false, &sa.spec.lifetime).unwrap();
             let w = with_buffer(&mut pool, &plain, |b| {
-                encrypt_padded::<Ip4Outer>(sa, seq, true, 16, b).unwrap();
+                let tc = ip::outer::tos::traffic_class(b.bytes());
+                encrypt_padded::<Ip4Outer>(sa, seq, true, tc, 16, b).unwrap();
                 b.bytes().to_vec()
             });
             // Outer header 20, ESP header 8, IV 8, ICV 16; the ciphertext between.
@@ -291,8 +293,6 @@ fn drops_are_named() {
     assert_eq!(open::<Ip4Outer>(&mut p, &mut pool, &spoof).unwrap_err(), D::NoSa);
 }
 
-#[test]
-fn packets_far_behind_the_window_are_too_old() {
 /// A decrypted packet carries none of the marks the receiving device put on the ESP
 /// packet (`decrypt`'s `plaintext`), in either mode, with and without UDP: not its word
 /// that it verified the L4 checksum (the outer UDP's), not GSO, not a partial checksum,
@@ -339,6 +339,8 @@ fn a_decrypted_packet_keeps_none_of_the_outer_packets_marks() {
     }
 }
 
+#[test]
+fn packets_far_behind_the_window_are_too_old() {
     let mut pool = Pool::new(8, 0);
     let mut p = pair(Algorithm::Chacha20Poly1305, true, false, false);
     let plain = inner(true, 80);
@@ -402,6 +404,52 @@ fn outer_header_is_what_the_sa_says() {
     assert_eq!(u32::from_be_bytes(w[32..36].try_into().unwrap()), 1, "the first sequence number is 1");
     // 100 bytes of payload + 2 of trailer, padded to 4: 104; + 8 header + 8 IV + 16 ICV.
     assert_eq!(w.len(), 20 + 8 + 8 + 8 + 104 + 16);
+}
+
+/// The outer traffic class under an SA's DSCP policy (RFC 4301 §5.1.2.1: the inner
+/// packet's, or the SA's own) over both outer and inner families: the policy's worked
+/// examples (`ip::outer::tos::DSCP_POLICY_EXAMPLES`; the ECN field the inner one's,
+/// RFC 6040), the IPv4 header checksum right, the IPv6 version and flow label kept; the
+/// peer opens the packet to the inner one byte for byte (its traffic class too). A
+/// policy changed in place (`IpsecState::set_dscp`) marks the next packet, the sequence
+/// numbers going on.
+#[test]
+fn outer_dscp_by_the_sa_policy() {
+    use ip::outer::tos;
+    let mut pool = Pool::new(8, 0);
+    for v6 in [false, true] {
+        let (x, y) = ends(v6);
+        for (policy, inner_tc, want) in tos::DSCP_POLICY_EXAMPLES {
+            for inner_v6 in [false, true] {
+                let mut p = pair(Algorithm::AesGcm128, v6, false, false);
+                let mut plain = inner(inner_v6, 60);
+                tos::set_traffic_class(&mut plain, inner_tc);
+                let what = format!("{policy} over {x}, inner v6 {inner_v6} tc {inner_tc:#x}");
+                let seal_any =
+                    |p: &Pair, pool: &mut Pool| if v6 { seal::<Ip6Outer>(p, pool, &plain) } else { seal::<Ip4Outer>(p, pool, &plain) };
+                // Made with the policy, and changed to it in place from inherit: the same.
+                let mut made = IpsecState::new();
+                let with_policy = SaSpec { dscp: policy, ..spec(Algorithm::AesGcm128, Direction::Outbound, x, y, false, false) };
+                made.add(0, with_policy, [9; 16]).unwrap();
+                let none = IpsecContext::new(Arc::new(ArcSwap::from_pointee(IpsecState::new().build())));
+                assert_eq!(tos::traffic_class(&seal_any(&Pair { a: made, b: none }, &mut pool)), want, "{what}: made so");
+                let before = seal_any(&p, &mut pool);
+                assert_eq!(tos::traffic_class(&before), inner_tc, "{what}: inherit first");
+                p.a.set_dscp(0, policy).unwrap();
+                let w = seal_any(&p, &mut pool);
+                assert_eq!(tos::traffic_class(&w), want, "{what}");
+                if v6 {
+                    assert_eq!(u32::from_be_bytes(w[..4].try_into().unwrap()) & 0xf00f_ffff, 0x6000_0000, "{what}");
+                    assert_eq!(u32::from_be_bytes(w[44..48].try_into().unwrap()), 2, "{what}: the sequence numbers go on");
+                } else {
+                    assert!(wire::ipv4::Ipv4Packet::new_checked(&w[..]).unwrap().verify_checksum(), "{what}");
+                    assert_eq!(u32::from_be_bytes(w[24..28].try_into().unwrap()), 2, "{what}: the sequence numbers go on");
+                }
+                let got = if v6 { open::<Ip6Outer>(&mut p, &mut pool, &w) } else { open::<Ip4Outer>(&mut p, &mut pool, &w) };
+                assert_eq!(got.map(|(_, g)| g), Ok(plain.clone()), "{what}");
+            }
+        }
+    }
 }
 
 /// A peer behind a NAT that rebound (or MOBIKE) moves both ends' SAs in place

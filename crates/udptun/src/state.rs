@@ -44,6 +44,8 @@ pub struct UdpTunnelChange {
     pub gre_key: Option<Option<u32>>,
     /// The reverse-path check of what it decapsulates.
     pub urpf: Option<ip::urpf::Urpf>,
+    /// The outer DSCP policy (`ip::outer::tos`): the next packet carries it.
+    pub dscp: Option<ip::outer::tos::Dscp>,
 }
 
 #[derive(Debug, Default)]
@@ -160,6 +162,7 @@ impl UdpTunState {
         new.port = change.port.unwrap_or(old.port);
         new.gre_key = change.gre_key.unwrap_or(old.gre_key);
         new.urpf = change.urpf.unwrap_or(old.urpf);
+        new.dscp = change.dscp.unwrap_or(old.dscp);
         self.validate_as(router, &new, Some(id))?;
         self.set_in_place(router, id, new);
         Ok(old)

@@ -632,6 +632,7 @@ fn esp_sa(alg: ipsec::Algorithm, direction: ipsec::Direction) -> control::ipsec:
         mtu: None,
         fragment: Default::default(),
         tcp_mss_clamp: false,
+        dscp: Default::default(),
     }
 }
 

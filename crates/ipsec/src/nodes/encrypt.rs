@@ -10,6 +10,7 @@ use super::EspOuter;
 use crate::context::HasIpsec;
 use crate::sa::{Age, Mode, Reserved, Sa, SaSpec, SeqError, UdpEncapPorts};
 use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
+use ip::outer::tos::Marking;
 use ip::outer::{encap_mtu, inner_hop, ChecksumMode, EncapMtu, InnerHop, MtuPolicy};
 use wire::esp::{EspLayout, EspRepr, EspTrailer, HEADER_LEN};
 use wire::IpProtocol;
@@ -152,7 +153,7 @@ fn sized_mtu(sa: &Sa, link_mtu: Option<u16>) -> Option<u16> {
 /// What the encrypt nodes need of an outbound SA that follows from its spec alone,
 /// worked out once when the SA is made (`Sa::new`) rather than per packet: the ESP
 /// layout, the block padding's alignment, the bytes the tunnel adds at most (for the
-/// inner MTU) and the mode.
+/// inner MTU), the mode and the outer DSCP policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EncryptPlan {
     /// The algorithm's layout, with its least alignment.
@@ -167,6 +168,9 @@ pub struct EncryptPlan {
     pub outer_v6: bool,
     /// The SA's inner MTU cap, fragmentation policy and MSS clamping.
     pub mtu: MtuPolicy,
+    /// Tunnel mode: the outer traffic class from the inner one (the SA's `dscp`; the
+    /// ECN field always the inner packet's).
+    pub marking: Marking,
 }
 
 impl EncryptPlan {
@@ -179,6 +183,7 @@ impl EncryptPlan {
             transport: spec.mode == Mode::Transport,
             outer_v6: spec.local.is_ipv6(),
             mtu: spec.mtu,
+            marking: Marking::of(spec.dscp),
         }
     }
 }
@@ -249,24 +254,35 @@ fn emit_udp<O: EspOuter>(ports: UdpEncapPorts, src: &O::Addr, dst: &O::Addr, udp
 }
 
 /// Wrap the inner packet (IPv4 when `inner_v4`) in tunnel-mode ESP for `sa` with
-/// sequence number `seq`, then UDP if configured, then the outer header (which takes
-/// the inner traffic class: `ip::outer::tos`); the buffer then starts at the outer
-/// header.
+/// sequence number `seq`, then UDP if configured, then the outer header, whose traffic
+/// class is the inner packet's under the SA's DSCP policy (`ip::outer::tos`); the
+/// buffer then starts at the outer header.
 #[inline(always)]
 pub fn encrypt<O: EspOuter>(sa: &Sa, seq: u64, inner_v4: bool, buf: &mut Buffer) -> Result<(), EspEncryptCounter> {
-    encrypt_padded::<O>(sa, seq, inner_v4, sa.plan.layout.align, buf)
+    let inner_tc = ip::outer::tos::traffic_class(buf.bytes());
+    encrypt_padded::<O>(sa, seq, inner_v4, inner_tc, sa.plan.layout.align, buf)
 }
 
 /// [`encrypt`] with the ciphertext padded to a multiple of `align` (at least the
-/// algorithm's alignment, and dividing 256).
+/// algorithm's alignment, and dividing 256), for an inner packet whose traffic class
+/// is `inner_tc` (the node has it from `inner_hop`: read once a packet).
 #[inline(always)]
-pub fn encrypt_padded<O: EspOuter>(sa: &Sa, seq: u64, inner_v4: bool, align: usize, buf: &mut Buffer) -> Result<(), EspEncryptCounter> {
+pub fn encrypt_padded<O: EspOuter>(
+    sa: &Sa,
+    seq: u64,
+    inner_v4: bool,
+    inner_tc: u8,
+    align: usize,
+    buf: &mut Buffer,
+) -> Result<(), EspEncryptCounter> {
     let s = &*sa.spec;
     if s.local.is_ipv4() == O::IS_V6 {
         // SaSpec::build keeps both endpoints in one family, and the FIB kind follows it.
         return Err(EspEncryptCounter::NoSa);
     }
-    let tc = ip::outer::tos::traffic_class(buf.bytes());
+    // RFC 4301 §5.1.2.1: the outer DSCP copied from the inner header, or the SA's own;
+    // ECN per RFC 6040 (the inner field, copied): one and, one or.
+    let tc = sa.plan.marking.apply(inner_tc);
     seal_at(sa, seq, if inner_v4 { IpProtocol::IpIp } else { IpProtocol::Ipv6 }, buf, 0, 0, align)?;
     if let Some(ports) = s.udp_encap {
         let (Some(src), Some(dst)) = (O::from_ip(s.local), O::from_ip(s.remote)) else {
@@ -404,10 +420,10 @@ impl<Cx: HasIpsec, O: EspOuter> Node<Cx> for EspEncrypt<O> {
         };
         // The forwarding hop: the inner packet's in tunnel mode (the outer packet is
         // ours); in transport mode `ipN-rewrite` takes it, as for any forwarded packet.
-        let inner_v4 = match transport {
-            true => !O::IS_V6,
+        let (inner_v4, inner_tc) = match transport {
+            true => (!O::IS_V6, 0),
             false => match inner_hop(buf.bytes_mut()) {
-                InnerHop::Forwarded { v4, .. } => v4,
+                InnerHop::Forwarded { v4, tc } => (v4, tc),
                 InnerHop::Expired { v4, icmp } => {
                     counts.inc(C::InnerTtlExpired);
                     buf.meta.param = icmp.encode();
@@ -437,8 +453,11 @@ impl<Cx: HasIpsec, O: EspOuter> Node<Cx> for EspEncrypt<O> {
             Some(m) if buf.len() + overhead + block - least <= m as usize => block,
             _ => least,
         };
-        let sealed =
-            if transport { encrypt_transport_padded::<O>(sa, seq, align, buf) } else { encrypt_padded::<O>(sa, seq, inner_v4, align, buf) };
+        let sealed = if transport {
+            encrypt_transport_padded::<O>(sa, seq, align, buf)
+        } else {
+            encrypt_padded::<O>(sa, seq, inner_v4, inner_tc, align, buf)
+        };
         if let Err(c) = sealed {
             return Verdict::Drop(c);
         }
@@ -487,6 +506,7 @@ mod tests {
             udp_encap: udp.then(UdpEncapPorts::default),
             urpf: ip::urpf::Urpf::Off,
             mtu: MtuPolicy::default(),
+            dscp: Default::default(),
         }
     }
 
@@ -523,6 +543,7 @@ mod tests {
                         assert_eq!(p.block_align, alg.block_align());
                         assert_eq!(p.overhead, s.outer_len() + alg.layout().max_overhead());
                         assert_eq!(p.transport, mode == Mode::Transport);
+                        assert_eq!(p.marking, Marking::INHERIT);
                     }
                 }
             }
