@@ -123,6 +123,59 @@ def test_scapy_decrypts_what_vecgate_encrypts(vecgate, tmp_path, alg, outer, udp
         assert raw(inner) == raw(want), f"packet {n}"
 
 
+# Inner traffic classes (DSCP << 2 | ECN): every ECN codepoint under several DSCPs.
+DSCP_TCS = [0, 46 << 2 | 2, 46 << 2 | 3, 10 << 2 | 1, 34 << 2 | 3, 63 << 2, 3, 0xFF]
+
+
+@pytest.mark.parametrize("outer", [4, 6])
+@pytest.mark.parametrize("dscp", ["inherit", 10, 0, 63])
+def test_sa_dscp_policy_marks_the_outer_header(vecgate, tmp_path, outer, dscp):
+    """An outbound SA's `dscp` (RFC 4301 §5.1.2.1: the outer DSCP copied from the inner
+    header, or set per SA): scapy reads each ESP packet's outer DSCP and ECN — the inner
+    packet's whole byte under "inherit", the SA's DSCP with the inner ECN field (RFC
+    6040) under a number — over IPv4 and IPv6 outer headers, for IPv4 and IPv6 inner
+    packets of every ECN codepoint; the IPv4 header checksum right, the IPv6 flow label
+    untouched; and scapy's ESP opens each to the inner packet as sent (its traffic class
+    too), less one hop."""
+    sent = []
+    for k, tc in enumerate(DSCP_TCS):
+        for v in (4, 6):
+            s = to_tunnel(k, v)
+            if v == 4:
+                s[IP].tos = tc
+            else:
+                s[IPv6].tc = tc
+            sent.append((tc, s))
+    value = '"inherit"' if dscp == "inherit" else dscp
+    cfg = sa_config("aes-gcm-128", outer, False).replace('routes = ["198.19.60.0/24", "2001:db8:160::/48"]',
+                                                          f'routes = ["198.19.60.0/24", "2001:db8:160::/48"]\ndscp = {value}')
+    out0, out1, c, _ = run_pcap(vecgate, tmp_path, [s for _, s in sent], cfg)
+    assert len(out1) == len(sent) and not out0, c
+    local, remote = ends(outer)
+    peer = scapy_sa("aes-gcm-128", outer, False, OUT_SPI, 1, local, remote)
+    for n, (frame, (tc, orig)) in enumerate(zip(out1, sent)):
+        l3 = outer_l3(frame, outer)
+        got = l3.tos if outer == 4 else l3.tc
+        want_dscp = tc >> 2 if dscp == "inherit" else dscp
+        assert (got >> 2, got & 3) == (want_dscp, tc & 3), f"packet {n}: inner {tc:#x}, outer {got:#x}"
+        if outer == 4:
+            again = IP(raw(l3))
+            del again.chksum
+            assert IP(raw(again)).chksum == l3.chksum, f"packet {n}: IPv4 header checksum"
+        else:
+            assert l3.fl == 0
+        assert l3[ESP].seq == n + 1
+        inner = peer.decrypt(l3)
+        want = orig.payload.copy()
+        if want.version == 4:
+            want.ttl -= 1
+            del want.chksum
+            want = IP(raw(want))
+        else:
+            want.hlim -= 1
+        assert raw(inner) == raw(want), f"packet {n}"
+
+
 @pytest.mark.parametrize("alg,outer,udp", CASES, ids=[f"{a}-v{o}{'-udp' if u else ''}" for a, o, u in CASES])
 def test_vecgate_decrypts_what_scapy_encrypts(vecgate, tmp_path, alg, outer, udp):
     local, remote = ends(outer)

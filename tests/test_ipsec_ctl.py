@@ -57,6 +57,56 @@ def test_sas_added_shown_without_keys_and_deleted_live(vecgate, running):
     assert proc.poll() is None
 
 
+def test_sa_dscp_added_shown_and_set_live(vecgate, running, tmp_path):
+    """An outbound tunnel-mode SA's `dscp` through the CLI (`ipsec sa add … dscp N`,
+    `ipsec sa set <index> dscp …`) and the JSON API (`ipsec_sa_set`), shown by `show
+    ipsec sa` (text ` dscp N`, JSON "dscp"); refused on a transport-mode or inbound SA
+    naming the field and why, in ctl and in a config file (file, entry, field)."""
+    import subprocess
+    proc, sock = running
+    r = ctl(vecgate, sock, "ipsec", "sa", "add", "7", "spi", "0x3007", "outbound", "alg", "aes-gcm-128", "enc-key", GCM_KEY,
+            "local", "198.18.1.1", "remote", "198.18.1.9", "route", "198.19.117.0/24", "dscp", "46")
+    assert r.returncode == 0, r.stdout + r.stderr
+
+    def row(index):
+        text = ctl(vecgate, sock, "show", "ipsec", "sa").stdout
+        line = next(l for l in text.splitlines() if l.startswith(f"{index} "))
+        j = json.loads(ctl(vecgate, sock, "show", "ipsec", "sa", str(index), json_out=True).stdout)["data"]["sas"][0]
+        return line, j["dscp"]
+    line, dscp = row(7)
+    assert " dscp 46" in line and dscp == 46, line
+    r = ctl(vecgate, sock, "ipsec", "sa", "set", "7", "dscp", "inherit")
+    assert r.returncode == 0 and "SA 7: dscp inherit" in r.stdout, r.stdout + r.stderr
+    line, dscp = row(7)
+    assert " dscp" not in line and dscp == "inherit", line
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(str(sock))
+        s.sendall((json.dumps({"op": "ipsec_sa_set", "index": 7, "dscp": 10}) + "\n").encode())
+        reply = json.loads(s.makefile().readline())
+    assert reply["ok"], reply
+    assert row(7)[1] == 10
+    why = 'dscp: 46: expected "inherit" except on an outbound tunnel-mode SA'
+    r = ctl(vecgate, sock, "ipsec", "sa", "add", "8", "spi", "0x3008", "outbound", "transport", "alg", "aes-gcm-128", "enc-key",
+            GCM_KEY, "local", "198.18.1.1", "remote", "198.18.1.9", "dscp", "46")
+    assert r.returncode != 0 and why in r.stdout + r.stderr and "keep their own header" in r.stdout + r.stderr, r.stdout + r.stderr
+    r = ctl(vecgate, sock, "ipsec", "sa", "add", "9", "spi", "0x3009", "inbound", "alg", "aes-gcm-128", "enc-key", GCM_KEY,
+            "local", "198.18.1.1", "remote", "198.18.1.9")
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = ctl(vecgate, sock, "ipsec", "sa", "set", "9", "dscp", "46")
+    assert r.returncode != 0 and why in r.stdout + r.stderr and "inbound SA" in r.stdout + r.stderr, r.stdout + r.stderr
+    assert row(9)[1] == "inherit"
+    r = ctl(vecgate, sock, "ipsec", "sa", "set", "7", "dscp", "64")
+    assert r.returncode != 0 and 'expected "inherit" or a DSCP 0 to 63' in r.stdout + r.stderr, r.stdout + r.stderr
+    assert proc.poll() is None
+    # In a config file: the file, the entry and the field.
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text('[[interface]]\nname = "pg0"\ntype = "pg"\nmac = "02:00:00:00:00:01"\naddresses = ["198.18.1.1/24"]\n'
+                   f'[[ipsec_sa]]\nindex = 0\nspi = 4097\ndirection = "outbound"\nmode = "transport"\nalgorithm = "aes-gcm-128"\n'
+                   f'enc_key = "{GCM_KEY}"\nlocal = "198.18.1.1"\nremote = "198.18.1.2"\ndscp = 46\n')
+    r = subprocess.run([str(vecgate), "run", "--config", str(cfg), "--duration", "1"], capture_output=True, text=True, timeout=20)
+    assert r.returncode != 0 and f"bad.toml: ipsec_sa[0].{why}" in r.stderr, r.stderr
+
+
 ESP_SA = f"""
 [[ipsec_sa]]
 index = 0

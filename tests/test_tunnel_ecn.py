@@ -220,6 +220,18 @@ def test_tunnel_dscp_set_and_shown_through_ctl(vecgate, running):
     assert " dscp 10 " in next(l for l in text.splitlines() if l.startswith(gname + " ")), text
     rows = {t["name"]: t for t in json.loads(ctl(vecgate, sock, "show", "gtpu", "tunnels", json_out=True).stdout)["data"]["tunnels"]}
     assert rows[gname]["dscp"] == 10 and rows["gtpu_tunnel0"]["dscp"] == "inherit", rows
+    # Changed in place: `set udp tunnel … dscp`, `set gtpu tunnel … dscp` (the tunnel and
+    # its counters stay), shown at once; a bad value refused.
+    r = ctl(vecgate, sock, "set", "udp", "tunnel", "udp_tunnel1", "dscp", "inherit")
+    assert r.returncode == 0 and "dscp 46 -> inherit" in r.stdout, r.stdout + r.stderr
+    r = ctl(vecgate, sock, "set", "gtpu", "tunnel", gname, "dscp", "63")
+    assert r.returncode == 0 and "dscp 10 -> 63" in r.stdout, r.stdout + r.stderr
+    rows = {t["name"]: t for t in json.loads(ctl(vecgate, sock, "show", "udp", "tunnels", json_out=True).stdout)["data"]["tunnels"]}
+    assert rows["udp_tunnel1"]["dscp"] == "inherit", rows
+    rows = {t["name"]: t for t in json.loads(ctl(vecgate, sock, "show", "gtpu", "tunnels", json_out=True).stdout)["data"]["tunnels"]}
+    assert rows[gname]["dscp"] == 63, rows
+    r = ctl(vecgate, sock, "set", "udp", "tunnel", "udp_tunnel1", "dscp", "ef")
+    assert r.returncode != 0 and 'expected "inherit" or a DSCP 0 to 63' in (r.stdout + r.stderr), r.stdout + r.stderr
 
 
 def test_bad_tunnel_dscp_names_file_tunnel_and_field(vecgate, tmp_path):
