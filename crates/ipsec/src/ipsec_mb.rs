@@ -147,12 +147,36 @@ impl GcmKey {
     /// in place, the tag it computes into `tag`.
     #[inline(always)]
     fn run(&self, f: EncDec, nonce: &[u8; 12], aad: &[u8], text: &mut [u8], tag: &mut [u8; TAG_LEN]) {
+        // SAFETY: the nonce is 12 bytes.
+        unsafe { self.run_raw(f, nonce.as_ptr(), aad, text, tag) }
+    }
+
+    /// Encrypt `text` in place, the tag into `tag`, with the nonce's 12 bytes and the
+    /// AAD's first `aad_len` (at most 16) read where they lie, in the words the caller
+    /// wrote them as (their bytes in wire order; `crypto::SealInputs`), not copied.
+    #[inline(always)]
+    pub fn seal_words(&self, nonce: &[u64; 2], aad: &[u64; 2], aad_len: usize, text: &mut [u8], tag: &mut [u8; TAG_LEN]) {
+        // SAFETY: two u64 are 16 initialised bytes, with no stricter alignment as bytes,
+        // borrowed for the call; so is the nonce, of which the library reads 12.
+        unsafe {
+            let aad: &[u8; 16] = &*(aad as *const [u64; 2] as *const [u8; 16]);
+            self.run_raw(self.enc, nonce.as_ptr() as *const u8, &aad[..aad_len.min(16)], text, tag)
+        }
+    }
+
+    /// [`GcmKey::run`] with the nonce by pointer.
+    ///
+    /// # Safety
+    /// `nonce` must point at 12 readable bytes.
+    #[inline(always)]
+    unsafe fn run_raw(&self, f: EncDec, nonce: *const u8, aad: &[u8], text: &mut [u8], tag: &mut [u8; TAG_LEN]) {
         let mut ctx = MaybeUninit::<Context>::uninit();
         // SAFETY: the key data was made by this key size's `pre`, and `f` is this key
         // size's; the context is scratch the call initialises (big enough, checked at
         // load); `text` is read and written in place for its length, which the library
-        // allows (out == in); the nonce is the 12 bytes the library reads (it appends the
-        // counter itself); `aad` and `tag` are valid for the lengths passed. The call
+        // allows (out == in); the nonce points at the 12 bytes the library reads (the
+        // caller's contract; it appends the counter itself); `aad` and `tag` are valid
+        // for the lengths passed. The call
         // keeps no pointer.
         unsafe {
             f(
@@ -161,7 +185,7 @@ impl GcmKey {
                 text.as_mut_ptr(),
                 text.as_ptr(),
                 text.len() as u64,
-                nonce.as_ptr(),
+                nonce,
                 aad.as_ptr(),
                 aad.len() as u64,
                 tag.as_mut_ptr(),

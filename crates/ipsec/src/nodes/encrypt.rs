@@ -8,6 +8,7 @@
 
 use super::EspOuter;
 use crate::context::HasIpsec;
+use crate::crypto::SealInputs;
 use crate::sa::{Age, Mode, Reserved, Sa, SaSpec, SeqError, UdpEncapPorts};
 use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
 use ip::outer::tos::Marking;
@@ -59,12 +60,16 @@ pub struct EspEncrypt<O: EspOuter> {
     outer: Option<OuterHop>,
     /// The vector's sequence numbers, reserved per SA.
     seqs: VectorSeqs,
+    /// The current packet's nonce and AAD, written as soon as its sequence number is
+    /// known, some way ahead of the seal that reads them
+    /// ([`crate::crypto::Transform::write_seal_inputs`]).
+    seal: SealInputs,
     _family: std::marker::PhantomData<O>,
 }
 
 impl<O: EspOuter> Default for EspEncrypt<O> {
     fn default() -> Self {
-        EspEncrypt { outer: None, seqs: VectorSeqs::default(), _family: std::marker::PhantomData }
+        EspEncrypt { outer: None, seqs: VectorSeqs::default(), seal: SealInputs::default(), _family: std::marker::PhantomData }
     }
 }
 
@@ -87,17 +92,18 @@ struct VectorSeqs {
 }
 
 impl VectorSeqs {
+    /// `run` more packets of SA `sa`.
     #[inline(always)]
-    fn count(&mut self, sa: u32) {
+    fn count(&mut self, sa: u32, run: u32) {
         for i in 0..self.n {
             if self.sa[i] == sa {
-                self.want[i] += 1;
+                self.want[i] += run;
                 return;
             }
         }
         if self.n < VECTOR_SAS {
             let n = self.n;
-            (self.sa[n], self.want[n], self.reserved[n]) = (sa, 1, Reserved::default());
+            (self.sa[n], self.want[n], self.reserved[n]) = (sa, run, Reserved::default());
             self.n += 1;
         }
     }
@@ -211,6 +217,7 @@ fn seal_at(
     at: usize,
     gap: usize,
     align: usize,
+    inputs: &SealInputs,
 ) -> Result<usize, EspEncryptCounter> {
     let s = &*sa.spec;
     let l = EspLayout { align, ..sa.plan.layout };
@@ -228,7 +235,7 @@ fn seal_at(
         b.copy_within(insert..insert + at, 0);
     }
     EspRepr { spi: s.spi, seq: seq as u32 }.emit(&mut b[at + gap..]);
-    sa.transform.seal(&mut b[at + gap..], seq, s.esn);
+    sa.transform.seal_with(&mut b[at + gap..], seq, s.esn, inputs);
     Ok(b.len() - at - gap)
 }
 
@@ -275,6 +282,23 @@ pub fn encrypt_padded<O: EspOuter>(
     align: usize,
     buf: &mut Buffer,
 ) -> Result<(), EspEncryptCounter> {
+    let mut inputs = SealInputs::default();
+    sa.transform.write_seal_inputs(sa.spec.spi, seq, sa.spec.esn, &mut inputs);
+    encrypt_tunnel::<O>(sa, seq, inner_v4, inner_tc, align, buf, &inputs)
+}
+
+/// [`encrypt_padded`] with the seal's nonce and AAD written before
+/// ([`crate::crypto::Transform::write_seal_inputs`]).
+#[inline(always)]
+fn encrypt_tunnel<O: EspOuter>(
+    sa: &Sa,
+    seq: u64,
+    inner_v4: bool,
+    inner_tc: u8,
+    align: usize,
+    buf: &mut Buffer,
+    inputs: &SealInputs,
+) -> Result<(), EspEncryptCounter> {
     let s = &*sa.spec;
     if s.local.is_ipv4() == O::IS_V6 {
         // SaSpec::build keeps both endpoints in one family, and the FIB kind follows it.
@@ -283,7 +307,7 @@ pub fn encrypt_padded<O: EspOuter>(
     // RFC 4301 §5.1.2.1: the outer DSCP copied from the inner header, or the SA's own;
     // ECN per RFC 6040 (the inner field, copied): one and, one or.
     let tc = sa.plan.marking.apply(inner_tc);
-    seal_at(sa, seq, if inner_v4 { IpProtocol::IpIp } else { IpProtocol::Ipv6 }, buf, 0, 0, align)?;
+    seal_at(sa, seq, if inner_v4 { IpProtocol::IpIp } else { IpProtocol::Ipv6 }, buf, 0, 0, align, inputs)?;
     if let Some(ports) = s.udp_encap {
         let (Some(src), Some(dst)) = (O::from_ip(s.local), O::from_ip(s.remote)) else {
             return Err(EspEncryptCounter::NoSa);
@@ -311,9 +335,23 @@ pub fn encrypt_transport<O: EspOuter>(sa: &Sa, seq: u64, buf: &mut Buffer) -> Re
 /// [`encrypt_transport`] with the ciphertext padded to a multiple of `align`.
 #[inline(always)]
 pub fn encrypt_transport_padded<O: EspOuter>(sa: &Sa, seq: u64, align: usize, buf: &mut Buffer) -> Result<(), EspEncryptCounter> {
+    let mut inputs = SealInputs::default();
+    sa.transform.write_seal_inputs(sa.spec.spi, seq, sa.spec.esn, &mut inputs);
+    encrypt_transport_with::<O>(sa, seq, align, buf, &inputs)
+}
+
+/// [`encrypt_transport_padded`] with the seal's nonce and AAD written before.
+#[inline(always)]
+fn encrypt_transport_with<O: EspOuter>(
+    sa: &Sa,
+    seq: u64,
+    align: usize,
+    buf: &mut Buffer,
+    inputs: &SealInputs,
+) -> Result<(), EspEncryptCounter> {
     let (hl, upper) = O::transport_split(buf.bytes())?;
     let (gap, proto) = if sa.spec.udp_encap.is_some() { (8, IpProtocol::Udp) } else { (0, IpProtocol::Esp) };
-    let esp_len = seal_at(sa, seq, upper, buf, hl, gap, align)?;
+    let esp_len = seal_at(sa, seq, upper, buf, hl, gap, align, inputs)?;
     if hl + gap + esp_len > u16::MAX as usize + if O::IS_V6 { 40 } else { 0 } {
         return Err(EspEncryptCounter::TooBig);
     }
@@ -347,8 +385,21 @@ impl<Cx: HasIpsec, O: EspOuter> Node<Cx> for EspEncrypt<O> {
             // A vector that ended without `end_of_vector` (none does): nothing is lost.
             self.seqs.settle(&cx.split_ipsec().1.tables);
         }
+        // Counted a run of one SA's packets at a time (most vectors are one run): a
+        // memory increment a packet chained each count on the last one's store.
+        let (mut sa, mut run) = (0, 0);
         for &bi in input {
-            self.seqs.count(pool.get(bi).meta.param);
+            let p = pool.get(bi).meta.param;
+            if p != sa || run == 0 {
+                if run != 0 {
+                    self.seqs.count(sa, run);
+                }
+                (sa, run) = (p, 0);
+            }
+            run += 1;
+        }
+        if run != 0 {
+            self.seqs.count(sa, run);
         }
     }
 
@@ -438,6 +489,7 @@ impl<Cx: HasIpsec, O: EspOuter> Node<Cx> for EspEncrypt<O> {
         }
         let seq = match self.seqs.take(index, sa, buf.len() as u64) {
             Ok((seq, age)) => {
+                sa.transform.write_seal_inputs(sa.spec.spi, seq, sa.spec.esn, &mut self.seal);
                 if age == Age::SoftReached {
                     counts.inc(C::SoftLifetime);
                 }
@@ -454,9 +506,9 @@ impl<Cx: HasIpsec, O: EspOuter> Node<Cx> for EspEncrypt<O> {
             _ => least,
         };
         let sealed = if transport {
-            encrypt_transport_padded::<O>(sa, seq, align, buf)
+            encrypt_transport_with::<O>(sa, seq, align, buf, &self.seal)
         } else {
-            encrypt_padded::<O>(sa, seq, inner_v4, inner_tc, align, buf)
+            encrypt_tunnel::<O>(sa, seq, inner_v4, inner_tc, align, buf, &self.seal)
         };
         if let Err(c) = sealed {
             return Verdict::Drop(c);
