@@ -151,17 +151,13 @@ impl GcmKey {
         unsafe { self.run_raw(f, nonce.as_ptr(), aad, text, tag) }
     }
 
-    /// Encrypt `text` in place, the tag into `tag`, with the nonce's 12 bytes and the
-    /// AAD's first `aad_len` (at most 16) read where they lie, in the words the caller
-    /// wrote them as (their bytes in wire order; `crypto::SealInputs`), not copied.
+    /// Encrypt `text` in place, the tag into `tag`, with the nonce's 12 bytes read where
+    /// they lie, in the words the caller wrote them as (their bytes in wire order;
+    /// `crypto::SealInputs`), not copied.
     #[inline(always)]
-    pub fn seal_words(&self, nonce: &[u64; 2], aad: &[u64; 2], aad_len: usize, text: &mut [u8], tag: &mut [u8; TAG_LEN]) {
-        // SAFETY: two u64 are 16 initialised bytes, with no stricter alignment as bytes,
-        // borrowed for the call; so is the nonce, of which the library reads 12.
-        unsafe {
-            let aad: &[u8; 16] = &*(aad as *const [u64; 2] as *const [u8; 16]);
-            self.run_raw(self.enc, nonce.as_ptr() as *const u8, &aad[..aad_len.min(16)], text, tag)
-        }
+    pub fn seal_words(&self, nonce: &[u64; 2], aad: &[u8], text: &mut [u8], tag: &mut [u8; TAG_LEN]) {
+        // SAFETY: two u64 are 16 initialised bytes, of which the library reads 12.
+        unsafe { self.run_raw(self.enc, nonce.as_ptr() as *const u8, aad, text, tag) }
     }
 
     /// [`GcmKey::run`] with the nonce by pointer.
@@ -215,7 +211,23 @@ impl GcmKey {
     pub fn open_in_place(&self, nonce: &[u8; 12], aad: &[u8], text: &mut [u8], tag: &[u8]) -> Result<(), BadTag> {
         let mut computed = [0u8; TAG_LEN];
         self.run(self.dec, nonce, aad, text, &mut computed);
-        if crate::crypto::same_bytes(&computed, tag) {
+        Self::verified(&computed, text, tag)
+    }
+
+    /// [`GcmKey::open_in_place`] with the nonce read where the caller wrote it, as
+    /// [`GcmKey::seal_words`] reads it.
+    #[inline(always)]
+    pub fn open_words(&self, nonce: &[u64; 2], aad: &[u8], text: &mut [u8], tag: &[u8]) -> Result<(), BadTag> {
+        let mut computed = [0u8; TAG_LEN];
+        // SAFETY: two u64 are 16 initialised bytes, of which the library reads 12.
+        unsafe { self.run_raw(self.dec, nonce.as_ptr() as *const u8, aad, text, &mut computed) };
+        Self::verified(&computed, text, tag)
+    }
+
+    /// The decryption's outcome by its tag: on a mismatch the text is zeroed.
+    #[inline(always)]
+    fn verified(computed: &[u8; TAG_LEN], text: &mut [u8], tag: &[u8]) -> Result<(), BadTag> {
+        if crate::crypto::same_bytes(computed, tag) {
             Ok(())
         } else {
             text.fill(0);

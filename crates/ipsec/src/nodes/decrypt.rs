@@ -8,7 +8,7 @@
 
 use super::EspOuter;
 use crate::context::{HasIpsec, IpsecContext};
-use crate::crypto::OpenError;
+use crate::crypto::{OpenError, SealInputs};
 use crate::replay::ReplayError;
 use crate::sa::{Age, InboundError, Mode};
 use crate::tables::IpsecTables;
@@ -63,11 +63,16 @@ counters! {
     }
 }
 
-pub struct EspDecrypt<O: EspOuter>(std::marker::PhantomData<O>);
+/// `inputs`: the current packet's nonce, written as soon as its SA is known, some way
+/// ahead of the cipher that reads it ([`crate::crypto::Transform::write_open_nonce`]).
+pub struct EspDecrypt<O: EspOuter> {
+    inputs: SealInputs,
+    _family: std::marker::PhantomData<O>,
+}
 
 impl<O: EspOuter> Default for EspDecrypt<O> {
     fn default() -> Self {
-        EspDecrypt(std::marker::PhantomData)
+        EspDecrypt { inputs: SealInputs::default(), _family: std::marker::PhantomData }
     }
 }
 
@@ -87,6 +92,16 @@ impl From<EspError> for EspDecryptCounter {
 /// check), and the result names its lookup, the SA's age and its source check.
 #[inline(always)]
 pub fn decrypt<O: EspOuter>(x: &mut IpsecContext, buf: &mut Buffer) -> Result<(EspDecryptNext, Age, Urpf), EspDecryptCounter> {
+    decrypt_with::<O>(x, buf, &mut SealInputs::default())
+}
+
+/// [`decrypt`] with the node's scratch for the cipher's nonce.
+#[inline(always)]
+fn decrypt_with<O: EspOuter>(
+    x: &mut IpsecContext,
+    buf: &mut Buffer,
+    inputs: &mut SealInputs,
+) -> Result<(EspDecryptNext, Age, Urpf), EspDecryptCounter> {
     use EspDecryptCounter as C;
     let outer = O::outer_esp(buf.bytes()).ok_or(C::NotEsp)?;
     let mut at = outer.at;
@@ -115,10 +130,11 @@ pub fn decrypt<O: EspOuter>(x: &mut IpsecContext, buf: &mut Buffer) -> Result<(E
     }
     let l = s.alg.layout();
     p.check_layout(&l)?;
+    sa.transform.write_open_nonce(&buf.bytes()[at..], inputs);
     let state = IpsecContext::inbound_state(states, index, sa);
     let seq = if s.anti_replay { state.window.check(low).map_err(replay_counter)? } else { state.window.full(low) };
     let esp = &mut buf.bytes_mut()[at..];
-    sa.transform.open(esp, seq, s.esn).map_err(|e| match e {
+    sa.transform.open_with(esp, seq, s.esn, inputs).map_err(|e| match e {
         OpenError::BadIcv => C::BadIcv,
         OpenError::Unaligned => C::Unaligned,
     })?;
@@ -303,7 +319,7 @@ impl<Cx: HasIpsec, O: EspOuter> Node<Cx> for EspDecrypt<O> {
         // the inner packet by RFC 6040 (RFC 4301 §5.1.2.1). In transport mode the "inner"
         // header is that same header, which the combination leaves as it is.
         let ecn = ip::outer::tos::ecn(buf.bytes(), O::IS_V6);
-        match decrypt::<O>(x, buf) {
+        match decrypt_with::<O>(x, buf, &mut self.inputs) {
             Ok((next, age, urpf)) => {
                 match ip::outer::tos::decap_ecn(ecn, buf) {
                     EcnDecap::Unchanged => {}

@@ -209,6 +209,7 @@ fn between_endpoints<O: EspOuter>(spec: &SaSpec, b: &[u8]) -> bool {
 /// left for a UDP header (the `at` bytes before it move to the front, into the headroom);
 /// then seal. Returns the length from the ESP header on.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 fn seal_at(
     sa: &Sa,
     seq: u64,
