@@ -291,6 +291,28 @@ pub struct ServiceRow {
     pub configured_table_size: u32,
 }
 
+impl ServiceRow {
+    /// Service `id`'s row: its spec, and what the tables made of it (backends taking new
+    /// connections, the Maglev table's size).
+    pub fn new(id: u32, s: &lb::ServiceSpec, eligible: usize, table_size: usize) -> ServiceRow {
+        ServiceRow {
+            id,
+            name: s.name.clone(),
+            kind: s.kind,
+            vip: s.vip,
+            port: s.port,
+            protocol: s.protocol,
+            traffic_policy: s.traffic_policy,
+            affinity: s.affinity,
+            forwarding: s.forwarding,
+            backends: s.backends.len(),
+            eligible,
+            table_size,
+            configured_table_size: s.table_size,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct BackendRow {
     pub service: String,
@@ -315,21 +337,7 @@ fn service_rows(c: &LbControl) -> Vec<ServiceRow> {
                 IpAddr::V4(_) => t.v4.service(id).map_or((0, 0), |x| (x.backends.iter().filter(|b| b.eligible).count(), x.maglev.len())),
                 IpAddr::V6(_) => t.v6.service(id).map_or((0, 0), |x| (x.backends.iter().filter(|b| b.eligible).count(), x.maglev.len())),
             };
-            ServiceRow {
-                id,
-                name: s.name.clone(),
-                kind: s.kind,
-                vip: s.vip,
-                port: s.port,
-                protocol: s.protocol,
-                traffic_policy: s.traffic_policy,
-                affinity: s.affinity,
-                forwarding: s.forwarding,
-                backends: s.backends.len(),
-                eligible,
-                table_size,
-                configured_table_size: s.table_size,
-            }
+            ServiceRow::new(id, s, eligible, table_size)
         })
         .collect()
 }

@@ -536,21 +536,7 @@ mod tests {
                         let rows: Vec<_> = lb
                             .values()
                             .enumerate()
-                            .map(|(id, s)| control::lb::ServiceRow {
-                                id: id as u32,
-                                name: s.name.clone(),
-                                kind: s.kind,
-                                vip: s.vip,
-                                port: s.port,
-                                protocol: s.protocol,
-                                traffic_policy: s.traffic_policy,
-                                affinity: s.affinity,
-                                forwarding: s.forwarding,
-                                backends: s.backends.len(),
-                                eligible: s.backends.len(),
-                                table_size: 211,
-                                configured_table_size: s.table_size,
-                            })
+                            .map(|(id, s)| control::lb::ServiceRow::new(id as u32, s, s.backends.len(), 211))
                             .collect();
                         Reply::ok(serde_json::to_value(rows).unwrap(), String::new())
                     }

@@ -271,6 +271,12 @@ pub fn encrypt<O: EspOuter>(sa: &Sa, seq: u64, inner_v4: bool, buf: &mut Buffer)
     encrypt_padded::<O>(sa, seq, inner_v4, inner_tc, sa.plan.layout.align, buf)
 }
 
+/// The nonce and AAD of SA `sa`'s seal of sequence number `seq`, into `out`.
+#[inline(always)]
+fn write_seal_inputs(sa: &Sa, seq: u64, out: &mut SealInputs) {
+    sa.transform.write_seal_inputs(sa.spec.spi, seq, sa.spec.esn, out);
+}
+
 /// [`encrypt`] with the ciphertext padded to a multiple of `align` (at least the
 /// algorithm's alignment, and dividing 256), for an inner packet whose traffic class
 /// is `inner_tc` (the node has it from `inner_hop`: read once a packet).
@@ -284,7 +290,7 @@ pub fn encrypt_padded<O: EspOuter>(
     buf: &mut Buffer,
 ) -> Result<(), EspEncryptCounter> {
     let mut inputs = SealInputs::default();
-    sa.transform.write_seal_inputs(sa.spec.spi, seq, sa.spec.esn, &mut inputs);
+    write_seal_inputs(sa, seq, &mut inputs);
     encrypt_tunnel::<O>(sa, seq, inner_v4, inner_tc, align, buf, &inputs)
 }
 
@@ -337,7 +343,7 @@ pub fn encrypt_transport<O: EspOuter>(sa: &Sa, seq: u64, buf: &mut Buffer) -> Re
 #[inline(always)]
 pub fn encrypt_transport_padded<O: EspOuter>(sa: &Sa, seq: u64, align: usize, buf: &mut Buffer) -> Result<(), EspEncryptCounter> {
     let mut inputs = SealInputs::default();
-    sa.transform.write_seal_inputs(sa.spec.spi, seq, sa.spec.esn, &mut inputs);
+    write_seal_inputs(sa, seq, &mut inputs);
     encrypt_transport_with::<O>(sa, seq, align, buf, &inputs)
 }
 
@@ -490,7 +496,7 @@ impl<Cx: HasIpsec, O: EspOuter> Node<Cx> for EspEncrypt<O> {
         }
         let seq = match self.seqs.take(index, sa, buf.len() as u64) {
             Ok((seq, age)) => {
-                sa.transform.write_seal_inputs(sa.spec.spi, seq, sa.spec.esn, &mut self.seal);
+                write_seal_inputs(sa, seq, &mut self.seal);
                 if age == Age::SoftReached {
                     counts.inc(C::SoftLifetime);
                 }
