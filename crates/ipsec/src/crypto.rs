@@ -270,7 +270,7 @@ impl Transform {
     /// earlier.
     #[inline]
     pub fn seal(&self, esp: &mut [u8], seq: u64, esn: bool) {
-        let mut inputs = SealInputs::default();
+        let mut inputs = AeadInputs::default();
         let spi = esp.first_chunk::<4>().map_or(0, |s| u32::from_be_bytes(*s));
         self.write_seal_inputs(spi, seq, esn, &mut inputs);
         self.seal_with(esp, seq, esn, &inputs);
@@ -285,13 +285,13 @@ impl Transform {
     /// behind the AAD's, when read from the ESP header written just before;
     /// docs/PERFORMANCE.md).
     #[inline(always)]
-    pub fn write_seal_inputs(&self, spi: u32, seq: u64, esn: bool, out: &mut SealInputs) {
+    pub fn write_seal_inputs(&self, spi: u32, seq: u64, esn: bool, out: &mut AeadInputs) {
         #[cfg(vecgate_ipsec_mb)]
         if let Cipher::ImbGcm { salt, .. } = &self.cipher {
-            // Whole words, each one store: salt and IV (RFC 4106 §4); SPI and the 32-bit
-            // sequence number, or SPI and the 64-bit ESN (RFC 4106 §5).
+            // Whole words, each one store: salt and IV (the sequence number; RFC 4106 §4);
+            // SPI and the 32-bit sequence number, or SPI and the 64-bit ESN (RFC 4106 §5).
+            out.set_nonce(salt, seq.to_be_bytes());
             let (hi, lo) = (((seq >> 32) as u32).to_be() as u64, (seq as u32).to_be() as u64);
-            out.nonce = [u32::from_ne_bytes(*salt) as u64 | hi << 32, lo];
             let spi = spi.to_be() as u64;
             out.set_aad(if esn { [spi | hi << 32, lo] } else { [spi | lo << 32, 0] });
         }
@@ -303,32 +303,29 @@ impl Transform {
     /// [`Transform::open_with`] as soon as the SA is known, for the reason
     /// [`Transform::write_seal_inputs`] gives.
     #[inline(always)]
-    pub fn write_open_nonce(&self, esp: &[u8], out: &mut SealInputs) {
+    pub fn write_open_nonce(&self, esp: &[u8], out: &mut AeadInputs) {
         #[cfg(vecgate_ipsec_mb)]
         if let (Cipher::ImbGcm { salt, .. }, Some(iv)) = (&self.cipher, esp.get(HEADER_LEN..HEADER_LEN + 8)) {
-            let (hi, lo) =
-                (u32::from_ne_bytes([iv[0], iv[1], iv[2], iv[3]]) as u64, u32::from_ne_bytes([iv[4], iv[5], iv[6], iv[7]]) as u64);
-            out.nonce = [u32::from_ne_bytes(*salt) as u64 | hi << 32, lo];
+            out.set_nonce(salt, iv.try_into().expect("8 bytes"));
         }
         let _ = (esp, out);
     }
 
     /// [`Transform::open`] with the nonce [`Transform::write_open_nonce`] wrote for this
     /// packet. The AAD is the ESP header where it lies (not copied), or with the ESN's
-    /// high half, written here.
+    /// high half as `open` builds it.
     #[inline(always)]
-    pub fn open_with(&self, esp: &mut [u8], seq: u64, esn: bool, inputs: &mut SealInputs) -> Result<(), OpenError> {
+    pub fn open_with(&self, esp: &mut [u8], seq: u64, esn: bool, inputs: &AeadInputs) -> Result<(), OpenError> {
         match &self.cipher {
             #[cfg(vecgate_ipsec_mb)]
             Cipher::ImbGcm { key, .. } if self.hmac.is_none() => {
                 let (head, rest) = esp.split_at_mut(HEADER_LEN + 8);
                 let text_len = rest.len().checked_sub(crate::ipsec_mb::TAG_LEN).ok_or(OpenError::BadIcv)?;
                 let (text, icv) = rest.split_at_mut(text_len);
+                let with_esn;
                 let aad: &[u8] = if esn {
-                    let (hi, lo) = (((seq >> 32) as u32).to_be() as u64, (seq as u32).to_be() as u64);
-                    let spi = u32::from_ne_bytes([head[0], head[1], head[2], head[3]]) as u64;
-                    inputs.set_aad([spi | hi << 32, lo]);
-                    &inputs.aad[..12]
+                    with_esn = aead_aad(head, seq, true);
+                    &with_esn.0[..with_esn.1]
                 } else {
                     &head[..HEADER_LEN]
                 };
@@ -344,7 +341,7 @@ impl Transform {
     /// to do: no IV, no ICV) and AES-GCM from intel-ipsec-mb (the library called straight
     /// from the node); the others go through one call.
     #[inline(always)]
-    pub fn seal_with(&self, esp: &mut [u8], seq: u64, esn: bool, inputs: &SealInputs) {
+    pub fn seal_with(&self, esp: &mut [u8], seq: u64, esn: bool, inputs: &AeadInputs) {
         let _ = inputs;
         match &self.cipher {
             Cipher::Null if self.hmac.is_none() => {}
@@ -437,14 +434,22 @@ impl Transform {
 /// The AEAD nonce and AAD of one seal, as [`Transform::write_seal_inputs`] writes them:
 /// native-endian words holding the wire's bytes in order.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct SealInputs {
+pub struct AeadInputs {
     /// Salt and IV: 12 bytes.
     nonce: [u64; 2],
     /// SPI and sequence number: 8 bytes, or 12 with the ESN.
     aad: [u8; 16],
 }
 
-impl SealInputs {
+impl AeadInputs {
+    /// The nonce of `salt` and the 8-byte IV `iv` (RFC 4106 §4): two words, each one store.
+    #[inline(always)]
+    fn set_nonce(&mut self, salt: &[u8; 4], iv: [u8; 8]) {
+        let [a, b, c, d, e, f, g, h] = iv;
+        self.nonce =
+            [u32::from_ne_bytes(*salt) as u64 | (u32::from_ne_bytes([a, b, c, d]) as u64) << 32, u32::from_ne_bytes([e, f, g, h]) as u64];
+    }
+
     /// The AAD from two words, each one store.
     #[inline(always)]
     fn set_aad(&mut self, words: [u64; 2]) {
@@ -459,7 +464,7 @@ impl SealInputs {
 /// into the ICV.
 #[cfg(vecgate_ipsec_mb)]
 #[inline(always)]
-fn seal_imb_gcm(key: &crate::ipsec_mb::GcmKey, inputs: &SealInputs, esp: &mut [u8], seq: u64, esn: bool) {
+fn seal_imb_gcm(key: &crate::ipsec_mb::GcmKey, inputs: &AeadInputs, esp: &mut [u8], seq: u64, esn: bool) {
     const IV_AT: usize = HEADER_LEN;
     const TEXT_AT: usize = HEADER_LEN + 8;
     let (head, rest) = esp.split_at_mut(TEXT_AT);
@@ -809,7 +814,7 @@ mod tests {
             let low = u32::from_be_bytes([a[4], a[5], a[6], a[7]]) as u64;
             let seq = if esn { seq & !0xffff_ffff | low } else { low };
             let mut b = a.clone();
-            let mut inputs = SealInputs::default();
+            let mut inputs = AeadInputs::default();
             t.write_open_nonce(&b, &mut inputs);
             let fast = t.open_with(&mut b, seq, esn, &mut inputs);
             prop_assert_eq!(fast, t.open(&mut a, seq, esn));

@@ -153,11 +153,17 @@ impl GcmKey {
 
     /// Encrypt `text` in place, the tag into `tag`, with the nonce's 12 bytes read where
     /// they lie, in the words the caller wrote them as (their bytes in wire order;
-    /// `crypto::SealInputs`), not copied.
+    /// `crypto::AeadInputs`), not copied.
     #[inline(always)]
     pub fn seal_words(&self, nonce: &[u64; 2], aad: &[u8], text: &mut [u8], tag: &mut [u8; TAG_LEN]) {
+        self.run_words(self.enc, nonce, aad, text, tag)
+    }
+
+    /// [`GcmKey::run`] with the nonce in two words (its bytes in wire order).
+    #[inline(always)]
+    fn run_words(&self, f: EncDec, nonce: &[u64; 2], aad: &[u8], text: &mut [u8], tag: &mut [u8; TAG_LEN]) {
         // SAFETY: two u64 are 16 initialised bytes, of which the library reads 12.
-        unsafe { self.run_raw(self.enc, nonce.as_ptr() as *const u8, aad, text, tag) }
+        unsafe { self.run_raw(f, nonce.as_ptr() as *const u8, aad, text, tag) }
     }
 
     /// [`GcmKey::run`] with the nonce by pointer.
@@ -219,8 +225,7 @@ impl GcmKey {
     #[inline(always)]
     pub fn open_words(&self, nonce: &[u64; 2], aad: &[u8], text: &mut [u8], tag: &[u8]) -> Result<(), BadTag> {
         let mut computed = [0u8; TAG_LEN];
-        // SAFETY: two u64 are 16 initialised bytes, of which the library reads 12.
-        unsafe { self.run_raw(self.dec, nonce.as_ptr() as *const u8, aad, text, &mut computed) };
+        self.run_words(self.dec, nonce, aad, text, &mut computed);
         Self::verified(&computed, text, tag)
     }
 

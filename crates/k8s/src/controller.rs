@@ -166,10 +166,7 @@ impl Applier {
         }
         let mut keys = BTreeSet::new();
         for name in &drifted {
-            let now = match held.get(name) {
-                Some(h) => self.read_back(name, &h.spec)?,
-                None => None,
-            };
+            let now = held.get(name).map(|h| self.read_back(name, &h.spec)).transpose()?;
             tracing::warn!(
                 service = name.as_str(),
                 held = now.is_some(),
@@ -184,12 +181,12 @@ impl Applier {
     }
 
     /// One LB service with its backends, as the gateway holds it (`spec`: its row's).
-    fn read_back(&self, name: &str, spec: &lb::ServiceSpec) -> Result<Option<lb::ServiceSpec>, Error> {
+    fn read_back(&self, name: &str, spec: &lb::ServiceSpec) -> Result<lb::ServiceSpec, Error> {
         let rows = self.call(&control::api::Request::ShowLbBackends { service: Some(name.to_string()) }, "show lb backends")?.data;
         let mut spec = spec.clone();
         spec.backends = rows.as_array().into_iter().flatten().filter_map(|b| serde_json::from_value(backend_row(b)).ok()).collect();
         spec.backends.sort_by_key(|b| (b.addr, b.port));
-        Ok(Some(spec))
+        Ok(spec)
     }
 
     /// Read the gateway's LB services back as applied, then apply every Service's

@@ -8,7 +8,7 @@
 
 use super::EspOuter;
 use crate::context::{HasIpsec, IpsecContext};
-use crate::crypto::{OpenError, SealInputs};
+use crate::crypto::{AeadInputs, OpenError};
 use crate::replay::ReplayError;
 use crate::sa::{Age, InboundError, Mode};
 use crate::tables::IpsecTables;
@@ -66,13 +66,13 @@ counters! {
 /// `inputs`: the current packet's nonce, written as soon as its SA is known, some way
 /// ahead of the cipher that reads it ([`crate::crypto::Transform::write_open_nonce`]).
 pub struct EspDecrypt<O: EspOuter> {
-    inputs: SealInputs,
+    inputs: AeadInputs,
     _family: std::marker::PhantomData<O>,
 }
 
 impl<O: EspOuter> Default for EspDecrypt<O> {
     fn default() -> Self {
-        EspDecrypt { inputs: SealInputs::default(), _family: std::marker::PhantomData }
+        EspDecrypt { inputs: AeadInputs::default(), _family: std::marker::PhantomData }
     }
 }
 
@@ -92,7 +92,7 @@ impl From<EspError> for EspDecryptCounter {
 /// check), and the result names its lookup, the SA's age and its source check.
 #[inline(always)]
 pub fn decrypt<O: EspOuter>(x: &mut IpsecContext, buf: &mut Buffer) -> Result<(EspDecryptNext, Age, Urpf), EspDecryptCounter> {
-    decrypt_with::<O>(x, buf, &mut SealInputs::default())
+    decrypt_with::<O>(x, buf, &mut AeadInputs::default())
 }
 
 /// [`decrypt`] with the node's scratch for the cipher's nonce.
@@ -100,7 +100,7 @@ pub fn decrypt<O: EspOuter>(x: &mut IpsecContext, buf: &mut Buffer) -> Result<(E
 fn decrypt_with<O: EspOuter>(
     x: &mut IpsecContext,
     buf: &mut Buffer,
-    inputs: &mut SealInputs,
+    inputs: &mut AeadInputs,
 ) -> Result<(EspDecryptNext, Age, Urpf), EspDecryptCounter> {
     use EspDecryptCounter as C;
     let outer = O::outer_esp(buf.bytes()).ok_or(C::NotEsp)?;
@@ -134,7 +134,7 @@ fn decrypt_with<O: EspOuter>(
     let state = IpsecContext::inbound_state(states, index, sa);
     let seq = if s.anti_replay { state.window.check(low).map_err(replay_counter)? } else { state.window.full(low) };
     let esp = &mut buf.bytes_mut()[at..];
-    sa.transform.open_with(esp, seq, s.esn, inputs).map_err(|e| match e {
+    sa.transform.open_with(esp, seq, s.esn, &*inputs).map_err(|e| match e {
         OpenError::BadIcv => C::BadIcv,
         OpenError::Unaligned => C::Unaligned,
     })?;

@@ -8,7 +8,7 @@
 
 use super::EspOuter;
 use crate::context::HasIpsec;
-use crate::crypto::SealInputs;
+use crate::crypto::AeadInputs;
 use crate::sa::{Age, Mode, Reserved, Sa, SaSpec, SeqError, UdpEncapPorts};
 use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
 use ip::outer::tos::Marking;
@@ -63,13 +63,13 @@ pub struct EspEncrypt<O: EspOuter> {
     /// The current packet's nonce and AAD, written as soon as its sequence number is
     /// known, some way ahead of the seal that reads them
     /// ([`crate::crypto::Transform::write_seal_inputs`]).
-    seal: SealInputs,
+    seal: AeadInputs,
     _family: std::marker::PhantomData<O>,
 }
 
 impl<O: EspOuter> Default for EspEncrypt<O> {
     fn default() -> Self {
-        EspEncrypt { outer: None, seqs: VectorSeqs::default(), seal: SealInputs::default(), _family: std::marker::PhantomData }
+        EspEncrypt { outer: None, seqs: VectorSeqs::default(), seal: AeadInputs::default(), _family: std::marker::PhantomData }
     }
 }
 
@@ -218,7 +218,7 @@ fn seal_at(
     at: usize,
     gap: usize,
     align: usize,
-    inputs: &SealInputs,
+    inputs: &AeadInputs,
 ) -> Result<usize, EspEncryptCounter> {
     let s = &*sa.spec;
     let l = EspLayout { align, ..sa.plan.layout };
@@ -273,7 +273,7 @@ pub fn encrypt<O: EspOuter>(sa: &Sa, seq: u64, inner_v4: bool, buf: &mut Buffer)
 
 /// The nonce and AAD of SA `sa`'s seal of sequence number `seq`, into `out`.
 #[inline(always)]
-fn write_seal_inputs(sa: &Sa, seq: u64, out: &mut SealInputs) {
+fn write_seal_inputs(sa: &Sa, seq: u64, out: &mut AeadInputs) {
     sa.transform.write_seal_inputs(sa.spec.spi, seq, sa.spec.esn, out);
 }
 
@@ -289,7 +289,7 @@ pub fn encrypt_padded<O: EspOuter>(
     align: usize,
     buf: &mut Buffer,
 ) -> Result<(), EspEncryptCounter> {
-    let mut inputs = SealInputs::default();
+    let mut inputs = AeadInputs::default();
     write_seal_inputs(sa, seq, &mut inputs);
     encrypt_tunnel::<O>(sa, seq, inner_v4, inner_tc, align, buf, &inputs)
 }
@@ -304,7 +304,7 @@ fn encrypt_tunnel<O: EspOuter>(
     inner_tc: u8,
     align: usize,
     buf: &mut Buffer,
-    inputs: &SealInputs,
+    inputs: &AeadInputs,
 ) -> Result<(), EspEncryptCounter> {
     let s = &*sa.spec;
     if s.local.is_ipv4() == O::IS_V6 {
@@ -342,7 +342,7 @@ pub fn encrypt_transport<O: EspOuter>(sa: &Sa, seq: u64, buf: &mut Buffer) -> Re
 /// [`encrypt_transport`] with the ciphertext padded to a multiple of `align`.
 #[inline(always)]
 pub fn encrypt_transport_padded<O: EspOuter>(sa: &Sa, seq: u64, align: usize, buf: &mut Buffer) -> Result<(), EspEncryptCounter> {
-    let mut inputs = SealInputs::default();
+    let mut inputs = AeadInputs::default();
     write_seal_inputs(sa, seq, &mut inputs);
     encrypt_transport_with::<O>(sa, seq, align, buf, &inputs)
 }
@@ -354,7 +354,7 @@ fn encrypt_transport_with<O: EspOuter>(
     seq: u64,
     align: usize,
     buf: &mut Buffer,
-    inputs: &SealInputs,
+    inputs: &AeadInputs,
 ) -> Result<(), EspEncryptCounter> {
     let (hl, upper) = O::transport_split(buf.bytes())?;
     let (gap, proto) = if sa.spec.udp_encap.is_some() { (8, IpProtocol::Udp) } else { (0, IpProtocol::Esp) };
