@@ -1202,6 +1202,7 @@ impl RouterState {
             parcel_links: self.parcel_links,
             spd_links: self.spd_links,
             tunnel_esp: self.tunnel_esp.clone(),
+            tunnel_mtu_floor: crate::tables::tunnel_mtu_floor(&self.tunnel_esp, &self.interfaces.iter().map(|l| l.mtu).collect::<Vec<_>>()),
             lb_local: self.lb_local,
             lb_replies: self.lb_replies,
             punt: Arc::new(punt),

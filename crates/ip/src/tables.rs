@@ -329,6 +329,13 @@ pub struct Tables {
     /// Empty (the common case: one test a packet) unless some SPD's answer for a
     /// tunnel's outer packets is PROTECT by a transport-mode SA.
     pub tunnel_esp: Arc<Vec<TunnelEsp>>,
+    /// The smallest MTU [`Tables::tunnel_link_mtu_to`] (and [`Tables::tunnel_link_mtu`])
+    /// can give a tunnel's outer packets of each family (IPv4, IPv6), whatever their link
+    /// and ends: the least link MTU, lowered only where an entry of `tunnel_esp` leaves
+    /// less of one of its links ([`tunnel_mtu_floor`], worked out when the tables are
+    /// built). An outer packet no larger fits whatever the lookup would say, so a tunnel
+    /// may skip it (the UPF's small-packet shortcut), entries or not.
+    pub tunnel_mtu_floor: [u16; 2],
 }
 
 /// A tunnel's outer packets (UDP from `local` to `remote`, destination port `port`) that
@@ -406,6 +413,37 @@ pub(crate) fn esp_limited_mtu(
     esp_of(esp, i, local, remote, port).map(|e| e.limit(mtu)).fold(mtu, u16::min)
 }
 
+/// The most [`Tables::tunnel_mtu_floor`] is for each family (IPv4, IPv6): IPv4's
+/// datagram every host takes ([`crate::outer::MtuPolicy::MIN_MTU`]) and IPv6's minimum
+/// link MTU, the bounds the small-packet shortcut always had (a larger one would send
+/// small GSO frames, which the lookup's MTU step segments, into the tunnel whole).
+pub const LINK_MTU_FLOOR: [u16; 2] = [crate::outer::MtuPolicy::MIN_MTU, wire::ipv6::MIN_MTU as u16];
+
+/// [`Tables::tunnel_mtu_floor`]: for each family (IPv4, IPv6), at most
+/// [`LINK_MTU_FLOOR`] and no more than the smallest MTU a tunnel's outer packets can have
+/// on any link, `mtus` being the links' (interface i's at i; every adjacency that sends
+/// has one of them): the least of them (an IPv4-only link may be narrower than 576),
+/// lowered where an entry of `esp` takes its bytes off one of its links
+/// ([`TunnelEsp::limit`], as [`esp_limited_mtu`] does for a packet). An SA on
+/// full-size links leaves it where it was (1500 less any SA's bytes is still above
+/// 576 and 1280): small packets skip the lookup whatever the entries.
+pub fn tunnel_mtu_floor(esp: &[TunnelEsp], mtus: &[u16]) -> [u16; 2] {
+    let least = mtus.iter().copied().min().unwrap_or(u16::MAX);
+    let mut floor = LINK_MTU_FLOOR.map(|f| f.min(least));
+    for e in esp {
+        let f = usize::from(e.remote.is_ipv6());
+        let mut links = e.links;
+        while links != 0 {
+            let i = links.trailing_zeros() as usize;
+            links &= links - 1;
+            if let Some(&mtu) = mtus.get(i) {
+                floor[f] = floor[f].min(e.limit(mtu));
+            }
+        }
+    }
+    floor
+}
+
 /// Whether an entry of `esp` protects the outer packets from `local` to `remote` to port
 /// `port` leaving by interface `i`.
 fn esp_protects(esp: &[TunnelEsp], i: IfIndex, local: std::net::IpAddr, remote: std::net::IpAddr, port: u16) -> bool {
@@ -437,6 +475,7 @@ impl Tables {
             lb_replies: false,
             punt: Arc::new(crate::punt::Punt::default()),
             tunnel_esp: Arc::new(Vec::new()),
+            tunnel_mtu_floor: LINK_MTU_FLOOR,
         }
     }
 
@@ -622,6 +661,47 @@ mod tests {
             );
         }
         assert_eq!(t.tunnel_link_mtu(2, &[0x50; 40]), Some(1400));
+    }
+
+    /// The small-packet shortcut's bound survives transport-mode SA entries: an SA on
+    /// full-size links leaves it at 576 / 1280; only a link narrower than that bound plus
+    /// an SA's bytes (or an SA's own cap) lowers it, and only for its family. It is
+    /// never above what the lookup gives any adjacency for any entry's packets, and is
+    /// exactly the least of them where an entry lowers it.
+    #[test]
+    fn the_tunnel_mtu_floor_is_the_least_mtu_any_entry_leaves() {
+        let ip = |a: &str| a.parse::<std::net::IpAddr>().unwrap();
+        let (l4, r4, l6, r6) = (ip("198.18.1.1"), ip("198.18.1.2"), ip("2001:db8:1::1"), ip("2001:db8:1::2"));
+        let v4 = |links, overhead, cap| TunnelEsp::new(l4, r4, 2152, links, overhead, cap);
+        let v6 = |links, overhead| TunnelEsp::new(l6, r6, 2152, links, overhead, 0);
+        let links = [1500, 9000, 1300];
+        assert_eq!(tunnel_mtu_floor(&[], &links), [576, 1280], "no entries: the bound the shortcut always had");
+        assert_eq!(Tables::empty().tunnel_mtu_floor, LINK_MTU_FLOOR);
+        assert_eq!(tunnel_mtu_floor(&[v4(0b111, 73, 0), v6(0b11, 73)], &links), [576, 1280], "SAs on full-size links");
+        assert_eq!(tunnel_mtu_floor(&[v6(0b100, 57)], &links), [576, 1300 - 57], "the 1300-byte link less ESP, IPv6 only");
+        assert_eq!(tunnel_mtu_floor(&[v4(0b100, 57, 0)], &links), [576, 1280], "1300 less ESP is above 576");
+        assert_eq!(tunnel_mtu_floor(&[v4(0b1, 57, 500)], &links), [500, 1280], "the SA's own cap");
+        assert_eq!(tunnel_mtu_floor(&[], &[1500, 400]), [400, 400], "an IPv4-only link narrower than 576");
+        assert_eq!(tunnel_mtu_floor(&[v4(0b10, 57, 0)], &[1500, 400]), [400 - 57, 400]);
+        assert_eq!(tunnel_mtu_floor(&[v4(1 << 40, 57, 0)], &links), [576, 1280], "no such link");
+        let mixed = TunnelEsp::new(l4, r6, 2152, 0b111, 57, 0);
+        assert_eq!(tunnel_mtu_floor(&[mixed], &[1300]), [576, 1280], "mixed families match nothing");
+
+        // Never above the lookup's answer, and reached by it.
+        let mut t = Tables::empty();
+        let rewrite = |i: usize| Adjacency::Rewrite { tx_if: IfIndex(i as u16), rewrite: [0; 14], mtu: links[i] };
+        t.adjacencies = Arc::new(vec![Adjacency::Miss, Adjacency::Local, rewrite(0), rewrite(1), rewrite(2)]);
+        for esp in [vec![v4(0b101, 57, 0), v6(0b110, 41)], vec![v4(0b1, 57, 600), v6(0b100, 73)], vec![]] {
+            t.tunnel_mtu_floor = tunnel_mtu_floor(&esp, &links);
+            t.tunnel_esp = Arc::new(esp.clone());
+            for (f, (l, r)) in [(l4, r4), (l6, r6)].into_iter().enumerate() {
+                let least = (2..5).filter_map(|adj| t.tunnel_link_mtu_to(adj, l, r, 2152)).map(|(m, _)| m).min().unwrap();
+                assert!(t.tunnel_mtu_floor[f] <= least, "{esp:?}: family {f}");
+                if t.tunnel_mtu_floor[f] < LINK_MTU_FLOOR[f] {
+                    assert_eq!(t.tunnel_mtu_floor[f], least, "{esp:?}: family {f}");
+                }
+            }
+        }
     }
 
     #[test]

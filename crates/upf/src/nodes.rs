@@ -346,6 +346,20 @@ pub fn encap(buf: &mut Buffer, t: &UpfTables, o: &OuterHeader) -> Result<UpfNext
     }
 }
 
+/// The small-packet shortcut: an inner packet of `len` bytes whose GTP-U packet toward
+/// `o` is no larger than the least MTU any link leaves that family's outer packets, a
+/// transport-mode SA's bytes off included (`ip::Tables::tunnel_mtu_floor`, worked out
+/// from the same entries when the tables were built), fits whatever the lookup would
+/// find: nothing to look up.
+#[inline(always)]
+fn fits_every_path(ip: &ip::Tables, o: &OuterHeader, len: usize) -> bool {
+    let (outer_hl, floor) = match o.peer {
+        IpAddr::V4(_) => (20, ip.tunnel_mtu_floor[0]),
+        IpAddr::V6(_) => (40, ip.tunnel_mtu_floor[1]),
+    };
+    len + outer_hl + 8 + o.gtpu_len as usize <= floor as usize
+}
+
 /// The tunnel-MTU step every tunnel takes ([`ip::outer::encap_mtu`], docs "Tunnel MTU"),
 /// for a packet about to be put in GTP-U toward `o`: its room is the MTU of the link the
 /// outer route to the peer leaves by, less the outer headers, and less what an outbound
@@ -355,8 +369,8 @@ pub fn encap(buf: &mut Buffer, t: &UpfTables, o: &OuterHeader) -> Result<UpfNext
 /// to the MTU given, if any: never one such an SA protects, which goes whole to
 /// `espN-encrypt` to be fragmented as ESP, since fragments made here would leave past the
 /// SPD in the clear); `Err`: the next node (ICMP to the packet's source, inner
-/// fragmentation or GSO segmentation; `meta.param` set) and the counter. Without such
-/// SAs, a packet that fits IPv4's smallest link whatever it is needs no lookup.
+/// fragmentation or GSO segmentation; `meta.param` set) and the counter. A packet that
+/// fits every path ([`fits_every_path`]) needs no lookup, SAs or not.
 /// `fragment`: what an IPv4 packet without DF gets (downlink: fragmented first, the
 /// fragments coming back to the session by the UE pool's route).
 #[inline]
@@ -367,13 +381,11 @@ fn fit_path(
     buf: &mut Buffer,
     fragment: FragmentPolicy,
 ) -> Result<Option<u16>, (UpfNext, UpfCounter)> {
-    let any_link_fits = ip.tunnel_esp.is_empty();
+    if fits_every_path(ip, o, buf.len()) {
+        return Ok(None);
+    }
     let (adj, local, outer_hl) = match o.peer {
-        IpAddr::V4(_) if any_link_fits && buf.len() + 20 + 8 + o.gtpu_len as usize <= ip::outer::MtuPolicy::MIN_MTU as usize => {
-            return Ok(None)
-        }
         IpAddr::V4(p) => (ip.fib4.lookup(u32::from(p)), t.n3_v4.map(IpAddr::V4), 20),
-        IpAddr::V6(_) if any_link_fits && buf.len() + 40 + 8 + o.gtpu_len as usize <= 1280 => return Ok(None),
         IpAddr::V6(p) => (ip.fib6.lookup(u128::from(p)), t.n3_v6.map(IpAddr::V6), 40),
     };
     // Without an N3 address of the peer's family `encap` refuses the packet anyway.
@@ -1130,6 +1142,45 @@ impl<Cx: HasUpf> ExpandNode<Cx> for UpfBuffer {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// The small-packet shortcut survives transport-mode SA entries: with entries
+    /// protecting our GTP-U to the gNB over IPv4 and IPv6 on a full-size N3 link (the
+    /// tables as a publish builds them), a packet whose GTP-U packet is at most 576
+    /// (IPv4) or 1280 (IPv6) bytes still needs no lookup, one byte more takes it; on
+    /// links narrower than that plus the SA's bytes the bound is the link less them.
+    #[test]
+    fn small_packets_skip_the_lookup_with_transport_sa_entries() {
+        let (n3, gnb): (IpAddr, IpAddr) = ("198.18.7.2".parse().unwrap(), "198.18.7.10".parse().unwrap());
+        let (n3_6, gnb6): (IpAddr, IpAddr) = ("2001:db8:7::2".parse().unwrap(), "2001:db8:7::10".parse().unwrap());
+        let tables = |mtu4: u16, mtu6: u16| {
+            let spec = |name: &str, mtu, a: &str| ip::InterfaceSpec {
+                name: name.into(),
+                mac: "02:00:00:00:07:02".parse().unwrap(),
+                mtu,
+                addresses: vec![a.parse().unwrap()],
+            };
+            let mut r = ip::RouterState::new(vec![spec("n3", mtu4, "198.18.7.2/24"), spec("n3v6", mtu6, "2001:db8:7::2/64")]).unwrap();
+            r.set_tunnel_esp(vec![
+                ip::tables::TunnelEsp::new(n3, gnb, wire::gtpu::PORT, 0b01, 57, 0),
+                ip::tables::TunnelEsp::new(n3_6, gnb6, wire::gtpu::PORT, 0b10, 57, 0),
+            ]);
+            r.build()
+        };
+        let (o4, o6) = (OuterHeader::new(0x200, gnb, Some(9)), OuterHeader::new(0x200, gnb6, Some(9)));
+        let inner = |outer: usize, o: &OuterHeader| outer - if o.peer.is_ipv4() { 28 } else { 48 } - o.gtpu_len as usize;
+        let t = tables(1500, 1500);
+        assert!(!t.tunnel_esp.is_empty());
+        assert!(fits_every_path(&t, &o4, inner(576, &o4)), "IPv4: 576 bytes out, entries or not");
+        assert!(!fits_every_path(&t, &o4, inner(577, &o4)));
+        assert!(fits_every_path(&t, &o6, inner(1280, &o6)), "IPv6: 1280 bytes out, entries or not");
+        assert!(!fits_every_path(&t, &o6, inner(1281, &o6)));
+        let t = tables(600, 1500);
+        assert!(fits_every_path(&t, &o4, inner(600 - 57, &o4)));
+        assert!(!fits_every_path(&t, &o4, inner(600 - 57 + 1, &o4)), "the narrow link less ESP");
+        let t = tables(1500, 1300);
+        assert!(fits_every_path(&t, &o6, inner(1300 - 57, &o6)));
+        assert!(!fits_every_path(&t, &o6, inner(1300 - 57 + 1, &o6)));
+    }
 
     /// The G-PDU read from its fixed fields agrees with the whole parse: same verdict,
     /// same TEID, QFI and inner packet, over headers with and without optional fields

@@ -94,6 +94,11 @@ struct Rig {
 
 impl Rig {
     fn new() -> Rig {
+        Rig::with_n3_mtu(1500)
+    }
+
+    /// [`Rig::new`] with the N3 link's MTU `mtu`.
+    fn with_n3_mtu(mtu: u16) -> Rig {
         let seen: Seen = Arc::default();
         let metas: Arc<Mutex<Vec<engine::Meta>>> = Arc::default();
         let mut g = GraphBuilder::new();
@@ -124,11 +129,11 @@ impl Rig {
         let shared = Arc::new(ArcSwap::from_pointee(state.build()));
         let usage = UsageCells::new(1000);
         let (tx, events) = crossbeam_channel::bounded(16);
-        // N3: the gNBs' subnets, on a 1500-byte link.
+        // N3: the gNBs' subnets, on a 1500-byte link unless told.
         let n3 = ip::InterfaceSpec {
             name: "n3".into(),
             mac: "02:00:00:00:07:02".parse().unwrap(),
-            mtu: 1500,
+            mtu,
             addresses: vec!["198.18.7.2/24".parse().unwrap(), "2001:db8:7::2/64".parse().unwrap()],
         };
         let mut router = ip::RouterState::new(vec![n3]).unwrap();
@@ -860,6 +865,108 @@ fn a_transport_sa_protecting_our_gtpu_takes_its_bytes_off_the_path_mtu() {
         let got = rig.send(0, &[gpdu4(0x100, Some(9), &big)]);
         assert_eq!(got.iter().map(|(n, p)| (*n, p.len())).collect::<Vec<_>>(), [("ip4-lookup", 1457 + 44)], "whole, for ESP");
         assert_eq!(rig.counter("upf4-uplink", "fragment-outer"), 0);
+    }
+}
+
+/// What the sinks saw, by node and length.
+fn shapes(got: &[(&'static str, Vec<u8>)]) -> Vec<(&'static str, usize)> {
+    got.iter().map(|(n, p)| (*n, p.len())).collect()
+}
+
+/// The MTU the last packet's ICMP error request carries (frag-needed's next-hop MTU,
+/// Packet Too Big's MTU).
+fn icmp_mtu(rig: &Rig) -> u16 {
+    ip::nodes::IcmpRequest::decode(rig.metas.lock().unwrap().last().unwrap().param).value
+}
+
+/// A session with an IPv6 UE (uplink TEID 0x600 on N3's IPv6 address) whose downlink
+/// goes to the gNB over IPv6 (TEID 0x700, with the QFI's PDU Session Container).
+fn session6(seid: u64) -> SessionRules {
+    let mut r = session(seid);
+    let up = r.pdrs.get_mut(&1).unwrap();
+    up.local_f_teid = Some(GtpuEndpoint { teid: 0x600, addr: IpAddr::V6(N3_6) });
+    up.qfi = None;
+    (up.ue_ipv4, up.ue_ipv6) = (None, Some(UE6));
+    let down = r.pdrs.get_mut(&2).unwrap();
+    (down.ue_ipv4, down.ue_ipv6) = (None, Some(UE6));
+    r.fars.get_mut(&2).unwrap().outer_header = Some(GtpuEndpoint { teid: 0x700, addr: IpAddr::V6(GNB6) });
+    r
+}
+
+/// N3 over IPv6 with a transport-mode SA from N3's IPv6 address to the gNB that the
+/// link's SPD PROTECTs GTP-U by: the downlink path MTU is the link (1500) less the SA's
+/// bytes (57) less IPv6, UDP and GTP-U with the container (64). An IPv6 packet that
+/// fills it goes out as an outer packet of exactly the link less ESP; one byte more is
+/// answered with Packet Too Big carrying that reduced MTU (an IPv4 one with DF, with
+/// frag-needed), where without the SA both fitted; a small packet still goes out.
+#[test]
+fn a_transport_sa_protecting_gtpu_over_ipv6_takes_its_bytes_off_the_path_mtu() {
+    let overhead = 57;
+    let limit = 1500 - overhead;
+    let room = limit - 40 - 8 - 16;
+    let dn6: Ipv6Addr = "2001:db8:8::9".parse().unwrap();
+    for full_match_only in [false, true] {
+        let mut rig = Rig::new();
+        rig.full_match_only = full_match_only;
+        rig.install(&session6(1));
+        let fits = udp6(dn6, UE6, 53, 4000, room - 48);
+        let over = udp6(dn6, UE6, 53, 4000, room + 1 - 48);
+        assert_eq!(shapes(&rig.send(3, std::slice::from_ref(&over))), [("ip6-lookup", 1500 - overhead + 1)], "no SA: it fits the link");
+        rig.set_tunnel_esp(vec![ip::tables::TunnelEsp::new(N3_6.into(), GNB6.into(), 2152, 1, overhead as u16, 0)]);
+        let got = rig.send(3, &[fits]);
+        assert_eq!(shapes(&got), [("ip6-lookup", limit)], "the link less ESP");
+        assert_eq!(&got[0].1[24..40], &GNB6.octets());
+        assert_eq!(shapes(&rig.send(3, &[over])), [("ip6-icmp-error", room + 1)]);
+        assert_eq!(icmp_mtu(&rig) as usize, room, "Packet Too Big with the reduced MTU");
+        assert_eq!(rig.counter("upf6-downlink", "inner-too-big"), 1);
+        let small = udp6(dn6, UE6, 53, 4000, 20);
+        assert_eq!(shapes(&rig.send(3, &[small])), [("ip6-lookup", 68 + 64)]);
+
+        // An IPv4 UE's packet with DF in the same IPv6 tunnel: frag-needed, same MTU.
+        let mut rig = Rig::new();
+        rig.full_match_only = full_match_only;
+        let mut r = session(1);
+        r.fars.get_mut(&2).unwrap().outer_header = Some(GtpuEndpoint { teid: 0x700, addr: IpAddr::V6(GNB6) });
+        rig.install(&r);
+        rig.set_tunnel_esp(vec![ip::tables::TunnelEsp::new(N3_6.into(), GNB6.into(), 2152, 1, overhead as u16, 0)]);
+        assert_eq!(shapes(&rig.send(2, &[with_df(udp4(DN, UE, 53, 4000, room - 28))])), [("ip6-lookup", limit)]);
+        assert_eq!(shapes(&rig.send(2, &[with_df(udp4(DN, UE, 53, 4000, room + 1 - 28))])), [("ip4-icmp-error", room + 1)]);
+        assert_eq!(icmp_mtu(&rig) as usize, room, "frag-needed with the reduced MTU");
+    }
+}
+
+/// The small-packet shortcut's bound (`ip::Tables::tunnel_mtu_floor`) comes down with a
+/// transport-mode SA on a link narrower than 576 (IPv4) or 1280 (IPv6) plus its bytes:
+/// on a 600-byte N3 link an SA of 57 bytes leaves 543, on a 1300-byte one 1243, and an
+/// outer packet one byte over that, though under 576 or 1280, is not waved through
+/// unlooked-at: it is answered with frag-needed carrying the reduced MTU, where the
+/// packet that fills it goes out. IPv4 and IPv6 outer, the inner packet IPv4 with DF.
+#[test]
+fn a_packet_just_over_an_sa_reduced_mtu_below_the_shortcuts_bound_is_still_signalled() {
+    let overhead = 57u16;
+    for (mtu, gnb) in [(600u16, IpAddr::V4(GNB)), (1300, IpAddr::V6(GNB6))] {
+        let (local, outer_hl) = match gnb {
+            IpAddr::V4(_) => (IpAddr::V4(N3), 20),
+            IpAddr::V6(_) => (IpAddr::V6(N3_6), 40),
+        };
+        let limit = (mtu - overhead) as usize;
+        let room = limit - outer_hl - 8 - 16;
+        assert!(limit < if gnb.is_ipv4() { 576 } else { 1280 }, "{mtu}: under the bound without entries");
+        for full_match_only in [false, true] {
+            let mut rig = Rig::with_n3_mtu(mtu);
+            rig.full_match_only = full_match_only;
+            let mut r = session(1);
+            r.fars.get_mut(&2).unwrap().outer_header = Some(GtpuEndpoint { teid: 0x200, addr: gnb });
+            rig.install(&r);
+            rig.set_tunnel_esp(vec![ip::tables::TunnelEsp::new(local, gnb, 2152, 1, overhead, 0)]);
+            let lookup = if gnb.is_ipv4() { "ip4-lookup" } else { "ip6-lookup" };
+            let got = rig.send(2, &[with_df(udp4(DN, UE, 53, 4000, room - 28))]);
+            assert_eq!(shapes(&got), [(lookup, limit)], "{mtu}: fills the link less ESP");
+            let got = rig.send(2, &[with_df(udp4(DN, UE, 53, 4000, room + 1 - 28))]);
+            assert_eq!(shapes(&got), [("ip4-icmp-error", room + 1)], "{mtu}: one byte over");
+            assert_eq!(icmp_mtu(&rig) as usize, room, "{mtu}: frag-needed with the reduced MTU");
+            assert_eq!(rig.counter("upf4-downlink", "inner-too-big"), 1);
+        }
     }
 }
 

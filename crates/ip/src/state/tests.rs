@@ -181,3 +181,26 @@ fn a_rekeyed_sa_takes_its_predecessors_routes() {
     r.add_route(p("198.19.31.0/24"), via("198.18.2.2")).unwrap();
     assert!(r.add_owned_routes(&[(p("198.19.31.0/24"), new)]).is_err());
 }
+
+/// The tables a publish builds carry the small-packet shortcut's bound for the entries
+/// and links they were built with (`Tables::tunnel_mtu_floor`): the entries set before
+/// the build and the interfaces' own MTUs, worked out again at each build.
+#[test]
+fn built_tables_carry_the_tunnel_mtu_floor_of_their_entries_and_links() {
+    let spec = |name: &str, mtu, a: &str| InterfaceSpec {
+        name: name.into(),
+        mac: EthernetAddress([2, 0, 0, 0, 0, 1]),
+        mtu,
+        addresses: vec![a.parse::<IfAddr>().unwrap()],
+    };
+    let mut r = RouterState::new(vec![spec("n3", 1500, "198.18.7.2/24"), spec("n9", 1300, "2001:db8:9::2/64")]).unwrap();
+    assert_eq!(r.build().tunnel_mtu_floor, [576, 1280]);
+    let esp4 = crate::tables::TunnelEsp::new(ip("198.18.7.2"), ip("198.18.7.10"), 2152, 0b11, 57, 0);
+    r.set_tunnel_esp(vec![esp4]);
+    assert_eq!(r.build().tunnel_mtu_floor, [576, 1280], "an IPv4 SA on both links: 1300 less 57 is above 576");
+    let esp6 = crate::tables::TunnelEsp::new(ip("2001:db8:9::2"), ip("2001:db8:9::10"), 2152, 0b10, 57, 0);
+    r.set_tunnel_esp(vec![esp4, esp6]);
+    assert_eq!(r.build().tunnel_mtu_floor, [576, 1300 - 57]);
+    r.set_tunnel_esp(vec![]);
+    assert_eq!(r.build().tunnel_mtu_floor, [576, 1280], "the entries gone, the bound back");
+}
