@@ -287,6 +287,20 @@ impl Buffer {
         Ok(())
     }
 
+    /// A new packet made of the `len` bytes from `at` on, in the buffer of one that is done
+    /// with (a parcel's last datagram, cut from the parcel in place): [`Buffer::narrow`]'s
+    /// cut, with fresh metadata as [`Buffer::reset`] gives, so that the new packet starts
+    /// as one in a buffer just allocated would: none of the old packet's node arguments,
+    /// marks, device checks or offload work (which described it, not the new one). `Short`
+    /// if the bytes are not all there; nothing changes then.
+    #[inline(always)]
+    pub fn narrow_to_new(&mut self, at: usize, len: usize) -> Result<(), BufferError> {
+        if at.checked_add(len).is_none_or(|end| end > self.len()) {
+            return Err(BufferError::Short);
+        }
+        self.reset_to(self.start as usize + at, len)
+    }
+
     /// A tunnel's inner packet: the `len` bytes from `at` on ([`Buffer::narrow`]), with the
     /// metadata that described the outer packet dropped, so that nothing later checks,
     /// completes or segments the inner packet as if it were the outer one: the device's
@@ -474,6 +488,33 @@ mod tests {
         assert_eq!(b.bytes(), &[3, 4, 5]);
         b.narrow(3, 0).unwrap();
         assert!(b.is_empty());
+    }
+
+    /// A new packet cut from an old one in place is what a fresh buffer holding those bytes
+    /// would be: the bytes narrowed, every metadata field back to its default.
+    #[test]
+    fn narrow_to_new_starts_a_new_packet() {
+        let mut b = buffer(2048);
+        let packet: Vec<u8> = (0..100).collect();
+        b.write(&packet).unwrap();
+        b.meta = Meta {
+            rx_if: IfIndex(3),
+            tx_if: IfIndex(4),
+            adj: 5,
+            looked_up: true,
+            param: 6,
+            flow_hash: 7,
+            drop: Some(DropReason { node: 8, counter: 9 }),
+            trace: NonZeroU32::new(10),
+            l4_checksum_ok: true,
+            offload: Offload { csum_start: (HEADROOM + 60) as u16, csum_offset: 6, gso: GsoKind::UdpL4, gso_size: 1400 },
+        };
+        b.narrow_to_new(36, 40).unwrap();
+        assert_eq!(b.bytes(), &packet[36..76]);
+        assert_eq!(b.meta, Meta::default());
+        assert_eq!(b.narrow_to_new(1, 40), Err(BufferError::Short));
+        assert_eq!(b.narrow_to_new(usize::MAX, 2), Err(BufferError::Short));
+        assert_eq!(b.bytes(), &packet[36..76]);
     }
 
     /// Decapsulation keeps only the inner packet's own offload work: the outer packet's

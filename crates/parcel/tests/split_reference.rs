@@ -5,12 +5,13 @@
 
 mod common;
 
-use engine::{BufIdx, Pool};
+use engine::{BufIdx, GsoKind, IfIndex, Meta, Offload, Pool};
 use ip::nodes::family::{Ip4, Ip6};
 use parcel::nodes::split::{split_parcel, ChainTo, SplitError, Tally};
 use parcel::nodes::ParcelFamily;
 use proptest::prelude::*;
 use std::net::{Ipv4Addr, Ipv6Addr};
+use std::num::NonZeroU32;
 use wire::parcel::{Parcel4, Parcel4Repr, Parcel6, Parcel6Repr, SegmentsRepr, UdpChecksumForm};
 
 const SRC4: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
@@ -256,8 +257,58 @@ fn split_short<F: ParcelFamily>(parcel: &[u8], chain: bool, regular: usize, seed
     (bytes, r, tally)
 }
 
+/// The metadata of each datagram of a split, copying or chained, of `parcel` in a buffer
+/// whose every metadata field is set (a partial checksum inside the last segment, which
+/// the parcel's buffer keeps when narrowed to the last datagram); and the parcel's.
+fn split_meta<F: ParcelFamily>(parcel: &[u8], check: bool, chain: bool) -> (Vec<Meta>, Meta) {
+    let mut pool = Pool::with_classes(64, 8, 2);
+    let bi = pool.alloc(parcel.len()).expect("a large buffer");
+    let b = pool.get_mut(bi);
+    b.write(parcel).expect("fits");
+    let end = b.offset() + parcel.len();
+    let meta = Meta {
+        rx_if: IfIndex(3),
+        tx_if: IfIndex(4),
+        adj: 5,
+        looked_up: true,
+        param: 0x7,
+        flow_hash: 0x1234_5678,
+        drop: Some(engine::buffer::DropReason { node: 1, counter: 2 }),
+        trace: NonZeroU32::new(9),
+        l4_checksum_ok: true,
+        offload: Offload { csum_start: (end - 8) as u16, csum_offset: 6, gso: GsoKind::UdpL4, gso_size: 1000 },
+    };
+    b.meta = meta;
+    let mut got: Vec<BufIdx> = Vec::new();
+    let mut tally = Tally::default();
+    let chain_to = chain.then_some(ChainTo { mtu: usize::MAX, l2_len: wire::ethernet::HEADER_LEN });
+    split_parcel::<F>(&mut pool, bi, check, chain_to, &mut tally, |d, _| got.push(d)).expect("split");
+    let metas = got.iter().map(|&d| pool.get(d).meta).collect();
+    if !got.contains(&bi) {
+        pool.free(bi);
+    }
+    pool.free_many(&got);
+    assert_eq!(pool.in_use(), 0);
+    (metas, meta)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// Every datagram of a split, the last (in the parcel's own buffer when copying) as
+    /// the others, has a new packet's metadata with the parcel's receiving interface,
+    /// next hop and trace mark: none of the parcel's node argument, flow hash, device
+    /// check or offload work (its GSO and partial checksum), which described the parcel.
+    #[test]
+    fn every_datagram_has_a_new_packets_metadata(c in case(), check in any::<bool>(), chain in any::<bool>()) {
+        for v6 in [false, true] {
+            let (metas, parcel) = if v6 { split_meta::<Ip6>(&parcel6(&c), check, chain) } else { split_meta::<Ip4>(&parcel4(&c), check, chain) };
+            let want = Meta { rx_if: parcel.rx_if, adj: parcel.adj, trace: parcel.trace, ..Meta::default() };
+            for (i, m) in metas.iter().enumerate() {
+                prop_assert_eq!(m, &want, "v6 {} chain {} datagram {} of {}", v6, chain, i, metas.len());
+            }
+        }
+    }
 
     /// The chained split makes, byte for byte, the copying split's datagrams (and so
     /// the reference's), with the same tally, checked or not, IPv4 and IPv6; and the pool

@@ -2,7 +2,8 @@
 //! segment, each rewritten here for its next hop when `parcelN-input` found one (they
 //! all go to the parcel's destination; `ipN-rewrite`'s fast path, the rest to
 //! `ipN-rewrite`), else to `ipN-lookup`. Copying, the last datagram reuses the
-//! parcel's buffer.
+//! parcel's buffer. Every datagram's metadata is a new packet's with the parcel's
+//! receiving interface, next hop and trace mark, whichever buffer it is in.
 //!
 //! The datagrams' IP and UDP headers are built once per parcel (a template); each
 //! datagram gets a copy with its IPv4 identification patched and the header checksum
@@ -155,8 +156,11 @@ pub fn split_parcel<F: ParcelFamily>(
                 // not two (the buffers come back cold after the next parcels' bytes).
                 pool.alloc_chained(bi, range, l2_len, hl + 8).map_err(|_| SplitError::NoBuffer)?
             } else {
+                // A new packet in the parcel's buffer: nothing of the parcel's metadata
+                // (its node arguments, device checks, offload work) carries over but
+                // what every datagram gets below.
                 let b = pool.get_mut(bi);
-                if b.narrow(range.start - hl - 8, hl + udp_len).is_err() {
+                if b.narrow_to_new(range.start - hl - 8, hl + udp_len).is_err() {
                     return Err(SplitError::NotParcel);
                 }
                 bi
@@ -184,9 +188,13 @@ pub fn split_parcel<F: ParcelFamily>(
             }
             d
         };
+        // Every datagram, copied, chained or the parcel's own buffer, starts with fresh
+        // metadata and takes the same from the parcel: where it came in, its next hop,
+        // its trace mark (as every packet made from another, `parcel_to_gso`'s too).
         let dst = pool.get_mut(d);
         dst.meta.rx_if = meta.rx_if;
         dst.meta.adj = meta.adj;
+        dst.meta.trace = meta.trace;
         // The headers made aside and stored once: read back from the datagram's line
         // right after the template's store, they waited for that line.
         let mut hdr = tmpl.bytes;
