@@ -8,6 +8,11 @@ namespaces over veth, vecgate's links af_packet interfaces with virtio-net heade
   of G-PDUs / GUE           tunnels from
   packets                   198.18.20.2
 
+The same with ESP in UDP (RFC 3948, port 4500) to an inbound SA: the ESP packets are
+built and encrypted by scapy (SecurityAssociation, AES-GCM-128 with a NAT-T UDP header)
+and sent by the same kind of sender, each send() a GSO frame of ESP datagrams; every
+inner packet must arrive decrypted (`esp4-decrypt` decrypted).
+
 The sender's kernel hands each send() to the veth whole (the veth does UDP segmentation
 offload), so vecgate's af_packet socket gets one GSO frame of several datagrams, each a
 tunnel packet around an inner UDP packet to the receiver. Every inner packet must arrive,
@@ -59,6 +64,21 @@ def lengths():
     return [SIZE] * (SEGS - 1) + [SIZE // 2]
 
 
+def send_file(path, dst, port):
+    """Send the datagrams in `path` (JSON: frames of hex datagrams), one send() a frame,
+    from and to `port`, in segments of each frame's first datagram's length."""
+    frames = [[bytes.fromhex(d) for d in f] for f in json.load(open(path))]
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("0.0.0.0", port))
+    s.connect((dst, port))
+    sent = 0
+    for f in frames:
+        s.setsockopt(SOL_UDP, UDP_SEGMENT, len(f[0]))
+        sent += s.send(b"".join(f))
+        time.sleep(0.005)
+    print(json.dumps({"bytes": sent}))
+
+
 def send(kind, dst, port):
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.setsockopt(SOL_UDP, UDP_SEGMENT, SIZE)
@@ -91,6 +111,8 @@ def recv(seconds):
 if __name__ == "__main__":
     if sys.argv[1] == "send":
         send(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    elif sys.argv[1] == "send-file":
+        send_file(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     else:
         recv(float(sys.argv[2]))
     sys.exit(0)
@@ -98,6 +120,9 @@ if __name__ == "__main__":
 import pytest  # noqa: E402  (the script above runs without it)
 
 from netns import Lab, Vecgate, result  # noqa: E402
+
+# The inbound SA's AES-GCM-128 key and salt (RFC 4106).
+GCM_KEY = "0102030405060708090a0b0c0d0e0f1011121314"
 
 CONFIG = """
 [[interface]]
@@ -133,7 +158,17 @@ local = "198.18.20.1"
 remote = "198.18.20.2"
 encap = "gue"
 port = 6080
-"""
+
+[[ipsec_sa]]
+index = 0
+spi = 0x3000
+direction = "inbound"
+algorithm = "aes-gcm-128"
+enc_key = "%s"
+local = "198.18.20.1"
+remote = "198.18.20.2"
+udp_encap = true
+""" % GCM_KEY
 
 
 @pytest.fixture
@@ -156,12 +191,12 @@ def capture(lab, ns, ifname, path):
     return p
 
 
-@pytest.mark.parametrize("kind,port,node", [("gtpu", 2152, "gtpu4-input"), ("gue", 6080, "gue4-input")])
-def test_every_datagram_of_a_linux_gso_frame_is_decapsulated(lab, vecgate, tmp_path, kind, port, node):
+def through_vecgate(lab, vecgate, tmp_path, sender):
+    """vecgate between the sender and the receiver; `sender` (its arguments to this file
+    as a script) sends from the sender's namespace. The receiver's report, vecgate's
+    counters and the capture on the receiver's link."""
     if shutil.which("dumpcap") is None or shutil.which("tshark") is None:
         pytest.fail("dumpcap / tshark are not installed (scripts/test.sh installs tshark)")
-    from scapy.all import IP, UDP, raw, rdpcap
-
     s, g, r = lab.ns("s"), lab.dataplane_ns("g"), lab.ns("r")
     lab.veth(s, "s0", g, "g0")
     lab.veth(g, "g1", r, "r0")
@@ -175,20 +210,24 @@ def test_every_datagram_of_a_linux_gso_frame_is_decapsulated(lab, vecgate, tmp_p
     cap = capture(lab, r, "r0", pcap)
     rx = lab.spawn(r, sys.executable, __file__, "recv", "40")
     assert rx.stdout.readline().strip() == "READY"
-    sent = json.loads(lab.run(s, sys.executable, __file__, "send", kind, "198.18.20.1", str(port)).stdout)
-    assert sent["bytes"] == FRAMES * sum(lengths())
+    sent = json.loads(lab.run(s, sys.executable, __file__, *sender).stdout)
     got = result(rx, timeout=60)
     time.sleep(0.5)
     cap.send_signal(signal.SIGTERM)
     cap.wait(10)
+    return sent, got, vg.errors(), r, pcap
 
-    want = [[m, j, n - (8 if kind == "gtpu" else 4) - 28] for m in range(FRAMES) for j, n in enumerate(lengths())]
+
+def every_inner_packet_arrived(lab, r, pcap, got, errors, want, tunnel):
+    """The receiver read the inner packets `want` ((frame, datagram, UDP payload length)
+    tags), each whole; vecgate cut every frame; the capture on the receiver's link has
+    them, as scapy and tshark read it, none of the `tunnel` protocols left."""
+    from scapy.all import IP, UDP, raw, rdpcap
+
     assert got["bad"] == []
     assert sorted(got["got"]) == want, f"{len(got['got'])} of {len(want)} inner packets"
-    errors = vg.errors()
     assert errors.get(("ip4-local", "gso-to-segment")) == FRAMES, errors
     assert errors.get(("ip-gso-segment", "segments")) == FRAMES * SEGS, errors
-    assert errors.get((node, "decapsulated")) == FRAMES * SEGS, errors
 
     # The capture, by scapy: each inner packet whole, its IPv4 header checksum right.
     inner_pkts = [p for p in rdpcap(str(pcap)) if UDP in p and p[UDP].dport == RECV_PORT]
@@ -208,4 +247,43 @@ def test_every_datagram_of_a_linux_gso_frame_is_decapsulated(lab, vecgate, tmp_p
     t = lab.run(r, "tshark", "-r", str(pcap), "-Y", f"udp.dstport == {RECV_PORT}", "-T", "fields", "-e", "frame.protocols")
     protos = t.stdout.split()
     assert len(protos) == FRAMES * SEGS, len(protos)
-    assert all(p.startswith("eth:ethertype:ip:udp") and "gtp" not in p and "gue" not in p for p in protos), set(protos)
+    assert all(p.startswith("eth:ethertype:ip:udp") and not any(t in p for t in tunnel) for p in protos), set(protos)
+
+
+@pytest.mark.parametrize("kind,port,node", [("gtpu", 2152, "gtpu4-input"), ("gue", 6080, "gue4-input")])
+def test_every_datagram_of_a_linux_gso_frame_is_decapsulated(lab, vecgate, tmp_path, kind, port, node):
+    sent, got, errors, r, pcap = through_vecgate(lab, vecgate, tmp_path, ["send", kind, "198.18.20.1", str(port)])
+    assert sent["bytes"] == FRAMES * sum(lengths())
+    want = [[m, j, n - (8 if kind == "gtpu" else 4) - 28] for m in range(FRAMES) for j, n in enumerate(lengths())]
+    every_inner_packet_arrived(lab, r, pcap, got, errors, want, ("gtp", "gue"))
+    assert errors.get((node, "decapsulated")) == FRAMES * SEGS, errors
+
+
+def test_every_esp_packet_of_a_linux_gso_frame_is_decrypted(lab, vecgate, tmp_path):
+    """ESP in UDP from 4500 to 4500, each send() a GSO frame of SEGS ESP packets (equal
+    lengths but the last, as the inner packets), sealed by scapy with the SA's key,
+    sequence numbers 1 on."""
+    from scapy.all import IP, UDP, raw
+    from scapy.layers.ipsec import ESP, SecurityAssociation
+
+    peer = SecurityAssociation(ESP, spi=0x3000, crypt_algo="AES-GCM", crypt_key=bytes.fromhex(GCM_KEY),
+                               tunnel_header=IP(src="198.18.20.2", dst="198.18.20.1"),
+                               nat_t_header=UDP(sport=4500, dport=4500))
+    # Inner packets as long as the GTP-U test's: the ESP lengths follow them.
+    frames, seq = [], 1
+    for m in range(FRAMES):
+        f = []
+        for j, n in enumerate(lengths()):
+            e = peer.encrypt(IP(inner(m, j, n - 8)), seq_num=seq)
+            seq += 1
+            assert (e[UDP].sport, e[UDP].dport, e[ESP].spi) == (4500, 4500, 0x3000)
+            f.append(raw(e[UDP].payload).hex())
+        assert len({len(d) for d in f[:-1]}) == 1 and len(f[-1]) < len(f[0]), "equal ESP lengths but the last"
+        frames.append(f)
+    path = tmp_path / "esp.json"
+    path.write_text(json.dumps(frames))
+    sent, got, errors, r, pcap = through_vecgate(lab, vecgate, tmp_path, ["send-file", str(path), "198.18.20.1", "4500"])
+    assert sent["bytes"] == sum(len(d) // 2 for f in frames for d in f)
+    want = [[m, j, n - 8 - 28] for m in range(FRAMES) for j, n in enumerate(lengths())]
+    every_inner_packet_arrived(lab, r, pcap, got, errors, want, ("esp", "udpencap"))
+    assert errors.get(("esp4-decrypt", "decrypted")) == FRAMES * SEGS, errors
