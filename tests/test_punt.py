@@ -177,3 +177,139 @@ def test_a_reload_changes_the_punted_ports_in_place(lab, vecgate, tmp_path):
     lab.run(a, "python3", "-c", "import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('198.18.3.2', 5000))")
     assert unreachable_reaches(gw, before + 2) == before + 2
     assert gw.stop()[0] == 0
+
+
+SECOND_HOST = """
+[[interface]]
+name = "host2"
+type = "tap"
+host_if = "vg-host2"
+mac = "02:00:00:00:3a:03"
+addresses = ["198.18.251.1/30", "2001:db8:251::1/64"]
+"""
+
+
+def second_host(lab, g, s2):
+    """S2: a second host's stack behind its own tap, holding the gateway's addresses as S
+    does, reached from the gateway by 198.18.251.0/30 and 2001:db8:251::/64."""
+    lab.run(g, "ip", "link", "set", "vg-host2", "netns", s2)
+    lab.run(s2, "ip", "link", "set", "vg-host2", "up")
+    lab.run(s2, "ip", "addr", "add", "198.18.251.2/30", "dev", "vg-host2")
+    lab.run(s2, "ip", "addr", "add", "2001:db8:251::2/64", "dev", "vg-host2", "nodad")
+    lab.run(s2, "ip", "addr", "add", "198.18.3.2/32", "dev", "lo")
+    lab.run(s2, "ip", "addr", "add", "2001:db8:3::2/128", "dev", "lo")
+    lab.run(s2, "ip", "route", "add", "198.18.3.0/24", "via", "198.18.251.1", "src", "198.18.3.2")
+    lab.run(s2, "ip", "-6", "route", "add", "2001:db8:3::/64", "via", "2001:db8:251::1", "src", "2001:db8:3::2")
+    for dst in ("198.18.251.1", "2001:db8:251::1"):
+        lab.run(s2, "ping", "-c", "2", "-i", "0.2", "-W", "1", dst, check=False)
+
+
+def punted_to(lab, a, hosts, n=20):
+    """Send n datagrams to the gateway's port 500 over each family from A, with an echo
+    daemon on every host in `hosts` (name -> namespace); returns the echoes A matched and
+    how many each host echoed, by family."""
+    got = {}
+    for dst, v6 in (("198.18.3.2", []), ("2001:db8:3::2", ["--v6"])):
+        echoes = {name: lab.peer(ns, "udp-echo", 500, n, *v6, "--timeout", "3") for name, ns in hosts.items()}
+        ping = lab.peer_run(a, "udp-ping", dst, 500, n, 200)
+        got[dst] = (ping["matched"], {name: result(e)["echoed"] for name, e in echoes.items()})
+    return got
+
+
+def two_host_lab(lab, vecgate, tmp_path, workers, punt=True):
+    """punt_lab's A, gateway and S, and S2 behind a second tap ("host2"); `punt`: the
+    gateway starts with [punt] toward S, else with none."""
+    a, g, s, s2 = lab.ns("a"), lab.dataplane_ns("gw"), lab.ns("s"), lab.ns("s2")
+    lab.veth(a, "a0", g, "g0")
+    lab.run(a, "ip", "addr", "add", "198.18.3.1/24", "dev", "a0")
+    lab.run(a, "ip", "addr", "add", "2001:db8:3::1/64", "dev", "a0", "nodad")
+    links, section = CONFIG.split("[punt]")
+    text = f"[dataplane]\nworkers = {workers}\n" + links + SECOND_HOST + ("\n[punt]" + section if punt else "")
+    gw = Vecgate(lab, vecgate, g, text, tmp_path, split_dataplane=True)
+    lab.run(g, "ip", "link", "set", "vg-host", "netns", s)
+    lab.run(s, "ip", "link", "set", "vg-host", "up")
+    lab.run(s, "ip", "addr", "add", "198.18.250.2/30", "dev", "vg-host")
+    lab.run(s, "ip", "addr", "add", "2001:db8:250::2/64", "dev", "vg-host", "nodad")
+    lab.run(s, "ip", "addr", "add", "198.18.3.2/32", "dev", "lo")
+    lab.run(s, "ip", "addr", "add", "2001:db8:3::2/128", "dev", "lo")
+    lab.run(s, "ip", "route", "add", "198.18.3.0/24", "via", "198.18.250.1", "src", "198.18.3.2")
+    lab.run(s, "ip", "-6", "route", "add", "2001:db8:3::/64", "via", "2001:db8:250::1", "src", "2001:db8:3::2")
+    for dst in ("198.18.250.1", "2001:db8:250::1"):
+        lab.run(s, "ping", "-c", "2", "-i", "0.2", "-W", "1", dst, check=False)
+    second_host(lab, g, s2)
+    for dst in ("198.18.3.2", "2001:db8:3::2"):
+        lab.run(a, "ping", "-c", "2", "-i", "0.2", "-W", "1", dst, check=False)
+    return a, s, s2, gw
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_reload_moves_the_punt_link_to_another_tap(lab, vecgate, tmp_path, workers):
+    """`[punt] interface` changed by a reload: host-bound packets reach the new link's
+    host and no longer the old one's, the new host's replies are sent as the gateway's
+    (ip-punt-inject on its port), the old host's no longer are; the devices stay open and
+    no counter starts again. Then back, and off."""
+    a, s, s2, gw = two_host_lab(lab, vecgate, tmp_path, workers)
+    hosts = {"s": s, "s2": s2}
+
+    got = punted_to(lab, a, hosts)
+    assert all(v == (20, {"s": 20, "s2": 0}) for v in got.values()), (got, gw.errors())
+    before_e, before_i = gw.errors(), gw.interfaces()
+    assert before_e.get(("ip-punt-inject", "injected"), 0) >= 40, before_e
+
+    # Move it to host2.
+    moved = gw.cfg.read_text().replace('interface = "host"\nhost4 = "198.18.250.2"\nhost6 = "2001:db8:250::2"',
+                                       'interface = "host2"\nhost4 = "198.18.251.2"\nhost6 = "2001:db8:251::2"')
+    assert moved != gw.cfg.read_text()
+    gw.cfg.write_text(moved)
+    r = gw.ctl("reload")["data"]
+    assert [(c["action"], c["object"], c["name"]) for c in r["changes"]] == [("replaced", "setting", "punt to host2")], r
+    got = punted_to(lab, a, hosts)
+    assert all(v == (20, {"s": 0, "s2": 20}) for v in got.values()), (got, gw.errors())
+    after_e, after_i = gw.errors(), gw.interfaces()
+    # S2's replies went by ip-punt-inject (the gateway's own); counters went on from where
+    # they were on every link: nothing was reopened or cleared.
+    assert after_e[("ip-punt-inject", "injected")] >= before_e[("ip-punt-inject", "injected")] + 40, after_e
+    assert after_e[("ip-punt", "punted")] >= before_e[("ip-punt", "punted")] + 40, after_e
+    for name in ("a", "host", "host2"):
+        for k in ("rx_packets", "tx_packets"):
+            assert after_i[name][k] >= before_i[name][k], (name, k, before_i[name], after_i[name])
+    assert after_i["a"]["rx_packets"] >= before_i["a"]["rx_packets"] + 40
+    assert after_i["host2"]["tx_packets"] >= before_i["host2"]["tx_packets"] + 40
+    # The old host's packets from the gateway's address are no longer the gateway's own.
+    injected = after_e[("ip-punt-inject", "injected")]
+    lab.run(s, "python3", "-c", "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
+            "s.bind(('198.18.3.2', 0)); [s.sendto(b'x', ('198.18.3.1', 9)) for _ in range(5)]")
+    time.sleep(0.5)
+    assert gw.errors()[("ip-punt-inject", "injected")] == injected, gw.errors()
+
+    # Back to host, then off: nothing reaches either host.
+    gw.cfg.write_text(moved.replace('interface = "host2"\nhost4 = "198.18.251.2"\nhost6 = "2001:db8:251::2"',
+                                    'interface = "host"\nhost4 = "198.18.250.2"\nhost6 = "2001:db8:250::2"'))
+    r = gw.ctl("reload")["data"]
+    assert [(c["action"], c["name"]) for c in r["changes"]] == [("replaced", "punt to host")], r
+    got = punted_to(lab, a, hosts)
+    assert all(v == (20, {"s": 20, "s2": 0}) for v in got.values()), (got, gw.errors())
+    gw.cfg.write_text(gw.cfg.read_text().split("[punt]")[0])
+    r = gw.ctl("reload")["data"]
+    assert [(c["action"], c["name"]) for c in r["changes"]] == [("replaced", "punt off")], r
+    got = punted_to(lab, a, hosts, n=5)
+    assert all(v == (0, {"s": 0, "s2": 0}) for v in got.values()), (got, gw.errors())
+    assert gw.stop()[0] == 0
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_reload_turns_punt_on_where_none_was_at_start_up(lab, vecgate, tmp_path, workers):
+    """A gateway started without [punt]: a reload adding it makes host2 the punt link
+    (its port pointed at ip-punt-inject, which every graph has): A's datagrams reach S2,
+    S2's replies go as the gateway's own, and S hears nothing."""
+    a, s, s2, gw = two_host_lab(lab, vecgate, tmp_path, workers, punt=False)
+    hosts = {"s": s, "s2": s2}
+    got = punted_to(lab, a, hosts, n=5)
+    assert all(v == (0, {"s": 0, "s2": 0}) for v in got.values()), (got, gw.errors())
+    gw.cfg.write_text(gw.cfg.read_text() + '\n[punt]\ninterface = "host2"\nhost4 = "198.18.251.2"\nhost6 = "2001:db8:251::2"\nudp_ports = [500]\n')
+    r = gw.ctl("reload")["data"]
+    assert [(c["action"], c["name"]) for c in r["changes"]] == [("replaced", "punt to host2")], r
+    got = punted_to(lab, a, hosts)
+    assert all(v == (20, {"s": 0, "s2": 20}) for v in got.values()), (got, gw.errors())
+    assert gw.errors().get(("ip-punt-inject", "injected"), 0) >= 40, gw.errors()
+    assert gw.stop()[0] == 0

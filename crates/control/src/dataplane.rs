@@ -252,9 +252,16 @@ pub struct Control {
     pub applied: Config,
     /// The file `reload` reads by default (none for the built-in default gateway).
     pub config_path: Option<std::path::PathBuf>,
-    /// The link whose port opened with `ip-punt-inject` as its first node (`[punt]`'s
-    /// interface at start-up): the only one a reload may name as the punt link.
+    /// The link whose port's first node is `ip-punt-inject` (`[punt]`'s interface since
+    /// start-up or the last reload that moved it: `crate::punt::repoint`).
     pub punt_link: Option<String>,
+    /// With several workers, which way `ip-punt-inject` passes on what it does not
+    /// inject ([`punt_spreads`]: true `worker-handoff`, false `session-handoff`), fixed
+    /// when the graph was built; none with one worker (`ethernet-input`).
+    pub punt_pass_on: Option<bool>,
+    /// The input kinds whose first node spreads what their owner receives
+    /// ([`kind_spreads`]).
+    pub spread_kinds: Vec<InterfaceKind>,
     /// Each worker's lanes to the others (`lanes_to[k][j]`: from worker k to j), for the
     /// devices of interfaces added at run time on workers that do not own them.
     pub lanes_to: Vec<Vec<Option<engine::handoff::LaneTx>>>,
@@ -1122,6 +1129,8 @@ fn build(
         applied: cfg.clone(),
         config_path: None,
         punt_link: cfg.punt.as_ref().map(|p| p.interface.clone()).filter(|name| cfg.interfaces.iter().any(|ic| &ic.name == name)),
+        punt_pass_on: (cfg.dataplane.workers > 1).then(|| punt_spreads(cfg, spread)),
+        spread_kinds: spread.to_vec(),
         lanes_to: Vec::new(),
         link_poll: Default::default(),
         started: std::time::SystemTime::now(),
@@ -1166,30 +1175,32 @@ fn build_worker(
         (true, false) => "session-handoff",
     };
     // The punt link's packets meet `ip-punt-inject` first: the host's own are sent as the
-    // gateway's; the rest go on to the kind's first node.
+    // gateway's; the rest go on to the kind's first node. Every graph has it, and every
+    // input kind a punt input beside its own, so that a reload can make another link the
+    // punt link by pointing ports at other inputs (`crate::punt::repoint`).
     let punt_link = cfg.punt.as_ref().map(|p| p.interface.as_str());
-    if let Some(link) = cfg.interfaces.iter().find(|ic| Some(ic.name.as_str()) == punt_link) {
+    {
         use ip::nodes::ip_punt::{Alone, Handoff, IpPuntInject};
         match lanes {
             None => g.add(IpPuntInject(Alone)),
-            Some(_) => g.add(IpPuntInject(Handoff { spread: spread.contains(&link.kind) })),
+            Some(_) => g.add(IpPuntInject(Handoff { spread: punt_spreads(cfg, spread) })),
         };
     }
     let mut inputs = BTreeMap::new();
     for ic in &cfg.interfaces {
         if ic.kind != InterfaceKind::Null {
             // Inputs are shared by kind: the punt link's is one of its own.
-            let id = match Some(ic.name.as_str()) == punt_link {
-                true => g.add_input(&format!("{}-punt-input", kind_name(ic.kind)), "ip-punt-inject"),
-                false => g.add_input(&format!("{}-input", kind_name(ic.kind)), first_node(spread.contains(&ic.kind))),
-            };
-            inputs.insert(ic.name.clone(), id);
+            let own = g.add_input(&format!("{}-input", kind_name(ic.kind)), first_node(spread.contains(&ic.kind)));
+            let punt = g.add_input(&format!("{}-punt-input", kind_name(ic.kind)), "ip-punt-inject");
+            inputs.insert(ic.name.clone(), if Some(ic.name.as_str()) == punt_link { punt } else { own });
         }
     }
     // Interfaces added at run time enter by these (`crate::interfaces`): af_packet
     // sockets on every worker, a TAP device on one that spreads what it receives.
-    g.add_input(&format!("{}-input", kind_name(InterfaceKind::AfPacket)), first_node(false));
-    g.add_input(&format!("{}-input", kind_name(InterfaceKind::Tap)), first_node(true));
+    for (kind, spreads) in [(InterfaceKind::AfPacket, false), (InterfaceKind::Tap, true)] {
+        g.add_input(&format!("{}-input", kind_name(kind)), first_node(spreads));
+        g.add_input(&format!("{}-punt-input", kind_name(kind)), "ip-punt-inject");
+    }
     let graph = g.build().map_err(|e| cfg.err("(graph)", e.to_string()))?;
     let ports = cfg
         .interfaces
@@ -1205,6 +1216,22 @@ fn build_worker(
         worker.set_handoff(l.from, input);
     }
     Ok(worker)
+}
+
+/// Whether an input kind's first node spreads what its owner receives among the workers
+/// (`worker-handoff`, the kinds in `spread` and TAP devices added at run time) rather
+/// than moving only what belongs elsewhere (`session-handoff`).
+pub fn kind_spreads(kind: InterfaceKind, spread: &[InterfaceKind]) -> bool {
+    spread.contains(&kind) || kind == InterfaceKind::Tap
+}
+
+/// Which way `ip-punt-inject` passes on what it does not inject, with several workers:
+/// the start-up punt link's kind's way, or (no punt link) a TAP device's, the usual punt
+/// link. A reload may move the punt link only to a link of a kind that goes the same way
+/// (`crate::reload`).
+pub fn punt_spreads(cfg: &Config, spread: &[InterfaceKind]) -> bool {
+    let link = cfg.punt.as_ref().and_then(|p| cfg.interfaces.iter().find(|ic| ic.name == p.interface));
+    link.is_none_or(|ic| kind_spreads(ic.kind, spread))
 }
 
 /// Run a worker on its own thread (pinned if asked); returns its join handle.

@@ -25,7 +25,7 @@ use std::time::Duration;
 pub const RUNTIME_KINDS: [InterfaceKind; 3] = [InterfaceKind::AfPacket, InterfaceKind::Tap, InterfaceKind::Null];
 
 /// How long a worker may take to answer (it answers between vectors).
-const WORKER_REPLY: Duration = Duration::from_secs(5);
+pub(crate) const WORKER_REPLY: Duration = Duration::from_secs(5);
 
 /// `create interface`: add it and say where it runs.
 pub fn create(c: &mut Control, ic: InterfaceConfig) -> Result<Reply, String> {

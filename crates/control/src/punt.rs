@@ -93,3 +93,42 @@ pub fn apply(cfg: &Config, state: &mut RouterState) -> Result<bool, ConfigError>
     state.set_punt(spec).map_err(|e| cfg.err("punt", e.to_string()))?;
     Ok(true)
 }
+
+/// Make `link` the punt link (none: punt off): the port of the link that was
+/// (`Control::punt_link`) goes back to its kind's input, `link`'s to its kind's punt input,
+/// whose first node is `ip-punt-inject`, on every worker. The devices stay open and
+/// nothing is counted afresh: only where the next polled frames enter changes. Called
+/// after the tables naming `link` as the punt link were published, so the first packet
+/// the host sends through it finds the host's next hop there. A link without an input
+/// (a null device) or one already gone has nothing to point.
+pub fn repoint(c: &mut crate::dataplane::Control, link: Option<String>) -> Result<(), String> {
+    if link == c.punt_link {
+        return Ok(());
+    }
+    if let Some(old) = c.punt_link.take() {
+        set_input(c, &old, false)?;
+    }
+    if let Some(new) = link.as_deref() {
+        set_input(c, new, true)?;
+    }
+    c.punt_link = link;
+    Ok(())
+}
+
+/// Point interface `name`'s port on every worker at its kind's punt input (`punt`) or its
+/// kind's own input.
+fn set_input(c: &crate::dataplane::Control, name: &str, punt: bool) -> Result<(), String> {
+    let Ok(i) = c.state.if_index(name) else { return Ok(()) };
+    let Some(kind) = c.interfaces.get(i.get()).map(|info| info.kind).filter(|k| *k != "null" && *k != "removed") else { return Ok(()) };
+    let input = if punt { format!("{kind}-punt-input") } else { format!("{kind}-input") };
+    for (k, w) in c.workers.iter().enumerate() {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let cmd = engine::worker::WorkerCmd::SetPortInput { if_index: i, input: input.clone(), reply: tx };
+        let answer = match w.send(cmd) {
+            Ok(()) => rx.recv_timeout(crate::interfaces::WORKER_REPLY).unwrap_or_else(|_| Err(format!("worker {k} did not answer"))),
+            Err(_) => Err(format!("worker {k} has stopped")),
+        };
+        answer.map_err(|e| format!("punt: {name}'s packets to {input}: {e}"))?;
+    }
+    Ok(())
+}

@@ -81,6 +81,9 @@ pub fn reload(c: &mut Control, path: Option<&str>) -> Result<Reply, String> {
         changes.push(Change::new("replaced", "setting", format!("punt {what}")));
     }
     c.publish_routes();
+    // The tables name the new punt link's host: now its port may hand the host's packets
+    // to ip-punt-inject, and the old one's no longer.
+    crate::punt::repoint(c, new.punt.as_ref().map(|p| p.interface.clone()))?;
     if changes.iter().any(|ch| ch.object == "neighbour" && ch.action != "removed") {
         c.release_held();
     }
@@ -220,23 +223,45 @@ fn check_interfaces(c: &Control, new: &Config) -> Result<(), String> {
     Ok(())
 }
 
-/// A link's first node is chosen when its port opens: the punt link's is `ip-punt-inject`
-/// (the host's packets sent as the gateway's), chosen at start-up. Another link, or the
-/// punt link opened again by this reload, would receive the host's packets as any
-/// link's: refused rather than half done.
+/// A link's first node is chosen per port: the punt link's port enters by its kind's punt
+/// input (`ip-punt-inject` first), the others' by their kind's own, and a reload moves
+/// the punt link by pointing the two ports at the other inputs (`crate::punt::repoint`,
+/// devices left open). Two things it cannot do while the gateway runs, refused with
+/// nothing changed:
+/// - replace the running punt link's interface (its port closes and opens again) while it
+///   still is the punt link: an interface is not removed while punting to it
+///   (`crate::interfaces::remove`); move the punt link off it first.
+/// - with several workers, move it to a link whose kind passes received packets on the
+///   other way (`worker-handoff` or `session-handoff`): `ip-punt-inject`'s next node was
+///   fixed for the start-up link's kind when the graphs were built (`Control::punt_pass_on`).
 fn check_punt_link(c: &Control, new: &Config) -> Result<(), String> {
-    let Some(p) = &new.punt else { return Ok(()) };
     let refuse = |what: String| Err(format!("{}: punt: interface: {what} (restart to apply); nothing was changed", new.source));
-    if c.punt_link.as_deref() != Some(p.interface.as_str()) {
-        return refuse(match &c.punt_link {
-            Some(link) => format!("the punt link is {link:?} since start-up; {:?} cannot become it while the gateway runs", p.interface),
-            None => format!("no punt link was opened at start-up; {:?} cannot become it while the gateway runs", p.interface),
-        });
+    if let Some(link) = c.punt_link.as_deref() {
+        if new.interfaces.iter().any(|ic| ic.name == link && !interface_current(c, ic)) && c.state.punt().is_some() {
+            return refuse(format!(
+                "{link:?} is the punt link: it cannot be replaced while the gateway punts to it (move the punt link off it first)"
+            ));
+        }
     }
-    if new.interfaces.iter().any(|ic| ic.name == p.interface && !interface_current(c, ic)) {
-        return refuse(format!("{:?} is the punt link: it cannot be replaced while the gateway runs", p.interface));
+    let Some(p) = &new.punt else { return Ok(()) };
+    if c.punt_link.as_deref() == Some(p.interface.as_str()) {
+        return Ok(());
     }
-    Ok(())
+    let Some(ic) = new.interfaces.iter().find(|ic| ic.name == p.interface) else { return Ok(()) };
+    let spreads = crate::dataplane::kind_spreads(ic.kind, &c.spread_kinds);
+    match c.punt_pass_on {
+        Some(way) if ic.kind != crate::config::InterfaceKind::Null && spreads != way => {
+            let hand = |s: bool| if s { "worker-handoff" } else { "session-handoff" };
+            refuse(format!(
+                "{:?} ({}) passes what it receives on to {}, and ip-punt-inject to {} since start-up",
+                p.interface,
+                crate::dataplane::kind_name(ic.kind),
+                hand(spreads),
+                hand(way),
+            ))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Interfaces the file declares that do not run as it says: added, or replaced

@@ -1,7 +1,9 @@
-//! The punt link's first node (`ip-punt-inject`) is chosen when its port opens at
-//! start-up, so a reload may change what `[punt]` hands to the host, but not which link
-//! it is: another link, a punt link where none opened, or the punt link opened again are
-//! refused by field with nothing changed; so is deleting the punt link with `ctl`.
+//! The punt link's first node (`ip-punt-inject`) is chosen per port: a reload may change
+//! what `[punt]` hands to the host and which link it is (the two ports pointed at other
+//! inputs, `control::punt::repoint`), or turn it on where none was at start-up. Replacing
+//! the running punt link's interface, or (several workers) moving it to a link of a kind
+//! that passes packets on the other way, are refused by field with nothing changed; so is
+//! deleting the punt link with `ctl`.
 
 use control::api::Request;
 use control::config::Config;
@@ -62,19 +64,37 @@ fn the_punt_settings_change_in_place_on_the_start_up_link() {
 }
 
 #[test]
-fn another_link_cannot_become_the_punt_link() {
+fn a_reload_moves_the_punt_link_to_another_link_and_back() {
     let (dir, mut c) = start(&(LINKS.to_string() + &punt("host", "198.18.250.2", "500")));
-    let e = reload(&dir, &mut c, &(LINKS.to_string() + &punt("other", "198.18.251.2", "500"))).unwrap_err();
-    assert!(e.contains("punt: interface: the punt link is \"host\" since start-up") && e.contains("restart"), "{e}");
-    assert_eq!(c.state.punt().unwrap().interface, "host", "nothing was changed");
+    assert_eq!(reload(&dir, &mut c, &(LINKS.to_string() + &punt("other", "198.18.251.2", "500"))).unwrap(), ["punt to other"]);
+    assert_eq!(c.state.punt().unwrap().interface, "other");
+    assert_eq!(c.punt_link.as_deref(), Some("other"));
+    assert_eq!(reload(&dir, &mut c, &(LINKS.to_string() + &punt("host", "198.18.250.2", "500"))).unwrap(), ["punt to host"]);
+    assert_eq!(c.punt_link.as_deref(), Some("host"));
 }
 
 #[test]
-fn no_punt_link_at_start_up_none_by_reload() {
+fn a_punt_link_where_none_was_at_start_up_and_off_again() {
     let (dir, mut c) = start(LINKS);
-    let e = reload(&dir, &mut c, &(LINKS.to_string() + &punt("host", "198.18.250.2", "500"))).unwrap_err();
-    assert!(e.contains("punt: interface: no punt link was opened at start-up"), "{e}");
-    assert!(c.state.punt().is_none());
+    assert_eq!(c.punt_link, None);
+    assert_eq!(reload(&dir, &mut c, &(LINKS.to_string() + &punt("host", "198.18.250.2", "500"))).unwrap(), ["punt to host"]);
+    assert_eq!((c.state.punt().unwrap().interface.as_str(), c.punt_link.as_deref()), ("host", Some("host")));
+    assert_eq!(reload(&dir, &mut c, LINKS).unwrap(), ["punt off"]);
+    assert_eq!((c.state.punt(), c.punt_link.as_deref()), (None, None));
+}
+
+/// With several workers, `ip-punt-inject` passes on what it does not inject as the
+/// start-up punt link's kind does: a link whose kind goes the other way is refused.
+#[test]
+fn a_link_that_hands_packets_on_the_other_way_cannot_become_the_punt_link() {
+    let (dir, mut c) = start(&(LINKS.to_string() + &punt("host", "198.18.250.2", "500")));
+    let pg_spreads = control::dataplane::kind_spreads(control::config::InterfaceKind::Pg, &c.spread_kinds);
+    c.punt_pass_on = Some(!pg_spreads);
+    let e = reload(&dir, &mut c, &(LINKS.to_string() + &punt("pg0", "198.18.0.2", "500"))).unwrap_err();
+    assert!(e.contains("punt: interface: \"pg0\" (pg) passes what it receives on to") && e.contains("restart"), "{e}");
+    assert_eq!(c.state.punt().unwrap().interface, "host", "nothing was changed");
+    c.punt_pass_on = Some(pg_spreads);
+    assert_eq!(reload(&dir, &mut c, &(LINKS.to_string() + &punt("pg0", "198.18.0.2", "500"))).unwrap(), ["punt to pg0"]);
 }
 
 #[test]
@@ -83,7 +103,7 @@ fn the_punt_link_is_neither_replaced_nor_deleted_while_punting() {
     let (dir, mut c) = start(&text);
     let changed = text.replace("02:00:00:00:00:02", "02:00:00:00:00:12");
     let e = reload(&dir, &mut c, &changed).unwrap_err();
-    assert!(e.contains("\"host\" is the punt link: it cannot be replaced"), "{e}");
+    assert!(e.contains("\"host\" is the punt link: it cannot be replaced while the gateway punts to it"), "{e}");
     let r = c.handle(&Request::DeleteInterface { name: "host".into() });
     assert!(!r.ok && r.error.as_deref().unwrap_or("").contains("host is the punt link"), "{:?}", r.error);
     assert!(c.state.if_index("host").is_ok());

@@ -94,6 +94,16 @@ pub enum WorkerCmd {
         input: Option<String>,
         reply: Sender<Result<(), String>>,
     },
+    /// Let the packets an interface receives enter through the input node named `input`
+    /// from the next poll on (a reload moving the punt link: its first node is
+    /// `ip-punt-inject`, the others' their kind's); its device stays open, its counters
+    /// and queues as they are. A transmit-only port (no input) is left as it is.
+    SetPortInput {
+        if_index: IfIndex,
+        input: String,
+        /// `Ok(false)`: no such port here, or a transmit-only one.
+        reply: Sender<Result<bool, String>>,
+    },
     /// Stop using an interface removed at run time: its device is flushed and closed,
     /// packets queued to it are freed (and from then on counted as `no-device`).
     RemovePort {
@@ -182,6 +192,19 @@ impl<C: Context> Worker<C> {
         self.ports.push(Port::new(if_index, name, device, input));
         self.index_ports();
         Ok(())
+    }
+
+    /// Between vectors, send what the port of `if_index` receives to the input node
+    /// `input` from now on ([`WorkerCmd::SetPortInput`]). `Ok(false)`: no such port on
+    /// this worker, or one without an input (transmit-only), left alone.
+    pub fn set_port_input(&mut self, if_index: IfIndex, input: &str) -> Result<bool, String> {
+        let Some(pi) = self.port_of.get(if_index.get()).copied().flatten() else { return Ok(false) };
+        if self.ports[pi].input.is_none() {
+            return Ok(false);
+        }
+        let id = self.graph.node_id(input).map_err(|e| e.to_string())?;
+        self.ports[pi].input = Some(id);
+        Ok(true)
     }
 
     /// Remove a port between vectors: flush its device and close it (by dropping it),
@@ -370,6 +393,9 @@ impl<C: Context> Worker<C> {
             WorkerCmd::Inspect(read) => read(self.cx.as_any()),
             WorkerCmd::AddPort { if_index, name, device, input, reply } => {
                 let _ = reply.send(self.add_port(if_index, name, device, input.as_deref()));
+            }
+            WorkerCmd::SetPortInput { if_index, input, reply } => {
+                let _ = reply.send(self.set_port_input(if_index, &input));
             }
             WorkerCmd::RemovePort { if_index, reply } => {
                 let _ = reply.send(self.remove_port(if_index));
