@@ -227,6 +227,57 @@ def test_controller_programs_the_lb_with_one_change_per_endpoint(api, lab, vecga
     assert gw.stop()[0] == 0
 
 
+def test_backends_changed_by_hand_are_restored(api, lab, vecgate, tmp_path):
+    """`vecgate ctl lb backend set` on a managed LB service, in place (same address and
+    port, the service's row unchanged): another weight, then draining. The controller's
+    periodic check sees it by the service's digest (`show lb digests`) and sets the
+    backend back as its EndpointSlice says, within a check or two, without a Kubernetes
+    event; traffic reaches every backend again."""
+    api_ns, w = api
+    c, gw = dataplane(lab, vecgate, tmp_path)
+    http = [{"name": "http", "port": 8080, "protocol": "TCP"}]
+    apply(api_ns, w, [service("hand", "198.18.128.40", [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]),
+                      endpoint_slice("hand-1", "hand", http, [endpoint(a) for a in BACKENDS])])
+    name = "default/hand:http@198.18.128.40"
+    proc, log = controller(lab, vecgate, api_ns, w, gw, tmp_path)
+
+    def rows():
+        return {r["addr"]: r for r in gw.ctl("show", "lb", "backends", name)["data"]}
+
+    def digest():
+        return gw.ctl("show", "lb", "digests")["data"].get(name)
+
+    try:
+        wait_for("the first sync", lambda: (b := backends(gw, name)) and len(b) == 3)
+        applied = digest()
+        assert re.fullmatch(r"[0-9a-f]{16}", applied or ""), applied
+        ready = {"ready": True, "serving": True, "terminating": False}
+
+        # (The ctl's reply says each change was made; the check may undo it at once.)
+        assert gw.ctl("lb", "backend", "set", name, BACKENDS[0], "8080", "weight", "5")["ok"]
+        wait_for("the weight set back", lambda: rows()[BACKENDS[0]]["weight"] == 1, timeout=20)
+        assert digest() == applied
+        assert log.read_text().count("LB service not as the controller applied it") == 1, log.read_text()
+
+        assert gw.ctl("lb", "backend", "set", name, BACKENDS[1], "8080", "terminating")["ok"]
+        wait_for("the drained backend set back", lambda: rows()[BACKENDS[1]]["conditions"] == ready, timeout=20)
+        assert rows()[BACKENDS[1]]["eligible"] is True and digest() == applied
+        assert log.read_text().count("LB service not as the controller applied it") == 2, log.read_text()
+
+        r = who(lab, c, "198.18.128.40", 80, 45)
+        assert set(a.split()[0] for a in r["answers"]) == {"be0", "be1", "be2"}, r
+        # Nothing else was touched: no Kubernetes event, no refusal.
+        assert event_lines(log) == [] and "change refused" not in log.read_text(), log.read_text()
+        assert proc.poll() is None, log.read_text()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert "restored: 2" in log.read_text(), log.read_text()[-2000:]
+    kubectl(api_ns, w, "delete", "service", "hand")
+    kubectl(api_ns, w, "delete", "endpointslice", "hand-1")
+    assert gw.stop()[0] == 0
+
+
 def managed_ids(gw):
     """The controller's LB services in the gateway: name → id."""
     return {r["name"]: r["id"] for r in gw.ctl("show", "lb", "services")["data"] if r["name"].startswith("default/")}

@@ -12,6 +12,14 @@ from them. Prints one JSON object:
   event_apply_us    the controller's own event → request applied (median, max)
   restart_sync_ms   a restarted controller: adopt what the gateway holds, relist,
                     apply nothing (changes=0), from its log
+  check             the periodic check of a gateway that is the same process: the
+                    controller's own time for one (`gateway checked` at debug: show
+                    instance, show lb digests, every applied service's digest compared;
+                    median, max), the reply bytes it reads (and what `show lb services`,
+                    the rows the check read before digests, would be), the gateway's CPU
+                    time to answer each (its non-worker threads, /proc, over --repeat
+                    requests with no controller running), and a backend's weight set by
+                    hand → set back (ms, by the check)
 
 Usage (root): tests/k8s/scale.py [--services 10000] [--endpoints 10] [--events 50]
           [--vecgate target/release/vecgate]
@@ -38,6 +46,7 @@ def main():
     ap.add_argument("--endpoints", type=int, default=10)
     ap.add_argument("--events", type=int, default=50)
     ap.add_argument("--vecgate", default=str(ROOT / "target" / "release" / "vecgate"))
+    ap.add_argument("--repeat", type=int, default=20)
     a = ap.parse_args()
     subprocess.run([str(HERE / "build.sh"), str(BIN_DIR)], check=True, stdout=subprocess.DEVNULL)
     w = Path(tempfile.mkdtemp(prefix="vgscale"))
@@ -98,7 +107,7 @@ def main():
 
         def controller(log):
             p = subprocess.Popen([*N, a.vecgate, "k8s", "--socket", str(sock), "--kubeconfig", str(w / "vecgate.kubeconfig")],
-                                 stdout=open(log, "w"), stderr=subprocess.STDOUT)
+                                 stdout=open(log, "w"), stderr=subprocess.STDOUT, env=dict(os.environ, RUST_LOG="info,k8s=debug"))
             procs.append(p)
             return p
 
@@ -142,8 +151,63 @@ def main():
         apply_us = [int(re.search(r"\bus=(\d+)", l).group(1)) for l in lines]
         changes = [int(re.search(r"changes=(\d+)", l).group(1)) for l in lines]
 
+        # A backend reweighted by hand: the check sets it back (every 5 s).
+        hs = 4242 % a.services
+        svc = [x["name"] for x in services if x["name"].startswith(f"default/s{hs}:")][0]
+        addr = endpoint_addr(hs, 3 % a.endpoints)
+        t = time.time()
+        ctl("lb", "backend", "set", svc, addr, "8080", "weight", "7")
+        while [r["weight"] for r in ctl("show", "lb", "backends", svc)["data"] if r["addr"] == addr] != [1]:
+            if time.time() - t > 30:
+                sys.exit(f"{svc} backend {addr}: weight not set back after 30 s")
+            time.sleep(0.01)
+        restore_ms = (time.time() - t) * 1e3
+        time.sleep(11)  # a few more checks, each finding nothing
+        checks = [int(re.search(r"\bus=(\d+)", l).group(1)) for l in log1.read_text().splitlines() if "gateway checked" in l]
+        restored = sum(1 for l in log1.read_text().splitlines() if "LB service not as the controller applied it" in l)
+
         c1.terminate()
         c1.wait(30)
+
+        # The gateway's side of one check, no controller running: reply bytes and the
+        # CPU time of its threads other than the workers, per request.
+        import socket
+
+        def cpu_s():
+            total = 0
+            for t_ in Path(f"/proc/{gw.pid}/task").iterdir():
+                st = (t_ / "stat").read_text()
+                comm = st[st.index("(") + 1:st.rindex(")")]
+                if not comm.startswith("vecgate-worker"):
+                    f = st[st.rindex(")") + 2:].split()
+                    total += int(f[11]) + int(f[12])  # utime, stime
+            return total / os.sysconf("SC_CLK_TCK")
+
+        def ask(op, n):
+            c0, t0, size = cpu_s(), time.time(), 0
+            for _ in range(n):
+                with socket.socket(socket.AF_UNIX) as so:
+                    so.connect(str(sock))
+                    so.sendall(json.dumps({"op": op}).encode() + b"\n")
+                    buf = b""
+                    while not buf.endswith(b"\n"):
+                        chunk = so.recv(1 << 20)
+                        if not chunk:
+                            break
+                        buf += chunk
+                    size = len(buf)
+                    json.loads(buf)
+            return {"bytes": size, "wall_ms": round((time.time() - t0) / n * 1e3, 2), "gateway_cpu_ms": round((cpu_s() - c0) / n * 1e3, 2)}
+
+        check = {
+            "controller_us": {"median": statistics.median(checks) if checks else None, "max": max(checks) if checks else None,
+                              "n": len(checks)},
+            "show_instance": ask("show_instance", a.repeat),
+            "show_lb_digests": ask("show_lb_digests", a.repeat),
+            "show_lb_services (the rows read before)": ask("show_lb_services", max(a.repeat // 4, 2)),
+            "hand_weight_restored_ms": round(restore_ms, 1),
+            "restored_logged": restored,
+        }
         log2 = w / "k8s-2.log"
         t = time.time()
         controller(log2)
@@ -160,6 +224,7 @@ def main():
             "event_apply_us": {"median": statistics.median(apply_us) if apply_us else None, "max": max(apply_us) if apply_us else None},
             "restart_sync_ms": round(restart_ms, 1), "restart_changes": restart_changes,
             "restart_wall_s": round(time.time() - t, 1),
+            "check": check,
         }))
     finally:
         for p in procs:

@@ -156,7 +156,14 @@ pub enum Request {
     LbBackendAdd(crate::lb::BackendAdd),
     LbBackendSet(crate::lb::BackendChange),
     LbBackendDel(crate::lb::BackendRef),
-    ShowLbServices {},
+    /// Every service's row, or the named one's.
+    ShowLbServices {
+        #[serde(default)]
+        service: Option<String>,
+    },
+    /// Every service's digest (`lb::service_digest`), by name: what changed since a spec
+    /// was applied, in about 55 bytes a service.
+    ShowLbDigests {},
     ShowLbBackends {
         #[serde(default)]
         service: Option<String>,
@@ -643,7 +650,8 @@ impl Control {
             | Request::LbBackendAdd(..)
             | Request::LbBackendSet(..)
             | Request::LbBackendDel(..)
-            | Request::ShowLbServices {}
+            | Request::ShowLbServices { .. }
+            | Request::ShowLbDigests {}
             | Request::ShowLbBackends { .. }
             | Request::ShowLbSessions { .. } => crate::lb::handle(self, req)?,
             Request::IpsecSaAdd(c) => {

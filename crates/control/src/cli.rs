@@ -69,7 +69,9 @@ commands:
   lb backend add <service> <addr> <port> [weight <n>]
   lb backend set <service> <addr> <port> [weight <n>] [ready|terminating|not-serving]
   lb backend del <service> <addr> <port>
-  show lb services
+  show lb services [<service>]
+  show lb digests                      every service's digest (spec and backends), for
+                                       programs: `--json` gives name → digest
   show lb backends [<service>]
   show lb sessions [service <name>] [limit <n>]
   ipsec sa add <index> spi <n> inbound|outbound [tunnel|transport] alg <algorithm> [enc-key <hex>]
@@ -155,7 +157,9 @@ pub fn parse(words: &[String]) -> Result<Request, String> {
         ["show", "udp", "tunnels" | "tunnel", key @ ("remote" | "local" | "id"), value] => crate::udptun::parse_find(key, value),
         ["show", "pfcp", "associations" | "association"] => Ok(Request::ShowPfcpAssociations {}),
         ["show", "pfcp", "sessions" | "session"] => Ok(Request::ShowPfcpSessions { limit: None }),
-        ["show", "lb", "services" | "service"] => Ok(Request::ShowLbServices {}),
+        ["show", "lb", "services" | "service"] => Ok(Request::ShowLbServices { service: None }),
+        ["show", "lb", "services" | "service", s] => Ok(Request::ShowLbServices { service: Some(s.to_string()) }),
+        ["show", "lb", "digests" | "digest"] => Ok(Request::ShowLbDigests {}),
         ["show", "lb", "backends" | "backend"] => Ok(Request::ShowLbBackends { service: None }),
         ["show", "lb", "backends" | "backend", s] => Ok(Request::ShowLbBackends { service: Some(s.to_string()) }),
         ["show", "lb", "sessions" | "session", rest @ ..] => crate::lb::parse_show_sessions(rest),

@@ -289,6 +289,9 @@ pub struct ServiceRow {
     /// The spec's `table_size` (0: sized by the backends): what a controller reading the
     /// service back compares with the size it would ask for.
     pub configured_table_size: u32,
+    /// The spec's `gue_port` (0: the default), so the row and the backend rows give the
+    /// whole spec back.
+    pub gue_port: u16,
 }
 
 impl ServiceRow {
@@ -309,6 +312,110 @@ impl ServiceRow {
             eligible,
             table_size,
             configured_table_size: s.table_size,
+            gue_port: s.gue_port,
+        }
+    }
+}
+
+/// A service's digest: a fixed 64-bit hash of everything it was added and changed with,
+/// as 16 hex digits. Every field of the spec counts, and every backend's address, port,
+/// weight, conditions and locality; the backends as the set the tables make of them (in
+/// address and port order, whatever order they were added in). `show lb digests` gives
+/// every service's; a program that applied a spec computes the digest of its own copy with
+/// this function and compares: a service changed by hand in any way (deleted and added
+/// again otherwise, a backend added, removed, reweighted or drained) has another digest.
+/// No per-process key: the same in every process and build (a test pins one value).
+pub fn service_digest(spec: &ServiceSpec) -> String {
+    format!("{:016x}", digest_of(spec))
+}
+
+fn digest_of(spec: &ServiceSpec) -> u64 {
+    use lb::{Affinity, Forwarding, TrafficPolicy};
+    // Destructured whole, so that a field added to a spec does not compile until it is
+    // counted here.
+    let ServiceSpec { name, kind, vip, port, protocol, backends, traffic_policy, affinity, table_size, forwarding, gue_port } = spec;
+    let mut d = Digest::default();
+    d.bytes(name.as_bytes());
+    d.word(match kind {
+        ServiceType::ClusterIp => 1,
+        ServiceType::NodePort => 2,
+        ServiceType::LoadBalancer => 3,
+    });
+    d.addr(*vip);
+    d.word(u64::from(*port));
+    d.word(u64::from(protocol.number()));
+    d.word(match traffic_policy {
+        TrafficPolicy::Cluster => 1,
+        TrafficPolicy::Local => 2,
+    });
+    match affinity {
+        Affinity::None => d.word(1),
+        Affinity::ClientIp { timeout_s } => {
+            d.word(2);
+            d.word(u64::from(*timeout_s));
+        }
+    }
+    d.word(u64::from(*table_size));
+    d.word(match forwarding {
+        Forwarding::Nat => 1,
+        Forwarding::Ipip => 2,
+        Forwarding::Gue => 3,
+        Forwarding::Gre => 4,
+    });
+    d.word(u64::from(*gue_port));
+    let mut set: Vec<&BackendSpec> = backends.iter().collect();
+    set.sort_unstable_by_key(|b| (b.addr, b.port));
+    d.word(set.len() as u64);
+    for b in set {
+        let BackendSpec { addr, port, weight, conditions: Conditions { ready, serving, terminating }, local } = *b;
+        d.addr(addr);
+        d.word(u64::from(port));
+        d.word(u64::from(weight));
+        d.word(u64::from(ready) | u64::from(serving) << 1 | u64::from(terminating) << 2 | u64::from(local) << 3);
+    }
+    d.0
+}
+
+/// The digest's state: each 64-bit word of the encoding is folded in by a bijective mix
+/// (splitmix64's finalizer), so two encodings of one length that differ in one word
+/// always give two digests; the encoding is prefix-free (lengths and tags first).
+struct Digest(u64);
+
+impl Default for Digest {
+    fn default() -> Self {
+        Digest(0x7665_6367_6174_6531) // "vecgate1"
+    }
+}
+
+impl Digest {
+    fn word(&mut self, w: u64) {
+        let mut x = self.0 ^ w;
+        x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        self.0 = x ^ (x >> 31);
+    }
+
+    fn bytes(&mut self, b: &[u8]) {
+        self.word(b.len() as u64);
+        for c in b.chunks(8) {
+            let mut w = [0u8; 8];
+            w[..c.len()].copy_from_slice(c);
+            self.word(u64::from_le_bytes(w));
+        }
+    }
+
+    fn addr(&mut self, a: IpAddr) {
+        match a {
+            IpAddr::V4(a) => {
+                self.word(4);
+                self.word(u64::from(u32::from(a)));
+            }
+            IpAddr::V6(a) => {
+                let x = u128::from(a);
+                self.word(6);
+                self.word((x >> 64) as u64);
+                self.word(x as u64);
+            }
         }
     }
 }
@@ -328,10 +435,11 @@ pub struct BackendRow {
     pub slots: usize,
 }
 
-fn service_rows(c: &LbControl) -> Vec<ServiceRow> {
+fn service_rows(c: &LbControl, service: Option<&str>) -> Vec<ServiceRow> {
     let t = c.state.tables();
     c.state
         .services()
+        .filter(|(_, s)| service.is_none_or(|n| n == s.name))
         .map(|(id, s)| {
             let (eligible, table_size) = match s.vip {
                 IpAddr::V4(_) => t.v4.service(id).map_or((0, 0), |x| (x.backends.iter().filter(|b| b.eligible).count(), x.maglev.len())),
@@ -479,9 +587,20 @@ pub fn handle(c: &mut crate::dataplane::Control, req: &Request) -> Result<Reply,
             publish(c);
             Reply::ok(serde_json::Value::Null, format!("backend {} port {} removed from {:?}", r.addr, r.port, r.service))
         }
-        Request::ShowLbServices {} => {
-            let rows = service_rows(&c.lb);
+        Request::ShowLbServices { service } => {
+            if let Some(n) = service {
+                c.lb.state.service(n).ok_or_else(|| format!("service {n:?}: no such service"))?;
+            }
+            let rows = service_rows(&c.lb, service.as_deref());
             Reply::ok(serde_json::to_value(&rows).map_err(|e| e.to_string())?, format_services(&rows))
+        }
+        Request::ShowLbDigests {} => {
+            // For programs (a controller's periodic check): the data only, name → digest,
+            // and a one-line text, so the reply stays small at 10 000 services.
+            let digests: serde_json::Map<String, serde_json::Value> =
+                c.lb.state.services().map(|(_, s)| (s.name.clone(), service_digest(s).into())).collect();
+            let text = format!("{} services' digests (name → digest; in the JSON reply, `vecgate ctl --json`)\n", digests.len());
+            Reply::ok(digests.into(), text)
         }
         Request::ShowLbBackends { service } => {
             if let Some(n) = service {
@@ -697,7 +816,7 @@ mod tests {
         let (c, _) = load(&format!("{WEB}backends = [{{ addr = \"198.19.1.10\", port = 80 }}]\n{long}")).unwrap();
         // The left-aligned columns before the first right-aligned one: id, name, type and
         // address; service and backend.
-        for (text, left) in [(format_services(&service_rows(&c)), 4), (format_backends(&backend_rows(&c, None)), 2)] {
+        for (text, left) in [(format_services(&service_rows(&c, None)), 4), (format_backends(&backend_rows(&c, None)), 2)] {
             let lines: Vec<&str> = text.lines().collect();
             let starts = |l: &str| -> Vec<usize> {
                 l.char_indices().filter(|&(i, ch)| ch != ' ' && (i == 0 || l.as_bytes()[i - 1] == b' ')).map(|(i, _)| i).collect()
@@ -746,6 +865,79 @@ mod tests {
         let r: Result<crate::api::Request, _> =
             serde_json::from_str(r#"{"op":"lb_backend_add","service":"web","addr":"198.19.1.50","port":8443,"wieght":7}"#);
         assert!(r.unwrap_err().to_string().contains("wieght"));
+    }
+
+    fn digest_spec() -> ServiceSpec {
+        let b = |host: u8, port| BackendSpec::new([198, 19, 1, host].into(), port);
+        ServiceSpec {
+            name: "default/web:http@198.18.128.10".into(),
+            kind: ServiceType::ClusterIp,
+            vip: [198, 18, 128, 10].into(),
+            port: 80,
+            protocol: Protocol::Tcp,
+            backends: vec![b(10, 8080), b(20, 8080), b(30, 8080)],
+            traffic_policy: lb::TrafficPolicy::Cluster,
+            affinity: lb::Affinity::None,
+            table_size: 0,
+            forwarding: lb::Forwarding::Nat,
+            gue_port: 0,
+        }
+    }
+
+    /// Every field of a spec and of each backend changes the digest, each change to a
+    /// digest of its own; the backends' order does not (they are a set, by address and
+    /// port); the function is fixed (no per-process key), so one value is pinned.
+    #[test]
+    fn the_digest_follows_every_field_and_not_the_backends_order() {
+        let base = digest_spec();
+        let d = service_digest(&base);
+        assert_eq!(d.len(), 16);
+        // Computed apart too, by the encoding as documented (a Python rendering of it).
+        assert_eq!(d, "abda135a3b618de5", "the digest is fixed: a program of another build compares it");
+        for order in [[2, 1, 0], [1, 0, 2], [0, 2, 1]] {
+            let s = ServiceSpec { backends: order.iter().map(|&i| base.backends[i]).collect(), ..base.clone() };
+            assert_eq!(service_digest(&s), d, "{order:?}");
+        }
+        type Change = (&'static str, fn(&mut ServiceSpec));
+        let changes: Vec<Change> = vec![
+            ("name", |s| s.name.push('x')),
+            ("type", |s| s.kind = ServiceType::LoadBalancer),
+            ("vip", |s| s.vip = [198, 18, 128, 11].into()),
+            ("vip family", |s| s.vip = "::ffff:198.18.128.10".parse().unwrap()),
+            ("port", |s| s.port = 81),
+            ("protocol", |s| s.protocol = Protocol::Udp),
+            ("traffic_policy", |s| s.traffic_policy = lb::TrafficPolicy::Local),
+            ("affinity", |s| s.affinity = lb::Affinity::ClientIp { timeout_s: 10800 }),
+            ("affinity timeout", |s| s.affinity = lb::Affinity::ClientIp { timeout_s: 10801 }),
+            ("table_size", |s| s.table_size = 1009),
+            ("forwarding", |s| s.forwarding = lb::Forwarding::Gue),
+            ("gue_port", |s| s.gue_port = 7000),
+            ("backend removed", |s| {
+                s.backends.pop();
+            }),
+            ("backend added", |s| s.backends.push(BackendSpec::new([198, 19, 1, 40].into(), 8080))),
+            ("backend addr", |s| s.backends[1].addr = [198, 19, 1, 21].into()),
+            ("backend port", |s| s.backends[1].port = 8081),
+            ("backend weight", |s| s.backends[1].weight = 2),
+            ("backend ready", |s| s.backends[1].conditions.ready = false),
+            ("backend serving", |s| s.backends[1].conditions.serving = false),
+            ("backend terminating", |s| s.backends[1].conditions.terminating = true),
+            ("backend local", |s| s.backends[1].local = false),
+        ];
+        let mut seen = vec![d];
+        for (what, change) in changes {
+            let mut s = base.clone();
+            change(&mut s);
+            let changed = service_digest(&s);
+            assert!(!seen.contains(&changed), "{what}: {changed} seen before");
+            seen.push(changed);
+        }
+        // Name bytes are length-prefixed: a name and the next field's bytes do not run
+        // together.
+        let (mut a, mut b) = (base.clone(), base.clone());
+        a.name = "abcdefgh".into();
+        b.name = "abcdefgh\0".into();
+        assert_ne!(service_digest(&a), service_digest(&b));
     }
 
     #[test]

@@ -9,12 +9,13 @@
 //! start time, a few bytes): one restarted under the controller (it holds only its config
 //! file's LB services again) or unreachable for a while is read back and every Service's
 //! difference applied once it answers. The same process is compared with what was applied
-//! by its LB services' rows (`show lb services`, ~250 bytes a service, no backends): a
-//! managed LB service deleted or changed by hand (`lb service del`), or with another number
-//! of backends, is read back alone and its Service's difference applied (`restored`).
+//! by its LB services' digests (`show lb digests`, ~55 bytes a service: a hash of each
+//! one's spec and backends): a managed LB service deleted or changed by hand in any way
+//! (`lb service del`, `lb backend add|del|set`: a weight, a port, its conditions) is read
+//! back alone and its Service's difference applied (`restored`).
 
 use crate::desired::{is_managed, Settings};
-use crate::model::{Change, Held, Listed, Model};
+use crate::model::{Change, Listed, Model};
 use crate::objects::{Key, Service, Slice};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Service as K8sService;
@@ -74,6 +75,8 @@ struct Applier {
     /// The gateway process whose LB services were read back (`show instance`'s
     /// `instance`); another one answering has restarted.
     instance: Option<serde_json::Value>,
+    /// The gateway refused `show lb digests` (logged once).
+    digests_refused: bool,
 }
 
 impl Applier {
@@ -147,46 +150,86 @@ impl Applier {
         Ok(self.instance.as_ref() == Some(&now))
     }
 
-    /// The managed LB services the gateway holds, as its `show lb services` rows say
-    /// (without their backends).
-    fn held(&self) -> Result<BTreeMap<String, Held>, Error> {
-        let rows = self.call(&control::api::Request::ShowLbServices {}, "show lb services")?.data;
-        Ok(held_of_rows(&rows))
+    /// The digests of the managed LB services the gateway holds (`show lb digests`).
+    fn held(&self) -> Result<BTreeMap<String, String>, Error> {
+        let digests = self.call(&control::api::Request::ShowLbDigests {}, "show lb digests")?.data;
+        Ok(managed_digests(&digests))
     }
 
-    /// Compare the gateway's managed LB services with what was applied ([`Model::drift`]);
-    /// each that differs (deleted or changed by hand through the ctl) is read back alone,
-    /// taken as applied, and its Service's difference applied, which restores it. Counted
-    /// (`restored`) and logged; the number of changes.
+    /// Compare the gateway's managed LB services with what was applied, by digest
+    /// ([`Model::drift`]); each that differs (deleted or changed by hand through the ctl:
+    /// the service, or a backend added, removed, reweighted, moved to another port or
+    /// drained) is read back alone, taken as applied, and its Service's difference
+    /// applied, which restores it. Counted (`restored`) and logged; the number of changes.
     fn restore(&mut self, model: &mut Model) -> Result<usize, Error> {
-        let held = self.held()?;
+        let held = match self.held() {
+            Ok(h) => h,
+            // A gateway of a release before `show lb digests`: it is not checked (a
+            // restart is still seen), rather than taken as unreachable.
+            Err(Error::Refused(_, _, e)) => {
+                if !self.digests_refused {
+                    tracing::warn!(error = e.as_str(), "the gateway gives no LB service digests: changes made by hand are not restored");
+                }
+                self.digests_refused = true;
+                return Ok(0);
+            }
+            Err(e) => return Err(e),
+        };
         let drifted = model.drift(&held);
         if drifted.is_empty() {
             return Ok(0);
         }
         let mut keys = BTreeSet::new();
+        let mut restored = 0;
         for name in &drifted {
-            let now = held.get(name).map(|h| self.read_back(name, &h.spec)).transpose()?;
+            let now = if held.contains_key(name) { self.read_back(name)? } else { None };
+            if now.is_some() && now.as_ref() == model.applied().get(name) {
+                // Another digest, the same service (a gateway whose digest differs from
+                // this build's): nothing to restore.
+                tracing::debug!(service = name.as_str(), "LB service's digest differs, its read-back does not");
+                continue;
+            }
             tracing::warn!(
                 service = name.as_str(),
                 held = now.is_some(),
                 "LB service not as the controller applied it (changed or deleted outside it); restoring it from its Service"
             );
             keys.extend(model.readopt(name, now));
+            restored += 1;
         }
-        self.stats.restored += drifted.len() as u64;
+        self.stats.restored += restored;
         let n = self.apply_all(model, keys)?;
-        tracing::info!(services = drifted.len(), changes = n, "LB services restored");
+        if restored > 0 {
+            tracing::info!(services = restored, changes = n, "LB services restored");
+        }
         Ok(n)
     }
 
-    /// One LB service with its backends, as the gateway holds it (`spec`: its row's).
-    fn read_back(&self, name: &str, spec: &lb::ServiceSpec) -> Result<lb::ServiceSpec, Error> {
-        let rows = self.call(&control::api::Request::ShowLbBackends { service: Some(name.to_string()) }, "show lb backends")?.data;
-        let mut spec = spec.clone();
-        spec.backends = rows.as_array().into_iter().flatten().filter_map(|b| serde_json::from_value(backend_row(b)).ok()).collect();
-        spec.backends.sort_by_key(|b| (b.addr, b.port));
-        Ok(spec)
+    /// One LB service with its backends, as the gateway holds it (its row and its backend
+    /// rows); `None` if it has none by that name (deleted meanwhile) or its row is not
+    /// understood (then replaced, as at start).
+    fn read_back(&self, name: &str) -> Result<Option<lb::ServiceSpec>, Error> {
+        use control::api::Request;
+        let service = Some(name.to_string());
+        let rows = match self.call(&Request::ShowLbServices { service: service.clone() }, "show lb services") {
+            Ok(r) => r.data,
+            Err(Error::Refused(..)) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let backends = match self.call(&Request::ShowLbBackends { service }, "show lb backends") {
+            Ok(r) => r.data,
+            Err(Error::Refused(..)) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let Some(row) = rows.as_array().and_then(|r| r.first()) else { return Ok(None) };
+        let backends = backends.as_array().into_iter().flatten().map(backend_row).collect();
+        Ok(spec_of_row(row, backends)
+            .map(|mut spec| {
+                spec.backends.sort_by_key(|b| (b.addr, b.port));
+                spec
+            })
+            .map_err(|e| tracing::warn!(service = name, error = %e, "LB service not understood; it will be replaced"))
+            .ok())
     }
 
     /// Read the gateway's LB services back as applied, then apply every Service's
@@ -208,7 +251,9 @@ fn check_gateway(applier: &mut Applier, model: &mut Model, lost: &mut bool) {
     let t0 = Instant::now();
     let held = if *lost { Ok(false) } else { applier.same_instance() };
     match held.and_then(|held| if held { applier.restore(model).map(|_| None) } else { applier.resync(model).map(Some) }) {
-        Ok(None) => {}
+        Ok(None) => {
+            tracing::debug!(lb_services = model.applied().len(), us = t0.elapsed().as_micros() as u64, "gateway checked");
+        }
         Ok(Some(n)) => {
             *lost = false;
             tracing::info!(
@@ -243,7 +288,7 @@ fn short(c: &Change) -> String {
 fn adopt_existing(applier: &mut Applier, model: &mut Model) -> Result<usize, Error> {
     use control::api::Request;
     applier.instance = Some(applier.instance()?);
-    let services = applier.call(&Request::ShowLbServices {}, "show lb services")?.data;
+    let services = applier.call(&Request::ShowLbServices { service: None }, "show lb services")?.data;
     let backends = applier.call(&Request::ShowLbBackends { service: None }, "show lb backends")?.data;
     // Backend rows by service, in one pass (100 000 rows at the scale measured).
     let mut by_service: std::collections::HashMap<&str, Vec<serde_json::Value>> = std::collections::HashMap::new();
@@ -284,20 +329,10 @@ fn spec_of_row(row: &serde_json::Value, backends: Vec<serde_json::Value>) -> Res
     serde_json::from_value::<lb::ServiceSpec>(row)
 }
 
-/// The managed LB services of `show lb services` rows, each without its backends but
-/// their number. A row not understood is left out: its service counts as gone, as one
-/// not understood at start is not adopted.
-pub fn held_of_rows(rows: &serde_json::Value) -> BTreeMap<String, Held> {
-    rows.as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|row| {
-            let name = row["name"].as_str().filter(|n| is_managed(n))?;
-            let backends = row["backends"].as_u64()? as usize;
-            let spec = spec_of_row(row, Vec::new()).ok()?;
-            Some((name.to_string(), Held { spec, backends }))
-        })
-        .collect()
+/// The managed LB services' digests in a `show lb digests` reply (name → digest).
+pub fn managed_digests(data: &serde_json::Value) -> BTreeMap<String, String> {
+    let all = data.as_object().into_iter().flatten();
+    all.filter(|(n, _)| is_managed(n)).filter_map(|(n, d)| Some((n.clone(), d.as_str()?.to_string()))).collect()
 }
 
 enum Ev {
@@ -348,7 +383,8 @@ fn log_unsupported(s: &Service) {
 pub async fn run(opts: Options) -> Result<Stats, Error> {
     opts.settings.validate().map_err(Error::Settings)?;
     let client = client(&opts).await?;
-    let mut applier = Applier { socket: opts.socket.clone(), stats: Stats::default(), pending: BTreeSet::new(), instance: None };
+    let mut applier =
+        Applier { socket: opts.socket.clone(), stats: Stats::default(), pending: BTreeSet::new(), instance: None, digests_refused: false };
     let mut model = Model::new(opts.settings.clone());
     let adopted = adopt_existing(&mut applier, &mut model)?;
     tracing::info!(adopted, socket = %opts.socket.display(), node = opts.settings.node.as_deref().unwrap_or(""), "controller started");
@@ -529,24 +565,25 @@ mod tests {
                 let mut lb = lb.lock().unwrap();
                 let reply = match req {
                     Request::ShowInstance {} => Reply::ok(serde_json::json!({"instance": "1-1"}), String::new()),
-                    Request::ShowLbServices {} => {
+                    Request::ShowLbServices { service } => {
                         let rows: Vec<_> = lb
                             .values()
                             .enumerate()
+                            .filter(|(_, s)| service.as_ref().is_none_or(|n| *n == s.name))
                             .map(|(id, s)| control::lb::ServiceRow::new(id as u32, s, s.backends.len(), 211))
                             .collect();
                         Reply::ok(serde_json::to_value(rows).unwrap(), String::new())
+                    }
+                    Request::ShowLbDigests {} => {
+                        let digests: serde_json::Map<_, _> =
+                            lb.values().map(|s| (s.name.clone(), control::lb::service_digest(s).into())).collect();
+                        Reply::ok(digests.into(), String::new())
                     }
                     Request::ShowLbBackends { service } => {
                         let rows: Vec<_> = lb
                             .values()
                             .filter(|s| service.as_ref().is_none_or(|n| *n == s.name))
-                            .flat_map(|s| {
-                                s.backends.iter().map(|b| {
-                                    serde_json::json!({"service": s.name, "addr": b.addr, "port": b.port, "weight": b.weight,
-                                        "conditions": b.conditions, "local": b.local, "eligible": true, "slots": 1})
-                                })
-                            })
+                            .flat_map(|s| s.backends.iter().map(|b| backend_row_of(&s.name, b)))
                             .collect();
                         Reply::ok(rows.into(), String::new())
                     }
@@ -563,6 +600,13 @@ mod tests {
                         }
                         None => Reply::err("no such service"),
                     },
+                    Request::LbBackendDel(r) => match lb.get_mut(&r.service) {
+                        Some(s) => {
+                            s.backends.retain(|x| (x.addr, x.port) != (r.addr, r.port));
+                            Reply::ok(serde_json::Value::Null, String::new())
+                        }
+                        None => Reply::err("no such service"),
+                    },
                     other => Reply::err(format!("not expected: {other:?}")),
                 };
                 let _ = tx.send(reply);
@@ -570,10 +614,27 @@ mod tests {
         });
     }
 
+    /// A backend's `show lb backends` row, as the gateway makes it (control's `BackendRow`).
+    fn backend_row_of(service: &str, b: &lb::BackendSpec) -> serde_json::Value {
+        let row = control::lb::BackendRow {
+            service: service.into(),
+            addr: b.addr,
+            port: b.port,
+            weight: b.weight,
+            conditions: b.conditions,
+            local: b.local,
+            eligible: true,
+            slots: 1,
+        };
+        serde_json::to_value(row).unwrap()
+    }
+
     /// The periodic check against a gateway that is still the same process: a managed LB
     /// service deleted by hand (`lb service del`) is added back whole from its Service,
-    /// and a backend deleted by hand is set again, each counted as restored; a check that
-    /// finds the gateway as applied changes nothing.
+    /// a backend deleted by hand is set again, and one changed in place by hand (`lb
+    /// backend set`: another weight, draining, another port) is set back as its slice
+    /// says, each counted as restored; a check that finds the gateway as applied reads
+    /// only the digests and changes nothing.
     #[test]
     fn the_periodic_check_restores_lb_services_changed_by_hand() {
         use crate::objects::{Service, Slice};
@@ -597,7 +658,8 @@ mod tests {
         let mut model = Model::new(crate::Settings { node: Some("n1".into()), table_size: 0 });
         let key = model.service_applied(Service::from_k8s(&svc).unwrap().unwrap());
         model.slice_applied(Slice::from_k8s(&slice).unwrap().unwrap());
-        let mut applier = Applier { socket: path.clone(), stats: Stats::default(), pending: BTreeSet::new(), instance: None };
+        let mut applier =
+            Applier { socket: path.clone(), stats: Stats::default(), pending: BTreeSet::new(), instance: None, digests_refused: false };
         adopt_existing(&mut applier, &mut model).unwrap();
         assert_eq!(applier.apply_all(&mut model, [key]).unwrap(), 1);
         let programmed = lb.lock().unwrap().clone();
@@ -617,42 +679,72 @@ mod tests {
         check_gateway(&mut applier, &mut model, &mut lost);
         assert_eq!(*lb.lock().unwrap(), programmed, "the backend set again: {gone:?}");
         assert_eq!(applier.stats.restored, 2);
+
+        // Changed in place, the backend count and the service's row as they were:
+        // `lb backend set … weight 5`, then `lb backend set … terminating`.
+        let hand: [fn(&mut lb::BackendSpec); 2] =
+            [|b| b.weight = 5, |b| b.conditions = lb::Conditions { ready: false, serving: true, terminating: true }];
+        for (i, change) in hand.into_iter().enumerate() {
+            let requests = applier.stats.requests;
+            change(&mut lb.lock().unwrap().get_mut(&name).unwrap().backends[1]);
+            assert_ne!(*lb.lock().unwrap(), programmed);
+            check_gateway(&mut applier, &mut model, &mut lost);
+            assert_eq!(*lb.lock().unwrap(), programmed, "change {i} set back");
+            assert_eq!((applier.stats.restored, applier.stats.requests - requests), (3 + i as u64, 1), "one backend request");
+        }
+        // A backend moved to another port by hand (`lb backend del` + `add`): the stray one
+        // removed, the slice's added again.
+        let moved = {
+            let mut lb = lb.lock().unwrap();
+            let b = &mut lb.get_mut(&name).unwrap().backends[0];
+            b.port = 9090;
+            *b
+        };
+        assert!(lb.lock().unwrap()[&name].backends.contains(&moved));
+        check_gateway(&mut applier, &mut model, &mut lost);
+        assert_eq!(*lb.lock().unwrap(), programmed, "the port moved back");
+        assert_eq!(applier.stats.restored, 5);
+        check_gateway(&mut applier, &mut model, &mut lost);
+        assert_eq!(applier.stats.restored, 5, "as applied again: nothing more");
         assert!(!lost);
         let _ = std::fs::remove_file(&path);
     }
 
-    /// The gateway's own `show lb services` rows (control's `ServiceRow`, serialized as the
-    /// socket sends them) read as the model compares them: the managed service's spec as it
-    /// was added (its configured table size, not the grown one) and its backend count; a
-    /// config file's service left out.
+    /// A managed LB service read back from the gateway's own rows (control's `ServiceRow`
+    /// and `BackendRow`, serialized as the socket sends them) is the spec it was applied
+    /// with, every field (its configured table size, not the grown one; its GUE port), so
+    /// the digest the check compares is the same; `show lb digests` read for the managed
+    /// names only.
     #[test]
-    fn held_services_are_read_from_the_gateways_rows() {
-        let row = |id, name: &str, backends, table_size, configured_table_size| control::lb::ServiceRow {
-            id,
-            name: name.into(),
+    fn a_service_read_back_from_its_rows_is_the_spec_applied() {
+        let managed = "default/web:http@198.18.128.10";
+        let mut b = lb::BackendSpec::new("198.19.2.10".parse().unwrap(), 8080);
+        (b.weight, b.local, b.conditions) = (3, false, lb::Conditions { ready: false, serving: true, terminating: true });
+        let spec = lb::ServiceSpec {
+            name: managed.into(),
             kind: lb::ServiceType::ClusterIp,
             vip: "198.18.128.10".parse().unwrap(),
             port: 80,
             protocol: lb::Protocol::Tcp,
+            backends: vec![lb::BackendSpec::new("198.19.1.10".parse().unwrap(), 8080), b],
             traffic_policy: lb::TrafficPolicy::Local,
-            affinity: lb::Affinity::None,
-            forwarding: lb::Forwarding::default(),
-            backends,
-            eligible: backends,
-            table_size,
-            configured_table_size,
+            affinity: lb::Affinity::ClientIp { timeout_s: 600 },
+            table_size: 1009,
+            forwarding: lb::Forwarding::Nat,
+            gue_port: 7000,
         };
-        let managed = "default/web:http@198.18.128.10";
-        let rows = serde_json::to_value(vec![row(0, "config-dns", 3, 307, 0), row(1, managed, 2, 211, 0)]).unwrap();
-        let held = held_of_rows(&rows);
+        // The gateway lists backends in the order they came; the table grew to 2003.
+        let row = serde_json::to_value(control::lb::ServiceRow::new(4, &spec, 1, 2003)).unwrap();
+        let backends = spec.backends.iter().rev().map(|b| backend_row(&backend_row_of(managed, b))).collect();
+        let back = spec_of_row(&row, backends).unwrap();
+        assert_eq!(control::lb::service_digest(&back), control::lb::service_digest(&spec));
+        let mut sorted = back.clone();
+        sorted.backends.sort_by_key(|b| (b.addr, b.port));
+        assert_eq!(sorted, spec);
+
+        let digests = serde_json::json!({"config-dns": "0123456789abcdef", managed: control::lb::service_digest(&spec)});
+        let held = managed_digests(&digests);
         assert_eq!(held.keys().collect::<Vec<_>>(), [managed]);
-        let h = &held[managed];
-        assert_eq!(h.backends, 2);
-        assert_eq!((h.spec.name.as_str(), h.spec.port, h.spec.table_size), (managed, 80, 0));
-        assert_eq!(
-            (h.spec.kind, h.spec.protocol, h.spec.traffic_policy),
-            (lb::ServiceType::ClusterIp, lb::Protocol::Tcp, lb::TrafficPolicy::Local)
-        );
-        assert!(h.spec.backends.is_empty());
+        assert_eq!(held[managed], control::lb::service_digest(&spec));
     }
 }

@@ -57,14 +57,6 @@ fn key_of(name: &str) -> Option<Key> {
     Some(Key::new(ns, rest.split(':').next().unwrap_or("")))
 }
 
-/// One LB service as the gateway lists it (`show lb services`): the spec without its
-/// backends, and how many it has.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Held {
-    pub spec: ServiceSpec,
-    pub backends: usize,
-}
-
 /// The changes that turn `current` into `desired` (both one Service's LB services):
 /// deletions first (an address may pass from one name to another), then additions,
 /// then backends.
@@ -163,16 +155,15 @@ impl Model {
     }
 
     /// The managed LB services whose applied state is not what the gateway holds
-    /// (`held`: every managed LB service it has, by name, as `show lb services` lists
-    /// them): applied but gone (deleted by hand, `lb service del`), changed, holding
-    /// another number of backends, or there but never applied. Compares the services'
-    /// rows, not the backends one by one (those are read only for what this names).
-    pub fn drift(&self, held: &BTreeMap<String, Held>) -> Vec<String> {
+    /// (`held`: the digest of every LB service it has, by name, as `show lb digests` gives
+    /// them): applied but gone (deleted by hand, `lb service del`), changed in any way — the
+    /// service, or a backend added, removed, reweighted or its conditions changed — or
+    /// there but never applied. Compares digests ([`control::lb::service_digest`] of what
+    /// was applied), so the backends are read only for what this names.
+    pub fn drift(&self, held: &BTreeMap<String, String>) -> Vec<String> {
         let managed = self.applied.iter().filter(|(n, _)| desired::is_managed(n));
-        let mut names: Vec<String> = managed
-            .filter(|(n, a)| !held.get(*n).is_some_and(|h| same_service(&h.spec, a) && h.backends == a.backends.len()))
-            .map(|(n, _)| n.clone())
-            .collect();
+        let mut names: Vec<String> =
+            managed.filter(|(n, a)| held.get(*n) != Some(&control::lb::service_digest(a))).map(|(n, _)| n.clone()).collect();
         names.extend(held.keys().filter(|n| desired::is_managed(n) && !self.applied.contains_key(*n)).cloned());
         names.sort();
         names

@@ -1,7 +1,7 @@
 //! The sans-IO controller without a server: Services and EndpointSlices as the API
 //! serves them (JSON) → LB services → the typed changes an event causes.
 
-use k8s::model::{diff, Change, Held, Listed, Model};
+use k8s::model::{diff, Change, Listed, Model};
 use k8s::objects::{Key, Service, Slice};
 use k8s::Settings;
 use lb::{Affinity, BackendSpec, Conditions, Protocol, ServiceSpec, ServiceType, TrafficPolicy};
@@ -461,26 +461,26 @@ fn managed_names_are_told_from_config_names() {
     assert!(!k8s::desired::is_managed("web:http"));
 }
 
-/// The gateway's `show lb services` view of what the model applied, as
-/// `controller::held_of_rows` gives it (no backends, their number), plus a config file's
-/// service the controller leaves alone.
-fn held_as_applied(m: &Model) -> BTreeMap<String, Held> {
-    let mut held: BTreeMap<String, Held> = m
-        .applied()
-        .iter()
-        .map(|(n, s)| (n.clone(), Held { spec: ServiceSpec { backends: Vec::new(), ..s.clone() }, backends: s.backends.len() }))
-        .collect();
-    let config = ServiceSpec { name: "dns".into(), backends: Vec::new(), ..m.applied()["default/web:dns@198.18.128.10"].clone() };
-    held.insert("dns".into(), Held { spec: config, backends: 3 });
+/// The gateway's `show lb digests` of what the model applied (each LB service's
+/// `control::lb::service_digest`), plus a config file's service the controller leaves alone.
+fn held_as_applied(m: &Model) -> BTreeMap<String, String> {
+    let mut held: BTreeMap<String, String> = m.applied().iter().map(|(n, s)| (n.clone(), digest(s))).collect();
+    let config = ServiceSpec { name: "dns".into(), ..m.applied()["default/web:dns@198.18.128.10"].clone() };
+    held.insert("dns".into(), digest(&config));
     held
+}
+
+fn digest(s: &ServiceSpec) -> String {
+    control::lb::service_digest(s)
 }
 
 /// The periodic check against the gateway: a managed LB service deleted by hand
 /// (`lb service del`) is named, and once taken as gone its Service's plan adds it back
-/// whole; one whose backends were deleted by hand is read back and its plan sets them
-/// again; one changed by hand is replaced; one made by hand under a managed name that
-/// no Service wants is deleted; nothing else is touched, and the config file's service
-/// is never named.
+/// whole; one whose backends were deleted, reweighted, drained or moved to another port
+/// by hand is named, read back, and its plan sets them back (one backend request each);
+/// one changed by hand is replaced; one made by hand under a managed name that no Service
+/// wants is deleted; nothing else is touched, and the config file's service is never
+/// named.
 #[test]
 fn lb_services_changed_by_hand_are_found_and_restored_from_their_services() {
     let (mut m, key) = synced(vec![endpoint("198.19.1.10", true, false, "n1"), endpoint("198.19.2.10", true, false, "n2")]);
@@ -497,23 +497,43 @@ fn lb_services_changed_by_hand_are_found_and_restored_from_their_services() {
     for c in m.plan(&key) {
         m.record(&c);
     }
-    let mut held = held_as_applied(&m);
+    let held = held_as_applied(&m);
     assert!(m.drift(&held).is_empty(), "restored");
 
-    // `lb backend del` of one of dns's backends: the row says one backend fewer.
-    held.get_mut(dns).unwrap().backends = 1;
-    assert_eq!(m.drift(&held), [dns]);
-    let mut now = m.applied()[dns].clone();
-    let gone = now.backends.remove(1);
-    m.readopt(dns, Some(now));
-    assert_eq!(m.plan(&key), [Change::SetBackend { service: dns.into(), backend: gone }]);
+    // One of dns's backends deleted (`lb backend del`), reweighted or drained (`lb backend
+    // set … weight 7 | terminating`), or moved to another port: named, and the read-back
+    // service's plan sets the slice's backend back.
+    let applied = m.applied()[dns].clone();
+    type ByHand = (&'static str, fn(&mut ServiceSpec));
+    let by_hand: [ByHand; 4] = [
+        ("deleted", |s| {
+            s.backends.remove(1);
+        }),
+        ("reweighted", |s| s.backends[1].weight = 7),
+        ("drained", |s| s.backends[1].conditions = Conditions { ready: false, serving: true, terminating: true }),
+        ("moved", |s| s.backends[1].port = 9090),
+    ];
+    for (what, change) in by_hand {
+        let mut now = applied.clone();
+        change(&mut now);
+        let mut held = held_as_applied(&m);
+        held.insert(dns.into(), digest(&now));
+        assert_eq!(m.drift(&held), [dns], "{what}");
+        let mut m = synced(vec![endpoint("198.19.1.10", true, false, "n1"), endpoint("198.19.2.10", true, false, "n2")]).0;
+        m.readopt(dns, Some(now.clone()));
+        let mut plan = vec![Change::SetBackend { service: dns.into(), backend: applied.backends[1] }];
+        if what == "moved" {
+            plan.insert(0, Change::DelBackend { service: dns.into(), addr: now.backends[1].addr, port: 9090 });
+        }
+        assert_eq!(m.plan(&key), plan, "{what}");
+    }
 
     // The service changed by hand (another table size): replaced.
     let (mut m, key) = synced(vec![endpoint("198.19.1.10", true, false, "n1")]);
     let mut held = held_as_applied(&m);
-    held.get_mut(http).unwrap().spec.table_size = 65537;
-    assert_eq!(m.drift(&held), [http]);
     let changed = ServiceSpec { table_size: 65537, ..m.applied()[http].clone() };
+    held.insert(http.into(), digest(&changed));
+    assert_eq!(m.drift(&held), [http]);
     let want = m.applied()[http].clone();
     m.readopt(http, Some(changed));
     assert_eq!(m.plan(&key), [Change::DelService(http.into()), Change::AddService(want)]);
@@ -522,9 +542,10 @@ fn lb_services_changed_by_hand_are_found_and_restored_from_their_services() {
     let (mut m, _) = synced(vec![endpoint("198.19.1.10", true, false, "n1")]);
     let mut held = held_as_applied(&m);
     let stray = "default/gone:http@198.18.128.99";
-    held.insert(stray.into(), Held { spec: ServiceSpec { name: stray.into(), ..m.applied()[http].clone() }, backends: 0 });
+    let made = ServiceSpec { name: stray.into(), backends: Vec::new(), ..m.applied()[http].clone() };
+    held.insert(stray.into(), digest(&made));
     assert_eq!(m.drift(&held), [stray]);
-    let stray_key = m.readopt(stray, Some(ServiceSpec { name: stray.into(), backends: Vec::new(), ..m.applied()[http].clone() })).unwrap();
+    let stray_key = m.readopt(stray, Some(made)).unwrap();
     assert_eq!(stray_key, Key::new("default", "gone"));
     assert_eq!(m.plan(&stray_key), [Change::DelService(stray.into())]);
 }
