@@ -379,6 +379,36 @@ fn ports_come_and_go_between_vectors() {
     assert_eq!(names, ["src0", "src1", "src2"]);
 }
 
+/// A port pointed at another input between vectors (a reload moving the punt link): what
+/// it receives from then on enters there, its device and counters as they were; a
+/// transmit-only port, or one this worker lacks, is left alone; an unknown input is
+/// refused, changing nothing.
+#[test]
+fn a_port_is_pointed_at_another_input_between_vectors() {
+    let mut g = GraphBuilder::<Cx>::new();
+    g.add(Parity);
+    g.add_input("test-input", "parity");
+    g.add_input("punt-input", "parity");
+    let graph = g.build().unwrap();
+    let input = graph.node_id("test-input").unwrap();
+    let sunk = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let ports = vec![
+        Port::new(IfIndex(0), "src0".into(), Box::new(Counter { sent: 0, total: 100 }), Some(input)),
+        Port::new(IfIndex(1), "sink0".into(), Box::new(Sink(sunk.clone())), None),
+    ];
+    let mut w = Worker::new(0, graph, Pool::new(1024, 1), ports, Cx);
+    assert_eq!(w.set_port_input(IfIndex(0), "punt-input"), Ok(true));
+    assert!(w.set_port_input(IfIndex(0), "no-such-input").is_err());
+    assert_eq!(w.set_port_input(IfIndex(1), "punt-input"), Ok(false), "transmit-only");
+    assert_eq!(w.set_port_input(IfIndex(5), "punt-input"), Ok(false), "no such port here");
+    drain(&mut w);
+    let snap = w.snapshot();
+    let packets = |name: &str| snap.nodes.iter().find(|n| n.name == name).map_or(0, |n| n.runtime.packets);
+    assert_eq!((packets("test-input"), packets("punt-input")), (0, 100));
+    assert_eq!(sunk.load(std::sync::atomic::Ordering::Relaxed), 50, "the even half sent on as before");
+    assert_eq!(snap.ports[0].counters.rx_packets, 100);
+}
+
 next_nodes! { enum SplitNext { A = "rec-a", B = "rec-b", C = "rec-c" } }
 counters! { enum RecCounter { Done(Info, "done", "packets recorded") } }
 
