@@ -552,9 +552,34 @@ pub fn run_blocking(opts: Options) -> Result<Stats, Error> {
 mod tests {
     use super::*;
 
+    /// How the fake gateway answers `show instance` and `show lb digests`.
+    #[derive(Debug, Clone)]
+    struct Knobs {
+        /// `show instance`'s `instance` (another: the gateway restarted).
+        instance: &'static str,
+        digests: Digests,
+    }
+
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    enum Digests {
+        /// `control::lb::service_digest` of each service, as the gateway computes them.
+        Same,
+        /// Another function's (a gateway of another build): every one differs from the
+        /// controller's, whatever the service holds.
+        Other,
+    }
+
+    impl Default for Knobs {
+        fn default() -> Self {
+            Knobs { instance: "1-1", digests: Digests::Same }
+        }
+    }
+
+    type Shared<T> = std::sync::Arc<std::sync::Mutex<T>>;
+
     /// A gateway on a real control socket (control's server), its LB services in memory:
     /// what the controller's periodic check asks, and the adds it makes.
-    fn fake_gateway(path: &std::path::Path, lb: std::sync::Arc<std::sync::Mutex<BTreeMap<String, lb::ServiceSpec>>>) {
+    fn fake_gateway(path: &std::path::Path, lb: Shared<BTreeMap<String, lb::ServiceSpec>>, knobs: Shared<Knobs>) {
         use control::api::{Reply, Request};
         let (listener, bound) = control::server::bind(path).unwrap();
         std::mem::forget(bound);
@@ -563,8 +588,9 @@ mod tests {
         std::thread::spawn(move || {
             for (req, tx) in requests {
                 let mut lb = lb.lock().unwrap();
+                let knobs = knobs.lock().unwrap().clone();
                 let reply = match req {
-                    Request::ShowInstance {} => Reply::ok(serde_json::json!({"instance": "1-1"}), String::new()),
+                    Request::ShowInstance {} => Reply::ok(serde_json::json!({"instance": knobs.instance}), String::new()),
                     Request::ShowLbServices { service } => {
                         let rows: Vec<_> = lb
                             .values()
@@ -575,8 +601,11 @@ mod tests {
                         Reply::ok(serde_json::to_value(rows).unwrap(), String::new())
                     }
                     Request::ShowLbDigests {} => {
-                        let digests: serde_json::Map<_, _> =
-                            lb.values().map(|s| (s.name.clone(), control::lb::service_digest(s).into())).collect();
+                        let digest = |s: &lb::ServiceSpec| match knobs.digests {
+                            Digests::Other => format!("{:016x}", u64::from_str_radix(&control::lb::service_digest(s), 16).unwrap() ^ 1),
+                            _ => control::lb::service_digest(s),
+                        };
+                        let digests: serde_json::Map<_, _> = lb.values().map(|s| (s.name.clone(), digest(s).into())).collect();
                         Reply::ok(digests.into(), String::new())
                     }
                     Request::ShowLbBackends { service } => {
@@ -640,7 +669,7 @@ mod tests {
         use crate::objects::{Service, Slice};
         let path = std::env::temp_dir().join(format!("vecgate-k8s-check-{}.sock", std::process::id()));
         let lb = std::sync::Arc::new(std::sync::Mutex::new(BTreeMap::new()));
-        fake_gateway(&path, lb.clone());
+        fake_gateway(&path, lb.clone(), Default::default());
         let svc: k8s_openapi::api::core::v1::Service = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "web", "namespace": "default"},
             "spec": {"type": "ClusterIP", "clusterIP": "198.18.128.10", "clusterIPs": ["198.18.128.10"], "ipFamilies": ["IPv4"],
@@ -708,6 +737,101 @@ mod tests {
         assert_eq!(applier.stats.restored, 5, "as applied again: nothing more");
         assert!(!lost);
         let _ = std::fs::remove_file(&path);
+    }
+
+    /// One Service (two endpoints) applied through a fake gateway on a socket of its own.
+    struct Applied {
+        path: PathBuf,
+        lb: Shared<BTreeMap<String, lb::ServiceSpec>>,
+        knobs: Shared<Knobs>,
+        model: Model,
+        applier: Applier,
+        /// The LB service's name, and the gateway's LB services as applied.
+        name: String,
+        programmed: BTreeMap<String, lb::ServiceSpec>,
+    }
+
+    impl Drop for Applied {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+
+    fn web_slice(addrs: &[&str]) -> Slice {
+        let endpoints: Vec<_> = addrs.iter().map(|a| serde_json::json!({"addresses": [a], "conditions": {"ready": true}})).collect();
+        let slice: k8s_openapi::api::discovery::v1::EndpointSlice = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web-1", "namespace": "default", "labels": {"kubernetes.io/service-name": "web"}},
+            "addressType": "IPv4",
+            "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+            "endpoints": endpoints
+        }))
+        .unwrap();
+        Slice::from_k8s(&slice).unwrap().unwrap()
+    }
+
+    fn apply_web(tag: &str) -> Applied {
+        let path = std::env::temp_dir().join(format!("vecgate-k8s-{tag}-{}.sock", std::process::id()));
+        let lb = std::sync::Arc::new(std::sync::Mutex::new(BTreeMap::new()));
+        let knobs = std::sync::Arc::new(std::sync::Mutex::new(Knobs::default()));
+        fake_gateway(&path, lb.clone(), knobs.clone());
+        let svc: k8s_openapi::api::core::v1::Service = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"type": "ClusterIP", "clusterIP": "198.18.128.10", "clusterIPs": ["198.18.128.10"], "ipFamilies": ["IPv4"],
+                     "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]}
+        }))
+        .unwrap();
+        let mut model = Model::new(crate::Settings { node: None, table_size: 0 });
+        let key = model.service_applied(Service::from_k8s(&svc).unwrap().unwrap());
+        model.slice_applied(web_slice(&["198.19.1.10", "198.19.2.10"]));
+        let mut applier =
+            Applier { socket: path.clone(), stats: Stats::default(), pending: BTreeSet::new(), instance: None, digests_refused: false };
+        adopt_existing(&mut applier, &mut model).unwrap();
+        assert_eq!(applier.apply_all(&mut model, [key]).unwrap(), 1);
+        let programmed = lb.lock().unwrap().clone();
+        let name = programmed.keys().next().unwrap().clone();
+        Applied { path, lb, knobs, model, applier, name, programmed }
+    }
+
+    impl Applied {
+        fn check(&mut self, lost: &mut bool) {
+            check_gateway(&mut self.applier, &mut self.model, lost)
+        }
+
+        /// A backend changed by hand (`vecgate ctl lb backend set …`).
+        fn by_hand(&self, change: impl FnOnce(&mut lb::BackendSpec)) {
+            change(&mut self.lb.lock().unwrap().get_mut(&self.name).unwrap().backends[1]);
+            assert_ne!(*self.lb.lock().unwrap(), self.programmed);
+        }
+
+        fn counts(&self) -> (u64, u64) {
+            (self.applier.stats.restored, self.applier.stats.requests)
+        }
+    }
+
+    /// `restored` counts only services whose read-back differs from what was applied: a
+    /// gateway whose digests are all other than the controller's (another build) has each
+    /// service read back at every check, but one read back as applied is neither counted
+    /// nor sent a request; a backend then changed by hand is counted once and set back with
+    /// one request, and not again at the next checks.
+    #[test]
+    fn only_a_service_read_back_changed_is_counted_restored() {
+        let mut a = apply_web("restored");
+        a.knobs.lock().unwrap().digests = Digests::Other;
+        let mut lost = false;
+        for i in 0..2 {
+            a.check(&mut lost);
+            assert_eq!(a.counts(), (0, 1), "check {i}: the digest differs, the service does not");
+            assert_eq!(*a.lb.lock().unwrap(), a.programmed);
+        }
+        a.by_hand(|b| b.weight = 5);
+        a.check(&mut lost);
+        assert_eq!(*a.lb.lock().unwrap(), a.programmed, "the weight set back");
+        assert_eq!(a.counts(), (1, 2), "counted once, one backend request");
+        for i in 0..2 {
+            a.check(&mut lost);
+            assert_eq!(a.counts(), (1, 2), "check {i} after: as applied again");
+        }
+        assert!(!lost);
     }
 
     /// A managed LB service read back from the gateway's own rows (control's `ServiceRow`
