@@ -567,6 +567,8 @@ mod tests {
         /// Another function's (a gateway of another build): every one differs from the
         /// controller's, whatever the service holds.
         Other,
+        /// Refused as an unknown request (a release before `show lb digests`).
+        Refused,
     }
 
     impl Default for Knobs {
@@ -600,6 +602,7 @@ mod tests {
                             .collect();
                         Reply::ok(serde_json::to_value(rows).unwrap(), String::new())
                     }
+                    Request::ShowLbDigests {} if knobs.digests == Digests::Refused => Reply::err("unknown variant `show_lb_digests`"),
                     Request::ShowLbDigests {} => {
                         let digest = |s: &lb::ServiceSpec| match knobs.digests {
                             Digests::Other => format!("{:016x}", u64::from_str_radix(&control::lb::service_digest(s), 16).unwrap() ^ 1),
@@ -832,6 +835,66 @@ mod tests {
             assert_eq!(a.counts(), (1, 2), "check {i} after: as applied again");
         }
         assert!(!lost);
+    }
+
+    /// A gateway that refuses `show lb digests` (a release before it): warned about once,
+    /// not taken as unreachable, and the controller's other work goes on: an event is
+    /// applied, and a restart of the gateway is still seen and resynced. What such a
+    /// gateway holds is not compared at a check, so a backend changed by hand stays as it
+    /// is (no full read-back at each check) until the gateway restarts: the resync then
+    /// reads it back and sets it back as the slice says.
+    #[test]
+    fn a_gateway_without_digests_is_warned_about_once_and_still_served() {
+        use std::io::Write;
+        #[derive(Clone, Default)]
+        struct Log(Shared<Vec<u8>>);
+        impl Write for Log {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let log = Log::default();
+        let writer = log.clone();
+        let subscriber = tracing_subscriber::fmt().with_writer(move || writer.clone()).with_ansi(false).finish();
+        let mut a = apply_web("refused");
+        a.knobs.lock().unwrap().digests = Digests::Refused;
+        let mut lost = false;
+        tracing::subscriber::with_default(subscriber, || {
+            for i in 0..3 {
+                a.check(&mut lost);
+                assert!(!lost, "check {i}: not unreachable");
+                assert_eq!(a.counts(), (0, 1), "check {i}");
+            }
+            a.by_hand(|b| b.weight = 5);
+            a.check(&mut lost);
+            assert_eq!(a.lb.lock().unwrap()[&a.name].backends[1].weight, 5, "not compared, so not restored");
+            assert_eq!(a.counts(), (0, 1));
+
+            // An event: a third endpoint is one backend request.
+            let keys = a.model.slice_applied(web_slice(&["198.19.1.10", "198.19.2.10", "198.19.3.10"]));
+            assert_eq!(a.applier.apply_all(&mut a.model, keys).unwrap(), 1);
+            assert_eq!(a.lb.lock().unwrap()[&a.name].backends.len(), 3);
+            a.check(&mut lost);
+            assert!(!lost);
+
+            // The gateway restarted (holding what it held): read back, the weight set back.
+            a.knobs.lock().unwrap().instance = "2-2";
+            a.check(&mut lost);
+            assert!(!lost);
+            let now = a.lb.lock().unwrap()[&a.name].clone();
+            assert_eq!(now.backends.len(), 3);
+            assert!(now.backends.iter().all(|b| b.weight == 1), "{now:?}");
+            assert_eq!(a.counts(), (0, 3), "the resync's one backend request");
+            a.check(&mut lost);
+            assert_eq!(a.counts(), (0, 3));
+        });
+        let log = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(log.matches("the gateway gives no LB service digests").count(), 1, "{log}");
+        assert!(!log.contains("gateway unreachable"), "{log}");
     }
 
     /// A managed LB service read back from the gateway's own rows (control's `ServiceRow`
