@@ -39,9 +39,10 @@ def test_changes_are_logged_and_reads_are_not(vecgate, tmp_path):
     assert len(refused) == 1 and "WARN" in refused[0], err
     assert not any("show_runtime" in l for l in lines), err
     assert any("dataplane started" in l for l in lines) and any("dataplane stopped" in l for l in lines), err
-    # The default gateway's two GTP-U `ue` routes are counted apart from its static routes.
+    # The default gateway's two GTP-U `ue` routes and its two services' addresses are
+    # counted apart from its static routes.
     started = next(l for l in lines if "dataplane started" in l)
-    assert "tunnel_routes=2" in started, started
+    assert "tunnel_routes=4" in started, started
     assert "\x1b[" not in err, "no colour codes when stderr is not a terminal"
 
 

@@ -463,6 +463,10 @@ pub enum StreamProtocol {
     Gtpu,
     /// A GUE packet to `dst_port` carrying inner UDP (`inner_src`, `inner_dst`).
     Gue,
+    /// Tunnel-mode ESP as the peer of inbound SA `sa` sends it (from its `remote` to its
+    /// `local`), carrying inner UDP (`inner_src`, `inner_dst`, the ports): one packet
+    /// sealed with the SA's keys, sent again and again (the SA needs `anti_replay = false`).
+    Esp,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -492,8 +496,10 @@ pub struct StreamConfig {
     pub tcp_flags: u16,
     #[serde(default)]
     pub modify: Vec<ModifyConfig>,
-    /// For `protocol = "gtpu"` (`teid`), and `"gtpu"` or `"gue"` (`inner_src`, `inner_dst`).
+    /// For `protocol = "gtpu"` (`teid`), `"esp"` (`sa`, an inbound SA's index), and
+    /// `"gtpu"`, `"gue"` or `"esp"` (`inner_src`, `inner_dst`).
     pub teid: Option<u32>,
+    pub sa: Option<u32>,
     pub inner_src: Option<String>,
     pub inner_dst: Option<String>,
     /// Outer UDP checksum of a gtpu stream (default: computed).

@@ -3,7 +3,7 @@
 //! built, so a bad configuration changes nothing.
 
 use crate::config::ConfigError;
-use crate::config::{parse_field, parse_ip, Config, InterfaceKind, ModifyField, StreamProtocol};
+use crate::config::{parse_field, parse_ip, Config, InterfaceKind, ModifyField, StreamConfig, StreamProtocol};
 use arc_swap::ArcSwap;
 use crossbeam_channel::{Receiver, Sender};
 use engine::device::Device;
@@ -670,12 +670,21 @@ fn stream_specs(cfg: &Config) -> Result<BTreeMap<String, Vec<io::pg::StreamSpec>
                 let proto = if inner_src.is_ipv4() { 4 } else { 41 };
                 L4Spec::UdpTunnel { dst_port: s.dst_port, header: vec![0, proto, 0, 0], inner_src, inner_dst }
             }
+            StreamProtocol::Esp => esp_stream_payload(cfg, i, s, src, dst)?,
         };
         if s.protocol != StreamProtocol::Gtpu && (s.teid.is_some() || s.udp_checksum.is_some()) {
             return Err(cfg.err(f("teid"), "`teid` and `udp_checksum` are for protocol = \"gtpu\" streams"));
         }
-        if !matches!(s.protocol, StreamProtocol::Gtpu | StreamProtocol::Gue) && (s.inner_src.is_some() || s.inner_dst.is_some()) {
-            return Err(cfg.err(f("inner_src"), "`inner_src` and `inner_dst` are for protocol = \"gtpu\" and \"gue\" streams"));
+        if s.protocol != StreamProtocol::Esp && s.sa.is_some() {
+            return Err(cfg.err(f("sa"), "`sa` is for protocol = \"esp\" streams"));
+        }
+        if !matches!(s.protocol, StreamProtocol::Gtpu | StreamProtocol::Gue | StreamProtocol::Esp)
+            && (s.inner_src.is_some() || s.inner_dst.is_some())
+        {
+            return Err(cfg.err(f("inner_src"), "`inner_src` and `inner_dst` are for protocol = \"gtpu\", \"gue\" and \"esp\" streams"));
+        }
+        if s.protocol == StreamProtocol::Esp && !s.modify.is_empty() {
+            return Err(cfg.err(f("modify"), "an esp stream resends one sealed packet: expected no modifiers (they would break its ICV)"));
         }
         let mut modifiers = Vec::new();
         for (j, m) in s.modify.iter().enumerate() {
@@ -696,9 +705,14 @@ fn stream_specs(cfg: &Config) -> Result<BTreeMap<String, Vec<io::pg::StreamSpec>
         if s.rate == Some(0) {
             return Err(cfg.err(f("rate"), "expected at least 1 packet per second (omit it for line rate)"));
         }
+        // An esp stream's frame is as long as its sealed packet.
+        let frame_size = match &l4 {
+            L4Spec::Payload { payload, .. } => 14 + if src.is_ipv4() { 20 } else { 40 } + payload.len(),
+            _ => s.size,
+        };
         let spec = StreamSpec {
             name: s.name.clone(),
-            packet: PacketSpec { src_mac, dst_mac, src, dst, ttl: s.ttl, l4, frame_size: s.size },
+            packet: PacketSpec { src_mac, dst_mac, src, dst, ttl: s.ttl, l4, frame_size },
             modifiers,
             count: s.count,
             rate_pps: s.rate,
@@ -708,6 +722,48 @@ fn stream_specs(cfg: &Config) -> Result<BTreeMap<String, Vec<io::pg::StreamSpec>
         by_if.entry(s.interface.clone()).or_default().push(spec);
     }
     Ok(by_if)
+}
+
+/// The payload of stream `i`, `protocol = "esp"`: an inner UDP packet from `inner_src`
+/// to `inner_dst` (`size` its frame's length before encryption), sealed as the peer of
+/// inbound SA `sa` sends it, from `src` (the SA's `remote`) to `dst` (its `local`).
+fn esp_stream_payload(cfg: &Config, i: usize, s: &StreamConfig, src: IpAddr, dst: IpAddr) -> Result<io::pg::L4Spec, ConfigError> {
+    use io::pg::{L4Spec, PacketSpec};
+    let f = |n: &str| format!("stream[{i}].{n}");
+    let (Some(index), Some(isrc), Some(idst)) = (s.sa, s.inner_src.as_deref(), s.inner_dst.as_deref()) else {
+        return Err(cfg.err(f("protocol"), "an esp stream needs `sa` (an inbound SA's index), `inner_src` and `inner_dst`"));
+    };
+    let Some(sa) = cfg.ipsec_sas.iter().find(|c| c.index == index && c.direction == ipsec::Direction::Inbound) else {
+        return Err(cfg.err(f("sa"), format!("{index}: expected the index of an inbound [[ipsec_sa]]")));
+    };
+    if sa.anti_replay {
+        return Err(cfg.err(
+            f("sa"),
+            format!("SA {index} has anti_replay on: an esp stream resends one sealed packet, which its window drops as a replay; expected anti_replay = false on it"),
+        ));
+    }
+    for (field, addr, want, what) in [("src", src, &sa.remote, "remote"), ("dst", dst, &sa.local, "local")] {
+        if want.parse::<IpAddr>().ok() != Some(addr) {
+            return Err(cfg.err(f(field), format!("{addr}: expected SA {index}'s {what} ({want})")));
+        }
+    }
+    let inner_src = parse_ip(cfg, &f("inner_src"), isrc)?;
+    let inner_dst = parse_ip(cfg, &f("inner_dst"), idst)?;
+    let mac = EthernetAddress([2, 0, 0, 0, 0, 0]);
+    let inner = PacketSpec {
+        src_mac: mac,
+        dst_mac: mac,
+        src: inner_src,
+        dst: inner_dst,
+        ttl: s.ttl,
+        l4: L4Spec::Udp { src_port: s.src_port, dst_port: s.dst_port },
+        frame_size: s.size,
+    };
+    let frame = io::pg::template(&inner).map_err(|e| cfg.err(f("size"), e.to_string()))?;
+    let sealed = sa.peer_packet(&frame[14..]).map_err(|(field, m)| cfg.err(f(&format!("sa ({field})")), m))?;
+    let l3 = if src.is_ipv4() { (sealed[0] & 0x0f) as usize * 4 } else { 40 };
+    let protocol = if src.is_ipv4() { sealed[9] } else { sealed[6] };
+    Ok(L4Spec::Payload { protocol, payload: sealed[l3..].to_vec() })
 }
 
 /// Everything a running dataplane is made of.

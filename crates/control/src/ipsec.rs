@@ -146,6 +146,42 @@ impl IpsecSaConfig {
             .collect::<Result<Vec<_>, _>>()?;
         Ok((spec, routes))
     }
+
+    /// The ESP packet this inbound tunnel-mode SA's peer sends first, carrying the IP
+    /// packet `inner` (sequence number 1), sealed with the SA's keys by the dataplane's
+    /// own encryption: the SA mirrored (outbound, endpoints swapped). For
+    /// packet generators (`protocol = "esp"` streams, `vecgate bench esp4-decrypt`).
+    pub fn peer_packet(&self, inner: &[u8]) -> Result<Vec<u8>, FieldError> {
+        if self.direction != Direction::Inbound || self.mode != Mode::Tunnel {
+            return Err(("direction", "expected an inbound tunnel-mode SA (what its peer sends is generated)".into()));
+        }
+        let inner_v4 = match inner.first().map(|b| b >> 4) {
+            Some(4) => true,
+            Some(6) => false,
+            _ => return Err(("inner", "expected an IPv4 or IPv6 packet".into())),
+        };
+        let mut peer = self.clone();
+        peer.direction = Direction::Outbound;
+        // Endpoints are each end's own (`local` is the sender of an outbound SA's
+        // packets); the UDP ports are the packets' already, as an inbound SA gives them.
+        std::mem::swap(&mut peer.local, &mut peer.remote);
+        (peer.urpf, peer.anti_replay) = (Urpf::default(), true);
+        let (spec, _) = peer.to_spec()?;
+        let v4 = spec.local.is_ipv4();
+        let sa = ipsec::Sa::new(spec, [7; 16]).map_err(|e| ("enc_key", e.to_string()))?;
+        let (seq, _) = sa.outbound.next(inner.len() as u64, sa.spec.esn, &sa.spec.lifetime).map_err(|e| ("spi", format!("{e:?}")))?;
+        let mut pool = engine::Pool::new(1, 0);
+        let bi = pool.alloc(inner.len()).ok_or(("inner", "no buffer for the packet".to_string()))?;
+        let buf = pool.get_mut(bi);
+        buf.write(inner).map_err(|e| ("inner", format!("{e:?}")))?;
+        let sealed = if v4 {
+            ipsec::nodes::encrypt::encrypt::<ip::outer::Ip4Outer>(&sa, seq, inner_v4, buf)
+        } else {
+            ipsec::nodes::encrypt::encrypt::<ip::outer::Ip6Outer>(&sa, seq, inner_v4, buf)
+        };
+        sealed.map_err(|c| ("inner", format!("{c:?}")))?;
+        Ok(buf.bytes().to_vec())
+    }
 }
 
 /// The words `ipsec sa add` takes, for the error that names one it does not.

@@ -51,6 +51,13 @@ pub enum L4Spec {
         inner_src: IpAddr,
         inner_dst: IpAddr,
     },
+    /// An IP payload given whole (an ESP packet a control plane sealed): `payload` after
+    /// the IP header, as protocol `protocol`; the frame is exactly that long
+    /// (`frame_size` must say so). Only addresses can be modified (the payload is opaque).
+    Payload {
+        protocol: u8,
+        payload: Vec<u8>,
+    },
 }
 
 /// An inner UDP packet (ports 1024) filling `inner`, with its checksums.
@@ -165,6 +172,8 @@ pub enum TemplateError {
     NoTeid,
     #[error("at most {MAX_MODIFIERS} modifiers per stream")]
     TooManyModifiers,
+    #[error("frame size {size}: a packet of a given payload is exactly {exact} bytes")]
+    PayloadSize { size: usize, exact: usize },
 }
 
 /// Where a template keeps the fields modifiers touch.
@@ -203,10 +212,14 @@ fn build(spec: &PacketSpec) -> Result<(Vec<u8>, Layout), TemplateError> {
         L4Spec::IcmpEcho { .. } => 8,
         L4Spec::Gtpu { inner_src, .. } => 8 + 8 + if inner_src.is_ipv4() { 20 } else { 40 } + 8,
         L4Spec::UdpTunnel { ref header, inner_src, .. } => 8 + header.len() + if inner_src.is_ipv4() { 20 } else { 40 } + 8,
+        L4Spec::Payload { ref payload, .. } => payload.len(),
     };
     let min = 14 + l3 + l4;
     if spec.frame_size < min {
         return Err(TemplateError::TooSmall { size: spec.frame_size, min });
+    }
+    if matches!(spec.l4, L4Spec::Payload { .. }) && spec.frame_size != min {
+        return Err(TemplateError::PayloadSize { size: spec.frame_size, exact: min });
     }
     let mut f = vec![0u8; spec.frame_size];
     f[..14].copy_from_slice(&EthernetRepr { src: spec.src_mac, dst: spec.dst_mac, ethertype: et }.to_bytes());
@@ -221,6 +234,7 @@ fn build(spec: &PacketSpec) -> Result<(Vec<u8>, Layout), TemplateError> {
         (L4Spec::Tcp { .. }, _) => IpProtocol::Tcp,
         (L4Spec::IcmpEcho { .. }, EtherType::Ipv4) => IpProtocol::Icmp,
         (L4Spec::IcmpEcho { .. }, _) => IpProtocol::Icmpv6,
+        (L4Spec::Payload { protocol, .. }, _) => IpProtocol::from(*protocol),
     };
     let mut lay = Layout::default();
     match (spec.src, spec.dst) {
@@ -296,6 +310,7 @@ fn build(spec: &PacketSpec) -> Result<(Vec<u8>, Layout), TemplateError> {
             lay.src_port = Some(l4_off);
             lay.dst_port = Some(l4_off + 2);
         }
+        L4Spec::Payload { ref payload, .. } => seg.copy_from_slice(payload),
         L4Spec::IcmpEcho { ident, seq } => match (spec.src, spec.dst) {
             (IpAddr::V4(_), IpAddr::V4(_)) => {
                 let data = seg[8..].to_vec();
@@ -659,6 +674,32 @@ mod tests {
             srcs.insert(ip.src_addr());
         }
         assert_eq!(srcs.len(), 256);
+    }
+
+    #[test]
+    fn a_given_payload_follows_the_ip_header_as_given() {
+        let payload: Vec<u8> = (0..37u8).collect();
+        let mut s = spec(3);
+        s.packet.l4 = L4Spec::Payload { protocol: 50, payload: payload.clone() };
+        s.packet.frame_size = 14 + 20 + payload.len();
+        s.modifiers = vec![ModifierSpec { field: Field::DstAddr, pattern: Pattern::Increment { count: 2 } }];
+        let mut g = PacketGenerator::new(&[s.clone()]).unwrap();
+        let mut pool = Pool::new(16, 0);
+        let mut out = Vec::new();
+        g.rx(&mut pool, &mut out, 256);
+        assert_eq!(out.len(), 3);
+        for &b in &out {
+            let f = pool.get(b).bytes();
+            let ip = Ipv4Packet::new_checked(&f[14..]).unwrap();
+            assert!(ip.verify_checksum());
+            assert_eq!((u8::from(ip.protocol()), ip.payload()), (50, &payload[..]));
+        }
+        // The frame is exactly the payload's; ports are not there to modify.
+        let mut wrong = s.clone();
+        wrong.packet.frame_size += 1;
+        assert_eq!(PacketGenerator::new(&[wrong]).err().map(|e| e.1), Some(TemplateError::PayloadSize { size: 72, exact: 71 }));
+        s.modifiers = vec![ModifierSpec { field: Field::SrcPort, pattern: Pattern::Increment { count: 2 } }];
+        assert_eq!(PacketGenerator::new(&[s]).err().map(|e| e.1), Some(TemplateError::NoPorts));
     }
 
     #[test]

@@ -664,17 +664,9 @@ fn esp_setup(opts: &GtpuOptions, control: &mut control::dataplane::Control, scen
 /// packet, sealed with the ESP scenarios' keys by the encrypt step itself.
 fn esp_frame(spec: &PacketSpec, opts: &GtpuOptions) -> Result<Vec<u8>> {
     let frame = io::pg::template(spec).map_err(|e| anyhow!(e))?;
-    let mut sender = esp_sa(opts.alg, ipsec::Direction::Outbound);
-    (sender.local, sender.remote) = ("198.18.1.2".into(), "198.18.1.1".into());
-    let (sa_spec, _) = sender.to_spec().map_err(|(f, m)| anyhow!("{f}: {m}"))?;
-    let sa = ipsec::Sa::new(sa_spec, [7; 16]).map_err(|e| anyhow!("{e}"))?;
-    let (seq, _) = sa.outbound.next(0, false, &sa.spec.lifetime).map_err(|e| anyhow!("{e:?}"))?;
-    let mut pool = engine::Pool::new(1, 0);
-    let i = pool.alloc(frame.len()).ok_or_else(|| anyhow!("no buffer"))?;
-    let buf = pool.get_mut(i);
-    buf.write(&frame[14..]).map_err(|e| anyhow!("{e:?}"))?;
-    ipsec::nodes::encrypt::encrypt::<ip::outer::Ip4Outer>(&sa, seq, true, buf).map_err(|c| anyhow!("{c:?}"))?;
-    Ok(frame[..14].iter().chain(buf.bytes()).copied().collect())
+    let (l2, inner) = frame.split_at(14);
+    let sealed = esp_sa(opts.alg, ipsec::Direction::Inbound).peer_packet(inner).map_err(|(f, m)| anyhow!("{f}: {m}"))?;
+    Ok([l2, &sealed].concat())
 }
 
 /// The frame of `spec` cut into two IPv4 fragments of about equal size by the
