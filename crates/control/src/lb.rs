@@ -317,7 +317,7 @@ impl ServiceRow {
     }
 }
 
-/// A service's digest: a fixed 64-bit hash of everything it was added and changed with,
+/// A service's digest: 64 bits of SHA-256 over everything it was added and changed with,
 /// as 16 hex digits. Every field of the spec counts, and every backend's address, port,
 /// weight, conditions and locality; the backends as the set the tables make of them (in
 /// address and port order, whatever order they were added in). `show lb digests` gives
@@ -373,26 +373,23 @@ fn digest_of(spec: &ServiceSpec) -> u64 {
         d.word(u64::from(weight));
         d.word(u64::from(ready) | u64::from(serving) << 1 | u64::from(terminating) << 2 | u64::from(local) << 3);
     }
-    d.0
+    d.finish()
 }
 
-/// The digest's state: each 64-bit word of the encoding is folded in by a bijective mix
-/// (splitmix64's finalizer), so two encodings of one length that differ in one word
-/// always give two digests; the encoding is prefix-free (lengths and tags first).
-struct Digest(u64);
-
-impl Default for Digest {
-    fn default() -> Self {
-        Digest(0x7665_6367_6174_6531) // "vecgate1"
-    }
-}
+/// The digest's state: the encoding (64-bit little-endian words; prefix-free: lengths
+/// and tags first) through SHA-256 (ring's), of which the first 8 bytes are the digest.
+/// A vetted hash rather than our own mix: two encodings collide only as SHA-256 does.
+#[derive(Default)]
+struct Digest(Vec<u8>);
 
 impl Digest {
     fn word(&mut self, w: u64) {
-        let mut x = self.0 ^ w;
-        x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        self.0 = x ^ (x >> 31);
+        self.0.extend_from_slice(&w.to_le_bytes());
+    }
+
+    fn finish(self) -> u64 {
+        let d = ring::digest::digest(&ring::digest::SHA256, &self.0);
+        u64::from_be_bytes(d.as_ref()[..8].try_into().expect("SHA-256 has 32 bytes"))
     }
 
     fn bytes(&mut self, b: &[u8]) {
@@ -892,8 +889,9 @@ mod tests {
         let base = digest_spec();
         let d = service_digest(&base);
         assert_eq!(d.len(), 16);
-        // Computed apart too, by the encoding as documented (a Python rendering of it).
-        assert_eq!(d, "abda135a3b618de5", "the digest is fixed: a program of another build compares it");
+        // Computed apart too: the encoding as documented, rendered in Python, through
+        // hashlib.sha256.
+        assert_eq!(d, "8de65321361a3984", "the digest is fixed: a program of another build compares it");
         for order in [[2, 1, 0], [1, 0, 2], [0, 2, 1]] {
             let s = ServiceSpec { backends: order.iter().map(|&i| base.backends[i]).collect(), ..base.clone() };
             assert_eq!(service_digest(&s), d, "{order:?}");
