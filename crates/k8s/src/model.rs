@@ -103,6 +103,10 @@ pub struct Model {
     slices: HashMap<Key, Slice>,
     by_service: HashMap<Key, BTreeSet<Key>>,
     applied: BTreeMap<String, ServiceSpec>,
+    /// [`control::lb::service_digest`] of applied LB services, by name, computed when a
+    /// check first needs one ([`Model::drift`]) and dropped with every change to the
+    /// service ([`Model::applied_mut`]), so a check computes none for those unchanged.
+    digests: HashMap<String, String>,
 }
 
 impl Model {
@@ -123,12 +127,20 @@ impl Model {
     /// gateway restarted under the controller holds only its config file's).
     pub fn forget_applied(&mut self) {
         self.applied.clear();
+        self.digests.clear();
+    }
+
+    /// The applied LB services, to change the one named `name`: the one way they are
+    /// changed (but [`Model::forget_applied`]), which drops its cached digest.
+    fn applied_mut(&mut self, name: &str) -> &mut BTreeMap<String, ServiceSpec> {
+        self.digests.remove(name);
+        &mut self.applied
     }
 
     /// Take LB services found in the dataplane at start as applied (a restarted
     /// controller then changes only what differs).
     pub fn adopt(&mut self, spec: ServiceSpec) {
-        self.applied.insert(spec.name.clone(), spec);
+        self.applied_mut(&spec.name).insert(spec.name.clone(), spec);
     }
 
     fn applied_of(&self, key: &Key) -> BTreeMap<String, ServiceSpec> {
@@ -159,11 +171,24 @@ impl Model {
     /// them): applied but gone (deleted by hand, `lb service del`), changed in any way — the
     /// service, or a backend added, removed, reweighted or its conditions changed — or
     /// there but never applied. Compares digests ([`control::lb::service_digest`] of what
-    /// was applied), so the backends are read only for what this names.
-    pub fn drift(&self, held: &BTreeMap<String, String>) -> Vec<String> {
-        let managed = self.applied.iter().filter(|(n, _)| desired::is_managed(n));
-        let mut names: Vec<String> =
-            managed.filter(|(n, a)| held.get(*n) != Some(&control::lb::service_digest(a))).map(|(n, _)| n.clone()).collect();
+    /// was applied, cached: computed only for services changed since the last check), so
+    /// the backends are read only for what this names.
+    pub fn drift(&mut self, held: &BTreeMap<String, String>) -> Vec<String> {
+        let mut names = Vec::new();
+        for (n, a) in self.applied.iter().filter(|(n, _)| desired::is_managed(n)) {
+            let differs = match self.digests.get(n) {
+                Some(d) => held.get(n) != Some(d),
+                None => {
+                    let d = control::lb::service_digest(a);
+                    let differs = held.get(n) != Some(&d);
+                    self.digests.insert(n.clone(), d);
+                    differs
+                }
+            };
+            if differs {
+                names.push(n.clone());
+            }
+        }
         names.extend(held.keys().filter(|n| desired::is_managed(n) && !self.applied.contains_key(*n)).cloned());
         names.sort();
         names
@@ -175,10 +200,10 @@ impl Model {
     pub fn readopt(&mut self, name: &str, held: Option<ServiceSpec>) -> Option<Key> {
         match held {
             Some(spec) => {
-                self.applied.insert(name.to_string(), spec);
+                self.applied_mut(name).insert(name.to_string(), spec);
             }
             None => {
-                self.applied.remove(name);
+                self.applied_mut(name).remove(name);
             }
         }
         key_of(name)
@@ -188,13 +213,13 @@ impl Model {
     pub fn record(&mut self, c: &Change) {
         match c {
             Change::DelService(n) => {
-                self.applied.remove(n);
+                self.applied_mut(n).remove(n);
             }
             Change::AddService(s) => {
-                self.applied.insert(s.name.clone(), s.clone());
+                self.applied_mut(&s.name).insert(s.name.clone(), s.clone());
             }
             Change::SetBackend { service, backend } => {
-                if let Some(s) = self.applied.get_mut(service) {
+                if let Some(s) = self.applied_mut(service).get_mut(service) {
                     match s.backends.iter_mut().find(|b| b.addr == backend.addr && b.port == backend.port) {
                         Some(b) => *b = *backend,
                         None => s.backends.push(*backend),
@@ -203,7 +228,7 @@ impl Model {
                 }
             }
             Change::DelBackend { service, addr, port } => {
-                if let Some(s) = self.applied.get_mut(service) {
+                if let Some(s) = self.applied_mut(service).get_mut(service) {
                     s.backends.retain(|b| !(b.addr == *addr && b.port == *port));
                 }
             }

@@ -669,3 +669,91 @@ proptest! {
         prop_assert!(m.plan(&key).is_empty());
     }
 }
+
+proptest! {
+    /// The digest the model caches for each applied LB service is always
+    /// `control::lb::service_digest` of its spec as it is now: after every kind of change
+    /// (adopted, added, deleted, a backend set or reweighted or drained, a backend deleted,
+    /// read back or found gone, everything forgotten), with a check between each two that
+    /// fills the cache, a gateway holding exactly what was applied has no drift.
+    #[test]
+    fn the_cached_digest_is_that_of_the_spec_after_every_change(
+        steps in proptest::collection::vec((0u8..8, spec_strategy(), 0u8..4, 1u32..4), 1..24)
+    ) {
+        let mut m = Model::new(settings());
+        for (i, (op, specs, pick, w)) in steps.into_iter().enumerate() {
+            let name = format!("default/web:p{pick}@198.18.128.{pick}");
+            let spec = specs.values().next().cloned().map(|s| ServiceSpec { name: name.clone(), ..s });
+            let first = m.applied().get(&name).and_then(|s| s.backends.first().copied());
+            match op {
+                0 => spec.into_iter().for_each(|s| m.adopt(s)),
+                1 => spec.into_iter().for_each(|s| m.record(&Change::AddService(s))),
+                2 => m.record(&Change::DelService(name.clone())),
+                3 => {
+                    // Reweighted, drained or ready again, or a new backend.
+                    let backend = match first {
+                        Some(mut b) => {
+                            b.weight = w;
+                            b.conditions.terminating = !b.conditions.terminating;
+                            b.conditions.ready = !b.conditions.terminating;
+                            b
+                        }
+                        None => BackendSpec::new(std::net::IpAddr::from([198, 19, 9, pick]), 8080),
+                    };
+                    m.record(&Change::SetBackend { service: name.clone(), backend });
+                }
+                4 => {
+                    if let Some(b) = first {
+                        m.record(&Change::DelBackend { service: name.clone(), addr: b.addr, port: b.port });
+                    }
+                }
+                5 => {
+                    m.readopt(&name, spec);
+                }
+                6 => {
+                    m.readopt(&name, None);
+                }
+                _ => m.forget_applied(),
+            }
+            let held: BTreeMap<String, String> = m.applied().iter().map(|(n, s)| (n.clone(), digest(s))).collect();
+            prop_assert_eq!(m.drift(&held), Vec::<String>::new(), "step {} (op {})", i, op);
+        }
+    }
+}
+
+/// One check's digest comparison at 10 000 LB services of 10 backends each (the scale of
+/// tests/k8s/scale.py): `Model::drift` over a gateway holding what was applied, the first
+/// time (every digest computed) and then (cached). Timing only:
+/// `cargo test --release -p vecgate-k8s --test mapping -- --ignored --nocapture drift_time`.
+#[test]
+#[ignore]
+fn drift_time_at_10000_services() {
+    let mut m = Model::new(settings());
+    for i in 0..10_000u32 {
+        let [_, _, a, b] = (0xc612_0000u32 + i).to_be_bytes();
+        let backends = (1..=10u8).map(|h| BackendSpec::new(std::net::IpAddr::from([198, 19, a, h]), 8080)).collect();
+        m.adopt(ServiceSpec {
+            name: format!("ns{}/svc{i}:http@198.18.{a}.{b}", i % 10),
+            kind: ServiceType::ClusterIp,
+            vip: std::net::IpAddr::from([198, 18, a, b]),
+            port: 80,
+            protocol: Protocol::Tcp,
+            backends,
+            traffic_policy: TrafficPolicy::Cluster,
+            affinity: Affinity::None,
+            table_size: 0,
+            forwarding: lb::Forwarding::Nat,
+            gue_port: 0,
+        });
+    }
+    let held: BTreeMap<String, String> = m.applied().iter().map(|(n, s)| (n.clone(), digest(s))).collect();
+    let mut us = Vec::new();
+    for _ in 0..21 {
+        let t0 = std::time::Instant::now();
+        assert!(m.drift(&held).is_empty());
+        us.push(t0.elapsed().as_micros());
+    }
+    let first = us.remove(0);
+    us.sort_unstable();
+    println!("drift at 10 000 services: first {first} us, then median {} us, max {} us", us[us.len() / 2], us[us.len() - 1]);
+}
