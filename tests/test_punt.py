@@ -74,25 +74,33 @@ def lab():
     l.close()
 
 
+def host_stack(lab, g, ns, tap, net):
+    """A host's stack in `ns` behind the gateway's tap `tap` (moved there from the
+    gateway's namespace `g`), holding the gateway's addresses (198.18.3.2,
+    2001:db8:3::2) as the punt link's host does, reached by 198.18.<net>.0/30 and
+    2001:db8:<net>::/64; it and vecgate resolve each other on the tap."""
+    lab.run(g, "ip", "link", "set", tap, "netns", ns)
+    lab.run(ns, "ip", "link", "set", tap, "up")
+    lab.run(ns, "ip", "addr", "add", f"198.18.{net}.2/30", "dev", tap)
+    lab.run(ns, "ip", "addr", "add", f"2001:db8:{net}::2/64", "dev", tap, "nodad")
+    lab.run(ns, "ip", "addr", "add", "198.18.3.2/32", "dev", "lo")
+    lab.run(ns, "ip", "addr", "add", "2001:db8:3::2/128", "dev", "lo")
+    lab.run(ns, "ip", "route", "add", "198.18.3.0/24", "via", f"198.18.{net}.1", "src", "198.18.3.2")
+    lab.run(ns, "ip", "-6", "route", "add", "2001:db8:3::/64", "via", f"2001:db8:{net}::1", "src", "2001:db8:3::2")
+    for dst in (f"198.18.{net}.1", f"2001:db8:{net}::1"):
+        lab.run(ns, "ping", "-c", "2", "-i", "0.2", "-W", "1", dst, check=False)
+
+
 def punt_lab(lab, vecgate, tmp_path, workers=1):
     a, g, s = lab.ns("a"), lab.dataplane_ns("gw"), lab.ns("s")
     lab.veth(a, "a0", g, "g0")
     lab.run(a, "ip", "addr", "add", "198.18.3.1/24", "dev", "a0")
     lab.run(a, "ip", "addr", "add", "2001:db8:3::1/64", "dev", "a0", "nodad")
     gw = Vecgate(lab, vecgate, g, f"[dataplane]\nworkers = {workers}\n" + CONFIG, tmp_path, split_dataplane=True)
-    lab.run(g, "ip", "link", "set", "vg-host", "netns", s)
-    lab.run(s, "ip", "link", "set", "vg-host", "up")
-    lab.run(s, "ip", "addr", "add", "198.18.250.2/30", "dev", "vg-host")
-    lab.run(s, "ip", "addr", "add", "2001:db8:250::2/64", "dev", "vg-host", "nodad")
-    lab.run(s, "ip", "addr", "add", "198.18.3.2/32", "dev", "lo")
-    lab.run(s, "ip", "addr", "add", "2001:db8:3::2/128", "dev", "lo")
-    lab.run(s, "ip", "route", "add", "198.18.3.0/24", "via", "198.18.250.1", "src", "198.18.3.2")
-    lab.run(s, "ip", "-6", "route", "add", "2001:db8:3::/64", "via", "2001:db8:250::1", "src", "2001:db8:3::2")
-    # A resolves the gateway; vecgate and S resolve each other on the tap.
+    host_stack(lab, g, s, "vg-host", 250)
+    # A resolves the gateway.
     for dst in ("198.18.3.2", "2001:db8:3::2"):
         lab.run(a, "ping", "-c", "2", "-i", "0.2", "-W", "1", dst, check=False)
-    for dst in ("198.18.250.1", "2001:db8:250::1"):
-        lab.run(s, "ping", "-c", "2", "-i", "0.2", "-W", "1", dst, check=False)
     return a, s, gw
 
 
@@ -189,21 +197,6 @@ addresses = ["198.18.251.1/30", "2001:db8:251::1/64"]
 """
 
 
-def second_host(lab, g, s2):
-    """S2: a second host's stack behind its own tap, holding the gateway's addresses as S
-    does, reached from the gateway by 198.18.251.0/30 and 2001:db8:251::/64."""
-    lab.run(g, "ip", "link", "set", "vg-host2", "netns", s2)
-    lab.run(s2, "ip", "link", "set", "vg-host2", "up")
-    lab.run(s2, "ip", "addr", "add", "198.18.251.2/30", "dev", "vg-host2")
-    lab.run(s2, "ip", "addr", "add", "2001:db8:251::2/64", "dev", "vg-host2", "nodad")
-    lab.run(s2, "ip", "addr", "add", "198.18.3.2/32", "dev", "lo")
-    lab.run(s2, "ip", "addr", "add", "2001:db8:3::2/128", "dev", "lo")
-    lab.run(s2, "ip", "route", "add", "198.18.3.0/24", "via", "198.18.251.1", "src", "198.18.3.2")
-    lab.run(s2, "ip", "-6", "route", "add", "2001:db8:3::/64", "via", "2001:db8:251::1", "src", "2001:db8:3::2")
-    for dst in ("198.18.251.1", "2001:db8:251::1"):
-        lab.run(s2, "ping", "-c", "2", "-i", "0.2", "-W", "1", dst, check=False)
-
-
 def punted_to(lab, a, hosts, n=20):
     """Send n datagrams to the gateway's port 500 over each family from A, with an echo
     daemon on every host in `hosts` (name -> namespace); returns the echoes A matched and
@@ -236,7 +229,7 @@ def two_host_lab(lab, vecgate, tmp_path, workers, punt=True):
     lab.run(s, "ip", "-6", "route", "add", "2001:db8:3::/64", "via", "2001:db8:250::1", "src", "2001:db8:3::2")
     for dst in ("198.18.250.1", "2001:db8:250::1"):
         lab.run(s, "ping", "-c", "2", "-i", "0.2", "-W", "1", dst, check=False)
-    second_host(lab, g, s2)
+    host_stack(lab, g, s2, "vg-host2", 251)
     for dst in ("198.18.3.2", "2001:db8:3::2"):
         lab.run(a, "ping", "-c", "2", "-i", "0.2", "-W", "1", dst, check=False)
     return a, s, s2, gw
