@@ -648,6 +648,8 @@ fn stream_specs(cfg: &Config) -> Result<BTreeMap<String, Vec<io::pg::StreamSpec>
             Some(m) => parse_field(cfg, &f("dst_mac"), m, "a MAC address")?,
             None => if_mac.expect("the stream's interface was found above"),
         };
+        // The frame's length: `size`, but an esp stream's is its sealed packet's.
+        let mut frame_size = s.size;
         let l4 = match s.protocol {
             StreamProtocol::Udp => L4Spec::Udp { src_port: s.src_port, dst_port: s.dst_port },
             StreamProtocol::Tcp => L4Spec::Tcp { src_port: s.src_port, dst_port: s.dst_port, flags: s.tcp_flags },
@@ -670,7 +672,11 @@ fn stream_specs(cfg: &Config) -> Result<BTreeMap<String, Vec<io::pg::StreamSpec>
                 let proto = if inner_src.is_ipv4() { 4 } else { 41 };
                 L4Spec::UdpTunnel { dst_port: s.dst_port, header: vec![0, proto, 0, 0], inner_src, inner_dst }
             }
-            StreamProtocol::Esp => esp_stream_payload(cfg, i, s, src, dst)?,
+            StreamProtocol::Esp => {
+                let (l4, len) = esp_stream_payload(cfg, i, s, src, dst)?;
+                frame_size = len;
+                l4
+            }
         };
         if s.protocol != StreamProtocol::Gtpu && (s.teid.is_some() || s.udp_checksum.is_some()) {
             return Err(cfg.err(f("teid"), "`teid` and `udp_checksum` are for protocol = \"gtpu\" streams"));
@@ -705,11 +711,6 @@ fn stream_specs(cfg: &Config) -> Result<BTreeMap<String, Vec<io::pg::StreamSpec>
         if s.rate == Some(0) {
             return Err(cfg.err(f("rate"), "expected at least 1 packet per second (omit it for line rate)"));
         }
-        // An esp stream's frame is as long as its sealed packet.
-        let frame_size = match &l4 {
-            L4Spec::Payload { payload, .. } => 14 + if src.is_ipv4() { 20 } else { 40 } + payload.len(),
-            _ => s.size,
-        };
         let spec = StreamSpec {
             name: s.name.clone(),
             packet: PacketSpec { src_mac, dst_mac, src, dst, ttl: s.ttl, l4, frame_size },
@@ -724,10 +725,11 @@ fn stream_specs(cfg: &Config) -> Result<BTreeMap<String, Vec<io::pg::StreamSpec>
     Ok(by_if)
 }
 
-/// The payload of stream `i`, `protocol = "esp"`: an inner UDP packet from `inner_src`
-/// to `inner_dst` (`size` its frame's length before encryption), sealed as the peer of
-/// inbound SA `sa` sends it, from `src` (the SA's `remote`) to `dst` (its `local`).
-fn esp_stream_payload(cfg: &Config, i: usize, s: &StreamConfig, src: IpAddr, dst: IpAddr) -> Result<io::pg::L4Spec, ConfigError> {
+/// The payload of stream `i`, `protocol = "esp"`, and its frame's length: an inner UDP
+/// packet from `inner_src` to `inner_dst` (`size` its frame's length before encryption),
+/// sealed as the peer of inbound SA `sa` sends it, from `src` (the SA's `remote`) to
+/// `dst` (its `local`).
+fn esp_stream_payload(cfg: &Config, i: usize, s: &StreamConfig, src: IpAddr, dst: IpAddr) -> Result<(io::pg::L4Spec, usize), ConfigError> {
     use io::pg::{L4Spec, PacketSpec};
     let f = |n: &str| format!("stream[{i}].{n}");
     let (Some(index), Some(isrc), Some(idst)) = (s.sa, s.inner_src.as_deref(), s.inner_dst.as_deref()) else {
@@ -761,9 +763,16 @@ fn esp_stream_payload(cfg: &Config, i: usize, s: &StreamConfig, src: IpAddr, dst
     };
     let frame = io::pg::template(&inner).map_err(|e| cfg.err(f("size"), e.to_string()))?;
     let sealed = sa.peer_packet(&frame[14..]).map_err(|(field, m)| cfg.err(f(&format!("sa ({field})")), m))?;
-    let l3 = if src.is_ipv4() { (sealed[0] & 0x0f) as usize * 4 } else { 40 };
-    let protocol = if src.is_ipv4() { sealed[9] } else { sealed[6] };
-    Ok(L4Spec::Payload { protocol, payload: sealed[l3..].to_vec() })
+    let unreadable = |e: String| cfg.err(f("sa"), format!("the sealed packet: {e}"));
+    let (protocol, l3) = match src {
+        IpAddr::V4(_) => wire::ipv4::Ipv4Packet::new_checked(&sealed[..])
+            .map(|h| (h.protocol(), h.header_len()))
+            .map_err(|e| unreadable(e.to_string()))?,
+        IpAddr::V6(_) => {
+            wire::ipv6::Ipv6Packet::new_checked(&sealed[..]).map(|h| (h.next_header(), 40)).map_err(|e| unreadable(e.to_string()))?
+        }
+    };
+    Ok((L4Spec::Payload { protocol: protocol.into(), payload: sealed[l3..].to_vec() }, 14 + sealed.len()))
 }
 
 /// Everything a running dataplane is made of.

@@ -165,7 +165,8 @@ impl IpsecSaConfig {
         // Endpoints are each end's own (`local` is the sender of an outbound SA's
         // packets); the UDP ports are the packets' already, as an inbound SA gives them.
         std::mem::swap(&mut peer.local, &mut peer.remote);
-        (peer.urpf, peer.anti_replay) = (Urpf::default(), true);
+        // uRPF is an inbound SA's only (refused on an outbound one).
+        peer.urpf = Urpf::default();
         let (spec, _) = peer.to_spec()?;
         let v4 = spec.local.is_ipv4();
         let sa = ipsec::Sa::new(spec, [7; 16]).map_err(|e| ("enc_key", e.to_string()))?;

@@ -211,16 +211,14 @@ impl Applier {
     fn read_back(&self, name: &str) -> Result<Option<lb::ServiceSpec>, Error> {
         use control::api::Request;
         let service = Some(name.to_string());
-        let rows = match self.call(&Request::ShowLbServices { service: service.clone() }, "show lb services") {
-            Ok(r) => r.data,
-            Err(Error::Refused(..)) => return Ok(None),
-            Err(e) => return Err(e),
+        // A refusal (no such service any more): none; an unreachable gateway: the error.
+        let ask = |req: &Request, what| match self.call(req, what) {
+            Ok(r) => Ok(Some(r.data)),
+            Err(Error::Refused(..)) => Ok(None),
+            Err(e) => Err(e),
         };
-        let backends = match self.call(&Request::ShowLbBackends { service }, "show lb backends") {
-            Ok(r) => r.data,
-            Err(Error::Refused(..)) => return Ok(None),
-            Err(e) => return Err(e),
-        };
+        let Some(rows) = ask(&Request::ShowLbServices { service: service.clone() }, "show lb services")? else { return Ok(None) };
+        let Some(backends) = ask(&Request::ShowLbBackends { service }, "show lb backends")? else { return Ok(None) };
         let Some(row) = rows.as_array().and_then(|r| r.first()) else { return Ok(None) };
         let backends = backends.as_array().into_iter().flatten().map(backend_row).collect();
         Ok(spec_of_row(row, backends)

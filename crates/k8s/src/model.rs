@@ -176,16 +176,10 @@ impl Model {
     pub fn drift(&mut self, held: &BTreeMap<String, String>) -> Vec<String> {
         let mut names = Vec::new();
         for (n, a) in self.applied.iter().filter(|(n, _)| desired::is_managed(n)) {
-            let differs = match self.digests.get(n) {
-                Some(d) => held.get(n) != Some(d),
-                None => {
-                    let d = control::lb::service_digest(a);
-                    let differs = held.get(n) != Some(&d);
-                    self.digests.insert(n.clone(), d);
-                    differs
-                }
-            };
-            if differs {
+            if !self.digests.contains_key(n) {
+                self.digests.insert(n.clone(), control::lb::service_digest(a));
+            }
+            if held.get(n) != self.digests.get(n) {
                 names.push(n.clone());
             }
         }
