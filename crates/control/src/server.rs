@@ -158,12 +158,22 @@ pub fn parse_request(line: &str) -> Result<Request, String> {
 
 /// Client side: send one request, read one reply.
 pub fn call(path: &Path, req: &Request) -> std::io::Result<Reply> {
-    let mut s = UnixStream::connect(path)?;
+    call_on(UnixStream::connect(path)?, req)
+}
+
+fn call_on(mut s: UnixStream, req: &Request) -> std::io::Result<Reply> {
     let mut line = serde_json::to_string(req)?;
     line.push('\n');
-    s.write_all(line.as_bytes())?;
+    let wrote = s.write_all(line.as_bytes());
+    // A connection past the limit is answered and closed before its request is read, so
+    // the write may fail with a broken pipe while the refusal waits to be read.
     let mut r = String::new();
-    BufReader::new(s).read_line(&mut r)?;
+    let read = BufReader::new(s).read_line(&mut r);
+    match (wrote, read) {
+        (_, Ok(n)) if n > 0 => {}
+        (Err(e), _) | (Ok(()), Err(e)) => return Err(e),
+        (Ok(()), Ok(_)) => return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the control socket closed without a reply")),
+    }
     serde_json::from_str(&r).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 
@@ -203,12 +213,22 @@ mod tests {
         BufReader::new(&extra).read_line(&mut line).unwrap();
         let r: Reply = serde_json::from_str(&line).unwrap();
         assert!(r.error.as_deref().is_some_and(|e| e.starts_with("too many control connections (64 open)")), "{r:?}");
+        // A client that writes its request only after the server closed (a broken pipe)
+        // still reads the refusal.
+        let late = UnixStream::connect(&path).unwrap();
+        // POLLHUP is reported without being asked for, once the peer has closed.
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        let mut fds = [PollFd::new(std::os::fd::AsFd::as_fd(&late), PollFlags::empty())];
+        assert_eq!(poll(&mut fds, PollTimeout::from(10_000u16)).unwrap(), 1, "the server never closed the connection past the limit");
+        let r = call_on(late, &Request::ShowRuntime {}).unwrap();
+        assert!(r.error.as_deref().is_some_and(|e| e.starts_with("too many control connections")), "{r:?}");
         // One closed makes room again.
         drop(held.pop());
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         loop {
-            let s = UnixStream::connect(&path).unwrap();
-            if ask(&s).ok {
+            // Until the server has seen the close, a new connection is refused and closed,
+            // perhaps before the request is written: `call` reads the refusal even then.
+            if call(&path, &Request::ShowRuntime {}).unwrap().ok {
                 break;
             }
             assert!(std::time::Instant::now() < deadline, "no room after a connection closed");
