@@ -67,8 +67,11 @@ scripts/build-strongswan-plugin.sh | tail -1
 echo "== build"
 cargo build --release --workspace --locked 2>/dev/null || cargo build --release --workspace
 
+# Every test binary runs even after one fails, and the python tests run after failed Rust
+# tests too, so that one run shows every failure; the exit status is still a failure.
 echo "== rust tests"
-cargo test --release --workspace
+rust_status=0
+cargo test --release --workspace --no-fail-fast || rust_status=$?
 
 # CPU time the hypervisor gave to others while the tests ran ("steal", /proc/stat): the
 # network-namespace tests time real transfers, and a starved VM shows up here first.
@@ -81,4 +84,9 @@ steal_report() {
 echo "== python tests (scapy builds, vecgate runs, scapy and tshark dissect)"
 read -r total0 steal0 <<<"$(cpu_times)"
 trap steal_report EXIT
-VECGATE_BIN="$PWD/target/release/vecgate" python3 -m pytest -q tests/
+py_status=0
+VECGATE_BIN="$PWD/target/release/vecgate" python3 -m pytest -q tests/ || py_status=$?
+if [ "$rust_status" -ne 0 ] || [ "$py_status" -ne 0 ]; then
+    echo "== FAILED: rust tests exit $rust_status, python tests exit $py_status"
+    exit 1
+fi
