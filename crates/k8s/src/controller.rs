@@ -15,6 +15,7 @@
 //! back alone and its Service's difference applied (`restored`).
 
 use crate::desired::{is_managed, Settings};
+use crate::health::HealthServer;
 use crate::model::{Change, Listed, Model};
 use crate::objects::{Key, Service, Slice};
 use futures::StreamExt;
@@ -38,6 +39,9 @@ pub struct Options {
     /// Kubeconfig file; without it, the in-cluster service account (or `KUBECONFIG`).
     pub kubeconfig: Option<PathBuf>,
     pub settings: Settings,
+    /// Where the health checks are answered (the Services' `healthCheckNodePort`s and the
+    /// proxy's `/healthz`).
+    pub health: crate::health::HealthOptions,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -370,6 +374,22 @@ fn parse<T>(stats: &mut Stats, r: Result<Option<T>, crate::objects::ObjectError>
     r
 }
 
+/// The health checks of the Services `keys` as the model now says.
+fn publish<'a>(health: &HealthServer, model: &Model, keys: impl IntoIterator<Item = &'a Key>) {
+    for k in keys {
+        health.set(k, model.health_check(k));
+    }
+}
+
+/// Whether the gateway is programmed, for the proxy health server.
+fn programmed(health: &HealthServer, ok: bool) {
+    if ok {
+        health.synced()
+    } else {
+        health.failed()
+    }
+}
+
 fn log_unsupported(s: &Service) {
     for e in &s.unsupported {
         tracing::warn!(error = %e, "field not supported");
@@ -385,6 +405,7 @@ pub async fn run(opts: Options) -> Result<Stats, Error> {
         Applier { socket: opts.socket.clone(), stats: Stats::default(), pending: BTreeSet::new(), instance: None, digests_refused: false };
     let mut model = Model::new(opts.settings.clone());
     let adopted = adopt_existing(&mut applier, &mut model)?;
+    let health = HealthServer::start(opts.health.clone()).map_err(|e| Error::Socket("health check server".into(), e))?;
     tracing::info!(adopted, socket = %opts.socket.display(), node = opts.settings.node.as_deref().unwrap_or(""), "controller started");
     if opts.settings.node.is_none() {
         // kube-proxy always knows its node (the host name by default); without one no
@@ -410,6 +431,7 @@ pub async fn run(opts: Options) -> Result<Stats, Error> {
             ev = events.next() => match ev { Some(ev) => ev, None => break },
             _ = check.tick(), if synced => {
                 check_gateway(&mut applier, &mut model, &mut lost);
+                programmed(&health, !lost);
                 continue;
             }
             _ = &mut stop => break,
@@ -489,13 +511,16 @@ pub async fn run(opts: Options) -> Result<Stats, Error> {
             }
             synced = true;
             let keys = model.keys();
+            publish(&health, &model, &keys);
             let n = match applier.apply_all(&mut model, keys) {
                 Ok(n) => n,
                 Err(e) => {
                     gateway_lost(&mut lost, &e);
+                    health.failed();
                     continue;
                 }
             };
+            health.synced();
             tracing::info!(
                 services = model.services(),
                 lb_services = model.applied().len(),
@@ -507,6 +532,7 @@ pub async fn run(opts: Options) -> Result<Stats, Error> {
             );
             continue;
         }
+        publish(&health, &model, &keys);
         if lost {
             continue;
         }
@@ -514,9 +540,11 @@ pub async fn run(opts: Options) -> Result<Stats, Error> {
             Ok(n) => n,
             Err(e) => {
                 gateway_lost(&mut lost, &e);
+                health.failed();
                 continue;
             }
         };
+        health.synced();
         if relisted {
             tracing::info!(keys = keys.len(), changes = n, us = t0.elapsed().as_micros() as u64, "resync done");
         } else if n > 0 {

@@ -7,11 +7,14 @@
 //! - [`desired`]: one Service and its slices → the LB services it makes (a pure function);
 //! - [`model`]: the sans-IO core: objects seen, LB services applied, and the diff between
 //!   them as typed requests (one endpoint changed = one backend request);
-//! - [`controller`]: the watchers and the socket around the model.
+//! - [`controller`]: the watchers and the socket around the model;
+//! - [`health`]: the node's health checks answered as kube-proxy answers them (each
+//!   `healthCheckNodePort`, and `/healthz` on 10256).
 #![forbid(unsafe_code)]
 
 pub mod controller;
 pub mod desired;
+pub mod health;
 pub mod model;
 pub mod objects;
 

@@ -159,6 +159,26 @@ impl Model {
         diff(&self.applied_of(key), &self.desired_of(key))
     }
 
+    /// The Service `key`'s health check (`None` unless it is a LoadBalancer with
+    /// `externalTrafficPolicy: Local` and a `healthCheckNodePort`): its port and the
+    /// number of its endpoints on this node that are ready, as kube-proxy counts them for
+    /// the load balancer's checks: the addresses of every slice of the Service (each
+    /// once, whatever its ports or slices), ready only (a terminating endpoint still
+    /// serving does not count: a node with only those should be taken out of rotation).
+    pub fn health_check(&self, key: &Key) -> Option<crate::health::Check> {
+        let svc = self.services.get(key)?;
+        let port = svc.health_check_node_port?;
+        let node = self.settings.node.as_deref();
+        let slices = self.by_service.get(key).into_iter().flatten().filter_map(|k| self.slices.get(k));
+        let local: BTreeSet<IpAddr> = slices
+            .filter(|s| !s.ports.is_empty())
+            .flat_map(|s| &s.endpoints)
+            .filter(|e| e.conditions.ready && node.is_some() && e.node_name.as_deref() == node)
+            .map(|e| e.addr)
+            .collect();
+        Some(crate::health::Check { port, local_endpoints: local.len() })
+    }
+
     /// Every Service key with objects or applied LB services (for a whole resync).
     pub fn keys(&self) -> BTreeSet<Key> {
         let mut keys: BTreeSet<Key> = self.services.keys().cloned().collect();

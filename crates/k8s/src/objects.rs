@@ -75,6 +75,10 @@ pub struct Service {
     pub external_local: bool,
     /// `internalTrafficPolicy: Local`: ClusterIP traffic goes to this node's endpoints only.
     pub internal_local: bool,
+    /// `spec.healthCheckNodePort` of a LoadBalancer Service with `externalTrafficPolicy:
+    /// Local`: where the node answers the load balancer's health checks (kube-proxy's
+    /// service health server; `health`).
+    pub health_check_node_port: Option<u16>,
     /// Fields the load balancer cannot honour, and what is served instead (the controller
     /// logs them at each event of the Service).
     pub unsupported: Vec<ObjectError>,
@@ -259,17 +263,16 @@ impl Service {
             o => Err(c.err(field, format!("{o:?}: expected Cluster or Local"))),
         };
         let external_local = policy("spec.externalTrafficPolicy", spec.external_traffic_policy.as_deref())?;
-        // kube-proxy answers the load balancer's health checks of this node there (HTTP:
-        // healthy while the node has an endpoint of the Service); nothing does here.
-        if let Some(p) = spec.health_check_node_port.filter(|&p| p != 0 && kind == ServiceKind::LoadBalancer && external_local) {
-            unsupported.push(c.err(
-                "spec.healthCheckNodePort",
-                format!("{p}: not answered (kube-proxy serves the load balancer's health checks of this node there), so those checks fail"),
-            ));
-        }
+        // The load balancer's health checks of this node arrive there (HTTP: healthy while
+        // the node has a ready endpoint of the Service); kube-proxy reads it only then.
+        let health_check_node_port = match spec.health_check_node_port {
+            Some(p) if p != 0 && kind == ServiceKind::LoadBalancer && external_local => Some(c.port("spec.healthCheckNodePort", p)?),
+            _ => None,
+        };
         Ok(Some(Service {
             external_local,
             internal_local: policy("spec.internalTrafficPolicy", spec.internal_traffic_policy.as_deref())?,
+            health_check_node_port,
             key: c.key,
             kind,
             cluster_ips,

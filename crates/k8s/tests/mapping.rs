@@ -315,20 +315,80 @@ fn load_balancer_source_ranges_leave_the_ingress_addresses_unserved_and_say_so()
     assert!(service(web()).unsupported.is_empty());
 }
 
-#[test]
-fn a_health_check_node_port_is_said_to_go_unanswered() {
-    // externalTrafficPolicy Local: the cloud load balancer checks each node there (kube-proxy
-    // answers); nothing answers here, so the operator is told.
+fn local_lb_web(health_check_node_port: u16) -> serde_json::Value {
     let mut v = web();
     v["spec"]["type"] = json!("LoadBalancer");
     v["spec"]["externalTrafficPolicy"] = json!("Local");
-    v["spec"]["healthCheckNodePort"] = json!(31500);
-    let why: Vec<String> = service(v).unsupported.iter().map(|e| e.to_string()).collect();
-    assert_eq!(
-        why,
-        ["service default/web: spec.healthCheckNodePort: 31500: not answered (kube-proxy serves the load balancer's health checks of \
-          this node there), so those checks fail"]
-    );
+    v["spec"]["healthCheckNodePort"] = json!(health_check_node_port);
+    v
+}
+
+/// The health check of a LoadBalancer Service with externalTrafficPolicy Local, as
+/// kube-proxy answers it: the number of this node's ready endpoints (each address once,
+/// over every slice; a terminating one still serving does not count, nor another node's),
+/// 200 with one or more, 503 without; none for other Services.
+#[test]
+fn a_health_check_node_port_answers_with_this_nodes_ready_endpoints() {
+    use k8s::health::{service_answer, Check};
+    let svc = service(local_lb_web(31500));
+    assert!(svc.unsupported.is_empty(), "{:?}", svc.unsupported);
+    assert_eq!(svc.health_check_node_port, Some(31500));
+    let mut m = Model::new(settings());
+    let key = m.service_applied(svc);
+    assert_eq!(m.health_check(&key), Some(Check { port: 31500, local_endpoints: 0 }), "no slice yet");
+    m.slice_applied(slice(web_slice(
+        "web-1",
+        vec![
+            endpoint("198.19.1.10", true, false, "n1"),
+            endpoint("198.19.2.10", true, false, "n2"),
+            endpoint("198.19.3.10", false, true, "n1"),
+        ],
+    )));
+    // The same address again in another slice, and a second local ready one.
+    m.slice_applied(slice(web_slice(
+        "web-2",
+        vec![endpoint("198.19.1.10", true, false, "n1"), endpoint("198.19.4.10", true, false, "n1")],
+    )));
+    let check = m.health_check(&key).unwrap();
+    assert_eq!(check, Check { port: 31500, local_endpoints: 2 });
+    let a = service_answer(&key, check.local_endpoints, true);
+    assert_eq!(a.status, 200);
+    let body: serde_json::Value = serde_json::from_str(&a.body).unwrap();
+    assert_eq!(body, json!({"service": {"namespace": "default", "name": "web"}, "localEndpoints": 2, "serviceProxyHealthy": true}));
+
+    // Local ones no longer ready (terminating, still serving), or moved to another node: 503.
+    m.slice_applied(slice(web_slice(
+        "web-1",
+        vec![endpoint("198.19.1.10", false, true, "n1"), endpoint("198.19.2.10", true, false, "n2")],
+    )));
+    m.slice_applied(slice(web_slice("web-2", vec![endpoint("198.19.4.10", true, false, "n2")])));
+    assert_eq!(m.health_check(&key), Some(Check { port: 31500, local_endpoints: 0 }));
+    assert_eq!(service_answer(&key, 0, true).status, 503);
+    // A local ready endpoint with the proxy unhealthy: 503 too.
+    m.slice_applied(slice(web_slice("web-2", vec![endpoint("198.19.4.10", true, false, "n1")])));
+    assert_eq!(m.health_check(&key).unwrap().local_endpoints, 1);
+    assert_eq!(service_answer(&key, 1, false).status, 503);
+
+    // Without --node-name nothing is local.
+    let mut anon = Model::new(Settings { node: None, table_size: 0 });
+    let k = anon.service_applied(service(local_lb_web(31500)));
+    anon.slice_applied(slice(web_slice("web-1", vec![endpoint("198.19.1.10", true, false, "n1")])));
+    assert_eq!(anon.health_check(&k).unwrap().local_endpoints, 0);
+
+    // kube-proxy serves the port only for LoadBalancer + Local: not for Cluster, nor a
+    // NodePort Service (the API server would not give one either), nor a deleted Service.
+    let mut cluster = local_lb_web(31500);
+    cluster["spec"]["externalTrafficPolicy"] = json!("Cluster");
+    let mut node_port = local_lb_web(31500);
+    node_port["spec"]["type"] = json!("NodePort");
+    for v in [cluster, node_port] {
+        m.service_applied(service(v));
+        assert_eq!(m.health_check(&key), None);
+    }
+    m.service_applied(service(local_lb_web(31600)));
+    assert_eq!(m.health_check(&key), Some(Check { port: 31600, local_endpoints: 1 }), "the port changed");
+    m.service_deleted(&key);
+    assert_eq!(m.health_check(&key), None);
 }
 
 #[test]

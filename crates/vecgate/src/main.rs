@@ -251,6 +251,18 @@ enum Cmd {
         /// Maglev table size of every service (a prime; 0: 100 slots per backend).
         #[arg(long, default_value_t = 0)]
         table_size: u32,
+        /// The proxy health server's address (`/healthz`, `/livez`: 503 once the gateway
+        /// went unprogrammed for --healthz-timeout), as kube-proxy's flag; "" for none.
+        #[arg(long, default_value = "[::]:10256")]
+        healthz_bind_address: String,
+        /// Seconds the gateway may go unprogrammed (unreachable) before /healthz and the
+        /// health check ports say 503.
+        #[arg(long, default_value_t = 60)]
+        healthz_timeout: u64,
+        /// The address the Services' health check ports (spec.healthCheckNodePort of
+        /// LoadBalancer Services with externalTrafficPolicy Local) listen on ("::": all).
+        #[arg(long, default_value = "::")]
+        health_check_bind_address: std::net::IpAddr,
     },
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell), generated
     /// from this command line's definition: `vecgate completions bash > /etc/bash_completion.d/vecgate`.
@@ -436,9 +448,26 @@ fn main() {
                 }
             })
         }
-        Cmd::K8s { socket, kubeconfig, node_name, table_size } => {
+        Cmd::K8s { socket, kubeconfig, node_name, table_size, healthz_bind_address, healthz_timeout, health_check_bind_address } => {
+            let proxy_address = match healthz_bind_address.as_str() {
+                "" => None,
+                a => match a.parse::<std::net::SocketAddr>() {
+                    Ok(a) => Some(a),
+                    Err(_) => {
+                        eprintln!(
+                            "vecgate: --healthz-bind-address {a:?}: expected an address and port (0.0.0.0:10256, [::]:10256) or \"\""
+                        );
+                        std::process::exit(2);
+                    }
+                },
+            };
             let settings = k8s::Settings { node: node_name, table_size };
-            k8s::controller::run_blocking(k8s::Options { socket, kubeconfig, settings }).map(|_| ()).map_err(Into::into)
+            let health = k8s::health::HealthOptions {
+                service_address: health_check_bind_address,
+                proxy_address,
+                timeout: std::time::Duration::from_secs(healthz_timeout),
+            };
+            k8s::controller::run_blocking(k8s::Options { socket, kubeconfig, settings, health }).map(|_| ()).map_err(Into::into)
         }
         Cmd::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "vecgate", &mut std::io::stdout());
