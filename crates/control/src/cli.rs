@@ -64,7 +64,8 @@ commands:
                                        sessions they set up
   lb service add <name> cluster_ip|node_port|load_balancer <vip> <port> tcp|udp
          [policy cluster|local] [affinity <seconds>] [table-size <prime>] [backend <addr>:<port>]...
-         [forwarding nat|ipip|gue|gre] [gue-port <port>]
+         [forwarding nat|ipip|gue|gre] [gue-port <port>] [source-range <prefix>]...
+                                       (source-range: load_balancer only; other sources dropped)
   lb service del <name>
   lb backend add <service> <addr> <port> [weight <n>]
   lb backend set <service> <addr> <port> [weight <n>] [ready|terminating|not-serving]

@@ -292,6 +292,8 @@ pub struct ServiceRow {
     /// The spec's `gue_port` (0: the default), so the row and the backend rows give the
     /// whole spec back.
     pub gue_port: u16,
+    /// The spec's `source_ranges` (empty: every source).
+    pub source_ranges: Vec<lb::service::SourceRange>,
 }
 
 impl ServiceRow {
@@ -313,6 +315,7 @@ impl ServiceRow {
             table_size,
             configured_table_size: s.table_size,
             gue_port: s.gue_port,
+            source_ranges: s.source_ranges.clone(),
         }
     }
 }
@@ -333,7 +336,20 @@ fn digest_of(spec: &ServiceSpec) -> u64 {
     use lb::{Affinity, Forwarding, TrafficPolicy};
     // Destructured whole, so that a field added to a spec does not compile until it is
     // counted here.
-    let ServiceSpec { name, kind, vip, port, protocol, backends, traffic_policy, affinity, table_size, forwarding, gue_port } = spec;
+    let ServiceSpec {
+        name,
+        kind,
+        vip,
+        port,
+        protocol,
+        backends,
+        traffic_policy,
+        affinity,
+        table_size,
+        forwarding,
+        gue_port,
+        source_ranges,
+    } = spec;
     let mut d = Digest::default();
     d.bytes(name.as_bytes());
     d.word(match kind {
@@ -372,6 +388,20 @@ fn digest_of(spec: &ServiceSpec) -> u64 {
         d.word(u64::from(port));
         d.word(u64::from(weight));
         d.word(u64::from(ready) | u64::from(serving) << 1 | u64::from(terminating) << 2 | u64::from(local) << 3);
+    }
+    // Last, and only when there are any, so that a service without ranges keeps the
+    // digest it had before ranges existed (a gateway and a controller of either release
+    // agree on it). As a set, as the tables make of them: their count, then each range's
+    // network and length in order.
+    if !source_ranges.is_empty() {
+        let mut set: Vec<&lb::service::SourceRange> = source_ranges.iter().collect();
+        set.sort_unstable();
+        set.dedup();
+        d.word(set.len() as u64);
+        for r in set {
+            d.addr(r.0.network());
+            d.word(u64::from(r.0.len()));
+        }
     }
     d.finish()
 }
@@ -492,12 +522,12 @@ fn format_services(rows: &[ServiceRow]) -> String {
     let name_w = crate::format::column(28, rows.iter().map(|r| r.name.as_str()));
     let addr_w = crate::format::column(28, addrs.iter().map(String::as_str));
     let mut s = format!(
-        "{:<4} {:<name_w$} {:<13} {:<addr_w$} {:<5} {:<8} {:<10} {:>8} {:>8} {:>7}\n",
-        "id", "name", "type", "address", "proto", "policy", "forwarding", "backends", "eligible", "table"
+        "{:<4} {:<name_w$} {:<13} {:<addr_w$} {:<5} {:<8} {:<10} {:>8} {:>8} {:>7} {}\n",
+        "id", "name", "type", "address", "proto", "policy", "forwarding", "backends", "eligible", "table", "sources"
     );
     for (r, addr) in rows.iter().zip(&addrs) {
         s += &format!(
-            "{:<4} {:<name_w$} {:<13} {:<addr_w$} {:<5} {:<8} {:<10} {:>8} {:>8} {:>7}\n",
+            "{:<4} {:<name_w$} {:<13} {:<addr_w$} {:<5} {:<8} {:<10} {:>8} {:>8} {:>7} {}\n",
             r.id,
             r.name,
             crate::format::word(&r.kind),
@@ -507,10 +537,19 @@ fn format_services(rows: &[ServiceRow]) -> String {
             r.forwarding.name(),
             r.backends,
             r.eligible,
-            r.table_size
+            r.table_size,
+            sources_word(&r.source_ranges)
         );
     }
     s
+}
+
+/// A service's `sources` column: its ranges, comma-separated, or `any`.
+fn sources_word(ranges: &[lb::service::SourceRange]) -> String {
+    if ranges.is_empty() {
+        return "any".into();
+    }
+    ranges.iter().map(ToString::to_string).collect::<Vec<_>>().join(",")
 }
 
 fn format_backends(rows: &[BackendRow]) -> String {
@@ -718,6 +757,7 @@ pub fn parse_cli(w: &[&str]) -> Result<Request, String> {
                 table_size: 0,
                 forwarding: lb::Forwarding::Nat,
                 gue_port: 0,
+                source_ranges: Vec::new(),
             };
             let mut it = rest.iter();
             while let Some(&k) = it.next() {
@@ -749,7 +789,14 @@ pub fn parse_cli(w: &[&str]) -> Result<Request, String> {
                         let (addr, p) = a.rsplit_once(':').ok_or_else(|| format!("backend {a:?}: expected address:port"))?;
                         spec.backends.push(BackendSpec::new(ip(addr.trim_matches(['[', ']']))?, port(p)?));
                     }
-                    x => return Err(format!("{x:?}: expected policy, affinity, forwarding, gue-port, table-size or backend")),
+                    "source-range" => {
+                        let r = v()?;
+                        let range = r.parse().map_err(|e| format!("source-range {r:?}: {e}: expected a prefix such as 198.18.50.0/24"))?;
+                        spec.source_ranges.push(range);
+                    }
+                    x => {
+                        return Err(format!("{x:?}: expected policy, affinity, forwarding, gue-port, table-size, backend or source-range"))
+                    }
                 }
             }
             Ok(Request::LbServiceAdd(spec))
@@ -802,6 +849,7 @@ mod tests {
     }
 
     const WEB: &str = "[[lb_service]]\nname = \"web\"\ntype = \"cluster_ip\"\nvip = \"198.18.128.10\"\nport = 80\nprotocol = \"tcp\"\n";
+    const LB: &str = "[[lb_service]]\nname = \"ext\"\ntype = \"load_balancer\"\nvip = \"198.18.129.10\"\nport = 80\nprotocol = \"tcp\"\n";
 
     /// Long names (Kubernetes' `namespace/name:port`) and IPv6 addresses widen their
     /// columns: every row's fields start where their headers do.
@@ -836,6 +884,14 @@ mod tests {
             ("[lb]\nsnat4 = \"2001:db8::1\"\n".into(), "lb.toml: lb.snat4: 2001:db8::1: expected an address of that family"),
             ("[lb]\nlimits = { sessions = 0 }\n".into(), "lb.toml: lb.limits.sessions: 0: expected 1 to"),
             ("[lb]\ntimeouts = { udp_ms = 0 }\n".into(), "lb.toml: lb.timeouts.udp_ms: 0: expected 1 ms to 30 days"),
+            (
+                format!("{WEB}{LB}source_ranges = [\"198.18.50.0/24\", \"2001:db8:50::/48\"]\n"),
+                "lb.toml: lb_service[1].source_ranges[1]: 2001:db8:50::/48: expected a prefix of the vip's family (IPv4)",
+            ),
+            (
+                format!("{WEB}source_ranges = [\"198.18.50.0/24\"]\n"),
+                "lb.toml: lb_service[0].source_ranges: on a cluster_ip service: expected none (only a load_balancer service's address is filtered by source)",
+            ),
         ];
         for (text, want) in cases {
             let e = load(&text).err().unwrap_or_else(|| panic!("{text} was accepted")).to_string();
@@ -862,6 +918,17 @@ mod tests {
         let r: Result<crate::api::Request, _> =
             serde_json::from_str(r#"{"op":"lb_backend_add","service":"web","addr":"198.19.1.50","port":8443,"wieght":7}"#);
         assert!(r.unwrap_err().to_string().contains("wieght"));
+        // A malformed range: its place in the file, the field and what was expected.
+        let e = Config::parse(&format!("{BASE}{WEB}{LB}source_ranges = [\"198.18.50.1/24\"]\n"), "lb.toml", Path::new(".")).unwrap_err();
+        assert_eq!(e.field, "lb_service[1].source_ranges[0]", "{e}");
+        assert!(e.message.contains("\"198.18.50.1/24\": host bits are set after /24 (did you mean 198.18.50.0/24?)"), "{e}");
+        assert!(e.message.contains("expected a prefix such as"), "{e}");
+        // Well placed: served, and shown.
+        let (c, _) = load(&format!("{LB}source_ranges = [\"198.18.50.0/24\", \"198.18.60.0/24\"]\n")).unwrap();
+        let rows = service_rows(&c, None);
+        assert_eq!(rows[0].source_ranges.len(), 2);
+        let text = format_services(&rows);
+        assert!(text.lines().next().unwrap().ends_with(" sources") && text.contains(" 198.18.50.0/24,198.18.60.0/24\n"), "{text}");
     }
 
     fn digest_spec() -> ServiceSpec {
@@ -878,6 +945,7 @@ mod tests {
             table_size: 0,
             forwarding: lb::Forwarding::Nat,
             gue_port: 0,
+            source_ranges: Vec::new(),
         }
     }
 
@@ -929,6 +997,23 @@ mod tests {
             let changed = service_digest(&s);
             assert!(!seen.contains(&changed), "{what}: {changed} seen before");
             seen.push(changed);
+        }
+        // Source ranges: counted only when there are some (the pin above is a service's
+        // without, unchanged since before ranges existed), as a set; pinned too, computed
+        // apart with Python's ipaddress and hashlib over the encoding as documented.
+        let ranged = |r: &[&str]| ServiceSpec { source_ranges: r.iter().map(|r| r.parse().unwrap()).collect(), ..base.clone() };
+        let with = service_digest(&ranged(&["198.18.60.0/24", "198.18.50.0/24", "2001:db8:50::/48"]));
+        assert_eq!(with, "4f688324793d768d");
+        assert_eq!(service_digest(&ranged(&["2001:db8:50::/48", "198.18.50.0/24", "198.18.60.0/24"])), with, "a set");
+        assert_eq!(service_digest(&ranged(&["198.18.50.0/24"])), "dd40a4e491617151");
+        for (what, r) in [
+            ("a range's length", &["198.18.50.0/25"][..]),
+            ("a range's network", &["198.18.51.0/24"]),
+            ("one more", &["198.18.50.0/24", "198.18.70.0/24"]),
+        ] {
+            let d = service_digest(&ranged(r));
+            assert!(!seen.contains(&d) && d != with, "{what}: {d} seen before");
+            seen.push(d);
         }
         // Name bytes are length-prefixed: a name and the next field's bytes do not run
         // together.

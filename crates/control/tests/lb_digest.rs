@@ -33,6 +33,7 @@ fn the_gateways_digest_is_that_of_the_spec_applied() {
         table_size: 0,
         forwarding: lb::Forwarding::Nat,
         gue_port: 0,
+        source_ranges: Vec::new(),
     };
     assert!(h.control.handle(&Request::LbServiceAdd(spec.clone())).ok);
     let mut sorted = spec.clone();

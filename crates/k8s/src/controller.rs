@@ -945,6 +945,7 @@ mod tests {
             table_size: 1009,
             forwarding: lb::Forwarding::Nat,
             gue_port: 7000,
+            source_ranges: vec!["198.18.50.0/24".parse().unwrap()],
         };
         // The gateway lists backends in the order they came; the table grew to 2003.
         let row = serde_json::to_value(control::lb::ServiceRow::new(4, &spec, 1, 2003)).unwrap();

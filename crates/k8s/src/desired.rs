@@ -126,6 +126,7 @@ pub fn desired<'a>(svc: &Service, slices: impl Iterator<Item = &'a Slice> + Clon
                 table_size: settings.table_size,
                 forwarding: lb::Forwarding::Nat,
                 gue_port: 0,
+                source_ranges: Vec::new(),
             };
             // A service address the LB cannot serve (a loopback external IP, …) makes nothing.
             if spec.validate().is_ok() {

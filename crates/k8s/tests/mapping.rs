@@ -636,6 +636,7 @@ fn spec_strategy() -> impl Strategy<Value = BTreeMap<String, ServiceSpec>> {
             table_size: 0,
             forwarding: lb::Forwarding::Nat,
             gue_port: 0,
+            source_ranges: Vec::new(),
         }
     });
     proptest::collection::vec(svc, 0..4).prop_map(|v| v.into_iter().map(|s| (s.name.clone(), s)).collect())
@@ -804,6 +805,7 @@ fn drift_time_at_10000_services() {
             table_size: 0,
             forwarding: lb::Forwarding::Nat,
             gue_port: 0,
+            source_ranges: Vec::new(),
         });
     }
     let held: BTreeMap<String, String> = m.applied().iter().map(|(n, s)| (n.clone(), digest(s))).collect();

@@ -57,6 +57,7 @@ counters! {
         NoService(Info, "no-service", "TCP/UDP to the node on a port no service has (ICMP port unreachable requested)"),
         NoBackend(Info, "no-backend", "service without a backend that takes new connections (ICMP port unreachable requested)"),
         NoLocalBackend(Info, "no-local-backend", "Local-policy service whose backends are all on other nodes: dropped, not refused (as kube-proxy)"),
+        SourceNotAllowed(Info, "source-not-allowed", "load_balancer service's source_ranges hold no range of the source: dropped (kube-proxy's loadBalancerSourceRanges)"),
         SessionTableFull(Error, "session-table-full", "no room in the session table for a new connection"),
         SnatPortsExhausted(Error, "snat-ports-exhausted", "no free source port on the node address toward the backend"),
         ReplyTupleInUse(Warn, "reply-tuple-in-use", "the new connection's reply direction is another connection's"),
@@ -393,6 +394,13 @@ impl<F: NatNodeFamily> LbNat<F> {
             buf.meta.param = F::PORT_UNREACHABLE.encode();
             return Verdict::Next(F::ICMP_ERROR);
         };
+        // A new connection, or a session whose service changed since it was checked
+        // (new ranges are a new generation): a session hit never gets here, and never
+        // reads the ranges.
+        if svc.sources.as_ref().is_some_and(|s| !s.contains(key.src.as_ref())) {
+            lb.forget(&key, now);
+            return Verdict::Drop(C::SourceNotAllowed);
+        }
         if svc.forwarding.is_encap() {
             return match lb.direct(svc, &key, flags, now) {
                 Ok((b, outcome)) => {

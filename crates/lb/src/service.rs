@@ -226,6 +226,54 @@ pub struct ServiceSpec {
     /// The UDP destination port of `forwarding = "gue"`; 0 for [`DEFAULT_GUE_PORT`].
     #[serde(default)]
     pub gue_port: u16,
+    /// Kubernetes' `loadBalancerSourceRanges`: the sources a `load_balancer` service takes
+    /// packets from, each a prefix of the `vip`'s family; empty (the default): every
+    /// source. A packet from elsewhere is dropped (`source-not-allowed`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub source_ranges: Vec<SourceRange>,
+}
+
+/// One of a service's `source_ranges`: a prefix with its host bits clear, written
+/// `198.18.50.0/24` or `2001:db8:50::/48` (in the config, the API and `show lb`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SourceRange(pub ip::Prefix);
+
+impl SourceRange {
+    /// The range of `len` bits that holds `addr`, host bits cleared (`len` beyond the
+    /// family's is the family's).
+    pub fn covering(addr: IpAddr, len: u8) -> SourceRange {
+        SourceRange(ip::Prefix::covering(addr, len))
+    }
+
+    pub fn is_ipv4(&self) -> bool {
+        self.0.network().is_ipv4()
+    }
+}
+
+impl std::str::FromStr for SourceRange {
+    type Err = ip::prefix::PrefixError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        s.parse().map(SourceRange)
+    }
+}
+
+impl std::fmt::Display for SourceRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl Serialize for SourceRange {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for SourceRange {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(|e| serde::de::Error::custom(format!("{s:?}: {e}: expected a prefix such as 198.18.50.0/24 or 2001:db8:50::/48")))
+    }
 }
 
 /// What is wrong with a service or backend, naming the field and what was expected.
@@ -257,6 +305,10 @@ pub enum SpecError {
     EncapBackendPort(usize, u16, u16, &'static str),
     #[error("gue_port: {0}: only with forwarding = \"gue\"")]
     GuePort(u16),
+    #[error("source_ranges: on a {0} service: expected none (only a load_balancer service's address is filtered by source)")]
+    SourceRangesKind(&'static str),
+    #[error("source_ranges[{0}]: {1}: expected a prefix of the vip's family ({2})")]
+    SourceRangeFamily(usize, ip::Prefix, &'static str),
 }
 
 fn unicast(a: IpAddr) -> bool {
@@ -299,6 +351,15 @@ impl ServiceSpec {
         }
         if self.gue_port != 0 && self.forwarding != Forwarding::Gue {
             return Err(SpecError::GuePort(self.gue_port));
+        }
+        if !self.source_ranges.is_empty() && self.kind != ServiceType::LoadBalancer {
+            let kind = if self.kind == ServiceType::NodePort { "node_port" } else { "cluster_ip" };
+            return Err(SpecError::SourceRangesKind(kind));
+        }
+        for (i, r) in self.source_ranges.iter().enumerate() {
+            if r.0.network().is_ipv4() != self.vip.is_ipv4() {
+                return Err(SpecError::SourceRangeFamily(i, r.0, if self.vip.is_ipv4() { "IPv4" } else { "IPv6" }));
+            }
         }
         for (i, b) in self.backends.iter().enumerate() {
             self.validate_backend(i, b)?;
@@ -364,6 +425,7 @@ mod tests {
             table_size: 0,
             forwarding: Forwarding::Nat,
             gue_port: 0,
+            source_ranges: Vec::new(),
         }
     }
 
@@ -410,6 +472,17 @@ mod tests {
                 "forwarding: ipip for a node_port service: expected nat",
             ),
             (Box::new(|s| s.gue_port = 5555), "gue_port: 5555: only with forwarding = \"gue\""),
+            (
+                Box::new(|s| s.source_ranges = vec!["198.18.50.0/24".parse().unwrap()]),
+                "source_ranges: on a cluster_ip service: expected none (only a load_balancer",
+            ),
+            (
+                Box::new(|s| {
+                    s.kind = ServiceType::LoadBalancer;
+                    s.source_ranges = vec!["198.18.50.0/24".parse().unwrap(), "2001:db8:50::/48".parse().unwrap()];
+                }),
+                "source_ranges[1]: 2001:db8:50::/48: expected a prefix of the vip's family (IPv4)",
+            ),
         ];
         for (change, want) in cases {
             let mut s = svc();

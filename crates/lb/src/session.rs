@@ -548,6 +548,19 @@ impl<F: Family> Balancer<F> {
         Some(Hit::Forward(&self.sessions.get(i).rewrite, d))
     }
 
+    /// The connection whose client's direction is `key`, if any, removed (both its
+    /// entries): a client no longer allowed by its service's source ranges loses it, so
+    /// that neither its packets nor the backend's replies pass by it. Not a hit's work:
+    /// the full path calls it on such a client's packet.
+    pub fn forget(&mut self, key: &FlowKey<F::Addr>, now: u64) {
+        let Some(i) = self.sessions.find(&Key::new(key), now) else { return };
+        let s = *self.sessions.get(i);
+        if s.is_forward() {
+            self.sessions.remove(s.twin);
+            self.sessions.remove(i);
+        }
+    }
+
     /// A packet that may be a reply of a translated connection: its translation.
     #[inline]
     pub fn reverse(&mut self, key: &FlowKey<F::Addr>, flags: u8, now: u64) -> Option<Rewrite<F::Addr>> {

@@ -7,7 +7,7 @@ use crate::encap::{Outer, ShapeKey};
 use crate::family::{Family, V4, V6};
 use crate::maglev::{self, MaglevBackend};
 use crate::service::{Affinity, BackendSpec, Conditions, ServiceSpec, ServiceType, SpecError, TrafficPolicy};
-use crate::tables::{Backend, FamilyTables, LbTables, ServiceTable};
+use crate::tables::{Backend, FamilyTables, LbTables, ServiceTable, SourceSet};
 use ip::tables::ADJ_MISS;
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -101,9 +101,30 @@ fn shapes_of(t: &mut LbTables, v6: bool) -> (Option<IpAddr>, &mut Vec<Outer>) {
     }
 }
 
+/// A service's allowed sources: its `source_ranges`, and, as kube-proxy does, its own
+/// address when a range holds the node's address of its family (`node`, the SNAT
+/// address): a node that holds the service address itself reaches it from that address.
+/// `None` without ranges (every source).
+fn sources<F: Family>(spec: &ServiceSpec, node: Option<IpAddr>) -> Option<SourceSet> {
+    if spec.source_ranges.is_empty() {
+        return None;
+    }
+    let ranges = spec.source_ranges.iter().map(|r| r.0);
+    let from_node = node.is_some_and(|n| spec.source_ranges.iter().any(|r| r.0.contains(n)));
+    let own = from_node.then(|| ip::Prefix::covering(spec.vip, if spec.vip.is_ipv4() { 32 } else { 128 }));
+    Some(SourceSet::new(std::mem::size_of::<F::Addr>(), ranges.chain(own)))
+}
+
 /// Service `id`'s table; `shape` its outer headers' (encapsulated services), `adj` the
-/// resolved adjacencies of encapsulated backends.
-fn compile<F: Family>(id: u32, gen: u32, spec: &ServiceSpec, shape: u16, adj: &HashMap<IpAddr, u32>) -> ServiceTable<F> {
+/// resolved adjacencies of encapsulated backends, `node` the family's node address.
+fn compile<F: Family>(
+    id: u32,
+    gen: u32,
+    spec: &ServiceSpec,
+    shape: u16,
+    adj: &HashMap<IpAddr, u32>,
+    node: Option<IpAddr>,
+) -> ServiceTable<F> {
     let eligible = eligible(spec);
     let encap = spec.forwarding.is_encap();
     let backends: Vec<Backend<F>> = spec
@@ -141,6 +162,7 @@ fn compile<F: Family>(id: u32, gen: u32, spec: &ServiceSpec, shape: u16, adj: &H
         maglev: maglev::build(&weighted, size),
         forwarding: spec.forwarding,
         shape,
+        sources: sources::<F>(spec, node),
     }
 }
 
@@ -258,6 +280,13 @@ impl LbState {
         }
         for &id in &ids {
             self.count_steering(&self.steering_keys(id), true);
+        }
+        // Services with source ranges let their own address through by the node's
+        // address (`sources`): built again with the new one.
+        for id in ids {
+            if self.specs[id as usize].as_ref().is_some_and(|s| !s.source_ranges.is_empty() && s.vip.is_ipv6() == v6) {
+                self.rebuild(id);
+            }
         }
         Ok(())
     }
@@ -518,9 +547,11 @@ impl LbState {
         // Interned by `add_service` (a service's shape key never changes).
         let shape = ShapeKey::of(spec).and_then(|k| self.shape_ids.get(&(v6, k)).copied()).unwrap_or(0);
         if !v6 {
-            put(&mut self.tables.v4, id, compile::<V4>(id, gen, spec, shape, &self.outer_adj));
+            let node = self.tables.v4.snat.map(|a| V4::to_ip(&a));
+            put(&mut self.tables.v4, id, compile::<V4>(id, gen, spec, shape, &self.outer_adj, node));
         } else {
-            put(&mut self.tables.v6, id, compile::<V6>(id, gen, spec, shape, &self.outer_adj));
+            let node = self.tables.v6.snat.map(|a| V6::to_ip(&a));
+            put(&mut self.tables.v6, id, compile::<V6>(id, gen, spec, shape, &self.outer_adj, node));
         }
         self.maglev_builds += 1;
         if spec.forwarding.is_encap() {
@@ -629,7 +660,34 @@ mod tests {
             table_size: 0,
             forwarding: crate::service::Forwarding::Nat,
             gue_port: 0,
+            source_ranges: Vec::new(),
         }
+    }
+
+    /// A load_balancer service's ranges in its table; its own address let through too
+    /// while a range holds the node's (SNAT) address, as kube-proxy does (a node that
+    /// holds the address reaches it from it), following the node's address when it
+    /// changes; a service without ranges has no set (every source).
+    #[test]
+    fn source_ranges_and_the_node_s_address() {
+        let mut st = LbState::new();
+        st.set_snat(Some("198.18.1.1".parse().unwrap())).unwrap();
+        let mut s = spec("lb", "198.18.131.20", 80, &["198.19.1.10"]);
+        s.kind = ServiceType::LoadBalancer;
+        s.source_ranges = vec!["198.18.50.0/24".parse().unwrap(), "198.18.1.0/24".parse().unwrap()];
+        let id = st.add_service(s).unwrap();
+        let open = st.add_service(spec("open", "198.18.131.21", 80, &["198.19.1.10"])).unwrap();
+        let t = st.tables();
+        let set = t.v4.service(id).unwrap().sources.clone().unwrap();
+        assert!(set.contains(&[198, 18, 50, 9]) && set.contains(&[198, 18, 1, 7]) && !set.contains(&[198, 18, 51, 9]));
+        assert!(set.contains(&[198, 18, 131, 20]), "a range holds the node's address: the service's own too");
+        assert!(t.v4.service(open).unwrap().sources.is_none());
+        let gen = t.v4.gen(id);
+        st.set_snat(Some("198.18.2.1".parse().unwrap())).unwrap();
+        let t = st.tables();
+        let set = t.v4.service(id).unwrap().sources.clone().unwrap();
+        assert!(!set.contains(&[198, 18, 131, 20]), "no range holds the node's new address");
+        assert_ne!(t.v4.gen(id), gen, "built again: its sessions are checked again");
     }
 
     /// The steering sets follow the services: a backend two services share stays until

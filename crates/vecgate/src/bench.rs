@@ -565,6 +565,7 @@ fn lb_setup(
             table_size: 0,
             forwarding,
             gue_port: 0,
+            source_ranges: Vec::new(),
         };
         control::lb::add_service(&mut control.lb.state, &mut control.state, spec).map_err(|e| anyhow!(e))?;
     }

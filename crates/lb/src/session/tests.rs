@@ -22,6 +22,7 @@ fn spec(proto: Protocol, policy: TrafficPolicy, affinity: Affinity) -> ServiceSp
         table_size: 0,
         forwarding: crate::service::Forwarding::Nat,
         gue_port: 0,
+        source_ranges: Vec::new(),
     }
 }
 
