@@ -6,7 +6,8 @@
 //! - NodePort and LoadBalancer types: every port's nodePort × every family of
 //!   `spec.ipFamilies`: a `node_port` service;
 //! - every port × every `status.loadBalancer.ingress[].ip` and `spec.externalIPs`
-//!   address of a family the Service has a cluster IP of: a `load_balancer` service.
+//!   address of a family the Service has a cluster IP of: a `load_balancer` service, an
+//!   ingress address's with the `loadBalancerSourceRanges` of its family.
 //!
 //! Backends: the endpoints of the Service's slices of the address's family, at the slice
 //! port with the service port's name and protocol; an address listed by two slices (as
@@ -113,42 +114,50 @@ pub fn desired<'a>(svc: &Service, slices: impl Iterator<Item = &'a Slice> + Clon
     let policy = |local: bool| if local { TrafficPolicy::Local } else { TrafficPolicy::Cluster };
     let (external_policy, internal_policy) = (policy(svc.external_local), policy(svc.internal_local));
     for port in &svc.ports {
-        let mut add = |place: String, kind: ServiceType, vip: IpAddr, port_no: u16, policy: TrafficPolicy| {
-            let spec = ServiceSpec {
-                name: lb_name(svc, port, &place),
-                kind,
-                vip,
-                port: port_no,
-                protocol: port.protocol,
-                backends: backends(port, vip.is_ipv4(), slices.clone(), settings),
-                traffic_policy: policy,
-                affinity: svc.affinity,
-                table_size: settings.table_size,
-                forwarding: lb::Forwarding::Nat,
-                gue_port: 0,
-                source_ranges: Vec::new(),
+        let mut add =
+            |place: String, kind: ServiceType, vip: IpAddr, port_no: u16, policy: TrafficPolicy, ranges: &[lb::service::SourceRange]| {
+                let spec = ServiceSpec {
+                    name: lb_name(svc, port, &place),
+                    kind,
+                    vip,
+                    port: port_no,
+                    protocol: port.protocol,
+                    backends: backends(port, vip.is_ipv4(), slices.clone(), settings),
+                    traffic_policy: policy,
+                    affinity: svc.affinity,
+                    table_size: settings.table_size,
+                    forwarding: lb::Forwarding::Nat,
+                    gue_port: 0,
+                    source_ranges: ranges.iter().filter(|r| r.is_ipv4() == vip.is_ipv4()).copied().collect(),
+                };
+                // A service address the LB cannot serve (a loopback external IP, …) makes nothing.
+                if spec.validate().is_ok() {
+                    out.entry(spec.name.clone()).or_insert(spec);
+                }
             };
-            // A service address the LB cannot serve (a loopback external IP, …) makes nothing.
-            if spec.validate().is_ok() {
-                out.entry(spec.name.clone()).or_insert(spec);
-            }
-        };
         for &ip in &svc.cluster_ips {
-            add(ip.to_string(), ServiceType::ClusterIp, ip, port.port, internal_policy);
+            add(ip.to_string(), ServiceType::ClusterIp, ip, port.port, internal_policy, &[]);
         }
         if let (Some(np), true) = (port.node_port, svc.kind != ServiceKind::ClusterIp) {
             if svc.ipv4 {
-                add("nodeport4".into(), ServiceType::NodePort, Ipv4Addr::UNSPECIFIED.into(), np, external_policy);
+                add("nodeport4".into(), ServiceType::NodePort, Ipv4Addr::UNSPECIFIED.into(), np, external_policy, &[]);
             }
             if svc.ipv6 {
-                add("nodeport6".into(), ServiceType::NodePort, Ipv6Addr::UNSPECIFIED.into(), np, external_policy);
+                add("nodeport6".into(), ServiceType::NodePort, Ipv6Addr::UNSPECIFIED.into(), np, external_policy, &[]);
             }
         }
         // kube-proxy serves a Service in a family only where it has a cluster IP of that
         // family: an external address of another family, or of a headless Service, makes
         // nothing (not a service without backends refusing whatever is sent there).
-        for &ip in svc.external_ips.iter().filter(|ip| svc.cluster_ips.iter().any(|c| c.is_ipv4() == ip.is_ipv4())) {
-            add(ip.to_string(), ServiceType::LoadBalancer, ip, port.port, external_policy);
+        // The ingress addresses first, with the source ranges of their family (none of it:
+        // every source, as kube-proxy): an address also among the external IPs is
+        // filtered, as kube-proxy's firewall rule for it filters every packet to it.
+        let has_cluster_ip = |ip: &&IpAddr| svc.cluster_ips.iter().any(|c| c.is_ipv4() == ip.is_ipv4());
+        for &ip in svc.ingress_ips.iter().filter(has_cluster_ip) {
+            add(ip.to_string(), ServiceType::LoadBalancer, ip, port.port, external_policy, &svc.source_ranges);
+        }
+        for &ip in svc.external_ips.iter().filter(has_cluster_ip) {
+            add(ip.to_string(), ServiceType::LoadBalancer, ip, port.port, external_policy, &[]);
         }
     }
     out

@@ -66,9 +66,16 @@ pub struct Service {
     pub ipv4: bool,
     pub ipv6: bool,
     pub ports: Vec<ServicePort>,
-    /// `status.loadBalancer.ingress[].ip` (but `ipMode: Proxy`'s) and `spec.externalIPs`:
-    /// addresses from outside.
+    /// `spec.externalIPs`: addresses from outside, served to every source.
     pub external_ips: Vec<IpAddr>,
+    /// `status.loadBalancer.ingress[].ip` (but `ipMode: Proxy`'s) of a LoadBalancer
+    /// Service: addresses from outside, served to `source_ranges` only when it has any.
+    pub ingress_ips: Vec<IpAddr>,
+    /// `spec.loadBalancerSourceRanges` as kube-proxy reads them (whitespace trimmed, IPv4
+    /// fields with leading zeros decimal, host bits cleared; an unparsable one left out and
+    /// reported in `unsupported`), both families: the ingress addresses of each family
+    /// take that family's (none: every source, as kube-proxy).
+    pub source_ranges: Vec<lb::service::SourceRange>,
     pub affinity: Affinity,
     /// `externalTrafficPolicy: Local`: traffic from outside goes to this node's endpoints
     /// only and keeps its source address.
@@ -151,6 +158,16 @@ impl Checker {
         s.parse().ok().or_else(|| legacy_ipv4(s)).ok_or_else(|| self.err(field, format!("{s:?}: expected an IPv4 or IPv6 address")))
     }
 
+    /// A CIDR as kube-proxy reads one (`ParseCIDRSloppy`): the address as [`Checker::ip`]
+    /// reads it, a decimal length within its family's, host bits cleared; `None` if it is
+    /// not one.
+    fn cidr(&self, s: &str) -> Option<lb::service::SourceRange> {
+        let (a, len) = s.split_once('/')?;
+        let addr: IpAddr = a.parse().ok().or_else(|| legacy_ipv4(a))?;
+        let len: u8 = len.parse().ok().filter(|_| !len.is_empty() && len.bytes().all(|b| b.is_ascii_digit()))?;
+        (len <= if addr.is_ipv4() { 32 } else { 128 }).then(|| lb::service::SourceRange::covering(addr, len))
+    }
+
     fn port(&self, field: impl Into<String>, p: i32) -> Result<u16, ObjectError> {
         u16::try_from(p).ok().filter(|&p| p != 0).ok_or_else(|| self.err(field, format!("{p}: expected 1 to 65535")))
     }
@@ -213,20 +230,24 @@ impl Service {
             external_ips.push(c.ip(format!("spec.externalIPs[{i}]"), a)?);
         }
         let mut unsupported = Vec::new();
-        let source_ranges = spec.load_balancer_source_ranges.as_deref().unwrap_or_default();
-        // kube-proxy drops what other sources send to the ingress addresses; the load
-        // balancer filters no sources, so those addresses are not served rather than open
-        // to everyone (external IPs and node ports are not filtered by kube-proxy either).
-        if kind == ServiceKind::LoadBalancer && !source_ranges.is_empty() {
-            unsupported.push(c.err(
-                "spec.loadBalancerSourceRanges",
-                format!(
-                    "{}: sources are not filtered, so the status.loadBalancer.ingress addresses are not served (kube-proxy serves them to these sources only)",
-                    source_ranges.join(",")
-                ),
-            ));
-        }
-        if kind == ServiceKind::LoadBalancer && source_ranges.is_empty() {
+        // kube-proxy drops what other sources send to the ingress addresses (its firewall
+        // rules); the LB services of those addresses get the ranges (`source_ranges`).
+        // External IPs and node ports are not filtered, by kube-proxy either.
+        let mut source_ranges = Vec::new();
+        let mut ingress_ips = Vec::new();
+        if kind == ServiceKind::LoadBalancer {
+            for (i, r) in spec.load_balancer_source_ranges.iter().flatten().enumerate() {
+                match c.cidr(r.trim()) {
+                    Some(p) => source_ranges.push(p),
+                    // kube-proxy skips an empty one silently, and logs and skips one it
+                    // cannot parse (the API server refuses them on new Services).
+                    None if r.trim().is_empty() => {}
+                    None => unsupported.push(c.err(
+                        format!("spec.loadBalancerSourceRanges[{i}]"),
+                        format!("{r:?}: expected a CIDR such as 198.18.50.0/24; ignored, as kube-proxy ignores it"),
+                    )),
+                }
+            }
             let ingress = s.status.as_ref().and_then(|st| st.load_balancer.as_ref()).and_then(|l| l.ingress.as_ref());
             for (i, g) in ingress.into_iter().flatten().enumerate() {
                 // `ipMode: Proxy`: the load balancer itself carries the traffic on to the
@@ -235,7 +256,7 @@ impl Service {
                     continue;
                 }
                 if let Some(a) = &g.ip {
-                    external_ips.push(c.ip(format!("status.loadBalancer.ingress[{i}].ip"), a)?);
+                    ingress_ips.push(c.ip(format!("status.loadBalancer.ingress[{i}].ip"), a)?);
                 }
             }
         }
@@ -280,6 +301,8 @@ impl Service {
             ipv6,
             ports,
             external_ips,
+            ingress_ips,
+            source_ranges,
             affinity,
             unsupported,
         }))

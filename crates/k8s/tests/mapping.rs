@@ -290,29 +290,59 @@ fn an_ingress_address_in_proxy_mode_is_left_to_its_load_balancer() {
     v["spec"]["type"] = json!("LoadBalancer");
     v["status"] = json!({"loadBalancer": {"ingress": [{"ip": "198.18.141.1", "ipMode": "Proxy"}, {"ip": "198.18.141.2", "ipMode": "VIP"},
                                                       {"ip": "198.18.141.3"}]}});
-    let ips: Vec<String> = service(v).external_ips.iter().map(|a| a.to_string()).collect();
+    let ips: Vec<String> = service(v).ingress_ips.iter().map(|a| a.to_string()).collect();
     assert_eq!(ips, ["198.18.141.2", "198.18.141.3"]);
 }
 
+/// `loadBalancerSourceRanges` as kube-proxy reads them: the ingress addresses' LB
+/// services filter by the ranges of their own family (a family without ranges: every
+/// source); external IPs, cluster IPs and node ports are not filtered. Ranges are read
+/// sloppily (spaces trimmed, leading zeros decimal, host bits cleared); an empty one is
+/// skipped silently, an unparsable one skipped and reported.
 #[test]
-fn load_balancer_source_ranges_leave_the_ingress_addresses_unserved_and_say_so() {
-    // kube-proxy serves the ingress addresses to those sources only; the LB filters no
-    // sources, so it does not serve them (rather than to everyone) and names the field.
-    // External IPs and node ports, which kube-proxy does not filter, are served.
+fn load_balancer_source_ranges_filter_the_ingress_addresses_of_their_family() {
     let mut v = web();
     v["spec"]["type"] = json!("LoadBalancer");
+    v["spec"]["clusterIPs"] = json!(["198.18.128.10", "2001:db8:128::10"]);
+    v["spec"]["ipFamilies"] = json!(["IPv4", "IPv6"]);
+    v["spec"]["ports"] = json!([{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP", "nodePort": 30080}]);
     v["spec"]["externalIPs"] = json!(["198.18.140.1"]);
-    v["spec"]["loadBalancerSourceRanges"] = json!(["198.18.50.0/24"]);
-    v["status"] = json!({"loadBalancer": {"ingress": [{"ip": "198.18.141.1"}]}});
-    let svc = service(v);
-    assert_eq!(svc.external_ips, [addr("198.18.140.1")]);
+    v["spec"]["loadBalancerSourceRanges"] =
+        json!(["198.18.50.0/24", " 198.018.060.7/24 ", "", "not-a-cidr", "198.18.70.0/33", "2001:db8:50::/48"]);
+    v["status"] = json!({"loadBalancer": {"ingress": [{"ip": "198.18.141.1"}, {"ip": "2001:db8:141::1"}, {"ip": "198.18.140.1"}]}});
+    let svc = service(v.clone());
     let why: Vec<String> = svc.unsupported.iter().map(|e| e.to_string()).collect();
     assert_eq!(
         why,
-        ["service default/web: spec.loadBalancerSourceRanges: 198.18.50.0/24: sources are not filtered, so the status.loadBalancer.ingress \
-          addresses are not served (kube-proxy serves them to these sources only)"]
+        [
+            "service default/web: spec.loadBalancerSourceRanges[3]: \"not-a-cidr\": expected a CIDR such as 198.18.50.0/24; ignored, as kube-proxy ignores it",
+            "service default/web: spec.loadBalancerSourceRanges[4]: \"198.18.70.0/33\": expected a CIDR such as 198.18.50.0/24; ignored, as kube-proxy ignores it",
+        ]
     );
-    assert!(service(web()).unsupported.is_empty());
+    let lb = k8s::desired::desired(&svc, std::iter::empty(), &settings());
+    let ranges = |name: &str| -> Vec<String> { lb[name].source_ranges.iter().map(|r| r.to_string()).collect() };
+    assert_eq!(ranges("default/web:http@198.18.141.1"), ["198.18.50.0/24", "198.18.60.0/24"]);
+    assert_eq!(ranges("default/web:http@2001:db8:141::1"), ["2001:db8:50::/48"]);
+    // Also an external IP: filtered (kube-proxy's firewall rule takes every packet to it).
+    assert_eq!(ranges("default/web:http@198.18.140.1"), ["198.18.50.0/24", "198.18.60.0/24"]);
+    for name in
+        ["default/web:http@198.18.128.10", "default/web:http@2001:db8:128::10", "default/web:http@nodeport4", "default/web:http@nodeport6"]
+    {
+        assert!(lb[name].source_ranges.is_empty(), "{name}");
+    }
+    for s in lb.values() {
+        s.validate().unwrap();
+    }
+    // IPv4 ranges only: the IPv6 ingress address takes every source, as kube-proxy's IPv6
+    // rules have no firewall then.
+    v["spec"]["loadBalancerSourceRanges"] = json!(["198.18.50.0/24"]);
+    let lb = k8s::desired::desired(&service(v.clone()), std::iter::empty(), &settings());
+    assert_eq!(lb["default/web:http@198.18.141.1"].source_ranges.len(), 1);
+    assert!(lb["default/web:http@2001:db8:141::1"].source_ranges.is_empty());
+    // Another type: nothing filtered, nothing said.
+    v["spec"]["type"] = json!("NodePort");
+    let svc = service(v);
+    assert!(svc.unsupported.is_empty() && svc.source_ranges.is_empty() && svc.ingress_ips.is_empty());
 }
 
 fn local_lb_web(health_check_node_port: u16) -> serde_json::Value {
