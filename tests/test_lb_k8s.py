@@ -578,3 +578,159 @@ time.sleep(120)
     kubectl(api_ns, w, "delete", "service", "mixed", "draining", "split", "pnr")
     kubectl(api_ns, w, "delete", "endpointslice", "mixed-1", "draining-1", "split-1", "split-2", "pnr-1")
     assert gw.stop()[0] == 0
+
+
+def http_get(ns, host, port, path="/"):
+    """One GET from inside `ns`: (status, JSON body or None, headers lower-cased), or
+    None when nothing listens (connection refused)."""
+    code = f"""
+import http.client, json, sys
+c = http.client.HTTPConnection({host!r}, {port}, timeout=5)
+try:
+    c.request("GET", {path!r})
+except ConnectionRefusedError:
+    print("null"); sys.exit()
+r = c.getresponse(); body = r.read()
+try:
+    body = json.loads(body)
+except ValueError:
+    body = None
+print(json.dumps([r.status, body, {{k.lower(): v for k, v in r.getheaders()}}]))
+"""
+    r = sh("ip", "netns", "exec", ns, sys.executable, "-c", code)
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def small_gateway(lab, vecgate, tmp):
+    """A gateway with one link and a load balancer: enough for the controller to program."""
+    c, g = lab.ns("c"), lab.dataplane_ns("gw")
+    lab.veth(c, "a0", g, "a1")
+    cfg = """
+[[interface]]
+name = "a"
+type = "af_packet"
+host_if = "a1"
+mac = "02:00:00:00:00:0a"
+addresses = ["198.18.0.1/24"]
+
+[lb]
+snat4 = "198.18.0.1"
+"""
+    return Vecgate(lab, vecgate, g, cfg, tmp)
+
+
+HC_PORT = 32101          # the Service's healthCheckNodePort
+OUR_HEALTHZ = 10266      # ours beside kube-proxy's 127.0.0.1:10256 in the API namespace
+
+
+def test_health_check_node_port_answers_as_kube_proxy(api, lab, vecgate, tmp_path):
+    """A LoadBalancer Service with externalTrafficPolicy Local: the controller listens on
+    its healthCheckNodePort and answers a load balancer's checks as kube-proxy does, and
+    real kube-proxy (nftables mode, node n1, on the same API server) is the differential
+    oracle: for each state of the Service's slice both give the same status, the same JSON
+    fields and the same headers. Both run in the API server's namespace: kube-proxy
+    listens on the node's primary address (198.18.8.1, its nftables-mode default
+    --nodeport-addresses), ours on 127.0.0.1 (--health-check-bind-address), the same port.
+    A local ready endpoint: 200, localEndpoints 1; not ready (terminating) or on another
+    node: 503, 0; two: 200, 2. The proxy health server (/healthz, on a port beside
+    kube-proxy's) answers 200 while the gateway answers, 503 once it has been gone for
+    --healthz-timeout (1 s here) after a request found it unreachable, and the Service's
+    check then says serviceProxyHealthy false, 503. The Service deleted: its
+    port closes (kube-proxy's too)."""
+    api_ns, w = api
+    gw = small_gateway(lab, vecgate, tmp_path)
+    http = [{"name": "http", "port": 8080, "protocol": "TCP"}]
+    tcp80 = [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]
+    hc = service("hc", "198.18.128.70", tcp80, type="LoadBalancer", externalTrafficPolicy="Local", healthCheckNodePort=HC_PORT)
+
+    def hc_slice(*endpoints):
+        return endpoint_slice("hc-1", "hc", http, list(endpoints))
+
+    apply(api_ns, w, [hc, hc_slice(endpoint(BACKENDS[0]))])
+    ensure_kube_proxy(w)
+    proc, log = controller(lab, vecgate, api_ns, w, gw, tmp_path, extra=(
+        "--health-check-bind-address", "127.0.0.1", "--healthz-bind-address", f"127.0.0.1:{OUR_HEALTHZ}", "--healthz-timeout", "1"))
+    fields = ("content-type", "x-content-type-options", "x-load-balancing-endpoint-weight")
+
+    def both(status, count):
+        """Ours and kube-proxy's answers once both are (status, count); they must agree."""
+        def answers():
+            ours, theirs = http_get(api_ns, "127.0.0.1", HC_PORT), http_get(api_ns, "198.18.8.1", HC_PORT)
+            ok = all(a and (a[0], (a[1] or {}).get("localEndpoints")) == (status, count) for a in (ours, theirs))
+            return (ours, theirs) if ok else None
+        ours, theirs = wait_for(f"{status} with {count} local endpoints from both", answers, timeout=15)
+        assert ours[1] == theirs[1] == {"service": {"namespace": "default", "name": "hc"}, "localEndpoints": count,
+                                        "serviceProxyHealthy": True}, (ours, theirs)
+        assert [ours[2].get(h) for h in fields] == [theirs[2].get(h) for h in fields] == ["application/json", "nosniff", str(count)]
+    try:
+        both(200, 1)
+        status, body, _ = http_get(api_ns, "127.0.0.1", OUR_HEALTHZ, "/healthz")
+        assert status == 200 and body["nodeEligible"] is True, body
+        assert http_get(api_ns, "127.0.0.1", OUR_HEALTHZ, "/livez")[0] == 200
+        assert http_get(api_ns, "127.0.0.1", OUR_HEALTHZ, "/nothing")[0] == 404
+        assert "health check port open" in log.read_text()
+
+        apply(api_ns, w, [hc_slice(endpoint(BACKENDS[0], False, True, True))])   # terminating, still serving
+        both(503, 0)
+        apply(api_ns, w, [hc_slice(endpoint(BACKENDS[0], node="n2"))])           # on another node
+        both(503, 0)
+        apply(api_ns, w, [hc_slice(endpoint(BACKENDS[0]), endpoint(BACKENDS[1]), endpoint(BACKENDS[2], node="n2"))])
+        both(200, 2)
+
+        # The gateway gone: unhealthy once a request finds it unreachable (here the next
+        # event's, the other node's endpoint removed; else the 5 s check's) and the timeout.
+        assert gw.stop()[0] == 0
+        t0 = time.time()
+        apply(api_ns, w, [hc_slice(endpoint(BACKENDS[0]), endpoint(BACKENDS[1]))])
+        wait_for("/healthz 503", lambda: http_get(api_ns, "127.0.0.1", OUR_HEALTHZ, "/healthz")[0] == 503, timeout=15)
+        assert time.time() - t0 >= 1
+        status, body, _ = http_get(api_ns, "127.0.0.1", HC_PORT)
+        assert (status, body["localEndpoints"], body["serviceProxyHealthy"]) == (503, 2, False), body
+        assert http_get(api_ns, "127.0.0.1", OUR_HEALTHZ, "/livez")[0] == 503
+
+        kubectl(api_ns, w, "delete", "service", "hc")
+        wait_for("our port closed", lambda: http_get(api_ns, "127.0.0.1", HC_PORT) is None)
+        wait_for("kube-proxy's port closed", lambda: http_get(api_ns, "198.18.8.1", HC_PORT) is None)
+        assert proc.poll() is None, log.read_text()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        kubectl(api_ns, w, "delete", "service", "hc", "--ignore-not-found")
+        kubectl(api_ns, w, "delete", "endpointslice", "hc-1", "--ignore-not-found")
+    text = log.read_text()
+    assert "cannot be bound" not in text and "change refused" not in text, text
+
+
+def test_load_balancer_source_ranges_filter_the_ingress_address(api, lab, vecgate, tmp_path):
+    """A LoadBalancer Service with loadBalancerSourceRanges and an ingress address in its
+    status (set as a cloud controller would): the ingress address's LB service carries
+    the ranges (`show lb services`), the cluster IP's none; the client inside them is
+    served; a change of the ranges reaches the gateway."""
+    api_ns, w = api
+    c, gw = dataplane(lab, vecgate, tmp_path)
+    http = [{"name": "http", "port": 8080, "protocol": "TCP"}]
+    tcp80 = [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]
+    apply(api_ns, w, [service("rg", "198.18.128.54", tcp80, type="LoadBalancer", loadBalancerSourceRanges=["198.18.0.0/28"]),
+                      endpoint_slice("rg-1", "rg", http, [endpoint(a) for a in BACKENDS])])
+    kubectl(api_ns, w, "patch", "service", "rg", "--subresource=status", "--type=merge",
+            "-p", '{"status":{"loadBalancer":{"ingress":[{"ip":"198.18.140.7"}]}}}')
+    ing, cip = "default/rg:http@198.18.140.7", "default/rg:http@198.18.128.54"
+    proc, log = controller(lab, vecgate, api_ns, w, gw, tmp_path)
+
+    def ranges():
+        rows = {r["name"]: r for r in gw.ctl("show", "lb", "services")["data"]}
+        return rows.get(ing, {}).get("source_ranges"), rows.get(cip, {}).get("source_ranges")
+
+    try:
+        wait_for("the ingress address with its ranges", lambda: ranges() == (["198.18.0.0/28"], []))
+        r = who(lab, c, "198.18.140.7", 80, 5)
+        assert len(r["answers"]) == 5, r
+        kubectl(api_ns, w, "patch", "service", "rg", "--type=merge", "-p", '{"spec":{"loadBalancerSourceRanges":["198.18.0.64/26"]}}')
+        wait_for("the new ranges", lambda: ranges() == (["198.18.0.64/26"], []))
+        assert proc.poll() is None, log.read_text()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    kubectl(api_ns, w, "delete", "service", "rg")
+    kubectl(api_ns, w, "delete", "endpointslice", "rg-1")
+    assert gw.stop()[0] == 0
