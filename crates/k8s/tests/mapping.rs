@@ -345,6 +345,25 @@ fn load_balancer_source_ranges_filter_the_ingress_addresses_of_their_family() {
     assert!(svc.unsupported.is_empty() && svc.source_ranges.is_empty() && svc.ingress_ips.is_empty());
 }
 
+/// A change of a LoadBalancer Service's ranges replaces its ingress address's LB service
+/// (the ranges are the service's, not a backend's); unchanged ranges change nothing.
+#[test]
+fn a_change_of_source_ranges_replaces_the_ingress_service() {
+    let mut v = web();
+    v["spec"]["type"] = json!("LoadBalancer");
+    v["spec"]["loadBalancerSourceRanges"] = json!(["198.18.0.0/28"]);
+    v["status"] = json!({"loadBalancer": {"ingress": [{"ip": "198.18.141.1"}]}});
+    let before = k8s::desired::desired(&service(v.clone()), std::iter::empty(), &settings());
+    assert!(diff(&before, &before).is_empty());
+    v["spec"]["loadBalancerSourceRanges"] = json!(["198.18.0.64/26"]);
+    let after = k8s::desired::desired(&service(v), std::iter::empty(), &settings());
+    let plan = diff(&before, &after);
+    let ingress = "default/web:http@198.18.141.1";
+    assert!(plan.contains(&Change::DelService(ingress.into())), "{plan:?}");
+    assert!(plan.contains(&Change::AddService(after[ingress].clone())), "{plan:?}");
+    assert_eq!(plan.len(), 4, "the two ports' ingress services only: {plan:?}");
+}
+
 fn local_lb_web(health_check_node_port: u16) -> serde_json::Value {
     let mut v = web();
     v["spec"]["type"] = json!("LoadBalancer");
