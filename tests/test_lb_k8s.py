@@ -699,3 +699,38 @@ def test_health_check_node_port_answers_as_kube_proxy(api, lab, vecgate, tmp_pat
         kubectl(api_ns, w, "delete", "endpointslice", "hc-1", "--ignore-not-found")
     text = log.read_text()
     assert "cannot be bound" not in text and "change refused" not in text, text
+
+
+def test_load_balancer_source_ranges_filter_the_ingress_address(api, lab, vecgate, tmp_path):
+    """A LoadBalancer Service with loadBalancerSourceRanges and an ingress address in its
+    status (set as a cloud controller would): the ingress address's LB service carries
+    the ranges (`show lb services`), the cluster IP's none; the client inside them is
+    served; a change of the ranges reaches the gateway."""
+    api_ns, w = api
+    c, gw = dataplane(lab, vecgate, tmp_path)
+    http = [{"name": "http", "port": 8080, "protocol": "TCP"}]
+    tcp80 = [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]
+    apply(api_ns, w, [service("rg", "198.18.128.54", tcp80, type="LoadBalancer", loadBalancerSourceRanges=["198.18.0.0/28"]),
+                      endpoint_slice("rg-1", "rg", http, [endpoint(a) for a in BACKENDS])])
+    kubectl(api_ns, w, "patch", "service", "rg", "--subresource=status", "--type=merge",
+            "-p", '{"status":{"loadBalancer":{"ingress":[{"ip":"198.18.140.7"}]}}}')
+    ing, cip = "default/rg:http@198.18.140.7", "default/rg:http@198.18.128.54"
+    proc, log = controller(lab, vecgate, api_ns, w, gw, tmp_path)
+
+    def ranges():
+        rows = {r["name"]: r for r in gw.ctl("show", "lb", "services")["data"]}
+        return rows.get(ing, {}).get("source_ranges"), rows.get(cip, {}).get("source_ranges")
+
+    try:
+        wait_for("the ingress address with its ranges", lambda: ranges() == (["198.18.0.0/28"], []))
+        r = who(lab, c, "198.18.140.7", 80, 5)
+        assert len(r["answers"]) == 5, r
+        kubectl(api_ns, w, "patch", "service", "rg", "--type=merge", "-p", '{"spec":{"loadBalancerSourceRanges":["198.18.0.64/26"]}}')
+        wait_for("the new ranges", lambda: ranges() == (["198.18.0.64/26"], []))
+        assert proc.poll() is None, log.read_text()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    kubectl(api_ns, w, "delete", "service", "rg")
+    kubectl(api_ns, w, "delete", "endpointslice", "rg-1")
+    assert gw.stop()[0] == 0
