@@ -633,7 +633,9 @@ def test_health_check_node_port_answers_as_kube_proxy(api, lab, vecgate, tmp_pat
     --nodeport-addresses), ours on 127.0.0.1 (--health-check-bind-address), the same port.
     A local ready endpoint: 200, localEndpoints 1; not ready (terminating) or on another
     node: 503, 0; two: 200, 2. The proxy health server (/healthz, on a port beside
-    kube-proxy's) answers 200 while the gateway answers, 503 once it has been gone for
+    kube-proxy's) says 503 and nodeEligible false while the Node carries the cluster
+    autoscaler's ToBeDeletedByClusterAutoscaler taint, as kube-proxy's (compared), 200
+    without; it answers 200 while the gateway answers, 503 once it has been gone for
     --healthz-timeout (1 s here) after a request found it unreachable, and the Service's
     check then says serviceProxyHealthy false, 503. The Service deleted: its
     port closes (kube-proxy's too)."""
@@ -677,6 +679,26 @@ def test_health_check_node_port_answers_as_kube_proxy(api, lab, vecgate, tmp_pat
         apply(api_ns, w, [hc_slice(endpoint(BACKENDS[0]), endpoint(BACKENDS[1]), endpoint(BACKENDS[2], node="n2"))])
         both(200, 2)
 
+        # The node tainted for removal by the cluster autoscaler: /healthz 503 with
+        # nodeEligible false from both (kube-proxy's on 127.0.0.1:10256), /livez and the
+        # Service's check unchanged; the taint removed, 200 again.
+        def healthz(eligible):
+            want = (200 if eligible else 503, eligible)
+
+            def pair():
+                ours = http_get(api_ns, "127.0.0.1", OUR_HEALTHZ, "/healthz")
+                theirs = http_get(api_ns, "127.0.0.1", 10256, "/healthz")
+                return all(a and a[1] and (a[0], a[1]["nodeEligible"]) == want for a in (ours, theirs))
+            wait_for(f"/healthz {want} from both", pair, timeout=15)
+        kubectl(api_ns, w, "taint", "node", "n1", "ToBeDeletedByClusterAutoscaler=1700000000:NoSchedule")
+        try:
+            healthz(False)
+            assert http_get(api_ns, "127.0.0.1", OUR_HEALTHZ, "/livez")[0] == http_get(api_ns, "127.0.0.1", 10256, "/livez")[0] == 200
+            both(200, 2)
+        finally:
+            kubectl(api_ns, w, "taint", "node", "n1", "ToBeDeletedByClusterAutoscaler-")
+        healthz(True)
+
         # The gateway gone: unhealthy once a request finds it unreachable (here the next
         # event's, the other node's endpoint removed; else the 5 s check's) and the timeout.
         assert gw.stop()[0] == 0
@@ -698,7 +720,7 @@ def test_health_check_node_port_answers_as_kube_proxy(api, lab, vecgate, tmp_pat
         kubectl(api_ns, w, "delete", "service", "hc", "--ignore-not-found")
         kubectl(api_ns, w, "delete", "endpointslice", "hc-1", "--ignore-not-found")
     text = log.read_text()
-    assert "cannot be bound" not in text and "change refused" not in text, text
+    assert "cannot be bound" not in text and "change refused" not in text and "watch failed" not in text, text
 
 
 def test_load_balancer_source_ranges_filter_the_ingress_address(api, lab, vecgate, tmp_path):

@@ -19,7 +19,7 @@ use crate::health::HealthServer;
 use crate::model::{Change, Listed, Model};
 use crate::objects::{Key, Service, Slice};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Service as K8sService;
+use k8s_openapi::api::core::v1::{Node as K8sNode, Service as K8sService};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
@@ -340,6 +340,8 @@ pub fn managed_digests(data: &serde_json::Value) -> BTreeMap<String, String> {
 enum Ev {
     Service(Result<Event<K8sService>, watcher::Error>),
     Slice(Result<Event<EndpointSlice>, watcher::Error>),
+    /// This node's Node (its eligibility for load balancers' traffic, `/healthz`).
+    Node(Result<Event<K8sNode>, watcher::Error>),
 }
 
 /// A list in progress (`Init` … `InitDone`).
@@ -415,8 +417,18 @@ pub async fn run(opts: Options) -> Result<Stats, Error> {
 
     let services =
         watcher::watcher(Api::<K8sService>::all(client.clone()), watcher::Config::default()).default_backoff().map(Ev::Service).boxed();
-    let slices = watcher::watcher(Api::<EndpointSlice>::all(client), watcher::Config::default()).default_backoff().map(Ev::Slice).boxed();
-    let mut events = futures::stream::select(services, slices);
+    let slices =
+        watcher::watcher(Api::<EndpointSlice>::all(client.clone()), watcher::Config::default()).default_backoff().map(Ev::Slice).boxed();
+    // This node's Node alone (a field selector), as kube-proxy watches it: a node being
+    // deleted or tainted for removal says so at /healthz.
+    let node = match &opts.settings.node {
+        Some(n) => watcher::watcher(Api::<K8sNode>::all(client), watcher::Config::default().fields(&format!("metadata.name={n}")))
+            .default_backoff()
+            .map(Ev::Node)
+            .boxed(),
+        None => futures::stream::pending().boxed(),
+    };
+    let mut events = futures::stream::select(futures::stream::select(services, slices), node);
     let mut listing = Listing::default();
     let mut synced = false;
     let started = Instant::now();
@@ -500,7 +512,12 @@ pub async fn run(opts: Options) -> Result<Stats, Error> {
                     keys.extend(model.slice_deleted(&key));
                 }
             },
-            Ev::Service(Err(e)) | Ev::Slice(Err(e)) => {
+            Ev::Node(Ok(Event::Apply(n) | Event::InitApply(n) | Event::Delete(n))) => {
+                health.node(crate::health::node_eligible(&n));
+                continue;
+            }
+            Ev::Node(Ok(Event::Init | Event::InitDone)) => continue,
+            Ev::Service(Err(e)) | Ev::Slice(Err(e)) | Ev::Node(Err(e)) => {
                 tracing::warn!(error = %e, "watch failed; retrying with backoff");
                 continue;
             }

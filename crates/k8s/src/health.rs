@@ -70,17 +70,30 @@ fn rfc3339(t: SystemTime) -> String {
 }
 
 /// What the proxy health server answers at `path`: `/healthz` and `/livez`, 200 or 503 by
-/// `healthy`, with the last successful sync and the current time (RFC 3339; `/healthz`
-/// also says `nodeEligible`, always true: the controller does not watch Nodes); `None`
-/// for any other path (404).
-pub fn proxy_answer(path: &str, healthy: bool, last_updated: Option<SystemTime>, now: SystemTime) -> Option<Answer> {
+/// `healthy`, with the last successful sync and the current time (RFC 3339); `/healthz`
+/// also says `nodeEligible` and is 503 without it (the node is going away: load balancers
+/// drain it), `/livez` does not look at it. `None` for any other path (404).
+pub fn proxy_answer(path: &str, healthy: bool, node_eligible: bool, last_updated: Option<SystemTime>, now: SystemTime) -> Option<Answer> {
     let last = last_updated.map(rfc3339).unwrap_or_default();
-    let body = match path {
-        "/healthz" => serde_json::json!({"lastUpdated": last, "currentTime": rfc3339(now), "nodeEligible": true}),
-        "/livez" => serde_json::json!({"lastUpdated": last, "currentTime": rfc3339(now)}),
+    let (body, ok) = match path {
+        "/healthz" => {
+            (serde_json::json!({"lastUpdated": last, "currentTime": rfc3339(now), "nodeEligible": node_eligible}), healthy && node_eligible)
+        }
+        "/livez" => (serde_json::json!({"lastUpdated": last, "currentTime": rfc3339(now)}), healthy),
         _ => return None,
     };
-    Some(Answer { status: if healthy { 200 } else { 503 }, body: body.to_string(), weight: None })
+    Some(Answer { status: if ok { 200 } else { 503 }, body: body.to_string(), weight: None })
+}
+
+/// The cluster autoscaler's taint on a node it is about to remove.
+pub const TO_BE_DELETED_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
+
+/// Whether this node should still get load balancers' traffic, as kube-proxy reads its
+/// Node: not when it is being deleted (`deletionTimestamp`) or the cluster autoscaler has
+/// tainted it for removal.
+pub fn node_eligible(node: &k8s_openapi::api::core::v1::Node) -> bool {
+    let taints = node.spec.as_ref().and_then(|s| s.taints.as_deref()).unwrap_or_default();
+    node.metadata.deletion_timestamp.is_none() && !taints.iter().any(|t| t.key == TO_BE_DELETED_TAINT)
 }
 
 /// Whether the controller keeps the gateway programmed: healthy until a request to the
@@ -124,6 +137,8 @@ impl ProxyHealth {
 struct State {
     checks: BTreeMap<Key, Check>,
     proxy: ProxyHealth,
+    /// [`node_eligible`] of this node's Node (true until one is seen).
+    node_eligible: bool,
 }
 
 /// One Service's health check: its `healthCheckNodePort` and local ready endpoints.
@@ -154,7 +169,7 @@ impl HealthServer {
     /// Start the listeners' thread (its own runtime); the proxy health server listens at
     /// once, the Services' ports as [`HealthServer::set`] names them.
     pub fn start(opts: HealthOptions) -> std::io::Result<HealthServer> {
-        let state = Arc::new(Mutex::new(State { checks: BTreeMap::new(), proxy: ProxyHealth::new(opts.timeout) }));
+        let state = Arc::new(Mutex::new(State { checks: BTreeMap::new(), proxy: ProxyHealth::new(opts.timeout), node_eligible: true }));
         let (ports, rx) = watch::channel(BTreeMap::new());
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         let shared = state.clone();
@@ -186,6 +201,14 @@ impl HealthServer {
 
     pub fn failed(&self) {
         self.lock().proxy.failed(Instant::now());
+    }
+
+    /// This node's Node as last seen ([`node_eligible`]); logged when it changes.
+    pub fn node(&self, eligible: bool) {
+        let was = std::mem::replace(&mut self.lock().node_eligible, eligible);
+        if was != eligible {
+            tracing::info!(eligible, "node eligibility for load balancers' traffic (/healthz)");
+        }
     }
 }
 
@@ -230,7 +253,7 @@ fn answer(role: &Role, state: &Mutex<State>, method: &Method, path: &str) -> Res
             let n = st.checks.get(key).map_or(0, |c| c.local_endpoints);
             response(service_answer(key, n, healthy))
         }
-        Role::Proxy => match proxy_answer(path, healthy, st.proxy.last_updated(), SystemTime::now()) {
+        Role::Proxy => match proxy_answer(path, healthy, st.node_eligible, st.proxy.last_updated(), SystemTime::now()) {
             Some(a) => response(a),
             None => plain(StatusCode::NOT_FOUND, "404 page not found\n"),
         },
@@ -372,19 +395,39 @@ mod tests {
     fn the_proxy_answers_healthz_and_livez_only() {
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
         let last = now - Duration::from_secs(3);
-        let h = proxy_answer("/healthz", true, Some(last), now).unwrap();
+        let h = proxy_answer("/healthz", true, true, Some(last), now).unwrap();
         assert_eq!(h.status, 200);
         assert_eq!(
             body(&h),
             serde_json::json!({"lastUpdated": "2027-01-15T07:59:57Z", "currentTime": "2027-01-15T08:00:00Z", "nodeEligible": true})
         );
-        assert_eq!(proxy_answer("/healthz", false, Some(last), now).unwrap().status, 503);
-        let l = proxy_answer("/livez", false, None, now).unwrap();
+        assert_eq!(proxy_answer("/healthz", false, true, Some(last), now).unwrap().status, 503);
+        let l = proxy_answer("/livez", false, true, None, now).unwrap();
         assert_eq!((l.status, body(&l)), (503, serde_json::json!({"lastUpdated": "", "currentTime": "2027-01-15T08:00:00Z"})));
-        assert_eq!(proxy_answer("/livez", true, None, now).unwrap().status, 200);
+        assert_eq!(proxy_answer("/livez", true, true, None, now).unwrap().status, 200);
+        // A node going away: /healthz 503 and says so, /livez does not look.
+        let h = proxy_answer("/healthz", true, false, Some(last), now).unwrap();
+        assert_eq!((h.status, &body(&h)["nodeEligible"]), (503, &serde_json::json!(false)));
+        assert_eq!(proxy_answer("/livez", true, false, None, now).unwrap().status, 200);
         for p in ["/", "/healthz/", "/healthzz", "/metrics", ""] {
-            assert_eq!(proxy_answer(p, true, None, now), None, "{p:?}");
+            assert_eq!(proxy_answer(p, true, true, None, now), None, "{p:?}");
         }
+    }
+
+    /// kube-proxy's reading of its Node: eligible unless being deleted or tainted by the
+    /// cluster autoscaler for removal (other taints do not count).
+    #[test]
+    fn a_node_being_deleted_or_tainted_for_removal_is_not_eligible() {
+        let node = |v: serde_json::Value| serde_json::from_value::<k8s_openapi::api::core::v1::Node>(v).unwrap();
+        assert!(node_eligible(&node(serde_json::json!({"metadata": {"name": "n1"}}))));
+        let other = serde_json::json!({"metadata": {"name": "n1"}, "spec": {"taints": [{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}]}});
+        assert!(node_eligible(&node(other)));
+        let tainted = serde_json::json!({"metadata": {"name": "n1"}, "spec": {"taints": [
+            {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"},
+            {"key": "ToBeDeletedByClusterAutoscaler", "value": "1700000000", "effect": "NoSchedule"}]}});
+        assert!(!node_eligible(&node(tainted)));
+        let deleting = serde_json::json!({"metadata": {"name": "n1", "deletionTimestamp": "2026-12-06T08:00:00Z"}});
+        assert!(!node_eligible(&node(deleting)));
     }
 
     /// Healthy until a failure has lasted the timeout; one sync makes it healthy again,
