@@ -461,3 +461,48 @@ def test_an_inbound_sas_urpf_changes_in_place(vecgate, gateway):
     write(cfg, FEATURES_A + INBOUND_SA.replace("8193", "8194") + 'urpf = "strict"\n')
     code, r = reload(vecgate, sock)
     assert code == 0 and changes(r) == {("replaced", "ipsec_sa", "SA 8")}, r
+
+
+SOURCES = """
+[lb]
+snat4 = "198.18.2.1"
+
+[[lb_service]]
+name = "edge"
+type = "load_balancer"
+vip = "198.18.201.10"
+port = 443
+protocol = "tcp"
+source_ranges = [RANGES]
+backends = [{ addr = "198.18.2.10", port = 8443 }]
+"""
+
+
+def test_reload_changes_a_services_source_ranges(vecgate, gateway):
+    def ranges(sock):
+        rows = json.loads(ctl(vecgate, sock, "show", "lb", "services", json_out=True).stdout)["data"]
+        [edge] = [r for r in rows if r["name"] == "edge"]
+        return edge["source_ranges"]
+
+    cfg, sock, _ = gateway(SOURCES.replace("RANGES", '"198.18.50.0/24", "198.18.51.0/24"'))
+    assert sorted(ranges(sock)) == ["198.18.50.0/24", "198.18.51.0/24"]
+    # The same ranges in another order: a set, nothing to do.
+    write(cfg, SOURCES.replace("RANGES", '"198.18.51.0/24", "198.18.50.0/24"'))
+    code, r = reload(vecgate, sock)
+    assert code == 0 and r["data"]["changes"] == [], r
+    # Other ranges: the service is replaced (its sessions meet the new ranges).
+    write(cfg, SOURCES.replace("RANGES", '"198.18.60.0/24", "198.18.61.0/24"'))
+    code, r = reload(vecgate, sock)
+    assert code == 0, r
+    assert changes(r) == {("replaced", "lb_service", "edge")}, r
+    assert sorted(ranges(sock)) == ["198.18.60.0/24", "198.18.61.0/24"]
+    # A bad range refuses the whole file, naming the field; the running ranges stay.
+    write(cfg, SOURCES.replace("RANGES", '"198.18.60.1/24"'))
+    code, r = reload(vecgate, sock)
+    assert code != 0 and "lb_service[0].source_ranges[0]" in r["error"], r
+    assert sorted(ranges(sock)) == ["198.18.60.0/24", "198.18.61.0/24"]
+    # None: every source again.
+    write(cfg, SOURCES.replace("source_ranges = [RANGES]\n", ""))
+    code, r = reload(vecgate, sock)
+    assert code == 0 and changes(r) == {("replaced", "lb_service", "edge")}, r
+    assert ranges(sock) == []

@@ -817,7 +817,7 @@ fn lb_services(c: &mut Control, new: &Config, changes: &mut Vec<Change>) -> Resu
     }
     for s in &new.lb_services {
         let action = match c.lb.state.service(&s.name) {
-            Some((_, running)) if running == s => continue,
+            Some((_, running)) if running.same_as(s) => continue,
             Some(_) => {
                 apply(c, Request::LbServiceDel { name: s.name.clone() })?;
                 "replaced"

@@ -47,8 +47,9 @@ impl Change {
 
 /// Everything but the backends: what, when it changes, replaces the LB service.
 fn same_service(a: &ServiceSpec, b: &ServiceSpec) -> bool {
-    (a.kind, a.vip, a.port, a.protocol, a.traffic_policy, a.affinity, a.table_size, &a.source_ranges)
-        == (b.kind, b.vip, b.port, b.protocol, b.traffic_policy, b.affinity, b.table_size, &b.source_ranges)
+    (a.kind, a.vip, a.port, a.protocol, a.traffic_policy, a.affinity, a.table_size)
+        == (b.kind, b.vip, b.port, b.protocol, b.traffic_policy, b.affinity, b.table_size)
+        && lb::service::same_ranges(&a.source_ranges, &b.source_ranges)
 }
 
 /// The Service a managed LB service's name (`namespace/name:port`) is of.

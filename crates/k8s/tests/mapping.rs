@@ -356,12 +356,20 @@ fn a_change_of_source_ranges_replaces_the_ingress_service() {
     let before = k8s::desired::desired(&service(v.clone()), std::iter::empty(), &settings());
     assert!(diff(&before, &before).is_empty());
     v["spec"]["loadBalancerSourceRanges"] = json!(["198.18.0.64/26"]);
-    let after = k8s::desired::desired(&service(v), std::iter::empty(), &settings());
+    let after = k8s::desired::desired(&service(v.clone()), std::iter::empty(), &settings());
     let plan = diff(&before, &after);
     let ingress = "default/web:http@198.18.141.1";
     assert!(plan.contains(&Change::DelService(ingress.into())), "{plan:?}");
     assert!(plan.contains(&Change::AddService(after[ingress].clone())), "{plan:?}");
     assert_eq!(plan.len(), 4, "the two ports' ingress services only: {plan:?}");
+    // The same ranges in another order (as another writer of the gateway may list them):
+    // one set, nothing to change.
+    v["spec"]["loadBalancerSourceRanges"] = json!(["198.18.0.0/28", "198.18.0.64/26"]);
+    let two = k8s::desired::desired(&service(v.clone()), std::iter::empty(), &settings());
+    v["spec"]["loadBalancerSourceRanges"] = json!(["198.18.0.64/26", "198.18.0.0/28"]);
+    let swapped = k8s::desired::desired(&service(v), std::iter::empty(), &settings());
+    assert_ne!(two[ingress].source_ranges, swapped[ingress].source_ranges);
+    assert!(diff(&two, &swapped).is_empty(), "{:?}", diff(&two, &swapped));
 }
 
 fn local_lb_web(health_check_node_port: u16) -> serde_json::Value {

@@ -323,7 +323,24 @@ pub fn check_table_size(n: u32) -> Result<(), SpecError> {
     Ok(())
 }
 
+/// Whether two services' `source_ranges` are one set of ranges (a list's order and
+/// repeats allow no other source).
+pub fn same_ranges(a: &[SourceRange], b: &[SourceRange]) -> bool {
+    let set = |r: &[SourceRange]| r.iter().copied().collect::<std::collections::BTreeSet<_>>();
+    a == b || set(a) == set(b)
+}
+
 impl ServiceSpec {
+    /// Whether `other` is this service, its `source_ranges` taken as a set: a file or a
+    /// request that lists them in another order changes nothing.
+    pub fn same_as(&self, other: &ServiceSpec) -> bool {
+        if self.source_ranges == other.source_ranges {
+            return self == other;
+        }
+        let without = |s: &ServiceSpec| ServiceSpec { source_ranges: Vec::new(), ..s.clone() };
+        same_ranges(&self.source_ranges, &other.source_ranges) && without(self) == without(other)
+    }
+
     pub fn validate(&self) -> Result<(), SpecError> {
         if self.name.is_empty() || self.name.len() > 253 {
             return Err(SpecError::Name);
@@ -427,6 +444,22 @@ mod tests {
             gue_port: 0,
             source_ranges: Vec::new(),
         }
+    }
+
+    #[test]
+    fn source_ranges_compare_as_a_set() {
+        let r = |v: &[&str]| v.iter().map(|p| p.parse().unwrap()).collect::<Vec<SourceRange>>();
+        let with = |v: &[&str]| ServiceSpec { kind: ServiceType::LoadBalancer, source_ranges: r(v), ..svc() };
+        let a = with(&["198.18.50.0/24", "198.18.51.0/24"]);
+        assert!(a.same_as(&with(&["198.18.51.0/24", "198.18.50.0/24"])));
+        assert!(a.same_as(&with(&["198.18.51.0/24", "198.18.50.0/24", "198.18.51.0/24"])));
+        assert!(!a.same_as(&with(&["198.18.50.0/24"])));
+        assert!(!a.same_as(&with(&["198.18.50.0/24", "198.18.51.0/25"])));
+        assert!(!a.same_as(&with(&[])));
+        // The rest of the spec still counts when the ranges are only reordered.
+        let moved = ServiceSpec { port: 81, ..with(&["198.18.51.0/24", "198.18.50.0/24"]) };
+        assert!(!a.same_as(&moved));
+        assert!(a.same_as(&a.clone()) && !a.same_as(&ServiceSpec { port: 81, ..a.clone() }));
     }
 
     #[test]
