@@ -224,6 +224,12 @@ seeds = {
                     rec(ACCESS, eth(ACCESS, IP(src=USER4, dst="198.18.128.11") / TCP(sport=40002, dport=80, flags="A", seq=2) / payload(200)))],
     "lb6-dsr-gue": [rec(ACCESS, user_udp6("2001:db8:128::11", 120, sport=5002, dport=53), hold=True),
                     rec(ACCESS, user_udp6("2001:db8:128::11", 64, sport=5003, dport=53))],
+    # The services filtered by source (loadBalancerSourceRanges): a SYN from inside the
+    # ranges makes a session, one from outside is dropped (source-not-allowed), both families.
+    "lb-source-ranges": [rec(ACCESS, eth(ACCESS, IP(src=USER4, dst="198.18.128.12") / TCP(sport=40020, dport=443, flags="S", seq=1))),
+                         rec(ACCESS, eth(ACCESS, IP(src="198.18.32.9", dst="198.18.128.12") / TCP(sport=40021, dport=443, flags="S", seq=1))),
+                         rec(ACCESS, eth(ACCESS, IPv6(src=USER6, dst="2001:db8:128::12") / TCP(sport=40022, dport=443, flags="S", seq=1))),
+                         rec(ACCESS, eth(ACCESS, IPv6(src="2001:db8:77::5", dst="2001:db8:128::12") / TCP(sport=40023, dport=443, flags="S", seq=1)))],
     # A packet too big about the IPv6 service's translated datagram, to the node's
     # address (the client's port kept on it; either backend): lb6-nat translates it to
     # the client. (No `Local` service here: its forwarded replies would take every

@@ -176,6 +176,8 @@ fn seeds_reach_every_feature(mut h: Harness, not_here: &[(&str, &str)]) {
         ("lb4-nat", "no-service"),
         ("lb6-nat", "no-service"),
         ("lb6-nat", "icmp-translated"),
+        ("lb4-nat", "source-not-allowed"),
+        ("lb6-nat", "source-not-allowed"),
         ("ethernet-input", "parcels-forwarded-whole"),
         ("parcel4-input", "to-split"),
         ("parcel4-split", "parcels-split"),
