@@ -7,52 +7,16 @@
 //! session, and one now inside passes. A cluster_ip service on the same address and port
 //! space takes every source.
 
+mod common;
+
+use common::{count_all as count, seed_frames as seed, tcp4, udp6};
 use control::api::Request;
-use control::fuzz::graph::{decode, Harness};
+use control::fuzz::graph::Harness;
 use lb::{BackendSpec, ServiceSpec};
 use std::net::{Ipv4Addr, Ipv6Addr};
-use std::path::Path;
 use wire::ipv4::Ipv4Packet;
 use wire::ipv6::Ipv6Packet;
 use wire::tcp::TcpPacket;
-use wire::udp::UdpPacket;
-
-fn seed(name: &str) -> Vec<io::mem::RxFrame> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/graph").join(format!("seed-{name}"));
-    decode(&std::fs::read(p).unwrap()).into_iter().map(|(_, f)| f).collect()
-}
-
-fn count(h: &Harness, node: &str, counter: &str) -> u64 {
-    h.workers().flat_map(|w| w.graph.counter_snapshots()).filter(|c| c.node == node && c.counter == counter).map(|c| c.count).sum()
-}
-
-/// Frame `f` (IPv4 TCP) from `src`:`sport` to `dst`:`dport` with TCP flags `flags`.
-fn tcp4(f: &io::mem::RxFrame, src: Ipv4Addr, sport: u16, dst: Ipv4Addr, dport: u16, flags: u8) -> io::mem::RxFrame {
-    let mut b = f.bytes.clone();
-    let mut ip = Ipv4Packet::new_unchecked(&mut b[14..]);
-    ip.set_src_addr(src);
-    ip.set_dst_addr(dst);
-    ip.fill_checksum();
-    let hl = ip.header_len();
-    // TCP flags at byte 13 of the header.
-    b[14 + hl + 13] = flags;
-    let mut t = TcpPacket::new_unchecked(&mut b[14 + hl..]);
-    t.set_ports(sport, dport);
-    t.fill_checksum_v4(src, dst);
-    io::mem::RxFrame { bytes: b, vnet: None }
-}
-
-fn udp6(f: &io::mem::RxFrame, src: Ipv6Addr, sport: u16, dst: Ipv6Addr, dport: u16) -> io::mem::RxFrame {
-    let mut b = f.bytes.clone();
-    let mut ip = Ipv6Packet::new_unchecked(&mut b[14..]);
-    ip.set_src_addr(&src);
-    ip.set_dst_addr(&dst);
-    let mut u = UdpPacket::new_unchecked(&mut b[14 + 40..]);
-    u.set_src_port(sport);
-    u.set_dst_port(dport);
-    u.fill_checksum_v6(&src, &dst);
-    io::mem::RxFrame { bytes: b, vnet: None }
-}
 
 #[allow(clippy::too_many_arguments)]
 fn service(
@@ -106,7 +70,7 @@ fn sources_outside_the_ranges_are_dropped_and_their_sessions_end() {
     let show = h.control.handle(&Request::ShowLbServices { service: Some("t/lbsr:http@198.18.131.20".into()) });
     assert_eq!(show.data[0]["source_ranges"], serde_json::json!(["198.18.0.0/28", "198.18.77.0/24"]), "{show:?}");
     let syn = seed("lb4-tcp")[0].clone();
-    let sent = |h: &mut Harness, src, sport, flags| h.frame(0, tcp4(&syn, src, sport, vip, 80, flags));
+    let sent = |h: &mut Harness, src, sport, flags| h.frame(0, tcp4(&syn, src, sport, vip, 80, Some(flags)));
 
     // Inside a range: translated to the backend.
     let out = sent(&mut h, inside, 40001, SYN);
@@ -135,7 +99,7 @@ fn sources_outside_the_ranges_are_dropped_and_their_sessions_end() {
 
     // The cluster IP service of the gateway takes any source.
     let cluster = Ipv4Addr::new(198, 18, 128, 10);
-    assert_eq!(h.frame(0, tcp4(&syn, Ipv4Addr::new(198, 18, 0, 200), 40003, cluster, 80, SYN)).len(), 1);
+    assert_eq!(h.frame(0, tcp4(&syn, Ipv4Addr::new(198, 18, 0, 200), 40003, cluster, 80, Some(SYN))).len(), 1);
     assert_eq!(count(&h, "lb4-nat", "source-not-allowed"), 3);
 
     // IPv6: a range of its own family.

@@ -6,51 +6,17 @@
 //! translated back, none leaves as the backend sent it. Regression: with the flow hash
 //! alone about half of them went to the worker without the session.
 
-use control::fuzz::graph::{decode, Harness};
+mod common;
+
+use common::{count_all as count, seed_frames as seed, tcp4, udp6};
+use control::fuzz::graph::Harness;
 use std::net::{Ipv4Addr, Ipv6Addr};
-use std::path::Path;
 use wire::ipv4::Ipv4Packet;
 use wire::ipv6::Ipv6Packet;
 use wire::tcp::TcpPacket;
 use wire::udp::UdpPacket;
 
 const CLIENTS: u16 = 64;
-
-fn seed(name: &str) -> Vec<io::mem::RxFrame> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/graph").join(format!("seed-{name}"));
-    decode(&std::fs::read(p).unwrap()).into_iter().map(|(_, f)| f).collect()
-}
-
-fn count(h: &Harness, node: &str, counter: &str) -> u64 {
-    h.workers().flat_map(|w| w.graph.counter_snapshots()).filter(|c| c.node == node && c.counter == counter).map(|c| c.count).sum()
-}
-
-/// Frame `f` (IPv4 TCP) from `src`:`sport` to `dst`:`dport`, checksums filled.
-fn tcp4(f: &io::mem::RxFrame, src: Ipv4Addr, sport: u16, dst: Ipv4Addr, dport: u16) -> io::mem::RxFrame {
-    let mut b = f.bytes.clone();
-    let mut ip = Ipv4Packet::new_unchecked(&mut b[14..]);
-    ip.set_src_addr(src);
-    ip.set_dst_addr(dst);
-    ip.fill_checksum();
-    let hl = ip.header_len();
-    let mut t = TcpPacket::new_unchecked(&mut b[14 + hl..]);
-    t.set_ports(sport, dport);
-    t.fill_checksum_v4(src, dst);
-    io::mem::RxFrame { bytes: b, vnet: None }
-}
-
-/// Frame `f` (IPv6 UDP) from `src`:`sport` to `dst`:`dport`, checksum filled.
-fn udp6(f: &io::mem::RxFrame, src: Ipv6Addr, sport: u16, dst: Ipv6Addr, dport: u16) -> io::mem::RxFrame {
-    let mut b = f.bytes.clone();
-    let mut ip = Ipv6Packet::new_unchecked(&mut b[14..]);
-    ip.set_src_addr(&src);
-    ip.set_dst_addr(&dst);
-    let mut u = UdpPacket::new_unchecked(&mut b[14 + 40..]);
-    u.set_src_port(sport);
-    u.set_dst_port(dport);
-    u.fill_checksum_v6(&src, &dst);
-    io::mem::RxFrame { bytes: b, vnet: None }
-}
 
 #[test]
 fn replies_reach_the_worker_with_the_session() {
@@ -65,7 +31,7 @@ fn replies_reach_the_worker_with_the_session() {
         let cport = 41000 + k;
         // The SYN goes to a backend, its source the SNAT address and a port of the worker
         // that took it.
-        let out = h.frame(0, tcp4(&syn, client, cport, vip, 80));
+        let out = h.frame(0, tcp4(&syn, client, cport, vip, 80, None));
         assert_eq!(out.len(), 1, "client port {cport}");
         let ip = Ipv4Packet::new_checked(&out[0].1.bytes[14..]).unwrap();
         let t = TcpPacket::new_checked(ip.payload()).unwrap();
@@ -73,7 +39,7 @@ fn replies_reach_the_worker_with_the_session() {
         let (backend, sport) = (ip.dst_addr(), t.src_port());
         assert!(snat_ports.insert(sport), "SNAT port {sport} given twice");
         // The backend's SYN-ACK comes back to the client from the service.
-        let out = h.frame(0, tcp4(&syn_ack, backend, 8080, snat, sport));
+        let out = h.frame(0, tcp4(&syn_ack, backend, 8080, snat, sport, None));
         assert_eq!(out.len(), 1, "client port {cport}: the reply");
         let ip = Ipv4Packet::new_checked(&out[0].1.bytes[14..]).unwrap();
         let t = TcpPacket::new_checked(ip.payload()).unwrap();

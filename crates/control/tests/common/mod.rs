@@ -1,16 +1,65 @@
-//! What the tests of the nodes that run their vectors share: committed fuzz seeds as
-//! frames, a node family's counters, and the check that a vector decided in one loop
-//! goes where the same vector traced (a `process` call a packet) goes.
+//! What the whole-graph tests share: committed fuzz seeds as frames, re-addressed copies
+//! of them, counters, and the check that a vector decided in one loop goes where the same
+//! vector traced (a `process` call a packet) goes. Each test binary uses some of it.
+#![allow(dead_code)]
 
 use control::fuzz::graph::{decode, Harness};
 use io::mem::RxFrame;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::Path;
+use wire::ipv4::Ipv4Packet;
+use wire::ipv6::Ipv6Packet;
+use wire::tcp::TcpPacket;
+use wire::udp::UdpPacket;
 
 /// The first frame of a committed fuzz seed (fuzz/make_graph_corpus.py): its port and bytes.
 pub fn seed(name: &str) -> (usize, Vec<u8>) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/graph").join(name);
     let (port, f) = decode(&std::fs::read(&path).unwrap()).remove(0);
     (port, f.bytes)
+}
+
+/// Every frame of the committed fuzz seed `seed-NAME`.
+pub fn seed_frames(name: &str) -> Vec<RxFrame> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/graph").join(format!("seed-{name}"));
+    decode(&std::fs::read(p).unwrap()).into_iter().map(|(_, f)| f).collect()
+}
+
+/// `node`'s `counter` summed over the harness's workers.
+pub fn count_all(h: &Harness, node: &str, counter: &str) -> u64 {
+    h.workers().flat_map(|w| w.graph.counter_snapshots()).filter(|c| c.node == node && c.counter == counter).map(|c| c.count).sum()
+}
+
+/// Frame `f` (IPv4 TCP) from `src`:`sport` to `dst`:`dport`, its TCP flags `flags` if
+/// given, checksums filled.
+pub fn tcp4(f: &RxFrame, src: Ipv4Addr, sport: u16, dst: Ipv4Addr, dport: u16, flags: Option<u8>) -> RxFrame {
+    let mut b = f.bytes.clone();
+    let mut ip = Ipv4Packet::new_unchecked(&mut b[14..]);
+    ip.set_src_addr(src);
+    ip.set_dst_addr(dst);
+    ip.fill_checksum();
+    let hl = ip.header_len();
+    if let Some(flags) = flags {
+        // TCP flags at byte 13 of the header.
+        b[14 + hl + 13] = flags;
+    }
+    let mut t = TcpPacket::new_unchecked(&mut b[14 + hl..]);
+    t.set_ports(sport, dport);
+    t.fill_checksum_v4(src, dst);
+    RxFrame { bytes: b, vnet: None }
+}
+
+/// Frame `f` (IPv6 UDP) from `src`:`sport` to `dst`:`dport`, checksum filled.
+pub fn udp6(f: &RxFrame, src: Ipv6Addr, sport: u16, dst: Ipv6Addr, dport: u16) -> RxFrame {
+    let mut b = f.bytes.clone();
+    let mut ip = Ipv6Packet::new_unchecked(&mut b[14..]);
+    ip.set_src_addr(&src);
+    ip.set_dst_addr(&dst);
+    let mut u = UdpPacket::new_unchecked(&mut b[14 + 40..]);
+    u.set_src_port(sport);
+    u.set_dst_port(dport);
+    u.fill_checksum_v6(&src, &dst);
+    RxFrame { bytes: b, vnet: None }
 }
 
 /// The non-zero counters of the nodes whose names start with `prefix`, sorted.
