@@ -585,7 +585,7 @@ def http_get(ns, host, port, path="/"):
     None when nothing listens (connection refused)."""
     code = f"""
 import http.client, json, sys
-c = http.client.HTTPConnection({host!r}, {port}, timeout=5)
+c = http.client.HTTPConnection({host!r}, {port}, timeout=15)
 try:
     c.request("GET", {path!r})
 except ConnectionRefusedError:
@@ -660,7 +660,7 @@ def test_health_check_node_port_answers_as_kube_proxy(api, lab, vecgate, tmp_pat
             ours, theirs = http_get(api_ns, "127.0.0.1", HC_PORT), http_get(api_ns, "198.18.8.1", HC_PORT)
             ok = all(a and (a[0], (a[1] or {}).get("localEndpoints")) == (status, count) for a in (ours, theirs))
             return (ours, theirs) if ok else None
-        ours, theirs = wait_for(f"{status} with {count} local endpoints from both", answers, timeout=15)
+        ours, theirs = wait_for(f"{status} with {count} local endpoints from both", answers, timeout=30)
         assert ours[1] == theirs[1] == {"service": {"namespace": "default", "name": "hc"}, "localEndpoints": count,
                                         "serviceProxyHealthy": True}, (ours, theirs)
         assert [ours[2].get(h) for h in fields] == [theirs[2].get(h) for h in fields] == ["application/json", "nosniff", str(count)]
@@ -689,7 +689,7 @@ def test_health_check_node_port_answers_as_kube_proxy(api, lab, vecgate, tmp_pat
                 ours = http_get(api_ns, "127.0.0.1", OUR_HEALTHZ, "/healthz")
                 theirs = http_get(api_ns, "127.0.0.1", 10256, "/healthz")
                 return all(a and a[1] and (a[0], a[1]["nodeEligible"]) == want for a in (ours, theirs))
-            wait_for(f"/healthz {want} from both", pair, timeout=15)
+            wait_for(f"/healthz {want} from both", pair, timeout=30)
         kubectl(api_ns, w, "taint", "node", "n1", "ToBeDeletedByClusterAutoscaler=1700000000:NoSchedule")
         try:
             healthz(False)
@@ -704,7 +704,7 @@ def test_health_check_node_port_answers_as_kube_proxy(api, lab, vecgate, tmp_pat
         assert gw.stop()[0] == 0
         t0 = time.time()
         apply(api_ns, w, [hc_slice(endpoint(BACKENDS[0]), endpoint(BACKENDS[1]))])
-        wait_for("/healthz 503", lambda: http_get(api_ns, "127.0.0.1", OUR_HEALTHZ, "/healthz")[0] == 503, timeout=15)
+        wait_for("/healthz 503", lambda: http_get(api_ns, "127.0.0.1", OUR_HEALTHZ, "/healthz")[0] == 503, timeout=30)
         assert time.time() - t0 >= 1
         status, body, _ = http_get(api_ns, "127.0.0.1", HC_PORT)
         assert (status, body["localEndpoints"], body["serviceProxyHealthy"]) == (503, 2, False), body
