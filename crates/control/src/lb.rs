@@ -790,8 +790,7 @@ pub fn parse_cli(w: &[&str]) -> Result<Request, String> {
                         spec.backends.push(BackendSpec::new(ip(addr.trim_matches(['[', ']']))?, port(p)?));
                     }
                     "source-range" => {
-                        let r = v()?;
-                        let range = r.parse().map_err(|e| format!("source-range {r:?}: {e}: expected a prefix such as 198.18.50.0/24"))?;
+                        let range = lb::service::SourceRange::parse_or_say(v()?).map_err(|e| format!("source-range {e}"))?;
                         spec.source_ranges.push(range);
                     }
                     x => {

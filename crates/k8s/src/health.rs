@@ -148,6 +148,23 @@ pub struct Check {
     pub local_endpoints: usize,
 }
 
+/// `--healthz-bind-address`: the proxy health server's address and port, or none ("").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProxyAddress(pub Option<SocketAddr>);
+
+impl std::str::FromStr for ProxyAddress {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "" => Ok(ProxyAddress(None)),
+            a => a
+                .parse()
+                .map(|a| ProxyAddress(Some(a)))
+                .map_err(|_| "expected an address and port (0.0.0.0:10256, [::]:10256) or \"\"".into()),
+        }
+    }
+}
+
 /// Where the listeners bind.
 #[derive(Debug, Clone)]
 pub struct HealthOptions {

@@ -164,7 +164,8 @@ impl Checker {
     fn cidr(&self, s: &str) -> Option<lb::service::SourceRange> {
         let (a, len) = s.split_once('/')?;
         let addr: IpAddr = a.parse().ok().or_else(|| legacy_ipv4(a))?;
-        let len: u8 = len.parse().ok().filter(|_| !len.is_empty() && len.bytes().all(|b| b.is_ascii_digit()))?;
+        // Digits only: `u8::from_str` also takes a leading `+`.
+        let len: u8 = len.parse().ok().filter(|_| len.bytes().all(|b| b.is_ascii_digit()))?;
         (len <= if addr.is_ipv4() { 32 } else { 128 }).then(|| lb::service::SourceRange::covering(addr, len))
     }
 

@@ -248,6 +248,12 @@ impl SourceRange {
     pub fn is_ipv4(&self) -> bool {
         self.0.network().is_ipv4()
     }
+
+    /// `s` as a range, or what is wrong with it and what was expected (the config's,
+    /// the API's and the CLI's words alike).
+    pub fn parse_or_say(s: &str) -> Result<SourceRange, String> {
+        s.parse().map_err(|e| format!("{s:?}: {e}: expected a prefix such as 198.18.50.0/24 or 2001:db8:50::/48"))
+    }
 }
 
 impl std::str::FromStr for SourceRange {
@@ -271,8 +277,7 @@ impl Serialize for SourceRange {
 
 impl<'de> Deserialize<'de> for SourceRange {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        s.parse().map_err(|e| serde::de::Error::custom(format!("{s:?}: {e}: expected a prefix such as 198.18.50.0/24 or 2001:db8:50::/48")))
+        SourceRange::parse_or_say(&String::deserialize(d)?).map_err(serde::de::Error::custom)
     }
 }
 

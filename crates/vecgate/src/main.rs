@@ -254,7 +254,7 @@ enum Cmd {
         /// The proxy health server's address (`/healthz`, `/livez`: 503 once the gateway
         /// went unprogrammed for --healthz-timeout), as kube-proxy's flag; "" for none.
         #[arg(long, default_value = "[::]:10256")]
-        healthz_bind_address: String,
+        healthz_bind_address: k8s::health::ProxyAddress,
         /// Seconds the gateway may go unprogrammed (unreachable) before /healthz and the
         /// health check ports say 503.
         #[arg(long, default_value_t = 60)]
@@ -449,22 +449,10 @@ fn main() {
             })
         }
         Cmd::K8s { socket, kubeconfig, node_name, table_size, healthz_bind_address, healthz_timeout, health_check_bind_address } => {
-            let proxy_address = match healthz_bind_address.as_str() {
-                "" => None,
-                a => match a.parse::<std::net::SocketAddr>() {
-                    Ok(a) => Some(a),
-                    Err(_) => {
-                        eprintln!(
-                            "vecgate: --healthz-bind-address {a:?}: expected an address and port (0.0.0.0:10256, [::]:10256) or \"\""
-                        );
-                        std::process::exit(2);
-                    }
-                },
-            };
             let settings = k8s::Settings { node: node_name, table_size };
             let health = k8s::health::HealthOptions {
                 service_address: health_check_bind_address,
-                proxy_address,
+                proxy_address: healthz_bind_address.0,
                 timeout: std::time::Duration::from_secs(healthz_timeout),
             };
             k8s::controller::run_blocking(k8s::Options { socket, kubeconfig, settings, health }).map(|_| ()).map_err(Into::into)
