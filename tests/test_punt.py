@@ -306,3 +306,46 @@ def test_a_reload_turns_punt_on_where_none_was_at_start_up(lab, vecgate, tmp_pat
     assert all(v == (20, {"s": 0, "s2": 20}) for v in got.values()), (got, gw.errors())
     assert gw.errors().get(("ip-punt-inject", "injected"), 0) >= 40, gw.errors()
     assert gw.stop()[0] == 0
+
+
+def tcp_connects(lab, ns, dst, port):
+    """Whether a TCP connection from `ns` to dst:port is accepted within 3 s."""
+    probe = (f"import socket\ntry:\n    socket.create_connection(('{dst}', {port}), timeout=3).close(); print('connected')\n"
+             f"except OSError as e:\n    print('failed', type(e).__name__)")
+    return lab.run(ns, "python3", "-c", probe, timeout=20).stdout.strip() == "connected"
+
+
+def test_a_port_added_at_run_time_reaches_a_tcp_server_on_the_host(lab, vecgate, tmp_path):
+    """`vecgate ctl punt port add tcp 8022`: A's connections to the gateway's address on
+    8022 reach a TCP server on the host (S) through the tap, both families, where before
+    the gateway answered them itself; a reload that changes [punt] keeps the port; once
+    deleted the gateway answers again."""
+    a, s, gw = punt_lab(lab, vecgate, tmp_path)
+    assert not tcp_connects(lab, a, "198.18.3.2", 8022), gw.errors()
+    r = gw.ctl("punt", "port", "add", "tcp", "8022", "owner", "test")
+    assert r["ok"] and r["data"]["changed"], r
+    rows = {(p["protocol"], p["port"]): (p["file"], p.get("owner")) for p in gw.ctl("show", "punt")["data"]["ports"]}
+    assert rows == {("udp", 500): (True, None), ("udp", 5000): (True, None), ("tcp", 179): (True, None), ("tcp", 8022): (False, "test")}, rows
+    assert "tcp/8022     api (owner test)" in gw.ctl("show", "punt", json_out=False)
+    for dst, v6 in (("198.18.3.2", []), ("2001:db8:3::2", ["--v6"])):
+        recv = lab.peer(s, "tcp-recv", 8022, *v6)
+        sent = lab.peer_run(a, "tcp-send", dst, 8022, 500_000)
+        assert same_stream(sent, result(recv)), (dst, sent, gw.errors())
+    # A reload changing [punt]'s own ports keeps the added one.
+    gw.cfg.write_text(gw.cfg.read_text().replace("udp_ports = [500, 5000]", "udp_ports = [5000]"))
+    r = gw.ctl("reload")["data"]
+    assert [(c["action"], c["object"], c["name"]) for c in r["changes"]] == [("replaced", "setting", "punt to host")], r
+    recv = lab.peer(s, "tcp-recv", 8022)
+    sent = lab.peer_run(a, "tcp-send", "198.18.3.2", 8022, 500_000)
+    assert same_stream(sent, result(recv)), (sent, gw.errors())
+    # Deleted: the gateway answers again, S hears nothing (its server listens all the same).
+    assert gw.ctl("punt", "port", "del", "tcp", "8022", "owner", "test")["ok"]
+    server = lab.spawn(s, "python3", "-c", "import socket, time; s = socket.create_server(('0.0.0.0', 8022)); print('READY', flush=True); time.sleep(8)")
+    try:
+        assert server.stdout.readline().strip() == "READY"
+        assert not tcp_connects(lab, a, "198.18.3.2", 8022), gw.errors()
+    finally:
+        server.kill()
+        server.wait()
+    assert "tcp/8022" not in gw.ctl("show", "punt", json_out=False)
+    assert gw.stop()[0] == 0

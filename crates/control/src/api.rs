@@ -247,6 +247,28 @@ pub enum Request {
     },
     ShowIpsecSpd {},
     ShowIpsecFlowCache {},
+    /// Punt one more port of the gateway's addresses to the host's stack at run time,
+    /// through `[punt]`'s link and host (`crate::punt::add_port`): kept across reloads
+    /// while the file has a `[punt]`. The same port and owner again changes nothing.
+    PuntPortAdd {
+        protocol: lb::Protocol,
+        port: u16,
+        /// Who added it (default `ctl`): `show punt` names it; a controller (`k8s`)
+        /// reconciles its own ports by it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        owner: Option<String>,
+    },
+    /// Stop punting a port added at run time (not one of the file's).
+    PuntPortDel {
+        protocol: lb::Protocol,
+        port: u16,
+        /// If given, the port must be this owner's.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        owner: Option<String>,
+    },
+    /// `[punt]`'s link and host, and every punted port with where it came from (the
+    /// file, or `punt_port_add` and its owner).
+    ShowPunt {},
     /// Read the configuration file again (or `file`), validate it whole and apply what
     /// changed (see `crate::reload`); SIGHUP does the same.
     Reload {
@@ -759,6 +781,9 @@ impl Control {
                 Reply::ok(serde_json::json!({ "version": v, "flow_cache": r }), crate::spd::format_flow_cache(&r, v))
             }
             Request::Reload { file } => crate::reload::reload(self, file.as_deref())?,
+            Request::PuntPortAdd { protocol, port, owner } => crate::punt::add_port(self, *protocol, *port, owner.as_deref())?,
+            Request::PuntPortDel { protocol, port, owner } => crate::punt::del_port(self, *protocol, *port, owner.as_deref())?,
+            Request::ShowPunt {} => crate::punt::show(self),
             Request::ShowGtpuTunnels { limit } => {
                 let rows = crate::gtpu::rows(&self.gtpu, &self.state, limit.unwrap_or(100));
                 let mut text = crate::gtpu::format_rows(&rows, self.gtpu.len());

@@ -97,8 +97,34 @@ commands:
   ipsec spd bind <spd> <interface> | ipsec spd unbind <interface>
   show ipsec spd                       policies in classification order, bindings, version
   show ipsec flow-cache                size, hits, revalidated, misses, stale, overwrites (all workers)
+  punt port add tcp|udp <port> [owner <name>]
+                                       hand one more port of the gateway's addresses to the
+                                       host's stack through [punt]'s link (kept by reloads)
+  punt port del tcp|udp <port> [owner <name>]
+  show punt                            [punt]'s link and host, each port and where it came
+                                       from (file, or api and its owner)
   reload [<file>]                      read the config file again and apply what changed
                                        (also on SIGHUP); a file with errors changes nothing";
+
+/// `punt port add|del tcp|udp <port> [owner <name>]`.
+fn punt_port(op: &str, rest: &[&str]) -> Result<Request, String> {
+    let usage = || format!("expected: punt port {op} tcp|udp <port> [owner <name>]");
+    let (protocol, port, owner) = match rest {
+        [p, n] => (p, n, None),
+        [p, n, "owner", o] => (p, n, Some(o.to_string())),
+        _ => return Err(usage()),
+    };
+    let protocol = match *protocol {
+        "tcp" => lb::Protocol::Tcp,
+        "udp" => lb::Protocol::Udp,
+        other => return Err(format!("protocol {other:?}: expected tcp or udp")),
+    };
+    let port: u16 = port.parse().map_err(|_| format!("port {port:?}: expected a number 1 to 65535"))?;
+    Ok(match op {
+        "add" => Request::PuntPortAdd { protocol, port, owner },
+        _ => Request::PuntPortDel { protocol, port, owner },
+    })
+}
 
 pub fn parse(words: &[String]) -> Result<Request, String> {
     let w: Vec<&str> = words.iter().map(String::as_str).collect();
@@ -209,6 +235,8 @@ pub fn parse(words: &[String]) -> Result<Request, String> {
         ["ipsec", "spd", "unbind", interface] => Ok(Request::IpsecSpdUnbind { interface: interface.to_string() }),
         ["show", "ipsec", "spd"] => Ok(Request::ShowIpsecSpd {}),
         ["show", "ipsec", "flow-cache"] => Ok(Request::ShowIpsecFlowCache {}),
+        ["show", "punt"] => Ok(Request::ShowPunt {}),
+        ["punt", "port", op @ ("add" | "del" | "delete"), rest @ ..] => punt_port(op, rest),
         _ => Err(unknown_command(&w)),
     }
 }

@@ -177,8 +177,32 @@ fn local_port_owner(router: &RouterState, port: u16, protocol: Protocol) -> Opti
         }
     }
     let punt = router.punt()?;
-    let ports = if protocol == Protocol::Udp { &punt.udp_ports } else { &punt.tcp_ports };
-    ports.contains(&port).then_some("[punt] (handed to the host's stack)")
+    let tcp = protocol == Protocol::Tcp;
+    if punt.file_ports(tcp).contains(&port) {
+        return Some("[punt] (handed to the host's stack)");
+    }
+    punt.added(tcp).contains_key(&port).then_some("punt_port_add (handed to the host's stack)")
+}
+
+/// Whether `spec`'s packets come by `ipN-local` (a node port, or a service on one of the
+/// node's own addresses), where the tunnels' and the punted ports are taken first: the
+/// one test both ways round (a service on a taken port, a port taken under a service).
+fn on_local_path(router: &RouterState, spec: &ServiceSpec) -> bool {
+    spec.kind == ServiceType::NodePort || vip_route(spec).is_some_and(|(p, _)| router.own_address_of(&p).is_some())
+}
+
+/// The service that receives `port`/`protocol` of the gateway's own addresses (a node
+/// port, or a service whose VIP is the node's), which punting that port would starve:
+/// `punt_port_add` and a reload bringing `[punt]` ports refuse it, naming the service.
+/// Its name, and how to say it (`node_port service "np"`).
+pub fn local_port_service(state: &LbState, router: &RouterState, port: u16, protocol: Protocol) -> Option<(String, String)> {
+    if let Some(name) = state.node_port_service(port, protocol) {
+        return Some((name.to_string(), format!("node_port service {name:?}")));
+    }
+    state
+        .services()
+        .find(|(_, s)| s.port == port && s.protocol == protocol && on_local_path(router, s))
+        .map(|(_, s)| (s.name.clone(), format!("service {:?} (on the node's address {})", s.name, s.vip)))
 }
 
 /// A tunnel or SA about to receive on UDP `port` of the gateway's addresses: refused
@@ -197,8 +221,8 @@ pub fn check_tunnel_port(state: &LbState, port: u16) -> Result<(), String> {
 /// node port's do, so the same ports are refused.
 pub fn add_service(state: &mut LbState, router: &mut RouterState, spec: ServiceSpec) -> Result<u32, String> {
     let name = spec.name.clone();
-    let ours = vip_route(&spec).is_some_and(|(p, _)| router.own_address_of(&p).is_some());
-    if spec.kind == ServiceType::NodePort || ours {
+    let ours = spec.kind != ServiceType::NodePort && on_local_path(router, &spec);
+    if on_local_path(router, &spec) {
         if let Some(owner) = local_port_owner(router, spec.port, spec.protocol) {
             let (port, protocol) = (spec.port, spec.protocol.name());
             let on = if ours { format!("{}", spec.vip) } else { "the node's addresses".into() };

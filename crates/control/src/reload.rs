@@ -61,6 +61,7 @@ pub fn reload(c: &mut Control, path: Option<&str>) -> Result<Reply, String> {
     check_interfaces(c, &new)?;
     check_punt_link(c, &new)?;
     check_ctl_node_ports(c, &new)?;
+    check_punt_ports(c, &new)?;
     let mut changes = Vec::new();
     // Interfaces first (routes and tunnels may need their subnets); the ones the file
     // dropped go last, after the routes through them.
@@ -76,9 +77,14 @@ pub fn reload(c: &mut Control, path: Option<&str>) -> Result<Reply, String> {
     routes(c, &new, &gtpu_ids, &udp_ids, &mut changes)?;
     tunnel_counting(c, &new, &mut changes);
     source_checks(c, &new, &mut changes);
-    if crate::punt::apply(&new, &mut c.state).map_err(|e| e.to_string())? {
+    let punt = crate::punt::apply(&new, &mut c.state).map_err(|e| e.to_string())?;
+    if punt.changed {
         let what = new.punt.as_ref().map_or("off".to_string(), |p| format!("to {}", p.interface));
         changes.push(Change::new("replaced", "setting", format!("punt {what}")));
+    }
+    for port in punt.dropped {
+        tracing::warn!(port = %port, "punt port added at run time removed: the file has no [punt] now");
+        changes.push(Change::new("removed", "punt_port", port));
     }
     c.publish_routes();
     // The tables name the new punt link's host: now its port may hand the host's packets
@@ -114,19 +120,69 @@ pub fn reload(c: &mut Control, path: Option<&str>) -> Result<Reply, String> {
 /// refused before anything changes. (The file's own services are checked against the
 /// file's tunnels by `dataplane::check`.)
 fn check_ctl_node_ports(c: &Control, new: &Config) -> Result<(), String> {
-    let tunnels = new.udp_tunnels.iter().enumerate().filter_map(|(i, t)| Some((format!("udp_tunnel[{i}].port"), t.to_spec().ok()?.0.port)));
-    let sas = new
-        .ipsec_sas
-        .iter()
-        .enumerate()
-        .filter_map(|(i, sa)| Some((format!("ipsec_sa[{i}].udp_dst_port"), sa.to_spec().ok()?.0.udp_receive_port()?)));
-    for (field, port) in tunnels.chain(sas) {
+    for (field, port) in file_udp_receivers(new) {
         let Some(name) = c.lb.state.node_port_service(port, lb::Protocol::Udp) else { continue };
         if !c.applied.lb_services.iter().chain(&new.lb_services).any(|s| s.name == name) {
             return Err(format!(
                 "{}: {field}: {port}: node_port service {name:?} (made with ctl) receives on it; expected a port no node_port service uses; nothing was changed",
                 new.source
             ));
+        }
+    }
+    Ok(())
+}
+
+/// The UDP ports of the gateway's addresses the file's tunnels and inbound SAs receive
+/// on, each with its field.
+fn file_udp_receivers(new: &Config) -> Vec<(String, u16)> {
+    let tunnels = new.udp_tunnels.iter().enumerate().filter_map(|(i, t)| Some((format!("udp_tunnel[{i}].port"), t.to_spec().ok()?.0.port)));
+    let sas = new
+        .ipsec_sas
+        .iter()
+        .enumerate()
+        .filter_map(|(i, sa)| Some((format!("ipsec_sa[{i}].udp_dst_port"), sa.to_spec().ok()?.0.udp_receive_port()?)));
+    tunnels.chain(sas).collect()
+}
+
+/// The ports punted at run time (`punt_port_add`) stay through a reload that keeps
+/// `[punt]`: a file tunnel, inbound SA or node-local service on one of them is refused
+/// before anything changes, as is a file `[punt]` port under a service made with `ctl`
+/// (the file's own services are checked against its ports by `dataplane::check`).
+fn check_punt_ports(c: &Control, new: &Config) -> Result<(), String> {
+    let refuse = |field: &str, what: String| Err(format!("{}: {field}: {what}; nothing was changed", new.source));
+    if let (Some(spec), Some(_)) = (c.state.punt(), &new.punt) {
+        for (field, port) in file_udp_receivers(new) {
+            if let Some(owner) = spec.added_udp.get(&port) {
+                return refuse(&field, format!("{port}: punted to the host (punt_port_add, owner {owner}); expected a port not punted"));
+            }
+        }
+        for (i, s) in new.lb_services.iter().enumerate() {
+            let Some(owner) = spec.added(s.protocol == lb::Protocol::Tcp).get(&s.port) else { continue };
+            let local = s.kind == lb::ServiceType::NodePort
+                || ip::Prefix::new(s.vip, if s.vip.is_ipv4() { 32 } else { 128 }).is_ok_and(|p| c.state.own_address_of(&p).is_some());
+            if local {
+                let what = format!(
+                    "{}/{} of the node's addresses is punted to the host (punt_port_add, owner {owner})",
+                    s.port,
+                    s.protocol.name()
+                );
+                return refuse(&format!("lb_service[{i}].port"), format!("{what}; expected a port nothing else receives on"));
+            }
+        }
+    }
+    let Some(pc) = &new.punt else { return Ok(()) };
+    for (field, ports, protocol) in
+        [("punt.udp_ports", &pc.udp_ports, lb::Protocol::Udp), ("punt.tcp_ports", &pc.tcp_ports, lb::Protocol::Tcp)]
+    {
+        for &port in ports {
+            let Some((name, service)) = crate::lb::local_port_service(&c.lb.state, &c.state, port, protocol) else { continue };
+            let of_a_file = c.applied.lb_services.iter().chain(&new.lb_services).any(|s| s.name == name);
+            if !of_a_file {
+                return refuse(
+                    field,
+                    format!("{port}: {service} (made with ctl) receives on it; expected a port no service of the node's addresses uses"),
+                );
+            }
         }
     }
     Ok(())

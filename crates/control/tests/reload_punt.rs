@@ -108,3 +108,110 @@ fn the_punt_link_is_neither_replaced_nor_deleted_while_punting() {
     assert!(!r.ok && r.error.as_deref().unwrap_or("").contains("host is the punt link"), "{:?}", r.error);
     assert!(c.state.if_index("host").is_ok());
 }
+
+/// Ports added through the API (`punt_port_add`) are kept by a reload that keeps
+/// `[punt]`, whatever else of it changes, and go with it (each a `removed punt_port`
+/// change) when a reload turns it off. A file tunnel on an added UDP port is refused
+/// before anything changes.
+#[test]
+fn ports_added_at_run_time_stay_while_punt_does() {
+    let (dir, mut c) = start(&(LINKS.to_string() + &punt("host", "198.18.250.2", "500")));
+    let add = |protocol, port| Request::PuntPortAdd { protocol, port, owner: Some("k8s".into()) };
+    assert!(c.handle(&add(lb::Protocol::Tcp, 10256)).ok);
+    assert!(c.handle(&add(lb::Protocol::Udp, 3784)).ok);
+    let added = |c: &Control| c.state.punt().map(|p| (p.added_tcp.keys().copied().collect::<Vec<_>>(), p.added_udp.len()));
+    assert_eq!(reload(&dir, &mut c, &(LINKS.to_string() + &punt("other", "198.18.251.2", "500, 4500"))).unwrap(), ["punt to other"]);
+    assert_eq!(added(&c), Some((vec![10256], 1)), "kept when the link and the file's ports change");
+    assert_eq!(c.state.punt().unwrap().added_tcp[&10256], "k8s");
+    // No change of the file: no change at all.
+    assert!(reload(&dir, &mut c, &(LINKS.to_string() + &punt("other", "198.18.251.2", "500, 4500"))).unwrap().is_empty());
+    // A tunnel of the file on the added UDP port: refused, nothing changed.
+    let tunnel = "\n[[udp_tunnel]]\nlocal = \"198.18.251.1\"\nremote = \"198.18.251.9\"\nencap = \"gue\"\nport = 3784\n";
+    let e = reload(&dir, &mut c, &(LINKS.to_string() + &punt("other", "198.18.251.2", "500, 4500") + tunnel)).unwrap_err();
+    assert!(
+        e.ends_with(
+            "udp_tunnel[0].port: 3784: punted to the host (punt_port_add, owner k8s); expected a port not punted; nothing was changed"
+        ),
+        "{e}"
+    );
+    assert_eq!((c.udptun.len(), c.state.udp_port(3784)), (0, None));
+    // Off: the added ports go too, each named.
+    let mut changes = reload(&dir, &mut c, LINKS).unwrap();
+    changes.sort();
+    assert_eq!(changes, ["punt off", "tcp/10256 (owner k8s)", "udp/3784 (owner k8s)"]);
+    assert_eq!(c.state.punt(), None);
+    // And on again: nothing comes back by itself.
+    assert_eq!(reload(&dir, &mut c, &(LINKS.to_string() + &punt("host", "198.18.250.2", "500"))).unwrap(), ["punt to host"]);
+    assert_eq!(added(&c), Some((vec![], 0)));
+}
+
+/// A file `[punt]` port under a node_port service made with `ctl` is refused by field
+/// before anything changes (the service would never see a packet again).
+#[test]
+fn a_reload_does_not_punt_a_ctl_node_port() {
+    let (dir, mut c) = start(&(LINKS.to_string() + &punt("host", "198.18.250.2", "500")));
+    let words: Vec<String> =
+        "lb service add np node_port 0.0.0.0 30500 udp backend 198.18.0.40:80".split_whitespace().map(str::to_string).collect();
+    let r = c.handle(&control::cli::parse(&words).unwrap());
+    assert!(r.ok, "{r:?}");
+    let e = reload(&dir, &mut c, &(LINKS.to_string() + &punt("host", "198.18.250.2", "500, 30500"))).unwrap_err();
+    assert!(
+        e.ends_with("punt.udp_ports: 30500: node_port service \"np\" (made with ctl) receives on it; expected a port no service of the node's addresses uses; nothing was changed"),
+        "{e}"
+    );
+    assert_eq!(c.state.punt().unwrap().udp_ports, [500]);
+}
+
+/// `punt::repoint` is all or nothing: a worker that refuses (or does not answer) leaves
+/// every worker's ports as they were, the old punt link's included, and the error says
+/// what was pointed back. Fake workers answer `SetPortInput` here: worker 0 takes
+/// everything, worker 1 refuses `pg1`.
+#[test]
+fn a_worker_that_refuses_leaves_the_punt_link_where_it_was() {
+    use engine::worker::WorkerCmd;
+    use std::sync::{Arc, Mutex};
+    let text = r#"
+[[interface]]
+name = "pg0"
+type = "pg"
+mac = "02:00:00:00:00:01"
+addresses = ["198.18.0.1/24"]
+
+[[interface]]
+name = "pg1"
+type = "pg"
+mac = "02:00:00:00:00:02"
+addresses = ["198.18.1.1/24"]
+"#
+    .to_string()
+        + &punt("pg0", "198.18.0.2", "500");
+    let (_dir, mut c) = start(&text);
+    let pg1 = c.state.if_index("pg1").unwrap();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    type Log = Arc<Mutex<Vec<(String, String)>>>;
+    let fake = |refuse: Option<engine::IfIndex>, log: Option<Log>, names: Vec<String>| {
+        let (tx, rx) = crossbeam_channel::unbounded::<WorkerCmd>();
+        std::thread::spawn(move || {
+            while let Ok(cmd) = rx.recv() {
+                if let WorkerCmd::SetPortInput { if_index, input, reply } = cmd {
+                    if let Some(l) = &log {
+                        l.lock().unwrap().push((names[if_index.get()].clone(), input.clone()));
+                    }
+                    let _ = reply.send(if Some(if_index) == refuse { Err("refused".into()) } else { Ok(true) });
+                }
+            }
+        });
+        tx
+    };
+    let names: Vec<String> = c.state.interfaces().iter().map(|i| i.name.clone()).collect();
+    c.workers = vec![fake(None, Some(log.clone()), names.clone()), fake(Some(pg1), None, names)];
+    let e = control::punt::repoint(&mut c, Some("pg1".into())).unwrap_err();
+    assert_eq!(
+        e,
+        "punt: pg1's packets to pg-punt-input: refused; worker 0 pointed back to pg-input; pg0 is the punt link again on every worker"
+    );
+    assert_eq!(c.punt_link.as_deref(), Some("pg0"));
+    let seen: Vec<(String, String)> = log.lock().unwrap().clone();
+    let want = [("pg0", "pg-input"), ("pg1", "pg-punt-input"), ("pg1", "pg-input"), ("pg0", "pg-punt-input")];
+    assert_eq!(seen, want.map(|(a, b)| (a.to_string(), b.to_string())), "worker 0 ends as it began");
+}

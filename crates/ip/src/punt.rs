@@ -11,11 +11,13 @@
 //!
 //! The packet is delivered, not forwarded: its TTL / hop limit stays as it arrived.
 
+use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use wire::IpProtocol;
 
 /// What `[punt]` asks for, as the router state keeps it: the link toward the host, the
-/// host's address on it per family (the packets' next hop), the ports.
+/// host's address on it per family (the packets' next hop), the ports: the file's, and
+/// those added at run time (`punt_port_add`), each with the owner that added it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct PuntSpec {
     pub interface: String,
@@ -23,6 +25,43 @@ pub struct PuntSpec {
     pub host6: Option<Ipv6Addr>,
     pub udp_ports: Vec<u16>,
     pub tcp_ports: Vec<u16>,
+    /// UDP ports added at run time → their owner (`k8s`, `ctl`); kept while `[punt]` is.
+    pub added_udp: BTreeMap<u16, String>,
+    /// TCP ports added at run time → their owner.
+    pub added_tcp: BTreeMap<u16, String>,
+}
+
+impl PuntSpec {
+    /// The ports added at run time of one protocol (`tcp`: TCP, else UDP).
+    pub fn added(&self, tcp: bool) -> &BTreeMap<u16, String> {
+        if tcp {
+            &self.added_tcp
+        } else {
+            &self.added_udp
+        }
+    }
+
+    pub fn added_mut(&mut self, tcp: bool) -> &mut BTreeMap<u16, String> {
+        if tcp {
+            &mut self.added_tcp
+        } else {
+            &mut self.added_udp
+        }
+    }
+
+    /// The file's ports of one protocol.
+    pub fn file_ports(&self, tcp: bool) -> &[u16] {
+        if tcp {
+            &self.tcp_ports
+        } else {
+            &self.udp_ports
+        }
+    }
+
+    /// Whether `port` of this protocol is punted, by the file or added.
+    pub fn punts(&self, tcp: bool, port: u16) -> bool {
+        self.file_ports(tcp).contains(&port) || self.added(tcp).contains_key(&port)
+    }
 }
 
 /// The published side: which ports go to the host and by which adjacency.
@@ -37,13 +76,14 @@ pub struct Punt {
 
 impl Punt {
     pub fn new(spec: &PuntSpec, adj4: Option<u32>, adj6: Option<u32>) -> Punt {
-        let sorted = |p: &[u16]| {
-            let mut v = p.to_vec();
+        // The file's ports and the added ones, in one sorted list per protocol.
+        let sorted = |p: &[u16], added: &BTreeMap<u16, String>| {
+            let mut v: Vec<u16> = p.iter().chain(added.keys()).copied().collect();
             v.sort_unstable();
             v.dedup();
             v
         };
-        Punt { udp: sorted(&spec.udp_ports), tcp: sorted(&spec.tcp_ports), adj4, adj6 }
+        Punt { udp: sorted(&spec.udp_ports, &spec.added_udp), tcp: sorted(&spec.tcp_ports, &spec.added_tcp), adj4, adj6 }
     }
 
     /// Nothing is punted (the default): one test in `ipN-local`.
@@ -166,6 +206,19 @@ mod tests {
         assert_eq!(p.target(true, IpProtocol::Udp, &ports(40000, 500)), None, "no IPv6 host next hop");
         assert_eq!(p.target(false, IpProtocol::Udp, &ports(40000, 500)[..3]), None, "truncated");
         assert!(Punt::default().is_off() && !p.is_off());
+    }
+
+    #[test]
+    fn ports_added_at_run_time_are_punted_beside_the_files() {
+        let mut spec = PuntSpec { tcp_ports: vec![179], ..Default::default() };
+        spec.added_tcp.insert(10256, "k8s".into());
+        spec.added_udp.insert(3784, "ctl".into());
+        let p = Punt::new(&spec, Some(7), None);
+        assert_eq!(p.target(false, IpProtocol::Tcp, &ports(40000, 10256)), Some(7));
+        assert_eq!(p.target(false, IpProtocol::Tcp, &ports(40000, 179)), Some(7), "the file's port still");
+        assert_eq!(p.target(false, IpProtocol::Udp, &ports(40000, 3784)), Some(7));
+        assert_eq!(p.target(false, IpProtocol::Udp, &ports(40000, 10256)), None, "10256 is added for TCP only");
+        assert!(spec.punts(true, 10256) && spec.punts(true, 179) && !spec.punts(false, 179));
     }
 
     #[test]
