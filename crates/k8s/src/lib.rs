@@ -9,11 +9,13 @@
 //!   them as typed requests (one endpoint changed = one backend request);
 //! - [`controller`]: the watchers and the socket around the model;
 //! - [`health`]: the node's health checks answered as kube-proxy answers them (each
-//!   `healthCheckNodePort`, and `/healthz` on 10256).
+//!   `healthCheckNodePort`, and `/healthz` on 10256);
+//! - [`fuzz`]: the `k8s_objects` fuzz target's body (watch events → requests).
 #![forbid(unsafe_code)]
 
 pub mod controller;
 pub mod desired;
+pub mod fuzz;
 pub mod health;
 pub mod model;
 pub mod objects;
