@@ -142,6 +142,22 @@ fn legacy_ipv4(s: &str) -> Option<IpAddr> {
     fields.next().is_none().then_some(IpAddr::from(octets))
 }
 
+/// A DNS label as Kubernetes checks names (RFC 1123: lowercase letters, digits and `-`,
+/// a letter or digit at each end, at most 63), with a letter first too when `letter_first`
+/// (RFC 1035, a Service's name). The LB names the controller makes (`namespace/name:port@…`)
+/// are read back by these characters: no `/`, `:` or `@` inside a part.
+fn dns_label(s: &str, letter_first: bool) -> bool {
+    let b = s.as_bytes();
+    let inner = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-';
+    let end = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    !b.is_empty()
+        && b.len() <= 63
+        && b.iter().all(inner)
+        && end(&b[0])
+        && end(&b[b.len() - 1])
+        && (!letter_first || b[0].is_ascii_lowercase())
+}
+
 struct Checker {
     kind: &'static str,
     key: Key,
@@ -150,6 +166,19 @@ struct Checker {
 impl Checker {
     fn err(&self, field: impl Into<String>, message: impl Into<String>) -> ObjectError {
         ObjectError { kind: self.kind, key: self.key.clone(), field: field.into(), message: message.into() }
+    }
+
+    /// The object's namespace and name as the API server takes them (a namespace is an
+    /// RFC 1123 label; a Service's name an RFC 1035 label, `service_name`; other objects'
+    /// names are not read into LB names, so any is taken).
+    fn names(&self, service_name: bool) -> Result<(), ObjectError> {
+        if !dns_label(&self.key.namespace, false) {
+            return Err(self.err("metadata.namespace", format!("{:?}: expected an RFC 1123 label", self.key.namespace)));
+        }
+        if service_name && !dns_label(&self.key.name, true) {
+            return Err(self.err("metadata.name", format!("{:?}: expected an RFC 1035 label", self.key.name)));
+        }
+        Ok(())
     }
 
     /// An address as Kubernetes reads it (kube-proxy's `ParseIPSloppy`): IPv4 fields with
@@ -188,6 +217,7 @@ impl Service {
     /// The Service's dataplane part; `None` for ExternalName services.
     pub fn from_k8s(s: &core::Service) -> Result<Option<Service>, ObjectError> {
         let c = Checker { kind: "service", key: key_of(&s.metadata) };
+        c.names(true)?;
         let Some(spec) = &s.spec else { return Err(c.err("spec", "expected a spec")) };
         let kind = match spec.type_.as_deref().unwrap_or("ClusterIP") {
             "ClusterIP" => ServiceKind::ClusterIp,
@@ -219,12 +249,11 @@ impl Service {
                 Some(n) if kind != ServiceKind::ClusterIp && n != 0 => Some(c.port(format!("spec.ports[{i}].nodePort"), n)?),
                 _ => None,
             };
-            ports.push(ServicePort {
-                name: p.name.clone().unwrap_or_default(),
-                protocol,
-                port: c.port(format!("spec.ports[{i}].port"), p.port)?,
-                node_port,
-            });
+            let name = p.name.clone().unwrap_or_default();
+            if !name.is_empty() && !dns_label(&name, false) {
+                return Err(c.err(format!("spec.ports[{i}].name"), format!("{name:?}: expected an RFC 1123 label")));
+            }
+            ports.push(ServicePort { name, protocol, port: c.port(format!("spec.ports[{i}].port"), p.port)?, node_port });
         }
         let mut external_ips = Vec::new();
         for (i, a) in spec.external_ips.iter().flatten().enumerate() {
@@ -315,6 +344,7 @@ impl Slice {
     /// service-name label (nothing routes to them).
     pub fn from_k8s(s: &discovery::EndpointSlice) -> Result<Option<Slice>, ObjectError> {
         let c = Checker { kind: "endpointslice", key: key_of(&s.metadata) };
+        c.names(false)?;
         let ipv4 = match s.address_type.as_str() {
             "IPv4" => true,
             "IPv6" => false,

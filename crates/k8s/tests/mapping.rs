@@ -508,6 +508,53 @@ fn bad_objects_are_refused_naming_object_field_and_expectation() {
     );
 }
 
+/// Names are the parts of the LB names the controller makes (`namespace/name:port@…`) and
+/// reads back, so a name the API server would refuse is refused here too (a real API
+/// server sends none: a buggy or hostile one must not make names that read as another
+/// Service's or as no managed one).
+#[test]
+fn names_the_api_server_would_refuse_are_refused() {
+    let with = |ns: &str, name: &str, port: &str| {
+        let mut v = web();
+        v["metadata"] = json!({"name": name, "namespace": ns});
+        v["spec"]["ports"][0]["name"] = json!(port);
+        let o: k8s_openapi::api::core::v1::Service = serde_json::from_value(v).unwrap();
+        Service::from_k8s(&o).map(|s| s.is_some()).map_err(|e| e.to_string())
+    };
+    assert_eq!(with("default", "web", "http"), Ok(true));
+    assert_eq!(with("kube-system", "a1-b", "h-2"), Ok(true));
+    assert_eq!(with("0ns", "w", "8080"), Ok(true), "a namespace and a port name may start with a digit");
+    for (ns, name, port, want) in [
+        (
+            "default",
+            "web:http@198.18.0.1",
+            "http",
+            "service default/web:http@198.18.0.1: metadata.name: \"web:http@198.18.0.1\": expected an RFC 1035 label",
+        ),
+        ("default", "1web", "http", "service default/1web: metadata.name: \"1web\": expected an RFC 1035 label"),
+        ("default", "Web", "http", "service default/Web: metadata.name: \"Web\": expected an RFC 1035 label"),
+        ("default", "", "http", "service default/: metadata.name: \"\": expected an RFC 1035 label"),
+        ("default/x", "web", "http", "service default/x/web: metadata.namespace: \"default/x\": expected an RFC 1123 label"),
+        ("default", "web", "h:1", "service default/web: spec.ports[0].name: \"h:1\": expected an RFC 1123 label"),
+        ("default", "web", "http-", "service default/web: spec.ports[0].name: \"http-\": expected an RFC 1123 label"),
+        (
+            "default",
+            &"w".repeat(64),
+            "http",
+            &format!("service default/{0}: metadata.name: \"{0}\": expected an RFC 1035 label", "w".repeat(64)),
+        ),
+    ] {
+        assert_eq!(with(ns, name, port), Err(want.to_string()));
+    }
+    let mut s = web_slice("web-1", vec![endpoint("198.19.1.10", true, false, "n1")]);
+    s["metadata"]["namespace"] = json!("de@fault");
+    let o: k8s_openapi::api::discovery::v1::EndpointSlice = serde_json::from_value(s).unwrap();
+    assert_eq!(
+        Slice::from_k8s(&o).unwrap_err().to_string(),
+        "endpointslice de@fault/web-1: metadata.namespace: \"de@fault\": expected an RFC 1123 label"
+    );
+}
+
 #[test]
 fn a_relist_applies_only_what_changed_while_the_watch_was_down() {
     let (mut m, key) = synced(vec![endpoint("198.19.1.10", true, false, "n1"), endpoint("198.19.2.10", true, false, "n2")]);
