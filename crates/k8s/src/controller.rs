@@ -2,7 +2,8 @@
 //! (list then watch, bookmarks, a relist on `410 Gone`, reconnects with backoff), and
 //! the running gateway's JSON socket, through which every change is one typed request.
 //!
-//! Nothing is applied until both kinds are listed once: the first sync then adds each LB
+//! Nothing is applied until both kinds (and this node's Node, whose zone the topology
+//! hints are read against) are listed once: the first sync then adds each LB
 //! service whole (one request per service, its backends included). After that an event
 //! applies only what its Service's diff says; a relist applies only what changed meanwhile.
 //! The gateway is checked every [`GATEWAY_CHECK`] by its instance (`show instance`: pid and
@@ -42,6 +43,10 @@ pub struct Options {
     /// Where the health checks are answered (the Services' `healthCheckNodePort`s and the
     /// proxy's `/healthz`).
     pub health: crate::health::HealthOptions,
+    /// Serve the Services and slices labelled `service.kubernetes.io/service-proxy-name`
+    /// with this value only; `None`: those without the label, as kube-proxy
+    /// ([`crate::objects::selector`]).
+    pub proxy_name: Option<crate::objects::ProxyName>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -349,8 +354,22 @@ enum Ev {
 struct Listing {
     services: Option<Listed<Service>>,
     slices: Option<Listed<Slice>>,
+    /// This node's zone as the Node's list says (`Some(None)`: listed, no zone yet).
+    zone: Option<Option<String>>,
     services_done: bool,
     slices_done: bool,
+    /// This node's Node listed once (or none is watched): its zone is known.
+    node_done: bool,
+}
+
+/// This node's zone set from its Node; logged when it changes. The Services to plan.
+fn zone_of_node(model: &mut Model, zone: Option<String>) -> BTreeSet<Key> {
+    if model.zone() == zone.as_deref() {
+        return BTreeSet::new();
+    }
+    let keys = model.set_zone(zone);
+    tracing::info!(zone = model.zone().unwrap_or(""), services = keys.len(), "node zone changed; topology hints re-evaluated");
+    keys
 }
 
 async fn client(opts: &Options) -> Result<Client, Error> {
@@ -415,12 +434,14 @@ pub async fn run(opts: Options) -> Result<Stats, Error> {
         tracing::warn!("no --node-name: no endpoint is this node's, so Services with externalTrafficPolicy or internalTrafficPolicy Local get no traffic through it");
     }
 
-    let services =
-        watcher::watcher(Api::<K8sService>::all(client.clone()), watcher::Config::default()).default_backoff().map(Ev::Service).boxed();
-    let slices =
-        watcher::watcher(Api::<EndpointSlice>::all(client.clone()), watcher::Config::default()).default_backoff().map(Ev::Slice).boxed();
+    // kube-proxy's selection (or the named proxy's objects): an object relabelled out of
+    // it arrives as deleted, back into it as added.
+    let selected = watcher::Config::default().labels_from(&crate::objects::selector(opts.proxy_name.as_ref()));
+    let services = watcher::watcher(Api::<K8sService>::all(client.clone()), selected.clone()).default_backoff().map(Ev::Service).boxed();
+    let slices = watcher::watcher(Api::<EndpointSlice>::all(client.clone()), selected).default_backoff().map(Ev::Slice).boxed();
     // This node's Node alone (a field selector), as kube-proxy watches it: a node being
-    // deleted or tainted for removal says so at /healthz.
+    // deleted or tainted for removal says so at /healthz; its zone label is what the
+    // Services' topology hints are compared with.
     let node = match &opts.settings.node {
         Some(n) => watcher::watcher(Api::<K8sNode>::all(client), watcher::Config::default().fields(&format!("metadata.name={n}")))
             .default_backoff()
@@ -429,7 +450,8 @@ pub async fn run(opts: Options) -> Result<Stats, Error> {
         None => futures::stream::pending().boxed(),
     };
     let mut events = futures::stream::select(futures::stream::select(services, slices), node);
-    let mut listing = Listing::default();
+    // Without a node name no Node is watched: no zone.
+    let mut listing = Listing { node_done: opts.settings.node.is_none(), ..Listing::default() };
     let mut synced = false;
     let started = Instant::now();
     let mut stop = Box::pin(shutdown());
@@ -512,18 +534,29 @@ pub async fn run(opts: Options) -> Result<Stats, Error> {
                     keys.extend(model.slice_deleted(&key));
                 }
             },
-            Ev::Node(Ok(Event::Apply(n) | Event::InitApply(n) | Event::Delete(n))) => {
-                health.node(crate::health::node_eligible(&n));
-                continue;
+            Ev::Node(Ok(e)) => {
+                if let Event::Apply(n) | Event::InitApply(n) | Event::Delete(n) = &e {
+                    health.node(crate::health::node_eligible(n));
+                }
+                // The zone as kube-proxy follows it: its Node gone, none.
+                match e {
+                    Event::Init => listing.zone = Some(None),
+                    Event::InitApply(n) => listing.zone = Some(crate::objects::node_zone(&n)),
+                    Event::InitDone => {
+                        keys = zone_of_node(&mut model, listing.zone.take().flatten());
+                        listing.node_done = true;
+                    }
+                    Event::Apply(n) => keys = zone_of_node(&mut model, crate::objects::node_zone(&n)),
+                    Event::Delete(_) => keys = zone_of_node(&mut model, None),
+                }
             }
-            Ev::Node(Ok(Event::Init | Event::InitDone)) => continue,
             Ev::Service(Err(e)) | Ev::Slice(Err(e)) | Ev::Node(Err(e)) => {
                 tracing::warn!(error = %e, "watch failed; retrying with backoff");
                 continue;
             }
         }
         if !synced {
-            if !(listing.services_done && listing.slices_done) {
+            if !(listing.services_done && listing.slices_done && listing.node_done) {
                 continue;
             }
             synced = true;
@@ -730,7 +763,7 @@ mod tests {
                           {"addresses": ["198.19.2.10"], "conditions": {"ready": true}, "nodeName": "n2"}]
         }))
         .unwrap();
-        let mut model = Model::new(crate::Settings { node: Some("n1".into()), table_size: 0 });
+        let mut model = Model::new(crate::Settings { node: Some("n1".into()), ..Default::default() });
         let key = model.service_applied(Service::from_k8s(&svc).unwrap().unwrap());
         model.slice_applied(Slice::from_k8s(&slice).unwrap().unwrap());
         let mut applier =
@@ -826,7 +859,7 @@ mod tests {
                      "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]}
         }))
         .unwrap();
-        let mut model = Model::new(crate::Settings { node: None, table_size: 0 });
+        let mut model = Model::new(crate::Settings::default());
         let key = model.service_applied(Service::from_k8s(&svc).unwrap().unwrap());
         model.slice_applied(web_slice(&["198.19.1.10", "198.19.2.10"]));
         let mut applier =

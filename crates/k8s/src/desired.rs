@@ -18,6 +18,15 @@
 //! `internalTrafficPolicy` to cluster IPs: with `Local`, every endpoint is given, marked
 //! local or not, and the LB sends new connections to the local ones only, dropping them
 //! (not refusing them) when only other nodes have endpoints, as kube-proxy does.
+//!
+//! Topology-aware routing, as kube-proxy 1.31 (`CategorizeEndpoints`): an LB service of
+//! `Cluster` policy gets only the endpoints hinted for this node's zone
+//! (`hints.forZones`) when the port's endpoints of its family allow it
+//! ([`topology_zone`]: every ready one hinted, the node in a zone, and a ready one hinted
+//! for it); otherwise, and always with `Local` (whose endpoints are this node's), every
+//! endpoint. The others are not given at all, as kube-proxy sends nothing to them; with
+//! topology a ready endpoint is always left, so the LB's fallback to serving terminating
+//! endpoints (with no ready one) sees every endpoint, as kube-proxy's does.
 
 use crate::objects::{EndpointConditions, Service, ServiceKind, ServicePort, Slice};
 use lb::{BackendSpec, Conditions, ServiceSpec, ServiceType, TrafficPolicy};
@@ -29,6 +38,10 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 pub struct Settings {
     /// This node's name: endpoints whose `nodeName` it is are local.
     pub node: Option<String>,
+    /// This node's zone: its Node's `topology.kubernetes.io/zone` label, which the
+    /// controller follows (`Model::set_zone`; not an option); endpoints hinted for it take
+    /// the cluster traffic when [`topology_zone`] says so.
+    pub zone: Option<String>,
     /// Maglev table size of every service (0: the LB's default).
     pub table_size: u32,
 }
@@ -67,40 +80,74 @@ pub fn is_managed(name: &str) -> bool {
     obj.split('/').count() == 2 && rest.contains('@')
 }
 
-fn readier(a: EndpointConditions, b: EndpointConditions) -> EndpointConditions {
-    let rank = |c: EndpointConditions| (c.ready, c.serving, !c.terminating);
-    if rank(b) > rank(a) {
-        b
-    } else {
-        a
+/// How ready an endpoint is, for the one of two entries of an address that is kept.
+fn readiness(c: EndpointConditions) -> (bool, bool, bool) {
+    (c.ready, c.serving, !c.terminating)
+}
+
+/// The zone whose hinted endpoints alone take a Service port's cluster traffic, or `None`
+/// for every endpoint: kube-proxy's `canUseTopology`. `endpoints`: each endpoint's
+/// readiness and hinted zones. Only ready endpoints count: each must have a hint, the node
+/// a (non-empty) zone, and one of them a hint for that zone; otherwise (one missing hint,
+/// no zone, none for it) nothing is filtered.
+pub fn topology_zone<'a>(endpoints: impl IntoIterator<Item = (bool, &'a [String])>, zone: Option<&'a str>) -> Option<&'a str> {
+    let zone = zone.filter(|z| !z.is_empty())?;
+    let mut hinted_here = false;
+    for (_, zones) in endpoints.into_iter().filter(|(ready, _)| *ready) {
+        if zones.is_empty() {
+            return None;
+        }
+        hinted_here |= zones.iter().any(|z| z == zone);
     }
+    hinted_here.then_some(zone)
+}
+
+/// One endpoint as a backend: its conditions, whether it is this node's, its zone hints.
+struct Entry<'a> {
+    conditions: EndpointConditions,
+    local: bool,
+    zones: &'a [String],
 }
 
 /// The backends of `port` in the slices of one family (`ipv4`), sorted by address and
-/// port, so that equal sets compare equal.
-fn backends<'a>(port: &ServicePort, ipv4: bool, slices: impl Iterator<Item = &'a Slice>, settings: &Settings) -> Vec<BackendSpec> {
-    let mut by_addr: BTreeMap<(IpAddr, u16), (EndpointConditions, bool)> = BTreeMap::new();
+/// port, so that equal sets compare equal; with `Cluster` policy, those of this node's
+/// zone only when the topology hints say so ([`topology_zone`]).
+fn backends<'a>(
+    port: &ServicePort,
+    ipv4: bool,
+    slices: impl Iterator<Item = &'a Slice>,
+    settings: &Settings,
+    policy: TrafficPolicy,
+) -> Vec<BackendSpec> {
+    let mut by_addr: BTreeMap<(IpAddr, u16), Entry<'a>> = BTreeMap::new();
     for s in slices.filter(|s| s.ipv4 == ipv4) {
         let Some(sp) = s.ports.iter().find(|p| p.name == port.name && p.protocol == port.protocol) else { continue };
         for e in &s.endpoints {
             let local = settings.node.as_deref().is_some_and(|n| e.node_name.as_deref() == Some(n));
             by_addr
                 .entry((e.addr, sp.port))
-                .and_modify(|(c, l)| {
-                    *c = readier(*c, e.conditions);
-                    *l |= local;
+                .and_modify(|x| {
+                    if readiness(e.conditions) > readiness(x.conditions) {
+                        (x.conditions, x.zones) = (e.conditions, &e.zones);
+                    }
+                    x.local |= local;
                 })
-                .or_insert((e.conditions, local));
+                .or_insert(Entry { conditions: e.conditions, local, zones: &e.zones });
         }
     }
+    let zone = match policy {
+        TrafficPolicy::Cluster => topology_zone(by_addr.values().map(|x| (x.conditions.ready, x.zones)), settings.zone.as_deref()),
+        TrafficPolicy::Local => None,
+    };
     by_addr
         .into_iter()
-        .map(|((addr, port), (c, local))| BackendSpec {
+        .filter(|(_, x)| zone.is_none_or(|z| x.zones.iter().any(|h| h == z)))
+        .map(|((addr, port), x)| BackendSpec {
             addr,
             port,
             weight: 1,
-            conditions: Conditions { ready: c.ready, serving: c.serving, terminating: c.terminating },
-            local,
+            conditions: Conditions { ready: x.conditions.ready, serving: x.conditions.serving, terminating: x.conditions.terminating },
+            local: x.local,
         })
         // An address the LB cannot send to (loopback, unspecified, multicast) would make
         // it refuse the whole service: that endpoint alone is left out.
@@ -122,7 +169,7 @@ pub fn desired<'a>(svc: &Service, slices: impl Iterator<Item = &'a Slice> + Clon
                     vip,
                     port: port_no,
                     protocol: port.protocol,
-                    backends: backends(port, vip.is_ipv4(), slices.clone(), settings),
+                    backends: backends(port, vip.is_ipv4(), slices.clone(), settings, policy),
                     traffic_policy: policy,
                     affinity: svc.affinity,
                     table_size: settings.table_size,

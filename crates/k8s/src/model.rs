@@ -124,6 +124,11 @@ impl Model {
         self.services.len()
     }
 
+    /// This node's zone as last set ([`Model::set_zone`]).
+    pub fn zone(&self) -> Option<&str> {
+        self.settings.zone.as_deref()
+    }
+
     /// Forget what was applied, before the gateway's LB services are adopted again (a
     /// gateway restarted under the controller holds only its config file's).
     pub fn forget_applied(&mut self) {
@@ -248,6 +253,21 @@ impl Model {
                 }
             }
         }
+    }
+
+    /// This node's zone (its Node's `topology.kubernetes.io/zone` label; `None`: no
+    /// label, or no Node) set; returns the Services to plan: those with an endpoint hinted
+    /// for some zone, the only ones whose backends can follow the zone
+    /// ([`desired::topology_zone`]). Their plans change only those whose backends do.
+    pub fn set_zone(&mut self, zone: Option<String>) -> BTreeSet<Key> {
+        if self.settings.zone == zone {
+            return BTreeSet::new();
+        }
+        self.settings.zone = zone;
+        let hinted = |slices: &BTreeSet<Key>| {
+            slices.iter().filter_map(|k| self.slices.get(k)).any(|s| s.endpoints.iter().any(|e| !e.zones.is_empty()))
+        };
+        self.by_service.iter().filter(|(k, slices)| self.services.contains_key(*k) && hinted(slices)).map(|(k, _)| k.clone()).collect()
     }
 
     /// A Service added or changed; returns the key to plan.

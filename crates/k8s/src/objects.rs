@@ -104,6 +104,9 @@ pub struct Endpoint {
     pub addr: IpAddr,
     pub conditions: EndpointConditions,
     pub node_name: Option<String>,
+    /// `hints.forZones[].name`: the zones the EndpointSlice controller hints the endpoint
+    /// for (topology-aware routing, `desired`), sorted, each once; empty without hints.
+    pub zones: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -126,6 +129,66 @@ pub struct Slice {
 
 /// The label that ties an EndpointSlice to its Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+
+/// A Service or EndpointSlice with this label (whatever its value) is another proxy's:
+/// kube-proxy leaves it alone, and so does the controller (unless given that proxy's name,
+/// [`selector`]).
+pub const SERVICE_PROXY_NAME_LABEL: &str = "service.kubernetes.io/service-proxy-name";
+
+/// The EndpointSlice controller's label on the slices of a headless Service, which no
+/// proxy serves; kube-proxy skips objects carrying it, Services too.
+pub const HEADLESS_LABEL: &str = "service.kubernetes.io/headless";
+
+/// The Node label naming its zone, which endpoints' topology hints are for.
+pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+
+/// The name of the proxy the controller serves objects for (`--service-proxy-name`): a
+/// label value (1 to 63 letters, digits, `-`, `_`, `.`, first and last a letter or digit).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProxyName(String);
+
+impl std::str::FromStr for ProxyName {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let inner = |c: u8| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.');
+        let b = s.as_bytes();
+        let ok = (1..=63).contains(&b.len())
+            && b.iter().all(|&c| inner(c))
+            && b[0].is_ascii_alphanumeric()
+            && b[b.len() - 1].is_ascii_alphanumeric();
+        match ok {
+            true => Ok(ProxyName(s.to_string())),
+            false => Err(format!(
+                "{s:?}: expected a label value: 1 to 63 letters, digits, '-', '_' or '.', beginning and ending with a letter or digit"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for ProxyName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The label selector of the Service and EndpointSlice watches: kube-proxy's
+/// (`!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless`), or with
+/// `proxy` the objects labelled with that proxy's name only. An object relabelled out of
+/// the selection is deleted for the watch (the API server says so), into it added.
+pub fn selector(proxy: Option<&ProxyName>) -> kube::core::Selector {
+    use kube::core::Expression;
+    let owner = match proxy {
+        None => Expression::DoesNotExist(SERVICE_PROXY_NAME_LABEL.into()),
+        Some(p) => Expression::Equal(SERVICE_PROXY_NAME_LABEL.into(), p.0.clone()),
+    };
+    [owner, Expression::DoesNotExist(HEADLESS_LABEL.into())].into_iter().collect()
+}
+
+/// This node's zone as kube-proxy reads it from its Node: the [`ZONE_LABEL`], `None` when
+/// absent or empty.
+pub fn node_zone(n: &core::Node) -> Option<String> {
+    n.metadata.labels.as_ref().and_then(|l| l.get(ZONE_LABEL)).filter(|z| !z.is_empty()).cloned()
+}
 
 fn key_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Key {
     Key::new(meta.namespace.as_deref().unwrap_or("default"), meta.name.as_deref().unwrap_or(""))
@@ -376,7 +439,11 @@ impl Slice {
             // publishNotReadyAddresses); the LB holds a terminating backend not ready, so it
             // is given as ready only.
             let conditions = EndpointConditions { ready, serving: k.serving.unwrap_or(ready), terminating: terminating && !ready };
-            endpoints.push(Endpoint { addr, conditions, node_name: e.node_name.clone() });
+            let hints = e.hints.as_ref().and_then(|h| h.for_zones.as_ref());
+            let mut zones: Vec<String> = hints.into_iter().flatten().map(|z| z.name.clone()).collect();
+            zones.sort();
+            zones.dedup();
+            endpoints.push(Endpoint { addr, conditions, node_name: e.node_name.clone(), zones });
         }
         Ok(Some(Slice { service: Key::new(&c.key.namespace, service), key: c.key, ipv4, ports, endpoints }))
     }

@@ -42,7 +42,7 @@ fn web_slice(name: &str, endpoints: Vec<serde_json::Value>) -> serde_json::Value
 }
 
 fn settings() -> Settings {
-    Settings { node: Some("n1".into()), table_size: 0 }
+    Settings { node: Some("n1".into()), ..Settings::default() }
 }
 
 /// A model with web and its slice, everything planned applied.
@@ -427,7 +427,7 @@ fn a_health_check_node_port_answers_with_this_nodes_ready_endpoints() {
     assert_eq!(service_answer(&key, 1, false).status, 503);
 
     // Without --node-name nothing is local.
-    let mut anon = Model::new(Settings { node: None, table_size: 0 });
+    let mut anon = Model::new(Settings::default());
     let k = anon.service_applied(service(local_lb_web(31500)));
     anon.slice_applied(slice(web_slice("web-1", vec![endpoint("198.19.1.10", true, false, "n1")])));
     assert_eq!(anon.health_check(&k).unwrap().local_endpoints, 0);
@@ -609,11 +609,11 @@ fn a_relisted_object_that_does_not_parse_keeps_its_last_good_state() {
 /// made: the controller refuses it at start, naming the option.
 #[test]
 fn a_table_size_the_lb_refuses_is_refused_at_start() {
-    let bad = Settings { node: None, table_size: 1000 };
+    let bad = Settings { table_size: 1000, ..Settings::default() };
     assert_eq!(bad.validate().unwrap_err(), "--table-size 1000: expected 0 (sized by the backends) or a prime from 101 to 1048573");
     assert!(k8s::desired::desired(&service(web()), [].iter(), &bad).is_empty(), "what it would make of a Service");
     for n in [0, 101, 1009, 65521] {
-        assert_eq!(Settings { node: None, table_size: n }.validate(), Ok(()));
+        assert_eq!(Settings { table_size: n, ..Settings::default() }.validate(), Ok(()));
     }
 }
 

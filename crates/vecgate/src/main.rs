@@ -263,6 +263,11 @@ enum Cmd {
         /// LoadBalancer Services with externalTrafficPolicy Local) listen on ("::": all).
         #[arg(long, default_value = "::")]
         health_check_bind_address: std::net::IpAddr,
+        /// Serve only the Services and EndpointSlices labelled
+        /// service.kubernetes.io/service-proxy-name=NAME (default: those without that
+        /// label, as kube-proxy; either way not those labelled service.kubernetes.io/headless).
+        #[arg(long, value_name = "NAME")]
+        service_proxy_name: Option<k8s::objects::ProxyName>,
     },
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell), generated
     /// from this command line's definition: `vecgate completions bash > /etc/bash_completion.d/vecgate`.
@@ -448,14 +453,25 @@ fn main() {
                 }
             })
         }
-        Cmd::K8s { socket, kubeconfig, node_name, table_size, healthz_bind_address, healthz_timeout, health_check_bind_address } => {
-            let settings = k8s::Settings { node: node_name, table_size };
+        Cmd::K8s {
+            socket,
+            kubeconfig,
+            node_name,
+            table_size,
+            healthz_bind_address,
+            healthz_timeout,
+            health_check_bind_address,
+            service_proxy_name,
+        } => {
+            let settings = k8s::Settings { node: node_name, table_size, ..Default::default() };
             let health = k8s::health::HealthOptions {
                 service_address: health_check_bind_address,
                 proxy_address: healthz_bind_address.0,
                 timeout: std::time::Duration::from_secs(healthz_timeout),
             };
-            k8s::controller::run_blocking(k8s::Options { socket, kubeconfig, settings, health }).map(|_| ()).map_err(Into::into)
+            k8s::controller::run_blocking(k8s::Options { socket, kubeconfig, settings, health, proxy_name: service_proxy_name })
+                .map(|_| ())
+                .map_err(Into::into)
         }
         Cmd::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "vecgate", &mut std::io::stdout());
