@@ -2,9 +2,9 @@
 //! stable test suite replays `fuzz/corpus/k8s_objects` through the same code.
 //!
 //! An input is a stream of watch events as an API server could deliver them: documents
-//! separated by lines `---`, each a JSON object whose `kind` is `Service` or
-//! `EndpointSlice` (a document with `"deleted": true` beside `kind` is that object's
-//! deletion). Each goes the controller's way: read ([`crate::objects`]), mapped
+//! separated by lines `---`, each a JSON object whose `kind` is `Service`,
+//! `EndpointSlice` or `Node` (this node's: its zone label, for topology hints; a document
+//! with `"deleted": true` beside `kind` is that object's deletion). Each goes the controller's way: read ([`crate::objects`]), mapped
 //! ([`crate::desired`]) and diffed ([`crate::model`]), the planned changes recorded as the
 //! gateway would accept them. Checked:
 //! - nothing panics;
@@ -28,7 +28,7 @@ pub const MAX_EVENTS: usize = 32;
 /// What an input did, for the corpus replay's checks that its seeds reach the mapping.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Outcome {
-    /// Events read as a Service's or a slice's.
+    /// Events read as a Service's, a slice's or the Node's.
     pub events: usize,
     /// Objects refused (an error naming them).
     pub refused: usize,
@@ -64,6 +64,12 @@ pub fn run(data: &[u8]) -> Outcome {
             Some("EndpointSlice") => {
                 let Ok(obj) = serde_json::from_value::<discovery::EndpointSlice>(value) else { continue };
                 slice_event(&mut model, &obj, deleted)
+            }
+            // This node's Node: its zone label, for topology hints (gone: no zone).
+            Some("Node") => {
+                let Ok(obj) = serde_json::from_value::<core::Node>(value) else { continue };
+                let zone = if deleted { None } else { crate::objects::node_zone(&obj) };
+                Some(model.set_zone(zone).into_iter().collect())
             }
             _ => continue,
         };

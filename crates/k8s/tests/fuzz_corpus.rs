@@ -45,6 +45,12 @@ fn k8s_objects_seeds_reach_the_mapping() {
     let lb = seed("load-balancer-dual-stack");
     assert_eq!((lb.refused, lb.health_checks), (0, 1), "{lb:?}");
     assert!(lb.changes >= 8, "cluster IPs, an external IP, ingress addresses, node ports of both families: {lb:?}");
+    let zoned = seed("topology-hints");
+    assert_eq!((zoned.events, zoned.refused), (7, 0));
+    // The service (1); its three backends, no zone known yet (3); zone-a: zone-b's one
+    // out (1); zone-b: one in, one out (2); an endpoint without hints turns topology off:
+    // every endpoint again (2); the Node gone, then zone-a again: nothing (0).
+    assert_eq!(zoned.changes, 9, "{zoned:?}");
     let refused = seed("refused");
     assert_eq!(refused.refused, refused.events, "every object of it refused by name: {refused:?}");
 }
