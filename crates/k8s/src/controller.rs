@@ -580,6 +580,10 @@ pub async fn run(opts: Options) -> Result<Stats, Error> {
                 apply_ms = t0.elapsed().as_secs_f64() * 1e3,
                 "initial sync done"
             );
+            if let Some(p) = &opts.health.punt {
+                // Every listener of this run is known: a previous run's punt ports go.
+                p.reconcile();
+            }
             continue;
         }
         publish(&health, &model, &keys);

@@ -174,6 +174,9 @@ pub struct HealthOptions {
     /// The proxy health server (`None`: not served).
     pub proxy_address: Option<SocketAddr>,
     pub timeout: Duration,
+    /// `--punt-health-ports`: each port listened on is punted by the gateway while it is
+    /// (`crate::punt`); `None`: the operator lists them in `[punt]`, or none are needed.
+    pub punt: Option<crate::punt::HealthPunt>,
 }
 
 /// The listeners' thread and the state they answer from.
@@ -317,13 +320,16 @@ async fn accept(listener: TcpListener, role: Role, state: Arc<Mutex<State>>, lim
 async fn serve(opts: HealthOptions, state: Arc<Mutex<State>>, mut ports: watch::Receiver<BTreeMap<Key, u16>>) {
     let limit = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     if let Some(addr) = opts.proxy_address {
-        let (state, limit) = (state.clone(), limit.clone());
+        let (state, limit, punt) = (state.clone(), limit.clone(), opts.punt.clone());
         tokio::spawn(async move {
             let mut logged = false;
             loop {
                 match TcpListener::bind(addr).await {
                     Ok(l) => {
                         tracing::info!(address = %addr, "proxy health server listening (/healthz, /livez)");
+                        if let Some(p) = &punt {
+                            p.open(addr.port());
+                        }
                         return accept(l, Role::Proxy, state, limit).await;
                     }
                     Err(e) if !logged => {
@@ -354,6 +360,9 @@ async fn serve(opts: HealthOptions, state: Arc<Mutex<State>>, mut ports: watch::
                 task.abort();
                 let _ = task.await;
                 tracing::info!(service = %k, port, "health check port closed");
+                if let Some(p) = &opts.punt {
+                    p.close(port);
+                }
             }
         }
         unbound.retain(|k, p| want.get(k) == Some(p));
@@ -366,6 +375,9 @@ async fn serve(opts: HealthOptions, state: Arc<Mutex<State>>, mut ports: watch::
                         tracing::info!(service = %k, port, "health check port bound at last");
                     } else {
                         tracing::info!(service = %k, port, "health check port open");
+                    }
+                    if let Some(p) = &opts.punt {
+                        p.open(port);
                     }
                     let task = tokio::spawn(accept(l, Role::Service(k.clone()), state.clone(), limit.clone()));
                     open.insert(k.clone(), (port, task));
@@ -504,6 +516,34 @@ mod tests {
         serde_json::from_str(response.split("\r\n\r\n").nth(1).unwrap()).unwrap()
     }
 
+    /// `--punt-health-ports`' hooks: each port is reported open once its listener is
+    /// (the proxy's and a Service's), and closed once the Service's listener closes.
+    #[test]
+    fn the_listeners_report_their_ports_to_the_punt_thread() {
+        use crate::punt::Msg;
+        let (pp, sp) = (free_port(), free_port());
+        let (punt, seen) = crate::punt::HealthPunt::recording();
+        let h = HealthServer::start(HealthOptions {
+            service_address: "127.0.0.1".parse().unwrap(),
+            proxy_address: Some(SocketAddr::from(([127, 0, 0, 1], pp))),
+            timeout: Duration::ZERO,
+            punt: Some(punt),
+        })
+        .unwrap();
+        let next = || seen.recv_timeout(Duration::from_secs(30)).unwrap();
+        assert_eq!(next(), Msg::Open(pp));
+        assert!(listening(pp), "reported once listening");
+        let web = Key::new("shop", "web");
+        h.set(&web, Some(Check { port: sp, local_endpoints: 1 }));
+        assert_eq!(next(), Msg::Open(sp));
+        assert!(listening(sp));
+        h.set(&web, Some(Check { port: sp, local_endpoints: 0 }));
+        h.set(&web, None);
+        assert_eq!(next(), Msg::Close(sp), "no message for a count that changed");
+        assert!(!listening(sp), "reported once closed");
+        assert!(seen.recv_timeout(Duration::from_millis(300)).is_err(), "nothing more");
+    }
+
     /// The listeners over real sockets: the proxy's paths, a Service's port opened,
     /// answering from what the controller publishes (the proxy's health included), closed
     /// with its Service; odd requests get HTTP errors; a port in use is taken once freed;
@@ -515,6 +555,7 @@ mod tests {
             service_address: "127.0.0.1".parse().unwrap(),
             proxy_address: Some(SocketAddr::from(([127, 0, 0, 1], pp))),
             timeout: Duration::ZERO,
+            punt: None,
         })
         .unwrap();
         wait("the proxy health server", || listening(pp), Duration::from_secs(30));

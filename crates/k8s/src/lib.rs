@@ -10,7 +10,9 @@
 //! - [`controller`]: the watchers and the socket around the model;
 //! - [`health`]: the node's health checks answered as kube-proxy answers them (each
 //!   `healthCheckNodePort`, and `/healthz` on 10256);
-//! - [`fuzz`]: the `k8s_objects` fuzz target's body (watch events → requests).
+//! - [`fuzz`]: the `k8s_objects` fuzz target's body (watch events → requests);
+//! - [`punt`]: `--punt-health-ports`, the health check ports punted to this host by the
+//!   gateway while their listeners are open.
 #![forbid(unsafe_code)]
 
 pub mod controller;
@@ -19,6 +21,7 @@ pub mod fuzz;
 pub mod health;
 pub mod model;
 pub mod objects;
+pub mod punt;
 
 pub use controller::{Options, Stats};
 pub use desired::Settings;

@@ -263,6 +263,12 @@ enum Cmd {
         /// LoadBalancer Services with externalTrafficPolicy Local) listen on ("::": all).
         #[arg(long, default_value = "::")]
         health_check_bind_address: std::net::IpAddr,
+        /// Punt the health ports: each port the health checks are answered on (the proxy
+        /// health server's, each healthCheckNodePort listener) is added to the gateway's
+        /// [punt] ports (owner k8s) while it listens, and a previous run's are removed after
+        /// the initial sync. Needs a [punt] section on the gateway.
+        #[arg(long)]
+        punt_health_ports: bool,
         /// Serve only the Services and EndpointSlices labelled
         /// service.kubernetes.io/service-proxy-name=NAME (default: those without that
         /// label, as kube-proxy; either way not those labelled service.kubernetes.io/headless).
@@ -462,12 +468,14 @@ fn main() {
             healthz_timeout,
             health_check_bind_address,
             service_proxy_name,
+            punt_health_ports,
         } => {
             let settings = k8s::Settings { node: node_name, table_size, ..Default::default() };
             let health = k8s::health::HealthOptions {
                 service_address: health_check_bind_address,
                 proxy_address: healthz_bind_address.0,
                 timeout: std::time::Duration::from_secs(healthz_timeout),
+                punt: if punt_health_ports { Some(k8s::punt::HealthPunt::start(socket.clone())) } else { None },
             };
             k8s::controller::run_blocking(k8s::Options { socket, kubeconfig, settings, health, proxy_name: service_proxy_name })
                 .map(|_| ())
