@@ -327,6 +327,9 @@ def test_a_port_added_at_run_time_reaches_a_tcp_server_on_the_host(lab, vecgate,
     rows = {(p["protocol"], p["port"]): (p["file"], p.get("owner")) for p in gw.ctl("show", "punt")["data"]["ports"]}
     assert rows == {("udp", 500): (True, None), ("udp", 5000): (True, None), ("tcp", 179): (True, None), ("tcp", 8022): (False, "test")}, rows
     assert "tcp/8022     api (owner test)" in gw.ctl("show", "punt", json_out=False)
+    metrics = gw.ctl("show", "metrics", json_out=False)
+    assert 'vecgate_punt_port{protocol="tcp",port="8022",source="api",owner="test"} 1' in metrics, metrics
+    assert 'vecgate_punt_port{protocol="tcp",port="179",source="file",owner=""} 1' in metrics, metrics
     for dst, v6 in (("198.18.3.2", []), ("2001:db8:3::2", ["--v6"])):
         recv = lab.peer(s, "tcp-recv", 8022, *v6)
         sent = lab.peer_run(a, "tcp-send", dst, 8022, 500_000)

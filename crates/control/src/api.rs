@@ -397,6 +397,7 @@ impl Control {
                         sessions: p.upf.session_count(),
                         stats: p.upf.stats(),
                     }),
+                    punt_ports: self.state.punt().map(crate::punt::rows).unwrap_or_default(),
                 };
                 let top = self.applied.metrics.top_tunnels.unwrap_or(10);
                 let tunnels = crate::metrics::tunnel_traffic(&self.gtpu, &self.udptun, top);

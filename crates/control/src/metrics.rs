@@ -86,7 +86,7 @@ pub fn tunnel_traffic(gtpu: &gtpu::GtpuState, udp: &udptun::UdpTunState, top: us
 }
 
 /// The control plane's tables, as gauges.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct TableSizes {
     pub routes: usize,
     pub neighbours: usize,
@@ -94,6 +94,8 @@ pub struct TableSizes {
     pub udp_tunnels: usize,
     /// With `[pfcp]`: its associations, sessions and message counts.
     pub pfcp: Option<PfcpCounts>,
+    /// The punted ports (`show punt`'s rows): each a series by where it came from.
+    pub punt_ports: Vec<crate::punt::PortRow>,
 }
 
 /// The UPF's control side for a scrape.
@@ -219,6 +221,22 @@ pub fn render(workers: &[Snapshot], tables: TableSizes, tunnels: &TunnelTraffic)
         let counts = counter_family(&mut r, "pfcp", "PFCP (N4) messages and sessions, by counter (as show pfcp associations)");
         for (name, v) in p.stats.named() {
             counts.get_or_create(&labels(&[("counter", name)])).inc_by(v);
+        }
+    }
+    if !tables.punt_ports.is_empty() {
+        let punt = gauge_family(
+            &mut r,
+            "punt_port",
+            "1 for each port of the gateway's addresses handed to the host's stack, by protocol, port and source: file ([punt]) or api (punt_port_add, with its owner)",
+        );
+        for p in &tables.punt_ports {
+            let port = p.port.to_string();
+            if p.file {
+                punt.get_or_create(&labels(&[("protocol", p.protocol), ("port", &port), ("source", "file"), ("owner", "")])).set(1);
+            }
+            if let Some(owner) = &p.owner {
+                punt.get_or_create(&labels(&[("protocol", p.protocol), ("port", &port), ("source", "api"), ("owner", owner)])).set(1);
+            }
         }
     }
     let mut out = String::new();
@@ -350,6 +368,21 @@ mod tests {
         assert!(t.contains(r#"vecgate_pfcp_total{counter="report-timeouts"} 1"#), "{t}");
         let without = render(&[], TableSizes::default(), &TunnelTraffic::default());
         assert!(!without.contains("pfcp"), "no [pfcp], no PFCP series: {without}");
+    }
+
+    #[test]
+    fn punted_ports_say_where_they_came_from() {
+        let row =
+            |protocol, port, file, owner: Option<&str>| crate::punt::PortRow { protocol, port, file, owner: owner.map(str::to_string) };
+        let punt_ports = vec![row("udp", 500, true, None), row("tcp", 179, true, Some("ctl")), row("tcp", 10256, false, Some("k8s"))];
+        let t = render(&[], TableSizes { punt_ports, ..Default::default() }, &TunnelTraffic::default());
+        assert!(t.contains(r#"vecgate_punt_port{protocol="udp",port="500",source="file",owner=""} 1"#), "{t}");
+        assert!(t.contains(r#"vecgate_punt_port{protocol="tcp",port="179",source="file",owner=""} 1"#), "{t}");
+        assert!(t.contains(r#"vecgate_punt_port{protocol="tcp",port="179",source="api",owner="ctl"} 1"#), "{t}");
+        assert!(t.contains(r#"vecgate_punt_port{protocol="tcp",port="10256",source="api",owner="k8s"} 1"#), "{t}");
+        assert!(!t.contains(r#"port="10256",source="file""#), "{t}");
+        let without = render(&[], TableSizes::default(), &TunnelTraffic::default());
+        assert!(!without.contains("punt"), "no punted port, no series: {without}");
     }
 
     #[test]
