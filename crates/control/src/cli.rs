@@ -67,7 +67,7 @@ commands:
          [forwarding nat|ipip|gue|gre] [gue-port <port>] [source-range <prefix>]...
                                        (source-range: load_balancer only; other sources dropped)
   lb service del <name>
-  lb backend add <service> <addr> <port> [weight <n>]
+  lb backend add <service> <addr> <port> [weight <n>] [other-zone]
   lb backend set <service> <addr> <port> [weight <n>] [ready|terminating|not-serving]
   lb backend del <service> <addr> <port>
   show lb services [<service>]

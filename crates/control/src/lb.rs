@@ -288,7 +288,9 @@ impl TryFrom<BackendAddFields> for BackendAdd {
     type Error = String;
     fn try_from(f: BackendAddFields) -> Result<Self, String> {
         match f.rest.keys().next() {
-            Some(k) => Err(format!("unknown field `{k}`, expected one of `service`, `addr`, `port`, `weight`, `conditions`, `local`")),
+            Some(k) => Err(format!(
+                "unknown field `{k}`, expected one of `service`, `addr`, `port`, `weight`, `conditions`, `local`, `other_zone`"
+            )),
             None => Ok(BackendAdd { service: f.service, backend: f.backend }),
         }
     }
@@ -407,11 +409,15 @@ fn digest_of(spec: &ServiceSpec) -> u64 {
     set.sort_unstable_by_key(|b| (b.addr, b.port));
     d.word(set.len() as u64);
     for b in set {
-        let BackendSpec { addr, port, weight, conditions: Conditions { ready, serving, terminating }, local } = *b;
+        let BackendSpec { addr, port, weight, conditions: Conditions { ready, serving, terminating }, local, other_zone } = *b;
         d.addr(addr);
         d.word(u64::from(port));
         d.word(u64::from(weight));
-        d.word(u64::from(ready) | u64::from(serving) << 1 | u64::from(terminating) << 2 | u64::from(local) << 3);
+        // `other_zone` in a bit of its own that is 0 without it: a backend without topology
+        // keeps the digest it had before the flag existed.
+        d.word(
+            u64::from(ready) | u64::from(serving) << 1 | u64::from(terminating) << 2 | u64::from(local) << 3 | u64::from(other_zone) << 4,
+        );
     }
     // Last, and only when there are any, so that a service without ranges keeps the
     // digest it had before ranges existed (a gateway and a controller of either release
@@ -481,6 +487,9 @@ pub struct BackendRow {
     /// On this node (what `Local` policies keep to); a controller reading the rows back
     /// needs it to see the backend unchanged.
     pub local: bool,
+    /// Hinted for other zones (topology-aware routing); omitted when false, as in a spec.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub other_zone: bool,
     pub eligible: bool,
     /// Maglev slots the backend owns.
     pub slots: usize,
@@ -521,6 +530,7 @@ fn backend_rows(c: &LbControl, service: Option<&str>) -> Vec<BackendRow> {
                 weight: b.weight,
                 conditions: b.conditions,
                 local: b.local,
+                other_zone: b.other_zone,
                 eligible: eligible.get(i).copied().unwrap_or(false),
                 slots: slots.get(i).copied().unwrap_or(0),
             });
@@ -581,7 +591,7 @@ fn format_backends(rows: &[BackendRow]) -> String {
     let mut s = format!("{:<name_w$} {:<40} {:>6} {:<24} {:<5} {:>7}\n", "service", "backend", "weight", "conditions", "local", "slots");
     for r in rows {
         let c = r.conditions;
-        let cond = [(c.ready, "ready"), (c.serving, "serving"), (c.terminating, "terminating")]
+        let cond = [(c.ready, "ready"), (c.serving, "serving"), (c.terminating, "terminating"), (r.other_zone, "other-zone")]
             .iter()
             .filter(|(on, _)| *on)
             .map(|(_, n)| *n)
@@ -827,10 +837,16 @@ pub fn parse_cli(w: &[&str]) -> Result<Request, String> {
         ["service", "del", name] => Ok(Request::LbServiceDel { name: name.to_string() }),
         ["backend", "add", service, addr, p, rest @ ..] => {
             let mut b = BackendSpec::new(ip(addr)?, port(p)?);
-            if let ["weight", w] = rest {
-                b.weight = w.parse().map_err(|_| format!("weight {w:?}: expected 1 to 1000"))?;
-            } else if !rest.is_empty() {
-                return Err("expected: lb backend add <service> <addr> <port> [weight <n>]".into());
+            let mut it = rest.iter();
+            while let Some(&k) = it.next() {
+                match (k, it.clone().next()) {
+                    ("weight", Some(w)) => {
+                        b.weight = w.parse().map_err(|_| format!("weight {w:?}: expected 1 to 1000"))?;
+                        it.next();
+                    }
+                    ("other-zone", _) => b.other_zone = true,
+                    _ => return Err("expected: lb backend add <service> <addr> <port> [weight <n>] [other-zone]".into()),
+                }
             }
             Ok(Request::LbBackendAdd(BackendAdd { service: service.to_string(), backend: b }))
         }
@@ -872,6 +888,38 @@ mod tests {
     }
 
     const WEB: &str = "[[lb_service]]\nname = \"web\"\ntype = \"cluster_ip\"\nvip = \"198.18.128.10\"\nport = 80\nprotocol = \"tcp\"\n";
+
+    /// `lb backend add … [weight <n>] [other-zone]` in either order; the request's JSON
+    /// names `other_zone` only when set, and a file's backend takes it too.
+    #[test]
+    fn a_backend_of_another_zone_from_the_cli_the_api_and_a_file() {
+        let add = |w: &[&str]| match parse_cli(w) {
+            Ok(Request::LbBackendAdd(a)) => Ok((a.backend.weight, a.backend.other_zone)),
+            Ok(r) => panic!("{r:?}"),
+            Err(e) => Err(e),
+        };
+        let base = ["backend", "add", "web", "198.19.1.10", "8080"];
+        assert_eq!(add(&base), Ok((1, false)));
+        assert_eq!(add(&[&base[..], &["other-zone"]].concat()), Ok((1, true)));
+        assert_eq!(add(&[&base[..], &["weight", "3", "other-zone"]].concat()), Ok((3, true)));
+        assert_eq!(add(&[&base[..], &["other-zone", "weight", "3"]].concat()), Ok((3, true)));
+        assert!(add(&[&base[..], &["zone"]].concat()).unwrap_err().contains("[other-zone]"));
+        assert!(add(&[&base[..], &["weight"]].concat()).is_err());
+        let json = |other_zone| {
+            let mut b = BackendSpec::new("198.19.1.10".parse().unwrap(), 8080);
+            b.other_zone = other_zone;
+            serde_json::to_string(&Request::LbBackendAdd(BackendAdd { service: "web".into(), backend: b })).unwrap()
+        };
+        assert!(!json(false).contains("other_zone"), "{}", json(false));
+        assert!(json(true).contains("\"other_zone\":true"), "{}", json(true));
+        let (c, _) = load(&format!(
+            "{WEB}backends = [{{ addr = \"198.19.1.10\", port = 8080, other_zone = true }}, {{ addr = \"198.19.2.10\", port = 8080 }}]\n"
+        ))
+        .unwrap();
+        let rows = backend_rows(&c, None);
+        assert_eq!(rows.iter().map(|r| (r.other_zone, r.eligible)).collect::<Vec<_>>(), [(true, false), (false, true)]);
+        assert!(format_backends(&rows).contains("ready,serving,other-zone"));
+    }
     const LB: &str = "[[lb_service]]\nname = \"ext\"\ntype = \"load_balancer\"\nvip = \"198.18.129.10\"\nport = 80\nprotocol = \"tcp\"\n";
 
     /// Long names (Kubernetes' `namespace/name:port`) and IPv6 addresses widen their
@@ -1012,6 +1060,7 @@ mod tests {
             ("backend serving", |s| s.backends[1].conditions.serving = false),
             ("backend terminating", |s| s.backends[1].conditions.terminating = true),
             ("backend local", |s| s.backends[1].local = false),
+            ("backend other_zone", |s| s.backends[1].other_zone = true),
         ];
         let mut seen = vec![d];
         for (what, change) in changes {

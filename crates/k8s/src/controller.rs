@@ -319,7 +319,12 @@ fn adopt_existing(applier: &mut Applier, model: &mut Model) -> Result<usize, Err
 
 /// A `show lb backends` row as a backend spec reads it.
 fn backend_row(b: &serde_json::Value) -> serde_json::Value {
-    serde_json::json!({"addr": b["addr"], "port": b["port"], "weight": b["weight"], "conditions": b["conditions"], "local": b["local"]})
+    let mut spec = serde_json::json!({"addr": b["addr"], "port": b["port"], "weight": b["weight"], "conditions": b["conditions"], "local": b["local"]});
+    // Present only when set, as in a spec.
+    if let Some(z) = b.get("other_zone") {
+        spec["other_zone"] = z.clone();
+    }
+    spec
 }
 
 /// A `show lb services` row and its backends' rows as the spec the service was added with.
@@ -735,6 +740,7 @@ mod tests {
             weight: b.weight,
             conditions: b.conditions,
             local: b.local,
+            other_zone: b.other_zone,
             eligible: true,
             slots: 1,
         };

@@ -20,13 +20,14 @@
 //! (not refusing them) when only other nodes have endpoints, as kube-proxy does.
 //!
 //! Topology-aware routing, as kube-proxy 1.31 (`CategorizeEndpoints`): an LB service of
-//! `Cluster` policy gets only the endpoints hinted for this node's zone
-//! (`hints.forZones`) when the port's endpoints of its family allow it
+//! `Cluster` policy sends new connections only to the endpoints hinted for this node's
+//! zone (`hints.forZones`) when the port's endpoints of its family allow it
 //! ([`topology_zone`]: every ready one hinted, the node in a zone, and a ready one hinted
-//! for it); otherwise, and always with `Local` (whose endpoints are this node's), every
-//! endpoint. The others are not given at all, as kube-proxy sends nothing to them; with
-//! topology a ready endpoint is always left, so the LB's fallback to serving terminating
-//! endpoints (with no ready one) sees every endpoint, as kube-proxy's does.
+//! for it); otherwise, and always with `Local` (whose endpoints are this node's), to every
+//! endpoint. The others are given marked `other_zone`: they take no new connection while
+//! a ready one of this zone is there, and keep the ones they have (as conntrack keeps
+//! kube-proxy's established flows when the hints move), so hints that change as the
+//! EndpointSlice controller rebalances zones cut no connection.
 
 use crate::objects::{EndpointConditions, Service, ServiceKind, ServicePort, Slice};
 use lb::{BackendSpec, Conditions, ServiceSpec, ServiceType, TrafficPolicy};
@@ -110,8 +111,8 @@ struct Entry<'a> {
 }
 
 /// The backends of `port` in the slices of one family (`ipv4`), sorted by address and
-/// port, so that equal sets compare equal; with `Cluster` policy, those of this node's
-/// zone only when the topology hints say so ([`topology_zone`]).
+/// port, so that equal sets compare equal; with `Cluster` policy, those of other zones
+/// than this node's marked `other_zone` when the topology hints say so ([`topology_zone`]).
 fn backends<'a>(
     port: &ServicePort,
     ipv4: bool,
@@ -141,13 +142,13 @@ fn backends<'a>(
     };
     by_addr
         .into_iter()
-        .filter(|(_, x)| zone.is_none_or(|z| x.zones.iter().any(|h| h == z)))
         .map(|((addr, port), x)| BackendSpec {
             addr,
             port,
             weight: 1,
             conditions: Conditions { ready: x.conditions.ready, serving: x.conditions.serving, terminating: x.conditions.terminating },
             local: x.local,
+            other_zone: zone.is_some_and(|z| !x.zones.iter().any(|h| h == z)),
         })
         // An address the LB cannot send to (loopback, unspecified, multicast) would make
         // it refuse the whole service: that endpoint alone is left out.

@@ -48,8 +48,9 @@ fn k8s_objects_seeds_reach_the_mapping() {
     let zoned = seed("topology-hints");
     assert_eq!((zoned.events, zoned.refused), (7, 0));
     // The service (1); its three backends, no zone known yet (3); zone-a: zone-b's one
-    // out (1); zone-b: one in, one out (2); an endpoint without hints turns topology off:
-    // every endpoint again (2); the Node gone, then zone-a again: nothing (0).
+    // marked of another zone (1); zone-b: one unmarked, one marked (2); an endpoint
+    // without hints turns topology off: it added, the marked one unmarked (2); the Node
+    // gone, then zone-a again: nothing (0).
     assert_eq!(zoned.changes, 9, "{zoned:?}");
     let refused = seed("refused");
     assert_eq!(refused.refused, refused.events, "every object of it refused by name: {refused:?}");

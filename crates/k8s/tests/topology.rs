@@ -122,9 +122,8 @@ const C: &[&str] = &["zone-c"];
 
 /// kube-proxy's cases, each with the endpoints the cluster policy sends new connections
 /// to (`clusterEndpoints`) and, for a Local policy, those it sends to (`localEndpoints`):
-/// the LB must take new connections on exactly those. `given`: the backends the LB
-/// service holds (with topology, only those hinted for the zone: not ready ones of the
-/// zone too, so their connections drain; without, every endpoint).
+/// the LB must take new connections on exactly those, and hold every endpoint (those
+/// hinted for other zones only marked `other_zone`, so that their connections stay).
 #[test]
 fn cluster_endpoints_follow_the_zone_hints_as_kube_proxy() {
     struct Case {
@@ -133,8 +132,8 @@ fn cluster_endpoints_follow_the_zone_hints_as_kube_proxy() {
         endpoints: Vec<Ep>,
         /// (policy Local for the cluster IP, for the node port)
         local: (bool, bool),
-        cluster_ip: (&'static [u8], &'static [u8]),
-        node_port: (&'static [u8], &'static [u8]),
+        cluster_ip: &'static [u8],
+        node_port: &'static [u8],
     }
     let all = [ep(3, A), ep(4, B), ep(5, C), ep(6, A)];
     let cases = [
@@ -143,40 +142,33 @@ fn cluster_endpoints_follow_the_zone_hints_as_kube_proxy() {
             zone: Some("zone-a"),
             endpoints: all.to_vec(),
             local: (false, false),
-            cluster_ip: (&[3, 6], &[3, 6]),
-            node_port: (&[3, 6], &[3, 6]),
+            cluster_ip: &[3, 6],
+            node_port: &[3, 6],
         },
         Case {
             name: "missing hints (one ready endpoint without any): no filtering",
             zone: Some("zone-a"),
             endpoints: vec![ep(3, A), ep(4, B), ep(5, C).unhinted(), ep(6, A)],
             local: (false, false),
-            cluster_ip: (&[3, 4, 5, 6], &[3, 4, 5, 6]),
-            node_port: (&[3, 4, 5, 6], &[3, 4, 5, 6]),
+            cluster_ip: &[3, 4, 5, 6],
+            node_port: &[3, 4, 5, 6],
         },
         Case {
             name: "an unready endpoint without hints does not count",
             zone: Some("zone-a"),
             endpoints: vec![ep(3, A), ep(4, B), ep(5, C).unhinted().unready(), ep(6, A)],
             local: (false, false),
-            cluster_ip: (&[3, 6], &[3, 6]),
-            node_port: (&[3, 6], &[3, 6]),
+            cluster_ip: &[3, 6],
+            node_port: &[3, 6],
         },
-        Case {
-            name: "empty node labels",
-            zone: None,
-            endpoints: vec![ep(3, A)],
-            local: (false, false),
-            cluster_ip: (&[3], &[3]),
-            node_port: (&[3], &[3]),
-        },
+        Case { name: "empty node labels", zone: None, endpoints: vec![ep(3, A)], local: (false, false), cluster_ip: &[3], node_port: &[3] },
         Case {
             name: "empty zone label",
             zone: Some(""),
             endpoints: all.to_vec(),
             local: (false, false),
-            cluster_ip: (&[3, 4, 5, 6], &[3, 4, 5, 6]),
-            node_port: (&[3, 4, 5, 6], &[3, 4, 5, 6]),
+            cluster_ip: &[3, 4, 5, 6],
+            node_port: &[3, 4, 5, 6],
         },
         Case {
             // A hint for the empty zone (which the API would not take) is not this
@@ -185,40 +177,40 @@ fn cluster_endpoints_follow_the_zone_hints_as_kube_proxy() {
             zone: Some(""),
             endpoints: vec![ep(3, &[""]), ep(4, B)],
             local: (false, false),
-            cluster_ip: (&[3, 4], &[3, 4]),
-            node_port: (&[3, 4], &[3, 4]),
+            cluster_ip: &[3, 4],
+            node_port: &[3, 4],
         },
         Case {
             name: "node in a zone no endpoint is hinted for: no filtering",
             zone: Some("zone-d"),
             endpoints: all.to_vec(),
             local: (false, false),
-            cluster_ip: (&[3, 4, 5, 6], &[3, 4, 5, 6]),
-            node_port: (&[3, 4, 5, 6], &[3, 4, 5, 6]),
+            cluster_ip: &[3, 4, 5, 6],
+            node_port: &[3, 4, 5, 6],
         },
         Case {
             name: "unready endpoint of our zone: the ready one of it",
             zone: Some("zone-a"),
             endpoints: vec![ep(3, A), ep(4, B), ep(5, C), ep(6, A).unready()],
             local: (false, false),
-            cluster_ip: (&[3, 6], &[3]),
-            node_port: (&[3, 6], &[3]),
+            cluster_ip: &[3],
+            node_port: &[3],
         },
         Case {
             name: "only unready endpoints in our zone (should not filter)",
             zone: Some("zone-a"),
             endpoints: vec![ep(3, A).unready(), ep(4, B), ep(5, C), ep(6, A).unready()],
             local: (false, false),
-            cluster_ip: (&[3, 4, 5, 6], &[4, 5]),
-            node_port: (&[3, 4, 5, 6], &[4, 5]),
+            cluster_ip: &[4, 5],
+            node_port: &[4, 5],
         },
         Case {
             name: "multiple hints per endpoint: any endpoint with our zone",
             zone: Some("zone-c"),
             endpoints: vec![ep(3, &["zone-a", "zone-b", "zone-c"]), ep(4, &["zone-b", "zone-c"]), ep(5, &["zone-b", "zone-d"]), ep(6, C)],
             local: (false, false),
-            cluster_ip: (&[3, 4, 6], &[3, 4, 6]),
-            node_port: (&[3, 4, 6], &[3, 4, 6]),
+            cluster_ip: &[3, 4, 6],
+            node_port: &[3, 4, 6],
         },
         Case {
             // No ready endpoint: no topology, the serving terminating ones of every zone.
@@ -226,8 +218,8 @@ fn cluster_endpoints_follow_the_zone_hints_as_kube_proxy() {
             zone: Some("zone-a"),
             endpoints: vec![ep(3, B).terminating(), ep(4, A).terminating(), ep(5, A).unready()],
             local: (false, false),
-            cluster_ip: (&[3, 4, 5], &[3, 4]),
-            node_port: (&[3, 4, 5], &[3, 4]),
+            cluster_ip: &[3, 4],
+            node_port: &[3, 4],
         },
         Case {
             // The ready ones elsewhere, a terminating one here: only ready ones count.
@@ -235,24 +227,24 @@ fn cluster_endpoints_follow_the_zone_hints_as_kube_proxy() {
             zone: Some("zone-a"),
             endpoints: vec![ep(3, B), ep(4, C), ep(5, A).terminating()],
             local: (false, false),
-            cluster_ip: (&[3, 4, 5], &[3, 4]),
-            node_port: (&[3, 4, 5], &[3, 4]),
+            cluster_ip: &[3, 4],
+            node_port: &[3, 4],
         },
         Case {
             name: "externalTrafficPolicy: Local, topology ignored for Local endpoints",
             zone: Some("zone-a"),
             endpoints: vec![ep(3, A).local(), ep(4, B).local(), ep(5, C), ep(6, A)],
             local: (false, true),
-            cluster_ip: (&[3, 6], &[3, 6]),
-            node_port: (&[3, 4, 5, 6], &[3, 4]),
+            cluster_ip: &[3, 6],
+            node_port: &[3, 4],
         },
         Case {
             name: "internalTrafficPolicy: Local, topology ignored for Local endpoints",
             zone: Some("zone-a"),
             endpoints: vec![ep(3, A).local(), ep(4, B).local(), ep(5, C), ep(6, A)],
             local: (true, false),
-            cluster_ip: (&[3, 4, 5, 6], &[3, 4]),
-            node_port: (&[3, 6], &[3, 6]),
+            cluster_ip: &[3, 4],
+            node_port: &[3, 6],
         },
         Case {
             // kube-proxy's "conflicting topology and localness require merging
@@ -261,29 +253,31 @@ fn cluster_endpoints_follow_the_zone_hints_as_kube_proxy() {
             zone: Some("zone-a"),
             endpoints: vec![ep(0, A).local(), ep(1, B).local(), ep(2, A), ep(7, B)],
             local: (false, true),
-            cluster_ip: (&[0, 2], &[0, 2]),
-            node_port: (&[0, 1, 2, 7], &[0, 1]),
+            cluster_ip: &[0, 2],
+            node_port: &[0, 1],
         },
         Case {
             name: "iTP Cluster, eTP Local, local endpoints terminating: the local serving one",
             zone: None,
             endpoints: vec![ep(0, A), ep(1, A).unready().local(), ep(2, A).terminating().local(), ep(3, A).terminating()],
             local: (false, true),
-            cluster_ip: (&[0, 1, 2, 3], &[0]),
-            node_port: (&[0, 1, 2, 3], &[2]),
+            cluster_ip: &[0],
+            node_port: &[2],
         },
     ];
     for c in cases {
         let got = program(web(c.local.0, c.local.1), &c.endpoints, c.zone);
-        let want = |(given, new): (&[u8], &[u8])| (set(given), set(new));
-        assert_eq!(got["cluster_ip"], want(c.cluster_ip), "{}: cluster IP", c.name);
-        assert_eq!(got["node_port"], want(c.node_port), "{}: node port", c.name);
+        // Every endpoint is given (those of other zones marked), so a connection made
+        // before the hints moved keeps its backend.
+        let every: BTreeSet<u8> = c.endpoints.iter().map(|e| e.host).collect();
+        assert_eq!(got["cluster_ip"], (every.clone(), set(c.cluster_ip)), "{}: cluster IP", c.name);
+        assert_eq!(got["node_port"], (every, set(c.node_port)), "{}: node port", c.name);
     }
 }
 
 /// An address in two slices (an endpoint moving between them) is one backend, with the
 /// hints of the entry whose conditions are kept (the readier): here the ready one, hinted
-/// for our zone, so the port is filtered to it.
+/// for our zone, so it alone takes new connections (the other zone's marked).
 #[test]
 fn an_address_in_two_slices_keeps_the_hints_of_its_readier_entry() {
     let settings = Settings { node: Some("n1".into()), zone: Some("zone-a".into()), table_size: 0 };
@@ -292,14 +286,15 @@ fn an_address_in_two_slices_keeps_the_hints_of_its_readier_entry() {
     let slices = [slice(web_slice(&[ep(3, B).unready(), ep(4, B)])), slice(second)];
     let lb = k8s::desired::desired(&service(web(false, false)), slices.iter(), &settings);
     let cluster = &lb["default/web:http@198.18.128.10"];
-    let given: Vec<String> = cluster.backends.iter().map(|b| b.addr.to_string()).collect();
-    assert_eq!(given, ["198.19.1.3"]);
+    let given: Vec<(String, bool)> = cluster.backends.iter().map(|b| (b.addr.to_string(), b.other_zone)).collect();
+    assert_eq!(given, [("198.19.1.3".to_string(), false), ("198.19.1.4".to_string(), true)]);
     assert!(cluster.backends[0].conditions.ready);
+    assert_eq!(takes_new(cluster), set(&[3]));
 }
 
 /// The zone follows the Node: a change re-plans the Services with hinted endpoints (and no
-/// other), each one's backends set by single backend requests; the same zone again, or a
-/// Service without hints, plans nothing.
+/// other), each one's backends marked by single backend requests (never removed: their
+/// connections stay); the same zone again, or a Service without hints, plans nothing.
 #[test]
 fn a_zone_change_replans_only_the_hinted_services() {
     let mut m = Model::new(Settings { node: Some("n1".into()), ..Settings::default() });
@@ -319,20 +314,31 @@ fn a_zone_change_replans_only_the_hinted_services() {
             m.record(&c);
         }
     }
-    let given =
-        |m: &Model| m.applied().iter().filter(|(n, _)| n.starts_with("default/web:")).map(|(_, s)| s.backends.len()).collect::<Vec<_>>();
-    assert_eq!(given(&m), [2, 2], "no zone: every endpoint");
+    // Per LB service of web: its backends, and how many are marked of another zone.
+    let given = |m: &Model| {
+        m.applied()
+            .iter()
+            .filter(|(n, _)| n.starts_with("default/web:"))
+            .map(|(_, s)| (s.backends.len(), s.backends.iter().filter(|b| b.other_zone).count()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(given(&m), [(2, 0), (2, 0)], "no zone: every endpoint, none marked");
 
     let keys = m.set_zone(Some("zone-a".into()));
     assert_eq!(keys, BTreeSet::from([web_key.clone()]), "the hinted Service only");
     let plan = m.plan(&web_key);
-    // 198.19.1.4 (zone-b) removed from the cluster IP's and the node port's LB services.
+    // 198.19.1.4 (zone-b) marked in the cluster IP's and the node port's LB services.
     assert_eq!(plan.len(), 2, "{plan:?}");
-    assert!(plan.iter().all(|c| matches!(c, k8s::Change::DelBackend { addr, .. } if addr.to_string() == "198.19.1.4")), "{plan:?}");
+    assert!(
+        plan.iter().all(
+            |c| matches!(c, k8s::Change::SetBackend { backend, .. } if backend.addr.to_string() == "198.19.1.4" && backend.other_zone)
+        ),
+        "{plan:?}"
+    );
     for c in plan {
         m.record(&c);
     }
-    assert_eq!(given(&m), [1, 1]);
+    assert_eq!(given(&m), [(2, 1), (2, 1)]);
     assert!(m.set_zone(Some("zone-a".into())).is_empty(), "the same zone: nothing");
 
     // Zone label removed (or the Node deleted): every endpoint again.

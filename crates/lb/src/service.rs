@@ -167,6 +167,15 @@ pub struct BackendSpec {
     /// On this node (for `externalTrafficPolicy: Local`).
     #[serde(default = "default_local")]
     pub local: bool,
+    /// Hinted for other zones than this node's (Kubernetes' topology-aware routing): while
+    /// a ready backend of the service is not, new connections go to those only; its own
+    /// connections stay, as a terminating backend's do. Omitted when false.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub other_zone: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 fn default_weight() -> u32 {
@@ -182,7 +191,7 @@ pub const MAX_WEIGHT: u32 = 1000;
 
 impl BackendSpec {
     pub fn new(addr: IpAddr, port: u16) -> Self {
-        BackendSpec { addr, port, weight: 1, conditions: Conditions::default(), local: true }
+        BackendSpec { addr, port, weight: 1, conditions: Conditions::default(), local: true, other_zone: false }
     }
 
     /// The backend's Maglev identity: its address and port (the same backend keeps its

@@ -71,16 +71,20 @@ pub struct LbState {
     reply_refs: HashMap<IpAddr, u32>,
 }
 
-/// Which backends take new connections: the ready ones; without any, the serving ones
-/// that are terminating (Kubernetes' `ProxyTerminatingEndpoints`). With `Local` policy,
-/// only the node's own (`externalTrafficPolicy: Local` on a node port or load balancer
-/// address, `internalTrafficPolicy: Local` on a cluster IP).
+/// Which backends take new connections: the ready ones of this node's zone
+/// (`other_zone` false: topology-aware routing); without any, the ready ones of every
+/// zone; without any, the serving ones that are terminating (Kubernetes'
+/// `ProxyTerminatingEndpoints`). With `Local` policy, only the node's own
+/// (`externalTrafficPolicy: Local` on a node port or load balancer address,
+/// `internalTrafficPolicy: Local` on a cluster IP).
 fn eligible(spec: &ServiceSpec) -> Vec<bool> {
     let local_only = spec.traffic_policy == TrafficPolicy::Local;
     let candidate = |b: &BackendSpec| !local_only || b.local;
-    let ready: Vec<bool> = spec.backends.iter().map(|b| candidate(b) && b.conditions.ready).collect();
-    if ready.iter().any(|&r| r) {
-        return ready;
+    for zone_only in [true, false] {
+        let ready: Vec<bool> = spec.backends.iter().map(|b| candidate(b) && b.conditions.ready && !(zone_only && b.other_zone)).collect();
+        if ready.iter().any(|&r| r) {
+            return ready;
+        }
     }
     spec.backends.iter().map(|b| candidate(b) && b.conditions.serving && b.conditions.terminating).collect()
 }
@@ -949,6 +953,34 @@ mod tests {
         let svc = t.v4.service(0).unwrap();
         assert!(!svc.snat);
         assert!(svc.maglev.iter().all(|&i| i == 1));
+    }
+
+    /// Topology-aware routing: backends hinted for other zones take no new connection
+    /// while a ready one of this zone is there (whatever its weight), and do when none is;
+    /// the terminating fallback comes only after every zone's ready ones.
+    #[test]
+    fn other_zone_backends_take_new_connections_only_without_a_ready_one_here() {
+        let mut st = LbState::new();
+        let mut s = spec("z", "198.18.128.30", 80, &["198.19.1.10", "198.19.2.10", "198.19.3.10"]);
+        s.backends[0].other_zone = true;
+        s.backends[1].other_zone = true;
+        st.add_service(s.clone()).unwrap();
+        let eligible = |st: &LbState| {
+            st.tables().v4.service(st.service("z").unwrap().0).unwrap().backends.iter().map(|b| b.eligible).collect::<Vec<_>>()
+        };
+        assert_eq!(eligible(&st), [false, false, true]);
+        assert!(st.tables().v4.service(0).unwrap().maglev.iter().all(|&i| i == 2), "every slot to this zone's backend");
+        // This zone's backend terminating: every zone's ready ones, not the terminating one.
+        s.backends[2].conditions = Conditions { ready: false, serving: true, terminating: true };
+        st.del_service("z").unwrap();
+        st.add_service(s.clone()).unwrap();
+        assert_eq!(eligible(&st), [true, true, false]);
+        // None ready anywhere: the serving terminating one.
+        s.backends[0].conditions.ready = false;
+        s.backends[1].conditions.ready = false;
+        st.del_service("z").unwrap();
+        st.add_service(s).unwrap();
+        assert_eq!(eligible(&st), [false, false, true]);
     }
 
     /// `internalTrafficPolicy: Local`: a cluster IP's new connections go to this node's
