@@ -298,6 +298,19 @@ impl Reply {
 
 use crate::dataplane::WORKER_TIMEOUT;
 
+/// The checks of the UDP port an inbound SA is about to receive on (`op`: the request):
+/// no node_port service is there (the SA would take its packets), and `[punt]` does not
+/// hand it to the host (`crate::punt::receiver_refusal`; ESP in UDP's 4500 may be both).
+fn sa_port_free<'a>(lb: &'a lb::LbState, op: &'a str) -> impl Fn(&ip::RouterState, u16) -> Result<(), String> + 'a {
+    move |router, port| {
+        crate::lb::check_tunnel_port(lb, port).map_err(|e| format!("udp_dst_port: {e}"))?;
+        match crate::punt::receiver_refusal(router, ip::tables::UdpApp::Esp, port) {
+            Some(why) => Err(format!("{op}: udp_dst_port: {why}")),
+            None => Ok(()),
+        }
+    }
+}
+
 /// Log what a request changed (or why it changed nothing) at info; reads (`show_*`,
 /// `metrics`) at debug. One place for every front-end: CLI, JSON socket, metrics.
 fn log_request(req: &Request, reply: &Reply) {
@@ -626,6 +639,9 @@ impl Control {
             Request::CreateUdpTunnel(c) => {
                 let (spec, routes) = c.to_spec().map_err(|(f, m)| format!("{f}: {m}"))?;
                 crate::lb::check_tunnel_port(&self.lb.state, spec.port)?;
+                if let Some(why) = crate::punt::receiver_refusal(&self.state, ip::tables::UdpApp::Gue, spec.port) {
+                    return Err(format!("create_udp_tunnel: port: {why}"));
+                }
                 let kind = spec.kind();
                 let what = format!("{} -> {} {} port {}", spec.local, spec.remote, spec.encap.name(), spec.port);
                 let id = self.udptun.create(&mut self.state, spec, &routes).map_err(|e| e.to_string())?;
@@ -678,7 +694,7 @@ impl Control {
             | Request::ShowLbBackends { .. }
             | Request::ShowLbSessions { .. } => crate::lb::handle(self, req)?,
             Request::IpsecSaAdd(c) => {
-                let name = crate::ipsec::add(&mut self.ipsec, &mut self.state, c, |p| crate::lb::check_tunnel_port(&self.lb.state, p))?;
+                let name = crate::ipsec::add(&mut self.ipsec, &mut self.state, c, sa_port_free(&self.lb.state, "ipsec_sa_add"))?;
                 self.publish_routes();
                 Reply::ok(serde_json::json!({ "index": c.index, "name": name }), format!("added SA {} ({name})", c.index))
             }
@@ -709,7 +725,7 @@ impl Control {
                 Reply::ok(serde_json::Value::Null, format!("SA {index}: {}", done.join(", ")))
             }
             Request::IpsecSaUpdate(e) => {
-                let now = crate::ipsec::update(&mut self.ipsec, &self.state, e, |p| crate::lb::check_tunnel_port(&self.lb.state, p))?;
+                let now = crate::ipsec::update(&mut self.ipsec, &self.state, e, sa_port_free(&self.lb.state, "ipsec_sa_update"))?;
                 // The outer adjacency follows the new remote; the UDP demux the ports.
                 self.publish_routes();
                 Reply::ok(serde_json::json!({ "index": e.index }), format!("SA {}: {now}", e.index))

@@ -320,16 +320,17 @@ fn check_local(router: &RouterState, local: IpAddr) -> Result<(), String> {
 
 /// Add an SA and its routes (into `ipsec_tunnel<index>`); its local address must be
 /// one of ours.
-/// `port_free` refuses a UDP port the SA would receive on that something else needs.
+/// `port_free` refuses a UDP port the SA would receive on that something else needs
+/// (given the router state as it is): its error is the reply's whole, field and all.
 pub fn add(
     x: &mut IpsecState,
     router: &mut RouterState,
     c: &IpsecSaConfig,
-    port_free: impl Fn(u16) -> Result<(), String>,
+    port_free: impl Fn(&RouterState, u16) -> Result<(), String>,
 ) -> Result<String, String> {
     let (spec, routes) = c.to_spec().map_err(|(f, m)| format!("{f}: {m}"))?;
     check_local(router, spec.local)?;
-    spec.udp_receive_port().map_or(Ok(()), &port_free).map_err(|e| format!("udp_dst_port: {e}"))?;
+    spec.udp_receive_port().map_or(Ok(()), |p| port_free(router, p))?;
     x.add(c.index, spec, iv_seed()?).map_err(|e| e.to_string())?;
     let name = format!("{IPSEC_TUNNEL_IF_PREFIX}{}", c.index);
     if let Some(t) = x.tunnel_by_name(&name) {
@@ -403,7 +404,7 @@ pub fn update(
     x: &mut IpsecState,
     router: &RouterState,
     e: &SaEndpoints,
-    port_free: impl Fn(u16) -> Result<(), String>,
+    port_free: impl Fn(&RouterState, u16) -> Result<(), String>,
 ) -> Result<String, String> {
     let sa = x.get(e.index).ok_or_else(|| format!("index {}: no such SA", e.index))?;
     let old = (*sa.spec).clone();
@@ -424,7 +425,7 @@ pub fn update(
     }
     let receives = SaSpec { udp_encap, ..old.clone() }.udp_receive_port();
     if receives != old.udp_receive_port() {
-        receives.map_or(Ok(()), &port_free).map_err(|e| format!("udp_dst_port: {e}"))?;
+        receives.map_or(Ok(()), |p| port_free(router, p))?;
     }
     x.set_endpoints(e.index, local, remote, udp_encap).map_err(|e| e.to_string())?;
     let udp = udp_encap.map_or("no UDP".to_string(), |p| format!("UDP {}>{}", p.src, p.dst));
@@ -480,7 +481,7 @@ pub fn build_state(cfg: &Config, router: &mut RouterState) -> Result<IpsecState,
     for (i, c) in cfg.ipsec_sas.iter().enumerate() {
         // `add` names the field first (`local: …`, `routes[1]: …`).
         // Node ports come after: `[[lb_service]]` is checked against the SAs' ports.
-        let r = add(&mut x, router, c, |_| Ok(())).map_err(|m| match m.split_once(": ").filter(|(f, _)| !f.contains(' ')) {
+        let r = add(&mut x, router, c, |_, _| Ok(())).map_err(|m| match m.split_once(": ").filter(|(f, _)| !f.contains(' ')) {
             Some((f, rest)) => cfg.err(format!("ipsec_sa[{i}].{f}"), rest),
             None => cfg.err(format!("ipsec_sa[{i}]"), m),
         });

@@ -85,7 +85,8 @@ pub fn spec(cfg: &Config, pc: &PuntConfig, state: &RouterState) -> Result<PuntSp
 /// Why `port` (TCP if `tcp`, else UDP) of the gateway's addresses cannot be punted, if it
 /// cannot: the one check of the file's ports (`punt.udp_ports`, `punt.tcp_ports`) and of
 /// those added at run time (`punt_port_add`). A tunnel's own port reaches its input node
-/// first; ESP in UDP's (4500) is fine: its IKE messages are punted from `espN-decrypt`.
+/// first; ESP in UDP's (4500) is fine: its IKE messages are punted from `espN-decrypt`
+/// ([`shares_punted_port`]; [`receiver_refusal`] is the same rule the other way round).
 /// (A service on the port is the load balancer's check, `crate::lb::local_port_service`,
 /// as the file's services are checked against the file's ports when they are added.)
 pub fn port_refusal(state: &RouterState, tcp: bool, port: u16) -> Option<String> {
@@ -95,12 +96,43 @@ pub fn port_refusal(state: &RouterState, tcp: bool, port: u16) -> Option<String>
     if tcp {
         return None;
     }
-    let what = match state.udp_port(port)? {
+    let app = state.udp_port(port)?;
+    if shares_punted_port(app, port) {
+        return None;
+    }
+    let what = match app {
         UdpApp::Gtpu => "GTP-U's",
         UdpApp::Gue => "a UDP tunnel's",
-        UdpApp::Esp => return None,
+        UdpApp::Esp => "an inbound SA's ESP-in-UDP",
     };
     Some(format!("{port} is {what} port: expected a port no tunnel of this gateway takes"))
+}
+
+/// Whether a tunnel feature receiving on UDP `port` of the gateway's addresses and
+/// `[punt]` punting that port can both be: only ESP in UDP on its own port, 4500 (RFC
+/// 3948), where `espN-decrypt` keeps the ESP and hands the IKE messages behind the
+/// non-ESP marker to the host's IKE daemon. Any other tunnel's port (GTP-U's, a UDP
+/// tunnel's, an inbound SA's other than 4500) is handed on by `ipN-local` before the
+/// punted ones, so the tunnel would silently take the host's packets.
+pub fn shares_punted_port(app: UdpApp, port: u16) -> bool {
+    app == UdpApp::Esp && port == wire::esp::UDP_PORT
+}
+
+/// Why a tunnel or an inbound SA made or changed at run time (`create_udp_tunnel`,
+/// `set_udp_tunnel`, `ipsec_sa_add`, `ipsec_sa_update`; `app` what it is) cannot receive
+/// on UDP `port` of the gateway's addresses, if `[punt]` punts that port (the file's
+/// `udp_ports` or `punt_port_add`): [`port_refusal`]'s rule the other way round, as the
+/// punted port was there first. The caller names the request and the field. (GTP-U's
+/// port, 2152, is taken from start-up on: never punted, so never refused here.)
+pub fn receiver_refusal(state: &RouterState, app: UdpApp, port: u16) -> Option<String> {
+    let spec = state.punt()?;
+    if !spec.punts(false, port) || shares_punted_port(app, port) {
+        return None;
+    }
+    let file = spec.udp_ports.contains(&port).then(|| "[punt] udp_ports".to_string());
+    let added = spec.added_udp.get(&port).map(|owner| format!("punt_port_add by owner {owner}"));
+    let by = [file, added].into_iter().flatten().collect::<Vec<_>>().join(" and ");
+    Some(format!("{port} is punted to the host ({by}): expected a port the host does not take"))
 }
 
 /// What a reload's `[punt]` did: whether the tables changed, and the ports added at run

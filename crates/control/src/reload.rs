@@ -799,7 +799,7 @@ fn ipsec_sas(c: &mut Control, new: &Config, claimed: &HashSet<Prefix>, changes: 
             crate::ipsec::del(&mut c.ipsec, &mut c.state, index)?;
         }
         // Its UDP port against the file's node_port services: `dataplane::check`'s.
-        crate::ipsec::add(&mut c.ipsec, &mut c.state, sa, |_| Ok(()))
+        crate::ipsec::add(&mut c.ipsec, &mut c.state, sa, |_, _| Ok(()))
             .map_err(|e| format!("{}: ipsec_sa[{i}] (index {index}): {e}", new.source))?;
         // The same keys: the same SA, whose sequence numbers and replay window go on.
         let same_keys = was.is_some_and(|w| c.ipsec.keep_counters(index, &w));

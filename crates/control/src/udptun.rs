@@ -278,6 +278,9 @@ pub fn handle(c: &mut crate::dataplane::Control, req: &crate::api::Request) -> R
             }
             if let Some(p) = port.filter(|p| c.udptun.spec(t.id).is_some_and(|s| s.port != *p)) {
                 crate::lb::check_tunnel_port(&c.lb.state, p)?;
+                if let Some(why) = crate::punt::receiver_refusal(&c.state, ip::tables::UdpApp::Gue, p) {
+                    return Err(format!("set_udp_tunnel: port: {why}"));
+                }
             }
             let change = UdpTunnelChange {
                 remote: remote.as_deref().map(|r| address("remote", r)).transpose()?,
