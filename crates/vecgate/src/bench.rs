@@ -645,7 +645,7 @@ fn esp_sa(alg: ipsec::Algorithm, direction: ipsec::Direction) -> control::ipsec:
 fn esp_setup(opts: &GtpuOptions, control: &mut control::dataplane::Control, scenario: &str) -> Result<PacketSpec> {
     let dir = if scenario == "esp4-decrypt" { ipsec::Direction::Inbound } else { ipsec::Direction::Outbound };
     let sa = esp_sa(opts.alg, dir);
-    control::ipsec::add(&mut control.ipsec, &mut control.state, &sa, |_| Ok(())).map_err(|e| anyhow!("SA: {e}"))?;
+    control::ipsec::add(&mut control.ipsec, &mut control.state, &sa, |_, _| Ok(())).map_err(|e| anyhow!("SA: {e}"))?;
     control.publish_routes();
     if !(28..=1500).contains(&opts.inner_size) {
         bail!("--inner-size {}: expected 28 to 1500 bytes", opts.inner_size);
