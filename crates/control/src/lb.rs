@@ -358,7 +358,8 @@ pub fn service_digest(spec: &ServiceSpec) -> String {
     format!("{:016x}", digest_of(spec))
 }
 
-fn digest_of(spec: &ServiceSpec) -> u64 {
+/// [`service_digest`] as a number: what `LbState::digests` keeps.
+pub fn digest_of(spec: &ServiceSpec) -> u64 {
     use lb::{Affinity, Forwarding, TrafficPolicy};
     // Destructured whole, so that a field added to a spec does not compile until it is
     // counted here.
@@ -667,8 +668,9 @@ pub fn handle(c: &mut crate::dataplane::Control, req: &Request) -> Result<Reply,
         Request::ShowLbDigests {} => {
             // For programs (a controller's periodic check): the data only, name → digest,
             // and a one-line text, so the reply stays small at 10 000 services.
+            // Each computed once per change of its service (`LbState::digests`).
             let digests: serde_json::Map<String, serde_json::Value> =
-                c.lb.state.services().map(|(_, s)| (s.name.clone(), service_digest(s).into())).collect();
+                c.lb.state.digests(digest_of).map(|(name, d)| (name.to_string(), format!("{d:016x}").into())).collect();
             let text = format!("{} services' digests (name → digest; in the JSON reply, `vecgate ctl --json`)\n", digests.len());
             Reply::ok(digests.into(), text)
         }

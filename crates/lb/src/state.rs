@@ -69,6 +69,9 @@ pub struct LbState {
     backend_refs: HashMap<IpAddr, u32>,
     port_refs: HashMap<(bool, bool, u16), u32>,
     reply_refs: HashMap<IpAddr, u32>,
+    /// Each service's digest as last computed ([`LbState::digests`]), by id: `None` until
+    /// then and again from any change of the service on ([`LbState::spec_mut`]).
+    digests: Vec<Option<u64>>,
 }
 
 /// Which backends take new connections: the ready ones of this node's zone
@@ -245,6 +248,29 @@ impl LbState {
         self.specs.iter().enumerate().filter_map(|(i, s)| s.as_ref().map(|s| (i as u32, s)))
     }
 
+    /// Service `id`'s slot, to change: every change of a service, its backends or the
+    /// slot (added, deleted) comes through here, which forgets the service's digest.
+    fn spec_mut(&mut self, id: u32) -> &mut Option<ServiceSpec> {
+        if let Some(d) = self.digests.get_mut(id as usize) {
+            *d = None;
+        }
+        &mut self.specs[id as usize]
+    }
+
+    /// Each service's name and `digest` of its spec (the control plane's one digest
+    /// function, `control::lb::service_digest`'s), computed for a service only when it
+    /// changed since the last call: a controller's periodic check of every service
+    /// costs a hash each of those changed, not of all of them.
+    pub fn digests(&mut self, digest: fn(&ServiceSpec) -> u64) -> impl Iterator<Item = (&str, u64)> {
+        self.digests.resize(self.specs.len(), None);
+        for (spec, d) in self.specs.iter().zip(self.digests.iter_mut()) {
+            if let (Some(s), true) = (spec, d.is_none()) {
+                *d = Some(digest(s));
+            }
+        }
+        self.specs.iter().zip(&self.digests).filter_map(|(s, d)| Some((s.as_ref()?.name.as_str(), (*d)?)))
+    }
+
     pub fn service(&self, name: &str) -> Option<(u32, &ServiceSpec)> {
         let id = *self.by_name.get(name)?;
         self.specs[id as usize].as_ref().map(|s| (id, s))
@@ -369,7 +395,7 @@ impl LbState {
             *self.on_vip.entry(address.0).or_default() += 1;
         }
         self.count_steering(&SteeringKeys::of(&spec, self.keeps_client(&spec)), true);
-        self.specs[id as usize] = Some(spec);
+        *self.spec_mut(id) = Some(spec);
         self.index(id, true);
         self.rebuild(id);
         Ok(id)
@@ -380,7 +406,7 @@ impl LbState {
         self.index(id, false);
         let keys = self.steering_keys(id);
         self.count_steering(&keys, false);
-        let spec = self.specs[id as usize].take().expect("named services have specs");
+        let spec = self.spec_mut(id).take().expect("named services have specs");
         self.by_address.remove(&(spec.vip, spec.port, spec.protocol, spec.kind == ServiceType::NodePort));
         if spec.kind != ServiceType::NodePort {
             if let Some(n) = self.on_vip.get_mut(&spec.vip) {
@@ -407,7 +433,7 @@ impl LbState {
         let i = spec.backends.iter().position(|o| o.addr == b.addr && o.port == b.port).unwrap_or(spec.backends.len());
         spec.validate_backend(i, &b).map_err(|e| LbError::Spec(service.into(), e))?;
         let before = self.steering_keys(id);
-        let spec = self.specs[id as usize].as_mut().expect("found above");
+        let spec = self.spec_mut(id).as_mut().expect("found above");
         if i == spec.backends.len() {
             spec.backends.push(b);
         } else {
@@ -443,7 +469,7 @@ impl LbState {
             port,
         ))?;
         let before = self.steering_keys(id);
-        self.specs[id as usize].as_mut().expect("found above").backends.remove(i);
+        self.spec_mut(id).as_mut().expect("found above").backends.remove(i);
         self.recount_steering(id, before);
         self.rebuild(id);
         Ok(())
@@ -1018,5 +1044,126 @@ mod tests {
         let e = st.del_backend("a", "198.19.1.1".parse().unwrap(), 1).unwrap_err().to_string();
         assert_eq!(e, "service \"a\": backend 198.19.1.1 port 1: no such backend");
         assert_eq!(st.del_service("zz").unwrap_err().to_string(), "service \"zz\": no such service");
+    }
+
+    thread_local! {
+        /// How many digests [`counted`] computed on this thread.
+        static COMPUTED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
+
+    /// A stand-in for the control plane's digest: any function of the whole spec does
+    /// for the cache (std's hasher has fixed keys, so equal specs give equal values).
+    fn counted(s: &ServiceSpec) -> u64 {
+        use std::hash::{Hash, Hasher};
+        COMPUTED.with(|n| n.set(n.get() + 1));
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        format!("{s:?}").hash(&mut h);
+        h.finish()
+    }
+
+    fn computed() -> usize {
+        COMPUTED.with(|n| n.replace(0))
+    }
+
+    /// Digests by service name, in service order.
+    type Named = Vec<(String, u64)>;
+
+    /// The cached digests, and those computed afresh from the specs, by name.
+    fn cached_and_fresh(st: &mut LbState) -> (Named, Named) {
+        let cached = st.digests(counted).map(|(n, d)| (n.to_string(), d)).collect();
+        let fresh = st.services().map(|(_, s)| (s.name.clone(), counted(s))).collect();
+        (cached, fresh)
+    }
+
+    /// A digest is computed once per change of its service: the second look computes
+    /// none, a backend's change only that service's, a deletion none, an addition its own.
+    #[test]
+    fn digests_are_computed_once_per_change() {
+        let mut st = LbState::new();
+        for i in 1..=3u8 {
+            st.add_service(spec(&format!("s{i}"), &format!("198.18.131.{i}"), 80, &["198.19.1.1", "198.19.1.2"])).unwrap();
+        }
+        computed();
+        assert_eq!(st.digests(counted).count(), 3);
+        assert_eq!(computed(), 3);
+        let before: Named = st.digests(counted).map(|(n, d)| (n.to_string(), d)).collect();
+        assert_eq!(computed(), 0, "nothing changed: nothing computed");
+        st.update_backend("s2", "198.19.1.1".parse().unwrap(), 8080, Some(7), None).unwrap();
+        let after: Named = st.digests(counted).map(|(n, d)| (n.to_string(), d)).collect();
+        assert_eq!(computed(), 1);
+        assert_eq!((after[0] == before[0], after[1] == before[1], after[2] == before[2]), (true, false, true));
+        st.del_service("s1").unwrap();
+        assert_eq!(st.digests(counted).map(|(n, _)| n.to_string()).collect::<Vec<_>>(), ["s2", "s3"]);
+        assert_eq!(computed(), 0);
+        // The freed slot taken by another service: its own digest, not s1's.
+        st.add_service(spec("s4", "198.18.131.4", 80, &["198.19.1.1", "198.19.1.2"])).unwrap();
+        let (cached, fresh) = cached_and_fresh(&mut st);
+        assert_eq!(cached, fresh);
+        assert_eq!(computed(), 1 + 3, "s4's, then the fresh three");
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// Add service i (port: a spec that differs from an earlier one of the name).
+        Add(u8, u16),
+        Del(u8),
+        /// set_backend (service, backend, weight).
+        Set(u8, u8, u32),
+        /// update_backend (service, backend, weight, ready).
+        Update(u8, u8, Option<u32>, Option<bool>),
+        DelBackend(u8, u8),
+        /// Look at the digests (a controller's check) between changes.
+        Look,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (0..4u8, 80..83u16).prop_map(|(i, p)| Op::Add(i, p)),
+            (0..4u8).prop_map(Op::Del),
+            (0..4u8, 0..4u8, 0..4u32).prop_map(|(i, b, w)| Op::Set(i, b, w)),
+            (0..4u8, 0..4u8, proptest::option::of(1..4u32), proptest::option::of(any::<bool>()))
+                .prop_map(|(i, b, w, r)| Op::Update(i, b, w, r)),
+            (0..4u8, 0..4u8).prop_map(|(i, b)| Op::DelBackend(i, b)),
+            Just(Op::Look),
+        ]
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        /// After any sequence of changes (each may be refused: a refused one changes
+        /// nothing), the cached digests are those computed afresh from the specs.
+        #[test]
+        fn cached_digests_equal_fresh_ones(ops in proptest::collection::vec(op(), 1..60)) {
+            let mut st = LbState::new();
+            let name = |i: u8| format!("svc{i}");
+            let backend = |b: u8| -> IpAddr { format!("198.19.1.{}", b + 1).parse().unwrap() };
+            for op in ops {
+                match op {
+                    Op::Add(i, port) => {
+                        let _ = st.add_service(spec(&name(i), &format!("198.18.131.{}", i + 1), port, &["198.19.1.1"]));
+                    }
+                    Op::Del(i) => {
+                        let _ = st.del_service(&name(i));
+                    }
+                    Op::Set(i, b, w) => {
+                        let _ = st.set_backend(&name(i), BackendSpec { weight: w, ..BackendSpec::new(backend(b), 8080) });
+                    }
+                    Op::Update(i, b, w, ready) => {
+                        let conditions = ready.map(|ready| Conditions { ready, ..Conditions::default() });
+                        let _ = st.update_backend(&name(i), backend(b), 8080, w, conditions);
+                    }
+                    Op::DelBackend(i, b) => {
+                        let _ = st.del_backend(&name(i), backend(b), 8080);
+                    }
+                    Op::Look => {
+                        let (cached, fresh) = cached_and_fresh(&mut st);
+                        prop_assert_eq!(cached, fresh);
+                    }
+                }
+            }
+            let (cached, fresh) = cached_and_fresh(&mut st);
+            prop_assert_eq!(cached, fresh);
+        }
     }
 }
