@@ -20,7 +20,7 @@ use crate::api::{Reply, Request};
 use crate::config::Config;
 use crate::dataplane::{resolve_target, Control};
 use gtpu::TunnelSpec;
-use ip::tables::TunnelRef;
+use ip::tables::{TunnelRef, UdpApp};
 use ip::{Prefix, RouteTarget};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -120,7 +120,7 @@ pub fn reload(c: &mut Control, path: Option<&str>) -> Result<Reply, String> {
 /// refused before anything changes. (The file's own services are checked against the
 /// file's tunnels by `dataplane::check`.)
 fn check_ctl_node_ports(c: &Control, new: &Config) -> Result<(), String> {
-    for (field, port) in file_udp_receivers(new) {
+    for (field, port, _) in file_udp_receivers(new) {
         let Some(name) = c.lb.state.node_port_service(port, lb::Protocol::Udp) else { continue };
         if !c.applied.lb_services.iter().chain(&new.lb_services).any(|s| s.name == name) {
             return Err(format!(
@@ -133,26 +133,31 @@ fn check_ctl_node_ports(c: &Control, new: &Config) -> Result<(), String> {
 }
 
 /// The UDP ports of the gateway's addresses the file's tunnels and inbound SAs receive
-/// on, each with its field.
-fn file_udp_receivers(new: &Config) -> Vec<(String, u16)> {
-    let tunnels = new.udp_tunnels.iter().enumerate().filter_map(|(i, t)| Some((format!("udp_tunnel[{i}].port"), t.to_spec().ok()?.0.port)));
+/// on, each with its field and what receives.
+fn file_udp_receivers(new: &Config) -> Vec<(String, u16, UdpApp)> {
+    let tunnels = new
+        .udp_tunnels
+        .iter()
+        .enumerate()
+        .filter_map(|(i, t)| Some((format!("udp_tunnel[{i}].port"), t.to_spec().ok()?.0.port, UdpApp::Gue)));
     let sas = new
         .ipsec_sas
         .iter()
         .enumerate()
-        .filter_map(|(i, sa)| Some((format!("ipsec_sa[{i}].udp_dst_port"), sa.to_spec().ok()?.0.udp_receive_port()?)));
+        .filter_map(|(i, sa)| Some((format!("ipsec_sa[{i}].udp_dst_port"), sa.to_spec().ok()?.0.udp_receive_port()?, UdpApp::Esp)));
     tunnels.chain(sas).collect()
 }
 
 /// The ports punted at run time (`punt_port_add`) stay through a reload that keeps
-/// `[punt]`: a file tunnel, inbound SA or node-local service on one of them is refused
-/// before anything changes, as is a file `[punt]` port under a service made with `ctl`
+/// `[punt]`: a file tunnel, inbound SA (but ESP in UDP on 4500) or node-local service on
+/// one of them is refused before anything changes, as is a file `[punt]` port under a service made with `ctl`
 /// (the file's own services are checked against its ports by `dataplane::check`).
 fn check_punt_ports(c: &Control, new: &Config) -> Result<(), String> {
     let refuse = |field: &str, what: String| Err(format!("{}: {field}: {what}; nothing was changed", new.source));
     if let (Some(spec), Some(_)) = (c.state.punt(), &new.punt) {
-        for (field, port) in file_udp_receivers(new) {
-            if let Some(owner) = spec.added_udp.get(&port) {
+        for (field, port, app) in file_udp_receivers(new) {
+            // ESP in UDP on 4500 may be punted too, as at run time (`crate::punt`'s rule).
+            if let Some(owner) = spec.added_udp.get(&port).filter(|_| !crate::punt::shares_punted_port(app, port)) {
                 return refuse(&field, format!("{port}: punted to the host (punt_port_add, owner {owner}); expected a port not punted"));
             }
         }

@@ -145,6 +145,34 @@ fn ports_added_at_run_time_stay_while_punt_does() {
     assert_eq!(added(&c), Some((vec![], 0)));
 }
 
+/// An inbound SA of the file on a UDP port added at run time: refused, but on ESP in
+/// UDP's 4500 (punted for the host's IKE daemon, whose messages behind the non-ESP
+/// marker `espN-decrypt` still punts), as an SA added through the API there is.
+#[test]
+fn a_file_sa_may_receive_on_an_added_4500_only() {
+    let (dir, mut c) = start(&(LINKS.to_string() + &punt("host", "198.18.250.2", "500")));
+    for port in [4500, 4600] {
+        let r = c.handle(&Request::PuntPortAdd { protocol: lb::Protocol::Udp, port, owner: Some("ike".into()) });
+        assert!(r.ok, "{r:?}");
+    }
+    let sa = |port: u16| {
+        format!(
+            "\n[[ipsec_sa]]\nindex = 1\nspi = 3001\ndirection = \"inbound\"\nalgorithm = \"null\"\nlocal = \"198.18.0.1\"\n\
+             remote = \"198.18.0.9\"\nudp_encap = true\nudp_dst_port = {port}\n"
+        )
+    };
+    let base = LINKS.to_string() + &punt("host", "198.18.250.2", "500");
+    let e = reload(&dir, &mut c, &(base.clone() + &sa(4600))).unwrap_err();
+    assert!(
+        e.ends_with("ipsec_sa[0].udp_dst_port: 4600: punted to the host (punt_port_add, owner ike); expected a port not punted; nothing was changed"),
+        "{e}"
+    );
+    assert_eq!((c.ipsec.get(1).is_some(), c.state.udp_port(4600)), (false, None));
+    reload(&dir, &mut c, &(base + &sa(4500))).unwrap();
+    assert_eq!(c.state.udp_port(4500), Some(ip::tables::UdpApp::Esp));
+    assert!(c.state.punt().unwrap().punts(false, 4500), "still punted");
+}
+
 /// A file `[punt]` port under a node_port service made with `ctl` is refused by field
 /// before anything changes (the service would never see a packet again).
 #[test]
