@@ -4,9 +4,10 @@
 //! An input is a stream of watch events as an API server could deliver them: documents
 //! separated by lines `---`, each a JSON object whose `kind` is `Service`,
 //! `EndpointSlice` or `Node` (this node's: its zone label, for topology hints; a document
-//! with `"deleted": true` beside `kind` is that object's deletion). Each goes the controller's way: read ([`crate::objects`]), mapped
-//! ([`crate::desired`]) and diffed ([`crate::model`]), the planned changes recorded as the
-//! gateway would accept them. Checked:
+//! with `"deleted": true` beside `kind` is that object's deletion). Each goes the
+//! controller's way: read ([`crate::objects`]), mapped ([`crate::desired`]) and diffed
+//! ([`crate::model`]), the planned changes recorded as the gateway would accept them.
+//! Checked:
 //! - nothing panics;
 //! - an object refused is refused by name: the error names its kind, its key and a field;
 //! - every LB service planned passes the LB's own checks (`ServiceSpec::validate`), and
