@@ -781,20 +781,7 @@ pub fn parse_cli(w: &[&str]) -> Result<Request, String> {
                 "udp" => lb::Protocol::Udp,
                 p => return Err(format!("protocol {p:?}: expected tcp or udp")),
             };
-            let mut spec = ServiceSpec {
-                name: name.to_string(),
-                kind,
-                vip: ip(vip)?,
-                port: port(p)?,
-                protocol,
-                backends: Vec::new(),
-                traffic_policy: lb::TrafficPolicy::Cluster,
-                affinity: lb::Affinity::None,
-                table_size: 0,
-                forwarding: lb::Forwarding::Nat,
-                gue_port: 0,
-                source_ranges: Vec::new(),
-            };
+            let mut spec = ServiceSpec::new(*name, kind, ip(vip)?, port(p)?, protocol);
             let mut it = rest.iter();
             while let Some(&k) = it.next() {
                 let mut v = || it.next().copied().ok_or_else(|| format!("{k}: expected a value"));

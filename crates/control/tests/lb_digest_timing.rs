@@ -25,20 +25,10 @@ snat4 = "198.18.1.1"
 const SERVICES: u32 = 10_000;
 
 fn spec(i: u32) -> ServiceSpec {
-    ServiceSpec {
-        name: format!("default/svc{i}:http"),
-        kind: lb::ServiceType::ClusterIp,
-        vip: [198, 19, (i >> 8) as u8, i as u8].into(),
-        port: 80,
-        protocol: lb::Protocol::Tcp,
-        backends: (1..=10).map(|b| BackendSpec::new([198, 18, 200, b].into(), 8080)).collect(),
-        traffic_policy: lb::TrafficPolicy::Cluster,
-        affinity: lb::Affinity::None,
-        table_size: 0,
-        forwarding: lb::Forwarding::Nat,
-        gue_port: 0,
-        source_ranges: Vec::new(),
-    }
+    let vip = [198, 19, (i >> 8) as u8, i as u8].into();
+    let mut s = ServiceSpec::new(format!("default/svc{i}:http"), lb::ServiceType::ClusterIp, vip, 80, lb::Protocol::Tcp);
+    s.backends = (1..=10).map(|b| BackendSpec::new([198, 18, 200, b].into(), 8080)).collect();
+    s
 }
 
 /// The median of `n` runs of `f`.

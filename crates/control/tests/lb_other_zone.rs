@@ -26,20 +26,8 @@ fn backend(host: u8, other_zone: bool) -> BackendSpec {
 fn a_backend_of_another_zone_keeps_its_connections_and_takes_no_new_one() {
     let mut h = Harness::new();
     let vip = Ipv4Addr::new(198, 18, 131, 40);
-    let spec = ServiceSpec {
-        name: SVC.into(),
-        kind: lb::ServiceType::ClusterIp,
-        vip: vip.into(),
-        port: 80,
-        protocol: lb::Protocol::Tcp,
-        backends: vec![backend(10, false), backend(11, false)],
-        traffic_policy: lb::TrafficPolicy::Cluster,
-        affinity: lb::Affinity::None,
-        table_size: 0,
-        forwarding: lb::Forwarding::Nat,
-        gue_port: 0,
-        source_ranges: Vec::new(),
-    };
+    let mut spec = ServiceSpec::new(SVC, lb::ServiceType::ClusterIp, vip.into(), 80, lb::Protocol::Tcp);
+    spec.backends = vec![backend(10, false), backend(11, false)];
     assert!(h.control.handle(&Request::LbServiceAdd(spec)).ok);
     let syn = seed("lb4-tcp")[0].clone();
     let client = Ipv4Addr::new(198, 18, 0, 2);

@@ -29,20 +29,10 @@ fn service(
     bport: u16,
     ranges: &[&str],
 ) -> ServiceSpec {
-    ServiceSpec {
-        name: name.into(),
-        kind,
-        vip: vip.parse().unwrap(),
-        port,
-        protocol,
-        backends: vec![BackendSpec::new(backend.parse().unwrap(), bport)],
-        traffic_policy: lb::TrafficPolicy::Cluster,
-        affinity: lb::Affinity::None,
-        table_size: 0,
-        forwarding: lb::Forwarding::Nat,
-        gue_port: 0,
-        source_ranges: ranges.iter().map(|r| r.parse().unwrap()).collect(),
-    }
+    let mut s = ServiceSpec::new(name, kind, vip.parse().unwrap(), port, protocol);
+    s.backends = vec![BackendSpec::new(backend.parse().unwrap(), bport)];
+    s.source_ranges = ranges.iter().map(|r| r.parse().unwrap()).collect();
+    s
 }
 
 const SYN: u8 = 0x02;

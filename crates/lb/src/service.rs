@@ -345,6 +345,26 @@ pub fn same_ranges(a: &[SourceRange], b: &[SourceRange]) -> bool {
 }
 
 impl ServiceSpec {
+    /// A service without backends, every other field at its default (what a file or a
+    /// request that names only these gets): Cluster policy, no affinity, NAT, the default
+    /// table size and GUE port, every source.
+    pub fn new(name: impl Into<String>, kind: ServiceType, vip: IpAddr, port: u16, protocol: Protocol) -> ServiceSpec {
+        ServiceSpec {
+            name: name.into(),
+            kind,
+            vip,
+            port,
+            protocol,
+            backends: Vec::new(),
+            traffic_policy: TrafficPolicy::default(),
+            affinity: Affinity::default(),
+            table_size: 0,
+            forwarding: Forwarding::default(),
+            gue_port: 0,
+            source_ranges: Vec::new(),
+        }
+    }
+
     /// Whether `other` is this service, its `source_ranges` taken as a set: a file or a
     /// request that lists them in another order changes nothing.
     pub fn same_as(&self, other: &ServiceSpec) -> bool {
