@@ -72,6 +72,8 @@ pub struct LbState {
     /// Each service's digest as last computed ([`LbState::digests`]), by id: `None` until
     /// then and again from any change of the service on ([`LbState::spec_mut`]).
     digests: Vec<Option<u64>>,
+    /// The function those digests are of (its address): another one passed forgets them.
+    digest_fn: usize,
 }
 
 /// Which backends take new connections: the ready ones of this node's zone
@@ -260,8 +262,14 @@ impl LbState {
     /// Each service's name and `digest` of its spec (the control plane's one digest
     /// function, `control::lb::service_digest`'s), computed for a service only when it
     /// changed since the last call: a controller's periodic check of every service
-    /// costs a hash each of those changed, not of all of them.
+    /// costs a hash each of those changed, not of all of them. A call with another
+    /// function than the last one's computes every digest again.
     pub fn digests(&mut self, digest: fn(&ServiceSpec) -> u64) -> impl Iterator<Item = (&str, u64)> {
+        // By address: a function whose address differs only costs a recomputation.
+        if self.digest_fn != digest as usize {
+            self.digests.clear();
+            self.digest_fn = digest as usize;
+        }
         self.digests.resize(self.specs.len(), None);
         for (spec, d) in self.specs.iter().zip(self.digests.iter_mut()) {
             if let (Some(s), true) = (spec, d.is_none()) {
@@ -1073,6 +1081,19 @@ mod tests {
         let cached = st.digests(counted).map(|(n, d)| (n.to_string(), d)).collect();
         let fresh = st.services().map(|(_, s)| (s.name.clone(), counted(s))).collect();
         (cached, fresh)
+    }
+
+    /// Another digest function than the last call's is not answered from the cache.
+    #[test]
+    fn another_digest_function_computes_every_digest_again() {
+        let mut st = LbState::new();
+        st.add_service(spec("s1", "198.18.131.1", 80, &["198.19.1.1"])).unwrap();
+        let first: Vec<u64> = st.digests(counted).map(|(_, d)| d).collect();
+        fn zero(_: &ServiceSpec) -> u64 {
+            0
+        }
+        assert_eq!(st.digests(zero).map(|(_, d)| d).collect::<Vec<_>>(), [0]);
+        assert_eq!(st.digests(counted).map(|(_, d)| d).collect::<Vec<_>>(), first);
     }
 
     /// A digest is computed once per change of its service: the second look computes
