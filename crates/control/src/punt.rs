@@ -169,15 +169,6 @@ pub fn apply(cfg: &Config, state: &mut RouterState) -> Result<Applied, ConfigErr
     Ok(Applied { changed: true, dropped })
 }
 
-/// A protocol's name as `show punt` and the replies write it.
-fn proto_name(tcp: bool) -> &'static str {
-    if tcp {
-        "tcp"
-    } else {
-        "udp"
-    }
-}
-
 /// An owner's name: what `show punt` prints and a controller reconciles by.
 fn check_owner(op: &str, owner: &str) -> Result<(), String> {
     let good = !owner.is_empty() && owner.len() <= 32 && owner.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
@@ -205,7 +196,7 @@ pub fn add_port(
     let owner = owner.unwrap_or(CTL_OWNER);
     check_owner(OP, owner)?;
     let tcp = protocol == lb::Protocol::Tcp;
-    let name = format!("{}/{port}", proto_name(tcp));
+    let name = format!("{}/{port}", protocol.name());
     let Some(spec) = c.state.punt() else {
         return Err(format!(
             "{OP}: the gateway has no [punt] section: the punt link and the host's addresses come only from the config file (add [punt] and reload)"
@@ -216,7 +207,7 @@ pub fn add_port(
     }
     match spec.added(tcp).get(&port) {
         Some(o) if o == owner => {
-            let data = serde_json::json!({ "protocol": proto_name(tcp), "port": port, "owner": owner, "changed": false });
+            let data = serde_json::json!({ "protocol": protocol.name(), "port": port, "owner": owner, "changed": false });
             return Ok(crate::api::Reply::ok(data, format!("punt {name} unchanged (already added for {owner})")));
         }
         Some(o) => {
@@ -234,7 +225,7 @@ pub fn add_port(
     spec.added_mut(tcp).insert(port, owner.to_string());
     c.state.set_punt(Some(spec)).map_err(|e| format!("{OP}: {e}"))?;
     c.publish();
-    let data = serde_json::json!({ "protocol": proto_name(tcp), "port": port, "owner": owner, "changed": true });
+    let data = serde_json::json!({ "protocol": protocol.name(), "port": port, "owner": owner, "changed": true });
     Ok(crate::api::Reply::ok(data, format!("punt {name} added for {owner}{also}")))
 }
 
@@ -248,7 +239,7 @@ pub fn del_port(
 ) -> Result<crate::api::Reply, String> {
     const OP: &str = "punt_port_del";
     let tcp = protocol == lb::Protocol::Tcp;
-    let name = format!("{}/{port}", proto_name(tcp));
+    let name = format!("{}/{port}", protocol.name());
     let Some(spec) = c.state.punt() else { return Err(format!("{OP}: the gateway has no [punt] section: no port is punted")) };
     let had = match spec.added(tcp).get(&port) {
         Some(o) if owner.is_some_and(|w| w != o) => {
@@ -256,7 +247,7 @@ pub fn del_port(
         }
         Some(o) => o.clone(),
         None if spec.file_ports(tcp).contains(&port) => {
-            return Err(format!("{OP}: port: {name} is the file's ([punt] {}_ports): a reload changes those", proto_name(tcp)))
+            return Err(format!("{OP}: port: {name} is the file's ([punt] {}_ports): a reload changes those", protocol.name()))
         }
         None => return Err(format!("{OP}: port: {name} was not added (`show punt` lists the ports)")),
     };
@@ -265,7 +256,7 @@ pub fn del_port(
     spec.added_mut(tcp).remove(&port);
     c.state.set_punt(Some(spec)).map_err(|e| format!("{OP}: {e}"))?;
     c.publish();
-    let data = serde_json::json!({ "protocol": proto_name(tcp), "port": port, "owner": had });
+    let data = serde_json::json!({ "protocol": protocol.name(), "port": port, "owner": had });
     Ok(crate::api::Reply::ok(data, format!("punt {name} deleted (owner {had}){still}")))
 }
 
@@ -291,12 +282,13 @@ impl PortRow {
 /// Every punted port, UDP then TCP, each in order.
 pub fn rows(spec: &PuntSpec) -> Vec<PortRow> {
     let mut rows = Vec::new();
-    for tcp in [false, true] {
+    for protocol in [lb::Protocol::Udp, lb::Protocol::Tcp] {
+        let tcp = protocol == lb::Protocol::Tcp;
         let mut ports: Vec<u16> = spec.file_ports(tcp).iter().chain(spec.added(tcp).keys()).copied().collect();
         ports.sort_unstable();
         ports.dedup();
         rows.extend(ports.into_iter().map(|port| PortRow {
-            protocol: proto_name(tcp),
+            protocol: protocol.name(),
             port,
             file: spec.file_ports(tcp).contains(&port),
             owner: spec.added(tcp).get(&port).cloned(),
