@@ -59,3 +59,46 @@ def test_the_docs_toml_examples_parse():
             except tomllib.TOMLDecodeError as e:
                 raise AssertionError(f"{doc.name}:{line}: {e}") from None
     assert blocks >= 4
+
+
+# What a fragment of the docs (an `[lb]` or SPD example, no interface of its own) is
+# checked beside: the two links the examples name, with the addresses they use.
+DOCS_BASE = """[[interface]]
+name = "eth0"
+type = "pg"
+mac = "02:00:00:00:00:01"
+addresses = ["198.18.0.1/24", "2001:db8::1/64"]
+
+[[interface]]
+name = "eth1"
+type = "pg"
+mac = "02:00:00:00:00:02"
+addresses = ["198.18.1.1/24", "2001:db8:1::1/64"]
+
+"""
+
+
+def test_the_docs_toml_examples_load(vecgate, tmp_path):
+    """Every ```toml block of the README and docs/ passes `vecgate check` as an operator
+    copies it: a block with an `[[interface]]` as a whole file, a fragment after the two
+    links the examples name; so do the shipped example files."""
+    import re
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    files = []
+    for doc in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+        text = doc.read_text()
+        for m in re.finditer(r"^```toml\n(.*?)^```", text, re.S | re.M):
+            line = text[:m.start()].count("\n") + 1
+            block = m.group(1)
+            f = tmp_path / f"{doc.stem}-{line}.toml"
+            f.write_text(block if "[[interface]]" in block else DOCS_BASE + block)
+            files.append(f)
+    files += sorted((root / "docs" / "examples").glob("*.toml")) + [root / "packaging" / "vecgate.toml"]
+    assert len(files) >= 7
+    bad = []
+    for f in files:
+        r = subprocess.run([str(vecgate), "check", "--config", str(f)], capture_output=True, text=True, timeout=30)
+        if r.returncode != 0 or not r.stdout.endswith(": ok\n"):
+            bad.append(r.stderr.strip() or r.stdout.strip())
+    assert not bad, "\n".join(bad)
