@@ -525,6 +525,9 @@ fn build_core_state(cfg: &Config) -> Result<(RouterState, GtpuState, UdpTunState
     if let Some(n) = cfg.metrics.top_tunnels.filter(|&n| n > crate::metrics::MAX_TOP_TUNNELS) {
         problems.push(cfg.err("metrics.top_tunnels", format!("{n}: expected 0 to {}", crate::metrics::MAX_TOP_TUNNELS)));
     }
+    if let Some(Err(e)) = cfg.metrics.listen.as_deref().map(crate::metrics::parse_listen) {
+        problems.push(cfg.err("metrics.listen", e));
+    }
     if cfg.interfaces.is_empty() {
         problems.push(cfg.err("interface", format!("no interface: {}", crate::validate::MINIMAL_CONFIG)));
     }

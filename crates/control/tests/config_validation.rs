@@ -124,6 +124,22 @@ fn a_duplicate_gtpu_tunnel_is_named_by_its_key() {
     assert_eq!(e.line, Some(line_of(&text, "teid_in = 256", 1)), "{e}");
 }
 
+/// `vecgate check` (and so `systemctl reload`) refuses a metrics address that `vecgate run`
+/// could not listen on, as start-up does, instead of saying `ok`.
+#[test]
+fn a_bad_metrics_address_is_refused_by_check() {
+    for listen in ["0.0.0.0:99999", "198.18.0.1", "localhost:9464"] {
+        let text = format!("{PG0}[metrics]\nlisten = \"{listen}\"\n");
+        let cfg = Config::parse(&text, "gw.toml", Path::new(".")).expect("the file parses");
+        let e = control::dataplane::check(&cfg).expect_err(listen);
+        assert_eq!(e.field, "metrics.listen", "{e}");
+        assert!(e.message.contains(listen) && e.message.contains("expected ADDRESS:PORT"), "{e}");
+        assert_eq!(e.line, Some(line_of(&text, "listen", 0)), "{e}");
+    }
+    let ok = format!("{PG0}[metrics]\nlisten = \"[2001:db8::1]:9464\"\n");
+    control::dataplane::check(&Config::parse(&ok, "gw.toml", Path::new(".")).unwrap()).expect("a good address");
+}
+
 #[test]
 fn a_missing_host_interface_is_reported_as_missing() {
     for kind in ["af_packet", "af_xdp"] {
