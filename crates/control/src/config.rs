@@ -543,7 +543,8 @@ impl Config {
             let msg = inner.message().to_string();
             // A few syntax errors come without a message: their line says where.
             let msg = if msg.is_empty() { "expected valid TOML".to_string() } else { msg };
-            let mut e = ConfigError::new(source, if path == "." { "(file)".to_string() } else { path }, msg);
+            let value = inner.span().and_then(|s| text.get(s));
+            let mut e = ConfigError::new(source, if path == "." { "(file)".to_string() } else { path }, plain_words(&msg, value));
             e.line = inner.span().map(|s| line_at(text, s.start));
             e
         })?;
@@ -578,6 +579,33 @@ impl Config {
         let mut e = ConfigError::new(&self.source, field, message);
         e.line = field_line(&self.text, &e.field);
         e
+    }
+}
+
+/// A schema error in an operator's words: serde names Rust types (`expected u16`, `a
+/// sequence`) and `std::net` says `invalid IP address syntax` without the value; the
+/// file's reader wants the range, TOML's word and the value written (`value`: the text
+/// the error's span covers).
+fn plain_words(msg: &str, value: Option<&str>) -> String {
+    const TYPES: [(&str, &str); 9] = [
+        ("expected u8", "expected an integer from 0 to 255"),
+        ("expected u16", "expected an integer from 0 to 65535"),
+        ("expected u32", "expected an integer from 0 to 4294967295"),
+        ("expected u64", "expected an integer from 0 up"),
+        ("expected usize", "expected an integer from 0 up"),
+        ("expected i64", "expected an integer"),
+        ("expected f64", "expected a number"),
+        ("expected a sequence", "expected an array"),
+        ("expected a map", "expected a table"),
+    ];
+    if let Some((rust, plain)) = TYPES.iter().find(|(rust, _)| msg.ends_with(rust)) {
+        return format!("{}{plain}", &msg[..msg.len() - rust.len()]);
+    }
+    let written = value.map(str::trim).unwrap_or("the value");
+    match msg {
+        "invalid IP address syntax" => format!("{written}: expected an IPv4 or IPv6 address (no /LENGTH)"),
+        "invalid socket address syntax" => format!("{written}: expected ADDRESS:PORT, e.g. 198.18.0.1:8805 or [2001:db8::1]:8805"),
+        _ => msg.to_string(),
     }
 }
 
@@ -662,6 +690,30 @@ mod tests {
         assert!(e.message.contains("pg") && e.message.contains("pcap"), "{e}");
         let e = Config::parse("[dataplane]\nbuffers = \"many\"\n", "gw.toml", Path::new(".")).unwrap_err();
         assert_eq!(e.field, "dataplane.buffers", "{e}");
+    }
+
+    /// A value of the wrong range or kind is refused in TOML's words with the range (not
+    /// serde's Rust type names), and an address that does not parse is quoted.
+    #[test]
+    fn schema_errors_say_the_range_not_the_rust_type() {
+        let pg = "[[interface]]\nname = \"pg0\"\ntype = \"pg\"\nmac = \"02:00:00:00:00:01\"\n";
+        for (extra, field, line, says) in [
+            ("mtu = 70000", "interface[0].mtu", 5, "integer `70000`, expected an integer from 0 to 65535"),
+            ("mtu = \"1500\"", "interface[0].mtu", 5, "string \"1500\", expected an integer from 0 to 65535"),
+            ("addresses = \"198.18.0.1/24\"", "interface[0].addresses", 5, "expected an array"),
+            (
+                "[[lb_service]]\nname = \"web\"\ntype = \"cluster_ip\"\nvip = \"198.18.128.10/32\"\nport = 80\nprotocol = \"tcp\"",
+                "lb_service[0].vip",
+                8,
+                "\"198.18.128.10/32\": expected an IPv4 or IPv6 address (no /LENGTH)",
+            ),
+            ("[dataplane]\nbuffers = -3", "dataplane.buffers", 6, "integer `-3`, expected an integer from 0 up"),
+        ] {
+            let e = Config::parse(&format!("{pg}{extra}\n"), "gw.toml", Path::new(".")).unwrap_err();
+            assert_eq!(e.field, field, "{e}");
+            assert!(e.message.ends_with(says), "{e}");
+            assert_eq!(e.line, Some(line), "{e}");
+        }
     }
 
     /// Interface and worker settings that cannot work together are refused by name.
