@@ -12,6 +12,8 @@
 #             gtpu4-encap gtpu4-decap gtpu6-encap gtpu6-decap   (default: all of them)
 #             lb4-gre4-N: `bench lb4-encap --services N` against VPP's lb plugin
 #             (`--backends B --flows F`; scripts/bench-lb-vs-vpp.sh runs these)
+#             lb4-nat4-N: `bench lb4-nat --services N` (kube-proxy's NAT) against the
+#             same plugin's NAT mode (`encap nat4 type clusterip`, node `lb4-nat4-port`)
 #   --vpp DIR: a VPP build laid out as bin/vpp, bin/vppctl, lib/ (default: $VPP_DIR, else
 #              ../shared/peers/vpp next to the repository or its worktree's parent). Without one the script says
 #              so and exits 0: the project does not need VPP. docs/PERFORMANCE.md says how
@@ -152,19 +154,26 @@ gtpu_cli() { # outer-family encap|decap
 # `vecgate bench lb4-encap --services N --backends B` (crates/vecgate/src/bench.rs,
 # lb_setup): VIP i is 198.18.128.0 + i, its backends 198.19.0.0 + i*B + j + 1 (routed out
 # of pg1), the node's address 198.18.1.1 the outer source. VPP's per-worker flow table
-# gets room for every flow (its default, 1024 buckets, would evict them).
-lb_cli() { # vips
-    python3 - "$1" "$backends" "$flows" <<'PY'
+# gets room for every flow (its default, 1024 buckets, would evict them). `bench lb4-nat`
+# (NAT): the same VIPs and backends, UDP port 53 to the backends' port 8053; VPP's NAT
+# VIPs are per port (`lb4-nat4-port`: the destination address and port rewritten).
+lb_cli() { # vips gre4|nat4
+    python3 - "$1" "$backends" "$flows" "$2" <<'PY'
 import ipaddress, sys
 n, b, f = (int(x) for x in sys.argv[1:4])
+mode = sys.argv[4]
 buckets = 1 << max(10, (4 * f - 1).bit_length())
 print(f"lb conf ip4-src-address 198.18.1.1 buckets {buckets} timeout 60")
 vip0, be0 = int(ipaddress.IPv4Address("198.18.128.0")), int(ipaddress.IPv4Address("198.19.0.0"))
 for i in range(n):
     vip = ipaddress.IPv4Address(vip0 + i)
-    print(f"lb vip {vip}/32 encap gre4 new_len 1024")
     ases = " ".join(str(ipaddress.IPv4Address(be0 + (i * b + j) % 65000 + 1)) for j in range(b))
-    print(f"lb as {vip}/32 {ases}")
+    if mode == "gre4":
+        print(f"lb vip {vip}/32 encap gre4 new_len 1024")
+        print(f"lb as {vip}/32 {ases}")
+    else:
+        print(f"lb vip {vip}/32 protocol udp port 53 encap nat4 type clusterip target_port 8053 new_len 1024")
+        print(f"lb as {vip}/32 protocol udp port 53 {ases}")
 PY
 }
 
@@ -182,7 +191,11 @@ start_vpp() { # scenario dir
             gtpu6-encap) gtpu_cli 6 encap ;;
             gtpu6-decap) gtpu_cli 6 decap ;;
             lb4-gre4-*)
-                lb_cli "${s#lb4-gre4-}" >"$dir/lb.cli"
+                lb_cli "${s#lb4-gre4-}" gre4 >"$dir/lb.cli"
+                echo "exec $dir/lb.cli"
+                ;;
+            lb4-nat4-*)
+                lb_cli "${s#lb4-nat4-}" nat4 >"$dir/lb.cli"
                 echo "exec $dir/lb.cli"
                 ;;
         esac
@@ -238,6 +251,8 @@ for s in "${scenarios[@]}"; do
             bench=("$s") ;;
         lb4-gre4-[1-9]*)
             bench=(lb4-encap --services "${s#lb4-gre4-}" --backends "$backends" --flows "$flows") ;;
+        lb4-nat4-[1-9]*)
+            bench=(lb4-nat --services "${s#lb4-nat4-}" --backends "$backends" --flows "$flows") ;;
         *) log "unknown scenario $s"; exit 2 ;;
     esac
     dir=$work/$s
