@@ -119,7 +119,7 @@ fn punt_port(op: &str, rest: &[&str]) -> Result<Request, String> {
         "udp" => lb::Protocol::Udp,
         other => return Err(format!("protocol {other:?}: expected tcp or udp")),
     };
-    let port: u16 = port.parse().map_err(|_| format!("port {port:?}: expected a number 1 to 65535"))?;
+    let port = port_word("port", port)?;
     Ok(match op {
         "add" => Request::PuntPortAdd { protocol, port, owner },
         _ => Request::PuntPortDel { protocol, port, owner },
@@ -360,7 +360,7 @@ fn udp_tunnel(w: &[&str]) -> Result<crate::udptun::UdpTunnelConfig, String> {
                 c.encap = v.parse()?;
                 encap = true;
             }
-            "port" => c.port = Some(v.parse().map_err(|_| format!("port {v:?}: expected 1 to 65535"))?),
+            "port" => c.port = Some(port_word("port", v)?),
             "src-ports" => {
                 let (lo, hi) = v.split_once('-').ok_or_else(|| format!("src-ports {v:?}: expected <min>-<max>"))?;
                 c.src_port_min = Some(lo.parse().map_err(|_| format!("src-ports {v:?}: expected <min>-<max>"))?);
@@ -387,6 +387,18 @@ fn udp_tunnel(w: &[&str]) -> Result<crate::udptun::UdpTunnelConfig, String> {
 /// A tunnel's `mtu <n>` word (the range is checked with the rest of the tunnel).
 fn mtu_word(v: &str) -> Result<u16, String> {
     v.parse().map_err(|_| format!("mtu {v:?}: expected a number of bytes"))
+}
+
+/// A port word (`port 2152`, `udp-ports 4500 4500`, a service's port), its key named on
+/// error: every command words a bad port the same way. A port of 0 is refused, where it
+/// is, with the rest of the object.
+pub(crate) fn port_word(k: &str, v: &str) -> Result<u16, String> {
+    v.parse().map_err(|_| format!("{k} {v:?}: expected a port, 1 to 65535"))
+}
+
+/// An address word (`remote 198.18.1.9`, a service's address), its key named on error.
+pub(crate) fn address_word(k: &str, v: &str) -> Result<std::net::IpAddr, String> {
+    v.parse().map_err(|_| format!("{k} {v:?}: expected an IPv4 or IPv6 address"))
 }
 
 /// A 32-bit number word such as a TEID (`256`, `0x100`), its key named on error.
@@ -525,6 +537,34 @@ mod tests {
 
     fn p(s: &str) -> Result<Request, String> {
         parse(&s.split_whitespace().map(String::from).collect::<Vec<_>>())
+    }
+
+    /// A bad port or address says which word it was and what was expected, the same way in
+    /// every command (a service's port and address were quoted without their key).
+    #[test]
+    fn a_bad_port_or_address_is_named_by_its_key() {
+        for (words, says) in [
+            ("lb service add web cluster_ip 198.18.128.20 70000 tcp", "port \"70000\": expected a port, 1 to 65535"),
+            ("lb service add web cluster_ip 198.18.128.20/32 80 tcp", "vip \"198.18.128.20/32\": expected an IPv4 or IPv6 address"),
+            ("lb service add web cluster_ip 198.18.128.20 80 tcp gue-port x", "gue-port \"x\": expected a port, 1 to 65535"),
+            (
+                "lb service add web cluster_ip 198.18.128.20 80 tcp backend 198.19.1.1:99999",
+                "backend port \"99999\": expected a port, 1 to 65535",
+            ),
+            (
+                "lb service add web cluster_ip 198.18.128.20 80 tcp backend 198.19.1:80",
+                "backend \"198.19.1\": expected an IPv4 or IPv6 address",
+            ),
+            ("lb backend add web 198.19.1.1 65536", "port \"65536\": expected a port, 1 to 65535"),
+            ("lb backend del web 198.19.1.1/32 80", "address \"198.19.1.1/32\": expected an IPv4 or IPv6 address"),
+            ("lb backend set web 198.19.1.1 -1 weight 2", "port \"-1\": expected a port, 1 to 65535"),
+            ("punt port add udp 70000", "port \"70000\": expected a port, 1 to 65535"),
+            ("create udp tunnel local 198.18.1.1 remote 198.18.1.9 encap gue port 70000", "port \"70000\": expected a port, 1 to 65535"),
+            ("set udp tunnel udp_tunnel0 port 70000", "port \"70000\": expected a port, 1 to 65535"),
+            ("ipsec sa set 1 udp-ports 70000 4500", "udp-ports \"70000\": expected a port, 1 to 65535"),
+        ] {
+            assert_eq!(p(words).unwrap_err(), says, "{words}");
+        }
     }
 
     #[test]

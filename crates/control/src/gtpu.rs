@@ -2,6 +2,7 @@
 //! config file's `[[gtpu_tunnel]]`, the JSON API's `create_gtpu_tunnel` and the CLI),
 //! its conversion to a validated [`TunnelSpec`], and the rows `show gtpu tunnels` prints.
 
+use crate::cli::address_word as address;
 use gtpu::{ChecksumMode, DecapNext, Dscp, PduDirection, SrcPort, TunnelSpec};
 use ip::outer::{FragmentPolicy, MtuPolicy};
 use ip::tables::{TunnelRef, GTPU_IF_PREFIX};
@@ -329,10 +330,6 @@ pub fn parse_find(key: &str, value: &str) -> Result<crate::api::Request, String>
         _ => ue = Some(value.to_string()),
     }
     Ok(crate::api::Request::FindGtpuTunnels { teid, remote, ue })
-}
-
-fn address(field: &str, v: &str) -> Result<IpAddr, String> {
-    v.parse().map_err(|_| format!("{field} {v:?}: expected an IPv4 or IPv6 address"))
 }
 
 /// The GTP-U requests of the typed API beyond create and list.

@@ -367,7 +367,6 @@ pub struct SaEndpoints {
 /// [udp-ports <src> <dst>]`: the CLI's words after the index.
 pub fn parse_sa_endpoints(index: &str, w: &[&str]) -> Result<SaEndpoints, String> {
     let mut e = SaEndpoints { index: index.parse().map_err(|_| format!("index {index:?}: expected a number"))?, ..Default::default() };
-    let port = |k: &str, v: &str| v.parse::<u16>().map_err(|_| format!("{k} {v:?}: expected a port (1 to 65535)"));
     let mut i = 0;
     while i < w.len() {
         let v = |n: usize| w.get(i + n).copied().ok_or_else(|| format!("{} needs a value", w[i]));
@@ -382,8 +381,8 @@ pub fn parse_sa_endpoints(index: &str, w: &[&str]) -> Result<SaEndpoints, String
                 })
             }
             "udp-ports" => {
-                e.udp_src_port = Some(port("udp-ports", v(1)?)?);
-                e.udp_dst_port = Some(port("udp-ports", v(2)?)?);
+                e.udp_src_port = Some(crate::cli::port_word("udp-ports", v(1)?)?);
+                e.udp_dst_port = Some(crate::cli::port_word("udp-ports", v(2)?)?);
                 i += 1;
             }
             o => return Err(format!("unknown word {o:?} in ipsec sa set (local, remote, udp-encap, udp-ports, urpf or dscp)")),

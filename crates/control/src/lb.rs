@@ -766,8 +766,7 @@ pub fn parse_show_sessions(w: &[&str]) -> Result<Request, String> {
 
 /// `lb …` CLI words into a request.
 pub fn parse_cli(w: &[&str]) -> Result<Request, String> {
-    let ip = |s: &str| s.parse::<IpAddr>().map_err(|_| format!("{s:?}: expected an IPv4 or IPv6 address"));
-    let port = |s: &str| s.parse::<u16>().map_err(|_| format!("{s:?}: expected a port, 1 to 65535"));
+    use crate::cli::{address_word as ip, port_word as port};
     match w {
         ["service", "add", name, kind, vip, p, proto, rest @ ..] => {
             let kind = match *kind {
@@ -781,7 +780,7 @@ pub fn parse_cli(w: &[&str]) -> Result<Request, String> {
                 "udp" => lb::Protocol::Udp,
                 p => return Err(format!("protocol {p:?}: expected tcp or udp")),
             };
-            let mut spec = ServiceSpec::new(*name, kind, ip(vip)?, port(p)?, protocol);
+            let mut spec = ServiceSpec::new(*name, kind, ip("vip", vip)?, port("port", p)?, protocol);
             let mut it = rest.iter();
             while let Some(&k) = it.next() {
                 let mut v = || it.next().copied().ok_or_else(|| format!("{k}: expected a value"));
@@ -801,7 +800,7 @@ pub fn parse_cli(w: &[&str]) -> Result<Request, String> {
                     "forwarding" => spec.forwarding = v()?.parse().map_err(|e| format!("forwarding {e}"))?,
                     "gue-port" => {
                         let p = v()?;
-                        spec.gue_port = port(p).map_err(|e| format!("gue-port {e}"))?;
+                        spec.gue_port = port("gue-port", p)?;
                     }
                     "table-size" => {
                         let t = v()?;
@@ -810,7 +809,7 @@ pub fn parse_cli(w: &[&str]) -> Result<Request, String> {
                     "backend" => {
                         let a = v()?;
                         let (addr, p) = a.rsplit_once(':').ok_or_else(|| format!("backend {a:?}: expected address:port"))?;
-                        spec.backends.push(BackendSpec::new(ip(addr.trim_matches(['[', ']']))?, port(p)?));
+                        spec.backends.push(BackendSpec::new(ip("backend", addr.trim_matches(['[', ']']))?, port("backend port", p)?));
                     }
                     "source-range" => {
                         let range = lb::service::SourceRange::parse_or_say(v()?).map_err(|e| format!("source-range {e}"))?;
@@ -825,7 +824,7 @@ pub fn parse_cli(w: &[&str]) -> Result<Request, String> {
         }
         ["service", "del", name] => Ok(Request::LbServiceDel { name: name.to_string() }),
         ["backend", "add", service, addr, p, rest @ ..] => {
-            let mut b = BackendSpec::new(ip(addr)?, port(p)?);
+            let mut b = BackendSpec::new(ip("address", addr)?, port("port", p)?);
             let mut it = rest.iter();
             while let Some(&k) = it.next() {
                 match (k, it.clone().next()) {
@@ -840,10 +839,16 @@ pub fn parse_cli(w: &[&str]) -> Result<Request, String> {
             Ok(Request::LbBackendAdd(BackendAdd { service: service.to_string(), backend: b }))
         }
         ["backend", "del", service, addr, p] => {
-            Ok(Request::LbBackendDel(BackendRef { service: service.to_string(), addr: ip(addr)?, port: port(p)? }))
+            Ok(Request::LbBackendDel(BackendRef { service: service.to_string(), addr: ip("address", addr)?, port: port("port", p)? }))
         }
         ["backend", "set", service, addr, p, rest @ ..] => {
-            let mut ch = BackendChange { service: service.to_string(), addr: ip(addr)?, port: port(p)?, weight: None, conditions: None };
+            let mut ch = BackendChange {
+                service: service.to_string(),
+                addr: ip("address", addr)?,
+                port: port("port", p)?,
+                weight: None,
+                conditions: None,
+            };
             let mut it = rest.iter();
             while let Some(&k) = it.next() {
                 match k {

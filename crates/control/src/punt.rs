@@ -541,6 +541,6 @@ snat4 = "198.18.1.1"
         assert!(serde_json::from_str::<Request>(r#"{"op":"punt_port_add","protocol":"sctp","port":1}"#).is_err());
         assert!(serde_json::from_str::<Request>(r#"{"op":"punt_port_add","protocol":"tcp","port":70000}"#).is_err());
         let bad: Vec<String> = "punt port add tcp 65536".split_whitespace().map(str::to_string).collect();
-        assert_eq!(crate::cli::parse(&bad).unwrap_err(), "port \"65536\": expected a number 1 to 65535");
+        assert_eq!(crate::cli::parse(&bad).unwrap_err(), "port \"65536\": expected a port, 1 to 65535");
     }
 }

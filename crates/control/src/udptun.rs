@@ -4,6 +4,7 @@
 //! the requests that change a tunnel in place (`set udp tunnel`) and find tunnels
 //! (`show udp tunnel remote|local|id …`).
 
+use crate::cli::address_word as address;
 use ip::outer::{ChecksumMode, FragmentPolicy, MtuPolicy};
 use ip::tables::{TunnelRef, UDP_TUNNEL_IF_PREFIX};
 use ip::Prefix;
@@ -231,17 +232,13 @@ fn named(u: &UdpTunState, name: &str) -> Result<TunnelRef, String> {
     tunnel_by_name(u, &full).ok_or_else(|| format!("no tunnel named {full:?} (show udp tunnels lists them)"))
 }
 
-fn address(field: &str, v: &str) -> Result<IpAddr, String> {
-    v.parse().map_err(|_| format!("{field} {v:?}: expected an IPv4 or IPv6 address"))
-}
-
 /// `set udp tunnel <udp_tunnelN> [remote <addr>] [port <n>] [key <n>|none] [dscp inherit|<0-63>]`.
 pub fn parse_set(name: &str, w: &[&str]) -> Result<crate::api::Request, String> {
     let (mut remote, mut port, mut key, mut dscp) = (None, None, None, None);
     for pair in w.chunks(2) {
         match pair {
             ["remote", v] => remote = Some(v.to_string()),
-            ["port", v] => port = Some(v.parse::<u16>().map_err(|_| format!("port {v:?}: expected 1 to 65535"))?),
+            ["port", v] => port = Some(crate::cli::port_word("port", v)?),
             ["key", "none"] => key = Some(None),
             ["key", v] => key = Some(Some(crate::cli::u32_word("key", v)?)),
             ["dscp", v] => dscp = Some(v.parse::<ip::outer::tos::Dscp>().map_err(|e| format!("dscp {e}"))?),
@@ -362,7 +359,7 @@ mod tests {
         assert!(p("set udp tunnel udp_tunnel3").unwrap_err().contains("needs remote"));
         assert!(p("set udp tunnel udp_tunnel3 encap gue").unwrap_err().contains("cannot be changed in place"));
         assert!(p("set udp tunnel udp_tunnel3 port").unwrap_err().contains("needs a value"));
-        assert!(p("set udp tunnel udp_tunnel3 port 70000").unwrap_err().contains("expected 1 to 65535"));
+        assert_eq!(p("set udp tunnel udp_tunnel3 port 70000").unwrap_err(), "port \"70000\": expected a port, 1 to 65535");
         assert!(p("set udp tunnel udp_tunnel3 key 4294967296").unwrap_err().contains("out of range"));
         let find = |remote: Option<&str>, local: Option<&str>, id| Request::FindUdpTunnels {
             remote: remote.map(Into::into),
