@@ -102,3 +102,29 @@ def test_the_docs_toml_examples_load(vecgate, tmp_path):
         if r.returncode != 0 or not r.stdout.endswith(": ok\n"):
             bad.append(r.stderr.strip() or r.stdout.strip())
     assert not bad, "\n".join(bad)
+
+
+def test_every_option_of_every_subcommand_says_what_it_is(vecgate):
+    """`vecgate <cmd> --help` describes each option (an option listed with only its name and
+    default leaves the reader to guess what --position or --src is)."""
+    import re
+    top = subprocess.run([str(vecgate), "--help"], capture_output=True, text=True, timeout=30).stdout
+    cmds = re.findall(r"^  ([a-z0-9]+)\s{2,}", top.split("Commands:")[1].split("Options:")[0], re.M)
+    assert {"run", "ctl", "check", "pcap", "bench", "trafgen", "k8s"} <= set(cmds), cmds
+    bare = []
+    for cmd in [c for c in cmds if c != "help"]:
+        out = subprocess.run([str(vecgate), cmd, "--help"], capture_output=True, text=True, timeout=30).stdout
+        lines = out.split("Options:\n", 1)[1].splitlines()
+        for i, line in enumerate(lines):
+            m = re.match(r"^ {2,6}(?:-\w, )?(--[\w-]+)(?: <[^>]+>)?(?:\.\.\.)?(?:\s{2,}(.*))?$", line)
+            if not m or m.group(1) in ("--help", "--version"):
+                continue
+            # The description is on the line, or (clap's long layout) on the lines below.
+            text = m.group(2) or ""
+            for nxt in lines[i + 1:]:
+                if not nxt.startswith(" " * 10) or nxt.strip().startswith("-"):
+                    break
+                text += " " + nxt.strip()
+            if not re.sub(r"\[(default|possible values): [^\]]*\]", "", text).strip():
+                bare.append(f"vecgate {cmd} {m.group(1)}")
+    assert not bare, "options without a description: " + ", ".join(bare)

@@ -54,6 +54,7 @@ enum Cmd {
     },
     /// Send a command to a running instance, e.g. `vecgate ctl show runtime`.
     Ctl {
+        /// The running gateway's control socket (`[dataplane] socket`, or its `run --socket`).
         #[arg(long, default_value = "/run/vecgate.sock")]
         socket: PathBuf,
         /// Print the reply's JSON instead of its text.
@@ -73,6 +74,7 @@ enum Cmd {
     },
     /// Run a config's pcap inputs through the graph to completion, write pcap outputs, exit.
     Pcap {
+        /// The gateway's TOML file, with `pcap` interfaces (`input`, `output`).
         #[arg(long)]
         config: PathBuf,
         /// Print the final runtime and counters as JSON.
@@ -93,14 +95,16 @@ enum Cmd {
         /// parcel-split, parcel-join, fib-update (route adds and deletes into a table of
         /// BGP-like routes)
         scenario: String,
+        /// Packets to send through the graph in the measured run.
         #[arg(long, default_value_t = 20_000_000)]
         packets: u64,
+        /// Print the results as JSON (mean and median vector per node).
         #[arg(long)]
         json: bool,
         /// CPU core to pin to.
         #[arg(long, default_value_t = 1)]
         core: usize,
-        /// GTP-U scenarios: inner IP packet size in bytes.
+        /// GTP-U and ESP scenarios: inner IP packet size in bytes.
         #[arg(long, default_value_t = 64)]
         inner_size: usize,
         /// GTP-U scenarios: outer UDP checksum, zero or software (default: zero over
@@ -113,8 +117,8 @@ enum Cmd {
         /// GTP-U scenarios: inner family, ip4 or ip6.
         #[arg(long, default_value = "ip4")]
         inner: String,
-        /// esp4-encrypt: the SA's algorithm (null, null-sha256, aes-gcm-128, aes-gcm-256,
-        /// chacha20-poly1305, aes-cbc-sha256).
+        /// esp4-encrypt, esp4-decrypt, ipsec4-encrypt: the SA's algorithm (null,
+        /// null-sha256, aes-gcm-128, aes-gcm-256, chacha20-poly1305, aes-cbc-sha256).
         #[arg(long, default_value = "aes-gcm-128")]
         alg: ipsec::Algorithm,
         /// GTP-U scenarios: turn a fast-path technique off (repeatable; `all`).
@@ -147,11 +151,13 @@ enum Cmd {
         /// read at every hop, forwarded whole too).
         #[arg(long)]
         segment_check_in_transit: bool,
-        /// Load-balancer scenarios: services, backends per service, client flows.
+        /// Load-balancer scenarios: services.
         #[arg(long, default_value_t = 1)]
         services: u32,
+        /// Load-balancer scenarios: backends per service.
         #[arg(long, default_value_t = 10)]
         backends: u32,
+        /// Load-balancer and ipsec4-encrypt scenarios: client flows.
         #[arg(long, default_value_t = 1024)]
         flows: u32,
         /// Load-balancer scenarios: session table slots per worker (`lb.limits.sessions`;
@@ -181,12 +187,13 @@ enum Cmd {
         /// fib-update: adds and deletes applied as fast as they go.
         #[arg(long, default_value_t = 200_000)]
         updates: u64,
-        /// ipsec4-encrypt: outbound policies in the SPD, the matching one's place in
-        /// priority order (from 1), and no flow cache (every packet classified).
+        /// ipsec4-encrypt: outbound policies in the SPD.
         #[arg(long, default_value_t = 1)]
         policies: u32,
+        /// ipsec4-encrypt: the matching policy's place in priority order (from 1).
         #[arg(long, default_value_t = 1)]
         position: u32,
+        /// ipsec4-encrypt: no flow cache (every packet classified).
         #[arg(long)]
         no_flow_cache: bool,
         /// ipsec4-encrypt: policy changes per second (DISCARD policies added and deleted,
@@ -212,8 +219,10 @@ enum Cmd {
         /// Seconds to send for.
         #[arg(long, default_value_t = 10.0)]
         duration: f64,
+        /// Source IP address of the packets sent.
         #[arg(long)]
         src: IpAddr,
+        /// Destination IP address (routed by the device under test back to --rx-if).
         #[arg(long)]
         dst: IpAddr,
         /// Source MAC (default: the sending interface's).
@@ -222,8 +231,10 @@ enum Cmd {
         /// Destination MAC: the device under test's.
         #[arg(long)]
         dst_mac: wire::EthernetAddress,
+        /// UDP source port.
         #[arg(long, default_value_t = 40000)]
         src_port: u16,
+        /// UDP destination port.
         #[arg(long, default_value_t = 40001)]
         dst_port: u16,
         /// Receive ring: v2 (a frame is seen at once; default) or v3 (blocks).
@@ -233,12 +244,14 @@ enum Cmd {
         /// of packet sockets; frames from a local sender must carry full checksums.
         #[arg(long)]
         af_xdp: bool,
+        /// Print the report as JSON.
         #[arg(long)]
         json: bool,
     },
     /// Program a running gateway's load balancer from Kubernetes: watch Services and
     /// EndpointSlices, apply the smallest change per event through the control socket.
     K8s {
+        /// The gateway's control socket, to program its load balancer through.
         #[arg(long, default_value = "/run/vecgate.sock")]
         socket: PathBuf,
         /// Kubeconfig file (default: the in-cluster service account, or KUBECONFIG).
