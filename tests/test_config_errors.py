@@ -156,3 +156,25 @@ backends = [{ addr = "198.18.0.9", port = 2152 }]
 """)
     r = subprocess.run([str(vecgate), "check", "--config", str(cfg)], capture_output=True, text=True, timeout=30)
     assert r.returncode == 1 and "lb_service[0]: service \"gtp\": port: 2152/udp" in r.stderr, r
+
+
+def test_the_errors_the_docs_quote_are_the_ones_printed(vecgate, tmp_path):
+    """README.md and docs/CONFIGURATION.md quote errors for a few mistakes; each quote is,
+    word for word, what `vecgate check` prints for that mistake (a doc that drifted from
+    the code shows an operator an error they will never see)."""
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    docs = (root / "README.md").read_text() + (root / "docs" / "CONFIGURATION.md").read_text()
+    iface = 'name = "pg0"\ntype = "pg"\nmac = "02:00:00:00:00:01"\n'
+    files = [
+        f'[[interface]]\n{iface}addresses = ["198.18.0.1/24"]\n\n[[route]]\nprefix = "198.19.0.0/16"\ngateway = "198.18.0.2"\n',
+        f'[[interface]]\n{iface}mtu = "1500"\naddresses = ["198.18.0.1/24"]\n',
+        f'[[interface]]\n{iface}addresses = ["198.18.0.1/24"]\n\n[[route]]\nprefix = "198.19.0.0/16"\nvia = "198.18.9.9"\n',
+    ]
+    for text in files:
+        (tmp_path / "gw.toml").write_text(text)
+        r = subprocess.run([str(vecgate), "check", "--config", "gw.toml"], capture_output=True, text=True, timeout=30,
+                           cwd=tmp_path)
+        assert r.returncode == 1, r
+        printed = r.stderr.strip().removeprefix("vecgate: ")
+        assert printed in docs, f"the docs do not quote what is printed:\n{printed}"
