@@ -58,6 +58,17 @@ seeds["esp"] = [
     b"\xff",
     b"\x00\x00\x00\x00" + bytes(28),
 ]
+from scapy.layers.sctp import (SCTP, SCTPChunkInit, SCTPChunkInitAck, SCTPChunkAbort, SCTPChunkShutdown,
+                               SCTPChunkShutdownComplete, SCTPChunkData, SCTPChunkSACK)
+# SCTP as NGAP carries it (port 38412): scapy computes the CRC32c.
+seeds["sctp"] = [
+    SCTP(sport=38412, dport=38412, tag=0) / SCTPChunkInit(init_tag=0x11223344, a_rwnd=65536, n_out_streams=2, n_in_streams=2, init_tsn=1),
+    SCTP(sport=38412, dport=38412, tag=0x11223344) / SCTPChunkInitAck(init_tag=0x55667788, a_rwnd=65536, n_out_streams=2, n_in_streams=2, init_tsn=9),
+    SCTP(sport=38412, dport=38412, tag=0x55667788) / SCTPChunkSACK(cumul_tsn_ack=8) / SCTPChunkData(tsn=1, proto_id=60, data=b"ngap"),
+    SCTP(sport=38412, dport=38412, tag=0x55667788) / SCTPChunkShutdown(cumul_tsn_ack=8),
+    SCTP(sport=38412, dport=38412, tag=0x55667788) / SCTPChunkAbort(),
+    SCTP(sport=38412, dport=38412, tag=0x55667788) / SCTPChunkShutdownComplete(),
+]
 out = Path(__file__).parent / "corpus"
 for target, pkts in seeds.items():
     d = out / target

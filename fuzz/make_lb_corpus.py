@@ -1,6 +1,6 @@
 """Seeds for the lb_nat fuzz target: IP packets scapy builds (TCP, UDP, zero UDP
 checksum, IPv4 options, ICMP and ICMPv6 errors quoting TCP/UDP, a fragment, a
-truncated one). Run from the repository root: python3 fuzz/make_lb_corpus.py"""
+truncated one; SCTP). Run from the repository root: python3 fuzz/make_lb_corpus.py"""
 from pathlib import Path
 
 from scapy.all import ICMP, IP, TCP, UDP, IPv6, ICMPv6DestUnreach, ICMPv6PacketTooBig, Raw, raw
@@ -24,3 +24,14 @@ for i, s in enumerate(seeds):
 u = IP(src="198.18.0.2", dst="198.18.128.10") / UDP(sport=5353, dport=53, chksum=0) / Raw(b"q" * 11)
 (out / f"seed-{len(seeds):03}").write_bytes(raw(u))
 (out / f"seed-{len(seeds) + 1:03}").write_bytes(raw(seeds[0])[:30])
+# SCTP (scapy computes the CRC32c): an INIT over IPv4, an ABORT over IPv6, an ICMP error
+# quoting an SCTP DATA packet.
+from scapy.layers.sctp import SCTP, SCTPChunkInit, SCTPChunkAbort, SCTPChunkData
+quoted_sctp = IP(src="198.18.1.1", dst="198.19.1.10") / SCTP(sport=20000, dport=38412, tag=7) / SCTPChunkData(data=b"ngap")
+sctp = [
+    IP(src="198.18.0.2", dst="198.18.128.10") / SCTP(sport=40000, dport=38412) / SCTPChunkInit(init_tag=1, n_out_streams=1, n_in_streams=1),
+    IPv6(src="2001:db8:0::2", dst="2001:db8:80::10") / SCTP(sport=40000, dport=38412, tag=9) / SCTPChunkAbort(),
+    IP(src="198.19.0.1", dst="198.18.1.1") / ICMP(type=3, code=4, nexthopmtu=1280) / raw(quoted_sctp)[:40],
+]
+for i, s in enumerate(sctp):
+    (out / f"seed-sctp-{i:03}").write_bytes(raw(s))

@@ -251,6 +251,8 @@ pub enum Request {
     /// through `[punt]`'s link and host (`crate::punt::add_port`): kept across reloads
     /// while the file has a `[punt]`. The same port and owner again changes nothing.
     PuntPortAdd {
+        /// `tcp` or `udp` (the host's stack is reached by TCP and UDP ports).
+        #[serde(deserialize_with = "crate::punt::tcp_or_udp")]
         protocol: lb::Protocol,
         port: u16,
         /// Who added it (default `ctl`): `show punt` names it; a controller (`k8s`)
@@ -260,6 +262,7 @@ pub enum Request {
     },
     /// Stop punting a port added at run time (not one of the file's).
     PuntPortDel {
+        #[serde(deserialize_with = "crate::punt::tcp_or_udp")]
         protocol: lb::Protocol,
         port: u16,
         /// If given, the port must be this owner's.

@@ -62,7 +62,7 @@ commands:
                                        peer, or UE route covering the address
   show pfcp associations | sessions     the SMFs associated (and the PFCP counters), the
                                        sessions they set up
-  lb service add <name> cluster_ip|node_port|load_balancer <vip> <port> tcp|udp
+  lb service add <name> cluster_ip|node_port|load_balancer <vip> <port> tcp|udp|sctp
          [policy cluster|local] [affinity <seconds>] [table-size <prime>] [backend <addr>:<port>]...
          [forwarding nat|ipip|gue|gre] [gue-port <port>] [source-range <prefix>]...
                                        (source-range: load_balancer only; other sources dropped)

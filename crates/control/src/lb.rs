@@ -100,7 +100,7 @@ pub fn check_entries(cfg: &Config, problems: &mut Problems) {
                 return Err(cfg.err(format!("lb_service[{i}].name"), why));
             }
             if let Some(first) = first_address {
-                let protocol = if spec.protocol == lb::Protocol::Tcp { "tcp" } else { "udp" };
+                let protocol = spec.protocol.name();
                 let why = format!(
                     "{} port {} {protocol} is already lb_service[{first}]'s: expected each address, port and protocol once",
                     spec.vip, spec.port
@@ -175,6 +175,10 @@ fn local_port_owner(router: &RouterState, port: u16, protocol: Protocol) -> Opti
                 UdpApp::Esp => "ESP in UDP (an inbound SA)",
             });
         }
+    }
+    // Punting is by TCP or UDP port: no SCTP port is taken.
+    if protocol == Protocol::Sctp {
+        return None;
     }
     let punt = router.punt()?;
     let tcp = protocol == Protocol::Tcp;
@@ -741,7 +745,7 @@ fn format_sessions(c: &LbControl, rows: &[lb::show::SessionRow], total: usize) -
             at(r.vip, r.vip_port),
             at(r.backend, r.backend_port),
             at(r.source, r.source_port),
-            format!("{:?}", r.state).to_lowercase(),
+            crate::format::word(&r.state),
             r.expires_in_ms
         );
     }
@@ -778,7 +782,8 @@ pub fn parse_cli(w: &[&str]) -> Result<Request, String> {
             let protocol = match *proto {
                 "tcp" => lb::Protocol::Tcp,
                 "udp" => lb::Protocol::Udp,
-                p => return Err(format!("protocol {p:?}: expected tcp or udp")),
+                "sctp" => lb::Protocol::Sctp,
+                p => return Err(format!("protocol {p:?}: expected tcp, udp or sctp")),
             };
             let mut spec = ServiceSpec::new(*name, kind, ip("vip", vip)?, port("port", p)?, protocol);
             let mut it = rest.iter();
@@ -913,6 +918,32 @@ mod tests {
         let rows = backend_rows(&c, None);
         assert_eq!(rows.iter().map(|r| (r.other_zone, r.eligible)).collect::<Vec<_>>(), [(true, false), (false, true)]);
         assert!(format_backends(&rows).contains("ready,serving,other-zone"));
+    }
+
+    /// An SCTP service from a file, the CLI and the API alike (`protocol` `sctp`), shown
+    /// as sctp; a file's protocol outside tcp, udp and sctp refused by field; the same
+    /// address and port may have a TCP and an SCTP service.
+    #[test]
+    fn an_sctp_service_from_a_file_the_cli_and_the_api() {
+        let sctp = WEB.replace("name = \"web\"", "name = \"amf\"").replace("protocol = \"tcp\"", "protocol = \"sctp\"");
+        let (c, _) = load(&format!("{WEB}{sctp}")).unwrap();
+        let mut protos: Vec<_> = c.state.services().map(|(_, s)| (s.name.clone(), s.protocol)).collect();
+        protos.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(protos, [("amf".to_string(), Protocol::Sctp), ("web".to_string(), Protocol::Tcp)]);
+        let shown = format_services(&service_rows(&c, Some("amf")));
+        assert!(shown.contains(" sctp ") && !shown.contains("tcp"), "{shown}");
+        let e = load(&WEB.replace("\"tcp\"", "\"dccp\"")).err().expect("dccp refused").to_string();
+        assert!(e.contains("protocol") && e.contains("sctp"), "{e}");
+        match parse_cli(&["service", "add", "amf", "cluster_ip", "198.18.128.10", "38412", "sctp"]) {
+            Ok(Request::LbServiceAdd(s)) => assert_eq!((s.protocol, s.port), (Protocol::Sctp, 38412)),
+            r => panic!("{r:?}"),
+        }
+        assert!(parse_cli(&["service", "add", "amf", "cluster_ip", "198.18.128.10", "38412", "dccp"]).unwrap_err().contains("sctp"));
+        let j: Request = serde_json::from_str(
+            r#"{"op":"lb_service_add","name":"amf","type":"cluster_ip","vip":"198.18.128.10","port":38412,"protocol":"sctp"}"#,
+        )
+        .unwrap();
+        assert!(matches!(j, Request::LbServiceAdd(s) if s.protocol == Protocol::Sctp));
     }
     const LB: &str = "[[lb_service]]\nname = \"ext\"\ntype = \"load_balancer\"\nvip = \"198.18.129.10\"\nport = 80\nprotocol = \"tcp\"\n";
 

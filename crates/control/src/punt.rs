@@ -179,6 +179,16 @@ fn check_owner(op: &str, owner: &str) -> Result<(), String> {
     }
 }
 
+/// A punted port's protocol: TCP or UDP, as `[punt]`'s `tcp_ports` and `udp_ports`
+/// (the load balancer's protocols are more: SCTP is not punted).
+pub fn tcp_or_udp<'de, D: serde::Deserializer<'de>>(d: D) -> Result<lb::Protocol, D::Error> {
+    use serde::Deserialize;
+    match lb::Protocol::deserialize(d)? {
+        lb::Protocol::Sctp => Err(serde::de::Error::custom("protocol sctp: expected tcp or udp (ports punted to the host are TCP or UDP)")),
+        p => Ok(p),
+    }
+}
+
 /// The default owner of a port added without one.
 pub const CTL_OWNER: &str = "ctl";
 

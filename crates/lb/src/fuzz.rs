@@ -2,8 +2,9 @@
 //! committed corpus (`fuzz/corpus/lb_nat`) through the code cargo-fuzz runs. Beyond "no
 //! panic" it checks: whatever [`nat::flow`] reads, [`nat::translate`] turns into a packet
 //! that reads as the translation asked for, with an IPv4 header checksum that still
-//! verifies if it did; an ICMP error about a flow stays readable once translated, and
-//! its quote reads as asked for.
+//! verifies if it did; the same for an SCTP packet ([`nat::sctp_flow`]), with a CRC32c
+//! that verifies (computed again); an ICMP error about a flow
+//! stays readable once translated, and its quote reads as asked for.
 
 use crate::family::{V4, V6};
 use crate::nat::{self, Layout};
@@ -37,6 +38,20 @@ where
         let now = after.key;
         assert_eq!((now.src, now.dst, now.sport, now.dport, now.proto), (to.src, to.dst, to.sport, to.dport, key.proto));
         assert_eq!(after.l4, l4);
+        if header_ok {
+            assert!(wire::checksum::verify(&p[..l4]), "the IPv4 header checksum was patched");
+        }
+    }
+    let mut p = data.to_vec();
+    if let Ok(read) = nat::sctp_flow::<F>(&p) {
+        let (key, l4) = (read.key, read.l4);
+        let header_ok = p[0] >> 4 == 4 && wire::checksum::verify(&p[..l4]);
+        nat::translate::<F>(&mut p, &read, &to, false);
+        let after = nat::sctp_flow::<F>(&p).expect("a translated SCTP packet reads");
+        let now = after.key;
+        assert_eq!((now.src, now.dst, now.sport, now.dport, now.proto), (to.src, to.dst, to.sport, to.dport, key.proto));
+        assert_eq!((after.l4, after.flags), (l4, read.flags));
+        assert!(nat::sctp_checksum(&p, &after).is_ok(), "the CRC32c computed again");
         if header_ok {
             assert!(wire::checksum::verify(&p[..l4]), "the IPv4 header checksum was patched");
         }

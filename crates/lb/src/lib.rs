@@ -1,7 +1,7 @@
 //! The service load balancer: kube-proxy's dataplane as graph nodes.
 //!
-//! - [`service`]: services (ClusterIP, NodePort, LoadBalancer; TCP and UDP; IPv4 and
-//!   IPv6) and backends with EndpointSlice conditions, validated with errors that name
+//! - [`service`]: services (ClusterIP, NodePort, LoadBalancer; TCP, UDP and SCTP; IPv4
+//!   and IPv6) and backends with EndpointSlice conditions, validated with errors that name
 //!   the field;
 //! - [`maglev`]: backend choice by Maglev consistent hashing, a pure function;
 //! - [`state`] and [`tables`]: the control plane's services compiled into per-service

@@ -3,6 +3,11 @@
 //! about a translated flow reaches the client in the client's terms (path MTU discovery
 //! through the balancer).
 //!
+//! SCTP (RFC 9260) is translated too, off the TCP/UDP path: [`flow`] sends it away by
+//! [`NatError::Sctp`], [`sctp_flow`] reads it (its chunks and its CRC32c), [`translate`]
+//! rewrites it and computes its CRC32c again (a CRC has no cheap incremental patch, and
+//! it covers no address: only the ports change it).
+//!
 //! Works on a packet from its IP header on. IPv4 with options; IPv6 without extension
 //! headers (a packet with them is refused by name). Fragments are refused: their ports
 //! are in the first fragment only.
@@ -20,15 +25,23 @@ pub enum NatError {
     Fragment,
     /// IPv6 extension headers before the transport header.
     ExtensionHeaders,
-    /// Not TCP or UDP (or, for errors, not an ICMP error about TCP or UDP).
+    /// Not TCP, UDP or SCTP (or, for errors, not an ICMP error about one of them).
     Protocol,
     /// A UDP length field below the UDP header's 8 bytes or past the packet: translated,
     /// the gateway would send a malformed datagram from its own address.
     BadUdpLength,
+    /// SCTP: not an error, the packet goes to [`sctp_flow`] (out of the TCP/UDP path,
+    /// which tests for it only where it refused every other protocol).
+    Sctp,
+    /// An SCTP chunk whose length is below its header's or past the packet's end.
+    BadSctpChunk,
+    /// An SCTP packet whose CRC32c was wrong on arrival.
+    SctpChecksum,
 }
 
 pub(crate) const TCP: u8 = 6;
 pub(crate) const UDP: u8 = 17;
+pub(crate) const SCTP: u8 = 132;
 const ICMP4: u8 = 1;
 const ICMP6: u8 = 58;
 
@@ -205,10 +218,81 @@ pub fn flow<F: Layout>(pkt: &[u8]) -> Result<Flow<F::Addr>, NatError> {
             let Some(t) = rest.first_chunk::<20>() else { return Err(NatError::Truncated) };
             (u32::from_be_bytes([t[0], t[1], t[2], t[3]]), t[13])
         }
+        // Its own path, read by `sctp_flow`: SCTP costs the two arms above nothing.
+        SCTP => return Err(NatError::Sctp),
         _ => return Err(NatError::Protocol),
     };
     let (sport, dport) = ((ports >> 16) as u16, ports as u16);
     Ok(Flow { key: FlowKey { src: F::src(pkt), dst: F::dst(pkt), sport, dport, proto }, flags, l4 })
+}
+
+/// An SCTP packet's flow ([`flow`] answered [`NatError::Sctp`]): its ports, and for
+/// `flags` its chunks' bearing on the association's life as the TCP flags the session
+/// table knows ([`sctp_flags`]). Its CRC32c is not checked here: [`sctp_checksum`].
+pub fn sctp_flow<F: Layout>(pkt: &[u8]) -> Result<Flow<F::Addr>, NatError> {
+    let (l4, proto) = F::l4(pkt)?;
+    if proto != SCTP {
+        return Err(NatError::Protocol);
+    }
+    let p = wire::sctp::SctpPacket::new_checked(&pkt[l4..]).map_err(|_| NatError::Truncated)?;
+    let chunks = p.chunk_set().map_err(|e| match e {
+        wire::sctp::SctpError::Truncated => NatError::Truncated,
+        _ => NatError::BadSctpChunk,
+    })?;
+    let key = FlowKey { src: F::src(pkt), dst: F::dst(pkt), sport: p.src_port(), dport: p.dst_port(), proto };
+    Ok(Flow { key, flags: sctp_flags(chunks), l4 })
+}
+
+/// Whether the SCTP packet of `flow` ([`sctp_flow`]) came with a good CRC32c; else
+/// [`NatError::SctpChecksum`], and the load balancer drops it.
+///
+/// A middlebox that rewrites SCTP must compute the CRC again (the ports changed), which
+/// would make a corrupted packet good: SCTP has no other end-to-end check (no
+/// pseudo-header; the IP header's checksum is the link's), so its receiver would take
+/// the corruption. And the session table acts on the chunks (an ABORT ends the
+/// association's session), which must be the sender's. So the CRC is checked first
+/// and a bad one dropped, counted by name, rather than carried on (keeping it bad would
+/// also do for the receiver, not for our own session table).
+pub fn sctp_checksum<A>(pkt: &[u8], flow: &Flow<A>) -> Result<(), NatError> {
+    match wire::sctp::SctpPacket::new_checked(&pkt[flow.l4..]) {
+        Ok(p) if p.verify_checksum() => Ok(()),
+        _ => Err(NatError::SctpChecksum),
+    }
+}
+
+/// An SCTP packet's chunks as the TCP flags whose meaning they share, so that an
+/// association lives as a connection does (`session::next_state`): INIT a SYN, INIT ACK
+/// a SYN-ACK, SHUTDOWN and SHUTDOWN ACK a FIN, ABORT and SHUTDOWN COMPLETE an RST (the
+/// association is over), anything else an ACK (the association in use).
+pub fn sctp_flags(c: wire::sctp::ChunkSet) -> u8 {
+    use crate::session::{TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN};
+    use wire::sctp::ChunkSet as C;
+    if c.has(C::ABORT | C::SHUTDOWN_COMPLETE) {
+        TCP_RST
+    } else if c.has(C::SHUTDOWN | C::SHUTDOWN_ACK) {
+        TCP_FIN | TCP_ACK
+    } else if c.has(C::INIT_ACK) {
+        TCP_SYN | TCP_ACK
+    } else if c.has(C::INIT) {
+        TCP_SYN
+    } else {
+        TCP_ACK
+    }
+}
+
+/// Rewrite an SCTP packet (as [`sctp_flow`] read it) to `to`: ports and addresses, the
+/// IPv4 header's checksum patched, and the CRC32c computed again over the packet unless
+/// the device completes it (`partial`: it covers the whole packet whenever it is made).
+/// A packet with a wrong CRC32c never gets here ([`sctp_flow`]).
+fn translate_sctp<F: Layout>(pkt: &mut [u8], from: &Flow<F::Addr>, to: &Rewrite<F::Addr>, partial: bool) {
+    let l4 = from.l4;
+    pkt[l4..l4 + 2].copy_from_slice(&to.sport.to_be_bytes());
+    pkt[l4 + 2..l4 + 4].copy_from_slice(&to.dport.to_be_bytes());
+    let d = Deltas::new::<F>(&from.key, to);
+    F::set_addrs(pkt, &to.src, &to.dst, d.addrs as u32);
+    if !partial {
+        wire::sctp::SctpPacket::new_unchecked(&mut pkt[l4..]).fill_checksum();
+    }
 }
 
 /// The transport checksum field's offset, if the packet carries one to patch.
@@ -249,8 +333,13 @@ fn fold(mut s: u32) -> u16 {
 /// checksum is left to the device (the field holds the pseudo-header's sum, not
 /// complemented, and the ports are summed when it is completed), so only the
 /// addresses' change goes into it.
+/// An SCTP flow ([`sctp_flow`]) is rewritten as SCTP (the CRC32c computed again).
+/// Not the session hit's translation ([`translate_with`]), which SCTP never takes.
 #[inline]
 pub fn translate<F: Layout>(pkt: &mut [u8], from: &Flow<F::Addr>, to: &Rewrite<F::Addr>, partial: bool) {
+    if from.key.proto == SCTP {
+        return translate_sctp::<F>(pkt, from, to, partial);
+    }
     translate_with::<F>(pkt, from.l4, from.key.proto, to, Deltas::new::<F>(&from.key, to), partial);
 }
 
@@ -303,7 +392,7 @@ pub fn icmp_error<F: Layout>(pkt: &[u8]) -> Result<IcmpError<F::Addr>, NatError>
     let inner = icmp + 8;
     let q = &pkt[inner..];
     let (l4, proto) = F::l4(q)?;
-    if proto != TCP && proto != UDP {
+    if proto != TCP && proto != UDP && proto != SCTP {
         return Err(NatError::Protocol);
     }
     // The quote holds at least the ports (RFC 792: 64 bits of the transport header).
@@ -330,8 +419,12 @@ pub fn translate_icmp_error<F: Layout>(pkt: &mut [u8], e: &IcmpError<F::Addr>, r
     {
         let inner = &mut pkt[e.inner..];
         let l4 = e.inner_l4 - e.inner;
-        // A transport checksum beyond the quote's end stays (it cannot be patched).
-        if let Some(at) = l4_checksum_at::<F>(inner, l4, q.proto) {
+        // A transport checksum beyond the quote's end stays (it cannot be patched). An
+        // SCTP quote's CRC32c stays too: it could only be computed again over the whole
+        // packet, which a quote seldom holds, and SCTP checks an ICMP error by the quoted
+        // verification tag, not the CRC (RFC 9260 Appendix C).
+        let patch = if q.proto == SCTP { None } else { l4_checksum_at::<F>(inner, l4, q.proto) };
+        if let Some(at) = patch {
             let mut c = be16(inner, at);
             c = update_bytes(c, q.src.as_ref(), quoted_to.src.as_ref());
             c = update_bytes(c, q.dst.as_ref(), quoted_to.dst.as_ref());

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! ip4-lookup ─(route to a ClusterIP / LoadBalancer address)─► lb4-nat ─► ip4-lookup (to the backend)
-//! ip4-local ─(TCP/UDP for the node: NodePort, replies to SNAT)─┘      └► ip4-icmp-error (no backend)
+//! ip4-local ─(TCP/UDP/SCTP to the node: NodePort, SNAT replies)┘      └► ip4-icmp-error (no backend)
 //! ip4-local ─(ICMP error for the node)─────────────────────────┘
 //! ```
 //! A packet is first looked up as a reply (the session's reply entry): translated back
@@ -54,7 +54,7 @@ counters! {
         Rechosen(Info, "backend-gone", "connections whose backend left the service, chosen again"),
         Replies(Info, "reply-translated", "replies translated back to the service address"),
         IcmpTranslated(Info, "icmp-translated", "ICMP errors about a translated connection translated"),
-        NoService(Info, "no-service", "TCP/UDP to the node on a port no service has (ICMP port unreachable requested)"),
+        NoService(Info, "no-service", "TCP/UDP/SCTP to the node on a port no service has (ICMP port unreachable requested)"),
         NoBackend(Info, "no-backend", "service without a backend that takes new connections (ICMP port unreachable requested)"),
         NoLocalBackend(Info, "no-local-backend", "Local-policy service whose backends are all on other nodes: dropped, not refused (as kube-proxy)"),
         SourceNotAllowed(Info, "source-not-allowed", "load_balancer service's source_ranges hold no range of the source: dropped (kube-proxy's loadBalancerSourceRanges)"),
@@ -65,8 +65,10 @@ counters! {
         Truncated(Warn, "truncated", "shorter than its headers say"),
         Fragment(Warn, "fragment", "IPv4 fragment to a service (ports only in the first)"),
         ExtensionHeaders(Warn, "extension-headers", "IPv6 extension headers before the transport header"),
-        Protocol(Warn, "not-tcp-udp", "not TCP, UDP or an ICMP error about them"),
+        Protocol(Warn, "not-tcp-udp", "not TCP, UDP, SCTP or an ICMP error about them"),
         BadUdpLength(Warn, "bad-udp-length", "UDP length field below 8 or past the packet"),
+        SctpBadChunk(Warn, "sctp-bad-chunk", "SCTP chunk length below 4 or past the packet"),
+        SctpBadChecksum(Warn, "sctp-bad-checksum", "SCTP CRC32c wrong on arrival: dropped, not recomputed into a good one after translation"),
         Encapsulated(Info, "encapsulated", "packets sent to their backend inside the service's encapsulation"),
         GsoSegmented(Info, "gso-to-segment", "GSO frames sent to software segmentation before encapsulation"),
         NoOuter(Error, "no-outer-headers", "the service or backend the balancer chose has no outer headers in the tables (never expected)"),
@@ -128,8 +130,9 @@ struct Prepared<F: Family> {
 }
 
 /// Why a packet has no flow, by its code in [`Prepared::meta`] less one.
-const NO_FLOW: [NatError; 5] =
-    [NatError::Truncated, NatError::Fragment, NatError::ExtensionHeaders, NatError::Protocol, NatError::BadUdpLength];
+/// SCTP is one of them: its flow is read on the full path ([`LbNat::sctp_flow`]).
+const NO_FLOW: [NatError; 6] =
+    [NatError::Truncated, NatError::Fragment, NatError::ExtensionHeaders, NatError::Protocol, NatError::BadUdpLength, NatError::Sctp];
 
 impl<F: Family> Prepared<F> {
     /// `sessions`: the table whose home slot the record names.
@@ -210,6 +213,10 @@ fn nat_drop(e: NatError) -> LbNatCounter {
         NatError::ExtensionHeaders => LbNatCounter::ExtensionHeaders,
         NatError::Protocol => LbNatCounter::Protocol,
         NatError::BadUdpLength => LbNatCounter::BadUdpLength,
+        // Never a drop: an SCTP packet is read on by `LbNat::sctp_flow`.
+        NatError::Sctp => LbNatCounter::Protocol,
+        NatError::BadSctpChunk => LbNatCounter::SctpBadChunk,
+        NatError::SctpChecksum => LbNatCounter::SctpBadChecksum,
     }
 }
 
@@ -251,9 +258,44 @@ impl<F: NatNodeFamily> LbNat<F> {
                     counts.inc(LbNatCounter::IcmpTranslated);
                 }
             }
+            Err(NatError::Sctp) => return Self::forwarded_sctp(cx, counts, buf),
             Err(_) => {}
         }
         Verdict::Next(F::REWRITE)
+    }
+
+    /// [`LbNat::forwarded`] for SCTP: a `Local` association's reply translated (its
+    /// CRC32c checked first: a bad one is dropped, as on the full path); anything else
+    /// passes untouched, whatever its CRC (not the balancer's packet).
+    #[inline(never)]
+    fn forwarded_sctp<Cx: HasLb>(cx: &mut Cx, counts: &mut Counts<'_, LbNatCounter>, buf: &mut Buffer) -> Verdict<LbNatNext, LbNatCounter> {
+        let partial = buf.meta.offload.has_partial_checksum();
+        let (t, lb, now) = F::parts(cx.lb());
+        let Ok(flow) = nat::sctp_flow::<F>(buf.bytes()) else { return Verdict::Next(F::REWRITE) };
+        if !t.reply_sources.contains(&flow.key.src) || lb.peek(&flow.key, now).is_none() {
+            return Verdict::Next(F::REWRITE);
+        }
+        if !partial && nat::sctp_checksum(buf.bytes(), &flow).is_err() {
+            return Verdict::Drop(LbNatCounter::SctpBadChecksum);
+        }
+        if let Some(rw) = lb.reverse_sctp(&flow.key, flow.flags, now) {
+            nat::translate::<F>(buf.bytes_mut(), &flow, &rw, partial);
+            counts.inc(LbNatCounter::Replies);
+        }
+        Verdict::Next(F::REWRITE)
+    }
+
+    /// An SCTP packet's flow (out of the TCP/UDP path, which reads none for it), its
+    /// CRC32c checked unless the device completes it (`partial`); and its flow hash
+    /// (for a GUE source port).
+    #[inline(never)]
+    fn sctp_flow(pkt: &[u8], partial: bool) -> Result<(Flow<F::Addr>, u32), NatError> {
+        let flow = nat::sctp_flow::<F>(pkt)?;
+        if !partial {
+            nat::sctp_checksum(pkt, &flow)?;
+        }
+        let k = &flow.key;
+        Ok((flow, F::flow_hash(&k.src, &k.dst, k.sport, k.dport, k.proto)))
     }
 
     /// A direct-server-return packet, its backend chosen: `outer` put in front of the
@@ -365,11 +407,18 @@ impl<F: NatNodeFamily> LbNat<F> {
     ) -> Verdict<LbNatNext, LbNatCounter> {
         use LbNatCounter as C;
         let partial = buf.meta.offload.has_partial_checksum();
-        let hash = ready.hash();
+        let mut hash = ready.hash();
         let (t, lb, now) = F::parts(cx.lb());
         let pkt = buf.bytes_mut();
         let flow = match ready.flow() {
             Ok(flow) => flow,
+            Err(NatError::Sctp) => match Self::sctp_flow(pkt, partial) {
+                Ok((flow, h)) => {
+                    hash = h;
+                    flow
+                }
+                Err(e) => return Verdict::Drop(nat_drop(e)),
+            },
             Err(NatError::Protocol) if F::l4(pkt).is_ok_and(|(_, p)| p == F::ICMP) => {
                 if !translate_error(lb, pkt, now) {
                     return Verdict::Drop(C::IcmpNotOurs);
@@ -383,7 +432,8 @@ impl<F: NatNodeFamily> LbNat<F> {
         // Replies are addressed to the node (SNAT) and come by ipN-local; a packet routed
         // to a service address is a client's.
         if local {
-            if let Some(rw) = lb.reverse(&key, flags, now) {
+            let reply = if key.proto == nat::SCTP { lb.reverse_sctp(&key, flags, now) } else { lb.reverse(&key, flags, now) };
+            if let Some(rw) = reply {
                 nat::translate::<F>(pkt, &flow, &rw, partial);
                 counts.inc(C::Replies);
                 return Verdict::Next(F::LOOKUP);

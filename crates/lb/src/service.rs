@@ -11,6 +11,9 @@ use std::net::IpAddr;
 pub enum Protocol {
     Tcp,
     Udp,
+    /// SCTP (NGAP, Diameter …): associations balanced as TCP connections are, the
+    /// CRC32c recomputed after translation (`nat`).
+    Sctp,
 }
 
 impl Protocol {
@@ -19,6 +22,7 @@ impl Protocol {
         match self {
             Protocol::Tcp => 6,
             Protocol::Udp => 17,
+            Protocol::Sctp => 132,
         }
     }
 
@@ -26,6 +30,7 @@ impl Protocol {
         match n {
             6 => Some(Protocol::Tcp),
             17 => Some(Protocol::Udp),
+            132 => Some(Protocol::Sctp),
             _ => None,
         }
     }
@@ -35,6 +40,7 @@ impl Protocol {
         match self {
             Protocol::Tcp => "tcp",
             Protocol::Udp => "udp",
+            Protocol::Sctp => "sctp",
         }
     }
 }

@@ -103,7 +103,22 @@ pub const TCP_FIN: u8 = 0x01;
 pub const TCP_SYN: u8 = 0x02;
 pub const TCP_RST: u8 = 0x04;
 pub const TCP_ACK: u8 = 0x10;
-use crate::nat::TCP;
+use crate::nat::{SCTP, TCP};
+
+/// The protocol whose state machine a connection of `proto` follows: an SCTP
+/// association TCP's, its chunks read as TCP flags (`nat::sctp_flags`), so it takes
+/// the TCP states and timeouts (INIT unanswered, established, shutting down, aborted).
+/// For the full path's functions ([`Balancer::forward`], [`Balancer::direct`],
+/// [`Balancer::reverse_sctp`]); the session hit never sees SCTP (`lbN-nat` sends it to
+/// the full path), so [`Balancer::hit`] does not ask.
+#[inline(always)]
+fn machine(proto: u8) -> u8 {
+    if proto == SCTP {
+        TCP
+    } else {
+        proto
+    }
+}
 
 /// The next state after a packet with `flags` (0 for UDP), from the client (`forward`)
 /// or from the backend.
@@ -363,16 +378,15 @@ impl<F: Family> Balancer<F> {
         now: u64,
     ) -> Result<(Rewrite<F::Addr>, Outcome), LbDrop> {
         let mut outcome = Outcome::New;
+        let sm = machine(key.proto);
         if let Some(i) = self.sessions.find(&Key::new(key), now) {
             let s = *self.sessions.get(i);
-            let restart = key.proto == TCP
-                && flags & TCP_SYN != 0
-                && flags & TCP_ACK == 0
-                && matches!(s.state, ConnState::Closing | ConnState::Reset);
+            let restart =
+                sm == TCP && flags & TCP_SYN != 0 && flags & TCP_ACK == 0 && matches!(s.state, ConnState::Closing | ConnState::Reset);
             // (`s.twin != i`: not a direct connection's entry, its service's id reused.)
             let kept = s.twin != i && self.kept(i, &s, svc);
             if kept && !restart {
-                self.touch(i, s.twin, s.state, next_state(s.state, key.proto, flags, true), now, self.sessions.expires(i));
+                self.touch(i, s.twin, s.state, next_state(s.state, sm, flags, true), now, self.sessions.expires(i));
                 return Ok((s.rewrite, Outcome::Hit));
             }
             // A new connection on an old tuple, or one whose backend is gone: start over.
@@ -394,7 +408,7 @@ impl<F: Family> Balancer<F> {
         if self.sessions.find(&Key::new(&reply_key), now).is_some() {
             return Err(LbDrop::ReplyTupleInUse);
         }
-        let state = if key.proto != TCP {
+        let state = if sm != TCP {
             ConnState::UdpNew
         } else if flags & TCP_SYN != 0 {
             ConnState::SynSent
@@ -427,15 +441,14 @@ impl<F: Family> Balancer<F> {
     #[inline]
     pub fn direct(&mut self, svc: &ServiceTable<F>, key: &FlowKey<F::Addr>, flags: u8, now: u64) -> Result<(u32, Outcome), LbDrop> {
         let mut outcome = Outcome::New;
+        let sm = machine(key.proto);
         if let Some(i) = self.sessions.find(&Key::new(key), now) {
             let s = *self.sessions.get(i);
-            let restart = key.proto == TCP
-                && flags & TCP_SYN != 0
-                && flags & TCP_ACK == 0
-                && matches!(s.state, ConnState::Closing | ConnState::Reset);
+            let restart =
+                sm == TCP && flags & TCP_SYN != 0 && flags & TCP_ACK == 0 && matches!(s.state, ConnState::Closing | ConnState::Reset);
             let kept = s.twin == i && self.kept(i, &s, svc);
             if kept && !restart {
-                self.touch(i, s.twin, s.state, next_state_direct(s.state, key.proto, flags), now, self.sessions.expires(i));
+                self.touch(i, s.twin, s.state, next_state_direct(s.state, sm, flags), now, self.sessions.expires(i));
                 // Checked against a new generation: its backend's adjacency may be new.
                 let e = self.sessions.get_mut(i);
                 e.via = Via::direct(svc.backends.get(e.backend as usize).map_or(ADJ_MISS, |b| b.adj));
@@ -451,7 +464,7 @@ impl<F: Family> Balancer<F> {
         }
         let (b, affine) = self.choose(svc, key, now)?;
         let backend = &svc.backends[b as usize];
-        let state = if key.proto != TCP {
+        let state = if sm != TCP {
             ConnState::UdpNew
         } else if flags & TCP_SYN != 0 {
             ConnState::SynSent
@@ -564,12 +577,24 @@ impl<F: Family> Balancer<F> {
     /// A packet that may be a reply of a translated connection: its translation.
     #[inline]
     pub fn reverse(&mut self, key: &FlowKey<F::Addr>, flags: u8, now: u64) -> Option<Rewrite<F::Addr>> {
+        self.reverse_as(key, key.proto, flags, now)
+    }
+
+    /// [`Balancer::reverse`] for an SCTP packet (an association follows TCP's states).
+    #[inline(never)]
+    pub fn reverse_sctp(&mut self, key: &FlowKey<F::Addr>, flags: u8, now: u64) -> Option<Rewrite<F::Addr>> {
+        self.reverse_as(key, machine(key.proto), flags, now)
+    }
+
+    /// `sm`: the protocol whose states the connection takes ([`machine`]).
+    #[inline(always)]
+    fn reverse_as(&mut self, key: &FlowKey<F::Addr>, sm: u8, flags: u8, now: u64) -> Option<Rewrite<F::Addr>> {
         let i = self.sessions.find(&Key::new(key), now)?;
         let s = *self.sessions.get(i);
         if s.is_forward() {
             return None;
         }
-        self.touch(i, s.twin, s.state, next_state(s.state, key.proto, flags, false), now, self.sessions.expires(i));
+        self.touch(i, s.twin, s.state, next_state(s.state, sm, flags, false), now, self.sessions.expires(i));
         Some(s.rewrite)
     }
 

@@ -17,7 +17,7 @@
 //! there are several.
 
 use crate::family::{Family, V4, V6};
-use crate::nat::{Layout, TCP, UDP};
+use crate::nat::{Layout, SCTP, TCP, UDP};
 use crate::tables::{FamilyTables, LbTables};
 use std::net::IpAddr;
 
@@ -58,7 +58,7 @@ fn family_owner<F: Layout>(t: &FamilyTables<F>, pkt: &[u8], workers: u32, is_loc
     }
     // Fragments and extension headers: the load balancer drops them.
     let (l4, proto) = F::l4(pkt).ok()?;
-    let (src, dst, sport, dport, proto) = if proto == TCP || proto == UDP {
+    let (src, dst, sport, dport, proto) = if proto == TCP || proto == UDP || proto == SCTP {
         let p = pkt.get(l4..l4 + 4)?;
         let (sport, dport) = (u16::from_be_bytes([p[0], p[1]]), u16::from_be_bytes([p[2], p[3]]));
         // Neither to a service's port nor from a backend's: not the load balancer's.

@@ -111,6 +111,36 @@ pub fn tcp(data: &[u8]) {
     }
 }
 
+/// SCTP: whatever header and chunks parse emit back to a packet that parses to the same
+/// header and chunks, and whose filled CRC32c verifies; a packet that verified as it came
+/// is byte for byte what we emit when its padding was zero.
+pub fn sctp(data: &[u8]) {
+    let Ok(p) = sctp::SctpPacket::new_checked(data) else { return };
+    let r = sctp::SctpRepr::parse(&p).unwrap();
+    let Ok(chunks) = p.chunks().collect::<Result<Vec<_>, _>>() else {
+        assert!(p.chunk_set().is_err());
+        return;
+    };
+    let set = p.chunk_set().unwrap();
+    let len = sctp::HEADER_LEN + chunks.iter().map(|c| sctp::chunk_buffer_len(c.value.len())).sum::<usize>();
+    let mut b = vec![0u8; len];
+    let mut q = sctp::SctpPacket::new_unchecked(&mut b[..]);
+    r.emit(&mut q);
+    let mut at = 0;
+    for c in &chunks {
+        at += sctp::emit_chunk(&mut q.payload_mut()[at..], c.chunk_type, c.flags, c.value).unwrap();
+    }
+    q.fill_checksum();
+    let q = sctp::SctpPacket::new_checked(&b[..]).unwrap();
+    assert!(q.verify_checksum());
+    assert_eq!(sctp::SctpRepr::parse(&q).unwrap(), r);
+    assert_eq!(q.chunks().collect::<Result<Vec<_>, _>>().unwrap(), chunks);
+    assert_eq!(q.chunk_set().unwrap(), set);
+    if p.verify_checksum() && b.len() == data.len() && b[sctp::HEADER_LEN..] == data[sctp::HEADER_LEN..] {
+        assert_eq!(b[..], data[..]);
+    }
+}
+
 pub fn gtpu(data: &[u8]) {
     let Ok(p) = gtpu::GtpuPacket::new_checked(data) else { return };
     if let Ok(r) = gtpu::GtpuRepr::parse(&p) {
@@ -211,6 +241,7 @@ pub const TARGETS: &[(&str, fn(&[u8]))] = &[
     ("icmpv6", icmpv6),
     ("udp", udp),
     ("tcp", tcp),
+    ("sctp", sctp),
     ("gtpu", gtpu),
     ("gue", gue),
     ("gre", gre),

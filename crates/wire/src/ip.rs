@@ -17,6 +17,7 @@ pub enum IpProtocol {
     Icmpv6,
     Ipv6NoNxt,
     Ipv6Opts,
+    Sctp,
     Unknown(u8),
 }
 
@@ -38,6 +39,7 @@ impl From<u8> for IpProtocol {
             58 => IpProtocol::Icmpv6,
             59 => IpProtocol::Ipv6NoNxt,
             60 => IpProtocol::Ipv6Opts,
+            132 => IpProtocol::Sctp,
             o => IpProtocol::Unknown(o),
         }
     }
@@ -61,6 +63,7 @@ impl From<IpProtocol> for u8 {
             IpProtocol::Icmpv6 => 58,
             IpProtocol::Ipv6NoNxt => 59,
             IpProtocol::Ipv6Opts => 60,
+            IpProtocol::Sctp => 132,
             IpProtocol::Unknown(o) => o,
         }
     }
@@ -74,6 +77,7 @@ impl core::fmt::Display for IpProtocol {
             IpProtocol::Tcp => f.write_str("tcp"),
             IpProtocol::Udp => f.write_str("udp"),
             IpProtocol::Icmpv6 => f.write_str("icmp6"),
+            IpProtocol::Sctp => f.write_str("sctp"),
             other => write!(f, "{other:?}"),
         }
     }

@@ -21,6 +21,7 @@
 
 pub mod arp;
 pub mod checksum;
+pub mod crc32c;
 pub mod esp;
 pub mod ethernet;
 pub mod fuzz;
@@ -34,6 +35,7 @@ pub mod ipv4;
 pub mod ipv6;
 pub mod ipv6_ext;
 pub mod parcel;
+pub mod sctp;
 pub mod tcp;
 pub mod udp;
 pub mod vlan;

@@ -135,7 +135,7 @@ impl<Cx: HasIp> Node<Cx> for Ip4Local {
                 buf.meta.param = IcmpRequest::new(3, unreach::PORT, 0).encode();
                 Verdict::Next(Ip4LocalNext::IcmpError)
             }
-            IpProtocol::Tcp if cx.ip().tables.lb_local => Verdict::Next(Ip4LocalNext::Lb4Nat),
+            IpProtocol::Tcp | IpProtocol::Sctp if cx.ip().tables.lb_local => Verdict::Next(Ip4LocalNext::Lb4Nat),
             IpProtocol::Esp => Verdict::Next(Ip4LocalNext::Esp4Decrypt),
             _ => {
                 counts.inc(C::ProtocolUnreachable);

@@ -112,7 +112,7 @@ impl<Cx: HasIp> Node<Cx> for Ip6Local {
                 return Verdict::Next(Ip6LocalNext::IcmpError);
             }
             Some(IpProtocol::Ipv6NoNxt) => return Verdict::Drop(C::IcmpIgnored),
-            Some(IpProtocol::Tcp) if cx.tables.lb_local => return Verdict::Next(Ip6LocalNext::Lb6Nat),
+            Some(IpProtocol::Tcp | IpProtocol::Sctp) if cx.tables.lb_local => return Verdict::Next(Ip6LocalNext::Lb6Nat),
             Some(IpProtocol::Esp) if info.routing.is_none() => return Verdict::Next(Ip6LocalNext::Esp6Decrypt),
             _ => {
                 counts.inc(C::UnknownNextHeader);

@@ -274,3 +274,152 @@ fn a_partial_checksum_follows_the_addresses_only() {
         assert_eq!(l4_sum(&p, 20, proto), 0, "proto {proto}");
     }
 }
+
+/// An SCTP packet (common header and `chunks`, as (type, value)) with its CRC32c, in
+/// IPv4 (`k.src`/`k.dst` four bytes) or IPv6.
+fn sctp_packet<A: AsRef<[u8]>>(k: &FlowKey<A>, vtag: u32, chunks: &[(wire::sctp::ChunkType, &[u8])]) -> Vec<u8> {
+    use wire::sctp::{chunk_buffer_len, emit_chunk, SctpPacket, SctpRepr, HEADER_LEN};
+    let len = HEADER_LEN + chunks.iter().map(|c| chunk_buffer_len(c.1.len())).sum::<usize>();
+    let mut body = vec![0u8; len];
+    let mut s = SctpPacket::new_unchecked(&mut body[..]);
+    SctpRepr { src_port: k.sport, dst_port: k.dport, verification_tag: vtag }.emit(&mut s);
+    let mut at = 0;
+    for (t, v) in chunks {
+        at += emit_chunk(&mut s.payload_mut()[at..], *t, 0, v).unwrap();
+    }
+    s.fill_checksum();
+    let (src, dst) = (k.src.as_ref(), k.dst.as_ref());
+    let mut p = if src.len() == 4 {
+        let mut p = vec![0x45, 0];
+        p.extend_from_slice(&((20 + len) as u16).to_be_bytes());
+        p.extend_from_slice(&[0x12, 0x34, 0x40, 0, 64, SCTP, 0, 0]);
+        p.extend_from_slice(src);
+        p.extend_from_slice(dst);
+        let c = checksum::checksum(&p);
+        p[10..12].copy_from_slice(&c.to_be_bytes());
+        p
+    } else {
+        let mut p = vec![0x60, 0, 0, 0];
+        p.extend_from_slice(&(len as u16).to_be_bytes());
+        p.extend_from_slice(&[SCTP, 64]);
+        p.extend_from_slice(src);
+        p.extend_from_slice(dst);
+        p
+    };
+    p.extend_from_slice(&body);
+    p
+}
+
+fn sctp_ok(pkt: &[u8], l4: usize) -> bool {
+    wire::sctp::SctpPacket::new_checked(&pkt[l4..]).unwrap().verify_checksum()
+}
+
+proptest! {
+    /// SCTP leaves the TCP/UDP reading by its own error; read as SCTP, translated, the
+    /// packet reads as the translation says, its CRC32c right again (computed from
+    /// scratch by the wire view), the IPv4 header's checksum too, the chunks untouched.
+    #[test]
+    fn sctp_translation_recomputes_the_crc(
+        v6: bool, src: [u8; 16], dst: [u8; 16], sport: u16, dport: u16, vtag: u32,
+        to_src: [u8; 16], to_dst: [u8; 16], to_sport: u16, to_dport: u16,
+        data in proptest::collection::vec(any::<u8>(), 0..64),
+    ) {
+        use wire::sctp::ChunkType::*;
+        let chunks: [(wire::sctp::ChunkType, &[u8]); 2] = [(Sack, &[0; 12]), (Data, &data)];
+        if v6 {
+            let k = FlowKey { src, dst, sport, dport, proto: SCTP };
+            let mut p = sctp_packet(&k, vtag, &chunks);
+            prop_assert_eq!(flow::<V6>(&p).unwrap_err(), NatError::Sctp);
+            let f = sctp_flow::<V6>(&p).unwrap();
+            prop_assert_eq!((f.key, f.l4, f.flags), (k, 40, crate::session::TCP_ACK));
+            prop_assert_eq!(sctp_checksum(&p, &f), Ok(()));
+            let to = Rewrite { src: to_src, dst: to_dst, sport: to_sport, dport: to_dport };
+            translate::<V6>(&mut p, &f, &to, false);
+            let g = sctp_flow::<V6>(&p).unwrap();
+            prop_assert_eq!(g.key, FlowKey { src: to_src, dst: to_dst, sport: to_sport, dport: to_dport, proto: SCTP });
+            prop_assert!(sctp_ok(&p, 40));
+            prop_assert_eq!(&p[48..], &sctp_packet(&g.key, vtag, &chunks)[48..]);
+        } else {
+            let a = |b: [u8; 16]| <[u8; 4]>::try_from(&b[..4]).unwrap();
+            let k = FlowKey { src: a(src), dst: a(dst), sport, dport, proto: SCTP };
+            let mut p = sctp_packet(&k, vtag, &chunks);
+            prop_assert_eq!(flow::<V4>(&p).unwrap_err(), NatError::Sctp);
+            let f = sctp_flow::<V4>(&p).unwrap();
+            let to = Rewrite { src: a(to_src), dst: a(to_dst), sport: to_sport, dport: to_dport };
+            translate::<V4>(&mut p, &f, &to, false);
+            prop_assert_eq!(sctp_flow::<V4>(&p).unwrap().key, FlowKey { src: to.src, dst: to.dst, sport: to_sport, dport: to_dport, proto: SCTP });
+            prop_assert!(sctp_ok(&p, 20));
+            prop_assert_eq!(checksum::checksum(&p[..20]), 0, "IPv4 header checksum");
+        }
+    }
+}
+
+/// The chunks an association's life turns on, read as the TCP flags of the same
+/// meaning; a bad CRC32c, a bad chunk length and a cut chunk refused by name.
+#[test]
+fn sctp_chunks_and_refusals() {
+    use crate::session::{TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN};
+    use wire::sctp::ChunkType::*;
+    let k = FlowKey { src: [198, 18, 1, 7], dst: [198, 18, 128, 10], sport: 38_412, dport: 38_412, proto: SCTP };
+    for (chunks, flags) in [
+        (vec![(Init, &[0u8; 16][..])], TCP_SYN),
+        (vec![(InitAck, &[0u8; 16][..])], TCP_SYN | TCP_ACK),
+        (vec![(CookieEcho, &[1u8; 8][..]), (Data, &[2u8; 20][..])], TCP_ACK),
+        (vec![(Sack, &[0u8; 12][..]), (Abort, &[][..])], TCP_RST),
+        (vec![(Shutdown, &[0u8; 4][..])], TCP_FIN | TCP_ACK),
+        (vec![(ShutdownAck, &[][..])], TCP_FIN | TCP_ACK),
+        (vec![(ShutdownComplete, &[][..])], TCP_RST),
+    ] {
+        let p = sctp_packet(&k, 7, &chunks);
+        assert_eq!(sctp_flow::<V4>(&p).unwrap().flags, flags, "{chunks:?}");
+    }
+    let good = sctp_packet(&k, 7, &[(Abort, &[])]);
+    let f = sctp_flow::<V4>(&good).unwrap();
+    assert_eq!(sctp_checksum(&good, &f), Ok(()));
+    let mut bad = good.clone();
+    bad[20 + 12] ^= 0x40; // the chunk type: ABORT read as something else, CRC wrong
+    assert_eq!(sctp_checksum(&bad, &sctp_flow::<V4>(&bad).unwrap()), Err(NatError::SctpChecksum));
+    let mut short = good.clone();
+    short[20 + 15] = 3; // chunk length below 4
+    assert_eq!(sctp_flow::<V4>(&short).unwrap_err(), NatError::BadSctpChunk);
+    short[20 + 15] = 200; // past the packet
+    assert_eq!(sctp_flow::<V4>(&short).unwrap_err(), NatError::Truncated);
+    assert_eq!(sctp_flow::<V4>(&good[..20 + 11]).unwrap_err(), NatError::Truncated);
+    // Not SCTP.
+    let udp = v4_packet(UDP, &FlowKey { proto: UDP, ..k }, 0, b"x", 0);
+    assert_eq!(sctp_flow::<V4>(&udp).unwrap_err(), NatError::Protocol);
+}
+
+/// An ICMP error quoting an SCTP packet is translated as one about TCP or UDP (the
+/// ports are at the same place); the quoted verification tag (what SCTP checks an
+/// error by) and CRC32c stay as they were.
+#[test]
+fn icmp_error_about_sctp_is_translated() {
+    use wire::sctp::ChunkType::*;
+    let client = FlowKey { src: [198, 18, 1, 7], dst: [198, 18, 128, 10], sport: 40_000, dport: 38_412, proto: SCTP };
+    let backend = [198, 19, 1, 10];
+    let sent = FlowKey { src: [198, 18, 0, 2], dst: backend, sport: 41_000, dport: 38_412, proto: SCTP };
+    let quoted = sctp_packet(&sent, 0xdead_beef, &[(Data, &[9u8; 40][..])]);
+    let crc = quoted[28..32].to_vec();
+    let mut p = vec![0x45, 0, 0, 0, 0, 0, 0, 0, 64, ICMP4, 0, 0];
+    p.extend_from_slice(&[198, 19, 9, 9]);
+    p.extend_from_slice(&sent.src);
+    p.extend_from_slice(&[3, 4, 0, 0, 0, 0, 0x05, 0xdc]);
+    p.extend_from_slice(&quoted[..20 + 32]);
+    let len = p.len() as u16;
+    p[2..4].copy_from_slice(&len.to_be_bytes());
+    let e = icmp_error::<V4>(&p).unwrap();
+    assert_eq!(e.quoted, sent);
+    let reply_rw = Rewrite { src: client.dst, sport: client.dport, dst: client.src, dport: client.sport };
+    translate_icmp_error::<V4>(&mut p, &e, &reply_rw);
+    assert_eq!(&p[16..20], &client.src);
+    assert_eq!(checksum::checksum(&p[20..]), 0, "ICMP checksum");
+    let inner = &p[28..];
+    assert_eq!(sctp_flow::<V4>(inner).map(|f| f.key), Err(NatError::Truncated), "a quote, cut short");
+    assert_eq!((be16(inner, 20), be16(inner, 22)), (client.sport, client.dport));
+    assert_eq!(&inner[12..16], &client.src);
+    assert_eq!(&inner[16..20], &client.dst);
+    assert_eq!(&inner[24..28], &0xdead_beef_u32.to_be_bytes(), "verification tag untouched");
+    assert_eq!(&inner[28..32], &crc[..], "CRC32c untouched");
+    assert_eq!(checksum::checksum(&inner[..20]), 0, "quoted IPv4 header checksum");
+}

@@ -133,6 +133,43 @@ fn tcp_states_set_the_timeouts() {
     assert_eq!(r.lb.sessions.live(300_002), 2, "the old pair is gone");
 }
 
+/// An SCTP association takes TCP's states from its chunks (as `nat::sctp_flags` reads
+/// them): INIT unanswered, established by the backend's INIT ACK, reset by an ABORT
+/// (its session gone at the reset timeout), shut down by SHUTDOWN and over at SHUTDOWN
+/// COMPLETE; an INIT on an ended association starts a new session.
+#[test]
+fn sctp_associations_take_tcp_states() {
+    const SCTP: u8 = 132;
+    let st = state(spec(Protocol::Sctp, TrafficPolicy::Local, Affinity::None));
+    let mut r = Run::new(&st);
+    let to = Timeouts::default();
+    let k = FlowKey { proto: SCTP, ..client(9) };
+    let state_of = |r: &Run, now| r.lb.sessions.find(&Key::new(&k), now).map(|i| (r.lb.sessions.get(i).state, r.lb.sessions.expires(i)));
+    let (there, o) = r.fwd(&k, TCP_SYN, 1000).unwrap();
+    assert_eq!(o, Outcome::New);
+    assert_eq!(state_of(&r, 1000), Some((ConnState::SynSent, 1000 + to.tcp_syn_ms)));
+    let reply = FlowKey { src: there.dst, dst: k.src, sport: 8080, dport: k.sport, proto: SCTP };
+    assert_eq!(r.lb.reverse_sctp(&reply, TCP_SYN | TCP_ACK, 1001), Some(Rewrite { src: VIP, sport: 80, dst: k.src, dport: k.sport }));
+    assert_eq!(state_of(&r, 1001), Some((ConnState::Established, 1001 + to.tcp_established_ms)));
+    assert_eq!(r.fwd(&k, TCP_ACK, 1002).unwrap(), (there, Outcome::Hit));
+    // ABORT from the client: reset, gone at the reset timeout, both entries.
+    r.fwd(&k, TCP_RST, 2000).unwrap();
+    assert_eq!(state_of(&r, 2000), Some((ConnState::Reset, 2000 + to.tcp_reset_ms)));
+    assert!(state_of(&r, 2000 + to.tcp_reset_ms).is_none());
+    assert!(r.lb.reverse_sctp(&reply, TCP_ACK, 2000 + to.tcp_reset_ms).is_none());
+    // A new association; SHUTDOWN, then the backend's SHUTDOWN COMPLETE ends it.
+    r.fwd(&k, TCP_SYN, 100_000).unwrap();
+    r.lb.reverse_sctp(&reply, TCP_SYN | TCP_ACK, 100_001).unwrap();
+    r.fwd(&k, TCP_FIN | TCP_ACK, 100_002).unwrap();
+    assert_eq!(state_of(&r, 100_002).unwrap().0, ConnState::Closing);
+    r.lb.reverse_sctp(&reply, TCP_RST, 100_003).unwrap();
+    assert_eq!(state_of(&r, 100_003), Some((ConnState::Reset, 100_003 + to.tcp_reset_ms)));
+    // An INIT on the ended association: a new session, not the old one revived.
+    assert_eq!(r.fwd(&k, TCP_SYN, 100_004).unwrap().1, Outcome::New);
+    assert_eq!(state_of(&r, 100_004).unwrap().0, ConnState::SynSent);
+    assert_eq!(r.lb.sessions.live(100_004), 2, "the old pair is gone");
+}
+
 #[test]
 fn udp_sessions_age_when_idle() {
     let st = state(spec(Protocol::Udp, TrafficPolicy::Local, Affinity::None));

@@ -1,0 +1,189 @@
+//! SCTP services through the whole graph (the fuzz graph's gateway, services added
+//! through the control API): an association's INIT to a ClusterIP service goes to the
+//! backend Maglev picks for it, translated to the node's SNAT address with its CRC32c
+//! computed again; the backend's answers come back as the service's; an ABORT ends
+//! the session (a later INIT on the tuple is a new one); a packet whose CRC32c was
+//! wrong on arrival is dropped by name (`sctp-bad-checksum`), and acts on nothing.
+//! IPv4 and IPv6.
+
+mod common;
+
+use common::{count_all as count, seed};
+use control::api::Request;
+use control::fuzz::graph::Harness;
+use io::mem::RxFrame;
+use lb::{BackendSpec, Family, ServiceSpec};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use wire::sctp::{chunk_buffer_len, emit_chunk, ChunkType, SctpPacket, SctpRepr};
+
+const PORT: u16 = 38412; // NGAP's
+const SCTP: u8 = 132;
+
+/// An Ethernet frame to the gateway's access0 (the header of a committed seed that
+/// arrives there) holding an IPv4 or IPv6 SCTP packet with `chunks`, its CRC32c filled
+/// (then spoilt if `bad_crc`).
+fn sctp_frame(src: IpAddr, sport: u16, dst: IpAddr, dport: u16, vtag: u32, chunks: &[(ChunkType, &[u8])], bad_crc: bool) -> RxFrame {
+    let len = 12 + chunks.iter().map(|c| chunk_buffer_len(c.1.len())).sum::<usize>();
+    let mut s = vec![0u8; len];
+    let mut p = SctpPacket::new_unchecked(&mut s[..]);
+    SctpRepr { src_port: sport, dst_port: dport, verification_tag: vtag }.emit(&mut p);
+    let mut at = 0;
+    for (t, v) in chunks {
+        at += emit_chunk(&mut p.payload_mut()[at..], *t, 0, v).unwrap();
+    }
+    p.fill_checksum();
+    if bad_crc {
+        s[8] ^= 1;
+    }
+    let (eth, l3) = match (src, dst) {
+        (IpAddr::V4(a), IpAddr::V4(b)) => {
+            let mut ip = vec![0x45, 0];
+            ip.extend_from_slice(&((20 + len) as u16).to_be_bytes());
+            ip.extend_from_slice(&[0, 1, 0x40, 0, 64, SCTP, 0, 0]);
+            ip.extend_from_slice(&a.octets());
+            ip.extend_from_slice(&b.octets());
+            let c = wire::checksum::checksum(&ip);
+            ip[10..12].copy_from_slice(&c.to_be_bytes());
+            (seed("seed-lb4-tcp").1[..14].to_vec(), ip)
+        }
+        (IpAddr::V6(a), IpAddr::V6(b)) => {
+            let mut ip = vec![0x60, 0, 0, 0];
+            ip.extend_from_slice(&(len as u16).to_be_bytes());
+            ip.extend_from_slice(&[SCTP, 64]);
+            ip.extend_from_slice(&a.octets());
+            ip.extend_from_slice(&b.octets());
+            (seed("seed-lb6-udp").1[..14].to_vec(), ip)
+        }
+        _ => unreachable!("one family"),
+    };
+    RxFrame { bytes: [eth, l3, s].concat(), vnet: None }
+}
+
+/// What left the gateway: (source, destination, its SCTP packet's bytes).
+fn sent(f: &[u8]) -> (IpAddr, IpAddr, Vec<u8>) {
+    let l3 = &f[14..];
+    match l3[0] >> 4 {
+        4 => {
+            let p = wire::ipv4::Ipv4Packet::new_checked(l3).unwrap();
+            assert_eq!(p.protocol(), wire::IpProtocol::Sctp);
+            (p.src_addr().into(), p.dst_addr().into(), p.payload().to_vec())
+        }
+        _ => {
+            let p = wire::ipv6::Ipv6Packet::new_checked(l3).unwrap();
+            assert_eq!(p.next_header(), wire::IpProtocol::Sctp);
+            (p.src_addr().into(), p.dst_addr().into(), p.payload().to_vec())
+        }
+    }
+}
+
+/// The backend Maglev picks for a client's flow to the service (the balancer's own
+/// hash of the 5-tuple, the service's table), as an address.
+fn maglev_pick(h: &Harness, client: IpAddr, sport: u16, vip: IpAddr) -> IpAddr {
+    let t = h.control.lb.state.tables();
+    match (client, vip) {
+        (IpAddr::V4(c), IpAddr::V4(v)) => {
+            let svc = t.v4.lookup(&v.octets(), PORT, SCTP, false).unwrap();
+            let b = svc.pick(lb::V4::flow_hash(&c.octets(), &v.octets(), sport, PORT, SCTP)).unwrap();
+            IpAddr::from(svc.backends[b as usize].addr)
+        }
+        (IpAddr::V6(c), IpAddr::V6(v)) => {
+            let svc = t.v6.lookup(&v.octets(), PORT, SCTP, false).unwrap();
+            let b = svc.pick(lb::V6::flow_hash(&c.octets(), &v.octets(), sport, PORT, SCTP)).unwrap();
+            IpAddr::from(svc.backends[b as usize].addr)
+        }
+        _ => unreachable!(),
+    }
+}
+
+const INIT: &[u8] = &[0x11, 0x22, 0x33, 0x44, 0, 1, 0, 0, 0, 2, 0, 2, 0, 0, 0, 1];
+
+/// One association's life through the graph: `client`, `vip`, `backends`, `snat` the
+/// node's address toward the backends, `node` the family's lbN-nat.
+fn association(client: IpAddr, vip: IpAddr, backends: [IpAddr; 2], snat: IpAddr, node: &str) {
+    use ChunkType::*;
+    let mut h = Harness::new();
+    let mut spec = ServiceSpec::new("t/amf:ngap", lb::ServiceType::ClusterIp, vip, PORT, lb::Protocol::Sctp);
+    spec.backends = backends.iter().map(|&a| BackendSpec::new(a, PORT)).collect();
+    let r = h.control.handle(&Request::LbServiceAdd(spec));
+    assert!(r.ok, "{r:?}");
+    let one = |h: &mut Harness, f: RxFrame| {
+        let out = h.frame(0, f);
+        assert_eq!(out.len(), 1, "one frame out");
+        sent(&out[0].1.bytes)
+    };
+
+    // INITs from many client ports: each to Maglev's pick, translated, CRC32c right,
+    // the chunks and the verification tag as they were.
+    let mut used = std::collections::HashSet::new();
+    for sport in 40_000..40_032 {
+        let f = sctp_frame(client, sport, vip, PORT, 0, &[(Init, INIT)], false);
+        let chunks_in = f.bytes[f.bytes.len() - chunk_buffer_len(INIT.len())..].to_vec();
+        let (src, dst, s) = one(&mut h, f);
+        assert_eq!(dst, maglev_pick(&h, client, sport, vip), "port {sport}");
+        assert_eq!(src, snat, "Cluster policy: from the node's address");
+        used.insert(dst);
+        let p = SctpPacket::new_checked(&s[..]).unwrap();
+        assert_eq!((p.dst_port(), p.verification_tag()), (PORT, 0));
+        assert!(p.verify_checksum(), "CRC32c after translation");
+        assert_eq!(&s[12..], &chunks_in[..]);
+    }
+    assert_eq!(used.len(), 2, "Maglev spreads associations over both backends");
+    assert_eq!(count(&h, node, "new-session"), 32);
+
+    // The backend's INIT ACK comes back as the service's, to the client.
+    let sport = 40_000;
+    let f = sctp_frame(client, sport, vip, PORT, 0, &[(Init, INIT)], false);
+    let (snat_src, backend, s) = one(&mut h, f);
+    let snat_port = SctpPacket::new_checked(&s[..]).unwrap().src_port();
+    let ack = sctp_frame(backend, PORT, snat_src, snat_port, 0x1122_3344, &[(InitAck, INIT), (Data, b"cookie")], false);
+    let (src, dst, s) = one(&mut h, ack);
+    assert_eq!((src, dst), (vip, client));
+    let p = SctpPacket::new_checked(&s[..]).unwrap();
+    assert_eq!((p.src_port(), p.dst_port(), p.verification_tag()), (PORT, sport, 0x1122_3344));
+    assert!(p.verify_checksum(), "CRC32c of the translated reply");
+    assert_eq!(count(&h, node, "reply-translated"), 1);
+
+    // A bad CRC32c: dropped by name, whatever the chunk; a bad ABORT ends nothing.
+    let news = count(&h, node, "new-session");
+    assert!(h.frame(0, sctp_frame(client, 50_000, vip, PORT, 0, &[(Init, INIT)], true)).is_empty());
+    assert!(h.frame(0, sctp_frame(client, sport, vip, PORT, 0x5566_7788, &[(Abort, &[])], true)).is_empty());
+    assert_eq!(count(&h, node, "sctp-bad-checksum"), 2);
+    assert_eq!(count(&h, node, "new-session"), news, "no session for a corrupted INIT");
+    let (_, dst, _) = one(&mut h, sctp_frame(client, sport, vip, PORT, 0, &[(Init, INIT)], false));
+    assert_eq!(dst, backend);
+    assert_eq!(count(&h, node, "new-session"), news, "the association lives on: its INIT is its session's");
+
+    // ABORT (good): translated to the backend, and the session is over: the next INIT
+    // on the tuple starts a new one.
+    let (_, dst, s) = one(&mut h, sctp_frame(client, sport, vip, PORT, 0x5566_7788, &[(Abort, &[])], false));
+    assert_eq!(dst, backend);
+    assert!(SctpPacket::new_checked(&s[..]).unwrap().verify_checksum());
+    one(&mut h, sctp_frame(client, sport, vip, PORT, 0, &[(Init, INIT)], false));
+    assert_eq!(count(&h, node, "new-session"), news + 1, "ABORT ended the session");
+
+    // A bad chunk length: dropped by name.
+    let mut f = sctp_frame(client, 50_001, vip, PORT, 0, &[(Init, INIT)], false);
+    let at = f.bytes.len() - chunk_buffer_len(INIT.len()) + 3;
+    f.bytes[at] = 2;
+    assert!(h.frame(0, f).is_empty());
+    assert_eq!(count(&h, node, "sctp-bad-chunk"), 1);
+}
+
+#[test]
+fn an_sctp_association_over_ipv4() {
+    let b = |h| IpAddr::V4(Ipv4Addr::new(198, 19, 1, h));
+    association(
+        Ipv4Addr::new(198, 18, 0, 2).into(),
+        Ipv4Addr::new(198, 18, 131, 50).into(),
+        [b(10), b(11)],
+        Ipv4Addr::new(198, 18, 1, 1).into(),
+        "lb4-nat",
+    );
+}
+
+#[test]
+fn an_sctp_association_over_ipv6() {
+    let b = |h| IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0x98, 0, 0, 0, 0, h));
+    let a = |s: &str| s.parse::<IpAddr>().unwrap();
+    association(a("2001:db8::2"), a("2001:db8:128::50"), [b(0x10), b(0x11)], a("2001:db8:1::1"), "lb6-nat");
+}
