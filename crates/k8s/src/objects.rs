@@ -265,12 +265,12 @@ impl Checker {
         u16::try_from(p).ok().filter(|&p| p != 0).ok_or_else(|| self.err(field, format!("{p}: expected 1 to 65535")))
     }
 
-    /// `None` for SCTP, which the load balancer does not carry.
-    fn protocol(&self, field: impl Into<String>, p: Option<&str>) -> Result<Option<Protocol>, ObjectError> {
+    /// A port's protocol (TCP when unset, as the API defaults it).
+    fn protocol(&self, field: impl Into<String>, p: Option<&str>) -> Result<Protocol, ObjectError> {
         match p.unwrap_or("TCP") {
-            "TCP" => Ok(Some(Protocol::Tcp)),
-            "UDP" => Ok(Some(Protocol::Udp)),
-            "SCTP" => Ok(None),
+            "TCP" => Ok(Protocol::Tcp),
+            "UDP" => Ok(Protocol::Udp),
+            "SCTP" => Ok(Protocol::Sctp),
             o => Err(self.err(field, format!("{o:?}: expected TCP, UDP or SCTP"))),
         }
     }
@@ -307,7 +307,7 @@ impl Service {
         }
         let mut ports = Vec::new();
         for (i, p) in spec.ports.iter().flatten().enumerate() {
-            let Some(protocol) = c.protocol(format!("spec.ports[{i}].protocol"), p.protocol.as_deref())? else { continue };
+            let protocol = c.protocol(format!("spec.ports[{i}].protocol"), p.protocol.as_deref())?;
             let node_port = match p.node_port {
                 Some(n) if kind != ServiceKind::ClusterIp && n != 0 => Some(c.port(format!("spec.ports[{i}].nodePort"), n)?),
                 _ => None,
@@ -417,7 +417,7 @@ impl Slice {
         let Some(service) = s.metadata.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL)) else { return Ok(None) };
         let mut ports = Vec::new();
         for (i, p) in s.ports.iter().flatten().enumerate() {
-            let Some(protocol) = c.protocol(format!("ports[{i}].protocol"), p.protocol.as_deref())? else { continue };
+            let protocol = c.protocol(format!("ports[{i}].protocol"), p.protocol.as_deref())?;
             // A port without a number means "all ports", which only headless services use.
             let Some(port) = p.port else { continue };
             ports.push(SlicePort { name: p.name.clone().unwrap_or_default(), protocol, port: c.port(format!("ports[{i}].port"), port)? });

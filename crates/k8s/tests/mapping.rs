@@ -240,7 +240,7 @@ fn internal_traffic_policy_local_keeps_cluster_ip_traffic_on_the_node() {
 }
 
 #[test]
-fn headless_external_name_fqdn_and_sctp_make_nothing() {
+fn headless_external_name_and_fqdn_make_nothing() {
     let mut v = web();
     v["spec"]["clusterIP"] = json!("None");
     v["spec"]["clusterIPs"] = json!(["None"]);
@@ -253,9 +253,43 @@ fn headless_external_name_fqdn_and_sctp_make_nothing() {
         "metadata": {"name": "x", "labels": {"kubernetes.io/service-name": "x"}}, "addressType": "FQDN", "endpoints": []}))
     .unwrap();
     assert_eq!(Slice::from_k8s(&fqdn).unwrap(), None);
+}
+
+/// An SCTP Service port (NGAP behind a ClusterIP and a NodePort) is an LB service as a
+/// TCP or UDP one is, its backends at the slice port of its name and protocol: a TCP
+/// slice port of the same name is not the SCTP port's (nor the other way round).
+#[test]
+fn an_sctp_port_is_an_lb_service_with_the_slice_port_of_its_protocol() {
+    let svc = json!({
+        "metadata": {"name": "amf", "namespace": "core"},
+        "spec": {"type": "NodePort", "clusterIP": "198.18.128.20", "clusterIPs": ["198.18.128.20"], "ipFamilies": ["IPv4"],
+                 "ports": [{"name": "ngap", "port": 38412, "targetPort": 38412, "protocol": "SCTP", "nodePort": 30412},
+                           {"name": "sbi", "port": 80, "targetPort": 8080, "protocol": "TCP"}]}
+    });
+    let sl = json!({
+        "metadata": {"name": "amf-1", "namespace": "core", "labels": {"kubernetes.io/service-name": "amf"}},
+        "addressType": "IPv4",
+        "ports": [{"name": "ngap", "port": 38413, "protocol": "TCP"}, {"name": "ngap", "port": 38412, "protocol": "SCTP"},
+                  {"name": "sbi", "port": 8080, "protocol": "TCP"}],
+        "endpoints": [endpoint("198.19.1.10", true, false, "n1"), endpoint("198.19.2.10", true, false, "n2")]
+    });
+    let d = k8s::desired::desired(&service(svc), [slice(sl)].iter(), &settings());
+    let names: Vec<&String> = d.keys().collect();
+    assert_eq!(names, ["core/amf:ngap@198.18.128.20", "core/amf:ngap@nodeport4", "core/amf:sbi@198.18.128.20"]);
+    let ngap = &d["core/amf:ngap@198.18.128.20"];
+    assert_eq!((ngap.kind, ngap.vip, ngap.port, ngap.protocol), (ServiceType::ClusterIp, addr("198.18.128.20"), 38412, Protocol::Sctp));
+    let b: Vec<(std::net::IpAddr, u16)> = ngap.backends.iter().map(|b| (b.addr, b.port)).collect();
+    assert_eq!(b, [(addr("198.19.1.10"), 38412), (addr("198.19.2.10"), 38412)], "the SCTP slice port, not the TCP one of the same name");
+    let np = &d["core/amf:ngap@nodeport4"];
+    assert_eq!((np.kind, np.port, np.protocol, np.backends[0].port), (ServiceType::NodePort, 30412, Protocol::Sctp, 38412));
+    assert_eq!(d["core/amf:sbi@198.18.128.20"].protocol, Protocol::Tcp);
+    for s in d.values() {
+        s.validate().unwrap();
+    }
+    // Unset, a port is TCP (the API's default).
     let mut v = web();
-    v["spec"]["ports"] = json!([{"port": 9, "protocol": "SCTP"}]);
-    assert!(service(v).ports.is_empty());
+    v["spec"]["ports"] = json!([{"port": 9}]);
+    assert_eq!(service(v).ports[0].protocol, Protocol::Tcp);
 }
 
 #[test]
