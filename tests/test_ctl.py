@@ -276,3 +276,19 @@ def test_udp_tunnels_live(vecgate, running):
     assert ctl(vecgate, sock, "delete", "udp", "tunnel", "udp_tunnel1").returncode != 0
     errs = {(e["node"], e["counter"]): e["count"] for e in json.loads(ctl(vecgate, sock, "show", "errors", json_out=True).stdout)["data"]}
     assert errs.get(("gue4-input", "no-tunnel"), 0) == 0 and errs.get(("gue4-encap", "no-tunnel"), 0) == 0, errs
+
+
+def test_show_lb_sessions_names_states_as_the_json_does(vecgate, running):
+    """The text's state column says what the JSON's `state` says (`udp_new`, not the Rust
+    variant's `udpnew`), row for row."""
+    proc, sock = running
+    time.sleep(0.5)
+    j = json.loads(ctl(vecgate, sock, "show", "lb", "sessions", "limit", "20", json_out=True).stdout)
+    text, sessions = j["text"].splitlines(), j["data"]["sessions"]
+    assert sessions, j
+    header = text[0]
+    col = header.index("state")
+    states = [row[col:].split()[0] for row in text[1:1 + len(sessions)]]
+    assert states == [s["state"] for s in sessions], (states, sessions)
+    assert "udp_new" in states, states
+

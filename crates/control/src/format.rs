@@ -96,14 +96,14 @@ pub fn trace(recs: &[TraceRecord]) -> String {
     o
 }
 
-/// A value as the config file and JSON spell it (`zero`, `flow-hash`, `cluster_ip`), for
-/// text output: never the Rust name (`Zero`, `ClusterIp`).
 /// A text column's width: its widest entry, at least `min` (the header's room), so that
 /// long names (Kubernetes' `namespace/name:port`) do not push the next columns out of line.
 pub fn column<'a>(min: usize, entries: impl IntoIterator<Item = &'a str>) -> usize {
     entries.into_iter().map(|e| e.chars().count()).max().unwrap_or(0).max(min)
 }
 
+/// A value as the config file and JSON spell it (`zero`, `flow-hash`, `cluster_ip`), for
+/// text output: never the Rust name (`Zero`, `ClusterIp`).
 pub fn word<T: Serialize>(v: &T) -> String {
     match serde_json::to_value(v) {
         Ok(serde_json::Value::String(s)) => s,

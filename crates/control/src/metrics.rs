@@ -177,7 +177,7 @@ pub fn render(workers: &[Snapshot], tables: TableSizes, tunnels: &TunnelTraffic)
             cycles.get_or_create(&l).inc_by(n.runtime.cycles);
         }
         for c in &s.counters {
-            let sev = serde_json::to_value(c.severity).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+            let sev = crate::format::word(&c.severity);
             errors.get_or_create(&labels(&[("worker", &w), ("node", &c.node), ("reason", c.counter), ("severity", &sev)])).inc_by(c.count);
         }
         for p in &s.ports {
