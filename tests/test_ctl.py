@@ -292,3 +292,17 @@ def test_show_lb_sessions_names_states_as_the_json_does(vecgate, running):
     assert states == [s["state"] for s in sessions], (states, sessions)
     assert "udp_new" in states, states
 
+
+def test_show_ip_fib_keeps_its_columns_with_long_interface_names(vecgate, running):
+    """The default gateway routes into ipsec_tunnel1 and gtpu_tunnel0 (longer than the
+    Interface column's header): every row's Adj still ends under its header."""
+    proc, sock = running
+    r = ctl(vecgate, sock, "show", "ip", "fib")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    header = next(l for l in lines if l.startswith("Prefix"))
+    end = header.index("Adj") + len("Adj")
+    rows = lines[lines.index(header) + 1:]
+    assert any("ipsec_tunnel1" in l for l in rows), r.stdout
+    for l in rows:
+        assert l[:end].endswith(("-", *"0123456789")) and l[end:end + 1] in ("", " "), f"out of line:\n{header}\n{l}"

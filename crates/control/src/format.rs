@@ -210,11 +210,15 @@ pub const FIB_LIMIT: usize = 1000;
 pub fn fib(rows: &[ip::state::FibEntry], generation: u64) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "FIB generation {generation}, {} entries", rows.len());
-    let _ = writeln!(o, "{:<44} {:<10} {:<28} {:<10} {:>5}  {}", "Prefix", "Kind", "Next hop", "Interface", "Adj", "");
+    // Tunnels are interfaces too (`ipsec_tunnel12`, `gtpu_tunnel100000`): the column is as
+    // wide as its longest name, so the adjacencies stay under their header.
+    let names = rows.iter().flat_map(|r| r.interface.iter().chain(r.paths.iter().flat_map(|x| x.interface.iter())));
+    let if_w = column(10, names.map(String::as_str));
+    let _ = writeln!(o, "{:<44} {:<10} {:<28} {:<if_w$} {:>5}  {}", "Prefix", "Kind", "Next hop", "Interface", "Adj", "");
     for r in rows {
         let _ = writeln!(
             o,
-            "{:<44} {:<10} {:<28} {:<10} {:>5}  {}",
+            "{:<44} {:<10} {:<28} {:<if_w$} {:>5}  {}",
             r.prefix,
             r.kind,
             r.next_hop.as_deref().unwrap_or("-"),
@@ -227,7 +231,7 @@ pub fn fib(rows: &[ip::state::FibEntry], generation: u64) -> String {
         for x in &r.paths {
             let _ = writeln!(
                 o,
-                "{:<44} {:<10} {:<28} {:<10} weight {}{}",
+                "{:<44} {:<10} {:<28} {:<if_w$} weight {}{}",
                 "",
                 "  path",
                 x.next_hop.as_deref().unwrap_or("-"),
