@@ -95,8 +95,11 @@ pub type FieldError = (&'static str, String);
 
 fn hex(field: &'static str, s: &str) -> Result<Vec<u8>, FieldError> {
     let s = s.strip_prefix("0x").unwrap_or(s);
-    if s.len() % 2 != 0 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
-        // The value is a key: say what is wrong with it without repeating it.
+    // The value is a key: say what is wrong with it without repeating it.
+    if let Some(at) = s.bytes().position(|b| !b.is_ascii_hexdigit()) {
+        return Err((field, format!("character {} is not a hex digit: expected hex digits only (0-9, a-f)", at + 1)));
+    }
+    if s.len() % 2 != 0 {
         return Err((field, format!("expected an even number of hex digits ({} characters given)", s.len())));
     }
     Ok((0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex checked")).collect())
@@ -727,6 +730,17 @@ mod tests {
             tcp_mss_clamp: false,
             dscp: Dscp::Inherit,
         }
+    }
+
+    /// A key that is not hex says so (and where), not that its length is odd; one of odd
+    /// length says that; neither repeats the key.
+    #[test]
+    fn a_bad_key_says_what_is_wrong_with_it() {
+        let says = |k: &str| IpsecSaConfig { enc_key: k.into(), ..sa() }.to_spec().unwrap_err();
+        let key = "0102030405060708090a0b0c0d0e0f10111213zz";
+        assert_eq!(says(key), ("enc_key", "character 39 is not a hex digit: expected hex digits only (0-9, a-f)".into()));
+        assert_eq!(says("0x010"), ("enc_key", "expected an even number of hex digits (3 characters given)".into()));
+        assert!(!says(key).1.contains("zz"));
     }
 
     #[test]
