@@ -1,22 +1,33 @@
-"""The soak run (issue 25; not a CI test): traffic through GTP-U and UDP tunnels at the
-worker's full rate for a long time while the control plane adds and deletes routes and
-tunnels without pause. What must hold:
+"""The soak run (issue 25; not a CI test): traffic through GTP-U and UDP tunnels, a load
+balancer service, an IPsec SPD-protected flow and a PFCP session at the worker's full
+rate for a long time while the control plane adds and deletes routes, tunnels, services
+and backends, SAs and SPD policies, and PFCP sessions without pause. What must hold:
 
 - zero loss on the traffic the churn does not touch: every packet the generators send
-  into the static tunnels (both directions) leaves the other side, counted exactly once
-  the generators have sent their `count`;
+  into the static tunnels (both directions), to the static service, into the static
+  SA's policy and into the static PFCP session leaves the other side, counted exactly
+  once the generators have sent their `count`;
 - resident memory flat after warm-up (sampled every few seconds into a CSV, drawn as an
   SVG);
-- no table growth beyond what the churn holds: the FIB, the GTP-U and UDP tunnel tables
-  never hold more than the static entries plus the churn window, and are back to the
-  static ones when the churn has deleted what it added.
+- no table growth beyond what the churn holds: the FIB, the GTP-U and UDP tunnel tables,
+  the load balancer's services and sessions, the SAs and SPD policies and the PFCP
+  sessions never hold more than the static entries plus the churn window, and are back
+  to the static ones when the churn has deleted what it added.
 
 Layout (every interface a packet generator or a discard sink, so the run needs no
-network): `access0` and `core0` generate the unaffected traffic (users into a static
-GTP-U tunnel and a static GUE tunnel; G-PDUs and GUE from the peers to the users), whose
-output goes out of `core0` and `access0`; `churn0` generates traffic toward the churned
-prefixes, which leaves by `sink0` (or is dropped while its route is away). So
-`core0.tx == access0.rx` and `access0.tx == core0.rx` exactly at the end.
+network): `access0` and `core0` generate the unaffected tunnel traffic (users into a
+static GTP-U tunnel and a static GUE tunnel; G-PDUs and GUE from the peers to the
+users), whose output goes out of `core0` and `access0`; `lbc0` sends clients' UDP to the
+static service `soak/stable`, translated to its backends out of `lbb0`; `ipc0` sends a
+flow the static outbound policy protects with the static SA, encrypted out of `esp0`
+(the SPD is bound there); `n3` sends G-PDUs of the static PFCP session (set up by the
+SMF of tests/pfcp_smf.py over loopback, with an F-TEID and UE address of its own
+choosing), decapsulated out of `n6`; `churn0` generates traffic toward the churned
+prefixes and services, which leaves by `sink0` (or is dropped while its route or
+service is away). So `core0.tx == access0.rx`, `access0.tx == core0.rx`,
+`lbb0.tx == lbc0.rx`, `esp0.tx == ipc0.rx` exactly at the end, and `n6.tx == n3.rx` less
+the G-PDUs that came before the static session was set up (counted by `upf4-uplink`,
+which must count none after it).
 
 Usage: python3 scripts/soak.py --vecgate target/release/vecgate [--seconds 600]
        [--out DIR] [--svg docs/soak-rss.svg]
@@ -29,13 +40,31 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+from pfcp_smf import Smf, ies  # noqa: E402  (the tests' SMF, scapy's PFCP)
+from test_pfcp import free_udp_port  # noqa: E402
 
 # Tunnel peers behind sink0: more than the churn window, so no two live tunnels share
 # one (a UDP tunnel is one per local, remote and encapsulation).
 PEERS = 40
+# Source ports the static service's and the protected flow's generators turn through:
+# that many load balancer sessions and flow cache entries.
+FLOWS = 64
+# Destinations the churned services' generator turns through (198.18.129.1 + i): a
+# churned service's address is one of them, so each gets traffic while it lives.
+CHURN_VIPS = 32
+# The static PFCP session: an F-TEID and a UE address the SMF assigns (no CHOOSE), so the
+# generator can be configured before it exists. The TEID is far from the UPF's own (1 up,
+# reused densely) and the churned GTP-U tunnels' (10000 up).
+PFCP_TEID = 0x7F000001
+PFCP_UE = "198.19.7.200"
+GNB = "198.18.7.10"
 
 
-def config(sock, streams):
+def config(sock, streams, pfcp_port):
     s = f"""
 [dataplane]
 socket = "{sock}"
@@ -65,6 +94,42 @@ type = "pg"
 mac = "02:00:00:00:00:04"
 addresses = ["198.18.3.1/24"]
 
+[[interface]]
+name = "lbc0"
+type = "pg"
+mac = "02:00:00:00:00:05"
+addresses = ["198.18.4.1/24"]
+
+[[interface]]
+name = "lbb0"
+type = "pg"
+mac = "02:00:00:00:00:06"
+addresses = ["198.18.5.1/24"]
+
+[[interface]]
+name = "ipc0"
+type = "pg"
+mac = "02:00:00:00:00:07"
+addresses = ["198.18.6.1/24"]
+
+[[interface]]
+name = "esp0"
+type = "pg"
+mac = "02:00:00:00:00:08"
+addresses = ["198.18.10.1/24"]
+
+[[interface]]
+name = "n3"
+type = "pg"
+mac = "02:00:00:00:07:02"
+addresses = ["198.18.7.2/24"]
+
+[[interface]]
+name = "n6"
+type = "pg"
+mac = "02:00:00:00:08:01"
+addresses = ["198.18.8.1/24"]
+
 [[neighbour]]
 interface = "access0"
 ip = "198.18.0.2"
@@ -79,6 +144,36 @@ mac = "02:00:00:00:02:02"
 interface = "core0"
 ip = "198.18.1.5"
 mac = "02:00:00:00:02:05"
+
+[[neighbour]]
+interface = "lbc0"
+ip = "198.18.4.2"
+mac = "02:00:00:00:05:02"
+
+[[neighbour]]
+interface = "lbb0"
+ip = "198.18.5.2"
+mac = "02:00:00:00:06:02"
+
+[[neighbour]]
+interface = "ipc0"
+ip = "198.18.6.2"
+mac = "02:00:00:00:07:03"
+
+[[neighbour]]
+interface = "esp0"
+ip = "198.18.10.2"
+mac = "02:00:00:00:0a:02"
+
+[[neighbour]]
+interface = "n3"
+ip = "{GNB}"
+mac = "02:00:00:00:07:10"
+
+[[neighbour]]
+interface = "n6"
+ip = "198.18.8.2"
+mac = "02:00:00:00:08:02"
 """
     for k in range(PEERS):
         s += f"""
@@ -87,7 +182,7 @@ interface = "sink0"
 ip = "198.18.3.{10 + k}"
 mac = "02:00:00:00:04:{10 + k:02x}"
 """
-    s += """
+    s += f"""
 # The unaffected tunnels: GTP-U with 198.18.1.2 for 198.19.10.0/24, GUE with 198.18.1.5
 # for 198.19.20.0/24.
 [[gtpu_tunnel]]
@@ -104,15 +199,95 @@ remote = "198.18.1.5"
 encap = "gue"
 port = 6080
 routes = ["198.19.20.0/24"]
+
+# The unaffected service: its backends behind lbb0, the node's address there the SNAT
+# source. The churned services' backends are behind sink0.
+[[route]]
+prefix = "198.19.64.0/24"
+via = "198.18.5.2"
+
+[[route]]
+prefix = "198.19.65.0/24"
+via = "198.18.3.10"
+
+[lb]
+snat4 = "198.18.5.1"
+timeouts = {{ udp_ms = 10000 }}
+
+[[lb_service]]
+name = "soak/stable"
+type = "cluster_ip"
+vip = "198.18.128.10"
+port = 53
+protocol = "udp"
+backends = [{{ addr = "198.19.64.10", port = 5353 }}, {{ addr = "198.19.64.11", port = 5353 }}]
+
+# The unaffected protected flow: 198.18.6.0/24 to 198.19.96.0/24 (UDP) leaves by esp0,
+# whose SPD protects it with SA 1 (the churned policies name other SAs).
+[[route]]
+prefix = "198.19.96.0/22"
+via = "198.18.10.2"
+
+[spd]
+flow_cache = 65536
+
+[[ipsec_sa]]
+index = 1
+spi = 4097
+direction = "outbound"
+algorithm = "aes-gcm-128"
+enc_key = "000102030405060708090a0b0c0d0e0f10111213"
+local = "198.18.10.1"
+remote = "198.18.10.2"
+
+[[ipsec_spd]]
+id = 1
+interfaces = ["esp0"]
+
+[[ipsec_policy]]
+spd = 1
+direction = "outbound"
+priority = 100
+action = "protect"
+sa = 1
+local = "198.18.6.0/24"
+remote = "198.19.96.0/24"
+protocol = "udp"
+
+# The data network behind n6, where the PFCP sessions' uplink goes.
+[[route]]
+prefix = "198.18.9.0/24"
+via = "198.18.8.2"
+
+[pfcp]
+listen = "127.0.0.1:{pfcp_port}"
+node_id = "127.0.0.1"
+n3 = "198.18.7.2"
+ue_pool = "198.19.7.0/24"
+smf_port = 0
+allowed_peers = ["127.0.0.1"]
 """
     for st in streams:
+        st = dict(st)
+        mod = st.pop("modify", None)
         s += "\n[[stream]]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in st.items())
+        if mod:
+            s += "[[stream.modify]]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in mod.items())
     return s
+
+
+# The unaffected streams, each with the interface it enters by and the one its packets
+# leave by.
+PATHS = {"users-gtpu": ("access0", "core0"), "users-gue": ("access0", "core0"), "peer-gtpu": ("core0", "access0"),
+         "peer-gue": ("core0", "access0"), "lb-clients": ("lbc0", "lbb0"), "protected": ("ipc0", "esp0"),
+         "pfcp-uplink": ("n3", "n6")}
 
 
 def streams(rate, count):
     """The unaffected streams (A: users into GTP-U, C: users into GUE, B: G-PDUs to the
-    users, D: GUE to the users) and the churn stream E; rate None: as fast as possible."""
+    users, D: GUE to the users, the static service's clients, the protected flow, the
+    static PFCP session's uplink) and the churn streams (toward the churned routes, toward
+    the churned services); rate None: as fast as possible."""
     lim = {} if rate is None else {"rate": rate}
     cnt = {} if count is None else {"count": count}
     base = [
@@ -122,15 +297,25 @@ def streams(rate, count):
          "teid": 100, "inner_src": "198.19.10.5", "inner_dst": "198.18.0.2"},
         {"name": "peer-gue", "interface": "core0", "size": 256, "protocol": "gue", "src": "198.18.1.5", "dst": "198.18.1.1",
          "dst_port": 6080, "inner_src": "198.19.20.5", "inner_dst": "198.18.0.2"},
+        {"name": "lb-clients", "interface": "lbc0", "size": 256, "protocol": "udp", "src": "198.18.4.2", "dst": "198.18.128.10",
+         "src_port": 20000, "dst_port": 53, "modify": {"field": "src-port", "increment": FLOWS}},
+        {"name": "protected", "interface": "ipc0", "size": 256, "protocol": "udp", "src": "198.18.6.2", "dst": "198.19.96.5",
+         "src_port": 30000, "dst_port": 4000, "modify": {"field": "src-port", "increment": FLOWS}},
+        {"name": "pfcp-uplink", "interface": "n3", "size": 256, "protocol": "gtpu", "src": GNB, "dst": "198.18.7.2",
+         "teid": PFCP_TEID, "inner_src": PFCP_UE, "inner_dst": "198.18.9.5"},
     ]
     for b in base:
         b.update(lim)
         b.update(cnt)
-    churn = {"name": "churn", "interface": "churn0", "size": 128, "protocol": "udp", "src": "198.18.2.2", "dst": "198.19.128.1",
-             "rate": max(1, (rate or 100000) // 10)}
+    crate = max(1, (rate or 100000) // 10)
+    churn = [{"name": "churn", "interface": "churn0", "size": 128, "protocol": "udp", "src": "198.18.2.2", "dst": "198.19.128.1",
+              "rate": crate},
+             {"name": "churn-services", "interface": "churn0", "size": 128, "protocol": "udp", "src": "198.18.2.3",
+              "dst": "198.18.129.1", "dst_port": 80, "rate": crate, "modify": {"field": "dst", "increment": CHURN_VIPS}}]
     if count is not None:
-        churn["count"] = max(1, count // 10)
-    return base + [churn]
+        for c in churn:
+            c["count"] = max(1, count // 10)
+    return base + churn
 
 
 class Gateway:
@@ -145,11 +330,15 @@ class Gateway:
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
         for _ in range(200):
             if os.path.exists(self.sock):
-                return
+                break
             if self.proc.poll() is not None:
                 sys.exit(f"soak: vecgate exited: see {self.log.name}")
             time.sleep(0.05)
-        sys.exit("soak: no control socket after 10 s")
+        else:
+            sys.exit("soak: no control socket after 10 s")
+        # The control socket is bound before the dataplane (and PFCP's socket): a request
+        # answered means both are up.
+        self.ctl("show", "runtime")
 
     def ctl(self, *words, check=True):
         r = subprocess.run([self.vecgate, "ctl", "--socket", self.sock, "--json", *map(str, words)], capture_output=True, text=True)
@@ -178,17 +367,50 @@ def interfaces(gw):
     return {i["name"]: i for i in gw.ctl("show", "interfaces")}
 
 
+def errors(gw, node):
+    """The counters of one node, by name."""
+    return {e["counter"]: e["count"] for e in gw.ctl("show", "errors", "all") if e["node"] == node}
+
+
+def uplink_drops(gw):
+    """What upf4-uplink did with G-PDUs other than forward them (before the static session:
+    Error Indications for them; after it: nothing)."""
+    return {k: v for k, v in errors(gw, "upf4-uplink").items() if k != "forwarded" and v}
+
+
+TABLES = ("fib", "gtpu_tunnels", "udp_tunnels", "lb_services", "lb_sessions", "ipsec_sas", "ipsec_policies", "pfcp_sessions")
+
+
 def tables(gw):
-    fib = len(gw.ctl("show", "ip", "fib"))
-    gtpu = gw.ctl("show", "gtpu", "tunnels", "100000")["total"]
-    udp = gw.ctl("show", "udp", "tunnels")
-    udp = len(udp) if isinstance(udp, list) else len(udp.get("tunnels", []))
-    return fib, gtpu, udp
+    return {
+        "fib": len(gw.ctl("show", "ip", "fib", "limit", "0")),
+        "gtpu_tunnels": gw.ctl("show", "gtpu", "tunnels", "100000")["total"],
+        "udp_tunnels": len(udp_list(gw)),
+        "lb_services": len(lb_services(gw)),
+        "lb_sessions": gw.ctl("show", "lb", "sessions", "limit", "1")["total"],
+        "ipsec_sas": len(ipsec_sas(gw)),
+        "ipsec_policies": len(gw.ctl("show", "ipsec", "spd")["policies"]),
+        "pfcp_sessions": gw.ctl("show", "pfcp", "sessions")["total"],
+    }
+
+
+def table_bounds(static, window):
+    """What the churn may hold beyond the static entries: each step a route, a GTP-U
+    tunnel with its UE route, a UDP tunnel with its route and a service with its address's
+    route (four FIB entries); a service, an SA and a policy, a PFCP session (whose UE
+    address is in the pool's one route); the static service's sessions (one per source
+    port of its generator) and the churned services' (one per destination of theirs, a
+    second while a deleted service's ages out)."""
+    extra = {"fib": 4 * window, "gtpu_tunnels": window + 1, "udp_tunnels": window + 1, "lb_services": window + 1,
+             "ipsec_sas": window + 1, "ipsec_policies": window + 1, "pfcp_sessions": window + 1}
+    b = {k: static[k] + v for k, v in extra.items()}
+    b["lb_sessions"] = FLOWS + 2 * CHURN_VIPS
+    return b
 
 
 def calibrate(vecgate, workdir, nice, seconds=5.0):
     """Packets per second per unaffected stream at full rate (no limit), in this run."""
-    gw = Gateway(vecgate, config("__SOCK__", streams(None, None)), workdir, nice)
+    gw = Gateway(vecgate, config("__SOCK__", streams(None, None), free_udp_port()), workdir, nice)
     try:
         time.sleep(1.0)
         a = interfaces(gw)
@@ -202,14 +424,71 @@ def calibrate(vecgate, workdir, nice, seconds=5.0):
     return rx / dt / 4
 
 
-class Churn:
-    """Adds and deletes routes, GTP-U tunnels and UDP tunnels toward sink0, keeping at
-    most `window` of each alive (oldest deleted first)."""
+class Pfcp:
+    """The SMF of tests/pfcp_smf.py on loopback: the static session (F-TEID and UE address
+    assigned by the SMF, the QER's MBR raised past the generator's rate) and the churned
+    ones (F-TEID and UE address chosen by the UPF)."""
 
-    def __init__(self, gw, window):
-        self.gw, self.window, self.k = gw, window, 0
-        self.routes, self.gtpu, self.udp = [], [], []
-        self.ops = 0
+    def __init__(self, port):
+        self.smf = Smf("127.0.0.1", port)
+        self.smf.sock.settimeout(30)  # a gateway at low priority on a loaded machine may be slow
+        if ies(self.smf.associate())["IE_Cause"].cause != 1:
+            raise RuntimeError("PFCP association refused")
+        self.cp_seid = 0x5000
+
+    def establish_static(self):
+        body = self.smf.establish_request(0x1, GNB, 0x100, ue=PFCP_UE)
+        for pdr in (ie for ie in body.IE_list if type(ie).__name__ == "IE_CreatePDR"):
+            for ie in pdr.IE_list:
+                if type(ie).__name__ == "IE_PDI":
+                    for sub in ie.IE_list:
+                        if type(sub).__name__ == "IE_FTEID":
+                            sub.CH, sub.CHID, sub.TEID, sub.ipv4 = 0, 0, PFCP_TEID, "198.18.7.2"
+        for qer in (ie for ie in body.IE_list if type(ie).__name__ == "IE_CreateQER"):
+            for ie in qer.IE_list:
+                if type(ie).__name__ == "IE_MBR":
+                    ie.ul, ie.dl = 400_000_000, 400_000_000  # kbit/s: no policing of the generator
+        r = ies(self.smf.request(body, seid=0))
+        if r["IE_Cause"].cause != 1:
+            raise RuntimeError(f"the static PFCP session was refused: cause {r['IE_Cause'].cause}")
+        return r["IE_FSEID"].seid
+
+    def establish(self):
+        self.cp_seid += 1
+        r = ies(self.smf.establish(self.cp_seid, GNB, 0x200 + self.cp_seid % 1000))
+        self.forget()
+        if r["IE_Cause"].cause != 1:
+            raise RuntimeError(f"PFCP session establishment refused: cause {r['IE_Cause'].cause}")
+        return r["IE_FSEID"].seid
+
+    def delete(self, seid):
+        r = ies(self.smf.delete(seid))
+        self.forget()
+        if r["IE_Cause"].cause != 1:
+            raise RuntimeError(f"PFCP session deletion refused: cause {r['IE_Cause'].cause}")
+
+    def forget(self):
+        # The SMF keeps every message for tshark, and the reports it answered: not over hours.
+        self.smf.log.clear()
+        self.smf.reports.clear()
+        self.smf.heartbeats.clear()
+
+
+class Churn:
+    """Adds and deletes routes, GTP-U tunnels, UDP tunnels toward sink0, services (and
+    their backends), SAs with an SPD policy each, and PFCP sessions, keeping at most
+    `window` of each alive (oldest deleted first). Each step also adds a backend to the
+    newest service but one, marks its first backend terminating and deletes the added
+    one again."""
+
+    def __init__(self, gw, window, pfcp):
+        self.gw, self.window, self.k, self.pfcp = gw, window, 0, pfcp
+        self.routes, self.gtpu, self.udp, self.services, self.ipsec, self.sessions = [], [], [], [], [], []
+        self.ops = Counter()
+
+    @property
+    def total(self):
+        return sum(self.ops.values())
 
     def step(self):
         k, gw = self.k, self.gw
@@ -228,29 +507,86 @@ class Churn:
                "route", f"198.19.{192 + k % 32}.0/24")
         after = {t["name"] for t in udp_list(gw)}
         self.udp += sorted(after - before)
-        self.ops += 3
+        self.ops.update(route_add=1, gtpu_add=1, udp_add=1)
+
+        # A service on one of the churned addresses, then its elder's backends churned.
+        name = f"soak/churn-{k}"
+        vip = f"198.18.129.{1 + k % CHURN_VIPS}"
+        gw.ctl("lb", "service", "add", name, "cluster_ip", vip, 80, "udp", "backend", f"198.19.65.{1 + k % 200}:80")
+        self.services.append(name)
+        self.ops.update(lb_service_add=1)
+        if len(self.services) >= 2:
+            elder, first = self.services[-2], f"198.19.65.{1 + (k - 1) % 200}"
+            extra = f"198.19.65.{201 + k % 50}"
+            gw.ctl("lb", "backend", "add", elder, extra, 80)
+            gw.ctl("lb", "backend", "set", elder, first, 80, "terminating")
+            gw.ctl("lb", "backend", "del", elder, extra, 80)
+            self.ops.update(lb_backend_add=1, lb_backend_set=1, lb_backend_del=1)
+
+        # An SA and a policy for it: every other one covers the protected flow at a lower
+        # priority than its own policy (so its flow cache entries are revalidated), the
+        # rest other remotes at a higher one.
+        sa = 1000 + k % 64
+        gw.ctl("ipsec", "sa", "add", sa, "spi", 0x10000 + k, "outbound", "alg", "aes-gcm-128",
+               "enc-key", "%040x" % (k + 1), "local", "198.18.10.1", "remote", "198.18.10.2")
+        sel = ["priority", 10, "protect", sa, "remote", "198.19.96.0/23"] if k % 2 else \
+            ["priority", 200, "protect", sa, "remote", f"198.19.{97 + k % 3}.{k % 256}/32"]
+        before = {p["id"] for p in gw.ctl("show", "ipsec", "spd")["policies"]}
+        gw.ctl("ipsec", "policy", "add", "spd", 1, "outbound", *sel, "protocol", "udp")
+        after = {p["id"] for p in gw.ctl("show", "ipsec", "spd")["policies"]}
+        self.ipsec.append((sorted(after - before), sa))
+        self.ops.update(ipsec_sa_add=1, ipsec_policy_add=1)
+
+        self.sessions.append(self.pfcp.establish())
+        self.ops.update(pfcp_session_add=1)
         while len(self.routes) > self.window:
             self.delete_oldest()
 
     def delete_oldest(self):
         gw = self.gw
-        gw.ctl("ip", "route", "del", self.routes.pop(0), check=False)
+        if self.routes:
+            gw.ctl("ip", "route", "del", self.routes.pop(0))
+            self.ops.update(route_del=1)
         if self.gtpu:
             gw.ctl("delete", "gtpu", "tunnel", self.gtpu.pop(0))
+            self.ops.update(gtpu_del=1)
         if self.udp:
             gw.ctl("delete", "udp", "tunnel", self.udp.pop(0))
-        self.ops += 3
+            self.ops.update(udp_del=1)
+        if self.services:
+            gw.ctl("lb", "service", "del", self.services.pop(0))
+            self.ops.update(lb_service_del=1)
+        if self.ipsec:
+            ids, sa = self.ipsec.pop(0)
+            for i in ids:
+                gw.ctl("ipsec", "policy", "del", i)
+            gw.ctl("ipsec", "sa", "del", sa)
+            self.ops.update(ipsec_policy_del=1, ipsec_sa_del=1)
+        if self.sessions:
+            self.pfcp.delete(self.sessions.pop(0))
+            self.ops.update(pfcp_session_del=1)
 
     def drain(self):
-        while self.routes or self.gtpu or self.udp:
-            if not self.routes:
-                self.routes.append("198.19.255.0/24")  # nothing to delete: a no-op del
+        while self.routes or self.gtpu or self.udp or self.services or self.ipsec or self.sessions:
             self.delete_oldest()
+
+    def rates(self, seconds):
+        return ", ".join(f"{k} {v / seconds:.2f}/s" for k, v in sorted(self.ops.items()))
 
 
 def udp_list(gw):
     d = gw.ctl("show", "udp", "tunnels")
     return d if isinstance(d, list) else d.get("tunnels", [])
+
+
+def lb_services(gw):
+    d = gw.ctl("show", "lb", "services")
+    return d if isinstance(d, list) else d.get("services", [])
+
+
+def ipsec_sas(gw):
+    d = gw.ctl("show", "ipsec", "sa")
+    return d if isinstance(d, list) else d.get("sas", [])
 
 
 def svg(rows, path, warmup):
@@ -283,7 +619,7 @@ def main():
     ap.add_argument("--vecgate", default="target/release/vecgate")
     ap.add_argument("--seconds", type=int, default=600)
     ap.add_argument("--warmup", type=int, default=60)
-    ap.add_argument("--window", type=int, default=16, help="routes and tunnels of each kind the churn keeps alive")
+    ap.add_argument("--window", type=int, default=16, help="entries of each kind the churn keeps alive")
     ap.add_argument("--sample", type=float, default=5.0)
     ap.add_argument("--load", type=float, default=0.8, help="share of the calibrated full rate each stream is given")
     ap.add_argument("--nice", type=int, default=10)
@@ -296,42 +632,63 @@ def main():
     per_stream = calibrate(a.vecgate, work, a.nice)
     rate = max(1000, int(per_stream * a.load))
     count = rate * a.seconds
-    print(f"soak: full rate {per_stream:,.0f} packets/s per stream; running 4 x {rate:,} packets/s for {a.seconds} s"
+    print(f"soak: full rate {per_stream:,.0f} packets/s per stream; running {len(PATHS)} x {rate:,} packets/s for {a.seconds} s"
           f" ({count:,} packets each), churn window {a.window}", flush=True)
 
-    gw = Gateway(a.vecgate, config("__SOCK__", streams(rate, count)), work, a.nice)
+    pfcp_port = free_udp_port()
+    gw = Gateway(a.vecgate, config("__SOCK__", streams(rate, count), pfcp_port), work, a.nice)
     rows, failures = [], []
     t0 = time.time()
     try:
+        # The static session, then what upf4-uplink counted of the G-PDUs that came before
+        # it (no session, answered by Error Indications): it must count none after.
+        pfcp = Pfcp(pfcp_port)
+        pfcp.establish_static()
+        time.sleep(0.5)
+        early = uplink_drops(gw)
         static = tables(gw)
-        churn = Churn(gw, a.window)
+        bounds = table_bounds(static, a.window)
+        churn = Churn(gw, a.window, pfcp)
+        peak = dict(static)
         next_sample = 0.0
         while True:
             now = time.time() - t0
             if now >= next_sample:
                 ifs = interfaces(gw)
-                fib, gtpu, udp = tables(gw)
-                row = {"t": round(now, 1), "rss_kb": gw.rss_kb(), "fib": fib, "gtpu_tunnels": gtpu, "udp_tunnels": udp,
-                       "churn_ops": churn.ops, **{f"{n}_{d}": ifs[n][f"{d}_packets"] for n in ifs for d in ("rx", "tx")}}
+                tab = tables(gw)
+                row = {"t": round(now, 1), "rss_kb": gw.rss_kb(), **tab, "churn_ops": churn.total,
+                       **{f"{n}_{d}": ifs[n][f"{d}_packets"] for n in ifs for d in ("rx", "tx")}}
                 rows.append(row)
                 print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
-                # The churn holds at most `window` of each beyond the static tables (each
-                # step: a route, a GTP-U tunnel with its UE route, a UDP tunnel with its
-                # route: three FIB entries).
-                if fib > static[0] + 3 * a.window or gtpu > static[1] + a.window + 1 or udp > static[2] + a.window + 1:
-                    failures.append(f"t={now:.0f}: tables {fib}/{gtpu}/{udp} beyond static {static} + window {a.window}")
+                peak = {k: max(peak[k], tab[k]) for k in TABLES}
+                over = {k: (tab[k], bounds[k]) for k in TABLES if tab[k] > bounds[k]}
+                if over:
+                    failures.append(f"t={now:.0f}: tables beyond static + window (now, bound): {over}")
                 next_sample += a.sample
-                done = all(ifs[n]["rx_packets"] >= 2 * count for n in ("access0", "core0"))
+                sent = Counter(PATHS[n][0] for n in PATHS)
+                done = all(ifs[i]["rx_packets"] >= n * count for i, n in sent.items())
                 if now >= a.seconds and done:
                     break
                 if now >= 3 * a.seconds:
                     failures.append(f"the generators had not sent their count after {now:.0f} s")
                     break
             churn.step()
+        churn_secs = time.time() - t0
         churn.drain()
         time.sleep(1.0)
         ifs = interfaces(gw)
-        end_tables = tables(gw)
+        late = uplink_drops(gw)
+        fc = gw.ctl("show", "ipsec", "flow-cache")["flow_cache"]["ipv4"]
+        lbc = {k: v for k, v in errors(gw, "lb4-nat").items() if v}
+        # The churned services' sessions go with them or age out ([lb] timeouts.udp_ms):
+        # wait for what is left of them, the static service's own counted apart.
+        deadline = time.time() + 15
+        while True:
+            end_tables = tables(gw)
+            stable = gw.ctl("show", "lb", "sessions", "service", "soak/stable", "limit", "1")["total"]
+            if end_tables["lb_sessions"] == stable or time.time() > deadline:
+                break
+            time.sleep(1.0)
         rss_end = gw.rss_kb()
     finally:
         gw.stop()
@@ -345,18 +702,34 @@ def main():
         svg(rows, a.svg, a.warmup)
 
     up, down = (ifs["access0"]["rx_packets"], ifs["core0"]["tx_packets"]), (ifs["core0"]["rx_packets"], ifs["access0"]["tx_packets"])
+    lb, esp = (ifs["lbc0"]["rx_packets"], ifs["lbb0"]["tx_packets"]), (ifs["ipc0"]["rx_packets"], ifs["esp0"]["tx_packets"])
+    n3 = (ifs["n3"]["rx_packets"], ifs["n6"]["tx_packets"])
+    pre = sum(early.values())
     if up[0] != up[1] or down[0] != down[1]:
         failures.append(f"loss on unaffected traffic: users->core {up[0]} in, {up[1]} out; core->users {down[0]} in, {down[1]} out")
-    if end_tables != static:
-        failures.append(f"tables after the churn drained: {end_tables}, at the start {static}")
+    if lb[0] != lb[1]:
+        failures.append(f"loss on the static service: {lb[0]} in, {lb[1]} out to its backends")
+    if esp[0] != esp[1]:
+        failures.append(f"loss on the protected flow: {esp[0]} in, {esp[1]} out encrypted")
+    if late != early:
+        failures.append(f"upf4-uplink counted after the static session was set up: {early} then {late}")
+    if n3[0] != n3[1] + pre:
+        failures.append(f"loss on the static PFCP session: {n3[0]} in, {n3[1]} out, {pre} before the session")
+    end_tables = dict(end_tables, lb_sessions=end_tables["lb_sessions"] - stable)
+    want = dict(static, lb_sessions=0)
+    if end_tables != want:
+        failures.append(f"tables after the churn drained (the static service's sessions left out): {end_tables}, want {want}")
     warm = [r["rss_kb"] for r in rows if r["t"] >= a.warmup]
     growth = (max(warm) - min(warm)) if warm else 0
     if warm and growth > max(2048, min(warm) // 50):
         failures.append(f"RSS after warm-up grew {growth} KiB ({min(warm)} -> {max(warm)} KiB)")
-    print(f"soak: {time.time() - t0:.0f} s, churn operations {churn.ops}; users->core {up[0]:,} in / {up[1]:,} out, "
-          f"core->users {down[0]:,} in / {down[1]:,} out; churned traffic {ifs['churn0']['rx_packets']:,} in / "
-          f"{ifs['sink0']['tx_packets']:,} out; tables (fib, gtpu, udp) start {static} end {end_tables}; "
-          f"RSS after warm-up {min(warm) if warm else 0}-{max(warm) if warm else 0} KiB (end {rss_end} KiB); CSV {csv_path}")
+    print(f"soak: {time.time() - t0:.0f} s, churn operations {churn.total} ({churn.total / churn_secs:.1f}/s: "
+          f"{churn.rates(churn_secs)}); users->core {up[0]:,} in / {up[1]:,} out, core->users {down[0]:,} in / {down[1]:,} out; "
+          f"service {lb[0]:,} in / {lb[1]:,} out; protected {esp[0]:,} in / {esp[1]:,} out; PFCP uplink {n3[0]:,} in / "
+          f"{n3[1]:,} out ({pre:,} before the session); churned traffic {ifs['churn0']['rx_packets']:,} in / "
+          f"{ifs['sink0']['tx_packets']:,} out; tables start {static}, peak {peak}, end {end_tables} "
+          f"(+ {stable} sessions of the static service); SPD flow cache {fc}; lb4-nat {lbc}; RSS after warm-up {min(warm) if warm else 0}-"
+          f"{max(warm) if warm else 0} KiB (end {rss_end} KiB); CSV {csv_path}")
     for f in failures:
         print("soak: FAIL:", f)
     sys.exit(1 if failures else 0)

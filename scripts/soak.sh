@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# The soak run (issue 25; not a CI test): GTP-U and UDP tunnel traffic at the worker's
+# The soak run (issue 25; not a CI test): traffic through GTP-U and UDP tunnels, to a
+# load balancer service, into an IPsec SPD policy and into a PFCP session at the worker's
 # full rate for SECONDS (default 600) while the control plane adds and deletes routes,
-# GTP-U tunnels and UDP tunnels without pause. Fails on any loss of the traffic the
+# GTP-U tunnels, UDP tunnels, services and their backends, SAs and SPD policies, and
+# PFCP sessions (an SMF on loopback) without pause. Fails on any loss of the traffic the
 # churn does not touch, resident memory growing after warm-up, or tables holding more
 # than the churn keeps. Needs no network: every interface is a packet generator or a
-# sink (see scripts/soak.py).
+# sink, PFCP runs on 127.0.0.1 (see scripts/soak.py; needs python3 with scapy).
 #
 #   scripts/soak.sh                 10 minutes
 #   scripts/soak.sh 1800            30 minutes
