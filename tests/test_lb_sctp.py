@@ -1,0 +1,240 @@
+"""SCTP services end to end, checked by an independent implementation: scapy builds the
+SCTP packets (its CRC32c), a vecgate gateway in a namespace balances them over two
+backend namespaces, and scapy and tshark dissect what comes out and verify every CRC32c
+the gateway wrote. IPv4 and IPv6. The host kernel has no SCTP module, so the peers are
+raw frames (tests/sctp_peer.py), not SCTP sockets: an INIT to the service reaches one
+backend (each association exactly one, both backends used), translated; the backend's
+INIT ACK comes back as the service's; an ABORT resets the session; a packet with a wrong
+CRC32c is dropped by name and makes no session."""
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from netns import Lab, Vecgate
+
+PEER = Path(__file__).resolve().parent / "sctp_peer.py"
+PORT = 38412  # NGAP
+GW_A, GW_B = "02:00:00:00:00:0a", ["02:00:00:00:01:00", "02:00:00:00:01:01"]
+CLIENT_MAC, BE_MAC = "02:00:00:00:0c:01", ["02:00:00:00:0b:00", "02:00:00:00:0b:01"]
+FAMILIES = {
+    4: {"client": "198.18.0.2", "gw": "198.18.0.1", "vip": "198.18.128.10", "snat": "198.19.1.1",
+        "node": ["198.19.1.1", "198.19.2.1"], "backends": ["198.19.1.10", "198.19.2.10"], "len": 24},
+    6: {"client": "2001:db8::2", "gw": "2001:db8::1", "vip": "2001:db8:128::10", "snat": "2001:db8:1::1",
+        "node": ["2001:db8:1::1", "2001:db8:2::1"], "backends": ["2001:db8:1::10", "2001:db8:2::10"], "len": 64},
+}
+
+
+def config():
+    f4, f6 = FAMILIES[4], FAMILIES[6]
+    legs = "".join(f"""
+[[interface]]
+name = "b{i}"
+type = "af_packet"
+host_if = "b{i}g"
+mac = "{GW_B[i]}"
+addresses = ["{f4['node'][i]}/24", "{f6['node'][i]}/64"]
+""" for i in range(2))
+    svc = "".join(f"""
+[[lb_service]]
+name = "core/amf{fam}:ngap"
+type = "cluster_ip"
+vip = "{f['vip']}"
+port = {PORT}
+protocol = "sctp"
+backends = [{", ".join(f'{{ addr = "{a}", port = {PORT} }}' for a in f['backends'])}]
+""" for fam, f in FAMILIES.items())
+    return f"""
+[[interface]]
+name = "a"
+type = "af_packet"
+host_if = "a1"
+mac = "{GW_A}"
+addresses = ["{f4['gw']}/24", "{f6['gw']}/64"]
+{legs}
+[lb]
+snat4 = "{f4['snat']}"
+snat6 = "{f6['snat']}"
+{svc}"""
+
+
+@pytest.fixture
+def lab():
+    l = Lab()
+    yield l
+    l.close()
+
+
+def topology(lab):
+    c, g = lab.ns("c"), lab.dataplane_ns("gw")
+    lab.veth(c, "a0", g, "a1")
+    lab.run(c, "ip", "link", "set", "a0", "address", CLIENT_MAC)
+    lab.host(c, "a0", "198.18.0.2/24", "2001:db8::2/64", "198.18.0.1", "2001:db8::1")
+    bes = []
+    for i in range(2):
+        b = lab.ns(f"be{i}")
+        lab.veth(b, "e0", g, f"b{i}g")
+        lab.run(b, "ip", "link", "set", "e0", "address", BE_MAC[i])
+        lab.host(b, "e0", f"{FAMILIES[4]['backends'][i]}/24", f"{FAMILIES[6]['backends'][i]}/64",
+                 FAMILIES[4]["node"][i], FAMILIES[6]["node"][i])
+        bes.append(b)
+    return c, g, bes
+
+
+def warm(lab, c, bes):
+    """Neighbours learned both ways (the gateway's of the peers, theirs of it)."""
+    for fam, f in FAMILIES.items():
+        lab.run(c, "ping", f"-{fam}", "-c", "2", "-i", "0.2", "-W", "1", f["gw"], check=False)
+        for i, b in enumerate(bes):
+            lab.run(b, "ping", f"-{fam}", "-c", "2", "-i", "0.2", "-W", "1", f["node"][i], check=False)
+
+
+class Sniffers:
+    """One sniffer per (namespace, interface), started together, stopped together."""
+
+    def __init__(self, lab, where):
+        self.procs = []
+        for ns, iface in where:
+            p = lab.spawn(ns, sys.executable, str(PEER), "sniff", iface, stdin=subprocess.PIPE)
+            import select
+            ready, _, _ = select.select([p.stdout], [], [], 15)
+            assert ready and p.stdout.readline().strip() == "READY", p.stderr.read() if not ready else ""
+            self.procs.append(p)
+
+    def stop(self):
+        time.sleep(0.5)
+        out = []
+        for p in self.procs:
+            o, e = p.communicate("stop\n", timeout=30)
+            lines = [l for l in o.splitlines() if l.startswith("[")]
+            assert lines, e
+            # What the gateway sent (a sniffer also sees the frames its namespace sends).
+            gw = {bytes.fromhex(m.replace(":", "")) for m in [GW_A, *GW_B]}
+            out.append([b for b in map(bytes.fromhex, json.loads(lines[-1])) if b[6:12] in gw])
+        return out
+
+
+def send(lab, ns, iface, frames):
+    lab.run(ns, sys.executable, str(PEER), "send", iface, *[bytes(f).hex() for f in frames])
+
+
+def frame(fam, src_mac, dst_mac, src, dst, sport, dport, tag, *chunks, chksum=None):
+    from scapy.all import Ether, IP, IPv6
+    from scapy.layers.sctp import SCTP
+    l3 = IP(src=src, dst=dst) if fam == 4 else IPv6(src=src, dst=dst)
+    s = SCTP(sport=sport, dport=dport, tag=tag, chksum=chksum)
+    for ch in chunks:
+        s = s / ch
+    return Ether(src=src_mac, dst=dst_mac) / l3 / s
+
+
+def crc_ok(raw):
+    """scapy's verdict on the CRC32c a frame carries: the field against the one it
+    computes for the same bytes (the field deleted and the packet built again)."""
+    from scapy.all import Ether
+    from scapy.layers.sctp import SCTP
+    p = Ether(raw)
+    got = p[SCTP].chksum
+    del p[SCTP].chksum
+    return Ether(bytes(p))[SCTP].chksum == got
+
+
+def tshark_checksums(tmp, name, frames):
+    """tshark's verdict on each frame's SCTP checksum (CRC-32C): 1 good, 0 bad."""
+    from scapy.all import wrpcap, Ether
+    path = tmp / f"{name}.pcap"
+    wrpcap(str(path), [Ether(f) for f in frames])
+    r = subprocess.run(["tshark", "-r", str(path), "-o", "sctp.checksum:CRC 32c", "-T", "fields", "-e", "sctp.checksum.status"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.split()
+
+
+def l3(raw):
+    from scapy.all import Ether, IP, IPv6
+    p = Ether(raw)
+    return p[IP] if IP in p else p[IPv6]
+
+
+@pytest.mark.parametrize("fam", [4, 6])
+def test_sctp_associations_through_the_balancer(lab, vecgate, tmp_path, fam):
+    from scapy.layers.sctp import SCTP, SCTPChunkInit, SCTPChunkInitAck, SCTPChunkAbort, SCTPChunkData
+    f = FAMILIES[fam]
+    node = f"lb{fam}-nat"
+    c, g, bes = topology(lab)
+    gw = Vecgate(lab, vecgate, g, config(), tmp_path)
+    warm(lab, c, bes)
+    where = [(c, "a0"), (bes[0], "e0"), (bes[1], "e0")]
+    to_vip = lambda sport, tag, *ch, chksum=None: frame(fam, CLIENT_MAC, GW_A, f["client"], f["vip"], sport, PORT, tag, *ch, chksum=chksum)
+
+    # 16 associations: each INIT reaches one backend, exactly once, translated (the
+    # node's address and a port of it as source, the backend's port), its CRC32c right
+    # by scapy and tshark, its INIT chunk as sent.
+    s = Sniffers(lab, where)
+    inits = [to_vip(40000 + i, 0, SCTPChunkInit(init_tag=0x1000 + i, a_rwnd=65536, n_out_streams=2, n_in_streams=2, init_tsn=7))
+             for i in range(16)]
+    send(lab, c, "a0", inits)
+    got_c, got0, got1 = s.stop()
+    assert got_c == [], "nothing back to the client yet"
+    seen = {}
+    for b, frames in enumerate([got0, got1]):
+        for raw in frames:
+            p = l3(raw)
+            sc = p[SCTP]
+            assert (p.src, p.dst, sc.dport) == (f["snat"], f["backends"][b], PORT), p.summary()
+            assert sc.tag == 0 and crc_ok(raw), p.summary()
+            seen.setdefault(sc[SCTPChunkInit].init_tag, []).append((b, sc.sport))
+        assert set(tshark_checksums(tmp_path, f"be{b}-{fam}", frames)) <= {"1"}
+    assert sorted(seen) == [0x1000 + i for i in range(16)], seen
+    assert all(len(v) == 1 for v in seen.values()), "each INIT reached one backend once"
+    assert {v[0][0] for v in seen.values()} == {0, 1}, "Maglev spread the associations"
+    # The sessions say the same: each association on the backend its INIT reached.
+    rows = [r for r in gw.ctl("show", "lb", "sessions", "limit", "1000")["data"]["sessions"] if r["protocol"] == 132]
+    assert len(rows) == 16, rows
+    for r in rows:
+        (b, sport), = seen[0x1000 + r["client_port"] - 40000]
+        assert (r["backend"], r["source_port"], r["state"]) == (f["backends"][b], sport, "syn_sent"), r
+
+    # The backend's INIT ACK comes back as the service's, CRC32c right.
+    b, snat_port = seen[0x1000][0]
+    s = Sniffers(lab, where)
+    ack = frame(fam, BE_MAC[b], GW_B[b], f["backends"][b], f["snat"], PORT, snat_port, 0x1000,
+                SCTPChunkInitAck(init_tag=0x9000, a_rwnd=65536, n_out_streams=2, n_in_streams=2, init_tsn=9))
+    send(lab, bes[b], "e0", [ack])
+    got_c, _, _ = s.stop()
+    assert len(got_c) == 1, got_c
+    p = l3(got_c[0])
+    assert (p.src, p.dst, p[SCTP].sport, p[SCTP].dport, p[SCTP].tag) == (f["vip"], f["client"], PORT, 40000, 0x1000), p.summary()
+    assert crc_ok(got_c[0]) and tshark_checksums(tmp_path, f"client-{fam}", got_c) == ["1"]
+    state = lambda port: next(r["state"] for r in gw.ctl("show", "lb", "sessions", "limit", "1000")["data"]["sessions"]
+                              if r["protocol"] == 132 and r["client_port"] == port)
+    assert state(40000) == "established"
+
+    # A wrong CRC32c: dropped by name, whatever the chunk; a corrupted ABORT ends nothing,
+    # a corrupted INIT makes no session. Then a good DATA and ABORT: carried, and the
+    # ABORT resets the session.
+    bad = [to_vip(40000, 0x9000, SCTPChunkAbort(), chksum=0x12345678), to_vip(41000, 0, SCTPChunkInit(init_tag=0x2000), chksum=0x12345678)]
+    # The oracles see a wrong CRC32c as wrong (so their verdicts above mean something).
+    assert not any(crc_ok(bytes(x)) for x in bad)
+    assert tshark_checksums(tmp_path, f"bad-{fam}", [bytes(x) for x in bad]) == ["0", "0"]
+    s = Sniffers(lab, where)
+    send(lab, c, "a0", bad)
+    assert s.stop() == [[], [], []]
+    assert gw.errors().get((node, "sctp-bad-checksum")) == 2
+    assert state(40000) == "established"
+    assert not any(r["client_port"] == 41000 for r in gw.ctl("show", "lb", "sessions", "limit", "1000")["data"]["sessions"])
+    s = Sniffers(lab, where)
+    send(lab, c, "a0", [to_vip(40000, 0x9000, SCTPChunkData(tsn=7, data=b"NGSetupRequest")), to_vip(40000, 0x9000, SCTPChunkAbort())])
+    out = s.stop()
+    assert out[0] == [] and len(out[1 + b]) == 2 and out[2 - b] == [], out
+    for raw in out[1 + b]:
+        assert crc_ok(raw) and l3(raw)[SCTP].sport == snat_port
+    assert SCTPChunkAbort in l3(out[1 + b][1])
+    assert state(40000) == "reset"
+    errs = gw.errors()
+    assert errs.get((node, "new-session")) == 16 and errs.get((node, "reply-translated")) == 1, errs
+    code, _, _ = gw.stop()
+    assert code == 0
