@@ -68,6 +68,13 @@ def test_config_log_level(vecgate, tmp_path):
     r = subprocess.run([str(vecgate), "run", "--config", str(bad), "--duration", "1", "--socket", str(tmp_path / "b.sock")],
                        capture_output=True, text=True, timeout=20, env={**os.environ, "RUST_LOG": ""})
     assert r.returncode != 0 and "log.level" in r.stderr and "expected one of" in r.stderr, r.stderr
+    # `vecgate check` refuses what `run` refuses (it said `ok`), and takes a good level.
+    r = subprocess.run([str(vecgate), "check", "--config", str(bad)], capture_output=True, text=True, timeout=20)
+    assert r.returncode == 1 and r.stdout == "" and f'{bad}: log.level: "loud": expected one of' in r.stderr, r
+    for level in ["debug", "warn,control=debug"]:
+        good = with_log(tmp_path, "good.toml", level)
+        r = subprocess.run([str(vecgate), "check", "--config", str(good)], capture_output=True, text=True, timeout=20)
+        assert r.returncode == 0 and r.stdout == f"{good}: ok\n", r
 
 
 class LoggedGateway:

@@ -12,16 +12,7 @@ pub fn init(configured: Option<&str>, default: &str, source: &str) -> Result<()>
     let filter = match std::env::var("RUST_LOG") {
         Ok(v) if !v.is_empty() => EnvFilter::try_new(&v).map_err(|e| anyhow!("RUST_LOG {v:?}: {e}"))?,
         _ => match configured {
-            // A bare word would parse as a target name: only levels stand alone.
-            Some(l) if !l.contains(['=', ',']) && !LEVELS.contains(&l) => {
-                return Err(anyhow!(
-                    "{source}: log.level: {l:?}: expected one of {} or RUST_LOG directives like \"warn,control=debug\"",
-                    LEVELS.join(", ")
-                ))
-            }
-            Some(l) => EnvFilter::try_new(l).map_err(|e| {
-                anyhow!("{source}: log.level: {l:?}: {e}; expected a level (error, warn, info, debug, trace) or RUST_LOG directives")
-            })?,
+            Some(l) => level_filter(l, source)?,
             None => EnvFilter::new(default),
         },
     };
@@ -29,4 +20,19 @@ pub fn init(configured: Option<&str>, default: &str, source: &str) -> Result<()>
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi).with_target(false).try_init();
     Ok(())
+}
+
+/// The filter of the config's `[log] level` (`vecgate check` asks too, so a level that
+/// `run` refuses is not `ok`).
+pub fn level_filter(level: &str, source: &str) -> Result<EnvFilter> {
+    // A bare word would parse as a target name: only levels stand alone.
+    if !level.contains(['=', ',']) && !LEVELS.contains(&level) {
+        return Err(anyhow!(
+            "{source}: log.level: {level:?}: expected one of {} or RUST_LOG directives like \"warn,control=debug\"",
+            LEVELS.join(", ")
+        ));
+    }
+    EnvFilter::try_new(level).map_err(|e| {
+        anyhow!("{source}: log.level: {level:?}: {e}; expected a level (error, warn, info, debug, trace) or RUST_LOG directives")
+    })
 }

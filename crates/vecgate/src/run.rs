@@ -262,6 +262,10 @@ fn cannot_reach(socket: &Path, e: &std::io::Error) -> anyhow::Error {
 pub fn check(config: &Path) -> Result<()> {
     let cfg = Config::load(config)?;
     control::dataplane::check(&cfg)?;
+    // What only `run` reads (the logging crate's filter is the binary's).
+    if let Some(level) = cfg.log.level.as_deref() {
+        crate::logging::level_filter(level, &cfg.source)?;
+    }
     println!("{}: ok", config.display());
     Ok(())
 }
