@@ -218,9 +218,9 @@ pub fn flow<F: Layout>(pkt: &[u8]) -> Result<Flow<F::Addr>, NatError> {
             let Some(t) = rest.first_chunk::<20>() else { return Err(NatError::Truncated) };
             (u32::from_be_bytes([t[0], t[1], t[2], t[3]]), t[13])
         }
-        // Its own path, read by `sctp_flow`: SCTP costs the two arms above nothing.
-        SCTP => return Err(NatError::Sctp),
-        _ => return Err(NatError::Protocol),
+        // SCTP too (read on its own path, by `sctp_flow`): told apart here, out of the
+        // match, so the match and the two arms above are what they were before SCTP.
+        _ => return Err(not_tcp_udp(proto)),
     };
     let (sport, dport) = ((ports >> 16) as u16, ports as u16);
     Ok(Flow { key: FlowKey { src: F::src(pkt), dst: F::dst(pkt), sport, dport, proto }, flags, l4 })
@@ -292,6 +292,18 @@ fn translate_sctp<F: Layout>(pkt: &mut [u8], from: &Flow<F::Addr>, to: &Rewrite<
     F::set_addrs(pkt, &to.src, &to.dst, d.addrs as u32);
     if !partial {
         wire::sctp::SctpPacket::new_unchecked(&mut pkt[l4..]).fill_checksum();
+    }
+}
+
+/// Why a packet that is neither TCP nor UDP has no flow here: SCTP has one elsewhere
+/// ([`sctp_flow`]), anything else none.
+#[cold]
+#[inline(never)]
+fn not_tcp_udp(proto: u8) -> NatError {
+    if proto == SCTP {
+        NatError::Sctp
+    } else {
+        NatError::Protocol
     }
 }
 
