@@ -4,7 +4,8 @@
 //! computed again; the backend's answers come back as the service's; an ABORT ends
 //! the session (a later INIT on the tuple is a new one); a packet whose CRC32c was
 //! wrong on arrival is dropped by name (`sctp-bad-checksum`), and acts on nothing.
-//! IPv4 and IPv6.
+//! IPv4 and IPv6; and a direct-server-return (GRE) SCTP service, whose packets go
+//! unchanged inside the outer header.
 
 mod common;
 
@@ -186,4 +187,40 @@ fn an_sctp_association_over_ipv6() {
     let b = |h| IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0x98, 0, 0, 0, 0, h));
     let a = |s: &str| s.parse::<IpAddr>().unwrap();
     association(a("2001:db8::2"), a("2001:db8:128::50"), [b(0x10), b(0x11)], a("2001:db8:1::1"), "lb6-nat");
+}
+
+/// Direct server return carries SCTP as it carries TCP and UDP (the encapsulation does
+/// not look past the ports): an association's packets go unchanged, CRC32c and all,
+/// inside GRE to the backend Maglev picks, the later ones by the session.
+#[test]
+fn an_sctp_association_by_direct_server_return() {
+    use ChunkType::*;
+    let mut h = Harness::new();
+    let vip = IpAddr::V4(Ipv4Addr::new(198, 18, 131, 51));
+    let client = IpAddr::V4(Ipv4Addr::new(198, 18, 0, 2));
+    let mut spec = ServiceSpec::new("t/amf-dsr:ngap", lb::ServiceType::LoadBalancer, vip, PORT, lb::Protocol::Sctp);
+    spec.forwarding = lb::Forwarding::Gre;
+    spec.backends = [20, 21].iter().map(|&b| BackendSpec::new(Ipv4Addr::new(198, 19, 1, b).into(), PORT)).collect();
+    let r = h.control.handle(&Request::LbServiceAdd(spec));
+    assert!(r.ok, "{r:?}");
+    for sport in [40_000, 40_001, 40_002, 40_003] {
+        let want = match maglev_pick(&h, client, sport, vip) {
+            IpAddr::V4(a) => a,
+            _ => unreachable!(),
+        };
+        for (tag, chunks) in
+            [(0, &[(Init, INIT)][..]), (0x5566_7788, &[(CookieEcho, &b"cookie!!"[..]), (Data, &b"NGSetupRequest"[..])][..])]
+        {
+            let f = sctp_frame(client, sport, vip, PORT, tag, chunks, false);
+            let inner = f.bytes[14..].to_vec();
+            let out = h.frame(0, f);
+            assert_eq!(out.len(), 1);
+            let o = wire::ipv4::Ipv4Packet::new_checked(&out[0].1.bytes[14..]).unwrap();
+            assert_eq!((o.protocol(), o.dst_addr()), (wire::IpProtocol::Gre, want), "port {sport}");
+            // GRE's 4-byte header, then the client's packet as it came.
+            assert_eq!(&o.payload()[4..], &inner[..], "unchanged inside");
+        }
+    }
+    assert_eq!(count(&h, "lb4-nat", "new-session"), 4);
+    assert_eq!(count(&h, "lb4-nat", "encapsulated"), 8);
 }
