@@ -60,6 +60,44 @@ fn sctp_frame(src: IpAddr, sport: u16, dst: IpAddr, dport: u16, vtag: u32, chunk
     RxFrame { bytes: [eth, l3, s].concat(), vnet: None }
 }
 
+/// An ICMP error from `src` to `dst` quoting `quoted` (an IP packet): IPv4 frag needed
+/// or ICMPv6 packet too big, MTU 1280, checksums filled; in by access0 as the others.
+fn icmp_error_frame(src: IpAddr, dst: IpAddr, quoted: &[u8]) -> RxFrame {
+    let mut icmp = match src {
+        IpAddr::V4(_) => vec![3, 4, 0, 0, 0, 0, 0x05, 0x00],
+        IpAddr::V6(_) => vec![2, 0, 0, 0, 0, 0, 0x05, 0x00],
+    };
+    icmp.extend_from_slice(quoted);
+    let (eth, l3) = match (src, dst) {
+        (IpAddr::V4(a), IpAddr::V4(b)) => {
+            let c = wire::checksum::checksum(&icmp);
+            icmp[2..4].copy_from_slice(&c.to_be_bytes());
+            let mut ip = vec![0x45, 0];
+            ip.extend_from_slice(&((20 + icmp.len()) as u16).to_be_bytes());
+            ip.extend_from_slice(&[0, 2, 0, 0, 64, 1, 0, 0]);
+            ip.extend_from_slice(&a.octets());
+            ip.extend_from_slice(&b.octets());
+            let c = wire::checksum::checksum(&ip);
+            ip[10..12].copy_from_slice(&c.to_be_bytes());
+            (seed("seed-lb4-tcp").1[..14].to_vec(), ip)
+        }
+        (IpAddr::V6(a), IpAddr::V6(b)) => {
+            let mut c = wire::checksum::pseudo_header_v6(&a, &b, 58, icmp.len() as u32);
+            c.add_bytes(&icmp);
+            let c = c.finish();
+            icmp[2..4].copy_from_slice(&c.to_be_bytes());
+            let mut ip = vec![0x60, 0, 0, 0];
+            ip.extend_from_slice(&(icmp.len() as u16).to_be_bytes());
+            ip.extend_from_slice(&[58, 64]);
+            ip.extend_from_slice(&a.octets());
+            ip.extend_from_slice(&b.octets());
+            (seed("seed-lb6-udp").1[..14].to_vec(), ip)
+        }
+        _ => unreachable!("one family"),
+    };
+    RxFrame { bytes: [eth, l3, icmp].concat(), vnet: None }
+}
+
 /// What left the gateway: (source, destination, its SCTP packet's bytes).
 fn sent(f: &[u8]) -> (IpAddr, IpAddr, Vec<u8>) {
     let l3 = &f[14..];
@@ -143,6 +181,45 @@ fn association(client: IpAddr, vip: IpAddr, backends: [IpAddr; 2], snat: IpAddr,
     assert_eq!((p.src_port(), p.dst_port(), p.verification_tag()), (PORT, sport, 0x1122_3344));
     assert!(p.verify_checksum(), "CRC32c of the translated reply");
     assert_eq!(count(&h, node, "reply-translated"), 1);
+
+    // An ICMP error from the backend about the packet it got (frag needed / packet too
+    // big) reaches the client about the packet the client sent: from the service's
+    // address, the quote's addresses and ports the client's, its verification tag kept.
+    let sent_init = sctp_frame(snat_src, snat_port, backend, PORT, 0, &[(Init, INIT)], false);
+    let err = icmp_error_frame(backend, snat_src, &sent_init.bytes[14..]);
+    let out = h.frame(0, err);
+    assert_eq!(out.len(), 1);
+    let o = &out[0].1.bytes[14..];
+    let (src, dst, quote) = match o[0] >> 4 {
+        4 => {
+            let p = wire::ipv4::Ipv4Packet::new_checked(o).unwrap();
+            assert_eq!(wire::checksum::checksum(p.payload()), 0, "ICMP checksum");
+            (IpAddr::from(p.src_addr()), IpAddr::from(p.dst_addr()), p.payload()[8..].to_vec())
+        }
+        _ => {
+            let p = wire::ipv6::Ipv6Packet::new_checked(o).unwrap();
+            let mut c = wire::checksum::pseudo_header_v6(&p.src_addr(), &p.dst_addr(), 58, p.payload().len() as u32);
+            c.add_bytes(p.payload());
+            assert_eq!(c.finish(), 0, "ICMPv6 checksum");
+            (IpAddr::from(p.src_addr()), IpAddr::from(p.dst_addr()), p.payload()[8..].to_vec())
+        }
+    };
+    assert_eq!((src, dst), (vip, client));
+    let ql4 = if quote[0] >> 4 == 4 { 20 } else { 40 };
+    let q = SctpPacket::new_checked(&quote[ql4..]).unwrap();
+    assert_eq!((q.src_port(), q.dst_port(), q.verification_tag()), (sport, PORT, 0));
+    let (qs, qd) = match quote[0] >> 4 {
+        4 => {
+            let p = wire::ipv4::Ipv4Packet::new_unchecked(&quote[..]);
+            (IpAddr::from(p.src_addr()), IpAddr::from(p.dst_addr()))
+        }
+        _ => {
+            let p = wire::ipv6::Ipv6Packet::new_unchecked(&quote[..]);
+            (IpAddr::from(p.src_addr()), IpAddr::from(p.dst_addr()))
+        }
+    };
+    assert_eq!((qs, qd), (client, vip), "the quote is the client's packet");
+    assert_eq!(count(&h, node, "icmp-translated"), 1);
 
     // A bad CRC32c: dropped by name, whatever the chunk; a bad ABORT ends nothing.
     let news = count(&h, node, "new-session");
