@@ -22,12 +22,14 @@ static service `soak/stable`, translated to its backends out of `lbb0`; `ipc0` s
 flow the static outbound policy protects with the static SA, encrypted out of `esp0`
 (the SPD is bound there); `n3` sends G-PDUs of the static PFCP session (set up by the
 SMF of tests/pfcp_smf.py over loopback, with an F-TEID and UE address of its own
-choosing), decapsulated out of `n6`; `churn0` generates traffic toward the churned
-prefixes and services, which leaves by `sink0` (or is dropped while its route or
-service is away). So `core0.tx == access0.rx`, `access0.tx == core0.rx`,
-`lbb0.tx == lbc0.rx`, `esp0.tx == ipc0.rx` exactly at the end, and `n6.tx == n3.rx` less
-the G-PDUs that came before the static session was set up (counted by `upf4-uplink`,
-which must count none after it).
+choosing), decapsulated out of `n6`, and `n6` sends its downlink to the UE address,
+encapsulated out of `n3`; `churn0` generates traffic toward the churned prefixes and
+services, which leaves by `sink0` (or is dropped while its route or service is away).
+So `core0.tx == access0.rx`, `access0.tx == core0.rx`, `lbb0.tx == lbc0.rx`,
+`esp0.tx == ipc0.rx` exactly at the end, and `n6.tx == n3.rx`, `n3.tx == n6.rx` less
+the packets that came before the static session was set up (counted by `upf4-uplink`
+and `upf4-downlink`, which must count none after it; the Error Indications that
+answered the early G-PDUs left by `n3` too).
 
 Usage: python3 scripts/soak.py --vecgate target/release/vecgate [--seconds 600]
        [--out DIR] [--svg docs/soak-rss.svg]
@@ -280,14 +282,14 @@ allowed_peers = ["127.0.0.1"]
 # leave by.
 PATHS = {"users-gtpu": ("access0", "core0"), "users-gue": ("access0", "core0"), "peer-gtpu": ("core0", "access0"),
          "peer-gue": ("core0", "access0"), "lb-clients": ("lbc0", "lbb0"), "protected": ("ipc0", "esp0"),
-         "pfcp-uplink": ("n3", "n6")}
+         "pfcp-uplink": ("n3", "n6"), "pfcp-downlink": ("n6", "n3")}
 
 
 def streams(rate, count):
     """The unaffected streams (A: users into GTP-U, C: users into GUE, B: G-PDUs to the
     users, D: GUE to the users, the static service's clients, the protected flow, the
-    static PFCP session's uplink) and the churn streams (toward the churned routes, toward
-    the churned services); rate None: as fast as possible."""
+    static PFCP session's uplink and downlink) and the churn streams (toward the churned
+    routes, toward the churned services); rate None: as fast as possible."""
     lim = {} if rate is None else {"rate": rate}
     cnt = {} if count is None else {"count": count}
     base = [
@@ -303,6 +305,7 @@ def streams(rate, count):
          "src_port": 30000, "dst_port": 4000, "modify": {"field": "src-port", "increment": FLOWS}},
         {"name": "pfcp-uplink", "interface": "n3", "size": 256, "protocol": "gtpu", "src": GNB, "dst": "198.18.7.2",
          "teid": PFCP_TEID, "inner_src": PFCP_UE, "inner_dst": "198.18.9.5"},
+        {"name": "pfcp-downlink", "interface": "n6", "size": 256, "protocol": "udp", "src": "198.18.9.5", "dst": PFCP_UE},
     ]
     for b in base:
         b.update(lim)
@@ -372,10 +375,12 @@ def errors(gw, node):
     return {e["counter"]: e["count"] for e in gw.ctl("show", "errors", "all") if e["node"] == node}
 
 
-def uplink_drops(gw):
-    """What upf4-uplink did with G-PDUs other than forward them (before the static session:
-    Error Indications for them; after it: nothing)."""
-    return {k: v for k, v in errors(gw, "upf4-uplink").items() if k != "forwarded" and v}
+def upf_drops(gw):
+    """What upf4-uplink and upf4-downlink did with packets other than forward them (before
+    the static session: Error Indications for the G-PDUs, or drops as `no-session`; after
+    it: nothing), by node and counter."""
+    return {(n, k): v for n in ("upf4-uplink", "upf4-downlink") for k, v in errors(gw, n).items()
+            if k not in ("forwarded", "encapsulated") and v}
 
 
 TABLES = ("fib", "gtpu_tunnels", "udp_tunnels", "lb_services", "lb_sessions", "ipsec_sas", "ipsec_policies", "pfcp_sessions")
@@ -640,12 +645,13 @@ def main():
     rows, failures = [], []
     t0 = time.time()
     try:
-        # The static session, then what upf4-uplink counted of the G-PDUs that came before
-        # it (no session, answered by Error Indications): it must count none after.
+        # The static session, then what upf4-uplink and upf4-downlink counted of the packets
+        # that came before it (no session; G-PDUs answered by Error Indications, which leave
+        # by n3): they must count none after.
         pfcp = Pfcp(pfcp_port)
         pfcp.establish_static()
         time.sleep(0.5)
-        early = uplink_drops(gw)
+        early = upf_drops(gw)
         static = tables(gw)
         bounds = table_bounds(static, a.window)
         churn = Churn(gw, a.window, pfcp)
@@ -677,7 +683,7 @@ def main():
         churn.drain()
         time.sleep(1.0)
         ifs = interfaces(gw)
-        late = uplink_drops(gw)
+        late = upf_drops(gw)
         fc = gw.ctl("show", "ipsec", "flow-cache")["flow_cache"]["ipv4"]
         lbc = {k: v for k, v in errors(gw, "lb4-nat").items() if v}
         # The churned services' sessions go with them or age out ([lb] timeouts.udp_ms):
@@ -704,7 +710,10 @@ def main():
     up, down = (ifs["access0"]["rx_packets"], ifs["core0"]["tx_packets"]), (ifs["core0"]["rx_packets"], ifs["access0"]["tx_packets"])
     lb, esp = (ifs["lbc0"]["rx_packets"], ifs["lbb0"]["tx_packets"]), (ifs["ipc0"]["rx_packets"], ifs["esp0"]["tx_packets"])
     n3 = (ifs["n3"]["rx_packets"], ifs["n6"]["tx_packets"])
-    pre = sum(early.values())
+    ei = early.get(("upf4-uplink", "error-indications-sent"), 0)
+    n6 = (ifs["n6"]["rx_packets"], ifs["n3"]["tx_packets"] - ei)
+    pre = sum(v for (n, _), v in early.items() if n == "upf4-uplink")
+    pre_dl = sum(v for (n, _), v in early.items() if n == "upf4-downlink")
     if up[0] != up[1] or down[0] != down[1]:
         failures.append(f"loss on unaffected traffic: users->core {up[0]} in, {up[1]} out; core->users {down[0]} in, {down[1]} out")
     if lb[0] != lb[1]:
@@ -712,9 +721,12 @@ def main():
     if esp[0] != esp[1]:
         failures.append(f"loss on the protected flow: {esp[0]} in, {esp[1]} out encrypted")
     if late != early:
-        failures.append(f"upf4-uplink counted after the static session was set up: {early} then {late}")
+        failures.append(f"the UPF nodes counted after the static session was set up: {early} then {late}")
     if n3[0] != n3[1] + pre:
-        failures.append(f"loss on the static PFCP session: {n3[0]} in, {n3[1]} out, {pre} before the session")
+        failures.append(f"loss on the static PFCP session's uplink: {n3[0]} in, {n3[1]} out, {pre} before the session")
+    if n6[0] != n6[1] + pre_dl:
+        failures.append(f"loss on the static PFCP session's downlink: {n6[0]} in, {n6[1]} out (Error Indications left out),"
+                        f" {pre_dl} before the session")
     end_tables = dict(end_tables, lb_sessions=end_tables["lb_sessions"] - stable)
     want = dict(static, lb_sessions=0)
     if end_tables != want:
@@ -726,7 +738,8 @@ def main():
     print(f"soak: {time.time() - t0:.0f} s, churn operations {churn.total} ({churn.total / churn_secs:.1f}/s: "
           f"{churn.rates(churn_secs)}); users->core {up[0]:,} in / {up[1]:,} out, core->users {down[0]:,} in / {down[1]:,} out; "
           f"service {lb[0]:,} in / {lb[1]:,} out; protected {esp[0]:,} in / {esp[1]:,} out; PFCP uplink {n3[0]:,} in / "
-          f"{n3[1]:,} out ({pre:,} before the session); churned traffic {ifs['churn0']['rx_packets']:,} in / "
+          f"{n3[1]:,} out ({pre:,} before the session), downlink {n6[0]:,} in / {n6[1]:,} out ({pre_dl:,} before); "
+          f"churned traffic {ifs['churn0']['rx_packets']:,} in / "
           f"{ifs['sink0']['tx_packets']:,} out; tables start {static}, peak {peak}, end {end_tables} "
           f"(+ {stable} sessions of the static service); SPD flow cache {fc}; lb4-nat {lbc}; RSS after warm-up {min(warm) if warm else 0}-"
           f"{max(warm) if warm else 0} KiB (end {rss_end} KiB); CSV {csv_path}")
