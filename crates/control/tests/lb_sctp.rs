@@ -245,6 +245,19 @@ fn association(client: IpAddr, vip: IpAddr, backends: [IpAddr; 2], snat: IpAddr,
     f.bytes[at] = 2;
     assert!(h.frame(0, f).is_empty());
     assert_eq!(count(&h, node, "sctp-bad-chunk"), 1);
+
+    // A local sender's INIT whose CRC32c was left to the device (a vnet header's partial
+    // checksum at the SCTP checksum field, the field zero): computed by the balancer, and
+    // no longer pending (the memory device completes a pending one as an Internet
+    // checksum, as a device or ip4-fragment would).
+    let mut f = sctp_frame(client, 50_002, vip, PORT, 0, &[(Init, INIT)], false);
+    let l4 = 14 + if client.is_ipv4() { 20 } else { 40 };
+    f.bytes[l4 + 8..l4 + 12].fill(0);
+    f.vnet = Some(io::vnet::VnetHdr { flags: io::vnet::F_NEEDS_CSUM, csum_start: l4 as u16, csum_offset: 8, ..Default::default() });
+    let news = count(&h, node, "new-session");
+    let (_, _, s) = one(&mut h, f);
+    assert!(SctpPacket::new_checked(&s[..]).unwrap().verify_checksum(), "the CRC32c the sender left, computed");
+    assert_eq!(count(&h, node, "new-session"), news + 1);
 }
 
 #[test]

@@ -281,18 +281,17 @@ pub fn sctp_flags(c: wire::sctp::ChunkSet) -> u8 {
 }
 
 /// Rewrite an SCTP packet (as [`sctp_flow`] read it) to `to`: ports and addresses, the
-/// IPv4 header's checksum patched, and the CRC32c computed again over the packet unless
-/// the device completes it (`partial`: it covers the whole packet whenever it is made).
-/// A packet with a wrong CRC32c never gets here ([`sctp_flow`]).
-fn translate_sctp<F: Layout>(pkt: &mut [u8], from: &Flow<F::Addr>, to: &Rewrite<F::Addr>, partial: bool) {
+/// IPv4 header's checksum patched, and the CRC32c computed again over the packet. A
+/// packet with a wrong CRC32c never gets here (`lbN-nat` checks it first). Never left
+/// to the device, partial or not: a pending checksum is an Internet checksum to the
+/// nodes and devices that complete one (`lbN-nat` clears it for SCTP).
+fn translate_sctp<F: Layout>(pkt: &mut [u8], from: &Flow<F::Addr>, to: &Rewrite<F::Addr>) {
     let l4 = from.l4;
     pkt[l4..l4 + 2].copy_from_slice(&to.sport.to_be_bytes());
     pkt[l4 + 2..l4 + 4].copy_from_slice(&to.dport.to_be_bytes());
     let d = Deltas::new::<F>(&from.key, to);
     F::set_addrs(pkt, &to.src, &to.dst, d.addrs as u32);
-    if !partial {
-        wire::sctp::SctpPacket::new_unchecked(&mut pkt[l4..]).fill_checksum();
-    }
+    wire::sctp::SctpPacket::new_unchecked(&mut pkt[l4..]).fill_checksum();
 }
 
 /// Why a packet that is neither TCP nor UDP has no flow here: SCTP has one elsewhere
@@ -350,7 +349,7 @@ fn fold(mut s: u32) -> u16 {
 #[inline]
 pub fn translate<F: Layout>(pkt: &mut [u8], from: &Flow<F::Addr>, to: &Rewrite<F::Addr>, partial: bool) {
     if from.key.proto == SCTP {
-        return translate_sctp::<F>(pkt, from, to, partial);
+        return translate_sctp::<F>(pkt, from, to);
     }
     translate_with::<F>(pkt, from.l4, from.key.proto, to, Deltas::new::<F>(&from.key, to), partial);
 }

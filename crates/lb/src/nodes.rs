@@ -269,29 +269,47 @@ impl<F: NatNodeFamily> LbNat<F> {
     /// passes untouched, whatever its CRC (not the balancer's packet).
     #[inline(never)]
     fn forwarded_sctp<Cx: HasLb>(cx: &mut Cx, counts: &mut Counts<'_, LbNatCounter>, buf: &mut Buffer) -> Verdict<LbNatNext, LbNatCounter> {
-        let partial = buf.meta.offload.has_partial_checksum();
         let (t, lb, now) = F::parts(cx.lb());
         let Ok(flow) = nat::sctp_flow::<F>(buf.bytes()) else { return Verdict::Next(F::REWRITE) };
         if !t.reply_sources.contains(&flow.key.src) || lb.peek(&flow.key, now).is_none() {
             return Verdict::Next(F::REWRITE);
         }
-        if !partial && nat::sctp_checksum(buf.bytes(), &flow).is_err() {
+        // A CRC32c its sender left to the device: computed by the translation, and no
+        // longer pending (see `LbNat::crc_left`).
+        let left = buf.take_partial_checksum().is_some();
+        if !left && nat::sctp_checksum(buf.bytes(), &flow).is_err() {
             return Verdict::Drop(LbNatCounter::SctpBadChecksum);
         }
         if let Some(rw) = lb.reverse_sctp(&flow.key, flow.flags, now) {
-            nat::translate::<F>(buf.bytes_mut(), &flow, &rw, partial);
+            nat::translate::<F>(buf.bytes_mut(), &flow, &rw, false);
             counts.inc(LbNatCounter::Replies);
+        } else if left {
+            wire::sctp::SctpPacket::new_unchecked(&mut buf.bytes_mut()[flow.l4..]).fill_checksum();
         }
         Verdict::Next(F::REWRITE)
     }
 
-    /// An SCTP packet's flow (out of the TCP/UDP path, which reads none for it), its
-    /// CRC32c checked unless the device completes it (`partial`); and its flow hash
-    /// (for a GUE source port).
+    /// Whether `buf`'s pending partial checksum is an SCTP packet's CRC32c that its
+    /// sender left to the device (a local Linux sender's, by a vnet header); if so it is
+    /// no longer pending: the nodes and devices that complete a partial checksum
+    /// complete an Internet checksum, which would spoil the CRC32c. [`LbNat::sctp_flow`]
+    /// computes the CRC32c itself then. Only asked of a packet with a partial checksum
+    /// on the full path.
     #[inline(never)]
-    fn sctp_flow(pkt: &[u8], partial: bool) -> Result<(Flow<F::Addr>, u32), NatError> {
+    fn crc_left(buf: &mut Buffer, ready: &Prepared<F>) -> bool {
+        matches!(ready.flow(), Err(NatError::Sctp)) && buf.take_partial_checksum().is_some()
+    }
+
+    /// An SCTP packet's flow (out of the TCP/UDP path, which reads none for it), its
+    /// CRC32c checked, or computed when its sender left it to the device (`left`,
+    /// [`LbNat::crc_left`]: nothing to check, the sender trusted its device); and its
+    /// flow hash (for a GUE source port).
+    #[inline(never)]
+    fn sctp_flow(pkt: &mut [u8], left: bool) -> Result<(Flow<F::Addr>, u32), NatError> {
         let flow = nat::sctp_flow::<F>(pkt)?;
-        if !partial {
+        if left {
+            wire::sctp::SctpPacket::new_unchecked(&mut pkt[flow.l4..]).fill_checksum();
+        } else {
             nat::sctp_checksum(pkt, &flow)?;
         }
         let k = &flow.key;
@@ -407,12 +425,13 @@ impl<F: NatNodeFamily> LbNat<F> {
     ) -> Verdict<LbNatNext, LbNatCounter> {
         use LbNatCounter as C;
         let partial = buf.meta.offload.has_partial_checksum();
+        let left = partial && Self::crc_left(buf, ready);
         let mut hash = ready.hash();
         let (t, lb, now) = F::parts(cx.lb());
         let pkt = buf.bytes_mut();
         let flow = match ready.flow() {
             Ok(flow) => flow,
-            Err(NatError::Sctp) => match Self::sctp_flow(pkt, partial) {
+            Err(NatError::Sctp) => match Self::sctp_flow(pkt, left) {
                 Ok((flow, h)) => {
                     hash = h;
                     flow
