@@ -128,3 +128,23 @@ def test_every_option_of_every_subcommand_says_what_it_is(vecgate):
             if not re.sub(r"\[(default|possible values): [^\]]*\]", "", text).strip():
                 bare.append(f"vecgate {cmd} {m.group(1)}")
     assert not bare, "options without a description: " + ", ".join(bare)
+
+
+def test_the_readme_cli_table_names_only_options_that_exist(vecgate):
+    """Each option README's CLI table gives a subcommand (`-c`, as VPP's `-c startup.conf`,
+    included) is in that subcommand's --help, and `-c` works."""
+    import re
+    from pathlib import Path
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    rows = re.findall(r"^\| `vecgate (\w+) ([^`]*)` \|", readme, re.M)
+    assert len(rows) >= 6, rows
+    missing = []
+    for cmd, usage in rows:
+        helptext = subprocess.run([str(vecgate), cmd, "--help"], capture_output=True, text=True, timeout=30).stdout
+        for opt in re.findall(r"(?<![\w-])(--?[a-z][\w-]*)", usage):
+            if not re.search(rf"(?<![\w-]){re.escape(opt)}(?![\w-])", helptext):
+                missing.append(f"vecgate {cmd} {opt}")
+    assert not missing, missing
+    cfg = Path(__file__).resolve().parent.parent / "docs" / "examples" / "default-gateway.toml"
+    r = subprocess.run([str(vecgate), "check", "-c", str(cfg)], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0 and r.stdout == f"{cfg}: ok\n", r

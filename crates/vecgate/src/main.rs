@@ -29,7 +29,7 @@ enum Cmd {
     Run {
         /// The gateway's TOML file (docs/CONFIGURATION.md); `vecgate ctl reload` and SIGHUP
         /// read it again.
-        #[arg(long)]
+        #[arg(short, long)]
         config: Option<PathBuf>,
         /// Stop after this many seconds (default: run until SIGINT/SIGTERM).
         #[arg(long)]
@@ -69,13 +69,13 @@ enum Cmd {
     /// (file, line, field and what was expected). Before a restart or a reload.
     Check {
         /// The gateway's TOML file.
-        #[arg(long)]
+        #[arg(short, long)]
         config: PathBuf,
     },
     /// Run a config's pcap inputs through the graph to completion, write pcap outputs, exit.
     Pcap {
         /// The gateway's TOML file, with `pcap` interfaces (`input`, `output`).
-        #[arg(long)]
+        #[arg(short, long)]
         config: PathBuf,
         /// Print the final runtime and counters as JSON.
         #[arg(long)]
