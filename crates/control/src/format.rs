@@ -214,7 +214,7 @@ pub fn fib(rows: &[ip::state::FibEntry], generation: u64) -> String {
     // wide as its longest name, so the adjacencies stay under their header.
     let names = rows.iter().flat_map(|r| r.interface.iter().chain(r.paths.iter().flat_map(|x| x.interface.iter())));
     let if_w = column(10, names.map(String::as_str));
-    let _ = writeln!(o, "{:<44} {:<10} {:<28} {:<if_w$} {:>5}  {}", "Prefix", "Kind", "Next hop", "Interface", "Adj", "");
+    let _ = writeln!(o, "{:<44} {:<10} {:<28} {:<if_w$} {:>5}", "Prefix", "Kind", "Next hop", "Interface", "Adj");
     for r in rows {
         let _ = writeln!(
             o,

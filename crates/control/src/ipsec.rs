@@ -99,7 +99,7 @@ fn hex(field: &'static str, s: &str) -> Result<Vec<u8>, FieldError> {
     if let Some(at) = s.bytes().position(|b| !b.is_ascii_hexdigit()) {
         return Err((field, format!("character {} is not a hex digit: expected hex digits only (0-9, a-f)", at + 1)));
     }
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return Err((field, format!("expected an even number of hex digits ({} characters given)", s.len())));
     }
     Ok((0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex checked")).collect())
