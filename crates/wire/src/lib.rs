@@ -21,7 +21,6 @@
 
 pub mod arp;
 pub mod checksum;
-pub mod crc32c;
 pub mod esp;
 pub mod ethernet;
 pub mod fuzz;

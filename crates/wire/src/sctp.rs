@@ -10,12 +10,11 @@
 //! | Chunk Type | Chunk Flags | Chunk Length | Chunk Value … (padded to 4 bytes)
 //! | …more chunks
 //! ```
-//! The checksum is CRC32c ([`crate::crc32c`]) over the whole SCTP packet with the
+//! The checksum is CRC32c (the `crc32c` crate: the CPU's crc32 instruction where it
+//! has one) over the whole SCTP packet with the
 //! field zero; it covers no pseudo-header (the addresses are not in it). On the wire it
 //! goes least significant byte first (RFC 9260 Appendix A): [`SctpPacket::checksum`]
 //! returns the CRC value, not the field read big-endian.
-
-use crate::crc32c;
 
 pub const HEADER_LEN: usize = 12;
 pub const CHUNK_HEADER_LEN: usize = 4;
@@ -228,9 +227,9 @@ impl<T: AsRef<[u8]>> SctpPacket<T> {
     /// taken as zero.
     pub fn compute_checksum(&self) -> u32 {
         let b = self.buffer.as_ref();
-        let s = crc32c::update(!0, &b[..field::CHECKSUM]);
-        let s = crc32c::update(s, &[0; 4]);
-        !crc32c::update(s, &b[field::CHECKSUM + 4..])
+        let c = crc32c::crc32c(&b[..field::CHECKSUM]);
+        let c = crc32c::crc32c_append(c, &[0; 4]);
+        crc32c::crc32c_append(c, &b[field::CHECKSUM + 4..])
     }
     pub fn verify_checksum(&self) -> bool {
         self.compute_checksum() == self.checksum()
