@@ -15,7 +15,10 @@ use control::fuzz::graph::Harness;
 use io::mem::RxFrame;
 use lb::{BackendSpec, Family, ServiceSpec};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use wire::ipv4::{Ipv4Packet, Ipv4Repr};
+use wire::ipv6::{Ipv6Packet, Ipv6Repr};
 use wire::sctp::{chunk_buffer_len, emit_chunk, ChunkType, SctpPacket, SctpRepr};
+use wire::IpProtocol;
 
 const PORT: u16 = 38412; // NGAP's
 const SCTP: u8 = 132;
@@ -36,28 +39,7 @@ fn sctp_frame(src: IpAddr, sport: u16, dst: IpAddr, dport: u16, vtag: u32, chunk
     if bad_crc {
         s[8] ^= 1;
     }
-    let (eth, l3) = match (src, dst) {
-        (IpAddr::V4(a), IpAddr::V4(b)) => {
-            let mut ip = vec![0x45, 0];
-            ip.extend_from_slice(&((20 + len) as u16).to_be_bytes());
-            ip.extend_from_slice(&[0, 1, 0x40, 0, 64, SCTP, 0, 0]);
-            ip.extend_from_slice(&a.octets());
-            ip.extend_from_slice(&b.octets());
-            let c = wire::checksum::checksum(&ip);
-            ip[10..12].copy_from_slice(&c.to_be_bytes());
-            (seed("seed-lb4-tcp").1[..14].to_vec(), ip)
-        }
-        (IpAddr::V6(a), IpAddr::V6(b)) => {
-            let mut ip = vec![0x60, 0, 0, 0];
-            ip.extend_from_slice(&(len as u16).to_be_bytes());
-            ip.extend_from_slice(&[SCTP, 64]);
-            ip.extend_from_slice(&a.octets());
-            ip.extend_from_slice(&b.octets());
-            (seed("seed-lb6-udp").1[..14].to_vec(), ip)
-        }
-        _ => unreachable!("one family"),
-    };
-    RxFrame { bytes: [eth, l3, s].concat(), vnet: None }
+    ip_frame(src, dst, IpProtocol::Sctp, &s)
 }
 
 /// An ICMP error from `src` to `dst` quoting `quoted` (an IP packet): IPv4 frag needed
@@ -68,34 +50,45 @@ fn icmp_error_frame(src: IpAddr, dst: IpAddr, quoted: &[u8]) -> RxFrame {
         IpAddr::V6(_) => vec![2, 0, 0, 0, 0, 0, 0x05, 0x00],
     };
     icmp.extend_from_slice(quoted);
-    let (eth, l3) = match (src, dst) {
-        (IpAddr::V4(a), IpAddr::V4(b)) => {
+    match (src, dst) {
+        (IpAddr::V4(_), IpAddr::V4(_)) => {
             let c = wire::checksum::checksum(&icmp);
             icmp[2..4].copy_from_slice(&c.to_be_bytes());
-            let mut ip = vec![0x45, 0];
-            ip.extend_from_slice(&((20 + icmp.len()) as u16).to_be_bytes());
-            ip.extend_from_slice(&[0, 2, 0, 0, 64, 1, 0, 0]);
-            ip.extend_from_slice(&a.octets());
-            ip.extend_from_slice(&b.octets());
-            let c = wire::checksum::checksum(&ip);
-            ip[10..12].copy_from_slice(&c.to_be_bytes());
-            (seed("seed-lb4-tcp").1[..14].to_vec(), ip)
+            ip_frame(src, dst, IpProtocol::Icmp, &icmp)
         }
         (IpAddr::V6(a), IpAddr::V6(b)) => {
             let mut c = wire::checksum::pseudo_header_v6(&a, &b, 58, icmp.len() as u32);
             c.add_bytes(&icmp);
             let c = c.finish();
             icmp[2..4].copy_from_slice(&c.to_be_bytes());
-            let mut ip = vec![0x60, 0, 0, 0];
-            ip.extend_from_slice(&(icmp.len() as u16).to_be_bytes());
-            ip.extend_from_slice(&[58, 64]);
-            ip.extend_from_slice(&a.octets());
-            ip.extend_from_slice(&b.octets());
-            (seed("seed-lb6-udp").1[..14].to_vec(), ip)
+            ip_frame(src, dst, IpProtocol::Icmpv6, &icmp)
+        }
+        _ => unreachable!("one family"),
+    }
+}
+
+/// An Ethernet frame to the gateway's access0 (the header of a committed seed that
+/// arrives there) holding an IP packet from `src` to `dst` with `payload`, its header
+/// emitted by the wire crate (IPv4's checksum filled).
+fn ip_frame(src: IpAddr, dst: IpAddr, protocol: IpProtocol, payload: &[u8]) -> RxFrame {
+    let (eth, mut l3) = match (src, dst) {
+        (IpAddr::V4(src), IpAddr::V4(dst)) => {
+            let mut h = vec![0u8; 20];
+            let repr = Ipv4Repr { src, dst, protocol, payload_len: payload.len(), ttl: 64, dscp: 0, ecn: 0, ident: 1, dont_frag: false };
+            repr.emit(&mut Ipv4Packet::new_unchecked(&mut h[..]));
+            (seed("seed-lb4-tcp").1[..14].to_vec(), h)
+        }
+        (IpAddr::V6(src), IpAddr::V6(dst)) => {
+            let mut h = vec![0u8; 40];
+            let repr =
+                Ipv6Repr { src, dst, next_header: protocol, payload_len: payload.len(), hop_limit: 64, traffic_class: 0, flow_label: 0 };
+            repr.emit(&mut Ipv6Packet::new_unchecked(&mut h[..]));
+            (seed("seed-lb6-udp").1[..14].to_vec(), h)
         }
         _ => unreachable!("one family"),
     };
-    RxFrame { bytes: [eth, l3, icmp].concat(), vnet: None }
+    l3.extend_from_slice(payload);
+    RxFrame { bytes: [eth, l3].concat(), vnet: None }
 }
 
 /// What left the gateway: (source, destination, its SCTP packet's bytes).
