@@ -51,4 +51,15 @@ def test_sessions_list_each_connection_with_its_backend(lab, vecgate, tmp_path):
                         (["limit", "x"], 'limit "x": expected a number of rows')):
         p = subprocess.run([gw.bin, "ctl", "--socket", gw.sock, "show", "lb", "sessions", *words], capture_output=True, text=True)
         assert p.returncode != 0 and want in p.stderr, p.stderr
+
+    # The service deleted and another added, which takes its id: the old connections live
+    # on until they expire, but they are not the new service's.
+    gw.ctl("lb", "service", "del", "default/web")
+    gw.ctl("lb", "service", "add", "default/other", "cluster_ip", "198.18.128.99", "81", "udp")
+    rows = {s["id"]: s["name"] for s in gw.ctl("show", "lb", "services")["data"]}
+    assert list(rows.values()) == ["default/other"], rows
+    assert gw.ctl("show", "lb", "sessions")["data"]["total"] == 24
+    assert gw.ctl("show", "lb", "sessions", "service", "default/other")["data"] == {"sessions": [], "total": 0}
+    text = gw.ctl("show", "lb", "sessions", "limit", "2", json_out=False)
+    assert "(deleted)" in text and "default/other" not in text, text
     assert gw.stop()[0] == 0

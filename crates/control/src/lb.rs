@@ -694,7 +694,9 @@ pub fn handle(c: &mut crate::dataplane::Control, req: &Request) -> Result<Reply,
                 Some(n) => Some(c.lb.state.service(n).ok_or_else(|| format!("service {n:?}: no such service"))?.0),
                 None => None,
             };
-            let (rows, total) = sessions(c, id, limit)?;
+            // Only the service's own: not those a deleted service with its id left.
+            let service = id.map(|id| (id, c.lb.state.first_gen(id).unwrap_or(u32::MAX)));
+            let (rows, total) = sessions(c, service, limit)?;
             let text = format_sessions(&c.lb, &rows, total);
             Reply::ok(serde_json::json!({ "sessions": rows, "total": total }), text)
         }
@@ -706,16 +708,21 @@ pub fn handle(c: &mut crate::dataplane::Control, req: &Request) -> Result<Reply,
 /// The most rows `show lb sessions` lists.
 pub const MAX_SESSION_ROWS: usize = 100_000;
 
-/// Every worker's connections (of service `id`, if given): up to `limit` rows, and the total.
-fn sessions(c: &crate::dataplane::Control, id: Option<u32>, limit: usize) -> Result<(Vec<lb::show::SessionRow>, usize), String> {
+/// Every worker's connections (of `service`, an id and its first generation, if given):
+/// up to `limit` rows, and the total.
+fn sessions(
+    c: &crate::dataplane::Control,
+    service: Option<(u32, u32)>,
+    limit: usize,
+) -> Result<(Vec<lb::show::SessionRow>, usize), String> {
     let mut rows = Vec::new();
     let mut total = 0;
     for (w, worker) in c.workers.iter().enumerate() {
         let left = limit - rows.len();
         let (r, t) = crate::dataplane::Control::inspect(worker, move |cx| {
             let now = cx.lb.now_ms;
-            let (mut r, t4) = lb::show::sessions(&cx.lb.b4, w, now, id, left);
-            let (r6, t6) = lb::show::sessions(&cx.lb.b6, w, now, id, left - r.len());
+            let (mut r, t4) = lb::show::sessions(&cx.lb.b4, w, now, service, left);
+            let (r6, t6) = lb::show::sessions(&cx.lb.b6, w, now, service, left - r.len());
             r.extend(r6);
             (r, t4 + t6)
         })?;
@@ -727,8 +734,13 @@ fn sessions(c: &crate::dataplane::Control, id: Option<u32>, limit: usize) -> Res
 
 fn format_sessions(c: &LbControl, rows: &[lb::show::SessionRow], total: usize) -> String {
     let names: HashMap<u32, &str> = c.state.services().map(|(id, s)| (id, s.name.as_str())).collect();
-    let name_of = |id: u32| names.get(&id).map_or_else(|| id.to_string(), |n| n.to_string());
-    let row_names: Vec<String> = rows.iter().map(|r| name_of(r.service)).collect();
+    // A session of a deleted service (until it expires) is not the current one's, when
+    // a new service took the id.
+    let name_of = |r: &lb::show::SessionRow| match names.get(&r.service) {
+        Some(n) if c.state.owns_session(r.service, r.gen) => n.to_string(),
+        _ => "(deleted)".to_string(),
+    };
+    let row_names: Vec<String> = rows.iter().map(name_of).collect();
     let name_w = crate::format::column(28, row_names.iter().map(String::as_str));
     let mut s = format!(
         "{:<3} {:<name_w$} {:<5} {:<26} {:<26} {:<26} {:<26} {:<12} {:>10}\n",

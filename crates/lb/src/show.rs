@@ -26,15 +26,25 @@ pub struct SessionRow {
     pub source_port: u16,
     pub state: ConnState,
     pub expires_in_ms: u64,
+    /// The service generation the session was made or last checked with
+    /// (`LbState::owns_session`: whether `service` still names its service).
+    pub gen: u32,
 }
 
-/// Up to `limit` connections of `b` at `now` (rows of `service` only, if given), and how
-/// many there are in all (with that filter).
-pub fn sessions<F: Family>(b: &Balancer<F>, worker: usize, now: u64, service: Option<u32>, limit: usize) -> (Vec<SessionRow>, usize) {
+/// Up to `limit` connections of `b` at `now`, and how many there are in all: with
+/// `service` (an id and its first generation), only that service's, not those a deleted
+/// service with the same id left behind.
+pub fn sessions<F: Family>(
+    b: &Balancer<F>,
+    worker: usize,
+    now: u64,
+    service: Option<(u32, u32)>,
+    limit: usize,
+) -> (Vec<SessionRow>, usize) {
     let mut rows = Vec::new();
     let mut total = 0;
     for (_, k, s, expires) in b.sessions.iter_live(now) {
-        if !s.is_forward() || service.is_some_and(|id| id != s.service) {
+        if !s.is_forward() || service.is_some_and(|(id, first)| id != s.service || s.gen < first) {
             continue;
         }
         total += 1;
@@ -54,6 +64,7 @@ pub fn sessions<F: Family>(b: &Balancer<F>, worker: usize, now: u64, service: Op
                 source_port: s.rewrite.sport,
                 state: s.state,
                 expires_in_ms: expires - now,
+                gen: s.gen,
             });
         }
     }

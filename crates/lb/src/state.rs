@@ -52,6 +52,9 @@ pub struct LbState {
     pub maglev_builds: u64,
     /// The last [`ServiceTable::gen`] handed out.
     last_gen: u32,
+    /// Each service's first generation, by id: a session made with an earlier one
+    /// belongs to a deleted service that had the id before ([`LbState::owns_session`]).
+    first_gen: Vec<u32>,
     /// Encapsulated services' backends: the adjacency their outer packets leave by, as
     /// of the last [`LbState::resolve_outers`] (a backend not in it takes the lookup).
     outer_adj: HashMap<IpAddr, u32>,
@@ -406,7 +409,26 @@ impl LbState {
         *self.spec_mut(id) = Some(spec);
         self.index(id, true);
         self.rebuild(id);
+        if self.first_gen.len() <= id as usize {
+            self.first_gen.resize(id as usize + 1, 0);
+        }
+        self.first_gen[id as usize] = self.last_gen;
         Ok(id)
+    }
+
+    /// Whether a session made or last checked with generation `gen` for service `id`
+    /// belongs to the service that has the id now: ids are reused after a deletion, and
+    /// the deleted service's sessions live on until they expire (they translate nothing
+    /// for it: its generation is gone). Generations only grow (a wrap after 2^32 builds
+    /// aside), and a session is never older than its own service.
+    pub fn owns_session(&self, id: u32, gen: u32) -> bool {
+        self.first_gen(id).is_some_and(|g| gen >= g)
+    }
+
+    /// Service `id`'s first generation, while it exists.
+    pub fn first_gen(&self, id: u32) -> Option<u32> {
+        self.specs.get(id as usize)?.as_ref()?;
+        self.first_gen.get(id as usize).copied()
     }
 
     pub fn del_service(&mut self, name: &str) -> Result<ServiceSpec, LbError> {
