@@ -260,6 +260,18 @@ pub fn sctp_checksum<A>(pkt: &[u8], flow: &Flow<A>) -> Result<(), NatError> {
     }
 }
 
+/// [`sctp_checksum`], or, when its sender left the CRC32c to the device (`left`: a vnet
+/// partial checksum, nothing to check, the sender trusted its device), the CRC32c
+/// computed here: the nodes and devices that complete a partial checksum complete an
+/// Internet checksum, which would spoil it.
+pub fn sctp_checksum_or_fill<A>(pkt: &mut [u8], flow: &Flow<A>, left: bool) -> Result<(), NatError> {
+    if left {
+        wire::sctp::SctpPacket::new_unchecked(&mut pkt[flow.l4..]).fill_checksum();
+        return Ok(());
+    }
+    sctp_checksum(pkt, flow)
+}
+
 /// An SCTP packet's chunks as the TCP flags whose meaning they share, so that an
 /// association lives as a connection does (`session::next_state`): INIT a SYN, INIT ACK
 /// a SYN-ACK, SHUTDOWN and SHUTDOWN ACK a FIN, ABORT and SHUTDOWN COMPLETE an RST (the

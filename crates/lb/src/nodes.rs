@@ -274,17 +274,15 @@ impl<F: NatNodeFamily> LbNat<F> {
         if !t.reply_sources.contains(&flow.key.src) || lb.peek(&flow.key, now).is_none() {
             return Verdict::Next(F::REWRITE);
         }
-        // A CRC32c its sender left to the device: computed by the translation, and no
-        // longer pending (see `LbNat::crc_left`).
+        // A CRC32c its sender left to the device: computed here, and no longer pending
+        // (see `LbNat::crc_left`).
         let left = buf.take_partial_checksum().is_some();
-        if !left && nat::sctp_checksum(buf.bytes(), &flow).is_err() {
+        if nat::sctp_checksum_or_fill(buf.bytes_mut(), &flow, left).is_err() {
             return Verdict::Drop(LbNatCounter::SctpBadChecksum);
         }
-        if let Some(rw) = lb.reverse_sctp(&flow.key, flow.flags, now) {
+        if let Some(rw) = lb.reverse(&flow.key, flow.flags, now) {
             nat::translate::<F>(buf.bytes_mut(), &flow, &rw, false);
             counts.inc(LbNatCounter::Replies);
-        } else if left {
-            wire::sctp::SctpPacket::new_unchecked(&mut buf.bytes_mut()[flow.l4..]).fill_checksum();
         }
         Verdict::Next(F::REWRITE)
     }
@@ -307,11 +305,7 @@ impl<F: NatNodeFamily> LbNat<F> {
     #[inline(never)]
     fn sctp_flow(pkt: &mut [u8], left: bool) -> Result<(Flow<F::Addr>, u32), NatError> {
         let flow = nat::sctp_flow::<F>(pkt)?;
-        if left {
-            wire::sctp::SctpPacket::new_unchecked(&mut pkt[flow.l4..]).fill_checksum();
-        } else {
-            nat::sctp_checksum(pkt, &flow)?;
-        }
+        nat::sctp_checksum_or_fill(pkt, &flow, left)?;
         let k = &flow.key;
         Ok((flow, F::flow_hash(&k.src, &k.dst, k.sport, k.dport, k.proto)))
     }
@@ -451,8 +445,7 @@ impl<F: NatNodeFamily> LbNat<F> {
         // Replies are addressed to the node (SNAT) and come by ipN-local; a packet routed
         // to a service address is a client's.
         if local {
-            let reply = if key.proto == nat::SCTP { lb.reverse_sctp(&key, flags, now) } else { lb.reverse(&key, flags, now) };
-            if let Some(rw) = reply {
+            if let Some(rw) = lb.reverse(&key, flags, now) {
                 nat::translate::<F>(pkt, &flow, &rw, partial);
                 counts.inc(C::Replies);
                 return Verdict::Next(F::LOOKUP);

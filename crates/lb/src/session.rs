@@ -109,7 +109,7 @@ use crate::nat::{SCTP, TCP};
 /// association TCP's, its chunks read as TCP flags (`nat::sctp_flags`), so it takes
 /// the TCP states and timeouts (INIT unanswered, established, shutting down, aborted).
 /// For the full path's functions ([`Balancer::forward`], [`Balancer::direct`],
-/// [`Balancer::reverse_sctp`]); the session hit never sees SCTP (`lbN-nat` sends it to
+/// [`Balancer::reverse`]); the session hit never sees SCTP (`lbN-nat` sends it to
 /// the full path), so [`Balancer::hit`] does not ask.
 #[inline(always)]
 fn machine(proto: u8) -> u8 {
@@ -574,21 +574,11 @@ impl<F: Family> Balancer<F> {
         }
     }
 
-    /// A packet that may be a reply of a translated connection: its translation.
+    /// A packet that may be a reply of a translated connection: its translation. An SCTP
+    /// association's reply takes TCP's states ([`machine`]).
     #[inline]
     pub fn reverse(&mut self, key: &FlowKey<F::Addr>, flags: u8, now: u64) -> Option<Rewrite<F::Addr>> {
-        self.reverse_as(key, key.proto, flags, now)
-    }
-
-    /// [`Balancer::reverse`] for an SCTP packet (an association follows TCP's states).
-    #[inline(never)]
-    pub fn reverse_sctp(&mut self, key: &FlowKey<F::Addr>, flags: u8, now: u64) -> Option<Rewrite<F::Addr>> {
-        self.reverse_as(key, machine(key.proto), flags, now)
-    }
-
-    /// `sm`: the protocol whose states the connection takes ([`machine`]).
-    #[inline(always)]
-    fn reverse_as(&mut self, key: &FlowKey<F::Addr>, sm: u8, flags: u8, now: u64) -> Option<Rewrite<F::Addr>> {
+        let sm = machine(key.proto);
         let i = self.sessions.find(&Key::new(key), now)?;
         let s = *self.sessions.get(i);
         if s.is_forward() {

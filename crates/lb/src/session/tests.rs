@@ -149,20 +149,20 @@ fn sctp_associations_take_tcp_states() {
     assert_eq!(o, Outcome::New);
     assert_eq!(state_of(&r, 1000), Some((ConnState::SynSent, 1000 + to.tcp_syn_ms)));
     let reply = FlowKey { src: there.dst, dst: k.src, sport: 8080, dport: k.sport, proto: SCTP };
-    assert_eq!(r.lb.reverse_sctp(&reply, TCP_SYN | TCP_ACK, 1001), Some(Rewrite { src: VIP, sport: 80, dst: k.src, dport: k.sport }));
+    assert_eq!(r.lb.reverse(&reply, TCP_SYN | TCP_ACK, 1001), Some(Rewrite { src: VIP, sport: 80, dst: k.src, dport: k.sport }));
     assert_eq!(state_of(&r, 1001), Some((ConnState::Established, 1001 + to.tcp_established_ms)));
     assert_eq!(r.fwd(&k, TCP_ACK, 1002).unwrap(), (there, Outcome::Hit));
     // ABORT from the client: reset, gone at the reset timeout, both entries.
     r.fwd(&k, TCP_RST, 2000).unwrap();
     assert_eq!(state_of(&r, 2000), Some((ConnState::Reset, 2000 + to.tcp_reset_ms)));
     assert!(state_of(&r, 2000 + to.tcp_reset_ms).is_none());
-    assert!(r.lb.reverse_sctp(&reply, TCP_ACK, 2000 + to.tcp_reset_ms).is_none());
+    assert!(r.lb.reverse(&reply, TCP_ACK, 2000 + to.tcp_reset_ms).is_none());
     // A new association; SHUTDOWN, then the backend's SHUTDOWN COMPLETE ends it.
     r.fwd(&k, TCP_SYN, 100_000).unwrap();
-    r.lb.reverse_sctp(&reply, TCP_SYN | TCP_ACK, 100_001).unwrap();
+    r.lb.reverse(&reply, TCP_SYN | TCP_ACK, 100_001).unwrap();
     r.fwd(&k, TCP_FIN | TCP_ACK, 100_002).unwrap();
     assert_eq!(state_of(&r, 100_002).unwrap().0, ConnState::Closing);
-    r.lb.reverse_sctp(&reply, TCP_RST, 100_003).unwrap();
+    r.lb.reverse(&reply, TCP_RST, 100_003).unwrap();
     assert_eq!(state_of(&r, 100_003), Some((ConnState::Reset, 100_003 + to.tcp_reset_ms)));
     // An INIT on the ended association: a new session, not the old one revived.
     assert_eq!(r.fwd(&k, TCP_SYN, 100_004).unwrap().1, Outcome::New);
