@@ -42,6 +42,7 @@ pub mod nodes;
 pub mod outer;
 pub mod parcel;
 pub mod prefix;
+pub mod prefix_set;
 pub mod punt;
 pub mod reassembly;
 pub mod state;
@@ -53,5 +54,6 @@ pub mod urpf;
 
 pub use context::{HasIp, IpContext, IpEvent, Limits};
 pub use prefix::{IfAddr, Prefix};
+pub use prefix_set::PrefixSet;
 pub use state::{InterfaceSpec, RouteTarget, RouterState, StateError};
 pub use tables::Tables;

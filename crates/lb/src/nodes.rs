@@ -459,7 +459,7 @@ impl<F: NatNodeFamily> LbNat<F> {
         // A new connection, or a session whose service changed since it was checked
         // (new ranges are a new generation): a session hit never gets here, and never
         // reads the ranges.
-        if svc.sources.as_ref().is_some_and(|s| !s.contains(key.src.as_ref())) {
+        if svc.sources.as_ref().is_some_and(|s| !s.contains_bytes(key.src.as_ref())) {
             lb.forget(&key, now);
             return Verdict::Drop(C::SourceNotAllowed);
         }

@@ -7,7 +7,7 @@ use crate::encap::{Outer, ShapeKey};
 use crate::family::{Family, V4, V6};
 use crate::maglev::{self, MaglevBackend};
 use crate::service::{Affinity, BackendSpec, Conditions, ServiceSpec, ServiceType, SpecError, TrafficPolicy};
-use crate::tables::{Backend, FamilyTables, LbTables, ServiceTable, SourceSet};
+use crate::tables::{Backend, FamilyTables, LbTables, ServiceTable};
 use ip::tables::ADJ_MISS;
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -117,14 +117,14 @@ fn shapes_of(t: &mut LbTables, v6: bool) -> (Option<IpAddr>, &mut Vec<Outer>) {
 /// address when a range holds the node's address of its family (`node`, the SNAT
 /// address): a node that holds the service address itself reaches it from that address.
 /// `None` without ranges (every source).
-fn sources<F: Family>(spec: &ServiceSpec, node: Option<IpAddr>) -> Option<SourceSet> {
+fn sources(spec: &ServiceSpec, node: Option<IpAddr>) -> Option<ip::PrefixSet> {
     if spec.source_ranges.is_empty() {
         return None;
     }
     let ranges = spec.source_ranges.iter().map(|r| r.0);
     let from_node = node.is_some_and(|n| spec.source_ranges.iter().any(|r| r.0.contains(n)));
     let own = from_node.then(|| ip::Prefix::covering(spec.vip, if spec.vip.is_ipv4() { 32 } else { 128 }));
-    Some(SourceSet::new(std::mem::size_of::<F::Addr>(), ranges.chain(own)))
+    Some(ip::PrefixSet::new(spec.vip.is_ipv6(), ranges.chain(own)))
 }
 
 /// Service `id`'s table; `shape` its outer headers' (encapsulated services), `adj` the
@@ -174,7 +174,7 @@ fn compile<F: Family>(
         maglev: maglev::build(&weighted, size),
         forwarding: spec.forwarding,
         shape,
-        sources: sources::<F>(spec, node),
+        sources: sources(spec, node),
     }
 }
 
@@ -739,14 +739,14 @@ mod tests {
         let open = st.add_service(spec("open", "198.18.131.21", 80, &["198.19.1.10"])).unwrap();
         let t = st.tables();
         let set = t.v4.service(id).unwrap().sources.clone().unwrap();
-        assert!(set.contains(&[198, 18, 50, 9]) && set.contains(&[198, 18, 1, 7]) && !set.contains(&[198, 18, 51, 9]));
-        assert!(set.contains(&[198, 18, 131, 20]), "a range holds the node's address: the service's own too");
+        assert!(set.contains_bytes(&[198, 18, 50, 9]) && set.contains_bytes(&[198, 18, 1, 7]) && !set.contains_bytes(&[198, 18, 51, 9]));
+        assert!(set.contains_bytes(&[198, 18, 131, 20]), "a range holds the node's address: the service's own too");
         assert!(t.v4.service(open).unwrap().sources.is_none());
         let gen = t.v4.gen(id);
         st.set_snat(Some("198.18.2.1".parse().unwrap())).unwrap();
         let t = st.tables();
         let set = t.v4.service(id).unwrap().sources.clone().unwrap();
-        assert!(!set.contains(&[198, 18, 131, 20]), "no range holds the node's new address");
+        assert!(!set.contains_bytes(&[198, 18, 131, 20]), "no range holds the node's new address");
         assert_ne!(t.v4.gen(id), gen, "built again: its sessions are checked again");
     }
 

@@ -52,55 +52,12 @@ pub struct ServiceTable<F: Family> {
     /// (0 for NAT, unused).
     pub shape: u16,
     /// A `load_balancer` service's `source_ranges`: the sources a new connection may
-    /// come from; `None`: every source. Read by a new connection only (a session hit
-    /// reads none of it: a change of ranges is a new generation, so every session of the
-    /// service is checked again by the full path).
-    pub sources: Option<SourceSet>,
-}
-
-/// A service's allowed sources as the node matches them: each range as a (network,
-/// mask) pair of integers of the family's width (an IPv4 address in the low 32 bits),
-/// so that a source matches a range with one AND and one compare. A new connection
-/// scans them in order; a service has a few (kube-proxy's own rules are one per range).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SourceSet(Box<[(u128, u128)]>);
-
-impl SourceSet {
-    /// The set of `ranges` (of one family: the address bytes' width, 4 or 16, is
-    /// `width`); a prefix of another width matches nothing.
-    pub fn new(width: usize, ranges: impl IntoIterator<Item = ip::Prefix>) -> SourceSet {
-        let bits = width as u32 * 8;
-        let nets = ranges
-            .into_iter()
-            .filter_map(|p| {
-                let (net, len) = match p {
-                    ip::Prefix::V4(a, len) if bits == 32 => (u32::from(a) as u128, len as u32),
-                    ip::Prefix::V6(a, len) if bits == 128 => (u128::from(a), len as u32),
-                    _ => return None,
-                };
-                // The top `len` bits of the family's width.
-                let ones = if bits == 128 { u128::MAX } else { (1u128 << bits) - 1 };
-                let mask = ones.checked_shl(bits - len).map_or(0, |m| m & ones);
-                Some((net & mask, mask))
-            })
-            .collect();
-        SourceSet(nets)
-    }
-
-    /// Whether `src` (an address's bytes, network order) is in one of the ranges.
-    #[inline]
-    pub fn contains(&self, src: &[u8]) -> bool {
-        let a = src.iter().fold(0u128, |x, &b| x << 8 | b as u128);
-        self.0.iter().any(|&(net, mask)| a & mask == net)
-    }
-
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
+    /// come from, as a prefix set (a check costs a binary search of the merged ranges,
+    /// not a scan of the list: cloud allowlists hold hundreds); `None`: every source.
+    /// Read by a new connection only (a session hit reads none of it: a change of
+    /// ranges is a new generation, so every session of the service is checked again by
+    /// the full path).
+    pub sources: Option<ip::PrefixSet>,
 }
 
 impl<F: Family> ServiceTable<F> {
@@ -270,95 +227,5 @@ impl FamilyOf<V4> for LbTables {
 impl FamilyOf<V6> for LbTables {
     fn family(&self) -> &FamilyTables<V6> {
         &self.v6
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::SourceSet;
-    use ip::Prefix;
-    use proptest::prelude::*;
-    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-
-    fn set(ranges: &[&str]) -> (SourceSet, SourceSet) {
-        let p: Vec<Prefix> = ranges.iter().map(|r| r.parse().unwrap()).collect();
-        (SourceSet::new(4, p.iter().copied()), SourceSet::new(16, p.iter().copied()))
-    }
-
-    fn v4(a: &str) -> [u8; 4] {
-        a.parse::<Ipv4Addr>().unwrap().octets()
-    }
-
-    fn v6(a: &str) -> [u8; 16] {
-        a.parse::<Ipv6Addr>().unwrap().octets()
-    }
-
-    #[test]
-    fn sources_match_by_prefix_in_either_family() {
-        let (s4, s6) = set(&["198.18.50.0/24", "198.18.60.7/32", "2001:db8:50::/48", "2001:db8::9/128"]);
-        // Each family's set holds its own ranges only.
-        assert_eq!((s4.len(), s6.len()), (2, 2));
-        for (a, want) in [
-            ("198.18.50.0", true),
-            ("198.18.50.255", true),
-            ("198.18.51.0", false),
-            ("198.18.49.255", false),
-            ("198.18.60.7", true),
-            ("198.18.60.6", false),
-            ("198.18.60.8", false),
-        ] {
-            assert_eq!(s4.contains(&v4(a)), want, "{a}");
-        }
-        for (a, want) in [
-            ("2001:db8:50::1", true),
-            ("2001:db8:50:ffff:ffff:ffff:ffff:ffff", true),
-            ("2001:db8:51::", false),
-            ("2001:db8::9", true),
-            ("2001:db8::8", false),
-            ("2001:db8::a", false),
-        ] {
-            assert_eq!(s6.contains(&v6(a)), want, "{a}");
-        }
-        // /0 holds every address of its family.
-        let (any4, any6) = set(&["0.0.0.0/0", "::/0"]);
-        assert!(any4.contains(&v4("255.255.255.255")) && any4.contains(&v4("0.0.0.0")));
-        assert!(any6.contains(&v6("ffff::1")) && any6.contains(&v6("::")));
-        // A family without ranges holds nothing (a service is never built so: its
-        // ranges are of its family).
-        let (none4, _) = set(&["2001:db8::/32"]);
-        assert!(none4.is_empty() && !none4.contains(&v4("198.18.0.1")));
-    }
-
-    fn prefix(a: IpAddr, len: u8) -> Prefix {
-        Prefix::covering(a, len)
-    }
-
-    proptest! {
-        /// Against the naive reading: an address is in the set when one of the prefixes
-        /// contains it (`Prefix::contains`, a mask of the address compared with the
-        /// network), for several ranges of mixed lengths, /0 and host prefixes included.
-        #[test]
-        fn the_set_matches_as_the_prefixes_do(
-            nets in proptest::collection::vec((any::<u32>(), 0u8..=32), 0..6),
-            nets6 in proptest::collection::vec((any::<u128>(), 0u8..=128), 0..6),
-            probes in proptest::collection::vec(any::<u32>(), 1..16),
-            probes6 in proptest::collection::vec(any::<u128>(), 1..16),
-        ) {
-            let p4: Vec<Prefix> = nets.iter().map(|&(a, l)| prefix(Ipv4Addr::from(a).into(), l)).collect();
-            let p6: Vec<Prefix> = nets6.iter().map(|&(a, l)| prefix(Ipv6Addr::from(a).into(), l)).collect();
-            let s4 = SourceSet::new(4, p4.iter().chain(&p6).copied());
-            let s6 = SourceSet::new(16, p6.iter().chain(&p4).copied());
-            // Probes near the networks too (a bit flipped at and around the length).
-            let near4 = nets.iter().flat_map(|&(a, l)| [a, a ^ (1u32.rotate_right(l as u32)), a ^ 1]);
-            for a in probes.iter().copied().chain(near4) {
-                let ip = IpAddr::V4(a.into());
-                prop_assert_eq!(s4.contains(&a.to_be_bytes()), p4.iter().any(|p| p.contains(ip)), "{}", ip);
-            }
-            let near6 = nets6.iter().flat_map(|&(a, l)| [a, a ^ (1u128.rotate_right(l as u32)), a ^ 1]);
-            for a in probes6.iter().copied().chain(near6) {
-                let ip = IpAddr::V6(a.into());
-                prop_assert_eq!(s6.contains(&a.to_be_bytes()), p6.iter().any(|p| p.contains(ip)), "{}", ip);
-            }
-        }
     }
 }
