@@ -171,6 +171,16 @@ impl Model {
     /// the load balancer's checks: the addresses of every slice of the Service (each
     /// once, whatever its ports or slices), ready only (a terminating endpoint still
     /// serving does not count: a node with only those should be taken out of rotation).
+    ///
+    /// Counted per family, of the Service's families (`spec.ipFamilies`), and the larger
+    /// count answered, never the sum: kube-proxy v1.31 runs one proxier per family, each
+    /// with a health server counting its own family's endpoints, and the two race for
+    /// the one port (the loser logs "Failed to start healthcheck", kubernetes#114702). A
+    /// dual-stack pod (an address in each family) is so one endpoint, as kube-proxy
+    /// answers; with local endpoints in one family only, kube-proxy's answer depends on
+    /// which proxier bound first, and this is the answer of the one with endpoints (the
+    /// node can serve the Service), as a single health server over both families would
+    /// give (the fix #114702 proposes).
     pub fn health_check(&self, key: &Key) -> Option<crate::health::Check> {
         let svc = self.services.get(key)?;
         let port = svc.health_check_node_port?;
@@ -182,7 +192,10 @@ impl Model {
             .filter(|e| e.conditions.ready && node.is_some() && e.node_name.as_deref() == node)
             .map(|e| e.addr)
             .collect();
-        Some(crate::health::Check { port, local_endpoints: local.len() })
+        let in_family = |v6: bool| local.iter().filter(|a| a.is_ipv6() == v6).count();
+        let families = [(svc.ipv4, false), (svc.ipv6, true)];
+        let local_endpoints = families.iter().filter(|f| f.0).map(|f| in_family(f.1)).max().unwrap_or(0);
+        Some(crate::health::Check { port, local_endpoints })
     }
 
     /// Every Service key with objects or applied LB services (for a whole resync).

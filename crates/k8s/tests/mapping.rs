@@ -482,6 +482,65 @@ fn a_health_check_node_port_answers_with_this_nodes_ready_endpoints() {
     assert_eq!(m.health_check(&key), None);
 }
 
+/// A dual-stack Service's health check counts each family's local ready endpoints and
+/// answers the larger count, never their sum: kube-proxy v1.31's two proxiers each serve
+/// the port with their own family's count (one of them holds it), so pods with an address
+/// in each family are one endpoint each. Local endpoints in one family only: that
+/// family's count (200), in either family. A family the Service does not have is not
+/// counted (kube-proxy's proxier of that family does not see the Service).
+#[test]
+fn a_dual_stack_health_check_counts_one_family_not_both() {
+    use k8s::health::{service_answer, Check};
+    let mut v = local_lb_web(31700);
+    v["spec"]["clusterIPs"] = json!(["198.18.128.10", "2001:db8:128::10"]);
+    v["spec"]["ipFamilies"] = json!(["IPv4", "IPv6"]);
+    v["spec"]["ipFamilyPolicy"] = json!("RequireDualStack");
+    let svc = service(v);
+    assert!(svc.ipv4 && svc.ipv6 && svc.unsupported.is_empty(), "{:?}", svc.unsupported);
+    let mut m = Model::new(settings());
+    let key = m.service_applied(svc);
+    let v6_slice = |name: &str, endpoints: Vec<serde_json::Value>| {
+        let mut s = web_slice(name, endpoints);
+        s["addressType"] = json!("IPv6");
+        s
+    };
+    // Two local pods and one elsewhere, each with an address in both families.
+    let pods = [
+        ("198.19.1.10", "2001:db8:19:1::10", "n1"),
+        ("198.19.1.11", "2001:db8:19:1::11", "n1"),
+        ("198.19.2.10", "2001:db8:19:2::10", "n2"),
+    ];
+    let v4s = |pods: &[(&str, &str, &str)]| pods.iter().map(|p| endpoint(p.0, true, false, p.2)).collect::<Vec<_>>();
+    let v6s = |pods: &[(&str, &str, &str)]| pods.iter().map(|p| endpoint(p.1, true, false, p.2)).collect::<Vec<_>>();
+    m.slice_applied(slice(web_slice("web-v4", v4s(&pods))));
+    m.slice_applied(slice(v6_slice("web-v6", v6s(&pods))));
+    assert_eq!(m.health_check(&key), Some(Check { port: 31700, local_endpoints: 2 }), "two pods, not four addresses");
+    let body: serde_json::Value = serde_json::from_str(&service_answer(&key, 2, true).body).unwrap();
+    assert_eq!(body["localEndpoints"], json!(2));
+
+    // Local endpoints in one family only, either one: that family's count.
+    m.slice_applied(slice(web_slice("web-v4", v4s(&pods[2..]))));
+    assert_eq!(m.health_check(&key).unwrap().local_endpoints, 2, "IPv6 only");
+    m.slice_applied(slice(web_slice("web-v4", v4s(&pods[..1]))));
+    m.slice_applied(slice(v6_slice("web-v6", v6s(&pods[2..]))));
+    let check = m.health_check(&key).unwrap();
+    assert_eq!((check.local_endpoints, service_answer(&key, check.local_endpoints, true).status), (1, 200), "IPv4 only");
+    // Uneven: the larger family's count.
+    m.slice_applied(slice(v6_slice("web-v6", v6s(&pods))));
+    assert_eq!(m.health_check(&key).unwrap().local_endpoints, 2);
+    // Neither: 503.
+    m.slice_applied(slice(web_slice("web-v4", v4s(&pods[2..]))));
+    m.slice_applied(slice(v6_slice("web-v6", v6s(&pods[2..]))));
+    let check = m.health_check(&key).unwrap();
+    assert_eq!((check.local_endpoints, service_answer(&key, 0, true).status), (0, 503));
+
+    // The Service back to IPv4 only: its IPv6 slice's local endpoints do not count.
+    m.slice_applied(slice(v6_slice("web-v6", v6s(&pods))));
+    assert_eq!(m.health_check(&key).unwrap().local_endpoints, 2);
+    m.service_applied(service(local_lb_web(31700)));
+    assert_eq!(m.health_check(&key).unwrap().local_endpoints, 0, "the Service has no IPv6 family");
+}
+
 #[test]
 fn ipv4_with_leading_zeros_is_read_in_decimal_as_kubernetes_reads_it() {
     // The API server (v1.31) still accepts "198.018.140.010" with a warning and kube-proxy
