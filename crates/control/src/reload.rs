@@ -149,8 +149,9 @@ fn file_udp_receivers(new: &Config) -> Vec<(String, u16, UdpApp)> {
 }
 
 /// The ports punted at run time (`punt_port_add`) stay through a reload that keeps
-/// `[punt]`: a file tunnel, inbound SA (but ESP in UDP on 4500) or node-local service on
-/// one of them is refused before anything changes, as is a file `[punt]` port under a service made with `ctl`
+/// `[punt]`: a file tunnel, inbound SA (but ESP in UDP on 4500) or node-local service (a
+/// node port, or a service on an address the node has once the file is applied:
+/// [`own_after`]) on one of them is refused before anything changes, as is a file `[punt]` port under a service made with `ctl`
 /// (the file's own services are checked against its ports by `dataplane::check`).
 fn check_punt_ports(c: &Control, new: &Config) -> Result<(), String> {
     let refuse = |field: &str, what: String| Err(format!("{}: {field}: {what}; nothing was changed", new.source));
@@ -163,9 +164,7 @@ fn check_punt_ports(c: &Control, new: &Config) -> Result<(), String> {
         }
         for (i, s) in new.lb_services.iter().enumerate() {
             let Some(owner) = spec.added(s.protocol == lb::Protocol::Tcp).get(&s.port) else { continue };
-            let local = s.kind == lb::ServiceType::NodePort
-                || ip::Prefix::new(s.vip, if s.vip.is_ipv4() { 32 } else { 128 }).is_ok_and(|p| c.state.own_address_of(&p).is_some());
-            if local {
+            if s.kind == lb::ServiceType::NodePort || own_after(c, new, s.vip) {
                 let what = format!(
                     "{}/{} of the node's addresses is punted to the host (punt_port_add, owner {owner})",
                     s.port,
@@ -191,6 +190,21 @@ fn check_punt_ports(c: &Control, new: &Config) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Whether `addr` is one of the node's own addresses once `new` is applied (what a
+/// service's packets come by `ipN-local` for, as the reload's `lb::add_service` will judge
+/// it, after the file's interfaces): an address of one of the file's interfaces (its IPv6
+/// link-local one too), or of a running interface the reload keeps (one made with `ctl`,
+/// which no file declares). Not the running gateway's: the file may add the address, or
+/// take it away, with the service.
+fn own_after(c: &Control, new: &Config, addr: IpAddr) -> bool {
+    let of_file = (0..new.interfaces.len())
+        .filter_map(|i| crate::dataplane::interface_spec(new, i).ok())
+        .any(|s| s.addresses.iter().any(|a| a.addr == addr) || IpAddr::V6(wire::ipv6::link_local_from_mac(&s.mac)) == addr);
+    let host = Prefix::covering(addr, if addr.is_ipv4() { 32 } else { 128 });
+    let declared = |name: &str| new.interfaces.iter().chain(&c.applied.interfaces).any(|i| i.name == name);
+    of_file || c.state.own_address_of(&host).is_some_and(|name| !declared(name))
 }
 
 /// Sections a running gateway cannot change.

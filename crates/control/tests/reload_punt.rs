@@ -243,3 +243,53 @@ addresses = ["198.18.1.1/24"]
     let want = [("pg0", "pg-input"), ("pg1", "pg-punt-input"), ("pg1", "pg-input"), ("pg0", "pg-punt-input")];
     assert_eq!(seen, want.map(|(a, b)| (a.to_string(), b.to_string())), "worker 0 ends as it began");
 }
+
+/// A reload that gives an interface a new address and brings a load_balancer service on
+/// that address, on a TCP port punted at run time: the service's packets would come by
+/// `ip4-local`, where the port goes to the host first, so the reload is refused by field
+/// before anything changes. It is judged by the file's addresses, not the running
+/// gateway's (which do not have it yet: the check passed, and the service was refused
+/// half-way through, after the interface had changed). The other way round, a reload that
+/// takes the address away with the service coming on is let through (the address is the
+/// running gateway's, not the file's): the service's address is then routed to it.
+#[test]
+fn a_service_on_an_address_the_reload_adds_is_judged_by_the_files_addresses() {
+    let base = LINKS.to_string() + &punt("host", "198.18.250.2", "500");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gw.toml");
+    std::fs::write(&path, &base).unwrap();
+    let (mut c, worker) = assemble(&Config::load(&path).unwrap()).unwrap().into_single();
+    c.config_path = Some(path);
+    // A running worker: a reload changes interfaces through it.
+    let handle = control::dataplane::spawn(&mut c, worker, None, false);
+    let r = c.handle(&Request::PuntPortAdd { protocol: lb::Protocol::Tcp, port: 8443, owner: Some("k8s".into()) });
+    assert!(r.ok, "{r:?}");
+    let with_address = base.replace(r#"addresses = ["198.18.251.1/24"]"#, r#"addresses = ["198.18.251.1/24", "198.18.252.1/24"]"#);
+    assert_ne!(with_address, base);
+    let web = "\n[[lb_service]]\nname = \"web\"\ntype = \"load_balancer\"\nvip = \"198.18.252.1\"\nport = 8443\nprotocol = \"tcp\"\n\
+               backends = [{ addr = \"198.18.251.40\", port = 8443 }]\n";
+    let ours = |c: &Control| c.state.own_address_of(&"198.18.252.1/32".parse().unwrap()).map(str::to_string);
+    let e = reload(&dir, &mut c, &(with_address.clone() + web)).unwrap_err();
+    assert!(
+        e.ends_with(
+            "lb_service[0].port: 8443/tcp of the node's addresses is punted to the host (punt_port_add, owner k8s); \
+             expected a port nothing else receives on; nothing was changed"
+        ),
+        "{e}"
+    );
+    assert_eq!((ours(&c), c.lb.state.service("web").is_some()), (None, false), "nothing changed");
+    // The address alone, then the service without it: the address goes, the service comes.
+    assert_eq!(reload(&dir, &mut c, &with_address).unwrap(), ["other"]);
+    assert_eq!(ours(&c).as_deref(), Some("other"));
+    let mut changes = reload(&dir, &mut c, &(base + web)).unwrap();
+    changes.sort();
+    assert_eq!(changes, ["other", "web"]);
+    assert_eq!((ours(&c), c.lb.state.service("web").is_some()), (None, true));
+    let r = c.handle(&Request::ShowIpFibEntry { query: "198.18.252.1".into() });
+    assert_eq!((r.data["prefix"].as_str(), r.data["kind"].as_str() == Some("local")), (Some("198.18.252.1/32"), false), "{r:?}");
+    assert!(c.state.punt().unwrap().punts(true, 8443), "still punted");
+    for w in &c.workers {
+        let _ = w.send(engine::worker::WorkerCmd::Stop);
+    }
+    handle.join().unwrap();
+}
