@@ -4,8 +4,10 @@ backend namespaces, and scapy and tshark dissect what comes out and verify every
 the gateway wrote. IPv4 and IPv6. The host kernel has no SCTP module, so the peers are
 raw frames (tests/sctp_peer.py), not SCTP sockets: an INIT to the service reaches one
 backend (each association exactly one, both backends used), translated; the backend's
-INIT ACK comes back as the service's; an ABORT resets the session; a packet with a wrong
-CRC32c is dropped by name and makes no session."""
+INIT ACK and COOKIE ACK come back as the service's; the session goes through SCTP's own
+states (cookie-wait, established, closed: `show lb sessions`) with the `[lb] timeouts`
+SCTP keys' timeouts; an ABORT closes it; a packet with a wrong CRC32c is dropped by name
+and makes no session."""
 import json
 import subprocess
 import sys
@@ -18,6 +20,7 @@ from netns import Lab, Vecgate
 
 PEER = Path(__file__).resolve().parent / "sctp_peer.py"
 PORT = 38412  # NGAP
+COOKIE_MS = 60000  # [lb] timeouts: sctp_cookie_wait_ms and sctp_cookie_echoed_ms
 GW_A, GW_B = "02:00:00:00:00:0a", ["02:00:00:00:01:00", "02:00:00:00:01:01"]
 CLIENT_MAC, BE_MAC = "02:00:00:00:0c:01", ["02:00:00:00:0b:00", "02:00:00:00:0b:01"]
 FAMILIES = {
@@ -58,6 +61,8 @@ addresses = ["{f4['gw']}/24", "{f6['gw']}/64"]
 [lb]
 snat4 = "{f4['snat']}"
 snat6 = "{f6['snat']}"
+# The handshake's 3 s defaults are shorter than the test's pauses (sniffers, tshark).
+timeouts = {{ sctp_cookie_wait_ms = {COOKIE_MS}, sctp_cookie_echoed_ms = {COOKIE_MS} }}
 {svc}"""
 
 
@@ -161,7 +166,8 @@ def l3(raw):
 
 @pytest.mark.parametrize("fam", [4, 6])
 def test_sctp_associations_through_the_balancer(lab, vecgate, tmp_path, fam):
-    from scapy.layers.sctp import SCTP, SCTPChunkInit, SCTPChunkInitAck, SCTPChunkAbort, SCTPChunkData
+    from scapy.layers.sctp import (SCTP, SCTPChunkInit, SCTPChunkInitAck, SCTPChunkAbort, SCTPChunkData,
+                                   SCTPChunkCookieEcho, SCTPChunkCookieAck)
     f = FAMILIES[fam]
     node = f"lb{fam}-nat"
     c, g, bes = topology(lab)
@@ -196,7 +202,9 @@ def test_sctp_associations_through_the_balancer(lab, vecgate, tmp_path, fam):
     assert len(rows) == 16, rows
     for r in rows:
         (b, sport), = seen[0x1000 + r["client_port"] - 40000]
-        assert (r["backend"], r["source_port"], r["state"]) == (f["backends"][b], sport, "syn_sent"), r
+        assert (r["backend"], r["source_port"], r["state"]) == (f["backends"][b], sport, "sctp_cookie_wait"), r
+        # The configured cookie-wait timeout, not the 3 s default nor TCP's SYN one.
+        assert 3000 < r["expires_in_ms"] <= COOKIE_MS, r
 
     # The backend's INIT ACK comes back as the service's, CRC32c right.
     b, snat_port = seen[0x1000][0]
@@ -209,13 +217,30 @@ def test_sctp_associations_through_the_balancer(lab, vecgate, tmp_path, fam):
     p = l3(got_c[0])
     assert (p.src, p.dst, p[SCTP].sport, p[SCTP].dport, p[SCTP].tag) == (f["vip"], f["client"], PORT, 40000, 0x1000), p.summary()
     assert crc_ok(got_c[0]) and tshark_checksums(tmp_path, f"client-{fam}", got_c) == ["1"]
-    state = lambda port: next(r["state"] for r in gw.ctl("show", "lb", "sessions", "limit", "1000")["data"]["sessions"]
-                              if r["protocol"] == 132 and r["client_port"] == port)
-    assert state(40000) == "established"
+    row = lambda port: next(r for r in gw.ctl("show", "lb", "sessions", "limit", "1000")["data"]["sessions"]
+                            if r["protocol"] == 132 and r["client_port"] == port)
+    state = lambda port: row(port)["state"]
+    assert state(40000) == "sctp_cookie_wait", "an INIT ACK leaves the handshake in cookie-wait"
+
+    # The client's COOKIE ECHO to the backend, the backend's COOKIE ACK back: established,
+    # with SCTP's established timeout (210 s), not TCP's (24 h).
+    s = Sniffers(lab, where)
+    send(lab, c, "a0", [to_vip(40000, 0x9000, SCTPChunkCookieEcho(cookie=b"cookie-of-the-backend"))])
+    out = s.stop()
+    assert out[0] == [] and len(out[1 + b]) == 1 and out[2 - b] == [], out
+    p = l3(out[1 + b][0])
+    assert SCTPChunkCookieEcho in p and p[SCTP].sport == snat_port and crc_ok(out[1 + b][0]), p.summary()
+    assert state(40000) == "sctp_cookie_echoed"
+    s = Sniffers(lab, where)
+    send(lab, bes[b], "e0", [frame(fam, BE_MAC[b], GW_B[b], f["backends"][b], f["snat"], PORT, snat_port, 0x1000, SCTPChunkCookieAck())])
+    got_c, _, _ = s.stop()
+    assert len(got_c) == 1 and SCTPChunkCookieAck in l3(got_c[0]) and crc_ok(got_c[0]), got_c
+    r = row(40000)
+    assert r["state"] == "sctp_established" and 200_000 < r["expires_in_ms"] <= 210_000, r
 
     # A wrong CRC32c: dropped by name, whatever the chunk; a corrupted ABORT ends nothing,
     # a corrupted INIT makes no session. Then a good DATA and ABORT: carried, and the
-    # ABORT resets the session.
+    # ABORT closes the association (its session kept 10 s for retransmissions).
     bad = [to_vip(40000, 0x9000, SCTPChunkAbort(), chksum=0x12345678), to_vip(41000, 0, SCTPChunkInit(init_tag=0x2000), chksum=0x12345678)]
     # The oracles see a wrong CRC32c as wrong (so their verdicts above mean something).
     assert not any(crc_ok(bytes(x)) for x in bad)
@@ -224,7 +249,7 @@ def test_sctp_associations_through_the_balancer(lab, vecgate, tmp_path, fam):
     send(lab, c, "a0", bad)
     assert s.stop() == [[], [], []]
     assert gw.errors().get((node, "sctp-bad-checksum")) == 2
-    assert state(40000) == "established"
+    assert state(40000) == "sctp_established"
     assert not any(r["client_port"] == 41000 for r in gw.ctl("show", "lb", "sessions", "limit", "1000")["data"]["sessions"])
     s = Sniffers(lab, where)
     send(lab, c, "a0", [to_vip(40000, 0x9000, SCTPChunkData(tsn=7, data=b"NGSetupRequest")), to_vip(40000, 0x9000, SCTPChunkAbort())])
@@ -233,8 +258,9 @@ def test_sctp_associations_through_the_balancer(lab, vecgate, tmp_path, fam):
     for raw in out[1 + b]:
         assert crc_ok(raw) and l3(raw)[SCTP].sport == snat_port
     assert SCTPChunkAbort in l3(out[1 + b][1])
-    assert state(40000) == "reset"
+    r = row(40000)
+    assert r["state"] == "sctp_closed" and r["expires_in_ms"] <= 10_000, r
     errs = gw.errors()
-    assert errs.get((node, "new-session")) == 16 and errs.get((node, "reply-translated")) == 1, errs
+    assert errs.get((node, "new-session")) == 16 and errs.get((node, "reply-translated")) == 2, errs
     code, _, _ = gw.stop()
     assert code == 0

@@ -74,14 +74,7 @@ pub fn check_entries(cfg: &Config, problems: &mut Problems) {
         }
     }
     let t = cfg.lb.timeouts.unwrap_or_default();
-    for (field, ms) in [
-        ("tcp_syn_ms", t.tcp_syn_ms),
-        ("tcp_established_ms", t.tcp_established_ms),
-        ("tcp_closing_ms", t.tcp_closing_ms),
-        ("tcp_reset_ms", t.tcp_reset_ms),
-        ("udp_ms", t.udp_ms),
-        ("udp_replied_ms", t.udp_replied_ms),
-    ] {
+    for (field, ms) in t.named() {
         if ms == 0 || ms > 30 * 86_400_000 {
             problems.push(cfg.err(format!("lb.timeouts.{field}"), format!("{ms}: expected 1 ms to 30 days")));
         }
@@ -979,6 +972,32 @@ mod tests {
                 assert_eq!(starts(l)[..left], head[..left], "{text}");
             }
         }
+    }
+
+    /// Every timeout of `[lb] timeouts`, SCTP's too, is read by its name and checked
+    /// under it (the name the check gives is the key the file has); SCTP's defaults are
+    /// their own, not TCP's; a misspelt key is refused by its name.
+    #[test]
+    fn each_timeout_is_checked_by_its_name() {
+        let names = Timeouts::default().named().map(|(n, _)| n);
+        assert_eq!(names.iter().filter(|n| n.starts_with("sctp_")).count(), 6);
+        for name in names {
+            let e = load(&format!("[lb]\ntimeouts = {{ {name} = 0 }}\n")).err().unwrap_or_else(|| panic!("{name} = 0 accepted"));
+            assert_eq!(e.to_string(), format!("lb.toml: lb.timeouts.{name}: 0: expected 1 ms to 30 days (line 7)"));
+            let (c, _) = load(&format!("[lb]\ntimeouts = {{ {name} = 4321 }}\n")).unwrap();
+            let set: Vec<_> = c.timeouts.named().into_iter().filter(|&(_, ms)| ms == 4321).map(|(n, _)| n).collect();
+            assert_eq!(set, [name], "{name} sets its own timeout alone");
+        }
+        let (c, _) = load("[lb]\ntimeouts = { sctp_established_ms = 300000, sctp_cookie_wait_ms = 5000 }\n").unwrap();
+        let t = c.timeouts;
+        assert_eq!(
+            (t.sctp_established_ms, t.sctp_cookie_wait_ms, t.sctp_closed_ms, t.tcp_established_ms),
+            (300_000, 5_000, 10_000, 86_400_000)
+        );
+        let (c, _) = load("").unwrap();
+        assert_eq!((c.timeouts.sctp_established_ms, c.timeouts.sctp_shutdown_ms), (210_000, 3_000));
+        let e = Config::parse(&format!("{BASE}[lb]\ntimeouts = {{ sctp_establish_ms = 1 }}\n"), "lb.toml", Path::new(".")).unwrap_err();
+        assert!(e.field.starts_with("lb") && e.message.contains("sctp_establish_ms"), "{e}");
     }
 
     #[test]

@@ -227,8 +227,8 @@ pub fn flow<F: Layout>(pkt: &[u8]) -> Result<Flow<F::Addr>, NatError> {
 }
 
 /// An SCTP packet's flow ([`flow`] answered [`NatError::Sctp`]): its ports, and for
-/// `flags` its chunks' bearing on the association's life as the TCP flags the session
-/// table knows ([`sctp_flags`]). Its CRC32c is not checked here: [`sctp_checksum`].
+/// `flags` its chunks' bearing on the association's life as the session table reads
+/// them ([`sctp_flags`]). Its CRC32c is not checked here: [`sctp_checksum`].
 pub fn sctp_flow<F: Layout>(pkt: &[u8]) -> Result<Flow<F::Addr>, NatError> {
     let (l4, proto) = F::l4(pkt)?;
     if proto != SCTP {
@@ -272,24 +272,25 @@ pub fn sctp_checksum_or_fill<A>(pkt: &mut [u8], flow: &Flow<A>, left: bool) -> R
     sctp_checksum(pkt, flow)
 }
 
-/// An SCTP packet's chunks as the TCP flags whose meaning they share, so that an
-/// association lives as a connection does (`session::next_state`): INIT a SYN, INIT ACK
-/// a SYN-ACK, SHUTDOWN and SHUTDOWN ACK a FIN, ABORT and SHUTDOWN COMPLETE an RST (the
-/// association is over), anything else an ACK (the association in use).
+/// An SCTP packet's chunks as the session table reads them (`session::SCTP_*`, for
+/// `session::next_state_sctp`): INIT, INIT ACK, COOKIE ECHO, COOKIE ACK, SHUTDOWN and
+/// SHUTDOWN ACK each, ABORT and SHUTDOWN COMPLETE as one (the association is over);
+/// anything else no bit (the association in use).
 pub fn sctp_flags(c: wire::sctp::ChunkSet) -> u8 {
-    use crate::session::{TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN};
+    use crate::session as s;
     use wire::sctp::ChunkSet as C;
-    if c.has(C::ABORT | C::SHUTDOWN_COMPLETE) {
-        TCP_RST
-    } else if c.has(C::SHUTDOWN | C::SHUTDOWN_ACK) {
-        TCP_FIN | TCP_ACK
-    } else if c.has(C::INIT_ACK) {
-        TCP_SYN | TCP_ACK
-    } else if c.has(C::INIT) {
-        TCP_SYN
-    } else {
-        TCP_ACK
-    }
+    [
+        (C::INIT, s::SCTP_INIT),
+        (C::INIT_ACK, s::SCTP_INIT_ACK),
+        (C::COOKIE_ECHO, s::SCTP_COOKIE_ECHO),
+        (C::COOKIE_ACK, s::SCTP_COOKIE_ACK),
+        (C::SHUTDOWN, s::SCTP_SHUTDOWN),
+        (C::SHUTDOWN_ACK, s::SCTP_SHUTDOWN_ACK),
+        (C::ABORT | C::SHUTDOWN_COMPLETE, s::SCTP_END),
+    ]
+    .iter()
+    .filter(|(chunks, _)| c.has(*chunks))
+    .fold(0, |f, (_, bit)| f | bit)
 }
 
 /// Rewrite an SCTP packet (as [`sctp_flow`] read it) to `to`: ports and addresses, the

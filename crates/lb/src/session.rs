@@ -58,10 +58,32 @@ pub enum ConnState {
     UdpNew,
     /// UDP, a reply seen.
     UdpReplied,
+    /// SCTP (RFC 9260 §4; Linux conntrack's states), the client's INIT seen (and maybe
+    /// the backend's INIT ACK), not its COOKIE ECHO.
+    SctpCookieWait,
+    /// SCTP, the client's COOKIE ECHO seen, not the backend's COOKIE ACK.
+    SctpCookieEchoed,
+    /// SCTP, the association up: the backend's COOKIE ACK seen (by direct server
+    /// return, whose replies pass elsewhere: the client's COOKIE ECHO), or picked up
+    /// mid-stream. Its heartbeats (every 30 s by default, RFC 9260 `HB.interval`) keep
+    /// an idle one alive.
+    SctpEstablished,
+    /// SCTP, a SHUTDOWN seen (either way).
+    SctpShutdown,
+    /// SCTP, a SHUTDOWN ACK seen.
+    SctpShutdownAck,
+    /// SCTP, an ABORT or SHUTDOWN COMPLETE seen: the association is over (kept a while
+    /// for their retransmissions; an INIT starts a new one).
+    SctpClosed,
 }
 
-/// Timeouts by state, in milliseconds. Defaults from Linux conntrack's (UDP, SYN, FIN)
-/// and kube-proxy's established-TCP setting (24 h).
+/// How many states there are (the timeouts' arrays are indexed by state).
+const STATES: usize = ConnState::SctpClosed as usize + 1;
+
+/// Timeouts by state, in milliseconds. Defaults from Linux conntrack's (UDP, SYN, FIN;
+/// SCTP's all, as `nf_conntrack_proto_sctp` has them as of Linux 6.5: established 210 s,
+/// the handshake's and shutdown's states 3 s, closed 10 s) and kube-proxy's
+/// established-TCP setting (24 h).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Timeouts {
@@ -71,6 +93,12 @@ pub struct Timeouts {
     pub tcp_reset_ms: u64,
     pub udp_ms: u64,
     pub udp_replied_ms: u64,
+    pub sctp_cookie_wait_ms: u64,
+    pub sctp_cookie_echoed_ms: u64,
+    pub sctp_established_ms: u64,
+    pub sctp_shutdown_ms: u64,
+    pub sctp_shutdown_ack_ms: u64,
+    pub sctp_closed_ms: u64,
 }
 
 impl Default for Timeouts {
@@ -82,6 +110,12 @@ impl Default for Timeouts {
             tcp_reset_ms: 10_000,
             udp_ms: 30_000,
             udp_replied_ms: 120_000,
+            sctp_cookie_wait_ms: 3_000,
+            sctp_cookie_echoed_ms: 3_000,
+            sctp_established_ms: 210_000,
+            sctp_shutdown_ms: 3_000,
+            sctp_shutdown_ack_ms: 3_000,
+            sctp_closed_ms: 10_000,
         }
     }
 }
@@ -91,11 +125,30 @@ impl Timeouts {
         self.by_state()[s as usize]
     }
 
+    /// Each timeout with its name as the `[lb] timeouts` table spells it, in
+    /// `ConnState`'s order (the config check names the field it refuses).
+    pub fn named(&self) -> [(&'static str, u64); STATES] {
+        [
+            ("tcp_syn_ms", self.tcp_syn_ms),
+            ("tcp_established_ms", self.tcp_established_ms),
+            ("tcp_closing_ms", self.tcp_closing_ms),
+            ("tcp_reset_ms", self.tcp_reset_ms),
+            ("udp_ms", self.udp_ms),
+            ("udp_replied_ms", self.udp_replied_ms),
+            ("sctp_cookie_wait_ms", self.sctp_cookie_wait_ms),
+            ("sctp_cookie_echoed_ms", self.sctp_cookie_echoed_ms),
+            ("sctp_established_ms", self.sctp_established_ms),
+            ("sctp_shutdown_ms", self.sctp_shutdown_ms),
+            ("sctp_shutdown_ack_ms", self.sctp_shutdown_ack_ms),
+            ("sctp_closed_ms", self.sctp_closed_ms),
+        ]
+    }
+
     /// The timeouts indexed by `ConnState as usize`: a session hit reads its state's
     /// from an array (the `match` of [`Timeouts::of`] was an indirect jump a packet).
-    fn by_state(&self) -> [u64; 6] {
+    fn by_state(&self) -> [u64; STATES] {
         // In `ConnState`'s order (`each_state_has_its_own_timeout`).
-        [self.tcp_syn_ms, self.tcp_established_ms, self.tcp_closing_ms, self.tcp_reset_ms, self.udp_ms, self.udp_replied_ms]
+        self.named().map(|(_, ms)| ms)
     }
 }
 
@@ -105,18 +158,89 @@ pub const TCP_RST: u8 = 0x04;
 pub const TCP_ACK: u8 = 0x10;
 use crate::nat::{SCTP, TCP};
 
-/// The protocol whose state machine a connection of `proto` follows: an SCTP
-/// association TCP's, its chunks read as TCP flags (`nat::sctp_flags`), so it takes
-/// the TCP states and timeouts (INIT unanswered, established, shutting down, aborted).
-/// For the full path's functions ([`Balancer::forward`], [`Balancer::direct`],
-/// [`Balancer::reverse`]); the session hit never sees SCTP (`lbN-nat` sends it to
-/// the full path), so [`Balancer::hit`] does not ask.
-#[inline(always)]
-fn machine(proto: u8) -> u8 {
-    if proto == SCTP {
-        TCP
+/// An SCTP packet's chunks as the session table reads them, in a flow's `flags`
+/// (`nat::sctp_flags`): one bit for each chunk type an association's life turns on.
+pub const SCTP_INIT: u8 = 0x01;
+pub const SCTP_INIT_ACK: u8 = 0x02;
+pub const SCTP_COOKIE_ECHO: u8 = 0x04;
+pub const SCTP_COOKIE_ACK: u8 = 0x08;
+pub const SCTP_SHUTDOWN: u8 = 0x10;
+pub const SCTP_SHUTDOWN_ACK: u8 = 0x20;
+/// ABORT or SHUTDOWN COMPLETE: the association is over.
+pub const SCTP_END: u8 = 0x40;
+
+/// The next state of an SCTP association after a packet with chunks `ev` (`SCTP_*`
+/// bits), from the client (`forward`) or from the backend; as Linux conntrack's SCTP
+/// states (one shutdown state for SHUTDOWN either way, its two being alike), without
+/// the secondary paths of multi-homing (not balanced: see the docs' SCTP section).
+/// Anything else (DATA, SACK, HEARTBEAT and its ACK …) keeps the state, and its expiry
+/// is pushed on.
+pub fn next_state_sctp(s: ConnState, ev: u8, forward: bool) -> ConnState {
+    use ConnState::*;
+    match s {
+        _ if ev & SCTP_END != 0 => SctpClosed,
+        SctpClosed => SctpClosed,
+        _ if ev & SCTP_SHUTDOWN_ACK != 0 => SctpShutdownAck,
+        SctpShutdownAck => SctpShutdownAck,
+        _ if ev & SCTP_SHUTDOWN != 0 => SctpShutdown,
+        SctpShutdown => SctpShutdown,
+        SctpCookieWait if forward && ev & SCTP_COOKIE_ECHO != 0 => SctpCookieEchoed,
+        SctpCookieWait | SctpCookieEchoed if !forward && ev & SCTP_COOKIE_ACK != 0 => SctpEstablished,
+        other => other,
+    }
+}
+
+/// [`next_state_sctp`] for direct server return, from the client's packets alone: its
+/// COOKIE ECHO says it has the backend's INIT ACK (TCP's first ACK after the SYN).
+pub fn next_state_sctp_direct(s: ConnState, ev: u8) -> ConnState {
+    match next_state_sctp(s, ev, true) {
+        ConnState::SctpCookieWait | ConnState::SctpCookieEchoed if ev & SCTP_COOKIE_ECHO != 0 => ConnState::SctpEstablished,
+        next => next,
+    }
+}
+
+/// The state a new connection of `proto` starts in, from its first packet's `flags`:
+/// an INIT or a SYN starts a handshake; anything else was picked up mid-stream
+/// (another worker's or a lost session: it is live).
+fn first_state(proto: u8, flags: u8) -> ConnState {
+    match proto {
+        TCP if flags & TCP_SYN != 0 => ConnState::SynSent,
+        TCP => ConnState::Established,
+        SCTP => first_state_sctp(flags),
+        _ => ConnState::UdpNew,
+    }
+}
+
+#[cold]
+fn first_state_sctp(ev: u8) -> ConnState {
+    if ev & SCTP_INIT != 0 {
+        ConnState::SctpCookieWait
     } else {
-        proto
+        next_state_sctp(ConnState::SctpEstablished, ev, true)
+    }
+}
+
+/// Whether a client's packet with `flags` starts a new connection on the tuple of one
+/// in state `s` that has ended or is ending (a SYN after a FIN or an RST; an INIT after
+/// a SHUTDOWN, an ABORT or a SHUTDOWN COMPLETE): a new session, its backend chosen again.
+fn restarts(proto: u8, s: ConnState, flags: u8) -> bool {
+    match proto {
+        TCP => flags & (TCP_SYN | TCP_ACK) == TCP_SYN && matches!(s, ConnState::Closing | ConnState::Reset),
+        SCTP => flags & SCTP_INIT != 0 && matches!(s, ConnState::SctpShutdown | ConnState::SctpShutdownAck | ConnState::SctpClosed),
+        _ => false,
+    }
+}
+
+/// The next state on the full path ([`Balancer::forward`], [`Balancer::reverse`]):
+/// SCTP's own machine for an association, [`next_state`] for the rest. The session hit
+/// never sees SCTP (`lbN-nat` sends it to the full path), so [`Balancer::hit`] calls
+/// [`next_state`] alone.
+#[inline]
+fn next_state_full(s: ConnState, proto: u8, flags: u8, forward: bool) -> ConnState {
+    if proto == SCTP {
+        next_state_sctp(s, flags, forward)
+    } else {
+        next_state(s, proto, flags, forward)
     }
 }
 
@@ -342,11 +466,11 @@ pub struct Balancer<F: Family> {
     pub sessions: Table<Key<F>, Session<F::Addr>>,
     pub affinity: Table<ClientKey<F>, AffinityEntry<F::Addr>>,
     /// The timeouts by state ([`Timeouts::by_state`]): a hit reads one word.
-    timeout_of: [u64; 6],
+    timeout_of: [u64; STATES],
     /// By state: the timeout less the most an expiry may lag behind (a sixteenth of the
     /// timeout, at most a second; [`Balancer::touch`]), so that a hit's test whether
     /// to write is one add and one compare.
-    slack_of: [u64; 6],
+    slack_of: [u64; STATES],
     /// This worker and how many there are: SNAT ports are the ones whose replies are
     /// steered here ([`crate::steer`]).
     me: u32,
@@ -378,15 +502,13 @@ impl<F: Family> Balancer<F> {
         now: u64,
     ) -> Result<(Rewrite<F::Addr>, Outcome), LbDrop> {
         let mut outcome = Outcome::New;
-        let sm = machine(key.proto);
         if let Some(i) = self.sessions.find(&Key::new(key), now) {
             let s = *self.sessions.get(i);
-            let restart =
-                sm == TCP && flags & TCP_SYN != 0 && flags & TCP_ACK == 0 && matches!(s.state, ConnState::Closing | ConnState::Reset);
+            let restart = restarts(key.proto, s.state, flags);
             // (`s.twin != i`: not a direct connection's entry, its service's id reused.)
             let kept = s.twin != i && self.kept(i, &s, svc);
             if kept && !restart {
-                self.touch(i, s.twin, s.state, next_state(s.state, sm, flags, true), now, self.sessions.expires(i));
+                self.touch(i, s.twin, s.state, next_state_full(s.state, key.proto, flags, true), now, self.sessions.expires(i));
                 return Ok((s.rewrite, Outcome::Hit));
             }
             // A new connection on an old tuple, or one whose backend is gone: start over.
@@ -408,14 +530,7 @@ impl<F: Family> Balancer<F> {
         if self.sessions.find(&Key::new(&reply_key), now).is_some() {
             return Err(LbDrop::ReplyTupleInUse);
         }
-        let state = if sm != TCP {
-            ConnState::UdpNew
-        } else if flags & TCP_SYN != 0 {
-            ConnState::SynSent
-        } else {
-            // Picked up mid-stream (another worker's or a lost session): it is live.
-            ConnState::Established
-        };
+        let state = first_state(key.proto, flags);
         let expires = now + self.timeout_of[state as usize];
         if !self.sessions.has_room(&Key::new(key), now) {
             return Err(LbDrop::SessionTableFull);
@@ -441,14 +556,14 @@ impl<F: Family> Balancer<F> {
     #[inline]
     pub fn direct(&mut self, svc: &ServiceTable<F>, key: &FlowKey<F::Addr>, flags: u8, now: u64) -> Result<(u32, Outcome), LbDrop> {
         let mut outcome = Outcome::New;
-        let sm = machine(key.proto);
         if let Some(i) = self.sessions.find(&Key::new(key), now) {
             let s = *self.sessions.get(i);
-            let restart =
-                sm == TCP && flags & TCP_SYN != 0 && flags & TCP_ACK == 0 && matches!(s.state, ConnState::Closing | ConnState::Reset);
+            let restart = restarts(key.proto, s.state, flags);
             let kept = s.twin == i && self.kept(i, &s, svc);
             if kept && !restart {
-                self.touch(i, s.twin, s.state, next_state_direct(s.state, sm, flags), now, self.sessions.expires(i));
+                let next =
+                    if key.proto == SCTP { next_state_sctp_direct(s.state, flags) } else { next_state_direct(s.state, key.proto, flags) };
+                self.touch(i, s.twin, s.state, next, now, self.sessions.expires(i));
                 // Checked against a new generation: its backend's adjacency may be new.
                 let e = self.sessions.get_mut(i);
                 e.via = Via::direct(svc.backends.get(e.backend as usize).map_or(ADJ_MISS, |b| b.adj));
@@ -464,13 +579,7 @@ impl<F: Family> Balancer<F> {
         }
         let (b, affine) = self.choose(svc, key, now)?;
         let backend = &svc.backends[b as usize];
-        let state = if sm != TCP {
-            ConnState::UdpNew
-        } else if flags & TCP_SYN != 0 {
-            ConnState::SynSent
-        } else {
-            ConnState::Established
-        };
+        let state = first_state(key.proto, flags);
         let rewrite = Rewrite { src: key.src, sport: key.sport, dst: backend.addr, dport: backend.port };
         let entry = Session {
             rewrite,
@@ -575,16 +684,15 @@ impl<F: Family> Balancer<F> {
     }
 
     /// A packet that may be a reply of a translated connection: its translation. An SCTP
-    /// association's reply takes TCP's states ([`machine`]).
+    /// association's reply takes SCTP's states ([`next_state_full`]).
     #[inline]
     pub fn reverse(&mut self, key: &FlowKey<F::Addr>, flags: u8, now: u64) -> Option<Rewrite<F::Addr>> {
-        let sm = machine(key.proto);
         let i = self.sessions.find(&Key::new(key), now)?;
         let s = *self.sessions.get(i);
         if s.is_forward() {
             return None;
         }
-        self.touch(i, s.twin, s.state, next_state(s.state, sm, flags, false), now, self.sessions.expires(i));
+        self.touch(i, s.twin, s.state, next_state_full(s.state, key.proto, flags, false), now, self.sessions.expires(i));
         Some(s.rewrite)
     }
 

@@ -99,23 +99,27 @@ impl From<ChunkType> for u8 {
 
 /// The chunk types an association's life turns on, as bits ([`SctpPacket::chunk_set`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct ChunkSet(pub u8);
+pub struct ChunkSet(pub u16);
 
 impl ChunkSet {
-    pub const INIT: u8 = 0x01;
-    pub const INIT_ACK: u8 = 0x02;
-    pub const ABORT: u8 = 0x04;
-    pub const SHUTDOWN: u8 = 0x08;
-    pub const SHUTDOWN_ACK: u8 = 0x10;
-    pub const SHUTDOWN_COMPLETE: u8 = 0x20;
-    /// Any other chunk (data, SACK, heartbeat, cookie …).
-    pub const OTHER: u8 = 0x40;
+    pub const INIT: u16 = 0x01;
+    pub const INIT_ACK: u16 = 0x02;
+    pub const ABORT: u16 = 0x04;
+    pub const SHUTDOWN: u16 = 0x08;
+    pub const SHUTDOWN_ACK: u16 = 0x10;
+    pub const SHUTDOWN_COMPLETE: u16 = 0x20;
+    /// Any other chunk (data, SACK, heartbeat …).
+    pub const OTHER: u16 = 0x40;
+    /// The handshake's third and fourth legs (the client has the INIT ACK; the server
+    /// took the cookie).
+    pub const COOKIE_ECHO: u16 = 0x80;
+    pub const COOKIE_ACK: u16 = 0x100;
 
-    pub fn has(self, bits: u8) -> bool {
+    pub fn has(self, bits: u16) -> bool {
         self.0 & bits != 0
     }
 
-    fn bit(t: ChunkType) -> u8 {
+    fn bit(t: ChunkType) -> u16 {
         match t {
             ChunkType::Init => Self::INIT,
             ChunkType::InitAck => Self::INIT_ACK,
@@ -123,6 +127,8 @@ impl ChunkSet {
             ChunkType::Shutdown => Self::SHUTDOWN,
             ChunkType::ShutdownAck => Self::SHUTDOWN_ACK,
             ChunkType::ShutdownComplete => Self::SHUTDOWN_COMPLETE,
+            ChunkType::CookieEcho => Self::COOKIE_ECHO,
+            ChunkType::CookieAck => Self::COOKIE_ACK,
             _ => Self::OTHER,
         }
     }
@@ -360,6 +366,24 @@ mod tests {
                 }
                 prop_assert!(n <= (b.len() - HEADER_LEN) / CHUNK_HEADER_LEN + 1);
             }
+        }
+    }
+
+    /// Each chunk type an association's life turns on has its own bit (the load
+    /// balancer's SCTP states read them); the rest share `OTHER`.
+    #[test]
+    fn chunk_set_bits() {
+        use ChunkType::*;
+        let types = [Init, InitAck, Abort, Shutdown, ShutdownAck, ShutdownComplete, CookieEcho, CookieAck];
+        let bits = types.map(ChunkSet::bit);
+        for (i, b) in bits.iter().enumerate() {
+            assert_eq!(b.count_ones(), 1, "{:?}", types[i]);
+            assert_ne!(*b, ChunkSet::OTHER, "{:?}", types[i]);
+            assert!(bits[..i].iter().all(|o| o != b), "{:?} shares a bit", types[i]);
+        }
+        assert_eq!(bits[6..], [ChunkSet::COOKIE_ECHO, ChunkSet::COOKIE_ACK]);
+        for t in [Data, Sack, Heartbeat, HeartbeatAck, Error, Unknown(200)] {
+            assert_eq!(ChunkSet::bit(t), ChunkSet::OTHER, "{t:?}");
         }
     }
 

@@ -331,7 +331,7 @@ proptest! {
             let mut p = sctp_packet(&k, vtag, &chunks);
             prop_assert_eq!(flow::<V6>(&p).unwrap_err(), NatError::Sctp);
             let f = sctp_flow::<V6>(&p).unwrap();
-            prop_assert_eq!((f.key, f.l4, f.flags), (k, 40, crate::session::TCP_ACK));
+            prop_assert_eq!((f.key, f.l4, f.flags), (k, 40, 0));
             prop_assert_eq!(sctp_checksum(&p, &f), Ok(()));
             let to = Rewrite { src: to_src, dst: to_dst, sport: to_sport, dport: to_dport };
             translate::<V6>(&mut p, &f, &to, false);
@@ -354,21 +354,24 @@ proptest! {
     }
 }
 
-/// The chunks an association's life turns on, read as the TCP flags of the same
-/// meaning; a bad CRC32c, a bad chunk length and a cut chunk refused by name.
+/// The chunks an association's life turns on, each read as its bit for the session
+/// table; a bad CRC32c, a bad chunk length and a cut chunk refused by name.
 #[test]
 fn sctp_chunks_and_refusals() {
-    use crate::session::{TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN};
+    use crate::session::*;
     use wire::sctp::ChunkType::*;
     let k = FlowKey { src: [198, 18, 1, 7], dst: [198, 18, 128, 10], sport: 38_412, dport: 38_412, proto: SCTP };
     for (chunks, flags) in [
-        (vec![(Init, &[0u8; 16][..])], TCP_SYN),
-        (vec![(InitAck, &[0u8; 16][..])], TCP_SYN | TCP_ACK),
-        (vec![(CookieEcho, &[1u8; 8][..]), (Data, &[2u8; 20][..])], TCP_ACK),
-        (vec![(Sack, &[0u8; 12][..]), (Abort, &[][..])], TCP_RST),
-        (vec![(Shutdown, &[0u8; 4][..])], TCP_FIN | TCP_ACK),
-        (vec![(ShutdownAck, &[][..])], TCP_FIN | TCP_ACK),
-        (vec![(ShutdownComplete, &[][..])], TCP_RST),
+        (vec![(Init, &[0u8; 16][..])], SCTP_INIT),
+        (vec![(InitAck, &[0u8; 16][..])], SCTP_INIT_ACK),
+        (vec![(CookieEcho, &[1u8; 8][..]), (Data, &[2u8; 20][..])], SCTP_COOKIE_ECHO),
+        (vec![(CookieAck, &[][..]), (Sack, &[0u8; 12][..])], SCTP_COOKIE_ACK),
+        (vec![(Data, &[2u8; 20][..]), (Sack, &[0u8; 12][..]), (Heartbeat, &[0u8; 8][..]), (HeartbeatAck, &[0u8; 8][..])], 0),
+        (vec![(Sack, &[0u8; 12][..]), (Abort, &[][..])], SCTP_END),
+        (vec![(Shutdown, &[0u8; 4][..])], SCTP_SHUTDOWN),
+        (vec![(ShutdownAck, &[][..])], SCTP_SHUTDOWN_ACK),
+        (vec![(ShutdownComplete, &[][..])], SCTP_END),
+        (vec![(Sack, &[0u8; 12][..]), (Shutdown, &[0u8; 4][..]), (ShutdownAck, &[][..])], SCTP_SHUTDOWN | SCTP_SHUTDOWN_ACK),
     ] {
         let p = sctp_packet(&k, 7, &chunks);
         assert_eq!(sctp_flow::<V4>(&p).unwrap().flags, flags, "{chunks:?}");

@@ -133,41 +133,202 @@ fn tcp_states_set_the_timeouts() {
     assert_eq!(r.lb.sessions.live(300_002), 2, "the old pair is gone");
 }
 
-/// An SCTP association takes TCP's states from its chunks (as `nat::sctp_flags` reads
-/// them): INIT unanswered, established by the backend's INIT ACK, reset by an ABORT
-/// (its session gone at the reset timeout), shut down by SHUTDOWN and over at SHUTDOWN
-/// COMPLETE; an INIT on an ended association starts a new session.
+const SCTP: u8 = 132;
+
+/// An SCTP association's state and expiry, by its client's key.
+fn sctp_state(r: &Run, k: &FlowKey<[u8; 4]>, now: u64) -> Option<(ConnState, u64)> {
+    r.lb.sessions.find(&Key::new(k), now).map(|i| (r.lb.sessions.get(i).state, r.lb.sessions.expires(i)))
+}
+
+/// An SCTP service's association through its handshake (INIT, INIT ACK, COOKIE ECHO,
+/// COOKIE ACK) to established; its reply key.
+fn sctp_established(r: &mut Run, k: &FlowKey<[u8; 4]>, now: u64) -> FlowKey<[u8; 4]> {
+    let (there, o) = r.fwd(k, SCTP_INIT, now).unwrap();
+    assert_eq!(o, Outcome::New);
+    let reply = FlowKey { src: there.dst, dst: k.src, sport: 8080, dport: k.sport, proto: SCTP };
+    r.lb.reverse(&reply, SCTP_INIT_ACK, now).unwrap();
+    r.fwd(k, SCTP_COOKIE_ECHO, now).unwrap();
+    r.lb.reverse(&reply, SCTP_COOKIE_ACK, now).unwrap();
+    assert_eq!(sctp_state(r, k, now).unwrap().0, ConnState::SctpEstablished);
+    reply
+}
+
+/// An SCTP association has its own states and timeouts, not TCP's: INIT (and the
+/// backend's INIT ACK) cookie-wait, COOKIE ECHO cookie-echoed, the backend's COOKIE ACK
+/// established (each with its timeout, on both entries); an idle established
+/// association goes at `sctp_established_ms`, long before TCP's 24 h.
 #[test]
-fn sctp_associations_take_tcp_states() {
-    const SCTP: u8 = 132;
+fn sctp_associations_have_their_own_states_and_timeouts() {
     let st = state(spec(Protocol::Sctp, TrafficPolicy::Local, Affinity::None));
     let mut r = Run::new(&st);
     let to = Timeouts::default();
+    assert_eq!((to.sctp_established_ms, to.sctp_cookie_wait_ms, to.sctp_closed_ms), (210_000, 3_000, 10_000));
     let k = FlowKey { proto: SCTP, ..client(9) };
-    let state_of = |r: &Run, now| r.lb.sessions.find(&Key::new(&k), now).map(|i| (r.lb.sessions.get(i).state, r.lb.sessions.expires(i)));
-    let (there, o) = r.fwd(&k, TCP_SYN, 1000).unwrap();
+    let (there, o) = r.fwd(&k, SCTP_INIT, 1000).unwrap();
     assert_eq!(o, Outcome::New);
-    assert_eq!(state_of(&r, 1000), Some((ConnState::SynSent, 1000 + to.tcp_syn_ms)));
+    assert_eq!(sctp_state(&r, &k, 1000), Some((ConnState::SctpCookieWait, 1000 + to.sctp_cookie_wait_ms)));
     let reply = FlowKey { src: there.dst, dst: k.src, sport: 8080, dport: k.sport, proto: SCTP };
-    assert_eq!(r.lb.reverse(&reply, TCP_SYN | TCP_ACK, 1001), Some(Rewrite { src: VIP, sport: 80, dst: k.src, dport: k.sport }));
-    assert_eq!(state_of(&r, 1001), Some((ConnState::Established, 1001 + to.tcp_established_ms)));
-    assert_eq!(r.fwd(&k, TCP_ACK, 1002).unwrap(), (there, Outcome::Hit));
-    // ABORT from the client: reset, gone at the reset timeout, both entries.
-    r.fwd(&k, TCP_RST, 2000).unwrap();
-    assert_eq!(state_of(&r, 2000), Some((ConnState::Reset, 2000 + to.tcp_reset_ms)));
-    assert!(state_of(&r, 2000 + to.tcp_reset_ms).is_none());
-    assert!(r.lb.reverse(&reply, TCP_ACK, 2000 + to.tcp_reset_ms).is_none());
-    // A new association; SHUTDOWN, then the backend's SHUTDOWN COMPLETE ends it.
-    r.fwd(&k, TCP_SYN, 100_000).unwrap();
-    r.lb.reverse(&reply, TCP_SYN | TCP_ACK, 100_001).unwrap();
-    r.fwd(&k, TCP_FIN | TCP_ACK, 100_002).unwrap();
-    assert_eq!(state_of(&r, 100_002).unwrap().0, ConnState::Closing);
-    r.lb.reverse(&reply, TCP_RST, 100_003).unwrap();
-    assert_eq!(state_of(&r, 100_003), Some((ConnState::Reset, 100_003 + to.tcp_reset_ms)));
+    assert_eq!(r.lb.reverse(&reply, SCTP_INIT_ACK, 1001), Some(Rewrite { src: VIP, sport: 80, dst: k.src, dport: k.sport }));
+    assert_eq!(sctp_state(&r, &k, 1001).unwrap().0, ConnState::SctpCookieWait, "INIT ACK: still cookie-wait");
+    r.fwd(&k, SCTP_COOKIE_ECHO, 1002).unwrap();
+    assert_eq!(sctp_state(&r, &k, 1002), Some((ConnState::SctpCookieEchoed, 1002 + to.sctp_cookie_echoed_ms)));
+    r.lb.reverse(&reply, SCTP_COOKIE_ACK, 1003).unwrap();
+    assert_eq!(sctp_state(&r, &k, 1003), Some((ConnState::SctpEstablished, 1003 + to.sctp_established_ms)));
+    let twin = r.lb.sessions.find(&Key::new(&reply), 1003).unwrap();
+    assert_eq!(r.lb.sessions.expires(twin), 1003 + to.sctp_established_ms, "both entries");
+    assert_eq!(r.fwd(&k, 0, 1004).unwrap(), (there, Outcome::Hit));
+    // Idle: gone at its own timeout, both entries; the next packet is a new session.
+    let end = 1003 + to.sctp_established_ms;
+    assert!(sctp_state(&r, &k, end - 1).is_some());
+    assert!(sctp_state(&r, &k, end).is_none());
+    assert!(r.lb.reverse(&reply, 0, end).is_none());
+    assert_eq!(r.fwd(&k, 0, end).unwrap().1, Outcome::New);
+    // Picked up mid-stream (DATA, no session): established.
+    assert_eq!(sctp_state(&r, &k, end), Some((ConnState::SctpEstablished, end + to.sctp_established_ms)));
+}
+
+/// Heartbeats (and their acks, no state bit: `nat::sctp_flags`) keep an idle
+/// established association: each pushes its expiry on, so one heartbeat every 30 s
+/// (RFC 9260's default interval) holds it for as long as they come.
+#[test]
+fn sctp_heartbeats_keep_an_idle_association() {
+    let st = state(spec(Protocol::Sctp, TrafficPolicy::Local, Affinity::None));
+    let mut r = Run::new(&st);
+    let to = Timeouts::default();
+    let k = FlowKey { proto: SCTP, ..client(12) };
+    let reply = sctp_established(&mut r, &k, 0);
+    let mut now = 0;
+    for n in 0..20 {
+        now += 30_000;
+        // Each side heartbeats in turn; the other acks.
+        if n % 2 == 0 {
+            assert_eq!(r.fwd(&k, 0, now).unwrap().1, Outcome::Hit, "at {now}");
+            r.lb.reverse(&reply, 0, now + 1).unwrap();
+        } else {
+            r.lb.reverse(&reply, 0, now).unwrap();
+            assert_eq!(r.fwd(&k, 0, now + 1).unwrap().1, Outcome::Hit, "at {now}");
+        }
+    }
+    assert!(now > 2 * to.sctp_established_ms);
+    // (Written at `now`: `now + 1` moves it by less than its lag.)
+    assert_eq!(sctp_state(&r, &k, now + 1), Some((ConnState::SctpEstablished, now + to.sctp_established_ms)));
+}
+
+/// An INIT the backend never answered (no INIT ACK, or no COOKIE ECHO after it) goes at
+/// the short cookie-wait timeout, not TCP's SYN timeout; a COOKIE ECHO not acked at the
+/// cookie-echoed one.
+#[test]
+fn an_unanswered_init_goes_at_the_cookie_wait_timeout() {
+    let st = state(spec(Protocol::Sctp, TrafficPolicy::Local, Affinity::None));
+    let mut r = Run::new(&st);
+    let to = Timeouts { sctp_cookie_echoed_ms: 4_000, ..Timeouts::default() };
+    r.lb = Balancer::new(Limits { sessions: 4096, affinity: 1024 }, to);
+    let k = FlowKey { proto: SCTP, ..client(10) };
+    let (there, _) = r.fwd(&k, SCTP_INIT, 1000).unwrap();
+    let reply = FlowKey { src: there.dst, dst: k.src, sport: 8080, dport: k.sport, proto: SCTP };
+    // The client retransmits its INIT: still cookie-wait, no longer.
+    r.fwd(&k, SCTP_INIT, 2000).unwrap();
+    assert_eq!(sctp_state(&r, &k, 2000), Some((ConnState::SctpCookieWait, 2000 + to.sctp_cookie_wait_ms)));
+    assert!(sctp_state(&r, &k, 2000 + to.sctp_cookie_wait_ms - 1).is_some());
+    assert!(sctp_state(&r, &k, 2000 + to.sctp_cookie_wait_ms).is_none());
+    assert!(r.lb.reverse(&reply, SCTP_INIT_ACK, 2000 + to.sctp_cookie_wait_ms).is_none(), "the reply entry too");
+    assert_eq!(r.lb.sessions.live(2000 + to.sctp_cookie_wait_ms), 0);
+    // INIT ACK, then no COOKIE ECHO: cookie-wait's timeout from the INIT ACK.
+    r.fwd(&k, SCTP_INIT, 10_000).unwrap();
+    r.lb.reverse(&reply, SCTP_INIT_ACK, 10_500).unwrap();
+    assert_eq!(sctp_state(&r, &k, 10_500), Some((ConnState::SctpCookieWait, 10_500 + to.sctp_cookie_wait_ms)));
+    assert!(sctp_state(&r, &k, 10_500 + to.sctp_cookie_wait_ms).is_none());
+    // COOKIE ECHO, no COOKIE ACK: cookie-echoed's.
+    r.fwd(&k, SCTP_INIT, 20_000).unwrap();
+    r.lb.reverse(&reply, SCTP_INIT_ACK, 20_000).unwrap();
+    r.fwd(&k, SCTP_COOKIE_ECHO, 20_001).unwrap();
+    assert_eq!(sctp_state(&r, &k, 20_001), Some((ConnState::SctpCookieEchoed, 20_001 + 4_000)));
+    assert!(sctp_state(&r, &k, 24_000).is_some());
+    assert!(sctp_state(&r, &k, 24_001).is_none());
+}
+
+/// ABORT (either way) and SHUTDOWN COMPLETE end an association: closed, gone at the
+/// closed timeout; SHUTDOWN and SHUTDOWN ACK on the way have the short shutdown ones; a
+/// later packet does not bring it back; an INIT on its tuple starts a new one.
+#[test]
+fn abort_and_shutdown_complete_end_an_association() {
+    let st = state(spec(Protocol::Sctp, TrafficPolicy::Local, Affinity::None));
+    let mut r = Run::new(&st);
+    let to = Timeouts { sctp_shutdown_ms: 2_500, sctp_shutdown_ack_ms: 3_500, ..Timeouts::default() };
+    r.lb = Balancer::new(Limits { sessions: 4096, affinity: 1024 }, to);
+    let k = FlowKey { proto: SCTP, ..client(11) };
+    // The client's ABORT.
+    let reply = sctp_established(&mut r, &k, 1000);
+    r.fwd(&k, SCTP_END, 2000).unwrap();
+    assert_eq!(sctp_state(&r, &k, 2000), Some((ConnState::SctpClosed, 2000 + to.sctp_closed_ms)));
+    // Nothing but an INIT brings it back to life (a retransmitted DATA, the peer's ABORT).
+    r.lb.reverse(&reply, 0, 2001).unwrap();
+    r.fwd(&k, SCTP_COOKIE_ECHO, 2002).unwrap();
+    assert_eq!(sctp_state(&r, &k, 2002).unwrap().0, ConnState::SctpClosed);
+    assert!(sctp_state(&r, &k, 2002 + to.sctp_closed_ms).is_none());
+    assert!(r.lb.reverse(&reply, 0, 2002 + to.sctp_closed_ms).is_none());
+    // The backend's ABORT.
+    let reply = sctp_established(&mut r, &k, 100_000);
+    r.lb.reverse(&reply, SCTP_END, 100_001).unwrap();
+    assert_eq!(sctp_state(&r, &k, 100_001), Some((ConnState::SctpClosed, 100_001 + to.sctp_closed_ms)));
+    // A graceful end: SHUTDOWN, SHUTDOWN ACK, SHUTDOWN COMPLETE.
+    let reply = sctp_established(&mut r, &k, 200_000);
+    r.fwd(&k, SCTP_SHUTDOWN, 200_001).unwrap();
+    assert_eq!(sctp_state(&r, &k, 200_001), Some((ConnState::SctpShutdown, 200_001 + 2_500)));
+    r.fwd(&k, 0, 200_002).unwrap();
+    assert_eq!(sctp_state(&r, &k, 200_002).unwrap().0, ConnState::SctpShutdown, "DATA does not reopen it");
+    r.lb.reverse(&reply, SCTP_SHUTDOWN_ACK, 200_003).unwrap();
+    assert_eq!(sctp_state(&r, &k, 200_003), Some((ConnState::SctpShutdownAck, 200_003 + 3_500)));
+    r.fwd(&k, SCTP_END, 200_004).unwrap();
+    assert_eq!(sctp_state(&r, &k, 200_004), Some((ConnState::SctpClosed, 200_004 + to.sctp_closed_ms)));
     // An INIT on the ended association: a new session, not the old one revived.
-    assert_eq!(r.fwd(&k, TCP_SYN, 100_004).unwrap().1, Outcome::New);
-    assert_eq!(state_of(&r, 100_004).unwrap().0, ConnState::SynSent);
-    assert_eq!(r.lb.sessions.live(100_004), 2, "the old pair is gone");
+    assert_eq!(r.fwd(&k, SCTP_INIT, 200_005).unwrap().1, Outcome::New);
+    assert_eq!(sctp_state(&r, &k, 200_005), Some((ConnState::SctpCookieWait, 200_005 + to.sctp_cookie_wait_ms)));
+    assert_eq!(r.lb.sessions.live(200_005), 2, "the old pair is gone");
+    // A shutdown left half-way (no SHUTDOWN COMPLETE) goes at its short timeout.
+    let reply = sctp_established(&mut r, &k, 300_000);
+    r.lb.reverse(&reply, SCTP_SHUTDOWN, 300_001).unwrap();
+    assert_eq!(sctp_state(&r, &k, 300_001).unwrap().0, ConnState::SctpShutdown);
+    assert!(sctp_state(&r, &k, 300_001 + 2_500).is_none());
+    // An ABORT with no session (picked up): closed, not established.
+    r.fwd(&k, SCTP_END, 400_000).unwrap();
+    assert_eq!(sctp_state(&r, &k, 400_000).unwrap().0, ConnState::SctpClosed);
+}
+
+/// Direct server return sees the client's chunks alone: its COOKIE ECHO establishes
+/// (the backend's INIT ACK reached it), as TCP's first ACK; the rest as with NAT.
+#[test]
+fn direct_sctp_states() {
+    use ConnState::*;
+    for (from, ev, to) in [
+        (SctpCookieWait, SCTP_INIT, SctpCookieWait),
+        (SctpCookieWait, 0, SctpCookieWait),
+        (SctpCookieWait, SCTP_COOKIE_ECHO, SctpEstablished),
+        (SctpEstablished, 0, SctpEstablished),
+        (SctpEstablished, SCTP_COOKIE_ECHO, SctpEstablished),
+        (SctpEstablished, SCTP_SHUTDOWN, SctpShutdown),
+        (SctpEstablished, SCTP_SHUTDOWN_ACK, SctpShutdownAck),
+        (SctpShutdown, 0, SctpShutdown),
+        (SctpShutdown, SCTP_END, SctpClosed),
+        (SctpEstablished, SCTP_END, SctpClosed),
+        (SctpClosed, SCTP_COOKIE_ECHO, SctpClosed),
+    ] {
+        assert_eq!(next_state_sctp_direct(from, ev), to, "{from:?} + {ev:#x}");
+    }
+    // Through `direct`: INIT, COOKIE ECHO, idle until sctp_established_ms.
+    let st = state(ServiceSpec { protocol: Protocol::Sctp, ..gre_spec() });
+    let mut r = Run::new(&st);
+    let to = Timeouts::default();
+    let svc = Arc::clone(r.t.v4.service(0).unwrap());
+    let k = FlowKey { proto: SCTP, ..client(13) };
+    let (b, o) = r.lb.direct(&svc, &k, SCTP_INIT, 0).unwrap();
+    assert_eq!(o, Outcome::New);
+    assert_eq!(sctp_state(&r, &k, 0), Some((SctpCookieWait, to.sctp_cookie_wait_ms)));
+    assert_eq!(r.lb.direct(&svc, &k, SCTP_COOKIE_ECHO, 5).unwrap(), (b, Outcome::Hit));
+    assert_eq!(sctp_state(&r, &k, 5), Some((SctpEstablished, 5 + to.sctp_established_ms)));
+    r.lb.direct(&svc, &k, SCTP_END, 6).unwrap();
+    assert_eq!(sctp_state(&r, &k, 6), Some((SctpClosed, 6 + to.sctp_closed_ms)));
+    assert_eq!(r.lb.direct(&svc, &k, SCTP_INIT, 7).unwrap().1, Outcome::New, "an INIT after the end: a new one");
 }
 
 #[test]
@@ -703,10 +864,38 @@ fn an_established_flow_is_a_fast_hit_until_its_service_changes() {
 /// (distinct values, so a state read at another's index fails).
 #[test]
 fn each_state_has_its_own_timeout() {
-    let to = Timeouts { tcp_syn_ms: 1, tcp_established_ms: 2, tcp_closing_ms: 3, tcp_reset_ms: 4, udp_ms: 5, udp_replied_ms: 6 };
-    let got = [ConnState::SynSent, ConnState::Established, ConnState::Closing, ConnState::Reset, ConnState::UdpNew, ConnState::UdpReplied]
-        .map(|s| to.of(s));
-    assert_eq!(got, [1, 2, 3, 4, 5, 6]);
+    use ConnState::*;
+    let to = Timeouts {
+        tcp_syn_ms: 1,
+        tcp_established_ms: 2,
+        tcp_closing_ms: 3,
+        tcp_reset_ms: 4,
+        udp_ms: 5,
+        udp_replied_ms: 6,
+        sctp_cookie_wait_ms: 7,
+        sctp_cookie_echoed_ms: 8,
+        sctp_established_ms: 9,
+        sctp_shutdown_ms: 10,
+        sctp_shutdown_ack_ms: 11,
+        sctp_closed_ms: 12,
+    };
+    let got = [
+        SynSent,
+        Established,
+        Closing,
+        Reset,
+        UdpNew,
+        UdpReplied,
+        SctpCookieWait,
+        SctpCookieEchoed,
+        SctpEstablished,
+        SctpShutdown,
+        SctpShutdownAck,
+        SctpClosed,
+    ]
+    .map(|s| to.of(s));
+    assert_eq!(got, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]);
+    // (That each name is its field's: control's `each_timeout_is_checked_by_its_name`.)
 }
 
 /// The session key's compare (written out, not derived) sees every field: a key that
