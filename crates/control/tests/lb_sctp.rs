@@ -307,3 +307,79 @@ fn an_sctp_association_by_direct_server_return() {
     assert_eq!(count(&h, "lb4-nat", "new-session"), 4);
     assert_eq!(count(&h, "lb4-nat", "encapsulated"), 8);
 }
+
+/// Direct server return of a packet whose CRC32c its sender left to the device (a local
+/// Linux sender's, by a vnet header's partial checksum; the field zero): the backend
+/// gets the packet inside the tunnel and checks the CRC32c itself, so the balancer
+/// computes it before the outer headers go on, and leaves nothing pending (a device,
+/// or the outer UDP checksum of GUE over IPv6, would complete a pending one as an
+/// Internet checksum inside the CRC32c). The inner packet is the client's with its
+/// CRC32c right; GUE's outer UDP checksum covers it as it is. GRE over IPv4 and GUE
+/// over IPv6, every packet of the association (a new session and session hits alike).
+fn direct_with_crc_left(client: IpAddr, vip: IpAddr, backends: [IpAddr; 2], forwarding: lb::Forwarding, node: &str) {
+    use ChunkType::*;
+    let mut h = Harness::new();
+    let mut spec = ServiceSpec::new("t/amf-dsr:ngap", lb::ServiceType::LoadBalancer, vip, PORT, lb::Protocol::Sctp);
+    spec.forwarding = forwarding;
+    spec.backends = backends.iter().map(|&a| BackendSpec::new(a, PORT)).collect();
+    let r = h.control.handle(&Request::LbServiceAdd(spec));
+    assert!(r.ok, "{r:?}");
+    let l4 = 14 + if client.is_ipv4() { 20 } else { 40 };
+    for sport in [40_000, 40_001] {
+        let want = maglev_pick(&h, client, sport, vip);
+        for (tag, chunks) in [
+            (0, &[(Init, INIT)][..]),
+            (0x5566_7788, &[(CookieEcho, &b"cookie!!"[..]), (Data, &b"NGSetupRequest"[..])][..]),
+            (0x5566_7788, &[(Heartbeat, &b"hb-info!"[..])][..]),
+        ] {
+            let mut f = sctp_frame(client, sport, vip, PORT, tag, chunks, false);
+            // The client's packet as it should arrive: with its CRC32c.
+            let whole = f.bytes[14..].to_vec();
+            f.bytes[l4 + 8..l4 + 12].fill(0);
+            f.vnet = Some(io::vnet::VnetHdr { flags: io::vnet::F_NEEDS_CSUM, csum_start: l4 as u16, csum_offset: 8, ..Default::default() });
+            let out = h.frame(0, f);
+            assert_eq!(out.len(), 1, "port {sport}, {chunks:?}");
+            let o = &out[0].1.bytes[14..];
+            let (dst, inner) = match (o[0] >> 4, forwarding) {
+                (4, lb::Forwarding::Gre) => {
+                    let p = Ipv4Packet::new_checked(o).unwrap();
+                    assert_eq!(p.protocol(), IpProtocol::Gre);
+                    (IpAddr::from(p.dst_addr()), p.payload()[4..].to_vec())
+                }
+                (6, lb::Forwarding::Gue) => {
+                    let p = Ipv6Packet::new_checked(o).unwrap();
+                    assert_eq!(p.next_header(), IpProtocol::Udp);
+                    let u = p.payload();
+                    assert_eq!(u16::from_be_bytes([u[2], u[3]]), 6080, "GUE's port");
+                    let mut c = wire::checksum::pseudo_header_v6(&p.src_addr(), &p.dst_addr(), 17, u.len() as u32);
+                    c.add_bytes(u);
+                    assert_eq!(c.finish(), 0, "the outer UDP checksum, over the inner packet as sent");
+                    (IpAddr::from(p.dst_addr()), u[8 + 4..].to_vec())
+                }
+                other => unreachable!("{other:?}"),
+            };
+            assert_eq!(dst, want, "to Maglev's backend, port {sport}");
+            let ql4 = if client.is_ipv4() { 20 } else { 40 };
+            assert!(SctpPacket::new_checked(&inner[ql4..]).unwrap().verify_checksum(), "the CRC32c inside the tunnel, {chunks:?}");
+            assert_eq!(inner, whole, "the client's packet, its CRC32c computed, nothing else changed");
+        }
+    }
+    assert_eq!(count(&h, node, "new-session"), 2);
+    assert_eq!(count(&h, node, "encapsulated"), 6);
+    assert_eq!(count(&h, node, "sctp-bad-checksum"), 0);
+}
+
+#[test]
+fn direct_server_return_computes_a_crc32c_left_to_the_device() {
+    let b4 = |h| IpAddr::V4(Ipv4Addr::new(198, 19, 1, h));
+    direct_with_crc_left(
+        Ipv4Addr::new(198, 18, 0, 2).into(),
+        Ipv4Addr::new(198, 18, 131, 51).into(),
+        [b4(20), b4(21)],
+        lb::Forwarding::Gre,
+        "lb4-nat",
+    );
+    let b6 = |h| IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0x98, 0, 0, 0, 0, h));
+    let a = |s: &str| s.parse::<IpAddr>().unwrap();
+    direct_with_crc_left(a("2001:db8::2"), a("2001:db8:128::51"), [b6(0x20), b6(0x21)], lb::Forwarding::Gue, "lb6-nat");
+}
