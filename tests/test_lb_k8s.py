@@ -723,6 +723,108 @@ def test_health_check_node_port_answers_as_kube_proxy(api, lab, vecgate, tmp_pat
     assert "cannot be bound" not in text and "change refused" not in text and "watch failed" not in text, text
 
 
+HC6_PORT = 32102
+
+
+def test_dual_stack_health_check_counts_one_family_as_kube_proxy(api, lab, vecgate, tmp_path):
+    """A dual-stack LoadBalancer Service with externalTrafficPolicy Local, real kube-proxy
+    (nftables, node n1) as the oracle. kube-proxy v1.31 runs a proxier per family, each
+    with a health server counting its own family's local endpoints; both try to bind the
+    one healthCheckNodePort and one holds it. So its localEndpoints is one family's count,
+    never the sum: with two local pods each in both families, both answer 200 with 2
+    (the same body and headers). With local endpoints in one family only, kube-proxy says
+    200/2 for one family and 503/0 for the other (the one whose proxier holds the port
+    counts); ours says 200/2 for either (the family with endpoints). Our controller runs in
+    a namespace of its own, reaching the API server over a veth, so that its listener does
+    not take the port kube-proxy's proxiers race for."""
+    api_ns, w = api
+    c, g = lab.ns("c"), lab.dataplane_ns("gw")
+    lab.veth(c, "a0", g, "a1")
+    gw = Vecgate(lab, vecgate, g, """
+[[interface]]
+name = "a"
+type = "af_packet"
+host_if = "a1"
+mac = "02:00:00:00:00:0a"
+addresses = ["198.18.0.1/24", "2001:db8::1/64"]
+
+[lb]
+snat4 = "198.18.0.1"
+snat6 = "2001:db8::1"
+""", tmp_path)
+    k = lab.ns("k")
+    lab.veth(k, "k0", api_ns, f"{lab.prefix[-6:]}k1")
+    lab.run(k, "ip", "addr", "add", "198.18.9.2/30", "dev", "k0")
+    lab.run(api_ns, "ip", "addr", "add", "198.18.9.1/30", "dev", f"{lab.prefix[-6:]}k1")
+    lab.run(k, "ip", "route", "add", "198.18.8.1/32", "via", "198.18.9.1")
+    kubeconfig = tmp_path / "vecgate-k.kubeconfig"
+    kubeconfig.write_text(re.sub(r"https://127\.0\.0\.1:(\d+)", r"https://198.18.8.1:\1", (w / "vecgate.kubeconfig").read_text()))
+
+    http = [{"name": "http", "port": 8080, "protocol": "TCP"}]
+    tcp80 = [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]
+    svc = service("hc6", "198.18.128.72", tcp80, type="LoadBalancer", externalTrafficPolicy="Local", healthCheckNodePort=HC6_PORT,
+                  clusterIPs=["198.18.128.72", "2001:db8:128::72"], ipFamilies=["IPv4", "IPv6"], ipFamilyPolicy="RequireDualStack")
+    pods = [("198.19.1.10", "2001:db8:19:1::10"), ("198.19.1.11", "2001:db8:19:1::11"), ("198.19.2.10", "2001:db8:19:2::10")]
+
+    def slices(v4_nodes, v6_nodes):
+        """The two family slices; pod i's endpoints on v4_nodes[i] / v6_nodes[i]."""
+        s4 = endpoint_slice("hc6-v4", "hc6", http, [endpoint(p[0], node=n) for p, n in zip(pods, v4_nodes)])
+        s6 = endpoint_slice("hc6-v6", "hc6", http, [endpoint(p[1], node=n) for p, n in zip(pods, v6_nodes)])
+        s6["addressType"] = "IPv6"
+        return [s4, s6]
+
+    local, away = ["n1", "n1", "n2"], ["n2", "n2", "n2"]
+    apply(api_ns, w, [svc, *slices(local, local)])
+    ensure_kube_proxy(w)
+    log = open(tmp_path / "k8s.log", "w")
+    proc = lab.spawn_to(k, log, str(vecgate), "k8s", "--socket", gw.sock, "--kubeconfig", str(kubeconfig), "--node-name", "n1",
+                        "--health-check-bind-address", "127.0.0.1", "--healthz-bind-address", "127.0.0.1:10266")
+    fields = ("content-type", "x-content-type-options", "x-load-balancing-endpoint-weight")
+
+    def answer(a):
+        return a and (a[0], (a[1] or {}).get("localEndpoints"))
+
+    def settled(want_ours, theirs_ok):
+        """Both answers once ours is want_ours and theirs passes theirs_ok."""
+        def pair():
+            ours, theirs = http_get(k, "127.0.0.1", HC6_PORT), http_get(api_ns, "198.18.8.1", HC6_PORT)
+            return (ours, theirs) if answer(ours) == want_ours and theirs_ok(answer(theirs)) else None
+        return wait_for(f"ours {want_ours}", pair, timeout=40)
+    try:
+        # Two local pods, each in both families: 2 from both, not 4.
+        ours, theirs = settled((200, 2), lambda a: a == (200, 2))
+        assert ours[1] == theirs[1] == {"service": {"namespace": "default", "name": "hc6"}, "localEndpoints": 2,
+                                        "serviceProxyHealthy": True}, (ours, theirs)
+        assert [ours[2].get(h) for h in fields] == [theirs[2].get(h) for h in fields] == ["application/json", "nosniff", "2"]
+        # One family local only, each in turn: kube-proxy counts the family that holds
+        # its port (the other says 0), ours the family with endpoints.
+        one = (200, 2), (503, 0)
+        seen = {}
+        for name, (v4_nodes, v6_nodes) in {"IPv4": (local, away), "IPv6": (away, local)}.items():
+            apply(api_ns, w, slices(v4_nodes, v6_nodes))
+            settled((200, 2), lambda a: a in one)
+            # kube-proxy's answer before its sync (200, 2) is one of the two: its 503 is
+            # waited for (its sync takes about a second), else it says 200.
+            end, last = time.time() + 8, None
+            while time.time() < end and last != (503, 0):
+                last = answer(http_get(api_ns, "198.18.8.1", HC6_PORT))
+                time.sleep(0.2)
+            seen[name] = last
+        assert sorted(seen.values()) == sorted(one), f"kube-proxy counts one family: {seen}"
+        holder = next(f for f, a in seen.items() if a == (200, 2))
+        print(f"kube-proxy's {holder} proxier holds the health check port: {seen}")
+        kp_log = (w / "kube-proxy.log").read_text()
+        assert "dual-stack" in kp_log, "kube-proxy runs both families' proxiers"
+        assert proc.poll() is None, (tmp_path / "k8s.log").read_text()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        kubectl(api_ns, w, "delete", "service", "hc6", "--ignore-not-found")
+        kubectl(api_ns, w, "delete", "endpointslice", "hc6-v4", "hc6-v6", "--ignore-not-found")
+    text = (tmp_path / "k8s.log").read_text()
+    assert "cannot be bound" not in text and "change refused" not in text and "watch failed" not in text, text
+
+
 def test_load_balancer_source_ranges_filter_the_ingress_address(api, lab, vecgate, tmp_path):
     """A LoadBalancer Service with loadBalancerSourceRanges and an ingress address in its
     status (set as a cloud controller would): the ingress address's LB service carries
