@@ -49,6 +49,8 @@ const ICMP6: u8 = 58;
 pub trait Layout: Family {
     /// The transport header's offset and the protocol; fragments and unknown layouts refused.
     fn l4(pkt: &[u8]) -> Result<(usize, u8), NatError>;
+    /// The packet's length as its IP header gives it (after [`Layout::l4`] accepted it).
+    fn ip_len(pkt: &[u8]) -> usize;
     fn src(pkt: &[u8]) -> Self::Addr;
     fn dst(pkt: &[u8]) -> Self::Addr;
     /// Write an address (`at`: the source's or the destination's offset) and patch the
@@ -112,6 +114,9 @@ impl Layout for V4 {
         }
         Ok((hl, pkt[9]))
     }
+    fn ip_len(pkt: &[u8]) -> usize {
+        be16(pkt, 2) as usize
+    }
     fn src(pkt: &[u8]) -> [u8; 4] {
         pkt[12..16].try_into().expect("checked by l4")
     }
@@ -151,6 +156,9 @@ impl Layout for V6 {
             0 | 43 | 44 | 60 | 51 | 50 | 135 | 139 | 140 => Err(NatError::ExtensionHeaders),
             p => Ok((40, p)),
         }
+    }
+    fn ip_len(pkt: &[u8]) -> usize {
+        40 + be16(pkt, 4) as usize
     }
     fn src(pkt: &[u8]) -> [u8; 16] {
         pkt[8..24].try_into().expect("checked by l4")
@@ -235,8 +243,11 @@ pub fn sctp_flow<F: Layout>(pkt: &[u8]) -> Result<Flow<F::Addr>, NatError> {
         return Err(NatError::Protocol);
     }
     let p = wire::sctp::SctpPacket::new_checked(&pkt[l4..]).map_err(|_| NatError::Truncated)?;
+    // A chunk that does not fit in a whole packet (its length below 4 or past the end,
+    // its header cut short) is a bad chunk, as the `sctp-bad-chunk` counter says; only a
+    // packet shorter than its IP header says (an ICMP error's quote) is truncated.
     let chunks = p.chunk_set().map_err(|e| match e {
-        wire::sctp::SctpError::Truncated => NatError::Truncated,
+        wire::sctp::SctpError::Truncated if pkt.len() < F::ip_len(pkt) => NatError::Truncated,
         _ => NatError::BadSctpChunk,
     })?;
     let key = FlowKey { src: F::src(pkt), dst: F::dst(pkt), sport: p.src_port(), dport: p.dst_port(), proto };

@@ -385,8 +385,23 @@ fn sctp_chunks_and_refusals() {
     let mut short = good.clone();
     short[20 + 15] = 3; // chunk length below 4
     assert_eq!(sctp_flow::<V4>(&short).unwrap_err(), NatError::BadSctpChunk);
-    short[20 + 15] = 200; // past the packet
-    assert_eq!(sctp_flow::<V4>(&short).unwrap_err(), NatError::Truncated);
+    // Past the packet, or a chunk header cut short: a bad chunk too (`sctp-bad-chunk`,
+    // as documented; they were counted `truncated`, which the graph seeds showed).
+    short[20 + 15] = 200;
+    assert_eq!(sctp_flow::<V4>(&short).unwrap_err(), NatError::BadSctpChunk);
+    short[20 + 15] = 5; // one byte past the packet's end
+    assert_eq!(sctp_flow::<V4>(&short).unwrap_err(), NatError::BadSctpChunk);
+    short[20 + 15] = 4; // exactly to the end: good
+    assert!(sctp_flow::<V4>(&short).is_ok());
+    let mut cut = sctp_packet(&k, 7, &[(Abort, &[]), (Abort, &[])]);
+    let len = 20 + 12 + 4 + 2;
+    cut.truncate(len);
+    cut[2..4].copy_from_slice(&(len as u16).to_be_bytes());
+    cut[10..12].fill(0);
+    let c = checksum::checksum(&cut[..20]);
+    cut[10..12].copy_from_slice(&c.to_be_bytes());
+    assert_eq!(sctp_flow::<V4>(&cut).unwrap_err(), NatError::BadSctpChunk, "a second chunk's header cut short");
+    // Shorter than the common header: truncated.
     assert_eq!(sctp_flow::<V4>(&good[..20 + 11]).unwrap_err(), NatError::Truncated);
     // Not SCTP.
     let udp = v4_packet(UDP, &FlowKey { proto: UDP, ..k }, 0, b"x", 0);
