@@ -16,6 +16,9 @@ from scapy.all import (ARP, ICMP, IP, TCP, UDP, Ether, Dot1Q, IPv6, ICMPv6EchoRe
                        fragment, fragment6, raw)
 from scapy.contrib.gtp import GTP_U_Header, GTPPDUSessionContainer, GTPEchoRequest
 from scapy.layers.ipsec import ESP, SecurityAssociation
+from scapy.layers.sctp import (SCTP, SCTPChunkAbort, SCTPChunkCookieAck, SCTPChunkCookieEcho, SCTPChunkData, SCTPChunkHeartbeatAck,
+                               SCTPChunkHeartbeatReq, SCTPChunkInit, SCTPChunkInitAck, SCTPChunkSACK, SCTPChunkShutdown,
+                               SCTPChunkShutdownAck, SCTPChunkShutdownComplete, crc32c)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from parcelpkt import fold, ones, parcel4, parcel6  # noqa: E402
@@ -90,6 +93,26 @@ esp6_in = SecurityAssociation(ESP, spi=8195, crypt_algo="NULL", auth_algo="SHA2-
 
 def esp(sa, inner, seq):
     return sa.encrypt(inner, seq_num=seq)
+
+
+def sctp4(vip, sport, tag, chunks, chksum=None):
+    """A client's SCTP packet to an SCTP service (scapy computes the CRC32c unless
+    `chksum` is given: 0 for one left to the device, anything else a wrong one)."""
+    return eth(ACCESS, IP(src=USER4, dst=vip) / SCTP(sport=sport, dport=38412, tag=tag, chksum=chksum) / chunks)
+
+
+def sctp6(vip, sport, tag, chunks, chksum=None):
+    return eth(ACCESS, IPv6(src=USER6, dst=vip) / SCTP(sport=sport, dport=38412, tag=tag, chksum=chksum) / chunks)
+
+
+def sctp_chunk_length(frame, l4, length):
+    """`frame` with its first chunk's length set to `length`, the CRC32c computed again
+    over it (so only the length is wrong)."""
+    b = bytearray(raw(frame))
+    b[l4 + 14:l4 + 16] = struct.pack("!H", length)
+    b[l4 + 8:l4 + 12] = b"\0\0\0\0"
+    b[l4 + 8:l4 + 12] = struct.pack("!I", crc32c(bytes(b[l4:])))  # scapy's value goes big-endian
+    return bytes(b)
 
 
 def raw_l3(ethertype, l3):
@@ -250,6 +273,40 @@ seeds = {
                   rec(ACCESS, eth(ACCESS, IPv6(src="2001:db8:98::30", dst=USER6) / UDP(sport=5353, dport=5020) / payload(80))),
                   rec(ACCESS, eth(ACCESS, IPv6(src="2001:db8::9", dst=USER6) / ICMPv6PacketTooBig(mtu=1280)
                                   / raw(IPv6(src=USER6, dst="2001:db8:98::30", hlim=63) / UDP(sport=5020, dport=5353) / payload(1300))[:1232]))],
+    # SCTP (the services on NGAP's port 38412, the NAT one's backends on 38413): an
+    # association to the NAT service over IPv4 through its life (INIT, either backend's INIT ACK to the node's address and the
+    # client's port, COOKIE ECHO with DATA, COOKIE ACK, a heartbeat, SHUTDOWN, SHUTDOWN ACK,
+    # SHUTDOWN COMPLETE); what lbN-nat refuses by name (a wrong CRC32c, a chunk length
+    # below 4, one past the packet) beside an ABORT without an association and an INIT
+    # whose CRC32c its sender left to the device (a vnet partial checksum at the CRC
+    # field, the field zero); direct server return in GUE over IPv6, the same kinds.
+    "lb4-sctp": [rec(ACCESS, sctp4("198.18.128.13", 40100, 0, SCTPChunkInit(init_tag=0x1000, a_rwnd=65536, n_out_streams=2, n_in_streams=2, init_tsn=1)))]
+                + [rec(ACCESS, eth(ACCESS, IP(src=b, dst=US4) / SCTP(sport=38413, dport=40100, tag=0x1000)
+                                   / SCTPChunkInitAck(init_tag=0x9000, a_rwnd=65536, n_out_streams=2, n_in_streams=2, init_tsn=9)))
+                   for b in ("198.19.1.40", "198.19.1.41")]
+                + [rec(ACCESS, sctp4("198.18.128.13", 40100, 0x9000, SCTPChunkCookieEcho(cookie=b"cookie-of-the-backend") / SCTPChunkData(tsn=1, data=b"NGSetupRequest")))]
+                + [rec(ACCESS, eth(ACCESS, IP(src=b, dst=US4) / SCTP(sport=38413, dport=40100, tag=0x1000) / SCTPChunkCookieAck() / SCTPChunkSACK(cumul_tsn_ack=1)))
+                   for b in ("198.19.1.40", "198.19.1.41")]
+                + [rec(ACCESS, sctp4("198.18.128.13", 40100, 0x9000, SCTPChunkHeartbeatReq() / SCTPChunkData(tsn=2, data=b"x" * 40)))]
+                + [rec(ACCESS, eth(ACCESS, IP(src=b, dst=US4) / SCTP(sport=38413, dport=40100, tag=0x1000) / SCTPChunkHeartbeatAck() / SCTPChunkShutdown(cumul_tsn_ack=2)))
+                   for b in ("198.19.1.40", "198.19.1.41")]
+                + [rec(ACCESS, sctp4("198.18.128.13", 40100, 0x9000, SCTPChunkShutdownAck()))]
+                + [rec(ACCESS, eth(ACCESS, IP(src=b, dst=US4) / SCTP(sport=38413, dport=40100, tag=0x1000) / SCTPChunkShutdownComplete()))
+                   for b in ("198.19.1.40", "198.19.1.41")],
+    "lb4-sctp-refused": [rec(ACCESS, sctp4("198.18.128.13", 40101, 0, SCTPChunkInit(init_tag=0x1001, init_tsn=1), chksum=0x12345678)),
+                         rec(ACCESS, sctp_chunk_length(sctp4("198.18.128.13", 40102, 0, SCTPChunkInit(init_tag=0x1002, init_tsn=1)), 34, 3)),
+                         rec(ACCESS, sctp_chunk_length(sctp4("198.18.128.13", 40103, 0, SCTPChunkInit(init_tag=0x1003, init_tsn=1)), 34, 200)),
+                         rec(ACCESS, sctp4("198.18.128.13", 40104, 0x7000, SCTPChunkAbort())),
+                         rec(ACCESS, sctp4("198.18.128.13", 40105, 0, SCTPChunkInit(init_tag=0x1005, init_tsn=1), chksum=0),
+                             vnet_hdr(flags=1, csum_start=34, csum_offset=8))],
+    "lb6-sctp-dsr": [rec(ACCESS, sctp6("2001:db8:128::13", 40110, 0, SCTPChunkInit(init_tag=0x2000, a_rwnd=65536, n_out_streams=2, n_in_streams=2, init_tsn=1))),
+                     rec(ACCESS, sctp6("2001:db8:128::13", 40110, 0x9000, SCTPChunkCookieEcho(cookie=b"cookie-of-the-backend") / SCTPChunkData(tsn=1, data=b"NGSetupRequest"))),
+                     rec(ACCESS, sctp6("2001:db8:128::13", 40110, 0x9000, SCTPChunkHeartbeatReq()), hold=True),
+                     rec(ACCESS, sctp6("2001:db8:128::13", 40110, 0x9000, SCTPChunkData(tsn=2, data=b"y" * 100), chksum=0),
+                         vnet_hdr(flags=1, csum_start=54, csum_offset=8)),
+                     rec(ACCESS, sctp6("2001:db8:128::13", 40110, 0x9000, SCTPChunkAbort(), chksum=0x12345678)),
+                     rec(ACCESS, sctp_chunk_length(sctp6("2001:db8:128::13", 40111, 0, SCTPChunkInit(init_tag=0x2001, init_tsn=1)), 54, 2)),
+                     rec(ACCESS, sctp6("2001:db8:128::13", 40110, 0x9000, SCTPChunkAbort()))],
     "lb-no-service": [rec(ACCESS, eth(ACCESS, IP(src=USER4, dst="198.18.128.10") / TCP(sport=40001, dport=81, flags="S"))),
                       rec(ACCESS, user_udp6("2001:db8:128::10", 8, sport=5001, dport=54))],
     # Parcels: routed out of the parcel link whole, split for the narrow link, and a run

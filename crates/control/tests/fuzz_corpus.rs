@@ -178,6 +178,11 @@ fn seeds_reach_every_feature(mut h: Harness, not_here: &[(&str, &str)]) {
         ("lb6-nat", "icmp-translated"),
         ("lb4-nat", "source-not-allowed"),
         ("lb6-nat", "source-not-allowed"),
+        ("lb4-nat", "sctp-bad-checksum"),
+        ("lb4-nat", "sctp-bad-chunk"),
+        ("lb6-nat", "sctp-bad-checksum"),
+        ("lb6-nat", "sctp-bad-chunk"),
+        ("lb6-nat", "encapsulated"),
         ("ethernet-input", "parcels-forwarded-whole"),
         ("parcel4-input", "to-split"),
         ("parcel4-split", "parcels-split"),
@@ -284,6 +289,32 @@ fn graph_harness_accepts_a_translated_wrong_checksum() {
     assert!(h.check_sent(0, &out[0].1).unwrap_err().contains("bad UDP checksum"));
 }
 
+/// The checker's SCTP arm: a packet the gateway sent from its own address carries the
+/// CRC32c the gateway computed, and one whose CRC32c is wrong is refused; a packet
+/// forwarded as it came but for its CRC32c field (a spoofed source of ours, a checksum
+/// its sender left pending completed as a device completes one) is not the gateway's.
+#[test]
+fn graph_harness_checks_the_sctp_crc32c_from_our_address() {
+    let (port, f) = seed("lb4-sctp").remove(0);
+    let init = f.bytes[14 + 20..].to_vec();
+    let mut h = Harness::new();
+    let out = h.frame(port, f);
+    assert_eq!(out.len(), 1, "the INIT, translated to a backend from the node's address");
+    let l4 = 14 + 20;
+    let sent = &out[0].1;
+    assert_eq!(&sent.bytes[26..30], &[198, 18, 1, 1]);
+    assert!(h.check_sent(0, sent).is_ok());
+    let mut bad = sent.clone();
+    bad.bytes[l4 + 8] ^= 1;
+    assert!(h.check_sent(0, &bad).unwrap_err().contains("bad SCTP CRC32c"));
+    // The INIT as the client sent it (ports and chunks), its CRC32c field other.
+    let mut forwarded = sent.clone();
+    forwarded.bytes.truncate(l4);
+    forwarded.bytes.extend_from_slice(&init);
+    forwarded.bytes[l4 + 8..l4 + 10].copy_from_slice(&[0x12, 0x34]);
+    assert!(h.check_sent(0, &forwarded).is_ok());
+}
+
 fn nonzero(h: &Harness) -> Vec<String> {
     h.workers()
         .flat_map(|w| w.graph.counter_snapshots().into_iter().map(move |c| (w.id, c)))
@@ -367,4 +398,77 @@ fn api_cli_seed_parses_line_by_line() {
         let words: Vec<String> = line.split_whitespace().map(str::to_string).collect();
         control::cli::parse(&words).unwrap_or_else(|e| panic!("{line}: {e}"));
     }
+}
+
+/// The SCTP seeds take the SCTP paths (`fuzz/make_graph_corpus.py`, scapy-built): an
+/// association to the NAT service over IPv4 through its life, each packet to or from the
+/// backend Maglev chose (the other backend's answers are no reply of ours: ICMP port
+/// unreachable), every SCTP packet sent with its CRC32c right; the refusals by name (a
+/// wrong CRC32c, a chunk length below 4, one past the packet: `sctp-bad-chunk`, as
+/// documented, where it was `truncated`); an INIT whose CRC32c its sender left to the
+/// device made good; direct server return in GUE over IPv6, the inner CRC32c right.
+#[test]
+fn graph_sctp_seeds_take_their_paths() {
+    use std::net::IpAddr;
+    use wire::sctp::SctpPacket;
+    let mut h = Harness::new();
+    // (seed, frame) → what left: (source, destination, SCTP bytes) of each SCTP packet,
+    // and GUE's inner packets.
+    let mut sctp = Vec::new();
+    let mut icmp = 0;
+    for name in ["lb4-sctp", "lb4-sctp-refused", "lb6-sctp-dsr"] {
+        for (port, f) in seed(name) {
+            for (_, t) in h.frame(port, f) {
+                let l3 = &t.bytes[14..];
+                let (src, dst, proto, l4): (IpAddr, IpAddr, _, &[u8]) = match l3[0] >> 4 {
+                    4 => {
+                        let ip = wire::ipv4::Ipv4Packet::new_checked(l3).unwrap();
+                        (ip.src_addr().into(), ip.dst_addr().into(), ip.protocol(), &l3[20..])
+                    }
+                    _ => {
+                        let ip = wire::ipv6::Ipv6Packet::new_checked(l3).unwrap();
+                        (ip.src_addr().into(), ip.dst_addr().into(), ip.next_header(), &l3[40..])
+                    }
+                };
+                match proto {
+                    wire::IpProtocol::Sctp => sctp.push((name, src, dst, l4.to_vec())),
+                    // GUE to the backend: UDP, the 4-byte GUE header, the client's packet.
+                    wire::IpProtocol::Udp => sctp.push((name, src, dst, l4[8 + 4 + 40..].to_vec())),
+                    wire::IpProtocol::Icmp => icmp += 1,
+                    p => panic!("{name}: {p:?} from {src}"),
+                }
+            }
+        }
+    }
+    for (name, src, dst, s) in &sctp {
+        assert!(SctpPacket::new_checked(&s[..]).unwrap().verify_checksum(), "{name}: {src} → {dst}: the CRC32c");
+    }
+    let of = |n: &str| sctp.iter().filter(|x| x.0 == n).map(|x| (x.1.to_string(), x.2.to_string())).collect::<Vec<_>>();
+    // lb4-sctp: the client's INIT, COOKIE ECHO, HEARTBEAT and SHUTDOWN ACK to one backend
+    // from the node; that backend's four answers to the client from the service.
+    let a = of("lb4-sctp");
+    assert_eq!(a.len(), 8, "{a:?}");
+    let backend = a[0].1.clone();
+    assert!(["198.19.1.40", "198.19.1.41"].contains(&backend.as_str()));
+    let (to_backend, to_client): (Vec<_>, Vec<_>) = a.iter().partition(|x| x.1 == backend);
+    assert!(to_backend.iter().all(|x| x.0 == "198.18.1.1") && to_backend.len() == 4, "{a:?}");
+    assert!(to_client.iter().all(|x| x.0 == "198.18.128.13" && x.1 == "198.18.0.2") && to_client.len() == 4, "{a:?}");
+    assert_eq!(icmp, 4, "the other backend's four answers: port unreachable");
+    // lb4-sctp-refused: the ABORT (a session of its own, closed) and the INIT whose
+    // CRC32c was left to the device go through; the rest are dropped by name.
+    assert_eq!(of("lb4-sctp-refused").len(), 2);
+    assert_eq!(count(&h, "lb4-nat", "sctp-bad-checksum"), 1);
+    assert_eq!(count(&h, "lb4-nat", "sctp-bad-chunk"), 2);
+    assert_eq!(count(&h, "lb4-nat", "truncated"), 0);
+    assert_eq!(count(&h, "lb4-nat", "new-session"), 3);
+    assert_eq!(count(&h, "lb4-nat", "reply-translated"), 4);
+    // lb6-sctp-dsr: INIT, COOKIE ECHO, HEARTBEAT, the DATA whose CRC32c was left, the
+    // ABORT, each in GUE to one backend; a wrong CRC32c and a bad chunk dropped.
+    let d = of("lb6-sctp-dsr");
+    assert_eq!(d.len(), 5, "{d:?}");
+    assert!(d.iter().all(|x| x.0 == "2001:db8:1::1" && x.1 == d[0].1), "{d:?}");
+    assert_eq!(count(&h, "lb6-nat", "encapsulated"), 5);
+    assert_eq!(count(&h, "lb6-nat", "new-session"), 1);
+    assert_eq!(count(&h, "lb6-nat", "sctp-bad-checksum"), 1);
+    assert_eq!(count(&h, "lb6-nat", "sctp-bad-chunk"), 1);
 }

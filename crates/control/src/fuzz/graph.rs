@@ -8,7 +8,8 @@
 //! (a narrower interface, which checks sources: loose uRPF); reassembly; IPsec ESP tunnels (AES-GCM, AES-CBC with
 //! HMAC-SHA-256, NULL with HMAC-SHA-256 in UDP over IPv6) and an SPD with protect, bypass
 //! and discard policies bound to the narrow interface; load-balanced services (TCP over
-//! IPv4, UDP over IPv6, NAT both ways); a parcel-capable link; access0 as a link that takes
+//! IPv4, UDP over IPv6, NAT both ways; SCTP, NAT over IPv4 and direct server return in
+//! GUE over IPv6); a parcel-capable link; access0 as a link that takes
 //! UDP GSO frames (see [`Harness::new`]); a UPF with sessions forwarding both ways over
 //! both families, buffering, and re-encapsulating on N9. The `graph_workers` target runs
 //! the same through two workers ([`Harness::with_workers`]): worker 0 owns the devices
@@ -34,7 +35,7 @@
 //! - every frame the gateway sends from its own MAC parses (Ethernet, then IPv4, IPv6 or
 //!   ARP; frames a GTP-U tunnel decapsulates keep their own source and go as they
 //!   came); an IPv4 header has a correct checksum and a consistent length (checked
-//!   view); the UDP, ICMP and ICMPv6 checksums
+//!   view); the UDP, ICMP and ICMPv6 checksums and the SCTP CRC32c
 //!   of what the gateway itself sources (from one of its addresses, with transport
 //!   bytes that did not come in whole) are correct (a forwarded packet keeps the L4
 //!   checksum it came with, right or wrong, even with a spoofed source; a GTP-U outer
@@ -354,6 +355,15 @@ impl Harness {
         })
     }
 
+    /// Whether SCTP packet `l4` came in as it leaves but for its CRC32c field: forwarded
+    /// (a spoofed source of ours), its checksum, if its sender left one pending, completed
+    /// as any device completes one (an Internet checksum: a vnet header cannot ask for a
+    /// CRC32c). Not the gateway's CRC32c: translation changes the ports, or leaves the
+    /// packet, CRC32c and all, as it came.
+    fn forwarded_sctp(&self, l4: &[u8]) -> bool {
+        l4.len() >= 12 && self.came_in(&l4[..8]) && (l4.len() == 12 || self.came_in(&l4[12..]))
+    }
+
     fn check_ipv4(&self, l3: &[u8]) -> Result<(), String> {
         use wire::ipv4::Ipv4Packet;
         let p = Ipv4Packet::new_checked(l3).map_err(|e| format!("ipv4: {e}"))?;
@@ -382,6 +392,7 @@ impl Harness {
                     return Err("bad ICMP checksum".into());
                 }
             }
+            IpProtocol::Sctp if !self.forwarded_sctp(p.payload()) => sctp_crc_right(p.payload())?,
             _ => {}
         }
         Ok(())
@@ -416,10 +427,23 @@ impl Harness {
                     return Err("bad ICMPv6 checksum".into());
                 }
             }
+            Some(IpProtocol::Sctp) if !self.forwarded_sctp(upper) => sctp_crc_right(upper)?,
             _ => {}
         }
         Ok(())
     }
+}
+
+/// An SCTP packet the gateway sent from its own address, not as it came (the load
+/// balancer's translation, SNAT): its CRC32c is the gateway's, computed over the packet
+/// as sent, never one that was wrong on arrival (`lbN-nat` drops those) nor an Internet
+/// checksum completed over it (a CRC32c left to the device is computed, not left).
+fn sctp_crc_right(l4: &[u8]) -> Result<(), String> {
+    let s = wire::sctp::SctpPacket::new_checked(l4).map_err(|e| format!("sctp: {e}"))?;
+    if !s.verify_checksum() {
+        return Err("bad SCTP CRC32c from our address".into());
+    }
+    Ok(())
 }
 
 /// The frames of an input (see the module's format), each with its receiving interface.
