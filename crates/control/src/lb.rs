@@ -735,14 +735,17 @@ fn format_sessions(c: &LbControl, rows: &[lb::show::SessionRow], total: usize) -
     };
     let row_names: Vec<String> = rows.iter().map(name_of).collect();
     let name_w = crate::format::column(28, row_names.iter().map(String::as_str));
+    // SCTP's states are longer than TCP's and UDP's (`sctp_cookie_echoed`).
+    let states: Vec<String> = rows.iter().map(|r| crate::format::word(&r.state)).collect();
+    let state_w = crate::format::column(12, states.iter().map(String::as_str));
     let mut s = format!(
-        "{:<3} {:<name_w$} {:<5} {:<26} {:<26} {:<26} {:<26} {:<12} {:>10}\n",
+        "{:<3} {:<name_w$} {:<5} {:<26} {:<26} {:<26} {:<26} {:<state_w$} {:>10}\n",
         "wk", "service", "proto", "client", "service address", "backend", "source seen", "state", "expires ms"
     );
-    for (r, name) in rows.iter().zip(&row_names) {
+    for ((r, name), state) in rows.iter().zip(&row_names).zip(&states) {
         let proto = lb::Protocol::from_number(r.protocol).map_or_else(|| r.protocol.to_string(), |p| p.name().to_string());
         s += &format!(
-            "{:<3} {:<name_w$} {:<5} {:<26} {:<26} {:<26} {:<26} {:<12} {:>10}\n",
+            "{:<3} {:<name_w$} {:<5} {:<26} {:<26} {:<26} {:<26} {:<state_w$} {:>10}\n",
             r.worker,
             name,
             proto,
@@ -750,7 +753,7 @@ fn format_sessions(c: &LbControl, rows: &[lb::show::SessionRow], total: usize) -
             at(r.vip, r.vip_port),
             at(r.backend, r.backend_port),
             at(r.source, r.source_port),
-            crate::format::word(&r.state),
+            state,
             r.expires_in_ms
         );
     }
@@ -972,6 +975,41 @@ mod tests {
                 assert_eq!(starts(l)[..left], head[..left], "{text}");
             }
         }
+    }
+
+    /// `show lb sessions` text: SCTP's long state names (`sctp_cookie_echoed`) widen the
+    /// state column, so every row's fields start where their headers do, the right-aligned
+    /// expiry ending where its header ends.
+    #[test]
+    fn show_lb_sessions_fits_sctp_states() {
+        use lb::session::ConnState;
+        let (c, _) = load(WEB).unwrap();
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        let row = |state, expires_in_ms| lb::show::SessionRow {
+            worker: 0,
+            service: 0,
+            protocol: 132,
+            client: ip("198.18.0.2"),
+            client_port: 40_000,
+            vip: ip("198.18.128.10"),
+            vip_port: 38_412,
+            backend: ip("198.19.1.10"),
+            backend_port: 38_412,
+            source: ip("198.18.1.1"),
+            source_port: 40_000,
+            state,
+            expires_in_ms,
+            gen: 0,
+        };
+        let rows = [row(ConnState::SctpCookieEchoed, 2999), row(ConnState::SctpEstablished, 209_999), row(ConnState::Established, 1)];
+        let text = format_sessions(&c, &rows, 3);
+        let lines: Vec<&str> = text.lines().collect();
+        let state_at = lines[0].find("state").unwrap();
+        for (l, state) in lines[1..4].iter().zip(["sctp_cookie_echoed ", "sctp_established ", "established "]) {
+            assert!(l[state_at..].starts_with(state), "the state under its header: {text}");
+            assert_eq!(l.len(), lines[0].len(), "the expiry ends where its header ends: {text}");
+        }
+        assert_eq!(lines[4], "3 of 3 connections");
     }
 
     /// Every timeout of `[lb] timeouts`, SCTP's too, is read by its name and checked
