@@ -2,6 +2,7 @@
 `prometheus_client` package's OpenMetrics parser (an independent implementation), and
 the figures checked against what the gateway is doing."""
 import json
+import re
 import socket
 import subprocess
 import time
@@ -127,6 +128,48 @@ def test_scrape_parses_and_counts_what_the_gateway_does(vecgate, metrics_instanc
     # The same text through the typed API (ctl show metrics).
     r = ctl(vecgate, sock, "show", "metrics")
     assert r.returncode == 0 and "vecgate_node_packets_total" in r.stdout
+
+
+def series_order_key(series):
+    """The order vecgate documents for a family's series: as text, but runs of digits by
+    their value (`worker="2"` before `worker="10"`), a run before or after another character
+    as its first digit would be."""
+    out = []
+    for run in re.findall(r"\d+|\D", series):
+        if run.isdigit():
+            v = run.lstrip("0")
+            out.append((ord("0"), len(v), v, len(run)))
+        else:
+            out.append((ord(run),))
+    return out
+
+
+def test_two_calls_list_the_same_series_in_the_documented_order(vecgate, tmp_path):
+    """`show metrics` twice (and a scrape): the same series in the same places, each
+    family's series sorted by their labels, numbers by value; only the figures move."""
+    proc, url, sock = start_default_gateway(vecgate, tmp_path)
+    try:
+        time.sleep(0.5)
+        texts = [ctl(vecgate, sock, "show", "metrics").stdout, ctl(vecgate, sock, "show", "metrics").stdout, scrape(url)[1]]
+    finally:
+        stop(proc)
+    keys = [[line.rsplit(" ", 1)[0] for line in t.splitlines() if not line.startswith("#")] for t in texts]
+    assert len(keys[0]) > 50, texts[0][:2000]
+    assert keys[0] == keys[1] == keys[2], "series moved between calls"
+    families, fam = [], None
+    for line in texts[0].splitlines():
+        if line.startswith("# TYPE "):
+            fam = []
+            families.append((line.split()[2], fam))
+        elif not line.startswith("#"):
+            fam.append(line.rsplit(" ", 1)[0])
+    for name, series in families:
+        assert series == sorted(series, key=series_order_key), (name, series)
+    # Families in the order docs/CONFIGURATION.md gives.
+    order = [n for n, _ in families]
+    want = ["vecgate_node_calls", "vecgate_errors", "vecgate_interface_rx_packets", "vecgate_worker_loops", "vecgate_buffers",
+            "vecgate_table_entries", "vecgate_tunnel_counters_enabled"]
+    assert [order.index(f) for f in want] == sorted(order.index(f) for f in want), order
 
 
 def test_only_get_metrics_is_served(vecgate, metrics_instance):

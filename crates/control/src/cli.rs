@@ -8,7 +8,8 @@ commands:
   show instance                        this gateway process: pid, start time (changes on restart)
   show graph                           the node graph, each node's packet and drop rates since
                                        the last `show graph`
-  show metrics                         every counter in the OpenMetrics text format (as GET /metrics)
+  show metrics                         every counter in the OpenMetrics text format (as GET /metrics),
+                                       series sorted by their labels
   show errors [all]                    per-node counters (non-zero unless `all`)
   show trace                           records of traced packets
   trace add <input-node> <count>       trace the next <count> packets of an input (e.g. pg-input)

@@ -242,7 +242,64 @@ pub fn render(workers: &[Snapshot], tables: TableSizes, tunnels: &TunnelTraffic)
     let mut out = String::new();
     // Writing into a String cannot fail.
     let _ = encode(&mut out, &r);
+    in_order(&out)
+}
+
+/// The encoder writes a family's series in its hash map's order, another at every
+/// scrape. Put them in one order, so that two scrapes of an idle gateway list the same
+/// series in the same places: families stay in the order `render` registers them, and
+/// each family's series are sorted by name and labels, numbers (a worker, a port) by
+/// their value (`worker="2"` before `worker="10"`).
+fn in_order(text: &str) -> String {
+    fn flush(series: &mut Vec<&str>, out: &mut String) {
+        // The key is the series without its value (`name{labels}`), unique in a scrape.
+        series.sort_by(|a, b| natural_cmp(a.rsplit_once(' ').map_or(*a, |k| k.0), b.rsplit_once(' ').map_or(*b, |k| k.0)));
+        for s in series.drain(..) {
+            out.push_str(s);
+            out.push('\n');
+        }
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut series = Vec::new();
+    for line in text.lines() {
+        // `# HELP`, `# TYPE`, `# UNIT` open a family (and end the one before); `# EOF` ends all.
+        if line.starts_with('#') {
+            flush(&mut series, &mut out);
+            out.push_str(line);
+            out.push('\n');
+        } else {
+            series.push(line);
+        }
+    }
+    flush(&mut series, &mut out);
     out
+}
+
+/// Compare as text, but runs of digits by their value: "w2" < "w10".
+fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+    use std::cmp::Ordering::Equal;
+    let digits = |s: &[u8]| s.iter().take_while(|c| c.is_ascii_digit()).count();
+    let (mut a, mut b) = (a.as_bytes(), b.as_bytes());
+    loop {
+        let (Some(&x), Some(&y)) = (a.first(), b.first()) else { return a.len().cmp(&b.len()) };
+        let (n, m, order) = if x.is_ascii_digit() && y.is_ascii_digit() {
+            let (n, m) = (digits(a), digits(b));
+            let (v, w) = (trim_zeros(&a[..n]), trim_zeros(&b[..m]));
+            // Equal values: fewer leading zeros first ("7" < "07").
+            (n, m, v.len().cmp(&w.len()).then_with(|| v.cmp(w)).then_with(|| n.cmp(&m)))
+        } else {
+            (1, 1, x.cmp(&y))
+        };
+        if order != Equal {
+            return order;
+        }
+        (a, b) = (&a[n..], &b[m..]);
+    }
+}
+
+fn trim_zeros(d: &[u8]) -> &[u8] {
+    let z = d.iter().take_while(|c| **c == b'0').count();
+    &d[z..]
 }
 
 /// The content type of `render`'s output.
@@ -383,6 +440,64 @@ mod tests {
         assert!(!t.contains(r#"port="10256",source="file""#), "{t}");
         let without = render(&[], TableSizes::default(), &TunnelTraffic::default());
         assert!(!without.contains("punt"), "no punted port, no series: {without}");
+    }
+
+    /// The sample lines of family `name` (its series and values), in the order served.
+    fn series_of<'a>(text: &'a str, name: &str) -> Vec<&'a str> {
+        text.lines().filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' '])).collect()
+    }
+
+    #[test]
+    fn two_scrapes_list_the_same_series_in_the_documented_order() {
+        // Twelve workers, three nodes each: a hash map's order would differ between
+        // renders and would not be sorted.
+        let workers: Vec<Snapshot> = (0..12)
+            .map(|w| {
+                let mut s = snapshot(w, 100);
+                for name in ["ip4-rewrite", "ethernet-input"] {
+                    let mut n = s.nodes[0].clone();
+                    n.name = name.into();
+                    s.nodes.push(n);
+                }
+                s
+            })
+            .collect();
+        let punt_ports = [10256, 179, 8022].map(|port| crate::punt::PortRow { protocol: "tcp", port, file: true, owner: None }).to_vec();
+        let tables = TableSizes { routes: 3, punt_ports, ..Default::default() };
+        let first = render(&workers, tables.clone(), &TunnelTraffic::default());
+        let second = render(&workers, tables, &TunnelTraffic::default());
+        assert_eq!(first, second);
+        // Series sorted by their labels, numbers by value: worker 2 before worker 10.
+        let mut want = Vec::new();
+        for w in 0..12 {
+            for node in ["ethernet-input", "ip4-lookup", "ip4-rewrite"] {
+                want.push(format!(r#"vecgate_node_packets_total{{worker="{w}",node="{node}"}} 100"#));
+            }
+        }
+        assert_eq!(series_of(&first, "vecgate_node_packets_total"), want);
+        let punt = series_of(&first, "vecgate_punt_port");
+        assert!(punt[0].contains(r#"port="179""#) && punt[1].contains(r#"port="8022""#) && punt[2].contains(r#"port="10256""#), "{punt:?}");
+        // Families in the order they are registered: runtime, errors, interfaces, workers,
+        // buffers, tables, tunnels, then PFCP and punt when there are.
+        let families: Vec<&str> = first.lines().filter_map(|l| l.strip_prefix("# TYPE ")).filter_map(|l| l.split(' ').next()).collect();
+        let at = |f: &str| families.iter().position(|x| *x == f).unwrap_or_else(|| panic!("{f} not in {families:?}"));
+        let order =
+            ["vecgate_node_calls", "vecgate_node_packets", "vecgate_errors", "vecgate_interface_rx_packets", "vecgate_worker_loops"];
+        let more = ["vecgate_buffers", "vecgate_table_entries", "vecgate_tunnel_counters_enabled", "vecgate_punt_port"];
+        let places: Vec<usize> = order.iter().chain(&more).map(|f| at(f)).collect();
+        assert!(places.windows(2).all(|w| w[0] < w[1]), "{families:?}");
+        assert!(first.ends_with("# EOF\n"), "{first}");
+    }
+
+    #[test]
+    fn numbers_in_labels_sort_by_value() {
+        use std::cmp::Ordering::*;
+        assert_eq!(natural_cmp(r#"x{worker="2"}"#, r#"x{worker="10"}"#), Less);
+        assert_eq!(natural_cmp(r#"x{worker="10",node="a"}"#, r#"x{worker="10",node="b"}"#), Less);
+        assert_eq!(natural_cmp("a7", "a07"), Less);
+        assert_eq!(natural_cmp("a", "a1"), Less);
+        assert_eq!(natural_cmp("b", "a9"), Greater);
+        assert_eq!(natural_cmp("a9", "a9"), Equal);
     }
 
     #[test]
