@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -113,6 +114,50 @@ def test_one_error_style_and_documented_exit_codes(vecgate, running, tmp_path):
     # --json anywhere on the line.
     r = subprocess.run([str(vecgate), "ctl", "--socket", str(sock), "show", "interfaces", "--json"], capture_output=True, text=True, timeout=20)
     assert r.returncode == 0 and json.loads(r.stdout)["ok"] is True, r.stdout + r.stderr
+
+
+def test_exit_codes_are_the_documented_ones_whatever_refuses(vecgate, running, tmp_path):
+    """0 done, 1 nothing asked of the gateway, 2 the gateway refused: as `vecgate ctl --help`
+    and README.md say. A command line clap refuses exits 1 like bad command words (clap's
+    own 2 would read as a refusal), and a refusal with --json is 2 with the reply on stdout."""
+    proc, sock = running
+    run = lambda *a: subprocess.run([str(vecgate), "ctl", *a], capture_output=True, text=True, timeout=20)
+    # No command words, an unknown option: nothing was asked.
+    for args in (["--socket", str(sock)], ["--socket", str(sock), "--bogus", "show", "runtime"], ["--no-such-flag"]):
+        r = run(*args)
+        assert r.returncode == 1 and r.stdout == "" and "error:" in r.stderr, (args, r.returncode, r.stderr)
+    # A gateway that is not there: 1 too, even for a request it would refuse.
+    r = run("--socket", str(tmp_path / "none.sock"), "ip", "route", "del", "198.19.99.0/24")
+    assert r.returncode == 1 and "no vecgate is running" in r.stderr, r.stderr
+    # Refused, with --json: 2, and the reply says why on stdout.
+    r = run("--socket", str(sock), "--json", "ip", "route", "del", "198.19.99.0/24")
+    reply = json.loads(r.stdout)
+    assert r.returncode == 2 and reply["ok"] is False and reply["error"], (r.returncode, r.stdout)
+    assert run("--socket", str(sock), "help").returncode == 0
+    # The codes are in ctl's help and the README.
+    h = run("--help")
+    assert h.returncode == 0 and "Exit status:" in h.stdout, h.stdout
+    for code, says in (("0", "the gateway did what was asked"), ("1", "nothing was asked of the gateway"),
+                       ("2", "the gateway answered and refused")):
+        assert any(l.strip().startswith(f"{code}  {says}") for l in h.stdout.splitlines()), (code, h.stdout)
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    for code, says in (("0", "the gateway did what was asked"), ("1", "nothing was asked of the gateway"),
+                       ("2", "the gateway answered and refused")):
+        assert f"| {code} | {says}" in readme, code
+
+
+def test_a_show_of_a_section_the_gateway_lacks_says_it_is_off(vecgate, running):
+    """The default gateway has no [pfcp] and no [punt]: `show pfcp …` and `show punt` answer
+    (exit 0) that the feature is off, in text and with "enabled": false in JSON."""
+    proc, sock = running
+    for words, text in ((("show", "pfcp", "associations"), "pfcp off (no [pfcp] section"),
+                        (("show", "pfcp", "sessions"), "pfcp off (no [pfcp] section"),
+                        (("show", "punt"), "punt off (no [punt] section)")):
+        r = ctl(vecgate, sock, *words)
+        assert r.returncode == 0 and r.stdout.startswith(text) and r.stderr == "", (words, r.returncode, r.stdout, r.stderr)
+        r = ctl(vecgate, sock, *words, json_out=True)
+        reply = json.loads(r.stdout)
+        assert r.returncode == 0 and reply["ok"] and reply["data"]["enabled"] is False, (words, r.stdout)
 
 
 def test_cannot_connect_says_whether_nothing_runs_or_the_socket_is_stale(vecgate, tmp_path):

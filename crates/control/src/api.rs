@@ -661,19 +661,28 @@ impl Control {
                 crate::gtpu::deleted_reply(name, &routes)
             }
             Request::ShowPfcpAssociations {} => {
-                let p = self.pfcp.as_ref().ok_or("PFCP is not configured (no [pfcp] section)")?;
+                // Without [pfcp] the answer is that PFCP is off, as `show punt` says of [punt].
+                let Some(p) = self.pfcp.as_ref() else {
+                    let data = serde_json::json!({ "enabled": false, "associations": [], "stats": {} });
+                    return Ok(Reply::ok(data, crate::pfcp::OFF.into()));
+                };
                 let rows = crate::pfcp::association_rows(p);
                 let stats = p.upf.stats();
                 let counts: serde_json::Map<String, serde_json::Value> =
                     stats.named().iter().map(|(name, v)| (name.to_string(), (*v).into())).collect();
-                Reply::ok(serde_json::json!({ "associations": rows, "stats": counts }), crate::pfcp::format_associations(&rows, &stats))
+                let data = serde_json::json!({ "enabled": true, "associations": rows, "stats": counts });
+                Reply::ok(data, crate::pfcp::format_associations(&rows, &stats))
             }
             Request::ShowPfcpSessions { limit } => {
-                let p = self.pfcp.as_ref().ok_or("PFCP is not configured (no [pfcp] section)")?;
+                let Some(p) = self.pfcp.as_ref() else {
+                    let data = serde_json::json!({ "enabled": false, "sessions": [], "total": 0, "buffered": null });
+                    return Ok(Reply::ok(data, crate::pfcp::OFF.into()));
+                };
                 let rows = crate::pfcp::session_rows(p, limit.unwrap_or(100));
                 let buffered = crate::pfcp::buffer_row(p);
                 let text = crate::pfcp::format_sessions(&rows, p.upf.session_count(), &p.recent) + &crate::pfcp::format_buffer(&buffered);
-                Reply::ok(serde_json::json!({ "sessions": rows, "total": p.upf.session_count(), "buffered": buffered }), text)
+                let data = serde_json::json!({ "enabled": true, "sessions": rows, "total": p.upf.session_count(), "buffered": buffered });
+                Reply::ok(data, text)
             }
             Request::ShowUdpTunnels {} => {
                 let rows = crate::udptun::rows(&self.udptun, &self.state);

@@ -62,7 +62,7 @@ commands:
   show gtpu tunnel teid <n> | remote <addr> | ue <addr>   the tunnels with that TEID (in or out),
                                        peer, or UE route covering the address
   show pfcp associations | sessions     the SMFs associated (and the PFCP counters), the
-                                       sessions they set up
+                                       sessions they set up (`pfcp off` without [pfcp])
   lb service add <name> cluster_ip|node_port|load_balancer <vip> <port> tcp|udp|sctp
          [policy cluster|local] [affinity <seconds>] [table-size <prime>] [backend <addr>:<port>]...
          [forwarding nat|ipip|gue|gre] [gue-port <port>] [source-range <prefix>]...

@@ -629,6 +629,9 @@ pub struct BufferRow {
     pub per_session: usize,
 }
 
+/// `show pfcp …` of a gateway without `[pfcp]` (JSON: `"enabled": false`).
+pub const OFF: &str = "pfcp off (no [pfcp] section: this gateway is no UPF; add one and restart)\n";
+
 pub fn buffer_row(p: &Pfcp) -> BufferRow {
     BufferRow { held: p.held.iter().map(|g| g.load(Relaxed)).sum(), capacity: p.buffer_room.0, per_session: p.buffer_room.1 }
 }

@@ -310,7 +310,10 @@ pub fn rows(spec: &PuntSpec) -> Vec<PortRow> {
 /// `show punt`: the link, the host's addresses and each port with where it came from.
 pub fn show(c: &crate::dataplane::Control) -> crate::api::Reply {
     let Some(spec) = c.state.punt() else {
-        return crate::api::Reply::ok(serde_json::json!({ "punt": null, "ports": [] }), "punt off (no [punt] section)\n".into());
+        return crate::api::Reply::ok(
+            serde_json::json!({ "enabled": false, "punt": null, "ports": [] }),
+            "punt off (no [punt] section)\n".into(),
+        );
     };
     let rows = rows(spec);
     let hosts = [spec.host4.map(|a| format!("host4 {a}")), spec.host6.map(|a| format!("host6 {a}"))];
@@ -320,6 +323,7 @@ pub fn show(c: &crate::dataplane::Control) -> crate::api::Reply {
         text += &format!("  {:<12} {}\n", format!("{}/{}", r.protocol, r.port), r.source());
     }
     let data = serde_json::json!({
+        "enabled": true,
         "punt": { "interface": spec.interface, "host4": spec.host4, "host6": spec.host6 },
         "ports": rows,
     });
@@ -469,6 +473,24 @@ snat4 = "198.18.1.1"
         assert!(refused(&mut c, "punt port del tcp 10256").starts_with("punt_port_del: the gateway has no [punt] section"));
         let show = run(&mut c, "show punt");
         assert_eq!((show.ok, show.text.as_str()), (true, "punt off (no [punt] section)\n"));
+    }
+
+    #[test]
+    fn a_show_of_a_section_left_out_says_it_is_off() {
+        // Without [punt] or [pfcp], `show punt` and `show pfcp …` answer (exit 0) that
+        // the feature is off, in text and in JSON; not an error.
+        let mut c = control(LINKS);
+        let show = run(&mut c, "show punt");
+        assert_eq!((show.ok, show.text.as_str(), &show.data["enabled"]), (true, "punt off (no [punt] section)\n", &false.into()));
+        for line in ["show pfcp associations", "show pfcp sessions"] {
+            let r = run(&mut c, line);
+            assert!(r.ok && r.error.is_none(), "{line}: {:?}", r.error);
+            assert_eq!(r.text, "pfcp off (no [pfcp] section: this gateway is no UPF; add one and restart)\n", "{line}");
+            assert_eq!(r.data["enabled"], false, "{line}: {}", r.data);
+        }
+        assert_eq!(run(&mut c, "show pfcp sessions").data["sessions"], serde_json::json!([]));
+        let mut c = control(&format!("{LINKS}{PUNT}"));
+        assert_eq!(run(&mut c, "show punt").data["enabled"], true);
     }
 
     #[test]

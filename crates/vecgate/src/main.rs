@@ -53,6 +53,7 @@ enum Cmd {
         json: bool,
     },
     /// Send a command to a running instance, e.g. `vecgate ctl show runtime`.
+    #[command(after_help = CTL_EXIT_CODES)]
     Ctl {
         /// The running gateway's control socket (`[dataplane] socket`, or its `run --socket`).
         #[arg(long, default_value = "/run/vecgate.sock")]
@@ -296,6 +297,16 @@ enum Cmd {
     Man,
 }
 
+/// `vecgate ctl`'s exit status, for scripts (README.md, "CLI"; tests/test_ctl_safety.py).
+const CTL_EXIT_CODES: &str = "\
+Exit status:
+  0  the gateway did what was asked (or `help`); the reply on stdout
+  1  nothing was asked of the gateway: the command line or its command words are wrong,
+     or no gateway answered on the socket (none running, a stale socket, permission
+     denied, the connection closed without a reply); the reason on stderr
+  2  the gateway answered and refused the request: the reason on stderr (with --json,
+     the reply, \"ok\": false and its \"error\", on stdout)";
+
 /// The build targets x86-64-v3 (`.cargo/config.toml`): on a CPU without one of its
 /// features the first such instruction would kill the process with SIGILL. Say which
 /// feature is missing instead, before code that may use it runs (checked under qemu-user
@@ -348,7 +359,16 @@ fn require_cpu_features() {}
 fn main() {
     require_cpu_features();
     io::linux::default_sigpipe();
-    let cli = Cli::parse();
+    let cli = Cli::try_parse().unwrap_or_else(|e| {
+        // clap exits 2 on a command line it refuses; for `ctl`, 2 says the gateway refused
+        // the request, and a command line that asked the gateway nothing exits 1, as bad
+        // command words do (CTL_EXIT_CODES).
+        if e.use_stderr() && std::env::args_os().nth(1).is_some_and(|a| a == "ctl") {
+            let _ = e.print();
+            std::process::exit(1);
+        }
+        e.exit()
+    });
     if matches!(cli.cmd, Some(Cmd::K8s { .. })) {
         let _ = logging::init(None, "info", "");
     } else if !matches!(cli.cmd, None | Some(Cmd::Run { .. })) {
