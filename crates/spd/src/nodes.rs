@@ -47,6 +47,16 @@ pub enum KeyError {
     BadExtension,
 }
 
+/// For traces: why no selector was read, in words.
+impl core::fmt::Display for KeyError {
+    fn fmt(&self, f: &mut core::fmt::Formatter) -> core::fmt::Result {
+        f.write_str(match self {
+            KeyError::Truncated => "no selector: shorter than its headers say",
+            KeyError::BadExtension => "no selector: an IPv6 extension header chain that does not parse",
+        })
+    }
+}
+
 /// What differs between the IPv4 and IPv6 SPD nodes.
 pub trait SpdFamily: Send + 'static {
     type Addr: Classified;
@@ -630,7 +640,7 @@ impl<Cx: HasSpd, F: SpdFamily> Node<Cx> for IpsecOutput<F> {
     fn trace(&self, buf: &Buffer) -> String {
         match F::flow_key(buf.bytes(), false) {
             Ok(k) => flow_text(&k),
-            Err(e) => format!("{e:?}"),
+            Err(e) => e.to_string(),
         }
     }
 }
@@ -712,7 +722,7 @@ impl<Cx: HasSpd, F: SpdFamily> Node<Cx> for IpsecInput<F> {
     fn trace(&self, buf: &Buffer) -> String {
         match F::flow_key(buf.bytes(), true) {
             Ok(k) => flow_text(&k),
-            Err(e) => format!("{e:?}"),
+            Err(e) => e.to_string(),
         }
     }
 }
@@ -773,7 +783,7 @@ impl<Cx: HasSpd, F: SpdFamily> Node<Cx> for IpsecDecrypted<F> {
     fn trace(&self, buf: &Buffer) -> String {
         match F::flow_key(buf.bytes(), true) {
             Ok(k) => format!("{} sa {}", flow_text(&k), buf.meta.param),
-            Err(e) => format!("{e:?}"),
+            Err(e) => e.to_string(),
         }
     }
 }
@@ -827,6 +837,16 @@ fn flow_text<A: Classified>(k: &FlowKey<A>) -> String {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// A trace of a packet whose selector cannot be read says why in words, not
+    /// `Truncated` or `BadExtension`.
+    #[test]
+    fn unreadable_selectors_are_traced_in_words() {
+        let e = Ip4::flow_key(&[0x45, 0, 0], false).unwrap_err();
+        assert_eq!(e.to_string(), "no selector: shorter than its headers say");
+        let ext = KeyError::BadExtension.to_string();
+        assert_eq!(ext, "no selector: an IPv6 extension header chain that does not parse");
+    }
 
     proptest! {
         #[test]

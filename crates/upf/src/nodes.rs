@@ -754,7 +754,7 @@ impl<Cx: HasUpf, O: OuterFamily> Node<Cx> for UpfUplink<O> {
 
     fn trace(&self, buf: &Buffer) -> String {
         match parse_gpdu::<O>(buf.bytes()) {
-            Ok(g) => format!("teid {:#x} qfi {:?} inner {} bytes", g.teid, g.qfi, g.inner_len),
+            Ok(g) => format!("teid {:#x} qfi {} inner {} bytes", g.teid, g.qfi.map_or("none".into(), |q| q.to_string()), g.inner_len),
             Err(c) => format!("rejected: {}", <UpfCounter as engine::Counters>::INFO[c as usize].name),
         }
     }
@@ -993,7 +993,10 @@ impl<Cx: HasUpf, F: UeFamily> Node<Cx> for UpfDownlink<F> {
 
     fn trace(&self, buf: &Buffer) -> String {
         match Inner::parse(buf.bytes()) {
-            Ok(i) => format!("{} -> {} proto {} ports {:?}", i.src, i.dst, i.proto, i.ports),
+            Ok(i) => {
+                let ports = i.ports.map_or(String::new(), |(s, d)| format!(" ports {s} -> {d}"));
+                format!("{} -> {} {}{ports}", i.src, i.dst, wire::IpProtocol::from(i.proto))
+            }
             Err(c) => format!("rejected: {}", <UpfCounter as engine::Counters>::INFO[c as usize].name),
         }
     }

@@ -418,6 +418,30 @@ fn uplink_decapsulates_and_counts_the_inner_bytes() {
     assert_eq!(rig.counter("upf4-uplink", "no-pdr"), 2);
 }
 
+/// `show trace` of the UPF nodes: the QFI as a number (or `none`), the inner protocol
+/// by name and its ports; never `Some(9)` or `Some((4000, 53))`.
+#[test]
+fn traces_print_qfi_protocol_and_ports_as_words() {
+    let mut rig = Rig::new();
+    rig.install(&session(1));
+    let inner = udp4(UE, DN, 4000, 53, 100);
+    for (i, name) in [(0, "test-n3"), (2, "test-n6")] {
+        rig.graph.trace_add(name, 4).unwrap();
+        let pkts = if i == 0 { vec![gpdu4(0x100, Some(9), &inner), gpdu4(0x100, None, &inner)] } else { vec![udp4(DN, UE, 53, 4000, 100)] };
+        rig.send(i, &pkts);
+    }
+    let text: Vec<String> =
+        rig.graph.trace_records().iter().filter(|r| r.node.starts_with("upf4")).map(|r| format!("{}: {}", r.node, r.text)).collect();
+    assert_eq!(
+        text,
+        [
+            "upf4-uplink: teid 0x100 qfi 9 inner 128 bytes".to_string(),
+            "upf4-uplink: teid 0x100 qfi none inner 128 bytes".into(),
+            "upf4-downlink: 198.18.8.9 -> 198.19.7.1 udp ports 53 -> 4000".into(),
+        ]
+    );
+}
+
 /// TS 29.244 §5.2.1: the uplink PDR's PDI names the UE's address, so a G-PDU whose inner
 /// source is another is matched by no PDR (dropped as `wrong-ue-source`), through the
 /// session's record and through the full match alike; IPv6 by the UE's /64; a PDI without

@@ -126,6 +126,22 @@ impl From<EtherType> for u16 {
     }
 }
 
+/// As tcpdump and VPP write it: the number in hex, and the name of one vecgate knows
+/// (`0x86dd (IPv6)`; an unknown one `0x88cc`).
+impl fmt::Display for EtherType {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        let name = match self {
+            EtherType::Ipv4 => "IPv4",
+            EtherType::Arp => "ARP",
+            EtherType::Vlan => "802.1Q",
+            EtherType::QinQ => "802.1ad",
+            EtherType::Ipv6 => "IPv6",
+            EtherType::Unknown(_) => return write!(f, "{:#06x}", u16::from(*self)),
+        };
+        write!(f, "{:#06x} ({name})", u16::from(*self))
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum EthernetError {
     #[error("frame shorter than the 14-byte Ethernet header")]
@@ -219,6 +235,13 @@ impl EthernetRepr {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn ethertypes_print_as_tcpdump_writes_them() {
+        let shown: Vec<String> =
+            [0x0800u16, 0x0806, 0x86dd, 0x8100, 0x88a8, 0x88cc, 0x0042].map(|t| EtherType::from(t).to_string()).to_vec();
+        assert_eq!(shown, ["0x0800 (IPv4)", "0x0806 (ARP)", "0x86dd (IPv6)", "0x8100 (802.1Q)", "0x88a8 (802.1ad)", "0x88cc", "0x0042"]);
+    }
 
     #[test]
     fn truncated() {

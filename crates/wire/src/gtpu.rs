@@ -91,6 +91,21 @@ impl From<MessageType> for u8 {
     }
 }
 
+/// TS 29.281's names, lower case (`g-pdu`, `echo-request`); an unknown one `type <n>`.
+impl core::fmt::Display for MessageType {
+    fn fmt(&self, f: &mut core::fmt::Formatter) -> core::fmt::Result {
+        f.write_str(match self {
+            MessageType::EchoRequest => "echo-request",
+            MessageType::EchoResponse => "echo-response",
+            MessageType::ErrorIndication => "error-indication",
+            MessageType::SupportedExtensionHeadersNotification => "supported-extension-headers-notification",
+            MessageType::EndMarker => "end-marker",
+            MessageType::GPdu => "g-pdu",
+            MessageType::Unknown(n) => return write!(f, "type {n}"),
+        })
+    }
+}
+
 /// Extension header types vecgate knows.
 pub mod ext {
     pub const NONE: u8 = 0x00;
@@ -420,6 +435,21 @@ impl GtpuRepr {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn message_types_print_as_the_spec_names_them() {
+        let shown: Vec<String> = [1u8, 2, 26, 31, 254, 255, 77].map(|t| MessageType::from(t).to_string()).to_vec();
+        let want = [
+            "echo-request",
+            "echo-response",
+            "error-indication",
+            "supported-extension-headers-notification",
+            "end-marker",
+            "g-pdu",
+            "type 77",
+        ];
+        assert_eq!(shown, want);
+    }
 
     fn arb_session() -> impl Strategy<Value = Option<PduSession>> {
         prop_oneof![

@@ -73,12 +73,22 @@ impl core::fmt::Display for IpProtocol {
     fn fmt(&self, f: &mut core::fmt::Formatter) -> core::fmt::Result {
         match self {
             IpProtocol::Unknown(n) => write!(f, "proto-{n}"),
+            // The IANA keywords (tcpdump's words where it has one), never Rust's names.
+            IpProtocol::HopByHop => f.write_str("hopopts"),
             IpProtocol::Icmp => f.write_str("icmp"),
+            IpProtocol::IpIp => f.write_str("ipip"),
             IpProtocol::Tcp => f.write_str("tcp"),
             IpProtocol::Udp => f.write_str("udp"),
+            IpProtocol::Ipv6 => f.write_str("ipv6"),
+            IpProtocol::Ipv6Route => f.write_str("ipv6-route"),
+            IpProtocol::Ipv6Frag => f.write_str("ipv6-frag"),
+            IpProtocol::Gre => f.write_str("gre"),
+            IpProtocol::Esp => f.write_str("esp"),
+            IpProtocol::Ah => f.write_str("ah"),
             IpProtocol::Icmpv6 => f.write_str("icmp6"),
+            IpProtocol::Ipv6NoNxt => f.write_str("ipv6-nonxt"),
+            IpProtocol::Ipv6Opts => f.write_str("ipv6-opts"),
             IpProtocol::Sctp => f.write_str("sctp"),
-            other => write!(f, "{other:?}"),
         }
     }
 }
@@ -86,6 +96,15 @@ impl core::fmt::Display for IpProtocol {
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[test]
+    fn protocols_print_as_words_never_as_rust_names() {
+        let words: Vec<String> = [0u8, 4, 41, 43, 44, 47, 50, 51, 59, 60, 200].map(|n| IpProtocol::from(n).to_string()).to_vec();
+        assert_eq!(
+            words,
+            ["hopopts", "ipip", "ipv6", "ipv6-route", "ipv6-frag", "gre", "esp", "ah", "ipv6-nonxt", "ipv6-opts", "proto-200"]
+        );
+    }
+
     #[test]
     fn every_byte_roundtrips() {
         for v in 0..=255u8 {

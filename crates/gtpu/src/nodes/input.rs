@@ -443,7 +443,7 @@ impl<Cx: HasGtpu, O: Outer, const COUNT: bool> Node<Cx> for GtpuInput<O, COUNT> 
     fn trace(&self, buf: &Buffer) -> String {
         match parse::<O>(buf.bytes(), buf.meta.l4_checksum_ok) {
             Ok(p) => format!(
-                "{} -> {} sport {} {:?} teid {:#x} gtp-header {} payload {}{}",
+                "{} -> {} sport {} {} teid {:#x} gtp-header {} payload {}{}",
                 p.src,
                 p.dst,
                 p.src_port,

@@ -91,7 +91,12 @@ impl<Cx: HasIp> Node<Cx> for ArpInput {
 
     fn trace(&self, buf: &Buffer) -> String {
         match ArpPacket::new_checked(buf.bytes()).ok().and_then(|p| ArpRepr::parse(&p).ok()) {
-            Some(r) => format!("{:?} who-has {} tell {} ({})", r.operation, r.target_ip, r.sender_ip, r.sender_hw),
+            // tcpdump's words: a request asks who has the target, a reply says who is at it.
+            Some(r) => match r.operation {
+                ArpOperation::Request => format!("request who-has {} tell {} ({})", r.target_ip, r.sender_ip, r.sender_hw),
+                ArpOperation::Reply => format!("reply {} is-at {} to {}", r.sender_ip, r.sender_hw, r.target_ip),
+                ArpOperation::Unknown(n) => format!("operation {n} from {} ({}) about {}", r.sender_ip, r.sender_hw, r.target_ip),
+            },
             None => "malformed ARP".into(),
         }
     }

@@ -294,7 +294,7 @@ impl<Cx: HasIp, const PARCELS_INLINED: bool> Node<Cx> for EthernetInput<PARCELS_
 
     fn trace(&self, buf: &Buffer) -> String {
         match EthernetFrame::new_checked(buf.bytes()) {
-            Ok(f) => format!("{} -> {} type {:?} len {}", f.src_addr(), f.dst_addr(), f.ethertype(), buf.len()),
+            Ok(f) => format!("{} -> {} type {} len {}", f.src_addr(), f.dst_addr(), f.ethertype(), buf.len()),
             Err(e) => format!("malformed: {e}"),
         }
     }
@@ -364,6 +364,51 @@ mod tests {
         fn parcels_whole_at_input(&self) -> bool {
             true
         }
+    }
+
+    /// A node's trace line of a buffer holding `bytes`.
+    fn trace_of<N: Node<Unread>>(node: &N, bytes: &[u8]) -> String {
+        let mut pool = Pool::new(4, 0);
+        let b = pool.alloc(bytes.len()).unwrap();
+        pool.get_mut(b).write(bytes).unwrap();
+        node.trace(pool.get_mut(b))
+    }
+
+    /// Trace lines say what tcpdump says: an EtherType's number and name, an ARP
+    /// request's and reply's words; never a Rust enum's name (`type Ipv6`, `Request`).
+    #[test]
+    fn traces_print_ethertypes_and_arp_as_tcpdump_does() {
+        let frame = |ethertype: u16, payload: &[u8]| {
+            let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2];
+            f.extend_from_slice(&ethertype.to_be_bytes());
+            f.extend_from_slice(payload);
+            f
+        };
+        let macs = "02:00:00:00:00:02 -> 02:00:00:00:00:01";
+        for (ethertype, payload, says) in [
+            (0x86dd, ip6(DST6, 0), "type 0x86dd (IPv6) len 70"),
+            (0x0800, ip4(0), "type 0x0800 (IPv4) len 62"),
+            (0x0806, vec![0; 28], "type 0x0806 (ARP) len 42"),
+            (0x88cc, vec![0; 46], "type 0x88cc len 60"),
+        ] {
+            assert_eq!(trace_of(&EthernetInput::<false>, &frame(ethertype, &payload)), format!("{macs} {says}"));
+        }
+        use wire::arp::{ArpOperation, ArpRepr};
+        let arp = |operation| {
+            let r = ArpRepr {
+                operation,
+                sender_hw: "02:00:00:00:00:02".parse().unwrap(),
+                sender_ip: "198.18.0.2".parse().unwrap(),
+                target_hw: "00:00:00:00:00:00".parse().unwrap(),
+                target_ip: "198.18.0.1".parse().unwrap(),
+            };
+            let mut b = [0u8; 28];
+            r.emit(&mut b);
+            trace_of(&crate::nodes::arp_input::ArpInput, &b)
+        };
+        assert_eq!(arp(ArpOperation::Request), "request who-has 198.18.0.1 tell 198.18.0.2 (02:00:00:00:00:02)");
+        assert_eq!(arp(ArpOperation::Reply), "reply 198.18.0.2 is-at 02:00:00:00:00:02 to 198.18.0.1");
+        assert_eq!(arp(ArpOperation::Unknown(9)), "operation 9 from 198.18.0.2 (02:00:00:00:00:02) about 198.18.0.1");
     }
 
     /// The form with the parcel forward inlined is taken by a vector with a sampled frame
