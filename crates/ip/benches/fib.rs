@@ -4,17 +4,8 @@ use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughpu
 use ip::lpm::{LpmKey, Poptrie, Route};
 use std::collections::BTreeMap;
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-}
+mod common;
+use common::Rng;
 
 fn table<K: LpmKey>(n: usize, rng: &mut Rng, mix: &[u8], key: impl Fn(&mut Rng) -> K) -> (Poptrie<K>, Vec<Route<K>>) {
     let mut m = BTreeMap::new();

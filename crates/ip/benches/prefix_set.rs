@@ -5,17 +5,8 @@ use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughpu
 use ip::{Prefix, PrefixSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-}
+mod common;
+use common::Rng;
 
 /// The check as it was: each range a (network, mask) pair, scanned in order.
 fn scan(ranges: &[(u128, u128)], src: &[u8]) -> bool {
