@@ -107,11 +107,7 @@ impl PrefixSet {
     /// an IPv4 set, 16 for IPv6; any other length is no address of the set's family.
     #[inline]
     pub fn contains_bytes(&self, addr: &[u8]) -> bool {
-        match (self.v6, addr.len()) {
-            (false, 4) => self.holds(addr.iter().fold(0u128, |x, &b| x << 8 | b as u128)),
-            (true, 16) => self.holds(addr.iter().fold(0u128, |x, &b| x << 8 | b as u128)),
-            _ => false,
-        }
+        addr.len() == if self.v6 { 16 } else { 4 } && self.holds(addr.iter().fold(0u128, |x, &b| x << 8 | b as u128))
     }
 
     #[inline]

@@ -244,6 +244,17 @@ fn next_state_full(s: ConnState, proto: u8, flags: u8, forward: bool) -> ConnSta
     }
 }
 
+/// [`next_state_full`] for direct server return ([`Balancer::direct`]): SCTP's machine
+/// for an association, [`next_state_direct`] for the rest.
+#[inline]
+fn next_state_direct_full(s: ConnState, proto: u8, flags: u8) -> ConnState {
+    if proto == SCTP {
+        next_state_sctp_direct(s, flags)
+    } else {
+        next_state_direct(s, proto, flags)
+    }
+}
+
 /// The next state after a packet with `flags` (0 for UDP), from the client (`forward`)
 /// or from the backend.
 pub fn next_state(s: ConnState, proto: u8, flags: u8, forward: bool) -> ConnState {
@@ -561,9 +572,7 @@ impl<F: Family> Balancer<F> {
             let restart = restarts(key.proto, s.state, flags);
             let kept = s.twin == i && self.kept(i, &s, svc);
             if kept && !restart {
-                let next =
-                    if key.proto == SCTP { next_state_sctp_direct(s.state, flags) } else { next_state_direct(s.state, key.proto, flags) };
-                self.touch(i, s.twin, s.state, next, now, self.sessions.expires(i));
+                self.touch(i, s.twin, s.state, next_state_direct_full(s.state, key.proto, flags), now, self.sessions.expires(i));
                 // Checked against a new generation: its backend's adjacency may be new.
                 let e = self.sessions.get_mut(i);
                 e.via = Via::direct(svc.backends.get(e.backend as usize).map_or(ADJ_MISS, |b| b.adj));
