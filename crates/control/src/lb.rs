@@ -182,23 +182,31 @@ fn local_port_owner(router: &RouterState, port: u16, protocol: Protocol) -> Opti
 }
 
 /// Whether `spec`'s packets come by `ipN-local` (a node port, or a service on one of the
-/// node's own addresses), where the tunnels' and the punted ports are taken first: the
-/// one test both ways round (a service on a taken port, a port taken under a service).
-fn on_local_path(router: &RouterState, spec: &ServiceSpec) -> bool {
-    spec.kind == ServiceType::NodePort || vip_route(spec).is_some_and(|(p, _)| router.own_address_of(&p).is_some())
+/// node's own addresses as `is_own` tells them), where the tunnels' and the punted ports
+/// are taken first: the one test both ways round (a service on a taken port, a port taken
+/// under a service).
+fn on_local_path(spec: &ServiceSpec, is_own: impl Fn(IpAddr) -> bool) -> bool {
+    spec.kind == ServiceType::NodePort || is_own(spec.vip)
+}
+
+/// Whether `addr` is one of the running gateway's own addresses (an interface's, or its
+/// IPv6 link-local one).
+pub fn is_node_address(router: &RouterState, addr: IpAddr) -> bool {
+    router.own_address_of(&Prefix::covering(addr, if addr.is_ipv4() { 32 } else { 128 })).is_some()
 }
 
 /// The service that receives `port`/`protocol` of the gateway's own addresses (a node
-/// port, or a service whose VIP is the node's), which punting that port would starve:
-/// `punt_port_add` and a reload bringing `[punt]` ports refuse it, naming the service.
-/// Its name, and how to say it (`node_port service "np"`).
-pub fn local_port_service(state: &LbState, router: &RouterState, port: u16, protocol: Protocol) -> Option<(String, String)> {
+/// port, or a service whose VIP is the node's as `is_own` tells: the running gateway's
+/// addresses for `punt_port_add`, the file's once applied for a reload), which punting
+/// that port would starve: both refuse it, naming the service. Its name, and how to say
+/// it (`node_port service "np"`).
+pub fn local_port_service(state: &LbState, port: u16, protocol: Protocol, is_own: impl Fn(IpAddr) -> bool) -> Option<(String, String)> {
     if let Some(name) = state.node_port_service(port, protocol) {
         return Some((name.to_string(), format!("node_port service {name:?}")));
     }
     state
         .services()
-        .find(|(_, s)| s.port == port && s.protocol == protocol && on_local_path(router, s))
+        .find(|(_, s)| s.port == port && s.protocol == protocol && on_local_path(s, &is_own))
         .map(|(_, s)| (s.name.clone(), format!("service {:?} (on the node's address {})", s.name, s.vip)))
 }
 
@@ -218,8 +226,9 @@ pub fn check_tunnel_port(state: &LbState, port: u16) -> Result<(), String> {
 /// node port's do, so the same ports are refused.
 pub fn add_service(state: &mut LbState, router: &mut RouterState, spec: ServiceSpec) -> Result<u32, String> {
     let name = spec.name.clone();
-    let ours = spec.kind != ServiceType::NodePort && on_local_path(router, &spec);
-    if on_local_path(router, &spec) {
+    let local = on_local_path(&spec, |a| is_node_address(router, a));
+    let ours = spec.kind != ServiceType::NodePort && local;
+    if local {
         if let Some(owner) = local_port_owner(router, spec.port, spec.protocol) {
             let (port, protocol) = (spec.port, spec.protocol.name());
             let on = if ours { format!("{}", spec.vip) } else { "the node's addresses".into() };

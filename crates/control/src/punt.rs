@@ -225,7 +225,7 @@ pub fn add_port(
         }
         None => {}
     }
-    if let Some((_, service)) = crate::lb::local_port_service(&c.lb.state, &c.state, port, protocol) {
+    if let Some((_, service)) = crate::lb::local_port_service(&c.lb.state, port, protocol, |a| crate::lb::is_node_address(&c.state, a)) {
         return Err(format!(
             "{OP}: port: {name} of the node's addresses: {service} receives on it; expected a port no service of the node's addresses uses"
         ));

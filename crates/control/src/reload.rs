@@ -179,7 +179,9 @@ fn check_punt_ports(c: &Control, new: &Config) -> Result<(), String> {
         [("punt.udp_ports", &pc.udp_ports, lb::Protocol::Udp), ("punt.tcp_ports", &pc.tcp_ports, lb::Protocol::Tcp)]
     {
         for &port in ports {
-            let Some((name, service)) = crate::lb::local_port_service(&c.lb.state, &c.state, port, protocol) else { continue };
+            let Some((name, service)) = crate::lb::local_port_service(&c.lb.state, port, protocol, |a| own_after(c, new, a)) else {
+                continue;
+            };
             let of_a_file = c.applied.lb_services.iter().chain(&new.lb_services).any(|s| s.name == name);
             if !of_a_file {
                 return refuse(

@@ -293,3 +293,64 @@ fn a_service_on_an_address_the_reload_adds_is_judged_by_the_files_addresses() {
     }
     handle.join().unwrap();
 }
+
+/// The other direction: a service made with `ctl` and a file `[punt]` port equal to the
+/// service's, judged by the node's addresses once the file is applied, not the running
+/// gateway's. A reload that gives an interface the service's address while punting its
+/// port is refused by field before anything changes (the service's packets would come by
+/// `ip4-local`, where the punted port goes to the host first). A reload that takes the
+/// address away while punting the port is let through (the running gateway has it, so the
+/// check refused it): the service is then not the node's.
+#[test]
+fn a_file_punt_port_under_a_ctl_service_is_judged_by_the_files_addresses() {
+    let base = LINKS.to_string() + &punt("host", "198.18.250.2", "500");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gw.toml");
+    std::fs::write(&path, &base).unwrap();
+    let (mut c, worker) = assemble(&Config::load(&path).unwrap()).unwrap().into_single();
+    c.config_path = Some(path);
+    // A running worker: a reload changes interfaces through it.
+    let handle = control::dataplane::spawn(&mut c, worker, None, false);
+    let run = |c: &mut Control, line: &str| {
+        let words: Vec<String> = line.split_whitespace().map(str::to_string).collect();
+        let r = c.handle(&control::cli::parse(&words).unwrap());
+        assert!(r.ok, "{line}: {r:?}");
+    };
+    let add_web = "lb service add web load_balancer 198.18.252.1 8443 tcp backend 198.18.251.40:8443";
+    run(&mut c, add_web);
+    let with_address = base.replace(r#"addresses = ["198.18.251.1/24"]"#, r#"addresses = ["198.18.251.1/24", "198.18.252.1/24"]"#);
+    assert_ne!(with_address, base);
+    let punt_8443 = "tcp_ports = [8443]\n";
+    let ours = |c: &Control| c.state.own_address_of(&"198.18.252.1/32".parse().unwrap()).map(str::to_string);
+    let fib_kind = |c: &mut Control| {
+        let r = c.handle(&Request::ShowIpFibEntry { query: "198.18.252.1".into() });
+        assert_eq!(r.data["prefix"].as_str(), Some("198.18.252.1/32"), "{r:?}");
+        r.data["kind"].as_str().unwrap().to_string()
+    };
+    let e = reload(&dir, &mut c, &(with_address.clone() + punt_8443)).unwrap_err();
+    assert!(
+        e.ends_with(
+            "punt.tcp_ports: 8443: service \"web\" (on the node's address 198.18.252.1) (made with ctl) receives on it; \
+             expected a port no service of the node's addresses uses; nothing was changed"
+        ),
+        "{e}"
+    );
+    assert_eq!(ours(&c), None, "nothing changed");
+    assert!(!c.state.punt().unwrap().punts(true, 8443), "nothing changed");
+    // The service again, on the address once it is the node's: local (its packets come
+    // by ip4-local), not routed.
+    run(&mut c, "lb service del web");
+    assert_eq!(reload(&dir, &mut c, &with_address).unwrap(), ["other"]);
+    run(&mut c, add_web);
+    assert_ne!(fib_kind(&mut c), "lb-vip");
+    // The address goes and the port is punted: the service is routed again.
+    let mut changes = reload(&dir, &mut c, &(base + punt_8443)).unwrap();
+    changes.sort();
+    assert_eq!(changes, ["other", "punt to host"]);
+    assert_eq!((ours(&c), c.lb.state.service("web").is_some()), (None, true));
+    assert!(c.state.punt().unwrap().punts(true, 8443), "punted");
+    for w in &c.workers {
+        let _ = w.send(engine::worker::WorkerCmd::Stop);
+    }
+    handle.join().unwrap();
+}
