@@ -10,24 +10,12 @@ use engine::worker::WorkerCmd;
 use std::path::Path;
 use std::time::Duration;
 
-const CFG: &str = r#"
-[[interface]]
-name = "pg0"
-type = "pg"
-mac = "02:00:00:00:00:01"
-addresses = ["198.18.0.1/24"]
+#[macro_use]
+mod common;
 
-[[interface]]
-name = "null0"
-type = "null"
-mac = "02:00:00:00:00:02"
-addresses = ["198.18.1.1/24"]
-
-[[neighbour]]
-interface = "null0"
-ip = "198.18.1.2"
-mac = "02:00:00:00:01:02"
-
+const CFG: &str = concat!(
+    pg0_null0_config!(),
+    r#"
 [[route]]
 prefix = "198.19.0.0/17"
 via = "198.18.1.2"
@@ -68,7 +56,8 @@ rate = 1000
 protocol = "udp"
 src = "198.18.0.2"
 dst = "198.19.200.1"
-"#;
+"#
+);
 
 fn packets(s: &Snapshot, node: &str) -> u64 {
     s.nodes.iter().find(|n| n.name == node).map_or(0, |n| n.runtime.packets)

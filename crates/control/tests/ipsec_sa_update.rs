@@ -6,12 +6,15 @@
 //! leave by the new peer's adjacency. Bad changes are refused by field and change
 //! nothing.
 
-use control::api::{Reply, Request};
+use common::api_ok;
+use control::api::Request;
 use control::config::Config;
 use control::dataplane::{assemble, Control};
 use control::ipsec::SaEndpoints;
 use engine::worker::Context;
 use std::path::Path;
+
+mod common;
 
 const CFG: &str = r#"
 [[interface]]
@@ -67,18 +70,12 @@ src = "198.18.0.2"
 dst = "198.19.1.1"
 "#;
 
-fn ok(c: &mut Control, r: Request) -> Reply {
-    let reply = c.handle(&r);
-    assert!(reply.ok, "{r:?}: {reply:?}");
-    reply
-}
-
 fn update(index: u32, remote: &str, dst_port: u16) -> Request {
     Request::IpsecSaUpdate(SaEndpoints { index, remote: Some(remote.into()), udp_dst_port: Some(dst_port), ..Default::default() })
 }
 
 fn row(c: &mut Control, index: u32) -> serde_json::Value {
-    ok(c, Request::ShowIpsecSa { index: Some(index) }).data["sas"][0].clone()
+    api_ok(c, Request::ShowIpsecSa { index: Some(index) }).data["sas"][0].clone()
 }
 
 #[test]
@@ -93,7 +90,7 @@ fn an_sa_moved_in_place_under_traffic_keeps_its_counter_and_loses_no_packet() {
         if polls % 2 == 0 {
             moves += 1;
             let (remote, port) = if moves % 2 == 1 { ("198.18.1.3", 61000 + moves as u16) } else { ("198.18.1.2", 4500) };
-            let r = ok(&mut control, update(0, remote, port));
+            let r = api_ok(&mut control, update(0, remote, port));
             assert_eq!(r.text, format!("SA 0: 198.18.1.1 -> {remote} UDP 4500>{port}"));
             let sa = control.ipsec.get(0).unwrap();
             assert!(std::sync::Arc::ptr_eq(&sa.outbound, &counters), "the same counters");
@@ -110,17 +107,13 @@ fn an_sa_moved_in_place_under_traffic_keeps_its_counter_and_loses_no_packet() {
     assert_eq!(sink.counters.tx_packets, 20_000, "every packet encrypted and sent");
     let count = |node: &str, c: &str| s.counters.iter().find(|x| x.node == node && x.counter == c).map_or(0, |x| x.count);
     assert_eq!(count("esp4-encrypt", "encrypted"), 20_000);
-    assert!(
-        s.counters.iter().all(|c| c.count == 0 || c.severity == engine::Severity::Info),
-        "no drops: {:?}",
-        s.counters.iter().filter(|c| c.count > 0).collect::<Vec<_>>()
-    );
+    common::assert_no_drops(&s);
     // The counter ran on through every move: one sequence number per packet.
     let r = row(&mut control, 0);
     assert_eq!((r["packets"].as_u64(), r["spi"].as_u64(), r["name"].as_str()), (Some(20_000), Some(0x1000), Some("ipsec_tunnel0")));
     let expect = if moves % 2 == 1 { ("198.18.1.3", 61000 + moves as u64) } else { ("198.18.1.2", 4500) };
     assert_eq!((r["remote"].as_str(), r["udp_encap"]["dst"].as_u64()), (Some(expect.0), Some(expect.1)));
-    let fib = ok(&mut control, Request::ShowIpFibEntry { query: "198.19.1.1".into() });
+    let fib = api_ok(&mut control, Request::ShowIpFibEntry { query: "198.19.1.1".into() });
     assert!(fib.text.contains("ipsec_tunnel0"), "the route stays: {}", fib.text);
 }
 
@@ -149,13 +142,13 @@ fn bad_moves_name_the_field_and_change_nothing() {
     assert_eq!((row(&mut c, 0), row(&mut c, 1)), before, "nothing changed");
     // The local address moves to another of ours; UDP off and on again: the ports are
     // 4500 again unless given.
-    let r = ok(&mut c, e(|x| (x.local, x.udp_encap) = (Some("198.18.1.5".into()), Some(false))));
+    let r = api_ok(&mut c, e(|x| (x.local, x.udp_encap) = (Some("198.18.1.5".into()), Some(false))));
     assert_eq!(r.text, "SA 0: 198.18.1.5 -> 198.18.1.2 no UDP");
     assert_eq!(row(&mut c, 0)["udp_encap"], serde_json::Value::Null);
-    let r = ok(&mut c, e(|x| x.udp_src_port = Some(4501)));
+    let r = api_ok(&mut c, e(|x| x.udp_src_port = Some(4501)));
     assert_eq!(r.text, "SA 0: 198.18.1.5 -> 198.18.1.2 UDP 4501>4500");
     // An inbound SA moves too (its peer seen from a new address).
-    let r = ok(&mut c, update(1, "198.18.1.3", 4500));
+    let r = api_ok(&mut c, update(1, "198.18.1.3", 4500));
     assert_eq!(r.text, "SA 1: 198.18.1.1 -> 198.18.1.3 UDP 4500>4500");
     assert_eq!(row(&mut c, 1)["remote"], "198.18.1.3");
 }

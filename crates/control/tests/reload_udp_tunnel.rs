@@ -8,26 +8,14 @@ use control::config::Config;
 use control::dataplane::assemble;
 use engine::worker::Context;
 
-const CFG: &str = r#"
+#[macro_use]
+mod common;
+
+const CFG: &str = concat!(
+    pg0_null0_config!(),
+    r#"
 [metrics]
 tunnel_counters = true
-
-[[interface]]
-name = "pg0"
-type = "pg"
-mac = "02:00:00:00:00:01"
-addresses = ["198.18.0.1/24"]
-
-[[interface]]
-name = "null0"
-type = "null"
-mac = "02:00:00:00:00:02"
-addresses = ["198.18.1.1/24"]
-
-[[neighbour]]
-interface = "null0"
-ip = "198.18.1.2"
-mac = "02:00:00:00:01:02"
 
 [[udp_tunnel]]
 local = "198.18.1.1"
@@ -52,7 +40,8 @@ count = 1000
 protocol = "udp"
 src = "198.18.0.2"
 dst = "198.19.1.1"
-"#;
+"#
+);
 
 /// A gateway loaded from `CFG` in a file of its own (so that it can reload it), its
 /// generator's packets sent into the GRE tunnel.

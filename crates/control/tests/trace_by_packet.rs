@@ -10,24 +10,12 @@ use engine::worker::WorkerCmd;
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-const CFG: &str = r#"
-[[interface]]
-name = "pg0"
-type = "pg"
-mac = "02:00:00:00:00:01"
-addresses = ["198.18.0.1/24"]
+#[macro_use]
+mod common;
 
-[[interface]]
-name = "null0"
-type = "null"
-mac = "02:00:00:00:00:02"
-addresses = ["198.18.1.1/24"]
-
-[[neighbour]]
-interface = "null0"
-ip = "198.18.1.2"
-mac = "02:00:00:00:01:02"
-
+const CFG: &str = concat!(
+    pg0_null0_config!(),
+    r#"
 [[gtpu_tunnel]]
 local = "198.18.1.1"
 remote = "198.18.1.2"
@@ -44,7 +32,8 @@ rate = 20000
 protocol = "udp"
 src = "198.18.0.2"
 dst = "198.18.200.1"
-"#;
+"#
+);
 
 fn now_ns() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64

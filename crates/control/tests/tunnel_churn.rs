@@ -10,6 +10,8 @@ use engine::worker::Context;
 use gtpu::TunnelSpec;
 use std::path::Path;
 
+mod common;
+
 const CFG: &str = r#"
 [[interface]]
 name = "pg0"
@@ -109,11 +111,7 @@ fn tunnel_churn_loses_no_packets_of_other_tunnels() {
     let count = |node: &str, c: &str| s.counters.iter().find(|x| x.node == node && x.counter == c).map_or(0, |x| x.count);
     assert_eq!(count("gtpu4-encap", "encapsulated"), 100_000);
     assert_eq!(count("gtpu4-input", "decapsulated"), 100_000);
-    assert!(
-        s.counters.iter().all(|c| c.count == 0 || c.severity == engine::Severity::Info),
-        "no drops: {:?}",
-        s.counters.iter().filter(|c| c.count > 0).collect::<Vec<_>>()
-    );
+    common::assert_no_drops(&s);
     assert_eq!(worker.pool.in_use(), 0);
     assert!(control.gtpu.len() > 1);
 }

@@ -9,28 +9,16 @@ use control::dataplane::{assemble, Control, WorkerContext};
 use control::metrics::{render, tunnel_traffic, TableSizes};
 use engine::worker::{Context, Worker};
 
+#[macro_use]
+mod common;
+
 const PACKETS: u64 = 1000;
 /// The streams' 64-byte frames less the Ethernet header: the inner IP packet.
 const INNER_BYTES: u64 = 50;
 
-const CFG: &str = r#"
-[[interface]]
-name = "pg0"
-type = "pg"
-mac = "02:00:00:00:00:01"
-addresses = ["198.18.0.1/24"]
-
-[[interface]]
-name = "null0"
-type = "null"
-mac = "02:00:00:00:00:02"
-addresses = ["198.18.1.1/24"]
-
-[[neighbour]]
-interface = "null0"
-ip = "198.18.1.2"
-mac = "02:00:00:00:01:02"
-
+const CFG: &str = concat!(
+    pg0_null0_config!(),
+    r#"
 [[udp_tunnel]]
 local = "198.18.1.1"
 remote = "198.18.1.2"
@@ -61,7 +49,8 @@ count = 1000
 protocol = "udp"
 src = "198.18.0.2"
 dst = "198.19.2.1"
-"#;
+"#
+);
 
 const ON: &str = "[metrics]\ntunnel_counters = true\n";
 

@@ -13,28 +13,15 @@ use engine::stats::Snapshot;
 use engine::worker::Context;
 use std::path::Path;
 
+#[macro_use]
+mod common;
+
 const N: u64 = 300;
 
 fn config() -> String {
-    let mut c = String::from(
+    let mut c = String::from(concat!(
+        pg0_null0_config!(),
         r#"
-[[interface]]
-name = "pg0"
-type = "pg"
-mac = "02:00:00:00:00:01"
-addresses = ["198.18.0.1/24"]
-
-[[interface]]
-name = "null0"
-type = "null"
-mac = "02:00:00:00:00:02"
-addresses = ["198.18.1.1/24"]
-
-[[neighbour]]
-interface = "null0"
-ip = "198.18.1.2"
-mac = "02:00:00:00:01:02"
-
 [[neighbour]]
 interface = "null0"
 ip = "198.18.1.3"
@@ -67,8 +54,8 @@ remote = "198.18.1.2"
 encap = "gue"
 routes = ["198.18.210.0/24"]
 urpf = "strict"
-"#,
-    );
+"#
+    ));
     // (protocol, teid, inner source)
     let streams = [
         ("gtpu", 7, "198.18.200.1"), // strict, its own: passes

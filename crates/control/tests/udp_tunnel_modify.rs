@@ -4,11 +4,14 @@
 //! of both is encapsulated and sent, none dropped, and the tunnel keeps its routes and
 //! counters. Finding tunnels by remote, local address or id, through the same API.
 
+use common::api_ok;
 use control::api::{Reply, Request};
 use control::config::Config;
-use control::dataplane::{assemble, Control};
+use control::dataplane::assemble;
 use engine::worker::Context;
 use std::path::Path;
+
+mod common;
 
 const CFG: &str = r#"
 [metrics]
@@ -69,12 +72,6 @@ src = "198.18.0.2"
 dst = "198.19.2.1"
 "#;
 
-fn ok(c: &mut Control, r: Request) -> Reply {
-    let reply = c.handle(&r);
-    assert!(reply.ok, "{r:?}: {reply:?}");
-    reply
-}
-
 fn set(name: &str, remote: Option<&str>, port: Option<u16>, key: Option<Option<u32>>) -> Request {
     Request::SetUdpTunnel { name: name.into(), remote: remote.map(Into::into), port, key, dscp: None }
 }
@@ -92,7 +89,7 @@ fn a_tunnel_changed_in_place_under_traffic_loses_no_packet() {
             changes += 1;
             let odd = changes % 2 == 1;
             let (remote, port, key) = if odd { ("198.18.1.3", 5000, Some(0x1000 + changes)) } else { ("198.18.1.2", 4754, None) };
-            let r = ok(&mut control, set("udp_tunnel0", Some(remote), Some(port), Some(key)));
+            let r = api_ok(&mut control, set("udp_tunnel0", Some(remote), Some(port), Some(key)));
             assert_eq!(r.data["remote"], remote);
             assert_eq!(r.data["port"], port);
             assert_eq!(r.data["key"], serde_json::json!(key));
@@ -106,18 +103,14 @@ fn a_tunnel_changed_in_place_under_traffic_loses_no_packet() {
     assert_eq!(sink.counters.tx_packets, 100_000, "every packet of both tunnels sent");
     let count = |node: &str, c: &str| s.counters.iter().find(|x| x.node == node && x.counter == c).map_or(0, |x| x.count);
     assert_eq!(count("gue4-encap", "encapsulated"), 100_000);
-    assert!(
-        s.counters.iter().all(|c| c.count == 0 || c.severity == engine::Severity::Info),
-        "no drops: {:?}",
-        s.counters.iter().filter(|c| c.count > 0).collect::<Vec<_>>()
-    );
+    common::assert_no_drops(&s);
     assert_eq!(worker.pool.in_use(), 0);
     // The tunnel kept its routes, counters and id through every change.
-    let r = ok(&mut control, Request::FindUdpTunnels { remote: None, local: None, id: Some(0) });
+    let r = api_ok(&mut control, Request::FindUdpTunnels { remote: None, local: None, id: Some(0) });
     let row = &r.data[0];
     assert_eq!(row["name"], "udp_tunnel0");
     assert_eq!(row["counters"]["tx_packets"], 50_000, "{row}");
-    let fib = ok(&mut control, Request::ShowIpFibEntry { query: "198.19.1.1".into() });
+    let fib = api_ok(&mut control, Request::ShowIpFibEntry { query: "198.19.1.1".into() });
     assert!(fib.text.contains("udp_tunnel0"), "{}", fib.text);
 }
 
@@ -131,20 +124,20 @@ fn tunnels_are_found_by_remote_local_and_id_and_bad_changes_change_nothing() {
         local: local.map(str::to_string),
         id,
     };
-    assert_eq!(names(&ok(&mut c, find(Some("198.18.1.2"), None, None))), ["udp_tunnel0", "udp_tunnel1"]);
-    assert_eq!(names(&ok(&mut c, find(None, Some("198.18.1.1"), None))), ["udp_tunnel0", "udp_tunnel1"]);
-    assert!(names(&ok(&mut c, find(None, Some("198.18.0.1"), None))).is_empty());
-    let r = ok(&mut c, find(None, None, Some(1)));
+    assert_eq!(names(&api_ok(&mut c, find(Some("198.18.1.2"), None, None))), ["udp_tunnel0", "udp_tunnel1"]);
+    assert_eq!(names(&api_ok(&mut c, find(None, Some("198.18.1.1"), None))), ["udp_tunnel0", "udp_tunnel1"]);
+    assert!(names(&api_ok(&mut c, find(None, Some("198.18.0.1"), None))).is_empty());
+    let r = api_ok(&mut c, find(None, None, Some(1)));
     assert_eq!(names(&r), ["udp_tunnel1"]);
     assert!(r.text.starts_with("1 UDP tunnels match\n") && r.text.contains("198.18.1.1 -> 198.18.1.2 gue port 6080"), "{}", r.text);
 
     // Moved: found at the new peer, no longer at the old one; the text says what changed.
-    let r = ok(&mut c, set("udp_tunnel0", Some("198.18.1.3"), None, Some(Some(0x20))));
+    let r = api_ok(&mut c, set("udp_tunnel0", Some("198.18.1.3"), None, Some(Some(0x20))));
     assert_eq!(r.text, "udp_tunnel0: remote 198.18.1.2 -> 198.18.1.3, port 4754 -> 4754, key 0x7 -> 0x20");
-    assert_eq!(names(&ok(&mut c, find(Some("198.18.1.3"), None, None))), ["udp_tunnel0"]);
-    assert_eq!(names(&ok(&mut c, find(Some("198.18.1.2"), None, None))), ["udp_tunnel1"]);
+    assert_eq!(names(&api_ok(&mut c, find(Some("198.18.1.3"), None, None))), ["udp_tunnel0"]);
+    assert_eq!(names(&api_ok(&mut c, find(Some("198.18.1.2"), None, None))), ["udp_tunnel1"]);
     // The bare id names the tunnel too; `key: null` removes the key.
-    let r = ok(&mut c, set("0", None, Some(4800), Some(None)));
+    let r = api_ok(&mut c, set("0", None, Some(4800), Some(None)));
     assert_eq!(r.data["key"], serde_json::Value::Null);
     assert!(r.text.ends_with("key 0x20 -> none"), "{}", r.text);
 
@@ -163,12 +156,12 @@ fn tunnels_are_found_by_remote_local_and_id_and_bad_changes_change_nothing() {
         let r = c.handle(&bad);
         assert!(!r.ok && r.error.as_deref().unwrap().contains(says), "{bad:?}: {r:?}");
     }
-    let r = ok(&mut c, find(None, None, Some(1)));
+    let r = api_ok(&mut c, find(None, None, Some(1)));
     assert_eq!(
         (r.data[0]["remote"].as_str(), r.data[0]["port"].as_u64(), &r.data[0]["key"]),
         (Some("198.18.1.2"), Some(6080), &serde_json::Value::Null)
     );
-    let r = ok(&mut c, find(None, None, Some(0)));
+    let r = api_ok(&mut c, find(None, None, Some(0)));
     assert_eq!((r.data[0]["remote"].as_str(), r.data[0]["port"].as_u64()), (Some("198.18.1.3"), Some(4800)));
 }
 

@@ -19,6 +19,8 @@ use pfcp::{Cause, Message};
 use std::collections::VecDeque;
 use std::path::Path;
 
+mod common;
+
 const CFG: &str = r#"
 [[interface]]
 name = "pg0"
@@ -211,11 +213,7 @@ fn session_churn_loses_no_packets_of_other_sessions() {
     assert_eq!(count("upf4-uplink", "forwarded"), PACKETS);
     assert_eq!(count("upf4-downlink", "forwarded"), PACKETS);
     assert_eq!(count("upf4-downlink", "encapsulated"), PACKETS);
-    assert!(
-        s.counters.iter().all(|c| c.count == 0 || c.severity == engine::Severity::Info),
-        "no drops: {:?}",
-        s.counters.iter().filter(|c| c.count > 0).collect::<Vec<_>>()
-    );
+    common::assert_no_drops(&s);
     assert_eq!(worker.pool.in_use(), 0, "no buffer leaked");
 
     // The tables hold the fixed sessions again, in the control plane and as published.

@@ -1,9 +1,42 @@
 //! What the whole-graph tests share: committed fuzz seeds as frames, re-addressed copies
 //! of them, counters, and the check that a vector decided in one loop goes where the same
-//! vector traced (a `process` call a packet) goes. Each test binary uses some of it.
+//! vector traced (a `process` call a packet) goes; the gateway most of them start from
+//! and the checks they end with. Each test binary uses some of it.
 #![allow(dead_code)]
 
+/// The gateway most whole-graph tests start from, as TOML: `pg0` (a generator,
+/// 198.18.0.1/24) on the sources' side, `null0` (a sink, 198.18.1.1/24) on the peer's,
+/// and the peer 198.18.1.2 on `null0` with its MAC known. A macro rather than a `const`
+/// so that a test can `concat!` its own sections to it into a `const` of its own
+/// (`#[macro_use] mod common;`).
+#[allow(unused_macros)]
+macro_rules! pg0_null0_config {
+    () => {
+        r#"
+[[interface]]
+name = "pg0"
+type = "pg"
+mac = "02:00:00:00:00:01"
+addresses = ["198.18.0.1/24"]
+
+[[interface]]
+name = "null0"
+type = "null"
+mac = "02:00:00:00:00:02"
+addresses = ["198.18.1.1/24"]
+
+[[neighbour]]
+interface = "null0"
+ip = "198.18.1.2"
+mac = "02:00:00:00:01:02"
+"#
+    };
+}
+
+use control::api::{Reply, Request};
+use control::dataplane::Control;
 use control::fuzz::graph::{decode, Harness};
+use engine::stats::Snapshot;
 use io::mem::RxFrame;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::Path;
@@ -23,6 +56,25 @@ pub fn seed(name: &str) -> (usize, Vec<u8>) {
 pub fn seed_frames(name: &str) -> Vec<RxFrame> {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/graph").join(format!("seed-{name}"));
     decode(&std::fs::read(p).unwrap()).into_iter().map(|(_, f)| f).collect()
+}
+
+/// The reply to `r`, which must have succeeded.
+#[track_caller]
+pub fn api_ok(c: &mut Control, r: Request) -> Reply {
+    let reply = c.handle(&r);
+    assert!(reply.ok, "{r:?}: {reply:?}");
+    reply
+}
+
+/// Every counter of `s` that counted is informational: nothing was dropped, else the
+/// counters that counted, to say where.
+#[track_caller]
+pub fn assert_no_drops(s: &Snapshot) {
+    assert!(
+        s.counters.iter().all(|c| c.count == 0 || c.severity == engine::Severity::Info),
+        "no drops: {:?}",
+        s.counters.iter().filter(|c| c.count > 0).collect::<Vec<_>>()
+    );
 }
 
 /// `node`'s `counter` summed over the harness's workers.
