@@ -49,64 +49,9 @@ while [ $# -gt 0 ]; do
 done
 log() { echo "bench-ipsec-vs-vpp: $*" >&2; }
 
-if [ -z "$vpp" ]; then
-    vpp=$ROOT/../shared/peers/vpp
-    [ -x "$vpp/bin/vpp" ] || [ ! -x "$ROOT/../../shared/peers/vpp/bin/vpp" ] || vpp=$ROOT/../../shared/peers/vpp
-fi
-if [ ! -x "$vpp/bin/vpp" ] || [ ! -x "$vpp/bin/vppctl" ]; then
-    log "no VPP build at $vpp (bin/vpp, bin/vppctl): skipped. Set VPP_DIR or --vpp."
-    exit 0
-fi
-vpp=$(cd "$vpp" && pwd -P)
-[ "$(id -u)" = 0 ] || { log "needs root (hugepages, core pinning)"; exit 1; }
-if [ -z "$bin" ]; then
-    cargo build --release -q -p vecgate
-    bin=$ROOT/target/release/vecgate
-fi
-export LD_LIBRARY_PATH="$vpp/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-if ldd "$vpp/bin/vpp" 2>/dev/null | grep -q 'not found'; then
-    log "VPP's shared libraries do not all resolve (ldd $vpp/bin/vpp); on Debian: apt-get install libssl3 libbpf1 libxdp1 libelf1 zlib1g"
-    exit 1
-fi
-
-exec 9>/tmp/vpp-peer-bench.lock
-flock -w 900 9 || { log "another VPP benchmark holds /tmp/vpp-peer-bench.lock"; exit 1; }
-
-work=$(mktemp -d /tmp/bench-ipsec-vs-vpp.XXXXXX)
-HP_SYS=/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages
-HP_FREE=/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages
-hp_old=
-vpp_pid=
-stop_vpp() {
-    if [ -n "$vpp_pid" ] && kill -0 "$vpp_pid" 2>/dev/null; then
-        kill -TERM "$vpp_pid" 2>/dev/null || true
-        for _ in $(seq 50); do kill -0 "$vpp_pid" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$vpp_pid" 2>/dev/null || true
-        wait "$vpp_pid" 2>/dev/null || true
-    fi
-    vpp_pid=
-    rm -f /dev/shm/benchipsecvpp$$* 2>/dev/null || true
-}
-cleanup() {
-    local rc=$?
-    set +e
-    stop_vpp
-    [ -z "$hp_old" ] || echo "$hp_old" >"$HP_SYS"
-    if [ $rc -ne 0 ]; then log "run files kept in $work"; else rm -rf "$work"; fi
-    exit $rc
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-need=64
-if [ "$(cat $HP_FREE)" -lt $need ]; then
-    hp_old=$(cat $HP_SYS)
-    echo $((hp_old + need - $(cat $HP_FREE))) >"$HP_SYS"
-    [ "$(cat $HP_FREE)" -ge $need ] || { log "could not get $need free 2 MiB hugepages"; exit 1; }
-fi
-others=$(seq 0 $(($(nproc --all) - 1)) | grep -vx "$core" | paste -sd, -)
-[ -z "$others" ] || taskset -pc "$others" $$ >/dev/null
+. "$ROOT/scripts/lib/vpp.sh"
+vpp_find
+vpp_prepare bench-ipsec-vs-vpp 64
 
 # `vecgate bench ipsec4-encrypt`'s topology (crates/vecgate/src/bench_ipsec.rs): pg0
 # receives, the SPD is bound to the interface towards 198.19.0.0/16 (vecgate's null0, VPP's
@@ -129,8 +74,6 @@ ip route add 198.19.0.0/16 via 198.18.1.2 pg1
 ipsec sa add 10 spi 4096 esp crypto-alg aes-gcm-128 crypto-key $KEY salt 0xa5a5a5a5 tunnel src 198.18.2.1 dst 198.18.2.2
 ipsec spd add 1
 set interface ipsec spd pg1 1"
-
-ctl() { "$vpp/bin/vppctl" -s "$run/cli.sock" "$@"; }
 
 # policies.txt (priority action local_ports remote_ports remote-prefix; UDP, local any)
 # in VPP's words.
@@ -164,7 +107,7 @@ start_vpp() { # dir cache(on|off)
     [ "$cache" = on ] && flow_cache=on
     cat >"$run/startup.conf" <<EOF
 unix { nodaemon nosyslog runtime-dir $run cli-listen $run/cli.sock log $run/vpp.log startup-config $run/setup.cli }
-api-segment { prefix benchipsecvpp$$ }
+api-segment { prefix $vpp_shm }
 socksvr { socket-name $run/api.sock }
 statseg { socket-name $run/stats.sock size 64M }
 cpu { main-core $core }
@@ -173,19 +116,7 @@ buffers { buffers-per-numa 32768 page-size 2M }
 plugins { path $vpp/lib/vpp_plugins plugin default { disable } }
 ipsec { ipv4-outbound-spd-flow-cache $flow_cache }
 EOF
-    "$vpp/bin/vpp" -c "$run/startup.conf" >"$run/vpp.out" 2>&1 </dev/null &
-    vpp_pid=$!
-    local t0=$SECONDS
-    until [ -S "$run/cli.sock" ] && ctl show packet-generator 2>/dev/null | grep -qw side; do
-        kill -0 "$vpp_pid" 2>/dev/null || { log "VPP exited during start-up:"; tail -n 20 "$run/vpp.out" >&2; exit 1; }
-        [ $((SECONDS - t0)) -lt 300 ] || { log "VPP did not come up within 300 s"; exit 1; }
-        sleep 0.2
-    done
-    if grep -qiE 'unknown input|error|failed|invalid' "$run/vpp.out"; then
-        grep -iE 'unknown input|error|failed|invalid' "$run/vpp.out" | head >&2
-        log "VPP refused part of the setup (see above)"
-        exit 1
-    fi
+    vpp_start 300
     local n
     n=$(ctl show ipsec all | grep -c 'type ip4-outbound' || true)
     [ "$n" = "$(grep -vc '^#' "$dir/policies.txt")" ] || { log "VPP holds $n outbound policies, not those of $dir/policies.txt"; exit 1; }

@@ -51,67 +51,10 @@ scenarios=("$@")
 [ ${#scenarios[@]} -gt 0 ] || scenarios=(ip4-forward ip6-forward gtpu4-encap gtpu4-decap gtpu6-encap gtpu6-decap ip4-forward-1m ip6-forward-1m)
 log() { echo "bench-vs-vpp: $*" >&2; }
 
-if [ -z "$vpp" ]; then
-    vpp=$ROOT/../shared/peers/vpp
-    # A git worktree one level further down finds the same folder.
-    [ -x "$vpp/bin/vpp" ] || [ ! -x "$ROOT/../../shared/peers/vpp/bin/vpp" ] || vpp=$ROOT/../../shared/peers/vpp
-fi
-if [ ! -x "$vpp/bin/vpp" ] || [ ! -x "$vpp/bin/vppctl" ]; then
-    log "no VPP build at $vpp (bin/vpp, bin/vppctl): skipped. Set VPP_DIR or --vpp; docs/PERFORMANCE.md \"Against VPP, side by side\" says how to build one."
-    exit 0
-fi
-vpp=$(cd "$vpp" && pwd -P)
-[ "$(id -u)" = 0 ] || { log "needs root (hugepages, core pinning)"; exit 1; }
-if [ -z "$bin" ]; then
-    cargo build --release -q -p vecgate
-    bin=$ROOT/target/release/vecgate
-fi
-export LD_LIBRARY_PATH="$vpp/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-if ldd "$vpp/bin/vpp" 2>/dev/null | grep -q 'not found'; then
-    log "VPP's shared libraries do not all resolve (ldd $vpp/bin/vpp); on Debian: apt-get install libssl3 libbpf1 libxdp1 libelf1 zlib1g"
-    exit 1
-fi
-
-exec 9>/tmp/vpp-peer-bench.lock
-flock -w 900 9 || { log "another VPP benchmark holds /tmp/vpp-peer-bench.lock"; exit 1; }
-
-work=$(mktemp -d /tmp/bench-vs-vpp.XXXXXX)
-HP_SYS=/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages
-HP_FREE=/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages
-hp_old=
-vpp_pid=
-stop_vpp() {
-    if [ -n "$vpp_pid" ] && kill -0 "$vpp_pid" 2>/dev/null; then
-        kill -TERM "$vpp_pid" 2>/dev/null || true
-        for _ in $(seq 50); do kill -0 "$vpp_pid" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$vpp_pid" 2>/dev/null || true
-        wait "$vpp_pid" 2>/dev/null || true
-    fi
-    vpp_pid=
-    rm -f /dev/shm/benchvsvpp$$* 2>/dev/null || true
-}
-cleanup() {
-    local rc=$?
-    set +e
-    stop_vpp
-    [ -z "$hp_old" ] || echo "$hp_old" >"$HP_SYS"
-    if [ $rc -ne 0 ]; then log "run files kept in $work"; else rm -rf "$work"; fi
-    exit $rc
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
+. "$ROOT/scripts/lib/vpp.sh"
+vpp_find
 # VPP needs ~20 pages; the large tables' mtries and a 64k-frame pcap stream more.
-need=300
-if [ "$(cat $HP_FREE)" -lt $need ]; then
-    hp_old=$(cat $HP_SYS)
-    echo $((hp_old + need - $(cat $HP_FREE))) >"$HP_SYS"
-    [ "$(cat $HP_FREE)" -ge $need ] || { log "could not get $need free 2 MiB hugepages"; exit 1; }
-fi
-# This script and vppctl stay off the measured core.
-others=$(seq 0 $(($(nproc --all) - 1)) | grep -vx "$core" | paste -sd, -)
-[ -z "$others" ] || taskset -pc "$others" $$ >/dev/null
+vpp_prepare bench-vs-vpp 300
 
 # The topology of `vecgate bench` (crates/vecgate/src/bench.rs, BASE): pg0 receives,
 # the second interface (vecgate's null0, VPP's pg1) sends to four neighbours.
@@ -177,8 +120,6 @@ for i in range(n):
 PY
 }
 
-ctl() { "$vpp/bin/vppctl" -s "$run/cli.sock" "$@"; }
-
 start_vpp() { # scenario dir
     local s=$1 dir=$2
     run=$dir/vpp
@@ -208,7 +149,7 @@ start_vpp() { # scenario dir
     fi
     cat >"$run/startup.conf" <<EOF
 unix { nodaemon nosyslog runtime-dir $run cli-listen $run/cli.sock log $run/vpp.log startup-config $run/setup.cli }
-api-segment { prefix benchvsvpp$$ }
+api-segment { prefix $vpp_shm }
 socksvr { socket-name $run/api.sock }
 statseg { socket-name $run/stats.sock size 1G }
 cpu { main-core $core }
@@ -216,20 +157,8 @@ memory { main-heap-size 3G }
 buffers { buffers-per-numa 131072 page-size 2M }
 plugins { path $vpp/lib/vpp_plugins plugin default { disable } plugin gtpu_plugin.so { enable } plugin lb_plugin.so { enable } }
 EOF
-    "$vpp/bin/vpp" -c "$run/startup.conf" >"$run/vpp.out" 2>&1 </dev/null &
-    vpp_pid=$!
-    local t0=$SECONDS
-    until [ -S "$run/cli.sock" ] && ctl show packet-generator 2>/dev/null | grep -qw side; do
-        kill -0 "$vpp_pid" 2>/dev/null || { log "VPP exited during start-up:"; tail -n 20 "$run/vpp.out" >&2; exit 1; }
-        [ $((SECONDS - t0)) -lt 600 ] || { log "VPP did not come up within 600 s"; exit 1; }
-        sleep 0.2
-    done
-    if grep -qiE 'unknown input|error|failed|invalid' "$run/vpp.out"; then
-        grep -iE 'unknown input|error|failed|invalid' "$run/vpp.out" | head >&2
-        log "VPP refused part of the setup (see above)"
-        exit 1
-    fi
-    log "$s: VPP up in $((SECONDS - t0)) s ($(ctl show version | head -n1 | tr -d '\r'))"
+    vpp_start 600
+    log "$s: VPP up in $vpp_up_seconds s ($(ctl show version | head -n1 | tr -d '\r'))"
 }
 
 vpp_round() { # out-file
