@@ -4,6 +4,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -113,6 +114,32 @@ def run_pcap(vecgate, tmp: Path, packets, extra: str = "", drops: Path = None, e
     out0 = rdpcap(str(tmp / "out0.pcap")) if (tmp / "out0.pcap").stat().st_size > 24 else []
     out1 = rdpcap(str(tmp / "out1.pcap")) if (tmp / "out1.pcap").stat().st_size > 24 else []
     return list(out0), list(out1), counters, snap
+
+
+def ctl(vecgate, sock, *words):
+    """`vecgate ctl` on the control socket `sock`: the completed process, whatever its status."""
+    return subprocess.run([str(vecgate), "ctl", "--socket", str(sock), *words], capture_output=True, text=True, timeout=20)
+
+
+def wait_for_socket(sock: Path):
+    """Until `vecgate run` has bound its control socket `sock` (at most 10 s)."""
+    deadline = time.time() + 10
+    while not sock.exists() and time.time() < deadline:
+        time.sleep(0.05)
+    assert sock.exists(), "control socket did not appear"
+
+
+def wait_for_tx(vecgate, sock, interface: str, at_least: int) -> int:
+    """Until `interface` has sent `at_least` packets (polled for at most about 10 s):
+    how many it has sent."""
+    sent = 0
+    for _ in range(100):
+        rows = json.loads(ctl(vecgate, sock, "--json", "show", "interfaces").stdout)["data"]
+        sent = next(r["tx_packets"] for r in rows if r["name"] == interface)
+        if sent >= at_least:
+            break
+        time.sleep(0.1)
+    return sent
 
 
 def tshark_clean(pcap: Path):

@@ -6,16 +6,12 @@ outer IPv4/UDP, the GRE header with its key and the inner packet. `show udp tunn
 remote|local|id` finds the tunnel where it now is."""
 import json
 import subprocess
-import time
 
+from conftest import ctl, wait_for_socket, wait_for_tx
 from scapy.all import GRE, IP, UDP, rdpcap
 
 SENT = 2000
 RATE = 400  # packets per second: the stream lasts five seconds
-
-
-def ctl(vecgate, sock, *words):
-    return subprocess.run([str(vecgate), "ctl", "--socket", str(sock), *words], capture_output=True, text=True, timeout=20)
 
 
 def test_set_udp_tunnel_moves_packets_to_the_new_peer_once_and_loses_none(vecgate, tmp_path):
@@ -65,19 +61,10 @@ dst = "198.19.5.1"
     proc = subprocess.Popen([str(vecgate), "run", "--config", str(cfg), "--duration", str(SENT / RATE + 4), "--interval", "0.5",
                              "--socket", str(sock)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.time() + 10
-        while not sock.exists() and time.time() < deadline:
-            time.sleep(0.05)
-        assert sock.exists(), "control socket did not appear"
+        wait_for_socket(sock)
         # The change once the tunnel has carried some packets (bounded wait; the
         # generator's rate leaves seconds of packets for after it).
-        sent = 0
-        for _ in range(100):
-            rows = json.loads(ctl(vecgate, sock, "--json", "show", "interfaces").stdout)["data"]
-            sent = next(r["tx_packets"] for r in rows if r["name"] == "core")
-            if sent >= 50:
-                break
-            time.sleep(0.1)
+        sent = wait_for_tx(vecgate, sock, "core", 50)
         assert 50 <= sent < SENT, sent
         r = ctl(vecgate, sock, "set", "udp", "tunnel", "udp_tunnel0", "remote", "198.18.1.3", "port", "5000", "key", "0x1234")
         assert r.returncode == 0, r.stderr

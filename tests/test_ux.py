@@ -6,18 +6,14 @@ view shows rates in 100 columns, `run --json` one object per line; without privi
 the control socket and an af_packet interface each say once what to do."""
 import json
 import subprocess
-import time
 from pathlib import Path
 
+from conftest import ctl, wait_for_socket, wait_for_tx
 from scapy.all import IP, UDP, rdpcap
 from scapy.contrib.gtp import GTP_U_Header
 
 SENT = 2000
 RATE = 400  # packets per second: the stream lasts five seconds
-
-
-def ctl(vecgate, sock, *words):
-    return subprocess.run([str(vecgate), "ctl", "--socket", str(sock), *words], capture_output=True, text=True, timeout=20)
 
 
 def test_a_bad_file_reports_every_error_with_its_line(vecgate, tmp_path):
@@ -116,19 +112,10 @@ dst = "198.18.200.1"
     proc = subprocess.Popen([str(vecgate), "run", "--config", str(cfg), "--duration", str(SENT / RATE + 4), "--interval", "0.5",
                              "--socket", str(sock)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.time() + 10
-        while not sock.exists() and time.time() < deadline:
-            time.sleep(0.05)
-        assert sock.exists(), "control socket did not appear"
+        wait_for_socket(sock)
         # The handover once the tunnel has carried some packets (bounded wait; the
         # generator's rate leaves seconds of packets for after it).
-        sent = 0
-        for _ in range(100):
-            rows = json.loads(ctl(vecgate, sock, "--json", "show", "interfaces").stdout)["data"]
-            sent = next(r["tx_packets"] for r in rows if r["name"] == "n3")
-            if sent >= 50:
-                break
-            time.sleep(0.1)
+        sent = wait_for_tx(vecgate, sock, "n3", 50)
         assert 50 <= sent < SENT, sent
         r = ctl(vecgate, sock, "set", "gtpu", "tunnel", "gtpu_tunnel0", "remote", "198.18.1.3", "teid-out", "0x1234")
         assert r.returncode == 0, r.stderr
