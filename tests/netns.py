@@ -54,6 +54,24 @@ class Lab:
         sh("ip", "-n", ns, "route", "add", "default", "via", gw4)
         sh("ip", "-n", ns, "-6", "route", "add", "default", "via", gw6)
 
+    def two_hosts(self, queues=1):
+        """Host A (198.18.0.2, 2001:db8::2) on veth a0 to the gateway's a1, host B
+        (198.18.1.2, 2001:db8:1::2) on b0 to b1, the gateway (198.18.0.1 / 198.18.1.1,
+        ::1 of each /64, `router_config`) in a dataplane namespace between them: the
+        namespaces (a, gw, b)."""
+        a, g, b = self.ns("a"), self.dataplane_ns("gw"), self.ns("b")
+        self.veth(a, "a0", g, "a1", queues=queues)
+        self.veth(b, "b0", g, "b1", queues=queues)
+        self.host(a, "a0", "198.18.0.2/24", "2001:db8::2/64", "198.18.0.1", "2001:db8::1")
+        self.host(b, "b0", "198.18.1.2/24", "2001:db8:1::2/64", "198.18.1.1", "2001:db8:1::1")
+        return a, g, b
+
+    def warm_up(self, a):
+        """Pings from A to B in both families: the first packets each way trigger ARP / ND
+        on both sides (`two_hosts`)."""
+        for dst in ("198.18.1.2", "2001:db8:1::2"):
+            self.run(a, "ping", "-c", "3", "-i", "0.2", "-W", "1", dst, check=False)
+
     def run(self, ns, *cmd, timeout=30, check=True):
         return sh("ip", "netns", "exec", ns, *cmd, timeout=timeout, check=check)
 
@@ -98,6 +116,27 @@ class Lab:
                     p.kill()
         for n in self.namespaces:
             sh("ip", "netns", "del", n, check=False)
+
+
+def router_config(kind, extra=""):
+    """The gateway of `Lab.two_hosts`: interfaces `a` (on a1) and `b` (on b1) of type
+    `kind`, each with the lines `extra`."""
+    return f"""
+[[interface]]
+name = "a"
+type = "{kind}"
+host_if = "a1"
+mac = "02:00:00:00:00:0a"
+addresses = ["198.18.0.1/24", "2001:db8::1/64"]
+{extra}
+[[interface]]
+name = "b"
+type = "{kind}"
+host_if = "b1"
+mac = "02:00:00:00:00:0b"
+addresses = ["198.18.1.1/24", "2001:db8:1::1/64"]
+{extra}
+"""
 
 
 def result(p, timeout=40):

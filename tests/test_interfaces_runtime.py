@@ -53,11 +53,7 @@ def fib_prefixes(gw):
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_interfaces_added_and_removed_while_forwarding(lab, vecgate, tmp_path, workers):
-    a, g, b = lab.ns("a"), lab.dataplane_ns("gw"), lab.ns("b")
-    lab.veth(a, "a0", g, "a1")
-    lab.veth(b, "b0", g, "b1")
-    lab.host(a, "a0", "198.18.0.2/24", "2001:db8::2/64", "198.18.0.1", "2001:db8::1")
-    lab.host(b, "b0", "198.18.1.2/24", "2001:db8:1::2/64", "198.18.1.1", "2001:db8:1::1")
+    a, g, b = lab.two_hosts()
     gw = Vecgate(lab, vecgate, g, START.format(workers=workers), tmp_path, split_dataplane=True)
     assert set(gw.interfaces()) == {"a"}
 

@@ -11,28 +11,9 @@ import subprocess
 
 import pytest
 
-from netns import Lab, Vecgate, result, same_stream
+from netns import Lab, Vecgate, result, router_config, same_stream
 
 TRANSFER = 10 * 1024 * 1024
-
-
-def xdp_config(extra=""):
-    return f"""
-[[interface]]
-name = "a"
-type = "af_xdp"
-host_if = "a1"
-mac = "02:00:00:00:00:0a"
-addresses = ["198.18.0.1/24", "2001:db8::1/64"]
-{extra}
-[[interface]]
-name = "b"
-type = "af_xdp"
-host_if = "b1"
-mac = "02:00:00:00:00:0b"
-addresses = ["198.18.1.1/24", "2001:db8:1::1/64"]
-{extra}
-"""
 
 
 @pytest.fixture
@@ -43,19 +24,10 @@ def lab():
 
 
 def topology(lab, queues=1):
-    a, g, b = lab.ns("a"), lab.dataplane_ns("gw"), lab.ns("b")
-    lab.veth(a, "a0", g, "a1", queues=queues)
-    lab.veth(b, "b0", g, "b1", queues=queues)
-    lab.host(a, "a0", "198.18.0.2/24", "2001:db8::2/64", "198.18.0.1", "2001:db8::1")
-    lab.host(b, "b0", "198.18.1.2/24", "2001:db8:1::2/64", "198.18.1.1", "2001:db8:1::1")
+    a, g, b = lab.two_hosts(queues)
     for ns, ifname in ((a, "a0"), (b, "b0")):
         lab.run(ns, "ethtool", "-K", ifname, "tx", "off")
     return a, g, b
-
-
-def warm_up(lab, a):
-    for dst in ("198.18.1.2", "2001:db8:1::2"):
-        lab.run(a, "ping", "-c", "3", "-i", "0.2", "-W", "1", dst, check=False)
 
 
 def xdp_attached(lab, ns, ifname):
@@ -64,9 +36,9 @@ def xdp_attached(lab, ns, ifname):
 
 def test_af_xdp_router_udp_and_tcp_both_families(lab, vecgate, tmp_path):
     a, g, b = topology(lab)
-    gw = Vecgate(lab, vecgate, g, xdp_config(), tmp_path)
+    gw = Vecgate(lab, vecgate, g, router_config("af_xdp"), tmp_path)
     assert xdp_attached(lab, g, "a1") and xdp_attached(lab, g, "b1")
-    warm_up(lab, a)
+    lab.warm_up(a)
     for dst, flag, port in (("198.18.1.2", "", 7401), ("2001:db8:1::2", "--v6", 7402)):
         echo = lab.peer(b, "udp-echo", port, 200, *([flag] if flag else []))
         ping = lab.peer_run(a, "udp-ping", dst, port, 200, 1200)
@@ -99,8 +71,8 @@ def test_af_xdp_generic_mode_and_program_removed_after_sigkill(lab, vecgate, tmp
     """`xdp_mode = "generic"`, copy mode asked for explicitly; the BPF link dies with the
     process, so even SIGKILL leaves no program behind."""
     a, g, b = topology(lab)
-    gw = Vecgate(lab, vecgate, g, xdp_config('xdp_mode = "generic"\nzero_copy = false\nxdp_frames = 256\n'), tmp_path)
-    warm_up(lab, a)
+    gw = Vecgate(lab, vecgate, g, router_config("af_xdp", 'xdp_mode = "generic"\nzero_copy = false\nxdp_frames = 256\n'), tmp_path)
+    lab.warm_up(a)
     echo = lab.peer(b, "udp-echo", 7410, 100, "--v6")
     ping = lab.peer_run(a, "udp-ping", "2001:db8:1::2", 7410, 100, 1400)
     assert ping["matched"] == 100, ping
@@ -115,13 +87,13 @@ def test_af_xdp_interface_with_a_program_is_refused(lab, vecgate, tmp_path):
     """A second vecgate on the same interfaces finds the first one's program attached:
     it exits with an error naming the field, and the first keeps forwarding."""
     a, g, b = topology(lab)
-    gw = Vecgate(lab, vecgate, g, xdp_config(), tmp_path)
+    gw = Vecgate(lab, vecgate, g, router_config("af_xdp"), tmp_path)
     cfg = tmp_path / "second.toml"
-    cfg.write_text(f'[dataplane]\nsocket = "{tmp_path}/second.sock"\n' + xdp_config())
+    cfg.write_text(f'[dataplane]\nsocket = "{tmp_path}/second.sock"\n' + router_config("af_xdp"))
     r = lab.run(g, str(vecgate), "run", "--config", str(cfg), "--duration", "2", check=False)
     assert r.returncode != 0
     assert "interface[0].host_if" in r.stderr and "already has one" in r.stderr, r.stderr
-    warm_up(lab, a)
+    lab.warm_up(a)
     echo = lab.peer(b, "udp-echo", 7420, 50)
     ping = lab.peer_run(a, "udp-ping", "198.18.1.2", 7420, 50, 200)
     assert ping["matched"] == 50, ping
@@ -132,8 +104,8 @@ def test_af_xdp_two_workers_one_queue_each(lab, vecgate, tmp_path):
     """Two-queue veths, two workers: each worker owns one queue's socket on each
     interface. Six parallel TCP transfers arrive intact and both workers carried packets."""
     a, g, b = topology(lab, queues=2)
-    gw = Vecgate(lab, vecgate, g, "[dataplane]\nworkers = 2\n" + xdp_config(), tmp_path, split_dataplane=True)
-    warm_up(lab, a)
+    gw = Vecgate(lab, vecgate, g, "[dataplane]\nworkers = 2\n" + router_config("af_xdp"), tmp_path, split_dataplane=True)
+    lab.warm_up(a)
     flows = []
     for k in range(6):
         port = 7430 + k
@@ -156,8 +128,8 @@ def test_software_rss_two_workers_on_single_queue_interfaces(lab, vecgate, tmp_p
     in parallel arrive intact, so no flow was reordered into a retransmission storm or
     lost; both workers processed packets; no lane overflowed."""
     a, g, b = topology(lab)
-    gw = Vecgate(lab, vecgate, g, "[dataplane]\nworkers = 2\n" + xdp_config(), tmp_path, split_dataplane=True)
-    warm_up(lab, a)
+    gw = Vecgate(lab, vecgate, g, "[dataplane]\nworkers = 2\n" + router_config("af_xdp"), tmp_path, split_dataplane=True)
+    lab.warm_up(a)
     flows = []
     for k in range(6):
         port = 7440 + k

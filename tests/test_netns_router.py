@@ -8,29 +8,13 @@ import time
 
 import pytest
 
-from netns import Lab, Vecgate, result, same_stream
+from netns import Lab, Vecgate, result, router_config, same_stream
 
 TRANSFER = 10 * 1024 * 1024
 
 
-def router_config(ring):
-    extra = f'rx_ring = "{ring}"\n' if ring else ""
-    return f"""
-[[interface]]
-name = "a"
-type = "af_packet"
-host_if = "a1"
-mac = "02:00:00:00:00:0a"
-addresses = ["198.18.0.1/24", "2001:db8::1/64"]
-{extra}
-[[interface]]
-name = "b"
-type = "af_packet"
-host_if = "b1"
-mac = "02:00:00:00:00:0b"
-addresses = ["198.18.1.1/24", "2001:db8:1::1/64"]
-{extra}
-"""
+def packet_config(ring):
+    return router_config("af_packet", f'rx_ring = "{ring}"\n' if ring else "")
 
 
 @pytest.fixture
@@ -40,26 +24,11 @@ def lab():
     l.close()
 
 
-def topology(lab):
-    a, g, b = lab.ns("a"), lab.dataplane_ns("gw"), lab.ns("b")
-    lab.veth(a, "a0", g, "a1")
-    lab.veth(b, "b0", g, "b1")
-    lab.host(a, "a0", "198.18.0.2/24", "2001:db8::2/64", "198.18.0.1", "2001:db8::1")
-    lab.host(b, "b0", "198.18.1.2/24", "2001:db8:1::2/64", "198.18.1.1", "2001:db8:1::1")
-    return a, g, b
-
-
-def warm_up(lab, a):
-    # The first packets each way trigger ARP / ND on both sides.
-    for dst in ("198.18.1.2", "2001:db8:1::2"):
-        lab.run(a, "ping", "-c", "3", "-i", "0.2", "-W", "1", dst, check=False)
-
-
 @pytest.mark.parametrize("ring", ["v3", "v2"])
 def test_router_udp_and_tcp_both_families(lab, vecgate, tmp_path, ring):
-    a, g, b = topology(lab)
-    gw = Vecgate(lab, vecgate, g, router_config(ring), tmp_path)
-    warm_up(lab, a)
+    a, g, b = lab.two_hosts()
+    gw = Vecgate(lab, vecgate, g, packet_config(ring), tmp_path)
+    lab.warm_up(a)
     for dst, flag, port in (("198.18.1.2", "", 7001), ("2001:db8:1::2", "--v6", 7002)):
         echo = lab.peer(b, "udp-echo", port, 200, *([flag] if flag else []))
         ping = lab.peer_run(a, "udp-ping", dst, port, 200, 1200)
@@ -88,8 +57,8 @@ def test_the_first_packet_to_an_unknown_neighbour_arrives(lab, vecgate, tmp_path
     answered. The echo request waits in `ip-glean` while vecgate asks for B's MAC; B's
     kernel answers, the control plane publishes B, the request goes on. (Before the hold,
     the request itself became the ARP request / NS, and a lone ping was lost.)"""
-    a, g, b = topology(lab)
-    gw = Vecgate(lab, vecgate, g, router_config(None), tmp_path)
+    a, g, b = lab.two_hosts()
+    gw = Vecgate(lab, vecgate, g, packet_config(None), tmp_path)
     for dst in ("198.18.1.2", "2001:db8:1::2"):
         r = lab.run(a, "ping", "-c", "1", "-W", "5", dst, check=False)
         assert r.returncode == 0, (dst, r.stdout, gw.errors())
@@ -110,9 +79,9 @@ def test_show_neighbours_lists_the_ones_being_solicited_with_their_held_packets(
     neighbours` lists it as incomplete (no MAC yet) with the two packets `ip-glean` holds
     and how long they have waited, beside A and B, learned. When the hold times out (3 s)
     the row is gone and both packets are dropped by name."""
-    a, g, b = topology(lab)
-    gw = Vecgate(lab, vecgate, g, router_config(None), tmp_path)
-    warm_up(lab, a)
+    a, g, b = lab.two_hosts()
+    gw = Vecgate(lab, vecgate, g, packet_config(None), tmp_path)
+    lab.warm_up(a)
     send = "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); [s.sendto(b'x', ('198.18.1.77', 9)) for _ in range(2)]"
     lab.run(a, "python3", "-c", send)
     rows = {r["ip"]: r for r in gw.ctl("show", "neighbours")["data"]}
@@ -136,9 +105,9 @@ def test_show_neighbours_lists_the_ones_being_solicited_with_their_held_packets(
 
 
 def test_link_down_and_interface_deleted_are_survived(lab, vecgate, tmp_path):
-    a, g, b = topology(lab)
-    gw = Vecgate(lab, vecgate, g, router_config(None), tmp_path)
-    warm_up(lab, a)
+    a, g, b = lab.two_hosts()
+    gw = Vecgate(lab, vecgate, g, packet_config(None), tmp_path)
+    lab.warm_up(a)
     # Link down on B's side: traffic towards it fails and is counted, nothing crashes.
     lab.run(g, "ip", "link", "set", "b1", "down")
     echo = lab.peer(b, "udp-echo", 7010, 50)
@@ -170,14 +139,14 @@ def test_tap_leg_host_stack_as_neighbour(lab, vecgate, tmp_path):
     disappears with vecgate."""
     a, g, b = lab.ns("a"), lab.dataplane_ns("gw"), lab.ns("b")
     lab.veth(a, "a0", g, "a1")
-    config = router_config(None).replace('type = "af_packet"\nhost_if = "b1"', 'type = "tap"\nhost_if = "vgtap0"')
+    config = packet_config(None).replace('type = "af_packet"\nhost_if = "b1"', 'type = "tap"\nhost_if = "vgtap0"')
     assert 'type = "tap"' in config
     gw = Vecgate(lab, vecgate, g, config, tmp_path)
     lab.run(g, "ip", "link", "set", "vgtap0", "netns", b)
     lab.run(b, "ip", "link", "set", "vgtap0", "up")
     lab.host(a, "a0", "198.18.0.2/24", "2001:db8::2/64", "198.18.0.1", "2001:db8::1")
     lab.host(b, "vgtap0", "198.18.1.2/24", "2001:db8:1::2/64", "198.18.1.1", "2001:db8:1::1")
-    warm_up(lab, a)
+    lab.warm_up(a)
     for dst, flag, port in (("198.18.1.2", "", 7201), ("2001:db8:1::2", "--v6", 7202)):
         echo = lab.peer(b, "udp-echo", port, 100, *([flag] if flag else []))
         ping = lab.peer_run(a, "udp-ping", dst, port, 100, 1000)
@@ -206,9 +175,9 @@ def test_two_workers_share_the_load_and_keep_every_flow_intact(lab, vecgate, tmp
     (in-order delivery per flow keeps TCP from retransmitting storms), and both workers
     carried packets. Twelve, not six: the hash puts all of six flows on one worker in one
     run of 32 (it happened), all of twelve in one of 2,048."""
-    a, g, b = topology(lab)
-    gw = Vecgate(lab, vecgate, g, "[dataplane]\nworkers = 2\n" + router_config(None), tmp_path, split_dataplane=True)
-    warm_up(lab, a)
+    a, g, b = lab.two_hosts()
+    gw = Vecgate(lab, vecgate, g, "[dataplane]\nworkers = 2\n" + packet_config(None), tmp_path, split_dataplane=True)
+    lab.warm_up(a)
     flows = []
     for k in range(12):
         port = 7300 + k
@@ -241,10 +210,10 @@ def test_two_workers_capture_their_drops_into_one_file(lab, vecgate, tmp_path):
     into one pcapng file. Host A sends 64 flows from a source with no route back through
     a link with loose uRPF: both workers receive some, each datagram is dropped
     (`ip4-source-check: no-route`) and is in the one file, as tshark reads it."""
-    a, g, b = topology(lab)
-    config = router_config(None).replace('host_if = "a1"\n', 'host_if = "a1"\nurpf = "loose"\n', 1)
+    a, g, b = lab.two_hosts()
+    config = packet_config(None).replace('host_if = "a1"\n', 'host_if = "a1"\nurpf = "loose"\n', 1)
     gw = Vecgate(lab, vecgate, g, "[dataplane]\nworkers = 2\n" + config, tmp_path, split_dataplane=True)
-    warm_up(lab, a)
+    lab.warm_up(a)
     f = tmp_path / "drops.pcapng"
     out = gw.ctl("pcap", "trace", "drop", str(f), "1000", "node", "ip4-source-check", json_out=False)
     assert f"into {f}" in out and "per worker" not in out, out
@@ -273,9 +242,9 @@ def test_route_churn_under_live_traffic_loses_nothing(lab, vecgate, tmp_path):
     (each change recompiles and publishes the FIB to the worker): every datagram and
     every echo arrives."""
     import threading
-    a, g, b = topology(lab)
-    gw = Vecgate(lab, vecgate, g, router_config(None), tmp_path)
-    warm_up(lab, a)
+    a, g, b = lab.two_hosts()
+    gw = Vecgate(lab, vecgate, g, packet_config(None), tmp_path)
+    lab.warm_up(a)
     changes = []
 
     def churn():
@@ -301,8 +270,8 @@ def test_route_churn_under_live_traffic_loses_nothing(lab, vecgate, tmp_path):
 def test_link_down_and_up_are_logged(lab, vecgate, tmp_path):
     """A host link going down and coming back is a state change: one log line each
     (from the check that counts link-down-events), with the host interface's name."""
-    a, g, b = topology(lab)
-    gw = Vecgate(lab, vecgate, g, router_config(None), tmp_path)
+    a, g, b = lab.two_hosts()
+    gw = Vecgate(lab, vecgate, g, packet_config(None), tmp_path)
     fd = gw.proc.stderr.fileno()
     os.set_blocking(fd, False)
     log, partial = [], b""
@@ -395,10 +364,10 @@ def test_urpf_agrees_with_linux_rp_filter(lab, vecgate, tmp_path, mode, rp_filte
 
     lab2 = Lab()
     try:
-        a, g, b = topology(lab2)
-        config = router_config(None).replace('host_if = "a1"\n', f'host_if = "a1"\nurpf = "{mode}"\n', 1)
+        a, g, b = lab2.two_hosts()
+        config = packet_config(None).replace('host_if = "a1"\n', f'host_if = "a1"\nurpf = "{mode}"\n', 1)
         gw = Vecgate(lab2, vecgate, g, config, tmp_path)
-        warm_up(lab2, a)
+        lab2.warm_up(a)
         ours = arrivals(lab2, a, b, "02:00:00:00:00:0a")
         errs = gw.errors()
         code, _, _ = gw.stop()
