@@ -1152,7 +1152,7 @@ fn build(
                 ..ParcelContext::default()
             },
             lb: {
-                let mut c = lb::LbContext::new(lb.shared.clone(), lb.limits, lb.timeouts);
+                let mut c = lb::LbContext::new(lb.shared.clone(), lb.limits);
                 c.set_worker(k as u32, cfg.dataplane.workers as u32);
                 c
             },

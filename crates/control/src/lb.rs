@@ -16,7 +16,8 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 /// `[lb]`: the node's source address for `Cluster`-policy services and the per-worker
-/// table sizes and timeouts.
+/// table sizes and timeouts. A reload changes the timeouts ([`LbControl::set_timeouts`]);
+/// the rest needs a restart ([`restart_key_changed`]).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LbConfig {
@@ -36,7 +37,24 @@ pub struct LbControl {
     pub state: LbState,
     pub shared: Arc<ArcSwap<LbTables>>,
     pub limits: Limits,
-    pub timeouts: Timeouts,
+}
+
+/// The first key of `[lb]` that a running gateway cannot change and that differs between
+/// `old` and `new` (`lb.limits.sessions`), if any: the addresses and the tables' sizes
+/// (the workers' tables are made at start-up). The timeouts are not among them.
+pub fn restart_key_changed(old: &LbConfig, new: &LbConfig) -> Option<String> {
+    // Destructured whole: a field added to `[lb]` must be placed on one side or the other.
+    let LbConfig { snat4, snat6, limits, timeouts: _ } = old;
+    let (Limits { sessions, affinity }, now) = (limits.unwrap_or_default(), new.limits.unwrap_or_default());
+    [
+        ("lb.snat4", *snat4 != new.snat4),
+        ("lb.snat6", *snat6 != new.snat6),
+        ("lb.limits.sessions", sessions != now.sessions),
+        ("lb.limits.affinity", affinity != now.affinity),
+    ]
+    .into_iter()
+    .find(|&(_, changed)| changed)
+    .map(|(key, _)| key.to_string())
 }
 
 /// The route that sends a service address to `lbN-nat` (one per address, whatever the
@@ -133,9 +151,23 @@ impl LbControl {
         problems.check()?;
         state.resolve_outers(|a| router.resolve_outer(a));
         set_router_flags(&state, router);
+        state.set_timeouts(cfg.lb.timeouts.unwrap_or_default());
         let limits = cfg.lb.limits.unwrap_or_default();
-        let timeouts = cfg.lb.timeouts.unwrap_or_default();
-        Ok(LbControl { shared: Arc::new(ArcSwap::new(state.tables())), state, limits, timeouts })
+        Ok(LbControl { shared: Arc::new(ArcSwap::new(state.tables())), state, limits })
+    }
+
+    /// New session timeouts (a reload's `[lb] timeouts`), published to the workers with
+    /// the tables: a new session takes them, an existing one from its next packet (an
+    /// idle one keeps the expiry its last packet set). Each timeout that changed, by its
+    /// key (`udp_ms`), with its new value.
+    pub fn set_timeouts(&mut self, timeouts: Timeouts) -> Vec<(&'static str, u64)> {
+        let was = self.state.timeouts().named();
+        let changed: Vec<_> = timeouts.named().into_iter().zip(was).filter(|(new, old)| new != old).map(|(new, _)| new).collect();
+        if !changed.is_empty() {
+            self.state.set_timeouts(timeouts);
+            self.shared.store(self.state.tables());
+        }
+        changed
     }
 
     /// Resolve the changed services' new encapsulated backends, then publish the tables;
@@ -1032,17 +1064,18 @@ mod tests {
             let e = load(&format!("[lb]\ntimeouts = {{ {name} = 0 }}\n")).err().unwrap_or_else(|| panic!("{name} = 0 accepted"));
             assert_eq!(e.to_string(), format!("lb.toml: lb.timeouts.{name}: 0: expected 1 ms to 30 days (line 7)"));
             let (c, _) = load(&format!("[lb]\ntimeouts = {{ {name} = 4321 }}\n")).unwrap();
-            let set: Vec<_> = c.timeouts.named().into_iter().filter(|&(_, ms)| ms == 4321).map(|(n, _)| n).collect();
+            let set: Vec<_> = c.state.timeouts().named().into_iter().filter(|&(_, ms)| ms == 4321).map(|(n, _)| n).collect();
             assert_eq!(set, [name], "{name} sets its own timeout alone");
         }
         let (c, _) = load("[lb]\ntimeouts = { sctp_established_ms = 300000, sctp_cookie_wait_ms = 5000 }\n").unwrap();
-        let t = c.timeouts;
+        let t = c.shared.load().timeouts;
         assert_eq!(
             (t.sctp_established_ms, t.sctp_cookie_wait_ms, t.sctp_closed_ms, t.tcp_established_ms),
             (300_000, 5_000, 10_000, 86_400_000)
         );
         let (c, _) = load("").unwrap();
-        assert_eq!((c.timeouts.sctp_established_ms, c.timeouts.sctp_shutdown_ms), (210_000, 3_000));
+        let t = c.state.timeouts();
+        assert_eq!((t.sctp_established_ms, t.sctp_shutdown_ms), (210_000, 3_000));
         let e = Config::parse(&format!("{BASE}[lb]\ntimeouts = {{ sctp_establish_ms = 1 }}\n"), "lb.toml", Path::new(".")).unwrap_err();
         assert!(e.field.starts_with("lb") && e.message.contains("sctp_establish_ms"), "{e}");
     }

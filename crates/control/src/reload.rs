@@ -14,7 +14,8 @@
 //! Interfaces of the kinds that open at run time (af_packet, tap, null) are added,
 //! replaced and removed like the other objects (`crate::interfaces`). What a running
 //! gateway cannot change (its workers, pools, generators, other interface kinds, PFCP
-//! and metrics endpoints) is refused by field, with "restart" as the way.
+//! and metrics endpoints, the load balancer's table sizes and addresses) is refused by
+//! field, with "restart" as the way; the load balancer's timeouts change in place.
 
 use crate::api::{Reply, Request};
 use crate::config::Config;
@@ -96,6 +97,7 @@ pub fn reload(c: &mut Control, path: Option<&str>) -> Result<Reply, String> {
     interfaces_remove(c, &new, &mut changes)?;
     ipsec_policies(c, &new, &mut changes)?;
     lb_services(c, &new, &mut changes)?;
+    lb_timeouts(c, &new, &mut changes);
     // A file named in the request applies once: `config_path` stays the --config file,
     // which plain reloads and SIGHUP read (docs/CONFIGURATION.md, "Reloading").
     c.applied = new;
@@ -234,13 +236,22 @@ fn check_fixed(old: &Config, new: &Config) -> Result<(), String> {
     if old.pfcp != new.pfcp {
         return refuse(&crate::pfcp::changed_key(old.pfcp.as_ref(), new.pfcp.as_ref()), "the PFCP settings");
     }
-    if old.lb != new.lb {
-        return refuse("lb", "the load balancer's limits and addresses");
+    // The timeouts change in place ([`lb_timeouts`]).
+    if let Some(key) = crate::lb::restart_key_changed(&old.lb, &new.lb) {
+        return refuse(&key, "the load balancer's table sizes and addresses");
     }
     if old.spd != new.spd {
         return refuse("spd", "the flow cache settings");
     }
     Ok(())
+}
+
+/// `[lb] timeouts` as the file says, published to the workers with the LB tables: new
+/// sessions take them, existing ones from their next packet.
+fn lb_timeouts(c: &mut Control, new: &Config, changes: &mut Vec<Change>) {
+    for (key, ms) in c.lb.set_timeouts(new.lb.timeouts.unwrap_or_default()) {
+        changes.push(Change::new("replaced", "setting", format!("lb.timeouts.{key} = {ms}")));
+    }
 }
 
 /// `[metrics] tunnel_counters` turned on or off: the workers start or stop counting with

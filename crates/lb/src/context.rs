@@ -2,7 +2,7 @@
 //! (one per family, never shared) and the time of the current vector in milliseconds.
 
 use crate::family::{Family, V4, V6};
-use crate::session::{Balancer, Limits, Timeouts};
+use crate::session::{Balancer, Limits};
 use crate::tables::{FamilyTables, LbTables};
 use arc_swap::{ArcSwap, Cache};
 use ip::HasIp;
@@ -19,14 +19,16 @@ pub struct LbContext {
 }
 
 impl LbContext {
-    pub fn new(shared: Arc<ArcSwap<LbTables>>, limits: Limits, timeouts: Timeouts) -> Self {
+    /// The balancers' timeouts are the tables' ([`LbTables::timeouts`]), now and from
+    /// each version published.
+    pub fn new(shared: Arc<ArcSwap<LbTables>>, limits: Limits) -> Self {
         let tables = shared.load_full();
         let ticks_per_ms = (engine::clock::hz() / 1000).max(1);
         LbContext {
             cache: Cache::new(shared),
+            b4: Balancer::new(limits, tables.timeouts),
+            b6: Balancer::new(limits, tables.timeouts),
             tables,
-            b4: Balancer::new(limits, timeouts),
-            b6: Balancer::new(limits, timeouts),
             now_ms: engine::clock::now() / ticks_per_ms,
             ticks_per_ms,
         }
@@ -38,11 +40,16 @@ impl LbContext {
         self.b6.set_worker(me, workers);
     }
 
-    /// Pick up a newly published table version and the time.
+    /// Pick up a newly published table version (its timeouts too, if they changed) and
+    /// the time.
     #[inline]
     pub fn refresh(&mut self) {
         let t = self.cache.load();
         if !Arc::ptr_eq(t, &self.tables) {
+            if t.timeouts != self.tables.timeouts {
+                self.b4.set_timeouts(t.timeouts);
+                self.b6.set_timeouts(t.timeouts);
+            }
             self.tables = Arc::clone(t);
         }
         self.now_ms = engine::clock::now() / self.ticks_per_ms;

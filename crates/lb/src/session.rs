@@ -469,6 +469,21 @@ impl Default for Limits {
     }
 }
 
+/// A state's timeout and the most a session's expiry may lag behind it (a sixteenth of
+/// the timeout, at most a second: [`Balancer::touch`]), side by side: a hit's test
+/// whether to write reads one pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Age {
+    timeout: u64,
+    lag: u64,
+}
+
+impl Age {
+    fn of(timeouts: &Timeouts) -> [Age; STATES] {
+        timeouts.by_state().map(|timeout| Age { timeout, lag: (timeout / 16).min(1000) })
+    }
+}
+
 /// Tries at a free source port for the node's address before giving up.
 const SNAT_PORT_TRIES: u32 = 8;
 
@@ -476,12 +491,8 @@ const SNAT_PORT_TRIES: u32 = 8;
 pub struct Balancer<F: Family> {
     pub sessions: Table<Key<F>, Session<F::Addr>>,
     pub affinity: Table<ClientKey<F>, AffinityEntry<F::Addr>>,
-    /// The timeouts by state ([`Timeouts::by_state`]): a hit reads one word.
-    timeout_of: [u64; STATES],
-    /// By state: the timeout less the most an expiry may lag behind (a sixteenth of the
-    /// timeout, at most a second; [`Balancer::touch`]), so that a hit's test whether
-    /// to write is one add and one compare.
-    slack_of: [u64; STATES],
+    /// By state: its timeout and how far behind it an expiry may lag ([`Age`]).
+    age_of: [Age; STATES],
     /// This worker and how many there are: SNAT ports are the ones whose replies are
     /// steered here ([`crate::steer`]).
     me: u32,
@@ -490,9 +501,17 @@ pub struct Balancer<F: Family> {
 
 impl<F: Family> Balancer<F> {
     pub fn new(limits: Limits, timeouts: Timeouts) -> Self {
-        let timeout_of = timeouts.by_state();
-        let slack_of = timeout_of.map(|t| t - (t / 16).min(1000));
-        Balancer { sessions: Table::new(limits.sessions), affinity: Table::new(limits.affinity), timeout_of, slack_of, me: 0, workers: 1 }
+        let age_of = Age::of(&timeouts);
+        Balancer { sessions: Table::new(limits.sessions), affinity: Table::new(limits.affinity), age_of, me: 0, workers: 1 }
+    }
+
+    /// New timeouts (a reload's, from the published tables: [`crate::LbContext`]). A
+    /// new session takes them; an existing one at its next packet
+    /// ([`Balancer::touch`]), whose expiry is then its state's new timeout from now
+    /// (sooner than the old expiry, too). Until then an idle session keeps the expiry its
+    /// last packet set.
+    pub fn set_timeouts(&mut self, timeouts: Timeouts) {
+        self.age_of = Age::of(&timeouts);
     }
 
     /// Worker `me` of `workers` (the default: the only one).
@@ -542,7 +561,7 @@ impl<F: Family> Balancer<F> {
             return Err(LbDrop::ReplyTupleInUse);
         }
         let state = first_state(key.proto, flags);
-        let expires = now + self.timeout_of[state as usize];
+        let expires = now + self.age_of[state as usize].timeout;
         if !self.sessions.has_room(&Key::new(key), now) {
             return Err(LbDrop::SessionTableFull);
         }
@@ -601,7 +620,8 @@ impl<F: Family> Balancer<F> {
             node_port: svc.node_port,
             shape: svc.shape,
         };
-        let i = self.sessions.insert(Key::new(key), entry, now, now + self.timeout_of[state as usize]).ok_or(LbDrop::SessionTableFull)?;
+        let i =
+            self.sessions.insert(Key::new(key), entry, now, now + self.age_of[state as usize].timeout).ok_or(LbDrop::SessionTableFull)?;
         self.sessions.get_mut(i).twin = i;
         Ok((b, if affine { Outcome::NewAffine } else { outcome }))
     }
@@ -714,16 +734,18 @@ impl<F: Family> Balancer<F> {
     /// A packet of the connection: its state, and its expiry pushed on. The expiry is
     /// written only when it moves by a sixteenth of the timeout (at most a second), so
     /// a flow's packets mostly only read the table (the twin's slot is another cache
-    /// line); an idle connection goes that much early at most. `expires`: entry `i`'s
-    /// expiry as its lookup read it. (`now + timeout < expires + lag` is
-    /// `now + slack < expires`, the slack being `timeout - lag`: the lag is at most
-    /// the timeout.)
+    /// line); an idle connection goes that much early at most. An expiry beyond
+    /// `now + timeout` (set by a longer timeout before a reload) is written too, down to
+    /// it. `expires`: entry `i`'s expiry as its lookup read it. (`expires` in
+    /// `(now + timeout - lag, now + timeout]` is `now + timeout - expires < lag` with
+    /// the subtraction wrapping: an expiry beyond wraps to a large number.)
     #[inline(always)]
     fn touch(&mut self, i: SlotIdx, twin: SlotIdx, was: ConnState, state: ConnState, now: u64, expires: u64) {
-        if state == was && now + self.slack_of[state as usize] < expires {
+        let age = self.age_of[state as usize];
+        if state == was && (now + age.timeout).wrapping_sub(expires) < age.lag {
             return;
         }
-        self.renew(i, twin, state, now + self.timeout_of[state as usize]);
+        self.renew(i, twin, state, now + age.timeout);
     }
 
     /// Both entries of a connection: their state and expiry (out of line: most of a

@@ -295,6 +295,17 @@ impl LbState {
         self.by_name.is_empty()
     }
 
+    /// The session timeouts the tables carry to the workers ([`LbTables::timeouts`]).
+    pub fn timeouts(&self) -> crate::session::Timeouts {
+        self.tables.timeouts
+    }
+
+    /// Set the session timeouts, published with the next tables: a new session takes
+    /// them, an existing one at its next packet ([`crate::session::Balancer::set_timeouts`]).
+    pub fn set_timeouts(&mut self, timeouts: crate::session::Timeouts) {
+        self.tables.timeouts = timeouts;
+    }
+
     /// Set the address `Cluster`-policy services of its family translate sources to.
     /// The family's outer header shapes are made again from it, in their places.
     pub fn set_snat(&mut self, addr: Option<IpAddr>) -> Result<(), LbError> {

@@ -211,6 +211,10 @@ impl<F: Family> FamilyTables<F> {
 pub struct LbTables {
     pub v4: FamilyTables<V4>,
     pub v6: FamilyTables<V6>,
+    /// The session timeouts (`[lb] timeouts`), published with the services so that a
+    /// reload's reach every worker's balancers with the next version
+    /// ([`crate::LbContext::refresh`]).
+    pub timeouts: crate::session::Timeouts,
 }
 
 /// A family's part of the tables, for code generic over the family.

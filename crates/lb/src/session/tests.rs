@@ -714,6 +714,45 @@ fn mixed_services() -> Vec<ServiceSpec> {
     v
 }
 
+/// Timeouts a reload might set: UDP's and established TCP's a tenth of the defaults.
+fn shorter_timeouts() -> Timeouts {
+    let d = Timeouts::default();
+    Timeouts { udp_ms: d.udp_ms / 10, udp_replied_ms: d.udp_replied_ms / 10, tcp_established_ms: d.tcp_established_ms / 10, ..d }
+}
+
+/// Timeouts replaced (a reload's): a new session takes the new ones, an existing one
+/// from its next packet, shorter or longer than its old expiry; an idle one keeps the
+/// expiry its last packet set.
+#[test]
+fn replaced_timeouts_age_sessions_from_their_next_packet() {
+    let st = state(spec(Protocol::Udp, TrafficPolicy::Local, Affinity::None));
+    let mut r = Run::new(&st);
+    let d = Timeouts::default();
+    let expiry = |r: &Run, k: &FlowKey<[u8; 4]>, now| r.lb.sessions.find(&Key::new(k), now).map(|i| r.lb.sessions.expires(i));
+    let (busy, idle) = (FlowKey { proto: 17, ..client(1) }, FlowKey { proto: 17, ..client(2) });
+    r.fwd(&busy, 0, 0).unwrap();
+    r.fwd(&idle, 0, 0).unwrap();
+    assert_eq!(expiry(&r, &busy, 0), Some(d.udp_ms));
+
+    let short = Timeouts { udp_ms: 5_000, ..d };
+    r.lb.set_timeouts(short);
+    // The next packet sets the new expiry, though the old one is further off.
+    assert_eq!(r.fwd(&busy, 0, 1_000).unwrap().1, Outcome::Hit);
+    assert_eq!(expiry(&r, &busy, 1_000), Some(1_000 + 5_000));
+    assert!(expiry(&r, &busy, 6_000).is_none(), "aged by the new timeout");
+    assert_eq!(expiry(&r, &idle, 6_000), Some(d.udp_ms), "an idle session keeps its expiry");
+    // A new session takes the new timeout.
+    let new = FlowKey { proto: 17, ..client(3) };
+    r.fwd(&new, 0, 7_000).unwrap();
+    assert_eq!(expiry(&r, &new, 7_000), Some(7_000 + 5_000));
+
+    // Longer again: the next packet pushes the expiry out to it.
+    r.lb.set_timeouts(d);
+    assert_eq!(r.fwd(&new, 0, 8_000).unwrap().1, Outcome::Hit);
+    assert_eq!(expiry(&r, &new, 8_000), Some(8_000 + d.udp_ms));
+    assert!(expiry(&r, &new, 8_000 + d.udp_ms - 1).is_some());
+}
+
 /// One step of the differential run.
 #[derive(Debug, Clone)]
 enum Step {
@@ -729,6 +768,9 @@ enum Step {
     Shadow(bool),
     /// Time passes (milliseconds).
     Wait(u32),
+    /// A reload's timeouts: shorter ones (UDP's and TCP's established a tenth of the
+    /// default) or the defaults again.
+    Timeouts(bool),
 }
 
 fn step_strategy() -> impl Strategy<Value = Step> {
@@ -740,6 +782,7 @@ fn step_strategy() -> impl Strategy<Value = Step> {
         1 => (0usize..5).prop_map(Step::Readd),
         1 => any::<bool>().prop_map(Step::Shadow),
         2 => prop_oneof![Just(10u32), Just(1_500), Just(40_000), Just(130_000)].prop_map(Step::Wait),
+        1 => any::<bool>().prop_map(Step::Timeouts),
     ]
 }
 
@@ -821,6 +864,11 @@ proptest! {
                     t = st.tables();
                 }
                 Step::Wait(ms) => now += ms as u64,
+                Step::Timeouts(short) => {
+                    let to = if short { shorter_timeouts() } else { Timeouts::default() };
+                    full.set_timeouts(to);
+                    fast.set_timeouts(to);
+                }
             }
         }
         let rows = |b: &Balancer<V4>| b.sessions.iter_live(now).map(|(i, k, s, e)| (i, *k, *s, e)).collect::<Vec<_>>();
