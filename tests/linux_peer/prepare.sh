@@ -6,6 +6,7 @@
 # Needs root for apt (qemu-system-x86, busybox-static, cpio, kmod) on a fresh machine.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
+. "$HERE/initramfs.sh"
 OUT="${LINUX_PEER_DIR:-$HERE/../../target/linux-peer}"
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd -P)"
@@ -31,33 +32,12 @@ if [ ! -f vmlinuz ] || [ ! -d kpkg ]; then
     cp kpkg/boot/vmlinuz-* vmlinuz
 fi
 KV=$(ls kpkg/lib/modules | head -n1)
-if [ -f initrd.gz ] && [ initrd.gz -nt "$HERE/guest-init.sh" ] && [ initrd.gz -nt "$HERE/udp-probe.c" ]; then
+if [ -f initrd.gz ] && [ initrd.gz -nt "$HERE/guest-init.sh" ] && [ initrd.gz -nt "$HERE/udp-probe.c" ] && [ initrd.gz -nt "$HERE/initramfs.sh" ]; then
     echo "linux peer ready: $OUT (kernel $KV)"
     exit 0
 fi
-R="$OUT/root"
-rm -rf "$R"
-mkdir -p "$R"/{bin,sbin,proc,sys,dev,tmp,run,etc,lib/modules/"$KV",lib64,lib/x86_64-linux-gnu}
+# modules.dep of the unpacked kernel, for modprobe -d kpkg.
 depmod -b kpkg "$KV"
-MODS="virtio_pci virtio_net fou fou6 ipip sit ip_gre ip6_tunnel ip6_gre"
-for m in $MODS; do
-    modprobe -d kpkg -S "$KV" --show-depends "$m" | awk '$1=="insmod"{print $2}'
-done | sort -u | while read -r f; do
-    rel=${f#"$OUT/kpkg/"}
-    mkdir -p "$R/$(dirname "$rel")"
-    cp "$f" "$R/$rel"
-done
-cp kpkg/lib/modules/"$KV"/modules.{order,builtin,builtin.modinfo} "$R/lib/modules/$KV/" 2>/dev/null || true
-depmod -b "$R" "$KV"
-cp /bin/busybox "$R/bin/busybox"
-for a in $(/bin/busybox --list); do [ -e "$R/bin/$a" ] || ln -s busybox "$R/bin/$a"; done
-# busybox's own `ip` lacks fou and encap options: Debian's iproute2 with its libraries.
-rm -f "$R/bin/ip"
-cp "$(command -v ip)" "$R/sbin/ip"
-for l in $(ldd "$(command -v ip)" | awk '/=>/{print $3} /ld-linux/{print $1}'); do cp -L "$l" "$R$l"; done
-ln -sf ../bin/busybox "$R/sbin/modprobe"
-cc -O2 -static -o "$R/sbin/udp-probe" "$HERE/udp-probe.c"
-cp "$HERE/guest-init.sh" "$R/init"
-chmod +x "$R/init"
-(cd "$R" && find . | cpio -o -H newc --quiet | gzip -1) > initrd.gz
+initramfs "$OUT/root" initrd.gz "$HERE/guest-init.sh" "$HERE/udp-probe.c" \
+    "virtio_pci virtio_net fou fou6 ipip sit ip_gre ip6_tunnel ip6_gre"
 echo "linux peer ready: $OUT (kernel $KV)"
