@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from netns import Lab
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(os.environ.get("VECGATE_BIN", ROOT / "target" / "release" / "vecgate"))
 
@@ -24,6 +26,14 @@ def vecgate():
     if not BIN.exists():
         subprocess.run(["cargo", "build", "--release", "-p", "vecgate"], cwd=ROOT, check=True)
     return BIN
+
+
+@pytest.fixture
+def lab():
+    """Namespaces and veths for one test (netns.Lab), all deleted after it."""
+    l = Lab()
+    yield l
+    l.close()
 
 
 def gateway_config(tmp: Path, extra: str = "", eth0_extra: str = "") -> Path:

@@ -139,6 +139,19 @@ addresses = ["198.18.1.1/24", "2001:db8:1::1/64"]
 """
 
 
+def wait_for(log: Path, text: str, proc, seconds: float):
+    """Whether `text` appears in the file `log` (a guest's console, a daemon's log) within
+    `seconds`, while `proc`, which writes it, runs."""
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if log.exists() and text in log.read_text(errors="replace"):
+            return True
+        if proc.poll() is not None:
+            return False
+        time.sleep(0.2)
+    return False
+
+
 def result(p, timeout=40):
     out, err = p.communicate(timeout=timeout)
     lines = [l for l in out.strip().splitlines() if l.startswith("{")]

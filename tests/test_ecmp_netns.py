@@ -7,9 +7,8 @@ import json
 import sys
 import time
 
-import pytest
 
-from netns import Lab, Vecgate
+from netns import Vecgate
 
 SINK = r"""
 import json, socket, sys, time
@@ -85,13 +84,6 @@ mac = "{c_mac}"
 prefix = "198.19.0.0/16"
 paths = [{{ via = "198.18.1.2", weight = 1 }}, {{ via = "198.18.2.2", weight = 1 }}]
 """
-
-
-@pytest.fixture
-def lab():
-    l = Lab()
-    yield l
-    l.close()
 
 
 def mac_of(lab, ns, ifname):

@@ -119,7 +119,7 @@ if __name__ == "__main__":
 
 import pytest  # noqa: E402  (the script above runs without it)
 
-from netns import Lab, Vecgate, result  # noqa: E402
+from netns import Vecgate, result  # noqa: E402
 
 # The inbound SA's AES-GCM-128 key and salt (RFC 4106).
 GCM_KEY = "0102030405060708090a0b0c0d0e0f1011121314"
@@ -169,13 +169,6 @@ local = "198.18.20.1"
 remote = "198.18.20.2"
 udp_encap = true
 """ % GCM_KEY
-
-
-@pytest.fixture
-def lab():
-    l = Lab()
-    yield l
-    l.close()
 
 
 def host(lab, ns, ifname, addr, gw):

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from netns import Lab, Vecgate, result, same_stream
+from netns import Vecgate, result, same_stream
 
 START = """\
 [dataplane]
@@ -24,13 +24,6 @@ addresses = ["198.18.0.1/24", "2001:db8::1/64"]
 
 B_WORDS = ["create", "interface", "b", "af_packet", "host-if", "b1", "mac", "02:00:00:00:00:0b",
            "address", "198.18.1.1/24", "address", "2001:db8:1::1/64"]
-
-
-@pytest.fixture
-def lab():
-    l = Lab()
-    yield l
-    l.close()
 
 
 def ctl_fails(gw, *words, code=2):

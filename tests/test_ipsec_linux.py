@@ -21,8 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from netns import Lab, Vecgate, result
-from test_linux_interop import wait_for
+from netns import Vecgate, result, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 PEER = ROOT / "target" / "linux-peer"
@@ -41,13 +40,6 @@ def linux_esp_peer():
     r = subprocess.run([str(ROOT / "tests" / "linux_peer" / "prepare-esp.sh")], capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout + r.stderr
     return PEER
-
-
-@pytest.fixture
-def lab():
-    l = Lab()
-    yield l
-    l.close()
 
 
 def sa_pair(index, spi, alg, local, remote, route, enc, integ=("", "")):

@@ -16,12 +16,11 @@ tests/linux_peer/prepare-lb.sh builds the guest (needs root and apt)."""
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from netns import Lab, Vecgate
+from netns import Vecgate, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 PEER_DIR = ROOT / "target" / "linux-peer"
@@ -35,13 +34,6 @@ def linux_peer():
     r = subprocess.run([str(ROOT / "tests" / "linux_peer" / "prepare-lb.sh")], capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout + r.stderr
     return PEER_DIR
-
-
-@pytest.fixture
-def lab():
-    l = Lab()
-    yield l
-    l.close()
 
 
 def config():
@@ -77,17 +69,6 @@ addresses = ["198.18.200.254/24"]
 [lb]
 snat4 = "198.18.1.1"
 {services}"""
-
-
-def wait_for(log: Path, text: str, proc, seconds: float):
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        if log.exists() and text in log.read_text(errors="replace"):
-            return True
-        if proc.poll() is not None:
-            return False
-        time.sleep(0.2)
-    return False
 
 
 def peer(lab, ns, *args, timeout=90):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from netns import Lab, Vecgate, sh
+from netns import Vecgate, sh
 
 K8S = Path(__file__).resolve().parent / "k8s"
 PEER = Path(__file__).resolve().parent / "lb_peer.py"
@@ -153,13 +153,6 @@ def event_lines(log):
 
 def changes_of(line):
     return int(re.search(r"changes=(\d+)", line).group(1))
-
-
-@pytest.fixture
-def lab():
-    l = Lab()
-    yield l
-    l.close()
 
 
 WEB = "default/web:http@198.18.128.10"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from netns import Lab, Vecgate
+from netns import Vecgate
 
 PEER = Path(__file__).resolve().parent / "lb_peer.py"
 VIP = "198.18.128.10"
@@ -66,13 +66,6 @@ backends = [{listed}]
 
 # The same backends behind the same address, port 81, keeping the client's address.
 LOCAL_SERVICE = lb_service("web-local", VIP, 81, BACKENDS, "Local")
-
-
-@pytest.fixture
-def lab():
-    l = Lab()
-    yield l
-    l.close()
 
 
 def topology(lab):

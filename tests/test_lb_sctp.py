@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from netns import Lab, Vecgate
+from netns import Vecgate
 
 PEER = Path(__file__).resolve().parent / "sctp_peer.py"
 PORT = 38412  # NGAP
@@ -64,13 +64,6 @@ snat6 = "{f6['snat']}"
 # The handshake's 3 s defaults are shorter than the test's pauses (sniffers, tshark).
 timeouts = {{ sctp_cookie_wait_ms = {COOKIE_MS}, sctp_cookie_echoed_ms = {COOKIE_MS} }}
 {svc}"""
-
-
-@pytest.fixture
-def lab():
-    l = Lab()
-    yield l
-    l.close()
 
 
 def topology(lab):

@@ -4,17 +4,9 @@ row names the backend that answered it (the backends say who they are), the clie
 address, the service address and the node's address the backend saw."""
 from collections import Counter
 
-import pytest
 
-from netns import Lab, Vecgate
+from netns import Vecgate
 from test_lb_netns import BACKENDS, VIP, client, config, serve_all, topology
-
-
-@pytest.fixture
-def lab():
-    l = Lab()
-    yield l
-    l.close()
 
 
 def test_sessions_list_each_connection_with_its_backend(lab, vecgate, tmp_path):

@@ -9,9 +9,8 @@ other address is served. The same client to a cluster_ip service is served from 
 import subprocess
 import sys
 
-import pytest
 
-from netns import Lab, Vecgate
+from netns import Vecgate
 from test_lb_netns import BACKENDS, VIP, config, lb_service, serve_all, topology
 
 LB_VIP = "198.18.129.10"
@@ -60,13 +59,6 @@ for _ in sys.stdin:
         pass
     print("ok" if got == b"x" * 64 else "none", flush=True)
 """
-
-
-@pytest.fixture
-def lab():
-    l = Lab()
-    yield l
-    l.close()
 
 
 def who(lab, c, src, host, port=80):

@@ -15,12 +15,11 @@ matching udp_tunnels. The guest pings H and exchanges a UDP datagram with it thr
 H pings the guest's inner addresses. tests/linux_peer/prepare.sh installs qemu and
 downloads the Debian kernel package (needs root and apt)."""
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from netns import Lab, Vecgate, result
+from netns import Vecgate, result, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 PEER = ROOT / "target" / "linux-peer"
@@ -31,13 +30,6 @@ def linux_peer():
     r = subprocess.run([str(ROOT / "tests" / "linux_peer" / "prepare.sh")], capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout + r.stderr
     return PEER
-
-
-@pytest.fixture
-def lab():
-    l = Lab()
-    yield l
-    l.close()
 
 
 CONFIG = """
@@ -100,17 +92,6 @@ encap = "gue"
 port = 5560
 routes = ["198.18.215.2/32"]
 """
-
-
-def wait_for(log: Path, text: str, proc, seconds: float):
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        if log.exists() and text in log.read_text(errors="replace"):
-            return True
-        if proc.poll() is not None:
-            return False
-        time.sleep(0.2)
-    return False
 
 
 def test_gue_and_gre_in_udp_with_the_linux_kernel(lab, vecgate, tmp_path, linux_peer):

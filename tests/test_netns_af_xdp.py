@@ -9,18 +9,10 @@ as every frame from a real wire is. The senders' TSO is switched off by the kern
 itself while an XDP program sits on the peer."""
 import subprocess
 
-import pytest
 
-from netns import Lab, Vecgate, result, router_config, same_stream
+from netns import Vecgate, result, router_config, same_stream
 
 TRANSFER = 10 * 1024 * 1024
-
-
-@pytest.fixture
-def lab():
-    l = Lab()
-    yield l
-    l.close()
 
 
 def topology(lab, queues=1):

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from netns import Lab, Vecgate, result, same_stream
+from netns import Vecgate, result, same_stream
 
 TRANSFER = 10 * 1024 * 1024
 MIDDLE_MTU = 1600  # room for the tunnel headers around 1500-byte inner packets
@@ -52,13 +52,6 @@ interface = "gtpu_tunnel0"
 prefix = "{far6}"
 interface = "gtpu_tunnel0"
 """
-
-
-@pytest.fixture
-def lab():
-    l = Lab()
-    yield l
-    l.close()
 
 
 def build(lab, vecgate, tmp_path, outer, mode, mid_mtu=MIDDLE_MTU, tunnel_extra=""):

@@ -17,13 +17,6 @@ def packet_config(ring):
     return router_config("af_packet", f'rx_ring = "{ring}"\n' if ring else "")
 
 
-@pytest.fixture
-def lab():
-    l = Lab()
-    yield l
-    l.close()
-
-
 @pytest.mark.parametrize("ring", ["v3", "v2"])
 def test_router_udp_and_tcp_both_families(lab, vecgate, tmp_path, ring):
     a, g, b = lab.two_hosts()

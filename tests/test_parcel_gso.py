@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from conftest import tshark_clean
-from netns import Lab, Vecgate, result
+from netns import Vecgate, result
 from parcelpkt import parse4
 from test_parcel import udp_ok_by_scapy
 
@@ -93,13 +93,6 @@ interface = "p"
 ip = "198.18.11.1"
 mac = "02:00:00:00:0a:02"
 """
-
-
-@pytest.fixture
-def lab():
-    l = Lab()
-    yield l
-    l.close()
 
 
 def host(lab, ns, ifname, addr, gw):

@@ -12,9 +12,8 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 
-from netns import Lab, Vecgate
+from netns import Vecgate
 
 HERE = Path(__file__).resolve().parent
 UPF_N3, UPF_N6, GNB, GNB2, DN = "198.18.7.2", "198.18.8.1", "198.18.7.10", "198.18.7.11", "198.18.8.2"
@@ -104,13 +103,6 @@ for n in range({COUNT}):
     s.sendto(f"down-{{n}}".encode(), (sys.argv[1], 7300))
     time.sleep(0.01)
 """
-
-
-@pytest.fixture
-def lab():
-    l = Lab()
-    yield l
-    l.close()
 
 
 def py(lab, ns, code, *args, timeout=30):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from netns import Lab, Vecgate
+from netns import Vecgate
 
 HERE = Path(__file__).resolve().parent
 BIN = Path.home() / ".cache" / "vecgate-pfcpsim"
@@ -42,13 +42,6 @@ def pfcpsim():
     if r.returncode != 0:
         pytest.skip(f"pfcpsim not built: {r.stderr.strip()[-300:]}")
     return BIN
-
-
-@pytest.fixture
-def lab():
-    l = Lab()
-    yield l
-    l.close()
 
 
 def test_pfcpsim_drives_vecgate(lab, vecgate, pfcpsim, tmp_path):

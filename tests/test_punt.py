@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from netns import Lab, Vecgate, result, same_stream
+from netns import Vecgate, result, same_stream
 
 CONFIG = """
 [[interface]]
@@ -65,13 +65,6 @@ def unreachable_reaches(gw, n):
     while (got := gw.errors().get(("ip4-local", "port-unreachable"), 0)) < n and time.time() < deadline:
         time.sleep(0.05)
     return got
-
-
-@pytest.fixture
-def lab():
-    l = Lab()
-    yield l
-    l.close()
 
 
 def host_stack(lab, g, ns, tap, net):

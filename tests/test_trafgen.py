@@ -9,14 +9,7 @@ import time
 
 import pytest
 
-from netns import Lab, Vecgate
-
-
-@pytest.fixture
-def lab():
-    l = Lab()
-    yield l
-    l.close()
+from netns import Vecgate
 
 
 def router(kind):

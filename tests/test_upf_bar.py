@@ -12,18 +12,10 @@ G-PDU). scapy reads the BAR features vecgate advertises; tshark reads every PFCP
 the BAR IEs included, with no warning."""
 import time
 
-import pytest
 
-from netns import Lab
+
 from test_pfcp_netns import GNB, UPF_N3, counter, pcap_clean, py, receiver, received
 from test_upf_buffering import DN_SEND, PER_SESSION, held, setup, wait_held
-
-
-@pytest.fixture
-def lab():
-    l = Lab()
-    yield l
-    l.close()
 
 
 def hold_limit(v):

@@ -10,9 +10,8 @@ in the order sent, then the newer ones (scapy dissects every G-PDU). A deleted s
 held packets are freed and counted. tshark reads every PFCP message with no warning."""
 import time
 
-import pytest
 
-from netns import Lab, Vecgate
+from netns import Vecgate
 from test_pfcp_netns import DN, GNB, UPF_N3, UPF_N6, SmfProc, counter, pcap_clean, py, receiver, received
 
 PER_SESSION = 12
@@ -52,13 +51,6 @@ for n in range(int(sys.argv[2])):
     s.sendto(f"{{sys.argv[3]}}-{{n}}".encode(), (sys.argv[1], 7300))
     time.sleep(0.005)
 """
-
-
-@pytest.fixture
-def lab():
-    l = Lab()
-    yield l
-    l.close()
 
 
 def setup(lab, vecgate, tmp_path):

@@ -6,20 +6,12 @@ periodic usage reports (trigger PERIO) whose Start Time / End Time tile the time
 gap, each with its Duration Measurement; the uplink bytes sent are reported once, over
 the periodic reports and the deletion's final one. tshark reads every PFCP message with
 no warning."""
-import pytest
 
-from netns import Lab
+
 from test_pfcp_netns import DN, GNB_SEND_N, pcap_clean, py, receiver, received
 from test_upf_buffering import setup
 
 GNB = "198.18.7.10"
-
-
-@pytest.fixture
-def lab():
-    l = Lab()
-    yield l
-    l.close()
 
 
 def test_a_measurement_period_sends_periodic_usage_reports(lab, vecgate, tmp_path):
