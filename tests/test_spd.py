@@ -21,11 +21,15 @@ DEFAULT = ROOT / "docs" / "examples" / "default-gateway.toml"
 @pytest.fixture
 def gateway(vecgate, tmp_path):
     """The default gateway plus an SPD bound to pg0 and one policy, from a config file."""
+    yield from run_gateway(vecgate, tmp_path, flow_cache=65536)
+
+
+def run_gateway(vecgate, tmp_path, flow_cache):
     sock = tmp_path / "vg.sock"
     cfg = tmp_path / "spd.toml"
-    cfg.write_text(DEFAULT.read_text() + """
+    cfg.write_text(DEFAULT.read_text() + f"""
 [spd]
-flow_cache = 65536
+flow_cache = {flow_cache}
 
 [[ipsec_spd]]
 id = 1
@@ -120,9 +124,28 @@ def test_json_api_and_flow_cache(vecgate, gateway):
             break
         time.sleep(0.1)
     assert fc["size"] == 65536 and fc["workers"] == 1, fc
+    assert call({"op": "show_ipsec_flow_cache"})["data"]["enabled"] is True
     assert {"hits", "misses", "stale", "overwrites", "wraps"} <= set(fc["ipv4"])
     assert call({"op": "ipsec_spd_unbind", "interface": "null0"})["ok"]
     assert not call({"op": "ipsec_spd_unbind", "interface": "null0"})["ok"]
+
+
+def test_a_flow_cache_turned_off_is_shown_off(vecgate, tmp_path):
+    """`[spd] flow_cache = 0`: `show ipsec flow-cache` says the cache is off (exit 0), not a
+    table of zeros; its JSON says "enabled": false and keeps the counters' fields."""
+    gen = run_gateway(vecgate, tmp_path, flow_cache=0)
+    sock = next(gen)
+    try:
+        r = ctl(vecgate, sock, "show", "ipsec", "flow-cache")
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert r.stdout.startswith("flow cache off ([spd] flow_cache = 0"), r.stdout
+        r = ctl(vecgate, sock, "show", "ipsec", "flow-cache", json_out=True)
+        assert r.returncode == 0, r.stdout + r.stderr
+        data = json.loads(r.stdout)["data"]
+        assert data["enabled"] is False, data
+        assert data["flow_cache"]["size"] == 0 and {"hits", "misses"} <= set(data["flow_cache"]["ipv4"]), data
+    finally:
+        gen.close()
 
 
 @pytest.mark.parametrize("extra, field, says", [

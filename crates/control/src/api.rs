@@ -804,11 +804,7 @@ impl Control {
                 let text = crate::spd::format_spd(&policies, &bindings, v);
                 Reply::ok(serde_json::json!({ "version": v, "bindings": bindings, "policies": policies }), text)
             }
-            Request::ShowIpsecFlowCache {} => {
-                let r = crate::spd::flow_cache_report(&self.spd_gauges);
-                let v = self.spd.shared().load().version;
-                Reply::ok(serde_json::json!({ "version": v, "flow_cache": r }), crate::spd::format_flow_cache(&r, v))
-            }
+            Request::ShowIpsecFlowCache {} => crate::spd::show_flow_cache(self),
             Request::Reload { file } => crate::reload::reload(self, file.as_deref())?,
             Request::PuntPortAdd { protocol, port, owner } => crate::punt::add_port(self, *protocol, *port, owner.as_deref())?,
             Request::PuntPortDel { protocol, port, owner } => crate::punt::del_port(self, *protocol, *port, owner.as_deref())?,

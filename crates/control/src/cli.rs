@@ -97,7 +97,8 @@ commands:
   ipsec policy del <id>
   ipsec spd bind <spd> <interface> | ipsec spd unbind <interface>
   show ipsec spd                       policies in classification order, bindings, version
-  show ipsec flow-cache                size, hits, revalidated, misses, stale, overwrites (all workers)
+  show ipsec flow-cache                size, hits, revalidated, misses, stale, overwrites (all workers);
+                                       flow cache off with [spd] flow_cache = 0
   punt port add tcp|udp <port> [owner <name>]
                                        hand one more port of the gateway's addresses to the
                                        host's stack through [punt]'s link (kept by reloads)

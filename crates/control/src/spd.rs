@@ -192,6 +192,21 @@ pub fn flow_cache_report(gauges: &[Arc<FlowCacheGauges>]) -> FlowCacheReport {
     r
 }
 
+/// `show ipsec flow-cache` of a gateway whose `[spd] flow_cache` is 0 (JSON:
+/// `"enabled": false`, the counters kept, all zero).
+pub const FLOW_CACHE_OFF: &str = "flow cache off ([spd] flow_cache = 0: every packet is classified; set a power of two and restart)\n";
+
+/// `show ipsec flow-cache`: the report, and whether the cache is on (`[spd]` is fixed
+/// while the gateway runs, so the applied file says it); off, the text says so instead of
+/// a table of zeros.
+pub fn show_flow_cache(c: &crate::dataplane::Control) -> crate::api::Reply {
+    let r = flow_cache_report(&c.spd_gauges);
+    let v = c.spd.shared().load().version;
+    let enabled = c.applied.spd.cache_size().is_some();
+    let text = if enabled { format_flow_cache(&r, v) } else { FLOW_CACHE_OFF.into() };
+    crate::api::Reply::ok(serde_json::json!({ "enabled": enabled, "version": v, "flow_cache": r }), text)
+}
+
 pub fn format_flow_cache(r: &FlowCacheReport, version: u64) -> String {
     let mut t = format!("flow cache: {} slots per worker and family, {} worker(s), tables version {version}\n", r.size, r.workers);
     t += &format!(
@@ -354,12 +369,30 @@ mod tests {
         let r = c.handle(&Request::IpsecSpdBind { spd: 1, interface: "pg0".into() });
         assert!(r.ok && r.text == "spd 1 bound to pg0", "{}", r.text);
         let r = c.handle(&Request::ShowIpsecFlowCache {});
-        assert!(r.ok && r.text.contains("flow cache"), "{}", r.text);
+        assert!(r.ok && r.text.starts_with("flow cache: 1024 slots"), "{}", r.text);
+        assert_eq!((&r.data["enabled"], &r.data["flow_cache"]["size"]), (&true.into(), &1024.into()), "{}", r.data);
         // The JSON form of the API takes the config's field names.
         let j: Request =
             serde_json::from_str(r#"{"op":"ipsec_policy_add","spd":1,"direction":"inbound","action":"bypass","remote":"198.19.0.0/16"}"#)
                 .unwrap();
         assert!(c.handle(&j).ok);
+    }
+
+    /// `[spd] flow_cache = 0`: the show says the cache is off, not a table of zeros, and
+    /// its JSON says `"enabled": false` with the same fields as when on.
+    #[test]
+    fn a_flow_cache_turned_off_is_shown_off() {
+        use crate::config::Config;
+        use std::path::Path;
+        let text = "[[interface]]\nname = \"pg0\"\ntype = \"pg\"\nmac = \"02:00:00:00:00:01\"\naddresses = [\"198.18.1.1/24\"]\n\
+                    [spd]\nflow_cache = 0\n[[ipsec_spd]]\nid = 1\ninterfaces = [\"pg0\"]\n";
+        let mut a = crate::dataplane::assemble(&Config::parse(text, "gw.toml", Path::new(".")).unwrap()).unwrap();
+        let r = a.control.handle(&crate::cli::parse(&["show", "ipsec", "flow-cache"].map(String::from)).unwrap());
+        assert!(r.ok && r.error.is_none(), "{:?}", r.error);
+        assert_eq!(r.text, FLOW_CACHE_OFF);
+        assert_eq!(r.data["enabled"], false, "{}", r.data);
+        assert_eq!((&r.data["flow_cache"]["size"], &r.data["flow_cache"]["ipv4"]["hits"]), (&0.into(), &0.into()), "{}", r.data);
+        assert!(r.data["version"].is_u64(), "{}", r.data);
     }
 
     #[test]
