@@ -142,6 +142,25 @@ def backends(gw, name):
     return {(r["addr"], r["port"]): (r["conditions"], r["eligible"]) for r in gw.ctl("show", "lb", "backends")["data"] if r["service"] == name}
 
 
+def serve_backends(lab, ns):
+    """A TCP server on port 8080 of every address in BACKENDS (on `ns`'s loopback) for two
+    minutes, answering each connection with "ADDRESS CLIENT" (whom it reached, who came):
+    ready when this returns."""
+    server = lab.spawn(ns, sys.executable, "-c", f"""
+import socket, threading, time
+def serve(a):
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind((a, 8080)); s.listen(64)
+    while True:
+        c, p = s.accept(); c.settimeout(5); c.recv(64); c.sendall(f"{{a}} {{p[0]}}\\n".encode()); c.close()
+for a in {BACKENDS!r}:
+    threading.Thread(target=serve, args=(a,), daemon=True).start()
+print("READY", flush=True)
+time.sleep(120)
+""")
+    assert server.stdout.readline().strip() == "READY"
+    return server
+
+
 def who(lab, ns, host, port, count):
     r = lab.run(ns, sys.executable, str(PEER), "who", host, str(port), str(count), timeout=90)
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -548,18 +567,7 @@ def test_kube_proxy_nftables_selects_the_same_backends(api, lab, vecgate, tmp_pa
         sh(*N, "ip", "route", "replace", "198.18.128.0/20", "via", "198.18.9.2")
         for a in BACKENDS:
             sh(*N, "ip", "addr", "replace", f"{a}/32", "dev", "lo")
-        server = lab.spawn(api_ns, sys.executable, "-c", f"""
-import socket, threading, time
-def serve(a):
-    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind((a, 8080)); s.listen(64)
-    while True:
-        c, p = s.accept(); c.settimeout(5); c.recv(64); c.sendall(f"{{a}} {{p[0]}}\\n".encode()); c.close()
-for a in {BACKENDS!r}:
-    threading.Thread(target=serve, args=(a,), daemon=True).start()
-print("READY", flush=True)
-time.sleep(120)
-""")
-        assert server.stdout.readline().strip() == "READY"
+        serve_backends(lab, api_ns)
         names = {f"be{i}": a for i, a in enumerate(BACKENDS)}
         for svc, vip in (("mixed", "198.18.128.30"), ("draining", "198.18.128.31"), ("split", "198.18.128.32"), ("pnr", "198.18.128.33")):
             through_vecgate = {names[a.split()[0]] for a in who(lab, c, vip, 80, 24)["answers"]}

@@ -14,7 +14,7 @@ from collections import Counter
 
 from netns import sh
 from test_lb_k8s import (BACKENDS, BIN_DIR, K8S, PEER, api, apply, controller, dataplane, endpoint, endpoint_slice,  # noqa: F401
-                         kubectl, lab, service, wait_for, who)
+                         kubectl, serve_backends, service, wait_for, who)
 
 BACKENDS6 = ["2001:db8:100::10", "2001:db8:100::20"]
 NAMES = {f"be{i}": a for i, a in enumerate(BACKENDS)}
@@ -137,18 +137,7 @@ def test_other_service_kinds_match_kube_proxy(api, lab, vecgate, tmp_path):
             sh(*N, "ip", "route", "replace", net, "via", "198.18.9.2")
         for a in BACKENDS:
             sh(*N, "ip", "addr", "replace", f"{a}/32", "dev", "lo")
-        server = lab.spawn(api_ns, sys.executable, "-c", f"""
-import socket, threading, time
-def serve(a):
-    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind((a, 8080)); s.listen(64)
-    while True:
-        c, p = s.accept(); c.settimeout(5); c.recv(64); c.sendall(f"{{a}} {{p[0]}}\\n".encode()); c.close()
-for a in {BACKENDS!r}:
-    threading.Thread(target=serve, args=(a,), daemon=True).start()
-print("READY", flush=True)
-time.sleep(120)
-""")
-        assert server.stdout.readline().strip() == "READY"
+        serve_backends(lab, api_ns)
 
         def through_kube_proxy(host, port, n=24):
             inv = {a: n for n, a in NAMES.items()}

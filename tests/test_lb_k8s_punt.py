@@ -16,7 +16,7 @@ back within moments of answering."""
 import time
 
 from netns import Vecgate
-from test_lb_k8s import BACKENDS, api, apply, controller, endpoint, endpoint_slice, http_get, kubectl, lab, service, wait_for  # noqa: F401
+from test_lb_k8s import BACKENDS, api, apply, controller, endpoint, endpoint_slice, http_get, kubectl, service, wait_for  # noqa: F401
 
 HC_PORT = 32111          # the Service's healthCheckNodePort
 HEALTHZ = 10266          # the proxy health server's port (--healthz-bind-address)

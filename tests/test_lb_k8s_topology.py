@@ -18,7 +18,7 @@ the backends vecgate's LB services of that port take new connections with."""
 import re
 
 from test_lb_k8s import (BACKENDS, api, apply, changes_of, controller, ensure_kube_proxy, kube_proxy_backends,  # noqa: F401
-                         kubectl, lab, service, small_gateway, wait_for)
+                         kubectl, service, small_gateway, wait_for)
 
 ZONE = "topology.kubernetes.io/zone"
 PROXY_NAME = "service.kubernetes.io/service-proxy-name"
