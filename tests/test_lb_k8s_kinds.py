@@ -9,7 +9,6 @@ external and ingress addresses and the affine service through vecgate and throug
 kube-proxy's rules, and see the same backend sets."""
 import re
 import subprocess
-import sys
 from collections import Counter
 
 from netns import sh
