@@ -169,20 +169,12 @@ for cache in $caches; do
     done
 done
 
-python3 - "$results" "$json_out" <<'PY'
+PYTHONPATH="$ROOT/scripts/lib" python3 - "$results" "$json_out" <<'PY'
 import collections, glob, json, statistics as st, sys
+from vpp_runtime import vpp_runtime
 
 path, json_out = sys.argv[1], sys.argv[2]
 med = st.median
-
-def vpp_runtime(fn):
-    """Per node: clocks per packet and packets, from `show runtime`."""
-    nodes = {}
-    for line in open(fn):
-        p = line.split()
-        if len(p) >= 7 and p[-5].isdigit() and p[-4].isdigit() and p[-3].isdigit() and int(p[-4]) > 0:
-            nodes[p[0]] = (float(p[-2]), int(p[-4]))
-    return nodes
 
 vg = collections.defaultdict(list)
 vp = collections.defaultdict(list)
