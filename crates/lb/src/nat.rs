@@ -235,8 +235,8 @@ pub fn flow<F: Layout>(pkt: &[u8]) -> Result<Flow<F::Addr>, NatError> {
 }
 
 /// An SCTP packet's flow ([`flow`] answered [`NatError::Sctp`]): its ports, and for
-/// `flags` its chunks' bearing on the association's life as the session table reads
-/// them ([`sctp_flags`]). Its CRC32c is not checked here: [`sctp_checksum`].
+/// `flags` the chunks the association's life turns on ([`wire::sctp::ChunkSet`]'s bits,
+/// which the session table reads). Its CRC32c is not checked here: [`sctp_checksum`].
 pub fn sctp_flow<F: Layout>(pkt: &[u8]) -> Result<Flow<F::Addr>, NatError> {
     let (l4, proto) = F::l4(pkt)?;
     if proto != SCTP {
@@ -251,7 +251,7 @@ pub fn sctp_flow<F: Layout>(pkt: &[u8]) -> Result<Flow<F::Addr>, NatError> {
         _ => NatError::BadSctpChunk,
     })?;
     let key = FlowKey { src: F::src(pkt), dst: F::dst(pkt), sport: p.src_port(), dport: p.dst_port(), proto };
-    Ok(Flow { key, flags: sctp_flags(chunks), l4 })
+    Ok(Flow { key, flags: chunks.0, l4 })
 }
 
 /// Whether the SCTP packet of `flow` ([`sctp_flow`]) came with a good CRC32c; else
@@ -281,27 +281,6 @@ pub fn sctp_checksum_or_fill<A>(pkt: &mut [u8], flow: &Flow<A>, left: bool) -> R
         return Ok(());
     }
     sctp_checksum(pkt, flow)
-}
-
-/// An SCTP packet's chunks as the session table reads them (`session::SCTP_*`, for
-/// `session::next_state_sctp`): INIT, INIT ACK, COOKIE ECHO, COOKIE ACK, SHUTDOWN and
-/// SHUTDOWN ACK each, ABORT and SHUTDOWN COMPLETE as one (the association is over);
-/// anything else no bit (the association in use).
-pub fn sctp_flags(c: wire::sctp::ChunkSet) -> u8 {
-    use crate::session as s;
-    use wire::sctp::ChunkSet as C;
-    [
-        (C::INIT, s::SCTP_INIT),
-        (C::INIT_ACK, s::SCTP_INIT_ACK),
-        (C::COOKIE_ECHO, s::SCTP_COOKIE_ECHO),
-        (C::COOKIE_ACK, s::SCTP_COOKIE_ACK),
-        (C::SHUTDOWN, s::SCTP_SHUTDOWN),
-        (C::SHUTDOWN_ACK, s::SCTP_SHUTDOWN_ACK),
-        (C::ABORT | C::SHUTDOWN_COMPLETE, s::SCTP_END),
-    ]
-    .iter()
-    .filter(|(chunks, _)| c.has(*chunks))
-    .fold(0, |f, (_, bit)| f | bit)
 }
 
 /// Rewrite an SCTP packet (as [`sctp_flow`] read it) to `to`: ports and addresses, the

@@ -157,19 +157,10 @@ pub const TCP_SYN: u8 = 0x02;
 pub const TCP_RST: u8 = 0x04;
 pub const TCP_ACK: u8 = 0x10;
 use crate::nat::{SCTP, TCP};
+// An SCTP packet's flags are its chunks' bits, as the parse gives them (`nat::sctp_flow`).
+use wire::sctp::ChunkSet;
 
-/// An SCTP packet's chunks as the session table reads them, in a flow's `flags`
-/// (`nat::sctp_flags`): one bit for each chunk type an association's life turns on.
-pub const SCTP_INIT: u8 = 0x01;
-pub const SCTP_INIT_ACK: u8 = 0x02;
-pub const SCTP_COOKIE_ECHO: u8 = 0x04;
-pub const SCTP_COOKIE_ACK: u8 = 0x08;
-pub const SCTP_SHUTDOWN: u8 = 0x10;
-pub const SCTP_SHUTDOWN_ACK: u8 = 0x20;
-/// ABORT or SHUTDOWN COMPLETE: the association is over.
-pub const SCTP_END: u8 = 0x40;
-
-/// The next state of an SCTP association after a packet with chunks `ev` (`SCTP_*`
+/// The next state of an SCTP association after a packet with chunks `ev` ([`ChunkSet`]
 /// bits), from the client (`forward`) or from the backend; as Linux conntrack's SCTP
 /// states (one shutdown state for SHUTDOWN either way, its two being alike), without
 /// the secondary paths of multi-homing (not balanced: see the docs' SCTP section).
@@ -178,14 +169,14 @@ pub const SCTP_END: u8 = 0x40;
 pub fn next_state_sctp(s: ConnState, ev: u8, forward: bool) -> ConnState {
     use ConnState::*;
     match s {
-        _ if ev & SCTP_END != 0 => SctpClosed,
+        _ if ev & ChunkSet::END != 0 => SctpClosed,
         SctpClosed => SctpClosed,
-        _ if ev & SCTP_SHUTDOWN_ACK != 0 => SctpShutdownAck,
+        _ if ev & ChunkSet::SHUTDOWN_ACK != 0 => SctpShutdownAck,
         SctpShutdownAck => SctpShutdownAck,
-        _ if ev & SCTP_SHUTDOWN != 0 => SctpShutdown,
+        _ if ev & ChunkSet::SHUTDOWN != 0 => SctpShutdown,
         SctpShutdown => SctpShutdown,
-        SctpCookieWait if forward && ev & SCTP_COOKIE_ECHO != 0 => SctpCookieEchoed,
-        SctpCookieWait | SctpCookieEchoed if !forward && ev & SCTP_COOKIE_ACK != 0 => SctpEstablished,
+        SctpCookieWait if forward && ev & ChunkSet::COOKIE_ECHO != 0 => SctpCookieEchoed,
+        SctpCookieWait | SctpCookieEchoed if !forward && ev & ChunkSet::COOKIE_ACK != 0 => SctpEstablished,
         other => other,
     }
 }
@@ -194,7 +185,7 @@ pub fn next_state_sctp(s: ConnState, ev: u8, forward: bool) -> ConnState {
 /// COOKIE ECHO says it has the backend's INIT ACK (TCP's first ACK after the SYN).
 pub fn next_state_sctp_direct(s: ConnState, ev: u8) -> ConnState {
     match next_state_sctp(s, ev, true) {
-        ConnState::SctpCookieWait | ConnState::SctpCookieEchoed if ev & SCTP_COOKIE_ECHO != 0 => ConnState::SctpEstablished,
+        ConnState::SctpCookieWait | ConnState::SctpCookieEchoed if ev & ChunkSet::COOKIE_ECHO != 0 => ConnState::SctpEstablished,
         next => next,
     }
 }
@@ -213,7 +204,7 @@ fn first_state(proto: u8, flags: u8) -> ConnState {
 
 #[cold]
 fn first_state_sctp(ev: u8) -> ConnState {
-    if ev & SCTP_INIT != 0 {
+    if ev & ChunkSet::INIT != 0 {
         ConnState::SctpCookieWait
     } else {
         next_state_sctp(ConnState::SctpEstablished, ev, true)
@@ -226,7 +217,7 @@ fn first_state_sctp(ev: u8) -> ConnState {
 fn restarts(proto: u8, s: ConnState, flags: u8) -> bool {
     match proto {
         TCP => flags & (TCP_SYN | TCP_ACK) == TCP_SYN && matches!(s, ConnState::Closing | ConnState::Reset),
-        SCTP => flags & SCTP_INIT != 0 && matches!(s, ConnState::SctpShutdown | ConnState::SctpShutdownAck | ConnState::SctpClosed),
+        SCTP => flags & ChunkSet::INIT != 0 && matches!(s, ConnState::SctpShutdown | ConnState::SctpShutdownAck | ConnState::SctpClosed),
         _ => false,
     }
 }

@@ -97,39 +97,42 @@ impl From<ChunkType> for u8 {
     }
 }
 
-/// The chunk types an association's life turns on, as bits ([`SctpPacket::chunk_set`]).
+/// The chunk types an association's life turns on, a bit each
+/// ([`SctpPacket::chunk_set`]); any other chunk (DATA, SACK, HEARTBEAT …) has none.
+/// One byte: the load balancer takes it as an SCTP packet's flags, where a TCP packet's
+/// go, and its session states read these bits (`lb::session::next_state_sctp`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct ChunkSet(pub u16);
+pub struct ChunkSet(pub u8);
 
 impl ChunkSet {
-    pub const INIT: u16 = 0x01;
-    pub const INIT_ACK: u16 = 0x02;
-    pub const ABORT: u16 = 0x04;
-    pub const SHUTDOWN: u16 = 0x08;
-    pub const SHUTDOWN_ACK: u16 = 0x10;
-    pub const SHUTDOWN_COMPLETE: u16 = 0x20;
-    /// Any other chunk (data, SACK, heartbeat …).
-    pub const OTHER: u16 = 0x40;
+    pub const INIT: u8 = 0x01;
+    pub const INIT_ACK: u8 = 0x02;
     /// The handshake's third and fourth legs (the client has the INIT ACK; the server
     /// took the cookie).
-    pub const COOKIE_ECHO: u16 = 0x80;
-    pub const COOKIE_ACK: u16 = 0x100;
+    pub const COOKIE_ECHO: u8 = 0x04;
+    pub const COOKIE_ACK: u8 = 0x08;
+    pub const SHUTDOWN: u8 = 0x10;
+    pub const SHUTDOWN_ACK: u8 = 0x20;
+    pub const ABORT: u8 = 0x40;
+    pub const SHUTDOWN_COMPLETE: u8 = 0x80;
+    /// ABORT or SHUTDOWN COMPLETE: the association is over.
+    pub const END: u8 = Self::ABORT | Self::SHUTDOWN_COMPLETE;
 
-    pub fn has(self, bits: u16) -> bool {
+    pub fn has(self, bits: u8) -> bool {
         self.0 & bits != 0
     }
 
-    fn bit(t: ChunkType) -> u16 {
+    fn bit(t: ChunkType) -> u8 {
         match t {
             ChunkType::Init => Self::INIT,
             ChunkType::InitAck => Self::INIT_ACK,
-            ChunkType::Abort => Self::ABORT,
-            ChunkType::Shutdown => Self::SHUTDOWN,
-            ChunkType::ShutdownAck => Self::SHUTDOWN_ACK,
-            ChunkType::ShutdownComplete => Self::SHUTDOWN_COMPLETE,
             ChunkType::CookieEcho => Self::COOKIE_ECHO,
             ChunkType::CookieAck => Self::COOKIE_ACK,
-            _ => Self::OTHER,
+            ChunkType::Shutdown => Self::SHUTDOWN,
+            ChunkType::ShutdownAck => Self::SHUTDOWN_ACK,
+            ChunkType::Abort => Self::ABORT,
+            ChunkType::ShutdownComplete => Self::SHUTDOWN_COMPLETE,
+            _ => 0,
         }
     }
 }
@@ -370,20 +373,20 @@ mod tests {
     }
 
     /// Each chunk type an association's life turns on has its own bit (the load
-    /// balancer's SCTP states read them); the rest share `OTHER`.
+    /// balancer's SCTP states read them), the byte's eight; the rest have none.
     #[test]
     fn chunk_set_bits() {
         use ChunkType::*;
-        let types = [Init, InitAck, Abort, Shutdown, ShutdownAck, ShutdownComplete, CookieEcho, CookieAck];
+        let types = [Init, InitAck, CookieEcho, CookieAck, Shutdown, ShutdownAck, Abort, ShutdownComplete];
         let bits = types.map(ChunkSet::bit);
         for (i, b) in bits.iter().enumerate() {
             assert_eq!(b.count_ones(), 1, "{:?}", types[i]);
-            assert_ne!(*b, ChunkSet::OTHER, "{:?}", types[i]);
             assert!(bits[..i].iter().all(|o| o != b), "{:?} shares a bit", types[i]);
         }
-        assert_eq!(bits[6..], [ChunkSet::COOKIE_ECHO, ChunkSet::COOKIE_ACK]);
+        assert_eq!(bits[6..], [ChunkSet::ABORT, ChunkSet::SHUTDOWN_COMPLETE]);
+        assert_eq!(ChunkSet::END, ChunkSet::ABORT | ChunkSet::SHUTDOWN_COMPLETE);
         for t in [Data, Sack, Heartbeat, HeartbeatAck, Error, Unknown(200)] {
-            assert_eq!(ChunkSet::bit(t), ChunkSet::OTHER, "{t:?}");
+            assert_eq!(ChunkSet::bit(t), 0, "{t:?}");
         }
     }
 

@@ -359,19 +359,20 @@ proptest! {
 #[test]
 fn sctp_chunks_and_refusals() {
     use crate::session::*;
+    use wire::sctp::ChunkSet as C;
     use wire::sctp::ChunkType::*;
     let k = FlowKey { src: [198, 18, 1, 7], dst: [198, 18, 128, 10], sport: 38_412, dport: 38_412, proto: SCTP };
     for (chunks, flags) in [
-        (vec![(Init, &[0u8; 16][..])], SCTP_INIT),
-        (vec![(InitAck, &[0u8; 16][..])], SCTP_INIT_ACK),
-        (vec![(CookieEcho, &[1u8; 8][..]), (Data, &[2u8; 20][..])], SCTP_COOKIE_ECHO),
-        (vec![(CookieAck, &[][..]), (Sack, &[0u8; 12][..])], SCTP_COOKIE_ACK),
+        (vec![(Init, &[0u8; 16][..])], C::INIT),
+        (vec![(InitAck, &[0u8; 16][..])], C::INIT_ACK),
+        (vec![(CookieEcho, &[1u8; 8][..]), (Data, &[2u8; 20][..])], C::COOKIE_ECHO),
+        (vec![(CookieAck, &[][..]), (Sack, &[0u8; 12][..])], C::COOKIE_ACK),
         (vec![(Data, &[2u8; 20][..]), (Sack, &[0u8; 12][..]), (Heartbeat, &[0u8; 8][..]), (HeartbeatAck, &[0u8; 8][..])], 0),
-        (vec![(Sack, &[0u8; 12][..]), (Abort, &[][..])], SCTP_END),
-        (vec![(Shutdown, &[0u8; 4][..])], SCTP_SHUTDOWN),
-        (vec![(ShutdownAck, &[][..])], SCTP_SHUTDOWN_ACK),
-        (vec![(ShutdownComplete, &[][..])], SCTP_END),
-        (vec![(Sack, &[0u8; 12][..]), (Shutdown, &[0u8; 4][..]), (ShutdownAck, &[][..])], SCTP_SHUTDOWN | SCTP_SHUTDOWN_ACK),
+        (vec![(Sack, &[0u8; 12][..]), (Abort, &[][..])], C::ABORT),
+        (vec![(Shutdown, &[0u8; 4][..])], C::SHUTDOWN),
+        (vec![(ShutdownAck, &[][..])], C::SHUTDOWN_ACK),
+        (vec![(ShutdownComplete, &[][..])], C::SHUTDOWN_COMPLETE),
+        (vec![(Sack, &[0u8; 12][..]), (Shutdown, &[0u8; 4][..]), (ShutdownAck, &[][..])], C::SHUTDOWN | C::SHUTDOWN_ACK),
     ] {
         let p = sctp_packet(&k, 7, &chunks);
         assert_eq!(sctp_flow::<V4>(&p).unwrap().flags, flags, "{chunks:?}");

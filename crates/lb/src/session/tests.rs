@@ -4,6 +4,7 @@ use crate::service::{Affinity, BackendSpec, Conditions, Protocol, ServiceSpec, S
 use crate::state::LbState;
 use crate::tables::LbTables;
 use std::sync::Arc;
+use wire::sctp::ChunkSet as C;
 
 const VIP: [u8; 4] = [198, 18, 128, 10];
 const NODE: [u8; 4] = [198, 18, 0, 2];
@@ -143,12 +144,12 @@ fn sctp_state(r: &Run, k: &FlowKey<[u8; 4]>, now: u64) -> Option<(ConnState, u64
 /// An SCTP service's association through its handshake (INIT, INIT ACK, COOKIE ECHO,
 /// COOKIE ACK) to established; its reply key.
 fn sctp_established(r: &mut Run, k: &FlowKey<[u8; 4]>, now: u64) -> FlowKey<[u8; 4]> {
-    let (there, o) = r.fwd(k, SCTP_INIT, now).unwrap();
+    let (there, o) = r.fwd(k, C::INIT, now).unwrap();
     assert_eq!(o, Outcome::New);
     let reply = FlowKey { src: there.dst, dst: k.src, sport: 8080, dport: k.sport, proto: SCTP };
-    r.lb.reverse(&reply, SCTP_INIT_ACK, now).unwrap();
-    r.fwd(k, SCTP_COOKIE_ECHO, now).unwrap();
-    r.lb.reverse(&reply, SCTP_COOKIE_ACK, now).unwrap();
+    r.lb.reverse(&reply, C::INIT_ACK, now).unwrap();
+    r.fwd(k, C::COOKIE_ECHO, now).unwrap();
+    r.lb.reverse(&reply, C::COOKIE_ACK, now).unwrap();
     assert_eq!(sctp_state(r, k, now).unwrap().0, ConnState::SctpEstablished);
     reply
 }
@@ -164,15 +165,15 @@ fn sctp_associations_have_their_own_states_and_timeouts() {
     let to = Timeouts::default();
     assert_eq!((to.sctp_established_ms, to.sctp_cookie_wait_ms, to.sctp_closed_ms), (210_000, 3_000, 10_000));
     let k = FlowKey { proto: SCTP, ..client(9) };
-    let (there, o) = r.fwd(&k, SCTP_INIT, 1000).unwrap();
+    let (there, o) = r.fwd(&k, C::INIT, 1000).unwrap();
     assert_eq!(o, Outcome::New);
     assert_eq!(sctp_state(&r, &k, 1000), Some((ConnState::SctpCookieWait, 1000 + to.sctp_cookie_wait_ms)));
     let reply = FlowKey { src: there.dst, dst: k.src, sport: 8080, dport: k.sport, proto: SCTP };
-    assert_eq!(r.lb.reverse(&reply, SCTP_INIT_ACK, 1001), Some(Rewrite { src: VIP, sport: 80, dst: k.src, dport: k.sport }));
+    assert_eq!(r.lb.reverse(&reply, C::INIT_ACK, 1001), Some(Rewrite { src: VIP, sport: 80, dst: k.src, dport: k.sport }));
     assert_eq!(sctp_state(&r, &k, 1001).unwrap().0, ConnState::SctpCookieWait, "INIT ACK: still cookie-wait");
-    r.fwd(&k, SCTP_COOKIE_ECHO, 1002).unwrap();
+    r.fwd(&k, C::COOKIE_ECHO, 1002).unwrap();
     assert_eq!(sctp_state(&r, &k, 1002), Some((ConnState::SctpCookieEchoed, 1002 + to.sctp_cookie_echoed_ms)));
-    r.lb.reverse(&reply, SCTP_COOKIE_ACK, 1003).unwrap();
+    r.lb.reverse(&reply, C::COOKIE_ACK, 1003).unwrap();
     assert_eq!(sctp_state(&r, &k, 1003), Some((ConnState::SctpEstablished, 1003 + to.sctp_established_ms)));
     let twin = r.lb.sessions.find(&Key::new(&reply), 1003).unwrap();
     assert_eq!(r.lb.sessions.expires(twin), 1003 + to.sctp_established_ms, "both entries");
@@ -187,7 +188,7 @@ fn sctp_associations_have_their_own_states_and_timeouts() {
     assert_eq!(sctp_state(&r, &k, end), Some((ConnState::SctpEstablished, end + to.sctp_established_ms)));
 }
 
-/// Heartbeats (and their acks, no state bit: `nat::sctp_flags`) keep an idle
+/// Heartbeats (and their acks, no state bit: `wire::sctp::ChunkSet`) keep an idle
 /// established association: each pushes its expiry on, so one heartbeat every 30 s
 /// (RFC 9260's default interval) holds it for as long as they come.
 #[test]
@@ -224,24 +225,24 @@ fn an_unanswered_init_goes_at_the_cookie_wait_timeout() {
     let to = Timeouts { sctp_cookie_echoed_ms: 4_000, ..Timeouts::default() };
     r.lb = Balancer::new(Limits { sessions: 4096, affinity: 1024 }, to);
     let k = FlowKey { proto: SCTP, ..client(10) };
-    let (there, _) = r.fwd(&k, SCTP_INIT, 1000).unwrap();
+    let (there, _) = r.fwd(&k, C::INIT, 1000).unwrap();
     let reply = FlowKey { src: there.dst, dst: k.src, sport: 8080, dport: k.sport, proto: SCTP };
     // The client retransmits its INIT: still cookie-wait, no longer.
-    r.fwd(&k, SCTP_INIT, 2000).unwrap();
+    r.fwd(&k, C::INIT, 2000).unwrap();
     assert_eq!(sctp_state(&r, &k, 2000), Some((ConnState::SctpCookieWait, 2000 + to.sctp_cookie_wait_ms)));
     assert!(sctp_state(&r, &k, 2000 + to.sctp_cookie_wait_ms - 1).is_some());
     assert!(sctp_state(&r, &k, 2000 + to.sctp_cookie_wait_ms).is_none());
-    assert!(r.lb.reverse(&reply, SCTP_INIT_ACK, 2000 + to.sctp_cookie_wait_ms).is_none(), "the reply entry too");
+    assert!(r.lb.reverse(&reply, C::INIT_ACK, 2000 + to.sctp_cookie_wait_ms).is_none(), "the reply entry too");
     assert_eq!(r.lb.sessions.live(2000 + to.sctp_cookie_wait_ms), 0);
     // INIT ACK, then no COOKIE ECHO: cookie-wait's timeout from the INIT ACK.
-    r.fwd(&k, SCTP_INIT, 10_000).unwrap();
-    r.lb.reverse(&reply, SCTP_INIT_ACK, 10_500).unwrap();
+    r.fwd(&k, C::INIT, 10_000).unwrap();
+    r.lb.reverse(&reply, C::INIT_ACK, 10_500).unwrap();
     assert_eq!(sctp_state(&r, &k, 10_500), Some((ConnState::SctpCookieWait, 10_500 + to.sctp_cookie_wait_ms)));
     assert!(sctp_state(&r, &k, 10_500 + to.sctp_cookie_wait_ms).is_none());
     // COOKIE ECHO, no COOKIE ACK: cookie-echoed's.
-    r.fwd(&k, SCTP_INIT, 20_000).unwrap();
-    r.lb.reverse(&reply, SCTP_INIT_ACK, 20_000).unwrap();
-    r.fwd(&k, SCTP_COOKIE_ECHO, 20_001).unwrap();
+    r.fwd(&k, C::INIT, 20_000).unwrap();
+    r.lb.reverse(&reply, C::INIT_ACK, 20_000).unwrap();
+    r.fwd(&k, C::COOKIE_ECHO, 20_001).unwrap();
     assert_eq!(sctp_state(&r, &k, 20_001), Some((ConnState::SctpCookieEchoed, 20_001 + 4_000)));
     assert!(sctp_state(&r, &k, 24_000).is_some());
     assert!(sctp_state(&r, &k, 24_001).is_none());
@@ -259,39 +260,39 @@ fn abort_and_shutdown_complete_end_an_association() {
     let k = FlowKey { proto: SCTP, ..client(11) };
     // The client's ABORT.
     let reply = sctp_established(&mut r, &k, 1000);
-    r.fwd(&k, SCTP_END, 2000).unwrap();
+    r.fwd(&k, C::ABORT, 2000).unwrap();
     assert_eq!(sctp_state(&r, &k, 2000), Some((ConnState::SctpClosed, 2000 + to.sctp_closed_ms)));
     // Nothing but an INIT brings it back to life (a retransmitted DATA, the peer's ABORT).
     r.lb.reverse(&reply, 0, 2001).unwrap();
-    r.fwd(&k, SCTP_COOKIE_ECHO, 2002).unwrap();
+    r.fwd(&k, C::COOKIE_ECHO, 2002).unwrap();
     assert_eq!(sctp_state(&r, &k, 2002).unwrap().0, ConnState::SctpClosed);
     assert!(sctp_state(&r, &k, 2002 + to.sctp_closed_ms).is_none());
     assert!(r.lb.reverse(&reply, 0, 2002 + to.sctp_closed_ms).is_none());
     // The backend's ABORT.
     let reply = sctp_established(&mut r, &k, 100_000);
-    r.lb.reverse(&reply, SCTP_END, 100_001).unwrap();
+    r.lb.reverse(&reply, C::ABORT, 100_001).unwrap();
     assert_eq!(sctp_state(&r, &k, 100_001), Some((ConnState::SctpClosed, 100_001 + to.sctp_closed_ms)));
     // A graceful end: SHUTDOWN, SHUTDOWN ACK, SHUTDOWN COMPLETE.
     let reply = sctp_established(&mut r, &k, 200_000);
-    r.fwd(&k, SCTP_SHUTDOWN, 200_001).unwrap();
+    r.fwd(&k, C::SHUTDOWN, 200_001).unwrap();
     assert_eq!(sctp_state(&r, &k, 200_001), Some((ConnState::SctpShutdown, 200_001 + 2_500)));
     r.fwd(&k, 0, 200_002).unwrap();
     assert_eq!(sctp_state(&r, &k, 200_002).unwrap().0, ConnState::SctpShutdown, "DATA does not reopen it");
-    r.lb.reverse(&reply, SCTP_SHUTDOWN_ACK, 200_003).unwrap();
+    r.lb.reverse(&reply, C::SHUTDOWN_ACK, 200_003).unwrap();
     assert_eq!(sctp_state(&r, &k, 200_003), Some((ConnState::SctpShutdownAck, 200_003 + 3_500)));
-    r.fwd(&k, SCTP_END, 200_004).unwrap();
+    r.fwd(&k, C::SHUTDOWN_COMPLETE, 200_004).unwrap();
     assert_eq!(sctp_state(&r, &k, 200_004), Some((ConnState::SctpClosed, 200_004 + to.sctp_closed_ms)));
     // An INIT on the ended association: a new session, not the old one revived.
-    assert_eq!(r.fwd(&k, SCTP_INIT, 200_005).unwrap().1, Outcome::New);
+    assert_eq!(r.fwd(&k, C::INIT, 200_005).unwrap().1, Outcome::New);
     assert_eq!(sctp_state(&r, &k, 200_005), Some((ConnState::SctpCookieWait, 200_005 + to.sctp_cookie_wait_ms)));
     assert_eq!(r.lb.sessions.live(200_005), 2, "the old pair is gone");
     // A shutdown left half-way (no SHUTDOWN COMPLETE) goes at its short timeout.
     let reply = sctp_established(&mut r, &k, 300_000);
-    r.lb.reverse(&reply, SCTP_SHUTDOWN, 300_001).unwrap();
+    r.lb.reverse(&reply, C::SHUTDOWN, 300_001).unwrap();
     assert_eq!(sctp_state(&r, &k, 300_001).unwrap().0, ConnState::SctpShutdown);
     assert!(sctp_state(&r, &k, 300_001 + 2_500).is_none());
     // An ABORT with no session (picked up): closed, not established.
-    r.fwd(&k, SCTP_END, 400_000).unwrap();
+    r.fwd(&k, C::ABORT, 400_000).unwrap();
     assert_eq!(sctp_state(&r, &k, 400_000).unwrap().0, ConnState::SctpClosed);
 }
 
@@ -301,17 +302,17 @@ fn abort_and_shutdown_complete_end_an_association() {
 fn direct_sctp_states() {
     use ConnState::*;
     for (from, ev, to) in [
-        (SctpCookieWait, SCTP_INIT, SctpCookieWait),
+        (SctpCookieWait, C::INIT, SctpCookieWait),
         (SctpCookieWait, 0, SctpCookieWait),
-        (SctpCookieWait, SCTP_COOKIE_ECHO, SctpEstablished),
+        (SctpCookieWait, C::COOKIE_ECHO, SctpEstablished),
         (SctpEstablished, 0, SctpEstablished),
-        (SctpEstablished, SCTP_COOKIE_ECHO, SctpEstablished),
-        (SctpEstablished, SCTP_SHUTDOWN, SctpShutdown),
-        (SctpEstablished, SCTP_SHUTDOWN_ACK, SctpShutdownAck),
+        (SctpEstablished, C::COOKIE_ECHO, SctpEstablished),
+        (SctpEstablished, C::SHUTDOWN, SctpShutdown),
+        (SctpEstablished, C::SHUTDOWN_ACK, SctpShutdownAck),
         (SctpShutdown, 0, SctpShutdown),
-        (SctpShutdown, SCTP_END, SctpClosed),
-        (SctpEstablished, SCTP_END, SctpClosed),
-        (SctpClosed, SCTP_COOKIE_ECHO, SctpClosed),
+        (SctpShutdown, C::SHUTDOWN_COMPLETE, SctpClosed),
+        (SctpEstablished, C::ABORT, SctpClosed),
+        (SctpClosed, C::COOKIE_ECHO, SctpClosed),
     ] {
         assert_eq!(next_state_sctp_direct(from, ev), to, "{from:?} + {ev:#x}");
     }
@@ -321,14 +322,14 @@ fn direct_sctp_states() {
     let to = Timeouts::default();
     let svc = Arc::clone(r.t.v4.service(0).unwrap());
     let k = FlowKey { proto: SCTP, ..client(13) };
-    let (b, o) = r.lb.direct(&svc, &k, SCTP_INIT, 0).unwrap();
+    let (b, o) = r.lb.direct(&svc, &k, C::INIT, 0).unwrap();
     assert_eq!(o, Outcome::New);
     assert_eq!(sctp_state(&r, &k, 0), Some((SctpCookieWait, to.sctp_cookie_wait_ms)));
-    assert_eq!(r.lb.direct(&svc, &k, SCTP_COOKIE_ECHO, 5).unwrap(), (b, Outcome::Hit));
+    assert_eq!(r.lb.direct(&svc, &k, C::COOKIE_ECHO, 5).unwrap(), (b, Outcome::Hit));
     assert_eq!(sctp_state(&r, &k, 5), Some((SctpEstablished, 5 + to.sctp_established_ms)));
-    r.lb.direct(&svc, &k, SCTP_END, 6).unwrap();
+    r.lb.direct(&svc, &k, C::ABORT, 6).unwrap();
     assert_eq!(sctp_state(&r, &k, 6), Some((SctpClosed, 6 + to.sctp_closed_ms)));
-    assert_eq!(r.lb.direct(&svc, &k, SCTP_INIT, 7).unwrap().1, Outcome::New, "an INIT after the end: a new one");
+    assert_eq!(r.lb.direct(&svc, &k, C::INIT, 7).unwrap().1, Outcome::New, "an INIT after the end: a new one");
 }
 
 #[test]
