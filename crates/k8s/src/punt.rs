@@ -13,7 +13,9 @@
 //! keeps one idle connection to the control socket open, whose end (the gateway gone)
 //! wakes it at once, and then tries every [`RETRY_GONE`] until the gateway answers again
 //! and takes the ports back, rather than at the next [`RESYNC`]; so does a controller
-//! started before its gateway. Ports
+//! started before its gateway. A gateway down for longer than a restart is tried less
+//! and less often, up to every [`RETRY_GONE_MAX`] ([`retry_wait`]), and logged at the
+//! first failure and then every [`UNREACHABLE_LOG`] ([`Unreachable`]). Ports
 //! of the owner that this run does not serve — a previous run's — are deleted once the
 //! controller's initial sync is done ([`HealthPunt::reconcile`]): before it, the
 //! listeners of the Services not yet seen are still to open.
@@ -32,8 +34,61 @@ pub const OWNER: &str = "k8s";
 /// How often the gateway's ports are checked against the open listeners without a change.
 pub const RESYNC: Duration = Duration::from_secs(5);
 
-/// How often a gateway that went away (or never answered yet) is tried again.
+/// How often a gateway that went away (or never answered yet) is tried again at first.
 pub const RETRY_GONE: Duration = Duration::from_millis(200);
+
+/// Failed tries at [`RETRY_GONE`] before the wait doubles: 5 s of them, a restart's time,
+/// so a restarted gateway gets its ports back within 0.2 s of answering.
+pub const RETRY_GONE_TRIES: u32 = 25;
+
+/// The longest wait between tries at a gateway that does not answer (as often as
+/// [`RESYNC`] checks one that does).
+pub const RETRY_GONE_MAX: Duration = Duration::from_secs(5);
+
+/// How often a gateway that still does not answer is logged again.
+pub const UNREACHABLE_LOG: Duration = Duration::from_secs(60);
+
+/// The wait before the next try at the gateway after `failures` tries in a row failed:
+/// [`RETRY_GONE`] for the first [`RETRY_GONE_TRIES`], then doubling up to
+/// [`RETRY_GONE_MAX`].
+pub fn retry_wait(failures: u32) -> Duration {
+    let doublings = failures.saturating_sub(RETRY_GONE_TRIES).min(16);
+    RETRY_GONE.saturating_mul(1 << doublings).min(RETRY_GONE_MAX)
+}
+
+/// A gateway that does not answer, as the thread tries it again (sans-IO: the time is a
+/// parameter): the tries failed in a row, and when that was last logged.
+#[derive(Debug, Default)]
+pub struct Unreachable {
+    failures: u32,
+    since: Option<std::time::Instant>,
+    logged: Option<std::time::Instant>,
+}
+
+impl Unreachable {
+    /// A try failed at `now`: whether to log it (the first failure, then at most every
+    /// [`UNREACHABLE_LOG`]) and for how long the gateway has not answered.
+    pub fn failed(&mut self, now: std::time::Instant) -> Option<Duration> {
+        self.failures = self.failures.saturating_add(1);
+        let since = *self.since.get_or_insert(now);
+        let due = self.logged.is_none_or(|t| now.saturating_duration_since(t) >= UNREACHABLE_LOG);
+        due.then(|| {
+            self.logged = Some(now);
+            now.saturating_duration_since(since)
+        })
+    }
+
+    /// The wait before the next try.
+    pub fn wait(&self) -> Duration {
+        retry_wait(self.failures)
+    }
+
+    /// The gateway answered: the next failure waits [`RETRY_GONE`] and is logged. The
+    /// tries that failed before, if any.
+    pub fn answered(&mut self) -> u32 {
+        std::mem::take(self).failures
+    }
+}
 
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Msg {
@@ -193,14 +248,15 @@ impl Drop for Watch {
 
 fn run(socket: PathBuf, rx: mpsc::Receiver<Msg>, own: mpsc::Sender<Msg>) {
     let mut wanted = Wanted::default();
-    // Logged once until it changes: no [punt] on the gateway, the gateway unreachable.
-    let mut said = None::<&'static str>;
+    // Logged once until the gateway answers with one: no [punt] on the gateway.
+    let mut said_no_punt = false;
+    let mut unreachable = Unreachable::default();
     // The idle connection while the gateway answers; `None`: it has not answered since
-    // it went away (or ever): tried every RETRY_GONE.
+    // it went away (or ever): tried again after `unreachable.wait()`.
     let mut watch: Option<Watch> = None;
     let mut watches = 0u64;
     loop {
-        let wait = if watch.is_some() { RESYNC } else { RETRY_GONE };
+        let wait = if watch.is_some() { RESYNC } else { unreachable.wait() };
         let mut apply = |m: Msg, watch: &mut Option<Watch>| match m {
             Msg::Open(p) => wanted.open(p),
             Msg::Close(p) => wanted.close(p),
@@ -238,21 +294,30 @@ fn run(socket: PathBuf, rx: mpsc::Receiver<Msg>, own: mpsc::Sender<Msg>) {
             }
             Err(e) => {
                 watch = None;
-                if said != Some("unreachable") {
-                    tracing::warn!(socket = %socket.display(), error = %e, "gateway unreachable: health check ports not punted yet");
-                    said = Some("unreachable");
+                if let Some(down) = unreachable.failed(std::time::Instant::now()) {
+                    tracing::warn!(
+                        socket = %socket.display(),
+                        error = %e,
+                        down_s = down.as_secs(),
+                        "gateway unreachable: health check ports not punted yet (tried again, at most every {} s)",
+                        RETRY_GONE_MAX.as_secs()
+                    );
                 }
                 continue;
             }
         };
+        let tries = unreachable.answered();
+        if tries > 0 {
+            tracing::info!(failed_tries = tries, "gateway answers");
+        }
         let Some(have) = have else {
-            if said != Some("no punt") {
+            if !said_no_punt {
                 tracing::warn!("the gateway has no [punt] section: health check ports cannot be punted (--punt-health-ports)");
-                said = Some("no punt");
+                said_no_punt = true;
             }
             continue;
         };
-        said = None;
+        said_no_punt = false;
         for req in wanted.plan(&have) {
             let (port, add) = match &req {
                 Request::PuntPortAdd { port, .. } => (*port, true),
@@ -478,6 +543,40 @@ mod tests {
         drop(punt);
         gw.stop();
         let _ = std::fs::remove_dir(&dir);
+    }
+
+    /// A gateway that does not answer is tried every RETRY_GONE for a restart's time,
+    /// then less and less often up to RETRY_GONE_MAX; once it answers, from RETRY_GONE
+    /// again. Logged at the first failure, then once a minute, not at every try.
+    #[test]
+    fn a_gateway_down_is_tried_less_often_and_logged_once_a_minute() {
+        let ms = Duration::from_millis;
+        let schedule: Vec<Duration> = (0..=32).map(retry_wait).collect();
+        assert_eq!(schedule[..=RETRY_GONE_TRIES as usize], [ms(200); 26]);
+        assert_eq!(schedule[26..], [ms(400), ms(800), ms(1600), ms(3200), ms(5000), ms(5000), ms(5000)]);
+        assert_eq!(retry_wait(u32::MAX), RETRY_GONE_MAX);
+        // Virtual time, 150 s of a gateway that never answers: each try fails, and the
+        // next comes after the wait it set. Tries at 0, 0.2, ... 5.0 s (26), 5.4, 6.2, 7.8,
+        // 11, 16 s, then every 5 s: 61 and 121 s are the first a minute after a log.
+        let t0 = std::time::Instant::now();
+        let (mut u, mut now, mut tries, mut logged) = (Unreachable::default(), t0, 0u32, Vec::new());
+        assert_eq!(u.wait(), RETRY_GONE, "a controller started before its gateway");
+        while now - t0 < Duration::from_secs(150) {
+            tries += 1;
+            if let Some(down) = u.failed(now) {
+                logged.push((now - t0, down));
+            }
+            now += u.wait();
+        }
+        let s = Duration::from_secs;
+        assert_eq!(logged, [(s(0), s(0)), (s(61), s(61)), (s(121), s(121))], "the first failure, then at most once a minute");
+        assert_eq!(tries, 57);
+        // It answers: the next failure is logged at once, and waits RETRY_GONE.
+        assert_eq!(u.answered(), tries, "the tries that failed");
+        assert_eq!(u.wait(), RETRY_GONE);
+        assert_eq!(u.failed(now), Some(Duration::ZERO));
+        assert_eq!((u.wait(), u.failed(now + ms(200))), (RETRY_GONE, None));
+        assert_eq!(u.answered(), 2);
     }
 
     #[test]
