@@ -60,6 +60,7 @@ pub fn reload(c: &mut Control, path: Option<&str>) -> Result<Reply, String> {
     crate::dataplane::check(&new).map_err(|e| e.to_string())?;
     check_fixed(&c.applied, &new)?;
     check_interfaces(c, &new)?;
+    check_local_services(c, &new)?;
     check_punt_link(c, &new)?;
     check_ctl_node_ports(c, &new)?;
     check_punt_ports(c, &new)?;
@@ -192,6 +193,42 @@ fn check_punt_ports(c: &Control, new: &Config) -> Result<(), String> {
                 );
             }
         }
+    }
+    Ok(())
+}
+
+/// A service on one of the node's own addresses has no VIP route: its packets come by
+/// `ipN-local` (`lb::add_service`). A reload that takes the address away (an interface's
+/// addresses changed, or the interface removed) while the service stays would leave
+/// nothing delivering them, so it is refused before anything changes, as adding an
+/// address where a VIP route is is refused the other way round. A service the reload
+/// removes, or replaces (added again by `lb::add_service`, which then routes the VIP),
+/// does not block it.
+fn check_local_services(c: &Control, new: &Config) -> Result<(), String> {
+    for (_, s) in c.lb.state.services().filter(|(_, s)| s.kind != lb::ServiceType::NodePort) {
+        let host = Prefix::covering(s.vip, if s.vip.is_ipv4() { 32 } else { 128 });
+        let Some(interface) = c.state.own_address_of(&host) else { continue };
+        if own_after(c, new, s.vip) {
+            continue;
+        }
+        let (made, way) = match new.lb_services.iter().find(|n| n.name == s.name) {
+            Some(n) if n.same_as(s) => ("the file's, unchanged", "remove it from the file too"),
+            Some(_) => continue,
+            None if c.applied.lb_services.iter().any(|o| o.name == s.name) => continue,
+            None => ("made with ctl", "delete the service first"),
+        };
+        let field = match new.interfaces.iter().position(|i| i.name == interface) {
+            Some(i) => format!("interface[{i}].addresses"),
+            None => {
+                let was = c.applied.interfaces.iter().position(|i| i.name == interface).unwrap_or_default();
+                format!("interface {interface:?} (was interface[{was}])")
+            }
+        };
+        return Err(format!(
+            "{}: {field}: {} of {interface:?} is the address service {:?} ({made}) receives on; \
+             expected the address kept while a service receives on it ({way}); nothing was changed",
+            new.source, s.vip, s.name
+        ));
     }
     Ok(())
 }

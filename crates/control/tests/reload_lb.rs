@@ -141,3 +141,118 @@ fn a_reload_changes_the_timeouts_and_refuses_the_sizes_by_key() {
         ]
     );
 }
+
+/// `GATEWAY` with a second link, "other", whose addresses are `addresses`.
+fn with_other(addresses: &str) -> String {
+    GATEWAY.replacen(
+        "\n[[neighbour]]",
+        &format!(
+            "\n[[interface]]\nname = \"other\"\ntype = \"null\"\nmac = \"02:00:00:00:00:03\"\naddresses = [{addresses}]\n\n[[neighbour]]"
+        ),
+        1,
+    )
+}
+
+const WEB_VIP: Ipv4Addr = Ipv4Addr::new(198, 18, 252, 1);
+
+/// A service on one of the node's own addresses has no VIP route: its packets come by
+/// `ip4-local`. A reload taking the address away from its interface while a service made
+/// with `ctl` stays there is refused naming the file's field, the address and the service,
+/// before anything changes: the address stays the node's and the service goes on
+/// receiving. (Accepted, nothing would deliver the service's packets: no route covers
+/// the address.)
+#[test]
+fn a_reload_keeps_the_address_a_ctl_service_receives_on() {
+    let with_address = with_other(r#""198.18.251.1/24", "198.18.252.1/24""#);
+    let mut h = Harness::with_config(&with_address);
+    let dir = tempfile::tempdir().unwrap();
+    let words: Vec<String> =
+        "lb service add web load_balancer 198.18.252.1 80 tcp backend 198.19.1.10:8080".split_whitespace().map(str::to_string).collect();
+    let r = h.control.handle(&control::cli::parse(&words).unwrap());
+    assert!(r.ok, "{r:?}");
+    let s = seed("lb4-tcp")[0].clone();
+    let syn = |h: &mut Harness, port: u16| h.frame(0, tcp4(&s, Ipv4Addr::new(198, 18, 0, 10), port, WEB_VIP, 80, Some(0x02))).len();
+    assert_eq!(syn(&mut h, 40001), 1, "forwarded to the backend (by ip4-local)");
+
+    let e = reload(&mut h, &dir, &with_other(r#""198.18.251.1/24""#)).unwrap_err();
+    assert!(
+        e.ends_with(
+            "gw.toml: interface[1].addresses: 198.18.252.1 of \"other\" is the address service \"web\" (made with ctl) receives on; \
+             expected the address kept while a service receives on it (delete the service first); nothing was changed"
+        ),
+        "{e}"
+    );
+    assert_eq!(h.control.state.own_address_of(&"198.18.252.1/32".parse().unwrap()), Some("other"), "nothing changed");
+    assert_eq!(syn(&mut h, 40002), 1, "still forwarded to the backend");
+}
+
+/// A running gateway (a reload changes interfaces through its worker) started with
+/// `text` from a file in the returned directory.
+fn running(text: &str) -> (tempfile::TempDir, control::dataplane::Control, std::thread::JoinHandle<impl Sized>) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gw.toml");
+    std::fs::write(&path, text).unwrap();
+    let (mut c, worker) = control::dataplane::assemble(&control::config::Config::load(&path).unwrap()).unwrap().into_single();
+    c.config_path = Some(path);
+    let handle = control::dataplane::spawn(&mut c, worker, None, false);
+    (dir, c, handle)
+}
+
+fn stop<T>(c: control::dataplane::Control, handle: std::thread::JoinHandle<T>) {
+    for w in &c.workers {
+        let _ = w.send(engine::worker::WorkerCmd::Stop);
+    }
+    handle.join().unwrap();
+}
+
+/// A file's service on the node's address does not keep the address when the same
+/// reload removes the service, or changes it (added again, judged by the file's
+/// addresses: its VIP is then routed to the load balancer). Unchanged, it does, as a
+/// service made with `ctl` does.
+#[test]
+fn a_file_service_the_reload_removes_or_changes_lets_its_address_go() {
+    let web = "\n[[lb_service]]\nname = \"web\"\ntype = \"load_balancer\"\nvip = \"198.18.252.1\"\nport = 80\nprotocol = \"tcp\"\n\
+               backends = [{ addr = \"198.19.1.10\", port = 8080 }]\n";
+    let with_address = with_other(r#""198.18.251.1/24", "198.18.252.1/24""#) + web;
+    let without = with_other(r#""198.18.251.1/24""#);
+    let ours = |c: &control::dataplane::Control| c.state.own_address_of(&"198.18.252.1/32".parse().unwrap()).map(str::to_string);
+    let fib_prefix = |c: &mut control::dataplane::Control| {
+        let r = c.handle(&Request::ShowIpFibEntry { query: "198.18.252.1".into() });
+        r.data["prefix"].as_str().map(str::to_string)
+    };
+    let reload_text = |dir: &tempfile::TempDir, c: &mut control::dataplane::Control, text: &str| {
+        std::fs::write(dir.path().join("gw.toml"), text).unwrap();
+        let r = c.handle(&Request::Reload { file: None });
+        match r.ok {
+            true => {
+                let mut names: Vec<String> =
+                    r.data["changes"].as_array().unwrap().iter().map(|ch| ch["name"].as_str().unwrap().to_string()).collect();
+                names.sort();
+                Ok(names)
+            }
+            false => Err(r.error.unwrap_or_default()),
+        }
+    };
+
+    // Removed with the address.
+    let (dir, mut c, handle) = running(&with_address);
+    assert_eq!(ours(&c).as_deref(), Some("other"));
+    assert_eq!(reload_text(&dir, &mut c, &without).unwrap(), ["other", "web"]);
+    assert_eq!((ours(&c), c.lb.state.service("web").is_some()), (None, false));
+    stop(c, handle);
+
+    // Unchanged: refused; changed (another backend port): added again with a VIP route.
+    let (dir, mut c, handle) = running(&with_address);
+    let e = reload_text(&dir, &mut c, &(without.clone() + web)).unwrap_err();
+    assert!(
+        e.ends_with(
+            "interface[1].addresses: 198.18.252.1 of \"other\" is the address service \"web\" (the file's, unchanged) receives on; \
+             expected the address kept while a service receives on it (remove it from the file too); nothing was changed"
+        ),
+        "{e}"
+    );
+    assert_eq!(ours(&c).as_deref(), Some("other"), "nothing changed");
+    assert_eq!(reload_text(&dir, &mut c, &(without + &web.replace("port = 8080", "port = 8081"))).unwrap(), ["other", "web"]);
+    assert_eq!((ours(&c), fib_kind(&mut c).as_deref()), (None, Some("lb-vip")), "routed to the load balancer");
+    stop(c, handle);
+}
