@@ -253,6 +253,6 @@ fn a_file_service_the_reload_removes_or_changes_lets_its_address_go() {
     );
     assert_eq!(ours(&c).as_deref(), Some("other"), "nothing changed");
     assert_eq!(reload_text(&dir, &mut c, &(without + &web.replace("port = 8080", "port = 8081"))).unwrap(), ["other", "web"]);
-    assert_eq!((ours(&c), fib_kind(&mut c).as_deref()), (None, Some("lb-vip")), "routed to the load balancer");
+    assert_eq!((ours(&c), fib_prefix(&mut c).as_deref()), (None, Some("198.18.252.1/32")), "the VIP routed");
     stop(c, handle);
 }
