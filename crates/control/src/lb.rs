@@ -221,10 +221,15 @@ fn on_local_path(spec: &ServiceSpec, is_own: impl Fn(IpAddr) -> bool) -> bool {
     spec.kind == ServiceType::NodePort || is_own(spec.vip)
 }
 
-/// Whether `addr` is one of the running gateway's own addresses (an interface's, or its
-/// IPv6 link-local one).
+/// The running gateway's interface that has `addr` as one of its own addresses (its
+/// IPv6 link-local one too), if any.
+pub fn node_address_owner(router: &RouterState, addr: IpAddr) -> Option<&str> {
+    router.own_address_of(&Prefix::covering(addr, if addr.is_ipv4() { 32 } else { 128 }))
+}
+
+/// Whether `addr` is one of the running gateway's own addresses ([`node_address_owner`]).
 pub fn is_node_address(router: &RouterState, addr: IpAddr) -> bool {
-    router.own_address_of(&Prefix::covering(addr, if addr.is_ipv4() { 32 } else { 128 })).is_some()
+    node_address_owner(router, addr).is_some()
 }
 
 /// The service that receives `port`/`protocol` of the gateway's own addresses (a node

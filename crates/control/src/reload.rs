@@ -206,8 +206,7 @@ fn check_punt_ports(c: &Control, new: &Config) -> Result<(), String> {
 /// does not block it.
 fn check_local_services(c: &Control, new: &Config) -> Result<(), String> {
     for (_, s) in c.lb.state.services().filter(|(_, s)| s.kind != lb::ServiceType::NodePort) {
-        let host = Prefix::covering(s.vip, if s.vip.is_ipv4() { 32 } else { 128 });
-        let Some(interface) = c.state.own_address_of(&host) else { continue };
+        let Some(interface) = crate::lb::node_address_owner(&c.state, s.vip) else { continue };
         if own_after(c, new, s.vip) {
             continue;
         }
@@ -243,9 +242,8 @@ fn own_after(c: &Control, new: &Config, addr: IpAddr) -> bool {
     let of_file = (0..new.interfaces.len())
         .filter_map(|i| crate::dataplane::interface_spec(new, i).ok())
         .any(|s| s.addresses.iter().any(|a| a.addr == addr) || IpAddr::V6(wire::ipv6::link_local_from_mac(&s.mac)) == addr);
-    let host = Prefix::covering(addr, if addr.is_ipv4() { 32 } else { 128 });
     let declared = |name: &str| new.interfaces.iter().chain(&c.applied.interfaces).any(|i| i.name == name);
-    of_file || c.state.own_address_of(&host).is_some_and(|name| !declared(name))
+    of_file || crate::lb::node_address_owner(&c.state, addr).is_some_and(|name| !declared(name))
 }
 
 /// Sections a running gateway cannot change.
