@@ -152,6 +152,77 @@ def wait_for_tx(vecgate, sock, interface: str, at_least: int) -> int:
     return sent
 
 
+
+def tunnel_moved_under_paced_traffic(vecgate, tmp: Path, link: str, tunnel: str, dst: str, sent: int, rate: int, change):
+    """A tunnel moved in place while a paced stream flows into it: `vecgate run` with
+    `pg0` sending `sent` packets at `rate` a second from 198.18.0.2 to `dst`, which
+    `tunnel` (its TOML section, from 198.18.1.1 to 198.18.1.2) carries out of the pcap
+    interface `link` (198.18.1.1/24, the peers 198.18.1.2 and 198.18.1.3 known). Once
+    `link` has sent 50 packets, with seconds of the stream still to come, `change(sock)`
+    runs (the `ctl` commands that move the tunnel, and their checks); then the run ends.
+    The packets `link` sent, in order."""
+    from scapy.all import rdpcap
+
+    sock = tmp / "vg.sock"
+    cfg = tmp / "gw.toml"
+    cfg.write_text(f"""
+[[interface]]
+name = "pg0"
+type = "pg"
+mac = "02:00:00:00:00:01"
+addresses = ["198.18.0.1/24"]
+
+[[interface]]
+name = "{link}"
+type = "pcap"
+mac = "02:00:00:00:00:02"
+addresses = ["198.18.1.1/24"]
+output = "{link}.pcap"
+
+[[neighbour]]
+interface = "{link}"
+ip = "198.18.1.2"
+mac = "02:00:00:00:01:02"
+
+[[neighbour]]
+interface = "{link}"
+ip = "198.18.1.3"
+mac = "02:00:00:00:01:03"
+{tunnel}
+[[stream]]
+name = "into-tunnel"
+interface = "pg0"
+size = 100
+count = {sent}
+rate = {rate}
+protocol = "udp"
+src = "198.18.0.2"
+dst = "{dst}"
+""")
+    proc = subprocess.Popen([str(vecgate), "run", "--config", str(cfg), "--duration", str(sent / rate + 4), "--interval", "0.5",
+                             "--socket", str(sock)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_socket(sock)
+        # The change once the tunnel has carried some packets (bounded wait; the
+        # generator's rate leaves seconds of packets for after it).
+        before = wait_for_tx(vecgate, sock, link, 50)
+        assert 50 <= before < sent, before
+        change(sock)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return rdpcap(str(tmp / f"{link}.pcap"))
+
+
+def one_switch(peers, old, new) -> int:
+    """Where `peers` (each packet's peer, in order) go from `old` to `new`, which they do
+    once: every packet before it to the old peer, every one after to the new."""
+    assert set(peers) == {old, new}, set(peers)
+    switch = peers.index(new)
+    assert all(x == old for x in peers[:switch]) and all(x == new for x in peers[switch:]), peers
+    return switch
+
 def tshark_clean(pcap: Path):
     """tshark dissects the capture with no malformed-packet or checksum warnings."""
     if shutil.which("tshark") is None:

@@ -8,8 +8,8 @@ import json
 import subprocess
 from pathlib import Path
 
-from conftest import ctl, wait_for_socket, wait_for_tx
-from scapy.all import IP, UDP, rdpcap
+from conftest import ctl, one_switch, tunnel_moved_under_paced_traffic
+from scapy.all import IP, UDP
 from scapy.contrib.gtp import GTP_U_Header
 
 SENT = 2000
@@ -66,75 +66,29 @@ teid_out = 6
 
 
 def test_gtpu_handover_moves_packets_to_the_new_peer_and_loses_none(vecgate, tmp_path):
-    sock = tmp_path / "vg.sock"
-    cfg = tmp_path / "gw.toml"
-    cfg.write_text(f"""
-[[interface]]
-name = "pg0"
-type = "pg"
-mac = "02:00:00:00:00:01"
-addresses = ["198.18.0.1/24"]
-
-[[interface]]
-name = "n3"
-type = "pcap"
-mac = "02:00:00:00:00:02"
-addresses = ["198.18.1.1/24"]
-output = "n3.pcap"
-
-[[neighbour]]
-interface = "n3"
-ip = "198.18.1.2"
-mac = "02:00:00:00:01:02"
-
-[[neighbour]]
-interface = "n3"
-ip = "198.18.1.3"
-mac = "02:00:00:00:01:03"
-
+    tunnel = """
 [[gtpu_tunnel]]
 local = "198.18.1.1"
 remote = "198.18.1.2"
 teid_in = 256
 teid_out = 8
 ue = "198.18.200.1/32"
+"""
 
-[[stream]]
-name = "downlink"
-interface = "pg0"
-size = 100
-count = {SENT}
-rate = {RATE}
-protocol = "udp"
-src = "198.18.0.2"
-dst = "198.18.200.1"
-""")
-    proc = subprocess.Popen([str(vecgate), "run", "--config", str(cfg), "--duration", str(SENT / RATE + 4), "--interval", "0.5",
-                             "--socket", str(sock)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        wait_for_socket(sock)
-        # The handover once the tunnel has carried some packets (bounded wait; the
-        # generator's rate leaves seconds of packets for after it).
-        sent = wait_for_tx(vecgate, sock, "n3", 50)
-        assert 50 <= sent < SENT, sent
+    def handover(sock):
         r = ctl(vecgate, sock, "set", "gtpu", "tunnel", "gtpu_tunnel0", "remote", "198.18.1.3", "teid-out", "0x1234")
         assert r.returncode == 0, r.stderr
         assert "remote 198.18.1.2 -> 198.18.1.3" in r.stdout and "0x8 -> 0x1234" in r.stdout, r.stdout
         r = ctl(vecgate, sock, "show", "gtpu", "tunnel", "teid", "256")
         assert r.returncode == 0 and "198.18.1.1 -> 198.18.1.3" in r.stdout and "out 0x1234" in r.stdout, r.stdout
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    gpdus = [p for p in rdpcap(str(tmp_path / "n3.pcap")) if GTP_U_Header in p]
+
+    sent = tunnel_moved_under_paced_traffic(vecgate, tmp_path, "n3", tunnel, "198.18.200.1", SENT, RATE, handover)
+    gpdus = [p for p in sent if GTP_U_Header in p]
     assert len(gpdus) == SENT, f"{len(gpdus)} of {SENT} packets encapsulated"
     peers = [(p[IP].dst, p[GTP_U_Header].teid) for p in gpdus]
     old = ("198.18.1.2", 8)
     new = ("198.18.1.3", 0x1234)
-    assert set(peers) == {old, new}, set(peers)
-    # One switch: every packet before it to the old peer, every one after to the new.
-    switch = peers.index(new)
-    assert switch > 0 and all(x == old for x in peers[:switch]) and all(x == new for x in peers[switch:])
+    assert one_switch(peers, old, new) > 0
     for p in gpdus:
         inner = p[GTP_U_Header].payload
         assert p[UDP].dport == 2152 and inner[IP].dst == "198.18.200.1" and inner[IP].src == "198.18.0.2"
