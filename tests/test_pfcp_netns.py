@@ -121,16 +121,24 @@ def received(p):
     return json.loads(out.strip().splitlines()[-1])
 
 
-def test_gtpu_both_ways_through_a_pfcp_session(lab, vecgate, tmp_path):
-    from scapy.all import IP, UDP
-    from scapy.contrib.gtp import GTP_U_Header
+def upf_hosts(lab, *gnb_addresses):
+    """The gNB's, vecgate's and the data network host's namespaces, linked as drawn
+    above (vecgate's ends are `n3` and `n6`), the gNB at `gnb_addresses`, the data network
+    host routing the UE pools to vecgate: (gNB's, vecgate's, data network host's)."""
     gnb, upf, dn = lab.ns("gnb"), lab.dataplane_ns("upf"), lab.ns("dn")
     lab.veth(gnb, "g0", upf, "n3")
     lab.veth(dn, "d0", upf, "n6")
-    lab.run(gnb, "ip", "addr", "add", f"{GNB}/24", "dev", "g0")
-    lab.run(gnb, "ip", "addr", "add", f"{GNB2}/24", "dev", "g0")
+    for a in gnb_addresses:
+        lab.run(gnb, "ip", "addr", "add", f"{a}/24", "dev", "g0")
     lab.run(dn, "ip", "addr", "add", f"{DN}/24", "dev", "d0")
     lab.run(dn, "ip", "route", "add", "198.19.0.0/16", "via", UPF_N6)
+    return gnb, upf, dn
+
+
+def test_gtpu_both_ways_through_a_pfcp_session(lab, vecgate, tmp_path):
+    from scapy.all import IP, UDP
+    from scapy.contrib.gtp import GTP_U_Header
+    gnb, upf, dn = upf_hosts(lab, GNB, GNB2)
     v = Vecgate(lab, vecgate, upf, CONFIG, tmp_path, name="upf")
     # Neighbours learned both ways before the counted traffic.
     lab.run(gnb, "ping", "-c", "2", "-i", "0.2", "-W", "1", UPF_N3, check=False)
@@ -169,13 +177,7 @@ def test_gtpu_both_ways_through_a_pfcp_session(lab, vecgate, tmp_path):
 def test_handover_moves_the_downlink_to_the_new_gnb(lab, vecgate, tmp_path):
     from scapy.all import IP
     from scapy.contrib.gtp import GTP_U_Header
-    gnb, upf, dn = lab.ns("gnb"), lab.dataplane_ns("upf"), lab.ns("dn")
-    lab.veth(gnb, "g0", upf, "n3")
-    lab.veth(dn, "d0", upf, "n6")
-    lab.run(gnb, "ip", "addr", "add", f"{GNB}/24", "dev", "g0")
-    lab.run(gnb, "ip", "addr", "add", f"{GNB2}/24", "dev", "g0")
-    lab.run(dn, "ip", "addr", "add", f"{DN}/24", "dev", "d0")
-    lab.run(dn, "ip", "route", "add", "198.19.0.0/16", "via", UPF_N6)
+    gnb, upf, dn = upf_hosts(lab, GNB, GNB2)
     v = Vecgate(lab, vecgate, upf, CONFIG, tmp_path, name="upf")
     lab.run(gnb, "ping", "-c", "2", "-i", "0.2", "-W", "1", UPF_N3, check=False)
     lab.run(gnb, "ping", "-c", "2", "-i", "0.2", "-W", "1", "-I", GNB2, UPF_N3, check=False)  # vecgate learns GNB2 too
@@ -213,19 +215,15 @@ class SmfProc:
         return json.loads(line)
 
 
-def upf_lab(lab, vecgate, tmp_path, workers=1, extra=""):
-    """`workers`: vecgate's worker threads (af_packet gives each its own socket of a fanout
+def upf_lab(lab, vecgate, tmp_path, workers=1, extra="", config=CONFIG):
+    """The lab of upf_hosts with vecgate running `config` and the SMF associated.
+    `workers`: vecgate's worker threads (af_packet gives each its own socket of a fanout
     group: the kernel hashes each flow to one worker). `extra`: more configuration."""
-    gnb, upf, dn = lab.ns("gnb"), lab.dataplane_ns("upf"), lab.ns("dn")
-    lab.veth(gnb, "g0", upf, "n3")
-    lab.veth(dn, "d0", upf, "n6")
-    lab.run(gnb, "ip", "addr", "add", f"{GNB}/24", "dev", "g0")
-    lab.run(dn, "ip", "addr", "add", f"{DN}/24", "dev", "d0")
-    lab.run(dn, "ip", "route", "add", "198.19.0.0/16", "via", UPF_N6)
+    gnb, upf, dn = upf_hosts(lab, GNB)
     if workers == 1:
-        v = Vecgate(lab, vecgate, upf, CONFIG + extra, tmp_path, name="upf")
+        v = Vecgate(lab, vecgate, upf, config + extra, tmp_path, name="upf")
     else:
-        v = Vecgate(lab, vecgate, upf, f"[dataplane]\nworkers = {workers}\n" + CONFIG, tmp_path, name="upf", split_dataplane=True)
+        v = Vecgate(lab, vecgate, upf, f"[dataplane]\nworkers = {workers}\n" + config, tmp_path, name="upf", split_dataplane=True)
     # Both neighbours known to vecgate (it learns them from their ARP requests) before
     # any counted packet: a ping answered on each side.
     for ns, addr in ((gnb, UPF_N3), (dn, UPF_N6)):

@@ -11,8 +11,7 @@ held packets are freed and counted. tshark reads every PFCP message with no warn
 import time
 
 
-from netns import Vecgate
-from test_pfcp_netns import DN, GNB, UPF_N3, UPF_N6, SmfProc, counter, pcap_clean, py, receiver, received
+from test_pfcp_netns import DN, GNB, UPF_N3, UPF_N6, counter, pcap_clean, py, receiver, received, upf_lab
 
 PER_SESSION = 12
 
@@ -54,21 +53,7 @@ for n in range(int(sys.argv[2])):
 
 
 def setup(lab, vecgate, tmp_path):
-    gnb, upf, dn = lab.ns("gnb"), lab.dataplane_ns("upf"), lab.ns("dn")
-    lab.veth(gnb, "g0", upf, "n3")
-    lab.veth(dn, "d0", upf, "n6")
-    lab.run(gnb, "ip", "addr", "add", f"{GNB}/24", "dev", "g0")
-    lab.run(dn, "ip", "addr", "add", f"{DN}/24", "dev", "d0")
-    lab.run(dn, "ip", "route", "add", "198.19.0.0/16", "via", UPF_N6)
-    v = Vecgate(lab, vecgate, upf, CONFIG, tmp_path, name="upf")
-    for ns, addr in ((gnb, UPF_N3), (dn, UPF_N6)):
-        for _ in range(20):
-            if lab.run(ns, "ping", "-c", "1", "-W", "1", addr, check=False).returncode == 0:
-                break
-        else:
-            raise AssertionError(f"{addr} never answered a ping")
-    smf = SmfProc(lab, upf)
-    assert smf("associate")["cause"] == 1
+    gnb, _, dn, v, smf = upf_lab(lab, vecgate, tmp_path, config=CONFIG)
     return gnb, dn, v, smf
 
 
