@@ -72,6 +72,27 @@ class Lab:
         for dst in ("198.18.1.2", "2001:db8:1::2"):
             self.run(a, "ping", "-c", "3", "-i", "0.2", "-W", "1", dst, check=False)
 
+    def udp_echoes_both_families(self, a, b, first_port, count, size, timeout=90, why=lambda: ()):
+        """`count` UDP datagrams of `size` bytes from host A echoed by host B (`two_hosts`),
+        over IPv4 then IPv6, on ports `first_port` and `first_port` + 1: every one comes
+        back. `why()`: more to show when one does not."""
+        for dst, flag, port in (("198.18.1.2", "", first_port), ("2001:db8:1::2", "--v6", first_port + 1)):
+            echo = self.peer(b, "udp-echo", port, count, *([flag] if flag else []))
+            ping = self.peer_run(a, "udp-ping", dst, port, count, size, timeout=timeout)
+            assert ping["matched"] == count, "\n".join(map(str, (ping, *why())))
+            assert result(echo)["echoed"] == count
+
+    def tcp_both_families(self, a, b, first_port, size, why=lambda: ()):
+        """A TCP transfer of `size` bytes from host A to host B (`two_hosts`), over IPv4
+        then IPv6, on ports `first_port` and `first_port` + 1: B reads every byte A wrote.
+        `why()`: more to show when it does not."""
+        for dst, flag, port in (("198.18.1.2", "", first_port), ("2001:db8:1::2", "--v6", first_port + 1)):
+            recv = self.peer(b, "tcp-recv", port, *([flag] if flag else []))
+            sent = self.peer_run(a, "tcp-send", dst, port, size)
+            got = result(recv)
+            print(f"tcp to {dst}: sent {sent}, received {got}")  # shown when the test fails
+            assert same_stream(sent, got) and got["bytes"] == size, (sent, got, *why())
+
     def run(self, ns, *cmd, timeout=30, check=True):
         return sh("ip", "netns", "exec", ns, *cmd, timeout=timeout, check=check)
 

@@ -31,16 +31,8 @@ def test_af_xdp_router_udp_and_tcp_both_families(lab, vecgate, tmp_path):
     gw = Vecgate(lab, vecgate, g, router_config("af_xdp"), tmp_path)
     assert xdp_attached(lab, g, "a1") and xdp_attached(lab, g, "b1")
     lab.warm_up(a)
-    for dst, flag, port in (("198.18.1.2", "", 7401), ("2001:db8:1::2", "--v6", 7402)):
-        echo = lab.peer(b, "udp-echo", port, 200, *([flag] if flag else []))
-        ping = lab.peer_run(a, "udp-ping", dst, port, 200, 1200)
-        assert ping["matched"] == 200, ping
-        assert result(echo)["echoed"] == 200
-    for dst, flag, port in (("198.18.1.2", "", 7403), ("2001:db8:1::2", "--v6", 7404)):
-        recv = lab.peer(b, "tcp-recv", port, *([flag] if flag else []))
-        sent = lab.peer_run(a, "tcp-send", dst, port, TRANSFER)
-        got = result(recv)
-        assert same_stream(sent, got) and got["bytes"] == TRANSFER, (sent, got)
+    lab.udp_echoes_both_families(a, b, 7401, 200, 1200)
+    lab.tcp_both_families(a, b, 7403, TRANSFER)
     ifs = gw.interfaces()
     for name in ("a", "b"):
         assert ifs[name]["kind"] == "af_xdp"

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from netns import Vecgate, result, same_stream
+from netns import Vecgate, result
 
 TRANSFER = 10 * 1024 * 1024
 MIDDLE_MTU = 1600  # room for the tunnel headers around 1500-byte inner packets
@@ -92,17 +92,9 @@ def test_tcp_and_udp_through_gtpu_between_two_vecgates(lab, vecgate, tmp_path, o
     pcap = tmp_path / "middle.pcap"
     cap = capture(lab, upf, "u1", pcap, 60)
     time.sleep(1.0)
-    for dst, flag, port in (("198.18.1.2", "", 7101), ("2001:db8:1::2", "--v6", 7102)):
-        echo = lab.peer(b, "udp-echo", port, 100, *([flag] if flag else []))
-        ping = lab.peer_run(a, "udp-ping", dst, port, 100, 1400, timeout=60)
-        assert ping["matched"] == 100, "\n".join(map(str, (ping, g.errors(), u.errors(), g.interfaces(), u.interfaces())))
-        assert result(echo)["echoed"] == 100
-    for dst, flag, port in (("198.18.1.2", "", 7103), ("2001:db8:1::2", "--v6", 7104)):
-        recv = lab.peer(b, "tcp-recv", port, *([flag] if flag else []))
-        sent = lab.peer_run(a, "tcp-send", dst, port, TRANSFER)
-        got = result(recv)
-        print(f"tcp to {dst}: sent {sent}, received {got}")  # shown when the test fails
-        assert same_stream(sent, got) and got["bytes"] == TRANSFER, (sent, got, g.errors(), u.errors(), g.interfaces(), u.interfaces())
+    why = lambda: (g.errors(), u.errors(), g.interfaces(), u.interfaces())
+    lab.udp_echoes_both_families(a, b, 7101, 100, 1400, timeout=60, why=why)
+    lab.tcp_both_families(a, b, 7103, TRANSFER, why=why)
     try:
         cap.wait(20)  # 3000 packets are well within the transfers
     except subprocess.TimeoutExpired:
@@ -189,11 +181,7 @@ def test_tcp_through_a_tunnel_over_1500_byte_links(lab, vecgate, tmp_path, how):
                                  tunnel_extra="tcp_mss_clamp = true" if clamp else "")
     for dst in ("198.18.1.2", "2001:db8:1::2"):
         lab.run(a, "ping", "-c", "2", "-i", "0.2", "-W", "1", dst, check=False)
-    for dst, flag, port in (("198.18.1.2", "", 7203), ("2001:db8:1::2", "--v6", 7204)):
-        recv = lab.peer(b, "tcp-recv", port, *([flag] if flag else []))
-        sent = lab.peer_run(a, "tcp-send", dst, port, TRANSFER)
-        got = result(recv)
-        assert same_stream(sent, got) and got["bytes"] == TRANSFER, (sent, got, g.errors(), u.errors())
+    lab.tcp_both_families(a, b, 7203, TRANSFER, why=lambda: (g.errors(), u.errors()))
     ge, ue = g.errors(), u.errors()
     if clamp:
         # Both SYNs (a's into the tunnel at the gNB, b's SYN-ACK into it at the UPF)

@@ -22,16 +22,8 @@ def test_router_udp_and_tcp_both_families(lab, vecgate, tmp_path, ring):
     a, g, b = lab.two_hosts()
     gw = Vecgate(lab, vecgate, g, packet_config(ring), tmp_path)
     lab.warm_up(a)
-    for dst, flag, port in (("198.18.1.2", "", 7001), ("2001:db8:1::2", "--v6", 7002)):
-        echo = lab.peer(b, "udp-echo", port, 200, *([flag] if flag else []))
-        ping = lab.peer_run(a, "udp-ping", dst, port, 200, 1200)
-        assert ping["matched"] == 200, ping
-        assert result(echo)["echoed"] == 200
-    for dst, flag, port in (("198.18.1.2", "", 7003), ("2001:db8:1::2", "--v6", 7004)):
-        recv = lab.peer(b, "tcp-recv", port, *([flag] if flag else []))
-        sent = lab.peer_run(a, "tcp-send", dst, port, TRANSFER)
-        got = result(recv)
-        assert same_stream(sent, got) and got["bytes"] == TRANSFER, (sent, got)
+    lab.udp_echoes_both_families(a, b, 7001, 200, 1200)
+    lab.tcp_both_families(a, b, 7003, TRANSFER)
     ifs = gw.interfaces()
     assert ifs["a"]["rx_bytes"] >= 2 * TRANSFER
     assert ifs["b"]["tx_bytes"] >= 2 * TRANSFER
@@ -140,11 +132,7 @@ def test_tap_leg_host_stack_as_neighbour(lab, vecgate, tmp_path):
     lab.host(a, "a0", "198.18.0.2/24", "2001:db8::2/64", "198.18.0.1", "2001:db8::1")
     lab.host(b, "vgtap0", "198.18.1.2/24", "2001:db8:1::2/64", "198.18.1.1", "2001:db8:1::1")
     lab.warm_up(a)
-    for dst, flag, port in (("198.18.1.2", "", 7201), ("2001:db8:1::2", "--v6", 7202)):
-        echo = lab.peer(b, "udp-echo", port, 100, *([flag] if flag else []))
-        ping = lab.peer_run(a, "udp-ping", dst, port, 100, 1000)
-        assert ping["matched"] == 100, ping
-        assert result(echo)["echoed"] == 100
+    lab.udp_echoes_both_families(a, b, 7201, 100, 1000)
     for src, dst_ns, dst, flag, port in ((a, b, "198.18.1.2", "", 7203), (b, a, "2001:db8::2", "--v6", 7204)):
         recv = lab.peer(dst_ns, "tcp-recv", port, *([flag] if flag else []))
         sent = lab.peer_run(src, "tcp-send", dst, port, TRANSFER)
