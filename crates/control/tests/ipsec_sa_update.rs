@@ -14,26 +14,12 @@ use control::ipsec::SaEndpoints;
 use engine::worker::Context;
 use std::path::Path;
 
+#[macro_use]
 mod common;
 
-const CFG: &str = r#"
-[[interface]]
-name = "pg0"
-type = "pg"
-mac = "02:00:00:00:00:01"
-addresses = ["198.18.0.1/24"]
-
-[[interface]]
-name = "null0"
-type = "null"
-mac = "02:00:00:00:00:02"
-addresses = ["198.18.1.1/24", "198.18.1.5/24", "2001:db8:1::1/64"]
-
-[[neighbour]]
-interface = "null0"
-ip = "198.18.1.2"
-mac = "02:00:00:00:01:02"
-
+const CFG: &str = concat!(
+    pg0_null0_config!(null0_also: "198.18.1.5/24", "2001:db8:1::1/64"),
+    r#"
 [[neighbour]]
 interface = "null0"
 ip = "198.18.1.3"
@@ -68,7 +54,8 @@ count = 20000
 protocol = "udp"
 src = "198.18.0.2"
 dst = "198.19.1.1"
-"#;
+"#
+);
 
 fn update(index: u32, remote: &str, dst_port: u16) -> Request {
     Request::IpsecSaUpdate(SaEndpoints { index, remote: Some(remote.into()), udp_dst_port: Some(dst_port), ..Default::default() })

@@ -9,29 +9,15 @@ use engine::worker::Context;
 use ip::{Prefix, RouteTarget};
 use std::path::Path;
 
+#[macro_use]
 mod common;
 
-const CFG: &str = r#"
-[[interface]]
-name = "pg0"
-type = "pg"
-mac = "02:00:00:00:00:01"
-addresses = ["198.18.0.1/24"]
-
-[[interface]]
-name = "null0"
-type = "null"
-mac = "02:00:00:00:00:02"
-addresses = ["198.18.1.1/24"]
-
+const CFG: &str = concat!(
+    pg0_null0_config!(),
+    r#"
 [[route]]
 prefix = "198.19.0.0/16"
 via = "198.18.1.2"
-
-[[neighbour]]
-interface = "null0"
-ip = "198.18.1.2"
-mac = "02:00:00:00:01:02"
 
 [[stream]]
 name = "steady"
@@ -44,7 +30,8 @@ dst = "198.19.0.1"
 [[stream.modify]]
 field = "dst"
 increment = 4096
-"#;
+"#
+);
 
 #[test]
 fn route_churn_loses_no_packets() {
@@ -86,7 +73,7 @@ fn route_churn_loses_no_packets() {
 #[test]
 fn bad_configs_are_refused_whole_with_field_paths() {
     let cases = [
-        (CFG.replace("198.18.1.2\"\n\n[[neighbour]]", "198.18.7.2\"\n\n[[neighbour]]"), "route[0]", "not on a connected subnet"),
+        (CFG.replace("via = \"198.18.1.2\"", "via = \"198.18.7.2\""), "route[0]", "not on a connected subnet"),
         (CFG.replace("size = 64", "size = 30"), "stream[0]", "frame size 30"),
         (CFG.replace("mac = \"02:00:00:00:00:02\"", "mac = \"01:00:00:00:00:02\""), "interface[1].mac", "unicast"),
         (CFG.replace("interface = \"pg0\"\nsize", "interface = \"null0\"\nsize"), "stream[0].interface", "pg interface"),

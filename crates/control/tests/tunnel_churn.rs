@@ -10,29 +10,15 @@ use engine::worker::Context;
 use gtpu::TunnelSpec;
 use std::path::Path;
 
+#[macro_use]
 mod common;
 
-const CFG: &str = r#"
-[[interface]]
-name = "pg0"
-type = "pg"
-mac = "02:00:00:00:00:01"
-addresses = ["198.18.0.1/24"]
-
-[[interface]]
-name = "null0"
-type = "null"
-mac = "02:00:00:00:00:02"
-addresses = ["198.18.1.1/24", "2001:db8:1::1/64"]
-
+const CFG: &str = concat!(
+    pg0_null0_config!(null0_also: "2001:db8:1::1/64"),
+    r#"
 [[route]]
 prefix = "198.19.0.0/16"
 via = "198.18.1.2"
-
-[[neighbour]]
-interface = "null0"
-ip = "198.18.1.2"
-mac = "02:00:00:00:01:02"
 
 [[neighbour]]
 interface = "null0"
@@ -66,7 +52,8 @@ dst = "198.18.1.1"
 teid = 7
 inner_src = "198.18.200.1"
 inner_dst = "198.19.0.1"
-"#;
+"#
+);
 
 #[test]
 fn tunnel_churn_loses_no_packets_of_other_tunnels() {

@@ -9,24 +9,15 @@ use control::dataplane::assemble;
 use engine::worker::Context;
 use std::path::Path;
 
+#[macro_use]
 mod common;
 
 /// Two GUE tunnels on one endpoint and port, from 198.18.1.2 and 198.18.1.3; inner
 /// packets are routed out of null0. Streams: `a` (IPv4 inner) and `a6` (IPv6 inner) in
 /// the first tunnel, `b` (IPv4 inner) in the second, taking turns.
-const CFG: &str = r#"
-[[interface]]
-name = "pg0"
-type = "pg"
-mac = "02:00:00:00:00:01"
-addresses = ["198.18.0.1/24"]
-
-[[interface]]
-name = "null0"
-type = "null"
-mac = "02:00:00:00:00:02"
-addresses = ["198.18.1.1/24", "2001:db8:1::1/64"]
-
+const CFG: &str = concat!(
+    pg0_null0_config!(null0_also: "2001:db8:1::1/64"),
+    r#"
 [[route]]
 prefix = "198.19.0.0/16"
 via = "198.18.1.9"
@@ -69,7 +60,8 @@ dst = "198.18.1.1"
 dst_port = 6080
 inner_src = "198.18.0.2"
 inner_dst = "198.19.0.1"
-"#;
+"#
+);
 
 const STREAM_A6: &str = r#"
 [[stream]]

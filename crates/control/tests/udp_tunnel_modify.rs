@@ -11,28 +11,14 @@ use control::dataplane::assemble;
 use engine::worker::Context;
 use std::path::Path;
 
+#[macro_use]
 mod common;
 
-const CFG: &str = r#"
+const CFG: &str = concat!(
+    pg0_null0_config!(null0_also: "2001:db8:1::1/64"),
+    r#"
 [metrics]
 tunnel_counters = true
-
-[[interface]]
-name = "pg0"
-type = "pg"
-mac = "02:00:00:00:00:01"
-addresses = ["198.18.0.1/24"]
-
-[[interface]]
-name = "null0"
-type = "null"
-mac = "02:00:00:00:00:02"
-addresses = ["198.18.1.1/24", "2001:db8:1::1/64"]
-
-[[neighbour]]
-interface = "null0"
-ip = "198.18.1.2"
-mac = "02:00:00:00:01:02"
 
 [[neighbour]]
 interface = "null0"
@@ -70,7 +56,8 @@ count = 50000
 protocol = "udp"
 src = "198.18.0.2"
 dst = "198.19.2.1"
-"#;
+"#
+);
 
 fn set(name: &str, remote: Option<&str>, port: Option<u16>, key: Option<Option<u32>>) -> Request {
     Request::SetUdpTunnel { name: name.into(), remote: remote.map(Into::into), port, key, dscp: None }

@@ -19,21 +19,13 @@ use pfcp::{Cause, Message};
 use std::collections::VecDeque;
 use std::path::Path;
 
+#[macro_use]
 mod common;
 
-const CFG: &str = r#"
-[[interface]]
-name = "pg0"
-type = "pg"
-mac = "02:00:00:00:00:01"
-addresses = ["198.18.0.1/24"]
-
-[[interface]]
-name = "null0"
-type = "null"
-mac = "02:00:00:00:00:02"
-addresses = ["198.18.1.1/24"]
-
+const CFG: &str = concat!(
+    // The gNB is the peer, 198.18.1.2.
+    pg0_null0_config!(),
+    r#"
 # The data network, beyond the UE pool.
 [[route]]
 prefix = "198.19.128.0/17"
@@ -43,12 +35,6 @@ via = "198.18.1.3"
 interface = "null0"
 ip = "198.18.1.3"
 mac = "02:00:00:00:01:03"
-
-# The gNB.
-[[neighbour]]
-interface = "null0"
-ip = "198.18.1.2"
-mac = "02:00:00:00:01:02"
 
 [pfcp]
 listen = "127.0.0.1:0"
@@ -84,7 +70,8 @@ dst = "198.19.127.1"
 [[stream.modify]]
 field = "dst"
 increment = 4
-"#;
+"#
+);
 
 /// Each stream's packets, and the fixed sessions they are spread over.
 const PACKETS: u64 = 500_000;

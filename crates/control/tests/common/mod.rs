@@ -8,11 +8,13 @@
 /// 198.18.0.1/24) on the sources' side, `null0` (a sink, 198.18.1.1/24) on the peer's,
 /// and the peer 198.18.1.2 on `null0` with its MAC known. A macro rather than a `const`
 /// so that a test can `concat!` its own sections to it into a `const` of its own
-/// (`#[macro_use] mod common;`).
+/// (`#[macro_use] mod common;`). `pg0_null0_config!(null0_also: "2001:db8:1::1/64", …)`
+/// gives `null0` those addresses after its own.
 #[allow(unused_macros)]
 macro_rules! pg0_null0_config {
-    () => {
-        r#"
+    ($(null0_also: $($also:literal),+)?) => {
+        concat!(
+            r#"
 [[interface]]
 name = "pg0"
 type = "pg"
@@ -23,13 +25,16 @@ addresses = ["198.18.0.1/24"]
 name = "null0"
 type = "null"
 mac = "02:00:00:00:00:02"
-addresses = ["198.18.1.1/24"]
+addresses = ["198.18.1.1/24""#,
+            $($(", \"", $also, "\"",)+)?
+            r#"]
 
 [[neighbour]]
 interface = "null0"
 ip = "198.18.1.2"
 mac = "02:00:00:00:01:02"
 "#
+        )
     };
 }
 
