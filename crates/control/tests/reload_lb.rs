@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{seed_frames as seed, tcp4, udp6};
+use common::{reload_names, running_from_file as running, seed_frames as seed, stop, tcp4, udp6};
 use control::api::Request;
 use control::fuzz::graph::Harness;
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -186,25 +186,6 @@ fn a_reload_keeps_the_address_a_ctl_service_receives_on() {
     assert_eq!(syn(&mut h, 40002), 1, "still forwarded to the backend");
 }
 
-/// A running gateway (a reload changes interfaces through its worker) started with
-/// `text` from a file in the returned directory.
-fn running(text: &str) -> (tempfile::TempDir, control::dataplane::Control, std::thread::JoinHandle<impl Sized>) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("gw.toml");
-    std::fs::write(&path, text).unwrap();
-    let (mut c, worker) = control::dataplane::assemble(&control::config::Config::load(&path).unwrap()).unwrap().into_single();
-    c.config_path = Some(path);
-    let handle = control::dataplane::spawn(&mut c, worker, None, false);
-    (dir, c, handle)
-}
-
-fn stop<T>(c: control::dataplane::Control, handle: std::thread::JoinHandle<T>) {
-    for w in &c.workers {
-        let _ = w.send(engine::worker::WorkerCmd::Stop);
-    }
-    handle.join().unwrap();
-}
-
 /// A file's service on the node's address does not keep the address when the same
 /// reload removes the service, or changes it (added again, judged by the file's
 /// addresses: its VIP is then routed to the load balancer). Unchanged, it does, as a
@@ -221,17 +202,10 @@ fn a_file_service_the_reload_removes_or_changes_lets_its_address_go() {
         r.data["prefix"].as_str().map(str::to_string)
     };
     let reload_text = |dir: &tempfile::TempDir, c: &mut control::dataplane::Control, text: &str| {
-        std::fs::write(dir.path().join("gw.toml"), text).unwrap();
-        let r = c.handle(&Request::Reload { file: None });
-        match r.ok {
-            true => {
-                let mut names: Vec<String> =
-                    r.data["changes"].as_array().unwrap().iter().map(|ch| ch["name"].as_str().unwrap().to_string()).collect();
-                names.sort();
-                Ok(names)
-            }
-            false => Err(r.error.unwrap_or_default()),
-        }
+        reload_names(dir, c, text).map(|mut names| {
+            names.sort();
+            names
+        })
     };
 
     // Removed with the address.

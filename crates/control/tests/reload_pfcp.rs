@@ -2,9 +2,10 @@
 //! that changed (`pfcp.heartbeat_interval`), not the section as a whole, and changes
 //! nothing; the same file reloads cleanly.
 
-use control::api::Request;
-use control::config::Config;
-use control::dataplane::{assemble, Control};
+use common::{control_from_file, reload_file};
+use control::dataplane::Control;
+
+mod common;
 
 const LINKS: &str = r#"
 [[interface]]
@@ -18,20 +19,9 @@ fn pfcp(extra: &str) -> String {
     format!("\n[pfcp]\nlisten = \"127.0.0.1:0\"\nn3 = \"198.18.7.2\"\nue_pool = \"198.19.7.0/24\"\n{extra}")
 }
 
-fn start(text: &str) -> (tempfile::TempDir, Control) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("upf.toml");
-    std::fs::write(&path, text).unwrap();
-    let cfg = Config::load(&path).unwrap();
-    let (mut c, _worker) = assemble(&cfg).unwrap().into_single();
-    c.config_path = Some(path);
-    (dir, c)
-}
-
 /// Reload `text`: Ok(the reply's text) or Err(the refusal).
 fn reload(dir: &tempfile::TempDir, c: &mut Control, text: &str) -> Result<String, String> {
-    std::fs::write(dir.path().join("upf.toml"), text).unwrap();
-    let r = c.handle(&Request::Reload { file: None });
+    let r = reload_file(dir, c, text);
     if r.ok {
         Ok(r.text)
     } else {
@@ -42,14 +32,14 @@ fn reload(dir: &tempfile::TempDir, c: &mut Control, text: &str) -> Result<String
 #[test]
 fn a_changed_pfcp_key_is_refused_by_its_name() {
     let file = LINKS.to_string() + &pfcp("heartbeat_interval = 2.0\n");
-    let (dir, mut c) = start(&file);
+    let (dir, mut c) = control_from_file(&file);
     let e = reload(&dir, &mut c, &(LINKS.to_string() + &pfcp("heartbeat_interval = 3.0\n"))).unwrap_err();
-    assert!(e.contains("upf.toml: pfcp.heartbeat_interval: "), "{e}");
+    assert!(e.contains("gw.toml: pfcp.heartbeat_interval: "), "{e}");
     assert!(e.contains("restart") && e.contains("nothing was changed"), "{e}");
     let e = reload(&dir, &mut c, &(LINKS.to_string() + &pfcp("heartbeat_interval = 2.0\ngrace = 5.0\n"))).unwrap_err();
-    assert!(e.contains("upf.toml: pfcp.grace: "), "{e}");
+    assert!(e.contains("gw.toml: pfcp.grace: "), "{e}");
     let e = reload(&dir, &mut c, LINKS).unwrap_err();
-    assert!(e.contains("upf.toml: pfcp: "), "the section dropped: {e}");
+    assert!(e.contains("gw.toml: pfcp: "), "the section dropped: {e}");
     assert!(c.pfcp.is_some());
     assert!(reload(&dir, &mut c, &file).is_ok(), "the running file again");
 }

@@ -5,9 +5,11 @@
 //! that passes packets on the other way, are refused by field with nothing changed; so is
 //! deleting the punt link with `ctl`.
 
+use common::{control_from_file, reload_names as reload, running_from_file, stop};
 use control::api::Request;
-use control::config::Config;
-use control::dataplane::{assemble, Control};
+use control::dataplane::Control;
+
+mod common;
 
 const LINKS: &str = r#"
 [[interface]]
@@ -33,29 +35,9 @@ fn punt(link: &str, host: &str, ports: &str) -> String {
     format!("\n[punt]\ninterface = \"{link}\"\nhost4 = \"{host}\"\nudp_ports = [{ports}]\n")
 }
 
-fn start(text: &str) -> (tempfile::TempDir, Control) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("gw.toml");
-    std::fs::write(&path, text).unwrap();
-    let cfg = Config::load(&path).unwrap();
-    let (mut c, _worker) = assemble(&cfg).unwrap().into_single();
-    c.config_path = Some(path);
-    (dir, c)
-}
-
-/// Reload `text`: Ok(the changes' names) or Err(the refusal).
-fn reload(dir: &tempfile::TempDir, c: &mut Control, text: &str) -> Result<Vec<String>, String> {
-    std::fs::write(dir.path().join("gw.toml"), text).unwrap();
-    let r = c.handle(&Request::Reload { file: None });
-    match r.ok {
-        true => Ok(r.data["changes"].as_array().unwrap().iter().map(|ch| ch["name"].as_str().unwrap().to_string()).collect()),
-        false => Err(r.error.unwrap_or_default()),
-    }
-}
-
 #[test]
 fn the_punt_settings_change_in_place_on_the_start_up_link() {
-    let (dir, mut c) = start(&(LINKS.to_string() + &punt("host", "198.18.250.2", "500")));
+    let (dir, mut c) = control_from_file(&(LINKS.to_string() + &punt("host", "198.18.250.2", "500")));
     assert_eq!(reload(&dir, &mut c, &(LINKS.to_string() + &punt("host", "198.18.250.2", "500, 4500"))).unwrap(), ["punt to host"]);
     assert_eq!(c.state.punt().unwrap().udp_ports, [500, 4500]);
     // Off and on again on the same link: its port still opens with ip-punt-inject.
@@ -65,7 +47,7 @@ fn the_punt_settings_change_in_place_on_the_start_up_link() {
 
 #[test]
 fn a_reload_moves_the_punt_link_to_another_link_and_back() {
-    let (dir, mut c) = start(&(LINKS.to_string() + &punt("host", "198.18.250.2", "500")));
+    let (dir, mut c) = control_from_file(&(LINKS.to_string() + &punt("host", "198.18.250.2", "500")));
     assert_eq!(reload(&dir, &mut c, &(LINKS.to_string() + &punt("other", "198.18.251.2", "500"))).unwrap(), ["punt to other"]);
     assert_eq!(c.state.punt().unwrap().interface, "other");
     assert_eq!(c.punt_link.as_deref(), Some("other"));
@@ -75,7 +57,7 @@ fn a_reload_moves_the_punt_link_to_another_link_and_back() {
 
 #[test]
 fn a_punt_link_where_none_was_at_start_up_and_off_again() {
-    let (dir, mut c) = start(LINKS);
+    let (dir, mut c) = control_from_file(LINKS);
     assert_eq!(c.punt_link, None);
     assert_eq!(reload(&dir, &mut c, &(LINKS.to_string() + &punt("host", "198.18.250.2", "500"))).unwrap(), ["punt to host"]);
     assert_eq!((c.state.punt().unwrap().interface.as_str(), c.punt_link.as_deref()), ("host", Some("host")));
@@ -87,7 +69,7 @@ fn a_punt_link_where_none_was_at_start_up_and_off_again() {
 /// start-up punt link's kind does: a link whose kind goes the other way is refused.
 #[test]
 fn a_link_that_hands_packets_on_the_other_way_cannot_become_the_punt_link() {
-    let (dir, mut c) = start(&(LINKS.to_string() + &punt("host", "198.18.250.2", "500")));
+    let (dir, mut c) = control_from_file(&(LINKS.to_string() + &punt("host", "198.18.250.2", "500")));
     let pg_spreads = control::dataplane::kind_spreads(control::config::InterfaceKind::Pg, &c.spread_kinds);
     c.punt_pass_on = Some(!pg_spreads);
     let e = reload(&dir, &mut c, &(LINKS.to_string() + &punt("pg0", "198.18.0.2", "500"))).unwrap_err();
@@ -100,7 +82,7 @@ fn a_link_that_hands_packets_on_the_other_way_cannot_become_the_punt_link() {
 #[test]
 fn the_punt_link_is_neither_replaced_nor_deleted_while_punting() {
     let text = LINKS.to_string() + &punt("host", "198.18.250.2", "500");
-    let (dir, mut c) = start(&text);
+    let (dir, mut c) = control_from_file(&text);
     let changed = text.replace("02:00:00:00:00:02", "02:00:00:00:00:12");
     let e = reload(&dir, &mut c, &changed).unwrap_err();
     assert!(e.contains("\"host\" is the punt link: it cannot be replaced while the gateway punts to it"), "{e}");
@@ -115,7 +97,7 @@ fn the_punt_link_is_neither_replaced_nor_deleted_while_punting() {
 /// before anything changes.
 #[test]
 fn ports_added_at_run_time_stay_while_punt_does() {
-    let (dir, mut c) = start(&(LINKS.to_string() + &punt("host", "198.18.250.2", "500")));
+    let (dir, mut c) = control_from_file(&(LINKS.to_string() + &punt("host", "198.18.250.2", "500")));
     let add = |protocol, port| Request::PuntPortAdd { protocol, port, owner: Some("k8s".into()) };
     assert!(c.handle(&add(lb::Protocol::Tcp, 10256)).ok);
     assert!(c.handle(&add(lb::Protocol::Udp, 3784)).ok);
@@ -150,7 +132,7 @@ fn ports_added_at_run_time_stay_while_punt_does() {
 /// marker `espN-decrypt` still punts), as an SA added through the API there is.
 #[test]
 fn a_file_sa_may_receive_on_an_added_4500_only() {
-    let (dir, mut c) = start(&(LINKS.to_string() + &punt("host", "198.18.250.2", "500")));
+    let (dir, mut c) = control_from_file(&(LINKS.to_string() + &punt("host", "198.18.250.2", "500")));
     for port in [4500, 4600] {
         let r = c.handle(&Request::PuntPortAdd { protocol: lb::Protocol::Udp, port, owner: Some("ike".into()) });
         assert!(r.ok, "{r:?}");
@@ -177,7 +159,7 @@ fn a_file_sa_may_receive_on_an_added_4500_only() {
 /// before anything changes (the service would never see a packet again).
 #[test]
 fn a_reload_does_not_punt_a_ctl_node_port() {
-    let (dir, mut c) = start(&(LINKS.to_string() + &punt("host", "198.18.250.2", "500")));
+    let (dir, mut c) = control_from_file(&(LINKS.to_string() + &punt("host", "198.18.250.2", "500")));
     let words: Vec<String> =
         "lb service add np node_port 0.0.0.0 30500 udp backend 198.18.0.40:80".split_whitespace().map(str::to_string).collect();
     let r = c.handle(&control::cli::parse(&words).unwrap());
@@ -213,7 +195,7 @@ addresses = ["198.18.1.1/24"]
 "#
     .to_string()
         + &punt("pg0", "198.18.0.2", "500");
-    let (_dir, mut c) = start(&text);
+    let (_dir, mut c) = control_from_file(&text);
     let pg1 = c.state.if_index("pg1").unwrap();
     let log = Arc::new(Mutex::new(Vec::new()));
     type Log = Arc<Mutex<Vec<(String, String)>>>;
@@ -255,13 +237,8 @@ addresses = ["198.18.1.1/24"]
 #[test]
 fn a_service_on_an_address_the_reload_adds_is_judged_by_the_files_addresses() {
     let base = LINKS.to_string() + &punt("host", "198.18.250.2", "500");
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("gw.toml");
-    std::fs::write(&path, &base).unwrap();
-    let (mut c, worker) = assemble(&Config::load(&path).unwrap()).unwrap().into_single();
-    c.config_path = Some(path);
     // A running worker: a reload changes interfaces through it.
-    let handle = control::dataplane::spawn(&mut c, worker, None, false);
+    let (dir, mut c, handle) = running_from_file(&base);
     let r = c.handle(&Request::PuntPortAdd { protocol: lb::Protocol::Tcp, port: 8443, owner: Some("k8s".into()) });
     assert!(r.ok, "{r:?}");
     let with_address = base.replace(r#"addresses = ["198.18.251.1/24"]"#, r#"addresses = ["198.18.251.1/24", "198.18.252.1/24"]"#);
@@ -288,10 +265,7 @@ fn a_service_on_an_address_the_reload_adds_is_judged_by_the_files_addresses() {
     let r = c.handle(&Request::ShowIpFibEntry { query: "198.18.252.1".into() });
     assert_eq!((r.data["prefix"].as_str(), r.data["kind"].as_str() == Some("local")), (Some("198.18.252.1/32"), false), "{r:?}");
     assert!(c.state.punt().unwrap().punts(true, 8443), "still punted");
-    for w in &c.workers {
-        let _ = w.send(engine::worker::WorkerCmd::Stop);
-    }
-    handle.join().unwrap();
+    stop(c, handle);
 }
 
 /// The other direction: a service made with `ctl` and a file `[punt]` port equal to the
@@ -303,13 +277,8 @@ fn a_service_on_an_address_the_reload_adds_is_judged_by_the_files_addresses() {
 #[test]
 fn a_file_punt_port_under_a_ctl_service_is_judged_by_the_files_addresses() {
     let base = LINKS.to_string() + &punt("host", "198.18.250.2", "500");
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("gw.toml");
-    std::fs::write(&path, &base).unwrap();
-    let (mut c, worker) = assemble(&Config::load(&path).unwrap()).unwrap().into_single();
-    c.config_path = Some(path);
     // A running worker: a reload changes interfaces through it.
-    let handle = control::dataplane::spawn(&mut c, worker, None, false);
+    let (dir, mut c, handle) = running_from_file(&base);
     let run = |c: &mut Control, line: &str| {
         let words: Vec<String> = line.split_whitespace().map(str::to_string).collect();
         let r = c.handle(&control::cli::parse(&words).unwrap());
@@ -348,8 +317,5 @@ fn a_file_punt_port_under_a_ctl_service_is_judged_by_the_files_addresses() {
     assert!(e.contains("198.18.252.1 of \"other\" is the address service \"web\" (made with ctl) receives on"), "{e}");
     assert_eq!(ours(&c).as_deref(), Some("other"), "nothing changed");
     assert!(!c.state.punt().unwrap().punts(true, 8443), "nothing changed");
-    for w in &c.workers {
-        let _ = w.send(engine::worker::WorkerCmd::Stop);
-    }
-    handle.join().unwrap();
+    stop(c, handle);
 }

@@ -3,10 +3,8 @@
 //! where removing and adding it would start them again. So does one that changes only a
 //! UDP or GTP-U tunnel's source check (`set interface … urpf`'s path).
 
+use common::reload_file;
 use control::api::Request;
-use control::config::Config;
-use control::dataplane::assemble;
-use engine::worker::Context;
 
 #[macro_use]
 mod common;
@@ -46,29 +44,18 @@ dst = "198.19.1.1"
 /// A gateway loaded from `CFG` in a file of its own (so that it can reload it), its
 /// generator's packets sent into the GRE tunnel.
 fn run_from_file() -> (tempfile::TempDir, control::dataplane::Control) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("gw.toml");
-    std::fs::write(&path, CFG).unwrap();
-    let cfg = Config::load(&path).unwrap();
-    let (mut c, mut worker) = assemble(&cfg).unwrap().into_single();
-    c.config_path = Some(path);
-    while !worker.inputs_done() {
-        worker.poll_once();
-    }
-    worker.poll_once();
-    worker.cx.refresh();
+    let (dir, c, mut worker) = common::from_file(CFG);
+    common::run_to_end(&mut worker);
     (dir, c)
 }
 
 #[test]
 fn a_reload_changing_only_the_key_keeps_the_tunnel_and_its_counters() {
     let (dir, mut c) = run_from_file();
-    let path = dir.path().join("gw.toml");
     let find = Request::FindUdpTunnels { remote: None, local: None, id: Some(0) };
     assert_eq!(c.handle(&find).data[0]["counters"]["tx_packets"], 1000);
 
-    std::fs::write(&path, CFG.replace("key = 7", "key = 9")).unwrap();
-    let r = c.handle(&Request::Reload { file: None });
+    let r = reload_file(&dir, &mut c, &CFG.replace("key = 7", "key = 9"));
     assert!(r.ok, "{r:?}");
     assert_eq!(
         r.data["changes"],
@@ -80,8 +67,7 @@ fn a_reload_changing_only_the_key_keeps_the_tunnel_and_its_counters() {
     assert!(fib.text.contains("udp_tunnel0"), "{}", fib.text);
 
     // Another change (the port) is still a replacement: a new tunnel, counted from zero.
-    std::fs::write(&path, CFG.replace("key = 7", "key = 9\nport = 5000")).unwrap();
-    let r = c.handle(&Request::Reload { file: None });
+    let r = reload_file(&dir, &mut c, &CFG.replace("key = 7", "key = 9\nport = 5000"));
     assert!(r.ok, "{r:?}");
     let row = &c.handle(&find).data[0];
     assert_eq!((row["port"].as_u64(), &row["counters"]["tx_packets"]), (Some(5000), &serde_json::json!(0)), "{row}");
@@ -90,12 +76,10 @@ fn a_reload_changing_only_the_key_keeps_the_tunnel_and_its_counters() {
 #[test]
 fn a_reload_changing_only_urpf_changes_tunnels_in_place() {
     let (dir, mut c) = run_from_file();
-    let path = dir.path().join("gw.toml");
     let changed = CFG
         .replace("routes = [\"198.19.1.0/24\"]", "routes = [\"198.19.1.0/24\"]\nurpf = \"strict\"")
         .replace("ue = \"198.19.2.0/24\"", "ue = \"198.19.2.0/24\"\nurpf = \"loose\"");
-    std::fs::write(&path, changed).unwrap();
-    let r = c.handle(&Request::Reload { file: None });
+    let r = reload_file(&dir, &mut c, &changed);
     assert!(r.ok, "{r:?}");
     assert_eq!(
         r.data["changes"],

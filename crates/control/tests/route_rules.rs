@@ -5,11 +5,13 @@
 //! another route, tunnels and SAs refuse a static route's prefix, `ip route del` refuses
 //! a tunnel's or SA's route, naming what owns it.
 
+use common::{control_from_file, reload_file, running_from_file, stop};
 use control::api::{Reply, Request};
 use control::config::Config;
-use control::dataplane::{assemble, spawn, Control};
-use engine::worker::WorkerCmd;
+use control::dataplane::{assemble, Control};
 use std::path::Path;
+
+mod common;
 
 const CFG: &str = r#"
 [[interface]]
@@ -271,13 +273,7 @@ fn a_prefix_is_routed_from_one_place_whatever_adds_it() {
 
 #[test]
 fn an_interface_address_is_refused_where_a_route_or_service_is() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("gw.toml");
-    std::fs::write(&path, CFG).unwrap();
-    let cfg = Config::load(&path).unwrap();
-    let (mut c, worker) = assemble(&cfg).unwrap().into_single();
-    c.config_path = Some(path.clone());
-    let handle = spawn(&mut c, worker, None, false);
+    let (dir, mut c, handle) = running_from_file(CFG);
 
     ok(&mut c, "ip route add 198.18.7.1/32 via 198.18.2.2");
     ok(&mut c, "create gtpu tunnel local 2001:db8::1 remote 2001:db8::5 teid-in 78 teid-out 7 ue 2001:db8:7::1/128");
@@ -297,8 +293,7 @@ fn an_interface_address_is_refused_where_a_route_or_service_is() {
         );
         // A reload bringing the interface is refused the same way.
         let text = format!("{CFG}[[interface]]\nname = \"x0\"\ntype = \"null\"\nmac = \"02:00:00:00:00:09\"\naddresses = [\"{addr}\"]\n");
-        std::fs::write(&path, text).unwrap();
-        let r = c.handle(&Request::Reload { file: None });
+        let r = reload_file(&dir, &mut c, &text);
         let e = r.error.unwrap_or_else(|| panic!("reload with {addr} accepted: {}", r.text));
         assert!(e.contains(says), "{e}");
         assert!(c.state.if_index("x0").is_err());
@@ -307,10 +302,7 @@ fn an_interface_address_is_refused_where_a_route_or_service_is() {
     ok(&mut c, "ip route del 198.18.7.1/32");
     ok(&mut c, "create interface x0 null mac 02:00:00:00:00:09 address 198.18.7.1/24");
 
-    for w in &c.workers {
-        let _ = w.send(WorkerCmd::Stop);
-    }
-    handle.join().unwrap();
+    stop(c, handle);
 }
 
 /// `ipN-local` hands the tunnels' UDP ports (GTP-U, UDP tunnels, ESP in UDP) and
@@ -387,19 +379,13 @@ protocol = \"tcp\"
 /// port, which the same file replaces, is no obstacle.
 #[test]
 fn a_reload_does_not_put_a_tunnel_on_a_ctl_node_port() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("gw.toml");
-    std::fs::write(&path, CFG).unwrap();
-    let cfg = Config::load(&path).unwrap();
-    let (mut c, _worker) = assemble(&cfg).unwrap().into_single();
-    c.config_path = Some(path.clone());
+    let (dir, mut c) = control_from_file(CFG);
     ok(&mut c, "lb service add np node_port 0.0.0.0 30080 udp backend 198.19.1.40:80");
     let tunnel = "\n[[udp_tunnel]]\nlocal = \"198.18.2.1\"\nremote = \"198.18.2.9\"\nencap = \"gue\"\nport = 30080\n";
     let sa = "\n[[ipsec_sa]]\nindex = 3\nspi = 3000\ndirection = \"inbound\"\nalgorithm = \"null\"\nlocal = \"198.18.2.1\"\n\
               remote = \"198.18.2.9\"\nudp_encap = true\nudp_dst_port = 30080\n";
     for (extra, field) in [(tunnel, "udp_tunnel[0].port"), (sa, "ipsec_sa[0].udp_dst_port")] {
-        std::fs::write(&path, format!("{CFG}{extra}")).unwrap();
-        let r = c.handle(&Request::Reload { file: None });
+        let r = reload_file(&dir, &mut c, &format!("{CFG}{extra}"));
         let e = r.error.unwrap_or_else(|| panic!("reload with {field} on the node port accepted"));
         assert!(
             e.ends_with(&format!(
@@ -411,8 +397,7 @@ fn a_reload_does_not_put_a_tunnel_on_a_ctl_node_port() {
     }
     // Once the service is gone, the same file applies.
     ok(&mut c, "lb service del np");
-    std::fs::write(&path, format!("{CFG}{tunnel}")).unwrap();
-    let r = c.handle(&Request::Reload { file: None });
+    let r = reload_file(&dir, &mut c, &format!("{CFG}{tunnel}"));
     assert!(r.ok, "{r:?}");
     assert_eq!(c.udptun.len(), 1);
 }

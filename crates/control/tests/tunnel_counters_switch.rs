@@ -4,8 +4,7 @@
 //! a reload turns it on for the workers' next table version.
 
 use control::api::Request;
-use control::config::Config;
-use control::dataplane::{assemble, Control, WorkerContext};
+use control::dataplane::{Control, WorkerContext};
 use control::metrics::{render, tunnel_traffic, TableSizes};
 use engine::worker::{Context, Worker};
 
@@ -54,19 +53,11 @@ dst = "198.19.2.1"
 
 const ON: &str = "[metrics]\ntunnel_counters = true\n";
 
-/// The gateway of `text` after its streams went through.
-fn run(dir: &std::path::Path, text: &str) -> (Control, Worker<WorkerContext>) {
-    let path = dir.join("gw.toml");
-    std::fs::write(&path, text).unwrap();
-    let cfg = Config::load(&path).unwrap();
-    let (mut c, mut worker) = assemble(&cfg).unwrap().into_single();
-    c.config_path = Some(path);
-    while !worker.inputs_done() {
-        worker.poll_once();
-    }
-    worker.poll_once();
-    worker.cx.refresh();
-    (c, worker)
+/// The gateway of `text` ([`common::from_file`]) after its streams went through.
+fn run(text: &str) -> (tempfile::TempDir, Control, Worker<WorkerContext>) {
+    let (dir, c, mut worker) = common::from_file(text);
+    common::run_to_end(&mut worker);
+    (dir, c, worker)
 }
 
 fn encapsulated(worker: &Worker<WorkerContext>, node: &str) -> u64 {
@@ -75,8 +66,7 @@ fn encapsulated(worker: &Worker<WorkerContext>, node: &str) -> u64 {
 
 #[test]
 fn off_by_default_nothing_is_counted_and_the_gateway_says_so() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mut c, worker) = run(dir.path(), CFG);
+    let (_dir, mut c, worker) = run(CFG);
     // The packets went through the tunnels, uncounted per tunnel.
     assert_eq!(encapsulated(&worker, "gue4-encap"), PACKETS);
     assert_eq!(encapsulated(&worker, "gtpu4-encap"), PACKETS);
@@ -97,8 +87,7 @@ fn off_by_default_nothing_is_counted_and_the_gateway_says_so() {
 
 #[test]
 fn on_every_packet_is_counted_exactly() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mut c, _worker) = run(dir.path(), &format!("{ON}{CFG}"));
+    let (_dir, mut c, _worker) = run(&format!("{ON}{CFG}"));
     let want = ip::tunnel_counters::TunnelCount { tx_packets: PACKETS, tx_bytes: PACKETS * INNER_BYTES, ..Default::default() };
     assert_eq!(c.udptun.counters.count(0), want);
     assert_eq!(c.gtpu.counters.count(0), want);
@@ -113,11 +102,9 @@ fn on_every_packet_is_counted_exactly() {
 
 #[test]
 fn a_reload_turns_counting_on_for_the_workers() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mut c, mut worker) = run(dir.path(), CFG);
+    let (dir, mut c, mut worker) = run(CFG);
     assert!(!worker.cx.gtpu.tables.count_tunnels && !worker.cx.udptun.tables.count_tunnels);
-    std::fs::write(c.config_path.clone().unwrap(), format!("{ON}{CFG}")).unwrap();
-    let r = c.handle(&Request::Reload { file: None });
+    let r = common::reload_file(&dir, &mut c, &format!("{ON}{CFG}"));
     assert!(r.ok, "{r:?}");
     assert_eq!(
         r.data["changes"],
@@ -126,7 +113,6 @@ fn a_reload_turns_counting_on_for_the_workers() {
     worker.cx.refresh();
     assert!(worker.cx.gtpu.tables.count_tunnels && worker.cx.udptun.tables.count_tunnels);
     // The endpoint itself still cannot change.
-    std::fs::write(c.config_path.clone().unwrap(), format!("{ON}listen = \"127.0.0.1:9464\"\n{CFG}")).unwrap();
-    let r = c.handle(&Request::Reload { file: None });
+    let r = common::reload_file(&dir, &mut c, &format!("{ON}listen = \"127.0.0.1:9464\"\n{CFG}"));
     assert!(!r.ok && r.text.contains("metrics"), "{r:?}");
 }

@@ -39,12 +39,15 @@ mac = "02:00:00:00:01:02"
 }
 
 use control::api::{Reply, Request};
-use control::dataplane::Control;
+use control::config::Config;
+use control::dataplane::{assemble, Control, WorkerContext};
 use control::fuzz::graph::{decode, Harness};
 use engine::stats::Snapshot;
+use engine::worker::{Context, Worker, WorkerCmd};
 use io::mem::RxFrame;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::Path;
+use std::thread::JoinHandle;
 use wire::ipv4::Ipv4Packet;
 use wire::ipv6::Ipv6Packet;
 use wire::tcp::TcpPacket;
@@ -61,6 +64,69 @@ pub fn seed(name: &str) -> (usize, Vec<u8>) {
 pub fn seed_frames(name: &str) -> Vec<RxFrame> {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/graph").join(format!("seed-{name}"));
     decode(&std::fs::read(p).unwrap()).into_iter().map(|(_, f)| f).collect()
+}
+
+/// The name of the gateway's file in the directory [`from_file`] makes.
+pub const GATEWAY_FILE: &str = "gw.toml";
+
+/// A gateway started from `text` written to [`GATEWAY_FILE`] in a new directory and
+/// kept as its `--config` (a plain reload reads the file again): the directory, the
+/// control plane and its worker.
+pub fn from_file(text: &str) -> (tempfile::TempDir, Control, Worker<WorkerContext>) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(GATEWAY_FILE);
+    std::fs::write(&path, text).unwrap();
+    let (mut c, worker) = assemble(&Config::load(&path).unwrap()).unwrap().into_single();
+    c.config_path = Some(path);
+    (dir, c, worker)
+}
+
+/// The control plane of [`from_file`], its worker dropped: enough for a reload that
+/// changes no interface.
+pub fn control_from_file(text: &str) -> (tempfile::TempDir, Control) {
+    let (dir, c, _worker) = from_file(text);
+    (dir, c)
+}
+
+/// [`from_file`] with its worker running in a thread of its own (a reload changes
+/// interfaces through it); [`stop`] ends it.
+pub fn running_from_file(text: &str) -> (tempfile::TempDir, Control, JoinHandle<Worker<WorkerContext>>) {
+    let (dir, mut c, worker) = from_file(text);
+    let handle = control::dataplane::spawn(&mut c, worker, None, false);
+    (dir, c, handle)
+}
+
+/// Stops the workers of `c` and waits for the one `handle` runs ([`running_from_file`]).
+pub fn stop<T>(c: Control, handle: JoinHandle<T>) {
+    for w in &c.workers {
+        let _ = w.send(WorkerCmd::Stop);
+    }
+    handle.join().unwrap();
+}
+
+/// `text` written as the gateway's file ([`from_file`]) in `dir` and reloaded: the reply.
+pub fn reload_file(dir: &tempfile::TempDir, c: &mut Control, text: &str) -> Reply {
+    std::fs::write(dir.path().join(GATEWAY_FILE), text).unwrap();
+    c.handle(&Request::Reload { file: None })
+}
+
+/// [`reload_file`]: Ok(the names of the changes, in the reply's order) or Err(the refusal).
+pub fn reload_names(dir: &tempfile::TempDir, c: &mut Control, text: &str) -> Result<Vec<String>, String> {
+    let r = reload_file(dir, c, text);
+    match r.ok {
+        true => Ok(r.data["changes"].as_array().unwrap().iter().map(|ch| ch["name"].as_str().unwrap().to_string()).collect()),
+        false => Err(r.error.unwrap_or_default()),
+    }
+}
+
+/// Polls `worker` until its generators are done and their last packets are through,
+/// then takes the tables last published.
+pub fn run_to_end(worker: &mut Worker<WorkerContext>) {
+    while !worker.inputs_done() {
+        worker.poll_once();
+    }
+    worker.poll_once();
+    worker.cx.refresh();
 }
 
 /// The reply to `r`, which must have succeeded.
