@@ -185,6 +185,31 @@ fn sdf(text: &str) -> SdfFilter {
     SdfFilter { flow_description: Some(text.as_bytes().to_vec()), ..Default::default() }
 }
 
+/// A modification that gives PDR `pdr_id` the PDI `pdi` and changes nothing else.
+fn new_pdi(pdr_id: u16, pdi: Option<Pdi>) -> SessionModificationRequest {
+    SessionModificationRequest {
+        update_pdr: vec![UpdatePdr {
+            pdr_id: U16Ie(pdr_id),
+            precedence: None,
+            pdi,
+            outer_header_removal: None,
+            far_id: None,
+            urr_ids: vec![],
+            qer_ids: vec![],
+        }],
+        ..Default::default()
+    }
+}
+
+/// An uplink PDI: G-PDUs from the access side to the UPF's F-TEID `teid`.
+fn uplink_at(teid: u32) -> Pdi {
+    Pdi {
+        source_interface: Some(InterfaceIe(Interface::Access)),
+        f_teid: Some(FTeid::Assigned { teid, ipv4: Some(UPF_IP), ipv6: None }),
+        ..Default::default()
+    }
+}
+
 /// The cause and offending IE of a refusal.
 fn refusal(cause: CauseIe, ie: Option<OffendingIe>) -> (Cause, Option<u16>) {
     (cause.0, ie.map(|i| i.0))
@@ -293,18 +318,7 @@ fn a_pdr_neither_uplink_nor_downlink_is_refused_not_left_out() {
     assert_eq!(refusal(r.cause, r.offending_ie), (Cause::RuleCreationModificationFailure, Some(ty::PDI)));
     assert_eq!(u.snapshot(seid), before);
     // The uplink PDR's PDI replaced by one without its F-TEID.
-    let update = SessionModificationRequest {
-        update_pdr: vec![UpdatePdr {
-            pdr_id: U16Ie(1),
-            precedence: None,
-            pdi: nowhere(1, Interface::Access).pdi,
-            outer_header_removal: None,
-            far_id: None,
-            urr_ids: vec![],
-            qer_ids: vec![],
-        }],
-        ..Default::default()
-    };
+    let update = new_pdi(1, nowhere(1, Interface::Access).pdi);
     let r = u.modify(seid, update);
     assert_eq!(refusal(r.cause, r.offending_ie), (Cause::RuleCreationModificationFailure, Some(ty::PDI)));
     assert_eq!(r.failed_rule_id, Some(FailedRuleId::Pdr(1)));
@@ -378,22 +392,7 @@ fn a_refused_modification_keeps_the_old_session_forwarding() {
     let before = u.snapshot(seid);
     assert!(before.0.is_some() && before.1.is_some());
     // Moving the uplink PDR to the other session's TEID.
-    let steal = SessionModificationRequest {
-        update_pdr: vec![UpdatePdr {
-            pdr_id: U16Ie(1),
-            precedence: None,
-            pdi: Some(Pdi {
-                source_interface: Some(InterfaceIe(Interface::Access)),
-                f_teid: Some(FTeid::Assigned { teid: 0x200, ipv4: Some(UPF_IP), ipv6: None }),
-                ..Default::default()
-            }),
-            outer_header_removal: None,
-            far_id: None,
-            urr_ids: vec![],
-            qer_ids: vec![],
-        }],
-        ..Default::default()
-    };
+    let steal = new_pdi(1, Some(uplink_at(0x200)));
     let r = u.modify(seid, steal);
     assert_eq!(refusal(r.cause, r.offending_ie), (Cause::RuleCreationModificationFailure, Some(ty::F_TEID)));
     assert_eq!(r.failed_rule_id, Some(FailedRuleId::Pdr(1)));
@@ -439,22 +438,7 @@ fn choose_skips_teids_the_smf_assigned_and_a_freed_one_is_taken_again() {
     let again = u.accepted(session(3, Some(1), ue(3)));
     assert_eq!(u.seid_by_teid(1), Some(again));
     // Moved by a modification to another TEID, the old one is free again.
-    let moved = SessionModificationRequest {
-        update_pdr: vec![UpdatePdr {
-            pdr_id: U16Ie(1),
-            precedence: None,
-            pdi: Some(Pdi {
-                source_interface: Some(InterfaceIe(Interface::Access)),
-                f_teid: Some(FTeid::Assigned { teid: 0x777, ipv4: Some(UPF_IP), ipv6: None }),
-                ..Default::default()
-            }),
-            outer_header_removal: None,
-            far_id: None,
-            urr_ids: vec![],
-            qer_ids: vec![],
-        }],
-        ..Default::default()
-    };
+    let moved = new_pdi(1, Some(uplink_at(0x777)));
     assert_eq!(u.modify(again, moved).cause.0, Cause::RequestAccepted);
     assert_eq!((u.seid_by_teid(1), u.seid_by_teid(0x777)), (None, Some(again)));
     u.accepted(session(4, Some(1), ue(4)));
@@ -483,18 +467,7 @@ fn choose_skips_ue_addresses_the_smf_assigned_in_the_pool_and_a_freed_one_is_tak
     let held = Ipv4Addr::new(198, 19, 7, 9);
     let owner = u.accepted(session_ue(5, 0x105, UeIpAddress { ipv4: Some(held), ..Default::default() }));
     let mut pdi = session_ue(5, 0x105, UeIpAddress { ipv4: Some(ue(5)), ..Default::default() }).create_pdr[1].pdi.clone();
-    let moved = SessionModificationRequest {
-        update_pdr: vec![UpdatePdr {
-            pdr_id: U16Ie(2),
-            precedence: None,
-            pdi: pdi.take(),
-            outer_header_removal: None,
-            far_id: None,
-            urr_ids: vec![],
-            qer_ids: vec![],
-        }],
-        ..Default::default()
-    };
+    let moved = new_pdi(2, pdi.take());
     assert_eq!(u.modify(owner, moved).cause.0, Cause::RequestAccepted);
     u.accepted(session_ue(6, 0x106, UeIpAddress { ipv4: Some(held), ..Default::default() }));
 }
