@@ -16,15 +16,11 @@ first). Both sides count: vecgate's decrypt/encrypt counters, the guest's replie
 ESP in UDP is not checked here (the kernel takes it only on a socket an IKE daemon set
 up); tests/linux_peer/prepare-esp.sh builds the guest (needs root and apt)."""
 import hashlib
-import subprocess
-from pathlib import Path
 
 import pytest
 
+import linux_guest
 from netns import Vecgate, result, wait_for
-
-ROOT = Path(__file__).resolve().parent.parent
-PEER = ROOT / "target" / "linux-peer"
 
 # The guest's keys (guest-init-esp.sh): vecgate -> guest first, then guest -> vecgate.
 GCM = ("000102030405060708090a0b0c0d0e0f10111213", "101112131415161718191a1b1c1d1e1f20212223")
@@ -37,9 +33,7 @@ HMAC = ("606162636465666768696a6b6c6d6e6f707172737475767778797a7b7c7d7e7f",
 
 @pytest.fixture(scope="module")
 def linux_esp_peer():
-    r = subprocess.run([str(ROOT / "tests" / "linux_peer" / "prepare-esp.sh")], capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, r.stdout + r.stderr
-    return PEER
+    return linux_guest.prepare("prepare-esp.sh")
 
 
 def sa_pair(index, spi, alg, local, remote, route, enc, integ=("", "")):
@@ -67,44 +61,18 @@ remote = "{remote}"
 """
 
 
-CONFIG = """
-[[interface]]
-name = "peer"
-type = "af_packet"
-host_if = "tq0"
-mac = "02:00:00:00:aa:01"
-addresses = ["198.18.1.1/24", "2001:db8:1::1/64"]
-
-[[interface]]
-name = "h"
-type = "af_packet"
-host_if = "h1"
-mac = "02:00:00:00:aa:02"
-addresses = ["198.18.200.254/24", "2001:db8:200::fe/64"]
-""" + sa_pair(0, 0x100, "aes-gcm-128", "198.18.1.1", "198.18.1.2", "198.18.220.2/32", GCM) \
+CONFIG = linux_guest.GATEWAY_LINKS \
+    + sa_pair(0, 0x100, "aes-gcm-128", "198.18.1.1", "198.18.1.2", "198.18.220.2/32", GCM) \
     + sa_pair(2, 0x200, "chacha20-poly1305", "2001:db8:1::1", "2001:db8:1::2", "2001:db8:221::2/128", CHACHA) \
     + sa_pair(4, 0x300, "aes-cbc-sha256", "198.18.1.1", "198.18.1.2", "198.18.222.2/32", CBC, HMAC)
 
 
 def test_esp_with_the_linux_kernel_both_ways(lab, vecgate, tmp_path, linux_esp_peer):
-    g, h = lab.dataplane_ns("pq"), lab.ns("h")
-    lab.run(g, "ip", "tuntap", "add", "dev", "tq0", "mode", "tap")
-    lab.run(g, "ip", "link", "set", "tq0", "up")
-    lab.veth(h, "h0", g, "h1")
-    for a in ("198.18.200.1/24", "198.18.200.3/24"):
-        lab.run(h, "ip", "addr", "add", a, "dev", "h0")
-    lab.run(h, "ip", "addr", "add", "2001:db8:200::1/64", "dev", "h0", "nodad")
-    lab.run(h, "ip", "route", "add", "default", "via", "198.18.200.254")
-    lab.run(h, "ip", "-6", "route", "add", "default", "via", "2001:db8:200::fe")
+    g, h = linux_guest.gateway_and_host(lab, ("198.18.200.1/24", "198.18.200.3/24"))
     gw = Vecgate(lab, vecgate, g, CONFIG, tmp_path)
     echo = lab.peer(h, "udp-echo", 7000, 2, "--timeout", 200)
     log = tmp_path / "guest.log"
-    with open(log, "w") as out:
-        qemu = lab.spawn_to(g, out, "qemu-system-x86_64", "-accel", "tcg", "-cpu", "max", "-m", "256", "-smp", "1",
-                            "-nographic", "-no-reboot", "-kernel", str(linux_esp_peer / "vmlinuz"),
-                            "-initrd", str(linux_esp_peer / "initrd-esp.gz"),
-                            "-append", "console=ttyS0 panic=-1 quiet linger=30",
-                            "-netdev", "tap,id=n0,ifname=tq0,script=no,downscript=no", "-device", "virtio-net-pci,netdev=n0")
+    qemu = linux_guest.boot(lab, g, linux_esp_peer, "initrd-esp.gz", log, linger=30)
     try:
         # The guest boots under emulation for a minute or so; the TCP receiver waits 20 s
         # for its connection, so it starts when the guest is up.

@@ -14,16 +14,14 @@ to H's second leg over the shared segment, never through vecgate. H's first leg 
 MTU of 1400 so its packets fit the segment with their outer headers.
 tests/linux_peer/prepare-lb.sh builds the guest (needs root and apt)."""
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+import linux_guest
 from netns import Vecgate, wait_for
 
-ROOT = Path(__file__).resolve().parent.parent
-PEER_DIR = ROOT / "target" / "linux-peer"
 PEER = Path(__file__).resolve().parent / "lb_peer.py"
 VIPS = {"ipip": "198.18.128.20", "gre": "198.18.128.21", "gue": "198.18.128.22"}
 GUEST = "198.18.1.2"
@@ -31,9 +29,7 @@ GUEST = "198.18.1.2"
 
 @pytest.fixture(scope="module")
 def linux_peer():
-    r = subprocess.run([str(ROOT / "tests" / "linux_peer" / "prepare-lb.sh")], capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, r.stdout + r.stderr
-    return PEER_DIR
+    return linux_guest.prepare("prepare-lb.sh")
 
 
 def config():
@@ -99,11 +95,7 @@ def test_direct_server_return_with_a_linux_backend(lab, vecgate, tmp_path, linux
         lab.run(h, "sysctl", "-qw", f"net.ipv4.conf.{conf}.rp_filter=0")
     gw = Vecgate(lab, vecgate, g, config(), tmp_path)
     log = tmp_path / "guest.log"
-    with open(log, "w") as out:
-        qemu = lab.spawn_to(s, out, "qemu-system-x86_64", "-accel", "tcg", "-cpu", "max", "-m", "256", "-smp", "1",
-                            "-nographic", "-no-reboot", "-kernel", str(linux_peer / "vmlinuz"), "-initrd", str(linux_peer / "initrd-lb.gz"),
-                            "-append", "console=ttyS0 panic=-1 quiet linger=120",
-                            "-netdev", "tap,id=n0,ifname=tq0,script=no,downscript=no", "-device", "virtio-net-pci,netdev=n0")
+    qemu = linux_guest.boot(lab, s, linux_peer, "initrd-lb.gz", log, linger=120)
     try:
         # The guest boots under emulation for a minute or so.
         assert wait_for(log, "GUEST: ready", qemu, 240), log.read_text(errors="replace")[-3000:]

@@ -14,39 +14,18 @@ receives there (`csum seq`); and IPIP in GUE on 5560 from the guest's second add
 matching udp_tunnels. The guest pings H and exchanges a UDP datagram with it through each tunnel;
 H pings the guest's inner addresses. tests/linux_peer/prepare.sh installs qemu and
 downloads the Debian kernel package (needs root and apt)."""
-import subprocess
-from pathlib import Path
-
 import pytest
 
+import linux_guest
 from netns import Vecgate, result, wait_for
-
-ROOT = Path(__file__).resolve().parent.parent
-PEER = ROOT / "target" / "linux-peer"
 
 
 @pytest.fixture(scope="module")
 def linux_peer():
-    r = subprocess.run([str(ROOT / "tests" / "linux_peer" / "prepare.sh")], capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, r.stdout + r.stderr
-    return PEER
+    return linux_guest.prepare("prepare.sh")
 
 
-CONFIG = """
-[[interface]]
-name = "peer"
-type = "af_packet"
-host_if = "tq0"
-mac = "02:00:00:00:aa:01"
-addresses = ["198.18.1.1/24", "2001:db8:1::1/64"]
-
-[[interface]]
-name = "h"
-type = "af_packet"
-host_if = "h1"
-mac = "02:00:00:00:aa:02"
-addresses = ["198.18.200.254/24", "2001:db8:200::fe/64"]
-
+CONFIG = linux_guest.GATEWAY_LINKS + """
 [[udp_tunnel]]
 local = "198.18.1.1"
 remote = "198.18.1.2"
@@ -95,24 +74,13 @@ routes = ["198.18.215.2/32"]
 
 
 def test_gue_and_gre_in_udp_with_the_linux_kernel(lab, vecgate, tmp_path, linux_peer):
-    g, h = lab.dataplane_ns("pq"), lab.ns("h")
-    lab.run(g, "ip", "tuntap", "add", "dev", "tq0", "mode", "tap")
-    lab.run(g, "ip", "link", "set", "tq0", "up")
-    lab.veth(h, "h0", g, "h1")
-    for a in ("198.18.200.1/24", "198.18.200.3/24", "198.18.200.5/24", "198.18.200.6/24", "198.18.200.7/24", "198.18.200.8/24"):
-        lab.run(h, "ip", "addr", "add", a, "dev", "h0")
-    lab.run(h, "ip", "addr", "add", "2001:db8:200::1/64", "dev", "h0", "nodad")
-    lab.run(h, "ip", "route", "add", "default", "via", "198.18.200.254")
-    lab.run(h, "ip", "-6", "route", "add", "default", "via", "2001:db8:200::fe")
+    g, h = linux_guest.gateway_and_host(
+        lab, ("198.18.200.1/24", "198.18.200.3/24", "198.18.200.5/24", "198.18.200.6/24", "198.18.200.7/24", "198.18.200.8/24"))
     gw = Vecgate(lab, vecgate, g, CONFIG, tmp_path)
     # The guest boots under emulation for a minute or so before it sends.
     echo = lab.peer(h, "udp-echo", 7000, 4, "--timeout", 200)
     log = tmp_path / "guest.log"
-    with open(log, "w") as out:
-        qemu = lab.spawn_to(g, out, "qemu-system-x86_64", "-accel", "tcg", "-cpu", "max", "-m", "256", "-smp", "1",
-                            "-nographic", "-no-reboot", "-kernel", str(linux_peer / "vmlinuz"), "-initrd", str(linux_peer / "initrd.gz"),
-                            "-append", "console=ttyS0 panic=-1 quiet linger=30",
-                            "-netdev", "tap,id=n0,ifname=tq0,script=no,downscript=no", "-device", "virtio-net-pci,netdev=n0")
+    qemu = linux_guest.boot(lab, g, linux_peer, "initrd.gz", log, linger=30)
     try:
         assert wait_for(log, "GUEST: checks done", qemu, 180), log.read_text(errors="replace")[-3000:]
         text = log.read_text(errors="replace")

@@ -1,0 +1,61 @@
+"""The Linux-kernel peer of the interop tests (test_linux_interop, test_ipsec_linux,
+test_lb_encap_linux): a stock Debian kernel booted under qemu, whose one NIC is the TAP
+`tq0` in a lab namespace. tests/linux_peer/prepare*.sh build its kernel and initramfs
+into target/linux-peer/ (kept between runs; needs root and apt on a fresh machine)."""
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+GUEST_DIR = ROOT / "target" / "linux-peer"
+
+# vecgate between the guest and a host H, as test_linux_interop and test_ipsec_linux draw
+# it: `peer` on the TAP tq0 (the guest is 198.18.1.2 and 2001:db8:1::2), `h` on a veth to H.
+GATEWAY_LINKS = """
+[[interface]]
+name = "peer"
+type = "af_packet"
+host_if = "tq0"
+mac = "02:00:00:00:aa:01"
+addresses = ["198.18.1.1/24", "2001:db8:1::1/64"]
+
+[[interface]]
+name = "h"
+type = "af_packet"
+host_if = "h1"
+mac = "02:00:00:00:aa:02"
+addresses = ["198.18.200.254/24", "2001:db8:200::fe/64"]
+"""
+
+
+def prepare(script: str) -> Path:
+    """Run tests/linux_peer/`script` (it builds what is missing): the folder the guest boots from."""
+    r = subprocess.run([str(ROOT / "tests" / "linux_peer" / script)], capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return GUEST_DIR
+
+
+def gateway_and_host(lab, h_addresses):
+    """The namespaces of GATEWAY_LINKS: vecgate's, holding the TAP tq0 for the guest, and
+    H's, at `h_addresses` and 2001:db8:200::1 with vecgate its default gateway both ways:
+    (vecgate's, H's)."""
+    g, h = lab.dataplane_ns("pq"), lab.ns("h")
+    lab.run(g, "ip", "tuntap", "add", "dev", "tq0", "mode", "tap")
+    lab.run(g, "ip", "link", "set", "tq0", "up")
+    lab.veth(h, "h0", g, "h1")
+    for a in h_addresses:
+        lab.run(h, "ip", "addr", "add", a, "dev", "h0")
+    lab.run(h, "ip", "addr", "add", "2001:db8:200::1/64", "dev", "h0", "nodad")
+    lab.run(h, "ip", "route", "add", "default", "via", "198.18.200.254")
+    lab.run(h, "ip", "-6", "route", "add", "default", "via", "2001:db8:200::fe")
+    return g, h
+
+
+def boot(lab, ns, guest_dir: Path, initrd: str, console: Path, linger: int):
+    """The guest booted in `ns` from `guest_dir`'s kernel and `initrd` under software
+    emulation (a minute or so before it sends), its NIC the TAP tq0 there, its console
+    written to `console`, staying up `linger` seconds after its checks: the qemu process."""
+    with open(console, "w") as out:
+        return lab.spawn_to(ns, out, "qemu-system-x86_64", "-accel", "tcg", "-cpu", "max", "-m", "256", "-smp", "1",
+                            "-nographic", "-no-reboot", "-kernel", str(guest_dir / "vmlinuz"), "-initrd", str(guest_dir / initrd),
+                            "-append", f"console=ttyS0 panic=-1 quiet linger={linger}",
+                            "-netdev", "tap,id=n0,ifname=tq0,script=no,downscript=no", "-device", "virtio-net-pci,netdev=n0")
