@@ -20,7 +20,8 @@ UPF_N3, UPF_N6, GNB, GNB2, DN = "198.18.7.2", "198.18.8.1", "198.18.7.10", "198.
 UPF_N6_6, DN6 = "2001:db8:8::1", "2001:db8:8::2"
 COUNT = 20
 
-CONFIG = f"""
+# vecgate's links (`upf_hosts`): n3 toward the gNB, n6 toward the data network host.
+UPF_LINKS = f"""
 [[interface]]
 name = "n3"
 type = "af_packet"
@@ -34,7 +35,9 @@ type = "af_packet"
 host_if = "n6"
 mac = "02:00:00:00:08:01"
 addresses = ["{UPF_N6}/24", "{UPF_N6_6}/64"]
+"""
 
+CONFIG = UPF_LINKS + f"""
 [pfcp]
 listen = "127.0.0.1:8805"
 n3 = "{UPF_N3}"

@@ -11,25 +11,11 @@ held packets are freed and counted. tshark reads every PFCP message with no warn
 import time
 
 
-from test_pfcp_netns import DN, GNB, UPF_N3, UPF_N6, counter, pcap_clean, py, receiver, received, upf_lab
+from test_pfcp_netns import DN, GNB, UPF_LINKS, UPF_N3, counter, pcap_clean, py, receiver, received, upf_lab
 
 PER_SESSION = 12
 
-CONFIG = f"""
-[[interface]]
-name = "n3"
-type = "af_packet"
-host_if = "n3"
-mac = "02:00:00:00:07:02"
-addresses = ["{UPF_N3}/24"]
-
-[[interface]]
-name = "n6"
-type = "af_packet"
-host_if = "n6"
-mac = "02:00:00:00:08:01"
-addresses = ["{UPF_N6}/24"]
-
+CONFIG = UPF_LINKS + f"""
 [pfcp]
 listen = "127.0.0.1:8805"
 n3 = "{UPF_N3}"
