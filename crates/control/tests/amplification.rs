@@ -5,9 +5,12 @@
 //! the interface it came in by are counted, packet by packet (none of these triggers is
 //! forwarded there).
 
+use common::count_all as count;
 use control::fuzz::graph::{decode, Harness, CONFIG};
 use std::path::Path;
 use std::time::Instant;
+
+mod common;
 
 const BURST: usize = 300;
 /// ICMP errors per second (the bucket holds 100, `icmp_burst`) and GTP-U replies per
@@ -28,10 +31,6 @@ fn harness() -> Harness {
 fn seed(name: &str) -> (usize, io::mem::RxFrame) {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/graph").join(format!("seed-{name}"));
     decode(&std::fs::read(&p).unwrap()).into_iter().next().unwrap()
-}
-
-fn count(h: &Harness, node: &str, counter: &str) -> u64 {
-    h.worker.graph.counter_snapshots().iter().find(|c| c.node == node && c.counter == counter).map_or(0, |c| c.count)
 }
 
 /// Send `BURST` copies of a seed's first frame; every one gets at most one frame back

@@ -2,8 +2,11 @@
 //! …) through the same bodies cargo-fuzz runs (`control::fuzz`), on stable Rust: every
 //! input that ever found something keeps passing the invariants.
 
+use common::count_all as count;
 use control::fuzz::graph::Harness;
 use std::path::{Path, PathBuf};
+
+mod common;
 
 fn corpus(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus").join(target);
@@ -17,11 +20,6 @@ fn corpus(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
 fn seed(name: &str) -> Vec<(usize, io::mem::RxFrame)> {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/graph").join(format!("seed-{name}"));
     control::fuzz::graph::decode(&std::fs::read(p).unwrap())
-}
-
-/// A counter summed over the harness's workers.
-fn count(h: &Harness, node: &str, counter: &str) -> u64 {
-    h.workers().flat_map(|w| w.graph.counter_snapshots()).filter(|c| c.node == node && c.counter == counter).map(|c| c.count).sum()
 }
 
 #[test]

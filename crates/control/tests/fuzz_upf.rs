@@ -3,16 +3,15 @@
 //! invariant of the harness (`control::fuzz::graph`), and each does what it was written
 //! for — so fuzzing starts from inside the UPF, not from a drop at its door.
 
+use common::count_all as count;
 use control::fuzz::graph::{decode, Harness};
 use std::path::Path;
+
+mod common;
 
 fn seed(name: &str) -> Vec<(usize, io::mem::RxFrame)> {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/graph").join(format!("seed-upf-{name}"));
     decode(&std::fs::read(p).unwrap())
-}
-
-fn count(h: &Harness, node: &str, counter: &str) -> u64 {
-    h.worker.graph.counter_snapshots().iter().find(|c| c.node == node && c.counter == counter).map_or(0, |c| c.count)
 }
 
 /// The frames of a seed, in one poll; what came out, as (interface, outer IP bytes).
