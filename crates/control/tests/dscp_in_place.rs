@@ -6,50 +6,25 @@
 //! whole worker with its control plane (the graph fuzz target's harness, which checks
 //! every frame it sends).
 
+use common::{ACCESS0, CORE0};
 use control::api::{Reply, Request};
 use control::fuzz::graph::Harness;
 use io::mem::RxFrame;
 use ip::outer::tos::{Dscp, ECT0};
 
-const ACCESS0: usize = 0;
-const CORE0: usize = 1;
+#[macro_use]
+mod common;
 
-const CFG: &str = r#"
-[metrics]
-tunnel_counters = true
-
-[[interface]]
-name = "access0"
-type = "pg"
-mac = "02:00:00:00:00:01"
-addresses = ["198.18.0.1/24"]
-
-[[interface]]
-name = "core0"
-type = "pg"
-mac = "02:00:00:00:00:02"
-addresses = ["198.18.1.1/24"]
-
+const CFG: &str = concat!(
+    access0_core0_config!(),
+    r#"
 [[neighbour]]
 interface = "core0"
 ip = "198.18.1.2"
 mac = "02:00:00:00:02:02"
-
-[[udp_tunnel]]
-local = "198.18.1.1"
-remote = "198.18.1.2"
-encap = "gre"
-key = 7
-gre_sequence = true
-routes = ["198.19.1.0/24"]
-
-[[gtpu_tunnel]]
-local = "198.18.1.1"
-remote = "198.18.1.2"
-teid_in = 100
-teid_out = 200
-ue = "198.19.2.0/24"
-
+"#,
+    gre_and_gtpu_tunnels_config!(),
+    r#"
 [[ipsec_sa]]
 index = 0
 spi = 0x1000
@@ -59,7 +34,8 @@ enc_key = "0102030405060708090a0b0c0d0e0f1011121314"
 local = "198.18.1.1"
 remote = "198.18.1.2"
 routes = ["198.19.3.0/24"]
-"#;
+"#
+);
 
 /// The inner packet's traffic class: DSCP 46 (EF), ECT(0).
 const INNER_TC: u8 = 46 << 2 | ECT0;

@@ -7,28 +7,22 @@
 //! (the uplink behind `gtpu4-input`, to N6). A whole worker runs here, fed the frame as
 //! an af_packet socket with PACKET_VNET_HDR hands it over.
 
+use common::{count_all as count, ACCESS0, CORE0};
 use control::fuzz::graph::Harness;
 use engine::{GsoKind, Pool};
 use io::mem::RxFrame;
 use io::vnet::{VnetHdr, F_NEEDS_CSUM, GSO_UDP_L4};
 
+#[macro_use]
+mod common;
+
 /// Users on access0, tunnel peers on core0: a GTP-U tunnel over IPv4 and one over IPv6
 /// (TEID 100 both), a GUE tunnel over IPv4 on port 6080, an inbound ESP SA in UDP
 /// (RFC 3948, port 4500) from 198.18.1.4 (SPI 0x3000, AES-GCM-128). Inner packets go to
 /// 198.18.0.2 / 2001:db8::2 on access0.
-const CFG: &str = r#"
-[[interface]]
-name = "access0"
-type = "pg"
-mac = "02:00:00:00:00:01"
-addresses = ["198.18.0.1/24", "2001:db8::1/64"]
-
-[[interface]]
-name = "core0"
-type = "pg"
-mac = "02:00:00:00:00:02"
-addresses = ["198.18.1.1/24", "2001:db8:1::1/64"]
-
+const CFG: &str = concat!(
+    access0_core0_config!(dual_stack),
+    r#"
 [[neighbour]]
 interface = "access0"
 ip = "198.18.0.2"
@@ -83,15 +77,8 @@ enc_key = "0102030405060708090a0b0c0d0e0f1011121314"
 local = "198.18.1.1"
 remote = "198.18.1.4"
 udp_encap = true
-"#;
-
-/// `node`'s `counter` in the worker.
-fn count(h: &Harness, node: &str, counter: &str) -> u64 {
-    h.worker.graph.counter_snapshots().into_iter().filter(|c| c.node == node && c.counter == counter).map(|c| c.count).sum()
-}
-
-const ACCESS: usize = 0;
-const CORE: usize = 1;
+"#
+);
 
 fn checksum(b: &[u8]) -> u16 {
     let mut s: u32 = b.chunks(2).map(|c| u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]) as u32).sum();
@@ -198,8 +185,8 @@ fn forwarded_from(src: [u8; 4], i: usize, len: usize) -> Vec<u8> {
 /// host), whole, in order, none a GSO frame; `local` sent the frame to the segmenter,
 /// which cut it into one datagram per packet.
 fn every_inner_packet_forwarded(h: &mut Harness, frame: RxFrame, want: &[Vec<u8>], local: &str, what: &str) {
-    let out = h.frame(CORE, frame);
-    let got: Vec<_> = out.iter().filter(|(port, _)| *port == ACCESS).collect();
+    let out = h.frame(CORE0, frame);
+    let got: Vec<_> = out.iter().filter(|(port, _)| *port == ACCESS0).collect();
     assert_eq!(got.len(), want.len(), "{what}: one packet out per datagram: {out:?}");
     for (i, ((_, t), want)) in got.iter().zip(want).enumerate() {
         assert_eq!(t.gso, GsoKind::None, "{what}: packet {i}");
@@ -342,8 +329,8 @@ fn every_upf_uplink_g_pdu_of_a_gso_frame_reaches_n6() {
 #[test]
 fn a_gso_frame_of_one_datagram_is_not_cut() {
     let mut h = Harness::with_config(CFG);
-    let out = h.frame(CORE, gso_frame(false, "198.18.1.2", "198.18.1.1", 2152, &[gpdu(0, 300)]));
-    let got: Vec<_> = out.iter().filter(|(port, _)| *port == ACCESS).collect();
+    let out = h.frame(CORE0, gso_frame(false, "198.18.1.2", "198.18.1.1", 2152, &[gpdu(0, 300)]));
+    let got: Vec<_> = out.iter().filter(|(port, _)| *port == ACCESS0).collect();
     assert_eq!(got.len(), 1, "{out:?}");
     assert_eq!(got[0].1.bytes[14..], forwarded(0, 300)[..]);
     assert_eq!(count(&h, "ip4-local", "gso-to-segment"), 0);

@@ -4,27 +4,18 @@
 //! do, rather than leaving straight by the backend's adjacency past a DISCARD or
 //! PROTECT. A whole worker with its control plane (the graph fuzz target's harness).
 
+use common::{count_all as count, ACCESS0, CORE0};
 use control::fuzz::graph::Harness;
 use io::mem::RxFrame;
 
-const ACCESS0: usize = 0;
-const CORE0: usize = 1;
+#[macro_use]
+mod common;
 
 fn config(action: &str) -> String {
     format!(
-        r#"
-[[interface]]
-name = "access0"
-type = "pg"
-mac = "02:00:00:00:00:01"
-addresses = ["198.18.0.1/24"]
-
-[[interface]]
-name = "core0"
-type = "pg"
-mac = "02:00:00:00:00:02"
-addresses = ["198.18.1.1/24"]
-
+        concat!(
+            access0_core0_config!(),
+            r#"
 [[neighbour]]
 interface = "access0"
 ip = "198.18.0.2"
@@ -64,6 +55,8 @@ spd = 1
 direction = "outbound"
 action = "bypass"
 "#
+        ),
+        action = action
     )
 }
 
@@ -85,10 +78,6 @@ fn to_service() -> RxFrame {
     let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 1, 2, 8, 0];
     f.extend_from_slice(&p);
     RxFrame { bytes: f, vnet: None }
-}
-
-fn count(h: &Harness, node: &str, counter: &str) -> u64 {
-    h.worker.graph.counter_snapshots().into_iter().filter(|c| c.node == node && c.counter == counter).map(|c| c.count).sum()
 }
 
 #[test]

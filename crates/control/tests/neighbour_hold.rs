@@ -6,13 +6,15 @@
 //! worker (the graph fuzz target's dataplane) with its control plane, every frame
 //! checked by the harness.
 
+use common::{ACCESS0, CORE0};
 use control::fuzz::graph::{Harness, CONFIG};
 use engine::worker::WorkerCmd;
 use io::mem::{RxFrame, TxFrame};
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-const ACCESS0: usize = 0;
-const CORE0: usize = 1;
+#[macro_use]
+mod common;
+
 const GW_ACCESS: [u8; 6] = [2, 0, 0, 0, 0, 1];
 const GW_CORE: [u8; 6] = [2, 0, 0, 0, 0, 2];
 const HOST: [u8; 6] = [2, 0, 0, 0, 1, 2];
@@ -190,19 +192,9 @@ fn with_holding_off_each_packet_becomes_the_solicitation() {
 /// dropped as `no-policy`, so a tunnel's first packets were lost.
 #[test]
 fn held_esp_leaves_a_link_with_an_spd_once_the_peer_answers() {
-    let cfg = r#"
-[[interface]]
-name = "access0"
-type = "pg"
-mac = "02:00:00:00:00:01"
-addresses = ["198.18.0.1/24", "2001:db8::1/64"]
-
-[[interface]]
-name = "core0"
-type = "pg"
-mac = "02:00:00:00:00:02"
-addresses = ["198.18.1.1/24", "2001:db8:1::1/64"]
-
+    let cfg = concat!(
+        access0_core0_config!(dual_stack),
+        r#"
 [[neighbour]]
 interface = "access0"
 ip = "198.18.0.2"
@@ -232,7 +224,8 @@ direction = "outbound"
 action = "protect"
 sa = 7
 remote = "198.19.77.0/24"
-"#;
+"#
+    );
     let mut h = Harness::with_config(cfg);
     for (dst, sport) in [(Ipv4Addr::new(198, 19, 77, 1), 5001), (Ipv4Addr::new(198, 19, 78, 1), 5002)] {
         assert_eq!(core0(&h.frame(ACCESS0, udp4(dst, sport))), [Out::ArpRequest(PEER4)], "datagram {sport}");

@@ -11,25 +11,8 @@ mod common;
 
 const CFG: &str = concat!(
     pg0_null0_config!(),
+    gre_and_gtpu_tunnels_config!(),
     r#"
-[metrics]
-tunnel_counters = true
-
-[[udp_tunnel]]
-local = "198.18.1.1"
-remote = "198.18.1.2"
-encap = "gre"
-key = 7
-gre_sequence = true
-routes = ["198.19.1.0/24"]
-
-[[gtpu_tunnel]]
-local = "198.18.1.1"
-remote = "198.18.1.2"
-teid_in = 100
-teid_out = 200
-ue = "198.19.2.0/24"
-
 [[stream]]
 name = "into-gre"
 interface = "pg0"

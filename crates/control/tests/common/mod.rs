@@ -38,6 +38,75 @@ mac = "02:00:00:00:01:02"
     };
 }
 
+/// The two links of the tests that feed a worker by port (`Harness::frame`), as TOML:
+/// `access0` (a generator, 198.18.0.1/24) on the users' side, `core0` (a generator,
+/// 198.18.1.1/24) on the peers'; [`ACCESS0`] and [`CORE0`] are their ports. With
+/// `dual_stack`, 2001:db8::1/64 and 2001:db8:1::1/64 too.
+#[allow(unused_macros)]
+macro_rules! access0_core0_config {
+    () => {
+        access0_core0_config!(@ "", "")
+    };
+    (dual_stack) => {
+        access0_core0_config!(@ r#", "2001:db8::1/64""#, r#", "2001:db8:1::1/64""#)
+    };
+    (@ $access0_v6:literal, $core0_v6:literal) => {
+        concat!(
+            r#"
+[[interface]]
+name = "access0"
+type = "pg"
+mac = "02:00:00:00:00:01"
+addresses = ["198.18.0.1/24""#,
+            $access0_v6,
+            r#"]
+
+[[interface]]
+name = "core0"
+type = "pg"
+mac = "02:00:00:00:00:02"
+addresses = ["198.18.1.1/24""#,
+            $core0_v6,
+            r#"]
+"#
+        )
+    };
+}
+
+/// The tunnels the tests of changes in place make their changes to, as TOML: from
+/// 198.18.1.1 to the peer 198.18.1.2, a GRE-in-UDP tunnel (key 7, sequence numbers) for
+/// 198.19.1.0/24 and a GTP-U tunnel (TEIDs 100 in, 200 out) for the UEs 198.19.2.0/24,
+/// each counted (`[metrics] tunnel_counters`).
+#[allow(unused_macros)]
+macro_rules! gre_and_gtpu_tunnels_config {
+    () => {
+        r#"
+[metrics]
+tunnel_counters = true
+
+[[udp_tunnel]]
+local = "198.18.1.1"
+remote = "198.18.1.2"
+encap = "gre"
+key = 7
+gre_sequence = true
+routes = ["198.19.1.0/24"]
+
+[[gtpu_tunnel]]
+local = "198.18.1.1"
+remote = "198.18.1.2"
+teid_in = 100
+teid_out = 200
+ue = "198.19.2.0/24"
+"#
+    };
+}
+
+/// The ports of `access0` and `core0` in [`access0_core0_config`] and in the graph fuzz
+/// target's gateway (`control::fuzz::graph::CONFIG`), where they come first too.
+pub const ACCESS0: usize = 0;
+pub const CORE0: usize = 1;
+
 use control::api::{Reply, Request};
 use control::config::Config;
 use control::dataplane::{assemble, Control, WorkerContext};
