@@ -15,7 +15,9 @@
 //! and takes the ports back, rather than at the next [`RESYNC`]; so does a controller
 //! started before its gateway. A gateway down for longer than a restart is tried less
 //! and less often, up to every [`RETRY_GONE_MAX`] ([`retry_wait`]), and logged at the
-//! first failure and then every [`UNREACHABLE_LOG`] ([`Unreachable`]). Ports
+//! first failure and then every [`UNREACHABLE_LOG`] ([`Tries`]). One that answers with a
+//! refusal (an older gateway, one past its connection limit) is reachable: the failures
+//! end, it is asked again every [`RESYNC`], and the refusal is logged as an outage is. Ports
 //! of the owner that this run does not serve — a previous run's — are deleted once the
 //! controller's initial sync is done ([`HealthPunt::reconcile`]): before it, the
 //! listeners of the Services not yet seen are still to open.
@@ -26,7 +28,7 @@ use std::io::Read;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The owner of the ports this controller adds.
 pub const OWNER: &str = "k8s";
@@ -56,20 +58,45 @@ pub fn retry_wait(failures: u32) -> Duration {
     RETRY_GONE.saturating_mul(1 << doublings).min(RETRY_GONE_MAX)
 }
 
-/// A gateway that does not answer, as the thread tries it again (sans-IO: the time is a
-/// parameter): the tries failed in a row, and when that was last logged.
-#[derive(Debug, Default)]
-pub struct Unreachable {
-    failures: u32,
-    since: Option<std::time::Instant>,
-    logged: Option<std::time::Instant>,
+/// What one try at the gateway (`show punt`) came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// No answer: no socket, the connection refused, or closed without a reply.
+    NoAnswer,
+    /// An error reply: an older gateway, a transient refusal, one past its connection
+    /// limit. It answers, so it is reachable; its ports are not known.
+    Refused,
+    /// The gateway's punt ports.
+    Answered,
 }
 
-impl Unreachable {
-    /// A try failed at `now`: whether to log it (the first failure, then at most every
-    /// [`UNREACHABLE_LOG`]) and for how long the gateway has not answered.
-    pub fn failed(&mut self, now: std::time::Instant) -> Option<Duration> {
-        self.failures = self.failures.saturating_add(1);
+/// What of a try to log; each run of like tries is logged at its first and then at most
+/// every [`UNREACHABLE_LOG`].
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Note {
+    /// `gateway unreachable`: for how long the gateway has not answered.
+    pub unreachable: Option<Duration>,
+    /// `gateway answers`: after this many tries it did not.
+    pub answers_after: u32,
+    /// `show punt refused`: for how long it has been refused.
+    pub refused: Option<Duration>,
+    /// `show punt answered`: after this many tries it was refused.
+    pub answered_after: u32,
+}
+
+/// Tries in a row that came to the same failure, since when, and when last logged.
+#[derive(Debug, Default)]
+struct Run {
+    count: u32,
+    since: Option<Instant>,
+    logged: Option<Instant>,
+}
+
+impl Run {
+    /// One more at `now`: whether to log it (the first, then at most every
+    /// [`UNREACHABLE_LOG`]) and for how long the run has lasted.
+    fn add(&mut self, now: Instant) -> Option<Duration> {
+        self.count = self.count.saturating_add(1);
         let since = *self.since.get_or_insert(now);
         let due = self.logged.is_none_or(|t| now.saturating_duration_since(t) >= UNREACHABLE_LOG);
         due.then(|| {
@@ -78,15 +105,56 @@ impl Unreachable {
         })
     }
 
-    /// The wait before the next try.
-    pub fn wait(&self) -> Duration {
-        retry_wait(self.failures)
+    /// The run ended: the next failure starts one, logged at once. Its tries, if any.
+    fn end(&mut self) -> u32 {
+        std::mem::take(self).count
+    }
+}
+
+/// The thread's tries at the gateway (sans-IO: the time is a parameter): when the last
+/// was, and the runs of tries it did not answer and of those it refused.
+#[derive(Debug)]
+pub struct Tries {
+    last: Instant,
+    unanswered: Run,
+    refused: Run,
+}
+
+impl Tries {
+    /// The thread started at `now`: the first try is due [`RETRY_GONE`] later (at the first
+    /// change if sooner).
+    pub fn new(now: Instant) -> Tries {
+        Tries { last: now, unanswered: Run::default(), refused: Run::default() }
     }
 
-    /// The gateway answered: the next failure waits [`RETRY_GONE`] and is logged. The
-    /// tries that failed before, if any.
-    pub fn answered(&mut self) -> u32 {
-        std::mem::take(self).failures
+    /// A try at `now` came to `outcome`: what to log.
+    pub fn tried(&mut self, now: Instant, outcome: Outcome) -> Note {
+        self.last = now;
+        let mut note = Note::default();
+        if outcome == Outcome::NoAnswer {
+            note.unreachable = self.unanswered.add(now);
+            return note;
+        }
+        // Any answer, a refusal too: the gateway is reachable, so an outage after it is
+        // tried every RETRY_GONE again and logged at once. A refusal run outlasts an
+        // outage (an older gateway restarted still refuses): only ports end it.
+        note.answers_after = self.unanswered.end();
+        if outcome == Outcome::Refused {
+            note.refused = self.refused.add(now);
+        } else {
+            note.answered_after = self.refused.end();
+        }
+        note
+    }
+
+    /// When the next try is due without a change: [`RESYNC`] after the last while the
+    /// idle connection is open (`watched`), and after a refusal even if not (an answer
+    /// that refuses is no faster for asking sooner, and the idle connection of a gateway
+    /// past its connection limit is closed as it opens: trying at once would spin);
+    /// otherwise [`retry_wait`] of the tries it did not answer.
+    pub fn due(&self, watched: bool) -> Instant {
+        let refusing = self.refused.count > 0 && self.unanswered.count == 0;
+        self.last + if watched || refusing { RESYNC } else { retry_wait(self.unanswered.count) }
     }
 }
 
@@ -97,6 +165,9 @@ pub(crate) enum Msg {
     Reconcile,
     /// The gateway closed idle connection `n`: it went away (or restarted).
     Gone(u64),
+    /// The gateway answered idle connection `n` and closed it: it refused the connection
+    /// (past its connection limit), and is still there.
+    Shed(u64),
     /// Every handle was dropped.
     Stop,
 }
@@ -220,7 +291,8 @@ pub fn owned_ports(reply: &Reply) -> Option<BTreeSet<u16>> {
 
 /// An idle connection to the control socket, and a thread blocked reading it: the
 /// gateway never writes on a connection without a request, so the read ends (end of
-/// file, or an error) only when the gateway closes it, by exiting. Then `Gone`.
+/// file, or an error) only when the gateway closes it, by exiting: then `Gone`; or past
+/// its connection limit, answered with a refusal as it opens: then `Shed`.
 struct Watch(UnixStream, u64);
 
 impl Watch {
@@ -230,8 +302,11 @@ impl Watch {
         std::thread::Builder::new()
             .name("health-punt-watch".into())
             .spawn(move || {
-                let _ = reader.read(&mut [0u8; 1]);
-                let _ = tx.send(Msg::Gone(n));
+                let end = match reader.read(&mut [0u8; 1]) {
+                    Ok(1) => Msg::Shed(n),
+                    _ => Msg::Gone(n),
+                };
+                let _ = tx.send(end);
             })
             .ok()?;
         Some(Watch(conn, n))
@@ -246,55 +321,91 @@ impl Drop for Watch {
     }
 }
 
+/// Applies a message other than `Stop`: whether it changes the ports wanted (a try at
+/// once) rather than ends the idle connection (a try when due, now unwatched).
+fn apply(m: Msg, wanted: &mut Wanted, watch: &mut Option<Watch>) -> bool {
+    match m {
+        Msg::Open(p) => wanted.open(p),
+        Msg::Close(p) => wanted.close(p),
+        Msg::Reconcile => wanted.reconcile(),
+        Msg::Gone(n) | Msg::Shed(n) => {
+            if watch.as_ref().is_some_and(|w| w.1 == n) {
+                *watch = None;
+                if m == Msg::Gone(n) {
+                    tracing::info!("gateway gone: its punted health check ports are added again once it answers");
+                }
+            }
+            return false;
+        }
+        Msg::Stop => {}
+    }
+    true
+}
+
 fn run(socket: PathBuf, rx: mpsc::Receiver<Msg>, own: mpsc::Sender<Msg>) {
     let mut wanted = Wanted::default();
     // Logged once until the gateway answers with one: no [punt] on the gateway.
     let mut said_no_punt = false;
-    let mut unreachable = Unreachable::default();
+    let mut tries = Tries::new(Instant::now());
     // The idle connection while the gateway answers; `None`: it has not answered since
-    // it went away (or ever): tried again after `unreachable.wait()`.
+    // it went away (or ever), or refused the connection.
     let mut watch: Option<Watch> = None;
     let mut watches = 0u64;
     loop {
-        let wait = if watch.is_some() { RESYNC } else { unreachable.wait() };
-        let mut apply = |m: Msg, watch: &mut Option<Watch>| match m {
-            Msg::Open(p) => wanted.open(p),
-            Msg::Close(p) => wanted.close(p),
-            Msg::Reconcile => wanted.reconcile(),
-            Msg::Gone(n) => {
-                if watch.as_ref().is_some_and(|w| w.1 == n) {
-                    *watch = None;
-                    tracing::info!("gateway gone: its punted health check ports are added again once it answers");
+        // Until a change, or the next try is due (sooner once the idle connection ends).
+        loop {
+            let wait = tries.due(watch.is_some()).saturating_duration_since(Instant::now());
+            match rx.recv_timeout(wait) {
+                Ok(Msg::Stop) | Err(mpsc::RecvTimeoutError::Disconnected) => return,
+                Ok(m) => {
+                    if apply(m, &mut wanted, &mut watch) {
+                        break;
+                    }
                 }
+                Err(mpsc::RecvTimeoutError::Timeout) => break,
             }
-            Msg::Stop => {}
-        };
-        match rx.recv_timeout(wait) {
-            Ok(Msg::Stop) | Err(mpsc::RecvTimeoutError::Disconnected) => return,
-            Ok(m) => apply(m, &mut watch),
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
         }
         // Several changes at once (a resync) make one pass.
         while let Ok(m) = rx.try_recv() {
             if m == Msg::Stop {
                 return;
             }
-            apply(m, &mut watch);
+            apply(m, &mut wanted, &mut watch);
         }
         // Watched before asked: a gateway that goes between the two is seen going.
         if watch.is_none() {
             watches += 1;
             watch = Watch::open(&socket, own.clone(), watches);
         }
-        let have = match control::server::call(&socket, &Request::ShowPunt {}) {
+        let reply = control::server::call(&socket, &Request::ShowPunt {});
+        let outcome = match &reply {
+            Ok(r) if r.ok => Outcome::Answered,
+            Ok(_) => Outcome::Refused,
+            Err(_) => Outcome::NoAnswer,
+        };
+        let note = tries.tried(Instant::now(), outcome);
+        if note.answers_after > 0 {
+            tracing::info!(failed_tries = note.answers_after, "gateway answers");
+        }
+        if note.answered_after > 0 {
+            tracing::info!(refused_tries = note.answered_after, "show punt answered");
+        }
+        let have = match reply {
             Ok(r) if r.ok => owned_ports(&r),
             Ok(r) => {
-                tracing::warn!(error = r.error.as_deref().unwrap_or(""), "show punt refused: health check ports not punted");
+                if let Some(refused) = note.refused {
+                    tracing::warn!(
+                        error = r.error.as_deref().unwrap_or(""),
+                        refused_s = refused.as_secs(),
+                        "show punt refused: health check ports not punted (tried again every {} s)",
+                        RESYNC.as_secs()
+                    );
+                }
                 continue;
             }
             Err(e) => {
                 watch = None;
-                if let Some(down) = unreachable.failed(std::time::Instant::now()) {
+                if let Some(down) = note.unreachable {
                     tracing::warn!(
                         socket = %socket.display(),
                         error = %e,
@@ -306,10 +417,6 @@ fn run(socket: PathBuf, rx: mpsc::Receiver<Msg>, own: mpsc::Sender<Msg>) {
                 continue;
             }
         };
-        let tries = unreachable.answered();
-        if tries > 0 {
-            tracing::info!(failed_tries = tries, "gateway answers");
-        }
         let Some(have) = have else {
             if !said_no_punt {
                 tracing::warn!("the gateway has no [punt] section: health check ports cannot be punted (--punt-health-ports)");
@@ -545,6 +652,22 @@ mod tests {
         let _ = std::fs::remove_dir(&dir);
     }
 
+    /// Tries at `t` from `now`, each when the last made it due (unwatched, as the thread
+    /// after a failure), all coming to `outcome`, until `span` has passed: when the last
+    /// ended, how many there were and each note to log, by its time since `now`.
+    fn tried_for(t: &mut Tries, mut now: Instant, outcome: Outcome, span: Duration) -> (Instant, u32, Vec<(Duration, Note)>) {
+        let (start, mut tries, mut notes) = (now, 0u32, Vec::new());
+        while now - start < span {
+            tries += 1;
+            let note = t.tried(now, outcome);
+            if note != Note::default() {
+                notes.push((now - start, note));
+            }
+            now = t.due(false);
+        }
+        (now, tries, notes)
+    }
+
     /// A gateway that does not answer is tried every RETRY_GONE for a restart's time,
     /// then less and less often up to RETRY_GONE_MAX; once it answers, from RETRY_GONE
     /// again. Logged at the first failure, then once a minute, not at every try.
@@ -555,28 +678,65 @@ mod tests {
         assert_eq!(schedule[..=RETRY_GONE_TRIES as usize], [ms(200); 26]);
         assert_eq!(schedule[26..], [ms(400), ms(800), ms(1600), ms(3200), ms(5000), ms(5000), ms(5000)]);
         assert_eq!(retry_wait(u32::MAX), RETRY_GONE_MAX);
+        let t0 = Instant::now();
+        let mut t = Tries::new(t0);
+        assert_eq!(t.due(false), t0 + RETRY_GONE, "a controller started before its gateway");
         // Virtual time, 150 s of a gateway that never answers: each try fails, and the
         // next comes after the wait it set. Tries at 0, 0.2, ... 5.0 s (26), 5.4, 6.2, 7.8,
         // 11, 16 s, then every 5 s: 61 and 121 s are the first a minute after a log.
-        let t0 = std::time::Instant::now();
-        let (mut u, mut now, mut tries, mut logged) = (Unreachable::default(), t0, 0u32, Vec::new());
-        assert_eq!(u.wait(), RETRY_GONE, "a controller started before its gateway");
-        while now - t0 < Duration::from_secs(150) {
-            tries += 1;
-            if let Some(down) = u.failed(now) {
-                logged.push((now - t0, down));
-            }
-            now += u.wait();
-        }
+        let (now, tries, notes) = tried_for(&mut t, t0, Outcome::NoAnswer, Duration::from_secs(150));
         let s = Duration::from_secs;
-        assert_eq!(logged, [(s(0), s(0)), (s(61), s(61)), (s(121), s(121))], "the first failure, then at most once a minute");
+        let down = |d: Duration| Note { unreachable: Some(d), ..Note::default() };
+        assert_eq!(
+            notes,
+            [(s(0), down(s(0))), (s(61), down(s(61))), (s(121), down(s(121)))],
+            "the first failure, then at most once a minute"
+        );
         assert_eq!(tries, 57);
         // It answers: the next failure is logged at once, and waits RETRY_GONE.
-        assert_eq!(u.answered(), tries, "the tries that failed");
-        assert_eq!(u.wait(), RETRY_GONE);
-        assert_eq!(u.failed(now), Some(Duration::ZERO));
-        assert_eq!((u.wait(), u.failed(now + ms(200))), (RETRY_GONE, None));
-        assert_eq!(u.answered(), 2);
+        assert_eq!(t.tried(now, Outcome::Answered), Note { answers_after: tries, ..Note::default() });
+        assert_eq!((t.due(true), t.due(false)), (now + RESYNC, now + RETRY_GONE), "unwatched: tried soon, to watch it");
+        assert_eq!(t.tried(now, Outcome::NoAnswer), down(Duration::ZERO));
+        assert_eq!(t.due(false), now + RETRY_GONE);
+        assert_eq!(t.tried(now + ms(200), Outcome::NoAnswer), Note::default());
+        assert_eq!(t.tried(now + ms(400), Outcome::Answered).answers_after, 2);
+    }
+
+    /// A gateway that answers but refuses `show punt` (an older one, a transient refusal,
+    /// one past its connection limit) is reachable: the tries it did not answer end, so an
+    /// outage after it is tried every RETRY_GONE again and logged at once. It is tried
+    /// again every RESYNC, as a gateway that answers, even unwatched (past its limit it
+    /// closes the idle connection as it opens: no spin); the refusal logged at the first
+    /// and then once a minute, over outages too, until it answers with its ports.
+    #[test]
+    fn a_gateway_that_refuses_show_punt_is_reachable_and_tried_at_the_resync() {
+        let (s, ms) = (Duration::from_secs, Duration::from_millis);
+        let t0 = Instant::now();
+        let mut t = Tries::new(t0);
+        // Down for 20 s: tried every 5 s by then, logged at the first try only.
+        let (now, down_tries, notes) = tried_for(&mut t, t0, Outcome::NoAnswer, s(20));
+        assert_eq!(notes.len(), 1);
+        assert_eq!(retry_wait(down_tries), RETRY_GONE_MAX);
+        // It answers, refusing.
+        assert_eq!(t.tried(now, Outcome::Refused), Note { answers_after: down_tries, refused: Some(s(0)), ..Note::default() });
+        assert_eq!((t.due(true), t.due(false)), (now + RESYNC, now + RESYNC), "the next try at the resync, watched or not");
+        // Then it goes away, within a minute of the last `gateway unreachable`: logged at
+        // once all the same, and tried again every RETRY_GONE.
+        let r0 = now;
+        let now = t.due(false);
+        assert_eq!(t.tried(now, Outcome::NoAnswer), Note { unreachable: Some(Duration::ZERO), ..Note::default() });
+        assert_eq!(t.due(false), now + RETRY_GONE);
+        // Back, still refusing: the refusal run goes on, logged once a minute from r0.
+        let now = t.due(false);
+        assert_eq!(t.tried(now, Outcome::Refused), Note { answers_after: 1, ..Note::default() });
+        let start = t.due(false);
+        let (now, refusals, notes) = tried_for(&mut t, start, Outcome::Refused, s(150));
+        let logged: Vec<_> = notes.into_iter().map(|(at, n)| (start + at - r0, n)).collect();
+        let at = |d: Duration| (d, Note { refused: Some(d), ..Note::default() });
+        assert_eq!(logged, [at(ms(60_200)), at(ms(120_200))], "once a minute from the first refusal");
+        // It answers with its ports: the refusals end, and a refusal after is logged at once.
+        assert_eq!(t.tried(now, Outcome::Answered), Note { answered_after: refusals + 2, ..Note::default() });
+        assert_eq!(t.tried(now + RESYNC, Outcome::Refused).refused, Some(Duration::ZERO));
     }
 
     #[test]
