@@ -225,8 +225,7 @@ pub fn parse_route_file(text: &str, name: &str) -> Result<Vec<(Prefix, RouteTarg
 /// prefix. An error says which and that there is none.
 pub fn fib_entry(state: &mut ip::RouterState, query: &str) -> Result<ip::state::FibEntry, String> {
     if let Ok(a) = query.parse::<std::net::IpAddr>() {
-        let host = Prefix::covering(a, if a.is_ipv4() { 32 } else { 128 });
-        return state.fib_match(&host, false).ok_or_else(|| format!("no route covers {a}"));
+        return state.fib_match(&Prefix::host(a), false).ok_or_else(|| format!("no route covers {a}"));
     }
     let p: Prefix = query.parse().map_err(|e| format!("{query:?}: expected an address or a prefix ({e})"))?;
     state.fib_match(&p, true).ok_or_else(|| format!("no route for exactly {p}"))

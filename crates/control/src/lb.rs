@@ -224,7 +224,7 @@ fn on_local_path(spec: &ServiceSpec, is_own: impl Fn(IpAddr) -> bool) -> bool {
 /// The running gateway's interface that has `addr` as one of its own addresses (its
 /// IPv6 link-local one too), if any.
 pub fn node_address_owner(router: &RouterState, addr: IpAddr) -> Option<&str> {
-    router.own_address_of(&Prefix::covering(addr, if addr.is_ipv4() { 32 } else { 128 }))
+    router.own_address_of(&Prefix::host(addr))
 }
 
 /// Whether `addr` is one of the running gateway's own addresses ([`node_address_owner`]).

@@ -61,6 +61,15 @@ impl Prefix {
         }
     }
 
+    /// The host prefix of `addr`: the /32 or /128 that is `addr` alone (a local address's
+    /// route, an address asked of the FIB as a prefix).
+    pub fn host(addr: IpAddr) -> Prefix {
+        match addr {
+            IpAddr::V4(a) => Prefix::V4(a, 32),
+            IpAddr::V6(a) => Prefix::V6(a, 128),
+        }
+    }
+
     pub fn len(&self) -> u8 {
         match self {
             Prefix::V4(_, l) | Prefix::V6(_, l) => *l,
@@ -168,5 +177,19 @@ mod tests {
         assert!(!p.contains("198.20.0.0".parse().unwrap()));
         let a: IfAddr = "198.18.0.1/24".parse().unwrap();
         assert_eq!(a.subnet().to_string(), "198.18.0.0/24");
+    }
+
+    #[test]
+    fn a_host_prefix_is_the_address_alone() {
+        let v4: IpAddr = "198.18.0.1".parse().unwrap();
+        let v6: IpAddr = "2001:db8::1".parse().unwrap();
+        assert_eq!(Prefix::host(v4), "198.18.0.1/32".parse().unwrap());
+        assert_eq!(Prefix::host(v6), "2001:db8::1/128".parse().unwrap());
+        for a in [v4, v6] {
+            let host = Prefix::host(a);
+            assert_eq!((host.network(), host.contains(a)), (a, true), "{host}");
+        }
+        assert!(!Prefix::host(v4).contains("198.18.0.0".parse().unwrap()), "no neighbour");
+        assert!(!Prefix::host(v6).contains("2001:db8::".parse().unwrap()), "no neighbour");
     }
 }

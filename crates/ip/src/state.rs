@@ -304,7 +304,7 @@ impl RouterState {
     /// (its IPv6 link-local one too). Only these matter: a wider prefix that contains an
     /// address of ours leaves it local by the longest match.
     pub fn own_address_of(&self, p: &Prefix) -> Option<&str> {
-        let host = |a: IpAddr| Prefix::covering(a, if a.is_ipv4() { 32 } else { 128 }) == *p;
+        let host = |a: IpAddr| Prefix::host(a) == *p;
         self.interfaces
             .iter()
             .filter(|i| !i.removed)
@@ -1032,7 +1032,7 @@ impl RouterState {
             .chain([(IpAddr::V6(ifl.ip6_link_local), 64)])
             .collect();
         for (a, l) in addrs {
-            let host = Prefix::covering(a, if a.is_ipv4() { 32 } else { 128 });
+            let host = Prefix::host(a);
             out.push((
                 host,
                 ADJ_LOCAL,

@@ -59,7 +59,7 @@ fn a_bulk_load_equals_the_changes_one_by_one() {
     let b: Vec<(Prefix, RouteTarget)> = one_by_one.routes().map(|(p, t)| (*p, t.clone())).collect();
     assert_eq!(a, b);
     // The same next hop for every probe (adjacency ids may be numbered differently).
-    let hop = |r: &mut RouterState, dst: IpAddr| r.fib_match(&Prefix::covering(dst, 32), false).and_then(|e| e.next_hop);
+    let hop = |r: &mut RouterState, dst: IpAddr| r.fib_match(&Prefix::host(dst), false).and_then(|e| e.next_hop);
     for _ in 0..5000 {
         let dst = IpAddr::V4(Ipv4Addr::from(0xc400_0000 | (next() & 0x03ff_ffff)));
         assert_eq!(hop(&mut bulk, dst), hop(&mut one_by_one, dst), "{dst}");

@@ -123,7 +123,7 @@ fn sources(spec: &ServiceSpec, node: Option<IpAddr>) -> Option<ip::PrefixSet> {
     }
     let ranges = spec.source_ranges.iter().map(|r| r.0);
     let from_node = node.is_some_and(|n| spec.source_ranges.iter().any(|r| r.0.contains(n)));
-    let own = from_node.then(|| ip::Prefix::covering(spec.vip, if spec.vip.is_ipv4() { 32 } else { 128 }));
+    let own = from_node.then(|| ip::Prefix::host(spec.vip));
     Some(ip::PrefixSet::new(spec.vip.is_ipv6(), ranges.chain(own)))
 }
 

@@ -740,7 +740,7 @@ fn gtpu_setup(
             s.accept_zero_checksum = outer6 && checksum == ChecksumMode::Zero;
             s.decap_next = if inner6 { DecapNext::Ip6 } else { DecapNext::Ip4 };
             if encap {
-                s.ue = Some(Prefix::covering(ue(i), if inner6 { 128 } else { 32 }));
+                s.ue = Some(Prefix::host(ue(i)));
             }
             s
         })

@@ -54,7 +54,7 @@ impl RouterState {
                 return Err(StateError::TunnelRouteExists(p));
             }
             // A host route, a UE route or a service address on it would take its packets.
-            let host = Prefix::covering(a.addr, if a.addr.is_ipv4() { 32 } else { 128 });
+            let host = Prefix::host(a.addr);
             if let Some((what, owner)) = self.route_at(&host) {
                 let by = if owner.is_some() { format!("{host} is {what}") } else { format!("the static route {host} {what}") };
                 return Err(StateError::AddressRouted { addr: a.addr, by });
