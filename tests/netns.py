@@ -93,6 +93,19 @@ class Lab:
             print(f"tcp to {dst}: sent {sent}, received {got}")  # shown when the test fails
             assert same_stream(sent, got) and got["bytes"] == size, (sent, got, *why())
 
+    def tcp_transfers_at_once(self, a, b, first_port, flows, size=4 * 1024 * 1024):
+        """`flows` TCP transfers of `size` bytes from host A to host B (`two_hosts`, IPv4)
+        at the same time, on ports `first_port` on (flows for the workers to share): each
+        arrives whole."""
+        started = []
+        for port in range(first_port, first_port + flows):
+            recv = self.peer(b, "tcp-recv", port)
+            send = self.peer_start(a, "tcp-send", "198.18.1.2", port, size)
+            started.append((send, recv))
+        for send, recv in started:
+            s, r = result(send), result(recv)
+            assert same_stream(s, r) and r["bytes"] == size, (s, r)
+
     def run(self, ns, *cmd, timeout=30, check=True):
         return sh("ip", "netns", "exec", ns, *cmd, timeout=timeout, check=check)
 

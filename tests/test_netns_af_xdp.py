@@ -10,7 +10,7 @@ itself while an XDP program sits on the peer."""
 import subprocess
 
 
-from netns import Vecgate, result, router_config, same_stream
+from netns import Vecgate, router_config
 
 TRANSFER = 10 * 1024 * 1024
 
@@ -20,20 +20,6 @@ def topology(lab, queues=1):
     for ns, ifname in ((a, "a0"), (b, "b0")):
         lab.run(ns, "ethtool", "-K", ifname, "tx", "off")
     return a, g, b
-
-
-def six_transfers_at_once(lab, a, b, first_port):
-    """Six TCP transfers of 4 MiB from A to B at the same time, on ports `first_port` to
-    `first_port` + 5 (six flows, for the workers to share): each arrives whole."""
-    flows = []
-    for k in range(6):
-        port = first_port + k
-        recv = lab.peer(b, "tcp-recv", port)
-        send = lab.peer_start(a, "tcp-send", "198.18.1.2", port, 4 * 1024 * 1024)
-        flows.append((send, recv))
-    for send, recv in flows:
-        s, r = result(send), result(recv)
-        assert same_stream(s, r) and r["bytes"] == 4 * 1024 * 1024, (s, r)
 
 
 def xdp_attached(lab, ns, ifname):
@@ -104,7 +90,7 @@ def test_af_xdp_two_workers_one_queue_each(lab, vecgate, tmp_path):
     a, g, b = topology(lab, queues=2)
     gw = Vecgate(lab, vecgate, g, "[dataplane]\nworkers = 2\n" + router_config("af_xdp"), tmp_path, split_dataplane=True)
     lab.warm_up(a)
-    six_transfers_at_once(lab, a, b, 7430)
+    lab.tcp_transfers_at_once(a, b, 7430, 6)
     per_worker = dict(gw.ctl("show", "runtime")["data"]["worker_rx"])
     assert sorted(per_worker) == [0, 1], per_worker
     assert all(n > 100 for n in per_worker.values()), per_worker
@@ -120,7 +106,7 @@ def test_software_rss_two_workers_on_single_queue_interfaces(lab, vecgate, tmp_p
     a, g, b = topology(lab)
     gw = Vecgate(lab, vecgate, g, "[dataplane]\nworkers = 2\n" + router_config("af_xdp"), tmp_path, split_dataplane=True)
     lab.warm_up(a)
-    six_transfers_at_once(lab, a, b, 7440)
+    lab.tcp_transfers_at_once(a, b, 7440, 6)
     per_worker = dict(gw.ctl("show", "runtime")["data"]["worker_rx"])
     assert all(n > 100 for n in per_worker.values()), per_worker
     errs = gw.errors()

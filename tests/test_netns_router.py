@@ -159,15 +159,7 @@ def test_two_workers_share_the_load_and_keep_every_flow_intact(lab, vecgate, tmp
     a, g, b = lab.two_hosts()
     gw = Vecgate(lab, vecgate, g, "[dataplane]\nworkers = 2\n" + packet_config(None), tmp_path, split_dataplane=True)
     lab.warm_up(a)
-    flows = []
-    for k in range(12):
-        port = 7300 + k
-        recv = lab.peer(b, "tcp-recv", port)
-        send = lab.peer_start(a, "tcp-send", "198.18.1.2", port, 4 * 1024 * 1024)
-        flows.append((send, recv))
-    for send, recv in flows:
-        s, r = result(send), result(recv)
-        assert same_stream(s, r) and r["bytes"] == 4 * 1024 * 1024, (s, r)
+    lab.tcp_transfers_at_once(a, b, 7300, 12)
     rt = gw.ctl("show", "runtime")["data"]
     per_worker = dict(rt["worker_rx"])
     assert sorted(per_worker) == [0, 1], per_worker
