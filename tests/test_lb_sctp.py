@@ -7,7 +7,7 @@ backend (each association exactly one, both backends used), translated; the back
 INIT ACK and COOKIE ACK come back as the service's; the session goes through SCTP's own
 states (cookie-wait, established, closed: `show lb sessions`) with the `[lb] timeouts`
 SCTP keys' timeouts; an ABORT closes it; a packet with a wrong CRC32c is dropped by name
-and makes no session."""
+and makes no session; a multi-homed INIT and INIT ACK lose the addresses they list."""
 import json
 import subprocess
 import sys
@@ -255,5 +255,71 @@ def test_sctp_associations_through_the_balancer(lab, vecgate, tmp_path, fam):
     assert r["state"] == "sctp_closed" and r["expires_in_ms"] <= 10_000, r
     errs = gw.errors()
     assert errs.get((node, "new-session")) == 16 and errs.get((node, "reply-translated")) == 2, errs
+    code, _, _ = gw.stop()
+    assert code == 0
+
+
+@pytest.mark.parametrize("fam", [4, 6])
+def test_sctp_multihomed_init_through_nat(lab, vecgate, tmp_path, fam):
+    """A multi-homed client's INIT listing its addresses (IPv4, IPv6, a host name) among
+    other parameters reaches the backend without them (through a NAT they are the wrong
+    addresses: the backend would reach the client around the translation), the other
+    parameters byte for byte in order, the IP length and CRC32c right as scapy reads
+    them; the backend's INIT ACK listing its own comes back to the client likewise."""
+    from scapy.layers.sctp import (SCTP, SCTPChunkInit, SCTPChunkInitAck, SCTPChunkParamIPv4Addr, SCTPChunkParamIPv6Addr,
+                                   SCTPChunkParamHostname, SCTPChunkParamSupportedAddrTypes, SCTPChunkParamECNCapable,
+                                   SCTPChunkParamFwdTSN, SCTPChunkParamStateCookie)
+    f = FAMILIES[fam]
+    node = f"lb{fam}-nat"
+    c, g, bes = topology(lab)
+    gw = Vecgate(lab, vecgate, g, config(), tmp_path)
+    warm(lab, c, bes)
+    where = [(c, "a0"), (bes[0], "e0"), (bes[1], "e0")]
+    addresses = lambda: [SCTPChunkParamIPv4Addr(addr="198.18.0.7"), SCTPChunkParamIPv6Addr(addr="2001:db8::7")]
+    kept = [SCTPChunkParamSupportedAddrTypes(addr_type_list=["IPv4", "IPv6"]), SCTPChunkParamECNCapable(), SCTPChunkParamFwdTSN()]
+    fixed = dict(a_rwnd=65536, n_out_streams=2, n_in_streams=2)
+
+    def whole(raw, chunk_type, want_params):
+        """The frame as scapy reads it: one chunk of `chunk_type` whose parameters are
+        `want_params` exactly (bytes and chunk length), no address left, IP lengths and
+        checksums right."""
+        p = l3(raw)
+        assert crc_ok(raw), p.summary()
+        if fam == 4:
+            assert p.len == len(raw) - 14, p.summary()
+            from scapy.all import IP
+            hdr = p.copy()
+            del hdr.chksum
+            assert IP(bytes(hdr)).chksum == p.chksum, "IPv4 header checksum"
+        else:
+            assert p.plen == len(raw) - 14 - 40, p.summary()
+        ch = p[SCTP].payload
+        assert isinstance(ch, chunk_type), p.summary()
+        assert not any(x.type in (5, 6, 11) for x in ch.params), ch.params
+        assert [bytes(x) for x in ch.params] == [bytes(x) for x in want_params], ch.params
+        assert ch.len == 20 + sum(len(bytes(x)) for x in want_params)
+        return p
+
+    s = Sniffers(lab, where)
+    init = SCTPChunkInit(init_tag=0x3000, init_tsn=7, params=[kept[0], *addresses(), kept[1], SCTPChunkParamHostname(hostname=b"peer"), kept[2]], **fixed)
+    send(lab, c, "a0", [frame(fam, CLIENT_MAC, GW_A, f["client"], f["vip"], 40500, PORT, 0, init)])
+    got_c, got0, got1 = s.stop()
+    assert got_c == [] and len(got0) + len(got1) == 1, (got0, got1)
+    b = 0 if got0 else 1
+    p = whole((got0 or got1)[0], SCTPChunkInit, kept)
+    assert (p.src, p.dst, p[SCTP].dport, p[SCTP].payload.init_tag) == (f["snat"], f["backends"][b], PORT, 0x3000), p.summary()
+    snat_port = p[SCTP].sport
+
+    cookie = SCTPChunkParamStateCookie(cookie=bytes(range(16)))
+    s = Sniffers(lab, where)
+    ack = SCTPChunkInitAck(init_tag=0x9100, init_tsn=9, params=[*addresses(), cookie, SCTPChunkParamECNCapable()], **fixed)
+    send(lab, bes[b], "e0", [frame(fam, BE_MAC[b], GW_B[b], f["backends"][b], f["snat"], PORT, snat_port, 0x3000, ack)])
+    got_c, _, _ = s.stop()
+    assert len(got_c) == 1, got_c
+    p = whole(got_c[0], SCTPChunkInitAck, [cookie, SCTPChunkParamECNCapable()])
+    assert (p.src, p.dst, p[SCTP].sport, p[SCTP].dport, p[SCTP].tag) == (f["vip"], f["client"], PORT, 40500, 0x3000), p.summary()
+    assert tshark_checksums(tmp_path, f"multihomed-{fam}", got_c) == ["1"]
+    errs = gw.errors()
+    assert errs.get((node, "sctp-addresses-removed")) == 2 and errs.get((node, "reply-translated")) == 1, errs
     code, _, _ = gw.stop()
     assert code == 0

@@ -3,7 +3,8 @@
 //! backend Maglev picks for it, translated to the node's SNAT address with its CRC32c
 //! computed again; the backend's answers come back as the service's; an ABORT ends
 //! the session (a later INIT on the tuple is a new one); a packet whose CRC32c was
-//! wrong on arrival is dropped by name (`sctp-bad-checksum`), and acts on nothing.
+//! wrong on arrival is dropped by name (`sctp-bad-checksum`), and acts on nothing; a
+//! multi-homed INIT and INIT ACK lose the addresses they list (`sctp-addresses-removed`).
 //! IPv4 and IPv6; and a direct-server-return (GRE) SCTP service, whose packets go
 //! unchanged inside the outer header.
 
@@ -129,6 +130,26 @@ fn maglev_pick(h: &Harness, client: IpAddr, sport: u16, vip: IpAddr) -> IpAddr {
 
 const INIT: &[u8] = &[0x11, 0x22, 0x33, 0x44, 0, 1, 0, 0, 0, 2, 0, 2, 0, 0, 0, 1];
 
+/// An INIT's or INIT ACK's value: fixed fields, then `params` (type, value), each
+/// padded to 4 bytes but the last (RFC 9260 §3.2: the chunk length leaves its padding out).
+fn init_value(params: &[(u16, &[u8])]) -> Vec<u8> {
+    let mut v = INIT.to_vec();
+    for (t, p) in params {
+        v.resize((v.len() + 3) & !3, 0);
+        v.extend_from_slice(&t.to_be_bytes());
+        v.extend_from_slice(&((4 + p.len()) as u16).to_be_bytes());
+        v.extend_from_slice(p);
+    }
+    v
+}
+
+/// A chunk's bytes on the wire, padding included.
+fn chunk(t: ChunkType, value: &[u8]) -> Vec<u8> {
+    let mut c = vec![0; chunk_buffer_len(value.len())];
+    emit_chunk(&mut c, t, 0, value).unwrap();
+    c
+}
+
 /// One association's life through the graph: `client`, `vip`, `backends`, `snat` the
 /// node's address toward the backends, `node` the family's lbN-nat.
 fn association(client: IpAddr, vip: IpAddr, backends: [IpAddr; 2], snat: IpAddr, node: &str) {
@@ -238,6 +259,36 @@ fn association(client: IpAddr, vip: IpAddr, backends: [IpAddr; 2], snat: IpAddr,
     f.bytes[at] = 2;
     assert!(h.frame(0, f).is_empty());
     assert_eq!(count(&h, node, "sctp-bad-chunk"), 1);
+
+    // A multi-homed client's INIT (two addresses among its parameters) reaches the
+    // backend without the addresses, the other parameters as they were, the IP length
+    // and CRC32c right; the backend's INIT ACK listing its own comes back without them
+    // too (`sctp-addresses-removed`). A parameter past its chunk: dropped by name.
+    let v6: &[u8] = &[0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7];
+    let cookie: &[u8] = &[0xc0; 13];
+    let one_whole = |h: &mut Harness, f: RxFrame| {
+        let out = h.frame(0, f);
+        assert_eq!(out.len(), 1, "one frame out");
+        let (src, dst, s) = sent(&out[0].1.bytes);
+        let ip_header = if src.is_ipv4() { 20 } else { 40 };
+        assert_eq!(out[0].1.bytes.len(), 14 + ip_header + s.len(), "the IP length is the packet's");
+        (src, dst, s)
+    };
+    let with = init_value(&[(12, &[0, 5, 0, 6]), (5, &[198, 18, 0, 7]), (0x8000, &[]), (6, v6), (0xc000, &[])]);
+    let (snat_src, backend, s) = one_whole(&mut h, sctp_frame(client, 50_003, vip, PORT, 0, &[(Init, &with)], false));
+    assert!(SctpPacket::new_checked(&s[..]).unwrap().verify_checksum());
+    assert_eq!(s[12..], chunk(Init, &init_value(&[(12, &[0, 5, 0, 6]), (0x8000, &[]), (0xc000, &[])]))[..]);
+    let snat_port = SctpPacket::new_checked(&s[..]).unwrap().src_port();
+    let with = init_value(&[(6, v6), (7, cookie), (5, &[198, 18, 0, 8]), (11, b"b\0")]);
+    let (src, dst, s) = one_whole(&mut h, sctp_frame(backend, PORT, snat_src, snat_port, 0x0102_0304, &[(InitAck, &with)], false));
+    assert_eq!((src, dst), (vip, client));
+    assert!(SctpPacket::new_checked(&s[..]).unwrap().verify_checksum());
+    assert_eq!(s[12..], chunk(InitAck, &init_value(&[(7, cookie)]))[..]);
+    assert_eq!(count(&h, node, "sctp-addresses-removed"), 2);
+    let mut bad = with.clone();
+    bad[16 + 3] = 200;
+    assert!(h.frame(0, sctp_frame(client, 50_004, vip, PORT, 0, &[(Init, &bad)], false)).is_empty());
+    assert_eq!(count(&h, node, "sctp-bad-parameter"), 1);
 
     // A local sender's INIT whose CRC32c was left to the device (a vnet header's partial
     // checksum at the SCTP checksum field, the field zero): computed by the balancer, and

@@ -37,6 +37,10 @@ pub enum NatError {
     BadSctpChunk,
     /// An SCTP packet whose CRC32c was wrong on arrival.
     SctpChecksum,
+    /// An SCTP INIT or INIT ACK whose parameters do not fit its chunk (a length below 4
+    /// or past the chunk) or that is shorter than its fixed fields: its address
+    /// parameters could not be removed ([`remove_sctp_addresses`]).
+    BadSctpParameter,
 }
 
 pub(crate) const TCP: u8 = 6;
@@ -51,6 +55,9 @@ pub trait Layout: Family {
     fn l4(pkt: &[u8]) -> Result<(usize, u8), NatError>;
     /// The packet's length as its IP header gives it (after [`Layout::l4`] accepted it).
     fn ip_len(pkt: &[u8]) -> usize;
+    /// Write the packet's length (`len`, from the IP header on, no more than it was) in
+    /// its IP header, patching the header checksum, if the family has one.
+    fn set_ip_len(pkt: &mut [u8], len: usize);
     fn src(pkt: &[u8]) -> Self::Addr;
     fn dst(pkt: &[u8]) -> Self::Addr;
     /// Write an address (`at`: the source's or the destination's offset) and patch the
@@ -117,6 +124,12 @@ impl Layout for V4 {
     fn ip_len(pkt: &[u8]) -> usize {
         be16(pkt, 2) as usize
     }
+    fn set_ip_len(pkt: &mut [u8], len: usize) {
+        let len = len as u16;
+        let c = update16(be16(pkt, 10), be16(pkt, 2), len);
+        pkt[10..12].copy_from_slice(&c.to_be_bytes());
+        pkt[2..4].copy_from_slice(&len.to_be_bytes());
+    }
     fn src(pkt: &[u8]) -> [u8; 4] {
         pkt[12..16].try_into().expect("checked by l4")
     }
@@ -159,6 +172,9 @@ impl Layout for V6 {
     }
     fn ip_len(pkt: &[u8]) -> usize {
         40 + be16(pkt, 4) as usize
+    }
+    fn set_ip_len(pkt: &mut [u8], len: usize) {
+        pkt[4..6].copy_from_slice(&((len - 40) as u16).to_be_bytes());
     }
     fn src(pkt: &[u8]) -> [u8; 16] {
         pkt[8..24].try_into().expect("checked by l4")
@@ -250,6 +266,11 @@ pub fn sctp_flow<F: Layout>(pkt: &[u8]) -> Result<Flow<F::Addr>, NatError> {
         wire::sctp::SctpError::Truncated if pkt.len() < F::ip_len(pkt) => NatError::Truncated,
         _ => NatError::BadSctpChunk,
     })?;
+    // An INIT's or INIT ACK's parameters are walked now, before a session is made for
+    // it: its address parameters are removed as it is translated (`remove_sctp_addresses`).
+    if chunks.has(wire::sctp::ChunkSet::INIT | wire::sctp::ChunkSet::INIT_ACK) {
+        wire::sctp::count_address_params(p.payload()).map_err(|_| NatError::BadSctpParameter)?;
+    }
     let key = FlowKey { src: F::src(pkt), dst: F::dst(pkt), sport: p.src_port(), dport: p.dst_port(), proto };
     Ok(Flow { key, flags: chunks.0, l4 })
 }
@@ -281,6 +302,27 @@ pub fn sctp_checksum_or_fill<A>(pkt: &mut [u8], flow: &Flow<A>, left: bool) -> R
         return Ok(());
     }
     sctp_checksum(pkt, flow)
+}
+
+/// Remove the address parameters of an SCTP packet's INIT or INIT ACK (`flow`, as
+/// [`sctp_flow`] read it: its parameters fit), before it is translated: through the
+/// translation the addresses a multi-homed endpoint lists are wrong for its peer (the
+/// client's reached directly, around the translation; the backend's real ones told to
+/// the client). Without them each end takes the packet's source address, the translated
+/// one, as the other's only address (RFC 9260 §5.1.2). The IP header's length follows;
+/// the CRC32c is left to the translation, which computes it. Returns the packet's new
+/// length (to cut it to) and how many parameters went; `None` when nothing changed
+/// (another packet, or an INIT that lists no address).
+pub fn remove_sctp_addresses<F: Layout>(pkt: &mut [u8], flow: &Flow<F::Addr>) -> Option<(usize, usize)> {
+    use wire::sctp::{remove_address_params, ChunkSet, HEADER_LEN};
+    if flow.key.proto != SCTP || !ChunkSet(flow.flags).has(ChunkSet::INIT | ChunkSet::INIT_ACK) {
+        return None;
+    }
+    let chunks_at = flow.l4 + HEADER_LEN;
+    let removed = remove_address_params(pkt.get_mut(chunks_at..)?).ok().filter(|r| r.params > 0)?;
+    let cut = pkt.len() - chunks_at - removed.len;
+    F::set_ip_len(pkt, F::ip_len(pkt) - cut);
+    Some((pkt.len() - cut, removed.params))
 }
 
 /// Rewrite an SCTP packet (as [`sctp_flow`] read it) to `to`: ports and addresses, the

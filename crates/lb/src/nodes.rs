@@ -32,7 +32,7 @@ use crate::context::{HasLb, LbFamily};
 use crate::encap::EncapError;
 use crate::family::Family;
 use crate::nat::{self, Flow, NatError};
-use crate::session::{Hit, Key, LbDrop, Outcome};
+use crate::session::{Hit, Key, LbDrop, Outcome, Rewrite};
 use crate::table::{Hashed, Table, TableKey};
 use engine::{counters, next_nodes, BufIdx, Buffer, Counts, Enqueue, GraphBuilder, Node, Pool, Verdict, VECTOR_SIZE};
 use ip::nodes::IcmpRequest;
@@ -68,6 +68,8 @@ counters! {
         Protocol(Warn, "not-tcp-udp", "not TCP, UDP, SCTP or an ICMP error about them"),
         BadUdpLength(Warn, "bad-udp-length", "UDP length field below 8 or past the packet"),
         SctpBadChunk(Warn, "sctp-bad-chunk", "SCTP chunk length below 4 or past the packet"),
+        SctpBadParameter(Warn, "sctp-bad-parameter", "SCTP INIT or INIT ACK parameter length below 4 or past its chunk, or the chunk shorter than its fixed fields: dropped (its address parameters could not be removed)"),
+        SctpAddressesRemoved(Info, "sctp-addresses-removed", "SCTP INIT and INIT ACK translated without the addresses they listed for multi-homing (the peer takes the translated source address only)"),
         SctpBadChecksum(Warn, "sctp-bad-checksum", "SCTP CRC32c wrong on arrival: dropped, not recomputed into a good one after translation"),
         Encapsulated(Info, "encapsulated", "packets sent to their backend inside the service's encapsulation"),
         GsoSegmented(Info, "gso-to-segment", "GSO frames sent to software segmentation before encapsulation"),
@@ -217,6 +219,7 @@ fn nat_drop(e: NatError) -> LbNatCounter {
         NatError::Sctp => LbNatCounter::Protocol,
         NatError::BadSctpChunk => LbNatCounter::SctpBadChunk,
         NatError::SctpChecksum => LbNatCounter::SctpBadChecksum,
+        NatError::BadSctpParameter => LbNatCounter::SctpBadParameter,
     }
 }
 
@@ -281,10 +284,29 @@ impl<F: NatNodeFamily> LbNat<F> {
             return Verdict::Drop(LbNatCounter::SctpBadChecksum);
         }
         if let Some(rw) = lb.reverse(&flow.key, flow.flags, now) {
-            nat::translate::<F>(buf.bytes_mut(), &flow, &rw, false);
+            Self::translate(counts, buf, &flow, &rw, false);
             counts.inc(LbNatCounter::Replies);
         }
         Verdict::Next(F::REWRITE)
+    }
+
+    /// [`nat::translate`] on the full path, an SCTP INIT's or INIT ACK's address
+    /// parameters removed first ([`nat::remove_sctp_addresses`]), the packet cut to its
+    /// new length. Not the session hit's (TCP and UDP only).
+    #[inline(always)]
+    fn translate(counts: &mut Counts<'_, LbNatCounter>, buf: &mut Buffer, flow: &Flow<F::Addr>, rw: &Rewrite<F::Addr>, partial: bool) {
+        if flow.key.proto == nat::SCTP {
+            Self::remove_sctp_addresses(counts, buf, flow);
+        }
+        nat::translate::<F>(buf.bytes_mut(), flow, rw, partial);
+    }
+
+    #[inline(never)]
+    fn remove_sctp_addresses(counts: &mut Counts<'_, LbNatCounter>, buf: &mut Buffer, flow: &Flow<F::Addr>) {
+        if let Some((len, _)) = nat::remove_sctp_addresses::<F>(buf.bytes_mut(), flow) {
+            buf.truncate(len);
+            counts.inc(LbNatCounter::SctpAddressesRemoved);
+        }
     }
 
     /// Whether `buf`'s pending partial checksum is an SCTP packet's CRC32c that its
@@ -446,7 +468,7 @@ impl<F: NatNodeFamily> LbNat<F> {
         // to a service address is a client's.
         if local {
             if let Some(rw) = lb.reverse(&key, flags, now) {
-                nat::translate::<F>(pkt, &flow, &rw, partial);
+                Self::translate(counts, buf, &flow, &rw, partial);
                 counts.inc(C::Replies);
                 return Verdict::Next(F::LOOKUP);
             }
@@ -489,7 +511,7 @@ impl<F: NatNodeFamily> LbNat<F> {
         }
         match lb.forward(t, svc, &key, flags, now) {
             Ok((rw, outcome)) => {
-                nat::translate::<F>(pkt, &flow, &rw, partial);
+                Self::translate(counts, buf, &flow, &rw, partial);
                 count_outcome(counts, outcome);
                 Verdict::Next(F::LOOKUP)
             }

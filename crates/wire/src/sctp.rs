@@ -1,6 +1,8 @@
 //! SCTP (RFC 9260): the common header every packet starts with, and its chunks walked
-//! far enough to see the association's life (INIT, ABORT, SHUTDOWN …). vecgate does not
-//! terminate SCTP; the load balancer translates its ports and recomputes its checksum.
+//! far enough to see the association's life (INIT, ABORT, SHUTDOWN …), and an INIT's or
+//! INIT ACK's parameters, to remove the addresses it lists ([`remove_address_params`]).
+//! vecgate does not terminate SCTP; the load balancer translates its ports and
+//! recomputes its checksum.
 //!
 //! ```text
 //!  0                   1                   2                   3
@@ -34,6 +36,10 @@ pub enum SctpError {
     BadChunkLength,
     #[error("SCTP CRC32c checksum mismatch")]
     BadChecksum,
+    #[error("SCTP INIT or INIT ACK chunk shorter than its 16 fixed bytes (initiate tag to initial TSN)")]
+    ShortInit,
+    #[error("SCTP INIT or INIT ACK parameter length below the 4-byte parameter header, or the parameter past its chunk")]
+    BadParameterLength,
 }
 
 /// Chunk types (RFC 9260 §3.2), those vecgate acts on named.
@@ -316,6 +322,113 @@ pub fn emit_chunk(b: &mut [u8], chunk_type: ChunkType, flags: u8, value: &[u8]) 
     Some(total)
 }
 
+/// An INIT's or INIT ACK's fixed fields before its parameters (RFC 9260 §3.3.2):
+/// initiate tag, a_rwnd, outbound and inbound streams, initial TSN.
+pub const INIT_FIXED_LEN: usize = 16;
+pub const PARAM_HEADER_LEN: usize = 4;
+
+/// The INIT and INIT ACK parameters that list an endpoint's addresses (RFC 9260
+/// §3.3.2.1): IPv4 Address, IPv6 Address, and the deprecated Host Name Address.
+pub const ADDRESS_PARAMS: [u16; 3] = [5, 6, 11];
+
+/// What [`remove_address_params`] did: the chunks' new length (from the first chunk's
+/// start) and how many address parameters went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AddressesRemoved {
+    pub len: usize,
+    pub params: usize,
+}
+
+/// The parameters of an INIT or INIT ACK chunk's value (from its first parameter to
+/// the chunk length), as (offset in `params`, type, length without padding). A
+/// parameter's padding is not in its length; the chunk length may leave out the last
+/// parameter's (RFC 9260 §3.2), so a last parameter that ends within it is whole.
+fn walk_params(params: &[u8], mut each: impl FnMut(usize, u16, usize)) -> Result<(), SctpError> {
+    let mut at = 0;
+    while at < params.len() {
+        let h = params.get(at..at + PARAM_HEADER_LEN).ok_or(SctpError::BadParameterLength)?;
+        let len = u16::from_be_bytes([h[2], h[3]]) as usize;
+        if len < PARAM_HEADER_LEN || at + len > params.len() {
+            return Err(SctpError::BadParameterLength);
+        }
+        each(at, u16::from_be_bytes([h[0], h[1]]), len);
+        at = (at + ((len + 3) & !3)).min(params.len());
+    }
+    Ok(())
+}
+
+/// An INIT's or INIT ACK's parameters, or none for another chunk.
+fn init_params<'a>(c: &Chunk<'a>) -> Result<Option<&'a [u8]>, SctpError> {
+    match c.chunk_type {
+        ChunkType::Init | ChunkType::InitAck => c.value.get(INIT_FIXED_LEN..).map(Some).ok_or(SctpError::ShortInit),
+        _ => Ok(None),
+    }
+}
+
+/// How many address parameters ([`ADDRESS_PARAMS`]) the INIT and INIT ACK chunks of
+/// `chunks` (a packet's bytes after its common header) list; an error if a chunk or an
+/// INIT's or INIT ACK's parameter does not fit.
+pub fn count_address_params(chunks: &[u8]) -> Result<usize, SctpError> {
+    let mut n = 0;
+    for c in (Chunks { rest: chunks }) {
+        if let Some(params) = init_params(&c?)? {
+            walk_params(params, |_, t, _| n += ADDRESS_PARAMS.contains(&t) as usize)?;
+        }
+    }
+    Ok(n)
+}
+
+/// Remove the address parameters ([`ADDRESS_PARAMS`]) of every INIT and INIT ACK chunk
+/// of `chunks` (a packet's bytes after its common header), in place: the other
+/// parameters and chunks move up, in order and byte for byte, each INIT's length is cut
+/// to its last parameter's end (RFC 9260 §3.2: the last parameter's padding not
+/// counted) and its padding zeroed; the bytes past the returned length are left over.
+/// An INIT without them makes its receiver take the packet's source address as the
+/// peer's only one (§5.1.2), which a NAT between the two needs. Nothing is changed
+/// when there is nothing to remove or something does not fit (an error:
+/// [`count_address_params`]'s).
+pub fn remove_address_params(chunks: &mut [u8]) -> Result<AddressesRemoved, SctpError> {
+    let params = count_address_params(chunks)?;
+    if params == 0 {
+        return Ok(AddressesRemoved { len: chunks.len(), params });
+    }
+    // Checked above: every chunk and parameter fits. Read ahead of write throughout.
+    let (mut r, mut w) = (0, 0);
+    while r < chunks.len() {
+        let len = u16::from_be_bytes([chunks[r + 2], chunks[r + 3]]) as usize;
+        let padded = ((len + 3) & !3).min(chunks.len() - r);
+        let t = ChunkType::from(chunks[r]);
+        if !matches!(t, ChunkType::Init | ChunkType::InitAck) {
+            chunks.copy_within(r..r + padded, w);
+            (r, w) = (r + padded, w + padded);
+            continue;
+        }
+        let start = w;
+        let fixed = CHUNK_HEADER_LEN + INIT_FIXED_LEN;
+        chunks.copy_within(r..r + fixed, w);
+        // The chunk's end so far (its length from `start`), and `w` that end padded.
+        let mut end = w + fixed;
+        w = end;
+        let (mut at, params_end) = (r + fixed, r + len);
+        while at < params_end {
+            let ptype = u16::from_be_bytes([chunks[at], chunks[at + 1]]);
+            let plen = u16::from_be_bytes([chunks[at + 2], chunks[at + 3]]) as usize;
+            if !ADDRESS_PARAMS.contains(&ptype) {
+                chunks.copy_within(at..at + plen, w);
+                end = w + plen;
+                // Within what is read already: `w` was at most `at`.
+                w = (w + ((plen + 3) & !3)).min(chunks.len());
+                chunks[end..w].fill(0);
+            }
+            at = (at + ((plen + 3) & !3)).min(params_end);
+        }
+        let new_len = (end - start) as u16;
+        chunks[start + 2..start + 4].copy_from_slice(&new_len.to_be_bytes());
+        r += padded;
+    }
+    Ok(AddressesRemoved { len: w, params })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -422,6 +535,171 @@ mod tests {
         let p = SctpPacket::new_checked(&b[..]).unwrap();
         assert_eq!(p.chunk_set(), Ok(ChunkSet(ChunkSet::SHUTDOWN)));
         assert_eq!(p.chunks().next().unwrap().unwrap().value, &[0]);
+    }
+
+    /// An INIT or INIT ACK chunk (16 fixed bytes of 0x11, then `params` as (type,
+    /// value), each padded with zeros), its length counting the last parameter's padding
+    /// or not (`last_padded`), itself padded.
+    fn init_chunk(t: ChunkType, params: &[(u16, &[u8])], last_padded: bool) -> Vec<u8> {
+        let mut c = vec![u8::from(t), 0, 0, 0];
+        c.extend_from_slice(&[0x11; INIT_FIXED_LEN]);
+        for (pt, v) in params {
+            c.extend_from_slice(&pt.to_be_bytes());
+            c.extend_from_slice(&((PARAM_HEADER_LEN + v.len()) as u16).to_be_bytes());
+            c.extend_from_slice(v);
+            c.resize((c.len() + 3) & !3, 0);
+        }
+        let unpadded = params.last().map_or(c.len(), |(_, v)| c.len() - (((v.len() + 3) & !3) - v.len()));
+        let len = if last_padded { c.len() } else { unpadded };
+        c[2..4].copy_from_slice(&(len as u16).to_be_bytes());
+        c
+    }
+
+    const SUPPORTED_ADDRESS_TYPES: u16 = 12;
+    const ECN: u16 = 0x8000;
+    const STATE_COOKIE: u16 = 7;
+    const IPV4: u16 = 5;
+    const IPV6: u16 = 6;
+    const HOST_NAME: u16 = 11;
+
+    /// The address parameters go, wherever they are among the others; the others stay in
+    /// order byte for byte, the chunk's length is its last kept parameter's end, and a
+    /// chunk after the INIT ACK moves up whole.
+    #[test]
+    fn address_params_removed() {
+        let v6 = [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7];
+        let cookie = [0xc0u8; 13];
+        for t in [ChunkType::Init, ChunkType::InitAck] {
+            for last_padded in [false, true] {
+                let all: [(u16, &[u8]); 7] = [
+                    (IPV4, &[198, 18, 1, 7]),
+                    (SUPPORTED_ADDRESS_TYPES, &[0, 5, 0, 6, 0, 11][..]),
+                    (IPV6, &v6),
+                    (ECN, &[]),
+                    (STATE_COOKIE, &cookie),
+                    (HOST_NAME, b"peer\0"),
+                    (IPV4, &[198, 18, 1, 8]),
+                ];
+                let kept: Vec<_> = all.iter().copied().filter(|p| !ADDRESS_PARAMS.contains(&p.0)).collect();
+                let mut b = init_chunk(t, &all, last_padded);
+                let abort = [6u8, 0, 0, 4];
+                b.extend_from_slice(&abort);
+                assert_eq!(count_address_params(&b), Ok(4));
+                let r = remove_address_params(&mut b).unwrap();
+                let mut want = init_chunk(t, &kept, false);
+                want.extend_from_slice(&abort);
+                assert_eq!(r, AddressesRemoved { len: want.len(), params: 4 });
+                assert_eq!(&b[..r.len], &want[..], "{t:?} last_padded {last_padded}");
+                // 13 bytes of cookie: the chunk ends 3 bytes short of its padding.
+                assert_eq!(u16::from_be_bytes([b[2], b[3]]) as usize, 20 + 12 + 4 + 17);
+                assert_eq!(count_address_params(&b[..r.len]), Ok(0));
+            }
+        }
+    }
+
+    /// Only address parameters, or the last one an address: the chunk ends where the
+    /// last kept parameter does (its padding zeroed); none at all: nothing changes.
+    #[test]
+    fn address_params_removed_at_the_ends() {
+        let mut b = init_chunk(ChunkType::Init, &[(IPV4, &[198, 18, 0, 1]), (IPV6, &[0x20; 16])], false);
+        let r = remove_address_params(&mut b).unwrap();
+        assert_eq!(r, AddressesRemoved { len: 20, params: 2 });
+        assert_eq!(b[..20], init_chunk(ChunkType::Init, &[], false)[..]);
+        let mut b = init_chunk(ChunkType::Init, &[(SUPPORTED_ADDRESS_TYPES, &[0, 5]), (HOST_NAME, &[0x61; 9])], false);
+        b[26..28].fill(0xee); // the kept parameter's padding: zeroed where it moves
+        let r = remove_address_params(&mut b).unwrap();
+        assert_eq!(r, AddressesRemoved { len: 28, params: 1 });
+        assert_eq!(b[..28], init_chunk(ChunkType::Init, &[(SUPPORTED_ADDRESS_TYPES, &[0, 5])], false)[..]);
+        assert_eq!(u16::from_be_bytes([b[2], b[3]]), 26);
+        let orig = init_chunk(ChunkType::InitAck, &[(STATE_COOKIE, &[1; 7]), (ECN, &[])], false);
+        let mut b = orig.clone();
+        assert_eq!(remove_address_params(&mut b), Ok(AddressesRemoved { len: orig.len(), params: 0 }));
+        assert_eq!(b, orig);
+        // Other chunks' parameters are not read: an ERROR chunk's cause of type 5.
+        let mut b = vec![9, 0, 0, 8, 0, 5, 0, 4];
+        assert_eq!(remove_address_params(&mut b), Ok(AddressesRemoved { len: 8, params: 0 }));
+    }
+
+    /// A parameter length below 4 or past the chunk, a parameter header cut short, an
+    /// INIT shorter than its fixed fields: an error, the bytes unchanged.
+    #[test]
+    fn malformed_params() {
+        let good = init_chunk(ChunkType::Init, &[(IPV4, &[198, 18, 0, 1]), (ECN, &[])], false);
+        let cases: [(fn(&mut Vec<u8>), SctpError); 5] = [
+            (|b| b[23] = 3, SctpError::BadParameterLength),
+            (|b| b[23] = 13, SctpError::BadParameterLength),
+            (|b| b[31] = 5, SctpError::BadParameterLength),
+            // Two bytes past the last parameter, within the chunk length.
+            (
+                |b| {
+                    b.extend_from_slice(&[0, 0]);
+                    b[3] += 2;
+                },
+                SctpError::BadParameterLength,
+            ),
+            (
+                |b| {
+                    b.truncate(19);
+                    b[3] = 19;
+                },
+                SctpError::ShortInit,
+            ),
+        ];
+        for (i, (spoil, e)) in cases.into_iter().enumerate() {
+            let mut b = good.clone();
+            spoil(&mut b);
+            let before = b.clone();
+            assert_eq!(count_address_params(&b), Err(e), "case {i}");
+            assert_eq!(remove_address_params(&mut b), Err(e), "case {i}");
+            assert_eq!(b, before, "case {i}");
+        }
+        // A bad chunk is the chunk walk's error.
+        let mut b = good.clone();
+        b[3] = 200;
+        assert_eq!(remove_address_params(&mut b), Err(SctpError::Truncated));
+    }
+
+    proptest! {
+        /// Whatever the bytes, the removal never panics; on success the chunks walk
+        /// whole within the new length, no address parameter left, each INIT's length
+        /// consistent with its parameters; on an error nothing changed.
+        #[test]
+        fn any_bytes_remove(mut b in proptest::collection::vec(any::<u8>(), 0..160), init in any::<bool>(), types in proptest::collection::vec(prop::sample::select(vec![5u8, 6, 11, 12, 7]), 8)) {
+            // Nudge toward INITs with address parameters, which random bytes seldom are.
+            if init && b.len() >= 24 {
+                b[0] = 1;
+                b[20] = 0;
+                b[21] = types[0];
+            }
+            let before = b.clone();
+            match remove_address_params(&mut b) {
+                Ok(r) => {
+                    prop_assert!(r.len <= before.len());
+                    prop_assert_eq!(count_address_params(&b[..r.len]), Ok(0));
+                    prop_assert_eq!(count_address_params(&before).unwrap(), r.params);
+                    prop_assert_eq!(r.params == 0, b == before);
+                    prop_assert!(r.params == 0 || before.len() - r.len >= 4 * r.params);
+                }
+                Err(e) => {
+                    prop_assert_eq!(Err(e), count_address_params(&before));
+                    prop_assert_eq!(&b, &before);
+                }
+            }
+        }
+
+        /// Any list of parameters: what is left is the list without the addresses.
+        #[test]
+        fn any_params_remove(params in proptest::collection::vec((prop::sample::select(vec![5u16, 6, 11, 12, 7, 0x8000, 0xc000]), proptest::collection::vec(any::<u8>(), 0..21)), 0..7), last_padded: bool, ack: bool) {
+            let t = if ack { ChunkType::InitAck } else { ChunkType::Init };
+            let all: Vec<(u16, &[u8])> = params.iter().map(|(t, v)| (*t, &v[..])).collect();
+            let kept: Vec<_> = all.iter().copied().filter(|p| !ADDRESS_PARAMS.contains(&p.0)).collect();
+            let mut b = init_chunk(t, &all, last_padded);
+            let r = remove_address_params(&mut b).unwrap();
+            prop_assert_eq!(r.params, all.len() - kept.len());
+            if r.params > 0 {
+                prop_assert_eq!(&b[..r.len], &init_chunk(t, &kept, false)[..]);
+            }
+        }
     }
 
     /// An INIT's checksum bytes as scapy (`scapy.layers.sctp`, an independent

@@ -442,3 +442,87 @@ fn icmp_error_about_sctp_is_translated() {
     assert_eq!(&inner[28..32], &crc[..], "CRC32c untouched");
     assert_eq!(checksum::checksum(&inner[..20]), 0, "quoted IPv4 header checksum");
 }
+
+/// An INIT's or INIT ACK's value: its 16 fixed bytes, then `params` (type, value), each
+/// padded to 4 bytes.
+fn init_value(params: &[(u16, &[u8])]) -> Vec<u8> {
+    let mut v = vec![0x5a; wire::sctp::INIT_FIXED_LEN];
+    for (t, p) in params {
+        v.extend_from_slice(&t.to_be_bytes());
+        v.extend_from_slice(&((4 + p.len()) as u16).to_be_bytes());
+        v.extend_from_slice(p);
+        v.resize((v.len() + 3) & !3, 0);
+    }
+    v
+}
+
+/// A multi-homed client's INIT (IPv4 and IPv6) and a backend's INIT ACK, each listing
+/// two addresses among other parameters, translated: no address parameter left, the
+/// others in order byte for byte, the chunk, IP and SCTP lengths and the IPv4 header's
+/// checksum right, the CRC32c good; a packet listing none is left as long as it was.
+#[test]
+fn sctp_init_translated_without_its_addresses() {
+    use wire::sctp::ChunkType::{self, *};
+    const SUPPORTED_ADDRESS_TYPES: u16 = 12;
+    const ECN: u16 = 0x8000;
+    const FORWARD_TSN: u16 = 0xc000;
+    const STATE_COOKIE: u16 = 7;
+    let v6a = [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x11];
+    let v6b = [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x12];
+    let cookie: Vec<u8> = (0..37).collect();
+    let init_params: [(u16, &[u8]); 5] =
+        [(SUPPORTED_ADDRESS_TYPES, &[0, 5, 0, 6]), (5, &[198, 18, 1, 7]), (ECN, &[]), (6, &v6a), (FORWARD_TSN, &[])];
+    let ack_params: [(u16, &[u8]); 5] = [(STATE_COOKIE, &cookie), (6, &v6b), (ECN, &[]), (5, &[198, 18, 2, 9]), (11, b"backend\0")];
+    let check = |p: &[u8], l4: usize, t: ChunkType, kept: &[(u16, &[u8])], v6: bool| {
+        let s = wire::sctp::SctpPacket::new_checked(&p[l4..]).unwrap();
+        assert!(s.verify_checksum());
+        let c: Vec<_> = s.chunks().map(|c| c.unwrap()).collect();
+        assert_eq!(c.len(), 1);
+        assert_eq!((c[0].chunk_type, c[0].value), (t, &init_value(kept)[..]), "{t:?}: the other parameters byte for byte");
+        let ip_len = if v6 { 40 + be16(p, 4) as usize } else { be16(p, 2) as usize };
+        assert_eq!(ip_len, p.len());
+        assert_eq!(wire::sctp::count_address_params(s.payload()), Ok(0));
+    };
+    for (t, params, removed) in [(Init, &init_params, 2), (InitAck, &ack_params, 3)] {
+        let kept: Vec<(u16, &[u8])> = params.iter().copied().filter(|p| ![5, 6, 11].contains(&p.0)).collect();
+        let value = init_value(params);
+        // IPv6.
+        let k =
+            FlowKey { src: [0x20, 1, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1], dst: v6a, sport: 38_412, dport: 38_412, proto: SCTP };
+        let mut p = sctp_packet(&k, 0, &[(t, &value)]);
+        let f = sctp_flow::<V6>(&p).unwrap();
+        let (len, n) = remove_sctp_addresses::<V6>(&mut p, &f).unwrap();
+        assert_eq!((n, p.len() - len), (removed, value.len() - init_value(&kept).len()));
+        p.truncate(len);
+        let to = Rewrite { src: v6b, dst: k.src, sport: 40_000, dport: 38_412 };
+        translate::<V6>(&mut p, &f, &to, false);
+        check(&p, 40, t, &kept, true);
+        // IPv4.
+        let k = FlowKey { src: [198, 18, 1, 7], dst: [198, 18, 128, 10], sport: 38_412, dport: 38_412, proto: SCTP };
+        let mut p = sctp_packet(&k, 0, &[(t, &value)]);
+        let f = sctp_flow::<V4>(&p).unwrap();
+        let (len, _) = remove_sctp_addresses::<V4>(&mut p, &f).unwrap();
+        p.truncate(len);
+        translate::<V4>(&mut p, &f, &Rewrite { src: [198, 18, 0, 1], dst: [198, 18, 2, 9], sport: 40_000, dport: 38_412 }, false);
+        check(&p, 20, t, &kept, false);
+        assert_eq!(checksum::checksum(&p[..20]), 0, "IPv4 header checksum");
+        // Nothing to remove: nothing changes.
+        let mut q = sctp_packet(&k, 0, &[(t, &init_value(&kept))]);
+        let before = q.clone();
+        let f = sctp_flow::<V4>(&q).unwrap();
+        assert_eq!(remove_sctp_addresses::<V4>(&mut q, &f), None);
+        assert_eq!(q, before);
+    }
+    // Not an INIT: not read, even where its bytes would look like address parameters.
+    let k = FlowKey { src: [198, 18, 1, 7], dst: [198, 18, 128, 10], sport: 1, dport: 2, proto: SCTP };
+    let mut p = sctp_packet(&k, 0, &[(Data, &init_value(&init_params))]);
+    let f = sctp_flow::<V4>(&p).unwrap();
+    assert_eq!(remove_sctp_addresses::<V4>(&mut p, &f), None);
+    // A parameter past its chunk: refused when read, before a session is made.
+    let mut v = init_value(&init_params);
+    v[16 + 3] = 200;
+    assert_eq!(sctp_flow::<V4>(&sctp_packet(&k, 0, &[(Init, &v)])).unwrap_err(), NatError::BadSctpParameter);
+    let mut v = init_value(&init_params);
+    v.truncate(12);
+    assert_eq!(sctp_flow::<V4>(&sctp_packet(&k, 0, &[(InitAck, &v)])).unwrap_err(), NatError::BadSctpParameter);
+}
