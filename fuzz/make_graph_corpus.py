@@ -18,7 +18,9 @@ from scapy.contrib.gtp import GTP_U_Header, GTPPDUSessionContainer, GTPEchoReque
 from scapy.layers.ipsec import ESP, SecurityAssociation
 from scapy.layers.sctp import (SCTP, SCTPChunkAbort, SCTPChunkCookieAck, SCTPChunkCookieEcho, SCTPChunkData, SCTPChunkHeartbeatAck,
                                SCTPChunkHeartbeatReq, SCTPChunkInit, SCTPChunkInitAck, SCTPChunkSACK, SCTPChunkShutdown,
-                               SCTPChunkShutdownAck, SCTPChunkShutdownComplete, crc32c)
+                               SCTPChunkShutdownAck, SCTPChunkShutdownComplete, SCTPChunkParamECNCapable, SCTPChunkParamHostname,
+                               SCTPChunkParamIPv4Addr, SCTPChunkParamIPv6Addr, SCTPChunkParamStateCookie,
+                               SCTPChunkParamSupportedAddrTypes, crc32c)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from parcelpkt import fold, ones, parcel4, parcel6  # noqa: E402
@@ -105,11 +107,12 @@ def sctp6(vip, sport, tag, chunks, chksum=None):
     return eth(ACCESS, IPv6(src=USER6, dst=vip) / SCTP(sport=sport, dport=38412, tag=tag, chksum=chksum) / chunks)
 
 
-def sctp_chunk_length(frame, l4, length):
-    """`frame` with its first chunk's length set to `length`, the CRC32c computed again
-    over it (so only the length is wrong)."""
+def sctp_chunk_length(frame, l4, length, at=2):
+    """`frame` with its first chunk's length set to `length` (`at`: the offset of the
+    length in the chunk; 22, an INIT's first parameter's), the CRC32c computed again over
+    it (so only the length is wrong)."""
     b = bytearray(raw(frame))
-    b[l4 + 14:l4 + 16] = struct.pack("!H", length)
+    b[l4 + 12 + at:l4 + 14 + at] = struct.pack("!H", length)
     b[l4 + 8:l4 + 12] = b"\0\0\0\0"
     b[l4 + 8:l4 + 12] = struct.pack("!I", crc32c(bytes(b[l4:])))  # scapy's value goes big-endian
     return bytes(b)
@@ -307,6 +310,20 @@ seeds = {
                      rec(ACCESS, sctp6("2001:db8:128::13", 40110, 0x9000, SCTPChunkAbort(), chksum=0x12345678)),
                      rec(ACCESS, sctp_chunk_length(sctp6("2001:db8:128::13", 40111, 0, SCTPChunkInit(init_tag=0x2001, init_tsn=1)), 54, 2)),
                      rec(ACCESS, sctp6("2001:db8:128::13", 40110, 0x9000, SCTPChunkAbort()))],
+    # A multi-homed client's INIT and either backend's INIT ACK, listing addresses among
+    # other parameters: translated without them (`sctp-addresses-removed`); an INIT whose
+    # first parameter runs past its chunk (`sctp-bad-parameter`).
+    "lb4-sctp-multihomed": [rec(ACCESS, sctp4("198.18.128.13", 40120, 0, SCTPChunkInit(
+                               init_tag=0x1200, a_rwnd=65536, n_out_streams=2, n_in_streams=2, init_tsn=1,
+                               params=[SCTPChunkParamSupportedAddrTypes(addr_type_list=["IPv4", "IPv6"]), SCTPChunkParamIPv4Addr(addr="198.18.0.7"),
+                                       SCTPChunkParamIPv6Addr(addr="2001:db8::7"), SCTPChunkParamECNCapable()])))]
+                           + [rec(ACCESS, eth(ACCESS, IP(src=b, dst=US4) / SCTP(sport=38413, dport=40120, tag=0x1200)
+                                              / SCTPChunkInitAck(init_tag=0x9200, a_rwnd=65536, n_out_streams=2, n_in_streams=2, init_tsn=9,
+                                                                 params=[SCTPChunkParamIPv4Addr(addr=b), SCTPChunkParamStateCookie(cookie=b"cookie-of-the-backend"),
+                                                                         SCTPChunkParamHostname(hostname=b"backend")])))
+                              for b in ("198.19.1.40", "198.19.1.41")]
+                           + [rec(ACCESS, sctp_chunk_length(sctp4("198.18.128.13", 40121, 0, SCTPChunkInit(
+                               init_tag=0x1201, init_tsn=1, params=[SCTPChunkParamIPv4Addr(addr="198.18.0.7")])), 34, 200, at=22))],
     "lb-no-service": [rec(ACCESS, eth(ACCESS, IP(src=USER4, dst="198.18.128.10") / TCP(sport=40001, dport=81, flags="S"))),
                       rec(ACCESS, user_udp6("2001:db8:128::10", 8, sport=5001, dport=54))],
     # Parcels: routed out of the parcel link whole, split for the narrow link, and a run

@@ -180,6 +180,8 @@ fn seeds_reach_every_feature(mut h: Harness, not_here: &[(&str, &str)]) {
         ("lb4-nat", "sctp-bad-chunk"),
         ("lb6-nat", "sctp-bad-checksum"),
         ("lb6-nat", "sctp-bad-chunk"),
+        ("lb4-nat", "sctp-addresses-removed"),
+        ("lb4-nat", "sctp-bad-parameter"),
         ("lb6-nat", "encapsulated"),
         ("ethernet-input", "parcels-forwarded-whole"),
         ("parcel4-input", "to-split"),
@@ -469,4 +471,39 @@ fn graph_sctp_seeds_take_their_paths() {
     assert_eq!(count(&h, "lb6-nat", "new-session"), 1);
     assert_eq!(count(&h, "lb6-nat", "sctp-bad-checksum"), 1);
     assert_eq!(count(&h, "lb6-nat", "sctp-bad-chunk"), 1);
+}
+
+/// The multi-homed SCTP seed (`fuzz/make_graph_corpus.py`): the client's INIT reaches
+/// one backend and that backend's INIT ACK the client, each without the addresses it
+/// listed, the other parameters kept, the CRC32c right; the other backend's INIT ACK is
+/// no reply of ours (ICMP port unreachable); an INIT whose parameter runs past its chunk
+/// is dropped by name and makes no session.
+#[test]
+fn graph_sctp_multihomed_seed_loses_its_addresses() {
+    use wire::sctp::{count_address_params, ChunkType, SctpPacket};
+    let mut h = Harness::new();
+    let mut sctp = Vec::new();
+    for (port, f) in seed("lb4-sctp-multihomed") {
+        for (_, t) in h.frame(port, f) {
+            let ip = wire::ipv4::Ipv4Packet::new_checked(&t.bytes[14..]).unwrap();
+            assert_eq!(t.bytes.len(), 14 + usize::from(ip.total_len()), "the IP length is the packet's");
+            if ip.protocol() == wire::IpProtocol::Sctp {
+                sctp.push(ip.payload().to_vec());
+            }
+        }
+    }
+    assert_eq!(sctp.len(), 2, "the INIT to a backend, its INIT ACK to the client");
+    for (s, t) in sctp.iter().zip([ChunkType::Init, ChunkType::InitAck]) {
+        let p = SctpPacket::new_checked(&s[..]).unwrap();
+        assert!(p.verify_checksum());
+        assert_eq!(p.chunks().next().unwrap().unwrap().chunk_type, t);
+        assert_eq!(count_address_params(p.payload()), Ok(0));
+    }
+    // What is left of the INIT: Supported Address Types, then ECN; of the INIT ACK, the cookie.
+    assert_eq!(sctp[0][12 + 20..], [0, 12, 0, 8, 0, 5, 0, 6, 0x80, 0, 0, 4]);
+    assert_eq!(&sctp[1][12 + 20..12 + 24], &[0, 7, 0, 25]);
+    assert_eq!(&sctp[1][12 + 24..12 + 45], b"cookie-of-the-backend");
+    assert_eq!(count(&h, "lb4-nat", "sctp-addresses-removed"), 2);
+    assert_eq!(count(&h, "lb4-nat", "sctp-bad-parameter"), 1);
+    assert_eq!(count(&h, "lb4-nat", "new-session"), 1);
 }
