@@ -59,7 +59,9 @@ seeds["esp"] = [
     b"\x00\x00\x00\x00" + bytes(28),
 ]
 from scapy.layers.sctp import (SCTP, SCTPChunkInit, SCTPChunkInitAck, SCTPChunkAbort, SCTPChunkShutdown,
-                               SCTPChunkShutdownComplete, SCTPChunkData, SCTPChunkSACK)
+                               SCTPChunkShutdownComplete, SCTPChunkData, SCTPChunkSACK, SCTPChunkParamIPv4Addr,
+                               SCTPChunkParamIPv6Addr, SCTPChunkParamHostname, SCTPChunkParamSupportedAddrTypes,
+                               SCTPChunkParamECNCapable, SCTPChunkParamStateCookie)
 # SCTP as NGAP carries it (port 38412): scapy computes the CRC32c.
 seeds["sctp"] = [
     SCTP(sport=38412, dport=38412, tag=0) / SCTPChunkInit(init_tag=0x11223344, a_rwnd=65536, n_out_streams=2, n_in_streams=2, init_tsn=1),
@@ -68,6 +70,13 @@ seeds["sctp"] = [
     SCTP(sport=38412, dport=38412, tag=0x55667788) / SCTPChunkShutdown(cumul_tsn_ack=8),
     SCTP(sport=38412, dport=38412, tag=0x55667788) / SCTPChunkAbort(),
     SCTP(sport=38412, dport=38412, tag=0x55667788) / SCTPChunkShutdownComplete(),
+    # A multi-homed INIT and INIT ACK: address parameters among others (the load
+    # balancer's NAT removes them: wire::sctp::remove_address_params).
+    SCTP(sport=38412, dport=38412, tag=0) / SCTPChunkInit(init_tag=0x11223344, a_rwnd=65536, n_out_streams=2, n_in_streams=2, init_tsn=1,
+        params=[SCTPChunkParamIPv4Addr(addr="198.18.0.7"), SCTPChunkParamSupportedAddrTypes(addr_type_list=["IPv4", "IPv6"]),
+                SCTPChunkParamIPv6Addr(addr="2001:db8::7"), SCTPChunkParamECNCapable()]),
+    SCTP(sport=38412, dport=38412, tag=0x11223344) / SCTPChunkInitAck(init_tag=0x55667788, a_rwnd=65536, n_out_streams=2, n_in_streams=2, init_tsn=9,
+        params=[SCTPChunkParamStateCookie(cookie=b"cookie"), SCTPChunkParamHostname(hostname=b"peer"), SCTPChunkParamIPv4Addr(addr="198.18.1.7")]),
 ]
 out = Path(__file__).parent / "corpus"
 for target, pkts in seeds.items():
