@@ -151,6 +151,21 @@ def tshark_checksums(tmp, name, frames):
     return r.stdout.split()
 
 
+def running(lab, vecgate, tmp_path):
+    """`topology` with vecgate running `config()` and the neighbours warm: the client,
+    the backends, the gateway, and the three ends to sniff."""
+    c, g, bes = topology(lab)
+    gw = Vecgate(lab, vecgate, g, config(), tmp_path)
+    warm(lab, c, bes)
+    return c, bes, gw, [(c, "a0"), (bes[0], "e0"), (bes[1], "e0")]
+
+
+def client_to_vip(fam, sport, tag, *chunks, chksum=None):
+    """The client's frame to the service (its address and port), from `sport`."""
+    f = FAMILIES[fam]
+    return frame(fam, CLIENT_MAC, GW_A, f["client"], f["vip"], sport, PORT, tag, *chunks, chksum=chksum)
+
+
 def l3(raw):
     from scapy.all import Ether, IP, IPv6
     p = Ether(raw)
@@ -163,11 +178,8 @@ def test_sctp_associations_through_the_balancer(lab, vecgate, tmp_path, fam):
                                    SCTPChunkCookieEcho, SCTPChunkCookieAck)
     f = FAMILIES[fam]
     node = f"lb{fam}-nat"
-    c, g, bes = topology(lab)
-    gw = Vecgate(lab, vecgate, g, config(), tmp_path)
-    warm(lab, c, bes)
-    where = [(c, "a0"), (bes[0], "e0"), (bes[1], "e0")]
-    to_vip = lambda sport, tag, *ch, chksum=None: frame(fam, CLIENT_MAC, GW_A, f["client"], f["vip"], sport, PORT, tag, *ch, chksum=chksum)
+    c, bes, gw, where = running(lab, vecgate, tmp_path)
+    to_vip = lambda *a, **kw: client_to_vip(fam, *a, **kw)
 
     # 16 associations: each INIT reaches one backend, exactly once, translated (the
     # node's address and a port of it as source, the backend's port), its CRC32c right
@@ -271,10 +283,7 @@ def test_sctp_multihomed_init_through_nat(lab, vecgate, tmp_path, fam):
                                    SCTPChunkParamFwdTSN, SCTPChunkParamStateCookie)
     f = FAMILIES[fam]
     node = f"lb{fam}-nat"
-    c, g, bes = topology(lab)
-    gw = Vecgate(lab, vecgate, g, config(), tmp_path)
-    warm(lab, c, bes)
-    where = [(c, "a0"), (bes[0], "e0"), (bes[1], "e0")]
+    c, bes, gw, where = running(lab, vecgate, tmp_path)
     addresses = lambda: [SCTPChunkParamIPv4Addr(addr="198.18.0.7"), SCTPChunkParamIPv6Addr(addr="2001:db8::7")]
     kept = [SCTPChunkParamSupportedAddrTypes(addr_type_list=["IPv4", "IPv6"]), SCTPChunkParamECNCapable(), SCTPChunkParamFwdTSN()]
     fixed = dict(a_rwnd=65536, n_out_streams=2, n_in_streams=2)
@@ -302,7 +311,7 @@ def test_sctp_multihomed_init_through_nat(lab, vecgate, tmp_path, fam):
 
     s = Sniffers(lab, where)
     init = SCTPChunkInit(init_tag=0x3000, init_tsn=7, params=[kept[0], *addresses(), kept[1], SCTPChunkParamHostname(hostname=b"peer"), kept[2]], **fixed)
-    send(lab, c, "a0", [frame(fam, CLIENT_MAC, GW_A, f["client"], f["vip"], 40500, PORT, 0, init)])
+    send(lab, c, "a0", [client_to_vip(fam, 40500, 0, init)])
     got_c, got0, got1 = s.stop()
     assert got_c == [] and len(got0) + len(got1) == 1, (got0, got1)
     b = 0 if got0 else 1
