@@ -17,6 +17,14 @@
 /// Slots per bucket.
 pub const WAYS: usize = 8;
 
+/// A new key takes its free home slot while the home bucket has this many free slots,
+/// whatever the other bucket holds. Two choices alone sent every key whose first bucket
+/// held an entry to an emptier second bucket, where each of its hits reads the tags and
+/// then the slot: 23 % of random keys away from home at a tenth of the table full, 52 %
+/// at seven tenths; with this rule 5 % and 39 %. Past it the two choices keep the
+/// buckets level, and the table fills as far before its first refusal (tests below).
+const HOME_ROOM: usize = WAYS / 2;
+
 /// The slots of a table made for `capacity` entries: whole buckets, a power of two of them.
 pub fn slots_for(capacity: usize) -> usize {
     capacity.div_ceil(WAYS).max(1).next_power_of_two() * WAYS
@@ -213,24 +221,35 @@ impl<K: TableKey, V: Copy + Default> Table<K, V> {
     }
 
     /// Insert `key` (not live in the table) with `val`, expiring at `expires`; `None` if
-    /// both its buckets hold live entries only. It goes to the bucket with more room (the
-    /// choice that keeps buckets level; the first on a tie), in the key's home slot when
-    /// that is the bucket and the slot is free, else in its first free or expired slot.
+    /// both its buckets hold live entries only. It takes its home slot when that is free
+    /// and the home bucket has [`HOME_ROOM`] free slots (a later hit then reads one line);
+    /// otherwise it goes to the bucket with more room (the choice that keeps buckets
+    /// level; the first on a tie), in the home slot when that is the bucket and the slot
+    /// is free, else in its first free or expired slot.
     #[inline]
     pub fn insert(&mut self, key: K, val: V, now: u64, expires: u64) -> Option<SlotIdx> {
         let tag = key.hash();
         let [a, b] = self.buckets(tag);
         let free = |from: usize| (from..from + WAYS).filter(|&i| self.slots[i].expires <= now).count();
-        let bucket = if free(b) > free(a) { b } else { a };
         let home = self.home(tag);
+        let free_a = free(a);
+        if free_a >= HOME_ROOM && self.slots[home].expires <= now {
+            return Some(self.put(home, tag, key, val, expires));
+        }
+        let bucket = if free(b) > free_a { b } else { a };
         let i = if bucket == a && self.slots[home].expires <= now {
             home
         } else {
             (bucket..bucket + WAYS).find(|&i| self.slots[i].expires <= now)?
         };
+        Some(self.put(i, tag, key, val, expires))
+    }
+
+    #[inline(always)]
+    fn put(&mut self, i: usize, tag: u32, key: K, val: V, expires: u64) -> SlotIdx {
         self.slots[i] = Slot { expires: expires.max(1), tag, key, val };
         self.tags[i] = tag;
-        Some(i as SlotIdx)
+        i as SlotIdx
     }
 
     /// Whether a new entry for `key` would find room at `now` (so that two entries made
@@ -392,6 +411,25 @@ mod tests {
         let first_failure = (0..1u32 << 16).find(|&k| t.insert(K(k), k, 0, 1).is_none()).unwrap_or(1 << 16);
         assert!(first_failure as f64 > 0.75 * (1 << 16) as f64, "{first_failure}");
         assert!((0..first_failure).all(|k| t.find(&K(k), 0).is_some_and(|i| *t.get(i) == k)));
+    }
+
+    /// Random keys live in their home slots, where a hit reads one line: 95 % of them
+    /// with a tenth of the table full, 85 % with three tenths (two choices alone: 77 %
+    /// and 64 %).
+    #[test]
+    fn keys_stay_at_home_while_buckets_have_room() {
+        let slots = 1usize << 16;
+        let mut t: Table<K, u32> = Table::new(slots);
+        let at_home = |t: &Table<K, u32>, n: u32| {
+            (0..n).filter(|&k| t.find(&K(k), 0) == Some(t.home(K(k).hash()) as SlotIdx)).count() as f64 / n as f64
+        };
+        let tenth = slots as u32 / 10;
+        (0..tenth).for_each(|k| assert!(t.insert(K(k), k, 0, 1).is_some()));
+        let share = at_home(&t, tenth);
+        assert!(share > 0.92, "{share}");
+        (tenth..3 * tenth).for_each(|k| assert!(t.insert(K(k), k, 0, 1).is_some()));
+        let share = at_home(&t, 3 * tenth);
+        assert!(share > 0.80, "{share}");
     }
 
     proptest::proptest! {
