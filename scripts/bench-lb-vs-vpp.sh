@@ -16,6 +16,7 @@
 #
 # Usage: scripts/bench-lb-vs-vpp.sh [--rounds N] [--seconds S] [--packets N] [--core C]
 #            [--vips "1 1000"] [--modes "gre4 nat4"] [--backends B] [--flows F] [--bin PATH]
+#            [--lb-sessions N|vpp|default] (vecgate's session slots: scripts/bench-vs-vpp.sh)
 #            [--vpp DIR] [--json FILE]
 #   --vpp DIR: a VPP build laid out as bin/vpp, bin/vppctl, lib/ (default: $VPP_DIR, else
 #              ../shared/peers/vpp next to the repository or its worktree's parent). Without
@@ -33,8 +34,8 @@ while [ $# -gt 0 ]; do
         --vips) vips=$2; shift 2 ;;
         --modes) modes=$2; shift 2 ;;
         --packets) packets=$2; shift 2 ;;
-        -h | --help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        --rounds | --seconds | --core | --bin | --vpp | --json | --backends | --flows) args+=("$1" "$2"); shift 2 ;;
+        -h | --help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --rounds | --seconds | --core | --bin | --vpp | --json | --backends | --flows | --lb-sessions) args+=("$1" "$2"); shift 2 ;;
         *) echo "bench-lb-vs-vpp: unexpected argument $1" >&2; exit 2 ;;
     esac
 done

@@ -14,6 +14,11 @@
 #             (`--backends B --flows F`; scripts/bench-lb-vs-vpp.sh runs these)
 #             lb4-nat4-N: `bench lb4-nat --services N` (kube-proxy's NAT) against the
 #             same plugin's NAT mode (`encap nat4 type clusterip`, node `lb4-nat4-port`)
+#   --lb-sessions N|vpp|default: vecgate's session slots in the LB scenarios (`bench
+#              --lb-sessions`). `vpp` (the default): as many as VPP's flow table has
+#              entries (its buckets, sized below for the flows, times 4), so both tables
+#              spread the same flows over the same capacity; `default`: vecgate's
+#              configured default (`lb.limits.sessions`, a million slots of 64 bytes).
 #   --vpp DIR: a VPP build laid out as bin/vpp, bin/vppctl, lib/ (default: $VPP_DIR, else
 #              ../shared/peers/vpp next to the repository or its worktree's parent). Without one the script says
 #              so and exits 0: the project does not need VPP. docs/PERFORMANCE.md says how
@@ -31,6 +36,7 @@ vpp=${VPP_DIR:-}
 json_out=
 backends=10
 flows=10000
+lb_sessions=vpp
 while [ $# -gt 0 ]; do
     case "$1" in
         --rounds) rounds=$2; shift 2 ;;
@@ -42,7 +48,8 @@ while [ $# -gt 0 ]; do
         --json) json_out=$2; shift 2 ;;
         --backends) backends=$2; shift 2 ;;
         --flows) flows=$2; shift 2 ;;
-        -h | --help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --lb-sessions) lb_sessions=$2; shift 2 ;;
+        -h | --help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         -*) echo "bench-vs-vpp: unknown option $1" >&2; exit 2 ;;
         *) break ;;
     esac
@@ -50,6 +57,17 @@ done
 scenarios=("$@")
 [ ${#scenarios[@]} -gt 0 ] || scenarios=(ip4-forward ip6-forward gtpu4-encap gtpu4-decap gtpu6-encap gtpu6-decap ip4-forward-1m ip6-forward-1m)
 log() { echo "bench-vs-vpp: $*" >&2; }
+
+# VPP's flow table: buckets of 4 entries, a power of two of them with room for 4 entries
+# a flow (lb_cli below); vecgate's session table is given as many slots unless told.
+vpp_buckets=1024
+while [ "$vpp_buckets" -lt $((4 * flows)) ]; do vpp_buckets=$((vpp_buckets * 2)); done
+case "$lb_sessions" in
+    vpp) lb_opt=(--lb-sessions $((vpp_buckets * 4))) ;;
+    default) lb_opt=() ;;
+    *[!0-9]* | '') echo "bench-vs-vpp: --lb-sessions takes a number, vpp or default, not $lb_sessions" >&2; exit 2 ;;
+    *) lb_opt=(--lb-sessions "$lb_sessions") ;;
+esac
 
 . "$ROOT/scripts/lib/vpp.sh"
 vpp_find
@@ -101,11 +119,10 @@ gtpu_cli() { # outer-family encap|decap
 # (NAT): the same VIPs and backends, UDP port 53 to the backends' port 8053; VPP's NAT
 # VIPs are per port (`lb4-nat4-port`: the destination address and port rewritten).
 lb_cli() { # vips gre4|nat4
-    python3 - "$1" "$backends" "$flows" "$2" <<'PY'
+    python3 - "$1" "$backends" "$vpp_buckets" "$2" <<'PY'
 import ipaddress, sys
-n, b, f = (int(x) for x in sys.argv[1:4])
+n, b, buckets = (int(x) for x in sys.argv[1:4])
 mode = sys.argv[4]
-buckets = 1 << max(10, (4 * f - 1).bit_length())
 print(f"lb conf ip4-src-address 198.18.1.1 buckets {buckets} timeout 60")
 vip0, be0 = int(ipaddress.IPv4Address("198.18.128.0")), int(ipaddress.IPv4Address("198.19.0.0"))
 for i in range(n):
@@ -179,9 +196,9 @@ for s in "${scenarios[@]}"; do
         ip4-forward | ip6-forward | ip4-forward-1m | ip6-forward-1m | gtpu4-encap | gtpu4-decap | gtpu6-encap | gtpu6-decap)
             bench=("$s") ;;
         lb4-gre4-[1-9]*)
-            bench=(lb4-encap --services "${s#lb4-gre4-}" --backends "$backends" --flows "$flows") ;;
+            bench=(lb4-encap --services "${s#lb4-gre4-}" --backends "$backends" --flows "$flows" "${lb_opt[@]}") ;;
         lb4-nat4-[1-9]*)
-            bench=(lb4-nat --services "${s#lb4-nat4-}" --backends "$backends" --flows "$flows") ;;
+            bench=(lb4-nat --services "${s#lb4-nat4-}" --backends "$backends" --flows "$flows" "${lb_opt[@]}") ;;
         *) log "unknown scenario $s"; exit 2 ;;
     esac
     dir=$work/$s
