@@ -480,7 +480,7 @@ fn graph_sctp_seeds_take_their_paths() {
 /// is dropped by name and makes no session.
 #[test]
 fn graph_sctp_multihomed_seed_loses_its_addresses() {
-    use wire::sctp::{count_address_params, ChunkType, SctpPacket};
+    use wire::sctp::{count_multihoming, ChunkType, Multihoming, SctpPacket};
     let mut h = Harness::new();
     let mut sctp = Vec::new();
     for (port, f) in seed("lb4-sctp-multihomed") {
@@ -497,7 +497,7 @@ fn graph_sctp_multihomed_seed_loses_its_addresses() {
         let p = SctpPacket::new_checked(&s[..]).unwrap();
         assert!(p.verify_checksum());
         assert_eq!(p.chunks().next().unwrap().unwrap().chunk_type, t);
-        assert_eq!(count_address_params(p.payload()), Ok(0));
+        assert_eq!(count_multihoming(p.payload()), Ok(Multihoming::default()));
     }
     // What is left of the INIT: Supported Address Types, then ECN; of the INIT ACK, the cookie.
     assert_eq!(sctp[0][12 + 20..], [0, 12, 0, 8, 0, 5, 0, 6, 0x80, 0, 0, 4]);

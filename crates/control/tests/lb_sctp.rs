@@ -4,9 +4,10 @@
 //! computed again; the backend's answers come back as the service's; an ABORT ends
 //! the session (a later INIT on the tuple is a new one); a packet whose CRC32c was
 //! wrong on arrival is dropped by name (`sctp-bad-checksum`), and acts on nothing; a
-//! multi-homed INIT and INIT ACK lose the addresses they list (`sctp-addresses-removed`).
-//! IPv4 and IPv6; and a direct-server-return (GRE) SCTP service, whose packets go
-//! unchanged inside the outer header.
+//! multi-homed INIT and INIT ACK lose the addresses they list (`sctp-addresses-removed`)
+//! and ASCONF among their Supported Extensions (`sctp-asconf-unlisted`). IPv4 and IPv6;
+//! and a direct-server-return (GRE) SCTP service, whose packets go unchanged inside the
+//! outer header.
 
 mod common;
 
@@ -289,6 +290,25 @@ fn association(client: IpAddr, vip: IpAddr, backends: [IpAddr; 2], snat: IpAddr,
     bad[16 + 3] = 200;
     assert!(h.frame(0, sctp_frame(client, 50_004, vip, PORT, 0, &[(Init, &bad)], false)).is_empty());
     assert_eq!(count(&h, node, "sctp-bad-parameter"), 1);
+
+    // An INIT offering dynamic address reconfiguration (Supported Extensions: ASCONF,
+    // ASCONF-ACK, FORWARD-TSN) reaches the backend offering FORWARD-TSN only, the
+    // parameter 5 bytes long, padded, the parameters after it as they were; the
+    // backend's INIT ACK offering ASCONF alone comes back without the parameter
+    // (`sctp-asconf-unlisted`, once a packet). The AUTH Chunk List naming ASCONF stays.
+    let chunk_list: (u16, &[u8]) = (0x8003, &[0xc1, 0x80]);
+    let with = init_value(&[(0x8008, &[0xc1, 0x80, 0xc0]), chunk_list, (0xc000, &[])]);
+    let (snat_src, backend, s) = one_whole(&mut h, sctp_frame(client, 50_005, vip, PORT, 0, &[(Init, &with)], false));
+    assert!(SctpPacket::new_checked(&s[..]).unwrap().verify_checksum());
+    assert_eq!(s[12..], chunk(Init, &init_value(&[(0x8008, &[0xc0]), chunk_list, (0xc000, &[])]))[..]);
+    assert_eq!(s[12 + 20..12 + 28], [0x80, 0x08, 0, 5, 0xc0, 0, 0, 0]);
+    let snat_port = SctpPacket::new_checked(&s[..]).unwrap().src_port();
+    let with = init_value(&[(7, cookie), (0x8008, &[0x80, 0xc1])]);
+    let (_, _, s) = one_whole(&mut h, sctp_frame(backend, PORT, snat_src, snat_port, 0x0a0b_0c0d, &[(InitAck, &with)], false));
+    assert!(SctpPacket::new_checked(&s[..]).unwrap().verify_checksum());
+    assert_eq!(s[12..], chunk(InitAck, &init_value(&[(7, cookie)]))[..]);
+    assert_eq!(count(&h, node, "sctp-asconf-unlisted"), 2);
+    assert_eq!(count(&h, node, "sctp-addresses-removed"), 2, "no address listed: not counted as one");
 
     // A local sender's INIT whose CRC32c was left to the device (a vnet header's partial
     // checksum at the SCTP checksum field, the field zero): computed by the balancer, and

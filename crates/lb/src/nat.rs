@@ -38,8 +38,8 @@ pub enum NatError {
     /// An SCTP packet whose CRC32c was wrong on arrival.
     SctpChecksum,
     /// An SCTP INIT or INIT ACK whose parameters do not fit its chunk (a length below 4
-    /// or past the chunk) or that is shorter than its fixed fields: its address
-    /// parameters could not be removed ([`remove_sctp_addresses`]).
+    /// or past the chunk) or that is shorter than its fixed fields: its multi-homing
+    /// could not be removed ([`remove_sctp_multihoming`]).
     BadSctpParameter,
 }
 
@@ -267,9 +267,9 @@ pub fn sctp_flow<F: Layout>(pkt: &[u8]) -> Result<Flow<F::Addr>, NatError> {
         _ => NatError::BadSctpChunk,
     })?;
     // An INIT's or INIT ACK's parameters are walked now, before a session is made for
-    // it: its address parameters are removed as it is translated (`remove_sctp_addresses`).
+    // it: its multi-homing is removed as it is translated (`remove_sctp_multihoming`).
     if chunks.has(wire::sctp::ChunkSet::INIT | wire::sctp::ChunkSet::INIT_ACK) {
-        wire::sctp::count_address_params(p.payload()).map_err(|_| NatError::BadSctpParameter)?;
+        wire::sctp::count_multihoming(p.payload()).map_err(|_| NatError::BadSctpParameter)?;
     }
     let key = FlowKey { src: F::src(pkt), dst: F::dst(pkt), sport: p.src_port(), dport: p.dst_port(), proto };
     Ok(Flow { key, flags: chunks.0, l4 })
@@ -304,25 +304,28 @@ pub fn sctp_checksum_or_fill<A>(pkt: &mut [u8], flow: &Flow<A>, left: bool) -> R
     sctp_checksum(pkt, flow)
 }
 
-/// Remove the address parameters of an SCTP packet's INIT or INIT ACK (`flow`, as
-/// [`sctp_flow`] read it: its parameters fit), before it is translated: through the
-/// translation the addresses a multi-homed endpoint lists are wrong for its peer (the
-/// client's reached directly, around the translation; the backend's real ones told to
-/// the client). Without them each end takes the packet's source address, the translated
-/// one, as the other's only address (RFC 9260 §5.1.2). The IP header's length follows;
-/// the CRC32c is left to the translation, which computes it. Returns the packet's new
-/// length (to cut it to) and how many parameters went; `None` when nothing changed
-/// (another packet, or an INIT that lists no address).
-pub fn remove_sctp_addresses<F: Layout>(pkt: &mut [u8], flow: &Flow<F::Addr>) -> Option<(usize, usize)> {
-    use wire::sctp::{remove_address_params, ChunkSet, HEADER_LEN};
+/// Remove multi-homing from an SCTP packet's INIT or INIT ACK (`flow`, as [`sctp_flow`]
+/// read it: its parameters fit), before it is translated
+/// ([`wire::sctp::remove_multihoming`]): through the translation the addresses a
+/// multi-homed endpoint lists are wrong for its peer (the client's reached directly,
+/// around the translation; the backend's real ones told to the client). Without them
+/// each end takes the packet's source address, the translated one, as the other's only
+/// address (RFC 9260 §5.1.2); and without ASCONF among the peer's Supported Extensions
+/// neither adds or moves an address later (RFC 5061 §4.2.7), which the balancer could
+/// not translate (ASCONF is signed by AUTH). The IP header's length follows; the CRC32c
+/// is left to the translation, which computes it. Returns the packet's new length (to
+/// cut it to) and what went; `None` when nothing changed (another packet, or an INIT
+/// that lists no address and offers no ASCONF).
+pub fn remove_sctp_multihoming<F: Layout>(pkt: &mut [u8], flow: &Flow<F::Addr>) -> Option<(usize, wire::sctp::Multihoming)> {
+    use wire::sctp::{remove_multihoming, ChunkSet, HEADER_LEN};
     if flow.key.proto != SCTP || !ChunkSet(flow.flags).has(ChunkSet::INIT | ChunkSet::INIT_ACK) {
         return None;
     }
     let chunks_at = flow.l4 + HEADER_LEN;
-    let removed = remove_address_params(pkt.get_mut(chunks_at..)?).ok().filter(|r| r.params > 0)?;
-    let cut = pkt.len() - chunks_at - removed.len;
+    let r = remove_multihoming(pkt.get_mut(chunks_at..)?).ok().filter(|r| !r.removed.is_none())?;
+    let cut = pkt.len() - chunks_at - r.len;
     F::set_ip_len(pkt, F::ip_len(pkt) - cut);
-    Some((pkt.len() - cut, removed.params))
+    Some((pkt.len() - cut, r.removed))
 }
 
 /// Rewrite an SCTP packet (as [`sctp_flow`] read it) to `to`: ports and addresses, the

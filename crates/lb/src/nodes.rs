@@ -70,6 +70,7 @@ counters! {
         SctpBadChunk(Warn, "sctp-bad-chunk", "SCTP chunk length below 4 or past the packet"),
         SctpBadParameter(Warn, "sctp-bad-parameter", "SCTP INIT or INIT ACK parameter length below 4 or past its chunk, or the chunk shorter than its fixed fields: dropped (its address parameters could not be removed)"),
         SctpAddressesRemoved(Info, "sctp-addresses-removed", "SCTP INIT and INIT ACK translated without the addresses they listed for multi-homing (the peer takes the translated source address only)"),
+        SctpAsconfUnlisted(Info, "sctp-asconf-unlisted", "SCTP INIT and INIT ACK translated without ASCONF and ASCONF-ACK among their Supported Extensions (the peer then reconfigures no address, RFC 5061)"),
         SctpBadChecksum(Warn, "sctp-bad-checksum", "SCTP CRC32c wrong on arrival: dropped, not recomputed into a good one after translation"),
         Encapsulated(Info, "encapsulated", "packets sent to their backend inside the service's encapsulation"),
         GsoSegmented(Info, "gso-to-segment", "GSO frames sent to software segmentation before encapsulation"),
@@ -290,22 +291,28 @@ impl<F: NatNodeFamily> LbNat<F> {
         Verdict::Next(F::REWRITE)
     }
 
-    /// [`nat::translate`] on the full path, an SCTP INIT's or INIT ACK's address
-    /// parameters removed first ([`nat::remove_sctp_addresses`]), the packet cut to its
-    /// new length. Not the session hit's (TCP and UDP only).
+    /// [`nat::translate`] on the full path, an SCTP INIT's or INIT ACK's multi-homing
+    /// (its addresses, ASCONF among its extensions) removed first
+    /// ([`nat::remove_sctp_multihoming`]), the packet cut to its new length. Not the
+    /// session hit's (TCP and UDP only).
     #[inline(always)]
     fn translate(counts: &mut Counts<'_, LbNatCounter>, buf: &mut Buffer, flow: &Flow<F::Addr>, rw: &Rewrite<F::Addr>, partial: bool) {
         if flow.key.proto == nat::SCTP {
-            Self::remove_sctp_addresses(counts, buf, flow);
+            Self::remove_sctp_multihoming(counts, buf, flow);
         }
         nat::translate::<F>(buf.bytes_mut(), flow, rw, partial);
     }
 
     #[inline(never)]
-    fn remove_sctp_addresses(counts: &mut Counts<'_, LbNatCounter>, buf: &mut Buffer, flow: &Flow<F::Addr>) {
-        if let Some((len, _)) = nat::remove_sctp_addresses::<F>(buf.bytes_mut(), flow) {
+    fn remove_sctp_multihoming(counts: &mut Counts<'_, LbNatCounter>, buf: &mut Buffer, flow: &Flow<F::Addr>) {
+        if let Some((len, removed)) = nat::remove_sctp_multihoming::<F>(buf.bytes_mut(), flow) {
             buf.truncate(len);
-            counts.inc(LbNatCounter::SctpAddressesRemoved);
+            if removed.addresses > 0 {
+                counts.inc(LbNatCounter::SctpAddressesRemoved);
+            }
+            if removed.asconf > 0 {
+                counts.inc(LbNatCounter::SctpAsconfUnlisted);
+            }
         }
     }
 

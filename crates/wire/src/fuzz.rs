@@ -139,19 +139,25 @@ pub fn sctp(data: &[u8]) {
     if p.verify_checksum() && b.len() == data.len() && b[sctp::HEADER_LEN..] == data[sctp::HEADER_LEN..] {
         assert_eq!(b[..], data[..]);
     }
-    // The INITs' and INIT ACKs' addresses removed (the load balancer's NAT): unchanged on
-    // an error; else the same chunks in order, each well formed, none listing an address.
+    // Multi-homing removed from the INITs and INIT ACKs (the load balancer's NAT: their
+    // addresses, ASCONF among their Supported Extensions): unchanged on an error; else
+    // the same chunks in order, each well formed, none listing an address or ASCONF, and
+    // the packet changed exactly when there was something to remove.
     let mut cut = data.to_vec();
-    match sctp::remove_address_params(&mut cut[sctp::HEADER_LEN..]) {
-        Err(_) => assert_eq!(cut, data),
+    match sctp::remove_multihoming(&mut cut[sctp::HEADER_LEN..]) {
+        Err(e) => {
+            assert_eq!(cut, data);
+            assert_eq!(sctp::count_multihoming(&data[sctp::HEADER_LEN..]), Err(e));
+        }
         Ok(r) => {
             let cut = &cut[..sctp::HEADER_LEN + r.len];
-            assert_eq!(sctp::count_address_params(&cut[sctp::HEADER_LEN..]), Ok(0));
+            assert_eq!(sctp::count_multihoming(&cut[sctp::HEADER_LEN..]), Ok(sctp::Multihoming::default()));
+            assert_eq!(sctp::count_multihoming(&data[sctp::HEADER_LEN..]), Ok(r.removed));
             let q = sctp::SctpPacket::new_checked(cut).unwrap();
             let after = q.chunks().collect::<Result<Vec<_>, _>>().unwrap();
             let types = |cs: &[sctp::Chunk<'_>]| cs.iter().map(|c| (c.chunk_type, c.flags)).collect::<Vec<_>>();
             assert_eq!(types(&after), types(&chunks));
-            assert_eq!(r.params == 0, cut == data);
+            assert_eq!(r.removed.is_none(), cut == data);
         }
     }
 }

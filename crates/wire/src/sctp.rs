@@ -1,6 +1,8 @@
 //! SCTP (RFC 9260): the common header every packet starts with, and its chunks walked
-//! far enough to see the association's life (INIT, ABORT, SHUTDOWN …), and an INIT's or
-//! INIT ACK's parameters, to remove the addresses it lists ([`remove_address_params`]).
+//! far enough to see the association's life (INIT, ABORT, SHUTDOWN …) and dynamic
+//! address reconfiguration's chunks (ASCONF, RFC 5061), and an INIT's or INIT ACK's
+//! parameters, to remove what multi-homing lists: its addresses, and ASCONF among its
+//! supported extensions ([`remove_multihoming`]).
 //! vecgate does not terminate SCTP; the load balancer translates its ports and
 //! recomputes its checksum.
 //!
@@ -58,6 +60,10 @@ pub enum ChunkType {
     CookieEcho,
     CookieAck,
     ShutdownComplete,
+    /// Address Configuration Change (RFC 5061 §4.1.1): 0xC1.
+    Asconf,
+    /// Its acknowledgement (RFC 5061 §4.1.2): 0x80.
+    AsconfAck,
     Unknown(u8),
 }
 
@@ -77,6 +83,8 @@ impl From<u8> for ChunkType {
             10 => ChunkType::CookieEcho,
             11 => ChunkType::CookieAck,
             14 => ChunkType::ShutdownComplete,
+            0xc1 => ChunkType::Asconf,
+            0x80 => ChunkType::AsconfAck,
             o => ChunkType::Unknown(o),
         }
     }
@@ -98,6 +106,8 @@ impl From<ChunkType> for u8 {
             ChunkType::CookieEcho => 10,
             ChunkType::CookieAck => 11,
             ChunkType::ShutdownComplete => 14,
+            ChunkType::Asconf => 0xc1,
+            ChunkType::AsconfAck => 0x80,
             ChunkType::Unknown(o) => o,
         }
     }
@@ -141,6 +151,16 @@ impl ChunkSet {
             _ => 0,
         }
     }
+}
+
+/// What a walk of a packet's chunks saw ([`SctpPacket::chunk_summary`]): the chunks of
+/// the association's life, and whether an ASCONF or ASCONF-ACK chunk is among them
+/// (dynamic address reconfiguration, RFC 5061: addresses of the endpoints' own, which
+/// a translation between them makes wrong, in a chunk it cannot rewrite, as AUTH signs it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ChunkSummary {
+    pub set: ChunkSet,
+    pub asconf: bool,
 }
 
 /// One chunk: its type, flags and value (the bytes after the chunk header, up to the
@@ -232,11 +252,18 @@ impl<T: AsRef<[u8]>> SctpPacket<T> {
     /// Which of the association's life's chunk types the packet holds; an error if a
     /// chunk does not fit. An SCTP packet with no chunk is `ChunkSet(0)`.
     pub fn chunk_set(&self) -> Result<ChunkSet, SctpError> {
-        let mut set = 0;
+        self.chunk_summary().map(|s| s.set)
+    }
+    /// [`SctpPacket::chunk_set`], and whether the packet holds an ASCONF or ASCONF-ACK
+    /// chunk, in one walk.
+    pub fn chunk_summary(&self) -> Result<ChunkSummary, SctpError> {
+        let (mut set, mut asconf) = (0, false);
         for c in self.chunks() {
-            set |= ChunkSet::bit(c?.chunk_type);
+            let t = c?.chunk_type;
+            set |= ChunkSet::bit(t);
+            asconf |= matches!(t, ChunkType::Asconf | ChunkType::AsconfAck);
         }
-        Ok(ChunkSet(set))
+        Ok(ChunkSummary { set: ChunkSet(set), asconf })
     }
     /// The CRC32c of the packet as it should be: over every byte, the checksum field
     /// taken as zero.
@@ -327,16 +354,41 @@ pub fn emit_chunk(b: &mut [u8], chunk_type: ChunkType, flags: u8, value: &[u8]) 
 pub const INIT_FIXED_LEN: usize = 16;
 pub const PARAM_HEADER_LEN: usize = 4;
 
-/// The INIT and INIT ACK parameters that list an endpoint's addresses (RFC 9260
-/// §3.3.2.1): IPv4 Address, IPv6 Address, and the deprecated Host Name Address.
-pub const ADDRESS_PARAMS: [u16; 3] = [5, 6, 11];
+/// The INIT and INIT ACK parameters that name an endpoint's addresses: IPv4 Address,
+/// IPv6 Address, the deprecated Host Name Address (RFC 9260 §3.3.2.1), and Set Primary
+/// Address (0xC004, RFC 5061 §4.2.4: one of the sender's addresses, for the peer to send
+/// to; Linux reads it in an INIT too when its ASCONF is enabled).
+pub const ADDRESS_PARAMS: [u16; 4] = [5, 6, 11, 0xc004];
 
-/// What [`remove_address_params`] did: the chunks' new length (from the first chunk's
-/// start) and how many address parameters went.
+/// The Supported Extensions parameter (RFC 5061 §4.2.7): the chunk types, a byte each,
+/// of the extensions the sender supports.
+pub const SUPPORTED_EXTENSIONS: u16 = 0x8008;
+
+/// Dynamic address reconfiguration's chunk types, which an endpoint lists among its
+/// Supported Extensions to offer it (RFC 5061 §4.2.7): ASCONF and ASCONF-ACK.
+pub const ASCONF_CHUNKS: [u8; 2] = [0xc1, 0x80];
+
+/// Multi-homing's part of INIT and INIT ACK chunks ([`count_multihoming`]): their address
+/// parameters ([`ADDRESS_PARAMS`]), and the ASCONF and ASCONF-ACK entries of their
+/// Supported Extensions ([`ASCONF_CHUNKS`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Multihoming {
+    pub addresses: usize,
+    pub asconf: usize,
+}
+
+impl Multihoming {
+    pub fn is_none(&self) -> bool {
+        self.addresses == 0 && self.asconf == 0
+    }
+}
+
+/// What [`remove_multihoming`] did: the chunks' new length (from the first chunk's
+/// start) and what went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AddressesRemoved {
+pub struct MultihomingRemoved {
     pub len: usize,
-    pub params: usize,
+    pub removed: Multihoming,
 }
 
 /// The parameters of an INIT or INIT ACK chunk's value (from its first parameter to
@@ -365,32 +417,50 @@ fn init_params<'a>(c: &Chunk<'a>) -> Result<Option<&'a [u8]>, SctpError> {
     }
 }
 
-/// How many address parameters ([`ADDRESS_PARAMS`]) the INIT and INIT ACK chunks of
-/// `chunks` (a packet's bytes after its common header) list; an error if a chunk or an
-/// INIT's or INIT ACK's parameter does not fit.
-pub fn count_address_params(chunks: &[u8]) -> Result<usize, SctpError> {
-    let mut n = 0;
+/// How many ASCONF and ASCONF-ACK entries a Supported Extensions list holds.
+fn asconf_entries(list: &[u8]) -> usize {
+    list.iter().filter(|t| ASCONF_CHUNKS.contains(t)).count()
+}
+
+/// Multi-homing's part ([`Multihoming`]) of the INIT and INIT ACK chunks of `chunks` (a
+/// packet's bytes after its common header); an error if a chunk or an INIT's or INIT
+/// ACK's parameter does not fit. A Supported Extensions list is any number of bytes,
+/// each a chunk type: it has no form of its own to break.
+pub fn count_multihoming(chunks: &[u8]) -> Result<Multihoming, SctpError> {
+    let mut n = Multihoming::default();
     for c in (Chunks { rest: chunks }) {
         if let Some(params) = init_params(&c?)? {
-            walk_params(params, |_, t, _| n += ADDRESS_PARAMS.contains(&t) as usize)?;
+            walk_params(params, |at, t, len| {
+                if ADDRESS_PARAMS.contains(&t) {
+                    n.addresses += 1;
+                } else if t == SUPPORTED_EXTENSIONS {
+                    n.asconf += asconf_entries(&params[at + PARAM_HEADER_LEN..at + len]);
+                }
+            })?;
         }
     }
     Ok(n)
 }
 
-/// Remove the address parameters ([`ADDRESS_PARAMS`]) of every INIT and INIT ACK chunk
-/// of `chunks` (a packet's bytes after its common header), in place: the other
-/// parameters and chunks move up, in order and byte for byte, each INIT's length is cut
-/// to its last parameter's end (RFC 9260 §3.2: the last parameter's padding not
-/// counted) and its padding zeroed; the bytes past the returned length are left over.
-/// An INIT without them makes its receiver take the packet's source address as the
-/// peer's only one (§5.1.2), which a NAT between the two needs. Nothing is changed
-/// when there is nothing to remove or something does not fit (an error:
-/// [`count_address_params`]'s).
-pub fn remove_address_params(chunks: &mut [u8]) -> Result<AddressesRemoved, SctpError> {
-    let params = count_address_params(chunks)?;
-    if params == 0 {
-        return Ok(AddressesRemoved { len: chunks.len(), params });
+/// Remove multi-homing's part ([`Multihoming`]) of every INIT and INIT ACK chunk of
+/// `chunks` (a packet's bytes after its common header), in place: the address
+/// parameters go, and ASCONF and ASCONF-ACK go from a Supported Extensions list (the
+/// list's other chunk types kept in order; a list left empty goes whole, as a sender
+/// supporting no extension sends none). The other parameters and chunks move up, in
+/// order and byte for byte, each INIT's length is cut to its last parameter's end (RFC
+/// 9260 §3.2: the last parameter's padding not counted) and its padding zeroed, a
+/// shortened list's parameter length is its new one and its padding zeroed; the bytes
+/// past the returned length are left over.
+///
+/// An INIT without addresses makes its receiver take the packet's source address as
+/// the peer's only one (§5.1.2), which a NAT between the two needs; without ASCONF
+/// among its peer's extensions an endpoint sends none (RFC 5061 §4.2.7), so it does not
+/// add or move addresses later. Nothing is changed when there is nothing to remove or
+/// something does not fit (an error: [`count_multihoming`]'s).
+pub fn remove_multihoming(chunks: &mut [u8]) -> Result<MultihomingRemoved, SctpError> {
+    let removed = count_multihoming(chunks)?;
+    if removed.is_none() {
+        return Ok(MultihomingRemoved { len: chunks.len(), removed });
     }
     // Checked above: every chunk and parameter fits. Read ahead of write throughout.
     let (mut r, mut w) = (0, 0);
@@ -413,11 +483,33 @@ pub fn remove_address_params(chunks: &mut [u8]) -> Result<AddressesRemoved, Sctp
         while at < params_end {
             let ptype = u16::from_be_bytes([chunks[at], chunks[at + 1]]);
             let plen = u16::from_be_bytes([chunks[at + 2], chunks[at + 3]]) as usize;
-            if !ADDRESS_PARAMS.contains(&ptype) {
+            let kept = if ADDRESS_PARAMS.contains(&ptype) {
+                0
+            } else if ptype == SUPPORTED_EXTENSIONS && asconf_entries(&chunks[at + PARAM_HEADER_LEN..at + plen]) > 0 {
+                // The list without ASCONF's two, byte by byte: each write is at or
+                // before the byte it reads.
+                chunks.copy_within(at..at + PARAM_HEADER_LEN, w);
+                let mut n = PARAM_HEADER_LEN;
+                for i in at + PARAM_HEADER_LEN..at + plen {
+                    if !ASCONF_CHUNKS.contains(&chunks[i]) {
+                        chunks[w + n] = chunks[i];
+                        n += 1;
+                    }
+                }
+                chunks[w + 2..w + 4].copy_from_slice(&(n as u16).to_be_bytes());
+                if n == PARAM_HEADER_LEN {
+                    0
+                } else {
+                    n
+                }
+            } else {
                 chunks.copy_within(at..at + plen, w);
-                end = w + plen;
+                plen
+            };
+            if kept > 0 {
+                end = w + kept;
                 // Within what is read already: `w` was at most `at`.
-                w = (w + ((plen + 3) & !3)).min(chunks.len());
+                w = (w + ((kept + 3) & !3)).min(chunks.len());
                 chunks[end..w].fill(0);
             }
             at = (at + ((plen + 3) & !3)).min(params_end);
@@ -426,7 +518,7 @@ pub fn remove_address_params(chunks: &mut [u8]) -> Result<AddressesRemoved, Sctp
         chunks[start + 2..start + 4].copy_from_slice(&new_len.to_be_bytes());
         r += padded;
     }
-    Ok(AddressesRemoved { len: w, params })
+    Ok(MultihomingRemoved { len: w, removed })
 }
 
 #[cfg(test)]
@@ -503,6 +595,35 @@ mod tests {
         }
     }
 
+    /// ASCONF (0xC1) and ASCONF-ACK (0x80) are seen wherever they are among a packet's
+    /// chunks, the association's chunks' bits alongside; no other chunk type counts.
+    #[test]
+    fn chunk_summary_sees_asconf() {
+        let packet = |types: &[u8]| {
+            let mut b = vec![0u8; HEADER_LEN];
+            for &t in types {
+                b.extend_from_slice(&[t, 0, 0, 8, 0, 0, 0, 1]);
+            }
+            b
+        };
+        for (types, asconf, set) in [
+            (&[0xc1][..], true, 0),
+            (&[0x0f, 0x80], true, 0),
+            (&[0, 0x0f, 0xc1, 3], true, 0),
+            (&[1, 0xc1], true, ChunkSet::INIT),
+            (&[0, 3, 0xc0, 0x82, 0x81, 0xc2, 0x40], false, 0),
+            (&[6], false, ChunkSet::ABORT),
+        ] {
+            let b = packet(types);
+            let p = SctpPacket::new_checked(&b[..]).unwrap();
+            assert_eq!(p.chunk_summary(), Ok(ChunkSummary { set: ChunkSet(set), asconf }), "{types:x?}");
+        }
+        assert_eq!((ChunkType::from(0xc1), u8::from(ChunkType::AsconfAck)), (ChunkType::Asconf, 0x80));
+        let mut b = packet(&[0xc1]);
+        b[15] = 200;
+        assert_eq!(SctpPacket::new_checked(&b[..]).unwrap().chunk_summary(), Err(SctpError::Truncated));
+    }
+
     #[test]
     fn malformed() {
         assert_eq!(SctpPacket::new_checked(&[0u8; 11][..]).unwrap_err(), SctpError::Truncated);
@@ -561,6 +682,118 @@ mod tests {
     const IPV4: u16 = 5;
     const IPV6: u16 = 6;
     const HOST_NAME: u16 = 11;
+    const SET_PRIMARY: u16 = 0xc004;
+    const FORWARD_TSN: u8 = 0xc0;
+    const AUTH: u8 = 0x0f;
+    const RECONFIG: u8 = 0x82;
+
+    fn addresses(n: usize) -> Multihoming {
+        Multihoming { addresses: n, asconf: 0 }
+    }
+
+    /// ASCONF and ASCONF-ACK go from a Supported Extensions list wherever they stand in
+    /// it, the other chunk types kept in order; the parameter's length is its new one
+    /// (odd or not), its padding zeroed, the parameters after it moved up byte for
+    /// byte, the chunk's length its last parameter's end; an INIT ACK the same.
+    #[test]
+    fn asconf_extensions_removed() {
+        let cookie = [0xc0u8; 9];
+        for t in [ChunkType::Init, ChunkType::InitAck] {
+            for last_padded in [false, true] {
+                // [ASCONF, ASCONF-ACK, FORWARD-TSN] → [FORWARD-TSN]: 7 bytes to 5.
+                let all: [(u16, &[u8]); 3] =
+                    [(SUPPORTED_ADDRESS_TYPES, &[0, 5]), (SUPPORTED_EXTENSIONS, &[0xc1, 0x80, FORWARD_TSN]), (STATE_COOKIE, &cookie)];
+                let mut b = init_chunk(t, &all, last_padded);
+                let r = remove_multihoming(&mut b).unwrap();
+                let want = init_chunk(t, &[all[0], (SUPPORTED_EXTENSIONS, &[FORWARD_TSN]), all[2]], false);
+                assert_eq!(r, MultihomingRemoved { len: want.len(), removed: Multihoming { addresses: 0, asconf: 2 } });
+                assert_eq!(&b[..r.len], &want[..], "{t:?} last_padded {last_padded}");
+                assert_eq!(b[28..36], [0x80, 0x08, 0, 5, FORWARD_TSN, 0, 0, 0], "length 5, padding zeroed");
+                assert_eq!(count_multihoming(&b[..r.len]), Ok(Multihoming::default()));
+            }
+        }
+        // Between others, with an address: both go in one pass; [AUTH, ASCONF-ACK,
+        // RE-CONFIG, ASCONF, FORWARD-TSN] (5 bytes, padded to 8) → 3 bytes, padded to 4.
+        let ext = [AUTH, 0x80, RECONFIG, 0xc1, FORWARD_TSN];
+        let mut b = init_chunk(ChunkType::Init, &[(IPV4, &[198, 18, 0, 9]), (SUPPORTED_EXTENSIONS, &ext), (ECN, &[])], false);
+        let r = remove_multihoming(&mut b).unwrap();
+        assert_eq!(r.removed, Multihoming { addresses: 1, asconf: 2 });
+        assert_eq!(
+            &b[..r.len],
+            &init_chunk(ChunkType::Init, &[(SUPPORTED_EXTENSIONS, &[AUTH, RECONFIG, FORWARD_TSN]), (ECN, &[])], false)[..]
+        );
+        // The last parameter, shortened: the chunk ends at its new end, unpadded.
+        let mut b = init_chunk(ChunkType::InitAck, &[(STATE_COOKIE, &cookie), (SUPPORTED_EXTENSIONS, &[FORWARD_TSN, 0xc1])], false);
+        let r = remove_multihoming(&mut b).unwrap();
+        assert_eq!(u16::from_be_bytes([b[2], b[3]]) as usize, 20 + 16 + 5);
+        assert_eq!(r.len, 20 + 16 + 8);
+        assert_eq!(b[r.len - 4..r.len], [FORWARD_TSN, 0, 0, 0]);
+    }
+
+    /// A list of ASCONF and ASCONF-ACK only goes whole (a sender supporting no extension
+    /// sends none); a list without them, an empty one, or none at all: nothing changes.
+    #[test]
+    fn asconf_extensions_at_the_ends() {
+        let mut b = init_chunk(ChunkType::Init, &[(ECN, &[]), (SUPPORTED_EXTENSIONS, &[0x80, 0xc1]), (STATE_COOKIE, &[7; 3])], true);
+        let r = remove_multihoming(&mut b).unwrap();
+        assert_eq!(r.removed, Multihoming { addresses: 0, asconf: 2 });
+        assert_eq!(&b[..r.len], &init_chunk(ChunkType::Init, &[(ECN, &[]), (STATE_COOKIE, &[7; 3])], false)[..]);
+        let mut b = init_chunk(ChunkType::Init, &[(SUPPORTED_EXTENSIONS, &[0xc1])], false);
+        let r = remove_multihoming(&mut b).unwrap();
+        assert_eq!(&b[..r.len], &init_chunk(ChunkType::Init, &[], false)[..]);
+        for params in [
+            &[(SUPPORTED_EXTENSIONS, &[FORWARD_TSN, AUTH, RECONFIG][..]), (ECN, &[])][..],
+            &[(SUPPORTED_EXTENSIONS, &[][..])],
+            &[(ECN, &[][..]), (STATE_COOKIE, &[0xc1, 0x80])],
+        ] {
+            let orig = init_chunk(ChunkType::InitAck, params, false);
+            let mut b = orig.clone();
+            assert_eq!(remove_multihoming(&mut b), Ok(MultihomingRemoved { len: orig.len(), removed: Multihoming::default() }));
+            assert_eq!(b, orig);
+        }
+        // The AUTH parameters stay byte for byte, ASCONF in the Chunk List (0x8003) too:
+        // they make the association's key (RFC 4895 §6.1).
+        let chunk_list: (u16, &[u8]) = (0x8003, &[0xc1, 0x80]);
+        let mut b = init_chunk(
+            ChunkType::Init,
+            &[(0x8002, &[0x5a; 32]), chunk_list, (0x8004, &[0, 1]), (SUPPORTED_EXTENSIONS, &[0xc1, 0x80, AUTH])],
+            false,
+        );
+        let r = remove_multihoming(&mut b).unwrap();
+        assert_eq!(
+            &b[..r.len],
+            &init_chunk(ChunkType::Init, &[(0x8002, &[0x5a; 32]), chunk_list, (0x8004, &[0, 1]), (SUPPORTED_EXTENSIONS, &[AUTH])], false)[..]
+        );
+        // Another chunk's bytes are not read: a DATA chunk whose value looks like a list.
+        let mut b = vec![0, 0, 0, 9, 0x80, 0x08, 0, 5, 0xc1, 0, 0, 0];
+        assert_eq!(remove_multihoming(&mut b), Ok(MultihomingRemoved { len: 12, removed: Multihoming::default() }));
+    }
+
+    /// A Supported Extensions parameter whose length is below its header or runs past
+    /// its chunk: the parameter list's error, the bytes unchanged.
+    #[test]
+    fn malformed_supported_extensions() {
+        let good = init_chunk(ChunkType::Init, &[(SUPPORTED_EXTENSIONS, &[0xc1, 0x80, FORWARD_TSN])], false);
+        for (len, e) in [(3u8, SctpError::BadParameterLength), (0, SctpError::BadParameterLength), (8, SctpError::BadParameterLength)] {
+            let mut b = good.clone();
+            b[23] = len;
+            let before = b.clone();
+            assert_eq!(count_multihoming(&b), Err(e), "length {len}");
+            assert_eq!(remove_multihoming(&mut b), Err(e), "length {len}");
+            assert_eq!(b, before);
+        }
+    }
+
+    /// Set Primary Address in an INIT names one of the sender's addresses: it goes as
+    /// the other address parameters do.
+    #[test]
+    fn set_primary_removed() {
+        let set_primary = [0, 0, 0, 1, 0, 5, 0, 8, 198, 18, 0, 9];
+        let mut b = init_chunk(ChunkType::Init, &[(SET_PRIMARY, &set_primary), (ECN, &[])], false);
+        let r = remove_multihoming(&mut b).unwrap();
+        assert_eq!(r.removed, addresses(1));
+        assert_eq!(&b[..r.len], &init_chunk(ChunkType::Init, &[(ECN, &[])], false)[..]);
+    }
 
     /// The address parameters go, wherever they are among the others; the others stay in
     /// order byte for byte, the chunk's length is its last kept parameter's end, and a
@@ -584,15 +817,15 @@ mod tests {
                 let mut b = init_chunk(t, &all, last_padded);
                 let abort = [6u8, 0, 0, 4];
                 b.extend_from_slice(&abort);
-                assert_eq!(count_address_params(&b), Ok(4));
-                let r = remove_address_params(&mut b).unwrap();
+                assert_eq!(count_multihoming(&b).map(|m| m.addresses), Ok(4));
+                let r = remove_multihoming(&mut b).unwrap();
                 let mut want = init_chunk(t, &kept, false);
                 want.extend_from_slice(&abort);
-                assert_eq!(r, AddressesRemoved { len: want.len(), params: 4 });
+                assert_eq!(r, MultihomingRemoved { len: want.len(), removed: addresses(4) });
                 assert_eq!(&b[..r.len], &want[..], "{t:?} last_padded {last_padded}");
                 // 13 bytes of cookie: the chunk ends 3 bytes short of its padding.
                 assert_eq!(u16::from_be_bytes([b[2], b[3]]) as usize, 20 + 12 + 4 + 17);
-                assert_eq!(count_address_params(&b[..r.len]), Ok(0));
+                assert_eq!(count_multihoming(&b[..r.len]).map(|m| m.addresses), Ok(0));
             }
         }
     }
@@ -602,22 +835,22 @@ mod tests {
     #[test]
     fn address_params_removed_at_the_ends() {
         let mut b = init_chunk(ChunkType::Init, &[(IPV4, &[198, 18, 0, 1]), (IPV6, &[0x20; 16])], false);
-        let r = remove_address_params(&mut b).unwrap();
-        assert_eq!(r, AddressesRemoved { len: 20, params: 2 });
+        let r = remove_multihoming(&mut b).unwrap();
+        assert_eq!(r, MultihomingRemoved { len: 20, removed: addresses(2) });
         assert_eq!(b[..20], init_chunk(ChunkType::Init, &[], false)[..]);
         let mut b = init_chunk(ChunkType::Init, &[(SUPPORTED_ADDRESS_TYPES, &[0, 5]), (HOST_NAME, &[0x61; 9])], false);
         b[26..28].fill(0xee); // the kept parameter's padding: zeroed where it moves
-        let r = remove_address_params(&mut b).unwrap();
-        assert_eq!(r, AddressesRemoved { len: 28, params: 1 });
+        let r = remove_multihoming(&mut b).unwrap();
+        assert_eq!(r, MultihomingRemoved { len: 28, removed: addresses(1) });
         assert_eq!(b[..28], init_chunk(ChunkType::Init, &[(SUPPORTED_ADDRESS_TYPES, &[0, 5])], false)[..]);
         assert_eq!(u16::from_be_bytes([b[2], b[3]]), 26);
         let orig = init_chunk(ChunkType::InitAck, &[(STATE_COOKIE, &[1; 7]), (ECN, &[])], false);
         let mut b = orig.clone();
-        assert_eq!(remove_address_params(&mut b), Ok(AddressesRemoved { len: orig.len(), params: 0 }));
+        assert_eq!(remove_multihoming(&mut b), Ok(MultihomingRemoved { len: orig.len(), removed: addresses(0) }));
         assert_eq!(b, orig);
         // Other chunks' parameters are not read: an ERROR chunk's cause of type 5.
         let mut b = vec![9, 0, 0, 8, 0, 5, 0, 4];
-        assert_eq!(remove_address_params(&mut b), Ok(AddressesRemoved { len: 8, params: 0 }));
+        assert_eq!(remove_multihoming(&mut b), Ok(MultihomingRemoved { len: 8, removed: addresses(0) }));
     }
 
     /// A parameter length below 4 or past the chunk, a parameter header cut short, an
@@ -649,54 +882,70 @@ mod tests {
             let mut b = good.clone();
             spoil(&mut b);
             let before = b.clone();
-            assert_eq!(count_address_params(&b), Err(e), "case {i}");
-            assert_eq!(remove_address_params(&mut b), Err(e), "case {i}");
+            assert_eq!(count_multihoming(&b).map(|m| m.addresses), Err(e), "case {i}");
+            assert_eq!(remove_multihoming(&mut b), Err(e), "case {i}");
             assert_eq!(b, before, "case {i}");
         }
         // A bad chunk is the chunk walk's error.
         let mut b = good.clone();
         b[3] = 200;
-        assert_eq!(remove_address_params(&mut b), Err(SctpError::Truncated));
+        assert_eq!(remove_multihoming(&mut b), Err(SctpError::Truncated));
     }
 
     proptest! {
         /// Whatever the bytes, the removal never panics; on success the chunks walk
-        /// whole within the new length, no address parameter left, each INIT's length
-        /// consistent with its parameters; on an error nothing changed.
+        /// whole within the new length, no address parameter nor ASCONF entry left,
+        /// each INIT's length consistent with its parameters; on an error nothing changed.
         #[test]
-        fn any_bytes_remove(mut b in proptest::collection::vec(any::<u8>(), 0..160), init in any::<bool>(), types in proptest::collection::vec(prop::sample::select(vec![5u8, 6, 11, 12, 7]), 8)) {
-            // Nudge toward INITs with address parameters, which random bytes seldom are.
+        fn any_bytes_remove(mut b in proptest::collection::vec(any::<u8>(), 0..160), init in any::<bool>(), types in proptest::collection::vec(prop::sample::select(vec![5u16, 6, 11, 12, 7, 0xc004, SUPPORTED_EXTENSIONS]), 8)) {
+            // Nudge toward INITs with multi-homing's parameters, which random bytes
+            // seldom are.
             if init && b.len() >= 24 {
                 b[0] = 1;
-                b[20] = 0;
-                b[21] = types[0];
+                b[20..22].copy_from_slice(&types[0].to_be_bytes());
             }
             let before = b.clone();
-            match remove_address_params(&mut b) {
+            match remove_multihoming(&mut b) {
                 Ok(r) => {
                     prop_assert!(r.len <= before.len());
-                    prop_assert_eq!(count_address_params(&b[..r.len]), Ok(0));
-                    prop_assert_eq!(count_address_params(&before).unwrap(), r.params);
-                    prop_assert_eq!(r.params == 0, b == before);
-                    prop_assert!(r.params == 0 || before.len() - r.len >= 4 * r.params);
+                    prop_assert_eq!(count_multihoming(&b[..r.len]), Ok(Multihoming::default()));
+                    prop_assert_eq!(count_multihoming(&before), Ok(r.removed));
+                    prop_assert_eq!(r.removed.is_none(), b == before);
+                    prop_assert!(before.len() - r.len >= 4 * r.removed.addresses);
                 }
                 Err(e) => {
-                    prop_assert_eq!(Err(e), count_address_params(&before));
+                    prop_assert_eq!(Err(e), count_multihoming(&before));
                     prop_assert_eq!(&b, &before);
                 }
             }
         }
 
-        /// Any list of parameters: what is left is the list without the addresses.
+        /// Any list of parameters: what is left is the list without the addresses, and
+        /// without ASCONF and ASCONF-ACK in a Supported Extensions list (a list left
+        /// empty gone).
         #[test]
-        fn any_params_remove(params in proptest::collection::vec((prop::sample::select(vec![5u16, 6, 11, 12, 7, 0x8000, 0xc000]), proptest::collection::vec(any::<u8>(), 0..21)), 0..7), last_padded: bool, ack: bool) {
+        fn any_params_remove(params in proptest::collection::vec((prop::sample::select(vec![5u16, 6, 11, 12, 7, 0x8000, 0xc000, 0xc004, SUPPORTED_EXTENSIONS]), proptest::collection::vec(prop::sample::select(vec![0xc1u8, 0x80, 0xc0, 0x0f, 0x82, 0x40, 0]), 0..21)), 0..7), last_padded: bool, ack: bool) {
             let t = if ack { ChunkType::InitAck } else { ChunkType::Init };
             let all: Vec<(u16, &[u8])> = params.iter().map(|(t, v)| (*t, &v[..])).collect();
-            let kept: Vec<_> = all.iter().copied().filter(|p| !ADDRESS_PARAMS.contains(&p.0)).collect();
+            let lists: Vec<Vec<u8>> = all.iter().map(|(_, v)| v.iter().copied().filter(|c| !ASCONF_CHUNKS.contains(c)).collect()).collect();
+            let mut kept: Vec<(u16, &[u8])> = Vec::new();
+            let mut want = Multihoming::default();
+            for (i, &(pt, v)) in all.iter().enumerate() {
+                if ADDRESS_PARAMS.contains(&pt) {
+                    want.addresses += 1;
+                } else if pt == SUPPORTED_EXTENSIONS && lists[i].len() < v.len() {
+                    want.asconf += v.len() - lists[i].len();
+                    if !lists[i].is_empty() {
+                        kept.push((pt, &lists[i]));
+                    }
+                } else {
+                    kept.push((pt, v));
+                }
+            }
             let mut b = init_chunk(t, &all, last_padded);
-            let r = remove_address_params(&mut b).unwrap();
-            prop_assert_eq!(r.params, all.len() - kept.len());
-            if r.params > 0 {
+            let r = remove_multihoming(&mut b).unwrap();
+            prop_assert_eq!(r.removed, want);
+            if !want.is_none() {
                 prop_assert_eq!(&b[..r.len], &init_chunk(t, &kept, false)[..]);
             }
         }

@@ -481,7 +481,7 @@ fn sctp_init_translated_without_its_addresses() {
         assert_eq!((c[0].chunk_type, c[0].value), (t, &init_value(kept)[..]), "{t:?}: the other parameters byte for byte");
         let ip_len = if v6 { 40 + be16(p, 4) as usize } else { be16(p, 2) as usize };
         assert_eq!(ip_len, p.len());
-        assert_eq!(wire::sctp::count_address_params(s.payload()), Ok(0));
+        assert_eq!(wire::sctp::count_multihoming(s.payload()), Ok(wire::sctp::Multihoming::default()));
     };
     for (t, params, removed) in [(Init, &init_params, 2), (InitAck, &ack_params, 3)] {
         let kept: Vec<(u16, &[u8])> = params.iter().copied().filter(|p| ![5, 6, 11].contains(&p.0)).collect();
@@ -491,8 +491,8 @@ fn sctp_init_translated_without_its_addresses() {
             FlowKey { src: [0x20, 1, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1], dst: v6a, sport: 38_412, dport: 38_412, proto: SCTP };
         let mut p = sctp_packet(&k, 0, &[(t, &value)]);
         let f = sctp_flow::<V6>(&p).unwrap();
-        let (len, n) = remove_sctp_addresses::<V6>(&mut p, &f).unwrap();
-        assert_eq!((n, p.len() - len), (removed, value.len() - init_value(&kept).len()));
+        let (len, n) = remove_sctp_multihoming::<V6>(&mut p, &f).unwrap();
+        assert_eq!((n.addresses, p.len() - len), (removed, value.len() - init_value(&kept).len()));
         p.truncate(len);
         let to = Rewrite { src: v6b, dst: k.src, sport: 40_000, dport: 38_412 };
         translate::<V6>(&mut p, &f, &to, false);
@@ -501,7 +501,7 @@ fn sctp_init_translated_without_its_addresses() {
         let k = FlowKey { src: [198, 18, 1, 7], dst: [198, 18, 128, 10], sport: 38_412, dport: 38_412, proto: SCTP };
         let mut p = sctp_packet(&k, 0, &[(t, &value)]);
         let f = sctp_flow::<V4>(&p).unwrap();
-        let (len, _) = remove_sctp_addresses::<V4>(&mut p, &f).unwrap();
+        let (len, _) = remove_sctp_multihoming::<V4>(&mut p, &f).unwrap();
         p.truncate(len);
         translate::<V4>(&mut p, &f, &Rewrite { src: [198, 18, 0, 1], dst: [198, 18, 2, 9], sport: 40_000, dport: 38_412 }, false);
         check(&p, 20, t, &kept, false);
@@ -510,14 +510,14 @@ fn sctp_init_translated_without_its_addresses() {
         let mut q = sctp_packet(&k, 0, &[(t, &init_value(&kept))]);
         let before = q.clone();
         let f = sctp_flow::<V4>(&q).unwrap();
-        assert_eq!(remove_sctp_addresses::<V4>(&mut q, &f), None);
+        assert_eq!(remove_sctp_multihoming::<V4>(&mut q, &f), None);
         assert_eq!(q, before);
     }
     // Not an INIT: not read, even where its bytes would look like address parameters.
     let k = FlowKey { src: [198, 18, 1, 7], dst: [198, 18, 128, 10], sport: 1, dport: 2, proto: SCTP };
     let mut p = sctp_packet(&k, 0, &[(Data, &init_value(&init_params))]);
     let f = sctp_flow::<V4>(&p).unwrap();
-    assert_eq!(remove_sctp_addresses::<V4>(&mut p, &f), None);
+    assert_eq!(remove_sctp_multihoming::<V4>(&mut p, &f), None);
     // A parameter past its chunk: refused when read, before a session is made.
     let mut v = init_value(&init_params);
     v[16 + 3] = 200;
@@ -525,4 +525,32 @@ fn sctp_init_translated_without_its_addresses() {
     let mut v = init_value(&init_params);
     v.truncate(12);
     assert_eq!(sctp_flow::<V4>(&sctp_packet(&k, 0, &[(InitAck, &v)])).unwrap_err(), NatError::BadSctpParameter);
+}
+
+/// An INIT offering dynamic address reconfiguration (Supported Extensions: ASCONF,
+/// ASCONF-ACK, FORWARD-TSN), translated: it offers FORWARD-TSN only, the parameter's
+/// length 5 and its padding zeroed, the IP length and CRC32c right; ASCONF in the AUTH
+/// Chunk List stays (the association's key is made of it, RFC 4895 §6.1).
+#[test]
+fn sctp_init_translated_without_asconf() {
+    use wire::sctp::ChunkType::*;
+    let chunk_list: (u16, &[u8]) = (0x8003, &[0xc1, 0x80]);
+    let k = FlowKey { src: [198, 18, 1, 7], dst: [198, 18, 128, 10], sport: 38_412, dport: 38_412, proto: SCTP };
+    let value = init_value(&[(0x8008, &[0xc1, 0x80, 0xc0]), chunk_list, (0x8000, &[])]);
+    let mut p = sctp_packet(&k, 0, &[(Init, &value)]);
+    let f = sctp_flow::<V4>(&p).unwrap();
+    let (len, removed) = remove_sctp_multihoming::<V4>(&mut p, &f).unwrap();
+    assert_eq!(removed, wire::sctp::Multihoming { addresses: 0, asconf: 2 });
+    p.truncate(len);
+    translate::<V4>(&mut p, &f, &Rewrite { src: [198, 18, 0, 1], dst: [198, 18, 2, 9], sport: 40_000, dport: 38_412 }, false);
+    let s = wire::sctp::SctpPacket::new_checked(&p[20..]).unwrap();
+    assert!(s.verify_checksum());
+    assert_eq!(be16(&p, 2) as usize, p.len());
+    assert_eq!(checksum::checksum(&p[..20]), 0, "IPv4 header checksum");
+    let c = s.chunks().next().unwrap().unwrap();
+    // The chunk length leaves the last parameter's padding out, as `init_value` pads it.
+    let want = init_value(&[(0x8008, &[0xc0]), chunk_list, (0x8000, &[])]);
+    assert_eq!(c.value, &want[..]);
+    assert_eq!(c.value[16..24], [0x80, 0x08, 0, 5, 0xc0, 0, 0, 0]);
+    assert_eq!(wire::sctp::count_multihoming(s.payload()), Ok(wire::sctp::Multihoming::default()));
 }
