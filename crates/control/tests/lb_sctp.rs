@@ -5,9 +5,10 @@
 //! the session (a later INIT on the tuple is a new one); a packet whose CRC32c was
 //! wrong on arrival is dropped by name (`sctp-bad-checksum`), and acts on nothing; a
 //! multi-homed INIT and INIT ACK lose the addresses they list (`sctp-addresses-removed`)
-//! and ASCONF among their Supported Extensions (`sctp-asconf-unlisted`). IPv4 and IPv6;
-//! and a direct-server-return (GRE) SCTP service, whose packets go unchanged inside the
-//! outer header.
+//! and ASCONF among their Supported Extensions (`sctp-asconf-unlisted`), and an ASCONF
+//! or ASCONF-ACK chunk is dropped both ways (`sctp-asconf-dropped`). IPv4 and IPv6; and
+//! a direct-server-return (GRE) SCTP service, whose packets (an ASCONF too) go unchanged
+//! inside the outer header.
 
 mod common;
 
@@ -310,6 +311,32 @@ fn association(client: IpAddr, vip: IpAddr, backends: [IpAddr; 2], snat: IpAddr,
     assert_eq!(count(&h, node, "sctp-asconf-unlisted"), 2);
     assert_eq!(count(&h, node, "sctp-addresses-removed"), 2, "no address listed: not counted as one");
 
+    // On that association, an ASCONF adding an address from the client and an
+    // ASCONF-ACK from the backend (each after its AUTH chunk, as RFC 5061 requires):
+    // dropped by name both ways, acting on nothing; its DATA goes on both ways.
+    let auth = [[0, 0, 0, 1].as_slice(), &[0x11; 20]].concat();
+    let asconf = [0, 0, 0, 9, 0, 5, 0, 8, 198, 18, 0, 2, 0xc0, 0x01, 0, 16, 0, 0, 0, 1, 0, 5, 0, 8, 198, 18, 0, 9];
+    let asconf_ack = [0, 0, 0, 9, 0xc0, 0x05, 0, 8, 0, 0, 0, 1];
+    let replies = count(&h, node, "reply-translated");
+    assert!(h.frame(0, sctp_frame(client, 50_005, vip, PORT, 0x0a0b_0c0d, &[(Unknown(0x0f), &auth), (Asconf, &asconf)], false)).is_empty());
+    let ack = sctp_frame(
+        backend,
+        PORT,
+        snat_src,
+        snat_port,
+        0x0102_0304,
+        &[(Unknown(0x0f), &auth), (AsconfAck, &asconf_ack), (Sack, &[0; 12])],
+        false,
+    );
+    assert!(h.frame(0, ack).is_empty());
+    assert_eq!(count(&h, node, "sctp-asconf-dropped"), 2);
+    assert_eq!(count(&h, node, "reply-translated"), replies);
+    let (_, dst, _) = one(&mut h, sctp_frame(client, 50_005, vip, PORT, 0x0a0b_0c0d, &[(Data, b"NGSetupRequest")], false));
+    assert_eq!(dst, backend);
+    let (src, dst, _) = one(&mut h, sctp_frame(backend, PORT, snat_src, snat_port, 0x0102_0304, &[(Sack, &[0; 12])], false));
+    assert_eq!((src, dst), (vip, client));
+    assert_eq!(count(&h, node, "sctp-asconf-dropped"), 2);
+
     // A local sender's INIT whose CRC32c was left to the device (a vnet header's partial
     // checksum at the SCTP checksum field, the field zero): computed by the balancer, and
     // no longer pending (the memory device completes a pending one as an Internet
@@ -343,8 +370,38 @@ fn an_sctp_association_over_ipv6() {
     association(a("2001:db8::2"), a("2001:db8:128::50"), [b(0x10), b(0x11)], a("2001:db8:1::1"), "lb6-nat");
 }
 
+/// A `Local` service keeps the client's address: its backend's replies come forwarded
+/// to the client and are translated there (`lbN-nat`'s forwarded path). An ASCONF-ACK
+/// among them is dropped as on the SNAT path; a reply after it still goes.
+#[test]
+fn an_asconf_in_a_local_associations_reply_is_dropped() {
+    use ChunkType::*;
+    let mut h = Harness::new();
+    let vip = IpAddr::V4(Ipv4Addr::new(198, 18, 131, 52));
+    let client = IpAddr::V4(Ipv4Addr::new(198, 18, 0, 2));
+    let mut spec = ServiceSpec::new("t/amf-local:ngap", lb::ServiceType::ClusterIp, vip, PORT, lb::Protocol::Sctp);
+    spec.traffic_policy = lb::TrafficPolicy::Local;
+    spec.backends =
+        [30, 31].iter().map(|&b| BackendSpec { local: true, ..BackendSpec::new(Ipv4Addr::new(198, 19, 1, b).into(), PORT) }).collect();
+    let r = h.control.handle(&Request::LbServiceAdd(spec));
+    assert!(r.ok, "{r:?}");
+    let out = h.frame(0, sctp_frame(client, 40_000, vip, PORT, 0, &[(Init, INIT)], false));
+    assert_eq!(out.len(), 1);
+    let (src, backend, _) = sent(&out[0].1.bytes);
+    assert_eq!(src, client, "Local: the client's address kept");
+    let reply = |chunks: &[(ChunkType, &[u8])]| sctp_frame(backend, PORT, client, 40_000, 0x0102_0304, chunks, false);
+    let auth = [[0, 0, 0, 1].as_slice(), &[0x11; 20]].concat();
+    assert!(h.frame(0, reply(&[(Unknown(0x0f), &auth), (AsconfAck, &[0, 0, 0, 9, 0xc0, 0x05, 0, 8, 0, 0, 0, 1])])).is_empty());
+    assert_eq!(count(&h, "lb4-nat", "sctp-asconf-dropped"), 1);
+    assert_eq!(count(&h, "lb4-nat", "reply-translated"), 0);
+    let out = h.frame(0, reply(&[(Sack, &[0; 12])]));
+    assert_eq!(out.len(), 1);
+    assert_eq!(sent(&out[0].1.bytes).0, vip, "the reply as the service's");
+    assert_eq!(count(&h, "lb4-nat", "reply-translated"), 1);
+}
+
 /// Direct server return carries SCTP as it carries TCP and UDP (the encapsulation does
-/// not look past the ports): an association's packets go unchanged, CRC32c and all,
+/// not look past the ports): an association's packets (an ASCONF too) go unchanged, CRC32c and all,
 /// inside GRE to the backend Maglev picks, the later ones by the session.
 #[test]
 fn an_sctp_association_by_direct_server_return() {
@@ -362,9 +419,13 @@ fn an_sctp_association_by_direct_server_return() {
             IpAddr::V4(a) => a,
             _ => unreachable!(),
         };
-        for (tag, chunks) in
-            [(0, &[(Init, INIT)][..]), (0x5566_7788, &[(CookieEcho, &b"cookie!!"[..]), (Data, &b"NGSetupRequest"[..])][..])]
-        {
+        // An ASCONF too: the backend meets the client without a translation between.
+        let asconf: &[u8] = &[0, 0, 0, 9, 0, 5, 0, 8, 198, 18, 0, 2, 0xc0, 0x01, 0, 16, 0, 0, 0, 1, 0, 5, 0, 8, 198, 18, 0, 9];
+        for (tag, chunks) in [
+            (0, &[(Init, INIT)][..]),
+            (0x5566_7788, &[(CookieEcho, &b"cookie!!"[..]), (Data, &b"NGSetupRequest"[..])][..]),
+            (0x5566_7788, &[(Unknown(0x0f), &[0u8; 24][..]), (Asconf, asconf)][..]),
+        ] {
             let f = sctp_frame(client, sport, vip, PORT, tag, chunks, false);
             let inner = f.bytes[14..].to_vec();
             let out = h.frame(0, f);
@@ -376,7 +437,8 @@ fn an_sctp_association_by_direct_server_return() {
         }
     }
     assert_eq!(count(&h, "lb4-nat", "new-session"), 4);
-    assert_eq!(count(&h, "lb4-nat", "encapsulated"), 8);
+    assert_eq!(count(&h, "lb4-nat", "encapsulated"), 12);
+    assert_eq!(count(&h, "lb4-nat", "sctp-asconf-dropped"), 0);
 }
 
 /// Direct server return of a packet whose CRC32c its sender left to the device (a local

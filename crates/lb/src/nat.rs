@@ -254,6 +254,23 @@ pub fn flow<F: Layout>(pkt: &[u8]) -> Result<Flow<F::Addr>, NatError> {
 /// `flags` the chunks the association's life turns on ([`wire::sctp::ChunkSet`]'s bits,
 /// which the session table reads). Its CRC32c is not checked here: [`sctp_checksum`].
 pub fn sctp_flow<F: Layout>(pkt: &[u8]) -> Result<Flow<F::Addr>, NatError> {
+    sctp_read::<F>(pkt).map(|r| r.flow)
+}
+
+/// An SCTP packet as [`sctp_read`] reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SctpRead<A> {
+    pub flow: Flow<A>,
+    /// It holds an ASCONF or ASCONF-ACK chunk: `lbN-nat` drops it on a translated
+    /// association (the addresses it adds, deletes or makes primary are the endpoints'
+    /// own, wrong through the translation, and AUTH signs the chunk, so it cannot be
+    /// rewritten), counted `sctp-asconf-dropped`.
+    pub asconf: bool,
+}
+
+/// [`sctp_flow`], and whether the packet holds an ASCONF or ASCONF-ACK chunk, seen in
+/// the same walk of its chunks.
+pub fn sctp_read<F: Layout>(pkt: &[u8]) -> Result<SctpRead<F::Addr>, NatError> {
     let (l4, proto) = F::l4(pkt)?;
     if proto != SCTP {
         return Err(NatError::Protocol);
@@ -262,17 +279,18 @@ pub fn sctp_flow<F: Layout>(pkt: &[u8]) -> Result<Flow<F::Addr>, NatError> {
     // A chunk that does not fit in a whole packet (its length below 4 or past the end,
     // its header cut short) is a bad chunk, as the `sctp-bad-chunk` counter says; only a
     // packet shorter than its IP header says (an ICMP error's quote) is truncated.
-    let chunks = p.chunk_set().map_err(|e| match e {
+    let summary = p.chunk_summary().map_err(|e| match e {
         wire::sctp::SctpError::Truncated if pkt.len() < F::ip_len(pkt) => NatError::Truncated,
         _ => NatError::BadSctpChunk,
     })?;
+    let chunks = summary.set;
     // An INIT's or INIT ACK's parameters are walked now, before a session is made for
     // it: its multi-homing is removed as it is translated (`remove_sctp_multihoming`).
     if chunks.has(wire::sctp::ChunkSet::INIT | wire::sctp::ChunkSet::INIT_ACK) {
         wire::sctp::count_multihoming(p.payload()).map_err(|_| NatError::BadSctpParameter)?;
     }
     let key = FlowKey { src: F::src(pkt), dst: F::dst(pkt), sport: p.src_port(), dport: p.dst_port(), proto };
-    Ok(Flow { key, flags: chunks.0, l4 })
+    Ok(SctpRead { flow: Flow { key, flags: chunks.0, l4 }, asconf: summary.asconf })
 }
 
 /// Whether the SCTP packet of `flow` ([`sctp_flow`]) came with a good CRC32c; else

@@ -70,6 +70,7 @@ counters! {
         SctpBadChunk(Warn, "sctp-bad-chunk", "SCTP chunk length below 4 or past the packet"),
         SctpBadParameter(Warn, "sctp-bad-parameter", "SCTP INIT or INIT ACK parameter length below 4 or past its chunk, or the chunk shorter than its fixed fields: dropped (its address parameters could not be removed)"),
         SctpAddressesRemoved(Info, "sctp-addresses-removed", "SCTP INIT and INIT ACK translated without the addresses they listed for multi-homing (the peer takes the translated source address only)"),
+        SctpAsconfDropped(Warn, "sctp-asconf-dropped", "SCTP ASCONF or ASCONF-ACK chunk on a NAT association: dropped (the addresses it adds, deletes or makes primary are the endpoints' own, wrong through the translation; AUTH signs it, so it cannot be rewritten)"),
         SctpAsconfUnlisted(Info, "sctp-asconf-unlisted", "SCTP INIT and INIT ACK translated without ASCONF and ASCONF-ACK among their Supported Extensions (the peer then reconfigures no address, RFC 5061)"),
         SctpBadChecksum(Warn, "sctp-bad-checksum", "SCTP CRC32c wrong on arrival: dropped, not recomputed into a good one after translation"),
         Encapsulated(Info, "encapsulated", "packets sent to their backend inside the service's encapsulation"),
@@ -274,7 +275,8 @@ impl<F: NatNodeFamily> LbNat<F> {
     #[inline(never)]
     fn forwarded_sctp<Cx: HasLb>(cx: &mut Cx, counts: &mut Counts<'_, LbNatCounter>, buf: &mut Buffer) -> Verdict<LbNatNext, LbNatCounter> {
         let (t, lb, now) = F::parts(cx.lb());
-        let Ok(flow) = nat::sctp_flow::<F>(buf.bytes()) else { return Verdict::Next(F::REWRITE) };
+        let Ok(read) = nat::sctp_read::<F>(buf.bytes()) else { return Verdict::Next(F::REWRITE) };
+        let flow = read.flow;
         if !t.reply_sources.contains(&flow.key.src) || lb.peek(&flow.key, now).is_none() {
             return Verdict::Next(F::REWRITE);
         }
@@ -283,6 +285,9 @@ impl<F: NatNodeFamily> LbNat<F> {
         let left = buf.take_partial_checksum().is_some();
         if nat::sctp_checksum_or_fill(buf.bytes_mut(), &flow, left).is_err() {
             return Verdict::Drop(LbNatCounter::SctpBadChecksum);
+        }
+        if read.asconf && lb.is_reply(&flow.key, now) {
+            return Verdict::Drop(LbNatCounter::SctpAsconfDropped);
         }
         if let Some(rw) = lb.reverse(&flow.key, flow.flags, now) {
             Self::translate(counts, buf, &flow, &rw, false);
@@ -327,16 +332,17 @@ impl<F: NatNodeFamily> LbNat<F> {
         matches!(ready.flow(), Err(NatError::Sctp)) && buf.take_partial_checksum().is_some()
     }
 
-    /// An SCTP packet's flow (out of the TCP/UDP path, which reads none for it), its
-    /// CRC32c checked, or computed when its sender left it to the device (`left`,
-    /// [`LbNat::crc_left`]: nothing to check, the sender trusted its device); and its
-    /// flow hash (for a GUE source port).
+    /// An SCTP packet's flow (out of the TCP/UDP path, which reads none for it) and
+    /// whether it holds an ASCONF chunk ([`nat::sctp_read`]), its CRC32c checked, or
+    /// computed when its sender left it to the device (`left`, [`LbNat::crc_left`]:
+    /// nothing to check, the sender trusted its device); and its flow hash (for a GUE
+    /// source port).
     #[inline(never)]
-    fn sctp_flow(pkt: &mut [u8], left: bool) -> Result<(Flow<F::Addr>, u32), NatError> {
-        let flow = nat::sctp_flow::<F>(pkt)?;
-        nat::sctp_checksum_or_fill(pkt, &flow, left)?;
-        let k = &flow.key;
-        Ok((flow, F::flow_hash(&k.src, &k.dst, k.sport, k.dport, k.proto)))
+    fn sctp_flow(pkt: &mut [u8], left: bool) -> Result<(nat::SctpRead<F::Addr>, u32), NatError> {
+        let read = nat::sctp_read::<F>(pkt)?;
+        nat::sctp_checksum_or_fill(pkt, &read.flow, left)?;
+        let k = &read.flow.key;
+        Ok((read, F::flow_hash(&k.src, &k.dst, k.sport, k.dport, k.proto)))
     }
 
     /// A direct-server-return packet, its backend chosen: `outer` put in front of the
@@ -452,12 +458,16 @@ impl<F: NatNodeFamily> LbNat<F> {
         let mut hash = ready.hash();
         let (t, lb, now) = F::parts(cx.lb());
         let pkt = buf.bytes_mut();
+        // An SCTP packet holding an ASCONF or ASCONF-ACK chunk: dropped on a translated
+        // association (`nat::SctpRead::asconf`), both ways; carried on a direct one.
+        let mut asconf = false;
         let flow = match ready.flow() {
             Ok(flow) => flow,
             Err(NatError::Sctp) => match Self::sctp_flow(pkt, left) {
-                Ok((flow, h)) => {
+                Ok((read, h)) => {
                     hash = h;
-                    flow
+                    asconf = read.asconf;
+                    read.flow
                 }
                 Err(e) => return Verdict::Drop(nat_drop(e)),
             },
@@ -474,6 +484,9 @@ impl<F: NatNodeFamily> LbNat<F> {
         // Replies are addressed to the node (SNAT) and come by ipN-local; a packet routed
         // to a service address is a client's.
         if local {
+            if asconf && lb.is_reply(&key, now) {
+                return Verdict::Drop(C::SctpAsconfDropped);
+            }
             if let Some(rw) = lb.reverse(&key, flags, now) {
                 Self::translate(counts, buf, &flow, &rw, partial);
                 counts.inc(C::Replies);
@@ -515,6 +528,9 @@ impl<F: NatNodeFamily> LbNat<F> {
                 Err(LbDrop::SnatPortsExhausted) => Verdict::Drop(C::SnatPortsExhausted),
                 Err(LbDrop::ReplyTupleInUse) => Verdict::Drop(C::ReplyTupleInUse),
             };
+        }
+        if asconf {
+            return Verdict::Drop(C::SctpAsconfDropped);
         }
         match lb.forward(t, svc, &key, flags, now) {
             Ok((rw, outcome)) => {

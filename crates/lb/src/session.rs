@@ -716,6 +716,12 @@ impl<F: Family> Balancer<F> {
         Some(s.rewrite)
     }
 
+    /// Whether `key` is a reply of a translated connection (one [`Balancer::reverse`]
+    /// would translate), without refreshing it: for a packet `lbN-nat` drops unread.
+    pub fn is_reply(&self, key: &FlowKey<F::Addr>, now: u64) -> bool {
+        self.sessions.find(&Key::new(key), now).is_some_and(|i| !self.sessions.get(i).is_forward())
+    }
+
     /// The translation of the entry whose key is `key`, whichever its direction (for the
     /// packet an ICMP error quotes). Does not refresh the session.
     pub fn peek(&self, key: &FlowKey<F::Addr>, now: u64) -> Option<Rewrite<F::Addr>> {

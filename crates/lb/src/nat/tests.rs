@@ -554,3 +554,24 @@ fn sctp_init_translated_without_asconf() {
     assert_eq!(c.value[16..24], [0x80, 0x08, 0, 5, 0xc0, 0, 0, 0]);
     assert_eq!(wire::sctp::count_multihoming(s.payload()), Ok(wire::sctp::Multihoming::default()));
 }
+
+/// An ASCONF or ASCONF-ACK chunk anywhere among a packet's chunks is seen as it is read
+/// (what `lbN-nat` drops on a translated association), no other chunk; the flow and its
+/// chunk bits the same as without it.
+#[test]
+fn sctp_read_sees_asconf() {
+    use wire::sctp::ChunkType::*;
+    let k = FlowKey { src: [198, 18, 1, 7], dst: [198, 18, 128, 10], sport: 38_412, dport: 38_412, proto: SCTP };
+    let auth = [0u8; 24];
+    for (chunks, asconf) in [
+        (&[(Unknown(0x0f), &auth[..]), (Asconf, &[0, 0, 0, 1, 0, 5, 0, 8, 198, 18, 0, 2][..])][..], true),
+        (&[(Unknown(0x0f), &auth[..]), (AsconfAck, &[0, 0, 0, 1][..]), (Sack, &[0; 12][..])][..], true),
+        (&[(Data, &[1; 20][..]), (Unknown(0x0f), &auth[..]), (Unknown(0xc0), &[0; 8][..])][..], false),
+    ] {
+        let p = sctp_packet(&k, 9, chunks);
+        let r = sctp_read::<V4>(&p).unwrap();
+        assert_eq!(r.asconf, asconf, "{chunks:?}");
+        assert_eq!(r.flow, sctp_flow::<V4>(&p).unwrap());
+        assert_eq!(r.flow.flags, 0);
+    }
+}
