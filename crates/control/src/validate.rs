@@ -80,7 +80,7 @@ fn check_own_addresses(cfg: &Config, specs: &[InterfaceSpec], problems: &mut Pro
             Prefix::V4(a, l) => (std::net::IpAddr::V4(a), l),
             Prefix::V6(a, l) => (std::net::IpAddr::V6(a), l),
         };
-        if len != if a.is_ipv4() { 32 } else { 128 } {
+        if len != Prefix::max_len(a) {
             continue;
         }
         if let Some((i, j, name)) = own(a) {

@@ -70,6 +70,15 @@ impl Prefix {
         }
     }
 
+    /// The longest prefix of `addr`'s family: 32 for IPv4, 128 for IPv6.
+    pub fn max_len(addr: IpAddr) -> u8 {
+        if addr.is_ipv4() {
+            32
+        } else {
+            128
+        }
+    }
+
     pub fn len(&self) -> u8 {
         match self {
             Prefix::V4(_, l) | Prefix::V6(_, l) => *l,
@@ -147,8 +156,7 @@ impl FromStr for IfAddr {
         let (a, l) = s.split_once('/').ok_or(PrefixError::Syntax)?;
         let addr: IpAddr = a.trim().parse().map_err(|_| PrefixError::Address(a.trim().into()))?;
         let len: u8 = l.trim().parse().map_err(|_| PrefixError::LengthSyntax(l.trim().into()))?;
-        let max = if addr.is_ipv4() { 32 } else { 128 };
-        if len > max {
+        if len > Prefix::max_len(addr) {
             return Err(PrefixError::Length(len));
         }
         Ok(IfAddr { addr, len })

@@ -258,7 +258,7 @@ impl Checker {
         let addr: IpAddr = a.parse().ok().or_else(|| legacy_ipv4(a))?;
         // Digits only: `u8::from_str` also takes a leading `+`.
         let len: u8 = len.parse().ok().filter(|_| len.bytes().all(|b| b.is_ascii_digit()))?;
-        (len <= if addr.is_ipv4() { 32 } else { 128 }).then(|| lb::service::SourceRange::covering(addr, len))
+        (len <= ip::Prefix::max_len(addr)).then(|| lb::service::SourceRange::covering(addr, len))
     }
 
     fn port(&self, field: impl Into<String>, p: i32) -> Result<u16, ObjectError> {

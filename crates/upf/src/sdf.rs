@@ -143,7 +143,7 @@ fn address(s: &str) -> Result<Option<(IpAddr, u8)>, SdfError> {
         None => (s, None),
     };
     let a: IpAddr = a.parse().map_err(|_| SdfError::Address)?;
-    let max = if a.is_ipv4() { 32 } else { 128 };
+    let max = ip::Prefix::max_len(a);
     let len = len.unwrap_or(max);
     if len > max {
         return Err(SdfError::Address);
