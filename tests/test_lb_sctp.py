@@ -7,7 +7,8 @@ backend (each association exactly one, both backends used), translated; the back
 INIT ACK and COOKIE ACK come back as the service's; the session goes through SCTP's own
 states (cookie-wait, established, closed: `show lb sessions`) with the `[lb] timeouts`
 SCTP keys' timeouts; an ABORT closes it; a packet with a wrong CRC32c is dropped by name
-and makes no session; a multi-homed INIT and INIT ACK lose the addresses they list."""
+and makes no session; a multi-homed INIT and INIT ACK lose the addresses they list and
+ASCONF among their Supported Extensions; an ASCONF or ASCONF-ACK chunk is dropped."""
 import json
 import subprocess
 import sys
@@ -330,5 +331,131 @@ def test_sctp_multihomed_init_through_nat(lab, vecgate, tmp_path, fam):
     assert tshark_checksums(tmp_path, f"multihomed-{fam}", got_c) == ["1"]
     errs = gw.errors()
     assert errs.get((node, "sctp-addresses-removed")) == 2 and errs.get((node, "reply-translated")) == 1, errs
+    code, _, _ = gw.stop()
+    assert code == 0
+
+
+def tshark_fields(tmp, name, frames, *fields):
+    """tshark's reading of `fields` in each frame (a list of values per field)."""
+    from scapy.all import wrpcap, Ether
+    path = tmp / f"{name}.pcap"
+    wrpcap(str(path), [Ether(f) for f in frames])
+    args = [a for f in fields for a in ("-e", f)]
+    r = subprocess.run(["tshark", "-r", str(path), "-o", "sctp.checksum:CRC 32c", "-T", "fields", "-E", "occurrence=a", "-E", "aggregator=,", *args],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return [[v.split(",") if v else [] for v in line.split("\t")] for line in r.stdout.splitlines()]
+
+
+@pytest.mark.parametrize("fam", [4, 6])
+def test_sctp_asconf_unlisted_through_nat(lab, vecgate, tmp_path, fam):
+    """An INIT offering dynamic address reconfiguration (ASCONF and ASCONF-ACK among its
+    Supported Extensions, with FORWARD-TSN and AUTH, and the AUTH parameters RFC 5061
+    asks for) reaches the backend offering FORWARD-TSN and AUTH only, as scapy and tshark
+    dissect it: the parameter's length and padding right, the other parameters (the AUTH
+    Chunk List naming ASCONF too: the association's key is made of it) byte for byte, the
+    IP length and CRC32c right. The backend's INIT ACK offering ASCONF alone comes back
+    without the parameter."""
+    from scapy.layers.sctp import (SCTP, SCTPChunkInit, SCTPChunkInitAck, SCTPChunkParamSupportedExtensions, SCTPChunkParamRandom,
+                                   SCTPChunkParamChunkList, SCTPChunkParamRequestedHMACFunctions, SCTPChunkParamAdaptationLayer,
+                                   SCTPChunkParamECNCapable, SCTPChunkParamStateCookie)
+    f = FAMILIES[fam]
+    node = f"lb{fam}-nat"
+    c, bes, gw, where = running(lab, vecgate, tmp_path)
+    ASCONF, ASCONF_ACK, FORWARD_TSN, AUTH = 0xc1, 0x80, 0xc0, 0x0f
+    auth = [SCTPChunkParamRandom(random=bytes(range(32))), SCTPChunkParamChunkList(chunk_list=[ASCONF, ASCONF_ACK]),
+            SCTPChunkParamRequestedHMACFunctions(HMAC_functions_list=["SHA-1"])]
+    fixed = dict(a_rwnd=65536, n_out_streams=2, n_in_streams=2)
+    ext = lambda *types: SCTPChunkParamSupportedExtensions(supported_extensions=list(types))
+
+    def whole(raw, chunk_type, want_params):
+        p = l3(raw)
+        assert crc_ok(raw), p.summary()
+        assert (p.len == len(raw) - 14) if fam == 4 else (p.plen == len(raw) - 54), p.summary()
+        ch = p[SCTP].payload
+        assert isinstance(ch, chunk_type), p.summary()
+        assert [bytes(x) for x in ch.params] == [bytes(x) for x in want_params], ch.params
+        assert ch.len == 20 + sum(len(bytes(x)) for x in want_params)  # the last, ECN, has no padding
+        return p
+
+    s = Sniffers(lab, where)
+    init = SCTPChunkInit(init_tag=0x3100, init_tsn=7, params=[ext(ASCONF, ASCONF_ACK, FORWARD_TSN, AUTH), *auth,
+                                                               SCTPChunkParamAdaptationLayer(indication=0x1234), SCTPChunkParamECNCapable()], **fixed)
+    send(lab, c, "a0", [client_to_vip(fam, 40600, 0, init)])
+    got_c, got0, got1 = s.stop()
+    assert got_c == [] and len(got0) + len(got1) == 1, (got0, got1)
+    b = 0 if got0 else 1
+    raw = (got0 or got1)[0]
+    p = whole(raw, SCTPChunkInit, [ext(FORWARD_TSN, AUTH), *auth, SCTPChunkParamAdaptationLayer(indication=0x1234), SCTPChunkParamECNCapable()])
+    assert (p.src, p.dst, p[SCTP].payload.init_tag) == (f["snat"], f["backends"][b], 0x3100), p.summary()
+    se = p[SCTPChunkParamSupportedExtensions]
+    assert (se.len, se.supported_extensions) == (6, [FORWARD_TSN, AUTH]), se
+    # tshark, the other dissector: the supported chunk types, and ASCONF still in the
+    # chunk types AUTH must cover; the CRC32c good.
+    (status, supported, to_auth), = tshark_fields(tmp_path, f"asconf-init-{fam}", [raw], "sctp.checksum.status", "sctp.supported_chunk_type", "sctp.chunk_type_to_auth")
+    assert status == ["1"] and supported == [str(FORWARD_TSN), str(AUTH)] and to_auth == [str(ASCONF), str(ASCONF_ACK)], (status, supported, to_auth)
+    snat_port = p[SCTP].sport
+
+    s = Sniffers(lab, where)
+    cookie = SCTPChunkParamStateCookie(cookie=bytes(range(16)))
+    ack = SCTPChunkInitAck(init_tag=0x9300, init_tsn=9, params=[cookie, ext(ASCONF_ACK, ASCONF), SCTPChunkParamECNCapable()], **fixed)
+    send(lab, bes[b], "e0", [frame(fam, BE_MAC[b], GW_B[b], f["backends"][b], f["snat"], PORT, snat_port, 0x3100, ack)])
+    got_c, _, _ = s.stop()
+    assert len(got_c) == 1, got_c
+    p = whole(got_c[0], SCTPChunkInitAck, [cookie, SCTPChunkParamECNCapable()])
+    assert (p.src, p.dst, p[SCTP].dport, p[SCTP].tag) == (f["vip"], f["client"], 40600, 0x3100), p.summary()
+    (status, supported), = tshark_fields(tmp_path, f"asconf-ack-{fam}", got_c, "sctp.checksum.status", "sctp.supported_chunk_type")
+    assert status == ["1"] and supported == [], supported
+    errs = gw.errors()
+    assert errs.get((node, "sctp-asconf-unlisted")) == 2 and errs.get((node, "sctp-addresses-removed")) is None, errs
+    code, _, _ = gw.stop()
+    assert code == 0
+
+
+@pytest.mark.parametrize("fam", [4, 6])
+def test_sctp_asconf_dropped_through_nat(lab, vecgate, tmp_path, fam):
+    """On a translated association, an ASCONF adding an address (after its AUTH chunk)
+    from the client and an ASCONF-ACK from the backend are dropped by name, neither
+    reaching the other end; the association's DATA and SACK go on both ways."""
+    from scapy.layers.sctp import (SCTP, SCTPChunkInit, SCTPChunkInitAck, SCTPChunkAddressConf, SCTPChunkAddressConfAck,
+                                   SCTPChunkAuthentication, SCTPChunkParamIPv4Addr, SCTPChunkParamIPv6Addr, SCTPChunkParamAddIPAddr,
+                                   SCTPChunkParamSuccessIndication, SCTPChunkData, SCTPChunkSACK)
+    f = FAMILIES[fam]
+    node = f"lb{fam}-nat"
+    c, bes, gw, where = running(lab, vecgate, tmp_path)
+    s = Sniffers(lab, where)
+    send(lab, c, "a0", [client_to_vip(fam, 40700, 0, SCTPChunkInit(init_tag=0x3200, init_tsn=7, a_rwnd=65536, n_out_streams=2, n_in_streams=2))])
+    got_c, got0, got1 = s.stop()
+    assert got_c == [] and len(got0) + len(got1) == 1, (got0, got1)
+    b = 0 if got0 else 1
+    snat_port = l3((got0 or got1)[0])[SCTP].sport
+    from_backend = lambda *chunks: frame(fam, BE_MAC[b], GW_B[b], f["backends"][b], f["snat"], PORT, snat_port, 0x3200, *chunks)
+    s = Sniffers(lab, where)
+    send(lab, bes[b], "e0", [from_backend(SCTPChunkInitAck(init_tag=0x9400, init_tsn=9, a_rwnd=65536, n_out_streams=2, n_in_streams=2))])
+    assert len(s.stop()[0]) == 1
+
+    addr = (lambda a: SCTPChunkParamIPv4Addr(addr=a)) if fam == 4 else (lambda a: SCTPChunkParamIPv6Addr(addr=a))
+    new = "198.18.0.9" if fam == 4 else "2001:db8::9"
+    add = SCTPChunkParamAddIPAddr(correlation_id=1, addr_type="IPv4" if fam == 4 else "IPv6", addr=new)
+    auth = SCTPChunkAuthentication(shared_key_id=0, HMAC_function=1, HMAC=b"\x11" * 20)
+    asconf = client_to_vip(fam, 40700, 0x9400, auth / SCTPChunkAddressConf(seq=9, params=[addr(f["client"]), add]))
+    asconf_ack = from_backend(auth / SCTPChunkAddressConfAck(seq=9, params=[SCTPChunkParamSuccessIndication(correlation_id=1)]))
+    # The oracle reads them as what they are (scapy built them; tshark agrees).
+    assert [r[0] for r in tshark_fields(tmp_path, f"asconf-{fam}", [bytes(asconf), bytes(asconf_ack)], "sctp.chunk_type")] == [["15", "193"], ["15", "128"]]
+    s = Sniffers(lab, where)
+    send(lab, c, "a0", [asconf])
+    send(lab, bes[b], "e0", [asconf_ack])
+    assert s.stop() == [[], [], []]
+    errs = gw.errors()
+    assert errs.get((node, "sctp-asconf-dropped")) == 2 and errs.get((node, "reply-translated")) == 1, errs
+
+    s = Sniffers(lab, where)
+    send(lab, c, "a0", [client_to_vip(fam, 40700, 0x9400, SCTPChunkData(tsn=7, data=b"NGSetupRequest"))])
+    send(lab, bes[b], "e0", [from_backend(SCTPChunkSACK(cumul_tsn_ack=7))])
+    out = s.stop()
+    assert len(out[0]) == 1 and len(out[1 + b]) == 1 and out[2 - b] == [], out
+    assert SCTPChunkData in l3(out[1 + b][0]) and SCTPChunkSACK in l3(out[0][0])
+    assert crc_ok(out[0][0]) and crc_ok(out[1 + b][0])
+    assert gw.errors().get((node, "sctp-asconf-dropped")) == 2
     code, _, _ = gw.stop()
     assert code == 0
