@@ -61,7 +61,9 @@ seeds["esp"] = [
 from scapy.layers.sctp import (SCTP, SCTPChunkInit, SCTPChunkInitAck, SCTPChunkAbort, SCTPChunkShutdown,
                                SCTPChunkShutdownComplete, SCTPChunkData, SCTPChunkSACK, SCTPChunkParamIPv4Addr,
                                SCTPChunkParamIPv6Addr, SCTPChunkParamHostname, SCTPChunkParamSupportedAddrTypes,
-                               SCTPChunkParamECNCapable, SCTPChunkParamStateCookie)
+                               SCTPChunkParamECNCapable, SCTPChunkParamStateCookie, SCTPChunkParamSupportedExtensions,
+                               SCTPChunkParamChunkList, SCTPChunkParamRandom, SCTPChunkAddressConf, SCTPChunkAuthentication,
+                               SCTPChunkParamAddIPAddr)
 # SCTP as NGAP carries it (port 38412): scapy computes the CRC32c.
 seeds["sctp"] = [
     SCTP(sport=38412, dport=38412, tag=0) / SCTPChunkInit(init_tag=0x11223344, a_rwnd=65536, n_out_streams=2, n_in_streams=2, init_tsn=1),
@@ -71,12 +73,22 @@ seeds["sctp"] = [
     SCTP(sport=38412, dport=38412, tag=0x55667788) / SCTPChunkAbort(),
     SCTP(sport=38412, dport=38412, tag=0x55667788) / SCTPChunkShutdownComplete(),
     # A multi-homed INIT and INIT ACK: address parameters among others (the load
-    # balancer's NAT removes them: wire::sctp::remove_address_params).
+    # balancer's NAT removes them: wire::sctp::remove_multihoming).
     SCTP(sport=38412, dport=38412, tag=0) / SCTPChunkInit(init_tag=0x11223344, a_rwnd=65536, n_out_streams=2, n_in_streams=2, init_tsn=1,
         params=[SCTPChunkParamIPv4Addr(addr="198.18.0.7"), SCTPChunkParamSupportedAddrTypes(addr_type_list=["IPv4", "IPv6"]),
                 SCTPChunkParamIPv6Addr(addr="2001:db8::7"), SCTPChunkParamECNCapable()]),
     SCTP(sport=38412, dport=38412, tag=0x11223344) / SCTPChunkInitAck(init_tag=0x55667788, a_rwnd=65536, n_out_streams=2, n_in_streams=2, init_tsn=9,
         params=[SCTPChunkParamStateCookie(cookie=b"cookie"), SCTPChunkParamHostname(hostname=b"peer"), SCTPChunkParamIPv4Addr(addr="198.18.1.7")]),
+    # An INIT and INIT ACK offering dynamic address reconfiguration (ASCONF and
+    # ASCONF-ACK among their Supported Extensions, which the NAT removes; the AUTH Chunk
+    # List naming them, which it keeps), and an ASCONF after its AUTH chunk.
+    SCTP(sport=38412, dport=38412, tag=0) / SCTPChunkInit(init_tag=0x11223344, a_rwnd=65536, n_out_streams=2, n_in_streams=2, init_tsn=1,
+        params=[SCTPChunkParamSupportedExtensions(supported_extensions=[0xc1, 0x80, 0xc0, 0x0f]), SCTPChunkParamRandom(random=bytes(32)),
+                SCTPChunkParamChunkList(chunk_list=[0xc1, 0x80]), SCTPChunkParamIPv4Addr(addr="198.18.0.7")]),
+    SCTP(sport=38412, dport=38412, tag=0x11223344) / SCTPChunkInitAck(init_tag=0x55667788, a_rwnd=65536, n_out_streams=2, n_in_streams=2, init_tsn=9,
+        params=[SCTPChunkParamStateCookie(cookie=b"cookie"), SCTPChunkParamSupportedExtensions(supported_extensions=[0x80, 0xc1])]),
+    SCTP(sport=38412, dport=38412, tag=0x55667788) / SCTPChunkAuthentication(shared_key_id=0, HMAC_function=1, HMAC=bytes(20))
+        / SCTPChunkAddressConf(seq=9, params=[SCTPChunkParamIPv4Addr(addr="198.18.0.2"), SCTPChunkParamAddIPAddr(correlation_id=1, addr="198.18.0.9")]),
 ]
 out = Path(__file__).parent / "corpus"
 for target, pkts in seeds.items():
