@@ -20,7 +20,9 @@ from scapy.layers.sctp import (SCTP, SCTPChunkAbort, SCTPChunkCookieAck, SCTPChu
                                SCTPChunkHeartbeatReq, SCTPChunkInit, SCTPChunkInitAck, SCTPChunkSACK, SCTPChunkShutdown,
                                SCTPChunkShutdownAck, SCTPChunkShutdownComplete, SCTPChunkParamECNCapable, SCTPChunkParamHostname,
                                SCTPChunkParamIPv4Addr, SCTPChunkParamIPv6Addr, SCTPChunkParamStateCookie,
-                               SCTPChunkParamSupportedAddrTypes, crc32c)
+                               SCTPChunkParamSupportedAddrTypes, SCTPChunkParamSupportedExtensions, SCTPChunkParamChunkList,
+                               SCTPChunkAuthentication, SCTPChunkAddressConf, SCTPChunkAddressConfAck, SCTPChunkParamAddIPAddr,
+                               SCTPChunkParamSuccessIndication, crc32c)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from parcelpkt import fold, ones, parcel4, parcel6  # noqa: E402
@@ -324,6 +326,28 @@ seeds = {
                               for b in ("198.19.1.40", "198.19.1.41")]
                            + [rec(ACCESS, sctp_chunk_length(sctp4("198.18.128.13", 40121, 0, SCTPChunkInit(
                                init_tag=0x1201, init_tsn=1, params=[SCTPChunkParamIPv4Addr(addr="198.18.0.7")])), 34, 200, at=22))],
+    # An INIT offering ASCONF (Supported Extensions: ASCONF, ASCONF-ACK, FORWARD-TSN; the
+    # AUTH Chunk List naming ASCONF) and either backend's INIT ACK offering ASCONF alone:
+    # translated without it (`sctp-asconf-unlisted`); then the client's ASCONF and either
+    # backend's ASCONF-ACK, each after its AUTH chunk: dropped (`sctp-asconf-dropped`;
+    # the other backend's is no reply of ours); the client's DATA after them goes.
+    "lb4-sctp-asconf": [rec(ACCESS, sctp4("198.18.128.13", 40130, 0, SCTPChunkInit(
+                           init_tag=0x1300, a_rwnd=65536, n_out_streams=2, n_in_streams=2, init_tsn=1,
+                           params=[SCTPChunkParamSupportedExtensions(supported_extensions=[0xc1, 0x80, 0xc0]),
+                                   SCTPChunkParamChunkList(chunk_list=[0xc1, 0x80]), SCTPChunkParamECNCapable()])))]
+                       + [rec(ACCESS, eth(ACCESS, IP(src=b, dst=US4) / SCTP(sport=38413, dport=40130, tag=0x1300)
+                                          / SCTPChunkInitAck(init_tag=0x9300, a_rwnd=65536, n_out_streams=2, n_in_streams=2, init_tsn=9,
+                                                             params=[SCTPChunkParamStateCookie(cookie=b"cookie-of-the-backend"),
+                                                                     SCTPChunkParamSupportedExtensions(supported_extensions=[0x80, 0xc1])])))
+                          for b in ("198.19.1.40", "198.19.1.41")]
+                       + [rec(ACCESS, sctp4("198.18.128.13", 40130, 0x9300, SCTPChunkAuthentication(shared_key_id=0, HMAC_function=1, HMAC=bytes(20))
+                                            / SCTPChunkAddressConf(seq=9, params=[SCTPChunkParamIPv4Addr(addr=USER4),
+                                                                                   SCTPChunkParamAddIPAddr(correlation_id=1, addr="198.18.0.9")])))]
+                       + [rec(ACCESS, eth(ACCESS, IP(src=b, dst=US4) / SCTP(sport=38413, dport=40130, tag=0x1300)
+                                          / SCTPChunkAuthentication(shared_key_id=0, HMAC_function=1, HMAC=bytes(20))
+                                          / SCTPChunkAddressConfAck(seq=9, params=[SCTPChunkParamSuccessIndication(correlation_id=1)])))
+                          for b in ("198.19.1.40", "198.19.1.41")]
+                       + [rec(ACCESS, sctp4("198.18.128.13", 40130, 0x9300, SCTPChunkData(tsn=1, data=b"NGSetupRequest")))],
     "lb-no-service": [rec(ACCESS, eth(ACCESS, IP(src=USER4, dst="198.18.128.10") / TCP(sport=40001, dport=81, flags="S"))),
                       rec(ACCESS, user_udp6("2001:db8:128::10", 8, sport=5001, dport=54))],
     # Parcels: routed out of the parcel link whole, split for the narrow link, and a run

@@ -182,6 +182,8 @@ fn seeds_reach_every_feature(mut h: Harness, not_here: &[(&str, &str)]) {
         ("lb6-nat", "sctp-bad-chunk"),
         ("lb4-nat", "sctp-addresses-removed"),
         ("lb4-nat", "sctp-bad-parameter"),
+        ("lb4-nat", "sctp-asconf-unlisted"),
+        ("lb4-nat", "sctp-asconf-dropped"),
         ("lb6-nat", "encapsulated"),
         ("ethernet-input", "parcels-forwarded-whole"),
         ("parcel4-input", "to-split"),
@@ -505,5 +507,42 @@ fn graph_sctp_multihomed_seed_loses_its_addresses() {
     assert_eq!(&sctp[1][12 + 24..12 + 45], b"cookie-of-the-backend");
     assert_eq!(count(&h, "lb4-nat", "sctp-addresses-removed"), 2);
     assert_eq!(count(&h, "lb4-nat", "sctp-bad-parameter"), 1);
+    assert_eq!(count(&h, "lb4-nat", "new-session"), 1);
+}
+
+/// The ASCONF seed (`fuzz/make_graph_corpus.py`): the client's INIT reaches one backend
+/// offering FORWARD-TSN only (ASCONF and ASCONF-ACK gone from its Supported Extensions,
+/// the AUTH Chunk List naming them kept), that backend's INIT ACK the client without
+/// its Supported Extensions (it offered ASCONF alone); the client's ASCONF and that
+/// backend's ASCONF-ACK are dropped by name (the other backend's is no reply of ours:
+/// ICMP port unreachable); the client's DATA after them reaches the backend.
+#[test]
+fn graph_sctp_asconf_seed_is_not_reconfigured() {
+    use wire::sctp::{count_multihoming, ChunkType, Multihoming, SctpPacket};
+    let mut h = Harness::new();
+    let mut sctp = Vec::new();
+    for (port, f) in seed("lb4-sctp-asconf") {
+        for (_, t) in h.frame(port, f) {
+            let ip = wire::ipv4::Ipv4Packet::new_checked(&t.bytes[14..]).unwrap();
+            assert_eq!(t.bytes.len(), 14 + usize::from(ip.total_len()), "the IP length is the packet's");
+            if ip.protocol() == wire::IpProtocol::Sctp {
+                sctp.push(ip.payload().to_vec());
+            }
+        }
+    }
+    assert_eq!(sctp.len(), 3, "the INIT to a backend, its INIT ACK to the client, the DATA to the backend");
+    for (s, t) in sctp.iter().zip([ChunkType::Init, ChunkType::InitAck, ChunkType::Data]) {
+        let p = SctpPacket::new_checked(&s[..]).unwrap();
+        assert!(p.verify_checksum());
+        assert_eq!(p.chunks().next().unwrap().unwrap().chunk_type, t);
+        assert_eq!(count_multihoming(p.payload()), Ok(Multihoming::default()));
+    }
+    // The INIT: Supported Extensions [FORWARD-TSN] (length 5, padded), the Chunk List
+    // [ASCONF, ASCONF-ACK] as it was, ECN. The INIT ACK: the cookie only.
+    assert_eq!(sctp[0][12 + 20..], [0x80, 0x08, 0, 5, 0xc0, 0, 0, 0, 0x80, 0x03, 0, 6, 0xc1, 0x80, 0, 0, 0x80, 0, 0, 4]);
+    assert_eq!((u16::from_be_bytes([sctp[1][14], sctp[1][15]]), sctp[1].len()), (20 + 25, 12 + 20 + 28), "chunk length, packet padded");
+    assert_eq!(&sctp[1][12 + 20..12 + 24], &[0, 7, 0, 25]);
+    assert_eq!(count(&h, "lb4-nat", "sctp-asconf-unlisted"), 2);
+    assert_eq!(count(&h, "lb4-nat", "sctp-asconf-dropped"), 2);
     assert_eq!(count(&h, "lb4-nat", "new-session"), 1);
 }
