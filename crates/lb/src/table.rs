@@ -1,12 +1,13 @@
 //! A bounded, per-worker hash table with expiring entries: the session table and the
 //! client-affinity table are two of these. Set-associative open addressing with two
 //! choices: a key hashes to two buckets of [`WAYS`] slots, looked up by a 32-bit tag
-//! before the key is compared; an insert takes a free or expired slot of the bucket with more
-//! room, or fails (the caller counts the table full). Random keys fill 76 % of the slots
-//! before the first refusal (the test below measures it): size the table for a third
-//! more sessions than it must hold. Slots never move, so an entry can name another by
-//! index (a session's twin), and nothing is allocated after construction. Time is a
-//! parameter (milliseconds of any clock the caller keeps), so tests run on virtual time.
+//! before the key is compared; an insert takes its home slot (below) or a free or expired
+//! slot of the bucket with more room, or fails (the caller counts the table full). Random
+//! keys fill 76 % of the slots before the first refusal (the test below measures it):
+//! size the table for a third more sessions than it must hold. Slots never move, so an
+//! entry can name another by index (a session's twin), and nothing is allocated after
+//! construction. Time is a parameter (milliseconds of any clock the caller keeps), so
+//! tests run on virtual time.
 //!
 //! Each key has a home slot in its first bucket (a way from the tag's top bits), which an
 //! insert takes when it is free and that bucket is not crowded ([`HOME_ROOM`]): a lookup
