@@ -475,17 +475,11 @@ fn graph_sctp_seeds_take_their_paths() {
     assert_eq!(count(&h, "lb6-nat", "sctp-bad-chunk"), 1);
 }
 
-/// The multi-homed SCTP seed (`fuzz/make_graph_corpus.py`): the client's INIT reaches
-/// one backend and that backend's INIT ACK the client, each without the addresses it
-/// listed, the other parameters kept, the CRC32c right; the other backend's INIT ACK is
-/// no reply of ours (ICMP port unreachable); an INIT whose parameter runs past its chunk
-/// is dropped by name and makes no session.
-#[test]
-fn graph_sctp_multihomed_seed_loses_its_addresses() {
-    use wire::sctp::{count_multihoming, ChunkType, Multihoming, SctpPacket};
-    let mut h = Harness::new();
+/// The IPv4 SCTP packets (from the common header on) that leave the graph for the seed
+/// `name`'s frames, each frame's length its IP length.
+fn sctp_leaving(h: &mut Harness, name: &str) -> Vec<Vec<u8>> {
     let mut sctp = Vec::new();
-    for (port, f) in seed("lb4-sctp-multihomed") {
+    for (port, f) in seed(name) {
         for (_, t) in h.frame(port, f) {
             let ip = wire::ipv4::Ipv4Packet::new_checked(&t.bytes[14..]).unwrap();
             assert_eq!(t.bytes.len(), 14 + usize::from(ip.total_len()), "the IP length is the packet's");
@@ -494,13 +488,33 @@ fn graph_sctp_multihomed_seed_loses_its_addresses() {
             }
         }
     }
-    assert_eq!(sctp.len(), 2, "the INIT to a backend, its INIT ACK to the client");
-    for (s, t) in sctp.iter().zip([ChunkType::Init, ChunkType::InitAck]) {
+    sctp
+}
+
+/// Each packet of `sctp` starts with the chunk type at its place in `types`, its CRC32c
+/// right, with no multi-homing left in it (no address, no ASCONF offered).
+fn all_translated_whole(sctp: &[Vec<u8>], types: &[wire::sctp::ChunkType]) {
+    use wire::sctp::{count_multihoming, Multihoming, SctpPacket};
+    for (s, &t) in sctp.iter().zip(types) {
         let p = SctpPacket::new_checked(&s[..]).unwrap();
         assert!(p.verify_checksum());
         assert_eq!(p.chunks().next().unwrap().unwrap().chunk_type, t);
         assert_eq!(count_multihoming(p.payload()), Ok(Multihoming::default()));
     }
+}
+
+/// The multi-homed SCTP seed (`fuzz/make_graph_corpus.py`): the client's INIT reaches
+/// one backend and that backend's INIT ACK the client, each without the addresses it
+/// listed, the other parameters kept, the CRC32c right; the other backend's INIT ACK is
+/// no reply of ours (ICMP port unreachable); an INIT whose parameter runs past its chunk
+/// is dropped by name and makes no session.
+#[test]
+fn graph_sctp_multihomed_seed_loses_its_addresses() {
+    use wire::sctp::ChunkType;
+    let mut h = Harness::new();
+    let sctp = sctp_leaving(&mut h, "lb4-sctp-multihomed");
+    assert_eq!(sctp.len(), 2, "the INIT to a backend, its INIT ACK to the client");
+    all_translated_whole(&sctp, &[ChunkType::Init, ChunkType::InitAck]);
     // What is left of the INIT: Supported Address Types, then ECN; of the INIT ACK, the cookie.
     assert_eq!(sctp[0][12 + 20..], [0, 12, 0, 8, 0, 5, 0, 6, 0x80, 0, 0, 4]);
     assert_eq!(&sctp[1][12 + 20..12 + 24], &[0, 7, 0, 25]);
@@ -518,25 +532,11 @@ fn graph_sctp_multihomed_seed_loses_its_addresses() {
 /// ICMP port unreachable); the client's DATA after them reaches the backend.
 #[test]
 fn graph_sctp_asconf_seed_is_not_reconfigured() {
-    use wire::sctp::{count_multihoming, ChunkType, Multihoming, SctpPacket};
+    use wire::sctp::ChunkType;
     let mut h = Harness::new();
-    let mut sctp = Vec::new();
-    for (port, f) in seed("lb4-sctp-asconf") {
-        for (_, t) in h.frame(port, f) {
-            let ip = wire::ipv4::Ipv4Packet::new_checked(&t.bytes[14..]).unwrap();
-            assert_eq!(t.bytes.len(), 14 + usize::from(ip.total_len()), "the IP length is the packet's");
-            if ip.protocol() == wire::IpProtocol::Sctp {
-                sctp.push(ip.payload().to_vec());
-            }
-        }
-    }
+    let sctp = sctp_leaving(&mut h, "lb4-sctp-asconf");
     assert_eq!(sctp.len(), 3, "the INIT to a backend, its INIT ACK to the client, the DATA to the backend");
-    for (s, t) in sctp.iter().zip([ChunkType::Init, ChunkType::InitAck, ChunkType::Data]) {
-        let p = SctpPacket::new_checked(&s[..]).unwrap();
-        assert!(p.verify_checksum());
-        assert_eq!(p.chunks().next().unwrap().unwrap().chunk_type, t);
-        assert_eq!(count_multihoming(p.payload()), Ok(Multihoming::default()));
-    }
+    all_translated_whole(&sctp, &[ChunkType::Init, ChunkType::InitAck, ChunkType::Data]);
     // The INIT: Supported Extensions [FORWARD-TSN] (length 5, padded), the Chunk List
     // [ASCONF, ASCONF-ACK] as it was, ECN. The INIT ACK: the cookie only.
     assert_eq!(sctp[0][12 + 20..], [0x80, 0x08, 0, 5, 0xc0, 0, 0, 0, 0x80, 0x03, 0, 6, 0xc1, 0x80, 0, 0, 0x80, 0, 0, 4]);

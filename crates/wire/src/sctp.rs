@@ -261,7 +261,7 @@ impl<T: AsRef<[u8]>> SctpPacket<T> {
         for c in self.chunks() {
             let t = c?.chunk_type;
             set |= ChunkSet::bit(t);
-            asconf |= matches!(t, ChunkType::Asconf | ChunkType::AsconfAck);
+            asconf |= ASCONF_CHUNKS.contains(&u8::from(t));
         }
         Ok(ChunkSummary { set: ChunkSet(set), asconf })
     }
@@ -365,7 +365,8 @@ pub const ADDRESS_PARAMS: [u16; 4] = [5, 6, 11, 0xc004];
 pub const SUPPORTED_EXTENSIONS: u16 = 0x8008;
 
 /// Dynamic address reconfiguration's chunk types, which an endpoint lists among its
-/// Supported Extensions to offer it (RFC 5061 §4.2.7): ASCONF and ASCONF-ACK.
+/// Supported Extensions to offer it (RFC 5061 §4.2.7): ASCONF and ASCONF-ACK. The one
+/// list of them, for those lists and for a packet's chunks ([`SctpPacket::chunk_summary`]).
 pub const ASCONF_CHUNKS: [u8; 2] = [0xc1, 0x80];
 
 /// Multi-homing's part of INIT and INIT ACK chunks ([`count_multihoming`]): their address
