@@ -1,7 +1,8 @@
 """The Linux-kernel peer of the interop tests (test_linux_interop, test_ipsec_linux,
-test_lb_encap_linux): a stock Debian kernel booted under qemu, whose one NIC is the TAP
-`tq0` in a lab namespace. tests/linux_peer/prepare*.sh build its kernel and initramfs
-into target/linux-peer/ (kept between runs; needs root and apt on a fresh machine)."""
+test_lb_encap_linux, test_lb_sctp_linux): a stock Debian kernel booted under qemu, whose
+NIC is the TAP `tq0` in a lab namespace (test_lb_sctp_linux's guest has a second, `tq1`).
+tests/linux_peer/prepare*.sh build its kernel and initramfs into target/linux-peer/ (kept
+between runs; needs root and apt on a fresh machine)."""
 import subprocess
 from pathlib import Path
 
@@ -50,12 +51,19 @@ def gateway_and_host(lab, h_addresses):
     return g, h
 
 
-def boot(lab, ns, guest_dir: Path, initrd: str, console: Path, linger: int):
+def boot(lab, ns, guest_dir: Path, initrd: str, console: Path, linger: int, taps=("tq0",), console_in=False, append=""):
     """The guest booted in `ns` from `guest_dir`'s kernel and `initrd` under software
-    emulation (a minute or so before it sends), its NIC the TAP tq0 there, its console
-    written to `console`, staying up `linger` seconds after its checks: the qemu process."""
+    emulation (a minute or so before it sends), its NICs the TAPs `taps` there (eth0, eth1
+    … in that order), its console written to `console` (and, `console_in`, read from the
+    process's stdin, a pipe), staying up `linger` seconds after its checks (`append`:
+    more of the kernel's command line, which the guest's init reads): the qemu process."""
+    nics = []
+    for i, tap in enumerate(taps):
+        # qemu's own default MAC for the first, one more for each further NIC.
+        nics += ["-netdev", f"tap,id=n{i},ifname={tap},script=no,downscript=no",
+                 "-device", f"virtio-net-pci,netdev=n{i},mac=52:54:00:12:34:{0x56 + i:02x}"]
     with open(console, "w") as out:
         return lab.spawn_to(ns, out, "qemu-system-x86_64", "-accel", "tcg", "-cpu", "max", "-m", "256", "-smp", "1",
                             "-nographic", "-no-reboot", "-kernel", str(guest_dir / "vmlinuz"), "-initrd", str(guest_dir / initrd),
-                            "-append", f"console=ttyS0 panic=-1 quiet linger={linger}",
-                            "-netdev", "tap,id=n0,ifname=tq0,script=no,downscript=no", "-device", "virtio-net-pci,netdev=n0")
+                            "-append", f"console=ttyS0 panic=-1 quiet linger={linger} {append}".rstrip(), *nics,
+                            stdin=subprocess.PIPE if console_in else subprocess.DEVNULL)

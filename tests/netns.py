@@ -114,9 +114,9 @@ class Lab:
         self.procs.append(p)
         return p
 
-    def spawn_to(self, ns, out, *cmd):
+    def spawn_to(self, ns, out, *cmd, stdin=subprocess.DEVNULL):
         """A process whose output goes to the open file `out` (a console log)."""
-        p = subprocess.Popen(["ip", "netns", "exec", ns, *cmd], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        p = subprocess.Popen(["ip", "netns", "exec", ns, *cmd], stdout=out, stderr=subprocess.STDOUT, stdin=stdin)
         self.procs.append(p)
         return p
 
