@@ -4,6 +4,8 @@
 #           groff-base, man-db, systemd, adduser, dpkg-dev (man page and package tests),
 #           qemu-user (an older CPU model: the x86-64-v3 check), strongSwan (IKEv2 peer,
 #           and Debian's strongSwan source for the kernel-vecgate plugin's headers);
+#   intel-ipsec-mb 2.0 (ESP's AES-GCM; on Debian 12 Debian 13's build, by
+#   scripts/install-ipsec-mb.sh);
 #   PyPI: scapy, pytest, prometheus_client; crates.io: cargo-deb (by scripts/package.sh).
 # Builds, runs the Rust suites (unit, property, fuzz-corpus replay, engine) and the Python
 # suites (scapy/tshark golden pcap tests, live run + ctl, metrics, packaging, bench smoke,
@@ -44,6 +46,8 @@ if [ ${#missing[@]} -gt 0 ]; then
     # A build from before the library was installed probed without it: probe again.
     if [[ " ${missing[*]} " == *" libipsec-mb-dev "* ]]; then touch crates/ipsec/build.rs; fi
 fi
+# ESP's AES-GCM on intel-ipsec-mb 2.0 or later, half the cycles of Debian 12's 1.3 at 64 B.
+scripts/install-ipsec-mb.sh | tail -1
 if ! python3 -c "import scapy, pytest, prometheus_client" >/dev/null 2>&1; then
     echo "== installing scapy, pytest, prometheus_client"
     python3 -m pip install --quiet "scapy>=2.5" pytest prometheus_client || python3 -m pip install --quiet --break-system-packages "scapy>=2.5" pytest prometheus_client

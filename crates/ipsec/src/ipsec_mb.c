@@ -22,6 +22,28 @@ struct vg_imb_gcm {
         uint32_t context_size;
 };
 
+/*
+ * The code the library picked, in the numbering of `ARCH_NAMES` in src/ipsec_mb.rs (1.x's
+ * IMB_ARCH): 2.0 dropped the no-AES-NI and AVX code and renumbered the rest.
+ */
+static uint32_t vg_arch(IMB_ARCH arch)
+{
+#if IMB_VERSION_NUM >= IMB_VERSION(2, 0, 0)
+        switch (arch) {
+        case IMB_ARCH_SSE:
+                return 2;
+        case IMB_ARCH_AVX2:
+                return 4;
+        case IMB_ARCH_AVX512:
+                return 5;
+        default:
+                return 0;
+        }
+#else
+        return (uint32_t)arch;
+#endif
+}
+
 /* 0 and `out` filled, or the library's error number. */
 int vg_imb_gcm_init(struct vg_imb_gcm *out)
 {
@@ -41,7 +63,7 @@ int vg_imb_gcm_init(struct vg_imb_gcm *out)
                 out->enc256 = m->gcm256_enc;
                 out->dec256 = m->gcm256_dec;
                 out->features = m->features;
-                out->arch = (uint32_t)arch;
+                out->arch = vg_arch(arch);
                 out->key_data_size = (uint32_t)sizeof(struct gcm_key_data);
                 out->context_size = (uint32_t)sizeof(struct gcm_context_data);
         }

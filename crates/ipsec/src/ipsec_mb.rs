@@ -13,18 +13,22 @@
 //! vetted one. `VECGATE_AES_GCM=ring` in the environment chooses ring at start-up
 //! anyway (for A/B runs of one binary, or should the library misbehave on some host).
 //! The one in use is named by [`crate::crypto::aes_gcm_backend`]: in the start-up log
-//! (`dataplane started … aes_gcm=intel-ipsec-mb 1.3.0 (avx512, vaes)`) and in the
+//! (`dataplane started … aes_gcm=intel-ipsec-mb 2.0.0 (avx512, vaes)`) and in the
 //! report of `vecgate bench esp4-encrypt|esp4-decrypt --json` (`aes_gcm`).
 
 use std::ffi::{c_int, CStr};
 use std::mem::MaybeUninit;
 use std::sync::OnceLock;
 
-/// The library's `gcm_key_data` (1,008 bytes in 1.3), with room to spare; its size is
-/// checked against the library's at start-up. Its assembly loads the round keys and hash
-/// key powers with aligned vector moves, so it is 64-byte aligned (a whole cache line).
+/// The library's `gcm_key_data` (1,008 bytes in 1.3, 1,264 in 2.0: more hash key powers),
+/// with room to spare; its size is checked against the library's at start-up (a library
+/// whose keys do not fit is not used: `aes_gcm_uses_ipsec_mb_when_it_loaded` fails). Its
+/// assembly loads the round keys and hash key powers with aligned vector moves, so it is
+/// 64-byte aligned (a whole cache line).
 #[repr(C, align(64))]
-struct KeyData([u8; 1024]);
+struct KeyData([u8; KEY_DATA_BYTES]);
+
+const KEY_DATA_BYTES: usize = 2048;
 
 /// The library's `gcm_context_data` (88 bytes in 1.3), checked likewise.
 #[repr(C, align(16))]
@@ -64,7 +68,8 @@ unsafe extern "C" {
     fn imb_get_version_str() -> *const std::ffi::c_char;
 }
 
-/// `IMB_ARCH` values (intel-ipsec-mb.h).
+/// The code the library picked, as the glue numbers it (1.x's `IMB_ARCH`; `vg_arch` in
+/// src/ipsec_mb.c maps 2.x's to it).
 const ARCH_NAMES: [&str; 6] = ["none", "no-aesni", "sse", "avx", "avx2", "avx512"];
 const ARCH_SSE: u32 = 2;
 /// `IMB_FEATURE_VAES` and `IMB_FEATURE_VPCLMULQDQ`.
@@ -135,7 +140,7 @@ impl GcmKey {
             32 => (lib.f.pre256, lib.f.enc256, lib.f.dec256),
             _ => return None,
         };
-        let mut data = Box::new(KeyData([0; 1024]));
+        let mut data = Box::new(KeyData([0; KEY_DATA_BYTES]));
         // SAFETY: `key` holds the 16 or 32 bytes this key size's `pre` reads; `data` is
         // writable, aligned and at least the library's `gcm_key_data` size (checked when
         // the library was loaded).
