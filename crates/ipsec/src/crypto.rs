@@ -8,8 +8,8 @@
 //! no CBC). `ring` was chosen by measurement: docs/PERFORMANCE.md, "IPsec ESP: the crypto
 //! crate" (`cargo bench -p vecgate-ipsec --bench crypto`). AES-GCM comes from Intel's
 //! IPsec Multi-Buffer library instead where the crate was built with it and the CPU has
-//! AES-NI ([`crate::ipsec_mb`], about half ring's cycles at 64 B); [`aes_gcm_backend`]
-//! names the one in use.
+//! AES-NI ([`crate::ipsec_mb`]: 1.3 about half ring's cycles at 64 B, 2.0 a fifth);
+//! [`aes_gcm_backend`] names the one in use.
 //!
 //! The AEAD IV is the 64-bit sequence number: unique per key as RFC 4106 §3.1 asks,
 //! since an SA never wraps its counter ([`crate::sa`]). The CBC IV must be unpredictable
