@@ -40,3 +40,23 @@ initramfs() {
     chmod +x "$R/init"
     (cd "$R" && find . | cpio -o -H newc --quiet | gzip -1) >"$out"
 }
+
+# guest_initrd NAME INIT PROGRAM.c "MODULE..." WHAT
+#   One test's guest on prepare.sh's kernel (run first): target/linux-peer/initrd-NAME.gz
+#   built by `initramfs` unless it is newer than INIT, PROGRAM.c, the calling script and
+#   this file; then "linux WHAT peer ready: DIR (kernel VERSION)". Run from a
+#   prepare-*.sh that set HERE to its folder.
+guest_initrd() {
+    local name=$1 init=$2 program=$3 modules=$4 what=$5
+    "$HERE/prepare.sh" >/dev/null
+    # `initramfs` reads OUT.
+    OUT="${LINUX_PEER_DIR:-$HERE/../../target/linux-peer}"
+    OUT="$(cd "$OUT" && pwd -P)"
+    cd "$OUT"
+    local out=initrd-$name.gz fresh=yes f
+    for f in "$init" "$program" "$0" "$HERE/initramfs.sh"; do
+        [ -f "$out" ] && [ "$out" -nt "$f" ] || fresh=no
+    done
+    [ $fresh = yes ] || initramfs "$OUT/root-$name" "$out" "$init" "$program" "$modules"
+    echo "linux $what peer ready: $OUT (kernel $(ls kpkg/lib/modules | head -n1))"
+}

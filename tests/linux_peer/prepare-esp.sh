@@ -6,16 +6,6 @@
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 . "$HERE/initramfs.sh"
-"$HERE/prepare.sh" >/dev/null
-OUT="${LINUX_PEER_DIR:-$HERE/../../target/linux-peer}"
-OUT="$(cd "$OUT" && pwd -P)"
-cd "$OUT"
-KV=$(ls kpkg/lib/modules | head -n1)
-if [ -f initrd-esp.gz ] && [ initrd-esp.gz -nt "$HERE/guest-init-esp.sh" ] && [ initrd-esp.gz -nt "$0" ] && [ initrd-esp.gz -nt "$HERE/initramfs.sh" ]; then
-    echo "linux ESP peer ready: $OUT (kernel $KV)"
-    exit 0
-fi
-initramfs "$OUT/root-esp" initrd-esp.gz "$HERE/guest-init-esp.sh" "$HERE/udp-probe.c" \
+guest_initrd esp "$HERE/guest-init-esp.sh" "$HERE/udp-probe.c" \
     "virtio_pci virtio_net esp4 esp6 xfrm_user gcm ghash_generic ctr authenc seqiv echainiv chacha20poly1305 chacha_generic
-     poly1305_generic cbc hmac sha256_generic aes_generic drbg jitterentropy_rng crypto_null"
-echo "linux ESP peer ready: $OUT (kernel $KV)"
+     poly1305_generic cbc hmac sha256_generic aes_generic drbg jitterentropy_rng crypto_null" ESP

@@ -6,14 +6,4 @@
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 . "$HERE/initramfs.sh"
-"$HERE/prepare.sh" >/dev/null
-OUT="${LINUX_PEER_DIR:-$HERE/../../target/linux-peer}"
-OUT="$(cd "$OUT" && pwd -P)"
-cd "$OUT"
-KV=$(ls kpkg/lib/modules | head -n1)
-if [ -f initrd-lb.gz ] && [ initrd-lb.gz -nt "$HERE/guest-init-lb.sh" ] && [ initrd-lb.gz -nt "$HERE/udp-echo.c" ] && [ initrd-lb.gz -nt "$0" ] && [ initrd-lb.gz -nt "$HERE/initramfs.sh" ]; then
-    echo "linux LB peer ready: $OUT (kernel $KV)"
-    exit 0
-fi
-initramfs "$OUT/root-lb" initrd-lb.gz "$HERE/guest-init-lb.sh" "$HERE/udp-echo.c" "virtio_pci virtio_net ipip ip_gre fou"
-echo "linux LB peer ready: $OUT (kernel $KV)"
+guest_initrd lb "$HERE/guest-init-lb.sh" "$HERE/udp-echo.c" "virtio_pci virtio_net ipip ip_gre fou" LB

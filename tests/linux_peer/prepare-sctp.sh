@@ -6,14 +6,4 @@
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 . "$HERE/initramfs.sh"
-"$HERE/prepare.sh" >/dev/null
-OUT="${LINUX_PEER_DIR:-$HERE/../../target/linux-peer}"
-OUT="$(cd "$OUT" && pwd -P)"
-cd "$OUT"
-KV=$(ls kpkg/lib/modules | head -n1)
-if [ -f initrd-sctp.gz ] && [ initrd-sctp.gz -nt "$HERE/guest-init-sctp.sh" ] && [ initrd-sctp.gz -nt "$HERE/sctp-peer.c" ] && [ initrd-sctp.gz -nt "$0" ] && [ initrd-sctp.gz -nt "$HERE/initramfs.sh" ]; then
-    echo "linux SCTP peer ready: $OUT (kernel $KV)"
-    exit 0
-fi
-initramfs "$OUT/root-sctp" initrd-sctp.gz "$HERE/guest-init-sctp.sh" "$HERE/sctp-peer.c" "virtio_pci virtio_net crc32c_generic sctp"
-echo "linux SCTP peer ready: $OUT (kernel $KV)"
+guest_initrd sctp "$HERE/guest-init-sctp.sh" "$HERE/sctp-peer.c" "virtio_pci virtio_net crc32c_generic sctp" SCTP
