@@ -298,6 +298,17 @@ impl Transform {
         let _ = (spi, seq, esn, out);
     }
 
+    /// Whether [`Transform::open_with`] reads a nonce that [`Transform::write_open_nonce`]
+    /// writes (AES-GCM from intel-ipsec-mb); with other ciphers that writes nothing.
+    #[inline(always)]
+    pub fn opens_with_nonce(&self) -> bool {
+        #[cfg(vecgate_ipsec_mb)]
+        if matches!(self.cipher, Cipher::ImbGcm { .. }) {
+            return true;
+        }
+        false
+    }
+
     /// The nonce of an ESP packet's opening (the SA's salt and the packet's IV, `esp`
     /// from the SPI on, its layout checked), written into `out` for
     /// [`Transform::open_with`] as soon as the SA is known, for the reason
@@ -442,6 +453,8 @@ pub struct AeadInputs {
 }
 
 impl AeadInputs {
+    pub const ZERO: AeadInputs = AeadInputs { nonce: [0; 2], aad: [0; 16] };
+
     /// The nonce of `salt` and the 8-byte IV `iv` (RFC 4106 §4): two words, each one store.
     #[inline(always)]
     fn set_nonce(&mut self, salt: &[u8; 4], iv: [u8; 8]) {

@@ -180,6 +180,7 @@ impl IpsecState {
         for (i, s) in self.iter().filter(|(_, s)| s.spec.direction == Direction::Outbound) {
             outbound_by_quote.entry(crate::tables::QuoteKey::of(&s.spec)).or_insert(i);
         }
-        IpsecTables { sas: self.sas.clone(), inbound, outer_adj: self.outer_adj.clone(), outbound_by_quote }
+        let inbound_nonces = self.iter().any(|(_, s)| s.spec.direction == Direction::Inbound && s.transform.opens_with_nonce());
+        IpsecTables { sas: self.sas.clone(), inbound, outer_adj: self.outer_adj.clone(), outbound_by_quote, inbound_nonces }
     }
 }

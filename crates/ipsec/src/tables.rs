@@ -20,6 +20,10 @@ pub struct IpsecTables {
     /// Outbound SAs by what an ICMP error's quote of their ESP names
     /// ([`crate::pmtu::find_outbound`]); the lowest index where two SAs share a key.
     pub outbound_by_quote: HashMap<QuoteKey, u32>,
+    /// Whether an inbound SA's cipher opens with a nonce written ahead
+    /// ([`crate::crypto::Transform::opens_with_nonce`]): the decrypt nodes write their
+    /// vectors' nonces first only then.
+    pub inbound_nonces: bool,
 }
 
 /// What identifies an outbound SA's ESP packet as a router quotes it: the outer source

@@ -928,3 +928,71 @@ fn a_vectors_sequence_numbers_are_reserved_per_sa_and_nothing_is_miscounted() {
         |name: &str| graph.counter_snapshots().iter().find(|c| c.node == "esp4-encrypt" && c.counter == name).map_or(0, |c| c.count);
     assert_eq!((count("encrypted"), count("inner-ttl-expired")), (168, 12));
 }
+
+/// `esp4-decrypt` writes a vector's nonces before it opens any of its packets (the
+/// library's masked load of a nonce stored just before waits for the store;
+/// docs/PERFORMANCE.md, session 72). Packets of three inbound SAs interleaved in one
+/// vector (AES-GCM-128 and -256, each with its own salt, and ChaCha20-Poly1305, whose
+/// nonce is not written ahead), one with its IV changed after sealing, and one whose SPI
+/// names no SA: each sealed packet opens to its plaintext, in order, under its own SA's
+/// nonce; the changed one fails its ICV, the unknown one has no SA.
+#[test]
+fn a_vector_of_several_sas_opens_each_packet_under_its_own_nonce() {
+    use ip::state::{InterfaceSpec, RouterState};
+    let link = InterfaceSpec {
+        name: "out0".into(),
+        mac: wire::EthernetAddress([2, 0, 0, 0, 0, 1]),
+        mtu: 1500,
+        addresses: vec!["198.18.1.1/24".parse().unwrap()],
+    };
+    let mut router = RouterState::new(vec![link]).unwrap();
+    let sas = [(0x3000, Algorithm::AesGcm128), (0x3001, Algorithm::AesGcm256), (0x3002, Algorithm::Chacha20Poly1305)];
+    let (mut peer, mut state) = (IpsecState::new(), IpsecState::new());
+    for (i, &(spi, alg)) in sas.iter().enumerate() {
+        let (out, inb) = (Direction::Outbound, Direction::Inbound);
+        peer.add(i as u32, SaSpec { spi, ..spec(alg, out, "198.18.1.2", "198.18.1.1", false, false) }, [i as u8; 16]).unwrap();
+        state.add(i as u32, SaSpec { spi, ..spec(alg, inb, "198.18.1.1", "198.18.1.2", false, false) }, [9; 16]).unwrap();
+    }
+    // Written ahead where AES-GCM runs on intel-ipsec-mb (else no cipher reads one).
+    assert_eq!(state.build().inbound_nonces, ipsec::crypto::aes_gcm_backend().starts_with("intel-ipsec-mb"));
+    let (mut cx, _ip_tables, _ipsec_tables) = context(&mut router, &mut state);
+    let seen: Seen = Default::default();
+    let (mut graph, input) = esp_graph_keeping("esp4-decrypt", Some(("ip4-lookup", Arc::clone(&seen))));
+    let mut pool = Pool::new(64, 4);
+    let order = [0usize, 0, 1, 2, 0, 1, 1, 2, 0, 0, 1];
+    let mut plains = Vec::new();
+    let mut bufs = Vec::new();
+    for (n, &s) in order.iter().enumerate() {
+        let sa = peer.get(s as u32).unwrap();
+        let (seq, _) = sa.outbound.next(100, false, &sa.spec.lifetime).unwrap();
+        // Each packet its own length, so each plaintext is told apart.
+        let plain = inner(false, 60 + n);
+        let b = pool.alloc(1400).unwrap();
+        pool.get_mut(b).write(&plain).unwrap();
+        encrypt::<Ip4Outer>(sa, seq, true, pool.get_mut(b)).unwrap();
+        plains.push(plain);
+        bufs.push(b);
+    }
+    // One more of SA 0's, its IV changed after sealing; one to an SPI with no SA.
+    let sa = peer.get(0).unwrap();
+    for (spi, iv_flip) in [(None, 0x01u8), (Some(0x3999u32), 0)] {
+        let (seq, _) = sa.outbound.next(100, false, &sa.spec.lifetime).unwrap();
+        let b = pool.alloc(1400).unwrap();
+        pool.get_mut(b).write(&inner(false, 80)).unwrap();
+        encrypt::<Ip4Outer>(sa, seq, true, pool.get_mut(b)).unwrap();
+        let esp = &mut pool.get_mut(b).bytes_mut()[20..];
+        esp[8 + 7] ^= iv_flip;
+        if let Some(spi) = spi {
+            esp[..4].copy_from_slice(&spi.to_be_bytes());
+        }
+        bufs.insert(3, b);
+    }
+    graph.inject(input, &mut pool, &bufs, 0);
+    graph.run(&mut cx, &mut pool);
+    let count =
+        |name: &str| graph.counter_snapshots().iter().find(|c| c.node == "esp4-decrypt" && c.counter == name).map_or(0, |c| c.count);
+    let all: Vec<_> =
+        graph.counter_snapshots().iter().filter(|c| c.count > 0).map(|c| (c.node.to_string(), c.counter.to_string(), c.count)).collect();
+    assert_eq!((count("decrypted"), count("bad-icv"), count("no-sa")), (order.len() as u64, 1, 1), "{all:?}");
+    assert_eq!(*seen.lock().unwrap(), plains, "each packet's plaintext, in order");
+}

@@ -10,9 +10,9 @@ use super::EspOuter;
 use crate::context::{HasIpsec, IpsecContext};
 use crate::crypto::{AeadInputs, OpenError};
 use crate::replay::ReplayError;
-use crate::sa::{Age, InboundError, Mode};
+use crate::sa::{Age, InboundError, Mode, Sa};
 use crate::tables::IpsecTables;
-use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
+use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict, VECTOR_SIZE};
 use ip::outer::tos::EcnDecap;
 use ip::tables::{TunnelKind, TunnelRef};
 use ip::urpf::{self, Arrival, SourceFault, Urpf};
@@ -63,16 +63,77 @@ counters! {
     }
 }
 
-/// `inputs`: the current packet's nonce, written as soon as its SA is known, some way
-/// ahead of the cipher that reads it ([`crate::crypto::Transform::write_open_nonce`]).
+/// A packet's nonce as `prepare` wrote it, for the SA and IV it was written for.
+#[derive(Clone, Copy, Default)]
+struct Nonce {
+    /// The SPI and the inbound SA's index it was looked up to (`u32::MAX`: none).
+    spi: u32,
+    index: u32,
+    /// The packet's IV, as its 8 bytes read in place.
+    iv: u64,
+    inputs: AeadInputs,
+}
+
+impl Nonce {
+    const NONE: Nonce = Nonce { spi: 0, index: u32::MAX, iv: 0, inputs: AeadInputs::ZERO };
+
+    /// The nonce of the ESP packet `b` (from its outer header) for its inbound SA, when
+    /// that SA's cipher reads one; anything else is left to [`decrypt_with`], which
+    /// checks it all. `last`: the SA the previous packet's SPI named (a vector is mostly
+    /// one SA's packets: one table lookup a run).
+    #[inline(always)]
+    fn of<'t, O: EspOuter>(tables: &'t IpsecTables, last: &mut Option<(u32, u32, &'t Sa)>, b: &[u8]) -> Option<Nonce> {
+        let outer = O::outer_esp(b)?;
+        let at = outer.at + if outer.udp { 8 } else { 0 };
+        let esp = b.get(at..)?;
+        let head: &[u8; HEADER_LEN + 8] = esp.get(..HEADER_LEN + 8)?.try_into().ok()?;
+        let spi = u32::from_be_bytes([head[0], head[1], head[2], head[3]]);
+        let (index, sa) = match *last {
+            Some((s, index, sa)) if s == spi => (index, sa),
+            _ => {
+                let (index, sa) = tables.inbound(spi)?;
+                *last = Some((spi, index, sa));
+                (index, sa)
+            }
+        };
+        if !sa.transform.opens_with_nonce() {
+            return None;
+        }
+        let mut inputs = AeadInputs::ZERO;
+        sa.transform.write_open_nonce(esp, &mut inputs);
+        Some(Nonce { spi, index, iv: iv_of(head), inputs })
+    }
+}
+
+/// The 8 bytes after an ESP header, as one word (where AES-GCM's IV is).
+#[inline(always)]
+fn iv_of(head: &[u8; HEADER_LEN + 8]) -> u64 {
+    u64::from_ne_bytes(head[HEADER_LEN..].try_into().expect("8 bytes"))
+}
+
+/// `inputs`: scratch for a packet's nonce when `prepare` did not write it. `nonces`: the
+/// current vector's, written by `prepare` before any of its packets is opened: the
+/// cipher (intel-ipsec-mb) reads its nonce with a masked load, which the store buffer
+/// does not forward, so a nonce written just before the call waited for its stores to
+/// reach the cache (~22 cycles a packet on the Zen 5; docs/PERFORMANCE.md, session 72).
+/// `next`: the place in the vector of the packet `process` takes next.
 pub struct EspDecrypt<O: EspOuter> {
     inputs: AeadInputs,
+    nonces: Box<[Nonce; VECTOR_SIZE]>,
+    len: usize,
+    next: usize,
     _family: std::marker::PhantomData<O>,
 }
 
 impl<O: EspOuter> Default for EspDecrypt<O> {
     fn default() -> Self {
-        EspDecrypt { inputs: AeadInputs::default(), _family: std::marker::PhantomData }
+        EspDecrypt {
+            inputs: AeadInputs::default(),
+            nonces: Box::new([Nonce::NONE; VECTOR_SIZE]),
+            len: 0,
+            next: 0,
+            _family: std::marker::PhantomData,
+        }
     }
 }
 
@@ -92,15 +153,17 @@ impl From<EspError> for EspDecryptCounter {
 /// check), and the result names its lookup, the SA's age and its source check.
 #[inline(always)]
 pub fn decrypt<O: EspOuter>(x: &mut IpsecContext, buf: &mut Buffer) -> Result<(EspDecryptNext, Age, Urpf), EspDecryptCounter> {
-    decrypt_with::<O>(x, buf, &mut AeadInputs::default())
+    decrypt_with::<O>(x, buf, None, &mut AeadInputs::default())
 }
 
-/// [`decrypt`] with the node's scratch for the cipher's nonce.
+/// [`decrypt`] with the nonce `prepare` wrote for this packet (used when it was written
+/// for the SA and IV the packet has) and the node's scratch for the nonce otherwise.
 #[inline(always)]
 fn decrypt_with<O: EspOuter>(
     x: &mut IpsecContext,
     buf: &mut Buffer,
-    inputs: &mut AeadInputs,
+    ahead: Option<&Nonce>,
+    scratch: &mut AeadInputs,
 ) -> Result<(EspDecryptNext, Age, Urpf), EspDecryptCounter> {
     use EspDecryptCounter as C;
     let outer = O::outer_esp(buf.bytes()).ok_or(C::NotEsp)?;
@@ -130,11 +193,20 @@ fn decrypt_with<O: EspOuter>(
     }
     let l = s.alg.layout();
     p.check_layout(&l)?;
-    sa.transform.write_open_nonce(&buf.bytes()[at..], inputs);
+    // The nonce `prepare` wrote when it was for this SA and this IV (AES-GCM's 8 bytes
+    // after the header; a packet too short for them gets the scratch, and its error).
+    let iv = buf.bytes()[at..].get(HEADER_LEN..HEADER_LEN + 8).map(|b| u64::from_ne_bytes(b.try_into().expect("8 bytes")));
+    let inputs = match ahead {
+        Some(n) if n.spi == spi && n.index == index && Some(n.iv) == iv => &n.inputs,
+        _ => {
+            sa.transform.write_open_nonce(&buf.bytes()[at..], scratch);
+            &*scratch
+        }
+    };
     let state = IpsecContext::inbound_state(states, index, sa);
     let seq = if s.anti_replay { state.window.check(low).map_err(replay_counter)? } else { state.window.full(low) };
     let esp = &mut buf.bytes_mut()[at..];
-    sa.transform.open_with(esp, seq, s.esn, &*inputs).map_err(|e| match e {
+    sa.transform.open_with(esp, seq, s.esn, inputs).map_err(|e| match e {
         OpenError::BadIcv => C::BadIcv,
         OpenError::Unaligned => C::Unaligned,
     })?;
@@ -312,6 +384,17 @@ impl<Cx: HasIpsec, O: EspOuter> Node<Cx> for EspDecrypt<O> {
         O::DECRYPT
     }
 
+    /// Each packet's nonce written ahead of its opening ([`EspDecrypt`]).
+    fn prepare(&mut self, cx: &mut Cx, pool: &mut engine::Pool, input: &[engine::BufIdx]) {
+        let (_, x) = cx.split_ipsec();
+        let n = if x.tables.inbound_nonces { input.len().min(VECTOR_SIZE) } else { 0 };
+        let mut last = None;
+        for (nonce, &bi) in self.nonces.iter_mut().zip(&input[..n]) {
+            *nonce = Nonce::of::<O>(&x.tables, &mut last, pool.get(bi).bytes()).unwrap_or(Nonce::NONE);
+        }
+        (self.len, self.next) = (n, 0);
+    }
+
     #[inline(always)]
     fn process(&mut self, cx: &mut Cx, counts: &mut Counts<'_, Self::Counter>, buf: &mut Buffer) -> Verdict<Self::Next, Self::Counter> {
         let (ipc, x) = cx.split_ipsec();
@@ -319,7 +402,11 @@ impl<Cx: HasIpsec, O: EspOuter> Node<Cx> for EspDecrypt<O> {
         // the inner packet by RFC 6040 (RFC 4301 §5.1.2.1). In transport mode the "inner"
         // header is that same header, which the combination leaves as it is.
         let ecn = ip::outer::tos::ecn(buf.bytes(), O::IS_V6);
-        match decrypt_with::<O>(x, buf, &mut self.inputs) {
+        // `prepare` ran on this vector and the dispatcher hands its packets here in order;
+        // a nonce for another packet (or none) is not used (`decrypt_with`).
+        let ahead = self.nonces[..self.len].get(self.next);
+        self.next += 1;
+        match decrypt_with::<O>(x, buf, ahead, &mut self.inputs) {
             Ok((next, age, urpf)) => {
                 match ip::outer::tos::decap_ecn(ecn, buf) {
                     EcnDecap::Unchanged => {}
