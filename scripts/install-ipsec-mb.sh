@@ -23,6 +23,10 @@ installed_version() {
     [ -e "$HEADER" ] && awk '/^#define IMB_VERSION_NUM/ {print $3}' "$HEADER"
 }
 
+installed_name() {
+    echo "intel-ipsec-mb $(awk -F'"' '/^#define IMB_VERSION_STR/ {print $2}' "$HEADER") installed"
+}
+
 new_enough() {
     local v
     v=$(installed_version) || return 1
@@ -30,7 +34,7 @@ new_enough() {
 }
 
 if new_enough; then
-    echo "intel-ipsec-mb $(awk -F'"' '/^#define IMB_VERSION_STR/ {print $2}' "$HEADER") installed"
+    installed_name
     exit 0
 fi
 
@@ -71,4 +75,4 @@ fi
 
 new_enough || { echo "intel-ipsec-mb: the installed header is still older than 2.0" >&2; exit 1; }
 touch crates/ipsec/build.rs
-echo "intel-ipsec-mb $(awk -F'"' '/^#define IMB_VERSION_STR/ {print $2}' "$HEADER") installed"
+installed_name

@@ -453,8 +453,6 @@ pub struct AeadInputs {
 }
 
 impl AeadInputs {
-    pub const ZERO: AeadInputs = AeadInputs { nonce: [0; 2], aad: [0; 16] };
-
     /// The nonce of `salt` and the 8-byte IV `iv` (RFC 4106 §4): two words, each one store.
     #[inline(always)]
     fn set_nonce(&mut self, salt: &[u8; 4], iv: [u8; 8]) {

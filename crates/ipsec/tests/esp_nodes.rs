@@ -608,6 +608,17 @@ impl engine::Node<Cx> for Sink {
     }
 }
 
+/// A router with one link, out0 at 198.18.1.1/24 (the SAs' local address).
+fn one_link_router() -> ip::state::RouterState {
+    let out0 = ip::state::InterfaceSpec {
+        name: "out0".into(),
+        mac: wire::EthernetAddress([2, 0, 0, 0, 0, 1]),
+        mtu: 1500,
+        addresses: vec!["198.18.1.1/24".parse().unwrap()],
+    };
+    ip::state::RouterState::new(vec![out0]).unwrap()
+}
+
 /// A worker's context over `router`'s and `state`'s tables (published, so a test can
 /// publish changed ones).
 fn context(
@@ -858,14 +869,7 @@ fn tfc_padding_after_the_inner_packet_is_taken_off() {
 /// exactly the packets and bytes it sealed.
 #[test]
 fn a_vectors_sequence_numbers_are_reserved_per_sa_and_nothing_is_miscounted() {
-    use ip::state::{InterfaceSpec, RouterState};
-    let out0 = InterfaceSpec {
-        name: "out0".into(),
-        mac: wire::EthernetAddress([2, 0, 0, 0, 0, 1]),
-        mtu: 1500,
-        addresses: vec!["198.18.1.1/24".parse().unwrap()],
-    };
-    let mut router = RouterState::new(vec![out0]).unwrap();
+    let mut router = one_link_router();
     let mut state = IpsecState::new();
     for i in 0..6u32 {
         let remote = format!("198.18.1.{}", 10 + i);
@@ -938,14 +942,7 @@ fn a_vectors_sequence_numbers_are_reserved_per_sa_and_nothing_is_miscounted() {
 /// nonce; the changed one fails its ICV, the unknown one has no SA.
 #[test]
 fn a_vector_of_several_sas_opens_each_packet_under_its_own_nonce() {
-    use ip::state::{InterfaceSpec, RouterState};
-    let link = InterfaceSpec {
-        name: "out0".into(),
-        mac: wire::EthernetAddress([2, 0, 0, 0, 0, 1]),
-        mtu: 1500,
-        addresses: vec!["198.18.1.1/24".parse().unwrap()],
-    };
-    let mut router = RouterState::new(vec![link]).unwrap();
+    let mut router = one_link_router();
     let sas = [(0x3000, Algorithm::AesGcm128), (0x3001, Algorithm::AesGcm256), (0x3002, Algorithm::Chacha20Poly1305)];
     let (mut peer, mut state) = (IpsecState::new(), IpsecState::new());
     for (i, &(spi, alg)) in sas.iter().enumerate() {

@@ -66,7 +66,8 @@ counters! {
 /// A packet's nonce as `prepare` wrote it, for the SA and IV it was written for.
 #[derive(Clone, Copy, Default)]
 struct Nonce {
-    /// The SPI and the inbound SA's index it was looked up to (`u32::MAX`: none).
+    /// The SPI and the inbound SA's index it was looked up to (the default, SPI 0, which
+    /// no ESP packet has: none).
     spi: u32,
     index: u32,
     /// The packet's IV, as its 8 bytes read in place.
@@ -75,8 +76,6 @@ struct Nonce {
 }
 
 impl Nonce {
-    const NONE: Nonce = Nonce { spi: 0, index: u32::MAX, iv: 0, inputs: AeadInputs::ZERO };
-
     /// The nonce of the ESP packet `b` (from its outer header) for its inbound SA, when
     /// that SA's cipher reads one; anything else is left to [`decrypt_with`], which
     /// checks it all. `last`: the SA the previous packet's SPI named (a vector is mostly
@@ -86,8 +85,8 @@ impl Nonce {
         let outer = O::outer_esp(b)?;
         let at = outer.at + if outer.udp { 8 } else { 0 };
         let esp = b.get(at..)?;
-        let head: &[u8; HEADER_LEN + 8] = esp.get(..HEADER_LEN + 8)?.try_into().ok()?;
-        let spi = u32::from_be_bytes([head[0], head[1], head[2], head[3]]);
+        let spi = u32::from_be_bytes(esp.get(..4)?.try_into().ok()?);
+        let iv = iv_word(esp)?;
         let (index, sa) = match *last {
             Some((s, index, sa)) if s == spi => (index, sa),
             _ => {
@@ -99,16 +98,17 @@ impl Nonce {
         if !sa.transform.opens_with_nonce() {
             return None;
         }
-        let mut inputs = AeadInputs::ZERO;
+        let mut inputs = AeadInputs::default();
         sa.transform.write_open_nonce(esp, &mut inputs);
-        Some(Nonce { spi, index, iv: iv_of(head), inputs })
+        Some(Nonce { spi, index, iv, inputs })
     }
 }
 
-/// The 8 bytes after an ESP header, as one word (where AES-GCM's IV is).
+/// The 8 bytes after the ESP header `esp` starts with, as one word (where AES-GCM's IV
+/// is), if the packet has them.
 #[inline(always)]
-fn iv_of(head: &[u8; HEADER_LEN + 8]) -> u64 {
-    u64::from_ne_bytes(head[HEADER_LEN..].try_into().expect("8 bytes"))
+fn iv_word(esp: &[u8]) -> Option<u64> {
+    Some(u64::from_ne_bytes(esp.get(HEADER_LEN..HEADER_LEN + 8)?.try_into().ok()?))
 }
 
 /// `inputs`: scratch for a packet's nonce when `prepare` did not write it. `nonces`: the
@@ -129,7 +129,7 @@ impl<O: EspOuter> Default for EspDecrypt<O> {
     fn default() -> Self {
         EspDecrypt {
             inputs: AeadInputs::default(),
-            nonces: Box::new([Nonce::NONE; VECTOR_SIZE]),
+            nonces: Box::new([Nonce::default(); VECTOR_SIZE]),
             len: 0,
             next: 0,
             _family: std::marker::PhantomData,
@@ -195,7 +195,7 @@ fn decrypt_with<O: EspOuter>(
     p.check_layout(&l)?;
     // The nonce `prepare` wrote when it was for this SA and this IV (AES-GCM's 8 bytes
     // after the header; a packet too short for them gets the scratch, and its error).
-    let iv = buf.bytes()[at..].get(HEADER_LEN..HEADER_LEN + 8).map(|b| u64::from_ne_bytes(b.try_into().expect("8 bytes")));
+    let iv = iv_word(&buf.bytes()[at..]);
     let inputs = match ahead {
         Some(n) if n.spi == spi && n.index == index && Some(n.iv) == iv => &n.inputs,
         _ => {
@@ -390,7 +390,7 @@ impl<Cx: HasIpsec, O: EspOuter> Node<Cx> for EspDecrypt<O> {
         let n = if x.tables.inbound_nonces { input.len().min(VECTOR_SIZE) } else { 0 };
         let mut last = None;
         for (nonce, &bi) in self.nonces.iter_mut().zip(&input[..n]) {
-            *nonce = Nonce::of::<O>(&x.tables, &mut last, pool.get(bi).bytes()).unwrap_or(Nonce::NONE);
+            *nonce = Nonce::of::<O>(&x.tables, &mut last, pool.get(bi).bytes()).unwrap_or_default();
         }
         (self.len, self.next) = (n, 0);
     }
