@@ -1,9 +1,11 @@
 """The Linux-kernel peer of the interop tests (test_linux_interop, test_ipsec_linux,
-test_lb_encap_linux, test_lb_sctp_linux): a stock Debian kernel booted under qemu, whose
-NIC is the TAP `tq0` in a lab namespace (test_lb_sctp_linux's guest has a second, `tq1`).
+test_lb_encap_linux, test_lb_sctp_linux, test_lb_sctp_dsr_linux): a stock Debian kernel
+booted under qemu, whose NIC is the TAP `tq0` in a lab namespace (the SCTP tests' guests
+have a second, `tq1`).
 tests/linux_peer/prepare*.sh build its kernel and initramfs into target/linux-peer/ (kept
 between runs; needs root and apt on a fresh machine)."""
 import subprocess
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,3 +69,31 @@ def boot(lab, ns, guest_dir: Path, initrd: str, console: Path, linger: int, taps
                             "-nographic", "-no-reboot", "-kernel", str(guest_dir / "vmlinuz"), "-initrd", str(guest_dir / initrd),
                             "-append", f"console=ttyS0 panic=-1 quiet linger={linger} {append}".rstrip(), *nics,
                             stdin=subprocess.PIPE if console_in else subprocess.DEVNULL)
+
+
+class Console:
+    """A guest booted with `console_in`: commands in (qemu's stdin), `GUEST:` lines out
+    (its console log)."""
+
+    def __init__(self, qemu, log: Path):
+        self.qemu, self.log = qemu, log
+
+    def lines(self):
+        return [l.strip() for l in self.log.read_text(errors="replace").splitlines() if l.startswith("GUEST:")]
+
+    def tail(self, chars=3000):
+        """The end of the console log, for an assertion's message."""
+        return self.log.read_text(errors="replace")[-chars:]
+
+    def command(self, line: str, done, seconds: float = 150):
+        """Send `line`; then wait, at most `seconds` and while the guest runs, until
+        `done` (a function of the `GUEST:` lines since) is true: those lines."""
+        start = len(self.lines())
+        self.qemu.stdin.write(f"{line}\n".encode())
+        self.qemu.stdin.flush()
+        deadline = time.time() + seconds
+        while True:
+            new = self.lines()[start:]
+            if done(new) or time.time() > deadline or self.qemu.poll() is not None:
+                return new
+            time.sleep(0.2)

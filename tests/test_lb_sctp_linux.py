@@ -95,32 +95,16 @@ timeouts = {{ sctp_closed_ms = 300000 }}
 {services}"""
 
 
-class Guest:
-    """The guest's console: commands in (qemu's stdin), `GUEST:` lines out."""
-
-    def __init__(self, qemu, log):
-        self.qemu, self.log = qemu, log
-
-    def lines(self):
-        return [l.strip() for l in self.log.read_text(errors="replace").splitlines() if l.startswith("GUEST:")]
-
+class Guest(linux_guest.Console):
     def run(self, cmd, fam):
         """`cmd` for `fam` in the guest: (its client's result line, its server's), matched."""
-        start = len(self.lines())
-        self.qemu.stdin.write(f"{cmd} {fam}\n".encode())
-        self.qemu.stdin.flush()
+        finished = f"GUEST: finished {cmd} {fam}"
         # The server prints at its association's end, as the client finishes.
-        deadline = time.time() + 150
-        while True:
-            new = self.lines()[start:]
-            client = [m for m in map(CLIENT_LINE.match, new) if m]
-            server = [m for m in map(SERVER_LINE.match, new) if m]
-            done = f"GUEST: finished {cmd} {fam}" in new
-            if (done and server) or time.time() > deadline or self.qemu.poll() is not None:
-                break
-            time.sleep(0.2)
-        assert done and len(client) == 1 and len(server) == 1 and not [l for l in new if "FAIL" in l], \
-            (cmd, fam, self.log.read_text(errors="replace")[-3000:])
+        new = self.command(f"{cmd} {fam}", lambda new: finished in new and any(map(SERVER_LINE.match, new)))
+        client = [m for m in map(CLIENT_LINE.match, new) if m]
+        server = [m for m in map(SERVER_LINE.match, new) if m]
+        assert finished in new and len(client) == 1 and len(server) == 1 and not [l for l in new if "FAIL" in l], \
+            (cmd, fam, self.tail())
         return client[0], server[0]
 
 

@@ -1,16 +1,20 @@
-/* The guest's SCTP endpoints for the load balancer's SCTP interop test
- * (tests/test_lb_sctp_linux.py): the kernel's own SCTP (one-to-one sockets), no libsctp,
- * the few socket options it needs from <linux/sctp.h> by number.
+/* The guest's SCTP endpoints for the load balancer's SCTP interop tests
+ * (tests/test_lb_sctp_linux.py, tests/test_lb_sctp_dsr_linux.py): the kernel's own SCTP
+ * (one-to-one sockets), no libsctp, the few socket options it needs from <linux/sctp.h>
+ * by number.
  *
  *   sctp-peer server NETNS ADDR PORT [asconf]
  *       echoes every byte on each association in turn; at the end of one prints
- *       "GUEST: server PORT bytes=B peers=N max=M first=A peer-addrs=A,..": N the peer's
- *       addresses as the kernel holds them at accept, M the most it held at any read.
- *   sctp-peer client NETNS VIP PORT BYTES LOCAL[,LOCAL2] [ADD]
- *       bound to LOCAL (and LOCAL2: multi-homed, sctp_bindx ADD before connect), sends
- *       BYTES to VIP:PORT and reads them back, checking every byte; with ADD, halfway
- *       adds ADD to the connected socket (sctp_bindx ADD: an ASCONF if the peer listed
- *       it); then a graceful SHUTDOWN (shutdown(SHUT_WR), read to the end). Prints
+ *       "GUEST: server PORT [ns=NAME ]bytes=B peers=N max=M peer-addrs=A,.. end=E": N the
+ *       peer's addresses as the kernel holds them at accept, M the most it held at any
+ *       read, NAME the namespace file's name when NETNS is one (which backend it is).
+ *   sctp-peer client NETNS VIP PORT BYTES LOCAL[,LOCAL2] [ADD] [port=P] [halfway=CMD]
+ *       bound to LOCAL (and LOCAL2: multi-homed, sctp_bindx ADD before connect), from
+ *       port P (default: one the kernel picks), sends BYTES to VIP:PORT and reads them
+ *       back, checking every byte; with ADD, halfway adds ADD to the connected socket
+ *       (sctp_bindx ADD: an ASCONF if the peer listed it); with CMD, halfway runs it
+ *       (a shell command, in NETNS: a path failover) and fails unless it exits 0; then a
+ *       graceful SHUTDOWN (shutdown(SHUT_WR), read to the end). Prints
  *       "GUEST: client PORT ok bytes=B ..." or "GUEST: client PORT FAIL ...".
  *
  * NETNS: "-" for the current network namespace, else a file (/run/netns/c) entered with
@@ -115,7 +119,11 @@ static int addrs(int s, int opt, char *out, size_t outlen) {
     return (int)u.g.addr_num;
 }
 
-static int server(const char *addr, int port) {
+static int server(const char *netns, const char *addr, int port) {
+    /* "ns=b1 " for /run/netns/b1: several servers' lines told apart. */
+    char label[64] = "";
+    if (strcmp(netns, "-") != 0)
+        snprintf(label, sizeof label, "ns=%s ", strrchr(netns, '/') ? strrchr(netns, '/') + 1 : netns);
     struct sockaddr_storage at;
     socklen_t alen = addr_of(addr, port, &at);
     int l = socket(at.ss_family, SOCK_STREAM, IPPROTO_SCTP);
@@ -157,7 +165,8 @@ static int server(const char *addr, int port) {
                 most = k;
         }
     done:
-        printf("GUEST: server %d bytes=%ld peers=%d max=%d peer-addrs=%s end=%s\n", port, total, peers, most, list, end);
+        printf("GUEST: server %d %sbytes=%ld peers=%d max=%d peer-addrs=%s end=%s\n", port, label, total, peers, most, list,
+               end);
         fflush(stdout);
         close(s);
     }
@@ -165,13 +174,17 @@ static int server(const char *addr, int port) {
 
 static unsigned char pattern(long i) { return (unsigned char)(i * 7 + (i >> 9)); }
 
-static int client(const char *vip, int port, long bytes, char *locals, const char *add) {
+static int client(const char *vip, int port, long bytes, char *locals, const char *add, int lport, const char *halfway) {
     char *second = strchr(locals, ',');
     if (second)
         *second++ = 0;
     struct sockaddr_storage me, to, extra;
-    socklen_t mlen = addr_of(locals, 0, &me), tolen = addr_of(vip, port, &to), elen;
+    socklen_t mlen = addr_of(locals, lport, &me), tolen = addr_of(vip, port, &to), elen;
     int s = socket(me.ss_family, SOCK_STREAM, IPPROTO_SCTP);
+    int one = 1;
+    /* A fixed port again right after an association on it ended. */
+    if (s >= 0)
+        setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     if (s < 0 || bind(s, (struct sockaddr *)&me, mlen) < 0) {
         printf("GUEST: client %d FAIL bind: %s\n", port, strerror(errno));
         return 1;
@@ -189,9 +202,17 @@ static int client(const char *vip, int port, long bytes, char *locals, const cha
         return 1;
     }
     static unsigned char out[16384], in[16384];
-    long sent = 0, added_at = add ? bytes / 2 : -1;
+    long sent = 0, added_at = add ? bytes / 2 : -1, run_at = halfway ? bytes / 2 : -1;
     int add_rc = 0;
     while (sent < bytes) {
+        if (sent >= run_at && run_at >= 0) {
+            int rc = system(halfway);
+            if (rc != 0) {
+                printf("GUEST: client %d FAIL halfway command (%d): %s\n", port, rc, halfway);
+                return 1;
+            }
+            run_at = -1;
+        }
         if (sent >= added_at && added_at >= 0) {
             elen = addr_of(add, port_of(&me), &extra);
             add_rc = setsockopt(s, SOL_SCTP, SCTP_SOCKOPT_BINDX_ADD, &extra, elen) < 0 ? errno : 0;
@@ -242,17 +263,26 @@ int main(int argc, char **argv) {
             sysctl_one("addip_enable");
             sysctl_one("auth_enable");
         }
-        return server(argv[3], atoi(argv[4]));
+        return server(argv[2], argv[3], atoi(argv[4]));
     }
     if (argc >= 7 && strcmp(argv[1], "client") == 0) {
         enter(argv[2]);
-        const char *add = argc > 7 ? argv[7] : NULL;
+        const char *add = NULL, *halfway = NULL;
+        int lport = 0;
+        for (int i = 7; i < argc; i++) {
+            if (strncmp(argv[i], "port=", 5) == 0)
+                lport = atoi(argv[i] + 5);
+            else if (strncmp(argv[i], "halfway=", 8) == 0)
+                halfway = argv[i] + 8;
+            else
+                add = argv[i];
+        }
         if (add) {
             sysctl_one("addip_enable");
             sysctl_one("auth_enable");
         }
-        return client(argv[3], atoi(argv[4]), atol(argv[5]), argv[6], add);
+        return client(argv[3], atoi(argv[4]), atol(argv[5]), argv[6], add, lport, halfway);
     }
-    fprintf(stderr, "usage: sctp-peer server NETNS ADDR PORT [asconf] | client NETNS VIP PORT BYTES LOCAL[,LOCAL2] [ADD]\n");
+    fprintf(stderr, "usage: sctp-peer server NETNS ADDR PORT [asconf] | client NETNS VIP PORT BYTES LOCAL[,LOCAL2] [ADD] [port=P] [halfway=CMD]\n");
     return 2;
 }
