@@ -105,8 +105,8 @@ def sctp4(vip, sport, tag, chunks, chksum=None):
     return eth(ACCESS, IP(src=USER4, dst=vip) / SCTP(sport=sport, dport=38412, tag=tag, chksum=chksum) / chunks)
 
 
-def sctp6(vip, sport, tag, chunks, chksum=None):
-    return eth(ACCESS, IPv6(src=USER6, dst=vip) / SCTP(sport=sport, dport=38412, tag=tag, chksum=chksum) / chunks)
+def sctp6(vip, sport, tag, chunks, chksum=None, src=USER6):
+    return eth(ACCESS, IPv6(src=src, dst=vip) / SCTP(sport=sport, dport=38412, tag=tag, chksum=chksum) / chunks)
 
 
 def sctp_chunk_length(frame, l4, length, at=2):
@@ -307,6 +307,8 @@ seeds = {
     "lb6-sctp-dsr": [rec(ACCESS, sctp6("2001:db8:128::13", 40110, 0, SCTPChunkInit(init_tag=0x2000, a_rwnd=65536, n_out_streams=2, n_in_streams=2, init_tsn=1))),
                      rec(ACCESS, sctp6("2001:db8:128::13", 40110, 0x9000, SCTPChunkCookieEcho(cookie=b"cookie-of-the-backend") / SCTPChunkData(tsn=1, data=b"NGSetupRequest"))),
                      rec(ACCESS, sctp6("2001:db8:128::13", 40110, 0x9000, SCTPChunkHeartbeatReq()), hold=True),
+                     # The client's second address: its path joins the association (`sctp-path-changed`).
+                     rec(ACCESS, sctp6("2001:db8:128::13", 40110, 0x9000, SCTPChunkData(tsn=2, data=b"second path"), src="2001:db8::3")),
                      rec(ACCESS, sctp6("2001:db8:128::13", 40110, 0x9000, SCTPChunkData(tsn=2, data=b"y" * 100), chksum=0),
                          vnet_hdr(flags=1, csum_start=54, csum_offset=8)),
                      rec(ACCESS, sctp6("2001:db8:128::13", 40110, 0x9000, SCTPChunkAbort(), chksum=0x12345678)),

@@ -8,9 +8,13 @@ outer source."""
 import subprocess
 from collections import Counter
 
+import pytest
+
 from conftest import GW_MAC0, GW_MAC1, HOST_MAC, ROUTER_MAC, gateway_config, run_pcap, tshark_clean, write_pcap
 
-from scapy.all import GRE, ICMP, IP, TCP, UDP, Ether, ICMPv6PacketTooBig, IPerror, IPerror6, IPv6, Raw, TCPerror, raw
+from scapy.all import (GRE, ICMP, IP, SCTP, TCP, UDP, Ether, ICMPv6PacketTooBig, IPerror, IPerror6, IPv6, Raw, SCTPChunkCookieEcho, SCTPChunkData,
+                       SCTPChunkHeartbeatReq, SCTPChunkInit, SCTPChunkParamHeartbeatInfo, SCTPChunkParamIPv4Addr, SCTPChunkParamIPv6Addr, SCTPChunkShutdown,
+                       SCTPChunkShutdownComplete, TCPerror, raw, wrpcap)
 
 BACKENDS = ["198.19.1.10", "198.19.2.10", "198.19.3.10"]
 BACKENDS6 = ["2001:db8:100::10", "2001:db8:100::20", "2001:db8:100::30"]
@@ -20,6 +24,10 @@ CLIENT, CLIENT6 = "198.18.0.2", "2001:db8::2"
 VIPS = {"ipip": "198.18.128.20", "gre": "198.18.128.21", "gue": "198.18.128.22"}
 VIP6 = "2001:db8:80::20"
 GUE_PORT = 5555
+# SCTP services (NGAP's port), one per encapsulation, and one over IPv6.
+NGAP = 38412
+SCTP_VIPS = {"ipip": "198.18.128.30", "gre": "198.18.128.31", "gue": "198.18.128.32"}
+SCTP_VIP6 = "2001:db8:80::30"
 
 
 def services():
@@ -46,6 +54,28 @@ port = 53
 protocol = "udp"
 forwarding = "{mode}"
 {port}backends = [{b4.replace("port = 80", "port = 53")}]
+"""
+    for mode, vip in SCTP_VIPS.items():
+        port = f"gue_port = {GUE_PORT}\n" if mode == "gue" else ""
+        text += f"""
+[[lb_service]]
+name = "core/amf-{mode}"
+type = "cluster_ip"
+vip = "{vip}"
+port = {NGAP}
+protocol = "sctp"
+forwarding = "{mode}"
+{port}backends = [{b4.replace("port = 80", f"port = {NGAP}")}]
+"""
+    text += f"""
+[[lb_service]]
+name = "core/amf6"
+type = "cluster_ip"
+vip = "{SCTP_VIP6}"
+port = {NGAP}
+protocol = "sctp"
+forwarding = "gue"
+backends = [{b6.replace("port = 80", f"port = {NGAP}")}]
 """
     text += f"""
 [[lb_service]]
@@ -225,3 +255,78 @@ def test_bad_encapsulated_services_name_the_field(vecgate, tmp_path):
     assert "forwarding" in e and "nat" in e, e
     e = refused(svc + "gue_port = 5555\n")
     assert 'gue_port: 5555: only with forwarding = "gue"' in e, e
+
+
+def sctp_inner(p):
+    """The client packet an SCTP service's output frame carries (IPv4 in any of the
+    three encapsulations, IPv6 in GUE), and its backend (the outer destination)."""
+    if IPv6 in p and p[Ether].type == 0x86DD:
+        gue = raw(p[UDP].payload)
+        assert gue[:4] == b"\x00\x29\x00\x00", "GUE variant 0, protocol 41 (IPv6)"
+        return IPv6(gue[4:]), p[IPv6].dst
+    return IP(inner_of(p)), p[IP].dst
+
+
+@pytest.mark.parametrize("mode", ["ipip", "gre", "gue", "gue6"])
+def test_a_multihomed_sctp_association_keeps_its_backend_on_every_path(vecgate, tmp_path, mode):
+    """A multi-homed SCTP client through direct server return: its INIT lists its other
+    addresses (carried unchanged: the backend learns them), and when it sends from
+    another of them (path verification, a failover) its packets still reach the backend
+    that holds the association, where their own 5-tuple would have Maglev choose
+    another: vecgate keys the association by the backend's verification tag, which
+    every packet after the INIT carries. A probe run first finds second and third
+    addresses whose own INITs go elsewhere; the run itself ends with such an INIT."""
+    six = mode == "gue6"
+    net, l3, vip = (IPv6, "2001:db8::", SCTP_VIP6) if six else (IP, "198.18.0.", SCTP_VIPS[mode])
+    addr_param = SCTPChunkParamIPv6Addr if six else SCTPChunkParamIPv4Addr
+    node = "lb6-nat" if six else "lb4-nat"
+
+    def pkt(src, tag, chunk):
+        return Ether(src=HOST_MAC, dst=GW_MAC0) / net(src=src, dst=vip) / SCTP(sport=40000, dport=NGAP, tag=tag) / chunk
+
+    def init(src, listed=()):
+        params = [addr_param(addr=a) for a in listed]
+        return pkt(src, 0, SCTPChunkInit(init_tag=0x1234, a_rwnd=65536, n_out_streams=2, n_in_streams=2, init_tsn=1, params=params))
+
+    first = l3 + "2"
+    candidates = [l3 + str(i) for i in range(3, 40)]
+    # Each address's own INIT (the same ports): where its 5-tuple goes.
+    _, out1, _, _ = run_pcap(vecgate, tmp_path, [init(a) for a in [first] + candidates], services())
+    own = {str(i.src): b for i, b in map(sctp_inner, out1)}
+    assert len(own) == 1 + len(candidates)
+    elsewhere = [a for a in candidates if own[a] != own[first]]
+    assert len(elsewhere) >= 2, own
+    second, third = elsewhere[:2]
+
+    tag = 0x5EED0001
+    assoc = [
+        init(first, listed=[first, second, third]),
+        pkt(first, tag, SCTPChunkCookieEcho(cookie=b"c" * 32)),
+        pkt(first, tag, SCTPChunkData(tsn=1, data=b"one")),
+        pkt(second, tag, SCTPChunkHeartbeatReq(params=[SCTPChunkParamHeartbeatInfo(data=b"path-two")])),
+        pkt(second, tag, SCTPChunkData(tsn=2, data=b"two")),
+        pkt(third, tag, SCTPChunkData(tsn=3, data=b"three")),
+        pkt(second, tag, SCTPChunkShutdown(cumul_tsn_ack=1)),
+        pkt(second, tag, SCTPChunkShutdownComplete()),
+    ]
+    # After it, the second address's own INIT: its 5-tuple goes elsewhere in this run too.
+    sent = assoc + [init(second)]
+    _, out1, counters, _ = run_pcap(vecgate, tmp_path, sent, services())
+    assert len(out1) == len(sent), counters
+    for p, s in zip(out1, sent):
+        inner, backend = sctp_inner(p)
+        assert raw(inner) == raw(s[net]), "the client's packet unchanged"
+        want = own[second] if s is sent[-1] else own[first]
+        assert backend == want, f"{s.summary()} went to {backend}, not {want}"
+    assert counters[(node, "sctp-path-changed")] == 3, "the second, the third, then the second address again"
+    assert counters[(node, "new-session")] == 2, "the association and the last INIT"
+    assert counters[(node, "encapsulated")] == len(sent)
+    assert not [k for k, v in counters.items() if v and k[0] == node and k[1] not in ("sctp-path-changed", "new-session", "encapsulated")], counters
+    # tshark, on the packets taken out of their outer headers (it has no GUE dissector):
+    # each one's tag, a good CRC32c, nothing malformed.
+    wrpcap(str(tmp_path / "inner.pcap"), [Ether(src=GW_MAC1, dst=ROUTER_MAC) / sctp_inner(p)[0] for p in out1])
+    r = subprocess.run(["tshark", "-r", str(tmp_path / "inner.pcap"), "-o", "sctp.checksum:CRC 32c", "-T", "fields",
+                        "-e", "sctp.verification_tag", "-e", "sctp.checksum.status", "-e", "_ws.malformed"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    read = [line.split("\t") for line in r.stdout.splitlines()]
+    assert read == [[hex(s[SCTP].tag) if s[SCTP].tag else "0x00000000", "1", ""] for s in sent], r.stdout

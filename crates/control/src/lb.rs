@@ -782,7 +782,14 @@ fn format_sessions(c: &LbControl, rows: &[lb::show::SessionRow], total: usize) -
     let row_names: Vec<String> = rows.iter().map(name_of).collect();
     let name_w = crate::format::column(28, row_names.iter().map(String::as_str));
     // SCTP's states are longer than TCP's and UDP's (`sctp_cookie_echoed`).
-    let states: Vec<String> = rows.iter().map(|r| crate::format::word(&r.state)).collect();
+    // An SCTP association keyed by its verification tag (direct server return) says so.
+    let states: Vec<String> = rows
+        .iter()
+        .map(|r| match r.vtag {
+            Some(tag) => format!("{} tag {tag:#010x}", crate::format::word(&r.state)),
+            None => crate::format::word(&r.state),
+        })
+        .collect();
     let state_w = crate::format::column(12, states.iter().map(String::as_str));
     let mut s = format!(
         "{:<3} {:<name_w$} {:<5} {:<26} {:<26} {:<26} {:<26} {:<state_w$} {:>10}\n",
@@ -1046,16 +1053,19 @@ mod tests {
             state,
             expires_in_ms,
             gen: 0,
+            vtag: None,
         };
-        let rows = [row(ConnState::SctpCookieEchoed, 2999), row(ConnState::SctpEstablished, 209_999), row(ConnState::Established, 1)];
-        let text = format_sessions(&c, &rows, 3);
+        // A direct-server-return association keyed by its verification tag says so.
+        let tagged = lb::show::SessionRow { vtag: Some(0x5eed_0001), ..row(ConnState::SctpEstablished, 5) };
+        let rows = [row(ConnState::SctpCookieEchoed, 2999), row(ConnState::SctpEstablished, 209_999), row(ConnState::Established, 1), tagged];
+        let text = format_sessions(&c, &rows, 4);
         let lines: Vec<&str> = text.lines().collect();
         let state_at = lines[0].find("state").unwrap();
-        for (l, state) in lines[1..4].iter().zip(["sctp_cookie_echoed ", "sctp_established ", "established "]) {
+        for (l, state) in lines[1..5].iter().zip(["sctp_cookie_echoed ", "sctp_established ", "established ", "sctp_established tag 0x5eed0001 "]) {
             assert!(l[state_at..].starts_with(state), "the state under its header: {text}");
             assert_eq!(l.len(), lines[0].len(), "the expiry ends where its header ends: {text}");
         }
-        assert_eq!(lines[4], "3 of 3 connections");
+        assert_eq!(lines[5], "4 of 4 connections");
     }
 
     /// Every timeout of `[lb] timeouts`, SCTP's too, is read by its name and checked

@@ -185,6 +185,7 @@ fn seeds_reach_every_feature(mut h: Harness, not_here: &[(&str, &str)]) {
         ("lb4-nat", "sctp-asconf-unlisted"),
         ("lb4-nat", "sctp-asconf-dropped"),
         ("lb6-nat", "encapsulated"),
+        ("lb6-nat", "sctp-path-changed"),
         ("ethernet-input", "parcels-forwarded-whole"),
         ("parcel4-input", "to-split"),
         ("parcel4-split", "parcels-split"),
@@ -464,12 +465,14 @@ fn graph_sctp_seeds_take_their_paths() {
     assert_eq!(count(&h, "lb4-nat", "truncated"), 0);
     assert_eq!(count(&h, "lb4-nat", "new-session"), 3);
     assert_eq!(count(&h, "lb4-nat", "reply-translated"), 4);
-    // lb6-sctp-dsr: INIT, COOKIE ECHO, HEARTBEAT, the DATA whose CRC32c was left, the
-    // ABORT, each in GUE to one backend; a wrong CRC32c and a bad chunk dropped.
+    // lb6-sctp-dsr: INIT, COOKIE ECHO, HEARTBEAT, DATA from the client's second address
+    // (whose own 5-tuple Maglev sends to the other backend), the DATA whose CRC32c was
+    // left, the ABORT, each in GUE to one backend; a wrong CRC32c and a bad chunk dropped.
     let d = of("lb6-sctp-dsr");
-    assert_eq!(d.len(), 5, "{d:?}");
+    assert_eq!(d.len(), 6, "{d:?}");
     assert!(d.iter().all(|x| x.0 == "2001:db8:1::1" && x.1 == d[0].1), "{d:?}");
-    assert_eq!(count(&h, "lb6-nat", "encapsulated"), 5);
+    assert_eq!(count(&h, "lb6-nat", "encapsulated"), 6);
+    assert_eq!(count(&h, "lb6-nat", "sctp-path-changed"), 2, "to the second address and back");
     assert_eq!(count(&h, "lb6-nat", "new-session"), 1);
     assert_eq!(count(&h, "lb6-nat", "sctp-bad-checksum"), 1);
     assert_eq!(count(&h, "lb6-nat", "sctp-bad-chunk"), 1);

@@ -266,6 +266,9 @@ pub struct SctpRead<A> {
     /// own, wrong through the translation, and AUTH signs the chunk, so it cannot be
     /// rewritten), counted `sctp-asconf-dropped`.
     pub asconf: bool,
+    /// The verification tag (direct server return keys an association by it:
+    /// [`crate::session::Balancer::direct_sctp`]).
+    pub vtag: u32,
 }
 
 /// [`sctp_flow`], and whether the packet holds an ASCONF or ASCONF-ACK chunk, seen in
@@ -290,7 +293,7 @@ pub fn sctp_read<F: Layout>(pkt: &[u8]) -> Result<SctpRead<F::Addr>, NatError> {
         wire::sctp::count_multihoming(p.payload()).map_err(|_| NatError::BadSctpParameter)?;
     }
     let key = FlowKey { src: F::src(pkt), dst: F::dst(pkt), sport: p.src_port(), dport: p.dst_port(), proto };
-    Ok(SctpRead { flow: Flow { key, flags: chunks.0, l4 }, asconf: summary.asconf })
+    Ok(SctpRead { flow: Flow { key, flags: chunks.0, l4 }, asconf: summary.asconf, vtag: p.verification_tag() })
 }
 
 /// Whether the SCTP packet of `flow` ([`sctp_flow`]) came with a good CRC32c; else

@@ -72,6 +72,7 @@ counters! {
         SctpAddressesRemoved(Info, "sctp-addresses-removed", "SCTP INIT and INIT ACK translated without the addresses they listed for multi-homing (the peer takes the translated source address only)"),
         SctpAsconfDropped(Warn, "sctp-asconf-dropped", "SCTP ASCONF or ASCONF-ACK chunk on a NAT association: dropped (the addresses it adds, deletes or makes primary are the endpoints' own, wrong through the translation; AUTH signs it, so it cannot be rewritten)"),
         SctpAsconfUnlisted(Info, "sctp-asconf-unlisted", "SCTP INIT and INIT ACK translated without ASCONF and ASCONF-ACK among their Supported Extensions (the peer then reconfigures no address, RFC 5061)"),
+        SctpPathChanged(Info, "sctp-path-changed", "SCTP packets of a direct-server-return association from another client address than its previous packet (a multi-homed client's path change: the association keeps its backend)"),
         SctpBadChecksum(Warn, "sctp-bad-checksum", "SCTP CRC32c wrong on arrival: dropped, not recomputed into a good one after translation"),
         Encapsulated(Info, "encapsulated", "packets sent to their backend inside the service's encapsulation"),
         GsoSegmented(Info, "gso-to-segment", "GSO frames sent to software segmentation before encapsulation"),
@@ -461,12 +462,14 @@ impl<F: NatNodeFamily> LbNat<F> {
         // An SCTP packet holding an ASCONF or ASCONF-ACK chunk: dropped on a translated
         // association (`nat::SctpRead::asconf`), both ways; carried on a direct one.
         let mut asconf = false;
+        // An SCTP packet's verification tag (0 for TCP and UDP).
+        let mut vtag = 0;
         let flow = match ready.flow() {
             Ok(flow) => flow,
             Err(NatError::Sctp) => match Self::sctp_flow(pkt, left) {
                 Ok((read, h)) => {
                     hash = h;
-                    asconf = read.asconf;
+                    (asconf, vtag) = (read.asconf, read.vtag);
                     read.flow
                 }
                 Err(e) => return Verdict::Drop(nat_drop(e)),
@@ -506,7 +509,17 @@ impl<F: NatNodeFamily> LbNat<F> {
             return Verdict::Drop(C::SourceNotAllowed);
         }
         if svc.forwarding.is_encap() {
-            return match lb.direct(svc, &key, flags, now) {
+            let chosen = if key.proto == nat::SCTP {
+                lb.direct_sctp(svc, &key, vtag, flags, now).map(|(b, outcome, moved)| {
+                    if moved {
+                        counts.inc(C::SctpPathChanged);
+                    }
+                    (b, outcome)
+                })
+            } else {
+                lb.direct(svc, &key, flags, now)
+            };
+            return match chosen {
                 Ok((b, outcome)) => {
                     count_outcome(counts, outcome);
                     let Some((outer, backend)) = t.shape(svc.shape).zip(svc.backends.get(b as usize)) else {

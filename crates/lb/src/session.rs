@@ -15,6 +15,7 @@ use crate::nat::Deltas;
 use crate::table::{Found, Hashed, SlotIdx, Table, TableKey};
 use crate::tables::{FamilyTables, ServiceTable};
 use ip::tables::ADJ_MISS;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// A flow's 5-tuple as a packet carries it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
@@ -163,7 +164,8 @@ use wire::sctp::ChunkSet;
 /// The next state of an SCTP association after a packet with chunks `ev` ([`ChunkSet`]
 /// bits), from the client (`forward`) or from the backend; as Linux conntrack's SCTP
 /// states (one shutdown state for SHUTDOWN either way, its two being alike), without
-/// the secondary paths of multi-homing (not balanced: see the docs' SCTP section).
+/// Linux's state for a secondary path's heartbeat (a NAT association has one path; a
+/// direct one's paths share one entry, [`Balancer::direct_sctp`]).
 /// Anything else (DATA, SACK, HEARTBEAT and its ACK …) keeps the state, and its expiry
 /// is pushed on.
 pub fn next_state_sctp(s: ConnState, ev: u8, forward: bool) -> ConnState {
@@ -209,6 +211,26 @@ fn first_state_sctp(ev: u8) -> ConnState {
     } else {
         next_state_sctp(ConnState::SctpEstablished, ev, true)
     }
+}
+
+/// The protocol number of an SCTP association's session key ([`association_key`]): 255,
+/// reserved by IANA, so no packet's 5-tuple is such a key.
+pub const SCTP_ASSOCIATION: u8 = 255;
+
+/// The session key of the direct-server-return SCTP association whose client's packets
+/// carry `vtag` ([`Balancer::direct_sctp`]): the service address and ports of `key` (a
+/// packet of it), the tag where the client's address was, [`SCTP_ASSOCIATION`] for the
+/// protocol.
+pub fn association_key<F: Family>(key: &FlowKey<F::Addr>, vtag: u32) -> FlowKey<F::Addr> {
+    let tag = F::from_ip(Ipv4Addr::from(vtag).into()).or_else(|| F::from_ip(Ipv6Addr::from(vtag as u128).into())).unwrap_or_default();
+    FlowKey { src: tag, dst: key.dst, sport: key.sport, dport: key.dport, proto: SCTP_ASSOCIATION }
+}
+
+/// The verification tag of an association's key ([`association_key`]), or `None` for
+/// a 5-tuple's.
+pub fn association_tag<F: Family>(key: &FlowKey<F::Addr>) -> Option<u32> {
+    let tag = key.src.as_ref().last_chunk::<4>()?;
+    (key.proto == SCTP_ASSOCIATION).then(|| u32::from_be_bytes(*tag))
 }
 
 /// Whether a client's packet with `flags` starts a new connection on the tuple of one
@@ -615,6 +637,63 @@ impl<F: Family> Balancer<F> {
             self.sessions.insert(Key::new(key), entry, now, now + self.age_of[state as usize].timeout).ok_or(LbDrop::SessionTableFull)?;
         self.sessions.get_mut(i).twin = i;
         Ok((b, if affine { Outcome::NewAffine } else { outcome }))
+    }
+
+    /// [`Balancer::direct`] for an SCTP packet, `vtag` its verification tag. A
+    /// multi-homed client sends from any of its addresses (after a failover, from
+    /// another), and only the backend that holds the association can take its packets.
+    /// After the INIT (tag 0) every packet of the client's carries the backend's tag, the
+    /// same on every path: the association's entry is keyed by it ([`association_key`])
+    /// from its first such packet (the COOKIE ECHO), which takes the backend the INIT's
+    /// 5-tuple entry holds (or, without one, the one the INIT's 5-tuple picks: another
+    /// worker's INIT, a session lost), and that entry is then the association's. The
+    /// INIT itself, and a packet with tag 0 (an ABORT or SHUTDOWN COMPLETE that reflects
+    /// the client's own tag carries that tag instead), go by their 5-tuple as any flow.
+    /// Also true when the packet came from another address than the association's
+    /// previous packet (a path change; the entry keeps the latest in `rewrite.src`).
+    pub fn direct_sctp(
+        &mut self,
+        svc: &ServiceTable<F>,
+        key: &FlowKey<F::Addr>,
+        vtag: u32,
+        flags: u8,
+        now: u64,
+    ) -> Result<(u32, Outcome, bool), LbDrop> {
+        if vtag == 0 || flags & ChunkSet::INIT != 0 {
+            return self.direct(svc, key, flags, now).map(|(b, o)| (b, o, false));
+        }
+        let assoc = Key::<F>::new(&association_key::<F>(key, vtag));
+        let mut lost = false;
+        if let Some(i) = self.sessions.find(&assoc, now) {
+            let s = *self.sessions.get(i);
+            if s.twin == i && self.kept(i, &s, svc) {
+                let moved = s.rewrite.src != key.src || s.rewrite.sport != key.sport;
+                self.touch(i, i, s.state, next_state_sctp_direct(s.state, flags), now, self.sessions.expires(i));
+                let e = self.sessions.get_mut(i);
+                e.via = Via::direct(svc.backends.get(e.backend as usize).map_or(ADJ_MISS, |b| b.adj));
+                e.shape = svc.shape;
+                (e.rewrite.src, e.rewrite.sport) = (key.src, key.sport);
+                return Ok((e.backend, Outcome::Hit, moved));
+            }
+            // Its backend left the service (or the id is another service's now): the
+            // association is lost there; its packets go where a new one's would.
+            self.sessions.remove(i);
+            lost = true;
+        }
+        let (b, mut outcome) = self.direct(svc, key, flags, now)?;
+        if lost && outcome == Outcome::New {
+            outcome = Outcome::Rechosen;
+        }
+        // The INIT's entry (or the one just made) becomes the association's. Without room
+        // for it the 5-tuple entry stays: the association's first path still works.
+        if let Some(i) = self.sessions.find(&Key::new(key), now) {
+            let (entry, expires) = (*self.sessions.get(i), self.sessions.expires(i));
+            if let Some(j) = self.sessions.insert(assoc, entry, now, expires) {
+                self.sessions.get_mut(j).twin = j;
+                self.sessions.remove(i);
+            }
+        }
+        Ok((b, outcome, false))
     }
 
     /// Whether the connection of entry `i` (`s`) keeps its backend in `svc`: the same

@@ -3,7 +3,8 @@
 //! whole table, so the listing is bounded by the caller's limit and the total counted.
 
 use crate::family::Family;
-use crate::session::{Balancer, ConnState};
+use crate::nat::SCTP;
+use crate::session::{association_tag, Balancer, ConnState};
 use serde::Serialize;
 use std::net::IpAddr;
 
@@ -29,6 +30,11 @@ pub struct SessionRow {
     /// The service generation the session was made or last checked with
     /// (`LbState::owns_session`: whether `service` still names its service).
     pub gen: u32,
+    /// A direct-server-return SCTP association's verification tag, which its session
+    /// is keyed by (`client` is then the address of its latest packet: a multi-homed
+    /// client's paths share the session).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vtag: Option<u32>,
 }
 
 /// Up to `limit` connections of `b` at `now`, and how many there are in all: with
@@ -50,12 +56,19 @@ pub fn sessions<F: Family>(
         total += 1;
         if rows.len() < limit {
             let k = k.flow();
+            let vtag = association_tag::<F>(&k);
+            // An association's key holds its tag where the client was; its entry, the
+            // client's latest address and port.
+            let (protocol, client, client_port) = match vtag {
+                Some(_) => (SCTP, s.rewrite.src, s.rewrite.sport),
+                None => (k.proto, k.src, k.sport),
+            };
             rows.push(SessionRow {
                 worker,
                 service: s.service,
-                protocol: k.proto,
-                client: F::to_ip(&k.src),
-                client_port: k.sport,
+                protocol,
+                client: F::to_ip(&client),
+                client_port,
                 vip: F::to_ip(&k.dst),
                 vip_port: k.dport,
                 backend: F::to_ip(&s.rewrite.dst),
@@ -65,6 +78,7 @@ pub fn sessions<F: Family>(
                 state: s.state,
                 expires_in_ms: expires - now,
                 gen: s.gen,
+                vtag,
             });
         }
     }

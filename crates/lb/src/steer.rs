@@ -18,6 +18,7 @@
 
 use crate::family::{Family, V4, V6};
 use crate::nat::{Layout, SCTP, TCP, UDP};
+use crate::session::{association_key, FlowKey};
 use crate::tables::{FamilyTables, LbTables};
 use std::net::IpAddr;
 
@@ -75,7 +76,16 @@ fn family_owner<F: Layout>(t: &FamilyTables<F>, pkt: &[u8], workers: u32, is_loc
         return None;
     };
     // A client's packet to a service: its source is the client.
-    if t.vips.contains_key(&(dst, dport, proto)) || (t.node_ports.contains_key(&(dport, proto)) && is_local(F::to_ip(&dst))) {
+    let service = t.vips.get(&(dst, dport, proto)).or_else(|| t.node_ports.get(&(dport, proto)).filter(|_| is_local(F::to_ip(&dst))));
+    if let Some(&id) = service {
+        // A direct-server-return SCTP association's packets after its INIT: by the
+        // association's key (its verification tag), whichever address the client sends
+        // from (`Balancer::direct_sctp`).
+        if proto == SCTP {
+            if let Some(w) = association_worker(t, pkt, l4, id, sport, workers) {
+                return Some(w);
+            }
+        }
         return Some(client_worker::<F>(&src, sport, proto, workers));
     }
     // A backend's reply: its destination is the client, or the SNAT address and port.
@@ -83,4 +93,19 @@ fn family_owner<F: Layout>(t: &FamilyTables<F>, pkt: &[u8], workers: u32, is_loc
         return Some(client_worker::<F>(&dst, dport, proto, workers));
     }
     None
+}
+
+/// The worker of a packet of a direct-server-return SCTP association (its service `id`,
+/// its transport header at `l4`): that of its session key ([`association_key`]), or
+/// `None` for an INIT (tag 0) or a NAT service's packet, which go by their client.
+#[cold]
+fn association_worker<F: Layout>(t: &FamilyTables<F>, pkt: &[u8], l4: usize, id: u32, sport: u16, workers: u32) -> Option<u32> {
+    let vtag = wire::sctp::SctpPacket::new_checked(pkt.get(l4..)?).ok()?.verification_tag();
+    let direct = t.services.get(id as usize)?.as_ref()?.forwarding.is_encap();
+    if vtag == 0 || !direct {
+        return None;
+    }
+    let key = FlowKey { src: F::Addr::default(), dst: F::dst(pkt), sport, dport: 0, proto: SCTP };
+    let k = association_key::<F>(&key, vtag);
+    Some(client_worker::<F>(&k.src, k.sport, k.proto, workers))
 }

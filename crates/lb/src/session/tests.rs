@@ -332,6 +332,83 @@ fn direct_sctp_states() {
     assert_eq!(r.lb.direct(&svc, &k, C::INIT, 7).unwrap().1, Outcome::New, "an INIT after the end: a new one");
 }
 
+/// A multi-homed client's association through direct server return: after the INIT,
+/// its session is keyed by the backend's verification tag, so a packet from another of
+/// the client's addresses (a failover) reaches the backend that holds the association,
+/// where its own 5-tuple would have Maglev pick another; the entry keeps the SCTP
+/// states and the client's latest address, and survives the service's other changes.
+#[test]
+fn a_multihomed_sctp_association_keeps_its_backend_on_every_path() {
+    use ConnState::*;
+    let name = "default/web";
+    let mut st = state(ServiceSpec { protocol: Protocol::Sctp, ..gre_spec() });
+    let mut r = Run::new(&st);
+    let to = Timeouts::default();
+    let svc = Arc::clone(r.t.v4.service(0).unwrap());
+    let h = |k: &FlowKey<[u8; 4]>| V4::flow_hash(&k.src, &k.dst, k.sport, k.dport, k.proto);
+    // The client's first address, and a second one whose 5-tuple Maglev sends elsewhere.
+    let first = FlowKey { proto: SCTP, dport: 80, ..client(20) };
+    let other = |i: u16| FlowKey { src: [198, 18, 9, i as u8], ..first };
+    let second = (1..200).map(other).find(|k| svc.pick(h(k)) != svc.pick(h(&first))).unwrap();
+    let third = (1..200).map(other).find(|k| k.src != second.src && svc.pick(h(k)) != svc.pick(h(&first))).unwrap();
+    const TAG: u32 = 0x5eed_0001;
+
+    let (b, o, moved) = r.lb.direct_sctp(&svc, &first, 0, C::INIT, 0).unwrap();
+    assert_eq!((Some(b), o, moved), (svc.pick(h(&first)), Outcome::New, false));
+    // The COOKIE ECHO carries the tag: the INIT's entry becomes the association's.
+    assert_eq!(r.lb.direct_sctp(&svc, &first, TAG, C::COOKIE_ECHO, 1).unwrap(), (b, Outcome::Hit, false));
+    assert!(r.lb.sessions.find(&Key::new(&first), 1).is_none(), "the 5-tuple entry is gone");
+    let assoc = association_key::<V4>(&first, TAG);
+    assert_eq!(association_tag::<V4>(&assoc), Some(TAG));
+    assert_eq!(association_tag::<V4>(&first), None);
+    let entry = |r: &Run, now| r.lb.sessions.find(&Key::new(&assoc), now).map(|i| (*r.lb.sessions.get(i), r.lb.sessions.expires(i)));
+    assert_eq!(entry(&r, 1).map(|(s, e)| (s.state, e)), Some((SctpEstablished, 1 + to.sctp_established_ms)));
+    assert_eq!(r.lb.sessions.live(1), 1);
+
+    // The failover: the second address's packets go where the first's went.
+    assert_eq!(r.lb.direct_sctp(&svc, &second, TAG, 0, 2).unwrap(), (b, Outcome::Hit, true));
+    assert_eq!(r.lb.direct_sctp(&svc, &second, TAG, 0, 3).unwrap(), (b, Outcome::Hit, false), "the same path again");
+    assert_eq!(entry(&r, 3).unwrap().0.rewrite.src, second.src, "the entry names the latest path");
+    let rows = crate::show::sessions(&r.lb, 0, 3, None, 10).0;
+    assert_eq!((rows[0].protocol, rows[0].client, rows[0].vtag), (SCTP, std::net::IpAddr::from(second.src), Some(TAG)));
+    assert_eq!(r.lb.sessions.live(3), 1, "one entry for both paths");
+
+    // Another association from the second address (its own tag) goes by its own INIT.
+    let (b2, ..) = r.lb.direct_sctp(&svc, &second, 0, C::INIT, 4).unwrap();
+    assert_ne!(b2, b);
+    assert_eq!(r.lb.direct_sctp(&svc, &second, TAG + 1, C::COOKIE_ECHO, 5).unwrap().0, b2);
+    assert_eq!(r.lb.direct_sctp(&svc, &second, TAG, 0, 6).unwrap().0, b, "the first association's packets still go to its backend");
+
+    // A backend added: Maglev's table changes, the association stays.
+    st.set_backend(name, BackendSpec::new("198.19.4.10".parse().unwrap(), 80)).unwrap();
+    r.t = st.tables();
+    let svc = Arc::clone(r.t.v4.service(0).unwrap());
+    assert_eq!(r.lb.direct_sctp(&svc, &third, TAG, 0, 7).unwrap(), (b, Outcome::Hit, true));
+    // Its SHUTDOWN from any path moves the one entry's state.
+    r.lb.direct_sctp(&svc, &first, TAG, C::SHUTDOWN, 8).unwrap();
+    assert_eq!(entry(&r, 8).map(|(s, e)| (s.state, e)), Some((SctpShutdown, 8 + to.sctp_shutdown_ms)));
+    r.lb.direct_sctp(&svc, &first, TAG, C::SHUTDOWN_COMPLETE, 9).unwrap();
+    assert_eq!(entry(&r, 9).unwrap().0.state, SctpClosed);
+    assert!(entry(&r, 9 + to.sctp_closed_ms).is_none(), "it ages as an association does");
+
+    // Without the INIT's entry (it went to another worker, or the session was lost), the
+    // tag's first packet takes the backend the INIT's 5-tuple picks, and keeps it.
+    let mut other_worker = Run::new(&st);
+    let picked = svc.pick(h(&first)).unwrap();
+    assert_eq!(other_worker.lb.direct_sctp(&svc, &first, TAG + 2, C::COOKIE_ECHO, 10).unwrap(), (picked, Outcome::New, false));
+    assert_eq!(other_worker.lb.direct_sctp(&svc, &third, TAG + 2, 0, 11).unwrap(), (picked, Outcome::Hit, true));
+
+    // Its backend removed: the association is lost there, a backend chosen again.
+    let gone = &svc.backends[picked as usize];
+    st.del_backend(name, std::net::IpAddr::from(gone.addr), gone.port).unwrap();
+    let t = st.tables();
+    let svc = Arc::clone(t.v4.service(0).unwrap());
+    let (again, o, _) = other_worker.lb.direct_sctp(&svc, &third, TAG + 2, 0, 12).unwrap();
+    assert_eq!(o, Outcome::Rechosen);
+    assert_ne!(svc.backends[again as usize].addr, gone.addr);
+    assert_eq!(other_worker.lb.direct_sctp(&svc, &first, TAG + 2, 0, 13).unwrap().0, again);
+}
+
 #[test]
 fn udp_sessions_age_when_idle() {
     let st = state(spec(Protocol::Udp, TrafficPolicy::Local, Affinity::None));
@@ -1067,6 +1144,45 @@ fn both_directions_steer_to_the_worker_with_the_session() {
             // Not the load balancer's: from and to elsewhere.
             let other = FlowKey { src: ip("198.18.5.5"), sport: 1000, dst: ip("198.18.6.6"), dport: 80, proto: 6 };
             assert_eq!(crate::steer::owner(&t, &l3(&other), workers, |_| false), None);
+        }
+    }
+}
+
+/// With several workers, a direct-server-return SCTP association's packets after the
+/// INIT go to one worker, whichever of the client's addresses they come from (by the
+/// verification tag, as its session is keyed: `Balancer::direct_sctp`); the INIT and a
+/// NAT service's packets by their client.
+#[test]
+fn a_multihomed_sctp_association_steers_to_one_worker() {
+    let sctp = |k: &FlowKey<[u8; 4]>, vtag: u32| {
+        let mut p = l3(k);
+        p[3] = 32;
+        p.extend_from_slice(&vtag.to_be_bytes());
+        p.extend_from_slice(&[0; 4]);
+        p
+    };
+    for forwarding in [crate::service::Forwarding::Gre, crate::service::Forwarding::Nat] {
+        let st = state(ServiceSpec { protocol: Protocol::Sctp, forwarding, ..gre_spec() });
+        let t = st.tables();
+        for workers in [2u32, 3, 4] {
+            let mut apart = 0;
+            for i in 0..100u16 {
+                let first = FlowKey { proto: SCTP, dport: 80, ..client(i) };
+                let second = FlowKey { src: [198, 18, 9, i as u8], ..first };
+                let by_client = |k: &FlowKey<[u8; 4]>| crate::steer::client_worker::<V4>(&k.src, k.sport, SCTP, workers);
+                let owner = |k: &FlowKey<[u8; 4]>, tag| crate::steer::owner(&t, &sctp(k, tag), workers, |_| false);
+                assert_eq!(owner(&first, 0), Some(by_client(&first)), "the INIT by its client");
+                let tag = 0x1000 + i as u32;
+                if forwarding.is_encap() {
+                    assert_eq!(owner(&first, tag), owner(&second, tag), "one worker for both paths");
+                    let k = association_key::<V4>(&first, tag);
+                    assert_eq!(owner(&first, tag), Some(crate::steer::client_worker::<V4>(&k.src, k.sport, k.proto, workers)));
+                } else {
+                    assert_eq!(owner(&second, tag), Some(by_client(&second)), "NAT: by the client");
+                }
+                apart += usize::from(by_client(&first) != by_client(&second));
+            }
+            assert!(apart > 0, "some address pairs hash to different workers by their client");
         }
     }
 }
