@@ -1057,11 +1057,14 @@ mod tests {
         };
         // A direct-server-return association keyed by its verification tag says so.
         let tagged = lb::show::SessionRow { vtag: Some(0x5eed_0001), ..row(ConnState::SctpEstablished, 5) };
-        let rows = [row(ConnState::SctpCookieEchoed, 2999), row(ConnState::SctpEstablished, 209_999), row(ConnState::Established, 1), tagged];
+        let rows =
+            [row(ConnState::SctpCookieEchoed, 2999), row(ConnState::SctpEstablished, 209_999), row(ConnState::Established, 1), tagged];
         let text = format_sessions(&c, &rows, 4);
         let lines: Vec<&str> = text.lines().collect();
         let state_at = lines[0].find("state").unwrap();
-        for (l, state) in lines[1..5].iter().zip(["sctp_cookie_echoed ", "sctp_established ", "established ", "sctp_established tag 0x5eed0001 "]) {
+        for (l, state) in
+            lines[1..5].iter().zip(["sctp_cookie_echoed ", "sctp_established ", "established ", "sctp_established tag 0x5eed0001 "])
+        {
             assert!(l[state_at..].starts_with(state), "the state under its header: {text}");
             assert_eq!(l.len(), lines[0].len(), "the expiry ends where its header ends: {text}");
         }
