@@ -30,63 +30,33 @@ SCTP_VIPS = {"ipip": "198.18.128.30", "gre": "198.18.128.31", "gue": "198.18.128
 SCTP_VIP6 = "2001:db8:80::30"
 
 
+def service(name, kind, vip, port, protocol, mode, backends, gue_port=GUE_PORT):
+    """One encapsulated service's table, its backends on its own port (GUE's port: the
+    default without `gue_port`)."""
+    listed = ", ".join(f'{{ addr = "{a}", port = {port} }}' for a in backends)
+    gue = f"gue_port = {gue_port}\n" if mode == "gue" and gue_port else ""
+    return f"""
+[[lb_service]]
+name = "{name}"
+type = "{kind}"
+vip = "{vip}"
+port = {port}
+protocol = "{protocol}"
+forwarding = "{mode}"
+{gue}backends = [{listed}]
+"""
+
+
 def services():
-    b4 = ", ".join(f'{{ addr = "{a}", port = 80 }}' for a in BACKENDS)
-    b6 = ", ".join(f'{{ addr = "{a}", port = 80 }}' for a in BACKENDS6)
     text = f'[lb]\nsnat4 = "{NODE}"\nsnat6 = "{NODE6}"\n'
     for mode, vip in VIPS.items():
-        port = f"gue_port = {GUE_PORT}\n" if mode == "gue" else ""
-        text += f"""
-[[lb_service]]
-name = "default/{mode}"
-type = "load_balancer"
-vip = "{vip}"
-port = 80
-protocol = "tcp"
-forwarding = "{mode}"
-{port}backends = [{b4}]
-
-[[lb_service]]
-name = "default/{mode}-udp"
-type = "cluster_ip"
-vip = "{vip}"
-port = 53
-protocol = "udp"
-forwarding = "{mode}"
-{port}backends = [{b4.replace("port = 80", "port = 53")}]
-"""
+        text += service(f"default/{mode}", "load_balancer", vip, 80, "tcp", mode, BACKENDS)
+        text += service(f"default/{mode}-udp", "cluster_ip", vip, 53, "udp", mode, BACKENDS)
     for mode, vip in SCTP_VIPS.items():
-        port = f"gue_port = {GUE_PORT}\n" if mode == "gue" else ""
-        text += f"""
-[[lb_service]]
-name = "core/amf-{mode}"
-type = "cluster_ip"
-vip = "{vip}"
-port = {NGAP}
-protocol = "sctp"
-forwarding = "{mode}"
-{port}backends = [{b4.replace("port = 80", f"port = {NGAP}")}]
-"""
-    text += f"""
-[[lb_service]]
-name = "core/amf6"
-type = "cluster_ip"
-vip = "{SCTP_VIP6}"
-port = {NGAP}
-protocol = "sctp"
-forwarding = "gue"
-backends = [{b6.replace("port = 80", f"port = {NGAP}")}]
-"""
-    text += f"""
-[[lb_service]]
-name = "default/gue6"
-type = "cluster_ip"
-vip = "{VIP6}"
-port = 80
-protocol = "tcp"
-forwarding = "gue"
-backends = [{b6}]
-"""
+        text += service(f"core/amf-{mode}", "cluster_ip", vip, NGAP, "sctp", mode, BACKENDS)
+    # IPv6 in GUE on its default port.
+    text += service("core/amf6", "cluster_ip", SCTP_VIP6, NGAP, "sctp", "gue", BACKENDS6, gue_port=None)
+    text += service("default/gue6", "cluster_ip", VIP6, 80, "tcp", "gue", BACKENDS6, gue_port=None)
     return text
 
 
