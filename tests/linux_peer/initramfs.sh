@@ -1,8 +1,8 @@
 # shellcheck shell=bash
 # What every Linux-peer guest's initramfs holds, built the same way for each
-# (prepare.sh, prepare-esp.sh, prepare-lb.sh, prepare-sctp.sh): the kernel modules a
-# guest loads with their dependencies, busybox, Debian's `ip` with its libraries, one
-# static test program and the guest's init script. Sourced; run in $OUT with the kernel unpacked in
+# (prepare.sh, prepare-esp.sh, prepare-lb.sh, prepare-sctp.sh, prepare-sctp-dsr.sh):
+# the kernel modules a guest loads with their dependencies, busybox, Debian's `ip` with
+# its libraries, one static test program and the guest's init script. Sourced; run in $OUT with the kernel unpacked in
 # kpkg/ (prepare.sh).
 
 # initramfs ROOT OUT.gz INIT PROGRAM.c "MODULE..."
