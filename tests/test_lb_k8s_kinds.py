@@ -1,7 +1,8 @@
 """`vecgate k8s` with the Service kinds beyond ClusterIP over IPv4 (tests/test_lb_k8s.py
 covers those, with terminating endpoints): NodePort, LoadBalancer with external IPs and
-an ingress address in its status, an IPv6 ClusterIP, and sessionAffinity ClientIP, made
-with kubectl on a real kube-apiserver. Real kube-proxy (nftables mode) on the same API
+an ingress address in its status, an IPv6 ClusterIP, sessionAffinity ClientIP, and a
+Service annotated for direct server return (`vecgate.io/forwarding`), made with kubectl
+on a real kube-apiserver. Real kube-proxy (nftables mode) on the same API
 server is the differential oracle: for every Service port, the backends its service
 chain jumps to are the backends vecgate's LB services made from that port take new
 connections with, over both families. Linux clients then reach the NodePort, the
@@ -62,6 +63,10 @@ def test_other_service_kinds_match_kube_proxy(api, lab, vecgate, tmp_path):
 
     six = endpoint_slice("six-1", "six", http, [endpoint(a) for a in BACKENDS6])
     six["addressType"] = "IPv6"
+    # Direct server return asked for by annotation (the backends on the service's port;
+    # the host kernel cannot decapsulate, so only the mapping is checked here).
+    dsr = service("dsr", "198.18.128.43", [{"name": "http", "port": 80, "targetPort": 80, "protocol": "TCP"}])
+    dsr["metadata"]["annotations"] = {"vecgate.io/forwarding": "gue", "vecgate.io/gue-port": "5555"}
     apply(api_ns, w, [
         service("np", "198.18.128.40", port(30080), type="NodePort"),
         endpoint_slice("np-1", "np", http, [endpoint(BACKENDS[0]), endpoint(BACKENDS[1])]),
@@ -73,6 +78,8 @@ def test_other_service_kinds_match_kube_proxy(api, lab, vecgate, tmp_path):
         service("sticky", "198.18.128.42", port(), sessionAffinity="ClientIP",
                 sessionAffinityConfig={"clientIP": {"timeoutSeconds": 600}}),
         endpoint_slice("sticky-1", "sticky", http, [endpoint(a) for a in BACKENDS]),
+        dsr,
+        endpoint_slice("dsr-1", "dsr", [{"name": "http", "port": 80, "protocol": "TCP"}], [endpoint(a) for a in BACKENDS[:2]]),
     ])
     kubectl(api_ns, w, "patch", "service", "lbx", "--subresource=status", "--type=merge",
             # ipMode Proxy: its load balancer sends on to the nodes; kube-proxy leaves it alone.
@@ -87,6 +94,7 @@ def test_other_service_kinds_match_kube_proxy(api, lab, vecgate, tmp_path):
                 ("load_balancer", "198.18.141.1", 80)},
         "six": {("cluster_ip", "2001:db8:128::10", 80)},
         "sticky": {("cluster_ip", "198.18.128.42", 80)},
+        "dsr": {("cluster_ip", "198.18.128.43", 80)},
     }
     try:
         def synced():
@@ -105,7 +113,7 @@ def test_other_service_kinds_match_kube_proxy(api, lab, vecgate, tmp_path):
             return got if set(got) == set(want) and all(got.values()) else None
         kp = wait_for("kube-proxy's sync", kp_synced, timeout=60)
         expected = {"np": {(a, 8080) for a in BACKENDS[:2]}, "lbx": {(a, 8080) for a in BACKENDS[1:]},
-                    "six": {(a, 8080) for a in BACKENDS6}, "sticky": {(a, 8080) for a in BACKENDS}}
+                    "six": {(a, 8080) for a in BACKENDS6}, "sticky": {(a, 8080) for a in BACKENDS}, "dsr": {(a, 80) for a in BACKENDS[:2]}}
         for svc, backends in expected.items():
             assert kp[svc] == backends, (svc, kp[svc])
             for name, (row, eligible) in mine.items():
@@ -114,6 +122,9 @@ def test_other_service_kinds_match_kube_proxy(api, lab, vecgate, tmp_path):
         sticky = [r for n, (r, _) in mine.items() if n.startswith("default/sticky:")][0]
         assert sticky["affinity"] == {"kind": "client_ip", "timeout_s": 600}, sticky
         assert all(r["affinity"] == {"kind": "none"} for n, (r, _) in mine.items() if not n.startswith("default/sticky:"))
+        modes = {n: (r["forwarding"], r["gue_port"]) for n, (r, _) in mine.items() if n.startswith("default/")}
+        assert modes.pop("default/dsr:http@198.18.128.43") == ("gue", 5555), mine
+        assert set(modes.values()) == {("nat", 0)}, modes
 
         # Through vecgate: the node port on the gateway's own address, the external and
         # ingress addresses, and the affine service (one client: one backend).
@@ -150,6 +161,6 @@ def test_other_service_kinds_match_kube_proxy(api, lab, vecgate, tmp_path):
     finally:
         proc.terminate()
         proc.wait(10)
-    kubectl(api_ns, w, "delete", "service", "np", "lbx", "six", "sticky")
-    kubectl(api_ns, w, "delete", "endpointslice", "np-1", "lbx-1", "six-1", "sticky-1")
+    kubectl(api_ns, w, "delete", "service", "np", "lbx", "six", "sticky", "dsr")
+    kubectl(api_ns, w, "delete", "endpointslice", "np-1", "lbx-1", "six-1", "sticky-1", "dsr-1")
     assert gw.stop()[0] == 0

@@ -164,18 +164,25 @@ pub fn desired<'a>(svc: &Service, slices: impl Iterator<Item = &'a Slice> + Clon
     for port in &svc.ports {
         let mut add =
             |place: String, kind: ServiceType, vip: IpAddr, port_no: u16, policy: TrafficPolicy, ranges: &[lb::service::SourceRange]| {
+                let backends = backends(port, vip.is_ipv4(), slices.clone(), settings, policy);
+                // Direct server return carries the client's packet unchanged: only where
+                // the backends take it on the service's own port, and never to a node
+                // port (the packet's port is the node's). Elsewhere the Service's
+                // addresses are translated as without the annotation.
+                let direct = svc.forwarding.is_encap() && kind != ServiceType::NodePort && backends.iter().all(|b| b.port == port_no);
+                let forwarding = if direct { svc.forwarding } else { lb::Forwarding::Nat };
                 let spec = ServiceSpec {
                     name: lb_name(svc, port, &place),
                     kind,
                     vip,
                     port: port_no,
                     protocol: port.protocol,
-                    backends: backends(port, vip.is_ipv4(), slices.clone(), settings, policy),
+                    backends,
                     traffic_policy: policy,
                     affinity: svc.affinity,
                     table_size: settings.table_size,
-                    forwarding: lb::Forwarding::Nat,
-                    gue_port: 0,
+                    forwarding,
+                    gue_port: if forwarding == lb::Forwarding::Gue { svc.gue_port } else { 0 },
                     source_ranges: ranges.iter().filter(|r| r.is_ipv4() == vip.is_ipv4()).copied().collect(),
                 };
                 // A service address the LB cannot serve (a loopback external IP, …) makes nothing.

@@ -47,8 +47,8 @@ impl Change {
 
 /// Everything but the backends: what, when it changes, replaces the LB service.
 fn same_service(a: &ServiceSpec, b: &ServiceSpec) -> bool {
-    (a.kind, a.vip, a.port, a.protocol, a.traffic_policy, a.affinity, a.table_size)
-        == (b.kind, b.vip, b.port, b.protocol, b.traffic_policy, b.affinity, b.table_size)
+    (a.kind, a.vip, a.port, a.protocol, a.traffic_policy, a.affinity, a.table_size, a.forwarding, a.gue_port)
+        == (b.kind, b.vip, b.port, b.protocol, b.traffic_policy, b.affinity, b.table_size, b.forwarding, b.gue_port)
         && lb::service::same_ranges(&a.source_ranges, &b.source_ranges)
 }
 

@@ -86,10 +86,22 @@ pub struct Service {
     /// Local`: where the node answers the load balancer's health checks (kube-proxy's
     /// service health server; `health`).
     pub health_check_node_port: Option<u16>,
+    /// The [`FORWARDING_ANNOTATION`]'s mode (NAT without it), and GUE's destination port
+    /// ([`GUE_PORT_ANNOTATION`], 0 for the default).
+    pub forwarding: lb::Forwarding,
+    pub gue_port: u16,
     /// Fields the load balancer cannot honour, and what is served instead (the controller
     /// logs them at each event of the Service).
     pub unsupported: Vec<ObjectError>,
 }
+
+/// The annotation that asks for direct server return: `nat` (the default), `ipip`, `gre`
+/// or `gue`, as a config file's `forwarding` (kube-router's `kube-router.io/service.dsr`
+/// and Cilium's `service.cilium.io/forwarding-mode` are the same kind of switch). The
+/// backends must take the encapsulated packets and hold the service address.
+pub const FORWARDING_ANNOTATION: &str = "vecgate.io/forwarding";
+/// With `gue` forwarding: the GUE destination port (the config's `gue_port`).
+pub const GUE_PORT_ANNOTATION: &str = "vecgate.io/gue-port";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EndpointConditions {
@@ -383,7 +395,10 @@ impl Service {
             Some(p) if p != 0 && kind == ServiceKind::LoadBalancer && external_local => Some(c.port("spec.healthCheckNodePort", p)?),
             _ => None,
         };
+        let (forwarding, gue_port) = forwarding(&c, s.metadata.annotations.as_ref(), &mut unsupported);
         Ok(Some(Service {
+            forwarding,
+            gue_port,
             external_local,
             internal_local: policy("spec.internalTrafficPolicy", spec.internal_traffic_policy.as_deref())?,
             health_check_node_port,
@@ -400,6 +415,38 @@ impl Service {
             unsupported,
         }))
     }
+}
+
+/// A Service's forwarding mode and GUE port from its annotations; a value the load
+/// balancer cannot take is reported in `unsupported` and served as without it (NAT; the
+/// default GUE port), not refused: the Service stays reachable.
+fn forwarding(
+    c: &Checker,
+    notes: Option<&std::collections::BTreeMap<String, String>>,
+    unsupported: &mut Vec<ObjectError>,
+) -> (lb::Forwarding, u16) {
+    let note = |k: &str| notes.and_then(|n| n.get(k)).map(|v| v.trim()).filter(|v| !v.is_empty());
+    let field = |k: &str| format!("metadata.annotations[{k:?}]");
+    let forwarding = match note(FORWARDING_ANNOTATION).map(|v| (v, v.parse::<lb::Forwarding>())) {
+        None => lb::Forwarding::Nat,
+        Some((_, Ok(f))) => f,
+        Some((v, Err(_))) => {
+            unsupported.push(c.err(field(FORWARDING_ANNOTATION), format!("{v:?}: expected nat, ipip, gre or gue; served with NAT")));
+            lb::Forwarding::Nat
+        }
+    };
+    let gue_port = match note(GUE_PORT_ANNOTATION) {
+        None => 0,
+        Some(v) => match v.parse::<u16>() {
+            Ok(p) if p != 0 && forwarding == lb::Forwarding::Gue => p,
+            _ => {
+                let why = format!("{v:?}: expected a UDP port 1 to 65535, with {FORWARDING_ANNOTATION}: gue; ignored");
+                unsupported.push(c.err(field(GUE_PORT_ANNOTATION), why));
+                0
+            }
+        },
+    };
+    (forwarding, gue_port)
 }
 
 impl Slice {

@@ -208,6 +208,69 @@ fn node_port_and_load_balancer_services_map_every_address_with_the_external_poli
     assert_eq!(lb.backends.iter().filter(|b| b.local).map(|b| b.addr).collect::<Vec<_>>(), [addr("198.19.1.5")]);
 }
 
+/// The `vecgate.io/forwarding` annotation: direct server return for the Service's cluster,
+/// external and ingress addresses where the backends take the packets on the service's
+/// own port; its node ports, and a port whose endpoints listen elsewhere, translated as
+/// without it. A value the balancer cannot take is reported and served with NAT, not
+/// refused.
+#[test]
+fn the_forwarding_annotation_asks_for_direct_server_return_where_it_can_be() {
+    let v = |notes: serde_json::Value| {
+        json!({
+            "metadata": {"name": "amf", "namespace": "core", "annotations": notes},
+            "spec": {"type": "LoadBalancer", "clusterIP": "198.18.128.30", "clusterIPs": ["198.18.128.30"], "ipFamilies": ["IPv4"],
+                     "ports": [{"name": "ngap", "port": 38412, "nodePort": 30412, "protocol": "SCTP"},
+                               {"name": "sbi", "port": 80, "nodePort": 30080, "targetPort": 8080, "protocol": "TCP"}]},
+            "status": {"loadBalancer": {"ingress": [{"ip": "198.18.200.30"}]}}
+        })
+    };
+    let slices = [slice(json!({"metadata": {"name": "amf-a", "namespace": "core", "labels": {"kubernetes.io/service-name": "amf"}},
+                               "addressType": "IPv4",
+                               "ports": [{"name": "ngap", "port": 38412, "protocol": "SCTP"}, {"name": "sbi", "port": 8080, "protocol": "TCP"}],
+                               "endpoints": [{"addresses": ["198.19.1.5"], "nodeName": "n1"}, {"addresses": ["198.19.2.5"], "nodeName": "n2"}]}))];
+    let modes = |svc: &Service| -> Vec<(String, lb::Forwarding, u16)> {
+        let d = k8s::desired::desired(svc, slices.iter(), &settings());
+        d.values().inspect(|s| s.validate().unwrap()).map(|s| (s.name.clone(), s.forwarding, s.gue_port)).collect()
+    };
+    let svc = service(v(json!({"vecgate.io/forwarding": "gue", "vecgate.io/gue-port": "5555"})));
+    assert!(svc.unsupported.is_empty(), "{:?}", svc.unsupported);
+    use lb::Forwarding::{Gre, Gue, Nat};
+    assert_eq!(
+        modes(&svc),
+        [
+            ("core/amf:ngap@198.18.128.30".into(), Gue, 5555),
+            ("core/amf:ngap@198.18.200.30".into(), Gue, 5555),
+            ("core/amf:ngap@nodeport4".into(), Nat, 0),
+            ("core/amf:sbi@198.18.128.30".into(), Nat, 0),
+            ("core/amf:sbi@198.18.200.30".into(), Nat, 0),
+            ("core/amf:sbi@nodeport4".into(), Nat, 0),
+        ]
+    );
+    let svc = service(v(json!({"vecgate.io/forwarding": " gre "})));
+    assert_eq!(modes(&svc).iter().filter(|m| m.1 == Gre).count(), 2);
+    // Without it, NAT everywhere; with a value it cannot take, NAT and a report naming it.
+    assert!(modes(&service(v(json!({})))).iter().all(|m| m.1 == Nat));
+    let svc = service(v(json!({"vecgate.io/forwarding": "dsr", "vecgate.io/gue-port": "99999"})));
+    assert!(modes(&svc).iter().all(|m| m.1 == Nat && m.2 == 0));
+    // The annotation put on: the two direct services replaced, nothing else.
+    let (nat, gre) = (service(v(json!({}))), service(v(json!({"vecgate.io/forwarding": "gre"}))));
+    let plan = diff(&k8s::desired::desired(&nat, slices.iter(), &settings()), &k8s::desired::desired(&gre, slices.iter(), &settings()));
+    let replaced = |n: &str| {
+        plan.contains(&Change::DelService(n.into()))
+            && plan.iter().any(|c| matches!(c, Change::AddService(s) if s.name == n && s.forwarding == Gre))
+    };
+    assert!(replaced("core/amf:ngap@198.18.128.30") && replaced("core/amf:ngap@198.18.200.30"), "{plan:?}");
+    assert_eq!(plan.len(), 4, "{plan:?}");
+    let said: Vec<String> = svc.unsupported.iter().map(|e| e.to_string()).collect();
+    assert_eq!(
+        said,
+        [
+            "service core/amf: metadata.annotations[\"vecgate.io/forwarding\"]: \"dsr\": expected nat, ipip, gre or gue; served with NAT",
+            "service core/amf: metadata.annotations[\"vecgate.io/gue-port\"]: \"99999\": expected a UDP port 1 to 65535, with vecgate.io/forwarding: gue; ignored",
+        ]
+    );
+}
+
 #[test]
 fn internal_traffic_policy_local_keeps_cluster_ip_traffic_on_the_node() {
     let mut v = web();
