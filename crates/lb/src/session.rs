@@ -647,10 +647,11 @@ impl<F: Family> Balancer<F> {
     /// from its first such packet (the COOKIE ECHO), which takes the backend the INIT's
     /// 5-tuple entry holds (or, without one, the one the INIT's 5-tuple picks: another
     /// worker's INIT, a session lost), and that entry is then the association's. The
-    /// INIT itself, and a packet with tag 0 (an ABORT or SHUTDOWN COMPLETE that reflects
-    /// the client's own tag carries that tag instead), go by their 5-tuple as any flow.
-    /// Also true when the packet came from another address than the association's
-    /// previous packet (a path change; the entry keeps the latest in `rewrite.src`).
+    /// INIT itself and any packet with tag 0 go by their 5-tuple, as any flow's (an ABORT
+    /// or SHUTDOWN COMPLETE with the T bit carries the client's own tag: it finds no
+    /// association and goes where its 5-tuple would). The backend, the outcome, and
+    /// whether the packet came from another address or port than the association's
+    /// previous one (a path change; the entry keeps the latest in `rewrite`).
     pub fn direct_sctp(
         &mut self,
         svc: &ServiceTable<F>,
