@@ -37,6 +37,8 @@ pub struct Outcome {
     pub changes: usize,
     /// Services with a health check at the end.
     pub health_checks: usize,
+    /// LB services applied at the end with direct server return (`vecgate.io/forwarding`).
+    pub direct: usize,
 }
 
 pub fn run(data: &[u8]) -> Outcome {
@@ -92,6 +94,7 @@ pub fn run(data: &[u8]) -> Outcome {
             out.health_checks += 1;
         }
     }
+    out.direct = model.applied().values().filter(|s| s.forwarding.is_encap()).count();
     out
 }
 

@@ -52,6 +52,10 @@ fn k8s_objects_seeds_reach_the_mapping() {
     // without hints turns topology off: it added, the marked one unmarked (2); the Node
     // gone, then zone-a again: nothing (0).
     assert_eq!(zoned.changes, 9, "{zoned:?}");
+    // Annotated for GUE: the cluster IP of the port whose endpoints listen on it; a bad
+    // annotation served with NAT, not refused.
+    let direct = seed("direct-server-return");
+    assert_eq!((direct.events, direct.refused, direct.direct), (3, 0, 1), "{direct:?}");
     let refused = seed("refused");
     assert_eq!(refused.refused, refused.events, "every object of it refused by name: {refused:?}");
 }
