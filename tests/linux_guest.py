@@ -29,6 +29,19 @@ mac = "02:00:00:00:aa:02"
 addresses = ["198.18.200.254/24", "2001:db8:200::fe/64"]
 """
 
+def two_tap_links(mac_byte: int) -> str:
+    """vecgate between a guest's two NICs, as the SCTP tests draw it: `srv` on tq0 (the
+    guest's eth0 side, 198.18.1.0/24 and 2001:db8:1::/64), `cli` on tq1 (eth1's,
+    198.18.0.0/24 and 2001:db8::/64); `mac_byte` tells each test's MACs apart."""
+    return "".join(f"""
+[[interface]]
+name = "{name}"
+type = "af_packet"
+host_if = "{tap}"
+mac = "02:00:00:00:{mac_byte:02x}:{i:02x}"
+addresses = ["198.18.{net}.1/24", "2001:db8:{net6}1/64"]
+""" for i, (name, tap, net, net6) in enumerate((("srv", "tq0", 1, "1::"), ("cli", "tq1", 0, ":")), start=1))
+
 
 def prepare(script: str) -> Path:
     """Run tests/linux_peer/`script` (it builds what is missing): the folder the guest boots from."""

@@ -90,21 +90,7 @@ prefix = "{prefix}"
 via = "{via}"
 """ for prefix, via in (("198.18.2.0/24", "198.18.1.2"), ("198.18.3.0/24", "198.18.1.2"),
                         ("2001:db8:2::/64", "2001:db8:1::2"), ("2001:db8:3::/64", "2001:db8:1::2")))
-    return f"""
-[[interface]]
-name = "srv"
-type = "af_packet"
-host_if = "tq0"
-mac = "02:00:00:00:ad:01"
-addresses = ["198.18.1.1/24", "2001:db8:1::1/64"]
-
-[[interface]]
-name = "cli"
-type = "af_packet"
-host_if = "tq1"
-mac = "02:00:00:00:ad:02"
-addresses = ["198.18.0.1/24", "2001:db8::1/64"]
-{routes}
+    return linux_guest.two_tap_links(0xad) + f"""{routes}
 [lb]
 snat4 = "198.18.1.1"
 snat6 = "2001:db8:1::1"

@@ -72,21 +72,7 @@ protocol = "sctp"
 forwarding = "nat"
 backends = [{{ addr = "{f['backend']}", port = {port} }}]
 """ for fam, f in FAMILIES.items() for port in (PORT, ASCONF_PORT))
-    return f"""
-[[interface]]
-name = "srv"
-type = "af_packet"
-host_if = "tq0"
-mac = "02:00:00:00:ac:01"
-addresses = ["198.18.1.1/24", "2001:db8:1::1/64"]
-
-[[interface]]
-name = "cli"
-type = "af_packet"
-host_if = "tq1"
-mac = "02:00:00:00:ac:02"
-addresses = ["198.18.0.1/24", "2001:db8::1/64"]
-
+    return linux_guest.two_tap_links(0xac) + f"""
 [lb]
 snat4 = "{FAMILIES[4]['snat']}"
 snat6 = "{FAMILIES[6]['snat']}"
