@@ -222,8 +222,13 @@ pub const SCTP_ASSOCIATION: u8 = 255;
 /// packet of it), the tag where the client's address was, [`SCTP_ASSOCIATION`] for the
 /// protocol.
 pub fn association_key<F: Family>(key: &FlowKey<F::Addr>, vtag: u32) -> FlowKey<F::Addr> {
-    let tag = F::from_ip(Ipv4Addr::from(vtag).into()).or_else(|| F::from_ip(Ipv6Addr::from(vtag as u128).into())).unwrap_or_default();
-    FlowKey { src: tag, dst: key.dst, sport: key.sport, dport: key.dport, proto: SCTP_ASSOCIATION }
+    FlowKey { src: tag_addr::<F>(vtag), dst: key.dst, sport: key.sport, dport: key.dport, proto: SCTP_ASSOCIATION }
+}
+
+/// `vtag` in an address of the family, its last four bytes (where [`association_key`]
+/// keeps it, and `steer` hashes it as a client address).
+pub fn tag_addr<F: Family>(vtag: u32) -> F::Addr {
+    F::from_ip(Ipv4Addr::from(vtag).into()).or_else(|| F::from_ip(Ipv6Addr::from(vtag as u128).into())).unwrap_or_default()
 }
 
 /// The verification tag of an association's key ([`association_key`]), or `None` for
@@ -604,12 +609,7 @@ impl<F: Family> Balancer<F> {
             let restart = restarts(key.proto, s.state, flags);
             let kept = s.twin == i && self.kept(i, &s, svc);
             if kept && !restart {
-                self.touch(i, s.twin, s.state, next_state_direct_full(s.state, key.proto, flags), now, self.sessions.expires(i));
-                // Checked against a new generation: its backend's adjacency may be new.
-                let e = self.sessions.get_mut(i);
-                e.via = Via::direct(svc.backends.get(e.backend as usize).map_or(ADJ_MISS, |b| b.adj));
-                e.shape = svc.shape;
-                return Ok((e.backend, Outcome::Hit));
+                return Ok((self.keep_direct(i, &s, svc, key.proto, flags, now).backend, Outcome::Hit));
             }
             // A NAT connection's entry (its service's id reused) goes with its twin.
             self.sessions.remove(s.twin);
@@ -669,10 +669,7 @@ impl<F: Family> Balancer<F> {
             let s = *self.sessions.get(i);
             if s.twin == i && self.kept(i, &s, svc) {
                 let moved = s.rewrite.src != key.src || s.rewrite.sport != key.sport;
-                self.touch(i, i, s.state, next_state_sctp_direct(s.state, flags), now, self.sessions.expires(i));
-                let e = self.sessions.get_mut(i);
-                e.via = Via::direct(svc.backends.get(e.backend as usize).map_or(ADJ_MISS, |b| b.adj));
-                e.shape = svc.shape;
+                let e = self.keep_direct(i, &s, svc, SCTP, flags, now);
                 (e.rewrite.src, e.rewrite.sport) = (key.src, key.sport);
                 return Ok((e.backend, Outcome::Hit, moved));
             }
@@ -695,6 +692,26 @@ impl<F: Family> Balancer<F> {
             }
         }
         Ok((b, outcome, false))
+    }
+
+    /// A direct entry `i` (`s`, kept in `svc`) after a client's packet of `proto` with
+    /// `flags`: its state and expiry moved on, and the backend's adjacency and the outer
+    /// headers' shape as `svc` has them now (checked against a new generation, they may
+    /// be new).
+    fn keep_direct(
+        &mut self,
+        i: SlotIdx,
+        s: &Session<F::Addr>,
+        svc: &ServiceTable<F>,
+        proto: u8,
+        flags: u8,
+        now: u64,
+    ) -> &mut Session<F::Addr> {
+        self.touch(i, i, s.state, next_state_direct_full(s.state, proto, flags), now, self.sessions.expires(i));
+        let e = self.sessions.get_mut(i);
+        e.via = Via::direct(svc.backends.get(e.backend as usize).map_or(ADJ_MISS, |b| b.adj));
+        e.shape = svc.shape;
+        e
     }
 
     /// Whether the connection of entry `i` (`s`) keeps its backend in `svc`: the same

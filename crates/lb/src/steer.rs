@@ -18,7 +18,7 @@
 
 use crate::family::{Family, V4, V6};
 use crate::nat::{Layout, SCTP, TCP, UDP};
-use crate::session::{association_key, FlowKey};
+use crate::session::{tag_addr, SCTP_ASSOCIATION};
 use crate::tables::{FamilyTables, LbTables};
 use std::net::IpAddr;
 
@@ -96,7 +96,8 @@ fn family_owner<F: Layout>(t: &FamilyTables<F>, pkt: &[u8], workers: u32, is_loc
 }
 
 /// The worker of a packet of a direct-server-return SCTP association (its service `id`,
-/// its transport header at `l4`): that of its session key ([`association_key`]), or
+/// its transport header at `l4`): that of its session key's tag and port
+/// ([`crate::session::association_key`]), or
 /// `None` for an INIT (tag 0) or a NAT service's packet, which go by their client.
 #[cold]
 fn association_worker<F: Layout>(t: &FamilyTables<F>, pkt: &[u8], l4: usize, id: u32, sport: u16, workers: u32) -> Option<u32> {
@@ -105,7 +106,5 @@ fn association_worker<F: Layout>(t: &FamilyTables<F>, pkt: &[u8], l4: usize, id:
     if vtag == 0 || !direct {
         return None;
     }
-    let key = FlowKey { src: F::Addr::default(), dst: F::dst(pkt), sport, dport: 0, proto: SCTP };
-    let k = association_key::<F>(&key, vtag);
-    Some(client_worker::<F>(&k.src, k.sport, k.proto, workers))
+    Some(client_worker::<F>(&tag_addr::<F>(vtag), sport, SCTP_ASSOCIATION, workers))
 }
