@@ -6,8 +6,11 @@ Every mode is bounded in count and time and prints one JSON line (clients) or RE
                              "NAME CLIENT-ADDR" back, "echo N" gets the N bytes that
                              follow sent back; stops after 120 s
   who HOST PORT COUNT        COUNT connections asking "who": the answers, in order
-  echo HOST PORT BYTES       one connection echoing BYTES of seeded data: what came back
-                             is what went (sha256 both ways), and who answered
+  echo HOST PORT BYTES [SOURCE [SECONDS]]
+                             one connection (from the address SOURCE if given) echoing
+                             BYTES of seeded data: what came back is what went (sha256
+                             both ways; "bytes" what came within SECONDS, 60 unless
+                             given, a stall ends it), and who answered
   uecho HOST PORT COUNT      COUNT UDP datagrams, each from a socket (and port) of its own connected
                              to HOST PORT (so only an answer from that address and port
                              is taken): how many came back intact
@@ -71,9 +74,9 @@ def who(host, port, count):
     print(json.dumps({"answers": answers}))
 
 
-def echo(host, port, n):
+def echo(host, port, n, source=None, seconds=60.0):
     data = random.Random(7).randbytes(n)
-    c = socket.create_connection((host, port), timeout=20)
+    c = socket.create_connection((host, port), timeout=20, source_address=(source, 0) if source else None)
     c.sendall(f"echo {n}\n".encode())
     got = bytearray()
     f = c.makefile("rb")
@@ -85,12 +88,17 @@ def echo(host, port, n):
 
     t = threading.Thread(target=send, daemon=True)
     t.start()
-    end = time.time() + 60
-    while len(got) < n and time.time() < end:
-        b = f.read1(1 << 16)
-        if not b:
-            break
-        got += b
+    end = time.time() + seconds
+    try:
+        while len(got) < n and time.time() < end:
+            # No read waits past the end: a stalled transfer reports what came.
+            c.settimeout(max(0.1, min(20.0, end - time.time())))
+            b = f.read1(1 << 16)
+            if not b:
+                break
+            got += b
+    except socket.timeout:
+        pass
     c.close()
     print(json.dumps({"backend": name, "sent": hashlib.sha256(data).hexdigest(), "got": hashlib.sha256(got).hexdigest(), "bytes": len(got)}))
 
@@ -123,6 +131,6 @@ if __name__ == "__main__":
     elif mode == "who":
         who(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
     elif mode == "echo":
-        echo(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+        echo(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), *sys.argv[5:6], *map(float, sys.argv[6:7]))
     elif mode == "uecho":
         uecho(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
