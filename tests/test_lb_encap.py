@@ -227,9 +227,9 @@ def test_bad_encapsulated_services_name_the_field(vecgate, tmp_path):
     assert 'gue_port: 5555: only with forwarding = "gue"' in e, e
 
 
-def sctp_inner(p):
-    """The client packet an SCTP service's output frame carries (IPv4 in any of the
-    three encapsulations, IPv6 in GUE), and its backend (the outer destination)."""
+def carried(p):
+    """The packet an output frame carries (IPv4 in any of the three encapsulations,
+    IPv6 in GUE), and its backend (the outer destination)."""
     if IPv6 in p and p[Ether].type == 0x86DD:
         gue = raw(p[UDP].payload)
         assert gue[:4] == b"\x00\x29\x00\x00", "GUE variant 0, protocol 41 (IPv6)"
@@ -262,7 +262,7 @@ def test_a_multihomed_sctp_association_keeps_its_backend_on_every_path(vecgate, 
     candidates = [l3 + str(i) for i in range(3, 40)]
     # Each address's own INIT (the same ports): where its 5-tuple goes.
     _, out1, _, _ = run_pcap(vecgate, tmp_path, [init(a) for a in [first] + candidates], services())
-    own = {str(i.src): b for i, b in map(sctp_inner, out1)}
+    own = {str(i.src): b for i, b in map(carried, out1)}
     assert len(own) == 1 + len(candidates)
     elsewhere = [a for a in candidates if own[a] != own[first]]
     assert len(elsewhere) >= 2, own
@@ -284,7 +284,7 @@ def test_a_multihomed_sctp_association_keeps_its_backend_on_every_path(vecgate, 
     _, out1, counters, _ = run_pcap(vecgate, tmp_path, sent, services())
     assert len(out1) == len(sent), counters
     for p, s in zip(out1, sent):
-        inner, backend = sctp_inner(p)
+        inner, backend = carried(p)
         assert raw(inner) == raw(s[net]), "the client's packet unchanged"
         want = own[second] if s is sent[-1] else own[first]
         assert backend == want, f"{s.summary()} went to {backend}, not {want}"
@@ -294,9 +294,77 @@ def test_a_multihomed_sctp_association_keeps_its_backend_on_every_path(vecgate, 
     assert not [k for k, v in counters.items() if v and k[0] == node and k[1] not in ("sctp-path-changed", "new-session", "encapsulated")], counters
     # tshark, on the packets taken out of their outer headers (it has no GUE dissector):
     # each one's tag, a good CRC32c, nothing malformed.
-    wrpcap(str(tmp_path / "inner.pcap"), [Ether(src=GW_MAC1, dst=ROUTER_MAC) / sctp_inner(p)[0] for p in out1])
+    wrpcap(str(tmp_path / "inner.pcap"), [Ether(src=GW_MAC1, dst=ROUTER_MAC) / carried(p)[0] for p in out1])
     r = subprocess.run(["tshark", "-r", str(tmp_path / "inner.pcap"), "-o", "sctp.checksum:CRC 32c", "-T", "fields",
                         "-e", "sctp.verification_tag", "-e", "sctp.checksum.status", "-e", "_ws.malformed"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     read = [line.split("\t") for line in r.stdout.splitlines()]
     assert read == [[hex(s[SCTP].tag) if s[SCTP].tag else "0x00000000", "1", ""] for s in sent], r.stdout
+
+
+def test_an_icmp_error_about_a_backends_reply_goes_to_that_backend(vecgate, tmp_path):
+    """Path MTU discovery through direct server return: a backend's reply leaves it from
+    the service address, so a router's frag-needed (IPv4) or packet too big (IPv6) about
+    the reply is sent to the service address, and routed to vecgate. It goes on,
+    unchanged, inside the connection's outer headers to the backend that holds the
+    connection (GUE: the connection's source port, so the backend's RSS queues it with
+    the connection), whose socket the quote names; without a session, to the backend the
+    connection's next packet would get. (It was translated as a NAT connection's before:
+    sent to the backend's own address about a packet that address never sent, which
+    the backend's kernel drops, its path MTU never lowered.)"""
+    router, router6 = "198.18.0.254", "2001:db8::fe"
+    reply_body = Raw(b"r" * 1400)
+
+    def error4(vip, cport, l4):
+        reply = raw(IP(src=vip, dst=CLIENT, flags="DF") / l4 / reply_body)
+        return Ether(src=HOST_MAC, dst=GW_MAC0) / IP(src=router, dst=vip) / ICMP(type=3, code=4, nexthopmtu=1300) / reply[:96]
+
+    syns = {mode: client_packet(mode, 45000 + i) for i, mode in enumerate(VIPS)}
+    errors = {mode: error4(VIPS[mode], 45000 + i, TCP(sport=80, dport=45000 + i, flags="A", seq=7)) for i, mode in enumerate(VIPS)}
+    # IPv6 in GUE.
+    syns["gue6"] = Ether(src=HOST_MAC, dst=GW_MAC0) / IPv6(src=CLIENT6, dst=VIP6) / TCP(sport=45010, dport=80, flags="S") / Raw(b"six")
+    reply6 = raw(IPv6(src=VIP6, dst=CLIENT6) / TCP(sport=80, dport=45010, flags="A") / reply_body)
+    errors["gue6"] = Ether(src=HOST_MAC, dst=GW_MAC0) / IPv6(src=router6, dst=VIP6) / ICMPv6PacketTooBig(mtu=1280) / reply6[:1000]
+    # An SCTP association (its INIT's backend; the reply carries the client's own tag).
+    syns["sctp"] = Ether(src=HOST_MAC, dst=GW_MAC0) / IP(src=CLIENT, dst=SCTP_VIPS["ipip"]) / SCTP(sport=45020, dport=NGAP, tag=0) / SCTPChunkInit(
+        init_tag=0x1234, a_rwnd=65536, n_out_streams=2, n_in_streams=2, init_tsn=1)
+    errors["sctp"] = error4(SCTP_VIPS["ipip"], 45020, SCTP(sport=NGAP, dport=45020, tag=0x1234) / SCTPChunkData(tsn=9, data=b"d"))
+    # An error about a connection without a session, then that connection's packet.
+    lone_error = error4(VIPS["gre"], 45030, TCP(sport=80, dport=45030, flags="A"))
+    lone_syn = client_packet("gre", 45030, flags="A")
+    sent = list(syns.values()) + list(errors.values()) + [lone_error, lone_syn]
+    out0, out1, counters, _ = run_pcap(vecgate, tmp_path, sent, services())
+    assert not out0, [p.summary() for p in out0]
+    assert len(out1) == len(sent), counters
+    # Each output by the packet it carries unchanged (the order may differ: resolved
+    # backends go straight out, the others by the lookup).
+    by_bytes = {raw(c[IPv6] if IPv6 in c else c[IP]): c for c in sent}
+    got = {id(by_bytes[raw(carried(p)[0])]): p for p in out1}
+    assert len(got) == len(sent)
+
+    def outer_sport(p):
+        return p[UDP].sport if UDP in p and (p[UDP].dport in (GUE_PORT, 6080)) else None
+
+    for case, err in errors.items():
+        net = IPv6 if case == "gue6" else IP
+        inner, backend = carried(got[id(err)])
+        assert raw(inner) == raw(err[net]), f"{case}: the error unchanged"
+        syn_backend = carried(got[id(syns[case])])[1]
+        assert backend == syn_backend, f"{case}: to {backend}, the connection's backend is {syn_backend}"
+        assert outer_sport(got[id(err)]) == outer_sport(got[id(syns[case])]), case
+    assert outer_sport(got[id(errors["gue"])]) is not None and outer_sport(got[id(errors["gue6"])]) is not None
+    assert carried(got[id(lone_error)])[1] == carried(got[id(lone_syn)])[1], "the backend the connection gets"
+    assert counters[("lb4-nat", "icmp-to-backend")] == 5 and counters[("lb6-nat", "icmp-to-backend")] == 1, counters
+    assert counters[("lb4-nat", "new-session")] == 5 and counters[("lb6-nat", "new-session")] == 1, "an error makes no session"
+    assert counters[("lb4-nat", "encapsulated")] == 10 and counters[("lb6-nat", "encapsulated")] == 2
+    assert not [k for k, v in counters.items() if v and k[0] in ("lb4-nat", "lb6-nat") and k[1] not in ("icmp-to-backend", "new-session", "encapsulated")], counters
+    # tshark reads the carried errors: their ICMP checksums (over the whole quote) good,
+    # the quoted reply's ports, nothing malformed. (The quotes are cut short of the
+    # replies' transport checksums' reach.)
+    wrpcap(str(tmp_path / "inner.pcap"), [Ether(src=GW_MAC1, dst=ROUTER_MAC) / carried(got[id(e)])[0] for e in list(errors.values()) + [lone_error]])
+    r = subprocess.run(["tshark", "-r", str(tmp_path / "inner.pcap"), "-T", "fields", "-e", "icmp.type", "-e", "icmpv6.type", "-e", "icmp.checksum.status",
+                        "-e", "icmpv6.checksum.status", "-e", "tcp.dstport", "-e", "sctp.dstport", "-e", "_ws.malformed"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    read = [line.split("\t") for line in r.stdout.splitlines()]
+    v4 = lambda port, sctp=False: ["3", "", "1", "", "" if sctp else str(port), str(port) if sctp else "", ""]
+    assert read == [v4(45000), v4(45001), v4(45002), ["", "2", "", "1", "45010", "", ""], v4(45020, sctp=True), v4(45030)], r.stdout

@@ -10,7 +10,9 @@
 //! to the service's address and the client. Otherwise it is a client's: its service by
 //! address, port and protocol (NodePort services only for packets that came by
 //! `ipN-local`), its session or a new one (Maglev), and the translation to the backend.
-//! An ICMP error is translated when the packet it quotes belongs to a session.
+//! An ICMP error is translated when the packet it quotes belongs to a session; one
+//! about a direct-server-return backend's reply (sent to the service address) goes to
+//! that backend, encapsulated as the connection's packets.
 //!
 //! A service with `forwarding` other than NAT (direct server return) takes the same
 //! steps up to the backend's choice (one session entry per connection, no reply
@@ -54,6 +56,7 @@ counters! {
         Rechosen(Info, "backend-gone", "connections whose backend left the service, chosen again"),
         Replies(Info, "reply-translated", "replies translated back to the service address"),
         IcmpTranslated(Info, "icmp-translated", "ICMP errors about a translated connection translated"),
+        IcmpToBackend(Info, "icmp-to-backend", "ICMP errors about a direct-server-return backend's reply carried to that backend"),
         NoService(Info, "no-service", "TCP/UDP/SCTP to the node on a port no service has (ICMP port unreachable requested)"),
         NoBackend(Info, "no-backend", "service without a backend that takes new connections (ICMP port unreachable requested)"),
         NoLocalBackend(Info, "no-local-backend", "Local-policy service whose backends are all on other nodes: dropped, not refused (as kube-proxy)"),
@@ -475,11 +478,7 @@ impl<F: NatNodeFamily> LbNat<F> {
                 Err(e) => return Verdict::Drop(nat_drop(e)),
             },
             Err(NatError::Protocol) if F::l4(pkt).is_ok_and(|(_, p)| p == F::ICMP) => {
-                if !translate_error(lb, pkt, now) {
-                    return Verdict::Drop(C::IcmpNotOurs);
-                }
-                counts.inc(C::IcmpTranslated);
-                return Verdict::Next(F::LOOKUP);
+                return Self::error_to_service(cx, counts, buf, local);
             }
             Err(e) => return Verdict::Drop(nat_drop(e)),
         };
@@ -561,6 +560,46 @@ impl<F: NatNodeFamily> LbNat<F> {
             Err(LbDrop::SnatPortsExhausted) => Verdict::Drop(C::SnatPortsExhausted),
             Err(LbDrop::ReplyTupleInUse) => Verdict::Drop(C::ReplyTupleInUse),
         }
+    }
+}
+
+impl<F: NatNodeFamily> LbNat<F> {
+    /// An ICMP error routed to the node, about a load-balanced connection's packet. A
+    /// direct-server-return backend's reply leaves it from the service's address, so a
+    /// router's error about the reply (frag-needed, packet too big: path MTU discovery)
+    /// comes to the service address, here: it goes on unchanged, inside the service's
+    /// outer headers, to the backend that holds the connection, which knows the reply
+    /// it quotes (its GUE source port the connection's, as its packets'). An error
+    /// about a translated connection's packet is translated to be about the packet its
+    /// receiver sent.
+    #[cold]
+    fn error_to_service<Cx: HasLb>(
+        cx: &mut Cx,
+        counts: &mut Counts<'_, LbNatCounter>,
+        buf: &mut Buffer,
+        local: bool,
+    ) -> Verdict<LbNatNext, LbNatCounter> {
+        use LbNatCounter as C;
+        let (t, lb, now) = F::parts(cx.lb());
+        let Ok(e) = nat::icmp_error::<F>(buf.bytes()) else { return Verdict::Drop(C::IcmpNotOurs) };
+        let key = e.quoted.reversed();
+        if let Some(svc) = t.lookup(&key.dst, key.dport, key.proto, local).filter(|s| s.forwarding.is_encap()) {
+            let Some(b) = lb.direct_backend(svc, &key, now) else { return Verdict::Drop(C::IcmpNotOurs) };
+            let Some((outer, backend)) = t.shape(svc.shape).zip(svc.backends.get(b as usize)) else {
+                return Verdict::Drop(C::NoOuter);
+            };
+            let (outer_len, hash) = (outer.len(), Key::<F>::new(&key).hash());
+            counts.inc(C::IcmpToBackend);
+            return match Self::put_outer(counts, buf, outer, backend.addr.as_ref(), backend.adj, hash) {
+                Ok(adj) => Self::send_outer(cx, counts, buf, adj, outer_len),
+                Err(v) => v,
+            };
+        }
+        if !translate_error(lb, buf.bytes_mut(), now) {
+            return Verdict::Drop(C::IcmpNotOurs);
+        }
+        counts.inc(C::IcmpTranslated);
+        Verdict::Next(F::LOOKUP)
     }
 }
 

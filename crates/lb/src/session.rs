@@ -819,10 +819,37 @@ impl<F: Family> Balancer<F> {
         self.sessions.find(&Key::new(key), now).is_some_and(|i| !self.sessions.get(i).is_forward())
     }
 
-    /// The translation of the entry whose key is `key`, whichever its direction (for the
-    /// packet an ICMP error quotes). Does not refresh the session.
+    /// The translation of the translated connection's entry whose key is `key`,
+    /// whichever its direction (for the packet an ICMP error quotes); `None` for a
+    /// direct entry (its own twin), which translates nothing. Does not refresh the session.
     pub fn peek(&self, key: &FlowKey<F::Addr>, now: u64) -> Option<Rewrite<F::Addr>> {
-        self.sessions.find(&Key::new(key), now).map(|i| self.sessions.get(i).rewrite)
+        let i = self.sessions.find(&Key::new(key), now)?;
+        let s = self.sessions.get(i);
+        (s.twin != i).then_some(s.rewrite)
+    }
+
+    /// The backend in `svc`, a direct-server-return service, of client connection `key`
+    /// for a packet about it that is not its own (an ICMP error about a backend's
+    /// direct reply): the one its entry holds; without one (another worker's, aged out,
+    /// an SCTP association keyed by its tag) the one its next packet would get from the
+    /// client's affinity or Maglev. Reads only: an error makes and refreshes no session.
+    pub fn direct_backend(&self, svc: &ServiceTable<F>, key: &FlowKey<F::Addr>, now: u64) -> Option<u32> {
+        let held = |addr: &F::Addr, port: u16| svc.backends.iter().position(|b| b.addr == *addr && b.port == port);
+        if let Some(i) = self.sessions.find(&Key::new(key), now) {
+            let s = self.sessions.get(i);
+            if let Some(b) = held(&s.rewrite.dst, s.rewrite.dport).filter(|_| s.twin == i && s.service == svc.id) {
+                return Some(b as u32);
+            }
+        }
+        if svc.affinity_ms != 0 {
+            if let Some(i) = self.affinity.find(&ClientKey(AffinityKey { client: key.src, service: svc.id }), now) {
+                let e = self.affinity.get(i);
+                if let Some(b) = held(&e.addr, e.port).filter(|&b| svc.backends[b].eligible) {
+                    return Some(b as u32);
+                }
+            }
+        }
+        svc.pick(F::flow_hash(&key.src, &key.dst, key.sport, key.dport, key.proto))
     }
 
     /// A packet of the connection: its state, and its expiry pushed on. The expiry is

@@ -59,6 +59,7 @@ fn family_owner<F: Layout>(t: &FamilyTables<F>, pkt: &[u8], workers: u32, is_loc
     }
     // Fragments and extension headers: the load balancer drops them.
     let (l4, proto) = F::l4(pkt).ok()?;
+    let error = proto == F::ICMP;
     let (src, dst, sport, dport, proto) = if proto == TCP || proto == UDP || proto == SCTP {
         let p = pkt.get(l4..l4 + 4)?;
         let (sport, dport) = (u16::from_be_bytes([p[0], p[1]]), u16::from_be_bytes([p[2], p[3]]));
@@ -67,7 +68,7 @@ fn family_owner<F: Layout>(t: &FamilyTables<F>, pkt: &[u8], workers: u32, is_loc
             return None;
         }
         (F::src(pkt), F::dst(pkt), sport, dport, proto)
-    } else if proto == F::ICMP {
+    } else if error {
         // An error about a connection goes where the answer to the packet it quotes
         // would go (it travels against that packet).
         let q = crate::nat::icmp_error::<F>(pkt).ok()?.quoted;
@@ -80,8 +81,10 @@ fn family_owner<F: Layout>(t: &FamilyTables<F>, pkt: &[u8], workers: u32, is_loc
     if let Some(&id) = service {
         // A direct-server-return SCTP association's packets after its INIT: by the
         // association's key (its verification tag), whichever address the client sends
-        // from (`Balancer::direct_sctp`).
-        if proto == SCTP {
+        // from (`Balancer::direct_sctp`). Not an ICMP error about the association: its
+        // quote carries the client's own tag, and the error goes to the backend the
+        // 5-tuple picks (`Balancer::direct_backend`), on any worker.
+        if proto == SCTP && !error {
             if let Some(w) = association_worker(t, pkt, l4, id, sport, workers) {
                 return Some(w);
             }

@@ -683,6 +683,44 @@ fn a_direct_session_takes_its_backends_new_adjacency() {
     assert_eq!(adj_of(&mut r, 3), Some((b, addr, 22)));
 }
 
+/// An ICMP error about a direct-server-return backend's reply goes to the backend that
+/// holds the connection, also where the backend set changed since and Maglev now picks
+/// another; without a session, to Maglev's pick; and it makes or refreshes no entry.
+/// A direct entry translates nothing (`peek`: no NAT translation of such an error).
+#[test]
+fn an_error_about_a_direct_reply_goes_to_the_connections_backend() {
+    let mut st = state(gre_spec());
+    let mut r = Run::new(&st);
+    let svc = Arc::clone(r.t.v4.service(0).unwrap());
+    let flows: Vec<_> = (0..200).map(client).collect();
+    let chosen: Vec<_> = flows.iter().map(|k| svc.backends[r.lb.direct(&svc, k, TCP_SYN, 0).unwrap().0 as usize].addr).collect();
+    st.set_backend("default/web", BackendSpec::new("198.19.4.10".parse().unwrap(), 80)).unwrap();
+    let t = st.tables();
+    let svc2 = Arc::clone(t.v4.service(0).unwrap());
+    let h = |k: &FlowKey<[u8; 4]>| V4::flow_hash(&k.src, &k.dst, k.sport, k.dport, k.proto);
+    let expiry: Vec<_> = flows.iter().map(|k| r.lb.sessions.expires(r.lb.sessions.find(&Key::new(k), 0).unwrap())).collect();
+    let mut moved = 0;
+    for (k, addr) in flows.iter().zip(&chosen) {
+        let b = r.lb.direct_backend(&svc2, k, 1).unwrap();
+        assert_eq!(svc2.backends[b as usize].addr, *addr, "the connection's backend, not the new pick");
+        moved += usize::from(svc2.pick(h(k)) != Some(b));
+        assert!(r.lb.peek(k, 1).is_none(), "a direct entry translates nothing");
+    }
+    assert!(moved > 0, "the added backend takes some flows' picks");
+    let unknown: Vec<_> = (1000..1100).map(client).collect();
+    for k in &unknown {
+        assert_eq!(r.lb.direct_backend(&svc2, k, 1), svc2.pick(h(k)));
+    }
+    assert_eq!(r.lb.sessions.live(1), flows.len(), "no entry made");
+    let after: Vec<_> = flows.iter().map(|k| r.lb.sessions.expires(r.lb.sessions.find(&Key::new(k), 1).unwrap())).collect();
+    assert_eq!(after, expiry, "none refreshed");
+    // A translated connection's entries still give their translation.
+    let mut nat = Run::new(&state(spec(Protocol::Tcp, TrafficPolicy::Cluster, Affinity::None)));
+    let k = client(7);
+    let (rw, _) = nat.fwd(&k, TCP_SYN, 0).unwrap();
+    assert_eq!(nat.lb.peek(&k, 0), Some(rw));
+}
+
 #[test]
 fn direct_tcp_states() {
     use ConnState::*;
@@ -1177,6 +1215,11 @@ fn a_multihomed_sctp_association_steers_to_one_worker() {
                     assert_eq!(owner(&first, tag), owner(&second, tag), "one worker for both paths");
                     let k = association_key::<V4>(&first, tag);
                     assert_eq!(owner(&first, tag), Some(crate::steer::client_worker::<V4>(&k.src, k.sport, k.proto, workers)));
+                    // A router's error about the backend's reply (to the service address):
+                    // by the client, not by the ICMP header read as a tag.
+                    let reply = first.reversed();
+                    let error = icmp_error([198, 18, 0, 254], reply.src, &reply);
+                    assert_eq!(crate::steer::owner(&t, &error, workers, |_| false), Some(by_client(&first)));
                 } else {
                     assert_eq!(owner(&second, tag), Some(by_client(&second)), "NAT: by the client");
                 }
