@@ -247,9 +247,13 @@ seeds = {
                + [rec(ACCESS, eth(ACCESS, IPv6(src=b, dst=US6) / UDP(sport=5353, dport=5000) / payload(80)))
                   for b in ("2001:db8:98::10", "2001:db8:98::11")],
     # Direct server return: a TCP connection to the GRE service (SYN, then data), UDP to
-    # the GUE service over IPv6 (encapsulated by lb4-nat / lb6-nat; nothing comes back this way).
+    # the GUE service over IPv6 (encapsulated by lb4-nat / lb6-nat; nothing comes back
+    # this way), and a router's frag-needed about the backend's direct reply, sent to the
+    # service address: carried in GRE to the connection's backend (icmp-to-backend).
     "lb4-dsr-gre": [rec(ACCESS, eth(ACCESS, IP(src=USER4, dst="198.18.128.11") / TCP(sport=40002, dport=80, flags="S", seq=1))),
-                    rec(ACCESS, eth(ACCESS, IP(src=USER4, dst="198.18.128.11") / TCP(sport=40002, dport=80, flags="A", seq=2) / payload(200)))],
+                    rec(ACCESS, eth(ACCESS, IP(src=USER4, dst="198.18.128.11") / TCP(sport=40002, dport=80, flags="A", seq=2) / payload(200))),
+                    rec(ACCESS, eth(ACCESS, IP(src="198.18.0.9", dst="198.18.128.11") / ICMP(type=3, code=4, nexthopmtu=1280)
+                                    / raw(IP(src="198.18.128.11", dst=USER4, flags="DF") / TCP(sport=80, dport=40002, flags="A", seq=9) / payload(1400))[:68]))],
     "lb6-dsr-gue": [rec(ACCESS, user_udp6("2001:db8:128::11", 120, sport=5002, dport=53), hold=True),
                     rec(ACCESS, user_udp6("2001:db8:128::11", 64, sport=5003, dport=53))],
     # The services filtered by source (loadBalancerSourceRanges): a SYN from inside the

@@ -141,6 +141,33 @@ fn graph_local_seeds_translate_forwarded_replies_and_errors() {
     assert_eq!(count(&h, "lb4-nat", "icmp-translated") + count(&h, "lb6-nat", "icmp-translated"), 2, "{:?}", nonzero(&h));
 }
 
+/// lb4-dsr-gre: the connection's two packets and a router's frag-needed about the
+/// backend's direct reply (sent to the service address) all leave in GRE to one
+/// backend, the error unchanged and untranslated (path MTU discovery through direct
+/// server return).
+#[test]
+fn graph_dsr_seed_carries_an_error_to_the_connections_backend() {
+    let mut h = Harness::new();
+    let sent = seed("lb4-dsr-gre");
+    let mut left = Vec::new();
+    for (port, f) in sent.clone() {
+        for (_, t) in h.frame(port, f) {
+            let ip = wire::ipv4::Ipv4Packet::new_checked(&t.bytes[14..]).unwrap();
+            assert_eq!(ip.protocol(), wire::IpProtocol::Gre, "{:?}", nonzero(&h));
+            // GRE's 4 bytes, then the client's (or the router's) packet.
+            left.push((ip.dst_addr(), ip.payload()[4..].to_vec()));
+        }
+    }
+    assert_eq!(left.len(), 3, "{:?}", nonzero(&h));
+    assert!(left.iter().all(|(b, _)| *b == left[0].0), "one backend: {left:?}");
+    for ((_, inner), (_, f)) in left.iter().zip(&sent) {
+        assert_eq!(inner[..], f.bytes[14..], "carried unchanged");
+    }
+    assert_eq!(count(&h, "lb4-nat", "icmp-to-backend"), 1);
+    assert_eq!(count(&h, "lb4-nat", "icmp-translated"), 0);
+    assert_eq!(count(&h, "lb4-nat", "new-session"), 1);
+}
+
 /// `not_here`: counters the seeds cannot reach with this harness.
 fn seeds_reach_every_feature(mut h: Harness, not_here: &[(&str, &str)]) {
     for (path, data) in corpus("graph") {
@@ -174,6 +201,7 @@ fn seeds_reach_every_feature(mut h: Harness, not_here: &[(&str, &str)]) {
         ("lb4-nat", "no-service"),
         ("lb6-nat", "no-service"),
         ("lb6-nat", "icmp-translated"),
+        ("lb4-nat", "icmp-to-backend"),
         ("lb4-nat", "source-not-allowed"),
         ("lb6-nat", "source-not-allowed"),
         ("lb4-nat", "sctp-bad-checksum"),
