@@ -256,6 +256,16 @@ seeds = {
                                     / raw(IP(src="198.18.128.11", dst=USER4, flags="DF") / TCP(sport=80, dport=40002, flags="A", seq=9) / payload(1400))[:68]))],
     "lb6-dsr-gue": [rec(ACCESS, user_udp6("2001:db8:128::11", 120, sport=5002, dport=53), hold=True),
                     rec(ACCESS, user_udp6("2001:db8:128::11", 64, sport=5003, dport=53))],
+    # Fragments to services (only the first carries the ports): reassembled by the node
+    # and the whole datagram load-balanced, then fragmented again for the link: UDP to
+    # the IPv6 NAT service (IPv6 fragments out, not Packet Too Big), a TCP segment to the
+    # IPv4 one in reversed fragments, UDP to the IPv6 GUE service (outer fragments).
+    "lb6-fragments": [rec(ACCESS, eth(ACCESS, f)) for f in fragment6(IPv6(src=USER6, dst="2001:db8:128::10") / IPv6ExtHdrFragment(id=40)
+                                                                     / UDP(sport=5040, dport=53) / payload(2400), 1280)],
+    "lb4-fragments": [rec(ACCESS, eth(ACCESS, f)) for f in reversed(fragment(IP(src=USER4, dst="198.18.128.10", id=41)
+                                                                              / TCP(sport=40041, dport=80, flags="S", seq=1) / payload(2400), fragsize=1200))],
+    "lb6-dsr-fragments": [rec(ACCESS, eth(ACCESS, f)) for f in fragment6(IPv6(src=USER6, dst="2001:db8:128::11") / IPv6ExtHdrFragment(id=42)
+                                                                         / UDP(sport=5042, dport=53) / payload(2400), 1280)],
     # The services filtered by source (loadBalancerSourceRanges): a SYN from inside the
     # ranges makes a session, one from outside is dropped (source-not-allowed), both families.
     "lb-source-ranges": [rec(ACCESS, eth(ACCESS, IP(src=USER4, dst="198.18.128.12") / TCP(sport=40020, dport=443, flags="S", seq=1))),

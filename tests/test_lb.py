@@ -7,7 +7,9 @@ from collections import Counter
 
 from conftest import GW_MAC0, GW_MAC1, HOST_MAC, ROUTER_MAC, run_pcap  # every frame enters through eth0
 
-from scapy.all import ICMP, IP, TCP, UDP, Ether, ICMPv6PacketTooBig, IPerror, IPerror6, IPv6, Raw, TCPerror, raw
+from scapy.all import (ICMP, IP, TCP, UDP, Ether, ICMPv6PacketTooBig, IPerror, IPerror6, IPv6, IPv6ExtHdrFragment, Raw, TCPerror, defragment, fragment,
+                       fragment6, raw)
+from scapy.layers.inet6 import defragment6
 
 VIP = "198.18.128.10"
 VIP6 = "2001:db8:80::10"
@@ -260,7 +262,8 @@ backends = [{ addr = "198.19.1.10", port = 8080, local = false }]
     out0, out1, counters, _ = run_pcap(vecgate, tmp_path, [truncated, frag, gre, empty, wrong_port, elsewhere], services(local_elsewhere))
     assert out1 == []
     assert counters[("lb4-nat", "truncated")] == 1
-    assert counters[("lb4-nat", "fragment")] == 1
+    # A fragment goes to reassembly (held there: its datagram never completes).
+    assert counters[("lb4-nat", "to-reassembly")] == 1 and counters[("ip4-reassembly", "fragments")] == 1
     assert counters[("lb4-nat", "not-tcp-udp")] == 1
     assert counters[("lb4-nat", "no-backend")] == 1
     assert counters[("lb4-nat", "no-service")] == 1
@@ -270,3 +273,100 @@ backends = [{ addr = "198.19.1.10", port = 8080, local = false }]
     # kube-proxy's reject rules answer.
     unreach = [p for p in out0 if ICMP in p]
     assert sorted((p[ICMP].type, p[ICMP].code, p[TCPerror].dport) for p in unreach) == [(3, 3, 80), (3, 3, 81)]
+
+
+FRAGMENTED = f"""
+[[lb_service]]
+name = "default/dns6"
+type = "cluster_ip"
+vip = "{VIP6}"
+port = 53
+protocol = "udp"
+backends = [{{ addr = "{BACKENDS6[0]}", port = 8080 }}]
+
+[[lb_service]]
+name = "default/dns-local"
+type = "load_balancer"
+vip = "{VIP}"
+port = 54
+protocol = "udp"
+traffic_policy = "Local"
+backends = [{{ addr = "{BACKENDS[0]}", port = 8080 }}]
+"""
+
+
+def whole_datagrams(frames, family):
+    """The datagrams the frames make, fragments put together (scapy's reassembly);
+    each frame first checked to be a well-formed packet that fits its 1500/1400-byte link."""
+    net = IP if family == 4 else IPv6
+    packets = [f[net] for f in frames if net in f]
+    for p in packets:
+        assert len(p) <= 1500, p.summary()
+    if family == 4:
+        return [p for p in defragment(packets)]
+    frags = [p for p in packets if IPv6ExtHdrFragment in p]
+    by_id = {}
+    for p in frags:
+        by_id.setdefault((p.src, p.dst, p[IPv6ExtHdrFragment].id), []).append(p)
+    whole = [defragment6(ps) for ps in by_id.values()]
+    return [p for p in packets if IPv6ExtHdrFragment not in p] + [IPv6(raw(w)) for w in whole]
+
+
+def test_fragmented_datagrams_are_reassembled_translated_and_fragmented_again(vecgate, tmp_path):
+    """A client's UDP datagram too big for one frame comes in fragments, only the first
+    with the ports that choose its session: the node reassembles them (in order or not),
+    translates the whole datagram and fragments it again for the link to the backend
+    (1400 bytes), IPv4 and IPv6 (as Linux's conntrack does; an IPv6 router would
+    otherwise refuse it with Packet Too Big, which the client, which did fragment, could
+    not act on). The backends' fragmented replies come back translated and fragmented
+    again the same way: to the node's address (Cluster), and forwarded with the client's
+    address kept (Local). Before, every fragment to a service was dropped."""
+    body = bytes(range(256)) * 12  # 3072 bytes
+    def client4(sport, dport=53):
+        return IP(src=CLIENT, dst=VIP, id=sport) / UDP(sport=sport, dport=dport) / Raw(body)
+    in_order = [Ether(src=HOST_MAC, dst=GW_MAC0) / f for f in fragment(client4(6000), fragsize=1400)]
+    reversed_ = [Ether(src=HOST_MAC, dst=GW_MAC0) / f for f in reversed(fragment(client4(6001), fragsize=1000))]
+    six = IPv6(src=CLIENT6, dst=VIP6) / IPv6ExtHdrFragment(id=6002) / UDP(sport=6002, dport=53) / Raw(body)
+    six_frags = [Ether(src=HOST_MAC, dst=GW_MAC0) / f for f in fragment6(six, 1280)]
+    local_query = Ether(src=HOST_MAC, dst=GW_MAC0) / IP(src=CLIENT, dst=VIP, id=1) / UDP(sport=6003, dport=54) / Raw(b"q")
+    filler = [syn(21000 + i) for i in range(298)]
+    # The replies a vector later: the Local backend's to the client, forwarded through
+    # the node; the IPv6 backend's to the node's address and the client's port.
+    local_reply = IP(src=BACKENDS[0], dst=CLIENT, id=77) / UDP(sport=8080, dport=6003) / Raw(body[::-1])
+    six_reply = IPv6(src=BACKENDS6[0], dst=SNAT6) / IPv6ExtHdrFragment(id=78) / UDP(sport=8080, dport=6002) / Raw(body[::-1])
+    replies = [Ether(src=HOST_MAC, dst=GW_MAC0) / f for f in fragment(local_reply, fragsize=1400) + fragment6(six_reply, 1280)]
+    sent = in_order + reversed_ + six_frags + [local_query] + filler + replies
+    out0, out1, counters, _ = run_pcap(vecgate, tmp_path, sent, services(LOCAL + FRAGMENTED))
+
+    # To the backends: whole datagrams from the node's address, the client's bytes.
+    to_backends = {}
+    for p in whole_datagrams(out1, 4) + whole_datagrams(out1, 6):
+        if UDP in p and p[UDP].dport == 8080:
+            to_backends[p[UDP].sport] = p
+    assert {6000, 6001, 6002, 6003} <= set(to_backends), sorted(to_backends)
+    for sport in (6000, 6001, 6002):
+        p = to_backends[sport]
+        net = IPv6 if sport == 6002 else IP
+        assert p[net].src == (SNAT6 if sport == 6002 else SNAT)
+        assert bytes(p[UDP].payload) == body, sport
+        sent_sum, fresh = recomputed(p, UDP)
+        assert sent_sum == fresh, ("the UDP checksum over the whole datagram", sport)
+    frags_out = [f for f in out1 if (IP in f and (f[IP].flags.MF or f[IP].frag)) or IPv6ExtHdrFragment in f]
+    assert frags_out and all(len(f) - 14 <= 1400 for f in frags_out), "fragments fit the 1400-byte link"
+
+    # To the client: each reply whole from the service address and port.
+    back = {p[UDP].dport: p for p in whole_datagrams(out0, 4) + whole_datagrams(out0, 6) if UDP in p}
+    assert (back[6003][IP].src, back[6003][UDP].sport) == (VIP, 54), back[6003].summary()
+    assert (back[6002][IPv6].src, back[6002][UDP].sport) == (VIP6, 53), back[6002].summary()
+    for port in (6002, 6003):
+        assert bytes(back[port][UDP].payload) == body[::-1], port
+        sent_sum, fresh = recomputed(back[port], UDP)
+        assert sent_sum == fresh, ("the UDP checksum", port)
+
+    nat4, nat6 = counters[("lb4-nat", "to-reassembly")], counters[("lb6-nat", "to-reassembly")]
+    assert nat4 == len(in_order) + len(reversed_) + 3 and nat6 == len(six_frags), (nat4, nat6)
+    assert counters[("ip4-reassembly", "reassembled")] == 3 and counters[("ip6-reassembly", "reassembled")] == 2, counters
+    assert counters[("ip6-rewrite", "to-fragment")] == 2 and counters[("ip6-rewrite", "packet-too-big")] == 0
+    assert counters[("lb4-nat", "reply-translated")] == 1 and counters[("lb6-nat", "reply-translated")] == 1
+    drops = {k: v for k, v in counters.items() if v and k[0] in ("lb4-nat", "lb6-nat") and k[1] in ("extension-headers", "truncated", "not-tcp-udp")}
+    assert not drops, drops

@@ -14,7 +14,8 @@ from conftest import GW_MAC0, GW_MAC1, HOST_MAC, ROUTER_MAC, gateway_config, run
 
 from scapy.all import (GRE, ICMP, IP, SCTP, TCP, UDP, Ether, ICMPv6PacketTooBig, IPerror, IPerror6, IPv6, Raw, SCTPChunkCookieEcho, SCTPChunkData,
                        SCTPChunkHeartbeatReq, SCTPChunkInit, SCTPChunkParamHeartbeatInfo, SCTPChunkParamIPv4Addr, SCTPChunkParamIPv6Addr, SCTPChunkShutdown,
-                       SCTPChunkShutdownComplete, TCPerror, raw, wrpcap)
+                       SCTPChunkShutdownComplete, TCPerror, IPv6ExtHdrFragment, defragment, fragment, fragment6, raw, wrpcap)
+from scapy.layers.inet6 import defragment6
 
 BACKENDS = ["198.19.1.10", "198.19.2.10", "198.19.3.10"]
 BACKENDS6 = ["2001:db8:100::10", "2001:db8:100::20", "2001:db8:100::30"]
@@ -368,3 +369,41 @@ def test_an_icmp_error_about_a_backends_reply_goes_to_that_backend(vecgate, tmp_
     read = [line.split("\t") for line in r.stdout.splitlines()]
     v4 = lambda port, sctp=False: ["3", "", "1", "", "" if sctp else str(port), str(port) if sctp else "", ""]
     assert read == [v4(45000), v4(45001), v4(45002), ["", "2", "", "1", "45010", "", ""], v4(45020, sctp=True), v4(45030)], r.stdout
+
+
+def test_a_fragmented_datagram_goes_whole_to_one_backend(vecgate, tmp_path):
+    """A client's datagram in fragments (only the first with the ports that choose the
+    backend) is reassembled by the node and carried whole to one backend, in outer
+    packets fragmented for the backend's 1400-byte link (the backend reassembles them):
+    IPv4 in each encapsulation (fragments in order and reversed), IPv6 in GUE (outer
+    IPv6 fragments, not a Packet Too Big the client could not act on). Before, every
+    fragment was dropped."""
+    body = bytes(range(256)) * 12
+    originals, frames = {}, []
+    for i, mode in enumerate(VIPS):
+        d = IP(src=CLIENT, dst=VIPS[mode], id=700 + i) / UDP(sport=47000 + i, dport=53) / Raw(body)
+        originals[47000 + i] = raw(d)
+        pieces = fragment(d, fragsize=1000)
+        frames += [Ether(src=HOST_MAC, dst=GW_MAC0) / f for f in (reversed(pieces) if mode == "gre" else pieces)]
+    six = IPv6(src=CLIENT6, dst=VIP6) / TCP(sport=47010, dport=80, flags="A", seq=1) / Raw(body)
+    originals[47010] = raw(six)
+    frames += [Ether(src=HOST_MAC, dst=GW_MAC0) / f
+               for f in fragment6(IPv6(src=CLIENT6, dst=VIP6) / IPv6ExtHdrFragment(id=710) / TCP(sport=47010, dport=80, flags="A", seq=1) / Raw(body), 1280)]
+    _, out1, counters, _ = run_pcap(vecgate, tmp_path, frames, services())
+    assert all(len(f) - 14 <= 1400 for f in out1), "outer fragments fit the link"
+    outer4 = defragment([f[IP] for f in out1 if IP in f and f[Ether].type == 0x0800])
+    frags6 = [f[IPv6] for f in out1 if IPv6 in f and f[Ether].type == 0x86DD]
+    assert frags6 and all(IPv6ExtHdrFragment in f for f in frags6), "the IPv6 outer packet in fragments"
+    outer6 = IPv6(raw(defragment6(frags6)))
+    got = {}
+    for o in list(outer4) + [outer6]:
+        assert o.src in (NODE, NODE6) and o.dst in BACKENDS + BACKENDS6, o.summary()
+        inner, _ = carried(Ether() / o)
+        l4 = inner[UDP] if UDP in inner else inner[TCP]
+        got[l4.sport] = raw(inner)
+    assert got == originals, "each datagram whole and unchanged inside its outer headers"
+    n6 = sum(1 for f in frames if IPv6 in f)
+    assert (counters[("lb4-nat", "to-reassembly")], counters[("lb6-nat", "to-reassembly")]) == (len(frames) - n6, n6)
+    assert counters[("lb4-nat", "encapsulated")] == 3 and counters[("lb6-nat", "encapsulated")] == 1
+    assert counters[("lb4-nat", "fragment-outer")] == 3 and counters[("lb6-nat", "fragment-outer")] == 1
+    assert counters[("lb6-nat", "inner-too-big")] == 0

@@ -168,6 +168,41 @@ fn graph_dsr_seed_carries_an_error_to_the_connections_backend() {
     assert_eq!(count(&h, "lb4-nat", "new-session"), 1);
 }
 
+/// Fragments to services: each seed's datagram is reassembled by the node, load-balanced
+/// whole, and leaves fragmented again (no fragment dropped, no Packet Too Big): the
+/// IPv6 NAT service's translated datagram in IPv6 fragments, the IPv4 one's (its
+/// fragments reversed) in IPv4 fragments, the GUE service's in outer IPv6 fragments.
+#[test]
+fn graph_fragment_seeds_are_reassembled_and_leave_fragmented() {
+    let mut h = Harness::new();
+    let mut sent = Vec::new();
+    for name in ["lb6-fragments", "lb4-fragments", "lb6-dsr-fragments"] {
+        let frames = seed(name);
+        sent.push(frames.len() as u64);
+        let mut left = Vec::new();
+        for (port, f) in frames {
+            left.extend(h.frame(port, f).into_iter().map(|(_, t)| t.bytes));
+        }
+        assert!(left.len() >= 2, "{name}: {} frames left: {:?}", left.len(), nonzero(&h));
+        for f in &left {
+            let l3 = &f[14..];
+            let fragment = match l3[0] >> 4 {
+                4 => wire::ipv4::Ipv4Packet::new_checked(l3).unwrap().is_fragment(),
+                _ => wire::ipv6::Ipv6Packet::new_checked(l3).unwrap().next_header() == wire::IpProtocol::Ipv6Frag,
+            };
+            assert!(fragment, "{name}: a fragment left");
+        }
+    }
+    assert_eq!(count(&h, "lb6-nat", "to-reassembly"), sent[0] + sent[2]);
+    assert_eq!(count(&h, "lb4-nat", "to-reassembly"), sent[1]);
+    assert_eq!(count(&h, "ip6-reassembly", "reassembled"), 2);
+    assert_eq!(count(&h, "ip4-reassembly", "reassembled"), 1);
+    assert_eq!(count(&h, "lb6-nat", "new-session") + count(&h, "lb6-nat", "affinity"), 2);
+    assert_eq!(count(&h, "lb4-nat", "new-session"), 1);
+    assert_eq!(count(&h, "lb6-nat", "fragment-outer"), 1);
+    assert_eq!(count(&h, "ip6-rewrite", "packet-too-big"), 0, "{:?}", nonzero(&h));
+}
+
 /// `not_here`: counters the seeds cannot reach with this harness.
 fn seeds_reach_every_feature(mut h: Harness, not_here: &[(&str, &str)]) {
     for (path, data) in corpus("graph") {
@@ -202,6 +237,9 @@ fn seeds_reach_every_feature(mut h: Harness, not_here: &[(&str, &str)]) {
         ("lb6-nat", "no-service"),
         ("lb6-nat", "icmp-translated"),
         ("lb4-nat", "icmp-to-backend"),
+        ("lb4-nat", "to-reassembly"),
+        ("lb6-nat", "to-reassembly"),
+        ("ip6-rewrite", "to-fragment"),
         ("lb4-nat", "source-not-allowed"),
         ("lb6-nat", "source-not-allowed"),
         ("lb4-nat", "sctp-bad-checksum"),

@@ -73,6 +73,11 @@ pub struct Meta {
     /// Checksum and segmentation work left for the transmitting device (virtio-net
     /// header semantics); default: none.
     pub offload: Offload,
+    /// A datagram the gateway reassembled on its way through (`ipN-reassembly` for the
+    /// load balancer): its sender fragmented it, so it is fragmented again where a link
+    /// needs it, IPv6 included (as Linux does after conntrack's defragmentation), not
+    /// answered with Packet Too Big, which the sender could not act on.
+    pub refragment: bool,
 }
 
 /// Segmentation a GSO frame still needs: what kind, in segments of `Offload::gso_size`.
@@ -309,12 +314,14 @@ impl Buffer {
     /// past the inner packet's end, and GSO (no device hands over a tunnel GSO kind, so a
     /// GSO mark on an encapsulated packet segments the outer datagram; the inner packet
     /// is one packet). A partial checksum inside the inner packet (a local sender's,
-    /// under the outer header) stays: it is the inner packet's own. Every decapsulating
-    /// node strips through this.
+    /// under the outer header) stays: it is the inner packet's own. An outer datagram
+    /// reassembled here does not make its inner packet one to fragment again
+    /// ([`Meta::refragment`]). Every decapsulating node strips through this.
     #[inline(always)]
     pub fn decapsulate(&mut self, at: usize, len: usize) -> Result<(), BufferError> {
         self.narrow(at, len)?;
         self.meta.l4_checksum_ok = false;
+        self.meta.refragment = false;
         let o = &mut self.meta.offload;
         o.gso = GsoKind::None;
         o.gso_size = 0;
@@ -508,6 +515,7 @@ mod tests {
             trace: NonZeroU32::new(10),
             l4_checksum_ok: true,
             offload: Offload { csum_start: (HEADROOM + 60) as u16, csum_offset: 6, gso: GsoKind::UdpL4, gso_size: 1400 },
+            refragment: true,
         };
         b.narrow_to_new(36, 40).unwrap();
         assert_eq!(b.bytes(), &packet[36..76]);
@@ -529,10 +537,12 @@ mod tests {
         b.write(&packet).unwrap();
         b.meta.offload = Offload { csum_start: (HEADROOM + 20) as u16, ..outer };
         b.meta.l4_checksum_ok = true;
+        // An outer datagram reassembled here: its inner packet is not one to cut again.
+        b.meta.refragment = true;
         b.decapsulate(36, 40).unwrap();
         assert_eq!(b.bytes(), &packet[36..76]);
         assert_eq!(b.meta.offload, Offload::default());
-        assert!(!b.meta.l4_checksum_ok);
+        assert!(!b.meta.l4_checksum_ok && !b.meta.refragment);
         // A partial checksum inside the inner packet (its UDP at 36 + 20) is its own.
         b.write(&packet).unwrap();
         b.meta.offload = Offload { csum_start: (HEADROOM + 56) as u16, ..outer };

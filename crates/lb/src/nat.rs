@@ -21,7 +21,8 @@ use wire::checksum::{self, update16};
 pub enum NatError {
     /// Shorter than its headers say.
     Truncated,
-    /// An IPv4 fragment.
+    /// An IPv4 fragment, or an IPv6 packet whose first extension header is a Fragment
+    /// header.
     Fragment,
     /// IPv6 extension headers before the transport header.
     ExtensionHeaders,
@@ -166,7 +167,8 @@ impl Layout for V6 {
             return Err(NatError::Truncated);
         }
         match pkt[6] {
-            0 | 43 | 44 | 60 | 51 | 50 | 135 | 139 | 140 => Err(NatError::ExtensionHeaders),
+            44 => Err(NatError::Fragment),
+            0 | 43 | 60 | 51 | 50 | 135 | 139 | 140 => Err(NatError::ExtensionHeaders),
             p => Ok((40, p)),
         }
     }

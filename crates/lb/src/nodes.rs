@@ -46,6 +46,7 @@ next_nodes! {
         Ip4Rewrite = "ip4-rewrite", Ip6Rewrite = "ip6-rewrite",
         Output = "interface-output", Segment = "ip-gso-segment",
         Ip4Fragment = "ip4-fragment", Ip6Fragment = "ip6-fragment",
+        Ip4Reassembly = "ip4-reassembly", Ip6Reassembly = "ip6-reassembly",
     }
 }
 
@@ -66,7 +67,7 @@ counters! {
         ReplyTupleInUse(Warn, "reply-tuple-in-use", "the new connection's reply direction is another connection's"),
         IcmpNotOurs(Info, "icmp-not-translated", "ICMP error about no session, or not an error"),
         Truncated(Warn, "truncated", "shorter than its headers say"),
-        Fragment(Warn, "fragment", "IPv4 fragment to a service (ports only in the first)"),
+        ToReassembly(Info, "to-reassembly", "fragments to a service or of a reply to translate (ports only in the first): sent to ipN-reassembly, their datagram back here whole"),
         ExtensionHeaders(Warn, "extension-headers", "IPv6 extension headers before the transport header"),
         Protocol(Warn, "not-tcp-udp", "not TCP, UDP, SCTP or an ICMP error about them"),
         BadUdpLength(Warn, "bad-udp-length", "UDP length field below 8 or past the packet"),
@@ -95,6 +96,8 @@ pub trait NatNodeFamily: LbFamily {
     const REWRITE: LbNatNext;
     /// Fragmentation of the outer packets (their family is the service's).
     const FRAGMENT: LbNatNext;
+    /// Reassembly of fragments to a service, or of a reply to translate.
+    const REASSEMBLY: LbNatNext;
     const PORT_UNREACHABLE: IcmpRequest;
     /// The outer packet's family on the forwarding side (its adjacency).
     type Ip: ip::nodes::family::Family;
@@ -106,6 +109,7 @@ impl NatNodeFamily for crate::V4 {
     const ICMP_ERROR: LbNatNext = LbNatNext::Ip4IcmpError;
     const REWRITE: LbNatNext = LbNatNext::Ip4Rewrite;
     const FRAGMENT: LbNatNext = LbNatNext::Ip4Fragment;
+    const REASSEMBLY: LbNatNext = LbNatNext::Ip4Reassembly;
     const PORT_UNREACHABLE: IcmpRequest = IcmpRequest::new(3, wire::icmpv4::unreach::PORT, 0);
     type Ip = ip::nodes::family::Ip4;
 }
@@ -116,6 +120,7 @@ impl NatNodeFamily for crate::V6 {
     const ICMP_ERROR: LbNatNext = LbNatNext::Ip6IcmpError;
     const REWRITE: LbNatNext = LbNatNext::Ip6Rewrite;
     const FRAGMENT: LbNatNext = LbNatNext::Ip6Fragment;
+    const REASSEMBLY: LbNatNext = LbNatNext::Ip6Reassembly;
     const PORT_UNREACHABLE: IcmpRequest = IcmpRequest::new(1, wire::icmpv6::unreach::PORT, 0);
     type Ip = ip::nodes::family::Ip6;
 }
@@ -217,7 +222,8 @@ const AHEAD: usize = 16;
 fn nat_drop(e: NatError) -> LbNatCounter {
     match e {
         NatError::Truncated => LbNatCounter::Truncated,
-        NatError::Fragment => LbNatCounter::Fragment,
+        // Not reached: fragments go to reassembly (`LbNat::to_reassembly`).
+        NatError::Fragment => LbNatCounter::ToReassembly,
         NatError::ExtensionHeaders => LbNatCounter::ExtensionHeaders,
         NatError::Protocol => LbNatCounter::Protocol,
         NatError::BadUdpLength => LbNatCounter::BadUdpLength,
@@ -268,6 +274,8 @@ impl<F: NatNodeFamily> LbNat<F> {
                 }
             }
             Err(NatError::Sctp) => return Self::forwarded_sctp(cx, counts, buf),
+            // A fragment of a `Local` connection's reply: translated whole.
+            Err(NatError::Fragment) if t.reply_sources.contains(&F::src(buf.bytes())) => return Self::to_reassembly(counts, buf),
             Err(_) => {}
         }
         Verdict::Next(F::REWRITE)
@@ -429,7 +437,9 @@ impl<F: NatNodeFamily> LbNat<F> {
         // The client's packet at the start again (the outer headers stay in headroom).
         buf.advance(outer_len).ok()?;
         match ip::outer::inner_fit(buf, mtu.saturating_sub(outer_len), ip::outer::FragmentPolicy::Outer) {
-            ip::outer::InnerFit::TooBig { icmp, .. } => {
+            // A datagram reassembled here: its sender fragmented it and cannot make it
+            // smaller; it goes in outer fragments.
+            ip::outer::InnerFit::TooBig { icmp, .. } if !buf.meta.refragment => {
                 buf.meta.param = icmp.encode();
                 counts.inc(LbNatCounter::InnerTooBig);
                 Some(Verdict::Next(F::ICMP_ERROR))
@@ -480,6 +490,7 @@ impl<F: NatNodeFamily> LbNat<F> {
             Err(NatError::Protocol) if F::l4(pkt).is_ok_and(|(_, p)| p == F::ICMP) => {
                 return Self::error_to_service(cx, counts, buf, local);
             }
+            Err(NatError::Fragment) => return Self::to_reassembly(counts, buf),
             Err(e) => return Verdict::Drop(nat_drop(e)),
         };
         let (key, flags) = (flow.key, flow.flags);
@@ -564,6 +575,19 @@ impl<F: NatNodeFamily> LbNat<F> {
 }
 
 impl<F: NatNodeFamily> LbNat<F> {
+    /// A fragment of a client's datagram to a service, or of a reply to translate: only
+    /// the first carries the ports that choose the session. The fragments are reassembled
+    /// (`ipN-reassembly`, the worker's bounded table, as for the node's own) and the whole
+    /// datagram comes back here to take its session's path like any packet; it is
+    /// fragmented again where a link needs it (`Meta::refragment`), as Linux's conntrack
+    /// does, or, encapsulated, in outer fragments.
+    #[cold]
+    fn to_reassembly(counts: &mut Counts<'_, LbNatCounter>, buf: &mut Buffer) -> Verdict<LbNatNext, LbNatCounter> {
+        counts.inc(LbNatCounter::ToReassembly);
+        buf.meta.param = ip::nodes::ip_reassembly::FOR_LB;
+        Verdict::Next(F::REASSEMBLY)
+    }
+
     /// An ICMP error routed to the node, about a load-balanced connection's packet. A
     /// direct-server-return backend's reply leaves it from the service's address, so a
     /// router's error about the reply (frag-needed, packet too big: path MTU discovery)

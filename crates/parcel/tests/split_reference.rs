@@ -277,6 +277,7 @@ fn split_meta<F: ParcelFamily>(parcel: &[u8], check: bool, chain: bool) -> (Vec<
         trace: NonZeroU32::new(9),
         l4_checksum_ok: true,
         offload: Offload { csum_start: (end - 8) as u16, csum_offset: 6, gso: GsoKind::UdpL4, gso_size: 1000 },
+        refragment: true,
     };
     b.meta = meta;
     let mut got: Vec<BufIdx> = Vec::new();

@@ -45,6 +45,7 @@ impl<Cx: HasIp> Node<Cx> for Ip4Local {
         };
         if p.is_fragment() {
             counts.inc(C::Fragment);
+            buf.meta.param = 0;
             return Verdict::Next(Ip4LocalNext::Reassembly);
         }
         let hl = p.header_len();

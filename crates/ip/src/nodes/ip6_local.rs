@@ -67,6 +67,7 @@ impl<Cx: HasIp> Node<Cx> for Ip6Local {
         };
         if info.fragment.is_some() {
             counts.inc(C::Fragment);
+            buf.meta.param = 0;
             return Verdict::Next(Ip6LocalNext::Reassembly);
         }
         let off = HEADER_LEN + info.upper_offset;

@@ -1,5 +1,7 @@
 //! `ip6-rewrite`: hop-limit and MTU checks (IPv6 routers never fragment: packet too big,
-//! RFC 8201), hop-limit decrement, Ethernet header from the adjacency.
+//! RFC 8201; but a datagram whose fragments the gateway reassembled on the way through
+//! is cut again, `engine::Meta::refragment`), hop-limit decrement, Ethernet header from
+//! the adjacency.
 
 use super::family::{prepend_l2, resolve, rewrite_fast, Ip6, Resolved};
 use super::IcmpRequest;
@@ -8,13 +10,14 @@ use engine::{counters, next_nodes, Buffer, Counts, Node, Verdict};
 use wire::ipv6::Ipv6Packet;
 
 next_nodes! {
-    pub enum Ip6RewriteNext { Output = "interface-output", IcmpError = "ip6-icmp-error", Glean = "ip-glean" }
+    pub enum Ip6RewriteNext { Output = "interface-output", IcmpError = "ip6-icmp-error", Glean = "ip-glean", Fragment = "ip6-fragment" }
 }
 
 counters! {
     pub enum Ip6RewriteCounter {
         HopLimitExpired(Info, "hop-limit-expired", "hop limit would reach 0 (ICMPv6 time exceeded requested)"),
         PacketTooBig(Info, "packet-too-big", "larger than the MTU (ICMPv6 packet too big requested)"),
+        ToFragment(Info, "to-fragment", "a datagram reassembled on its way through, larger than the MTU: sent to ip6-fragment"),
         NoHeadroom(Error, "no-headroom", "no headroom for the Ethernet header"),
         BadAdjacency(Error, "bad-adjacency", "adjacency is not a forwarding one"),
         Truncated(Error, "truncated", "shorter than an IPv6 header"),
@@ -60,6 +63,13 @@ impl<Cx: HasIp> Node<Cx> for Ip6Rewrite {
             Resolved::Bad => return Verdict::Drop(C::BadAdjacency),
         };
         if super::wire_segment_len(buf, len) > mtu as usize {
+            // Its sender fragmented it; the gateway reassembled it (the load balancer):
+            // cut again, not refused (`Meta::refragment`).
+            if buf.meta.refragment {
+                counts.inc(C::ToFragment);
+                buf.meta.param = super::FragmentRequest { mtu, originated: false }.encode();
+                return Verdict::Next(Ip6RewriteNext::Fragment);
+            }
             counts.inc(C::PacketTooBig);
             buf.meta.param = IcmpRequest::new(2, 0, mtu).encode();
             return Verdict::Next(Ip6RewriteNext::IcmpError);

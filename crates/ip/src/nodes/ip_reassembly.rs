@@ -1,6 +1,8 @@
 //! `ip4-reassembly` / `ip6-reassembly`: fragments addressed to the gateway (from
-//! `ipN-local`) are held in the worker's bounded table (`crate::reassembly`) until their
-//! datagram is whole; the datagram then goes back to `ipN-local` as one packet.
+//! `ipN-local`), or to a load-balanced service (from `lbN-nat`, [`FOR_LB`]), are held in
+//! the worker's bounded table (`crate::reassembly`) until their datagram is whole; the
+//! datagram then goes back to the node it came from as one packet, marked
+//! [`engine::Meta::refragment`] (fragmented again where a link needs it).
 //!
 //! IPv4: the first fragment's header with the whole length, no MF flag or offset, and a
 //! new checksum. IPv6 (RFC 8200 §4.5; overlaps end the datagram, RFC 5722): the first
@@ -21,12 +23,17 @@ use wire::ipv6_ext::{skip_headers, FragmentRepr, FRAGMENT_HEADER_LEN};
 use wire::IpProtocol;
 
 next_nodes! {
-    pub enum Ip4ReassemblyNext { Local = "ip4-local", IcmpError = "ip4-icmp-error" }
+    pub enum Ip4ReassemblyNext { Local = "ip4-local", IcmpError = "ip4-icmp-error", Lb4Nat = "lb4-nat" }
 }
 
 next_nodes! {
-    pub enum Ip6ReassemblyNext { Local = "ip6-local", IcmpError = "ip6-icmp-error" }
+    pub enum Ip6ReassemblyNext { Local = "ip6-local", IcmpError = "ip6-icmp-error", Lb6Nat = "lb6-nat" }
 }
+
+/// `Meta::param` of a fragment `lbN-nat` sends here (one routed to a service address,
+/// or of a reply it translates): the whole datagram goes back to `lbN-nat`, not to
+/// `ipN-local`, which sends its fragments with `param` 0.
+pub const FOR_LB: u32 = u32::MAX;
 
 counters! {
     pub enum ReassemblyCounter {
@@ -117,6 +124,7 @@ fn whole(pool: &mut Pool, bi: BufIdx, header: &[u8], data: &[u8]) -> Result<BufI
     w.meta = meta;
     w.meta.offload = engine::Offload::default();
     w.meta.l4_checksum_ok = false;
+    w.meta.refragment = true;
     Ok(d)
 }
 
@@ -193,7 +201,8 @@ impl<Cx: HasIp> ExpandNode<Cx> for Ip4Reassembly {
         p[7] = 0;
         set_total_len4(p);
         counts.inc(C::Reassembled);
-        out.push((d, Ip4ReassemblyNext::Local));
+        let to = if pool.get(d).meta.param == FOR_LB { Ip4ReassemblyNext::Lb4Nat } else { Ip4ReassemblyNext::Local };
+        out.push((d, to));
         Ok(())
     }
 }
@@ -271,7 +280,8 @@ impl<Cx: HasIp> ExpandNode<Cx> for Ip6Reassembly {
             return Err(C::Inconsistent);
         }
         set_payload_len6(p);
-        out.push((d, Ip6ReassemblyNext::Local));
+        let to = if pool.get(d).meta.param == FOR_LB { Ip6ReassemblyNext::Lb6Nat } else { Ip6ReassemblyNext::Local };
+        out.push((d, to));
         Ok(())
     }
 }
