@@ -11,13 +11,26 @@ Every mode is bounded in count and time and prints one JSON line (clients) or RE
                              BYTES of seeded data: what came back is what went (sha256
                              both ways; "bytes" what came within SECONDS, 60 unless
                              given, a stall ends it), and who answered
-  uecho HOST PORT COUNT      COUNT UDP datagrams, each from a socket (and port) of its own connected
+  uecho HOST PORT COUNT [SIZES]
+                             COUNT UDP datagrams, each from a socket (and port) of its own connected
                              to HOST PORT (so only an answer from that address and port
-                             is taken): how many came back intact
+                             is taken): how many came back intact, and which did not;
+                             SIZES (bytes, comma-separated, taken in turn) makes them
+                             that large, of seeded data
+  userve NAME PORT...        echo each UDP datagram (IPv4 or IPv6) on the PORTs back
+                             whole to its sender; stops when stdin closes (or after
+                             120 s): each datagram's port, sender address and size
+  usend HOST PORT BYTES SPORT
+                             one UDP datagram of BYTES seeded bytes from port SPORT
+                             to HOST PORT: its sha256
+  urecv PORT SECONDS         the first UDP datagram (IPv4 or IPv6) to PORT within
+                             SECONDS: its sender, sender port, size and sha256 (all
+                             null if none came)
 """
 import hashlib
 import json
 import random
+import select
 import socket
 import sys
 import threading
@@ -103,8 +116,8 @@ def echo(host, port, n, source=None, seconds=60.0):
     print(json.dumps({"backend": name, "sent": hashlib.sha256(data).hexdigest(), "got": hashlib.sha256(got).hexdigest(), "bytes": len(got)}))
 
 
-def uecho(host, port, count):
-    answered = 0
+def uecho(host, port, count, sizes=None):
+    answered, missing = 0, []
     # Every socket stays open until the end, so each has a source port of its own (a
     # closed one's port may come back for a later socket: the same flow, one session).
     held = []
@@ -114,14 +127,63 @@ def uecho(host, port, count):
         s.connect((host, port))
         s.settimeout(2)
         msg = f"datagram {i} ".encode() * 8
+        if sizes:
+            size = sizes[i % len(sizes)]
+            msg = (msg + random.Random(i).randbytes(size))[:size]
         s.send(msg)
         try:
-            answered += s.recv(65535) == msg
+            intact = s.recv(65535) == msg
         except (socket.timeout, ConnectionRefusedError):
-            pass
+            intact = False
+        answered += intact
+        if not intact:
+            missing.append(i)
     for s in held:
         s.close()
-    print(json.dumps({"sent": count, "answered": answered}))
+    print(json.dumps({"sent": count, "answered": answered, "missing": missing}))
+
+
+def userve(name, ports):
+    socks = []
+    for port in ports:
+        # Both families on one socket: an IPv4 peer shows as ::ffff:a.b.c.d.
+        s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+        s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        s.bind(("::", port))
+        socks.append(s)
+    print("READY", flush=True)
+    got, end = [], time.time() + LIMIT
+    while (left := end - time.time()) > 0:
+        ready, _, _ = select.select(socks + [sys.stdin], [], [], left)
+        if sys.stdin in ready and not sys.stdin.read(1):
+            break
+        for s in ready:
+            if s is not sys.stdin:
+                b, peer = s.recvfrom(65535)
+                s.sendto(b, peer)
+                got.append([s.getsockname()[1], peer[0].removeprefix("::ffff:"), len(b)])
+    print(json.dumps({"name": name, "got": got}), flush=True)
+
+
+def usend(host, port, n, sport):
+    data = random.Random(n).randbytes(n)
+    s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("", sport))
+    s.sendto(data, (host, port))
+    print(json.dumps({"sha256": hashlib.sha256(data).hexdigest()}))
+
+
+def urecv(port, seconds):
+    s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    s.bind(("::", port))
+    s.settimeout(seconds)
+    print("READY", flush=True)
+    try:
+        b, peer = s.recvfrom(65535)
+        print(json.dumps({"from": peer[0].removeprefix("::ffff:"), "port": peer[1], "bytes": len(b), "sha256": hashlib.sha256(b).hexdigest()}))
+    except socket.timeout:
+        print(json.dumps({"from": None, "port": None, "bytes": None, "sha256": None}))
 
 
 if __name__ == "__main__":
@@ -133,4 +195,10 @@ if __name__ == "__main__":
     elif mode == "echo":
         echo(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), *sys.argv[5:6], *map(float, sys.argv[6:7]))
     elif mode == "uecho":
-        uecho(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+        uecho(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), [int(x) for x in sys.argv[5].split(",")] if sys.argv[5:] else None)
+    elif mode == "userve":
+        userve(sys.argv[2], [int(x) for x in sys.argv[3:]])
+    elif mode == "usend":
+        usend(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
+    elif mode == "urecv":
+        urecv(int(sys.argv[2]), float(sys.argv[3]))
