@@ -67,6 +67,7 @@ counters! {
         ReplyTupleInUse(Warn, "reply-tuple-in-use", "the new connection's reply direction is another connection's"),
         IcmpNotOurs(Info, "icmp-not-translated", "ICMP error about no session, or not an error"),
         Truncated(Warn, "truncated", "shorter than its headers say"),
+        FragmentAgain(Warn, "fragment-again", "a fragment the gateway cut from a datagram it reassembled, routed back to a service (a routing loop): dropped"),
         ToReassembly(Info, "to-reassembly", "fragments to a service or of a reply to translate (ports only in the first): sent to ipN-reassembly, their datagram back here whole"),
         ExtensionHeaders(Warn, "extension-headers", "IPv6 extension headers before the transport header"),
         Protocol(Warn, "not-tcp-udp", "not TCP, UDP, SCTP or an ICMP error about them"),
@@ -274,8 +275,12 @@ impl<F: NatNodeFamily> LbNat<F> {
                 }
             }
             Err(NatError::Sctp) => return Self::forwarded_sctp(cx, counts, buf),
-            // A fragment of a `Local` connection's reply: translated whole.
-            Err(NatError::Fragment) if t.reply_sources.contains(&F::src(buf.bytes())) => return Self::to_reassembly(counts, buf),
+            // A fragment of a `Local` connection's reply: translated whole. Not one the
+            // gateway cut itself (a reassembled datagram, fragmented again on its way out
+            // and routed here again): that would go round for ever.
+            Err(NatError::Fragment) if !buf.meta.refragment && t.reply_sources.contains(&F::src(buf.bytes())) => {
+                return Self::to_reassembly(counts, buf)
+            }
             Err(_) => {}
         }
         Verdict::Next(F::REWRITE)
@@ -490,6 +495,7 @@ impl<F: NatNodeFamily> LbNat<F> {
             Err(NatError::Protocol) if F::l4(pkt).is_ok_and(|(_, p)| p == F::ICMP) => {
                 return Self::error_to_service(cx, counts, buf, local);
             }
+            Err(NatError::Fragment) if buf.meta.refragment => return Verdict::Drop(C::FragmentAgain),
             Err(NatError::Fragment) => return Self::to_reassembly(counts, buf),
             Err(e) => return Verdict::Drop(nat_drop(e)),
         };
