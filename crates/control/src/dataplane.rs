@@ -1234,6 +1234,10 @@ fn build_worker(
         g.add_expand(ip::nodes::worker_handoff::WorkerHandoff::new(k, l.to.clone()));
         g.add_expand(ip::nodes::worker_handoff::WorkerHandoff::sessions_only(k, l.to.clone()));
         handoff_input = Some(g.add_input("handoff-input", "ethernet-input"));
+    } else {
+        // `lbN-nat` names it (a datagram it reassembled for another worker's
+        // connection); alone, a worker never sends it anything.
+        g.add_expand(ip::nodes::worker_handoff::WorkerHandoff::sessions_only(k, vec![None]));
     }
     // The first node of an input kind: with several workers, the one that spreads what
     // a device's owner receives, or the one that moves only what belongs elsewhere.

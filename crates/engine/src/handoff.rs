@@ -39,6 +39,8 @@ struct HandoffFrame {
     partial: Option<(usize, usize)>,
     gso: GsoKind,
     gso_size: u16,
+    /// [`crate::Meta::refragment`]: a datagram reassembled by the sending worker.
+    refragment: bool,
 }
 
 /// Up to a vector of frames; `len` of them are filled.
@@ -59,6 +61,7 @@ impl Batch {
                 partial: None,
                 gso: GsoKind::None,
                 gso_size: 0,
+                refragment: false,
             })
             .collect();
         Batch { frames, len: 0 }
@@ -109,6 +112,7 @@ impl LaneTx {
         f.partial = buf.take_partial_checksum();
         f.gso = buf.meta.offload.gso;
         f.gso_size = buf.meta.offload.gso_size;
+        f.refragment = buf.meta.refragment;
         batch.len += 1;
         if batch.len == batch.frames.len() {
             self.flush();
@@ -145,6 +149,7 @@ impl LaneRx {
                     }
                     buf.meta.offload.gso = f.gso;
                     buf.meta.offload.gso_size = f.gso_size;
+                    buf.meta.refragment = f.refragment;
                     Some((b, f.if_index, f.kind))
                 } else {
                     pool.free(b);

@@ -47,6 +47,7 @@ next_nodes! {
         Output = "interface-output", Segment = "ip-gso-segment",
         Ip4Fragment = "ip4-fragment", Ip6Fragment = "ip6-fragment",
         Ip4Reassembly = "ip4-reassembly", Ip6Reassembly = "ip6-reassembly",
+        SessionHandoff = "session-handoff",
     }
 }
 
@@ -68,6 +69,7 @@ counters! {
         IcmpNotOurs(Info, "icmp-not-translated", "ICMP error about no session, or not an error"),
         Truncated(Warn, "truncated", "shorter than its headers say"),
         FragmentAgain(Warn, "fragment-again", "a fragment the gateway cut from a datagram it reassembled, routed back to a service (a routing loop): dropped"),
+        ToSessionWorker(Info, "to-session-worker", "a datagram reassembled here whose connection belongs to another worker: handed to it"),
         ToReassembly(Info, "to-reassembly", "fragments to a service or of a reply to translate (ports only in the first): sent to ipN-reassembly, their datagram back here whole"),
         ExtensionHeaders(Warn, "extension-headers", "IPv6 extension headers before the transport header"),
         Protocol(Warn, "not-tcp-udp", "not TCP, UDP, SCTP or an ICMP error about them"),
@@ -594,6 +596,38 @@ impl<F: NatNodeFamily> LbNat<F> {
         Verdict::Next(F::REASSEMBLY)
     }
 
+    /// A datagram reassembled on this worker (the worker its fragments' addresses hash
+    /// to: only the first fragment has ports) whose connection belongs to another
+    /// ([`crate::steer::owner`], by the whole datagram's ports): handed to that worker
+    /// as a frame received on the same interface (`session-handoff`, which asks the same
+    /// question), to take its session's path there. `None`: this worker's.
+    #[cold]
+    fn reassembled_elsewhere<Cx: HasLb>(
+        cx: &mut Cx,
+        counts: &mut Counts<'_, LbNatCounter>,
+        buf: &mut Buffer,
+    ) -> Option<Verdict<LbNatNext, LbNatCounter>> {
+        let (me, workers) = cx.lb().b4.worker();
+        if workers <= 1 {
+            return None;
+        }
+        let lb = std::sync::Arc::clone(&cx.lb().tables);
+        let ip = &cx.ip().tables;
+        let owner = crate::steer::owner(&lb, buf.bytes(), workers, |a| ip.is_local(a))?;
+        if owner == me {
+            return None;
+        }
+        let mac = ip.interface(buf.meta.rx_if)?.mac;
+        let ethertype: u16 = if buf.bytes().first()? >> 4 == 4 { 0x0800 } else { 0x86dd };
+        buf.extend_front(14).ok()?;
+        let h = buf.bytes_mut();
+        h[..6].copy_from_slice(&mac.0);
+        h[6..12].copy_from_slice(&mac.0);
+        h[12..14].copy_from_slice(&ethertype.to_be_bytes());
+        counts.inc(LbNatCounter::ToSessionWorker);
+        Some(Verdict::Next(LbNatNext::SessionHandoff))
+    }
+
     /// An ICMP error routed to the node, about a load-balanced connection's packet. A
     /// direct-server-return backend's reply leaves it from the service's address, so a
     /// router's error about the reply (frag-needed, packet too big: path MTU discovery)
@@ -713,6 +747,11 @@ impl<F: NatNodeFamily> LbNat<F> {
             let (_, lb, _) = F::parts(cx.lb());
             if let Some(r) = self.ready[..self.len].get(at + AHEAD) {
                 lb.sessions.prefetch(r.at);
+            }
+        }
+        if buf.meta.refragment {
+            if let Some(v) = Self::reassembled_elsewhere(cx, counts, buf) {
+                return v;
             }
         }
         let ready = &self.ready[at % VECTOR_SIZE];

@@ -538,6 +538,11 @@ impl<F: Family> Balancer<F> {
         (self.me, self.workers) = (me, workers);
     }
 
+    /// This worker and how many there are ([`Balancer::set_worker`]).
+    pub fn worker(&self) -> (u32, u32) {
+        (self.me, self.workers)
+    }
+
     /// A packet `key` from a client to `svc` (found by the caller in `t`): the
     /// translation to apply.
     #[inline]
