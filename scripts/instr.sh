@@ -17,8 +17,8 @@ for line in open(path):
     m = re.match(r"^(summary|totals):\s+(\d+)", line)
     if m:
         total = int(m.group(2))
-# The bench warms up on max(packets/10, 1024) packets rounded up to whole vectors.
-warm = -(-max(packets // 10, 1024) // 256) * 256
+# The bench warms up on max(packets/10, 1024) packets rounded up to whole pairs of vectors.
+warm = -(-max(packets // 10, 1024) // 512) * 512
 print(f"{label}: {total / (packets + warm):.0f} instructions/packet in graph nodes")
 PY
 rm -f "$out"
