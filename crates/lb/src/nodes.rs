@@ -580,9 +580,7 @@ impl<F: NatNodeFamily> LbNat<F> {
             Err(LbDrop::ReplyTupleInUse) => Verdict::Drop(C::ReplyTupleInUse),
         }
     }
-}
 
-impl<F: NatNodeFamily> LbNat<F> {
     /// A fragment of a client's datagram to a service, or of a reply to translate: only
     /// the first carries the ports that choose the session. The fragments are reassembled
     /// (`ipN-reassembly`, the worker's bounded table, as for the node's own) and the whole
