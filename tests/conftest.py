@@ -223,6 +223,18 @@ def one_switch(peers, old, new) -> int:
     assert all(x == old for x in peers[:switch]) and all(x == new for x in peers[switch:]), peers
     return switch
 
+def reassembled6(fragments):
+    """scapy's own reassembly of IPv6 fragments (packets holding a Fragment header),
+    grouped by source, destination and identification: the whole packets."""
+    from scapy.all import IPv6, IPv6ExtHdrFragment, raw
+    from scapy.layers.inet6 import defragment6
+    by_id = {}
+    for f in fragments:
+        p = f[IPv6]
+        by_id.setdefault((p.src, p.dst, p[IPv6ExtHdrFragment].id), []).append(p)
+    return [IPv6(raw(defragment6(ps))) for ps in by_id.values()]
+
+
 def tshark_clean(pcap: Path):
     """tshark dissects the capture with no malformed-packet or checksum warnings."""
     if shutil.which("tshark") is None:

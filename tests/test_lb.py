@@ -5,11 +5,10 @@ and 2001:db8:100::/48 are routed by 198.18.1.2 / 2001:db8:1::2 behind eth1; the 
 address there (198.18.1.1 / 2001:db8:1::1) is the source-translation address."""
 from collections import Counter
 
-from conftest import GW_MAC0, GW_MAC1, HOST_MAC, ROUTER_MAC, run_pcap  # every frame enters through eth0
+from conftest import GW_MAC0, GW_MAC1, HOST_MAC, ROUTER_MAC, reassembled6, run_pcap  # every frame enters through eth0
 
 from scapy.all import (ICMP, IP, TCP, UDP, Ether, ICMPv6PacketTooBig, IPerror, IPerror6, IPv6, IPv6ExtHdrFragment, Raw, TCPerror, defragment, fragment,
                        fragment6, raw)
-from scapy.layers.inet6 import defragment6
 
 VIP = "198.18.128.10"
 VIP6 = "2001:db8:80::10"
@@ -304,12 +303,7 @@ def whole_datagrams(frames, family):
         assert len(p) <= 1500, p.summary()
     if family == 4:
         return [p for p in defragment(packets)]
-    frags = [p for p in packets if IPv6ExtHdrFragment in p]
-    by_id = {}
-    for p in frags:
-        by_id.setdefault((p.src, p.dst, p[IPv6ExtHdrFragment].id), []).append(p)
-    whole = [defragment6(ps) for ps in by_id.values()]
-    return [p for p in packets if IPv6ExtHdrFragment not in p] + [IPv6(raw(w)) for w in whole]
+    return [p for p in packets if IPv6ExtHdrFragment not in p] + reassembled6([p for p in packets if IPv6ExtHdrFragment in p])
 
 
 def test_fragmented_datagrams_are_reassembled_translated_and_fragmented_again(vecgate, tmp_path):

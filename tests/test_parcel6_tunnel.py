@@ -11,12 +11,12 @@ datagrams before the tunnel: never Packet Too Big, which its source could not ac
 import struct
 
 import pytest
-from conftest import HOST_MAC, tshark_clean, write_pcap
+from conftest import HOST_MAC, reassembled6, tshark_clean, write_pcap
 from parcelpkt import parcel6, parse6
 from test_parcel import segs, udp_ok_by_scapy
 from test_parcel_tunnel import frames, run
 
-from scapy.all import GRE, IP, UDP, Ether, IPv6, IPv6ExtHdrFragment, defragment, defragment6, raw
+from scapy.all import GRE, IP, UDP, Ether, IPv6, IPv6ExtHdrFragment, defragment, raw
 
 A_MAC, B_MAC, NEXT_MAC = "02:00:00:00:0a:01", "02:00:00:00:0b:01", "02:00:00:00:0c:01"
 SRC, SPLIT_DST, WHOLE_DST = "2001:db8:0:1::2", "2001:db8:60::9", "2001:db8:61::9"
@@ -141,10 +141,7 @@ def reassembled(outer, fragments):
     """scapy's own reassembly of A's outer fragments: the whole outer packets."""
     if outer == "gre-over-ipv4":
         return [p for p in defragment(fragments) if UDP in p]
-    by_id = {}
-    for f in fragments:
-        by_id.setdefault(f[IPv6ExtHdrFragment].id, []).append(f[IPv6])
-    return [IPv6(raw(defragment6(fs))) for fs in by_id.values()]
+    return reassembled6(fragments)
 
 
 def inner_of(outer, pkt):

@@ -615,13 +615,9 @@ impl<F: NatNodeFamily> LbNat<F> {
         if owner == me {
             return None;
         }
-        let mac = ip.interface(buf.meta.rx_if)?.mac;
-        let ethertype: u16 = if buf.bytes().first()? >> 4 == 4 { 0x0800 } else { 0x86dd };
-        buf.extend_front(14).ok()?;
-        let h = buf.bytes_mut();
-        h[..6].copy_from_slice(&mac.0);
-        h[6..12].copy_from_slice(&mac.0);
-        h[12..14].copy_from_slice(&ethertype.to_be_bytes());
+        let ifl = ip.interface(buf.meta.rx_if)?;
+        let header = ip::tables::l2_rewrite(ifl, ifl.mac, <F::Ip as ip::nodes::family::Family>::ETHERTYPE);
+        buf.prepend(header.len()).ok()?.copy_from_slice(&header);
         counts.inc(LbNatCounter::ToSessionWorker);
         Some(Verdict::Next(LbNatNext::SessionHandoff))
     }

@@ -231,6 +231,24 @@ pub fn tag_addr<F: Family>(vtag: u32) -> F::Addr {
     F::from_ip(Ipv4Addr::from(vtag).into()).or_else(|| F::from_ip(Ipv6Addr::from(vtag as u128).into())).unwrap_or_default()
 }
 
+/// The index in `svc` of the backend entry `s` holds, while `svc` (the same service)
+/// still has it: at the entry's index, or where removals before it moved it.
+fn held_backend<F: Family>(s: &Session<F::Addr>, svc: &ServiceTable<F>) -> Option<u32> {
+    if s.service != svc.id {
+        return None;
+    }
+    let here = |b: &crate::tables::Backend<F>| b.addr == s.rewrite.dst && b.port == s.rewrite.dport;
+    if svc.backends.get(s.backend as usize).is_some_and(here) {
+        return Some(s.backend);
+    }
+    svc.backends.iter().position(here).map(|b| b as u32)
+}
+
+/// Maglev's backend in `svc` for a new connection `key`.
+fn maglev_pick<F: Family>(svc: &ServiceTable<F>, key: &FlowKey<F::Addr>) -> Option<u32> {
+    svc.pick(F::flow_hash(&key.src, &key.dst, key.sport, key.dport, key.proto))
+}
+
 /// The verification tag of an association's key ([`association_key`]), or `None` for
 /// a 5-tuple's.
 pub fn association_tag<F: Family>(key: &FlowKey<F::Addr>) -> Option<u32> {
@@ -724,23 +742,11 @@ impl<F: Family> Balancer<F> {
     /// index, the entry is brought up to date (rare: a scan of the backends).
     #[inline]
     fn kept(&mut self, i: SlotIdx, s: &Session<F::Addr>, svc: &ServiceTable<F>) -> bool {
-        if s.service != svc.id {
-            return false;
-        }
-        let here = |b: &crate::tables::Backend<F>| b.addr == s.rewrite.dst && b.port == s.rewrite.dport;
-        if svc.backends.get(s.backend as usize).is_some_and(here) {
-            self.sessions.get_mut(i).gen = svc.gen;
-            return true;
-        }
-        match svc.backends.iter().position(here) {
-            Some(b) => {
-                let e = self.sessions.get_mut(i);
-                e.backend = b as u32;
-                e.gen = svc.gen;
-                true
-            }
-            None => false,
-        }
+        let Some(b) = held_backend(s, svc) else { return false };
+        let e = self.sessions.get_mut(i);
+        e.backend = b;
+        e.gen = svc.gen;
+        true
     }
 
     /// The fast path of every established flow's packet: its entry found from `at`
@@ -839,22 +845,16 @@ impl<F: Family> Balancer<F> {
     /// an SCTP association keyed by its tag) the one its next packet would get from the
     /// client's affinity or Maglev. Reads only: an error makes and refreshes no session.
     pub fn direct_backend(&self, svc: &ServiceTable<F>, key: &FlowKey<F::Addr>, now: u64) -> Option<u32> {
-        let held = |addr: &F::Addr, port: u16| svc.backends.iter().position(|b| b.addr == *addr && b.port == port);
         if let Some(i) = self.sessions.find(&Key::new(key), now) {
             let s = self.sessions.get(i);
-            if let Some(b) = held(&s.rewrite.dst, s.rewrite.dport).filter(|_| s.twin == i && s.service == svc.id) {
-                return Some(b as u32);
+            if let Some(b) = held_backend(s, svc).filter(|_| s.twin == i) {
+                return Some(b);
             }
         }
-        if svc.affinity_ms != 0 {
-            if let Some(i) = self.affinity.find(&ClientKey(AffinityKey { client: key.src, service: svc.id }), now) {
-                let e = self.affinity.get(i);
-                if let Some(b) = held(&e.addr, e.port).filter(|&b| svc.backends[b].eligible) {
-                    return Some(b as u32);
-                }
-            }
+        if let Some((_, Some(b))) = self.affinity_of(svc, key.src, now) {
+            return Some(b);
         }
-        svc.pick(F::flow_hash(&key.src, &key.dst, key.sport, key.dport, key.proto))
+        maglev_pick(svc, key)
     }
 
     /// A packet of the connection: its state, and its expiry pushed on. The expiry is
@@ -887,25 +887,34 @@ impl<F: Family> Balancer<F> {
     /// The backend for a new connection: the client's affinity entry if the service has
     /// affinity and the entry's backend still takes new connections, else Maglev.
     fn choose(&mut self, svc: &ServiceTable<F>, key: &FlowKey<F::Addr>, now: u64) -> Result<(u32, bool), LbDrop> {
-        let ak = ClientKey(AffinityKey { client: key.src, service: svc.id });
-        if svc.affinity_ms != 0 {
-            if let Some(i) = self.affinity.find(&ak, now) {
-                let e = *self.affinity.get(i);
-                if svc.backends.get(e.backend as usize).is_some_and(|b| b.eligible && b.addr == e.addr && b.port == e.port) {
-                    self.affinity.set_expires(i, now + svc.affinity_ms);
-                    return Ok((e.backend, true));
-                }
-                self.affinity.remove(i);
+        match self.affinity_of(svc, key.src, now) {
+            Some((i, Some(b))) => {
+                self.affinity.set_expires(i, now + svc.affinity_ms);
+                return Ok((b, true));
             }
+            Some((i, None)) => self.affinity.remove(i),
+            None => {}
         }
-        let h = F::flow_hash(&key.src, &key.dst, key.sport, key.dport, key.proto);
-        let b = svc.pick(h).ok_or(LbDrop::NoBackend)?;
+        let b = maglev_pick(svc, key).ok_or(LbDrop::NoBackend)?;
         if svc.affinity_ms != 0 {
             let be = &svc.backends[b as usize];
+            let ak = ClientKey(AffinityKey { client: key.src, service: svc.id });
             // A full affinity table costs stickiness, not the connection.
             let _ = self.affinity.insert(ak, AffinityEntry { backend: b, addr: be.addr, port: be.port }, now, now + svc.affinity_ms);
         }
         Ok((b, false))
+    }
+
+    /// `client`'s affinity entry for `svc` (a service with affinity): its slot, and its
+    /// backend while `svc` still has it taking new connections (`None`: a stale entry).
+    fn affinity_of(&self, svc: &ServiceTable<F>, client: F::Addr, now: u64) -> Option<(SlotIdx, Option<u32>)> {
+        if svc.affinity_ms == 0 {
+            return None;
+        }
+        let i = self.affinity.find(&ClientKey(AffinityKey { client, service: svc.id }), now)?;
+        let e = self.affinity.get(i);
+        let live = svc.backends.get(e.backend as usize).is_some_and(|b| b.eligible && b.addr == e.addr && b.port == e.port);
+        Some((i, live.then_some(e.backend)))
     }
 
     /// A source port on the node's address whose reply tuple from the backend is free
