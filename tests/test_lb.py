@@ -240,6 +240,44 @@ def test_forwarded_icmp_errors_about_a_client_kept_connection_are_translated(vec
     assert counters[("lb6-nat", "icmp-translated")] == 1
 
 
+def test_a_backend_balanced_to_itself_is_translated_to_the_node(vecgate, tmp_path):
+    """Hairpin, both families: a `Local` service's backend connecting to the service and
+    chosen itself gets its connection from the node's address (as kube-proxy masquerades
+    it): a packet from its own address would be a martian to its kernel, and its reply
+    would not come back through the gateway. The reply to the node is translated back to
+    the service's address and port, every checksum valid."""
+    b4, b6 = BACKENDS[0], BACKENDS6[0]
+    out4 = Ether(src=HOST_MAC, dst=GW_MAC0) / IP(src=b4, dst=VIP) / TCP(sport=33000, dport=81, flags="S", seq=7) / Raw(b"self")
+    out6 = Ether(src=HOST_MAC, dst=GW_MAC0) / IPv6(src=b6, dst=VIP6) / TCP(sport=33000, dport=81, flags="S", seq=7)
+    _, out1, _, _ = run_pcap(vecgate, tmp_path, [out4, out6], services(LOCAL))
+    sent4 = [p for p in out1 if IP in p]
+    sent6 = [p for p in out1 if IPv6 in p]
+    assert len(sent4) == 1 and len(sent6) == 1, [p.summary() for p in out1]
+    p4, p6 = sent4[0], sent6[0]
+    assert (p4[IP].src, p4[IP].dst, p4[TCP].dport) == (SNAT, b4, 8080), p4.summary()
+    assert (p6[IPv6].src, p6[IPv6].dst, p6[TCP].dport) == (SNAT6, b6, 8080), p6.summary()
+    for p, layer in ((p4, IP), (p4, TCP), (p6, TCP)):
+        sent_sum, fresh = recomputed(p, layer)
+        assert sent_sum == fresh, (layer, p.summary())
+    # The backend's SYN-ACK to the node's address and port, a vector later.
+    r4 = Ether(src=HOST_MAC, dst=GW_MAC0) / IP(src=b4, dst=SNAT) / TCP(sport=8080, dport=p4[TCP].sport, flags="SA", seq=5, ack=8)
+    r6 = Ether(src=HOST_MAC, dst=GW_MAC0) / IPv6(src=b6, dst=SNAT6) / TCP(sport=8080, dport=p6[TCP].sport, flags="SA", seq=5, ack=8)
+    filler = [syn(21000 + i) for i in range(254)]
+    _, out1, counters, _ = run_pcap(vecgate, tmp_path, [out4, out6] + filler + [r4, r6], services(LOCAL))
+    # (The client is the backend, behind eth1.)
+    back = [p for p in out1 if TCP in p and p[TCP].sport == 81]
+    assert len(back) == 2, [p.summary() for p in out1]
+    q4 = next(p for p in back if IP in p)
+    q6 = next(p for p in back if IPv6 in p)
+    assert (q4[IP].src, q4[TCP].sport, q4[IP].dst, q4[TCP].dport) == (VIP, 81, b4, 33000), q4.summary()
+    assert (q6[IPv6].src, q6[TCP].sport, q6[IPv6].dst, q6[TCP].dport) == (VIP6, 81, b6, 33000), q6.summary()
+    for p, layer in ((q4, IP), (q4, TCP), (q6, TCP)):
+        sent_sum, fresh = recomputed(p, layer)
+        assert sent_sum == fresh, (layer, p.summary())
+    assert counters[("lb4-nat", "reply-translated")] == 1
+    assert counters[("lb6-nat", "reply-translated")] == 1
+
+
 def test_refusals_are_counted_by_name(vecgate, tmp_path):
     truncated = Ether(src=HOST_MAC, dst=GW_MAC0) / IP(src=CLIENT, dst=VIP, proto=6) / Raw(b"\x4e\x20\x00")
     frag = Ether(src=HOST_MAC, dst=GW_MAC0) / IP(src=CLIENT, dst=VIP, flags="MF") / TCP(sport=1, dport=80) / Raw(b"x" * 8)

@@ -215,6 +215,35 @@ def test_two_workers_translate_every_reply(lab, vecgate, tmp_path):
     assert code == 0
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_backend_balanced_to_itself_is_answered_through_the_node(lab, vecgate, tmp_path, workers):
+    """Hairpin: a backend connecting to a service that picks that backend itself. With the
+    client's address kept (`Local`) the packet would reach it from its own address (a
+    martian its kernel drops) and its reply would never pass the gateway; as kube-proxy
+    masquerades such a connection, vecgate translates its source to the node's address,
+    so the connection works and the backend sees the node as its peer. Another client of
+    the same service keeps its address."""
+    c, g, bes = topology(lab)
+    only_be0 = lb_service("self", VIP, 82, BACKENDS[:1], "Local")
+    gw = Vecgate(lab, vecgate, g, f"[dataplane]\nworkers = {workers}\n" + config(LOCAL_SERVICE + only_be0), tmp_path, split_dataplane=True)
+    serve_all(lab, c, bes)
+    r = client(lab, bes[0], "who", VIP, 82, 10)
+    assert len(r["answers"]) == 10, r
+    assert all(a.split() == ["be0", "198.19.1.1", VIP] for a in r["answers"]), r
+    e = client(lab, bes[0], "echo", VIP, 82, 1024 * 1024)
+    assert e["bytes"] == 1024 * 1024 and e["sent"] == e["got"], e
+    # The Local service with every backend: be0's connections that land on be0 are
+    # translated, those on the others keep be0's address.
+    r = client(lab, bes[0], "who", VIP, 81, 30)
+    seen = {tuple(a.split()[:2]) for a in r["answers"]}
+    assert ("be0", "198.19.1.1") in seen and {n for n, _ in seen} == {"be0", "be1", "be2"}, r
+    assert all(src == ("198.19.1.1" if n == "be0" else BACKENDS[0]) for n, src in seen), r
+    r = client(lab, c, "who", VIP, 82, 5)
+    assert all(a.split() == ["be0", "198.18.0.2", VIP] for a in r["answers"]), r
+    code, _, _ = gw.stop()
+    assert code == 0
+
+
 def test_cluster_policy_without_a_snat_address_keeps_the_client_address(lab, vecgate, tmp_path):
     """`Cluster` with no `[lb] snat4` to translate to: the client's address is kept, as
     with `Local`, so the backends' replies come forwarded to the client, and are

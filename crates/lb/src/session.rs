@@ -591,7 +591,11 @@ impl<F: Family> Balancer<F> {
         }
         let (b, affine) = self.choose(svc, key, now)?;
         let backend = &svc.backends[b as usize];
-        let (src, sport) = match (svc.snat, t.snat) {
+        // A backend balanced to itself (hairpin) is translated to the node whatever the
+        // policy, as kube-proxy masquerades it: from its own address the packet would be
+        // a martian to its kernel, and its reply would never come back through here.
+        let hairpin = backend.addr == key.src;
+        let (src, sport) = match (svc.snat || hairpin, t.snat) {
             (true, Some(node)) => (node, self.snat_port(t, key, &backend.addr, backend.port, &node, now)?),
             _ => (key.src, key.sport),
         };

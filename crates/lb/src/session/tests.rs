@@ -81,6 +81,43 @@ fn a_connection_is_translated_both_ways() {
 }
 
 #[test]
+fn a_backend_balanced_to_itself_is_translated_to_the_node() {
+    let st = state(spec(Protocol::Tcp, TrafficPolicy::Local, Affinity::None));
+    let mut r = Run::new(&st);
+    // Backend clients of their own service: each one Maglev sends to itself comes from
+    // the node (a distinct port), its reply to the node goes back as the service's; the
+    // others keep their address.
+    let (mut hairpins, mut kept) = (0, 0);
+    for i in 0..60u16 {
+        let src = ip(BACKENDS[i as usize % 3]);
+        let k = FlowKey { src, sport: 20_000 + i, ..client(0) };
+        let (there, _) = r.fwd(&k, TCP_SYN, 0).unwrap();
+        if there.dst != src {
+            assert_eq!((there.src, there.sport), (src, k.sport), "Local keeps another client's address");
+            kept += 1;
+            continue;
+        }
+        hairpins += 1;
+        assert_eq!(there.src, NODE, "a hairpin comes from the node");
+        let reply = FlowKey { src, sport: 8080, dst: NODE, dport: there.sport, proto: 6 };
+        assert_eq!(r.lb.reverse(&reply, TCP_SYN | TCP_ACK, 1).unwrap(), Rewrite { src: VIP, sport: 80, dst: src, dport: k.sport });
+        assert_eq!(r.fwd(&k, TCP_ACK, 2).unwrap(), (there, Outcome::Hit));
+    }
+    assert!(hairpins >= 5 && kept >= 20, "{hairpins} hairpins, {kept} kept");
+    // Without a node address to translate to, nothing can be done: the address is kept.
+    let mut st = LbState::new();
+    st.add_service(spec(Protocol::Tcp, TrafficPolicy::Local, Affinity::None)).unwrap();
+    let mut r = Run::new(&st);
+    let src = ip(BACKENDS[0]);
+    let found = (0..60u16).map(|i| FlowKey { src, sport: 30_000 + i, ..client(0) }).find_map(|k| {
+        let (there, _) = r.fwd(&k, TCP_SYN, 0).unwrap();
+        (there.dst == src).then_some((there, k))
+    });
+    let (there, k) = found.expect("some connection lands on its own backend");
+    assert_eq!((there.src, there.sport), (src, k.sport));
+}
+
+#[test]
 fn cluster_policy_translates_the_source_to_the_node_with_distinct_ports() {
     let st = state(spec(Protocol::Udp, TrafficPolicy::Cluster, Affinity::None));
     let mut r = Run::new(&st);
