@@ -98,6 +98,33 @@ def test_connections_spread_over_backends_translated_to_the_node(vecgate, tmp_pa
     assert counters[("lb4-nat", "new-session")] == FLOWS
 
 
+def test_gateways_listing_backends_in_any_order_choose_alike(vecgate, tmp_path):
+    """Scale-out by ECMP across several gateways: a router may send a connection's
+    packets to another gateway (a link down, a gateway added), which has no session for
+    it and must pick the same backend. Each backend's Maglev slots follow its identity,
+    not its place in the list (a controller may learn the endpoints in any order): two
+    gateways given the backends in other orders send each of 300 connections, TCP and
+    UDP, IPv4 and IPv6, to the same backend."""
+    flows = [syn(20000 + i) for i in range(100)]
+    flows += [Ether(src=HOST_MAC, dst=GW_MAC0) / IP(src=CLIENT, dst=VIP) / UDP(sport=30000 + i, dport=53) / Raw(b"q") for i in range(100)]
+    flows += [syn6(40000 + i) for i in range(100)]
+
+    def choices(text):
+        _, out1, _, _ = run_pcap(vecgate, tmp_path, flows, text)
+        assert len(out1) == 300
+        return [(p[IP].dst if IP in p else p[IPv6].dst, (p[TCP] if TCP in p else p[UDP]).dport) for p in out1]
+
+    first = choices(services())
+    assert len(set(first)) == 6, "every backend of both families takes some"
+    listed = services()
+    for old, new in ((BACKENDS, BACKENDS[::-1]), (BACKENDS6, BACKENDS6[1:] + BACKENDS6[:1])):
+        was = ", ".join(f'{{ addr = "{a}", port = 8080 }}' for a in old)
+        assert was in listed
+        listed = listed.replace(was, ", ".join(f'{{ addr = "{a}", port = 8080 }}' for a in new))
+    assert listed != services()
+    assert choices(listed) == first
+
+
 def backends_of(vecgate, tmp_path, n):
     """Which backend and source port each of the first n flows of `syn` goes to (Maglev
     is deterministic, so a second run chooses the same)."""
