@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from scapy.all import (ARP, ICMP, IP, TCP, UDP, Ether, Dot1Q, IPv6, ICMPv6EchoRequest, ICMPv6ND_NS, ICMPv6PacketTooBig,
-                       ICMPv6NDOptSrcLLAddr, IPv6ExtHdrFragment, IPv6ExtHdrHopByHop, HBHOptUnknown, GRE, Raw,
+                       ICMPv6NDOptSrcLLAddr, IPv6ExtHdrFragment, IPv6ExtHdrHopByHop, IPv6ExtHdrDestOpt, IPv6ExtHdrRouting, RouterAlert, HBHOptUnknown, GRE, Raw,
                        fragment, fragment6, raw)
 from scapy.contrib.gtp import GTP_U_Header, GTPPDUSessionContainer, GTPEchoRequest
 from scapy.layers.ipsec import ESP, SecurityAssociation
@@ -266,6 +266,15 @@ seeds = {
                                                                               / TCP(sport=40041, dport=80, flags="S", seq=1) / payload(2400), fragsize=1200))],
     "lb6-dsr-fragments": [rec(ACCESS, eth(ACCESS, f)) for f in fragment6(IPv6(src=USER6, dst="2001:db8:128::11") / IPv6ExtHdrFragment(id=42)
                                                                          / UDP(sport=5042, dport=53) / payload(2400), 1280)],
+    # Hop-by-Hop and Destination Options headers before the transport header: a query to
+    # the IPv6 NAT service carried through with them, a datagram fragmented behind a
+    # Hop-by-Hop header reassembled, and a Routing header refused (extension-headers).
+    "lb6-options": [rec(ACCESS, eth(ACCESS, IPv6(src=USER6, dst="2001:db8:128::10") / IPv6ExtHdrHopByHop(options=[RouterAlert()])
+                                    / IPv6ExtHdrDestOpt() / UDP(sport=5050, dport=53) / payload(40))),
+                    rec(ACCESS, eth(ACCESS, IPv6(src=USER6, dst="2001:db8:128::10") / IPv6ExtHdrRouting(addresses=[USER6], segleft=0)
+                                    / UDP(sport=5051, dport=53) / payload(40)))]
+                   + [rec(ACCESS, eth(ACCESS, f)) for f in fragment6(IPv6(src=USER6, dst="2001:db8:128::10") / IPv6ExtHdrHopByHop()
+                                                                     / IPv6ExtHdrFragment(id=43) / UDP(sport=5043, dport=53) / payload(2400), 1280)],
     # The services filtered by source (loadBalancerSourceRanges): a SYN from inside the
     # ranges makes a session, one from outside is dropped (source-not-allowed), both families.
     "lb-source-ranges": [rec(ACCESS, eth(ACCESS, IP(src=USER4, dst="198.18.128.12") / TCP(sport=40020, dport=443, flags="S", seq=1))),

@@ -429,3 +429,54 @@ def test_fragmented_datagrams_are_reassembled_translated_and_fragmented_again(ve
     assert counters[("lb4-nat", "reply-translated")] == 1 and counters[("lb6-nat", "reply-translated")] == 1
     drops = {k: v for k, v in counters.items() if v and k[0] in ("lb4-nat", "lb6-nat") and k[1] in ("extension-headers", "truncated", "not-tcp-udp")}
     assert not drops, drops
+
+
+def test_ipv6_options_headers_are_carried_through_the_translation(vecgate, tmp_path):
+    """IPv6 Hop-by-Hop and Destination Options headers before the transport header
+    (a router alert, a tunnel encapsulation limit; Linux's conntrack NATs such packets):
+    the connection is balanced and translated both ways with the headers as they came,
+    and a datagram fragmented behind a Hop-by-Hop header is reassembled, translated and
+    fragmented again keeping it. A Routing header is refused by name (translated, its
+    segment list would name an address that is no longer the destination). Before, every
+    such packet was dropped (`extension-headers`)."""
+    from scapy.all import IPv6ExtHdrDestOpt, IPv6ExtHdrHopByHop, IPv6ExtHdrRouting, RouterAlert
+    opts = IPv6ExtHdrHopByHop(options=[RouterAlert()]) / IPv6ExtHdrDestOpt()
+    syn_opts = Ether(src=HOST_MAC, dst=GW_MAC0) / IPv6(src=CLIENT6, dst=VIP6) / opts / TCP(sport=41000, dport=80, flags="S", seq=9)
+    body = bytes(range(256)) * 12
+    big = IPv6(src=CLIENT6, dst=VIP6) / IPv6ExtHdrHopByHop() / IPv6ExtHdrFragment(id=6100) / UDP(sport=6100, dport=53) / Raw(body)
+    big_frags = [Ether(src=HOST_MAC, dst=GW_MAC0) / f for f in fragment6(big, 1280)]
+    routed = Ether(src=HOST_MAC, dst=GW_MAC0) / IPv6(src=CLIENT6, dst=VIP6) / IPv6ExtHdrRouting(addresses=["2001:db8::99"], segleft=0) / TCP(sport=41001, dport=80, flags="S")
+    first = [syn_opts, routed] + big_frags
+    _, out1, counters, _ = run_pcap(vecgate, tmp_path, first, services(FRAGMENTED))
+
+    tcp = [p for p in out1 if TCP in p]
+    assert len(tcp) == 1, [p.summary() for p in out1]
+    p = tcp[0]
+    assert (p[IPv6].src, p[TCP].dport) == (SNAT6, 8080) and p[IPv6].dst in BACKENDS6, p.summary()
+    assert IPv6ExtHdrHopByHop in p and IPv6ExtHdrDestOpt in p, p.summary()
+    assert raw(p[IPv6ExtHdrHopByHop])[:16] == raw(syn_opts[IPv6ExtHdrHopByHop])[:16], "both headers as they came"
+    sent_sum, fresh = recomputed(p, TCP)
+    assert sent_sum == fresh, "the TCP checksum over the new addresses"
+    frags = [f for f in out1 if IPv6ExtHdrFragment in f]
+    assert len(frags) == 3 and all(IPv6ExtHdrHopByHop in f for f in frags), [f.summary() for f in frags]
+    whole = [d for d in whole_datagrams(out1, 6) if UDP in d]
+    assert len(whole) == 1 and bytes(whole[0][UDP].payload) == body and whole[0][IPv6].src == SNAT6, [d.summary() for d in whole]
+    sent_sum, fresh = recomputed(whole[0], UDP)
+    assert sent_sum == fresh, "the UDP checksum over the whole datagram"
+    assert counters[("lb6-nat", "extension-headers")] == 1, "the Routing header's"
+    assert counters[("ip6-reassembly", "reassembled")] == 1
+
+    # The backend's SYN-ACK with a Destination Options header, a vector later: to the
+    # client from the service, the header kept.
+    reply = (Ether(src=HOST_MAC, dst=GW_MAC0) / IPv6(src=p[IPv6].dst, dst=SNAT6) / IPv6ExtHdrDestOpt()
+             / TCP(sport=8080, dport=p[TCP].sport, flags="SA", seq=5, ack=10))
+    filler = [syn(21000 + i) for i in range(256 - len(first))]
+    out0, _, counters, _ = run_pcap(vecgate, tmp_path, first + filler + [reply], services(FRAGMENTED))
+    back = [q for q in out0 if TCP in q]
+    assert len(back) == 1, [q.summary() for q in out0]
+    q = back[0]
+    assert (q[IPv6].src, q[TCP].sport, q[IPv6].dst, q[TCP].dport) == (VIP6, 80, CLIENT6, 41000), q.summary()
+    assert IPv6ExtHdrDestOpt in q
+    sent_sum, fresh = recomputed(q, TCP)
+    assert sent_sum == fresh
+    assert counters[("lb6-nat", "reply-translated")] == 1

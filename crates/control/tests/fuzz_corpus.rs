@@ -203,6 +203,28 @@ fn graph_fragment_seeds_are_reassembled_and_leave_fragmented() {
     assert_eq!(count(&h, "ip6-rewrite", "packet-too-big"), 0, "{:?}", nonzero(&h));
 }
 
+/// IPv6 options headers to a service (seed lb6-options): the query behind Hop-by-Hop and
+/// Destination Options headers leaves translated with both, the datagram fragmented
+/// behind a Hop-by-Hop header is reassembled and leaves in fragments that keep it, the
+/// query behind a Routing header is refused by name.
+#[test]
+fn graph_options_seed_is_translated_with_its_headers() {
+    let mut h = Harness::new();
+    let mut left = Vec::new();
+    for (port, f) in seed("lb6-options") {
+        left.extend(h.frame(port, f).into_iter().map(|(_, t)| t.bytes));
+    }
+    assert!(left.len() >= 3, "{} frames left: {:?}", left.len(), nonzero(&h));
+    for f in &left {
+        let ip = wire::ipv6::Ipv6Packet::new_checked(&f[14..]).unwrap();
+        assert_eq!(ip.next_header(), wire::IpProtocol::HopByHop, "the Hop-by-Hop header kept: {:?} {:?}", ip.dst_addr(), nonzero(&h));
+        assert_ne!(ip.dst_addr().octets()[..], [0x20, 0x01, 0x0d, 0xb8, 1, 0x28, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x10], "translated");
+    }
+    assert_eq!(count(&h, "lb6-nat", "new-session") + count(&h, "lb6-nat", "affinity"), 2, "{:?}", nonzero(&h));
+    assert_eq!(count(&h, "lb6-nat", "extension-headers"), 1);
+    assert_eq!(count(&h, "ip6-reassembly", "reassembled"), 1);
+}
+
 /// `not_here`: counters the seeds cannot reach with this harness.
 fn seeds_reach_every_feature(mut h: Harness, not_here: &[(&str, &str)]) {
     for (path, data) in corpus("graph") {

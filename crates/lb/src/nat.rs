@@ -8,9 +8,10 @@
 //! rewrites it and computes its CRC32c again (a CRC has no cheap incremental patch, and
 //! it covers no address: only the ports change it).
 //!
-//! Works on a packet from its IP header on. IPv4 with options; IPv6 without extension
-//! headers (a packet with them is refused by name). Fragments are refused: their ports
-//! are in the first fragment only.
+//! Works on a packet from its IP header on. IPv4 with options; IPv6 with Hop-by-Hop and
+//! Destination Options headers before the transport header (carried unchanged: neither
+//! covers an address), other extension headers refused by name. Fragments are refused:
+//! their ports are in the first fragment only (`lbN-nat` has them reassembled).
 
 use crate::family::{Family, V4, V6};
 use crate::session::{FlowKey, Rewrite};
@@ -21,10 +22,13 @@ use wire::checksum::{self, update16};
 pub enum NatError {
     /// Shorter than its headers say.
     Truncated,
-    /// An IPv4 fragment, or an IPv6 packet whose first extension header is a Fragment
-    /// header.
+    /// An IPv4 fragment, or an IPv6 packet with a Fragment header (after any Hop-by-Hop
+    /// and Destination Options headers).
     Fragment,
-    /// IPv6 extension headers before the transport header.
+    /// IPv6 extension headers not translated: a Routing header (the destination is not
+    /// the last one, or an SRv6 segment list names it), AH (it covers the addresses),
+    /// ESP, mobility, HIP or shim6; a malformed chain, or one of more than
+    /// [`MAX_EXTENSION_BYTES`].
     ExtensionHeaders,
     /// Not TCP, UDP or SCTP (or, for errors, not an ICMP error about one of them).
     Protocol,
@@ -43,6 +47,11 @@ pub enum NatError {
     /// could not be removed ([`remove_sctp_multihoming`]).
     BadSctpParameter,
 }
+
+/// The most bytes of IPv6 extension headers before the transport header that a flow
+/// may have (the transport header's offset is kept in a byte; real chains are a few
+/// dozen bytes).
+pub const MAX_EXTENSION_BYTES: usize = 255 - 40;
 
 pub(crate) const TCP: u8 = 6;
 pub(crate) const UDP: u8 = 17;
@@ -168,7 +177,8 @@ impl Layout for V6 {
         }
         match pkt[6] {
             44 => Err(NatError::Fragment),
-            0 | 43 | 60 | 51 | 50 | 135 | 139 | 140 => Err(NatError::ExtensionHeaders),
+            0 | 60 => past_options(pkt),
+            43 | 50 | 51 | 135 | 139 | 140 => Err(NatError::ExtensionHeaders),
             p => Ok((40, p)),
         }
     }
@@ -205,6 +215,25 @@ impl Layout for V6 {
         c.finish()
     }
     const UDP_ZERO_MEANS_NONE: bool = false;
+}
+
+/// An IPv6 packet's transport header behind Hop-by-Hop and Destination Options headers
+/// (out of line: rare). A Fragment header among them is a fragment; anything else
+/// (a Routing header, AH, ESP, a malformed chain, or a chain longer than
+/// [`MAX_EXTENSION_BYTES`]) is refused.
+#[cold]
+fn past_options(pkt: &[u8]) -> Result<(usize, u8), NatError> {
+    use wire::ip::IpProtocol;
+    let info = wire::ipv6_ext::walk_chain(IpProtocol::from(pkt[6]), &pkt[40..]).map_err(|_| NatError::ExtensionHeaders)?;
+    if info.fragment.is_some() {
+        return Err(NatError::Fragment);
+    }
+    match info.upper {
+        _ if info.routing.is_some() || info.upper_offset > MAX_EXTENSION_BYTES => Err(NatError::ExtensionHeaders),
+        Some(IpProtocol::Ah | IpProtocol::Esp | IpProtocol::Unknown(135 | 139 | 140)) => Err(NatError::ExtensionHeaders),
+        Some(p) => Ok((40 + info.upper_offset, p.into())),
+        None => Err(NatError::ExtensionHeaders),
+    }
 }
 
 /// A TCP or UDP packet's flow as [`flow`] reads it: what the session lookup compares

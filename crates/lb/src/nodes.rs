@@ -71,7 +71,7 @@ counters! {
         FragmentAgain(Warn, "fragment-again", "a fragment the gateway cut from a datagram it reassembled, routed back to a service (a routing loop): dropped"),
         ToSessionWorker(Info, "to-session-worker", "a datagram reassembled here whose connection belongs to another worker: handed to it"),
         ToReassembly(Info, "to-reassembly", "fragments to a service or of a reply to translate (ports only in the first): sent to ipN-reassembly, their datagram back here whole"),
-        ExtensionHeaders(Warn, "extension-headers", "IPv6 extension headers before the transport header"),
+        ExtensionHeaders(Warn, "extension-headers", "IPv6 extension headers not translated: a Routing header, AH, ESP, mobility, HIP, shim6, a malformed chain or one over 215 bytes (Hop-by-Hop and Destination Options are carried)"),
         Protocol(Warn, "not-tcp-udp", "not TCP, UDP, SCTP or an ICMP error about them"),
         BadUdpLength(Warn, "bad-udp-length", "UDP length field below 8 or past the packet"),
         SctpBadChunk(Warn, "sctp-bad-chunk", "SCTP chunk length below 4 or past the packet"),
@@ -157,7 +157,8 @@ impl<F: Family> Prepared<F> {
         match flow {
             Ok(f) => {
                 let key = Key::new(&f.key);
-                // `l4` is at most 60 (an IPv4 header with options; IPv6's is 40).
+                // `l4` is at most 255 (an IPv4 header with options is 60 bytes; IPv6's
+                // extension headers at most `nat::MAX_EXTENSION_BYTES`).
                 let meta = (f.l4 as u32 & 0xff) | (f.flags as u32) << 8;
                 Prepared { key, at: sessions.hashed(key.hash()), meta }
             }

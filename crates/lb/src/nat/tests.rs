@@ -161,6 +161,94 @@ fn malformed_packets_are_refused_by_name() {
     assert_eq!(flow::<V6>(&p6).unwrap_err(), NatError::ExtensionHeaders);
 }
 
+/// `p` (an IPv6 packet without extension headers) with `exts` put between its fixed and
+/// transport headers: (next-header value naming each, its bytes, whose first is set to
+/// name the next).
+fn with_extensions(p: &[u8], exts: &[(u8, Vec<u8>)]) -> Vec<u8> {
+    let mut out = p[..40].to_vec();
+    let upper = p[6];
+    for (i, (_, body)) in exts.iter().enumerate() {
+        let mut b = body.clone();
+        b[0] = exts.get(i + 1).map_or(upper, |e| e.0);
+        out.extend_from_slice(&b);
+    }
+    out[6] = exts[0].0;
+    out.extend_from_slice(&p[40..]);
+    let len = (out.len() - 40) as u16;
+    out[4..6].copy_from_slice(&len.to_be_bytes());
+    out
+}
+
+/// An options header (Hop-by-Hop 0 or Destination Options 60) of `8 * (units + 1)` bytes:
+/// one PadN option filling it.
+fn options_header(units: u8) -> Vec<u8> {
+    let len = 8 * (units as usize + 1);
+    let mut h = vec![0, units, 1, (len - 4) as u8];
+    h.resize(len, 0);
+    h
+}
+
+proptest! {
+    /// Hop-by-Hop and Destination Options headers before the transport header: the flow
+    /// read past them, translated with every checksum valid, the headers carried as
+    /// they were.
+    #[test]
+    fn ipv6_options_headers_are_carried_through_the_translation(
+        proto in proto_strategy(), hbh in proptest::option::of(0u8..4), dst_opts in proptest::collection::vec(0u8..4, 0..3),
+        sport: u16, dport: u16, to_src: [u8; 16], to_dst: [u8; 16], to_sport: u16, to_dport: u16,
+        payload in proptest::collection::vec(any::<u8>(), 0..64),
+    ) {
+        let k = FlowKey { src: [0x20, 1, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2], dst: [0x20; 16], sport, dport, proto };
+        let exts: Vec<(u8, Vec<u8>)> =
+            hbh.map(|u| (0, options_header(u))).into_iter().chain(dst_opts.iter().map(|&u| (60, options_header(u)))).collect();
+        prop_assume!(!exts.is_empty());
+        let plain = v6_packet(proto, &k, 0x12, &payload);
+        let mut p = with_extensions(&plain, &exts);
+        let ext_len: usize = exts.iter().map(|e| e.1.len()).sum();
+        let headers = p[40..40 + ext_len].to_vec();
+        // The transport checksum does not cover extension headers: the plain packet's holds.
+        let read = flow::<V6>(&p).unwrap();
+        prop_assert_eq!(read.l4, 40 + ext_len);
+        prop_assert_eq!(read.key, k);
+        prop_assert_eq!(l4_sum(&p, read.l4, proto), 0);
+        let to = Rewrite { src: to_src, dst: to_dst, sport: to_sport, dport: to_dport };
+        translate::<V6>(&mut p, &read, &to, false);
+        prop_assert_eq!(l4_sum(&p, read.l4, proto), 0);
+        prop_assert_eq!(&p[40..40 + ext_len], &headers[..]);
+        prop_assert_eq!(flow::<V6>(&p).unwrap().key, FlowKey { src: to_src, dst: to_dst, sport: to_sport, dport: to_dport, proto });
+    }
+}
+
+#[test]
+fn ipv6_extension_headers_not_translated_are_refused_by_name() {
+    let k = FlowKey { src: [0x20; 16], dst: [0x21; 16], sport: 5000, dport: 53, proto: UDP };
+    let p = v6_packet(UDP, &k, 0, b"query");
+    let hbh = || (0u8, options_header(0));
+    // A Fragment header behind Hop-by-Hop: a fragment (reassembled first), not refused.
+    let frag = (44u8, vec![0, 0, 0, 1, 0, 0, 0, 7]);
+    assert_eq!(flow::<V6>(&with_extensions(&p, &[hbh(), frag])).unwrap_err(), NatError::Fragment);
+    // A Routing header (segments left 0 or not), AH, ESP: refused wherever they are.
+    for routing in [vec![0, 0, 4, 0, 0, 0, 0, 0], vec![0, 2, 4, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]] {
+        assert_eq!(flow::<V6>(&with_extensions(&p, &[hbh(), (43, routing.clone())])).unwrap_err(), NatError::ExtensionHeaders);
+        assert_eq!(flow::<V6>(&with_extensions(&p, &[(43, routing)])).unwrap_err(), NatError::ExtensionHeaders);
+    }
+    let ah = (51u8, vec![0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1]);
+    assert_eq!(flow::<V6>(&with_extensions(&p, &[hbh(), ah])).unwrap_err(), NatError::ExtensionHeaders);
+    let mut esp = with_extensions(&p, &[hbh()]);
+    esp[40] = 50;
+    assert_eq!(flow::<V6>(&esp).unwrap_err(), NatError::ExtensionHeaders);
+    // The longest chain taken, one more unit refused.
+    let longest = [(0u8, options_header(12)), (60, options_header(12))];
+    assert_eq!(longest.iter().map(|e| e.1.len()).sum::<usize>(), MAX_EXTENSION_BYTES - 7);
+    assert_eq!(flow::<V6>(&with_extensions(&p, &longest)).unwrap().l4, 40 + 208);
+    let over = [(0u8, options_header(12)), (60, options_header(13))];
+    assert_eq!(flow::<V6>(&with_extensions(&p, &over)).unwrap_err(), NatError::ExtensionHeaders);
+    // A header running past the packet.
+    let mut cut = with_extensions(&p, &[hbh()]);
+    cut[41] = 9;
+    assert_eq!(flow::<V6>(&cut).unwrap_err(), NatError::ExtensionHeaders);
+}
+
 /// Found by the graph fuzz target: a UDP datagram whose length field is 0 went to a
 /// backend translated, a malformed datagram from the node's address. A length below 8 or
 /// past the packet is refused; one that leaves bytes after the datagram is not.
