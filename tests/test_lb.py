@@ -5,6 +5,8 @@ and 2001:db8:100::/48 are routed by 198.18.1.2 / 2001:db8:1::2 behind eth1; the 
 address there (198.18.1.1 / 2001:db8:1::1) is the source-translation address."""
 from collections import Counter
 
+import pytest
+
 from conftest import GW_MAC0, GW_MAC1, HOST_MAC, ROUTER_MAC, reassembled6, run_pcap  # every frame enters through eth0
 
 from scapy.all import (ICMP, IP, TCP, UDP, Ether, ICMPv6PacketTooBig, IPerror, IPerror6, IPv6, IPv6ExtHdrFragment, Raw, TCPerror, defragment, fragment,
@@ -480,3 +482,71 @@ def test_ipv6_options_headers_are_carried_through_the_translation(vecgate, tmp_p
     sent_sum, fresh = recomputed(q, TCP)
     assert sent_sum == fresh
     assert counters[("lb6-nat", "reply-translated")] == 1
+
+
+@pytest.mark.parametrize("tunnel", ["gue", "esp"])
+def test_a_backend_behind_a_tunnel_is_reached_and_answers_through_it(vecgate, tmp_path, tunnel):
+    """A backend whose route is a tunnel (a pod network on another site: GUE, or an
+    IPsec ESP SA): the translated connection leaves inside the tunnel, and the backend's
+    reply, arriving inside it to the node's address, is decapsulated (decrypted) and
+    translated back to the service for the client. scapy reads the GUE and decrypts the
+    ESP (its own SA), and seals the reply. The load balancer's output and input are the
+    graph's, as any forwarded packet's."""
+    from test_ipsec import IN_SPI, OUT_SPI, outer_l3, sa_config, scapy_sa
+    far = "198.19.50.10" if tunnel == "gue" else "198.19.60.10"
+    route = f"""
+[[udp_tunnel]]
+local = "198.18.1.1"
+remote = "198.18.1.2"
+encap = "gue"
+routes = ["198.19.50.0/24"]
+""" if tunnel == "gue" else sa_config("aes-gcm-128", 4, False)
+    extra = route + f"""
+[[lb_service]]
+name = "default/far"
+type = "cluster_ip"
+vip = "{VIP}"
+port = 82
+protocol = "tcp"
+backends = [{{ addr = "{far}", port = 8080 }}]
+"""
+    ours = scapy_sa("aes-gcm-128", 4, False, OUT_SPI, 1, "198.18.1.1", "198.18.1.2")
+    peer = scapy_sa("aes-gcm-128", 4, False, IN_SPI, 2, "198.18.1.2", "198.18.1.1")
+
+    def inside(frame):
+        if tunnel == "esp":
+            return ours.decrypt(outer_l3(frame, 4))
+        assert (frame[IP].src, frame[IP].dst, frame[UDP].dport) == ("198.18.1.1", "198.18.1.2", 6080), frame.summary()
+        gue = raw(frame[UDP].payload)
+        assert gue[:2] == b"\x00\x04", "GUE carrying IPv4"
+        return IP(gue[4:])
+
+    def from_far(inner):
+        if tunnel == "esp":
+            return Ether(src=HOST_MAC, dst=GW_MAC0) / peer.encrypt(inner)
+        return (Ether(src=HOST_MAC, dst=GW_MAC0) / IP(src="198.18.1.2", dst="198.18.1.1") / UDP(sport=40000, dport=6080)
+                / Raw(b"\x00\x04\x00\x00" + raw(inner)))
+
+    syn_far = syn(42000, dport=82)
+    _, out1, _, _ = run_pcap(vecgate, tmp_path, [syn_far], services(extra))
+    assert len(out1) == 1, [p.summary() for p in out1]
+    inner = inside(out1[0])
+    assert (inner.src, inner.dst, inner[TCP].dport, bytes(inner[Raw])) == (SNAT, far, 8080, b"hello"), inner.summary()
+    for layer in (IP, TCP):
+        sent_sum, fresh = recomputed(inner, layer)
+        assert sent_sum == fresh, layer
+    # The SYN-ACK inside the tunnel, to the node's address and port, a vector later.
+    answer = IP(src=far, dst=SNAT) / TCP(sport=8080, dport=inner[TCP].sport, flags="SA", seq=5, ack=1006) / Raw(b"world")
+    filler = [syn(21000 + i) for i in range(255)]
+    out0, _, counters, _ = run_pcap(vecgate, tmp_path, [syn_far] + filler + [from_far(answer)], services(extra))
+    back = [p for p in out0 if TCP in p]
+    assert len(back) == 1, [p.summary() for p in out0]
+    p = back[0]
+    assert (p[IP].src, p[TCP].sport, p[IP].dst, p[TCP].dport) == (VIP, 82, CLIENT, 42000), p.summary()
+    assert p[TCP].flags == "SA" and bytes(p[Raw]) == b"world"
+    for layer in (IP, TCP):
+        sent_sum, fresh = recomputed(p, layer)
+        assert sent_sum == fresh, layer
+    assert counters[("gue4-input" if tunnel == "gue" else "esp4-decrypt", "decapsulated" if tunnel == "gue" else "decrypted")] == 1, \
+        {k: v for k, v in counters.items() if v and k[0].startswith(("gue", "esp"))}
+    assert counters[("lb4-nat", "reply-translated")] == 1
