@@ -550,3 +550,111 @@ backends = [{{ addr = "{far}", port = 8080 }}]
     assert counters[("gue4-input" if tunnel == "gue" else "esp4-decrypt", "decapsulated" if tunnel == "gue" else "decrypted")] == 1, \
         {k: v for k, v in counters.items() if v and k[0].startswith(("gue", "esp"))}
     assert counters[("lb4-nat", "reply-translated")] == 1
+
+
+@pytest.mark.parametrize("tunnel", ["gue", "esp"])
+def test_a_client_behind_a_tunnel_keeps_its_address_and_gets_the_reply_inside_it(vecgate, tmp_path, tunnel):
+    """A `Local` service's client behind a tunnel (GUE, or an IPsec ESP SA): its SYN,
+    decapsulated (decrypted), reaches the backend with the client's address kept; the
+    backend's reply, forwarded toward the client, is translated to the service on the
+    way and leaves inside the tunnel, where scapy reads (decrypts) it. Before, a reply
+    whose route led into a tunnel went to the tunnel untranslated, from the backend's
+    address (the client's kernel would answer it with a reset)."""
+    from test_ipsec import IN_SPI, OUT_SPI, outer_l3, sa_config, scapy_sa
+    client = "198.19.50.20" if tunnel == "gue" else "198.19.60.20"
+    route = """
+[[udp_tunnel]]
+local = "198.18.1.1"
+remote = "198.18.1.2"
+encap = "gue"
+routes = ["198.19.50.0/24"]
+""" if tunnel == "gue" else sa_config("aes-gcm-128", 4, False)
+    ours = scapy_sa("aes-gcm-128", 4, False, OUT_SPI, 1, "198.18.1.1", "198.18.1.2")
+    peer = scapy_sa("aes-gcm-128", 4, False, IN_SPI, 2, "198.18.1.2", "198.18.1.1")
+
+    def from_client(inner):
+        if tunnel == "esp":
+            return Ether(src=HOST_MAC, dst=GW_MAC0) / peer.encrypt(inner)
+        return (Ether(src=HOST_MAC, dst=GW_MAC0) / IP(src="198.18.1.2", dst="198.18.1.1") / UDP(sport=40000, dport=6080)
+                / Raw(b"\x00\x04\x00\x00" + raw(inner)))
+
+    def inside(frame):
+        if tunnel == "esp":
+            return ours.decrypt(outer_l3(frame, 4))
+        gue = raw(frame[UDP].payload)
+        assert gue[:2] == b"\x00\x04", "GUE carrying IPv4"
+        return IP(gue[4:])
+
+    first = from_client(IP(src=client, dst=VIP) / TCP(sport=43000, dport=81, flags="S", seq=3))
+    reply = Ether(src=HOST_MAC, dst=GW_MAC0) / IP(src=BACKENDS[0], dst=client) / TCP(sport=8080, dport=43000, flags="SA", seq=5, ack=4)
+    filler = [syn(21000 + i) for i in range(255)]
+    _, out1, counters, _ = run_pcap(vecgate, tmp_path, [first] + filler + [reply], services(LOCAL + route))
+    to_backend = [p for p in out1 if TCP in p and p[IP].dst == BACKENDS[0] and p[TCP].sport == 43000]
+    assert len(to_backend) == 1 and to_backend[0][IP].src == client, [p.summary() for p in out1]
+    tunnelled = [p for p in out1 if (UDP in p and p[UDP].dport == 6080) or p[IP].proto == 50]
+    assert len(tunnelled) == 1, [p.summary() for p in out1]
+    inner = inside(tunnelled[0])
+    assert (inner.src, inner[TCP].sport, inner.dst, inner[TCP].dport) == (VIP, 81, client, 43000), inner.summary()
+    for layer in (IP, TCP):
+        sent_sum, fresh = recomputed(inner, layer)
+        assert sent_sum == fresh, layer
+    assert counters[("lb4-nat", "reply-translated")] == 1
+
+
+def test_a_local_reply_meets_the_links_spd_in_the_clients_terms(vecgate, tmp_path):
+    """A `Local` connection's reply leaving by a link with an SPD: translated first, so
+    the policy that protects the service's traffic to the client (selector: the service
+    address and port as the source) takes it, and scapy decrypts the reply from the
+    service. Before, the SPD saw it untranslated, from the backend: the bypass policy
+    sent it in the clear, from an address the client never dialled."""
+    from scapy.layers.ipsec import ESP, SecurityAssociation
+    key = bytes(range(20))
+    client = "198.19.7.20"
+    spd = f"""
+[[ipsec_sa]]
+index = 0
+spi = 12289
+direction = "outbound"
+algorithm = "aes-gcm-128"
+enc_key = "{key.hex()}"
+local = "198.18.1.1"
+remote = "198.18.1.2"
+
+[[ipsec_spd]]
+id = 1
+interfaces = ["eth1"]
+
+[[ipsec_policy]]
+spd = 1
+direction = "outbound"
+priority = 100
+action = "protect"
+sa = 0
+local = "{VIP}/32"
+remote = "198.19.7.0/24"
+protocol = "tcp"
+local_ports = "81"
+
+[[ipsec_policy]]
+spd = 1
+direction = "outbound"
+priority = 50
+action = "bypass"
+remote = "198.19.0.0/16"
+"""
+    first = Ether(src=HOST_MAC, dst=GW_MAC0) / IP(src=client, dst=VIP) / TCP(sport=44000, dport=81, flags="S", seq=3)
+    reply = Ether(src=HOST_MAC, dst=GW_MAC0) / IP(src=BACKENDS[0], dst=client) / TCP(sport=8080, dport=44000, flags="SA", seq=5, ack=4)
+    filler = [syn(21000 + i) for i in range(255)]
+    _, out1, counters, _ = run_pcap(vecgate, tmp_path, [first] + filler + [reply], services(LOCAL + spd))
+    to_backend = [p for p in out1 if TCP in p and p[IP].dst == BACKENDS[0] and p[TCP].sport == 44000]
+    assert len(to_backend) == 1 and to_backend[0][IP].src == client, "the SYN bypasses, the client's address kept"
+    esp = [p for p in out1 if p[IP].proto == 50]
+    clear = [p for p in out1 if TCP in p and p[IP].dst == client]
+    assert len(esp) == 1 and not clear, [p.summary() for p in clear]
+    sa = SecurityAssociation(ESP, spi=12289, crypt_algo="AES-GCM", crypt_key=key, tunnel_header=IP(src="198.18.1.1", dst="198.18.1.2"))
+    inner = sa.decrypt(IP(raw(esp[0])[14:]))
+    assert (inner.src, inner[TCP].sport, inner.dst, inner[TCP].dport) == (VIP, 81, client, 44000), inner.summary()
+    for layer in (IP, TCP):
+        sent_sum, fresh = recomputed(inner, layer)
+        assert sent_sum == fresh, layer
+    assert counters[("lb4-nat", "reply-translated")] == 1

@@ -541,6 +541,15 @@ impl Tables {
         !self.lb_replies && self.spd_links.checked_shr(i.0 as u32).unwrap_or(0) & 1 == 0
     }
 
+    /// A forwarded packet routed into tunnel `t` goes to the load balancer's node first
+    /// (which sends it on into the tunnel): while LB reply translation is on, a `Local`
+    /// connection's reply may be routed into a tunnel toward its client (a client behind
+    /// a UDP tunnel, an IPsec SA or a UPF's UE pool). Not a service address's route.
+    #[inline(always)]
+    pub fn lb_sees_tunnel(&self, t: TunnelRef) -> bool {
+        self.lb_replies && !matches!(t.kind, TunnelKind::Lb4 | TunnelKind::Lb6)
+    }
+
     /// Interface `i` takes IP parcels.
     #[inline(always)]
     pub fn takes_parcels(&self, i: IfIndex) -> bool {

@@ -38,7 +38,7 @@ use crate::session::{Hit, Key, LbDrop, Outcome, Rewrite};
 use crate::table::{Hashed, Table, TableKey};
 use engine::{counters, next_nodes, BufIdx, Buffer, Counts, Enqueue, GraphBuilder, Node, Pool, Verdict, VECTOR_SIZE};
 use ip::nodes::IcmpRequest;
-use ip::tables::{Adjacency, ADJ_MISS, MAX_INDEX};
+use ip::tables::{Adjacency, TunnelKind, TunnelRef, ADJ_MISS, MAX_INDEX, TUNNEL_SHIFT};
 
 next_nodes! {
     pub enum LbNatNext {
@@ -48,6 +48,13 @@ next_nodes! {
         Ip4Fragment = "ip4-fragment", Ip6Fragment = "ip6-fragment",
         Ip4Reassembly = "ip4-reassembly", Ip6Reassembly = "ip6-reassembly",
         SessionHandoff = "session-handoff",
+        // A forwarded reply on into its route's tunnel (`ip::tunnel_next!`), or its
+        // link's SPD.
+        Gtpu4Encap = "gtpu4-encap", Gtpu6Encap = "gtpu6-encap", Gue4Encap = "gue4-encap", Gue6Encap = "gue6-encap",
+        Lb4Nat = "lb4-nat", Lb6Nat = "lb6-nat",
+        Esp4Encrypt = "esp4-encrypt", Esp6Encrypt = "esp6-encrypt",
+        Upf4Downlink = "upf4-downlink", Upf6Downlink = "upf6-downlink",
+        Ipsec4Output = "ipsec4-output", Ipsec6Output = "ipsec6-output",
     }
 }
 
@@ -101,6 +108,10 @@ pub trait NatNodeFamily: LbFamily {
     const FRAGMENT: LbNatNext;
     /// Reassembly of fragments to a service, or of a reply to translate.
     const REASSEMBLY: LbNatNext;
+    /// The SPD's node for a forwarded packet whose link has one.
+    const IPSEC_OUTPUT: LbNatNext;
+    /// The kind of a service address's route (`meta.adj` of a packet to a service).
+    const SERVICE_ROUTE: TunnelKind;
     const PORT_UNREACHABLE: IcmpRequest;
     /// The outer packet's family on the forwarding side (its adjacency).
     type Ip: ip::nodes::family::Family;
@@ -113,6 +124,8 @@ impl NatNodeFamily for crate::V4 {
     const REWRITE: LbNatNext = LbNatNext::Ip4Rewrite;
     const FRAGMENT: LbNatNext = LbNatNext::Ip4Fragment;
     const REASSEMBLY: LbNatNext = LbNatNext::Ip4Reassembly;
+    const IPSEC_OUTPUT: LbNatNext = LbNatNext::Ipsec4Output;
+    const SERVICE_ROUTE: TunnelKind = TunnelKind::Lb4;
     const PORT_UNREACHABLE: IcmpRequest = IcmpRequest::new(3, wire::icmpv4::unreach::PORT, 0);
     type Ip = ip::nodes::family::Ip4;
 }
@@ -124,6 +137,8 @@ impl NatNodeFamily for crate::V6 {
     const REWRITE: LbNatNext = LbNatNext::Ip6Rewrite;
     const FRAGMENT: LbNatNext = LbNatNext::Ip6Fragment;
     const REASSEMBLY: LbNatNext = LbNatNext::Ip6Reassembly;
+    const IPSEC_OUTPUT: LbNatNext = LbNatNext::Ipsec6Output;
+    const SERVICE_ROUTE: TunnelKind = TunnelKind::Lb6;
     const PORT_UNREACHABLE: IcmpRequest = IcmpRequest::new(1, wire::icmpv6::unreach::PORT, 0);
     type Ip = ip::nodes::family::Ip6;
 }
@@ -253,7 +268,7 @@ impl<F: NatNodeFamily> LbNat<F> {
     /// A forwarded packet: translated if it is the reply of a `Local`-policy connection,
     /// or an ICMP error about one of its packets (from the backend or a router on the
     /// way: the client must see the error about the packet it sent, for path MTU
-    /// discovery); on to `ipN-rewrite` either way (its route is the client's, unchanged).
+    /// discovery); on along its route either way (the client's, unchanged: [`LbNat::onward`]).
     #[inline]
     fn forwarded<Cx: HasLb>(
         cx: &mut Cx,
@@ -286,7 +301,28 @@ impl<F: NatNodeFamily> LbNat<F> {
             }
             Err(_) => {}
         }
-        Verdict::Next(F::REWRITE)
+        Verdict::Next(Self::onward(cx, buf))
+    }
+
+    /// Where a forwarded packet goes on along the route `ipN-lookup` found: into its
+    /// tunnel (the tunnel's id in `meta.param`, as the lookup gives it to the tunnel's
+    /// node), to `ipsecN-output` for a link with an SPD, else to `ipN-rewrite`.
+    #[inline(always)]
+    fn onward<Cx: HasLb>(cx: &mut Cx, buf: &mut Buffer) -> LbNatNext {
+        let adj = buf.meta.adj;
+        if let Some(t) = TunnelRef::decode(adj) {
+            buf.meta.param = t.id;
+            return ip::tunnel_next!(LbNatNext, t.kind);
+        }
+        let tables = &cx.ip().tables;
+        match tables.adjacency(adj) {
+            Adjacency::Rewrite { tx_if, .. } | Adjacency::Glean { tx_if, .. } | Adjacency::Incomplete { tx_if, .. }
+                if tables.has_spd(*tx_if) =>
+            {
+                F::IPSEC_OUTPUT
+            }
+            _ => F::REWRITE,
+        }
     }
 
     /// [`LbNat::forwarded`] for SCTP: a `Local` association's reply translated (its
@@ -295,10 +331,10 @@ impl<F: NatNodeFamily> LbNat<F> {
     #[inline(never)]
     fn forwarded_sctp<Cx: HasLb>(cx: &mut Cx, counts: &mut Counts<'_, LbNatCounter>, buf: &mut Buffer) -> Verdict<LbNatNext, LbNatCounter> {
         let (t, lb, now) = F::parts(cx.lb());
-        let Ok(read) = nat::sctp_read::<F>(buf.bytes()) else { return Verdict::Next(F::REWRITE) };
+        let Ok(read) = nat::sctp_read::<F>(buf.bytes()) else { return Verdict::Next(Self::onward(cx, buf)) };
         let flow = read.flow;
         if !t.reply_sources.contains(&flow.key.src) || lb.peek(&flow.key, now).is_none() {
-            return Verdict::Next(F::REWRITE);
+            return Verdict::Next(Self::onward(cx, buf));
         }
         // A CRC32c its sender left to the device: computed here, and no longer pending
         // (see `LbNat::crc_left`).
@@ -313,7 +349,7 @@ impl<F: NatNodeFamily> LbNat<F> {
             Self::translate(counts, buf, &flow, &rw, false);
             counts.inc(LbNatCounter::Replies);
         }
-        Verdict::Next(F::REWRITE)
+        Verdict::Next(Self::onward(cx, buf))
     }
 
     /// [`nat::translate`] on the full path, an SCTP INIT's or INIT ACK's multi-homing
@@ -750,12 +786,14 @@ impl<F: NatNodeFamily> LbNat<F> {
             }
         }
         let ready = &self.ready[at % VECTOR_SIZE];
-        // Routed here by a service address's FIB entry (a tunnel reference above the
-        // adjacency indices), by ipN-local for the node's own addresses, or on its way
-        // to ipN-rewrite (`lb_replies`: a reply that kept the client's address?).
+        // Routed here by a service address's FIB entry (a tunnel reference of the
+        // service kind), by ipN-local for the node's own addresses, or on its way along
+        // its route, to a next hop or into a tunnel (`lb_replies`: a reply that kept the
+        // client's address?).
         let adj = buf.meta.adj;
-        let local = adj <= MAX_INDEX && matches!(cx.ip().tables.adjacency(adj), Adjacency::Local);
-        if adj <= MAX_INDEX && !local {
+        let service = adj >> TUNNEL_SHIFT == F::SERVICE_ROUTE as u32;
+        let local = !service && adj <= MAX_INDEX && matches!(cx.ip().tables.adjacency(adj), Adjacency::Local);
+        if !service && !local {
             return Self::forwarded(cx, counts, buf, ready.flow());
         }
         if !ready.has_flow() {

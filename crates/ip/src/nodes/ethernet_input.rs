@@ -24,13 +24,14 @@
 //! `ipN-input` sees the rest of what fails its fast path (errors with their counters,
 //! options, hop-by-hop, multicast, the SPD).
 
-use super::family::{tunnel_next, Family, Ip4, Ip6};
+use super::family::{Family, Ip4, Ip6};
 use super::gso_segment::several_datagrams;
 use super::ip_lookup::forwards_fast;
 use super::{ip4_input, ip6_input};
 use crate::context::HasIp;
 use crate::parcel::{forward_whole, ParcelHeader, Whole};
-use crate::tables::{Tables, TunnelKind, TunnelRef, UdpApp};
+use crate::tables::{Tables, TunnelRef, UdpApp};
+use crate::tunnel_next;
 use crate::urpf::Urpf;
 use engine::{counters, next_nodes, BufIdx, Buffer, Counts, Node, Verdict};
 use wire::ethernet::{EthernetFrame, HEADER_LEN};
@@ -175,7 +176,7 @@ fn route<F: Family>(tables: &Tables, buf: &mut Buffer) -> Option<EthernetInputNe
     if forwards_fast::<F>(tables, adj, buf) {
         return Some(EthernetInputNext::Output);
     }
-    if let Some(t) = TunnelRef::decode(adj) {
+    if let Some(t) = TunnelRef::decode(adj).filter(|&t| !tables.lb_sees_tunnel(t)) {
         buf.meta.param = t.id;
         return Some(tunnel_next!(EthernetInputNext, t.kind));
     }

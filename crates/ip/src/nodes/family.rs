@@ -81,25 +81,26 @@ pub fn solicit<F: Family>(cx: &mut crate::context::IpContext, buf: &mut engine::
 }
 
 /// The encap node of each tunnel kind as a variant of a next-node enum that lists them
-/// under these names (`ipN-lookup`'s, and `ethernet-input`'s, which sends a tunnel route's
-/// packets on itself): the one mapping from a route into a tunnel to its node.
+/// under these names (`ipN-lookup`'s; `ethernet-input`'s, which sends a tunnel route's
+/// packets on itself; `lbN-nat`'s, which sends a forwarded reply on into its route's
+/// tunnel): the one mapping from a route into a tunnel to its node.
+#[macro_export]
 macro_rules! tunnel_next {
     ($next:ident, $kind:expr) => {
         match $kind {
-            TunnelKind::Gtpu4 => $next::Gtpu4Encap,
-            TunnelKind::Gtpu6 => $next::Gtpu6Encap,
-            TunnelKind::Gue4 => $next::Gue4Encap,
-            TunnelKind::Gue6 => $next::Gue6Encap,
-            TunnelKind::Lb4 => $next::Lb4Nat,
-            TunnelKind::Lb6 => $next::Lb6Nat,
-            TunnelKind::Esp4 => $next::Esp4Encrypt,
-            TunnelKind::Esp6 => $next::Esp6Encrypt,
-            TunnelKind::Upf4 => $next::Upf4Downlink,
-            TunnelKind::Upf6 => $next::Upf6Downlink,
+            $crate::tables::TunnelKind::Gtpu4 => $next::Gtpu4Encap,
+            $crate::tables::TunnelKind::Gtpu6 => $next::Gtpu6Encap,
+            $crate::tables::TunnelKind::Gue4 => $next::Gue4Encap,
+            $crate::tables::TunnelKind::Gue6 => $next::Gue6Encap,
+            $crate::tables::TunnelKind::Lb4 => $next::Lb4Nat,
+            $crate::tables::TunnelKind::Lb6 => $next::Lb6Nat,
+            $crate::tables::TunnelKind::Esp4 => $next::Esp4Encrypt,
+            $crate::tables::TunnelKind::Esp6 => $next::Esp6Encrypt,
+            $crate::tables::TunnelKind::Upf4 => $next::Upf4Downlink,
+            $crate::tables::TunnelKind::Upf6 => $next::Upf6Downlink,
         }
     };
 }
-pub(crate) use tunnel_next;
 
 engine::next_nodes! {
     pub enum Ip4LookupNext {

@@ -123,6 +123,9 @@ impl<Cx: HasIp, F: Family> Node<Cx> for IpLookup<F> {
             // A route into a tunnel: its encap node takes the tunnel id.
             if let Some(t) = TunnelRef::decode(adj) {
                 buf.meta.param = t.id;
+                if cx.tables.lb_sees_tunnel(t) {
+                    return Verdict::Next(F::LB_NAT);
+                }
                 return Verdict::Next(F::tunnel_next(t.kind));
             }
         }
@@ -130,13 +133,15 @@ impl<Cx: HasIp, F: Family> Node<Cx> for IpLookup<F> {
             return Verdict::Next(F::OUTPUT);
         }
         match cx.tables.adjacency(adj) {
+            // The balancer first (a reply it translates then meets the SPD in its
+            // client's terms): `lbN-nat` sends it on to `ipsecN-output` or `ipN-rewrite`.
+            Adjacency::Rewrite { .. } | Adjacency::Glean { .. } | Adjacency::Incomplete { .. } if cx.tables.lb_replies => {
+                Verdict::Next(F::LB_NAT)
+            }
             Adjacency::Rewrite { tx_if, .. } | Adjacency::Glean { tx_if, .. } | Adjacency::Incomplete { tx_if, .. }
                 if cx.tables.has_spd(*tx_if) =>
             {
                 Verdict::Next(F::IPSEC_OUTPUT)
-            }
-            Adjacency::Rewrite { .. } | Adjacency::Glean { .. } | Adjacency::Incomplete { .. } if cx.tables.lb_replies => {
-                Verdict::Next(F::LB_NAT)
             }
             // What `forwards_fast` left (TTL expiring, too big, unresolved) goes to
             // `ipN-rewrite`'s general path.
