@@ -176,7 +176,12 @@ fn route<F: Family>(tables: &Tables, buf: &mut Buffer) -> Option<EthernetInputNe
     if forwards_fast::<F>(tables, adj, buf) {
         return Some(EthernetInputNext::Output);
     }
-    if let Some(t) = TunnelRef::decode(adj).filter(|&t| !tables.lb_sees_tunnel(t)) {
+    if let Some(t) = TunnelRef::decode(adj) {
+        if tables.lb_sees_tunnel(t) {
+            // `ipN-lookup` sends it to the balancer first.
+            buf.meta.looked_up = true;
+            return None;
+        }
         buf.meta.param = t.id;
         return Some(tunnel_next!(EthernetInputNext, t.kind));
     }
