@@ -552,35 +552,50 @@ backends = [{{ addr = "{far}", port = 8080 }}]
     assert counters[("lb4-nat", "reply-translated")] == 1
 
 
-@pytest.mark.parametrize("tunnel", ["gue", "esp"])
+@pytest.mark.parametrize("tunnel", ["gue", "esp", "gtpu"])
 def test_a_client_behind_a_tunnel_keeps_its_address_and_gets_the_reply_inside_it(vecgate, tmp_path, tunnel):
-    """A `Local` service's client behind a tunnel (GUE, or an IPsec ESP SA): its SYN,
+    """A `Local` service's client behind a tunnel (GUE, an IPsec ESP SA, or a GTP-U
+    tunnel: a UE behind its gNB): its SYN,
     decapsulated (decrypted), reaches the backend with the client's address kept; the
     backend's reply, forwarded toward the client, is translated to the service on the
     way and leaves inside the tunnel, where scapy reads (decrypts) it. Before, a reply
     whose route led into a tunnel went to the tunnel untranslated, from the backend's
     address (the client's kernel would answer it with a reset)."""
     from test_ipsec import IN_SPI, OUT_SPI, outer_l3, sa_config, scapy_sa
-    client = "198.19.50.20" if tunnel == "gue" else "198.19.60.20"
-    route = """
+    from scapy.contrib.gtp import GTP_U_Header
+    client = {"gue": "198.19.50.20", "esp": "198.19.60.20", "gtpu": "198.19.70.20"}[tunnel]
+    route = {"gue": """
 [[udp_tunnel]]
 local = "198.18.1.1"
 remote = "198.18.1.2"
 encap = "gue"
 routes = ["198.19.50.0/24"]
-""" if tunnel == "gue" else sa_config("aes-gcm-128", 4, False)
+""", "esp": sa_config("aes-gcm-128", 4, False), "gtpu": f"""
+[[gtpu_tunnel]]
+local = "198.18.1.1"
+remote = "198.18.1.2"
+teid_in = 0x100
+teid_out = 0x200
+ue = "{client}/32"
+"""}[tunnel]
     ours = scapy_sa("aes-gcm-128", 4, False, OUT_SPI, 1, "198.18.1.1", "198.18.1.2")
     peer = scapy_sa("aes-gcm-128", 4, False, IN_SPI, 2, "198.18.1.2", "198.18.1.1")
 
     def from_client(inner):
         if tunnel == "esp":
             return Ether(src=HOST_MAC, dst=GW_MAC0) / peer.encrypt(inner)
+        if tunnel == "gtpu":
+            return Ether(src=HOST_MAC, dst=GW_MAC0) / IP(src="198.18.1.2", dst="198.18.1.1") / UDP(sport=2152, dport=2152) / GTP_U_Header(teid=0x100) / inner
         return (Ether(src=HOST_MAC, dst=GW_MAC0) / IP(src="198.18.1.2", dst="198.18.1.1") / UDP(sport=40000, dport=6080)
                 / Raw(b"\x00\x04\x00\x00" + raw(inner)))
 
     def inside(frame):
         if tunnel == "esp":
             return ours.decrypt(outer_l3(frame, 4))
+        if tunnel == "gtpu":
+            g = GTP_U_Header(raw(frame[UDP].payload))
+            assert g.teid == 0x200, g.summary()
+            return IP(raw(g.payload))
         gue = raw(frame[UDP].payload)
         assert gue[:2] == b"\x00\x04", "GUE carrying IPv4"
         return IP(gue[4:])
@@ -591,7 +606,7 @@ routes = ["198.19.50.0/24"]
     _, out1, counters, _ = run_pcap(vecgate, tmp_path, [first] + filler + [reply], services(LOCAL + route))
     to_backend = [p for p in out1 if TCP in p and p[IP].dst == BACKENDS[0] and p[TCP].sport == 43000]
     assert len(to_backend) == 1 and to_backend[0][IP].src == client, [p.summary() for p in out1]
-    tunnelled = [p for p in out1 if (UDP in p and p[UDP].dport == 6080) or p[IP].proto == 50]
+    tunnelled = [p for p in out1 if (UDP in p and p[UDP].dport in (6080, 2152)) or p[IP].proto == 50]
     assert len(tunnelled) == 1, [p.summary() for p in out1]
     inner = inside(tunnelled[0])
     assert (inner.src, inner[TCP].sport, inner.dst, inner[TCP].dport) == (VIP, 81, client, 43000), inner.summary()
