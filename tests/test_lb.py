@@ -484,6 +484,63 @@ def test_ipv6_options_headers_are_carried_through_the_translation(vecgate, tmp_p
     assert counters[("lb6-nat", "reply-translated")] == 1
 
 
+def tunnel_to(tunnel, host):
+    """The gateway's tunnel to the peer 198.18.1.2 (behind eth1) that `host` is behind:
+    a GUE `[[udp_tunnel]]`, an IPsec SA pair (test_ipsec's) or a GTP-U tunnel."""
+    from test_ipsec import sa_config
+    if tunnel == "esp":
+        return sa_config("aes-gcm-128", 4, False)
+    if tunnel == "gtpu":
+        return f"""
+[[gtpu_tunnel]]
+local = "198.18.1.1"
+remote = "198.18.1.2"
+teid_in = 0x100
+teid_out = 0x200
+ue = "{host}/32"
+"""
+    return f"""
+[[udp_tunnel]]
+local = "198.18.1.1"
+remote = "198.18.1.2"
+encap = "gue"
+routes = ["{host}/32"]
+"""
+
+
+def from_tunnel(tunnel, inner):
+    """`inner` as the peer sends it through `tunnel_to(tunnel, ...)`: scapy's GUE, its
+    ESP SA or its GTP-U."""
+    from scapy.contrib.gtp import GTP_U_Header
+    from test_ipsec import IN_SPI, scapy_sa
+    outer = Ether(src=HOST_MAC, dst=GW_MAC0) / IP(src="198.18.1.2", dst="198.18.1.1")
+    if tunnel == "esp":
+        return Ether(src=HOST_MAC, dst=GW_MAC0) / scapy_sa("aes-gcm-128", 4, False, IN_SPI, 2, "198.18.1.2", "198.18.1.1").encrypt(inner)
+    if tunnel == "gtpu":
+        return outer / UDP(sport=2152, dport=2152) / GTP_U_Header(teid=0x100) / inner
+    return outer / UDP(sport=40000, dport=6080) / Raw(b"\x00\x04\x00\x00" + raw(inner))
+
+
+def into_tunnel(tunnel, frames):
+    """The one frame of `frames` the gateway sent into `tunnel_to(tunnel, ...)`, opened
+    by scapy (GUE read, ESP decrypted with its SA, GTP-U's TEID checked): its inner packet."""
+    from scapy.contrib.gtp import GTP_U_Header
+    from test_ipsec import OUT_SPI, outer_l3, scapy_sa
+    sent = [f for f in frames if IP in f and (f[IP].proto == 50 or (UDP in f and f[UDP].dport in (6080, 2152)))]
+    assert len(sent) == 1, [f.summary() for f in frames]
+    f = sent[0]
+    assert (f[IP].src, f[IP].dst) == ("198.18.1.1", "198.18.1.2"), f.summary()
+    if tunnel == "esp":
+        return scapy_sa("aes-gcm-128", 4, False, OUT_SPI, 1, "198.18.1.1", "198.18.1.2").decrypt(outer_l3(f, 4))
+    if tunnel == "gtpu":
+        g = GTP_U_Header(raw(f[UDP].payload))
+        assert g.teid == 0x200, g.summary()
+        return IP(raw(g.payload))
+    gue = raw(f[UDP].payload)
+    assert f[UDP].dport == 6080 and gue[:2] == b"\x00\x04", "GUE carrying IPv4"
+    return IP(gue[4:])
+
+
 @pytest.mark.parametrize("tunnel", ["gue", "esp"])
 def test_a_backend_behind_a_tunnel_is_reached_and_answers_through_it(vecgate, tmp_path, tunnel):
     """A backend whose route is a tunnel (a pod network on another site: GUE, or an
@@ -492,16 +549,8 @@ def test_a_backend_behind_a_tunnel_is_reached_and_answers_through_it(vecgate, tm
     translated back to the service for the client. scapy reads the GUE and decrypts the
     ESP (its own SA), and seals the reply. The load balancer's output and input are the
     graph's, as any forwarded packet's."""
-    from test_ipsec import IN_SPI, OUT_SPI, outer_l3, sa_config, scapy_sa
     far = "198.19.50.10" if tunnel == "gue" else "198.19.60.10"
-    route = f"""
-[[udp_tunnel]]
-local = "198.18.1.1"
-remote = "198.18.1.2"
-encap = "gue"
-routes = ["198.19.50.0/24"]
-""" if tunnel == "gue" else sa_config("aes-gcm-128", 4, False)
-    extra = route + f"""
+    extra = tunnel_to(tunnel, far) + f"""
 [[lb_service]]
 name = "default/far"
 type = "cluster_ip"
@@ -510,27 +559,9 @@ port = 82
 protocol = "tcp"
 backends = [{{ addr = "{far}", port = 8080 }}]
 """
-    ours = scapy_sa("aes-gcm-128", 4, False, OUT_SPI, 1, "198.18.1.1", "198.18.1.2")
-    peer = scapy_sa("aes-gcm-128", 4, False, IN_SPI, 2, "198.18.1.2", "198.18.1.1")
-
-    def inside(frame):
-        if tunnel == "esp":
-            return ours.decrypt(outer_l3(frame, 4))
-        assert (frame[IP].src, frame[IP].dst, frame[UDP].dport) == ("198.18.1.1", "198.18.1.2", 6080), frame.summary()
-        gue = raw(frame[UDP].payload)
-        assert gue[:2] == b"\x00\x04", "GUE carrying IPv4"
-        return IP(gue[4:])
-
-    def from_far(inner):
-        if tunnel == "esp":
-            return Ether(src=HOST_MAC, dst=GW_MAC0) / peer.encrypt(inner)
-        return (Ether(src=HOST_MAC, dst=GW_MAC0) / IP(src="198.18.1.2", dst="198.18.1.1") / UDP(sport=40000, dport=6080)
-                / Raw(b"\x00\x04\x00\x00" + raw(inner)))
-
     syn_far = syn(42000, dport=82)
     _, out1, _, _ = run_pcap(vecgate, tmp_path, [syn_far], services(extra))
-    assert len(out1) == 1, [p.summary() for p in out1]
-    inner = inside(out1[0])
+    inner = into_tunnel(tunnel, out1)
     assert (inner.src, inner.dst, inner[TCP].dport, bytes(inner[Raw])) == (SNAT, far, 8080, b"hello"), inner.summary()
     for layer in (IP, TCP):
         sent_sum, fresh = recomputed(inner, layer)
@@ -538,7 +569,7 @@ backends = [{{ addr = "{far}", port = 8080 }}]
     # The SYN-ACK inside the tunnel, to the node's address and port, a vector later.
     answer = IP(src=far, dst=SNAT) / TCP(sport=8080, dport=inner[TCP].sport, flags="SA", seq=5, ack=1006) / Raw(b"world")
     filler = [syn(21000 + i) for i in range(255)]
-    out0, _, counters, _ = run_pcap(vecgate, tmp_path, [syn_far] + filler + [from_far(answer)], services(extra))
+    out0, _, counters, _ = run_pcap(vecgate, tmp_path, [syn_far] + filler + [from_tunnel(tunnel, answer)], services(extra))
     back = [p for p in out0 if TCP in p]
     assert len(back) == 1, [p.summary() for p in out0]
     p = back[0]
@@ -555,60 +586,20 @@ backends = [{{ addr = "{far}", port = 8080 }}]
 @pytest.mark.parametrize("tunnel", ["gue", "esp", "gtpu"])
 def test_a_client_behind_a_tunnel_keeps_its_address_and_gets_the_reply_inside_it(vecgate, tmp_path, tunnel):
     """A `Local` service's client behind a tunnel (GUE, an IPsec ESP SA, or a GTP-U
-    tunnel: a UE behind its gNB): its SYN,
-    decapsulated (decrypted), reaches the backend with the client's address kept; the
-    backend's reply, forwarded toward the client, is translated to the service on the
-    way and leaves inside the tunnel, where scapy reads (decrypts) it. Before, a reply
-    whose route led into a tunnel went to the tunnel untranslated, from the backend's
-    address (the client's kernel would answer it with a reset)."""
-    from test_ipsec import IN_SPI, OUT_SPI, outer_l3, sa_config, scapy_sa
-    from scapy.contrib.gtp import GTP_U_Header
+    tunnel: a UE behind its gNB): its SYN, decapsulated (decrypted), reaches the backend
+    with the client's address kept; the backend's reply, forwarded toward the client, is
+    translated to the service on the way and leaves inside the tunnel, where scapy reads
+    (decrypts) it. Before, a reply whose route led into a tunnel went to the tunnel
+    untranslated, from the backend's address (the client's kernel would answer it with a
+    reset)."""
     client = {"gue": "198.19.50.20", "esp": "198.19.60.20", "gtpu": "198.19.70.20"}[tunnel]
-    route = {"gue": """
-[[udp_tunnel]]
-local = "198.18.1.1"
-remote = "198.18.1.2"
-encap = "gue"
-routes = ["198.19.50.0/24"]
-""", "esp": sa_config("aes-gcm-128", 4, False), "gtpu": f"""
-[[gtpu_tunnel]]
-local = "198.18.1.1"
-remote = "198.18.1.2"
-teid_in = 0x100
-teid_out = 0x200
-ue = "{client}/32"
-"""}[tunnel]
-    ours = scapy_sa("aes-gcm-128", 4, False, OUT_SPI, 1, "198.18.1.1", "198.18.1.2")
-    peer = scapy_sa("aes-gcm-128", 4, False, IN_SPI, 2, "198.18.1.2", "198.18.1.1")
-
-    def from_client(inner):
-        if tunnel == "esp":
-            return Ether(src=HOST_MAC, dst=GW_MAC0) / peer.encrypt(inner)
-        if tunnel == "gtpu":
-            return Ether(src=HOST_MAC, dst=GW_MAC0) / IP(src="198.18.1.2", dst="198.18.1.1") / UDP(sport=2152, dport=2152) / GTP_U_Header(teid=0x100) / inner
-        return (Ether(src=HOST_MAC, dst=GW_MAC0) / IP(src="198.18.1.2", dst="198.18.1.1") / UDP(sport=40000, dport=6080)
-                / Raw(b"\x00\x04\x00\x00" + raw(inner)))
-
-    def inside(frame):
-        if tunnel == "esp":
-            return ours.decrypt(outer_l3(frame, 4))
-        if tunnel == "gtpu":
-            g = GTP_U_Header(raw(frame[UDP].payload))
-            assert g.teid == 0x200, g.summary()
-            return IP(raw(g.payload))
-        gue = raw(frame[UDP].payload)
-        assert gue[:2] == b"\x00\x04", "GUE carrying IPv4"
-        return IP(gue[4:])
-
-    first = from_client(IP(src=client, dst=VIP) / TCP(sport=43000, dport=81, flags="S", seq=3))
+    first = from_tunnel(tunnel, IP(src=client, dst=VIP) / TCP(sport=43000, dport=81, flags="S", seq=3))
     reply = Ether(src=HOST_MAC, dst=GW_MAC0) / IP(src=BACKENDS[0], dst=client) / TCP(sport=8080, dport=43000, flags="SA", seq=5, ack=4)
     filler = [syn(21000 + i) for i in range(255)]
-    _, out1, counters, _ = run_pcap(vecgate, tmp_path, [first] + filler + [reply], services(LOCAL + route))
+    _, out1, counters, _ = run_pcap(vecgate, tmp_path, [first] + filler + [reply], services(LOCAL + tunnel_to(tunnel, client)))
     to_backend = [p for p in out1 if TCP in p and p[IP].dst == BACKENDS[0] and p[TCP].sport == 43000]
     assert len(to_backend) == 1 and to_backend[0][IP].src == client, [p.summary() for p in out1]
-    tunnelled = [p for p in out1 if (UDP in p and p[UDP].dport in (6080, 2152)) or p[IP].proto == 50]
-    assert len(tunnelled) == 1, [p.summary() for p in out1]
-    inner = inside(tunnelled[0])
+    inner = into_tunnel(tunnel, out1)
     assert (inner.src, inner[TCP].sport, inner.dst, inner[TCP].dport) == (VIP, 81, client, 43000), inner.summary()
     for layer in (IP, TCP):
         sent_sum, fresh = recomputed(inner, layer)
