@@ -297,6 +297,12 @@ seeds = {
                   rec(ACCESS, eth(ACCESS, IP(src="198.19.1.30", dst=USER4) / TCP(sport=8080, dport=40020, flags="SA", seq=7, ack=2))),
                   rec(ACCESS, eth(ACCESS, IP(src="198.18.0.9", dst=USER4) / ICMP(type=3, code=4, nexthopmtu=1280)
                                   / raw(IP(src=USER4, dst="198.19.1.30", ttl=63) / TCP(sport=40020, dport=8080, flags="A", seq=2))[:28]))],
+    # A `Local` service's client behind the GUE tunnel to 198.18.1.5 (its route
+    # 198.19.20.0/24): its SYN decapsulated, the backend's reply translated by lb4-nat and
+    # sent on into the tunnel (`LbNat::onward`).
+    "lb4-local-tunnel": [rec(CORE, eth(CORE, IP(src="198.18.1.5", dst=US4) / UDP(sport=50000, dport=6080)
+                                       / gue(IP(src="198.19.20.9", dst="198.18.128.12") / TCP(sport=40030, dport=80, flags="S", seq=1), 4))),
+                         rec(ACCESS, eth(ACCESS, IP(src="198.19.1.30", dst="198.19.20.9") / TCP(sport=8080, dport=40030, flags="SA", seq=7, ack=2)))],
     "lb6-local": [rec(ACCESS, user_udp6("2001:db8:128::12", 1300, sport=5020, dport=53)),
                   rec(ACCESS, eth(ACCESS, IPv6(src="2001:db8:98::30", dst=USER6) / UDP(sport=5353, dport=5020) / payload(80))),
                   rec(ACCESS, eth(ACCESS, IPv6(src="2001:db8::9", dst=USER6) / ICMPv6PacketTooBig(mtu=1280)

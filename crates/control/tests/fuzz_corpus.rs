@@ -203,6 +203,31 @@ fn graph_fragment_seeds_are_reassembled_and_leave_fragmented() {
     assert_eq!(count(&h, "ip6-rewrite", "packet-too-big"), 0, "{:?}", nonzero(&h));
 }
 
+/// A `Local` service's client behind a GUE tunnel (seed lb4-local-tunnel, the
+/// `graph_local` harness): the backend's reply leaves inside the tunnel, translated to the
+/// service's address and port.
+#[test]
+fn graph_local_tunnel_seed_sends_the_translated_reply_into_the_tunnel() {
+    let mut h = Harness::with_local_services();
+    let mut left = Vec::new();
+    for (port, f) in seed("lb4-local-tunnel") {
+        left.extend(h.frame(port, f).into_iter().map(|(_, t)| t.bytes));
+    }
+    let gue: Vec<_> = left
+        .iter()
+        .filter_map(|f| {
+            let ip = wire::ipv4::Ipv4Packet::new_checked(&f[14..]).ok()?;
+            (ip.protocol() == wire::IpProtocol::Udp && ip.dst_addr() == std::net::Ipv4Addr::new(198, 18, 1, 5)).then(|| ip.payload().to_vec())
+        })
+        .collect();
+    assert_eq!(gue.len(), 1, "{:?}", nonzero(&h));
+    // UDP's 8 bytes, GUE's 4, then the reply.
+    let inner = wire::ipv4::Ipv4Packet::new_checked(&gue[0][12..]).unwrap();
+    assert_eq!(inner.src_addr(), std::net::Ipv4Addr::new(198, 18, 128, 12));
+    assert_eq!(u16::from_be_bytes([inner.payload()[0], inner.payload()[1]]), 80);
+    assert_eq!(count(&h, "lb4-nat", "reply-translated"), 1, "{:?}", nonzero(&h));
+}
+
 /// IPv6 options headers to a service (seed lb6-options): the query behind Hop-by-Hop and
 /// Destination Options headers leaves translated with both, the datagram fragmented
 /// behind a Hop-by-Hop header is reassembled and leaves in fragments that keep it, the
