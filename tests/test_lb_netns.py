@@ -111,12 +111,16 @@ def test_connections_spread_intact_and_stick(lab, vecgate, tmp_path):
     gw = Vecgate(lab, vecgate, g, config(), tmp_path)
     serve_all(lab, c, bes)
 
-    # 60 connections: every backend answers, each saw the node's address (SNAT), and
-    # the client saw the service address as its peer every time.
-    r = client(lab, c, "who", VIP, 80, 60)
+    # 120 connections: every backend answers with a fair share, each saw the node's
+    # address (SNAT), and the client saw the service address as its peer every time.
+    # (Linux's connect() takes every other port from a random start: over all such runs
+    # of this client's ports, pcap-measured, the least-chosen backend had 21 of 120, and 5
+    # of 60, which once failed the 8-of-60 this asserted, in a full suite run; 15 of 120,
+    # an eighth, still catches a backend left with a fraction of its third.)
+    r = client(lab, c, "who", VIP, 80, 120)
     names = Counter(a.split()[0] for a in r["answers"])
     assert set(names) == {"be0", "be1", "be2"}, r
-    assert all(n >= 8 for n in names.values()), names
+    assert all(n >= 15 for n in names.values()), names
     assert all(a.split()[1] == "198.19.1.1" and a.split()[2] == VIP for a in r["answers"]), r
 
     # A 2 MB transfer each way through the translation, bytes intact.
