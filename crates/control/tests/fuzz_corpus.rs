@@ -217,7 +217,8 @@ fn graph_local_tunnel_seed_sends_the_translated_reply_into_the_tunnel() {
         .iter()
         .filter_map(|f| {
             let ip = wire::ipv4::Ipv4Packet::new_checked(&f[14..]).ok()?;
-            (ip.protocol() == wire::IpProtocol::Udp && ip.dst_addr() == std::net::Ipv4Addr::new(198, 18, 1, 5)).then(|| ip.payload().to_vec())
+            (ip.protocol() == wire::IpProtocol::Udp && ip.dst_addr() == std::net::Ipv4Addr::new(198, 18, 1, 5))
+                .then(|| ip.payload().to_vec())
         })
         .collect();
     assert_eq!(gue.len(), 1, "{:?}", nonzero(&h));
