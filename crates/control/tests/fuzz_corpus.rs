@@ -177,12 +177,8 @@ fn graph_fragment_seeds_are_reassembled_and_leave_fragmented() {
     let mut h = Harness::new();
     let mut sent = Vec::new();
     for name in ["lb6-fragments", "lb4-fragments", "lb6-dsr-fragments"] {
-        let frames = seed(name);
-        sent.push(frames.len() as u64);
-        let mut left = Vec::new();
-        for (port, f) in frames {
-            left.extend(h.frame(port, f).into_iter().map(|(_, t)| t.bytes));
-        }
+        sent.push(seed(name).len() as u64);
+        let left = leaving(&mut h, name);
         assert!(left.len() >= 2, "{name}: {} frames left: {:?}", left.len(), nonzero(&h));
         for f in &left {
             let l3 = &f[14..];
@@ -209,10 +205,7 @@ fn graph_fragment_seeds_are_reassembled_and_leave_fragmented() {
 #[test]
 fn graph_local_tunnel_seed_sends_the_translated_reply_into_the_tunnel() {
     let mut h = Harness::with_local_services();
-    let mut left = Vec::new();
-    for (port, f) in seed("lb4-local-tunnel") {
-        left.extend(h.frame(port, f).into_iter().map(|(_, t)| t.bytes));
-    }
+    let left = leaving(&mut h, "lb4-local-tunnel");
     let gue: Vec<_> = left
         .iter()
         .filter_map(|f| {
@@ -236,10 +229,7 @@ fn graph_local_tunnel_seed_sends_the_translated_reply_into_the_tunnel() {
 #[test]
 fn graph_options_seed_is_translated_with_its_headers() {
     let mut h = Harness::new();
-    let mut left = Vec::new();
-    for (port, f) in seed("lb6-options") {
-        left.extend(h.frame(port, f).into_iter().map(|(_, t)| t.bytes));
-    }
+    let left = leaving(&mut h, "lb6-options");
     assert!(left.len() >= 3, "{} frames left: {:?}", left.len(), nonzero(&h));
     for f in &left {
         let ip = wire::ipv6::Ipv6Packet::new_checked(&f[14..]).unwrap();
@@ -590,6 +580,11 @@ fn graph_sctp_seeds_take_their_paths() {
     assert_eq!(count(&h, "lb6-nat", "new-session"), 1);
     assert_eq!(count(&h, "lb6-nat", "sctp-bad-checksum"), 1);
     assert_eq!(count(&h, "lb6-nat", "sctp-bad-chunk"), 1);
+}
+
+/// Every frame that leaves the graph for the seed `name`'s frames, in order.
+fn leaving(h: &mut Harness, name: &str) -> Vec<Vec<u8>> {
+    seed(name).into_iter().flat_map(|(port, f)| h.frame(port, f)).map(|(_, t)| t.bytes).collect()
 }
 
 /// The IPv4 SCTP packets (from the common header on) that leave the graph for the seed

@@ -96,6 +96,13 @@ impl TunnelRef {
         Some(TunnelRef { kind, id: v & MAX_INDEX })
     }
 
+    /// Whether FIB value `v` is a route into a tunnel of `kind` (one shift and compare,
+    /// for a node's per-packet test; [`TunnelRef::decode`] for the tunnel itself).
+    #[inline(always)]
+    pub const fn is_kind(v: u32, kind: TunnelKind) -> bool {
+        v >> TUNNEL_SHIFT == kind as u32
+    }
+
     /// The tunnel's interface name, as routes and `show` use it.
     pub fn if_name(self) -> String {
         match self.kind {

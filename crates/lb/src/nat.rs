@@ -177,8 +177,7 @@ impl Layout for V6 {
         }
         match pkt[6] {
             44 => Err(NatError::Fragment),
-            0 | 60 => past_options(pkt),
-            43 | 50 | 51 | 135 | 139 | 140 => Err(NatError::ExtensionHeaders),
+            0 | 43 | 50 | 51 | 60 | 135 | 139 | 140 => past_options(pkt),
             p => Ok((40, p)),
         }
     }
@@ -217,10 +216,10 @@ impl Layout for V6 {
     const UDP_ZERO_MEANS_NONE: bool = false;
 }
 
-/// An IPv6 packet's transport header behind Hop-by-Hop and Destination Options headers
-/// (out of line: rare). A Fragment header among them is a fragment; anything else
-/// (a Routing header, AH, ESP, a malformed chain, or a chain longer than
-/// [`MAX_EXTENSION_BYTES`]) is refused.
+/// An IPv6 packet's transport header behind extension headers (out of line: rare): past
+/// Hop-by-Hop and Destination Options headers. A Fragment header among them is a
+/// fragment; anything else (a Routing header, AH, ESP, mobility, HIP, shim6, a malformed
+/// chain, or a chain longer than [`MAX_EXTENSION_BYTES`]) is refused: the one list.
 #[cold]
 fn past_options(pkt: &[u8]) -> Result<(usize, u8), NatError> {
     use wire::ip::IpProtocol;

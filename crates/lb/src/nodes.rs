@@ -38,7 +38,7 @@ use crate::session::{Hit, Key, LbDrop, Outcome, Rewrite};
 use crate::table::{Hashed, Table, TableKey};
 use engine::{counters, next_nodes, BufIdx, Buffer, Counts, Enqueue, GraphBuilder, Node, Pool, Verdict, VECTOR_SIZE};
 use ip::nodes::IcmpRequest;
-use ip::tables::{Adjacency, TunnelKind, TunnelRef, ADJ_MISS, MAX_INDEX, TUNNEL_SHIFT};
+use ip::tables::{Adjacency, TunnelKind, TunnelRef, ADJ_MISS, MAX_INDEX};
 
 next_nodes! {
     pub enum LbNatNext {
@@ -315,12 +315,8 @@ impl<F: NatNodeFamily> LbNat<F> {
             return ip::tunnel_next!(LbNatNext, t.kind);
         }
         let tables = &cx.ip().tables;
-        match tables.adjacency(adj) {
-            Adjacency::Rewrite { tx_if, .. } | Adjacency::Glean { tx_if, .. } | Adjacency::Incomplete { tx_if, .. }
-                if tables.has_spd(*tx_if) =>
-            {
-                F::IPSEC_OUTPUT
-            }
+        match tables.adjacency(adj).tx_if() {
+            Some(i) if tables.has_spd(i) => F::IPSEC_OUTPUT,
             _ => F::REWRITE,
         }
     }
@@ -791,7 +787,7 @@ impl<F: NatNodeFamily> LbNat<F> {
         // its route, to a next hop or into a tunnel (`lb_replies`: a reply that kept the
         // client's address?).
         let adj = buf.meta.adj;
-        let service = adj >> TUNNEL_SHIFT == F::SERVICE_ROUTE as u32;
+        let service = TunnelRef::is_kind(adj, F::SERVICE_ROUTE);
         let local = !service && adj <= MAX_INDEX && matches!(cx.ip().tables.adjacency(adj), Adjacency::Local);
         if !service && !local {
             return Self::forwarded(cx, counts, buf, ready.flow());

@@ -177,13 +177,11 @@ fn route<F: Family>(tables: &Tables, buf: &mut Buffer) -> Option<EthernetInputNe
         return Some(EthernetInputNext::Output);
     }
     if let Some(t) = TunnelRef::decode(adj) {
-        if tables.lb_sees_tunnel(t) {
-            // `ipN-lookup` sends it to the balancer first.
-            buf.meta.looked_up = true;
-            return None;
+        // Unless the balancer sees it first (`ipN-lookup` sends it there).
+        if !tables.lb_sees_tunnel(t) {
+            buf.meta.param = t.id;
+            return Some(tunnel_next!(EthernetInputNext, t.kind));
         }
-        buf.meta.param = t.id;
-        return Some(tunnel_next!(EthernetInputNext, t.kind));
     }
     buf.meta.looked_up = true;
     None
