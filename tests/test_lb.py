@@ -78,6 +78,13 @@ def recomputed(pkt, layer):
     return sent, p.__class__(raw(p))[layer].chksum
 
 
+def assert_checksums(p, *layers):
+    """Each of `layers`' checksums in `p` is the one scapy computes over the same bytes."""
+    for layer in layers:
+        sent, fresh = recomputed(p, layer)
+        assert sent == fresh, (layer, p.summary())
+
+
 FLOWS = 300
 
 
@@ -90,9 +97,7 @@ def test_connections_spread_over_backends_translated_to_the_node(vecgate, tmp_pa
         assert p[IP].src == SNAT and p[IP].dst in BACKENDS and p[TCP].dport == 8080
         assert p[TCP].sport - 20000 in range(FLOWS) or p[TCP].sport >= 1024
         assert p[IP].ttl == 63 and bytes(p[Raw]) == b"hello"
-        for layer in (IP, TCP):
-            sent, fresh = recomputed(p, layer)
-            assert sent == fresh, (layer, p.summary())
+        assert_checksums(p, IP, TCP)
         seen[p[IP].dst] += 1
     # Maglev spreads evenly: each of 3 backends within 1/3 ± 10 % of the flows.
     assert set(seen) == set(BACKENDS)
@@ -148,9 +153,7 @@ def test_replies_carry_the_service_address(vecgate, tmp_path):
     for i, p in enumerate(back):
         assert (p[IP].src, p[TCP].sport, p[IP].dst, p[TCP].dport) == (VIP, 80, CLIENT, 20000 + i)
         assert p[TCP].flags == "SA" and bytes(p[Raw]) == b"world"
-        for layer in (IP, TCP):
-            sent, fresh = recomputed(p, layer)
-            assert sent == fresh, (layer, p.summary())
+        assert_checksums(p, IP, TCP)
     assert counters[("lb4-nat", "reply-translated")] == 20
 
 
@@ -262,9 +265,8 @@ def test_forwarded_icmp_errors_about_a_client_kept_connection_are_translated(vec
     assert (p6[IPv6].src, p6[IPv6].dst, p6[IPv6].hlim, p6[ICMPv6PacketTooBig].mtu) == ("2001:db8:1::2", CLIENT6, 63, 1280)
     q6 = p6[IPerror6]
     assert (q6.src, q6.dst, q6[TCPerror].sport, q6[TCPerror].dport) == (CLIENT6, VIP6, 40000, 81)
-    for p, layer in ((p4, IP), (p4, ICMP), (p6, ICMPv6PacketTooBig)):
-        sent_sum, fresh = recomputed(p, layer)
-        assert sent_sum == fresh, (layer, p.summary())
+    assert_checksums(p4, IP, ICMP)
+    assert_checksums(p6, ICMPv6PacketTooBig)
     assert counters[("lb4-nat", "icmp-translated")] == 1
     assert counters[("lb6-nat", "icmp-translated")] == 1
 
@@ -285,9 +287,8 @@ def test_a_backend_balanced_to_itself_is_translated_to_the_node(vecgate, tmp_pat
     p4, p6 = sent4[0], sent6[0]
     assert (p4[IP].src, p4[IP].dst, p4[TCP].dport) == (SNAT, b4, 8080), p4.summary()
     assert (p6[IPv6].src, p6[IPv6].dst, p6[TCP].dport) == (SNAT6, b6, 8080), p6.summary()
-    for p, layer in ((p4, IP), (p4, TCP), (p6, TCP)):
-        sent_sum, fresh = recomputed(p, layer)
-        assert sent_sum == fresh, (layer, p.summary())
+    assert_checksums(p4, IP, TCP)
+    assert_checksums(p6, TCP)
     # The backend's SYN-ACK to the node's address and port, a vector later.
     r4 = Ether(src=HOST_MAC, dst=GW_MAC0) / IP(src=b4, dst=SNAT) / TCP(sport=8080, dport=p4[TCP].sport, flags="SA", seq=5, ack=8)
     r6 = Ether(src=HOST_MAC, dst=GW_MAC0) / IPv6(src=b6, dst=SNAT6) / TCP(sport=8080, dport=p6[TCP].sport, flags="SA", seq=5, ack=8)
@@ -300,9 +301,8 @@ def test_a_backend_balanced_to_itself_is_translated_to_the_node(vecgate, tmp_pat
     q6 = next(p for p in back if IPv6 in p)
     assert (q4[IP].src, q4[TCP].sport, q4[IP].dst, q4[TCP].dport) == (VIP, 81, b4, 33000), q4.summary()
     assert (q6[IPv6].src, q6[TCP].sport, q6[IPv6].dst, q6[TCP].dport) == (VIP6, 81, b6, 33000), q6.summary()
-    for p, layer in ((q4, IP), (q4, TCP), (q6, TCP)):
-        sent_sum, fresh = recomputed(p, layer)
-        assert sent_sum == fresh, (layer, p.summary())
+    assert_checksums(q4, IP, TCP)
+    assert_checksums(q6, TCP)
     assert counters[("lb4-nat", "reply-translated")] == 1
     assert counters[("lb6-nat", "reply-translated")] == 1
 
@@ -563,9 +563,7 @@ backends = [{{ addr = "{far}", port = 8080 }}]
     _, out1, _, _ = run_pcap(vecgate, tmp_path, [syn_far], services(extra))
     inner = into_tunnel(tunnel, out1)
     assert (inner.src, inner.dst, inner[TCP].dport, bytes(inner[Raw])) == (SNAT, far, 8080, b"hello"), inner.summary()
-    for layer in (IP, TCP):
-        sent_sum, fresh = recomputed(inner, layer)
-        assert sent_sum == fresh, layer
+    assert_checksums(inner, IP, TCP)
     # The SYN-ACK inside the tunnel, to the node's address and port, a vector later.
     answer = IP(src=far, dst=SNAT) / TCP(sport=8080, dport=inner[TCP].sport, flags="SA", seq=5, ack=1006) / Raw(b"world")
     filler = [syn(21000 + i) for i in range(255)]
@@ -575,9 +573,7 @@ backends = [{{ addr = "{far}", port = 8080 }}]
     p = back[0]
     assert (p[IP].src, p[TCP].sport, p[IP].dst, p[TCP].dport) == (VIP, 82, CLIENT, 42000), p.summary()
     assert p[TCP].flags == "SA" and bytes(p[Raw]) == b"world"
-    for layer in (IP, TCP):
-        sent_sum, fresh = recomputed(p, layer)
-        assert sent_sum == fresh, layer
+    assert_checksums(p, IP, TCP)
     assert counters[("gue4-input" if tunnel == "gue" else "esp4-decrypt", "decapsulated" if tunnel == "gue" else "decrypted")] == 1, \
         {k: v for k, v in counters.items() if v and k[0].startswith(("gue", "esp"))}
     assert counters[("lb4-nat", "reply-translated")] == 1
@@ -601,9 +597,7 @@ def test_a_client_behind_a_tunnel_keeps_its_address_and_gets_the_reply_inside_it
     assert len(to_backend) == 1 and to_backend[0][IP].src == client, [p.summary() for p in out1]
     inner = into_tunnel(tunnel, out1)
     assert (inner.src, inner[TCP].sport, inner.dst, inner[TCP].dport) == (VIP, 81, client, 43000), inner.summary()
-    for layer in (IP, TCP):
-        sent_sum, fresh = recomputed(inner, layer)
-        assert sent_sum == fresh, layer
+    assert_checksums(inner, IP, TCP)
     assert counters[("lb4-nat", "reply-translated")] == 1
 
 
@@ -660,7 +654,5 @@ remote = "198.19.0.0/16"
     sa = SecurityAssociation(ESP, spi=12289, crypt_algo="AES-GCM", crypt_key=key, tunnel_header=IP(src="198.18.1.1", dst="198.18.1.2"))
     inner = sa.decrypt(IP(raw(esp[0])[14:]))
     assert (inner.src, inner[TCP].sport, inner.dst, inner[TCP].dport) == (VIP, 81, client, 44000), inner.summary()
-    for layer in (IP, TCP):
-        sent_sum, fresh = recomputed(inner, layer)
-        assert sent_sum == fresh, layer
+    assert_checksums(inner, IP, TCP)
     assert counters[("lb4-nat", "reply-translated")] == 1
