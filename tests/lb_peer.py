@@ -26,6 +26,17 @@ Every mode is bounded in count and time and prints one JSON line (clients) or RE
   urecv PORT SECONDS         the first UDP datagram (IPv4 or IPv6) to PORT within
                              SECONDS: its sender, sender port, size and sha256 (all
                              null if none came)
+  tunnelecho TUNNEL LOCAL REMOTE INNER HOST PORT FLOWS
+                             a client behind a tunnel from LOCAL to REMOTE, TUNNEL
+                             "gue" (RFC 8086's header, no kernel module; port 6080,
+                             each flow from an outer port of its own) or
+                             "gtpu:TEID:TEID" (a gNB's G-PDUs, port 2152, sent with the
+                             first TEID, answers expected with the second): FLOWS UDP
+                             flows from INNER (ports 20000 + i) to HOST PORT, two
+                             datagrams each, built by scapy; the answers read on LOCAL
+                             and dissected by scapy: how many came back inside the
+                             tunnel from HOST PORT to the flow, datagram and checksums
+                             intact, and what came otherwise
 """
 import hashlib
 import json
@@ -186,6 +197,64 @@ def urecv(port, seconds):
         print(json.dumps({"from": None, "port": None, "bytes": None, "sha256": None}))
 
 
+def tunnelecho(tunnel, local, remote, inner, host, port, flows):
+    from scapy.all import IP, UDP, IPv6, raw
+    from scapy.contrib.gtp import GTP_U_Header
+
+    v6 = ":" in host
+    if tunnel == "gue":
+        # RFC 8086: version 0, no flags or options, the inner protocol.
+        outer_port, gue = 6080, bytes([0, 41 if v6 else 4, 0, 0])
+        wrap, unwrap = (lambda p: gue + raw(p)), (lambda b: (b[:4] == gue, b[4:]))
+    else:
+        _, up, down = tunnel.split(":")
+        outer_port = 2152
+
+        def wrap(p):
+            return raw(GTP_U_Header(teid=int(up, 0)) / p)
+
+        def unwrap(b):
+            # Past any extension header (the UPF's PDU session container), as scapy reads it.
+            g = GTP_U_Header(b)
+            inner = g.getlayer(IPv6 if v6 else IP)
+            return (g.gtp_type == 255 and g.teid == int(down, 0), raw(inner) if inner else b"")
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    rx.bind((local, outer_port))
+    rx.settimeout(2)
+    answered, missing, wrong = 0, [], []
+    for i in range(flows):
+        # GUE: each flow from an outer port of its own, as a GUE sender spreads its flows;
+        # GTP-U: all from 2152, as a gNB sends.
+        tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM) if tunnel == "gue" else rx
+        if tx is not rx:
+            tx.bind((local, 40000 + i))
+        for k in range(2):
+            msg = f"flow {i} datagram {k} ".encode() * 4
+            packet = (IPv6(src=inner, dst=host) if v6 else IP(src=inner, dst=host)) / UDP(sport=20000 + i, dport=port) / msg
+            tx.sendto(wrap(packet), (remote, outer_port))
+            try:
+                header_ok, b = unwrap(rx.recv(65535))
+            except socket.timeout:
+                missing.append([i, k])
+                continue
+            p = IPv6(b) if v6 else IP(b)
+            if UDP not in p:
+                wrong.append([i, k, header_ok, p.summary()])
+                continue
+            # The checksums scapy computes for the packet as it came.
+            again = p.copy()
+            del again[UDP].chksum
+            if not v6:
+                del again[IP].chksum
+            seen = [header_ok, p.src, p[UDP].sport, p.dst, p[UDP].dport, bytes(p[UDP].payload) == msg, raw(again) == raw(p)]
+            if seen == [True, host, port, inner, 20000 + i, True, True]:
+                answered += 1
+            else:
+                wrong.append([i, k, *seen])
+        if tx is not rx:
+            tx.close()
+    print(json.dumps({"sent": 2 * flows, "answered": answered, "missing": missing, "wrong": wrong}))
+
 if __name__ == "__main__":
     mode = sys.argv[1]
     if mode == "serve":
@@ -202,3 +271,5 @@ if __name__ == "__main__":
         usend(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
     elif mode == "urecv":
         urecv(int(sys.argv[2]), float(sys.argv[3]))
+    elif mode == "tunnelecho":
+        tunnelecho(*sys.argv[2:7], int(sys.argv[7]), int(sys.argv[8]))

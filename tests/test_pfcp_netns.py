@@ -226,7 +226,7 @@ def upf_lab(lab, vecgate, tmp_path, workers=1, extra="", config=CONFIG):
     if workers == 1:
         v = Vecgate(lab, vecgate, upf, config + extra, tmp_path, name="upf")
     else:
-        v = Vecgate(lab, vecgate, upf, f"[dataplane]\nworkers = {workers}\n" + config, tmp_path, name="upf", split_dataplane=True)
+        v = Vecgate(lab, vecgate, upf, f"[dataplane]\nworkers = {workers}\n" + config + extra, tmp_path, name="upf", split_dataplane=True)
     # Both neighbours known to vecgate (it learns them from their ARP requests) before
     # any counted packet: a ping answered on each side.
     for ns, addr in ((gnb, UPF_N3), (dn, UPF_N6)):

@@ -1209,8 +1209,10 @@ fn build(
 /// One worker: its graph, pool and ports over its own devices. With several workers,
 /// every worker's graph has `worker-handoff` (where the input kinds in `spread` go
 /// first), `session-handoff` (where the others go first: it moves a load-balanced
-/// connection's packets to the worker with its session) and `handoff-input` (packets
-/// other workers handed over); the graphs stay identical in shape, so their snapshots
+/// connection's packets to the worker with its session), `resume-handoff` (where
+/// `lbN-nat` sends a connection's packet it met away from its session's worker),
+/// `handoff-input` (frames other workers handed over) and `handoff-resume-input`
+/// (packets they resumed here); the graphs stay identical in shape, so their snapshots
 /// merge node by node.
 fn build_worker(
     cfg: &Config,
@@ -1231,13 +1233,16 @@ fn build_worker(
     upf::nodes::register(&mut g);
     let mut handoff_input = None;
     if let Some(l) = &lanes {
-        g.add_expand(ip::nodes::worker_handoff::WorkerHandoff::new(k, l.to.clone()));
-        g.add_expand(ip::nodes::worker_handoff::WorkerHandoff::sessions_only(k, l.to.clone()));
-        handoff_input = Some(g.add_input("handoff-input", "ethernet-input"));
+        use ip::nodes::worker_handoff::{ResumeHandoff, WorkerHandoff};
+        g.add_expand(WorkerHandoff::new(k, l.to.clone()));
+        g.add_expand(WorkerHandoff::sessions_only(k, l.to.clone()));
+        g.add_expand(ResumeHandoff::new(k, l.to.clone()));
+        let received = g.add_input("handoff-input", "ethernet-input");
+        handoff_input = Some((received, g.add_input("handoff-resume-input", "ip-resume")));
     } else {
-        // `lbN-nat` names it (a datagram it reassembled for another worker's
-        // connection); alone, a worker never sends it anything.
-        g.add_expand(ip::nodes::worker_handoff::WorkerHandoff::sessions_only(k, vec![None]));
+        // `lbN-nat` names it (a connection's packet met on another worker than its
+        // session's); alone, a worker keeps everything.
+        g.add_expand(ip::nodes::worker_handoff::ResumeHandoff::new(k, vec![None]));
     }
     // The first node of an input kind: with several workers, the one that spreads what
     // a device's owner receives, or the one that moves only what belongs elsewhere.
@@ -1284,8 +1289,8 @@ fn build_worker(
     let pool = Pool::with_classes(cfg.dataplane.buffers, cfg.dataplane.medium_buffers, cfg.dataplane.large_buffers);
     let mut worker = Worker::new(k, graph, pool, ports, cx);
     worker.busy_poll = cfg.dataplane.busy_poll;
-    if let (Some(l), Some(input)) = (lanes, handoff_input) {
-        worker.set_handoff(l.from, input);
+    if let (Some(l), Some((received, resumed))) = (lanes, handoff_input) {
+        worker.set_handoff(l.from, received, resumed);
     }
     Ok(worker)
 }

@@ -27,6 +27,10 @@ pub enum HandoffKind {
     Rx,
     /// Send it out of `if_index` (transmit handoff).
     Tx,
+    /// An IP packet that passed its input checks on the sending worker (received on
+    /// `if_index`, perhaps decapsulated there): it continues at the receiving worker's
+    /// resume input, as a packet of the state that worker holds.
+    Resume,
 }
 
 /// A packet in transit between workers, with the metadata that must survive the copy.
@@ -256,6 +260,7 @@ mod tests {
 
     #[test]
     fn lanes_keep_order_metadata_and_recycle_batches() {
+        let kind_of = |k: u8| [HandoffKind::Rx, HandoffKind::Tx, HandoffKind::Resume][k as usize % 3];
         let mut ends = mesh(3);
         let (mut p0, mut p2) = (Pool::new(64, 0), Pool::new(64, 0));
         let mut to2 = ends[0].to[2].clone().unwrap();
@@ -271,7 +276,7 @@ mod tests {
                     buf.meta.offload.gso = GsoKind::Tcp4;
                     buf.meta.offload.gso_size = 1448;
                 }
-                assert!(to2.push(buf, IfIndex(5), if k % 2 == 0 { HandoffKind::Rx } else { HandoffKind::Tx }));
+                assert!(to2.push(buf, IfIndex(5), kind_of(k)));
                 p0.free(b);
             }
             let rx = &mut ends[2].from[0];
@@ -282,7 +287,7 @@ mod tests {
                 let buf = p2.get_mut(b);
                 assert_eq!(buf.bytes(), &[round, k, 0xaa, 0xbb, 0, 0, 0, 0], "in order");
                 assert_eq!(ifx, IfIndex(5));
-                assert_eq!(kind, if k % 2 == 0 { HandoffKind::Rx } else { HandoffKind::Tx });
+                assert_eq!(kind, kind_of(k));
                 if k == 7 {
                     assert_eq!(buf.take_partial_checksum(), Some((1, 2)));
                     assert_eq!((buf.meta.offload.gso, buf.meta.offload.gso_size), (GsoKind::Tcp4, 1448));

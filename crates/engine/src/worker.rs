@@ -136,9 +136,12 @@ pub struct Worker<C: Context> {
     scratch: Vec<BufIdx>,
     /// Never wait when idle (see `run`).
     pub busy_poll: bool,
-    /// Lanes from the other workers, and the input node received packets enter by.
+    /// Lanes from the other workers, and the input nodes received packets
+    /// ([`HandoffKind::Rx`]) and resumed ones ([`HandoffKind::Resume`]) enter by.
     handoff: Vec<LaneRx>,
-    handoff_input: Option<NodeId>,
+    handoff_input: Option<(NodeId, NodeId)>,
+    /// The resumed packets of one poll of the lanes.
+    resumed: Vec<BufIdx>,
     /// Packets received from other workers' lanes (counted with `show runtime`'s
     /// per-worker receive figures).
     handoff_rx: u64,
@@ -159,6 +162,7 @@ impl<C: Context> Worker<C> {
             busy_poll: false,
             handoff: Vec::new(),
             handoff_input: None,
+            resumed: Vec::new(),
             handoff_rx: 0,
             loops: 0,
             cleared_at: clock::now(),
@@ -233,17 +237,19 @@ impl<C: Context> Worker<C> {
     }
 
     /// Receive from the other workers' lanes (see [`crate::handoff`]): handed-off received
-    /// packets enter the graph at `input`, handed-off transmits go to their device.
-    pub fn set_handoff(&mut self, from: Vec<LaneRx>, input: NodeId) {
+    /// packets enter the graph at `input`, resumed ones at `resume`, handed-off
+    /// transmits go to their device.
+    pub fn set_handoff(&mut self, from: Vec<LaneRx>, input: NodeId, resume: NodeId) {
         self.handoff = from;
-        self.handoff_input = Some(input);
+        self.handoff_input = Some((input, resume));
     }
 
     /// One vector's worth from the lanes.
     fn poll_handoff(&mut self) -> usize {
-        let Some(input) = self.handoff_input else { return 0 };
+        let Some((input, resume)) = self.handoff_input else { return 0 };
         let t0 = clock::now();
         self.scratch.clear();
+        self.resumed.clear();
         let mut moved = 0;
         for lane in &mut self.handoff {
             while moved < VECTOR_SIZE {
@@ -255,12 +261,19 @@ impl<C: Context> Worker<C> {
                         self.scratch.push(b);
                     }
                     HandoffKind::Tx => self.graph.queue_tx(ifx, b),
+                    HandoffKind::Resume => {
+                        self.pool.get_mut(b).meta.rx_if = ifx;
+                        self.resumed.push(b);
+                    }
                 }
             }
         }
         let t1 = clock::now();
         self.graph.inject(input, &mut self.pool, &self.scratch, t1.wrapping_sub(t0));
-        self.handoff_rx += self.scratch.len() as u64;
+        if !self.resumed.is_empty() {
+            self.graph.inject(resume, &mut self.pool, &self.resumed, 0);
+        }
+        self.handoff_rx += (self.scratch.len() + self.resumed.len()) as u64;
         moved
     }
 

@@ -47,7 +47,7 @@ next_nodes! {
         Output = "interface-output", Segment = "ip-gso-segment",
         Ip4Fragment = "ip4-fragment", Ip6Fragment = "ip6-fragment",
         Ip4Reassembly = "ip4-reassembly", Ip6Reassembly = "ip6-reassembly",
-        SessionHandoff = "session-handoff",
+        ResumeHandoff = "resume-handoff",
         // A forwarded reply on into its route's tunnel (`ip::tunnel_next!`), or its
         // link's SPD.
         Gtpu4Encap = "gtpu4-encap", Gtpu6Encap = "gtpu6-encap", Gue4Encap = "gue4-encap", Gue6Encap = "gue6-encap",
@@ -76,7 +76,7 @@ counters! {
         IcmpNotOurs(Info, "icmp-not-translated", "ICMP error about no session, or not an error"),
         Truncated(Warn, "truncated", "shorter than its headers say"),
         FragmentAgain(Warn, "fragment-again", "a fragment the gateway cut from a datagram it reassembled, routed back to a service (a routing loop): dropped"),
-        ToSessionWorker(Info, "to-session-worker", "a datagram reassembled here whose connection belongs to another worker: handed to it"),
+        ToSessionWorker(Info, "to-session-worker", "a NAT connection's packet on another worker than its session's (a datagram reassembled here; a client's packet out of a tunnel, steered by its outer header): handed to that worker"),
         ToReassembly(Info, "to-reassembly", "fragments to a service or of a reply to translate (ports only in the first): sent to ipN-reassembly, their datagram back here whole"),
         ExtensionHeaders(Warn, "extension-headers", "IPv6 extension headers not translated: a Routing header, AH, ESP, mobility, HIP, shim6, a malformed chain or one over 215 bytes (Hop-by-Hop and Destination Options are carried)"),
         Protocol(Warn, "not-tcp-udp", "not TCP, UDP, SCTP or an ICMP error about them"),
@@ -596,6 +596,16 @@ impl<F: NatNodeFamily> LbNat<F> {
         if asconf {
             return Verdict::Drop(C::SctpAsconfDropped);
         }
+        // Its session is its client's worker's, where the replies come
+        // ([`crate::steer`]); a client's packet that came out of a tunnel here was
+        // steered by its outer header, and goes there now.
+        let (me, workers) = lb.worker();
+        if workers > 1 {
+            let owner = crate::steer::client_worker::<F>(&key.src, key.sport, key.proto, workers);
+            if owner != me {
+                return Self::to_session_worker(counts, buf, owner);
+            }
+        }
         match lb.forward(t, svc, &key, flags, now) {
             Ok((rw, outcome)) => {
                 Self::translate(counts, buf, &flow, &rw, partial);
@@ -630,8 +640,7 @@ impl<F: NatNodeFamily> LbNat<F> {
     /// A datagram reassembled on this worker (the worker its fragments' addresses hash
     /// to: only the first fragment has ports) whose connection belongs to another
     /// ([`crate::steer::owner`], by the whole datagram's ports): handed to that worker
-    /// as a frame received on the same interface (`session-handoff`, which asks the same
-    /// question), to take its session's path there. `None`: this worker's.
+    /// ([`LbNat::to_session_worker`]). `None`: this worker's.
     #[cold]
     fn reassembled_elsewhere<Cx: HasLb>(
         cx: &mut Cx,
@@ -645,14 +654,19 @@ impl<F: NatNodeFamily> LbNat<F> {
         let lb = std::sync::Arc::clone(&cx.lb().tables);
         let ip = &cx.ip().tables;
         let owner = crate::steer::owner(&lb, buf.bytes(), workers, |a| ip.is_local(a))?;
-        if owner == me {
-            return None;
-        }
-        let ifl = ip.interface(buf.meta.rx_if)?;
-        let header = ip::tables::l2_rewrite(ifl, ifl.mac, <F::Ip as ip::nodes::family::Family>::ETHERTYPE);
-        buf.prepend(header.len()).ok()?.copy_from_slice(&header);
+        (owner != me).then(|| Self::to_session_worker(counts, buf, owner))
+    }
+
+    /// A NAT connection's packet met on this worker while worker `owner` holds (or is to
+    /// hold) its session: handed to it (`resume-handoff`) to take its session's path
+    /// there. It continues at that worker's lookup, past the input checks it passed
+    /// here: it may have come out of a tunnel here (a client behind a tunnel, steered by
+    /// its outer header), or been made whole here from fragments.
+    #[cold]
+    fn to_session_worker(counts: &mut Counts<'_, LbNatCounter>, buf: &mut Buffer, owner: u32) -> Verdict<LbNatNext, LbNatCounter> {
+        buf.meta.param = owner;
         counts.inc(LbNatCounter::ToSessionWorker);
-        Some(Verdict::Next(LbNatNext::SessionHandoff))
+        Verdict::Next(LbNatNext::ResumeHandoff)
     }
 
     /// An ICMP error routed to the node, about a load-balanced connection's packet. A

@@ -46,6 +46,7 @@ pub fn register<Cx: HasIp>(g: &mut GraphBuilder<Cx>) {
     g.add(ip6_local::Ip6Local);
     g.add(ip6_icmp_error::Ip6IcmpError);
     g.add(ip_punt::IpPunt);
+    g.add(worker_handoff::IpResume);
     g.add_expand(gso_segment::GsoSegment);
     g.add_expand(ip_fragment::Ip4Fragment);
     g.add_expand(ip_fragment::Ip6Fragment);

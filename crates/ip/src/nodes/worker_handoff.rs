@@ -9,7 +9,10 @@
 //! balancer's NAT: a connection's client packets and its replies) names their worker
 //! first ([`Steering`]). `session-handoff`, the same node without the spreading, takes
 //! what a worker received itself (devices that give every worker its own share, whose
-//! hash is the kernel's or the NIC's) and moves only those frames.
+//! hash is the kernel's or the NIC's) and moves only those frames. A packet such state
+//! meets on the wrong worker further on (out of a tunnel, whose outer header steered it;
+//! made whole from fragments) goes by `resume-handoff` and enters the other worker at
+//! `ip-resume`, past the input checks it passed.
 use engine::handoff::{HandoffKind, LaneTx};
 use engine::{BufIdx, Counts, ExpandNode, Pool};
 
@@ -100,6 +103,115 @@ impl<Cx: Steering + Send + 'static> ExpandNode<Cx> for WorkerHandoff {
     fn end_of_vector(&mut self, _cx: &mut Cx) {
         for lane in self.to.iter_mut().flatten() {
             lane.flush();
+        }
+    }
+}
+
+engine::next_nodes! {
+    pub enum ResumeHandoffNext { Resume = "ip-resume" }
+}
+
+engine::counters! {
+    pub enum ResumeHandoffCounter {
+        HandedOff(Info, "handed-off", "packets sent to the worker that holds their state, to continue there"),
+        Kept(Info, "kept", "packets whose worker is this one: continued here"),
+        LaneFull(Warn, "lane-full", "the lane to the packet's worker was full: dropped"),
+    }
+}
+
+/// `resume-handoff`: an IP packet that a feature met on a worker other than the one
+/// holding its state, sent to that worker (the sender names it in `meta.param`). It
+/// passed its input checks here, and perhaps came out of a tunnel here (the load
+/// balancer's client behind a tunnel: its packets were steered by their outer header),
+/// so it does not enter the other worker as a received frame, which would check it
+/// again on the link it came by (uRPF, the link's SPD); it continues at `ip-resume`.
+pub struct ResumeHandoff {
+    me: usize,
+    /// `to[k]`: the lane to worker `k`; `None` for this worker.
+    to: Vec<Option<LaneTx>>,
+}
+
+impl ResumeHandoff {
+    /// Worker `me`'s node, with its lanes to the others (`vec![None]` alone).
+    pub fn new(me: usize, to: Vec<Option<LaneTx>>) -> ResumeHandoff {
+        assert!(me < to.len() && to[me].is_none());
+        ResumeHandoff { me, to }
+    }
+}
+
+impl<Cx: Send + 'static> ExpandNode<Cx> for ResumeHandoff {
+    type Next = ResumeHandoffNext;
+    type Counter = ResumeHandoffCounter;
+
+    fn name(&self) -> &'static str {
+        "resume-handoff"
+    }
+
+    fn expand(
+        &mut self,
+        _cx: &mut Cx,
+        counts: &mut Counts<'_, Self::Counter>,
+        pool: &mut Pool,
+        bi: BufIdx,
+        out: &mut Vec<(BufIdx, Self::Next)>,
+    ) -> Result<(), Self::Counter> {
+        let buf = pool.get_mut(bi);
+        let target = buf.meta.param as usize;
+        let Some(Some(lane)) = self.to.get_mut(target) else {
+            debug_assert!(target == self.me, "worker {target} of {}", self.to.len());
+            counts.inc(ResumeHandoffCounter::Kept);
+            out.push((bi, ResumeHandoffNext::Resume));
+            return Ok(());
+        };
+        let rx_if = buf.meta.rx_if;
+        if lane.push(buf, rx_if, HandoffKind::Resume) {
+            // The dispatcher frees the input buffer: its bytes travel in the lane frame.
+            counts.inc(ResumeHandoffCounter::HandedOff);
+            Ok(())
+        } else {
+            Err(ResumeHandoffCounter::LaneFull)
+        }
+    }
+
+    fn end_of_vector(&mut self, _cx: &mut Cx) {
+        for lane in self.to.iter_mut().flatten() {
+            lane.flush();
+        }
+    }
+}
+
+engine::next_nodes! {
+    pub enum IpResumeNext { Ip4Lookup = "ip4-lookup", Ip6Lookup = "ip6-lookup" }
+}
+
+engine::counters! {
+    pub enum IpResumeCounter {
+        NotIp(Error, "not-ip", "a resumed packet that is neither IPv4 nor IPv6 (a sender's bug)"),
+    }
+}
+
+/// `ip-resume`: where a packet another worker handed over with `resume-handoff` enters
+/// this worker's graph: its lookup, as if it had just passed `ipN-input` here.
+pub struct IpResume;
+
+impl<Cx: Send + 'static> engine::Node<Cx> for IpResume {
+    type Next = IpResumeNext;
+    type Counter = IpResumeCounter;
+
+    fn name(&self) -> &'static str {
+        "ip-resume"
+    }
+
+    fn process(
+        &mut self,
+        _cx: &mut Cx,
+        _: &mut Counts<'_, Self::Counter>,
+        buf: &mut engine::Buffer,
+    ) -> engine::Verdict<Self::Next, Self::Counter> {
+        match buf.bytes().first().map(|b| b >> 4) {
+            Some(4) => engine::Verdict::Next(IpResumeNext::Ip4Lookup),
+            Some(6) => engine::Verdict::Next(IpResumeNext::Ip6Lookup),
+            _ => engine::Verdict::Drop(IpResumeCounter::NotIp),
         }
     }
 }

@@ -1,0 +1,133 @@
+"""Clients behind a tunnel, through the service load balancer with one worker and two:
+a GUE peer (scapy's packets in RFC 8086's header, from a plain UDP socket: the host
+kernel has no FOU module) sends each flow's datagrams to the services from the inner
+prefix the gateway routes into the tunnel; real Linux UDP sockets echo them in three
+backend namespaces, and the replies go back into the tunnel. Likewise a UE behind the
+gateway's UPF (a PFCP session from scapy's SMF, G-PDUs from scapy's gNB), whose replies
+leave by the UE pool's route, `upf4-downlink`.
+
+With two workers, af_packet's fanout hashes the client's packets by their *outer*
+header, so a flow's packets come out of the tunnel on a worker of that hash, while a
+backend's reply is steered by the client's inner address and port to the worker of
+those (`lb::steer`): the session must be there, or the reply of a `Local` connection
+(the client's address kept) finds none and goes back untranslated. `lbN-nat` hands the
+client's packet on to that worker (`resume-handoff`, `to-session-worker`).
+
+  client c ── a0/a1 ── vecgate (ns gw) ── bNg/e0 ── backend beN (N = 0..2)
+  198.18.0.2           198.18.0.1         198.19.N+1.1 | 198.19.N+1.10
+  inside GUE: 198.18.100.2 / 2001:db8:100::2
+"""
+import subprocess
+import sys
+
+import pytest
+
+from netns import Vecgate, result
+from test_lb_fragments_netns import SERVICES, SNAT, echo_servers, on_the_way, started, topology
+from test_lb_fragments_netns import config as lb_config
+from test_lb_netns import PEER, VIP, VIP6, client
+from test_pfcp_netns import CONFIG as UPF_CONFIG
+from test_pfcp_netns import DN, GNB, UPF_N3, UPF_N6, upf_lab
+
+INNER = {4: "198.18.100.2", 6: "2001:db8:100::2"}
+FLOWS = 24
+
+
+def config(workers):
+    return lb_config(workers) + """
+[[udp_tunnel]]
+local = "198.18.0.1"
+remote = "198.18.0.2"
+encap = "gue"
+routes = ["198.18.100.0/24", "2001:db8:100::/64"]
+"""
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("family", [4, 6], ids=["v4", "v6"])
+def test_clients_behind_a_tunnel_get_their_replies_translated(lab, vecgate, tmp_path, family, workers):
+    """FLOWS flows to each service (`Cluster` and `Local`), two datagrams each, every
+    outer packet with its flow's own source port: every datagram comes back inside the
+    tunnel from the service's address and port to the flow (scapy reads it, checksums
+    recomputed). The backends saw the node's address (`Cluster`) or the client's inner
+    one (`Local`), spread over all three; one session per flow. With two workers some
+    flows came out of the tunnel on the other worker and were handed over (and the
+    second datagram of such a flow too: it made no session where it came out)."""
+    c, g, bes = topology(lab)
+    # The backends checksum their replies in full: a partial checksum (veth's offload)
+    # would reach the client still pending inside the tunnel, where no kernel fills it
+    # in for a socket that reads the inner packet as payload.
+    for b in bes:
+        lab.run(b, "ethtool", "-K", "e0", "tx", "off")
+    gw = Vecgate(lab, vecgate, g, config(workers), tmp_path, split_dataplane=True)
+    servers = echo_servers(lab, c, bes)
+    vip = VIP if family == 4 else VIP6
+    echoed = {port: client(lab, c, "tunnelecho", "gue", "198.18.0.2", "198.18.0.1", INNER[family], vip, port, FLOWS) for port in SERVICES}
+    assert all(e["answered"] == e["sent"] == 2 * FLOWS for e in echoed.values()), f"{echoed}; {on_the_way(gw, family)}"
+    shown, errs = on_the_way(gw, family), gw.errors()
+    code, _, _ = gw.stop()
+    assert code == 0
+    got = {f"be{i}": result(p)["got"] for i, p in enumerate(servers)}
+    for port, (backend_port, policy) in SERVICES.items():
+        seen = {name: [row for row in rows if row[0] == backend_port] for name, rows in got.items()}
+        assert sum(len(rows) for rows in seen.values()) == 2 * FLOWS, f"{port}: {got}"
+        assert all(rows for rows in seen.values()), f"{port}: {got}"
+        source = SNAT[family] if policy == "Cluster" else INNER[family]
+        assert {peer for rows in seen.values() for _, peer, _ in rows} == {source}, f"{port}: {got}"
+    nat = f"lb{family}-nat"
+    assert errs.get((nat, "new-session"), 0) == len(SERVICES) * FLOWS, shown
+    handed = errs.get((nat, "to-session-worker"), 0)
+    assert handed > 0 if workers == 2 else handed == 0, shown
+    assert errs.get(("resume-handoff", "handed-off"), 0) == handed, errs
+    assert errs.get(("resume-handoff", "lane-full"), 0) == 0, errs
+
+
+def services_for_ues():
+    """The two services (`Cluster`, `Local`) on VIP with the data network host as their
+    backend; the node's N6 address for SNAT."""
+    listed = "".join(f"""
+[[lb_service]]
+name = "default/ue-{policy.lower()}"
+type = "load_balancer"
+vip = "{VIP}"
+port = {port}
+protocol = "udp"
+traffic_policy = "{policy}"
+backends = [{{ addr = "{DN}", port = {backend_port} }}]
+""" for port, (backend_port, policy) in SERVICES.items())
+    return f"""
+[lb]
+snat4 = "{UPF_N6}"
+{listed}"""
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_ue_behind_the_upf_gets_its_replies_translated(lab, vecgate, tmp_path, workers):
+    """A UE's flows to each service through its PFCP session, two datagrams each: every
+    one comes back to the gNB in a G-PDU with the gNB's TEID, from the service's address
+    and port (scapy reads it, checksums recomputed). The backend saw the node's N6 address
+    (`Cluster`) or the UE's (`Local`, whose replies reach `lb4-nat` on their way to the UE
+    pool's route and go on to `upf4-downlink` translated). With two workers all G-PDUs
+    share one outer 5-tuple (the kernel's fanout puts them on one worker), so the flows of
+    the other worker's client ports were handed over."""
+    gnb, upf, dn, v, smf = upf_lab(lab, vecgate, tmp_path, workers, extra=services_for_ues(), config=UPF_CONFIG)
+    # Whole checksums from the backend (see test_clients_behind_a_tunnel_...).
+    lab.run(dn, "ethtool", "-K", "d0", "tx", "off")
+    server = started(lab.spawn(dn, sys.executable, str(PEER), "userve", "dn", *(str(bp) for bp, _ in SERVICES.values()), stdin=subprocess.PIPE))
+    s = smf("establish", cp_seid=0x77, gnb=GNB, gnb_teid=0x200)
+    assert s["cause"] == 1 and s["ue"], s
+    tunnel = f"gtpu:{s['teid']}:0x200"
+    echoed = {port: client(lab, gnb, "tunnelecho", tunnel, GNB, UPF_N3, s["ue"], VIP, port, FLOWS) for port in SERVICES}
+    errs = v.errors()
+    assert all(e["answered"] == e["sent"] == 2 * FLOWS for e in echoed.values()), f"{echoed}; {errs}"
+    code, _, _ = v.stop()
+    assert code == 0
+    got = result(server)["got"]
+    for port, (backend_port, policy) in SERVICES.items():
+        rows = [row for row in got if row[0] == backend_port]
+        assert len(rows) == 2 * FLOWS, f"{port}: {got}"
+        assert {peer for _, peer, _ in rows} == {UPF_N6 if policy == "Cluster" else s["ue"]}, f"{port}: {got}"
+    assert errs.get(("lb4-nat", "new-session"), 0) == len(SERVICES) * FLOWS, errs
+    assert errs.get(("upf4-downlink", "encapsulated"), 0) >= len(SERVICES) * 2 * FLOWS, errs
+    handed = errs.get(("lb4-nat", "to-session-worker"), 0)
+    assert handed > 0 if workers == 2 else handed == 0, errs
