@@ -29,7 +29,8 @@ Every mode is bounded in count and time and prints one JSON line (clients) or RE
   tunnelecho TUNNEL LOCAL REMOTE INNER HOST PORT FLOWS
                              a client behind a tunnel from LOCAL to REMOTE, TUNNEL
                              "gue" (RFC 8086's header, no kernel module; port 6080,
-                             each flow from an outer port of its own) or
+                             each flow from an outer port of its own), "esp" (ESP in
+                             UDP on port 4500, test_ipsec's AES-GCM SAs) or
                              "gtpu:TEID:TEID" (a gNB's G-PDUs, port 2152, sent with the
                              first TEID, answers expected with the second): FLOWS UDP
                              flows from INNER (ports 20000 + i) to HOST PORT, two
@@ -206,6 +207,27 @@ def tunnelecho(tunnel, local, remote, inner, host, port, flows):
         # RFC 8086: version 0, no flags or options, the inner protocol.
         outer_port, gue = 6080, bytes([0, 41 if v6 else 4, 0, 0])
         wrap, unwrap = (lambda p: gue + raw(p)), (lambda b: (b[:4] == gue, b[4:]))
+    elif tunnel == "esp":
+        # ESP in UDP (RFC 3948), AES-GCM-128: test_ipsec's inbound SA (seed 2) to seal,
+        # its outbound one (seed 1) to open what comes back, both scapy's.
+        from scapy.all import UDP as U
+        from scapy.layers.ipsec import ESP
+        from test_ipsec import IN_SPI, OUT_SPI, scapy_sa
+        outer_port = 4500
+        seal = scapy_sa("aes-gcm-128", 4, True, IN_SPI, 2, local, remote)
+        # Each run's sequence numbers above the last run's (the gateway's replay window
+        # lives on): milliseconds of the system's monotonic clock.
+        seal.seq_num = int(time.monotonic() * 1000) + 1
+        opener = scapy_sa("aes-gcm-128", 4, True, OUT_SPI, 1, remote, local)
+
+        def wrap(p):
+            return raw(seal.encrypt(p)[U].payload)
+
+        def unwrap(b):
+            try:
+                return (True, raw(opener.decrypt(IP(src=remote, dst=local) / U(sport=4500, dport=4500) / ESP(b))))
+            except Exception as e:  # a packet it cannot open: reported as what came
+                return (repr(e), b"")
     else:
         _, up, down = tunnel.split(":")
         outer_port = 2152
@@ -224,7 +246,8 @@ def tunnelecho(tunnel, local, remote, inner, host, port, flows):
     answered, missing, wrong = 0, [], []
     for i in range(flows):
         # GUE: each flow from an outer port of its own, as a GUE sender spreads its flows;
-        # GTP-U: all from 2152, as a gNB sends.
+        # GTP-U from 2152 (as a gNB sends), ESP in UDP from 4500 (as a NAT-T peer): one
+        # outer flow for all.
         tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM) if tunnel == "gue" else rx
         if tx is not rx:
             tx.bind((local, 40000 + i))

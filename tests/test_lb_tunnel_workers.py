@@ -2,7 +2,8 @@
 a GUE peer (scapy's packets in RFC 8086's header, from a plain UDP socket: the host
 kernel has no FOU module) sends each flow's datagrams to the services from the inner
 prefix the gateway routes into the tunnel; real Linux UDP sockets echo them in three
-backend namespaces, and the replies go back into the tunnel. Likewise a UE behind the
+backend namespaces, and the replies go back into the tunnel. Likewise a client behind
+an IPsec peer whose link has an SPD (ESP in UDP: scapy seals and opens), and a UE behind the
 gateway's UPF (a PFCP session from scapy's SMF, G-PDUs from scapy's gNB), whose replies
 leave by the UE pool's route, `upf4-downlink`.
 
@@ -81,6 +82,76 @@ def test_clients_behind_a_tunnel_get_their_replies_translated(lab, vecgate, tmp_
     assert errs.get(("resume-handoff", "handed-off"), 0) == handed, errs
     assert errs.get(("resume-handoff", "lane-full"), 0) == 0, errs
 
+
+def esp_config(workers):
+    """The services, and the client's IPsec peer on link `a` (198.18.0.2, ESP in UDP,
+    test_ipsec's AES-GCM keys) with SPD 1 bound there: the inner prefix in and out by the
+    SAs, the link's own traffic (pings, the ESP packets themselves) in the clear."""
+    from test_ipsec import IN_SPI, OUT_SPI, keys
+    (ek, _), (ek2, _) = keys("aes-gcm-128", 1), keys("aes-gcm-128", 2)
+    sas = "".join(f"""
+[[ipsec_sa]]
+index = {index}
+spi = {spi}
+direction = "{direction}"
+algorithm = "aes-gcm-128"
+enc_key = "{key.hex()}"
+local = "198.18.0.1"
+remote = "198.18.0.2"
+udp_encap = true
+""" for index, spi, direction, key in ((0, OUT_SPI, "outbound", ek), (1, IN_SPI, "inbound", ek2)))
+    policies = "".join(f"""
+[[ipsec_policy]]
+spd = 1
+direction = "{direction}"
+priority = {priority}
+action = "{action}"
+{f"sa = {sa}" if sa is not None else ""}
+remote = "{remote}"
+""" for direction, priority, action, sa, remote in (
+        ("inbound", 100, "protect", 1, "198.18.100.0/24"), ("inbound", 50, "bypass", None, "198.18.0.0/24"),
+        ("outbound", 100, "protect", 0, "198.18.100.0/24"), ("outbound", 50, "bypass", None, "198.18.0.0/24")))
+    return lb_config(workers) + sas + f"""
+[[ipsec_spd]]
+id = 1
+interfaces = ["a"]
+{policies}
+[[route]]
+prefix = "198.18.100.0/24"
+via = "198.18.0.2"
+"""
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_client_behind_an_ipsec_peer_gets_its_replies_translated(lab, vecgate, tmp_path, workers):
+    """FLOWS flows to each service from behind the IPsec peer, two datagrams each, all in
+    one outer flow (ESP in UDP, 4500 to 4500): every one comes back sealed by the outbound
+    SA (scapy opens it) from the service's address and port. The link's SPD checks each
+    decrypted packet against the inbound policy of its SA, once, on the worker that
+    decrypted it; one handed on to its session's worker continues at that worker's lookup
+    (entering there as a frame received on `a`, a plain packet of the protected prefix,
+    its inbound SPD would drop it). The replies meet the outbound SPD in the client's
+    terms (protected), from the service's address."""
+    c, g, bes = topology(lab)
+    for b in bes:
+        lab.run(b, "ethtool", "-K", "e0", "tx", "off")
+    gw = Vecgate(lab, vecgate, g, esp_config(workers), tmp_path, split_dataplane=True)
+    servers = echo_servers(lab, c, bes)
+    echoed = {port: client(lab, c, "tunnelecho", "esp", "198.18.0.2", "198.18.0.1", INNER[4], VIP, port, FLOWS) for port in SERVICES}
+    errs = gw.errors()
+    assert all(e["answered"] == e["sent"] == 2 * FLOWS for e in echoed.values()), f"{echoed}; {errs}"
+    code, _, _ = gw.stop()
+    assert code == 0
+    got = {f"be{i}": result(p)["got"] for i, p in enumerate(servers)}
+    for port, (backend_port, policy) in SERVICES.items():
+        rows = [row for name_rows in got.values() for row in name_rows if row[0] == backend_port]
+        assert len(rows) == 2 * FLOWS, f"{port}: {got}"
+        assert {peer for _, peer, _ in rows} == {SNAT[4] if policy == "Cluster" else INNER[4]}, f"{port}: {got}"
+    assert errs.get(("lb4-nat", "new-session"), 0) == len(SERVICES) * FLOWS, errs
+    assert errs.get(("esp4-encrypt", "encrypted"), 0) >= len(SERVICES) * 2 * FLOWS, errs
+    assert not any(k[0].startswith("ipsec4") and k[1] not in ("protected", "bypassed", "checked") for k in errs), errs
+    handed = errs.get(("lb4-nat", "to-session-worker"), 0)
+    assert handed > 0 if workers == 2 else handed == 0, errs
 
 def services_for_ues():
     """The two services (`Cluster`, `Local`) on VIP with the data network host as their
