@@ -57,6 +57,13 @@ fn graph_corpus_through_two_workers() {
     assert!(count(&h, "worker-handoff", "handed-off") > 100 && count(&h, "worker-handoff", "kept") > 100, "{:?}", nonzero(&h));
     assert!(other("ethernet-input") > 100 && other("ip4-lookup") > 0 && other("ip6-lookup") > 0, "{:?}", nonzero(&h));
     assert_eq!(count(&h, "worker-handoff", "lane-full"), 0);
+    // Datagrams made whole, and clients' packets out of tunnels, on another worker than
+    // their connection's went on to it, and entered its graph at `ip-resume`.
+    let resumed: u64 = h.workers().flat_map(|w| w.snapshot().nodes).filter(|x| x.name == "ip-resume").map(|x| x.runtime.packets).sum();
+    let handed = count(&h, "resume-handoff", "handed-off");
+    assert!(handed > 0 && resumed == handed, "{handed} handed, {resumed} resumed: {:?}", nonzero(&h));
+    assert_eq!(count(&h, "lb4-nat", "to-session-worker") + count(&h, "lb6-nat", "to-session-worker"), handed);
+    assert_eq!(count(&h, "resume-handoff", "lane-full"), 0);
     // The seeds' replies go to the client's own port on the SNAT address, which a worker
     // keeps only when replies to it come to that worker: tests/lb_workers.rs replies to
     // the port chosen.
