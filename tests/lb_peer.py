@@ -26,7 +26,7 @@ Every mode is bounded in count and time and prints one JSON line (clients) or RE
   urecv PORT SECONDS         the first UDP datagram (IPv4 or IPv6) to PORT within
                              SECONDS: its sender, sender port, size and sha256 (all
                              null if none came)
-  tunnelecho TUNNEL LOCAL REMOTE INNER HOST PORT FLOWS
+  tunnelecho TUNNEL LOCAL REMOTE INNER HOST PORT FLOWS [MTU]
                              a client behind a tunnel from LOCAL to REMOTE, TUNNEL
                              "gue" (RFC 8086's header, no kernel module; port 6080,
                              each flow from an outer port of its own), "esp" (ESP in
@@ -37,7 +37,10 @@ Every mode is bounded in count and time and prints one JSON line (clients) or RE
                              datagrams each, built by scapy; the answers read on LOCAL
                              and dissected by scapy: how many came back inside the
                              tunnel from HOST PORT to the flow, datagram and checksums
-                             intact, and what came otherwise
+                             intact, and what came otherwise; with MTU, a router's
+                             frag-needed / packet too big (that MTU) about each flow's
+                             second answer, from the first address of INNER's /24 or
+                             /64, sent back inside the tunnel to HOST
 """
 import hashlib
 import json
@@ -198,8 +201,10 @@ def urecv(port, seconds):
         print(json.dumps({"from": None, "port": None, "bytes": None, "sha256": None}))
 
 
-def tunnelecho(tunnel, local, remote, inner, host, port, flows):
-    from scapy.all import IP, UDP, IPv6, raw
+def tunnelecho(tunnel, local, remote, inner, host, port, flows, mtu=None):
+    import ipaddress
+
+    from scapy.all import ICMP, IP, UDP, ICMPv6PacketTooBig, IPv6, raw
     from scapy.contrib.gtp import GTP_U_Header
 
     v6 = ":" in host
@@ -243,7 +248,10 @@ def tunnelecho(tunnel, local, remote, inner, host, port, flows):
     rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     rx.bind((local, outer_port))
     rx.settimeout(2)
-    answered, missing, wrong = 0, [], []
+    answered, missing, wrong, errors = 0, [], [], 0
+    # A router on the client's side of the tunnel: the first address of the client's /64
+    # or /24.
+    router = str(next(ipaddress.ip_interface(f"{inner}/{64 if v6 else 24}").network.hosts()))
     for i in range(flows):
         # GUE: each flow from an outer port of its own, as a GUE sender spreads its flows;
         # GTP-U from 2152 (as a gNB sends), ESP in UDP from 4500 (as a NAT-T peer): one
@@ -272,11 +280,18 @@ def tunnelecho(tunnel, local, remote, inner, host, port, flows):
             seen = [header_ok, p.src, p[UDP].sport, p.dst, p[UDP].dport, bytes(p[UDP].payload) == msg, raw(again) == raw(p)]
             if seen == [True, host, port, inner, 20000 + i, True, True]:
                 answered += 1
+                if mtu and k == 1:
+                    # The answer did not fit the router's next link: it tells the answer's
+                    # source, the service, inside the tunnel.
+                    error = (IPv6(src=router, dst=host) / ICMPv6PacketTooBig(mtu=mtu) if v6
+                             else IP(src=router, dst=host) / ICMP(type=3, code=4, nexthopmtu=mtu)) / raw(p)
+                    tx.sendto(wrap(error), (remote, outer_port))
+                    errors += 1
             else:
                 wrong.append([i, k, *seen])
         if tx is not rx:
             tx.close()
-    print(json.dumps({"sent": 2 * flows, "answered": answered, "missing": missing, "wrong": wrong}))
+    print(json.dumps({"sent": 2 * flows, "answered": answered, "missing": missing, "wrong": wrong, "errors": errors}))
 
 if __name__ == "__main__":
     mode = sys.argv[1]
@@ -295,4 +310,4 @@ if __name__ == "__main__":
     elif mode == "urecv":
         urecv(int(sys.argv[2]), float(sys.argv[3]))
     elif mode == "tunnelecho":
-        tunnelecho(*sys.argv[2:7], int(sys.argv[7]), int(sys.argv[8]))
+        tunnelecho(*sys.argv[2:7], int(sys.argv[7]), int(sys.argv[8]), *map(int, sys.argv[9:10]))

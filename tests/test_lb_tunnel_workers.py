@@ -32,6 +32,8 @@ from test_pfcp_netns import DN, GNB, UPF_N3, UPF_N6, upf_lab
 
 INNER = {4: "198.18.100.2", 6: "2001:db8:100::2"}
 FLOWS = 24
+# The MTU a router behind the tunnel reports for the replies (PMTU discovery).
+MTU = 1300
 
 
 def config(workers):
@@ -50,7 +52,9 @@ def test_clients_behind_a_tunnel_get_their_replies_translated(lab, vecgate, tmp_
     """FLOWS flows to each service (`Cluster` and `Local`), two datagrams each, every
     outer packet with its flow's own source port: every datagram comes back inside the
     tunnel from the service's address and port to the flow (scapy reads it, checksums
-    recomputed). The backends saw the node's address (`Cluster`) or the client's inner
+    recomputed). A router behind the tunnel answers each flow's second reply with a
+    frag-needed / packet too big: translated, it reaches the backend's kernel, which
+    caches the MTU. The backends saw the node's address (`Cluster`) or the client's inner
     one (`Local`), spread over all three; one session per flow. With two workers some
     flows came out of the tunnel on the other worker and were handed over (and the
     second datagram of such a flow too: it made no session where it came out)."""
@@ -63,8 +67,15 @@ def test_clients_behind_a_tunnel_get_their_replies_translated(lab, vecgate, tmp_
     gw = Vecgate(lab, vecgate, g, config(workers), tmp_path, split_dataplane=True)
     servers = echo_servers(lab, c, bes)
     vip = VIP if family == 4 else VIP6
-    echoed = {port: client(lab, c, "tunnelecho", "gue", "198.18.0.2", "198.18.0.1", INNER[family], vip, port, FLOWS) for port in SERVICES}
+    echoed = {port: client(lab, c, "tunnelecho", "gue", "198.18.0.2", "198.18.0.1", INNER[family], vip, port, FLOWS, MTU) for port in SERVICES}
     assert all(e["answered"] == e["sent"] == 2 * FLOWS for e in echoed.values()), f"{echoed}; {on_the_way(gw, family)}"
+    # Each backend's kernel took the routers' errors, translated to be about its own
+    # answers: the path to the client (Local) and to the node's address (Cluster) has
+    # the router's MTU in its cache.
+    for b in bes:
+        for dst in (INNER[family], SNAT[family]):
+            route = lab.run(b, "ip", f"-{family}", "route", "get", dst).stdout
+            assert f"mtu {MTU}" in route, f"{b}: {route}; {on_the_way(gw, family)}"
     shown, errs = on_the_way(gw, family), gw.errors()
     code, _, _ = gw.stop()
     assert code == 0
@@ -80,6 +91,8 @@ def test_clients_behind_a_tunnel_get_their_replies_translated(lab, vecgate, tmp_
     handed = errs.get((nat, "to-session-worker"), 0)
     assert handed > 0 if workers == 2 else handed == 0, shown
     assert errs.get(("resume-handoff", "handed-off"), 0) == handed, errs
+    assert sum(e["errors"] for e in echoed.values()) == len(SERVICES) * FLOWS, echoed
+    assert errs.get((nat, "icmp-translated"), 0) == len(SERVICES) * FLOWS, shown
     assert errs.get(("resume-handoff", "lane-full"), 0) == 0, errs
 
 

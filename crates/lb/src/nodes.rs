@@ -76,7 +76,7 @@ counters! {
         IcmpNotOurs(Info, "icmp-not-translated", "ICMP error about no session, or not an error"),
         Truncated(Warn, "truncated", "shorter than its headers say"),
         FragmentAgain(Warn, "fragment-again", "a fragment the gateway cut from a datagram it reassembled, routed back to a service (a routing loop): dropped"),
-        ToSessionWorker(Info, "to-session-worker", "a NAT connection's packet on another worker than its session's (a datagram reassembled here; a client's packet out of a tunnel, steered by its outer header): handed to that worker"),
+        ToSessionWorker(Info, "to-session-worker", "a NAT connection's packet on another worker than its session's (a datagram reassembled here; a client's packet or an ICMP error out of a tunnel, steered by its outer header): handed to that worker"),
         ToReassembly(Info, "to-reassembly", "fragments to a service or of a reply to translate (ports only in the first): sent to ipN-reassembly, their datagram back here whole"),
         ExtensionHeaders(Warn, "extension-headers", "IPv6 extension headers not translated: a Routing header, AH, ESP, mobility, HIP, shim6, a malformed chain or one over 215 bytes (Hop-by-Hop and Destination Options are carried)"),
         Protocol(Warn, "not-tcp-udp", "not TCP, UDP, SCTP or an ICMP error about them"),
@@ -637,12 +637,13 @@ impl<F: NatNodeFamily> LbNat<F> {
         Verdict::Next(F::REASSEMBLY)
     }
 
-    /// A datagram reassembled on this worker (the worker its fragments' addresses hash
-    /// to: only the first fragment has ports) whose connection belongs to another
-    /// ([`crate::steer::owner`], by the whole datagram's ports): handed to that worker
-    /// ([`LbNat::to_session_worker`]). `None`: this worker's.
+    /// A packet whose connection belongs to another worker ([`crate::steer::owner`],
+    /// the worker its packets are steered to when they arrive as they are): handed to
+    /// that worker ([`LbNat::to_session_worker`]). A datagram reassembled on this worker
+    /// (the worker its fragments' addresses hash to: only the first fragment has ports),
+    /// or an ICMP error that came out of a tunnel here. `None`: this worker's.
     #[cold]
-    fn reassembled_elsewhere<Cx: HasLb>(
+    fn owned_elsewhere<Cx: HasLb>(
         cx: &mut Cx,
         counts: &mut Counts<'_, LbNatCounter>,
         buf: &mut Buffer,
@@ -700,6 +701,12 @@ impl<F: NatNodeFamily> LbNat<F> {
                 Err(v) => v,
             };
         }
+        // The session of the connection it is about is its client's worker's (an error
+        // out of a tunnel was steered by its outer header).
+        if let Some(v) = Self::owned_elsewhere(cx, counts, buf) {
+            return v;
+        }
+        let (_, lb, now) = F::parts(cx.lb());
         if !translate_error(lb, buf.bytes_mut(), now) {
             return Verdict::Drop(C::IcmpNotOurs);
         }
@@ -791,7 +798,7 @@ impl<F: NatNodeFamily> LbNat<F> {
             }
         }
         if buf.meta.refragment {
-            if let Some(v) = Self::reassembled_elsewhere(cx, counts, buf) {
+            if let Some(v) = Self::owned_elsewhere(cx, counts, buf) {
                 return v;
             }
         }
