@@ -108,6 +108,15 @@ def echo_servers(lab, c, bes):
     return servers
 
 
+def spread_from(got, backend_port, source):
+    """What each backend's echo server got on `backend_port` (`got`: its rows by backend
+    name), once checked that every backend got some and all came from `source`."""
+    seen = {name: [row for row in rows if row[0] == backend_port] for name, rows in got.items()}
+    assert all(rows for rows in seen.values()), f"{backend_port}: {got}"
+    assert {peer for rows in seen.values() for _, peer, _ in rows} == {source}, f"{backend_port}: {got}"
+    return seen
+
+
 def on_the_way(gw, family):
     """The counters of the nodes on a fragment's way, as text (a failed assertion shows
     text whole, a dict cut short), or why there are none (a worker that does not answer)."""
@@ -143,14 +152,11 @@ def test_fragmented_datagrams_through_the_translation(lab, vecgate, tmp_path, fa
     assert code == 0
     got = {f"be{i}": result(p)["got"] for i, p in enumerate(servers)}
     for port, (backend_port, policy) in SERVICES.items():
-        seen = {name: [row for row in rows if row[0] == backend_port] for name, rows in got.items()}
+        seen = spread_from(got, backend_port, SNAT[family] if policy == "Cluster" else CLIENT[family])
         # Whole datagrams (the backends' kernels would reassemble pieces too), every one.
         sizes = sorted(size for rows in seen.values() for _, _, size in rows)
         large = [int(x) for x in LARGE.split(",")]
         assert sizes == sorted([int(SMALL)] * 10 + [large[i % 2] for i in range(COUNT)]), f"{port}: {got}"
-        assert all(rows for rows in seen.values()), f"{port}: {got}"
-        source = SNAT[family] if policy == "Cluster" else CLIENT[family]
-        assert {peer for rows in seen.values() for _, peer, _ in rows} == {source}, f"{port}: {got}"
     nat, reassembly = (f"lb{family}-nat", f"ip{family}-reassembly")
     assert not any(k[0] == nat and k[1] in ("fragment", "extension-headers", "truncated", "no-service", "icmp-not-translated") for k in errs), shown
     assert errs.get((nat, "new-session"), 0) >= 2 * (10 + COUNT), shown

@@ -24,7 +24,7 @@ import sys
 import pytest
 
 from netns import Vecgate, result
-from test_lb_fragments_netns import SERVICES, SNAT, echo_servers, on_the_way, started, topology
+from test_lb_fragments_netns import SERVICES, SNAT, echo_servers, on_the_way, spread_from, started, topology
 from test_lb_fragments_netns import config as lb_config
 from test_lb_netns import PEER, VIP, VIP6, client
 from test_pfcp_netns import CONFIG as UPF_CONFIG
@@ -81,11 +81,8 @@ def test_clients_behind_a_tunnel_get_their_replies_translated(lab, vecgate, tmp_
     assert code == 0
     got = {f"be{i}": result(p)["got"] for i, p in enumerate(servers)}
     for port, (backend_port, policy) in SERVICES.items():
-        seen = {name: [row for row in rows if row[0] == backend_port] for name, rows in got.items()}
+        seen = spread_from(got, backend_port, SNAT[family] if policy == "Cluster" else INNER[family])
         assert sum(len(rows) for rows in seen.values()) == 2 * FLOWS, f"{port}: {got}"
-        assert all(rows for rows in seen.values()), f"{port}: {got}"
-        source = SNAT[family] if policy == "Cluster" else INNER[family]
-        assert {peer for rows in seen.values() for _, peer, _ in rows} == {source}, f"{port}: {got}"
     nat = f"lb{family}-nat"
     assert errs.get((nat, "new-session"), 0) == len(SERVICES) * FLOWS, shown
     handed = errs.get((nat, "to-session-worker"), 0)
@@ -157,9 +154,8 @@ def test_a_client_behind_an_ipsec_peer_gets_its_replies_translated(lab, vecgate,
     assert code == 0
     got = {f"be{i}": result(p)["got"] for i, p in enumerate(servers)}
     for port, (backend_port, policy) in SERVICES.items():
-        rows = [row for name_rows in got.values() for row in name_rows if row[0] == backend_port]
-        assert len(rows) == 2 * FLOWS, f"{port}: {got}"
-        assert {peer for _, peer, _ in rows} == {SNAT[4] if policy == "Cluster" else INNER[4]}, f"{port}: {got}"
+        seen = spread_from(got, backend_port, SNAT[4] if policy == "Cluster" else INNER[4])
+        assert sum(len(rows) for rows in seen.values()) == 2 * FLOWS, f"{port}: {got}"
     assert errs.get(("lb4-nat", "new-session"), 0) == len(SERVICES) * FLOWS, errs
     assert errs.get(("esp4-encrypt", "encrypted"), 0) >= len(SERVICES) * 2 * FLOWS, errs
     assert not any(k[0].startswith("ipsec4") and k[1] not in ("protected", "bypassed", "checked") for k in errs), errs
@@ -208,9 +204,8 @@ def test_a_ue_behind_the_upf_gets_its_replies_translated(lab, vecgate, tmp_path,
     assert code == 0
     got = result(server)["got"]
     for port, (backend_port, policy) in SERVICES.items():
-        rows = [row for row in got if row[0] == backend_port]
-        assert len(rows) == 2 * FLOWS, f"{port}: {got}"
-        assert {peer for _, peer, _ in rows} == {UPF_N6 if policy == "Cluster" else s["ue"]}, f"{port}: {got}"
+        seen = spread_from({"dn": got}, backend_port, UPF_N6 if policy == "Cluster" else s["ue"])
+        assert len(seen["dn"]) == 2 * FLOWS, f"{port}: {got}"
     assert errs.get(("lb4-nat", "new-session"), 0) == len(SERVICES) * FLOWS, errs
     assert errs.get(("upf4-downlink", "encapsulated"), 0) >= len(SERVICES) * 2 * FLOWS, errs
     handed = errs.get(("lb4-nat", "to-session-worker"), 0)
