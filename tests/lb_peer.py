@@ -26,6 +26,13 @@ Every mode is bounded in count and time and prints one JSON line (clients) or RE
   urecv PORT SECONDS         the first UDP datagram (IPv4 or IPv6) to PORT within
                              SECONDS: its sender, sender port, size and sha256 (all
                              null if none came)
+  tunnelserve LOCAL REMOTE PORT...
+                             a backend behind a GUE tunnel from LOCAL to REMOTE (port
+                             6080, no kernel module): each IPv4 UDP datagram inside to
+                             one of the PORTs echoed back whole from where it went, in
+                             GUE from an outer port of the flow's own; stops when stdin
+                             closes (or after 120 s): each datagram's port, sender and
+                             payload size
   tunnelecho TUNNEL LOCAL REMOTE INNER HOST PORT FLOWS [MTU]
                              a client behind a tunnel from LOCAL to REMOTE, TUNNEL
                              "gue" (RFC 8086's header, no kernel module; port 6080,
@@ -293,6 +300,40 @@ def tunnelecho(tunnel, local, remote, inner, host, port, flows, mtu=None):
             tx.close()
     print(json.dumps({"sent": 2 * flows, "answered": answered, "missing": missing, "wrong": wrong, "errors": errors}))
 
+def tunnelserve(local, remote, ports):
+    from scapy.all import IP, UDP, raw
+
+    # A backend behind a GUE tunnel (RFC 8086's header over a plain UDP socket): each
+    # IPv4 UDP datagram to one of PORTS sent back whole to its sender, from the address
+    # and port it came to, in GUE from an outer source port of the flow's own (the
+    # entropy a GUE sender gives, so a receiver's RSS spreads the flows).
+    gue = bytes([0, 4, 0, 0])
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    rx.bind((local, 6080))
+    print("READY", flush=True)
+    got, senders, end = [], {}, time.time() + LIMIT
+    while (left := end - time.time()) > 0:
+        ready, _, _ = select.select([rx, sys.stdin], [], [], left)
+        if sys.stdin in ready and not sys.stdin.read(1):
+            break
+        if rx not in ready:
+            continue
+        b = rx.recv(65535)
+        if b[:4] != gue:
+            continue
+        p = IP(b[4:])
+        if UDP not in p or p[UDP].dport not in ports:
+            continue
+        flow = (p.src, p[UDP].sport, p[UDP].dport)
+        if flow not in senders:
+            senders[flow] = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            senders[flow].bind((local, 40000 + len(senders)))
+        answer = IP(src=p.dst, dst=p.src) / UDP(sport=p[UDP].dport, dport=p[UDP].sport) / bytes(p[UDP].payload)
+        senders[flow].sendto(gue + raw(answer), (remote, 6080))
+        got.append([p[UDP].dport, p.src, len(p[UDP].payload)])
+    print(json.dumps({"got": got}), flush=True)
+
+
 if __name__ == "__main__":
     mode = sys.argv[1]
     if mode == "serve":
@@ -309,5 +350,7 @@ if __name__ == "__main__":
         usend(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
     elif mode == "urecv":
         urecv(int(sys.argv[2]), float(sys.argv[3]))
+    elif mode == "tunnelserve":
+        tunnelserve(sys.argv[2], sys.argv[3], [int(x) for x in sys.argv[4:]])
     elif mode == "tunnelecho":
         tunnelecho(*sys.argv[2:7], int(sys.argv[7]), int(sys.argv[8]), *map(int, sys.argv[9:10]))

@@ -34,7 +34,8 @@ SMALL = "100"
 COUNT = 20
 
 
-def config(workers):
+def config(workers, backends=BACKENDS):
+    """vecgate's links and the services (`backends`: their addresses by family)."""
     legs = "".join(f"""
 [[interface]]
 name = "b{i}"
@@ -46,7 +47,7 @@ addresses = ["198.19.{i + 1}.1/24", "2001:db8:{i + 1}::1/64"]
     services = ""
     for family, vip in ((4, VIP), (6, VIP6)):
         for port, (backend_port, policy) in SERVICES.items():
-            listed = ", ".join(f'{{ addr = "{a}", port = {backend_port} }}' for a in BACKENDS[family])
+            listed = ", ".join(f'{{ addr = "{a}", port = {backend_port} }}' for a in backends[family])
             services += f"""
 [[lb_service]]
 name = "default/dns{family}-{policy.lower()}"

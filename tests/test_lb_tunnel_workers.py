@@ -2,7 +2,9 @@
 a GUE peer (scapy's packets in RFC 8086's header, from a plain UDP socket: the host
 kernel has no FOU module) sends each flow's datagrams to the services from the inner
 prefix the gateway routes into the tunnel; real Linux UDP sockets echo them in three
-backend namespaces, and the replies go back into the tunnel. Likewise a client behind
+backend namespaces, and the replies go back into the tunnel. A backend behind a GUE
+tunnel (a pod on another site: scapy answers inside it) the other way round. Likewise a
+client behind
 an IPsec peer whose link has an SPD (ESP in UDP: scapy seals and opens), and a UE behind the
 gateway's UPF (a PFCP session from scapy's SMF, G-PDUs from scapy's gNB), whose replies
 leave by the UE pool's route, `upf4-downlink`.
@@ -24,7 +26,7 @@ import sys
 import pytest
 
 from netns import Vecgate, result
-from test_lb_fragments_netns import SERVICES, SNAT, echo_servers, on_the_way, spread_from, started, topology
+from test_lb_fragments_netns import BACKENDS, CLIENT, SERVICES, SNAT, echo_servers, on_the_way, spread_from, started, topology
 from test_lb_fragments_netns import config as lb_config
 from test_lb_netns import PEER, VIP, VIP6, client
 from test_pfcp_netns import CONFIG as UPF_CONFIG
@@ -159,6 +161,47 @@ def test_a_client_behind_an_ipsec_peer_gets_its_replies_translated(lab, vecgate,
     assert errs.get(("lb4-nat", "new-session"), 0) == len(SERVICES) * FLOWS, errs
     assert errs.get(("esp4-encrypt", "encrypted"), 0) >= len(SERVICES) * 2 * FLOWS, errs
     assert not any(k[0].startswith("ipsec4") and k[1] not in ("protected", "bypassed", "checked") for k in errs), errs
+    handed = errs.get(("lb4-nat", "to-session-worker"), 0)
+    assert handed > 0 if workers == 2 else handed == 0, errs
+
+# A pod behind a GUE tunnel to be0 (198.19.1.10), the services' one backend.
+POD = "198.18.50.10"
+
+
+def pod_config(workers):
+    return lb_config(workers, {4: [POD], 6: BACKENDS[6]}) + f"""
+[[udp_tunnel]]
+local = "198.19.1.1"
+remote = "{BACKENDS[4][0]}"
+encap = "gue"
+routes = ["{POD}/32"]
+"""
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_backend_behind_a_tunnel_answers_through_the_translation(lab, vecgate, tmp_path, workers):
+    """FLOWS datagrams to each service from sockets of their own (Linux's), their one
+    backend a pod behind a GUE tunnel (scapy echoes inside it, each flow's answer from an
+    outer port of its own): every one answered from the service's address and port. The
+    pod saw the node's address (`Cluster`) or the client's (`Local`). With two workers the
+    kernel's fanout puts an answer on the worker of its outer header: those whose session
+    is the other worker's (the client's, or the SNAT port's) are handed to it."""
+    c, g, bes = topology(lab)
+    gw = Vecgate(lab, vecgate, g, pod_config(workers), tmp_path, split_dataplane=True)
+    pod = started(lab.spawn(bes[0], sys.executable, str(PEER), "tunnelserve", BACKENDS[4][0], "198.19.1.1",
+                            *(str(bp) for bp, _ in SERVICES.values()), stdin=subprocess.PIPE))
+    for ns, node in ((bes[0], "198.19.1.1"), (c, "198.18.0.1")):
+        lab.run(ns, "ping", "-c", "2", "-i", "0.2", "-W", "1", node, check=False)
+    echoed = {port: client(lab, c, "uecho", VIP, port, FLOWS) for port in SERVICES}
+    errs = gw.errors()
+    assert all(e["answered"] == e["sent"] for e in echoed.values()), f"{echoed}; {errs}"
+    code, _, _ = gw.stop()
+    assert code == 0
+    got = result(pod)["got"]
+    for port, (backend_port, policy) in SERVICES.items():
+        seen = spread_from({"pod": got}, backend_port, SNAT[4] if policy == "Cluster" else CLIENT[4])
+        assert len(seen["pod"]) == FLOWS, f"{port}: {got}"
+    assert errs.get(("lb4-nat", "reply-translated"), 0) == len(SERVICES) * FLOWS, errs
     handed = errs.get(("lb4-nat", "to-session-worker"), 0)
     assert handed > 0 if workers == 2 else handed == 0, errs
 

@@ -76,7 +76,7 @@ counters! {
         IcmpNotOurs(Info, "icmp-not-translated", "ICMP error about no session, or not an error"),
         Truncated(Warn, "truncated", "shorter than its headers say"),
         FragmentAgain(Warn, "fragment-again", "a fragment the gateway cut from a datagram it reassembled, routed back to a service (a routing loop): dropped"),
-        ToSessionWorker(Info, "to-session-worker", "a NAT connection's packet on another worker than its session's (a datagram reassembled here; a client's packet or an ICMP error out of a tunnel, steered by its outer header): handed to that worker"),
+        ToSessionWorker(Info, "to-session-worker", "a NAT connection's packet on another worker than its session's (a datagram reassembled here; a client's packet, a backend's reply or an ICMP error out of a tunnel, steered by its outer header): handed to that worker"),
         ToReassembly(Info, "to-reassembly", "fragments to a service or of a reply to translate (ports only in the first): sent to ipN-reassembly, their datagram back here whole"),
         ExtensionHeaders(Warn, "extension-headers", "IPv6 extension headers not translated: a Routing header, AH, ESP, mobility, HIP, shim6, a malformed chain or one over 215 bytes (Hop-by-Hop and Destination Options are carried)"),
         Protocol(Warn, "not-tcp-udp", "not TCP, UDP, SCTP or an ICMP error about them"),
@@ -284,12 +284,17 @@ impl<F: NatNodeFamily> LbNat<F> {
                     if let Some(rw) = lb.reverse(&flow.key, flow.flags, now) {
                         nat::translate::<F>(buf.bytes_mut(), flow, &rw, partial);
                         counts.inc(LbNatCounter::Replies);
+                    } else if let Some(v) = Self::owned_elsewhere(cx, counts, buf) {
+                        // A backend's reply out of a tunnel, steered by its outer header.
+                        return v;
                     }
                 }
             }
             Err(NatError::Protocol) => {
                 if translate_error(lb, buf.bytes_mut(), now) {
                     counts.inc(LbNatCounter::IcmpTranslated);
+                } else if let Some(v) = Self::owned_elsewhere(cx, counts, buf) {
+                    return v;
                 }
             }
             Err(NatError::Sctp) => return Self::forwarded_sctp(cx, counts, buf),
@@ -510,7 +515,7 @@ impl<F: NatNodeFamily> LbNat<F> {
         let partial = buf.meta.offload.has_partial_checksum();
         let left = partial && Self::crc_left(buf, ready);
         let mut hash = ready.hash();
-        let (t, lb, now) = F::parts(cx.lb());
+        let (_, lb, now) = F::parts(cx.lb());
         let pkt = buf.bytes_mut();
         // An SCTP packet holding an ASCONF or ASCONF-ACK chunk: dropped on a translated
         // association (`nat::SctpRead::asconf`), both ways; carried on a direct one.
@@ -546,7 +551,14 @@ impl<F: NatNodeFamily> LbNat<F> {
                 counts.inc(C::Replies);
                 return Verdict::Next(F::LOOKUP);
             }
+            // A reply to the SNAT address that came out of a tunnel here (a backend
+            // behind one), steered by its outer header: its session is the worker's
+            // whose port it is.
+            if let Some(v) = Self::owned_elsewhere(cx, counts, buf) {
+                return v;
+            }
         }
+        let (t, lb, now) = F::parts(cx.lb());
         let Some(svc) = t.lookup(&key.dst, key.dport, key.proto, local) else {
             counts.inc(C::NoService);
             buf.meta.param = F::PORT_UNREACHABLE.encode();
@@ -641,7 +653,8 @@ impl<F: NatNodeFamily> LbNat<F> {
     /// the worker its packets are steered to when they arrive as they are): handed to
     /// that worker ([`LbNat::to_session_worker`]). A datagram reassembled on this worker
     /// (the worker its fragments' addresses hash to: only the first fragment has ports),
-    /// or an ICMP error that came out of a tunnel here. `None`: this worker's.
+    /// or a backend's reply or an ICMP error that came out of a tunnel here (steered by
+    /// its outer header). `None`: this worker's.
     #[cold]
     fn owned_elsewhere<Cx: HasLb>(
         cx: &mut Cx,
