@@ -22,8 +22,8 @@ engine::next_nodes! {
 
 engine::counters! {
     pub enum WorkerHandoffCounter {
-        HandedOff(Info, "handed-off", "frames sent to another worker to process"),
-        Kept(Info, "kept", "frames this worker processes itself"),
+        HandedOff(Info, "handed-off", "frames (packets, resume-handoff) sent to another worker to process"),
+        Kept(Info, "kept", "frames (packets) this worker processes itself"),
         LaneFull(Warn, "lane-full", "the lane to the chosen worker was full: dropped"),
     }
 }
@@ -89,34 +89,40 @@ impl<Cx: Steering + Send + 'static> ExpandNode<Cx> for WorkerHandoff {
             return Ok(());
         };
         debug_assert_ne!(target, self.me);
-        let buf = pool.get_mut(bi);
-        let rx_if = buf.meta.rx_if;
-        if lane.push(buf, rx_if, HandoffKind::Rx) {
-            // The dispatcher frees the input buffer: its bytes travel in the lane frame.
-            counts.inc(WorkerHandoffCounter::HandedOff);
-            Ok(())
-        } else {
-            Err(WorkerHandoffCounter::LaneFull)
-        }
+        hand_over(lane, counts, pool.get_mut(bi), HandoffKind::Rx)
     }
 
     fn end_of_vector(&mut self, _cx: &mut Cx) {
-        for lane in self.to.iter_mut().flatten() {
-            lane.flush();
-        }
+        flush(&mut self.to);
+    }
+}
+
+/// `buf` (received on its `rx_if`) into `lane` as `kind`, counted; the dispatcher then
+/// frees the buffer: its bytes travel in the lane frame.
+fn hand_over(
+    lane: &mut LaneTx,
+    counts: &mut Counts<'_, WorkerHandoffCounter>,
+    buf: &mut engine::Buffer,
+    kind: HandoffKind,
+) -> Result<(), WorkerHandoffCounter> {
+    let rx_if = buf.meta.rx_if;
+    if lane.push(buf, rx_if, kind) {
+        counts.inc(WorkerHandoffCounter::HandedOff);
+        Ok(())
+    } else {
+        Err(WorkerHandoffCounter::LaneFull)
+    }
+}
+
+/// The batches every lane of `to` is filling sent (a vector's end).
+fn flush(to: &mut [Option<LaneTx>]) {
+    for lane in to.iter_mut().flatten() {
+        lane.flush();
     }
 }
 
 engine::next_nodes! {
     pub enum ResumeHandoffNext { Resume = "ip-resume" }
-}
-
-engine::counters! {
-    pub enum ResumeHandoffCounter {
-        HandedOff(Info, "handed-off", "packets sent to the worker that holds their state, to continue there"),
-        Kept(Info, "kept", "packets whose worker is this one: continued here"),
-        LaneFull(Warn, "lane-full", "the lane to the packet's worker was full: dropped"),
-    }
 }
 
 /// `resume-handoff`: an IP packet that a feature met on a worker other than the one
@@ -141,7 +147,7 @@ impl ResumeHandoff {
 
 impl<Cx: Send + 'static> ExpandNode<Cx> for ResumeHandoff {
     type Next = ResumeHandoffNext;
-    type Counter = ResumeHandoffCounter;
+    type Counter = WorkerHandoffCounter;
 
     fn name(&self) -> &'static str {
         "resume-handoff"
@@ -159,24 +165,15 @@ impl<Cx: Send + 'static> ExpandNode<Cx> for ResumeHandoff {
         let target = buf.meta.param as usize;
         let Some(Some(lane)) = self.to.get_mut(target) else {
             debug_assert!(target == self.me, "worker {target} of {}", self.to.len());
-            counts.inc(ResumeHandoffCounter::Kept);
+            counts.inc(WorkerHandoffCounter::Kept);
             out.push((bi, ResumeHandoffNext::Resume));
             return Ok(());
         };
-        let rx_if = buf.meta.rx_if;
-        if lane.push(buf, rx_if, HandoffKind::Resume) {
-            // The dispatcher frees the input buffer: its bytes travel in the lane frame.
-            counts.inc(ResumeHandoffCounter::HandedOff);
-            Ok(())
-        } else {
-            Err(ResumeHandoffCounter::LaneFull)
-        }
+        hand_over(lane, counts, buf, HandoffKind::Resume)
     }
 
     fn end_of_vector(&mut self, _cx: &mut Cx) {
-        for lane in self.to.iter_mut().flatten() {
-            lane.flush();
-        }
+        flush(&mut self.to);
     }
 }
 
