@@ -1,20 +1,20 @@
-"""Clients behind a tunnel, through the service load balancer with one worker and two:
-a GUE peer (scapy's packets in RFC 8086's header, from a plain UDP socket: the host
-kernel has no FOU module) sends each flow's datagrams to the services from the inner
+"""Clients and backends behind tunnels, through the service load balancer with one worker
+and two: a GUE peer (scapy's packets in RFC 8086's header, from a plain UDP socket: the
+host kernel has no FOU module) sends each flow's datagrams to the services from the inner
 prefix the gateway routes into the tunnel; real Linux UDP sockets echo them in three
-backend namespaces, and the replies go back into the tunnel. A backend behind a GUE
-tunnel (a pod on another site: scapy answers inside it) the other way round. Likewise a
-client behind
-an IPsec peer whose link has an SPD (ESP in UDP: scapy seals and opens), and a UE behind the
+backend namespaces, and the replies go back into the tunnel. Likewise a client behind an
+IPsec peer whose link has an SPD (ESP in UDP: scapy seals and opens), a UE behind the
 gateway's UPF (a PFCP session from scapy's SMF, G-PDUs from scapy's gNB), whose replies
-leave by the UE pool's route, `upf4-downlink`.
+leave by the UE pool's route, `upf4-downlink`, and, the other way round, a backend behind
+a GUE tunnel (a pod on another site: scapy answers inside it).
 
-With two workers, af_packet's fanout hashes the client's packets by their *outer*
-header, so a flow's packets come out of the tunnel on a worker of that hash, while a
-backend's reply is steered by the client's inner address and port to the worker of
-those (`lb::steer`): the session must be there, or the reply of a `Local` connection
-(the client's address kept) finds none and goes back untranslated. `lbN-nat` hands the
-client's packet on to that worker (`resume-handoff`, `to-session-worker`).
+With two workers, af_packet's fanout hashes a packet that arrives in a tunnel by its
+*outer* header, so it comes out of the tunnel on a worker of that hash, while the load
+balancer keeps a connection's session on the worker of its client's address and port,
+where the replies are steered (`lb::steer`): a client's packet, a router's ICMP error or
+a backend's reply met on the other worker must go on to that one, or a `Local` reply goes
+back untranslated, an error is dropped, a `Cluster` reply finds no session.
+`lbN-nat` hands them on (`resume-handoff`, `to-session-worker`).
 
   client c ── a0/a1 ── vecgate (ns gw) ── bNg/e0 ── backend beN (N = 0..2)
   198.18.0.2           198.18.0.1         198.19.N+1.1 | 198.19.N+1.10
