@@ -59,7 +59,7 @@ fn graph_corpus_through_two_workers() {
     assert_eq!(count(&h, "worker-handoff", "lane-full"), 0);
     // Datagrams made whole, and clients' packets out of tunnels, on another worker than
     // their connection's went on to it, and entered its graph at `ip-resume`.
-    let resumed: u64 = h.workers().flat_map(|w| w.snapshot().nodes).filter(|x| x.name == "ip-resume").map(|x| x.runtime.packets).sum();
+    let resumed = node_packets(&h, "ip-resume");
     let handed = count(&h, "resume-handoff", "handed-off");
     assert!(handed > 0 && resumed == handed, "{handed} handed, {resumed} resumed: {:?}", nonzero(&h));
     assert_eq!(count(&h, "lb4-nat", "to-session-worker") + count(&h, "lb6-nat", "to-session-worker"), handed);
@@ -318,7 +318,6 @@ fn seeds_reach_every_feature(mut h: Harness, not_here: &[(&str, &str)]) {
         }
         assert!(count(&h, node, counter) > 0, "{node} {counter}: {:?}", nonzero(&h));
     }
-    let busy = |n: &str| -> u64 { h.workers().flat_map(|w| w.snapshot().nodes).filter(|x| x.name == n).map(|x| x.runtime.packets).sum() };
     for node in [
         "gtpu4-encap",
         "gtpu6-encap",
@@ -333,7 +332,7 @@ fn seeds_reach_every_feature(mut h: Harness, not_here: &[(&str, &str)]) {
         "ipsec4-output",
         "ipsec6-output",
     ] {
-        assert!(busy(node) > 0, "{node} saw no packet: {:?}", nonzero(&h));
+        assert!(node_packets(&h, node) > 0, "{node} saw no packet: {:?}", nonzero(&h));
     }
 }
 
@@ -427,6 +426,11 @@ fn graph_harness_checks_the_sctp_crc32c_from_our_address() {
     forwarded.bytes.extend_from_slice(&init);
     forwarded.bytes[l4 + 8..l4 + 10].copy_from_slice(&[0x12, 0x34]);
     assert!(h.check_sent(0, &forwarded).is_ok());
+}
+
+/// The packets node `node` took, all workers summed.
+fn node_packets(h: &Harness, node: &str) -> u64 {
+    h.workers().flat_map(|w| w.snapshot().nodes).filter(|x| x.name == node).map(|x| x.runtime.packets).sum()
 }
 
 fn nonzero(h: &Harness) -> Vec<String> {
