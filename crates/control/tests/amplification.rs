@@ -10,7 +10,7 @@ use control::fuzz::graph::{decode, Harness, CONFIG};
 use std::path::Path;
 use std::time::Instant;
 
-mod common;
+use crate::common;
 
 const BURST: usize = 300;
 /// ICMP errors per second (the bucket holds 100, `icmp_burst`) and GTP-U replies per

@@ -12,8 +12,7 @@ use control::fuzz::graph::Harness;
 use io::mem::RxFrame;
 use ip::outer::tos::{Dscp, ECT0};
 
-#[macro_use]
-mod common;
+use crate::common;
 
 const CFG: &str = concat!(
     access0_core0_config!(),

@@ -10,9 +10,6 @@ use engine::worker::WorkerCmd;
 use std::path::Path;
 use std::time::Duration;
 
-#[macro_use]
-mod common;
-
 const CFG: &str = concat!(
     pg0_null0_config!(),
     r#"

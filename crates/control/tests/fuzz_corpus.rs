@@ -6,7 +6,7 @@ use common::count_all as count;
 use control::fuzz::graph::Harness;
 use std::path::{Path, PathBuf};
 
-mod common;
+use crate::common;
 
 fn corpus(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus").join(target);

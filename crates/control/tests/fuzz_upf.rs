@@ -7,7 +7,7 @@ use common::count_all as count;
 use control::fuzz::graph::{decode, Harness};
 use std::path::Path;
 
-mod common;
+use crate::common;
 
 fn seed(name: &str) -> Vec<(usize, io::mem::RxFrame)> {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/graph").join(format!("seed-upf-{name}"));

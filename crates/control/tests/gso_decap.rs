@@ -13,8 +13,7 @@ use engine::{GsoKind, Pool};
 use io::mem::RxFrame;
 use io::vnet::{VnetHdr, F_NEEDS_CSUM, GSO_UDP_L4};
 
-#[macro_use]
-mod common;
+use crate::common;
 
 /// Users on access0, tunnel peers on core0: a GTP-U tunnel over IPv4 and one over IPv6
 /// (TEID 100 both), a GUE tunnel over IPv4 on port 6080, an inbound ESP SA in UDP

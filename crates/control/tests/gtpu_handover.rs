@@ -10,8 +10,7 @@ use control::dataplane::assemble;
 use engine::worker::Context;
 use std::path::Path;
 
-#[macro_use]
-mod common;
+use crate::common;
 
 const CFG: &str = concat!(
     pg0_null0_config!(),

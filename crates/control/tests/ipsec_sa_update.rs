@@ -14,8 +14,7 @@ use control::ipsec::SaEndpoints;
 use engine::worker::Context;
 use std::path::Path;
 
-#[macro_use]
-mod common;
+use crate::common;
 
 const CFG: &str = concat!(
     pg0_null0_config!(null0_also: "198.18.1.5/24", "2001:db8:1::1/64"),

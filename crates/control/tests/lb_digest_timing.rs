@@ -1,7 +1,7 @@
 //! How long `show_lb_digests` takes at 10 000 services (10 backends each), the cached
 //! digests (`LbState::digests`) against computing every one afresh as the reply did
 //! before: a measurement to print, not a test of speed (ignored; run it with
-//! `cargo test --release -p vecgate-control --test lb_digest_timing -- --ignored --nocapture`).
+//! `cargo test --release -p vecgate-control --test integration -- --ignored --nocapture lb_digest_timing`).
 //! What it asserts is only that both give the same reply.
 
 use control::api::Request;

@@ -8,8 +8,7 @@ use common::{count_all as count, ACCESS0, CORE0};
 use control::fuzz::graph::Harness;
 use io::mem::RxFrame;
 
-#[macro_use]
-mod common;
+use crate::common;
 
 fn config(action: &str) -> String {
     format!(

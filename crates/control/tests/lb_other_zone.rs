@@ -4,7 +4,7 @@
 //! keeps the connections it has, as conntrack keeps kube-proxy's established flows when the
 //! hints move; deleting a backend instead re-chooses its connections (`backend-gone`).
 
-mod common;
+use crate::common;
 
 use common::{count_all as count, seed_frames as seed, tcp4};
 use control::api::Request;

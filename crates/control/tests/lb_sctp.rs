@@ -10,7 +10,7 @@
 //! a direct-server-return (GRE) SCTP service, whose packets (an ASCONF too) go unchanged
 //! inside the outer header.
 
-mod common;
+use crate::common;
 
 use common::{count_all as count, seed};
 use control::api::Request;

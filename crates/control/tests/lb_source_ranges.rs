@@ -7,7 +7,7 @@
 //! session, and one now inside passes. A cluster_ip service on the same address and port
 //! space takes every source.
 
-mod common;
+use crate::common;
 
 use common::{count_all as count, seed_frames as seed, tcp4, udp6};
 use control::api::Request;

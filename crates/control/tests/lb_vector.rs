@@ -5,7 +5,7 @@
 //! longer than the pipeline's distance, mixing new flows, session hits, encapsulated
 //! services, a port without a service and packets without a flow.
 
-mod common;
+use crate::common;
 
 use common::{count, counters, seed, traced_and_untraced_agree};
 use control::fuzz::graph::Harness;

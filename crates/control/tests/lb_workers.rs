@@ -6,7 +6,7 @@
 //! translated back, none leaves as the backend sent it. Regression: with the flow hash
 //! alone about half of them went to the worker without the session.
 
-mod common;
+use crate::common;
 
 use common::{count_all as count, seed_frames as seed, tcp4, udp6};
 use control::fuzz::graph::Harness;

@@ -12,8 +12,7 @@ use engine::worker::WorkerCmd;
 use io::mem::{RxFrame, TxFrame};
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-#[macro_use]
-mod common;
+use crate::common;
 
 const GW_ACCESS: [u8; 6] = [2, 0, 0, 0, 0, 1];
 const GW_CORE: [u8; 6] = [2, 0, 0, 0, 0, 2];

@@ -8,7 +8,7 @@
 //! split, parcels to a GSO link, parcels whose TTL expires here, and parcels dropped by
 //! name.
 
-mod common;
+use crate::common;
 
 use common::{count, counters, seed, traced_and_untraced_agree};
 use control::fuzz::graph::Harness;

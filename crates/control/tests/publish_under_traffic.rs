@@ -9,8 +9,7 @@ use engine::worker::Context;
 use ip::{Prefix, RouteTarget};
 use std::path::Path;
 
-#[macro_use]
-mod common;
+use crate::common;
 
 const CFG: &str = concat!(
     pg0_null0_config!(),

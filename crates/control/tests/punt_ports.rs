@@ -5,7 +5,7 @@
 //! before the port is added and after it is deleted the gateway answers the SYN itself
 //! exactly as before. `show punt` says where each port came from.
 
-mod common;
+use crate::common;
 
 use common::{count_all as count, seed_frames as seed, tcp4};
 use control::api::Request;

@@ -9,8 +9,7 @@ use control::api::{Reply, Request};
 use control::dataplane::Control;
 use control::fib::RoutePath;
 
-#[macro_use]
-mod common;
+use crate::common;
 
 /// The shared gateway with the data network routed to the peer on `null0`.
 const BASE: &str = concat!(

@@ -4,7 +4,7 @@
 //! a restart: a reload that changes it is refused naming the key, and changes nothing.
 //! (No timed assertion: the expiries compared are minutes apart.)
 
-mod common;
+use crate::common;
 
 use common::{reload_names, running_from_file as running, seed_frames as seed, stop, tcp4, udp6};
 use control::api::Request;

@@ -5,7 +5,7 @@
 use common::{control_from_file, reload_file};
 use control::dataplane::Control;
 
-mod common;
+use crate::common;
 
 const LINKS: &str = r#"
 [[interface]]

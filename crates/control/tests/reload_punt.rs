@@ -9,7 +9,7 @@ use common::{control_from_file, reload_names as reload, running_from_file, stop}
 use control::api::Request;
 use control::dataplane::Control;
 
-mod common;
+use crate::common;
 
 const LINKS: &str = r#"
 [[interface]]

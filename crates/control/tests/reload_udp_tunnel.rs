@@ -6,8 +6,7 @@
 use common::reload_file;
 use control::api::Request;
 
-#[macro_use]
-mod common;
+use crate::common;
 
 const CFG: &str = concat!(
     pg0_null0_config!(),

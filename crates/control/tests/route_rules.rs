@@ -11,7 +11,7 @@ use control::config::Config;
 use control::dataplane::{assemble, Control};
 use std::path::Path;
 
-mod common;
+use crate::common;
 
 const CFG: &str = r#"
 [[interface]]

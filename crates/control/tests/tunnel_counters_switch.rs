@@ -8,8 +8,7 @@ use control::dataplane::{Control, WorkerContext};
 use control::metrics::{render, tunnel_traffic, TableSizes};
 use engine::worker::{Context, Worker};
 
-#[macro_use]
-mod common;
+use crate::common;
 
 const PACKETS: u64 = 1000;
 /// The streams' 64-byte frames less the Ethernet header: the inner IP packet.

@@ -9,8 +9,7 @@ use control::dataplane::assemble;
 use engine::worker::Context;
 use std::path::Path;
 
-#[macro_use]
-mod common;
+use crate::common;
 
 /// Two GUE tunnels on one endpoint and port, from 198.18.1.2 and 198.18.1.3; inner
 /// packets are routed out of null0. Streams: `a` (IPv4 inner) and `a6` (IPv6 inner) in

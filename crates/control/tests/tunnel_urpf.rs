@@ -13,9 +13,6 @@ use engine::stats::Snapshot;
 use engine::worker::Context;
 use std::path::Path;
 
-#[macro_use]
-mod common;
-
 const N: u64 = 300;
 
 fn config() -> String {

@@ -11,8 +11,7 @@ use control::dataplane::assemble;
 use engine::worker::Context;
 use std::path::Path;
 
-#[macro_use]
-mod common;
+use crate::common;
 
 const CFG: &str = concat!(
     pg0_null0_config!(null0_also: "2001:db8:1::1/64"),

@@ -19,8 +19,7 @@ use pfcp::{Cause, Message};
 use std::collections::VecDeque;
 use std::path::Path;
 
-#[macro_use]
-mod common;
+use crate::common;
 
 const CFG: &str = concat!(
     // The gNB is the peer, 198.18.1.2.

@@ -8,7 +8,7 @@ use ip::tables::{Adjacency, Tables, TunnelKind, TunnelRef, MAX_INDEX};
 use ip::Prefix;
 use std::net::IpAddr;
 
-mod common;
+use crate::common;
 
 fn router() -> RouterState {
     let mut r = common::two_links();

@@ -7,7 +7,7 @@ use ip::tables::{Tables, TunnelKind, TunnelRef};
 use ip::urpf::{check, check_source, Arrival, SourceFault, Urpf};
 use ip::Prefix;
 
-mod common;
+use crate::common;
 
 fn router() -> RouterState {
     let mut r = common::two_links();

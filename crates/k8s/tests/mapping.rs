@@ -1045,7 +1045,7 @@ proptest! {
 /// One check's digest comparison at 10 000 LB services of 10 backends each (the scale of
 /// tests/k8s/scale.py): `Model::drift` over a gateway holding what was applied, the first
 /// time (every digest computed) and then (cached). Timing only:
-/// `cargo test --release -p vecgate-k8s --test mapping -- --ignored --nocapture drift_time`.
+/// `cargo test --release -p vecgate-k8s --test integration -- --ignored --nocapture mapping::drift_time`.
 #[test]
 #[ignore]
 fn drift_time_at_10000_services() {

@@ -9,7 +9,7 @@
 //! (`gso::to_parcels`): chained, each parcel's segments one extent in the frame's buffer,
 //! the frame held by every parcel and by its caller, freed in any order.
 
-mod common;
+use crate::common;
 
 use engine::{BufIdx, Pool};
 use ip::nodes::family::{Ip4, Ip6};

@@ -3,7 +3,7 @@
 //! against a reference split: every datagram built from scratch with `wire`'s IPv4, IPv6
 //! and UDP reprs and summed in full.
 
-mod common;
+use crate::common;
 
 use engine::{BufIdx, GsoKind, IfIndex, Meta, Offload, Pool};
 use ip::nodes::family::{Ip4, Ip6};

@@ -6,7 +6,7 @@
 //! `esp4-encrypt` / `esp6-encrypt` here are test stand-ins recording `meta.param`; the
 //! real nodes come with the ESP crate.
 
-mod common;
+use crate::common;
 
 use common::*;
 use spd::policy::{ActionKind, Direction, PolicySpec};

@@ -1,0 +1,6 @@
+//! The parcel crate's integration tests as one binary, each file of this directory a module
+//! (one link of the workspace instead of one a file; see crates/control/tests/main.rs).
+
+mod common;
+mod join_reference;
+mod split_reference;

@@ -1,0 +1,7 @@
+//! The spd crate's integration tests as one binary, each file of this directory a module
+//! (one link of the workspace instead of one a file; see crates/control/tests/main.rs).
+
+mod common;
+mod fuzz_corpus;
+mod invalidation;
+mod nodes;
