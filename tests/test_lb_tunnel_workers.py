@@ -30,10 +30,12 @@ from test_lb_fragments_netns import BACKENDS, CLIENT, SERVICES, SNAT, echo_serve
 from test_lb_fragments_netns import config as lb_config
 from test_lb_netns import PEER, VIP, VIP6, client
 from test_pfcp_netns import CONFIG as UPF_CONFIG
-from test_pfcp_netns import DN, GNB, UPF_N3, UPF_N6, upf_lab
+from test_pfcp_netns import DN, DN6, GNB, UPF_N3, UPF_N6, UPF_N6_6, upf_lab
 
 INNER = {4: "198.18.100.2", 6: "2001:db8:100::2"}
 FLOWS = 24
+# A dual-stack UE (its IPv6 address one of its /64).
+UE = {4: "198.19.7.60", 6: "2001:db8:19:1::1"}
 # The MTU a router behind the tunnel reports for the replies (PMTU discovery).
 MTU = 1300
 
@@ -205,51 +207,65 @@ def test_a_backend_behind_a_tunnel_answers_through_the_translation(lab, vecgate,
     handed = errs.get(("lb4-nat", "to-session-worker"), 0)
     assert handed > 0 if workers == 2 else handed == 0, errs
 
-def services_for_ues():
-    """The two services (`Cluster`, `Local`) on VIP with the data network host as their
-    backend; the node's N6 address for SNAT."""
+def services_for_ues(family):
+    """The two services (`Cluster`, `Local`) on the family's VIP with the data network
+    host as their backend; the node's N6 address for SNAT."""
+    vip, dn = (VIP, DN) if family == 4 else (VIP6, DN6)
     listed = "".join(f"""
 [[lb_service]]
 name = "default/ue-{policy.lower()}"
 type = "load_balancer"
-vip = "{VIP}"
+vip = "{vip}"
 port = {port}
 protocol = "udp"
 traffic_policy = "{policy}"
-backends = [{{ addr = "{DN}", port = {backend_port} }}]
+backends = [{{ addr = "{dn}", port = {backend_port} }}]
 """ for port, (backend_port, policy) in SERVICES.items())
     return f"""
 [lb]
 snat4 = "{UPF_N6}"
+snat6 = "{UPF_N6_6}"
 {listed}"""
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_a_ue_behind_the_upf_gets_its_replies_translated(lab, vecgate, tmp_path, workers):
-    """A UE's flows to each service through its PFCP session, two datagrams each: every
-    one comes back to the gNB in a G-PDU with the gNB's TEID, from the service's address
-    and port (scapy reads it, checksums recomputed). The backend saw the node's N6 address
-    (`Cluster`) or the UE's (`Local`, whose replies reach `lb4-nat` on their way to the UE
-    pool's route and go on to `upf4-downlink` translated). With two workers all G-PDUs
-    share one outer 5-tuple (the kernel's fanout puts them on one worker), so the flows of
-    the other worker's client ports were handed over."""
-    gnb, upf, dn, v, smf = upf_lab(lab, vecgate, tmp_path, workers, extra=services_for_ues(), config=UPF_CONFIG)
+@pytest.mark.parametrize("family", [4, 6], ids=["v4", "v6"])
+def test_a_ue_behind_the_upf_gets_its_replies_translated(lab, vecgate, tmp_path, family, workers):
+    """A UE's flows to each service through its PFCP session (dual stack: the IPv6 flows
+    from an address of its /64), two datagrams each: every one comes back to the gNB in a
+    G-PDU with the family's downlink TEID (0x200 IPv4, 0x201 IPv6), from the service's
+    address and port (scapy reads it, checksums recomputed). The backend saw the node's N6
+    address (`Cluster`) or the UE's (`Local`, whose replies reach `lbN-nat` on their way to
+    the UE pool's route and go on to `upfN-downlink` translated). With two workers all
+    G-PDUs share one outer 5-tuple (the kernel's fanout puts them on one worker), so the
+    flows of the other worker's client ports were handed over."""
+    gnb, upf, dn, v, smf = upf_lab(lab, vecgate, tmp_path, workers, extra=services_for_ues(family), config=UPF_CONFIG)
     # Whole checksums from the backend (see test_clients_behind_a_tunnel_...).
     lab.run(dn, "ethtool", "-K", "d0", "tx", "off")
+    if family == 6:
+        lab.run(dn, "ip", "-6", "addr", "add", f"{DN6}/64", "dev", "d0", "nodad")
+        lab.run(dn, "ip", "-6", "route", "add", "2001:db8:19::/48", "via", UPF_N6_6)
+        for _ in range(20):
+            if lab.run(dn, "ping", "-6", "-c", "1", "-W", "1", UPF_N6_6, check=False).returncode == 0:
+                break
+        else:
+            raise AssertionError(f"{UPF_N6_6} never answered a ping")
     server = started(lab.spawn(dn, sys.executable, str(PEER), "userve", "dn", *(str(bp) for bp, _ in SERVICES.values()), stdin=subprocess.PIPE))
-    s = smf("establish", cp_seid=0x77, gnb=GNB, gnb_teid=0x200)
-    assert s["cause"] == 1 and s["ue"], s
-    tunnel = f"gtpu:{s['teid']}:0x200"
-    echoed = {port: client(lab, gnb, "tunnelecho", tunnel, GNB, UPF_N3, s["ue"], VIP, port, FLOWS) for port in SERVICES}
+    s = smf("establish", cp_seid=0x77, gnb=GNB, gnb_teid=0x200, ue=UE[4], ue6=UE[6])
+    assert s["cause"] == 1, s
+    ue = UE[family]
+    tunnel = f"gtpu:{s['teid']}:{0x200 if family == 4 else 0x201}"
+    echoed = {port: client(lab, gnb, "tunnelecho", tunnel, GNB, UPF_N3, ue, VIP if family == 4 else VIP6, port, FLOWS) for port in SERVICES}
     errs = v.errors()
     assert all(e["answered"] == e["sent"] == 2 * FLOWS for e in echoed.values()), f"{echoed}; {errs}"
     code, _, _ = v.stop()
     assert code == 0
     got = result(server)["got"]
     for port, (backend_port, policy) in SERVICES.items():
-        seen = spread_from({"dn": got}, backend_port, UPF_N6 if policy == "Cluster" else s["ue"])
+        seen = spread_from({"dn": got}, backend_port, (UPF_N6 if family == 4 else UPF_N6_6) if policy == "Cluster" else ue)
         assert len(seen["dn"]) == 2 * FLOWS, f"{port}: {got}"
-    assert errs.get(("lb4-nat", "new-session"), 0) == len(SERVICES) * FLOWS, errs
-    assert errs.get(("upf4-downlink", "encapsulated"), 0) >= len(SERVICES) * 2 * FLOWS, errs
-    handed = errs.get(("lb4-nat", "to-session-worker"), 0)
+    nat = f"lb{family}-nat"
+    assert errs.get((nat, "new-session"), 0) == len(SERVICES) * FLOWS, errs
+    assert errs.get((f"upf{family}-downlink", "encapsulated"), 0) >= len(SERVICES) * 2 * FLOWS, errs
+    handed = errs.get((nat, "to-session-worker"), 0)
     assert handed > 0 if workers == 2 else handed == 0, errs
