@@ -68,6 +68,15 @@ pub trait Device: Send {
     /// Send and free every buffer in `bufs` (left empty).
     fn tx(&mut self, pool: &mut Pool, bufs: &mut Vec<BufIdx>) -> TxResult;
 
+    /// Whether the worker calls [`Self::end_of_loop`] at the end of every loop.
+    fn each_loop(&self) -> bool {
+        false
+    }
+
+    /// The end of a worker loop, whether or not anything was sent: a device that holds
+    /// packets for a later send ([`crate::handoff::HandoffTx`]) sends them once it can.
+    fn end_of_loop(&mut self) {}
+
     /// A descriptor that polls readable when packets wait (a kernel-backed device), so an
     /// idle worker can sleep in `poll` and wake the moment one arrives. `None`: the worker
     /// naps instead (generators, files).

@@ -82,6 +82,12 @@ struct DispatchIo<'a> {
 /// Object-safe wrapper so the graph can hold nodes of different types.
 trait Runner<C>: Send {
     fn run(&mut self, cx: &mut C, io: DispatchIo<'_>);
+    /// Whether [`Self::end_of_loop`] has work ([`ExpandNode::EACH_LOOP`]).
+    fn each_loop(&self) -> bool {
+        false
+    }
+    /// At the end of every worker loop, whether or not the node ran.
+    fn end_of_loop(&mut self, _cx: &mut C) {}
 }
 
 /// A [`Node`] and the next node its packets are speculated to take (see `run`).
@@ -200,6 +206,14 @@ struct ExpandRunner<N: ExpandNode<C>, C> {
 }
 
 impl<C, N: ExpandNode<C>> Runner<C> for ExpandRunner<N, C> {
+    fn each_loop(&self) -> bool {
+        N::EACH_LOOP
+    }
+
+    fn end_of_loop(&mut self, cx: &mut C) {
+        self.node.end_of_vector(cx);
+    }
+
     fn run(&mut self, cx: &mut C, io: DispatchIo<'_>) {
         let DispatchIo { pool, input, next, queues, counters, node, drop_queue, trace } = io;
         let mut trace = trace;
@@ -573,7 +587,10 @@ impl<C: 'static> GraphBuilder<C> {
                 .collect::<Result<_, _>>()?;
         }
         let n = self.slots.len();
+        let each_loop =
+            self.slots.iter().enumerate().filter(|(_, s)| matches!(&s.kind, Kind::Process(r) if r.each_loop())).map(|(i, _)| i).collect();
         Ok(Graph {
+            each_loop,
             slots: self.slots,
             queues: (0..n).map(|_| Vec::with_capacity(2 * VECTOR_SIZE)).collect(),
             tx: Vec::new(),
@@ -588,6 +605,9 @@ impl<C: 'static> GraphBuilder<C> {
 /// A built graph, owned by one worker.
 pub struct Graph<C> {
     slots: Vec<Slot<C>>,
+    /// The nodes whose `end_of_vector` also runs at every loop's end
+    /// ([`ExpandNode::EACH_LOOP`]).
+    each_loop: Vec<usize>,
     queues: Vec<Vec<BufIdx>>,
     /// Per-interface transmit queues filled by `interface-output`.
     pub(crate) tx: Vec<Vec<BufIdx>>,
@@ -777,6 +797,17 @@ impl<C> Graph<C> {
         }
         if self.trace.active && !self.trace.armed_any() {
             self.trace.active = false;
+        }
+    }
+
+    /// The end of a worker loop (after [`Graph::run`]): the nodes that hold work for a
+    /// later vector ([`ExpandNode::EACH_LOOP`]: batches for a lane whose receiver is
+    /// behind) complete what they can, so nothing they hold waits for more traffic.
+    pub fn end_of_loop(&mut self, cx: &mut C) {
+        for &i in &self.each_loop {
+            if let Kind::Process(runner) = &mut self.slots[i].kind {
+                runner.end_of_loop(cx);
+            }
         }
     }
 

@@ -13,6 +13,15 @@
 //! cores exchange one message per batch rather than touching shared cache lines for
 //! every packet. Batches come back through a return queue, so the steady state
 //! allocates nothing. A lane with no free batch drops the packet, and the sender counts it.
+//!
+//! While the receiver is behind (it has not taken [`HOLD_BEHIND`] batches sent), a sender
+//! keeps filling its batch past a vector's end, and sends it full or once the receiver
+//! has caught up, at the end of a later vector or loop (the nodes that hand packets over
+//! run their `end_of_vector` at every loop's end, [`HandoffTx`] its device's
+//! `end_of_loop`). A batch a vector end would spend the lane's [`LANE_BATCHES`] on a few
+//! packets each at low rates (the generator's paced vectors: ~3 a batch), so a receiver
+//! that lost its core for a fraction of a millisecond found the lane full; held, the
+//! lane holds up to `LANE_BATCHES` × a vector of packets whatever the rate.
 
 use crate::buffer::{BufIdx, Buffer, GsoKind, IfIndex};
 use crate::device::{Device, RxStatus, TxResult};
@@ -76,6 +85,11 @@ impl Batch {
 /// carries a packet or two, so there are many.
 pub const LANE_BATCHES: usize = 64;
 
+/// Batches queued and not yet taken by the receiver from which a sender holds its batch
+/// at a vector's end (see the module's notes): two, so a receiver that keeps up (takes
+/// each batch before the next comes) never waits for one.
+pub const HOLD_BEHIND: usize = 2;
+
 /// The sending end of one lane. Clones share the lane; each fills its own batch.
 pub struct LaneTx {
     full: Sender<Batch>,
@@ -119,16 +133,29 @@ impl LaneTx {
         f.refragment = buf.meta.refragment;
         batch.len += 1;
         if batch.len == batch.frames.len() {
-            self.flush();
+            self.send();
         }
         true
     }
 
-    /// Send the batch being filled, if it has anything.
+    /// The end of a vector (or of a loop): send the batch being filled, if it has
+    /// anything, unless the receiver is behind ([`HOLD_BEHIND`]): then it is filled on
+    /// and sent full, or at a later call once the receiver has caught up.
     pub fn flush(&mut self) {
-        if self.filling.as_ref().is_some_and(|b| b.len > 0) {
+        if self.filling.as_ref().is_some_and(|b| b.len > 0) && self.full.len() < HOLD_BEHIND {
+            self.send();
+        }
+    }
+
+    /// Whether a batch is held with packets in it (sent at a later [`Self::flush`]).
+    pub fn holds(&self) -> bool {
+        self.filling.as_ref().is_some_and(|b| b.len > 0)
+    }
+
+    fn send(&mut self) {
+        if let Some(b) = self.filling.take() {
             // As many batches exist as the queue holds: sending never finds it full.
-            let _ = self.full.try_send(self.filling.take().expect("checked"));
+            let _ = self.full.try_send(b);
         }
     }
 }
@@ -246,6 +273,15 @@ impl Device for HandoffTx {
         bufs.clear();
         r
     }
+
+    fn each_loop(&self) -> bool {
+        true
+    }
+
+    /// A batch held while the owner was behind goes once it has caught up.
+    fn end_of_loop(&mut self) {
+        self.lane.flush();
+    }
 }
 
 #[cfg(test)]
@@ -298,6 +334,76 @@ mod tests {
             }
             assert!(rx.pop(&mut p2).is_none() && rx.is_empty());
         }
+    }
+
+    /// A receiver that stops taking (its core lost for a while) while the sender hands
+    /// it a few packets a vector: the sender holds its batch from the second one queued
+    /// on, so the lane takes `LANE_BATCHES` full vectors of packets, not `LANE_BATCHES`
+    /// vector ends; all arrive in order, and the last, partly filled batch goes at the
+    /// first flush after the receiver caught up, with no more packets to push.
+    #[test]
+    fn a_receiver_behind_gets_full_batches_and_the_held_one_after() {
+        let mut ends = mesh(2);
+        let mut to1 = ends[0].to[1].clone().unwrap();
+        let (mut p0, mut p1) = (Pool::new(64, 0), Pool::new(64, 0));
+        let per_vector = 3;
+        // Two small batches, full ones, and 5 packets in the one being filled: every batch.
+        let total = HOLD_BEHIND * per_vector + (LANE_BATCHES - HOLD_BEHIND - 1) * VECTOR_SIZE + 5;
+        let mut sent = 0u32;
+        while (sent as usize) < total {
+            for _ in 0..per_vector.min(total - sent as usize) {
+                let b = packet(&mut p0, &sent.to_be_bytes());
+                assert!(to1.push(p0.get_mut(b), IfIndex(1), HandoffKind::Rx), "packet {sent} refused");
+                p0.free(b);
+                sent += 1;
+            }
+            to1.flush();
+        }
+        let rx = &mut ends[1].from[0];
+        assert_eq!(rx.full.len(), LANE_BATCHES - 1, "two small batches, then full ones");
+        assert!(to1.holds(), "the last packets wait in the batch being filled");
+        let mut got = 0u32;
+        while let Some((b, _, _)) = rx.pop(&mut p1) {
+            assert_eq!(p1.get(b).bytes(), &got.to_be_bytes(), "in order");
+            p1.free(b);
+            got += 1;
+        }
+        assert!((got as usize) < total && rx.is_empty());
+        // The receiver caught up: the next flush (a loop's end) sends the rest.
+        to1.flush();
+        assert!(!to1.holds());
+        while let Some((b, _, _)) = rx.pop(&mut p1) {
+            assert_eq!(p1.get(b).bytes(), &got.to_be_bytes(), "in order");
+            p1.free(b);
+            got += 1;
+        }
+        assert_eq!(got as usize, total);
+    }
+
+    /// A transmit handoff's batch held while the owner was behind goes at the end of a
+    /// loop in which nothing was sent ([`Device::end_of_loop`]).
+    #[test]
+    fn a_held_transmit_batch_goes_at_a_loop_end() {
+        let mut ends = mesh(2);
+        let mut pool = Pool::new(64, 0);
+        let mut dev = HandoffTx::new(ends[1].to[0].clone().unwrap(), IfIndex(1));
+        assert!(dev.each_loop());
+        for round in 0..HOLD_BEHIND as u8 + 1 {
+            let mut bufs = vec![packet(&mut pool, &[round])];
+            dev.tx(&mut pool, &mut bufs);
+        }
+        let rx = &mut ends[0].from[0];
+        assert_eq!(rx.full.len(), HOLD_BEHIND, "the third is held");
+        for round in 0..HOLD_BEHIND as u8 {
+            let (b, _, kind) = rx.pop(&mut pool).expect("sent");
+            assert_eq!((pool.get(b).bytes(), kind), (&[round][..], HandoffKind::Tx));
+            pool.free(b);
+        }
+        assert!(rx.pop(&mut pool).is_none());
+        dev.end_of_loop();
+        let (b, _, _) = rx.pop(&mut pool).expect("sent at the loop's end");
+        assert_eq!(pool.get(b).bytes(), &[HOLD_BEHIND as u8]);
+        pool.free(b);
     }
 
     #[test]

@@ -334,6 +334,11 @@ pub trait ExpandNode<C>: Send + 'static {
     /// to another worker a vector at a time) completes it here.
     fn end_of_vector(&mut self, _cx: &mut C) {}
 
+    /// Whether [`Self::end_of_vector`] also runs at the end of every worker loop, when
+    /// the node had no vector: a node whose batches may wait for a later vector (a lane
+    /// whose receiver is behind keeps filling one) sends them once it can.
+    const EACH_LOOP: bool = false;
+
     /// For a next node that is `error-drop` (a node dropping packets other than the one
     /// it was given, which it counted itself: `ip-glean`'s expired ones), the counter
     /// that names why, so traces and captures of drops show it. The default names none.

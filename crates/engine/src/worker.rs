@@ -43,12 +43,15 @@ pub struct Port {
     /// A running capture of this interface (`pcap trace`).
     pub capture: Option<Box<dyn FrameSink>>,
     rx_done: bool,
+    /// [`Device::each_loop`], asked once.
+    each_loop: bool,
 }
 
 impl Port {
     pub fn new(if_index: IfIndex, name: String, device: Box<dyn Device>, input: Option<NodeId>) -> Port {
         let rx_done = !device.has_rx() || input.is_none();
-        Port { if_index, name, device, input, counters: PortCounters::default(), capture: None, rx_done }
+        let each_loop = device.each_loop();
+        Port { if_index, name, device, input, counters: PortCounters::default(), capture: None, rx_done, each_loop }
     }
 }
 
@@ -314,6 +317,11 @@ impl<C: Context> Worker<C> {
         received += self.poll_handoff();
         self.graph.run(&mut self.cx, &mut self.pool);
         self.flush_tx();
+        // What the handoff nodes and devices held while a receiver was behind.
+        self.graph.end_of_loop(&mut self.cx);
+        for p in self.ports.iter_mut().filter(|p| p.each_loop) {
+            p.device.end_of_loop();
+        }
         received
     }
 

@@ -92,6 +92,9 @@ impl<Cx: Steering + Send + 'static> ExpandNode<Cx> for WorkerHandoff {
         hand_over(lane, counts, pool.get_mut(bi), HandoffKind::Rx)
     }
 
+    /// Also at every loop's end: a batch held for a receiver that was behind.
+    const EACH_LOOP: bool = true;
+
     fn end_of_vector(&mut self, _cx: &mut Cx) {
         flush(&mut self.to);
     }
@@ -171,6 +174,9 @@ impl<Cx: Send + 'static> ExpandNode<Cx> for ResumeHandoff {
         };
         hand_over(lane, counts, buf, HandoffKind::Resume)
     }
+
+    /// Also at every loop's end: a batch held for a receiver that was behind.
+    const EACH_LOOP: bool = true;
 
     fn end_of_vector(&mut self, _cx: &mut Cx) {
         flush(&mut self.to);
