@@ -30,7 +30,7 @@ from test_lb_fragments_netns import BACKENDS, CLIENT, SERVICES, SNAT, echo_serve
 from test_lb_fragments_netns import config as lb_config
 from test_lb_netns import PEER, VIP, VIP6, client
 from test_pfcp_netns import CONFIG as UPF_CONFIG
-from test_pfcp_netns import DN, DN6, GNB, UPF_N3, UPF_N6, UPF_N6_6, upf_lab
+from test_pfcp_netns import DN, DN6, GNB, UPF_N3, UPF_N6, UPF_N6_6, dn_ipv6, upf_lab
 
 INNER = {4: "198.18.100.2", 6: "2001:db8:100::2"}
 FLOWS = 24
@@ -243,13 +243,7 @@ def test_a_ue_behind_the_upf_gets_its_replies_translated(lab, vecgate, tmp_path,
     # Whole checksums from the backend (see test_clients_behind_a_tunnel_...).
     lab.run(dn, "ethtool", "-K", "d0", "tx", "off")
     if family == 6:
-        lab.run(dn, "ip", "-6", "addr", "add", f"{DN6}/64", "dev", "d0", "nodad")
-        lab.run(dn, "ip", "-6", "route", "add", "2001:db8:19::/48", "via", UPF_N6_6)
-        for _ in range(20):
-            if lab.run(dn, "ping", "-6", "-c", "1", "-W", "1", UPF_N6_6, check=False).returncode == 0:
-                break
-        else:
-            raise AssertionError(f"{UPF_N6_6} never answered a ping")
+        dn_ipv6(lab, dn)
     server = started(lab.spawn(dn, sys.executable, str(PEER), "userve", "dn", *(str(bp) for bp, _ in SERVICES.values()), stdin=subprocess.PIPE))
     s = smf("establish", cp_seid=0x77, gnb=GNB, gnb_teid=0x200, ue=UE[4], ue6=UE[6])
     assert s["cause"] == 1, s

@@ -240,6 +240,17 @@ def upf_lab(lab, vecgate, tmp_path, workers=1, extra="", config=CONFIG):
     return gnb, upf, dn, v, smf
 
 
+def dn_ipv6(lab, dn):
+    """The data network host on IPv6 too: DN6, its route to the UE pool's IPv6 prefixes
+    by vecgate's N6, which it learned (a ping answered)."""
+    lab.run(dn, "ip", "-6", "addr", "add", f"{DN6}/64", "dev", "d0", "nodad")
+    lab.run(dn, "ip", "-6", "route", "add", "2001:db8:19::/48", "via", UPF_N6_6)
+    for _ in range(20):
+        if lab.run(dn, "ping", "-6", "-c", "1", "-W", "1", UPF_N6_6, check=False).returncode == 0:
+            return
+    raise AssertionError(f"{UPF_N6_6} never answered a ping")
+
+
 # Uplink: argv[3] G-PDUs with TEID argv[1] from UE argv[2], each inner packet argv[4] bytes
 # (IPv4 + UDP + payload) — what the URRs count.
 GNB_SEND_N = f"""
@@ -514,13 +525,7 @@ def test_a_dual_stack_session_sends_each_family_by_its_own_downlink_pdr(lab, vec
     the IPv4 ones on TEID 0x200 and the IPv6 ones on 0x201 (scapy dissects the G-PDUs), none
     dropped. Before, the first PDR in precedence took the IPv6 packets too."""
     gnb, upf, dn, v, smf = upf_lab(lab, vecgate, tmp_path)
-    lab.run(dn, "ip", "-6", "addr", "add", f"{DN6}/64", "dev", "d0", "nodad")
-    lab.run(dn, "ip", "-6", "route", "add", "2001:db8:19::/48", "via", UPF_N6_6)
-    for _ in range(20):
-        if lab.run(dn, "ping", "-6", "-c", "1", "-W", "1", UPF_N6_6, check=False).returncode == 0:
-            break
-    else:
-        raise AssertionError(f"{UPF_N6_6} never answered a ping")
+    dn_ipv6(lab, dn)
     ue, ue6 = "198.19.7.60", "2001:db8:19:1::1"
     s = smf("establish", cp_seid=0x81, gnb=GNB, gnb_teid=0x200, ue=ue, ue6=ue6)
     assert s["cause"] == 1, s
