@@ -483,13 +483,16 @@ fn inner_checksum_wrong(udp_payload: &[u8]) -> bool {
     let Some(r) = GtpuPacket::new_checked(udp_payload).ok().and_then(|g| GtpuRepr::parse(&g).ok()) else { return false };
     let Some(inner) = udp_payload.get(r.header_len()..).filter(|_| r.msg_type == MessageType::GPdu) else { return false };
     // The segment after the inner IP header, summed with its pseudo-header as the
-    // receiver would (whatever its TCP header says about itself).
+    // receiver would (whatever its TCP header says about itself); an ICMPv4 message
+    // alone (it has no pseudo-header). The encapsulation vouches by the same protocols'
+    // checksums (`gtpu::nodes::encap::inner_sum_from_headers`).
     let wrong = |proto: IpProtocol, sum: wire::checksum::Checksum, l4: &[u8]| {
-        let mut c = sum;
+        let mut c = if proto == IpProtocol::Icmp { wire::checksum::Checksum::new() } else { sum };
         c.add_bytes(l4);
         match proto {
             IpProtocol::Udp => l4.len() >= 8 && l4[6..8] != [0, 0] && c.fold() != 0xffff,
             IpProtocol::Tcp => l4.len() >= 18 && c.fold() != 0xffff,
+            IpProtocol::Icmp | IpProtocol::Icmpv6 => l4.len() >= 4 && c.fold() != 0xffff,
             _ => false,
         }
     };
