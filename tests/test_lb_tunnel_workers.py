@@ -30,12 +30,10 @@ from test_lb_fragments_netns import BACKENDS, CLIENT, SERVICES, SNAT, echo_serve
 from test_lb_fragments_netns import config as lb_config
 from test_lb_netns import PEER, VIP, VIP6, client
 from test_pfcp_netns import CONFIG as UPF_CONFIG
-from test_pfcp_netns import DN, DN6, GNB, UPF_N3, UPF_N6, UPF_N6_6, dn_ipv6, upf_lab
+from test_pfcp_netns import DN, DN6, DUAL_STACK_UE as UE, GNB, UPF_N3, UPF_N6, UPF_N6_6, dn_ipv6, upf_lab
 
 INNER = {4: "198.18.100.2", 6: "2001:db8:100::2"}
 FLOWS = 24
-# A dual-stack UE (its IPv6 address one of its /64).
-UE = {4: "198.19.7.60", 6: "2001:db8:19:1::1"}
 # The MTU a router behind the tunnel reports for the replies (PMTU discovery).
 MTU = 1300
 

@@ -240,6 +240,10 @@ def upf_lab(lab, vecgate, tmp_path, workers=1, extra="", config=CONFIG):
     return gnb, upf, dn, v, smf
 
 
+# A dual-stack UE's addresses (the IPv6 one of its /64), the SMF's choice.
+DUAL_STACK_UE = {4: "198.19.7.60", 6: "2001:db8:19:1::1"}
+
+
 def dn_ipv6(lab, dn):
     """The data network host on IPv6 too: DN6, its route to the UE pool's IPv6 prefixes
     by vecgate's N6, which it learned (a ping answered)."""
@@ -526,7 +530,7 @@ def test_a_dual_stack_session_sends_each_family_by_its_own_downlink_pdr(lab, vec
     dropped. Before, the first PDR in precedence took the IPv6 packets too."""
     gnb, upf, dn, v, smf = upf_lab(lab, vecgate, tmp_path)
     dn_ipv6(lab, dn)
-    ue, ue6 = "198.19.7.60", "2001:db8:19:1::1"
+    ue, ue6 = DUAL_STACK_UE[4], DUAL_STACK_UE[6]
     s = smf("establish", cp_seid=0x81, gnb=GNB, gnb_teid=0x200, ue=ue, ue6=ue6)
     assert s["cause"] == 1, s
     shown = v.ctl("show", "pfcp", "sessions")["data"]["sessions"][0]

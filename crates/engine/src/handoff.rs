@@ -148,7 +148,8 @@ impl LaneTx {
     }
 
     /// Whether a batch is held with packets in it (sent at a later [`Self::flush`]).
-    pub fn holds(&self) -> bool {
+    #[cfg(test)]
+    fn holds(&self) -> bool {
         self.filling.as_ref().is_some_and(|b| b.len > 0)
     }
 

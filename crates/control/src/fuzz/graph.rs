@@ -483,11 +483,10 @@ fn inner_checksum_wrong(udp_payload: &[u8]) -> bool {
     let Some(r) = GtpuPacket::new_checked(udp_payload).ok().and_then(|g| GtpuRepr::parse(&g).ok()) else { return false };
     let Some(inner) = udp_payload.get(r.header_len()..).filter(|_| r.msg_type == MessageType::GPdu) else { return false };
     // The segment after the inner IP header, summed with its pseudo-header as the
-    // receiver would (whatever its TCP header says about itself); an ICMPv4 message
-    // alone (it has no pseudo-header). The encapsulation vouches by the same protocols'
-    // checksums (`gtpu::nodes::encap::inner_sum_from_headers`).
+    // receiver would (whatever its TCP header says about itself). The encapsulation
+    // vouches by the same protocols' checksums (`gtpu::nodes::encap::inner_sum_from_headers`).
     let wrong = |proto: IpProtocol, sum: wire::checksum::Checksum, l4: &[u8]| {
-        let mut c = if proto == IpProtocol::Icmp { wire::checksum::Checksum::new() } else { sum };
+        let mut c = sum;
         c.add_bytes(l4);
         match proto {
             IpProtocol::Udp => l4.len() >= 8 && l4[6..8] != [0, 0] && c.fold() != 0xffff,
@@ -500,7 +499,11 @@ fn inner_checksum_wrong(udp_payload: &[u8]) -> bool {
         Some(4) => {
             let Ok(p) = wire::ipv4::Ipv4Packet::new_checked(inner) else { return false };
             let l4 = p.payload();
-            let sum = wire::checksum::pseudo_header_v4(p.src_addr(), p.dst_addr(), p.protocol().into(), l4.len() as u16);
+            // ICMPv4 sums its message alone: no pseudo-header.
+            let sum = match p.protocol() {
+                IpProtocol::Icmp => wire::checksum::Checksum::new(),
+                proto => wire::checksum::pseudo_header_v4(p.src_addr(), p.dst_addr(), proto.into(), l4.len() as u16),
+            };
             !p.more_frags() && p.frag_offset() == 0 && wrong(p.protocol(), sum, l4)
         }
         Some(6) => {

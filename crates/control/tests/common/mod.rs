@@ -1,7 +1,7 @@
 //! What the whole-graph tests share: committed fuzz seeds as frames, re-addressed copies
 //! of them, counters, and the check that a vector decided in one loop goes where the same
 //! vector traced (a `process` call a packet) goes; the gateway most of them start from
-//! and the checks they end with. Each test binary uses some of it.
+//! and the checks they end with. Each test file uses some of it.
 #![allow(dead_code)]
 
 /// The gateway most whole-graph tests start from, as TOML: `pg0` (a generator,
