@@ -528,11 +528,18 @@ fn hmac_icv(k: &hmac::Key, head: &[u8], text: &[u8], seq: u64, esn: bool) -> hma
 }
 
 /// Compare ICVs in time independent of where they differ (`subtle`'s comparison, which
-/// keeps the optimiser from turning it into an early exit).
+/// keeps the optimiser from turning it into an early exit), a word at a time: its
+/// barrier is a volatile store and load a comparison, which byte by byte cost a 16-byte
+/// ICV 16 of them (docs/PERFORMANCE.md, session 78).
 #[inline(always)]
 pub(crate) fn same_bytes(a: &[u8], b: &[u8]) -> bool {
     use subtle::ConstantTimeEq;
-    a.len() == b.len() && bool::from(a.ct_eq(b))
+    if a.len() != b.len() {
+        return false;
+    }
+    let ((aw, ar), (bw, br)) = (a.as_chunks::<8>(), b.as_chunks::<8>());
+    let words = aw.iter().zip(bw).fold(subtle::Choice::from(1), |eq, (x, y)| eq & u64::from_ne_bytes(*x).ct_eq(&u64::from_ne_bytes(*y)));
+    bool::from(words & ar.ct_eq(br))
 }
 
 fn cbc_encrypt(c: &Cbc, iv: &aes::Block, text: &mut [u8]) {
@@ -592,6 +599,24 @@ mod tests {
         );
         assert!(matches!(Transform::new(Algorithm::AesCbcSha256, &[0; 16], &[0; 20], [0; 16]), Err(KeyError::IntegKeyLen { .. })));
         assert!(Transform::new(Algorithm::AesCbcSha256, &[0; 32], &[0; 32], [0; 16]).is_ok());
+    }
+
+    #[test]
+    fn same_bytes_tells_a_difference_in_any_byte_word_or_tail() {
+        for len in [0usize, 1, 7, 8, 12, 16, 20, 32] {
+            let a: Vec<u8> = (0..len as u8).map(|i| i.wrapping_mul(37) ^ 0x5a).collect();
+            assert!(same_bytes(&a, &a.clone()), "{len} bytes");
+            for at in 0..len {
+                for bit in 0..8 {
+                    let mut b = a.clone();
+                    b[at] ^= 1 << bit;
+                    assert!(!same_bytes(&a, &b), "{len} bytes, byte {at} bit {bit}");
+                }
+            }
+            if len > 0 {
+                assert!(!same_bytes(&a, &a[..len - 1]), "{len} bytes against one fewer");
+            }
+        }
     }
 
     #[test]
