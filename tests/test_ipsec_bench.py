@@ -2,7 +2,8 @@
 `esp4-encrypt` to the sink, the report names both nodes and the SPD's figures, the flow
 cache answers all but the first packet of each flow (and nothing with --no-flow-cache),
 `--churn` changes policies under load without losing a packet of the flows it leaves
-alone, and bad options are refused. No timing."""
+alone, and bad options are refused; `vecgate bench esp4-decrypt --export` writes the ESP
+packet that scapy opens. No timing."""
 import json
 import subprocess
 
@@ -66,3 +67,32 @@ def test_ipsec_bench_refuses_bad_options(vecgate):
                        (["--churn", "2000000"], "--churn")):
         r = run(vecgate, *args)
         assert r.returncode != 0 and word in r.stderr, (args, r.stderr)
+
+
+@pytest.mark.parametrize("alg, key_len", [("aes-gcm-128", 16), ("aes-gcm-256", 32)])
+def test_esp_decrypt_bench_exports_the_packet_it_decrypts(vecgate, tmp_path, alg, key_len):
+    """`vecgate bench esp4-decrypt --export` (what scripts/bench-esp-decrypt-vs-vpp.sh
+    gives VPP) writes the ESP packet the benchmark sends again and again, not its inner
+    packet: scapy's ESP opens it with the bench's keys (0xa5 bytes, the salt too) into the
+    inner packet, and replayed with `--frames` every packet is decrypted and delivered."""
+    from scapy.all import IP, UDP, rdpcap, raw
+    from scapy.layers.ipsec import ESP, SecurityAssociation
+
+    r = subprocess.run([str(vecgate), "bench", "esp4-decrypt", "--alg", alg, "--inner-size", "100", "--export", str(tmp_path)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    frames = rdpcap(str(tmp_path / "frames.pcap"))
+    assert len(frames) == 1, frames
+    l3 = IP(raw(frames[0])[14:])
+    assert (l3.src, l3.dst, l3[ESP].spi, l3[ESP].seq) == ("198.18.1.2", "198.18.1.1", 0x1000, 1)
+    sa = SecurityAssociation(ESP, spi=0x1000, crypt_algo="AES-GCM", crypt_key=b"\xa5" * (key_len + 4),
+                             tunnel_header=IP(src="198.18.1.2", dst="198.18.1.1"))
+    inner = sa.decrypt(l3)
+    assert (inner[IP].src, inner[IP].dst, inner[UDP].dport, len(inner)) == ("198.18.0.2", "198.19.0.1", 9, 100), inner.show(dump=True)
+
+    r = subprocess.run([str(vecgate), "bench", "esp4-decrypt", "--alg", alg, "--frames", str(tmp_path / "frames.pcap"),
+                        "--packets", "20000", "--json", "--core", "0"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    nodes = {n["name"]: n for n in rep["nodes"]}
+    assert rep["delivered"] == rep["packets"] >= 20000 and nodes["esp4-decrypt"]["packets"] == rep["packets"], rep

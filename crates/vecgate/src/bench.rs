@@ -380,8 +380,13 @@ pub fn bench(
     let warmup = (packets / 10).max(1024).div_ceil(2 * engine::VECTOR_SIZE as u64) * 2 * engine::VECTOR_SIZE as u64;
     let stream = StreamSpec { name: scenario.into(), packet, modifiers, count: Some(warmup + packets), rate_pps: None };
     if let Some(dir) = &side.export {
-        let n = crate::bench_side::export_frames(&stream, &mut worker.pool, &dir.join("frames.pcap"))?;
-        eprintln!("{scenario}: {n} frames written to {}", dir.join("frames.pcap").display());
+        let path = dir.join("frames.pcap");
+        let n = match (&fragments, &esp_frame) {
+            (Some(f), _) => crate::bench_side::export_fixed(f.iter().map(Vec::as_slice), &path)?,
+            (None, Some(e)) => crate::bench_side::export_fixed([e.as_slice()], &path)?,
+            (None, None) => crate::bench_side::export_frames(&stream, &mut worker.pool, &path)?,
+        };
+        eprintln!("{scenario}: {n} frames written to {}", path.display());
         return Ok(());
     }
     worker.ports[0].device = match &fragments {

@@ -50,8 +50,7 @@ pub fn export_frames(stream: &StreamSpec, pool: &mut Pool, path: &Path) -> Resul
     let mut spec = stream.clone();
     spec.count = Some(n);
     let mut g = PacketGenerator::new(&[spec]).map_err(|(_, e)| anyhow!(e))?;
-    let f = std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
-    let mut w = pcap_file::pcap::PcapWriter::new(std::io::BufWriter::new(f))?;
+    let mut w = pcap_writer(path)?;
     let mut bufs = Vec::new();
     let mut written = 0;
     while written < n {
@@ -60,13 +59,36 @@ pub fn export_frames(stream: &StreamSpec, pool: &mut Pool, path: &Path) -> Resul
             break;
         }
         for &b in &bufs {
-            let bytes = pool.get(b).bytes();
-            w.write_packet(&pcap_file::pcap::PcapPacket::new(std::time::Duration::ZERO, bytes.len() as u32, bytes))?;
+            write_frame(&mut w, pool.get(b).bytes())?;
             written += 1;
         }
         pool.free_many(&bufs);
     }
     Ok(written)
+}
+
+/// Write the frames a scenario sends over and over in place of a generator's (an ESP
+/// packet sealed once, a datagram's two fragments) to `path`, once each.
+pub fn export_fixed<'a>(frames: impl IntoIterator<Item = &'a [u8]>, path: &Path) -> Result<u64> {
+    let mut w = pcap_writer(path)?;
+    let mut written = 0;
+    for f in frames {
+        write_frame(&mut w, f)?;
+        written += 1;
+    }
+    Ok(written)
+}
+
+type Pcap = pcap_file::pcap::PcapWriter<std::io::BufWriter<std::fs::File>>;
+
+fn pcap_writer(path: &Path) -> Result<Pcap> {
+    let f = std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+    Ok(pcap_file::pcap::PcapWriter::new(std::io::BufWriter::new(f))?)
+}
+
+fn write_frame(w: &mut Pcap, bytes: &[u8]) -> Result<()> {
+    w.write_packet(&pcap_file::pcap::PcapPacket::new(std::time::Duration::ZERO, bytes.len() as u32, bytes))?;
+    Ok(())
 }
 
 /// Write routes as a route file (`control::fib`'s format).

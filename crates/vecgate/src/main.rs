@@ -165,8 +165,9 @@ enum Cmd {
         /// the default's when absent), to see what the table's spread costs.
         #[arg(long)]
         lb_sessions: Option<usize>,
-        /// Write the scenario's frames (frames.pcap) and large route table (routes.txt)
-        /// into this directory and exit (for scripts/bench-vs-vpp.sh).
+        /// Write the scenario's frames (frames.pcap; esp4-decrypt: the ESP packet it
+        /// sends) and large route table (routes.txt) into this directory and exit (for
+        /// scripts/bench-vs-vpp.sh, bench-esp-decrypt-vs-vpp.sh).
         #[arg(long)]
         export: Option<std::path::PathBuf>,
         /// Replay these frames (pcap, in order, cycled) instead of the generator.
