@@ -12,7 +12,7 @@
 # on both sides (the same packet again and again).
 #
 # Usage: scripts/bench-esp-decrypt-vs-vpp.sh [--rounds N] [--seconds S] [--packets N]
-#            [--core C] [--alg aes-gcm-128|aes-gcm-256] [--inner-size B] [--bin PATH]
+#            [--core C] [--alg aes-gcm-128|aes-gcm-256|null] [--inner-size B] [--bin PATH]
 #            [--vpp DIR] [--json FILE]
 #   --vpp DIR: as scripts/bench-ipsec-vs-vpp.sh (default $VPP_DIR, else ../shared/peers/vpp;
 #              without one the script says so and exits 0).
@@ -35,7 +35,7 @@ while [ $# -gt 0 ]; do
         --seconds) seconds=$2; shift 2 ;;
         --packets) packets=$2; shift 2 ;;
         --core) core=$2; shift 2 ;;
-        --alg) case "$2" in aes-gcm-128 | aes-gcm-256) alg=$2 ;; *) echo "bench-esp-decrypt-vs-vpp: --alg aes-gcm-128|aes-gcm-256, got '$2'" >&2; exit 2 ;; esac; shift 2 ;;
+        --alg) case "$2" in aes-gcm-128 | aes-gcm-256 | null) alg=$2 ;; *) echo "bench-esp-decrypt-vs-vpp: --alg aes-gcm-128|aes-gcm-256|null, got '$2'" >&2; exit 2 ;; esac; shift 2 ;;
         --inner-size) inner_size=$2; shift 2 ;;
         --bin) bin=$2; shift 2 ;;
         --vpp) vpp=$2; shift 2 ;;
@@ -52,9 +52,13 @@ vpp_prepare bench-esp-decrypt-vs-vpp 64
 
 args=(esp4-decrypt --alg "$alg" --inner-size "$inner_size")
 "$bin" bench "${args[@]}" --export "$work" 2>/dev/null
-key_len=16
-[ "$alg" = aes-gcm-256 ] && key_len=32
-KEY=$(printf 'a5%.0s' $(seq $key_len))
+# The SA's cipher in VPP's words: NULL is an SA with no algorithm (no IV, no ICV, as
+# vecgate's `null`): what the nodes cost besides the cipher.
+case "$alg" in
+    null) cipher= ;;
+    aes-gcm-128) cipher="crypto-alg $alg crypto-key $(printf 'a5%.0s' $(seq 16)) salt 0xa5a5a5a5" ;;
+    aes-gcm-256) cipher="crypto-alg $alg crypto-key $(printf 'a5%.0s' $(seq 32)) salt 0xa5a5a5a5" ;;
+esac
 
 # The bench's topology (crates/vecgate/src/bench.rs, `esp_setup`): the ESP packet arrives
 # on pg0 for 198.18.1.1 from the peer 198.18.1.2; its inner packet (198.18.0.2 to
@@ -71,44 +75,16 @@ set interface ip address pg0 198.18.1.1/24
 set interface ip address pg1 198.18.3.1/24
 set ip neighbor pg1 198.18.3.2 02:00:00:00:03:02 static
 ip route add 198.19.0.0/16 via 198.18.3.2 pg1
-ipsec sa add 20 spi 4096 esp crypto-alg $alg crypto-key $KEY salt 0xa5a5a5a5
-ipsec sa add 21 spi 4097 esp crypto-alg $alg crypto-key $KEY salt 0xa5a5a5a5
+ipsec sa add 20 spi 4096 esp $cipher
+ipsec sa add 21 spi 4097 esp $cipher
 create ipip tunnel src 198.18.1.1 dst 198.18.1.2
 ipsec tunnel protect ipip0 sa-in 20 sa-out 21
 set interface unnumbered ipip0 use pg0
 set interface state ipip0 up
 packet-generator new name side limit 0 interface pg0 node ethernet-input pcap $work/frames.pcap limit 1000000000000
 EOF
-cat >"$run/startup.conf" <<EOF
-unix { nodaemon nosyslog runtime-dir $run cli-listen $run/cli.sock log $run/vpp.log startup-config $run/setup.cli }
-api-segment { prefix $vpp_shm }
-socksvr { socket-name $run/api.sock }
-statseg { socket-name $run/stats.sock size 64M }
-cpu { main-core $core }
-memory { main-heap-size 1G }
-buffers { buffers-per-numa 32768 page-size 2M }
-plugins { path $vpp/lib/vpp_plugins plugin default { disable } }
-EOF
+vpp_startup_conf 1G 32768 64M ""
 vpp_start 120
-
-# As scripts/bench-ipsec-vs-vpp.sh: the whole round's `show runtime`, and 0.25 s windows
-# whose median stands next to vecgate's median vector.
-vpp_round() { # out-file
-    ctl clear errors >/dev/null
-    ctl packet-generator enable-stream side >/dev/null
-    sleep 1
-    ctl clear runtime >/dev/null
-    sleep "$seconds"
-    ctl show runtime >"$1"
-    for w in $(seq $((seconds * 4))); do
-        ctl clear runtime >/dev/null
-        sleep 0.25
-        ctl show runtime >"$1.$w"
-    done
-    ctl packet-generator disable-stream side >/dev/null
-    ctl show errors >"$1.errors"
-    sleep 0.3
-}
 
 results=$work/results.tsv
 : >"$results"
@@ -116,7 +92,7 @@ log "VPP up; $rounds rounds of $alg, $inner_size-byte inner packets"
 for r in $(seq "$rounds"); do
     printf 'vecgate\t' >>"$results"
     "$bin" bench "${args[@]}" --packets "$packets" --core "$core" --json >>"$results"
-    vpp_round "$run/round-$r.runtime"
+    vpp_round_windows "$run/round-$r.runtime"
     # Every packet decrypted and sent: no error counter but the transmit path's.
     if grep -qiE 'integrity|replay|no such|unknown|drop|fail' "$run/round-$r.runtime.errors"; then
         cat "$run/round-$r.runtime.errors" >&2

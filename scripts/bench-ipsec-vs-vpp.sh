@@ -105,40 +105,11 @@ start_vpp() { # dir cache(on|off)
     } >"$run/setup.cli"
     local flow_cache=off
     [ "$cache" = on ] && flow_cache=on
-    cat >"$run/startup.conf" <<EOF
-unix { nodaemon nosyslog runtime-dir $run cli-listen $run/cli.sock log $run/vpp.log startup-config $run/setup.cli }
-api-segment { prefix $vpp_shm }
-socksvr { socket-name $run/api.sock }
-statseg { socket-name $run/stats.sock size 64M }
-cpu { main-core $core }
-memory { main-heap-size 1G }
-buffers { buffers-per-numa 32768 page-size 2M }
-plugins { path $vpp/lib/vpp_plugins plugin default { disable } }
-ipsec { ipv4-outbound-spd-flow-cache $flow_cache }
-EOF
+    vpp_startup_conf 1G 32768 64M "" "ipsec { ipv4-outbound-spd-flow-cache $flow_cache }"
     vpp_start 300
     local n
     n=$(ctl show ipsec all | grep -c 'type ip4-outbound' || true)
     [ "$n" = "$(grep -vc '^#' "$dir/policies.txt")" ] || { log "VPP holds $n outbound policies, not those of $dir/policies.txt"; exit 1; }
-}
-
-# VPP has no per-vector figures; against a loaded host's preemption the round is also cut
-# into 0.25 s windows (out-file.N), whose median stands next to vecgate's median vector.
-vpp_round() { # out-file
-    ctl clear errors >/dev/null
-    ctl packet-generator enable-stream side >/dev/null
-    sleep 1
-    ctl clear runtime >/dev/null
-    sleep "$seconds"
-    ctl show runtime >"$1"
-    for w in $(seq $((seconds * 4))); do
-        ctl clear runtime >/dev/null
-        sleep 0.25
-        ctl show runtime >"$1.$w"
-    done
-    ctl packet-generator disable-stream side >/dev/null
-    ctl show errors >"$1.errors"
-    sleep 0.3
 }
 
 results=$work/results.tsv
@@ -157,7 +128,7 @@ for cache in $caches; do
         for r in $(seq "$rounds"); do
             printf '%s\t%s\t%s\tvecgate\t' "$cache" "$p" "$r" >>"$results"
             "$bin" bench "${args[@]}" --packets "$packets" --core "$core" --json >>"$results"
-            vpp_round "$dir/vpp-$r.runtime"
+            vpp_round_windows "$dir/vpp-$r.runtime"
             if grep -qE 'no match|dropped|discard' "$dir/vpp-$r.runtime.errors"; then
                 cat "$dir/vpp-$r.runtime.errors" >&2
                 log "VPP dropped packets in round $r of $case (above)"

@@ -164,16 +164,7 @@ start_vpp() { # scenario dir
         # The same route file, in VPP's words (every next hop is on pg1).
         awk '/^[^#]/ && NF >= 3 && $2 == "via" { print "ip route add " $1 " via " $3 " pg1" }' "$dir/routes.txt" >"$dir/routes.cli"
     fi
-    cat >"$run/startup.conf" <<EOF
-unix { nodaemon nosyslog runtime-dir $run cli-listen $run/cli.sock log $run/vpp.log startup-config $run/setup.cli }
-api-segment { prefix $vpp_shm }
-socksvr { socket-name $run/api.sock }
-statseg { socket-name $run/stats.sock size 1G }
-cpu { main-core $core }
-memory { main-heap-size 3G }
-buffers { buffers-per-numa 131072 page-size 2M }
-plugins { path $vpp/lib/vpp_plugins plugin default { disable } plugin gtpu_plugin.so { enable } plugin lb_plugin.so { enable } }
-EOF
+    vpp_startup_conf 3G 131072 1G "plugin gtpu_plugin.so { enable } plugin lb_plugin.so { enable }"
     vpp_start 600
     log "$s: VPP up in $vpp_up_seconds s ($(ctl show version | head -n1 | tr -d '\r'))"
 }

@@ -1,9 +1,11 @@
 # shellcheck shell=bash
 # What the scripts that run fd.io VPP beside vecgate share (scripts/bench-vs-vpp.sh,
-# scripts/bench-ipsec-vs-vpp.sh; scripts/bench-lb-vs-vpp.sh runs the first): finding
-# the VPP build, root, the lock, hugepages, keeping off the measured core, starting
-# VPP and stopping it. Sourced after the caller has parsed its options and defined
-# `log`; reads $ROOT, $vpp (--vpp, or empty), $bin (--bin, or empty) and $core.
+# scripts/bench-ipsec-vs-vpp.sh, scripts/bench-esp-decrypt-vs-vpp.sh;
+# scripts/bench-lb-vs-vpp.sh runs the first): finding the VPP build, root, the lock,
+# hugepages, keeping off the measured core, starting VPP and stopping it, a measured
+# round of its stream. Sourced after the caller has parsed its options and defined
+# `log`; reads $ROOT, $vpp (--vpp, or empty), $bin (--bin, or empty), $core and, for a
+# round, $seconds.
 
 # $vpp: the VPP build (bin/vpp, bin/vppctl, lib/) from --vpp, $VPP_DIR or
 # ../shared/peers/vpp; without one, says so and exits 0 (the project does not need
@@ -84,6 +86,26 @@ vpp_cleanup() {
 
 ctl() { "$vpp/bin/vppctl" -s "$run/cli.sock" "$@"; }
 
+# $run/startup.conf: VPP on $core, its sockets, log and stats in $run, its shared memory
+# under $vpp_shm, the setup in $run/setup.cli; HEAP the main heap, BUFFERS a NUMA node's
+# (on 2 MiB pages), STATSEG the stats segment's size, PLUGINS what to enable (every
+# plugin off otherwise), then any further lines as they are.
+vpp_startup_conf() { # heap buffers statseg plugins [line]...
+    local heap=$1 buffers=$2 statseg=$3 plugins=$4
+    shift 4
+    {
+        echo "unix { nodaemon nosyslog runtime-dir $run cli-listen $run/cli.sock log $run/vpp.log startup-config $run/setup.cli }"
+        echo "api-segment { prefix $vpp_shm }"
+        echo "socksvr { socket-name $run/api.sock }"
+        echo "statseg { socket-name $run/stats.sock size $statseg }"
+        echo "cpu { main-core $core }"
+        echo "memory { main-heap-size $heap }"
+        echo "buffers { buffers-per-numa $buffers page-size 2M }"
+        echo "plugins { path $vpp/lib/vpp_plugins plugin default { disable } ${plugins:+$plugins }}"
+        for line in "$@"; do echo "$line"; done
+    } >"$run/startup.conf"
+}
+
 # Starts VPP on $run/startup.conf (whose startup-config makes the packet-generator
 # stream `side`) and waits until that stream exists; exits if VPP dies, takes longer
 # than TIMEOUT seconds, or refused any of its setup.
@@ -103,4 +125,25 @@ vpp_start() { # timeout
         exit 1
     fi
     vpp_up_seconds=$((SECONDS - t0))
+}
+
+# One round of the stream `side`: the round's `show runtime` into OUT after $seconds, then
+# 0.25 s windows (OUT.1, OUT.2 …: against a loaded host's preemption, VPP has no
+# per-vector figures, so the windows' median stands next to vecgate's median vector),
+# and `show errors` into OUT.errors (cleared at the start).
+vpp_round_windows() { # out-file
+    ctl clear errors >/dev/null
+    ctl packet-generator enable-stream side >/dev/null
+    sleep 1
+    ctl clear runtime >/dev/null
+    sleep "$seconds"
+    ctl show runtime >"$1"
+    for w in $(seq $((seconds * 4))); do
+        ctl clear runtime >/dev/null
+        sleep 0.25
+        ctl show runtime >"$1.$w"
+    done
+    ctl packet-generator disable-stream side >/dev/null
+    ctl show errors >"$1.errors"
+    sleep 0.3
 }
