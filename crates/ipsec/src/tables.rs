@@ -55,7 +55,14 @@ impl IpsecTables {
     #[inline(always)]
     pub fn inbound(&self, spi: u32) -> Option<(u32, &Sa)> {
         let i = *self.inbound.get(&spi)?;
-        Some((i, self.sas.get(i as usize)?.as_ref()?))
+        Some((i, self.inbound_at(i)?))
+    }
+
+    /// The SA at `index` that [`IpsecTables::inbound`] gave for an SPI (a caller that
+    /// keeps the index within one version of the tables).
+    #[inline(always)]
+    pub fn inbound_at(&self, index: u32) -> Option<&Sa> {
+        self.sas.get(index as usize)?.as_ref()
     }
 
     /// Whether a route into `t` leads back to the peer of inbound SA `inbound`: `t` is

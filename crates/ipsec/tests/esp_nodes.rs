@@ -993,3 +993,48 @@ fn a_vector_of_several_sas_opens_each_packet_under_its_own_nonce() {
     assert_eq!((count("decrypted"), count("bad-icv"), count("no-sa")), (order.len() as u64, 1, 1), "{all:?}");
     assert_eq!(*seen.lock().unwrap(), plains, "each packet's plaintext, in order");
 }
+
+/// `esp4-decrypt` looks an SPI up once for a run of its packets and keeps the SA's index
+/// for the rest of the vector (docs/PERFORMANCE.md, session 78), never past it: a vector
+/// of SA 0's packets, then SA 0 deleted and another SPI's SA put at its index, then a
+/// vector with the old SPI again and the new one's. The old SPI's packet is `no-sa`
+/// (taken from the index, it would open under the new SA and fail its ICV) and the new
+/// one's opens.
+#[test]
+fn an_spi_looked_up_in_one_vector_is_looked_up_again_in_the_next() {
+    let mut router = one_link_router();
+    let (old, new) = (0x4000u32, 0x4001u32);
+    let alg = Algorithm::AesGcm128;
+    let (out, inb) = (Direction::Outbound, Direction::Inbound);
+    let (mut peer, mut state) = (IpsecState::new(), IpsecState::new());
+    for (i, spi) in [(0u32, old), (1, new)] {
+        peer.add(i, SaSpec { spi, ..spec(alg, out, "198.18.1.2", "198.18.1.1", false, false) }, [i as u8; 16]).unwrap();
+    }
+    state.add(0, SaSpec { spi: old, ..spec(alg, inb, "198.18.1.1", "198.18.1.2", false, false) }, [9; 16]).unwrap();
+    let (mut cx, _ip_tables, ipsec_tables) = context(&mut router, &mut state);
+    let (mut graph, input) = esp_graph_keeping("esp4-decrypt", None);
+    let mut pool = Pool::new(64, 4);
+    let mut sealed = |pool: &mut Pool, peer_index: u32| {
+        let sa = peer.get(peer_index).unwrap();
+        let (seq, _) = sa.outbound.next(100, false, &sa.spec.lifetime).unwrap();
+        let b = pool.alloc(1400).unwrap();
+        pool.get_mut(b).write(&inner(false, 100)).unwrap();
+        encrypt::<Ip4Outer>(sa, seq, true, pool.get_mut(b)).unwrap();
+        b
+    };
+    let mut run = |graph: &mut engine::Graph<Cx>, cx: &mut Cx, pool: &mut Pool, bufs: &[engine::BufIdx]| {
+        graph.inject(input, pool, bufs, 0);
+        graph.run(cx, pool);
+        let count =
+            |name: &str| graph.counter_snapshots().iter().find(|c| c.node == "esp4-decrypt" && c.counter == name).map_or(0, |c| c.count);
+        (count("decrypted"), count("no-sa"), count("bad-icv"))
+    };
+    let first: Vec<_> = (0..3).map(|_| sealed(&mut pool, 0)).collect();
+    assert_eq!(run(&mut graph, &mut cx, &mut pool, &first), (3, 0, 0));
+    state.del(0).unwrap();
+    state.add(0, SaSpec { spi: new, ..spec(alg, inb, "198.18.1.1", "198.18.1.2", false, false) }, [9; 16]).unwrap();
+    ipsec_tables.store(Arc::new(state.build()));
+    engine::worker::Context::refresh(&mut cx);
+    let second = [sealed(&mut pool, 0), sealed(&mut pool, 1)];
+    assert_eq!(run(&mut graph, &mut cx, &mut pool, &second), (4, 1, 0), "the old SPI's packet has no SA now, the new one's opens");
+}

@@ -119,6 +119,8 @@ fn iv_word(esp: &[u8]) -> Option<u64> {
 /// `next`: the place in the vector of the packet `process` takes next.
 pub struct EspDecrypt<O: EspOuter> {
     inputs: AeadInputs,
+    /// The vector's last SPI and its inbound SA's index ([`decrypt_with`]).
+    last: Option<(u32, u32)>,
     nonces: Box<[Nonce; VECTOR_SIZE]>,
     len: usize,
     next: usize,
@@ -129,6 +131,7 @@ impl<O: EspOuter> Default for EspDecrypt<O> {
     fn default() -> Self {
         EspDecrypt {
             inputs: AeadInputs::default(),
+            last: None,
             nonces: Box::new([Nonce::default(); VECTOR_SIZE]),
             len: 0,
             next: 0,
@@ -153,17 +156,21 @@ impl From<EspError> for EspDecryptCounter {
 /// check), and the result names its lookup, the SA's age and its source check.
 #[inline(always)]
 pub fn decrypt<O: EspOuter>(x: &mut IpsecContext, buf: &mut Buffer) -> Result<(EspDecryptNext, Age, Urpf), EspDecryptCounter> {
-    decrypt_with::<O>(x, buf, None, &mut AeadInputs::default())
+    decrypt_with::<O>(x, buf, None, &mut AeadInputs::default(), &mut None)
 }
 
 /// [`decrypt`] with the nonce `prepare` wrote for this packet (used when it was written
-/// for the SA and IV the packet has) and the node's scratch for the nonce otherwise.
+/// for the SA and IV the packet has), the node's scratch for the nonce otherwise, and
+/// `last`: the SPI and inbound SA index the vector's previous packet looked up (the
+/// tables do not change within a vector, and its packets are mostly one SA's: the SPI's
+/// hash lookup once a run of them).
 #[inline(always)]
 fn decrypt_with<O: EspOuter>(
     x: &mut IpsecContext,
     buf: &mut Buffer,
     ahead: Option<&Nonce>,
     scratch: &mut AeadInputs,
+    last: &mut Option<(u32, u32)>,
 ) -> Result<(EspDecryptNext, Age, Urpf), EspDecryptCounter> {
     use EspDecryptCounter as C;
     let outer = O::outer_esp(buf.bytes()).ok_or(C::NotEsp)?;
@@ -186,7 +193,14 @@ fn decrypt_with<O: EspOuter>(
     let (tables, states) = x.split();
     let p = EspPacket::new_checked(&buf.bytes()[at..])?;
     let (spi, low) = (p.spi(), p.seq());
-    let (index, sa) = tables.inbound(spi).ok_or(C::NoSa)?;
+    let (index, sa) = match *last {
+        Some((s, index)) if s == spi => (index, tables.inbound_at(index).ok_or(C::NoSa)?),
+        _ => {
+            let (index, sa) = tables.inbound(spi).ok_or(C::NoSa)?;
+            *last = Some((spi, index));
+            (index, sa)
+        }
+    };
     let s = &*sa.spec;
     if O::from_ip(s.local) != Some(outer.dst) || O::from_ip(s.remote) != Some(outer.src) || s.udp_encap.is_some() != outer.udp {
         return Err(C::NoSa);
@@ -392,7 +406,7 @@ impl<Cx: HasIpsec, O: EspOuter> Node<Cx> for EspDecrypt<O> {
         for (nonce, &bi) in self.nonces.iter_mut().zip(&input[..n]) {
             *nonce = Nonce::of::<O>(&x.tables, &mut last, pool.get(bi).bytes()).unwrap_or_default();
         }
-        (self.len, self.next) = (n, 0);
+        (self.len, self.next, self.last) = (n, 0, None);
     }
 
     #[inline(always)]
@@ -406,7 +420,7 @@ impl<Cx: HasIpsec, O: EspOuter> Node<Cx> for EspDecrypt<O> {
         // a nonce for another packet (or none) is not used (`decrypt_with`).
         let ahead = self.nonces[..self.len].get(self.next);
         self.next += 1;
-        match decrypt_with::<O>(x, buf, ahead, &mut self.inputs) {
+        match decrypt_with::<O>(x, buf, ahead, &mut self.inputs, &mut self.last) {
             Ok((next, age, urpf)) => {
                 match ip::outer::tos::decap_ecn(ecn, buf) {
                     EcnDecap::Unchanged => {}
