@@ -29,24 +29,21 @@ inner_size=64
 bin=
 vpp=${VPP_DIR:-}
 json_out=
+. "$ROOT/scripts/lib/vpp.sh"
 while [ $# -gt 0 ]; do
+    if vpp_option "$@"; then
+        shift 2
+        continue
+    fi
     case "$1" in
-        --rounds) rounds=$2; shift 2 ;;
-        --seconds) seconds=$2; shift 2 ;;
-        --packets) packets=$2; shift 2 ;;
-        --core) core=$2; shift 2 ;;
         --alg) case "$2" in aes-gcm-128 | aes-gcm-256 | null) alg=$2 ;; *) echo "bench-esp-decrypt-vs-vpp: --alg aes-gcm-128|aes-gcm-256|null, got '$2'" >&2; exit 2 ;; esac; shift 2 ;;
         --inner-size) inner_size=$2; shift 2 ;;
-        --bin) bin=$2; shift 2 ;;
-        --vpp) vpp=$2; shift 2 ;;
-        --json) json_out=$2; shift 2 ;;
         -h | --help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "bench-esp-decrypt-vs-vpp: unknown argument $1" >&2; exit 2 ;;
     esac
 done
 log() { echo "bench-esp-decrypt-vs-vpp: $*" >&2; }
 
-. "$ROOT/scripts/lib/vpp.sh"
 vpp_find
 vpp_prepare bench-esp-decrypt-vs-vpp 64
 

@@ -32,24 +32,21 @@ caches="on off"
 bin=
 vpp=${VPP_DIR:-}
 json_out=
+. "$ROOT/scripts/lib/vpp.sh"
 while [ $# -gt 0 ]; do
+    if vpp_option "$@"; then
+        shift 2
+        continue
+    fi
     case "$1" in
-        --rounds) rounds=$2; shift 2 ;;
-        --seconds) seconds=$2; shift 2 ;;
-        --packets) packets=$2; shift 2 ;;
-        --core) core=$2; shift 2 ;;
         --positions) positions=$2; shift 2 ;;
         --cache) case "$2" in both) caches="on off" ;; on | off) caches=$2 ;; *) echo "bench-ipsec-vs-vpp: --cache on|off|both" >&2; exit 2 ;; esac; shift 2 ;;
-        --bin) bin=$2; shift 2 ;;
-        --vpp) vpp=$2; shift 2 ;;
-        --json) json_out=$2; shift 2 ;;
         -h | --help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "bench-ipsec-vs-vpp: unknown argument $1" >&2; exit 2 ;;
     esac
 done
 log() { echo "bench-ipsec-vs-vpp: $*" >&2; }
 
-. "$ROOT/scripts/lib/vpp.sh"
 vpp_find
 vpp_prepare bench-ipsec-vs-vpp 64
 

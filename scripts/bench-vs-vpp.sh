@@ -37,15 +37,13 @@ json_out=
 backends=10
 flows=10000
 lb_sessions=vpp
+. "$ROOT/scripts/lib/vpp.sh"
 while [ $# -gt 0 ]; do
+    if vpp_option "$@"; then
+        shift 2
+        continue
+    fi
     case "$1" in
-        --rounds) rounds=$2; shift 2 ;;
-        --seconds) seconds=$2; shift 2 ;;
-        --packets) packets=$2; shift 2 ;;
-        --core) core=$2; shift 2 ;;
-        --bin) bin=$2; shift 2 ;;
-        --vpp) vpp=$2; shift 2 ;;
-        --json) json_out=$2; shift 2 ;;
         --backends) backends=$2; shift 2 ;;
         --flows) flows=$2; shift 2 ;;
         --lb-sessions) lb_sessions=$2; shift 2 ;;
@@ -69,7 +67,6 @@ case "$lb_sessions" in
     *) lb_opt=(--lb-sessions "$lb_sessions") ;;
 esac
 
-. "$ROOT/scripts/lib/vpp.sh"
 vpp_find
 # VPP needs ~20 pages; the large tables' mtries and a 64k-frame pcap stream more.
 vpp_prepare bench-vs-vpp 300

@@ -3,9 +3,25 @@
 # scripts/bench-ipsec-vs-vpp.sh, scripts/bench-esp-decrypt-vs-vpp.sh;
 # scripts/bench-lb-vs-vpp.sh runs the first): finding the VPP build, root, the lock,
 # hugepages, keeping off the measured core, starting VPP and stopping it, a measured
-# round of its stream. Sourced after the caller has parsed its options and defined
-# `log`; reads $ROOT, $vpp (--vpp, or empty), $bin (--bin, or empty), $core and, for a
-# round, $seconds.
+# round of its stream, the options they all take. Sourced before the caller parses its
+# options (its functions use the caller's `log`); reads $ROOT, $vpp (--vpp, or empty),
+# $bin (--bin, or empty), $core and, for a round, $seconds.
+
+# The options every VPP script takes, `--rounds N`, `--seconds S`, `--packets N`, `--core C`,
+# `--bin PATH`, `--vpp DIR` and `--json FILE`: the variable set from the next argument
+# (the caller shifts both), or status 1 for another option.
+vpp_option() { # option value
+    case "$1" in
+        --rounds) rounds=$2 ;;
+        --seconds) seconds=$2 ;;
+        --packets) packets=$2 ;;
+        --core) core=$2 ;;
+        --bin) bin=$2 ;;
+        --vpp) vpp=$2 ;;
+        --json) json_out=$2 ;;
+        *) return 1 ;;
+    esac
+}
 
 # $vpp: the VPP build (bin/vpp, bin/vppctl, lib/) from --vpp, $VPP_DIR or
 # ../shared/peers/vpp; without one, says so and exits 0 (the project does not need
