@@ -26,9 +26,6 @@ packets=20000000 # ≥ 1 s of vecgate a round: docs/PERFORMANCE.md, "Measuring o
 core=1
 alg=aes-gcm-128
 inner_size=64
-bin=
-vpp=${VPP_DIR:-}
-json_out=
 . "$ROOT/scripts/lib/vpp.sh"
 while [ $# -gt 0 ]; do
     if vpp_option "$@"; then

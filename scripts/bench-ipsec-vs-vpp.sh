@@ -29,9 +29,6 @@ packets=20000000  # ≥ 1 s of vecgate a round: docs/PERFORMANCE.md, "Measuring 
 core=1
 positions="1 10 100 1000"
 caches="on off"
-bin=
-vpp=${VPP_DIR:-}
-json_out=
 . "$ROOT/scripts/lib/vpp.sh"
 while [ $# -gt 0 ]; do
     if vpp_option "$@"; then

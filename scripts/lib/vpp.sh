@@ -9,7 +9,11 @@
 
 # The options every VPP script takes, `--rounds N`, `--seconds S`, `--packets N`, `--core C`,
 # `--bin PATH`, `--vpp DIR` and `--json FILE`: the variable set from the next argument
-# (the caller shifts both), or status 1 for another option.
+# (the caller shifts both), or status 1 for another option. The last three start empty
+# ($vpp: $VPP_DIR); the others' defaults are each script's.
+bin=
+vpp=${VPP_DIR:-}
+json_out=
 vpp_option() { # option value
     case "$1" in
         --rounds) rounds=$2 ;;
